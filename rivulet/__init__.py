@@ -1,0 +1,1 @@
+"""Rivulet: a Kafka-protocol event-streaming broker in Python."""

@@ -1,0 +1,424 @@
+"""Runtime for the generated message classes: per-version codecs compiled from field tables.
+
+The generated modules (rivulet/protocol/messages/) only declare fields. The first time a
+(class, version) pair is encoded or decoded, this module writes straight-line Python for it
+and compiles it, so the hot paths (Produce, Fetch) run without per-field interpretation.
+
+Decoding is bounded: every length is checked against the end of the frame before use, and
+any failure surfaces as ProtocolDecodeError.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from typing import Any, Callable, NamedTuple
+
+from rivulet.protocol.errors import ProtocolDecodeError
+
+ZERO_UUID = uuid.UUID(int=0)
+_UUID = uuid.UUID
+_MISSING = object()
+
+
+class F(NamedTuple):
+    """One field of a generated struct."""
+
+    name: str
+    kind: str  # a primitive type name, or "struct"
+    is_array: bool
+    versions: tuple[int, int]
+    nullable: tuple[int, int]
+    tagged: tuple[int, int] | None
+    tag: int | None
+    default: Any  # a value, or a Struct subclass to instantiate
+    struct: type | None
+    flex: tuple[int, int] | None  # field-level override of the message's flexible versions
+
+
+def _in(rng: tuple[int, int] | None, v: int) -> bool:
+    return rng is not None and rng[0] <= v <= rng[1]
+
+
+# ---------------------------------------------------------------- varints (used by compiled code)
+
+def read_uvarint(buf: Any, pos: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 28:
+            raise ProtocolDecodeError("unsigned varint too long")
+
+
+def write_uvarint(out: bytearray, value: int) -> None:
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+_FIXED = {
+    "bool": ("?", 1), "int8": ("b", 1), "int16": ("h", 2), "uint16": ("H", 2),
+    "int32": ("i", 4), "uint32": ("I", 4), "int64": ("q", 8), "float64": ("d", 8),
+    "uuid": ("16s", 16),
+}
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_DECODE_ERRORS = (struct.error, IndexError, ValueError, UnicodeDecodeError, TypeError, OverflowError)
+
+
+class _Gen:
+    """Emits the source of one reader or writer."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.ns: dict[str, Any] = {
+            "read_uvarint": read_uvarint, "write_uvarint": write_uvarint, "UUID": _UUID,
+            "Err": ProtocolDecodeError, "I16": _I16, "I32": _I32,
+        }
+        self._n = 0
+
+    def name(self, prefix: str, obj: Any) -> str:
+        self._n += 1
+        key = f"{prefix}{self._n}"
+        self.ns[key] = obj
+        return key
+
+    def emit(self, indent: int, line: str) -> None:
+        self.lines.append("    " * indent + line)
+
+
+# ---------------------------------------------------------------- reader compilation
+
+def _read_scalar(g: _Gen, ind: int, f: F, flex: bool, nullable: bool, target: str, version: int) -> None:
+    """Emit code reading one non-array value of field f into `target`."""
+    k = f.kind
+    if k in _FIXED:
+        fmt, size = _FIXED[k]
+        s = g.name("S", struct.Struct(">" + fmt))
+        g.emit(ind, f"{target} = {s}.unpack_from(buf, pos)[0]; pos += {size}")
+        if k == "uuid":
+            g.emit(ind, f"{target} = UUID(bytes={target})")
+    elif k in ("string", "bytes", "records"):
+        if flex:
+            g.emit(ind, "n, pos = read_uvarint(buf, pos); n -= 1")
+        elif k == "string":
+            g.emit(ind, "n = I16.unpack_from(buf, pos)[0]; pos += 2")
+        else:
+            g.emit(ind, "n = I32.unpack_from(buf, pos)[0]; pos += 4")
+        g.emit(ind, "if n < 0:")
+        if nullable:
+            g.emit(ind + 1, f"{target} = None")
+        else:
+            g.emit(ind + 1, f"raise Err('null value for non-nullable field {f.name}')")
+        g.emit(ind, "else:")
+        g.emit(ind + 1, "if pos + n > end: raise Err('field {0} runs past the frame')".replace("{0}", f.name))
+        if k == "string":
+            g.emit(ind + 1, f"{target} = str(buf[pos:pos + n], 'utf-8'); pos += n")
+        elif k == "bytes":
+            g.emit(ind + 1, f"{target} = bytes(buf[pos:pos + n]); pos += n")
+        else:  # records stay a view of the frame: the broker copies once when it appends
+            g.emit(ind + 1, f"{target} = buf[pos:pos + n]; pos += n")
+    elif k == "struct":
+        r = g.name("R", f.struct)
+        if nullable:
+            g.emit(ind, "p = buf[pos]; pos += 1")
+            g.emit(ind, "if p == 255 or p == -1:")
+            g.emit(ind + 1, f"{target} = None")
+            g.emit(ind, "else:")
+            g.emit(ind + 1, f"{target}, pos = {r}._reader({version}, {flex})(buf, pos, end)")
+        else:
+            g.emit(ind, f"{target}, pos = {r}._reader({version}, {flex})(buf, pos, end)")
+    else:
+        raise AssertionError(k)
+
+
+def _read_field(g: _Gen, ind: int, f: F, flex: bool, version: int, target: str) -> None:
+    fflex = _in(f.flex, version) if f.flex is not None else flex
+    nullable = _in(f.nullable, version)
+    if not f.is_array:
+        _read_scalar(g, ind, f, fflex, nullable, target, version)
+        return
+    if fflex:
+        g.emit(ind, "n, pos = read_uvarint(buf, pos); n -= 1")
+    else:
+        g.emit(ind, "n = I32.unpack_from(buf, pos)[0]; pos += 4")
+    g.emit(ind, "if n < 0:")
+    if nullable:
+        g.emit(ind + 1, f"{target} = None")
+    else:
+        g.emit(ind + 1, f"raise Err('null array for non-nullable field {f.name}')")
+    g.emit(ind, "else:")
+    g.emit(ind + 1, f"if n > end - pos: raise Err('array {f.name} longer than the frame')")
+    g.emit(ind + 1, "lst = []")
+    g.emit(ind + 1, "for _ in range(n):")
+    _read_scalar(g, ind + 2, f, fflex, False, "e", version)
+    g.emit(ind + 2, "lst.append(e)")
+    g.emit(ind + 1, f"{target} = lst")
+
+
+def _fixed_runs(fields: list[F]) -> list[list[F] | F]:
+    """Group consecutive fixed-width fields so one struct call reads or writes them all."""
+    out: list[list[F] | F] = []
+    run: list[F] = []
+    for f in fields:
+        if not f.is_array and f.kind in _FIXED:
+            run.append(f)
+            continue
+        if run:
+            out.append(run)
+            run = []
+        out.append(f)
+    if run:
+        out.append(run)
+    return out
+
+
+def compile_reader(cls: type, version: int, flex: bool) -> Callable:
+    g = _Gen()
+    new = g.name("NEW", cls.__new__)
+    klass = g.name("C", cls)
+    g.emit(0, "def read(buf, pos, end):")
+    g.emit(1, f"o = {new}({klass})")
+    present = [f for f in cls.FIELDS if _in(f.versions, version) and not (flex and _in(f.tagged, version))]
+    tagged = [f for f in cls.FIELDS if flex and _in(f.versions, version) and _in(f.tagged, version)]
+    absent = [f for f in cls.FIELDS if f not in present]
+    for item in _fixed_runs(present):
+        if isinstance(item, list):
+            fmt = ">" + "".join(_FIXED[f.kind][0] for f in item)
+            s = g.name("S", struct.Struct(fmt))
+            names = ", ".join(f"o.{f.name}" for f in item)
+            g.emit(1, f"{names}{',' if len(item) == 1 else ''} = {s}.unpack_from(buf, pos); pos += {s}.size")
+            for f in item:
+                if f.kind == "uuid":
+                    g.emit(1, f"o.{f.name} = UUID(bytes=o.{f.name})")
+        else:
+            _read_field(g, 1, item, flex, version, f"o.{item.name}")
+    for f in absent:
+        d = g.name("D", f)
+        g.emit(1, f"o.{f.name} = _default({d})")
+    g.ns["_default"] = _default
+    if flex:
+        g.emit(1, "ntag, pos = read_uvarint(buf, pos)")
+        g.emit(1, "for _ in range(ntag):")
+        g.emit(2, "tag, pos = read_uvarint(buf, pos)")
+        g.emit(2, "size, pos = read_uvarint(buf, pos)")
+        g.emit(2, "if pos + size > end: raise Err('tagged field runs past the frame')")
+        first = True
+        for f in tagged:
+            g.emit(2, f"{'if' if first else 'elif'} tag == {f.tag}:")
+            first = False
+            g.emit(3, "outer_end = end; end = pos + size; start = pos")
+            _read_field(g, 3, f, flex, version, f"o.{f.name}")
+            g.emit(3, "end = outer_end; pos = start + size")
+        if first:
+            g.emit(2, "pos += size")
+        else:
+            g.emit(2, "else:")
+            g.emit(3, "pos += size")
+    g.emit(1, "return o, pos")
+    src = "\n".join(g.lines)
+    exec(compile(src, f"<read {cls.__name__} v{version}>", "exec"), g.ns)
+    return g.ns["read"]
+
+
+# ---------------------------------------------------------------- writer compilation
+
+def _write_scalar(g: _Gen, ind: int, f: F, flex: bool, nullable: bool, val: str, version: int) -> None:
+    k = f.kind
+    if k in _FIXED:
+        fmt, _ = _FIXED[k]
+        s = g.name("S", struct.Struct(">" + fmt))
+        g.emit(ind, f"out += {s}.pack({val}.bytes)" if k == "uuid" else f"out += {s}.pack({val})")
+    elif k in ("string", "bytes", "records"):
+        g.emit(ind, f"if {val} is None:")
+        if nullable:
+            g.emit(ind + 1, "out.append(0)" if flex else ("out += b'\\xff\\xff'" if k == "string" else "out += b'\\xff\\xff\\xff\\xff'"))
+        else:
+            g.emit(ind + 1, "out.append(1)" if flex else ("out += b'\\x00\\x00'" if k == "string" else "out += b'\\x00\\x00\\x00\\x00'"))
+        g.emit(ind, "else:")
+        g.emit(ind + 1, f"b = {val}.encode('utf-8')" if k == "string" else f"b = {val}")
+        if flex:
+            g.emit(ind + 1, "write_uvarint(out, len(b) + 1)")
+        elif k == "string":
+            g.emit(ind + 1, "out += I16.pack(len(b))")
+        else:
+            g.emit(ind + 1, "out += I32.pack(len(b))")
+        g.emit(ind + 1, "out += b")
+    elif k == "struct":
+        if nullable:
+            g.emit(ind, f"if {val} is None:")
+            g.emit(ind + 1, "out.append(255)")
+            g.emit(ind, "else:")
+            g.emit(ind + 1, "out.append(1)")
+            g.emit(ind + 1, f"{val}._writer({version}, {flex})({val}, out)")
+        else:
+            g.emit(ind, f"{val}._writer({version}, {flex})({val}, out)")
+    else:
+        raise AssertionError(k)
+
+
+def _write_field(g: _Gen, ind: int, f: F, flex: bool, version: int, val: str) -> None:
+    fflex = _in(f.flex, version) if f.flex is not None else flex
+    nullable = _in(f.nullable, version)
+    if not f.is_array:
+        _write_scalar(g, ind, f, fflex, nullable, val, version)
+        return
+    g.emit(ind, f"lst = {val}")
+    g.emit(ind, "if lst is None:")
+    if nullable:
+        g.emit(ind + 1, "out.append(0)" if fflex else "out += b'\\xff\\xff\\xff\\xff'")
+    else:
+        g.emit(ind + 1, "out.append(1)" if fflex else "out += b'\\x00\\x00\\x00\\x00'")
+    g.emit(ind, "else:")
+    g.emit(ind + 1, "write_uvarint(out, len(lst) + 1)" if fflex else "out += I32.pack(len(lst))")
+    if f.kind == "struct":
+        # Every element is the same class: fetch its writer once.
+        g.emit(ind + 1, "if lst:")
+        g.emit(ind + 2, f"w = lst[0]._writer({version}, {flex})")
+        g.emit(ind + 2, "for e in lst: w(e, out)")
+    else:
+        g.emit(ind + 1, "for e in lst:")
+        _write_scalar(g, ind + 2, f, fflex, False, "e", version)
+
+
+def compile_writer(cls: type, version: int, flex: bool) -> Callable:
+    g = _Gen()
+    g.emit(0, "def write(o, out):")
+    present = [f for f in cls.FIELDS if _in(f.versions, version) and not (flex and _in(f.tagged, version))]
+    tagged = [f for f in cls.FIELDS if flex and _in(f.versions, version) and _in(f.tagged, version)]
+    for item in _fixed_runs(present):
+        if isinstance(item, list):
+            fmt = ">" + "".join(_FIXED[f.kind][0] for f in item)
+            s = g.name("S", struct.Struct(fmt))
+            args = ", ".join(f"o.{f.name}.bytes" if f.kind == "uuid" else f"o.{f.name}" for f in item)
+            g.emit(1, f"out += {s}.pack({args})")
+        else:
+            _write_field(g, 1, item, flex, version, f"o.{item.name}")
+    if flex:
+        if not tagged:
+            g.emit(1, "out.append(0)")
+        else:
+            g.emit(1, "tags = []")
+            for f in tagged:
+                d = g.name("D", f)
+                g.emit(1, f"if not _is_default(o.{f.name}, {d}):")
+                g.emit(2, "outer = out; out = bytearray()")
+                _write_field(g, 2, f, flex, version, f"o.{f.name}")
+                g.emit(2, f"tags.append(({f.tag}, out)); out = outer")
+            g.emit(1, "write_uvarint(out, len(tags))")
+            g.emit(1, "for tag, data in tags:")
+            g.emit(2, "write_uvarint(out, tag); write_uvarint(out, len(data)); out += data")
+            g.ns["_is_default"] = _is_default
+    g.emit(1, "return out")
+    src = "\n".join(g.lines)
+    exec(compile(src, f"<write {cls.__name__} v{version}>", "exec"), g.ns)
+    return g.ns["write"]
+
+
+def _default(f: F) -> Any:
+    d = f.default
+    if f.is_array:
+        return None if d is None else []
+    if isinstance(d, type):
+        return d()
+    return d
+
+
+def _is_default(value: Any, f: F) -> bool:
+    return value == _default(f)
+
+
+# ---------------------------------------------------------------- the base class
+
+class Struct:
+    """Base of every generated message and nested struct."""
+
+    __slots__ = ()
+    FIELDS: tuple[F, ...] = ()
+    NAME: str = ""
+    API_KEY: int = -1
+    VALID_VERSIONS: tuple[int, int] = (0, -1)
+    FLEXIBLE_VERSIONS: tuple[int, int] = (1, 0)
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        cls._readers: dict[tuple[int, bool], Callable] = {}
+        cls._writers: dict[tuple[int, bool], Callable] = {}
+
+    def __init__(self, **kwargs: Any) -> None:
+        for f in self.FIELDS:
+            v = kwargs.pop(f.name, _MISSING)
+            object.__setattr__(self, f.name, _default(f) if v is _MISSING else v)
+        if kwargs:
+            raise TypeError(f"{type(self).__name__} has no field(s) {sorted(kwargs)}")
+
+    @classmethod
+    def _reader(cls, version: int, flex: bool) -> Callable:
+        try:
+            return cls._readers[(version, flex)]
+        except KeyError:
+            fn = cls._readers[(version, flex)] = compile_reader(cls, version, flex)
+            return fn
+
+    @classmethod
+    def _writer(cls, version: int, flex: bool) -> Callable:
+        try:
+            return cls._writers[(version, flex)]
+        except KeyError:
+            fn = cls._writers[(version, flex)] = compile_writer(cls, version, flex)
+            return fn
+
+    @classmethod
+    def is_flexible(cls, version: int) -> bool:
+        return _in(cls.FLEXIBLE_VERSIONS, version)
+
+    @classmethod
+    def decode(cls, data: bytes | bytearray | memoryview, version: int, pos: int = 0) -> Any:
+        """Decode a whole message body; trailing bytes past it are ignored."""
+        obj, _ = cls.decode_from(data, version, pos)
+        return obj
+
+    @classmethod
+    def decode_from(cls, data: bytes | bytearray | memoryview, version: int, pos: int = 0) -> tuple[Any, int]:
+        if not _in(cls.VALID_VERSIONS, version):
+            raise ProtocolDecodeError(f"{cls.NAME or cls.__name__} has no version {version}")
+        buf = data if isinstance(data, memoryview) else memoryview(data)
+        try:
+            return cls._reader(version, cls.is_flexible(version))(buf, pos, len(buf))
+        except ProtocolDecodeError:
+            raise
+        except _DECODE_ERRORS as e:
+            raise ProtocolDecodeError(f"malformed {cls.NAME or cls.__name__} v{version}: {e}") from None
+
+    def encode_into(self, out: bytearray, version: int) -> bytearray:
+        return self._writer(version, self.is_flexible(version))(self, out)
+
+    def encode(self, version: int) -> bytes:
+        return bytes(self.encode_into(bytearray(), version))
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in self.FIELDS)
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in self.FIELDS)
+        return f"{type(self).__name__}({inner})"
+
+    def to_dict(self) -> dict[str, Any]:
+        def conv(v: Any) -> Any:
+            if isinstance(v, Struct):
+                return v.to_dict()
+            if isinstance(v, list):
+                return [conv(x) for x in v]
+            if isinstance(v, memoryview):
+                return bytes(v)
+            return v
+        return {f.name: conv(getattr(self, f.name)) for f in self.FIELDS}
