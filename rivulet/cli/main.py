@@ -1,0 +1,83 @@
+"""The `rivulet` command: the broker and everyday administration."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from rivulet.server.config import BrokerConfig, ConfigError, load_properties
+
+
+def _install_loop() -> None:
+    try:
+        import uvloop  # type: ignore[import-not-found]
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    except ImportError:
+        pass
+
+
+def broker_main(args: argparse.Namespace) -> int:
+    props: dict[str, str] = {}
+    try:
+        if args.config:
+            props.update(load_properties(args.config))
+        for item in args.override or []:
+            if "=" not in item:
+                raise ConfigError(f"--override expects key=value, got '{item}'")
+            k, v = item.split("=", 1)
+            props[k.strip()] = v.strip()
+        config = BrokerConfig(props)
+    except (ConfigError, OSError) as e:
+        print(f"rivulet broker: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=getattr(logging, args.log_level.upper()),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _install_loop()
+    from rivulet.server.broker import Broker
+
+    async def run() -> int:
+        try:
+            broker = Broker(config)
+            await broker.start()
+        except OSError as e:
+            print(f"rivulet broker: cannot start: {e}", file=sys.stderr)
+            return 1
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        _, host, port = broker.advertised_listener
+        print(f"Rivulet broker {broker.node_id} listening on {host}:{port} "
+              f"(cluster {broker.cluster_id}, data in {', '.join(config.log_dirs)})", flush=True)
+        await stop.wait()
+        print("shutting down", flush=True)
+        await broker.shutdown()
+        return 0
+
+    return asyncio.run(run())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rivulet", description="A Kafka-protocol event-streaming broker.")
+    sub = p.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("broker", help="run a broker")
+    b.add_argument("--config", help="a Kafka server.properties file")
+    b.add_argument("--override", action="append", metavar="KEY=VALUE", help="override one property")
+    b.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    b.set_defaults(func=broker_main)
+    from rivulet.cli import topics
+    topics.add_parser(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

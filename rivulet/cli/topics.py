@@ -1,0 +1,88 @@
+"""`rivulet topics create|list|describe|delete|alter`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+from rivulet.client.admin import AsyncAdminClient
+from rivulet.protocol.errors import KafkaError
+
+
+def _kv(items: list[str] | None) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        if "=" not in item:
+            raise SystemExit(f"rivulet topics: --config expects key=value, got '{item}'")
+        k, v = item.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+async def _run(args: argparse.Namespace) -> int:
+    admin = AsyncAdminClient(args.bootstrap_server)
+    try:
+        if args.action == "create":
+            r = await admin.create_topic(args.topic, args.partitions, args.replication_factor, _kv(args.config))
+            print(f"Created topic {args.topic} ({r.num_partitions} partitions, id {r.topic_id}).")
+        elif args.action == "list":
+            md = await admin.metadata(None)
+            for t in sorted(md.topics, key=lambda t: t.name):
+                if args.exclude_internal and t.is_internal:
+                    continue
+                print(t.name)
+        elif args.action == "describe":
+            md = await admin.metadata([args.topic] if args.topic else None)
+            for t in sorted(md.topics, key=lambda t: t.name):
+                if t.error_code:
+                    print(f"Topic: {t.name}\tError: {KafkaError(t.error_code)}")
+                    continue
+                cfgs = await admin.describe_topic_configs(t.name)
+                overrides = ",".join(f"{c.name}={c.value}" for c in cfgs if c.config_source == 1)
+                print(f"Topic: {t.name}\tTopicId: {t.topic_id}\tPartitionCount: {len(t.partitions)}\t"
+                      f"ReplicationFactor: {len(t.partitions[0].replica_nodes) if t.partitions else 0}\t"
+                      f"Configs: {overrides}")
+                for p in sorted(t.partitions, key=lambda p: p.partition_index):
+                    print(f"\tTopic: {t.name}\tPartition: {p.partition_index}\tLeader: {p.leader_id}\t"
+                          f"Replicas: {','.join(map(str, p.replica_nodes))}\tIsr: {','.join(map(str, p.isr_nodes))}")
+        elif args.action == "delete":
+            await admin.delete_topic(args.topic)
+            print(f"Deleted topic {args.topic}.")
+        elif args.action == "alter":
+            if args.partitions:
+                await admin.create_partitions(args.topic, args.partitions)
+                print(f"Topic {args.topic} now has {args.partitions} partitions.")
+            if args.config or args.delete_config:
+                await admin.alter_topic_configs(args.topic, _kv(args.config), args.delete_config)
+                print(f"Updated configs of {args.topic}.")
+        return 0
+    except KafkaError as e:
+        print(f"rivulet topics {args.action}: {e}", file=sys.stderr)
+        return 1
+    except (ConnectionError, OSError) as e:
+        print(f"rivulet topics {args.action}: cannot reach {args.bootstrap_server}: {e}", file=sys.stderr)
+        return 1
+    finally:
+        await admin.close()
+
+
+def topics_main(args: argparse.Namespace) -> int:
+    if args.action in ("create", "delete", "alter") and not args.topic:
+        print(f"rivulet topics {args.action}: --topic is required", file=sys.stderr)
+        return 2
+    return asyncio.run(_run(args))
+
+
+def add_parser(sub: Any) -> None:
+    t = sub.add_parser("topics", help="create, list, describe, delete and alter topics")
+    t.add_argument("action", choices=["create", "list", "describe", "delete", "alter"])
+    t.add_argument("--bootstrap-server", default="127.0.0.1:9092")
+    t.add_argument("--topic")
+    t.add_argument("--partitions", type=int, default=-1)
+    t.add_argument("--replication-factor", type=int, default=-1)
+    t.add_argument("--config", action="append", metavar="KEY=VALUE")
+    t.add_argument("--delete-config", action="append", metavar="KEY")
+    t.add_argument("--exclude-internal", action="store_true")
+    t.set_defaults(func=topics_main)

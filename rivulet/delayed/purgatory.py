@@ -1,0 +1,202 @@
+"""``DelayedOperationPurgatory``: watch delayed operations by key, expire them by timer.
+
+An operation (one per request) is watched under every key it depends on
+(e.g. each partition of a produce request); an event on a key calls
+``check_and_complete(key)``, which tries the operations watched there.  The
+timer forces the ones nobody completed in time.
+
+A completed operation is dropped only from the watch list of the key that
+completed it; checking every other key at that moment would cost too much.
+A reaper purges the leftovers once about ``purge_interval`` of them have
+piled up.  Like Kafka, the pile is estimated as "operations ever watched
+since the last purge" minus "operations still pending in the timer".
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, Hashable, Iterable, TypeVar
+
+from .metrics import RateMeter
+from .operation import DelayedOperation
+from .timer import Timer
+from .timing_wheel import TimerTask
+
+__all__ = ["DelayedOperationPurgatory"]
+
+T = TypeVar("T", bound=DelayedOperation)
+
+
+class _Reaper(TimerTask):
+    """Runs the purge on the timer's next pass, off the caller's stack."""
+
+    __slots__ = ("_purgatory",)
+
+    def __init__(self, purgatory: DelayedOperationPurgatory[Any]) -> None:
+        super().__init__(0)
+        self._purgatory = purgatory
+
+    def run(self) -> None:
+        self._purgatory.purge_completed()
+
+
+class DelayedOperationPurgatory(Generic[T]):
+    """Kafka's DelayedOperationPurgatory for one kind of operation.
+
+    The timer may be shared between purgatories; ``delayed()`` counts only
+    this purgatory's operations and ``shutdown()`` leaves the timer running.
+    """
+
+    def __init__(self, name: str, timer: Timer, purge_interval: int = 1000) -> None:
+        self.name = name
+        self._timer = timer
+        self._purge_interval = purge_interval
+        # key -> {id(op): op}: insertion-ordered, O(1) removal, identity-keyed.
+        self._watchers: dict[Hashable, dict[int, T]] = {}
+        self._num_delayed = 0
+        self._estimated_total = 0
+        self._reaper = _Reaper(self)
+        self._expirations = RateMeter(timer.clock)
+        self._closed = False
+
+    # -- main API ---------------------------------------------------------------
+
+    def try_complete_else_watch(self, operation: T, keys: Iterable[Hashable]) -> bool:
+        """Complete ``operation`` now if possible, else watch it and time it.
+
+        Check; watch under every key; check again (an event may have fired
+        between the first check and the watch, and nobody would try the
+        operation again); only then add it to the timer.  Returns True if the
+        operation is completed on return (it is then not in the timer).
+        """
+        if self._closed:
+            raise RuntimeError(f"purgatory {self.name} is shut down")
+        keys = list(keys)
+        if not keys:
+            raise ValueError("an operation must be watched under at least one key")
+        if operation.safe_try_complete() or operation._completed:
+            return True
+        watchers = self._watchers
+        ident = id(operation)
+        for key in keys:
+            w = watchers.get(key)
+            if w is None:
+                w = watchers[key] = {}
+            w[ident] = operation
+        self._estimated_total += 1
+        if operation.safe_try_complete() or operation._completed:
+            # Watched but done: it now counts towards the purge estimate.
+            self._maybe_purge()
+            return True
+        operation._purgatory = self
+        self._num_delayed += 1
+        self._timer.add(operation)
+        return False
+
+    def check_and_complete(self, key: Hashable) -> int:
+        """Try every operation watched under ``key``; returns how many this call completed.
+
+        Completed operations leave this key's list.  An operation's callbacks
+        may watch, complete or cancel operations on this very key: the loop
+        runs over a snapshot and re-checks membership.
+        """
+        w = self._watchers.get(key)
+        if w is None:
+            return 0
+        completed = 0
+        for ident, op in list(w.items()):
+            if ident not in w:
+                continue  # completed or cancelled by a callback meanwhile
+            if op._completed:
+                del w[ident]
+            elif op.safe_try_complete():
+                completed += 1
+                w.pop(ident, None)
+            elif op._completed:
+                w.pop(ident, None)  # completed re-entrantly, by someone else
+        if not w and self._watchers.get(key) is w:
+            del self._watchers[key]
+        return completed
+
+    def cancel_for_key(self, key: Hashable) -> list[T]:
+        """Stop watching ``key``; cancel the timeouts of its pending operations.
+
+        Returns those operations (not completed, never to expire) so the
+        caller can answer them.  They stay watched under their other keys.
+        """
+        w = self._watchers.pop(key, None)
+        if not w:
+            return []
+        ops = [op for op in w.values() if not op._completed]
+        w.clear()
+        for op in ops:
+            op.cancel()
+        return ops
+
+    def watched(self) -> int:
+        """Watch-list entries over all keys (an operation counts once per key)."""
+        return sum(map(len, self._watchers.values()))
+
+    def delayed(self) -> int:
+        """Operations of this purgatory pending in the timer."""
+        return self._num_delayed
+
+    def watched_keys(self) -> int:
+        return len(self._watchers)
+
+    def purge_completed(self) -> int:
+        """Drop completed operations from every watch list; returns how many."""
+        self._estimated_total = self._num_delayed
+        purged = 0
+        watchers = self._watchers
+        for key, w in list(watchers.items()):
+            dead = [ident for ident, op in w.items() if op._completed]
+            for ident in dead:
+                del w[ident]
+            purged += len(dead)
+            if not w and watchers.get(key) is w:
+                del watchers[key]
+        return purged
+
+    def metrics(self) -> dict[str, float]:
+        """Gauges named after Kafka's: PurgatorySize, NumDelayedOperations, ..."""
+        return {
+            "purgatory_size": self.watched(),
+            "num_delayed_operations": self._num_delayed,
+            "watched_keys": len(self._watchers),
+            "expirations_total": self._expirations.count,
+            "expirations_per_sec": self._expirations.rate(),
+        }
+
+    def shutdown(self) -> None:
+        """Stop the reaper, cancel every pending timeout and forget all watchers.
+
+        Pending operations are dropped without completion; the (possibly
+        shared) timer keeps running.
+        """
+        self._closed = True
+        self._reaper.cancel()
+        watchers = self._watchers
+        self._watchers = {}
+        for w in watchers.values():
+            for op in w.values():
+                op.cancel()
+        self._estimated_total = self._num_delayed = 0
+
+    # -- bookkeeping called by DelayedOperation --------------------------------
+
+    def _left_timer(self) -> None:
+        # Completed (or cancelled): one more candidate for purging.
+        self._num_delayed -= 1
+        self._maybe_purge()
+
+    def _record_expiration(self) -> None:
+        self._expirations.mark()
+
+    def _maybe_purge(self) -> None:
+        if (
+            self._estimated_total - self._num_delayed > self._purge_interval
+            and not self._reaper.is_scheduled
+            and not self._closed
+            and not self._timer.is_shutdown
+        ):
+            self._timer.add(self._reaper)

@@ -1,0 +1,947 @@
+"""Magic v2 record batches (sans-IO).
+
+Layout of a batch header (61 bytes, big-endian), as Kafka writes it:
+
+    baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 | magic int8 |
+    crc uint32 | attributes int16 | lastOffsetDelta int32 | baseTimestamp int64 |
+    maxTimestamp int64 | producerId int64 | producerEpoch int16 | baseSequence int32 |
+    recordsCount int32
+
+The CRC-32C covers everything from ``attributes`` to the end of the batch, so the
+broker may rewrite ``baseOffset`` and ``partitionLeaderEpoch`` without touching it.
+
+Here: building batches (``encode_batch``, ``encode_control_batch``), reading them
+(``decode_batch``, ``decode_records``, ``iter_batches``, ``parse_control_record``) and
+the broker's produce-path check (``validate_produce_records``), which walks records
+without materialising them because the broker stores the client's bytes unchanged.
+Every malformed input surfaces as a ``KafkaError``; nothing reads past the blob.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Protocol
+
+from crc32c import crc32c
+
+from rivulet.protocol.compression import DEFAULT_MAX_DECOMPRESSED_SIZE, compress, decompress
+from rivulet.protocol.errors import ErrorCode, KafkaError
+
+HEADER_SIZE = 61
+# Offsets of the fields inside a batch.
+LENGTH_OFFSET = 8
+LOG_OVERHEAD = 12  # baseOffset + batchLength: bytes before batchLength starts counting
+PLE_OFFSET = 12
+MAGIC_OFFSET = 16
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+MAX_TIMESTAMP_OFFSET = 35
+MAGIC_V2 = 2
+# Smallest batchLength a v2 batch can declare (a header and no records).
+MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+# Bytes needed before the magic byte can be read; the same in every message format.
+HEADER_SIZE_UP_TO_MAGIC = MAGIC_OFFSET + 1
+# Kafka's LegacyRecord.RECORD_OVERHEAD_V0: below this no message format can be valid.
+_MIN_ANY_FORMAT_LENGTH = 14
+
+NO_TIMESTAMP = -1
+NO_PRODUCER_ID = -1
+NO_SEQUENCE = -1
+CREATE_TIME = 0
+LOG_APPEND_TIME = 1
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_BASE_OFFSET = struct.Struct(">q")
+_INT32 = struct.Struct(">i")
+_INT16 = struct.Struct(">h")
+_INT64 = struct.Struct(">q")
+_UINT32 = struct.Struct(">I")
+_CONTROL_KEY = struct.Struct(">hh")
+_END_TXN_VALUE = struct.Struct(">hi")
+
+# Attribute bits.
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = 0x20
+DELETE_HORIZON_MASK = 0x40
+
+
+@dataclass(slots=True)
+class BatchHeader:
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @property
+    def size(self) -> int:
+        """Bytes the whole batch occupies in a log or a records field."""
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def is_log_append_time(self) -> bool:
+        return bool(self.attributes & TIMESTAMP_TYPE_MASK)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_MASK)
+
+
+def parse_batch_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """Read the fixed header at ``pos``; the caller checks that HEADER_SIZE bytes exist."""
+    return BatchHeader(*_HEADER.unpack_from(buf, pos))
+
+
+def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> None:
+    _BASE_OFFSET.pack_into(buf, pos, base_offset)
+
+
+def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
+    _INT32.pack_into(buf, pos + PLE_OFFSET, epoch)
+
+
+def _byte_view(data: bytes | bytearray | memoryview) -> memoryview:
+    view = memoryview(data)
+    return view if view.format == "B" else view.cast("B")
+
+
+def _batch_end(view: memoryview, pos: int) -> int:
+    if pos < 0 or len(view) - pos < HEADER_SIZE:
+        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "record batch is truncated")
+    (length,) = _INT32.unpack_from(view, pos + LENGTH_OFFSET)
+    end = pos + LOG_OVERHEAD + length
+    if length < MIN_BATCH_LENGTH or end > len(view):
+        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "record batch is truncated")
+    return end
+
+
+def compute_batch_crc(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
+    """CRC-32C of the batch at ``pos`` as its header should carry it (attributes to end)."""
+    view = _byte_view(buf)
+    return crc32c(view[pos + ATTRIBUTES_OFFSET : _batch_end(view, pos)])
+
+
+def set_log_append_time(buf: bytearray | memoryview, pos: int, timestamp: int) -> None:
+    """Stamp the batch at ``pos`` with LogAppendTime ``timestamp`` and recompute its CRC.
+
+    As Kafka does, only the attributes and maxTimestamp change: consumers report
+    maxTimestamp for every record of a LogAppendTime batch.
+    """
+    view = _byte_view(buf)
+    end = _batch_end(view, pos)
+    (attributes,) = _INT16.unpack_from(view, pos + ATTRIBUTES_OFFSET)
+    _INT16.pack_into(view, pos + ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
+    _INT64.pack_into(view, pos + MAX_TIMESTAMP_OFFSET, timestamp)
+    _UINT32.pack_into(view, pos + CRC_OFFSET, crc32c(view[pos + ATTRIBUTES_OFFSET : end]))
+
+
+# --- records ----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Record:
+    offset: int
+    """Absolute offset."""
+    timestamp: int
+    """Absolute timestamp in ms (the batch's maxTimestamp for LogAppendTime batches)."""
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+
+
+class RecordLike(Protocol):
+    """What ``encode_batch`` reads from each record; ``Record`` is one."""
+
+    @property
+    def key(self) -> bytes | bytearray | memoryview | None: ...
+
+    @property
+    def value(self) -> bytes | bytearray | memoryview | None: ...
+
+    @property
+    def headers(self) -> Sequence[tuple[str | bytes, bytes | None]] | None: ...
+
+    @property
+    def timestamp(self) -> int | None: ...
+
+
+@dataclass(slots=True)
+class DecodedBatch:
+    header: BatchHeader
+    records: list[Record]
+
+
+def _invalid(message: str) -> KafkaError:
+    return KafkaError(ErrorCode.INVALID_RECORD, message)
+
+
+def _corrupt(message: str) -> KafkaError:
+    return KafkaError(ErrorCode.CORRUPT_MESSAGE, message)
+
+
+# --- varints ----------------------------------------------------------------------------
+# Record fields are zigzag varints. The encoder looks small values up in a table
+# (lengths, offset deltas and timestamp deltas are nearly always below 8192, two bytes);
+# the decoders inline the one-byte case and call _uvarint for the rest.
+
+
+def _zigzag_varint(n: int) -> bytes:
+    v = n << 1 if n >= 0 else ((-n) << 1) - 1
+    out = bytearray()
+    while v > 0x7F:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+_ZZ_TABLE_SIZE = 8192
+_ZZ: list[bytes] = [_zigzag_varint(n) for n in range(_ZZ_TABLE_SIZE)]
+_ZZ_NULL = _zigzag_varint(-1)
+_CHUNK_SIZE = 64 * 1024
+
+
+def _uvarint(buf: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
+    """Unsigned varint at ``pos`` of at most ``max_bytes`` bytes -> (value, next pos).
+
+    IndexError past the end of ``buf`` is left to the caller, which maps it once.
+    """
+    result = 0
+    shift = 0
+    stop = pos + max_bytes
+    while pos < stop:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+    raise _invalid("varint is too long")
+
+
+def _encode_headers(headers: Sequence[tuple[str | bytes, bytes | None]]) -> bytes:
+    zz = _ZZ
+    n = len(headers)
+    out = bytearray(zz[n] if n < _ZZ_TABLE_SIZE else _zigzag_varint(n))
+    for name, value in headers:
+        kb = name.encode() if isinstance(name, str) else bytes(name)
+        kl = len(kb)
+        out += zz[kl] if kl < _ZZ_TABLE_SIZE else _zigzag_varint(kl)
+        out += kb
+        if value is None:
+            out += _ZZ_NULL
+        else:
+            vl = len(value)
+            out += zz[vl] if vl < _ZZ_TABLE_SIZE else _zigzag_varint(vl)
+            out += value
+    return bytes(out)
+
+
+# --- encoding ---------------------------------------------------------------------------
+
+
+def encode_batch(
+    records: Sequence[RecordLike],
+    *,
+    base_offset: int = 0,
+    compression: int = 0,
+    timestamp_type: int = CREATE_TIME,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = -1,
+    base_sequence: int = NO_SEQUENCE,
+    transactional: bool = False,
+    control: bool = False,
+    partition_leader_epoch: int = -1,
+    base_timestamp: int | None = None,
+    compression_level: int | None = None,
+) -> bytes:
+    """Build one magic v2 batch holding ``records`` at offsets ``base_offset``, +1, ...
+
+    ``base_timestamp`` defaults to the first record's timestamp, as Kafka's producer
+    does; a record whose timestamp is None gets ``base_timestamp`` or, failing that, now.
+    """
+    count = len(records)
+    if count == 0:
+        raise ValueError("a record batch needs at least one record")
+    if timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
+        raise ValueError(f"invalid timestamp type {timestamp_type}")
+    if base_timestamp is None:
+        base_timestamp = records[0].timestamp
+        if base_timestamp is None:
+            base_timestamp = int(time.time() * 1000)
+    base = base_timestamp
+    max_ts = -(1 << 63)
+    zz = _ZZ
+    table = _ZZ_TABLE_SIZE
+    enc = _zigzag_varint
+    null = _ZZ_NULL
+    no_headers = b"\x00"
+    # Records go into chunks of about _CHUNK_SIZE that are joined once at the end: one
+    # growing buffer would be copied by every realloc, and holding two batch-sized
+    # buffers at once trips glibc's mmap threshold into page-faulting every batch.
+    chunks: list[bytearray] = []
+    body = bytearray()
+    for i, r in enumerate(records):
+        key = r.key
+        value = r.value
+        headers = r.headers
+        ts = r.timestamp
+        if ts is None:
+            ts = base
+        if ts > max_ts:
+            max_ts = ts
+        d = ts - base
+        tsb = zz[d] if 0 <= d < table else enc(d)
+        offb = zz[i] if i < table else enc(i)
+        if key is None:
+            kb = null
+            kl = 0
+        else:
+            kl = len(key)
+            kb = zz[kl] if kl < table else enc(kl)
+        if value is None:
+            vb = null
+            vl = 0
+        else:
+            vl = len(value)
+            vb = zz[vl] if vl < table else enc(vl)
+        hb = _encode_headers(headers) if headers else no_headers
+        size = 1 + len(tsb) + len(offb) + len(kb) + kl + len(vb) + vl + len(hb)
+        body += zz[size] if size < table else enc(size)
+        body += b"\x00"  # record attributes: unused
+        body += tsb
+        body += offb
+        body += kb
+        if kl:
+            body += key  # type: ignore[operator]
+        body += vb
+        if vl:
+            body += value  # type: ignore[operator]
+        body += hb
+        if len(body) >= _CHUNK_SIZE:
+            chunks.append(body)
+            body = bytearray()
+    chunks.append(body)
+
+    attributes = compression | (TIMESTAMP_TYPE_MASK if timestamp_type == LOG_APPEND_TIME else 0)
+    if transactional:
+        attributes |= TRANSACTIONAL_MASK
+    if control:
+        attributes |= CONTROL_MASK
+    fields = (
+        base_offset,
+        0,  # batchLength, below
+        partition_leader_epoch,
+        MAGIC_V2,
+        0,  # crc, below
+        attributes,
+        count - 1,
+        base,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+    )
+    payload: list[bytes | bytearray] = chunks
+    if compression:
+        payload = [compress(compression, chunks[0] if len(chunks) == 1 else b"".join(chunks), compression_level)]
+    header = bytearray(_HEADER.pack(*fields))
+    _INT32.pack_into(header, LENGTH_OFFSET, HEADER_SIZE - LOG_OVERHEAD + sum(map(len, payload)))
+    crc = crc32c(memoryview(header)[ATTRIBUTES_OFFSET:])
+    for chunk in payload:
+        crc = crc32c(chunk, crc)
+    _UINT32.pack_into(header, CRC_OFFSET, crc)
+    return b"".join((header, *payload))
+
+
+# --- control records --------------------------------------------------------------------
+
+
+class ControlRecordType(IntEnum):
+    ABORT = 0
+    COMMIT = 1
+
+
+@dataclass(slots=True, frozen=True)
+class ControlRecord:
+    type: int
+    """A ControlRecordType, or another type id Kafka may use (e.g. KRaft's)."""
+    version: int
+    coordinator_epoch: int | None
+    """Set for transaction markers (ABORT/COMMIT) only."""
+
+
+@dataclass(slots=True)
+class _ControlInput:
+    key: bytes
+    value: bytes
+    headers: list[tuple[str, bytes | None]]
+    timestamp: int
+
+
+def encode_control_batch(
+    kind: ControlRecordType | int,
+    *,
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int,
+    base_offset: int = 0,
+    timestamp: int,
+    partition_leader_epoch: int = -1,
+) -> bytes:
+    """A transaction marker batch (transactional + control) ending a producer's transaction."""
+    if kind not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
+        raise ValueError(f"not a transaction marker type: {kind}")
+    record = _ControlInput(
+        key=_CONTROL_KEY.pack(0, kind),
+        value=_END_TXN_VALUE.pack(0, coordinator_epoch),
+        headers=[],
+        timestamp=timestamp,
+    )
+    return encode_batch(
+        [record],
+        base_offset=base_offset,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=NO_SEQUENCE,
+        transactional=True,
+        control=True,
+        partition_leader_epoch=partition_leader_epoch,
+    )
+
+
+def parse_control_record(record: Record) -> ControlRecord:
+    """Read a control batch's record: key = int16 version + int16 type; for transaction
+    markers, value = int16 version + int32 coordinator epoch. Newer versions are read as
+    version 0, since fields are only ever appended."""
+    key = record.key
+    if key is None or len(key) < _CONTROL_KEY.size:
+        raise _invalid("control record key is shorter than 4 bytes")
+    version, kind = _CONTROL_KEY.unpack_from(key)
+    if version < 0:
+        raise _invalid(f"invalid control record key version {version}")
+    if kind not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
+        return ControlRecord(kind, version, None)
+    value = record.value
+    if value is None or len(value) < _END_TXN_VALUE.size:
+        raise _invalid("transaction marker value is shorter than 6 bytes")
+    value_version, coordinator_epoch = _END_TXN_VALUE.unpack_from(value)
+    if value_version < 0:
+        raise _invalid(f"invalid transaction marker version {value_version}")
+    return ControlRecord(ControlRecordType(kind), version, coordinator_epoch)
+
+
+# --- decoding ---------------------------------------------------------------------------
+
+
+def _parse_records(
+    buf: bytes,
+    pos: int,
+    end: int,
+    count: int,
+    base_offset: int,
+    base_timestamp: int,
+    log_append_time: int | None,
+) -> list[Record]:
+    """Decode ``count`` records filling exactly buf[pos:end]."""
+    records: list[Record] = []
+    append = records.append
+    uvarint = _uvarint
+    try:
+        for _ in range(count):
+            b = buf[pos]
+            if b < 0x80:
+                v = b
+                pos += 1
+            else:
+                b1 = buf[pos + 1]
+                if b1 < 0x80:
+                    v = (b & 0x7F) | (b1 << 7)
+                    pos += 2
+                else:
+                    v, pos = uvarint(buf, pos, 5)
+            size = (v >> 1) ^ -(v & 1)
+            rec_end = pos + size
+            if size < 6 or rec_end > end:
+                raise _invalid(f"invalid record size {size}")
+            p = pos + 1  # attributes: unused
+            b = buf[p]
+            if b < 0x80:
+                v = b
+                p += 1
+            else:
+                b1 = buf[p + 1]
+                if b1 < 0x80:
+                    v = (b & 0x7F) | (b1 << 7)
+                    p += 2
+                else:
+                    v, p = uvarint(buf, p, 10)
+            ts_delta = (v >> 1) ^ -(v & 1)
+            b = buf[p]
+            if b < 0x80:
+                v = b
+                p += 1
+            else:
+                b1 = buf[p + 1]
+                if b1 < 0x80:
+                    v = (b & 0x7F) | (b1 << 7)
+                    p += 2
+                else:
+                    v, p = uvarint(buf, p, 5)
+            offset_delta = (v >> 1) ^ -(v & 1)
+
+            b = buf[p]
+            if b == 1:
+                key = None
+                p += 1
+            else:
+                if b < 0x80:
+                    v = b
+                    p += 1
+                else:
+                    v, p = uvarint(buf, p, 5)
+                n = (v >> 1) ^ -(v & 1)
+                q = p + n
+                if n == -1:
+                    key = None
+                elif n < 0 or q > rec_end:
+                    raise _invalid(f"invalid key length {n}")
+                else:
+                    key = buf[p:q]
+                    p = q
+
+            b = buf[p]
+            if b == 1:
+                value = None
+                p += 1
+            else:
+                if b < 0x80:
+                    v = b
+                    p += 1
+                else:
+                    b1 = buf[p + 1]
+                    if b1 < 0x80:
+                        v = (b & 0x7F) | (b1 << 7)
+                        p += 2
+                    else:
+                        v, p = uvarint(buf, p, 5)
+                n = (v >> 1) ^ -(v & 1)
+                q = p + n
+                if n == -1:
+                    value = None
+                elif n < 0 or q > rec_end:
+                    raise _invalid(f"invalid value length {n}")
+                else:
+                    value = buf[p:q]
+                    p = q
+
+            headers: list[tuple[str, bytes | None]] = []
+            b = buf[p]
+            if b == 0:
+                p += 1
+            else:
+                if b < 0x80:
+                    v = b
+                    p += 1
+                else:
+                    v, p = uvarint(buf, p, 5)
+                n = (v >> 1) ^ -(v & 1)
+                if n < 0:
+                    raise _invalid(f"invalid header count {n}")
+                for _ in range(n):
+                    v, p = uvarint(buf, p, 5)
+                    kl = (v >> 1) ^ -(v & 1)
+                    q = p + kl
+                    if kl < 0 or q > rec_end:
+                        raise _invalid(f"invalid header key length {kl}")
+                    # Java's client decodes header keys leniently as well.
+                    name = buf[p:q].decode("utf-8", "replace")
+                    v, p = uvarint(buf, q, 5)
+                    vl = (v >> 1) ^ -(v & 1)
+                    q = p + vl
+                    if vl == -1:
+                        headers.append((name, None))
+                    elif vl < 0 or q > rec_end:
+                        raise _invalid(f"invalid header value length {vl}")
+                    else:
+                        headers.append((name, buf[p:q]))
+                        p = q
+            if p != rec_end:
+                raise _invalid("record fields do not fill the record's declared size")
+            append(
+                Record(
+                    base_offset + offset_delta,
+                    base_timestamp + ts_delta if log_append_time is None else log_append_time,
+                    key,
+                    value,
+                    headers,
+                )
+            )
+            pos = rec_end
+    except IndexError:
+        raise _invalid("record runs past the end of the batch") from None
+    if pos != end:
+        raise _invalid("bytes left after the batch's declared record count")
+    return records
+
+
+def _frame(view: memoryview, pos: int) -> int:
+    """Size of the batch starting at ``pos``, or -1 if only part of it is present.
+
+    Raises for framing no complete batch can have, in the order Kafka's
+    ByteBufferLogInputStream checks it.
+    """
+    remaining = len(view) - pos
+    if remaining < LOG_OVERHEAD:
+        return -1
+    (length,) = _INT32.unpack_from(view, pos + LENGTH_OFFSET)
+    if length < _MIN_ANY_FORMAT_LENGTH:
+        raise _corrupt(f"record batch size {length} is below the minimum of any message format")
+    if remaining < HEADER_SIZE_UP_TO_MAGIC:
+        return -1
+    magic = view[pos + MAGIC_OFFSET]
+    if magic != MAGIC_V2:
+        if magic in (0, 1):
+            raise KafkaError(
+                ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, f"message format v{magic} is not supported; use v2"
+            )
+        raise _corrupt(f"invalid magic {magic}")
+    if length < MIN_BATCH_LENGTH:
+        raise _corrupt(f"record batch size {length} is smaller than a v2 batch header")
+    if remaining < length + LOG_OVERHEAD:
+        return -1
+    return length + LOG_OVERHEAD
+
+
+def iter_batches(data: bytes | bytearray | memoryview) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield (position, header) of each complete batch in ``data``.
+
+    Stops quietly at a trailing partial batch (a Fetch response cut at max_bytes, or a
+    log segment's torn tail); the caller can tell from the last batch's end whether
+    bytes were left over. Raises KafkaError on framing that cannot be a v2 batch.
+    """
+    view = _byte_view(data)
+    pos = 0
+    size = len(view)
+    while pos < size:
+        batch_size = _frame(view, pos)
+        if batch_size < 0:
+            return
+        yield pos, parse_batch_header(view, pos)
+        pos += batch_size
+
+
+def decode_batch(
+    buf: bytes | bytearray | memoryview,
+    pos: int = 0,
+    *,
+    verify_crc: bool = True,
+    max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
+) -> DecodedBatch:
+    """Decode the complete batch at ``pos``, decompressing its records."""
+    view = _byte_view(buf)
+    if pos < 0 or _frame(view, pos) < 0:
+        raise _corrupt("record batch is truncated")
+    header = parse_batch_header(view, pos)
+    end = pos + header.size
+    if verify_crc and crc32c(view[pos + ATTRIBUTES_OFFSET : end]) != header.crc:
+        raise _corrupt("record batch CRC mismatch")
+    codec = header.attributes & COMPRESSION_MASK
+    if codec:
+        records_buf = decompress(codec, view[pos + HEADER_SIZE : end], max_decompressed_size)
+        start, stop = 0, len(records_buf)
+    elif isinstance(buf, bytes):
+        records_buf, start, stop = buf, pos + HEADER_SIZE, end
+    else:
+        records_buf = bytes(view[pos + HEADER_SIZE : end])
+        start, stop = 0, len(records_buf)
+    records = _parse_records(
+        records_buf,
+        start,
+        stop,
+        header.records_count,
+        header.base_offset,
+        header.base_timestamp,
+        header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None,
+    )
+    return DecodedBatch(header, records)
+
+
+def decode_records(
+    data: bytes | bytearray | memoryview,
+    *,
+    verify_crc: bool = True,
+    max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
+) -> Iterator[DecodedBatch]:
+    """Decode every complete batch of a records blob, skipping a trailing partial one."""
+    if not isinstance(data, bytes):
+        data = bytes(data)  # one copy lets keys and values be plain slices
+    for pos, _ in iter_batches(data):
+        yield decode_batch(data, pos, verify_crc=verify_crc, max_decompressed_size=max_decompressed_size)
+
+
+# --- produce-path validation --------------------------------------------------------------
+
+
+def _check_records(
+    buf: bytes,
+    pos: int,
+    end: int,
+    count: int,
+    require_keys: bool,
+    base_timestamp: int,
+    timestamp_bounds: tuple[int, int] | None,
+) -> None:
+    """Walk ``count`` records filling exactly buf[pos:end] without materialising them:
+    structure, offset deltas 0..count-1, and the optional key/timestamp rules."""
+    uvarint = _uvarint
+    check_ts = timestamp_bounds is not None
+    lo, hi = timestamp_bounds if timestamp_bounds is not None else (0, 0)
+    try:
+        for i in range(count):
+            b = buf[pos]
+            if b < 0x80:
+                v = b
+                pos += 1
+            else:
+                b1 = buf[pos + 1]
+                if b1 < 0x80:
+                    v = (b & 0x7F) | (b1 << 7)
+                    pos += 2
+                else:
+                    v, pos = uvarint(buf, pos, 5)
+            size = (v >> 1) ^ -(v & 1)
+            rec_end = pos + size
+            if size < 6 or rec_end > end:
+                raise _invalid(f"invalid record size {size} at index {i}")
+            p = pos + 1  # attributes: unused
+            b = buf[p]
+            if b < 0x80:
+                v = b
+                p += 1
+            else:
+                b1 = buf[p + 1]
+                if b1 < 0x80:
+                    v = (b & 0x7F) | (b1 << 7)
+                    p += 2
+                else:
+                    v, p = uvarint(buf, p, 10)
+            if check_ts:
+                ts = base_timestamp + ((v >> 1) ^ -(v & 1))
+                if not lo <= ts <= hi and ts != NO_TIMESTAMP:
+                    raise KafkaError(
+                        ErrorCode.INVALID_TIMESTAMP,
+                        f"timestamp {ts} of record {i} is outside the accepted range [{lo}, {hi}]",
+                    )
+            # Offset delta i is zigzag 2*i: one byte below 64, two below 8192.
+            b = buf[p]
+            if b < 0x80:
+                v = b
+                p += 1
+            else:
+                b1 = buf[p + 1]
+                if b1 < 0x80:
+                    v = (b & 0x7F) | (b1 << 7)
+                    p += 2
+                else:
+                    v, p = uvarint(buf, p, 5)
+            if v != i << 1:
+                raise _invalid(f"record {i} has offset delta {(v >> 1) ^ -(v & 1)}, expected {i}")
+            # Key and value: only their lengths matter; a length running past the record
+            # is caught by the p == rec_end check below.
+            b = buf[p]
+            if b == 1:
+                if require_keys:
+                    raise _invalid(f"record {i} has no key, which a compacted topic requires")
+                p += 1
+            else:
+                if b < 0x80:
+                    v = b
+                    p += 1
+                else:
+                    v, p = uvarint(buf, p, 5)
+                n = (v >> 1) ^ -(v & 1)
+                if n < 0:
+                    if n != -1:
+                        raise _invalid(f"invalid key length {n} in record {i}")
+                    if require_keys:
+                        raise _invalid(f"record {i} has no key, which a compacted topic requires")
+                else:
+                    p += n
+            b = buf[p]
+            if b == 1:
+                p += 1
+            else:
+                if b < 0x80:
+                    v = b
+                    p += 1
+                else:
+                    b1 = buf[p + 1]
+                    if b1 < 0x80:
+                        v = (b & 0x7F) | (b1 << 7)
+                        p += 2
+                    else:
+                        v, p = uvarint(buf, p, 5)
+                n = (v >> 1) ^ -(v & 1)
+                if n >= 0:
+                    p += n
+                elif n != -1:
+                    raise _invalid(f"invalid value length {n} in record {i}")
+            b = buf[p]
+            if b == 0:
+                p += 1
+            else:
+                if b < 0x80:
+                    v = b
+                    p += 1
+                else:
+                    v, p = uvarint(buf, p, 5)
+                n = (v >> 1) ^ -(v & 1)
+                if n < 0:
+                    raise _invalid(f"invalid header count {n} in record {i}")
+                for _ in range(n):
+                    v, p = uvarint(buf, p, 5)
+                    n = (v >> 1) ^ -(v & 1)
+                    if n < 0:
+                        raise _invalid(f"invalid header key length {n} in record {i}")
+                    v, p = uvarint(buf, p + n, 5)
+                    n = (v >> 1) ^ -(v & 1)
+                    if n >= 0:
+                        p += n
+                    elif n != -1:
+                        raise _invalid(f"invalid header value length {n} in record {i}")
+                    if p > rec_end:
+                        break  # reported below; stops a huge header count early
+            if p != rec_end:
+                raise _invalid(f"record {i}'s fields do not fill its declared size {size}")
+            pos = rec_end
+    except IndexError:
+        raise _invalid("record runs past the end of the batch") from None
+    if pos != end:
+        raise _invalid(f"bytes left after the batch's declared {count} records")
+
+
+def validate_produce_records(
+    data: bytes | bytearray | memoryview,
+    *,
+    max_batch_size: int,
+    max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
+    allow_multiple_batches: bool = False,
+    require_keys: bool = False,
+    timestamp_bounds: tuple[int, int] | None = None,
+) -> list[BatchHeader]:
+    """Validate a partition's records from a Produce request as Kafka's broker does.
+
+    The bytes are not modified; the broker stores them as received. Raises KafkaError:
+
+    - INVALID_RECORD: no complete batch, trailing bytes, more than one batch (Kafka
+      accepts exactly one per partition from Produce v3 on; ``allow_multiple_batches``
+      lifts that), baseOffset != 0, a count or offset range that disagrees with the
+      records, a control batch, a producer id without a sequence or a transactional batch
+      without a producer id, malformed records; with ``require_keys`` (compacted
+      topics), a record without a key.
+    - UNSUPPORTED_FOR_MESSAGE_FORMAT: magic 0 or 1.
+    - CORRUPT_MESSAGE: impossible framing, CRC mismatch, an undecodable compressed
+      payload, or one expanding past ``max_decompressed_size``.
+    - MESSAGE_TOO_LARGE: a batch larger than ``max_batch_size`` (max.message.bytes).
+    - UNSUPPORTED_COMPRESSION_TYPE: codec ids 5-7.
+    - INVALID_TIMESTAMP: with ``timestamp_bounds=(lo, hi)`` (CreateTime topics: now -
+      message.timestamp.before.max.ms, now + message.timestamp.after.max.ms), a record
+      timestamp outside it; like Kafka, a record without one (-1) passes.
+
+    Version-dependent request checks (zstd needs Produce v7+) stay with the caller.
+    """
+    view = _byte_view(data)
+    size = len(view)
+    # Frame everything first: Kafka rejects a malformed or multi-batch request before it
+    # looks inside any batch.
+    positions: list[int] = []
+    pos = 0
+    while pos < size:
+        batch_size = _frame(view, pos)
+        if batch_size < 0:
+            if positions:
+                raise _invalid("records end with a partial record batch")
+            raise _invalid("records hold no complete record batch")
+        positions.append(pos)
+        pos += batch_size
+    if not positions:
+        raise _invalid("records hold no record batch")
+    if len(positions) > 1 and not allow_multiple_batches:
+        raise _invalid("a produce request may carry exactly one record batch per partition")
+
+    headers: list[BatchHeader] = []
+    for pos in positions:
+        header = parse_batch_header(view, pos)
+        end = pos + header.size
+        if header.base_offset != 0:
+            raise _invalid(f"the baseOffset of a produced record batch must be 0, not {header.base_offset}")
+        if header.size > max_batch_size:
+            raise KafkaError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"record batch of {header.size} bytes exceeds the maximum of {max_batch_size}",
+            )
+        if crc32c(view[pos + ATTRIBUTES_OFFSET : end]) != header.crc:
+            raise _corrupt("record batch CRC mismatch")
+        codec = header.attributes & COMPRESSION_MASK
+        if codec > 4:
+            raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"unknown compression codec id {codec}")
+        count = header.records_count
+        if header.last_offset_delta < 0:
+            raise _invalid(f"record batch has an invalid last offset delta {header.last_offset_delta}")
+        if count <= 0:
+            raise _invalid(f"invalid record count {count}")
+        if header.last_offset_delta + 1 != count:
+            raise _invalid(
+                f"last offset delta {header.last_offset_delta} is inconsistent with the record count {count}"
+            )
+        if header.attributes & CONTROL_MASK:
+            raise _invalid("clients may not write control records")
+        if header.producer_id >= 0 and header.base_sequence < 0:
+            raise _invalid(f"invalid sequence number {header.base_sequence} for producer id {header.producer_id}")
+        if header.attributes & TRANSACTIONAL_MASK and header.producer_id < 0:
+            raise _invalid("a transactional record batch needs a producer id")
+        if codec:
+            records_buf = decompress(codec, view[pos + HEADER_SIZE : end], max_decompressed_size)
+            start, stop = 0, len(records_buf)
+        elif isinstance(data, bytes):
+            records_buf, start, stop = data, pos + HEADER_SIZE, end
+        else:
+            records_buf = bytes(view[pos + HEADER_SIZE : end])
+            start, stop = 0, len(records_buf)
+        _check_records(
+            records_buf, start, stop, count, require_keys, header.base_timestamp, timestamp_bounds
+        )
+        headers.append(header)
+    return headers

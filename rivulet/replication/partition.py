@@ -1,0 +1,64 @@
+"""A partition replica as its leader sees it: the log, the leader epoch, the ISR and the HW.
+
+With one node the ISR is just this node, so the high watermark follows the log end offset
+as soon as an append lands. The methods are the seams replication will plug into: a
+follower's fetch advances its LEO, and the HW becomes the smallest LEO across the ISR.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.storage.log import Log
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+class Partition:
+    def __init__(self, tp: TopicPartition, topic_id: uuid.UUID, log: Log, node_id: int,
+                 leader_epoch: int = 0) -> None:
+        self.tp = tp
+        self.topic_id = topic_id
+        self.log = log
+        self.node_id = node_id
+        self.leader_epoch = leader_epoch
+        self.replicas = [node_id]
+        self.isr = [node_id]
+        self.deleted = False
+        if log.latest_epoch is None or log.latest_epoch < leader_epoch:
+            log.assign_epoch(leader_epoch, log.log_end_offset)
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    @property
+    def last_stable_offset(self) -> int:
+        # No transactions yet: everything below the HW is stable.
+        return self.log.high_watermark
+
+    def check_leader_epoch(self, current_leader_epoch: int) -> None:
+        """KIP-320 fencing: a client that names an epoch must name ours."""
+        if current_leader_epoch < 0:
+            return
+        if current_leader_epoch > self.leader_epoch:
+            raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH)
+        if current_leader_epoch < self.leader_epoch:
+            raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH)
+
+    def maybe_increment_high_watermark(self) -> bool:
+        """Advance the HW to the smallest LEO in the ISR; True when it moved."""
+        new_hw = self.log.log_end_offset  # one replica: the leader's own LEO
+        if new_hw > self.log.high_watermark:
+            self.log.high_watermark = new_hw
+            return True
+        return False

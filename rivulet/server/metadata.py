@@ -1,0 +1,115 @@
+"""The cluster metadata of a single-node cluster: topics, their ids, partition counts, configs.
+
+In KRaft this lives in the controller's metadata log. A single Rivulet node keeps the same
+facts in one small JSON document per log dir, rewritten atomically on every change (topic
+creation, deletion, partition growth, config change), so a restart sees exactly what was
+acknowledged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rivulet.protocol.errors import ErrorCode, KafkaError
+
+MAX_TOPIC_NAME = 249
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+FILE_NAME = "rivulet-metadata.json"
+
+
+def validate_topic_name(name: str) -> None:
+    if not name:
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name cannot be \".\" or \"..\"")
+    if len(name) > MAX_TOPIC_NAME:
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                         f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME} characters")
+    if not _LEGAL.match(name):
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                         f"Topic name \"{name}\" is illegal, it contains a character other than "
+                         "ASCII alphanumerics, '.', '_' and '-'")
+
+
+@dataclass
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    num_partitions: int
+    configs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_internal(self) -> bool:
+        return self.name in INTERNAL_TOPICS
+
+
+class MetadataStore:
+    """Topics by name and by id, persisted in the first log dir."""
+
+    def __init__(self, log_dir: str | Path, cluster_id: str) -> None:
+        self.path = Path(log_dir) / FILE_NAME
+        self.cluster_id = cluster_id
+        self.topics: dict[str, TopicInfo] = {}
+        self.by_id: dict[uuid.UUID, TopicInfo] = {}
+        self._load()
+
+    def _load(self) -> None:
+        if not self.path.exists():
+            return
+        doc = json.loads(self.path.read_text())
+        for t in doc.get("topics", []):
+            info = TopicInfo(t["name"], uuid.UUID(t["id"]), int(t["partitions"]), dict(t.get("configs", {})))
+            self.topics[info.name] = info
+            self.by_id[info.topic_id] = info
+
+    def _save(self) -> None:
+        doc = {"version": 1, "cluster_id": self.cluster_id, "topics": [
+            {"name": t.name, "id": str(t.topic_id), "partitions": t.num_partitions, "configs": t.configs}
+            for t in self.topics.values()
+        ]}
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w") as fh:
+            json.dump(doc, fh, indent=1)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path)
+
+    def get(self, name: str) -> TopicInfo | None:
+        return self.topics.get(name)
+
+    def collides(self, name: str) -> str | None:
+        """Kafka forbids names that differ only by '.' versus '_' (they clash in metric names)."""
+        key = name.replace(".", "_")
+        for other in self.topics:
+            if other != name and other.replace(".", "_") == key:
+                return other
+        return None
+
+    def add(self, name: str, num_partitions: int, configs: dict[str, str],
+            topic_id: uuid.UUID | None = None) -> TopicInfo:
+        info = TopicInfo(name, topic_id or uuid.uuid4(), num_partitions, dict(configs))
+        self.topics[name] = info
+        self.by_id[info.topic_id] = info
+        self._save()
+        return info
+
+    def remove(self, name: str) -> TopicInfo | None:
+        info = self.topics.pop(name, None)
+        if info is not None:
+            self.by_id.pop(info.topic_id, None)
+            self._save()
+        return info
+
+    def set_partitions(self, name: str, count: int) -> None:
+        self.topics[name].num_partitions = count
+        self._save()
+
+    def set_configs(self, name: str, configs: dict[str, str]) -> None:
+        self.topics[name].configs = dict(configs)
+        self._save()

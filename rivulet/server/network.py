@@ -1,0 +1,183 @@
+"""The socket layer: Kafka frames in, responses out, in request order per connection.
+
+A connection may pipeline many requests; each gets a slot in a FIFO, and a response is
+written only when every earlier slot has been answered, as Kafka guarantees. Handlers
+answer synchronously, return a Future for work that completes later (long-poll fetches,
+acks=all produces, group joins), or NO_RESPONSE (acks=0 produces).
+
+A malformed frame closes only its own connection; every other connection carries on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from rivulet.protocol import framing
+from rivulet.protocol.errors import ErrorCode, ProtocolDecodeError
+
+if TYPE_CHECKING:
+    from rivulet.server.apis import KafkaApis
+
+log = logging.getLogger(__name__)
+
+NO_RESPONSE = object()
+_SIZE = struct.Struct(">i")
+# Stop reading from a client that has this many requests waiting for answers.
+MAX_IN_FLIGHT = 256
+HIGH_WATER = 4 * 1024 * 1024
+
+
+class _Slot:
+    __slots__ = ("header", "response", "ready")
+
+    def __init__(self, header: framing.RequestHeader) -> None:
+        self.header = header
+        self.response: Any = None
+        self.ready = False
+
+
+class KafkaConnection(asyncio.Protocol):
+    """One client connection."""
+
+    def __init__(self, apis: KafkaApis, max_request_bytes: int) -> None:
+        self.apis = apis
+        self.max_request_bytes = max_request_bytes
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.pending: deque[_Slot] = deque()
+        self.closed = False
+        self.peer = ("?", 0)
+        self._reading_paused = False
+        self._writing_paused = False
+
+    # ------------------------------------------------------------ asyncio callbacks
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.peer = transport.get_extra_info("peername") or ("?", 0)
+        self.apis.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.apis.connections.discard(self)
+        self.pending.clear()
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._update_reading()
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        pos = 0
+        n = len(buf)
+        try:
+            while n - pos >= 4:
+                size = _SIZE.unpack_from(buf, pos)[0]
+                if size < 0 or size > self.max_request_bytes:
+                    log.warning("closing %s: request of %d bytes exceeds socket.request.max.bytes (%d)",
+                                self.peer, size, self.max_request_bytes)
+                    self.close()
+                    return
+                if n - pos - 4 < size:
+                    break
+                frame = bytes(buf[pos + 4:pos + 4 + size])
+                pos += 4 + size
+                self._on_frame(frame)
+                if self.closed:
+                    return
+        finally:
+            if pos:
+                del buf[:pos]
+        self._update_reading()
+
+    # ------------------------------------------------------------ request handling
+    def _on_frame(self, frame: bytes) -> None:
+        try:
+            header, body_pos = framing.decode_request_header(frame)
+        except framing.UnsupportedApi as e:
+            if e.api_key == framing.API_VERSIONS_KEY:
+                # A v0-format error reply lets an older or newer client discover our versions.
+                hdr = framing.RequestHeader(e.api_key, 0, e.correlation_id)
+                slot = _Slot(hdr)
+                self.pending.append(slot)
+                self._complete(slot, self.apis.api_versions_error(ErrorCode.UNSUPPORTED_VERSION))
+                return
+            log.warning("closing %s: %s", self.peer, e)
+            self.close()
+            return
+        except ProtocolDecodeError as e:
+            log.warning("closing %s: bad request header: %s", self.peer, e)
+            self.close()
+            return
+        slot = _Slot(header)
+        self.pending.append(slot)
+        try:
+            body = framing.request_class(header.api_key).decode(frame, header.api_version, body_pos)
+            result = self.apis.handle(header, body, self)
+        except ProtocolDecodeError as e:
+            log.warning("closing %s: malformed %s v%d: %s", self.peer,
+                        framing.request_class(header.api_key).NAME, header.api_version, e)
+            self.close()
+            return
+        except Exception:
+            log.exception("error handling %s v%d from %s; closing the connection",
+                          framing.request_class(header.api_key).NAME, header.api_version, self.peer)
+            self.close()
+            return
+        if isinstance(result, asyncio.Future):
+            result.add_done_callback(lambda f, s=slot: self._future_done(s, f))
+        else:
+            self._complete(slot, result)
+
+    def _future_done(self, slot: _Slot, fut: asyncio.Future) -> None:
+        if fut.cancelled():
+            self.close()
+            return
+        exc = fut.exception()
+        if exc is not None:
+            log.error("error completing %s for %s: %r", slot.header.api_key, self.peer, exc, exc_info=exc)
+            self.close()
+            return
+        self._complete(slot, fut.result())
+
+    def _complete(self, slot: _Slot, response: Any) -> None:
+        slot.response = response
+        slot.ready = True
+        if self.closed:
+            return
+        pending = self.pending
+        transport = self.transport
+        while pending and pending[0].ready:
+            s = pending.popleft()
+            if s.response is NO_RESPONSE:
+                continue
+            h = s.header
+            frame = framing.encode_response(s.response, h.api_key, h.api_version, h.correlation_id)
+            transport.write(frame)  # type: ignore[union-attr]
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        if self.closed or self.transport is None:
+            return
+        should_pause = self._writing_paused or len(self.pending) >= MAX_IN_FLIGHT
+        if should_pause and not self._reading_paused:
+            self.transport.pause_reading()
+            self._reading_paused = True
+        elif not should_pause and self._reading_paused:
+            self.transport.resume_reading()
+            self._reading_paused = False
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.pending.clear()
+            if self.transport is not None:
+                self.transport.close()

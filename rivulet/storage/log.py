@@ -1,0 +1,797 @@
+"""The log of one partition: an ordered list of segments in ``<topic>-<partition>/``.
+
+Threading: every method is meant for the event-loop thread, except :meth:`Log.flush`,
+which may run in a worker thread (``loop.run_in_executor``) while appends and reads
+continue. A re-entrant lock guards state shared with the flusher; fsyncs run outside
+it on pinned segments (see :mod:`rivulet.storage.segment`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.records import BatchHeader, set_base_offset, set_partition_leader_epoch
+from rivulet.storage.batches import iter_headers
+from rivulet.storage.checkpoints import fsync_dir, read_partition_metadata, write_partition_metadata
+from rivulet.storage.config import LogConfig
+from rivulet.storage.epoch import LeaderEpochCache
+from rivulet.storage.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    LogSegment,
+    _unlink,
+)
+
+log = logging.getLogger(__name__)
+
+_SEGMENT_FILE = re.compile(r"^(\d{20})(\.[a-z]+)(\.(?:swap|cleaned|deleted))?$")
+_INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def parse_topic_partition(dir_name: str) -> tuple[str, int] | None:
+    """``my-topic-3`` -> ("my-topic", 3); topic names may themselves contain '-'."""
+    topic, sep, part = dir_name.rpartition("-")
+    if not sep or not topic or not part.isdigit():
+        return None
+    return topic, int(part)
+
+
+class UnexpectedAppendOffsetError(KafkaError):
+    """A follower append starts below the log end offset (the fetcher must truncate)."""
+
+    def __init__(self, first_offset: int, log_end_offset: int) -> None:
+        super().__init__(
+            ErrorCode.UNKNOWN_SERVER_ERROR,
+            f"append at offset {first_offset} is below the log end offset {log_end_offset}",
+        )
+        self.first_offset = first_offset
+        self.log_end_offset = log_end_offset
+
+
+@dataclass(slots=True)
+class LogAppendInfo:
+    first_offset: int  # -1 for an empty append
+    last_offset: int
+    log_append_time: int  # -1 unless the batches use LogAppendTime
+    log_start_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    num_batches: int
+    num_records: int
+    valid_bytes: int
+    # flush.messages reached: call flush() (off-loop) before acknowledging.
+    flush_needed: bool
+    # A new segment was rolled: Kafka then flushes the finished segment(s);
+    # call flush(first_offset) off-loop when convenient.
+    rolled: bool
+
+
+@dataclass(slots=True)
+class FetchDataInfo:
+    records: bytes | memoryview  # whole batches; may be empty
+    fetch_offset: int
+    first_batch_position: int  # file position of the first batch, -1 if none
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+class Log:
+    """One partition's durable log (Kafka's UnifiedLog/LocalLog, minus tiering and producer state)."""
+
+    def __init__(
+        self,
+        dir: str,
+        config: LogConfig,
+        *,
+        topic_id: uuid.UUID | None = None,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        high_watermark: int | None = None,
+        had_clean_shutdown: bool = False,
+        time_ms: Callable[[], int] = now_ms,
+    ) -> None:
+        self.dir = os.path.abspath(dir)
+        parsed = parse_topic_partition(os.path.basename(self.dir))
+        self.topic, self.partition = parsed if parsed else (os.path.basename(self.dir), -1)
+        self.config = config
+        self._time_ms = time_ms
+        self._lock = threading.RLock()
+        self._flush_lock = threading.Lock()
+        self._closed = False
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self._dir_dirty = False
+        self._trunc_floor: int | None = None
+
+        created = not os.path.isdir(self.dir)
+        os.makedirs(self.dir, exist_ok=True)
+        stored_id = read_partition_metadata(self.dir)
+        if topic_id is not None and stored_id is not None and stored_id != topic_id:
+            raise KafkaError(
+                ErrorCode.INCONSISTENT_TOPIC_ID,
+                f"{self.dir} belongs to topic id {stored_id}, not {topic_id}",
+            )
+        if topic_id is not None and stored_id is None:
+            write_partition_metadata(self.dir, topic_id)
+        self.topic_id: uuid.UUID | None = topic_id or stored_id
+        if created:
+            fsync_dir(os.path.dirname(self.dir))
+
+        self._epochs = LeaderEpochCache(self.dir)
+        self._load(recovery_point, log_start_offset, high_watermark, had_clean_shutdown)
+        self._last_flush_ms = self._time_ms()
+
+    # -- loading and recovery --------------------------------------------------------------
+
+    def _new_segment(self, base_offset: int, *, fresh: bool) -> LogSegment:
+        cfg = self.config
+        return LogSegment(
+            self.dir,
+            base_offset,
+            index_interval_bytes=cfg.index_interval_bytes,
+            max_index_bytes=cfg.segment_index_bytes,
+            jitter_ms=cfg.segment_jitter_ms,
+            created_ms=self._time_ms(),
+            fresh=fresh,
+        )
+
+    def _clean_stray_files(self) -> list[int]:
+        """Handle leftovers of interrupted deletes/compactions; return base offsets of .log files."""
+        names = os.listdir(self.dir)
+        min_cleaned = None
+        swaps: list[tuple[int, str, str]] = []
+        for name in names:
+            path = os.path.join(self.dir, name)
+            if name.endswith(".tmp"):
+                _unlink(path)  # an interrupted atomic write; the target is intact
+                continue
+            m = _SEGMENT_FILE.match(name)
+            if not m or not m.group(3):
+                continue
+            base, kind = int(m.group(1)), m.group(3)
+            if kind == ".deleted":
+                _unlink(path)  # deletion already decided
+            elif kind == ".cleaned":
+                _unlink(path)  # compaction output that never became a swap
+                min_cleaned = base if min_cleaned is None else min(min_cleaned, base)
+            else:
+                swaps.append((base, m.group(2), path))
+        for base, suffix, path in swaps:
+            if (min_cleaned is not None and base >= min_cleaned) or suffix != LOG_SUFFIX:
+                _unlink(path)  # incomplete swap, or a swapped index we will rebuild
+                continue
+            self._complete_swap(base, path)
+        bases: set[int] = set()
+        names = os.listdir(self.dir)
+        for name in names:
+            m = _SEGMENT_FILE.match(name)
+            if m and not m.group(3) and m.group(2) == LOG_SUFFIX:
+                bases.add(int(m.group(1)))
+        for name in names:
+            m = _SEGMENT_FILE.match(name)
+            if m and not m.group(3) and m.group(2) in _INDEX_SUFFIXES and int(m.group(1)) not in bases:
+                _unlink(os.path.join(self.dir, name))  # orphan index
+        return sorted(bases)
+
+    def _complete_swap(self, base: int, swap_path: str) -> None:
+        """A finished compaction swap replaces every segment whose offsets it covers."""
+        fd = os.open(swap_path, os.O_RDONLY)
+        try:
+            next_offset = base
+            for b in iter_headers(fd, 0, os.fstat(fd).st_size):
+                next_offset = b.next_offset
+        finally:
+            os.close(fd)
+        for name in os.listdir(self.dir):
+            m = _SEGMENT_FILE.match(name)
+            if m and not m.group(3) and base <= int(m.group(1)) < max(next_offset, base + 1):
+                _unlink(os.path.join(self.dir, name))
+        os.replace(swap_path, swap_path[: -len(".swap")])
+        log.info("%s: completed interrupted swap of segment %d", self.dir, base)
+
+    def _load(
+        self,
+        recovery_point: int,
+        log_start_checkpoint: int,
+        high_watermark: int | None,
+        had_clean_shutdown: bool,
+    ) -> None:
+        bases = self._clean_stray_files()
+        segments = [self._new_segment(b, fresh=False) for b in bases]
+        if not segments:
+            segments = [self._new_segment(max(0, log_start_checkpoint), fresh=True)]
+            self._dir_dirty = True
+        recover_from = len(segments)
+        if not had_clean_shutdown:
+            recover_from = max(0, bisect.bisect_right(bases, recovery_point) - 1) if bases else 0
+        epochs = self._epochs
+
+        def on_epoch(epoch: int, start: int) -> None:
+            latest = epochs.latest_epoch
+            if latest is None or epoch > latest:
+                epochs.assign(epoch, start)
+
+        kept: list[LogSegment] = []
+        self._leo = self._log_start = self._recovery_point = self._hw = 0
+        for i, seg in enumerate(segments):
+            if i >= recover_from:
+                truncated = seg.recover(on_epoch)
+                kept.append(seg)
+                if truncated and i + 1 < len(segments):
+                    # Everything after a corrupt point is suspect, as in Kafka.
+                    log.warning("%s: deleting %d segment(s) after corruption", self.dir, len(segments) - i - 1)
+                    for later in segments[i + 1 :]:
+                        later.delete_files()
+                    break
+            else:
+                if not seg.load_clean():
+                    seg.recover()
+                kept.append(seg)
+        self._segments = kept
+        self._bases = [s.base_offset for s in kept]
+        active = kept[-1]
+        active.ensure_indexes()
+        if len(kept) - 1 < recover_from:
+            active.refresh_max_timestamp()  # its tail past the last time-index entry
+        self._leo = active.next_offset
+        self._log_start = max(log_start_checkpoint, kept[0].base_offset)
+        if self._log_start > self._leo:
+            log.warning("%s: log start %d is past the end %d; starting afresh", self.dir, self._log_start, self._leo)
+            self._truncate_fully_locked(self._log_start)
+        self._recovery_point = self._leo if had_clean_shutdown else min(recovery_point, self._leo)
+        epochs.truncate_from_end(self._leo)
+        epochs.truncate_from_start(self._log_start)
+        self._hw = self._log_start
+        self.high_watermark = high_watermark if high_watermark is not None else self._log_start
+
+    # -- properties ------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._leo
+
+    @property
+    def high_watermark(self) -> int:
+        return self._hw
+
+    @high_watermark.setter
+    def high_watermark(self, value: int) -> None:
+        self._hw = min(max(value, self._log_start), self._leo)
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self._leo - self._recovery_point
+
+    @property
+    def last_flush_ms(self) -> int:
+        return self._last_flush_ms
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def segment_base_offsets(self) -> list[int]:
+        return list(self._bases)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply new topic configs; new segments pick up index and size settings."""
+        with self._lock:
+            self.config = config
+            self._segments[-1].index_interval_bytes = config.index_interval_bytes
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"log {self.dir} is closed")
+
+    # -- appends ---------------------------------------------------------------------------
+
+    def append_as_leader(
+        self,
+        records: bytes | bytearray | memoryview,
+        headers: Sequence[BatchHeader],
+        *,
+        leader_epoch: int,
+        now_ms: int,
+        log_append_time: bool = False,
+    ) -> LogAppendInfo:
+        """Assign offsets from the LEO and append validated batches.
+
+        Base offsets and partition leader epochs are rewritten in place; a
+        ``bytearray`` argument is modified directly, other types are copied once.
+        ``headers`` describe the batches in order (only sizes, lastOffsetDelta,
+        recordsCount and maxTimestamp are used). With ``log_append_time`` the caller
+        has already stamped the batches; ``now_ms`` is used for indexing.
+        """
+        if not headers:
+            return self._empty_append_info()
+        buf = records if isinstance(records, bytearray) else bytearray(records)
+        cfg = self.config
+        max_message_bytes = cfg.max_message_bytes
+        with self._lock:
+            self._check_open()
+            first = self._leo
+            offset = first
+            pos = 0
+            entries = []
+            max_ts, off_max = -1, first
+            num_records = 0
+            for h in headers:
+                size = h.batch_length + 12
+                if size > max_message_bytes:
+                    raise KafkaError(
+                        ErrorCode.MESSAGE_TOO_LARGE,
+                        f"batch of {size} bytes exceeds max.message.bytes={max_message_bytes}",
+                    )
+                set_base_offset(buf, pos, offset)
+                set_partition_leader_epoch(buf, pos, leader_epoch)
+                last = offset + h.last_offset_delta
+                ts = now_ms if log_append_time else h.max_timestamp
+                if ts > max_ts:
+                    max_ts, off_max = ts, last
+                entries.append((pos, last, ts, size))
+                num_records += h.records_count
+                pos += size
+                offset = last + 1
+            if pos != len(buf):
+                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"batch sizes add up to {pos}, records are {len(buf)} bytes")
+            self._check_append_size(pos)
+            self._epochs.assign(leader_epoch, first)
+            rolled = self._append_locked(buf, entries, first, offset - 1, max_ts, now_ms)
+            return LogAppendInfo(
+                first_offset=first,
+                last_offset=offset - 1,
+                log_append_time=now_ms if log_append_time else -1,
+                log_start_offset=self._log_start,
+                max_timestamp=max_ts,
+                offset_of_max_timestamp=off_max,
+                num_batches=len(entries),
+                num_records=num_records,
+                valid_bytes=pos,
+                flush_needed=self._leo - self._recovery_point >= cfg.flush_messages,
+                rolled=rolled,
+            )
+
+    def append_as_follower(
+        self,
+        records: bytes | bytearray | memoryview,
+        headers: Sequence[BatchHeader],
+        *,
+        now_ms: int | None = None,
+    ) -> LogAppendInfo:
+        """Append batches fetched from the leader, keeping their offsets and epochs."""
+        if not headers:
+            return self._empty_append_info()
+        if now_ms is None:
+            now_ms = self._time_ms()
+        with self._lock:
+            self._check_open()
+            first = headers[0].base_offset
+            if first < self._leo:
+                raise UnexpectedAppendOffsetError(first, self._leo)
+            pos = 0
+            entries = []
+            max_ts, off_max = -1, first
+            num_records = 0
+            expected = first
+            for h in headers:
+                if h.base_offset < expected:
+                    raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"offsets go backwards at {h.base_offset}")
+                size = h.batch_length + 12
+                last = h.base_offset + h.last_offset_delta
+                if h.max_timestamp > max_ts:
+                    max_ts, off_max = h.max_timestamp, last
+                entries.append((pos, last, h.max_timestamp, size))
+                num_records += h.records_count
+                pos += size
+                expected = last + 1
+            if pos != len(records):
+                raise KafkaError(
+                    ErrorCode.CORRUPT_MESSAGE, f"batch sizes add up to {pos}, records are {len(records)} bytes"
+                )
+            self._check_append_size(pos)
+            for h in headers:
+                if h.partition_leader_epoch >= 0:
+                    self._epochs.assign(h.partition_leader_epoch, h.base_offset)
+            rolled = self._append_locked(records, entries, first, expected - 1, max_ts, now_ms)
+            return LogAppendInfo(
+                first_offset=first,
+                last_offset=expected - 1,
+                log_append_time=-1,
+                log_start_offset=self._log_start,
+                max_timestamp=max_ts,
+                offset_of_max_timestamp=off_max,
+                num_batches=len(entries),
+                num_records=num_records,
+                valid_bytes=pos,
+                flush_needed=self._leo - self._recovery_point >= self.config.flush_messages,
+                rolled=rolled,
+            )
+
+    def _empty_append_info(self) -> LogAppendInfo:
+        return LogAppendInfo(-1, -1, -1, self._log_start, -1, -1, 0, 0, 0, False, False)
+
+    def _check_append_size(self, size: int) -> None:
+        if size > self.config.segment_bytes:
+            raise KafkaError(
+                ErrorCode.RECORD_LIST_TOO_LARGE,
+                f"{size} bytes cannot fit in a segment of segment.bytes={self.config.segment_bytes}",
+            )
+
+    def _append_locked(
+        self,
+        buf: bytes | bytearray | memoryview,
+        entries: list[tuple[int, int, int, int]],
+        first: int,
+        last: int,
+        max_ts: int,
+        now_ms: int,
+    ) -> bool:
+        rolled = self._maybe_roll(len(buf), first, last, max_ts, now_ms)
+        self._segments[-1].append(buf, entries)
+        self._leo = last + 1
+        return rolled
+
+    def _maybe_roll(self, size: int, first: int, last: int, max_ts: int, now_ms: int) -> bool:
+        seg = self._segments[-1]
+        if seg.size == 0:
+            return False
+        cfg = self.config
+        if (
+            seg.size > cfg.segment_bytes - size
+            or seg.time_waited_for_roll(now_ms, max_ts) > cfg.segment_ms - seg.roll_jitter_ms
+            or seg.offset_index.is_full
+            or seg.time_index.is_full
+            or not seg.offset_index.can_append_offset(last)
+        ):
+            self._roll(first)
+            return True
+        return False
+
+    def _roll(self, new_base: int) -> LogSegment:
+        old = self._segments[-1]
+        old.on_become_inactive()
+        if new_base <= old.base_offset:
+            if new_base == old.base_offset and old.size == 0:
+                return old
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR,
+                f"cannot roll to offset {new_base} below the active segment base {old.base_offset}",
+            )
+        seg = self._new_segment(new_base, fresh=True)
+        self._segments.append(seg)
+        self._bases.append(new_base)
+        self._dir_dirty = True
+        log.debug("%s: rolled new segment at %d", self.dir, new_base)
+        return seg
+
+    def roll(self) -> None:
+        """Force a new segment at the LEO (no-op when the active one is empty)."""
+        with self._lock:
+            self._check_open()
+            if self._segments[-1].size:
+                self._roll(self._leo)
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def read(
+        self,
+        fetch_offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> FetchDataInfo:
+        """Raw whole batches from ``fetch_offset`` (the batch containing it first).
+
+        ``max_offset`` is exclusive (HW for consumers, LEO for followers): batches
+        starting at or after it are not returned. With ``min_one_batch`` (KIP-74)
+        the first batch is returned even if larger than ``max_bytes``.
+        """
+        leo, start = self._leo, self._log_start
+        if fetch_offset > leo or fetch_offset < start:
+            raise KafkaError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"offset {fetch_offset} is outside [{start}, {leo}] of {self.topic}-{self.partition}",
+            )
+        bound = leo if max_offset is None else min(max_offset, leo)
+        empty = FetchDataInfo(b"", fetch_offset, -1, self._hw, start, leo)
+        if fetch_offset >= bound or max_bytes < 0:
+            return empty
+        self._check_open()
+        segments = self._segments
+        i = max(0, bisect.bisect_right(self._bases, fetch_offset) - 1)
+        # Room to walk from the index entry to the wanted batch within the first pread;
+        # capped so a huge index.interval.bytes cannot inflate every read.
+        slack = min(self.config.index_interval_bytes, 1 << 20) + 65536
+        while i < len(segments):
+            got = segments[i].read(fetch_offset, max_bytes, bound, min_one_batch, slack)
+            if got is not None:
+                data, position = got
+                empty.records = data
+                empty.first_batch_position = position if data else -1
+                return empty
+            i += 1
+        return empty
+
+    def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """ListOffsets by time: (offset, timestamp) of the first record with timestamp >= ``timestamp``."""
+        start = self._log_start
+        for seg in self._segments:
+            if seg.max_timestamp < timestamp or seg.next_offset <= start:
+                continue
+            found = seg.find_offset_by_timestamp(timestamp, start)
+            if found is not None:
+                return found
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int]:
+        """ListOffsets MAX_TIMESTAMP (-3): (offset, timestamp) of the first record with the
+        largest timestamp; (-1, -1) when the log holds no timestamped records."""
+        best = None
+        for seg in self._segments:
+            if seg.max_timestamp >= 0 and (best is None or seg.max_timestamp > best.max_timestamp):
+                best = seg
+        if best is None:
+            return -1, -1
+        return best.max_timestamp_record() or (-1, -1)
+
+    # -- leader epochs ---------------------------------------------------------------------
+
+    def assign_epoch(self, epoch: int, start_offset: int) -> None:
+        with self._lock:
+            self._epochs.assign(epoch, start_offset)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: (epoch, end offset); (-1, -1) if unknown."""
+        return self._epochs.end_offset_for(epoch, self._leo)
+
+    @property
+    def latest_epoch(self) -> int | None:
+        return self._epochs.latest_epoch
+
+    def epoch_for_offset(self, offset: int) -> int | None:
+        return self._epochs.epoch_for_offset(offset)
+
+    def epoch_entries(self) -> list[tuple[int, int]]:
+        return self._epochs.entries()
+
+    # -- log start, truncation ---------------------------------------------------------------
+
+    def maybe_increment_log_start_offset(self, new_start: int) -> bool:
+        """Raise the log start (DeleteRecords) and drop whole segments below it."""
+        with self._lock:
+            self._check_open()
+            if new_start > self._hw or new_start < 0:
+                raise KafkaError(
+                    ErrorCode.OFFSET_OUT_OF_RANGE,
+                    f"cannot move log start to {new_start}: high watermark is {self._hw}",
+                )
+            if new_start <= self._log_start:
+                return False
+            self._log_start = new_start
+            self._epochs.truncate_from_start(new_start)
+            self._delete_old_segments(lambda seg, nxt: nxt is not None and nxt.base_offset <= self._log_start)
+            return True
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: offset -1 means the high watermark. Returns the new low watermark."""
+        self.maybe_increment_log_start_offset(self._hw if offset == -1 else offset)
+        return self._log_start
+
+    def truncate_to(self, offset: int) -> bool:
+        """Drop everything at or after ``offset`` (follower divergence). True if anything changed."""
+        if offset < 0:
+            raise ValueError(f"cannot truncate to negative offset {offset}")
+        with self._lock:
+            self._check_open()
+            if offset >= self._leo:
+                return False
+            if self._segments[0].base_offset > offset:
+                self._truncate_fully_locked(offset)
+                return True
+            while self._bases[-1] > offset:
+                seg = self._segments.pop()
+                self._bases.pop()
+                seg.delete_files()
+            self._segments[-1].truncate_to(offset, self._time_ms())
+            self._leo = offset
+            self._after_truncation(offset)
+            self._log_start = min(self._log_start, offset)
+            return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete all data and restart the log empty at ``offset``."""
+        with self._lock:
+            self._check_open()
+            self._truncate_fully_locked(offset)
+
+    def _truncate_fully_locked(self, offset: int) -> None:
+        for seg in self._segments:
+            seg.delete_files()
+        seg = self._new_segment(offset, fresh=True)
+        self._segments = [seg]
+        self._bases = [offset]
+        self._dir_dirty = True
+        self._leo = offset
+        self._log_start = offset
+        self._epochs.clear()
+        self._after_truncation(offset)
+        self._recovery_point = offset
+        self._hw = offset
+
+    def _after_truncation(self, offset: int) -> None:
+        self._epochs.truncate_from_end(offset)
+        self._recovery_point = min(self._recovery_point, offset)
+        self._trunc_floor = offset if self._trunc_floor is None else min(self._trunc_floor, offset)
+        self._hw = min(self._hw, offset)
+
+    # -- retention ---------------------------------------------------------------------------
+
+    def delete_retention_segments(self, now_ms: int) -> int:
+        """Kafka's deleteOldSegments: retention.ms, retention.bytes, then log-start breaches.
+
+        Only segments entirely below the high watermark go. An expired, non-empty
+        active segment is rolled first so it can be deleted. Returns segments deleted.
+        """
+        with self._lock:
+            if self._closed:
+                return 0
+            cfg = self.config
+            deleted = 0
+            if cfg.delete_enabled:
+                if cfg.retention_ms >= 0:
+                    deleted += self._delete_old_segments(
+                        lambda seg, nxt: now_ms - seg.largest_timestamp > cfg.retention_ms
+                    )
+                if cfg.retention_bytes >= 0:
+                    excess = self.size_in_bytes - cfg.retention_bytes
+                    if excess > 0:
+
+                        def over_size(seg: LogSegment, nxt: LogSegment | None) -> bool:
+                            nonlocal excess
+                            if excess - seg.size >= 0:
+                                excess -= seg.size
+                                return True
+                            return False
+
+                        deleted += self._delete_old_segments(over_size)
+            deleted += self._delete_old_segments(
+                lambda seg, nxt: nxt is not None and nxt.base_offset <= self._log_start
+            )
+            return deleted
+
+    def _delete_old_segments(self, predicate: Callable[[LogSegment, LogSegment | None], bool]) -> int:
+        segs = self._segments
+        deletable: list[LogSegment] = []
+        for i, seg in enumerate(segs):
+            nxt = segs[i + 1] if i + 1 < len(segs) else None
+            upper = nxt.base_offset if nxt is not None else self._leo
+            if nxt is None and seg.size == 0:
+                break
+            if self._hw >= upper and predicate(seg, nxt):
+                deletable.append(seg)
+            else:
+                break
+        if not deletable:
+            return 0
+        if len(deletable) == len(segs):
+            self._roll(self._leo)  # a log always keeps one segment
+        n = len(deletable)
+        del self._segments[:n]
+        del self._bases[:n]
+        for seg in deletable:
+            seg.delete_files()
+        first_base = self._segments[0].base_offset
+        if first_base > self._log_start:
+            self._log_start = first_base
+            self._epochs.truncate_from_start(first_base)
+        self._recovery_point = max(self._recovery_point, first_base)
+        log.info("%s: deleted %d segment(s); log start is now %d", self.dir, n, self._log_start)
+        return n
+
+    # -- durability --------------------------------------------------------------------------
+
+    def flush(self, up_to_offset: int | None = None, *, now_ms: int | None = None) -> bool:
+        """fsync data below ``up_to_offset`` (default: the LEO) and advance the recovery point.
+
+        Safe to run on a worker thread concurrently with appends and reads; flushes
+        of one log are serialised. Returns True if anything was synced.
+        """
+        with self._flush_lock:
+            with self._lock:
+                if self._closed:
+                    return False
+                target = self._leo if up_to_offset is None else min(up_to_offset, self._leo)
+                need_dir = self._dir_dirty
+                # Dirty flags are exact (set under this lock right after each write),
+                # so only segments with unsynced bytes below the target need an fsync.
+                segs = [s for s in self._segments if s.needs_sync and s.base_offset < target]
+                if target <= self._recovery_point and not need_dir and not segs:
+                    self._last_flush_ms = now_ms if now_ms is not None else self._time_ms()
+                    return False
+                for s in segs:
+                    s.pin()
+                self._dir_dirty = False
+                self._trunc_floor = None
+            try:
+                for s in segs:
+                    s.sync()
+                if need_dir:
+                    fsync_dir(self.dir)
+            except BaseException:
+                with self._lock:
+                    self._dir_dirty = self._dir_dirty or need_dir
+                    for s in segs:
+                        s.unpin()
+                raise
+            with self._lock:
+                for s in segs:
+                    s.unpin()
+                if self._trunc_floor is not None:
+                    target = min(target, self._trunc_floor)
+                if not self._closed and target > self._recovery_point:
+                    self._recovery_point = min(target, self._leo)
+                self._last_flush_ms = now_ms if now_ms is not None else self._time_ms()
+            return True
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def close(self, *, final: bool = True) -> None:
+        """Close files (descriptors held by an in-flight flush close when it ends).
+
+        ``final`` records and syncs the active segment's closing time-index entry,
+        as Kafka does; pass False when the log is about to be deleted.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for seg in self._segments:
+                seg.close(final=final and seg is self._segments[-1])
+
+    def delete(self) -> None:
+        """Close the log and remove its directory with all data."""
+        with self._lock:
+            self._closed = True
+            for seg in self._segments:
+                seg.close(final=False)
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.topic}-{self.partition}, start={self._log_start}, hw={self._hw}, "
+            f"leo={self._leo}, segments={len(self._segments)})"
+        )

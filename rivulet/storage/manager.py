@@ -1,0 +1,224 @@
+"""All partition logs of a broker across its log dirs (Kafka's LogManager)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Callable
+
+from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.storage.checkpoints import (
+    CLEAN_SHUTDOWN,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    fsync_dir,
+    read_offset_checkpoint,
+    write_atomic,
+    write_offset_checkpoint,
+)
+from rivulet.storage.config import LogConfig
+from rivulet.storage.log import Log, now_ms, parse_topic_partition
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+_DELETE_SUFFIX = "-delete"
+_IGNORED_SUFFIXES = ("-future", "-stray")
+
+
+class LogManager:
+    """Loads, creates and deletes partition logs; owns the per-dir checkpoint files.
+
+    Mutating calls (including ``cleanup``, which deletes segments that reads may be
+    using) belong on the event-loop thread. ``flush_dirty`` and ``checkpoint`` only
+    fsync and write checkpoint files, so they may run in a worker thread.
+    """
+
+    def __init__(self, log_dirs: list[str], defaults: LogConfig) -> None:
+        if not log_dirs:
+            raise ValueError("at least one log dir is required")
+        self.log_dirs = [os.path.abspath(d) for d in log_dirs]
+        self.defaults = defaults
+        self._logs: dict[TopicPartition, Log] = {}
+        self._lock = threading.RLock()
+        self._checkpoint_lock = threading.Lock()
+        self.had_clean_shutdown: dict[str, bool] = {}
+
+    # -- start-up -------------------------------------------------------------------------
+
+    def startup(self, topic_config: Callable[[str], LogConfig] | None = None) -> None:
+        """Load every ``<topic>-<partition>`` dir, recovering logs after an unclean stop.
+
+        ``topic_config`` maps a topic name to its LogConfig (defaults otherwise).
+        """
+        for d in self.log_dirs:
+            os.makedirs(d, exist_ok=True)
+            marker = os.path.join(d, CLEAN_SHUTDOWN)
+            clean = os.path.exists(marker)
+            self.had_clean_shutdown[d] = clean
+            recovery = read_offset_checkpoint(os.path.join(d, RECOVERY_POINT_CHECKPOINT))
+            starts = read_offset_checkpoint(os.path.join(d, LOG_START_OFFSET_CHECKPOINT))
+            hws = read_offset_checkpoint(os.path.join(d, REPLICATION_OFFSET_CHECKPOINT))
+            for name in sorted(os.listdir(d)):
+                path = os.path.join(d, name)
+                if not os.path.isdir(path):
+                    continue
+                if name.endswith(_DELETE_SUFFIX):
+                    # A deletion that did not finish before the last stop.
+                    shutil.rmtree(path, ignore_errors=True)
+                    continue
+                if name.endswith(_IGNORED_SUFFIXES):
+                    log.warning("ignoring %s (future/stray replicas are not supported)", path)
+                    continue
+                tp = parse_topic_partition(name)
+                if tp is None:
+                    continue
+                if tp in self._logs:
+                    raise RuntimeError(f"duplicate log directories for {tp[0]}-{tp[1]}: {self._logs[tp].dir}, {path}")
+                config = topic_config(tp[0]) if topic_config is not None else self.defaults
+                if not clean:
+                    log.info("recovering %s from offset %d", path, recovery.get(tp, 0))
+                self._logs[tp] = Log(
+                    path,
+                    config,
+                    recovery_point=recovery.get(tp, 0),
+                    log_start_offset=starts.get(tp, 0),
+                    high_watermark=hws.get(tp),
+                    had_clean_shutdown=clean,
+                )
+            if clean:
+                # From now on a crash must trigger recovery again.
+                os.unlink(marker)
+                fsync_dir(d)
+
+    # -- lookup, create, delete ---------------------------------------------------------------
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def all_logs(self) -> list[Log]:
+        with self._lock:
+            return list(self._logs.values())
+
+    def _choose_dir(self) -> str:
+        # Like Kafka: the dir holding the fewest partitions.
+        counts = {d: 0 for d in self.log_dirs}
+        for lg in self._logs.values():
+            parent = os.path.dirname(lg.dir)
+            if parent in counts:
+                counts[parent] += 1
+        return min(self.log_dirs, key=lambda d: counts[d])
+
+    def create_log(
+        self, topic: str, partition: int, config: LogConfig | None = None, topic_id: uuid.UUID | None = None
+    ) -> Log:
+        """Return the partition's log, creating an empty one if needed.
+
+        An existing log with another topic id raises INCONSISTENT_TOPIC_ID.
+        """
+        if not topic or "/" in topic or "\x00" in topic or topic in (".", "..") or partition < 0:
+            raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"invalid topic partition {topic!r}-{partition}")
+        with self._lock:
+            existing = self._logs.get((topic, partition))
+            if existing is not None:
+                if topic_id is not None and existing.topic_id is not None and existing.topic_id != topic_id:
+                    raise KafkaError(
+                        ErrorCode.INCONSISTENT_TOPIC_ID,
+                        f"{topic}-{partition} exists with topic id {existing.topic_id}, not {topic_id}",
+                    )
+                if config is not None:
+                    existing.update_config(config)
+                return existing
+            path = os.path.join(self._choose_dir(), f"{topic}-{partition}")
+            lg = Log(path, config or self.defaults, topic_id=topic_id)
+            self._logs[(topic, partition)] = lg
+            return lg
+
+    def delete_log(self, topic: str, partition: int) -> bool:
+        """Remove a partition: rename to ``<topic>-<partition>.<uuid>-delete`` then delete the data."""
+        with self._lock:
+            lg = self._logs.pop((topic, partition), None)
+        if lg is None:
+            return False
+        lg.close(final=False)
+        parent = os.path.dirname(lg.dir)
+        doomed = os.path.join(parent, f"{os.path.basename(lg.dir)}.{uuid.uuid4().hex}{_DELETE_SUFFIX}")
+        try:
+            os.rename(lg.dir, doomed)
+            fsync_dir(parent)  # the rename is what makes the deletion survive a crash
+        except FileNotFoundError:
+            return True
+        shutil.rmtree(doomed, ignore_errors=True)
+        return True
+
+    # -- periodic work ----------------------------------------------------------------------------
+
+    def checkpoint(self) -> None:
+        """Atomically rewrite recovery-point, log-start and high-watermark checkpoints per dir."""
+        with self._checkpoint_lock:
+            by_dir: dict[str, list[tuple[TopicPartition, Log]]] = {d: [] for d in self.log_dirs}
+            with self._lock:
+                items = list(self._logs.items())
+            for tp, lg in items:
+                by_dir.setdefault(os.path.dirname(lg.dir), []).append((tp, lg))
+            for d, logs in by_dir.items():
+                if not os.path.isdir(d):
+                    continue
+                write_offset_checkpoint(
+                    os.path.join(d, RECOVERY_POINT_CHECKPOINT), {tp: lg.recovery_point for tp, lg in logs}
+                )
+                # Like Kafka, only starts that differ from the first segment need recording.
+                write_offset_checkpoint(
+                    os.path.join(d, LOG_START_OFFSET_CHECKPOINT),
+                    {
+                        tp: lg.log_start_offset
+                        for tp, lg in logs
+                        if lg.log_start_offset > lg.segment_base_offsets()[0]
+                    },
+                )
+                write_offset_checkpoint(
+                    os.path.join(d, REPLICATION_OFFSET_CHECKPOINT), {tp: lg.high_watermark for tp, lg in logs}
+                )
+
+    def cleanup(self, now_ms: int) -> int:
+        """Apply retention to every log; returns the number of segments deleted."""
+        total = 0
+        for lg in self.all_logs():
+            try:
+                total += lg.delete_retention_segments(now_ms)
+            except Exception:
+                log.exception("retention failed for %s", lg.dir)
+        return total
+
+    def flush_dirty(self, now_ms: int) -> int:
+        """flush.ms: fsync logs whose last flush is at least flush.ms old. Returns logs flushed."""
+        flushed = 0
+        for lg in self.all_logs():
+            if lg.closed or lg.unflushed_messages <= 0:
+                continue
+            if now_ms - lg.last_flush_ms >= lg.config.flush_ms:
+                try:
+                    if lg.flush(now_ms=now_ms):
+                        flushed += 1
+                except Exception:
+                    log.exception("flush failed for %s", lg.dir)
+        return flushed
+
+    def shutdown(self) -> None:
+        """Flush and close every log, write checkpoints and the clean-shutdown marker."""
+        logs = self.all_logs()
+        for lg in logs:
+            lg.flush()
+        self.checkpoint()
+        for lg in logs:
+            lg.close()
+        for d in self.log_dirs:
+            if os.path.isdir(d):
+                write_atomic(os.path.join(d, CLEAN_SHUTDOWN), json.dumps({"version": 0, "brokerEpoch": -1}))
+        with self._lock:
+            self._logs.clear()

@@ -1,0 +1,444 @@
+"""One log segment: ``<base>.log`` plus its ``.index`` and ``.timeindex``.
+
+Not thread-safe by itself: the owning :class:`~rivulet.storage.log.Log` serialises
+access. The one exception is :meth:`LogSegment.sync`, which a flusher thread runs
+while the segment is pinned; a pinned segment defers closing its descriptors until
+the last pin is released, so an fsync never races a close.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from collections.abc import Callable, Sequence
+
+from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.storage.batches import (
+    LOCATE,
+    LOCATE_SIZE,
+    MIN_BATCH_LENGTH,
+    InvalidBatch,
+    iter_headers,
+    iter_valid_batches,
+    record_offsets_and_timestamps,
+)
+from rivulet.storage.index import CorruptIndexError, OffsetIndex, TimeIndex, _write_all
+
+log = logging.getLogger(__name__)
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
+_EMPTY = b""
+_HEAD12 = LOCATE  # base offset and length are its first two fields
+_fdatasync = getattr(os, "fdatasync", os.fsync)
+
+# (position in the appended buffer, last offset, max timestamp, size) per batch.
+AppendEntry = tuple[int, int, int, int]
+EpochCallback = Callable[[int, int], None]
+
+
+def segment_file_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+class LogSegment:
+    def __init__(
+        self,
+        dir: str,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        max_index_bytes: int,
+        jitter_ms: int,
+        created_ms: int,
+        fresh: bool,
+    ) -> None:
+        self.dir = dir
+        self.base_offset = base_offset
+        self.log_path = os.path.join(dir, segment_file_name(base_offset, LOG_SUFFIX))
+        self.index_path = os.path.join(dir, segment_file_name(base_offset, INDEX_SUFFIX))
+        self.time_index_path = os.path.join(dir, segment_file_name(base_offset, TIME_INDEX_SUFFIX))
+        self.indexes_existed = os.path.exists(self.index_path) and os.path.exists(self.time_index_path)
+        if fresh:
+            for p in (self.index_path, self.time_index_path):
+                _unlink(p)
+        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | (os.O_TRUNC if fresh else 0), 0o644)
+        self.offset_index = OffsetIndex(self.index_path, base_offset, max_index_bytes)
+        self.time_index = TimeIndex(self.time_index_path, base_offset, max_index_bytes)
+        self.size = os.fstat(self.fd).st_size
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = base_offset  # last offset of the batch holding it
+        self.index_interval_bytes = index_interval_bytes
+        self.bytes_since_last_index_entry = 0
+        self.created_ms = created_ms
+        self.roll_jitter_ms = random.randrange(jitter_ms) if jitter_ms > 0 else 0
+        self._rolling_ts: int | None = None
+        self._rolling_known = fresh
+        self._indexes_ready = fresh
+        self.dirty = False  # log bytes written since the last sync
+        self._pins = 0
+        self._close_pending = False
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base={self.base_offset}, size={self.size}, next={self.next_offset})"
+
+    # -- loading -------------------------------------------------------------------
+
+    def load_clean(self) -> bool:
+        """Trust a segment below the recovery point: only cheap index checks.
+
+        Returns False when the indexes are missing or inconsistent; the caller
+        then runs :meth:`recover` to rebuild them.
+        """
+        if not self.indexes_existed:
+            log.warning("%s: index files missing, rebuilding", self.log_path)
+            return False
+        try:
+            self.offset_index.open_existing(self.size)
+            entry_offset, pos = self.offset_index.last_entry()
+            next_offset = self.base_offset
+            end = pos
+            for b in iter_headers(self.fd, pos, self.size):
+                if b.position == pos and self.offset_index.entries and b.last_offset != entry_offset:
+                    raise CorruptIndexError(f"{self.index_path}: last entry does not match the log")
+                next_offset = b.next_offset
+                end = b.position + b.size
+            if end != self.size:
+                raise CorruptIndexError(f"{self.log_path}: batches end at {end}, file at {self.size}")
+            self.next_offset = next_offset
+            self.time_index.open_existing(next_offset)
+        except CorruptIndexError as e:
+            log.warning("%s; rebuilding indexes", e)
+            return False
+        self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry()
+        self.bytes_since_last_index_entry = self.size - self.offset_index.last_entry()[1]
+        return True
+
+    def refresh_max_timestamp(self) -> None:
+        """Scan past the last time-index entry (the active segment's tail is not indexed)."""
+        self.ensure_indexes()
+        ts, off = self.time_index.last_entry()
+        start = self.offset_index.lookup(off) if ts >= 0 else 0
+        self.max_timestamp, self.offset_of_max_timestamp = ts, off
+        for b in iter_headers(self.fd, start, self.size):
+            if b.max_timestamp > self.max_timestamp:
+                self.max_timestamp, self.offset_of_max_timestamp = b.max_timestamp, b.last_offset
+
+    def ensure_indexes(self) -> None:
+        """Materialise both indexes; a corrupt one is rebuilt from the log."""
+        if self._indexes_ready:
+            return
+        try:
+            self.offset_index.ensure_loaded()
+            self.time_index.ensure_loaded()
+        except CorruptIndexError as e:
+            log.warning("%s; rebuilding indexes", e)
+            self.recover()
+        self._indexes_ready = True
+
+    def recover(self, on_batch_epoch: EpochCallback | None = None) -> int:
+        """Re-validate every batch (length, magic, CRC, offsets), rebuild both
+        indexes and cut the file at the first invalid byte. Returns bytes truncated."""
+        oi, ti = self.offset_index, self.time_index
+        oi.reset()
+        ti.reset()
+        valid = 0
+        last_index_entry = 0
+        max_ts, off_max = -1, self.base_offset
+        next_offset = self.base_offset
+        interval = self.index_interval_bytes
+        try:
+            for b, _ in iter_valid_batches(self.fd, 0, self.size):
+                if b.base_offset < next_offset:
+                    raise InvalidBatch(b.position, f"offset {b.base_offset} goes backwards")
+                if not oi.can_append_offset(b.last_offset):
+                    raise InvalidBatch(b.position, f"offset {b.last_offset} overflows the segment")
+                if b.max_timestamp > max_ts:
+                    max_ts, off_max = b.max_timestamp, b.last_offset
+                if valid - last_index_entry > interval:
+                    oi.append(b.last_offset, valid)
+                    ti.maybe_append(max_ts, off_max)
+                    last_index_entry = valid
+                valid += b.size
+                next_offset = b.next_offset
+                if on_batch_epoch is not None and b.leader_epoch >= 0:
+                    on_batch_epoch(b.leader_epoch, b.base_offset)
+        except InvalidBatch as e:
+            log.warning("%s: invalid data at byte %s (%s)", self.log_path, e.args[0], e.args[1])
+        truncated = self.size - valid
+        if truncated:
+            log.warning("%s: truncating %d bytes during recovery", self.log_path, truncated)
+            os.ftruncate(self.fd, valid)
+            self.size = valid
+        # Recovered bytes may still sit only in the page cache: let the next flush sync them.
+        self.dirty = True
+        self.next_offset = next_offset
+        self.max_timestamp, self.offset_of_max_timestamp = max_ts, off_max
+        self.bytes_since_last_index_entry = valid - last_index_entry
+        ti.maybe_append(max_ts, off_max, skip_full_check=True)
+        oi.commit()
+        ti.commit()
+        self._rolling_known = False
+        self._indexes_ready = True
+        return truncated
+
+    # -- writes ----------------------------------------------------------------------
+
+    def append(self, buf: bytes | bytearray | memoryview, entries: Sequence[AppendEntry]) -> None:
+        """Write ``buf`` (whole batches, offsets already final) and index them."""
+        start = self.size
+        _write_all(self.fd, buf, start)
+        self.size = start + len(buf)
+        self.dirty = True
+        if start == 0:
+            self._rolling_ts, self._rolling_known = entries[0][2], True
+        oi, ti = self.offset_index, self.time_index
+        max_ts, off_max = self.max_timestamp, self.offset_of_max_timestamp
+        interval = self.index_interval_bytes
+        since = self.bytes_since_last_index_entry
+        for pos, last, ts, size in entries:
+            if ts > max_ts:
+                max_ts, off_max = ts, last
+            if since > interval:
+                oi.append(last, start + pos)
+                ti.maybe_append(max_ts, off_max)
+                since = 0
+            since += size
+        self.bytes_since_last_index_entry = since
+        self.max_timestamp, self.offset_of_max_timestamp = max_ts, off_max
+        self.next_offset = entries[-1][1] + 1
+        oi.commit()
+        ti.commit()
+
+    def on_become_inactive(self) -> None:
+        """Record the final max timestamp, as Kafka does when a segment is rolled or closed."""
+        if self.max_timestamp >= 0:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True)
+        self.offset_index.commit()
+        self.time_index.commit()
+
+    def truncate_to(self, offset: int, now_ms: int) -> int:
+        """Remove every batch whose last offset is >= ``offset``. Returns bytes removed."""
+        self.ensure_indexes()
+        pos = self._position_of(offset)
+        if pos is None:
+            return 0
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        removed = self.size - pos
+        os.ftruncate(self.fd, pos)
+        self.size = pos
+        self.dirty = True
+        entry_pos = self.offset_index.last_entry()[1]
+        self.next_offset = self.base_offset
+        for b in iter_headers(self.fd, entry_pos, self.size):
+            self.next_offset = b.next_offset
+        if pos == 0:
+            self.created_ms = now_ms
+            self._rolling_ts, self._rolling_known = None, True
+        self.bytes_since_last_index_entry = self.size - entry_pos
+        self.refresh_max_timestamp()
+        return removed
+
+    # -- reads -------------------------------------------------------------------------
+
+    def _position_of(self, offset: int) -> int | None:
+        """Position of the first batch whose last offset is >= ``offset``."""
+        for b in iter_headers(self.fd, self.offset_index.lookup(offset), self.size):
+            if b.last_offset >= offset:
+                return b.position
+        return None
+
+    def read(
+        self, target: int, max_bytes: int, bound: int, min_one_batch: bool, slack: int
+    ) -> tuple[bytes | memoryview, int] | None:
+        """Whole batches starting with the one holding ``target``.
+
+        Returns None when no batch here reaches ``target`` (look in the next
+        segment), else (data, position of the first batch); data may be empty when
+        the first batch lies at/after ``bound`` or exceeds ``max_bytes``.
+        """
+        if target >= self.next_offset:
+            return None
+        self.ensure_indexes()
+        fd, end = self.fd, self.size
+        pread = os.pread
+        unpack = LOCATE.unpack_from
+        window = max_bytes + slack
+        bpos = self.offset_index.lookup(target)
+        buf = pread(fd, min(end - bpos, window), bpos)
+        o = 0
+        # Locate the batch holding ``target``: one pread normally covers it.
+        while True:
+            if o + LOCATE_SIZE > len(buf):
+                q = bpos + o
+                if end - q < LOCATE_SIZE:
+                    return None
+                buf = pread(fd, min(end - q, window), q)
+                bpos, o = q, 0
+            base, length, lod = unpack(buf, o)
+            if length < MIN_BATCH_LENGTH:
+                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{self.log_path}: bad batch length at {bpos + o}")
+            if base + lod >= target:
+                break
+            o += length + 12
+        start = bpos + o
+        first = length + 12
+        if base >= bound or start + first > end:
+            return _EMPTY, start
+        if first > max_bytes:
+            if not min_one_batch:
+                return _EMPTY, start
+            if o + first <= len(buf):
+                return memoryview(buf)[o : o + first], start
+            return pread(fd, first, start), start
+        need = min(max_bytes, end - start)
+        if o + need > len(buf):
+            buf = pread(fd, need, start)
+            o = 0
+        limit = o + need
+        q = o + first
+        head = _HEAD12.unpack_from
+        # Walk headers only; records are never touched.
+        while q + LOCATE_SIZE <= limit:
+            base, length, _ = head(buf, q)
+            if base >= bound or length < MIN_BATCH_LENGTH:
+                break
+            nq = q + length + 12
+            if nq > limit:
+                break
+            q = nq
+        if o == 0 and q == len(buf):
+            return buf, start
+        return memoryview(buf)[o:q], start
+
+    def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
+        """First record with timestamp >= ``timestamp`` and offset >= ``start_offset``."""
+        self.ensure_indexes()
+        _, indexed_offset = self.time_index.lookup(timestamp)
+        pos = self.offset_index.lookup(max(indexed_offset, start_offset))
+        for b in iter_headers(self.fd, pos, self.size):
+            if b.max_timestamp < timestamp or b.last_offset < start_offset:
+                continue
+            try:
+                records = record_offsets_and_timestamps(os.pread(self.fd, b.size, b.position), b)
+            except Exception as e:  # undecodable (e.g. codec missing): batch granularity
+                log.debug("cannot decode batch at %d for timestamp search: %s", b.position, e)
+                return max(b.base_offset, start_offset), b.max_timestamp
+            for off, ts in records:
+                if ts >= timestamp and off >= start_offset:
+                    return off, ts
+        return None
+
+    def max_timestamp_record(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record carrying this segment's max timestamp."""
+        if self.max_timestamp < 0:
+            return None
+        self.ensure_indexes()
+        target = self.offset_of_max_timestamp
+        for b in iter_headers(self.fd, self.offset_index.lookup(target), self.size):
+            if b.last_offset < target:
+                continue
+            try:
+                records = record_offsets_and_timestamps(os.pread(self.fd, b.size, b.position), b)
+            except Exception:
+                break
+            for off, ts in records:
+                if ts == self.max_timestamp:
+                    return off, ts
+            break
+        return target, self.max_timestamp
+
+    # -- time-based roll and retention -------------------------------------------------
+
+    def time_waited_for_roll(self, now_ms: int, max_timestamp_in_append: int) -> int:
+        """Kafka's rule: by record timestamps when the first batch has one, else wall time."""
+        if not self._rolling_known:
+            self._rolling_known = True
+            self._rolling_ts = None
+            for b in iter_headers(self.fd, 0, self.size):
+                self._rolling_ts = b.max_timestamp
+                break
+        if self._rolling_ts is not None and self._rolling_ts >= 0:
+            return max_timestamp_in_append - self._rolling_ts
+        return now_ms - self.created_ms
+
+    @property
+    def largest_timestamp(self) -> int:
+        """Max record timestamp, or the file's mtime when records carry none (as Kafka)."""
+        if self.max_timestamp >= 0:
+            return self.max_timestamp
+        try:
+            return int(os.stat(self.log_path).st_mtime * 1000)
+        except FileNotFoundError:
+            return -1
+
+    # -- durability and lifecycle ----------------------------------------------------------
+
+    @property
+    def needs_sync(self) -> bool:
+        return self.dirty or self.offset_index.dirty or self.time_index.dirty
+
+    def pin(self) -> None:
+        self._pins += 1
+
+    def unpin(self) -> None:
+        self._pins -= 1
+        if self._pins == 0 and self._close_pending:
+            self._close_now()
+
+    def sync(self) -> None:
+        """fsync the log and dirty indexes; runs on a flusher thread while pinned."""
+        if self.closed:
+            return
+        if self.dirty:
+            self.dirty = False
+            _fdatasync(self.fd)
+        self.offset_index.sync()
+        self.time_index.sync()
+
+    def close(self, *, final: bool = True) -> None:
+        if self.closed or self._close_pending:
+            return
+        if final:
+            # Persist the closing time-index entry now, so a clean start-up sees it.
+            self.on_become_inactive()
+            self.offset_index.sync()
+            self.time_index.sync()
+        if self._pins:
+            self._close_pending = True
+        else:
+            self._close_now()
+
+    def _close_now(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._close_pending = False
+        self.offset_index.close()
+        self.time_index.close()
+        os.close(self.fd)
+        self.fd = -1
+
+    def delete_files(self) -> None:
+        """Unlink the files now; descriptors close when no flush holds them."""
+        self.close(final=False)
+        for p in (
+            self.log_path,
+            self.index_path,
+            self.time_index_path,
+            os.path.join(self.dir, segment_file_name(self.base_offset, TXN_INDEX_SUFFIX)),
+        ):
+            _unlink(p)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from broker_process import BrokerProcess  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def broker():
+    """One broker per test module, shared by its tests (each test uses its own topics)."""
+    b = BrokerProcess().start()
+    yield b
+    b.cleanup()
+
+
+@pytest.fixture
+def broker_factory():
+    made: list[BrokerProcess] = []
+
+    def make(overrides: dict[str, str] | None = None) -> BrokerProcess:
+        b = BrokerProcess(overrides)
+        made.append(b)
+        return b.start()
+
+    yield make
+    for b in made:
+        b.cleanup()

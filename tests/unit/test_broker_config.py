@@ -1,0 +1,65 @@
+"""Broker properties: Kafka's names, defaults, and clear errors for bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from rivulet.server.config import BrokerConfig, ConfigError, load_properties, parse_listener
+
+pytestmark = pytest.mark.fast
+
+
+def test_defaults_match_kafka():
+    c = BrokerConfig()
+    assert c.listeners == [("PLAINTEXT", "127.0.0.1", 9092)]
+    assert c.log_dirs == ["./rivulet-data"]
+    assert c["num.partitions"] == 1
+    assert c["auto.create.topics.enable"] is True
+    assert c["message.max.bytes"] == 1048588
+    assert c["group.initial.rebalance.delay.ms"] == 3000
+    assert c["offsets.topic.num.partitions"] == 50
+    assert c.retention_ms == 7 * 24 * 3600 * 1000
+
+
+def test_retention_precedence_ms_over_minutes_over_hours():
+    assert BrokerConfig({"log.retention.hours": "1"}).retention_ms == 3_600_000
+    assert BrokerConfig({"log.retention.minutes": "2", "log.retention.hours": "1"}).retention_ms == 120_000
+    assert BrokerConfig({"log.retention.ms": "5", "log.retention.minutes": "2"}).retention_ms == 5
+
+
+def test_unknown_and_invalid_properties_are_named():
+    with pytest.raises(ConfigError, match="unknown property 'log.segmnet.bytes'"):
+        BrokerConfig({"log.segmnet.bytes": "1"})
+    with pytest.raises(ConfigError, match="invalid value 'lots' for 'num.partitions'"):
+        BrokerConfig({"num.partitions": "lots"})
+    with pytest.raises(ConfigError, match="num.partitions"):
+        BrokerConfig({"num.partitions": "0"})
+    with pytest.raises(ConfigError, match="auto.create.topics.enable"):
+        BrokerConfig({"auto.create.topics.enable": "yes"})
+
+
+def test_stock_server_properties_are_accepted(tmp_path):
+    p = tmp_path / "server.properties"
+    p.write_text("# comment\nprocess.roles=broker,controller\nnode.id=3\nnum.network.threads=3\n"
+                 "listeners=PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093\n"
+                 "controller.quorum.voters=3@127.0.0.1:19093\nlog.dirs=/tmp/x\n")
+    c = BrokerConfig(load_properties(p))
+    assert c.node_id == 3 and c.log_dirs == ["/tmp/x"]
+
+
+def test_listener_parsing():
+    assert parse_listener("PLAINTEXT://[::1]:9092") == ("PLAINTEXT", "::1", 9092)
+    with pytest.raises(ConfigError):
+        parse_listener("127.0.0.1:9092")
+    with pytest.raises(ConfigError):
+        parse_listener("PLAINTEXT://host:99999")
+
+
+def test_cli_reports_bad_property_and_exits_2():
+    r = subprocess.run([sys.executable, "-m", "rivulet", "broker", "--override", "no.such.thing=1"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert "unknown property 'no.such.thing'" in r.stderr

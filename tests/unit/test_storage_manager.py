@@ -1,0 +1,317 @@
+"""Unit tests for LogConfig, checkpoint files and the LogManager."""
+
+from __future__ import annotations
+
+import os
+import struct
+import uuid
+
+import crc32c
+import pytest
+
+from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.records import parse_batch_header
+from rivulet.storage import (
+    ConfigSource,
+    ConfigType,
+    LogConfig,
+    LogManager,
+    describe_topic_configs,
+    read_or_create_meta,
+)
+from rivulet.storage.checkpoints import (
+    read_offset_checkpoint,
+    read_partition_metadata,
+    uuid_from_kafka,
+    uuid_to_kafka,
+    write_offset_checkpoint,
+)
+
+pytestmark = pytest.mark.fast
+
+
+def make_batch(n: int, base_ts: int = 1000, size: int = 10) -> bytes:
+    recs = bytearray()
+    for i in range(n):
+        # attributes 0, timestampDelta 0, offsetDelta i, key null (-1 -> 0x01), value, no headers
+        body = b"\x00\x00" + bytes([i * 2]) + b"\x01" + bytes([size * 2]) + b"v" * size + b"\x00"
+        recs += bytes([len(body) * 2]) + body
+    after_crc = struct.pack(">hiqqqhii", 0, n - 1, base_ts, base_ts, -1, -1, -1, n) + bytes(recs)
+    return struct.pack(">qiibI", 0, 9 + len(after_crc), -1, 2, crc32c.crc32c(after_crc)) + after_crc
+
+
+def append(log, data: bytes, epoch: int = 0):
+    hs, pos = [], 0
+    while pos < len(data):
+        h = parse_batch_header(data, pos)
+        hs.append(h)
+        pos += h.size
+    return log.append_as_leader(data, hs, leader_epoch=epoch, now_ms=0)
+
+
+# -- LogConfig ---------------------------------------------------------------------------
+
+
+def test_log_config_defaults_match_kafka():
+    c = LogConfig()
+    assert c.segment_bytes == 1073741824
+    assert c.segment_ms == 604800000
+    assert c.segment_index_bytes == 10485760
+    assert c.index_interval_bytes == 4096
+    assert c.retention_ms == 604800000 and c.retention_bytes == -1
+    assert c.flush_messages == c.flush_ms == 9223372036854775807
+    assert c.max_message_bytes == 1048588
+    assert c.message_timestamp_type == "CreateTime" and not c.log_append_time
+    assert c.cleanup_policy == ("delete",) and c.delete_enabled
+    assert c.to_props()["cleanup.policy"] == "delete"
+
+
+def test_from_props_applies_and_validates():
+    base = LogConfig(retention_ms=1000)
+    c = LogConfig.from_props(
+        {
+            "segment.bytes": "2048",
+            "cleanup.policy": "compact, delete",
+            "message.timestamp.type": "LogAppendTime",
+            "min.cleanable.dirty.ratio": "0.25",
+            "preallocate": "TRUE",
+        },
+        base,
+    )
+    assert c.segment_bytes == 2048 and c.retention_ms == 1000
+    assert c.cleanup_policy == ("compact", "delete") and c.compact_enabled
+    assert c.log_append_time and c.min_cleanable_dirty_ratio == 0.25 and c.preallocate
+    bad = {
+        "segment.bytes": "10",
+        "retention.ms": "-2",
+        "flush.messages": "0",
+        "cleanup.policy": "shred",
+        "compression.type": "brotli",
+        "message.timestamp.type": "Now",
+        "min.insync.replicas": "abc",
+        "max.message.bytes": "99999999999",
+        "preallocate": "yes",
+        "min.cleanable.dirty.ratio": "1.5",
+        "no.such.config": "1",
+    }
+    for name, value in bad.items():
+        with pytest.raises(KafkaError) as e:
+            LogConfig.from_props({name: value}, base)
+        assert e.value.code == ErrorCode.INVALID_CONFIG
+        assert name in str(e.value)
+
+
+def test_from_broker_props_maps_names_and_units():
+    c = LogConfig.from_broker_props(
+        {
+            "log.segment.bytes": "1000000",
+            "log.roll.hours": "2",
+            "log.retention.minutes": "30",
+            "log.retention.hours": "1",  # minutes wins over hours
+            "log.flush.interval.messages": "1",
+            "message.max.bytes": "5000",
+            "log.cleanup.policy": "compact",
+            "log.index.interval.bytes": "100",
+            "log.segment.delete.delay.ms": "0",
+            "log.message.timestamp.type": "LogAppendTime",
+            "min.insync.replicas": "2",
+            "compression.type": "zstd",
+            "node.id": "1",  # unrelated broker settings are ignored
+        }
+    )
+    assert c.segment_bytes == 1000000
+    assert c.segment_ms == 7_200_000
+    assert c.retention_ms == 1_800_000
+    assert c.flush_messages == 1 and c.max_message_bytes == 5000
+    assert c.cleanup_policy == ("compact",) and c.index_interval_bytes == 100
+    assert c.file_delete_delay_ms == 0 and c.log_append_time
+    assert c.min_insync_replicas == 2 and c.compression_type == "zstd"
+    assert LogConfig.from_broker_props({"log.roll.ms": "5", "log.roll.hours": "9"}).segment_ms == 5
+    assert LogConfig.from_broker_props({"log.retention.ms": "-1"}).retention_ms == -1
+    assert LogConfig.from_broker_props({"log.retention.hours": "-1"}).retention_ms == -1
+    with pytest.raises(KafkaError):
+        LogConfig.from_broker_props({"log.segment.bytes": "lots"})
+
+
+def test_describe_topic_configs():
+    defaults = LogConfig.from_broker_props({"log.retention.hours": "1"})
+    entries = {e.name: e for e in describe_topic_configs({"segment.bytes": "4096"}, defaults)}
+    assert set(entries) >= {"segment.bytes", "retention.ms", "cleanup.policy", "max.message.bytes"}
+    seg = entries["segment.bytes"]
+    assert seg.value == "4096" and not seg.is_default
+    assert seg.source == ConfigSource.DYNAMIC_TOPIC_CONFIG and seg.config_type == ConfigType.INT
+    assert seg.synonyms[0] == ("segment.bytes", "4096", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    ret = entries["retention.ms"]
+    assert ret.value == "3600000" and ret.source == ConfigSource.STATIC_BROKER_CONFIG and not ret.is_default
+    mmb = entries["max.message.bytes"]
+    assert mmb.value == "1048588" and mmb.is_default and mmb.source == ConfigSource.DEFAULT_CONFIG
+    assert mmb.synonyms == (("message.max.bytes", "1048588", ConfigSource.DEFAULT_CONFIG),)
+    with_props = {
+        e.name: e
+        for e in describe_topic_configs({}, defaults, broker_props={"log.retention.hours": "1"})
+    }
+    assert with_props["retention.ms"].synonyms[0] == ("log.retention.hours", "1", ConfigSource.STATIC_BROKER_CONFIG)
+
+
+# -- checkpoint and metadata files ------------------------------------------------------------
+
+
+def test_offset_checkpoint_round_trip(tmp_path):
+    path = str(tmp_path / "recovery-point-offset-checkpoint")
+    offsets = {("orders", 0): 42, ("my-topic", 3): 7}
+    write_offset_checkpoint(path, offsets)
+    with open(path) as f:
+        text = f.read()
+    assert text.splitlines()[:2] == ["0", "2"]
+    assert "my-topic 3 7" in text and "orders 0 42" in text
+    assert read_offset_checkpoint(path) == offsets
+    assert read_offset_checkpoint(str(tmp_path / "missing")) == {}
+    with open(path, "w") as f:
+        f.write("0\n5\norders 0 1\n")  # count disagrees: ignored, not fatal
+    assert read_offset_checkpoint(path) == {}
+
+
+def test_kafka_uuid_text_form():
+    u = uuid.UUID("7b1e54b0-6d2d-4bd1-9f3b-4dbd8e3c3bd1")
+    s = uuid_to_kafka(u)
+    assert len(s) == 22 and "=" not in s
+    assert uuid_from_kafka(s) == u
+
+
+def test_meta_properties(tmp_path):
+    d = str(tmp_path / "data")
+    cluster = read_or_create_meta(d, 1)
+    assert len(cluster) == 22
+    with open(os.path.join(d, "meta.properties")) as f:
+        text = f.read()
+    assert "node.id=1" in text and "version=1" in text and f"cluster.id={cluster}" in text
+    assert read_or_create_meta(d, 1) == cluster
+    with pytest.raises(RuntimeError):
+        read_or_create_meta(d, 2)
+    with pytest.raises(RuntimeError):
+        read_or_create_meta(d, 1, cluster_id="AAAAAAAAAAAAAAAAAAAAAA")
+    d2 = str(tmp_path / "data2")
+    assert read_or_create_meta(d2, 1, cluster_id=cluster) == cluster
+
+
+# -- LogManager -------------------------------------------------------------------------------
+
+
+def test_manager_create_and_partition_metadata(tmp_path):
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    m = LogManager(dirs, LogConfig())
+    m.startup()
+    tid = uuid.uuid4()
+    l0 = m.create_log("orders", 0, LogConfig(), tid)
+    l1 = m.create_log("orders", 1, LogConfig(), tid)
+    assert os.path.dirname(l0.dir) != os.path.dirname(l1.dir)  # spread over dirs
+    assert m.create_log("orders", 0, None, tid) is l0
+    with pytest.raises(KafkaError) as e:
+        m.create_log("orders", 0, None, uuid.uuid4())
+    assert e.value.code == ErrorCode.INCONSISTENT_TOPIC_ID
+    with open(os.path.join(l0.dir, "partition.metadata")) as f:
+        assert f.read() == f"version: 0\ntopic_id: {uuid_to_kafka(tid)}\n"
+    assert read_partition_metadata(l0.dir) == tid
+    assert m.get_log("orders", 0) is l0 and m.get_log("orders", 9) is None
+    assert sorted(lg.partition for lg in m.all_logs()) == [0, 1]
+    with pytest.raises(KafkaError):
+        m.create_log("../evil", 0, None, tid)
+    m.shutdown()
+
+
+def test_manager_checkpoints_and_clean_restart(tmp_path):
+    d = str(tmp_path / "data")
+    m = LogManager([d], LogConfig())
+    m.startup()
+    tid = uuid.uuid4()
+    lg = m.create_log("my-topic", 2, LogConfig(segment_bytes=300), tid)
+    b = make_batch(2)
+    for _ in range(6):
+        append(lg, b)
+    lg.high_watermark = lg.log_end_offset
+    lg.delete_records_before(5)
+    m.shutdown()
+    assert os.path.exists(os.path.join(d, ".kafka_cleanShutdown"))
+    assert read_offset_checkpoint(os.path.join(d, "recovery-point-offset-checkpoint")) == {("my-topic", 2): 12}
+    assert read_offset_checkpoint(os.path.join(d, "log-start-offset-checkpoint")) == {("my-topic", 2): 5}
+    assert read_offset_checkpoint(os.path.join(d, "replication-offset-checkpoint")) == {("my-topic", 2): 12}
+
+    m2 = LogManager([d], LogConfig())
+    m2.startup(topic_config=lambda topic: LogConfig(segment_bytes=300))
+    assert m2.had_clean_shutdown[d]
+    assert not os.path.exists(os.path.join(d, ".kafka_cleanShutdown"))  # a crash now means recovery
+    lg2 = m2.get_log("my-topic", 2)
+    assert (lg2.log_start_offset, lg2.log_end_offset, lg2.high_watermark) == (5, 12, 12)
+    assert lg2.recovery_point == 12 and lg2.topic_id == tid
+    assert lg2.config.segment_bytes == 300
+    assert append(lg2, b).first_offset == 12
+    m2.checkpoint()
+    assert read_offset_checkpoint(os.path.join(d, "replication-offset-checkpoint")) == {("my-topic", 2): 12}
+    m2.shutdown()
+
+
+def test_manager_unclean_restart_recovers(tmp_path):
+    d = str(tmp_path / "data")
+    m = LogManager([d], LogConfig())
+    m.startup()
+    lg = m.create_log("t", 0, None, uuid.uuid4())
+    for _ in range(3):
+        append(lg, make_batch(3))
+    m.checkpoint()  # recovery point still 0: nothing flushed
+    # "Crash": no shutdown; leave a torn batch at the tail.
+    seg_path = os.path.join(lg.dir, f"{0:020d}.log")
+    lg.close()
+    with open(seg_path, "ab") as f:
+        f.write(make_batch(3)[:30])
+    m2 = LogManager([d], LogConfig())
+    m2.startup()
+    assert not m2.had_clean_shutdown[d]
+    lg2 = m2.get_log("t", 0)
+    assert lg2.log_end_offset == 9
+    assert os.path.getsize(seg_path) == 3 * len(make_batch(3))
+    m2.shutdown()
+
+
+def test_manager_delete_log_removes_data(tmp_path):
+    d = str(tmp_path / "data")
+    m = LogManager([d], LogConfig())
+    m.startup()
+    lg = m.create_log("doomed", 0, None, uuid.uuid4())
+    append(lg, make_batch(2))
+    lg.flush()
+    keep = m.create_log("kept", 0, None, uuid.uuid4())
+    assert m.delete_log("doomed", 0)
+    assert not m.delete_log("doomed", 0)
+    assert m.get_log("doomed", 0) is None
+    assert sorted(os.listdir(d)) == ["kept-0"]
+    m.checkpoint()
+    assert ("doomed", 0) not in read_offset_checkpoint(os.path.join(d, "recovery-point-offset-checkpoint"))
+    # A half-finished deletion from a previous run is finished at start-up.
+    os.makedirs(os.path.join(d, "old-0.0123456789abcdef0123456789abcdef-delete"))
+    m.shutdown()
+    m2 = LogManager([d], LogConfig())
+    m2.startup()
+    assert sorted(n for n in os.listdir(d) if os.path.isdir(os.path.join(d, n))) == ["kept-0"]
+    assert m2.get_log("kept", 0).dir == keep.dir
+    m2.shutdown()
+
+
+def test_manager_cleanup_and_flush_dirty(tmp_path):
+    d = str(tmp_path / "data")
+    m = LogManager([d], LogConfig())
+    m.startup()
+    b = make_batch(1, base_ts=0)
+    lg = m.create_log("r", 0, LogConfig(segment_bytes=len(b), retention_ms=100, flush_ms=1000), uuid.uuid4())
+    for _ in range(3):
+        append(lg, b)
+    lg.high_watermark = lg.log_end_offset
+    assert m.cleanup(now_ms=10_000) == 3
+    assert lg.log_start_offset == 3
+    append(lg, make_batch(1, base_ts=10_000))
+    last = lg.last_flush_ms
+    assert m.flush_dirty(now_ms=last + 10) == 0  # flush.ms not yet elapsed
+    assert lg.recovery_point < lg.log_end_offset
+    assert m.flush_dirty(now_ms=last + 1000) == 1
+    assert lg.recovery_point == lg.log_end_offset
+    assert m.flush_dirty(now_ms=last + 5000) == 0  # nothing dirty
+    m.shutdown()
