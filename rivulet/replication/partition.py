@@ -36,6 +36,8 @@ class Partition:
         self.deleted = False
         if log.latest_epoch is None or log.latest_epoch < leader_epoch:
             log.assign_epoch(leader_epoch, log.log_end_offset)
+        # Becoming leader: the checkpointed HW may lag after a crash; the ISR decides it now.
+        self.maybe_increment_high_watermark()
 
     @property
     def high_watermark(self) -> int:

@@ -1,0 +1,219 @@
+"""Bad input gets the right error code or a closed connection, and never disturbs others."""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import uuid
+
+import pytest
+
+from rivulet.protocol import framing, records
+from rivulet.protocol.compression import Codec
+from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.messages import api_versions_request as avq
+from rivulet.protocol.messages import metadata_request as mq
+from rivulet.protocol.messages import produce_request as pq
+
+pytestmark = pytest.mark.integration
+
+
+def connect(broker) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", broker.port), timeout=10)
+    return s
+
+
+def read_frame(s: socket.socket) -> bytes:
+    def exactly(n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            chunk = s.recv(n - len(out))
+            if not chunk:
+                raise ConnectionError("closed")
+            out += chunk
+        return out
+    size = struct.unpack(">i", exactly(4))[0]
+    return exactly(size)
+
+
+def is_closed(s: socket.socket) -> bool:
+    s.settimeout(10)
+    try:
+        return s.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def request(s: socket.socket, body, version: int, cid: int = 1):
+    s.sendall(framing.encode_request(body, version, cid, "bad-input-test"))
+    got_cid, resp = framing.decode_response(read_frame(s), body.API_KEY, version)
+    assert got_cid == cid
+    return resp
+
+
+def still_serving(broker) -> None:
+    """A fresh connection gets a correct Metadata answer."""
+    with connect(broker) as s:
+        resp = request(s, mq.MetadataRequest(topics=None), 12)
+        assert resp.brokers[0].port == broker.port
+
+
+def produce(s, topic: str, data: bytes, version: int = 9):
+    req = pq.ProduceRequest(acks=1, timeout_ms=5000, topic_data=[pq.TopicProduceData(
+        name=topic, partition_data=[pq.PartitionProduceData(index=0, records=data)])])
+    resp = request(s, req, version)
+    return resp.responses[0].partition_responses[0]
+
+
+def valid_batch(codec: int = 0) -> bytes:
+    recs = [records.Record(offset=i, timestamp=1_700_000_000_000 + i, key=b"k", value=b"v" * 100, headers=[])
+            for i in range(5)]
+    return records.encode_batch(recs, compression=codec)
+
+
+@pytest.fixture(scope="module")
+def topic(broker):
+    name = f"bad-{uuid.uuid4().hex[:6]}"
+    with connect(broker) as s:
+        request(s, mq.MetadataRequest(topics=[mq.MetadataRequestTopic(name=name)],
+                                      allow_auto_topic_creation=True), 12)
+    return name
+
+
+def test_random_bytes_close_only_that_connection(broker):
+    keep = connect(broker)
+    for seed in range(20):
+        with connect(broker) as s:
+            junk = os.urandom(64 + seed)
+            s.sendall(struct.pack(">i", len(junk)) + junk)
+            # Either a reply (if the junk happened to parse) or a closed connection; never a hang.
+            s.settimeout(10)
+            try:
+                s.recv(65536)
+            except (ConnectionResetError, socket.timeout):
+                pass
+    assert request(keep, mq.MetadataRequest(topics=None), 1).brokers
+    keep.close()
+    still_serving(broker)
+
+
+def test_oversized_frame_is_refused(broker):
+    with connect(broker) as s:
+        s.sendall(struct.pack(">i", 200 * 1024 * 1024))  # above socket.request.max.bytes
+        assert is_closed(s)
+    still_serving(broker)
+
+
+def test_negative_size_is_refused(broker):
+    with connect(broker) as s:
+        s.sendall(struct.pack(">i", -5))
+        assert is_closed(s)
+    still_serving(broker)
+
+
+def test_truncated_frame_then_disconnect(broker):
+    with connect(broker) as s:
+        frame = framing.encode_request(mq.MetadataRequest(topics=None), 12, 1, "x")
+        s.sendall(frame[: len(frame) // 2])
+    still_serving(broker)
+
+
+def test_truncated_body_closes(broker):
+    with connect(broker) as s:
+        frame = framing.encode_request(mq.MetadataRequest(topics=[mq.MetadataRequestTopic(name="abc")]), 1, 1, "x")
+        body = frame[4:-3]
+        s.sendall(struct.pack(">i", len(body)) + body)
+        assert is_closed(s)
+    still_serving(broker)
+
+
+def test_unknown_api_key_closes(broker):
+    with connect(broker) as s:
+        frame = struct.pack(">hhi", 9999, 0, 1) + b"\x00\x00"
+        s.sendall(struct.pack(">i", len(frame)) + frame)
+        assert is_closed(s)
+    still_serving(broker)
+
+
+def test_unsupported_api_version_of_api_versions_gets_v0_error(broker):
+    with connect(broker) as s:
+        frame = struct.pack(">hhi", 18, 99, 7) + b"\x00\x02hi"
+        s.sendall(struct.pack(">i", len(frame)) + frame)
+        cid, resp = framing.decode_response(read_frame(s), 18, 0)
+        assert cid == 7
+        assert resp.error_code == ErrorCode.UNSUPPORTED_VERSION
+        keys = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+        assert keys[18] == (0, 4) and keys[0][0] == 0
+
+
+def test_unsupported_version_of_other_api_closes(broker):
+    with connect(broker) as s:
+        # Fetch v0 is valid in the schema but older than Rivulet supports.
+        frame = struct.pack(">hhi", 1, 0, 3) + b"\x00\x01x" + bytes(20)
+        s.sendall(struct.pack(">i", len(frame)) + frame)
+        assert is_closed(s)
+    still_serving(broker)
+
+
+def test_api_versions_v3_reports_versions(broker):
+    with connect(broker) as s:
+        resp = request(s, avq.ApiVersionsRequest(client_software_name="t", client_software_version="1"), 3)
+        assert resp.error_code == 0
+        keys = {k.api_key for k in resp.api_keys}
+        assert {0, 1, 2, 3, 18, 19, 20}.issubset(keys)
+
+
+def test_wrong_crc_is_corrupt_message(broker, topic):
+    data = bytearray(valid_batch())
+    data[-1] ^= 0xFF
+    with connect(broker) as s:
+        r = produce(s, topic, bytes(data))
+        assert r.error_code == ErrorCode.CORRUPT_MESSAGE
+
+
+def test_corrupt_compressed_payload(broker, topic):
+    data = bytearray(valid_batch(Codec.GZIP))
+    # Scramble the compressed payload, then fix the CRC so only the payload is wrong.
+    for i in range(records.HEADER_SIZE + 4, len(data)):
+        data[i] ^= 0x5A
+    struct.pack_into(">I", data, records.CRC_OFFSET, records.compute_batch_crc(data, 0))
+    with connect(broker) as s:
+        r = produce(s, topic, bytes(data))
+        assert r.error_code == ErrorCode.CORRUPT_MESSAGE
+
+
+def test_old_message_format_is_unsupported(broker, topic):
+    # A magic v1 message: offset, size, crc, magic=1, attributes, timestamp, key, value
+    inner = struct.pack(">bbqi", 1, 0, 0, -1) + struct.pack(">i", 1) + b"x"
+    import zlib
+    msg = struct.pack(">I", zlib.crc32(inner)) + inner
+    data = struct.pack(">qi", 0, len(msg)) + msg
+    with connect(broker) as s:
+        r = produce(s, topic, data)
+        assert r.error_code == ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT
+
+
+def test_truncated_batch_in_produce(broker, topic):
+    data = valid_batch()[:-10]
+    with connect(broker) as s:
+        r = produce(s, topic, data)
+        assert r.error_code in (ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD)
+
+
+def test_produce_to_unknown_partition_and_bad_acks(broker, topic):
+    with connect(broker) as s:
+        req = pq.ProduceRequest(acks=1, timeout_ms=1000, topic_data=[pq.TopicProduceData(
+            name=topic, partition_data=[pq.PartitionProduceData(index=99, records=valid_batch())])])
+        r = request(s, req, 9).responses[0].partition_responses[0]
+        assert r.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        req.acks = 5
+        req.topic_data[0].partition_data[0].index = 0
+        r = request(s, req, 9).responses[0].partition_responses[0]
+        assert r.error_code == ErrorCode.INVALID_REQUIRED_ACKS
+
+
+def test_good_produce_after_all_that(broker, topic):
+    with connect(broker) as s:
+        r = produce(s, topic, valid_batch())
+        assert r.error_code == 0 and r.base_offset >= 0
