@@ -1,13 +1,8 @@
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from broker_process import BrokerProcess  # noqa: E402
+from rivulet.testing import BrokerProcess
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from typing import Any
 
 from rivulet.protocol.errors import ProtocolDecodeError
 from rivulet.protocol.messages import API_CLASSES, load
-from rivulet.protocol.schema import Struct, read_uvarint, write_uvarint
+from rivulet.protocol.schema import OutBuf, Struct, read_uvarint, write_uvarint
 
 API_VERSIONS_KEY = 18
 CONTROLLED_SHUTDOWN_KEY = 7
@@ -154,14 +154,19 @@ def encode_request(body: Struct, api_version: int, correlation_id: int, client_i
 
 
 def encode_response(body: Struct, api_key: int, api_version: int, correlation_id: int) -> bytearray:
-    """A whole response frame, size prefix included."""
-    out = bytearray(8)
+    """A whole response frame, size prefix included, as one buffer."""
+    return b"".join(encode_response_parts(body, api_key, api_version, correlation_id))
+
+
+def encode_response_parts(body: Struct, api_key: int, api_version: int, correlation_id: int) -> list[Any]:
+    """A whole response frame as buffers for a vectored write; large records are not copied."""
+    out = OutBuf(8)
     _SIZE.pack_into(out, 4, correlation_id)
     if response_header_version(api_key, api_version) >= 1:
         out.append(0)
     body.encode_into(out, api_version)
-    _SIZE.pack_into(out, 0, len(out) - 4)
-    return out
+    _SIZE.pack_into(out, 0, out.total_size() - 4)
+    return out.parts()
 
 
 def decode_response(frame: bytes | bytearray | memoryview, api_key: int, api_version: int) -> tuple[int, Any]:
@@ -186,6 +191,6 @@ def api_version_ranges() -> dict[int, tuple[int, int]]:
 
 __all__ = [
     "RequestHeader", "UnsupportedApi", "decode_request", "decode_request_header", "decode_response",
-    "encode_request", "encode_response", "request_class", "response_class", "write_uvarint",
+    "encode_request", "encode_response_parts", "encode_response", "request_class", "response_class", "write_uvarint",
     "api_version_ranges",
 ]

@@ -57,11 +57,46 @@ def read_uvarint(buf: Any, pos: int) -> tuple[int, int]:
 
 
 def write_uvarint(out: bytearray, value: int) -> None:
+    if value < 0x80:
+        out.append(value)
+        return
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
     out.append(value)
 
+
+class OutBuf(bytearray):
+    """An encode buffer that keeps large records fields out of line.
+
+    ``chunks`` holds (position, buffer) pairs: each buffer belongs at that position of the
+    output. ``parts()`` gives the pieces in order, ready for a vectored write.
+    """
+
+    __slots__ = ("chunks",)
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.chunks: list[tuple[int, Any]] = []
+
+    def total_size(self) -> int:
+        return len(self) + sum(len(b) for _, b in self.chunks)
+
+    def parts(self) -> list[Any]:
+        if not self.chunks:
+            return [self]
+        view = memoryview(self)
+        out = []
+        start = 0
+        for pos, b in self.chunks:
+            out.append(view[start:pos])
+            out.append(b)
+            start = pos
+        out.append(view[start:])
+        return out
+
+
+CHUNK_MIN = 16384
 
 _FIXED = {
     "bool": ("?", 1), "int8": ("b", 1), "int16": ("h", 2), "uint16": ("H", 2),
@@ -80,7 +115,7 @@ class _Gen:
         self.lines: list[str] = []
         self.ns: dict[str, Any] = {
             "read_uvarint": read_uvarint, "write_uvarint": write_uvarint, "UUID": _UUID,
-            "Err": ProtocolDecodeError, "I16": _I16, "I32": _I32,
+            "Err": ProtocolDecodeError, "I16": _I16, "I32": _I32, "OutBuf": OutBuf, "CHUNK_MIN": CHUNK_MIN,
         }
         self._n = 0
 
@@ -250,7 +285,12 @@ def _write_scalar(g: _Gen, ind: int, f: F, flex: bool, nullable: bool, val: str,
             g.emit(ind + 1, "out += I16.pack(len(b))")
         else:
             g.emit(ind + 1, "out += I32.pack(len(b))")
-        g.emit(ind + 1, "out += b")
+        if k == "records":
+            # Large record sets travel as their own buffer instead of being copied in.
+            g.emit(ind + 1, "if len(b) >= CHUNK_MIN and type(out) is OutBuf: out.chunks.append((len(out), b))")
+            g.emit(ind + 1, "else: out += b")
+        else:
+            g.emit(ind + 1, "out += b")
     elif k == "struct":
         if nullable:
             g.emit(ind, f"if {val} is None:")

@@ -196,7 +196,9 @@ class ReplicaManager:
                 headers = rec.validate_produce_records(data, max_batch_size=max_message_bytes(tp))
                 if required_acks == -1 and len(p.isr) < p.log.config.min_insync_replicas:
                     raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS)
-                buf = bytearray(data)
+                # Request frames are bytearrays: offsets are assigned in place, without a copy.
+                writable = isinstance(data, bytearray) or (isinstance(data, memoryview) and not data.readonly)
+                buf = data if writable else bytearray(data)
                 append_time = log_append_time(tp)
                 if append_time:
                     for pos, _h in rec.iter_batches(buf):

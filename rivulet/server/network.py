@@ -40,14 +40,24 @@ class _Slot:
         self.ready = False
 
 
-class KafkaConnection(asyncio.Protocol):
+# Small frames are parsed out of a fixed staging buffer; a frame larger than this gets a
+# buffer of its own that the socket reads into directly, so a 1 MiB produce is copied once.
+STAGE_SIZE = 256 * 1024
+
+
+class KafkaConnection(asyncio.BufferedProtocol):
     """One client connection."""
 
     def __init__(self, apis: KafkaApis, max_request_bytes: int) -> None:
         self.apis = apis
         self.max_request_bytes = max_request_bytes
         self.transport: asyncio.Transport | None = None
-        self.buf = bytearray()
+        self.stage = bytearray(STAGE_SIZE)
+        self.stage_view = memoryview(self.stage)
+        self.start = 0  # first unparsed byte in stage
+        self.end = 0  # end of received bytes in stage
+        self.big: bytearray | None = None  # a large frame being received
+        self.big_filled = 0
         self.pending: deque[_Slot] = deque()
         self.closed = False
         self.peer = ("?", 0)
@@ -73,33 +83,55 @@ class KafkaConnection(asyncio.Protocol):
         self._writing_paused = False
         self._update_reading()
 
-    def data_received(self, data: bytes) -> None:
-        buf = self.buf
-        buf += data
-        pos = 0
-        n = len(buf)
-        try:
-            while n - pos >= 4:
-                size = _SIZE.unpack_from(buf, pos)[0]
-                if size < 0 or size > self.max_request_bytes:
-                    log.warning("closing %s: request of %d bytes exceeds socket.request.max.bytes (%d)",
-                                self.peer, size, self.max_request_bytes)
-                    self.close()
-                    return
-                if n - pos - 4 < size:
-                    break
-                frame = bytes(buf[pos + 4:pos + 4 + size])
-                pos += 4 + size
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self.big is not None:
+            return memoryview(self.big)[self.big_filled:]
+        if self.end == STAGE_SIZE:
+            # Move the partial frame to the front; same-length slice assignment never resizes.
+            n = self.end - self.start
+            self.stage[0:n] = self.stage_view[self.start:self.end]
+            self.start, self.end = 0, n
+        return self.stage_view[self.end:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self.big is not None:
+            self.big_filled += nbytes
+            if self.big_filled == len(self.big):
+                frame, self.big = self.big, None
                 self._on_frame(frame)
-                if self.closed:
-                    return
-        finally:
-            if pos:
-                del buf[:pos]
+            self._update_reading()
+            return
+        self.end += nbytes
+        stage, view = self.stage, self.stage_view
+        while not self.closed:
+            avail = self.end - self.start
+            if avail < 4:
+                break
+            size = _SIZE.unpack_from(stage, self.start)[0]
+            if size < 0 or size > self.max_request_bytes:
+                log.warning("closing %s: request of %d bytes exceeds socket.request.max.bytes (%d)",
+                            self.peer, size, self.max_request_bytes)
+                self.close()
+                return
+            if avail - 4 >= size:
+                frame = bytearray(view[self.start + 4:self.start + 4 + size])
+                self.start += 4 + size
+                self._on_frame(frame)
+                continue
+            if size + 4 > STAGE_SIZE // 2:
+                # Too big to stage: give it its own buffer and receive the rest straight into it.
+                self.big = bytearray(size)
+                have = avail - 4
+                self.big[:have] = view[self.start + 4:self.end]
+                self.big_filled = have
+                self.start = self.end = 0
+            break
+        if self.start == self.end:
+            self.start = self.end = 0
         self._update_reading()
 
     # ------------------------------------------------------------ request handling
-    def _on_frame(self, frame: bytes) -> None:
+    def _on_frame(self, frame: bytearray) -> None:
         try:
             header, body_pos = framing.decode_request_header(frame)
         except framing.UnsupportedApi as e:
@@ -160,8 +192,11 @@ class KafkaConnection(asyncio.Protocol):
             if s.response is NO_RESPONSE:
                 continue
             h = s.header
-            frame = framing.encode_response(s.response, h.api_key, h.api_version, h.correlation_id)
-            transport.write(frame)  # type: ignore[union-attr]
+            parts = framing.encode_response_parts(s.response, h.api_key, h.api_version, h.correlation_id)
+            if len(parts) == 1:
+                transport.write(parts[0])  # type: ignore[union-attr]
+            else:
+                transport.writelines(parts)  # type: ignore[union-attr]
         self._update_reading()
 
     def _update_reading(self) -> None:

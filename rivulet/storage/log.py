@@ -330,14 +330,15 @@ class Log:
         """Assign offsets from the LEO and append validated batches.
 
         Base offsets and partition leader epochs are rewritten in place; a
-        ``bytearray`` argument is modified directly, other types are copied once.
+        ``bytearray`` or writable ``memoryview`` is modified directly, other types are copied once.
         ``headers`` describe the batches in order (only sizes, lastOffsetDelta,
         recordsCount and maxTimestamp are used). With ``log_append_time`` the caller
         has already stamped the batches; ``now_ms`` is used for indexing.
         """
         if not headers:
             return self._empty_append_info()
-        buf = records if isinstance(records, bytearray) else bytearray(records)
+        writable = isinstance(records, bytearray) or (isinstance(records, memoryview) and not records.readonly)
+        buf = records if writable else bytearray(records)
         cfg = self.config
         max_message_bytes = cfg.max_message_bytes
         with self._lock:

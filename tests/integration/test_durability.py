@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from broker_process import BrokerProcess
+from rivulet.testing import BrokerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -1,0 +1,164 @@
+"""Produce/consume throughput and end-to-end latency against a Rivulet broker process.
+
+The load generator is librdkafka (confluent-kafka), on the same machine as the broker.
+
+    python -m benchmarks.produce_consume                 # starts its own broker
+    python -m benchmarks.produce_consume --bootstrap host:port   # an already running broker
+
+It prints one table; docs/performance.md records the results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from rivulet.testing import BrokerProcess
+
+
+@dataclass
+class Result:
+    name: str
+    records: int
+    seconds: float
+    bytes: int
+
+    @property
+    def rps(self) -> float:
+        return self.records / self.seconds
+
+    @property
+    def mbps(self) -> float:
+        return self.bytes / self.seconds / 1e6
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])[name].result(30)
+
+
+def produce(bootstrap: str, topic: str, count: int, size: int, acks: str) -> Result:
+    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 10, "batch.size": 1_000_000,
+                  "batch.num.messages": 100_000, "queue.buffering.max.messages": 1_000_000,
+                  "queue.buffering.max.kbytes": 2_000_000, "enable.idempotence": False})
+    payload = bytes(i % 251 for i in range(size))
+    t0 = time.perf_counter()
+    for _ in range(count):
+        while True:
+            try:
+                p.produce(topic, payload)
+                break
+            except BufferError:
+                p.poll(0.001)
+    remaining = p.flush(120)
+    dt = time.perf_counter() - t0
+    assert remaining == 0, f"{remaining} records not delivered"
+    return Result(f"produce {size} B acks={acks}", count, dt, count * size)
+
+
+def consume(bootstrap: str, topic: str, partitions: int, count: int, size: int) -> Result:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-" + uuid.uuid4().hex[:6],
+                  "enable.auto.commit": False, "fetch.max.bytes": 52_428_800,
+                  "max.partition.fetch.bytes": 10_485_760, "queued.max.messages.kbytes": 1_048_576})
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    got = 0
+    nbytes = 0
+    t0 = None
+    while got < count:
+        msgs = c.consume(10_000, 1.0)
+        if t0 is None and msgs:
+            t0 = time.perf_counter()
+        for m in msgs:
+            if m.error() is None:
+                got += 1
+                nbytes += len(m.value())
+    dt = time.perf_counter() - (t0 or time.perf_counter())
+    c.close()
+    return Result(f"consume {size} B", got, dt, nbytes)
+
+
+def latency(bootstrap: str, topic: str, rate: int, seconds: float) -> dict[str, float]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "lat-" + uuid.uuid4().hex[:6],
+                  "enable.auto.commit": False, "fetch.wait.max.ms": 100})
+    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    lat: list[float] = []
+    stop = threading.Event()
+    total = int(rate * seconds)
+
+    def reader() -> None:
+        while not stop.is_set() and len(lat) < total:
+            for m in c.consume(1000, 0.1):
+                if m.error() is None:
+                    lat.append((time.perf_counter_ns() - int(m.value()[:20])) / 1e6)
+
+    th = threading.Thread(target=reader)
+    th.start()
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 0, "enable.idempotence": False})
+    t0 = time.perf_counter()
+    for i in range(total):
+        target = t0 + i / rate
+        while time.perf_counter() < target:
+            p.poll(0)
+        p.produce(topic, f"{time.perf_counter_ns():020d}".encode() + b"x" * 80, partition=0)
+        p.poll(0)
+    p.flush(30)
+    th.join(30)
+    stop.set()
+    c.close()
+    lat.sort()
+
+    def pct(q: float) -> float:
+        return lat[min(len(lat) - 1, int(q * len(lat)))]
+    return {"count": len(lat), "p50": pct(0.50), "p99": pct(0.99), "p999": pct(0.999),
+            "mean": statistics.fmean(lat)}
+
+
+def run(bootstrap: str, count_1k: int, count_100: int, partitions: int, lat_seconds: float) -> list[str]:
+    lines = []
+    results: list[Result] = []
+    for size, count in ((100, count_100), (1024, count_1k)):
+        for acks in ("1", "all"):
+            topic = f"bench-{size}-{acks}-{uuid.uuid4().hex[:6]}"
+            create_topic(bootstrap, topic, partitions)
+            results.append(produce(bootstrap, topic, count, size, acks))
+            if acks == "1":
+                results.append(consume(bootstrap, topic, partitions, count, size))
+    lines.append(f"| {'workload':<26} | {'records':>9} | {'records/s':>10} | {'MB/s':>7} |")
+    lines.append(f"|{'-' * 28}|{'-' * 11}:|{'-' * 11}:|{'-' * 8}:|")
+    for r in results:
+        lines.append(f"| {r.name:<26} | {r.records:>9} | {r.rps:>10,.0f} | {r.mbps:>7.1f} |")
+    topic = f"bench-lat-{uuid.uuid4().hex[:6]}"
+    create_topic(bootstrap, topic, 1)
+    lat = latency(bootstrap, topic, 5000, lat_seconds)
+    lines.append("")
+    lines.append(f"End-to-end latency at 5,000 msg/s for {lat_seconds:.0f} s ({lat['count']} records, 100 B): "
+                 f"p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms, p99.9 {lat['p999']:.2f} ms, "
+                 f"mean {lat['mean']:.2f} ms")
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bootstrap", help="use a running broker instead of starting one")
+    ap.add_argument("--records-1k", type=int, default=500_000)
+    ap.add_argument("--records-100", type=int, default=2_000_000)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--latency-seconds", type=float, default=10)
+    args = ap.parse_args()
+    if args.bootstrap:
+        lines = run(args.bootstrap, args.records_1k, args.records_100, args.partitions, args.latency_seconds)
+    else:
+        with BrokerProcess() as broker:
+            lines = run(broker.bootstrap, args.records_1k, args.records_100, args.partitions, args.latency_seconds)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
