@@ -395,7 +395,7 @@ class ControlRecordType(IntEnum):
 
 @dataclass(slots=True, frozen=True)
 class ControlRecord:
-    kind: int
+    type: int
     """A ControlRecordType, or another type id Kafka may use (e.g. KRaft's)."""
     version: int
     coordinator_epoch: int | None
@@ -715,7 +715,7 @@ def decode_records(
 
 
 def _check_records(
-    buf: bytes,
+    buf: bytes | bytearray | memoryview,
     pos: int,
     end: int,
     count: int,
@@ -938,7 +938,8 @@ def validate_produce_records(
         elif isinstance(data, (bytes, bytearray)):
             records_buf, start, stop = data, pos + HEADER_SIZE, end
         else:
-            # Walk the view in place: copying a 1 MiB batch just to read it costs more.
+            # Walk the caller's buffer in place: indexing a view costs about what a copy
+            # would save, and this spares the allocation.
             records_buf, start, stop = view, pos + HEADER_SIZE, end
         _check_records(
             records_buf, start, stop, count, require_keys, header.base_timestamp, timestamp_bounds
