@@ -4,7 +4,7 @@ from .metrics import RateMeter
 from .operation import DelayedOperation
 from .purgatory import DelayedOperationPurgatory
 from .timer import Timer, monotonic_ms
-from .timing_wheel import TimerTask, TimerTaskList, TimingWheel
+from .timing_wheel import TimerTask, TimingWheel
 
 __all__ = [
     "DelayedOperation",
@@ -12,7 +12,6 @@ __all__ = [
     "RateMeter",
     "Timer",
     "TimerTask",
-    "TimerTaskList",
     "TimingWheel",
     "monotonic_ms",
 ]

@@ -17,7 +17,9 @@ class RateMeter:
 
     __slots__ = ("_clock", "_sub_ms", "_samples", "_counts", "_epochs", "_start_ms", "count")
 
-    def __init__(self, clock: Callable[[], int], window_ms: int = 30_000, samples: int = 30) -> None:
+    def __init__(
+        self, clock: Callable[[], int], window_ms: int = 30_000, samples: int = 30
+    ) -> None:
         if samples < 1 or window_ms < samples:
             raise ValueError("need window_ms >= samples >= 1")
         self._clock = clock

@@ -87,9 +87,12 @@ class DelayedOperationPurgatory(Generic[T]):
             # Watched but done: it now counts towards the purge estimate.
             self._maybe_purge()
             return True
-        operation._purgatory = self
-        self._num_delayed += 1
+        # add() never runs user code, so the operation cannot complete in
+        # between (Kafka re-checks here because of other threads).
         self._timer.add(operation)
+        if operation.is_scheduled:  # not if it was cancelled earlier
+            operation._purgatory = self
+            self._num_delayed += 1
         return False
 
     def check_and_complete(self, key: Hashable) -> int:

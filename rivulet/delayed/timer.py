@@ -104,7 +104,7 @@ class Timer(TimingWheel):
         self._bounds = _DIVERT
         self._cancel_handle()
         self._wake_at = -math.inf
-        self.clear()
+        self._clear_all()
 
     @property
     def is_shutdown(self) -> bool:

@@ -56,7 +56,8 @@ class TimerTask:
     Subclasses override :meth:`run`.  The task is itself the list node, so
     scheduling allocates nothing besides the task.  ``delay_ms`` must be an
     ``int``; it is read when the task is added, so a task that has run may be
-    re-armed by setting ``delay_ms`` and adding it again.
+    re-armed by setting ``delay_ms`` and adding it again.  ``add`` sets
+    ``expiration_ms`` (absolute, in the timer's clock).
     """
 
     __slots__ = ("delay_ms", "expiration_ms", "_bucket", "_prev", "_next")
@@ -275,7 +276,10 @@ class TimingWheel:
                 self._wake_for(vid)
 
     def advance_to(self, now_ms: int) -> int:
-        """Run every task whose expiration is <= ``now_ms``; returns how many ran.
+        """Run every task due at ``now_ms``; returns how many ran.
+
+        Resolution is one tick: due means expiring before the end of the
+        tick that contains ``now_ms`` (with the default 1 ms tick: <= now).
 
         Order: tasks that were already due when added run first, then
         buckets in expiration order; within one tick, in insertion order.
@@ -306,8 +310,8 @@ class TimingWheel:
                 self._place_incoming()
         return ran
 
-    def clear(self) -> None:
-        """Drop every scheduled task without running it."""
+    def _clear_all(self) -> None:
+        """Drop every scheduled task without running it (shutdown)."""
         for slots in self._slots_i[1:]:
             for bucket in slots:
                 bucket._clear()
@@ -319,7 +323,7 @@ class TimingWheel:
         self._queue.clear()
         self._size = 0
 
-    # -- hooks ----------------------------------------------------------------
+    # -- hooks ------------------------------------------------------------------
 
     def _wake_for(self, when_ms: int) -> None:
         """Make sure a pass runs at ``when_ms`` (overridden by the asyncio timer)."""
