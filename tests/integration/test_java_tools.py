@@ -1,0 +1,250 @@
+"""Apache Kafka's own Java tools against Rivulet, and (to validate the harness) against Kafka.
+
+Rivulet tests drive the broker the way Kafka's perf and admin tools do: ProducerPerformance
+(acks=all, idempotence at the client default, i.e. on), ConsumerPerformance in a group,
+EndToEndLatency, kafka-topics and kafka-consumer-groups. A missing Rivulet feature makes these
+fail, never skip; they skip only when Java, Maven or Maven Central is unavailable.
+
+``test_runners_against_apache_kafka`` runs the same runners against a real Apache Kafka broker,
+so a parsing bug in tests/java_tools.py cannot pass for a Rivulet bug (or hide one).
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import java_tools as jt  # noqa: E402
+
+pytestmark = [pytest.mark.java, pytest.mark.integration]
+
+NUM_RECORDS = 50_000
+RECORD_SIZE = 100
+MIB = NUM_RECORDS * RECORD_SIZE / 2**20
+
+# Bound every client wait so a missing broker feature fails in seconds, not the tool defaults
+# (a 60 s max.block.ms, a 2 min delivery timeout).
+PRODUCER_PROPS = {"max.block.ms": 20_000, "request.timeout.ms": 15_000, "delivery.timeout.ms": 30_000}
+CLIENT_PROPS = {"request.timeout.ms": 15_000, "default.api.timeout.ms": 20_000}
+ADMIN_PROPS = {"request.timeout.ms": 15_000, "default.api.timeout.ms": 20_000}
+TOOL_TIMEOUT = 90.0
+
+
+@pytest.fixture(scope="module")
+def java() -> None:
+    """Skip, loudly, when the Java tools cannot run here. List it before `broker`."""
+    reason = jt.java_available()
+    if reason is not None:
+        # A warning shows in pytest's summary by default; a skip reason only with -rs.
+        warnings.warn(f"Kafka Java tool tests skipped: {reason}", pytest.PytestWarning, stacklevel=1)
+        print(f"Kafka Java tool tests skipped: {reason}", file=sys.stderr)
+        pytest.skip(f"Kafka Java tools unavailable: {reason}")
+
+
+@pytest.fixture(scope="module")
+def kafka_ref(java: None) -> Iterator[str]:
+    """A real Apache Kafka broker; failing to start it is a harness failure, not a skip."""
+    from benchmarks.reference.kafka import KafkaReference
+
+    ref = KafkaReference()
+    try:
+        ref.start()
+        yield ref.bootstrap
+    finally:
+        ref.stop()
+        ref.cleanup()
+
+
+def topic_name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+# Setup goes through librdkafka (CreateTopics, a non-idempotent producer, ListOffsets) so each
+# test depends only on the broker features the Java tool under test needs.
+
+
+def admin_create(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    futures[topic].result(timeout=30)
+
+
+def seed(bootstrap: str, topic: str, n: int, partitions: int, size: int = RECORD_SIZE) -> None:
+    """n records spread round-robin, so every partition has some (a sticky partitioner may
+    leave one empty)."""
+    from confluent_kafka import Producer
+
+    errors: list[object] = []
+    p = Producer({
+        "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": False,
+        "linger.ms": 5, "message.timeout.ms": 30_000,
+    })
+    for i in range(n):
+        while True:
+            try:
+                p.produce(topic, value=b"%08d" % i + b"x" * (size - 8), partition=i % partitions,
+                          on_delivery=lambda e, m: e and errors.append(e))
+                break
+            except BufferError:
+                p.poll(0.05)
+        p.poll(0)
+    assert p.flush(30) == 0, "seeding did not finish"
+    assert not errors, f"seeding failed: {errors[:3]}"
+
+
+def log_end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused-watermarks"})
+    try:
+        parts = c.list_topics(topic, timeout=10).topics[topic].partitions
+        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+    finally:
+        c.close()
+
+
+# ---------------------------------------------------------------------------- the flows, shared
+
+
+def check_topic_command(bootstrap: str) -> None:
+    topic = topic_name("jtopic")
+    jt.create_topic(bootstrap, topic, partitions=3, configs={"retention.ms": 3_600_000},
+                    admin_props=ADMIN_PROPS, timeout=TOOL_TIMEOUT)
+    desc = jt.describe_topics(bootstrap, topic, admin_props=ADMIN_PROPS, timeout=TOOL_TIMEOUT)
+    assert set(desc) == {topic}
+    d = desc[topic]
+    assert (d.partition_count, d.replication_factor) == (3, 1)
+    assert d.topic_id and d.topic_id != "AAAAAAAAAAAAAAAAAAAAAA"  # a real id, not Uuid.ZERO
+    assert d.configs.get("retention.ms") == "3600000"
+    assert [p.partition for p in d.partitions] == [0, 1, 2]
+    for p in d.partitions:
+        assert p.leader is not None and p.replicas == [p.leader] and p.isr == [p.leader]
+    # Creating it again must be refused with TOPIC_ALREADY_EXISTS, which the tool reports.
+    with pytest.raises(jt.JavaToolError, match="already exists"):
+        jt.create_topic(bootstrap, topic, admin_props=ADMIN_PROPS, timeout=TOOL_TIMEOUT)
+    # --if-not-exists turns that into a no-op.
+    jt.create_topic(bootstrap, topic, if_not_exists=True, admin_props=ADMIN_PROPS, timeout=TOOL_TIMEOUT)
+
+
+def check_producer_perf(bootstrap: str) -> jt.ProducerPerfResult:
+    topic = topic_name("jprod")
+    admin_create(bootstrap, topic, partitions=3)
+    r = jt.producer_perf(bootstrap, topic, num_records=NUM_RECORDS, record_size=RECORD_SIZE, acks="all",
+                         props=PRODUCER_PROPS, timeout=TOOL_TIMEOUT)
+    print(f"\nProducerPerformance {bootstrap}: {r.records_per_sec:.0f} rec/s, {r.mb_per_sec:.2f} MB/s, "
+          f"avg {r.avg_latency_ms:.1f} ms, p99 {r.p99_ms} ms")
+    assert r.records == NUM_RECORDS and r.records_per_sec > 0 and r.mb_per_sec > 0
+    assert r.p50_ms <= r.p95_ms <= r.p99_ms <= r.p999_ms <= r.max_latency_ms
+    # Idempotent and acks=all: exactly one copy of every record, whatever retries happened.
+    assert sum(log_end_offsets(bootstrap, topic).values()) == NUM_RECORDS
+    return r
+
+
+def check_consumer_perf(bootstrap: str) -> jt.ConsumerPerfResult:
+    topic = topic_name("jcons")
+    admin_create(bootstrap, topic, partitions=3)
+    seed(bootstrap, topic, NUM_RECORDS, partitions=3)
+    r = jt.consumer_perf(bootstrap, topic, num_records=NUM_RECORDS, group=topic_name("jcons-group"),
+                         idle_timeout_ms=15_000, props=CLIENT_PROPS, timeout=TOOL_TIMEOUT)
+    print(f"\nConsumerPerformance {bootstrap}: {r.records_per_sec:.0f} rec/s, {r.mb_per_sec:.2f} MB/s, "
+          f"rebalance {r.rebalance_ms} ms, fetch {r.fetch_records_per_sec:.0f} rec/s")
+    assert r.records == NUM_RECORDS
+    assert r.mb == pytest.approx(MIB, abs=1e-3)
+    return r
+
+
+def check_end_to_end_latency(bootstrap: str) -> jt.EndToEndLatencyResult:
+    topic = topic_name("je2e")
+    admin_create(bootstrap, topic)
+    r = jt.end_to_end_latency(bootstrap, topic, num_records=1000, record_size=RECORD_SIZE, acks="all",
+                              props=PRODUCER_PROPS | CLIENT_PROPS, timeout=TOOL_TIMEOUT)
+    print(f"\nEndToEndLatency {bootstrap}: avg {r.avg_ms:.2f} ms, p50 {r.p50_ms} ms, p99 {r.p99_ms} ms, "
+          f"p99.9 {r.p999_ms} ms")
+    assert r.avg_ms > 0 and r.p50_ms <= r.p99_ms <= r.p999_ms
+    # Each record was read back and validated by the tool itself; the log holds exactly them.
+    assert log_end_offsets(bootstrap, topic) == {0: 1000}
+    return r
+
+
+def check_consumer_group_command(bootstrap: str) -> None:
+    topic, group = topic_name("jgroup"), topic_name("jgroup-g")
+    admin_create(bootstrap, topic, partitions=3)
+    seed(bootstrap, topic, 3000, partitions=3)
+    ends = log_end_offsets(bootstrap, topic)
+    assert ends == {0: 1000, 1: 1000, 2: 1000}
+    # Consume everything as a group member; the consumer commits on close.
+    jt.consumer_perf(bootstrap, topic, num_records=3000, group=group, idle_timeout_ms=15_000,
+                     props=CLIENT_PROPS, timeout=TOOL_TIMEOUT)
+    assert group in jt.list_groups(bootstrap, admin_props=ADMIN_PROPS, timeout=TOOL_TIMEOUT)
+
+    rows = jt.describe_group(bootstrap, group, admin_props=ADMIN_PROPS, timeout=TOOL_TIMEOUT)
+    assert [(r.topic, r.partition) for r in rows] == [(topic, p) for p in range(3)]
+    for r in rows:
+        assert (r.current_offset, r.log_end_offset, r.lag) == (ends[r.partition], ends[r.partition], 0)
+        assert r.consumer_id is None  # the member left, so no owner is shown
+
+    # A dry run reports the target offsets and changes nothing.
+    plan = jt.reset_offsets(bootstrap, group, topic, to="earliest", execute=False,
+                            admin_props=ADMIN_PROPS, timeout=TOOL_TIMEOUT)
+    assert plan == {(topic, p): 0 for p in range(3)}
+    rows = jt.describe_group(bootstrap, group, admin_props=ADMIN_PROPS, timeout=TOOL_TIMEOUT)
+    assert all(r.lag == 0 for r in rows)
+
+    done = jt.reset_offsets(bootstrap, group, topic, to="earliest", admin_props=ADMIN_PROPS, timeout=TOOL_TIMEOUT)
+    assert done == {(topic, p): 0 for p in range(3)}
+    done = jt.reset_offsets(bootstrap, group, topic, to=5, partitions=[1], admin_props=ADMIN_PROPS,
+                            timeout=TOOL_TIMEOUT)
+    assert done == {(topic, 1): 5}
+    rows = jt.describe_group(bootstrap, group, admin_props=ADMIN_PROPS, timeout=TOOL_TIMEOUT)
+    expected = {p: (5 if p == 1 else 0) for p in range(3)}
+    for r in rows:
+        assert r.current_offset == expected[r.partition]
+        assert r.lag == ends[r.partition] - expected[r.partition]
+
+    # An unknown group is an error the tool prints (exit 0); the runner must surface it.
+    with pytest.raises(jt.JavaToolError):
+        jt.describe_group(bootstrap, topic_name("no-such-group"), admin_props=ADMIN_PROPS, timeout=TOOL_TIMEOUT)
+
+
+# ---------------------------------------------------------------------------- against Rivulet
+
+
+def test_topic_command_create_and_describe(java, broker) -> None:
+    check_topic_command(broker.bootstrap)
+
+
+def test_producer_performance_acks_all_idempotent(java, broker) -> None:
+    check_producer_perf(broker.bootstrap)
+
+
+def test_end_to_end_latency(java, broker) -> None:
+    check_end_to_end_latency(broker.bootstrap)
+
+
+def test_consumer_performance_with_group(java, broker) -> None:
+    check_consumer_perf(broker.bootstrap)
+
+
+def test_consumer_group_command_describe_and_reset(java, broker) -> None:
+    check_consumer_group_command(broker.bootstrap)
+
+
+# ---------------------------------------------------------------------------- the harness itself
+
+
+def test_runners_against_apache_kafka(kafka_ref: str) -> None:
+    """Every runner and assertion above, against the reference implementation."""
+    check_topic_command(kafka_ref)
+    check_producer_perf(kafka_ref)
+    check_consumer_perf(kafka_ref)
+    check_end_to_end_latency(kafka_ref)
+    check_consumer_group_command(kafka_ref)

@@ -1,0 +1,568 @@
+"""Run Apache Kafka's own Java tools against any bootstrap address and parse what they print.
+
+The jars come from the Maven cache managed by ``benchmarks.reference.kafka`` (fetched on first
+use). Every runner raises :class:`JavaToolError`, carrying the tool's full output, when the tool
+fails, prints an error, or does less work than asked (e.g. fewer records sent than requested),
+so a test failure always shows what Kafka's client saw.
+
+    reason = java_available()          # None, or why the Java tools cannot run here
+    p = producer_perf("127.0.0.1:9092", "t", num_records=50_000, record_size=100)
+    p.records_per_sec, p.mb_per_sec, p.p99_ms
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_REPO = Path(__file__).resolve().parents[1]
+if str(_REPO) not in sys.path:  # `benchmarks` is not an installed package
+    sys.path.insert(0, str(_REPO))
+
+from benchmarks.reference.kafka import (  # noqa: E402
+    KAFKA_VERSION,
+    FetchError,
+    classpath,
+    fetch,
+    is_fetched,
+    kafka_home,
+    write_log4j2_config,
+)
+
+PRODUCER_PERF = "org.apache.kafka.tools.ProducerPerformance"
+CONSUMER_PERF = "org.apache.kafka.tools.ConsumerPerformance"
+END_TO_END_LATENCY = "org.apache.kafka.tools.EndToEndLatency"
+TOPIC_COMMAND = "org.apache.kafka.tools.TopicCommand"  # kafka.admin.TopicCommand before 3.5
+CONSUMER_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+
+# What kafka-*-perf-test.sh give their JVMs; the G1 flags match the reference broker's.
+_TOOL_JVM = ["-Xmx512m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true"]
+# Admin commands live about a second and are never measured: the C1-only JIT starts them
+# ~0.4 s sooner. The perf tools keep the full JIT so their figures stay representative.
+_ADMIN_JVM = ("-XX:TieredStopAtLevel=1",)
+
+
+class JavaToolError(RuntimeError):
+    """A Kafka tool failed; ``str()`` includes its command line and output."""
+
+    def __init__(self, message: str, run: ToolRun | None = None) -> None:
+        self.run = run
+        if run is not None:
+            message = (
+                f"{message}\n$ {run.command_line()}\n(exit {run.returncode}, {run.seconds:.1f}s)\n"
+                f"--- stdout\n{_tail(run.stdout)}\n--- stderr\n{_tail(run.stderr)}"
+            )
+        super().__init__(message)
+
+
+def _tail(text: str, limit: int = 6000) -> str:
+    return text if len(text) <= limit else "...\n" + text[-limit:]
+
+
+@dataclass(frozen=True)
+class ToolRun:
+    main_class: str
+    args: tuple[str, ...]
+    returncode: int | None  # None: killed at the timeout
+    stdout: str
+    stderr: str
+    seconds: float
+
+    def command_line(self) -> str:
+        return " ".join([self.main_class.rsplit(".", 1)[-1], *self.args])
+
+
+# ---------------------------------------------------------------------------- availability
+
+
+@functools.cache
+def java_available(version: str = KAFKA_VERSION) -> str | None:
+    """None when the Java tools can run; otherwise the reason they cannot (for pytest.skip).
+
+    Fetches Kafka on first use (seconds from a warm ~/.m2, about 10 s cold). The answer is
+    cached for the process. ``RIVULET_SKIP_JAVA=1`` forces a skip.
+    """
+    if os.environ.get("RIVULET_SKIP_JAVA"):
+        return "RIVULET_SKIP_JAVA is set"
+    java = shutil.which("java")
+    if java is None:
+        return "java not found on PATH"
+    try:
+        probe = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"java -version failed: {e}"
+    if probe.returncode != 0:
+        return f"java -version failed: {probe.stderr.strip()[:500]}"
+    m = re.search(r'version "(\d+)', probe.stderr)
+    if m and int(m.group(1)) < 11:  # Kafka 4 tools need Java 11+, the broker 17+
+        return f"Java {m.group(1)} is too old for Apache Kafka {version}"
+    if is_fetched(version):
+        return None
+    try:
+        fetch(version)
+    except FetchError as e:
+        # Maven's own [ERROR] lines say what went wrong (offline, proxy, no such version).
+        lines = str(e).splitlines()
+        detail = [ln for ln in lines[1:] if ln.startswith("[ERROR]")][:1]  # the rest is boilerplate
+        return f"cannot fetch Apache Kafka {version} with Maven: " + " ".join(lines[:1] + detail)[:1500]
+    return None
+
+
+def _tools_log_config(version: str) -> Path:
+    # Tools log WARN+ to stderr, keeping stdout for the figures; written atomically since
+    # parallel sessions share the cache.
+    path = kafka_home(version) / "tools-log4j2.properties"
+    if not path.exists():
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        write_log4j2_config(tmp, level="WARN")
+        os.replace(tmp, path)
+    return path
+
+
+# ---------------------------------------------------------------------------- running a tool
+
+
+def run_tool(
+    main_class: str,
+    args: Sequence[str],
+    *,
+    timeout: float = 120.0,
+    check: bool = True,
+    version: str = KAFKA_VERSION,
+    jvm_args: Sequence[str] = (),
+) -> ToolRun:
+    """``java -cp <cached jars> main_class args...``; raises JavaToolError on non-zero exit."""
+    reason = java_available(version)
+    if reason is not None:
+        raise JavaToolError(f"Kafka's Java tools are unavailable: {reason}")
+    cmd = [
+        "java", *_TOOL_JVM, *jvm_args,
+        f"-Dlog4j2.configurationFile={_tools_log_config(version)}",
+        "-cp", classpath(version), main_class, *args,
+    ]
+    started = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        rc, out, err = proc.returncode, proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as e:
+        rc = None
+        out = _text(e.stdout)
+        err = _text(e.stderr) + f"\n[killed after {timeout:.0f}s]"
+    run = ToolRun(main_class, tuple(args), rc, out, err, time.monotonic() - started)
+    if check and rc != 0:
+        raise JavaToolError(f"{run.main_class.rsplit('.', 1)[-1]} failed", run)
+    return run
+
+
+def _text(b: bytes | str | None) -> str:
+    if b is None:
+        return ""
+    return b if isinstance(b, str) else b.decode(errors="replace")
+
+
+class _ConfigFile:
+    """Client properties in a temp file for --command-config (every tool accepts one)."""
+
+    def __init__(self, props: Mapping[str, object] | None) -> None:
+        self.props = dict(props or {})
+        self.path: str | None = None
+
+    def __enter__(self) -> list[str]:
+        if not self.props:
+            return []
+        fd, self.path = tempfile.mkstemp(prefix="rivulet-tool-", suffix=".properties")
+        with os.fdopen(fd, "w") as f:
+            f.writelines(f"{k}={_prop(v)}\n" for k, v in self.props.items())
+        return ["--command-config", self.path]
+
+    def __exit__(self, *exc: object) -> None:
+        if self.path:
+            os.unlink(self.path)
+
+
+def _prop(v: object) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+# ---------------------------------------------------------------------------- ProducerPerformance
+
+
+@dataclass(frozen=True)
+class ProducerPerfResult:
+    records: int
+    records_per_sec: float
+    mb_per_sec: float  # MiB/s of values, as the tool reports it
+    avg_latency_ms: float
+    max_latency_ms: float
+    p50_ms: int
+    p95_ms: int
+    p99_ms: int
+    p999_ms: int
+    run: ToolRun = field(repr=False)
+
+
+_PRODUCER_TOTAL = re.compile(
+    r"^(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), ([\d.]+) ms avg latency, "
+    r"([\d.]+) ms max latency, (\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th, (\d+) ms 99\.9th\.",
+    re.M,
+)
+
+
+def producer_perf(
+    bootstrap: str,
+    topic: str,
+    *,
+    num_records: int = 50_000,
+    record_size: int = 100,
+    throughput: int = -1,
+    acks: str = "all",
+    props: Mapping[str, object] | None = None,
+    timeout: float = 120.0,
+) -> ProducerPerfResult:
+    """kafka-producer-perf-test. Idempotence stays at the client default (on) unless ``props``
+    says otherwise. Raises unless every record was acknowledged."""
+    with _ConfigFile({"acks": acks, **(props or {})}) as cfg:
+        run = run_tool(PRODUCER_PERF, [
+            "--bootstrap-server", bootstrap, "--topic", topic, "--num-records", str(num_records),
+            "--record-size", str(record_size), "--throughput", str(throughput), *cfg,
+        ], timeout=timeout)
+    m = _PRODUCER_TOTAL.search(run.stdout)
+    if m is None:
+        raise JavaToolError("ProducerPerformance printed no summary line", run)
+    g = m.groups()
+    result = ProducerPerfResult(
+        int(g[0]), float(g[1]), float(g[2]), float(g[3]), float(g[4]), int(g[5]), int(g[6]), int(g[7]), int(g[8]), run,
+    )
+    if result.records != num_records:  # only acknowledged sends are counted
+        raise JavaToolError(f"ProducerPerformance: {result.records} of {num_records} records acknowledged", run)
+    return result
+
+
+# ---------------------------------------------------------------------------- ConsumerPerformance
+
+
+@dataclass(frozen=True)
+class ConsumerPerfResult:
+    records: int
+    mb: float
+    mb_per_sec: float
+    records_per_sec: float
+    rebalance_ms: int  # time to join the group, excluded from the fetch.* figures
+    fetch_ms: int
+    fetch_mb_per_sec: float
+    fetch_records_per_sec: float
+    group: str
+    run: ToolRun = field(repr=False)
+
+
+def consumer_perf(
+    bootstrap: str,
+    topic: str,
+    *,
+    num_records: int,
+    group: str | None = None,
+    idle_timeout_ms: int = 10_000,
+    props: Mapping[str, object] | None = None,
+    require_all: bool = True,
+    timeout: float = 120.0,
+) -> ConsumerPerfResult:
+    """kafka-consumer-perf-test: subscribes with ``group`` (a fresh one if None), so this needs
+    the group coordinator. The tool gives up after ``idle_timeout_ms`` without records and
+    still exits 0; with ``require_all`` that shortfall raises."""
+    group = group or f"perf-{uuid.uuid4().hex[:8]}"
+    with _ConfigFile(props) as cfg:
+        run = run_tool(CONSUMER_PERF, [
+            "--bootstrap-server", bootstrap, "--topic", topic, "--num-records", str(num_records),
+            "--group", group, "--timeout", str(idle_timeout_ms), *cfg,
+        ], timeout=timeout)
+    lines = [ln.strip() for ln in run.stdout.splitlines() if ln.strip()]
+    try:
+        i = next(i for i, ln in enumerate(lines) if ln.startswith("start.time,"))
+        header = [h.strip() for h in lines[i].split(",")]
+        # A timeout WARNING line may sit between the header and the figures.
+        values = next(v for ln in lines[i + 1:] if len(v := [x.strip() for x in ln.split(",")]) == len(header))
+        row = dict(zip(header, values, strict=True))
+        result = ConsumerPerfResult(
+            records=int(row["data.consumed.in.nMsg"]),
+            mb=float(row["data.consumed.in.MB"]),
+            mb_per_sec=float(row["MB.sec"]),
+            records_per_sec=float(row["nMsg.sec"]),
+            rebalance_ms=int(row["rebalance.time.ms"]),
+            fetch_ms=int(row["fetch.time.ms"]),
+            fetch_mb_per_sec=float(row["fetch.MB.sec"]),
+            fetch_records_per_sec=float(row["fetch.nMsg.sec"]),
+            group=group,
+            run=run,
+        )
+    except (StopIteration, IndexError, KeyError, ValueError) as e:
+        raise JavaToolError(f"ConsumerPerformance output not understood ({e!r})", run) from None
+    if require_all and result.records < num_records:
+        raise JavaToolError(f"ConsumerPerformance: consumed {result.records} of {num_records} records", run)
+    return result
+
+
+# ---------------------------------------------------------------------------- EndToEndLatency
+
+
+@dataclass(frozen=True)
+class EndToEndLatencyResult:
+    records: int
+    avg_ms: float
+    p50_ms: int  # the tool truncates each sample to whole milliseconds
+    p99_ms: int
+    p999_ms: int
+    run: ToolRun = field(repr=False)
+
+
+def end_to_end_latency(
+    bootstrap: str,
+    topic: str,
+    *,
+    num_records: int = 1000,
+    record_size: int = 100,
+    acks: str = "all",
+    props: Mapping[str, object] | None = None,
+    timeout: float = 120.0,
+) -> EndToEndLatencyResult:
+    """kafka-e2e-latency: send one record synchronously, poll it back, repeat. The consumer is
+    assigned (not subscribed) but commits its offsets under a group at the end; the tool
+    creates the topic when Metadata does not list it."""
+    with _ConfigFile(props) as cfg:
+        run = run_tool(END_TO_END_LATENCY, [
+            "--bootstrap-server", bootstrap, "--topic", topic, "--num-records", str(num_records),
+            "--producer-acks", acks, "--record-size", str(record_size), *cfg,
+        ], timeout=timeout)
+    avg = re.search(r"^Avg latency: ([\d.]+) ms", run.stdout, re.M)
+    pct = re.search(r"^Percentiles: 50th = (\d+), 99th = (\d+), 99\.9th = (\d+)", run.stdout, re.M)
+    if avg is None or pct is None:
+        raise JavaToolError("EndToEndLatency printed no summary", run)
+    return EndToEndLatencyResult(num_records, float(avg.group(1)), *(int(x) for x in pct.groups()), run=run)
+
+
+# ---------------------------------------------------------------------------- TopicCommand
+
+
+@dataclass(frozen=True)
+class PartitionDescription:
+    partition: int
+    leader: int | None  # None when the tool prints "none"
+    replicas: list[int]
+    isr: list[int]
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    name: str
+    topic_id: str
+    partition_count: int
+    replication_factor: int
+    configs: dict[str, str]  # non-default configs only, as the tool shows them
+    partitions: list[PartitionDescription]
+
+
+def create_topic(
+    bootstrap: str,
+    topic: str,
+    *,
+    partitions: int = 1,
+    replication_factor: int = 1,
+    configs: Mapping[str, object] | None = None,
+    if_not_exists: bool = False,
+    admin_props: Mapping[str, object] | None = None,
+    timeout: float = 60.0,
+) -> ToolRun:
+    """kafka-topics --create; raises JavaToolError unless the tool reports success."""
+    args = ["--bootstrap-server", bootstrap, "--create", "--topic", topic,
+            "--partitions", str(partitions), "--replication-factor", str(replication_factor)]
+    for k, v in (configs or {}).items():
+        args += ["--config", f"{k}={_prop(v)}"]
+    if if_not_exists:
+        args.append("--if-not-exists")
+    with _ConfigFile(admin_props) as cfg:
+        run = run_tool(TOPIC_COMMAND, args + cfg, timeout=timeout, jvm_args=_ADMIN_JVM)
+    if not if_not_exists and f"Created topic {topic}." not in run.stdout:
+        raise JavaToolError("TopicCommand did not confirm the creation", run)
+    return run
+
+
+def _ints(s: str) -> list[int]:
+    return [int(x) for x in s.split(",") if x.strip()]
+
+
+def _fields(line: str) -> dict[str, str]:
+    # "Key: value" pairs separated by tabs; values may be empty ("Elr: ").
+    out = {}
+    for part in line.strip("\n").split("\t"):
+        k, sep, v = part.partition(":")
+        if sep and k.strip():
+            out[k.strip()] = v.strip()
+    return out
+
+
+def parse_topic_describe(text: str) -> dict[str, TopicDescription]:
+    """Parse ``kafka-topics --describe`` output into descriptions keyed by topic name."""
+    topics: dict[str, TopicDescription] = {}
+    for line in text.splitlines():
+        if line.startswith("Topic:"):
+            f = _fields(line)
+            configs = dict(kv.split("=", 1) for kv in f.get("Configs", "").split(",") if "=" in kv)
+            topics[f["Topic"]] = TopicDescription(
+                f["Topic"], f.get("TopicId", ""), int(f["PartitionCount"]), int(f["ReplicationFactor"]), configs, [],
+            )
+        elif line.startswith("\tTopic:"):
+            f = _fields(line)
+            leader = f.get("Leader", "none")
+            topics[f["Topic"]].partitions.append(PartitionDescription(
+                int(f["Partition"]), None if leader in ("none", "-1", "") else int(leader),
+                _ints(f.get("Replicas", "")), _ints(f.get("Isr", "")),
+            ))
+    return topics
+
+
+def describe_topics(
+    bootstrap: str,
+    topics: str | Iterable[str] | None = None,
+    *,
+    admin_props: Mapping[str, object] | None = None,
+    timeout: float = 60.0,
+) -> dict[str, TopicDescription]:
+    """kafka-topics --describe for one topic, several (as a regex alternation), or all."""
+    args = ["--bootstrap-server", bootstrap, "--describe"]
+    if topics is not None:
+        names = [topics] if isinstance(topics, str) else list(topics)
+        args += ["--topic", "|".join(re.escape(n) for n in names) if len(names) > 1 else names[0]]
+    with _ConfigFile(admin_props) as cfg:
+        run = run_tool(TOPIC_COMMAND, args + cfg, timeout=timeout, jvm_args=_ADMIN_JVM)
+    try:
+        return parse_topic_describe(run.stdout)
+    except (KeyError, ValueError) as e:
+        raise JavaToolError(f"TopicCommand --describe output not understood ({e!r})", run) from None
+
+
+# ---------------------------------------------------------------------------- ConsumerGroupCommand
+
+
+@dataclass(frozen=True)
+class GroupOffset:
+    group: str
+    topic: str
+    partition: int
+    current_offset: int | None  # None: the group has no committed offset ("-")
+    log_end_offset: int | None
+    lag: int | None
+    consumer_id: str | None  # None when no active member owns the partition
+    host: str | None
+    client_id: str | None
+
+
+def _tables(text: str) -> list[list[dict[str, str]]]:
+    """Whitespace-aligned tables (header line starting with GROUP, rows until a blank line)."""
+    tables: list[list[dict[str, str]]] = []
+    header: list[str] | None = None
+    for line in text.splitlines():
+        if not line.strip():
+            header = None
+        elif line.startswith("GROUP "):
+            header = line.split()
+            tables.append([])
+        elif header is not None:
+            cells = line.split()
+            if len(cells) != len(header):
+                raise ValueError(f"row does not match header {header}: {line!r}")
+            tables[-1].append(dict(zip(header, cells)))
+    return tables
+
+
+def _opt(v: str) -> str | None:
+    return None if v == "-" else v
+
+
+def _opt_int(v: str) -> int | None:
+    return None if v == "-" else int(v)
+
+
+def _run_group_command(args: list[str], admin_props: Mapping[str, object] | None, timeout: float) -> ToolRun:
+    with _ConfigFile(admin_props) as cfg:
+        run = run_tool(CONSUMER_GROUP_COMMAND, args + cfg, timeout=timeout, jvm_args=_ADMIN_JVM)
+    # This tool reports most failures as "Error: ..." on stdout and still exits 0.
+    if any(ln.startswith("Error:") for ln in run.stdout.splitlines()):
+        raise JavaToolError("ConsumerGroupCommand reported an error", run)
+    return run
+
+
+def describe_group(
+    bootstrap: str,
+    group: str,
+    *,
+    admin_props: Mapping[str, object] | None = None,
+    timeout: float = 60.0,
+) -> list[GroupOffset]:
+    """kafka-consumer-groups --describe --group: committed offset, log end and lag per partition."""
+    run = _run_group_command(["--bootstrap-server", bootstrap, "--describe", "--group", group], admin_props, timeout)
+    try:
+        rows = [r for t in _tables(run.stdout) for r in t]
+        return sorted(
+            (GroupOffset(
+                r["GROUP"], r["TOPIC"], int(r["PARTITION"]), _opt_int(r["CURRENT-OFFSET"]),
+                _opt_int(r["LOG-END-OFFSET"]), _opt_int(r["LAG"]), _opt(r["CONSUMER-ID"]),
+                _opt(r["HOST"]), _opt(r["CLIENT-ID"]),
+            ) for r in rows),
+            key=lambda o: (o.topic, o.partition),
+        )
+    except (KeyError, ValueError) as e:
+        raise JavaToolError(f"ConsumerGroupCommand --describe output not understood ({e!r})", run) from None
+
+
+def list_groups(
+    bootstrap: str, *, admin_props: Mapping[str, object] | None = None, timeout: float = 60.0
+) -> list[str]:
+    run = _run_group_command(["--bootstrap-server", bootstrap, "--list"], admin_props, timeout)
+    return sorted(ln.strip() for ln in run.stdout.splitlines() if ln.strip())
+
+
+def reset_offsets(
+    bootstrap: str,
+    group: str,
+    topic: str,
+    *,
+    to: str | int = "earliest",
+    partitions: Iterable[int] | None = None,
+    execute: bool = True,
+    admin_props: Mapping[str, object] | None = None,
+    timeout: float = 60.0,
+) -> dict[tuple[str, int], int]:
+    """kafka-consumer-groups --reset-offsets; ``to`` is "earliest", "latest" or an offset.
+
+    The group must have no active members. Returns the new offset per (topic, partition);
+    with ``execute=False`` it is a dry run that only reports them.
+    """
+    if to == "earliest":
+        target = ["--to-earliest"]
+    elif to == "latest":
+        target = ["--to-latest"]
+    elif isinstance(to, int):
+        target = ["--to-offset", str(to)]
+    else:
+        raise ValueError(f"to must be 'earliest', 'latest' or an int, not {to!r}")
+    spec = topic if partitions is None else f"{topic}:{','.join(str(p) for p in partitions)}"
+    args = ["--bootstrap-server", bootstrap, "--reset-offsets", "--group", group, "--topic", spec, *target,
+            "--execute" if execute else "--dry-run"]
+    run = _run_group_command(args, admin_props, timeout)
+    try:
+        rows = [r for t in _tables(run.stdout) for r in t]
+        result = {(r["TOPIC"], int(r["PARTITION"])): int(r["NEW-OFFSET"]) for r in rows}
+    except (KeyError, ValueError) as e:
+        raise JavaToolError(f"ConsumerGroupCommand --reset-offsets output not understood ({e!r})", run) from None
+    if not result:
+        raise JavaToolError("ConsumerGroupCommand --reset-offsets reset nothing", run)
+    return result
