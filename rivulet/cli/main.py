@@ -19,6 +19,18 @@ def _install_loop() -> None:
         pass
 
 
+def _raise_fd_limit() -> None:
+    """Each segment holds three files open; many partitions need more than the usual 1024."""
+    try:
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = hard if hard != resource.RLIM_INFINITY else 1 << 20
+        if soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
 def broker_main(args: argparse.Namespace) -> int:
     props: dict[str, str] = {}
     try:
@@ -36,6 +48,7 @@ def broker_main(args: argparse.Namespace) -> int:
     logging.basicConfig(level=getattr(logging, args.log_level.upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _install_loop()
+    _raise_fd_limit()
     from rivulet.server.broker import Broker
 
     async def run() -> int:
@@ -70,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(func=broker_main)
     from rivulet.cli import topics
     topics.add_parser(sub)
+    from rivulet.cli import groups; groups.add_parser(sub)  # noqa: E702
     return p
 
 

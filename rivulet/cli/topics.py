@@ -51,7 +51,7 @@ async def _run(args: argparse.Namespace) -> int:
             await admin.delete_topic(args.topic)
             print(f"Deleted topic {args.topic}.")
         elif args.action == "alter":
-            if args.partitions:
+            if args.partitions > 0:
                 await admin.create_partitions(args.topic, args.partitions)
                 print(f"Topic {args.topic} now has {args.partitions} partitions.")
             if args.config or args.delete_config:

@@ -1,0 +1,154 @@
+"""Topic administration through the CLI and through real clients' admin APIs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from rivulet.testing import BrokerProcess
+
+pytestmark = pytest.mark.integration
+
+
+def cli(broker, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rivulet", "topics", *args, "--bootstrap-server", broker.bootstrap],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_topics_cli_lifecycle(broker):
+    t = f"cli-{uuid.uuid4().hex[:6]}"
+    r = cli(broker, "create", "--topic", t, "--partitions", "3", "--config", "retention.ms=3600000")
+    assert r.returncode == 0, r.stderr
+    assert t in cli(broker, "list").stdout.split()
+    d = cli(broker, "describe", "--topic", t).stdout
+    assert "PartitionCount: 3" in d and "retention.ms=3600000" in d
+    again = cli(broker, "create", "--topic", t)
+    assert again.returncode == 1 and "TOPIC_ALREADY_EXISTS" in again.stderr
+    assert cli(broker, "alter", "--topic", t, "--partitions", "5").returncode == 0
+    assert "PartitionCount: 5" in cli(broker, "describe", "--topic", t).stdout
+    assert cli(broker, "alter", "--topic", t, "--config", "cleanup.policy=compact").returncode == 0
+    assert "cleanup.policy=compact" in cli(broker, "describe", "--topic", t).stdout
+    bad = cli(broker, "alter", "--topic", t, "--config", "retention.ms=soon")
+    assert bad.returncode == 1 and "INVALID_CONFIG" in bad.stderr
+    assert cli(broker, "delete", "--topic", t).returncode == 0
+    assert t not in cli(broker, "list").stdout.split()
+
+
+def test_cli_reports_unreachable_broker():
+    r = subprocess.run([sys.executable, "-m", "rivulet", "topics", "list", "--bootstrap-server", "127.0.0.1:1"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "cannot reach" in r.stderr
+
+
+def test_confluent_admin_validation(broker):
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    t = f"adm-{uuid.uuid4().hex[:6]}"
+    fs = admin.create_topics([
+        NewTopic(t, 2, 1, config={"segment.bytes": "1048576"}),
+        NewTopic("bad/name", 1, 1),
+        NewTopic(t + "-rf", 1, 3),
+        NewTopic(t + "-cfg", 1, 1, config={"retention.ms": "abc"}),
+        NewTopic(t + "-zero", 0, 1),
+    ])
+    fs[t].result(30)
+
+    def code(f):
+        try:
+            f.result(30)
+        except Exception as e:
+            return e.args[0].code()
+        return None
+    assert code(fs["bad/name"]) == KafkaError.TOPIC_EXCEPTION
+    assert code(fs[t + "-rf"]) == KafkaError.INVALID_REPLICATION_FACTOR
+    assert code(fs[t + "-cfg"]) == KafkaError.INVALID_CONFIG
+    assert code(fs[t + "-zero"]) == KafkaError.INVALID_PARTITIONS
+    admin.create_partitions([NewPartitions(t, 4)])[t].result(30)
+    assert len(admin.list_topics(t, timeout=10).topics[t].partitions) == 4
+    res = ConfigResource(ConfigResource.Type.TOPIC, t)
+    cfgs = admin.describe_configs([res])[res].result(30)
+    assert cfgs["segment.bytes"].value == "1048576" and not cfgs["segment.bytes"].is_default
+    assert cfgs["retention.ms"].is_default
+    admin.delete_topics([t])[t].result(30)
+    assert t not in admin.list_topics(timeout=10).topics
+
+
+def test_list_offsets_and_delete_records(broker):
+    from confluent_kafka import Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+    t = f"lo-{uuid.uuid4().hex[:6]}"
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    for i in range(10):
+        p.produce(t, value=f"v{i}".encode(), partition=0, timestamp=1_000_000 + i * 1000)
+        p.flush(10)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    tp = TopicPartition(t, 0)
+
+    def offset(spec):
+        return admin.list_offsets({tp: spec})[tp].result(30).offset
+    assert offset(OffsetSpec.earliest()) == 0
+    assert offset(OffsetSpec.latest()) == 10
+    assert offset(OffsetSpec.for_timestamp(1_004_500)) == 5
+    assert offset(OffsetSpec.max_timestamp()) == 9
+    deleted = admin.delete_records([TopicPartition(t, 0, 4)])
+    assert deleted[TopicPartition(t, 0, 4)].result(30).low_watermark == 4
+    assert offset(OffsetSpec.earliest()) == 4
+
+
+def test_topic_deletion_removes_data():
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+    with BrokerProcess() as b:
+        p = Producer({"bootstrap.servers": b.bootstrap})
+        p.produce("gone", value=b"x" * 1000)
+        p.flush(10)
+        assert os.path.isdir(os.path.join(b.data_dir, "gone-0"))
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        admin.delete_topics(["gone"])["gone"].result(30)
+        leftovers = [n for n in os.listdir(b.data_dir) if n.startswith("gone-")]
+        assert leftovers == []
+
+
+def test_retention_by_bytes_deletes_old_segments():
+    from confluent_kafka import Producer
+    with BrokerProcess({"log.retention.check.interval.ms": "200", "log.segment.bytes": "20000",
+                        "log.retention.bytes": "40000"}) as b:
+        p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0})
+        for i in range(200):
+            p.produce("ret", value=b"y" * 1000, partition=0)
+            p.flush(10)
+        seg_dir = os.path.join(b.data_dir, "ret-0")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            logs = [n for n in os.listdir(seg_dir) if n.endswith(".log")]
+            if len(logs) <= 3 and "00000000000000000000.log" not in logs:
+                break
+            time.sleep(0.2)
+        assert "00000000000000000000.log" not in logs
+        size = sum(os.path.getsize(os.path.join(seg_dir, n)) for n in logs)
+        assert size <= 40000 + 20000
+
+
+def test_sigterm_shuts_down_cleanly_and_restarts_without_recovery():
+    from confluent_kafka import Producer
+    b = BrokerProcess()
+    try:
+        b.start()
+        p = Producer({"bootstrap.servers": b.bootstrap})
+        p.produce("clean", value=b"z")
+        p.flush(10)
+        b.proc.send_signal(signal.SIGTERM)
+        assert b.proc.wait(30) == 0
+        b.proc = None
+        assert os.path.exists(os.path.join(b.data_dir, ".kafka_cleanShutdown"))
+        assert os.path.exists(os.path.join(b.data_dir, "recovery-point-offset-checkpoint"))
+        b.start()
+    finally:
+        b.cleanup()
