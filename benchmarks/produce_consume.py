@@ -90,22 +90,30 @@ def latency(bootstrap: str, topic: str, rate: int, seconds: float) -> dict[str, 
     c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
     lat: list[float] = []
     stop = threading.Event()
-    total = int(rate * seconds)
+    total = int(rate * seconds) + 1
 
     def reader() -> None:
+        # poll(), not consume(n): consume blocks until n records or its timeout.
         while not stop.is_set() and len(lat) < total:
-            for m in c.consume(1000, 0.1):
-                if m.error() is None:
-                    lat.append((time.perf_counter_ns() - int(m.value()[:20])) / 1e6)
+            m = c.poll(0.1)
+            if m is not None and m.error() is None:
+                lat.append((time.perf_counter_ns() - int(m.value()[:20])) / 1e6)
 
     th = threading.Thread(target=reader)
     th.start()
     p = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 0, "enable.idempotence": False})
+    # Warm up: the consumer has fetched once before the clock starts.
+    p.produce(topic, f"{time.perf_counter_ns():020d}".encode(), partition=0)
+    p.flush(10)
+    while not lat:
+        time.sleep(0.01)
+    lat.clear()
     t0 = time.perf_counter()
     for i in range(total):
         target = t0 + i / rate
-        while time.perf_counter() < target:
-            p.poll(0)
+        delay = target - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)  # sleeping, unlike spinning, leaves the GIL to the reader
         p.produce(topic, f"{time.perf_counter_ns():020d}".encode() + b"x" * 80, partition=0)
         p.poll(0)
     p.flush(30)
