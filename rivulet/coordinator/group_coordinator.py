@@ -1,19 +1,1038 @@
-"""GroupCoordinator: placeholder until the classic group protocol lands."""
+"""GroupCoordinator: the classic rebalance protocol and offset management (Kafka's
+kafka.coordinator.group.GroupCoordinator).
+
+The broker runs one asyncio loop, so every handler below changes a group's state in one
+synchronous stretch; the only suspension points are appends to __consumer_offsets, and their
+callbacks re-check the group (state, generation) before acting, as Kafka's do under the
+group lock. Answers go out through callbacks: a parked JoinGroup or SyncGroup keeps its
+callback on the member until the rebalance decides its answer.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import logging
+from collections import deque
+from typing import Any, Callable, Iterable, Iterator
+
+from rivulet.coordinator.delayed_ops import (
+    DelayedHeartbeat,
+    DelayedJoin,
+    DelayedSync,
+    InitialDelayedJoin,
+    join_key,
+    member_key,
+    sync_key,
+)
+from rivulet.coordinator.group_metadata import (
+    COMPLETING_REBALANCE,
+    DEAD,
+    EMPTY,
+    NEW_MEMBER_JOIN_TIMEOUT_MS,
+    PREPARING_REBALANCE,
+    STABLE,
+    UNKNOWN_MEMBER_ID,
+    GroupMetadata,
+    JoinCallback,
+    JoinGroupResult,
+    MemberMetadata,
+    OffsetAndMetadata,
+    SyncCallback,
+    SyncGroupResult,
+    TopicPartitionKey,
+    wall_clock_ms,
+)
+from rivulet.coordinator.group_metadata_manager import GroupMetadataManager, PartitionData
+from rivulet.coordinator.offsets_topic import GROUP_METADATA_TOPIC_NAME
+from rivulet.delayed import DelayedOperationPurgatory
+from rivulet.protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+# Which request a group id arrives with: offset commits/fetches, DescribeGroups and
+# DeleteGroups accept the empty group id (old clients commit under it).
+JOIN, SYNC, HEARTBEAT, LEAVE = "join", "sync", "heartbeat", "leave"
+OFFSET_COMMIT, OFFSET_FETCH, OFFSET_DELETE = "offset_commit", "offset_fetch", "offset_delete"
+TXN_OFFSET_COMMIT = "txn_offset_commit"
+DESCRIBE, DELETE = "describe", "delete"
+_EMPTY_ID_OK = frozenset({OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE, DELETE})
+
+LeaveMember = tuple[str, str | None, str | None]  # (member id, group.instance.id, reason)
+LeaveResult = tuple[str, str | None, ErrorCode]
 
 
 class GroupCoordinator:
+    """Owns every group whose __consumer_offsets partition this node leads."""
+
     def __init__(self, broker: Any) -> None:
         self.broker = broker
+        cfg = broker.config
+        self.config = cfg
+        self.min_session_timeout_ms: int = cfg["group.min.session.timeout.ms"]
+        self.max_session_timeout_ms: int = cfg["group.max.session.timeout.ms"]
+        self.max_group_size: int = cfg["group.max.size"]
+        self.initial_rebalance_delay_ms: int = cfg["group.initial.rebalance.delay.ms"]
+        self.clock: Callable[[], int] = getattr(broker, "wall_clock", None) or wall_clock_ms
+        self.heartbeat_purgatory: DelayedOperationPurgatory = DelayedOperationPurgatory("Heartbeat", broker.timer)
+        self.rebalance_purgatory: DelayedOperationPurgatory = DelayedOperationPurgatory("Rebalance", broker.timer)
+        self.manager: GroupMetadataManager | None = None
+        # FindCoordinator key type -> resolver(key) -> (error, node id, host, port). The
+        # transaction coordinator registers key type 1 here when it lands.
+        self.coordinator_resolvers: dict[int, Callable[[str], tuple[ErrorCode, int, str, int]]] = {
+            0: self.find_group_coordinator,
+        }
+        self._active = False
+        self._load_queue: deque[int] = deque()
+        self._loader: asyncio.Task | None = None
+        self._expirer: asyncio.Task | None = None
+        self.completed_rebalances = 0
+        self.log_cleaner: Any = None
 
+    # ------------------------------------------------------------ lifecycle
     def register_apis(self, apis: Any) -> None:
-        pass
+        from rivulet.coordinator.group_apis import GroupApis
+        GroupApis(self).register(apis)
 
     def startup(self) -> None:
-        pass
+        b = self.broker
+        cfg = self.config
+        info = b.ensure_internal_topic(GROUP_METADATA_TOPIC_NAME, cfg["offsets.topic.num.partitions"], {
+            "cleanup.policy": "compact",
+            "segment.bytes": str(cfg["offsets.topic.segment.bytes"]),
+            "compression.type": "producer",
+        })
+        self.manager = GroupMetadataManager(
+            cfg, b.replica_manager, max_message_bytes=getattr(b, "max_message_bytes", None),
+            log_append_time=getattr(b, "uses_log_append_time", None), clock=self.clock,
+            num_partitions=info.num_partitions)
+        self._active = True
+        for p in range(info.num_partitions):
+            self.on_become_leader(p)
+        if _running_loop() is not None:
+            self._expirer = asyncio.get_running_loop().create_task(self._expire_offsets_periodically())
+            self._start_log_cleaner()
+
+    def _start_log_cleaner(self) -> None:
+        # __consumer_offsets is compacted. The cleaner serves every compacted log and belongs
+        # to the broker; until Broker starts it itself, the coordinator does.
+        lm = getattr(self.broker, "log_manager", None)
+        if lm is None or getattr(self.broker, "log_cleaner", None) is not None or not _cfg(
+                self.config, "log.cleaner.enable", True):
+            return
+        from rivulet.storage.cleaner import LogCleaner
+        self.log_cleaner = LogCleaner(lm, backoff_ms=_cfg(self.config, "log.cleaner.backoff.ms", 15000))
+        self.log_cleaner.start()
 
     def shutdown(self) -> None:
-        pass
+        self._active = False
+        if self.log_cleaner is not None:
+            self.log_cleaner.shutdown()
+            self.log_cleaner = None
+        for t in (self._loader, self._expirer):
+            if t is not None:
+                t.cancel()
+        self._loader = self._expirer = None
+        if self.manager is not None:
+            self.manager.shutdown()
+        self.heartbeat_purgatory.shutdown()
+        self.rebalance_purgatory.shutdown()
+
+    @property
+    def is_active(self) -> bool:
+        return self._active
+
+    def partition_for(self, group_id: str) -> int:
+        return self.manager.partition_for(group_id)
+
+    def on_become_leader(self, partition: int) -> None:
+        """This node now leads __consumer_offsets-<partition>: load its groups and offsets.
+
+        Groups on the partition answer COORDINATOR_LOAD_IN_PROGRESS until the load ends.
+        Loading runs in chunks on the loop (synchronously when no loop is running)."""
+        m = self.manager
+        if m is None or partition in m.owned_partitions or partition in m.loading_partitions:
+            return
+        m.loading_partitions.add(partition)
+        self._load_queue.append(partition)
+        if _running_loop() is None:
+            while self._load_queue:
+                for _ in self._load_one(self._load_queue.popleft()):
+                    pass
+        elif self._loader is None or self._loader.done():
+            self._loader = asyncio.get_running_loop().create_task(self._run_loads())
+
+    def on_resign(self, partition: int) -> None:
+        """Leadership of __consumer_offsets-<partition> moved away: drop its groups."""
+        if self.manager is not None:
+            self.manager.remove_groups_for_partition(partition, self._on_group_unloaded)
+
+    async def _run_loads(self) -> None:
+        while self._load_queue:
+            partition = self._load_queue.popleft()
+            try:
+                for _ in self._load_one(partition):
+                    await asyncio.sleep(0)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("loading __consumer_offsets-%d failed", partition)
+
+    def _load_one(self, partition: int) -> Iterator[None]:
+        return self.manager.load_steps(partition, self._on_group_loaded)
+
+    def wait_loaded(self) -> Any:
+        """An awaitable that resolves once every scheduled partition has loaded (tests, tools)."""
+        async def wait() -> None:
+            while self._loader is not None and not self._loader.done():
+                await asyncio.shield(self._loader)
+        return wait()
+
+    async def _expire_offsets_periodically(self) -> None:
+        interval = self.config["offsets.retention.check.interval.ms"] / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                if self.manager is not None:
+                    self.manager.cleanup_expired_offsets()
+            except Exception:
+                log.exception("offset expiration failed; will retry")
+
+    def on_partitions_deleted(self, partitions: Iterable[tuple[str, int]]) -> int:
+        """Topic partitions were deleted: forget (and tombstone) every group's offsets for them."""
+        tps = [TopicPartitionKey(t, p) for t, p in partitions]
+        if self.manager is None or not tps:
+            return 0
+        return self.manager.cleanup_group_metadata(self.manager.current_groups(), lambda g: g.remove_offsets(tps))
+
+    def _on_group_loaded(self, group: GroupMetadata) -> None:
+        log.info("Loading group metadata for %s with generation %d", group.group_id, group.generation_id)
+        if group.size > self.max_group_size:
+            self._prepare_rebalance(group, f"Freshly-loaded group is over capacity ({self.max_group_size}). "
+                                           "Rebalancing in order to give a chance for consumers to commit offsets")
+        for member in group.all_member_metadata():
+            self._complete_and_schedule_next_heartbeat_expiration(group, member)
+
+    def _on_group_unloaded(self, group: GroupMetadata) -> None:
+        log.info("Unloading group metadata for %s with generation %d", group.group_id, group.generation_id)
+        previous = group.state
+        group.transition_to(DEAD)
+        if previous is PREPARING_REBALANCE:
+            for m in group.all_member_metadata():
+                group.maybe_invoke_join_callback(m, JoinGroupResult(m.member_id, ErrorCode.NOT_COORDINATOR))
+            self.rebalance_purgatory.check_and_complete(join_key(group.group_id))
+        elif previous in (STABLE, COMPLETING_REBALANCE):
+            for m in group.all_member_metadata():
+                group.maybe_invoke_sync_callback(m, SyncGroupResult(ErrorCode.NOT_COORDINATOR))
+                self.heartbeat_purgatory.check_and_complete(member_key(group.group_id, m.member_id))
+        self._remove_sync_expiration(group)
+
+    # ------------------------------------------------------------ FindCoordinator
+    def find_group_coordinator(self, group_id: str) -> tuple[ErrorCode, int, str, int]:
+        """(error, node id, host, port) of the coordinator of ``group_id``: this node, as the
+        leader of every __consumer_offsets partition."""
+        b = self.broker
+        if self.manager is None or not self._active or b.metadata.get(GROUP_METADATA_TOPIC_NAME) is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+        partition = self.partition_for(group_id)
+        if b.replica_manager.partitions.get(_offsets_tp(partition)) is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+        _, host, port = b.advertised_listener
+        return ErrorCode.NONE, b.node_id, host, port
+
+    # ------------------------------------------------------------ validation
+    def _validate_group_status(self, group_id: str | None, api: str) -> ErrorCode | None:
+        if group_id is None or (not group_id and api not in _EMPTY_ID_OK):
+            return ErrorCode.INVALID_GROUP_ID
+        if not self._active or self.manager is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if self.manager.is_group_loading(group_id):
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        if not self.manager.is_group_local(group_id):
+            return ErrorCode.NOT_COORDINATOR
+        return None
+
+    @staticmethod
+    def _validate_current_member(group: GroupMetadata, member_id: str,
+                                 group_instance_id: str | None, operation: str) -> ErrorCode | None:
+        """A static member's instance id must map to its member id; any member id must exist."""
+        if group_instance_id is not None:
+            current = group.current_static_member_id(group_instance_id)
+            if current is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if current != member_id:
+                log.info("Request memberId=%s for static member with groupInstanceId=%s is fenced by current "
+                         "memberId=%s during operation %s", member_id, group_instance_id, current, operation)
+                return ErrorCode.FENCED_INSTANCE_ID
+            return None
+        if not group.has(member_id):
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return None
+
+    def _accept_joining_member(self, group: GroupMetadata, member_id: str) -> bool:
+        st = group.state
+        if st in (EMPTY, DEAD):
+            return True
+        if st is PREPARING_REBALANCE:
+            # Counting awaiting members (not the size) kicks out the last rejoiners of an
+            # oversized group, and copes with group.max.size having been lowered.
+            return (group.has(member_id) and group.get(member_id).is_awaiting_join) \
+                or group.num_awaiting < self.max_group_size
+        return group.has(member_id) or group.size < self.max_group_size
+
+    # ------------------------------------------------------------ JoinGroup
+    def handle_join_group(self, group_id: str, member_id: str, group_instance_id: str | None,
+                          require_known_member_id: bool, support_skipping_assignment: bool, client_id: str,
+                          client_host: str, rebalance_timeout_ms: int, session_timeout_ms: int, protocol_type: str,
+                          protocols: list[tuple[str, bytes]], callback: JoinCallback,
+                          reason: str | None = None) -> None:
+        err = self._validate_group_status(group_id, JOIN)
+        if err is not None:
+            callback(JoinGroupResult(member_id, err))
+            return
+        if not self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms:
+            callback(JoinGroupResult(member_id, ErrorCode.INVALID_SESSION_TIMEOUT))
+            return
+        is_unknown = member_id == UNKNOWN_MEMBER_ID
+        # A group comes into being only for a member without an id; a known id for a group
+        # that does not exist is stale.
+        group = self.manager.get_or_maybe_create_group(group_id, is_unknown)
+        if group is None:
+            callback(JoinGroupResult(member_id, ErrorCode.UNKNOWN_MEMBER_ID))
+            return
+        reason = reason or "not provided"
+        if not self._accept_joining_member(group, member_id):
+            group.remove(member_id)
+            callback(JoinGroupResult(UNKNOWN_MEMBER_ID, ErrorCode.GROUP_MAX_SIZE_REACHED))
+        elif is_unknown:
+            self._do_new_member_join(group, group_instance_id, require_known_member_id, support_skipping_assignment,
+                                     client_id, client_host, rebalance_timeout_ms, session_timeout_ms,
+                                     protocol_type, protocols, callback, reason)
+        else:
+            self._do_current_member_join(group, member_id, group_instance_id, client_id, client_host,
+                                         rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols,
+                                         callback, reason)
+        if group.is_(PREPARING_REBALANCE):
+            self.rebalance_purgatory.check_and_complete(join_key(group.group_id))
+
+    def _do_new_member_join(self, group: GroupMetadata, group_instance_id: str | None, require_known_member_id: bool,
+                            support_skipping_assignment: bool, client_id: str, client_host: str,
+                            rebalance_timeout_ms: int, session_timeout_ms: int, protocol_type: str,
+                            protocols: list[tuple[str, bytes]], callback: JoinCallback, reason: str) -> None:
+        if group.is_(DEAD):
+            # Just removed (migrated or deleted): the member should find the coordinator again.
+            callback(JoinGroupResult(UNKNOWN_MEMBER_ID, ErrorCode.COORDINATOR_NOT_AVAILABLE))
+            return
+        if not group.supports_protocols(protocol_type, {p for p, _ in protocols}):
+            callback(JoinGroupResult(UNKNOWN_MEMBER_ID, ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
+            return
+        new_member_id = group.generate_member_id(client_id, group_instance_id)
+        if group_instance_id is not None:
+            old_member_id = group.current_static_member_id(group_instance_id)
+            if old_member_id is not None:
+                log.info("Static member with groupInstanceId=%s and unknown member id joins group %s in %s state. "
+                         "Replacing previously mapped member %s with this groupInstanceId.",
+                         group_instance_id, group.group_id, group.state, old_member_id)
+                self._update_static_member_and_rebalance(group, old_member_id, new_member_id, group_instance_id,
+                                                         protocols, rebalance_timeout_ms, session_timeout_ms,
+                                                         callback, reason, support_skipping_assignment)
+            else:
+                self._add_member_and_rebalance(rebalance_timeout_ms, session_timeout_ms, new_member_id,
+                                               group_instance_id, client_id, client_host, protocol_type, protocols,
+                                               group, callback, reason)
+        elif require_known_member_id:
+            # KIP-394: hand out the id and park nothing; the member rejoins with it, so a
+            # client that never comes back does not hold up the rebalance.
+            group.add_pending_member(new_member_id)
+            self._add_pending_member_expiration(group, new_member_id, session_timeout_ms)
+            callback(JoinGroupResult(new_member_id, ErrorCode.MEMBER_ID_REQUIRED))
+        else:
+            self._add_member_and_rebalance(rebalance_timeout_ms, session_timeout_ms, new_member_id, None, client_id,
+                                           client_host, protocol_type, protocols, group, callback, reason)
+
+    def _do_current_member_join(self, group: GroupMetadata, member_id: str, group_instance_id: str | None,
+                                client_id: str, client_host: str, rebalance_timeout_ms: int,
+                                session_timeout_ms: int, protocol_type: str, protocols: list[tuple[str, bytes]],
+                                callback: JoinCallback, reason: str) -> None:
+        if group.is_(DEAD):
+            callback(JoinGroupResult(member_id, ErrorCode.COORDINATOR_NOT_AVAILABLE))
+            return
+        if not group.supports_protocols(protocol_type, {p for p, _ in protocols}):
+            callback(JoinGroupResult(member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
+            return
+        if group.is_pending_member(member_id):
+            if group_instance_id is not None:
+                raise RuntimeError(f"Received unexpected JoinGroup with groupInstanceId={group_instance_id} "
+                                   f"for pending member with memberId={member_id}")
+            self._add_member_and_rebalance(rebalance_timeout_ms, session_timeout_ms, member_id, None, client_id,
+                                           client_host, protocol_type, protocols, group, callback, reason)
+            return
+        err = self._validate_current_member(group, member_id, group_instance_id, "join-group")
+        if err is not None:
+            callback(JoinGroupResult(member_id, err))
+            return
+        st = group.state
+        member = group.get(member_id) if group.has(member_id) else None
+        if st is PREPARING_REBALANCE:
+            self._update_member_and_rebalance(group, member, protocols, rebalance_timeout_ms, session_timeout_ms,
+                                              f"Member {member_id} joining group during {st}; client reason: {reason}",
+                                              callback)
+        elif st is COMPLETING_REBALANCE:
+            if member.matches(protocols):
+                # It missed its JoinGroup answer: give the current generation again.
+                callback(self._current_join_result(group, member_id, include_members=group.is_leader(member_id)))
+            else:
+                self._update_member_and_rebalance(
+                    group, member, protocols, rebalance_timeout_ms, session_timeout_ms,
+                    f"Updating metadata for member {member_id} during {st}; client reason: {reason}", callback)
+        elif st is STABLE:
+            if group.is_leader(member_id):
+                # The leader rejoining forces a rebalance: that is how it reacts to changes
+                # the member metadata does not show (new partitions, say).
+                self._update_member_and_rebalance(
+                    group, member, protocols, rebalance_timeout_ms, session_timeout_ms,
+                    f"Leader {member_id} re-joining group during {st}; client reason: {reason}", callback)
+            elif not member.matches(protocols):
+                self._update_member_and_rebalance(
+                    group, member, protocols, rebalance_timeout_ms, session_timeout_ms,
+                    f"Updating metadata for member {member_id} during {st}; client reason: {reason}", callback)
+            else:
+                callback(self._current_join_result(group, member_id, include_members=False))
+        else:
+            log.warning("Attempt to add rejoining member %s of group %s in unexpected group state %s",
+                        member_id, group.group_id, st)
+            callback(JoinGroupResult(member_id, ErrorCode.UNKNOWN_MEMBER_ID))
+
+    @staticmethod
+    def _current_join_result(group: GroupMetadata, member_id: str, include_members: bool,
+                             skip_assignment: bool = False, leader_id: str | None = None) -> JoinGroupResult:
+        return JoinGroupResult(
+            member_id=member_id, error=ErrorCode.NONE, generation_id=group.generation_id,
+            protocol_type=group.protocol_type, protocol_name=group.protocol_name,
+            leader_id=group.leader_id if leader_id is None else leader_id, skip_assignment=skip_assignment,
+            members=group.current_member_metadata() if include_members else [])
+
+    def _add_member_and_rebalance(self, rebalance_timeout_ms: int, session_timeout_ms: int, member_id: str,
+                                  group_instance_id: str | None, client_id: str, client_host: str,
+                                  protocol_type: str, protocols: list[tuple[str, bytes]], group: GroupMetadata,
+                                  callback: JoinCallback, reason: str) -> None:
+        member = MemberMetadata(member_id, group_instance_id, client_id, client_host, rebalance_timeout_ms,
+                                session_timeout_ms, protocol_type, protocols)
+        member.is_new = True
+        # The initial delay may be extended while new members keep arriving.
+        if group.is_(PREPARING_REBALANCE) and group.generation_id == 0:
+            group.new_member_added = True
+        group.add(member, callback)
+        # A new member cannot heartbeat while its JoinGroup is parked, and the coordinator
+        # cannot see it disconnect: bound the wait so defunct joiners do not pile up.
+        self._complete_and_schedule_next_expiration(group, member, NEW_MEMBER_JOIN_TIMEOUT_MS)
+        self._maybe_prepare_rebalance(group, f"Adding new member {member_id} with group instance id "
+                                             f"{group_instance_id}; client reason: {reason}")
+
+    def _update_static_member_and_rebalance(self, group: GroupMetadata, old_member_id: str, new_member_id: str,
+                                            group_instance_id: str, protocols: list[tuple[str, bytes]],
+                                            rebalance_timeout_ms: int, session_timeout_ms: int,
+                                            callback: JoinCallback, reason: str,
+                                            support_skipping_assignment: bool) -> None:
+        current_leader = group.leader_id
+        member = group.replace_static_member(group_instance_id, old_member_id, new_member_id)
+        # The old id's heartbeat expires harmlessly: that id is no longer in the group.
+        self._complete_and_schedule_next_heartbeat_expiration(group, member)
+        old_protocols = list(member.supported_protocols)
+        old_rebalance_timeout, old_session_timeout = member.rebalance_timeout_ms, member.session_timeout_ms
+        group.update_member(member, protocols, rebalance_timeout_ms, session_timeout_ms, callback)
+        st = group.state
+        if st is STABLE:
+            # KIP-345: a known instance restarting changes nothing unless the protocol the
+            # group would pick changes; persist the new member id and hand back the state.
+            if group.protocol_name == group.select_protocol():
+                log.info("Static member which joins during Stable stage and doesn't affect selectProtocol will "
+                         "not trigger rebalance.")
+                assignment = {m.member_id: m.assignment for m in group.all_member_metadata()}
+
+                def stored(error: ErrorCode) -> None:
+                    if error != ErrorCode.NONE:
+                        log.warning("Failed to persist metadata for group %s: %s", group.group_id, error.name)
+                        group.update_member(member, old_protocols, old_rebalance_timeout, old_session_timeout, None)
+                        old = group.replace_static_member(group_instance_id, new_member_id, old_member_id)
+                        self._complete_and_schedule_next_heartbeat_expiration(group, old)
+                        callback(JoinGroupResult(
+                            member_id=UNKNOWN_MEMBER_ID, error=error, generation_id=group.generation_id,
+                            protocol_type=group.protocol_type, protocol_name=group.protocol_name,
+                            leader_id=current_leader))
+                    elif support_skipping_assignment:
+                        # KIP-814: a static leader learns it leads (to keep watching metadata)
+                        # but must not run the assignor: the stable group would ignore it.
+                        is_leader = group.is_leader(new_member_id)
+                        group.maybe_invoke_join_callback(member, self._current_join_result(
+                            group, new_member_id, include_members=is_leader, skip_assignment=is_leader))
+                    else:
+                        # Older clients: name the old leader id, so a static leader does not
+                        # see itself as leader and run a pointless assignment.
+                        group.maybe_invoke_join_callback(member, self._current_join_result(
+                            group, new_member_id, include_members=False, leader_id=current_leader))
+
+                self.manager.store_group(group, assignment, stored)
+            else:
+                self._maybe_prepare_rebalance(
+                    group, f"Group's selectedProtocol will change because static member {new_member_id} with "
+                           f"instance id {group_instance_id} joined with change of protocol; client reason: {reason}")
+        elif st is COMPLETING_REBALANCE:
+            # The leader may already be assigning to the old member id: start over.
+            self._prepare_rebalance(group, f"Updating metadata for static member {new_member_id} with instance id "
+                                           f"{group_instance_id}; client reason: {reason}")
+        elif st in (EMPTY, DEAD):
+            raise RuntimeError(f"Group {group.group_id} was not supposed to be in the state {st} when the unknown "
+                               f"static member {group_instance_id} rejoins.")
+
+    def _update_member_and_rebalance(self, group: GroupMetadata, member: MemberMetadata,
+                                     protocols: list[tuple[str, bytes]], rebalance_timeout_ms: int,
+                                     session_timeout_ms: int, reason: str, callback: JoinCallback) -> None:
+        _answer_displaced_join(group, member)
+        group.update_member(member, protocols, rebalance_timeout_ms, session_timeout_ms, callback)
+        self._maybe_prepare_rebalance(group, reason)
+
+    def _maybe_prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
+        if group.can_rebalance():
+            self._prepare_rebalance(group, reason)
+
+    def _prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
+        # Members parked in SyncGroup must rejoin.
+        if group.is_(COMPLETING_REBALANCE):
+            self._reset_and_propagate_assignment_error(group, ErrorCode.REBALANCE_IN_PROGRESS)
+        self._remove_sync_expiration(group)
+        if group.is_(EMPTY):
+            delay = self.initial_rebalance_delay_ms
+            op: DelayedJoin = InitialDelayedJoin(self, self.rebalance_purgatory, group, delay, delay,
+                                                 max(group.rebalance_timeout_ms() - delay, 0))
+        else:
+            op = DelayedJoin(self, group, group.rebalance_timeout_ms())
+        group.transition_to(PREPARING_REBALANCE)
+        log.info("Preparing to rebalance group %s in state %s with old generation %d (%s-%d) (reason: %s)",
+                 group.group_id, group.state, group.generation_id, GROUP_METADATA_TOPIC_NAME,
+                 self.partition_for(group.group_id), reason)
+        self.rebalance_purgatory.try_complete_else_watch(op, [join_key(group.group_id)])
+
+    def _remove_member_and_update_group(self, group: GroupMetadata, member: MemberMetadata, reason: str) -> None:
+        # A new member may time out while still parked in JoinGroup: answer it first so a
+        # live client retries.
+        group.maybe_invoke_join_callback(member, JoinGroupResult(UNKNOWN_MEMBER_ID, ErrorCode.UNKNOWN_MEMBER_ID))
+        group.remove(member.member_id)
+        st = group.state
+        if st in (STABLE, COMPLETING_REBALANCE):
+            self._maybe_prepare_rebalance(group, reason)
+        elif st is PREPARING_REBALANCE:
+            self.rebalance_purgatory.check_and_complete(join_key(group.group_id))
+
+    def _remove_pending_member_and_update_group(self, group: GroupMetadata, member_id: str) -> None:
+        group.remove(member_id)
+        if group.is_(PREPARING_REBALANCE):
+            self.rebalance_purgatory.check_and_complete(join_key(group.group_id))
+
+    def try_complete_join(self, group: GroupMetadata, force_complete: Callable[[], bool]) -> bool:
+        return force_complete() if group.has_all_members_joined() else False
+
+    def on_complete_join(self, group: GroupMetadata) -> None:
+        """End of PreparingRebalance: drop dynamic members that did not rejoin, open the next
+        generation and answer every parked JoinGroup at once."""
+        laggards = [m for m in group.not_yet_rejoined_members() if not m.is_static_member]
+        if laggards:
+            log.info("Group %s removed dynamic members who haven't joined: %s", group.group_id,
+                     [m.member_id for m in laggards])
+            for m in laggards:
+                group.remove(m.member_id)
+                self._remove_heartbeat_for_leaving_member(group, m.member_id)
+        if group.is_(DEAD):
+            log.info("Group %s is dead, skipping rebalance stage", group.group_id)
+            return
+        if not group.maybe_elect_new_joined_leader() and group.all_members():
+            # Only static members that have not rejoined remain: wait for them (or for their
+            # sessions to expire) with another DelayedJoin.
+            log.error("Group %s could not complete rebalance because no members rejoined", group.group_id)
+            self.rebalance_purgatory.try_complete_else_watch(
+                DelayedJoin(self, group, group.rebalance_timeout_ms()), [join_key(group.group_id)])
+            return
+        group.init_next_generation()
+        if group.is_(EMPTY):
+            log.info("Group %s with generation %d is now empty (%s-%d)", group.group_id, group.generation_id,
+                     GROUP_METADATA_TOPIC_NAME, self.partition_for(group.group_id))
+
+            def stored(error: ErrorCode) -> None:
+                if error != ErrorCode.NONE:
+                    # Harmless: the previous generation would come back with no live members.
+                    log.warning("Failed to write empty metadata for group %s: %s", group.group_id, error.name)
+
+            self.manager.store_group(group, {}, stored)
+            return
+        log.info("Stabilized group %s generation %d (%s-%d) with %d members", group.group_id, group.generation_id,
+                 GROUP_METADATA_TOPIC_NAME, self.partition_for(group.group_id), group.size)
+        for m in group.all_member_metadata():
+            result = self._current_join_result(group, m.member_id, include_members=group.is_leader(m.member_id))
+            group.maybe_invoke_join_callback(m, result)
+            self._complete_and_schedule_next_heartbeat_expiration(group, m)
+            m.is_new = False
+            group.add_pending_sync_member(m.member_id)
+        self._schedule_pending_sync(group)
+
+    # ------------------------------------------------------------ SyncGroup
+    def handle_sync_group(self, group_id: str, generation_id: int, member_id: str, protocol_type: str | None,
+                          protocol_name: str | None, group_instance_id: str | None,
+                          group_assignment: dict[str, bytes], callback: SyncCallback) -> None:
+        err = self._validate_group_status(group_id, SYNC)
+        if err == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+            # The rebalance state was lost with the old coordinator: rejoin without
+            # rediscovering it (old clients do not expect the loading error here).
+            callback(SyncGroupResult(ErrorCode.REBALANCE_IN_PROGRESS))
+            return
+        if err is not None:
+            callback(SyncGroupResult(err))
+            return
+        group = self.manager.get_group(group_id)
+        if group is None:
+            callback(SyncGroupResult(ErrorCode.UNKNOWN_MEMBER_ID))
+            return
+        self._do_sync_group(group, generation_id, member_id, protocol_type, protocol_name, group_instance_id,
+                            group_assignment, callback)
+
+    def _validate_sync_group(self, group: GroupMetadata, generation_id: int, member_id: str,
+                             protocol_type: str | None, protocol_name: str | None,
+                             group_instance_id: str | None) -> ErrorCode | None:
+        if group.is_(DEAD):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        err = self._validate_current_member(group, member_id, group_instance_id, "sync-group")
+        if err is not None:
+            return err
+        if generation_id != group.generation_id:
+            return ErrorCode.ILLEGAL_GENERATION
+        if protocol_type is not None and group.protocol_type != protocol_type:
+            return ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+        if protocol_name is not None and group.protocol_name != protocol_name:
+            return ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+        return None
+
+    def _do_sync_group(self, group: GroupMetadata, generation_id: int, member_id: str, protocol_type: str | None,
+                       protocol_name: str | None, group_instance_id: str | None,
+                       group_assignment: dict[str, bytes], callback: SyncCallback) -> None:
+        err = self._validate_sync_group(group, generation_id, member_id, protocol_type, protocol_name,
+                                        group_instance_id)
+        if err is not None:
+            callback(SyncGroupResult(err))
+            return
+        st = group.state
+        if st is EMPTY:
+            callback(SyncGroupResult(ErrorCode.UNKNOWN_MEMBER_ID))
+        elif st is PREPARING_REBALANCE:
+            callback(SyncGroupResult(ErrorCode.REBALANCE_IN_PROGRESS))
+        elif st is COMPLETING_REBALANCE:
+            member = group.get(member_id)
+            if member.is_awaiting_sync:
+                # A retried SyncGroup replaces the parked one; answer the old request rather
+                # than leave it (and everything pipelined behind it) hanging.
+                group.maybe_invoke_sync_callback(member, SyncGroupResult(ErrorCode.REBALANCE_IN_PROGRESS))
+            member.awaiting_sync_callback = callback
+            self._remove_pending_sync_member(group, member_id)
+            if group.is_leader(member_id):
+                log.info("Assignment received from leader %s for group %s for generation %d. The group has %d "
+                         "members, %d of which are static.", member_id, group.group_id, group.generation_id,
+                         group.size, len(group.all_static_members()))
+                assignment = {mid: bytes(a) for mid, a in group_assignment.items()}
+                missing = [mid for mid in group.all_members() if mid not in assignment]
+                if missing:
+                    log.warning("Setting empty assignments for members %s of %s for generation %d", missing,
+                                group.group_id, group.generation_id)
+                    for mid in missing:
+                        assignment[mid] = b""
+
+                def stored(error: ErrorCode) -> None:
+                    # Someone may have joined while the record was being written: act only if
+                    # this generation is still the one completing.
+                    if group.is_(COMPLETING_REBALANCE) and generation_id == group.generation_id:
+                        if error != ErrorCode.NONE:
+                            self._reset_and_propagate_assignment_error(group, error)
+                            self._maybe_prepare_rebalance(
+                                group, f"Error {error.name} when storing group assignment during SyncGroup "
+                                       f"(member: {member_id})")
+                        else:
+                            self._set_and_propagate_assignment(group, assignment)
+                            group.transition_to(STABLE)
+
+                self.manager.store_group(group, assignment, stored)
+                self.completed_rebalances += 1
+        elif st is STABLE:
+            self._remove_pending_sync_member(group, member_id)
+            member = group.get(member_id)
+            callback(SyncGroupResult(ErrorCode.NONE, group.protocol_type, group.protocol_name, member.assignment))
+            self._complete_and_schedule_next_heartbeat_expiration(group, member)
+        else:
+            raise RuntimeError(f"Reached unexpected condition for Dead group {group.group_id}")
+
+    def _set_and_propagate_assignment(self, group: GroupMetadata, assignment: dict[str, bytes]) -> None:
+        if not group.is_(COMPLETING_REBALANCE):
+            raise RuntimeError(f"group {group.group_id} is {group.state}, not CompletingRebalance")
+        for m in group.all_member_metadata():
+            m.assignment = assignment[m.member_id]
+        self._propagate_assignment(group, ErrorCode.NONE)
+
+    def _reset_and_propagate_assignment_error(self, group: GroupMetadata, error: ErrorCode) -> None:
+        if not group.is_(COMPLETING_REBALANCE):
+            raise RuntimeError(f"group {group.group_id} is {group.state}, not CompletingRebalance")
+        for m in group.all_member_metadata():
+            m.assignment = b""
+        self._propagate_assignment(group, error)
+
+    def _propagate_assignment(self, group: GroupMetadata, error: ErrorCode) -> None:
+        ok = error == ErrorCode.NONE
+        for m in group.all_member_metadata():
+            if not m.assignment and ok:
+                log.warning("Sending empty assignment to member %s of %s for generation %d with no errors",
+                            m.member_id, group.group_id, group.generation_id)
+            result = SyncGroupResult(error, group.protocol_type if ok else None,
+                                     group.protocol_name if ok else None, m.assignment)
+            if group.maybe_invoke_sync_callback(m, result):
+                # Its session may have lapsed while it waited for the leader or the write;
+                # that expiry was ignored, so restart the clock now.
+                self._complete_and_schedule_next_heartbeat_expiration(group, m)
+
+    # pending sync (members must send SyncGroup within the rebalance timeout)
+    def _remove_pending_sync_member(self, group: GroupMetadata, member_id: str) -> None:
+        group.remove_pending_sync_member(member_id)
+        self.rebalance_purgatory.check_and_complete(sync_key(group.group_id))
+
+    def _remove_sync_expiration(self, group: GroupMetadata) -> None:
+        group.clear_pending_sync_members()
+        self.rebalance_purgatory.check_and_complete(sync_key(group.group_id))
+
+    def _schedule_pending_sync(self, group: GroupMetadata) -> None:
+        op = DelayedSync(self, group, group.generation_id, group.rebalance_timeout_ms())
+        self.rebalance_purgatory.try_complete_else_watch(op, [sync_key(group.group_id)])
+
+    def try_complete_pending_sync(self, group: GroupMetadata, generation_id: int,
+                                  force_complete: Callable[[], bool]) -> bool:
+        if generation_id != group.generation_id or group.state in (DEAD, EMPTY, PREPARING_REBALANCE):
+            return force_complete()
+        return force_complete() if group.has_received_sync_from_all_members() else False
+
+    def on_expire_pending_sync(self, group: GroupMetadata, generation_id: int) -> None:
+        if generation_id != group.generation_id:
+            log.error("Received unexpected notification of sync expiration for %s with an old generation %d "
+                      "while the group has %d.", group.group_id, generation_id, group.generation_id)
+            return
+        if group.state in (DEAD, EMPTY, PREPARING_REBALANCE):
+            log.error("Received unexpected notification of sync expiration after group %s already transitioned "
+                      "to the %s state.", group.group_id, group.state)
+            return
+        if not group.has_received_sync_from_all_members():
+            pending = group.all_pending_sync_members()
+            for mid in pending:
+                group.remove(mid)
+                self._remove_heartbeat_for_leaving_member(group, mid)
+            log.debug("Group %s removed members who haven't sent their sync request: %s", group.group_id, pending)
+            self._prepare_rebalance(group, f"Removing {sorted(pending)} on pending sync request expiration")
+
+    # ------------------------------------------------------------ LeaveGroup
+    def handle_leave_group(self, group_id: str, leaving: list[LeaveMember],
+                           callback: Callable[[ErrorCode, list[LeaveResult]], None]) -> None:
+        err = self._validate_group_status(group_id, LEAVE)
+        if err is not None:
+            callback(err, [])
+            return
+        group = self.manager.get_group(group_id)
+        if group is None:
+            callback(ErrorCode.NONE, [(mid, iid, ErrorCode.UNKNOWN_MEMBER_ID) for mid, iid, _ in leaving])
+            return
+        if group.is_(DEAD):
+            callback(ErrorCode.COORDINATOR_NOT_AVAILABLE, [])
+            return
+        results: list[LeaveResult] = []
+        for member_id, instance_id, reason in leaving:
+            if member_id == UNKNOWN_MEMBER_ID:
+                # Administrative removal by group.instance.id (KIP-345).
+                current = group.current_static_member_id(instance_id) if instance_id is not None else None
+                if current is not None:
+                    self._remove_current_member(group, current, reason)
+                    results.append((member_id, instance_id, ErrorCode.NONE))
+                else:
+                    results.append((member_id, instance_id, ErrorCode.UNKNOWN_MEMBER_ID))
+            elif group.is_pending_member(member_id):
+                self._remove_pending_member_and_update_group(group, member_id)
+                self.heartbeat_purgatory.check_and_complete(member_key(group.group_id, member_id))
+                log.info("Pending member with memberId=%s has left group %s through explicit `LeaveGroup` request",
+                         member_id, group.group_id)
+                results.append((member_id, instance_id, ErrorCode.NONE))
+            else:
+                e = self._validate_current_member(group, member_id, instance_id, "leave-group")
+                if e is None:
+                    self._remove_current_member(group, member_id, reason)
+                    e = ErrorCode.NONE
+                results.append((member_id, instance_id, e))
+        callback(ErrorCode.NONE, results)
+
+    def _remove_current_member(self, group: GroupMetadata, member_id: str, reason: str | None) -> None:
+        member = group.get(member_id)
+        reason = reason or "not provided"
+        self._remove_member_and_update_group(group, member, f"Removing member {member_id} on LeaveGroup; client "
+                                                            f"reason: {reason}")
+        self._remove_heartbeat_for_leaving_member(group, member_id)
+        log.info("Member %s has left group %s through explicit `LeaveGroup`; client reason: %s", member,
+                 group.group_id, reason)
+
+    # ------------------------------------------------------------ Heartbeat
+    def handle_heartbeat(self, group_id: str, member_id: str, group_instance_id: str | None,
+                         generation_id: int) -> ErrorCode:
+        err = self._validate_group_status(group_id, HEARTBEAT)
+        if err is not None:
+            # While loading, heartbeats are answered blindly: the state is not known yet.
+            return ErrorCode.NONE if err == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS else err
+        group = self.manager.get_group(group_id)
+        if group is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if group.is_(DEAD):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        err = self._validate_current_member(group, member_id, group_instance_id, "heartbeat")
+        if err is not None:
+            return err
+        if generation_id != group.generation_id:
+            return ErrorCode.ILLEGAL_GENERATION
+        st = group.state
+        if st is EMPTY:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        member = group.get(member_id)
+        self._complete_and_schedule_next_heartbeat_expiration(group, member)
+        # Heartbeats are how members learn of a rebalance they must join.
+        return ErrorCode.REBALANCE_IN_PROGRESS if st is PREPARING_REBALANCE else ErrorCode.NONE
+
+    def _complete_and_schedule_next_heartbeat_expiration(self, group: GroupMetadata, member: MemberMetadata) -> None:
+        self._complete_and_schedule_next_expiration(group, member, member.session_timeout_ms)
+
+    def _complete_and_schedule_next_expiration(self, group: GroupMetadata, member: MemberMetadata,
+                                               timeout_ms: int) -> None:
+        key = member_key(group.group_id, member.member_id)
+        member.heartbeat_satisfied = True
+        self.heartbeat_purgatory.check_and_complete(key)
+        member.heartbeat_satisfied = False
+        self.heartbeat_purgatory.try_complete_else_watch(
+            DelayedHeartbeat(self, group, member.member_id, False, timeout_ms), [key])
+
+    def _add_pending_member_expiration(self, group: GroupMetadata, member_id: str, timeout_ms: int) -> None:
+        self.heartbeat_purgatory.try_complete_else_watch(
+            DelayedHeartbeat(self, group, member_id, True, timeout_ms), [member_key(group.group_id, member_id)])
+
+    def _remove_heartbeat_for_leaving_member(self, group: GroupMetadata, member_id: str) -> None:
+        self.heartbeat_purgatory.check_and_complete(member_key(group.group_id, member_id))
+
+    def try_complete_heartbeat(self, group: GroupMetadata, member_id: str, is_pending: bool,
+                               force_complete: Callable[[], bool]) -> bool:
+        if group.is_(DEAD):
+            return force_complete()
+        if is_pending:
+            return force_complete() if group.has(member_id) else False
+        if not group.has(member_id) or group.get(member_id).has_satisfied_heartbeat:
+            return force_complete()
+        return False
+
+    def on_expire_heartbeat(self, group: GroupMetadata, member_id: str, is_pending: bool) -> None:
+        if group.is_(DEAD):
+            log.info("Received notification of heartbeat expiration for member %s after group %s had already "
+                     "been unloaded or deleted.", member_id, group.group_id)
+        elif is_pending:
+            log.info("Pending member %s in group %s has been removed after session timeout expiration.",
+                     member_id, group.group_id)
+            self._remove_pending_member_and_update_group(group, member_id)
+        elif group.has(member_id):
+            member = group.get(member_id)
+            if not member.has_satisfied_heartbeat:
+                log.info("Member %s in group %s has failed, removing it from the group", member_id, group.group_id)
+                self._remove_member_and_update_group(group, member,
+                                                     f"removing member {member_id} on heartbeat expiration")
+
+    # ------------------------------------------------------------ OffsetCommit
+    def handle_commit_offsets(self, group_id: str, member_id: str, group_instance_id: str | None,
+                              generation_id: int, offsets: dict[TopicPartitionKey, OffsetAndMetadata],
+                              callback: Callable[[dict[TopicPartitionKey, ErrorCode]], None]) -> None:
+        err = self._validate_group_status(group_id, OFFSET_COMMIT)
+        if err is not None:
+            callback({tp: err for tp in offsets})
+            return
+        group = self.manager.get_group(group_id)
+        if group is None:
+            if generation_id < 0:
+                # Not using group management: a standalone group that only stores offsets.
+                log.info("Creating simple consumer group %s via manual offset commit.", group_id)
+                group = self.manager.add_group(GroupMetadata(group_id, EMPTY, self.clock))
+            else:
+                callback({tp: ErrorCode.ILLEGAL_GENERATION for tp in offsets})
+                return
+        err = self._validate_offset_commit(group, generation_id, member_id, group_instance_id)
+        if err is not None:
+            callback({tp: err for tp in offsets})
+            return
+        st = group.state
+        if st is EMPTY:
+            self.manager.store_offsets(group, member_id, offsets, callback)
+        elif st in (STABLE, PREPARING_REBALANCE):
+            # Commits of the previous generation are still welcome while rebalancing; the
+            # heartbeat tells the member to rejoin.
+            self._complete_and_schedule_next_heartbeat_expiration(group, group.get(member_id))
+            self.manager.store_offsets(group, member_id, offsets, callback)
+        elif st is COMPLETING_REBALANCE:
+            # The member already has the new generation's JoinGroup answer: it should sync first.
+            callback({tp: ErrorCode.REBALANCE_IN_PROGRESS for tp in offsets})
+        else:
+            raise RuntimeError(f"Logic error: unexpected group state {st}")
+
+    def handle_txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
+                                  group_instance_id: str | None, generation_id: int,
+                                  offsets: dict[TopicPartitionKey, OffsetAndMetadata],
+                                  callback: Callable[[dict[TopicPartitionKey, ErrorCode]], None]) -> None:
+        """TxnOffsetCommit: offsets written inside a transaction, visible once it commits."""
+        err = self._validate_group_status(group_id, TXN_OFFSET_COMMIT)
+        if err is not None:
+            callback({tp: err for tp in offsets})
+            return
+        group = self.manager.get_group(group_id)
+        if group is None:
+            group = self.manager.add_group(GroupMetadata(group_id, EMPTY, self.clock))
+        err = self._validate_offset_commit(group, generation_id, member_id, group_instance_id, transactional=True)
+        if err is not None:
+            callback({tp: err for tp in offsets})
+            return
+        self.manager.store_offsets(group, member_id, offsets, callback, producer_id, producer_epoch)
+
+    def on_transaction_completed(self, producer_id: int, partitions: Iterable[int], commit: bool) -> None:
+        """The transaction coordinator wrote producer_id's marker to these __consumer_offsets
+        partitions (Kafka's scheduleHandleTxnCompletion)."""
+        if self.manager is not None:
+            self.manager.complete_txn_offsets(producer_id, partitions, commit)
+
+    def _validate_offset_commit(self, group: GroupMetadata, generation_id: int, member_id: str,
+                                group_instance_id: str | None, transactional: bool = False) -> ErrorCode | None:
+        if group.is_(DEAD):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if generation_id < 0 and group.is_(EMPTY):
+            return None  # admin client or a consumer without group management
+        if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
+            err = self._validate_current_member(group, member_id, group_instance_id,
+                                                "txn-offset-commit" if transactional else "offset-commit")
+            if err is not None:
+                return err
+            return ErrorCode.ILLEGAL_GENERATION if generation_id != group.generation_id else None
+        if not transactional and not group.is_(EMPTY):
+            # Only members commit to a non-empty group; old TxnOffsetCommit versions carry no
+            # member id, so transactional commits are exempt.
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return None
+
+    # ------------------------------------------------------------ OffsetFetch
+    def handle_fetch_offsets(self, group_id: str, require_stable: bool,
+                             partitions: list[TopicPartitionKey] | None
+                             ) -> tuple[ErrorCode, dict[TopicPartitionKey, PartitionData]]:
+        err = self._validate_group_status(group_id, OFFSET_FETCH)
+        if err is not None:
+            return err, {}
+        # Answered whatever the group's state: standalone consumers only store offsets.
+        return ErrorCode.NONE, self.manager.get_offsets(group_id, require_stable, partitions)
+
+    # ------------------------------------------------------------ OffsetDelete
+    def handle_delete_offsets(self, group_id: str, partitions: list[TopicPartitionKey]
+                              ) -> tuple[ErrorCode, dict[TopicPartitionKey, ErrorCode]]:
+        err = self._validate_group_status(group_id, OFFSET_DELETE)
+        if err is not None:
+            return err, {}
+        group = self.manager.get_group(group_id)
+        if group is None or group.is_(DEAD):
+            return (ErrorCode.GROUP_ID_NOT_FOUND if self.manager.group_not_exists(group_id)
+                    else ErrorCode.NOT_COORDINATOR), {}
+        errors: dict[TopicPartitionKey, ErrorCode] = {}
+        if group.is_(EMPTY):
+            eligible = list(partitions)
+        elif group.is_consumer_group:
+            eligible = []
+            for tp in partitions:
+                if group.is_subscribed_to_topic(tp.topic):
+                    errors[tp] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+                else:
+                    eligible.append(tp)
+        else:
+            return ErrorCode.NON_EMPTY_GROUP, {}
+        if eligible:
+            n = self.manager.cleanup_group_metadata([group], lambda g: g.remove_offsets(eligible))
+            for tp in eligible:
+                errors[tp] = ErrorCode.NONE
+            log.info("The following offsets of the group %s were deleted: %s. A total of %d offsets were removed.",
+                     group_id, eligible, n)
+        return ErrorCode.NONE, errors
+
+    # ------------------------------------------------------------ DeleteGroups
+    def handle_delete_groups(self, group_ids: Iterable[str]) -> dict[str, ErrorCode]:
+        errors: dict[str, ErrorCode] = {}
+        eligible: list[GroupMetadata] = []
+        for gid in group_ids:
+            err = self._validate_group_status(gid, DELETE)
+            if err is not None:
+                errors[gid] = err
+                continue
+            group = self.manager.get_group(gid)
+            if group is None or group.is_(DEAD):
+                errors[gid] = (ErrorCode.GROUP_ID_NOT_FOUND if self.manager.group_not_exists(gid)
+                               else ErrorCode.NOT_COORDINATOR)
+            elif group.is_(EMPTY):
+                group.transition_to(DEAD)
+                eligible.append(group)
+            else:
+                errors[gid] = ErrorCode.NON_EMPTY_GROUP
+        if eligible:
+            n = self.manager.cleanup_group_metadata(eligible, lambda g: g.remove_all_offsets())
+            for g in eligible:
+                errors[g.group_id] = ErrorCode.NONE
+            log.info("The following groups were deleted: %s. A total of %d offsets were removed.",
+                     ", ".join(g.group_id for g in eligible), n)
+        return errors
+
+    # ------------------------------------------------------------ ListGroups / DescribeGroups
+    def handle_list_groups(self, states: Iterable[str] = (), types: Iterable[str] = ()
+                           ) -> tuple[ErrorCode, list[GroupMetadata]]:
+        if not self._active or self.manager is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
+        error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self.manager.is_loading() else ErrorCode.NONE
+        wanted_states = {s.lower() for s in states}
+        wanted_types = {t.lower() for t in types}
+        groups = [g for g in self.manager.current_groups()
+                  if (not wanted_states or g.in_states(wanted_states))
+                  and (not wanted_types or "classic" in wanted_types)]
+        return error, groups
+
+    def handle_describe_group(self, group_id: str) -> tuple[ErrorCode, tuple[str, str, str, list]]:
+        """(error, (state, protocol type, protocol, member summaries))."""
+        err = self._validate_group_status(group_id, DESCRIBE)
+        if err is not None:
+            return err, ("", "", "", [])
+        group = self.manager.get_group(group_id)
+        if group is None:
+            return ErrorCode.NONE, (DEAD.value, "", "", [])
+        return ErrorCode.NONE, group.summary()
+
+
+def _answer_displaced_join(group: GroupMetadata, member: MemberMetadata) -> None:
+    """A member's new JoinGroup replaces its parked one. Kafka never answers the old request
+    (its connection was muted, so it is a dead client's); here a connection can pipeline, so
+    the old one is answered rather than left to block the responses queued behind it."""
+    if member.is_awaiting_join:
+        group.maybe_invoke_join_callback(member, JoinGroupResult(member.member_id, ErrorCode.REBALANCE_IN_PROGRESS))
+
+
+def _offsets_tp(partition: int) -> Any:
+    from rivulet.replication.partition import TopicPartition
+    return TopicPartition(GROUP_METADATA_TOPIC_NAME, partition)
+
+
+def _cfg(config: Any, name: str, default: Any) -> Any:
+    try:
+        return config[name]
+    except KeyError:
+        return default
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

@@ -1,0 +1,117 @@
+"""The group coordinator's delayed operations (Kafka's DelayedJoin, InitialDelayedJoin,
+DelayedSync and DelayedHeartbeat). Each is a thin shell: the decisions live in the
+coordinator, which owns the group state."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Hashable
+
+from rivulet.delayed import DelayedOperation, DelayedOperationPurgatory
+
+if TYPE_CHECKING:
+    from rivulet.coordinator.group_coordinator import GroupCoordinator
+    from rivulet.coordinator.group_metadata import GroupMetadata
+
+
+def join_key(group_id: str) -> Hashable:
+    return ("join", group_id)
+
+
+def sync_key(group_id: str) -> Hashable:
+    return ("sync", group_id)
+
+
+def member_key(group_id: str, member_id: str) -> Hashable:
+    return ("member", group_id, member_id)
+
+
+class DelayedJoin(DelayedOperation):
+    """PreparingRebalance: completes once every known member has rejoined, or at the
+    rebalance timeout, when the laggards are dropped."""
+
+    def __init__(self, coordinator: GroupCoordinator, group: GroupMetadata, rebalance_timeout_ms: int) -> None:
+        super().__init__(rebalance_timeout_ms)
+        self.coordinator = coordinator
+        self.group = group
+
+    def try_complete(self) -> bool:
+        return self.coordinator.try_complete_join(self.group, self.force_complete)
+
+    def on_complete(self) -> None:
+        self.coordinator.on_complete_join(self.group)
+
+    def on_expiration(self) -> None:
+        pass
+
+
+class InitialDelayedJoin(DelayedJoin):
+    """The first rebalance of an Empty group waits group.initial.rebalance.delay.ms, and again
+    each time a new member arrived meanwhile, up to the rebalance timeout, so a group starting
+    many consumers at once settles in one rebalance instead of many."""
+
+    def __init__(self, coordinator: GroupCoordinator, purgatory: DelayedOperationPurgatory, group: GroupMetadata,
+                 configured_delay_ms: int, delay_ms: int, remaining_ms: int) -> None:
+        super().__init__(coordinator, group, delay_ms)
+        self.purgatory = purgatory
+        self.configured_delay_ms = configured_delay_ms
+        self.delay_ms = delay_ms
+        self.remaining_ms = remaining_ms
+
+    def try_complete(self) -> bool:
+        return False  # only time completes it
+
+    def on_complete(self) -> None:
+        group = self.group
+        if group.new_member_added and self.remaining_ms != 0:
+            group.new_member_added = False
+            delay = min(self.configured_delay_ms, self.remaining_ms)
+            remaining = max(self.remaining_ms - self.delay_ms, 0)
+            self.purgatory.try_complete_else_watch(
+                InitialDelayedJoin(self.coordinator, self.purgatory, group, self.configured_delay_ms, delay,
+                                   remaining),
+                [join_key(group.group_id)])
+        else:
+            super().on_complete()
+
+
+class DelayedSync(DelayedOperation):
+    """CompletingRebalance: members that never send SyncGroup within the rebalance timeout
+    are removed and the group rebalances without them."""
+
+    def __init__(self, coordinator: GroupCoordinator, group: GroupMetadata, generation_id: int,
+                 rebalance_timeout_ms: int) -> None:
+        super().__init__(rebalance_timeout_ms)
+        self.coordinator = coordinator
+        self.group = group
+        self.generation_id = generation_id
+
+    def try_complete(self) -> bool:
+        return self.coordinator.try_complete_pending_sync(self.group, self.generation_id, self.force_complete)
+
+    def on_complete(self) -> None:
+        pass
+
+    def on_expiration(self) -> None:
+        self.coordinator.on_expire_pending_sync(self.group, self.generation_id)
+
+
+class DelayedHeartbeat(DelayedOperation):
+    """A member's session: expires unless a heartbeat (or a parked join/sync) satisfies it."""
+
+    def __init__(self, coordinator: GroupCoordinator, group: GroupMetadata, member_id: str, is_pending: bool,
+                 timeout_ms: int) -> None:
+        super().__init__(timeout_ms)
+        self.coordinator = coordinator
+        self.group = group
+        self.member_id = member_id
+        self.is_pending = is_pending
+
+    def try_complete(self) -> bool:
+        return self.coordinator.try_complete_heartbeat(self.group, self.member_id, self.is_pending,
+                                                       self.force_complete)
+
+    def on_complete(self) -> None:
+        pass
+
+    def on_expiration(self) -> None:
+        self.coordinator.on_expire_heartbeat(self.group, self.member_id, self.is_pending)

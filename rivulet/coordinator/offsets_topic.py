@@ -1,0 +1,151 @@
+"""Record formats of __consumer_offsets: version-prefixed keys and values, as Kafka writes them.
+
+Key versions 0 and 1 are offset commits, 2 is group metadata; newer key versions belong to
+the KIP-848 coordinator and are skipped on load. A record with a null value is a tombstone.
+Values are written at the highest non-flexible version Kafka writes: OffsetCommitValue v3
+(v1 when the commit carries an explicit expire timestamp), GroupMetadataValue v3.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from rivulet.coordinator.group_metadata import (
+    EMPTY,
+    STABLE,
+    GroupMetadata,
+    MemberMetadata,
+    OffsetAndMetadata,
+    wall_clock_ms,
+)
+from rivulet.protocol.messages.group_metadata_key import GroupMetadataKey
+from rivulet.protocol.messages.group_metadata_value import GroupMetadataValue, MemberMetadata as MemberValue
+from rivulet.protocol.messages.offset_commit_key import OffsetCommitKey
+from rivulet.protocol.messages.offset_commit_value import OffsetCommitValue
+
+GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
+OFFSET_COMMIT_KEY_VERSION = 1
+GROUP_METADATA_KEY_VERSION = 2
+OFFSET_COMMIT_VALUE_VERSION = 3
+OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY = 1
+GROUP_METADATA_VALUE_VERSION = 3
+NO_PARTITION_LEADER_EPOCH = -1
+DEFAULT_TIMESTAMP = -1
+
+_VERSION = struct.Struct(">h")
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetKey:
+    group: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupKey:
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownKey:
+    version: int
+
+
+def _prefixed(version: int, struct_obj) -> bytes:
+    return _VERSION.pack(version) + struct_obj.encode(version)
+
+
+def offset_commit_key(group: str, topic: str, partition: int) -> bytes:
+    return _prefixed(OFFSET_COMMIT_KEY_VERSION, OffsetCommitKey(group=group, topic=topic, partition=partition))
+
+
+def group_metadata_key(group: str) -> bytes:
+    return _prefixed(GROUP_METADATA_KEY_VERSION, GroupMetadataKey(group=group))
+
+
+def offset_commit_value(om: OffsetAndMetadata) -> bytes:
+    version = OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY if om.expire_timestamp is not None \
+        else OFFSET_COMMIT_VALUE_VERSION
+    return _prefixed(version, OffsetCommitValue(
+        offset=om.committed_offset,
+        leader_epoch=NO_PARTITION_LEADER_EPOCH if om.leader_epoch is None else om.leader_epoch,
+        metadata=om.metadata,
+        commit_timestamp=om.commit_timestamp,
+        expire_timestamp=DEFAULT_TIMESTAMP if om.expire_timestamp is None else om.expire_timestamp))
+
+
+def group_metadata_value(group: GroupMetadata, assignment: Mapping[str, bytes]) -> bytes:
+    members = []
+    for m in group.all_member_metadata():
+        if group.protocol_name is None:
+            raise RuntimeError("Attempted to write non-empty group metadata with no defined protocol.")
+        if m.member_id not in assignment:
+            raise RuntimeError(f"Attempted to write member {m.member_id} of group {group.group_id} "
+                               "with no assignment.")
+        members.append(MemberValue(
+            member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
+            client_host=m.client_host, rebalance_timeout=m.rebalance_timeout_ms,
+            session_timeout=m.session_timeout_ms, subscription=m.metadata(group.protocol_name),
+            assignment=bytes(assignment[m.member_id])))
+    ts = group.current_state_timestamp
+    return _prefixed(GROUP_METADATA_VALUE_VERSION, GroupMetadataValue(
+        protocol_type=group.protocol_type or "", generation=group.generation_id, protocol=group.protocol_name,
+        leader=group.leader_id, current_state_timestamp=-1 if ts is None else ts, members=members))
+
+
+def read_message_key(data: bytes) -> OffsetKey | GroupKey | UnknownKey:
+    (version,) = _VERSION.unpack_from(data, 0)
+    if version in (0, 1):
+        k = OffsetCommitKey.decode(data, version, 2)
+        return OffsetKey(k.group, k.topic, k.partition)
+    if version == GROUP_METADATA_KEY_VERSION:
+        return GroupKey(GroupMetadataKey.decode(data, version, 2).group)
+    return UnknownKey(version)
+
+
+def read_offset_message_value(data: bytes | None) -> OffsetAndMetadata | None:
+    if data is None:
+        return None
+    (version,) = _VERSION.unpack_from(data, 0)
+    lo, hi = OffsetCommitValue.VALID_VERSIONS
+    if not lo <= version <= hi:
+        raise ValueError(f"Unknown offset message version: {version}")
+    v = OffsetCommitValue.decode(data, version, 2)
+    return OffsetAndMetadata(
+        committed_offset=v.offset,
+        leader_epoch=None if v.leader_epoch == NO_PARTITION_LEADER_EPOCH else v.leader_epoch,
+        metadata=v.metadata if v.metadata is not None else "",
+        commit_timestamp=v.commit_timestamp,
+        expire_timestamp=None if v.expire_timestamp == DEFAULT_TIMESTAMP else v.expire_timestamp)
+
+
+def read_group_message_value(group_id: str, data: bytes | None,
+                             clock: Callable[[], int] = wall_clock_ms) -> GroupMetadata | None:
+    """The group as the record describes it: Stable with its members, or Empty."""
+    if data is None:
+        return None
+    (version,) = _VERSION.unpack_from(data, 0)
+    lo, hi = GroupMetadataValue.VALID_VERSIONS
+    if not lo <= version <= hi:
+        raise ValueError(f"Unknown group metadata message version: {version}")
+    v = GroupMetadataValue.decode(data, version, 2)
+    members = [MemberMetadata(
+        member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
+        client_host=m.client_host,
+        rebalance_timeout_ms=m.session_timeout if version == 0 else m.rebalance_timeout,
+        session_timeout_ms=m.session_timeout, protocol_type=v.protocol_type,
+        supported_protocols=[(v.protocol, bytes(m.subscription))], assignment=bytes(m.assignment))
+        for m in v.members]
+    group = GroupMetadata(group_id, STABLE if members else EMPTY, clock)
+    group.generation_id = v.generation
+    group.protocol_type = v.protocol_type or None
+    group.protocol_name = v.protocol
+    group.leader_id = v.leader
+    group.current_state_timestamp = None if v.current_state_timestamp == -1 else v.current_state_timestamp
+    for m in members:
+        group.add(m)
+    group.subscribed_topics = group.compute_subscribed_topics()
+    return group

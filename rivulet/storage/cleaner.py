@@ -1,0 +1,405 @@
+"""Log compaction (Kafka's LogCleaner) for logs whose cleanup.policy includes ``compact``.
+
+One pass over a log:
+
+1. Pick the cleanable range: every segment below the active one whose end is under the high
+   watermark and whose newest record is older than min.compaction.lag.ms. Clean only when
+   the dirty share of it (bytes past the last cleaned offset) reaches
+   min.cleanable.dirty.ratio, or a tombstone's delete horizon has passed.
+2. Map each key in the dirty part to its last offset.
+3. Rewrite the range, segment group by segment group (groups stay under segment.bytes),
+   keeping a record only if it is the newest for its key; a tombstone is kept until its
+   batch's delete horizon (KIP-534: set to now + delete.retention.ms the first time the
+   cleaner writes the batch) has passed. Batches keep their base and last offsets, so no
+   offset ever changes; emptied batches disappear.
+4. Swap each cleaned group in for the segments it replaces, in Kafka's crash-safe order:
+   ``.swap`` files first, old segments removed, then the rename that makes the swap final.
+   Log recovery finishes an interrupted swap.
+
+Steps 2-3 (all the reading and writing) run in a worker thread and only touch segments that
+are no longer written; step 4 runs on the event loop, where reads happen, and gives up if the
+log changed meanwhile (retention, truncation, deletion).
+
+The segment swap needs the Log's segment list; Log has no public hook for it yet, so
+``_replace_segments`` below reaches into ``Log._segments`` / ``_bases`` under ``Log._lock``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from crc32c import crc32c
+
+from rivulet.protocol import records as rec
+from rivulet.protocol.compression import compress
+from rivulet.storage.checkpoints import fsync_dir
+from rivulet.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, segment_file_name
+
+log = logging.getLogger(__name__)
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_ATTR_OFFSET = 21
+_TMP_DIR = "cleaner.tmp"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# ---------------------------------------------------------------- record encoding
+
+def _varint(n: int) -> bytes:
+    v = (n << 1) ^ (n >> 63)  # zigzag
+    out = bytearray()
+    while v > 0x7F:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def _bytes_field(b: bytes | None) -> bytes:
+    return _varint(-1) if b is None else _varint(len(b)) + bytes(b)
+
+
+def encode_retained_batch(h: rec.BatchHeader, records: list[rec.Record], delete_horizon_ms: int | None) -> bytes:
+    """The batch ``h`` holding only ``records``, with its base and last offsets, producer
+    fields and codec unchanged (Kafka keeps the last offset so producer sequences survive).
+    With a delete horizon, the base timestamp carries it and the attribute flag says so."""
+    log_append = h.is_log_append_time
+    if delete_horizon_ms is not None:
+        base_ts = delete_horizon_ms
+    elif log_append:
+        base_ts = h.base_timestamp
+    else:
+        base_ts = records[0].timestamp
+    max_ts = h.max_timestamp if log_append else max(r.timestamp for r in records)
+    body = bytearray()
+    for r in records:
+        ts_delta = 0 if log_append else r.timestamp - base_ts
+        inner = bytearray(b"\x00")
+        inner += _varint(ts_delta)
+        inner += _varint(r.offset - h.base_offset)
+        inner += _bytes_field(r.key)
+        inner += _bytes_field(r.value)
+        inner += _varint(len(r.headers))
+        for k, v in r.headers:
+            kb = k.encode() if isinstance(k, str) else bytes(k)
+            inner += _varint(len(kb)) + kb
+            inner += _bytes_field(v)
+        body += _varint(len(inner))
+        body += inner
+    payload = compress(h.compression, bytes(body)) if h.compression else bytes(body)
+    attributes = h.attributes | (rec.DELETE_HORIZON_MASK if delete_horizon_ms is not None else 0)
+    header = bytearray(_HEADER.pack(
+        h.base_offset, 0, h.partition_leader_epoch, rec.MAGIC_V2, 0, attributes, h.last_offset_delta, base_ts,
+        max_ts, h.producer_id, h.producer_epoch, h.base_sequence, len(records)))
+    struct.pack_into(">i", header, 8, len(header) - 12 + len(payload))
+    crc = crc32c(payload, crc32c(bytes(header[_ATTR_OFFSET:])))
+    struct.pack_into(">I", header, 17, crc)
+    return bytes(header) + payload
+
+
+def delete_horizon(h: rec.BatchHeader) -> int | None:
+    return h.base_timestamp if h.attributes & rec.DELETE_HORIZON_MASK else None
+
+
+# ---------------------------------------------------------------- planning
+
+@dataclass
+class CleanStats:
+    segments_read: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_kept: int = 0
+    tombstones_removed: int = 0
+    # earliest delete horizon written: when it passes, the log is worth cleaning again
+    next_horizon_ms: int | None = None
+
+
+@dataclass
+class _Plan:
+    log: Any
+    segments: list[LogSegment]
+    first_dirty: int
+    end_offset: int  # first offset past the cleanable range
+    groups: list[list[LogSegment]]
+    now_ms: int
+    delete_retention_ms: int
+    results: list[tuple[list[LogSegment], str]] = field(default_factory=list)  # (group, tmp dir)
+    stats: CleanStats = field(default_factory=CleanStats)
+
+
+class _Aborted(Exception):
+    """The cleaner is shutting down mid-pass."""
+
+
+def _read_segment(seg: LogSegment) -> bytes:
+    return os.pread(seg.fd, seg.size, 0) if seg.size else b""
+
+
+class LogCleaner:
+    """Compacts every log of ``log_manager`` whose policy includes ``compact``."""
+
+    def __init__(self, log_manager: Any, *, backoff_ms: int = 15000, enabled: bool = True,
+                 time_ms: Callable[[], int] = now_ms) -> None:
+        self.log_manager = log_manager
+        self.backoff_ms = backoff_ms
+        self.enabled = enabled
+        self.time_ms = time_ms
+        # log dir -> first offset not yet cleaned (Kafka's cleaner-offset-checkpoint, kept in
+        # memory: after a restart the whole log counts as dirty, which is only slower).
+        self.checkpoints: dict[str, int] = {}
+        self.horizons: dict[str, int] = {}
+        self._task: asyncio.Task | None = None
+        self._busy: set[str] = set()
+        self._stopping = False
+        self.passes = 0
+
+    # ------------------------------------------------------------ scheduling
+    def start(self) -> None:
+        if self.enabled and self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def shutdown(self) -> None:
+        self._stopping = True
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.backoff_ms / 1000)
+            try:
+                await self.clean_all()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("log cleaner pass failed; will retry")
+
+    async def clean_all(self) -> int:
+        """One pass over every compacted log; returns how many logs were cleaned."""
+        loop = asyncio.get_running_loop()
+        cleaned = 0
+        for lg in self.log_manager.all_logs():
+            plan = self._plan(lg, self.time_ms())
+            if plan is None:
+                continue
+            self._busy.add(lg.dir)
+            work = loop.run_in_executor(None, self._build, plan)
+            try:
+                await asyncio.shield(work)
+            except asyncio.CancelledError:
+                # The worker still reads the pinned segments: release them when it stops.
+                self._stopping = True
+                work.add_done_callback(lambda _f, p=plan: self._release(p))
+                raise
+            except Exception:
+                self._release(plan)
+                raise
+            try:
+                if self._swap(plan):
+                    cleaned += 1
+            finally:
+                self._release(plan)
+        self.passes += 1
+        return cleaned
+
+    def clean_log_now(self, lg: Any, now: int | None = None, force: bool = False) -> CleanStats | None:
+        """Clean one log synchronously (tests and tools). ``force`` ignores the dirty ratio."""
+        plan = self._plan(lg, self.time_ms() if now is None else now, force=force)
+        if plan is None:
+            return None
+        try:
+            self._build(plan)
+            return plan.stats if self._swap(plan) else None
+        finally:
+            self._release(plan)
+
+    def _release(self, plan: _Plan) -> None:
+        lg = plan.log
+        with lg._lock:
+            for seg in plan.segments:
+                seg.unpin()  # a segment deleted meanwhile closes now
+        self._busy.discard(lg.dir)
+        shutil.rmtree(os.path.join(lg.dir, _TMP_DIR), ignore_errors=True)
+
+    # ------------------------------------------------------------ step 1: what to clean
+    def _plan(self, lg: Any, now: int, force: bool = False) -> _Plan | None:
+        cfg = lg.config
+        if not cfg.compact_enabled or lg.closed or lg.dir in self._busy:
+            return None
+        segs = list(lg._segments)
+        if len(segs) < 2:
+            return None
+        cleanable: list[LogSegment] = []
+        hw = lg.high_watermark
+        for i, seg in enumerate(segs[:-1]):  # never the active segment
+            upper = segs[i + 1].base_offset
+            if upper > hw:
+                break
+            if cfg.min_compaction_lag_ms > 0 and seg.largest_timestamp > now - cfg.min_compaction_lag_ms:
+                break
+            cleanable.append(seg)
+        if not cleanable:
+            return None
+        end_offset = segs[len(cleanable)].base_offset
+        first_dirty = max(self.checkpoints.get(lg.dir, lg.log_start_offset), lg.log_start_offset)
+        total = sum(s.size for s in cleanable)
+        dirty = sum(s.size for i, s in enumerate(cleanable)
+                    if (segs[i + 1].base_offset if i + 1 < len(segs) else end_offset) > first_dirty)
+        horizon_due = lg.dir in self.horizons and now >= self.horizons[lg.dir]
+        max_lag_due = cfg.max_compaction_lag_ms < (1 << 62) and dirty > 0 and any(
+            s.largest_timestamp <= now - cfg.max_compaction_lag_ms for s in cleanable if s.size)
+        ratio = dirty / total if total else 0.0
+        if not force and not horizon_due and not max_lag_due and (dirty == 0 or ratio < cfg.min_cleanable_dirty_ratio):
+            return None
+        with lg._lock:
+            # Pinned, a segment that retention deletes meanwhile keeps its descriptor open
+            # until the worker is done reading it (the swap then notices the change).
+            for seg in cleanable:
+                seg.pin()
+        groups: list[list[LogSegment]] = []
+        size = 0
+        for seg in cleanable:
+            if groups and size + seg.size <= cfg.segment_bytes:
+                groups[-1].append(seg)
+                size += seg.size
+            else:
+                groups.append([seg])
+                size = seg.size
+        return _Plan(lg, cleanable, first_dirty, end_offset, groups, now, cfg.delete_retention_ms)
+
+    # ------------------------------------------------------------ steps 2-3: worker thread
+    def _build(self, plan: _Plan) -> None:
+        offsets: dict[bytes, int] = {}
+        stats = plan.stats
+        for seg in plan.segments:
+            data = _read_segment(seg)
+            stats.segments_read += 1
+            stats.bytes_read += len(data)
+            for batch in rec.decode_records(data):
+                h = batch.header
+                if h.is_control or h.last_offset < plan.first_dirty:
+                    continue
+                for r in batch.records:
+                    if r.key is not None and plan.first_dirty <= r.offset < plan.end_offset:
+                        offsets[bytes(r.key)] = r.offset
+        tmp_root = os.path.join(plan.log.dir, _TMP_DIR)
+        shutil.rmtree(tmp_root, ignore_errors=True)
+        for gi, group in enumerate(plan.groups):
+            out = bytearray()
+            for seg in group:
+                if self._stopping:
+                    raise _Aborted()
+                data = _read_segment(seg)
+                for pos, h in rec.iter_batches(data):
+                    raw = memoryview(data)[pos:pos + h.size]
+                    out += self._filter_batch(raw, rec.decode_batch(data, pos), offsets, plan)
+            tmp = os.path.join(tmp_root, str(gi))
+            os.makedirs(tmp)
+            base = group[0].base_offset
+            path = os.path.join(tmp, segment_file_name(base, LOG_SUFFIX))
+            with open(path, "wb") as fh:
+                fh.write(out)
+                fh.flush()
+                os.fsync(fh.fileno())
+            cfg = plan.log.config
+            seg = LogSegment(tmp, base, index_interval_bytes=cfg.index_interval_bytes,
+                             max_index_bytes=cfg.segment_index_bytes, jitter_ms=0, created_ms=plan.now_ms,
+                             fresh=False)
+            seg.recover()
+            seg.sync()
+            seg.close(final=True)
+            stats.bytes_written += len(out)
+            plan.results.append((group, tmp))
+
+    def _filter_batch(self, raw: memoryview, batch: rec.DecodedBatch, offsets: dict[bytes, int],
+                      plan: _Plan) -> bytes | memoryview:
+        h = batch.header
+        if h.is_control:
+            return raw  # transaction markers stay (no transactions to complete them yet)
+        stats = plan.stats
+        horizon = delete_horizon(h)
+        kept: list[rec.Record] = []
+        has_tombstone = False
+        for r in batch.records:
+            stats.records_read += 1
+            if r.key is None:
+                continue  # a compacted topic's record must have a key
+            latest = offsets.get(bytes(r.key))
+            if latest is not None and r.offset < latest:
+                continue
+            if r.value is None:
+                if horizon is not None and plan.now_ms >= horizon:
+                    stats.tombstones_removed += 1
+                    continue
+                has_tombstone = True
+            kept.append(r)
+        stats.records_kept += len(kept)
+        if not kept:
+            return b""
+        new_horizon = horizon
+        if has_tombstone and horizon is None:
+            new_horizon = plan.now_ms + plan.delete_retention_ms
+        if has_tombstone:
+            if stats.next_horizon_ms is None or new_horizon < stats.next_horizon_ms:
+                stats.next_horizon_ms = new_horizon
+        if len(kept) == len(batch.records) and new_horizon == horizon:
+            return raw  # untouched: the original bytes, codec and CRC as written
+        return encode_retained_batch(h, kept, new_horizon)
+
+    # ------------------------------------------------------------ step 4: event loop
+    def _swap(self, plan: _Plan) -> bool:
+        lg = plan.log
+        with lg._lock:
+            segs = lg._segments
+            n = len(plan.segments)
+            if lg.closed or len(segs) <= n or any(a is not b for a, b in zip(segs[:n], plan.segments)):
+                log.info("%s changed while it was being cleaned; dropping this pass", lg.dir)
+                return False
+            for group, tmp in plan.results:
+                _replace_segments(lg, group, tmp)
+        self.checkpoints[lg.dir] = plan.end_offset
+        if plan.stats.next_horizon_ms is not None:
+            self.horizons[lg.dir] = plan.stats.next_horizon_ms
+        else:
+            self.horizons.pop(lg.dir, None)
+        s = plan.stats
+        log.info("%s: cleaned offsets [%d, %d): %d of %d records kept, %d tombstones removed, %d -> %d bytes",
+                 lg.dir, lg.log_start_offset, plan.end_offset, s.records_kept, s.records_read, s.tombstones_removed,
+                 s.bytes_read, s.bytes_written)
+        return True
+
+
+def _replace_segments(lg: Any, group: list[LogSegment], tmp: str) -> None:
+    """Swap the cleaned segment in ``tmp`` for ``group`` (called with ``lg._lock`` held)."""
+    base = group[0].base_offset
+    d = lg.dir
+    moved = []
+    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        src = os.path.join(tmp, segment_file_name(base, suffix))
+        if os.path.exists(src):
+            dst = os.path.join(d, segment_file_name(base, suffix) + ".swap")
+            os.replace(src, dst)
+            moved.append(dst)
+    fsync_dir(d)
+    for seg in group:
+        seg.delete_files()
+    for path in moved:
+        os.replace(path, path[: -len(".swap")])
+    fsync_dir(d)
+    new = lg._new_segment(base, fresh=False)
+    if not new.load_clean():
+        new.recover()
+    i = lg._segments.index(group[0])
+    lg._segments[i: i + len(group)] = [new]
+    lg._bases[i: i + len(group)] = [base]

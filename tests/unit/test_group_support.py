@@ -1,0 +1,228 @@
+"""Fakes for driving the GroupCoordinator without a broker: a manual timer, an in-memory
+__consumer_offsets, and members that record what they were answered. (No tests here.)"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from rivulet.coordinator.group_coordinator import GroupCoordinator
+from rivulet.coordinator.group_metadata import JoinGroupResult, SyncGroupResult
+from rivulet.delayed import Timer
+from rivulet.protocol import records as rec
+from rivulet.protocol.errors import ErrorCode
+from rivulet.replication.partition import TopicPartition
+from rivulet.replication.replica_manager import ProduceResult
+
+CONFIG = {
+    "group.min.session.timeout.ms": 6000,
+    "group.max.session.timeout.ms": 1800000,
+    "group.max.size": 2147483647,
+    "group.initial.rebalance.delay.ms": 0,
+    "offsets.topic.num.partitions": 4,
+    "offsets.topic.segment.bytes": 104857600,
+    "offsets.retention.minutes": 10080,
+    "offsets.retention.check.interval.ms": 600000,
+    "offsets.commit.timeout.ms": 5000,
+    "offset.metadata.max.bytes": 4096,
+}
+
+
+@dataclass
+class FetchInfo:
+    records: bytes
+
+
+class MemLog:
+    """Batches kept in memory with real offsets; enough of storage.Log for loading."""
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[int, int, bytes]] = []  # (base, last, bytes)
+        self.log_start_offset = 0
+        self.log_end_offset = 0
+
+    def append(self, data: bytes) -> int:
+        buf = bytearray(data)
+        h = rec.parse_batch_header(buf, 0)
+        base = self.log_end_offset
+        rec.set_base_offset(buf, 0, base)
+        last = base + h.last_offset_delta
+        self.batches.append((base, last, bytes(buf)))
+        self.log_end_offset = last + 1
+        return base
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None, min_one_batch: bool = True) -> FetchInfo:
+        out = bytearray()
+        for base, last, data in self.batches:
+            if last < offset:
+                continue
+            if max_offset is not None and base >= max_offset:
+                break
+            if out and len(out) + len(data) > max_bytes:
+                break
+            out += data
+        return FetchInfo(bytes(out))
+
+    def records(self) -> list[rec.Record]:
+        out = []
+        for _, _, data in self.batches:
+            for b in rec.decode_records(data):
+                out.extend(b.records)
+        return out
+
+
+class FakePartition:
+    def __init__(self, tp: TopicPartition) -> None:
+        self.tp = tp
+        self.log = MemLog()
+
+
+class FakeReplicaManager:
+    """Appends land at once; with ``defer`` set they wait until ``release()``."""
+
+    def __init__(self) -> None:
+        self.partitions: dict[TopicPartition, FakePartition] = {}
+        self.defer = False
+        self.deferred: list[tuple[asyncio.Future, dict]] = []
+        self.fail_with: ErrorCode | None = None
+        self.appends = 0
+
+    def append_records(self, entries, *, required_acks, timeout_ms, max_message_bytes, log_append_time,
+                       internal=False):
+        self.appends += 1
+        results = {}
+        for tp, data in entries.items():
+            p = self.partitions.get(tp)
+            if p is None:
+                results[tp] = ProduceResult(error=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            elif self.fail_with is not None:
+                results[tp] = ProduceResult(error=self.fail_with)
+            else:
+                results[tp] = ProduceResult(base_offset=p.log.append(data))
+        if self.defer and required_acks != 0:
+            fut = asyncio.get_running_loop().create_future()
+            self.deferred.append((fut, results))
+            return fut
+        return results
+
+    def release(self) -> None:
+        pending, self.deferred = self.deferred, []
+        for fut, results in pending:
+            fut.set_result(results)
+
+
+@dataclass
+class TopicInfo:
+    name: str
+    num_partitions: int
+    configs: dict = field(default_factory=dict)
+
+
+class FakeMetadata:
+    def __init__(self) -> None:
+        self.topics: dict[str, TopicInfo] = {}
+
+    def get(self, name: str):
+        return self.topics.get(name)
+
+
+class FakeBroker:
+    def __init__(self, **overrides: Any) -> None:
+        self.config = {**CONFIG, **overrides}
+        self.node_id = 1
+        self.advertised_listener = ("PLAINTEXT", "127.0.0.1", 9092)
+        self.now = 1_700_000_000_000
+        self.wall_clock = lambda: self.now
+        self.timer = Timer()
+        self.replica_manager = FakeReplicaManager()
+        self.metadata = FakeMetadata()
+
+    def ensure_internal_topic(self, name, partitions, configs):
+        info = self.metadata.get(name)
+        if info is None:
+            info = self.metadata.topics[name] = TopicInfo(name, partitions, configs)
+            for i in range(partitions):
+                tp = TopicPartition(name, i)
+                self.replica_manager.partitions[tp] = FakePartition(tp)
+        return info
+
+    def add_topic(self, name: str, partitions: int) -> None:
+        self.metadata.topics[name] = TopicInfo(name, partitions)
+
+    def advance(self, ms: int) -> None:
+        """Move both clocks: the timer's (sessions, rebalances) and the wall clock (offsets)."""
+        self.now += ms
+        self.timer.advance_clock(self.timer.now_ms + ms)
+
+
+def make_coordinator(**overrides: Any) -> tuple[GroupCoordinator, FakeBroker]:
+    b = FakeBroker(**overrides)
+    c = GroupCoordinator(b)
+    c.startup()
+    return c, b
+
+
+class Member:
+    """A client of the coordinator that records its last answers."""
+
+    def __init__(self, c: GroupCoordinator, group: str, client_id: str = "client", instance_id: str | None = None,
+                 session_timeout_ms: int = 10000, rebalance_timeout_ms: int = 30000,
+                 protocols: list[tuple[str, bytes]] | None = None, protocol_type: str = "consumer") -> None:
+        self.c = c
+        self.group = group
+        self.client_id = client_id
+        self.instance_id = instance_id
+        self.session_timeout_ms = session_timeout_ms
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.protocols = protocols if protocols is not None else [("range", b"meta-" + client_id.encode())]
+        self.protocol_type = protocol_type
+        self.member_id = ""
+        self.generation = -1
+        self.joins: list[JoinGroupResult] = []
+        self.syncs: list[SyncGroupResult] = []
+
+    @property
+    def join_result(self) -> JoinGroupResult | None:
+        return self.joins[-1] if self.joins else None
+
+    @property
+    def sync_result(self) -> SyncGroupResult | None:
+        return self.syncs[-1] if self.syncs else None
+
+    def _on_join(self, r: JoinGroupResult) -> None:
+        self.joins.append(r)
+        if r.error in (ErrorCode.NONE, ErrorCode.MEMBER_ID_REQUIRED):
+            self.member_id = r.member_id
+        if r.error == ErrorCode.NONE:
+            self.generation = r.generation_id
+
+    def join(self, version: int = 9, reason: str | None = None) -> None:
+        self.c.handle_join_group(
+            self.group, self.member_id, self.instance_id,
+            require_known_member_id=version >= 4 and self.instance_id is None,
+            support_skipping_assignment=version >= 9, client_id=self.client_id, client_host="/127.0.0.1",
+            rebalance_timeout_ms=self.rebalance_timeout_ms, session_timeout_ms=self.session_timeout_ms,
+            protocol_type=self.protocol_type, protocols=self.protocols, callback=self._on_join, reason=reason)
+
+    def join_fully(self) -> None:
+        """JoinGroup, answering MEMBER_ID_REQUIRED like a v4+ client does."""
+        self.join()
+        if self.join_result is not None and self.join_result.error == ErrorCode.MEMBER_ID_REQUIRED:
+            self.join()
+
+    def sync(self, assignment: dict[str, bytes] | None = None, generation: int | None = None,
+             protocol_type: str | None = None, protocol_name: str | None = None) -> None:
+        self.c.handle_sync_group(self.group, self.generation if generation is None else generation, self.member_id,
+                                 protocol_type, protocol_name, self.instance_id, assignment or {},
+                                 self.syncs.append)
+
+    def heartbeat(self, generation: int | None = None) -> ErrorCode:
+        return self.c.handle_heartbeat(self.group, self.member_id, self.instance_id,
+                                       self.generation if generation is None else generation)
+
+    def leave(self) -> tuple[ErrorCode, list]:
+        out: list = []
+        self.c.handle_leave_group(self.group, [(self.member_id, self.instance_id, None)],
+                                  lambda top, members: out.append((top, members)))
+        return out[0]
