@@ -45,8 +45,11 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        # No transactions yet: everything below the HW is stable.
-        return self.log.high_watermark
+        """Kafka's LSO: the first offset of an undecided transaction when it lies below the
+        high watermark, else the high watermark. read_committed fetches stop here."""
+        hw = self.log.high_watermark
+        fuo = self.log.first_unstable_offset
+        return fuo if fuo is not None and fuo < hw else hw
 
     def check_leader_epoch(self, current_leader_epoch: int) -> None:
         """KIP-320 fencing: a client that names an epoch must name ours."""

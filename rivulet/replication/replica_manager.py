@@ -1,5 +1,10 @@
 """ReplicaManager: appends to and reads from the partitions this node leads.
 
+Appends carry an origin, as in Kafka: client produces get full idempotence checks,
+coordinator appends (group offsets, transaction state, transaction markers) skip sequence
+checks and may write control batches. read_committed fetches stop at the last stable offset
+and carry the aborted transactions in range.
+
 Produce and fetch requests that cannot be answered at once wait in two purgatories, as in
 Kafka: a DelayedProduce (acks=all) until the high watermark passes the appended offsets,
 and a DelayedFetch until enough bytes are readable or max wait passes. An append, a HW
@@ -18,6 +23,7 @@ from rivulet.delayed import DelayedOperation, DelayedOperationPurgatory, Timer
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ErrorCode, KafkaError
 from rivulet.replication.partition import Partition, TopicPartition
+from rivulet.storage.producer_state import AppendOrigin
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +96,8 @@ class FetchResult:
     last_stable_offset: int = -1
     log_start_offset: int = -1
     records: bytes | None = None
+    # read_committed only: (producer id, first offset) of aborted transactions in range.
+    aborted_transactions: list[tuple[int, int]] | None = None
 
 
 @dataclass(slots=True)
@@ -123,7 +131,17 @@ class DelayedFetch(DelayedOperation):
                 return self.force_complete()  # the read reports the error
             if fp.current_leader_epoch >= 0 and fp.current_leader_epoch != p.leader_epoch:
                 return self.force_complete()
-            end = p.log.log_end_offset if self.params.is_from_follower else p.high_watermark
+            if self.params.is_from_follower:
+                end = p.log.log_end_offset
+            elif self.params.isolation_level == 1:
+                # read_committed waits for the LSO, which a marker append moves.
+                end = p.last_stable_offset
+                if fp.fetch_offset > p.log.log_end_offset or fp.fetch_offset < p.log.log_start_offset:
+                    return self.force_complete()
+            else:
+                end = p.high_watermark
+            if end < fp.fetch_offset and self.params.isolation_level == 1 and not self.params.is_from_follower:
+                continue  # behind an open transaction: nothing readable yet
             if end < fp.fetch_offset or fp.fetch_offset < p.log.log_start_offset:
                 return self.force_complete()  # out of range now: answer with the error
             if end > fp.fetch_offset:
@@ -151,6 +169,10 @@ class ReplicaManager:
         self.produce_purgatory = DelayedOperationPurgatory("Produce", timer, purge_interval=produce_purge_interval)
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch", timer, purge_interval=fetch_purge_interval)
         self._flush_executor = None  # default executor; fsync never runs on the event loop
+        # KIP-890 verification: (transactional id, producer id, epoch, partition) -> error. The
+        # transaction coordinator installs it; a transactional batch that would open a
+        # transaction on a partition is only appended if the coordinator has that partition.
+        self.txn_verifier: Callable[[str | None, int, int, TopicPartition], ErrorCode] | None = None
 
     # -------------------------------------------------------- partitions
     def add_partition(self, partition: Partition) -> None:
@@ -181,8 +203,14 @@ class ReplicaManager:
         max_message_bytes: Callable[[TopicPartition], int],
         log_append_time: Callable[[TopicPartition], bool],
         internal: bool = False,
+        origin: AppendOrigin | None = None,
+        transactional_id: str | None = None,
     ) -> dict[TopicPartition, ProduceResult] | asyncio.Future:
-        """Validate and append each partition's records; wait for acks=all and for fsyncs."""
+        """Validate and append each partition's records; wait for acks=all and for fsyncs.
+
+        ``origin`` defaults to COORDINATOR for ``internal`` appends, CLIENT otherwise."""
+        if origin is None:
+            origin = AppendOrigin.COORDINATOR if internal else AppendOrigin.CLIENT
         results: dict[TopicPartition, ProduceResult] = {}
         flushes: list[Partition] = []
         now = now_ms()
@@ -193,7 +221,9 @@ class ReplicaManager:
                 if not data:
                     res.log_start_offset = p.log.log_start_offset
                     continue
-                headers = rec.validate_produce_records(data, max_batch_size=max_message_bytes(tp))
+                headers = self._headers_for_append(data, max_message_bytes(tp), origin)
+                if origin == AppendOrigin.CLIENT and self.txn_verifier is not None:
+                    self._verify_transaction(p, headers, transactional_id)
                 if required_acks == -1 and len(p.isr) < p.log.config.min_insync_replicas:
                     raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS)
                 # Request frames are bytearrays: offsets are assigned in place, without a copy.
@@ -204,11 +234,15 @@ class ReplicaManager:
                     for pos, _h in rec.iter_batches(buf):
                         rec.set_log_append_time(buf, pos, now)
                 info = p.log.append_as_leader(buf, headers, leader_epoch=p.leader_epoch, now_ms=now,
-                                              log_append_time=append_time)
+                                              log_append_time=append_time, origin=origin)
                 res.base_offset = info.first_offset
-                res.log_append_time = now if append_time else -1
                 res.log_start_offset = p.log.log_start_offset
                 res.required_offset = info.last_offset + 1
+                if info.duplicate:
+                    # Kafka answers a retried batch with its original offset and timestamp.
+                    res.log_append_time = info.log_append_time
+                    continue
+                res.log_append_time = now if append_time else -1
                 if info.flush_needed:
                     flushes.append(p)
                 if p.maybe_increment_high_watermark():
@@ -233,6 +267,56 @@ class ReplicaManager:
         else:
             self._after_flush(results, required_acks, timeout_ms, fut)
         return fut
+
+    def _verify_transaction(self, p: Partition, headers: list, transactional_id: str | None) -> None:
+        h = headers[0]
+        if not h.is_transactional:
+            return
+        entry = p.log.producer_state.last_entry(h.producer_id)
+        if entry is not None and entry.current_txn_first_offset is not None \
+                and entry.producer_epoch == h.producer_epoch:
+            return  # already part of this producer's open transaction here
+        err = self.txn_verifier(transactional_id, h.producer_id, h.producer_epoch, p.tp)
+        if err == ErrorCode.NONE:
+            return
+        if err == ErrorCode.PRODUCER_FENCED:
+            err = ErrorCode.INVALID_PRODUCER_EPOCH
+        elif err in (ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                     ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+            err = ErrorCode.NOT_ENOUGH_REPLICAS  # retriable for a producer, as Kafka maps it
+        raise KafkaError(err, f"transactional write to {p.tp} failed verification with the coordinator")
+
+    @staticmethod
+    def _headers_for_append(data: memoryview | bytes, max_batch_size: int, origin: AppendOrigin) -> list:
+        if origin != AppendOrigin.CLIENT:
+            # Coordinators write control batches (transaction markers) the client check refuses;
+            # they build those batches themselves.
+            batches = list(rec.iter_batches(data))
+            if batches and batches[0][1].is_control:
+                return [h for _, h in batches]
+        return rec.validate_produce_records(data, max_batch_size=max_batch_size)
+
+    def append_txn_markers(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        partitions: list[TopicPartition],
+        *,
+        timeout_ms: int,
+        max_message_bytes: Callable[[TopicPartition], int],
+        log_append_time: Callable[[TopicPartition], bool],
+    ) -> dict[TopicPartition, ProduceResult] | asyncio.Future:
+        """Write a COMMIT/ABORT marker to each partition (WriteTxnMarkers), acks=all."""
+        kind = rec.ControlRecordType.COMMIT if commit else rec.ControlRecordType.ABORT
+        now = now_ms()
+        batch = rec.encode_control_batch(kind, producer_id=producer_id, producer_epoch=producer_epoch,
+                                         coordinator_epoch=coordinator_epoch, timestamp=now)
+        entries = {tp: bytearray(batch) for tp in partitions}
+        return self.append_records(entries, required_acks=-1, timeout_ms=timeout_ms,
+                                   max_message_bytes=max_message_bytes, log_append_time=log_append_time,
+                                   origin=AppendOrigin.COORDINATOR)
 
     def _all_replicated(self, results: dict[TopicPartition, ProduceResult]) -> bool:
         for tp, r in results.items():
@@ -298,10 +382,11 @@ class ReplicaManager:
             res.high_watermark = p.high_watermark
             res.last_stable_offset = p.last_stable_offset
             res.log_start_offset = lg.log_start_offset
+            read_committed = params.isolation_level == 1 and not params.is_from_follower
             try:
                 p.check_leader_epoch(fp.current_leader_epoch)
                 max_offset = lg.log_end_offset if params.is_from_follower else (
-                    p.last_stable_offset if params.isolation_level == 1 else p.high_watermark)
+                    res.last_stable_offset if read_committed else p.high_watermark)
                 limit = min(fp.max_bytes, remaining)
                 info = lg.read(fp.fetch_offset, limit, max_offset=max_offset, min_one_batch=min_one)
                 data = info.records
@@ -311,6 +396,12 @@ class ReplicaManager:
                     min_one = False
                 else:
                     res.records = b""
+                if read_committed:
+                    aborted: list[tuple[int, int]] = []
+                    # Cheap check up to the LSO first; only then bound the list by the data returned.
+                    if data and lg.collect_aborted_transactions(fp.fetch_offset, max_offset):
+                        aborted = lg.collect_aborted_transactions(fp.fetch_offset, _next_offset_after(data))
+                    res.aborted_transactions = aborted
             except KafkaError as e:
                 res.error = e.code
         return results
@@ -319,3 +410,11 @@ class ReplicaManager:
     def shutdown(self) -> None:
         self.produce_purgatory.shutdown()
         self.fetch_purgatory.shutdown()
+
+
+def _next_offset_after(data: bytes | memoryview) -> int:
+    """The offset following the last whole batch of a fetch's records."""
+    last = None
+    for _pos, h in rec.iter_batches(data):
+        last = h
+    return last.next_offset if last is not None else 0

@@ -219,9 +219,16 @@ class KafkaApis:
                                               message=f"Cannot append to internal topic {name}")
                 else:
                     entries[tp] = pd.records
+        transactional_id = req.transactional_id if header.api_version >= 3 else None
+        if transactional_id is None and any(_first_batch_is_transactional(r) for r in entries.values()):
+            # Kafka refuses transactional records without a transactional id outright.
+            for tp in entries:
+                early[tp] = ProduceResult(error=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            entries = {}
         result = b.replica_manager.append_records(
             entries, required_acks=acks, timeout_ms=req.timeout_ms,
-            max_message_bytes=b.max_message_bytes, log_append_time=b.uses_log_append_time)
+            max_message_bytes=b.max_message_bytes, log_append_time=b.uses_log_append_time,
+            transactional_id=transactional_id)
         if acks == 0:
             return NO_RESPONSE
 
@@ -288,10 +295,14 @@ class KafkaApis:
                         preferred_read_replica=-1, records=b""))
                     continue
                 r = results[TopicPartition(name, part)]
+                aborted = None
+                if params.isolation_level != 0 and r.aborted_transactions is not None:
+                    aborted = [fr.AbortedTransaction(producer_id=pid, first_offset=first)
+                               for pid, first in r.aborted_transactions]
                 topics[-1].partitions.append(fr.PartitionData(
                     partition_index=part, error_code=r.error, high_watermark=r.high_watermark,
                     last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
-                    aborted_transactions=None if params.isolation_level == 0 else [],
+                    aborted_transactions=aborted,
                     preferred_read_replica=-1, records=r.records if r.records is not None else b""))
             return fr.FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
 
@@ -312,6 +323,8 @@ class KafkaApis:
                     lg = part.log
                     ts = p.timestamp
                     isolation = req.isolation_level if header.api_version >= 2 else 0
+                    # Lookups by time never answer an offset a consumer of that isolation cannot read yet.
+                    fetchable = part.last_stable_offset if isolation == 1 else part.high_watermark
                     if ts == LIST_OFFSETS_LATEST or ts == LIST_OFFSETS_LATEST_TIERED:
                         r.offset = part.last_stable_offset if isolation == 1 else part.high_watermark
                         r.leader_epoch = part.leader_epoch
@@ -320,14 +333,14 @@ class KafkaApis:
                         r.leader_epoch = lg.epoch_for_offset(r.offset)
                     elif ts == LIST_OFFSETS_MAX_TIMESTAMP:
                         found = lg.max_timestamp_offset()
-                        if found is not None:
+                        if found is not None and found[0] < fetchable:
                             r.offset, r.timestamp = found
                             r.leader_epoch = lg.epoch_for_offset(r.offset)
                     elif ts < 0:
                         raise KafkaError(ErrorCode.INVALID_REQUEST)
                     else:
                         found = lg.fetch_offset_by_timestamp(ts)
-                        if found is not None:
+                        if found is not None and found[0] < fetchable:
                             r.offset, r.timestamp = found
                             r.leader_epoch = lg.epoch_for_offset(r.offset)
                 except KafkaError as e:
@@ -589,6 +602,13 @@ def _then(result: Any, build: Callable[[Any], Any]) -> Any:
         result.add_done_callback(done)
         return out
     return build(result)
+
+
+def _first_batch_is_transactional(records: Any) -> bool:
+    """The transactional attribute bit of a records field's first v2 batch."""
+    if not records or len(records) < 23 or records[16] != 2:
+        return False
+    return bool(records[22] & 0x10)  # attributes: int16 at offset 21, the bit in its low byte
 
 
 def _config_str(v: Any) -> str | None:

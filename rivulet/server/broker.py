@@ -22,6 +22,7 @@ from rivulet.server.config import BrokerConfig
 from rivulet.server.metadata import MetadataStore, TopicInfo, validate_topic_name
 from rivulet.server.network import KafkaConnection
 from rivulet.storage import LogConfig, LogManager, describe_topic_configs, read_or_create_meta
+from rivulet.transaction import TransactionCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -36,12 +37,14 @@ class Broker:
         self.node_id = config.node_id
         self.advertised_listener = config.advertised_listeners[0]
         self.log_defaults = LogConfig.from_broker_props(config.originals)
-        self.log_manager = LogManager(config.log_dirs, self.log_defaults)
+        self.log_manager = LogManager(config.log_dirs, self.log_defaults,
+                                      producer_id_expiration_ms=config["producer.id.expiration.ms"])
         self.cluster_id = read_or_create_meta(config.log_dirs[0], self.node_id, config["cluster.id"])
         self.metadata = MetadataStore(config.log_dirs[0], self.cluster_id)
         self.timer: Timer | None = None
         self.replica_manager: ReplicaManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
+        self.transaction_coordinator: TransactionCoordinator | None = None
         self.apis = KafkaApis(self)
         self.servers: list[asyncio.base_events.Server] = []
         self.bound_ports: list[int] = []
@@ -67,6 +70,15 @@ class Broker:
         self.group_coordinator = GroupCoordinator(self)
         self.group_coordinator.register_apis(self.apis)
         self.group_coordinator.startup()
+        from rivulet.transaction.apis import TransactionApis
+        from rivulet.transaction.txn_offsets import TxnOffsetCommitApi
+        self.transaction_coordinator = TransactionCoordinator(self)
+        TransactionApis(self.transaction_coordinator).register(self.apis)
+        TxnOffsetCommitApi(self).register(self.apis)  # once the group coordinator has the hook
+        self.transaction_coordinator.startup()
+        self.replica_manager.txn_verifier = self.transaction_coordinator.verify_produce
+        # FindCoordinator key type 1 (transactions) resolves through the group coordinator's hook.
+        self.group_coordinator.coordinator_resolvers[1] = self.transaction_coordinator.find_coordinator
         for name, host, port in self.config.listeners:
             if name == self.config["controller.listener.names"]:
                 continue
@@ -95,6 +107,8 @@ class Broker:
                 await t
             except (asyncio.CancelledError, Exception):
                 pass
+        if self.transaction_coordinator is not None:
+            self.transaction_coordinator.shutdown()
         if self.group_coordinator is not None:
             self.group_coordinator.shutdown()
         if self.replica_manager is not None:
@@ -111,8 +125,10 @@ class Broker:
         checkpoint_every = cfg["log.flush.offset.checkpoint.interval.ms"] / 1000
         flush_every = min(cfg["log.flush.scheduler.interval.ms"], 1000) / 1000
         loop = asyncio.get_running_loop()
+        expire_every = cfg["producer.id.expiration.check.interval.ms"] / 1000
         next_retention = loop.time() + retention_every
         next_checkpoint = loop.time() + checkpoint_every
+        next_expiry = loop.time() + expire_every
         while True:
             await asyncio.sleep(flush_every)
             try:
@@ -120,6 +136,9 @@ class Broker:
                 if loop.time() >= next_retention:
                     next_retention = loop.time() + retention_every
                     self.log_manager.cleanup(now_ms())
+                if loop.time() >= next_expiry:
+                    next_expiry = loop.time() + expire_every
+                    self.log_manager.remove_expired_producers(now_ms())
                 if loop.time() >= next_checkpoint:
                     next_checkpoint = loop.time() + checkpoint_every
                     await loop.run_in_executor(None, self.log_manager.checkpoint)

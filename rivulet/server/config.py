@@ -110,7 +110,13 @@ PROPS: dict[str, Prop] = {p.name: p for p in [
     _p("transaction.state.log.num.partitions", int, 50, _pos),
     _p("transaction.max.timeout.ms", int, 900000, _pos),
     _p("transactional.id.expiration.ms", int, 604800000, _pos),
+    _p("transaction.state.log.segment.bytes", int, 104857600, _pos),
+    _p("transaction.partition.verification.enable", _bool, True),
+    _p("transaction.state.log.load.buffer.size", int, 5242880, _pos),
+    _p("transaction.abort.timed.out.transaction.cleanup.interval.ms", int, 10000, _pos),
+    _p("transaction.remove.expired.transaction.cleanup.interval.ms", int, 3600000, _pos),
     _p("producer.id.expiration.ms", int, 86400000, _pos),
+    _p("producer.id.expiration.check.interval.ms", int, 600000, _pos),
     _p("fetch.purgatory.purge.interval.requests", int, 1000, _pos),
     _p("producer.purgatory.purge.interval.requests", int, 1000, _pos),
 ]}

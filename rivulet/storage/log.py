@@ -16,15 +16,27 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ErrorCode, KafkaError
 from rivulet.protocol.records import BatchHeader, set_base_offset, set_partition_leader_epoch
-from rivulet.storage.batches import iter_headers
+from rivulet.storage.batches import BatchInfo, iter_headers
 from rivulet.storage.checkpoints import fsync_dir, read_partition_metadata, write_partition_metadata
 from rivulet.storage.config import LogConfig
 from rivulet.storage.epoch import LeaderEpochCache
+from rivulet.storage.producer_state import (
+    AppendOrigin,
+    BatchMetadata,
+    CompletedTxn,
+    Marker,
+    ProducerAppendInfo,
+    ProducerBatch,
+    ProducerStateEntry,
+    ProducerStateManager,
+    sync_file,
+)
 from rivulet.storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -50,6 +62,68 @@ def parse_topic_partition(dir_name: str) -> tuple[str, int] | None:
     if not sep or not topic or not part.isdigit():
         return None
     return topic, int(part)
+
+
+def _positions(headers: Sequence[BatchHeader]) -> Iterator[int]:
+    pos = 0
+    for h in headers:
+        yield pos
+        pos += h.size
+
+
+def _as_producer_batch(h: BatchHeader, base_offset: int) -> ProducerBatch:
+    return ProducerBatch(h.producer_id, h.producer_epoch, h.base_sequence, base_offset, h.last_offset_delta,
+                         h.max_timestamp, h.is_transactional, h.is_control)
+
+
+def _marker_of(batch: bytes | memoryview) -> Marker | None:
+    """The transaction marker a control batch carries; None for other control types."""
+    try:
+        decoded = rec.decode_batch(batch, verify_crc=False)
+        if not decoded.records:
+            return None
+        r = decoded.records[0]
+        c = rec.parse_control_record(r)
+    except KafkaError as e:
+        log.warning("unreadable control batch: %s", e)
+        return None
+    if c.coordinator_epoch is None:
+        return None
+    return Marker(int(c.type), c.coordinator_epoch, r.timestamp)
+
+
+def _producer_batch(batch: bytes | memoryview) -> tuple[ProducerBatch, Marker | None]:
+    h = rec.parse_batch_header(batch, 0)
+    return _as_producer_batch(h, h.base_offset), (_marker_of(batch) if h.is_control and h.producer_id >= 0
+                                                   else None)
+
+
+def _segment_producer_batches(
+    seg: LogSegment, start: int, end: int
+) -> Iterator[tuple[ProducerBatch, Marker | None]]:
+    """Stored batches of ``seg`` from the one holding ``start`` to the last starting below
+    ``end``; only headers are read, plus the bodies of transaction markers."""
+    seg.ensure_indexes()
+    fd, size = seg.fd, seg.size
+    pos = seg.offset_index.lookup(start)
+    chunk = b""
+    chunk_pos = pos
+    while size - pos >= rec.HEADER_SIZE:
+        off = pos - chunk_pos
+        if off + rec.HEADER_SIZE > len(chunk):
+            chunk = os.pread(fd, min(1 << 20, size - pos), pos)
+            chunk_pos, off = pos, 0
+            if len(chunk) < rec.HEADER_SIZE:
+                return
+        h = rec.parse_batch_header(chunk, off)
+        if h.batch_length < rec.MIN_BATCH_LENGTH or pos + h.size > size or h.base_offset >= end:
+            return
+        if h.last_offset >= start:
+            marker = None
+            if h.is_control and h.producer_id >= 0:
+                marker = _marker_of(os.pread(fd, h.size, pos))
+            yield _as_producer_batch(h, h.base_offset), marker
+        pos += h.size
 
 
 class UnexpectedAppendOffsetError(KafkaError):
@@ -80,6 +154,8 @@ class LogAppendInfo:
     # A new segment was rolled: Kafka then flushes the finished segment(s);
     # call flush(first_offset) off-loop when convenient.
     rolled: bool
+    # A retried idempotent batch: nothing was appended, the offsets are the original ones.
+    duplicate: bool = False
 
 
 @dataclass(slots=True)
@@ -93,7 +169,11 @@ class FetchDataInfo:
 
 
 class Log:
-    """One partition's durable log (Kafka's UnifiedLog/LocalLog, minus tiering and producer state)."""
+    """One partition's durable log (Kafka's UnifiedLog/LocalLog, minus tiering).
+
+    It owns the partition's producer state (idempotence, transactions, the first unstable
+    offset) and the per-segment aborted-transaction indexes that read_committed fetches use.
+    """
 
     def __init__(
         self,
@@ -106,6 +186,7 @@ class Log:
         high_watermark: int | None = None,
         had_clean_shutdown: bool = False,
         time_ms: Callable[[], int] = now_ms,
+        producer_id_expiration_ms: int = 86_400_000,
     ) -> None:
         self.dir = os.path.abspath(dir)
         parsed = parse_topic_partition(os.path.basename(self.dir))
@@ -135,6 +216,9 @@ class Log:
             fsync_dir(os.path.dirname(self.dir))
 
         self._epochs = LeaderEpochCache(self.dir)
+        self.producer_state = ProducerStateManager(
+            self.dir, f"{self.topic}-{self.partition}", producer_id_expiration_ms=producer_id_expiration_ms,
+            time_ms=time_ms)
         self._load(recovery_point, log_start_offset, high_watermark, had_clean_shutdown)
         self._last_flush_ms = self._time_ms()
 
@@ -230,9 +314,10 @@ class Log:
 
         kept: list[LogSegment] = []
         self._leo = self._log_start = self._recovery_point = self._hw = 0
+        load_start = max(log_start_checkpoint, segments[0].base_offset)
         for i, seg in enumerate(segments):
             if i >= recover_from:
-                truncated = seg.recover(on_epoch)
+                truncated = self._recover_segment(seg, kept, load_start, on_epoch)
                 kept.append(seg)
                 if truncated and i + 1 < len(segments):
                     # Everything after a corrupt point is suspect, as in Kafka.
@@ -242,7 +327,7 @@ class Log:
                     break
             else:
                 if not seg.load_clean():
-                    seg.recover()
+                    self._recover_segment(seg, kept, load_start, None)
                 kept.append(seg)
         self._segments = kept
         self._bases = [s.base_offset for s in kept]
@@ -258,8 +343,164 @@ class Log:
         self._recovery_point = self._leo if had_clean_shutdown else min(recovery_point, self._leo)
         epochs.truncate_from_end(self._leo)
         epochs.truncate_from_start(self._log_start)
+        self.producer_state.remove_stray_snapshots(self._bases)
+        self._rebuild_producer_state(self._leo, reload_from_clean_shutdown=had_clean_shutdown)
         self._hw = self._log_start
         self.high_watermark = high_watermark if high_watermark is not None else self._log_start
+
+    # -- producer state ----------------------------------------------------------------------
+
+    def _recover_segment(
+        self,
+        seg: LogSegment,
+        earlier: list[LogSegment],
+        log_start: int,
+        on_epoch: Callable[[int, int], None] | None,
+    ) -> int:
+        """Kafka's recoverSegment: producer state as of the segment's start, then a replay of
+        the segment that also rebuilds its transaction index; a snapshot at its end."""
+        ps = self.producer_state
+        self._rebuild_producer_state(seg.base_offset, segments=earlier, log_start=log_start)
+        index = seg.txn_index
+
+        def write_aborted(c: CompletedTxn, lso: int) -> None:
+            index.append(c.producer_id, c.first_offset, c.last_offset, lso)
+
+        def on_batch(info: BatchInfo, view: memoryview) -> None:
+            ps.apply_batches([_producer_batch(view)], write_aborted)
+
+        truncated = seg.recover(on_epoch, on_batch)
+        ps.take_snapshot()
+        return truncated
+
+    def _rebuild_producer_state(
+        self,
+        last_offset: int,
+        *,
+        segments: list[LogSegment] | None = None,
+        log_start: int | None = None,
+        reload_from_clean_shutdown: bool = False,
+    ) -> None:
+        """Kafka's rebuildProducerState: the latest snapshot at or below ``last_offset``, then
+        the batches from there to ``last_offset``."""
+        ps = self.producer_state
+        segs = self._segments if segments is None else segments
+        start = self._log_start if log_start is None else log_start
+        to_snapshot = [last_offset]
+        if segs:
+            to_snapshot[:0] = [s.base_offset for s in segs[-2:]]
+        if ps.latest_snapshot_offset() is None and reload_from_clean_shutdown:
+            # A clean shutdown always leaves a snapshot, so none means logs written before
+            # producer state existed: nothing to rebuild, only empty snapshots to take.
+            for offset in to_snapshot:
+                ps.update_map_end_offset(offset)
+                ps.take_snapshot()
+            return
+        was_empty = ps.is_empty() and ps.map_end_offset >= last_offset
+        ps.truncate_and_reload(start, last_offset, self._time_ms())
+        if last_offset > ps.map_end_offset and not was_empty:
+            for i, seg in enumerate(segs):
+                upper = segs[i + 1].base_offset if i + 1 < len(segs) else None
+                if (upper is not None and upper <= ps.map_end_offset) or seg.base_offset >= last_offset:
+                    continue
+                begin = max(seg.base_offset, ps.map_end_offset, start)
+                ps.update_map_end_offset(begin)
+                if seg.base_offset in to_snapshot:
+                    ps.take_snapshot()
+                ps.apply_batches(_segment_producer_batches(seg, begin, last_offset))
+        ps.update_map_end_offset(last_offset)
+        ps.take_snapshot()
+
+    def _analyze_producer_state(
+        self,
+        buf: bytes | bytearray | memoryview,
+        batches: list[tuple[int, int, BatchHeader]],
+        origin: AppendOrigin,
+    ) -> tuple[dict[int, ProducerAppendInfo], list[CompletedTxn], BatchMetadata | None]:
+        """Validate each producer's batches against its state (offsets already assigned).
+        A client batch whose sequence range is one of the producer's last five is a retry:
+        its metadata comes back as the third element and nothing may be appended."""
+        ps = self.producer_state
+        infos: dict[int, ProducerAppendInfo] = {}
+        completed: list[CompletedTxn] = []
+        for pos, base, h in batches:
+            if h.producer_id < 0:
+                continue
+            batch = _as_producer_batch(h, base)
+            if origin == AppendOrigin.CLIENT:
+                entry = ps.last_entry(h.producer_id)
+                if entry is not None:
+                    dup = entry.find_duplicate_batch(h.producer_epoch, h.base_sequence, batch.last_sequence)
+                    if dup is not None:
+                        return infos, completed, dup
+            info = infos.get(h.producer_id)
+            if info is None:
+                info = infos[h.producer_id] = ps.prepare_update(h.producer_id, origin)
+            marker = _marker_of(memoryview(buf)[pos : pos + h.size]) if h.is_control else None
+            done = info.append(batch, marker)
+            if done is not None:
+                completed.append(done)
+        return infos, completed, None
+
+    def _apply_producer_state(
+        self, infos: dict[int, ProducerAppendInfo], completed: list[CompletedTxn], next_offset: int
+    ) -> None:
+        ps = self.producer_state
+        for info in infos.values():
+            ps.update(info)
+        segment = self._segments[-1]  # where the markers just landed
+        for c in completed:
+            lso = ps.last_stable_offset(c)
+            if c.is_aborted:
+                segment.txn_index.append(c.producer_id, c.first_offset, c.last_offset, lso)
+            ps.complete_txn(c)
+        ps.update_map_end_offset(next_offset)
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of an open (or not yet replicated) transaction, never below the
+        log start; None when every transaction is decided."""
+        fuo = self.producer_state.first_unstable_offset()
+        return None if fuo is None else max(fuo, self._log_start)
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of every aborted transaction overlapping
+        [start_offset, upper_bound_offset), from the segment holding start_offset onwards."""
+        out: list[tuple[int, int]] = []
+        segments = self._segments
+        i = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
+        while i < len(segments):
+            found, complete = segments[i].txn_index.collect(start_offset, upper_bound_offset)
+            out.extend((pid, first) for pid, first, _last, _lso in found)
+            if complete:
+                break
+            i += 1
+        return out
+
+    def delete_snapshots_after_recovery_point_checkpoint(self) -> int:
+        """Drop producer snapshots below both the recovery point's segment and the last two
+        segments (Kafka keeps those for truncation and recovery). Returns the offset kept from."""
+        with self._lock:
+            if self._closed:
+                return 0
+            bases = self._bases
+            active = len(bases) - 1
+            two_segments = bases[max(0, active - 1)]
+            i = bisect.bisect_left(bases, self._recovery_point) - 1
+            recovery = bases[i] if i >= 0 else self._recovery_point
+            keep_from = min(recovery, two_segments)
+            self.producer_state.delete_snapshots_before(keep_from)
+            return keep_from
+
+    def active_producers(self) -> dict[int, ProducerStateEntry]:
+        return dict(self.producer_state.producers)
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """producer.id.expiration.ms: forget idle producers without an open transaction."""
+        with self._lock:
+            if self._closed:
+                return 0
+            return self.producer_state.remove_expired_producers(now_ms)
 
     # -- properties ------------------------------------------------------------------------
 
@@ -278,6 +519,8 @@ class Log:
     @high_watermark.setter
     def high_watermark(self, value: int) -> None:
         self._hw = min(max(value, self._log_start), self._leo)
+        # Decided transactions below the HW stop holding back the LSO.
+        self.producer_state.on_high_watermark_updated(self._hw)
 
     @property
     def recovery_point(self) -> int:
@@ -326,6 +569,7 @@ class Log:
         leader_epoch: int,
         now_ms: int,
         log_append_time: bool = False,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> LogAppendInfo:
         """Assign offsets from the LEO and append validated batches.
 
@@ -334,6 +578,12 @@ class Log:
         ``headers`` describe the batches in order (only sizes, lastOffsetDelta,
         recordsCount and maxTimestamp are used). With ``log_append_time`` the caller
         has already stamped the batches; ``now_ms`` is used for indexing.
+
+        Batches with a producer id are checked against the producer state (``origin``
+        decides how strictly) and may raise OUT_OF_ORDER_SEQUENCE_NUMBER,
+        INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE or TRANSACTION_COORDINATOR_FENCED. A
+        retried batch appends nothing: the result carries its original offsets and
+        ``duplicate``.
         """
         if not headers:
             return self._empty_append_info()
@@ -347,6 +597,7 @@ class Log:
             offset = first
             pos = 0
             entries = []
+            placed: list[tuple[int, int, BatchHeader]] = []
             max_ts, off_max = -1, first
             num_records = 0
             for h in headers:
@@ -358,6 +609,7 @@ class Log:
                     )
                 set_base_offset(buf, pos, offset)
                 set_partition_leader_epoch(buf, pos, leader_epoch)
+                placed.append((pos, offset, h))
                 last = offset + h.last_offset_delta
                 ts = now_ms if log_append_time else h.max_timestamp
                 if ts > max_ts:
@@ -369,8 +621,25 @@ class Log:
             if pos != len(buf):
                 raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"batch sizes add up to {pos}, records are {len(buf)} bytes")
             self._check_append_size(pos)
+            infos, completed, dup = self._analyze_producer_state(buf, placed, origin)
+            if dup is not None:
+                return LogAppendInfo(
+                    first_offset=dup.first_offset,
+                    last_offset=dup.last_offset,
+                    log_append_time=dup.timestamp,  # as Kafka: the original batch's timestamp
+                    log_start_offset=self._log_start,
+                    max_timestamp=dup.timestamp,
+                    offset_of_max_timestamp=dup.last_offset,
+                    num_batches=0,
+                    num_records=0,
+                    valid_bytes=0,
+                    flush_needed=False,
+                    rolled=False,
+                    duplicate=True,
+                )
             self._epochs.assign(leader_epoch, first)
             rolled = self._append_locked(buf, entries, first, offset - 1, max_ts, now_ms)
+            self._apply_producer_state(infos, completed, offset)
             return LogAppendInfo(
                 first_offset=first,
                 last_offset=offset - 1,
@@ -423,10 +692,14 @@ class Log:
                     ErrorCode.CORRUPT_MESSAGE, f"batch sizes add up to {pos}, records are {len(records)} bytes"
                 )
             self._check_append_size(pos)
+            infos, completed, _ = self._analyze_producer_state(
+                records, [(p, h.base_offset, h) for p, h in zip(_positions(headers), headers)], AppendOrigin.REPLICATION
+            )
             for h in headers:
                 if h.partition_leader_epoch >= 0:
                     self._epochs.assign(h.partition_leader_epoch, h.base_offset)
             rolled = self._append_locked(records, entries, first, expected - 1, max_ts, now_ms)
+            self._apply_producer_state(infos, completed, expected)
             return LogAppendInfo(
                 first_offset=first,
                 last_offset=expected - 1,
@@ -495,6 +768,10 @@ class Log:
         self._segments.append(seg)
         self._bases.append(new_base)
         self._dir_dirty = True
+        # A snapshot at every segment base lets recovery start at any segment; it is synced
+        # with the next flush, off the event loop.
+        self.producer_state.update_map_end_offset(new_base)
+        self.producer_state.take_snapshot(sync=False)
         log.debug("%s: rolled new segment at %d", self.dir, new_base)
         return seg
 
@@ -604,6 +881,7 @@ class Log:
                 return False
             self._log_start = new_start
             self._epochs.truncate_from_start(new_start)
+            self.producer_state.on_log_start_offset_incremented(new_start)
             self._delete_old_segments(lambda seg, nxt: nxt is not None and nxt.base_offset <= self._log_start)
             return True
 
@@ -631,6 +909,7 @@ class Log:
             self._leo = offset
             self._after_truncation(offset)
             self._log_start = min(self._log_start, offset)
+            self._rebuild_producer_state(offset)
             return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -649,6 +928,7 @@ class Log:
         self._leo = offset
         self._log_start = offset
         self._epochs.clear()
+        self.producer_state.truncate_fully_and_start_at(offset)
         self._after_truncation(offset)
         self._recovery_point = offset
         self._hw = offset
@@ -715,10 +995,12 @@ class Log:
         del self._bases[:n]
         for seg in deletable:
             seg.delete_files()
+            self.producer_state.delete_snapshot(seg.base_offset)
         first_base = self._segments[0].base_offset
         if first_base > self._log_start:
             self._log_start = first_base
             self._epochs.truncate_from_start(first_base)
+            self.producer_state.on_log_start_offset_incremented(first_base)
         self._recovery_point = max(self._recovery_point, first_base)
         log.info("%s: deleted %d segment(s); log start is now %d", self.dir, n, self._log_start)
         return n
@@ -740,7 +1022,8 @@ class Log:
                 # Dirty flags are exact (set under this lock right after each write),
                 # so only segments with unsynced bytes below the target need an fsync.
                 segs = [s for s in self._segments if s.needs_sync and s.base_offset < target]
-                if target <= self._recovery_point and not need_dir and not segs:
+                snapshots = self.producer_state.take_pending_syncs()
+                if target <= self._recovery_point and not need_dir and not segs and not snapshots:
                     self._last_flush_ms = now_ms if now_ms is not None else self._time_ms()
                     return False
                 for s in segs:
@@ -750,6 +1033,8 @@ class Log:
             try:
                 for s in segs:
                     s.sync()
+                for path in snapshots:
+                    sync_file(path)
                 if need_dir:
                     fsync_dir(self.dir)
             except BaseException:
@@ -779,6 +1064,13 @@ class Log:
         with self._lock:
             if self._closed:
                 return
+            if final:
+                # A snapshot at the log end spares the next start-up any log scan.
+                try:
+                    self.producer_state.update_map_end_offset(self._leo)
+                    self.producer_state.take_snapshot()
+                except OSError:
+                    log.exception("%s: producer snapshot at close failed", self.dir)
             self._closed = True
             for seg in self._segments:
                 seg.close(final=final and seg is self._segments[-1])

@@ -39,11 +39,12 @@ class LogManager:
     fsync and write checkpoint files, so they may run in a worker thread.
     """
 
-    def __init__(self, log_dirs: list[str], defaults: LogConfig) -> None:
+    def __init__(self, log_dirs: list[str], defaults: LogConfig, *, producer_id_expiration_ms: int = 86_400_000) -> None:
         if not log_dirs:
             raise ValueError("at least one log dir is required")
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
         self.defaults = defaults
+        self.producer_id_expiration_ms = producer_id_expiration_ms
         self._logs: dict[TopicPartition, Log] = {}
         self._lock = threading.RLock()
         self._checkpoint_lock = threading.Lock()
@@ -90,6 +91,7 @@ class LogManager:
                     log_start_offset=starts.get(tp, 0),
                     high_watermark=hws.get(tp),
                     had_clean_shutdown=clean,
+                    producer_id_expiration_ms=self.producer_id_expiration_ms,
                 )
             if clean:
                 # From now on a crash must trigger recovery again.
@@ -135,7 +137,8 @@ class LogManager:
                     existing.update_config(config)
                 return existing
             path = os.path.join(self._choose_dir(), f"{topic}-{partition}")
-            lg = Log(path, config or self.defaults, topic_id=topic_id)
+            lg = Log(path, config or self.defaults, topic_id=topic_id,
+                     producer_id_expiration_ms=self.producer_id_expiration_ms)
             self._logs[(topic, partition)] = lg
             return lg
 
@@ -184,6 +187,12 @@ class LogManager:
                 write_offset_checkpoint(
                     os.path.join(d, REPLICATION_OFFSET_CHECKPOINT), {tp: lg.high_watermark for tp, lg in logs}
                 )
+            # With the recovery points durable, older producer snapshots are no longer needed.
+            for _tp, lg in items:
+                try:
+                    lg.delete_snapshots_after_recovery_point_checkpoint()
+                except OSError:
+                    log.exception("deleting old producer snapshots of %s failed", lg.dir)
 
     def cleanup(self, now_ms: int) -> int:
         """Apply retention to every log; returns the number of segments deleted."""
@@ -194,6 +203,10 @@ class LogManager:
             except Exception:
                 log.exception("retention failed for %s", lg.dir)
         return total
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """producer.id.expiration.ms across every log; returns producers removed."""
+        return sum(lg.remove_expired_producers(now_ms) for lg in self.all_logs())
 
     def flush_dirty(self, now_ms: int) -> int:
         """flush.ms: fsync logs whose last flush is at least flush.ms old. Returns logs flushed."""

@@ -1,4 +1,4 @@
-"""One log segment: ``<base>.log`` plus its ``.index`` and ``.timeindex``.
+"""One log segment: ``<base>.log`` plus its ``.index``, ``.timeindex`` and ``.txnindex``.
 
 Not thread-safe by itself: the owning :class:`~rivulet.storage.log.Log` serialises
 access. The one exception is :meth:`LogSegment.sync`, which a flusher thread runs
@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import struct
 from collections.abc import Callable, Sequence
 
 from rivulet.protocol.errors import ErrorCode, KafkaError
@@ -18,6 +19,7 @@ from rivulet.storage.batches import (
     LOCATE,
     LOCATE_SIZE,
     MIN_BATCH_LENGTH,
+    BatchInfo,
     InvalidBatch,
     iter_headers,
     iter_valid_batches,
@@ -38,6 +40,117 @@ _fdatasync = getattr(os, "fdatasync", os.fsync)
 # (position in the appended buffer, last offset, max timestamp, size) per batch.
 AppendEntry = tuple[int, int, int, int]
 EpochCallback = Callable[[int, int], None]
+# Recovery hands every valid batch (header info, its bytes) to producer-state rebuilding.
+BatchCallback = Callable[[BatchInfo, memoryview], None]
+
+# Kafka's AbortedTxn: version int16 (0), producerId, firstOffset, lastOffset, lastStableOffset.
+_ABORTED_TXN = struct.Struct(">hqqqq")
+ABORTED_TXN_SIZE = _ABORTED_TXN.size  # 34
+AbortedTxn = tuple[int, int, int, int]  # (producer id, first offset, last offset, last stable offset)
+
+
+class TransactionIndex:
+    """``<base>.txnindex``: the aborted transactions whose ABORT marker is in this segment,
+    in Kafka's format. Created on the first entry; entries are cached once read."""
+
+    def __init__(self, path: str, base_offset: int) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self._entries: list[AbortedTxn] | None = None
+        self._fd = -1
+        self.dirty = False
+
+    @property
+    def entries(self) -> list[AbortedTxn]:
+        if self._entries is None:
+            self._entries = self._read()
+        return self._entries
+
+    def _read(self) -> list[AbortedTxn]:
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        if len(data) % ABORTED_TXN_SIZE:
+            raise CorruptIndexError(f"{self.path}: size {len(data)} is not a multiple of {ABORTED_TXN_SIZE}")
+        out = []
+        for pos in range(0, len(data), ABORTED_TXN_SIZE):
+            version, pid, first, last, lso = _ABORTED_TXN.unpack_from(data, pos)
+            if version != 0:
+                raise CorruptIndexError(f"{self.path}: unknown aborted transaction version {version}")
+            out.append((pid, first, last, lso))
+        return out
+
+    def sanity_check(self) -> None:
+        self._entries = None
+        _ = self.entries
+
+    def _open(self) -> int:
+        if self._fd < 0:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        return self._fd
+
+    def append(self, producer_id: int, first_offset: int, last_offset: int, last_stable_offset: int) -> None:
+        entries = self.entries
+        if entries and entries[-1][2] >= last_offset:
+            raise ValueError(f"the last offset of appended aborted transaction ({last_offset}) must exceed "
+                             f"{entries[-1][2]} in {self.path}")
+        fd = self._open()
+        _write_all(fd, _ABORTED_TXN.pack(0, producer_id, first_offset, last_offset, last_stable_offset),
+                   len(entries) * ABORTED_TXN_SIZE)
+        entries.append((producer_id, first_offset, last_offset, last_stable_offset))
+        self.dirty = True
+
+    def collect(self, fetch_offset: int, upper_bound_offset: int) -> tuple[list[AbortedTxn], bool]:
+        """Aborted transactions overlapping [fetch_offset, upper_bound_offset); True when no later
+        segment can hold more (an entry's LSO reached the bound)."""
+        out = []
+        for e in self.entries:
+            if e[2] >= fetch_offset and e[1] < upper_bound_offset:
+                out.append(e)
+            if e[3] >= upper_bound_offset:
+                return out, True
+        return out, False
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop entries whose marker is at or after ``offset``."""
+        entries = self.entries
+        keep = 0
+        while keep < len(entries) and entries[keep][2] < offset:
+            keep += 1
+        if keep == len(entries):
+            return
+        del entries[keep:]
+        if os.path.exists(self.path):
+            os.truncate(self.path, keep * ABORTED_TXN_SIZE)
+            self.dirty = True
+
+    def reset(self) -> None:
+        self._entries = []
+        if os.path.exists(self.path):
+            os.truncate(self.path, 0)
+            self.dirty = True
+
+    def sync(self) -> None:
+        if self.dirty and self._fd >= 0:
+            self.dirty = False
+            _fdatasync(self._fd)
+        elif self.dirty:
+            self.dirty = False
+            try:
+                fd = os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:
+                return
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
@@ -61,13 +174,15 @@ class LogSegment:
         self.log_path = os.path.join(dir, segment_file_name(base_offset, LOG_SUFFIX))
         self.index_path = os.path.join(dir, segment_file_name(base_offset, INDEX_SUFFIX))
         self.time_index_path = os.path.join(dir, segment_file_name(base_offset, TIME_INDEX_SUFFIX))
+        self.txn_index_path = os.path.join(dir, segment_file_name(base_offset, TXN_INDEX_SUFFIX))
         self.indexes_existed = os.path.exists(self.index_path) and os.path.exists(self.time_index_path)
         if fresh:
-            for p in (self.index_path, self.time_index_path):
+            for p in (self.index_path, self.time_index_path, self.txn_index_path):
                 _unlink(p)
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | (os.O_TRUNC if fresh else 0), 0o644)
         self.offset_index = OffsetIndex(self.index_path, base_offset, max_index_bytes)
         self.time_index = TimeIndex(self.time_index_path, base_offset, max_index_bytes)
+        self.txn_index = TransactionIndex(self.txn_index_path, base_offset)
         self.size = os.fstat(self.fd).st_size
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -112,6 +227,7 @@ class LogSegment:
                 raise CorruptIndexError(f"{self.log_path}: batches end at {end}, file at {self.size}")
             self.next_offset = next_offset
             self.time_index.open_existing(next_offset)
+            self.txn_index.sanity_check()
         except CorruptIndexError as e:
             log.warning("%s; rebuilding indexes", e)
             return False
@@ -141,19 +257,24 @@ class LogSegment:
             self.recover()
         self._indexes_ready = True
 
-    def recover(self, on_batch_epoch: EpochCallback | None = None) -> int:
+    def recover(self, on_batch_epoch: EpochCallback | None = None, on_batch: BatchCallback | None = None) -> int:
         """Re-validate every batch (length, magic, CRC, offsets), rebuild both
-        indexes and cut the file at the first invalid byte. Returns bytes truncated."""
+        indexes and cut the file at the first invalid byte. Returns bytes truncated.
+
+        With ``on_batch`` (producer-state replay) the caller rebuilds the transaction index
+        too, so it starts empty; otherwise it only loses entries past the truncation."""
         oi, ti = self.offset_index, self.time_index
         oi.reset()
         ti.reset()
+        if on_batch is not None:
+            self.txn_index.reset()
         valid = 0
         last_index_entry = 0
         max_ts, off_max = -1, self.base_offset
         next_offset = self.base_offset
         interval = self.index_interval_bytes
         try:
-            for b, _ in iter_valid_batches(self.fd, 0, self.size):
+            for b, view in iter_valid_batches(self.fd, 0, self.size):
                 if b.base_offset < next_offset:
                     raise InvalidBatch(b.position, f"offset {b.base_offset} goes backwards")
                 if not oi.can_append_offset(b.last_offset):
@@ -168,6 +289,8 @@ class LogSegment:
                 next_offset = b.next_offset
                 if on_batch_epoch is not None and b.leader_epoch >= 0:
                     on_batch_epoch(b.leader_epoch, b.base_offset)
+                if on_batch is not None:
+                    on_batch(b, view)
         except InvalidBatch as e:
             log.warning("%s: invalid data at byte %s (%s)", self.log_path, e.args[0], e.args[1])
         truncated = self.size - valid
@@ -181,6 +304,11 @@ class LogSegment:
         self.max_timestamp, self.offset_of_max_timestamp = max_ts, off_max
         self.bytes_since_last_index_entry = valid - last_index_entry
         ti.maybe_append(max_ts, off_max, skip_full_check=True)
+        if on_batch is None:
+            try:
+                self.txn_index.truncate_to(next_offset)
+            except CorruptIndexError:
+                self.txn_index.reset()
         oi.commit()
         ti.commit()
         self._rolling_known = False
@@ -230,6 +358,7 @@ class LogSegment:
             return 0
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         removed = self.size - pos
         os.ftruncate(self.fd, pos)
         self.size = pos
@@ -382,7 +511,7 @@ class LogSegment:
 
     @property
     def needs_sync(self) -> bool:
-        return self.dirty or self.offset_index.dirty or self.time_index.dirty
+        return self.dirty or self.offset_index.dirty or self.time_index.dirty or self.txn_index.dirty
 
     def pin(self) -> None:
         self._pins += 1
@@ -401,6 +530,7 @@ class LogSegment:
             _fdatasync(self.fd)
         self.offset_index.sync()
         self.time_index.sync()
+        self.txn_index.sync()
 
     def close(self, *, final: bool = True) -> None:
         if self.closed or self._close_pending:
@@ -422,6 +552,7 @@ class LogSegment:
         self._close_pending = False
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
         os.close(self.fd)
         self.fd = -1
 
@@ -432,7 +563,7 @@ class LogSegment:
             self.log_path,
             self.index_path,
             self.time_index_path,
-            os.path.join(self.dir, segment_file_name(self.base_offset, TXN_INDEX_SUFFIX)),
+            self.txn_index_path,
         ):
             _unlink(p)
 

@@ -1,0 +1,298 @@
+"""Request handlers of the transaction APIs, registered with KafkaApis.
+
+InitProducerId, AddPartitionsToTxn (client v0-3 and the batched broker form v4+),
+AddOffsetsToTxn, EndTxn, WriteTxnMarkers, DescribeTransactions, ListTransactions and
+DescribeProducers. Error codes older clients cannot read are mapped as Kafka maps them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable
+
+from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.messages import (
+    add_offsets_to_txn_response as aotr,
+    add_partitions_to_txn_response as aptr,
+    describe_producers_response as dpr,
+    describe_transactions_response as dtxr,
+    end_txn_response as etr,
+    init_producer_id_response as ipr,
+    list_transactions_response as ltr,
+    write_txn_markers_response as wtmr,
+)
+from rivulet.replication.partition import TopicPartition
+from rivulet.transaction.coordinator import TransactionCoordinator
+from rivulet.transaction.markers import GROUP_METADATA_TOPIC_NAME
+from rivulet.transaction.metadata import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
+from rivulet.transaction.txn_log import partition_for
+
+API_VERSIONS: dict[int, tuple[int, int]] = {
+    22: (0, 5),  # InitProducerId
+    24: (0, 5),  # AddPartitionsToTxn (v4+: brokers' batched form)
+    25: (0, 4),  # AddOffsetsToTxn
+    26: (0, 4),  # EndTxn (v5 is transaction.version 2, which Rivulet does not finalise)
+    27: (0, 1),  # WriteTxnMarkers
+    61: (0, 0),  # DescribeProducers
+    65: (0, 0),  # DescribeTransactions
+    66: (0, 1),  # ListTransactions
+}
+
+
+def _fenced_for(version: int, first_with_fenced: int, err: ErrorCode) -> ErrorCode:
+    """Clients before KIP-588 know PRODUCER_FENCED as INVALID_PRODUCER_EPOCH."""
+    if version < first_with_fenced and err == ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    return err
+
+
+def _respond(run: Callable[[Callable[[Any], None]], None]) -> Any:
+    """Run ``run(callback)``; answer at once when the callback fired synchronously."""
+    fut = asyncio.get_running_loop().create_future()
+
+    def cb(resp: Any) -> None:
+        if not fut.done():
+            fut.set_result(resp)
+
+    run(cb)
+    return fut.result() if fut.done() else fut
+
+
+class TransactionApis:
+    def __init__(self, coordinator: TransactionCoordinator) -> None:
+        self.c = coordinator
+        self.broker = coordinator.broker
+
+    def register(self, apis: Any) -> None:
+        handlers = {
+            22: self.handle_init_producer_id, 24: self.handle_add_partitions_to_txn,
+            25: self.handle_add_offsets_to_txn, 26: self.handle_end_txn, 27: self.handle_write_txn_markers,
+            61: self.handle_describe_producers, 65: self.handle_describe_transactions,
+            66: self.handle_list_transactions,
+        }
+        for key, fn in handlers.items():
+            apis.register(key, API_VERSIONS[key], fn)
+
+    # -- InitProducerId ----------------------------------------------------------------------------
+
+    def handle_init_producer_id(self, header, req, conn) -> Any:
+        v = header.api_version
+        pid, epoch = (req.producer_id, req.producer_epoch) if v >= 3 else (NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
+
+        def response(err: ErrorCode, producer_id: int, producer_epoch: int) -> ipr.InitProducerIdResponse:
+            return ipr.InitProducerIdResponse(throttle_time_ms=0, error_code=_fenced_for(v, 4, err),
+                                              producer_id=producer_id, producer_epoch=producer_epoch)
+
+        if pid == NO_PRODUCER_ID and epoch == NO_PRODUCER_EPOCH:
+            expected = None
+        elif pid == NO_PRODUCER_ID or epoch == NO_PRODUCER_EPOCH:
+            return response(ErrorCode.INVALID_REQUEST, NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
+        else:
+            expected = (pid, epoch)
+        return _respond(lambda cb: self.c.handle_init_producer_id(
+            req.transactional_id, req.transaction_timeout_ms, expected,
+            lambda err, p, e: cb(response(err, p, e))))
+
+    # -- AddPartitionsToTxn ------------------------------------------------------------------------
+
+    def _check_partitions(self, topics: list) -> tuple[dict[TopicPartition, ErrorCode], set[TopicPartition]]:
+        errors: dict[TopicPartition, ErrorCode] = {}
+        ok: set[TopicPartition] = set()
+        for t in topics:
+            info = self.broker.metadata.get(t.name)
+            for p in t.partitions:
+                tp = TopicPartition(t.name, p)
+                if info is None or not 0 <= p < info.num_partitions:
+                    errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    ok.add(tp)
+        return errors, ok
+
+    @staticmethod
+    def _topic_results(errors: dict[TopicPartition, ErrorCode]) -> list[aptr.AddPartitionsToTxnTopicResult]:
+        by_topic: dict[str, list[aptr.AddPartitionsToTxnPartitionResult]] = {}
+        for tp, err in errors.items():
+            by_topic.setdefault(tp.topic, []).append(
+                aptr.AddPartitionsToTxnPartitionResult(partition_index=tp.partition, partition_error_code=err))
+        return [aptr.AddPartitionsToTxnTopicResult(name=n, results_by_partition=ps) for n, ps in by_topic.items()]
+
+    def _add_one(self, version: int, tid: str, pid: int, epoch: int, topics: list, verify_only: bool,
+                 done: Callable[[dict[TopicPartition, ErrorCode]], None]) -> None:
+        errors, ok = self._check_partitions(topics)
+        if errors:
+            # One bad partition fails the whole transaction's request; the rest were not attempted.
+            done({**errors, **{tp: ErrorCode.OPERATION_NOT_ATTEMPTED for tp in ok}})
+            return
+        if verify_only:
+            done(self.c.handle_verify_partitions(tid, pid, epoch, ok))
+            return
+        self.c.handle_add_partitions(tid, pid, epoch, ok,
+                                     lambda err: done({tp: _fenced_for(version, 2, err) for tp in ok}))
+
+    def handle_add_partitions_to_txn(self, header, req, conn) -> Any:
+        v = header.api_version
+        if v < 4:
+            def run3(cb: Callable[[Any], None]) -> None:
+                self._add_one(v, req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
+                              req.v3_and_below_producer_epoch, req.v3_and_below_topics, False,
+                              lambda errs: cb(aptr.AddPartitionsToTxnResponse(
+                                  throttle_time_ms=0, results_by_topic_v3_and_below=self._topic_results(errs))))
+            return _respond(run3)
+
+        def run4(cb: Callable[[Any], None]) -> None:
+            results: list[aptr.AddPartitionsToTxnResult | None] = [None] * len(req.transactions)
+            remaining = [len(req.transactions)]
+
+            def finish() -> None:
+                cb(aptr.AddPartitionsToTxnResponse(throttle_time_ms=0, error_code=0,
+                                                   results_by_transaction=list(results)))
+
+            if not req.transactions:
+                finish()
+                return
+            for i, t in enumerate(req.transactions):
+                def one(errs: dict[TopicPartition, ErrorCode], i: int = i, tid: str = t.transactional_id) -> None:
+                    results[i] = aptr.AddPartitionsToTxnResult(transactional_id=tid,
+                                                               topic_results=self._topic_results(errs))
+                    remaining[0] -= 1
+                    if remaining[0] == 0:
+                        finish()
+                self._add_one(v, t.transactional_id, t.producer_id, t.producer_epoch, t.topics, t.verify_only, one)
+        return _respond(run4)
+
+    # -- AddOffsetsToTxn -----------------------------------------------------------------------------
+
+    def _offsets_partition(self, group_id: str) -> int:
+        gc = getattr(self.broker, "group_coordinator", None)
+        if gc is not None and getattr(gc, "manager", None) is not None:
+            return gc.partition_for(group_id)
+        info = self.broker.metadata.get(GROUP_METADATA_TOPIC_NAME)
+        n = info.num_partitions if info else self.broker.config["offsets.topic.num.partitions"]
+        return partition_for(group_id, n)
+
+    def handle_add_offsets_to_txn(self, header, req, conn) -> Any:
+        v = header.api_version
+        tp = TopicPartition(GROUP_METADATA_TOPIC_NAME, self._offsets_partition(req.group_id))
+        return _respond(lambda cb: self.c.handle_add_partitions(
+            req.transactional_id, req.producer_id, req.producer_epoch, {tp},
+            lambda err: cb(aotr.AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=_fenced_for(v, 2, err)))))
+
+    # -- EndTxn ----------------------------------------------------------------------------------------
+
+    def handle_end_txn(self, header, req, conn) -> Any:
+        v = header.api_version
+        return _respond(lambda cb: self.c.handle_end_transaction(
+            req.transactional_id, req.producer_id, req.producer_epoch, req.committed,
+            lambda err: cb(etr.EndTxnResponse(throttle_time_ms=0, error_code=_fenced_for(v, 2, err)))))
+
+    # -- WriteTxnMarkers -------------------------------------------------------------------------------
+
+    def handle_write_txn_markers(self, header, req, conn) -> Any:
+        b = self.broker
+        rm = b.replica_manager
+        loop = asyncio.get_running_loop()
+        out = loop.create_future()
+        results: list[wtmr.WritableTxnMarkerResult | None] = [None] * len(req.markers)
+        remaining = [len(req.markers)]
+
+        def finish() -> None:
+            if not out.done():
+                out.set_result(wtmr.WriteTxnMarkersResponse(markers=list(results)))
+
+        def marker_done(i: int, m: Any, errs: dict[TopicPartition, ErrorCode]) -> None:
+            offsets = [tp.partition for tp, e in errs.items() if e == ErrorCode.NONE
+                       and tp.topic == GROUP_METADATA_TOPIC_NAME]
+            if offsets:
+                # Offsets committed in the transaction become visible (or vanish) with the marker.
+                self.c.markers._notify_group_coordinator(m.producer_id, offsets, m.transaction_result)
+            by_topic: dict[str, list[wtmr.WritableTxnMarkerPartitionResult]] = {}
+            for tp, e in errs.items():
+                by_topic.setdefault(tp.topic, []).append(
+                    wtmr.WritableTxnMarkerPartitionResult(partition_index=tp.partition, error_code=e))
+            results[i] = wtmr.WritableTxnMarkerResult(producer_id=m.producer_id, topics=[
+                wtmr.WritableTxnMarkerTopicResult(name=n, partitions=ps) for n, ps in by_topic.items()])
+            remaining[0] -= 1
+            if remaining[0] == 0:
+                finish()
+
+        if not req.markers:
+            finish()
+        for i, m in enumerate(req.markers):
+            tps = [TopicPartition(t.name, p) for t in m.topics for p in t.partition_indexes]
+            result = rm.append_txn_markers(m.producer_id, m.producer_epoch, m.coordinator_epoch, m.transaction_result,
+                                           tps, timeout_ms=30_000, max_message_bytes=b.max_message_bytes,
+                                           log_append_time=b.uses_log_append_time)
+
+            def convert(res: dict) -> dict[TopicPartition, ErrorCode]:
+                return {tp: ErrorCode(r.error) for tp, r in res.items()}
+
+            if isinstance(result, asyncio.Future):
+                def done(f: asyncio.Future, i: int = i, m: Any = m) -> None:
+                    if f.cancelled() or f.exception() is not None:
+                        errs = {TopicPartition(t.name, p): ErrorCode.UNKNOWN_SERVER_ERROR
+                                for t in m.topics for p in t.partition_indexes}
+                    else:
+                        errs = convert(f.result())
+                    marker_done(i, m, errs)
+                result.add_done_callback(done)
+            else:
+                marker_done(i, m, convert(result))
+        return out.result() if out.done() else out
+
+    # -- Describe / List ---------------------------------------------------------------------------
+
+    def handle_describe_transactions(self, header, req, conn) -> dtxr.DescribeTransactionsResponse:
+        states = []
+        for tid in req.transactional_ids:
+            st = dtxr.TransactionState(error_code=0, transactional_id=tid, transaction_state="",
+                                       transaction_timeout_ms=0, transaction_start_time_ms=-1, producer_id=-1,
+                                       producer_epoch=-1, topics=[])
+            err, md = self.c.describe(tid)
+            st.error_code = err
+            if md is not None:
+                by_topic: dict[str, list[int]] = {}
+                for tp in sorted(md.topic_partitions, key=lambda x: (x.topic, x.partition)):
+                    by_topic.setdefault(tp.topic, []).append(tp.partition)
+                st.topics = [dtxr.TopicData(topic=t, partitions=ps) for t, ps in by_topic.items()]
+                st.producer_id = md.producer_id
+                st.producer_epoch = md.producer_epoch
+                st.transaction_state = md.state.state_name
+                st.transaction_timeout_ms = md.txn_timeout_ms
+                st.transaction_start_time_ms = md.txn_start_timestamp
+            states.append(st)
+        return dtxr.DescribeTransactionsResponse(throttle_time_ms=0, transaction_states=states)
+
+    def handle_list_transactions(self, header, req, conn) -> ltr.ListTransactionsResponse:
+        if not self.c.active:
+            return ltr.ListTransactionsResponse(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                                unknown_state_filters=[], transaction_states=[])
+        duration = req.duration_filter if header.api_version >= 1 else -1
+        err, unknown, found = self.c.state_manager.list_transaction_states(
+            set(req.producer_id_filters), set(req.state_filters), duration)
+        return ltr.ListTransactionsResponse(
+            throttle_time_ms=0, error_code=err, unknown_state_filters=unknown,
+            transaction_states=[ltr.TransactionState(transactional_id=md.transactional_id, producer_id=md.producer_id,
+                                                     transaction_state=md.state.state_name) for md in found])
+
+    # -- DescribeProducers -------------------------------------------------------------------------
+
+    def handle_describe_producers(self, header, req, conn) -> dpr.DescribeProducersResponse:
+        rm = self.broker.replica_manager
+        topics = []
+        for t in req.topics:
+            parts = []
+            for i in t.partition_indexes:
+                r = dpr.PartitionResponse(partition_index=i, error_code=0, error_message=None, active_producers=[])
+                p = rm.partitions.get(TopicPartition(t.name, i))
+                if p is None or p.deleted:
+                    r.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    for pid, e in sorted(p.log.active_producers().items()):
+                        r.active_producers.append(dpr.ProducerState(
+                            producer_id=pid, producer_epoch=e.producer_epoch, last_sequence=e.last_seq,
+                            last_timestamp=e.last_timestamp, coordinator_epoch=e.coordinator_epoch,
+                            current_txn_start_offset=-1 if e.current_txn_first_offset is None
+                            else e.current_txn_first_offset))
+                parts.append(r)
+            topics.append(dpr.TopicResponse(name=t.name, partitions=parts))
+        return dpr.DescribeProducersResponse(throttle_time_ms=0, topics=topics)

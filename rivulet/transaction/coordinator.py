@@ -1,0 +1,385 @@
+"""TransactionCoordinator: producer ids, epochs and the two-phase commit (Kafka's, TV1).
+
+InitProducerId hands out producer ids (and epochs for transactional ids, KIP-360 bumps
+included); AddPartitionsToTxn/AddOffsetsToTxn move a transaction to Ongoing; EndTxn writes
+PrepareCommit/PrepareAbort, answers the client, then the marker writer finishes it. Ongoing
+transactions past their timeout are fenced and aborted; idle transactional ids expire.
+Every handler answers through a callback, possibly after an append completes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Callable
+
+from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.replication.partition import TopicPartition
+from rivulet.transaction.markers import TransactionMarkerWriter
+from rivulet.transaction.metadata import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    TransactionMetadata,
+    TxnState,
+    TxnTransitMetadata,
+    is_epoch_exhausted,
+)
+from rivulet.transaction.producer_id_manager import ProducerIdManager
+from rivulet.transaction.state_manager import TransactionStateManager, wall_clock_ms
+from rivulet.transaction.txn_log import TRANSACTION_STATE_TOPIC_NAME
+
+log = logging.getLogger(__name__)
+
+S = TxnState
+InitCallback = Callable[[ErrorCode, int, int], None]  # (error, producer id, epoch)
+ErrorCallback = Callable[[ErrorCode], None]
+
+
+class TransactionCoordinator:
+    def __init__(self, broker: Any, *, clock: Callable[[], int] = wall_clock_ms) -> None:
+        self.broker = broker
+        cfg = broker.config
+        self.config = cfg
+        self.clock = clock
+        self.producer_ids = ProducerIdManager(cfg.log_dirs[0])
+        self.state_manager = TransactionStateManager(broker, clock=clock)
+        self.markers = TransactionMarkerWriter(self)
+        self.active = False
+        self.shutting_down = False
+        self.verification_enabled: bool = cfg["transaction.partition.verification.enable"]
+        self._tasks: list[asyncio.Task] = []
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def startup(self) -> None:
+        cfg = self.config
+        info = self.broker.ensure_internal_topic(TRANSACTION_STATE_TOPIC_NAME,
+                                                 cfg["transaction.state.log.num.partitions"], {
+            "cleanup.policy": "compact",
+            "segment.bytes": str(cfg["transaction.state.log.segment.bytes"]),
+            "compression.type": "uncompressed",
+            "min.insync.replicas": "1",
+        })
+        sm = self.state_manager
+        sm.num_partitions = info.num_partitions
+        loop = asyncio.get_running_loop()
+        # Ids on a partition still loading answer COORDINATOR_LOAD_IN_PROGRESS.
+        sm.loading.update(range(info.num_partitions))
+        self._tasks.append(loop.create_task(self._load_all(info.num_partitions)))
+        self._tasks.append(loop.create_task(self._every(
+            cfg["transaction.abort.timed.out.transaction.cleanup.interval.ms"], self.abort_timed_out_transactions)))
+        self._tasks.append(loop.create_task(self._every(
+            cfg["transaction.remove.expired.transaction.cleanup.interval.ms"],
+            sm.remove_expired_transactional_ids)))
+        self.active = True
+
+    async def _load_all(self, n: int) -> None:
+        for p in range(n):
+            part = self.broker.replica_manager.partitions.get(TopicPartition(TRANSACTION_STATE_TOPIC_NAME, p))
+            epoch = part.leader_epoch if part is not None else 0
+            try:
+                await self.state_manager.load_partition(p, epoch, self.markers.add_txn_markers_to_send)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("loading %s-%d failed", TRANSACTION_STATE_TOPIC_NAME, p)
+
+    async def _every(self, interval_ms: int, fn: Callable[[], None]) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                fn()
+            except Exception:
+                log.exception("%s failed", getattr(fn, "__name__", fn))
+
+    def shutdown(self) -> None:
+        self.active = False
+        self.shutting_down = True
+        for t in self._tasks:
+            t.cancel()
+        self._tasks.clear()
+        self.markers.shutdown()
+        self.state_manager.shutdown()
+
+    def find_coordinator(self, transactional_id: str) -> tuple[ErrorCode, int, str, int]:
+        """FindCoordinator key type 1: this node, as leader of every __transaction_state partition."""
+        b = self.broker
+        if not self.active or b.metadata.get(TRANSACTION_STATE_TOPIC_NAME) is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+        tp = TopicPartition(TRANSACTION_STATE_TOPIC_NAME, self.state_manager.partition_for(transactional_id))
+        if b.replica_manager.partitions.get(tp) is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+        _, host, port = b.advertised_listener
+        return ErrorCode.NONE, b.node_id, host, port
+
+    def partition_for(self, transactional_id: str) -> int:
+        return self.state_manager.partition_for(transactional_id)
+
+    # -- InitProducerId ------------------------------------------------------------------------------
+
+    def _generate_producer_id(self) -> int:
+        return self.producer_ids.generate_producer_id()
+
+    def handle_init_producer_id(self, transactional_id: str | None, timeout_ms: int,
+                                expected: tuple[int, int] | None, callback: InitCallback) -> None:
+        def fail(err: ErrorCode) -> None:
+            callback(err, NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
+
+        if transactional_id is None:
+            # Idempotent producers always get a fresh id at epoch 0.
+            try:
+                callback(ErrorCode.NONE, self._generate_producer_id(), 0)
+            except KafkaError as e:
+                fail(e.code)
+            return
+        if not transactional_id:
+            return fail(ErrorCode.INVALID_REQUEST)
+        sm = self.state_manager
+        if not sm.validate_transaction_timeout_ms(timeout_ms):
+            return fail(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
+        err, found = sm.get_transaction_state(transactional_id)
+        if err == ErrorCode.NONE and found is None:
+            try:
+                pid = self._generate_producer_id()
+            except KafkaError as e:
+                return fail(e.code)
+            created = TransactionMetadata(transactional_id, pid, NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_PRODUCER_EPOCH,
+                                          timeout_ms, S.EMPTY, set(), -1, self.clock())
+            err, found = sm.put_transaction_state_if_not_exists(created)
+        if err != ErrorCode.NONE:
+            return fail(err)
+        coordinator_epoch, md = found.coordinator_epoch, found.metadata
+        outcome = self._prepare_init_producer_id_transit(transactional_id, timeout_ms, md, expected)
+        if isinstance(outcome, ErrorCode):
+            return fail(outcome)
+        if outcome.txn_state == S.PREPARE_EPOCH_FENCE:
+            # Abort the open transaction first; the client retries and then gets the bump.
+            def after_abort(e: ErrorCode) -> None:
+                fail(e if e != ErrorCode.NONE else ErrorCode.CONCURRENT_TRANSACTIONS)
+            self._end_transaction(transactional_id, outcome.producer_id, outcome.producer_epoch, False,
+                                  from_client=False, callback=after_abort)
+            return
+
+        def after_append(e: ErrorCode) -> None:
+            if e == ErrorCode.NONE:
+                log.info("Initialized transactionalId %s with producerId %d and producer epoch %d on partition "
+                         "%s-%d", transactional_id, outcome.producer_id, outcome.producer_epoch,
+                         TRANSACTION_STATE_TOPIC_NAME, sm.partition_for(transactional_id))
+                callback(ErrorCode.NONE, outcome.producer_id, outcome.producer_epoch)
+            else:
+                fail(e)
+        sm.append_transaction_to_log(transactional_id, coordinator_epoch, outcome, after_append)
+
+    def _prepare_init_producer_id_transit(self, transactional_id: str, timeout_ms: int, md: TransactionMetadata,
+                                          expected: tuple[int, int] | None) -> ErrorCode | TxnTransitMetadata:
+        def valid_producer_id(pid: int, epoch: int) -> bool:
+            # Accept a just-created id, the current id, or a retry after an epoch-exhausting rotation.
+            return (md.producer_epoch == NO_PRODUCER_EPOCH or pid == md.producer_id
+                    or (pid == md.last_producer_id and is_epoch_exhausted(epoch)))
+
+        if md.pending_transition_in_progress:
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        if expected is not None and not valid_producer_id(*expected):
+            return ErrorCode.PRODUCER_FENCED
+        if md.state in (S.PREPARE_ABORT, S.PREPARE_COMMIT):
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        if md.state in (S.COMPLETE_ABORT, S.COMPLETE_COMMIT, S.EMPTY):
+            if md.is_producer_epoch_exhausted and (expected is None or expected[1] == md.producer_epoch):
+                try:
+                    pid = self._generate_producer_id()
+                except KafkaError as e:
+                    return e.code
+                return md.prepare_producer_id_rotation(pid, timeout_ms, self.clock(), expected is not None)
+            transit = md.prepare_increment_producer_epoch(timeout_ms, None if expected is None else expected[1],
+                                                          self.clock())
+            if transit is None:
+                log.info("Expected producer epoch %s does not match current producer epoch %d or previous producer "
+                         "epoch %d", expected and expected[1], md.producer_epoch, md.last_producer_epoch)
+                return ErrorCode.PRODUCER_FENCED
+            return transit
+        if md.state == S.ONGOING:
+            return md.prepare_fence_producer_epoch()
+        raise RuntimeError(f"Found transactionalId {transactional_id} with state {md.state}. This is illegal as we "
+                           "should never have transitioned to this state.")
+
+    # -- AddPartitionsToTxn / AddOffsetsToTxn -----------------------------------------------------------
+
+    def handle_add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                              partitions: set[TopicPartition], callback: ErrorCallback) -> None:
+        if not transactional_id:
+            return callback(ErrorCode.INVALID_REQUEST)
+        sm = self.state_manager
+        err, found = sm.get_transaction_state(transactional_id)
+        if err != ErrorCode.NONE:
+            return callback(err)
+        if found is None:
+            return callback(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        md = found.metadata
+        if md.producer_id != producer_id:
+            return callback(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        if md.producer_epoch != producer_epoch:
+            return callback(ErrorCode.PRODUCER_FENCED)
+        if md.pending_transition_in_progress or md.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+            return callback(ErrorCode.CONCURRENT_TRANSACTIONS)
+        if md.state == S.ONGOING and partitions <= md.topic_partitions:
+            return callback(ErrorCode.NONE)  # nothing new to record
+        transit = md.prepare_add_partitions(partitions, self.clock())
+        sm.append_transaction_to_log(transactional_id, found.coordinator_epoch, transit, callback)
+
+    def verify_produce(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
+                       tp: TopicPartition) -> ErrorCode:
+        """The ReplicaManager's KIP-890 check before a transactional batch opens a transaction on ``tp``."""
+        if not self.verification_enabled:
+            return ErrorCode.NONE
+        if not transactional_id:
+            return ErrorCode.INVALID_TXN_STATE
+        return self.handle_verify_partitions(transactional_id, producer_id, producer_epoch, {tp})[tp]
+
+    def handle_verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                 partitions: set[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        """AddPartitionsToTxn v4+ verify_only: is each partition part of the open transaction?"""
+        if not transactional_id:
+            return {tp: ErrorCode.INVALID_REQUEST for tp in partitions}
+        err, found = self.state_manager.get_transaction_state(transactional_id)
+        if err == ErrorCode.NONE and found is None:
+            err = ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if err == ErrorCode.NONE:
+            md = found.metadata
+            if md.producer_id != producer_id:
+                err = ErrorCode.INVALID_PRODUCER_ID_MAPPING
+            elif md.producer_epoch != producer_epoch:
+                err = ErrorCode.PRODUCER_FENCED
+            elif md.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+                err = ErrorCode.CONCURRENT_TRANSACTIONS
+            else:
+                return {tp: ErrorCode.NONE if tp in md.topic_partitions else ErrorCode.INVALID_TXN_STATE
+                        for tp in partitions}
+        return {tp: err for tp in partitions}
+
+    # -- EndTxn ----------------------------------------------------------------------------------------
+
+    def handle_end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
+                               callback: ErrorCallback) -> None:
+        self._end_transaction(transactional_id, producer_id, producer_epoch, commit, from_client=True,
+                              callback=callback)
+
+    def _end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool, *,
+                         from_client: bool, callback: ErrorCallback) -> None:
+        if not transactional_id:
+            return callback(ErrorCode.INVALID_REQUEST)
+        sm = self.state_manager
+        err, found = sm.get_transaction_state(transactional_id)
+        if err != ErrorCode.NONE:
+            return callback(err)
+        if found is None:
+            return callback(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        md, coordinator_epoch = found.metadata, found.coordinator_epoch
+        is_epoch_fence = False
+
+        def invalid_state() -> ErrorCode:
+            log.debug("TransactionalId %s's state is %s, but received transaction marker result to send: %s",
+                      transactional_id, md.state.state_name, "COMMIT" if commit else "ABORT")
+            return ErrorCode.INVALID_TXN_STATE
+
+        if md.producer_id != producer_id:
+            return callback(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        # Clients must name the current epoch; the coordinator's own aborts may carry a bumped one.
+        if (from_client and producer_epoch != md.producer_epoch) or producer_epoch < md.producer_epoch:
+            return callback(ErrorCode.PRODUCER_FENCED)
+        if md.pending_transition_in_progress and md.pending_state != S.PREPARE_EPOCH_FENCE:
+            return callback(ErrorCode.CONCURRENT_TRANSACTIONS)
+        state = md.state
+        if state == S.ONGOING:
+            next_state = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
+            if next_state == S.PREPARE_ABORT and md.pending_state == S.PREPARE_EPOCH_FENCE:
+                # The fence continues as this abort, with the bumped epoch.
+                is_epoch_fence = True
+                md.pending_state = None
+                md.producer_epoch = producer_epoch
+                md.last_producer_epoch = NO_PRODUCER_EPOCH
+            transit = md.prepare_abort_or_commit(next_state, self.clock())
+        elif state == S.COMPLETE_COMMIT:
+            return callback(ErrorCode.NONE if commit else invalid_state())
+        elif state == S.COMPLETE_ABORT:
+            return callback(ErrorCode.NONE if not commit else invalid_state())
+        elif state == S.PREPARE_COMMIT:
+            return callback(ErrorCode.CONCURRENT_TRANSACTIONS if commit else invalid_state())
+        elif state == S.PREPARE_ABORT:
+            return callback(ErrorCode.CONCURRENT_TRANSACTIONS if not commit else invalid_state())
+        elif state == S.EMPTY:
+            return callback(invalid_state())
+        else:
+            raise RuntimeError(f"Found transactionalId {transactional_id} with state {state}. This is illegal as we "
+                               "should never have transitioned to this state.")
+
+        def after_prepare(e: ErrorCode) -> None:
+            if e != ErrorCode.NONE:
+                log.info("Aborting sending of transaction markers and returning %s error to client for %s's "
+                         "EndTransaction request", e.name, transactional_id)
+                if is_epoch_fence:
+                    err2, f2 = sm.get_transaction_state(transactional_id)
+                    if err2 == ErrorCode.NONE and f2 is not None and f2.coordinator_epoch == coordinator_epoch:
+                        f2.metadata.has_failed_epoch_fence = True
+                return callback(e)
+            err2, f2 = sm.get_transaction_state(transactional_id)
+            if err2 != ErrorCode.NONE:
+                return callback(err2)
+            if f2 is None:
+                raise RuntimeError(f"The coordinator still owns the transaction partition for {transactional_id}, "
+                                   "but there is no metadata in the cache; this is not expected")
+            if f2.coordinator_epoch != coordinator_epoch:
+                return callback(ErrorCode.NOT_COORDINATOR)
+            m2 = f2.metadata
+            if m2.producer_id != producer_id:
+                return callback(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+            if m2.producer_epoch != producer_epoch:
+                return callback(ErrorCode.PRODUCER_FENCED)
+            if m2.pending_transition_in_progress:
+                return callback(ErrorCode.CONCURRENT_TRANSACTIONS)
+            if m2.state not in (S.PREPARE_COMMIT, S.PREPARE_ABORT) or (m2.state == S.PREPARE_COMMIT) != commit:
+                return callback(invalid_state())
+            complete = m2.prepare_complete(self.clock())
+            # The decision is durable: answer now, finish with the markers.
+            callback(ErrorCode.NONE)
+            self.markers.add_txn_markers_to_send(coordinator_epoch, commit, m2, complete)
+
+        sm.append_transaction_to_log(transactional_id, coordinator_epoch, transit, after_prepare)
+
+    # -- timeouts --------------------------------------------------------------------------------------
+
+    def abort_timed_out_transactions(self) -> None:
+        sm = self.state_manager
+        for tid, pid, _epoch in sm.timed_out_transactions():
+            err, found = sm.get_transaction_state(tid)
+            if err != ErrorCode.NONE or found is None:
+                continue
+            md = found.metadata
+            if md.producer_id != pid or md.pending_transition_in_progress:
+                continue
+            fence = md.prepare_fence_producer_epoch()
+            log.info("aborting transaction of %s (producer %d) after its timeout of %d ms", tid, pid, md.txn_timeout_ms)
+
+            def done(e: ErrorCode, tid: str = tid) -> None:
+                if e == ErrorCode.NONE:
+                    log.info("Completed rollback of ongoing transaction for transactionalId %s due to timeout", tid)
+                elif e in (ErrorCode.INVALID_PRODUCER_ID_MAPPING, ErrorCode.PRODUCER_FENCED,
+                           ErrorCode.CONCURRENT_TRANSACTIONS):
+                    log.debug("rollback of %s cancelled: %s", tid, e.name)
+                else:
+                    log.warning("rollback of %s failed: %s", tid, e.name)
+            self._end_transaction(tid, fence.producer_id, fence.producer_epoch, False, from_client=False,
+                                  callback=done)
+
+    # -- Describe / List ---------------------------------------------------------------------------------
+
+    def describe(self, transactional_id: str) -> tuple[ErrorCode, TransactionMetadata | None]:
+        if not self.active:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, None
+        if not transactional_id:
+            return ErrorCode.INVALID_REQUEST, None
+        err, found = self.state_manager.get_transaction_state(transactional_id)
+        if err != ErrorCode.NONE:
+            return err, None
+        if found is None or found.metadata.state == S.DEAD:
+            return ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, None
+        return ErrorCode.NONE, found.metadata

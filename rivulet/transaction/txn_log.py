@@ -1,0 +1,96 @@
+"""Records of ``__transaction_state``: version-prefixed TransactionLogKey/Value, as Kafka writes them.
+
+The key is the transactional id (key version 0); the value is the transaction's metadata at
+value version 0 (Kafka's format until transaction.version 2), or null for a tombstone when
+an expired transactional id is removed.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from rivulet.protocol.messages.transaction_log_key import TransactionLogKey
+from rivulet.protocol.messages.transaction_log_value import PartitionsSchema, TransactionLogValue
+from rivulet.replication.partition import TopicPartition
+from rivulet.transaction.metadata import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TransactionMetadata, TxnState, \
+    TxnTransitMetadata
+
+TRANSACTION_STATE_TOPIC_NAME = "__transaction_state"
+KEY_VERSION = 0
+VALUE_VERSION = 0
+_VERSION = struct.Struct(">h")
+
+
+def java_string_hash(s: str) -> int:
+    """Java's String.hashCode over UTF-16 code units, as a signed 32-bit int."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def java_abs(n: int) -> int:
+    """Kafka's Utils.abs: Integer.MIN_VALUE maps to 0."""
+    return 0 if n == -(1 << 31) else abs(n)
+
+
+def partition_for(key: str, num_partitions: int) -> int:
+    """The internal-topic partition owning a transactional id (or group id)."""
+    return java_abs(java_string_hash(key)) % num_partitions
+
+
+def key_to_bytes(transactional_id: str) -> bytes:
+    return _VERSION.pack(KEY_VERSION) + TransactionLogKey(transactional_id=transactional_id).encode(KEY_VERSION)
+
+
+def value_to_bytes(t: TxnTransitMetadata) -> bytes:
+    if t.txn_state == TxnState.EMPTY and t.topic_partitions:
+        raise ValueError(f"Transaction is not expected to have any partitions since its state is {t.txn_state}: {t}")
+    partitions = None
+    if t.txn_state != TxnState.EMPTY:
+        by_topic: dict[str, list[int]] = {}
+        for tp in sorted(t.topic_partitions, key=lambda x: (x.topic, x.partition)):
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        partitions = [PartitionsSchema(topic=topic, partition_ids=ids) for topic, ids in by_topic.items()]
+    value = TransactionLogValue(
+        producer_id=t.producer_id, producer_epoch=t.producer_epoch, transaction_timeout_ms=t.txn_timeout_ms,
+        transaction_status=t.txn_state.id, transaction_partitions=partitions,
+        transaction_last_update_timestamp_ms=t.txn_last_update_timestamp,
+        transaction_start_timestamp_ms=t.txn_start_timestamp)
+    return _VERSION.pack(VALUE_VERSION) + value.encode(VALUE_VERSION)
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownKey:
+    version: int
+
+
+def read_key(data: bytes) -> str | UnknownKey:
+    (version,) = _VERSION.unpack_from(data, 0)
+    if version > TransactionLogKey.VALID_VERSIONS[1] or version < 0:
+        return UnknownKey(version)
+    return TransactionLogKey.decode(data, version, 2).transactional_id
+
+
+def read_value(transactional_id: str, data: bytes | None) -> TransactionMetadata | None:
+    """The metadata a value describes; None for a tombstone."""
+    if data is None:
+        return None
+    (version,) = _VERSION.unpack_from(data, 0)
+    lo, hi = TransactionLogValue.VALID_VERSIONS
+    if not lo <= version <= hi:
+        raise ValueError(f"Unknown version {version} from the transaction log message value")
+    v = TransactionLogValue.decode(data, version, 2)
+    state = TxnState.from_id(v.transaction_status)
+    partitions = set()
+    for p in v.transaction_partitions or ():
+        for i in p.partition_ids:
+            partitions.add(TopicPartition(p.topic, i))
+    return TransactionMetadata(
+        transactional_id=transactional_id, producer_id=v.producer_id, last_producer_id=NO_PRODUCER_ID,
+        producer_epoch=v.producer_epoch, last_producer_epoch=NO_PRODUCER_EPOCH,
+        txn_timeout_ms=v.transaction_timeout_ms, state=state, topic_partitions=partitions,
+        txn_start_timestamp=v.transaction_start_timestamp_ms,
+        txn_last_update_timestamp=v.transaction_last_update_timestamp_ms)

@@ -1,0 +1,365 @@
+"""Transactions with real clients: commit/abort visibility under both isolation levels, the
+broker aborting a transaction on its own, kill -9 in the middle of one, the admin APIs, and
+librdkafka's consume-transform-produce loop surviving broker crashes."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+
+import pytest
+
+from rivulet.protocol.messages import (
+    describe_producers_request as dpq,
+    describe_transactions_request as dtq,
+    list_transactions_request as ltq,
+)
+from test_idempotence import Raw, create_topic, topic_name
+
+pytestmark = pytest.mark.integration
+
+
+def consume(bootstrap: str, topic: str, isolation: str, partitions: int = 1, timeout: float = 30,
+            engine: str = "ck") -> list[bytes]:
+    """Everything up to the end of each partition (the LSO under read_committed)."""
+    if engine == "kp":
+        from kafka import KafkaConsumer, TopicPartition as KTP
+        c = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation, enable_auto_commit=False,
+                          consumer_timeout_ms=3000)
+        c.assign([KTP(topic, p) for p in range(partitions)])
+        c.seek_to_beginning()
+        out = [m.value for m in c]
+        c.close()
+        return out
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused-" + uuid.uuid4().hex[:6],
+                  "isolation.level": isolation, "enable.partition.eof": True, "enable.auto.commit": False,
+                  "fetch.wait.max.ms": 100})
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    out: list[bytes] = []
+    eof: set[int] = set()
+    deadline = time.monotonic() + timeout
+    while len(eof) < partitions and time.monotonic() < deadline:
+        m = c.poll(0.2)
+        if m is None:
+            continue
+        if m.error():
+            if m.error().code() == -191:  # _PARTITION_EOF
+                eof.add(m.partition())
+                continue
+            raise AssertionError(m.error())
+        eof.discard(m.partition())
+        out.append(m.value())
+    c.close()
+    assert len(eof) == partitions, "did not reach the end of every partition"
+    return out
+
+
+def txn_producer(bootstrap: str, tid: str, **conf):
+    from confluent_kafka import Producer
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "linger.ms": 5, **conf})
+    p.init_transactions(30)
+    return p
+
+
+def latest(broker, topic: str, isolation: int) -> int:
+    async def go():
+        raw = await Raw.open(broker)
+        try:
+            return await raw.latest(topic, isolation)
+        finally:
+            await raw.close()
+    return asyncio.run(go())
+
+
+def wait_for(cond, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.1)
+
+
+def test_aborted_records_reach_only_read_uncommitted(broker):
+    topic = topic_name("txn-vis")
+    create_topic(broker.bootstrap, topic, 2)
+    p = txn_producer(broker.bootstrap, "vis-" + uuid.uuid4().hex[:6])
+    p.begin_transaction()
+    for i in range(20):
+        p.produce(topic, value=b"c%d" % i, partition=i % 2)
+    p.commit_transaction(30)
+    p.begin_transaction()
+    for i in range(10):
+        p.produce(topic, value=b"a%d" % i, partition=i % 2)
+    p.flush(30)  # the aborted records are in the log, ahead of the marker
+    p.abort_transaction(30)
+    p.begin_transaction()
+    for i in range(6):
+        p.produce(topic, value=b"d%d" % i, partition=i % 2)
+    p.commit_transaction(30)
+    committed = sorted([b"c%d" % i for i in range(20)] + [b"d%d" % i for i in range(6)])
+    assert sorted(consume(broker.bootstrap, topic, "read_committed", 2)) == committed
+    assert sorted(consume(broker.bootstrap, topic, "read_committed", 2, engine="kp")) == committed
+    everything = consume(broker.bootstrap, topic, "read_uncommitted", 2)
+    assert sorted(everything) == sorted(committed + [b"a%d" % i for i in range(10)])
+
+
+def test_read_committed_waits_for_the_commit(broker):
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    topic = topic_name("txn-wait")
+    create_topic(broker.bootstrap, topic)
+    p = txn_producer(broker.bootstrap, "wait-" + uuid.uuid4().hex[:6])
+    p.begin_transaction()
+    for i in range(5):
+        p.produce(topic, value=b"w%d" % i, partition=0)
+    p.flush(30)
+    assert latest(broker, topic, 1) == 0 and latest(broker, topic, 0) == 5  # ListOffsets: LSO vs HW
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "unused", "isolation.level": "read_committed",
+                  "fetch.wait.max.ms": 10000})  # long polls: the commit has to wake them
+    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    assert c.poll(1.0) is None
+    p.commit_transaction(30)
+    got = []
+    deadline = time.monotonic() + 30
+    while len(got) < 5 and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            got.append(m.value())
+    c.close()
+    assert got == [b"w%d" % i for i in range(5)]
+    assert latest(broker, topic, 1) == 6
+
+
+def test_broker_aborts_a_timed_out_transaction(broker_factory):
+    from confluent_kafka import KafkaException
+    b = broker_factory({"transaction.abort.timed.out.transaction.cleanup.interval.ms": "200"})
+    topic = "txn-timeout"
+    create_topic(b.bootstrap, topic)
+    p = txn_producer(b.bootstrap, "slow", **{"transaction.timeout.ms": 1500})
+    p.begin_transaction()
+    for i in range(4):
+        p.produce(topic, value=b"t%d" % i, partition=0)
+    p.flush(30)
+    assert latest(b, topic, 1) == 0
+    wait_for(lambda: latest(b, topic, 1) == latest(b, topic, 0) == 5)  # data + the broker's ABORT marker
+    with pytest.raises(KafkaException):
+        p.commit_transaction(30)  # fenced: the broker bumped the epoch when it aborted
+    assert consume(b.bootstrap, topic, "read_committed") == []
+    assert len(consume(b.bootstrap, topic, "read_uncommitted")) == 4
+
+
+def test_kill9_mid_transaction(broker_factory):
+    b = broker_factory({"log.flush.interval.messages": "1"})
+    topic = "txn-kill"
+    create_topic(b.bootstrap, topic, 2)
+    p = txn_producer(b.bootstrap, "crashy")
+    p.begin_transaction()
+    for i in range(10):
+        p.produce(topic, value=b"ok%d" % i, partition=i % 2)
+    p.commit_transaction(30)
+    p.begin_transaction()
+    for i in range(10):
+        p.produce(topic, value=b"lost%d" % i, partition=i % 2)
+    p.flush(30)
+    b.kill()
+    del p
+    b.start()
+
+    async def describe():
+        raw = await Raw.open(b)
+        try:
+            return (await raw.conn.send(dtq.DescribeTransactionsRequest(transactional_ids=["crashy"])))\
+                .transaction_states[0]
+        finally:
+            await raw.close()
+
+    def recovered():
+        st = asyncio.run(describe())
+        return st.error_code == 0 and st.transaction_state == "Ongoing"
+    wait_for(recovered)  # the open transaction came back from __transaction_state
+    assert latest(b, topic, 1) < latest(b, topic, 0)
+    p2 = txn_producer(b.bootstrap, "crashy")  # fences the old epoch and aborts its transaction
+    p2.begin_transaction()
+    for i in range(4):
+        p2.produce(topic, value=b"new%d" % i, partition=i % 2)
+    p2.commit_transaction(30)
+    got = consume(b.bootstrap, topic, "read_committed", 2)
+    assert sorted(got) == sorted([b"ok%d" % i for i in range(10)] + [b"new%d" % i for i in range(4)])
+    assert len(consume(b.bootstrap, topic, "read_uncommitted", 2)) == 24
+
+
+def test_admin_apis(broker):
+    topic = topic_name("txn-admin")
+    create_topic(broker.bootstrap, topic)
+    tid = "admin-" + uuid.uuid4().hex[:6]
+    p = txn_producer(broker.bootstrap, tid)
+    p.begin_transaction()
+    p.produce(topic, value=b"x", partition=0)
+    p.flush(30)
+
+    async def go():
+        raw = await Raw.open(broker)
+        try:
+            d = (await raw.conn.send(dtq.DescribeTransactionsRequest(transactional_ids=[tid, "missing"])))
+            st, missing = d.transaction_states
+            assert (st.error_code, st.transaction_state) == (0, "Ongoing")
+            assert [(t.topic, t.partitions) for t in st.topics] == [(topic, [0])]
+            assert missing.error_code == 105  # TRANSACTIONAL_ID_NOT_FOUND
+            lst = await raw.conn.send(ltq.ListTransactionsRequest(state_filters=["Ongoing"], producer_id_filters=[]))
+            assert lst.error_code == 0 and tid in [t.transactional_id for t in lst.transaction_states]
+            lst = await raw.conn.send(ltq.ListTransactionsRequest(state_filters=["Nope"], producer_id_filters=[]))
+            assert lst.unknown_state_filters == ["Nope"] and lst.transaction_states == []
+            prod = await raw.conn.send(dpq.DescribeProducersRequest(
+                topics=[dpq.TopicRequest(name=topic, partition_indexes=[0])]))
+            (ap,) = prod.topics[0].partitions[0].active_producers
+            assert ap.producer_id == st.producer_id and ap.current_txn_start_offset == 0 and ap.last_sequence == 0
+        finally:
+            await raw.close()
+    asyncio.run(go())
+    p.commit_transaction(30)
+
+
+# -------------------------------------------------------------- consume-transform-produce
+
+# librdkafka's exactly-once loop, run as its own process so the test can crash it with kill -9
+# like any application. It prints the size of every committed transaction.
+CTP_WORKER = r"""
+import sys
+from confluent_kafka import Consumer, KafkaException, Producer
+bootstrap, source, sink, group = sys.argv[1:5]
+producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "ctp-" + group, "linger.ms": 5,
+                     "transaction.timeout.ms": 10000})
+producer.init_transactions(60)
+consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                     "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                     "session.timeout.ms": 6000, "fetch.wait.max.ms": 100})
+consumer.subscribe([source])
+while True:
+    msgs = [m for m in consumer.consume(25, 0.5) if not m.error()]
+    if not msgs:
+        continue
+    producer.begin_transaction()
+    try:
+        for m in msgs:
+            producer.produce(sink, key=m.key(), value=m.value() + b"-out", partition=m.partition())
+        producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                             consumer.consumer_group_metadata(), 30)
+        producer.commit_transaction(30)
+    except KafkaException as e:
+        if not e.args[0].txn_requires_abort():
+            raise
+        producer.abort_transaction(30)
+        # Rewind to the committed offsets: the aborted records will be read again.
+        for tp in consumer.committed(consumer.assignment(), 30):
+            consumer.seek(tp)
+        continue
+    print(len(msgs), flush=True)
+"""
+
+
+class CtpWorker:
+    def __init__(self, bootstrap: str, source: str, sink: str, group: str, progress: list[int]) -> None:
+        import subprocess
+        import sys
+        self.proc = subprocess.Popen([sys.executable, "-c", CTP_WORKER, bootstrap, source, sink, group],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.reader = threading.Thread(target=self._read, args=(progress,), daemon=True)
+        self.reader.start()
+
+    def _read(self, progress: list[int]) -> None:
+        for line in self.proc.stdout:
+            if line.strip().isdigit():
+                progress.append(int(line))
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def _supports_txn_offset_commit(broker) -> bool:
+    async def go():
+        raw = await Raw.open(broker)
+        try:
+            return 28 in raw.conn.api_versions
+        finally:
+            await raw.close()
+    return asyncio.run(go())
+
+
+def test_consume_transform_produce_exactly_once_across_kill9(broker_factory):
+    from confluent_kafka import Producer
+    b = broker_factory({"log.flush.interval.messages": "1",
+                        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"})
+    if not _supports_txn_offset_commit(b):
+        pytest.skip("the group coordinator does not offer TxnOffsetCommit (API 28) yet")
+    source, sink = "ctp-in", "ctp-out"
+    create_topic(b.bootstrap, source, 2)
+    create_topic(b.bootstrap, sink, 2)
+    n = 600
+    p = Producer({"bootstrap.servers": b.bootstrap, "enable.idempotence": True})
+    for i in range(n):
+        p.produce(source, value=b"m%04d" % i, partition=i % 2)
+    assert p.flush(30) == 0
+
+    progress: list[int] = []
+    worker = CtpWorker(b.bootstrap, source, sink, "ctp", progress)
+    # Broker crash (the application restarts too), application crash alone, broker crash again;
+    # each in the middle of whatever transaction is open at that moment.
+    for broker_crash in (True, False, True):
+        target = sum(progress) + 80
+        wait_for(lambda: sum(progress) >= target, timeout=120)
+        if broker_crash:
+            b.kill()
+        worker.kill()
+        if broker_crash:
+            b.start()
+        worker = CtpWorker(b.bootstrap, source, sink, "ctp", progress)
+
+    try:
+        wait_for(lambda: len(consume(b.bootstrap, sink, "read_committed", 2, timeout=30)) >= n, timeout=180)
+    finally:
+        worker.kill()
+    out = consume(b.bootstrap, sink, "read_committed", 2)
+    assert sorted(out) == sorted(b"m%04d-out" % i for i in range(n)), (len(out), len(set(out)))
+    # Transactions cut short left their records in the log: only read_uncommitted sees them.
+    assert len(consume(b.bootstrap, sink, "read_uncommitted", 2)) >= len(out)
+
+
+# -------------------------------------------------------------- other clients' transactions
+
+def test_kafka_python_transactions(broker):
+    from kafka import KafkaProducer
+    topic = topic_name("txn-kp")
+    create_topic(broker.bootstrap, topic)
+    p = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="kp-" + uuid.uuid4().hex[:6])
+    p.init_transactions()
+    p.begin_transaction()
+    for i in range(5):
+        p.send(topic, value=b"k%d" % i, partition=0)
+    p.commit_transaction()
+    p.begin_transaction()
+    for i in range(3):
+        p.send(topic, value=b"x%d" % i, partition=0)
+    p.flush()
+    p.abort_transaction()
+    p.close()
+    assert consume(broker.bootstrap, topic, "read_committed") == [b"k%d" % i for i in range(5)]
+    assert len(consume(broker.bootstrap, topic, "read_uncommitted")) == 8
+
+
+@pytest.mark.java
+def test_java_transactional_producer(broker):
+    """Kafka's own Java client: ProducerPerformance with a transactional id commits every 3 s."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import java_tools as jt
+    reason = jt.java_available()
+    if reason is not None:
+        pytest.skip(f"Kafka Java tools unavailable: {reason}")
+    topic = topic_name("txn-java")
+    create_topic(broker.bootstrap, topic)
+    jt.producer_perf(broker.bootstrap, topic, num_records=20_000, record_size=50, props={
+        "transactional.id": "java-" + uuid.uuid4().hex[:6], "max.block.ms": 20_000, "request.timeout.ms": 15_000, "delivery.timeout.ms": 30_000}, timeout=120)
+    assert len(consume(broker.bootstrap, topic, "read_committed")) == 20_000

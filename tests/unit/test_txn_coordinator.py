@@ -1,0 +1,257 @@
+"""The transaction coordinator inside an in-process broker: two-phase commit, fencing,
+timeouts, expiration, verification and recovery of decided transactions after a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from rivulet.protocol import records as rec
+from rivulet.protocol.errors import ErrorCode
+from rivulet.replication.partition import TopicPartition
+from rivulet.server.broker import Broker
+from rivulet.server.config import BrokerConfig
+from rivulet.transaction.metadata import TxnState
+from rivulet.transaction.txn_log import TRANSACTION_STATE_TOPIC_NAME
+
+pytestmark = pytest.mark.fast
+
+TP0, TP1 = TopicPartition("t", 0), TopicPartition("t", 1)
+
+
+async def start(path, **overrides) -> Broker:
+    props = {"log.dirs": str(path), "listeners": "PLAINTEXT://127.0.0.1:0",
+             "transaction.state.log.num.partitions": "3", "offsets.topic.num.partitions": "3",
+             "log.cleaner.enable": "false"}
+    props.update({k.replace("_", "."): str(v) for k, v in overrides.items()})
+    b = Broker(BrokerConfig(props))
+    await b.start()
+    await until(lambda: not b.transaction_coordinator.state_manager.loading)
+    if b.metadata.get("t") is None:
+        b.create_topic("t", 2, 1, {})
+    return b
+
+
+async def until(cond, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        await asyncio.sleep(0.01)
+
+
+async def call(fn, *args):
+    fut = asyncio.get_running_loop().create_future()
+
+    def cb(*res):
+        if not fut.done():
+            fut.set_result(res[0] if len(res) == 1 else res)
+    fn(*args, cb)
+    return await fut
+
+
+async def produce(b: Broker, tp: TopicPartition, pid: int, epoch: int, seq: int, tid: str | None,
+                  n: int = 2) -> ErrorCode:
+    data = rec.encode_batch([rec.Record(0, None, None, b"x", []) for _ in range(n)], producer_id=pid,
+                            producer_epoch=epoch, base_sequence=seq, transactional=True)
+    res = b.replica_manager.append_records({tp: bytearray(data)}, required_acks=-1, timeout_ms=5000,
+                                           max_message_bytes=b.max_message_bytes,
+                                           log_append_time=b.uses_log_append_time, transactional_id=tid)
+    if isinstance(res, asyncio.Future):
+        res = await res
+    return ErrorCode(res[tp].error)
+
+
+def md(b: Broker, tid: str):
+    err, found = b.transaction_coordinator.state_manager.get_transaction_state(tid)
+    assert err == ErrorCode.NONE
+    return found.metadata if found else None
+
+
+def part(b: Broker, tp: TopicPartition):
+    return b.replica_manager.partitions[tp]
+
+
+async def open_txn(b: Broker, tid: str, timeout_ms: int = 60_000) -> tuple[int, int]:
+    tc = b.transaction_coordinator
+    err, pid, epoch = await call(tc.handle_init_producer_id, tid, timeout_ms, None)
+    assert err == ErrorCode.NONE
+    assert await call(tc.handle_add_partitions, tid, pid, epoch, {TP0, TP1}) == ErrorCode.NONE
+    assert await produce(b, TP0, pid, epoch, 0, tid) == ErrorCode.NONE
+    assert await produce(b, TP1, pid, epoch, 0, tid) == ErrorCode.NONE
+    return pid, epoch
+
+
+def test_commit_writes_markers_everywhere(tmp_path):
+    async def go():
+        b = await start(tmp_path)
+        try:
+            tc = b.transaction_coordinator
+            pid, epoch = await open_txn(b, "a")
+            assert md(b, "a").state == TxnState.ONGOING
+            assert part(b, TP0).last_stable_offset == 0
+            assert await call(tc.handle_end_transaction, "a", pid, epoch, True) == ErrorCode.NONE
+            await until(lambda: md(b, "a").state == TxnState.COMPLETE_COMMIT)
+            for tp in (TP0, TP1):
+                p = part(b, tp)
+                assert p.log.log_end_offset == 3 and p.last_stable_offset == 3
+            assert md(b, "a").topic_partitions == set()
+            # Retried commit: NONE; an abort now: INVALID_TXN_STATE; a stale epoch: fenced.
+            assert await call(tc.handle_end_transaction, "a", pid, epoch, True) == ErrorCode.NONE
+            assert await call(tc.handle_end_transaction, "a", pid, epoch, False) == ErrorCode.INVALID_TXN_STATE
+            assert await call(tc.handle_end_transaction, "a", pid, epoch - 1, True) == ErrorCode.PRODUCER_FENCED
+            assert await call(tc.handle_end_transaction, "nope", pid, epoch, True) == \
+                ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        finally:
+            await b.shutdown()
+    asyncio.run(go())
+
+
+def test_decided_transaction_is_finished_after_a_restart(tmp_path):
+    async def go():
+        b = await start(tmp_path)
+        tc = b.transaction_coordinator
+        tc.markers.add_txn_markers_to_send = lambda *a: None  # "crash" before any marker is written
+        pid, epoch = await open_txn(b, "r")
+        assert await call(tc.handle_end_transaction, "r", pid, epoch, True) == ErrorCode.NONE
+        assert md(b, "r").state == TxnState.PREPARE_COMMIT
+        assert part(b, TP0).last_stable_offset == 0
+        await b.shutdown()
+        b = await start(tmp_path)
+        try:
+            await until(lambda: md(b, "r").state == TxnState.COMPLETE_COMMIT)
+            for tp in (TP0, TP1):
+                assert part(b, tp).last_stable_offset == part(b, tp).log.log_end_offset == 3
+                assert part(b, tp).log.collect_aborted_transactions(0, 3) == []
+        finally:
+            await b.shutdown()
+    asyncio.run(go())
+
+
+def test_ongoing_transaction_survives_restart_then_times_out(tmp_path):
+    async def go():
+        b = await start(tmp_path)
+        pid, epoch = await open_txn(b, "o", timeout_ms=300)
+        await b.shutdown()
+        b = await start(tmp_path, transaction_abort_timed_out_transaction_cleanup_interval_ms=50)
+        try:
+            assert md(b, "o").state in (TxnState.ONGOING, TxnState.PREPARE_ABORT, TxnState.COMPLETE_ABORT)
+            await until(lambda: md(b, "o").state == TxnState.COMPLETE_ABORT)
+            m = md(b, "o")
+            assert (m.producer_id, m.producer_epoch) == (pid, epoch + 1)  # fenced by the bump
+            for tp in (TP0, TP1):
+                p = part(b, tp)
+                assert p.last_stable_offset == p.log.log_end_offset == 3
+                assert p.log.collect_aborted_transactions(0, 3) == [(pid, 0)]
+            # The timed-out producer is fenced everywhere.
+            assert await produce(b, TP0, pid, epoch, 2, "o") == ErrorCode.INVALID_PRODUCER_EPOCH
+            tc = b.transaction_coordinator
+            assert await call(tc.handle_end_transaction, "o", pid, epoch, True) == ErrorCode.PRODUCER_FENCED
+        finally:
+            await b.shutdown()
+    asyncio.run(go())
+
+
+def test_new_instance_fences_and_aborts_the_open_transaction(tmp_path):
+    async def go():
+        b = await start(tmp_path)
+        try:
+            tc = b.transaction_coordinator
+            pid, epoch = await open_txn(b, "f")
+            err, _, _ = await call(tc.handle_init_producer_id, "f", 60_000, None)
+            assert err == ErrorCode.CONCURRENT_TRANSACTIONS  # the abort runs; the client retries
+            await until(lambda: md(b, "f").state == TxnState.COMPLETE_ABORT)
+            err, pid2, epoch2 = await call(tc.handle_init_producer_id, "f", 60_000, None)
+            assert (err, pid2, epoch2) == (ErrorCode.NONE, pid, epoch + 2)
+            assert part(b, TP1).log.collect_aborted_transactions(0, 10) == [(pid, 0)]
+        finally:
+            await b.shutdown()
+    asyncio.run(go())
+
+
+def test_epoch_exhaustion_rotates_the_producer_id(tmp_path):
+    async def go():
+        b = await start(tmp_path)
+        try:
+            tc = b.transaction_coordinator
+            err, pid, epoch = await call(tc.handle_init_producer_id, "x", 60_000, None)
+            md(b, "x").producer_epoch = 32766
+            err, pid2, epoch2 = await call(tc.handle_init_producer_id, "x", 60_000, (pid, 32766))
+            assert err == ErrorCode.NONE and pid2 != pid and epoch2 == 0
+            assert md(b, "x").last_producer_id == pid
+            # A retry of that call (its answer lost) is recognised through the last producer id.
+            err, pid3, epoch3 = await call(tc.handle_init_producer_id, "x", 60_000, (pid, 32766))
+            assert (err, pid3, epoch3) == (ErrorCode.NONE, pid2, 0)  # the same answer again
+        finally:
+            await b.shutdown()
+    asyncio.run(go())
+
+
+def test_produce_is_verified_with_the_coordinator(tmp_path):
+    async def go():
+        b = await start(tmp_path)
+        try:
+            tc = b.transaction_coordinator
+            err, pid, epoch = await call(tc.handle_init_producer_id, "k", 60_000, None)
+            # A transactional write to a partition never added to the transaction (KIP-890).
+            assert await produce(b, TP0, pid, epoch, 0, "k") == ErrorCode.INVALID_TXN_STATE
+            assert await produce(b, TP0, pid, epoch, 0, None) == ErrorCode.INVALID_TXN_STATE
+            assert await call(tc.handle_add_partitions, "k", pid, epoch, {TP0}) == ErrorCode.NONE
+            assert await produce(b, TP0, pid, epoch, 0, "k") == ErrorCode.NONE
+            assert await produce(b, TP0, pid, epoch, 2, "k") == ErrorCode.NONE  # open here: no check
+            assert await call(tc.handle_end_transaction, "k", pid, epoch, False) == ErrorCode.NONE
+            await until(lambda: md(b, "k").state == TxnState.COMPLETE_ABORT)
+            # A late write after the abort would start a hanging transaction: refused.
+            assert await produce(b, TP0, pid, epoch, 4, "k") == ErrorCode.INVALID_TXN_STATE
+            assert part(b, TP0).last_stable_offset == part(b, TP0).log.log_end_offset
+        finally:
+            await b.shutdown()
+    asyncio.run(go())
+
+
+def test_verify_only_and_listing(tmp_path):
+    async def go():
+        b = await start(tmp_path)
+        try:
+            tc = b.transaction_coordinator
+            pid, epoch = await open_txn(b, "v")
+            other = TopicPartition("t", 5)
+            assert tc.handle_verify_partitions("v", pid, epoch, {TP0, other}) == {
+                TP0: ErrorCode.NONE, other: ErrorCode.INVALID_TXN_STATE}
+            assert tc.handle_verify_partitions("v", pid, epoch + 1, {TP0}) == {TP0: ErrorCode.PRODUCER_FENCED}
+            assert tc.handle_verify_partitions("w", pid, epoch, {TP0}) == {TP0: ErrorCode.INVALID_PRODUCER_ID_MAPPING}
+            err, unknown, found = tc.state_manager.list_transaction_states(set(), {"Ongoing", "Bogus"})
+            assert err == ErrorCode.NONE and unknown == ["Bogus"]
+            assert [m.transactional_id for m in found] == ["v"]
+            err, _, found = tc.state_manager.list_transaction_states({pid + 1}, set())
+            assert found == []
+            assert tc.describe("v")[1].state == TxnState.ONGOING
+            assert tc.describe("zzz")[0] == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+        finally:
+            await b.shutdown()
+    asyncio.run(go())
+
+
+def test_idle_transactional_ids_expire(tmp_path):
+    async def go():
+        b = await start(tmp_path, transactional_id_expiration_ms=1,
+                        transaction_remove_expired_transaction_cleanup_interval_ms=50)
+        try:
+            tc = b.transaction_coordinator
+            err, pid, epoch = await call(tc.handle_init_producer_id, "gone", 60_000, None)
+            assert err == ErrorCode.NONE
+            await until(lambda: md(b, "gone") is None)
+            # The tombstone is in the log: a restart does not bring the id back.
+        finally:
+            await b.shutdown()
+        b = await start(tmp_path)
+        try:
+            assert md(b, "gone") is None
+            n = sum(1 for i in range(3)
+                    if part(b, TopicPartition(TRANSACTION_STATE_TOPIC_NAME, i)).log.log_end_offset == 2)
+            assert n == 1  # InitProducerId record + tombstone
+        finally:
+            await b.shutdown()
+    asyncio.run(go())

@@ -1,0 +1,128 @@
+"""Transaction metadata state machine, __transaction_state records, producer id blocks."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+
+from rivulet.replication.partition import TopicPartition
+from rivulet.transaction import txn_log
+from rivulet.transaction.metadata import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    IllegalTxnStateError,
+    TransactionMetadata,
+    TxnState,
+)
+from rivulet.transaction.producer_id_manager import ProducerIdManager
+
+pytestmark = pytest.mark.fast
+
+S = TxnState
+TP = TopicPartition
+
+
+def fresh(epoch: int = NO_PRODUCER_EPOCH) -> TransactionMetadata:
+    return TransactionMetadata("tx", 100, NO_PRODUCER_ID, epoch, NO_PRODUCER_EPOCH, 60_000, S.EMPTY, set(), -1, 0)
+
+
+def test_java_hash_and_partition_for():
+    assert txn_log.java_string_hash("hello") == 99162322
+    assert txn_log.java_string_hash("") == 0
+    assert txn_log.java_string_hash("polygenelubricants") == -(2**31)
+    assert txn_log.partition_for("polygenelubricants", 50) == 0  # Utils.abs(MIN_VALUE) is 0
+    assert txn_log.partition_for("hello", 50) == 99162322 % 50
+    assert txn_log.java_string_hash("é😀") == (((0xE9 * 31 + 0xD83D) * 31 + 0xDE00) & 0xFFFFFFFF)
+
+
+def test_full_commit_cycle():
+    md = fresh()
+    t = md.prepare_increment_producer_epoch(60_000, None, 1)
+    assert (t.producer_epoch, t.last_producer_epoch, t.txn_state) == (0, NO_PRODUCER_EPOCH, S.EMPTY)
+    assert md.pending_transition_in_progress
+    md.complete_transition_to(t)
+    assert (md.producer_epoch, md.state, md.pending_state) == (0, S.EMPTY, None)
+    t = md.prepare_add_partitions({TP("a", 0)}, 5)
+    md.complete_transition_to(t)
+    assert md.state == S.ONGOING and md.txn_start_timestamp == 5
+    md.complete_transition_to(md.prepare_add_partitions({TP("a", 1)}, 6))
+    assert md.txn_start_timestamp == 5 and md.topic_partitions == {TP("a", 0), TP("a", 1)}
+    md.complete_transition_to(md.prepare_abort_or_commit(S.PREPARE_COMMIT, 7))
+    done = md.prepare_complete(8)
+    md.remove_partition(TP("a", 0))
+    md.remove_partition(TP("a", 1))
+    md.complete_transition_to(done)
+    assert md.state == S.COMPLETE_COMMIT and not md.topic_partitions
+    with pytest.raises(IllegalTxnStateError):
+        md.prepare_abort_or_commit(S.PREPARE_ABORT, 9)  # not from CompleteCommit
+
+
+def test_epoch_bump_rules():
+    md = fresh(epoch=4)
+    md.last_producer_epoch = 3
+    t = md.prepare_increment_producer_epoch(1000, 4, 1)  # the current producer recovering (KIP-360)
+    assert (t.producer_epoch, t.last_producer_epoch) == (5, 4)
+    md.pending_state = None
+    t = md.prepare_increment_producer_epoch(1000, 3, 1)  # a retry of the last bump
+    assert (t.producer_epoch, t.last_producer_epoch) == (4, 3)
+    md.pending_state = None
+    assert md.prepare_increment_producer_epoch(1000, 2, 1) is None  # fenced
+    t = md.prepare_increment_producer_epoch(1000, None, 1)  # a new instance
+    assert (t.producer_epoch, t.last_producer_epoch) == (5, NO_PRODUCER_EPOCH)
+
+
+def test_fence_then_abort_with_the_bumped_epoch():
+    md = fresh(epoch=2)
+    md.state = S.ONGOING
+    md.topic_partitions = {TP("a", 0)}
+    md.txn_start_timestamp = 1
+    fence = md.prepare_fence_producer_epoch()
+    assert fence.txn_state == S.PREPARE_EPOCH_FENCE and fence.producer_epoch == 3
+    with pytest.raises(IllegalTxnStateError):
+        md.complete_transition_to(fence)  # a fence always continues as PrepareAbort
+
+
+def test_transition_while_pending_is_refused():
+    md = fresh()
+    md.prepare_increment_producer_epoch(1000, None, 1)
+    with pytest.raises(IllegalTxnStateError):
+        md.prepare_add_partitions({TP("a", 0)}, 2)
+
+
+def test_log_records_round_trip():
+    md = fresh(epoch=1)
+    md.state = S.ONGOING
+    md.topic_partitions = {TP("b", 2), TP("a", 1), TP("a", 0)}
+    md.txn_start_timestamp = 10
+    md.txn_last_update_timestamp = 11
+    t = md.prepare_abort_or_commit(S.PREPARE_ABORT, 12)
+    key = txn_log.key_to_bytes("tx")
+    assert key == struct.pack(">hh", 0, 2) + b"tx"
+    value = txn_log.value_to_bytes(t)
+    assert struct.unpack_from(">hqhib", value, 0) == (0, 100, 1, 60_000, 3)
+    assert txn_log.read_key(key) == "tx"
+    back = txn_log.read_value("tx", value)
+    assert (back.producer_id, back.producer_epoch, back.state, back.txn_start_timestamp,
+            back.txn_last_update_timestamp) == (100, 1, S.PREPARE_ABORT, 10, 12)
+    assert back.topic_partitions == md.topic_partitions
+    assert txn_log.read_value("tx", None) is None
+
+
+def test_empty_state_writes_null_partitions():
+    md = fresh()
+    value = txn_log.value_to_bytes(md.prepare_increment_producer_epoch(1000, None, 1))
+    # version, pid, epoch, timeout, status, then the partitions array length: -1 (null).
+    assert struct.unpack_from(">i", value, 2 + 8 + 2 + 4 + 1) == (-1,)
+    assert txn_log.read_value("tx", value).topic_partitions == set()
+
+
+def test_producer_id_blocks_survive_restarts(tmp_path):
+    m = ProducerIdManager(str(tmp_path), block_size=10)
+    assert [m.generate_producer_id() for _ in range(3)] == [0, 1, 2]
+    assert json.load(open(tmp_path / "producer-id-block.json"))["next_block_start"] == 10
+    m2 = ProducerIdManager(str(tmp_path), block_size=10)
+    assert m2.generate_producer_id() == 10  # the rest of the old block is skipped, never reused
+    ids = [m2.generate_producer_id() for _ in range(10)]
+    assert ids[-1] == 20 and json.load(open(tmp_path / "producer-id-block.json"))["next_block_start"] == 30
