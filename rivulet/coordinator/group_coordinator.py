@@ -86,7 +86,6 @@ class GroupCoordinator:
         self._loader: asyncio.Task | None = None
         self._expirer: asyncio.Task | None = None
         self.completed_rebalances = 0
-        self.log_cleaner: Any = None
 
     # ------------------------------------------------------------ lifecycle
     def register_apis(self, apis: Any) -> None:
@@ -110,24 +109,9 @@ class GroupCoordinator:
             self.on_become_leader(p)
         if _running_loop() is not None:
             self._expirer = asyncio.get_running_loop().create_task(self._expire_offsets_periodically())
-            self._start_log_cleaner()
-
-    def _start_log_cleaner(self) -> None:
-        # __consumer_offsets is compacted. The cleaner serves every compacted log and belongs
-        # to the broker; until Broker starts it itself, the coordinator does.
-        lm = getattr(self.broker, "log_manager", None)
-        if lm is None or getattr(self.broker, "log_cleaner", None) is not None or not _cfg(
-                self.config, "log.cleaner.enable", True):
-            return
-        from rivulet.storage.cleaner import LogCleaner
-        self.log_cleaner = LogCleaner(lm, backoff_ms=_cfg(self.config, "log.cleaner.backoff.ms", 15000))
-        self.log_cleaner.start()
 
     def shutdown(self) -> None:
         self._active = False
-        if self.log_cleaner is not None:
-            self.log_cleaner.shutdown()
-            self.log_cleaner = None
         for t in (self._loader, self._expirer):
             if t is not None:
                 t.cancel()

@@ -22,6 +22,7 @@ from rivulet.server.config import BrokerConfig
 from rivulet.server.metadata import MetadataStore, TopicInfo, validate_topic_name
 from rivulet.server.network import KafkaConnection
 from rivulet.storage import LogConfig, LogManager, describe_topic_configs, read_or_create_meta
+from rivulet.storage.cleaner import LogCleaner
 from rivulet.transaction import TransactionCoordinator
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,7 @@ class Broker:
         self.timer: Timer | None = None
         self.replica_manager: ReplicaManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
+        self.log_cleaner: LogCleaner | None = None
         self.transaction_coordinator: TransactionCoordinator | None = None
         self.apis = KafkaApis(self)
         self.servers: list[asyncio.base_events.Server] = []
@@ -67,6 +69,10 @@ class Broker:
             for i in range(info.num_partitions):
                 self._open_partition(info, i)
         self._remove_orphan_logs()
+        if self.config["log.cleaner.enable"]:
+            # One cleaner serves every compacted log (__consumer_offsets, __transaction_state, users').
+            self.log_cleaner = LogCleaner(self.log_manager, backoff_ms=self.config["log.cleaner.backoff.ms"])
+            self.log_cleaner.start()
         self.group_coordinator = GroupCoordinator(self)
         self.group_coordinator.register_apis(self.apis)
         self.group_coordinator.startup()
@@ -109,6 +115,8 @@ class Broker:
                 pass
         if self.transaction_coordinator is not None:
             self.transaction_coordinator.shutdown()
+        if self.log_cleaner is not None:
+            self.log_cleaner.shutdown()
         if self.group_coordinator is not None:
             self.group_coordinator.shutdown()
         if self.replica_manager is not None:
@@ -214,6 +222,9 @@ class Broker:
             self.replica_manager.remove_partition(TopicPartition(name, i))
             self.log_manager.delete_log(name, i)
         self._log_configs.pop(name, None)
+        if self.group_coordinator is not None:
+            # As Kafka does, committed offsets of deleted partitions go too.
+            self.group_coordinator.on_partitions_deleted([(name, i) for i in range(info.num_partitions)])
         log.info("deleted topic %s", name)
 
     def add_partitions(self, name: str, count: int) -> None:
