@@ -83,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(func=broker_main)
     from rivulet.cli import topics
     topics.add_parser(sub)
+    from rivulet.cli import produce; produce.add_parser(sub)  # noqa: E702
+    from rivulet.cli import consume; consume.add_parser(sub)  # noqa: E702
     from rivulet.cli import groups; groups.add_parser(sub)  # noqa: E702
     return p
 

@@ -1,7 +1,14 @@
 """One client connection to one broker: requests out, responses matched by correlation id.
 
 On connect it asks ApiVersions and afterwards sends every request at the highest version
-both sides support (capped by what the caller's code understands).
+both sides support (capped by what the caller's code understands). Requests pipeline: the
+broker answers in order, so responses are matched to a FIFO of waiters. A request that times
+out closes the connection, as Java's client does: a late answer would otherwise be read by
+whoever waits next, and a broker that stopped answering is better found by reconnecting.
+
+Reading is a BufferedProtocol: small responses are cut from one scratch buffer, and a large
+one (a Fetch response of megabytes) is received straight into a buffer of its own size, so its
+bytes are not copied on the way in (a StreamReader would copy them twice).
 """
 
 from __future__ import annotations
@@ -14,37 +21,166 @@ from typing import Any
 from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode, KafkaError, ProtocolDecodeError
 from rivulet.protocol.messages import api_versions_request as avq
+from rivulet.protocol.schema import OutBuf
 
 _SIZE = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+_HDR = struct.Struct(">hhi")
+_SCRATCH = 1 << 16
+# A response larger than this gets its own buffer (and is read into it directly).
+_LARGE = 1 << 15
+_MAX_FRAME = 1 << 30
+
+
+def encode_request_parts(body: Any, api_version: int, correlation_id: int, client_id: bytes | None) -> list[Any]:
+    """A request frame as buffers for a vectored write: the bytes framing.encode_request makes,
+    but with large records fields (a produce batch) left where they are instead of copied."""
+    out = OutBuf(b"\0\0\0\0")
+    out += _HDR.pack(body.API_KEY, api_version, correlation_id)
+    hv = framing.request_header_version(body.API_KEY, api_version)
+    if hv >= 1:
+        if client_id is None:
+            out += b"\xff\xff"
+        else:
+            out += _I16.pack(len(client_id))
+            out += client_id
+    if hv >= 2:
+        out.append(0)  # no tagged fields
+    body.encode_into(out, api_version)
+    _SIZE.pack_into(out, 0, out.total_size() - 4)
+    return out.parts()
 
 
 class ConnectionClosed(ConnectionError):
     pass
 
 
+class RequestTimedOut(TimeoutError):
+    pass
+
+
+class _Protocol(asyncio.BufferedProtocol):
+    def __init__(self, conn: BrokerConnection) -> None:
+        self.conn = conn
+        self.transport: asyncio.Transport | None = None
+        self.scratch = bytearray(_SCRATCH)
+        self.have = 0  # valid bytes in scratch
+        self.frame: bytearray | None = None  # a large response being received
+        self.filled = 0
+        self.paused = False
+        self.drain_waiters: list[asyncio.Future] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self.frame is not None:
+            return memoryview(self.frame)[self.filled:]
+        if self.have == len(self.scratch):
+            self.scratch.extend(bytes(len(self.scratch)))
+        return memoryview(self.scratch)[self.have:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            if self.frame is not None:
+                self.filled += nbytes
+                if self.filled == len(self.frame):
+                    frame, self.frame = self.frame, None
+                    self.conn._on_frame(frame)
+                return
+            self.have += nbytes
+            self._cut_frames()
+        except Exception as e:  # a malformed frame: the connection is unusable
+            self.conn._fail_all(e if isinstance(e, ProtocolDecodeError) else ProtocolDecodeError(str(e)))
+
+    def _cut_frames(self) -> None:
+        buf = self.scratch
+        pos = 0
+        have = self.have
+        while have - pos >= 4:
+            size = _SIZE.unpack_from(buf, pos)[0]
+            if size < 0 or size > _MAX_FRAME:
+                raise ProtocolDecodeError(f"invalid response size {size}")
+            start = pos + 4
+            if have - start >= size:
+                self.conn._on_frame(bytes(buf[start:start + size]))
+                pos = start + size
+                continue
+            if size > _LARGE:
+                got = have - start
+                self.frame = bytearray(size)
+                self.frame[:got] = buf[start:have]
+                self.filled = got
+                pos = have
+            break
+        if pos:
+            rest = have - pos
+            if rest:
+                buf[:rest] = buf[pos:have]
+            self.have = rest
+            if len(buf) > _SCRATCH and rest <= _SCRATCH:
+                del buf[_SCRATCH:]
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.conn._fail_all(ConnectionClosed(str(exc) if exc else "connection closed by the broker"))
+        self.resume_writing()
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        waiters, self.drain_waiters = self.drain_waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+
 class BrokerConnection:
-    def __init__(self, host: str, port: int, client_id: str = "rivulet", request_timeout_ms: int = 30000) -> None:
+    def __init__(self, host: str, port: int, client_id: str = "rivulet", request_timeout_ms: int = 30000,
+                 node_id: int = -1) -> None:
         self.host = host
         self.port = port
+        self.node_id = node_id
         self.client_id = client_id
+        self._client_id_bytes = None if client_id is None else client_id.encode()
         self.request_timeout = request_timeout_ms / 1000
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
         self.api_versions: dict[int, tuple[int, int]] = {}
         self._next_id = 0
         self._inflight: deque[tuple[int, int, int, asyncio.Future]] = deque()
-        self._read_task: asyncio.Task | None = None
+        self._protocol: _Protocol | None = None
+        self._transport: asyncio.Transport | None = None
         self.closed = False
 
-    async def connect(self) -> BrokerConnection:
-        self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
-        resp = await self.send(avq.ApiVersionsRequest(client_software_name="rivulet",
-                                                      client_software_version="0.1.0"), version=3)
+    async def connect(self, timeout: float | None = None) -> BrokerConnection:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(timeout):
+                self._transport, self._protocol = await loop.create_connection(
+                    lambda: _Protocol(self), self.host, self.port)
+        except TimeoutError:
+            raise ConnectionClosed(f"connecting to {self.host}:{self.port} timed out") from None
+        try:
+            resp = await self.send(avq.ApiVersionsRequest(client_software_name="rivulet",
+                                                          client_software_version="0.1.0"), version=3,
+                                   timeout=timeout)
+        except BaseException:
+            await self.close()
+            raise
         if resp.error_code != 0:
             raise KafkaError(ErrorCode(resp.error_code), "ApiVersions failed")
         self.api_versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
         return self
+
+    def has_api(self, api_key: int) -> bool:
+        return api_key in self.api_versions
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._inflight)
 
     def version_for(self, api_key: int, max_known: int | None = None) -> int:
         ours = framing.request_class(api_key).VALID_VERSIONS
@@ -57,61 +193,80 @@ class BrokerConnection:
             raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"no common version for API {api_key}")
         return hi
 
-    async def send(self, request: Any, version: int | None = None, expect_response: bool = True) -> Any:
-        if self.closed or self.writer is None:
+    def send_nowait(self, request: Any, version: int | None = None, expect_response: bool = True
+                    ) -> asyncio.Future | None:
+        """Write a request now and return the future of its response (see ``wait``).
+
+        Synchronous, so a caller can get the next request on the wire before it starts on
+        CPU-bound work (the fetcher decoding the previous response).
+        """
+        if self.closed or self._transport is None:
             raise ConnectionClosed(f"connection to {self.host}:{self.port} is closed")
         api_key = request.API_KEY
         if version is None:
             version = self.version_for(api_key)
         self._next_id = (self._next_id + 1) & 0x7FFFFFFF
         cid = self._next_id
-        frame = framing.encode_request(request, version, cid, self.client_id)
-        self.writer.write(frame)
-        if not expect_response:
-            await self.writer.drain()
-            return None
-        fut = asyncio.get_running_loop().create_future()
-        self._inflight.append((cid, api_key, version, fut))
-        await self.writer.drain()
-        return await asyncio.wait_for(fut, self.request_timeout + 5)
+        parts = encode_request_parts(request, version, cid, self._client_id_bytes)
+        fut = None
+        if expect_response:
+            fut = asyncio.get_running_loop().create_future()
+            fut.api = (api_key, version)  # type: ignore[attr-defined]
+            self._inflight.append((cid, api_key, version, fut))
+        if len(parts) == 1:
+            self._transport.write(parts[0])
+        else:
+            self._transport.writelines(parts)
+        return fut
 
-    async def _read_loop(self) -> None:
-        err: BaseException = ConnectionClosed("connection closed by the broker")
+    async def wait(self, fut: asyncio.Future, timeout: float | None = None) -> Any:
+        """The response for ``send_nowait``'s future; a timeout closes the connection."""
+        # By default a little past request.timeout.ms, so that the broker's own timeouts (a
+        # request's timeout_ms) answer first.
         try:
-            while True:
-                head = await self.reader.readexactly(4)
-                size = _SIZE.unpack(head)[0]
-                frame = await self.reader.readexactly(size)
-                if not self._inflight:
-                    raise ProtocolDecodeError("response with no request waiting")
-                cid, api_key, version, fut = self._inflight.popleft()
-                got_cid, body = framing.decode_response(frame, api_key, version)
-                if got_cid != cid:
-                    raise ProtocolDecodeError(f"correlation id {got_cid}, expected {cid}")
-                if not fut.done():
-                    fut.set_result(body)
-        except (asyncio.IncompleteReadError, ConnectionError, OSError) as e:
-            err = ConnectionClosed(str(e) or "connection closed")
-        except ProtocolDecodeError as e:
-            err = e
-        except asyncio.CancelledError:
-            err = ConnectionClosed("connection closed")
-        finally:
-            self.closed = True
-            while self._inflight:
-                fut = self._inflight.popleft()[3]
-                if not fut.done():
-                    fut.set_exception(err)
-            if self.writer is not None:
-                self.writer.close()
+            async with asyncio.timeout(self.request_timeout + 5 if timeout is None else timeout):
+                return await fut
+        except TimeoutError:
+            api_key, version = getattr(fut, "api", ("?", "?"))
+            err = RequestTimedOut(f"request {api_key} v{version} to {self.host}:{self.port} timed out")
+            self._fail_all(err)
+            raise err from None
+
+    async def send(self, request: Any, version: int | None = None, expect_response: bool = True,
+                   timeout: float | None = None) -> Any:
+        """Send and await the response; ``timeout`` in seconds (default: request.timeout.ms + 5 s)."""
+        fut = self.send_nowait(request, version, expect_response)
+        proto = self._protocol
+        if proto is not None and proto.paused:
+            w = asyncio.get_running_loop().create_future()
+            proto.drain_waiters.append(w)
+            await w
+        if fut is None:
+            return None
+        return await self.wait(fut, timeout)
+
+    def _on_frame(self, frame: bytes | bytearray) -> None:
+        if not self._inflight:
+            raise ProtocolDecodeError("response with no request waiting")
+        cid, api_key, version, fut = self._inflight.popleft()
+        got_cid, body = framing.decode_response(frame, api_key, version)
+        if got_cid != cid:
+            raise ProtocolDecodeError(f"correlation id {got_cid}, expected {cid}")
+        if not fut.done():
+            fut.set_result(body)
+
+    def _fail_all(self, err: BaseException) -> None:
+        self.closed = True
+        while self._inflight:
+            fut = self._inflight.popleft()[3]
+            if not fut.done():
+                fut.set_exception(err)
+                fut.exception()  # retrieved: a waiter may already be gone
+        if self._transport is not None:
+            self._transport.close()
 
     async def close(self) -> None:
         self.closed = True
-        if self._read_task is not None:
-            self._read_task.cancel()
-            try:
-                await self._read_task
-            except BaseException:
-                pass
-        if self.writer is not None:
-            self.writer.close()
+        if self._transport is not None:
+            self._transport.close()
+        self._fail_all(ConnectionClosed("connection closed"))

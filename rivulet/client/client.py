@@ -1,0 +1,381 @@
+"""The network side every client shares: bootstrap, connections per broker, cluster metadata.
+
+Connections are kept per (broker, purpose): "data" for produce/fetch, "group" for the group
+coordinator. A broker answers one connection's requests in order, so a JoinGroup that waits
+for the rebalance (or a Fetch long-poll) on the data connection would hold up everything
+queued behind it; separate connections keep heartbeats and fetches independent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from rivulet.client.connection import BrokerConnection, ConnectionClosed
+from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.messages import metadata_request as mq
+
+log = logging.getLogger("rivulet.client")
+
+# Versions above these change a request's shape in ways this client does not use (topic ids
+# instead of names in Fetch v13+, grouped OffsetFetch v8+); both sides support the caps.
+MAX_VERSIONS: dict[int, int] = {
+    1: 12,   # Fetch
+    9: 7,    # OffsetFetch
+}
+
+
+def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
+    out = []
+    for item in servers.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if "://" in item:
+            item = item.split("://", 1)[1]
+        host, sep, port = item.rpartition(":")
+        if not sep:
+            host, port = item, "9092"
+        try:
+            port_n = int(port)
+        except ValueError:
+            raise ValueError(f"invalid port in {item!r}") from None
+        if not 0 < port_n < 65536:
+            raise ValueError(f"invalid port in {item!r}")
+        out.append((host.strip("[]") or "localhost", port_n))
+    if not out:
+        raise ValueError("bootstrap.servers is empty")
+    return out
+
+
+def now() -> float:
+    return time.monotonic()
+
+
+async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
+    """Wait for ``event`` up to ``timeout`` seconds; True if it was set.
+
+    asyncio.timeout rather than wait_for: on 3.11, wait_for swallows a cancellation that
+    arrives as the awaited event fires, and a loop built on it then never stops.
+    """
+    if event.is_set():
+        return True
+    try:
+        async with asyncio.timeout(timeout):
+            await event.wait()
+        return True
+    except TimeoutError:
+        return False
+
+
+async def wait_future(fut: Any, timeout: float | None) -> Any:
+    """Await ``fut`` up to ``timeout`` seconds (TimeoutError), with the same care as wait_event."""
+    async with asyncio.timeout(timeout):
+        return await fut
+
+
+@dataclass(slots=True)
+class PartitionMeta:
+    partition: int
+    leader: int
+    leader_epoch: int
+    error: int
+
+
+@dataclass(slots=True)
+class TopicMeta:
+    name: str
+    topic_id: Any
+    error: int
+    is_internal: bool
+    partitions: dict[int, PartitionMeta] = field(default_factory=dict)
+    available: list[int] = field(default_factory=list)  # partitions with a leader
+
+    @property
+    def num_partitions(self) -> int:
+        return len(self.partitions)
+
+
+class Cluster:
+    """What the last Metadata responses said: brokers, topics and partition leaders."""
+
+    def __init__(self) -> None:
+        self.brokers: dict[int, tuple[str, int]] = {}
+        self.topics: dict[str, TopicMeta] = {}
+        self.cluster_id: str | None = None
+        self.controller_id = -1
+        self.version = 0
+        self.updated_at = 0.0
+        self.all_topics_known = False
+
+    def update(self, resp: Any, requested: Iterable[str] | None) -> None:
+        self.brokers = {b.node_id: (b.host, b.port) for b in resp.brokers}
+        self.cluster_id = getattr(resp, "cluster_id", None)
+        self.controller_id = getattr(resp, "controller_id", -1)
+        fresh: dict[str, TopicMeta] = {}
+        for t in resp.topics:
+            tm = TopicMeta(t.name, getattr(t, "topic_id", None), t.error_code, getattr(t, "is_internal", False))
+            for p in t.partitions:
+                tm.partitions[p.partition_index] = PartitionMeta(
+                    p.partition_index, p.leader_id, getattr(p, "leader_epoch", -1), p.error_code)
+                if p.leader_id >= 0 and p.leader_id in self.brokers:
+                    tm.available.append(p.partition_index)
+            tm.available.sort()
+            fresh[t.name] = tm
+        if requested is None:
+            # In place: producers on other threads hold this dict (one C-level update each).
+            for gone in set(self.topics) - set(fresh):
+                self.topics.pop(gone, None)
+            self.topics.update(fresh)
+            self.all_topics_known = True
+        else:
+            for name in requested:
+                self.topics.pop(name, None)
+            self.topics.update(fresh)
+        self.version += 1
+        self.updated_at = now()
+
+    def topic(self, name: str) -> TopicMeta | None:
+        return self.topics.get(name)
+
+    def leader(self, topic: str, partition: int) -> int:
+        t = self.topics.get(topic)
+        if t is None:
+            return -1
+        p = t.partitions.get(partition)
+        if p is None or p.leader not in self.brokers:
+            return -1
+        return p.leader
+
+
+class KafkaClient:
+    """Connections and metadata for one producer, consumer or admin client."""
+
+    def __init__(self, conf: dict[str, Any]) -> None:
+        self.conf = conf
+        self.bootstrap = parse_bootstrap(conf["bootstrap.servers"])
+        self.client_id: str = conf["client.id"]
+        self.request_timeout_ms: int = conf["request.timeout.ms"]
+        self.retry_backoff = conf["retry.backoff.ms"] / 1000
+        self.connect_timeout = conf["socket.connection.setup.timeout.ms"] / 1000
+        self.metadata_max_age = conf["metadata.max.age.ms"] / 1000
+        self.allow_auto_create = bool(conf.get("allow.auto.create.topics"))
+        self.cluster = Cluster()
+        self._conns: dict[tuple[int, str], BrokerConnection] = {}
+        self._connecting: dict[tuple[int, str], asyncio.Future] = {}
+        self._failed_at: dict[int, float] = {}
+        self._bootstrap_conn: BrokerConnection | None = None
+        # Topics whose metadata is wanted; None means all of them (pattern subscriptions).
+        self.wanted_topics: set[str] = set()
+        self.want_all_topics = False
+        self._md_task: asyncio.Task | None = None
+        self._md_waiters: list[asyncio.Future] = []
+        self._md_refresh_needed = asyncio.Event()
+        self.closed = False
+        # Told when a broker that was reachable stops accepting connections (error_cb).
+        self.on_broker_down: Callable[[int, BaseException], None] | None = None
+
+    # ------------------------------------------------------------ connections
+    def address(self, node_id: int) -> tuple[str, int] | None:
+        if node_id in self.cluster.brokers:
+            return self.cluster.brokers[node_id]
+        if node_id < 0 and -node_id - 1 < len(self.bootstrap):
+            return self.bootstrap[-node_id - 1]
+        return None
+
+    async def connection(self, node_id: int, kind: str = "data") -> BrokerConnection:
+        key = (node_id, kind)
+        c = self._conns.get(key)
+        if c is not None and not c.closed:
+            return c
+        pending = self._connecting.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        addr = self.address(node_id)
+        if addr is None:
+            raise ConnectionClosed(f"broker {node_id} is not known")
+        fut = asyncio.get_running_loop().create_future()
+        self._connecting[key] = fut
+        try:
+            conn = BrokerConnection(addr[0], addr[1], self.client_id, self.request_timeout_ms, node_id)
+            await conn.connect(self.connect_timeout)
+            self._conns[key] = conn
+            self._failed_at.pop(node_id, None)
+            fut.set_result(conn)
+            return conn
+        except BaseException as e:
+            if node_id not in self._failed_at and self.on_broker_down is not None and isinstance(e, Exception):
+                self.on_broker_down(node_id, e)
+            self._failed_at[node_id] = now()
+            fut.set_exception(e if isinstance(e, Exception) else ConnectionClosed("cancelled"))
+            fut.exception()
+            if isinstance(e, OSError) and not isinstance(e, ConnectionClosed):
+                raise ConnectionClosed(f"cannot connect to {addr[0]}:{addr[1]}: {e}") from e
+            raise
+        finally:
+            self._connecting.pop(key, None)
+
+    def open_connection(self, node_id: int, kind: str = "data") -> BrokerConnection | None:
+        """The broker's connection if it is open now (no connecting)."""
+        c = self._conns.get((node_id, kind))
+        return c if c is not None and not c.closed else None
+
+    async def send(self, node_id: int, request: Any, *, kind: str = "data", timeout: float | None = None,
+                   max_version: int | None = None, expect_response: bool = True) -> Any:
+        conn = await self.connection(node_id, kind)
+        version = conn.version_for(request.API_KEY, max_version if max_version is not None
+                                   else MAX_VERSIONS.get(request.API_KEY))
+        return await conn.send(request, version, expect_response=expect_response, timeout=timeout)
+
+    def api_version(self, node_id: int, api_key: int) -> tuple[int, int] | None:
+        """The broker's supported versions of an API, from any open connection to it."""
+        for (nid, _), c in self._conns.items():
+            if nid == node_id and c.api_versions:
+                return c.api_versions.get(api_key)
+        return None
+
+    def candidate_nodes(self) -> list[int]:
+        """Brokers to try for a request any of them can answer: connected first, then others."""
+        known = list(self.cluster.brokers)
+        random.shuffle(known)
+        connected = [n for n in known if any(k[0] == n and not c.closed for k, c in self._conns.items())]
+        rest = [n for n in known if n not in connected]
+        rest.sort(key=lambda n: self._failed_at.get(n, 0.0))
+        boot = [-(i + 1) for i in range(len(self.bootstrap))]
+        return connected + rest + boot
+
+    async def send_any(self, request: Any, *, timeout: float | None = None, max_version: int | None = None) -> Any:
+        """Send to whichever broker answers; raises the last connection error if none does."""
+        last: BaseException | None = None
+        for node in self.candidate_nodes():
+            try:
+                return await self.send(node, request, timeout=timeout, max_version=max_version)
+            except (ConnectionError, OSError, asyncio.TimeoutError) as e:
+                last = e
+                continue
+        raise ConnectionClosed(f"no broker reachable: {last}")
+
+    async def any_connection(self) -> BrokerConnection:
+        last: BaseException | None = None
+        for node in self.candidate_nodes():
+            try:
+                return await self.connection(node)
+            except (ConnectionError, OSError, asyncio.TimeoutError) as e:
+                last = e
+        raise ConnectionClosed(f"no broker reachable: {last}")
+
+    def close_connection(self, node_id: int, kind: str | None = None) -> None:
+        """Drop a broker's connections (of one kind, or all), so the next request reconnects."""
+        for key in [k for k in self._conns if k[0] == node_id and (kind is None or k[1] == kind)]:
+            c = self._conns.pop(key)
+            c._fail_all(ConnectionClosed("closed by the client"))
+
+    # ------------------------------------------------------------ metadata
+    async def fetch_metadata(self, topics: Iterable[str] | None, allow_auto_create: bool | None = None) -> Any:
+        """One Metadata request (None = all topics); updates the cluster view."""
+        names = None if topics is None else sorted(set(topics))
+        req = mq.MetadataRequest(
+            topics=None if names is None else [mq.MetadataRequestTopic(name=t) for t in names],
+            allow_auto_topic_creation=self.allow_auto_create if allow_auto_create is None else allow_auto_create,
+            include_topic_authorized_operations=False)
+        resp = await self.send_any(req)
+        self.cluster.update(resp, names)
+        self._wake_md_waiters()
+        return resp
+
+    def _wake_md_waiters(self) -> None:
+        waiters, self._md_waiters = self._md_waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+    def add_topics(self, topics: Iterable[str]) -> bool:
+        """Track topics' metadata; True (and a refresh requested) if any was new."""
+        new = set(topics) - self.wanted_topics
+        if new:
+            self.wanted_topics |= new
+            self.request_update()
+        return bool(new)
+
+    def set_topics(self, topics: Iterable[str]) -> None:
+        topics = set(topics)
+        if topics != self.wanted_topics:
+            self.wanted_topics = topics
+            self.request_update()
+
+    def request_update(self) -> None:
+        self._md_refresh_needed.set()
+        if self._md_task is None and not self.closed:
+            self._md_task = asyncio.get_running_loop().create_task(self._metadata_loop())
+
+    async def wait_update(self, timeout: float | None = None) -> None:
+        """Ask for fresh metadata and wait until the next response (or the timeout)."""
+        fut = asyncio.get_running_loop().create_future()
+        self._md_waiters.append(fut)
+        self.request_update()
+        try:
+            await wait_future(fut, timeout)
+        except TimeoutError:
+            pass
+
+    def start_metadata_refresh(self) -> None:
+        if self._md_task is None and not self.closed:
+            self._md_task = asyncio.get_running_loop().create_task(self._metadata_loop())
+
+    async def _metadata_loop(self) -> None:
+        backoff = self.retry_backoff
+        pending_backoff = self.retry_backoff
+        max_backoff = self.conf["retry.backoff.max.ms"] / 1000
+        while not self.closed:
+            await wait_event(self._md_refresh_needed, self.metadata_max_age)
+            self._md_refresh_needed.clear()
+            if self.closed:
+                return
+            try:
+                if self.want_all_topics:
+                    await self.fetch_metadata(None)
+                else:
+                    await self.fetch_metadata(self.wanted_topics)
+                backoff = self.retry_backoff
+                # Topics that do not exist yet (or have no leader) are asked for again soon.
+                pending = [t for t in self.wanted_topics if self._needs_retry(t)]
+                if pending:
+                    await asyncio.sleep(pending_backoff)
+                    pending_backoff = min(pending_backoff * 2, max_backoff)
+                    self._md_refresh_needed.set()
+                else:
+                    pending_backoff = self.retry_backoff
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.debug("metadata refresh failed: %s", e)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, max_backoff)
+                self._md_refresh_needed.set()
+
+    def _needs_retry(self, topic: str) -> bool:
+        t = self.cluster.topics.get(topic)
+        if t is None:
+            return True
+        if t.error in (ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+            return True  # may be created any moment, by us or by someone else
+        return t.error == 0 and len(t.available) < len(t.partitions)
+
+    async def close(self) -> None:
+        self.closed = True
+        if self._md_task is not None:
+            self._md_task.cancel()
+            try:
+                await self._md_task
+            except BaseException:
+                pass
+            self._md_task = None
+        self._wake_md_waiters()
+        conns = list(self._conns.values())
+        self._conns.clear()
+        for c in conns:
+            await c.close()

@@ -1,0 +1,535 @@
+"""ConsumerCoordinator: group membership (classic protocol), heartbeats and offset commits.
+
+The life of a member, as in Java's AbstractCoordinator/ConsumerCoordinator:
+
+1. ensure_coordinator_ready: FindCoordinator until a broker names the group's coordinator.
+2. ensure_active_group: JoinGroup (repeated once with the member id the broker hands out,
+   KIP-394), then SyncGroup; the leader runs the assignor over every member's subscription.
+   Eager assignors revoke everything before joining; cooperative-sticky keeps its partitions,
+   revokes only what the new assignment takes away, and rejoins once to let them move.
+3. A heartbeat task keeps the membership alive every heartbeat.interval.ms. Its answers drive
+   rebalances: REBALANCE_IN_PROGRESS asks to rejoin; ILLEGAL_GENERATION and UNKNOWN_MEMBER_ID
+   mean the membership is gone (partitions lost, rejoin; the member id is dropped for the
+   latter); NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, a broken connection, or no successful
+   heartbeat within session.timeout.ms mark the coordinator dead, and it is looked up again.
+   It also watches max.poll.interval.ms: an application that stops polling leaves the group
+   (LeaveGroup), and rejoins on its next poll.
+4. Commits (OffsetCommit) carry the generation and member id; OffsetFetch reads them back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from rivulet.client import errors as E
+from rivulet.client.assignors import (
+    Assignor,
+    Member,
+    Subscription,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
+from rivulet.client.client import KafkaClient, wait_event
+from rivulet.client.connection import RequestTimedOut
+from rivulet.client.subscription import OffsetAndMetadata, SubscriptionState
+from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.errors import KafkaError as ProtocolError
+from rivulet.protocol.messages import find_coordinator_request as fcq
+from rivulet.protocol.messages import heartbeat_request as hbq
+from rivulet.protocol.messages import join_group_request as jgq
+from rivulet.protocol.messages import leave_group_request as lgq
+from rivulet.protocol.messages import offset_commit_request as ocq
+from rivulet.protocol.messages import offset_fetch_request as ofq
+from rivulet.protocol.messages import sync_group_request as sgq
+
+if TYPE_CHECKING:
+    from rivulet.client.consumer import AIOConsumer
+
+log = logging.getLogger("rivulet.consumer")
+
+TP = tuple[str, int]
+NET_ERRORS = (ConnectionError, OSError, asyncio.TimeoutError, RequestTimedOut)
+_COORDINATOR_ERRORS = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE})
+
+UNJOINED, REBALANCING, STABLE = "unjoined", "rebalancing", "stable"
+
+
+class RebalanceNeeded(Exception):
+    """The join or sync has to start over (after whatever fixed the cause)."""
+
+
+class ConsumerCoordinator:
+    def __init__(self, consumer: AIOConsumer, client: KafkaClient, subs: SubscriptionState,
+                 conf: dict[str, Any], assignors: list[Assignor]) -> None:
+        self.consumer = consumer
+        self.client = client
+        self.subs = subs
+        self.group_id: str = conf["group.id"]
+        self.instance_id: str | None = conf["group.instance.id"]
+        self.session_timeout_ms: int = conf["session.timeout.ms"]
+        self.rebalance_timeout_ms: int = conf["max.poll.interval.ms"]
+        self.heartbeat_interval = conf["heartbeat.interval.ms"] / 1000
+        self.max_poll_interval = conf["max.poll.interval.ms"] / 1000
+        self.backoff = conf["retry.backoff.ms"] / 1000
+        self.request_timeout = conf["request.timeout.ms"] / 1000
+        self.rack: str | None = conf["client.rack"]
+        self.assignors = assignors
+        self.cooperative = bool(assignors) and all(a.cooperative for a in assignors)
+        self.coordinator: int | None = None
+        self.generation = -1
+        self.member_id = ""
+        self.protocol: str | None = None
+        self.leader_id = ""
+        self.state = UNJOINED
+        self.rejoin_needed = True
+        self.rejoin_reason = ""
+        self.partitions_lost = False
+        self.poll_expired = False
+        self.last_heartbeat_ok = time.monotonic()
+        self.metadata_snapshot: dict[str, int] = {}
+        self._hb_task: asyncio.Task | None = None
+        self._hb_wake = asyncio.Event()
+        self.fatal: E.KafkaError | None = None
+        self.closing = False
+        self.discoveries = 0  # coordinators found so far (1 + rediscoveries)
+
+    # ------------------------------------------------------------ coordinator discovery
+    def coordinator_unknown(self) -> bool:
+        return self.coordinator is None
+
+    async def ensure_coordinator_ready(self, deadline: float | None = None) -> int:
+        backoff = self.backoff
+        while self.coordinator is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise E.KafkaException(E.local("_TIMED_OUT", "timed out looking up the group coordinator"))
+            try:
+                resp = await self.client.send_any(fcq.FindCoordinatorRequest(
+                    key=self.group_id, key_type=0, coordinator_keys=[self.group_id]))
+                if resp.coordinators:  # v4+
+                    c = resp.coordinators[0]
+                    code, node, host, port, msg = c.error_code, c.node_id, c.host, c.port, c.error_message
+                else:
+                    code, node, host, port = resp.error_code, resp.node_id, resp.host, resp.port
+                    msg = getattr(resp, "error_message", None)
+                if code == 0:
+                    self.client.cluster.brokers.setdefault(node, (host, port))
+                    self.coordinator = node
+                    self.discoveries += 1
+                    self.last_heartbeat_ok = time.monotonic()
+                    log.debug("group %s: coordinator is broker %d (%s:%d)", self.group_id, node, host, port)
+                    return node
+                if code == ErrorCode.GROUP_AUTHORIZATION_FAILED or code == ErrorCode.INVALID_REQUEST:
+                    raise E.KafkaException(E.broker_error(code, msg))
+                log.debug("FindCoordinator: %s", ErrorCode(code).name)
+            except NET_ERRORS as e:
+                log.debug("FindCoordinator failed: %s", e)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
+        return self.coordinator
+
+    def coordinator_dead(self, why: str) -> None:
+        if self.coordinator is not None:
+            log.info("group %s: coordinator %d is unavailable (%s); looking it up again", self.group_id,
+                     self.coordinator, why)
+            self.client.close_connection(self.coordinator, "group")
+            self.coordinator = None
+            self.consumer.wake()
+
+    async def _send(self, req: Any, timeout: float | None = None) -> Any:
+        node = self.coordinator
+        if node is None:
+            raise RebalanceNeeded("coordinator unknown")
+        try:
+            return await self.client.send(node, req, kind="group", timeout=timeout)
+        except NET_ERRORS as e:
+            self.coordinator_dead(str(e) or type(e).__name__)
+            raise RebalanceNeeded(str(e)) from e
+
+    # ------------------------------------------------------------ membership
+    def request_rejoin(self, reason: str) -> None:
+        if not self.rejoin_needed:
+            log.debug("group %s: rejoin requested: %s", self.group_id, reason)
+        self.rejoin_needed = True
+        self.rejoin_reason = reason
+        self.consumer.wake()
+
+    def reset_generation(self, drop_member_id: bool, reason: str) -> None:
+        """The membership is gone: what we own is lost, and we join again."""
+        self.generation = -1
+        if drop_member_id:
+            self.member_id = ""
+        self.state = UNJOINED
+        if self.subs.assignment:
+            self.partitions_lost = True
+            # Others may own them already: hand out nothing more of them.
+            self.consumer._fence(self.subs.assignment)
+        self.request_rejoin(reason)
+
+    def need_rejoin(self) -> bool:
+        if not self.subs.partitions_auto_assigned:
+            return False
+        return self.rejoin_needed or self._metadata_changed()
+
+    def _metadata_changed(self) -> bool:
+        if self.state != STABLE:
+            return False
+        cluster = self.client.cluster.topics
+        topics = self.subs.group_subscription if self.leader_id == self.member_id else self.subs.subscription
+        for t in topics | set(self.metadata_snapshot):
+            tm = cluster.get(t)
+            n = tm.num_partitions if tm is not None and not tm.error else 0
+            if n != self.metadata_snapshot.get(t, 0):
+                if tm is None:
+                    continue  # not fetched yet; do not read absence as deletion
+                self.request_rejoin(f"partitions of {t} changed ({self.metadata_snapshot.get(t, 0)} -> {n})")
+                return True
+        return False
+
+    def _snapshot(self, topics: set[str]) -> dict[str, int]:
+        out = {}
+        for t in topics:
+            tm = self.client.cluster.topics.get(t)
+            if tm is not None and not tm.error and tm.num_partitions:
+                out[t] = tm.num_partitions
+        return out
+
+    async def ensure_active_group(self) -> None:
+        """Join (and sync) until a stable membership or until something else needs doing."""
+        await self.ensure_coordinator_ready()
+        self._start_heartbeat()
+        while self.need_rejoin() and not self.closing:
+            if self.coordinator is None:
+                await self.ensure_coordinator_ready()
+            await self._on_join_prepare()
+            try:
+                assigned = await self._join_and_sync()
+            except RebalanceNeeded as e:
+                log.debug("group %s: rebalance restarts: %s", self.group_id, e)
+                if self.coordinator is None:
+                    await self.ensure_coordinator_ready()
+                continue
+            await self._on_join_complete(assigned)
+
+    async def _on_join_prepare(self) -> None:
+        owned = self.subs.assigned_partitions()
+        if self.partitions_lost and owned:
+            self.partitions_lost = False
+            await self.consumer._partitions_gone(owned, lost=True)
+        elif not self.cooperative and owned and self.generation >= 0:
+            # Eager: commit and give everything up before the group reshuffles it.
+            await self.consumer._maybe_auto_commit_sync()
+            await self.consumer._partitions_gone(owned, lost=False)
+        self.partitions_lost = False
+        self.state = REBALANCING
+
+    async def _join_and_sync(self) -> list[TP]:
+        topics = sorted(self.subs.subscription)
+        owned = sorted(self.subs.assignment)
+        protocols = []
+        for a in self.assignors:
+            meta = encode_subscription(Subscription(topics, a.user_data(self.generation), owned,
+                                                    self.generation, self.rack))
+            protocols.append(jgq.JoinGroupRequestProtocol(name=a.name, metadata=meta))
+        self.rejoin_needed = False
+        req = jgq.JoinGroupRequest(
+            group_id=self.group_id, session_timeout_ms=self.session_timeout_ms,
+            rebalance_timeout_ms=self.rebalance_timeout_ms, member_id=self.member_id,
+            group_instance_id=self.instance_id, protocol_type="consumer", protocols=protocols,
+            reason=self.rejoin_reason or None)
+        resp = await self._send(req, timeout=self.rebalance_timeout_ms / 1000 + self.request_timeout)
+        code = resp.error_code
+        if code:
+            self.rejoin_needed = True
+            if code == ErrorCode.MEMBER_ID_REQUIRED:
+                self.member_id = resp.member_id
+                raise RebalanceNeeded("member id assigned")
+            if code == ErrorCode.UNKNOWN_MEMBER_ID:
+                self.member_id = ""
+                raise RebalanceNeeded("unknown member id")
+            if code in _COORDINATOR_ERRORS:
+                self.coordinator_dead(ErrorCode(code).name)
+                raise RebalanceNeeded(ErrorCode(code).name)
+            if code in (ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                        ErrorCode.ILLEGAL_GENERATION):
+                await asyncio.sleep(self.backoff)
+                raise RebalanceNeeded(ErrorCode(code).name)
+            err = E.broker_error(code, f"JoinGroup failed: {ErrorCode(code).name}")
+            if code in (ErrorCode.FENCED_INSTANCE_ID, ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                        ErrorCode.GROUP_MAX_SIZE_REACHED, ErrorCode.INVALID_SESSION_TIMEOUT,
+                        ErrorCode.GROUP_AUTHORIZATION_FAILED, ErrorCode.INVALID_GROUP_ID,
+                        ErrorCode.UNSUPPORTED_VERSION):
+                self.fatal = E.KafkaError(code, err.str(), fatal=True)
+            raise E.KafkaException(err)
+        self.generation = resp.generation_id
+        self.member_id = resp.member_id
+        self.protocol = resp.protocol_name
+        self.leader_id = resp.leader
+        assignments: list[sgq.SyncGroupRequestAssignment] = []
+        if resp.leader == resp.member_id and not getattr(resp, "skip_assignment", False):
+            assignments = await self._assign(resp.protocol_name, resp.members)
+        sreq = sgq.SyncGroupRequest(
+            group_id=self.group_id, generation_id=self.generation, member_id=self.member_id,
+            group_instance_id=self.instance_id, protocol_type="consumer", protocol_name=self.protocol,
+            assignments=assignments)
+        sresp = await self._send(sreq, timeout=self.rebalance_timeout_ms / 1000 + self.request_timeout)
+        code = sresp.error_code
+        if code:
+            self.rejoin_needed = True
+            if code == ErrorCode.REBALANCE_IN_PROGRESS:
+                raise RebalanceNeeded("rebalance in progress")
+            if code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
+                self.reset_generation(code == ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode(code).name)
+                raise RebalanceNeeded(ErrorCode(code).name)
+            if code in _COORDINATOR_ERRORS:
+                self.coordinator_dead(ErrorCode(code).name)
+                raise RebalanceNeeded(ErrorCode(code).name)
+            raise E.KafkaException(E.broker_error(code, f"SyncGroup failed: {ErrorCode(code).name}"))
+        assigned, _ = decode_assignment(sresp.assignment)
+        return assigned
+
+    async def _assign(self, protocol: str, members_raw: list[Any]) -> list[sgq.SyncGroupRequestAssignment]:
+        assignor = next((a for a in self.assignors if a.name == protocol), None)
+        if assignor is None:
+            raise E.KafkaException(E.local("_UNKNOWN_PROTOCOL", f"group chose unknown assignor {protocol!r}"))
+        members = []
+        for m in members_raw:
+            try:
+                sub = decode_subscription(bytes(m.metadata))
+            except Exception as e:
+                log.warning("group %s: member %s sent unreadable metadata: %s", self.group_id, m.member_id, e)
+                sub = Subscription([])
+            members.append(Member(m.member_id, m.group_instance_id, sub))
+        topics = {t for m in members for t in m.subscription.topics}
+        self.subs.group_subscription = topics
+        self.client.add_topics(topics)
+        try:
+            await self.client.fetch_metadata(topics | self.client.wanted_topics, allow_auto_create=False)
+        except NET_ERRORS as e:
+            log.debug("metadata before assignment failed: %s", e)
+        partitions = self._snapshot(topics)
+        result = assignor.assign(partitions, members)
+        log.debug("group %s generation %d: %s assigned %s", self.group_id, self.generation, protocol, result)
+        return [sgq.SyncGroupRequestAssignment(member_id=mid, assignment=encode_assignment(tps))
+                for mid, tps in result.items()]
+
+    async def _on_join_complete(self, assigned: list[TP]) -> None:
+        self.state = STABLE
+        self.last_heartbeat_ok = time.monotonic()
+        self._hb_wake.set()
+        topics = self.subs.group_subscription if self.leader_id == self.member_id else self.subs.subscription
+        self.metadata_snapshot = self._snapshot(topics)
+        assigned_set = set(assigned)
+        if self.cooperative:
+            owned = set(self.subs.assignment)
+            revoked = sorted(owned - assigned_set)
+            added = sorted(assigned_set - owned)
+            if revoked:
+                await self.consumer._maybe_auto_commit_sync(revoked)
+                await self.consumer._partitions_gone(revoked, lost=False)
+                # The partitions we let go can now move: one more round hands them over.
+                self.request_rejoin("partitions revoked in a cooperative rebalance")
+            await self.consumer._partitions_assigned(added, incremental=True)
+        else:
+            await self.consumer._partitions_assigned(sorted(assigned_set), incremental=False)
+        log.info("group %s generation %d: member %s assigned %d partition(s)", self.group_id, self.generation,
+                 self.member_id, len(self.subs.assignment))
+
+    # ------------------------------------------------------------ heartbeats
+    def _start_heartbeat(self) -> None:
+        if self._hb_task is None or self._hb_task.done():
+            self._hb_task = asyncio.get_running_loop().create_task(self._heartbeat_loop())
+
+    async def _heartbeat_loop(self) -> None:
+        while not self.closing:
+            self._hb_wake.clear()
+            await wait_event(self._hb_wake, self.heartbeat_interval)
+            if self.closing:
+                return
+            now = time.monotonic()
+            if self._poll_timed_out(now):
+                continue
+            if self.state != STABLE or self.coordinator is None or self.generation < 0:
+                continue
+            if now - self.last_heartbeat_ok > self.session_timeout_ms / 1000:
+                self.coordinator_dead("no heartbeat answered within session.timeout.ms")
+                continue
+            try:
+                await self._heartbeat_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.debug("heartbeat failed: %s", e)
+
+    def _poll_timed_out(self, now: float) -> bool:
+        c = self.consumer
+        if self.poll_expired or c._in_poll or self.generation < 0:
+            return self.poll_expired
+        if now - c._last_poll > self.max_poll_interval:
+            log.warning("group %s: max.poll.interval.ms (%d ms) exceeded: poll() was not called in time; "
+                        "leaving the group", self.group_id, int(self.max_poll_interval * 1000))
+            self.poll_expired = True
+            c._report(E.local("_MAX_POLL_EXCEEDED",
+                              f"Application maximum poll interval ({int(self.max_poll_interval * 1000)}ms) "
+                              f"exceeded by {int((now - c._last_poll - self.max_poll_interval) * 1000)}ms"))
+            asyncio.get_running_loop().create_task(self._leave_after_poll_timeout())
+            return True
+        return False
+
+    async def _leave_after_poll_timeout(self) -> None:
+        self.consumer._fence(self.subs.assignment)
+        await self.maybe_leave_group("consumer poll timeout has expired")
+        self.reset_generation(True, "poll timeout expired")
+
+    async def _heartbeat_once(self) -> None:
+        req = hbq.HeartbeatRequest(group_id=self.group_id, generation_id=self.generation,
+                                   member_id=self.member_id, group_instance_id=self.instance_id)
+        gen = self.generation
+        try:
+            resp = await self._send(req)
+        except RebalanceNeeded:
+            return
+        code = resp.error_code
+        if code == 0:
+            self.last_heartbeat_ok = time.monotonic()
+            return
+        if gen != self.generation:
+            return  # answered for a generation we already left behind
+        name = ErrorCode(code).name
+        if code == ErrorCode.REBALANCE_IN_PROGRESS:
+            self.last_heartbeat_ok = time.monotonic()
+            self.request_rejoin("group is rebalancing")
+        elif code in (ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID):
+            log.info("group %s: heartbeat says %s; rejoining", self.group_id, name)
+            self.reset_generation(code == ErrorCode.UNKNOWN_MEMBER_ID, name)
+        elif code in _COORDINATOR_ERRORS or code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+            self.coordinator_dead(name)
+        elif code == ErrorCode.FENCED_INSTANCE_ID:
+            self.fatal = E.KafkaError(code, "another consumer with this group.instance.id joined", fatal=True)
+            self.consumer._report(self.fatal)
+        else:
+            log.warning("group %s: heartbeat error %s", self.group_id, name)
+
+    async def maybe_leave_group(self, reason: str) -> None:
+        """LeaveGroup, unless static (a static member keeps its place across restarts)."""
+        if self.coordinator is not None and self.member_id and self.instance_id is None and self.generation >= 0:
+            try:
+                await self._send(lgq.LeaveGroupRequest(
+                    group_id=self.group_id, member_id=self.member_id,
+                    members=[lgq.MemberIdentity(member_id=self.member_id, group_instance_id=None, reason=reason)]),
+                    timeout=min(self.request_timeout, 5.0))
+            except (RebalanceNeeded, *NET_ERRORS, ProtocolError) as e:
+                log.debug("LeaveGroup failed: %s", e)
+        self.generation = -1
+        self.member_id = ""
+        self.state = UNJOINED
+
+    async def close(self) -> None:
+        self.closing = True
+        if self._hb_task is not None:
+            self._hb_task.cancel()
+            try:
+                await self._hb_task
+            except BaseException:
+                pass
+
+    # ------------------------------------------------------------ offsets
+    async def commit(self, offsets: dict[TP, OffsetAndMetadata], retry_until: float | None = None) -> None:
+        """OffsetCommit; retries coordinator moves until ``retry_until`` (monotonic), if given."""
+        if not offsets:
+            return
+        while True:
+            try:
+                await self.ensure_coordinator_ready(retry_until)
+                await self._commit_once(offsets)
+                return
+            except RebalanceNeeded as e:
+                if retry_until is None or time.monotonic() >= retry_until:
+                    raise E.KafkaException(E.local("_TRANSPORT", f"commit failed: {e}")) from None
+                await asyncio.sleep(self.backoff)
+
+    async def _commit_once(self, offsets: dict[TP, OffsetAndMetadata]) -> None:
+        # A member commits with its generation even while the group prepares a rebalance (the
+        # broker accepts that, and it is how revoked partitions' offsets get saved).
+        member = self.generation >= 0 and self.subs.partitions_auto_assigned
+        by_topic: dict[str, list[ocq.OffsetCommitRequestPartition]] = {}
+        for (t, p), om in offsets.items():
+            by_topic.setdefault(t, []).append(ocq.OffsetCommitRequestPartition(
+                partition_index=p, committed_offset=om.offset,
+                committed_leader_epoch=om.leader_epoch if om.leader_epoch is not None else -1,
+                commit_timestamp=-1, committed_metadata=om.metadata or ""))
+        req = ocq.OffsetCommitRequest(
+            group_id=self.group_id, generation_id_or_member_epoch=self.generation if member else -1,
+            member_id=self.member_id if member else "", group_instance_id=self.instance_id if member else None,
+            retention_time_ms=-1,
+            topics=[ocq.OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in by_topic.items()])
+        resp = await self._send(req)
+        first_error = 0
+        for t in resp.topics:
+            for p in t.partitions:
+                tp = (t.name, p.partition_index)
+                if p.error_code == 0:
+                    if tp in offsets:
+                        self.subs.committed(tp, offsets[tp])
+                    continue
+                first_error = first_error or p.error_code
+        if not first_error:
+            log.debug("group %s: committed %s (generation %d)", self.group_id,
+                      {f"{t}-{p}": om.offset for (t, p), om in offsets.items()}, self.generation if member else -1)
+            return
+        code = first_error
+        if code in _COORDINATOR_ERRORS or code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+            self.coordinator_dead(ErrorCode(code).name)
+            raise RebalanceNeeded(ErrorCode(code).name)
+        if code in (ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID):
+            self.reset_generation(code == ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode(code).name)
+        elif code == ErrorCode.REBALANCE_IN_PROGRESS:
+            self.request_rejoin("commit during rebalance")
+        raise E.KafkaException(E.broker_error(code, f"OffsetCommit failed: {ErrorCode(code).name}"))
+
+    async def fetch_committed(self, partitions: list[TP], deadline: float | None = None
+                              ) -> dict[TP, OffsetAndMetadata | None]:
+        by_topic: dict[str, list[int]] = {}
+        for t, p in partitions:
+            by_topic.setdefault(t, []).append(p)
+        req = ofq.OffsetFetchRequest(
+            group_id=self.group_id,
+            topics=[ofq.OffsetFetchRequestTopic(name=t, partition_indexes=ps) for t, ps in by_topic.items()],
+            require_stable=True)
+        while True:
+            try:
+                await self.ensure_coordinator_ready(deadline)
+                resp = await self._send(req)
+            except RebalanceNeeded:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise E.KafkaException(E.local("_TIMED_OUT", "timed out fetching committed offsets")) from None
+                await asyncio.sleep(self.backoff)
+                continue
+            code = getattr(resp, "error_code", 0)
+            retry = code in _COORDINATOR_ERRORS or code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+            if code in _COORDINATOR_ERRORS:
+                self.coordinator_dead(ErrorCode(code).name)
+            out: dict[TP, OffsetAndMetadata | None] = {}
+            if not code:
+                for t in resp.topics:
+                    for p in t.partitions:
+                        if p.error_code == ErrorCode.UNSTABLE_OFFSET_COMMIT:
+                            retry = True
+                            continue
+                        if p.error_code and p.error_code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                            raise E.KafkaException(E.broker_error(p.error_code, "OffsetFetch failed"))
+                        le = getattr(p, "committed_leader_epoch", -1)
+                        out[(t.name, p.partition_index)] = (
+                            OffsetAndMetadata(p.committed_offset, p.metadata, le if le >= 0 else None)
+                            if p.committed_offset >= 0 else None)
+            elif not retry:
+                raise E.KafkaException(E.broker_error(code, "OffsetFetch failed"))
+            if not retry:
+                return out
+            if deadline is not None and time.monotonic() >= deadline:
+                raise E.KafkaException(E.local("_TIMED_OUT", "timed out fetching committed offsets"))
+            await asyncio.sleep(self.backoff)

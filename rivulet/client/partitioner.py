@@ -1,0 +1,130 @@
+"""Partitioners: Java's murmur2 (also librdkafka's ``murmur2_random``), CRC32 and random.
+
+The default, ``murmur2_random``, sends a keyed record to ``toPositive(murmur2(key)) % n``
+exactly as Java's BuiltInPartitioner and librdkafka's murmur2_random do, so producers in
+every language agree on where a key lives. Records without a key stick to one partition
+until its batch fills or is sent (Java's sticky partitioning, KIP-480), which keeps batches
+large when busy and still spreads a slow producer's records.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+import zlib
+from functools import lru_cache
+from typing import Callable, Sequence
+
+_M = 0x5BD1E995
+_SEED = 0x9747B28C
+_MASK = 0xFFFFFFFF
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's 32-bit murmur2 of ``data`` as a signed int, bit-for-bit what Java's Utils.murmur2 returns."""
+    length = len(data)
+    h = (_SEED ^ length) & _MASK
+    n4 = length >> 2
+    if n4:
+        for (k,) in struct.iter_unpack("<I", data[: n4 * 4]):
+            k = (k * _M) & _MASK
+            k ^= k >> 24
+            k = (k * _M) & _MASK
+            h = ((h * _M) & _MASK) ^ k
+    tail = length & 3
+    if tail:
+        base = n4 * 4
+        if tail == 3:
+            h ^= data[base + 2] << 16
+        if tail >= 2:
+            h ^= data[base + 1] << 8
+        h ^= data[base]
+        h = (h * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def to_positive(n: int) -> int:
+    """Java's Utils.toPositive: clear the sign bit (not abs(), which differs for MIN_VALUE)."""
+    return n & 0x7FFFFFFF
+
+
+@lru_cache(maxsize=65536)
+def _murmur2_positive(key: bytes) -> int:
+    # Keys repeat a lot in practice (user ids, device ids); the pure-Python hash is the
+    # expensive part of partitioning, so remember recent ones.
+    return murmur2(key) & 0x7FFFFFFF
+
+
+@lru_cache(maxsize=65536)
+def _crc32(key: bytes) -> int:
+    return zlib.crc32(key)
+
+
+def murmur2_partition(key: bytes, num_partitions: int) -> int:
+    return _murmur2_positive(key) % num_partitions
+
+
+# A partitioner gets (key bytes or None, number of partitions, partitions with a leader) and
+# returns a partition, or -1 for "no key: let the sticky partitioner choose".
+Partitioner = Callable[[bytes | None, int, Sequence[int]], int]
+
+
+def _murmur2_random(key: bytes | None, n: int, available: Sequence[int]) -> int:
+    return -1 if key is None else _murmur2_positive(key) % n
+
+
+def _murmur2(key: bytes | None, n: int, available: Sequence[int]) -> int:
+    # librdkafka's plain murmur2 hashes a null key like an empty one.
+    return _murmur2_positive(key or b"") % n
+
+
+def _consistent_random(key: bytes | None, n: int, available: Sequence[int]) -> int:
+    # librdkafka treats an empty key as none here (but not in murmur2_random).
+    return -1 if not key else _crc32(key) % n
+
+
+def _consistent(key: bytes | None, n: int, available: Sequence[int]) -> int:
+    return _crc32(key or b"") % n
+
+
+def _random(key: bytes | None, n: int, available: Sequence[int]) -> int:
+    return random.choice(available) if available else random.randrange(n)
+
+
+PARTITIONERS: dict[str, Partitioner] = {
+    "murmur2_random": _murmur2_random,
+    "murmur2": _murmur2,
+    "consistent_random": _consistent_random,
+    "consistent": _consistent,
+    "random": _random,
+}
+
+
+class StickyPartitions:
+    """The partition each topic's keyless records currently go to.
+
+    A topic moves to another partition when the batch it was filling is closed, so that
+    keyless records build full batches on one partition at a time.
+    """
+
+    def __init__(self) -> None:
+        self._current: dict[str, int] = {}
+
+    def partition(self, topic: str, num_partitions: int, available: Sequence[int]) -> int:
+        p = self._current.get(topic)
+        if p is None or p >= num_partitions:
+            p = self._choose(num_partitions, available, None)
+            self._current[topic] = p
+        return p
+
+    def batch_closed(self, topic: str, partition: int, num_partitions: int, available: Sequence[int]) -> None:
+        if self._current.get(topic) == partition:
+            self._current[topic] = self._choose(num_partitions, available, partition)
+
+    @staticmethod
+    def _choose(n: int, available: Sequence[int], previous: int | None) -> int:
+        pool = [p for p in available if p != previous] or list(available) or list(range(n))
+        return random.choice(pool)

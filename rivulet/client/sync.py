@@ -1,0 +1,440 @@
+"""The blocking API, shaped like confluent-kafka's: the asyncio clients on a background thread.
+
+Each client owns an event loop on a daemon thread. The hot paths do not cross threads per
+call: ``Producer.produce()`` appends to the accumulator under its lock and wakes the sender
+only when a batch opens or fills; ``Consumer.poll()`` takes from the fetch buffer the loop
+fills. Everything else runs on the loop and is waited for.
+
+Callbacks run on the application's thread, as in confluent-kafka: delivery reports and
+``on_commit`` from ``poll()``/``flush()``; rebalance callbacks from ``poll()`` (the loop
+waits for them, so the group sees revocations before partitions move).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+import time
+import weakref
+from collections import deque
+from typing import Any, Callable, Coroutine
+
+from rivulet.client import errors as E
+from rivulet.client.config import resolve
+from rivulet.client.consumer import AIOConsumer
+from rivulet.client.producer import AIOProducer
+from rivulet.client.types import ClusterMetadata, Message, TopicPartition
+
+log = logging.getLogger("rivulet.client")
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop  # type: ignore[import-not-found]
+        return uvloop.new_event_loop()
+    except ImportError:
+        return asyncio.new_event_loop()
+
+
+class LoopThread:
+    """An event loop running on its own daemon thread."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = new_event_loop()
+        ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(ready,), name=name, daemon=True)
+        self.thread.start()
+        ready.wait()
+
+    def _run(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(ready.set)
+        try:
+            self.loop.run_forever()
+        finally:
+            try:
+                pending = [t for t in asyncio.all_tasks(self.loop) if not t.done()]
+                for t in pending:
+                    t.cancel()
+                if pending:
+                    self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            finally:
+                self.loop.close()
+
+    def submit(self, coro: Coroutine) -> concurrent.futures.Future:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Coroutine, timeout: float | None = None) -> Any:
+        if threading.current_thread() is self.thread:
+            coro.close()
+            raise RuntimeError("a blocking client call was made from its own callback thread")
+        fut = self.submit(coro)
+        try:
+            return fut.result(timeout)
+        except concurrent.futures.TimeoutError:
+            fut.cancel()
+            raise E.KafkaException(E.local("_TIMED_OUT", "operation timed out")) from None
+
+    def call(self, fn: Callable, *args: Any) -> Any:
+        """Run a plain function on the loop's thread and return its result."""
+        async def _call() -> Any:
+            return fn(*args)
+        return self.run(_call())
+
+    def stop(self) -> None:
+        if self.thread.is_alive():
+            try:
+                self.loop.call_soon_threadsafe(self.loop.stop)
+            except RuntimeError:
+                pass
+            if threading.current_thread() is not self.thread:
+                self.thread.join(10)
+
+
+def _stop_thread(lt: LoopThread) -> None:
+    lt.stop()
+
+
+def _timeout(t: float | None) -> float | None:
+    """confluent-kafka spells "forever" as -1 or None."""
+    return None if t is None or t < 0 else t
+
+
+class Producer:
+    """A Kafka producer with confluent-kafka's API.
+
+        p = Producer({"bootstrap.servers": "localhost:9092"})
+        p.produce("topic", b"value", key=b"key", on_delivery=lambda err, msg: ...)
+        p.poll(0)
+        p.flush()
+    """
+
+    def __init__(self, conf: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        config = resolve(conf, "producer", kwargs)
+        self._lt = LoopThread("rivulet-producer")
+        self._finalizer = weakref.finalize(self, _stop_thread, self._lt)
+        self._aio = AIOProducer(config)
+        self._cond = threading.Condition()
+        self._aio._done_cond = self._cond
+        # (function, arguments) to run on the application's thread: delivery reports, error_cb.
+        self._reports: deque[tuple[Callable, tuple]] = deque()
+        self._aio.report = self._enqueue_report
+        self._aio.on_error = self._enqueue_error  # type: ignore[method-assign]
+        self._closed = False
+        self._lt.run(self._aio.start())
+
+    def _enqueue_report(self, *report: Any) -> None:
+        self._reports.append((self._aio.deliver, report))
+        with self._cond:
+            self._cond.notify_all()
+
+    def _enqueue_error(self, err: E.KafkaError) -> None:
+        self._reports.append((self._call_error_cb, (err,)))
+        with self._cond:
+            self._cond.notify_all()
+
+    def _call_error_cb(self, err: E.KafkaError) -> int:
+        try:
+            self._aio.error_cb(err)
+        except Exception:
+            log.exception("error_cb raised")
+        return 1
+
+    def produce(self, topic: str, value: Any = None, key: Any = None, partition: int | None = -1,
+                on_delivery: Callable | None = None, timestamp: int | None = 0, headers: Any = None,
+                callback: Callable | None = None) -> None:
+        """Queue a record. The delivery report comes to ``on_delivery(err, msg)`` from poll()/flush().
+        Raises BufferError when the queue is full: poll() and try again."""
+        self._aio.produce(topic, value, key, partition, on_delivery, timestamp, headers, callback)
+
+    def _serve(self) -> int:
+        n = 0
+        reports = self._reports
+        while reports:
+            fn, args = reports.popleft()
+            n += fn(*args)
+        return n
+
+    def poll(self, timeout: float | None = None) -> int:
+        """Serve delivery reports, waiting up to ``timeout`` seconds for one; returns how many."""
+        n = self._serve()
+        timeout = _timeout(timeout)
+        if n or timeout == 0:
+            return n
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while not self._reports:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                if deadline is None and self._aio.outstanding <= 0:
+                    break
+                self._cond.wait(left if left is not None else 0.5)
+        return self._serve()
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Send everything now and wait for every delivery report; returns how many are still
+        outstanding (0 unless the timeout passed)."""
+        timeout = _timeout(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        aio = self._aio
+        with aio.acc.lock:
+            aio.acc.flushing += 1
+        try:
+            aio._wake()
+            while True:
+                self._serve()
+                if aio.outstanding <= 0:
+                    return 0
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return aio.outstanding
+                with self._cond:
+                    if not self._reports and aio.outstanding > 0:
+                        self._cond.wait(0.1 if left is None else min(left, 0.1))
+        finally:
+            with aio.acc.lock:
+                aio.acc.flushing -= 1
+
+    def __len__(self) -> int:
+        return max(0, self._aio.outstanding)
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata:
+        resp = self._lt.run(self._aio.client.fetch_metadata(None if topic is None else [topic]), _timeout(timeout))
+        return ClusterMetadata.from_response(resp)
+
+    def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
+        raise NotImplementedError("purge() is not supported")
+
+    def init_transactions(self, *args: Any) -> None:
+        raise E.KafkaException(E.local("_NOT_IMPLEMENTED", "transactions are not supported"))
+
+    def close(self, timeout: float | None = None) -> int:
+        """Flush, then stop the client's thread. Returns the records left undelivered."""
+        if self._closed:
+            return 0
+        left = self.flush(timeout)
+        self._closed = True
+        try:
+            left = max(left, self._lt.run(self._aio.close(0)))
+        finally:
+            self._serve()
+            self._finalizer()
+        return left
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class Consumer:
+    """A Kafka consumer with confluent-kafka's API.
+
+        c = Consumer({"bootstrap.servers": "...", "group.id": "g", "auto.offset.reset": "earliest"})
+        c.subscribe(["topic"])
+        while True:
+            msg = c.poll(1.0)
+            if msg is None: continue
+            if msg.error(): ...
+            process(msg.value())
+        c.close()
+    """
+
+    def __init__(self, conf: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        config = resolve(conf, "consumer", kwargs)
+        self._lt = LoopThread("rivulet-consumer")
+        self._finalizer = weakref.finalize(self, _stop_thread, self._lt)
+        aio = self._aio = AIOConsumer(config)
+        aio.facade = self
+        self._cond = threading.Condition()
+        self._events: deque[tuple[Callable, tuple, concurrent.futures.Future | None]] = deque()
+        aio.buffer.notify = self._notify
+        aio._invoke_listener = self._invoke_listener  # type: ignore[method-assign]
+        aio._commit_done = self._commit_done  # type: ignore[method-assign]
+        aio.on_error = self._on_error  # type: ignore[method-assign]
+        self._closed = False
+        self._lt.run(aio.start())
+
+    # ------------------------------------------------------------ crossing threads
+    def _notify(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    async def _invoke_listener(self, cb: Callable, partitions: list[TopicPartition]) -> None:
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        self._events.append((cb, (self, partitions), fut))
+        self._notify()
+        await asyncio.wrap_future(fut)
+
+    def _commit_done(self, err: E.KafkaError | None, partitions: list[TopicPartition]) -> None:
+        if self._aio.on_commit is not None:
+            self._events.append((self._aio.on_commit, (err, partitions), None))
+            self._notify()
+
+    def _on_error(self, err: E.KafkaError) -> None:
+        self._events.append((self._aio.error_cb, (err,), None))
+        self._notify()
+
+    def _serve_events(self) -> None:
+        events = self._events
+        while events:
+            cb, args, fut = events.popleft()
+            try:
+                cb(*args)
+            except Exception:
+                log.exception("consumer callback raised")
+            finally:
+                if fut is not None and not fut.done():
+                    fut.set_result(None)
+
+    def _wait(self, coro: Coroutine, timeout: float | None = None) -> Any:
+        """Run on the loop and wait, serving callbacks meanwhile (a rebalance may need them)."""
+        fut = self._lt.submit(coro)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self._serve_events()
+            try:
+                return fut.result(0.02)
+            except concurrent.futures.TimeoutError:
+                if deadline is not None and time.monotonic() > deadline:
+                    fut.cancel()
+                    raise E.KafkaException(E.local("_TIMED_OUT", "operation timed out")) from None
+
+    def _call(self, fn: Callable, *args: Any) -> Any:
+        if self._closed:
+            raise RuntimeError("Consumer closed")
+        if self._aio._in_rebalance_cb:
+            return fn(*args)  # inside on_assign/on_revoke: the loop is waiting for us
+        return self._lt.call(fn, *args)
+
+    # ------------------------------------------------------------ subscription
+    def subscribe(self, topics: list[str], on_assign: Callable | None = None, on_revoke: Callable | None = None,
+                  on_lost: Callable | None = None) -> None:
+        self._call(self._aio.subscribe, topics, on_assign, on_revoke, on_lost)
+
+    def unsubscribe(self) -> None:
+        if self._closed:
+            raise RuntimeError("Consumer closed")
+        self._wait(self._aio.unsubscribe())
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        self._call(self._aio.assign, partitions)
+
+    def unassign(self) -> None:
+        self._call(self._aio.unassign)
+
+    def incremental_assign(self, partitions: list[TopicPartition]) -> None:
+        self._call(self._aio.incremental_assign, partitions)
+
+    def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
+        self._call(self._aio.incremental_unassign, partitions)
+
+    def assignment(self) -> list[TopicPartition]:
+        return self._aio.assignment()
+
+    # ------------------------------------------------------------ consuming
+    def poll(self, timeout: float | None = None) -> Message | None:
+        """The next message (or error event), waiting up to ``timeout`` seconds; None if none came."""
+        msgs = self.consume(1, -1 if timeout is None else timeout)
+        return msgs[0] if msgs else None
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
+        """Up to ``num_messages`` messages, waiting up to ``timeout`` seconds for the first."""
+        if self._closed:
+            raise RuntimeError("Consumer closed")
+        aio = self._aio
+        buf = aio.buffer
+        if self._events:
+            self._serve_events()
+        aio._raise_pending()
+        aio._mark_poll()
+        if buf:
+            out = buf.take(num_messages)
+            if out:
+                return out
+        timeout = _timeout(timeout)
+        if timeout == 0:
+            return []
+        deadline = None if timeout is None else time.monotonic() + timeout
+        aio._in_poll = True
+        try:
+            while True:
+                with self._cond:
+                    if not buf and not self._events and not aio._raise:
+                        left = None if deadline is None else deadline - time.monotonic()
+                        if left is not None and left <= 0:
+                            return []
+                        self._cond.wait(left if left is not None else 1.0)
+                if self._events:
+                    self._serve_events()
+                aio._raise_pending()
+                if buf:
+                    out = buf.take(num_messages)
+                    if out:
+                        return out
+                if deadline is not None and time.monotonic() >= deadline:
+                    return []
+        finally:
+            aio._in_poll = False
+            aio._last_poll = time.monotonic()
+
+    # ------------------------------------------------------------ positions and commits
+    def seek(self, partition: TopicPartition) -> None:
+        self._call(self._aio.seek, partition)
+
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        return self._aio.position(partitions)
+
+    def pause(self, partitions: list[TopicPartition]) -> None:
+        self._call(self._aio.pause, partitions)
+
+    def resume(self, partitions: list[TopicPartition]) -> None:
+        self._call(self._aio.resume, partitions)
+
+    def store_offsets(self, message: Message | None = None, offsets: list[TopicPartition] | None = None) -> None:
+        self._aio.store_offsets(message, offsets)
+
+    def commit(self, message: Message | None = None, offsets: list[TopicPartition] | None = None,
+               asynchronous: bool = True) -> list[TopicPartition] | None:
+        """Commit consumed positions (or the message's / the given offsets). Asynchronous by
+        default, as in confluent-kafka; the result then goes to ``on_commit`` from poll()."""
+        if self._closed:
+            raise RuntimeError("Consumer closed")
+        return self._wait(self._aio.commit(message, offsets, asynchronous))
+
+    def committed(self, partitions: list[TopicPartition], timeout: float | None = None) -> list[TopicPartition]:
+        return self._wait(self._aio.committed(partitions, _timeout(timeout)))
+
+    def get_watermark_offsets(self, partition: TopicPartition, timeout: float | None = None,
+                              cached: bool = False) -> tuple[int, int]:
+        return self._wait(self._aio.get_watermark_offsets(partition, _timeout(timeout), cached))
+
+    def offsets_for_times(self, partitions: list[TopicPartition], timeout: float | None = None) -> list[TopicPartition]:
+        return self._wait(self._aio.offsets_for_times(partitions, _timeout(timeout)))
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata:
+        return self._wait(self._aio.list_topics(topic, _timeout(timeout)))
+
+    def memberid(self) -> str | None:
+        return self._aio.memberid()
+
+    def close(self) -> None:
+        """Commit (with auto-commit), run on_revoke, leave the group and stop the thread."""
+        if self._closed:
+            return
+        try:
+            self._wait(self._aio.close(), 60)
+        finally:
+            self._closed = True
+            self._serve_events()
+            self._finalizer()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

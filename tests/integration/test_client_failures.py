@@ -1,0 +1,229 @@
+"""The client when things go wrong: broker restarts, a vanished coordinator, a stalled application."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+
+import pytest
+
+from rivulet import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from rivulet.admin import AdminClient, NewTopic
+
+pytestmark = pytest.mark.integration
+
+INIT_PRODUCER_ID = 22
+
+
+def name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def create(bootstrap: str, topic: str, partitions: int) -> None:
+    a = AdminClient({"bootstrap.servers": bootstrap})
+    a.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    a.close()
+
+
+def read_all(bootstrap: str, topic: str, partitions: int, expect: int, timeout: float = 60) -> list[bytes]:
+    c = Consumer({"bootstrap.servers": bootstrap, "enable.partition.eof": True})
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    out: list[bytes] = []
+    eof: set[int] = set()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and (len(eof) < partitions or len(out) < expect):
+        for m in c.consume(500, 0.5):
+            if m.error() is None:
+                out.append(m.value())
+                eof.discard(m.partition())
+            elif m.error().code() == KafkaError._PARTITION_EOF:
+                eof.add(m.partition())
+    c.close()
+    return out
+
+
+class Load:
+    """A producer and a group consumer running in threads while the test breaks the broker."""
+
+    def __init__(self, bootstrap: str, topic: str, total: int, rate: float) -> None:
+        self.bootstrap, self.topic, self.total, self.rate = bootstrap, topic, total, rate
+        self.errors: list = []
+        self.delivered = 0
+        self.consumed: list[bytes] = []
+        self.stop = threading.Event()
+        self.producer_idempotent: bool | None = None
+        self.threads = [threading.Thread(target=self._produce, daemon=True),
+                        threading.Thread(target=self._consume, daemon=True)]
+
+    def _produce(self) -> None:
+        p = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5, "retry.backoff.ms": 50,
+                      "retry.backoff.max.ms": 200, "delivery.timeout.ms": 90000, "request.timeout.ms": 5000})
+
+        def report(err, msg):
+            if err is None:
+                self.delivered += 1
+            else:
+                self.errors.append(err)
+        t0 = time.monotonic()
+        for i in range(self.total):
+            while time.monotonic() < t0 + i / self.rate:
+                p.poll(0.002)
+            p.produce(self.topic, str(i).encode(), key=str(i).encode(), on_delivery=report)
+            p.poll(0)
+        assert p.flush(120) == 0
+        self.producer_idempotent = p._aio.idem.enabled
+        p.close()
+
+    def _consume(self) -> None:
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "load-" + self.topic,
+                      "auto.offset.reset": "earliest", "session.timeout.ms": 10000, "heartbeat.interval.ms": 500,
+                      "request.timeout.ms": 5000, "fetch.max.wait.ms": 100})
+        c.subscribe([self.topic])
+        self.coordinator = c._aio.coordinator
+        while not self.stop.is_set():
+            for m in c.consume(200, 0.2):
+                if m.error() is None:
+                    self.consumed.append(m.value())
+        c.close()
+
+    def start(self) -> Load:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def wait_produced(self, timeout: float) -> None:
+        self.threads[0].join(timeout)
+        assert not self.threads[0].is_alive(), "producer did not finish"
+
+    def wait_consumed(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while len(set(self.consumed)) < self.total and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.stop.set()
+        self.threads[1].join(30)
+
+
+@pytest.mark.parametrize("how", ["stop", "kill"])
+def test_broker_restart_under_load_loses_nothing(broker_factory, how):
+    """Produce and consume while the broker restarts twice (SIGTERM, or kill -9) on the same data."""
+    b = broker_factory()
+    topic, parts, total = name(f"restart-{how}"), 3, 1500
+    create(b.bootstrap, topic, parts)
+    load = Load(b.bootstrap, topic, total, rate=500).start()
+    for _ in range(2):
+        time.sleep(0.8)
+        b.stop() if how == "stop" else b.kill()
+        time.sleep(0.5)
+        b.start()
+    load.wait_produced(120)
+    load.wait_consumed(60)
+    assert load.errors == [] and load.delivered == total
+    # Nothing lost: every record is in the log, and the group consumer saw every one.
+    log = read_all(b.bootstrap, topic, parts, total)
+    assert set(log) == {str(i).encode() for i in range(total)}
+    assert set(load.consumed) == set(log)
+    # Nothing duplicated in the log: only the idempotent producer promises that, since a retry
+    # of a batch whose answer was lost in the restart is otherwise written again.
+    if not load.producer_idempotent:
+        pytest.xfail("the broker does not support InitProducerId (idempotence); duplicates are allowed")
+    dups = [v for v, n in Counter(log).items() if n > 1]
+    assert dups == [], f"{len(dups)} records written twice despite idempotence"
+
+
+def test_idempotent_producer_sequences_survive_a_restart(broker_factory):
+    """Retries across a restart are answered as duplicates, not written again (needs InitProducerId)."""
+    b = broker_factory()
+    topic = name("idem-restart")
+    create(b.bootstrap, topic, 1)
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0, "retry.backoff.ms": 50,
+                  "request.timeout.ms": 3000})
+    for i in range(200):
+        p.produce(topic, str(i).encode(), partition=0)
+    assert p.flush(30) == 0
+    if not p._aio.idem.enabled:
+        p.close()
+        pytest.skip("the broker does not support InitProducerId yet")
+    pid = p._aio.idem.producer_id
+    b.kill()
+    for i in range(200, 400):
+        p.produce(topic, str(i).encode(), partition=0)
+    time.sleep(0.5)
+    b.start()
+    assert p.flush(60) == 0
+    p.close()
+    log = read_all(b.bootstrap, topic, 1, 400)
+    assert sorted(int(v) for v in log) == list(range(400))
+    assert p._aio.idem.producer_id == pid, "the producer should not have needed a new id"
+
+
+def test_consumer_rediscovers_the_coordinator(broker_factory):
+    b = broker_factory()
+    topic = name("coord")
+    create(b.bootstrap, topic, 2)
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": name("g"), "auto.offset.reset": "earliest",
+                  "session.timeout.ms": 6000, "heartbeat.interval.ms": 300, "request.timeout.ms": 3000})
+    c.subscribe([topic])
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0})
+    got: list[bytes] = []
+
+    def poll_until(n: int, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while len(got) < n and time.monotonic() < deadline:
+            for m in c.consume(100, 0.2):
+                if m.error() is None:
+                    got.append(m.value())
+    for i in range(20):
+        p.produce(topic, f"a{i}".encode())
+    p.flush(10)
+    poll_until(20)
+    coord = c._aio.coordinator
+    assert coord.discoveries == 1 and coord.coordinator is not None
+    b.kill()  # the coordinator is gone
+    deadline = time.monotonic() + 20
+    while coord.coordinator is not None and time.monotonic() < deadline:
+        c.poll(0.1)
+    assert coord.coordinator is None, "the consumer did not notice its coordinator was gone"
+    b.start()
+    for i in range(20):
+        p.produce(topic, f"b{i}".encode())
+    assert p.flush(60) == 0
+    poll_until(40)
+    deadline = time.monotonic() + 30
+    while coord.coordinator is None and time.monotonic() < deadline:
+        c.poll(0.1)
+    assert coord.discoveries >= 2 and coord.coordinator is not None
+    assert {f"b{i}".encode() for i in range(20)} <= set(got)
+    p.close()
+    c.close()
+
+
+def test_stalled_consumer_leaves_the_group_and_rejoins(broker):
+    topic, group = name("stall"), name("g")
+    create(broker.bootstrap, topic, 2)
+    conf = {"bootstrap.servers": broker.bootstrap, "group.id": group, "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 200}
+    a = Consumer({**conf, "max.poll.interval.ms": 1500})
+    b = Consumer(conf)
+    a.subscribe([topic])
+    b.subscribe([topic])
+
+    def settle(*consumers: Consumer, want: list[int], timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for c in consumers:
+                c.poll(0.05)
+            if [len(c.assignment()) for c in consumers] == want:
+                return
+        raise AssertionError(f"assignments {[len(c.assignment()) for c in consumers]}, wanted {want}")
+    settle(a, b, want=[1, 1])
+    # a stops polling; after max.poll.interval.ms it leaves, and b takes both partitions.
+    settle(b, want=[2], timeout=20)
+    first = a.poll(1.0)
+    assert first is not None and first.error() is not None
+    assert first.error().code() == KafkaError._MAX_POLL_EXCEEDED
+    # Polling again rejoins.
+    settle(a, b, want=[1, 1])
+    a.close()
+    b.close()
