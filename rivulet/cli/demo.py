@@ -1,0 +1,293 @@
+"""`rivulet demo`: a broker, a stream of orders, and the Spark pipeline on it, for about a minute.
+
+It starts a Rivulet broker (on 127.0.0.1:9092 when that port is free, else on a free port),
+an order generator (Rivulet's producer, a few thousand JSON orders a second with event times
+up to a few seconds late), and `rivulet pipeline` (revenue per category per 10-second window,
+to a topic and to Parquet). While it runs it shows events/s, the pipeline's consumer lag and
+batches; at the end it prints the windows, and checks them against a batch recount of the
+input topic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+INPUT_TOPIC = "orders"
+OUTPUT_TOPIC = "orders-by-window"
+GROUP = "rivulet-demo-pipeline"
+
+CATALOG = {
+    "books": [("novel", 14.99), ("cookbook", 24.5), ("atlas", 39.0)],
+    "electronics": [("headphones", 89.0), ("charger", 19.99), ("keyboard", 59.0), ("monitor", 219.0)],
+    "garden": [("seeds", 3.5), ("hose", 27.0), ("gloves", 9.99)],
+    "grocery": [("coffee", 8.75), ("tea", 5.25), ("olive oil", 12.4), ("chocolate", 2.99)],
+    "toys": [("puzzle", 17.0), ("kite", 22.0), ("blocks", 31.5)],
+}
+CATEGORY_WEIGHTS = {"books": 2, "electronics": 3, "garden": 1, "grocery": 5, "toys": 2}
+
+SCHEMA = ("order_id STRING, customer_id STRING, product STRING, category STRING, quantity INT, "
+          "price DOUBLE, currency STRING, event_time TIMESTAMP")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+class OrderGenerator(threading.Thread):
+    """Orders at a steady rate; event time is now minus up to ``max_late`` seconds."""
+
+    def __init__(self, bootstrap: str, rate: int, max_late: float = 4.0) -> None:
+        super().__init__(name="order-generator", daemon=True)
+        from rivulet import Producer
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "lz4"})
+        self.rate = rate
+        self.max_late = max_late
+        self.sent = 0
+        self.failed = 0
+        self.halt = threading.Event()
+        self.rng = random.Random(7)
+        self.customers = [f"c{n:05d}" for n in range(2000)]
+        self.categories = list(CATEGORY_WEIGHTS)
+        self.weights = [CATEGORY_WEIGHTS[c] for c in self.categories]
+
+    def order(self) -> tuple[bytes, bytes]:
+        rng = self.rng
+        cat = rng.choices(self.categories, self.weights)[0]
+        product, price = rng.choice(CATALOG[cat])
+        late = rng.random() * self.max_late if rng.random() < 0.3 else rng.random() * 0.5
+        ts = datetime.fromtimestamp(time.time() - late, timezone.utc)
+        customer = rng.choice(self.customers)
+        doc = {"order_id": uuid.UUID(int=rng.getrandbits(128)).hex[:16], "customer_id": customer,
+               "product": product, "category": cat, "quantity": rng.choice((1, 1, 1, 2, 2, 3, 5)),
+               "price": price, "currency": "EUR",
+               "event_time": ts.isoformat(timespec="milliseconds").replace("+00:00", "Z")}
+        return customer.encode(), json.dumps(doc, separators=(",", ":")).encode()
+
+    def _delivered(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self.failed += 1
+
+    def run(self) -> None:
+        tick = 0.05
+        per_tick = max(1, int(self.rate * tick))
+        nxt = time.monotonic()
+        while not self.halt.is_set():
+            for _ in range(per_tick):
+                key, value = self.order()
+                self.producer.produce(INPUT_TOPIC, value, key, on_delivery=self._delivered)
+            self.sent += per_tick
+            self.producer.poll(0)
+            nxt += tick
+            delay = nxt - time.monotonic()
+            if delay > 0:
+                self.halt.wait(delay)
+        self.producer.flush(30)
+        self.producer.close()
+
+
+class Lag:
+    """The pipeline's consumer lag: end offsets minus what the source committed to its group."""
+
+    def __init__(self, bootstrap: str) -> None:
+        from rivulet.admin import AdminClient
+        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+
+    def __call__(self, partitions: int) -> tuple[int, int]:
+        from rivulet import TopicPartition
+        from rivulet.admin import ConsumerGroupTopicPartitions, OffsetSpec
+        tps = [TopicPartition(INPUT_TOPIC, p) for p in range(partitions)]
+        ends = {tp.partition: f.result(10).offset
+                for tp, f in self.admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}).items()}
+        got = self.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(GROUP, tps)])[GROUP].result(10)
+        done = {tp.partition: tp.offset for tp in got.topic_partitions if tp.offset >= 0}
+        end = sum(ends.values())
+        return end, sum(max(0, e - done.get(p, 0)) for p, e in ends.items())
+
+    def close(self) -> None:
+        self.admin.close()
+
+
+def _fmt(n: float) -> str:
+    return f"{n:,.0f}"
+
+
+def demo_main(args: argparse.Namespace) -> int:
+    from rivulet.cli.pipeline import spark_missing
+    from rivulet.testing import BrokerProcess, free_port
+
+    missing = spark_missing()
+    if missing:
+        print(f"rivulet demo: {missing}", file=sys.stderr)
+        return 2
+
+    out = Path(args.output).resolve()
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    port = args.port or (9092 if _port_free(9092) else free_port())
+    data_dir = tempfile.mkdtemp(prefix="rivulet-demo-")
+    broker = BrokerProcess({"listeners": f"PLAINTEXT://127.0.0.1:{port}", "num.partitions": "4",
+                            "offsets.topic.num.partitions": "4"}, data_dir=data_dir)
+    broker.port = port
+    say = print
+    say(f"▶ starting a Rivulet broker on 127.0.0.1:{port} (data in {data_dir})", flush=True)
+    broker.start()
+    gen: OrderGenerator | None = None
+    spark = None
+    lag: Lag | None = None
+    try:
+        from rivulet.admin import AdminClient, NewTopic
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        for f in admin.create_topics([NewTopic(INPUT_TOPIC, 4), NewTopic(OUTPUT_TOPIC, 2)]).values():
+            f.result(30)
+        admin.close()
+
+        from rivulet.cli.pipeline import PipelineConfig, PipelineStats, session_for, start
+        cfg = PipelineConfig(
+            bootstrap_servers=broker.bootstrap, input_topic=INPUT_TOPIC, starting_offsets="earliest",
+            max_offsets_per_trigger=20_000, source_options={"kafka.group.id": GROUP},
+            schema=SCHEMA, event_time="event_time", window="10 seconds", watermark="5 seconds",
+            group_by=["category"],
+            metrics={"orders": "count(*)", "items": "sum(quantity)", "revenue": "round(sum(quantity * price), 2)",
+                     "customers": "approx_count_distinct(customer_id)"},
+            output_topic=OUTPUT_TOPIC, parquet_path=str(out / "orders-by-window"),
+            checkpoint=str(out / "checkpoint"), trigger_interval="2 seconds",
+            spark_log=str(out / "spark.log"), query_name="rivulet_demo")
+        say(f"▶ starting Spark (local[2]); its logs go to {cfg.spark_log}", flush=True)
+        spark = session_for(cfg)
+
+        stats = PipelineStats()
+        query = start(spark, cfg, stats)
+        say(f"▶ pipeline: {INPUT_TOPIC} → 10 s windows by category (watermark 5 s) → "
+            f"topic '{OUTPUT_TOPIC}' + Parquet", flush=True)
+        gen = OrderGenerator(broker.bootstrap, args.rate)
+        gen.start()
+        say(f"▶ generating ~{_fmt(args.rate)} orders/s into '{INPUT_TOPIC}' for {args.duration:.0f} s", flush=True)
+        lag = Lag(broker.bootstrap)
+        t0 = time.monotonic()
+        last_sent, last_t = 0, t0
+        stopping_at = t0 + args.duration
+        quiet_since: float | None = None
+        tty = sys.stdout.isatty()
+        ticks = 0
+        while True:
+            time.sleep(1.0)
+            now = time.monotonic()
+            if not query.isActive:
+                raise RuntimeError(f"the pipeline stopped: {query.exception()}")
+            if gen.is_alive() and now >= stopping_at:
+                gen.halt.set()
+                gen.join(30)
+                say(("\n" if tty else "") + f"▶ generator stopped after {_fmt(gen.sent)} orders; "
+                    "waiting for the pipeline to catch up", flush=True)
+            rate = (gen.sent - last_sent) / (now - last_t)
+            last_sent, last_t = gen.sent, now
+            try:
+                end, behind = lag(4)
+            except Exception:  # the group has no commit yet, or the broker is busy: next time
+                end, behind = -1, -1
+            p = query.lastProgress or {}
+            line = (f"  t={now - t0:4.0f}s  produced {_fmt(gen.sent):>8} ({_fmt(rate):>6}/s)  "
+                    f"pipeline {_fmt(p.get('processedRowsPerSecond', 0.0)):>7} ev/s  "
+                    f"lag {_fmt(behind) if behind >= 0 else '-':>7}  "
+                    f"batches {stats.batches:>3}  windows out {stats.windows_out:>4}")
+            ticks += 1
+            if tty:
+                say("\r" + line, end="", flush=True)
+            elif ticks % 5 == 0:  # a log, not a terminal: a line every 5 s
+                say(line, flush=True)
+            if not gen.is_alive():
+                idle = behind == 0 and end >= gen.sent - gen.failed
+                quiet_since = (quiet_since or now) if idle else None
+                if (quiet_since is not None and now - quiet_since >= 4) or now - stopping_at > 60:
+                    break
+        if tty:
+            say("")
+        query.stop()
+        summary(spark, cfg, gen.sent, stats)
+        say("\nThe same job on your own broker (rivulet broker, then produce JSON orders to 'orders'):")
+        say("  rivulet pipeline run --config examples/pipeline.toml")
+        say("and its progress, as a consumer group:")
+        say("  rivulet groups describe --group rivulet-pipeline")
+        return 0
+    finally:
+        if gen is not None and gen.is_alive():
+            gen.halt.set()
+            gen.join(10)
+        if lag is not None:
+            lag.close()
+        if spark is not None:
+            spark.stop()
+        broker.cleanup()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def summary(spark: Any, cfg: Any, produced: int, stats: Any) -> None:
+    """The windows the pipeline wrote, checked against a batch recount of the input topic."""
+    from pyspark.sql import functions as F
+    windows = spark.read.parquet(cfg.parquet_path)
+    closed = windows.select("window_start", "window_end", "category", "orders", "items", "revenue").cache()
+    n_windows = closed.count()
+    print(f"\n■ {stats.batches} micro-batches; {n_windows} closed windows written to Parquet and to "
+          f"'{OUTPUT_TOPIC}'")
+    by_cat = (closed.groupBy("category").agg(F.sum("orders").alias("orders"), F.sum("items").alias("items"),
+                                             F.round(F.sum("revenue"), 2).alias("revenue"))
+              .orderBy(F.desc("revenue")).collect())
+    print(f"\n  {'category':<12} {'orders':>8} {'items':>8} {'revenue (EUR)':>15}")
+    for r in by_cat:
+        print(f"  {r['category']:<12} {r['orders']:>8,} {r['items']:>8,} {r['revenue']:>15,.2f}")
+    last = closed.orderBy(F.desc("window_start")).select("window_start").first()
+    if last is not None:
+        print(f"\n  latest closed window starts at {last['window_start']:%H:%M:%S} UTC; "
+              "windows after it are still open (held until the watermark passes them)")
+
+    # Recount the same windows from the input topic in one batch query: the streaming result
+    # must match exactly (no event was later than the watermark allows).
+    raw = (spark.read.format("rivulet").option("kafka.bootstrap.servers", cfg.bootstrap_servers)
+           .option("subscribe", cfg.input_topic).option("includeHeaders", "false").load())
+    ev = raw.select(F.from_json(F.col("value").cast("string"), cfg.schema).alias("e")).select("e.*")
+    recount = (ev.groupBy(F.window("event_time", cfg.window).alias("w"), "category")
+               .agg(F.count(F.lit(1)).alias("orders"))
+               .select(F.col("w.start").alias("window_start"), "category", F.col("orders").alias("recount")))
+    joined = closed.join(recount, ["window_start", "category"], "left")
+    mismatched = joined.where(F.col("recount").isNull() | (F.col("recount") != F.col("orders"))).count()
+    in_closed = closed.agg(F.sum("orders")).first()[0] or 0
+    topic_rows = (spark.read.format("rivulet").option("kafka.bootstrap.servers", cfg.bootstrap_servers)
+                  .option("subscribe", OUTPUT_TOPIC).load().count())
+    total = raw.count()
+    ok = "✓" if mismatched == 0 else "✗"
+    print(f"\n  {ok} closed windows hold {_fmt(in_closed)} of {_fmt(total)} orders; "
+          f"{'every window matches' if mismatched == 0 else f'{mismatched} windows differ from'} "
+          "a batch recount of the topic")
+    ok = "✓" if topic_rows == n_windows else "✗"
+    print(f"  {ok} '{OUTPUT_TOPIC}' holds {topic_rows} rows (read_committed), one per closed window")
+    if total != produced:
+        print(f"  ✗ the topic holds {total} orders but {produced} were produced")
+    print(f"\n  outputs: {Path(cfg.parquet_path)}  (checkpoint: {cfg.checkpoint}; Spark log: {cfg.spark_log})")
+    closed.unpersist()
+
+
+def add_parser(sub: Any) -> None:
+    d = sub.add_parser("demo", help="start a broker, an order generator and the Spark pipeline (about a minute)")
+    d.add_argument("--port", type=int, default=0, help="broker port (default 9092 when free, else any free port)")
+    d.add_argument("--duration", type=float, default=30.0, help="seconds of order generation (default 30)")
+    d.add_argument("--rate", type=int, default=2000, help="orders per second (default 2000)")
+    d.add_argument("--output", default="rivulet-demo-out", help="directory for Parquet, checkpoint and logs")
+    d.set_defaults(func=demo_main)

@@ -1,0 +1,297 @@
+"""`rivulet pipeline run --config pipeline.toml`: a Spark Structured Streaming job on Rivulet.
+
+It reads JSON events from a topic, parses them with a declared schema, computes event-time
+windowed aggregates under a watermark, and writes each closed window to an output topic and
+to Parquet. It resumes from its checkpoint. Both outputs are written from one foreachBatch
+so the aggregation runs once; each write is idempotent per micro-batch (Parquet: one
+directory per batch id, overwritten on replay; the topic: the rivulet sink's transactional
+marker keyed by query id and batch id), so a replayed batch changes nothing.
+See examples/pipeline.toml for every setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+DEFAULT_METRICS = {"events": "count(*)"}
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass
+class PipelineConfig:
+    bootstrap_servers: str = "127.0.0.1:9092"
+    input_topic: str = "events"
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int | None = None
+    fail_on_data_loss: bool = True
+    source_options: dict[str, str] = field(default_factory=dict)
+    schema: str = ""
+    event_time: str = "event_time"
+    window: str = "10 seconds"
+    slide: str | None = None
+    watermark: str = "10 seconds"
+    group_by: list[str] = field(default_factory=list)
+    metrics: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_METRICS))
+    output_topic: str | None = None
+    output_bootstrap_servers: str | None = None
+    output_key: str | None = None
+    parquet_path: str | None = None
+    checkpoint: str = "pipeline-checkpoint"
+    trigger_interval: str = "5 seconds"
+    available_now: bool = False
+    master: str = "local[2]"
+    app_name: str = "rivulet-pipeline"
+    shuffle_partitions: int = 2
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    spark_log: str | None = None
+    query_name: str = "rivulet_pipeline"
+
+    @classmethod
+    def load(cls, path: str | Path) -> "PipelineConfig":
+        try:
+            with open(path, "rb") as f:
+                doc = tomllib.load(f)
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise ConfigError(f"{path}: {e}") from None
+        return cls.from_dict(doc)
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any], base: Path | None = None) -> "PipelineConfig":
+        known = {"source", "events", "aggregate", "output", "checkpoint", "trigger", "spark"}
+        unknown = set(doc) - known
+        if unknown:
+            raise ConfigError(f"unknown section(s) {sorted(unknown)}; expected {sorted(known)}")
+        c = cls()
+
+        def rel(p: str) -> str:
+            return str(base / p) if base is not None and not Path(p).is_absolute() else p
+
+        src = dict(doc.get("source", {}))
+        c.bootstrap_servers = src.pop("bootstrap_servers", c.bootstrap_servers)
+        if "topic" not in src:
+            raise ConfigError("[source] topic is required")
+        c.input_topic = src.pop("topic")
+        c.starting_offsets = src.pop("starting_offsets", c.starting_offsets)
+        c.max_offsets_per_trigger = src.pop("max_offsets_per_trigger", None)
+        c.fail_on_data_loss = bool(src.pop("fail_on_data_loss", True))
+        c.source_options = {str(k): str(v) for k, v in src.pop("options", {}).items()}
+        if src:
+            raise ConfigError(f"[source]: unknown key(s) {sorted(src)}")
+        ev = dict(doc.get("events", {}))
+        c.schema = ev.pop("schema", "")
+        if not c.schema:
+            raise ConfigError("[events] schema is required (Spark DDL, e.g. \"id STRING, ts TIMESTAMP\")")
+        c.event_time = ev.pop("event_time", c.event_time)
+        if ev:
+            raise ConfigError(f"[events]: unknown key(s) {sorted(ev)}")
+        ag = dict(doc.get("aggregate", {}))
+        c.window = ag.pop("window", c.window)
+        c.slide = ag.pop("slide", None) or None
+        c.watermark = ag.pop("watermark", c.watermark)
+        c.group_by = list(ag.pop("group_by", []))
+        c.metrics = {str(k): str(v) for k, v in ag.pop("metrics", DEFAULT_METRICS).items()}
+        if not c.metrics:
+            raise ConfigError("[aggregate.metrics] needs at least one metric")
+        if ag:
+            raise ConfigError(f"[aggregate]: unknown key(s) {sorted(ag)}")
+        out = dict(doc.get("output", {}))
+        topic = dict(out.pop("topic", {}))
+        c.output_topic = topic.pop("topic", None)
+        c.output_bootstrap_servers = topic.pop("bootstrap_servers", None)
+        c.output_key = topic.pop("key", None)
+        if topic:
+            raise ConfigError(f"[output.topic]: unknown key(s) {sorted(topic)}")
+        pq = dict(out.pop("parquet", {}))
+        c.parquet_path = rel(pq.pop("path")) if "path" in pq else None
+        if pq or out:
+            raise ConfigError(f"[output]: unknown key(s) {sorted(set(pq) | set(out))}")
+        if c.output_topic is None and c.parquet_path is None:
+            raise ConfigError("give at least one output: [output.topic] topic or [output.parquet] path")
+        cp = dict(doc.get("checkpoint", {}))
+        if "location" not in cp:
+            raise ConfigError("[checkpoint] location is required")
+        c.checkpoint = rel(cp.pop("location"))
+        if cp:
+            raise ConfigError(f"[checkpoint]: unknown key(s) {sorted(cp)}")
+        tr = dict(doc.get("trigger", {}))
+        c.trigger_interval = tr.pop("processing_time", c.trigger_interval)
+        c.available_now = bool(tr.pop("available_now", False))
+        if tr:
+            raise ConfigError(f"[trigger]: unknown key(s) {sorted(tr)}")
+        sp = dict(doc.get("spark", {}))
+        c.master = sp.pop("master", c.master)
+        c.app_name = sp.pop("app_name", c.app_name)
+        c.shuffle_partitions = int(sp.pop("shuffle_partitions", c.shuffle_partitions))
+        c.spark_conf = {str(k): str(v) for k, v in sp.pop("conf", {}).items()}
+        c.spark_log = rel(sp.pop("log", "spark.log"))
+        c.query_name = sp.pop("query_name", c.query_name)
+        if sp:
+            raise ConfigError(f"[spark]: unknown key(s) {sorted(sp)}")
+        return c
+
+
+@dataclass
+class PipelineStats:
+    """What the foreachBatch writer saw (it runs in the driver's Python process)."""
+
+    batches: int = 0
+    windows_out: int = 0
+    last_batch_id: int = -1
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def session_for(cfg: PipelineConfig) -> Any:
+    from rivulet.spark.session import quiet_session
+    conf = {"spark.sql.shuffle.partitions": cfg.shuffle_partitions, **cfg.spark_conf}
+    return quiet_session(cfg.master, cfg.app_name, conf, log_path=cfg.spark_log)
+
+
+def events_frame(spark: Any, cfg: PipelineConfig) -> Any:
+    """The input topic's JSON events, parsed; rows that do not parse are dropped."""
+    from pyspark.sql import functions as F
+    opts = {"kafka.bootstrap.servers": cfg.bootstrap_servers, "subscribe": cfg.input_topic,
+            "startingOffsets": cfg.starting_offsets, "failOnDataLoss": str(cfg.fail_on_data_loss).lower(),
+            "includeHeaders": "false", **cfg.source_options}
+    if cfg.max_offsets_per_trigger:
+        opts["maxOffsetsPerTrigger"] = str(cfg.max_offsets_per_trigger)
+    raw = spark.readStream.format("rivulet").options(**opts).load()
+    parsed = raw.select(F.from_json(F.col("value").cast("string"), cfg.schema,
+                                    {"mode": "PERMISSIVE", "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss[.SSS][XXX]"})
+                        .alias("e")).select("e.*")
+    return parsed.where(F.col(cfg.event_time).isNotNull())
+
+
+def aggregate(events: Any, cfg: PipelineConfig) -> Any:
+    from pyspark.sql import functions as F
+    w = F.window(cfg.event_time, cfg.window, cfg.slide) if cfg.slide else F.window(cfg.event_time, cfg.window)
+    grouped = events.withWatermark(cfg.event_time, cfg.watermark).groupBy(w.alias("window"), *cfg.group_by)
+    agg = grouped.agg(*[F.expr(expr).alias(name) for name, expr in cfg.metrics.items()])
+    return agg.select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),
+                      *cfg.group_by, *cfg.metrics)
+
+
+def batch_writer(cfg: PipelineConfig, stats: PipelineStats) -> Callable[[Any, int], None]:
+    from pyspark.sql import functions as F
+
+    def write(df: Any, batch_id: int) -> None:
+        df = df.persist()
+        try:
+            n = df.count()
+            if n:
+                if cfg.parquet_path:
+                    # One directory per batch, overwritten if the batch is replayed.
+                    df.write.mode("overwrite").parquet(f"{cfg.parquet_path}/batch_id={batch_id}")
+                if cfg.output_topic:
+                    key = F.col(cfg.output_key).cast("string") if cfg.output_key else \
+                        F.concat_ws("|", *[F.col(c).cast("string") for c in cfg.group_by]) if cfg.group_by \
+                        else F.lit(None).cast("string")
+                    out = df.select(key.alias("key"), F.to_json(F.struct(*df.columns)).alias("value"))
+                    (out.write.format("rivulet").mode("append")
+                     .option("kafka.bootstrap.servers", cfg.output_bootstrap_servers or cfg.bootstrap_servers)
+                     .option("topic", cfg.output_topic).save())
+            with stats.lock:
+                stats.batches += 1
+                stats.windows_out += n
+                stats.last_batch_id = batch_id
+        finally:
+            df.unpersist()
+    return write
+
+
+def start(spark: Any, cfg: PipelineConfig, stats: PipelineStats | None = None) -> Any:
+    """Start the streaming query (resuming from the checkpoint if there is one)."""
+    stats = stats or PipelineStats()
+    agg = aggregate(events_frame(spark, cfg), cfg)
+    writer = (agg.writeStream.outputMode("append").queryName(cfg.query_name)
+              .foreachBatch(batch_writer(cfg, stats)).option("checkpointLocation", cfg.checkpoint))
+    writer = writer.trigger(availableNow=True) if cfg.available_now else \
+        writer.trigger(processingTime=cfg.trigger_interval)
+    return writer.start()
+
+
+def describe_progress(p: dict[str, Any]) -> str:
+    wm = (p.get("eventTime") or {}).get("watermark", "-")
+    return (f"batch {p['batchId']}: {p['numInputRows']} events in, "
+            f"{p.get('processedRowsPerSecond', 0.0):,.0f} events/s, watermark {wm}")
+
+
+def spark_missing() -> str | None:
+    """Why Spark cannot run here, or None."""
+    try:
+        import pyarrow  # noqa: F401
+        import pyspark
+    except ImportError as e:
+        return f"{e.name} is not installed: pip install 'rivulet[spark]' (PySpark 4.2+, pyarrow; Java 17+)"
+    major, minor = (int(x) for x in pyspark.__version__.split(".")[:2])
+    if (major, minor) < (4, 2):
+        return f"PySpark {pyspark.__version__} is too old: pip install 'pyspark>=4.2'"
+    return None
+
+
+def run_main(args: argparse.Namespace) -> int:
+    missing = spark_missing()
+    if missing:
+        print(f"rivulet pipeline: {missing}", file=sys.stderr)
+        return 2
+    try:
+        cfg = PipelineConfig.load(args.config)
+    except ConfigError as e:
+        print(f"rivulet pipeline: {e}", file=sys.stderr)
+        return 2
+    if args.bootstrap_server:
+        cfg.bootstrap_servers = args.bootstrap_server
+    if args.available_now:
+        cfg.available_now = True
+    print(f"starting Spark ({cfg.master}); Spark's logs go to {cfg.spark_log}", flush=True)
+    spark = session_for(cfg)
+    stats = PipelineStats()
+    query = start(spark, cfg, stats)
+    print(f"pipeline running: {cfg.input_topic} -> "
+          f"{', '.join(x for x in [cfg.output_topic and 'topic ' + cfg.output_topic, cfg.parquet_path and 'parquet ' + cfg.parquet_path] if x)}"
+          f" (checkpoint {cfg.checkpoint})", flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    deadline = time.monotonic() + args.timeout if args.timeout else None
+    seen = -1
+    try:
+        while query.isActive and not stop.is_set():
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            p = query.lastProgress
+            if p and p["batchId"] != seen:
+                seen = p["batchId"]
+                print(describe_progress(p), f"| windows written so far: {stats.windows_out}", flush=True)
+            stop.wait(1.0)
+    finally:
+        if query.isActive:
+            query.stop()
+        err = query.exception()
+        spark.stop()
+    if err is not None:
+        print(f"rivulet pipeline: the query failed: {err}", file=sys.stderr)
+        return 1
+    print(f"stopped after {stats.batches} batches; {stats.windows_out} windows written", flush=True)
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("pipeline", help="run the Spark streaming pipeline (windowed aggregates of JSON events)")
+    psub = p.add_subparsers(dest="pipeline_command", required=True)
+    r = psub.add_parser("run", help="run the pipeline described by a TOML file")
+    r.add_argument("--config", required=True, help="pipeline TOML (see examples/pipeline.toml)")
+    r.add_argument("--bootstrap-server", help="override [source] bootstrap_servers")
+    r.add_argument("--available-now", action="store_true", help="process what is there, then stop")
+    r.add_argument("--timeout", type=float, default=0, help="stop after this many seconds (0: run until stopped)")
+    r.set_defaults(func=run_main)

@@ -1,0 +1,633 @@
+"""The source: Spark's Kafka source options and semantics over Rivulet's wire client.
+
+Offsets are Spark's Kafka offsets: ``{topic: {partition: offset}}`` JSON, ends exclusive, -2
+for earliest and -1 for latest in user-given JSON. The driver side (planning) resolves offsets
+and splits ranges; the executor side (``read_range``) fetches one range and yields Arrow
+record batches. Everything that crosses to executors is plain data: the reader keeps its
+connections in attributes that are dropped when pickled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
+
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+
+from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.messages import fetch_request as fq
+from rivulet.spark import _wire
+from rivulet.spark._records import Chunk, decode_into, next_offset_after
+from rivulet.spark._wire import EARLIEST, LATEST, TP, Cluster
+
+log = logging.getLogger("rivulet.spark")
+
+OffsetMap = dict[TP, int]
+
+FAIL_ON_DATA_LOSS_HINT = (
+    "Some data may have been lost: the offsets are gone from the broker (aged out by retention, "
+    "removed by DeleteRecords, or the topic was deleted) before the query read them. If losing "
+    "them is acceptable, set the source option failOnDataLoss to false and the query will skip "
+    "them with a warning.")
+SKIP_HINT = ("Skipping them because failOnDataLoss is false; set it to true to fail the query "
+             "on data loss instead.")
+
+
+class DataLossError(RuntimeError):
+    """Offsets the query must read are no longer in the log (failOnDataLoss=true)."""
+
+
+def report_data_loss(message: str, fail: bool) -> None:
+    if fail:
+        raise DataLossError(f"{message}. {FAIL_ON_DATA_LOSS_HINT}")
+    log.warning("%s. %s", message, SKIP_HINT)
+
+
+# ---------------------------------------------------------------- options
+
+
+def _bool(v: Any, name: str) -> bool:
+    s = str(v).strip().lower()
+    if s in ("true", "1", "yes"):
+        return True
+    if s in ("false", "0", "no"):
+        return False
+    raise ValueError(f"option {name} must be true or false, got {v!r}")
+
+
+def parse_offsets_json(text: str, name: str) -> OffsetMap:
+    try:
+        obj = json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"option {name}: expected earliest, latest or JSON like "
+                         f'{{"topicA":{{"0":23,"1":-1}}}}, got {text!r} ({e})') from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"option {name}: expected a JSON object of topics, got {text!r}")
+    out: OffsetMap = {}
+    for topic, parts in obj.items():
+        if not isinstance(parts, dict):
+            raise ValueError(f"option {name}: expected {{partition: offset}} for topic {topic!r}")
+        for p, off in parts.items():
+            out[(str(topic), int(p))] = int(off)
+    return out
+
+
+def offsets_to_json(offsets: Mapping[TP, int]) -> dict[str, dict[str, int]]:
+    """Spark's Kafka offset layout: topics sorted, partitions sorted numerically."""
+    out: dict[str, dict[str, int]] = {}
+    for (t, p) in sorted(offsets):
+        out.setdefault(t, {})[str(p)] = int(offsets[(t, p)])
+    return out
+
+
+def offsets_from_json(obj: Mapping[str, Mapping[str, Any]] | None) -> OffsetMap:
+    return {(t, int(p)): int(o) for t, parts in (obj or {}).items() for p, o in parts.items()}
+
+
+@dataclass
+class SourceOptions:
+    """The reader's options, parsed once on the driver; picklable."""
+
+    bootstrap: str
+    subscribe: list[str] | None = None
+    pattern: str | None = None
+    assign: list[TP] | None = None
+    starting: str | OffsetMap = "latest"
+    ending: str | OffsetMap = "latest"
+    max_offsets_per_trigger: int | None = None
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
+    fail_on_data_loss: bool = True
+    include_headers: bool = True
+    read_committed: bool = True
+    group_id: str = ""
+    commit_offsets: bool = True
+    fetch_max_bytes: int = 16 << 20
+    fetch_max_wait_ms: int = 500
+    check_crcs: bool = True
+    poll_timeout_ms: int = 120_000
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], streaming: bool) -> "SourceOptions":
+        o = {str(k).lower(): str(v) for k, v in options.items()}
+        bootstrap = o.get("kafka.bootstrap.servers") or o.get("bootstrap.servers")
+        if not bootstrap:
+            raise ValueError("option kafka.bootstrap.servers (or bootstrap.servers) must be set")
+        strategies = [k for k in ("subscribe", "subscribepattern", "assign") if o.get(k, "").strip()]
+        if len(strategies) != 1:
+            raise ValueError("exactly one of the options subscribe, subscribePattern or assign must be set, "
+                             f"got {strategies or 'none'}")
+        opts = cls(bootstrap=bootstrap)
+        if "subscribe" in strategies:
+            opts.subscribe = sorted({t.strip() for t in o["subscribe"].split(",") if t.strip()})
+            if not opts.subscribe:
+                raise ValueError("option subscribe names no topic")
+        elif "subscribepattern" in strategies:
+            opts.pattern = o["subscribepattern"].strip()
+            re.compile(opts.pattern)
+        else:
+            try:
+                spec = json.loads(o["assign"])
+                opts.assign = sorted({(str(t), int(p)) for t, ps in spec.items() for p in ps})
+            except (ValueError, AttributeError, TypeError):
+                raise ValueError(f'option assign: expected JSON like {{"topicA":[0,1]}}, got {o["assign"]!r}') \
+                    from None
+        opts.starting = cls._bound(o.get("startingoffsets", "latest" if streaming else "earliest"),
+                                   "startingOffsets")
+        if opts.starting == "latest" and not streaming:
+            raise ValueError("startingOffsets=latest is not valid for batch queries")
+        if isinstance(opts.starting, dict) and not streaming and LATEST in opts.starting.values():
+            raise ValueError("startingOffsets: -1 (latest) is not valid for batch queries")
+        if "endingoffsets" in o:
+            if streaming:
+                raise ValueError("endingOffsets is not valid for streaming queries")
+            opts.ending = cls._bound(o["endingoffsets"], "endingOffsets")
+            if opts.ending == "earliest" or (isinstance(opts.ending, dict) and EARLIEST in opts.ending.values()):
+                raise ValueError("endingOffsets: earliest (-2) is not valid")
+        for key, attr in (("maxoffsetspertrigger", "max_offsets_per_trigger"), ("minpartitions", "min_partitions"),
+                          ("maxrecordsperpartition", "max_records_per_partition")):
+            if key in o:
+                n = int(o[key])
+                if n <= 0:
+                    raise ValueError(f"option {key} must be positive, got {n}")
+                setattr(opts, attr, n)
+        opts.fail_on_data_loss = _bool(o.get("failondataloss", "true"), "failOnDataLoss")
+        opts.include_headers = _bool(o.get("includeheaders", "true"), "includeHeaders")
+        iso = o.get("kafka.isolation.level", "read_committed").strip().lower()
+        if iso not in ("read_committed", "read_uncommitted"):
+            raise ValueError(f"kafka.isolation.level must be read_committed or read_uncommitted, got {iso!r}")
+        opts.read_committed = iso == "read_committed"
+        opts.commit_offsets = _bool(o.get("commitoffsets", "true"), "commitOffsets")
+        opts.check_crcs = _bool(o.get("kafka.check.crcs", "true"), "kafka.check.crcs")
+        if "kafka.fetch.max.bytes" in o:
+            opts.fetch_max_bytes = int(o["kafka.fetch.max.bytes"])
+        if "kafka.fetch.max.wait.ms" in o:
+            opts.fetch_max_wait_ms = int(o["kafka.fetch.max.wait.ms"])
+        if "kafkaconsumer.polltimeoutms" in o:
+            opts.poll_timeout_ms = int(o["kafkaconsumer.polltimeoutms"])
+        # The informational commits go to kafka.group.id if given; otherwise to a group named
+        # after what the query reads, stable across restarts so its lag stays visible.
+        opts.group_id = o.get("kafka.group.id", "")
+        if not opts.group_id:
+            what = json.dumps([opts.subscribe, opts.pattern, opts.assign, bootstrap], sort_keys=True)
+            prefix = o.get("groupidprefix", "spark-rivulet-source")
+            opts.group_id = f"{prefix}-{hashlib.sha1(what.encode()).hexdigest()[:12]}"
+        return opts
+
+    @staticmethod
+    def _bound(v: str, name: str) -> str | OffsetMap:
+        s = v.strip()
+        if s.lower() in ("earliest", "latest"):
+            return s.lower()
+        return parse_offsets_json(s, name)
+
+    @property
+    def isolation_level(self) -> int:
+        return 1 if self.read_committed else 0
+
+
+# ---------------------------------------------------------------- driver side
+
+
+class OffsetReader:
+    """What the driver asks the broker: partitions, earliest/latest offsets, commits."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self._cluster: Cluster | None = None
+
+    @property
+    def cluster(self) -> Cluster:
+        if self._cluster is None:
+            self._cluster = Cluster(self.opts.bootstrap, client_id="rivulet-spark-driver")
+        return self._cluster
+
+    def _retry(self, fn: Any, *args: Any) -> Any:
+        last: Exception | None = None
+        for attempt in range(4):
+            try:
+                return fn(*args)
+            except (OSError, ConnectionError) as e:
+                last = e
+                self.close()
+                time.sleep(0.2 * (attempt + 1))
+        raise ConnectionError(f"cannot reach the broker at {self.opts.bootstrap}: {last}")
+
+    def partitions(self) -> set[TP]:
+        return self._retry(self._partitions)
+
+    def _partitions(self) -> set[TP]:
+        o = self.opts
+        if o.assign is not None:
+            return set(o.assign)
+        if o.subscribe is not None:
+            found = self.cluster.metadata(o.subscribe)
+        else:
+            rx = re.compile(o.pattern or "")
+            found = {t: n for t, n in self.cluster.metadata(None).items() if rx.fullmatch(t)}
+        return {(t, p) for t, n in found.items() for p in range(n)}
+
+    def list(self, specs: dict[TP, int]) -> OffsetMap:
+        if not specs:
+            return {}
+        return self._retry(self.cluster.list_offsets, specs, self.opts.isolation_level)
+
+    def earliest(self, tps: set[TP] | None = None) -> OffsetMap:
+        return self.list({tp: EARLIEST for tp in (self.partitions() if tps is None else tps)})
+
+    def latest(self, tps: set[TP] | None = None) -> OffsetMap:
+        return self.list({tp: LATEST for tp in (self.partitions() if tps is None else tps)})
+
+    def resolve(self, bound: str | OffsetMap, name: str) -> OffsetMap:
+        """earliest / latest / specific offsets (with -2 and -1) to concrete offsets."""
+        tps = self.partitions()
+        if bound == "earliest":
+            return self.earliest(tps)
+        if bound == "latest":
+            return self.latest(tps)
+        assert isinstance(bound, dict)
+        if set(bound) != tps:
+            raise ValueError(
+                f"{name} with specific offsets must name every partition the query reads "
+                f"(-2 for earliest, -1 for latest). Given: {sorted(bound)}; partitions: {sorted(tps)}")
+        special = {tp: off for tp, off in bound.items() if off in (EARLIEST, LATEST)}
+        resolved = self.list(special)
+        return {tp: resolved.get(tp, off) for tp, off in bound.items()}
+
+    def commit(self, offsets: OffsetMap) -> None:
+        self._retry(self.cluster.commit_offsets, self.opts.group_id, offsets, "spark-rivulet-source")
+
+    def close(self) -> None:
+        if self._cluster is not None:
+            self._cluster.close()
+            self._cluster = None
+
+
+@dataclass
+class RangePartition(InputPartition):
+    """One Spark task's work: offsets [start, end) of one topic-partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
+        self.topic, self.partition, self.start, self.end = topic, partition, start, end
+
+
+def plan_ranges(start: OffsetMap, end: OffsetMap, reader: OffsetReader, fail_on_data_loss: bool) -> list[RangePartition]:
+    """Ranges for a batch from ``start`` to ``end``, with Spark's Kafka source's data-loss checks:
+    partitions that appeared start at their earliest offset (data loss if that is not 0),
+    partitions that disappeared and offsets that went backwards are data loss."""
+    new = set(end) - set(start)
+    new_start: OffsetMap = reader.earliest(new) if new else {}
+    if set(new_start) != new:
+        report_data_loss(f"Cannot find the earliest offsets of {sorted(new - set(new_start))}", fail_on_data_loss)
+    for tp, off in sorted(new_start.items()):
+        if off != 0:
+            report_data_loss(f"Added partition {tp[0]}-{tp[1]} starts from {off} instead of 0", fail_on_data_loss)
+    gone = set(start) - set(end)
+    if gone:
+        report_data_loss(f"Partitions {sorted(gone)} are gone", fail_on_data_loss)
+    froms = {**start, **new_start}
+    ranges: list[RangePartition] = []
+    for tp in sorted(end):
+        if tp not in froms:
+            continue
+        a, b = froms[tp], end[tp]
+        if b < a:
+            report_data_loss(f"Partition {tp[0]}-{tp[1]}'s offset went from {a} back to {b}", fail_on_data_loss)
+            continue
+        ranges.append(RangePartition(tp[0], tp[1], a, b))
+    o = reader.opts
+    return split_ranges([r for r in ranges if r.end > r.start], o.min_partitions, o.max_records_per_partition)
+
+
+def split_ranges(ranges: list[RangePartition], min_partitions: int | None,
+                 max_records: int | None) -> list[RangePartition]:
+    """Split big ranges: none above ``max_records``, and about ``min_partitions`` in all, in
+    proportion to size, as Spark's KafkaOffsetRangeCalculator does."""
+    def cut(r: RangePartition, parts: int) -> list[RangePartition]:
+        size = r.end - r.start
+        parts = max(1, min(parts, size))
+        bounds = [r.start + size * i // parts for i in range(parts + 1)]
+        return [RangePartition(r.topic, r.partition, bounds[i], bounds[i + 1]) for i in range(parts)]
+
+    if max_records:
+        ranges = [piece for r in ranges for piece in cut(r, -(-(r.end - r.start) // max_records))]
+    if min_partitions and len(ranges) < min_partitions:
+        total = sum(r.end - r.start for r in ranges)
+        if total > 0:
+            ranges = [piece for r in ranges
+                      for piece in cut(r, max(1, round((r.end - r.start) / total * min_partitions)))]
+    return ranges
+
+
+def rate_limit(limit: int, start: OffsetMap, latest: OffsetMap, new_start: OffsetMap) -> OffsetMap:
+    """Spread ``limit`` records over the partitions in proportion to their backlog, never
+    starving a partition with a backlog entirely (Spark's maxOffsetsPerTrigger)."""
+    sizes: dict[TP, int] = {}
+    for tp, end in latest.items():
+        begin = start.get(tp, new_start.get(tp))
+        if begin is not None and end - begin > 0:
+            sizes[tp] = end - begin
+    total = sum(sizes.values())
+    if total < 1:
+        return dict(latest)
+    out: OffsetMap = {}
+    for tp, end in latest.items():
+        if tp not in sizes:
+            out[tp] = end
+            continue
+        begin = start.get(tp, new_start.get(tp))
+        share = limit * sizes[tp] / total
+        n = int(share) if share >= 1 else (1 if share > 0 else 0)
+        out[tp] = min(end, begin + n)
+    return out
+
+
+class RivuletStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch reader: admission control, Trigger.AvailableNow, informational commits."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self._offsets = OffsetReader(opts)
+        self._available_now: OffsetMap | None = None
+        self._latest: OffsetMap = {}
+        self._reported: OffsetMap = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Executors get only the options: no sockets, no driver state.
+        return {"opts": self.opts}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["opts"])  # type: ignore[misc]
+
+    def initialOffset(self) -> dict:
+        return offsets_to_json(self._offsets.resolve(self.opts.starting, "startingOffsets"))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_offsets_per_trigger:
+            return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now = self._offsets.latest()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = offsets_from_json(start)
+        # Spark asks for the next batch only once the previous one is done, so `start` is
+        # processed: report it (Spark calls commit() late or, after the last batch of an
+        # AvailableNow run, never).
+        self._report_progress(begin)
+        if self._available_now is not None:
+            latest = dict(self._available_now)
+        else:
+            latest = self._offsets.latest()
+        self._latest = latest
+        if isinstance(limit, ReadMaxRows):
+            new = set(latest) - set(begin)
+            new_start = self._offsets.earliest(new) if new else {}
+            end = rate_limit(limit.max_rows, begin, latest, new_start)
+        else:
+            end = latest
+        return offsets_to_json(end)
+
+    def reportLatestOffset(self) -> dict | None:
+        return offsets_to_json(self._latest) if self._latest else None
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        return plan_ranges(offsets_from_json(start), offsets_from_json(end), self._offsets,
+                           self.opts.fail_on_data_loss)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return read_range(self.opts, partition)  # type: ignore[arg-type]
+
+    def commit(self, end: dict) -> None:
+        self._report_progress(offsets_from_json(end))
+
+    def _report_progress(self, offsets: OffsetMap) -> None:
+        # Information only (the checkpoint is the source of truth): lets `rivulet groups
+        # describe` show how far behind the query is.
+        if not self.opts.commit_offsets or not offsets or offsets == self._reported:
+            return
+        try:
+            self._offsets.commit(offsets)
+            self._reported = dict(offsets)
+        except Exception as e:  # never fail a query over its progress report
+            log.warning("could not commit offsets to group %s: %s", self.opts.group_id, e)
+
+    def stop(self) -> None:
+        self._offsets.close()
+
+
+class RivuletBatchReader(DataSourceReader):
+    """Batch reader over [startingOffsets, endingOffsets)."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+
+    def partitions(self) -> list[InputPartition]:
+        reader = OffsetReader(self.opts)
+        try:
+            start = reader.resolve(self.opts.starting, "startingOffsets")
+            end = reader.resolve(self.opts.ending, "endingOffsets")
+            if set(start) != set(end):
+                raise ValueError(f"startingOffsets and endingOffsets name different partitions: "
+                                 f"{sorted(set(start) ^ set(end))}")
+            ranges = []
+            for tp in sorted(end):
+                a, b = start[tp], end[tp]
+                if b < a:
+                    report_data_loss(f"Partition {tp[0]}-{tp[1]}: ending offset {b} is below starting offset {a}",
+                                     self.opts.fail_on_data_loss)
+                    continue
+                if b > a:
+                    ranges.append(RangePartition(tp[0], tp[1], a, b))
+            parts: list[InputPartition] = list(split_ranges(ranges, self.opts.min_partitions,
+                                                            self.opts.max_records_per_partition))
+        finally:
+            reader.close()
+        # Spark wants at least one partition; an empty range reads nothing.
+        return parts or [RangePartition("", -1, 0, 0)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return read_range(self.opts, partition)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- executor side
+
+
+def _fetch_request(opts: SourceOptions, tp: TP, offset: int, max_bytes: int) -> fq.FetchRequest:
+    return fq.FetchRequest(
+        replica_id=-1, max_wait_ms=opts.fetch_max_wait_ms, min_bytes=1, max_bytes=max_bytes,
+        isolation_level=opts.isolation_level, session_id=0, session_epoch=-1,
+        topics=[fq.FetchTopic(topic=tp[0], partitions=[fq.FetchPartition(
+            partition=tp[1], fetch_offset=offset, partition_max_bytes=max_bytes)])],
+        forgotten_topics_data=[], rack_id="")
+
+
+class _Fetcher:
+    """Fetches of one range on one connection, with at most one request ahead."""
+
+    def __init__(self, opts: SourceOptions, tp: TP) -> None:
+        self.opts = opts
+        self.tp = tp
+        self.cluster = _wire.pooled(opts.bootstrap)
+        self.node = -1
+        self.conn: _wire.Conn | None = None
+        self.ahead: int | None = None   # offset of the request in flight
+        self.bytes_per_record = 1024.0
+        self.floor = 0                  # raised when a batch did not fit the size asked for
+
+    def size_for(self, offset: int, end: int) -> int:
+        # Ask for about what the range still holds: a small micro-batch range must not pull
+        # (and decode) megabytes of backlog behind it.
+        want = int((end - offset) * self.bytes_per_record * 1.1) + 65536
+        return max(65536, self.floor, min(self.opts.fetch_max_bytes, want))
+
+    def send(self, offset: int, end: int) -> None:
+        if self.conn is None:
+            self.node = self.cluster.leader(self.tp)
+            self.conn = self.cluster.conn(self.node)
+        self.conn.submit(_fetch_request(self.opts, self.tp, offset, self.size_for(offset, end)))
+        self.ahead = offset
+
+    def receive(self) -> tuple[int, Any]:
+        assert self.conn is not None and self.ahead is not None
+        offset, self.ahead = self.ahead, None
+        resp = self.conn.receive()
+        if resp.error_code:
+            raise KafkaError(ErrorCode(resp.error_code), "Fetch")
+        for t in resp.responses:
+            for pd in t.partitions:
+                if pd.partition_index == self.tp[1]:
+                    return offset, pd
+        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"Fetch response without {self.tp}")
+
+    def reset(self) -> None:
+        """Forget the connection (and whatever it has in flight)."""
+        if self.conn is not None:
+            self.cluster.drop(self.node)
+        self.conn = None
+        self.ahead = None
+
+
+def read_range(opts: SourceOptions, rp: RangePartition) -> Iterator[Any]:
+    """Yield the records of [rp.start, rp.end) of one partition as Arrow record batches."""
+    if rp.end <= rp.start:
+        return
+    tp = (rp.topic, rp.partition)
+    end = rp.end
+    offset = rp.start
+    f = _Fetcher(opts, tp)
+    failures = 0
+    stalled_since: float | None = None
+    try:
+        while offset < end:
+            try:
+                if f.ahead is None:
+                    f.send(offset, end)
+                asked, pd = f.receive()
+            except (OSError, ConnectionError) as e:
+                failures += 1
+                if failures > 5:
+                    raise ConnectionError(f"fetching {tp[0]}-{tp[1]} at offset {offset}: {e}") from e
+                f.reset()
+                _wire.discard(opts.bootstrap)
+                f.cluster = _wire.pooled(opts.bootstrap)
+                time.sleep(0.2 * failures)
+                continue
+            assert asked == offset, (asked, offset)
+            code = pd.error_code
+            if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                failures += 1
+                if failures > 5:
+                    raise KafkaError(ErrorCode(code), f"Fetch {tp[0]}-{tp[1]} at offset {offset}")
+                offset = _out_of_range(f, opts, tp, offset, end)
+                continue
+            if code in _wire.RETRIABLE:
+                failures += 1
+                if failures > 20:
+                    raise KafkaError(ErrorCode(code), f"Fetch {tp[0]}-{tp[1]}")
+                f.reset()
+                f.cluster.leaders.pop(tp, None)
+                time.sleep(min(0.05 * 2 ** failures, 1.0))
+                continue
+            if code:
+                raise KafkaError(ErrorCode(code), f"Fetch {tp[0]}-{tp[1]} at offset {offset}")
+            failures = 0
+            records = pd.records
+            if records is None or len(records) == 0:
+                # Nothing at the offset although planning saw data up to `end`: the log ends
+                # before the range does (truncated, or the topic was recreated).
+                hw = pd.last_stable_offset if opts.read_committed and pd.last_stable_offset >= 0 \
+                    else pd.high_watermark
+                if hw <= offset:
+                    report_data_loss(f"{tp[0]}-{tp[1]}: offsets [{offset}, {end}) are not in the log "
+                                     f"(it ends at {hw})", opts.fail_on_data_loss)
+                    return
+                stalled_since = stalled_since or time.monotonic()
+                if time.monotonic() - stalled_since > opts.poll_timeout_ms / 1000:
+                    raise TimeoutError(f"cannot fetch {tp[0]}-{tp[1]} at offset {offset} within "
+                                       f"{opts.poll_timeout_ms} ms")
+                time.sleep(0.05)
+                continue
+            stalled_since = None
+            nxt = next_offset_after(records, offset, end)
+            if nxt <= offset:
+                # Only part of a batch came back (a broker without KIP-74): ask for more.
+                failures += 1
+                if failures > 20:
+                    raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{tp[0]}-{tp[1]}: no complete batch at {offset}")
+                f.floor = min(max(2 * len(records), 2 * f.floor, 1 << 20), 1 << 30)
+                continue
+            if offset < nxt < end:
+                f.send(nxt, end)  # the broker reads ahead while this response is decoded
+            aborted = [(a.first_offset, a.producer_id) for a in pd.aborted_transactions or []] \
+                if opts.read_committed else None
+            chunk = Chunk(opts.include_headers)
+            dec = decode_into(chunk, records, offset, end, opts.read_committed, aborted, opts.check_crcs)
+            if dec.first_offset is not None and dec.first_offset > offset and pd.log_start_offset > offset:
+                # Offsets below the log start were deleted before we read them. (Gaps above
+                # it are compaction or transaction markers: nothing is lost.)
+                report_data_loss(f"{tp[0]}-{tp[1]}: offsets [{offset}, {min(pd.log_start_offset, end)}) "
+                                 f"were deleted (log start offset {pd.log_start_offset})", opts.fail_on_data_loss)
+            if chunk.n:
+                lo, hi = chunk.bounds(offset, end)
+                f.bytes_per_record = max(16.0, len(records) / chunk.n)
+                if hi > lo:
+                    yield chunk.to_arrow(tp[0], tp[1], lo, hi)
+            if dec.next_offset <= offset:
+                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{tp[0]}-{tp[1]}: no complete batch at offset {offset}")
+            if dec.next_offset != nxt and f.ahead is not None:
+                f.reset()  # the request sent ahead asked for the wrong offset
+            offset = dec.next_offset
+    finally:
+        if f.ahead is not None:
+            f.reset()
+
+
+def _out_of_range(f: _Fetcher, opts: SourceOptions, tp: TP, offset: int, end: int) -> int:
+    """Spark's handling of an offset the log no longer has: fail, or skip to what remains."""
+    f.reset()
+    bounds = f.cluster.list_offsets({tp: EARLIEST}, opts.isolation_level)
+    earliest = bounds[tp]
+    latest = f.cluster.list_offsets({tp: LATEST}, opts.isolation_level)[tp]
+    report_data_loss(f"{tp[0]}-{tp[1]}: offset {offset} is out of range; the log holds [{earliest}, {latest})",
+                     opts.fail_on_data_loss)
+    if offset < earliest < end:
+        log.warning("%s-%d: skipping offsets [%d, %d)", tp[0], tp[1], offset, earliest)
+        return earliest
+    if earliest <= offset < latest:
+        return offset  # back in range (the log moved under us): try again
+    log.warning("%s-%d: skipping offsets [%d, %d)", tp[0], tp[1], offset, end)
+    return end

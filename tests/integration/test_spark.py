@@ -1,0 +1,499 @@
+"""The PySpark source and sink against a real broker, on local Spark (local[2], one session
+for the module): schema and values, offsets options, admission control, data loss, the
+informational commits, and the sink's no-duplicates guarantee on replay."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+pyspark = pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+
+# ---------------------------------------------------------------- shared helpers (also used by test_spark_pipeline)
+
+def topic_name(prefix: str = "t") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1) -> str:
+    from rivulet.admin import AdminClient, NewTopic
+    a = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        a.create_topics([NewTopic(name, partitions)])[name].result(30)
+    finally:
+        a.close()
+    return name
+
+
+def produce(bootstrap: str, topic: str, records: list[dict], **conf) -> None:
+    """Produce with librdkafka (independent of Rivulet's client). Each record: value, and
+    optionally key, partition, headers, timestamp."""
+    from confluent_kafka import Producer
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **conf})
+    for r in records:
+        kw = {k: r[k] for k in ("key", "headers", "timestamp") if k in r}
+        if "partition" in r:
+            kw["partition"] = r["partition"]
+        while True:
+            try:
+                p.produce(topic, r.get("value"), **kw)
+                break
+            except BufferError:
+                p.poll(0.1)
+    assert p.flush(60) == 0
+
+
+def consume_all(bootstrap: str, topic: str, partitions: int, isolation: str = "read_committed") -> list:
+    """Every message up to each partition's end, with librdkafka."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "check-" + uuid.uuid4().hex[:6],
+                  "isolation.level": isolation, "enable.partition.eof": True, "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    out, eof = [], set()
+    deadline = time.monotonic() + 60
+    while len(eof) < partitions and time.monotonic() < deadline:
+        m = c.poll(0.2)
+        if m is None:
+            continue
+        if m.error():
+            if m.error().code() == -191:
+                eof.add(m.partition())
+                continue
+            raise AssertionError(m.error())
+        out.append(m)
+    c.close()
+    assert len(eof) == partitions
+    return out
+
+
+def spark_session(tmp_root: Path):
+    from rivulet.spark.session import quiet_session
+    return quiet_session("local[2]", "rivulet-tests", {"spark.sql.shuffle.partitions": 2,
+                                                       "spark.default.parallelism": 2},
+                         log_path=tmp_root / "spark.log")
+
+
+def source(spark, bootstrap: str, topic: str, streaming: bool = True, **options):
+    r = spark.readStream if streaming else spark.read
+    r = r.format("rivulet").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+    for k, v in options.items():
+        r = r.option(k, str(v))
+    return r.load()
+
+
+def run_available_now(df, checkpoint: Path, sink: str = "parquet", path: Path | None = None, **options):
+    w = df.writeStream.format(sink).option("checkpointLocation", str(checkpoint)).trigger(availableNow=True)
+    if path is not None:
+        w = w.option("path", str(path))
+    for k, v in options.items():
+        w = w.option(k, str(v))
+    q = w.start()
+    q.awaitTermination(300)
+    assert not q.isActive, "the query did not finish"
+    if q.exception() is not None:
+        raise q.exception()
+    return q
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory):
+    root = tmp_path_factory.mktemp("spark")
+    s = spark_session(root)
+    yield s
+    s.stop()
+
+
+# ---------------------------------------------------------------- batch reads
+
+
+def test_batch_read_matches_what_was_produced(broker, spark):
+    t = create_topic(broker.bootstrap, topic_name(), 2)
+    recs = []
+    for i in range(600):
+        r = {"value": None if i % 50 == 7 else f"value-{i}".encode() * (1 + i % 3), "partition": i % 2,
+             "timestamp": 1_700_000_000_000 + i}
+        if i % 3:
+            r["key"] = f"k{i}".encode()
+        elif i % 6 == 3:
+            r["key"] = b""  # empty, not null
+        if i % 10 == 0:
+            r["headers"] = [("h1", f"x{i}".encode()), ("h2", None)]
+        recs.append(r)
+    produce(broker.bootstrap, t, recs)
+    df = source(spark, broker.bootstrap, t, streaming=False)
+    assert [f.name for f in df.schema.fields] == ["key", "value", "topic", "partition", "offset", "timestamp",
+                                                  "timestampType", "headers"]
+    rows = df.orderBy("partition", "offset").collect()
+    assert len(rows) == 600
+    expected = sorted(recs, key=lambda r: r["partition"])
+    for p in (0, 1):
+        mine = [r for r in rows if r.partition == p]
+        theirs = [r for r in expected if r["partition"] == p]
+        assert [r.offset for r in mine] == list(range(len(theirs)))
+        for got, want in zip(mine, theirs):
+            assert got.topic == t
+            assert got.key == want.get("key")
+            assert got.value == want["value"]
+            assert int(got.timestamp.timestamp() * 1000) == want["timestamp"]
+            assert got.timestampType == 0
+            if "headers" in want:
+                assert [(h.key, h.value) for h in got.headers] == want["headers"]
+            else:
+                assert got.headers is None
+    without = source(spark, broker.bootstrap, t, streaming=False, includeHeaders="false")
+    assert "headers" not in without.columns and without.count() == 600
+
+
+def test_compressed_batches_and_log_append_time(broker, spark):
+    t = create_topic(broker.bootstrap, topic_name(), 1)
+    from rivulet.admin import AdminClient, ConfigResource
+    a = AdminClient({"bootstrap.servers": broker.bootstrap})
+    a.alter_configs([ConfigResource("topic", t, {"message.timestamp.type": "LogAppendTime"})])[
+        ConfigResource("topic", t)].result(30)
+    a.close()
+    for codec in ("gzip", "lz4", "zstd", "snappy"):
+        produce(broker.bootstrap, t, [{"value": f"{codec}-{i}".encode(), "key": b"k"} for i in range(300)],
+                **{"compression.type": codec})
+    rows = source(spark, broker.bootstrap, t, streaming=False).orderBy("offset").collect()
+    assert [r.value for r in rows] == [f"{c}-{i}".encode() for c in ("gzip", "lz4", "zstd", "snappy")
+                                       for i in range(300)]
+    assert {r.timestampType for r in rows} == {1}
+
+
+def test_starting_and_ending_offsets_json(broker, spark, tmp_path):
+    t = create_topic(broker.bootstrap, topic_name(), 2)
+    produce(broker.bootstrap, t, [{"value": f"{p}:{i}".encode(), "partition": p} for p in (0, 1) for i in range(100)])
+    start = json.dumps({t: {"0": 10, "1": -2}})
+    end = json.dumps({t: {"0": 20, "1": -1}})
+    got = source(spark, broker.bootstrap, t, streaming=False, startingOffsets=start, endingOffsets=end) \
+        .select("partition", "offset").collect()
+    assert sorted((r.partition, r.offset) for r in got) == \
+        [(0, o) for o in range(10, 20)] + [(1, o) for o in range(100)]
+
+    # Streaming: the JSON start is honoured; -1 means latest.
+    q = run_available_now(source(spark, broker.bootstrap, t, startingOffsets=json.dumps({t: {"0": 95, "1": -1}})),
+                          tmp_path / "cp", path=tmp_path / "out")
+    got = spark.read.parquet(str(tmp_path / "out")).select("partition", "offset").collect()
+    assert sorted((r.partition, r.offset) for r in got) == [(0, o) for o in range(95, 100)]
+    assert q.lastProgress is not None
+
+    with pytest.raises(Exception, match="every partition"):
+        source(spark, broker.bootstrap, t, streaming=False, startingOffsets=json.dumps({t: {"0": 0}})).count()
+    with pytest.raises(Exception, match="not valid for batch"):
+        source(spark, broker.bootstrap, t, streaming=False, startingOffsets="latest").count()
+
+
+def test_assign_and_subscribe_pattern(broker, spark):
+    prefix = topic_name("pat")
+    a, b = create_topic(broker.bootstrap, prefix + "-a", 2), create_topic(broker.bootstrap, prefix + "-b", 1)
+    produce(broker.bootstrap, a, [{"value": b"a", "partition": i % 2} for i in range(40)])
+    produce(broker.bootstrap, b, [{"value": b"b"} for _ in range(10)])
+    def r():  # DataFrameReader accumulates options: a fresh one per query
+        return spark.read.format("rivulet").option("bootstrap.servers", broker.bootstrap)
+    got = r().option("subscribePattern", prefix + "-.*").load().groupBy("topic").count().collect()
+    assert {x.topic: x["count"] for x in got} == {a: 40, b: 10}
+    got = r().option("assign", json.dumps({a: [1]})).load().select("topic", "partition").distinct().collect()
+    assert [(x.topic, x.partition) for x in got] == [(a, 1)]
+
+
+def test_reader_pickles_without_its_connections(broker):
+    """Spark ships the stream reader to executors: its sockets must stay behind."""
+    import pickle
+    from rivulet.spark.source import RivuletStreamReader, SourceOptions
+    t = create_topic(broker.bootstrap, topic_name(), 2)
+    reader = RivuletStreamReader(SourceOptions.parse({"kafka.bootstrap.servers": broker.bootstrap,
+                                                      "subscribe": t}, streaming=True))
+    assert reader.initialOffset() == {t: {"0": 0, "1": 0}}
+    assert reader._offsets._cluster is not None  # the driver side is connected
+    clone = pickle.loads(pickle.dumps(reader))
+    assert clone._offsets._cluster is None and clone.opts == reader.opts
+    reader.stop()
+
+
+# ---------------------------------------------------------------- streaming
+
+
+def test_max_offsets_per_trigger_bounds_every_batch(broker, spark, tmp_path):
+    t = create_topic(broker.bootstrap, topic_name(), 3)
+    # Uneven backlog: the limit is shared in proportion to it.
+    counts = {0: 3000, 1: 1500, 2: 500}
+    produce(broker.bootstrap, t, [{"value": b"x" * 20, "partition": p} for p, n in counts.items() for _ in range(n)])
+    q = run_available_now(source(spark, broker.bootstrap, t, startingOffsets="earliest", maxOffsetsPerTrigger=1000),
+                          tmp_path / "cp", path=tmp_path / "out")
+    progress = [p for p in q.recentProgress if p["numInputRows"] > 0]
+    assert len(progress) >= 5
+    assert all(p["numInputRows"] <= 1000 for p in progress)
+    assert sum(p["numInputRows"] for p in progress) == 5000
+    first = json.loads(progress[0]["sources"][0]["endOffset"])[t]
+    assert (int(first["0"]), int(first["1"]), int(first["2"])) == (600, 300, 100)
+    out = spark.read.parquet(str(tmp_path / "out"))
+    assert out.count() == 5000 == out.select("topic", "partition", "offset").distinct().count()
+
+
+def test_processed_offsets_are_committed_to_a_group(broker, spark, tmp_path):
+    t = create_topic(broker.bootstrap, topic_name(), 2)
+    produce(broker.bootstrap, t, [{"value": b"v", "partition": i % 2} for i in range(300)])
+    group = "spark-" + t
+    run_available_now(source(spark, broker.bootstrap, t, startingOffsets="earliest", **{"kafka.group.id": group}),
+                      tmp_path / "cp", path=tmp_path / "out")
+    from rivulet import TopicPartition
+    from rivulet.admin import AdminClient, ConsumerGroupTopicPartitions
+    a = AdminClient({"bootstrap.servers": broker.bootstrap})
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            res = a.list_consumer_group_offsets([ConsumerGroupTopicPartitions(
+                group, [TopicPartition(t, 0), TopicPartition(t, 1)])])[group].result(10)
+            offsets = {tp.partition: tp.offset for tp in res.topic_partitions}
+            if offsets == {0: 150, 1: 150} or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    finally:
+        a.close()
+    assert offsets == {0: 150, 1: 150}
+
+
+def _delete_records(bootstrap: str, topic: str, partition: int, before: int) -> None:
+    from rivulet import TopicPartition
+    from rivulet.admin import AdminClient
+    a = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        for f in a.delete_records([TopicPartition(topic, partition, before)]).values():
+            f.result(30)
+    finally:
+        a.close()
+
+
+def test_fail_on_data_loss_after_delete_records(broker, spark, tmp_path):
+    t = create_topic(broker.bootstrap, topic_name(), 1)
+    produce(broker.bootstrap, t, [{"value": str(i).encode()} for i in range(500)])
+    cp, out = tmp_path / "cp", tmp_path / "out"
+    run_available_now(source(spark, broker.bootstrap, t, startingOffsets="earliest"), cp, path=out)
+    # More data arrives, and then part of it is deleted before the query reads it.
+    produce(broker.bootstrap, t, [{"value": str(i).encode()} for i in range(500, 1000)])
+    _delete_records(broker.bootstrap, t, 0, 700)
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        run_available_now(source(spark, broker.bootstrap, t, startingOffsets="earliest"), cp, path=out)
+    # The same query, told to skip what is gone, goes on from the log start.
+    run_available_now(source(spark, broker.bootstrap, t, startingOffsets="earliest", failOnDataLoss="false"),
+                      cp, path=out)
+    offsets = sorted(r.offset for r in spark.read.parquet(str(out)).select("offset").collect())
+    assert offsets == list(range(500)) + list(range(700, 1000))
+
+    # Batch queries: the same rule for a range that starts below the log start.
+    start = json.dumps({t: {"0": 600}})
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        source(spark, broker.bootstrap, t, streaming=False, startingOffsets=start).count()
+    assert source(spark, broker.bootstrap, t, streaming=False, startingOffsets=start,
+                  failOnDataLoss="false").count() == 300
+
+
+# ---------------------------------------------------------------- sink
+
+
+def test_batch_write_takes_spark_kafka_sink_columns(broker, spark):
+    t1 = create_topic(broker.bootstrap, topic_name("w"), 3)
+    t2 = create_topic(broker.bootstrap, topic_name("w"), 1)
+    from pyspark.sql import functions as F
+    df = spark.range(300).select(
+        F.col("id").cast("string").alias("key"),
+        F.concat(F.lit("v"), F.col("id").cast("string")).alias("value"),
+        F.when(F.col("id") % 2 == 0, F.lit(t1)).otherwise(F.lit(t2)).alias("topic"),
+        F.when((F.col("id") % 2 == 0) & (F.col("id") < 30), F.lit(2)).otherwise(F.lit(None).cast("int"))
+        .alias("partition"),
+        F.array(F.struct(F.lit("n").alias("key"), F.col("id").cast("string").cast("binary").alias("value")))
+        .alias("headers"))
+    df.write.format("rivulet").option("kafka.bootstrap.servers", broker.bootstrap).mode("append").save()
+    msgs = consume_all(broker.bootstrap, t1, 3) + consume_all(broker.bootstrap, t2, 1)
+    assert len(msgs) == 300
+    by_key = {int(m.key()): m for m in msgs}
+    assert sorted(by_key) == list(range(300))
+    for i, m in by_key.items():
+        assert m.value() == f"v{i}".encode()
+        assert m.topic() == (t1 if i % 2 == 0 else t2)
+        assert m.headers() == [("n", str(i).encode())]
+        if i % 2 == 0 and i < 30:
+            assert m.partition() == 2
+    # A keyed row goes where Kafka's default partitioner puts it.
+    from rivulet.client.partitioner import murmur2_partition
+    assert all(m.partition() == murmur2_partition(m.key(), 3) for i, m in by_key.items() if i % 2 == 0 and i >= 30)
+
+
+def test_replayed_stream_batch_does_not_duplicate(broker, spark, tmp_path):
+    src = create_topic(broker.bootstrap, topic_name("src"), 2)
+    dst = create_topic(broker.bootstrap, topic_name("dst"), 2)
+    produce(broker.bootstrap, src, [{"value": f"e{i}".encode(), "key": f"k{i}".encode()} for i in range(3000)])
+    cp = tmp_path / "cp"
+
+    def run():
+        df = source(spark, broker.bootstrap, src, startingOffsets="earliest", maxOffsetsPerTrigger=1000)
+        return run_available_now(df.select("key", "value"), cp, sink="rivulet", topic=dst,
+                                 **{"kafka.bootstrap.servers": broker.bootstrap})
+
+    q = run()
+    assert sum(p["numInputRows"] for p in q.recentProgress) == 3000
+    # A crash after the sink committed batch 2 but before Spark recorded the batch: Spark
+    # replays it on restart.
+    last = max(int(p.name) for p in (cp / "commits").iterdir() if p.name.isdigit())
+    (cp / "commits" / str(last)).unlink()
+    (cp / "commits" / f".{last}.crc").unlink(missing_ok=True)
+    q = run()
+    assert [p["batchId"] for p in q.recentProgress if p["numInputRows"]] == [last]
+    values = sorted(m.value() for m in consume_all(broker.bootstrap, dst, 2))
+    assert values == sorted(f"e{i}".encode() for i in range(3000))
+
+
+def test_sink_task_retry_after_a_partial_write(broker):
+    """An attempt that produced rows but died before committing leaves nothing visible; the
+    retry writes every row once. A retry of a committed task writes nothing."""
+    import pyarrow as pa
+    from rivulet.spark.sink import SinkOptions, TxnProducer, iter_rows, transactional_id, write_partition
+    from rivulet.spark import _wire
+    dst = create_topic(broker.bootstrap, topic_name("retry"), 2)
+    opts = SinkOptions(bootstrap=broker.bootstrap, topic=dst)
+
+    def rows():
+        return iter([pa.RecordBatch.from_pydict({"key": [f"k{i}" for i in range(500)],
+                                                 "value": [f"v{i}" for i in range(500)]})])
+
+    dying = TxnProducer(_wire.Cluster(broker.bootstrap), transactional_id("q1", 7), 60000)
+    dying.init()
+    for topic, part, rec in iter_rows(rows(), dst):
+        dying.append(topic, part, rec)
+    dying.flush()  # produced, never committed: the task "dies" here
+    assert len(consume_all(broker.bootstrap, dst, 2, "read_uncommitted")) == 500
+
+    first = write_partition(opts, rows(), "q1", 3, 7)
+    assert (first.rows, first.skipped) == (500, False)
+    again = write_partition(opts, rows(), "q1", 3, 7)
+    assert again.skipped and again.rows == 0
+    assert sorted(m.value() for m in consume_all(broker.bootstrap, dst, 2)) == sorted(f"v{i}".encode()
+                                                                                      for i in range(500))
+    nxt = write_partition(opts, rows(), "q1", 4, 7)  # the next batch is written
+    assert nxt.rows == 500 and len(consume_all(broker.bootstrap, dst, 2)) == 1000
+
+
+def test_read_committed_hides_aborted_transactions(broker, spark):
+    """The source's default isolation skips aborted transactions and control markers;
+    read_uncommitted sees everything, as Kafka's consumers do."""
+    from confluent_kafka import Producer
+    t = create_topic(broker.bootstrap, topic_name("txn"), 1)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tx-" + t})
+    p.init_transactions()
+    for outcome in ("commit", "abort", "commit"):
+        p.begin_transaction()
+        for i in range(100):
+            p.produce(t, f"{outcome}-{i}".encode())
+        p.flush()
+        (p.commit_transaction if outcome == "commit" else p.abort_transaction)()
+    committed = source(spark, broker.bootstrap, t, streaming=False).collect()
+    assert len(committed) == 200 and all(r.value.startswith(b"commit") for r in committed)
+    everything = source(spark, broker.bootstrap, t, streaming=False,
+                        **{"kafka.isolation.level": "read_uncommitted"}).count()
+    assert everything == 300
+
+
+# ---------------------------------------------------------------- the decoder (no Spark, no broker)
+
+
+def _varint_len(buf: bytes, q: int) -> int:
+    n = 1
+    while buf[q] >= 0x80:
+        q += 1
+        n += 1
+    return n
+
+
+@pytest.mark.parametrize("shape", ["vectorized", "per-record loop", "wide varints"])
+def test_decoder_matches_the_reference_decoder(shape, monkeypatch):
+    """Odd shapes through both decoding paths: 1-3 byte varints (and wider, which fall back to
+    the loop), big keys and values, timestamps jumping back and forth, null and empty keys and
+    values, headers, every codec, and offset gaps as compaction leaves them; compared with
+    rivulet.protocol.records."""
+    import random
+
+    from rivulet.protocol.records import HEADER_SIZE, Record, decode_records, encode_batch, iter_batches
+    from rivulet.spark import _records
+    from rivulet.spark._records import Chunk, decode_into
+
+    if shape == "per-record loop":
+        monkeypatch.setattr(_records, "VECTOR_MIN_RECORDS", 1 << 40)
+    jumps = (0, 5, 300, 70_000, -400_000) + ((9_000_000,) if shape == "wide varints" else ())
+    rng = random.Random(11)
+    recs = []
+    for i in range(700):
+        key = None if i % 5 == 0 else b"" if i % 5 == 1 else bytes(rng.randrange(256) for _ in range(
+            rng.choice((1, 70, 300))))
+        value = None if i % 11 == 0 else b"" if i % 11 == 1 else bytes(rng.randrange(256) for _ in range(
+            rng.choice((3, 100, 9000, 20000))))
+        headers = [("a", b"1"), ("b", None)] if i % 7 == 0 else []
+        recs.append(Record(0, 1_700_000_000_000 + rng.choice(jumps), key, value, headers))
+    blob = b"".join(encode_batch(recs[i:i + 100], base_offset=i, compression=c)
+                    for i, c in zip(range(0, 700, 100), (0, 1, 2, 3, 4, 0, 0)))
+    want = [r for b in decode_records(blob) for r in b.records]
+    chunk = Chunk(True)
+    dec = decode_into(chunk, blob, 0, 10_000, False, None)
+    assert dec.next_offset == 700 and chunk.n == 700
+    rb = chunk.to_arrow("t", 3).to_pydict()
+    assert chunk.vectorized == (shape == "vectorized")
+    assert rb["offset"] == [r.offset for r in want]
+    assert rb["key"] == [r.key for r in want]
+    assert rb["value"] == [r.value for r in want]
+    assert [int(t.timestamp() * 1000) for t in rb["timestamp"]] == [r.timestamp for r in want]
+    assert rb["headers"] == [[{"key": k, "value": v} for k, v in r.headers] or None for r in want]
+    assert set(rb["partition"]) == {3} and set(rb["topic"]) == {"t"}
+    without = Chunk(False)
+    decode_into(without, blob, 0, 10_000, False, None)
+    assert without.to_arrow("t", 3).to_pydict()["value"] == rb["value"]
+
+    # Starting inside a batch and ending inside another: rows outside [from, until) are trimmed.
+    chunk = Chunk(False)
+    dec = decode_into(chunk, blob, 150, 420, False, None)
+    got = chunk.to_arrow("t", 0, *chunk.bounds(150, 420)).to_pydict()
+    assert got["offset"] == list(range(150, 420)) and dec.next_offset == 500
+
+    # A compacted batch: records 0, 3, 4, 9 of 300 survive; the offset deltas keep the gaps.
+    batch = encode_batch([Record(0, 5, b"k%d" % i, b"v%d" % i, []) for i in range(300)], base_offset=50)
+    raw = batch[HEADER_SIZE:]
+    parts, q = [], 0
+    while q < len(raw):
+        n = _varint_len(raw, q)
+        size_zz = sum((b & 0x7F) << (7 * j) for j, b in enumerate(raw[q:q + n]))
+        parts.append(raw[q:q + n + (size_zz >> 1)])
+        q += n + (size_zz >> 1)
+    kept = [0, 3, 4, 9] + list(range(20, 300))
+    chunk = Chunk(False)
+    chunk.add(b"".join(parts[i] for i in kept), 50, 5, len(kept), False, None)
+    got = chunk.to_arrow("t", 0).to_pydict()
+    assert got["offset"] == [50 + i for i in kept] and got["value"] == [b"v%d" % i for i in kept]
+    assert next(iter_batches(batch))[1].records_count == 300
+
+
+def test_decoder_uniform_runs():
+    """Same-shaped records are placed by stride runs (timestamp and offset deltas growing a
+    byte mid-batch), an odd record in the middle starts new runs, and every record is still
+    where the reference decoder finds it."""
+    from rivulet.protocol.records import Record, decode_records, encode_batch
+    from rivulet.spark._records import Chunk, decode_into
+
+    def batch(base: int, odd: int | None) -> bytes:
+        return encode_batch([Record(0, 1_700_000_000_000 + i // 20, b"%08d" % i,
+                                    bytes([i % 251]) * (101 if i == odd else 100), []) for i in range(10_000)],
+                            base_offset=base)
+    blob = batch(0, None) + batch(10_000, 5_000) + batch(20_000, 9_999)
+    want = [r for b in decode_records(blob) for r in b.records]
+    chunk = Chunk(False)
+    decode_into(chunk, blob, 0, 10 ** 9, False, None)
+    rb = chunk.to_arrow("t", 0).to_pydict()
+    assert chunk.vectorized
+    assert rb["offset"] == [r.offset for r in want]
+    assert rb["key"] == [r.key for r in want] and rb["value"] == [r.value for r in want]
+    assert [int(t.timestamp() * 1000) for t in rb["timestamp"]] == [r.timestamp for r in want]
