@@ -54,6 +54,7 @@ from rivulet.testing import BrokerProcess  # noqa: E402
 from tests import java_tools  # noqa: E402
 
 PARTITIONS = 4
+JAVA_LATENCY_RECORDS = 2000
 LATENCY_RATE = 5000
 GROUP_MEMBERS = 10
 
@@ -231,6 +232,15 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
             results[f"lat_{q}"] = r[q]
     attempt(f"end-to-end latency at {LATENCY_RATE} msg/s", lat)
 
+    def jlat() -> None:
+        # Kafka's own EndToEndLatency: one record at a time, acks=all, round trip per record.
+        topic = _topic("jlat")
+        create_topic(bs, topic, 1)
+        r = java_tools.end_to_end_latency(bs, topic, num_records=JAVA_LATENCY_RECORDS, record_size=100, acks="all")
+        results["jlat_avg"] = r.avg_ms
+        results["jlat_p99"] = float(r.p99_ms)
+    attempt("Java EndToEndLatency", jlat)
+
     def grp() -> None:
         host, port = bs.rsplit(":", 1)
 
@@ -264,6 +274,8 @@ def _declare_figures() -> None:
             _figure(f"java_cons_{size}_{suffix}", f"consume {label}, full topic, Java ConsumerPerformance", unit, True)
     for q, name in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9")):
         _figure(f"lat_{q}", f"end-to-end latency {name} at {LATENCY_RATE:,} msg/s", "ms", False)
+    _figure("jlat_avg", "Java EndToEndLatency average (acks=all, one at a time)", "ms", False)
+    _figure("jlat_p99", "Java EndToEndLatency p99 (whole ms)", "ms", False)
     _figure("group_stable", f"{GROUP_MEMBERS}-member group start -> Stable", "ms", False)
     _figure("startup", "start-up to first Metadata response", "s", False)
     _figure("rss", "broker RSS after the run", "MiB", False)
