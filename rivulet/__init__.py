@@ -32,6 +32,7 @@ _CLIENT_NAMES = {
     "ConfigException": "rivulet.client.errors",
     "NoOffsetForPartitionError": "rivulet.client.consumer",
     "murmur2": "rivulet.client.partitioner",
+    "ConsumerGroupMetadata": "rivulet.client.transactions",
 }
 
 __all__ = ["__version__", "version", "libversion", *_CLIENT_NAMES]

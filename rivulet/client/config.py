@@ -96,6 +96,7 @@ PROPS: list[Prop] = [
     Prop("on_delivery", "callable", None, PROD, ("delivery.report.cb",)),
     Prop("delivery.report.only.error", "bool", False, PROD),
     Prop("transactional.id", "str", None, PROD),
+    Prop("transaction.timeout.ms", "int", 60000, PROD, lo=1000, hi=INT32_MAX),
     Prop("sticky.partitioning.linger.ms", "int", 10, PROD, ignored=True),
     # ---- consumer
     Prop("group.id", "str", None, CONS),
@@ -234,7 +235,14 @@ def _check(c: Config, role: str) -> None:
         raise ConfigException(f"Invalid value for configuration property \"bootstrap.servers\": {e}") from None
     if role == P:
         if c["transactional.id"] is not None:
-            raise ConfigException("transactional.id: transactions are not supported by this client yet")
+            # A transactional producer is an idempotent one, acks=all (as in Java and librdkafka).
+            if not c["transactional.id"]:
+                raise ConfigException("transactional.id must not be empty")
+            if c["enable.idempotence"] is False:
+                raise ConfigException("transactional.id requires enable.idempotence=true")
+            if c["acks"] != -1:
+                raise ConfigException("transactional.id requires acks=all")
+            c["enable.idempotence"] = True
         idem = c["enable.idempotence"]
         if idem:  # explicitly on: conflicting settings are errors, as in Java
             if c["acks"] != -1:

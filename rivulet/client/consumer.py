@@ -539,6 +539,16 @@ class AIOConsumer:
         for p in _tps(offsets or []):
             self._stored[(p.topic, p.partition)] = OffsetAndMetadata(p.offset, p.metadata, p.leader_epoch)
 
+    def consumer_group_metadata(self) -> Any:
+        """The group's id, generation and member id, for a transactional producer's
+        send_offsets_to_transaction()."""
+        from rivulet.client.transactions import ConsumerGroupMetadata
+        if not self.group_id:
+            raise E.KafkaException(E.local("_INVALID_ARG", "consumer_group_metadata() needs group.id"))
+        c = self.coordinator
+        return ConsumerGroupMetadata(self.group_id, c.generation if c is not None else -1,
+                                     c.member_id if c is not None else "", self.conf["group.instance.id"])
+
     def memberid(self) -> str | None:
         return self.coordinator.member_id if self.coordinator is not None else None
 

@@ -39,6 +39,7 @@ from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.errors import KafkaError as ProtocolError
 from rivulet.protocol.messages import init_producer_id_request as ipq
 from rivulet.protocol.messages import produce_request as prq
+from rivulet.protocol.records import encode_batch as _encode_batch
 
 log = logging.getLogger("rivulet.producer")
 
@@ -191,6 +192,11 @@ class AIOProducer:
         self.error_cb: Callable | None = c["error_cb"]
         if self.error_cb is not None:
             self.client.on_broker_down = self._broker_down
+        self.transactional_id: str | None = c["transactional.id"]
+        self.txn = None
+        if self.transactional_id is not None:
+            from rivulet.client.transactions import TransactionManager
+            self.txn = TransactionManager(self, self.transactional_id, c["transaction.timeout.ms"])
 
     def _broker_down(self, node: int, exc: BaseException) -> None:
         """error_cb, as librdkafka calls it: a broker became unreachable (the client retries)."""
@@ -208,7 +214,8 @@ class AIOProducer:
         if self._started:
             return
         self._started = True
-        self._accepting = self._fatal is None and not self._closed
+        # A transactional producer accepts records only inside a transaction.
+        self._accepting = self._fatal is None and not self._closed and self.txn is None
         self.loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._wakeup = asyncio.Event()
@@ -318,6 +325,10 @@ class AIOProducer:
             raise KafkaException(self._fatal)
         if self._closed:
             raise KafkaException(E.local("_DESTROY", "the producer is closed"))
+        if self.txn is not None and self._started:
+            self.txn._raise_fatal()
+            raise KafkaException(E.local("_STATE", f"produce() outside a transaction (the transactional producer "
+                                                   f"is {self.txn.state}): call begin_transaction() first"))
         raise KafkaException(E.local("_STATE", "the producer is not started (await start())"))
 
     @staticmethod
@@ -369,6 +380,44 @@ class AIOProducer:
         finally:
             with self.acc.lock:
                 self.acc.flushing -= 1
+
+    # ------------------------------------------------------------ transactions
+    def _txn_manager(self) -> Any:
+        if self.txn is None:
+            raise KafkaException(E.local("_NOT_CONFIGURED", "transactions need transactional.id to be set"))
+        if self._closed:
+            raise KafkaException(E.local("_DESTROY", "the producer is closed"))
+        return self.txn
+
+    @staticmethod
+    def _deadline(timeout: float | None) -> float:
+        return time.monotonic() + (1e9 if timeout is None or timeout < 0 else timeout)
+
+    async def init_transactions(self, timeout: float | None = None) -> None:
+        """Get the transactional id's producer id and epoch, fencing older producers with the same
+        transactional id and finishing (aborting) whatever transaction they left open."""
+        txn = self._txn_manager()
+        if not self._started:
+            await self.start()
+        await txn.init(self._deadline(timeout))
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: produce() is accepted until commit or abort."""
+        self._txn_manager().begin()
+        self._accepting = not self._closed and self._fatal is None
+
+    async def send_offsets_to_transaction(self, offsets: list[Any], group_metadata: Any,
+                                          timeout: float | None = None) -> None:
+        """Commit a consumer group's offsets as part of the transaction (visible on commit only)."""
+        await self._txn_manager().send_offsets(list(offsets), group_metadata, self._deadline(timeout))
+
+    async def commit_transaction(self, timeout: float | None = None) -> None:
+        """Flush everything produced in the transaction, then commit it."""
+        await self._txn_manager().end(True, self._deadline(timeout))
+
+    async def abort_transaction(self, timeout: float | None = None) -> None:
+        """Drop what is still queued, wait for what is in flight, then abort the transaction."""
+        await self._txn_manager().end(False, self._deadline(timeout))
 
     async def list_topics(self, topic: str | None = None, timeout: float | None = None) -> ClusterMetadata:
         resp = await wait_future(self.client.fetch_metadata(None if topic is None else [topic]), timeout)
@@ -443,13 +492,15 @@ class AIOProducer:
     async def _run(self) -> None:
         acc = self.acc
         wakeup = self._wakeup
-        pid_pending = self._want_idempotence  # no answer about a producer id yet
+        txn = self.txn
+        # A transactional producer gets its id from init_transactions().
+        pid_pending = self._want_idempotence and txn is None  # no answer about a producer id yet
         pid_retry_at = 0.0
         try:
             while True:
                 wakeup.clear()
                 now = time.monotonic()
-                if (pid_pending or (self.idem.enabled and self.idem.reset_needed)) \
+                if (pid_pending or (self.idem.enabled and self.idem.reset_needed and txn is None)) \
                         and not self._requests_in_flight() and now >= pid_retry_at:
                     if await self._init_idempotence():
                         pid_pending = False
@@ -463,6 +514,10 @@ class AIOProducer:
                     ready, next_in, unknown = acc.ready(now, self._leader, self._node_ok)
                     # Until the producer id is known (or refused), nothing may go out unnumbered.
                     can_send = self.idem.can_send if (self.idem.enabled or pid_pending) else _always
+                    if txn is not None:
+                        # A partition joins the transaction (AddPartitionsToTxn) before its first batch.
+                        txn.partitions_to_add([tp for tp, dq in acc.batches.items() if dq])
+                        can_send = self._txn_can_send
                     for node in ready:
                         self._drain_start += 1
                         batches = acc.drain(node, self.max_request_size, self._leader, now, can_send,
@@ -480,7 +535,9 @@ class AIOProducer:
                     t.add_done_callback(self._tasks.discard)
                 if acc.unpartitioned:
                     next_in = min(next_in, 0.05)
-                if pid_pending or self.idem.reset_needed:
+                if txn is not None and txn.pending:
+                    next_in = min(next_in, 0.05)
+                if pid_pending or (self.idem.reset_needed and txn is None):
                     next_in = min(next_in, max(0.0, pid_retry_at - time.monotonic()) or self.backoff)
                 if sends:
                     # More may be ready right away (other brokers, or the next full batch).
@@ -499,6 +556,21 @@ class AIOProducer:
             self._fatal = self._fatal or KafkaError.from_exception(e)
             self._accepting = False
             self._fail_queued(self._fatal)
+
+    def _txn_can_send(self, b: ProducerBatch) -> bool:
+        return self.txn.can_send(b) and self.idem.can_send(b)
+
+    def _fail_partitions(self, tps: set[tuple[str, int]], err: KafkaError) -> None:
+        """Fail whatever is queued for these partitions (they could not join the transaction)."""
+        with self.acc.lock:
+            doomed = []
+            for tp in tps:
+                dq = self.acc.batches.get(tp)
+                if dq:
+                    doomed.extend(dq)
+                    dq.clear()
+        for b in doomed:
+            self._fail_or_gap(b, err)
 
     def _fail_queued(self, err: KafkaError) -> None:
         """Report everything still queued as failed (close, or a fatal error)."""
@@ -571,10 +643,15 @@ class AIOProducer:
             by_tp: dict[tuple[str, int], ProducerBatch] = {}
             for b in batches:
                 b.attempts += 1
+                if self.txn is not None and (b.encoded is None or b.codec != self.codec):
+                    b.encoded = _encode_batch(b.records, compression=self.codec, compression_level=self.level,
+                                              producer_id=b.producer_id, producer_epoch=b.producer_epoch,
+                                              base_sequence=b.base_sequence, transactional=True)
+                    b.codec = self.codec
                 data = b.encode(self.codec, self.level)
                 topics.setdefault(b.topic, []).append(prq.PartitionProduceData(index=b.partition, records=data))
                 by_tp[(b.topic, b.partition)] = b
-            req = prq.ProduceRequest(transactional_id=None, acks=self.acks, timeout_ms=self.request_timeout_ms,
+            req = prq.ProduceRequest(transactional_id=self.transactional_id, acks=self.acks, timeout_ms=self.request_timeout_ms,
                                      topic_data=[prq.TopicProduceData(name=t, partition_data=ps)
                                                  for t, ps in topics.items()])
             try:
@@ -630,6 +707,13 @@ class AIOProducer:
         err = E.broker_error(code, msg)
         if code in _LEADER_ERRORS:
             self.client.request_update()
+        if self.txn is not None and code in (ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED,
+                                             ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                                             ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED):
+            # Another producer took over the transactional id: this one is done for.
+            self.txn.set_fatal(err)
+            self._fail_or_gap(b, self.txn.error)
+            return
         if self.idem.enabled:
             key = (b.topic, b.partition)
             if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
@@ -672,6 +756,9 @@ class AIOProducer:
             self.acc.reenqueue(b)
 
     def _fail_or_gap(self, b: ProducerBatch, err: KafkaError) -> None:
+        if self.txn is not None and not b.done:
+            # A record of the transaction is lost: the transaction can only be aborted.
+            self.txn.set_abortable(err)
         if self.idem.enabled and b.base_sequence >= 0:
             self.idem.finished(b, False)
             # Later sequences of this partition can no longer line up: start over with a new id.

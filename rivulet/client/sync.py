@@ -208,8 +208,46 @@ class Producer:
     def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
         raise NotImplementedError("purge() is not supported")
 
-    def init_transactions(self, *args: Any) -> None:
-        raise E.KafkaException(E.local("_NOT_IMPLEMENTED", "transactions are not supported"))
+    # ------------------------------------------------------------ transactions
+    def _txn_run(self, coro: Coroutine, timeout: float | None) -> Any:
+        # The coroutine keeps its own deadline; this one only guards against a hang.
+        return self._lt.run(coro, None if timeout is None else timeout + 5)
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Register the transactional id with its coordinator, fencing older producers with it."""
+        timeout = _timeout(timeout)
+        self._txn_run(self._aio.init_transactions(timeout), timeout)
+
+    def begin_transaction(self) -> None:
+        self._aio.begin_transaction()
+
+    def send_offsets_to_transaction(self, positions: list[Any], group_metadata: Any,
+                                    timeout: float | None = None) -> None:
+        """Commit ``positions`` (the next offsets to consume) for the group of ``group_metadata``
+        (``Consumer.consumer_group_metadata()``) as part of the transaction."""
+        timeout = _timeout(timeout)
+        self._txn_run(self._aio.send_offsets_to_transaction(positions, group_metadata, timeout), timeout)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Flush (serving delivery reports), then commit the transaction."""
+        timeout = _timeout(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        txn = self._aio._txn_manager()
+        txn._require("in transaction", what="commit_transaction")
+        self.flush(timeout)
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            self._txn_run(self._aio.commit_transaction(left), left)
+        finally:
+            self._serve()
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Purge what is queued, wait for what is in flight, then abort the transaction."""
+        timeout = _timeout(timeout)
+        try:
+            self._txn_run(self._aio.abort_transaction(timeout), timeout)
+        finally:
+            self._serve()
 
     def close(self, timeout: float | None = None) -> int:
         """Flush, then stop the client's thread. Returns the records left undelivered."""
@@ -418,6 +456,10 @@ class Consumer:
 
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata:
         return self._wait(self._aio.list_topics(topic, _timeout(timeout)))
+
+    def consumer_group_metadata(self) -> Any:
+        """The group's id, generation and member id, for Producer.send_offsets_to_transaction()."""
+        return self._aio.consumer_group_metadata()
 
     def memberid(self) -> str | None:
         return self._aio.memberid()

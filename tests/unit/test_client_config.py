@@ -99,9 +99,13 @@ def test_missing_bootstrap():
         resolve({}, "producer")
 
 
-def test_transactions_are_refused_clearly():
+def test_transactional_id_implies_idempotence_and_rejects_contradictions():
+    conf = resolve({**B, "transactional.id": "t"}, "producer")
+    assert conf["enable.idempotence"] is True
     with pytest.raises(ConfigException, match="transactional.id"):
-        resolve({**B, "transactional.id": "t"}, "producer")
+        resolve({**B, "transactional.id": "t", "enable.idempotence": False}, "producer")
+    with pytest.raises(ConfigException, match="transactional.id"):
+        resolve({**B, "transactional.id": ""}, "producer")
 
 
 def test_clients_validate_before_connecting():
