@@ -23,11 +23,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import threading
 import time
 from typing import Any, Callable, Iterable
 
 from rivulet.client import errors as E
+from rivulet.client.wakeup import Waker
 from rivulet.client.assignors import make_assignors
 from rivulet.client.client import KafkaClient, wait_event, wait_future
 from rivulet.client.config import Config, resolve
@@ -107,12 +107,11 @@ class AIOConsumer:
         self._last_poll = time.monotonic()
         self._in_poll = False
         self._ready = asyncio.Event()
-        self._wake_ev = asyncio.Event()
+        self._waker = Waker()
+        self._wake_ev = self._waker.event
         # Held while joining and syncing; close() waits for it so it commits as a member.
         self._rebalancing = asyncio.Lock()
-        self._wake_scheduled = False
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread = 0
         self._tasks: list[asyncio.Task] = []
         self._started = False
         self._closed = False
@@ -141,7 +140,7 @@ class AIOConsumer:
             return
         self._started = True
         self.loop = asyncio.get_running_loop()
-        self._loop_thread = threading.get_ident()
+        self._waker.bind(self.loop)
         self.client.request_update()
         self.fetcher.start()
         self._tasks.append(self.loop.create_task(self._main()))
@@ -167,20 +166,7 @@ class AIOConsumer:
 
     def wake(self) -> None:
         """Let the main task look again (coordinator, joins, positions); any thread."""
-        if self.loop is None:
-            return
-        if threading.get_ident() == self._loop_thread:
-            self._wake_ev.set()
-        elif not self._wake_scheduled:
-            self._wake_scheduled = True
-            try:
-                self.loop.call_soon_threadsafe(self._do_wake)
-            except RuntimeError:
-                pass
-
-    def _do_wake(self) -> None:
-        self._wake_scheduled = False
-        self._wake_ev.set()
+        self._waker.wake()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -274,7 +260,7 @@ class AIOConsumer:
 
     def _changed(self) -> None:
         if self.loop is not None:
-            if threading.get_ident() == self._loop_thread:
+            if self._waker.on_loop_thread():
                 self.client.request_update()
             else:
                 self.loop.call_soon_threadsafe(self.client.request_update)

@@ -25,6 +25,7 @@ from collections import deque
 from typing import Any, Callable, Iterable
 
 from rivulet.client import errors as E
+from rivulet.client.wakeup import Waker
 from rivulet.client.client import KafkaClient, wait_event
 from rivulet.client.connection import RequestTimedOut
 from rivulet.client.subscription import SubscriptionState, TopicPartitionState
@@ -177,17 +178,16 @@ class Fetcher:
         buffer.low_water = self.max_buffer
         self._nodes_in_flight: set[int] = set()
         self._tps_in_flight: set[TP] = set()
-        self._wake = asyncio.Event()
+        self._waker = Waker()
+        self._wake = self._waker.event
         self._task: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread = 0
-        self._wake_scheduled = False
         self.on_error: Callable[[TP, E.KafkaError], None] = lambda tp, err: None
 
     def start(self) -> None:
         self.loop = asyncio.get_running_loop()
-        self._loop_thread = threading.get_ident()
+        self._waker.bind(self.loop)
         self._task = self.loop.create_task(self._run())
 
     async def stop(self) -> None:
@@ -202,20 +202,7 @@ class Fetcher:
 
     def wake(self) -> None:
         """Look again for something to fetch; callable from any thread."""
-        if self.loop is None:
-            return
-        if threading.get_ident() == self._loop_thread:
-            self._wake.set()
-        elif not self._wake_scheduled:
-            self._wake_scheduled = True
-            try:
-                self.loop.call_soon_threadsafe(self._do_wake)
-            except RuntimeError:
-                pass
-
-    def _do_wake(self) -> None:
-        self._wake_scheduled = False
-        self._wake.set()
+        self._waker.wake()
 
     # ------------------------------------------------------------ the loop
     async def _run(self) -> None:
