@@ -145,7 +145,12 @@ class DelayedFetch(DelayedOperation):
             if end < fp.fetch_offset or fp.fetch_offset < p.log.log_start_offset:
                 return self.force_complete()  # out of range now: answer with the error
             if end > fp.fetch_offset:
-                accumulated += self.rm.bytes_available(p, fp.fetch_offset, end, fp.max_bytes)
+                need = self.params.min_bytes - accumulated
+                if need <= 1:
+                    # Any readable batch is at least one byte: no need to read it twice.
+                    return self.force_complete()
+                # Read only as much as is still missing; on_complete reads the real answer.
+                accumulated += self.rm.bytes_available(p, fp.fetch_offset, end, min(fp.max_bytes, need))
                 if accumulated >= self.params.min_bytes:
                     return self.force_complete()
         return False
