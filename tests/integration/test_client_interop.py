@@ -12,6 +12,7 @@ import time
 import uuid
 
 import pytest
+from ck_helpers import ck_consume, ck_produce
 
 from rivulet import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from rivulet.client.errors import KafkaError
@@ -75,37 +76,8 @@ def rivulet_consume(bootstrap: str, topic: str, count: int, partition: int = 0, 
     return out
 
 
-def ck_produce(bootstrap: str, topic: str, records: list[dict], partition: int | None = 0, **conf) -> None:
-    from confluent_kafka import Producer as CKProducer
-    p = CKProducer({"bootstrap.servers": bootstrap, "linger.ms": 5, **conf})
-    errors = []
-    for r in records:
-        kw = {} if partition is None else {"partition": partition}
-        p.produce(topic, value=r["value"], key=r["key"], headers=r["headers"] or None, timestamp=r["timestamp"],
-                  on_delivery=lambda err, msg: errors.append(err) if err else None, **kw)
-        p.poll(0)
-    assert p.flush(30) == 0
-    assert errors == []
 
 
-def ck_consume(bootstrap: str, topic: str, count: int, partition: int = 0, timeout: float = 30) -> list[dict]:
-    from confluent_kafka import OFFSET_BEGINNING as CK_BEGINNING
-    from confluent_kafka import Consumer as CKConsumer
-    from confluent_kafka import TopicPartition as CKTopicPartition
-    c = CKConsumer({"bootstrap.servers": bootstrap, "group.id": "unused-" + topic, "enable.auto.commit": False,
-                    "fetch.wait.max.ms": 100})
-    c.assign([CKTopicPartition(topic, partition, CK_BEGINNING)])
-    out = []
-    deadline = time.monotonic() + timeout
-    while len(out) < count and time.monotonic() < deadline:
-        m = c.poll(0.5)
-        if m is None:
-            continue
-        assert m.error() is None, m.error()
-        out.append({"key": m.key(), "value": m.value(), "headers": list(m.headers() or []),
-                    "timestamp": m.timestamp()[1], "offset": m.offset()})
-    c.close()
-    return out
 
 
 @pytest.mark.parametrize("codec", CODECS)

@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 import shutil
 import subprocess
-import time
 import uuid
 
 import pytest
+from ck_helpers import ck_consume, ck_produce
 
 pytestmark = pytest.mark.integration
 
@@ -38,34 +38,8 @@ def topic_name(prefix: str) -> str:
 
 # ---------------------------------------------------------------- confluent-kafka
 
-def ck_produce(bootstrap: str, topic: str, records: list[dict], partition: int = 0, **conf) -> None:
-    from confluent_kafka import Producer
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **conf})
-    errors = []
-    for r in records:
-        p.produce(topic, value=r["value"], key=r["key"], partition=partition, headers=r["headers"] or None,
-                  timestamp=r["timestamp"], on_delivery=lambda err, msg: errors.append(err) if err else None)
-        p.poll(0)
-    assert p.flush(30) == 0
-    assert errors == []
 
 
-def ck_consume(bootstrap: str, topic: str, count: int, partition: int = 0, timeout: float = 30) -> list[dict]:
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused-" + topic, "enable.auto.commit": False,
-                  "fetch.wait.max.ms": 100})
-    c.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
-    out = []
-    deadline = time.monotonic() + timeout
-    while len(out) < count and time.monotonic() < deadline:
-        m = c.poll(0.5)
-        if m is None:
-            continue
-        assert m.error() is None, m.error()
-        out.append({"key": m.key(), "value": m.value(), "headers": list(m.headers() or []),
-                    "timestamp": m.timestamp()[1], "offset": m.offset()})
-    c.close()
-    return out
 
 
 def normalize(recs: list[dict]) -> list[tuple]:
