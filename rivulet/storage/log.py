@@ -244,7 +244,12 @@ class Log:
         for name in names:
             path = os.path.join(self.dir, name)
             if name.endswith(".tmp"):
-                _unlink(path)  # an interrupted atomic write; the target is intact
+                # An interrupted atomic write, or the cleaner's scratch directory of an
+                # interrupted compaction: the originals are intact either way.
+                if os.path.isdir(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    _unlink(path)
                 continue
             m = _SEGMENT_FILE.match(name)
             if not m or not m.group(3):

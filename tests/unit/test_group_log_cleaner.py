@@ -153,6 +153,22 @@ def test_compressed_batches_and_interrupted_swap_recovery(tmp_path):
     again.close()
 
 
+def test_crash_while_writing_cleaned_segment_leaves_log_loadable(tmp_path):
+    lg = compacted(tmp_path, segment_bytes=400)
+    for i in range(20):
+        append(lg, [(f"k{i % 4}".encode(), b"v" * 50)])
+    want = read_all(lg)
+    lg.close()
+    # SIGKILL while the cleaner was writing its output: its scratch directory remains.
+    scratch = os.path.join(lg.dir, "cleaner.tmp", "0")
+    os.makedirs(scratch)
+    open(os.path.join(scratch, f"{0:020d}.log"), "wb").write(b"partial")
+    again = Log(lg.dir, lg.config)
+    assert read_all(again) == want
+    assert "cleaner.tmp" not in os.listdir(lg.dir)
+    again.close()
+
+
 def test_retained_batch_encoding_keeps_offsets_and_crc():
     batch = rec.encode_batch([rec.Record(0, NOW + i, b"k%d" % i, b"v", []) for i in range(5)], base_offset=100)
     decoded = rec.decode_batch(batch)
