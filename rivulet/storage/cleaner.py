@@ -16,6 +16,17 @@ One pass over a log:
    ``.swap`` files first, old segments removed, then the rename that makes the swap final.
    Log recovery finishes an interrupted swap.
 
+Transactions (Kafka's CleanedTransactionMetadata): the cleanable range stops below the first
+unstable offset, so every transaction in it is decided. Records of aborted transactions never
+enter the key map and are discarded. A transaction marker stays while its transaction keeps
+data; after that it gets a delete horizon like a tombstone and goes when the horizon passes.
+A cleaned segment has no ``.txnindex`` entries: the aborted data they pointed at is gone, and
+an entry whose marker was removed would make read_committed consumers drop the producer's
+next transaction.
+
+The first offset not yet cleaned is checkpointed per log dir in ``cleaner-offset-checkpoint``,
+Kafka's file, so a restart does not count the whole log as dirty again.
+
 Steps 2-3 (all the reading and writing) run in a worker thread and only touch segments that
 are no longer written; step 4 runs on the event loop, where reads happen, and gives up if the
 log changed meanwhile (retention, truncation, deletion).
@@ -39,7 +50,7 @@ from crc32c import crc32c
 
 from rivulet.protocol import records as rec
 from rivulet.protocol.compression import compress
-from rivulet.storage.checkpoints import fsync_dir
+from rivulet.storage.checkpoints import fsync_dir, read_offset_checkpoint, write_offset_checkpoint
 from rivulet.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, segment_file_name
 
 log = logging.getLogger(__name__)
@@ -47,6 +58,7 @@ log = logging.getLogger(__name__)
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _ATTR_OFFSET = 21
 _TMP_DIR = "cleaner.tmp"
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 
 
 def now_ms() -> int:
@@ -111,6 +123,24 @@ def delete_horizon(h: rec.BatchHeader) -> int | None:
     return h.base_timestamp if h.attributes & rec.DELETE_HORIZON_MASK else None
 
 
+class _AbortedTxns:
+    """Which batches belong to aborted transactions, walking batches in offset order: the
+    same rule read_committed consumers apply to a fetch's aborted-transaction list."""
+
+    def __init__(self, aborted: list[tuple[int, int]]) -> None:
+        self._pending = sorted(aborted, key=lambda e: e[1], reverse=True)  # (pid, first offset)
+        self._open: set[int] = set()
+
+    def batch_is_aborted(self, h: rec.BatchHeader) -> bool:
+        pending = self._pending
+        while pending and pending[-1][1] <= h.last_offset:
+            self._open.add(pending.pop()[0])
+        if h.is_control:
+            self._open.discard(h.producer_id)
+            return False
+        return h.is_transactional and h.producer_id in self._open
+
+
 # ---------------------------------------------------------------- planning
 
 @dataclass
@@ -129,6 +159,7 @@ class CleanStats:
 class _Plan:
     log: Any
     segments: list[LogSegment]
+    aborted: list[tuple[int, int]]  # (producer id, first offset) overlapping the range
     first_dirty: int
     end_offset: int  # first offset past the cleanable range
     groups: list[list[LogSegment]]
@@ -136,6 +167,8 @@ class _Plan:
     delete_retention_ms: int
     results: list[tuple[list[LogSegment], str]] = field(default_factory=list)  # (group, tmp dir)
     stats: CleanStats = field(default_factory=CleanStats)
+    # filter pass: producers whose open transaction kept data
+    txn_has_data: dict[int, bool] = field(default_factory=dict)
 
 
 class _Aborted(Exception):
@@ -155,9 +188,9 @@ class LogCleaner:
         self.backoff_ms = backoff_ms
         self.enabled = enabled
         self.time_ms = time_ms
-        # log dir -> first offset not yet cleaned (Kafka's cleaner-offset-checkpoint, kept in
-        # memory: after a restart the whole log counts as dirty, which is only slower).
+        # partition dir -> first offset not yet cleaned; persisted per log dir
         self.checkpoints: dict[str, int] = {}
+        self._loaded_roots: set[str] = set()
         self.horizons: dict[str, int] = {}
         self._task: asyncio.Task | None = None
         self._busy: set[str] = set()
@@ -242,9 +275,11 @@ class LogCleaner:
             return None
         cleanable: list[LogSegment] = []
         hw = lg.high_watermark
+        fuo = lg.first_unstable_offset
+        limit = hw if fuo is None else min(hw, fuo)  # only decided transactions
         for i, seg in enumerate(segs[:-1]):  # never the active segment
             upper = segs[i + 1].base_offset
-            if upper > hw:
+            if upper > limit:
                 break
             if cfg.min_compaction_lag_ms > 0 and seg.largest_timestamp > now - cfg.min_compaction_lag_ms:
                 break
@@ -252,7 +287,7 @@ class LogCleaner:
         if not cleanable:
             return None
         end_offset = segs[len(cleanable)].base_offset
-        first_dirty = max(self.checkpoints.get(lg.dir, lg.log_start_offset), lg.log_start_offset)
+        first_dirty = self._first_dirty(lg)
         total = sum(s.size for s in cleanable)
         dirty = sum(s.size for i, s in enumerate(cleanable)
                     if (segs[i + 1].base_offset if i + 1 < len(segs) else end_offset) > first_dirty)
@@ -267,6 +302,7 @@ class LogCleaner:
             # until the worker is done reading it (the swap then notices the change).
             for seg in cleanable:
                 seg.pin()
+            aborted = lg.collect_aborted_transactions(cleanable[0].base_offset, end_offset)
         groups: list[list[LogSegment]] = []
         size = 0
         for seg in cleanable:
@@ -276,25 +312,53 @@ class LogCleaner:
             else:
                 groups.append([seg])
                 size = seg.size
-        return _Plan(lg, cleanable, first_dirty, end_offset, groups, now, cfg.delete_retention_ms)
+        return _Plan(lg, cleanable, aborted, first_dirty, end_offset, groups, now, cfg.delete_retention_ms)
+
+    # ------------------------------------------------------------ checkpoint
+    def _first_dirty(self, lg: Any) -> int:
+        root = os.path.dirname(lg.dir)
+        if root not in self._loaded_roots:
+            self._loaded_roots.add(root)
+            saved = read_offset_checkpoint(os.path.join(root, CLEANER_OFFSET_CHECKPOINT))
+            for (topic, partition), offset in saved.items():
+                self.checkpoints.setdefault(os.path.join(root, f"{topic}-{partition}"), offset)
+        start = lg.log_start_offset
+        cp = self.checkpoints.get(lg.dir, start)
+        # Kafka resets an out-of-range checkpoint (e.g. a topic deleted and created again).
+        return cp if start <= cp <= lg.log_end_offset else start
+
+    def _write_checkpoint(self, root: str) -> None:
+        entries: dict[tuple[str, int], int] = {}
+        for d, offset in self.checkpoints.items():
+            if os.path.dirname(d) != root or not os.path.isdir(d):
+                continue
+            topic, _, partition = os.path.basename(d).rpartition("-")
+            if topic and partition.isdigit():
+                entries[(topic, int(partition))] = offset
+        try:
+            write_offset_checkpoint(os.path.join(root, CLEANER_OFFSET_CHECKPOINT), entries)
+        except OSError as e:  # only costs a longer next pass
+            log.warning("cannot write the cleaner checkpoint in %s: %s", root, e)
 
     # ------------------------------------------------------------ steps 2-3: worker thread
     def _build(self, plan: _Plan) -> None:
         offsets: dict[bytes, int] = {}
         stats = plan.stats
+        aborted = _AbortedTxns(plan.aborted)
         for seg in plan.segments:
             data = _read_segment(seg)
             stats.segments_read += 1
             stats.bytes_read += len(data)
             for batch in rec.decode_records(data):
                 h = batch.header
-                if h.is_control or h.last_offset < plan.first_dirty:
+                if aborted.batch_is_aborted(h) or h.is_control or h.last_offset < plan.first_dirty:
                     continue
                 for r in batch.records:
                     if r.key is not None and plan.first_dirty <= r.offset < plan.end_offset:
                         offsets[bytes(r.key)] = r.offset
         tmp_root = os.path.join(plan.log.dir, _TMP_DIR)
         shutil.rmtree(tmp_root, ignore_errors=True)
+        aborted = _AbortedTxns(plan.aborted)
         for gi, group in enumerate(plan.groups):
             out = bytearray()
             for seg in group:
@@ -303,6 +367,9 @@ class LogCleaner:
                 data = _read_segment(seg)
                 for pos, h in rec.iter_batches(data):
                     raw = memoryview(data)[pos:pos + h.size]
+                    if aborted.batch_is_aborted(h):
+                        plan.stats.records_read += h.records_count
+                        continue
                     out += self._filter_batch(raw, rec.decode_batch(data, pos), offsets, plan)
             tmp = os.path.join(tmp_root, str(gi))
             os.makedirs(tmp)
@@ -325,10 +392,10 @@ class LogCleaner:
     def _filter_batch(self, raw: memoryview, batch: rec.DecodedBatch, offsets: dict[bytes, int],
                       plan: _Plan) -> bytes | memoryview:
         h = batch.header
-        if h.is_control:
-            return raw  # transaction markers stay (no transactions to complete them yet)
         stats = plan.stats
         horizon = delete_horizon(h)
+        if h.is_control:
+            return self._filter_marker(raw, batch, horizon, plan)
         kept: list[rec.Record] = []
         has_tombstone = False
         for r in batch.records:
@@ -345,6 +412,8 @@ class LogCleaner:
                 has_tombstone = True
             kept.append(r)
         stats.records_kept += len(kept)
+        if h.is_transactional and kept:
+            plan.txn_has_data[h.producer_id] = True
         if not kept:
             return b""
         new_horizon = horizon
@@ -356,6 +425,24 @@ class LogCleaner:
         if len(kept) == len(batch.records) and new_horizon == horizon:
             return raw  # untouched: the original bytes, codec and CRC as written
         return encode_retained_batch(h, kept, new_horizon)
+
+    def _filter_marker(self, raw: memoryview, batch: rec.DecodedBatch, horizon: int | None,
+                       plan: _Plan) -> bytes | memoryview:
+        h = batch.header
+        stats = plan.stats
+        stats.records_read += len(batch.records)
+        if plan.txn_has_data.pop(h.producer_id, False):
+            stats.records_kept += len(batch.records)
+            return raw  # consumers still need it to decide the transaction's records
+        if horizon is not None and plan.now_ms >= horizon:
+            return b""
+        if horizon is None:
+            horizon = plan.now_ms + plan.delete_retention_ms
+            raw = encode_retained_batch(h, list(batch.records), horizon)
+        if stats.next_horizon_ms is None or horizon < stats.next_horizon_ms:
+            stats.next_horizon_ms = horizon
+        stats.records_kept += len(batch.records)
+        return raw
 
     # ------------------------------------------------------------ step 4: event loop
     def _swap(self, plan: _Plan) -> bool:
@@ -369,6 +456,7 @@ class LogCleaner:
             for group, tmp in plan.results:
                 _replace_segments(lg, group, tmp)
         self.checkpoints[lg.dir] = plan.end_offset
+        self._write_checkpoint(os.path.dirname(lg.dir))
         if plan.stats.next_horizon_ms is not None:
             self.horizons[lg.dir] = plan.stats.next_horizon_ms
         else:

@@ -291,8 +291,7 @@ def test_consume_transform_produce_exactly_once_across_kill9(broker_factory):
     from confluent_kafka import Producer
     b = broker_factory({"log.flush.interval.messages": "1",
                         "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"})
-    if not _supports_txn_offset_commit(b):
-        pytest.skip("the group coordinator does not offer TxnOffsetCommit (API 28) yet")
+    assert _supports_txn_offset_commit(b)
     source, sink = "ctp-in", "ctp-out"
     create_topic(b.bootstrap, source, 2)
     create_topic(b.bootstrap, sink, 2)
@@ -324,6 +323,53 @@ def test_consume_transform_produce_exactly_once_across_kill9(broker_factory):
     assert sorted(out) == sorted(b"m%04d-out" % i for i in range(n)), (len(out), len(set(out)))
     # Transactions cut short left their records in the log: only read_uncommitted sees them.
     assert len(consume(b.bootstrap, sink, "read_uncommitted", 2)) >= len(out)
+
+
+def test_compacted_offsets_keep_the_committed_transaction_not_the_aborted_one(broker_factory):
+    """TxnOffsetCommit leaves transactional records in __consumer_offsets. The cleaner must not
+    let an aborted commit shadow the committed one before it, across a restart."""
+    import os
+    from confluent_kafka import Consumer, TopicPartition
+    b = broker_factory({"offsets.topic.num.partitions": "1", "offsets.topic.segment.bytes": "4096",
+                        "log.cleaner.backoff.ms": "200"})
+    topic, group = topic_name("cmp"), topic_name("g")
+    create_topic(b.bootstrap, topic, 1)
+    consumer = Consumer({"bootstrap.servers": b.bootstrap, "group.id": group, "enable.auto.commit": False})
+    meta = consumer.consumer_group_metadata()
+    p = txn_producer(b.bootstrap, topic_name("tid"))
+
+    def txn(offset: int, commit: bool) -> None:
+        p.begin_transaction()
+        p.produce(topic, value=b"x", partition=0)
+        p.send_offsets_to_transaction([TopicPartition(topic, 0, offset)], meta, 30)
+        (p.commit_transaction if commit else p.abort_transaction)(30)
+
+    for i in range(1, 40):
+        txn(i, commit=i % 2 == 0)
+    txn(200, commit=True)
+    txn(999, commit=False)  # the newest record for the key, and aborted
+    filler = Consumer({"bootstrap.servers": b.bootstrap, "group.id": group + "-filler", "enable.auto.commit": False})
+    for i in range(1, 200):  # other keys, so the transactions leave the active segment
+        filler.commit(offsets=[TopicPartition(topic, 0, i)], asynchronous=False)
+    filler.close()
+    checkpoint = os.path.join(b.data_dir, "cleaner-offset-checkpoint")
+
+    def cleaned_past_the_transactions() -> bool:
+        try:
+            lines = open(checkpoint).read().split("\n")
+        except FileNotFoundError:
+            return False
+        return any(line.startswith("__consumer_offsets 0 ") and int(line.split()[2]) > 200 for line in lines)
+
+    wait_for(cleaned_past_the_transactions, timeout=60)
+    assert consumer.committed([TopicPartition(topic, 0)], 30)[0].offset == 200
+    consumer.close()
+    p.flush(5)
+    b.kill()
+    b.start()
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": group, "enable.auto.commit": False})
+    assert c.committed([TopicPartition(topic, 0)], 30)[0].offset == 200  # reloaded from the cleaned log
+    c.close()
 
 
 # -------------------------------------------------------------- other clients' transactions

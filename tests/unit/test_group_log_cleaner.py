@@ -9,7 +9,8 @@ import pytest
 
 from rivulet.protocol import records as rec
 from rivulet.storage import Log, LogConfig
-from rivulet.storage.cleaner import LogCleaner, encode_retained_batch
+from rivulet.storage.cleaner import CLEANER_OFFSET_CHECKPOINT, LogCleaner, encode_retained_batch
+from rivulet.storage.producer_state import AppendOrigin
 
 pytestmark = pytest.mark.fast
 
@@ -178,3 +179,172 @@ def test_retained_batch_encoding_keeps_offsets_and_crc():
     assert d2.header.base_offset == 100 and d2.header.last_offset == 104
     assert [(r.offset, r.key, r.timestamp) for r in d2.records] == [(101, b"k1", NOW + 1), (103, b"k3", NOW + 3)]
     assert d2.header.attributes & rec.DELETE_HORIZON_MASK and d2.header.base_timestamp == NOW + 5000
+
+
+# -- transactions (what TxnOffsetCommit leaves in __consumer_offsets) -------------------------
+
+class Txn:
+    """A transactional producer writing straight to a Log."""
+
+    def __init__(self, lg: Log, pid: int) -> None:
+        self.lg, self.pid, self.seq = lg, pid, 0
+
+    def send(self, pairs: list[tuple[bytes, bytes | None]], ts: int = NOW) -> None:
+        batch = rec.encode_batch([rec.Record(0, ts, k, v, []) for k, v in pairs], producer_id=self.pid,
+                                 producer_epoch=0, base_sequence=self.seq, transactional=True)
+        self.seq += len(pairs)
+        headers = rec.validate_produce_records(batch, max_batch_size=1 << 20)
+        self.lg.append_as_leader(bytearray(batch), headers, leader_epoch=0, now_ms=ts)
+        self.lg.high_watermark = self.lg.log_end_offset
+
+    def end(self, commit: bool, ts: int = NOW) -> int:
+        kind = rec.ControlRecordType.COMMIT if commit else rec.ControlRecordType.ABORT
+        batch = rec.encode_control_batch(kind, producer_id=self.pid, producer_epoch=0, coordinator_epoch=0,
+                                         timestamp=ts)
+        headers = [h for _pos, h in rec.iter_batches(batch)]  # the coordinator's path
+        offset = self.lg.log_end_offset
+        self.lg.append_as_leader(bytearray(batch), headers, leader_epoch=0, now_ms=ts,
+                                 origin=AppendOrigin.COORDINATOR)
+        self.lg.high_watermark = self.lg.log_end_offset
+        return offset
+
+
+def markers(lg: Log) -> list[int]:
+    out, offset = [], lg.log_start_offset
+    while offset < lg.log_end_offset:
+        data = bytes(lg.read(offset, 1 << 30).records)
+        if not data:
+            break
+        for b in rec.decode_records(data):
+            if b.header.is_control:
+                out.append(b.header.base_offset)
+            offset = b.header.next_offset
+    return out
+
+
+def committed_view(lg: Log) -> dict[bytes, bytes | None]:
+    """Latest value per key as a read_committed reader (the offsets loader) sees it."""
+    aborted = {(pid, first) for pid, first in lg.collect_aborted_transactions(0, lg.log_end_offset)}
+    pending = sorted(aborted, key=lambda e: e[1])
+    open_aborted: set[int] = set()
+    out: dict[bytes, bytes | None] = {}
+    offset = lg.log_start_offset
+    while offset < lg.log_end_offset:
+        data = bytes(lg.read(offset, 1 << 30).records)
+        if not data:
+            break
+        for b in rec.decode_records(data):
+            h = b.header
+            while pending and pending[0][1] <= h.last_offset:
+                open_aborted.add(pending.pop(0)[0])
+            if h.is_control:
+                open_aborted.discard(h.producer_id)
+            elif not (h.is_transactional and h.producer_id in open_aborted):
+                for r in b.records:
+                    out[r.key] = r.value
+            offset = h.next_offset
+    return out
+
+
+def push_out_of_active(lg: Log) -> None:
+    for i in range(6):
+        append(lg, [(b"tail", b"t" * 200)])
+
+
+def test_aborted_transaction_never_supersedes_a_committed_value(tmp_path):
+    lg = compacted(tmp_path, delete_retention_ms=1000)
+    append(lg, [(b"offset:g/t/0", b"committed-10")])
+    t = Txn(lg, pid=7)
+    t.send([(b"offset:g/t/0", b"aborted-99")])
+    t.end(commit=False)
+    push_out_of_active(lg)
+    assert committed_view(lg)[b"offset:g/t/0"] == b"committed-10"
+    LogCleaner(None).clean_log_now(lg, now=NOW, force=True)
+    # Kafka's cleaner: the aborted record is discarded and does not shadow the committed one.
+    values = [r.value for r in read_all(lg) if r.key == b"offset:g/t/0"]
+    assert values == [b"committed-10"]
+    assert committed_view(lg)[b"offset:g/t/0"] == b"committed-10"
+
+
+def test_open_transaction_bounds_the_cleanable_range(tmp_path):
+    lg = compacted(tmp_path)
+    append(lg, [(b"k", b"old")])
+    t = Txn(lg, pid=9)
+    t.send([(b"k", b"pending")])  # undecided: nothing from here on may be cleaned
+    push_out_of_active(lg)
+    LogCleaner(None).clean_log_now(lg, now=NOW, force=True)
+    assert [r.value for r in read_all(lg) if r.key == b"k"] == [b"old", b"pending"]
+    t.end(commit=True)
+    push_out_of_active(lg)
+    LogCleaner(None).clean_log_now(lg, now=NOW, force=True)
+    assert [r.value for r in read_all(lg) if r.key == b"k"] == [b"pending"]
+    assert committed_view(lg)[b"k"] == b"pending"
+
+
+def test_markers_outlive_their_data_by_delete_retention(tmp_path):
+    lg = compacted(tmp_path, delete_retention_ms=1000)
+    t = Txn(lg, pid=5)
+    t.send([(b"a", b"1")])
+    abort_at = t.end(commit=False)
+    t.send([(b"b", b"2")])
+    commit_at = t.end(commit=True)
+    append(lg, [(b"b", b"3")])  # supersedes the committed record: that marker is now bare too
+    push_out_of_active(lg)
+    cleaner = LogCleaner(None)
+    cleaner.clean_log_now(lg, now=NOW, force=True)
+    assert markers(lg) == [abort_at, commit_at]  # both kept until their delete horizon
+    assert lg.collect_aborted_transactions(0, lg.log_end_offset) == []  # no aborted data is left
+    cleaner.clean_log_now(lg, now=NOW + 1001, force=True)
+    assert markers(lg) == []
+    # A later committed transaction of the same producer is not mistaken for the aborted one.
+    t.send([(b"c", b"4")])
+    t.end(commit=True)
+    assert committed_view(lg)[b"c"] == b"4"
+    again = Log(lg.dir, lg.config)  # the index survives a reload
+    assert again.collect_aborted_transactions(0, again.log_end_offset) == []
+    again.close()
+
+
+def test_marker_stays_while_its_transaction_keeps_data(tmp_path):
+    lg = compacted(tmp_path, delete_retention_ms=1000)
+    t = Txn(lg, pid=3)
+    t.send([(b"x", b"1")])
+    commit_at = t.end(commit=True)
+    push_out_of_active(lg)
+    cleaner = LogCleaner(None)
+    cleaner.clean_log_now(lg, now=NOW, force=True)
+    cleaner.clean_log_now(lg, now=NOW + 10_000, force=True)
+    assert commit_at in markers(lg)
+    assert committed_view(lg)[b"x"] == b"1"
+
+
+def test_cleaned_segment_drops_aborted_data_and_its_index_entries(tmp_path):
+    """Aborted data goes, so the cleaned segment needs no .txnindex entry for it; a stale
+    entry would drop the producer's next (committed) transaction."""
+    lg = compacted(tmp_path, segment_bytes=10_000)
+    t = Txn(lg, pid=11)
+    t.send([(b"q", b"aborted")])
+    t.end(commit=False)
+    lg.roll()
+    push_out_of_active(lg)
+    lg.roll()
+    assert lg.collect_aborted_transactions(0, lg.log_end_offset) == [(11, 0)]
+    LogCleaner(None).clean_log_now(lg, now=NOW, force=True)
+    assert lg.collect_aborted_transactions(0, lg.log_end_offset) == []
+    assert [r.key for r in read_all(lg) if r.key == b"q"] == []
+    t.send([(b"q", b"committed")])
+    t.end(commit=True)
+    assert committed_view(lg)[b"q"] == b"committed"
+
+
+def test_cleaner_checkpoint_is_persisted(tmp_path):
+    lg = compacted(tmp_path)
+    fill(lg)
+    cleaner = LogCleaner(None)
+    cleaner.clean_log_now(lg, now=NOW + 1000)
+    end = cleaner.checkpoints[lg.dir]
+    text = open(tmp_path / CLEANER_OFFSET_CHECKPOINT).read().split("\n")
+    assert text[:3] == ["0", "1", f"topic 0 {end}"]
+    # A new cleaner (after a restart) starts from the saved mark: nothing dirty, nothing to do.
+    assert LogCleaner(None).clean_log_now(lg, now=NOW + 1000) is None
+
