@@ -56,6 +56,8 @@ from tests import java_tools  # noqa: E402
 PARTITIONS = 4
 JAVA_LATENCY_RECORDS = 2000
 LATENCY_RATE = 5000
+# librdkafka's default (5) batches; 0 sends one request per record (see produce_consume.latency)
+LATENCY_LINGERS = (5, 0)
 GROUP_MEMBERS = 10
 
 # (key, label, unit, higher_is_better)
@@ -225,11 +227,12 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
             attempt(f"ProducerPerformance {size} B acks={acks}", jpp)
 
     def lat() -> None:
-        topic = _topic("lat")
-        create_topic(bs, topic, 1)
-        r = latency(bs, topic, LATENCY_RATE, args.latency_seconds)
-        for q in ("p50", "p99", "p999"):
-            results[f"lat_{q}"] = r[q]
+        for linger in LATENCY_LINGERS:
+            topic = _topic(f"lat{linger}")  # a fresh topic: the consumer starts at its beginning
+            create_topic(bs, topic, 1)
+            r = latency(bs, topic, LATENCY_RATE, args.latency_seconds, linger_ms=linger)
+            for q in ("p50", "p99", "p999"):
+                results[f"lat{linger}_{q}"] = r[q]
     attempt(f"end-to-end latency at {LATENCY_RATE} msg/s", lat)
 
     def jlat() -> None:
@@ -272,8 +275,10 @@ def _declare_figures() -> None:
         for unit, suffix in (("records/s", "rps"), ("MB/s", "mbps")):
             _figure(f"rdk_cons_{size}_{suffix}", f"consume {label}, full topic, librdkafka", unit, True)
             _figure(f"java_cons_{size}_{suffix}", f"consume {label}, full topic, Java ConsumerPerformance", unit, True)
-    for q, name in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9")):
-        _figure(f"lat_{q}", f"end-to-end latency {name} at {LATENCY_RATE:,} msg/s", "ms", False)
+    for linger in LATENCY_LINGERS:
+        for q, name in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9")):
+            _figure(f"lat{linger}_{q}", f"end-to-end latency {name} at {LATENCY_RATE:,} msg/s, linger.ms={linger}",
+                    "ms", False)
     _figure("jlat_avg", "Java EndToEndLatency average (acks=all, one at a time)", "ms", False)
     _figure("jlat_p99", "Java EndToEndLatency p99 (whole ms)", "ms", False)
     _figure("group_stable", f"{GROUP_MEMBERS}-member group start -> Stable", "ms", False)

@@ -84,7 +84,13 @@ def consume(bootstrap: str, topic: str, partitions: int, count: int, size: int) 
     return Result(f"consume {size} B", got, dt, nbytes)
 
 
-def latency(bootstrap: str, topic: str, rate: int, seconds: float) -> dict[str, float]:
+def latency(bootstrap: str, topic: str, rate: int, seconds: float, linger_ms: int = 0) -> dict[str, float]:
+    """Produce at a fixed rate on one partition and time each record until a consumer has it.
+
+    ``linger_ms=0`` sends every record as its own request as soon as it is produced. Kafka reads
+    one request at a time per connection (it mutes the socket until the response is out), so
+    at thousands of requests a second on one connection it queues; librdkafka's default
+    linger.ms=5 batches instead."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "lat-" + uuid.uuid4().hex[:6],
                   "enable.auto.commit": False, "fetch.wait.max.ms": 100})
     c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
@@ -101,7 +107,7 @@ def latency(bootstrap: str, topic: str, rate: int, seconds: float) -> dict[str, 
 
     th = threading.Thread(target=reader)
     th.start()
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 0, "enable.idempotence": False})
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": linger_ms, "enable.idempotence": False})
     # Warm up: the consumer has fetched once before the clock starts.
     p.produce(topic, f"{time.perf_counter_ns():020d}".encode(), partition=0)
     p.flush(10)
