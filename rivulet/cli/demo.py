@@ -270,7 +270,8 @@ def summary(spark: Any, cfg: Any, produced: int, stats: Any) -> None:
     mismatched = joined.where(F.col("recount").isNull() | (F.col("recount") != F.col("orders"))).count()
     in_closed = closed.agg(F.sum("orders")).first()[0] or 0
     topic_rows = (spark.read.format("rivulet").option("kafka.bootstrap.servers", cfg.bootstrap_servers)
-                  .option("subscribe", OUTPUT_TOPIC).load().count())
+                  .option("subscribe", OUTPUT_TOPIC).option("kafka.isolation.level", "read_committed")
+                  .load().count())
     total = raw.count()
     ok = "✓" if mismatched == 0 else "✗"
     print(f"\n  {ok} closed windows hold {_fmt(in_closed)} of {_fmt(total)} orders; "

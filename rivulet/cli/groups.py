@@ -182,15 +182,17 @@ class GroupAdmin:
             out[t.name] = sorted(p.partition_index for p in t.partitions)
         return out
 
-    async def list_offsets(self, tps: list[tuple[str, int]], timestamp: int) -> dict[tuple[str, int], int]:
-        """Offsets for a timestamp (or LATEST / EARLIEST); -1 where no record qualifies."""
+    async def list_offsets(self, tps: list[tuple[str, int]], timestamp: int,
+                           isolation_level: int = 0) -> dict[tuple[str, int], int]:
+        """Offsets for a timestamp (or LATEST / EARLIEST); -1 where no record qualifies.
+        Under read_committed (``isolation_level=1``) LATEST is the last stable offset."""
         if not tps:
             return {}
         c = await self._conn()
         by_topic: dict[str, list[int]] = {}
         for t, p in tps:
             by_topic.setdefault(t, []).append(p)
-        req = loq.ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
+        req = loq.ListOffsetsRequest(replica_id=-1, isolation_level=isolation_level, topics=[
             loq.ListOffsetsTopic(name=t, partitions=[loq.ListOffsetsPartition(partition_index=p, timestamp=timestamp)
                                                      for p in ps]) for t, ps in by_topic.items()])
         resp = await c.send(req)
@@ -231,14 +233,14 @@ def _table(rows: list[list[Any]]) -> str:
     return "\n".join(" ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
 
 
-async def describe_offsets_rows(admin: GroupAdmin, info: GroupInfo) -> list[list[Any]]:
+async def describe_offsets_rows(admin: GroupAdmin, info: GroupInfo, isolation_level: int = 0) -> list[list[Any]]:
     committed = await admin.committed(info.group_id)
     owner: dict[tuple[str, int], MemberInfo] = {}
     for m in info.members:
         for tp in m.assignment:
             owner[tp] = m
     tps = sorted(set(committed) | set(owner))
-    ends = await admin.list_offsets(tps, LATEST)
+    ends = await admin.list_offsets(tps, LATEST, isolation_level)
     rows = [["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
              "CLIENT-ID"]]
     for tp in tps:
@@ -280,7 +282,7 @@ async def compute_reset(admin: GroupAdmin, args: argparse.Namespace) -> dict[tup
             tps += [(name, p) for p in (parts if parts is not None else known[name])]
     if args.to_earliest:
         return await admin.list_offsets(tps, EARLIEST)
-    latest = await admin.list_offsets(tps, LATEST)
+    latest = await admin.list_offsets(tps, LATEST, _isolation(args))
     if args.to_latest:
         return latest
     if args.to_offset is not None:
@@ -290,6 +292,10 @@ async def compute_reset(admin: GroupAdmin, args: argparse.Namespace) -> dict[tup
     ts = parse_datetime(args.to_datetime)
     found = await admin.list_offsets(tps, ts)
     return {tp: (off if off >= 0 else latest[tp]) for tp, off in found.items()}
+
+
+def _isolation(args: argparse.Namespace) -> int:
+    return 1 if args.isolation_level == "read_committed" else 0
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -323,7 +329,7 @@ async def _run(args: argparse.Namespace) -> int:
                     print()
                     print(_table(rows))
                 return 0
-            rows = await describe_offsets_rows(admin, info)
+            rows = await describe_offsets_rows(admin, info, _isolation(args))
             print()
             print(_table(rows))
             return 0
@@ -403,6 +409,9 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--to-latest", action="store_true")
     g.add_argument("--to-offset", type=int)
     g.add_argument("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss")
+    g.add_argument("--isolation-level", choices=["read_uncommitted", "read_committed"], default="read_uncommitted",
+                   help="describe, reset-offsets --to-latest: log end offset (default, as Kafka's tool) or "
+                        "the last stable offset, where open transactions begin")
     g.add_argument("--execute", action="store_true")
     g.add_argument("--dry-run", action="store_true")
     g.set_defaults(func=groups_main)

@@ -9,8 +9,9 @@ done, the replay writes nothing. Otherwise the task produces its rows,
 commits ``N + 1`` to the marker inside the same transaction (TxnOffsetCommit), and commits:
 the rows and the marker become visible together, or not at all. See docs/spark.md.
 
-Readers of the output topic must read committed data (isolation.level=read_committed, the
-default of this source and of librdkafka) to not see aborted attempts.
+Readers of the output topic must read committed data (isolation.level=read_committed,
+librdkafka's default; this source and Spark's take ``kafka.isolation.level``) to not see
+aborted attempts.
 """
 
 from __future__ import annotations

@@ -105,7 +105,7 @@ class SourceOptions:
     max_records_per_partition: int | None = None
     fail_on_data_loss: bool = True
     include_headers: bool = True
-    read_committed: bool = True
+    read_committed: bool = False
     group_id: str = ""
     commit_offsets: bool = True
     fetch_max_bytes: int = 16 << 20
@@ -160,7 +160,7 @@ class SourceOptions:
                 setattr(opts, attr, n)
         opts.fail_on_data_loss = _bool(o.get("failondataloss", "true"), "failOnDataLoss")
         opts.include_headers = _bool(o.get("includeheaders", "true"), "includeHeaders")
-        iso = o.get("kafka.isolation.level", "read_committed").strip().lower()
+        iso = o.get("kafka.isolation.level", "read_uncommitted")  # Spark's Kafka source.strip().lower()
         if iso not in ("read_committed", "read_uncommitted"):
             raise ValueError(f"kafka.isolation.level must be read_committed or read_uncommitted, got {iso!r}")
         opts.read_committed = iso == "read_committed"

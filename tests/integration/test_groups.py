@@ -463,6 +463,34 @@ def test_groups_cli(broker):
     assert group not in run_cli(broker.bootstrap, "list").stdout.split()
 
 
+def test_groups_cli_reads_committed_data_only_when_asked(broker):
+    """With a transaction open, the log end is past the last stable offset: describe shows the
+    log end by default (as Kafka's tool does) and the LSO under --isolation-level read_committed."""
+    from confluent_kafka import Producer, TopicPartition
+    topic, group = name("t"), name("g")
+    create_topic(broker.bootstrap, topic, 1)
+    produce(broker.bootstrap, topic, 5, 1)
+    c = ck_consumer(broker.bootstrap, group)
+    c.commit(offsets=[TopicPartition(topic, 0, 2)], asynchronous=False)
+    c.close()
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": name("tx")})
+    p.init_transactions(30)
+    p.begin_transaction()
+    for i in range(3):
+        p.produce(topic, value=b"open", partition=0)
+    assert p.flush(30) == 0
+
+    def row(*extra: str) -> list[str]:
+        r = run_cli(broker.bootstrap, "describe", "--group", group, *extra)
+        assert r.returncode == 0, r.stderr
+        return [ln.split() for ln in r.stdout.splitlines() if ln.startswith(group)][0]
+    try:
+        assert row()[3:6] == ["2", "8", "6"]
+        assert row("--isolation-level", "read_committed")[3:6] == ["2", "5", "3"]
+    finally:
+        p.abort_transaction(30)
+
+
 def test_offsets_topic_is_compacted_and_reloads(broker_factory):
     """Many commits of one partition: the cleaner keeps the last; a restart loads it."""
     from confluent_kafka import TopicPartition
