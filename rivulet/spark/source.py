@@ -18,7 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
 
 from rivulet.protocol.errors import ErrorCode, KafkaError
 from rivulet.protocol.messages import fetch_request as fq
@@ -41,6 +47,28 @@ SKIP_HINT = ("Skipping them because failOnDataLoss is false; set it to true to f
 
 class DataLossError(RuntimeError):
     """Offsets the query must read are no longer in the log (failOnDataLoss=true)."""
+
+
+@dataclass(frozen=True)
+class TimestampBound:
+    """startingTimestamp / endingTimestamp (``every``), or the ...OffsetsByTimestamp JSON
+    (``by_partition``): the first offset whose timestamp is at or after the time."""
+
+    every: int | None = None
+    by_partition: OffsetMap | None = None
+
+
+Bound = str | OffsetMap | TimestampBound
+_DURATION = re.compile(r"^\s*(\d+)\s*(us|ms|s|m|min|h|d)?\s*$", re.IGNORECASE)
+_DURATION_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(text: str, name: str) -> int:
+    """Spark's time strings: '15m', '30s', '500ms', '2h'; a bare number is milliseconds."""
+    m = _DURATION.match(text)
+    if not m:
+        raise ValueError(f"option {name}: expected a duration like 15m, 30s or 500ms, got {text!r}")
+    return int(int(m.group(1)) * _DURATION_MS[(m.group(2) or "ms").lower()])
 
 
 def report_data_loss(message: str, fail: bool) -> None:
@@ -98,9 +126,14 @@ class SourceOptions:
     subscribe: list[str] | None = None
     pattern: str | None = None
     assign: list[TP] | None = None
-    starting: str | OffsetMap = "latest"
-    ending: str | OffsetMap = "latest"
+    starting: Bound = "latest"
+    ending: Bound = "latest"
+    # startingOffsetsByTimestampStrategy: what a partition with no record at or after the
+    # starting time gets: "error" fails the query, "latest" starts at the end
+    timestamp_strategy: str = "error"
     max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60_000
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
     fail_on_data_loss: bool = True
@@ -151,8 +184,22 @@ class SourceOptions:
             opts.ending = cls._bound(o["endingoffsets"], "endingOffsets")
             if opts.ending == "earliest" or (isinstance(opts.ending, dict) and EARLIEST in opts.ending.values()):
                 raise ValueError("endingOffsets: earliest (-2) is not valid")
+        # Spark's precedence: ...Timestamp over ...OffsetsByTimestamp over ...Offsets.
+        for side in ("starting", "ending"):
+            ts = cls._timestamp_bound(o, side)
+            if ts is not None:
+                if side == "ending" and streaming:
+                    raise ValueError(f"{side}Timestamp / {side}OffsetsByTimestamp are not valid for streaming queries")
+                setattr(opts, side, ts)
+        strategy = o.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+        if strategy not in ("error", "latest"):
+            raise ValueError(f"option startingOffsetsByTimestampStrategy must be error or latest, got {strategy!r}")
+        opts.timestamp_strategy = strategy
+        if "maxtriggerdelay" in o:
+            opts.max_trigger_delay_ms = parse_duration_ms(o["maxtriggerdelay"], "maxTriggerDelay")
         for key, attr in (("maxoffsetspertrigger", "max_offsets_per_trigger"), ("minpartitions", "min_partitions"),
-                          ("maxrecordsperpartition", "max_records_per_partition")):
+                          ("maxrecordsperpartition", "max_records_per_partition"),
+                          ("minoffsetspertrigger", "min_offsets_per_trigger")):
             if key in o:
                 n = int(o[key])
                 if n <= 0:
@@ -160,7 +207,7 @@ class SourceOptions:
                 setattr(opts, attr, n)
         opts.fail_on_data_loss = _bool(o.get("failondataloss", "true"), "failOnDataLoss")
         opts.include_headers = _bool(o.get("includeheaders", "true"), "includeHeaders")
-        iso = o.get("kafka.isolation.level", "read_uncommitted")  # Spark's Kafka source.strip().lower()
+        iso = o.get("kafka.isolation.level", "read_uncommitted").strip().lower()  # Spark's default
         if iso not in ("read_committed", "read_uncommitted"):
             raise ValueError(f"kafka.isolation.level must be read_committed or read_uncommitted, got {iso!r}")
         opts.read_committed = iso == "read_committed"
@@ -180,6 +227,19 @@ class SourceOptions:
             prefix = o.get("groupidprefix", "spark-rivulet-source")
             opts.group_id = f"{prefix}-{hashlib.sha1(what.encode()).hexdigest()[:12]}"
         return opts
+
+    @staticmethod
+    def _timestamp_bound(o: Mapping[str, str], side: str) -> TimestampBound | None:
+        if f"{side}timestamp" in o:
+            try:
+                return TimestampBound(every=int(o[f"{side}timestamp"]))
+            except ValueError:
+                raise ValueError(f"option {side}Timestamp must be milliseconds since the epoch, "
+                                 f"got {o[side + 'timestamp']!r}") from None
+        if f"{side}offsetsbytimestamp" in o:
+            return TimestampBound(by_partition=parse_offsets_json(o[f"{side}offsetsbytimestamp"],
+                                                                  f"{side}OffsetsByTimestamp"))
+        return None
 
     @staticmethod
     def _bound(v: str, name: str) -> str | OffsetMap:
@@ -245,9 +305,11 @@ class OffsetReader:
     def latest(self, tps: set[TP] | None = None) -> OffsetMap:
         return self.list({tp: LATEST for tp in (self.partitions() if tps is None else tps)})
 
-    def resolve(self, bound: str | OffsetMap, name: str) -> OffsetMap:
-        """earliest / latest / specific offsets (with -2 and -1) to concrete offsets."""
+    def resolve(self, bound: Bound, name: str) -> OffsetMap:
+        """earliest / latest / specific offsets (with -2 and -1) / times to concrete offsets."""
         tps = self.partitions()
+        if isinstance(bound, TimestampBound):
+            return self._resolve_times(bound, name, tps)
         if bound == "earliest":
             return self.earliest(tps)
         if bound == "latest":
@@ -260,6 +322,26 @@ class OffsetReader:
         special = {tp: off for tp, off in bound.items() if off in (EARLIEST, LATEST)}
         resolved = self.list(special)
         return {tp: resolved.get(tp, off) for tp, off in bound.items()}
+
+    def _resolve_times(self, bound: TimestampBound, name: str, tps: set[TP]) -> OffsetMap:
+        if bound.by_partition is not None:
+            if set(bound.by_partition) != tps:
+                raise ValueError(
+                    f"{name}ByTimestamp must name every partition the query reads. "
+                    f"Given: {sorted(bound.by_partition)}; partitions: {sorted(tps)}")
+            times = dict(bound.by_partition)
+        else:
+            times = {tp: bound.every for tp in tps}
+        found = self.list(times)  # type: ignore[arg-type]
+        missing = {tp for tp, off in found.items() if off < 0}
+        if missing and name == "startingOffsets" and self.opts.timestamp_strategy == "error":
+            tp = min(missing)
+            raise ValueError(
+                f"No offset matched the timestamp {times[tp]} in partition {tp[0]}-{tp[1]} (no record at or after "
+                "it). Set startingOffsetsByTimestampStrategy=latest to start such partitions at their end.")
+        if missing:  # Spark: an ending time, or the "latest" strategy, falls back to the end
+            found.update(self.latest(missing))
+        return found
 
     def commit(self, offsets: OffsetMap) -> None:
         self._retry(self.cluster.commit_offsets, self.opts.group_id, offsets, "spark-rivulet-source")
@@ -363,6 +445,7 @@ class RivuletStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now: OffsetMap | None = None
         self._latest: OffsetMap = {}
         self._reported: OffsetMap = {}
+        self._last_trigger_ms = time.monotonic() * 1000  # for minOffsetsPerTrigger's maxTriggerDelay
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors get only the options: no sockets, no driver state.
@@ -375,8 +458,12 @@ class RivuletStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offsets_to_json(self._offsets.resolve(self.opts.starting, "startingOffsets"))
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        # minOffsetsPerTrigger is applied in latestOffset whatever the limit (there is no
+        # composite limit in the Python API); Spark passes ReadAllAvailable for Trigger.Once.
         if self.opts.max_offsets_per_trigger:
             return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        if self.opts.min_offsets_per_trigger:
+            return ReadMinRows(self.opts.min_offsets_per_trigger)
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -393,13 +480,27 @@ class RivuletStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         else:
             latest = self._offsets.latest()
         self._latest = latest
+        new = set(latest) - set(begin)
+        new_start = self._offsets.earliest(new) if new else {}
+        if self._should_wait(begin, latest, new_start, limit):
+            return offsets_to_json(begin)  # no batch yet: Spark sees end == start
         if isinstance(limit, ReadMaxRows):
-            new = set(latest) - set(begin)
-            new_start = self._offsets.earliest(new) if new else {}
             end = rate_limit(limit.max_rows, begin, latest, new_start)
         else:
             end = latest
+        self._last_trigger_ms = time.monotonic() * 1000
         return offsets_to_json(end)
+
+    def _should_wait(self, begin: OffsetMap, latest: OffsetMap, new_start: OffsetMap, limit: ReadLimit) -> bool:
+        """minOffsetsPerTrigger: hold the batch back until that many offsets are waiting or
+        maxTriggerDelay has passed since the last one (never under AvailableNow or Once)."""
+        wanted = self.opts.min_offsets_per_trigger
+        if not wanted or self._available_now is not None or isinstance(limit, ReadAllAvailable):
+            return False
+        waiting = sum(max(0, end - begin.get(tp, new_start.get(tp, end))) for tp, end in latest.items())
+        if waiting >= wanted:
+            return False
+        return time.monotonic() * 1000 - self._last_trigger_ms < self.opts.max_trigger_delay_ms
 
     def reportLatestOffset(self) -> dict | None:
         return offsets_to_json(self._latest) if self._latest else None

@@ -191,6 +191,57 @@ def test_starting_and_ending_offsets_json(broker, spark, tmp_path):
         source(spark, broker.bootstrap, t, streaming=False, startingOffsets="latest").count()
 
 
+def test_offsets_by_timestamp(broker, spark):
+    """startingTimestamp / endingOffsetsByTimestamp: the first offset at or after the time, as
+    ListOffsets finds it; a start time past every record fails unless the strategy is latest."""
+    t = create_topic(broker.bootstrap, topic_name("ts"), 2)
+    t0 = 1_700_000_000_000
+    produce(broker.bootstrap, t, [{"value": b"v", "partition": p, "timestamp": t0 + i * 1000}
+                                  for p in (0, 1) for i in range(50)])
+    got = source(spark, broker.bootstrap, t, streaming=False, startingTimestamp=t0 + 10_000,
+                 endingOffsetsByTimestamp=json.dumps({t: {"0": t0 + 20_000, "1": t0 + 15_500}})) \
+        .select("partition", "offset").collect()
+    assert sorted((r.partition, r.offset) for r in got) == \
+        [(0, o) for o in range(10, 20)] + [(1, o) for o in range(10, 16)]
+    # startingTimestamp wins over startingOffsets, as in Spark.
+    assert source(spark, broker.bootstrap, t, streaming=False, startingOffsets="earliest",
+                  startingTimestamp=t0 + 45_000).count() == 10
+    with pytest.raises(Exception, match="No offset matched the timestamp"):
+        source(spark, broker.bootstrap, t, streaming=False, startingTimestamp=t0 + 10**9).count()
+    assert source(spark, broker.bootstrap, t, streaming=False, startingTimestamp=t0 + 10**9,
+                  startingOffsetsByTimestampStrategy="latest").count() == 0
+    with pytest.raises(Exception, match="every partition"):
+        source(spark, broker.bootstrap, t, streaming=False,
+               startingOffsetsByTimestamp=json.dumps({t: {"0": t0}})).count()
+
+
+def test_min_offsets_per_trigger_holds_batches_back_until_max_trigger_delay(broker):
+    """The reader the driver uses, without Spark: fewer than minOffsetsPerTrigger waiting
+    offsets give no batch (end == start) until maxTriggerDelay has passed."""
+    from pyspark.sql.streaming.datasource import ReadMinRows
+    from rivulet.spark.source import RivuletStreamReader, SourceOptions
+    t = create_topic(broker.bootstrap, topic_name("min"), 2)
+    produce(broker.bootstrap, t, [{"value": b"v", "partition": i % 2} for i in range(30)])
+    opts = SourceOptions.parse({"kafka.bootstrap.servers": broker.bootstrap, "subscribe": t,
+                                "startingOffsets": "earliest", "minOffsetsPerTrigger": "50",
+                                "maxTriggerDelay": "1h", "commitOffsets": "false"}, streaming=True)
+    reader = RivuletStreamReader(opts)
+    try:
+        limit = reader.getDefaultReadLimit()
+        assert limit == ReadMinRows(50)
+        start = reader.initialOffset()
+        assert reader.latestOffset(start, limit) == start  # 30 waiting: held back
+        produce(broker.bootstrap, t, [{"value": b"v", "partition": i % 2} for i in range(30)])
+        end = reader.latestOffset(start, limit)
+        assert end == {t: {"0": 30, "1": 30}}
+        produce(broker.bootstrap, t, [{"value": b"v", "partition": 0}])
+        assert reader.latestOffset(end, limit) == end
+        reader.opts.max_trigger_delay_ms = 0  # the delay has passed: take what there is
+        assert reader.latestOffset(end, limit) == {t: {"0": 31, "1": 30}}
+    finally:
+        reader.stop()
+
+
 def test_assign_and_subscribe_pattern(broker, spark):
     prefix = topic_name("pat")
     a, b = create_topic(broker.bootstrap, prefix + "-a", 2), create_topic(broker.bootstrap, prefix + "-b", 1)
