@@ -15,10 +15,14 @@ Here: building batches (``encode_batch``, ``encode_control_batch``), reading the
 the broker's produce-path check (``validate_produce_records``), which walks records
 without materialising them because the broker stores the client's bytes unchanged.
 Every malformed input surfaces as a ``KafkaError``; nothing reads past the blob.
+
+Record decoding runs in C when the optional extension ``rivulet.protocol._speedups`` is
+built (``SPEEDUPS``); ``_py_parse_records`` is the reference it is tested against.
 """
 
 from __future__ import annotations
 
+import os
 import struct
 import time
 from collections.abc import Iterator, Sequence
@@ -465,7 +469,7 @@ def parse_control_record(record: Record) -> ControlRecord:
 # --- decoding ---------------------------------------------------------------------------
 
 
-def _parse_records(
+def _py_parse_records(
     buf: bytes,
     pos: int,
     end: int,
@@ -474,7 +478,36 @@ def _parse_records(
     base_timestamp: int,
     log_append_time: int | None,
 ) -> list[Record]:
-    """Decode ``count`` records filling exactly buf[pos:end]."""
+    """Decode ``count`` records filling exactly buf[pos:end] (the pure-Python decoder).
+
+    Only buf[:end] decides the outcome: a read at or past ``end`` is "record runs past
+    the end of the batch", as in the C accelerator (``_speedups.parse_records``), and so
+    is an ``end`` past the end of ``buf``.
+    """
+    if end > len(buf):
+        raise _invalid("record runs past the end of the batch")
+    try:
+        return _parse_records_unbounded(buf, pos, end, count, base_offset, base_timestamp, log_append_time)
+    except KafkaError:
+        if end == len(buf):
+            raise
+    # _parse_records_unbounded reads up to len(buf), which can lie past ``end`` (decode_batch
+    # passes a whole Fetch response). A success never reads past ``end`` (every record must end by
+    # it), so only a failure can have seen those bytes: running again on a copy cut at
+    # ``end`` gives the error that depends on buf[:end] alone.
+    return _parse_records_unbounded(buf[: max(end, 0)], pos, end, count, base_offset, base_timestamp, log_append_time)
+
+
+def _parse_records_unbounded(
+    buf: bytes,
+    pos: int,
+    end: int,
+    count: int,
+    base_offset: int,
+    base_timestamp: int,
+    log_append_time: int | None,
+) -> list[Record]:
+    """``_py_parse_records``, except that varints and lengths are read up to len(buf)."""
     records: list[Record] = []
     append = records.append
     uvarint = _uvarint
@@ -616,6 +649,24 @@ def _parse_records(
     return records
 
 
+_parse_records = _py_parse_records
+SPEEDUPS = False
+"""True when records are decoded by the C accelerator ``rivulet.protocol._speedups``.
+
+It is built by ``pip install`` when a C compiler is present; without it, or with
+RIVULET_NO_SPEEDUPS=1 in the environment, the pure-Python ``_py_parse_records`` is used.
+Both give the same records and raise the same errors for every input."""
+if os.environ.get("RIVULET_NO_SPEEDUPS", "") in ("", "0"):
+    try:
+        from rivulet.protocol import _speedups
+    except ImportError:
+        pass
+    else:
+        _speedups.setup(Record, _invalid, _py_parse_records)
+        _parse_records = _speedups.parse_records
+        SPEEDUPS = True
+
+
 def _frame(view: memoryview, pos: int) -> int:
     """Size of the batch starting at ``pos``, or -1 if only part of it is present.
 
@@ -662,14 +713,17 @@ def iter_batches(data: bytes | bytearray | memoryview) -> Iterator[tuple[int, Ba
         pos += batch_size
 
 
-def decode_batch(
+def batch_records_section(
     buf: bytes | bytearray | memoryview,
     pos: int = 0,
     *,
     verify_crc: bool = True,
     max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
-) -> DecodedBatch:
-    """Decode the complete batch at ``pos``, decompressing its records."""
+) -> tuple[BatchHeader, bytes, int, int]:
+    """Check the complete batch at ``pos`` (framing, CRC) and find its records:
+    (header, records_buf, start, stop), the records filling records_buf[start:stop].
+    records_buf is ``buf`` itself for an uncompressed batch (whatever its type), else the
+    decompressed bytes. ``decode_batch`` parses them into Records."""
     view = _byte_view(buf)
     if pos < 0 or _frame(view, pos) < 0:
         raise _corrupt("record batch is truncated")
@@ -680,11 +734,23 @@ def decode_batch(
     codec = header.attributes & COMPRESSION_MASK
     if codec:
         records_buf = decompress(codec, view[pos + HEADER_SIZE : end], max_decompressed_size)
-        start, stop = 0, len(records_buf)
-    elif isinstance(buf, bytes):
-        records_buf, start, stop = buf, pos + HEADER_SIZE, end
-    else:
-        records_buf = bytes(view[pos + HEADER_SIZE : end])
+        return header, records_buf, 0, len(records_buf)
+    return header, buf, pos + HEADER_SIZE, end
+
+
+def decode_batch(
+    buf: bytes | bytearray | memoryview,
+    pos: int = 0,
+    *,
+    verify_crc: bool = True,
+    max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
+) -> DecodedBatch:
+    """Decode the complete batch at ``pos``, decompressing its records."""
+    header, records_buf, start, stop = batch_records_section(
+        buf, pos, verify_crc=verify_crc, max_decompressed_size=max_decompressed_size
+    )
+    if not isinstance(records_buf, bytes):  # keys and values are slices: make them bytes
+        records_buf = bytes(_byte_view(records_buf)[start:stop])
         start, stop = 0, len(records_buf)
     records = _parse_records(
         records_buf,

@@ -1,0 +1,811 @@
+/* Optional C accelerator for rivulet.protocol.records.
+ *
+ * parse_records(buf, pos, end, count, base_offset, base_timestamp, log_append_time)
+ * does what records._py_parse_records does: decode ``count`` magic v2 records that must
+ * fill buf[pos:end] exactly, returning a list of records.Record. Same arguments, same
+ * results, same errors: every malformed input raises records._invalid(message)
+ * (KafkaError INVALID_RECORD) with the message the Python code uses. Nothing at or past
+ * ``end`` is read; a read that would go there is "record runs past the end of the batch",
+ * as in the Python version, and so is an ``end`` past the end of ``buf``.
+ *
+ * Inputs outside the fast path (a buffer that is not bytes, a negative pos, integers
+ * beyond 64 bits) are handed to the Python implementation, so the results stay the
+ * same for every input.
+ *
+ * records.py calls setup(Record, _invalid, _py_parse_records) once after import; the
+ * module keeps references to those three objects.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#if PY_VERSION_HEX < 0x030C0000
+#include <structmember.h>
+#define RIV_T_OBJECT_EX T_OBJECT_EX
+#define RIV_READONLY READONLY
+#else
+#define RIV_T_OBJECT_EX Py_T_OBJECT_EX
+#define RIV_READONLY Py_READONLY
+#endif
+
+/* --- state set by setup() ------------------------------------------------------------ */
+
+static PyObject *record_type = NULL;   /* records.Record */
+static PyObject *invalid_fn = NULL;    /* records._invalid: message -> exception */
+static PyObject *fallback_fn = NULL;   /* records._py_parse_records */
+
+/* Byte offsets of Record's slots, in constructor order; valid when fast_record is 1. */
+#define N_FIELDS 5
+static const char *const field_names[N_FIELDS] = {"offset", "timestamp", "key", "value", "headers"};
+static Py_ssize_t field_offsets[N_FIELDS];
+static int fast_record = 0;
+
+/* Decide whether Record instances can be made by allocating the object and filling its
+ * slots directly (what the dataclass __init__ does, without running Python code): the
+ * type must be a heap type whose five fields are plain writable object slots. */
+static int
+probe_fast_record(PyObject *type)
+{
+    if (!PyType_Check(type))
+        return 0;
+    PyTypeObject *tp = (PyTypeObject *)type;
+    if (!(tp->tp_flags & Py_TPFLAGS_HEAPTYPE) || tp->tp_alloc == NULL)
+        return 0;
+    if (tp->tp_dictoffset != 0)
+        return 0; /* not a __slots__ class: instances have a __dict__ */
+    for (int i = 0; i < N_FIELDS; i++) {
+        PyObject *descr = PyDict_GetItemString(tp->tp_dict, field_names[i]); /* borrowed */
+        if (descr == NULL || Py_TYPE(descr) != &PyMemberDescr_Type)
+            return 0;
+        PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
+        if (m->type != RIV_T_OBJECT_EX || (m->flags & RIV_READONLY))
+            return 0;
+        if (m->offset < (Py_ssize_t)sizeof(PyObject) || m->offset + (Py_ssize_t)sizeof(PyObject *) > tp->tp_basicsize)
+            return 0;
+        field_offsets[i] = m->offset;
+    }
+    return 1;
+}
+
+static PyObject *
+speedups_setup(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "setup(record_type, invalid, fallback) takes 3 arguments");
+        return NULL;
+    }
+    if (!PyCallable_Check(args[0]) || !PyCallable_Check(args[1]) || !PyCallable_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "setup() arguments must be callable");
+        return NULL;
+    }
+    Py_INCREF(args[0]);
+    Py_XSETREF(record_type, args[0]);
+    Py_INCREF(args[1]);
+    Py_XSETREF(invalid_fn, args[1]);
+    Py_INCREF(args[2]);
+    Py_XSETREF(fallback_fn, args[2]);
+    fast_record = probe_fast_record(record_type);
+    return PyBool_FromLong(fast_record);
+}
+
+/* The consumer's Message type (rivulet.client.types.Message), set by setup_messages(). */
+#define N_MSG_FIELDS 11
+static const char *const msg_field_names[N_MSG_FIELDS] = {
+    "_topic", "_partition", "_offset", "_key", "_value", "_headers",
+    "_ts_type", "_ts", "_error", "_leader_epoch", "_latency",
+};
+#define N_MSG_ARGS 10 /* Message(topic, partition, offset, key, value, headers, ts_type, ts, error, leader_epoch) */
+static PyObject *message_type = NULL;
+static Py_ssize_t msg_offsets[N_MSG_FIELDS];
+static int fast_message = 0;
+
+/* Can Messages be made by filling slots? The type's own slots must be exactly the eleven
+ * above, and constructing one in Python must store argument i in slot i and None in
+ * _latency: checked here once with sentinel objects, so a changed __init__ is noticed. */
+static int
+probe_fast_message(PyObject *type)
+{
+    if (!PyType_Check(type))
+        return 0;
+    PyTypeObject *tp = (PyTypeObject *)type;
+    if (!(tp->tp_flags & Py_TPFLAGS_HEAPTYPE) || tp->tp_alloc == NULL || tp->tp_dictoffset != 0
+        || tp->tp_base != &PyBaseObject_Type || tp->tp_members == NULL)
+        return 0;
+    int n_members = 0;
+    for (PyMemberDef *m = tp->tp_members; m->name != NULL; m++) {
+        int known = 0;
+        for (int i = 0; i < N_MSG_FIELDS; i++) {
+            if (strcmp(m->name, msg_field_names[i]) == 0) {
+                known = 1;
+                msg_offsets[i] = m->offset;
+            }
+        }
+        if (!known || m->type != RIV_T_OBJECT_EX || (m->flags & RIV_READONLY)
+            || m->offset < (Py_ssize_t)sizeof(PyObject) || m->offset + (Py_ssize_t)sizeof(PyObject *) > tp->tp_basicsize)
+            return 0;
+        n_members++;
+    }
+    if (n_members != N_MSG_FIELDS)
+        return 0;
+    PyObject *sentinels[N_MSG_ARGS] = {NULL};
+    int ok = 0;
+    PyObject *msg = NULL;
+    for (int i = 0; i < N_MSG_ARGS; i++) {
+        sentinels[i] = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
+        if (sentinels[i] == NULL)
+            goto done;
+    }
+    msg = PyObject_Vectorcall(type, sentinels, N_MSG_ARGS, NULL);
+    if (msg == NULL || Py_TYPE(msg) != tp)
+        goto done;
+    for (int i = 0; i < N_MSG_FIELDS; i++) {
+        PyObject *got = *(PyObject **)((char *)msg + msg_offsets[i]);
+        PyObject *want = i < N_MSG_ARGS ? sentinels[i] : Py_None;
+        if (got != want)
+            goto done;
+    }
+    ok = 1;
+done:
+    PyErr_Clear();
+    Py_XDECREF(msg);
+    for (int i = 0; i < N_MSG_ARGS; i++)
+        Py_XDECREF(sentinels[i]);
+    return ok;
+}
+
+static PyObject *
+speedups_setup_messages(PyObject *module, PyObject *type)
+{
+    (void)module;
+    if (!PyCallable_Check(type)) {
+        PyErr_SetString(PyExc_TypeError, "setup_messages() needs the Message type");
+        return NULL;
+    }
+    int fast = probe_fast_message(type);
+    Py_INCREF(type);
+    Py_XSETREF(message_type, type);
+    fast_message = fast;
+    return PyBool_FromLong(fast_message);
+}
+
+/* --- errors ---------------------------------------------------------------------------- */
+
+/* Raise invalid_fn(msg); consumes msg. `suppress` mirrors Python's "raise ... from None". */
+static void
+raise_invalid(PyObject *msg, int suppress)
+{
+    if (msg == NULL)
+        return;
+    PyObject *exc = PyObject_CallOneArg(invalid_fn, msg);
+    Py_DECREF(msg);
+    if (exc == NULL)
+        return;
+    if (suppress && PyExceptionInstance_Check(exc))
+        PyException_SetCause(exc, NULL); /* also sets __suppress_context__ */
+    PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    Py_DECREF(exc);
+}
+
+static void
+raise_invalid_str(const char *text, int suppress)
+{
+    raise_invalid(PyUnicode_FromString(text), suppress);
+}
+
+static void
+raise_invalid_num(const char *fmt, long long n)
+{
+    raise_invalid(PyUnicode_FromFormat(fmt, n), 0);
+}
+
+/* --- varints --------------------------------------------------------------------------- */
+
+enum { VARINT_OK = 0, VARINT_PAST_END = 1, VARINT_TOO_LONG = 2 };
+
+/* Unsigned varint of at most max_bytes bytes at *pp, never reading at or after limit.
+ * With max_bytes 10 the value can exceed 64 bits; only its low 64 bits are returned and
+ * the caller detects the overflow from the last byte. */
+static inline int
+read_uvarint(const unsigned char *buf, Py_ssize_t limit, Py_ssize_t *pp, int max_bytes, uint64_t *out)
+{
+    Py_ssize_t p = *pp;
+    if (p < limit && buf[p] < 0x80) { /* one byte: nearly every length and delta */
+        *out = buf[p];
+        *pp = p + 1;
+        return VARINT_OK;
+    }
+    uint64_t result = 0;
+    int shift = 0;
+    for (int i = 0; i < max_bytes; i++) {
+        if (p >= limit)
+            return VARINT_PAST_END;
+        unsigned int b = buf[p++];
+        result |= (uint64_t)(b & 0x7F) << shift;
+        if (b < 0x80) {
+            *out = result;
+            *pp = p;
+            return VARINT_OK;
+        }
+        shift += 7;
+    }
+    return VARINT_TOO_LONG;
+}
+
+static inline int64_t
+zigzag(uint64_t v)
+{
+    return (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
+}
+
+/* Zigzag-decoded value of a 10-byte varint that does not fit in 64 bits, as a Python int. */
+static PyObject *
+zigzag_big(const unsigned char *start)
+{
+    uint64_t low = 0;
+    for (int i = 0; i < 9; i++)
+        low |= (uint64_t)(start[i] & 0x7F) << (7 * i); /* 63 bits */
+    PyObject *v = NULL, *hi = NULL, *shift = NULL, *tmp = NULL, *half = NULL, *one = NULL, *sign = NULL, *res = NULL;
+    v = PyLong_FromUnsignedLongLong(low);
+    hi = PyLong_FromLong(start[9] & 0x7F);
+    shift = PyLong_FromLong(63);
+    one = PyLong_FromLong(1);
+    if (v == NULL || hi == NULL || shift == NULL || one == NULL)
+        goto done;
+    tmp = PyNumber_Lshift(hi, shift);
+    if (tmp == NULL)
+        goto done;
+    Py_SETREF(v, PyNumber_Or(v, tmp));
+    if (v == NULL)
+        goto done;
+    half = PyNumber_Rshift(v, one);
+    Py_SETREF(tmp, PyNumber_And(v, one));
+    if (half == NULL || tmp == NULL)
+        goto done;
+    sign = PyNumber_Negative(tmp);
+    if (sign == NULL)
+        goto done;
+    res = PyNumber_Xor(half, sign);
+done:
+    Py_XDECREF(v);
+    Py_XDECREF(hi);
+    Py_XDECREF(shift);
+    Py_XDECREF(tmp);
+    Py_XDECREF(half);
+    Py_XDECREF(one);
+    Py_XDECREF(sign);
+    return res;
+}
+
+/* Whether a + b leaves the int64 range; if not, *sum is set. */
+static inline int
+add_overflows(int64_t a, int64_t b, int64_t *sum)
+{
+    if ((b > 0 && a > INT64_MAX - b) || (b < 0 && a < INT64_MIN - b))
+        return 1;
+    *sum = a + b;
+    return 0;
+}
+
+/* a + b as a Python int, exact for any 64-bit operands. */
+static PyObject *
+add_i64(int64_t a, int64_t b)
+{
+    int64_t sum;
+    if (add_overflows(a, b, &sum)) {
+        PyObject *x = PyLong_FromLongLong(a), *y = PyLong_FromLongLong(b), *r = NULL;
+        if (x != NULL && y != NULL)
+            r = PyNumber_Add(x, y);
+        Py_XDECREF(x);
+        Py_XDECREF(y);
+        return r;
+    }
+    return PyLong_FromLongLong(sum);
+}
+
+/* --- records --------------------------------------------------------------------------- */
+
+/* A new Record(offset, timestamp, key, value, headers); steals the five references (also on
+ * failure). */
+static PyObject *
+make_record(PyObject *offset, PyObject *timestamp, PyObject *key, PyObject *value, PyObject *headers)
+{
+    PyObject *fields[N_FIELDS] = {offset, timestamp, key, value, headers};
+    PyObject *r;
+    if (fast_record) {
+        PyTypeObject *tp = (PyTypeObject *)record_type;
+        r = tp->tp_alloc(tp, 0);
+        if (r != NULL) {
+            for (int i = 0; i < N_FIELDS; i++)
+                *(PyObject **)((char *)r + field_offsets[i]) = fields[i];
+            return r;
+        }
+    }
+    else {
+        r = PyObject_Vectorcall(record_type, fields, N_FIELDS, NULL);
+    }
+    for (int i = 0; i < N_FIELDS; i++)
+        Py_DECREF(fields[i]);
+    return r;
+}
+
+/* What parse_messages puts in every Message besides the record's own fields. */
+typedef struct {
+    PyObject *topic, *partition, *ts_type, *leader_epoch;
+    PyObject *min_offset_obj;
+    int min_fits; /* min_offset_obj is an int within int64, in min_offset */
+    long long min_offset;
+} msg_ctx;
+
+/* A new Message(topic, partition, offset, key, value, headers, ts_type, ts, None,
+ * leader_epoch); steals offset, ts, key, value and headers (also on failure). */
+static PyObject *
+make_message(const msg_ctx *mc, PyObject *offset, PyObject *ts, PyObject *key, PyObject *value, PyObject *headers)
+{
+    PyObject *fields[N_MSG_FIELDS] = {
+        mc->topic, mc->partition, offset, key, value, headers, mc->ts_type, ts, Py_None, mc->leader_epoch, Py_None,
+    };
+    PyObject *m;
+    if (fast_message) {
+        PyTypeObject *tp = (PyTypeObject *)message_type;
+        m = tp->tp_alloc(tp, 0);
+        if (m != NULL) {
+            Py_INCREF(mc->topic);
+            Py_INCREF(mc->partition);
+            Py_INCREF(mc->ts_type);
+            Py_INCREF(Py_None);
+            Py_INCREF(mc->leader_epoch);
+            Py_INCREF(Py_None);
+            for (int i = 0; i < N_MSG_FIELDS; i++)
+                *(PyObject **)((char *)m + msg_offsets[i]) = fields[i];
+            return m;
+        }
+    }
+    else {
+        m = PyObject_Vectorcall(message_type, fields, N_MSG_ARGS, NULL);
+    }
+    Py_DECREF(offset);
+    Py_DECREF(ts);
+    Py_DECREF(key);
+    Py_DECREF(value);
+    Py_DECREF(headers);
+    return m;
+}
+
+/* A Python int argument as a C integer; 0 if it is not an exact int in range. */
+static int
+as_i64(PyObject *o, long long *out)
+{
+    if (!PyLong_CheckExact(o))
+        return 0;
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+/* The decoder proper, for both entry points: Records when mc is NULL, else Messages of the
+ * records at or after mc->min_offset (empty header lists become None, as the consumer
+ * wants them). Validation is the same either way: all records are checked. */
+static PyObject *
+parse(const unsigned char *buf, Py_ssize_t len, Py_ssize_t pos, long long end, long long count,
+      long long base_offset, long long base_timestamp, PyObject *log_append_time, const msg_ctx *mc)
+{
+    if (end > (long long)len) { /* records said to reach past the buffer */
+        raise_invalid_str("record runs past the end of the batch", 0);
+        return NULL;
+    }
+    /* Nothing at or past `end` is read: every slice also ends by a record's end <= end. */
+    Py_ssize_t limit = end < 0 ? 0 : (Py_ssize_t)end;
+    int use_lat = log_append_time != Py_None;
+
+    /* Every record takes at least 7 bytes (a size varint and 6), so at most `room` records
+     * can succeed: that many slots are preallocated, and a larger count (which can only
+     * fail) goes on by appending. Slots left unfilled are NULL, which list dealloc skips. */
+    Py_ssize_t room = limit > pos ? (Py_ssize_t)((limit - pos) / 7) : 0;
+    Py_ssize_t cap = count <= 0 ? 0 : (count < (long long)room ? (Py_ssize_t)count : room);
+    Py_ssize_t n_out = 0;
+    PyObject *records = PyList_New(cap);
+    if (records == NULL)
+        return NULL;
+    PyObject *headers = NULL;
+    uint64_t v;
+    int st;
+
+    for (long long i = 0; i < count; i++) {
+        st = read_uvarint(buf, limit, &pos, 5, &v);
+        if (st)
+            goto varint_error;
+        int64_t size = zigzag(v);
+        long long rec_end = pos + size;
+        if (size < 6 || rec_end > end) {
+            raise_invalid_num("invalid record size %lld", size);
+            goto error;
+        }
+        Py_ssize_t p = pos + 1; /* attributes: unused */
+
+        Py_ssize_t ts_start = p;
+        st = read_uvarint(buf, limit, &p, 10, &v);
+        if (st)
+            goto varint_error;
+        int ts_big = (p - ts_start == 10 && buf[p - 1] > 1);
+        int64_t ts_delta = zigzag(v);
+
+        st = read_uvarint(buf, limit, &p, 5, &v);
+        if (st)
+            goto varint_error;
+        int64_t offset_delta = zigzag(v);
+
+        int64_t n;
+        Py_ssize_t key_at = -1, key_len = 0, value_at = -1, value_len = 0;
+        st = read_uvarint(buf, limit, &p, 5, &v);
+        if (st)
+            goto varint_error;
+        n = zigzag(v);
+        if (n != -1) {
+            if (n < 0 || p + n > rec_end) {
+                raise_invalid_num("invalid key length %lld", n);
+                goto error;
+            }
+            key_at = p;
+            key_len = (Py_ssize_t)n;
+            p += key_len;
+        }
+
+        st = read_uvarint(buf, limit, &p, 5, &v);
+        if (st)
+            goto varint_error;
+        n = zigzag(v);
+        if (n != -1) {
+            if (n < 0 || p + n > rec_end) {
+                raise_invalid_num("invalid value length %lld", n);
+                goto error;
+            }
+            value_at = p;
+            value_len = (Py_ssize_t)n;
+            p += value_len;
+        }
+
+        st = read_uvarint(buf, limit, &p, 5, &v);
+        if (st)
+            goto varint_error;
+        n = zigzag(v);
+        if (n < 0) {
+            raise_invalid_num("invalid header count %lld", n);
+            goto error;
+        }
+        if (n == 0 && mc != NULL) {
+            headers = Py_NewRef(Py_None);
+        }
+        else {
+            headers = PyList_New(0);
+            if (headers == NULL)
+                goto error;
+        }
+        /* Each header takes at least two bytes, so a bogus count runs into an error soon. */
+        for (int64_t h = 0; h < n; h++) {
+            st = read_uvarint(buf, limit, &p, 5, &v);
+            if (st)
+                goto varint_error;
+            int64_t kl = zigzag(v);
+            if (kl < 0 || p + kl > rec_end) {
+                raise_invalid_num("invalid header key length %lld", kl);
+                goto error;
+            }
+            /* Java's client decodes header keys leniently as well. */
+            PyObject *name = PyUnicode_DecodeUTF8((const char *)buf + p, (Py_ssize_t)kl, "replace");
+            if (name == NULL)
+                goto error;
+            p += (Py_ssize_t)kl;
+            st = read_uvarint(buf, limit, &p, 5, &v);
+            if (st) {
+                Py_DECREF(name);
+                goto varint_error;
+            }
+            int64_t vl = zigzag(v);
+            PyObject *hv;
+            if (vl == -1) {
+                hv = Py_NewRef(Py_None);
+            }
+            else if (vl < 0 || p + vl > rec_end) {
+                Py_DECREF(name);
+                raise_invalid_num("invalid header value length %lld", vl);
+                goto error;
+            }
+            else {
+                hv = PyBytes_FromStringAndSize((const char *)buf + p, (Py_ssize_t)vl);
+                if (hv == NULL) {
+                    Py_DECREF(name);
+                    goto error;
+                }
+                p += (Py_ssize_t)vl;
+            }
+            PyObject *pair = PyTuple_New(2);
+            if (pair == NULL) {
+                Py_DECREF(name);
+                Py_DECREF(hv);
+                goto error;
+            }
+            PyTuple_SET_ITEM(pair, 0, name);
+            PyTuple_SET_ITEM(pair, 1, hv);
+            int rc = PyList_Append(headers, pair);
+            Py_DECREF(pair);
+            if (rc < 0)
+                goto error;
+        }
+        if (p != rec_end) {
+            raise_invalid_str("record fields do not fill the record's declared size", 0);
+            goto error;
+        }
+
+        PyObject *key, *value, *offset_obj, *ts_obj;
+        offset_obj = add_i64(base_offset, offset_delta);
+        if (offset_obj == NULL)
+            goto error;
+        if (mc != NULL) { /* below the fetch position: validated, not kept */
+            int keep;
+            int64_t off;
+            if (mc->min_fits && !add_overflows(base_offset, offset_delta, &off))
+                keep = off >= mc->min_offset;
+            else
+                keep = PyObject_RichCompareBool(offset_obj, mc->min_offset_obj, Py_GE);
+            if (keep <= 0) {
+                Py_DECREF(offset_obj);
+                Py_CLEAR(headers);
+                if (keep < 0)
+                    goto error;
+                pos = (Py_ssize_t)rec_end;
+                continue;
+            }
+        }
+        if (use_lat) {
+            ts_obj = Py_NewRef(log_append_time);
+        }
+        else if (ts_big) {
+            PyObject *d = zigzag_big(buf + ts_start), *b = NULL;
+            ts_obj = NULL;
+            if (d != NULL && (b = PyLong_FromLongLong(base_timestamp)) != NULL)
+                ts_obj = PyNumber_Add(b, d);
+            Py_XDECREF(d);
+            Py_XDECREF(b);
+        }
+        else {
+            ts_obj = add_i64(base_timestamp, ts_delta);
+        }
+        key = key_at < 0 ? Py_NewRef(Py_None) : PyBytes_FromStringAndSize((const char *)buf + key_at, key_len);
+        value = value_at < 0 ? Py_NewRef(Py_None)
+                             : PyBytes_FromStringAndSize((const char *)buf + value_at, value_len);
+        if (offset_obj == NULL || ts_obj == NULL || key == NULL || value == NULL) {
+            Py_XDECREF(offset_obj);
+            Py_XDECREF(ts_obj);
+            Py_XDECREF(key);
+            Py_XDECREF(value);
+            goto error;
+        }
+        PyObject *record = mc == NULL ? make_record(offset_obj, ts_obj, key, value, headers)
+                                      : make_message(mc, offset_obj, ts_obj, key, value, headers);
+        headers = NULL; /* stolen */
+        if (record == NULL)
+            goto error;
+        if (n_out < cap) {
+            PyList_SET_ITEM(records, n_out, record);
+        }
+        else {
+            int rc = PyList_Append(records, record);
+            Py_DECREF(record);
+            if (rc < 0)
+                goto error;
+        }
+        n_out++;
+        pos = (Py_ssize_t)rec_end;
+    }
+    if (pos != end) {
+        raise_invalid_str("bytes left after the batch's declared record count", 0);
+        goto error;
+    }
+    if (n_out < cap)
+        Py_SET_SIZE(records, n_out); /* records skipped below min_offset */
+    return records;
+
+varint_error:
+    if (st == VARINT_TOO_LONG)
+        raise_invalid_str("varint is too long", 0);
+    else
+        raise_invalid_str("record runs past the end of the batch", 1);
+error:
+    Py_XDECREF(headers);
+    Py_DECREF(records); /* unfilled preallocated slots are NULL, which list dealloc skips */
+    return NULL;
+}
+
+/* The integer arguments shared by both entry points, if they are on the fast path. */
+static int
+fast_args(PyObject *const *args, Py_ssize_t *pos, long long *end, long long *count, long long *base_offset,
+          long long *base_timestamp)
+{
+    long long pos0;
+    if (!as_i64(args[1], &pos0) || pos0 < 0 || pos0 > PY_SSIZE_T_MAX / 2
+        || !as_i64(args[2], end) || !as_i64(args[3], count) || !as_i64(args[4], base_offset)
+        || !as_i64(args[5], base_timestamp))
+        return 0;
+    *pos = (Py_ssize_t)pos0;
+    return 1;
+}
+
+static PyObject *
+speedups_parse_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 7) {
+        PyErr_Format(PyExc_TypeError, "parse_records() takes 7 positional arguments but %zd were given", nargs);
+        return NULL;
+    }
+    if (record_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "rivulet.protocol._speedups.setup() has not been called");
+        return NULL;
+    }
+    Py_ssize_t pos;
+    long long end, count, base_offset, base_timestamp;
+    /* Anything unusual goes to the Python implementation, which defines the behaviour. */
+    if (!PyBytes_CheckExact(args[0]) || !fast_args(args, &pos, &end, &count, &base_offset, &base_timestamp))
+        return PyObject_Vectorcall(fallback_fn, args, 7, NULL);
+    return parse((const unsigned char *)PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0]), pos, end, count,
+                 base_offset, base_timestamp, args[6], NULL);
+}
+
+/* Messages from Records the Python implementation decoded (the unusual-arguments path). */
+static PyObject *
+records_to_messages(PyObject *records, const msg_ctx *mc)
+{
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(records);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *r = PyList_GET_ITEM(records, i);
+        PyObject *f[N_FIELDS] = {NULL};
+        PyObject *m = NULL;
+        int ok = 0, keep, has;
+        for (int j = 0; j < N_FIELDS; j++) {
+            f[j] = PyObject_GetAttrString(r, field_names[j]);
+            if (f[j] == NULL)
+                goto next;
+        }
+        keep = PyObject_RichCompareBool(f[0], mc->min_offset_obj, Py_GE);
+        if (keep < 0)
+            goto next;
+        if (keep) {
+            has = PyObject_IsTrue(f[4]); /* r.headers or None */
+            if (has < 0)
+                goto next;
+            if (!has)
+                Py_SETREF(f[4], Py_NewRef(Py_None));
+            m = make_message(mc, f[0], f[1], f[2], f[3], f[4]);
+            for (int j = 0; j < N_FIELDS; j++)
+                f[j] = NULL; /* stolen */
+            if (m == NULL || PyList_Append(out, m) < 0)
+                goto next;
+        }
+        ok = 1;
+    next:
+        Py_XDECREF(m);
+        for (int j = 0; j < N_FIELDS; j++)
+            Py_XDECREF(f[j]);
+        if (!ok) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+static PyObject *
+speedups_parse_messages(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 12) {
+        PyErr_Format(PyExc_TypeError, "parse_messages() takes 12 positional arguments but %zd were given", nargs);
+        return NULL;
+    }
+    if (record_type == NULL || message_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "rivulet.protocol._speedups: setup() and setup_messages() come first");
+        return NULL;
+    }
+    msg_ctx mc;
+    mc.min_offset_obj = args[7];
+    mc.topic = args[8];
+    mc.partition = args[9];
+    mc.ts_type = args[10];
+    mc.leader_epoch = args[11];
+    mc.min_fits = as_i64(args[7], &mc.min_offset);
+    Py_ssize_t pos;
+    long long end, count, base_offset, base_timestamp;
+    PyObject *buf_obj = args[0];
+    if (fast_args(args, &pos, &end, &count, &base_offset, &base_timestamp)) {
+        if (PyBytes_CheckExact(buf_obj))
+            return parse((const unsigned char *)PyBytes_AS_STRING(buf_obj), PyBytes_GET_SIZE(buf_obj), pos, end,
+                         count, base_offset, base_timestamp, args[6], &mc);
+        /* Any contiguous buffer (the fetcher passes a view of the response) is read in
+         * place: keys and values are copied out of it anyway. */
+        Py_buffer view;
+        if (PyObject_CheckBuffer(buf_obj) && PyObject_GetBuffer(buf_obj, &view, PyBUF_SIMPLE) == 0) {
+            PyObject *out = parse((const unsigned char *)view.buf, view.len, pos, end, count, base_offset,
+                                  base_timestamp, args[6], &mc);
+            PyBuffer_Release(&view);
+            return out;
+        }
+        PyErr_Clear();
+    }
+    {
+        /* The Python decoder, on the bytes of the buffer: keys and values are always bytes. */
+        PyObject *fargs[7];
+        for (int i = 0; i < 7; i++)
+            fargs[i] = args[i];
+        PyObject *copy = NULL;
+        if (!PyBytes_CheckExact(buf_obj)) {
+            copy = PyBytes_FromObject(buf_obj);
+            if (copy == NULL)
+                return NULL;
+            fargs[0] = copy;
+        }
+        PyObject *records = PyObject_Vectorcall(fallback_fn, fargs, 7, NULL);
+        Py_XDECREF(copy);
+        if (records == NULL)
+            return NULL;
+        if (!PyList_CheckExact(records)) {
+            Py_DECREF(records);
+            PyErr_SetString(PyExc_TypeError, "the record decoder did not return a list");
+            return NULL;
+        }
+        PyObject *out = records_to_messages(records, &mc);
+        Py_DECREF(records);
+        return out;
+    }
+}
+
+/* --- module ---------------------------------------------------------------------------- */
+
+static PyMethodDef speedups_methods[] = {
+    {"parse_records", (PyCFunction)(void (*)(void))speedups_parse_records, METH_FASTCALL,
+     "parse_records(buf, pos, end, count, base_offset, base_timestamp, log_append_time) -> list[Record]\n\n"
+     "C version of rivulet.protocol.records._py_parse_records."},
+    {"parse_messages", (PyCFunction)(void (*)(void))speedups_parse_messages, METH_FASTCALL,
+     "parse_messages(buf, pos, end, count, base_offset, base_timestamp, log_append_time,\n"
+     "               min_offset, topic, partition, timestamp_type, leader_epoch) -> list[Message]\n\n"
+     "parse_records() made into the consumer's Messages in one step: the records at or after\n"
+     "min_offset, as Message(topic, partition, r.offset, r.key, r.value, r.headers or None,\n"
+     "timestamp_type, r.timestamp, None, leader_epoch). Same validation and errors. buf may\n"
+     "be any bytes-like object; the result is that of bytes(buf)."},
+    {"setup_messages", (PyCFunction)speedups_setup_messages, METH_O,
+     "setup_messages(Message) -> bool\n\n"
+     "Bind the consumer's Message type; returns whether Messages are built by filling their\n"
+     "slots directly (checked against a Message built by the type itself)."},
+    {"setup", (PyCFunction)(void (*)(void))speedups_setup, METH_FASTCALL,
+     "setup(record_type, invalid, fallback) -> bool\n\n"
+     "Bind the Record type, the error factory and the Python fallback; returns whether\n"
+     "records are built by filling their slots directly."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef speedups_module = {
+    PyModuleDef_HEAD_INIT,
+    "rivulet.protocol._speedups",
+    "Optional C accelerator for rivulet.protocol.records (record decoding).",
+    -1,
+    speedups_methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    return PyModule_Create(&speedups_module);
+}
