@@ -274,7 +274,7 @@ class GroupApis:
             return reply.result()
         generation = req.generation_id_or_member_epoch
         self.c.handle_commit_offsets(req.group_id, req.member_id, req.group_instance_id if v >= 7 else None,
-                                     generation, offsets, reply)
+                                     generation, offsets, reply, api_version=v)
         return reply.result()
 
     # ------------------------------------------------------------ OffsetFetch

@@ -831,7 +831,8 @@ class GroupCoordinator:
     # ------------------------------------------------------------ OffsetCommit
     def handle_commit_offsets(self, group_id: str, member_id: str, group_instance_id: str | None,
                               generation_id: int, offsets: dict[TopicPartitionKey, OffsetAndMetadata],
-                              callback: Callable[[dict[TopicPartitionKey, ErrorCode]], None]) -> None:
+                              callback: Callable[[dict[TopicPartitionKey, ErrorCode]], None],
+                              api_version: int = 0) -> None:
         err = self._validate_group_status(group_id, OFFSET_COMMIT)
         if err is not None:
             callback({tp: err for tp in offsets})
@@ -843,7 +844,10 @@ class GroupCoordinator:
                 log.info("Creating simple consumer group %s via manual offset commit.", group_id)
                 group = self.manager.add_group(GroupMetadata(group_id, EMPTY, self.clock))
             else:
-                callback({tp: ErrorCode.ILLEGAL_GENERATION for tp in offsets})
+                # A generation for a group that does not exist: Kafka 4's coordinator answers
+                # GROUP_ID_NOT_FOUND from OffsetCommit v9 on, ILLEGAL_GENERATION before.
+                callback({tp: (ErrorCode.GROUP_ID_NOT_FOUND if api_version >= 9 else ErrorCode.ILLEGAL_GENERATION)
+                          for tp in offsets})
                 return
         err = self._validate_offset_commit(group, generation_id, member_id, group_instance_id)
         if err is not None:
@@ -874,6 +878,11 @@ class GroupCoordinator:
             return
         group = self.manager.get_group(group_id)
         if group is None:
+            if generation_id >= 0:
+                # As Kafka 4's coordinator: a generation for a group that does not exist is a
+                # stale one, and no group is created for it.
+                callback({tp: ErrorCode.ILLEGAL_GENERATION for tp in offsets})
+                return
             group = self.manager.add_group(GroupMetadata(group_id, EMPTY, self.clock))
         err = self._validate_offset_commit(group, generation_id, member_id, group_instance_id, transactional=True)
         if err is not None:

@@ -65,6 +65,13 @@ RESOURCE_BROKER_LOGGER = 8
 LIST_OFFSETS_LATEST = -1
 LIST_OFFSETS_EARLIEST = -2
 LIST_OFFSETS_MAX_TIMESTAMP = -3
+# Authorized-operation bit fields (bit n = AclOperation code n) as Kafka answers them without an
+# authorizer: every operation the resource type supports.
+# topic: READ 3, WRITE 4, CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11
+TOPIC_AUTHORIZED_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
+# cluster: CREATE 5, ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11,
+# IDEMPOTENT_WRITE 12
+CLUSTER_AUTHORIZED_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 LIST_OFFSETS_EARLIEST_LOCAL = -4
 LIST_OFFSETS_LATEST_TIERED = -5
 
@@ -186,9 +193,17 @@ class KafkaApis:
                     error_code=0, partition_index=i, leader_id=b.node_id, leader_epoch=epoch,
                     replica_nodes=[b.node_id], isr_nodes=[b.node_id], offline_replicas=[]))
             topics_out.append(t)
-        return mr.MetadataResponse(
+        resp = mr.MetadataResponse(
             throttle_time_ms=0, brokers=self._broker_list(), cluster_id=b.cluster_id,
             controller_id=b.node_id, topics=topics_out)
+        # No authorizer: as Kafka, every supported operation is authorized when asked for.
+        if v >= 8 and req.include_topic_authorized_operations:
+            for t in topics_out:
+                if t.error_code != ErrorCode.UNKNOWN_TOPIC_ID:  # Kafka leaves those at the default
+                    t.topic_authorized_operations = TOPIC_AUTHORIZED_OPERATIONS
+        if 8 <= v <= 10 and req.include_cluster_authorized_operations:
+            resp.cluster_authorized_operations = CLUSTER_AUTHORIZED_OPERATIONS
+        return resp
 
     def handle_describe_cluster(self, header, req, conn) -> dcr.DescribeClusterResponse:
         b = self.broker
@@ -197,7 +212,8 @@ class KafkaApis:
             throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1, cluster_id=b.cluster_id,
             controller_id=b.node_id,
             brokers=[dcr.DescribeClusterBroker(broker_id=b.node_id, host=host, port=port, rack=None)],
-            cluster_authorized_operations=-2147483648)
+            cluster_authorized_operations=CLUSTER_AUTHORIZED_OPERATIONS if req.include_cluster_authorized_operations
+            else -2147483648)
 
     # ------------------------------------------------------------ Produce
     def handle_produce(self, header, req, conn) -> Any:
@@ -325,9 +341,11 @@ class KafkaApis:
                     isolation = req.isolation_level if header.api_version >= 2 else 0
                     # Lookups by time never answer an offset a consumer of that isolation cannot read yet.
                     fetchable = part.last_stable_offset if isolation == 1 else part.high_watermark
-                    if ts == LIST_OFFSETS_LATEST or ts == LIST_OFFSETS_LATEST_TIERED:
+                    if ts == LIST_OFFSETS_LATEST:
                         r.offset = part.last_stable_offset if isolation == 1 else part.high_watermark
                         r.leader_epoch = part.leader_epoch
+                    elif ts == LIST_OFFSETS_LATEST_TIERED:
+                        pass  # no tiered storage: as Kafka without remote storage, offset -1 and epoch -1
                     elif ts == LIST_OFFSETS_EARLIEST or ts == LIST_OFFSETS_EARLIEST_LOCAL:
                         r.offset = lg.log_start_offset
                         r.leader_epoch = lg.epoch_for_offset(r.offset)
