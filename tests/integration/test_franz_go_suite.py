@@ -1,0 +1,89 @@
+"""franz-go's own integration suite (its pkg/kgo tests) against a Rivulet broker, as franz-go's
+CI runs it against Kafka: produce/consume in every mode, groups with every balancer,
+transactions with a consume-transform-produce ETL, admin requests, and its regression tests.
+
+The module comes from the Go module proxy at a pinned version; the compiled test binary is
+cached in ``~/.cache/rivulet/franz-go-<version>/``. Tests franz-go itself skips against a broker
+without KIP-848, share groups or SASL skip here too; the run fails on any failed test.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from rivulet.testing import BrokerProcess
+
+pytestmark = [pytest.mark.integration, pytest.mark.go]
+
+FRANZ_GO_VERSION = "v1.22.2"
+MODULE = "github.com/twmb/franz-go"
+RECORDS = 50_000  # per produce/consume test (franz-go's default is 500,000)
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("RIVULET_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "rivulet")
+    return Path(root) / f"franz-go-{FRANZ_GO_VERSION}"
+
+
+def _go(*args: str, cwd: Path, timeout: float) -> str:
+    env = dict(os.environ, GOFLAGS="-mod=mod -buildvcs=false")
+    r = subprocess.run(["go", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise RuntimeError(f"go {' '.join(args)} failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    return r.stdout
+
+
+def kgo_test_binary() -> tuple[Path, Path]:
+    """franz-go's pkg/kgo tests compiled into one binary, built once per version, and the
+    package's source directory, where the binary runs (some tests read its files)."""
+    cache = _cache_dir()
+    binary, pkg = cache / "kgo.test", cache / "src" / "pkg" / "kgo"
+    if binary.exists() and pkg.is_dir():
+        return binary, pkg
+    if shutil.which("go") is None:
+        pytest.skip("Go is not installed, so franz-go's suite cannot be built")
+    shutil.rmtree(cache, ignore_errors=True)
+    cache.mkdir(parents=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        _go("mod", "init", "rivulet.test/franzgo", cwd=work, timeout=60)
+        _go("get", f"{MODULE}@{FRANZ_GO_VERSION}", cwd=work, timeout=600)
+        modcache = _go("env", "GOMODCACHE", cwd=work, timeout=60).strip()
+    # The module cache is read-only; the build wants a module it may write go.sum into.
+    shutil.copytree(Path(modcache) / f"{MODULE}@{FRANZ_GO_VERSION}", cache / "src")
+    for d, _dirs, files in os.walk(cache / "src"):
+        os.chmod(d, 0o755)
+        for f in files:
+            os.chmod(os.path.join(d, f), 0o644)
+    partial = binary.with_suffix(".partial")
+    _go("test", "-c", "-o", str(partial), ".", cwd=pkg, timeout=900)
+    partial.rename(binary)
+    return binary, pkg
+
+
+@pytest.mark.timeout(1800)
+def test_franz_go_kgo_integration_suite(tmp_path):
+    binary, pkg = kgo_test_binary()
+    with BrokerProcess({"offsets.topic.replication.factor": "1"}) as broker:
+        env = dict(os.environ, KGO_SEEDS=broker.bootstrap, KGO_TEST_RF="1", KGO_TEST_STABLE_FETCH="true",
+                   KGO_TEST_RECORDS=str(RECORDS))
+        r = subprocess.run([str(binary), "-test.count=1", "-test.v", "-test.timeout=15m"], cwd=pkg, env=env,
+                           capture_output=True, text=True, timeout=1200)
+    out = r.stdout + r.stderr
+    (tmp_path / "kgo.log").write_text(out)
+    failed = sorted(set(re.findall(r"^\s*--- FAIL: (\S+)", out, re.M)))
+    passed = re.findall(r"^--- PASS: (\S+)", out, re.M)
+    skipped = sorted(set(re.findall(r"^--- SKIP: (\S+)", out, re.M)))
+    print(f"franz-go {FRANZ_GO_VERSION} pkg/kgo: {len(passed)} passed, {len(skipped)} skipped ({', '.join(skipped)})")
+    assert r.returncode == 0 and not failed, f"failed: {failed}\n{out[-6000:]}"
+    # The heart of the suite ran: transactions, groups and plain produce/consume.
+    assert {"TestTxnEtl", "TestGroupETL"} <= set(passed)
+    assert len(passed) >= 100
