@@ -1,8 +1,9 @@
 """Build hook for the optional C accelerator; the project's metadata is in pyproject.toml.
 
-``rivulet.protocol._speedups`` decodes records in C. It is optional: when no compiler (or
-no Python headers) is available the build prints a warning, the install still succeeds,
-and ``rivulet.protocol.records`` uses its pure-Python decoder.
+``rivulet.protocol._speedups`` encodes and decodes record batches (and hashes keys) in C. It
+is optional: when no compiler (or no Python headers) is available the build prints a
+warning, the install still succeeds, and ``rivulet.protocol.records`` and the client use
+their pure-Python code.
 """
 
 from setuptools import Extension, setup

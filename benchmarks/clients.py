@@ -11,8 +11,8 @@ partitions from the beginning in batches.
     python -m benchmarks.clients --records 100000 --only rivulet,confluent-kafka
 
 Produce time runs from the first send to the last acknowledgement; consume time from the
-first record received to the last. Rivulet's consumer decodes records in C when the optional
-accelerator is built (the last line says which); RIVULET_NO_SPEEDUPS=1 measures the
+first record received to the last. Rivulet's client encodes and decodes records in C when the
+optional accelerator is built (the last line says which); RIVULET_NO_SPEEDUPS=1 measures the
 pure-Python decoder. Each client runs ``--rounds`` times (order rotated) and
 the median is printed, in one table.
 """
@@ -282,7 +282,7 @@ def main() -> None:
     print(table(results))
     if "rivulet" in only:
         from rivulet.protocol import records
-        print(f"\nrivulet's record decoder: {'C (rivulet.protocol._speedups)' if records.SPEEDUPS else 'pure Python'}")
+        print(f"\nrivulet's record codec: {'C (rivulet.protocol._speedups)' if records.SPEEDUPS else 'pure Python'}")
 
 
 if __name__ == "__main__":

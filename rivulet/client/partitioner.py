@@ -5,23 +5,39 @@ exactly as Java's BuiltInPartitioner and librdkafka's murmur2_random do, so prod
 every language agree on where a key lives. Records without a key stick to one partition
 until its batch fills or is sent (Java's sticky partitioning, KIP-480), which keeps batches
 large when busy and still spreads a slow producer's records.
+
+murmur2 runs in C when the optional accelerator ``rivulet.protocol._speedups`` is built
+(and RIVULET_NO_SPEEDUPS is not set); ``_py_murmur2`` is the pure-Python reference.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import struct
 import zlib
 from functools import lru_cache
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
+
+# The C murmur2 of rivulet.protocol._speedups (exact bytes only), unless RIVULET_NO_SPEEDUPS=1.
+_c_murmur2: Callable[[bytes], int] | None = None
+if os.environ.get("RIVULET_NO_SPEEDUPS", "") in ("", "0"):
+    try:
+        from rivulet.protocol._speedups import murmur2 as _c_murmur2
+    except ImportError:  # not built, or built before it had murmur2
+        pass
 
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
 _MASK = 0xFFFFFFFF
 
 
-def murmur2(data: bytes) -> int:
-    """Kafka's 32-bit murmur2 of ``data`` as a signed int, bit-for-bit what Java's Utils.murmur2 returns."""
+def _py_murmur2(data: bytes) -> int:
+    """Kafka's 32-bit murmur2 of ``data`` as a signed int, bit-for-bit what Java's Utils.murmur2 returns.
+
+    The pure-Python version: what ``murmur2`` runs without the C accelerator, or for an
+    argument that is not exactly ``bytes``, and the reference the C version is tested against.
+    """
     length = len(data)
     h = (_SEED ^ length) & _MASK
     n4 = length >> 2
@@ -46,16 +62,34 @@ def murmur2(data: bytes) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+if _c_murmur2 is None:
+    murmur2 = _py_murmur2
+else:
+    def murmur2(data: bytes) -> int:
+        """Kafka's 32-bit murmur2 of ``data`` as a signed int, bit-for-bit what Java's Utils.murmur2 returns."""
+        return _c_murmur2(data) if type(data) is bytes else _py_murmur2(data)  # type: ignore[misc]
+
+
 def to_positive(n: int) -> int:
     """Java's Utils.toPositive: clear the sign bit (not abs(), which differs for MIN_VALUE)."""
     return n & 0x7FFFFFFF
 
 
 @lru_cache(maxsize=65536)
-def _murmur2_positive(key: bytes) -> int:
+def _py_murmur2_positive(key: bytes) -> int:
     # Keys repeat a lot in practice (user ids, device ids); the pure-Python hash is the
     # expensive part of partitioning, so remember recent ones.
-    return murmur2(key) & 0x7FFFFFFF
+    return _py_murmur2(key) & 0x7FFFFFFF
+
+
+if _c_murmur2 is None:
+    _murmur2_positive = _py_murmur2_positive
+else:
+    def _murmur2_positive(key: bytes) -> int:
+        # The C hash of a short key costs less than an lru_cache lookup.
+        if type(key) is bytes:
+            return _c_murmur2(key) & 0x7FFFFFFF  # type: ignore[misc]
+        return _py_murmur2_positive(key)
 
 
 @lru_cache(maxsize=65536)
@@ -73,7 +107,11 @@ Partitioner = Callable[[bytes | None, int, Sequence[int]], int]
 
 
 def _murmur2_random(key: bytes | None, n: int, available: Sequence[int]) -> int:
-    return -1 if key is None else _murmur2_positive(key) % n
+    if key is None:
+        return -1
+    if type(key) is bytes and _c_murmur2 is not None:  # the producer's keys: one C call
+        return (_c_murmur2(key) & 0x7FFFFFFF) % n
+    return _murmur2_positive(key) % n
 
 
 def _murmur2(key: bytes | None, n: int, available: Sequence[int]) -> int:
@@ -112,17 +150,22 @@ class StickyPartitions:
 
     def __init__(self) -> None:
         self._current: dict[str, int] = {}
+        # The producer's shortcut for the next keyless record of a topic: (topic metadata,
+        # open batch of the current partition). Dropped whenever the partition changes.
+        self.open: dict[str, tuple[Any, Any]] = {}
 
     def partition(self, topic: str, num_partitions: int, available: Sequence[int]) -> int:
         p = self._current.get(topic)
         if p is None or p >= num_partitions:
             p = self._choose(num_partitions, available, None)
             self._current[topic] = p
+            self.open.pop(topic, None)
         return p
 
     def batch_closed(self, topic: str, partition: int, num_partitions: int, available: Sequence[int]) -> None:
         if self._current.get(topic) == partition:
             self._current[topic] = self._choose(num_partitions, available, partition)
+            self.open.pop(topic, None)
 
     @staticmethod
     def _choose(n: int, available: Sequence[int], previous: int | None) -> int:

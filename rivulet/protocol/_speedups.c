@@ -14,6 +14,14 @@
  *
  * records.py calls setup(Record, _invalid, _py_parse_records) once after import; the
  * module keeps references to those three objects.
+ *
+ * encode_records(records, base_timestamp, header) writes a batch's records section as
+ * records._py_encode_batch does, byte for byte, for the usual kinds of records, and returns
+ * None for anything else so that the Python encoder handles it (and raises its errors); see
+ * the "encoding" section. records.py calls setup_encoder(crc32c) once after import.
+ *
+ * For the producer: make_record (its PendingRecord, left untracked by the garbage collector
+ * when it can be) and murmur2 (Java's Utils.murmur2, for the default partitioner).
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -768,6 +776,623 @@ speedups_parse_messages(PyObject *module, PyObject *const *args, Py_ssize_t narg
     }
 }
 
+/* --- encoding --------------------------------------------------------------------------- */
+
+/* encode_records(records, base_timestamp, header) writes the records section of a batch the
+ * way records.encode_batch does, byte for byte. It only ever takes the common case: records
+ * an exact list or tuple of objects whose key/value/headers/timestamp it can read without
+ * running Python code (named tuples such as the producer's PendingRecord, __slots__ classes
+ * such as Record, plain classes), keys, values and header values bytes or None, header names
+ * str or bytes, headers None or a list/tuple of 2-tuples, timestamps None or ints whose
+ * deltas fit in 64 bits. For anything else it returns None, and records.py runs the
+ * pure-Python encoder, which then defines the result or the exception. So the C code never
+ * raises for bad input (only MemoryError), and never has to mirror Python's error messages.
+ *
+ * With ``header`` a 61-byte batch header (lengths, maxTimestamp and CRC left for here), the
+ * result is the whole uncompressed batch; with None it is (records section, maxTimestamp), for
+ * records.py to compress. records.py calls setup_encoder(crc32c) once after import. */
+
+static PyObject *crc_fn = NULL;                 /* crc32c.crc32c */
+static PyTypeObject *tuplegetter_type = NULL;   /* collections._tuplegetter: named-tuple fields */
+static PyObject *probe_tuple = NULL;            /* (0, 1, ..., PROBE_LEN - 1): finds a field's index */
+#define N_ENC_FIELDS 4
+#define PROBE_LEN 16
+static PyObject *enc_names[N_ENC_FIELDS];       /* "key", "value", "headers", "timestamp" */
+static const char *const enc_name_strs[N_ENC_FIELDS] = {"key", "value", "headers", "timestamp"};
+
+/* Limit on any length summed here: far beyond any real batch, and no sum can overflow. */
+#define ENC_LIMIT (PY_SSIZE_T_MAX / 16)
+
+enum { ACCESS_NONE = 0, ACCESS_INDEX = 1, ACCESS_ATTR = 2 };
+
+/* How to read the fields of one record type, decided once per type and call. */
+typedef struct {
+    PyTypeObject *type;
+    int mode;
+    Py_ssize_t index[N_ENC_FIELDS]; /* ACCESS_INDEX: tuple positions */
+    Py_ssize_t min_len;
+} access_t;
+
+static void
+probe_access(PyTypeObject *tp, access_t *ac)
+{
+    ac->type = tp;
+    ac->mode = ACCESS_NONE;
+    /* No __getattribute__ or __getattr__ of the class's own. */
+    if (tp->tp_getattro != PyObject_GenericGetAttr)
+        return;
+    int by_index = tuplegetter_type != NULL && probe_tuple != NULL && PyType_IsSubtype(tp, &PyTuple_Type);
+    Py_ssize_t min_len = 0;
+    for (int i = 0; i < N_ENC_FIELDS; i++) {
+        PyObject *d = _PyType_Lookup(tp, enc_names[i]); /* borrowed; sets no error */
+        if (d == NULL) { /* an instance attribute */
+            by_index = 0;
+            continue;
+        }
+        PyTypeObject *dt = Py_TYPE(d);
+        if (dt == tuplegetter_type) {
+            if (by_index) {
+                /* Read the probe tuple through the field: the result is the field's index. */
+                PyObject *v = dt->tp_descr_get(d, probe_tuple, (PyObject *)&PyTuple_Type);
+                if (v != NULL && PyLong_CheckExact(v)) {
+                    ac->index[i] = PyLong_AsSsize_t(v);
+                    if (ac->index[i] + 1 > min_len)
+                        min_len = ac->index[i] + 1;
+                }
+                else {
+                    PyErr_Clear();
+                    by_index = 0;
+                }
+                Py_XDECREF(v);
+            }
+            continue;
+        }
+        by_index = 0;
+        if (dt == &PyMemberDescr_Type || dt->tp_descr_get == NULL)
+            continue; /* a __slots__ field, or a plain class attribute */
+        return;       /* a property or another descriptor: Python code could run */
+    }
+    ac->min_len = min_len;
+    ac->mode = by_index ? ACCESS_INDEX : ACCESS_ATTR;
+}
+
+/* The record's key, value, headers and timestamp as new references; -1 (no error set) when
+ * the record is not for the fast path. */
+static int
+get_fields(PyObject *r, access_t *ac, PyObject **f)
+{
+    if (Py_TYPE(r) != ac->type)
+        probe_access(Py_TYPE(r), ac);
+    if (ac->mode == ACCESS_INDEX) {
+        if (PyTuple_GET_SIZE(r) < ac->min_len)
+            return -1;
+        for (int i = 0; i < N_ENC_FIELDS; i++)
+            f[i] = Py_NewRef(PyTuple_GET_ITEM(r, ac->index[i]));
+        return 0;
+    }
+    if (ac->mode == ACCESS_ATTR) {
+        for (int i = 0; i < N_ENC_FIELDS; i++) {
+            f[i] = PyObject_GetAttr(r, enc_names[i]);
+            if (f[i] == NULL) {
+                PyErr_Clear();
+                for (int j = 0; j < i; j++)
+                    Py_DECREF(f[j]);
+                return -1;
+            }
+        }
+        return 0;
+    }
+    return -1;
+}
+
+static void
+release_fields(PyObject **f)
+{
+    for (int i = 0; i < N_ENC_FIELDS; i++)
+        Py_DECREF(f[i]);
+}
+
+/* Zigzag: 0, -1, 1, -2 ... -> 0, 1, 2, 3 ... */
+static inline uint64_t
+zz64(int64_t n)
+{
+    return ((uint64_t)n << 1) ^ (n < 0 ? UINT64_MAX : 0);
+}
+
+static inline Py_ssize_t
+uvarint_len(uint64_t v)
+{
+    Py_ssize_t n = 1;
+    while (v > 0x7F) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline unsigned char *
+put_uvarint(unsigned char *p, uint64_t v)
+{
+    while (v > 0x7F) {
+        *p++ = (unsigned char)((v & 0x7F) | 0x80);
+        v >>= 7;
+    }
+    *p++ = (unsigned char)v;
+    return p;
+}
+
+static inline unsigned char *
+put_bytes(unsigned char *p, const char *s, Py_ssize_t n)
+{
+    if (n > 0) {
+        memcpy(p, s, (size_t)n);
+        p += n;
+    }
+    return p;
+}
+
+/* A header name's bytes (borrowed from the object), or NULL (no error set) off the fast path. */
+static const char *
+header_name(PyObject *name, Py_ssize_t *len)
+{
+    if (PyUnicode_CheckExact(name)) {
+        const char *s = PyUnicode_AsUTF8AndSize(name, len); /* cached in the str */
+        if (s == NULL)
+            PyErr_Clear(); /* lone surrogates: the Python encoder raises its own error */
+        return s;
+    }
+    if (PyBytes_CheckExact(name)) {
+        *len = PyBytes_GET_SIZE(name);
+        return PyBytes_AS_STRING(name);
+    }
+    return NULL;
+}
+
+/* Bytes the headers field takes (count and headers), or -1 off the fast path. */
+static Py_ssize_t
+headers_size(PyObject *h)
+{
+    if (h == Py_None)
+        return 1;
+    if (!PyList_CheckExact(h) && !PyTuple_CheckExact(h))
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(h);
+    Py_ssize_t size = uvarint_len(zz64(n));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(h, i);
+        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2)
+            return -1;
+        Py_ssize_t kl, vl;
+        if (header_name(PyTuple_GET_ITEM(item, 0), &kl) == NULL)
+            return -1;
+        PyObject *v = PyTuple_GET_ITEM(item, 1);
+        if (v == Py_None)
+            vl = 0;
+        else if (PyBytes_CheckExact(v))
+            vl = PyBytes_GET_SIZE(v);
+        else
+            return -1;
+        if (kl > ENC_LIMIT || vl > ENC_LIMIT)
+            return -1;
+        size += uvarint_len(zz64(kl)) + kl + (v == Py_None ? 1 : uvarint_len(zz64(vl)) + vl);
+        if (size > ENC_LIMIT)
+            return -1;
+    }
+    return size;
+}
+
+static unsigned char *
+put_headers(unsigned char *p, PyObject *h)
+{
+    if (h == Py_None) {
+        *p++ = 0;
+        return p;
+    }
+    /* headers_size() has checked every item just before, and no Python code ran since. */
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(h);
+    p = put_uvarint(p, zz64(n));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(h, i);
+        Py_ssize_t kl;
+        const char *k = header_name(PyTuple_GET_ITEM(item, 0), &kl);
+        p = put_uvarint(p, zz64(kl));
+        p = put_bytes(p, k, kl);
+        PyObject *v = PyTuple_GET_ITEM(item, 1);
+        if (v == Py_None) {
+            *p++ = 1; /* zigzag -1: null */
+        }
+        else {
+            p = put_uvarint(p, zz64(PyBytes_GET_SIZE(v)));
+            p = put_bytes(p, PyBytes_AS_STRING(v), PyBytes_GET_SIZE(v));
+        }
+    }
+    return p;
+}
+
+/* One record, measured: everything put_record needs besides the headers object. */
+typedef struct {
+    int64_t ts;
+    uint64_t ts_zz, off_zz;
+    const char *key, *value; /* NULL: null */
+    Py_ssize_t key_len, value_len, headers_len;
+    Py_ssize_t size;  /* the record's length field */
+    Py_ssize_t total; /* with the length field itself */
+} rec_plan;
+
+static int
+plan_record(PyObject **f, Py_ssize_t i, int64_t base, rec_plan *pl)
+{
+    PyObject *key = f[0], *value = f[1], *headers = f[2], *tso = f[3];
+    int64_t ts;
+    if (tso == Py_None) {
+        ts = base;
+    }
+    else {
+        if (!PyLong_CheckExact(tso))
+            return -1;
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(tso, &overflow);
+        if (overflow || (v == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return -1;
+        }
+        ts = (int64_t)v;
+    }
+    /* The delta must fit in 64 bits (the Python encoder takes any int; it gets the rest). */
+    if ((base < 0 && ts > INT64_MAX + base) || (base > 0 && ts < INT64_MIN + base))
+        return -1;
+    pl->ts = ts;
+    pl->ts_zz = zz64(ts - base);
+    pl->off_zz = zz64((int64_t)i);
+    Py_ssize_t size = 1 + uvarint_len(pl->ts_zz) + uvarint_len(pl->off_zz);
+    if (key == Py_None) {
+        pl->key = NULL;
+        pl->key_len = 0;
+        size += 1;
+    }
+    else if (PyBytes_CheckExact(key)) {
+        pl->key = PyBytes_AS_STRING(key);
+        pl->key_len = PyBytes_GET_SIZE(key);
+        size += uvarint_len(zz64(pl->key_len));
+    }
+    else {
+        return -1;
+    }
+    if (value == Py_None) {
+        pl->value = NULL;
+        pl->value_len = 0;
+        size += 1;
+    }
+    else if (PyBytes_CheckExact(value)) {
+        pl->value = PyBytes_AS_STRING(value);
+        pl->value_len = PyBytes_GET_SIZE(value);
+        size += uvarint_len(zz64(pl->value_len));
+    }
+    else {
+        return -1;
+    }
+    /* Python: ``_encode_headers(headers) if headers else b"\x00"``; an empty list or tuple
+     * gives b"\x00" either way. */
+    pl->headers_len = headers_size(headers);
+    if (pl->headers_len < 0 || pl->key_len > ENC_LIMIT || pl->value_len > ENC_LIMIT)
+        return -1;
+    size += pl->key_len + pl->value_len + pl->headers_len;
+    pl->size = size;
+    pl->total = uvarint_len(zz64(size)) + size;
+    return 0;
+}
+
+static unsigned char *
+put_record(unsigned char *p, const rec_plan *pl, PyObject *headers)
+{
+    p = put_uvarint(p, zz64(pl->size));
+    *p++ = 0; /* record attributes: unused */
+    p = put_uvarint(p, pl->ts_zz);
+    p = put_uvarint(p, pl->off_zz);
+    if (pl->key == NULL) {
+        *p++ = 1;
+    }
+    else {
+        p = put_uvarint(p, zz64(pl->key_len));
+        p = put_bytes(p, pl->key, pl->key_len);
+    }
+    if (pl->value == NULL) {
+        *p++ = 1;
+    }
+    else {
+        p = put_uvarint(p, zz64(pl->value_len));
+        p = put_bytes(p, pl->value, pl->value_len);
+    }
+    return put_headers(p, headers);
+}
+
+static inline void
+put_be32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+static inline void
+put_be64(unsigned char *p, uint64_t v)
+{
+    put_be32(p, (uint32_t)(v >> 32));
+    put_be32(p + 4, (uint32_t)v);
+}
+
+#define B_HEADER_SIZE 61
+#define B_LENGTH_OFFSET 8
+#define B_CRC_OFFSET 17
+#define B_ATTRIBUTES_OFFSET 21
+#define B_MAX_TIMESTAMP_OFFSET 35
+#define B_COUNT_OFFSET 57
+#define B_LOG_OVERHEAD 12
+
+/* CRC-32C of buf[start:] through crc_fn; -1 (no error set) if it does not give a uint32. */
+static long long
+batch_crc(PyObject *out, Py_ssize_t start)
+{
+    PyObject *view = PyMemoryView_FromObject(out);
+    if (view == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    PyObject *part = PySequence_GetSlice(view, start, PyBytes_GET_SIZE(out));
+    Py_DECREF(view);
+    if (part == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    PyObject *res = PyObject_CallOneArg(crc_fn, part);
+    Py_DECREF(part);
+    long long crc = -1;
+    if (res != NULL && PyLong_CheckExact(res)) {
+        int overflow = 0;
+        crc = PyLong_AsLongLongAndOverflow(res, &overflow);
+        if (overflow || crc < 0 || crc > 0xFFFFFFFFLL)
+            crc = -1;
+    }
+    Py_XDECREF(res);
+    PyErr_Clear();
+    return crc;
+}
+
+static PyObject *
+speedups_encode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "encode_records() takes 3 positional arguments but %zd were given", nargs);
+        return NULL;
+    }
+    if (crc_fn == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "rivulet.protocol._speedups.setup_encoder() has not been called");
+        return NULL;
+    }
+    PyObject *records = args[0], *header = args[2];
+    if (header != Py_None && (!PyBytes_CheckExact(header) || PyBytes_GET_SIZE(header) != B_HEADER_SIZE)) {
+        PyErr_SetString(PyExc_TypeError, "encode_records() needs a 61-byte batch header or None");
+        return NULL;
+    }
+    long long base;
+    if ((!PyList_CheckExact(records) && !PyTuple_CheckExact(records)) || !as_i64(args[1], &base))
+        Py_RETURN_NONE;
+
+    /* Pass 1: the size of every record, to allocate the result once. */
+    access_t ac = {NULL, ACCESS_NONE, {0}, 0};
+    PyObject *f[N_ENC_FIELDS];
+    rec_plan pl;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(records);
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (get_fields(PySequence_Fast_GET_ITEM(records, i), &ac, f) < 0)
+            Py_RETURN_NONE;
+        int rc = plan_record(f, i, (int64_t)base, &pl);
+        release_fields(f);
+        if (rc < 0)
+            Py_RETURN_NONE;
+        total += pl.total;
+        if (total > ENC_LIMIT)
+            Py_RETURN_NONE;
+    }
+    Py_ssize_t start = header == Py_None ? 0 : B_HEADER_SIZE;
+    if (header != Py_None) {
+        const unsigned char *h = (const unsigned char *)PyBytes_AS_STRING(header);
+        uint32_t count = ((uint32_t)h[B_COUNT_OFFSET] << 24) | ((uint32_t)h[B_COUNT_OFFSET + 1] << 16)
+                         | ((uint32_t)h[B_COUNT_OFFSET + 2] << 8) | (uint32_t)h[B_COUNT_OFFSET + 3];
+        /* batchLength is an int32: a larger batch is the Python encoder's error to raise. */
+        if ((long long)count != (long long)n || total > (Py_ssize_t)INT32_MAX - (B_HEADER_SIZE - B_LOG_OVERHEAD))
+            Py_RETURN_NONE;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, start + total);
+    if (out == NULL)
+        return NULL;
+    unsigned char *buf = (unsigned char *)PyBytes_AS_STRING(out);
+    unsigned char *p = buf + start, *end = buf + start + total;
+
+    /* Pass 2: the same records again (no Python code ran in between), written out. */
+    int64_t max_ts = INT64_MIN;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i >= PySequence_Fast_GET_SIZE(records)
+            || get_fields(PySequence_Fast_GET_ITEM(records, i), &ac, f) < 0)
+            goto fallback;
+        if (plan_record(f, i, (int64_t)base, &pl) < 0 || pl.total > end - p) {
+            release_fields(f);
+            goto fallback;
+        }
+        p = put_record(p, &pl, f[2]);
+        release_fields(f);
+        if (pl.ts > max_ts)
+            max_ts = pl.ts;
+    }
+    if (p != end)
+        goto fallback;
+
+    if (header == Py_None) {
+        PyObject *mt = PyLong_FromLongLong(max_ts);
+        if (mt == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyObject *res = PyTuple_Pack(2, out, mt);
+        Py_DECREF(out);
+        Py_DECREF(mt);
+        return res;
+    }
+    memcpy(buf, PyBytes_AS_STRING(header), B_HEADER_SIZE);
+    put_be32(buf + B_LENGTH_OFFSET, (uint32_t)(total + B_HEADER_SIZE - B_LOG_OVERHEAD));
+    put_be64(buf + B_MAX_TIMESTAMP_OFFSET, (uint64_t)max_ts);
+    long long crc = batch_crc(out, B_ATTRIBUTES_OFFSET);
+    if (crc < 0)
+        goto fallback;
+    put_be32(buf + B_CRC_OFFSET, (uint32_t)crc);
+    return out;
+
+fallback:
+    Py_DECREF(out);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+speedups_setup_encoder(PyObject *module, PyObject *crc)
+{
+    (void)module;
+    if (!PyCallable_Check(crc)) {
+        PyErr_SetString(PyExc_TypeError, "setup_encoder() needs the crc32c function");
+        return NULL;
+    }
+    for (int i = 0; i < N_ENC_FIELDS; i++) {
+        if (enc_names[i] == NULL) {
+            enc_names[i] = PyUnicode_InternFromString(enc_name_strs[i]);
+            if (enc_names[i] == NULL)
+                return NULL;
+        }
+    }
+    if (probe_tuple == NULL) {
+        PyObject *t = PyTuple_New(PROBE_LEN);
+        if (t == NULL)
+            return NULL;
+        for (int i = 0; i < PROBE_LEN; i++) {
+            PyObject *v = PyLong_FromLong(i);
+            if (v == NULL) {
+                Py_DECREF(t);
+                return NULL;
+            }
+            PyTuple_SET_ITEM(t, i, v);
+        }
+        probe_tuple = t;
+    }
+    if (tuplegetter_type == NULL) {
+        /* Named tuples read their fields through this descriptor; without it they are read
+         * by attribute (still in C), which works on every version. */
+        PyObject *mod = PyImport_ImportModule("collections");
+        PyObject *tg = mod == NULL ? NULL : PyObject_GetAttrString(mod, "_tuplegetter");
+        Py_XDECREF(mod);
+        if (tg != NULL && PyType_Check(tg))
+            tuplegetter_type = (PyTypeObject *)Py_NewRef(tg);
+        Py_XDECREF(tg);
+        PyErr_Clear();
+    }
+    Py_INCREF(crc);
+    Py_XSETREF(crc_fn, crc);
+    Py_RETURN_NONE;
+}
+
+/* make_record(cls, *items): tuple.__new__(cls, items) for a tuple subclass cls (the producer's
+ * PendingRecord), without the temporary tuple. The record is also left untracked by the
+ * cyclic garbage collector when none of its items can take part in a cycle (bytes, str, int,
+ * None, untracked tuples), as CPython does for plain tuples by itself: it does not do so for
+ * subclasses, so every queued record would otherwise survive into the oldest generation and
+ * make the collector walk the whole heap again and again while a producer is busy. */
+static PyObject *
+speedups_make_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs < 1 || !PyType_Check(args[0]) || !PyType_IsSubtype((PyTypeObject *)args[0], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "make_record(cls, *items) needs a tuple subclass");
+        return NULL;
+    }
+    PyTypeObject *tp = (PyTypeObject *)args[0];
+    Py_ssize_t n = nargs - 1;
+    PyObject *r;
+#if PY_VERSION_HEX < 0x030E0000
+    /* What tuple.__new__ does for a subclass (tuple_subtype_new). */
+    r = tp->tp_alloc(tp, n);
+    if (r == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyTuple_SET_ITEM(r, i, Py_NewRef(args[i + 1]));
+#else
+    {
+        PyObject *items = PyTuple_New(n);
+        if (items == NULL)
+            return NULL;
+        for (Py_ssize_t i = 0; i < n; i++)
+            PyTuple_SET_ITEM(items, i, Py_NewRef(args[i + 1]));
+        PyObject *targs = PyTuple_Pack(1, items);
+        Py_DECREF(items);
+        if (targs == NULL)
+            return NULL;
+        r = PyTuple_Type.tp_new(tp, targs, NULL);
+        Py_DECREF(targs);
+        if (r == NULL)
+            return NULL;
+    }
+#endif
+    if (PyObject_GC_IsTracked(r) && tp->tp_dictoffset == 0 && tp->tp_basicsize == PyTuple_Type.tp_basicsize) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *x = args[i + 1];
+            if (PyObject_IS_GC(x) && (!PyTuple_CheckExact(x) || PyObject_GC_IsTracked(x)))
+                return r; /* may be part of a cycle: stays tracked */
+        }
+        PyObject_GC_UnTrack(r);
+    }
+    return r;
+}
+
+/* Kafka's murmur2 (Java's Utils.murmur2) of a bytes object, as a signed 32-bit int. */
+static PyObject *
+speedups_murmur2(PyObject *module, PyObject *data)
+{
+    (void)module;
+    if (!PyBytes_CheckExact(data)) {
+        PyErr_SetString(PyExc_TypeError, "murmur2() needs bytes");
+        return NULL;
+    }
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t len = PyBytes_GET_SIZE(data);
+    const uint32_t m = 0x5BD1E995u;
+    uint32_t h = 0x9747B28Cu ^ (uint32_t)len;
+    Py_ssize_t n4 = len >> 2;
+    for (Py_ssize_t i = 0; i < n4; i++) {
+        const unsigned char *q = b + 4 * i;
+        uint32_t k = (uint32_t)q[0] | ((uint32_t)q[1] << 8) | ((uint32_t)q[2] << 16) | ((uint32_t)q[3] << 24);
+        k *= m;
+        k ^= k >> 24;
+        k *= m;
+        h *= m;
+        h ^= k;
+    }
+    const unsigned char *t = b + 4 * n4;
+    switch (len & 3) {
+    case 3:
+        h ^= (uint32_t)t[2] << 16;
+        /* fall through */
+    case 2:
+        h ^= (uint32_t)t[1] << 8;
+        /* fall through */
+    case 1:
+        h ^= (uint32_t)t[0];
+        h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    return PyLong_FromLong((long)(int32_t)h);
+}
+
 /* --- module ---------------------------------------------------------------------------- */
 
 static PyMethodDef speedups_methods[] = {
@@ -785,6 +1410,20 @@ static PyMethodDef speedups_methods[] = {
      "setup_messages(Message) -> bool\n\n"
      "Bind the consumer's Message type; returns whether Messages are built by filling their\n"
      "slots directly (checked against a Message built by the type itself)."},
+    {"encode_records", (PyCFunction)(void (*)(void))speedups_encode_records, METH_FASTCALL,
+     "encode_records(records, base_timestamp, header) -> bytes | tuple[bytes, int] | None\n\n"
+     "The records section of a batch as records.encode_batch writes it: with header (the\n"
+     "batch's 61-byte header) the whole uncompressed batch, lengths, maxTimestamp and CRC\n"
+     "filled in; with None (records, maxTimestamp). None when the input is off the fast path:\n"
+     "the pure-Python encoder then handles it."},
+    {"setup_encoder", (PyCFunction)speedups_setup_encoder, METH_O,
+     "setup_encoder(crc32c) -> None\n\nBind the CRC-32C function encode_records uses."},
+    {"make_record", (PyCFunction)(void (*)(void))speedups_make_record, METH_FASTCALL,
+     "make_record(cls, *items) -> cls\n\n"
+     "tuple.__new__(cls, items) for a tuple subclass, left untracked by the garbage collector\n"
+     "when no item can be part of a reference cycle."},
+    {"murmur2", (PyCFunction)speedups_murmur2, METH_O,
+     "murmur2(data: bytes) -> int\n\nKafka's murmur2 hash (Java's Utils.murmur2), a signed 32-bit int."},
     {"setup", (PyCFunction)(void (*)(void))speedups_setup, METH_FASTCALL,
      "setup(record_type, invalid, fallback) -> bool\n\n"
      "Bind the Record type, the error factory and the Python fallback; returns whether\n"
@@ -795,7 +1434,7 @@ static PyMethodDef speedups_methods[] = {
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
     "rivulet.protocol._speedups",
-    "Optional C accelerator for rivulet.protocol.records (record decoding).",
+    "Optional C accelerator for rivulet.protocol.records (record decoding and encoding) and murmur2.",
     -1,
     speedups_methods,
     NULL,

@@ -16,8 +16,9 @@ the broker's produce-path check (``validate_produce_records``), which walks reco
 without materialising them because the broker stores the client's bytes unchanged.
 Every malformed input surfaces as a ``KafkaError``; nothing reads past the blob.
 
-Record decoding runs in C when the optional extension ``rivulet.protocol._speedups`` is
-built (``SPEEDUPS``); ``_py_parse_records`` is the reference it is tested against.
+Record decoding and encoding run in C when the optional extension
+``rivulet.protocol._speedups`` is built (``SPEEDUPS``); ``_py_parse_records`` and
+``_py_encode_batch`` are the references they are tested against.
 """
 
 from __future__ import annotations
@@ -274,7 +275,7 @@ def _encode_headers(headers: Sequence[tuple[str | bytes, bytes | None]]) -> byte
 # --- encoding ---------------------------------------------------------------------------
 
 
-def encode_batch(
+def _py_encode_batch(
     records: Sequence[RecordLike],
     *,
     base_offset: int = 0,
@@ -289,11 +290,8 @@ def encode_batch(
     base_timestamp: int | None = None,
     compression_level: int | None = None,
 ) -> bytes:
-    """Build one magic v2 batch holding ``records`` at offsets ``base_offset``, +1, ...
-
-    ``base_timestamp`` defaults to the first record's timestamp, as Kafka's producer
-    does; a record whose timestamp is None gets ``base_timestamp`` or, failing that, now.
-    """
+    """``encode_batch`` in pure Python: the reference the C encoder is tested against, and
+    what runs for any input the C encoder does not take."""
     count = len(records)
     if count == 0:
         raise ValueError("a record batch needs at least one record")
@@ -387,6 +385,84 @@ def encode_batch(
         crc = crc32c(chunk, crc)
     _UINT32.pack_into(header, CRC_OFFSET, crc)
     return b"".join((header, *payload))
+
+
+def encode_batch(
+    records: Sequence[RecordLike],
+    *,
+    base_offset: int = 0,
+    compression: int = 0,
+    timestamp_type: int = CREATE_TIME,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = -1,
+    base_sequence: int = NO_SEQUENCE,
+    transactional: bool = False,
+    control: bool = False,
+    partition_leader_epoch: int = -1,
+    base_timestamp: int | None = None,
+    compression_level: int | None = None,
+) -> bytes:
+    """Build one magic v2 batch holding ``records`` at offsets ``base_offset``, +1, ...
+
+    ``base_timestamp`` defaults to the first record's timestamp, as Kafka's producer
+    does; a record whose timestamp is None gets ``base_timestamp`` or, failing that, now.
+
+    With the C accelerator (``SPEEDUPS``) the records are written in C when they are of the
+    usual kinds (bytes or None keys and values, int or None timestamps, headers of str or
+    bytes names and bytes or None values); anything else goes to ``_py_encode_batch``, the
+    pure-Python encoder, which also raises every error. Both give the same bytes.
+    """
+    count = len(records)
+    if count == 0:
+        raise ValueError("a record batch needs at least one record")
+    if timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
+        raise ValueError(f"invalid timestamp type {timestamp_type}")
+    if base_timestamp is None:
+        base_timestamp = records[0].timestamp
+        if base_timestamp is None:
+            base_timestamp = int(time.time() * 1000)
+    if _c_encode_records is not None:
+        try:
+            attributes = compression | (TIMESTAMP_TYPE_MASK if timestamp_type == LOG_APPEND_TIME else 0)
+            if transactional:
+                attributes |= TRANSACTIONAL_MASK
+            if control:
+                attributes |= CONTROL_MASK
+            # maxTimestamp, batchLength and the CRC are filled in once the records are written.
+            header = _HEADER.pack(base_offset, 0, partition_leader_epoch, MAGIC_V2, 0, attributes, count - 1,
+                                  base_timestamp, 0, producer_id, producer_epoch, base_sequence, count)
+        except Exception:
+            pass  # odd arguments: the Python encoder raises what it raises, in its order
+        else:
+            if not compression:
+                batch = _c_encode_records(records, base_timestamp, header)
+                if batch is not None:
+                    return batch  # type: ignore[no-any-return]
+            else:
+                section = _c_encode_records(records, base_timestamp, None)
+                if section is not None:
+                    body, max_ts = section
+                    payload = compress(compression, body, compression_level)
+                    head = bytearray(header)
+                    _INT64.pack_into(head, MAX_TIMESTAMP_OFFSET, max_ts)
+                    _INT32.pack_into(head, LENGTH_OFFSET, HEADER_SIZE - LOG_OVERHEAD + len(payload))
+                    crc = crc32c(payload, crc32c(memoryview(head)[ATTRIBUTES_OFFSET:]))
+                    _UINT32.pack_into(head, CRC_OFFSET, crc)
+                    return b"".join((head, payload))
+    return _py_encode_batch(
+        records,
+        base_offset=base_offset,
+        compression=compression,
+        timestamp_type=timestamp_type,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        transactional=transactional,
+        control=control,
+        partition_leader_epoch=partition_leader_epoch,
+        base_timestamp=base_timestamp,
+        compression_level=compression_level,
+    )
 
 
 # --- control records --------------------------------------------------------------------
@@ -650,12 +726,14 @@ def _parse_records_unbounded(
 
 
 _parse_records = _py_parse_records
+_c_encode_records = None
 SPEEDUPS = False
-"""True when records are decoded by the C accelerator ``rivulet.protocol._speedups``.
+"""True when records are decoded and encoded by the C accelerator ``rivulet.protocol._speedups``.
 
 It is built by ``pip install`` when a C compiler is present; without it, or with
-RIVULET_NO_SPEEDUPS=1 in the environment, the pure-Python ``_py_parse_records`` is used.
-Both give the same records and raise the same errors for every input."""
+RIVULET_NO_SPEEDUPS=1 in the environment, the pure-Python ``_py_parse_records`` and
+``_py_encode_batch`` are used. Both give the same records (and batch bytes) and raise the
+same errors for every input."""
 if os.environ.get("RIVULET_NO_SPEEDUPS", "") in ("", "0"):
     try:
         from rivulet.protocol import _speedups
@@ -664,6 +742,9 @@ if os.environ.get("RIVULET_NO_SPEEDUPS", "") in ("", "0"):
     else:
         _speedups.setup(Record, _invalid, _py_parse_records)
         _parse_records = _speedups.parse_records
+        if hasattr(_speedups, "encode_records"):  # an extension built before the encoder: decode only
+            _speedups.setup_encoder(crc32c)
+            _c_encode_records = _speedups.encode_records
         SPEEDUPS = True
 
 
