@@ -485,8 +485,9 @@ class ConsumerCoordinator:
         if code in _COORDINATOR_ERRORS or code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
             self.coordinator_dead(ErrorCode(code).name)
             raise RebalanceNeeded(ErrorCode(code).name)
-        if code in (ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID):
-            self.reset_generation(code == ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode(code).name)
+        if code in (ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.GROUP_ID_NOT_FOUND):
+            # GROUP_ID_NOT_FOUND (OffsetCommit v9+): the group is gone, and the member id with it.
+            self.reset_generation(code != ErrorCode.ILLEGAL_GENERATION, ErrorCode(code).name)
         elif code == ErrorCode.REBALANCE_IN_PROGRESS:
             self.request_rejoin("commit during rebalance")
         raise E.KafkaException(E.broker_error(code, f"OffsetCommit failed: {ErrorCode(code).name}"))

@@ -124,3 +124,12 @@ def test_commit_carries_the_generation_and_maps_errors():
     with pytest.raises(Exception, match="ILLEGAL_GENERATION"):
         asyncio.run(coord.commit({("t", 0): OffsetAndMetadata(43)}))
     assert coord.rejoin_needed and coord.generation == -1
+
+
+def test_commit_to_a_group_that_is_gone_starts_over_without_a_member_id():
+    """Kafka 4 answers OffsetCommit v9+ from a member of a deleted group with GROUP_ID_NOT_FOUND."""
+    coord, consumer, _ = coordinator(lambda req: NS(topics=[NS(name="t", partitions=[
+        NS(partition_index=0, error_code=ErrorCode.GROUP_ID_NOT_FOUND)])]))
+    with pytest.raises(Exception, match="GROUP_ID_NOT_FOUND"):
+        asyncio.run(coord.commit({("t", 0): OffsetAndMetadata(7)}))
+    assert coord.rejoin_needed and coord.generation == -1 and coord.member_id == ""
