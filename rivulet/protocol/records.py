@@ -156,6 +156,27 @@ def compute_batch_crc(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
     return crc32c(view[pos + ATTRIBUTES_OFFSET : _batch_end(view, pos)])
 
 
+def set_max_timestamp(buf: bytearray | memoryview, pos: int, timestamp: int) -> None:
+    """Correct the maxTimestamp of the CreateTime batch at ``pos`` and recompute its CRC, as
+    Kafka's LogValidator does when a producer's header disagrees with its records."""
+    view = _byte_view(buf)
+    end = _batch_end(view, pos)
+    _INT64.pack_into(view, pos + MAX_TIMESTAMP_OFFSET, timestamp)
+    _UINT32.pack_into(view, pos + CRC_OFFSET, crc32c(view[pos + ATTRIBUTES_OFFSET : end]))
+
+
+def apply_validated_max_timestamps(buf: bytearray | memoryview, headers: Sequence[BatchHeader]) -> None:
+    """Write the maxTimestamps ``validate_produce_records`` computed into the batches whose
+    headers said otherwise (librdkafka sends 0 for records without a timestamp, -1)."""
+    view = _byte_view(buf)
+    pos = 0
+    for h in headers:
+        if not h.attributes & TIMESTAMP_TYPE_MASK and _INT64.unpack_from(view, pos + MAX_TIMESTAMP_OFFSET)[0] \
+                != h.max_timestamp:
+            set_max_timestamp(view, pos, h.max_timestamp)
+        pos += h.size
+
+
 def set_log_append_time(buf: bytearray | memoryview, pos: int, timestamp: int) -> None:
     """Stamp the batch at ``pos`` with LogAppendTime ``timestamp`` and recompute its CRC.
 
@@ -204,6 +225,15 @@ class RecordLike(Protocol):
 class DecodedBatch:
     header: BatchHeader
     records: list[Record]
+
+
+class RecordValidationError(KafkaError):
+    """Records of a batch that break a per-record rule (a compacted topic's key, the
+    timestamp range); Kafka lists them in the Produce response's record_errors."""
+
+    def __init__(self, code: ErrorCode, message: str, record_errors: list[tuple[int, str]]) -> None:
+        super().__init__(code, message)
+        self.record_errors = record_errors
 
 
 def _invalid(message: str) -> KafkaError:
@@ -869,12 +899,16 @@ def _check_records(
     require_keys: bool,
     base_timestamp: int,
     timestamp_bounds: tuple[int, int] | None,
-) -> None:
+    record_errors: list[tuple[int, str, ErrorCode]],
+) -> int:
     """Walk ``count`` records filling exactly buf[pos:end] without materialising them:
-    structure, offset deltas 0..count-1, and the optional key/timestamp rules."""
+    structure (raised at once), offset deltas 0..count-1, and the optional key and timestamp
+    rules (appended to ``record_errors``, one per record). Returns the largest record
+    timestamp (-1 when no record has one)."""
     uvarint = _uvarint
     check_ts = timestamp_bounds is not None
     lo, hi = timestamp_bounds if timestamp_bounds is not None else (0, 0)
+    max_ts = NO_TIMESTAMP
     try:
         for i in range(count):
             b = buf[pos]
@@ -904,13 +938,13 @@ def _check_records(
                     p += 2
                 else:
                     v, p = uvarint(buf, p, 10)
-            if check_ts:
-                ts = base_timestamp + ((v >> 1) ^ -(v & 1))
-                if not lo <= ts <= hi and ts != NO_TIMESTAMP:
-                    raise KafkaError(
-                        ErrorCode.INVALID_TIMESTAMP,
-                        f"timestamp {ts} of record {i} is outside the accepted range [{lo}, {hi}]",
-                    )
+            ts = base_timestamp + ((v >> 1) ^ -(v & 1))
+            if ts > max_ts:
+                max_ts = ts
+            if check_ts and not lo <= ts <= hi and ts != NO_TIMESTAMP:
+                record_errors.append((i, f"timestamp {ts} of record {i} is outside the accepted range "
+                                         f"[{lo}, {hi}] (message.timestamp.before/after.max.ms)",
+                                      ErrorCode.INVALID_TIMESTAMP))
             # Offset delta i is zigzag 2*i: one byte below 64, two below 8192.
             b = buf[p]
             if b < 0x80:
@@ -929,8 +963,9 @@ def _check_records(
             # is caught by the p == rec_end check below.
             b = buf[p]
             if b == 1:
-                if require_keys:
-                    raise _invalid(f"record {i} has no key, which a compacted topic requires")
+                if require_keys and (not record_errors or record_errors[-1][0] != i):
+                    record_errors.append((i, "a compacted topic cannot accept a record without a key",
+                                          ErrorCode.INVALID_RECORD))
                 p += 1
             else:
                 if b < 0x80:
@@ -942,8 +977,9 @@ def _check_records(
                 if n < 0:
                     if n != -1:
                         raise _invalid(f"invalid key length {n} in record {i}")
-                    if require_keys:
-                        raise _invalid(f"record {i} has no key, which a compacted topic requires")
+                    if require_keys and (not record_errors or record_errors[-1][0] != i):
+                        record_errors.append((i, "a compacted topic cannot accept a record without a key",
+                                              ErrorCode.INVALID_RECORD))
                 else:
                     p += n
             b = buf[p]
@@ -997,6 +1033,7 @@ def _check_records(
         raise _invalid("record runs past the end of the batch") from None
     if pos != end:
         raise _invalid(f"bytes left after the batch's declared {count} records")
+    return max_ts
 
 
 def validate_produce_records(
@@ -1010,22 +1047,26 @@ def validate_produce_records(
 ) -> list[BatchHeader]:
     """Validate a partition's records from a Produce request as Kafka's broker does.
 
-    The bytes are not modified; the broker stores them as received. Raises KafkaError:
+    The bytes are not modified; the broker stores them as received, except that a CreateTime
+    batch whose maxTimestamp disagrees with its records is returned with the records' value,
+    for ``apply_validated_max_timestamps`` to write (as Kafka's LogValidator does). Raises
+    KafkaError:
 
     - INVALID_RECORD: no complete batch, trailing bytes, more than one batch (Kafka
       accepts exactly one per partition from Produce v3 on; ``allow_multiple_batches``
       lifts that), baseOffset != 0, a count or offset range that disagrees with the
       records, a control batch, a producer id without a sequence or a transactional batch
       without a producer id, malformed records; with ``require_keys`` (compacted
-      topics), a record without a key.
+      topics), records without a key (a RecordValidationError listing each).
     - UNSUPPORTED_FOR_MESSAGE_FORMAT: magic 0 or 1.
     - CORRUPT_MESSAGE: impossible framing, CRC mismatch, an undecodable compressed
       payload, or one expanding past ``max_decompressed_size``.
     - MESSAGE_TOO_LARGE: a batch larger than ``max_batch_size`` (max.message.bytes).
     - UNSUPPORTED_COMPRESSION_TYPE: codec ids 5-7.
     - INVALID_TIMESTAMP: with ``timestamp_bounds=(lo, hi)`` (CreateTime topics: now -
-      message.timestamp.before.max.ms, now + message.timestamp.after.max.ms), a record
-      timestamp outside it; like Kafka, a record without one (-1) passes.
+      message.timestamp.before.max.ms, now + message.timestamp.after.max.ms), records
+      whose timestamp is outside it (a RecordValidationError listing each); like Kafka, a
+      record without one (-1) passes.
 
     Version-dependent request checks (zstd needs Produce v7+) stay with the caller.
     """
@@ -1088,8 +1129,16 @@ def validate_produce_records(
             # Walk the caller's buffer in place: indexing a view costs about what a copy
             # would save, and this spares the allocation.
             records_buf, start, stop = view, pos + HEADER_SIZE, end
-        _check_records(
-            records_buf, start, stop, count, require_keys, header.base_timestamp, timestamp_bounds
+        record_errors: list[tuple[int, str, ErrorCode]] = []
+        max_ts = _check_records(
+            records_buf, start, stop, count, require_keys, header.base_timestamp, timestamp_bounds, record_errors
         )
+        if record_errors:
+            first = record_errors[0]
+            raise RecordValidationError(
+                first[2], f"{len(record_errors)} record(s) rejected, the first: {first[1]}",
+                [(i, m) for i, m, _code in record_errors])
+        if not header.attributes & TIMESTAMP_TYPE_MASK and header.max_timestamp != max_ts:
+            header.max_timestamp = max_ts  # the records decide; apply_validated_max_timestamps writes it
         headers.append(header)
     return headers

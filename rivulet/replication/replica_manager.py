@@ -23,6 +23,7 @@ from rivulet.delayed import DelayedOperation, DelayedOperationPurgatory, Timer
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ErrorCode, KafkaError
 from rivulet.replication.partition import Partition, TopicPartition
+from rivulet.storage.config import LogConfig
 from rivulet.storage.producer_state import AppendOrigin
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,7 @@ class ProduceResult:
     log_start_offset: int = -1
     message: str | None = None
     required_offset: int = -1  # acks=all waits until the HW reaches this
+    record_errors: list[tuple[int, str]] | None = None  # (index in batch, message), Produce v8+
 
 
 class DelayedProduce(DelayedOperation):
@@ -226,7 +228,7 @@ class ReplicaManager:
                 if not data:
                     res.log_start_offset = p.log.log_start_offset
                     continue
-                headers = self._headers_for_append(data, max_message_bytes(tp), origin)
+                headers = self._headers_for_append(data, max_message_bytes(tp), origin, p.log.config, now)
                 if origin == AppendOrigin.CLIENT and self.txn_verifier is not None:
                     self._verify_transaction(p, headers, transactional_id)
                 if required_acks == -1 and len(p.isr) < p.log.config.min_insync_replicas:
@@ -238,6 +240,8 @@ class ReplicaManager:
                 if append_time:
                     for pos, _h in rec.iter_batches(buf):
                         rec.set_log_append_time(buf, pos, now)
+                elif origin == AppendOrigin.CLIENT:
+                    rec.apply_validated_max_timestamps(buf, headers)
                 info = p.log.append_as_leader(buf, headers, leader_epoch=p.leader_epoch, now_ms=now,
                                               log_append_time=append_time, origin=origin)
                 res.base_offset = info.first_offset
@@ -259,6 +263,7 @@ class ReplicaManager:
             except KafkaError as e:
                 res.error = e.code
                 res.message = e.message
+                res.record_errors = getattr(e, "record_errors", None)
         if required_acks == 0:
             if flushes:
                 asyncio.get_running_loop().create_task(self._flush(flushes))
@@ -292,14 +297,20 @@ class ReplicaManager:
         raise KafkaError(err, f"transactional write to {p.tp} failed verification with the coordinator")
 
     @staticmethod
-    def _headers_for_append(data: memoryview | bytes, max_batch_size: int, origin: AppendOrigin) -> list:
+    def _headers_for_append(data: memoryview | bytes, max_batch_size: int, origin: AppendOrigin,
+                            config: LogConfig, now: int) -> list:
         if origin != AppendOrigin.CLIENT:
             # Coordinators write control batches (transaction markers) the client check refuses;
             # they build those batches themselves.
             batches = list(rec.iter_batches(data))
             if batches and batches[0][1].is_control:
                 return [h for _, h in batches]
-        return rec.validate_produce_records(data, max_batch_size=max_batch_size)
+            return rec.validate_produce_records(data, max_batch_size=max_batch_size)
+        bounds = None
+        if not config.log_append_time:  # Kafka checks CreateTime topics only
+            bounds = (now - config.message_timestamp_before_max_ms, now + config.message_timestamp_after_max_ms)
+        return rec.validate_produce_records(data, max_batch_size=max_batch_size,
+                                            require_keys=config.compact_enabled, timestamp_bounds=bounds)
 
     def append_txn_markers(
         self,

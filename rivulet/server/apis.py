@@ -257,7 +257,9 @@ class KafkaApis:
                     by_topic.setdefault(td.name, []).append(pr.PartitionProduceResponse(
                         index=pd.index, error_code=r.error, base_offset=r.base_offset,
                         log_append_time_ms=r.log_append_time, log_start_offset=r.log_start_offset,
-                        record_errors=[], error_message=r.message))
+                        record_errors=[pr.BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m)
+                                       for i, m in r.record_errors or ()],
+                        error_message=r.message))
             return pr.ProduceResponse(
                 responses=[pr.TopicProduceResponse(name=n, partition_responses=ps) for n, ps in by_topic.items()],
                 throttle_time_ms=0)

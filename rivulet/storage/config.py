@@ -64,7 +64,7 @@ class LogConfig:
     leader_replication_throttled_replicas: tuple[str, ...] = ()
     max_compaction_lag_ms: int = LONG_MAX
     max_message_bytes: int = 1_048_588
-    message_timestamp_after_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = 3_600_000  # Kafka 4 (KIP-937): one hour
     message_timestamp_before_max_ms: int = LONG_MAX
     message_timestamp_type: str = CREATE_TIME
     min_cleanable_dirty_ratio: float = 0.5

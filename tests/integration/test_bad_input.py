@@ -217,3 +217,62 @@ def test_good_produce_after_all_that(broker, topic):
     with connect(broker) as s:
         r = produce(s, topic, valid_batch())
         assert r.error_code == 0 and r.base_offset >= 0
+
+
+# -- per-record rules: Kafka's LogValidator lists every offending record -------------------
+
+def create_topic_with(broker, name: str, config: dict[str, str]) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(name, 1, 1, config=config)])[name].result(30)
+
+
+def batch_of(keys: list[bytes | None], timestamps: list[int]) -> bytes:
+    return records.encode_batch([records.Record(offset=i, timestamp=ts, key=k, value=b"v", headers=[])
+                                 for i, (k, ts) in enumerate(zip(keys, timestamps))])
+
+
+def test_compacted_topic_refuses_keyless_records_and_lists_each(broker):
+    name = f"compact-{uuid.uuid4().hex[:6]}"
+    create_topic_with(broker, name, {"cleanup.policy": "compact"})
+    ts = 1_700_000_000_000
+    with connect(broker) as s:
+        r = produce(s, name, batch_of([b"a", None, b"c", None, b"e"], [ts] * 5))
+        assert r.error_code == ErrorCode.INVALID_RECORD
+        assert [e.batch_index for e in r.record_errors] == [1, 3]
+        assert all("without a key" in e.batch_index_error_message for e in r.record_errors)
+        assert r.error_message
+        r = produce(s, name, batch_of([b"a", b"b"], [ts] * 2))
+        assert (r.error_code, r.base_offset) == (0, 0)  # nothing of the refused batch was written
+
+
+def test_timestamps_beyond_message_timestamp_after_max_ms_are_invalid(broker):
+    """Kafka 4's default log.message.timestamp.after.max.ms is one hour."""
+    import time
+    name = f"future-{uuid.uuid4().hex[:6]}"
+    create_topic_with(broker, name, {})
+    now = int(time.time() * 1000)
+    with connect(broker) as s:
+        r = produce(s, name, batch_of([b"k"] * 3, [now, now + 2 * 3600_000, now + 600_000]))
+        assert r.error_code == ErrorCode.INVALID_TIMESTAMP
+        assert [e.batch_index for e in r.record_errors] == [1]
+        assert produce(s, name, batch_of([b"k"] * 2, [now, now + 600_000])).error_code == 0
+
+
+def test_records_without_timestamps_are_not_expired_by_a_wrong_header(broker_factory):
+    """librdkafka sends records with timestamp -1 in a batch whose header says maxTimestamp 0.
+    Kafka recomputes maxTimestamp from the records (-1: retention then goes by the segment
+    file's age); trusting the header made retention delete the data within seconds."""
+    b = broker_factory({"log.retention.check.interval.ms": "200"})
+    name = f"nots-{uuid.uuid4().hex[:6]}"
+    create_topic_with(b, name, {})
+    data = bytearray(batch_of([b"k"] * 3, [-1] * 3))
+    struct.pack_into(">q", data, records.MAX_TIMESTAMP_OFFSET, 0)
+    struct.pack_into(">I", data, records.CRC_OFFSET, records.compute_batch_crc(data, 0))
+    with connect(b) as s:
+        assert produce(s, name, bytes(data)).error_code == 0
+    import time
+    time.sleep(1.5)  # several retention checks
+    from ck_helpers import ck_consume
+    got = ck_consume(b.bootstrap, name, 3, timeout=20)
+    assert [m["offset"] for m in got] == [0, 1, 2]
