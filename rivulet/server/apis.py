@@ -32,7 +32,10 @@ from rivulet.protocol.messages import (
 )
 from rivulet.replication.partition import TopicPartition
 from rivulet.replication.replica_manager import FetchParams, FetchRequestPartition, FetchResult, ProduceResult
+from rivulet.server.config import PROPS, _list
+from rivulet.server.dynamic_config import apply_incremental
 from rivulet.server.network import NO_RESPONSE
+from rivulet.storage.config import TOPIC_CONFIGS, ConfigSource, ConfigType
 
 if TYPE_CHECKING:
     from rivulet.server.broker import Broker
@@ -62,6 +65,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 RESOURCE_BROKER_LOGGER = 8
+TOPIC_LIST_CONFIGS = frozenset(d.name for d in TOPIC_CONFIGS.values() if d.type == ConfigType.LIST)
+BROKER_LIST_CONFIGS = frozenset(n for n, p in PROPS.items() if p.parse is _list)
 LIST_OFFSETS_LATEST = -1
 LIST_OFFSETS_EARLIEST = -2
 LIST_OFFSETS_MAX_TIMESTAMP = -3
@@ -528,10 +533,7 @@ class KafkaApis:
                                 [dcfr.DescribeConfigsSynonym(name=sn, value=sv, source=int(ss)) for sn, sv, ss in e.synonyms])
                                for e in b.describe_topic_configs(info.configs)]
                 elif res.resource_type == RESOURCE_BROKER:
-                    if res.resource_name not in ("", str(b.node_id)):
-                        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id {res.resource_name}")
-                    entries = [(n, _config_str(val), 4 if b.config.is_set(n) else 5, False, 0, [])
-                               for n, val in b.config.items().items()]
+                    entries = self._broker_config_entries(res.resource_name)
                 elif res.resource_type == RESOURCE_BROKER_LOGGER:
                     entries = []
                 else:
@@ -550,6 +552,26 @@ class KafkaApis:
             results.append(out)
         return dcfr.DescribeConfigsResponse(throttle_time_ms=0, results=results)
 
+    def _broker_config_entries(self, resource_name: str) -> list[tuple]:
+        """(name, value, source, sensitive, type, synonyms) for a BROKER resource: every config
+        for this broker's id, only the cluster-wide dynamic ones for the default ("")."""
+        b = self.broker
+        dyn = b.dynamic_config
+        if dyn.level(resource_name) == "":
+            return [(n, v, int(ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG), False, 0, [])
+                    for n, v in sorted(dyn.levels[""].items())]
+        entries = []
+        in_force = dyn.effective()
+        for n, val in b.config.items().items():
+            source = dyn.source_of(n)
+            if source is not None:
+                entries.append((n, in_force[n], int(source), False, 0, []))
+            else:
+                entries.append((n, _config_str(val), 4 if b.config.is_set(n) else 5, False, 0, []))
+        known = {e[0] for e in entries}
+        entries += [(n, v, int(dyn.source_of(n)), False, 0, []) for n, v in sorted(in_force.items()) if n not in known]
+        return entries
+
     def handle_alter_configs(self, header, req, conn) -> acr.AlterConfigsResponse:
         b = self.broker
         out = []
@@ -557,8 +579,12 @@ class KafkaApis:
             r = acr.AlterConfigsResourceResponse(error_code=0, error_message=None, resource_type=res.resource_type,
                                                  resource_name=res.resource_name)
             try:
-                self._check_topic_resource(res.resource_type, res.resource_name)
                 new = {c.name: c.value for c in res.configs if c.value is not None}
+                if res.resource_type == RESOURCE_BROKER:
+                    b.alter_broker_configs(res.resource_name, new, validate_only=req.validate_only)
+                    out.append(r)
+                    continue
+                self._check_topic_resource(res.resource_type, res.resource_name)
                 b.alter_topic_configs(res.resource_name, new, validate_only=req.validate_only)
             except KafkaError as e:
                 r.error_code, r.error_message = e.code, e.message
@@ -572,23 +598,17 @@ class KafkaApis:
             r = iacr.AlterConfigsResourceResponse(error_code=0, error_message=None, resource_type=res.resource_type,
                                                   resource_name=res.resource_name)
             try:
+                if res.resource_type == RESOURCE_BROKER:
+                    level = b.dynamic_config.level(res.resource_name)
+                    in_force = {n: _config_str(v) for n, v in b.config.items().items()}
+                    in_force.update(b.dynamic_config.effective())
+                    new = apply_incremental(b.dynamic_config.levels[level], res.configs, in_force, BROKER_LIST_CONFIGS)
+                    b.alter_broker_configs(res.resource_name, new, validate_only=req.validate_only)
+                    out.append(r)
+                    continue
                 self._check_topic_resource(res.resource_type, res.resource_name)
-                current = dict(b.metadata.get(res.resource_name).configs)
-                for c in res.configs:
-                    if c.config_operation == 0:  # SET
-                        current[c.name] = c.value
-                    elif c.config_operation == 1:  # DELETE
-                        current.pop(c.name, None)
-                    elif c.config_operation in (2, 3):  # APPEND / SUBTRACT on list configs
-                        items = [x for x in current.get(c.name, "").split(",") if x]
-                        vals = [x for x in (c.value or "").split(",") if x]
-                        if c.config_operation == 2:
-                            items += [x for x in vals if x not in items]
-                        else:
-                            items = [x for x in items if x not in vals]
-                        current[c.name] = ",".join(items)
-                    else:
-                        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown config operation {c.config_operation}")
+                current = apply_incremental(b.metadata.get(res.resource_name).configs, res.configs,
+                                            b.topic_config_values(res.resource_name), TOPIC_LIST_CONFIGS)
                 b.alter_topic_configs(res.resource_name, current, validate_only=req.validate_only)
             except KafkaError as e:
                 r.error_code, r.error_message = e.code, e.message
@@ -596,8 +616,6 @@ class KafkaApis:
         return iacr.IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=out)
 
     def _check_topic_resource(self, rtype: int, name: str) -> None:
-        if rtype == RESOURCE_BROKER:
-            raise KafkaError(ErrorCode.INVALID_REQUEST, "Dynamic broker configs are not supported by Rivulet")
         if rtype != RESOURCE_TOPIC:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}")
         if self.broker.metadata.get(name) is None:

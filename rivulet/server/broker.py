@@ -19,6 +19,7 @@ from rivulet.replication.partition import Partition, TopicPartition
 from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.server.apis import KafkaApis
 from rivulet.server.config import BrokerConfig
+from rivulet.server.dynamic_config import DynamicBrokerConfig
 from rivulet.server.metadata import MetadataStore, TopicInfo, validate_topic_name
 from rivulet.server.network import KafkaConnection
 from rivulet.storage import LogConfig, LogManager, describe_topic_configs, read_or_create_meta
@@ -37,7 +38,8 @@ class Broker:
         self.config = config
         self.node_id = config.node_id
         self.advertised_listener = config.advertised_listeners[0]
-        self.log_defaults = LogConfig.from_broker_props(config.originals)
+        self.dynamic_config = DynamicBrokerConfig(config.log_dirs[0], config.node_id)
+        self.log_defaults = LogConfig.from_broker_props(self.broker_props())
         self.log_manager = LogManager(config.log_dirs, self.log_defaults,
                                       producer_id_expiration_ms=config["producer.id.expiration.ms"])
         self.cluster_id = read_or_create_meta(config.log_dirs[0], self.node_id, config["cluster.id"])
@@ -248,7 +250,40 @@ class Broker:
 
     def describe_topic_configs(self, overrides: dict[str, str]) -> list:
         """A ConfigEntry for every topic-level config."""
-        return describe_topic_configs(overrides, self.log_defaults, self.config.originals)
+        return describe_topic_configs(overrides, self.log_defaults, self.broker_props())
+
+    def broker_props(self) -> dict[str, str]:
+        """server.properties with the dynamic broker configs in force over it."""
+        return {**self.config.originals, **self.dynamic_config.effective()}
+
+    def topic_config_values(self, name: str) -> dict[str, str]:
+        """Every topic config's value in force for ``name`` (for APPEND and SUBTRACT)."""
+        return self._log_configs.get(name, self.log_defaults).to_props()
+
+    def alter_broker_configs(self, resource_name: str, configs: dict[str, str], validate_only: bool = False) -> None:
+        """Replace the dynamic configs of one level (this broker's id, or "" for the cluster
+        default); the log.* defaults reach every topic without its own override at once."""
+        dyn = self.dynamic_config
+        level = dyn.level(resource_name)
+        dyn.validate(configs)
+        if level == "":
+            in_force = {**configs, **dyn.levels[dyn.node_id]}
+        else:
+            in_force = {**dyn.levels[""], **configs}
+        defaults = LogConfig.from_broker_props({**self.config.originals, **in_force})  # INVALID_CONFIG if bad
+        if validate_only:
+            return
+        dyn.replace(level, configs)
+        self.log_defaults = defaults
+        for info in list(self.metadata.topics.values()):
+            cfg = self._make_log_config(info.configs)
+            self._log_configs[info.name] = cfg
+            for i in range(info.num_partitions):
+                p = self.replica_manager.partitions.get(TopicPartition(info.name, i))
+                if p is not None:
+                    p.log.update_config(cfg)
+        log.info("dynamic broker configs (%s) now %s", "cluster default" if level == "" else f"broker {level}",
+                 configs)
 
     def max_message_bytes(self, tp: TopicPartition) -> int:
         cfg = self._log_configs.get(tp.topic)

@@ -152,3 +152,87 @@ def test_sigterm_shuts_down_cleanly_and_restarts_without_recovery():
         b.start()
     finally:
         b.cleanup()
+
+
+def _admin_error(f) -> int | None:
+    try:
+        f.result(30)
+    except Exception as e:
+        return e.args[0].code()
+    return None
+
+
+def test_dynamic_broker_configs(broker_factory):
+    """AlterConfigs / IncrementalAlterConfigs on BROKER resources, as librdkafka's admin test
+    (0081) and Kafka's tools use them: per broker and cluster-wide, in force at once for
+    topics without their own value, reported with their source, kept across a restart."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewTopic
+    b = broker_factory()
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    plain, own = f"dyn-{uuid.uuid4().hex[:6]}", f"dyn-own-{uuid.uuid4().hex[:6]}"
+    fs = admin.create_topics([NewTopic(plain, 1, 1), NewTopic(own, 1, 1, config={"retention.ms": "999"})])
+    for f in fs.values():
+        f.result(30)
+    node = ConfigResource(ConfigResource.Type.BROKER, "1")
+
+    def incremental(res, *entries):
+        res = ConfigResource(res.restype, res.name, incremental_configs=list(entries))
+        return admin.incremental_alter_configs([res])[res]
+
+    def raw_default(*configs: tuple[str, int, str | None], describe: bool = False):
+        """The cluster-default level (resource name ""), which confluent-kafka cannot name."""
+        import asyncio
+        from rivulet.client.connection import BrokerConnection
+        from rivulet.protocol.messages import describe_configs_request as dcq
+        from rivulet.protocol.messages import incremental_alter_configs_request as iacq
+
+        async def go():
+            host, port = b.bootstrap.split(":")
+            conn = await BrokerConnection(host, int(port)).connect()
+            try:
+                if describe:
+                    resp = await conn.send(dcq.DescribeConfigsRequest(resources=[dcq.DescribeConfigsResource(
+                        resource_type=4, resource_name="", configuration_keys=None)]))
+                    return {c.name: (c.value, c.config_source) for c in resp.results[0].configs}
+                resp = await conn.send(iacq.IncrementalAlterConfigsRequest(validate_only=False, resources=[
+                    iacq.AlterConfigsResource(resource_type=4, resource_name="", configs=[
+                        iacq.AlterableConfig(name=n, config_operation=op, value=v) for n, op, v in configs])]))
+                return resp.responses[0].error_code
+            finally:
+                await conn.close()
+        return asyncio.run(go())
+
+    def set_(name, value):
+        return ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+
+    incremental(node, set_("log.retention.ms", "123456"), set_("background.threads", "4")).result(30)
+    assert raw_default(("log.cleanup.policy", 2, "compact")) == 0  # APPEND to the value in force
+    cfg = admin.describe_configs([node])[node].result(30)
+    assert cfg["log.retention.ms"].value == "123456"
+    assert cfg["log.retention.ms"].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+    assert cfg["log.cleanup.policy"].value == "delete,compact"
+    assert cfg["log.cleanup.policy"].source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
+    assert raw_default(describe=True) == {"log.cleanup.policy": ("delete,compact", 3)}
+
+    def topic_value(t, name):
+        res = ConfigResource(ConfigResource.Type.TOPIC, t)
+        return admin.describe_configs([res])[res].result(30)[name].value
+    assert topic_value(plain, "retention.ms") == "123456"  # in force at once
+    assert topic_value(own, "retention.ms") == "999"  # a topic's own value wins
+    assert topic_value(plain, "cleanup.policy") == "delete,compact"
+
+    assert _admin_error(incremental(node, set_("log.dirs", "/elsewhere"))) == KafkaError.INVALID_REQUEST
+    assert _admin_error(incremental(node, set_("log.retention.ms", "soon"))) == KafkaError.INVALID_CONFIG
+    # APPEND and SUBTRACT only make sense for lists (Kafka: INVALID_CONFIG).
+    topic = ConfigResource(ConfigResource.Type.TOPIC, plain)
+    append = ConfigEntry("retention.ms", "1", incremental_operation=AlterConfigOpType.APPEND)
+    assert _admin_error(incremental(topic, append)) == KafkaError.INVALID_CONFIG
+
+    # Kept across a restart; DELETE takes a dynamic config away again.
+    b.stop()
+    b.start()
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    assert admin.describe_configs([node])[node].result(30)["log.retention.ms"].value == "123456"
+    incremental(node, ConfigEntry("log.retention.ms", None, incremental_operation=AlterConfigOpType.DELETE)).result(30)
+    assert topic_value(plain, "retention.ms") == "604800000"
