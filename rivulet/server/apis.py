@@ -32,7 +32,7 @@ from rivulet.protocol.messages import (
 )
 from rivulet.replication.partition import TopicPartition
 from rivulet.replication.replica_manager import FetchParams, FetchRequestPartition, FetchResult, ProduceResult
-from rivulet.server.config import PROPS, _list
+from rivulet.server.config import LIST_PROPERTIES
 from rivulet.server.dynamic_config import apply_incremental
 from rivulet.server.network import NO_RESPONSE
 from rivulet.storage.config import TOPIC_CONFIGS, ConfigSource, ConfigType
@@ -66,7 +66,6 @@ RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 RESOURCE_BROKER_LOGGER = 8
 TOPIC_LIST_CONFIGS = frozenset(d.name for d in TOPIC_CONFIGS.values() if d.type == ConfigType.LIST)
-BROKER_LIST_CONFIGS = frozenset(n for n, p in PROPS.items() if p.parse is _list)
 LIST_OFFSETS_LATEST = -1
 LIST_OFFSETS_EARLIEST = -2
 LIST_OFFSETS_MAX_TIMESTAMP = -3
@@ -518,7 +517,6 @@ class KafkaApis:
     # ------------------------------------------------------------ configs
     def handle_describe_configs(self, header, req, conn) -> dcfr.DescribeConfigsResponse:
         b = self.broker
-        v = header.api_version
         results = []
         for res in req.resources:
             out = dcfr.DescribeConfigsResult(error_code=0, error_message=None, resource_type=res.resource_type,
@@ -602,7 +600,7 @@ class KafkaApis:
                     level = b.dynamic_config.level(res.resource_name)
                     in_force = {n: _config_str(v) for n, v in b.config.items().items()}
                     in_force.update(b.dynamic_config.effective())
-                    new = apply_incremental(b.dynamic_config.levels[level], res.configs, in_force, BROKER_LIST_CONFIGS)
+                    new = apply_incremental(b.dynamic_config.levels[level], res.configs, in_force, LIST_PROPERTIES)
                     b.alter_broker_configs(res.resource_name, new, validate_only=req.validate_only)
                     out.append(r)
                     continue

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
 
 from rivulet.coordinator.group_coordinator import GroupCoordinator
 from rivulet.delayed import Timer

@@ -121,6 +121,9 @@ PROPS: dict[str, Prop] = {p.name: p for p in [
     _p("producer.purgatory.purge.interval.requests", int, 1000, _pos),
 ]}
 
+# Properties whose value is a comma-separated list (IncrementalAlterConfigs APPEND/SUBTRACT).
+LIST_PROPERTIES = frozenset(name for name, prop in PROPS.items() if prop.parse is _list)
+
 # Kafka properties that a stock server.properties carries but that mean nothing here.
 ACCEPTED_WITHOUT_EFFECT = {
     "num.network.threads", "num.io.threads", "socket.send.buffer.bytes", "socket.receive.buffer.bytes",

@@ -22,7 +22,7 @@ from rivulet.storage.checkpoints import (
     write_offset_checkpoint,
 )
 from rivulet.storage.config import LogConfig
-from rivulet.storage.log import Log, now_ms, parse_topic_partition
+from rivulet.storage.log import Log, parse_topic_partition
 
 log = logging.getLogger(__name__)
 
