@@ -30,18 +30,21 @@ def append(lg: Log, pairs: list[tuple[bytes, bytes | None]], ts: int = NOW, comp
     lg.high_watermark = lg.log_end_offset
 
 
-def read_all(lg: Log) -> list[rec.Record]:
-    """Every record, fetching segment after segment as a consumer would."""
-    out = []
+def read_batches(lg: Log):
+    """Every batch, fetching segment after segment as a consumer would."""
     offset = lg.log_start_offset
     while offset < lg.log_end_offset:
         data = bytes(lg.read(offset, 1 << 30).records)
         if not data:
             break
         for b in rec.decode_records(data):
-            out.extend(r for r in b.records if r.offset >= offset)
+            yield b
             offset = b.header.next_offset
-    return out
+
+
+def read_all(lg: Log) -> list[rec.Record]:
+    """Every record, from the log start."""
+    return [r for b in read_batches(lg) for r in b.records if r.offset >= lg.log_start_offset]
 
 
 def latest(records: list[rec.Record]) -> dict[bytes, tuple[int, bytes | None]]:
@@ -210,16 +213,7 @@ class Txn:
 
 
 def markers(lg: Log) -> list[int]:
-    out, offset = [], lg.log_start_offset
-    while offset < lg.log_end_offset:
-        data = bytes(lg.read(offset, 1 << 30).records)
-        if not data:
-            break
-        for b in rec.decode_records(data):
-            if b.header.is_control:
-                out.append(b.header.base_offset)
-            offset = b.header.next_offset
-    return out
+    return [b.header.base_offset for b in read_batches(lg) if b.header.is_control]
 
 
 def committed_view(lg: Log) -> dict[bytes, bytes | None]:
@@ -228,21 +222,15 @@ def committed_view(lg: Log) -> dict[bytes, bytes | None]:
     pending = sorted(aborted, key=lambda e: e[1])
     open_aborted: set[int] = set()
     out: dict[bytes, bytes | None] = {}
-    offset = lg.log_start_offset
-    while offset < lg.log_end_offset:
-        data = bytes(lg.read(offset, 1 << 30).records)
-        if not data:
-            break
-        for b in rec.decode_records(data):
-            h = b.header
-            while pending and pending[0][1] <= h.last_offset:
-                open_aborted.add(pending.pop(0)[0])
-            if h.is_control:
-                open_aborted.discard(h.producer_id)
-            elif not (h.is_transactional and h.producer_id in open_aborted):
-                for r in b.records:
-                    out[r.key] = r.value
-            offset = h.next_offset
+    for b in read_batches(lg):
+        h = b.header
+        while pending and pending[0][1] <= h.last_offset:
+            open_aborted.add(pending.pop(0)[0])
+        if h.is_control:
+            open_aborted.discard(h.producer_id)
+        elif not (h.is_transactional and h.producer_id in open_aborted):
+            for r in b.records:
+                out[r.key] = r.value
     return out
 
 

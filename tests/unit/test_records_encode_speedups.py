@@ -439,9 +439,11 @@ def test_no_leaks() -> None:
     assert sys.getallocatedblocks() - before < 500
 
 
-def test_env_var_forces_pure_python_encoder() -> None:
+def test_env_var_forces_pure_python() -> None:
+    """RIVULET_NO_SPEEDUPS=1: every C path (decoder, encoder, records, murmur2) is off."""
     code = (
         "from rivulet.protocol import records as r; from rivulet.client import accumulator as a, partitioner as p; "
+        "assert not r.SPEEDUPS and r._parse_records is r._py_parse_records; "
         "assert r._c_encode_records is None and a.make_record is None and p._c_murmur2 is None; "
         "b = r.encode_batch([r.Record(0, 5, b'k', b'v', [('h', None)])], base_offset=7); "
         "print(r.decode_batch(b).records, p.murmur2(b'abc'))"
