@@ -55,7 +55,10 @@ def kgo_test_binary() -> tuple[Path, Path]:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         _go("mod", "init", "rivulet.test/franzgo", cwd=work, timeout=60)
-        _go("get", f"{MODULE}@{FRANZ_GO_VERSION}", cwd=work, timeout=600)
+        try:
+            _go("get", f"{MODULE}@{FRANZ_GO_VERSION}", cwd=work, timeout=600)
+        except (RuntimeError, subprocess.TimeoutExpired) as e:  # like the Java tests without Maven Central
+            pytest.skip(f"cannot fetch {MODULE}@{FRANZ_GO_VERSION} from the Go module proxy: {str(e)[-500:]}")
         modcache = _go("env", "GOMODCACHE", cwd=work, timeout=60).strip()
     # The module cache is read-only; the build wants a module it may write go.sum into.
     shutil.copytree(Path(modcache) / f"{MODULE}@{FRANZ_GO_VERSION}", cache / "src")
