@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable
 
 from rivulet.client.connection import BrokerConnection, ConnectionClosed
 from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.messages import find_coordinator_request as fcq
 from rivulet.protocol.messages import metadata_request as mq
 
 log = logging.getLogger("rivulet.client")
@@ -258,6 +259,21 @@ class KafkaClient:
                 last = e
                 continue
         raise ConnectionClosed(f"no broker reachable: {last}")
+
+    async def find_coordinator(self, key: str, key_type: int) -> tuple[int, int, str | None]:
+        """One FindCoordinator for ``key`` (0: group, 1: transactional id), single-key (v0-v3)
+        or batched (v4+) answer alike: (error code, node id, error message). A found
+        coordinator's address is added to the cluster's brokers."""
+        resp = await self.send_any(fcq.FindCoordinatorRequest(key=key, key_type=key_type, coordinator_keys=[key]))
+        if resp.coordinators:  # v4+
+            c = resp.coordinators[0]
+            code, node, host, port, msg = c.error_code, c.node_id, c.host, c.port, c.error_message
+        else:
+            code, node, host, port = resp.error_code, resp.node_id, resp.host, resp.port
+            msg = getattr(resp, "error_message", None)
+        if code == 0:
+            self.cluster.brokers.setdefault(node, (host, port))
+        return code, node, msg
 
     async def any_connection(self) -> BrokerConnection:
         last: BaseException | None = None

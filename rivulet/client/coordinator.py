@@ -39,7 +39,6 @@ from rivulet.client.connection import RequestTimedOut
 from rivulet.client.subscription import OffsetAndMetadata, SubscriptionState
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.errors import KafkaError as ProtocolError
-from rivulet.protocol.messages import find_coordinator_request as fcq
 from rivulet.protocol.messages import heartbeat_request as hbq
 from rivulet.protocol.messages import join_group_request as jgq
 from rivulet.protocol.messages import leave_group_request as lgq
@@ -108,20 +107,12 @@ class ConsumerCoordinator:
             if deadline is not None and time.monotonic() >= deadline:
                 raise E.KafkaException(E.local("_TIMED_OUT", "timed out looking up the group coordinator"))
             try:
-                resp = await self.client.send_any(fcq.FindCoordinatorRequest(
-                    key=self.group_id, key_type=0, coordinator_keys=[self.group_id]))
-                if resp.coordinators:  # v4+
-                    c = resp.coordinators[0]
-                    code, node, host, port, msg = c.error_code, c.node_id, c.host, c.port, c.error_message
-                else:
-                    code, node, host, port = resp.error_code, resp.node_id, resp.host, resp.port
-                    msg = getattr(resp, "error_message", None)
+                code, node, msg = await self.client.find_coordinator(self.group_id, 0)
                 if code == 0:
-                    self.client.cluster.brokers.setdefault(node, (host, port))
                     self.coordinator = node
                     self.discoveries += 1
                     self.last_heartbeat_ok = time.monotonic()
-                    log.debug("group %s: coordinator is broker %d (%s:%d)", self.group_id, node, host, port)
+                    log.debug("group %s: coordinator is broker %d", self.group_id, node)
                     return node
                 if code == ErrorCode.GROUP_AUTHORIZATION_FAILED or code == ErrorCode.INVALID_REQUEST:
                     raise E.KafkaException(E.broker_error(code, msg))

@@ -30,7 +30,6 @@ from rivulet.protocol.errors import KafkaError as ProtocolError
 from rivulet.protocol.messages import add_offsets_to_txn_request as aotq
 from rivulet.protocol.messages import add_partitions_to_txn_request as aptq
 from rivulet.protocol.messages import end_txn_request as etq
-from rivulet.protocol.messages import find_coordinator_request as fcq
 from rivulet.protocol.messages import init_producer_id_request as ipq
 from rivulet.protocol.messages import txn_offset_commit_request as tocq
 
@@ -163,16 +162,8 @@ class TransactionManager:
         backoff = self.backoff
         while True:
             try:
-                resp = await self.client.send_any(fcq.FindCoordinatorRequest(
-                    key=key, key_type=key_type, coordinator_keys=[key]))
-                if resp.coordinators:
-                    c = resp.coordinators[0]
-                    code, node, host, port, msg = c.error_code, c.node_id, c.host, c.port, c.error_message
-                else:
-                    code, node, host, port = resp.error_code, resp.node_id, resp.host, resp.port
-                    msg = getattr(resp, "error_message", None)
+                code, node, msg = await self.client.find_coordinator(key, key_type)
                 if code == 0:
-                    self.client.cluster.brokers.setdefault(node, (host, port))
                     return node
                 if code in FATAL_CODES or code in (ErrorCode.GROUP_AUTHORIZATION_FAILED, ErrorCode.INVALID_REQUEST):
                     raise KafkaException(fatal_error(code, msg) if key_type == 1 else

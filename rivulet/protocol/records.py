@@ -260,6 +260,9 @@ def _zigzag_varint(n: int) -> bytes:
     return bytes(out)
 
 
+zigzag_varint = _zigzag_varint  # also what the log cleaner writes retained records with
+
+
 _ZZ_TABLE_SIZE = 8192
 _ZZ: list[bytes] = [_zigzag_varint(n) for n in range(_ZZ_TABLE_SIZE)]
 _ZZ_NULL = _zigzag_varint(-1)

@@ -17,6 +17,7 @@ import threading
 import time
 from typing import Any, Iterable
 
+from rivulet.client.client import parse_bootstrap
 from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode, KafkaError
 from rivulet.protocol.messages import (
@@ -55,23 +56,6 @@ EARLIEST = -2
 LATEST = -1
 
 TP = tuple[str, int]
-
-
-def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
-    out: list[tuple[str, int]] = []
-    for item in servers.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        if "://" in item:
-            item = item.split("://", 1)[1]
-        host, sep, port = item.rpartition(":")
-        if not sep:
-            host, port = item, "9092"
-        out.append((host.strip("[]") or "localhost", int(port)))
-    if not out:
-        raise ValueError("bootstrap servers are empty")
-    return out
 
 
 class Conn:

@@ -50,6 +50,7 @@ from crc32c import crc32c
 
 from rivulet.protocol import records as rec
 from rivulet.protocol.compression import compress
+from rivulet.protocol.records import zigzag_varint as _varint
 from rivulet.storage.checkpoints import fsync_dir, read_offset_checkpoint, write_offset_checkpoint
 from rivulet.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, segment_file_name
 
@@ -66,16 +67,6 @@ def now_ms() -> int:
 
 
 # ---------------------------------------------------------------- record encoding
-
-def _varint(n: int) -> bytes:
-    v = (n << 1) ^ (n >> 63)  # zigzag
-    out = bytearray()
-    while v > 0x7F:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
-
 
 def _bytes_field(b: bytes | None) -> bytes:
     return _varint(-1) if b is None else _varint(len(b)) + bytes(b)
