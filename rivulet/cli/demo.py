@@ -128,6 +128,31 @@ def _fmt(n: float) -> str:
     return f"{n:,.0f}"
 
 
+# Marks a directory as the demo's own, so a rerun may clear what the demo wrote there.
+OUTPUT_MARKER = ".rivulet-demo"
+OUTPUT_ENTRIES = ("orders-by-window", "checkpoint", "spark.log")
+
+
+def _prepare_output(out: Path) -> str | None:
+    """Make ``out`` ready for a run without ever deleting a user's files: a directory is
+    cleared only of the demo's own entries, and only when an earlier demo marked it."""
+    if out.exists() and not out.is_dir():
+        return f"--output {out} exists and is not a directory"
+    if out.exists() and any(out.iterdir()):
+        if not (out / OUTPUT_MARKER).exists():
+            return (f"--output {out} is not empty and was not written by the demo; "
+                    "name a new or empty directory")
+        for name in OUTPUT_ENTRIES:
+            entry = out / name
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            elif entry.exists() or entry.is_symlink():
+                entry.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / OUTPUT_MARKER).write_text("written by `rivulet demo`; a rerun clears only its own entries\n")
+    return None
+
+
 def demo_main(args: argparse.Namespace) -> int:
     from rivulet.cli.pipeline import spark_missing
     from rivulet.testing import BrokerProcess, free_port
@@ -138,9 +163,10 @@ def demo_main(args: argparse.Namespace) -> int:
         return 2
 
     out = Path(args.output).resolve()
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    problem = _prepare_output(out)
+    if problem:
+        print(f"rivulet demo: {problem}", file=sys.stderr)
+        return 2
     port = args.port or (9092 if _port_free(9092) else free_port())
     data_dir = tempfile.mkdtemp(prefix="rivulet-demo-")
     broker = BrokerProcess({"listeners": f"PLAINTEXT://127.0.0.1:{port}", "num.partitions": "4",

@@ -22,6 +22,7 @@ from rivulet.storage.checkpoints import (
     write_offset_checkpoint,
 )
 from rivulet.storage.config import LogConfig
+from rivulet.storage.dir_lock import DirLock
 from rivulet.storage.log import Log, parse_topic_partition
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,17 @@ class LogManager:
         self._lock = threading.RLock()
         self._checkpoint_lock = threading.Lock()
         self.had_clean_shutdown: dict[str, bool] = {}
+        # Taken before anything is read or written: a second broker on these dirs stops here.
+        self._dir_locks: list[DirLock] = []
+        try:
+            for d in self.log_dirs:
+                os.makedirs(d, exist_ok=True)
+                lock = DirLock(d)
+                lock.acquire()
+                self._dir_locks.append(lock)
+        except OSError:
+            self.release_locks()
+            raise
 
     # -- start-up -------------------------------------------------------------------------
 
@@ -235,3 +247,9 @@ class LogManager:
                 write_atomic(os.path.join(d, CLEAN_SHUTDOWN), json.dumps({"version": 0, "brokerEpoch": -1}))
         with self._lock:
             self._logs.clear()
+        self.release_locks()
+
+    def release_locks(self) -> None:
+        for lock in self._dir_locks:
+            lock.release()
+        self._dir_locks.clear()

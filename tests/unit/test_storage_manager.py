@@ -261,6 +261,7 @@ def test_manager_unclean_restart_recovers(tmp_path):
     # "Crash": no shutdown; leave a torn batch at the tail.
     seg_path = os.path.join(lg.dir, f"{0:020d}.log")
     lg.close()
+    m.release_locks()  # the crashed process's flock dies with it
     with open(seg_path, "ab") as f:
         f.write(make_batch(3)[:30])
     m2 = LogManager([d], LogConfig())
@@ -283,7 +284,7 @@ def test_manager_delete_log_removes_data(tmp_path):
     assert m.delete_log("doomed", 0)
     assert not m.delete_log("doomed", 0)
     assert m.get_log("doomed", 0) is None
-    assert sorted(os.listdir(d)) == ["kept-0"]
+    assert sorted(os.listdir(d)) == [".lock", "kept-0"]
     m.checkpoint()
     assert ("doomed", 0) not in read_offset_checkpoint(os.path.join(d, "recovery-point-offset-checkpoint"))
     # A half-finished deletion from a previous run is finished at start-up.
