@@ -8,7 +8,7 @@ import logging
 import signal
 import sys
 
-from rivulet.server.config import BrokerConfig, ConfigError, load_properties
+from rivulet.server.config import BrokerConfig, ConfigError, help_text, load_properties
 
 
 def _install_loop() -> None:
@@ -76,7 +76,8 @@ def broker_main(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rivulet", description="A Kafka-protocol event-streaming broker.")
     sub = p.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("broker", help="run a broker")
+    b = sub.add_parser("broker", help="run a broker", epilog=help_text(),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     b.add_argument("--config", help="a Kafka server.properties file")
     b.add_argument("--override", action="append", metavar="KEY=VALUE", help="override one property")
     b.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])

@@ -21,11 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from rivulet.common.config import ConfigError
+
 DEFAULT_METRICS = {"events": "count(*)"}
-
-
-class ConfigError(ValueError):
-    pass
 
 
 @dataclass

@@ -33,9 +33,9 @@ from rivulet.protocol.messages import (
 from rivulet.replication.partition import TopicPartition
 from rivulet.replication.replica_manager import FetchParams, FetchRequestPartition, FetchResult, ProduceResult
 from rivulet.server.config import LIST_PROPERTIES
-from rivulet.server.dynamic_config import apply_incremental
+from rivulet.server.dynamic_config import apply_incremental, broker_values_in_force, describe_broker_configs
 from rivulet.server.network import NO_RESPONSE
-from rivulet.storage.config import TOPIC_CONFIGS, ConfigSource, ConfigType
+from rivulet.storage.config import TOPIC_LIST_CONFIGS
 
 if TYPE_CHECKING:
     from rivulet.server.broker import Broker
@@ -65,7 +65,6 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 RESOURCE_BROKER_LOGGER = 8
-TOPIC_LIST_CONFIGS = frozenset(d.name for d in TOPIC_CONFIGS.values() if d.type == ConfigType.LIST)
 LIST_OFFSETS_LATEST = -1
 LIST_OFFSETS_EARLIEST = -2
 LIST_OFFSETS_MAX_TIMESTAMP = -3
@@ -527,48 +526,27 @@ class KafkaApis:
                     info = b.metadata.get(res.resource_name)
                     if info is None:
                         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                    entries = [(e.name, e.value, int(e.source), e.sensitive, int(e.config_type),
-                                [dcfr.DescribeConfigsSynonym(name=sn, value=sv, source=int(ss)) for sn, sv, ss in e.synonyms])
-                               for e in b.describe_topic_configs(info.configs)]
+                    entries = b.describe_topic_configs(info.configs)
                 elif res.resource_type == RESOURCE_BROKER:
-                    entries = self._broker_config_entries(res.resource_name)
+                    entries = describe_broker_configs(b.config, b.dynamic_config, res.resource_name)
                 elif res.resource_type == RESOURCE_BROKER_LOGGER:
                     entries = []
                 else:
                     raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {res.resource_type}")
-                for name, value, source, sensitive, ctype, synonyms in entries:
-                    if wanted is not None and name not in wanted:
+                for e in entries:
+                    if wanted is not None and e.name not in wanted:
                         continue
+                    synonyms = [dcfr.DescribeConfigsSynonym(name=n, value=v, source=int(s)) for n, v, s in e.synonyms]
                     out.configs.append(dcfr.DescribeConfigsResourceResult(
-                        name=name, value=value, read_only=res.resource_type != RESOURCE_TOPIC,
-                        is_default=source == 5, config_source=source, is_sensitive=sensitive,
-                        synonyms=synonyms if req.include_synonyms else [], config_type=ctype,
-                        documentation=None))
+                        name=e.name, value=e.value, read_only=e.read_only, is_default=e.is_default,
+                        config_source=int(e.source), is_sensitive=e.sensitive,
+                        synonyms=synonyms if req.include_synonyms else [], config_type=int(e.config_type),
+                        documentation=e.documentation if req.include_documentation else None))
             except KafkaError as e:
                 out.error_code = e.code
                 out.error_message = e.message
             results.append(out)
         return dcfr.DescribeConfigsResponse(throttle_time_ms=0, results=results)
-
-    def _broker_config_entries(self, resource_name: str) -> list[tuple]:
-        """(name, value, source, sensitive, type, synonyms) for a BROKER resource: every config
-        for this broker's id, only the cluster-wide dynamic ones for the default ("")."""
-        b = self.broker
-        dyn = b.dynamic_config
-        if dyn.level(resource_name) == "":
-            return [(n, v, int(ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG), False, 0, [])
-                    for n, v in sorted(dyn.levels[""].items())]
-        entries = []
-        in_force = dyn.effective()
-        for n, val in b.config.items().items():
-            source = dyn.source_of(n)
-            if source is not None:
-                entries.append((n, in_force[n], int(source), False, 0, []))
-            else:
-                entries.append((n, _config_str(val), 4 if b.config.is_set(n) else 5, False, 0, []))
-        known = {e[0] for e in entries}
-        entries += [(n, v, int(dyn.source_of(n)), False, 0, []) for n, v in sorted(in_force.items()) if n not in known]
-        return entries
 
     def handle_alter_configs(self, header, req, conn) -> acr.AlterConfigsResponse:
         b = self.broker
@@ -598,8 +576,7 @@ class KafkaApis:
             try:
                 if res.resource_type == RESOURCE_BROKER:
                     level = b.dynamic_config.level(res.resource_name)
-                    in_force = {n: _config_str(v) for n, v in b.config.items().items()}
-                    in_force.update(b.dynamic_config.effective())
+                    in_force = broker_values_in_force(b.config, b.dynamic_config)
                     new = apply_incremental(b.dynamic_config.levels[level], res.configs, in_force, LIST_PROPERTIES)
                     b.alter_broker_configs(res.resource_name, new, validate_only=req.validate_only)
                     out.append(r)
@@ -645,16 +622,6 @@ def _first_batch_is_transactional(records: Any) -> bool:
     if not records or len(records) < 23 or records[16] != 2:
         return False
     return bool(records[22] & 0x10)  # attributes: int16 at offset 21, the bit in its low byte
-
-
-def _config_str(v: Any) -> str | None:
-    if v is None:
-        return None
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, list):
-        return ",".join(str(x) for x in v)
-    return str(v)
 
 
 def _zero_uuid():

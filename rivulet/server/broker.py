@@ -87,7 +87,7 @@ class Broker:
         # FindCoordinator key type 1 (transactions) resolves through the group coordinator's hook.
         self.group_coordinator.coordinator_resolvers[1] = self.transaction_coordinator.find_coordinator
         for name, host, port in self.config.listeners:
-            if name == self.config["controller.listener.names"]:
+            if name in self.config["controller.listener.names"]:
                 continue
             server = await asyncio.get_running_loop().create_server(
                 lambda: KafkaConnection(self.apis, self.config["socket.request.max.bytes"]),
@@ -264,7 +264,7 @@ class Broker:
         default); the log.* defaults reach every topic without its own override at once."""
         dyn = self.dynamic_config
         level = dyn.level(resource_name)
-        dyn.validate(configs)
+        dyn.validate(configs, per_broker=level != "")
         if level == "":
             in_force = {**configs, **dyn.levels[dyn.node_id]}
         else:

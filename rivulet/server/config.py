@@ -1,140 +1,227 @@
-"""Broker configuration, by Kafka's property names.
+"""Broker configuration: every property the broker takes, by Kafka's names.
 
-Every property Rivulet reads has a type, a default and (where it matters) a check. Kafka's
-common deployment properties that have no meaning for a single Python process (thread
-counts, socket buffers, quorum settings) are accepted and ignored, so an existing
-server.properties works unchanged; any other unknown name stops start-up with a clear message.
+Each property is one ``ConfigKey`` (type, default, validator, documentation, importance and
+Kafka's dynamic update mode). Kafka's deployment properties that mean nothing to a single
+Python process (thread counts, socket buffers, quorum settings) are defined too, marked
+``ignored``, so an existing server.properties works unchanged; any other unknown name stops
+start-up with a message naming it. Defaults are Kafka 4.3's, except where a single local
+node needs its own (``node.id``, ``listeners``, ``log.dir``, ``process.roles``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-LONG_MAX = 2**63 - 1
+from rivulet.common.config import (
+    LONG_MAX,
+    ConfigDef,
+    ConfigError,
+    ConfigKey,
+    ConfigType,
+    Importance,
+    UpdateMode,
+    at_least,
+    between,
+    each_of,
+    load_properties as _load_properties,
+    one_of,
+)
 
+__all__ = ["BROKER_CONFIGS", "BrokerConfig", "ConfigError", "LIST_PROPERTIES", "load_properties", "parse_listener"]
 
-class ConfigError(ValueError):
-    """An unknown or invalid broker property."""
+B, S, I, SH, L, D, LS, C, P = (ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.SHORT,
+                               ConfigType.LONG, ConfigType.DOUBLE, ConfigType.LIST, ConfigType.CLASS,
+                               ConfigType.PASSWORD)
+HIGH, MEDIUM, LOW = Importance.HIGH, Importance.MEDIUM, Importance.LOW
+RO, PER_BROKER, CLUSTER = UpdateMode.READ_ONLY, UpdateMode.PER_BROKER, UpdateMode.CLUSTER_WIDE
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
-
-def _bool(v: str) -> bool:
-    s = v.strip().lower()
-    if s not in ("true", "false"):
-        raise ValueError("expected true or false")
-    return s == "true"
-
-
-def _list(v: str) -> list[str]:
-    return [x.strip() for x in v.split(",") if x.strip()]
-
-
-@dataclass(frozen=True)
-class Prop:
-    name: str
-    parse: Callable[[str], Any]
-    default: Any
-    check: Callable[[Any], bool] | None = None
-    doc: str = ""
-
-
-def _p(name: str, parse: Callable[[str], Any], default: Any, check: Callable[[Any], bool] | None = None,
-       doc: str = "") -> Prop:
-    return Prop(name, parse, default, check, doc)
+_nonneg = at_least(0)
+_pos = at_least(1)
 
 
-_nonneg = lambda x: x >= 0  # noqa: E731
-_pos = lambda x: x > 0  # noqa: E731
+def _k(name: str, ctype: ConfigType, default: Any, validator: Any = None, doc: str = "",
+       importance: Importance = MEDIUM, mode: UpdateMode = RO, ignored: bool = False) -> ConfigKey:
+    return ConfigKey(name, ctype, default, validator, doc, importance, mode, ignored)
 
-PROPS: dict[str, Prop] = {p.name: p for p in [
-    _p("node.id", int, 1, _nonneg),
-    _p("broker.id", int, None),
-    _p("process.roles", _list, ["broker", "controller"]),
-    _p("listeners", _list, ["PLAINTEXT://127.0.0.1:9092"]),
-    _p("advertised.listeners", _list, None),
-    _p("listener.security.protocol.map", str, "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"),
-    _p("inter.broker.listener.name", str, "PLAINTEXT"),
-    _p("controller.listener.names", str, "CONTROLLER"),
-    _p("cluster.id", str, None),
-    _p("log.dirs", _list, None),
-    _p("log.dir", _list, ["./rivulet-data"]),
-    _p("num.partitions", int, 1, _pos),
-    _p("default.replication.factor", int, 1, _pos),
-    _p("auto.create.topics.enable", _bool, True),
-    _p("delete.topic.enable", _bool, True),
-    _p("log.retention.ms", int, None),
-    _p("log.retention.minutes", int, None),
-    _p("log.retention.hours", int, 168),
-    _p("log.retention.bytes", int, -1),
-    _p("log.segment.bytes", int, 1073741824, lambda x: x >= 14),
-    _p("log.roll.ms", int, None),
-    _p("log.roll.hours", int, 168, _pos),
-    _p("log.segment.delete.delay.ms", int, 60000, _nonneg),
-    _p("log.index.interval.bytes", int, 4096, _nonneg),
-    _p("log.index.size.max.bytes", int, 10485760, lambda x: x >= 4),
-    _p("log.flush.interval.messages", int, LONG_MAX, _pos),
-    _p("log.flush.interval.ms", int, None),
-    _p("log.flush.scheduler.interval.ms", int, LONG_MAX),
-    _p("log.flush.offset.checkpoint.interval.ms", int, 60000, _nonneg),
-    _p("log.flush.start.offset.checkpoint.interval.ms", int, 60000, _nonneg),
-    _p("log.retention.check.interval.ms", int, 300000, _pos),
-    _p("log.cleanup.policy", _list, ["delete"]),
-    _p("log.cleaner.enable", _bool, True),
-    _p("log.cleaner.backoff.ms", int, 15000, _nonneg),
-    _p("log.cleaner.delete.retention.ms", int, 86400000, _nonneg),
-    _p("log.cleaner.min.compaction.lag.ms", int, 0, _nonneg),
-    _p("log.cleaner.min.cleanable.ratio", float, 0.5),
-    _p("log.message.timestamp.type", str, "CreateTime", lambda x: x in ("CreateTime", "LogAppendTime")),
-    _p("log.message.timestamp.before.max.ms", int, LONG_MAX, _nonneg),
-    _p("log.message.timestamp.after.max.ms", int, 3600000, _nonneg),
-    _p("message.max.bytes", int, 1048588, _nonneg),
-    _p("compression.type", str, "producer",
-       lambda x: x in ("producer", "none", "gzip", "snappy", "lz4", "zstd", "uncompressed")),
-    _p("min.insync.replicas", int, 1, _pos),
-    _p("socket.request.max.bytes", int, 104857600, _pos),
-    _p("connections.max.idle.ms", int, 600000, _pos),
-    _p("replica.fetch.max.bytes", int, 1048576),
-    _p("fetch.max.bytes", int, 57671680, _nonneg),
-    _p("group.initial.rebalance.delay.ms", int, 3000, _nonneg),
-    _p("group.min.session.timeout.ms", int, 6000, _nonneg),
-    _p("group.max.session.timeout.ms", int, 1800000, _nonneg),
-    _p("group.max.size", int, 2147483647, _pos),
-    _p("offsets.topic.num.partitions", int, 50, _pos),
-    _p("offsets.topic.replication.factor", int, 3, _pos),
-    _p("offsets.topic.segment.bytes", int, 104857600, _pos),
-    _p("offsets.retention.minutes", int, 10080, _pos),
-    _p("offsets.retention.check.interval.ms", int, 600000, _pos),
-    _p("offsets.commit.timeout.ms", int, 5000, _pos),
-    _p("offset.metadata.max.bytes", int, 4096, _nonneg),
-    _p("transaction.state.log.num.partitions", int, 50, _pos),
-    _p("transaction.max.timeout.ms", int, 900000, _pos),
-    _p("transactional.id.expiration.ms", int, 604800000, _pos),
-    _p("transaction.state.log.segment.bytes", int, 104857600, _pos),
-    _p("transaction.partition.verification.enable", _bool, True),
-    _p("transaction.state.log.load.buffer.size", int, 5242880, _pos),
-    _p("transaction.abort.timed.out.transaction.cleanup.interval.ms", int, 10000, _pos),
-    _p("transaction.remove.expired.transaction.cleanup.interval.ms", int, 3600000, _pos),
-    _p("producer.id.expiration.ms", int, 86400000, _pos),
-    _p("producer.id.expiration.check.interval.ms", int, 600000, _pos),
-    _p("fetch.purgatory.purge.interval.requests", int, 1000, _pos),
-    _p("producer.purgatory.purge.interval.requests", int, 1000, _pos),
-]}
+
+BROKER_CONFIGS = ConfigDef([
+    # -- identity and listeners
+    _k("node.id", I, 1, _nonneg, "This node's id (Rivulet's default is 1; Kafka requires it to be set).", HIGH),
+    _k("broker.id", I, -1, None, "The node id under its older name; used when node.id is not set.", HIGH),
+    _k("process.roles", LS, ("broker", "controller"), each_of("broker", "controller"),
+       "The roles this node plays. Rivulet is always a combined broker and controller.", HIGH),
+    _k("listeners", LS, ("PLAINTEXT://127.0.0.1:9092",), None,
+       "Addresses to listen on, as NAME://host:port, comma-separated. A listener named in "
+       "controller.listener.names is not opened.", HIGH, PER_BROKER),
+    _k("advertised.listeners", LS, None, None,
+       "Addresses given to clients in metadata, when they differ from listeners. Port 0 in "
+       "listeners is replaced by the bound port.", HIGH),
+    _k("listener.security.protocol.map", S, "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT", None,
+       "Listener name to security protocol. Rivulet speaks PLAINTEXT only.", LOW, PER_BROKER),
+    _k("inter.broker.listener.name", S, "PLAINTEXT", None, "The listener used between brokers.", MEDIUM),
+    _k("controller.listener.names", LS, ("CONTROLLER",), None, "Names of the controller listeners.", HIGH),
+    _k("cluster.id", S, None, None,
+       "The cluster id to write into meta.properties on first start; a random one when not set.", HIGH),
+    _k("log.dirs", LS, None, None, "Directories for partition data, comma-separated; log.dir when not set.", HIGH),
+    _k("log.dir", LS, ("./rivulet-data",), None, "The data directory when log.dirs is not set.", HIGH),
+    # -- topics
+    _k("num.partitions", I, 1, _pos, "Partitions of a topic created without a partition count.", MEDIUM),
+    _k("default.replication.factor", I, 1, _pos, "Replication factor of a topic created without one.", MEDIUM),
+    _k("auto.create.topics.enable", B, True, None, "Create a topic when a client asks for its metadata.", HIGH),
+    _k("delete.topic.enable", B, True, None, "Allow DeleteTopics; when false it fails with "
+       "TOPIC_DELETION_DISABLED.", HIGH),
+    # -- log defaults for topics (the broker synonyms of the topic configs)
+    _k("log.retention.ms", L, None, None, "How long to keep a segment before deleting it, in ms; -1 keeps "
+       "it forever. When not set, log.retention.minutes is used.", HIGH, CLUSTER),
+    _k("log.retention.minutes", I, None, None, "Retention in minutes, used when log.retention.ms is not set.",
+       HIGH),
+    _k("log.retention.hours", I, 168, None, "Retention in hours, used when neither log.retention.ms nor "
+       "log.retention.minutes is set.", HIGH),
+    _k("log.retention.bytes", L, -1, None, "Largest size of a partition before old segments are deleted; "
+       "-1 for no limit.", HIGH, CLUSTER),
+    _k("log.segment.bytes", I, 1073741824, at_least(14), "Size at which a segment is rolled.", HIGH, CLUSTER),
+    _k("log.roll.ms", L, None, None, "Age at which a segment is rolled, in ms; log.roll.hours when not set.",
+       HIGH, CLUSTER),
+    _k("log.roll.hours", I, 168, _pos, "Age at which a segment is rolled, in hours.", HIGH),
+    _k("log.roll.jitter.ms", L, None, None, "Most random jitter subtracted from the roll time, in ms; "
+       "log.roll.jitter.hours when not set.", HIGH, CLUSTER),
+    _k("log.roll.jitter.hours", I, 0, _nonneg, "Most random jitter subtracted from the roll time, in hours.",
+       HIGH),
+    _k("log.segment.delete.delay.ms", L, 60000, _nonneg, "Wait before a deleted segment's files are removed.",
+       HIGH, CLUSTER),
+    _k("log.index.interval.bytes", I, 4096, _nonneg, "Bytes of records between two offset-index entries.",
+       MEDIUM, CLUSTER),
+    _k("log.index.size.max.bytes", I, 10485760, at_least(4), "Largest size of an offset or time index.",
+       MEDIUM, CLUSTER),
+    _k("log.flush.interval.messages", L, LONG_MAX, _pos, "Records appended to a partition before an fsync.",
+       HIGH, CLUSTER),
+    _k("log.flush.interval.ms", L, None, None, "Longest time a record waits in memory before an fsync; "
+       "log.flush.scheduler.interval.ms when not set.", HIGH, CLUSTER),
+    _k("log.flush.scheduler.interval.ms", L, LONG_MAX, None, "How often logs are checked for a time-based "
+       "flush.", HIGH),
+    _k("log.flush.offset.checkpoint.interval.ms", I, 60000, _nonneg, "How often the recovery points are "
+       "written.", HIGH),
+    _k("log.flush.start.offset.checkpoint.interval.ms", I, 60000, _nonneg, "How often the log start "
+       "offsets are written.", HIGH),
+    _k("log.retention.check.interval.ms", L, 300000, _pos, "How often retention is enforced.", MEDIUM),
+    _k("log.cleanup.policy", LS, ("delete",), each_of("compact", "delete"), "Default cleanup policy: "
+       "delete, compact, or both.", MEDIUM, CLUSTER),
+    _k("log.cleaner.enable", B, True, None, "Run the log cleaner for compacted topics.", MEDIUM),
+    _k("log.cleaner.backoff.ms", L, 15000, _nonneg, "Pause of the cleaner when no log needs cleaning.",
+       MEDIUM, CLUSTER),
+    _k("log.cleaner.delete.retention.ms", L, 86400000, _nonneg, "How long tombstones and transaction markers "
+       "are kept on compacted topics.", MEDIUM, CLUSTER),
+    _k("log.cleaner.min.compaction.lag.ms", L, 0, _nonneg, "Youngest a record may be and still be "
+       "compacted.", MEDIUM, CLUSTER),
+    _k("log.cleaner.max.compaction.lag.ms", L, LONG_MAX, _pos, "Oldest a record may get before its segment "
+       "must be compacted.", MEDIUM, CLUSTER),
+    _k("log.cleaner.min.cleanable.ratio", D, 0.5, between(0, 1), "Dirty share of a log above which it is "
+       "cleaned.", MEDIUM, CLUSTER),
+    _k("log.cleaner.threads", I, 1, _nonneg, "Cleaner threads (one cleaner task here).", MEDIUM, CLUSTER,
+       ignored=True),
+    _k("log.message.timestamp.type", S, "CreateTime", one_of("CreateTime", "LogAppendTime"),
+       "Record timestamps: the producer's (CreateTime) or the broker's (LogAppendTime).", MEDIUM, CLUSTER),
+    _k("log.message.timestamp.before.max.ms", L, LONG_MAX, _nonneg, "How far in the past a CreateTime "
+       "timestamp may be.", MEDIUM, CLUSTER),
+    _k("log.message.timestamp.after.max.ms", L, 3600000, _nonneg, "How far in the future a CreateTime "
+       "timestamp may be.", MEDIUM, CLUSTER),
+    _k("log.preallocate", B, False, None, "Preallocate segment files.", MEDIUM, CLUSTER, ignored=True),
+    _k("message.max.bytes", I, 1048588, _nonneg, "Largest record batch a topic accepts.", HIGH, CLUSTER),
+    _k("compression.type", S, "producer", one_of(*COMPRESSION_TYPES), "Codec batches are stored with; "
+       "producer keeps the producer's.", HIGH, CLUSTER),
+    _k("compression.gzip.level", I, -1, None, "gzip level when the broker compresses.", MEDIUM, CLUSTER),
+    _k("compression.lz4.level", I, 9, between(1, 17), "lz4 level when the broker compresses.", MEDIUM, CLUSTER),
+    _k("compression.zstd.level", I, 3, between(-131072, 22), "zstd level when the broker compresses.", MEDIUM,
+       CLUSTER),
+    _k("min.insync.replicas", I, 1, _pos, "Replicas that must have a write before acks=all is answered.",
+       HIGH, CLUSTER),
+    _k("unclean.leader.election.enable", B, False, None, "Allow an out-of-sync replica to lead.", HIGH, CLUSTER,
+       ignored=True),
+    # -- network
+    _k("socket.request.max.bytes", I, 104857600, _pos, "Largest request accepted; a larger one closes the "
+       "connection.", HIGH),
+    _k("connections.max.idle.ms", L, 600000, _pos, "Idle connections are closed after this long.", MEDIUM),
+    _k("replica.fetch.max.bytes", I, 1048576, _nonneg, "Bytes fetched per partition by a follower.", MEDIUM),
+    _k("fetch.max.bytes", I, 57671680, _nonneg, "Largest Fetch response.", MEDIUM),
+    # -- group coordinator
+    _k("group.initial.rebalance.delay.ms", I, 3000, _nonneg, "Wait for more members before the first "
+       "rebalance of a new group.", MEDIUM),
+    _k("group.min.session.timeout.ms", I, 6000, _nonneg, "Shortest session timeout a member may ask for.",
+       MEDIUM),
+    _k("group.max.session.timeout.ms", I, 1800000, _nonneg, "Longest session timeout a member may ask for.",
+       MEDIUM),
+    _k("group.max.size", I, 2147483647, _pos, "Most members in one classic group.", MEDIUM),
+    _k("offsets.topic.num.partitions", I, 50, _pos, "Partitions of __consumer_offsets.", HIGH),
+    _k("offsets.topic.replication.factor", SH, 3, _pos, "Replication factor of __consumer_offsets.", HIGH),
+    _k("offsets.topic.segment.bytes", I, 104857600, _pos, "Segment size of __consumer_offsets.", HIGH),
+    _k("offsets.retention.minutes", I, 10080, _pos, "How long committed offsets of an empty group are kept.",
+       HIGH),
+    _k("offsets.retention.check.interval.ms", L, 600000, _pos, "How often expired offsets are removed.", HIGH),
+    _k("offsets.commit.timeout.ms", I, 5000, _pos, "Longest wait for an offset commit to be written.", HIGH),
+    _k("offset.metadata.max.bytes", I, 4096, _nonneg, "Largest metadata string of a committed offset.", HIGH),
+    # -- transactions and producer ids
+    _k("transaction.state.log.num.partitions", I, 50, _pos, "Partitions of __transaction_state.", HIGH),
+    _k("transaction.max.timeout.ms", I, 900000, _pos, "Longest transaction timeout a producer may ask for.",
+       HIGH),
+    _k("transactional.id.expiration.ms", I, 604800000, _pos, "A transactional id unused this long is "
+       "forgotten.", HIGH),
+    _k("transaction.state.log.segment.bytes", I, 104857600, _pos, "Segment size of __transaction_state.", HIGH),
+    _k("transaction.partition.verification.enable", B, True, None, "Check that a transactional write's "
+       "partition was added to the transaction.", LOW, CLUSTER),
+    _k("transaction.state.log.load.buffer.size", I, 5242880, _pos, "Read size when loading "
+       "__transaction_state.", LOW),
+    _k("transaction.abort.timed.out.transaction.cleanup.interval.ms", I, 10000, _pos, "How often timed-out "
+       "transactions are aborted.", LOW),
+    _k("transaction.remove.expired.transaction.cleanup.interval.ms", I, 3600000, _pos, "How often expired "
+       "transactional ids are removed.", LOW),
+    _k("producer.id.expiration.ms", I, 86400000, _pos, "A producer id idle this long loses its sequence "
+       "state.", LOW, CLUSTER),
+    _k("producer.id.expiration.check.interval.ms", I, 600000, _pos, "How often expired producer ids are "
+       "removed.", LOW),
+    _k("fetch.purgatory.purge.interval.requests", I, 1000, _pos, "Completed fetch waits between purges of "
+       "the fetch purgatory.", MEDIUM),
+    _k("producer.purgatory.purge.interval.requests", I, 1000, _pos, "Completed produce waits between purges "
+       "of the produce purgatory.", MEDIUM),
+    # -- accepted so a stock server.properties works; no effect in one Python process
+    _k("num.network.threads", I, 3, _pos, "Network threads.", HIGH, CLUSTER, ignored=True),
+    _k("num.io.threads", I, 8, _pos, "Request handler threads.", HIGH, CLUSTER, ignored=True),
+    _k("background.threads", I, 10, _pos, "Background task threads.", HIGH, CLUSTER, ignored=True),
+    _k("num.recovery.threads.per.data.dir", I, 2, _pos, "Recovery threads per data directory.", HIGH, CLUSTER,
+       ignored=True),
+    _k("num.replica.fetchers", I, 1, _pos, "Follower fetcher threads.", HIGH, CLUSTER, ignored=True),
+    _k("queued.max.requests", I, 500, _pos, "Requests queued before network threads block.", HIGH,
+       ignored=True),
+    _k("socket.send.buffer.bytes", I, 102400, None, "SO_SNDBUF of server sockets.", HIGH, ignored=True),
+    _k("socket.receive.buffer.bytes", I, 102400, None, "SO_RCVBUF of server sockets.", HIGH, ignored=True),
+    _k("replica.lag.time.max.ms", L, 30000, None, "Lag after which a follower leaves the ISR.", HIGH,
+       ignored=True),
+    _k("auto.leader.rebalance.enable", B, True, None, "Move leadership back to preferred replicas.", HIGH,
+       ignored=True),
+    _k("transaction.state.log.replication.factor", SH, 3, _pos, "Replication factor of __transaction_state.",
+       HIGH, ignored=True),
+    _k("transaction.state.log.min.isr", I, 2, _pos, "min.insync.replicas of __transaction_state.", HIGH,
+       ignored=True),
+    _k("share.coordinator.state.topic.replication.factor", SH, 3, _pos, "Replication factor of "
+       "__share_group_state.", HIGH, ignored=True),
+    _k("share.coordinator.state.topic.min.isr", SH, 2, _pos, "min.insync.replicas of __share_group_state.",
+       HIGH, ignored=True),
+    _k("group.coordinator.rebalance.protocols", LS, ("classic", "consumer", "streams"), None, "Group protocols "
+       "enabled (Rivulet implements classic).", MEDIUM, ignored=True),
+    _k("controller.quorum.voters", LS, (), None, "Controller quorum voters, id@host:port.", HIGH, ignored=True),
+    _k("controller.quorum.bootstrap.servers", LS, (), None, "Controller quorum bootstrap addresses.", HIGH,
+       ignored=True),
+    _k("controller.quorum.election.timeout.ms", I, 1000, None, "Controller election timeout.", HIGH,
+       ignored=True),
+    _k("initial.broker.registration.timeout.ms", I, 60000, None, "Wait for the first controller "
+       "registration.", MEDIUM, ignored=True),
+    _k("metadata.log.dir", S, None, None, "Directory of the metadata log.", HIGH, ignored=True),
+    _k("confluent.support.metrics.enable", B, False, None, "A Confluent Platform setting.", LOW, ignored=True),
+])
 
 # Properties whose value is a comma-separated list (IncrementalAlterConfigs APPEND/SUBTRACT).
-LIST_PROPERTIES = frozenset(name for name, prop in PROPS.items() if prop.parse is _list)
-
-# Kafka properties that a stock server.properties carries but that mean nothing here.
-ACCEPTED_WITHOUT_EFFECT = {
-    "num.network.threads", "num.io.threads", "socket.send.buffer.bytes", "socket.receive.buffer.bytes",
-    "num.recovery.threads.per.data.dir", "transaction.state.log.replication.factor",
-    "transaction.state.log.min.isr", "controller.quorum.voters", "controller.quorum.bootstrap.servers",
-    "num.replica.fetchers", "queued.max.requests", "background.threads", "log.preallocate",
-    "unclean.leader.election.enable", "replica.lag.time.max.ms", "auto.leader.rebalance.enable",
-    "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr",
-    "group.coordinator.rebalance.protocols", "log.cleaner.threads", "confluent.support.metrics.enable",
-    "metadata.log.dir", "initial.broker.registration.timeout.ms", "controller.quorum.election.timeout.ms",
-}
+LIST_PROPERTIES = frozenset(k.name for k in BROKER_CONFIGS if k.type is ConfigType.LIST)
 
 
 class BrokerConfig:
@@ -142,26 +229,7 @@ class BrokerConfig:
 
     def __init__(self, props: dict[str, str] | None = None) -> None:
         self.originals = dict(props or {})
-        self._values: dict[str, Any] = {}
-        errors = []
-        for name, raw in self.originals.items():
-            if name in ACCEPTED_WITHOUT_EFFECT:
-                continue
-            prop = PROPS.get(name)
-            if prop is None:
-                errors.append(f"unknown property '{name}'")
-                continue
-            try:
-                value = prop.parse(str(raw))
-            except ValueError as e:
-                errors.append(f"invalid value '{raw}' for '{name}': {e}")
-                continue
-            if prop.check is not None and not prop.check(value):
-                errors.append(f"invalid value '{raw}' for '{name}'")
-                continue
-            self._values[name] = value
-        if errors:
-            raise ConfigError("; ".join(errors))
+        self._values: dict[str, Any] = BROKER_CONFIGS.parse(self.originals)
         self.listeners = [parse_listener(x) for x in self["listeners"]]
         adv = self["advertised.listeners"]
         self.advertised_listeners = [parse_listener(x) for x in adv] if adv else self.listeners
@@ -172,7 +240,7 @@ class BrokerConfig:
     def __getitem__(self, name: str) -> Any:
         if name in self._values:
             return self._values[name]
-        return PROPS[name].default
+        return BROKER_CONFIGS[name].default
 
     def is_set(self, name: str) -> bool:
         return name in self._values
@@ -183,7 +251,7 @@ class BrokerConfig:
 
     @property
     def log_dirs(self) -> list[str]:
-        return self["log.dirs"] or self["log.dir"]
+        return list(self["log.dirs"] or self["log.dir"])
 
     @property
     def retention_ms(self) -> int:
@@ -200,8 +268,8 @@ class BrokerConfig:
         return self["log.roll.hours"] * 3_600_000
 
     def items(self) -> dict[str, Any]:
-        """Every known property with its effective value, for DescribeConfigs on the broker."""
-        return {name: self[name] for name in PROPS}
+        """Every defined property with its effective value (broker.id is the node id, as in KRaft)."""
+        return {k.name: self.node_id if k.name == "broker.id" else self[k.name] for k in BROKER_CONFIGS}
 
 
 def parse_listener(spec: str) -> tuple[str, str, int]:
@@ -222,18 +290,16 @@ def parse_listener(spec: str) -> tuple[str, str, int]:
 
 
 def load_properties(path: str | Path) -> dict[str, str]:
-    """Read a Java-style .properties file (key=value or key: value, # and ! comments)."""
-    props: dict[str, str] = {}
-    text = Path(path).read_text()
-    for lineno, line in enumerate(text.splitlines(), 1):
-        s = line.strip()
-        if not s or s[0] in "#!":
-            continue
-        for sep in ("=", ":"):
-            if sep in s:
-                k, v = s.split(sep, 1)
-                props[k.strip()] = v.strip()
-                break
-        else:
-            raise ConfigError(f"{path}:{lineno}: expected key=value, got '{s}'")
-    return props
+    """Read a Java-style server.properties file."""
+    return _load_properties(path)
+
+
+def help_text() -> str:
+    """Every broker property with its type and default, for ``rivulet broker --help``."""
+    lines = ["broker properties (Kafka's names; set with --config FILE or --override KEY=VALUE):"]
+    for k in BROKER_CONFIGS:
+        default = k.render(k.default)
+        shown = "null" if default is None else default or '""'
+        note = ", accepted without effect" if k.ignored else ""
+        lines.append(f"  {k.name} = {shown}  ({k.type.name.lower()}, {k.update_mode.value}{note})")
+    return "\n".join(lines)

@@ -6,11 +6,13 @@ cluster-wide default (resource name ""), which wins over server.properties. Kafk
 in its metadata log; this single node keeps them in ``dynamic-broker-configs.json`` in its
 first log dir, rewritten atomically on every change, so they survive a restart.
 
-Configs Kafka only reads at start-up are refused ("Cannot update these configs dynamically").
-A name Rivulet does not know is stored as given, as Kafka stores custom configs. The log.*
-defaults (and message.max.bytes, compression.type, min.insync.replicas) take effect at once on
-every topic without its own override; the rest (thread counts and the like) are recorded and
-reported, since Rivulet has nothing to resize.
+Which configs may change is read from the broker's definitions (``server/config.py``): a
+read-only one is refused ("Cannot update these configs dynamically"), a per-broker one is
+refused at the cluster-default level, and a name Rivulet does not know is stored as given, as
+Kafka stores custom configs. The log.* defaults (and message.max.bytes, compression.type,
+min.insync.replicas) take effect at once on every topic without its own override; the rest
+(thread counts, listeners and the like) are recorded and reported, since Rivulet has nothing
+to resize or rebind at run time.
 """
 
 from __future__ import annotations
@@ -20,39 +22,15 @@ import logging
 import os
 from typing import Any
 
+from rivulet.common.config import ConfigEntry, ConfigError, ConfigSource, ConfigType, UpdateMode
 from rivulet.protocol.errors import ErrorCode, KafkaError
-from rivulet.server.config import ACCEPTED_WITHOUT_EFFECT, PROPS
+from rivulet.server.config import BROKER_CONFIGS, BrokerConfig
 from rivulet.storage.checkpoints import write_atomic
-from rivulet.storage.config import ConfigSource
 
 log = logging.getLogger(__name__)
 
 FILE_NAME = "dynamic-broker-configs.json"
 CLUSTER_DEFAULT = ""
-
-# Known configs Kafka reads only at start-up (its read-only broker configs).
-STATIC_ONLY = frozenset({
-    "node.id", "broker.id", "process.roles", "log.dirs", "log.dir", "metadata.log.dir", "cluster.id",
-    "listeners", "advertised.listeners", "listener.security.protocol.map", "inter.broker.listener.name",
-    "controller.listener.names", "controller.quorum.voters", "controller.quorum.bootstrap.servers",
-    "offsets.topic.num.partitions", "offsets.topic.replication.factor", "offsets.topic.segment.bytes",
-    "offsets.retention.minutes", "offsets.retention.check.interval.ms", "offsets.commit.timeout.ms",
-    "offset.metadata.max.bytes", "transaction.state.log.num.partitions", "transaction.state.log.replication.factor",
-    "transaction.state.log.segment.bytes", "transaction.state.log.min.isr", "transaction.state.log.load.buffer.size",
-    "transaction.max.timeout.ms", "transactional.id.expiration.ms",
-    "transaction.abort.timed.out.transaction.cleanup.interval.ms",
-    "transaction.remove.expired.transaction.cleanup.interval.ms", "producer.id.expiration.check.interval.ms",
-    "group.initial.rebalance.delay.ms", "group.min.session.timeout.ms", "group.max.session.timeout.ms",
-    "group.max.size", "auto.create.topics.enable", "delete.topic.enable", "num.partitions",
-    "default.replication.factor", "socket.request.max.bytes", "connections.max.idle.ms",
-    "log.retention.check.interval.ms", "log.flush.scheduler.interval.ms", "log.flush.offset.checkpoint.interval.ms",
-    "log.flush.start.offset.checkpoint.interval.ms", "log.cleaner.enable", "log.cleaner.backoff.ms",
-    "fetch.purgatory.purge.interval.requests", "producer.purgatory.purge.interval.requests", "replica.fetch.max.bytes",
-    "fetch.max.bytes", "queued.max.requests", "socket.send.buffer.bytes", "socket.receive.buffer.bytes",
-    "initial.broker.registration.timeout.ms", "controller.quorum.election.timeout.ms",
-    "auto.leader.rebalance.enable", "replica.lag.time.max.ms", "group.coordinator.rebalance.protocols",
-})
-
 
 class DynamicBrokerConfig:
     """The dynamic configs of one broker: ``levels[""]`` (cluster default) and ``levels[id]``."""
@@ -90,21 +68,27 @@ class DynamicBrokerConfig:
         return None
 
     @staticmethod
-    def validate(configs: dict[str, str]) -> None:
-        static = sorted(n for n in configs if n in STATIC_ONLY)
+    def validate(configs: dict[str, str], per_broker: bool = True) -> None:
+        """Refuse what Kafka refuses: read-only configs, per-broker configs at the cluster
+        level (both INVALID_REQUEST) and values their definitions reject (INVALID_CONFIG)."""
+        static = sorted(n for n in configs if n in BROKER_CONFIGS and not BROKER_CONFIGS[n].dynamic)
         if static:
-            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: {static}")
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: [{', '.join(static)}]")
+        if not per_broker:
+            own = sorted(n for n in configs if n in BROKER_CONFIGS and BROKER_CONFIGS[n].update_mode is
+                         UpdateMode.PER_BROKER)
+            if own:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "Cannot update these configs at default cluster level, "
+                                 f"broker id must be specified: [{', '.join(own)}]")
         for name, raw in configs.items():
-            prop = PROPS.get(name)
-            if prop is None or name in ACCEPTED_WITHOUT_EFFECT:
-                continue  # a custom config, or one Rivulet accepts without effect
+            key = BROKER_CONFIGS.get(name)
+            if key is None:
+                continue  # a custom config
             try:
-                value = prop.parse(str(raw))
-            except ValueError as e:
-                raise KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid value {raw} for configuration {name}: {e}") \
-                    from None
-            if prop.check is not None and not prop.check(value):
-                raise KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid value {raw} for configuration {name}")
+                key.parse(raw)
+            except ConfigError as e:
+                raise KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid value {raw} for configuration {name}: "
+                                 f"{e.reason}") from None
 
     def replace(self, level: str, configs: dict[str, str]) -> None:
         self.levels[level] = dict(configs)
@@ -112,6 +96,50 @@ class DynamicBrokerConfig:
 
     def _save(self) -> None:
         write_atomic(self.path, json.dumps(self.levels, indent=1, sort_keys=True) + "\n")
+
+
+def describe_broker_configs(config: BrokerConfig, dynamic: DynamicBrokerConfig,
+                            resource_name: str) -> list[ConfigEntry]:
+    """DescribeConfigs entries of a BROKER resource: every config for this broker's id, only
+    the cluster-wide dynamic ones for the default (""). A config is read-only unless Kafka can
+    update it dynamically; a PASSWORD's value is never shown."""
+    cluster_level = dynamic.level(resource_name) == ""
+    node, cluster = dynamic.levels[dynamic.node_id], dynamic.levels[""]
+    static = config.items()
+    names = list(cluster) if cluster_level else [*static, *(n for n in {**cluster, **node} if n not in static)]
+    out = []
+    for name in (sorted(names) if cluster_level else names):
+        key = BROKER_CONFIGS.get(name)
+        synonyms: list[tuple[str, str | None, ConfigSource]] = []
+        if name in node and not cluster_level:
+            synonyms.append((name, node[name], ConfigSource.DYNAMIC_BROKER_CONFIG))
+        if name in cluster:
+            synonyms.append((name, cluster[name], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG))
+        if config.is_set(name) and not cluster_level:
+            synonyms.append((name, str(config.originals[name]).strip(), ConfigSource.STATIC_BROKER_CONFIG))
+        if key is not None and key.default is not None and not cluster_level:
+            synonyms.append((name, key.render(key.default), ConfigSource.DEFAULT_CONFIG))
+        if synonyms and synonyms[0][2] is not ConfigSource.STATIC_BROKER_CONFIG:
+            value, source = synonyms[0][1], synonyms[0][2]
+        else:  # the parsed value, rendered as Kafka prints it
+            value = key.render(static[name]) if key is not None else None
+            source = synonyms[0][2] if synonyms else ConfigSource.DEFAULT_CONFIG
+        sensitive = key is None or key.sensitive  # a custom config's type is unknown: hidden, as Kafka does
+        if sensitive:
+            value, synonyms = None, [(n, None, s) for n, _, s in synonyms]
+        out.append(ConfigEntry(
+            name=name, value=value, is_default=source is ConfigSource.DEFAULT_CONFIG, source=source,
+            config_type=key.type if key is not None else ConfigType.UNKNOWN,
+            read_only=key is None or not key.dynamic, sensitive=sensitive, synonyms=tuple(synonyms),
+            documentation=key.doc if key is not None else None))
+    return out
+
+
+def broker_values_in_force(config: BrokerConfig, dynamic: DynamicBrokerConfig) -> dict[str, str | None]:
+    """Every broker config's value in force as text (the base of APPEND and SUBTRACT)."""
+    out: dict[str, str | None] = {n: BROKER_CONFIGS[n].render(v) for n, v in config.items().items()}
+    out.update(dynamic.effective())
+    return out
 
 
 def apply_incremental(current: dict[str, str], ops: list[Any], defaults: dict[str, str] | None = None,

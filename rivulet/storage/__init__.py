@@ -3,6 +3,7 @@
 from rivulet.storage.checkpoints import read_or_create_meta
 from rivulet.storage.config import (
     TOPIC_CONFIG_SYNONYMS,
+    TOPIC_LIST_CONFIGS,
     TOPIC_CONFIGS,
     ConfigEntry,
     ConfigSource,
@@ -16,6 +17,7 @@ from rivulet.storage.manager import LogManager
 __all__ = [
     "TOPIC_CONFIGS",
     "TOPIC_CONFIG_SYNONYMS",
+    "TOPIC_LIST_CONFIGS",
     "ConfigEntry",
     "ConfigSource",
     "ConfigType",

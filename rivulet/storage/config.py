@@ -1,49 +1,39 @@
-"""Topic-level log configuration, with Kafka's names, defaults, validation and broker synonyms."""
+"""Topic-level log configuration: Kafka's topic config definitions (on the shared config
+framework), their broker synonyms, and the DescribeConfigs entries of a topic."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import IntEnum
 from typing import Any
 
+from rivulet.common.config import (
+    LONG_MAX,
+    LONG_MIN,
+    ConfigDef,
+    ConfigEntry,
+    ConfigError,
+    ConfigKey,
+    ConfigSource,
+    ConfigType,
+    Importance,
+    UpdateMode,
+    Validator,
+    at_least,
+    between,
+    each_of,
+    one_of,
+    parse_value,
+)
 from rivulet.protocol.errors import ErrorCode, KafkaError
 
-LONG_MAX = (1 << 63) - 1
-LONG_MIN = -(1 << 63)
-INT_MAX = (1 << 31) - 1
-INT_MIN = -(1 << 31)
+__all__ = ["ConfigEntry", "ConfigSource", "ConfigType", "LogConfig", "TOPIC_CONFIGS", "TOPIC_CONFIG_SYNONYMS",
+           "TOPIC_LIST_CONFIGS", "describe_topic_configs"]
 
 CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
-
-
-class ConfigType(IntEnum):
-    """DescribeConfigs ``config_type`` codes."""
-
-    UNKNOWN = 0
-    BOOLEAN = 1
-    STRING = 2
-    INT = 3
-    SHORT = 4
-    LONG = 5
-    DOUBLE = 6
-    LIST = 7
-    CLASS = 8
-    PASSWORD = 9
-
-
-class ConfigSource(IntEnum):
-    """DescribeConfigs ``config_source`` codes."""
-
-    UNKNOWN = 0
-    DYNAMIC_TOPIC_CONFIG = 1
-    DYNAMIC_BROKER_CONFIG = 2
-    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
-    STATIC_BROKER_CONFIG = 4
-    DEFAULT_CONFIG = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,10 +90,13 @@ class LogConfig:
         base = defaults if defaults is not None else cls()
         changes: dict[str, Any] = {}
         for name, raw in topic_overrides.items():
-            d = TOPIC_CONFIGS.get(name)
-            if d is None:
+            key = TOPIC_CONFIGS.get(name)
+            if key is None:
                 raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
-            changes[d.attr] = d.parse(name, raw)
+            try:
+                changes[_attr(name)] = key.parse(raw)
+            except ConfigError as e:
+                raise _invalid(name, raw, e.reason) from None
         return dataclasses.replace(base, **changes) if changes else base
 
     @classmethod
@@ -113,211 +106,132 @@ class LogConfig:
         Unrelated broker properties are ignored; bad values raise INVALID_CONFIG.
         """
         changes: dict[str, Any] = {}
-        for d in TOPIC_CONFIGS.values():
-            for broker_name, scale in d.broker:
+        for key in TOPIC_CONFIGS:
+            for broker_name, scale in _BROKER_SYNONYMS[key.name]:
                 if broker_name in props and str(props[broker_name]).strip() != "":
-                    changes[d.attr] = d.parse(broker_name, str(props[broker_name]), scale=scale, broker=True)
+                    changes[_attr(key.name)] = _from_broker(key, broker_name, str(props[broker_name]), scale)
                     break
         return cls(**changes)
 
     def to_props(self) -> dict[str, str]:
         """Every topic config as Kafka would print it."""
-        return {d.name: d.render(getattr(self, d.attr)) for d in TOPIC_CONFIGS.values()}
+        return {k.name: k.render(getattr(self, _attr(k.name))) or "" for k in TOPIC_CONFIGS}
 
 
-# -- definitions ---------------------------------------------------------------------
 
-Check = Callable[[Any], "str | None"]
-
-
-def _at_least(n: int | float) -> Check:
-    return lambda v: None if v >= n else f"Value must be at least {n}"
-
-
-def _between(lo: int | float, hi: int | float) -> Check:
-    return lambda v: None if lo <= v <= hi else f"Value must be between {lo} and {hi}"
-
-
-def _one_of(*choices: str) -> Check:
-    return lambda v: None if v in choices else f"String must be one of: {', '.join(choices)}"
-
-
-def _list_of(*choices: str) -> Check:
-    def check(v: tuple[str, ...]) -> str | None:
-        bad = [x for x in v if x not in choices]
-        return f"Invalid value(s) {', '.join(bad)}; valid values are {', '.join(choices)}" if bad else None
-
-    return check
-
+# -- definitions -------------------------------------------------------------------------
 
 def _gzip_level(v: int) -> str | None:
     return None if v == -1 or 1 <= v <= 9 else "Value must be -1 or between 1 and 9"
 
 
-@dataclass(frozen=True, slots=True)
-class ConfigDef:
-    name: str
-    type: ConfigType
-    check: Check | None = None
-    # Broker properties that set the default, most specific first, with the factor
-    # that converts their unit to this config's (e.g. hours -> ms).
-    broker: tuple[tuple[str, int], ...] = ()
-    doc: str = ""
-
-    @property
-    def attr(self) -> str:
-        return self.name.replace(".", "_")
-
-    @property
-    def default(self) -> Any:
-        return _KAFKA_DEFAULTS[self.attr]
-
-    def parse(self, name: str, raw: str, scale: int = 1, broker: bool = False) -> Any:
-        text = str(raw).strip()
-
-        def bad(reason: str) -> KafkaError:
-            return KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid value {raw!r} for configuration {name}: {reason}")
-
-        t = self.type
-        value: Any
-        if t in (ConfigType.INT, ConfigType.LONG, ConfigType.SHORT):
-            try:
-                value = int(text)
-            except ValueError:
-                raise bad("Not a number of type " + t.name) from None
-            lo, hi = (INT_MIN, INT_MAX) if t is ConfigType.INT else (LONG_MIN, LONG_MAX)
-            if not lo <= value <= hi:
-                raise bad(f"Not a number of type {t.name}")
-            value = max(LONG_MIN, min(LONG_MAX, value * scale))
-            if broker and self.name == "retention.ms" and value < 0:
-                value = -1  # the broker reads any negative retention as "no limit"
-        elif t is ConfigType.DOUBLE:
-            try:
-                value = float(text)
-            except ValueError:
-                raise bad("Not a number of type DOUBLE") from None
-        elif t is ConfigType.BOOLEAN:
-            low = text.lower()
-            if low not in ("true", "false"):
-                raise bad("Expected value to be either true or false")
-            value = low == "true"
-        elif t is ConfigType.LIST:
-            value = tuple(x.strip() for x in text.split(",") if x.strip())
-        else:
-            value = text
-        if self.check is not None:
-            reason = self.check(value)
-            if reason:
-                raise bad(reason)
-        return value
-
-    def render(self, value: Any) -> str:
-        if self.type is ConfigType.BOOLEAN:
-            return "true" if value else "false"
-        if self.type is ConfigType.LIST:
-            return ",".join(value)
-        return str(value)
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(LogConfig)}
 
 
-_KAFKA_DEFAULTS = {f.name: f.default for f in dataclasses.fields(LogConfig)}
+def _attr(name: str) -> str:
+    return name.replace(".", "_")
 
+
+def _t(name: str, ctype: ConfigType, validator: Validator | None, broker: tuple[tuple[str, int], ...],
+       doc: str) -> tuple[ConfigKey, tuple[tuple[str, int], ...]]:
+    key = ConfigKey(name, ctype, _DEFAULTS[_attr(name)], validator, doc, Importance.MEDIUM, UpdateMode.PER_TOPIC)
+    return key, broker
+
+
+_S, _I, _L, _D, _B, _LS = (ConfigType.STRING, ConfigType.INT, ConfigType.LONG, ConfigType.DOUBLE,
+                           ConfigType.BOOLEAN, ConfigType.LIST)
+_H, _M = 3_600_000, 60_000
+
+# (definition, broker properties that set its default, most specific first, with the factor
+# that converts their unit to the topic config's, e.g. hours -> ms)
 _DEFS = [
-    ConfigDef("cleanup.policy", ConfigType.LIST, _list_of("compact", "delete"), (("log.cleanup.policy", 1),)),
-    ConfigDef("compression.type", ConfigType.STRING, _one_of(*COMPRESSION_TYPES), (("compression.type", 1),)),
-    ConfigDef("compression.gzip.level", ConfigType.INT, _gzip_level, (("compression.gzip.level", 1),)),
-    ConfigDef("compression.lz4.level", ConfigType.INT, _between(1, 17), (("compression.lz4.level", 1),)),
-    ConfigDef("compression.zstd.level", ConfigType.INT, _between(-131072, 22), (("compression.zstd.level", 1),)),
-    ConfigDef(
-        "delete.retention.ms", ConfigType.LONG, _at_least(0), (("log.cleaner.delete.retention.ms", 1),)
-    ),
-    ConfigDef("file.delete.delay.ms", ConfigType.LONG, _at_least(0), (("log.segment.delete.delay.ms", 1),)),
-    ConfigDef("flush.messages", ConfigType.LONG, _at_least(1), (("log.flush.interval.messages", 1),)),
-    ConfigDef(
-        "flush.ms",
-        ConfigType.LONG,
-        _at_least(0),
-        (("log.flush.interval.ms", 1), ("log.flush.scheduler.interval.ms", 1)),
-    ),
-    ConfigDef("follower.replication.throttled.replicas", ConfigType.LIST),
-    ConfigDef("index.interval.bytes", ConfigType.INT, _at_least(0), (("log.index.interval.bytes", 1),)),
-    ConfigDef("leader.replication.throttled.replicas", ConfigType.LIST),
-    ConfigDef(
-        "max.compaction.lag.ms", ConfigType.LONG, _at_least(1), (("log.cleaner.max.compaction.lag.ms", 1),)
-    ),
-    ConfigDef("max.message.bytes", ConfigType.INT, _at_least(0), (("message.max.bytes", 1),)),
-    ConfigDef(
-        "message.timestamp.after.max.ms",
-        ConfigType.LONG,
-        _at_least(0),
-        (("log.message.timestamp.after.max.ms", 1),),
-    ),
-    ConfigDef(
-        "message.timestamp.before.max.ms",
-        ConfigType.LONG,
-        _at_least(0),
-        (("log.message.timestamp.before.max.ms", 1),),
-    ),
-    ConfigDef(
-        "message.timestamp.type",
-        ConfigType.STRING,
-        _one_of(CREATE_TIME, LOG_APPEND_TIME),
-        (("log.message.timestamp.type", 1),),
-    ),
-    ConfigDef(
-        "min.cleanable.dirty.ratio", ConfigType.DOUBLE, _between(0, 1), (("log.cleaner.min.cleanable.ratio", 1),)
-    ),
-    ConfigDef(
-        "min.compaction.lag.ms", ConfigType.LONG, _at_least(0), (("log.cleaner.min.compaction.lag.ms", 1),)
-    ),
-    ConfigDef("min.insync.replicas", ConfigType.INT, _at_least(1), (("min.insync.replicas", 1),)),
-    ConfigDef("preallocate", ConfigType.BOOLEAN, None, (("log.preallocate", 1),)),
-    ConfigDef("retention.bytes", ConfigType.LONG, None, (("log.retention.bytes", 1),)),
-    ConfigDef(
-        "retention.ms",
-        ConfigType.LONG,
-        _at_least(-1),
-        (("log.retention.ms", 1), ("log.retention.minutes", 60_000), ("log.retention.hours", 3_600_000)),
-    ),
-    ConfigDef("segment.bytes", ConfigType.INT, _at_least(14), (("log.segment.bytes", 1),)),
-    ConfigDef("segment.index.bytes", ConfigType.INT, _at_least(4), (("log.index.size.max.bytes", 1),)),
-    ConfigDef(
-        "segment.jitter.ms",
-        ConfigType.LONG,
-        _at_least(0),
-        (("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", 3_600_000)),
-    ),
-    ConfigDef(
-        "segment.ms", ConfigType.LONG, _at_least(1), (("log.roll.ms", 1), ("log.roll.hours", 3_600_000))
-    ),
-    ConfigDef(
-        "unclean.leader.election.enable",
-        ConfigType.BOOLEAN,
-        None,
-        (("unclean.leader.election.enable", 1),),
-    ),
+    _t("cleanup.policy", _LS, each_of("compact", "delete"), (("log.cleanup.policy", 1),),
+       "delete removes old segments by time and size; compact keeps the latest record per key; both may be given."),
+    _t("compression.type", _S, one_of(*COMPRESSION_TYPES), (("compression.type", 1),),
+       "Codec batches are stored with; producer keeps the producer's own."),
+    _t("compression.gzip.level", _I, _gzip_level, (("compression.gzip.level", 1),),
+       "gzip level used when the broker compresses."),
+    _t("compression.lz4.level", _I, between(1, 17), (("compression.lz4.level", 1),),
+       "lz4 level used when the broker compresses."),
+    _t("compression.zstd.level", _I, between(-131072, 22), (("compression.zstd.level", 1),),
+       "zstd level used when the broker compresses."),
+    _t("delete.retention.ms", _L, at_least(0), (("log.cleaner.delete.retention.ms", 1),),
+       "How long tombstones and transaction markers survive compaction."),
+    _t("file.delete.delay.ms", _L, at_least(0), (("log.segment.delete.delay.ms", 1),),
+       "Wait before a deleted segment's files are removed."),
+    _t("flush.messages", _L, at_least(1), (("log.flush.interval.messages", 1),),
+       "Records appended before an fsync."),
+    _t("flush.ms", _L, at_least(0), (("log.flush.interval.ms", 1), ("log.flush.scheduler.interval.ms", 1)),
+       "Longest time a record waits before an fsync."),
+    _t("follower.replication.throttled.replicas", _LS, None, (),
+       "Follower replicas whose replication is throttled (accepted; Rivulet does not throttle)."),
+    _t("index.interval.bytes", _I, at_least(0), (("log.index.interval.bytes", 1),),
+       "Bytes of records between two offset-index entries."),
+    _t("leader.replication.throttled.replicas", _LS, None, (),
+       "Leader replicas whose replication is throttled (accepted; Rivulet does not throttle)."),
+    _t("max.compaction.lag.ms", _L, at_least(1), (("log.cleaner.max.compaction.lag.ms", 1),),
+       "Oldest a record may get before its segment must be compacted."),
+    _t("max.message.bytes", _I, at_least(0), (("message.max.bytes", 1),), "Largest record batch accepted."),
+    _t("message.timestamp.after.max.ms", _L, at_least(0), (("log.message.timestamp.after.max.ms", 1),),
+       "How far in the future a CreateTime timestamp may be."),
+    _t("message.timestamp.before.max.ms", _L, at_least(0), (("log.message.timestamp.before.max.ms", 1),),
+       "How far in the past a CreateTime timestamp may be."),
+    _t("message.timestamp.type", _S, one_of(CREATE_TIME, LOG_APPEND_TIME), (("log.message.timestamp.type", 1),),
+       "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches with the broker's clock."),
+    _t("min.cleanable.dirty.ratio", _D, between(0, 1), (("log.cleaner.min.cleanable.ratio", 1),),
+       "Dirty share of the log above which it is compacted."),
+    _t("min.compaction.lag.ms", _L, at_least(0), (("log.cleaner.min.compaction.lag.ms", 1),),
+       "Youngest a record may be and still be compacted."),
+    _t("min.insync.replicas", _I, at_least(1), (("min.insync.replicas", 1),),
+       "Replicas that must have a write before acks=all is answered."),
+    _t("preallocate", _B, None, (("log.preallocate", 1),), "Preallocate segment files (accepted; no effect)."),
+    _t("retention.bytes", _L, None, (("log.retention.bytes", 1),),
+       "Largest size of a partition before old segments are deleted; -1 for no limit."),
+    _t("retention.ms", _L, at_least(-1),
+       (("log.retention.ms", 1), ("log.retention.minutes", _M), ("log.retention.hours", _H)),
+       "How long a segment is kept before it is deleted; -1 keeps it forever."),
+    _t("segment.bytes", _I, at_least(14), (("log.segment.bytes", 1),), "Size at which a segment is rolled."),
+    _t("segment.index.bytes", _I, at_least(4), (("log.index.size.max.bytes", 1),),
+       "Largest size of a segment's offset or time index."),
+    _t("segment.jitter.ms", _L, at_least(0), (("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", _H)),
+       "Most random jitter subtracted from segment.ms."),
+    _t("segment.ms", _L, at_least(1), (("log.roll.ms", 1), ("log.roll.hours", _H)),
+       "Age at which a segment is rolled even if not full."),
+    _t("unclean.leader.election.enable", _B, None, (("unclean.leader.election.enable", 1),),
+       "Allow an out-of-sync replica to lead (accepted; one replica here)."),
 ]
 
-TOPIC_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _DEFS}
+TOPIC_CONFIGS = ConfigDef(key for key, _ in _DEFS)
+_BROKER_SYNONYMS: dict[str, tuple[tuple[str, int], ...]] = {key.name: broker for key, broker in _DEFS}
 # Topic config name -> broker property names that set its default (DescribeConfigs synonyms).
-TOPIC_CONFIG_SYNONYMS: dict[str, tuple[str, ...]] = {d.name: tuple(b for b, _ in d.broker) for d in _DEFS}
+TOPIC_CONFIG_SYNONYMS: dict[str, tuple[str, ...]] = {n: tuple(b for b, _ in s) for n, s in _BROKER_SYNONYMS.items()}
+# Topic configs whose value is a list (IncrementalAlterConfigs APPEND/SUBTRACT).
+TOPIC_LIST_CONFIGS = frozenset(k.name for k in TOPIC_CONFIGS if k.type is ConfigType.LIST)
 
-assert set(TOPIC_CONFIGS) == {f.name.replace("_", ".") for f in dataclasses.fields(LogConfig)}
+assert set(TOPIC_CONFIGS.names()) == {f.name.replace("_", ".") for f in dataclasses.fields(LogConfig)}
+
+
+def _invalid(name: str, raw: Any, reason: str) -> KafkaError:
+    return KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid value {raw!r} for configuration {name}: {reason}")
+
+
+def _from_broker(key: ConfigKey, broker_name: str, raw: str, scale: int) -> Any:
+    """A broker synonym's value in the topic config's unit."""
+    try:
+        value = parse_value(key.type, raw)
+    except ValueError as e:
+        raise _invalid(broker_name, raw, str(e)) from None
+    if key.type in (ConfigType.INT, ConfigType.LONG):
+        value = max(LONG_MIN, min(LONG_MAX, value * scale))
+        if key.name == "retention.ms" and value < 0:
+            value = -1  # the broker reads any negative retention as "no limit"
+    reason = key.validator(value) if key.validator is not None else None
+    if reason:
+        raise _invalid(broker_name, raw, reason)
+    return value
 
 
 # -- DescribeConfigs -------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigEntry:
-    name: str
-    value: str
-    is_default: bool
-    source: ConfigSource
-    config_type: ConfigType
-    read_only: bool = False
-    sensitive: bool = False
-    # (name, value, source), most specific first, as DescribeConfigs lists synonyms.
-    synonyms: tuple[tuple[str, str, ConfigSource], ...] = ()
 
 
 def describe_topic_configs(
@@ -330,24 +244,27 @@ def describe_topic_configs(
     ``overrides`` are the topic's own settings; ``defaults`` the broker-wide
     LogConfig. With ``broker_props`` (server.properties) a default counts as a
     static broker setting only if one of its broker names was set there; without
-    it, any value differing from Kafka's own default does.
+    it, any value differing from Kafka's own default does. Topic configs are never
+    read-only.
     """
     out: list[ConfigEntry] = []
-    for d in sorted(TOPIC_CONFIGS.values(), key=lambda d: d.name):
-        kafka_default = d.render(d.default)
-        broker_value = d.render(getattr(defaults, d.attr))
-        synonyms: list[tuple[str, str, ConfigSource]] = []
-        if d.name in overrides:
-            synonyms.append((d.name, str(overrides[d.name]).strip(), ConfigSource.DYNAMIC_TOPIC_CONFIG))
+    for key in sorted(TOPIC_CONFIGS, key=lambda k: k.name):
+        broker = _BROKER_SYNONYMS[key.name]
+        kafka_default = key.render(key.default) or ""
+        broker_value = key.render(getattr(defaults, _attr(key.name))) or ""
+        synonyms: list[tuple[str, str | None, ConfigSource]] = []
+        if key.name in overrides:
+            synonyms.append((key.name, str(overrides[key.name]).strip(), ConfigSource.DYNAMIC_TOPIC_CONFIG))
         if broker_props is not None:
-            for b, _ in d.broker:
+            for b, _ in broker:
                 if b in broker_props:
                     synonyms.append((b, str(broker_props[b]).strip(), ConfigSource.STATIC_BROKER_CONFIG))
-        elif d.broker and broker_value != kafka_default:
-            synonyms.append((d.broker[0][0], broker_value, ConfigSource.STATIC_BROKER_CONFIG))
-        if d.broker:
-            synonyms.append((d.broker[0][0], kafka_default, ConfigSource.DEFAULT_CONFIG))
-        if d.name in overrides:
+        elif broker and broker_value != kafka_default:
+            synonyms.append((broker[0][0], broker_value, ConfigSource.STATIC_BROKER_CONFIG))
+        if broker:
+            synonyms.append((broker[0][0], kafka_default, ConfigSource.DEFAULT_CONFIG))
+        value: str | None
+        if key.name in overrides:
             value, source = synonyms[0][1], ConfigSource.DYNAMIC_TOPIC_CONFIG
         elif synonyms and synonyms[0][2] is ConfigSource.STATIC_BROKER_CONFIG:
             value, source = broker_value, ConfigSource.STATIC_BROKER_CONFIG
@@ -355,12 +272,15 @@ def describe_topic_configs(
             value, source = broker_value, ConfigSource.DEFAULT_CONFIG
         out.append(
             ConfigEntry(
-                name=d.name,
+                name=key.name,
                 value=value,
                 is_default=source is ConfigSource.DEFAULT_CONFIG,
                 source=source,
-                config_type=d.type,
+                config_type=key.type,
+                read_only=False,
+                sensitive=key.sensitive,
                 synonyms=tuple(synonyms),
+                documentation=key.doc,
             )
         )
     return out

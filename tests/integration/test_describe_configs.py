@@ -1,0 +1,112 @@
+"""DescribeConfigs answers each entry's type and read-only flag as Kafka 4.3 does, read
+through real clients (kafka-python reads config_type, confluent-kafka is_read_only).
+
+Kafka's rule: a broker entry is read-only unless its own name is one of the configs the broker
+can update dynamically (DynamicBrokerConfig's reconfigurable set); a topic entry never is.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+# name -> (type, read_only) as a Kafka 4.3 broker answers them.
+KAFKA_BROKER_ENTRIES = {
+    "node.id": ("INT", True),
+    "broker.id": ("INT", True),
+    "num.partitions": ("INT", True),
+    "default.replication.factor": ("INT", True),
+    "log.dirs": ("LIST", True),
+    "listeners": ("LIST", False),  # per-broker dynamic
+    "advertised.listeners": ("LIST", True),
+    "process.roles": ("LIST", True),
+    "auto.create.topics.enable": ("BOOLEAN", True),
+    "log.retention.ms": ("LONG", False),
+    "log.retention.hours": ("INT", True),  # only the first synonym is dynamic
+    "log.retention.bytes": ("LONG", False),
+    "log.segment.bytes": ("INT", False),
+    "log.roll.ms": ("LONG", False),
+    "log.cleanup.policy": ("LIST", False),
+    "log.cleaner.min.cleanable.ratio": ("DOUBLE", False),
+    "log.cleaner.backoff.ms": ("LONG", False),
+    "log.cleaner.enable": ("BOOLEAN", True),
+    "message.max.bytes": ("INT", False),
+    "compression.type": ("STRING", False),
+    "min.insync.replicas": ("INT", False),
+    "offsets.topic.replication.factor": ("SHORT", True),
+    "offsets.retention.check.interval.ms": ("LONG", True),
+    "connections.max.idle.ms": ("LONG", True),
+    "socket.request.max.bytes": ("INT", True),
+    "background.threads": ("INT", False),
+    "producer.id.expiration.ms": ("INT", False),
+    "inter.broker.listener.name": ("STRING", True),
+}
+
+KAFKA_TOPIC_ENTRIES = {
+    "retention.ms": "LONG",
+    "retention.bytes": "LONG",
+    "segment.bytes": "INT",
+    "cleanup.policy": "LIST",
+    "min.cleanable.dirty.ratio": "DOUBLE",
+    "preallocate": "BOOLEAN",
+    "compression.type": "STRING",
+    "message.timestamp.type": "STRING",
+    "max.message.bytes": "INT",
+}
+
+
+def test_types_and_read_only_flags_match_kafka(broker):
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+    from kafka.admin import ConfigResource as KConfigResource
+    from kafka.admin import ConfigResourceType, KafkaAdminClient
+
+    topic = f"types-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config={"retention.ms": "60000"})])[topic].result(30)
+
+    kadmin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        got = kadmin.describe_configs([KConfigResource(ConfigResourceType.BROKER, "1"),
+                                       KConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all")
+    finally:
+        kadmin.close()
+    brokers, topics = got["broker"]["1"], got["topic"][topic]
+    for name, (ctype, read_only) in KAFKA_BROKER_ENTRIES.items():
+        assert (brokers[name]["config_type"], brokers[name]["read_only"]) == (ctype, read_only), name
+    for name, ctype in KAFKA_TOPIC_ENTRIES.items():
+        assert (topics[name]["config_type"], topics[name]["read_only"]) == (ctype, False), name
+    assert all(e["config_type"] != "UNKNOWN" for e in brokers.values())
+    assert all(not e["read_only"] for e in topics.values())
+    assert topics["retention.ms"]["value"] == "60000"
+
+    node = ConfigResource(ConfigResource.Type.BROKER, "1")
+    entries = admin.describe_configs([node])[node].result(30)
+    for name, (_, read_only) in KAFKA_BROKER_ENTRIES.items():
+        assert entries[name].is_read_only is read_only, name
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    assert not any(e.is_read_only for e in admin.describe_configs([res])[res].result(30).values())
+
+
+def test_alter_refuses_what_the_definitions_call_read_only(broker):
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+    def set_(name: str, value: str) -> int | None:
+        res = ConfigResource(ConfigResource.Type.BROKER, "1", incremental_configs=[
+            ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)])
+        try:
+            admin.incremental_alter_configs([res], validate_only=True)[res].result(30)
+        except Exception as e:
+            return e.args[0].code()
+        return None
+
+    assert set_("num.partitions", "3") == KafkaError.INVALID_REQUEST
+    assert set_("log.retention.hours", "3") == KafkaError.INVALID_REQUEST
+    assert set_("log.retention.ms", "3") is None
+    assert set_("log.cleaner.backoff.ms", "100") is None
+    assert set_("log.cleaner.backoff.ms", "soon") == KafkaError.INVALID_CONFIG

@@ -1,0 +1,141 @@
+"""The shared config framework: Kafka's parsing rules, one error naming each problem, the
+.properties reader, and the broker and topic definitions built on it."""
+
+from __future__ import annotations
+
+import pytest
+
+from rivulet.common.config import (
+    ConfigDef,
+    ConfigError,
+    ConfigKey,
+    ConfigSource,
+    ConfigType,
+    UpdateMode,
+    at_least,
+    load_properties,
+)
+from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.server.config import BROKER_CONFIGS, BrokerConfig
+from rivulet.server.dynamic_config import DynamicBrokerConfig, describe_broker_configs
+from rivulet.storage.config import TOPIC_CONFIGS
+
+pytestmark = pytest.mark.fast
+
+
+@pytest.mark.parametrize("ctype,raw,value", [
+    (ConfigType.BOOLEAN, " TRUE ", True),
+    (ConfigType.BOOLEAN, "false", False),
+    (ConfigType.BOOLEAN, True, True),
+    (ConfigType.INT, " 42 ", 42),
+    (ConfigType.LONG, "9223372036854775807", 2**63 - 1),
+    (ConfigType.SHORT, "-3", -3),
+    (ConfigType.INT, 7.0, 7),
+    (ConfigType.DOUBLE, "0.25", 0.25),
+    (ConfigType.LIST, " a, b ,,c ", ("a", "b", "c")),
+    (ConfigType.LIST, "", ()),
+    (ConfigType.LIST, ["x", " y"], ("x", "y")),
+    (ConfigType.STRING, "  v ", "v"),
+])
+def test_values_parse_with_kafkas_rules(ctype, raw, value):
+    assert ConfigKey("k", ctype).parse(raw) == value
+
+
+@pytest.mark.parametrize("ctype,raw", [
+    (ConfigType.BOOLEAN, "yes"),
+    (ConfigType.INT, "2147483648"),
+    (ConfigType.SHORT, "40000"),
+    (ConfigType.INT, "1e3"),
+    (ConfigType.INT, True),
+    (ConfigType.INT, 2.5),
+    (ConfigType.DOUBLE, "half"),
+    (ConfigType.STRING, 5),
+])
+def test_bad_values_are_refused_with_the_name(ctype, raw):
+    with pytest.raises(ConfigError) as e:
+        ConfigKey("some.prop", ctype).parse(raw)
+    assert e.value.name == "some.prop" and "some.prop" in str(e.value) and e.value.reason
+
+
+def test_config_def_reports_every_problem_at_once():
+    d = ConfigDef([ConfigKey("a", ConfigType.INT, 1, at_least(1)), ConfigKey("b", ConfigType.BOOLEAN, False)])
+    assert d.parse({"a": "3"}) == {"a": 3}
+    with pytest.raises(ConfigError) as e:
+        d.parse({"a": "0", "b": "maybe", "c": "1"})
+    assert [x.name for x in e.value.errors] == ["a", "b", "c"]
+    assert "unknown property 'c'" in str(e.value) and "Value must be at least 1" in str(e.value)
+    with pytest.raises(ValueError):
+        d.define(ConfigKey("a", ConfigType.INT))
+
+
+def test_properties_files_read_as_java_does(tmp_path):
+    p = tmp_path / "server.properties"
+    p.write_text("# comment\n! another\nnode.id=3\nlog.dirs : /a,\\\n   /b\nnum.partitions 4\n"
+                 "key\\:with\\=seps = v\\tw\\u0041\n   spaced.key   =  x\n")
+    assert load_properties(p) == {"node.id": "3", "log.dirs": "/a,/b", "num.partitions": "4",
+                                  "key:with=seps": "v\twA", "spaced.key": "x"}
+    props = load_properties(p)
+    c = BrokerConfig({"log.dirs": props["log.dirs"], "num.partitions": props["num.partitions"]})
+    assert c.log_dirs == ["/a", "/b"] and c["num.partitions"] == 4
+
+
+def test_every_definition_is_documented_and_typed():
+    for defs in (BROKER_CONFIGS, TOPIC_CONFIGS):
+        for k in defs:
+            assert k.doc and k.type is not ConfigType.UNKNOWN, k.name
+            if k.default is not None:
+                assert k.parse(k.render(k.default)) == k.default, k.name
+    assert all(k.update_mode is UpdateMode.PER_TOPIC for k in TOPIC_CONFIGS)
+
+
+def test_broker_entries_carry_type_and_read_only(tmp_path):
+    config = BrokerConfig({"log.dirs": str(tmp_path), "log.retention.hours": "2"})
+    dyn = DynamicBrokerConfig(str(tmp_path), 1)
+    dyn.replace("", {"log.cleanup.policy": "compact", "custom.thing": "x"})
+    dyn.replace("1", {"log.retention.ms": "5000"})
+    entries = {e.name: e for e in describe_broker_configs(config, dyn, "1")}
+    assert (entries["num.partitions"].config_type, entries["num.partitions"].read_only) == (ConfigType.INT, True)
+    assert (entries["log.dirs"].config_type, entries["log.dirs"].value) == (ConfigType.LIST, str(tmp_path))
+    ret = entries["log.retention.ms"]
+    assert (ret.value, ret.source, ret.read_only) == ("5000", ConfigSource.DYNAMIC_BROKER_CONFIG, False)
+    hours = entries["log.retention.hours"]
+    assert (hours.value, hours.source, hours.read_only, hours.is_default) == \
+        ("2", ConfigSource.STATIC_BROKER_CONFIG, True, False)
+    assert hours.synonyms == (("log.retention.hours", "2", ConfigSource.STATIC_BROKER_CONFIG),
+                              ("log.retention.hours", "168", ConfigSource.DEFAULT_CONFIG))
+    assert entries["log.cleanup.policy"].source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+    assert entries["num.partitions"].is_default and entries["num.partitions"].documentation
+    custom = entries["custom.thing"]
+    assert custom.config_type == ConfigType.UNKNOWN and custom.sensitive and custom.value is None
+    cluster = describe_broker_configs(config, dyn, "")
+    assert [e.name for e in cluster] == ["custom.thing", "log.cleanup.policy"]
+
+
+def test_dynamic_updates_follow_the_definitions():
+    DynamicBrokerConfig.validate({"log.retention.ms": "1", "listeners": "PLAINTEXT://h:1", "my.custom": "x"})
+    with pytest.raises(KafkaError) as e:
+        DynamicBrokerConfig.validate({"num.partitions": "2", "log.dirs": "/x"})
+    assert e.value.code == ErrorCode.INVALID_REQUEST and "[log.dirs, num.partitions]" in e.value.message
+    with pytest.raises(KafkaError) as e:
+        DynamicBrokerConfig.validate({"listeners": "PLAINTEXT://h:1"}, per_broker=False)
+    assert e.value.code == ErrorCode.INVALID_REQUEST and "broker id must be specified" in e.value.message
+    with pytest.raises(KafkaError) as e:
+        DynamicBrokerConfig.validate({"log.cleaner.backoff.ms": "-1"})
+    assert e.value.code == ErrorCode.INVALID_CONFIG
+
+
+def test_topic_definitions_refuse_bad_values_as_invalid_config():
+    from rivulet.storage import LogConfig
+    with pytest.raises(KafkaError) as e:
+        LogConfig.from_props({"retention.ms": "soon"})
+    assert e.value.code == ErrorCode.INVALID_CONFIG and "retention.ms" in e.value.message
+
+
+def test_broker_help_lists_every_property_with_its_default(capsys):
+    from rivulet.cli.main import build_parser
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["broker", "--help"])
+    out = capsys.readouterr().out
+    for k in BROKER_CONFIGS:
+        assert k.name in out, k.name
+    assert "log.segment.bytes" in out and "1073741824" in out
