@@ -9,40 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import time
 import weakref
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from typing import Any, Iterable
 
+from rivulet.client import core
 from rivulet.client import errors as E
 from rivulet.client.assignors import decode_assignment
 from rivulet.client.client import KafkaClient, parse_bootstrap  # noqa: F401  (re-exported for older imports)
 from rivulet.client.config import resolve
 from rivulet.client.types import ClusterMetadata, TopicPartition
+from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol.errors import ErrorCode, KafkaError
-from rivulet.protocol.messages import (
-    alter_configs_request as acq,
-    create_partitions_request as cpq,
-    create_topics_request as ctq,
-    delete_groups_request as dgq,
-    delete_records_request as drq,
-    delete_topics_request as dtq,
-    describe_configs_request as dcq,
-    describe_groups_request as dgrq,
-    find_coordinator_request as fcq,
-    incremental_alter_configs_request as iacq,
-    list_groups_request as lgq,
-    list_offsets_request as loq,
-    offset_fetch_request as ofq,
-)
 
 RESOURCE_TOPIC = 2
-TP = tuple[str, int]
-
-
-def check(code: int, message: str | None = None) -> None:
-    if code:
-        raise KafkaError(ErrorCode(code), message)
+check = core.check
 
 
 # ---------------------------------------------------------------------------- value types
@@ -306,19 +289,8 @@ class AsyncAdminClient:
     async def create_topics(self, topics: list[NewTopic], validate_only: bool = False
                             ) -> dict[str, Any]:
         """Create several topics; {name: the broker's CreatableTopicResult or a KafkaError}."""
-        req = ctq.CreateTopicsRequest(topics=[
-            ctq.CreatableTopic(
-                name=t.topic, num_partitions=t.num_partitions if not t.replica_assignment else -1,
-                replication_factor=t.replication_factor if not t.replica_assignment else -1,
-                assignments=[ctq.CreatableReplicaAssignment(partition_index=i, broker_ids=list(r))
-                             for i, r in enumerate(t.replica_assignment or [])],
-                configs=[ctq.CreatableTopicConfig(name=k, value=str(v)) for k, v in t.config.items()])
-            for t in topics], timeout_ms=self.request_timeout_ms, validate_only=validate_only)
-        resp = await self._to_controller(req)
-        out: dict[str, Any] = {}
-        for r in resp.topics:
-            out[r.name] = KafkaError(ErrorCode(r.error_code), r.error_message) if r.error_code else r
-        return out
+        return core.read_create_topics(await self._to_controller(
+            core.create_topics_request(topics, self.request_timeout_ms, validate_only)))
 
     async def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
                            configs: dict[str, str] | None = None, validate_only: bool = False) -> Any:
@@ -329,11 +301,8 @@ class AsyncAdminClient:
         return r
 
     async def delete_topics(self, names: list[str]) -> dict[str, KafkaError | None]:
-        resp = await self._to_controller(dtq.DeleteTopicsRequest(
-            topic_names=list(names), topics=[dtq.DeleteTopicState(name=n) for n in names],
-            timeout_ms=self.request_timeout_ms))
-        return {r.name: KafkaError(ErrorCode(r.error_code), getattr(r, "error_message", None)) if r.error_code
-                else None for r in resp.responses}
+        return core.read_delete_topics(await self._to_controller(
+            core.delete_topics_request(names, self.request_timeout_ms)))
 
     async def delete_topic(self, name: str) -> None:
         err = (await self.delete_topics([name])).get(name)
@@ -341,23 +310,15 @@ class AsyncAdminClient:
             raise err
 
     async def create_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
-        resp = await self._to_controller(cpq.CreatePartitionsRequest(
-            topics=[cpq.CreatePartitionsTopic(name=name, count=count, assignments=None)],
-            timeout_ms=self.request_timeout_ms, validate_only=validate_only))
-        r = resp.results[0]
-        check(r.error_code, r.error_message)
+        core.read_create_partitions(await self._to_controller(
+            core.create_partitions_request(name, count, self.request_timeout_ms, validate_only)))
 
     # ------------------------------------------------------------ configs
     async def describe_configs(self, resource_type: int, name: str, keys: list[str] | None = None) -> list[Any]:
-        req = dcq.DescribeConfigsRequest(
-            resources=[dcq.DescribeConfigsResource(resource_type=int(resource_type), resource_name=name,
-                                                   configuration_keys=keys)],
-            include_synonyms=True, include_documentation=False)
+        req = core.describe_configs_request(resource_type, name, keys)
         resp = await (self._to_controller(req) if resource_type != ResourceType.BROKER
                       else self.client.send(int(name), req))
-        r = resp.results[0]
-        check(r.error_code, r.error_message)
-        return r.configs
+        return core.read_describe_configs(resp)
 
     async def describe_topic_configs(self, name: str) -> list[Any]:
         return await self.describe_configs(RESOURCE_TOPIC, name)
@@ -369,95 +330,69 @@ class AsyncAdminClient:
 
     async def incremental_alter_configs(self, resource_type: int, name: str,
                                         ops: list[tuple[str, int, str | None]], validate_only: bool = False) -> None:
-        req = iacq.IncrementalAlterConfigsRequest(
-            resources=[iacq.AlterConfigsResource(
-                resource_type=int(resource_type), resource_name=name,
-                configs=[iacq.AlterableConfig(name=k, config_operation=int(op), value=v) for k, op, v in ops])],
-            validate_only=validate_only)
-        resp = await self._to_controller(req)
-        r = resp.responses[0]
-        check(r.error_code, r.error_message)
+        core.read_alter_configs(await self._to_controller(
+            core.incremental_alter_configs_request(resource_type, name, ops, validate_only)))
 
     async def alter_configs(self, resource_type: int, name: str, configs: dict[str, str],
                             validate_only: bool = False) -> None:
         """The legacy AlterConfigs: replaces the resource's whole set of overrides."""
-        req = acq.AlterConfigsRequest(
-            resources=[acq.AlterConfigsResource(
-                resource_type=int(resource_type), resource_name=name,
-                configs=[acq.AlterableConfig(name=k, value=v) for k, v in configs.items()])],
-            validate_only=validate_only)
-        resp = await self._to_controller(req)
-        r = resp.responses[0]
-        check(r.error_code, r.error_message)
+        core.read_alter_configs(await self._to_controller(
+            core.alter_configs_request(resource_type, name, configs, validate_only)))
 
     # ------------------------------------------------------------ partitions' data
     async def _by_leader(self, tps: Iterable[TP]) -> dict[int, list[TP]]:
         tps = list(tps)
-        topics = {t for t, _ in tps}
         if any(self.client.cluster.leader(t, p) < 0 for t, p in tps):
-            await self.client.fetch_metadata(topics)
+            await self.client.fetch_metadata({t for t, _ in tps})
         out: dict[int, list[TP]] = {}
         for tp in tps:
             leader = self.client.cluster.leader(*tp)
             if leader < 0:
-                tm = self.client.cluster.topics.get(tp[0])
-                code = tm.error if tm is not None and tm.error else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                raise KafkaError(ErrorCode(code), f"{tp[0]}-{tp[1]}: no leader")
+                raise KafkaError(ErrorCode(self.client.cluster.no_leader_error(tp[0])), f"{tp[0]}-{tp[1]}: no leader")
             out.setdefault(leader, []).append(tp)
         return out
+
+    async def _per_leader(self, items: dict[TP, Any], build: Any, read: Any, what: str) -> dict[TP, Any]:
+        """Send ``build(part of items)`` to each partition's leader and merge what ``read``
+        finds, retrying partitions whose leader moved."""
+        out: dict[TP, Any] = {}
+        remaining = dict(items)
+        attempts = core.Attempts(self.client.backoff, time.monotonic() + self.request_timeout_ms / 1000)
+        while True:
+            retry: dict[TP, int] = {}
+            for node, tps in (await self._by_leader(remaining)).items():
+                res = read(await self.client.send(node, build({tp: remaining[tp] for tp in tps})))
+                out.update(res.ok)
+                for tp, code in res.errors.items():
+                    if core.action(code) in (core.Action.FAIL, core.Action.FIND_COORDINATOR) or attempts.expired():
+                        raise KafkaError(ErrorCode(code), f"{what} {tp[0]}-{tp[1]}")
+                    retry[tp] = code
+                    self.client.cluster.forget_leader(*tp)
+            if not retry:
+                return out
+            remaining = {tp: items[tp] for tp in retry}
+            await asyncio.sleep(attempts.next_delay())
 
     async def list_offsets(self, specs: dict[TP, int], isolation_level: int = 0) -> dict[TP, tuple[int, int]]:
         """{(topic, partition): timestamp or -1 latest / -2 earliest / -3 max timestamp} ->
         {(topic, partition): (offset, timestamp)}."""
-        out: dict[TP, tuple[int, int]] = {}
-        for node, tps in (await self._by_leader(specs)).items():
-            topics: dict[str, list[loq.ListOffsetsPartition]] = {}
-            for t, p in tps:
-                topics.setdefault(t, []).append(loq.ListOffsetsPartition(
-                    partition_index=p, current_leader_epoch=-1, timestamp=specs[(t, p)], max_num_offsets=1))
-            resp = await self.client.send(node, loq.ListOffsetsRequest(
-                replica_id=-1, isolation_level=isolation_level, timeout_ms=self.request_timeout_ms,
-                topics=[loq.ListOffsetsTopic(name=t, partitions=ps) for t, ps in topics.items()]))
-            for t in resp.topics:
-                for p in t.partitions:
-                    check(p.error_code, f"ListOffsets {t.name}-{p.partition_index}")
-                    out[(t.name, p.partition_index)] = (p.offset, p.timestamp)
-        return out
+        found = await self._per_leader(
+            specs, lambda part: core.list_offsets_request(part, isolation_level, self.request_timeout_ms),
+            core.read_list_offsets, "ListOffsets")
+        return {tp: (r.offset, r.timestamp) for tp, r in found.items()}
 
     async def delete_records(self, offsets: dict[TP, int]) -> dict[TP, int]:
         """Delete everything before each offset (-1: the high watermark); returns low watermarks."""
-        out: dict[TP, int] = {}
-        for node, tps in (await self._by_leader(offsets)).items():
-            topics: dict[str, list[drq.DeleteRecordsPartition]] = {}
-            for t, p in tps:
-                topics.setdefault(t, []).append(drq.DeleteRecordsPartition(partition_index=p, offset=offsets[(t, p)]))
-            resp = await self.client.send(node, drq.DeleteRecordsRequest(
-                topics=[drq.DeleteRecordsTopic(name=t, partitions=ps) for t, ps in topics.items()],
-                timeout_ms=self.request_timeout_ms))
-            for t in resp.topics:
-                for p in t.partitions:
-                    check(p.error_code, f"DeleteRecords {t.name}-{p.partition_index}")
-                    out[(t.name, p.partition_index)] = p.low_watermark
-        return out
+        return await self._per_leader(
+            offsets, lambda part: core.delete_records_request(part, self.request_timeout_ms),
+            core.read_delete_records, "DeleteRecords")
 
     # ------------------------------------------------------------ groups
+    async def group_coordinator(self, group_id: str) -> core.Coordinator:
+        return await self.client.coordinator(group_id, core.GROUP)
+
     async def _coordinator(self, group_id: str) -> int:
-        for _ in range(20):
-            resp = await self.client.send_any(fcq.FindCoordinatorRequest(
-                key=group_id, key_type=0, coordinator_keys=[group_id]))
-            if resp.coordinators:
-                c = resp.coordinators[0]
-                code, node, host, port = c.error_code, c.node_id, c.host, c.port
-            else:
-                code, node, host, port = resp.error_code, resp.node_id, resp.host, resp.port
-            if code == 0:
-                self.client.cluster.brokers.setdefault(node, (host, port))
-                return node
-            if code not in (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-                            ErrorCode.NOT_COORDINATOR):
-                raise KafkaError(ErrorCode(code), f"FindCoordinator for {group_id}")
-            await asyncio.sleep(0.1)
-        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no coordinator for {group_id}")
+        return (await self.group_coordinator(group_id)).node_id
 
     async def list_groups(self, states: list[str] | None = None) -> list[tuple[str, str, str]]:
         """(group id, protocol type, state) of every group on every broker."""
@@ -465,43 +400,51 @@ class AsyncAdminClient:
             await self.client.fetch_metadata([])
         out = []
         for node in list(self.client.cluster.brokers):
-            resp = await self.client.send(node, lgq.ListGroupsRequest(states_filter=list(states or []),
-                                                                      types_filter=[]))
-            check(resp.error_code, "ListGroups")
-            out += [(g.group_id, g.protocol_type, getattr(g, "group_state", "") or "") for g in resp.groups]
+            resp = await self.client.send(node, core.list_groups_request(states or []))
+            out += [(g.group_id, g.protocol_type, g.state) for g in core.read_list_groups(resp)]
         return out
 
     async def describe_groups(self, group_ids: list[str]) -> list[Any]:
         out = []
         for gid in group_ids:
-            node = await self._coordinator(gid)
-            resp = await self.client.send(node, dgrq.DescribeGroupsRequest(groups=[gid],
-                                                                           include_authorized_operations=False))
-            out += resp.groups
+            resp = await self.client.send_to_coordinator(
+                gid, core.GROUP, core.describe_groups_request([gid]), lambda r: r.groups[0].error_code)
+            out += core.read_describe_groups(resp)
         return out
 
     async def delete_groups(self, group_ids: list[str]) -> dict[str, KafkaError | None]:
         out: dict[str, KafkaError | None] = {}
         for gid in group_ids:
-            node = await self._coordinator(gid)
-            resp = await self.client.send(node, dgq.DeleteGroupsRequest(groups_names=[gid]))
-            for r in resp.results:
-                out[r.group_id] = KafkaError(ErrorCode(r.error_code)) if r.error_code else None
+            resp = await self.client.send_to_coordinator(
+                gid, core.GROUP, core.delete_groups_request([gid]), lambda r: r.results[0].error_code)
+            for g, code in core.read_delete_groups(resp).items():
+                out[g] = KafkaError(ErrorCode(code)) if code else None
         return out
 
+    async def committed_offsets(self, group_id: str, partitions: list[TP] | None = None,
+                                require_stable: bool = False) -> dict[TP, core.OffsetAndMetadata | None]:
+        """The group's committed positions (every partition it committed when ``partitions`` is None)."""
+        resp = await self.client.send_to_coordinator(
+            group_id, core.GROUP, core.offset_fetch_request(group_id, partitions, require_stable),
+            core.offset_fetch_error)
+        res = core.read_offset_fetch(resp)
+        check(res.errors.get(TP("", -1), 0), "OffsetFetch")
+        return res.ok
+
     async def list_group_offsets(self, group_id: str, partitions: list[TP] | None = None) -> dict[TP, int]:
-        node = await self._coordinator(group_id)
-        topics = None
-        if partitions is not None:
-            by_topic: dict[str, list[int]] = {}
-            for t, p in partitions:
-                by_topic.setdefault(t, []).append(p)
-            topics = [ofq.OffsetFetchRequestTopic(name=t, partition_indexes=ps) for t, ps in by_topic.items()]
-        resp = await self.client.send(node, ofq.OffsetFetchRequest(group_id=group_id, topics=topics,
-                                                                   require_stable=False))
-        check(getattr(resp, "error_code", 0), "OffsetFetch")
-        return {(t.name, p.partition_index): p.committed_offset for t in resp.topics for p in t.partitions
-                if p.error_code == 0}
+        found = await self.committed_offsets(group_id, partitions)
+        return {tp: (om.offset if om is not None else -1) for tp, om in found.items()}
+
+    async def alter_group_offsets(self, group_id: str, offsets: dict[TP, int]) -> dict[TP, KafkaError | None]:
+        """Kafka's alterConsumerGroupOffsets: a standalone commit, which the broker accepts only
+        while the group has no members."""
+        req = core.offset_commit_request(group_id, {tp: core.OffsetAndMetadata(o) for tp, o in offsets.items()})
+        resp = await self.client.send_to_coordinator(group_id, core.GROUP, req,
+                                                     lambda r: core.read_offset_commit(r).first_error())
+        res = core.read_offset_commit(resp)
+        out: dict[TP, KafkaError | None] = {tp: None for tp in res.ok}
+        out.update({tp: KafkaError(ErrorCode(c)) for tp, c in res.errors.items()})
+        return out
 
     async def describe_cluster(self) -> Any:
         return await self.client.fetch_metadata([])

@@ -12,6 +12,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol.messages import consumer_protocol_assignment as cpa
 from rivulet.protocol.messages import consumer_protocol_subscription as cps
 
@@ -19,8 +20,6 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 SUBSCRIPTION_VERSION = 3
 ASSIGNMENT_VERSION = 3
-
-TP = tuple[str, int]
 
 
 @dataclass

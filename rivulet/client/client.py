@@ -12,22 +12,14 @@ import asyncio
 import logging
 import random
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from rivulet.client import core
 from rivulet.client.connection import BrokerConnection, ConnectionClosed
-from rivulet.protocol.errors import ErrorCode
-from rivulet.protocol.messages import find_coordinator_request as fcq
-from rivulet.protocol.messages import metadata_request as mq
+from rivulet.client.core import MAX_VERSIONS, Cluster, PartitionMeta, TopicMeta  # noqa: F401  (re-exported)
+from rivulet.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("rivulet.client")
-
-# Versions above these change a request's shape in ways this client does not use (topic ids
-# instead of names in Fetch v13+, grouped OffsetFetch v8+); both sides support the caps.
-MAX_VERSIONS: dict[int, int] = {
-    1: 12,   # Fetch
-    9: 7,    # OffsetFetch
-}
 
 
 def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
@@ -79,80 +71,6 @@ async def wait_future(fut: Any, timeout: float | None) -> Any:
         return await fut
 
 
-@dataclass(slots=True)
-class PartitionMeta:
-    partition: int
-    leader: int
-    leader_epoch: int
-    error: int
-
-
-@dataclass(slots=True)
-class TopicMeta:
-    name: str
-    topic_id: Any
-    error: int
-    is_internal: bool
-    partitions: dict[int, PartitionMeta] = field(default_factory=dict)
-    available: list[int] = field(default_factory=list)  # partitions with a leader
-
-    @property
-    def num_partitions(self) -> int:
-        return len(self.partitions)
-
-
-class Cluster:
-    """What the last Metadata responses said: brokers, topics and partition leaders."""
-
-    def __init__(self) -> None:
-        self.brokers: dict[int, tuple[str, int]] = {}
-        self.topics: dict[str, TopicMeta] = {}
-        self.cluster_id: str | None = None
-        self.controller_id = -1
-        self.version = 0
-        self.updated_at = 0.0
-        self.all_topics_known = False
-
-    def update(self, resp: Any, requested: Iterable[str] | None) -> None:
-        self.brokers = {b.node_id: (b.host, b.port) for b in resp.brokers}
-        self.cluster_id = getattr(resp, "cluster_id", None)
-        self.controller_id = getattr(resp, "controller_id", -1)
-        fresh: dict[str, TopicMeta] = {}
-        for t in resp.topics:
-            tm = TopicMeta(t.name, getattr(t, "topic_id", None), t.error_code, getattr(t, "is_internal", False))
-            for p in t.partitions:
-                tm.partitions[p.partition_index] = PartitionMeta(
-                    p.partition_index, p.leader_id, getattr(p, "leader_epoch", -1), p.error_code)
-                if p.leader_id >= 0 and p.leader_id in self.brokers:
-                    tm.available.append(p.partition_index)
-            tm.available.sort()
-            fresh[t.name] = tm
-        if requested is None:
-            # In place: producers on other threads hold this dict (one C-level update each).
-            for gone in set(self.topics) - set(fresh):
-                self.topics.pop(gone, None)
-            self.topics.update(fresh)
-            self.all_topics_known = True
-        else:
-            for name in requested:
-                self.topics.pop(name, None)
-            self.topics.update(fresh)
-        self.version += 1
-        self.updated_at = now()
-
-    def topic(self, name: str) -> TopicMeta | None:
-        return self.topics.get(name)
-
-    def leader(self, topic: str, partition: int) -> int:
-        t = self.topics.get(topic)
-        if t is None:
-            return -1
-        p = t.partitions.get(partition)
-        if p is None or p.leader not in self.brokers:
-            return -1
-        return p.leader
-
-
 class KafkaClient:
     """Connections and metadata for one producer, consumer or admin client."""
 
@@ -162,6 +80,7 @@ class KafkaClient:
         self.client_id: str = conf["client.id"]
         self.request_timeout_ms: int = conf["request.timeout.ms"]
         self.retry_backoff = conf["retry.backoff.ms"] / 1000
+        self.backoff = core.Backoff.from_conf(conf)
         self.connect_timeout = conf["socket.connection.setup.timeout.ms"] / 1000
         self.metadata_max_age = conf["metadata.max.age.ms"] / 1000
         self.allow_auto_create = bool(conf.get("allow.auto.create.topics"))
@@ -261,19 +180,53 @@ class KafkaClient:
         raise ConnectionClosed(f"no broker reachable: {last}")
 
     async def find_coordinator(self, key: str, key_type: int) -> tuple[int, int, str | None]:
-        """One FindCoordinator for ``key`` (0: group, 1: transactional id), single-key (v0-v3)
-        or batched (v4+) answer alike: (error code, node id, error message). A found
-        coordinator's address is added to the cluster's brokers."""
-        resp = await self.send_any(fcq.FindCoordinatorRequest(key=key, key_type=key_type, coordinator_keys=[key]))
-        if resp.coordinators:  # v4+
-            c = resp.coordinators[0]
-            code, node, host, port, msg = c.error_code, c.node_id, c.host, c.port, c.error_message
-        else:
-            code, node, host, port = resp.error_code, resp.node_id, resp.host, resp.port
-            msg = getattr(resp, "error_message", None)
-        if code == 0:
-            self.cluster.brokers.setdefault(node, (host, port))
-        return code, node, msg
+        """One FindCoordinator for ``key`` (0: group, 1: transactional id): (error code, node id,
+        error message). A found coordinator's address is added to the cluster's brokers."""
+        code, found, msg = core.read_find_coordinator(await self.send_any(core.find_coordinator_request(key, key_type)))
+        if found is None:
+            return code, -1, msg
+        self.cluster.brokers.setdefault(found.node_id, (found.host, found.port))
+        return code, found.node_id, msg
+
+    async def coordinator(self, key: str, key_type: int = core.GROUP, deadline: float | None = None
+                          ) -> core.Coordinator:
+        """The coordinator of ``key``, asking again (with backoff) while none is available."""
+        attempts = core.Attempts(self.backoff, deadline if deadline is not None
+                                 else now() + self.request_timeout_ms / 1000)
+        while True:
+            try:
+                code, found, msg = core.read_find_coordinator(
+                    await self.send_any(core.find_coordinator_request(key, key_type)))
+            except (ConnectionError, OSError, asyncio.TimeoutError) as e:
+                code, found, msg = ErrorCode.COORDINATOR_NOT_AVAILABLE, None, str(e)
+            if found is not None:
+                self.cluster.brokers.setdefault(found.node_id, (found.host, found.port))
+                return found
+            if core.action(code) == core.Action.FAIL or attempts.expired():
+                raise KafkaError(ErrorCode(code), msg or f"FindCoordinator for {key!r}")
+            await asyncio.sleep(attempts.next_delay())
+
+    async def send_to_coordinator(self, key: str, key_type: int, request: Any, error_of: Callable[[Any], int],
+                                  deadline: float | None = None) -> Any:
+        """Send ``request`` to ``key``'s coordinator; while ``error_of(answer)`` says to retry,
+        retry (finding the coordinator again when it moved). Other errors, partition errors
+        about leaders among them, are returned with the answer for the caller to read."""
+        attempts = core.Attempts(self.backoff, deadline if deadline is not None
+                                 else now() + self.request_timeout_ms / 1000)
+        while True:
+            node = (await self.coordinator(key, key_type, attempts.deadline)).node_id
+            try:
+                resp = await self.send(node, request)
+                code = error_of(resp)
+            except (ConnectionError, OSError, asyncio.TimeoutError):
+                resp, code = None, ErrorCode.COORDINATOR_NOT_AVAILABLE
+            act = core.action(code)
+            if resp is not None and (act not in (core.Action.RETRY, core.Action.FIND_COORDINATOR)
+                                     or attempts.expired()):
+                return resp
+            if attempts.expired():
+                raise KafkaError(ErrorCode(code), f"{type(request).__name__} to the coordinator of {key!r}")
+            await asyncio.sleep(attempts.next_delay())
 
     async def any_connection(self) -> BrokerConnection:
         last: BaseException | None = None
@@ -294,10 +247,7 @@ class KafkaClient:
     async def fetch_metadata(self, topics: Iterable[str] | None, allow_auto_create: bool | None = None) -> Any:
         """One Metadata request (None = all topics); updates the cluster view."""
         names = None if topics is None else sorted(set(topics))
-        req = mq.MetadataRequest(
-            topics=None if names is None else [mq.MetadataRequestTopic(name=t) for t in names],
-            allow_auto_topic_creation=self.allow_auto_create if allow_auto_create is None else allow_auto_create,
-            include_topic_authorized_operations=False)
+        req = core.metadata_request(names, self.allow_auto_create if allow_auto_create is None else allow_auto_create)
         resp = await self.send_any(req)
         self.cluster.update(resp, names)
         self._wake_md_waiters()
@@ -343,9 +293,8 @@ class KafkaClient:
             self._md_task = asyncio.get_running_loop().create_task(self._metadata_loop())
 
     async def _metadata_loop(self) -> None:
-        backoff = self.retry_backoff
-        pending_backoff = self.retry_backoff
-        max_backoff = self.conf["retry.backoff.max.ms"] / 1000
+        failures = 0   # refreshes that failed in a row
+        pending = 0    # refreshes in a row that left wanted topics without leaders
         while not self.closed:
             await wait_event(self._md_refresh_needed, self.metadata_max_age)
             self._md_refresh_needed.clear()
@@ -356,21 +305,20 @@ class KafkaClient:
                     await self.fetch_metadata(None)
                 else:
                     await self.fetch_metadata(self.wanted_topics)
-                backoff = self.retry_backoff
+                failures = 0
                 # Topics that do not exist yet (or have no leader) are asked for again soon.
-                pending = [t for t in self.wanted_topics if self._needs_retry(t)]
-                if pending:
-                    await asyncio.sleep(pending_backoff)
-                    pending_backoff = min(pending_backoff * 2, max_backoff)
+                if any(self._needs_retry(t) for t in self.wanted_topics):
+                    await asyncio.sleep(self.backoff.delay(pending))
+                    pending += 1
                     self._md_refresh_needed.set()
                 else:
-                    pending_backoff = self.retry_backoff
+                    pending = 0
             except asyncio.CancelledError:
                 raise
             except Exception as e:
                 log.debug("metadata refresh failed: %s", e)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, max_backoff)
+                await asyncio.sleep(self.backoff.delay(failures))
+                failures += 1
                 self._md_refresh_needed.set()
 
     def _needs_retry(self, topic: str) -> bool:

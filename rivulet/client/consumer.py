@@ -43,10 +43,10 @@ from rivulet.client.types import (
     Message,
     TopicPartition,
 )
+from rivulet.common.types import TopicPartition as TP
 
 log = logging.getLogger("rivulet.consumer")
 
-TP = tuple[str, int]
 WAIT_FOR_SEEK = "error"  # reset_strategy of a partition whose offset could not be reset
 
 

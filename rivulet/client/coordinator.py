@@ -24,6 +24,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from rivulet.client import core
 from rivulet.client import errors as E
 from rivulet.client.assignors import (
     Assignor,
@@ -37,13 +38,12 @@ from rivulet.client.assignors import (
 from rivulet.client.client import KafkaClient, wait_event
 from rivulet.client.connection import RequestTimedOut
 from rivulet.client.subscription import OffsetAndMetadata, SubscriptionState
+from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.errors import KafkaError as ProtocolError
 from rivulet.protocol.messages import heartbeat_request as hbq
 from rivulet.protocol.messages import join_group_request as jgq
 from rivulet.protocol.messages import leave_group_request as lgq
-from rivulet.protocol.messages import offset_commit_request as ocq
-from rivulet.protocol.messages import offset_fetch_request as ofq
 from rivulet.protocol.messages import sync_group_request as sgq
 
 if TYPE_CHECKING:
@@ -51,9 +51,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rivulet.consumer")
 
-TP = tuple[str, int]
 NET_ERRORS = (ConnectionError, OSError, asyncio.TimeoutError, RequestTimedOut)
-_COORDINATOR_ERRORS = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE})
+_COORDINATOR_ERRORS = core.COORDINATOR_ERRORS
 
 UNJOINED, REBALANCING, STABLE = "unjoined", "rebalancing", "stable"
 
@@ -75,6 +74,7 @@ class ConsumerCoordinator:
         self.heartbeat_interval = conf["heartbeat.interval.ms"] / 1000
         self.max_poll_interval = conf["max.poll.interval.ms"] / 1000
         self.backoff = conf["retry.backoff.ms"] / 1000
+        self.retry_backoff = core.Backoff.from_conf(conf)
         self.request_timeout = conf["request.timeout.ms"] / 1000
         self.rack: str | None = conf["client.rack"]
         self.assignors = assignors
@@ -102,7 +102,7 @@ class ConsumerCoordinator:
         return self.coordinator is None
 
     async def ensure_coordinator_ready(self, deadline: float | None = None) -> int:
-        backoff = self.backoff
+        attempts = core.Attempts(self.retry_backoff)
         while self.coordinator is None:
             if deadline is not None and time.monotonic() >= deadline:
                 raise E.KafkaException(E.local("_TIMED_OUT", "timed out looking up the group coordinator"))
@@ -119,8 +119,7 @@ class ConsumerCoordinator:
                 log.debug("FindCoordinator: %s", ErrorCode(code).name)
             except NET_ERRORS as e:
                 log.debug("FindCoordinator failed: %s", e)
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 1.0)
+            await asyncio.sleep(attempts.next_delay())
         return self.coordinator
 
     def coordinator_dead(self, why: str) -> None:
@@ -447,27 +446,14 @@ class ConsumerCoordinator:
         # A member commits with its generation even while the group prepares a rebalance (the
         # broker accepts that, and it is how revoked partitions' offsets get saved).
         member = self.generation >= 0 and self.subs.partitions_auto_assigned
-        by_topic: dict[str, list[ocq.OffsetCommitRequestPartition]] = {}
-        for (t, p), om in offsets.items():
-            by_topic.setdefault(t, []).append(ocq.OffsetCommitRequestPartition(
-                partition_index=p, committed_offset=om.offset,
-                committed_leader_epoch=om.leader_epoch if om.leader_epoch is not None else -1,
-                commit_timestamp=-1, committed_metadata=om.metadata or ""))
-        req = ocq.OffsetCommitRequest(
-            group_id=self.group_id, generation_id_or_member_epoch=self.generation if member else -1,
-            member_id=self.member_id if member else "", group_instance_id=self.instance_id if member else None,
-            retention_time_ms=-1,
-            topics=[ocq.OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in by_topic.items()])
-        resp = await self._send(req)
-        first_error = 0
-        for t in resp.topics:
-            for p in t.partitions:
-                tp = (t.name, p.partition_index)
-                if p.error_code == 0:
-                    if tp in offsets:
-                        self.subs.committed(tp, offsets[tp])
-                    continue
-                first_error = first_error or p.error_code
+        req = core.offset_commit_request(
+            self.group_id, offsets, self.generation if member else -1, self.member_id if member else "",
+            self.instance_id if member else None)
+        res = core.read_offset_commit(await self._send(req))
+        for tp in res.ok:
+            if tp in offsets:
+                self.subs.committed(tp, offsets[tp])
+        first_error = res.first_error()
         if not first_error:
             log.debug("group %s: committed %s (generation %d)", self.group_id,
                       {f"{t}-{p}": om.offset for (t, p), om in offsets.items()}, self.generation if member else -1)
@@ -485,13 +471,7 @@ class ConsumerCoordinator:
 
     async def fetch_committed(self, partitions: list[TP], deadline: float | None = None
                               ) -> dict[TP, OffsetAndMetadata | None]:
-        by_topic: dict[str, list[int]] = {}
-        for t, p in partitions:
-            by_topic.setdefault(t, []).append(p)
-        req = ofq.OffsetFetchRequest(
-            group_id=self.group_id,
-            topics=[ofq.OffsetFetchRequestTopic(name=t, partition_indexes=ps) for t, ps in by_topic.items()],
-            require_stable=True)
+        req = core.offset_fetch_request(self.group_id, partitions, require_stable=True)
         while True:
             try:
                 await self.ensure_coordinator_ready(deadline)
@@ -501,23 +481,19 @@ class ConsumerCoordinator:
                     raise E.KafkaException(E.local("_TIMED_OUT", "timed out fetching committed offsets")) from None
                 await asyncio.sleep(self.backoff)
                 continue
-            code = getattr(resp, "error_code", 0)
+            res = core.read_offset_fetch(resp)
+            code = res.errors.get(TP("", -1), 0)
             retry = code in _COORDINATOR_ERRORS or code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
             if code in _COORDINATOR_ERRORS:
                 self.coordinator_dead(ErrorCode(code).name)
             out: dict[TP, OffsetAndMetadata | None] = {}
             if not code:
-                for t in resp.topics:
-                    for p in t.partitions:
-                        if p.error_code == ErrorCode.UNSTABLE_OFFSET_COMMIT:
-                            retry = True
-                            continue
-                        if p.error_code and p.error_code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-                            raise E.KafkaException(E.broker_error(p.error_code, "OffsetFetch failed"))
-                        le = getattr(p, "committed_leader_epoch", -1)
-                        out[(t.name, p.partition_index)] = (
-                            OffsetAndMetadata(p.committed_offset, p.metadata, le if le >= 0 else None)
-                            if p.committed_offset >= 0 else None)
+                for tp, pcode in res.errors.items():
+                    if pcode == ErrorCode.UNSTABLE_OFFSET_COMMIT:
+                        retry = True
+                    elif pcode != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                        raise E.KafkaException(E.broker_error(pcode, "OffsetFetch failed"))
+                out.update(res.ok)
             elif not retry:
                 raise E.KafkaException(E.broker_error(code, "OffsetFetch failed"))
             if not retry:

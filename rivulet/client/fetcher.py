@@ -24,17 +24,18 @@ import threading
 from collections import deque
 from typing import Any, Callable, Iterable
 
+from rivulet.client import core
 from rivulet.client import errors as E
 from rivulet.client.wakeup import Waker
 from rivulet.client.client import KafkaClient, wait_event
 from rivulet.client.connection import RequestTimedOut
 from rivulet.client.subscription import SubscriptionState, TopicPartitionState
 from rivulet.client.types import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Message
+from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.errors import KafkaError as ProtocolError
 from rivulet.protocol.messages import fetch_request as fq
-from rivulet.protocol.messages import list_offsets_request as loq
 
 log = logging.getLogger("rivulet.consumer")
 
@@ -51,13 +52,8 @@ EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_FETCH_VERSION = 12  # v13+ names topics by id only
 
-TP = tuple[str, int]
 
-_LEADER_ERRORS = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                            ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.FENCED_LEADER_EPOCH,
-                            ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.KAFKA_STORAGE_ERROR,
-                            ErrorCode.REPLICA_NOT_AVAILABLE, ErrorCode.UNKNOWN_TOPIC_ID,
-                            ErrorCode.OFFSET_NOT_AVAILABLE})
+_LEADER_ERRORS = core.METADATA_ERRORS | {ErrorCode.OFFSET_NOT_AVAILABLE}
 
 
 class Chunk:
@@ -505,29 +501,19 @@ class Fetcher:
         return out
 
     async def _list_offsets_node(self, node: int, tps: dict[TP, int]) -> dict[TP, tuple[int, int]]:
-        topics: dict[str, list[loq.ListOffsetsPartition]] = {}
-        for (t, p), ts in tps.items():
-            topics.setdefault(t, []).append(loq.ListOffsetsPartition(
-                partition_index=p, current_leader_epoch=-1, timestamp=ts, max_num_offsets=1))
-        req = loq.ListOffsetsRequest(replica_id=-1, isolation_level=self.isolation,
-                                     topics=[loq.ListOffsetsTopic(name=t, partitions=ps) for t, ps in topics.items()],
-                                     timeout_ms=int(self.request_timeout * 1000))
+        req = core.list_offsets_request(tps, self.isolation, int(self.request_timeout * 1000))
         try:
             resp = await self.client.send(node, req)
         except (ConnectionError, OSError, asyncio.TimeoutError, RequestTimedOut):
             self.client.request_update()
             return {}
-        out: dict[TP, tuple[int, int]] = {}
-        for t in resp.topics:
-            for p in t.partitions:
-                tp = (t.name, p.partition_index)
-                if p.error_code == 0:
-                    out[tp] = (p.offset, p.timestamp)
-                elif p.error_code in _LEADER_ERRORS:
-                    self.client.request_update()
-                else:
-                    raise E.KafkaException(E.broker_error(p.error_code, f"ListOffsets {tp[0]}-{tp[1]}"))
-        return out
+        res = core.read_list_offsets(resp)
+        for tp, code in res.errors.items():
+            if code in _LEADER_ERRORS:
+                self.client.request_update()
+            else:
+                raise E.KafkaException(E.broker_error(code, f"ListOffsets {tp[0]}-{tp[1]}"))
+        return {tp: (r.offset, r.timestamp) for tp, r in res.ok.items()}
 
     async def reset_offsets(self, partitions: list[TP]) -> None:
         """Positions for partitions awaiting reset, by ListOffsets (earliest or latest)."""

@@ -25,6 +25,7 @@ from collections import defaultdict, deque
 from time import time_ns as _time_ns
 from typing import Any, Callable
 
+from rivulet.client import core
 from rivulet.client import errors as E
 from rivulet.client.accumulator import RECORD_OVERHEAD, PendingRecord, ProducerBatch, RecordAccumulator
 from rivulet.client.accumulator import make_record as _make_record
@@ -38,7 +39,6 @@ from rivulet.client.types import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIM
 from rivulet.protocol import compression
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.errors import KafkaError as ProtocolError
-from rivulet.protocol.messages import init_producer_id_request as ipq
 from rivulet.protocol.messages import produce_request as prq
 from rivulet.protocol.records import encode_batch as _encode_batch
 
@@ -501,8 +501,7 @@ class AIOProducer:
             self._want_idempotence = False
             return True
         try:
-            resp = await conn.send(ipq.InitProducerIdRequest(
-                transactional_id=None, transaction_timeout_ms=2147483647, producer_id=-1, producer_epoch=-1))
+            resp = await conn.send(core.init_producer_id_request(None, 2147483647))
         except (ConnectionError, OSError, asyncio.TimeoutError) as e:
             log.debug("InitProducerId failed: %s", e)
             return False

@@ -18,21 +18,14 @@ older position are recognised and dropped.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Iterable
+
+from rivulet.client.core import OffsetAndMetadata  # noqa: F401  (re-exported)
+from rivulet.common.types import TopicPartition as TP
 
 EARLIEST = "earliest"
 LATEST = "latest"
 NONE = "none"
-
-TP = tuple[str, int]
-
-
-@dataclass(slots=True)
-class OffsetAndMetadata:
-    offset: int
-    metadata: str | None = None
-    leader_epoch: int | None = None
 
 
 class TopicPartitionState:

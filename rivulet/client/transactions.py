@@ -22,16 +22,13 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
+from rivulet.client import core
 from rivulet.client import errors as E
 from rivulet.client.connection import RequestTimedOut
 from rivulet.client.errors import KafkaError, KafkaException
+from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.errors import KafkaError as ProtocolError
-from rivulet.protocol.messages import add_offsets_to_txn_request as aotq
-from rivulet.protocol.messages import add_partitions_to_txn_request as aptq
-from rivulet.protocol.messages import end_txn_request as etq
-from rivulet.protocol.messages import init_producer_id_request as ipq
-from rivulet.protocol.messages import txn_offset_commit_request as tocq
 
 if TYPE_CHECKING:
     from rivulet.client.producer import AIOProducer
@@ -40,20 +37,7 @@ log = logging.getLogger("rivulet.producer.txn")
 
 NET_ERRORS = (ConnectionError, OSError, asyncio.TimeoutError, RequestTimedOut, EOFError)
 
-# Answers that mean "ask again, maybe elsewhere, after a pause".
-_COORD_MOVED = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE})
-_COORD_RETRY = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.CONCURRENT_TRANSACTIONS,
-                          ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NETWORK_EXCEPTION,
-                          ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
-                          ErrorCode.NOT_LEADER_OR_FOLLOWER})
-# The producer can no longer be used: another instance took over the transactional id, or it
-# is not allowed to use it.
-FATAL_CODES = frozenset(c for c in (
-    ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.TRANSACTION_COORDINATOR_FENCED,
-    getattr(ErrorCode, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", None),
-    getattr(ErrorCode, "CLUSTER_AUTHORIZATION_FAILED", None),
-    getattr(ErrorCode, "UNSUPPORTED_VERSION", None), getattr(ErrorCode, "UNSUPPORTED_FOR_MESSAGE_FORMAT", None),
-    getattr(ErrorCode, "INVALID_TRANSACTION_TIMEOUT", None)) if c is not None)
+FATAL_CODES = core.TXN_FATAL_ERRORS
 
 UNINIT, READY, IN_TXN, COMMITTING, ABORTING, ABORTABLE, FATAL = (
     "uninitialized", "ready", "in transaction", "committing", "aborting", "abortable error", "fatal error")
@@ -117,11 +101,11 @@ class TransactionManager:
         self.state = UNINIT
         self.error: TxnError | None = None
         self.coordinator: int | None = None
-        self.added: set[tuple[str, int]] = set()  # partitions the coordinator knows are in the txn
-        self.pending: set[tuple[str, int]] = set()  # being added right now
+        self.added: set[TP] = set()  # partitions the coordinator knows are in the txn
+        self.pending: set[TP] = set()  # being added right now
         self.offsets_added = False
         self.adding: asyncio.Task | None = None
-        self.backoff = producer.backoff
+        self.backoff = self.client.backoff
 
     # ------------------------------------------------------------ state
     def can_send(self, b: Any) -> bool:
@@ -159,7 +143,7 @@ class TransactionManager:
 
     # ------------------------------------------------------------ coordinator plumbing
     async def _find_coordinator(self, key: str, key_type: int, deadline: float) -> int:
-        backoff = self.backoff
+        attempts = core.Attempts(self.backoff, deadline)
         while True:
             try:
                 code, node, msg = await self.client.find_coordinator(key, key_type)
@@ -172,8 +156,7 @@ class TransactionManager:
             except NET_ERRORS as e:
                 log.debug("FindCoordinator(%s) failed: %s", key, e)
             self._check_deadline(deadline, f"looking up the coordinator of {key!r}")
-            await asyncio.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
-            backoff = min(backoff * 2, 1.0)
+            await asyncio.sleep(attempts.next_delay())
 
     @staticmethod
     def _check_deadline(deadline: float, what: str) -> None:
@@ -183,7 +166,7 @@ class TransactionManager:
     async def _call(self, req: Any, error_of: Callable[[Any], int], deadline: float, *, group: str | None = None,
                     abortable: bool = True, max_version: int | None = None) -> Any:
         """Send ``req`` to the transaction coordinator (or ``group``'s), retrying what can be retried."""
-        backoff = self.backoff
+        attempts = core.Attempts(self.backoff, deadline)
         name = type(req).__name__.replace("Request", "")
         node: int | None = None
         while True:
@@ -206,20 +189,20 @@ class TransactionManager:
                 code = ErrorCode.COORDINATOR_NOT_AVAILABLE
             if code == 0:
                 return resp
-            if code in _COORD_MOVED:
+            act = core.action(code)
+            if act == core.Action.FIND_COORDINATOR:
                 if group is None:
                     self.coordinator = None
                 else:
                     node = None
-            elif code not in _COORD_RETRY:
+            elif act == core.Action.FAIL:
                 msg = f"{name} for transactional id {self.tid!r}: {ErrorCode(code).name}"
                 if code in FATAL_CODES:
                     raise KafkaException(fatal_error(code, msg))
                 raise KafkaException(abortable_error(code, msg) if abortable else
                                      TxnError(code, msg, retriable=False))
             self._check_deadline(deadline, f"waiting for {name} ({ErrorCode(code).name})")
-            await asyncio.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
-            backoff = min(backoff * 2, 1.0)
+            await asyncio.sleep(attempts.next_delay())
 
     def _fail(self, exc: KafkaException) -> None:
         """Record what a failed coordinator call means for the transaction."""
@@ -239,10 +222,9 @@ class TransactionManager:
         self.state = READY
 
     async def _init_pid(self, deadline: float) -> None:
-        req = ipq.InitProducerIdRequest(transactional_id=self.tid, transaction_timeout_ms=self.timeout_ms,
-                                        producer_id=-1, producer_epoch=-1)
+        req = core.init_producer_id_request(self.tid, self.timeout_ms)
         try:
-            resp = await self._call(req, lambda r: r.error_code, deadline, abortable=False)
+            resp = await self._call(req, core.error_code, deadline, abortable=False)
         except KafkaException as e:
             if e.error.fatal():
                 self.set_fatal(e.error)
@@ -264,7 +246,7 @@ class TransactionManager:
         self.offsets_added = False
         self.p._accepting = not self.p._closed
 
-    def partitions_to_add(self, keys: Iterable[tuple[str, int]]) -> None:
+    def partitions_to_add(self, keys: Iterable[TP]) -> None:
         """Called by the sender under the accumulator's lock: start AddPartitionsToTxn for new ones."""
         if self.state != IN_TXN and self.state != COMMITTING:
             return
@@ -276,26 +258,14 @@ class TransactionManager:
         self.pending = set(new)
         self.adding = self.p.loop.create_task(self._add_partitions(sorted(self.pending)))
 
-    async def _add_partitions(self, tps: list[tuple[str, int]]) -> None:
-        by_topic: dict[str, list[int]] = {}
-        for t, part in tps:
-            by_topic.setdefault(t, []).append(part)
-        p = self.p
-        req = aptq.AddPartitionsToTxnRequest(
-            v3_and_below_transactional_id=self.tid, v3_and_below_producer_id=p.idem.producer_id,
-            v3_and_below_producer_epoch=p.idem.epoch,
-            v3_and_below_topics=[aptq.AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in by_topic.items()])
+    def _pid(self) -> core.ProducerIdAndEpoch:
+        return core.ProducerIdAndEpoch(self.p.idem.producer_id, self.p.idem.epoch)
 
-        def first_error(r: Any) -> int:
-            if r.error_code:
-                return r.error_code
-            codes = [x.partition_error_code for t in r.results_by_topic_v3_and_below
-                     for x in t.results_by_partition if x.partition_error_code]
-            # OPERATION_NOT_ATTEMPTED only accompanies the real error of another partition.
-            real = [c for c in codes if c != getattr(ErrorCode, "OPERATION_NOT_ATTEMPTED", -9999)]
-            return (real or codes or [0])[0]
+    async def _add_partitions(self, tps: list[TP]) -> None:
+        p = self.p
+        req = core.add_partitions_to_txn_request(self.tid, self._pid(), tps)
         try:
-            await self._call(req, first_error, time.monotonic() + self.timeout_ms / 1000, max_version=3)
+            await self._call(req, core.add_partitions_to_txn_error, time.monotonic() + self.timeout_ms / 1000)
             self.added.update(tps)
         except KafkaException as e:
             self._fail(e)
@@ -322,25 +292,14 @@ class TransactionManager:
         p = self.p
         try:
             if not self.offsets_added or self.offsets_added != meta.group_id:
-                await self._call(aotq.AddOffsetsToTxnRequest(
-                    transactional_id=self.tid, producer_id=p.idem.producer_id, producer_epoch=p.idem.epoch,
-                    group_id=meta.group_id), lambda r: r.error_code, deadline)
+                await self._call(core.add_offsets_to_txn_request(self.tid, self._pid(), meta.group_id),
+                                 core.error_code, deadline)
                 self.offsets_added = meta.group_id
-            by_topic: dict[str, list[Any]] = {}
-            for tp in offsets:
-                by_topic.setdefault(tp.topic, []).append(tocq.TxnOffsetCommitRequestPartition(
-                    partition_index=tp.partition, committed_offset=tp.offset,
-                    committed_leader_epoch=getattr(tp, "leader_epoch", None) or -1,
-                    committed_metadata=getattr(tp, "metadata", None)))
-            req = tocq.TxnOffsetCommitRequest(
-                transactional_id=self.tid, group_id=meta.group_id, producer_id=p.idem.producer_id,
-                producer_epoch=p.idem.epoch, generation_id=meta.generation_id, member_id=meta.member_id or "",
-                group_instance_id=meta.group_instance_id,
-                topics=[tocq.TxnOffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in by_topic.items()])
-
-            def first_error(r: Any) -> int:
-                return next((x.error_code for t in r.topics for x in t.partitions if x.error_code), 0)
-            await self._call(req, first_error, deadline, group=meta.group_id)
+            positions = {TP(tp.topic, tp.partition): core.OffsetAndMetadata(
+                tp.offset, getattr(tp, "metadata", None), getattr(tp, "leader_epoch", None)) for tp in offsets}
+            req = core.txn_offset_commit_request(self.tid, self._pid(), meta.group_id, positions,
+                                                 meta.generation_id, meta.member_id or "", meta.group_instance_id)
+            await self._call(req, core.txn_offset_commit_error, deadline, group=meta.group_id)
         except KafkaException as e:
             self._fail(e)
             raise
@@ -371,9 +330,8 @@ class TransactionManager:
             self._raise_fatal()
         if self.added or self.offsets_added:
             try:
-                await self._call(etq.EndTxnRequest(transactional_id=self.tid, producer_id=p.idem.producer_id,
-                                                   producer_epoch=p.idem.epoch, committed=commit),
-                                 lambda r: r.error_code, deadline, abortable=commit)
+                await self._call(core.end_txn_request(self.tid, self._pid(), commit),
+                                 core.error_code, deadline, abortable=commit)
             except KafkaException as e:
                 self._fail(e)
                 raise

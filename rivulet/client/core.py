@@ -1,0 +1,641 @@
+"""The client core: every request a Rivulet client makes, as data and pure functions.
+
+For each call this module says how to build the request, how to read the answer (into plain
+result types, or a raised ``KafkaError``), what an error code asks of the caller (retry,
+refresh metadata, find the coordinator again, or give up) and how long to wait before the next
+attempt. Nothing here does I/O: the asyncio client (``KafkaClient``) and the blocking client
+(``rivulet.client.blocking``) send what it builds and feed back what comes in, as h11 and
+aiokafka separate protocol logic from transports. The tests exercise it without sockets.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generic, Iterable, Mapping, TypeVar
+
+from rivulet.common.types import TopicPartition as TP
+from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.messages import (
+    add_offsets_to_txn_request as aotq,
+    add_partitions_to_txn_request as aptq,
+    alter_configs_request as acq,
+    create_partitions_request as cpq,
+    create_topics_request as ctq,
+    delete_groups_request as dgq,
+    delete_records_request as drq,
+    delete_topics_request as dtq,
+    describe_configs_request as dcq,
+    describe_groups_request as dgrq,
+    end_txn_request as etq,
+    find_coordinator_request as fcq,
+    incremental_alter_configs_request as iacq,
+    init_producer_id_request as ipq,
+    list_groups_request as lgq,
+    list_offsets_request as loq,
+    metadata_request as mq,
+    offset_commit_request as ocq,
+    offset_fetch_request as ofq,
+    txn_offset_commit_request as tocq,
+)
+
+T = TypeVar("T")
+
+# Versions above these change a request's shape in ways the clients do not use: topic ids
+# instead of names (Produce and Fetch v13+), grouped OffsetFetch (v8+), broker-to-broker
+# batching (AddPartitionsToTxn v4+). Brokers support the caps.
+MAX_VERSIONS: dict[int, int] = {
+    0: 11,   # Produce
+    1: 12,   # Fetch
+    9: 7,    # OffsetFetch
+    24: 3,   # AddPartitionsToTxn
+}
+
+EARLIEST = -2
+LATEST = -1
+MAX_TIMESTAMP = -3
+
+GROUP = 0            # FindCoordinator key types
+TRANSACTION = 1
+
+
+# ---------------------------------------------------------------------------- backoff
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Kafka's retry backoff: ``retry.backoff.ms`` doubled per failed attempt up to
+    ``retry.backoff.max.ms``, each wait spread by +-20% so that clients do not retry in step."""
+
+    initial_ms: float = 100
+    max_ms: float = 1000
+    multiplier: float = 2.0
+    jitter: float = 0.2
+
+    @classmethod
+    def from_conf(cls, conf: Mapping[str, Any]) -> Backoff:
+        return cls(conf.get("retry.backoff.ms", 100), conf.get("retry.backoff.max.ms", 1000))
+
+    def delay_ms(self, attempts: int, uniform: Callable[[float, float], float] = random.uniform) -> float:
+        """Milliseconds to wait after ``attempts`` failures in a row (0 for the first retry)."""
+        if self.max_ms <= self.initial_ms:
+            return self.max_ms
+        raw = self.initial_ms * self.multiplier ** min(max(attempts, 0), 64)
+        if self.jitter > 0:
+            raw *= uniform(1 - self.jitter, 1 + self.jitter)
+        return min(raw, self.max_ms)
+
+    def delay(self, attempts: int) -> float:
+        """The same in seconds, for sleeping."""
+        return self.delay_ms(attempts) / 1000
+
+
+@dataclass(slots=True)
+class Attempts:
+    """Failures of one operation so far, against an optional deadline (monotonic seconds)."""
+
+    backoff: Backoff
+    deadline: float | None = None
+    failures: int = 0
+    clock: Callable[[], float] = time.monotonic
+
+    def next_delay(self) -> float:
+        """Seconds to wait before trying again; 0 when the deadline leaves no time."""
+        d = self.backoff.delay(self.failures)
+        self.failures += 1
+        if self.deadline is not None:
+            d = min(d, max(0.0, self.deadline - self.clock()))
+        return d
+
+    def expired(self) -> bool:
+        return self.deadline is not None and self.clock() >= self.deadline
+
+
+# ---------------------------------------------------------------------------- errors
+
+
+class Action(enum.Enum):
+    """What an error code asks of the client that got it."""
+
+    OK = "ok"
+    RETRY = "retry"                            # the same request again, after a backoff
+    REFRESH_METADATA = "refresh metadata"      # the leader moved or is unknown: ask Metadata, retry
+    FIND_COORDINATOR = "find coordinator"      # the coordinator moved: FindCoordinator, retry
+    FAIL = "fail"
+
+
+# Kafka's InvalidMetadataException family: what the client knows of leaders is stale.
+METADATA_ERRORS: frozenset[int] = frozenset({
+    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.KAFKA_STORAGE_ERROR,
+    ErrorCode.REPLICA_NOT_AVAILABLE, ErrorCode.BROKER_NOT_AVAILABLE, ErrorCode.UNKNOWN_TOPIC_ID,
+    ErrorCode.INCONSISTENT_TOPIC_ID,
+})
+COORDINATOR_ERRORS: frozenset[int] = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE})
+# Retriable where they stand: the same broker will answer differently later.
+RETRY_ERRORS: frozenset[int] = frozenset({
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.REQUEST_TIMED_OUT,
+    ErrorCode.NETWORK_EXCEPTION, ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    ErrorCode.OFFSET_NOT_AVAILABLE, ErrorCode.UNSTABLE_OFFSET_COMMIT, ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+    ErrorCode.CORRUPT_MESSAGE, ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE, ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+    ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH,
+})
+RETRIABLE: frozenset[int] = METADATA_ERRORS | COORDINATOR_ERRORS | RETRY_ERRORS
+
+# A transactional producer with one of these can no longer be used: another instance took
+# over its transactional id, or it may not use it.
+TXN_FATAL_ERRORS: frozenset[int] = frozenset({
+    ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+    ErrorCode.UNSUPPORTED_VERSION, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, ErrorCode.INVALID_TRANSACTION_TIMEOUT,
+})
+
+
+def action(code: int) -> Action:
+    if code == 0:
+        return Action.OK
+    if code in COORDINATOR_ERRORS:
+        return Action.FIND_COORDINATOR
+    if code in METADATA_ERRORS:
+        return Action.REFRESH_METADATA
+    if code in RETRY_ERRORS:
+        return Action.RETRY
+    return Action.FAIL
+
+
+def check(code: int, what: str | None = None) -> None:
+    """Raise the broker's error for a non-zero code."""
+    if code:
+        raise KafkaError(ErrorCode(code), what)
+
+
+def first_error(codes: Iterable[int]) -> int:
+    """The error that counts among several partitions' codes: OPERATION_NOT_ATTEMPTED only
+    accompanies another partition's real error."""
+    codes = [c for c in codes if c]
+    real = [c for c in codes if c != ErrorCode.OPERATION_NOT_ATTEMPTED]
+    return (real or codes or [0])[0]
+
+
+def by_topic(tps: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
+    """Partitions grouped by topic, in the order given."""
+    out: dict[str, list[int]] = {}
+    for t, p in tps:
+        out.setdefault(t, []).append(p)
+    return out
+
+
+@dataclass(slots=True)
+class PartitionResults(Generic[T]):
+    """A per-partition answer: values where it succeeded, error codes where it did not."""
+
+    ok: dict[TP, T] = field(default_factory=dict)
+    errors: dict[TP, int] = field(default_factory=dict)
+
+    def first_error(self) -> int:
+        return first_error(self.errors.values())
+
+    def raise_first(self, what: str) -> None:
+        for tp, code in self.errors.items():
+            raise KafkaError(ErrorCode(code), f"{what} {tp.topic}-{tp.partition}")
+
+
+def read_partitions(topics: Iterable[Any], value_of: Callable[[Any], T]) -> PartitionResults[T]:
+    """Sort a per-partition answer (topics of partitions with ``error_code``) into results."""
+    out: PartitionResults[T] = PartitionResults()
+    for t in topics:
+        for p in t.partitions:
+            tp = TP(t.name, p.partition_index)
+            if p.error_code:
+                out.errors[tp] = p.error_code
+            else:
+                out.ok[tp] = value_of(p)
+    return out
+
+
+# ---------------------------------------------------------------------------- metadata
+
+
+def metadata_request(topics: Iterable[str] | None, allow_auto_create: bool = False) -> mq.MetadataRequest:
+    """Metadata for ``topics`` (None: every topic; empty: brokers only)."""
+    names = None if topics is None else sorted(set(topics))
+    return mq.MetadataRequest(
+        topics=None if names is None else [mq.MetadataRequestTopic(name=t) for t in names],
+        allow_auto_topic_creation=allow_auto_create, include_topic_authorized_operations=False)
+
+
+@dataclass(slots=True)
+class PartitionMeta:
+    partition: int
+    leader: int
+    leader_epoch: int
+    error: int
+
+
+@dataclass(slots=True)
+class TopicMeta:
+    name: str
+    topic_id: Any
+    error: int
+    is_internal: bool
+    partitions: dict[int, PartitionMeta] = field(default_factory=dict)
+    available: list[int] = field(default_factory=list)  # partitions with a leader
+
+    @property
+    def num_partitions(self) -> int:
+        return len(self.partitions)
+
+
+class Cluster:
+    """What the last Metadata responses said: brokers, topics and partition leaders."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.brokers: dict[int, tuple[str, int]] = {}
+        self.topics: dict[str, TopicMeta] = {}
+        self.cluster_id: str | None = None
+        self.controller_id = -1
+        self.version = 0
+        self.updated_at = 0.0
+        self.all_topics_known = False
+        self._clock = clock
+
+    def update(self, resp: mq.MetadataResponse, requested: Iterable[str] | None) -> None:
+        """Take in a Metadata answer to a request for ``requested`` (None: every topic)."""
+        self.brokers = {b.node_id: (b.host, b.port) for b in resp.brokers}
+        self.cluster_id = resp.cluster_id
+        self.controller_id = resp.controller_id
+        fresh: dict[str, TopicMeta] = {}
+        for t in resp.topics:
+            tm = TopicMeta(t.name, t.topic_id, t.error_code, t.is_internal)
+            for p in t.partitions:
+                tm.partitions[p.partition_index] = PartitionMeta(
+                    p.partition_index, p.leader_id, p.leader_epoch, p.error_code)
+                if p.leader_id >= 0 and p.leader_id in self.brokers:
+                    tm.available.append(p.partition_index)
+            tm.available.sort()
+            fresh[t.name] = tm
+        if requested is None:
+            # In place: producers on other threads hold this dict (one C-level update each).
+            for gone in set(self.topics) - set(fresh):
+                self.topics.pop(gone, None)
+            self.topics.update(fresh)
+            self.all_topics_known = True
+        else:
+            for name in requested:
+                self.topics.pop(name, None)
+            self.topics.update(fresh)
+        self.version += 1
+        self.updated_at = self._clock()
+
+    def topic(self, name: str) -> TopicMeta | None:
+        return self.topics.get(name)
+
+    def leader(self, topic: str, partition: int) -> int:
+        t = self.topics.get(topic)
+        if t is None:
+            return -1
+        p = t.partitions.get(partition)
+        if p is None or p.leader not in self.brokers:
+            return -1
+        return p.leader
+
+    def forget_leader(self, topic: str, partition: int) -> None:
+        """A leader turned out stale: the next lookup asks for fresh metadata."""
+        t = self.topics.get(topic)
+        p = t.partitions.get(partition) if t is not None else None
+        if p is not None:
+            p.leader = -1
+
+    def partition_counts(self, names: Iterable[str] | None = None, include_internal: bool = False
+                         ) -> dict[str, int]:
+        """{topic: partition count} of the known topics without an error (``names`` only, if given)."""
+        wanted = None if names is None else set(names)
+        return {n: t.num_partitions for n, t in self.topics.items()
+                if not t.error and (wanted is None or n in wanted)
+                and (include_internal or wanted is not None or not (t.is_internal or n.startswith("__")))}
+
+    def no_leader_error(self, topic: str) -> int:
+        """The error to report for a partition without a known leader."""
+        tm = self.topics.get(topic)
+        return tm.error if tm is not None and tm.error else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+# ---------------------------------------------------------------------------- coordinators
+
+
+@dataclass(frozen=True, slots=True)
+class Coordinator:
+    node_id: int
+    host: str
+    port: int
+
+
+def find_coordinator_request(key: str, key_type: int = GROUP) -> fcq.FindCoordinatorRequest:
+    """FindCoordinator for a group (0) or transactional id (1); fits every version."""
+    return fcq.FindCoordinatorRequest(key=key, key_type=key_type, coordinator_keys=[key])
+
+
+def read_find_coordinator(resp: Any) -> tuple[int, Coordinator | None, str | None]:
+    """(error code, coordinator when found, error message), from a single-key (v0-v3) or batched
+    (v4+) answer alike."""
+    if resp.coordinators:
+        c = resp.coordinators[0]
+        code, node, host, port, msg = c.error_code, c.node_id, c.host, c.port, c.error_message
+    else:
+        code, node, host, port, msg = resp.error_code, resp.node_id, resp.host, resp.port, resp.error_message
+    return code, (Coordinator(node, host, port) if code == 0 else None), msg
+
+
+# ---------------------------------------------------------------------------- offsets
+
+
+@dataclass(frozen=True, slots=True)
+class ListedOffset:
+    offset: int            # -1 when no record matches a timestamp
+    timestamp: int
+    leader_epoch: int | None = None
+
+
+def list_offsets_request(specs: Mapping[tuple[str, int], int], isolation_level: int = 0,
+                         timeout_ms: int = 30000) -> loq.ListOffsetsRequest:
+    """ListOffsets for {partition: timestamp, or LATEST / EARLIEST / MAX_TIMESTAMP}. Under
+    read_committed (``isolation_level=1``) LATEST is the last stable offset."""
+    topics: dict[str, list[loq.ListOffsetsPartition]] = {}
+    for (t, p), ts in specs.items():
+        topics.setdefault(t, []).append(loq.ListOffsetsPartition(
+            partition_index=p, current_leader_epoch=-1, timestamp=ts, max_num_offsets=1))
+    return loq.ListOffsetsRequest(replica_id=-1, isolation_level=isolation_level, timeout_ms=timeout_ms,
+                                  topics=[loq.ListOffsetsTopic(name=t, partitions=ps) for t, ps in topics.items()])
+
+
+def read_list_offsets(resp: Any) -> PartitionResults[ListedOffset]:
+    return read_partitions(resp.topics, lambda p: ListedOffset(
+        p.offset, p.timestamp, p.leader_epoch if p.leader_epoch >= 0 else None))
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndMetadata:
+    """A committed (or to-be-committed) position: the next offset to consume."""
+
+    offset: int
+    metadata: str | None = None
+    leader_epoch: int | None = None
+
+
+def offset_fetch_request(group: str, tps: Iterable[tuple[str, int]] | None,
+                         require_stable: bool = True) -> ofq.OffsetFetchRequest:
+    """The group's committed offsets for ``tps`` (None: every partition it has committed)."""
+    topics = None
+    if tps is not None:
+        topics = [ofq.OffsetFetchRequestTopic(name=t, partition_indexes=ps) for t, ps in by_topic(tps).items()]
+    return ofq.OffsetFetchRequest(group_id=group, topics=topics, require_stable=require_stable)
+
+
+def read_offset_fetch(resp: Any) -> PartitionResults[OffsetAndMetadata | None]:
+    """{partition: committed position, None where nothing is committed}; a group-level error
+    comes back as the error of a ``("", -1)`` entry so one retry rule covers both levels."""
+    out: PartitionResults[OffsetAndMetadata | None] = PartitionResults()
+    if resp.error_code:
+        out.errors[TP("", -1)] = resp.error_code
+        return out
+    return read_partitions(resp.topics, lambda p: OffsetAndMetadata(
+        p.committed_offset, p.metadata, p.committed_leader_epoch if p.committed_leader_epoch >= 0 else None)
+        if p.committed_offset >= 0 else None)
+
+
+def offset_fetch_error(resp: Any) -> int:
+    """What decides whether to retry an OffsetFetch: the group's error, or a partition's
+    UNSTABLE_OFFSET_COMMIT (a transaction still writes offsets to it). Other partition errors
+    are the partition's answer."""
+    if resp.error_code:
+        return resp.error_code
+    unstable = any(p.error_code == ErrorCode.UNSTABLE_OFFSET_COMMIT for t in resp.topics for p in t.partitions)
+    return ErrorCode.UNSTABLE_OFFSET_COMMIT if unstable else 0
+
+
+def offset_commit_request(group: str, offsets: Mapping[tuple[str, int], OffsetAndMetadata],
+                          generation: int = -1, member_id: str = "",
+                          group_instance_id: str | None = None) -> ocq.OffsetCommitRequest:
+    """OffsetCommit; generation -1 and no member is a standalone commit (allowed while the
+    group has no members), as a consumer using assign() or an admin tool makes."""
+    topics: dict[str, list[ocq.OffsetCommitRequestPartition]] = {}
+    for (t, p), om in offsets.items():
+        topics.setdefault(t, []).append(ocq.OffsetCommitRequestPartition(
+            partition_index=p, committed_offset=om.offset,
+            committed_leader_epoch=om.leader_epoch if om.leader_epoch is not None else -1,
+            commit_timestamp=-1, committed_metadata=om.metadata or ""))
+    return ocq.OffsetCommitRequest(
+        group_id=group, generation_id_or_member_epoch=generation, member_id=member_id,
+        group_instance_id=group_instance_id, retention_time_ms=-1,
+        topics=[ocq.OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in topics.items()])
+
+
+def read_offset_commit(resp: Any) -> PartitionResults[None]:
+    return read_partitions(resp.topics, lambda p: None)
+
+
+# ---------------------------------------------------------------------------- transactions
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdAndEpoch:
+    producer_id: int
+    epoch: int
+
+
+def init_producer_id_request(transactional_id: str | None, transaction_timeout_ms: int,
+                             producer_id: int = -1, epoch: int = -1) -> ipq.InitProducerIdRequest:
+    """A producer id for an idempotent producer (no transactional id) or a transactional one;
+    for the latter it fences earlier producers with the id and ends what they left open."""
+    return ipq.InitProducerIdRequest(transactional_id=transactional_id, transaction_timeout_ms=transaction_timeout_ms,
+                                     producer_id=producer_id, producer_epoch=epoch)
+
+
+def read_init_producer_id(resp: Any) -> tuple[int, ProducerIdAndEpoch | None]:
+    if resp.error_code:
+        return resp.error_code, None
+    return 0, ProducerIdAndEpoch(resp.producer_id, resp.producer_epoch)
+
+
+def add_partitions_to_txn_request(transactional_id: str, pid: ProducerIdAndEpoch,
+                                  tps: Iterable[tuple[str, int]]) -> aptq.AddPartitionsToTxnRequest:
+    return aptq.AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id=transactional_id, v3_and_below_producer_id=pid.producer_id,
+        v3_and_below_producer_epoch=pid.epoch,
+        v3_and_below_topics=[aptq.AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in by_topic(tps).items()])
+
+
+def add_partitions_to_txn_error(resp: Any) -> int:
+    if resp.error_code:
+        return resp.error_code
+    return first_error(x.partition_error_code for t in resp.results_by_topic_v3_and_below
+                       for x in t.results_by_partition)
+
+
+def add_offsets_to_txn_request(transactional_id: str, pid: ProducerIdAndEpoch,
+                               group: str) -> aotq.AddOffsetsToTxnRequest:
+    return aotq.AddOffsetsToTxnRequest(transactional_id=transactional_id, producer_id=pid.producer_id,
+                                       producer_epoch=pid.epoch, group_id=group)
+
+
+def txn_offset_commit_request(transactional_id: str, pid: ProducerIdAndEpoch, group: str,
+                              offsets: Mapping[tuple[str, int], OffsetAndMetadata], generation: int = -1,
+                              member_id: str = "", group_instance_id: str | None = None
+                              ) -> tocq.TxnOffsetCommitRequest:
+    topics: dict[str, list[tocq.TxnOffsetCommitRequestPartition]] = {}
+    for (t, p), om in offsets.items():
+        topics.setdefault(t, []).append(tocq.TxnOffsetCommitRequestPartition(
+            partition_index=p, committed_offset=om.offset,
+            committed_leader_epoch=om.leader_epoch if om.leader_epoch is not None else -1,
+            committed_metadata=om.metadata))
+    return tocq.TxnOffsetCommitRequest(
+        transactional_id=transactional_id, group_id=group, producer_id=pid.producer_id, producer_epoch=pid.epoch,
+        generation_id=generation, member_id=member_id, group_instance_id=group_instance_id,
+        topics=[tocq.TxnOffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in topics.items()])
+
+
+def txn_offset_commit_error(resp: Any) -> int:
+    return first_error(x.error_code for t in resp.topics for x in t.partitions)
+
+
+def end_txn_request(transactional_id: str, pid: ProducerIdAndEpoch, commit: bool) -> etq.EndTxnRequest:
+    return etq.EndTxnRequest(transactional_id=transactional_id, producer_id=pid.producer_id,
+                             producer_epoch=pid.epoch, committed=commit)
+
+
+def error_code(resp: Any) -> int:
+    """The top-level error of answers that carry one (InitProducerId, AddOffsetsToTxn, EndTxn...)."""
+    return resp.error_code
+
+
+# ---------------------------------------------------------------------------- admin
+
+
+def create_topics_request(topics: Iterable[Any], timeout_ms: int, validate_only: bool = False
+                          ) -> ctq.CreateTopicsRequest:
+    """CreateTopics for NewTopic-shaped values (topic, num_partitions, replication_factor,
+    replica_assignment, config)."""
+    return ctq.CreateTopicsRequest(topics=[
+        ctq.CreatableTopic(
+            name=t.topic, num_partitions=t.num_partitions if not t.replica_assignment else -1,
+            replication_factor=t.replication_factor if not t.replica_assignment else -1,
+            assignments=[ctq.CreatableReplicaAssignment(partition_index=i, broker_ids=list(r))
+                         for i, r in enumerate(t.replica_assignment or [])],
+            configs=[ctq.CreatableTopicConfig(name=k, value=str(v)) for k, v in t.config.items()])
+        for t in topics], timeout_ms=timeout_ms, validate_only=validate_only)
+
+
+def read_create_topics(resp: Any) -> dict[str, Any]:
+    """{name: the broker's CreatableTopicResult, or the KafkaError it reported}."""
+    return {r.name: KafkaError(ErrorCode(r.error_code), r.error_message) if r.error_code else r
+            for r in resp.topics}
+
+
+def delete_topics_request(names: Iterable[str], timeout_ms: int) -> dtq.DeleteTopicsRequest:
+    names = list(names)
+    return dtq.DeleteTopicsRequest(topic_names=names, topics=[dtq.DeleteTopicState(name=n) for n in names],
+                                   timeout_ms=timeout_ms)
+
+
+def read_delete_topics(resp: Any) -> dict[str, KafkaError | None]:
+    return {r.name: KafkaError(ErrorCode(r.error_code), r.error_message) if r.error_code else None
+            for r in resp.responses}
+
+
+def create_partitions_request(topic: str, count: int, timeout_ms: int, validate_only: bool = False
+                              ) -> cpq.CreatePartitionsRequest:
+    return cpq.CreatePartitionsRequest(topics=[cpq.CreatePartitionsTopic(name=topic, count=count, assignments=None)],
+                                       timeout_ms=timeout_ms, validate_only=validate_only)
+
+
+def read_create_partitions(resp: Any) -> None:
+    r = resp.results[0]
+    check(r.error_code, r.error_message)
+
+
+def describe_configs_request(resource_type: int, name: str, keys: list[str] | None = None
+                             ) -> dcq.DescribeConfigsRequest:
+    return dcq.DescribeConfigsRequest(
+        resources=[dcq.DescribeConfigsResource(resource_type=int(resource_type), resource_name=name,
+                                               configuration_keys=keys)],
+        include_synonyms=True, include_documentation=False)
+
+
+def read_describe_configs(resp: Any) -> list[Any]:
+    r = resp.results[0]
+    check(r.error_code, r.error_message)
+    return r.configs
+
+
+def incremental_alter_configs_request(resource_type: int, name: str, ops: Iterable[tuple[str, int, str | None]],
+                                      validate_only: bool = False) -> iacq.IncrementalAlterConfigsRequest:
+    """``ops``: (name, operation: SET 0 / DELETE 1 / APPEND 2 / SUBTRACT 3, value)."""
+    return iacq.IncrementalAlterConfigsRequest(
+        resources=[iacq.AlterConfigsResource(
+            resource_type=int(resource_type), resource_name=name,
+            configs=[iacq.AlterableConfig(name=k, config_operation=int(op), value=v) for k, op, v in ops])],
+        validate_only=validate_only)
+
+
+def alter_configs_request(resource_type: int, name: str, configs: Mapping[str, str],
+                          validate_only: bool = False) -> acq.AlterConfigsRequest:
+    """The legacy AlterConfigs: replaces the resource's whole set of overrides."""
+    return acq.AlterConfigsRequest(
+        resources=[acq.AlterConfigsResource(
+            resource_type=int(resource_type), resource_name=name,
+            configs=[acq.AlterableConfig(name=k, value=v) for k, v in configs.items()])],
+        validate_only=validate_only)
+
+
+def read_alter_configs(resp: Any) -> None:
+    """The answer of AlterConfigs and IncrementalAlterConfigs alike."""
+    r = resp.responses[0]
+    check(r.error_code, r.error_message)
+
+
+def delete_records_request(offsets: Mapping[tuple[str, int], int], timeout_ms: int) -> drq.DeleteRecordsRequest:
+    topics: dict[str, list[drq.DeleteRecordsPartition]] = {}
+    for (t, p), off in offsets.items():
+        topics.setdefault(t, []).append(drq.DeleteRecordsPartition(partition_index=p, offset=off))
+    return drq.DeleteRecordsRequest(topics=[drq.DeleteRecordsTopic(name=t, partitions=ps) for t, ps in topics.items()],
+                                    timeout_ms=timeout_ms)
+
+
+def read_delete_records(resp: Any) -> PartitionResults[int]:
+    """{partition: its new low watermark}."""
+    return read_partitions(resp.topics, lambda p: p.low_watermark)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    group_id: str
+    protocol_type: str
+    state: str
+
+
+def list_groups_request(states: Iterable[str] = ()) -> lgq.ListGroupsRequest:
+    return lgq.ListGroupsRequest(states_filter=list(states), types_filter=[])
+
+
+def read_list_groups(resp: Any) -> list[GroupListing]:
+    check(resp.error_code, "ListGroups")
+    return [GroupListing(g.group_id, g.protocol_type, g.group_state or "") for g in resp.groups]
+
+
+def describe_groups_request(group_ids: Iterable[str]) -> dgrq.DescribeGroupsRequest:
+    return dgrq.DescribeGroupsRequest(groups=list(group_ids), include_authorized_operations=False)
+
+
+def read_describe_groups(resp: Any) -> list[Any]:
+    """The described groups (each with its own error code; COORDINATOR errors mean retry)."""
+    return list(resp.groups)
+
+
+def delete_groups_request(group_ids: Iterable[str]) -> dgq.DeleteGroupsRequest:
+    return dgq.DeleteGroupsRequest(groups_names=list(group_ids))
+
+
+def read_delete_groups(resp: Any) -> dict[str, int]:
+    return {r.group_id: r.error_code for r in resp.results}

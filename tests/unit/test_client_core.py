@@ -1,0 +1,305 @@
+"""The client core without sockets: requests it builds survive the wire at every version the
+clients use, answers read into plain results, errors say what to do, backoff grows and jitters."""
+
+from __future__ import annotations
+
+import pytest
+
+from rivulet.client import core
+from rivulet.client.admin import NewTopic
+from rivulet.common.types import TopicPartition as TP
+from rivulet.protocol import framing
+from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.messages import (
+    add_partitions_to_txn_response as aptr,
+    delete_records_response as drr,
+    find_coordinator_response as fcr,
+    list_offsets_response as lor,
+    metadata_response as mr,
+    offset_commit_response as ocr,
+    offset_fetch_response as ofr,
+    txn_offset_commit_response as tocr,
+)
+
+pytestmark = pytest.mark.fast
+
+
+def wire(req, version=None):
+    """The request as the broker decodes it, at ``version`` (default: the highest the clients send)."""
+    lo, hi = req.VALID_VERSIONS
+    v = min(hi, core.MAX_VERSIONS.get(req.API_KEY, hi)) if version is None else version
+    frame = framing.encode_request(req, v, 7, "test")
+    _, body = framing.decode_request(memoryview(frame)[4:])
+    return body
+
+
+# ---------------------------------------------------------------- backoff
+
+
+def test_backoff_doubles_up_to_the_max_without_jitter():
+    b = core.Backoff(100, 1000, jitter=0)
+    assert [b.delay_ms(n) for n in range(6)] == [100, 200, 400, 800, 1000, 1000]
+
+
+def test_backoff_jitter_spreads_by_twenty_percent():
+    b = core.Backoff(100, 1000)
+    assert b.delay_ms(1, lambda lo, hi: lo) == pytest.approx(160)
+    assert b.delay_ms(1, lambda lo, hi: hi) == pytest.approx(240)
+    assert b.delay_ms(10, lambda lo, hi: hi) == 1000  # capped after the jitter
+
+
+def test_backoff_max_not_above_initial_is_constant():
+    assert core.Backoff(500, 100).delay_ms(3) == 100
+
+
+def test_backoff_from_client_config():
+    b = core.Backoff.from_conf({"retry.backoff.ms": 50, "retry.backoff.max.ms": 400})
+    assert (b.initial_ms, b.max_ms) == (50, 400)
+
+
+def test_attempts_stop_at_the_deadline():
+    now = [0.0]
+    a = core.Attempts(core.Backoff(100, 1000, jitter=0), deadline=0.25, clock=lambda: now[0])
+    assert a.next_delay() == pytest.approx(0.1)
+    now[0] = 0.2
+    assert a.next_delay() == pytest.approx(0.05)  # no sleeping past the deadline
+    assert not a.expired()
+    now[0] = 0.25
+    assert a.expired() and a.next_delay() == 0
+
+
+# ---------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize("code, act", [
+    (0, core.Action.OK),
+    (ErrorCode.NOT_COORDINATOR, core.Action.FIND_COORDINATOR),
+    (ErrorCode.COORDINATOR_NOT_AVAILABLE, core.Action.FIND_COORDINATOR),
+    (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, core.Action.RETRY),
+    (ErrorCode.CONCURRENT_TRANSACTIONS, core.Action.RETRY),
+    (ErrorCode.UNSTABLE_OFFSET_COMMIT, core.Action.RETRY),
+    (ErrorCode.NOT_LEADER_OR_FOLLOWER, core.Action.REFRESH_METADATA),
+    (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, core.Action.REFRESH_METADATA),
+    (ErrorCode.FENCED_LEADER_EPOCH, core.Action.REFRESH_METADATA),
+    (ErrorCode.PRODUCER_FENCED, core.Action.FAIL),
+    (ErrorCode.GROUP_AUTHORIZATION_FAILED, core.Action.FAIL),
+    (ErrorCode.OFFSET_OUT_OF_RANGE, core.Action.FAIL),
+])
+def test_what_each_error_asks_for(code, act):
+    assert core.action(code) is act
+
+
+def test_fatal_transaction_errors_are_not_retriable():
+    assert not core.TXN_FATAL_ERRORS & core.RETRIABLE
+    assert ErrorCode.PRODUCER_FENCED in core.TXN_FATAL_ERRORS
+
+
+def test_operation_not_attempted_yields_to_the_real_error():
+    assert core.first_error([0, ErrorCode.OPERATION_NOT_ATTEMPTED, ErrorCode.PRODUCER_FENCED]) == \
+        ErrorCode.PRODUCER_FENCED
+    assert core.first_error([ErrorCode.OPERATION_NOT_ATTEMPTED]) == ErrorCode.OPERATION_NOT_ATTEMPTED
+    assert core.first_error([0, 0]) == 0
+
+
+def test_check_raises_the_broker_error():
+    core.check(0)
+    with pytest.raises(KafkaError) as e:
+        core.check(ErrorCode.GROUP_ID_NOT_FOUND, "x")
+    assert e.value.code == ErrorCode.GROUP_ID_NOT_FOUND
+
+
+# ---------------------------------------------------------------- metadata
+
+
+def metadata_answer():
+    return mr.MetadataResponse(
+        brokers=[mr.MetadataResponseBroker(node_id=1, host="h1", port=9092),
+                 mr.MetadataResponseBroker(node_id=2, host="h2", port=9092)],
+        cluster_id="c", controller_id=2,
+        topics=[mr.MetadataResponseTopic(name="t", error_code=0, partitions=[
+                    mr.MetadataResponsePartition(partition_index=0, leader_id=1, leader_epoch=3),
+                    mr.MetadataResponsePartition(partition_index=1, leader_id=-1, error_code=5)]),
+                mr.MetadataResponseTopic(name="__consumer_offsets", error_code=0, is_internal=True,
+                                         partitions=[mr.MetadataResponsePartition(partition_index=0, leader_id=2)]),
+                mr.MetadataResponseTopic(name="gone", error_code=3)])
+
+
+def test_metadata_request_names_sorted_topics_or_all():
+    assert wire(core.metadata_request(None)).topics is None
+    req = wire(core.metadata_request(["b", "a", "b"], allow_auto_create=True))
+    assert [t.name for t in req.topics] == ["a", "b"] and req.allow_auto_topic_creation
+
+
+def test_cluster_reads_a_metadata_answer():
+    c = core.Cluster(clock=lambda: 42.0)
+    c.update(metadata_answer(), None)
+    assert c.brokers == {1: ("h1", 9092), 2: ("h2", 9092)} and c.controller_id == 2 and c.updated_at == 42.0
+    assert c.leader("t", 0) == 1 and c.leader("t", 1) == -1 and c.leader("nope", 0) == -1
+    assert c.topics["t"].available == [0] and c.topics["t"].partitions[0].leader_epoch == 3
+    assert c.partition_counts() == {"t": 2}
+    assert c.partition_counts(["__consumer_offsets"]) == {"__consumer_offsets": 1}
+    assert c.no_leader_error("gone") == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    c.forget_leader("t", 0)
+    assert c.leader("t", 0) == -1
+
+
+def test_cluster_update_for_some_topics_keeps_the_others():
+    c = core.Cluster()
+    c.update(metadata_answer(), None)
+    c.update(mr.MetadataResponse(brokers=[mr.MetadataResponseBroker(node_id=1, host="h1", port=9092)],
+                                 topics=[mr.MetadataResponseTopic(name="u", partitions=[])]), ["u", "gone"])
+    assert set(c.topics) == {"t", "__consumer_offsets", "u"}
+
+
+# ---------------------------------------------------------------- coordinators
+
+
+@pytest.mark.parametrize("version", [0, 3, 4, 6])
+def test_find_coordinator_request_at_every_version(version):
+    req = wire(core.find_coordinator_request("g", core.TRANSACTION), version)
+    if version >= 4:
+        assert req.coordinator_keys == ["g"] and req.key_type == 1
+    else:
+        assert req.key == "g" and (version == 0 or req.key_type == 1)
+
+
+def test_find_coordinator_answer_single_and_batched():
+    single = fcr.FindCoordinatorResponse(error_code=0, node_id=3, host="h", port=1)
+    assert core.read_find_coordinator(single) == (0, core.Coordinator(3, "h", 1), "")
+    batched = fcr.FindCoordinatorResponse(coordinators=[fcr.Coordinator(
+        key="g", node_id=-1, host="", port=-1, error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        error_message="loading")])
+    assert core.read_find_coordinator(batched) == (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, None, "loading")
+
+
+# ---------------------------------------------------------------- offsets
+
+
+def test_list_offsets_round_trip():
+    req = wire(core.list_offsets_request({("t", 0): core.EARLIEST, ("t", 1): 1234, ("u", 0): core.LATEST},
+                                         isolation_level=1, timeout_ms=500))
+    assert req.isolation_level == 1 and req.timeout_ms == 500 and req.replica_id == -1
+    assert {(t.name, p.partition_index): p.timestamp for t in req.topics for p in t.partitions} == \
+        {("t", 0): -2, ("t", 1): 1234, ("u", 0): -1}
+    resp = lor.ListOffsetsResponse(topics=[lor.ListOffsetsTopicResponse(name="t", partitions=[
+        lor.ListOffsetsPartitionResponse(partition_index=0, offset=5, timestamp=-1, leader_epoch=2),
+        lor.ListOffsetsPartitionResponse(partition_index=1, error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER)])])
+    res = core.read_list_offsets(resp)
+    assert res.ok == {TP("t", 0): core.ListedOffset(5, -1, 2)} and res.ok[("t", 0)].offset == 5
+    assert res.errors == {("t", 1): ErrorCode.NOT_LEADER_OR_FOLLOWER}
+    with pytest.raises(KafkaError):
+        res.raise_first("ListOffsets")
+
+
+def test_offset_fetch_round_trip():
+    req = wire(core.offset_fetch_request("g", [("t", 0), ("t", 2), ("u", 1)], require_stable=True))
+    assert req.group_id == "g" and req.require_stable
+    assert {t.name: t.partition_indexes for t in req.topics} == {"t": [0, 2], "u": [1]}
+    assert wire(core.offset_fetch_request("g", None)).topics is None
+    resp = ofr.OffsetFetchResponse(topics=[ofr.OffsetFetchResponseTopic(name="t", partitions=[
+        ofr.OffsetFetchResponsePartition(partition_index=0, committed_offset=10, metadata="m", committed_leader_epoch=4),
+        ofr.OffsetFetchResponsePartition(partition_index=2, committed_offset=-1),
+        ofr.OffsetFetchResponsePartition(partition_index=3, error_code=ErrorCode.UNSTABLE_OFFSET_COMMIT)])])
+    res = core.read_offset_fetch(resp)
+    assert res.ok == {("t", 0): core.OffsetAndMetadata(10, "m", 4), ("t", 2): None}
+    assert core.offset_fetch_error(resp) == ErrorCode.UNSTABLE_OFFSET_COMMIT
+    group_err = ofr.OffsetFetchResponse(error_code=ErrorCode.NOT_COORDINATOR)
+    assert core.read_offset_fetch(group_err).errors == {("", -1): ErrorCode.NOT_COORDINATOR}
+    assert core.offset_fetch_error(group_err) == ErrorCode.NOT_COORDINATOR
+
+
+def test_offset_commit_round_trip():
+    req = wire(core.offset_commit_request("g", {("t", 1): core.OffsetAndMetadata(7, "meta", 3),
+                                                ("t", 0): core.OffsetAndMetadata(5)}, 4, "m-1", "i-1"))
+    assert (req.group_id, req.generation_id_or_member_epoch, req.member_id, req.group_instance_id) == \
+        ("g", 4, "m-1", "i-1")
+    parts = {p.partition_index: p for p in req.topics[0].partitions}
+    assert (parts[1].committed_offset, parts[1].committed_metadata, parts[1].committed_leader_epoch) == (7, "meta", 3)
+    assert (parts[0].committed_offset, parts[0].committed_leader_epoch) == (5, -1)
+    standalone = wire(core.offset_commit_request("g", {("t", 0): core.OffsetAndMetadata(1)}))
+    assert standalone.generation_id_or_member_epoch == -1 and standalone.member_id == ""
+    resp = ocr.OffsetCommitResponse(topics=[ocr.OffsetCommitResponseTopic(name="t", partitions=[
+        ocr.OffsetCommitResponsePartition(partition_index=0),
+        ocr.OffsetCommitResponsePartition(partition_index=1, error_code=ErrorCode.REBALANCE_IN_PROGRESS)])])
+    res = core.read_offset_commit(resp)
+    assert list(res.ok) == [("t", 0)] and res.first_error() == ErrorCode.REBALANCE_IN_PROGRESS
+
+
+# ---------------------------------------------------------------- transactions
+
+
+PID = core.ProducerIdAndEpoch(1000, 3)
+
+
+def test_init_producer_id():
+    req = wire(core.init_producer_id_request("tx", 60000))
+    assert (req.transactional_id, req.transaction_timeout_ms, req.producer_id, req.producer_epoch) == \
+        ("tx", 60000, -1, -1)
+    assert wire(core.init_producer_id_request(None, 1)).transactional_id is None
+
+
+def test_add_partitions_to_txn_at_v3_and_its_errors():
+    req = wire(core.add_partitions_to_txn_request("tx", PID, [("t", 0), ("t", 1), ("u", 0)]))
+    assert (req.v3_and_below_transactional_id, req.v3_and_below_producer_id, req.v3_and_below_producer_epoch) == \
+        ("tx", 1000, 3)
+    assert {t.name: t.partitions for t in req.v3_and_below_topics} == {"t": [0, 1], "u": [0]}
+    resp = aptr.AddPartitionsToTxnResponse(results_by_topic_v3_and_below=[aptr.AddPartitionsToTxnTopicResult(
+        name="t", results_by_partition=[
+            aptr.AddPartitionsToTxnPartitionResult(partition_index=0, partition_error_code=55),
+            aptr.AddPartitionsToTxnPartitionResult(partition_index=1,
+                                                   partition_error_code=ErrorCode.CONCURRENT_TRANSACTIONS)])])
+    assert core.add_partitions_to_txn_error(resp) == ErrorCode.CONCURRENT_TRANSACTIONS
+
+
+def test_offsets_in_a_transaction():
+    req = wire(core.add_offsets_to_txn_request("tx", PID, "g"))
+    assert (req.transactional_id, req.producer_id, req.producer_epoch, req.group_id) == ("tx", 1000, 3, "g")
+    req = wire(core.txn_offset_commit_request("tx", PID, "g", {("t", 0): core.OffsetAndMetadata(9, "x")}, 2, "m"))
+    assert (req.group_id, req.generation_id, req.member_id) == ("g", 2, "m")
+    p = req.topics[0].partitions[0]
+    assert (p.partition_index, p.committed_offset, p.committed_metadata) == (0, 9, "x")
+    resp = tocr.TxnOffsetCommitResponse(topics=[tocr.TxnOffsetCommitResponseTopic(name="t", partitions=[
+        tocr.TxnOffsetCommitResponsePartition(partition_index=0, error_code=ErrorCode.NOT_COORDINATOR)])])
+    assert core.txn_offset_commit_error(resp) == ErrorCode.NOT_COORDINATOR
+
+
+def test_end_txn():
+    req = wire(core.end_txn_request("tx", PID, commit=False))
+    assert (req.transactional_id, req.producer_id, req.producer_epoch, req.committed) == ("tx", 1000, 3, False)
+
+
+# ---------------------------------------------------------------- admin
+
+
+def test_create_topics_with_counts_or_assignments():
+    req = wire(core.create_topics_request(
+        [NewTopic("a", 3, 1, config={"cleanup.policy": "compact"}), NewTopic("b", replica_assignment=[[1], [2]])],
+        1000, validate_only=True))
+    a, b = req.topics
+    assert (a.num_partitions, a.replication_factor, [(c.name, c.value) for c in a.configs]) == \
+        (3, 1, [("cleanup.policy", "compact")])
+    assert (b.num_partitions, [x.broker_ids for x in b.assignments]) == (-1, [[1], [2]])
+    assert req.validate_only and req.timeout_ms == 1000
+
+
+def test_admin_requests_survive_the_wire():
+    assert [t.name for t in wire(core.delete_topics_request(["a"], 10)).topics] == ["a"]
+    assert wire(core.delete_topics_request(["a"], 10), 5).topic_names == ["a"]
+    assert wire(core.create_partitions_request("a", 4, 10)).topics[0].count == 4
+    d = wire(core.describe_configs_request(2, "a", ["x"])).resources[0]
+    assert (d.resource_type, d.resource_name, d.configuration_keys) == (2, "a", ["x"])
+    c = wire(core.incremental_alter_configs_request(2, "a", [("x", 1, None)])).resources[0].configs[0]
+    assert (c.name, c.config_operation, c.value) == ("x", 1, None)
+    assert wire(core.alter_configs_request(2, "a", {"x": "1"})).resources[0].configs[0].value == "1"
+    assert wire(core.delete_records_request({("t", 0): 5}, 10)).topics[0].partitions[0].offset == 5
+    assert wire(core.list_groups_request(["Empty"])).states_filter == ["Empty"]
+    assert wire(core.describe_groups_request(["g"])).groups == ["g"]
+    assert wire(core.delete_groups_request(["g"])).groups_names == ["g"]
+
+
+def test_delete_records_answer():
+    resp = drr.DeleteRecordsResponse(topics=[drr.DeleteRecordsTopicResult(name="t", partitions=[
+        drr.DeleteRecordsPartitionResult(partition_index=0, low_watermark=5),
+        drr.DeleteRecordsPartitionResult(partition_index=1, error_code=ErrorCode.OFFSET_OUT_OF_RANGE)])])
+    res = core.read_delete_records(resp)
+    assert res.ok == {("t", 0): 5} and res.errors == {("t", 1): ErrorCode.OFFSET_OUT_OF_RANGE}
