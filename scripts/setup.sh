@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Set Rivulet up on a fresh Debian machine: the system packages it needs, then a virtual
+# environment in .venv with Rivulet installed in it (Debian's own pip is externally managed,
+# so nothing is installed into the system Python).
+#
+#   bash scripts/setup.sh            # Rivulet with PySpark: enough for `rivulet demo`
+#   bash scripts/setup.sh test,spark # also the test clients (what .ci/run uses)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="${1:-spark}"
+
+if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+apt_updated=""
+apt_install() {
+  [ $# -gt 0 ] || return 0
+  echo "installing Debian packages: $*"
+  if [ -z "$apt_updated" ]; then $SUDO apt-get update -qq; apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+need=()
+# A C compiler and the Python headers build the optional record codec (_speedups.c).
+command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
+python3 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+  || need+=(python3-dev)
+case ",$extras," in
+  *,spark,*)
+    # Spark 4 runs on Java 17 or later.
+    major=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1)
+    if [ -z "$major" ] || [ "$major" -lt 17 ]; then need+=(default-jre-headless); fi ;;
+esac
+case ",$extras," in
+  *,test,*)
+    # kcat is one of the real clients the integration tests drive.
+    if ! command -v kcat >/dev/null 2>&1 && ! command -v kafkacat >/dev/null 2>&1; then need+=(kcat); fi ;;
+esac
+apt_install "${need[@]}"
+
+if [ ! -x .venv/bin/python ]; then
+  if ! python3 -m venv .venv 2>/dev/null; then
+    rm -rf .venv
+    apt_install python3-venv
+    python3 -m venv .venv
+  fi
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$extras]"
+echo "set up: .venv (activate it with '. .venv/bin/activate')"
