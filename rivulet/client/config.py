@@ -1,7 +1,8 @@
 """Client configuration: Kafka property names in, typed and validated settings out.
 
-Every property the client understands is declared once below with its type, default, the
-roles it applies to, and the spellings librdkafka (confluent-kafka) and Java users know it by.
+Every property the client understands is declared once below on the shared config framework
+(``rivulet.common.config``): its type, default, validator and documentation, with the roles it
+applies to and the spellings librdkafka (confluent-kafka) and Java users know it by.
 Construction fails with a ConfigException naming the property for an unknown name or a bad
 value; a property of the other role (``group.id`` given to a producer) is ignored with a
 warning, as librdkafka does, because shared base configs are common.
@@ -10,10 +11,23 @@ warning, as librdkafka does, because shared base configs are common.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from rivulet.client.errors import ConfigException
+from rivulet.common.config import (
+    INT_MAX,
+    ConfigDef,
+    ConfigError,
+    ConfigKey,
+    ConfigType,
+    Importance,
+    Validator,
+    at_least,
+    between,
+    parse_value,
+)
 
 log = logging.getLogger("rivulet.client")
 
@@ -22,171 +36,202 @@ ALL = frozenset((P, C, A))
 PROD = frozenset((P,))
 CONS = frozenset((C,))
 
-INT32_MAX = 2**31 - 1
+INT32_MAX = INT_MAX
+B, S, I, L, D, LS, CL = (ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.LONG, ConfigType.DOUBLE,
+                         ConfigType.LIST, ConfigType.CLASS)
+HIGH, MEDIUM, LOW = Importance.HIGH, Importance.MEDIUM, Importance.LOW
 
 
 @dataclass(frozen=True)
 class Prop:
-    name: str
-    kind: str  # int, bool, str, enum, list, callable, any
-    default: Any
+    """A client property: its definition, the roles that take it, and the other spellings
+    librdkafka (confluent-kafka) users know it by."""
+
+    key: ConfigKey
     roles: frozenset[str]
     aliases: tuple[str, ...] = ()
-    choices: Mapping[str, Any] | None = None  # accepted spelling -> canonical value
-    lo: int | None = None
-    hi: int | None = None
-    ignored: bool = False  # accepted for compatibility; has no effect
-    doc: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.key.name
+
+    @property
+    def default(self) -> Any:
+        return self.key.default
 
 
-def _e(*pairs: str) -> dict[str, str]:
-    """Choices given as 'spelling=canonical' or 'name'."""
-    out = {}
+def _range(lo: float | None, hi: float | None) -> Validator | None:
+    if lo is not None and hi is not None:
+        return between(lo, hi)
+    return at_least(lo) if lo is not None else None
+
+
+def _choices(*pairs: str, **canonical: Any) -> Callable[[Any], Any]:
+    """An enum property's spellings, given as 'spelling=canonical' or 'name', or as keywords
+    whose value is the canonical Python value."""
+    table: dict[str, Any] = dict(canonical)
     for p in pairs:
         k, _, v = p.partition("=")
-        out[k] = v or k
-    return out
+        table[k] = v or k
 
+    def convert(value: Any) -> Any:
+        key = str(value).strip()
+        if key in table:
+            return table[key]
+        if key.lower() in table:
+            return table[key.lower()]
+        raise ValueError(f"expected one of {', '.join(sorted(table))}")
+
+    return convert
+
+
+def _lower_list(value: Any) -> tuple[str, ...]:
+    items = tuple(x.lower() for x in parse_value(ConfigType.LIST, value))
+    if not items:
+        raise ValueError("the list is empty")
+    return items
+
+
+def _callable(value: Any) -> Any:
+    if not callable(value):
+        raise ValueError("expected a callable")
+    return value
+
+
+def _p(name: str, ctype: ConfigType, default: Any, roles: frozenset[str], doc: str, *aliases: str,
+       lo: float | None = None, hi: float | None = None, convert: Callable[[Any], Any] | None = None,
+       importance: Importance = MEDIUM, ignored: bool = False) -> Prop:
+    key = ConfigKey(name, ctype, default, _range(lo, hi), doc, importance, ignored=ignored, convert=convert)
+    return Prop(key, roles, aliases)
+
+
+_ANY = lambda v: v  # noqa: E731  (an object passed through as given, e.g. a logger)
 
 PROPS: list[Prop] = [
     # ---- common
-    Prop("bootstrap.servers", "str", None, ALL, ("metadata.broker.list",)),
-    Prop("client.id", "str", "rivulet", ALL),
-    Prop("request.timeout.ms", "int", 30000, ALL, ("socket.timeout.ms",), lo=1, hi=INT32_MAX),
-    Prop("retry.backoff.ms", "int", 100, ALL, lo=1, hi=300000),
-    Prop("retry.backoff.max.ms", "int", 1000, ALL, lo=1, hi=300000),
-    Prop("reconnect.backoff.ms", "int", 50, ALL, lo=0, hi=3600000),
-    Prop("reconnect.backoff.max.ms", "int", 1000, ALL, lo=0, hi=3600000),
-    Prop("metadata.max.age.ms", "int", 300000, ALL, ("topic.metadata.refresh.interval.ms",), lo=1),
-    Prop("socket.connection.setup.timeout.ms", "int", 30000, ALL, lo=1000),
-    Prop("security.protocol", "enum", "plaintext", ALL, choices=_e("plaintext", "PLAINTEXT=plaintext")),
-    Prop("client.rack", "str", None, ALL),
-    Prop("error_cb", "callable", None, ALL),
-    Prop("logger", "any", None, ALL),
-    Prop("allow.auto.create.topics", "bool", None, ALL),
+    _p("bootstrap.servers", S, None, ALL, "Brokers to contact first, host:port comma-separated.",
+       "metadata.broker.list", importance=HIGH),
+    _p("client.id", S, "rivulet", ALL, "Name sent with every request, for the broker's logs and quotas."),
+    _p("request.timeout.ms", I, 30000, ALL, "How long to wait for a broker's answer before retrying.",
+       "socket.timeout.ms", lo=1, hi=INT32_MAX),
+    _p("retry.backoff.ms", L, 100, ALL, "First wait before retrying a failed request.", lo=1, hi=300000),
+    _p("retry.backoff.max.ms", L, 1000, ALL, "Longest wait between retries; the wait doubles up to it.",
+       lo=1, hi=300000),
+    _p("reconnect.backoff.ms", L, 50, ALL, "First wait before reconnecting to a broker.", lo=0, hi=3600000),
+    _p("reconnect.backoff.max.ms", L, 1000, ALL, "Longest wait before reconnecting.", lo=0, hi=3600000),
+    _p("metadata.max.age.ms", L, 300000, ALL, "Metadata older than this is refreshed.",
+       "topic.metadata.refresh.interval.ms", lo=1),
+    _p("socket.connection.setup.timeout.ms", L, 30000, ALL, "How long a connection attempt may take.", lo=1000),
+    _p("security.protocol", S, "plaintext", ALL, "Only plaintext is supported.",
+       convert=_choices("plaintext", "PLAINTEXT=plaintext")),
+    _p("client.rack", S, None, ALL, "The rack of this client, sent to the broker."),
+    _p("error_cb", CL, None, ALL, "Called with a KafkaError for errors outside any one request.",
+       convert=_callable),
+    _p("logger", CL, None, ALL, "A logging.Logger to log to instead of 'rivulet.client'.", convert=_ANY),
+    _p("allow.auto.create.topics", B, None, ALL, "Let metadata requests create missing topics (default: "
+       "false for consumers, true otherwise)."),
     # Accepted so existing confluent-kafka configs keep working; no effect here.
-    Prop("stats_cb", "callable", None, ALL, ignored=True),
-    Prop("throttle_cb", "callable", None, ALL, ignored=True),
-    Prop("statistics.interval.ms", "int", 0, ALL, ignored=True),
-    Prop("debug", "str", None, ALL, ignored=True),
-    Prop("api.version.request", "bool", True, ALL, ignored=True),
-    Prop("broker.address.family", "enum", "any", ALL, choices=_e("any", "v4", "v6"), ignored=True),
-    Prop("connections.max.idle.ms", "int", 0, ALL, ignored=True),
-    Prop("socket.keepalive.enable", "bool", False, ALL, ignored=True),
-    Prop("socket.nagle.disable", "bool", True, ALL, ignored=True),
-    Prop("log_level", "int", 6, ALL, ignored=True),
+    _p("stats_cb", CL, None, ALL, "librdkafka statistics callback.", convert=_callable, ignored=True),
+    _p("throttle_cb", CL, None, ALL, "librdkafka throttle callback.", convert=_callable, ignored=True),
+    _p("statistics.interval.ms", I, 0, ALL, "librdkafka statistics interval.", ignored=True),
+    _p("debug", S, None, ALL, "librdkafka debug contexts.", ignored=True),
+    _p("api.version.request", B, True, ALL, "librdkafka ApiVersions switch.", ignored=True),
+    _p("broker.address.family", S, "any", ALL, "librdkafka address family.", convert=_choices("any", "v4", "v6"),
+       ignored=True),
+    _p("connections.max.idle.ms", L, 0, ALL, "Idle connection timeout.", ignored=True),
+    _p("socket.keepalive.enable", B, False, ALL, "TCP keepalive.", ignored=True),
+    _p("socket.nagle.disable", B, True, ALL, "TCP_NODELAY (always set).", ignored=True),
+    _p("log_level", I, 6, ALL, "librdkafka syslog level.", ignored=True),
     # ---- producer
-    Prop("acks", "enum", -1, PROD, ("request.required.acks",), choices={"all": -1, "-1": -1, "0": 0, "1": 1}),
-    Prop("linger.ms", "float", 5.0, PROD, ("queue.buffering.max.ms",), lo=0, hi=900000),
-    Prop("batch.size", "int", 1000000, PROD, lo=1, hi=INT32_MAX),
-    Prop("batch.num.messages", "int", 10000, PROD, lo=1, hi=1000000),
-    Prop("compression.type", "enum", "none", PROD, ("compression.codec",),
-         choices=_e("none", "gzip", "snappy", "lz4", "zstd", "uncompressed=none")),
-    Prop("compression.level", "int", -1, PROD, lo=-1, hi=22),
-    Prop("enable.idempotence", "bool", None, PROD),
-    Prop("max.in.flight.requests.per.connection", "int", 5, PROD, ("max.in.flight",), lo=1, hi=1000000),
-    Prop("retries", "int", INT32_MAX, PROD, ("message.send.max.retries",), lo=0, hi=INT32_MAX),
-    Prop("delivery.timeout.ms", "int", 120000, PROD, ("message.timeout.ms",), lo=0, hi=INT32_MAX),
-    Prop("max.request.size", "int", 1048576, PROD, ("message.max.bytes",), lo=1000, hi=1000000000),
-    Prop("queue.buffering.max.messages", "int", 100000, PROD, lo=1, hi=INT32_MAX),
-    Prop("queue.buffering.max.kbytes", "int", 1048576, PROD, lo=1, hi=INT32_MAX),
-    Prop("max.block.ms", "int", 60000, PROD, lo=0),
-    Prop("partitioner", "enum", "murmur2_random", PROD,
-         choices=_e("murmur2_random", "murmur2", "consistent_random", "consistent", "random")),
-    Prop("on_delivery", "callable", None, PROD, ("delivery.report.cb",)),
-    Prop("delivery.report.only.error", "bool", False, PROD),
-    Prop("transactional.id", "str", None, PROD),
-    Prop("transaction.timeout.ms", "int", 60000, PROD, lo=1000, hi=INT32_MAX),
-    Prop("sticky.partitioning.linger.ms", "int", 10, PROD, ignored=True),
+    _p("acks", S, -1, PROD, "Replicas that must have a batch before it counts as sent: all (-1), 1 or 0.",
+       "request.required.acks", convert=_choices(**{"all": -1, "-1": -1, "0": 0, "1": 1}), importance=HIGH),
+    _p("linger.ms", D, 5.0, PROD, "How long a batch may wait for more records before it is sent.",
+       "queue.buffering.max.ms", lo=0, hi=900000),
+    _p("batch.size", I, 1000000, PROD, "Largest batch per partition, in bytes.", lo=1, hi=INT32_MAX),
+    _p("batch.num.messages", I, 10000, PROD, "Most records in one batch.", lo=1, hi=1000000),
+    _p("compression.type", S, "none", PROD, "Codec for batches: none, gzip, snappy, lz4 or zstd.",
+       "compression.codec", convert=_choices("none", "gzip", "snappy", "lz4", "zstd", "uncompressed=none"),
+       importance=HIGH),
+    _p("compression.level", I, -1, PROD, "Codec level; -1 for the codec's default.", lo=-1, hi=22),
+    _p("enable.idempotence", B, None, PROD, "Exactly-once writes per partition (on unless settings rule it out)."),
+    _p("max.in.flight.requests.per.connection", I, 5, PROD, "Produce requests in flight per broker.",
+       "max.in.flight", lo=1, hi=1000000),
+    _p("retries", I, INT32_MAX, PROD, "How often a failed batch is retried.", "message.send.max.retries",
+       lo=0, hi=INT32_MAX),
+    _p("delivery.timeout.ms", I, 120000, PROD, "Longest time from produce() to the delivery report.",
+       "message.timeout.ms", lo=0, hi=INT32_MAX),
+    _p("max.request.size", I, 1048576, PROD, "Largest produce request.", "message.max.bytes", lo=1000,
+       hi=1000000000),
+    _p("queue.buffering.max.messages", I, 100000, PROD, "Most records waiting to be sent.", lo=1, hi=INT32_MAX),
+    _p("queue.buffering.max.kbytes", I, 1048576, PROD, "Most KiB of records waiting to be sent.", lo=1,
+       hi=INT32_MAX),
+    _p("max.block.ms", L, 60000, PROD, "How long produce() may block when the queue is full.", lo=0),
+    _p("partitioner", S, "murmur2_random", PROD, "How keys map to partitions.",
+       convert=_choices("murmur2_random", "murmur2", "consistent_random", "consistent", "random")),
+    _p("on_delivery", CL, None, PROD, "Called with (err, msg) for each record.", "delivery.report.cb",
+       convert=_callable),
+    _p("delivery.report.only.error", B, False, PROD, "Report failed deliveries only."),
+    _p("transactional.id", S, None, PROD, "Makes the producer transactional, with this stable id."),
+    _p("transaction.timeout.ms", I, 60000, PROD, "The broker aborts a transaction open longer than this.",
+       lo=1000, hi=INT32_MAX),
+    _p("sticky.partitioning.linger.ms", I, 10, PROD, "librdkafka sticky partitioning.", ignored=True),
     # ---- consumer
-    Prop("group.id", "str", None, CONS),
-    Prop("group.instance.id", "str", None, CONS),
-    Prop("group.protocol", "enum", "classic", CONS, choices=_e("classic")),
-    Prop("auto.offset.reset", "enum", "latest", CONS,
-         choices=_e("earliest", "smallest=earliest", "beginning=earliest", "latest", "largest=latest",
-                    "end=latest", "none", "error=none")),
-    Prop("enable.auto.commit", "bool", True, CONS),
-    Prop("auto.commit.interval.ms", "int", 5000, CONS, lo=0),
-    Prop("enable.auto.offset.store", "bool", True, CONS),
-    Prop("session.timeout.ms", "int", 45000, CONS, lo=1, hi=3600000),
-    Prop("heartbeat.interval.ms", "int", 3000, CONS, lo=1, hi=3600000),
-    Prop("max.poll.interval.ms", "int", 300000, CONS, lo=1, hi=86400000),
-    Prop("partition.assignment.strategy", "list", ("range", "roundrobin"), CONS),
-    Prop("isolation.level", "enum", "read_committed", CONS,
-         choices=_e("read_committed", "read_uncommitted")),
-    Prop("fetch.min.bytes", "int", 1, CONS, lo=1, hi=100000000),
-    Prop("fetch.max.wait.ms", "int", 500, CONS, ("fetch.wait.max.ms",), lo=0, hi=300000),
-    Prop("fetch.max.bytes", "int", 52428800, CONS, lo=0, hi=INT32_MAX),
-    Prop("max.partition.fetch.bytes", "int", 1048576, CONS, ("fetch.message.max.bytes",), lo=1, hi=INT32_MAX),
+    _p("group.id", S, None, CONS, "The consumer group to join; needed for subscribe() and commits.",
+       importance=HIGH),
+    _p("group.instance.id", S, None, CONS, "A static member id: a restart within the session timeout keeps "
+       "the assignment."),
+    _p("group.protocol", S, "classic", CONS, "The group protocol; Rivulet speaks classic.",
+       convert=_choices("classic")),
+    _p("auto.offset.reset", S, "latest", CONS, "Where to start without a committed offset: earliest, latest "
+       "or none (an error).", convert=_choices("earliest", "smallest=earliest", "beginning=earliest", "latest",
+                                               "largest=latest", "end=latest", "none", "error=none"),
+       importance=HIGH),
+    _p("enable.auto.commit", B, True, CONS, "Commit consumed positions in the background."),
+    _p("auto.commit.interval.ms", I, 5000, CONS, "How often positions are committed automatically.", lo=0),
+    _p("enable.auto.offset.store", B, True, CONS, "Store a record's offset for commit when it is returned."),
+    _p("session.timeout.ms", I, 45000, CONS, "A member silent this long leaves the group.", lo=1, hi=3600000),
+    _p("heartbeat.interval.ms", I, 3000, CONS, "How often the member heartbeats.", lo=1, hi=3600000),
+    _p("max.poll.interval.ms", I, 300000, CONS, "Longest gap between poll() calls before the member leaves.",
+       lo=1, hi=86400000),
+    _p("partition.assignment.strategy", LS, ("range", "roundrobin"), CONS, "Assignors offered to the group: "
+       "range, roundrobin, cooperative-sticky.", convert=_lower_list),
+    _p("isolation.level", S, "read_committed", CONS, "read_committed hides aborted and open transactions.",
+       convert=_choices("read_committed", "read_uncommitted")),
+    _p("fetch.min.bytes", I, 1, CONS, "Bytes a fetch waits for before it is answered.", lo=1, hi=100000000),
+    _p("fetch.max.wait.ms", I, 500, CONS, "Longest a fetch waits for fetch.min.bytes.", "fetch.wait.max.ms",
+       lo=0, hi=300000),
+    _p("fetch.max.bytes", I, 52428800, CONS, "Largest fetch response asked for.", lo=0, hi=INT32_MAX),
+    _p("max.partition.fetch.bytes", I, 1048576, CONS, "Largest data per partition in a fetch.",
+       "fetch.message.max.bytes", lo=1, hi=INT32_MAX),
     # librdkafka buffers 64 MiB; a quarter keeps the garbage collector's scans of buffered
     # Message objects short and still holds several full fetch responses.
-    Prop("queued.max.messages.kbytes", "int", 16384, CONS, lo=1, hi=2097151),
-    Prop("queued.min.messages", "int", 100000, CONS, lo=1, ignored=True),
-    Prop("max.poll.records", "int", 500, CONS, lo=1),
-    Prop("check.crcs", "bool", False, CONS),
-    Prop("enable.partition.eof", "bool", False, CONS),
-    Prop("on_commit", "callable", None, CONS),
-    Prop("exclude.internal.topics", "bool", True, CONS),
+    _p("queued.max.messages.kbytes", I, 16384, CONS, "Most KiB of fetched records buffered.", lo=1, hi=2097151),
+    _p("queued.min.messages", I, 100000, CONS, "librdkafka prefetch threshold.", lo=1, ignored=True),
+    _p("max.poll.records", I, 500, CONS, "Most records one poll returns.", lo=1),
+    _p("check.crcs", B, False, CONS, "Verify each batch's CRC."),
+    _p("enable.partition.eof", B, False, CONS, "Report reaching the end of a partition."),
+    _p("on_commit", CL, None, CONS, "Called with (err, partitions) after each commit.", convert=_callable),
+    _p("exclude.internal.topics", B, True, CONS, "Never match internal topics when subscribing by pattern."),
 ]
 
+CLIENT_CONFIGS = ConfigDef(p.key for p in PROPS)
 BY_NAME: dict[str, Prop] = {}
-for _p in PROPS:
-    BY_NAME[_p.name] = _p
-    for _a in _p.aliases:
-        BY_NAME[_a] = _p
+for _prop in PROPS:
+    BY_NAME[_prop.name] = _prop
+    for _a in _prop.aliases:
+        BY_NAME[_a] = _prop
 
 ASSIGNORS = ("range", "roundrobin", "cooperative-sticky")
 
 
 def _coerce(p: Prop, given: str, value: Any) -> Any:
-    def bad(why: str) -> ConfigException:
-        return ConfigException(f"Invalid value {value!r} for configuration property \"{given}\": {why}")
-
-    if value is None and p.kind in ("str", "callable", "any"):
+    if value is None and p.key.type in (ConfigType.STRING, ConfigType.CLASS):
         return None
-    k = p.kind
-    if k in ("int", "float"):
-        if isinstance(value, bool):
-            raise bad("expected a number")
-        try:
-            v = float(value) if k == "float" else int(str(value).strip()) if isinstance(value, str) else int(value)
-        except (TypeError, ValueError):
-            raise bad("expected a number") from None
-        if k == "int" and isinstance(value, float) and value != int(value):
-            raise bad("expected an integer")
-        if p.lo is not None and v < p.lo:
-            raise bad(f"must be at least {p.lo}")
-        if p.hi is not None and v > p.hi:
-            raise bad(f"must be at most {p.hi}")
-        return v
-    if k == "bool":
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-            return value.strip().lower() == "true"
-        raise bad("expected true or false")
-    if k == "str":
-        if not isinstance(value, str):
-            raise bad("expected a string")
-        return value
-    if k == "enum":
-        key = str(value).strip()
-        if key in p.choices:
-            return p.choices[key]
-        if key.lower() in p.choices:
-            return p.choices[key.lower()]
-        raise bad(f"expected one of {', '.join(sorted(p.choices))}")
-    if k == "list":
-        items = value.split(",") if isinstance(value, str) else list(value)
-        out = tuple(str(i).strip().lower() for i in items if str(i).strip())
-        if not out:
-            raise bad("the list is empty")
-        return out
-    if k == "callable":
-        if not callable(value):
-            raise bad("expected a callable")
-        return value
-    return value
+    try:
+        return p.key.parse(value)
+    except ConfigError as e:
+        raise ConfigException(f"Invalid value {value!r} for configuration property \"{given}\": {e.reason}") \
+            from None
 
 
 class Config(dict):

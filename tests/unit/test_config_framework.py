@@ -139,3 +139,19 @@ def test_broker_help_lists_every_property_with_its_default(capsys):
     for k in BROKER_CONFIGS:
         assert k.name in out, k.name
     assert "log.segment.bytes" in out and "1073741824" in out
+
+
+def test_committed_configuration_docs_are_up_to_date():
+    import importlib.util
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("gen_config_docs", root / "tools" / "gen_config_docs.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    text = gen.render()
+    assert (root / "docs" / "configuration.md").read_text() == text, \
+        "docs/configuration.md is out of date: run python tools/gen_config_docs.py"
+    from rivulet.client.config import PROPS
+    for name in [*BROKER_CONFIGS.names(), *TOPIC_CONFIGS.names(), *(p.name for p in PROPS)]:
+        assert f"`{name}`" in text, name
+    assert all(p.key.doc for p in PROPS)
