@@ -1,0 +1,118 @@
+"""The README's shell commands, run as written, in order, in a fresh copy of the checkout
+with a fresh virtual environment: the set-up a new user follows must work."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+ROOT = Path(__file__).resolve().parents[2]
+PORT = 9092  # the README names Kafka's default port
+SELF = "bash .ci/run"  # the command that runs this very test: not run again from inside it
+# Checks on what a command printed, by a piece of the command.
+EXPECT_OUTPUT = {
+    "rivulet topics list": "events",
+    "rivulet topics describe": "events",
+    "kcat -b 127.0.0.1:9092 -C": "hello",
+    "rivulet consume": "hello",
+    "rivulet groups list": "my-app",
+}
+
+
+def readme_commands(text: str) -> list[str]:
+    """Every command of the README's ```sh blocks, continuation lines joined."""
+    commands: list[str] = []
+    for block in re.findall(r"^```sh\n(.*?)^```", text, flags=re.S | re.M):
+        pending = ""
+        for line in block.splitlines():
+            if line.rstrip().endswith("\\"):
+                pending += line.rstrip()[:-1] + " "
+                continue
+            line = (pending + line).strip()
+            pending = ""
+            if line and not line.startswith("#"):
+                commands.append(line)
+    return commands
+
+
+def test_readme_commands_parse():
+    cmds = readme_commands((ROOT / "README.md").read_text())
+    assert cmds[0].startswith("bash scripts/setup.sh") and "rivulet demo" in cmds[0]
+    assert SELF in cmds
+    assert any(c.startswith("rivulet broker") for c in cmds)
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _fresh_copy(dst: Path) -> None:
+    """The files git knows of, as a clean clone has them (no .venv, no build outputs)."""
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    for rel in files.decode().split("\0"):
+        if rel and (ROOT / rel).is_file():
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, dst / rel)
+
+
+def test_readme_commands_run_as_written(tmp_path):
+    if _port_open(PORT):
+        pytest.fail(f"port {PORT} is in use; the README's commands need Kafka's default port free")
+    work = tmp_path / "rivulet"
+    _fresh_copy(work)
+    commands = readme_commands((work / "README.md").read_text())
+    venv_bin = work / ".venv" / "bin"
+    env = {**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}", "VIRTUAL_ENV": str(work / ".venv")}
+    for var in ("PYTHONPATH", "PYSPARK_PYTHON", "RIVULET_BOOTSTRAP"):
+        env.pop(var, None)
+
+    background: list[tuple[str, subprocess.Popen]] = []
+    ran: list[str] = []
+    try:
+        for cmd in commands:
+            if cmd == SELF:
+                continue
+            if cmd.startswith("rivulet broker"):
+                # Runs in the foreground in the README; here in the background until the end.
+                log = open(tmp_path / "broker.log", "wb")
+                proc = subprocess.Popen(["bash", "-c", f"exec {cmd}"], cwd=work, env=env,
+                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                background.append((cmd, proc))
+                deadline = time.monotonic() + 60
+                while not _port_open(PORT):
+                    assert proc.poll() is None, f"{cmd!r} exited: {(tmp_path / 'broker.log').read_text()}"
+                    assert time.monotonic() < deadline, f"{cmd!r} did not start listening"
+                    time.sleep(0.1)
+                ran.append(cmd)
+                continue
+            done = subprocess.run(["bash", "-c", cmd], cwd=work, env=env, capture_output=True, text=True,
+                                  timeout=600, stdin=subprocess.DEVNULL)
+            assert done.returncode == 0, f"{cmd!r} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+            for piece, expected in EXPECT_OUTPUT.items():
+                if cmd.startswith(piece):
+                    assert expected in done.stdout, f"{cmd!r} printed:\n{done.stdout[-3000:]}"
+            ran.append(cmd)
+        # Every command but this test's own ran, the demo and a broker among them.
+        assert len(ran) == len(commands) - 1
+        assert (work / ".venv" / "bin" / "rivulet").exists()
+    finally:
+        for cmd, proc in background:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                rc = proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                rc = proc.wait()
+            assert rc == 0, f"{cmd!r} did not stop cleanly on SIGTERM (exit {rc})"
