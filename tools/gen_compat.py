@@ -9,29 +9,8 @@ from rivulet.protocol import framing
 from rivulet.server.apis import SUPPORTED_VERSIONS
 
 
-def registered_versions() -> dict[int, tuple[int, int]]:
-    """What a running broker advertises: KafkaApis plus the coordinators that register with it."""
-    import asyncio
-    import tempfile
-
-    from rivulet.server.broker import Broker
-    from rivulet.server.config import BrokerConfig
-
-    async def run() -> dict[int, tuple[int, int]]:
-        with tempfile.TemporaryDirectory() as d:
-            b = Broker(BrokerConfig({"log.dirs": d, "listeners": "PLAINTEXT://127.0.0.1:0"}))
-            await b.start()
-            versions = dict(b.apis.supported)
-            await b.shutdown()
-            return versions
-    try:
-        return asyncio.run(run())
-    except Exception:
-        return dict(SUPPORTED_VERSIONS)
-
-
 def main() -> None:
-    ours = registered_versions()
+    ours = SUPPORTED_VERSIONS
     print("| key | API | Rivulet | Kafka schema (validVersions) |")
     print("|---:|---|---|---|")
     for key, (lo, hi) in sorted(framing.api_version_ranges().items()):

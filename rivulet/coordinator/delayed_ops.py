@@ -4,13 +4,28 @@ coordinator, which owns the group state."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Hashable
+from typing import Callable, Hashable, Protocol
 
+from rivulet.coordinator.group_metadata import GroupMetadata
 from rivulet.delayed import DelayedOperation, DelayedOperationPurgatory
 
-if TYPE_CHECKING:
-    from rivulet.coordinator.group_coordinator import GroupCoordinator
-    from rivulet.coordinator.group_metadata import GroupMetadata
+
+class GroupCoordinator(Protocol):
+    """The decisions these operations defer to (``group_coordinator.GroupCoordinator``)."""
+
+    def try_complete_join(self, group: GroupMetadata, force_complete: Callable[[], bool]) -> bool: ...
+
+    def on_complete_join(self, group: GroupMetadata) -> None: ...
+
+    def try_complete_pending_sync(self, group: GroupMetadata, generation_id: int,
+                                  force_complete: Callable[[], bool]) -> bool: ...
+
+    def on_expire_pending_sync(self, group: GroupMetadata, generation_id: int) -> None: ...
+
+    def try_complete_heartbeat(self, group: GroupMetadata, member_id: str, is_pending: bool,
+                               force_complete: Callable[[], bool]) -> bool: ...
+
+    def on_expire_heartbeat(self, group: GroupMetadata, member_id: str, is_pending: bool) -> None: ...
 
 
 def join_key(group_id: str) -> Hashable:

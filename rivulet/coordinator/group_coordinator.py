@@ -15,6 +15,9 @@ import logging
 from collections import deque
 from typing import Any, Callable, Iterable, Iterator
 
+from rivulet.common.cluster import ConfigValues, InternalTopicCreator, MetadataView, NodeEndpoint
+from rivulet.common.time import SYSTEM_CLOCK, Clock
+from rivulet.common.types import TopicPartition
 from rivulet.coordinator.delayed_ops import (
     DelayedHeartbeat,
     DelayedJoin,
@@ -39,13 +42,12 @@ from rivulet.coordinator.group_metadata import (
     OffsetAndMetadata,
     SyncCallback,
     SyncGroupResult,
-    TopicPartitionKey,
-    wall_clock_ms,
 )
 from rivulet.coordinator.group_metadata_manager import GroupMetadataManager, PartitionData
 from rivulet.coordinator.offsets_topic import GROUP_METADATA_TOPIC_NAME
-from rivulet.delayed import DelayedOperationPurgatory
+from rivulet.delayed import DelayedOperationPurgatory, Timer
 from rivulet.protocol.errors import ErrorCode
+from rivulet.replication.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -64,23 +66,22 @@ LeaveResult = tuple[str, str | None, ErrorCode]
 class GroupCoordinator:
     """Owns every group whose __consumer_offsets partition this node leads."""
 
-    def __init__(self, broker: Any) -> None:
-        self.broker = broker
-        cfg = broker.config
-        self.config = cfg
-        self.min_session_timeout_ms: int = cfg["group.min.session.timeout.ms"]
-        self.max_session_timeout_ms: int = cfg["group.max.session.timeout.ms"]
-        self.max_group_size: int = cfg["group.max.size"]
-        self.initial_rebalance_delay_ms: int = cfg["group.initial.rebalance.delay.ms"]
-        self.clock: Callable[[], int] = getattr(broker, "wall_clock", None) or wall_clock_ms
-        self.heartbeat_purgatory: DelayedOperationPurgatory = DelayedOperationPurgatory("Heartbeat", broker.timer)
-        self.rebalance_purgatory: DelayedOperationPurgatory = DelayedOperationPurgatory("Rebalance", broker.timer)
+    def __init__(self, config: ConfigValues, replica_manager: ReplicaManager, metadata: MetadataView,
+                 topic_creator: InternalTopicCreator, node: NodeEndpoint, timer: Timer,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        self.config = config
+        self.replica_manager = replica_manager
+        self.metadata = metadata
+        self.topic_creator = topic_creator
+        self.node = node
+        self.clock = clock
+        self.min_session_timeout_ms: int = config["group.min.session.timeout.ms"]
+        self.max_session_timeout_ms: int = config["group.max.session.timeout.ms"]
+        self.max_group_size: int = config["group.max.size"]
+        self.initial_rebalance_delay_ms: int = config["group.initial.rebalance.delay.ms"]
+        self.heartbeat_purgatory: DelayedOperationPurgatory = DelayedOperationPurgatory("Heartbeat", timer)
+        self.rebalance_purgatory: DelayedOperationPurgatory = DelayedOperationPurgatory("Rebalance", timer)
         self.manager: GroupMetadataManager | None = None
-        # FindCoordinator key type -> resolver(key) -> (error, node id, host, port). The
-        # transaction coordinator registers key type 1 here when it lands.
-        self.coordinator_resolvers: dict[int, Callable[[str], tuple[ErrorCode, int, str, int]]] = {
-            0: self.find_group_coordinator,
-        }
         self._active = False
         self._load_queue: deque[int] = deque()
         self._loader: asyncio.Task | None = None
@@ -88,22 +89,14 @@ class GroupCoordinator:
         self.completed_rebalances = 0
 
     # ------------------------------------------------------------ lifecycle
-    def register_apis(self, apis: Any) -> None:
-        from rivulet.coordinator.group_apis import GroupApis
-        GroupApis(self).register(apis)
-
     def startup(self) -> None:
-        b = self.broker
         cfg = self.config
-        info = b.ensure_internal_topic(GROUP_METADATA_TOPIC_NAME, cfg["offsets.topic.num.partitions"], {
-            "cleanup.policy": "compact",
-            "segment.bytes": str(cfg["offsets.topic.segment.bytes"]),
-            "compression.type": "producer",
-        })
-        self.manager = GroupMetadataManager(
-            cfg, b.replica_manager, max_message_bytes=getattr(b, "max_message_bytes", None),
-            log_append_time=getattr(b, "uses_log_append_time", None), clock=self.clock,
-            num_partitions=info.num_partitions)
+        info = self.topic_creator.ensure_internal_topic(GROUP_METADATA_TOPIC_NAME, cfg["offsets.topic.num.partitions"],
+                                                        {"cleanup.policy": "compact",
+                                                         "segment.bytes": str(cfg["offsets.topic.segment.bytes"]),
+                                                         "compression.type": "producer"})
+        self.manager = GroupMetadataManager(cfg, self.replica_manager, clock=self.clock.milliseconds,
+                                            num_partitions=info.num_partitions)
         self._active = True
         for p in range(info.num_partitions):
             self.on_become_leader(p)
@@ -183,7 +176,7 @@ class GroupCoordinator:
 
     def on_partitions_deleted(self, partitions: Iterable[tuple[str, int]]) -> int:
         """Topic partitions were deleted: forget (and tombstone) every group's offsets for them."""
-        tps = [TopicPartitionKey(t, p) for t, p in partitions]
+        tps = [TopicPartition(t, p) for t, p in partitions]
         if self.manager is None or not tps:
             return 0
         return self.manager.cleanup_group_metadata(self.manager.current_groups(), lambda g: g.remove_offsets(tps))
@@ -214,14 +207,12 @@ class GroupCoordinator:
     def find_group_coordinator(self, group_id: str) -> tuple[ErrorCode, int, str, int]:
         """(error, node id, host, port) of the coordinator of ``group_id``: this node, as the
         leader of every __consumer_offsets partition."""
-        b = self.broker
-        if self.manager is None or not self._active or b.metadata.get(GROUP_METADATA_TOPIC_NAME) is None:
+        if self.manager is None or not self._active or self.metadata.get(GROUP_METADATA_TOPIC_NAME) is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
         partition = self.partition_for(group_id)
-        if b.replica_manager.partitions.get(_offsets_tp(partition)) is None:
+        if self.replica_manager.partitions.get(_offsets_tp(partition)) is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-        _, host, port = b.advertised_listener
-        return ErrorCode.NONE, b.node_id, host, port
+        return ErrorCode.NONE, self.node.node_id, self.node.host, self.node.port
 
     # ------------------------------------------------------------ validation
     def _validate_group_status(self, group_id: str | None, api: str) -> ErrorCode | None:
@@ -830,8 +821,8 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------ OffsetCommit
     def handle_commit_offsets(self, group_id: str, member_id: str, group_instance_id: str | None,
-                              generation_id: int, offsets: dict[TopicPartitionKey, OffsetAndMetadata],
-                              callback: Callable[[dict[TopicPartitionKey, ErrorCode]], None],
+                              generation_id: int, offsets: dict[TopicPartition, OffsetAndMetadata],
+                              callback: Callable[[dict[TopicPartition, ErrorCode]], None],
                               api_version: int = 0) -> None:
         err = self._validate_group_status(group_id, OFFSET_COMMIT)
         if err is not None:
@@ -842,7 +833,7 @@ class GroupCoordinator:
             if generation_id < 0:
                 # Not using group management: a standalone group that only stores offsets.
                 log.info("Creating simple consumer group %s via manual offset commit.", group_id)
-                group = self.manager.add_group(GroupMetadata(group_id, EMPTY, self.clock))
+                group = self.manager.add_group(GroupMetadata(group_id, EMPTY, self.clock.milliseconds))
             else:
                 # A generation for a group that does not exist: Kafka 4's coordinator answers
                 # GROUP_ID_NOT_FOUND from OffsetCommit v9 on, ILLEGAL_GENERATION before.
@@ -869,8 +860,8 @@ class GroupCoordinator:
 
     def handle_txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
                                   group_instance_id: str | None, generation_id: int,
-                                  offsets: dict[TopicPartitionKey, OffsetAndMetadata],
-                                  callback: Callable[[dict[TopicPartitionKey, ErrorCode]], None]) -> None:
+                                  offsets: dict[TopicPartition, OffsetAndMetadata],
+                                  callback: Callable[[dict[TopicPartition, ErrorCode]], None]) -> None:
         """TxnOffsetCommit: offsets written inside a transaction, visible once it commits."""
         err = self._validate_group_status(group_id, TXN_OFFSET_COMMIT)
         if err is not None:
@@ -883,7 +874,7 @@ class GroupCoordinator:
                 # stale one, and no group is created for it.
                 callback({tp: ErrorCode.ILLEGAL_GENERATION for tp in offsets})
                 return
-            group = self.manager.add_group(GroupMetadata(group_id, EMPTY, self.clock))
+            group = self.manager.add_group(GroupMetadata(group_id, EMPTY, self.clock.milliseconds))
         err = self._validate_offset_commit(group, generation_id, member_id, group_instance_id, transactional=True)
         if err is not None:
             callback({tp: err for tp in offsets})
@@ -916,8 +907,8 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------ OffsetFetch
     def handle_fetch_offsets(self, group_id: str, require_stable: bool,
-                             partitions: list[TopicPartitionKey] | None
-                             ) -> tuple[ErrorCode, dict[TopicPartitionKey, PartitionData]]:
+                             partitions: list[TopicPartition] | None
+                             ) -> tuple[ErrorCode, dict[TopicPartition, PartitionData]]:
         err = self._validate_group_status(group_id, OFFSET_FETCH)
         if err is not None:
             return err, {}
@@ -925,8 +916,8 @@ class GroupCoordinator:
         return ErrorCode.NONE, self.manager.get_offsets(group_id, require_stable, partitions)
 
     # ------------------------------------------------------------ OffsetDelete
-    def handle_delete_offsets(self, group_id: str, partitions: list[TopicPartitionKey]
-                              ) -> tuple[ErrorCode, dict[TopicPartitionKey, ErrorCode]]:
+    def handle_delete_offsets(self, group_id: str, partitions: list[TopicPartition]
+                              ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
         err = self._validate_group_status(group_id, OFFSET_DELETE)
         if err is not None:
             return err, {}
@@ -934,7 +925,7 @@ class GroupCoordinator:
         if group is None or group.is_(DEAD):
             return (ErrorCode.GROUP_ID_NOT_FOUND if self.manager.group_not_exists(group_id)
                     else ErrorCode.NOT_COORDINATOR), {}
-        errors: dict[TopicPartitionKey, ErrorCode] = {}
+        errors: dict[TopicPartition, ErrorCode] = {}
         if group.is_(EMPTY):
             eligible = list(partitions)
         elif group.is_consumer_group:
@@ -1012,8 +1003,7 @@ def _answer_displaced_join(group: GroupMetadata, member: MemberMetadata) -> None
         group.maybe_invoke_join_callback(member, JoinGroupResult(member.member_id, ErrorCode.REBALANCE_IN_PROGRESS))
 
 
-def _offsets_tp(partition: int) -> Any:
-    from rivulet.replication.partition import TopicPartition
+def _offsets_tp(partition: int) -> TopicPartition:
     return TopicPartition(GROUP_METADATA_TOPIC_NAME, partition)
 
 

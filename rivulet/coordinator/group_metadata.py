@@ -8,11 +8,12 @@ with another change to the same group.
 from __future__ import annotations
 
 import enum
-import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
+from rivulet.common.time import SYSTEM_CLOCK
+from rivulet.common.types import TopicPartition
 from rivulet.protocol.errors import ErrorCode
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
@@ -23,10 +24,6 @@ NO_PROTOCOL = ""
 # A new member's JoinGroup is parked at most this long (Kafka's NewMemberJoinTimeoutMs):
 # it cannot heartbeat yet and a muted socket hides its disconnect.
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
-
-
-def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
 
 
 # ---------------------------------------------------------------- placement
@@ -140,12 +137,6 @@ class CommitRecordMetadataAndOffset:
         return (self.appended_batch_offset or -1) < (other.appended_batch_offset or -1)
 
 
-@dataclass(frozen=True, slots=True)
-class TopicPartitionKey:
-    topic: str
-    partition: int
-
-
 # ---------------------------------------------------------------- members
 
 @dataclass(slots=True)
@@ -246,7 +237,7 @@ class GroupMetadata:
     """A classic group: membership, generation, chosen protocol, leader, and offsets."""
 
     def __init__(self, group_id: str, initial_state: GroupState = EMPTY,
-                 clock: Callable[[], int] = wall_clock_ms) -> None:
+                 clock: Callable[[], int] = SYSTEM_CLOCK.milliseconds) -> None:
         self.group_id = group_id
         self._state = initial_state
         self._clock = clock
@@ -262,10 +253,10 @@ class GroupMetadata:
         self._pending_sync_members: set[str] = set()
         self._num_members_awaiting_join = 0
         self._supported_protocols: dict[str, int] = {}
-        self._offsets: dict[TopicPartitionKey, CommitRecordMetadataAndOffset] = {}
-        self._pending_offset_commits: dict[TopicPartitionKey, OffsetAndMetadata] = {}
+        self._offsets: dict[TopicPartition, CommitRecordMetadataAndOffset] = {}
+        self._pending_offset_commits: dict[TopicPartition, OffsetAndMetadata] = {}
         # TxnOffsetCommit: per producer id, offsets written but not yet committed by a marker.
-        self._pending_txn_offset_commits: dict[int, dict[TopicPartitionKey, CommitRecordMetadataAndOffset]] = {}
+        self._pending_txn_offset_commits: dict[int, dict[TopicPartition, CommitRecordMetadataAndOffset]] = {}
         # group.protocol_type == consumer: the union of the members' subscriptions, computed
         # per generation; None when unknown (offsets of every topic are then kept).
         self.subscribed_topics: set[str] | None = None
@@ -566,13 +557,13 @@ class GroupMetadata:
                 [m.summary_no_metadata() for m in self._members.values()])
 
     # ------------------------------------------------------------ offsets
-    def initialize_offsets(self, offsets: dict[TopicPartitionKey, CommitRecordMetadataAndOffset]) -> None:
+    def initialize_offsets(self, offsets: dict[TopicPartition, CommitRecordMetadataAndOffset]) -> None:
         self._offsets.update(offsets)
 
-    def prepare_offset_commit(self, offsets: dict[TopicPartitionKey, OffsetAndMetadata]) -> None:
+    def prepare_offset_commit(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
         self._pending_offset_commits.update(offsets)
 
-    def on_offset_commit_append(self, tp: TopicPartitionKey, record: CommitRecordMetadataAndOffset) -> None:
+    def on_offset_commit_append(self, tp: TopicPartition, record: CommitRecordMetadataAndOffset) -> None:
         if tp in self._pending_offset_commits:
             if record.appended_batch_offset is None:
                 raise RuntimeError("Cannot complete offset commit write without the record's log offset")
@@ -583,27 +574,27 @@ class GroupMetadata:
         if staged is not None and staged == record.offset_and_metadata:
             del self._pending_offset_commits[tp]
 
-    def fail_pending_offset_write(self, tp: TopicPartitionKey, offset: OffsetAndMetadata) -> None:
+    def fail_pending_offset_write(self, tp: TopicPartition, offset: OffsetAndMetadata) -> None:
         if self._pending_offset_commits.get(tp) == offset:
             del self._pending_offset_commits[tp]
 
-    def has_pending_offset_commits_for(self, tp: TopicPartitionKey) -> bool:
+    def has_pending_offset_commits_for(self, tp: TopicPartition) -> bool:
         return tp in self._pending_offset_commits or any(
             tp in pending for pending in self._pending_txn_offset_commits.values())
 
     # transactional offsets (KIP-98 / KIP-447)
-    def prepare_txn_offset_commit(self, producer_id: int, offsets: dict[TopicPartitionKey, OffsetAndMetadata]) -> None:
+    def prepare_txn_offset_commit(self, producer_id: int, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
         pending = self._pending_txn_offset_commits.setdefault(producer_id, {})
         for tp, om in offsets.items():
             pending[tp] = CommitRecordMetadataAndOffset(None, om)
 
-    def on_txn_offset_commit_append(self, producer_id: int, tp: TopicPartitionKey,
+    def on_txn_offset_commit_append(self, producer_id: int, tp: TopicPartition,
                                     record: CommitRecordMetadataAndOffset) -> None:
         pending = self._pending_txn_offset_commits.get(producer_id)
         if pending is not None and tp in pending and pending[tp].offset_and_metadata == record.offset_and_metadata:
             pending[tp] = record
 
-    def fail_pending_txn_offset_commit(self, producer_id: int, tp: TopicPartitionKey) -> None:
+    def fail_pending_txn_offset_commit(self, producer_id: int, tp: TopicPartition) -> None:
         pending = self._pending_txn_offset_commits.get(producer_id)
         if pending is not None:
             pending.pop(tp, None)
@@ -630,13 +621,13 @@ class GroupMetadata:
     def active_producers(self) -> list[int]:
         return list(self._pending_txn_offset_commits)
 
-    def initialize_pending_txn_offsets(self, pending: dict[int, dict[TopicPartitionKey, CommitRecordMetadataAndOffset]]
+    def initialize_pending_txn_offsets(self, pending: dict[int, dict[TopicPartition, CommitRecordMetadataAndOffset]]
                                        ) -> None:
         for pid, offsets in pending.items():
             self._pending_txn_offset_commits.setdefault(pid, {}).update(offsets)
 
-    def remove_offsets(self, tps: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, OffsetAndMetadata]:
-        removed: dict[TopicPartitionKey, OffsetAndMetadata] = {}
+    def remove_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata]:
+        removed: dict[TopicPartition, OffsetAndMetadata] = {}
         for tp in tps:
             self._pending_offset_commits.pop(tp, None)
             for pending in self._pending_txn_offset_commits.values():
@@ -646,17 +637,17 @@ class GroupMetadata:
                 removed[tp] = r.offset_and_metadata
         return removed
 
-    def remove_all_offsets(self) -> dict[TopicPartitionKey, OffsetAndMetadata]:
+    def remove_all_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
         return self.remove_offsets(list(self._offsets))
 
-    def remove_expired_offsets(self, now: int, retention_ms: int) -> dict[TopicPartitionKey, OffsetAndMetadata]:
+    def remove_expired_offsets(self, now: int, retention_ms: int) -> dict[TopicPartition, OffsetAndMetadata]:
         """Kafka's expiry rule (KIP-211): an Empty group's offsets expire retention_ms after it
         became Empty; a Stable consumer group's offsets of topics nobody subscribes to expire
         retention_ms after their commit; standalone (no protocol) groups by commit time; an
         explicit expire timestamp (old commit versions) always wins."""
 
         def expired(base: Callable[[CommitRecordMetadataAndOffset], int],
-                    subscribed: set[str] = frozenset()) -> dict[TopicPartitionKey, OffsetAndMetadata]:
+                    subscribed: set[str] = frozenset()) -> dict[TopicPartition, OffsetAndMetadata]:
             out = {}
             for tp, r in self._offsets.items():
                 if tp.topic in subscribed or tp in self._pending_offset_commits:
@@ -683,14 +674,14 @@ class GroupMetadata:
             del self._offsets[tp]
         return result
 
-    def all_offsets(self) -> dict[TopicPartitionKey, OffsetAndMetadata]:
+    def all_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
         return {tp: r.offset_and_metadata for tp, r in self._offsets.items()}
 
-    def offset(self, tp: TopicPartitionKey) -> OffsetAndMetadata | None:
+    def offset(self, tp: TopicPartition) -> OffsetAndMetadata | None:
         r = self._offsets.get(tp)
         return None if r is None else r.offset_and_metadata
 
-    def offset_with_record_metadata(self, tp: TopicPartitionKey) -> CommitRecordMetadataAndOffset | None:
+    def offset_with_record_metadata(self, tp: TopicPartition) -> CommitRecordMetadataAndOffset | None:
         return self._offsets.get(tp)
 
     @property

@@ -13,15 +13,16 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
+from rivulet.common.cluster import ConfigValues
+from rivulet.common.time import SYSTEM_CLOCK
+from rivulet.common.types import TopicPartition
 from rivulet.coordinator.group_metadata import (
     DEAD,
     EMPTY,
     CommitRecordMetadataAndOffset,
     GroupMetadata,
     OffsetAndMetadata,
-    TopicPartitionKey,
     partition_for,
-    wall_clock_ms,
 )
 from rivulet.coordinator.offsets_topic import (
     GROUP_METADATA_TOPIC_NAME,
@@ -38,8 +39,7 @@ from rivulet.coordinator.offsets_topic import (
 )
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ErrorCode, KafkaError
-from rivulet.replication.partition import TopicPartition
-from rivulet.replication.replica_manager import ProduceResult
+from rivulet.replication.replica_manager import ProduceResult, ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -97,10 +97,8 @@ def java_string_length(s: str) -> int:
 
 
 class GroupMetadataManager:
-    def __init__(self, config: Any, replica_manager: Any, *,
-                 max_message_bytes: Callable[[TopicPartition], int] | None = None,
-                 log_append_time: Callable[[TopicPartition], bool] | None = None,
-                 clock: Callable[[], int] = wall_clock_ms, num_partitions: int | None = None) -> None:
+    def __init__(self, config: ConfigValues, replica_manager: ReplicaManager, *,
+                 clock: Callable[[], int] = SYSTEM_CLOCK.milliseconds, num_partitions: int | None = None) -> None:
         self.config = config
         self.replica_manager = replica_manager
         self.clock = clock
@@ -110,8 +108,6 @@ class GroupMetadataManager:
         self.retention_ms: int = config["offsets.retention.minutes"] * 60_000
         self.compression: int = int(_cfg(config, "offsets.topic.compression.codec", 0))
         self.load_buffer_size: int = int(_cfg(config, "offsets.load.buffer.size", DEFAULT_LOAD_BUFFER_SIZE))
-        self._max_message_bytes = max_message_bytes or (lambda tp: 1048588)
-        self._log_append_time = log_append_time or (lambda tp: False)
         self.groups: dict[str, GroupMetadata] = {}
         self.owned_partitions: set[int] = set()
         self.loading_partitions: set[int] = set()
@@ -173,8 +169,7 @@ class GroupMetadataManager:
                                  base_sequence=0 if txn else rec.NO_SEQUENCE, transactional=txn)
         try:
             result = self.replica_manager.append_records(
-                {tp: batch}, required_acks=required_acks, timeout_ms=self.commit_timeout_ms,
-                max_message_bytes=self._max_message_bytes, log_append_time=self._log_append_time, internal=True)
+                {tp: batch}, required_acks=required_acks, timeout_ms=self.commit_timeout_ms, internal=True)
         except Exception:
             log.exception("append to %s failed", tp)
             result = {tp: ProduceResult(error=ErrorCode.KAFKA_STORAGE_ERROR)}
@@ -209,8 +204,8 @@ class GroupMetadataManager:
         self._append(partition, [(group_metadata_key(group.group_id), value)], -1, on_append)
 
     def store_offsets(self, group: GroupMetadata, member_id: str,
-                      offsets: Mapping[TopicPartitionKey, OffsetAndMetadata],
-                      callback: Callable[[dict[TopicPartitionKey, ErrorCode]], None],
+                      offsets: Mapping[TopicPartition, OffsetAndMetadata],
+                      callback: Callable[[dict[TopicPartition, ErrorCode]], None],
                       producer_id: int = rec.NO_PRODUCER_ID, producer_epoch: int = -1) -> None:
         """Write the commits whose metadata fits offset.metadata.max.bytes; the cache takes
         them once the append is acknowledged. With a producer id they are transactional: they
@@ -283,12 +278,12 @@ class GroupMetadataManager:
 
     # ------------------------------------------------------------ reads
     def get_offsets(self, group_id: str, require_stable: bool,
-                    tps: Iterable[TopicPartitionKey] | None) -> dict[TopicPartitionKey, PartitionData]:
+                    tps: Iterable[TopicPartition] | None) -> dict[TopicPartition, PartitionData]:
         group = self.groups.get(group_id)
         if group is None or group.is_(DEAD):
             return {tp: PartitionData() for tp in (tps or [])}
         wanted = list(tps) if tps is not None else list(group.all_offsets())
-        out: dict[TopicPartitionKey, PartitionData] = {}
+        out: dict[TopicPartition, PartitionData] = {}
         for tp in wanted:
             if require_stable and group.has_pending_offset_commits_for(tp):
                 out[tp] = PartitionData(error=ErrorCode.UNSTABLE_OFFSET_COMMIT)
@@ -300,7 +295,7 @@ class GroupMetadataManager:
 
     # ------------------------------------------------------------ removal and expiry
     def cleanup_group_metadata(self, groups: Iterable[GroupMetadata],
-                               selector: Callable[[GroupMetadata], dict[TopicPartitionKey, OffsetAndMetadata]]
+                               selector: Callable[[GroupMetadata], dict[TopicPartition, OffsetAndMetadata]]
                                ) -> int:
         """Remove what ``selector`` picks from each group, kill groups left Empty with no
         offsets, and write the tombstones (acks=0: a lost tombstone is rewritten by the
@@ -351,8 +346,8 @@ class GroupMetadataManager:
             lg = p.log
             offset = lg.log_start_offset
             end = lg.log_end_offset
-            loaded_offsets: dict[tuple[str, TopicPartitionKey], CommitRecordMetadataAndOffset] = {}
-            pending_offsets: dict[int, dict[tuple[str, TopicPartitionKey], CommitRecordMetadataAndOffset]] = {}
+            loaded_offsets: dict[tuple[str, TopicPartition], CommitRecordMetadataAndOffset] = {}
+            pending_offsets: dict[int, dict[tuple[str, TopicPartition], CommitRecordMetadataAndOffset]] = {}
             loaded_groups: dict[str, GroupMetadata | None] = {}
             while offset < end and not self.shutting_down:
                 try:
@@ -379,11 +374,11 @@ class GroupMetadataManager:
                 yield None
             if self.shutting_down:
                 return
-            by_group: dict[str, dict[TopicPartitionKey, CommitRecordMetadataAndOffset]] = {}
+            by_group: dict[str, dict[TopicPartition, CommitRecordMetadataAndOffset]] = {}
             for (gid, tpk), r in loaded_offsets.items():
                 by_group.setdefault(gid, {})[tpk] = r
             # Transactions with no marker yet: their offsets stay pending in their groups.
-            pending_by_group: dict[str, dict[int, dict[TopicPartitionKey, CommitRecordMetadataAndOffset]]] = {}
+            pending_by_group: dict[str, dict[int, dict[TopicPartition, CommitRecordMetadataAndOffset]]] = {}
             for pid, entries in pending_offsets.items():
                 for (gid, tpk), r in entries.items():
                     pending_by_group.setdefault(gid, {}).setdefault(pid, {})[tpk] = r
@@ -423,7 +418,7 @@ class GroupMetadataManager:
             log.warning("skipping undecodable key at offset %d", r.offset)
             return
         if isinstance(key, OffsetKey):
-            k = (key.group, TopicPartitionKey(key.topic, key.partition))
+            k = (key.group, TopicPartition(key.topic, key.partition))
             if batch.header.is_transactional:
                 pid = batch.header.producer_id
                 if r.value is None:

@@ -12,13 +12,13 @@ import struct
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
+from rivulet.common.time import SYSTEM_CLOCK
 from rivulet.coordinator.group_metadata import (
     EMPTY,
     STABLE,
     GroupMetadata,
     MemberMetadata,
     OffsetAndMetadata,
-    wall_clock_ms,
 )
 from rivulet.protocol.messages.group_metadata_key import GroupMetadataKey
 from rivulet.protocol.messages.group_metadata_value import GroupMetadataValue, MemberMetadata as MemberValue
@@ -123,7 +123,7 @@ def read_offset_message_value(data: bytes | None) -> OffsetAndMetadata | None:
 
 
 def read_group_message_value(group_id: str, data: bytes | None,
-                             clock: Callable[[], int] = wall_clock_ms) -> GroupMetadata | None:
+                             clock: Callable[[], int] = SYSTEM_CLOCK.milliseconds) -> GroupMetadata | None:
     """The group as the record describes it: Stable with its members, or Empty."""
     if data is None:
         return None

@@ -8,19 +8,10 @@ follower's fetch advances its LEO, and the HW becomes the smallest LEO across th
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 
+from rivulet.common.types import TopicPartition
 from rivulet.protocol.errors import ErrorCode, KafkaError
 from rivulet.storage.log import Log
-
-
-@dataclass(frozen=True, slots=True)
-class TopicPartition:
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 class Partition:

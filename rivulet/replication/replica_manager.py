@@ -15,24 +15,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from rivulet.common.time import SYSTEM_CLOCK, Clock
+from rivulet.common.types import TopicPartition
 from rivulet.delayed import DelayedOperation, DelayedOperationPurgatory, Timer
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ErrorCode, KafkaError
-from rivulet.replication.partition import Partition, TopicPartition
+from rivulet.replication.partition import Partition
 from rivulet.storage.config import LogConfig
 from rivulet.storage.producer_state import AppendOrigin
 
 log = logging.getLogger(__name__)
 
 CONSUMER_REPLICA_ID = -1
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 # ---------------------------------------------------------------- produce
@@ -169,8 +166,9 @@ class DelayedFetch(DelayedOperation):
 
 class ReplicaManager:
     def __init__(self, node_id: int, timer: Timer, *, produce_purge_interval: int = 1000,
-                 fetch_purge_interval: int = 1000) -> None:
+                 fetch_purge_interval: int = 1000, clock: Clock = SYSTEM_CLOCK) -> None:
         self.node_id = node_id
+        self.clock = clock
         self.partitions: dict[TopicPartition, Partition] = {}
         self.timer = timer
         self.produce_purgatory = DelayedOperationPurgatory("Produce", timer, purge_interval=produce_purge_interval)
@@ -207,8 +205,6 @@ class ReplicaManager:
         *,
         required_acks: int,
         timeout_ms: int,
-        max_message_bytes: Callable[[TopicPartition], int],
-        log_append_time: Callable[[TopicPartition], bool],
         internal: bool = False,
         origin: AppendOrigin | None = None,
         transactional_id: str | None = None,
@@ -220,7 +216,7 @@ class ReplicaManager:
             origin = AppendOrigin.COORDINATOR if internal else AppendOrigin.CLIENT
         results: dict[TopicPartition, ProduceResult] = {}
         flushes: list[Partition] = []
-        now = now_ms()
+        now = self.clock.milliseconds()
         for tp, data in entries.items():
             res = results[tp] = ProduceResult()
             try:
@@ -228,7 +224,7 @@ class ReplicaManager:
                 if not data:
                     res.log_start_offset = p.log.log_start_offset
                     continue
-                headers = self._headers_for_append(data, max_message_bytes(tp), origin, p.log.config, now)
+                headers = self._headers_for_append(data, p.log.config.max_message_bytes, origin, p.log.config, now)
                 if origin == AppendOrigin.CLIENT and self.txn_verifier is not None:
                     self._verify_transaction(p, headers, transactional_id)
                 if required_acks == -1 and len(p.isr) < p.log.config.min_insync_replicas:
@@ -236,7 +232,7 @@ class ReplicaManager:
                 # Request frames are bytearrays: offsets are assigned in place, without a copy.
                 writable = isinstance(data, bytearray) or (isinstance(data, memoryview) and not data.readonly)
                 buf = data if writable else bytearray(data)
-                append_time = log_append_time(tp)
+                append_time = p.log.config.log_append_time
                 if append_time:
                     for pos, _h in rec.iter_batches(buf):
                         rec.set_log_append_time(buf, pos, now)
@@ -321,17 +317,14 @@ class ReplicaManager:
         partitions: list[TopicPartition],
         *,
         timeout_ms: int,
-        max_message_bytes: Callable[[TopicPartition], int],
-        log_append_time: Callable[[TopicPartition], bool],
     ) -> dict[TopicPartition, ProduceResult] | asyncio.Future:
         """Write a COMMIT/ABORT marker to each partition (WriteTxnMarkers), acks=all."""
         kind = rec.ControlRecordType.COMMIT if commit else rec.ControlRecordType.ABORT
-        now = now_ms()
+        now = self.clock.milliseconds()
         batch = rec.encode_control_batch(kind, producer_id=producer_id, producer_epoch=producer_epoch,
                                          coordinator_epoch=coordinator_epoch, timestamp=now)
         entries = {tp: bytearray(batch) for tp in partitions}
         return self.append_records(entries, required_acks=-1, timeout_ms=timeout_ms,
-                                   max_message_bytes=max_message_bytes, log_append_time=log_append_time,
                                    origin=AppendOrigin.COORDINATOR)
 
     def _all_replicated(self, results: dict[TopicPartition, ProduceResult]) -> bool:

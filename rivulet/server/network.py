@@ -14,17 +14,22 @@ import asyncio
 import logging
 import struct
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode, ProtocolDecodeError
-
-if TYPE_CHECKING:
-    from rivulet.server.apis import KafkaApis
+from rivulet.server.answer import NO_RESPONSE, Answer
 
 log = logging.getLogger(__name__)
 
-NO_RESPONSE = object()
+
+class RequestHandler(Protocol):
+    """What a connection hands decoded requests to (``KafkaApis``)."""
+
+    def handle(self, header: framing.RequestHeader, body: Any, conn: KafkaConnection) -> Answer: ...
+
+    def api_versions_error(self, code: ErrorCode) -> Any: ...
+
 _SIZE = struct.Struct(">i")
 # Stop reading from a client that has this many requests waiting for answers.
 MAX_IN_FLIGHT = 256
@@ -48,8 +53,9 @@ STAGE_SIZE = 256 * 1024
 class KafkaConnection(asyncio.BufferedProtocol):
     """One client connection."""
 
-    def __init__(self, apis: KafkaApis, max_request_bytes: int) -> None:
+    def __init__(self, apis: RequestHandler, max_request_bytes: int, registry: set[KafkaConnection]) -> None:
         self.apis = apis
+        self.registry = registry  # the broker's open connections, closed at shutdown
         self.max_request_bytes = max_request_bytes
         self.transport: asyncio.Transport | None = None
         self.stage = bytearray(STAGE_SIZE)
@@ -68,11 +74,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.peer = transport.get_extra_info("peername") or ("?", 0)
-        self.apis.connections.add(self)
+        self.registry.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self.apis.connections.discard(self)
+        self.registry.discard(self)
         self.pending.clear()
 
     def pause_writing(self) -> None:

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable
+from typing import Callable
 
+from rivulet.common.cluster import ConfigValues, InternalTopicCreator, MetadataView, NodeEndpoint
+from rivulet.common.time import SYSTEM_CLOCK, Clock
+from rivulet.common.types import TopicPartition
 from rivulet.protocol.errors import ErrorCode, KafkaError
-from rivulet.replication.partition import TopicPartition
-from rivulet.transaction.markers import TransactionMarkerWriter
+from rivulet.replication.replica_manager import ReplicaManager
+from rivulet.transaction.markers import TransactionMarkerWriter, TxnOffsetsListener
 from rivulet.transaction.metadata import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
@@ -25,7 +28,7 @@ from rivulet.transaction.metadata import (
     is_epoch_exhausted,
 )
 from rivulet.transaction.producer_id_manager import ProducerIdManager
-from rivulet.transaction.state_manager import TransactionStateManager, wall_clock_ms
+from rivulet.transaction.state_manager import TransactionStateManager
 from rivulet.transaction.txn_log import TRANSACTION_STATE_TOPIC_NAME
 
 log = logging.getLogger(__name__)
@@ -36,14 +39,19 @@ ErrorCallback = Callable[[ErrorCode], None]
 
 
 class TransactionCoordinator:
-    def __init__(self, broker: Any, *, clock: Callable[[], int] = wall_clock_ms) -> None:
-        self.broker = broker
-        cfg = broker.config
+    def __init__(self, config: ConfigValues, replica_manager: ReplicaManager, metadata: MetadataView,
+                 topic_creator: InternalTopicCreator, node: NodeEndpoint, producer_ids: ProducerIdManager,
+                 offsets_listener: TxnOffsetsListener, clock: Clock = SYSTEM_CLOCK) -> None:
+        cfg = config
         self.config = cfg
+        self.replica_manager = replica_manager
+        self.metadata = metadata
+        self.topic_creator = topic_creator
+        self.node = node
         self.clock = clock
-        self.producer_ids = ProducerIdManager(cfg.log_dirs[0])
-        self.state_manager = TransactionStateManager(broker, clock=clock)
-        self.markers = TransactionMarkerWriter(self)
+        self.producer_ids = producer_ids
+        self.state_manager = TransactionStateManager(cfg, replica_manager, clock)
+        self.markers = TransactionMarkerWriter(self.state_manager, replica_manager, metadata, offsets_listener)
         self.active = False
         self.shutting_down = False
         self.verification_enabled: bool = cfg["transaction.partition.verification.enable"]
@@ -53,8 +61,8 @@ class TransactionCoordinator:
 
     def startup(self) -> None:
         cfg = self.config
-        info = self.broker.ensure_internal_topic(TRANSACTION_STATE_TOPIC_NAME,
-                                                 cfg["transaction.state.log.num.partitions"], {
+        info = self.topic_creator.ensure_internal_topic(TRANSACTION_STATE_TOPIC_NAME,
+                                                       cfg["transaction.state.log.num.partitions"], {
             "cleanup.policy": "compact",
             "segment.bytes": str(cfg["transaction.state.log.segment.bytes"]),
             "compression.type": "uncompressed",
@@ -75,7 +83,7 @@ class TransactionCoordinator:
 
     async def _load_all(self, n: int) -> None:
         for p in range(n):
-            part = self.broker.replica_manager.partitions.get(TopicPartition(TRANSACTION_STATE_TOPIC_NAME, p))
+            part = self.replica_manager.partitions.get(TopicPartition(TRANSACTION_STATE_TOPIC_NAME, p))
             epoch = part.leader_epoch if part is not None else 0
             try:
                 await self.state_manager.load_partition(p, epoch, self.markers.add_txn_markers_to_send)
@@ -90,7 +98,7 @@ class TransactionCoordinator:
             try:
                 fn()
             except Exception:
-                log.exception("%s failed", getattr(fn, "__name__", fn))
+                log.exception("%s failed", fn)
 
     def shutdown(self) -> None:
         self.active = False
@@ -103,14 +111,12 @@ class TransactionCoordinator:
 
     def find_coordinator(self, transactional_id: str) -> tuple[ErrorCode, int, str, int]:
         """FindCoordinator key type 1: this node, as leader of every __transaction_state partition."""
-        b = self.broker
-        if not self.active or b.metadata.get(TRANSACTION_STATE_TOPIC_NAME) is None:
+        if not self.active or self.metadata.get(TRANSACTION_STATE_TOPIC_NAME) is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
         tp = TopicPartition(TRANSACTION_STATE_TOPIC_NAME, self.state_manager.partition_for(transactional_id))
-        if b.replica_manager.partitions.get(tp) is None:
+        if self.replica_manager.partitions.get(tp) is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-        _, host, port = b.advertised_listener
-        return ErrorCode.NONE, b.node_id, host, port
+        return ErrorCode.NONE, self.node.node_id, self.node.host, self.node.port
 
     def partition_for(self, transactional_id: str) -> int:
         return self.state_manager.partition_for(transactional_id)
@@ -144,7 +150,7 @@ class TransactionCoordinator:
             except KafkaError as e:
                 return fail(e.code)
             created = TransactionMetadata(transactional_id, pid, NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_PRODUCER_EPOCH,
-                                          timeout_ms, S.EMPTY, set(), -1, self.clock())
+                                          timeout_ms, S.EMPTY, set(), -1, self.clock.milliseconds())
             err, found = sm.put_transaction_state_if_not_exists(created)
         if err != ErrorCode.NONE:
             return fail(err)
@@ -189,9 +195,9 @@ class TransactionCoordinator:
                     pid = self._generate_producer_id()
                 except KafkaError as e:
                     return e.code
-                return md.prepare_producer_id_rotation(pid, timeout_ms, self.clock(), expected is not None)
+                return md.prepare_producer_id_rotation(pid, timeout_ms, self.clock.milliseconds(), expected is not None)
             transit = md.prepare_increment_producer_epoch(timeout_ms, None if expected is None else expected[1],
-                                                          self.clock())
+                                                          self.clock.milliseconds())
             if transit is None:
                 log.info("Expected producer epoch %s does not match current producer epoch %d or previous producer "
                          "epoch %d", expected and expected[1], md.producer_epoch, md.last_producer_epoch)
@@ -223,7 +229,7 @@ class TransactionCoordinator:
             return callback(ErrorCode.CONCURRENT_TRANSACTIONS)
         if md.state == S.ONGOING and partitions <= md.topic_partitions:
             return callback(ErrorCode.NONE)  # nothing new to record
-        transit = md.prepare_add_partitions(partitions, self.clock())
+        transit = md.prepare_add_partitions(partitions, self.clock.milliseconds())
         sm.append_transaction_to_log(transactional_id, found.coordinator_epoch, transit, callback)
 
     def verify_produce(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
@@ -297,7 +303,7 @@ class TransactionCoordinator:
                 md.pending_state = None
                 md.producer_epoch = producer_epoch
                 md.last_producer_epoch = NO_PRODUCER_EPOCH
-            transit = md.prepare_abort_or_commit(next_state, self.clock())
+            transit = md.prepare_abort_or_commit(next_state, self.clock.milliseconds())
         elif state == S.COMPLETE_COMMIT:
             return callback(ErrorCode.NONE if commit else invalid_state())
         elif state == S.COMPLETE_ABORT:
@@ -338,7 +344,7 @@ class TransactionCoordinator:
                 return callback(ErrorCode.CONCURRENT_TRANSACTIONS)
             if m2.state not in (S.PREPARE_COMMIT, S.PREPARE_ABORT) or (m2.state == S.PREPARE_COMMIT) != commit:
                 return callback(invalid_state())
-            complete = m2.prepare_complete(self.clock())
+            complete = m2.prepare_complete(self.clock.milliseconds())
             # The decision is durable: answer now, finish with the markers.
             callback(ErrorCode.NONE)
             self.markers.add_txn_markers_to_send(coordinator_epoch, commit, m2, complete)

@@ -15,12 +15,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Iterable, Protocol
 
+from rivulet.common.cluster import MetadataView
+from rivulet.common.types import TopicPartition
 from rivulet.protocol.errors import ErrorCode
-from rivulet.replication.partition import TopicPartition
-from rivulet.replication.replica_manager import ProduceResult
+from rivulet.replication.replica_manager import ProduceResult, ReplicaManager
 from rivulet.transaction.metadata import TransactionMetadata, TxnState, TxnTransitMetadata
+from rivulet.transaction.state_manager import TransactionStateManager
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +43,22 @@ class PendingCompleteTxn:
     commit: bool
 
 
+class TxnOffsetsListener(Protocol):
+    """The group coordinator's side of a transaction's end: once the COMMIT/ABORT marker is
+    durable in these ``__consumer_offsets`` partitions, the producer's pending offsets there
+    become committed (or are dropped)."""
+
+    def on_transaction_completed(self, producer_id: int, partitions: Iterable[int], commit: bool) -> None: ...
+
+
 class TransactionMarkerWriter:
-    def __init__(self, coordinator: Any) -> None:
-        self.coordinator = coordinator
-        self.state = coordinator.state_manager
-        self.broker = coordinator.broker
+    def __init__(self, state: TransactionStateManager, replica_manager: ReplicaManager, metadata: MetadataView,
+                 offsets_listener: TxnOffsetsListener) -> None:
+        self.state = state
+        self.metadata = metadata
+        self.replica_manager = replica_manager
+        self.offsets_listener = offsets_listener
+        self.shutting_down = False
         self.pending: dict[str, PendingCompleteTxn] = {}
         self._tasks: set[asyncio.Task] = set()
         self.markers_written = 0
@@ -69,13 +82,12 @@ class TransactionMarkerWriter:
         return True
 
     async def _send(self, p: PendingCompleteTxn, producer_id: int, producer_epoch: int) -> None:
-        b = self.broker
         md = p.metadata
         try:
-            while self._still_current(p) and not self.coordinator.shutting_down:
+            while self._still_current(p) and not self.shutting_down:
                 targets = []
                 for tp in list(md.topic_partitions):
-                    info = b.metadata.get(tp.topic)
+                    info = self.metadata.get(tp.topic)
                     if info is None or tp.partition >= info.num_partitions:
                         # A deleted topic cannot take its marker; skip it, as Kafka does.
                         log.info("skipping marker for %s of %s: the partition no longer exists", tp,
@@ -85,10 +97,8 @@ class TransactionMarkerWriter:
                         targets.append(tp)
                 if not targets:
                     break
-                result = b.replica_manager.append_txn_markers(
-                    producer_id, producer_epoch, p.coordinator_epoch, p.commit, targets,
-                    timeout_ms=REQUEST_TIMEOUT_MS, max_message_bytes=b.max_message_bytes,
-                    log_append_time=b.uses_log_append_time)
+                result = self.replica_manager.append_txn_markers(
+                    producer_id, producer_epoch, p.coordinator_epoch, p.commit, targets, timeout_ms=REQUEST_TIMEOUT_MS)
                 if isinstance(result, asyncio.Future):
                     result = await result
                 if not self._still_current(p):
@@ -131,18 +141,12 @@ class TransactionMarkerWriter:
                 log.debug("retrying marker for %s on %s after %s", p.transactional_id, tp, err.name)
                 retry = True
         if written_offsets:
-            self._notify_group_coordinator(producer_id, written_offsets, p.commit)
+            self.notify_offsets_completed(producer_id, written_offsets, p.commit)
         return retry
 
-    def _notify_group_coordinator(self, producer_id: int, partitions: list[int], commit: bool) -> None:
-        gc = getattr(self.broker, "group_coordinator", None)
-        hook = getattr(gc, "on_transaction_completed", None)
-        if hook is None:
-            log.warning("group coordinator has no on_transaction_completed hook; transactional offsets of producer "
-                        "%d stay pending", producer_id)
-            return
+    def notify_offsets_completed(self, producer_id: int, partitions: list[int], commit: bool) -> None:
         try:
-            hook(producer_id, partitions, commit)
+            self.offsets_listener.on_transaction_completed(producer_id, partitions, commit)
         except Exception:
             log.exception("completing transactional offsets of producer %d failed", producer_id)
 
@@ -164,7 +168,7 @@ class TransactionMarkerWriter:
                                              retry_on_error=lambda e: e == ErrorCode.COORDINATOR_NOT_AVAILABLE)
 
     def _retry_completion(self, p: PendingCompleteTxn) -> None:
-        if self._still_current(p) and not self.coordinator.shutting_down and \
+        if self._still_current(p) and not self.shutting_down and \
                 p.metadata.pending_state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
             self._write_completion(p)
 
@@ -173,6 +177,7 @@ class TransactionMarkerWriter:
             del self.pending[tid]
 
     def shutdown(self) -> None:
+        self.shutting_down = True
         for t in list(self._tasks):
             t.cancel()
         self.pending.clear()

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from rivulet.common.cluster import ConfigValues
+from rivulet.common.time import SYSTEM_CLOCK, Clock
+from rivulet.common.types import TopicPartition
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ErrorCode, KafkaError
-from rivulet.replication.partition import TopicPartition
-from rivulet.replication.replica_manager import ProduceResult
+from rivulet.replication.replica_manager import ProduceResult, ReplicaManager
 from rivulet.transaction import txn_log
 from rivulet.transaction.metadata import TransactionMetadata, TxnState, TxnTransitMetadata
 from rivulet.transaction.txn_log import TRANSACTION_STATE_TOPIC_NAME
@@ -28,10 +29,6 @@ log = logging.getLogger(__name__)
 
 ErrorCallback = Callable[[ErrorCode], None]
 PendingCompletion = Callable[[int, bool, TransactionMetadata, TxnTransitMetadata], None]
-
-
-def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(slots=True)
@@ -59,9 +56,9 @@ def store_error(code: ErrorCode) -> ErrorCode:
 
 
 class TransactionStateManager:
-    def __init__(self, broker: Any, *, clock: Callable[[], int] = wall_clock_ms) -> None:
-        self.broker = broker
-        cfg = broker.config
+    def __init__(self, config: ConfigValues, replica_manager: ReplicaManager, clock: Clock = SYSTEM_CLOCK) -> None:
+        cfg = config
+        self.replica_manager = replica_manager
         self.transactional_id_expiration_ms: int = cfg["transactional.id.expiration.ms"]
         self.max_timeout_ms: int = cfg["transaction.max.timeout.ms"]
         self.load_buffer_size: int = cfg["transaction.state.log.load.buffer.size"]
@@ -70,10 +67,6 @@ class TransactionStateManager:
         self.cache: dict[int, TxnPartitionCache] = {}
         self.loading: set[int] = set()
         self.shutting_down = False
-
-    @property
-    def replica_manager(self) -> Any:
-        return self.broker.replica_manager
 
     def partition_for(self, transactional_id: str) -> int:
         return txn_log.partition_for(transactional_id, self.num_partitions)
@@ -122,7 +115,7 @@ class TransactionStateManager:
         retry_on_error: Callable[[ErrorCode], bool] = lambda _e: False,
     ) -> None:
         """Write ``new_metadata``; on success complete the pending transition, then call back."""
-        record = rec.Record(0, self.clock(), txn_log.key_to_bytes(transactional_id),
+        record = rec.Record(0, self.clock.milliseconds(), txn_log.key_to_bytes(transactional_id),
                             txn_log.value_to_bytes(new_metadata), [])
         tp = TopicPartition(TRANSACTION_STATE_TOPIC_NAME, self.partition_for(transactional_id))
 
@@ -137,11 +130,9 @@ class TransactionStateManager:
 
     def _append(self, tp: TopicPartition, batch: bytes, timeout_ms: int,
                 on_result: Callable[[dict[TopicPartition, ProduceResult]], None]) -> None:
-        b = self.broker
         try:
             result = self.replica_manager.append_records(
-                {tp: bytearray(batch)}, required_acks=-1, timeout_ms=timeout_ms,
-                max_message_bytes=b.max_message_bytes, log_append_time=b.uses_log_append_time, internal=True)
+                {tp: bytearray(batch)}, required_acks=-1, timeout_ms=timeout_ms, internal=True)
         except Exception:
             log.exception("append to %s failed", tp)
             result = {tp: ProduceResult(error=ErrorCode.KAFKA_STORAGE_ERROR)}
@@ -190,7 +181,7 @@ class TransactionStateManager:
             entry = TxnPartitionCache(coordinator_epoch, loaded)
             self.cache[partition] = entry
             pending: list[tuple[bool, TransactionMetadata, TxnTransitMetadata]] = []
-            now = self.clock()
+            now = self.clock.milliseconds()
             for md in loaded.values():
                 if md.state == TxnState.PREPARE_ABORT:
                     pending.append((False, md, md.prepare_complete(now)))
@@ -259,7 +250,7 @@ class TransactionStateManager:
 
     def timed_out_transactions(self) -> list[tuple[str, int, int]]:
         """(transactional id, producer id, epoch) of Ongoing transactions past their timeout."""
-        now = self.clock()
+        now = self.clock.milliseconds()
         out = []
         for md in self.all_transactions():
             if md.pending_transition_in_progress:
@@ -270,7 +261,7 @@ class TransactionStateManager:
 
     def remove_expired_transactional_ids(self) -> None:
         """transactional.id.expiration.ms: tombstone ids idle in Empty/Complete* that long."""
-        now = self.clock()
+        now = self.clock.milliseconds()
         for partition, entry in list(self.cache.items()):
             if partition in self.loading:
                 continue
@@ -286,7 +277,7 @@ class TransactionStateManager:
     def _write_tombstones(self, partition: int, coordinator_epoch: int,
                           expired: list[tuple[TransactionMetadata, TxnTransitMetadata]]) -> None:
         tp = TopicPartition(TRANSACTION_STATE_TOPIC_NAME, partition)
-        now = self.clock()
+        now = self.clock.milliseconds()
         records = [rec.Record(0, now, txn_log.key_to_bytes(md.transactional_id), None, []) for md, _ in expired]
 
         def on_result(results: dict[TopicPartition, ProduceResult]) -> None:
@@ -314,7 +305,7 @@ class TransactionStateManager:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, [], []
         unknown = [s for s in states if TxnState.from_name(s) is None]
         wanted = {TxnState.from_name(s) for s in states} - {None}
-        now = self.clock()
+        now = self.clock.milliseconds()
         out = []
         for md in self.all_transactions():
             if md.state == TxnState.DEAD:

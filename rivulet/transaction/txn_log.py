@@ -10,9 +10,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from rivulet.common.types import TopicPartition
 from rivulet.protocol.messages.transaction_log_key import TransactionLogKey
 from rivulet.protocol.messages.transaction_log_value import PartitionsSchema, TransactionLogValue
-from rivulet.replication.partition import TopicPartition
 from rivulet.transaction.metadata import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TransactionMetadata, TxnState, \
     TxnTransitMetadata
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from rivulet.coordinator.group_metadata import OffsetAndMetadata, TopicPartitionKey
+from rivulet.common.types import TopicPartition
+from rivulet.coordinator.group_metadata import OffsetAndMetadata
 from rivulet.protocol.errors import ErrorCode as E
 from test_group_support import make_coordinator
 
 pytestmark = pytest.mark.fast
 
-TP0 = TopicPartitionKey("t", 0)
+TP0 = TopicPartition("t", 0)
 
 
 def commit(c, gid, member, generation, version):

@@ -8,7 +8,6 @@ import asyncio
 
 import pytest
 
-from rivulet.coordinator.group_apis import API_VERSIONS, GroupApis
 from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode as E
 from rivulet.protocol.messages import (
@@ -24,6 +23,9 @@ from rivulet.protocol.messages import (
     offset_fetch_request as ofq,
     sync_group_request as sgq,
 )
+from rivulet.server.apis import SUPPORTED_VERSIONS
+from rivulet.server.handlers.find_coordinator import FindCoordinatorHandler
+from rivulet.server.handlers.groups import GroupHandlers
 from test_group_support import make_coordinator
 
 pytestmark = pytest.mark.fast
@@ -33,19 +35,29 @@ class Conn:
     peer = ("10.1.2.3", 5555)
 
 
-class Apis:
-    def __init__(self) -> None:
-        self.registered = {}
+class FakeTxnCoordinator:
+    """FindCoordinator key type 1 resolves here; not started: no coordinator yet."""
 
-    def register(self, key, versions, handler):
-        self.registered[key] = (versions, handler)
+    def __init__(self) -> None:
+        self.answer = (E.COORDINATOR_NOT_AVAILABLE, -1, "", -1)
+
+    def find_coordinator(self, key):
+        return self.answer
+
+
+class Apis:
+    """The group handlers keyed by API, with their versions from the one table."""
+
+    def __init__(self, handlers) -> None:
+        self.registered = {key: (SUPPORTED_VERSIONS[key], fn) for key, fn in handlers.items()}
 
 
 def setup():
     c, b = make_coordinator()
     b.add_topic("t", 3)
-    apis = Apis()
-    GroupApis(c).register(apis)
+    b.txn = FakeTxnCoordinator()
+    apis = Apis({**GroupHandlers(c, b.metadata, b.clock).handlers(),
+                 **FindCoordinatorHandler(c, b.txn).handlers()})
     return c, b, apis
 
 
@@ -72,8 +84,10 @@ def roundtrip(resp, key: int, version: int):
 
 def test_registered_versions():
     _, _, apis = setup()
-    assert {k: v for k, (v, _) in apis.registered.items()} == API_VERSIONS
-    assert API_VERSIONS[11] == (0, 9) and API_VERSIONS[8] == (2, 9) and API_VERSIONS[9] == (1, 9)
+    group_versions = {k: v for k, (v, _) in apis.registered.items()}
+    assert group_versions == {8: (2, 9), 9: (1, 9), 10: (0, 6), 11: (0, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5),
+                              15: (0, 5), 16: (0, 5), 28: (0, 3), 42: (0, 2), 47: (0, 0)}
+    assert all(SUPPORTED_VERSIONS[k] == v for k, v in group_versions.items())
 
 
 @pytest.mark.parametrize("v", range(0, 7))
@@ -96,7 +110,7 @@ def test_find_coordinator_all_versions(v):
 
 def test_find_coordinator_hook_and_unknown_type():
     c, b, apis = setup()
-    c.coordinator_resolvers[1] = lambda key: (E.NONE, 1, "txhost", 1234)
+    b.txn.answer = (E.NONE, 1, "txhost", 1234)
     r = call(apis, fcq.FindCoordinatorRequest(key_type=1, coordinator_keys=["tx"]), 4)
     assert (r.coordinators[0].host, r.coordinators[0].port) == ("txhost", 1234)
     r = call(apis, fcq.FindCoordinatorRequest(key="x", key_type=7), 2)

@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from rivulet.common.types import TopicPartition
 from rivulet.coordinator.group_metadata import (
     COMPLETING_REBALANCE,
     EMPTY,
@@ -14,11 +15,10 @@ from rivulet.coordinator.group_metadata import (
     PREPARING_REBALANCE,
     STABLE,
     OffsetAndMetadata,
-    TopicPartitionKey,
 )
 from rivulet.coordinator.offsets_topic import GroupKey, read_group_message_value, read_message_key
 from rivulet.protocol.errors import ErrorCode as E
-from test_group_support import Member, make_coordinator
+from test_group_support import Member, make_coordinator, new_coordinator
 
 pytestmark = pytest.mark.fast
 
@@ -612,7 +612,7 @@ def test_heartbeat_in_completing_rebalance_is_fine():
 
 # ---------------------------------------------------------------- offsets
 
-TP0, TP1 = TopicPartitionKey("t", 0), TopicPartitionKey("t", 1)
+TP0, TP1 = TopicPartition("t", 0), TopicPartition("t", 1)
 
 
 def commit(c, gid, member_id, generation, offsets, instance=None):
@@ -698,7 +698,7 @@ def test_delete_offsets():
     a, = stable_group(c, b, 1)
     g = group(c)
     g.subscribed_topics = {"t"}
-    other = TopicPartitionKey("u", 0)
+    other = TopicPartition("u", 0)
     commit(c, "g", a.member_id, 1, {TP0: OffsetAndMetadata(1), other: OffsetAndMetadata(2)})
     err, res = c.handle_delete_offsets("g", [TP0, other])
     assert err == E.NONE and res == {TP0: E.GROUP_SUBSCRIBED_TO_TOPIC, other: E.NONE}
@@ -785,7 +785,7 @@ def test_reload_restores_stable_group_and_expires_dead_members():
     a, f = stable_group(c, b, 2, session_timeout_ms=6000)
     commit(c, "g", a.member_id, 1, {TP0: OffsetAndMetadata(77)})
     c.shutdown()
-    c2 = type(c)(b)
+    c2 = new_coordinator(b)
     c2.startup()
     g = c2.manager.get_group("g")
     assert g.is_(STABLE) and g.generation_id == 1 and g.size == 2
@@ -850,7 +850,7 @@ def test_txn_commit_validation_and_member_checks():
 def test_pending_txn_offsets_survive_reload_until_the_marker():
     c, b = make_coordinator()
     txn_commit(c, "tg", 42, {TP0: OffsetAndMetadata(10)})
-    c2 = type(c)(b)
+    c2 = new_coordinator(b)
     c2.startup()
     assert c2.handle_fetch_offsets("tg", True, [TP0])[1][TP0].error == E.UNSTABLE_OFFSET_COMMIT
     c2.on_transaction_completed(42, [c2.partition_for("tg")], True)

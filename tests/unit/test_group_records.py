@@ -6,6 +6,7 @@ import struct
 
 import pytest
 
+from rivulet.common.types import TopicPartition
 from rivulet.coordinator.group_metadata import (
     COMPLETING_REBALANCE,
     EMPTY,
@@ -14,7 +15,6 @@ from rivulet.coordinator.group_metadata import (
     GroupMetadata,
     MemberMetadata,
     OffsetAndMetadata,
-    TopicPartitionKey,
 )
 from rivulet.coordinator.offsets_topic import (
     GroupKey,
@@ -30,7 +30,7 @@ from rivulet.coordinator.offsets_topic import (
 )
 from rivulet.protocol import records as rec
 from rivulet.protocol.messages.consumer_protocol_subscription import ConsumerProtocolSubscription
-from test_group_support import Member, make_coordinator
+from test_group_support import Member, make_coordinator, new_coordinator
 
 pytestmark = pytest.mark.fast
 
@@ -151,18 +151,18 @@ def test_coordinator_writes_and_replays_the_log():
     b.advance(1)
     m.sync({m.member_id: b"assign"})
     committed = []
-    offsets = {TopicPartitionKey("t", p): OffsetAndMetadata(10 * p + 1, 3, f"m{p}", b.now) for p in range(4)}
+    offsets = {TopicPartition("t", p): OffsetAndMetadata(10 * p + 1, 3, f"m{p}", b.now) for p in range(4)}
     c.handle_commit_offsets("g1", m.member_id, None, m.generation, offsets, committed.append)
     assert committed[-1] == {tp: 0 for tp in offsets}
     # a simple (standalone) group, then deleted offsets for one partition
-    c.handle_commit_offsets("simple", "", None, -1, {TopicPartitionKey("t", 0): OffsetAndMetadata(5)},
+    c.handle_commit_offsets("simple", "", None, -1, {TopicPartition("t", 0): OffsetAndMetadata(5)},
                             committed.append)
-    c.handle_commit_offsets("gone", "", None, -1, {TopicPartitionKey("t", 1): OffsetAndMetadata(6)},
+    c.handle_commit_offsets("gone", "", None, -1, {TopicPartition("t", 1): OffsetAndMetadata(6)},
                             committed.append)
     assert c.handle_delete_groups(["gone"]) == {"gone": 0}
-    c.handle_delete_offsets("simple", [TopicPartitionKey("t", 0)])
+    c.handle_delete_offsets("simple", [TopicPartition("t", 0)])
 
-    c3 = type(c)(b)  # a new coordinator over the same log, as after a restart
+    c3 = new_coordinator(b)  # a new coordinator over the same log, as after a restart
     c3.startup()
     g = c3.manager.get_group("g1")
     assert g is not None and g.is_(STABLE) and g.generation_id == 1
@@ -179,13 +179,13 @@ def test_coordinator_writes_and_replays_the_log():
 def test_replay_keeps_newest_and_applies_tombstones_in_log_order():
     c, b = make_coordinator()
     b.add_topic("t", 1)
-    tp = TopicPartitionKey("t", 0)
+    tp = TopicPartition("t", 0)
     done = []
     for off in (1, 2, 3):
         c.handle_commit_offsets("s", "", None, -1, {tp: OffsetAndMetadata(off)}, done.append)
     c.manager.cleanup_group_metadata([c.manager.get_group("s")], lambda g: g.remove_offsets([tp]))
     c.handle_commit_offsets("s", "", None, -1, {tp: OffsetAndMetadata(4)}, done.append)
-    c2 = type(c)(b)
+    c2 = new_coordinator(b)
     c2.startup()
     assert c2.manager.get_group("s").offset(tp).committed_offset == 4
 
@@ -206,6 +206,6 @@ def test_replay_of_transactional_offsets_honours_markers():
     txn(12, 200)
     log.append(rec.encode_control_batch(rec.ControlRecordType.ABORT, producer_id=12, producer_epoch=0,
                                         coordinator_epoch=0, timestamp=1))
-    c2 = type(c)(b)
+    c2 = new_coordinator(b)
     c2.startup()
-    assert c2.manager.get_group("txg").offset(TopicPartitionKey("t", 0)).committed_offset == 100
+    assert c2.manager.get_group("txg").offset(TopicPartition("t", 0)).committed_offset == 100

@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 
+from rivulet.common.types import TopicPartition
 from rivulet.coordinator.group_metadata import (
     COMPLETING_REBALANCE,
     DEAD,
@@ -20,7 +21,6 @@ from rivulet.coordinator.group_metadata import (
     MemberMetadata,
     OffsetAndMetadata,
     SyncGroupResult,
-    TopicPartitionKey,
     java_abs,
     java_string_hashcode,
     partition_for,
@@ -205,7 +205,7 @@ def om(offset, ts=0, expire=None):
 
 def test_offset_commit_staging():
     g = GroupMetadata("g")
-    tp = TopicPartitionKey("t", 0)
+    tp = TopicPartition("t", 0)
     g.prepare_offset_commit({tp: om(5)})
     assert g.has_offsets() and g.offset(tp) is None and g.has_pending_offset_commits_for(tp)
     g.on_offset_commit_append(tp, CommitRecordMetadataAndOffset(10, om(5)))
@@ -224,7 +224,7 @@ def test_expiry_empty_group_counts_from_when_it_became_empty():
     now = [1000]
     g = GroupMetadata("g", clock=lambda: now[0])
     g.protocol_type = "consumer"
-    tp = TopicPartitionKey("t", 0)
+    tp = TopicPartition("t", 0)
     g.initialize_offsets({tp: CommitRecordMetadataAndOffset(0, om(1, ts=0))})
     g.transition_to(PREPARING_REBALANCE)
     now[0] = 50_000
@@ -237,7 +237,7 @@ def test_expiry_stable_consumer_group_keeps_subscribed_topics():
     g = GroupMetadata("g")
     g.protocol_type = "consumer"
     g.subscribed_topics = {"live"}
-    live, gone = TopicPartitionKey("live", 0), TopicPartitionKey("gone", 0)
+    live, gone = TopicPartition("live", 0), TopicPartition("gone", 0)
     g.initialize_offsets({live: CommitRecordMetadataAndOffset(0, om(1)), gone: CommitRecordMetadataAndOffset(1, om(2))})
     for s in (PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE):
         g.transition_to(s)
@@ -250,7 +250,7 @@ def test_expiry_stable_consumer_group_keeps_subscribed_topics():
 
 def test_expiry_standalone_and_explicit_expire_timestamp():
     g = GroupMetadata("g")  # no protocol type: offsets-only group
-    a, b = TopicPartitionKey("t", 0), TopicPartitionKey("t", 1)
+    a, b = TopicPartition("t", 0), TopicPartition("t", 1)
     g.initialize_offsets({a: CommitRecordMetadataAndOffset(0, om(1, ts=100)),
                           b: CommitRecordMetadataAndOffset(1, om(2, ts=100, expire=500))})
     assert g.remove_expired_offsets(499, 1_000_000) == {}

@@ -7,12 +7,14 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from rivulet.common.cluster import NodeEndpoint
+from rivulet.common.time import MockClock
+from rivulet.common.types import TopicPartition
 from rivulet.coordinator.group_coordinator import GroupCoordinator
 from rivulet.coordinator.group_metadata import JoinGroupResult, SyncGroupResult
 from rivulet.delayed import Timer
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ErrorCode
-from rivulet.replication.partition import TopicPartition
 from rivulet.replication.replica_manager import ProduceResult
 
 CONFIG = {
@@ -88,8 +90,7 @@ class FakeReplicaManager:
         self.fail_with: ErrorCode | None = None
         self.appends = 0
 
-    def append_records(self, entries, *, required_acks, timeout_ms, max_message_bytes, log_append_time,
-                       internal=False):
+    def append_records(self, entries, *, required_acks, timeout_ms, internal=False):
         self.appends += 1
         results = {}
         for tp, data in entries.items():
@@ -127,16 +128,21 @@ class FakeMetadata:
         return self.topics.get(name)
 
 
-class FakeBroker:
+class FakeCluster:
+    """The group coordinator's collaborators: config, replica manager, metadata view, this
+    node, timer and clock; it is also the internal-topic creator."""
+
     def __init__(self, **overrides: Any) -> None:
         self.config = {**CONFIG, **overrides}
-        self.node_id = 1
-        self.advertised_listener = ("PLAINTEXT", "127.0.0.1", 9092)
-        self.now = 1_700_000_000_000
-        self.wall_clock = lambda: self.now
+        self.node = NodeEndpoint(1, "127.0.0.1", 9092)
+        self.clock = MockClock(wall_ms=1_700_000_000_000)
         self.timer = Timer()
         self.replica_manager = FakeReplicaManager()
         self.metadata = FakeMetadata()
+
+    @property
+    def now(self) -> int:
+        return self.clock.milliseconds()
 
     def ensure_internal_topic(self, name, partitions, configs):
         info = self.metadata.get(name)
@@ -152,13 +158,18 @@ class FakeBroker:
 
     def advance(self, ms: int) -> None:
         """Move both clocks: the timer's (sessions, rebalances) and the wall clock (offsets)."""
-        self.now += ms
+        self.clock.sleep(ms)
         self.timer.advance_clock(self.timer.now_ms + ms)
 
 
-def make_coordinator(**overrides: Any) -> tuple[GroupCoordinator, FakeBroker]:
-    b = FakeBroker(**overrides)
-    c = GroupCoordinator(b)
+def new_coordinator(b: FakeCluster) -> GroupCoordinator:
+    """A coordinator (not started) over ``b``'s collaborators, e.g. the same log after a restart."""
+    return GroupCoordinator(b.config, b.replica_manager, b.metadata, b, b.node, b.timer, b.clock)
+
+
+def make_coordinator(**overrides: Any) -> tuple[GroupCoordinator, FakeCluster]:
+    b = FakeCluster(**overrides)
+    c = new_coordinator(b)
     c.startup()
     return c, b
 

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
+from rivulet.common.types import TopicPartition
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ErrorCode
-from rivulet.replication.partition import TopicPartition
 from rivulet.server.broker import Broker
 from rivulet.server.config import BrokerConfig
 from rivulet.transaction.metadata import TxnState
@@ -30,7 +30,7 @@ async def start(path, **overrides) -> Broker:
     await b.start()
     await until(lambda: not b.transaction_coordinator.state_manager.loading)
     if b.metadata.get("t") is None:
-        b.create_topic("t", 2, 1, {})
+        b.topics.create_topic("t", 2, 1, {})
     return b
 
 
@@ -57,8 +57,7 @@ async def produce(b: Broker, tp: TopicPartition, pid: int, epoch: int, seq: int,
     data = rec.encode_batch([rec.Record(0, None, None, b"x", []) for _ in range(n)], producer_id=pid,
                             producer_epoch=epoch, base_sequence=seq, transactional=True)
     res = b.replica_manager.append_records({tp: bytearray(data)}, required_acks=-1, timeout_ms=5000,
-                                           max_message_bytes=b.max_message_bytes,
-                                           log_append_time=b.uses_log_append_time, transactional_id=tid)
+                                           transactional_id=tid)
     if isinstance(res, asyncio.Future):
         res = await res
     return ErrorCode(res[tp].error)

@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from rivulet.replication.partition import TopicPartition
+from rivulet.common.types import TopicPartition
 from rivulet.transaction import txn_log
 from rivulet.transaction.metadata import (
     NO_PRODUCER_EPOCH,

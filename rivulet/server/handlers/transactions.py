@@ -1,4 +1,4 @@
-"""Request handlers of the transaction APIs, registered with KafkaApis.
+"""Request handlers of the transaction APIs, in front of the TransactionCoordinator.
 
 InitProducerId, AddPartitionsToTxn (client v0-3 and the batched broker form v4+),
 AddOffsetsToTxn, EndTxn, WriteTxnMarkers, DescribeTransactions, ListTransactions and
@@ -10,7 +10,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable
 
+from rivulet.common.cluster import ConfigValues, MetadataView
+from rivulet.common.types import TopicPartition
+from rivulet.coordinator.group_coordinator import GroupCoordinator
 from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.framing import RequestHeader
 from rivulet.protocol.messages import (
     add_offsets_to_txn_response as aotr,
     add_partitions_to_txn_response as aptr,
@@ -21,23 +25,14 @@ from rivulet.protocol.messages import (
     list_transactions_response as ltr,
     write_txn_markers_response as wtmr,
 )
-from rivulet.replication.partition import TopicPartition
+from rivulet.replication.replica_manager import ReplicaManager
+from rivulet.server.answer import Answer, Reply
+from rivulet.server.handlers import Handler
+from rivulet.server.network import KafkaConnection
 from rivulet.transaction.coordinator import TransactionCoordinator
 from rivulet.transaction.markers import GROUP_METADATA_TOPIC_NAME
 from rivulet.transaction.metadata import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 from rivulet.transaction.txn_log import partition_for
-
-API_VERSIONS: dict[int, tuple[int, int]] = {
-    22: (0, 5),  # InitProducerId
-    24: (0, 5),  # AddPartitionsToTxn (v4+: brokers' batched form)
-    25: (0, 4),  # AddOffsetsToTxn
-    26: (0, 4),  # EndTxn (v5 is transaction.version 2, which Rivulet does not finalise)
-    27: (0, 1),  # WriteTxnMarkers
-    61: (0, 0),  # DescribeProducers
-    65: (0, 0),  # DescribeTransactions
-    66: (0, 1),  # ListTransactions
-}
-
 
 def _fenced_for(version: int, first_with_fenced: int, err: ErrorCode) -> ErrorCode:
     """Clients before KIP-588 know PRODUCER_FENCED as INVALID_PRODUCER_EPOCH."""
@@ -46,36 +41,34 @@ def _fenced_for(version: int, first_with_fenced: int, err: ErrorCode) -> ErrorCo
     return err
 
 
-def _respond(run: Callable[[Callable[[Any], None]], None]) -> Any:
-    """Run ``run(callback)``; answer at once when the callback fired synchronously."""
-    fut = asyncio.get_running_loop().create_future()
-
-    def cb(resp: Any) -> None:
-        if not fut.done():
-            fut.set_result(resp)
-
-    run(cb)
-    return fut.result() if fut.done() else fut
+def _respond(run: Callable[[Callable[[Any], None]], None]) -> Answer:
+    """Run ``run(callback)``, where the callback receives the finished response."""
+    reply: Reply[Any] = Reply(lambda response: response)
+    run(reply)
+    return reply.answer()
 
 
-class TransactionApis:
-    def __init__(self, coordinator: TransactionCoordinator) -> None:
+class TransactionHandlers:
+    def __init__(self, coordinator: TransactionCoordinator, groups: GroupCoordinator,
+                 replica_manager: ReplicaManager, metadata: MetadataView, config: ConfigValues) -> None:
         self.c = coordinator
-        self.broker = coordinator.broker
+        self.groups = groups
+        self.replica_manager = replica_manager
+        self.metadata = metadata
+        self.config = config
 
-    def register(self, apis: Any) -> None:
-        handlers = {
+    def handlers(self) -> dict[int, Handler]:
+        return {
             22: self.handle_init_producer_id, 24: self.handle_add_partitions_to_txn,
             25: self.handle_add_offsets_to_txn, 26: self.handle_end_txn, 27: self.handle_write_txn_markers,
             61: self.handle_describe_producers, 65: self.handle_describe_transactions,
             66: self.handle_list_transactions,
         }
-        for key, fn in handlers.items():
-            apis.register(key, API_VERSIONS[key], fn)
 
     # -- InitProducerId ----------------------------------------------------------------------------
 
-    def handle_init_producer_id(self, header, req, conn) -> Any:
+    def handle_init_producer_id(self, header: RequestHeader, req: Any, conn: KafkaConnection
+                                ) -> Answer:
         v = header.api_version
         pid, epoch = (req.producer_id, req.producer_epoch) if v >= 3 else (NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
 
@@ -99,7 +92,7 @@ class TransactionApis:
         errors: dict[TopicPartition, ErrorCode] = {}
         ok: set[TopicPartition] = set()
         for t in topics:
-            info = self.broker.metadata.get(t.name)
+            info = self.metadata.get(t.name)
             for p in t.partitions:
                 tp = TopicPartition(t.name, p)
                 if info is None or not 0 <= p < info.num_partitions:
@@ -129,7 +122,8 @@ class TransactionApis:
         self.c.handle_add_partitions(tid, pid, epoch, ok,
                                      lambda err: done({tp: _fenced_for(version, 2, err) for tp in ok}))
 
-    def handle_add_partitions_to_txn(self, header, req, conn) -> Any:
+    def handle_add_partitions_to_txn(self, header: RequestHeader, req: Any, conn: KafkaConnection
+                                     ) -> Answer:
         v = header.api_version
         if v < 4:
             def run3(cb: Callable[[Any], None]) -> None:
@@ -163,14 +157,14 @@ class TransactionApis:
     # -- AddOffsetsToTxn -----------------------------------------------------------------------------
 
     def _offsets_partition(self, group_id: str) -> int:
-        gc = getattr(self.broker, "group_coordinator", None)
-        if gc is not None and getattr(gc, "manager", None) is not None:
-            return gc.partition_for(group_id)
-        info = self.broker.metadata.get(GROUP_METADATA_TOPIC_NAME)
-        n = info.num_partitions if info else self.broker.config["offsets.topic.num.partitions"]
+        if self.groups.manager is not None:
+            return self.groups.partition_for(group_id)
+        info = self.metadata.get(GROUP_METADATA_TOPIC_NAME)
+        n = info.num_partitions if info else self.config["offsets.topic.num.partitions"]
         return partition_for(group_id, n)
 
-    def handle_add_offsets_to_txn(self, header, req, conn) -> Any:
+    def handle_add_offsets_to_txn(self, header: RequestHeader, req: Any, conn: KafkaConnection
+                                  ) -> Answer:
         v = header.api_version
         tp = TopicPartition(GROUP_METADATA_TOPIC_NAME, self._offsets_partition(req.group_id))
         return _respond(lambda cb: self.c.handle_add_partitions(
@@ -179,7 +173,8 @@ class TransactionApis:
 
     # -- EndTxn ----------------------------------------------------------------------------------------
 
-    def handle_end_txn(self, header, req, conn) -> Any:
+    def handle_end_txn(self, header: RequestHeader, req: Any, conn: KafkaConnection
+                       ) -> Answer:
         v = header.api_version
         return _respond(lambda cb: self.c.handle_end_transaction(
             req.transactional_id, req.producer_id, req.producer_epoch, req.committed,
@@ -187,24 +182,22 @@ class TransactionApis:
 
     # -- WriteTxnMarkers -------------------------------------------------------------------------------
 
-    def handle_write_txn_markers(self, header, req, conn) -> Any:
-        b = self.broker
-        rm = b.replica_manager
-        loop = asyncio.get_running_loop()
-        out = loop.create_future()
+    def handle_write_txn_markers(self, header: RequestHeader, req: Any, conn: KafkaConnection
+                                 ) -> Answer:
+        rm = self.replica_manager
         results: list[wtmr.WritableTxnMarkerResult | None] = [None] * len(req.markers)
         remaining = [len(req.markers)]
+        reply: Reply[None] = Reply(lambda _: wtmr.WriteTxnMarkersResponse(markers=list(results)))
 
         def finish() -> None:
-            if not out.done():
-                out.set_result(wtmr.WriteTxnMarkersResponse(markers=list(results)))
+            reply(None)
 
         def marker_done(i: int, m: Any, errs: dict[TopicPartition, ErrorCode]) -> None:
             offsets = [tp.partition for tp, e in errs.items() if e == ErrorCode.NONE
                        and tp.topic == GROUP_METADATA_TOPIC_NAME]
             if offsets:
                 # Offsets committed in the transaction become visible (or vanish) with the marker.
-                self.c.markers._notify_group_coordinator(m.producer_id, offsets, m.transaction_result)
+                self.c.markers.notify_offsets_completed(m.producer_id, offsets, m.transaction_result)
             by_topic: dict[str, list[wtmr.WritableTxnMarkerPartitionResult]] = {}
             for tp, e in errs.items():
                 by_topic.setdefault(tp.topic, []).append(
@@ -220,8 +213,7 @@ class TransactionApis:
         for i, m in enumerate(req.markers):
             tps = [TopicPartition(t.name, p) for t in m.topics for p in t.partition_indexes]
             result = rm.append_txn_markers(m.producer_id, m.producer_epoch, m.coordinator_epoch, m.transaction_result,
-                                           tps, timeout_ms=30_000, max_message_bytes=b.max_message_bytes,
-                                           log_append_time=b.uses_log_append_time)
+                                           tps, timeout_ms=30_000)
 
             def convert(res: dict) -> dict[TopicPartition, ErrorCode]:
                 return {tp: ErrorCode(r.error) for tp, r in res.items()}
@@ -237,11 +229,12 @@ class TransactionApis:
                 result.add_done_callback(done)
             else:
                 marker_done(i, m, convert(result))
-        return out.result() if out.done() else out
+        return reply.answer()
 
     # -- Describe / List ---------------------------------------------------------------------------
 
-    def handle_describe_transactions(self, header, req, conn) -> dtxr.DescribeTransactionsResponse:
+    def handle_describe_transactions(self, header: RequestHeader, req: Any, conn: KafkaConnection
+                                     ) -> dtxr.DescribeTransactionsResponse:
         states = []
         for tid in req.transactional_ids:
             st = dtxr.TransactionState(error_code=0, transactional_id=tid, transaction_state="",
@@ -262,7 +255,8 @@ class TransactionApis:
             states.append(st)
         return dtxr.DescribeTransactionsResponse(throttle_time_ms=0, transaction_states=states)
 
-    def handle_list_transactions(self, header, req, conn) -> ltr.ListTransactionsResponse:
+    def handle_list_transactions(self, header: RequestHeader, req: Any, conn: KafkaConnection
+                                 ) -> ltr.ListTransactionsResponse:
         if not self.c.active:
             return ltr.ListTransactionsResponse(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                                 unknown_state_filters=[], transaction_states=[])
@@ -276,8 +270,9 @@ class TransactionApis:
 
     # -- DescribeProducers -------------------------------------------------------------------------
 
-    def handle_describe_producers(self, header, req, conn) -> dpr.DescribeProducersResponse:
-        rm = self.broker.replica_manager
+    def handle_describe_producers(self, header: RequestHeader, req: Any, conn: KafkaConnection
+                                  ) -> dpr.DescribeProducersResponse:
+        rm = self.replica_manager
         topics = []
         for t in req.topics:
             parts = []

@@ -1,0 +1,47 @@
+"""Narrow views of the cluster that coordinators and request handlers receive instead of the
+broker: what a topic looks like, where this node answers, and how an internal topic is made."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+class TopicView(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def topic_id(self) -> uuid.UUID: ...
+
+    @property
+    def num_partitions(self) -> int: ...
+
+
+class MetadataView(Protocol):
+    """Read access to the topics of the cluster."""
+
+    def get(self, name: str) -> TopicView | None: ...
+
+
+class InternalTopicCreator(Protocol):
+    """Creates ``__consumer_offsets`` / ``__transaction_state`` on first start-up."""
+
+    def ensure_internal_topic(self, name: str, num_partitions: int, configs: dict[str, str]) -> TopicView: ...
+
+
+@dataclass(slots=True)
+class NodeEndpoint:
+    """This node's id and advertised address. One shared instance: the broker fills in the
+    port it bound when the listener asked for an ephemeral one."""
+
+    node_id: int
+    host: str
+    port: int
+
+
+class ConfigValues(Protocol):
+    """Broker config values by property name (``BrokerConfig``, or a dict in tests)."""
+
+    def __getitem__(self, name: str) -> Any: ...

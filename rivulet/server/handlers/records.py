@@ -1,0 +1,242 @@
+"""Request handlers of the data path: Produce, Fetch, ListOffsets, OffsetForLeaderEpoch,
+DeleteRecords, in front of the ReplicaManager."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rivulet.common.types import TopicPartition
+from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.framing import RequestHeader
+from rivulet.protocol.messages import (
+    delete_records_response as drr,
+    fetch_response as fr,
+    list_offsets_response as lor,
+    offset_for_leader_epoch_response as ofler,
+    produce_response as pr,
+)
+from rivulet.protocol.schema import ZERO_UUID
+from rivulet.replication.replica_manager import (
+    FetchParams,
+    FetchRequestPartition,
+    FetchResult,
+    ProduceResult,
+    ReplicaManager,
+)
+from rivulet.server.answer import NO_RESPONSE, Answer, then
+from rivulet.server.handlers import Handler
+from rivulet.server.network import KafkaConnection
+from rivulet.server.topics import TopicManager
+
+LIST_OFFSETS_LATEST = -1
+LIST_OFFSETS_EARLIEST = -2
+LIST_OFFSETS_MAX_TIMESTAMP = -3
+LIST_OFFSETS_EARLIEST_LOCAL = -4
+LIST_OFFSETS_LATEST_TIERED = -5
+
+
+class RecordHandlers:
+    def __init__(self, replica_manager: ReplicaManager, metadata: TopicManager) -> None:
+        self.replica_manager = replica_manager
+        self.metadata = metadata
+
+    def handlers(self) -> dict[int, Handler]:
+        return {0: self.handle_produce, 1: self.handle_fetch, 2: self.handle_list_offsets,
+                21: self.handle_delete_records, 23: self.handle_offset_for_leader_epoch}
+
+    # ------------------------------------------------------------ Produce
+    def handle_produce(self, header: RequestHeader, req: Any, conn: KafkaConnection
+                       ) -> Answer:
+        acks = req.acks
+        entries: dict[TopicPartition, Any] = {}
+        early: dict[TopicPartition, ProduceResult] = {}
+        for td in req.topic_data:
+            name = td.name
+            info = self.metadata.get(name)
+            for pd in td.partition_data:
+                tp = TopicPartition(name, pd.index)
+                if acks not in (0, 1, -1):
+                    early[tp] = ProduceResult(error=ErrorCode.INVALID_REQUIRED_ACKS)
+                elif info is None or not 0 <= pd.index < info.num_partitions:
+                    early[tp] = ProduceResult(error=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                elif info.is_internal:
+                    early[tp] = ProduceResult(error=ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                              message=f"Cannot append to internal topic {name}")
+                else:
+                    entries[tp] = pd.records
+        transactional_id = req.transactional_id if header.api_version >= 3 else None
+        if transactional_id is None and any(_first_batch_is_transactional(r) for r in entries.values()):
+            # Kafka refuses transactional records without a transactional id outright.
+            for tp in entries:
+                early[tp] = ProduceResult(error=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            entries = {}
+        result = self.replica_manager.append_records(
+            entries, required_acks=acks, timeout_ms=req.timeout_ms, transactional_id=transactional_id)
+        if acks == 0:
+            return NO_RESPONSE
+
+        def build(results: dict[TopicPartition, ProduceResult]) -> pr.ProduceResponse:
+            results = {**early, **results}
+            by_topic: dict[str, list[pr.PartitionProduceResponse]] = {}
+            for td in req.topic_data:
+                for pd in td.partition_data:
+                    r = results[TopicPartition(td.name, pd.index)]
+                    by_topic.setdefault(td.name, []).append(pr.PartitionProduceResponse(
+                        index=pd.index, error_code=r.error, base_offset=r.base_offset,
+                        log_append_time_ms=r.log_append_time, log_start_offset=r.log_start_offset,
+                        record_errors=[pr.BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m)
+                                       for i, m in r.record_errors or ()],
+                        error_message=r.message))
+            return pr.ProduceResponse(
+                responses=[pr.TopicProduceResponse(name=n, partition_responses=ps) for n, ps in by_topic.items()],
+                throttle_time_ms=0)
+
+        return then(result, build)
+
+    # ------------------------------------------------------------ Fetch
+    def handle_fetch(self, header: RequestHeader, req: Any, conn: KafkaConnection
+                     ) -> Answer:
+        v = header.api_version
+        # KIP-227: Rivulet keeps no fetch sessions. A full fetch (epoch 0 or -1) is answered
+        # with session id 0, which tells every client to keep sending full fetches.
+        if req.session_epoch > 0 or (req.session_id != 0 and req.session_epoch != -1):
+            return fr.FetchResponse(throttle_time_ms=0, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
+                                    session_id=0, responses=[])
+        replica_id = req.replica_state.replica_id if v >= 15 else req.replica_id
+        params = FetchParams(replica_id=replica_id, max_wait_ms=req.max_wait_ms, min_bytes=req.min_bytes,
+                             max_bytes=req.max_bytes if v >= 3 else 2**31 - 1,
+                             isolation_level=req.isolation_level if v >= 4 else 0)
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        order: list[tuple[Any, str, int]] = []  # (topic id, topic name, partition)
+        for ft in req.topics:
+            name = ft.topic
+            if v >= 13:
+                info = self.metadata.by_id(ft.topic_id)
+                name = info.name if info else None
+            for fp in ft.partitions:
+                order.append((getattr(ft, "topic_id", None), name, fp.partition))
+                if name is None:
+                    errors[(str(ft.topic_id), fp.partition)] = ErrorCode.UNKNOWN_TOPIC_ID
+                    continue
+                params.partitions.append(FetchRequestPartition(
+                    TopicPartition(name, fp.partition), fp.fetch_offset, fp.partition_max_bytes,
+                    fp.current_leader_epoch if v >= 9 else -1))
+        result = self.replica_manager.fetch_messages(params)
+
+        def build(results: dict[TopicPartition, FetchResult]) -> fr.FetchResponse:
+            topics: list[fr.FetchableTopicResponse] = []
+            last_key = None
+            for topic_id, name, part in order:
+                key = topic_id if v >= 13 else name
+                if not topics or key != last_key:
+                    topics.append(fr.FetchableTopicResponse(topic=name or "", topic_id=topic_id or ZERO_UUID,
+                                                            partitions=[]))
+                    last_key = key
+                if name is None:
+                    topics[-1].partitions.append(fr.PartitionData(
+                        partition_index=part, error_code=ErrorCode.UNKNOWN_TOPIC_ID, high_watermark=-1,
+                        last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
+                        preferred_read_replica=-1, records=b""))
+                    continue
+                r = results[TopicPartition(name, part)]
+                aborted = None
+                if params.isolation_level != 0 and r.aborted_transactions is not None:
+                    aborted = [fr.AbortedTransaction(producer_id=pid, first_offset=first)
+                               for pid, first in r.aborted_transactions]
+                topics[-1].partitions.append(fr.PartitionData(
+                    partition_index=part, error_code=r.error, high_watermark=r.high_watermark,
+                    last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
+                    aborted_transactions=aborted,
+                    preferred_read_replica=-1, records=r.records if r.records is not None else b""))
+            return fr.FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
+
+        return then(result, build)
+
+    # ------------------------------------------------------------ ListOffsets
+    def handle_list_offsets(self, header: RequestHeader, req: Any, conn: KafkaConnection
+                            ) -> lor.ListOffsetsResponse:
+        out = []
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                r = lor.ListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=0,
+                                                     timestamp=-1, offset=-1, leader_epoch=-1, old_style_offsets=[])
+                try:
+                    part = self.replica_manager.get_partition_or_error(TopicPartition(t.name, p.partition_index))
+                    part.check_leader_epoch(p.current_leader_epoch if header.api_version >= 4 else -1)
+                    lg = part.log
+                    ts = p.timestamp
+                    isolation = req.isolation_level if header.api_version >= 2 else 0
+                    # Lookups by time never answer an offset a consumer of that isolation cannot read yet.
+                    fetchable = part.last_stable_offset if isolation == 1 else part.high_watermark
+                    if ts == LIST_OFFSETS_LATEST:
+                        r.offset = part.last_stable_offset if isolation == 1 else part.high_watermark
+                        r.leader_epoch = part.leader_epoch
+                    elif ts == LIST_OFFSETS_LATEST_TIERED:
+                        pass  # no tiered storage: as Kafka without remote storage, offset -1 and epoch -1
+                    elif ts == LIST_OFFSETS_EARLIEST or ts == LIST_OFFSETS_EARLIEST_LOCAL:
+                        r.offset = lg.log_start_offset
+                        r.leader_epoch = lg.epoch_for_offset(r.offset)
+                    elif ts == LIST_OFFSETS_MAX_TIMESTAMP:
+                        found = lg.max_timestamp_offset()
+                        if found is not None and found[0] < fetchable:
+                            r.offset, r.timestamp = found
+                            r.leader_epoch = lg.epoch_for_offset(r.offset)
+                    elif ts < 0:
+                        raise KafkaError(ErrorCode.INVALID_REQUEST)
+                    else:
+                        found = lg.fetch_offset_by_timestamp(ts)
+                        if found is not None and found[0] < fetchable:
+                            r.offset, r.timestamp = found
+                            r.leader_epoch = lg.epoch_for_offset(r.offset)
+                except KafkaError as e:
+                    r.error_code = e.code
+                parts.append(r)
+            out.append(lor.ListOffsetsTopicResponse(name=t.name, partitions=parts))
+        return lor.ListOffsetsResponse(throttle_time_ms=0, topics=out)
+
+    # ------------------------------------------------------------ OffsetForLeaderEpoch
+    def handle_offset_for_leader_epoch(self, header: RequestHeader, req: Any, conn: KafkaConnection
+                                       ) -> ofler.OffsetForLeaderEpochResponse:
+        topics = []
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                r = ofler.EpochEndOffset(error_code=0, partition=p.partition, leader_epoch=-1, end_offset=-1)
+                try:
+                    part = self.replica_manager.get_partition_or_error(TopicPartition(t.topic, p.partition))
+                    part.check_leader_epoch(p.current_leader_epoch)
+                    r.leader_epoch, r.end_offset = part.log.end_offset_for_epoch(p.leader_epoch)
+                except KafkaError as e:
+                    r.error_code = e.code
+                parts.append(r)
+            topics.append(ofler.OffsetForLeaderTopicResult(topic=t.topic, partitions=parts))
+        return ofler.OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=topics)
+
+    def handle_delete_records(self, header: RequestHeader, req: Any, conn: KafkaConnection
+                              ) -> drr.DeleteRecordsResponse:
+        topics = []
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                r = drr.DeleteRecordsPartitionResult(partition_index=p.partition_index, low_watermark=-1, error_code=0)
+                try:
+                    part = self.replica_manager.get_partition_or_error(TopicPartition(t.name, p.partition_index))
+                    offset = part.high_watermark if p.offset == -1 else p.offset
+                    if offset < 0 or offset > part.high_watermark:
+                        raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
+                    part.log.delete_records_before(offset)
+                    r.low_watermark = part.log.log_start_offset
+                    self.replica_manager.fetch_purgatory.check_and_complete(part.tp)
+                except KafkaError as e:
+                    r.error_code = e.code
+                parts.append(r)
+            topics.append(drr.DeleteRecordsTopicResult(name=t.name, partitions=parts))
+        return drr.DeleteRecordsResponse(throttle_time_ms=0, topics=topics)
+
+
+def _first_batch_is_transactional(records: Any) -> bool:
+    """The transactional attribute bit of a records field's first v2 batch."""
+    if not records or len(records) < 23 or records[16] != 2:
+        return False
+    return bool(records[22] & 0x10)  # attributes: int16 at offset 21, the bit in its low byte

@@ -1,0 +1,231 @@
+"""Request handlers of topic metadata and topic administration: Metadata, DescribeCluster,
+CreateTopics, DeleteTopics, CreatePartitions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rivulet.common.cluster import NodeEndpoint
+from rivulet.common.types import TopicPartition
+from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.framing import RequestHeader
+from rivulet.protocol.messages import (
+    create_partitions_response as cpr,
+    create_topics_response as ctr,
+    delete_topics_response as dtr,
+    describe_cluster_response as dcr,
+    metadata_response as mr,
+)
+from rivulet.protocol.schema import ZERO_UUID
+from rivulet.replication.replica_manager import ReplicaManager
+from rivulet.server.config import BrokerConfig
+from rivulet.server.handlers import Handler
+from rivulet.server.metadata import validate_topic_name
+from rivulet.server.network import KafkaConnection
+from rivulet.server.topics import TopicManager
+
+# Authorized-operation bit fields (bit n = AclOperation code n) as Kafka answers them without an
+# authorizer: every operation the resource type supports.
+# topic: READ 3, WRITE 4, CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11
+TOPIC_AUTHORIZED_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
+# cluster: CREATE 5, ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11,
+# IDEMPOTENT_WRITE 12
+CLUSTER_AUTHORIZED_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+
+
+class TopicHandlers:
+    def __init__(self, topics: TopicManager, replica_manager: ReplicaManager, config: BrokerConfig,
+                 node: NodeEndpoint, cluster_id: str) -> None:
+        self.topics = topics
+        self.replica_manager = replica_manager
+        self.config = config
+        self.node = node
+        self.cluster_id = cluster_id
+
+    def handlers(self) -> dict[int, Handler]:
+        return {3: self.handle_metadata, 19: self.handle_create_topics, 20: self.handle_delete_topics,
+                37: self.handle_create_partitions, 60: self.handle_describe_cluster}
+
+    # ------------------------------------------------------------ Metadata
+    def _broker_list(self) -> list[mr.MetadataResponseBroker]:
+        n = self.node
+        return [mr.MetadataResponseBroker(node_id=n.node_id, host=n.host, port=n.port, rack=None)]
+
+    def handle_metadata(self, header: RequestHeader, req: Any, conn: KafkaConnection
+                        ) -> mr.MetadataResponse:
+        v = header.api_version
+        topics = self.topics
+        node_id = self.node.node_id
+        topics_out: list[mr.MetadataResponseTopic] = []
+        if req.topics is None or (v == 0 and not req.topics):
+            wanted = [(name, None) for name in topics.topic_names()]
+            explicit = False
+        else:
+            wanted = [(t.name, getattr(t, "topic_id", None)) for t in req.topics]
+            explicit = True
+        allow_auto = (req.allow_auto_topic_creation if v >= 4 else True) and self.config["auto.create.topics.enable"]
+        for name, topic_id in wanted:
+            t = mr.MetadataResponseTopic(name=name, topic_id=topic_id or ZERO_UUID, is_internal=False,
+                                         partitions=[], error_code=0)
+            if name is None:
+                info = topics.by_id(topic_id) if topic_id is not None else None
+                if info is None:
+                    t.error_code = ErrorCode.UNKNOWN_TOPIC_ID
+                    topics_out.append(t)
+                    continue
+                name = t.name = info.name
+            info = topics.get(name)
+            if info is None and explicit:
+                try:
+                    validate_topic_name(name)
+                except KafkaError:
+                    t.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
+                    topics_out.append(t)
+                    continue
+                if allow_auto and not name.startswith("__"):
+                    try:
+                        info = topics.create_topic(name, self.config["num.partitions"],
+                                                   self.config["default.replication.factor"], {})
+                    except KafkaError as e:
+                        t.error_code = e.code
+                        topics_out.append(t)
+                        continue
+                else:
+                    t.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    topics_out.append(t)
+                    continue
+            t.topic_id = info.topic_id
+            t.is_internal = info.is_internal
+            for i in range(info.num_partitions):
+                p = self.replica_manager.partitions.get(TopicPartition(name, i))
+                epoch = p.leader_epoch if p else 0
+                t.partitions.append(mr.MetadataResponsePartition(
+                    error_code=0, partition_index=i, leader_id=node_id, leader_epoch=epoch,
+                    replica_nodes=[node_id], isr_nodes=[node_id], offline_replicas=[]))
+            topics_out.append(t)
+        resp = mr.MetadataResponse(
+            throttle_time_ms=0, brokers=self._broker_list(), cluster_id=self.cluster_id,
+            controller_id=node_id, topics=topics_out)
+        # No authorizer: as Kafka, every supported operation is authorized when asked for.
+        if v >= 8 and req.include_topic_authorized_operations:
+            for t in topics_out:
+                if t.error_code != ErrorCode.UNKNOWN_TOPIC_ID:  # Kafka leaves those at the default
+                    t.topic_authorized_operations = TOPIC_AUTHORIZED_OPERATIONS
+        if 8 <= v <= 10 and req.include_cluster_authorized_operations:
+            resp.cluster_authorized_operations = CLUSTER_AUTHORIZED_OPERATIONS
+        return resp
+
+    def handle_describe_cluster(self, header: RequestHeader, req: Any, conn: KafkaConnection
+                                ) -> dcr.DescribeClusterResponse:
+        n = self.node
+        return dcr.DescribeClusterResponse(
+            throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1, cluster_id=self.cluster_id,
+            controller_id=n.node_id,
+            brokers=[dcr.DescribeClusterBroker(broker_id=n.node_id, host=n.host, port=n.port, rack=None)],
+            cluster_authorized_operations=CLUSTER_AUTHORIZED_OPERATIONS if req.include_cluster_authorized_operations
+            else -2147483648)
+
+    # ------------------------------------------------------------ topic admin
+    def handle_create_topics(self, header: RequestHeader, req: Any, conn: KafkaConnection
+                             ) -> ctr.CreateTopicsResponse:
+        node_id = self.node.node_id
+        results = []
+        seen: dict[str, int] = {}
+        for t in req.topics:
+            seen[t.name] = seen.get(t.name, 0) + 1
+        for t in req.topics:
+            res = ctr.CreatableTopicResult(name=t.name, error_code=0, error_message=None, topic_id=ZERO_UUID,
+                                           num_partitions=-1, replication_factor=-1, configs=None)
+            try:
+                if seen[t.name] > 1:
+                    raise KafkaError(ErrorCode.INVALID_REQUEST, f"Create topics request from client contains "
+                                     f"multiple entries for the following topics: {t.name}")
+                if t.assignments:
+                    if t.num_partitions != -1 or t.replication_factor != -1:
+                        raise KafkaError(ErrorCode.INVALID_REQUEST, "Both numPartitions or replicationFactor and "
+                                         "replicasAssignments were set. Both cannot be used at the same time.")
+                    num = len(t.assignments)
+                    rf = len(t.assignments[0].broker_ids)
+                    for a in t.assignments:
+                        if any(bid != node_id for bid in a.broker_ids):
+                            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                             f"Unknown broker in replica assignment {a.broker_ids}")
+                else:
+                    num = self.config["num.partitions"] if t.num_partitions == -1 else t.num_partitions
+                    rf = (self.config["default.replication.factor"] if t.replication_factor == -1
+                          else t.replication_factor)
+                configs = {c.name: c.value for c in t.configs}
+                info = self.topics.create_topic(t.name, num, rf, configs, validate_only=req.validate_only)
+                res.num_partitions = num
+                res.replication_factor = rf
+                res.topic_id = info.topic_id if info else ZERO_UUID
+                res.configs = self._topic_config_entries(t.name, configs, ctr.CreatableTopicConfigs)
+            except KafkaError as e:
+                res.error_code = e.code
+                res.error_message = e.message
+            results.append(res)
+        return ctr.CreateTopicsResponse(throttle_time_ms=0, topics=results)
+
+    def _topic_config_entries(self, topic: str, overrides: dict[str, str], cls: type) -> list:
+        out = []
+        for e in self.topics.describe_topic_configs(overrides):
+            out.append(cls(name=e.name, value=e.value, read_only=e.read_only,
+                           config_source=int(e.source), is_sensitive=e.sensitive))
+        return out
+
+    def handle_delete_topics(self, header: RequestHeader, req: Any, conn: KafkaConnection
+                             ) -> dtr.DeleteTopicsResponse:
+        topics = self.topics
+        targets: list[tuple[str | None, Any]] = []
+        if header.api_version >= 6:
+            targets = [(t.name, t.topic_id) for t in req.topics]
+        else:
+            targets = [(n, None) for n in req.topic_names]
+        results = []
+        for name, topic_id in targets:
+            res = dtr.DeletableTopicResult(name=name, topic_id=topic_id or ZERO_UUID, error_code=0,
+                                           error_message=None)
+            try:
+                if not self.config["delete.topic.enable"]:
+                    raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED)
+                if name is None:
+                    info = topics.by_id(topic_id)
+                    if info is None:
+                        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID)
+                    name = res.name = info.name
+                info = topics.get(name)
+                if info is None:
+                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                res.topic_id = info.topic_id
+                topics.delete_topic(name)
+            except KafkaError as e:
+                res.error_code = e.code
+                res.error_message = e.message
+            results.append(res)
+        return dtr.DeleteTopicsResponse(throttle_time_ms=0, responses=results)
+
+    def handle_create_partitions(self, header: RequestHeader, req: Any, conn: KafkaConnection
+                                 ) -> cpr.CreatePartitionsResponse:
+        results = []
+        for t in req.topics:
+            res = cpr.CreatePartitionsTopicResult(name=t.name, error_code=0, error_message=None)
+            try:
+                info = self.topics.get(t.name)
+                if info is None:
+                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                if t.count < info.num_partitions:
+                    raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Topic currently has {info.num_partitions} "
+                                     f"partitions, which is higher than the requested {t.count}.")
+                if t.count == info.num_partitions:
+                    raise KafkaError(ErrorCode.INVALID_PARTITIONS,
+                                     f"Topic already has {info.num_partitions} partitions.")
+                if t.assignments is not None and len(t.assignments) != t.count - info.num_partitions:
+                    raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Increasing the number of partitions by "
+                                     f"{t.count - info.num_partitions} but {len(t.assignments)} assignments provided.")
+                if not req.validate_only:
+                    self.topics.add_partitions(t.name, t.count)
+            except KafkaError as e:
+                res.error_code = e.code
+                res.error_message = e.message
+            results.append(res)
+        return cpr.CreatePartitionsResponse(throttle_time_ms=0, results=results)

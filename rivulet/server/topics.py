@@ -1,0 +1,192 @@
+"""TopicManager: topics and their configs, for the request handlers and the coordinators.
+
+It owns the metadata store's changes and the LogConfig in force for each topic, opens and
+removes partitions in the ReplicaManager and the LogManager, and applies topic and dynamic
+broker config changes to the logs. It is the coordinators' metadata view and internal-topic
+creator.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Callable
+
+from rivulet.common.types import TopicPartition
+from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.replication.partition import Partition
+from rivulet.replication.replica_manager import ReplicaManager
+from rivulet.server.config import BrokerConfig
+from rivulet.server.dynamic_config import DynamicBrokerConfig
+from rivulet.server.metadata import MetadataStore, TopicInfo, validate_topic_name
+from rivulet.storage import LogConfig, LogManager, describe_topic_configs
+
+log = logging.getLogger(__name__)
+
+PartitionsDeleted = Callable[[list[TopicPartition]], object]
+
+
+class TopicManager:
+    def __init__(self, config: BrokerConfig, metadata: MetadataStore, log_manager: LogManager,
+                 replica_manager: ReplicaManager, dynamic_config: DynamicBrokerConfig, log_defaults: LogConfig,
+                 node_id: int) -> None:
+        self.config = config
+        self.metadata = metadata
+        self.log_manager = log_manager
+        self.replica_manager = replica_manager
+        self.dynamic_config = dynamic_config
+        self.log_defaults = log_defaults
+        self.node_id = node_id
+        self._log_configs: dict[str, LogConfig] = {}
+        # Told when a topic's partitions are deleted (the group coordinator drops their offsets).
+        self.on_partitions_deleted: list[PartitionsDeleted] = []
+
+    # ------------------------------------------------------------ the metadata view
+    def get(self, name: str) -> TopicInfo | None:
+        return self.metadata.get(name)
+
+    def by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        return self.metadata.by_id.get(topic_id)
+
+    def topic_names(self) -> list[str]:
+        return list(self.metadata.topics)
+
+    # ------------------------------------------------------------ start-up
+    def open_all(self) -> None:
+        """A partition for every topic partition in the metadata; logs of deleted topics go."""
+        for info in list(self.metadata.topics.values()):
+            self._log_configs[info.name] = self._make_log_config(info.configs)
+            for i in range(info.num_partitions):
+                self._open_partition(info, i)
+        self._remove_orphan_logs()
+
+    def _make_log_config(self, overrides: dict[str, str]) -> LogConfig:
+        return LogConfig.from_props(overrides, self.log_defaults)
+
+    def _open_partition(self, info: TopicInfo, index: int) -> Partition:
+        cfg = self._log_configs[info.name]
+        lg = self.log_manager.get_log(info.name, index)
+        if lg is None:
+            lg = self.log_manager.create_log(info.name, index, cfg, info.topic_id)
+        else:
+            lg.update_config(cfg)
+        p = Partition(TopicPartition(info.name, index), info.topic_id, lg, self.node_id)
+        self.replica_manager.add_partition(p)
+        return p
+
+    def _remove_orphan_logs(self) -> None:
+        """Partition dirs of topics that were deleted before a crash finished removing them."""
+        for lg in list(self.log_manager.all_logs()):
+            info = self.metadata.get(lg.topic)
+            if info is None or lg.partition >= info.num_partitions:
+                log.info("deleting orphaned log %s-%d", lg.topic, lg.partition)
+                self.log_manager.delete_log(lg.topic, lg.partition)
+
+    # ------------------------------------------------------------ topics
+    def create_topic(self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],
+                     validate_only: bool = False) -> TopicInfo | None:
+        validate_topic_name(name)
+        if self.metadata.get(name) is not None:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        other = self.metadata.collides(name)
+        if other is not None:
+            raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                             f"Topic '{name}' collides with existing topic: {other}")
+        if num_partitions <= 0:
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
+        if replication_factor <= 0:
+            raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
+        if replication_factor > 1:
+            raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                             f"Unable to replicate the partition {replication_factor} time(s): "
+                             "The target replication factor of "
+                             f"{replication_factor} cannot be reached because only 1 broker(s) are registered.")
+        cfg = self._make_log_config(configs)  # raises INVALID_CONFIG with the reason
+        if validate_only:
+            return None
+        info = self.metadata.add(name, num_partitions, configs)
+        self._log_configs[name] = cfg
+        for i in range(num_partitions):
+            self._open_partition(info, i)
+        log.info("created topic %s with %d partition(s)", name, num_partitions)
+        return info
+
+    def ensure_internal_topic(self, name: str, num_partitions: int, configs: dict[str, str]) -> TopicInfo:
+        info = self.metadata.get(name)
+        if info is not None:
+            return info
+        info = self.metadata.add(name, num_partitions, configs)
+        self._log_configs[name] = self._make_log_config(configs)
+        for i in range(num_partitions):
+            self._open_partition(info, i)
+        return info
+
+    def delete_topic(self, name: str) -> None:
+        info = self.metadata.remove(name)
+        if info is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        for i in range(info.num_partitions):
+            self.replica_manager.remove_partition(TopicPartition(name, i))
+            self.log_manager.delete_log(name, i)
+        self._log_configs.pop(name, None)
+        deleted = [TopicPartition(name, i) for i in range(info.num_partitions)]
+        for listener in self.on_partitions_deleted:
+            listener(deleted)
+        log.info("deleted topic %s", name)
+
+    def add_partitions(self, name: str, count: int) -> None:
+        info = self.metadata.get(name)
+        old = info.num_partitions
+        self.metadata.set_partitions(name, count)
+        for i in range(old, count):
+            self._open_partition(info, i)
+
+    # ------------------------------------------------------------ configs
+    def alter_topic_configs(self, name: str, configs: dict[str, str], validate_only: bool = False) -> None:
+        cfg = self._make_log_config(configs)
+        if validate_only:
+            return
+        self.metadata.set_configs(name, configs)
+        self._log_configs[name] = cfg
+        info = self.metadata.get(name)
+        for i in range(info.num_partitions):
+            p = self.replica_manager.partitions.get(TopicPartition(name, i))
+            if p is not None:
+                p.log.update_config(cfg)
+
+    def describe_topic_configs(self, overrides: dict[str, str]) -> list:
+        """A ConfigEntry for every topic-level config."""
+        return describe_topic_configs(overrides, self.log_defaults, self.broker_props())
+
+    def broker_props(self) -> dict[str, str]:
+        """server.properties with the dynamic broker configs in force over it."""
+        return {**self.config.originals, **self.dynamic_config.effective()}
+
+    def topic_config_values(self, name: str) -> dict[str, str]:
+        """Every topic config's value in force for ``name`` (for APPEND and SUBTRACT)."""
+        return self._log_configs.get(name, self.log_defaults).to_props()
+
+    def alter_broker_configs(self, resource_name: str, configs: dict[str, str], validate_only: bool = False) -> None:
+        """Replace the dynamic configs of one level (this broker's id, or "" for the cluster
+        default); the log.* defaults reach every topic without its own override at once."""
+        dyn = self.dynamic_config
+        level = dyn.level(resource_name)
+        dyn.validate(configs, per_broker=level != "")
+        if level == "":
+            in_force = {**configs, **dyn.levels[dyn.node_id]}
+        else:
+            in_force = {**dyn.levels[""], **configs}
+        defaults = LogConfig.from_broker_props({**self.config.originals, **in_force})  # INVALID_CONFIG if bad
+        if validate_only:
+            return
+        dyn.replace(level, configs)
+        self.log_defaults = defaults
+        for info in list(self.metadata.topics.values()):
+            cfg = self._make_log_config(info.configs)
+            self._log_configs[info.name] = cfg
+            for i in range(info.num_partitions):
+                p = self.replica_manager.partitions.get(TopicPartition(info.name, i))
+                if p is not None:
+                    p.log.update_config(cfg)
+        log.info("dynamic broker configs (%s) now %s", "cluster default" if level == "" else f"broker {level}",
+                 configs)
