@@ -12,7 +12,11 @@ See examples/pipeline.toml for every setting.
 from __future__ import annotations
 
 import argparse
+import os
+import re
+import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -234,6 +238,29 @@ def spark_missing() -> str | None:
     major, minor = (int(x) for x in pyspark.__version__.split(".")[:2])
     if (major, minor) < (4, 2):
         return f"PySpark {pyspark.__version__} is too old: pip install 'pyspark>=4.2'"
+    return java_missing()
+
+
+def java_missing() -> str | None:
+    """Why Spark would find no usable Java (17 or later), or None. Spark looks in JAVA_HOME
+    first, then on PATH; asking here turns its long start-up traceback into one line."""
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    hint = "install Java 17 or later (Debian: apt-get install default-jre-headless) or set JAVA_HOME"
+    if not java or not os.access(java, os.X_OK):
+        where = f"JAVA_HOME={home}" if home else "PATH"
+        return f"Spark needs Java, and there is none in {where}: {hint}"
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30).stderr
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"Spark needs Java, and {java} did not run ({e}): {hint}"
+    found = re.search(r'version "(\d+)(?:\.(\d+))?', out)
+    if found:
+        major = int(found.group(1))
+        if major == 1 and found.group(2):  # "1.8.0_x" is Java 8
+            major = int(found.group(2))
+        if major < 17:
+            return f"Spark needs Java 17 or later, and {java} is Java {major}: {hint}"
     return None
 
 

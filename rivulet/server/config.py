@@ -236,6 +236,14 @@ class BrokerConfig:
         for name, host, port in self.advertised_listeners:
             if host in ("", "0.0.0.0", "::"):
                 raise ConfigError(f"advertised listener {name} needs a concrete host, not '{host}'")
+        self.security_protocols = listener_security_protocols(
+            self["listener.security.protocol.map"], [n for n, _, _ in self.listeners])
+        controller = set(self["controller.listener.names"])
+        for name, protocol in self.security_protocols.items():
+            if name not in controller and protocol != "PLAINTEXT":
+                # Never serve plaintext on a port its operator named SSL or SASL.
+                raise ConfigError(f"listener {name} uses security protocol {protocol}, which Rivulet does "
+                                  "not serve yet: only PLAINTEXT listeners can be opened")
 
     def __getitem__(self, name: str) -> Any:
         if name in self._values:
@@ -270,6 +278,32 @@ class BrokerConfig:
     def items(self) -> dict[str, Any]:
         """Every defined property with its effective value (broker.id is the node id, as in KRaft)."""
         return {k.name: self.node_id if k.name == "broker.id" else self[k.name] for k in BROKER_CONFIGS}
+
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+def listener_security_protocols(protocol_map: str, names: list[str]) -> dict[str, str]:
+    """Each listener name's security protocol, as Kafka resolves it: from
+    ``listener.security.protocol.map``, else the name itself when it is a protocol's name."""
+    mapping: dict[str, str] = {}
+    for entry in filter(None, (e.strip() for e in (protocol_map or "").split(","))):
+        name, sep, protocol = entry.partition(":")
+        protocol = protocol.strip().upper()
+        if not sep or protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(f"listener.security.protocol.map entry '{entry}' is not NAME:PROTOCOL with "
+                              f"PROTOCOL one of {', '.join(SECURITY_PROTOCOLS)}")
+        mapping[name.strip().upper()] = protocol
+    out = {}
+    for name in names:
+        key = name.upper()
+        if key in mapping:
+            out[name] = mapping[key]
+        elif key in SECURITY_PROTOCOLS:
+            out[name] = key
+        else:
+            raise ConfigError(f"listener {name} is not in listener.security.protocol.map")
+    return out
 
 
 def parse_listener(spec: str) -> tuple[str, str, int]:

@@ -85,3 +85,29 @@ def test_demo_output_rerun_clears_only_its_own_entries(tmp_path):
     assert _prepare_output(out) is None
     assert sorted(p.name for p in out.iterdir()) == [OUTPUT_MARKER, "notes.txt"]
     assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_demo_without_java_fails_in_one_line(tmp_path):
+    """No Java: one line that says so, not Spark's start-up traceback."""
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env["PATH"] = str(tmp_path)  # nothing on it, java least of all
+    proc = subprocess.run([sys.executable, "-m", "rivulet", "demo", "--output", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "rivulet demo: Spark needs Java, and there is none in PATH: install Java 17 or later "
+        "(Debian: apt-get install default-jre-headless) or set JAVA_HOME"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_java_version_is_checked(tmp_path, monkeypatch):
+    from rivulet.cli.pipeline import java_missing
+    fake = tmp_path / "bin" / "java"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\necho \'openjdk version "11.0.2" 2019-01-15\' >&2\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    assert java_missing() == (f"Spark needs Java 17 or later, and {fake} is Java 11: install Java 17 or later "
+                              "(Debian: apt-get install default-jre-headless) or set JAVA_HOME")
+    fake.write_text('#!/bin/sh\necho \'openjdk version "17.0.15" 2025-04-15\' >&2\n')
+    assert java_missing() is None

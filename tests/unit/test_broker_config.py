@@ -63,3 +63,27 @@ def test_cli_reports_bad_property_and_exits_2():
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert "unknown property 'no.such.thing'" in r.stderr
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("listeners,protocol_map,message", [
+    ("SSL://127.0.0.1:9093", None, "listener SSL uses security protocol SSL"),
+    ("SASL_PLAINTEXT://127.0.0.1:9093", None, "listener SASL_PLAINTEXT uses security protocol SASL_PLAINTEXT"),
+    ("EXTERNAL://127.0.0.1:9093", "EXTERNAL:SASL_SSL", "listener EXTERNAL uses security protocol SASL_SSL"),
+    ("INTERNAL://127.0.0.1:9093", None, "listener INTERNAL is not in listener.security.protocol.map"),
+    ("PLAINTEXT://127.0.0.1:9093", "PLAINTEXT:TLS", "listener.security.protocol.map entry 'PLAINTEXT:TLS'"),
+])
+def test_listeners_other_than_plaintext_stop_start_up(listeners, protocol_map, message):
+    props = {"listeners": listeners}
+    if protocol_map:
+        props["listener.security.protocol.map"] = protocol_map
+    with pytest.raises(ConfigError) as e:
+        BrokerConfig(props)
+    assert message in str(e.value)
+
+
+@pytest.mark.fast
+def test_listener_names_map_to_plaintext():
+    cfg = BrokerConfig({"listeners": "INTERNAL://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+                        "listener.security.protocol.map": "INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT"})
+    assert cfg.security_protocols == {"INTERNAL": "PLAINTEXT", "CONTROLLER": "PLAINTEXT"}
