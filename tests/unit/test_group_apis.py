@@ -8,6 +8,7 @@ import asyncio
 
 import pytest
 
+from rivulet.common.types import TopicPartition
 from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode as E
 from rivulet.protocol.messages import (
@@ -22,6 +23,7 @@ from rivulet.protocol.messages import (
     offset_delete_request as odq,
     offset_fetch_request as ofq,
     sync_group_request as sgq,
+    txn_offset_commit_request as tocq,
 )
 from rivulet.server.apis import SUPPORTED_VERSIONS
 from rivulet.server.handlers.find_coordinator import FindCoordinatorHandler
@@ -282,3 +284,35 @@ def test_describe_list_delete_and_offset_delete():
         expect = [("g", 0), ("missing", E.GROUP_ID_NOT_FOUND)] if v == 0 else [("g", E.GROUP_ID_NOT_FOUND),
                                                                                ("missing", E.GROUP_ID_NOT_FOUND)]
         assert [(x.group_id, x.error_code) for x in dg.results] == expect
+
+
+def txn_commit_req(group="tg", pid=42, parts=((0, 10), (7, 1)), topic="t"):
+    return tocq.TxnOffsetCommitRequest(
+        transactional_id="tx", group_id=group, producer_id=pid, producer_epoch=0, topics=[
+            tocq.TxnOffsetCommitRequestTopic(name=topic, partitions=[
+                tocq.TxnOffsetCommitRequestPartition(partition_index=p, committed_offset=o) for p, o in parts])])
+
+
+@pytest.mark.parametrize("v", range(0, 4))
+def test_txn_offset_commit_versions(v):
+    c, b, apis = setup()
+    r = call(apis, txn_commit_req(), v)
+    errs = {p.partition_index: p.error_code for t in r.topics for p in t.partitions}
+    assert errs == {0: E.NONE, 7: E.UNKNOWN_TOPIC_OR_PARTITION}
+    tp0 = TopicPartition("t", 0)
+    # Pending until the transaction's marker reaches the group's __consumer_offsets partition.
+    assert c.handle_fetch_offsets("tg", False, [tp0])[1][tp0].offset == -1
+    c.on_transaction_completed(42, [c.partition_for("tg")], True)
+    assert c.handle_fetch_offsets("tg", False, [tp0])[1][tp0].offset == 10
+    r = call(apis, txn_commit_req(topic="nope", parts=((0, 1),)), v)
+    assert r.topics[0].partitions[0].error_code == E.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_txn_offset_commit_load_in_progress_for_old_clients():
+    c, b, apis = setup()
+    c.manager.loading_partitions.add(c.partition_for("tg"))
+    # Clients before v2 do not know COORDINATOR_LOAD_IN_PROGRESS.
+    assert call(apis, txn_commit_req(parts=((0, 1),)), 1).topics[0].partitions[0].error_code == \
+        E.COORDINATOR_NOT_AVAILABLE
+    assert call(apis, txn_commit_req(parts=((0, 1),)), 2).topics[0].partitions[0].error_code == \
+        E.COORDINATOR_LOAD_IN_PROGRESS

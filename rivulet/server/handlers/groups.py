@@ -8,7 +8,7 @@ a ``Reply``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 
 from rivulet.common.cluster import MetadataView
 from rivulet.common.time import Clock
@@ -62,6 +62,14 @@ class GroupHandlers:
             15: self.handle_describe_groups, 16: self.handle_list_groups, 28: self.handle_txn_offset_commit,
             42: self.handle_delete_groups, 47: self.handle_offset_delete,
         }
+
+    def _requested(self, topics: list[Any]) -> Iterator[tuple[TopicPartition, Any, bool]]:
+        """(partition, its request entry, whether the partition exists) for every partition named."""
+        for t in topics:
+            info = self.metadata.get(t.name)
+            for p in t.partitions:
+                exists = info is not None and 0 <= p.partition_index < info.num_partitions
+                yield TopicPartition(t.name, p.partition_index), p, exists
 
     # ------------------------------------------------------------ JoinGroup
     def handle_join_group(self, header: RequestHeader, req: Any, conn: KafkaConnection) -> Answer:
@@ -144,7 +152,6 @@ class GroupHandlers:
     # ------------------------------------------------------------ OffsetCommit
     def handle_offset_commit(self, header: RequestHeader, req: Any, conn: KafkaConnection) -> Answer:
         v = header.api_version
-        meta = self.metadata
         now = self.clock.milliseconds()
         expire = None
         if 2 <= v <= 4 and req.retention_time_ms != -1:
@@ -152,19 +159,16 @@ class GroupHandlers:
         order: list[TopicPartition] = []
         early: dict[TopicPartition, ErrorCode] = {}
         offsets: dict[TopicPartition, OffsetAndMetadata] = {}
-        for t in req.topics:
-            info = meta.get(t.name)
-            for p in t.partitions:
-                tp = TopicPartition(t.name, p.partition_index)
-                order.append(tp)
-                if info is None or not 0 <= p.partition_index < info.num_partitions:
-                    early[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                    continue
-                epoch = p.committed_leader_epoch if v >= 6 else -1
-                offsets[tp] = OffsetAndMetadata(
-                    committed_offset=p.committed_offset, leader_epoch=None if epoch == -1 else epoch,
-                    metadata=p.committed_metadata if p.committed_metadata is not None else "",
-                    commit_timestamp=now, expire_timestamp=expire)
+        for tp, p, exists in self._requested(req.topics):
+            order.append(tp)
+            if not exists:
+                early[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            epoch = p.committed_leader_epoch if v >= 6 else -1
+            offsets[tp] = OffsetAndMetadata(
+                committed_offset=p.committed_offset, leader_epoch=None if epoch == -1 else epoch,
+                metadata=p.committed_metadata if p.committed_metadata is not None else "",
+                commit_timestamp=now, expire_timestamp=expire)
 
         def build(errors: dict[TopicPartition, ErrorCode]) -> ocr.OffsetCommitResponse:
             merged = {**errors, **early}
@@ -236,19 +240,15 @@ class GroupHandlers:
     # ------------------------------------------------------------ OffsetDelete
     def handle_offset_delete(self, header: RequestHeader, req: Any, conn: KafkaConnection
                              ) -> odr.OffsetDeleteResponse:
-        meta = self.metadata
         order: list[TopicPartition] = []
         errors: dict[TopicPartition, ErrorCode] = {}
         candidates: list[TopicPartition] = []
-        for t in req.topics:
-            info = meta.get(t.name)
-            for p in t.partitions:
-                tp = TopicPartition(t.name, p.partition_index)
-                order.append(tp)
-                if info is None or not 0 <= p.partition_index < info.num_partitions:
-                    errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                else:
-                    candidates.append(tp)
+        for tp, _, exists in self._requested(req.topics):
+            order.append(tp)
+            if exists:
+                candidates.append(tp)
+            else:
+                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         group_error, partition_errors = self.c.handle_delete_offsets(req.group_id, candidates)
         if group_error != ErrorCode.NONE:
             return odr.OffsetDeleteResponse(error_code=group_error, throttle_time_ms=0, topics=[])
@@ -306,17 +306,14 @@ class GroupHandlers:
         errors: dict[TopicPartition, ErrorCode] = {}
         offsets: dict[TopicPartition, OffsetAndMetadata] = {}
         now = self.clock.milliseconds()
-        for t in req.topics:
-            info = self.metadata.get(t.name)
-            for p in t.partitions:
-                key = TopicPartition(t.name, p.partition_index)
-                if info is None or not 0 <= p.partition_index < info.num_partitions:
-                    errors[key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                    continue
-                epoch = p.committed_leader_epoch if v >= 2 else -1
-                offsets[key] = OffsetAndMetadata(
-                    committed_offset=p.committed_offset, leader_epoch=None if epoch < 0 else epoch,
-                    metadata=p.committed_metadata or "", commit_timestamp=now, expire_timestamp=None)
+        for key, p, exists in self._requested(req.topics):
+            if not exists:
+                errors[key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            epoch = p.committed_leader_epoch if v >= 2 else -1
+            offsets[key] = OffsetAndMetadata(
+                committed_offset=p.committed_offset, leader_epoch=None if epoch < 0 else epoch,
+                metadata=p.committed_metadata or "", commit_timestamp=now, expire_timestamp=None)
 
         def build(results: dict[TopicPartition, ErrorCode]) -> tocr.TxnOffsetCommitResponse:
             merged = {**results, **errors}
