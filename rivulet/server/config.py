@@ -30,9 +30,8 @@ from rivulet.common.config import (
 
 __all__ = ["BROKER_CONFIGS", "BrokerConfig", "ConfigError", "LIST_PROPERTIES", "load_properties", "parse_listener"]
 
-B, S, I, SH, L, D, LS, C, P = (ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.SHORT,
-                               ConfigType.LONG, ConfigType.DOUBLE, ConfigType.LIST, ConfigType.CLASS,
-                               ConfigType.PASSWORD)
+B, S, I, SH, L, D, LS = (ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.SHORT,
+                         ConfigType.LONG, ConfigType.DOUBLE, ConfigType.LIST)
 HIGH, MEDIUM, LOW = Importance.HIGH, Importance.MEDIUM, Importance.LOW
 RO, PER_BROKER, CLUSTER = UpdateMode.READ_ONLY, UpdateMode.PER_BROKER, UpdateMode.CLUSTER_WIDE
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
@@ -222,6 +221,22 @@ BROKER_CONFIGS = ConfigDef([
 
 # Properties whose value is a comma-separated list (IncrementalAlterConfigs APPEND/SUBTRACT).
 LIST_PROPERTIES = frozenset(k.name for k in BROKER_CONFIGS if k.type is ConfigType.LIST)
+
+
+# Properties that set one value in different units, most specific first (Kafka's broker
+# config synonyms); DescribeConfigs lists them together.
+_SYNONYM_GROUPS = [
+    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+    ("log.roll.ms", "log.roll.hours"),
+    ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+]
+
+
+def synonyms_of(name: str) -> tuple[str, ...]:
+    """``name`` and the broker properties that stand in for it, most specific first."""
+    if name == "log.flush.interval.ms":  # log.flush.scheduler.interval.ms is its default
+        return ("log.flush.interval.ms", "log.flush.scheduler.interval.ms")
+    return next((g for g in _SYNONYM_GROUPS if name in g), (name,))
 
 
 class BrokerConfig:

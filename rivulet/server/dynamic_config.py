@@ -24,7 +24,7 @@ from typing import Any
 
 from rivulet.common.config import ConfigEntry, ConfigError, ConfigSource, ConfigType, UpdateMode
 from rivulet.protocol.errors import ErrorCode, KafkaError
-from rivulet.server.config import BROKER_CONFIGS, BrokerConfig
+from rivulet.server.config import BROKER_CONFIGS, BrokerConfig, synonyms_of
 from rivulet.storage.checkpoints import write_atomic
 
 log = logging.getLogger(__name__)
@@ -60,12 +60,10 @@ class DynamicBrokerConfig:
         """Dynamic values in force: the broker's own over the cluster default."""
         return {**self.levels[CLUSTER_DEFAULT], **self.levels[self.node_id]}
 
-    def source_of(self, name: str) -> ConfigSource | None:
-        if name in self.levels[self.node_id]:
-            return ConfigSource.DYNAMIC_BROKER_CONFIG
-        if name in self.levels[CLUSTER_DEFAULT]:
-            return ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
-        return None
+    def described_levels(self) -> list[tuple[dict[str, str], ConfigSource]]:
+        """The two levels, most specific first, with the source DescribeConfigs reports."""
+        return [(self.levels[self.node_id], ConfigSource.DYNAMIC_BROKER_CONFIG),
+                (self.levels[CLUSTER_DEFAULT], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)]
 
     @staticmethod
     def validate(configs: dict[str, str], per_broker: bool = True) -> None:
@@ -73,7 +71,8 @@ class DynamicBrokerConfig:
         level (both INVALID_REQUEST) and values their definitions reject (INVALID_CONFIG)."""
         static = sorted(n for n in configs if n in BROKER_CONFIGS and not BROKER_CONFIGS[n].dynamic)
         if static:
-            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: [{', '.join(static)}]")
+            raise KafkaError(ErrorCode.INVALID_REQUEST,
+                             f"Cannot update these configs dynamically: [{', '.join(static)}]")
         if not per_broker:
             own = sorted(n for n in configs if n in BROKER_CONFIGS and BROKER_CONFIGS[n].update_mode is
                          UpdateMode.PER_BROKER)
@@ -108,22 +107,26 @@ def describe_broker_configs(config: BrokerConfig, dynamic: DynamicBrokerConfig,
     static = config.items()
     names = list(cluster) if cluster_level else [*static, *(n for n in {**cluster, **node} if n not in static)]
     out = []
+    levels = [(node, ConfigSource.DYNAMIC_BROKER_CONFIG), (cluster, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)]
+    if cluster_level:  # the default level shows its own values only
+        levels = levels[1:]
+    else:
+        levels += [({n: str(v).strip() for n, v in config.originals.items()}, ConfigSource.STATIC_BROKER_CONFIG),
+                   ({k.name: k.render(k.default) for k in BROKER_CONFIGS if k.default is not None},
+                    ConfigSource.DEFAULT_CONFIG)]
     for name in (sorted(names) if cluster_level else names):
         key = BROKER_CONFIGS.get(name)
-        synonyms: list[tuple[str, str | None, ConfigSource]] = []
-        if name in node and not cluster_level:
-            synonyms.append((name, node[name], ConfigSource.DYNAMIC_BROKER_CONFIG))
-        if name in cluster:
-            synonyms.append((name, cluster[name], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG))
-        if config.is_set(name) and not cluster_level:
-            synonyms.append((name, str(config.originals[name]).strip(), ConfigSource.STATIC_BROKER_CONFIG))
-        if key is not None and key.default is not None and not cluster_level:
-            synonyms.append((name, key.render(key.default), ConfigSource.DEFAULT_CONFIG))
-        if synonyms and synonyms[0][2] is not ConfigSource.STATIC_BROKER_CONFIG:
-            value, source = synonyms[0][1], synonyms[0][2]
+        # Kafka lists a config's synonyms (log.retention.ms/minutes/hours ...) level by level,
+        # most specific first, starting from the first entry under the config's own name.
+        group = synonyms_of(name)
+        synonyms = [(n, values[n], source) for values, source in levels for n in group if n in values]
+        while synonyms and synonyms[0][0] != name:
+            synonyms.pop(0)
+        source = synonyms[0][2] if synonyms else ConfigSource.DEFAULT_CONFIG
+        if source in (ConfigSource.DYNAMIC_BROKER_CONFIG, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG):
+            value = synonyms[0][1]
         else:  # the parsed value, rendered as Kafka prints it
             value = key.render(static[name]) if key is not None else None
-            source = synonyms[0][2] if synonyms else ConfigSource.DEFAULT_CONFIG
         sensitive = key is None or key.sensitive  # a custom config's type is unknown: hidden, as Kafka does
         if sensitive:
             value, synonyms = None, [(n, None, s) for n, _, s in synonyms]

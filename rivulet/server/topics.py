@@ -156,7 +156,8 @@ class TopicManager:
 
     def describe_topic_configs(self, overrides: dict[str, str]) -> list:
         """A ConfigEntry for every topic-level config."""
-        return describe_topic_configs(overrides, self.log_defaults, self.broker_props())
+        return describe_topic_configs(overrides, self.log_defaults, self.config.originals,
+                                      self.dynamic_config.described_levels())
 
     def broker_props(self) -> dict[str, str]:
         """server.properties with the dynamic broker configs in force over it."""

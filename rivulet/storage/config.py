@@ -4,7 +4,7 @@ framework), their broker synonyms, and the DescribeConfigs entries of a topic.""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -238,14 +238,16 @@ def describe_topic_configs(
     overrides: Mapping[str, str],
     defaults: LogConfig,
     broker_props: Mapping[str, str] | None = None,
+    dynamic_levels: Sequence[tuple[Mapping[str, str], ConfigSource]] = (),
 ) -> list[ConfigEntry]:
     """Every topic config with its effective value and where that value comes from.
 
     ``overrides`` are the topic's own settings; ``defaults`` the broker-wide
     LogConfig. With ``broker_props`` (server.properties) a default counts as a
     static broker setting only if one of its broker names was set there; without
-    it, any value differing from Kafka's own default does. Topic configs are never
-    read-only.
+    it, any value differing from Kafka's own default does. ``dynamic_levels`` are the
+    dynamic broker configs, most specific first, each with its source. Topic configs
+    are never read-only.
     """
     out: list[ConfigEntry] = []
     for key in sorted(TOPIC_CONFIGS, key=lambda k: k.name):
@@ -255,6 +257,8 @@ def describe_topic_configs(
         synonyms: list[tuple[str, str | None, ConfigSource]] = []
         if key.name in overrides:
             synonyms.append((key.name, str(overrides[key.name]).strip(), ConfigSource.DYNAMIC_TOPIC_CONFIG))
+        for values, level_source in dynamic_levels:
+            synonyms += [(b, str(values[b]).strip(), level_source) for b, _ in broker if b in values]
         if broker_props is not None:
             for b, _ in broker:
                 if b in broker_props:
@@ -266,8 +270,8 @@ def describe_topic_configs(
         value: str | None
         if key.name in overrides:
             value, source = synonyms[0][1], ConfigSource.DYNAMIC_TOPIC_CONFIG
-        elif synonyms and synonyms[0][2] is ConfigSource.STATIC_BROKER_CONFIG:
-            value, source = broker_value, ConfigSource.STATIC_BROKER_CONFIG
+        elif synonyms and synonyms[0][2] is not ConfigSource.DEFAULT_CONFIG:
+            value, source = broker_value, synonyms[0][2]
         else:
             value, source = broker_value, ConfigSource.DEFAULT_CONFIG
         out.append(

@@ -155,3 +155,32 @@ def test_committed_configuration_docs_are_up_to_date():
     for name in [*BROKER_CONFIGS.names(), *TOPIC_CONFIGS.names(), *(p.name for p in PROPS)]:
         assert f"`{name}`" in text, name
     assert all(p.key.doc for p in PROPS)
+
+
+def test_broker_synonyms_are_listed_as_kafka_lists_them(tmp_path):
+    config = BrokerConfig({"log.dirs": str(tmp_path), "log.retention.hours": "2", "log.flush.interval.ms": "7"})
+    dyn = DynamicBrokerConfig(str(tmp_path), 1)
+    dyn.replace("1", {"log.retention.ms": "5000"})
+    entries = {e.name: e for e in describe_broker_configs(config, dyn, "1")}
+    assert entries["log.retention.ms"].synonyms == (
+        ("log.retention.ms", "5000", ConfigSource.DYNAMIC_BROKER_CONFIG),
+        ("log.retention.hours", "2", ConfigSource.STATIC_BROKER_CONFIG),
+        ("log.retention.hours", "168", ConfigSource.DEFAULT_CONFIG))
+    assert entries["log.retention.minutes"].synonyms == ()
+    assert entries["log.retention.minutes"].value is None
+    assert entries["log.flush.interval.ms"].synonyms[:2] == (
+        ("log.flush.interval.ms", "7", ConfigSource.STATIC_BROKER_CONFIG),
+        ("log.flush.scheduler.interval.ms", str(2**63 - 1), ConfigSource.DEFAULT_CONFIG))
+    assert entries["broker.id"].value == "1"
+
+
+def test_topic_entries_name_a_dynamic_broker_default_as_their_source():
+    from rivulet.storage import LogConfig, describe_topic_configs
+    defaults = LogConfig.from_broker_props({"log.retention.hours": "2", "log.retention.ms": "5000"})
+    levels = [({"log.retention.ms": "5000"}, ConfigSource.DYNAMIC_BROKER_CONFIG),
+              ({}, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)]
+    entries = {e.name: e for e in describe_topic_configs({}, defaults, {"log.retention.hours": "2"}, levels)}
+    ret = entries["retention.ms"]
+    assert (ret.value, ret.source, ret.read_only) == ("5000", ConfigSource.DYNAMIC_BROKER_CONFIG, False)
+    assert ret.synonyms[:2] == (("log.retention.ms", "5000", ConfigSource.DYNAMIC_BROKER_CONFIG),
+                                ("log.retention.hours", "2", ConfigSource.STATIC_BROKER_CONFIG))
