@@ -13,6 +13,8 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 
+from rivulet.common.config import load_properties
+
 log = logging.getLogger(__name__)
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
@@ -161,21 +163,6 @@ def read_partition_metadata(partition_dir: str) -> uuid.UUID | None:
 # -- meta.properties (KRaft layout, version 1) ------------------------------------
 
 
-def read_properties(path: str) -> dict[str, str] | None:
-    lines = _read_lines(path)
-    if lines is None:
-        return None
-    props: dict[str, str] = {}
-    for line in lines:
-        line = line.strip()
-        if not line or line[0] in "#!":
-            continue
-        key, sep, value = line.partition("=")
-        if sep:
-            props[key.strip()] = value.strip()
-    return props
-
-
 def read_or_create_meta(log_dir: str, node_id: int, cluster_id: str | None = None) -> str:
     """Return the cluster id recorded in ``<log_dir>/meta.properties``, creating the file.
 
@@ -185,7 +172,7 @@ def read_or_create_meta(log_dir: str, node_id: int, cluster_id: str | None = Non
     """
     os.makedirs(log_dir, exist_ok=True)
     path = os.path.join(log_dir, META_PROPERTIES)
-    props = read_properties(path)
+    props = load_properties(path) if os.path.exists(path) else None
     if props is not None:
         stored_node = props.get("node.id", props.get("broker.id"))
         if stored_node is not None and int(stored_node) != node_id:
