@@ -1,4 +1,5 @@
-/* Optional C accelerator for rivulet.protocol.records.
+/* Optional C accelerator for rivulet.protocol.records, the record-batch module: that module
+ * is the reference, and the layout constants below mirror its own.
  *
  * parse_records(buf, pos, end, count, base_offset, base_timestamp, log_append_time)
  * does what records._py_parse_records does: decode ``count`` magic v2 records that must
@@ -1122,6 +1123,9 @@ put_be64(unsigned char *p, uint64_t v)
     put_be32(p + 4, (uint32_t)v);
 }
 
+/* The batch header layout mirrors rivulet/protocol/records.py, the reference and the one
+ * home of the format (HEADER_SIZE, LENGTH_OFFSET, CRC_OFFSET, ATTRIBUTES_OFFSET,
+ * MAX_TIMESTAMP_OFFSET, RECORDS_COUNT_OFFSET, LOG_OVERHEAD); change them together. */
 #define B_HEADER_SIZE 61
 #define B_LENGTH_OFFSET 8
 #define B_CRC_OFFSET 17

@@ -1,6 +1,7 @@
-"""Magic v2 record batches (sans-IO).
+"""Magic v2 record batches (sans-IO): the one home of the batch format in Rivulet.
 
-Layout of a batch header (61 bytes, big-endian), as Kafka writes it:
+Layout of a batch header (61 bytes, big-endian), as Kafka writes it; ``*_OFFSET`` below
+are the byte offsets of its fields and ``_HEADER`` the struct reading them all:
 
     baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 | magic int8 |
     crc uint32 | attributes int16 | lastOffsetDelta int32 | baseTimestamp int64 |
@@ -10,15 +11,21 @@ Layout of a batch header (61 bytes, big-endian), as Kafka writes it:
 The CRC-32C covers everything from ``attributes`` to the end of the batch, so the
 broker may rewrite ``baseOffset`` and ``partitionLeaderEpoch`` without touching it.
 
-Here: building batches (``encode_batch``, ``encode_control_batch``), reading them
-(``decode_batch``, ``decode_records``, ``iter_batches``, ``parse_control_record``) and
-the broker's produce-path check (``validate_produce_records``), which walks records
-without materialising them because the broker stores the client's bytes unchanged.
-Every malformed input surfaces as a ``KafkaError``; nothing reads past the blob.
+Here: the header (``BatchHeader``, ``parse_batch_header``, ``LOCATOR``), framing
+(``iter_batches``), building batches (``encode_batch``, ``encode_control_batch``,
+``encode_record`` + ``assemble_batch`` for the cleaner's rewritten batches), reading them
+(``decode_batch``, ``decode_records``, ``parse_control_record``), the record walk
+(``uvarint``/``varint``, ``record_starts``, ``record_offsets_and_timestamps``),
+the broker's produce-path check (``validate_produce_records``, which walks records without
+materialising them because the broker stores the client's bytes unchanged) and the one
+in-place rewrite of a produced batch (``patch_appended_batches``). Storage, the cleaner,
+the server and the Spark source take the layout from here. Every malformed input surfaces
+as a ``KafkaError``; nothing reads past the blob.
 
 Record decoding and encoding run in C when the optional extension
 ``rivulet.protocol._speedups`` is built (``SPEEDUPS``); ``_py_parse_records`` and
-``_py_encode_batch`` are the references they are tested against.
+``_py_encode_batch`` are the references they are tested against, and the extension's
+header constants mirror the ones here.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from __future__ import annotations
 import os
 import struct
 import time
+from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
@@ -38,13 +46,20 @@ from rivulet.protocol.errors import ErrorCode, KafkaError
 
 HEADER_SIZE = 61
 # Offsets of the fields inside a batch.
+BASE_OFFSET_OFFSET = 0
 LENGTH_OFFSET = 8
 LOG_OVERHEAD = 12  # baseOffset + batchLength: bytes before batchLength starts counting
 PLE_OFFSET = 12
 MAGIC_OFFSET = 16
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
+LAST_OFFSET_DELTA_OFFSET = 23
+BASE_TIMESTAMP_OFFSET = 27
 MAX_TIMESTAMP_OFFSET = 35
+PRODUCER_ID_OFFSET = 43
+PRODUCER_EPOCH_OFFSET = 51
+BASE_SEQUENCE_OFFSET = 53
+RECORDS_COUNT_OFFSET = 57
 MAGIC_V2 = 2
 # Smallest batchLength a v2 batch can declare (a header and no records).
 MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
@@ -60,7 +75,9 @@ CREATE_TIME = 0
 LOG_APPEND_TIME = 1
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
-_BASE_OFFSET = struct.Struct(">q")
+assert _HEADER.size == HEADER_SIZE
+# baseOffset, batchLength and lastOffsetDelta: all a log read needs to find and bound batches.
+LOCATOR = struct.Struct(f">qi{LAST_OFFSET_DELTA_OFFSET - LOG_OVERHEAD}xi")
 _INT32 = struct.Struct(">i")
 _INT16 = struct.Struct(">h")
 _INT64 = struct.Struct(">q")
@@ -127,14 +144,6 @@ def parse_batch_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> Bat
     return BatchHeader(*_HEADER.unpack_from(buf, pos))
 
 
-def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> None:
-    _BASE_OFFSET.pack_into(buf, pos, base_offset)
-
-
-def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
-    _INT32.pack_into(buf, pos + PLE_OFFSET, epoch)
-
-
 def _byte_view(data: bytes | bytearray | memoryview) -> memoryview:
     view = memoryview(data)
     return view if view.format == "B" else view.cast("B")
@@ -156,25 +165,45 @@ def compute_batch_crc(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
     return crc32c(view[pos + ATTRIBUTES_OFFSET : _batch_end(view, pos)])
 
 
+def crc_matches(view: memoryview, pos: int, end: int, crc: int) -> bool:
+    """Whether the complete batch in view[pos:end] carries the CRC-32C of its bytes."""
+    return crc32c(view[pos + ATTRIBUTES_OFFSET : end]) == crc
+
+
+def first_batch_is_transactional(records: bytes | bytearray | memoryview | None) -> bool:
+    """The transactional attribute bit of a records field's first v2 batch (False when there
+    is none), read without parsing the header."""
+    if not records or len(records) < ATTRIBUTES_OFFSET + 2 or records[MAGIC_OFFSET] != MAGIC_V2:
+        return False
+    # attributes is an int16: the bit lives in its low byte.
+    return bool(records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_MASK)
+
+
+# --- in-place patches -------------------------------------------------------------------
+
+
+def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> None:
+    _INT64.pack_into(buf, pos + BASE_OFFSET_OFFSET, base_offset)
+
+
+def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
+    _INT32.pack_into(buf, pos + PLE_OFFSET, epoch)
+
+
+def _restamp(view: memoryview, pos: int, end: int, attributes: int, max_timestamp: int) -> int:
+    """Write attributes and maxTimestamp of the batch in view[pos:end]; return its new CRC."""
+    _INT16.pack_into(view, pos + ATTRIBUTES_OFFSET, attributes)
+    _INT64.pack_into(view, pos + MAX_TIMESTAMP_OFFSET, max_timestamp)
+    crc = crc32c(view[pos + ATTRIBUTES_OFFSET : end])
+    _UINT32.pack_into(view, pos + CRC_OFFSET, crc)
+    return crc
+
+
 def set_max_timestamp(buf: bytearray | memoryview, pos: int, timestamp: int) -> None:
-    """Correct the maxTimestamp of the CreateTime batch at ``pos`` and recompute its CRC, as
-    Kafka's LogValidator does when a producer's header disagrees with its records."""
+    """Correct the maxTimestamp of the CreateTime batch at ``pos`` and recompute its CRC."""
     view = _byte_view(buf)
-    end = _batch_end(view, pos)
-    _INT64.pack_into(view, pos + MAX_TIMESTAMP_OFFSET, timestamp)
-    _UINT32.pack_into(view, pos + CRC_OFFSET, crc32c(view[pos + ATTRIBUTES_OFFSET : end]))
-
-
-def apply_validated_max_timestamps(buf: bytearray | memoryview, headers: Sequence[BatchHeader]) -> None:
-    """Write the maxTimestamps ``validate_produce_records`` computed into the batches whose
-    headers said otherwise (librdkafka sends 0 for records without a timestamp, -1)."""
-    view = _byte_view(buf)
-    pos = 0
-    for h in headers:
-        if not h.attributes & TIMESTAMP_TYPE_MASK and _INT64.unpack_from(view, pos + MAX_TIMESTAMP_OFFSET)[0] \
-                != h.max_timestamp:
-            set_max_timestamp(view, pos, h.max_timestamp)
-        pos += h.size
+    (attributes,) = _INT16.unpack_from(view, pos + ATTRIBUTES_OFFSET)
+    _restamp(view, pos, _batch_end(view, pos), attributes, timestamp)
 
 
 def set_log_append_time(buf: bytearray | memoryview, pos: int, timestamp: int) -> None:
@@ -186,9 +215,74 @@ def set_log_append_time(buf: bytearray | memoryview, pos: int, timestamp: int) -
     view = _byte_view(buf)
     end = _batch_end(view, pos)
     (attributes,) = _INT16.unpack_from(view, pos + ATTRIBUTES_OFFSET)
-    _INT16.pack_into(view, pos + ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
-    _INT64.pack_into(view, pos + MAX_TIMESTAMP_OFFSET, timestamp)
-    _UINT32.pack_into(view, pos + CRC_OFFSET, crc32c(view[pos + ATTRIBUTES_OFFSET : end]))
+    _restamp(view, pos, end, attributes | TIMESTAMP_TYPE_MASK, timestamp)
+
+
+def patch_appended_batches(
+    buf: bytearray | memoryview,
+    headers: Sequence[BatchHeader],
+    *,
+    first_offset: int,
+    leader_epoch: int,
+    log_append_time: int | None = None,
+) -> None:
+    """The broker's one rewrite of validated batches (laid out back to back in ``buf``, as
+    ``headers`` describe them) before they are stored, as Kafka's LogValidator leaves them:
+
+    - base offsets from ``first_offset`` on and the partition leader epoch (outside the CRC);
+    - with ``log_append_time``, the LogAppendTime attribute bit and that maxTimestamp;
+      otherwise, for CreateTime batches, the maxTimestamp validation took from the records
+      (``headers``) where the bytes say otherwise (librdkafka sends 0 or -1);
+    - the CRC, only when attributes or maxTimestamp changed.
+
+    ``headers`` are updated to describe the patched bytes.
+    """
+    view = _byte_view(buf)
+    int64, int16 = _INT64, _INT16
+    pos = 0
+    offset = first_offset
+    for h in headers:
+        end = pos + h.batch_length + LOG_OVERHEAD
+        int64.pack_into(view, pos + BASE_OFFSET_OFFSET, offset)
+        _INT32.pack_into(view, pos + PLE_OFFSET, leader_epoch)
+        h.base_offset = offset
+        h.partition_leader_epoch = leader_epoch
+        if log_append_time is not None:
+            h.attributes |= TIMESTAMP_TYPE_MASK
+            h.max_timestamp = log_append_time
+            h.crc = _restamp(view, pos, end, h.attributes, log_append_time)
+        elif not h.attributes & TIMESTAMP_TYPE_MASK and \
+                int64.unpack_from(view, pos + MAX_TIMESTAMP_OFFSET)[0] != h.max_timestamp:
+            h.crc = _restamp(view, pos, end, int16.unpack_from(view, pos + ATTRIBUTES_OFFSET)[0], h.max_timestamp)
+        pos = end
+        offset += h.last_offset_delta + 1
+
+
+def assemble_batch(
+    payload: Sequence[bytes | bytearray],
+    *,
+    base_offset: int,
+    partition_leader_epoch: int,
+    attributes: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    records_count: int,
+) -> bytes:
+    """A whole batch: its header (batchLength and CRC computed) followed by ``payload``, the
+    records section in pieces (already compressed if the attributes name a codec)."""
+    header = bytearray(_HEADER.pack(
+        base_offset, HEADER_SIZE - LOG_OVERHEAD + sum(map(len, payload)), partition_leader_epoch, MAGIC_V2, 0,
+        attributes, last_offset_delta, base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
+        records_count))
+    crc = crc32c(memoryview(header)[ATTRIBUTES_OFFSET:])
+    for chunk in payload:
+        crc = crc32c(chunk, crc)
+    _UINT32.pack_into(header, CRC_OFFSET, crc)
+    return b"".join((header, *payload))
 
 
 # --- records ----------------------------------------------------------------------------
@@ -247,7 +341,7 @@ def _corrupt(message: str) -> KafkaError:
 # --- varints ----------------------------------------------------------------------------
 # Record fields are zigzag varints. The encoder looks small values up in a table
 # (lengths, offset deltas and timestamp deltas are nearly always below 8192, two bytes);
-# the decoders inline the one-byte case and call _uvarint for the rest.
+# the decoders inline the one-byte case and call uvarint for the rest.
 
 
 def _zigzag_varint(n: int) -> bytes:
@@ -260,16 +354,13 @@ def _zigzag_varint(n: int) -> bytes:
     return bytes(out)
 
 
-zigzag_varint = _zigzag_varint  # also what the log cleaner writes retained records with
-
-
 _ZZ_TABLE_SIZE = 8192
 _ZZ: list[bytes] = [_zigzag_varint(n) for n in range(_ZZ_TABLE_SIZE)]
 _ZZ_NULL = _zigzag_varint(-1)
 _CHUNK_SIZE = 64 * 1024
 
 
-def _uvarint(buf: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
+def uvarint(buf: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
     """Unsigned varint at ``pos`` of at most ``max_bytes`` bytes -> (value, next pos).
 
     IndexError past the end of ``buf`` is left to the caller, which maps it once.
@@ -285,6 +376,60 @@ def _uvarint(buf: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
             return result, pos
         shift += 7
     raise _invalid("varint is too long")
+
+
+def varint(buf: bytes | bytearray | memoryview, pos: int, max_bytes: int = 10) -> tuple[int, int]:
+    """Zigzag varint at ``pos`` -> (value, next pos); see ``uvarint``."""
+    v, pos = uvarint(buf, pos, max_bytes)  # type: ignore[arg-type]
+    return (v >> 1) ^ -(v & 1), pos
+
+
+# --- the record walk ---------------------------------------------------------------------
+# A record: length varint | attributes int8 | timestampDelta varint | offsetDelta varint |
+# key (length varint, bytes) | value (length varint, bytes) | header count varint | headers.
+# The decoder, the produce-path check and the Spark source's per-record loop unroll this walk
+# for speed; the helpers below are its plain form.
+
+
+def record_starts(buf: bytes | bytearray | memoryview, pos: int, count: int, out: array[int]) -> int:
+    """Append the position of each of ``count`` records from ``pos``; return where they end.
+    Only the length varints are read (IndexError past the end of ``buf``)."""
+    put = out.append
+    for _ in range(count):
+        put(pos)
+        b = buf[pos]
+        if b < 0x80:
+            pos += 1 + ((b >> 1) ^ -(b & 1))
+        else:
+            b1 = buf[pos + 1]
+            if b1 < 0x80:
+                v = (b & 0x7F) | (b1 << 7)
+                pos += 2 + ((v >> 1) ^ -(v & 1))
+            else:
+                v, q = uvarint(buf, pos, 5)  # type: ignore[arg-type]
+                pos = q + ((v >> 1) ^ -(v & 1))
+    return pos
+
+
+def record_offsets_and_timestamps(batch: bytes | bytearray | memoryview, pos: int = 0) -> list[tuple[int, int]]:
+    """(offset, timestamp) of every record of the complete batch at ``pos``, decoding only
+    the offset and timestamp deltas (what a search by timestamp needs); a LogAppendTime
+    batch's records all carry its maxTimestamp."""
+    header, body, p, _stop = batch_records_section(batch, pos, verify_crc=False)
+    log_append = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
+    out: list[tuple[int, int]] = []
+    try:
+        for _ in range(header.records_count):
+            size, p = varint(body, p, 5)
+            end = p + size
+            ts_delta, q = varint(body, p + 1)  # past the attributes byte
+            offset_delta, q = varint(body, q, 5)
+            out.append((header.base_offset + offset_delta,
+                        header.base_timestamp + ts_delta if log_append is None else log_append))
+            p = end
+    except IndexError:
+        raise _invalid("record runs past the end of the batch") from None
+    return out
 
 
 def _encode_headers(headers: Sequence[tuple[str | bytes, bytes | None]]) -> bytes:
@@ -303,6 +448,18 @@ def _encode_headers(headers: Sequence[tuple[str | bytes, bytes | None]]) -> byte
             out += zz[vl] if vl < _ZZ_TABLE_SIZE else _zigzag_varint(vl)
             out += value
     return bytes(out)
+
+
+def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None,
+                  headers: Sequence[tuple[str | bytes, bytes | None]]) -> bytes:
+    """One record with explicit deltas (the log cleaner keeps records' original offsets)."""
+    body = bytearray(b"\x00")  # record attributes: unused
+    body += _zigzag_varint(timestamp_delta)
+    body += _zigzag_varint(offset_delta)
+    body += _ZZ_NULL if key is None else _zigzag_varint(len(key)) + bytes(key)
+    body += _ZZ_NULL if value is None else _zigzag_varint(len(value)) + bytes(value)
+    body += _encode_headers(headers)
+    return _zigzag_varint(len(body)) + bytes(body)
 
 
 # --- encoding ---------------------------------------------------------------------------
@@ -393,31 +550,13 @@ def _py_encode_batch(
         attributes |= TRANSACTIONAL_MASK
     if control:
         attributes |= CONTROL_MASK
-    fields = (
-        base_offset,
-        0,  # batchLength, below
-        partition_leader_epoch,
-        MAGIC_V2,
-        0,  # crc, below
-        attributes,
-        count - 1,
-        base,
-        max_ts,
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        count,
-    )
     payload: list[bytes | bytearray] = chunks
     if compression:
         payload = [compress(compression, chunks[0] if len(chunks) == 1 else b"".join(chunks), compression_level)]
-    header = bytearray(_HEADER.pack(*fields))
-    _INT32.pack_into(header, LENGTH_OFFSET, HEADER_SIZE - LOG_OVERHEAD + sum(map(len, payload)))
-    crc = crc32c(memoryview(header)[ATTRIBUTES_OFFSET:])
-    for chunk in payload:
-        crc = crc32c(chunk, crc)
-    _UINT32.pack_into(header, CRC_OFFSET, crc)
-    return b"".join((header, *payload))
+    return assemble_batch(
+        payload, base_offset=base_offset, partition_leader_epoch=partition_leader_epoch, attributes=attributes,
+        last_offset_delta=count - 1, base_timestamp=base, max_timestamp=max_ts, producer_id=producer_id,
+        producer_epoch=producer_epoch, base_sequence=base_sequence, records_count=count)
 
 
 def encode_batch(
@@ -475,13 +614,12 @@ def encode_batch(
                 section = _c_encode_records(records, base_timestamp, None)
                 if section is not None:
                     body, max_ts = section
-                    payload = compress(compression, body, compression_level)
-                    head = bytearray(header)
-                    _INT64.pack_into(head, MAX_TIMESTAMP_OFFSET, max_ts)
-                    _INT32.pack_into(head, LENGTH_OFFSET, HEADER_SIZE - LOG_OVERHEAD + len(payload))
-                    crc = crc32c(payload, crc32c(memoryview(head)[ATTRIBUTES_OFFSET:]))
-                    _UINT32.pack_into(head, CRC_OFFSET, crc)
-                    return b"".join((head, payload))
+                    return assemble_batch(
+                        [compress(compression, body, compression_level)], base_offset=base_offset,
+                        partition_leader_epoch=partition_leader_epoch, attributes=attributes,
+                        last_offset_delta=count - 1, base_timestamp=base_timestamp, max_timestamp=max_ts,
+                        producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
+                        records_count=count)
     return _py_encode_batch(
         records,
         base_offset=base_offset,
@@ -619,7 +757,7 @@ def _parse_records_unbounded(
     """``_py_parse_records``, except that varints and lengths are read up to len(buf)."""
     records: list[Record] = []
     append = records.append
-    uvarint = _uvarint
+    read_uv = uvarint
     try:
         for _ in range(count):
             b = buf[pos]
@@ -632,7 +770,7 @@ def _parse_records_unbounded(
                     v = (b & 0x7F) | (b1 << 7)
                     pos += 2
                 else:
-                    v, pos = uvarint(buf, pos, 5)
+                    v, pos = read_uv(buf, pos, 5)
             size = (v >> 1) ^ -(v & 1)
             rec_end = pos + size
             if size < 6 or rec_end > end:
@@ -648,7 +786,7 @@ def _parse_records_unbounded(
                     v = (b & 0x7F) | (b1 << 7)
                     p += 2
                 else:
-                    v, p = uvarint(buf, p, 10)
+                    v, p = read_uv(buf, p, 10)
             ts_delta = (v >> 1) ^ -(v & 1)
             b = buf[p]
             if b < 0x80:
@@ -660,7 +798,7 @@ def _parse_records_unbounded(
                     v = (b & 0x7F) | (b1 << 7)
                     p += 2
                 else:
-                    v, p = uvarint(buf, p, 5)
+                    v, p = read_uv(buf, p, 5)
             offset_delta = (v >> 1) ^ -(v & 1)
 
             b = buf[p]
@@ -672,7 +810,7 @@ def _parse_records_unbounded(
                     v = b
                     p += 1
                 else:
-                    v, p = uvarint(buf, p, 5)
+                    v, p = read_uv(buf, p, 5)
                 n = (v >> 1) ^ -(v & 1)
                 q = p + n
                 if n == -1:
@@ -697,7 +835,7 @@ def _parse_records_unbounded(
                         v = (b & 0x7F) | (b1 << 7)
                         p += 2
                     else:
-                        v, p = uvarint(buf, p, 5)
+                        v, p = read_uv(buf, p, 5)
                 n = (v >> 1) ^ -(v & 1)
                 q = p + n
                 if n == -1:
@@ -717,19 +855,19 @@ def _parse_records_unbounded(
                     v = b
                     p += 1
                 else:
-                    v, p = uvarint(buf, p, 5)
+                    v, p = read_uv(buf, p, 5)
                 n = (v >> 1) ^ -(v & 1)
                 if n < 0:
                     raise _invalid(f"invalid header count {n}")
                 for _ in range(n):
-                    v, p = uvarint(buf, p, 5)
+                    v, p = read_uv(buf, p, 5)
                     kl = (v >> 1) ^ -(v & 1)
                     q = p + kl
                     if kl < 0 or q > rec_end:
                         raise _invalid(f"invalid header key length {kl}")
                     # Java's client decodes header keys leniently as well.
                     name = buf[p:q].decode("utf-8", "replace")
-                    v, p = uvarint(buf, q, 5)
+                    v, p = read_uv(buf, q, 5)
                     vl = (v >> 1) ^ -(v & 1)
                     q = p + vl
                     if vl == -1:
@@ -908,7 +1046,7 @@ def _check_records(
     structure (raised at once), offset deltas 0..count-1, and the optional key and timestamp
     rules (appended to ``record_errors``, one per record). Returns the largest record
     timestamp (-1 when no record has one)."""
-    uvarint = _uvarint
+    read_uv = uvarint
     check_ts = timestamp_bounds is not None
     lo, hi = timestamp_bounds if timestamp_bounds is not None else (0, 0)
     max_ts = NO_TIMESTAMP
@@ -924,7 +1062,7 @@ def _check_records(
                     v = (b & 0x7F) | (b1 << 7)
                     pos += 2
                 else:
-                    v, pos = uvarint(buf, pos, 5)
+                    v, pos = read_uv(buf, pos, 5)
             size = (v >> 1) ^ -(v & 1)
             rec_end = pos + size
             if size < 6 or rec_end > end:
@@ -940,7 +1078,7 @@ def _check_records(
                     v = (b & 0x7F) | (b1 << 7)
                     p += 2
                 else:
-                    v, p = uvarint(buf, p, 10)
+                    v, p = read_uv(buf, p, 10)
             ts = base_timestamp + ((v >> 1) ^ -(v & 1))
             if ts > max_ts:
                 max_ts = ts
@@ -959,7 +1097,7 @@ def _check_records(
                     v = (b & 0x7F) | (b1 << 7)
                     p += 2
                 else:
-                    v, p = uvarint(buf, p, 5)
+                    v, p = read_uv(buf, p, 5)
             if v != i << 1:
                 raise _invalid(f"record {i} has offset delta {(v >> 1) ^ -(v & 1)}, expected {i}")
             # Key and value: only their lengths matter; a length running past the record
@@ -975,7 +1113,7 @@ def _check_records(
                     v = b
                     p += 1
                 else:
-                    v, p = uvarint(buf, p, 5)
+                    v, p = read_uv(buf, p, 5)
                 n = (v >> 1) ^ -(v & 1)
                 if n < 0:
                     if n != -1:
@@ -998,7 +1136,7 @@ def _check_records(
                         v = (b & 0x7F) | (b1 << 7)
                         p += 2
                     else:
-                        v, p = uvarint(buf, p, 5)
+                        v, p = read_uv(buf, p, 5)
                 n = (v >> 1) ^ -(v & 1)
                 if n >= 0:
                     p += n
@@ -1012,16 +1150,16 @@ def _check_records(
                     v = b
                     p += 1
                 else:
-                    v, p = uvarint(buf, p, 5)
+                    v, p = read_uv(buf, p, 5)
                 n = (v >> 1) ^ -(v & 1)
                 if n < 0:
                     raise _invalid(f"invalid header count {n} in record {i}")
                 for _ in range(n):
-                    v, p = uvarint(buf, p, 5)
+                    v, p = read_uv(buf, p, 5)
                     n = (v >> 1) ^ -(v & 1)
                     if n < 0:
                         raise _invalid(f"invalid header key length {n} in record {i}")
-                    v, p = uvarint(buf, p + n, 5)
+                    v, p = read_uv(buf, p + n, 5)
                     n = (v >> 1) ^ -(v & 1)
                     if n >= 0:
                         p += n

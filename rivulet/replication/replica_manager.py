@@ -7,7 +7,8 @@ and carry the aborted transactions in range.
 
 Produce and fetch requests that cannot be answered at once wait in two purgatories, as in
 Kafka: a DelayedProduce (acks=all) until the high watermark passes the appended offsets,
-and a DelayedFetch until enough bytes are readable or max wait passes. An append, a HW
+and a DelayedFetch until enough bytes are readable (judged from log positions, without
+reading them) or max wait passes. An append, a HW
 advance, a deletion or a leadership change calls check_and_complete for that partition.
 """
 
@@ -25,6 +26,7 @@ from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ErrorCode, KafkaError
 from rivulet.replication.partition import Partition
 from rivulet.storage.config import LogConfig
+from rivulet.storage.log import LogOffsetMetadata
 from rivulet.storage.producer_state import AppendOrigin
 
 log = logging.getLogger(__name__)
@@ -97,6 +99,8 @@ class FetchResult:
     records: bytes | None = None
     # read_committed only: (producer id, first offset) of aborted transactions in range.
     aborted_transactions: list[tuple[int, int]] | None = None
+    # Where the fetch offset lies in the log, from this read; a DelayedFetch measures from it.
+    fetch_offset_metadata: LogOffsetMetadata | None = None
 
 
 @dataclass(slots=True)
@@ -113,45 +117,72 @@ class FetchParams:
         return self.replica_id >= 0
 
 
-class DelayedFetch(DelayedOperation):
-    """Long-poll fetch: wait for min_bytes across all partitions, or max_wait_ms."""
+def readable_bytes(fetch_offset: LogOffsetMetadata, end: LogOffsetMetadata, max_bytes: int) -> int | None:
+    """Kafka's DelayedFetch decision for one partition, from offset positions alone: None when
+    the fetch must be answered now (its offset is past ``end``, the HW, LSO or LEO it may read
+    up to, after a truncation; or ``end`` has moved on to a later segment, which is always
+    enough), else the bytes readable from it, at most ``max_bytes``."""
+    if fetch_offset.message_offset > end.message_offset:
+        return None
+    if fetch_offset.message_offset == end.message_offset:
+        # Compared first: right after a roll the end keeps its offset but not its segment.
+        return 0
+    if fetch_offset.on_older_segment(end):
+        return None
+    if fetch_offset.on_same_segment(end):
+        return min(end.position_diff(fetch_offset), max_bytes)
+    return 0
 
-    def __init__(self, params: FetchParams, rm: ReplicaManager, future: asyncio.Future) -> None:
+
+class DelayedFetch(DelayedOperation):
+    """Long-poll fetch: wait for min_bytes across all partitions, or max_wait_ms.
+
+    Completion is decided from offset positions (``readable_bytes``): where each fetch offset
+    was found by the first read against where the HW (consumers), the LSO (read_committed) or
+    the LEO (followers) lies now. No record is read until the fetch completes, once."""
+
+    def __init__(self, params: FetchParams, rm: ReplicaManager, future: asyncio.Future,
+                 fetch_offsets: dict[TopicPartition, LogOffsetMetadata]) -> None:
         super().__init__(params.max_wait_ms)
         self.params = params
         self.rm = rm
         self.future = future
+        self.fetch_offsets = fetch_offsets
 
     def try_complete(self) -> bool:
         accumulated = 0
-        for fp in self.params.partitions:
+        params = self.params
+        read_committed = params.isolation_level == 1 and not params.is_from_follower
+        for fp in params.partitions:
             p = self.rm.partitions.get(fp.tp)
             if p is None or p.deleted:
                 return self.force_complete()  # the read reports the error
             if fp.current_leader_epoch >= 0 and fp.current_leader_epoch != p.leader_epoch:
                 return self.force_complete()
-            if self.params.is_from_follower:
-                end = p.log.log_end_offset
-            elif self.params.isolation_level == 1:
-                # read_committed waits for the LSO, which a marker append moves.
-                end = p.last_stable_offset
-                if fp.fetch_offset > p.log.log_end_offset or fp.fetch_offset < p.log.log_start_offset:
-                    return self.force_complete()
-            else:
-                end = p.high_watermark
-            if end < fp.fetch_offset and self.params.isolation_level == 1 and not self.params.is_from_follower:
-                continue  # behind an open transaction: nothing readable yet
-            if end < fp.fetch_offset or fp.fetch_offset < p.log.log_start_offset:
+            lg = p.log
+            if fp.fetch_offset < lg.log_start_offset or fp.fetch_offset > lg.log_end_offset:
                 return self.force_complete()  # out of range now: answer with the error
-            if end > fp.fetch_offset:
-                need = self.params.min_bytes - accumulated
-                if need <= 1:
-                    # Any readable batch is at least one byte: no need to read it twice.
-                    return self.force_complete()
-                # Read only as much as is still missing; on_complete reads the real answer.
-                accumulated += self.rm.bytes_available(p, fp.fetch_offset, end, min(fp.max_bytes, need))
-                if accumulated >= self.params.min_bytes:
-                    return self.force_complete()
+            try:
+                if params.is_from_follower:
+                    end = lg.log_end_offset_metadata
+                elif read_committed:
+                    lso = p.last_stable_offset
+                    if lso < fp.fetch_offset:
+                        continue  # behind an open transaction: nothing readable yet
+                    end = lg.offset_metadata(lso)
+                else:
+                    end = lg.high_watermark_metadata
+                start = self.fetch_offsets.get(fp.tp)
+                if start is None or start.message_offset != fp.fetch_offset:
+                    start = self.fetch_offsets[fp.tp] = lg.offset_metadata(fp.fetch_offset)
+            except KafkaError:
+                return self.force_complete()  # e.g. the log was closed: the read reports it
+            n = readable_bytes(start, end, fp.max_bytes)
+            if n is None:
+                return self.force_complete()
+            accumulated += n
+        if accumulated >= params.min_bytes:
+            return self.force_complete()
         return False
 
     def on_expiration(self) -> None:
@@ -229,16 +260,9 @@ class ReplicaManager:
                     self._verify_transaction(p, headers, transactional_id)
                 if required_acks == -1 and len(p.isr) < p.log.config.min_insync_replicas:
                     raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS)
-                # Request frames are bytearrays: offsets are assigned in place, without a copy.
-                writable = isinstance(data, bytearray) or (isinstance(data, memoryview) and not data.readonly)
-                buf = data if writable else bytearray(data)
+                # Request frames are bytearrays: the Log patches them in place, without a copy.
                 append_time = p.log.config.log_append_time
-                if append_time:
-                    for pos, _h in rec.iter_batches(buf):
-                        rec.set_log_append_time(buf, pos, now)
-                elif origin == AppendOrigin.CLIENT:
-                    rec.apply_validated_max_timestamps(buf, headers)
-                info = p.log.append_as_leader(buf, headers, leader_epoch=p.leader_epoch, now_ms=now,
+                info = p.log.append_as_leader(data, headers, leader_epoch=p.leader_epoch, now_ms=now,
                                               log_append_time=append_time, origin=origin)
                 res.base_offset = info.first_offset
                 res.log_start_offset = p.log.log_start_offset
@@ -366,16 +390,11 @@ class ReplicaManager:
         if total >= params.min_bytes:
             return results
         fut = asyncio.get_running_loop().create_future()
-        op = DelayedFetch(params, self, fut)
+        fetch_offsets = {tp: r.fetch_offset_metadata for tp, r in results.items()
+                         if r.fetch_offset_metadata is not None}
+        op = DelayedFetch(params, self, fut, fetch_offsets)
         self.fetch_purgatory.try_complete_else_watch(op, [fp.tp for fp in params.partitions])
         return fut
-
-    def bytes_available(self, p: Partition, fetch_offset: int, end: int, max_bytes: int) -> int:
-        try:
-            data = p.log.read(fetch_offset, max_bytes, max_offset=end, min_one_batch=True).records
-        except KafkaError:
-            return 0
-        return len(data) if data else 0
 
     def read_from_local_log(self, params: FetchParams) -> dict[TopicPartition, FetchResult]:
         results: dict[TopicPartition, FetchResult] = {}
@@ -398,6 +417,7 @@ class ReplicaManager:
                     res.last_stable_offset if read_committed else p.high_watermark)
                 limit = min(fp.max_bytes, remaining)
                 info = lg.read(fp.fetch_offset, limit, max_offset=max_offset, min_one_batch=min_one)
+                res.fetch_offset_metadata = info.fetch_offset_metadata
                 data = info.records
                 if data:
                     res.records = data

@@ -23,18 +23,20 @@ import pyarrow.compute as pc
 from rivulet.protocol.compression import decompress
 from rivulet.protocol.errors import ErrorCode, KafkaError
 from rivulet.protocol.records import (
-    ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
     CONTROL_MASK,
     HEADER_SIZE,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK,
     ControlRecordType,
+    crc_matches,
     decode_batch,
     iter_batches,
     parse_control_record,
+    record_starts,
+    uvarint,
+    varint,
 )
-from crc32c import crc32c
 
 HEADER_TYPE = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 HEADERS_TYPE = pa.list_(pa.field("element", HEADER_TYPE))
@@ -59,44 +61,14 @@ def _corrupt(msg: str) -> KafkaError:
     return KafkaError(ErrorCode.CORRUPT_MESSAGE, msg)
 
 
-def _varint(buf: Any, q: int) -> tuple[int, int]:
-    """Zigzag varint at ``q``: (value, next position). The loops inline the 1-2 byte cases."""
-    v = 0
-    shift = 0
-    while True:
-        b = buf[q]
-        q += 1
-        v |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (v >> 1) ^ -(v & 1), q
-        shift += 7
-        if shift > 63:
-            raise _corrupt("varint longer than 10 bytes")
-
-
-def _uvarint(buf: Any, q: int) -> tuple[int, int]:
-    """Raw (not zigzag-decoded) varint at ``q``: (value, next position)."""
-    v = 0
-    shift = 0
-    while True:
-        b = buf[q]
-        q += 1
-        v |= (b & 0x7F) << shift
-        if b < 0x80:
-            return v, q
-        shift += 7
-        if shift > 63:
-            raise _corrupt("varint longer than 10 bytes")
-
-
 def _headers(buf: Any, q: int, end: int) -> list[tuple[str, bytes | None]]:
-    n, q = _varint(buf, q)
+    n, q = varint(buf, q)
     out: list[tuple[str, bytes | None]] = []
     for _ in range(n):
-        kl, q = _varint(buf, q)
+        kl, q = varint(buf, q)
         k = bytes(buf[q:q + kl]).decode("utf-8", "replace")
         q += kl
-        vl, q = _varint(buf, q)
+        vl, q = varint(buf, q)
         if vl < 0:
             out.append((k, None))
         else:
@@ -180,7 +152,7 @@ class Chunk:
         try:
             for start, stop, count, bo, bt, contiguous, lat in self.batches:
                 if not (contiguous and _uniform_starts(data, start, stop, count, starts, expect)):
-                    if _record_starts(data, start, count, starts) != stop:
+                    if record_starts(data, start, count, starts) != stop:
                         return False
                     expect.extend(_MINUS_ONE * count)
                 base_off.extend(array("q", [bo]) * count)
@@ -264,11 +236,10 @@ class Chunk:
     def _parse(self, buf: bytearray, p: int, count: int, base_off: int, base_ts: int, contiguous: bool,
                own_ts: bool, idx: int) -> int:
         # Varints of up to 3 bytes are decoded inline (zigzag: (v >> 1) ^ -(v & 1)); longer
-        # ones go through _uvarint. Timestamp and offset deltas of big batches take 2-3 bytes.
+        # ones go through uvarint. Timestamp and offset deltas of big batches take 2-3 bytes.
         put = self._pos.append
         put_ts = self._ts.append
         put_off = self._offs.append
-        uvarint = _uvarint
         headers = self.headers if self.want_headers else None
         for _ in range(count):
             b = buf[p]
@@ -281,7 +252,7 @@ class Chunk:
                     v = (b & 0x7F) | (b1 << 7)
                     p += 2
                 else:
-                    v, p = uvarint(buf, p)
+                    v, p = uvarint(buf, p, 10)
                 rec_end = p + ((v >> 1) ^ -(v & 1))
             q = p + 1  # attributes: unused in v2
             if own_ts:
@@ -300,7 +271,7 @@ class Chunk:
                             v = (b & 0x7F) | ((b1 & 0x7F) << 7) | (b2 << 14)
                             q += 3
                         else:
-                            v, q = uvarint(buf, q)
+                            v, q = uvarint(buf, q, 10)
                     put_ts(base_ts + ((v >> 1) ^ -(v & 1)))
             else:
                 while buf[q] >= 0x80:
@@ -314,9 +285,9 @@ class Chunk:
                 elif buf[q + 2] < 0x80:
                     q += 3
                 else:
-                    _, q = uvarint(buf, q)
+                    _, q = uvarint(buf, q, 10)
             else:
-                v, q = uvarint(buf, q)
+                v, q = uvarint(buf, q, 10)
                 put_off(base_off + ((v >> 1) ^ -(v & 1)))
             b = buf[q]
             if b < 0x80:
@@ -325,7 +296,7 @@ class Chunk:
                 if b > 1:
                     q += b >> 1
             else:
-                v, q = uvarint(buf, q)
+                v, q = uvarint(buf, q, 10)
                 put(q)
                 q += v >> 1
             put(q)
@@ -342,7 +313,7 @@ class Chunk:
                     put(q)
                     q += ((b & 0x7F) | (b1 << 7)) >> 1
                 else:
-                    v, q = uvarint(buf, q)
+                    v, q = uvarint(buf, q, 10)
                     put(q)
                     if not v & 1:
                         q += v >> 1
@@ -440,7 +411,7 @@ def _uniform_starts(buf: Any, start: int, stop: int, count: int, starts: array, 
         if q >= stop:
             return None
         try:  # q may land inside a record, on anything
-            v, _ = _uvarint(buf, q)
+            v, _ = uvarint(buf, q, 10)
         except (KafkaError, IndexError):
             return None
         return (v >> 1) ^ -(v & 1)
@@ -448,7 +419,7 @@ def _uniform_starts(buf: Any, start: int, stop: int, count: int, starts: array, 
     while i < count:
         runs += 1
         try:
-            v, body = _uvarint(buf, pos)
+            v, body = uvarint(buf, pos, 10)
         except (KafkaError, IndexError):
             v, body = 0, pos
         size = (v >> 1) ^ -(v & 1)
@@ -482,25 +453,6 @@ def _uniform_starts(buf: Any, start: int, stop: int, count: int, starts: array, 
         del expect[mark:]
         return False
     return True
-
-
-def _record_starts(buf: Any, p: int, count: int, out: array) -> int:
-    """Append the position of each of ``count`` records from ``p``; return where they end."""
-    put = out.append
-    for _ in range(count):
-        put(p)
-        b = buf[p]
-        if b < 0x80:
-            p += 1 + ((b >> 1) ^ -(b & 1))
-        else:
-            b1 = buf[p + 1]
-            if b1 < 0x80:
-                v = (b & 0x7F) | (b1 << 7)
-                p += 2 + ((v >> 1) ^ -(v & 1))
-            else:
-                v, q = _uvarint(buf, p)
-                p = q + ((v >> 1) ^ -(v & 1))
-    return p
 
 
 def _i32(v: int) -> pa.Scalar:
@@ -636,7 +588,7 @@ def decode_into(chunk: Chunk, records: Any, offset: int, end: int, read_committe
             break
         if first is None:
             first = h.base_offset
-        if verify_crc and crc32c(view[pos + ATTRIBUTES_OFFSET:stop]) != h.crc:
+        if verify_crc and not crc_matches(view, pos, stop, h.crc):
             raise _corrupt(f"record batch at offset {h.base_offset} fails its CRC check")
         attrs = h.attributes
         if read_committed and h.producer_id >= 0:

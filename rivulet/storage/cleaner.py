@@ -41,23 +41,17 @@ import asyncio
 import logging
 import os
 import shutil
-import struct
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from crc32c import crc32c
-
 from rivulet.protocol import records as rec
 from rivulet.protocol.compression import compress
-from rivulet.protocol.records import zigzag_varint as _varint
 from rivulet.storage.checkpoints import fsync_dir, read_offset_checkpoint, write_offset_checkpoint
 from rivulet.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, segment_file_name
 
 log = logging.getLogger(__name__)
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-_ATTR_OFFSET = 21
 _TMP_DIR = "cleaner.tmp"
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 
@@ -67,10 +61,6 @@ def now_ms() -> int:
 
 
 # ---------------------------------------------------------------- record encoding
-
-def _bytes_field(b: bytes | None) -> bytes:
-    return _varint(-1) if b is None else _varint(len(b)) + bytes(b)
-
 
 def encode_retained_batch(h: rec.BatchHeader, records: list[rec.Record], delete_horizon_ms: int | None) -> bytes:
     """The batch ``h`` holding only ``records``, with its base and last offsets, producer
@@ -84,30 +74,15 @@ def encode_retained_batch(h: rec.BatchHeader, records: list[rec.Record], delete_
     else:
         base_ts = records[0].timestamp
     max_ts = h.max_timestamp if log_append else max(r.timestamp for r in records)
-    body = bytearray()
-    for r in records:
-        ts_delta = 0 if log_append else r.timestamp - base_ts
-        inner = bytearray(b"\x00")
-        inner += _varint(ts_delta)
-        inner += _varint(r.offset - h.base_offset)
-        inner += _bytes_field(r.key)
-        inner += _bytes_field(r.value)
-        inner += _varint(len(r.headers))
-        for k, v in r.headers:
-            kb = k.encode() if isinstance(k, str) else bytes(k)
-            inner += _varint(len(kb)) + kb
-            inner += _bytes_field(v)
-        body += _varint(len(inner))
-        body += inner
-    payload = compress(h.compression, bytes(body)) if h.compression else bytes(body)
-    attributes = h.attributes | (rec.DELETE_HORIZON_MASK if delete_horizon_ms is not None else 0)
-    header = bytearray(_HEADER.pack(
-        h.base_offset, 0, h.partition_leader_epoch, rec.MAGIC_V2, 0, attributes, h.last_offset_delta, base_ts,
-        max_ts, h.producer_id, h.producer_epoch, h.base_sequence, len(records)))
-    struct.pack_into(">i", header, 8, len(header) - 12 + len(payload))
-    crc = crc32c(payload, crc32c(bytes(header[_ATTR_OFFSET:])))
-    struct.pack_into(">I", header, 17, crc)
-    return bytes(header) + payload
+    body = b"".join(rec.encode_record(r.offset - h.base_offset, 0 if log_append else r.timestamp - base_ts,
+                                      r.key, r.value, r.headers) for r in records)
+    return rec.assemble_batch(
+        [compress(h.compression, body) if h.compression else body], base_offset=h.base_offset,
+        partition_leader_epoch=h.partition_leader_epoch,
+        attributes=h.attributes | (rec.DELETE_HORIZON_MASK if delete_horizon_ms is not None else 0),
+        last_offset_delta=h.last_offset_delta, base_timestamp=base_ts, max_timestamp=max_ts,
+        producer_id=h.producer_id, producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
+        records_count=len(records))
 
 
 def delete_horizon(h: rec.BatchHeader) -> int | None:

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ErrorCode, KafkaError
-from rivulet.protocol.records import BatchHeader, set_base_offset, set_partition_leader_epoch
-from rivulet.storage.batches import BatchInfo, iter_headers
+from rivulet.protocol.records import BatchHeader
+from rivulet.storage.batches import iter_headers
 from rivulet.storage.checkpoints import fsync_dir, read_partition_metadata, write_partition_metadata
 from rivulet.storage.config import LogConfig
 from rivulet.storage.epoch import LeaderEpochCache
@@ -92,8 +92,7 @@ def _marker_of(batch: bytes | memoryview) -> Marker | None:
     return Marker(int(c.type), c.coordinator_epoch, r.timestamp)
 
 
-def _producer_batch(batch: bytes | memoryview) -> tuple[ProducerBatch, Marker | None]:
-    h = rec.parse_batch_header(batch, 0)
+def _producer_batch(h: BatchHeader, batch: bytes | memoryview) -> tuple[ProducerBatch, Marker | None]:
     return _as_producer_batch(h, h.base_offset), (_marker_of(batch) if h.is_control and h.producer_id >= 0
                                                    else None)
 
@@ -104,26 +103,15 @@ def _segment_producer_batches(
     """Stored batches of ``seg`` from the one holding ``start`` to the last starting below
     ``end``; only headers are read, plus the bodies of transaction markers."""
     seg.ensure_indexes()
-    fd, size = seg.fd, seg.size
-    pos = seg.offset_index.lookup(start)
-    chunk = b""
-    chunk_pos = pos
-    while size - pos >= rec.HEADER_SIZE:
-        off = pos - chunk_pos
-        if off + rec.HEADER_SIZE > len(chunk):
-            chunk = os.pread(fd, min(1 << 20, size - pos), pos)
-            chunk_pos, off = pos, 0
-            if len(chunk) < rec.HEADER_SIZE:
-                return
-        h = rec.parse_batch_header(chunk, off)
-        if h.batch_length < rec.MIN_BATCH_LENGTH or pos + h.size > size or h.base_offset >= end:
+    fd = seg.fd
+    for pos, h in iter_headers(fd, seg.offset_index.lookup(start), seg.size, chunk=1 << 20):
+        if h.base_offset >= end:
             return
         if h.last_offset >= start:
             marker = None
             if h.is_control and h.producer_id >= 0:
                 marker = _marker_of(os.pread(fd, h.size, pos))
             yield _as_producer_batch(h, h.base_offset), marker
-        pos += h.size
 
 
 class UnexpectedAppendOffsetError(KafkaError):
@@ -158,6 +146,27 @@ class LogAppendInfo:
     duplicate: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class LogOffsetMetadata:
+    """Where an offset lies in the log (Kafka's LogOffsetMetadata): its segment and the byte
+    position, in that segment, of the batch holding it. A waiting fetch compares these
+    positions instead of reading records."""
+
+    message_offset: int
+    segment_base_offset: int
+    relative_position_in_segment: int
+
+    def on_older_segment(self, other: LogOffsetMetadata) -> bool:
+        return self.segment_base_offset < other.segment_base_offset
+
+    def on_same_segment(self, other: LogOffsetMetadata) -> bool:
+        return self.segment_base_offset == other.segment_base_offset
+
+    def position_diff(self, other: LogOffsetMetadata) -> int:
+        """Bytes from ``other`` to this position; both must be on the same segment."""
+        return self.relative_position_in_segment - other.relative_position_in_segment
+
+
 @dataclass(slots=True)
 class FetchDataInfo:
     records: bytes | memoryview  # whole batches; may be empty
@@ -166,6 +175,8 @@ class FetchDataInfo:
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
+    # Where fetch_offset lies: what a DelayedFetch measures new data from.
+    fetch_offset_metadata: LogOffsetMetadata | None = None
 
 
 class Log:
@@ -200,6 +211,8 @@ class Log:
         self._bases: list[int] = []
         self._dir_dirty = False
         self._trunc_floor: int | None = None
+        # offset -> (segment, position of its batch): see offset_metadata.
+        self._offset_positions: dict[int, tuple[LogSegment, int]] = {}
 
         created = not os.path.isdir(self.dir)
         os.makedirs(self.dir, exist_ok=True)
@@ -284,7 +297,7 @@ class Log:
         fd = os.open(swap_path, os.O_RDONLY)
         try:
             next_offset = base
-            for b in iter_headers(fd, 0, os.fstat(fd).st_size):
+            for _, b in iter_headers(fd, 0, os.fstat(fd).st_size):
                 next_offset = b.next_offset
         finally:
             os.close(fd)
@@ -371,8 +384,8 @@ class Log:
         def write_aborted(c: CompletedTxn, lso: int) -> None:
             index.append(c.producer_id, c.first_offset, c.last_offset, lso)
 
-        def on_batch(info: BatchInfo, view: memoryview) -> None:
-            ps.apply_batches([_producer_batch(view)], write_aborted)
+        def on_batch(h: BatchHeader, view: memoryview) -> None:
+            ps.apply_batches([_producer_batch(h, view)], write_aborted)
 
         truncated = seg.recover(on_epoch, on_batch)
         ps.take_snapshot()
@@ -578,11 +591,13 @@ class Log:
     ) -> LogAppendInfo:
         """Assign offsets from the LEO and append validated batches.
 
-        Base offsets and partition leader epochs are rewritten in place; a
-        ``bytearray`` or writable ``memoryview`` is modified directly, other types are copied once.
-        ``headers`` describe the batches in order (only sizes, lastOffsetDelta,
-        recordsCount and maxTimestamp are used). With ``log_append_time`` the caller
-        has already stamped the batches; ``now_ms`` is used for indexing.
+        The batches get their final bytes here, in one in-place step
+        (``records.patch_appended_batches``): base offsets, the partition leader epoch, with
+        ``log_append_time`` the LogAppendTime stamp ``now_ms``, otherwise the maxTimestamp that
+        validation took from the records, and the CRC where a timestamp changed. A
+        ``bytearray`` or writable ``memoryview`` is modified directly, other types are copied
+        once. ``headers`` come from ``records.validate_produce_records`` (or describe
+        coordinator-built batches), in order, and are updated to the stored values.
 
         Batches with a producer id are checked against the producer state (``origin``
         decides how strictly) and may raise OUT_OF_ORDER_SEQUENCE_NUMBER,
@@ -599,32 +614,34 @@ class Log:
         with self._lock:
             self._check_open()
             first = self._leo
-            offset = first
+            total = 0
+            for h in headers:
+                if h.size > max_message_bytes:
+                    raise KafkaError(
+                        ErrorCode.MESSAGE_TOO_LARGE,
+                        f"batch of {h.size} bytes exceeds max.message.bytes={max_message_bytes}",
+                    )
+                total += h.size
+            if total != len(buf):
+                raise KafkaError(ErrorCode.CORRUPT_MESSAGE,
+                                 f"batch sizes add up to {total}, records are {len(buf)} bytes")
+            rec.patch_appended_batches(buf, headers, first_offset=first, leader_epoch=leader_epoch,
+                                       log_append_time=now_ms if log_append_time else None)
             pos = 0
             entries = []
             placed: list[tuple[int, int, BatchHeader]] = []
             max_ts, off_max = -1, first
             num_records = 0
             for h in headers:
-                size = h.batch_length + 12
-                if size > max_message_bytes:
-                    raise KafkaError(
-                        ErrorCode.MESSAGE_TOO_LARGE,
-                        f"batch of {size} bytes exceeds max.message.bytes={max_message_bytes}",
-                    )
-                set_base_offset(buf, pos, offset)
-                set_partition_leader_epoch(buf, pos, leader_epoch)
-                placed.append((pos, offset, h))
-                last = offset + h.last_offset_delta
-                ts = now_ms if log_append_time else h.max_timestamp
-                if ts > max_ts:
-                    max_ts, off_max = ts, last
-                entries.append((pos, last, ts, size))
+                size = h.size
+                last = h.last_offset
+                placed.append((pos, h.base_offset, h))
+                if h.max_timestamp > max_ts:
+                    max_ts, off_max = h.max_timestamp, last
+                entries.append((pos, last, h.max_timestamp, size))
                 num_records += h.records_count
                 pos += size
-                offset = last + 1
-            if pos != len(buf):
-                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"batch sizes add up to {pos}, records are {len(buf)} bytes")
+            offset = headers[-1].next_offset
             self._check_append_size(pos)
             infos, completed, dup = self._analyze_producer_state(buf, placed, origin)
             if dup is not None:
@@ -684,7 +701,7 @@ class Log:
             for h in headers:
                 if h.base_offset < expected:
                     raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"offsets go backwards at {h.base_offset}")
-                size = h.batch_length + 12
+                size = h.size
                 last = h.base_offset + h.last_offset_delta
                 if h.max_timestamp > max_ts:
                     max_ts, off_max = h.max_timestamp, last
@@ -812,6 +829,7 @@ class Log:
         bound = leo if max_offset is None else min(max_offset, leo)
         empty = FetchDataInfo(b"", fetch_offset, -1, self._hw, start, leo)
         if fetch_offset >= bound or max_bytes < 0:
+            empty.fetch_offset_metadata = self.offset_metadata(fetch_offset)
             return empty
         self._check_open()
         segments = self._segments
@@ -820,14 +838,52 @@ class Log:
         # capped so a huge index.interval.bytes cannot inflate every read.
         slack = min(self.config.index_interval_bytes, 1 << 20) + 65536
         while i < len(segments):
-            got = segments[i].read(fetch_offset, max_bytes, bound, min_one_batch, slack)
+            seg = segments[i]
+            got = seg.read(fetch_offset, max_bytes, bound, min_one_batch, slack)
             if got is not None:
                 data, position = got
                 empty.records = data
                 empty.first_batch_position = position if data else -1
+                empty.fetch_offset_metadata = LogOffsetMetadata(fetch_offset, seg.base_offset, position)
                 return empty
             i += 1
+        empty.fetch_offset_metadata = self.offset_metadata(fetch_offset)
         return empty
+
+    def offset_metadata(self, offset: int) -> LogOffsetMetadata:
+        """Segment and position of ``offset`` (the LEO: the end of the active segment), found
+        from the offset index and batch headers; the last few answers are kept, so the high
+        watermark and last stable offset that waiting fetches ask for cost nothing after the
+        first time. Positions are of batch starts, which later appends never move."""
+        with self._lock:
+            self._check_open()
+            if offset >= self._leo:
+                return self.log_end_offset_metadata
+            i = max(0, bisect.bisect_right(self._bases, offset) - 1)
+            seg = self._segments[i]
+            cached = self._offset_positions.get(offset)
+            if cached is not None and cached[0] is seg:
+                return LogOffsetMetadata(offset, seg.base_offset, cached[1])
+            seg.ensure_indexes()
+            pos = seg.position_of(offset)
+            if pos is None:  # past this segment's batches: the next segment's start
+                if i + 1 < len(self._segments):
+                    seg, pos = self._segments[i + 1], 0
+                else:
+                    pos = seg.size
+            if len(self._offset_positions) >= 8:
+                self._offset_positions.clear()
+            self._offset_positions[offset] = (seg, pos)
+            return LogOffsetMetadata(offset, seg.base_offset, pos)
+
+    @property
+    def log_end_offset_metadata(self) -> LogOffsetMetadata:
+        active = self._segments[-1]
+        return LogOffsetMetadata(self._leo, active.base_offset, active.size)
+
+    @property
+    def high_watermark_metadata(self) -> LogOffsetMetadata:
+        return self.offset_metadata(self._hw)
 
     def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """ListOffsets by time: (offset, timestamp) of the first record with timestamp >= ``timestamp``."""
@@ -939,6 +995,7 @@ class Log:
         self._hw = offset
 
     def _after_truncation(self, offset: int) -> None:
+        self._offset_positions.clear()  # batches past the cut may be written differently again
         self._epochs.truncate_from_end(offset)
         self._recovery_point = min(self._recovery_point, offset)
         self._trunc_floor = offset if self._trunc_floor is None else min(self._trunc_floor, offset)

@@ -14,17 +14,10 @@ import random
 import struct
 from collections.abc import Callable, Sequence
 
+from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ErrorCode, KafkaError
-from rivulet.storage.batches import (
-    LOCATE,
-    LOCATE_SIZE,
-    MIN_BATCH_LENGTH,
-    BatchInfo,
-    InvalidBatch,
-    iter_headers,
-    iter_valid_batches,
-    record_offsets_and_timestamps,
-)
+from rivulet.protocol.records import LOCATOR, LOG_OVERHEAD, MIN_BATCH_LENGTH, BatchHeader
+from rivulet.storage.batches import InvalidBatch, iter_headers, iter_valid_batches
 from rivulet.storage.index import CorruptIndexError, OffsetIndex, TimeIndex, _write_all
 
 log = logging.getLogger(__name__)
@@ -34,14 +27,14 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 TXN_INDEX_SUFFIX = ".txnindex"
 _EMPTY = b""
-_HEAD12 = LOCATE  # base offset and length are its first two fields
+_LOCATOR_SIZE = LOCATOR.size
 _fdatasync = getattr(os, "fdatasync", os.fsync)
 
 # (position in the appended buffer, last offset, max timestamp, size) per batch.
 AppendEntry = tuple[int, int, int, int]
 EpochCallback = Callable[[int, int], None]
-# Recovery hands every valid batch (header info, its bytes) to producer-state rebuilding.
-BatchCallback = Callable[[BatchInfo, memoryview], None]
+# Recovery hands every valid batch (its header, its bytes) to producer-state rebuilding.
+BatchCallback = Callable[[BatchHeader, memoryview], None]
 
 # Kafka's AbortedTxn: version int16 (0), producerId, firstOffset, lastOffset, lastStableOffset.
 _ABORTED_TXN = struct.Struct(">hqqqq")
@@ -218,11 +211,11 @@ class LogSegment:
             entry_offset, pos = self.offset_index.last_entry()
             next_offset = self.base_offset
             end = pos
-            for b in iter_headers(self.fd, pos, self.size):
-                if b.position == pos and self.offset_index.entries and b.last_offset != entry_offset:
+            for bpos, b in iter_headers(self.fd, pos, self.size):
+                if bpos == pos and self.offset_index.entries and b.last_offset != entry_offset:
                     raise CorruptIndexError(f"{self.index_path}: last entry does not match the log")
                 next_offset = b.next_offset
-                end = b.position + b.size
+                end = bpos + b.size
             if end != self.size:
                 raise CorruptIndexError(f"{self.log_path}: batches end at {end}, file at {self.size}")
             self.next_offset = next_offset
@@ -241,7 +234,7 @@ class LogSegment:
         ts, off = self.time_index.last_entry()
         start = self.offset_index.lookup(off) if ts >= 0 else 0
         self.max_timestamp, self.offset_of_max_timestamp = ts, off
-        for b in iter_headers(self.fd, start, self.size):
+        for _, b in iter_headers(self.fd, start, self.size):
             if b.max_timestamp > self.max_timestamp:
                 self.max_timestamp, self.offset_of_max_timestamp = b.max_timestamp, b.last_offset
 
@@ -274,11 +267,11 @@ class LogSegment:
         next_offset = self.base_offset
         interval = self.index_interval_bytes
         try:
-            for b, view in iter_valid_batches(self.fd, 0, self.size):
+            for bpos, b, view in iter_valid_batches(self.fd, 0, self.size):
                 if b.base_offset < next_offset:
-                    raise InvalidBatch(b.position, f"offset {b.base_offset} goes backwards")
+                    raise InvalidBatch(bpos, f"offset {b.base_offset} goes backwards")
                 if not oi.can_append_offset(b.last_offset):
-                    raise InvalidBatch(b.position, f"offset {b.last_offset} overflows the segment")
+                    raise InvalidBatch(bpos, f"offset {b.last_offset} overflows the segment")
                 if b.max_timestamp > max_ts:
                     max_ts, off_max = b.max_timestamp, b.last_offset
                 if valid - last_index_entry > interval:
@@ -287,8 +280,8 @@ class LogSegment:
                     last_index_entry = valid
                 valid += b.size
                 next_offset = b.next_offset
-                if on_batch_epoch is not None and b.leader_epoch >= 0:
-                    on_batch_epoch(b.leader_epoch, b.base_offset)
+                if on_batch_epoch is not None and b.partition_leader_epoch >= 0:
+                    on_batch_epoch(b.partition_leader_epoch, b.base_offset)
                 if on_batch is not None:
                     on_batch(b, view)
         except InvalidBatch as e:
@@ -353,7 +346,7 @@ class LogSegment:
     def truncate_to(self, offset: int, now_ms: int) -> int:
         """Remove every batch whose last offset is >= ``offset``. Returns bytes removed."""
         self.ensure_indexes()
-        pos = self._position_of(offset)
+        pos = self.position_of(offset)
         if pos is None:
             return 0
         self.offset_index.truncate_to(offset)
@@ -365,7 +358,7 @@ class LogSegment:
         self.dirty = True
         entry_pos = self.offset_index.last_entry()[1]
         self.next_offset = self.base_offset
-        for b in iter_headers(self.fd, entry_pos, self.size):
+        for _, b in iter_headers(self.fd, entry_pos, self.size):
             self.next_offset = b.next_offset
         if pos == 0:
             self.created_ms = now_ms
@@ -376,11 +369,11 @@ class LogSegment:
 
     # -- reads -------------------------------------------------------------------------
 
-    def _position_of(self, offset: int) -> int | None:
+    def position_of(self, offset: int) -> int | None:
         """Position of the first batch whose last offset is >= ``offset``."""
-        for b in iter_headers(self.fd, self.offset_index.lookup(offset), self.size):
+        for bpos, b in iter_headers(self.fd, self.offset_index.lookup(offset), self.size):
             if b.last_offset >= offset:
-                return b.position
+                return bpos
         return None
 
     def read(
@@ -397,16 +390,16 @@ class LogSegment:
         self.ensure_indexes()
         fd, end = self.fd, self.size
         pread = os.pread
-        unpack = LOCATE.unpack_from
+        unpack = LOCATOR.unpack_from
         window = max_bytes + slack
         bpos = self.offset_index.lookup(target)
         buf = pread(fd, min(end - bpos, window), bpos)
         o = 0
         # Locate the batch holding ``target``: one pread normally covers it.
         while True:
-            if o + LOCATE_SIZE > len(buf):
+            if o + _LOCATOR_SIZE > len(buf):
                 q = bpos + o
-                if end - q < LOCATE_SIZE:
+                if end - q < _LOCATOR_SIZE:
                     return None
                 buf = pread(fd, min(end - q, window), q)
                 bpos, o = q, 0
@@ -415,9 +408,9 @@ class LogSegment:
                 raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{self.log_path}: bad batch length at {bpos + o}")
             if base + lod >= target:
                 break
-            o += length + 12
+            o += length + LOG_OVERHEAD
         start = bpos + o
-        first = length + 12
+        first = length + LOG_OVERHEAD
         if base >= bound or start + first > end:
             return _EMPTY, start
         if first > max_bytes:
@@ -432,13 +425,12 @@ class LogSegment:
             o = 0
         limit = o + need
         q = o + first
-        head = _HEAD12.unpack_from
         # Walk headers only; records are never touched.
-        while q + LOCATE_SIZE <= limit:
-            base, length, _ = head(buf, q)
+        while q + _LOCATOR_SIZE <= limit:
+            base, length, _ = unpack(buf, q)
             if base >= bound or length < MIN_BATCH_LENGTH:
                 break
-            nq = q + length + 12
+            nq = q + length + LOG_OVERHEAD
             if nq > limit:
                 break
             q = nq
@@ -451,13 +443,13 @@ class LogSegment:
         self.ensure_indexes()
         _, indexed_offset = self.time_index.lookup(timestamp)
         pos = self.offset_index.lookup(max(indexed_offset, start_offset))
-        for b in iter_headers(self.fd, pos, self.size):
+        for bpos, b in iter_headers(self.fd, pos, self.size):
             if b.max_timestamp < timestamp or b.last_offset < start_offset:
                 continue
             try:
-                records = record_offsets_and_timestamps(os.pread(self.fd, b.size, b.position), b)
+                records = rec.record_offsets_and_timestamps(os.pread(self.fd, b.size, bpos))
             except Exception as e:  # undecodable (e.g. codec missing): batch granularity
-                log.debug("cannot decode batch at %d for timestamp search: %s", b.position, e)
+                log.debug("cannot decode batch at %d for timestamp search: %s", bpos, e)
                 return max(b.base_offset, start_offset), b.max_timestamp
             for off, ts in records:
                 if ts >= timestamp and off >= start_offset:
@@ -470,11 +462,11 @@ class LogSegment:
             return None
         self.ensure_indexes()
         target = self.offset_of_max_timestamp
-        for b in iter_headers(self.fd, self.offset_index.lookup(target), self.size):
+        for bpos, b in iter_headers(self.fd, self.offset_index.lookup(target), self.size):
             if b.last_offset < target:
                 continue
             try:
-                records = record_offsets_and_timestamps(os.pread(self.fd, b.size, b.position), b)
+                records = rec.record_offsets_and_timestamps(os.pread(self.fd, b.size, bpos))
             except Exception:
                 break
             for off, ts in records:
@@ -490,7 +482,7 @@ class LogSegment:
         if not self._rolling_known:
             self._rolling_known = True
             self._rolling_ts = None
-            for b in iter_headers(self.fd, 0, self.size):
+            for _, b in iter_headers(self.fd, 0, self.size):
                 self._rolling_ts = b.max_timestamp
                 break
         if self._rolling_ts is not None and self._rolling_ts >= 0:

@@ -305,6 +305,76 @@ def test_broker_rewrites_do_not_touch_the_crc() -> None:
     assert [r.offset for r in decoded.records] == [12345, 12346, 12347]
 
 
+def _produced(*batches: bytes) -> tuple[bytearray, list]:
+    buf = bytearray(b"".join(batches))
+    return buf, validate_produce_records(buf, max_batch_size=BIG, allow_multiple_batches=True)
+
+
+def test_patch_appended_batches_create_time_in_one_step() -> None:
+    # The producer's header says maxTimestamp 0 (librdkafka without timestamps); the records say otherwise.
+    first = bytearray(encode_batch(sample_records(5), compression=SNAPPY))
+    expected = [max(r.timestamp for r in sample_records(n)) for n in (5, 2)]
+    struct.pack_into(">q", first, rec.MAX_TIMESTAMP_OFFSET, 0)
+    struct.pack_into(">I", first, rec.CRC_OFFSET, rec.compute_batch_crc(first))
+    second = encode_batch(sample_records(2))
+    buf, headers = _produced(bytes(first), second)
+    assert [h.max_timestamp for h in headers] == expected
+    untouched_crc = parse_batch_header(second).crc
+    rec.patch_appended_batches(buf, headers, first_offset=100, leader_epoch=3)
+    stored = [(pos, h) for pos, h in iter_batches(buf)]
+    assert [h.base_offset for _, h in stored] == [100, 105]
+    assert [h.partition_leader_epoch for _, h in stored] == [3, 3]
+    assert [h.max_timestamp for _, h in stored] == expected
+    assert stored[1][1].crc == untouched_crc  # nothing covered by the CRC changed
+    for pos, h in stored:
+        assert h.crc == rec.compute_batch_crc(buf, pos)
+        assert not h.is_log_append_time
+    assert headers == [h for _, h in stored]  # the facts now describe the stored bytes
+    assert [r.offset for b in decode_records(buf) for r in b.records] == list(range(100, 107))
+
+
+def test_patch_appended_batches_log_append_time() -> None:
+    buf, headers = _produced(encode_batch(sample_records(3)), encode_batch(sample_records(1), compression=GZIP))
+    rec.patch_appended_batches(buf, headers, first_offset=7, leader_epoch=0, log_append_time=T0 + 50_000)
+    for (pos, h), fact in zip(iter_batches(buf), headers):
+        assert h.is_log_append_time and h.max_timestamp == T0 + 50_000
+        assert h.crc == rec.compute_batch_crc(buf, pos) == fact.crc
+        assert fact.is_log_append_time and fact.max_timestamp == T0 + 50_000
+    assert [(r.offset, r.timestamp) for b in decode_records(buf) for r in b.records] == \
+        [(7, T0 + 50_000), (8, T0 + 50_000), (9, T0 + 50_000), (10, T0 + 50_000)]
+
+
+def test_first_batch_is_transactional() -> None:
+    txn = encode_batch(sample_records(1), producer_id=5, producer_epoch=0, base_sequence=0, transactional=True)
+    assert rec.first_batch_is_transactional(txn)
+    assert not rec.first_batch_is_transactional(encode_batch(sample_records(1)))
+    assert not rec.first_batch_is_transactional(b"")
+    assert not rec.first_batch_is_transactional(None)
+    assert not rec.first_batch_is_transactional(txn[:20])
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_record_offsets_and_timestamps(codec: int) -> None:
+    records = [Record(0, T0 + d, b"k", b"v", []) for d in (0, 70_000, -5, 9)]
+    batch = encode_batch(records, base_offset=40, compression=codec)
+    assert rec.record_offsets_and_timestamps(batch) == [(40, T0), (41, T0 + 70_000), (42, T0 - 5), (43, T0 + 9)]
+    stamped = bytearray(batch)
+    rec.set_log_append_time(stamped, 0, T0 + 1)
+    assert rec.record_offsets_and_timestamps(stamped) == [(40 + i, T0 + 1) for i in range(4)]
+
+
+def test_encode_record_and_assemble_batch_match_the_encoder() -> None:
+    records = [Record(0, T0 + i, b"key%d" % i if i else None, None if i == 2 else b"v" * 300 * i,
+                      [("h", b"x"), ("n", None)] if i == 1 else []) for i in range(4)]
+    expected = encode_batch(records, producer_id=9, producer_epoch=1, base_sequence=4, partition_leader_epoch=2)
+    h = parse_batch_header(expected)
+    body = b"".join(rec.encode_record(i, r.timestamp - T0, r.key, r.value, r.headers) for i, r in enumerate(records))
+    built = rec.assemble_batch([body], base_offset=0, partition_leader_epoch=2, attributes=0, last_offset_delta=3,
+                               base_timestamp=T0, max_timestamp=T0 + 3, producer_id=9, producer_epoch=1,
+                               base_sequence=4, records_count=4)
+    assert built == expected and h.crc == rec.compute_batch_crc(built)
+
+
 # --- multiple batches and partial data ----------------------------------------------------
 
 

@@ -15,6 +15,7 @@ from rivulet.protocol.messages import (
     offset_for_leader_epoch_response as ofler,
     produce_response as pr,
 )
+from rivulet.protocol.records import first_batch_is_transactional
 from rivulet.protocol.schema import ZERO_UUID
 from rivulet.replication.replica_manager import (
     FetchParams,
@@ -65,7 +66,7 @@ class RecordHandlers:
                 else:
                     entries[tp] = pd.records
         transactional_id = req.transactional_id if header.api_version >= 3 else None
-        if transactional_id is None and any(_first_batch_is_transactional(r) for r in entries.values()):
+        if transactional_id is None and any(first_batch_is_transactional(r) for r in entries.values()):
             # Kafka refuses transactional records without a transactional id outright.
             for tp in entries:
                 early[tp] = ProduceResult(error=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
@@ -233,10 +234,3 @@ class RecordHandlers:
                 parts.append(r)
             topics.append(drr.DeleteRecordsTopicResult(name=t.name, partitions=parts))
         return drr.DeleteRecordsResponse(throttle_time_ms=0, topics=topics)
-
-
-def _first_batch_is_transactional(records: Any) -> bool:
-    """The transactional attribute bit of a records field's first v2 batch."""
-    if not records or len(records) < 23 or records[16] != 2:
-        return False
-    return bool(records[22] & 0x10)  # attributes: int16 at offset 21, the bit in its low byte

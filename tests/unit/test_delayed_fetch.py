@@ -1,0 +1,234 @@
+"""DelayedFetch decides from log positions (Kafka's LogOffsetMetadata) and reads once."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from rivulet.common.types import TopicPartition
+from rivulet.delayed import Timer
+from rivulet.protocol import records as rec
+from rivulet.protocol.errors import ErrorCode
+from rivulet.replication.partition import Partition
+from rivulet.replication.replica_manager import (
+    FetchParams,
+    FetchRequestPartition,
+    ReplicaManager,
+    readable_bytes,
+)
+from rivulet.storage import Log, LogConfig
+from rivulet.storage.log import LogOffsetMetadata
+
+pytestmark = pytest.mark.fast
+
+T0 = 1_700_000_000_000
+
+
+def meta(offset: int, segment: int, position: int) -> LogOffsetMetadata:
+    return LogOffsetMetadata(offset, segment, position)
+
+
+# -- the decision, per partition -----------------------------------------------------------
+
+
+def test_same_segment_counts_the_bytes_between_positions() -> None:
+    assert readable_bytes(meta(10, 0, 1000), meta(15, 0, 1700), 1 << 20) == 700
+
+
+def test_bytes_are_capped_by_the_partition_max_bytes() -> None:
+    assert readable_bytes(meta(10, 0, 1000), meta(15, 0, 1700), 300) == 300
+
+
+def test_end_on_a_later_segment_completes() -> None:
+    assert readable_bytes(meta(10, 0, 1000), meta(11, 11, 0), 1 << 20) is None
+
+
+def test_fetch_offset_past_the_end_completes() -> None:
+    # A truncated leader, or a consumer ahead of the HW.
+    assert readable_bytes(meta(20, 0, 3000), meta(15, 0, 1700), 1 << 20) is None
+
+
+def test_nothing_new_at_the_same_offset_even_after_a_roll() -> None:
+    assert readable_bytes(meta(15, 0, 1700), meta(15, 0, 1700), 1 << 20) == 0
+    # The end kept its offset but a roll moved it to the new segment: still nothing to read.
+    assert readable_bytes(meta(15, 0, 1700), meta(15, 15, 0), 1 << 20) == 0
+
+
+# -- the Log's position metadata --------------------------------------------------------------
+
+
+def _batch(n: int, size: int = 100) -> bytes:
+    return rec.encode_batch([rec.Record(0, T0 + i, None, b"x" * size, []) for i in range(n)])
+
+
+def _append(log: Log, data: bytes) -> None:
+    buf = bytearray(data)
+    headers = rec.validate_produce_records(buf, max_batch_size=1 << 30)
+    log.append_as_leader(buf, headers, leader_epoch=0, now_ms=T0)
+    log.high_watermark = log.log_end_offset
+
+
+@pytest.fixture
+def log(tmp_path):
+    lg = Log(str(tmp_path / "t-0"), LogConfig())
+    yield lg
+    lg.close()
+
+
+def test_log_exposes_leo_hw_and_offset_positions(log: Log) -> None:
+    first, second = _batch(3), _batch(2)
+    _append(log, first)
+    _append(log, second)
+    assert log.log_end_offset_metadata == meta(5, 0, len(first) + len(second))
+    assert log.high_watermark_metadata == log.log_end_offset_metadata
+    assert log.offset_metadata(0) == meta(0, 0, 0)
+    assert log.offset_metadata(1) == meta(1, 0, 0)  # the position of the batch holding it
+    assert log.offset_metadata(3) == meta(3, 0, len(first))
+    log.high_watermark = 3
+    assert log.high_watermark_metadata == meta(3, 0, len(first))
+
+
+def test_read_records_the_fetch_offset_position(log: Log) -> None:
+    first = _batch(3)
+    _append(log, first)
+    _append(log, _batch(2))
+    assert log.read(4, 1 << 20).fetch_offset_metadata == meta(4, 0, len(first))
+    # Nothing to read at the end: the position is the end's.
+    assert log.read(5, 1 << 20).fetch_offset_metadata == log.log_end_offset_metadata
+
+
+def test_positions_follow_a_roll(log: Log) -> None:
+    _append(log, _batch(3))
+    log.roll()
+    _append(log, _batch(1))
+    assert log.log_end_offset_metadata == meta(4, 3, len(_batch(1)))
+    assert log.offset_metadata(3) == meta(3, 3, 0)
+
+
+def test_truncation_forgets_cached_positions(log: Log) -> None:
+    _append(log, _batch(3))
+    _append(log, _batch(3))
+    log.high_watermark = 3
+    assert log.high_watermark_metadata.relative_position_in_segment == len(_batch(3))
+    log.truncate_to(3)
+    _append(log, _batch(1, size=10))
+    _append(log, _batch(1, size=10))
+    assert log.offset_metadata(4) == meta(4, 0, len(_batch(3)) + len(_batch(1, size=10)))
+
+
+# -- DelayedFetch through the ReplicaManager ----------------------------------------------------
+
+
+class CountingLog(Log):
+    reads = 0
+
+    def read(self, *args, **kwargs):  # type: ignore[override]
+        CountingLog.reads += 1
+        return super().read(*args, **kwargs)
+
+
+def _produce(rm: ReplicaManager, tp: TopicPartition, data: bytes) -> None:
+    res = rm.append_records({tp: bytearray(data)}, required_acks=1, timeout_ms=1000)
+    assert res[tp].error == ErrorCode.NONE
+
+
+def _run(tmp_path, body):
+    async def main():
+        timer = Timer(asyncio.get_running_loop())
+        rm = ReplicaManager(0, timer)
+        tp = TopicPartition("t", 0)
+        log = CountingLog(str(tmp_path / "t-0"), LogConfig())
+        rm.add_partition(Partition(tp, uuid.uuid4(), log, 0))
+        try:
+            return await body(rm, tp, log)
+        finally:
+            rm.shutdown()
+            timer.shutdown()
+            log.close()
+    return asyncio.run(main())
+
+
+def _params(tp: TopicPartition, offset: int, min_bytes: int, **kw) -> FetchParams:
+    return FetchParams(replica_id=-1, max_wait_ms=60_000, min_bytes=min_bytes, max_bytes=1 << 20,
+                       partitions=[FetchRequestPartition(tp, offset, 1 << 20, **kw)])
+
+
+def test_waits_without_reading_until_min_bytes_then_reads_once(tmp_path) -> None:
+    small = _batch(1, size=10)
+
+    async def body(rm, tp, log):
+        CountingLog.reads = 0
+        fut = rm.fetch_messages(_params(tp, 0, min_bytes=3 * len(small)))
+        assert isinstance(fut, asyncio.Future) and not fut.done()
+        assert CountingLog.reads == 1  # the first read, before waiting
+        _produce(rm, tp, small)
+        _produce(rm, tp, small)
+        assert not fut.done()
+        assert CountingLog.reads == 1  # the appends were measured by position, not read
+        _produce(rm, tp, small)
+        assert fut.done()
+        assert CountingLog.reads == 2  # one read, at completion
+        result = fut.result()[tp]
+        assert result.error == ErrorCode.NONE and len(result.records) == 3 * len(small)
+
+    _run(tmp_path, body)
+
+
+def test_a_roll_completes_a_waiting_fetch(tmp_path) -> None:
+    async def body(rm, tp, log):
+        _produce(rm, tp, _batch(1))
+        fut = rm.fetch_messages(_params(tp, 1, min_bytes=1 << 20))
+        assert not fut.done()
+        log.roll()
+        _produce(rm, tp, _batch(1, size=5))  # far below min_bytes, but on a newer segment
+        assert fut.done() and fut.result()[tp].records
+
+    _run(tmp_path, body)
+
+
+def test_leader_change_and_deletion_complete(tmp_path) -> None:
+    async def body(rm, tp, log):
+        fut = rm.fetch_messages(_params(tp, 0, min_bytes=1 << 20, current_leader_epoch=0))
+        assert not fut.done()
+        rm.partitions[tp].leader_epoch = 1
+        rm.fetch_purgatory.check_and_complete(tp)
+        assert fut.done() and fut.result()[tp].error == ErrorCode.FENCED_LEADER_EPOCH
+        fut = rm.fetch_messages(_params(tp, 0, min_bytes=1 << 20))
+        assert not fut.done()
+        rm.remove_partition(tp)
+        assert fut.done() and fut.result()[tp].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+    _run(tmp_path, body)
+
+
+def test_truncation_below_the_fetch_offset_completes(tmp_path) -> None:
+    async def body(rm, tp, log):
+        _produce(rm, tp, _batch(3))
+        fut = rm.fetch_messages(_params(tp, 3, min_bytes=1 << 20))
+        assert not fut.done()
+        log.truncate_to(1)
+        rm.fetch_purgatory.check_and_complete(tp)
+        assert fut.done() and fut.result()[tp].error == ErrorCode.OFFSET_OUT_OF_RANGE
+
+    _run(tmp_path, body)
+
+
+def test_read_committed_waits_for_the_last_stable_offset(tmp_path) -> None:
+    txn = rec.encode_batch([rec.Record(0, T0, None, b"t" * 50, [])], producer_id=7, producer_epoch=0,
+                           base_sequence=0, transactional=True)
+
+    async def body(rm, tp, log):
+        fut = rm.fetch_messages(FetchParams(replica_id=-1, max_wait_ms=60_000, min_bytes=1, max_bytes=1 << 20,
+                                            isolation_level=1,
+                                            partitions=[FetchRequestPartition(tp, 0, 1 << 20)]))
+        _produce(rm, tp, txn)  # an open transaction holds the LSO at 0
+        assert not fut.done()
+        res = rm.append_txn_markers(7, 0, 0, True, [tp], timeout_ms=1000)
+        assert res[tp].error == ErrorCode.NONE
+        assert fut.done()
+        result = fut.result()[tp]
+        assert result.last_stable_offset == 2 and result.records
+
+    _run(tmp_path, body)
