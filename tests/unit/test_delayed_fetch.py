@@ -176,29 +176,36 @@ def test_waits_without_reading_until_min_bytes_then_reads_once(tmp_path) -> None
     _run(tmp_path, body)
 
 
+def _completed_by(rm: ReplicaManager, tp: TopicPartition, offset: int, event, **kw):
+    """Park a fetch at ``offset`` that min bytes alone would keep waiting, run ``event``, and
+    return the partition's answer, which must be out already."""
+    fut = rm.fetch_messages(_params(tp, offset, min_bytes=1 << 20, **kw))
+    assert not fut.done()
+    event()
+    rm.fetch_purgatory.check_and_complete(tp)
+    assert fut.done()
+    return fut.result()[tp]
+
+
 def test_a_roll_completes_a_waiting_fetch(tmp_path) -> None:
     async def body(rm, tp, log):
         _produce(rm, tp, _batch(1))
-        fut = rm.fetch_messages(_params(tp, 1, min_bytes=1 << 20))
-        assert not fut.done()
-        log.roll()
-        _produce(rm, tp, _batch(1, size=5))  # far below min_bytes, but on a newer segment
-        assert fut.done() and fut.result()[tp].records
+
+        def roll_and_append():
+            log.roll()
+            _produce(rm, tp, _batch(1, size=5))  # far below min_bytes, but on a newer segment
+        assert _completed_by(rm, tp, 1, roll_and_append).records
 
     _run(tmp_path, body)
 
 
 def test_leader_change_and_deletion_complete(tmp_path) -> None:
     async def body(rm, tp, log):
-        fut = rm.fetch_messages(_params(tp, 0, min_bytes=1 << 20, current_leader_epoch=0))
-        assert not fut.done()
-        rm.partitions[tp].leader_epoch = 1
-        rm.fetch_purgatory.check_and_complete(tp)
-        assert fut.done() and fut.result()[tp].error == ErrorCode.FENCED_LEADER_EPOCH
-        fut = rm.fetch_messages(_params(tp, 0, min_bytes=1 << 20))
-        assert not fut.done()
-        rm.remove_partition(tp)
-        assert fut.done() and fut.result()[tp].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        def new_epoch():
+            rm.partitions[tp].leader_epoch = 1
+        assert _completed_by(rm, tp, 0, new_epoch, current_leader_epoch=0).error == ErrorCode.FENCED_LEADER_EPOCH
+        gone = _completed_by(rm, tp, 0, lambda: rm.remove_partition(tp))
+        assert gone.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
     _run(tmp_path, body)
 
@@ -206,11 +213,7 @@ def test_leader_change_and_deletion_complete(tmp_path) -> None:
 def test_truncation_below_the_fetch_offset_completes(tmp_path) -> None:
     async def body(rm, tp, log):
         _produce(rm, tp, _batch(3))
-        fut = rm.fetch_messages(_params(tp, 3, min_bytes=1 << 20))
-        assert not fut.done()
-        log.truncate_to(1)
-        rm.fetch_purgatory.check_and_complete(tp)
-        assert fut.done() and fut.result()[tp].error == ErrorCode.OFFSET_OUT_OF_RANGE
+        assert _completed_by(rm, tp, 3, lambda: log.truncate_to(1)).error == ErrorCode.OFFSET_OUT_OF_RANGE
 
     _run(tmp_path, body)
 
