@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable
 
 from rivulet.client import core
 from rivulet.client.connection import BrokerConnection, ConnectionClosed
-from rivulet.client.core import MAX_VERSIONS, Cluster, PartitionMeta, TopicMeta  # noqa: F401  (re-exported)
+from rivulet.client.core import Cluster, PartitionMeta, TopicMeta  # noqa: F401  (re-exported)
 from rivulet.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("rivulet.client")
@@ -147,8 +147,7 @@ class KafkaClient:
     async def send(self, node_id: int, request: Any, *, kind: str = "data", timeout: float | None = None,
                    max_version: int | None = None, expect_response: bool = True) -> Any:
         conn = await self.connection(node_id, kind)
-        version = conn.version_for(request.API_KEY, max_version if max_version is not None
-                                   else MAX_VERSIONS.get(request.API_KEY))
+        version = conn.version_for(request.API_KEY, max_version)
         return await conn.send(request, version, expect_response=expect_response, timeout=timeout)
 
     def api_version(self, node_id: int, api_key: int) -> tuple[int, int] | None:

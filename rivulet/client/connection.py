@@ -18,9 +18,9 @@ import struct
 from collections import deque
 from typing import Any
 
+from rivulet.client import core
 from rivulet.protocol import framing
-from rivulet.protocol.errors import ErrorCode, KafkaError, ProtocolDecodeError
-from rivulet.protocol.messages import api_versions_request as avq
+from rivulet.protocol.errors import ProtocolDecodeError
 from rivulet.protocol.schema import OutBuf
 
 _SIZE = struct.Struct(">i")
@@ -164,15 +164,11 @@ class BrokerConnection:
         except TimeoutError:
             raise ConnectionClosed(f"connecting to {self.host}:{self.port} timed out") from None
         try:
-            resp = await self.send(avq.ApiVersionsRequest(client_software_name="rivulet",
-                                                          client_software_version="0.1.0"), version=3,
-                                   timeout=timeout)
+            resp = await self.send(core.api_versions_request(), version=3, timeout=timeout)
         except BaseException:
             await self.close()
             raise
-        if resp.error_code != 0:
-            raise KafkaError(ErrorCode(resp.error_code), "ApiVersions failed")
-        self.api_versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+        self.api_versions = core.read_api_versions(resp, f"{self.host}:{self.port}")
         return self
 
     def has_api(self, api_key: int) -> bool:
@@ -183,15 +179,9 @@ class BrokerConnection:
         return len(self._inflight)
 
     def version_for(self, api_key: int, max_known: int | None = None) -> int:
-        ours = framing.request_class(api_key).VALID_VERSIONS
-        theirs = self.api_versions.get(api_key)
-        if theirs is None:
-            raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"broker does not support API {api_key}")
-        hi = min(ours[1], theirs[1], max_known if max_known is not None else ours[1])
-        lo = max(ours[0], theirs[0])
-        if hi < lo:
-            raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"no common version for API {api_key}")
-        return hi
+        """The version to send ``api_key`` at: the highest both sides speak, capped by
+        ``max_known`` or else the client core's cap for that request."""
+        return core.pick_version(api_key, self.api_versions.get(api_key), max_known)
 
     def send_nowait(self, request: Any, version: int | None = None, expect_response: bool = True
                     ) -> asyncio.Future | None:

@@ -17,11 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Iterable, Mapping, TypeVar
 
 from rivulet.common.types import TopicPartition as TP
+from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode, KafkaError
 from rivulet.protocol.messages import (
     add_offsets_to_txn_request as aotq,
     add_partitions_to_txn_request as aptq,
     alter_configs_request as acq,
+    api_versions_request as avq,
     create_partitions_request as cpq,
     create_topics_request as ctq,
     delete_groups_request as dgq,
@@ -30,6 +32,7 @@ from rivulet.protocol.messages import (
     describe_configs_request as dcq,
     describe_groups_request as dgrq,
     end_txn_request as etq,
+    fetch_request as fq,
     find_coordinator_request as fcq,
     incremental_alter_configs_request as iacq,
     init_producer_id_request as ipq,
@@ -213,6 +216,52 @@ def read_partitions(topics: Iterable[Any], value_of: Callable[[Any], T]) -> Part
             else:
                 out.ok[tp] = value_of(p)
     return out
+
+
+# ---------------------------------------------------------------------------- connections
+
+
+def api_versions_request(software_version: str | None = "0.1.0") -> avq.ApiVersionsRequest:
+    """The first request on a connection (v3+ names the client; ``None`` for the v0 retry)."""
+    if software_version is None:
+        return avq.ApiVersionsRequest()
+    return avq.ApiVersionsRequest(client_software_name="rivulet", client_software_version=software_version)
+
+
+def read_api_versions(resp: Any, broker: str) -> dict[int, tuple[int, int]]:
+    """{api key: (min version, max version)} the broker supports."""
+    check(resp.error_code, f"ApiVersions to {broker}")
+    return {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+
+
+def pick_version(api_key: int, theirs: tuple[int, int] | None, cap: int | None = None) -> int:
+    """The highest version of ``api_key`` both sides speak (and at most ``cap``, or the
+    core's cap for requests whose newer shapes the clients do not use)."""
+    ours = framing.request_class(api_key).VALID_VERSIONS
+    if theirs is None:
+        raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"the broker does not support API key {api_key}")
+    hi = min(ours[1], theirs[1], cap if cap is not None else MAX_VERSIONS.get(api_key, ours[1]))
+    if hi < max(ours[0], theirs[0]):
+        raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"no common version for API key {api_key}")
+    return hi
+
+
+# ---------------------------------------------------------------------------- fetch
+
+
+def fetch_request(offsets: Mapping[tuple[str, int], int], max_wait_ms: int, min_bytes: int, max_bytes: int,
+                  partition_max_bytes: int, isolation_level: int = 0) -> fq.FetchRequest:
+    """A sessionless Fetch of each partition from its offset."""
+    topics: dict[str, list[fq.FetchPartition]] = {}
+    for (t, p), offset in offsets.items():
+        topics.setdefault(t, []).append(fq.FetchPartition(
+            partition=p, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
+            log_start_offset=-1, partition_max_bytes=partition_max_bytes))
+    return fq.FetchRequest(
+        cluster_id=None, replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
+        isolation_level=isolation_level, session_id=0, session_epoch=-1,
+        topics=[fq.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()],
+        forgotten_topics_data=[], rack_id="")
 
 
 # ---------------------------------------------------------------------------- metadata

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rivulet.client import core
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.errors import KafkaError as ProtocolError
 
@@ -44,19 +45,12 @@ _NAMES: dict[int, str] = {v: k for k, v in LOCAL_CODES.items()}
 _NAMES.update({int(c): c.name for c in ErrorCode})
 _NAMES[0] = "NO_ERROR"
 
-# Broker errors a client retries by itself (Kafka's RetriableException subclasses).
-RETRIABLE_CODES: frozenset[int] = frozenset({
-    ErrorCode.CORRUPT_MESSAGE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
-    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NETWORK_EXCEPTION,
-    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR,
-    ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.KAFKA_STORAGE_ERROR,
-    ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH, ErrorCode.FENCED_LEADER_EPOCH,
-    ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.OFFSET_NOT_AVAILABLE, ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
-    ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, ErrorCode.UNSTABLE_OFFSET_COMMIT,
-    ErrorCode.THROTTLING_QUOTA_EXCEEDED, ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.BROKER_NOT_AVAILABLE,
-    ErrorCode.REPLICA_NOT_AVAILABLE, ErrorCode.REBALANCE_IN_PROGRESS,
+# Broker errors a client retries by itself (Kafka's RetriableException subclasses, as the
+# client core classes them), with librdkafka's retriable REBALANCE_IN_PROGRESS and local codes.
+RETRIABLE_CODES: frozenset[int] = core.RETRIABLE | {
+    ErrorCode.REBALANCE_IN_PROGRESS,
     LOCAL_CODES["_TRANSPORT"], LOCAL_CODES["_TIMED_OUT"], LOCAL_CODES["_ALL_BROKERS_DOWN"],
-})
+}
 
 
 class _Codes(type):

@@ -35,7 +35,6 @@ from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.errors import KafkaError as ProtocolError
-from rivulet.protocol.messages import fetch_request as fq
 
 log = logging.getLogger("rivulet.consumer")
 
@@ -50,7 +49,6 @@ if rec.SPEEDUPS:
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
-MAX_FETCH_VERSION = 12  # v13+ names topics by id only
 
 
 _LEADER_ERRORS = core.METADATA_ERRORS | {ErrorCode.OFFSET_NOT_AVAILABLE}
@@ -251,7 +249,7 @@ class Fetcher:
             if conn is not None:
                 try:
                     # On the wire now, before whatever CPU work the caller does next.
-                    fut = conn.send_nowait(req, conn.version_for(1, MAX_FETCH_VERSION))
+                    fut = conn.send_nowait(req, conn.version_for(1))
                 except (ConnectionError, ProtocolError):
                     fut = None
             t = self.loop.create_task(self._fetch(node, sent, req, conn if fut is not None else None, fut))
@@ -263,17 +261,9 @@ class Fetcher:
             return self.backoff
         return None
 
-    def _request(self, parts: list[tuple[TP, TopicPartitionState]]) -> fq.FetchRequest:
-        topics: dict[str, list[fq.FetchPartition]] = {}
-        for tp, st in parts:
-            topics.setdefault(tp[0], []).append(fq.FetchPartition(
-                partition=tp[1], current_leader_epoch=-1, fetch_offset=st.fetch_offset,
-                last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=self.partition_max_bytes))
-        return fq.FetchRequest(
-            cluster_id=None, replica_id=-1, max_wait_ms=self.max_wait_ms, min_bytes=self.min_bytes,
-            max_bytes=self.max_bytes, isolation_level=self.isolation, session_id=0, session_epoch=-1,
-            topics=[fq.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()],
-            forgotten_topics_data=[], rack_id="")
+    def _request(self, parts: list[tuple[TP, TopicPartitionState]]) -> Any:
+        return core.fetch_request({tp: st.fetch_offset for tp, st in parts}, self.max_wait_ms, self.min_bytes,
+                                  self.max_bytes, self.partition_max_bytes, self.isolation)
 
     def _release(self, node: int, sent: dict[TP, Any]) -> None:
         self._nodes_in_flight.discard(node)

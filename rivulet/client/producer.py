@@ -48,9 +48,7 @@ INIT_PRODUCER_ID = 22
 # The broker remembers the last five batches per producer and partition for deduplication.
 MAX_IDEMPOTENT_IN_FLIGHT = 5
 
-_LEADER_ERRORS = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                            ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.FENCED_LEADER_EPOCH,
-                            ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.KAFKA_STORAGE_ERROR})
+_LEADER_ERRORS = core.METADATA_ERRORS
 _RESET_ERRORS = frozenset({ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.INVALID_PRODUCER_EPOCH,
                            ErrorCode.INVALID_PRODUCER_ID_MAPPING})
 

@@ -1,9 +1,9 @@
 """The sink: Spark's Kafka sink columns, written so that a replayed micro-batch adds nothing.
 
-Each Spark task writes its rows in one Kafka transaction whose transactional id is derived
-from (query id, partition id) and stays the same across retries and restarts. Before writing,
-the task calls InitProducerId, which fences any earlier attempt and aborts what that attempt
-left open; it then reads its marker, the offsets group "<transactional id>" has committed,
+Each Spark task writes its rows in one Kafka transaction, with Rivulet's transactional
+producer, whose transactional id is derived from (query id, partition id) and stays the same
+across retries and restarts. Before writing, the task's init_transactions (InitProducerId)
+fences any earlier attempt and aborts what that attempt left open; it then reads its marker, the offsets group "<transactional id>" has committed,
 which hold the next batch id this task has not yet written. If the marker says batch N is
 done, the replay writes nothing. Otherwise the task produces its rows,
 commits ``N + 1`` to the marker inside the same transaction (TxnOffsetCommit), and commits:
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -28,20 +27,11 @@ from typing import Any, Iterator, Mapping
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
-from rivulet.client.partitioner import murmur2_partition
+from rivulet.client import blocking
+from rivulet.client.transactions import ConsumerGroupMetadata
+from rivulet.client.types import TopicPartition
 from rivulet.protocol.compression import CODEC_IDS
-from rivulet.protocol.errors import ErrorCode, KafkaError
-from rivulet.protocol.messages import (
-    add_offsets_to_txn_request as aotq,
-    add_partitions_to_txn_request as aptq,
-    end_txn_request as etq,
-    init_producer_id_request as ipq,
-    produce_request as prq,
-    txn_offset_commit_request as tocq,
-)
-from rivulet.protocol.records import Record, encode_batch
-from rivulet.spark import _wire
-from rivulet.spark._wire import COORDINATOR_RETRIABLE, RETRIABLE, TP, Cluster
+from rivulet.protocol.records import Record
 
 log = logging.getLogger("rivulet.spark")
 
@@ -173,211 +163,41 @@ def _first_topic(rb: Any, default_topic: str | None) -> str:
     return t
 
 
-# ---------------------------------------------------------------- transactional producer
-
-
-class TxnProducer:
-    """The transactional producer protocol, minimal: one transaction, blocking, on the codec."""
-
-    def __init__(self, cluster: Cluster, transactional_id: str, timeout_ms: int, compression: int = 0,
-                 batch_bytes: int = 1 << 20) -> None:
-        self.cluster = cluster
-        self.tid = transactional_id
-        self.timeout_ms = timeout_ms
-        self.compression = compression
-        self.batch_bytes = batch_bytes
-        self.pid = -1
-        self.epoch = -1
-        self.seq: dict[TP, int] = {}
-        self.added: set[TP] = set()
-        self.pending: dict[TP, list[Record]] = {}
-        self.pending_bytes: dict[TP, int] = {}
-        self.sticky: dict[str, int] = {}
-        self.counts: dict[str, int] = {}
-        self.rows = 0
-
-    # -------------------------------------------------- coordinator calls
-    def _txn_call(self, req: Any, ok: Any = None, attempts: int = 40) -> Any:
-        code = ErrorCode.NONE
-        for attempt in range(attempts):
-            node = self.cluster.coordinator(self.tid, 1)
-            try:
-                resp = self.cluster.conn(node).request(req)
-            except (OSError, ConnectionError):
-                self.cluster.drop(node)
-                time.sleep(0.1)
-                continue
-            code = ErrorCode(getattr(resp, "error_code", 0) or (ok(resp) if ok else 0))
-            if code == ErrorCode.NONE:
-                return resp
-            if code not in COORDINATOR_RETRIABLE:
-                raise KafkaError(code, f"{type(req).__name__} for transactional id {self.tid!r}")
-            time.sleep(min(0.02 * 2 ** attempt, 0.5))
-        raise KafkaError(code, f"{type(req).__name__} for {self.tid!r}: retries exhausted")
-
-    def init(self) -> None:
-        """InitProducerId: fences earlier attempts and aborts (or completes) what they left open."""
-        resp = self._txn_call(ipq.InitProducerIdRequest(transactional_id=self.tid,
-                                                        transaction_timeout_ms=self.timeout_ms))
-        self.pid, self.epoch = resp.producer_id, resp.producer_epoch
-
-    def _add_partitions(self, tps: list[TP]) -> None:
-        new = sorted(set(tps) - self.added)
-        if not new:
-            return
-        by_topic: dict[str, list[int]] = {}
-        for t, p in new:
-            by_topic.setdefault(t, []).append(p)
-        req = aptq.AddPartitionsToTxnRequest(
-            v3_and_below_transactional_id=self.tid, v3_and_below_producer_id=self.pid,
-            v3_and_below_producer_epoch=self.epoch,
-            v3_and_below_topics=[aptq.AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in by_topic.items()])
-
-        def first_error(r: Any) -> int:
-            return next((p.partition_error_code for t in r.results_by_topic_v3_and_below
-                         for p in t.results_by_partition if p.partition_error_code), 0)
-        self._txn_call(req, first_error)
-        self.added.update(new)
-
-    # -------------------------------------------------- data
-    def partition_for(self, topic: str, partition: int | None, key: bytes | None) -> int:
-        n = self.counts.get(topic)  # asked once per task: partitions may have been added
-        if n is None:
-            found = self.cluster.metadata([topic], auto_create=True)
-            n = found.get(topic)
-            if n is None:
-                time.sleep(0.5)  # auto-created just now: ask again
-                n = self.cluster.metadata([topic], auto_create=True).get(topic)
-            if n is None:
-                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} does not exist")
-            self.counts[topic] = n
-        if partition is not None:
-            if not 0 <= partition < n:
-                raise ValueError(f"partition {partition} is out of range for topic {topic!r} ({n} partitions)")
-            return partition
-        if key is not None:
-            return murmur2_partition(key, n)
-        p = self.sticky.get(topic)
-        if p is None:
-            p = self.sticky[topic] = random.randrange(n)
-        return p
-
-    def append(self, topic: str, partition: int | None, rec: Record) -> None:
-        tp = (topic, self.partition_for(topic, partition, rec.key))
-        lst = self.pending.get(tp)
-        if lst is None:
-            lst = self.pending[tp] = []
-            self.pending_bytes[tp] = 0
-        lst.append(rec)
-        self.rows += 1
-        size = self.pending_bytes[tp] + len(rec.value or b"") + len(rec.key or b"") + 16
-        self.pending_bytes[tp] = size
-        if size >= self.batch_bytes:
-            if partition is None and rec.key is None:
-                # Unkeyed rows stick to one partition per batch, then move on (Kafka's sticky).
-                self.sticky[topic] = random.randrange(self.counts[topic])
-            self.flush([tp])
-
-    def flush(self, tps: list[TP] | None = None) -> None:
-        tps = [tp for tp in (list(self.pending) if tps is None else tps) if self.pending.get(tp)]
-        if not tps:
-            return
-        self._add_partitions(tps)
-        by_node: dict[int, dict[TP, bytes]] = {}
-        for tp in tps:
-            recs = self.pending.pop(tp)
-            self.pending_bytes.pop(tp, None)
-            seq = self.seq.get(tp, 0)
-            blob = encode_batch(recs, compression=self.compression, producer_id=self.pid,
-                                producer_epoch=self.epoch, base_sequence=seq, transactional=True)
-            self.seq[tp] = (seq + len(recs)) & 0x7FFFFFFF
-            by_node.setdefault(self.cluster.leader(tp), {})[tp] = blob
-        for batches in by_node.values():
-            self._produce(batches)
-
-    def _produce(self, batches: dict[TP, bytes], attempts: int = 20) -> None:
-        todo = dict(batches)
-        for attempt in range(attempts):
-            by_node: dict[int, dict[TP, bytes]] = {}
-            for tp, blob in todo.items():
-                by_node.setdefault(self.cluster.leader(tp), {})[tp] = blob
-            for node, part in by_node.items():
-                topics: dict[str, list] = {}
-                for (t, p), blob in part.items():
-                    topics.setdefault(t, []).append(prq.PartitionProduceData(index=p, records=blob))
-                req = prq.ProduceRequest(transactional_id=self.tid, acks=-1, timeout_ms=30000,
-                                         topic_data=[prq.TopicProduceData(name=t, partition_data=ps)
-                                                     for t, ps in topics.items()])
-                try:
-                    resp = self.cluster.conn(node).request(req)
-                except (OSError, ConnectionError):
-                    self.cluster.drop(node)
-                    continue
-                for tr in resp.responses:
-                    for pr in tr.partition_responses:
-                        tp = (tr.name, pr.index)
-                        code = pr.error_code
-                        if code in (0, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
-                            todo.pop(tp, None)
-                        elif code in RETRIABLE:
-                            self.cluster.leaders.pop(tp, None)
-                        else:
-                            raise KafkaError(ErrorCode(code), f"Produce to {tp[0]}-{tp[1]}: {pr.error_message or ''}")
-            if not todo:
-                return
-            time.sleep(min(0.05 * 2 ** attempt, 1.0))
-        raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"Produce to {sorted(todo)}: retries exhausted")
-
-    # -------------------------------------------------- end
-    def commit(self, marker: TP, next_batch: int, metadata: str) -> None:
-        """Flush, record the marker in the transaction, and commit."""
-        self.flush()
-        group = self.tid
-        self._txn_call(aotq.AddOffsetsToTxnRequest(transactional_id=self.tid, producer_id=self.pid,
-                                                   producer_epoch=self.epoch, group_id=group))
-        req = tocq.TxnOffsetCommitRequest(
-            transactional_id=self.tid, group_id=group, producer_id=self.pid, producer_epoch=self.epoch,
-            generation_id=-1, member_id="", topics=[tocq.TxnOffsetCommitRequestTopic(
-                name=marker[0], partitions=[tocq.TxnOffsetCommitRequestPartition(
-                    partition_index=marker[1], committed_offset=next_batch, committed_metadata=metadata)])])
-        self._group_call(group, req)
-        self.end(True)
-
-    def _group_call(self, group: str, req: Any, attempts: int = 40) -> None:
-        code = ErrorCode.NONE
-        for attempt in range(attempts):
-            node = self.cluster.coordinator(group, 0)
-            try:
-                resp = self.cluster.conn(node).request(req)
-            except (OSError, ConnectionError):
-                self.cluster.drop(node)
-                time.sleep(0.1)
-                continue
-            code = ErrorCode(next((p.error_code for t in resp.topics for p in t.partitions if p.error_code), 0))
-            if code == ErrorCode.NONE:
-                return
-            if code not in COORDINATOR_RETRIABLE:
-                raise KafkaError(code, f"TxnOffsetCommit for group {group!r}")
-            time.sleep(min(0.02 * 2 ** attempt, 0.5))
-        raise KafkaError(code, f"TxnOffsetCommit for group {group!r}: retries exhausted")
-
-    def end(self, commit: bool) -> None:
-        self._txn_call(etq.EndTxnRequest(transactional_id=self.tid, producer_id=self.pid,
-                                         producer_epoch=self.epoch, committed=commit))
-
-    def abort(self) -> None:
-        if self.pid >= 0:
-            try:
-                self.end(False)
-            except Exception as e:  # the next attempt's InitProducerId aborts it anyway
-                log.warning("could not abort transaction %s: %s", self.tid, e)
-
-
 # ---------------------------------------------------------------- one task's write
 
 
 def transactional_id(write_id: str, partition_id: int) -> str:
     return f"rivulet-spark-{write_id}-{partition_id}"
+
+
+def _producer(opts: SinkOptions, transactional: str | None) -> Any:
+    from rivulet import Producer
+    conf: dict[str, Any] = {
+        "bootstrap.servers": opts.bootstrap, "client.id": "rivulet-spark", "enable.idempotence": True,
+        "acks": "all", "linger.ms": 5, "batch.size": opts.batch_bytes,
+        "compression.type": {v: k for k, v in CODEC_IDS.items()}[opts.compression]}
+    if transactional is not None:
+        conf["transactional.id"] = transactional
+        conf["transaction.timeout.ms"] = opts.transaction_timeout_ms
+    return Producer(conf)
+
+
+def _produce_rows(p: Any, batches: Iterator[Any], topic: str | None, errors: list[Any]) -> int:
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+
+    rows = 0
+    for t, part, rec in iter_rows(batches, topic):
+        while True:
+            try:
+                p.produce(t, rec.value, rec.key, -1 if part is None else part, on_delivery=on_delivery,
+                          headers=rec.headers or None)
+                break
+            except BufferError:
+                p.poll(0.1)
+        rows += 1
+    return rows
 
 
 def write_partition(opts: SinkOptions, batches: Iterator[Any], write_id: str, batch_id: int,
@@ -389,51 +209,45 @@ def write_partition(opts: SinkOptions, batches: Iterator[Any], write_id: str, ba
     if not opts.transactional:
         return _write_plain(opts, batches, partition_id)
     tid = transactional_id(write_id, partition_id)
-    marker = (_first_topic(first, opts.topic), 0)
-    cluster = _wire.pooled(opts.bootstrap)
-    txn = TxnProducer(cluster, tid, opts.transaction_timeout_ms, opts.compression, opts.batch_bytes)
+    marker_topic = _first_topic(first, opts.topic)
+    timeout = opts.transaction_timeout_ms / 1000
+    p = _producer(opts, tid)
+    errors: list[Any] = []
     try:
-        txn.init()
+        p.init_transactions(timeout)  # fences earlier attempts and ends what they left open
         # Every marker the group holds: the rows' first topic may differ between attempts.
-        done = max([off for off, _ in cluster.committed(tid, None, require_stable=True).values()] or [-1])
+        marks = blocking.pooled(opts.bootstrap, "rivulet-spark").committed(tid, None, require_stable=True)
+        done = max([om.offset for om in marks.values()] or [-1])
         if done >= batch_id + 1:
             skipped = sum(rb.num_rows for rb in batches)
             log.info("%s: batch %d was already written; skipping %d rows", tid, batch_id, skipped)
             return SinkCommit(partition_id, 0, True, tid)
-        for topic, part, rec in iter_rows(batches, opts.topic):
-            txn.append(topic, part, rec)
-        meta = json.dumps({"batch": batch_id, "rows": txn.rows})
-        txn.commit(marker, batch_id + 1, meta)
-        return SinkCommit(partition_id, txn.rows, False, tid)
+        p.begin_transaction()
+        rows = _produce_rows(p, batches, opts.topic, errors)
+        meta = json.dumps({"batch": batch_id, "rows": rows})
+        p.send_offsets_to_transaction([TopicPartition(marker_topic, 0, batch_id + 1, meta)],
+                                      ConsumerGroupMetadata(tid), timeout)
+        p.commit_transaction(timeout)
+        if errors:  # a failed record fails the commit; this is a second guard
+            raise RuntimeError(f"{len(errors)} records failed: {errors[:3]}")
+        return SinkCommit(partition_id, rows, False, tid)
     except BaseException:
-        txn.abort()
-        _wire.discard(opts.bootstrap)
+        try:
+            p.abort_transaction(30)
+        except Exception as e:  # the next attempt's InitProducerId aborts it anyway
+            log.warning("could not abort transaction %s: %s", tid, e)
+        blocking.discard(opts.bootstrap)
         raise
+    finally:
+        p.close(30)
 
 
 def _write_plain(opts: SinkOptions, batches: Iterator[Any], partition_id: int) -> SinkCommit:
     """At-least-once, through Rivulet's idempotent producer (transactional=false)."""
-    from rivulet import Producer
-    conf = {"bootstrap.servers": opts.bootstrap, "enable.idempotence": True, "acks": "all",
-            "linger.ms": 5, "compression.type": {v: k for k, v in CODEC_IDS.items()}[opts.compression]}
     errors: list[Any] = []
-
-    def on_delivery(err: Any, msg: Any) -> None:
-        if err is not None:
-            errors.append(err)
-
-    p = Producer(conf)
-    rows = 0
+    p = _producer(opts, None)
     try:
-        for topic, part, rec in iter_rows(batches, opts.topic):
-            while True:
-                try:
-                    p.produce(topic, rec.value, rec.key, -1 if part is None else part, on_delivery=on_delivery,
-                              headers=rec.headers or None)
-                    break
-                except BufferError:
-                    p.poll(0.1)
-            rows += 1
+        rows = _produce_rows(p, batches, opts.topic, errors)
         left = p.flush(120)
     finally:
         p.close(30)

@@ -27,10 +27,11 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from rivulet.protocol.errors import ErrorCode, KafkaError
-from rivulet.protocol.messages import fetch_request as fq
-from rivulet.spark import _wire
+from rivulet.client import blocking, core
+from rivulet.client.blocking import BlockingClient, BlockingConnection
+from rivulet.client.core import EARLIEST, LATEST
+from rivulet.common.types import TopicPartition as TP
 from rivulet.spark._records import Chunk, decode_into, next_offset_after
-from rivulet.spark._wire import EARLIEST, LATEST, TP, Cluster
 
 log = logging.getLogger("rivulet.spark")
 
@@ -261,12 +262,12 @@ class OffsetReader:
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
-        self._cluster: Cluster | None = None
+        self._cluster: BlockingClient | None = None
 
     @property
-    def cluster(self) -> Cluster:
+    def cluster(self) -> BlockingClient:
         if self._cluster is None:
-            self._cluster = Cluster(self.opts.bootstrap, client_id="rivulet-spark-driver")
+            self._cluster = BlockingClient(self.opts.bootstrap, client_id="rivulet-spark-driver")
         return self._cluster
 
     def _retry(self, fn: Any, *args: Any) -> Any:
@@ -567,13 +568,8 @@ class RivuletBatchReader(DataSourceReader):
 # ---------------------------------------------------------------- executor side
 
 
-def _fetch_request(opts: SourceOptions, tp: TP, offset: int, max_bytes: int) -> fq.FetchRequest:
-    return fq.FetchRequest(
-        replica_id=-1, max_wait_ms=opts.fetch_max_wait_ms, min_bytes=1, max_bytes=max_bytes,
-        isolation_level=opts.isolation_level, session_id=0, session_epoch=-1,
-        topics=[fq.FetchTopic(topic=tp[0], partitions=[fq.FetchPartition(
-            partition=tp[1], fetch_offset=offset, partition_max_bytes=max_bytes)])],
-        forgotten_topics_data=[], rack_id="")
+def _fetch_request(opts: SourceOptions, tp: TP, offset: int, max_bytes: int) -> Any:
+    return core.fetch_request({tp: offset}, opts.fetch_max_wait_ms, 1, max_bytes, max_bytes, opts.isolation_level)
 
 
 class _Fetcher:
@@ -582,9 +578,9 @@ class _Fetcher:
     def __init__(self, opts: SourceOptions, tp: TP) -> None:
         self.opts = opts
         self.tp = tp
-        self.cluster = _wire.pooled(opts.bootstrap)
+        self.cluster = blocking.pooled(opts.bootstrap, "rivulet-spark")
         self.node = -1
-        self.conn: _wire.Conn | None = None
+        self.conn: BlockingConnection | None = None
         self.ahead: int | None = None   # offset of the request in flight
         self.bytes_per_record = 1024.0
         self.floor = 0                  # raised when a batch did not fit the size asked for
@@ -626,7 +622,7 @@ def read_range(opts: SourceOptions, rp: RangePartition) -> Iterator[Any]:
     """Yield the records of [rp.start, rp.end) of one partition as Arrow record batches."""
     if rp.end <= rp.start:
         return
-    tp = (rp.topic, rp.partition)
+    tp = TP(rp.topic, rp.partition)
     end = rp.end
     offset = rp.start
     f = _Fetcher(opts, tp)
@@ -643,8 +639,8 @@ def read_range(opts: SourceOptions, rp: RangePartition) -> Iterator[Any]:
                 if failures > 5:
                     raise ConnectionError(f"fetching {tp[0]}-{tp[1]} at offset {offset}: {e}") from e
                 f.reset()
-                _wire.discard(opts.bootstrap)
-                f.cluster = _wire.pooled(opts.bootstrap)
+                blocking.discard(opts.bootstrap)
+                f.cluster = blocking.pooled(opts.bootstrap, "rivulet-spark")
                 time.sleep(0.2 * failures)
                 continue
             assert asked == offset, (asked, offset)
@@ -655,12 +651,12 @@ def read_range(opts: SourceOptions, rp: RangePartition) -> Iterator[Any]:
                     raise KafkaError(ErrorCode(code), f"Fetch {tp[0]}-{tp[1]} at offset {offset}")
                 offset = _out_of_range(f, opts, tp, offset, end)
                 continue
-            if code in _wire.RETRIABLE:
+            if code in core.RETRIABLE:
                 failures += 1
                 if failures > 20:
                     raise KafkaError(ErrorCode(code), f"Fetch {tp[0]}-{tp[1]}")
                 f.reset()
-                f.cluster.leaders.pop(tp, None)
+                f.cluster.cluster.forget_leader(*tp)
                 time.sleep(min(0.05 * 2 ** failures, 1.0))
                 continue
             if code:

@@ -406,8 +406,8 @@ def test_sink_task_retry_after_a_partial_write(broker):
     """An attempt that produced rows but died before committing leaves nothing visible; the
     retry writes every row once. A retry of a committed task writes nothing."""
     import pyarrow as pa
-    from rivulet.spark.sink import SinkOptions, TxnProducer, iter_rows, transactional_id, write_partition
-    from rivulet.spark import _wire
+    from rivulet import Producer
+    from rivulet.spark.sink import SinkOptions, iter_rows, transactional_id, write_partition
     dst = create_topic(broker.bootstrap, topic_name("retry"), 2)
     opts = SinkOptions(bootstrap=broker.bootstrap, topic=dst)
 
@@ -415,11 +415,13 @@ def test_sink_task_retry_after_a_partial_write(broker):
         return iter([pa.RecordBatch.from_pydict({"key": [f"k{i}" for i in range(500)],
                                                  "value": [f"v{i}" for i in range(500)]})])
 
-    dying = TxnProducer(_wire.Cluster(broker.bootstrap), transactional_id("q1", 7), 60000)
-    dying.init()
+    # The attempt that dies: the sink's transactional id, rows produced, never committed.
+    dying = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": transactional_id("q1", 7)})
+    dying.init_transactions(30)
+    dying.begin_transaction()
     for topic, part, rec in iter_rows(rows(), dst):
-        dying.append(topic, part, rec)
-    dying.flush()  # produced, never committed: the task "dies" here
+        dying.produce(topic, rec.value, rec.key)
+    assert dying.flush(30) == 0  # produced, never committed: the task "dies" here
     assert len(consume_all(broker.bootstrap, dst, 2, "read_uncommitted")) == 500
 
     first = write_partition(opts, rows(), "q1", 3, 7)
@@ -430,6 +432,7 @@ def test_sink_task_retry_after_a_partial_write(broker):
                                                                                       for i in range(500))
     nxt = write_partition(opts, rows(), "q1", 4, 7)  # the next batch is written
     assert nxt.rows == 500 and len(consume_all(broker.bootstrap, dst, 2)) == 1000
+    dying.close(10)
 
 
 def test_read_committed_hides_aborted_transactions(broker, spark):

@@ -1,0 +1,290 @@
+"""The blocking transport of the client core: sockets, no event loop, no background thread.
+
+For places where an event loop does not fit: Spark calls its data sources from plain threads
+in short-lived Python workers. It sends what ``rivulet.client.core`` builds and reads answers
+with it, so requests, error handling and backoff are the asyncio client's. A connection can
+pipeline (``submit`` then ``receive``, in order), which lets a reader keep one Fetch in flight
+while it decodes the previous answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import struct
+import threading
+import time
+from typing import Any, Callable, Iterable, Mapping
+
+from rivulet.client import core
+from rivulet.client.client import parse_bootstrap
+from rivulet.common.types import TopicPartition as TP
+from rivulet.protocol import framing
+from rivulet.protocol.errors import ErrorCode, KafkaError
+
+log = logging.getLogger("rivulet.client.blocking")
+
+_SIZE = struct.Struct(">i")
+
+
+class BlockingConnection:
+    """One blocking connection to one broker, versions negotiated with ApiVersions."""
+
+    def __init__(self, host: str, port: int, client_id: str = "rivulet", timeout: float = 60.0) -> None:
+        self.host, self.port = host, port
+        self.client_id = client_id
+        self.timeout = timeout
+        self.sock = socket.create_connection((host, port), timeout=min(timeout, 30.0))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:  # big fetch responses: let the kernel buffer the one in flight while we decode
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+        except OSError:
+            pass
+        self.sock.settimeout(timeout)
+        self._cid = 0
+        self._pending: list[tuple[int, int, int]] = []
+        self.api_versions: dict[int, tuple[int, int]] = {}
+        self._handshake()
+
+    def _handshake(self) -> None:
+        try:
+            resp = self.request(core.api_versions_request(), version=3)
+        except KafkaError:
+            resp = None
+        if resp is None or resp.error_code == ErrorCode.UNSUPPORTED_VERSION:
+            resp = self.request(core.api_versions_request(None), version=0)
+        self.api_versions = core.read_api_versions(resp, f"{self.host}:{self.port}")
+
+    def version(self, api_key: int) -> int:
+        return core.pick_version(api_key, self.api_versions.get(api_key))
+
+    def submit(self, req: Any, version: int | None = None) -> None:
+        if version is None:
+            version = self.version(req.API_KEY)
+        self._cid = (self._cid + 1) & 0x7FFFFFFF
+        self.sock.sendall(framing.encode_request(req, version, self._cid, self.client_id))
+        self._pending.append((self._cid, req.API_KEY, version))
+
+    def receive(self) -> Any:
+        cid, api_key, version = self._pending.pop(0)
+        size = _SIZE.unpack(self._read(4))[0]
+        frame = self._read(size)
+        got, body = framing.decode_response(frame, api_key, version)
+        if got != cid:
+            self.close()
+            raise ConnectionError(f"correlation id {got} from {self.host}:{self.port}, expected {cid}")
+        return body
+
+    def request(self, req: Any, version: int | None = None) -> Any:
+        self.submit(req, version)
+        return self.receive()
+
+    def _read(self, n: int) -> bytearray:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        recv_into = self.sock.recv_into
+        while got < n:
+            k = recv_into(view[got:], n - got)
+            if k == 0:
+                raise ConnectionError(f"connection to {self.host}:{self.port} closed")
+            got += k
+        return buf
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._pending)
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+NET_ERRORS = (OSError, ConnectionError)
+
+
+class BlockingClient:
+    """Bootstrap, metadata and one connection per broker, with the core's calls on top."""
+
+    def __init__(self, bootstrap: str, client_id: str = "rivulet", timeout: float = 60.0,
+                 retry_timeout: float = 30.0, backoff: core.Backoff | None = None) -> None:
+        self.bootstrap = parse_bootstrap(bootstrap)
+        self.client_id = client_id
+        self.timeout = timeout
+        self.retry_timeout = retry_timeout
+        self.backoff = backoff or core.Backoff()
+        self.cluster = core.Cluster()
+        self._conns: dict[int, BlockingConnection] = {}
+        self._any: BlockingConnection | None = None
+
+    # ------------------------------------------------------------ connections
+    def conn(self, node: int) -> BlockingConnection:
+        c = self._conns.get(node)
+        if c is None:
+            host, port = self.cluster.brokers[node]
+            c = self._conns[node] = BlockingConnection(host, port, self.client_id, self.timeout)
+        return c
+
+    def drop(self, node: int) -> None:
+        c = self._conns.pop(node, None)
+        if c is not None:
+            c.close()
+
+    def any_conn(self) -> BlockingConnection:
+        for c in self._conns.values():
+            if not c.busy:
+                return c
+        if self._any is not None:
+            return self._any
+        last: Exception | None = None
+        for host, port in self.bootstrap:
+            try:
+                self._any = BlockingConnection(host, port, self.client_id, self.timeout)
+                return self._any
+            except OSError as e:
+                last = e
+        raise ConnectionError(f"no bootstrap server reachable ({self.bootstrap}): {last}")
+
+    def close(self) -> None:
+        for c in self._conns.values():
+            c.close()
+        self._conns.clear()
+        if self._any is not None:
+            self._any.close()
+            self._any = None
+
+    def send_any(self, req: Any) -> Any:
+        """Send to any broker; on a broken connection, once more on fresh connections."""
+        try:
+            return self.any_conn().request(req)
+        except NET_ERRORS:
+            self.close()
+            return self.any_conn().request(req)
+
+    def _attempts(self) -> core.Attempts:
+        return core.Attempts(self.backoff, time.monotonic() + self.retry_timeout)
+
+    # ------------------------------------------------------------ metadata
+    def metadata(self, topics: Iterable[str] | None = None, auto_create: bool = False) -> dict[str, int]:
+        """Refresh brokers and leaders; {topic: partition count} of the topics found (internal
+        ones only when named)."""
+        names = None if topics is None else sorted(set(topics))
+        self.cluster.update(self.send_any(core.metadata_request(names, auto_create)), names)
+        return self.cluster.partition_counts(names)
+
+    def leader(self, tp: tuple[str, int]) -> int:
+        node = self.cluster.leader(*tp)
+        if node < 0:
+            self.metadata([tp[0]])
+            node = self.cluster.leader(*tp)
+            if node < 0:
+                raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"no leader for {tp[0]}-{tp[1]}")
+        return node
+
+    # ------------------------------------------------------------ offsets
+    def list_offsets(self, specs: Mapping[tuple[str, int], int], isolation_level: int = 0) -> dict[TP, int]:
+        """{partition: offset} for timestamps (EARLIEST, LATEST or ms); -1 when nothing
+        matches a time. Under read_committed, LATEST is the last stable offset."""
+        out: dict[TP, int] = {}
+        remaining = {TP(*tp): ts for tp, ts in specs.items()}
+        attempts = self._attempts()
+        while True:
+            by_node: dict[int, dict[TP, int]] = {}
+            for tp, ts in remaining.items():
+                try:
+                    by_node.setdefault(self.leader(tp), {})[tp] = ts
+                except KafkaError:
+                    pass
+            for node, part in by_node.items():
+                try:
+                    resp = self.conn(node).request(core.list_offsets_request(part, isolation_level))
+                except NET_ERRORS:
+                    self.drop(node)
+                    continue
+                res = core.read_list_offsets(resp)
+                for tp, found in res.ok.items():
+                    out[tp] = found.offset
+                    remaining.pop(tp, None)
+                for tp, code in res.errors.items():
+                    if core.action(code) in (core.Action.FAIL, core.Action.FIND_COORDINATOR):
+                        raise KafkaError(ErrorCode(code), f"ListOffsets {tp[0]}-{tp[1]}")
+                    self.cluster.forget_leader(*tp)
+            if not remaining:
+                return out
+            if attempts.expired():
+                raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"cannot list offsets for {sorted(remaining)[:5]}")
+            time.sleep(attempts.next_delay())
+            self.metadata({t for t, _ in remaining})
+
+    # ------------------------------------------------------------ coordinators and groups
+    def coordinator(self, key: str, key_type: int = core.GROUP) -> int:
+        """Node id of the group (0) or transaction (1) coordinator for ``key``."""
+        attempts = self._attempts()
+        while True:
+            code, found, msg = core.read_find_coordinator(self.send_any(core.find_coordinator_request(key, key_type)))
+            if found is not None:
+                self.cluster.brokers.setdefault(found.node_id, (found.host, found.port))
+                return found.node_id
+            if core.action(code) == core.Action.FAIL or attempts.expired():
+                raise KafkaError(ErrorCode(code), msg or f"FindCoordinator {key!r}")
+            time.sleep(attempts.next_delay())
+
+    def send_to_coordinator(self, key: str, key_type: int, req: Any, error_of: Callable[[Any], int]) -> Any:
+        """``req`` to ``key``'s coordinator, retried while ``error_of(answer)`` says so."""
+        attempts = self._attempts()
+        while True:
+            node = self.coordinator(key, key_type)
+            try:
+                resp = self.conn(node).request(req)
+                code = error_of(resp)
+            except NET_ERRORS:
+                self.drop(node)
+                resp, code = None, ErrorCode.COORDINATOR_NOT_AVAILABLE
+            act = core.action(code)
+            if resp is not None and act not in (core.Action.RETRY, core.Action.FIND_COORDINATOR):
+                return resp
+            if attempts.expired():
+                raise KafkaError(ErrorCode(code), f"{type(req).__name__} to the coordinator of {key!r}")
+            time.sleep(attempts.next_delay())
+
+    def commit_offsets(self, group: str, offsets: Mapping[tuple[str, int], int], metadata: str = "") -> None:
+        """A standalone commit (generation -1, no member), as a consumer with assign() does."""
+        req = core.offset_commit_request(group, {tp: core.OffsetAndMetadata(o, metadata)
+                                                 for tp, o in sorted(offsets.items())})
+        res = core.read_offset_commit(self.send_to_coordinator(
+            group, core.GROUP, req, lambda r: core.read_offset_commit(r).first_error()))
+        res.raise_first(f"OffsetCommit for group {group!r}:")
+
+    def committed(self, group: str, tps: Iterable[tuple[str, int]] | None, require_stable: bool = True
+                  ) -> dict[TP, core.OffsetAndMetadata]:
+        """What ``group`` has committed for ``tps`` (every partition it has committed when None)."""
+        resp = self.send_to_coordinator(group, core.GROUP, core.offset_fetch_request(group, tps, require_stable),
+                                        core.offset_fetch_error)
+        res = core.read_offset_fetch(resp)
+        res.raise_first(f"OffsetFetch for group {group!r}:")
+        return {tp: om for tp, om in res.ok.items() if om is not None}
+
+
+# ---------------------------------------------------------------- one client per process
+# Spark's Python workers are reused across tasks (spark.python.worker.reuse) and run one task
+# at a time; keeping a worker's connections saves a handshake per partition per micro-batch.
+_POOL: dict[str, BlockingClient] = {}
+_POOL_LOCK = threading.Lock()
+
+
+def pooled(bootstrap: str, client_id: str = "rivulet") -> BlockingClient:
+    with _POOL_LOCK:
+        c = _POOL.get(bootstrap)
+        if c is None:
+            c = _POOL[bootstrap] = BlockingClient(bootstrap, client_id)
+        return c
+
+
+def discard(bootstrap: str) -> None:
+    """Close and forget the pooled client (after a failure, so the next one starts afresh)."""
+    with _POOL_LOCK:
+        c = _POOL.pop(bootstrap, None)
+    if c is not None:
+        c.close()
