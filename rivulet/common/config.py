@@ -290,7 +290,7 @@ class ConfigEntry:
 def load_properties(path: str | Path) -> dict[str, str]:
     """A Java ``.properties`` file as a dict: ``key=value``, ``key: value`` and ``key value``
     lines, ``#`` and ``!`` comments, backslash continuations and escapes."""
-    from jproperties import Properties  # a dependency of the broker only
+    from jproperties import Properties, PropertyError  # imported here: only the broker reads files
 
     props = Properties()
     try:
@@ -298,8 +298,6 @@ def load_properties(path: str | Path) -> dict[str, str]:
             props.load(f, "utf-8")
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path}: not UTF-8 text ({e.reason})") from None
-    except Exception as e:  # jproperties raises its own parse errors
-        if isinstance(e, OSError):
-            raise
+    except PropertyError as e:
         raise ConfigError(f"{path}: {e}") from None
     return {k: v.data for k, v in props.items()}

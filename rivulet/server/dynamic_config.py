@@ -22,7 +22,7 @@ import logging
 import os
 from typing import Any
 
-from rivulet.common.config import ConfigEntry, ConfigError, ConfigSource, ConfigType, UpdateMode
+from rivulet.common.config import ConfigEntry, ConfigError, ConfigSource, ConfigType, UpdateMode, parse_value
 from rivulet.protocol.errors import ErrorCode, KafkaError
 from rivulet.server.config import BROKER_CONFIGS, BrokerConfig, synonyms_of
 from rivulet.storage.checkpoints import write_atomic
@@ -161,8 +161,8 @@ def apply_incremental(current: dict[str, str], ops: list[Any], defaults: dict[st
                 raise KafkaError(ErrorCode.INVALID_CONFIG,
                                  f"Config {c.name} is not a list: APPEND and SUBTRACT apply to list configs only")
             base = out.get(c.name, (defaults or {}).get(c.name, ""))
-            items = [x.strip() for x in (base or "").split(",") if x.strip()]
-            vals = [x.strip() for x in (c.value or "").split(",") if x.strip()]
+            items = list(parse_value(ConfigType.LIST, base or ""))
+            vals = parse_value(ConfigType.LIST, c.value or "")
             if c.config_operation == 2:
                 items += [x for x in vals if x not in items]
             else:

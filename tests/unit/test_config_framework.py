@@ -184,3 +184,15 @@ def test_topic_entries_name_a_dynamic_broker_default_as_their_source():
     assert (ret.value, ret.source, ret.read_only) == ("5000", ConfigSource.DYNAMIC_BROKER_CONFIG, False)
     assert ret.synonyms[:2] == (("log.retention.ms", "5000", ConfigSource.DYNAMIC_BROKER_CONFIG),
                                 ("log.retention.hours", "2", ConfigSource.STATIC_BROKER_CONFIG))
+
+
+def test_an_unreadable_properties_file_is_a_config_error(tmp_path):
+    p = tmp_path / "bad.properties"
+    p.write_bytes(b"a=\\u12")
+    with pytest.raises(ConfigError, match="bad.properties"):
+        load_properties(p)
+    p.write_bytes(b"a=\xff\xfe")
+    with pytest.raises(ConfigError, match="UTF-8"):
+        load_properties(p)
+    with pytest.raises(OSError):
+        load_properties(tmp_path / "missing.properties")
