@@ -110,3 +110,28 @@ def test_alter_refuses_what_the_definitions_call_read_only(broker):
     assert set_("log.retention.ms", "3") is None
     assert set_("log.cleaner.backoff.ms", "100") is None
     assert set_("log.cleaner.backoff.ms", "soon") == KafkaError.INVALID_CONFIG
+
+
+def test_documentation_comes_with_each_entry_when_asked(broker):
+    import asyncio
+
+    from rivulet.client.connection import BrokerConnection
+    from rivulet.protocol.messages import describe_configs_request as dcq
+
+    async def describe(include_documentation: bool) -> dict:
+        host, port = broker.bootstrap.split(":")
+        conn = await BrokerConnection(host, int(port)).connect()
+        try:
+            resp = await conn.send(dcq.DescribeConfigsRequest(
+                include_synonyms=True, include_documentation=include_documentation,
+                resources=[dcq.DescribeConfigsResource(resource_type=4, resource_name="1",
+                                                       configuration_keys=["num.partitions", "log.retention.ms"])]))
+            return {c.name: c for c in resp.results[0].configs}
+        finally:
+            await conn.close()
+
+    with_docs = asyncio.run(describe(True))
+    assert set(with_docs) == {"num.partitions", "log.retention.ms"}
+    assert "partition" in with_docs["num.partitions"].documentation
+    assert with_docs["num.partitions"].synonyms[-1].source == 5  # DEFAULT_CONFIG
+    assert asyncio.run(describe(False))["num.partitions"].documentation is None
