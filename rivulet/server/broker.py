@@ -21,7 +21,7 @@ from rivulet.server.apis import KafkaApis
 from rivulet.server.config import BrokerConfig
 from rivulet.server.dynamic_config import DynamicBrokerConfig
 from rivulet.server.metadata import MetadataStore
-from rivulet.server.network import KafkaConnection
+from rivulet.server.socket_server import SocketServer, SocketServerConfig
 from rivulet.server.topics import TopicManager
 from rivulet.storage import LogConfig, LogManager, read_or_create_meta
 from rivulet.storage.cleaner import LogCleaner
@@ -52,8 +52,13 @@ class Broker:
         self.log_cleaner: LogCleaner | None = None
         self.transaction_coordinator: TransactionCoordinator | None = None
         self.apis: KafkaApis | None = None
-        self.connections: set[KafkaConnection] = set()
-        self.servers: list[asyncio.base_events.Server] = []
+        self.socket_server = SocketServer(SocketServerConfig(
+            max_request_bytes=config["socket.request.max.bytes"],
+            connections_max_idle_ms=config["connections.max.idle.ms"],
+            max_connections=config["max.connections"],
+            max_connections_per_ip=config["max.connections.per.ip"],
+            max_connections_per_ip_overrides=config["max.connections.per.ip.overrides"],
+            queued_max_request_bytes=config["queued.max.request.bytes"]))
         self.bound_ports: list[int] = []
         self._tasks: list[asyncio.Task] = []
         self._stopped = asyncio.Event()
@@ -67,6 +72,12 @@ class Broker:
     async def start(self) -> None:
         t0 = time.monotonic()
         cfg = self.config
+        for name, host, port in cfg.listeners:
+            if name not in cfg["controller.listener.names"]:
+                self.bound_ports.append(await self.socket_server.bind(host, port))
+        if self.bound_ports and cfg.advertised_listeners is cfg.listeners and self.node.port == 0:
+            # An ephemeral port (0) is advertised as the port actually bound.
+            self.node.port = self.bound_ports[0]
         self.timer = Timer(asyncio.get_running_loop())
         rm = self.replica_manager = ReplicaManager(
             self.node_id, self.timer,
@@ -92,27 +103,13 @@ class Broker:
         rm.txn_verifier = txns.verify_produce
         self.apis = KafkaApis(replica_manager=rm, group_coordinator=groups, txn_coordinator=txns, topics=topics,
                               config=cfg, clock=self.clock, node=self.node, cluster_id=self.cluster_id)
-        apis = self.apis
-        for name, host, port in cfg.listeners:
-            if name in cfg["controller.listener.names"]:
-                continue
-            server = await asyncio.get_running_loop().create_server(
-                lambda: KafkaConnection(apis, cfg["socket.request.max.bytes"], self.connections),
-                host or None, port, reuse_address=True, backlog=1024)
-            self.servers.append(server)
-            self.bound_ports.append(server.sockets[0].getsockname()[1])
-        if self.bound_ports and cfg.advertised_listeners is cfg.listeners and self.node.port == 0:
-            # An ephemeral port (0) is advertised as the port actually bound.
-            self.node.port = self.bound_ports[0]
+        await self.socket_server.start_serving(self.apis)
         self._tasks.append(asyncio.get_running_loop().create_task(self._housekeeping()))
         self.started = True
         log.info("started in %.0f ms", (time.monotonic() - t0) * 1000)
 
     async def shutdown(self) -> None:
-        for s in self.servers:
-            s.close()
-        for conn in list(self.connections):
-            conn.close()
+        self.socket_server.close()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:

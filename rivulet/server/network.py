@@ -6,6 +6,9 @@ answer synchronously, return a Future for work that completes later (long-poll f
 acks=all produces, group joins), or NO_RESPONSE (acks=0 produces).
 
 A malformed frame closes only its own connection; every other connection carries on.
+Memory follows what has arrived, not what a size prefix announces: small frames are parsed
+out of the server's shared read buffer, and a frame split across reads grows a buffer of its
+own as its bytes come in (``socket_server.py`` has the limits and the memory pool).
 """
 
 from __future__ import annotations
@@ -13,12 +16,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import time
 from collections import deque
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode, ProtocolDecodeError
 from rivulet.server.answer import NO_RESPONSE, Answer
+
+if TYPE_CHECKING:
+    from rivulet.server.socket_server import SocketServer
 
 log = logging.getLogger(__name__)
 
@@ -33,40 +40,40 @@ class RequestHandler(Protocol):
 _SIZE = struct.Struct(">i")
 # Stop reading from a client that has this many requests waiting for answers.
 MAX_IN_FLIGHT = 256
-HIGH_WATER = 4 * 1024 * 1024
+# A frame that does not arrive in one read gets a buffer of its own, at first this large (or
+# the frame's size if smaller), doubled as bytes arrive: what a size prefix alone announces
+# is never allocated up front.
+FIRST_FRAME_CHUNK = 64 * 1024
 
 
 class _Slot:
-    __slots__ = ("header", "response", "ready")
+    __slots__ = ("header", "response", "ready", "reserved")
 
-    def __init__(self, header: framing.RequestHeader) -> None:
+    def __init__(self, header: framing.RequestHeader, reserved: int) -> None:
         self.header = header
         self.response: Any = None
         self.ready = False
-
-
-# Small frames are parsed out of a fixed staging buffer; a frame larger than this gets a
-# buffer of its own that the socket reads into directly, so a 1 MiB produce is copied once.
-STAGE_SIZE = 256 * 1024
+        self.reserved = reserved  # pool bytes this request holds until it is answered
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
     """One client connection."""
 
-    def __init__(self, apis: RequestHandler, max_request_bytes: int, registry: set[KafkaConnection]) -> None:
-        self.apis = apis
-        self.registry = registry  # the broker's open connections, closed at shutdown
-        self.max_request_bytes = max_request_bytes
+    def __init__(self, server: SocketServer) -> None:
+        assert server.handler is not None, "connections are accepted only once the server serves"
+        self.server = server
+        self.apis: RequestHandler = server.handler
+        self.max_request_bytes = server.max_request_bytes
         self.transport: asyncio.Transport | None = None
-        self.stage = bytearray(STAGE_SIZE)
-        self.stage_view = memoryview(self.stage)
-        self.start = 0  # first unparsed byte in stage
-        self.end = 0  # end of received bytes in stage
-        self.big: bytearray | None = None  # a large frame being received
-        self.big_filled = 0
+        self.prefix = b""  # up to three bytes of a size prefix split across reads
+        self.frame: bytearray | None = None  # a frame still arriving
+        self.frame_size = 0
+        self.filled = 0
         self.pending: deque[_Slot] = deque()
         self.closed = False
-        self.peer = ("?", 0)
+        self.counted = False
+        self.peer: tuple[str, int] = ("?", 0)
+        self.last_active = time.monotonic()
         self._reading_paused = False
         self._writing_paused = False
 
@@ -74,95 +81,124 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.peer = transport.get_extra_info("peername") or ("?", 0)
-        self.registry.add(self)
+        refusal = self.server.quotas.refusal(self.peer[0])
+        if refusal is not None:
+            self.server.bad_input_log.warning("refused connection", "refusing a connection from %s: %s",
+                                              self.peer, refusal)
+            self.closed = True
+            transport.close()
+            return
+        self.counted = True
+        self.server.connections.add(self)
+        self.update_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self.registry.discard(self)
-        self.pending.clear()
+        self._release()
 
     def pause_writing(self) -> None:
         self._writing_paused = True
-        self._update_reading()
+        self.update_reading()
 
     def resume_writing(self) -> None:
         self._writing_paused = False
-        self._update_reading()
+        self.update_reading()
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self.big is not None:
-            return memoryview(self.big)[self.big_filled:]
-        if self.end == STAGE_SIZE:
-            # Move the partial frame to the front; same-length slice assignment never resizes.
-            n = self.end - self.start
-            self.stage[0:n] = self.stage_view[self.start:self.end]
-            self.start, self.end = 0, n
-        return self.stage_view[self.end:]
+        if self.frame is not None:
+            return memoryview(self.frame)[self.filled:]
+        n = len(self.prefix)
+        if n:
+            self.server.stage[:n] = self.prefix
+        return self.server.stage_view[n:]
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self.big is not None:
-            self.big_filled += nbytes
-            if self.big_filled == len(self.big):
-                frame, self.big = self.big, None
-                self._on_frame(frame)
-            self._update_reading()
+        self.last_active = time.monotonic()
+        if self.frame is not None:
+            self._frame_bytes(nbytes)
+        else:
+            self._stage_bytes(len(self.prefix) + nbytes)
+        self.update_reading()
+
+    def _frame_bytes(self, nbytes: int) -> None:
+        frame = self.frame
+        assert frame is not None
+        self.filled += nbytes
+        if self.filled < len(frame):
             return
-        self.end += nbytes
-        stage, view = self.stage, self.stage_view
+        if self.filled < self.frame_size:
+            # Full but incomplete: grow with what has arrived, never past the announced size.
+            # A new buffer, as the transport may still hold a view of the old one.
+            grown = bytearray(min(self.frame_size, 2 * len(frame)))
+            grown[:self.filled] = frame
+            self.frame = grown
+            return
+        # The pool bytes reserved for the buffer pass to the request.
+        self.frame, self.frame_size, self.filled = None, 0, 0
+        self._on_frame(frame)
+
+    def _stage_bytes(self, end: int) -> None:
+        """Parse the frames in the shared read buffer's first ``end`` bytes; keep the rest."""
+        stage, view = self.server.stage, self.server.stage_view
+        pos = 0
+        self.prefix = b""
         while not self.closed:
-            avail = self.end - self.start
+            avail = end - pos
             if avail < 4:
-                break
-            size = _SIZE.unpack_from(stage, self.start)[0]
+                self.prefix = bytes(view[pos:end])
+                return
+            size = _SIZE.unpack_from(stage, pos)[0]
             if size < 0 or size > self.max_request_bytes:
-                log.warning("closing %s: request of %d bytes exceeds socket.request.max.bytes (%d)",
-                            self.peer, size, self.max_request_bytes)
+                self.server.bad_input_log.warning(
+                    "oversized request", "closing %s: request of %d bytes exceeds socket.request.max.bytes (%d)",
+                    self.peer, size, self.max_request_bytes)
                 self.close()
                 return
             if avail - 4 >= size:
-                frame = bytearray(view[self.start + 4:self.start + 4 + size])
-                self.start += 4 + size
+                frame = bytearray(view[pos + 4:pos + 4 + size])
+                pos += 4 + size
+                self.server.pool.reserve(size)
                 self._on_frame(frame)
                 continue
-            if size + 4 > STAGE_SIZE // 2:
-                # Too big to stage: give it its own buffer and receive the rest straight into it.
-                self.big = bytearray(size)
-                have = avail - 4
-                self.big[:have] = view[self.start + 4:self.end]
-                self.big_filled = have
-                self.start = self.end = 0
-            break
-        if self.start == self.end:
-            self.start = self.end = 0
-        self._update_reading()
+            have = avail - 4
+            frame = bytearray(min(size, max(FIRST_FRAME_CHUNK, 2 * have)))
+            frame[:have] = view[pos + 4:end]
+            self.frame, self.frame_size, self.filled = frame, size, have
+            self.server.pool.reserve(size)
+            return
 
     # ------------------------------------------------------------ request handling
     def _on_frame(self, frame: bytearray) -> None:
+        """A whole request, for which ``len(frame)`` pool bytes are reserved until it is answered."""
+        size = len(frame)
         try:
             header, body_pos = framing.decode_request_header(frame)
         except framing.UnsupportedApi as e:
             if e.api_key == framing.API_VERSIONS_KEY:
                 # A v0-format error reply lets an older or newer client discover our versions.
                 hdr = framing.RequestHeader(e.api_key, 0, e.correlation_id)
-                slot = _Slot(hdr)
+                slot = _Slot(hdr, size)
                 self.pending.append(slot)
                 self._complete(slot, self.apis.api_versions_error(ErrorCode.UNSUPPORTED_VERSION))
                 return
-            log.warning("closing %s: %s", self.peer, e)
+            self.server.pool.release(size)
+            self.server.bad_input_log.warning("unsupported API", "closing %s: %s", self.peer, e)
             self.close()
             return
         except ProtocolDecodeError as e:
-            log.warning("closing %s: bad request header: %s", self.peer, e)
+            self.server.pool.release(size)
+            self.server.bad_input_log.warning("bad request header", "closing %s: bad request header: %s",
+                                              self.peer, e)
             self.close()
             return
-        slot = _Slot(header)
+        slot = _Slot(header, size)
         self.pending.append(slot)
         try:
             body = framing.request_class(header.api_key).decode(frame, header.api_version, body_pos)
             result = self.apis.handle(header, body, self)
         except ProtocolDecodeError as e:
-            log.warning("closing %s: malformed %s v%d: %s", self.peer,
-                        framing.request_class(header.api_key).NAME, header.api_version, e)
+            self.server.bad_input_log.warning("malformed request", "closing %s: malformed %s v%d: %s", self.peer,
+                                              framing.request_class(header.api_key).NAME, header.api_version, e)
             self.close()
             return
         except Exception:
@@ -193,8 +229,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         pending = self.pending
         transport = self.transport
+        pool = self.server.pool
         while pending and pending[0].ready:
             s = pending.popleft()
+            pool.release(s.reserved)
             if s.response is NO_RESPONSE:
                 continue
             h = s.header
@@ -203,12 +241,22 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 transport.write(parts[0])  # type: ignore[union-attr]
             else:
                 transport.writelines(parts)  # type: ignore[union-attr]
-        self._update_reading()
+        self.last_active = time.monotonic()
+        self.update_reading()
 
-    def _update_reading(self) -> None:
+    def idle(self) -> bool:
+        """Nothing being received and nothing waiting for an answer."""
+        return not self.pending and self.frame is None
+
+    def update_reading(self) -> None:
+        """Read only while the client's answers drain, it has room for more requests in
+        flight, and the request memory pool has room."""
         if self.closed or self.transport is None:
             return
-        should_pause = self._writing_paused or len(self.pending) >= MAX_IN_FLIGHT
+        starved = self.frame is None and self.server.pool.exhausted()
+        should_pause = self._writing_paused or len(self.pending) >= MAX_IN_FLIGHT or starved
+        if starved:
+            self.server.pool.wait(self)
         if should_pause and not self._reading_paused:
             self.transport.pause_reading()
             self._reading_paused = True
@@ -219,6 +267,21 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            self.pending.clear()
             if self.transport is not None:
                 self.transport.close()
+        self._release()
+
+    def _release(self) -> None:
+        """Give back what this connection held: pool bytes, its connection count."""
+        pool = self.server.pool
+        for slot in self.pending:
+            pool.release(slot.reserved)
+        self.pending.clear()
+        if self.frame is not None:
+            pool.release(self.frame_size)
+            self.frame = None
+        pool.forget(self)
+        if self.counted:
+            self.counted = False
+            self.server.quotas.closed(self.peer[0])
+            self.server.connections.discard(self)

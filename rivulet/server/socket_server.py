@@ -1,0 +1,201 @@
+"""The listeners and what every connection shares: connection limits, the request memory
+pool, idle expiry, the read buffer, and rate-limited logging of bad input.
+
+Kafka's SocketServer in one event loop: each accepted connection is a ``KafkaConnection``
+(``network.py``) that parses frames and hands them to the request handler; this module
+decides whether a connection may exist at all, how much memory requests may hold, and when
+an idle connection goes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
+
+from rivulet.common.config import ConfigError
+from rivulet.server.network import KafkaConnection, RequestHandler
+
+log = logging.getLogger(__name__)
+
+# One read buffer for every connection: the loop reads one socket at a time, and a frame
+# still incomplete when the read ends moves into a buffer of its own. An idle connection so
+# holds no buffer at all.
+STAGE_SIZE = 256 * 1024
+UNLIMITED = 2**31 - 1
+
+
+class MemoryPool:
+    """Bytes held by requests being received or processed (``queued.max.request.bytes``).
+
+    As Kafka's non-strict pool: a request is admitted whenever any memory is left, even if it
+    is larger than what is left, and while the pool is exhausted connections stop reading,
+    so memory is bounded and clients feel back-pressure instead of errors. A capacity of -1
+    is unbounded (Kafka's default)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.used = 0
+        self._waiting: set[KafkaConnection] = set()
+
+    @property
+    def bounded(self) -> bool:
+        return self.capacity > 0
+
+    def exhausted(self) -> bool:
+        return self.bounded and self.used >= self.capacity
+
+    def reserve(self, n: int) -> None:
+        self.used += n
+
+    def release(self, n: int) -> None:
+        was = self.exhausted()
+        self.used -= n
+        if was and not self.exhausted():
+            waiting, self._waiting = self._waiting, set()
+            for conn in waiting:
+                conn.update_reading()
+
+    def wait(self, conn: KafkaConnection) -> None:
+        """``conn`` stopped reading for want of memory; it is woken when some returns."""
+        self._waiting.add(conn)
+
+    def forget(self, conn: KafkaConnection) -> None:
+        self._waiting.discard(conn)
+
+
+def parse_ip_overrides(spec: str) -> dict[str, int]:
+    """``max.connections.per.ip.overrides``: ``host-or-ip:limit`` pairs, comma-separated."""
+    out: dict[str, int] = {}
+    for entry in filter(None, (e.strip() for e in (spec or "").split(","))):
+        host, sep, limit = entry.rpartition(":")
+        try:
+            n = int(limit)
+        except ValueError:
+            n = -1
+        if not sep or not host or n < 0:
+            raise ConfigError(f"max.connections.per.ip.overrides entry '{entry}' is not host:limit")
+        out[host] = n
+    return out
+
+
+class ConnectionQuotas:
+    """``max.connections`` for the broker and ``max.connections.per.ip`` (with overrides)."""
+
+    def __init__(self, max_connections: int, per_ip: int, overrides: dict[str, int]) -> None:
+        self.max_connections = max_connections
+        self.per_ip = per_ip
+        self.overrides = overrides
+        self.total = 0
+        self.by_ip: Counter[str] = Counter()
+
+    def refusal(self, ip: str) -> str | None:
+        """Why a new connection from ``ip`` may not be kept, or None (and then it is counted)."""
+        limit = self.overrides.get(ip, self.per_ip)
+        if self.by_ip[ip] >= limit:
+            return f"{ip} already has the configured maximum of {limit} connections"
+        if self.total >= self.max_connections:
+            return f"the broker already has the configured maximum of {self.max_connections} connections"
+        self.total += 1
+        self.by_ip[ip] += 1
+        return None
+
+    def closed(self, ip: str) -> None:
+        self.total -= 1
+        self.by_ip[ip] -= 1
+        if self.by_ip[ip] <= 0:
+            del self.by_ip[ip]
+
+
+class RateLimitedLog:
+    """At most ``burst`` lines per ``interval_s`` for one kind of message; what is held back
+    is counted and reported with the next line let through, so hostile input cannot fill the
+    disk with log lines."""
+
+    def __init__(self, logger: logging.Logger, interval_s: float = 10.0, burst: int = 5,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.logger = logger
+        self.interval_s = interval_s
+        self.burst = burst
+        self.clock = clock
+        self._windows: dict[str, tuple[float, int, int]] = {}  # kind -> (window start, lines, held back)
+
+    def warning(self, kind: str, msg: str, *args: object) -> None:
+        now = self.clock()
+        start, lines, held = self._windows.get(kind, (now, 0, 0))
+        if now - start >= self.interval_s:
+            if held:
+                self.logger.warning("%d more %s message(s) were not logged in the last %.0f s",
+                                    held, kind, now - start)
+            start, lines, held = now, 0, 0
+        if lines < self.burst:
+            self.logger.warning(msg, *args)
+            lines += 1
+        else:
+            held += 1
+        self._windows[kind] = (start, lines, held)
+
+
+@dataclass(frozen=True, slots=True)
+class SocketServerConfig:
+    max_request_bytes: int
+    connections_max_idle_ms: int
+    max_connections: int = UNLIMITED
+    max_connections_per_ip: int = UNLIMITED
+    max_connections_per_ip_overrides: str = ""
+    queued_max_request_bytes: int = -1
+
+
+class SocketServer:
+    """The broker's listeners and the state their connections share."""
+
+    def __init__(self, config: SocketServerConfig) -> None:
+        self.handler: RequestHandler | None = None  # set by start_serving
+        self.config = config
+        self.max_request_bytes = config.max_request_bytes
+        self.pool = MemoryPool(config.queued_max_request_bytes)
+        self.quotas = ConnectionQuotas(config.max_connections, config.max_connections_per_ip,
+                                       parse_ip_overrides(config.max_connections_per_ip_overrides))
+        self.bad_input_log = RateLimitedLog(logging.getLogger("rivulet.server.network"))
+        self.stage = bytearray(STAGE_SIZE)
+        self.stage_view = memoryview(self.stage)
+        self.connections: set[KafkaConnection] = set()
+        self.servers: list[asyncio.base_events.Server] = []
+        self._idle_task: asyncio.Task[None] | None = None
+
+    async def bind(self, host: str, port: int) -> int:
+        """Open one listener without accepting yet; the bound port. Binding comes first at
+        start-up, so a port in use stops the broker before it loads or writes anything."""
+        server = await asyncio.get_running_loop().create_server(
+            lambda: KafkaConnection(self), host or None, port, reuse_address=True, backlog=1024,
+            start_serving=False)
+        self.servers.append(server)
+        return server.sockets[0].getsockname()[1]
+
+    async def start_serving(self, handler: RequestHandler) -> None:
+        self.handler = handler
+        for server in self.servers:
+            await server.start_serving()
+        self._idle_task = asyncio.get_running_loop().create_task(self._expire_idle())
+
+    def close(self) -> None:
+        for server in self.servers:
+            server.close()
+        if self._idle_task is not None:
+            self._idle_task.cancel()
+        for conn in list(self.connections):
+            conn.close()
+
+    async def _expire_idle(self) -> None:
+        """Close connections with no traffic for ``connections.max.idle.ms`` and nothing pending."""
+        idle_ms = self.config.connections_max_idle_ms
+        every = min(max(idle_ms / 4000, 0.05), 30.0)
+        while True:
+            await asyncio.sleep(every)
+            cutoff = time.monotonic() - idle_ms / 1000
+            for conn in [c for c in self.connections if c.last_active < cutoff and c.idle()]:
+                log.debug("closing %s: idle for more than connections.max.idle.ms (%d)", conn.peer, idle_ms)
+                conn.close()

@@ -1,0 +1,157 @@
+"""Hostile and idle connections: memory follows what arrives, limits close what is too many,
+idle connections expire, and bad input cannot flood the log."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+import pytest
+
+from ck_helpers import ck_consume, ck_produce
+from rivulet.testing import BrokerProcess
+
+pytestmark = pytest.mark.integration
+
+
+def api_versions_frame(correlation_id: int = 1) -> bytes:
+    client = b"raw"
+    body = struct.pack(">hhih", 18, 0, correlation_id, len(client)) + client
+    return struct.pack(">i", len(body)) + body
+
+
+def answered(sock: socket.socket, correlation_id: int = 1, timeout: float = 10) -> bool:
+    """Send ApiVersions v0 and read the answer; False when the broker closed the connection."""
+    sock.settimeout(timeout)
+    try:
+        sock.sendall(api_versions_frame(correlation_id))
+        head = sock.recv(8, socket.MSG_WAITALL)
+    except (ConnectionResetError, BrokenPipeError):
+        return False
+    if len(head) < 8:
+        return False
+    size, cid = struct.unpack(">ii", head)
+    rest = sock.recv(size - 4, socket.MSG_WAITALL)
+    return cid == correlation_id and len(rest) == size - 4
+
+
+def closed_by_broker(sock: socket.socket, timeout: float = 10) -> bool:
+    sock.settimeout(timeout)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def records(n: int, size: int = 10) -> list[dict]:
+    return [{"key": None, "value": b"%0*d" % (size, i), "headers": None, "timestamp": 0} for i in range(n)]
+
+
+def test_size_prefixes_alone_allocate_nothing_large(broker):
+    """A prefix announcing 100 MB, and then silence, used to cost 100 MB per connection."""
+    pid = broker.proc.pid
+    before = rss_kib(pid)
+    socks = []
+    for _ in range(20):
+        s = socket.create_connection(("127.0.0.1", broker.port))
+        s.sendall(struct.pack(">i", 100_000_000) + b"\0" * 100)  # under socket.request.max.bytes
+        socks.append(s)
+    time.sleep(1.0)  # let the broker read what was sent
+    grown_kib = rss_kib(pid) - before
+    assert grown_kib < 20 * 1024, f"20 stalled 100 MB prefixes cost {grown_kib} KiB"
+    # Everyone else is still served.
+    ck_produce(broker.bootstrap, "prefix-victims", records(5))
+    assert len(ck_consume(broker.bootstrap, "prefix-victims", 5)) == 5
+    for s in socks:
+        s.close()
+
+
+def test_idle_connections_cost_a_few_kib(broker):
+    pid = broker.proc.pid
+    warm = socket.create_connection(("127.0.0.1", broker.port))
+    assert answered(warm)
+    before = rss_kib(pid)
+    socks = [socket.create_connection(("127.0.0.1", broker.port)) for _ in range(2000)]
+    assert answered(socks[-1])
+    per_conn = (rss_kib(pid) - before) / len(socks)
+    assert per_conn < 16, f"an idle connection costs {per_conn:.1f} KiB"
+    for s in socks + [warm]:
+        s.close()
+
+
+def test_max_connections_per_ip_and_overrides():
+    with BrokerProcess({"max.connections.per.ip": "3"}) as b:
+        socks = [socket.create_connection(("127.0.0.1", b.port)) for _ in range(3)]
+        assert all(answered(s, i) for i, s in enumerate(socks))
+        extra = socket.create_connection(("127.0.0.1", b.port))
+        assert closed_by_broker(extra)
+        socks[0].close()
+        time.sleep(0.3)
+        again = socket.create_connection(("127.0.0.1", b.port))
+        assert answered(again)  # a freed slot is usable again
+        for s in socks[1:] + [again, extra]:
+            s.close()
+    with BrokerProcess({"max.connections.per.ip": "1", "max.connections.per.ip.overrides": "127.0.0.1:4"}) as b:
+        socks = [socket.create_connection(("127.0.0.1", b.port)) for _ in range(4)]
+        assert all(answered(s, i) for i, s in enumerate(socks))
+        extra = socket.create_connection(("127.0.0.1", b.port))
+        assert closed_by_broker(extra)
+        for s in socks + [extra]:
+            s.close()
+
+
+def test_max_connections():
+    with BrokerProcess({"max.connections": "2"}) as b:
+        socks = [socket.create_connection(("127.0.0.1", b.port)) for _ in range(2)]
+        assert all(answered(s, i) for i, s in enumerate(socks))
+        extra = socket.create_connection(("127.0.0.1", b.port))
+        assert closed_by_broker(extra)
+        for s in socks + [extra]:
+            s.close()
+
+
+def test_idle_connections_expire():
+    with BrokerProcess({"connections.max.idle.ms": "500"}) as b:
+        idle = socket.create_connection(("127.0.0.1", b.port))
+        busy = socket.create_connection(("127.0.0.1", b.port))
+        assert answered(idle, 1) and answered(busy, 1)
+        for i in range(15):  # 3 s of traffic on one, silence on the other
+            assert answered(busy, i + 2)
+            time.sleep(0.2)
+        assert closed_by_broker(idle, timeout=5)
+        assert answered(busy, 100)
+        idle.close()
+        busy.close()
+
+
+def test_request_memory_pool_applies_back_pressure_not_errors():
+    """With queued.max.request.bytes far below what producers send at once, every record is
+    still acknowledged: connections wait for memory instead of failing."""
+    with BrokerProcess({"queued.max.request.bytes": str(256 * 1024), "num.partitions": "1"}) as b:
+        for i in range(3):
+            ck_produce(b.bootstrap, "pooled", records(200, size=4000), **{"batch.size": 500_000, "linger.ms": 50})
+        got = ck_consume(b.bootstrap, "pooled", 600)
+        assert [r["value"] for r in got] == [r["value"] for r in records(200, size=4000)] * 3
+
+
+def test_bad_frames_do_not_flood_the_log(broker):
+    before = broker.output().count("closing")
+    for _ in range(300):
+        s = socket.create_connection(("127.0.0.1", broker.port))
+        s.sendall(struct.pack(">i", 12) + b"\xff" * 12)  # api key -1: not a request header
+        closed_by_broker(s, timeout=5)
+        s.close()
+    time.sleep(0.2)
+    lines = broker.output().count("closing") - before
+    assert 1 <= lines <= 20, f"{lines} log lines for 300 bad frames"

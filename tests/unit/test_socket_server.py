@@ -1,0 +1,77 @@
+"""The socket server's shared limits, without sockets."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from rivulet.common.config import ConfigError
+from rivulet.server.socket_server import ConnectionQuotas, MemoryPool, RateLimitedLog, parse_ip_overrides
+
+pytestmark = pytest.mark.fast
+
+
+class FakeConn:
+    def __init__(self) -> None:
+        self.woken = 0
+
+    def update_reading(self) -> None:
+        self.woken += 1
+
+
+def test_memory_pool_is_non_strict_and_wakes_waiters_when_memory_returns():
+    pool = MemoryPool(100)
+    assert not pool.exhausted()
+    pool.reserve(250)  # larger than the pool, admitted because some memory was left
+    assert pool.exhausted()
+    a, b = FakeConn(), FakeConn()
+    pool.wait(a)
+    pool.wait(b)
+    pool.forget(b)
+    pool.release(200)
+    assert not pool.exhausted() and pool.used == 50
+    assert (a.woken, b.woken) == (1, 0)
+    pool.release(50)
+    assert a.woken == 1  # woken once, when the pool stopped being exhausted
+
+
+def test_unbounded_pool_never_exhausts():
+    pool = MemoryPool(-1)
+    pool.reserve(10**12)
+    assert not pool.exhausted()
+
+
+def test_connection_quotas_per_ip_override_and_total():
+    q = ConnectionQuotas(max_connections=4, per_ip=2, overrides={"10.0.0.9": 3})
+    assert q.refusal("10.0.0.1") is None
+    assert q.refusal("10.0.0.1") is None
+    assert q.refusal("10.0.0.1") == "10.0.0.1 already has the configured maximum of 2 connections"
+    assert q.refusal("10.0.0.9") is None
+    assert q.refusal("10.0.0.9") is None
+    assert q.refusal("10.0.0.9") == "the broker already has the configured maximum of 4 connections"
+    q.closed("10.0.0.1")
+    assert q.refusal("10.0.0.9") is None
+    assert q.total == 4 and q.by_ip == {"10.0.0.1": 1, "10.0.0.9": 3}
+
+
+def test_ip_overrides_parse_and_refuse_garbage():
+    assert parse_ip_overrides("") == {}
+    assert parse_ip_overrides("127.0.0.1:5, broker-host:10,::1:2") == {"127.0.0.1": 5, "broker-host": 10, "::1": 2}
+    for bad in ("127.0.0.1", "127.0.0.1:x", ":4", "h:-1"):
+        with pytest.raises(ConfigError):
+            parse_ip_overrides(bad)
+
+
+def test_rate_limited_log_counts_what_it_holds_back(caplog):
+    now = [0.0]
+    limited = RateLimitedLog(logging.getLogger("t"), interval_s=10, burst=2, clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, logger="t"):
+        for i in range(50):
+            limited.warning("bad frame", "bad frame %d", i)
+        limited.warning("other", "other kind")
+        now[0] = 11.0
+        limited.warning("bad frame", "bad frame again")
+    assert [r.getMessage() for r in caplog.records] == [
+        "bad frame 0", "bad frame 1", "other kind",
+        "48 more bad frame message(s) were not logged in the last 11 s", "bad frame again"]
