@@ -16,6 +16,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Iterable, NamedTuple
 
+from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import records as rec
 
 # Bytes a record adds to a batch besides key, value and headers: length, attributes,
@@ -111,7 +112,7 @@ class RecordAccumulator:
         self.max_messages = max_messages
         self.max_bytes = max_bytes
         self.lock = threading.Lock()
-        self.batches: dict[tuple[str, int], deque[ProducerBatch]] = {}
+        self.batches: dict[TP, deque[ProducerBatch]] = {}
         # Records produced before their topic's partition count was known.
         self.unpartitioned: dict[str, list[tuple[int, PendingRecord, int]]] = {}
         self.queued_messages = 0

@@ -22,26 +22,43 @@ from rivulet.protocol.errors import ErrorCode, KafkaError
 from rivulet.protocol.messages import (
     add_offsets_to_txn_request as aotq,
     add_partitions_to_txn_request as aptq,
+    add_partitions_to_txn_response as aptr,
     alter_configs_request as acq,
     api_versions_request as avq,
+    api_versions_response as avr,
     create_partitions_request as cpq,
+    create_partitions_response as cpr,
     create_topics_request as ctq,
+    create_topics_response as ctr,
     delete_groups_request as dgq,
+    delete_groups_response as dgr,
     delete_records_request as drq,
+    delete_records_response as drr,
     delete_topics_request as dtq,
+    delete_topics_response as dtr,
     describe_configs_request as dcq,
+    describe_configs_response as dcr,
     describe_groups_request as dgrq,
+    describe_groups_response as dgrr,
     end_txn_request as etq,
     fetch_request as fq,
     find_coordinator_request as fcq,
+    find_coordinator_response as fcr,
     incremental_alter_configs_request as iacq,
     init_producer_id_request as ipq,
+    init_producer_id_response as ipr,
     list_groups_request as lgq,
+    list_groups_response as lgr,
     list_offsets_request as loq,
+    list_offsets_response as lor,
     metadata_request as mq,
     offset_commit_request as ocq,
+    offset_commit_response as ocr,
     offset_fetch_request as ofq,
+    offset_fetch_response as ofr,
+    produce_request as prq,
     txn_offset_commit_request as tocq,
+    txn_offset_commit_response as tocr,
 )
 
 T = TypeVar("T")
@@ -228,7 +245,7 @@ def api_versions_request(software_version: str | None = "0.1.0") -> avq.ApiVersi
     return avq.ApiVersionsRequest(client_software_name="rivulet", client_software_version=software_version)
 
 
-def read_api_versions(resp: Any, broker: str) -> dict[int, tuple[int, int]]:
+def read_api_versions(resp: avr.ApiVersionsResponse, broker: str) -> dict[int, tuple[int, int]]:
     """{api key: (min version, max version)} the broker supports."""
     check(resp.error_code, f"ApiVersions to {broker}")
     return {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
@@ -246,7 +263,18 @@ def pick_version(api_key: int, theirs: tuple[int, int] | None, cap: int | None =
     return hi
 
 
-# ---------------------------------------------------------------------------- fetch
+# ---------------------------------------------------------------------------- produce and fetch
+
+
+def produce_request(transactional_id: str | None, acks: int, timeout_ms: int,
+                    batches: Mapping[tuple[str, int], Any]) -> prq.ProduceRequest:
+    """Produce of one encoded record batch (bytes-like, not copied) per partition."""
+    topics: dict[str, list[prq.PartitionProduceData]] = {}
+    for (t, p), data in batches.items():
+        topics.setdefault(t, []).append(prq.PartitionProduceData(index=p, records=data))
+    return prq.ProduceRequest(transactional_id=transactional_id, acks=acks, timeout_ms=timeout_ms,
+                              topic_data=[prq.TopicProduceData(name=t, partition_data=ps) for t, ps in topics.items()])
+
 
 
 def fetch_request(offsets: Mapping[tuple[str, int], int], max_wait_ms: int, min_bytes: int, max_bytes: int,
@@ -386,7 +414,7 @@ def find_coordinator_request(key: str, key_type: int = GROUP) -> fcq.FindCoordin
     return fcq.FindCoordinatorRequest(key=key, key_type=key_type, coordinator_keys=[key])
 
 
-def read_find_coordinator(resp: Any) -> tuple[int, Coordinator | None, str | None]:
+def read_find_coordinator(resp: fcr.FindCoordinatorResponse) -> tuple[int, Coordinator | None, str | None]:
     """(error code, coordinator when found, error message), from a single-key (v0-v3) or batched
     (v4+) answer alike."""
     if resp.coordinators:
@@ -419,7 +447,7 @@ def list_offsets_request(specs: Mapping[tuple[str, int], int], isolation_level: 
                                   topics=[loq.ListOffsetsTopic(name=t, partitions=ps) for t, ps in topics.items()])
 
 
-def read_list_offsets(resp: Any) -> PartitionResults[ListedOffset]:
+def read_list_offsets(resp: lor.ListOffsetsResponse) -> PartitionResults[ListedOffset]:
     return read_partitions(resp.topics, lambda p: ListedOffset(
         p.offset, p.timestamp, p.leader_epoch if p.leader_epoch >= 0 else None))
 
@@ -442,7 +470,7 @@ def offset_fetch_request(group: str, tps: Iterable[tuple[str, int]] | None,
     return ofq.OffsetFetchRequest(group_id=group, topics=topics, require_stable=require_stable)
 
 
-def read_offset_fetch(resp: Any) -> PartitionResults[OffsetAndMetadata | None]:
+def read_offset_fetch(resp: ofr.OffsetFetchResponse) -> PartitionResults[OffsetAndMetadata | None]:
     """{partition: committed position, None where nothing is committed}; a group-level error
     comes back as the error of a ``("", -1)`` entry so one retry rule covers both levels."""
     out: PartitionResults[OffsetAndMetadata | None] = PartitionResults()
@@ -454,7 +482,7 @@ def read_offset_fetch(resp: Any) -> PartitionResults[OffsetAndMetadata | None]:
         if p.committed_offset >= 0 else None)
 
 
-def offset_fetch_error(resp: Any) -> int:
+def offset_fetch_error(resp: ofr.OffsetFetchResponse) -> int:
     """What decides whether to retry an OffsetFetch: the group's error, or a partition's
     UNSTABLE_OFFSET_COMMIT (a transaction still writes offsets to it). Other partition errors
     are the partition's answer."""
@@ -481,7 +509,7 @@ def offset_commit_request(group: str, offsets: Mapping[tuple[str, int], OffsetAn
         topics=[ocq.OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in topics.items()])
 
 
-def read_offset_commit(resp: Any) -> PartitionResults[None]:
+def read_offset_commit(resp: ocr.OffsetCommitResponse) -> PartitionResults[None]:
     return read_partitions(resp.topics, lambda p: None)
 
 
@@ -502,7 +530,7 @@ def init_producer_id_request(transactional_id: str | None, transaction_timeout_m
                                      producer_id=producer_id, producer_epoch=epoch)
 
 
-def read_init_producer_id(resp: Any) -> tuple[int, ProducerIdAndEpoch | None]:
+def read_init_producer_id(resp: ipr.InitProducerIdResponse) -> tuple[int, ProducerIdAndEpoch | None]:
     if resp.error_code:
         return resp.error_code, None
     return 0, ProducerIdAndEpoch(resp.producer_id, resp.producer_epoch)
@@ -516,7 +544,7 @@ def add_partitions_to_txn_request(transactional_id: str, pid: ProducerIdAndEpoch
         v3_and_below_topics=[aptq.AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in by_topic(tps).items()])
 
 
-def add_partitions_to_txn_error(resp: Any) -> int:
+def add_partitions_to_txn_error(resp: aptr.AddPartitionsToTxnResponse) -> int:
     if resp.error_code:
         return resp.error_code
     return first_error(x.partition_error_code for t in resp.results_by_topic_v3_and_below
@@ -545,7 +573,7 @@ def txn_offset_commit_request(transactional_id: str, pid: ProducerIdAndEpoch, gr
         topics=[tocq.TxnOffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in topics.items()])
 
 
-def txn_offset_commit_error(resp: Any) -> int:
+def txn_offset_commit_error(resp: tocr.TxnOffsetCommitResponse) -> int:
     return first_error(x.error_code for t in resp.topics for x in t.partitions)
 
 
@@ -576,7 +604,7 @@ def create_topics_request(topics: Iterable[Any], timeout_ms: int, validate_only:
         for t in topics], timeout_ms=timeout_ms, validate_only=validate_only)
 
 
-def read_create_topics(resp: Any) -> dict[str, Any]:
+def read_create_topics(resp: ctr.CreateTopicsResponse) -> dict[str, Any]:
     """{name: the broker's CreatableTopicResult, or the KafkaError it reported}."""
     return {r.name: KafkaError(ErrorCode(r.error_code), r.error_message) if r.error_code else r
             for r in resp.topics}
@@ -588,7 +616,7 @@ def delete_topics_request(names: Iterable[str], timeout_ms: int) -> dtq.DeleteTo
                                    timeout_ms=timeout_ms)
 
 
-def read_delete_topics(resp: Any) -> dict[str, KafkaError | None]:
+def read_delete_topics(resp: dtr.DeleteTopicsResponse) -> dict[str, KafkaError | None]:
     return {r.name: KafkaError(ErrorCode(r.error_code), r.error_message) if r.error_code else None
             for r in resp.responses}
 
@@ -599,7 +627,7 @@ def create_partitions_request(topic: str, count: int, timeout_ms: int, validate_
                                        timeout_ms=timeout_ms, validate_only=validate_only)
 
 
-def read_create_partitions(resp: Any) -> None:
+def read_create_partitions(resp: cpr.CreatePartitionsResponse) -> None:
     r = resp.results[0]
     check(r.error_code, r.error_message)
 
@@ -612,7 +640,7 @@ def describe_configs_request(resource_type: int, name: str, keys: list[str] | No
         include_synonyms=True, include_documentation=False)
 
 
-def read_describe_configs(resp: Any) -> list[Any]:
+def read_describe_configs(resp: dcr.DescribeConfigsResponse) -> list[Any]:
     r = resp.results[0]
     check(r.error_code, r.error_message)
     return r.configs
@@ -652,7 +680,7 @@ def delete_records_request(offsets: Mapping[tuple[str, int], int], timeout_ms: i
                                     timeout_ms=timeout_ms)
 
 
-def read_delete_records(resp: Any) -> PartitionResults[int]:
+def read_delete_records(resp: drr.DeleteRecordsResponse) -> PartitionResults[int]:
     """{partition: its new low watermark}."""
     return read_partitions(resp.topics, lambda p: p.low_watermark)
 
@@ -668,7 +696,7 @@ def list_groups_request(states: Iterable[str] = ()) -> lgq.ListGroupsRequest:
     return lgq.ListGroupsRequest(states_filter=list(states), types_filter=[])
 
 
-def read_list_groups(resp: Any) -> list[GroupListing]:
+def read_list_groups(resp: lgr.ListGroupsResponse) -> list[GroupListing]:
     check(resp.error_code, "ListGroups")
     return [GroupListing(g.group_id, g.protocol_type, g.group_state or "") for g in resp.groups]
 
@@ -677,7 +705,7 @@ def describe_groups_request(group_ids: Iterable[str]) -> dgrq.DescribeGroupsRequ
     return dgrq.DescribeGroupsRequest(groups=list(group_ids), include_authorized_operations=False)
 
 
-def read_describe_groups(resp: Any) -> list[Any]:
+def read_describe_groups(resp: dgrr.DescribeGroupsResponse) -> list[Any]:
     """The described groups (each with its own error code; COORDINATOR errors mean retry)."""
     return list(resp.groups)
 
@@ -686,5 +714,5 @@ def delete_groups_request(group_ids: Iterable[str]) -> dgq.DeleteGroupsRequest:
     return dgq.DeleteGroupsRequest(groups_names=list(group_ids))
 
 
-def read_delete_groups(resp: Any) -> dict[str, int]:
+def read_delete_groups(resp: dgr.DeleteGroupsResponse) -> dict[str, int]:
     return {r.group_id: r.error_code for r in resp.results}

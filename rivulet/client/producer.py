@@ -36,10 +36,10 @@ from rivulet.client.connection import RequestTimedOut
 from rivulet.client.errors import KafkaError, KafkaException
 from rivulet.client.partitioner import PARTITIONERS, StickyPartitions
 from rivulet.client.types import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, ClusterMetadata, Message
+from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import compression
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.errors import KafkaError as ProtocolError
-from rivulet.protocol.messages import produce_request as prq
 from rivulet.protocol.records import encode_batch as _encode_batch
 
 log = logging.getLogger("rivulet.producer")
@@ -88,9 +88,9 @@ class _Idempotence:
         self.enabled = False
         self.producer_id = -1
         self.epoch = -1
-        self.next_seq: dict[tuple[str, int], int] = defaultdict(int)
-        self.acked_seq: dict[tuple[str, int], int] = defaultdict(int)  # next sequence the broker expects
-        self.in_flight: dict[tuple[str, int], list[ProducerBatch]] = defaultdict(list)
+        self.next_seq: dict[TP, int] = defaultdict(int)
+        self.acked_seq: dict[TP, int] = defaultdict(int)  # next sequence the broker expects
+        self.in_flight: dict[TP, list[ProducerBatch]] = defaultdict(list)
         self.reset_needed = False
 
     def can_send(self, b: ProducerBatch) -> bool:
@@ -590,7 +590,7 @@ class AIOProducer:
     def _txn_can_send(self, b: ProducerBatch) -> bool:
         return self.txn.can_send(b) and self.idem.can_send(b)
 
-    def _fail_partitions(self, tps: set[tuple[str, int]], err: KafkaError) -> None:
+    def _fail_partitions(self, tps: set[TP], err: KafkaError) -> None:
         """Fail whatever is queued for these partitions (they could not join the transaction)."""
         with self.acc.lock:
             doomed = []
@@ -673,8 +673,8 @@ class AIOProducer:
     async def _send(self, node: int, batches: list[ProducerBatch]) -> None:
         """One ProduceRequest to one broker, and what its answer means for each batch."""
         try:
-            topics: dict[str, list[prq.PartitionProduceData]] = {}
-            by_tp: dict[tuple[str, int], ProducerBatch] = {}
+            data_by_tp: dict[TP, Any] = {}
+            by_tp: dict[TP, ProducerBatch] = {}
             for b in batches:
                 b.attempts += 1
                 if self.txn is not None and (b.encoded is None or b.codec != self.codec):
@@ -682,12 +682,9 @@ class AIOProducer:
                                               producer_id=b.producer_id, producer_epoch=b.producer_epoch,
                                               base_sequence=b.base_sequence, transactional=True)
                     b.codec = self.codec
-                data = b.encode(self.codec, self.level)
-                topics.setdefault(b.topic, []).append(prq.PartitionProduceData(index=b.partition, records=data))
+                data_by_tp[(b.topic, b.partition)] = b.encode(self.codec, self.level)
                 by_tp[(b.topic, b.partition)] = b
-            req = prq.ProduceRequest(transactional_id=self.transactional_id, acks=self.acks, timeout_ms=self.request_timeout_ms,
-                                     topic_data=[prq.TopicProduceData(name=t, partition_data=ps)
-                                                 for t, ps in topics.items()])
+            req = core.produce_request(self.transactional_id, self.acks, self.request_timeout_ms, data_by_tp)
             try:
                 if self.acks == 0:
                     await self.client.send(node, req, expect_response=False)

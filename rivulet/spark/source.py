@@ -35,6 +35,7 @@ from rivulet.spark._records import Chunk, decode_into, next_offset_after
 
 log = logging.getLogger("rivulet.spark")
 
+BACKOFF = core.Backoff()  # Kafka's defaults: 100 ms doubling to 1 s, with jitter
 OffsetMap = dict[TP, int]
 
 FAIL_ON_DATA_LOSS_HINT = (
@@ -278,7 +279,7 @@ class OffsetReader:
             except (OSError, ConnectionError) as e:
                 last = e
                 self.close()
-                time.sleep(0.2 * (attempt + 1))
+                time.sleep(BACKOFF.delay(attempt + 1))
         raise ConnectionError(f"cannot reach the broker at {self.opts.bootstrap}: {last}")
 
     def partitions(self) -> set[TP]:
@@ -641,7 +642,7 @@ def read_range(opts: SourceOptions, rp: RangePartition) -> Iterator[Any]:
                 f.reset()
                 blocking.discard(opts.bootstrap)
                 f.cluster = blocking.pooled(opts.bootstrap, "rivulet-spark")
-                time.sleep(0.2 * failures)
+                time.sleep(BACKOFF.delay(failures))
                 continue
             assert asked == offset, (asked, offset)
             code = pd.error_code
@@ -657,7 +658,7 @@ def read_range(opts: SourceOptions, rp: RangePartition) -> Iterator[Any]:
                     raise KafkaError(ErrorCode(code), f"Fetch {tp[0]}-{tp[1]}")
                 f.reset()
                 f.cluster.cluster.forget_leader(*tp)
-                time.sleep(min(0.05 * 2 ** failures, 1.0))
+                time.sleep(BACKOFF.delay(failures))
                 continue
             if code:
                 raise KafkaError(ErrorCode(code), f"Fetch {tp[0]}-{tp[1]} at offset {offset}")

@@ -303,3 +303,37 @@ def test_delete_records_answer():
         drr.DeleteRecordsPartitionResult(partition_index=1, error_code=ErrorCode.OFFSET_OUT_OF_RANGE)])])
     res = core.read_delete_records(resp)
     assert res.ok == {("t", 0): 5} and res.errors == {("t", 1): ErrorCode.OFFSET_OUT_OF_RANGE}
+
+
+# ---------------------------------------------------------------- connections, produce, fetch
+
+
+def test_api_versions_and_version_choice():
+    from rivulet.protocol.messages import api_versions_response as avr
+    assert wire(core.api_versions_request(), 3).client_software_name == "rivulet"
+    resp = avr.ApiVersionsResponse(api_keys=[avr.ApiVersion(api_key=1, min_version=4, max_version=17),
+                                             avr.ApiVersion(api_key=9, min_version=0, max_version=9)])
+    versions = core.read_api_versions(resp, "b:1")
+    assert versions == {1: (4, 17), 9: (0, 9)}
+    assert core.pick_version(1, versions[1]) == 12      # Fetch: topic ids from v13
+    assert core.pick_version(9, versions[9]) == 7       # OffsetFetch: grouped from v8
+    assert core.pick_version(9, versions[9], cap=3) == 3
+    with pytest.raises(KafkaError) as e:
+        core.pick_version(1, None)
+    assert e.value.code == ErrorCode.UNSUPPORTED_VERSION
+    with pytest.raises(KafkaError):
+        core.read_api_versions(avr.ApiVersionsResponse(error_code=ErrorCode.UNSUPPORTED_VERSION), "b:1")
+
+
+def test_produce_and_fetch_requests():
+    from rivulet.protocol.records import Record, encode_batch
+    batch = encode_batch([Record(0, 1, b"k", b"v", [])])
+    req = wire(core.produce_request("tx", -1, 3000, {("t", 1): batch, ("t", 0): batch, ("u", 0): batch}))
+    assert (req.transactional_id, req.acks, req.timeout_ms) == ("tx", -1, 3000)
+    assert {t.name: [p.index for p in t.partition_data] for t in req.topic_data} == {"t": [1, 0], "u": [0]}
+    assert bytes(req.topic_data[0].partition_data[0].records) == batch
+    req = wire(core.fetch_request({("t", 0): 5, ("t", 1): 9}, 500, 1, 1 << 20, 1 << 16, isolation_level=1))
+    assert (req.max_wait_ms, req.min_bytes, req.max_bytes, req.isolation_level, req.session_epoch) == \
+        (500, 1, 1 << 20, 1, -1)
+    assert [(p.partition, p.fetch_offset, p.partition_max_bytes) for p in req.topics[0].partitions] == \
+        [(0, 5, 1 << 16), (1, 9, 1 << 16)]
