@@ -40,6 +40,10 @@ _nonneg = at_least(0)
 _pos = at_least(1)
 
 
+def _no_tiered_storage(enabled: bool) -> str | None:
+    return "Rivulet has no tiered storage" if enabled else None
+
+
 def _k(name: str, ctype: ConfigType, default: Any, validator: Any = None, doc: str = "",
        importance: Importance = MEDIUM, mode: UpdateMode = RO, ignored: bool = False) -> ConfigKey:
     return ConfigKey(name, ctype, default, validator, doc, importance, mode, ignored)
@@ -138,6 +142,12 @@ BROKER_CONFIGS = ConfigDef([
        HIGH, CLUSTER),
     _k("unclean.leader.election.enable", B, False, None, "Allow an out-of-sync replica to lead.", HIGH, CLUSTER,
        ignored=True),
+    _k("remote.log.storage.system.enable", B, False, _no_tiered_storage, "Tiered storage on this broker. "
+       "Rivulet keeps every segment locally, so only false is accepted.", MEDIUM),
+    _k("log.local.retention.ms", L, -2, at_least(-2), "With tiered storage, how long segments stay on local "
+       "disk; -2 follows the retention time.", MEDIUM, CLUSTER, ignored=True),
+    _k("log.local.retention.bytes", L, -2, at_least(-2), "With tiered storage, the local size limit of a "
+       "partition; -2 follows the retention size.", MEDIUM, CLUSTER, ignored=True),
     # -- network
     _k("socket.request.max.bytes", I, 104857600, _pos, "Largest request accepted; a larger one closes the "
        "connection.", HIGH),

@@ -68,6 +68,13 @@ class LogConfig:
     segment_jitter_ms: int = 0
     segment_ms: int = 604_800_000
     unclean_leader_election_enable: bool = False
+    # Tiered storage settings, accepted and reported as Kafka does; Rivulet keeps every
+    # segment locally, so remote storage stays off.
+    remote_storage_enable: bool = False
+    local_retention_ms: int = -2  # -2: follow retention.ms
+    local_retention_bytes: int = -2  # -2: follow retention.bytes
+    remote_log_copy_disable: bool = False
+    remote_log_delete_on_disable: bool = False
 
     @property
     def log_append_time(self) -> bool:
@@ -123,6 +130,13 @@ class LogConfig:
 
 def _gzip_level(v: int) -> str | None:
     return None if v == -1 or 1 <= v <= 9 else "Value must be -1 or between 1 and 9"
+
+
+def _no_tiered_storage(enabled: bool) -> str | None:
+    if enabled:
+        return ("Tiered Storage functionality is disabled in the broker. Topic cannot be configured with "
+                "remote log storage.")
+    return None
 
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(LogConfig)}
@@ -199,6 +213,15 @@ _DEFS = [
        "Age at which a segment is rolled even if not full."),
     _t("unclean.leader.election.enable", _B, None, (("unclean.leader.election.enable", 1),),
        "Allow an out-of-sync replica to lead (accepted; one replica here)."),
+    _t("remote.storage.enable", _B, _no_tiered_storage, (),
+       "Tier old segments to remote storage. Rivulet has no tiered storage, so only false is accepted."),
+    _t("local.retention.ms", _L, at_least(-2), (("log.local.retention.ms", 1),),
+       "With remote storage, how long segments stay on local disk; -2 follows retention.ms."),
+    _t("local.retention.bytes", _L, at_least(-2), (("log.local.retention.bytes", 1),),
+       "With remote storage, local size limit of a partition; -2 follows retention.bytes."),
+    _t("remote.log.copy.disable", _B, None, (), "Stop copying segments to remote storage (accepted; no effect)."),
+    _t("remote.log.delete.on.disable", _B, None, (),
+       "Delete remote data when remote storage is turned off (accepted; no effect)."),
 ]
 
 TOPIC_CONFIGS = ConfigDef(key for key, _ in _DEFS)

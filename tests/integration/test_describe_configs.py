@@ -55,6 +55,8 @@ KAFKA_TOPIC_ENTRIES = {
     "compression.type": "STRING",
     "message.timestamp.type": "STRING",
     "max.message.bytes": "INT",
+    "remote.storage.enable": "BOOLEAN",
+    "local.retention.ms": "LONG",
 }
 
 

@@ -196,3 +196,16 @@ def test_an_unreadable_properties_file_is_a_config_error(tmp_path):
         load_properties(p)
     with pytest.raises(OSError):
         load_properties(tmp_path / "missing.properties")
+
+
+def test_tiered_storage_configs_are_reported_but_cannot_be_turned_on():
+    from rivulet.storage import LogConfig, describe_topic_configs
+    names = {e.name for e in describe_topic_configs({}, LogConfig())}
+    assert {"remote.storage.enable", "local.retention.ms", "local.retention.bytes"} <= names
+    assert LogConfig.from_props({"remote.storage.enable": "false", "local.retention.ms": "-2"}).local_retention_ms == -2
+    with pytest.raises(KafkaError) as e:
+        LogConfig.from_props({"remote.storage.enable": "true"})
+    assert e.value.code == ErrorCode.INVALID_CONFIG and "Tiered Storage" in e.value.message
+    with pytest.raises(ConfigError, match="remote.log.storage.system.enable"):
+        BrokerConfig({"remote.log.storage.system.enable": "true"})
+    assert LogConfig.from_broker_props({"log.local.retention.ms": "5"}).local_retention_ms == 5
