@@ -106,7 +106,6 @@ def describe_broker_configs(config: BrokerConfig, dynamic: DynamicBrokerConfig,
     node, cluster = dynamic.levels[dynamic.node_id], dynamic.levels[""]
     static = config.items()
     names = list(cluster) if cluster_level else [*static, *(n for n in {**cluster, **node} if n not in static)]
-    out = []
     levels = [(node, ConfigSource.DYNAMIC_BROKER_CONFIG), (cluster, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)]
     if cluster_level:  # the default level shows its own values only
         levels = levels[1:]
@@ -114,6 +113,7 @@ def describe_broker_configs(config: BrokerConfig, dynamic: DynamicBrokerConfig,
         levels += [({n: str(v).strip() for n, v in config.originals.items()}, ConfigSource.STATIC_BROKER_CONFIG),
                    ({k.name: k.render(k.default) for k in BROKER_CONFIGS if k.default is not None},
                     ConfigSource.DEFAULT_CONFIG)]
+    out = []
     for name in (sorted(names) if cluster_level else names):
         key = BROKER_CONFIGS.get(name)
         # Kafka lists a config's synonyms (log.retention.ms/minutes/hours ...) level by level,
