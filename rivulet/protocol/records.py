@@ -199,13 +199,6 @@ def _restamp(view: memoryview, pos: int, end: int, attributes: int, max_timestam
     return crc
 
 
-def set_max_timestamp(buf: bytearray | memoryview, pos: int, timestamp: int) -> None:
-    """Correct the maxTimestamp of the CreateTime batch at ``pos`` and recompute its CRC."""
-    view = _byte_view(buf)
-    (attributes,) = _INT16.unpack_from(view, pos + ATTRIBUTES_OFFSET)
-    _restamp(view, pos, _batch_end(view, pos), attributes, timestamp)
-
-
 def set_log_append_time(buf: bytearray | memoryview, pos: int, timestamp: int) -> None:
     """Stamp the batch at ``pos`` with LogAppendTime ``timestamp`` and recompute its CRC.
 
@@ -360,7 +353,7 @@ _ZZ_NULL = _zigzag_varint(-1)
 _CHUNK_SIZE = 64 * 1024
 
 
-def uvarint(buf: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
+def uvarint(buf: bytes | bytearray | memoryview, pos: int, max_bytes: int) -> tuple[int, int]:
     """Unsigned varint at ``pos`` of at most ``max_bytes`` bytes -> (value, next pos).
 
     IndexError past the end of ``buf`` is left to the caller, which maps it once.
@@ -380,7 +373,7 @@ def uvarint(buf: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
 
 def varint(buf: bytes | bytearray | memoryview, pos: int, max_bytes: int = 10) -> tuple[int, int]:
     """Zigzag varint at ``pos`` -> (value, next pos); see ``uvarint``."""
-    v, pos = uvarint(buf, pos, max_bytes)  # type: ignore[arg-type]
+    v, pos = uvarint(buf, pos, max_bytes)
     return (v >> 1) ^ -(v & 1), pos
 
 
@@ -406,7 +399,7 @@ def record_starts(buf: bytes | bytearray | memoryview, pos: int, count: int, out
                 v = (b & 0x7F) | (b1 << 7)
                 pos += 2 + ((v >> 1) ^ -(v & 1))
             else:
-                v, q = uvarint(buf, pos, 5)  # type: ignore[arg-type]
+                v, q = uvarint(buf, pos, 5)
                 pos = q + ((v >> 1) ^ -(v & 1))
     return pos
 
