@@ -41,10 +41,6 @@ from rivulet.client.subscription import OffsetAndMetadata, SubscriptionState
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.errors import KafkaError as ProtocolError
-from rivulet.protocol.messages import heartbeat_request as hbq
-from rivulet.protocol.messages import join_group_request as jgq
-from rivulet.protocol.messages import leave_group_request as lgq
-from rivulet.protocol.messages import sync_group_request as sgq
 
 if TYPE_CHECKING:
     from rivulet.client.consumer import AIOConsumer
@@ -74,7 +70,6 @@ class ConsumerCoordinator:
         self.heartbeat_interval = conf["heartbeat.interval.ms"] / 1000
         self.max_poll_interval = conf["max.poll.interval.ms"] / 1000
         self.backoff = conf["retry.backoff.ms"] / 1000
-        self.retry_backoff = core.Backoff.from_conf(conf)
         self.request_timeout = conf["request.timeout.ms"] / 1000
         self.rack: str | None = conf["client.rack"]
         self.assignors = assignors
@@ -102,24 +97,20 @@ class ConsumerCoordinator:
         return self.coordinator is None
 
     async def ensure_coordinator_ready(self, deadline: float | None = None) -> int:
-        attempts = core.Attempts(self.retry_backoff)
         while self.coordinator is None:
             if deadline is not None and time.monotonic() >= deadline:
                 raise E.KafkaException(E.local("_TIMED_OUT", "timed out looking up the group coordinator"))
             try:
-                code, node, msg = await self.client.find_coordinator(self.group_id, 0)
-                if code == 0:
-                    self.coordinator = node
-                    self.discoveries += 1
-                    self.last_heartbeat_ok = time.monotonic()
-                    log.debug("group %s: coordinator is broker %d", self.group_id, node)
-                    return node
-                if code == ErrorCode.GROUP_AUTHORIZATION_FAILED or code == ErrorCode.INVALID_REQUEST:
-                    raise E.KafkaException(E.broker_error(code, msg))
-                log.debug("FindCoordinator: %s", ErrorCode(code).name)
-            except NET_ERRORS as e:
-                log.debug("FindCoordinator failed: %s", e)
-            await asyncio.sleep(attempts.next_delay())
+                found = await self.client.coordinator(self.group_id, core.GROUP, deadline)
+            except ProtocolError as e:
+                if core.action(e.code) == core.Action.FAIL:
+                    raise E.KafkaException(E.broker_error(e.code, e.message)) from None
+                log.debug("FindCoordinator: %s", e)  # still none after request.timeout.ms: go on
+                continue
+            self.coordinator = found.node_id
+            self.discoveries += 1
+            self.last_heartbeat_ok = time.monotonic()
+            log.debug("group %s: coordinator is broker %d", self.group_id, found.node_id)
         return self.coordinator
 
     def coordinator_dead(self, why: str) -> None:
@@ -224,13 +215,10 @@ class ConsumerCoordinator:
         for a in self.assignors:
             meta = encode_subscription(Subscription(topics, a.user_data(self.generation), owned,
                                                     self.generation, self.rack))
-            protocols.append(jgq.JoinGroupRequestProtocol(name=a.name, metadata=meta))
+            protocols.append((a.name, meta))
         self.rejoin_needed = False
-        req = jgq.JoinGroupRequest(
-            group_id=self.group_id, session_timeout_ms=self.session_timeout_ms,
-            rebalance_timeout_ms=self.rebalance_timeout_ms, member_id=self.member_id,
-            group_instance_id=self.instance_id, protocol_type="consumer", protocols=protocols,
-            reason=self.rejoin_reason or None)
+        req = core.join_group_request(self.group_id, self.member_id, self.instance_id, self.session_timeout_ms,
+                                      self.rebalance_timeout_ms, protocols, self.rejoin_reason or None)
         resp = await self._send(req, timeout=self.rebalance_timeout_ms / 1000 + self.request_timeout)
         code = resp.error_code
         if code:
@@ -259,13 +247,11 @@ class ConsumerCoordinator:
         self.member_id = resp.member_id
         self.protocol = resp.protocol_name
         self.leader_id = resp.leader
-        assignments: list[sgq.SyncGroupRequestAssignment] = []
-        if resp.leader == resp.member_id and not getattr(resp, "skip_assignment", False):
+        assignments: dict[str, bytes] = {}
+        if resp.leader == resp.member_id and not resp.skip_assignment:
             assignments = await self._assign(resp.protocol_name, resp.members)
-        sreq = sgq.SyncGroupRequest(
-            group_id=self.group_id, generation_id=self.generation, member_id=self.member_id,
-            group_instance_id=self.instance_id, protocol_type="consumer", protocol_name=self.protocol,
-            assignments=assignments)
+        sreq = core.sync_group_request(self.group_id, self.generation, self.member_id, self.instance_id,
+                                       self.protocol, assignments)
         sresp = await self._send(sreq, timeout=self.rebalance_timeout_ms / 1000 + self.request_timeout)
         code = sresp.error_code
         if code:
@@ -282,7 +268,7 @@ class ConsumerCoordinator:
         assigned, _ = decode_assignment(sresp.assignment)
         return assigned
 
-    async def _assign(self, protocol: str, members_raw: list[Any]) -> list[sgq.SyncGroupRequestAssignment]:
+    async def _assign(self, protocol: str, members_raw: list[Any]) -> dict[str, bytes]:
         assignor = next((a for a in self.assignors if a.name == protocol), None)
         if assignor is None:
             raise E.KafkaException(E.local("_UNKNOWN_PROTOCOL", f"group chose unknown assignor {protocol!r}"))
@@ -304,8 +290,7 @@ class ConsumerCoordinator:
         partitions = self._snapshot(topics)
         result = assignor.assign(partitions, members)
         log.debug("group %s generation %d: %s assigned %s", self.group_id, self.generation, protocol, result)
-        return [sgq.SyncGroupRequestAssignment(member_id=mid, assignment=encode_assignment(tps))
-                for mid, tps in result.items()]
+        return {mid: encode_assignment(tps) for mid, tps in result.items()}
 
     async def _on_join_complete(self, assigned: list[TP]) -> None:
         self.state = STABLE
@@ -376,8 +361,7 @@ class ConsumerCoordinator:
         self.reset_generation(True, "poll timeout expired")
 
     async def _heartbeat_once(self) -> None:
-        req = hbq.HeartbeatRequest(group_id=self.group_id, generation_id=self.generation,
-                                   member_id=self.member_id, group_instance_id=self.instance_id)
+        req = core.heartbeat_request(self.group_id, self.generation, self.member_id, self.instance_id)
         gen = self.generation
         try:
             resp = await self._send(req)
@@ -408,10 +392,8 @@ class ConsumerCoordinator:
         """LeaveGroup, unless static (a static member keeps its place across restarts)."""
         if self.coordinator is not None and self.member_id and self.instance_id is None and self.generation >= 0:
             try:
-                await self._send(lgq.LeaveGroupRequest(
-                    group_id=self.group_id, member_id=self.member_id,
-                    members=[lgq.MemberIdentity(member_id=self.member_id, group_instance_id=None, reason=reason)]),
-                    timeout=min(self.request_timeout, 5.0))
+                await self._send(core.leave_group_request(self.group_id, self.member_id, reason),
+                                 timeout=min(self.request_timeout, 5.0))
             except (RebalanceNeeded, *NET_ERRORS, ProtocolError) as e:
                 log.debug("LeaveGroup failed: %s", e)
         self.generation = -1

@@ -44,9 +44,12 @@ from rivulet.protocol.messages import (
     fetch_request as fq,
     find_coordinator_request as fcq,
     find_coordinator_response as fcr,
+    heartbeat_request as hbq,
     incremental_alter_configs_request as iacq,
     init_producer_id_request as ipq,
     init_producer_id_response as ipr,
+    join_group_request as jgq,
+    leave_group_request as lvq,
     list_groups_request as lgq,
     list_groups_response as lgr,
     list_offsets_request as loq,
@@ -57,6 +60,7 @@ from rivulet.protocol.messages import (
     offset_fetch_request as ofq,
     offset_fetch_response as ofr,
     produce_request as prq,
+    sync_group_request as sgq,
     txn_offset_commit_request as tocq,
     txn_offset_commit_response as tocr,
 )
@@ -511,6 +515,41 @@ def offset_commit_request(group: str, offsets: Mapping[tuple[str, int], OffsetAn
 
 def read_offset_commit(resp: ocr.OffsetCommitResponse) -> PartitionResults[None]:
     return read_partitions(resp.topics, lambda p: None)
+
+
+# ---------------------------------------------------------------------------- group membership
+
+
+def join_group_request(group: str, member_id: str, group_instance_id: str | None, session_timeout_ms: int,
+                       rebalance_timeout_ms: int, protocols: Iterable[tuple[str, bytes]],
+                       reason: str | None = None, protocol_type: str = "consumer") -> jgq.JoinGroupRequest:
+    """JoinGroup offering ``protocols`` ((assignor name, subscription metadata), by preference)."""
+    return jgq.JoinGroupRequest(
+        group_id=group, session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms,
+        member_id=member_id, group_instance_id=group_instance_id, protocol_type=protocol_type,
+        protocols=[jgq.JoinGroupRequestProtocol(name=n, metadata=m) for n, m in protocols], reason=reason)
+
+
+def sync_group_request(group: str, generation: int, member_id: str, group_instance_id: str | None,
+                       protocol: str | None, assignments: Mapping[str, bytes],
+                       protocol_type: str = "consumer") -> sgq.SyncGroupRequest:
+    """SyncGroup; the leader sends every member's assignment, the others none."""
+    return sgq.SyncGroupRequest(
+        group_id=group, generation_id=generation, member_id=member_id, group_instance_id=group_instance_id,
+        protocol_type=protocol_type, protocol_name=protocol,
+        assignments=[sgq.SyncGroupRequestAssignment(member_id=m, assignment=a) for m, a in assignments.items()])
+
+
+def heartbeat_request(group: str, generation: int, member_id: str,
+                      group_instance_id: str | None) -> hbq.HeartbeatRequest:
+    return hbq.HeartbeatRequest(group_id=group, generation_id=generation, member_id=member_id,
+                                group_instance_id=group_instance_id)
+
+
+def leave_group_request(group: str, member_id: str, reason: str | None = None) -> lvq.LeaveGroupRequest:
+    """LeaveGroup for one dynamic member (v0-v2 name it directly, v3+ in the member list)."""
+    return lvq.LeaveGroupRequest(group_id=group, member_id=member_id, members=[
+        lvq.MemberIdentity(member_id=member_id, group_instance_id=None, reason=reason)])
 
 
 # ---------------------------------------------------------------------------- transactions

@@ -143,20 +143,16 @@ class TransactionManager:
 
     # ------------------------------------------------------------ coordinator plumbing
     async def _find_coordinator(self, key: str, key_type: int, deadline: float) -> int:
-        attempts = core.Attempts(self.backoff, deadline)
-        while True:
-            try:
-                code, node, msg = await self.client.find_coordinator(key, key_type)
-                if code == 0:
-                    return node
-                if code in FATAL_CODES or code in (ErrorCode.GROUP_AUTHORIZATION_FAILED, ErrorCode.INVALID_REQUEST):
-                    raise KafkaException(fatal_error(code, msg) if key_type == 1 else
-                                         abortable_error(code, msg))
-                log.debug("FindCoordinator(%s): %s", key, ErrorCode(code).name)
-            except NET_ERRORS as e:
-                log.debug("FindCoordinator(%s) failed: %s", key, e)
-            self._check_deadline(deadline, f"looking up the coordinator of {key!r}")
-            await asyncio.sleep(attempts.next_delay())
+        try:
+            return (await self.client.coordinator(key, key_type, deadline)).node_id
+        except ProtocolError as e:
+            if core.action(e.code) != core.Action.FAIL:  # retriable, but the deadline passed
+                raise KafkaException(TxnError(E.LOCAL_CODES["_TIMED_OUT"], f"timed out looking up the coordinator "
+                                              f"of {key!r} ({e.code.name})", retriable=True)) from None
+            # As Kafka's TransactionManager: the transaction coordinator's errors are fatal, a
+            # group coordinator's (for send_offsets_to_transaction) abort the transaction.
+            raise KafkaException(fatal_error(e.code, e.message) if key_type == core.TRANSACTION else
+                                 abortable_error(e.code, e.message)) from None
 
     @staticmethod
     def _check_deadline(deadline: float, what: str) -> None:

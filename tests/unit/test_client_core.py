@@ -337,3 +337,25 @@ def test_produce_and_fetch_requests():
         (500, 1, 1 << 20, 1, -1)
     assert [(p.partition, p.fetch_offset, p.partition_max_bytes) for p in req.topics[0].partitions] == \
         [(0, 5, 1 << 16), (1, 9, 1 << 16)]
+
+
+# ---------------------------------------------------------------- group membership
+
+
+def test_join_and_sync_group():
+    req = wire(core.join_group_request("g", "m-1", "i-1", 10000, 300000, [("range", b"r"), ("roundrobin", b"rr")],
+                                       "new topics"))
+    assert (req.group_id, req.member_id, req.group_instance_id, req.session_timeout_ms, req.rebalance_timeout_ms,
+            req.protocol_type, req.reason) == ("g", "m-1", "i-1", 10000, 300000, "consumer", "new topics")
+    assert [(p.name, bytes(p.metadata)) for p in req.protocols] == [("range", b"r"), ("roundrobin", b"rr")]
+    req = wire(core.sync_group_request("g", 3, "m-1", None, "range", {"m-1": b"a", "m-2": b"b"}))
+    assert (req.generation_id, req.protocol_type, req.protocol_name) == (3, "consumer", "range")
+    assert {a.member_id: bytes(a.assignment) for a in req.assignments} == {"m-1": b"a", "m-2": b"b"}
+
+
+def test_heartbeat_and_leave_group():
+    req = wire(core.heartbeat_request("g", 3, "m-1", "i-1"))
+    assert (req.group_id, req.generation_id, req.member_id, req.group_instance_id) == ("g", 3, "m-1", "i-1")
+    assert wire(core.leave_group_request("g", "m-1"), 2).member_id == "m-1"
+    assert [(m.member_id, m.reason) for m in wire(core.leave_group_request("g", "m-1", "bye")).members] == \
+        [("m-1", "bye")]
