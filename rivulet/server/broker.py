@@ -41,7 +41,8 @@ class Broker:
         self.dynamic_config = DynamicBrokerConfig(config.log_dirs[0], config.node_id)
         log_defaults = LogConfig.from_broker_props({**config.originals, **self.dynamic_config.effective()})
         self.log_manager = LogManager(config.log_dirs, log_defaults,
-                                      producer_id_expiration_ms=config["producer.id.expiration.ms"])
+                                      producer_id_expiration_ms=config["producer.id.expiration.ms"],
+                                      time_ms=clock.milliseconds)
         self.cluster_id = read_or_create_meta(config.log_dirs[0], self.node_id, config["cluster.id"])
         self.metadata = MetadataStore(config.log_dirs[0], self.cluster_id)
         self._log_defaults = log_defaults
@@ -89,7 +90,8 @@ class Broker:
         topics.open_all()
         if cfg["log.cleaner.enable"]:
             # One cleaner serves every compacted log (__consumer_offsets, __transaction_state, users').
-            self.log_cleaner = LogCleaner(self.log_manager, backoff_ms=cfg["log.cleaner.backoff.ms"])
+            self.log_cleaner = LogCleaner(self.log_manager, backoff_ms=cfg["log.cleaner.backoff.ms"],
+                                          time_ms=self.clock.milliseconds)
             self.log_cleaner.start()
         groups = self.group_coordinator = GroupCoordinator(cfg, rm, topics, topics, self.node, self.timer, self.clock)
         # As Kafka does, committed offsets of deleted partitions go too.

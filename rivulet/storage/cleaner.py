@@ -41,10 +41,10 @@ import asyncio
 import logging
 import os
 import shutil
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from rivulet.common.time import SYSTEM_CLOCK
 from rivulet.protocol import records as rec
 from rivulet.protocol.compression import compress
 from rivulet.storage.checkpoints import fsync_dir, read_offset_checkpoint, write_offset_checkpoint
@@ -54,10 +54,6 @@ log = logging.getLogger(__name__)
 
 _TMP_DIR = "cleaner.tmp"
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 # ---------------------------------------------------------------- record encoding
@@ -149,7 +145,7 @@ class LogCleaner:
     """Compacts every log of ``log_manager`` whose policy includes ``compact``."""
 
     def __init__(self, log_manager: Any, *, backoff_ms: int = 15000, enabled: bool = True,
-                 time_ms: Callable[[], int] = now_ms) -> None:
+                 time_ms: Callable[[], int] = SYSTEM_CLOCK.milliseconds) -> None:
         self.log_manager = log_manager
         self.backoff_ms = backoff_ms
         self.enabled = enabled

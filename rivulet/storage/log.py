@@ -14,11 +14,11 @@ import os
 import re
 import shutil
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from rivulet.common.time import SYSTEM_CLOCK
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ErrorCode, KafkaError
 from rivulet.protocol.records import BatchHeader
@@ -50,10 +50,6 @@ log = logging.getLogger(__name__)
 
 _SEGMENT_FILE = re.compile(r"^(\d{20})(\.[a-z]+)(\.(?:swap|cleaned|deleted))?$")
 _INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def parse_topic_partition(dir_name: str) -> tuple[str, int] | None:
@@ -196,7 +192,7 @@ class Log:
         log_start_offset: int = 0,
         high_watermark: int | None = None,
         had_clean_shutdown: bool = False,
-        time_ms: Callable[[], int] = now_ms,
+        time_ms: Callable[[], int] = SYSTEM_CLOCK.milliseconds,
         producer_id_expiration_ms: int = 86_400_000,
     ) -> None:
         self.dir = os.path.abspath(dir)

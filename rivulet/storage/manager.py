@@ -10,6 +10,7 @@ import threading
 import uuid
 from collections.abc import Callable
 
+from rivulet.common.time import SYSTEM_CLOCK
 from rivulet.protocol.errors import ErrorCode, KafkaError
 from rivulet.storage.checkpoints import (
     CLEAN_SHUTDOWN,
@@ -40,12 +41,14 @@ class LogManager:
     fsync and write checkpoint files, so they may run in a worker thread.
     """
 
-    def __init__(self, log_dirs: list[str], defaults: LogConfig, *, producer_id_expiration_ms: int = 86_400_000) -> None:
+    def __init__(self, log_dirs: list[str], defaults: LogConfig, *, producer_id_expiration_ms: int = 86_400_000,
+                 time_ms: Callable[[], int] = SYSTEM_CLOCK.milliseconds) -> None:
         if not log_dirs:
             raise ValueError("at least one log dir is required")
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
         self.defaults = defaults
         self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.time_ms = time_ms  # the broker's clock, for every Log
         self._logs: dict[TopicPartition, Log] = {}
         self._lock = threading.RLock()
         self._checkpoint_lock = threading.Lock()
@@ -104,6 +107,7 @@ class LogManager:
                     high_watermark=hws.get(tp),
                     had_clean_shutdown=clean,
                     producer_id_expiration_ms=self.producer_id_expiration_ms,
+                    time_ms=self.time_ms,
                 )
             if clean:
                 # From now on a crash must trigger recovery again.
@@ -150,7 +154,7 @@ class LogManager:
                 return existing
             path = os.path.join(self._choose_dir(), f"{topic}-{partition}")
             lg = Log(path, config or self.defaults, topic_id=topic_id,
-                     producer_id_expiration_ms=self.producer_id_expiration_ms)
+                     producer_id_expiration_ms=self.producer_id_expiration_ms, time_ms=self.time_ms)
             self._logs[(topic, partition)] = lg
             return lg
 

@@ -26,6 +26,7 @@ from enum import Enum
 
 from crc32c import crc32c
 
+from rivulet.common.time import SYSTEM_CLOCK
 from rivulet.protocol.errors import ErrorCode, KafkaError
 from rivulet.protocol.messages.producer_snapshot import ProducerEntry, ProducerSnapshot
 from rivulet.protocol.records import ControlRecordType
@@ -323,7 +324,7 @@ AbortedIndexWriter = Callable[[CompletedTxn, int], None]
 
 class ProducerStateManager:
     def __init__(self, log_dir: str, tp: str, *, producer_id_expiration_ms: int = 86_400_000,
-                 time_ms: Callable[[], int] | None = None) -> None:
+                 time_ms: Callable[[], int] = SYSTEM_CLOCK.milliseconds) -> None:
         self.log_dir = log_dir
         self.tp = tp
         self.producer_id_expiration_ms = producer_id_expiration_ms
@@ -408,10 +409,7 @@ class ProducerStateManager:
     # -- loading -------------------------------------------------------------------------------
 
     def _now(self) -> int:
-        if self._time_ms is not None:
-            return self._time_ms()
-        import time
-        return time.time_ns() // 1_000_000
+        return self._time_ms()
 
     def is_producer_expired(self, now_ms: int, entry: ProducerStateEntry) -> bool:
         return (entry.current_txn_first_offset is None

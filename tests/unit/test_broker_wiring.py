@@ -1,0 +1,72 @@
+"""How the broker wires its parts: one clock for every component, topic configs read from
+Log.config on append, the node endpoint shared after the listener binds, one handler per
+supported API."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from rivulet.common.time import MockClock
+from rivulet.common.types import TopicPartition
+from rivulet.protocol import records as rec
+from rivulet.protocol.errors import ErrorCode
+from rivulet.server.apis import SUPPORTED_VERSIONS
+from rivulet.server.broker import Broker
+from rivulet.server.config import BrokerConfig
+
+pytestmark = pytest.mark.fast
+
+WALL = 1_650_000_000_000
+
+
+async def started(path) -> Broker:
+    b = Broker(BrokerConfig({"log.dirs": str(path), "listeners": "PLAINTEXT://127.0.0.1:0",
+                             "offsets.topic.num.partitions": "2", "transaction.state.log.num.partitions": "2",
+                             "log.cleaner.enable": "false"}), clock=MockClock(wall_ms=WALL))
+    await b.start()
+    return b
+
+
+async def append(b: Broker, tp: TopicPartition, value: bytes):
+    data = rec.encode_batch([rec.Record(0, WALL - 5, None, value, [])])
+    res = b.replica_manager.append_records({tp: bytearray(data)}, required_acks=1, timeout_ms=1000)
+    if isinstance(res, asyncio.Future):
+        res = await res
+    return res[tp]
+
+
+def test_one_clock_and_log_configs_reach_appends(tmp_path):
+    async def main():
+        b = await started(tmp_path)
+        try:
+            b.topics.create_topic("stamped", 1, 1, {"message.timestamp.type": "LogAppendTime",
+                                                    "max.message.bytes": "200"})
+            tp = TopicPartition("stamped", 0)
+            ok = await append(b, tp, b"small")
+            assert ok.error == ErrorCode.NONE and ok.log_append_time == WALL  # the broker's clock
+            too_big = await append(b, tp, b"x" * 500)
+            assert too_big.error == ErrorCode.MESSAGE_TOO_LARGE  # the topic's max.message.bytes
+            b.topics.alter_topic_configs("stamped", {"max.message.bytes": "2000"})
+            assert (await append(b, tp, b"x" * 500)).error == ErrorCode.NONE
+            assert b.group_coordinator.clock is b.clock and b.transaction_coordinator.clock is b.clock
+        finally:
+            await b.shutdown()
+    asyncio.run(main())
+
+
+def test_coordinators_answer_with_the_bound_port_and_every_api_has_a_handler(tmp_path):
+    async def main():
+        b = await started(tmp_path)
+        try:
+            port = b.bound_ports[0]
+            assert port != 0 and b.advertised_listener[2] == port
+            assert b.group_coordinator.find_group_coordinator("g") == (ErrorCode.NONE, b.node_id, "127.0.0.1", port)
+            while b.transaction_coordinator.state_manager.loading:
+                await asyncio.sleep(0.01)
+            assert b.transaction_coordinator.find_coordinator("tx") == (ErrorCode.NONE, b.node_id, "127.0.0.1", port)
+            assert b.apis.handlers.keys() == SUPPORTED_VERSIONS.keys()
+        finally:
+            await b.shutdown()
+    asyncio.run(main())
