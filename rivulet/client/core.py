@@ -103,7 +103,8 @@ class Backoff:
         return cls(conf.get("retry.backoff.ms", 100), conf.get("retry.backoff.max.ms", 1000))
 
     def delay_ms(self, attempts: int, uniform: Callable[[float, float], float] = random.uniform) -> float:
-        """Milliseconds to wait after ``attempts`` failures in a row (0 for the first retry)."""
+        """Milliseconds to wait before the next retry, ``attempts`` retries made so far: the
+        initial backoff before the first."""
         if self.max_ms <= self.initial_ms:
             return self.max_ms
         raw = self.initial_ms * self.multiplier ** min(max(attempts, 0), 64)
