@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from typing import Any, Callable, Iterable, Iterator
+from typing import Awaitable, Callable, Iterable, Iterator
 
 from rivulet.common.cluster import ConfigValues, InternalTopicCreator, MetadataView, NodeEndpoint
 from rivulet.common.time import SYSTEM_CLOCK, Clock
@@ -157,7 +157,7 @@ class GroupCoordinator:
     def _load_one(self, partition: int) -> Iterator[None]:
         return self.manager.load_steps(partition, self._on_group_loaded)
 
-    def wait_loaded(self) -> Any:
+    def wait_loaded(self) -> Awaitable[None]:
         """An awaitable that resolves once every scheduled partition has loaded (tests, tools)."""
         async def wait() -> None:
             while self._loader is not None and not self._loader.done():
@@ -1005,13 +1005,6 @@ def _answer_displaced_join(group: GroupMetadata, member: MemberMetadata) -> None
 
 def _offsets_tp(partition: int) -> TopicPartition:
     return TopicPartition(GROUP_METADATA_TOPIC_NAME, partition)
-
-
-def _cfg(config: Any, name: str, default: Any) -> Any:
-    try:
-        return config[name]
-    except KeyError:
-        return default
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -57,7 +57,7 @@ class PartitionData:
     error: ErrorCode = ErrorCode.NONE
 
 
-def _cfg(config: Any, name: str, default: Any) -> Any:
+def _cfg(config: ConfigValues, name: str, default: Any) -> Any:
     try:
         value = config[name]
     except KeyError:

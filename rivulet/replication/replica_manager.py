@@ -283,7 +283,7 @@ class ReplicaManager:
             except KafkaError as e:
                 res.error = e.code
                 res.message = e.message
-                res.record_errors = getattr(e, "record_errors", None)
+                res.record_errors = e.record_errors if isinstance(e, rec.RecordValidationError) else None
         if required_acks == 0:
             if flushes:
                 asyncio.get_running_loop().create_task(self._flush(flushes))

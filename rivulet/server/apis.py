@@ -20,6 +20,7 @@ from rivulet.coordinator.group_coordinator import GroupCoordinator
 from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages import api_versions_response as avr
+from rivulet.protocol.messages.api_versions_request import ApiVersionsRequest
 from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.server.answer import NO_RESPONSE, Answer
 from rivulet.server.config import BrokerConfig
@@ -114,8 +115,9 @@ class KafkaApis:
     def api_versions_error(self, code: ErrorCode) -> avr.ApiVersionsResponse:
         return avr.ApiVersionsResponse(error_code=code, api_keys=self._api_keys())
 
-    def handle_api_versions(self, header: framing.RequestHeader, req: Any, conn: KafkaConnection
-                            ) -> avr.ApiVersionsResponse:
+    def handle_api_versions(
+        self, header: framing.RequestHeader, req: ApiVersionsRequest, conn: KafkaConnection
+    ) -> avr.ApiVersionsResponse:
         resp = avr.ApiVersionsResponse(error_code=0, api_keys=self._api_keys(), throttle_time_ms=0)
         if header.api_version >= 3:
             if not _SOFTWARE_NAME.match(req.client_software_name or "") or \

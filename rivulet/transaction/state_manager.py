@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from rivulet.common.cluster import ConfigValues
 from rivulet.common.time import SYSTEM_CLOCK, Clock

@@ -3,8 +3,6 @@ and broker resources."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from rivulet.protocol.errors import ErrorCode, KafkaError
 from rivulet.protocol.framing import RequestHeader
 from rivulet.protocol.messages import (
@@ -12,6 +10,9 @@ from rivulet.protocol.messages import (
     describe_configs_response as dcfr,
     incremental_alter_configs_response as iacr,
 )
+from rivulet.protocol.messages.alter_configs_request import AlterConfigsRequest
+from rivulet.protocol.messages.describe_configs_request import DescribeConfigsRequest
+from rivulet.protocol.messages.incremental_alter_configs_request import IncrementalAlterConfigsRequest
 from rivulet.server.config import LIST_PROPERTIES, BrokerConfig
 from rivulet.server.dynamic_config import apply_incremental, broker_values_in_force, describe_broker_configs
 from rivulet.server.handlers import Handler
@@ -34,8 +35,9 @@ class ConfigHandlers:
                 44: self.handle_incremental_alter_configs}
 
     # ------------------------------------------------------------ configs
-    def handle_describe_configs(self, header: RequestHeader, req: Any, conn: KafkaConnection
-                                ) -> dcfr.DescribeConfigsResponse:
+    def handle_describe_configs(
+        self, header: RequestHeader, req: DescribeConfigsRequest, conn: KafkaConnection
+    ) -> dcfr.DescribeConfigsResponse:
         b = self.topics
         results = []
         for res in req.resources:
@@ -69,8 +71,9 @@ class ConfigHandlers:
             results.append(out)
         return dcfr.DescribeConfigsResponse(throttle_time_ms=0, results=results)
 
-    def handle_alter_configs(self, header: RequestHeader, req: Any, conn: KafkaConnection
-                             ) -> acr.AlterConfigsResponse:
+    def handle_alter_configs(
+        self, header: RequestHeader, req: AlterConfigsRequest, conn: KafkaConnection
+    ) -> acr.AlterConfigsResponse:
         b = self.topics
         out = []
         for res in req.resources:
@@ -89,8 +92,9 @@ class ConfigHandlers:
             out.append(r)
         return acr.AlterConfigsResponse(throttle_time_ms=0, responses=out)
 
-    def handle_incremental_alter_configs(self, header: RequestHeader, req: Any, conn: KafkaConnection
-                                         ) -> iacr.IncrementalAlterConfigsResponse:
+    def handle_incremental_alter_configs(
+        self, header: RequestHeader, req: IncrementalAlterConfigsRequest, conn: KafkaConnection
+    ) -> iacr.IncrementalAlterConfigsResponse:
         b = self.topics
         out = []
         for res in req.resources:

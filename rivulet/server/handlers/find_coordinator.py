@@ -3,12 +3,11 @@ through the transaction coordinator."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from rivulet.coordinator.group_coordinator import GroupCoordinator
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.framing import RequestHeader
 from rivulet.protocol.messages import find_coordinator_response as fcr
+from rivulet.protocol.messages.find_coordinator_request import FindCoordinatorRequest
 from rivulet.server.handlers import Handler
 from rivulet.server.network import KafkaConnection
 from rivulet.transaction.coordinator import TransactionCoordinator
@@ -43,8 +42,9 @@ class FindCoordinatorHandler:
             return self.transactions.find_coordinator(key)
         return ErrorCode.INVALID_REQUEST, -1, "", -1
 
-    def handle_find_coordinator(self, header: RequestHeader, req: Any, conn: KafkaConnection
-                                ) -> fcr.FindCoordinatorResponse:
+    def handle_find_coordinator(
+        self, header: RequestHeader, req: FindCoordinatorRequest, conn: KafkaConnection
+    ) -> fcr.FindCoordinatorResponse:
         v = header.api_version
         key_type = req.key_type if v >= 1 else GROUP_KEY_TYPE
         if v < 4:

@@ -35,6 +35,17 @@ from rivulet.protocol.messages import (
     sync_group_response as sgr,
     txn_offset_commit_response as tocr,
 )
+from rivulet.protocol.messages.delete_groups_request import DeleteGroupsRequest
+from rivulet.protocol.messages.describe_groups_request import DescribeGroupsRequest
+from rivulet.protocol.messages.heartbeat_request import HeartbeatRequest
+from rivulet.protocol.messages.join_group_request import JoinGroupRequest
+from rivulet.protocol.messages.leave_group_request import LeaveGroupRequest
+from rivulet.protocol.messages.list_groups_request import ListGroupsRequest
+from rivulet.protocol.messages.offset_commit_request import OffsetCommitRequest
+from rivulet.protocol.messages.offset_delete_request import OffsetDeleteRequest
+from rivulet.protocol.messages.offset_fetch_request import OffsetFetchRequest
+from rivulet.protocol.messages.sync_group_request import SyncGroupRequest
+from rivulet.protocol.messages.txn_offset_commit_request import TxnOffsetCommitRequest
 from rivulet.server.answer import Answer, Reply
 from rivulet.server.handlers import Handler
 from rivulet.server.network import KafkaConnection
@@ -72,7 +83,7 @@ class GroupHandlers:
                 yield TopicPartition(t.name, p.partition_index), p, exists
 
     # ------------------------------------------------------------ JoinGroup
-    def handle_join_group(self, header: RequestHeader, req: Any, conn: KafkaConnection) -> Answer:
+    def handle_join_group(self, header: RequestHeader, req: JoinGroupRequest, conn: KafkaConnection) -> Answer:
         v = header.api_version
         instance_id = req.group_instance_id if v >= 5 else None
         # v0 has no rebalance timeout: the session timeout serves as both.
@@ -98,7 +109,7 @@ class GroupHandlers:
         return reply.answer()
 
     # ------------------------------------------------------------ SyncGroup
-    def handle_sync_group(self, header: RequestHeader, req: Any, conn: KafkaConnection) -> Answer:
+    def handle_sync_group(self, header: RequestHeader, req: SyncGroupRequest, conn: KafkaConnection) -> Answer:
         v = header.api_version
 
         def build(r: SyncGroupResult) -> sgr.SyncGroupResponse:
@@ -118,14 +129,16 @@ class GroupHandlers:
         return reply.answer()
 
     # ------------------------------------------------------------ Heartbeat
-    def handle_heartbeat(self, header: RequestHeader, req: Any, conn: KafkaConnection) -> hbr.HeartbeatResponse:
+    def handle_heartbeat(
+        self, header: RequestHeader, req: HeartbeatRequest, conn: KafkaConnection
+    ) -> hbr.HeartbeatResponse:
         v = header.api_version
         err = self.c.handle_heartbeat(req.group_id, req.member_id, req.group_instance_id if v >= 3 else None,
                                       req.generation_id)
         return hbr.HeartbeatResponse(throttle_time_ms=0, error_code=err)
 
     # ------------------------------------------------------------ LeaveGroup
-    def handle_leave_group(self, header: RequestHeader, req: Any, conn: KafkaConnection) -> Answer:
+    def handle_leave_group(self, header: RequestHeader, req: LeaveGroupRequest, conn: KafkaConnection) -> Answer:
         v = header.api_version
         if v >= 3:
             leaving = [(m.member_id, m.group_instance_id, m.reason if v >= 5 else None) for m in req.members]
@@ -150,7 +163,7 @@ class GroupHandlers:
         return reply.answer()
 
     # ------------------------------------------------------------ OffsetCommit
-    def handle_offset_commit(self, header: RequestHeader, req: Any, conn: KafkaConnection) -> Answer:
+    def handle_offset_commit(self, header: RequestHeader, req: OffsetCommitRequest, conn: KafkaConnection) -> Answer:
         v = header.api_version
         now = self.clock.milliseconds()
         expire = None
@@ -205,8 +218,9 @@ class GroupHandlers:
             out.setdefault(tp.topic, []).append((tp.partition, data.get(tp, PartitionData())))
         return ErrorCode.NONE, list(out.items())
 
-    def handle_offset_fetch(self, header: RequestHeader, req: Any, conn: KafkaConnection
-                            ) -> ofr.OffsetFetchResponse:
+    def handle_offset_fetch(
+        self, header: RequestHeader, req: OffsetFetchRequest, conn: KafkaConnection
+    ) -> ofr.OffsetFetchResponse:
         v = header.api_version
         require_stable = req.require_stable if v >= 7 else False
         if v >= 8:
@@ -238,8 +252,9 @@ class GroupHandlers:
                 for name, parts in result])
 
     # ------------------------------------------------------------ OffsetDelete
-    def handle_offset_delete(self, header: RequestHeader, req: Any, conn: KafkaConnection
-                             ) -> odr.OffsetDeleteResponse:
+    def handle_offset_delete(
+        self, header: RequestHeader, req: OffsetDeleteRequest, conn: KafkaConnection
+    ) -> odr.OffsetDeleteResponse:
         order: list[TopicPartition] = []
         errors: dict[TopicPartition, ErrorCode] = {}
         candidates: list[TopicPartition] = []
@@ -265,8 +280,9 @@ class GroupHandlers:
             odr.OffsetDeleteResponseTopic(name=n, partitions=ps) for n, ps in topics.items()])
 
     # ------------------------------------------------------------ DescribeGroups / ListGroups / DeleteGroups
-    def handle_describe_groups(self, header: RequestHeader, req: Any, conn: KafkaConnection
-                               ) -> dsr.DescribeGroupsResponse:
+    def handle_describe_groups(
+        self, header: RequestHeader, req: DescribeGroupsRequest, conn: KafkaConnection
+    ) -> dsr.DescribeGroupsResponse:
         v = header.api_version
         include_ops = v >= 3 and req.include_authorized_operations
         out = []
@@ -282,7 +298,9 @@ class GroupHandlers:
                 else AUTHORIZED_OPERATIONS_OMITTED))
         return dsr.DescribeGroupsResponse(throttle_time_ms=0, groups=out)
 
-    def handle_list_groups(self, header: RequestHeader, req: Any, conn: KafkaConnection) -> lsr.ListGroupsResponse:
+    def handle_list_groups(
+        self, header: RequestHeader, req: ListGroupsRequest, conn: KafkaConnection
+    ) -> lsr.ListGroupsResponse:
         v = header.api_version
         states = req.states_filter if v >= 4 else []
         types = req.types_filter if v >= 5 else []
@@ -291,15 +309,18 @@ class GroupHandlers:
             lsr.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state.value,
                             group_type="classic") for g in groups])
 
-    def handle_delete_groups(self, header: RequestHeader, req: Any, conn: KafkaConnection
-                             ) -> dgr.DeleteGroupsResponse:
+    def handle_delete_groups(
+        self, header: RequestHeader, req: DeleteGroupsRequest, conn: KafkaConnection
+    ) -> dgr.DeleteGroupsResponse:
         names = list(dict.fromkeys(req.groups_names))
         errors = self.c.handle_delete_groups(names)
         return dgr.DeleteGroupsResponse(throttle_time_ms=0, results=[
             dgr.DeletableGroupResult(group_id=g, error_code=errors[g]) for g in names])
 
     # ------------------------------------------------------------ TxnOffsetCommit
-    def handle_txn_offset_commit(self, header: RequestHeader, req: Any, conn: KafkaConnection) -> Answer:
+    def handle_txn_offset_commit(
+        self, header: RequestHeader, req: TxnOffsetCommitRequest, conn: KafkaConnection
+    ) -> Answer:
         """Offsets committed inside a transaction: written to __consumer_offsets with the
         producer's id and epoch, pending until the transaction's marker lands there."""
         v = header.api_version

@@ -15,6 +15,11 @@ from rivulet.protocol.messages import (
     offset_for_leader_epoch_response as ofler,
     produce_response as pr,
 )
+from rivulet.protocol.messages.delete_records_request import DeleteRecordsRequest
+from rivulet.protocol.messages.fetch_request import FetchRequest
+from rivulet.protocol.messages.list_offsets_request import ListOffsetsRequest
+from rivulet.protocol.messages.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
+from rivulet.protocol.messages.produce_request import ProduceRequest
 from rivulet.protocol.records import first_batch_is_transactional
 from rivulet.protocol.schema import ZERO_UUID
 from rivulet.replication.replica_manager import (
@@ -46,8 +51,7 @@ class RecordHandlers:
                 21: self.handle_delete_records, 23: self.handle_offset_for_leader_epoch}
 
     # ------------------------------------------------------------ Produce
-    def handle_produce(self, header: RequestHeader, req: Any, conn: KafkaConnection
-                       ) -> Answer:
+    def handle_produce(self, header: RequestHeader, req: ProduceRequest, conn: KafkaConnection) -> Answer:
         acks = req.acks
         entries: dict[TopicPartition, Any] = {}
         early: dict[TopicPartition, ProduceResult] = {}
@@ -95,8 +99,7 @@ class RecordHandlers:
         return then(result, build)
 
     # ------------------------------------------------------------ Fetch
-    def handle_fetch(self, header: RequestHeader, req: Any, conn: KafkaConnection
-                     ) -> Answer:
+    def handle_fetch(self, header: RequestHeader, req: FetchRequest, conn: KafkaConnection) -> Answer:
         v = header.api_version
         # KIP-227: Rivulet keeps no fetch sessions. A full fetch (epoch 0 or -1) is answered
         # with session id 0, which tells every client to keep sending full fetches.
@@ -154,8 +157,9 @@ class RecordHandlers:
         return then(result, build)
 
     # ------------------------------------------------------------ ListOffsets
-    def handle_list_offsets(self, header: RequestHeader, req: Any, conn: KafkaConnection
-                            ) -> lor.ListOffsetsResponse:
+    def handle_list_offsets(
+        self, header: RequestHeader, req: ListOffsetsRequest, conn: KafkaConnection
+    ) -> lor.ListOffsetsResponse:
         out = []
         for t in req.topics:
             parts = []
@@ -197,8 +201,9 @@ class RecordHandlers:
         return lor.ListOffsetsResponse(throttle_time_ms=0, topics=out)
 
     # ------------------------------------------------------------ OffsetForLeaderEpoch
-    def handle_offset_for_leader_epoch(self, header: RequestHeader, req: Any, conn: KafkaConnection
-                                       ) -> ofler.OffsetForLeaderEpochResponse:
+    def handle_offset_for_leader_epoch(
+        self, header: RequestHeader, req: OffsetForLeaderEpochRequest, conn: KafkaConnection
+    ) -> ofler.OffsetForLeaderEpochResponse:
         topics = []
         for t in req.topics:
             parts = []
@@ -214,8 +219,9 @@ class RecordHandlers:
             topics.append(ofler.OffsetForLeaderTopicResult(topic=t.topic, partitions=parts))
         return ofler.OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=topics)
 
-    def handle_delete_records(self, header: RequestHeader, req: Any, conn: KafkaConnection
-                              ) -> drr.DeleteRecordsResponse:
+    def handle_delete_records(
+        self, header: RequestHeader, req: DeleteRecordsRequest, conn: KafkaConnection
+    ) -> drr.DeleteRecordsResponse:
         topics = []
         for t in req.topics:
             parts = []

@@ -16,6 +16,11 @@ from rivulet.protocol.messages import (
     describe_cluster_response as dcr,
     metadata_response as mr,
 )
+from rivulet.protocol.messages.create_partitions_request import CreatePartitionsRequest
+from rivulet.protocol.messages.create_topics_request import CreateTopicsRequest
+from rivulet.protocol.messages.delete_topics_request import DeleteTopicsRequest
+from rivulet.protocol.messages.describe_cluster_request import DescribeClusterRequest
+from rivulet.protocol.messages.metadata_request import MetadataRequest
 from rivulet.protocol.schema import ZERO_UUID
 from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.server.config import BrokerConfig
@@ -51,8 +56,9 @@ class TopicHandlers:
         n = self.node
         return [mr.MetadataResponseBroker(node_id=n.node_id, host=n.host, port=n.port, rack=None)]
 
-    def handle_metadata(self, header: RequestHeader, req: Any, conn: KafkaConnection
-                        ) -> mr.MetadataResponse:
+    def handle_metadata(
+        self, header: RequestHeader, req: MetadataRequest, conn: KafkaConnection
+    ) -> mr.MetadataResponse:
         v = header.api_version
         topics = self.topics
         node_id = self.node.node_id
@@ -115,8 +121,9 @@ class TopicHandlers:
             resp.cluster_authorized_operations = CLUSTER_AUTHORIZED_OPERATIONS
         return resp
 
-    def handle_describe_cluster(self, header: RequestHeader, req: Any, conn: KafkaConnection
-                                ) -> dcr.DescribeClusterResponse:
+    def handle_describe_cluster(
+        self, header: RequestHeader, req: DescribeClusterRequest, conn: KafkaConnection
+    ) -> dcr.DescribeClusterResponse:
         n = self.node
         return dcr.DescribeClusterResponse(
             throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1, cluster_id=self.cluster_id,
@@ -126,8 +133,9 @@ class TopicHandlers:
             else -2147483648)
 
     # ------------------------------------------------------------ topic admin
-    def handle_create_topics(self, header: RequestHeader, req: Any, conn: KafkaConnection
-                             ) -> ctr.CreateTopicsResponse:
+    def handle_create_topics(
+        self, header: RequestHeader, req: CreateTopicsRequest, conn: KafkaConnection
+    ) -> ctr.CreateTopicsResponse:
         node_id = self.node.node_id
         results = []
         seen: dict[str, int] = {}
@@ -173,8 +181,9 @@ class TopicHandlers:
                            config_source=int(e.source), is_sensitive=e.sensitive))
         return out
 
-    def handle_delete_topics(self, header: RequestHeader, req: Any, conn: KafkaConnection
-                             ) -> dtr.DeleteTopicsResponse:
+    def handle_delete_topics(
+        self, header: RequestHeader, req: DeleteTopicsRequest, conn: KafkaConnection
+    ) -> dtr.DeleteTopicsResponse:
         topics = self.topics
         targets: list[tuple[str | None, Any]] = []
         if header.api_version >= 6:
@@ -204,8 +213,9 @@ class TopicHandlers:
             results.append(res)
         return dtr.DeleteTopicsResponse(throttle_time_ms=0, responses=results)
 
-    def handle_create_partitions(self, header: RequestHeader, req: Any, conn: KafkaConnection
-                                 ) -> cpr.CreatePartitionsResponse:
+    def handle_create_partitions(
+        self, header: RequestHeader, req: CreatePartitionsRequest, conn: KafkaConnection
+    ) -> cpr.CreatePartitionsResponse:
         results = []
         for t in req.topics:
             res = cpr.CreatePartitionsTopicResult(name=t.name, error_code=0, error_message=None)

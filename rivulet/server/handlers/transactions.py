@@ -25,6 +25,14 @@ from rivulet.protocol.messages import (
     list_transactions_response as ltr,
     write_txn_markers_response as wtmr,
 )
+from rivulet.protocol.messages.add_offsets_to_txn_request import AddOffsetsToTxnRequest
+from rivulet.protocol.messages.add_partitions_to_txn_request import AddPartitionsToTxnRequest
+from rivulet.protocol.messages.describe_producers_request import DescribeProducersRequest
+from rivulet.protocol.messages.describe_transactions_request import DescribeTransactionsRequest
+from rivulet.protocol.messages.end_txn_request import EndTxnRequest
+from rivulet.protocol.messages.init_producer_id_request import InitProducerIdRequest
+from rivulet.protocol.messages.list_transactions_request import ListTransactionsRequest
+from rivulet.protocol.messages.write_txn_markers_request import WriteTxnMarkersRequest
 from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.server.answer import Answer, Reply
 from rivulet.server.handlers import Handler
@@ -67,8 +75,9 @@ class TransactionHandlers:
 
     # -- InitProducerId ----------------------------------------------------------------------------
 
-    def handle_init_producer_id(self, header: RequestHeader, req: Any, conn: KafkaConnection
-                                ) -> Answer:
+    def handle_init_producer_id(
+        self, header: RequestHeader, req: InitProducerIdRequest, conn: KafkaConnection
+    ) -> Answer:
         v = header.api_version
         pid, epoch = (req.producer_id, req.producer_epoch) if v >= 3 else (NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
 
@@ -122,8 +131,9 @@ class TransactionHandlers:
         self.c.handle_add_partitions(tid, pid, epoch, ok,
                                      lambda err: done({tp: _fenced_for(version, 2, err) for tp in ok}))
 
-    def handle_add_partitions_to_txn(self, header: RequestHeader, req: Any, conn: KafkaConnection
-                                     ) -> Answer:
+    def handle_add_partitions_to_txn(
+        self, header: RequestHeader, req: AddPartitionsToTxnRequest, conn: KafkaConnection
+    ) -> Answer:
         v = header.api_version
         if v < 4:
             def run3(cb: Callable[[Any], None]) -> None:
@@ -163,8 +173,9 @@ class TransactionHandlers:
         n = info.num_partitions if info else self.config["offsets.topic.num.partitions"]
         return partition_for(group_id, n)
 
-    def handle_add_offsets_to_txn(self, header: RequestHeader, req: Any, conn: KafkaConnection
-                                  ) -> Answer:
+    def handle_add_offsets_to_txn(
+        self, header: RequestHeader, req: AddOffsetsToTxnRequest, conn: KafkaConnection
+    ) -> Answer:
         v = header.api_version
         tp = TopicPartition(GROUP_METADATA_TOPIC_NAME, self._offsets_partition(req.group_id))
         return _respond(lambda cb: self.c.handle_add_partitions(
@@ -173,8 +184,7 @@ class TransactionHandlers:
 
     # -- EndTxn ----------------------------------------------------------------------------------------
 
-    def handle_end_txn(self, header: RequestHeader, req: Any, conn: KafkaConnection
-                       ) -> Answer:
+    def handle_end_txn(self, header: RequestHeader, req: EndTxnRequest, conn: KafkaConnection) -> Answer:
         v = header.api_version
         return _respond(lambda cb: self.c.handle_end_transaction(
             req.transactional_id, req.producer_id, req.producer_epoch, req.committed,
@@ -182,8 +192,9 @@ class TransactionHandlers:
 
     # -- WriteTxnMarkers -------------------------------------------------------------------------------
 
-    def handle_write_txn_markers(self, header: RequestHeader, req: Any, conn: KafkaConnection
-                                 ) -> Answer:
+    def handle_write_txn_markers(
+        self, header: RequestHeader, req: WriteTxnMarkersRequest, conn: KafkaConnection
+    ) -> Answer:
         rm = self.replica_manager
         results: list[wtmr.WritableTxnMarkerResult | None] = [None] * len(req.markers)
         remaining = [len(req.markers)]
@@ -233,8 +244,9 @@ class TransactionHandlers:
 
     # -- Describe / List ---------------------------------------------------------------------------
 
-    def handle_describe_transactions(self, header: RequestHeader, req: Any, conn: KafkaConnection
-                                     ) -> dtxr.DescribeTransactionsResponse:
+    def handle_describe_transactions(
+        self, header: RequestHeader, req: DescribeTransactionsRequest, conn: KafkaConnection
+    ) -> dtxr.DescribeTransactionsResponse:
         states = []
         for tid in req.transactional_ids:
             st = dtxr.TransactionState(error_code=0, transactional_id=tid, transaction_state="",
@@ -255,8 +267,9 @@ class TransactionHandlers:
             states.append(st)
         return dtxr.DescribeTransactionsResponse(throttle_time_ms=0, transaction_states=states)
 
-    def handle_list_transactions(self, header: RequestHeader, req: Any, conn: KafkaConnection
-                                 ) -> ltr.ListTransactionsResponse:
+    def handle_list_transactions(
+        self, header: RequestHeader, req: ListTransactionsRequest, conn: KafkaConnection
+    ) -> ltr.ListTransactionsResponse:
         if not self.c.active:
             return ltr.ListTransactionsResponse(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                                 unknown_state_filters=[], transaction_states=[])
@@ -270,8 +283,9 @@ class TransactionHandlers:
 
     # -- DescribeProducers -------------------------------------------------------------------------
 
-    def handle_describe_producers(self, header: RequestHeader, req: Any, conn: KafkaConnection
-                                  ) -> dpr.DescribeProducersResponse:
+    def handle_describe_producers(
+        self, header: RequestHeader, req: DescribeProducersRequest, conn: KafkaConnection
+    ) -> dpr.DescribeProducersResponse:
         rm = self.replica_manager
         topics = []
         for t in req.topics:
