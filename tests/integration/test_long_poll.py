@@ -122,3 +122,54 @@ def test_delete_topic_completes_waiting_fetch(broker):
     resp = asyncio.run(run())
     part = resp.responses[0].partitions[0]
     assert part.error_code in (3, 100)  # UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID
+
+
+def test_fetch_waits_for_min_bytes_and_answers_once_with_all_of_them(broker):
+    """A waiting fetch counts appended bytes by log position: small appends below min_bytes
+    leave it waiting, and the append that reaches min_bytes answers it with every record."""
+    import asyncio
+
+    from confluent_kafka import Producer
+
+    from rivulet.client.connection import BrokerConnection
+    from rivulet.protocol import records as rec
+    from rivulet.protocol.messages import fetch_request as fq
+    from rivulet.protocol.messages import metadata_request as mq
+
+    topic = f"minbytes-{uuid.uuid4().hex[:6]}"
+    _create(broker.bootstrap, topic)  # offset 0
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    values = [bytes([65 + i]) * 500 for i in range(4)]  # batches of about 570 bytes
+
+    def produce(value: bytes) -> None:
+        p.produce(topic, value=value, partition=0)
+        assert p.flush(10) == 0
+
+    async def run():
+        host, port = broker.bootstrap.split(":")
+        conn = await BrokerConnection(host, int(port)).connect()
+        md = await conn.send(mq.MetadataRequest(topics=None))
+        tid = next(t.topic_id for t in md.topics if t.name == topic)
+        fetch_conn = await BrokerConnection(host, int(port)).connect()
+        req = fq.FetchRequest(replica_id=-1, max_wait_ms=30000, min_bytes=2000, max_bytes=1 << 20,
+                              isolation_level=0, session_id=0, session_epoch=-1, topics=[fq.FetchTopic(
+                                  topic=topic, topic_id=tid, partitions=[fq.FetchPartition(
+                                      partition=0, current_leader_epoch=-1, fetch_offset=1, log_start_offset=-1,
+                                      partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id="")
+        pending = asyncio.ensure_future(fetch_conn.send(req))
+        await asyncio.sleep(0.3)
+        for value in values[:3]:  # below min_bytes
+            produce(value)
+            await asyncio.sleep(0.3)
+            assert not pending.done()
+        produce(values[3])  # reaches it
+        resp = await asyncio.wait_for(pending, 15)
+        await conn.close()
+        await fetch_conn.close()
+        return resp
+
+    resp = asyncio.run(run())
+    part = resp.responses[0].partitions[0]
+    assert part.error_code == 0
+    got = [(r.offset, r.value) for b in rec.decode_records(part.records) for r in b.records]
+    assert got == [(1 + i, v) for i, v in enumerate(values)]
