@@ -86,14 +86,26 @@ def test_append_wakes_a_waiting_fetch(broker):
     assert max(latencies) < 15000
 
 
+async def _waiting_fetch(conn, topic: str, *, min_bytes: int):
+    """A Fetch of partition 0 from offset 1 (past the warm-up record) that waits up to 30 s."""
+    from rivulet.protocol.messages import fetch_request as fq
+    from rivulet.protocol.messages import metadata_request as mq
+
+    md = await conn.send(mq.MetadataRequest(topics=None))
+    tid = next(t.topic_id for t in md.topics if t.name == topic)
+    return fq.FetchRequest(replica_id=-1, max_wait_ms=30000, min_bytes=min_bytes, max_bytes=1 << 20,
+                           isolation_level=0, session_id=0, session_epoch=-1, topics=[fq.FetchTopic(
+                               topic=topic, topic_id=tid, partitions=[fq.FetchPartition(
+                                   partition=0, current_leader_epoch=-1, fetch_offset=1, log_start_offset=-1,
+                                   partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id="")
+
+
 def test_delete_topic_completes_waiting_fetch(broker):
     """A fetch waiting on a partition that is deleted is answered early with an error."""
     import asyncio
 
     from rivulet.client.connection import BrokerConnection
     from rivulet.protocol.messages import delete_topics_request as dq
-    from rivulet.protocol.messages import fetch_request as fq
-    from rivulet.protocol.messages import metadata_request as mq
 
     topic = f"del-{uuid.uuid4().hex[:6]}"
     _create(broker.bootstrap, topic)
@@ -102,13 +114,7 @@ def test_delete_topic_completes_waiting_fetch(broker):
         host, port = broker.bootstrap.split(":")
         conn = await BrokerConnection(host, int(port)).connect()
         admin = await BrokerConnection(host, int(port)).connect()
-        md = await admin.send(mq.MetadataRequest(topics=None))
-        tid = next(t.topic_id for t in md.topics if t.name == topic)
-        req = fq.FetchRequest(replica_id=-1, max_wait_ms=30000, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
-                              session_id=0, session_epoch=-1, topics=[fq.FetchTopic(
-                                  topic=topic, topic_id=tid, partitions=[fq.FetchPartition(
-                                      partition=0, current_leader_epoch=-1, fetch_offset=1, log_start_offset=-1,
-                                      partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id="")
+        req = await _waiting_fetch(admin, topic, min_bytes=1)
         pending = asyncio.ensure_future(conn.send(req))
         await asyncio.sleep(0.5)
         assert not pending.done()
@@ -133,8 +139,6 @@ def test_fetch_waits_for_min_bytes_and_answers_once_with_all_of_them(broker):
 
     from rivulet.client.connection import BrokerConnection
     from rivulet.protocol import records as rec
-    from rivulet.protocol.messages import fetch_request as fq
-    from rivulet.protocol.messages import metadata_request as mq
 
     topic = f"minbytes-{uuid.uuid4().hex[:6]}"
     _create(broker.bootstrap, topic)  # offset 0
@@ -148,14 +152,8 @@ def test_fetch_waits_for_min_bytes_and_answers_once_with_all_of_them(broker):
     async def run():
         host, port = broker.bootstrap.split(":")
         conn = await BrokerConnection(host, int(port)).connect()
-        md = await conn.send(mq.MetadataRequest(topics=None))
-        tid = next(t.topic_id for t in md.topics if t.name == topic)
+        req = await _waiting_fetch(conn, topic, min_bytes=2000)
         fetch_conn = await BrokerConnection(host, int(port)).connect()
-        req = fq.FetchRequest(replica_id=-1, max_wait_ms=30000, min_bytes=2000, max_bytes=1 << 20,
-                              isolation_level=0, session_id=0, session_epoch=-1, topics=[fq.FetchTopic(
-                                  topic=topic, topic_id=tid, partitions=[fq.FetchPartition(
-                                      partition=0, current_leader_epoch=-1, fetch_offset=1, log_start_offset=-1,
-                                      partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id="")
         pending = asyncio.ensure_future(fetch_conn.send(req))
         await asyncio.sleep(0.3)
         for value in values[:3]:  # below min_bytes
