@@ -38,7 +38,7 @@ from rivulet.coordinator.offsets_topic import (
     read_offset_message_value,
 )
 from rivulet.protocol import records as rec
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.replication.replica_manager import ProduceResult, ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -352,7 +352,7 @@ class GroupMetadataManager:
             while offset < end and not self.shutting_down:
                 try:
                     data = lg.read(offset, self.load_buffer_size, max_offset=end, min_one_batch=True).records
-                except KafkaError as e:
+                except ApiError as e:
                     if e.code != ErrorCode.OFFSET_OUT_OF_RANGE:
                         raise
                     offset = lg.log_start_offset  # retention or the cleaner moved the start
@@ -442,7 +442,7 @@ class GroupMetadataManager:
             return
         try:
             marker = rec.parse_control_record(batch.records[0])
-        except KafkaError:
+        except ApiError:
             return
         pending = pending_offsets.pop(batch.header.producer_id, None)
         if pending is None or marker.type != rec.ControlRecordType.COMMIT:

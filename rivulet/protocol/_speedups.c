@@ -5,7 +5,7 @@
  * does what records._py_parse_records does: decode ``count`` magic v2 records that must
  * fill buf[pos:end] exactly, returning a list of records.Record. Same arguments, same
  * results, same errors: every malformed input raises records._invalid(message)
- * (KafkaError INVALID_RECORD) with the message the Python code uses. Nothing at or past
+ * (ApiError INVALID_RECORD) with the message the Python code uses. Nothing at or past
  * ``end`` is read; a read that would go there is "record runs past the end of the batch",
  * as in the Python version, and so is an ``end`` past the end of ``buf``.
  *

@@ -5,7 +5,7 @@ measured faster); nothing here implements a compression format itself, only the
 framing Kafka's clients wrap around one (xerial snappy).
 
 Decompression handles untrusted bytes: any failure surfaces as
-``KafkaError(CORRUPT_MESSAGE)``, and the output is capped so that a small batch cannot
+``ApiError(CORRUPT_MESSAGE)``, and the output is capped so that a small batch cannot
 expand into gigabytes (a decompression bomb).
 """
 
@@ -18,7 +18,7 @@ from typing import Callable
 
 import cramjam
 
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ApiError, ErrorCode
 
 
 class Codec(IntEnum):
@@ -70,7 +70,7 @@ def codec_name(codec: int) -> str:
     try:
         return CODEC_NAMES[codec]
     except KeyError:
-        raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"unknown compression codec id {codec}") from None
+        raise ApiError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"unknown compression codec id {codec}") from None
 
 
 def topic_codec(compression_type: str) -> int | None:
@@ -161,18 +161,18 @@ def compress(codec: int, data: bytes | bytearray | memoryview, level: int | None
         return bytes(data)
     fn = _COMPRESSORS.get(codec)
     if fn is None:
-        raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"unknown compression codec id {codec}")
+        raise ApiError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"unknown compression codec id {codec}")
     return fn(data, level)
 
 
 # --- decompression ---------------------------------------------------------------------
 
 
-def _corrupt(message: str) -> KafkaError:
-    return KafkaError(ErrorCode.CORRUPT_MESSAGE, message)
+def _corrupt(message: str) -> ApiError:
+    return ApiError(ErrorCode.CORRUPT_MESSAGE, message)
 
 
-def _too_large(max_size: int) -> KafkaError:
+def _too_large(max_size: int) -> ApiError:
     return _corrupt(f"decompressed records exceed {max_size} bytes")
 
 
@@ -307,8 +307,8 @@ def decompress(
 ) -> bytes:
     """Decompress a batch's records section.
 
-    Raises ``KafkaError(CORRUPT_MESSAGE)`` if the payload is corrupt or would expand past
-    ``max_size`` bytes, and ``KafkaError(UNSUPPORTED_COMPRESSION_TYPE)`` for an unknown codec.
+    Raises ``ApiError(CORRUPT_MESSAGE)`` if the payload is corrupt or would expand past
+    ``max_size`` bytes, and ``ApiError(UNSUPPORTED_COMPRESSION_TYPE)`` for an unknown codec.
     Snappy accepts both raw blocks (librdkafka) and xerial framing (Java, kafka-python).
     """
     if codec == NONE:
@@ -317,10 +317,10 @@ def decompress(
         return bytes(data)
     fn = _DECOMPRESSORS.get(codec)
     if fn is None:
-        raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"unknown compression codec id {codec}")
+        raise ApiError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"unknown compression codec id {codec}")
     try:
         return fn(data, max_size)
-    except (KafkaError, MemoryError):
+    except (ApiError, MemoryError):
         raise
     except Exception as exc:
         # Whatever a codec library throws on hostile input is, to us, a corrupt batch.

@@ -137,8 +137,10 @@ class ErrorCode(IntEnum):
     VOTER_NOT_FOUND = 127
 
 
-class KafkaError(Exception):
-    """An error that maps to a Kafka error code on the wire."""
+class ApiError(Exception):
+    """An error that maps to a Kafka error code on the wire (Kafka's ApiException). Raised
+    inside the broker and by the codec; the client's public ``rivulet.KafkaError`` is a
+    different, confluent-kafka-shaped value."""
 
     def __init__(self, code: ErrorCode, message: str | None = None) -> None:
         self.code = ErrorCode(code)
@@ -148,3 +150,8 @@ class KafkaError(Exception):
 
 class ProtocolDecodeError(Exception):
     """A frame that cannot be decoded: malformed, truncated or oversized."""
+
+
+# The name the client modules still import this class by (as ProtocolError, mostly); they move
+# to ApiError with the client core, then this goes.
+KafkaError = ApiError

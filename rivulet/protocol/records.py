@@ -20,7 +20,7 @@ the broker's produce-path check (``validate_produce_records``, which walks recor
 materialising them because the broker stores the client's bytes unchanged) and the one
 in-place rewrite of a produced batch (``patch_appended_batches``). Storage, the cleaner,
 the server and the Spark source take the layout from here. Every malformed input surfaces
-as a ``KafkaError``; nothing reads past the blob.
+as a ``ApiError``; nothing reads past the blob.
 
 Record decoding and encoding run in C when the optional extension
 ``rivulet.protocol._speedups`` is built (``SPEEDUPS``); ``_py_parse_records`` and
@@ -42,7 +42,7 @@ from typing import Protocol
 from crc32c import crc32c
 
 from rivulet.protocol.compression import DEFAULT_MAX_DECOMPRESSED_SIZE, compress, decompress
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ApiError, ErrorCode
 
 HEADER_SIZE = 61
 # Offsets of the fields inside a batch.
@@ -151,11 +151,11 @@ def _byte_view(data: bytes | bytearray | memoryview) -> memoryview:
 
 def _batch_end(view: memoryview, pos: int) -> int:
     if pos < 0 or len(view) - pos < HEADER_SIZE:
-        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "record batch is truncated")
+        raise ApiError(ErrorCode.CORRUPT_MESSAGE, "record batch is truncated")
     (length,) = _INT32.unpack_from(view, pos + LENGTH_OFFSET)
     end = pos + LOG_OVERHEAD + length
     if length < MIN_BATCH_LENGTH or end > len(view):
-        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "record batch is truncated")
+        raise ApiError(ErrorCode.CORRUPT_MESSAGE, "record batch is truncated")
     return end
 
 
@@ -314,7 +314,7 @@ class DecodedBatch:
     records: list[Record]
 
 
-class RecordValidationError(KafkaError):
+class RecordValidationError(ApiError):
     """Records of a batch that break a per-record rule (a compacted topic's key, the
     timestamp range); Kafka lists them in the Produce response's record_errors."""
 
@@ -323,12 +323,12 @@ class RecordValidationError(KafkaError):
         self.record_errors = record_errors
 
 
-def _invalid(message: str) -> KafkaError:
-    return KafkaError(ErrorCode.INVALID_RECORD, message)
+def _invalid(message: str) -> ApiError:
+    return ApiError(ErrorCode.INVALID_RECORD, message)
 
 
-def _corrupt(message: str) -> KafkaError:
-    return KafkaError(ErrorCode.CORRUPT_MESSAGE, message)
+def _corrupt(message: str) -> ApiError:
+    return ApiError(ErrorCode.CORRUPT_MESSAGE, message)
 
 
 # --- varints ----------------------------------------------------------------------------
@@ -728,7 +728,7 @@ def _py_parse_records(
         raise _invalid("record runs past the end of the batch")
     try:
         return _parse_records_unbounded(buf, pos, end, count, base_offset, base_timestamp, log_append_time)
-    except KafkaError:
+    except ApiError:
         if end == len(buf):
             raise
     # _parse_records_unbounded reads up to len(buf), which can lie past ``end`` (decode_batch
@@ -929,7 +929,7 @@ def _frame(view: memoryview, pos: int) -> int:
     magic = view[pos + MAGIC_OFFSET]
     if magic != MAGIC_V2:
         if magic in (0, 1):
-            raise KafkaError(
+            raise ApiError(
                 ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, f"message format v{magic} is not supported; use v2"
             )
         raise _corrupt(f"invalid magic {magic}")
@@ -945,7 +945,7 @@ def iter_batches(data: bytes | bytearray | memoryview) -> Iterator[tuple[int, Ba
 
     Stops quietly at a trailing partial batch (a Fetch response cut at max_bytes, or a
     log segment's torn tail); the caller can tell from the last batch's end whether
-    bytes were left over. Raises KafkaError on framing that cannot be a v2 batch.
+    bytes were left over. Raises ApiError on framing that cannot be a v2 batch.
     """
     view = _byte_view(data)
     pos = 0
@@ -1184,7 +1184,7 @@ def validate_produce_records(
     The bytes are not modified; the broker stores them as received, except that a CreateTime
     batch whose maxTimestamp disagrees with its records is returned with the records' value,
     for ``apply_validated_max_timestamps`` to write (as Kafka's LogValidator does). Raises
-    KafkaError:
+    ApiError:
 
     - INVALID_RECORD: no complete batch, trailing bytes, more than one batch (Kafka
       accepts exactly one per partition from Produce v3 on; ``allow_multiple_batches``
@@ -1230,7 +1230,7 @@ def validate_produce_records(
         if header.base_offset != 0:
             raise _invalid(f"the baseOffset of a produced record batch must be 0, not {header.base_offset}")
         if header.size > max_batch_size:
-            raise KafkaError(
+            raise ApiError(
                 ErrorCode.MESSAGE_TOO_LARGE,
                 f"record batch of {header.size} bytes exceeds the maximum of {max_batch_size}",
             )
@@ -1238,7 +1238,7 @@ def validate_produce_records(
             raise _corrupt("record batch CRC mismatch")
         codec = header.attributes & COMPRESSION_MASK
         if codec > 4:
-            raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"unknown compression codec id {codec}")
+            raise ApiError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"unknown compression codec id {codec}")
         count = header.records_count
         if header.last_offset_delta < 0:
             raise _invalid(f"record batch has an invalid last offset delta {header.last_offset_delta}")

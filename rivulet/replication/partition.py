@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 
 from rivulet.common.types import TopicPartition
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.storage.log import Log
 
 
@@ -47,9 +47,9 @@ class Partition:
         if current_leader_epoch < 0:
             return
         if current_leader_epoch > self.leader_epoch:
-            raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH)
+            raise ApiError(ErrorCode.UNKNOWN_LEADER_EPOCH)
         if current_leader_epoch < self.leader_epoch:
-            raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH)
+            raise ApiError(ErrorCode.FENCED_LEADER_EPOCH)
 
     def maybe_increment_high_watermark(self) -> bool:
         """Advance the HW to the smallest LEO in the ISR; True when it moved."""

@@ -23,7 +23,7 @@ from rivulet.common.time import SYSTEM_CLOCK, Clock
 from rivulet.common.types import TopicPartition
 from rivulet.delayed import DelayedOperation, DelayedOperationPurgatory, Timer
 from rivulet.protocol import records as rec
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.replication.partition import Partition
 from rivulet.storage.config import LogConfig
 from rivulet.storage.log import LogOffsetMetadata
@@ -175,7 +175,7 @@ class DelayedFetch(DelayedOperation):
                 start = self.fetch_offsets.get(fp.tp)
                 if start is None or start.message_offset != fp.fetch_offset:
                     start = self.fetch_offsets[fp.tp] = lg.offset_metadata(fp.fetch_offset)
-            except KafkaError:
+            except ApiError:
                 return self.force_complete()  # e.g. the log was closed: the read reports it
             n = readable_bytes(start, end, fp.max_bytes)
             if n is None:
@@ -226,7 +226,7 @@ class ReplicaManager:
     def get_partition_or_error(self, tp: TopicPartition) -> Partition:
         p = self.partitions.get(tp)
         if p is None or p.deleted:
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         return p
 
     # -------------------------------------------------------- produce
@@ -259,7 +259,7 @@ class ReplicaManager:
                 if origin == AppendOrigin.CLIENT and self.txn_verifier is not None:
                     self._verify_transaction(p, headers, transactional_id)
                 if required_acks == -1 and len(p.isr) < p.log.config.min_insync_replicas:
-                    raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS)
+                    raise ApiError(ErrorCode.NOT_ENOUGH_REPLICAS)
                 # Request frames are bytearrays: the Log patches them in place, without a copy.
                 append_time = p.log.config.log_append_time
                 info = p.log.append_as_leader(data, headers, leader_epoch=p.leader_epoch, now_ms=now,
@@ -280,7 +280,7 @@ class ReplicaManager:
                 else:
                     # Followers may long-poll on the LEO.
                     self.fetch_purgatory.check_and_complete(tp)
-            except KafkaError as e:
+            except ApiError as e:
                 res.error = e.code
                 res.message = e.message
                 res.record_errors = e.record_errors if isinstance(e, rec.RecordValidationError) else None
@@ -314,7 +314,7 @@ class ReplicaManager:
         elif err in (ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                      ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
             err = ErrorCode.NOT_ENOUGH_REPLICAS  # retriable for a producer, as Kafka maps it
-        raise KafkaError(err, f"transactional write to {p.tp} failed verification with the coordinator")
+        raise ApiError(err, f"transactional write to {p.tp} failed verification with the coordinator")
 
     @staticmethod
     def _headers_for_append(data: memoryview | bytes, max_batch_size: int, origin: AppendOrigin,
@@ -431,7 +431,7 @@ class ReplicaManager:
                     if data and lg.collect_aborted_transactions(fp.fetch_offset, max_offset):
                         aborted = lg.collect_aborted_transactions(fp.fetch_offset, _next_offset_after(data))
                     res.aborted_transactions = aborted
-            except KafkaError as e:
+            except ApiError as e:
                 res.error = e.code
         return results
 

@@ -23,7 +23,7 @@ import os
 from typing import Any
 
 from rivulet.common.config import ConfigEntry, ConfigError, ConfigSource, ConfigType, UpdateMode, parse_value
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.server.config import BROKER_CONFIGS, BrokerConfig, synonyms_of
 from rivulet.storage.checkpoints import write_atomic
 
@@ -51,7 +51,7 @@ class DynamicBrokerConfig:
 
     def level(self, resource_name: str) -> str:
         if resource_name not in (CLUSTER_DEFAULT, self.node_id):
-            raise KafkaError(ErrorCode.INVALID_REQUEST,
+            raise ApiError(ErrorCode.INVALID_REQUEST,
                              f"Unexpected broker id, expected {self.node_id} or empty string, but received "
                              f"{resource_name}")
         return resource_name
@@ -71,13 +71,13 @@ class DynamicBrokerConfig:
         level (both INVALID_REQUEST) and values their definitions reject (INVALID_CONFIG)."""
         static = sorted(n for n in configs if n in BROKER_CONFIGS and not BROKER_CONFIGS[n].dynamic)
         if static:
-            raise KafkaError(ErrorCode.INVALID_REQUEST,
+            raise ApiError(ErrorCode.INVALID_REQUEST,
                              f"Cannot update these configs dynamically: [{', '.join(static)}]")
         if not per_broker:
             own = sorted(n for n in configs if n in BROKER_CONFIGS and BROKER_CONFIGS[n].update_mode is
                          UpdateMode.PER_BROKER)
             if own:
-                raise KafkaError(ErrorCode.INVALID_REQUEST, "Cannot update these configs at default cluster level, "
+                raise ApiError(ErrorCode.INVALID_REQUEST, "Cannot update these configs at default cluster level, "
                                  f"broker id must be specified: [{', '.join(own)}]")
         for name, raw in configs.items():
             key = BROKER_CONFIGS.get(name)
@@ -86,7 +86,7 @@ class DynamicBrokerConfig:
             try:
                 key.parse(raw)
             except ConfigError as e:
-                raise KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid value {raw} for configuration {name}: "
+                raise ApiError(ErrorCode.INVALID_CONFIG, f"Invalid value {raw} for configuration {name}: "
                                  f"{e.reason}") from None
 
     def replace(self, level: str, configs: dict[str, str]) -> None:
@@ -158,7 +158,7 @@ def apply_incremental(current: dict[str, str], ops: list[Any], defaults: dict[st
             out.pop(c.name, None)
         elif c.config_operation in (2, 3):
             if c.name not in list_configs:
-                raise KafkaError(ErrorCode.INVALID_CONFIG,
+                raise ApiError(ErrorCode.INVALID_CONFIG,
                                  f"Config {c.name} is not a list: APPEND and SUBTRACT apply to list configs only")
             base = out.get(c.name, (defaults or {}).get(c.name, ""))
             items = list(parse_value(ConfigType.LIST, base or ""))
@@ -169,5 +169,5 @@ def apply_incremental(current: dict[str, str], ops: list[Any], defaults: dict[st
                 items = [x for x in items if x not in vals]
             out[c.name] = ",".join(items)
         else:
-            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown config operation {c.config_operation}")
+            raise ApiError(ErrorCode.INVALID_REQUEST, f"Unknown config operation {c.config_operation}")
     return out

@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ApiError, ErrorCode
 
 MAX_TOPIC_NAME = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -25,14 +25,14 @@ FILE_NAME = "rivulet-metadata.json"
 
 def validate_topic_name(name: str) -> None:
     if not name:
-        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
+        raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
     if name in (".", ".."):
-        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name cannot be \".\" or \"..\"")
+        raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name cannot be \".\" or \"..\"")
     if len(name) > MAX_TOPIC_NAME:
-        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+        raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                          f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME} characters")
     if not _LEGAL.match(name):
-        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+        raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                          f"Topic name \"{name}\" is illegal, it contains a character other than "
                          "ASCII alphanumerics, '.', '_' and '-'")
 

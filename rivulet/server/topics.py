@@ -13,7 +13,7 @@ import uuid
 from typing import Callable
 
 from rivulet.common.types import TopicPartition
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.replication.partition import Partition
 from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.server.config import BrokerConfig
@@ -87,17 +87,17 @@ class TopicManager:
                      validate_only: bool = False) -> TopicInfo | None:
         validate_topic_name(name)
         if self.metadata.get(name) is not None:
-            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+            raise ApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         other = self.metadata.collides(name)
         if other is not None:
-            raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+            raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                              f"Topic '{name}' collides with existing topic: {other}")
         if num_partitions <= 0:
-            raise KafkaError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
+            raise ApiError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
         if replication_factor <= 0:
-            raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
+            raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
         if replication_factor > 1:
-            raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+            raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
                              f"Unable to replicate the partition {replication_factor} time(s): "
                              "The target replication factor of "
                              f"{replication_factor} cannot be reached because only 1 broker(s) are registered.")
@@ -124,7 +124,7 @@ class TopicManager:
     def delete_topic(self, name: str) -> None:
         info = self.metadata.remove(name)
         if info is None:
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         for i in range(info.num_partitions):
             self.replica_manager.remove_partition(TopicPartition(name, i))
             self.log_manager.delete_log(name, i)

@@ -26,7 +26,7 @@ from rivulet.common.config import (
     one_of,
     parse_value,
 )
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ApiError, ErrorCode
 
 __all__ = ["ConfigEntry", "ConfigSource", "ConfigType", "LogConfig", "TOPIC_CONFIGS", "TOPIC_CONFIG_SYNONYMS",
            "TOPIC_LIST_CONFIGS", "describe_topic_configs"]
@@ -92,14 +92,14 @@ class LogConfig:
     def from_props(cls, topic_overrides: Mapping[str, str], defaults: LogConfig | None = None) -> LogConfig:
         """Apply topic-level overrides (Kafka names, string values) on top of ``defaults``.
 
-        Raises ``KafkaError(INVALID_CONFIG)`` for unknown names or bad values.
+        Raises ``ApiError(INVALID_CONFIG)`` for unknown names or bad values.
         """
         base = defaults if defaults is not None else cls()
         changes: dict[str, Any] = {}
         for name, raw in topic_overrides.items():
             key = TOPIC_CONFIGS.get(name)
             if key is None:
-                raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
+                raise ApiError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
             try:
                 changes[_attr(name)] = key.parse(raw)
             except ConfigError as e:
@@ -234,8 +234,8 @@ TOPIC_LIST_CONFIGS = frozenset(k.name for k in TOPIC_CONFIGS if k.type is Config
 assert set(TOPIC_CONFIGS.names()) == {f.name.replace("_", ".") for f in dataclasses.fields(LogConfig)}
 
 
-def _invalid(name: str, raw: Any, reason: str) -> KafkaError:
-    return KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid value {raw!r} for configuration {name}: {reason}")
+def _invalid(name: str, raw: Any, reason: str) -> ApiError:
+    return ApiError(ErrorCode.INVALID_CONFIG, f"Invalid value {raw!r} for configuration {name}: {reason}")
 
 
 def _from_broker(key: ConfigKey, broker_name: str, raw: str, scale: int) -> Any:

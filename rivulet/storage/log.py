@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from rivulet.common.time import SYSTEM_CLOCK
 from rivulet.protocol import records as rec
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.records import BatchHeader
 from rivulet.storage.batches import iter_headers
 from rivulet.storage.checkpoints import fsync_dir, read_partition_metadata, write_partition_metadata
@@ -80,7 +80,7 @@ def _marker_of(batch: bytes | memoryview) -> Marker | None:
             return None
         r = decoded.records[0]
         c = rec.parse_control_record(r)
-    except KafkaError as e:
+    except ApiError as e:
         log.warning("unreadable control batch: %s", e)
         return None
     if c.coordinator_epoch is None:
@@ -110,7 +110,7 @@ def _segment_producer_batches(
             yield _as_producer_batch(h, h.base_offset), marker
 
 
-class UnexpectedAppendOffsetError(KafkaError):
+class UnexpectedAppendOffsetError(ApiError):
     """A follower append starts below the log end offset (the fetcher must truncate)."""
 
     def __init__(self, first_offset: int, log_end_offset: int) -> None:
@@ -214,7 +214,7 @@ class Log:
         os.makedirs(self.dir, exist_ok=True)
         stored_id = read_partition_metadata(self.dir)
         if topic_id is not None and stored_id is not None and stored_id != topic_id:
-            raise KafkaError(
+            raise ApiError(
                 ErrorCode.INCONSISTENT_TOPIC_ID,
                 f"{self.dir} belongs to topic id {stored_id}, not {topic_id}",
             )
@@ -571,7 +571,7 @@ class Log:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"log {self.dir} is closed")
+            raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR, f"log {self.dir} is closed")
 
     # -- appends ---------------------------------------------------------------------------
 
@@ -613,13 +613,13 @@ class Log:
             total = 0
             for h in headers:
                 if h.size > max_message_bytes:
-                    raise KafkaError(
+                    raise ApiError(
                         ErrorCode.MESSAGE_TOO_LARGE,
                         f"batch of {h.size} bytes exceeds max.message.bytes={max_message_bytes}",
                     )
                 total += h.size
             if total != len(buf):
-                raise KafkaError(ErrorCode.CORRUPT_MESSAGE,
+                raise ApiError(ErrorCode.CORRUPT_MESSAGE,
                                  f"batch sizes add up to {total}, records are {len(buf)} bytes")
             rec.patch_appended_batches(buf, headers, first_offset=first, leader_epoch=leader_epoch,
                                        log_append_time=now_ms if log_append_time else None)
@@ -696,7 +696,7 @@ class Log:
             expected = first
             for h in headers:
                 if h.base_offset < expected:
-                    raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"offsets go backwards at {h.base_offset}")
+                    raise ApiError(ErrorCode.CORRUPT_MESSAGE, f"offsets go backwards at {h.base_offset}")
                 size = h.size
                 last = h.base_offset + h.last_offset_delta
                 if h.max_timestamp > max_ts:
@@ -706,7 +706,7 @@ class Log:
                 pos += size
                 expected = last + 1
             if pos != len(records):
-                raise KafkaError(
+                raise ApiError(
                     ErrorCode.CORRUPT_MESSAGE, f"batch sizes add up to {pos}, records are {len(records)} bytes"
                 )
             self._check_append_size(pos)
@@ -737,7 +737,7 @@ class Log:
 
     def _check_append_size(self, size: int) -> None:
         if size > self.config.segment_bytes:
-            raise KafkaError(
+            raise ApiError(
                 ErrorCode.RECORD_LIST_TOO_LARGE,
                 f"{size} bytes cannot fit in a segment of segment.bytes={self.config.segment_bytes}",
             )
@@ -778,7 +778,7 @@ class Log:
         if new_base <= old.base_offset:
             if new_base == old.base_offset and old.size == 0:
                 return old
-            raise KafkaError(
+            raise ApiError(
                 ErrorCode.KAFKA_STORAGE_ERROR,
                 f"cannot roll to offset {new_base} below the active segment base {old.base_offset}",
             )
@@ -818,7 +818,7 @@ class Log:
         """
         leo, start = self._leo, self._log_start
         if fetch_offset > leo or fetch_offset < start:
-            raise KafkaError(
+            raise ApiError(
                 ErrorCode.OFFSET_OUT_OF_RANGE,
                 f"offset {fetch_offset} is outside [{start}, {leo}] of {self.topic}-{self.partition}",
             )
@@ -930,7 +930,7 @@ class Log:
         with self._lock:
             self._check_open()
             if new_start > self._hw or new_start < 0:
-                raise KafkaError(
+                raise ApiError(
                     ErrorCode.OFFSET_OUT_OF_RANGE,
                     f"cannot move log start to {new_start}: high watermark is {self._hw}",
                 )

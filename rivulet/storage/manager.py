@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable
 
 from rivulet.common.time import SYSTEM_CLOCK
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.storage.checkpoints import (
     CLEAN_SHUTDOWN,
     LOG_START_OFFSET_CHECKPOINT,
@@ -140,12 +140,12 @@ class LogManager:
         An existing log with another topic id raises INCONSISTENT_TOPIC_ID.
         """
         if not topic or "/" in topic or "\x00" in topic or topic in (".", "..") or partition < 0:
-            raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"invalid topic partition {topic!r}-{partition}")
+            raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"invalid topic partition {topic!r}-{partition}")
         with self._lock:
             existing = self._logs.get((topic, partition))
             if existing is not None:
                 if topic_id is not None and existing.topic_id is not None and existing.topic_id != topic_id:
-                    raise KafkaError(
+                    raise ApiError(
                         ErrorCode.INCONSISTENT_TOPIC_ID,
                         f"{topic}-{partition} exists with topic id {existing.topic_id}, not {topic_id}",
                     )

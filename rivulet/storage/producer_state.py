@@ -27,7 +27,7 @@ from enum import Enum
 from crc32c import crc32c
 
 from rivulet.common.time import SYSTEM_CLOCK
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.messages.producer_snapshot import ProducerEntry, ProducerSnapshot
 from rivulet.protocol.records import ControlRecordType
 
@@ -247,7 +247,7 @@ class ProducerAppendInfo:
             else:
                 # Since Kafka 2.7 a produce gets INVALID_PRODUCER_EPOCH, not PRODUCER_FENCED:
                 # the client can abort the transaction and carry on.
-                raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH, message)
+                raise ApiError(ErrorCode.INVALID_PRODUCER_EPOCH, message)
 
     def _check_sequence(self, epoch: int, first_seq: int, offset: int) -> None:
         updated, current = self.updated, self.current
@@ -255,7 +255,7 @@ class ProducerAppendInfo:
             # A new epoch must start at sequence 0, unless the broker knows nothing of the
             # producer (expired or never seen): then any sequence is accepted (KIP-360).
             if first_seq != 0 and updated.producer_epoch != NO_PRODUCER_EPOCH:
-                raise KafkaError(
+                raise ApiError(
                     ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                     f"Invalid sequence number for new epoch of producer {self.producer_id} at offset {offset} in "
                     f"partition {self.tp}: {epoch} (request epoch), {first_seq} (seq. number), "
@@ -269,7 +269,7 @@ class ProducerAppendInfo:
             last_seq = NO_SEQUENCE
         in_sequence = first_seq == last_seq + 1 or (first_seq == 0 and last_seq == INT32_MAX)
         if not (current.producer_epoch == NO_PRODUCER_EPOCH or in_sequence):
-            raise KafkaError(
+            raise ApiError(
                 ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                 f"Out of order sequence number for producer {self.producer_id} at offset {offset} in partition "
                 f"{self.tp}: {first_seq} (incoming seq. number), {last_seq} (current end sequence number)")
@@ -291,7 +291,7 @@ class ProducerAppendInfo:
         u = self.updated
         u.add_batch(epoch, last_seq, last_offset, last_offset - first_offset, last_timestamp)
         if u.current_txn_first_offset is not None and not is_transactional:
-            raise KafkaError(ErrorCode.INVALID_TXN_STATE,
+            raise ApiError(ErrorCode.INVALID_TXN_STATE,
                              f"Expected transactional write from producer {self.producer_id} at offset "
                              f"{first_offset} in partition {self.tp}")
         if u.current_txn_first_offset is None and is_transactional:
@@ -306,7 +306,7 @@ class ProducerAppendInfo:
                 log.info("invalid coordinator epoch %d < %d for producer %d at offset %d in %s",
                          marker.coordinator_epoch, u.coordinator_epoch, self.producer_id, offset, self.tp)
             else:
-                raise KafkaError(ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                raise ApiError(ErrorCode.TRANSACTION_COORDINATOR_FENCED,
                                  f"Invalid coordinator epoch for producerId {self.producer_id} at offset {offset} "
                                  f"in partition {self.tp}: {marker.coordinator_epoch} (zombie), "
                                  f"{u.coordinator_epoch} (current)")

@@ -15,7 +15,7 @@ import struct
 from collections.abc import Callable, Sequence
 
 from rivulet.protocol import records as rec
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.records import LOCATOR, LOG_OVERHEAD, MIN_BATCH_LENGTH, BatchHeader
 from rivulet.storage.batches import InvalidBatch, iter_headers, iter_valid_batches
 from rivulet.storage.index import CorruptIndexError, OffsetIndex, TimeIndex, _write_all
@@ -405,7 +405,7 @@ class LogSegment:
                 bpos, o = q, 0
             base, length, lod = unpack(buf, o)
             if length < MIN_BATCH_LENGTH:
-                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{self.log_path}: bad batch length at {bpos + o}")
+                raise ApiError(ErrorCode.CORRUPT_MESSAGE, f"{self.log_path}: bad batch length at {bpos + o}")
             if base + lod >= target:
                 break
             o += length + LOG_OVERHEAD

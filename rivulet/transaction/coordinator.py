@@ -16,7 +16,7 @@ from typing import Callable
 from rivulet.common.cluster import ConfigValues, InternalTopicCreator, MetadataView, NodeEndpoint
 from rivulet.common.time import SYSTEM_CLOCK, Clock
 from rivulet.common.types import TopicPartition
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.transaction.markers import TransactionMarkerWriter, TxnOffsetsListener
 from rivulet.transaction.metadata import (
@@ -135,7 +135,7 @@ class TransactionCoordinator:
             # Idempotent producers always get a fresh id at epoch 0.
             try:
                 callback(ErrorCode.NONE, self._generate_producer_id(), 0)
-            except KafkaError as e:
+            except ApiError as e:
                 fail(e.code)
             return
         if not transactional_id:
@@ -147,7 +147,7 @@ class TransactionCoordinator:
         if err == ErrorCode.NONE and found is None:
             try:
                 pid = self._generate_producer_id()
-            except KafkaError as e:
+            except ApiError as e:
                 return fail(e.code)
             created = TransactionMetadata(transactional_id, pid, NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_PRODUCER_EPOCH,
                                           timeout_ms, S.EMPTY, set(), -1, self.clock.milliseconds())
@@ -193,7 +193,7 @@ class TransactionCoordinator:
             if md.is_producer_epoch_exhausted and (expected is None or expected[1] == md.producer_epoch):
                 try:
                     pid = self._generate_producer_id()
-                except KafkaError as e:
+                except ApiError as e:
                     return e.code
                 return md.prepare_producer_id_rotation(pid, timeout_ms, self.clock.milliseconds(), expected is not None)
             transit = md.prepare_increment_producer_epoch(timeout_ms, None if expected is None else expected[1],

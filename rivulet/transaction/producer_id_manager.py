@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.storage.checkpoints import write_atomic
 
 BLOCK_SIZE = 1000
@@ -45,7 +45,7 @@ class ProducerIdManager:
             start = self._next_block_start
             end = start + self.block_size
             if end > LONG_MAX:
-                raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "Exhausted all producerIds")
+                raise ApiError(ErrorCode.UNKNOWN_SERVER_ERROR, "Exhausted all producerIds")
             # Durable before use: a crash must never hand out an id of this block again.
             write_atomic(self.path, json.dumps({"version": 0, "next_block_start": end}))
             self._next_block_start = end

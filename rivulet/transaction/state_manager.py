@@ -19,7 +19,7 @@ from rivulet.common.cluster import ConfigValues
 from rivulet.common.time import SYSTEM_CLOCK, Clock
 from rivulet.common.types import TopicPartition
 from rivulet.protocol import records as rec
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.replication.replica_manager import ProduceResult, ReplicaManager
 from rivulet.transaction import txn_log
 from rivulet.transaction.metadata import TransactionMetadata, TxnState, TxnTransitMetadata
@@ -207,7 +207,7 @@ class TransactionStateManager:
         while offset < end and not self.shutting_down:
             try:
                 data = lg.read(offset, self.load_buffer_size, max_offset=end, min_one_batch=True).records
-            except KafkaError as e:
+            except ApiError as e:
                 log.warning("reading %s at %d failed: %s", tp, offset, e)
                 break
             if not data:

@@ -21,7 +21,7 @@ from rivulet.protocol.compression import (
     compress,
     decompress,
 )
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ApiError, ErrorCode
 
 pytestmark = pytest.mark.fast
 
@@ -78,7 +78,7 @@ def test_producer_names() -> None:
     assert [compression.codec_name(c) for c in CODECS] == ["none", "gzip", "snappy", "lz4", "zstd"]
     with pytest.raises(ValueError):
         compression.codec_id("brotli")
-    with pytest.raises(KafkaError) as err:
+    with pytest.raises(ApiError) as err:
         compression.codec_name(5)
     assert err.value.code == ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
 
@@ -98,10 +98,10 @@ def test_topic_names() -> None:
 
 def test_unknown_codec() -> None:
     for codec in (5, 6, 7, -1):
-        with pytest.raises(KafkaError) as err:
+        with pytest.raises(ApiError) as err:
             compress(codec, b"data")
         assert err.value.code == ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
-        with pytest.raises(KafkaError) as err:
+        with pytest.raises(ApiError) as err:
             decompress(codec, b"data")
         assert err.value.code == ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
 
@@ -160,7 +160,7 @@ def test_snappy_reads_hand_built_xerial() -> None:
     ],
 )
 def test_corrupt_snappy(bad: bytes) -> None:
-    with pytest.raises(KafkaError) as err:
+    with pytest.raises(ApiError) as err:
         decompress(SNAPPY, bad)
     assert err.value.code == ErrorCode.CORRUPT_MESSAGE
 
@@ -201,7 +201,7 @@ def test_gzip_is_readable_by_the_stdlib_and_reads_concatenated_members() -> None
 
 def test_gzip_rejects_zlib_container_and_truncation() -> None:
     for bad in (zlib.compress(TEXT), gzip.compress(TEXT)[:-5], gzip.compress(TEXT) + b"junk"):
-        with pytest.raises(KafkaError) as err:
+        with pytest.raises(ApiError) as err:
             decompress(GZIP, bad)
         assert err.value.code == ErrorCode.CORRUPT_MESSAGE
 
@@ -223,7 +223,7 @@ def test_garbage_is_corrupt_message(codec: int, bad: bytes) -> None:
         # A raw snappy block for the empty string is exactly b"\x00".
         assert decompress(codec, bad) == b""
         return
-    with pytest.raises(KafkaError) as err:
+    with pytest.raises(ApiError) as err:
         decompress(codec, bad)
     assert err.value.code == ErrorCode.CORRUPT_MESSAGE
 
@@ -232,7 +232,7 @@ def test_garbage_is_corrupt_message(codec: int, bad: bytes) -> None:
 def test_truncated_payload_is_corrupt_message(codec: int) -> None:
     packed = compress(codec, TEXT)
     for cut in (1, len(packed) // 2, len(packed) - 1):
-        with pytest.raises(KafkaError) as err:
+        with pytest.raises(ApiError) as err:
             decompress(codec, packed[:cut])
         assert err.value.code == ErrorCode.CORRUPT_MESSAGE
 
@@ -242,7 +242,7 @@ def test_output_cap(codec: int) -> None:
     data = bytes(200_000)
     packed = compress(codec, data)
     assert decompress(codec, packed, max_size=len(data)) == data
-    with pytest.raises(KafkaError) as err:
+    with pytest.raises(ApiError) as err:
         decompress(codec, packed, max_size=len(data) - 1)
     assert err.value.code == ErrorCode.CORRUPT_MESSAGE
 
@@ -252,7 +252,7 @@ def test_bomb_is_refused(codec: int) -> None:
     cap = 8 * 1024 * 1024
     packed = compress(codec, bytes(cap + 1))
     assert len(packed) < cap // 20
-    with pytest.raises(KafkaError) as err:
+    with pytest.raises(ApiError) as err:
         decompress(codec, packed, max_size=cap)
     assert err.value.code == ErrorCode.CORRUPT_MESSAGE
     assert compression.DEFAULT_MAX_DECOMPRESSED_SIZE >= 64 * 1024 * 1024
@@ -269,19 +269,19 @@ def test_declared_sizes_are_checked_but_not_trusted() -> None:
     frame = bytes(cramjam.zstd.compress(TEXT))
     assert compression._zstd_content_size(frame) == len(TEXT)
     # Claiming more than the cap is refused before anything is allocated.
-    with pytest.raises(KafkaError) as err:
+    with pytest.raises(ApiError) as err:
         decompress(ZSTD, forge_zstd_content_size(frame, 0xFFFFFFFF), max_size=1 << 20)
     assert err.value.code == ErrorCode.CORRUPT_MESSAGE
     # Claiming less cannot smuggle more than the cap through.
     for claimed in (1, 100, len(TEXT) - 1):
         try:
             out = decompress(ZSTD, forge_zstd_content_size(frame, claimed))
-        except KafkaError as exc:
+        except ApiError as exc:
             assert exc.code == ErrorCode.CORRUPT_MESSAGE
         else:
             assert out == TEXT
     # A raw snappy block's length prefix is checked against the cap up front too.
     raw = bytes(cramjam.snappy.compress_raw(TEXT))
-    with pytest.raises(KafkaError) as err:
+    with pytest.raises(ApiError) as err:
         decompress(SNAPPY, raw, max_size=100)
     assert err.value.code == ErrorCode.CORRUPT_MESSAGE

@@ -15,7 +15,7 @@ from rivulet.common.config import (
     at_least,
     load_properties,
 )
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.server.config import BROKER_CONFIGS, BrokerConfig
 from rivulet.server.dynamic_config import DynamicBrokerConfig, describe_broker_configs
 from rivulet.storage.config import TOPIC_CONFIGS
@@ -113,20 +113,20 @@ def test_broker_entries_carry_type_and_read_only(tmp_path):
 
 def test_dynamic_updates_follow_the_definitions():
     DynamicBrokerConfig.validate({"log.retention.ms": "1", "listeners": "PLAINTEXT://h:1", "my.custom": "x"})
-    with pytest.raises(KafkaError) as e:
+    with pytest.raises(ApiError) as e:
         DynamicBrokerConfig.validate({"num.partitions": "2", "log.dirs": "/x"})
     assert e.value.code == ErrorCode.INVALID_REQUEST and "[log.dirs, num.partitions]" in e.value.message
-    with pytest.raises(KafkaError) as e:
+    with pytest.raises(ApiError) as e:
         DynamicBrokerConfig.validate({"listeners": "PLAINTEXT://h:1"}, per_broker=False)
     assert e.value.code == ErrorCode.INVALID_REQUEST and "broker id must be specified" in e.value.message
-    with pytest.raises(KafkaError) as e:
+    with pytest.raises(ApiError) as e:
         DynamicBrokerConfig.validate({"log.cleaner.backoff.ms": "-1"})
     assert e.value.code == ErrorCode.INVALID_CONFIG
 
 
 def test_topic_definitions_refuse_bad_values_as_invalid_config():
     from rivulet.storage import LogConfig
-    with pytest.raises(KafkaError) as e:
+    with pytest.raises(ApiError) as e:
         LogConfig.from_props({"retention.ms": "soon"})
     assert e.value.code == ErrorCode.INVALID_CONFIG and "retention.ms" in e.value.message
 
@@ -203,7 +203,7 @@ def test_tiered_storage_configs_are_reported_but_cannot_be_turned_on():
     names = {e.name for e in describe_topic_configs({}, LogConfig())}
     assert {"remote.storage.enable", "local.retention.ms", "local.retention.bytes"} <= names
     assert LogConfig.from_props({"remote.storage.enable": "false", "local.retention.ms": "-2"}).local_retention_ms == -2
-    with pytest.raises(KafkaError) as e:
+    with pytest.raises(ApiError) as e:
         LogConfig.from_props({"remote.storage.enable": "true"})
     assert e.value.code == ErrorCode.INVALID_CONFIG and "Tiered Storage" in e.value.message
     with pytest.raises(ConfigError, match="remote.log.storage.system.enable"):

@@ -10,7 +10,7 @@ import crc32c
 import pytest
 
 from rivulet.protocol import records as rec
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.storage import Log, LogConfig
 from rivulet.storage.producer_state import (
     INT32_MAX,
@@ -53,7 +53,7 @@ def append(lg: Log, data: bytes, origin: AppendOrigin = AppendOrigin.CLIENT):
 
 
 def expect_error(code: ErrorCode, fn, *args, **kw) -> None:
-    with pytest.raises(KafkaError) as e:
+    with pytest.raises(ApiError) as e:
         fn(*args, **kw)
     assert e.value.code == code
 

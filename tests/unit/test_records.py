@@ -10,7 +10,7 @@ from crc32c import crc32c
 
 from rivulet.protocol import records as rec
 from rivulet.protocol.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD, compress
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.records import (
     HEADER_SIZE,
     ControlRecordType,
@@ -135,7 +135,7 @@ def assert_same_records(decoded: list[Record], sent: list[Record], base_offset: 
 
 
 def error_code(fn, *args, **kwargs) -> ErrorCode:  # type: ignore[no-untyped-def]
-    with pytest.raises(KafkaError) as err:
+    with pytest.raises(ApiError) as err:
         fn(*args, **kwargs)
     return err.value.code
 
@@ -292,7 +292,7 @@ def test_log_append_time_at_a_position_inside_a_larger_buffer() -> None:
     assert buf[: len(first)] == first
     batches = list(decode_records(buf))
     assert [b.records[0].timestamp for b in batches] == [T0, T0 + 1]
-    with pytest.raises(KafkaError):
+    with pytest.raises(ApiError):
         rec.set_log_append_time(bytearray(first[:40]), 0, T0)
 
 

@@ -1,4 +1,4 @@
-"""Hostile bytes must only ever surface as KafkaError: never IndexError, struct.error, a
+"""Hostile bytes must only ever surface as ApiError: never IndexError, struct.error, a
 codec library's exception or a hang."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rivulet.protocol.compression import XERIAL_MAGIC, compress, decompress
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.records import (
     HEADER_SIZE,
     Record,
@@ -37,10 +37,10 @@ CAP = 1 << 20  # small decompression cap so that bombs fail fast
 
 
 def outcome(fn: Callable[[], Any]) -> Any:
-    """Run ``fn``; return its result or the KafkaError it raised. Anything else fails the test."""
+    """Run ``fn``; return its result or the ApiError it raised. Anything else fails the test."""
     try:
         return fn()
-    except KafkaError as exc:
+    except ApiError as exc:
         assert isinstance(exc.code, ErrorCode)
         assert exc.code != ErrorCode.NONE
         return exc
@@ -52,11 +52,11 @@ def exercise(data: bytes) -> None:
     # bytearray and memoryview inputs are walked in place rather than copied: same verdict.
     for other in (bytearray(data), memoryview(data)):
         again = outcome(lambda: validate_produce_records(other, max_batch_size=1 << 30, max_decompressed_size=CAP))
-        if isinstance(headers, KafkaError):
-            assert isinstance(again, KafkaError) and again.code == headers.code
+        if isinstance(headers, ApiError):
+            assert isinstance(again, ApiError) and again.code == headers.code
         else:
             assert again == headers
-    if not isinstance(headers, KafkaError):
+    if not isinstance(headers, ApiError):
         # Whatever the broker accepts, a consumer can read back in full.
         for header in headers:
             assert header.magic == 2 and header.base_offset == 0
@@ -65,14 +65,14 @@ def exercise(data: bytes) -> None:
         assert [r.offset for r in decoded.records] == list(range(decoded.header.records_count))
     batches = outcome(lambda: list(decode_records(data, max_decompressed_size=CAP)))
     walked = outcome(lambda: list(iter_batches(data)))
-    if not isinstance(walked, KafkaError):
+    if not isinstance(walked, ApiError):
         end = 0
         for pos, header in walked:
             assert pos == end
             end = pos + header.size
             assert end <= len(data)
-    if not isinstance(batches, KafkaError):
-        assert not isinstance(walked, KafkaError) and len(batches) == len(walked)
+    if not isinstance(batches, ApiError):
+        assert not isinstance(walked, ApiError) and len(batches) == len(walked)
     outcome(lambda: decode_batch(data, max_decompressed_size=CAP))
     outcome(lambda: decode_batch(data, verify_crc=False, max_decompressed_size=CAP))
 
@@ -191,9 +191,9 @@ def test_round_trip(records: list[Record], codec: int, base_offset: int) -> None
 @given(st.integers(0, 7), st.binary(max_size=300))
 def test_decompress_random_bytes(codec: int, data: bytes) -> None:
     result = outcome(lambda: decompress(codec, data, max_size=CAP))
-    assert isinstance(result, (bytes, KafkaError))
+    assert isinstance(result, (bytes, ApiError))
     xerial = outcome(lambda: decompress(2, XERIAL_MAGIC + b"\x00\x00\x00\x01\x00\x00\x00\x01" + data, max_size=CAP))
-    assert isinstance(xerial, (bytes, KafkaError))
+    assert isinstance(xerial, (bytes, ApiError))
 
 
 @FUZZ
@@ -210,6 +210,6 @@ def test_decompress_mutated_payloads(codec: int, plain: bytes, data: st.DataObje
             if not packed:
                 break
     result = outcome(lambda: decompress(codec, bytes(packed), max_size=CAP))
-    assert isinstance(result, (bytes, KafkaError))
+    assert isinstance(result, (bytes, ApiError))
     if isinstance(result, bytes):
         assert len(result) <= CAP

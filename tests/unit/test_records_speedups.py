@@ -1,6 +1,6 @@
 """The C record decoder (rivulet.protocol._speedups) against the pure-Python one.
 
-Both must return equal records and raise the same KafkaError (code and message) for every
+Both must return equal records and raise the same ApiError (code and message) for every
 input, valid or hostile, and the C one must never read outside the buffer or crash.
 """
 
@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rivulet.protocol import records
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.records import HEADER_SIZE, Record, decode_batch, encode_batch, parse_batch_header
 
 pytestmark = pytest.mark.fast
@@ -45,7 +45,7 @@ def outcome(fn: Any, *args: Any) -> Any:
     """The records with the type of every field, or the error's code, message and context flag."""
     try:
         result = fn(*args)
-    except KafkaError as exc:
+    except ApiError as exc:
         return ("error", exc.code, exc.message, exc.__suppress_context__, exc.__cause__)
     assert type(result) is list
     shapes = [
@@ -377,7 +377,7 @@ def test_no_leaks_on_errors_and_results() -> None:
     before = sys.getallocatedblocks()
     for _ in range(2000):
         _speedups.parse_records(good, 0, len(good), 50, 0, T0, None)
-        with pytest.raises(KafkaError):
+        with pytest.raises(ApiError):
             _speedups.parse_records(bad, 0, len(bad), 51, 0, T0, None)
     gc.collect()
     assert sys.getallocatedblocks() - before < 500
@@ -409,7 +409,7 @@ def message_fields(m: Any) -> tuple:
 def messages_outcome(fn: Any, *args: Any) -> Any:
     try:
         result = fn(*args)
-    except KafkaError as exc:
+    except ApiError as exc:
         return ("error", exc.code, exc.message)
     return ("ok", [(type(m), message_fields(m)) for m in result])
 

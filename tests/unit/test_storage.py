@@ -10,7 +10,7 @@ import threading
 import crc32c
 import pytest
 
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.records import parse_batch_header
 from rivulet.storage import Log, LogConfig, UnexpectedAppendOffsetError
 from rivulet.storage.checkpoints import read_epoch_checkpoint
@@ -167,10 +167,10 @@ def test_max_offset_is_exclusive_bound(pdir):
 def test_out_of_range(pdir):
     log = Log(pdir, LogConfig())
     append(log, make_batch(records(3)))
-    with pytest.raises(KafkaError) as e:
+    with pytest.raises(ApiError) as e:
         log.read(4, 100)
     assert e.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
-    with pytest.raises(KafkaError):
+    with pytest.raises(ApiError):
         log.read(-1, 100)
     res = log.read(3, 100)
     assert len(res.records) == 0 and res.log_end_offset == 3
@@ -187,11 +187,11 @@ def test_high_watermark_is_clamped(pdir):
 
 def test_message_too_large_and_record_list_too_large(pdir):
     log = Log(pdir, LogConfig(max_message_bytes=200, segment_bytes=300))
-    with pytest.raises(KafkaError) as e:
+    with pytest.raises(ApiError) as e:
         append(log, make_batch(records(1, size=300)))
     assert e.value.code == ErrorCode.MESSAGE_TOO_LARGE
     b = make_batch(records(1, size=50))
-    with pytest.raises(KafkaError) as e:
+    with pytest.raises(ApiError) as e:
         append(log, b, b, b, b)
     assert e.value.code == ErrorCode.RECORD_LIST_TOO_LARGE
     assert log.log_end_offset == 0
@@ -334,7 +334,7 @@ def test_timestamp_lookup_undecodable_falls_back_to_batch(pdir, monkeypatch):
     from rivulet.protocol import records as rec
 
     def broken(codec, data, max_size=None):
-        raise KafkaError(ErrorCode.CORRUPT_MESSAGE)
+        raise ApiError(ErrorCode.CORRUPT_MESSAGE)
 
     monkeypatch.setattr(rec, "decompress", broken)  # e.g. a codec whose library is missing
     log = Log(pdir, LogConfig())
@@ -392,7 +392,7 @@ def test_truncate_fully_and_start_at(pdir):
     assert log.epoch_entries() == []
     assert log.segment_base_offsets() == [100]
     assert append(log, make_batch(records(1)), epoch=4).first_offset == 100
-    with pytest.raises(KafkaError):
+    with pytest.raises(ApiError):
         log.read(50, 100)
     assert log.truncate_to(50)  # below the first segment: starts afresh there
     assert log.log_end_offset == 50 and log.segment_base_offsets() == [50]
@@ -437,7 +437,7 @@ def test_delete_records(pdir):
     for e in range(5):
         append(log, b, epoch=e)
     log.high_watermark = 6
-    with pytest.raises(KafkaError) as exc:
+    with pytest.raises(ApiError) as exc:
         log.delete_records_before(7)
     assert exc.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
     assert log.delete_records_before(5) == 5
@@ -445,7 +445,7 @@ def test_delete_records(pdir):
     assert log.segment_base_offsets() == [4, 8]  # whole segments below 5 are gone
     assert not os.path.exists(os.path.join(pdir, f"{0:020d}.log"))
     assert log.epoch_entries()[0] == (2, 5)
-    with pytest.raises(KafkaError):
+    with pytest.raises(ApiError):
         log.read(4, 100)
     assert batches(log.read(5, 100).records)[0].base_offset == 4  # whole batch; client filters
     assert log.delete_records_before(-1) == 6  # -1 = high watermark
@@ -739,7 +739,7 @@ def test_close_while_flush_pinned_defers_fd_close(pdir):
 def test_closed_log_rejects_appends(pdir):
     log = Log(pdir, LogConfig())
     log.close()
-    with pytest.raises(KafkaError) as e:
+    with pytest.raises(ApiError) as e:
         append(log, make_batch(records(1)))
     assert e.value.code == ErrorCode.KAFKA_STORAGE_ERROR
     assert not log.flush()

@@ -9,7 +9,7 @@ import uuid
 import crc32c
 import pytest
 
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.records import parse_batch_header
 from rivulet.storage import (
     ConfigSource,
@@ -95,7 +95,7 @@ def test_from_props_applies_and_validates():
         "no.such.config": "1",
     }
     for name, value in bad.items():
-        with pytest.raises(KafkaError) as e:
+        with pytest.raises(ApiError) as e:
             LogConfig.from_props({name: value}, base)
         assert e.value.code == ErrorCode.INVALID_CONFIG
         assert name in str(e.value)
@@ -129,7 +129,7 @@ def test_from_broker_props_maps_names_and_units():
     assert LogConfig.from_broker_props({"log.roll.ms": "5", "log.roll.hours": "9"}).segment_ms == 5
     assert LogConfig.from_broker_props({"log.retention.ms": "-1"}).retention_ms == -1
     assert LogConfig.from_broker_props({"log.retention.hours": "-1"}).retention_ms == -1
-    with pytest.raises(KafkaError):
+    with pytest.raises(ApiError):
         LogConfig.from_broker_props({"log.segment.bytes": "lots"})
 
 
@@ -206,7 +206,7 @@ def test_manager_create_and_partition_metadata(tmp_path):
     l1 = m.create_log("orders", 1, LogConfig(), tid)
     assert os.path.dirname(l0.dir) != os.path.dirname(l1.dir)  # spread over dirs
     assert m.create_log("orders", 0, None, tid) is l0
-    with pytest.raises(KafkaError) as e:
+    with pytest.raises(ApiError) as e:
         m.create_log("orders", 0, None, uuid.uuid4())
     assert e.value.code == ErrorCode.INCONSISTENT_TOPIC_ID
     with open(os.path.join(l0.dir, "partition.metadata")) as f:
@@ -214,7 +214,7 @@ def test_manager_create_and_partition_metadata(tmp_path):
     assert read_partition_metadata(l0.dir) == tid
     assert m.get_log("orders", 0) is l0 and m.get_log("orders", 9) is None
     assert sorted(lg.partition for lg in m.all_logs()) == [0, 1]
-    with pytest.raises(KafkaError):
+    with pytest.raises(ApiError):
         m.create_log("../evil", 0, None, tid)
     m.shutdown()
 

@@ -3,7 +3,7 @@ and broker resources."""
 
 from __future__ import annotations
 
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.framing import RequestHeader
 from rivulet.protocol.messages import (
     alter_configs_response as acr,
@@ -48,14 +48,14 @@ class ConfigHandlers:
                 if res.resource_type == RESOURCE_TOPIC:
                     info = b.get(res.resource_name)
                     if info is None:
-                        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                        raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                     entries = b.describe_topic_configs(info.configs)
                 elif res.resource_type == RESOURCE_BROKER:
                     entries = describe_broker_configs(self.config, b.dynamic_config, res.resource_name)
                 elif res.resource_type == RESOURCE_BROKER_LOGGER:
                     entries = []
                 else:
-                    raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {res.resource_type}")
+                    raise ApiError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {res.resource_type}")
                 for e in entries:
                     if wanted is not None and e.name not in wanted:
                         continue
@@ -65,7 +65,7 @@ class ConfigHandlers:
                         config_source=int(e.source), is_sensitive=e.sensitive,
                         synonyms=synonyms if req.include_synonyms else [], config_type=int(e.config_type),
                         documentation=e.documentation if req.include_documentation else None))
-            except KafkaError as e:
+            except ApiError as e:
                 out.error_code = e.code
                 out.error_message = e.message
             results.append(out)
@@ -87,7 +87,7 @@ class ConfigHandlers:
                     continue
                 self._check_topic_resource(res.resource_type, res.resource_name)
                 b.alter_topic_configs(res.resource_name, new, validate_only=req.validate_only)
-            except KafkaError as e:
+            except ApiError as e:
                 r.error_code, r.error_message = e.code, e.message
             out.append(r)
         return acr.AlterConfigsResponse(throttle_time_ms=0, responses=out)
@@ -112,13 +112,13 @@ class ConfigHandlers:
                 current = apply_incremental(b.get(res.resource_name).configs, res.configs,
                                             b.topic_config_values(res.resource_name), TOPIC_LIST_CONFIGS)
                 b.alter_topic_configs(res.resource_name, current, validate_only=req.validate_only)
-            except KafkaError as e:
+            except ApiError as e:
                 r.error_code, r.error_message = e.code, e.message
             out.append(r)
         return iacr.IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=out)
 
     def _check_topic_resource(self, rtype: int, name: str) -> None:
         if rtype != RESOURCE_TOPIC:
-            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}")
+            raise ApiError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}")
         if self.topics.get(name) is None:
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rivulet.common.types import TopicPartition
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.framing import RequestHeader
 from rivulet.protocol.messages import (
     delete_records_response as drr,
@@ -188,13 +188,13 @@ class RecordHandlers:
                             r.offset, r.timestamp = found
                             r.leader_epoch = lg.epoch_for_offset(r.offset)
                     elif ts < 0:
-                        raise KafkaError(ErrorCode.INVALID_REQUEST)
+                        raise ApiError(ErrorCode.INVALID_REQUEST)
                     else:
                         found = lg.fetch_offset_by_timestamp(ts)
                         if found is not None and found[0] < fetchable:
                             r.offset, r.timestamp = found
                             r.leader_epoch = lg.epoch_for_offset(r.offset)
-                except KafkaError as e:
+                except ApiError as e:
                     r.error_code = e.code
                 parts.append(r)
             out.append(lor.ListOffsetsTopicResponse(name=t.name, partitions=parts))
@@ -213,7 +213,7 @@ class RecordHandlers:
                     part = self.replica_manager.get_partition_or_error(TopicPartition(t.topic, p.partition))
                     part.check_leader_epoch(p.current_leader_epoch)
                     r.leader_epoch, r.end_offset = part.log.end_offset_for_epoch(p.leader_epoch)
-                except KafkaError as e:
+                except ApiError as e:
                     r.error_code = e.code
                 parts.append(r)
             topics.append(ofler.OffsetForLeaderTopicResult(topic=t.topic, partitions=parts))
@@ -231,11 +231,11 @@ class RecordHandlers:
                     part = self.replica_manager.get_partition_or_error(TopicPartition(t.name, p.partition_index))
                     offset = part.high_watermark if p.offset == -1 else p.offset
                     if offset < 0 or offset > part.high_watermark:
-                        raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
+                        raise ApiError(ErrorCode.OFFSET_OUT_OF_RANGE)
                     part.log.delete_records_before(offset)
                     r.low_watermark = part.log.log_start_offset
                     self.replica_manager.fetch_purgatory.check_and_complete(part.tp)
-                except KafkaError as e:
+                except ApiError as e:
                     r.error_code = e.code
                 parts.append(r)
             topics.append(drr.DeleteRecordsTopicResult(name=t.name, partitions=parts))

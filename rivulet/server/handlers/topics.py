@@ -7,7 +7,7 @@ from typing import Any
 
 from rivulet.common.cluster import NodeEndpoint
 from rivulet.common.types import TopicPartition
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.framing import RequestHeader
 from rivulet.protocol.messages import (
     create_partitions_response as cpr,
@@ -84,7 +84,7 @@ class TopicHandlers:
             if info is None and explicit:
                 try:
                     validate_topic_name(name)
-                except KafkaError:
+                except ApiError:
                     t.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
                     topics_out.append(t)
                     continue
@@ -92,7 +92,7 @@ class TopicHandlers:
                     try:
                         info = topics.create_topic(name, self.config["num.partitions"],
                                                    self.config["default.replication.factor"], {})
-                    except KafkaError as e:
+                    except ApiError as e:
                         t.error_code = e.code
                         topics_out.append(t)
                         continue
@@ -146,17 +146,17 @@ class TopicHandlers:
                                            num_partitions=-1, replication_factor=-1, configs=None)
             try:
                 if seen[t.name] > 1:
-                    raise KafkaError(ErrorCode.INVALID_REQUEST, f"Create topics request from client contains "
+                    raise ApiError(ErrorCode.INVALID_REQUEST, f"Create topics request from client contains "
                                      f"multiple entries for the following topics: {t.name}")
                 if t.assignments:
                     if t.num_partitions != -1 or t.replication_factor != -1:
-                        raise KafkaError(ErrorCode.INVALID_REQUEST, "Both numPartitions or replicationFactor and "
+                        raise ApiError(ErrorCode.INVALID_REQUEST, "Both numPartitions or replicationFactor and "
                                          "replicasAssignments were set. Both cannot be used at the same time.")
                     num = len(t.assignments)
                     rf = len(t.assignments[0].broker_ids)
                     for a in t.assignments:
                         if any(bid != node_id for bid in a.broker_ids):
-                            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                            raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                                              f"Unknown broker in replica assignment {a.broker_ids}")
                 else:
                     num = self.config["num.partitions"] if t.num_partitions == -1 else t.num_partitions
@@ -168,7 +168,7 @@ class TopicHandlers:
                 res.replication_factor = rf
                 res.topic_id = info.topic_id if info else ZERO_UUID
                 res.configs = self._topic_config_entries(t.name, configs, ctr.CreatableTopicConfigs)
-            except KafkaError as e:
+            except ApiError as e:
                 res.error_code = e.code
                 res.error_message = e.message
             results.append(res)
@@ -196,18 +196,18 @@ class TopicHandlers:
                                            error_message=None)
             try:
                 if not self.config["delete.topic.enable"]:
-                    raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED)
+                    raise ApiError(ErrorCode.TOPIC_DELETION_DISABLED)
                 if name is None:
                     info = topics.by_id(topic_id)
                     if info is None:
-                        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID)
+                        raise ApiError(ErrorCode.UNKNOWN_TOPIC_ID)
                     name = res.name = info.name
                 info = topics.get(name)
                 if info is None:
-                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                    raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 res.topic_id = info.topic_id
                 topics.delete_topic(name)
-            except KafkaError as e:
+            except ApiError as e:
                 res.error_code = e.code
                 res.error_message = e.message
             results.append(res)
@@ -222,19 +222,19 @@ class TopicHandlers:
             try:
                 info = self.topics.get(t.name)
                 if info is None:
-                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                    raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 if t.count < info.num_partitions:
-                    raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Topic currently has {info.num_partitions} "
+                    raise ApiError(ErrorCode.INVALID_PARTITIONS, f"Topic currently has {info.num_partitions} "
                                      f"partitions, which is higher than the requested {t.count}.")
                 if t.count == info.num_partitions:
-                    raise KafkaError(ErrorCode.INVALID_PARTITIONS,
+                    raise ApiError(ErrorCode.INVALID_PARTITIONS,
                                      f"Topic already has {info.num_partitions} partitions.")
                 if t.assignments is not None and len(t.assignments) != t.count - info.num_partitions:
-                    raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Increasing the number of partitions by "
+                    raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Increasing the number of partitions by "
                                      f"{t.count - info.num_partitions} but {len(t.assignments)} assignments provided.")
                 if not req.validate_only:
                     self.topics.add_partitions(t.name, t.count)
-            except KafkaError as e:
+            except ApiError as e:
                 res.error_code = e.code
                 res.error_message = e.message
             results.append(res)
