@@ -8,12 +8,10 @@ versions are in one table, ``apis.SUPPORTED_VERSIONS``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from rivulet.protocol.framing import RequestHeader
 from rivulet.server.answer import Answer
+from rivulet.server.network import KafkaConnection
 
-if TYPE_CHECKING:
-    from rivulet.server.network import KafkaConnection
-
-Handler = Callable[[RequestHeader, Any, "KafkaConnection"], Answer]
+Handler = Callable[[RequestHeader, Any, KafkaConnection], Answer]
