@@ -22,7 +22,7 @@ from rivulet.server.config import BrokerConfig
 from rivulet.server.dynamic_config import DynamicBrokerConfig
 from rivulet.server.metadata import MetadataStore
 from rivulet.server.socket_server import SocketServer, SocketServerConfig
-from rivulet.server.topics import TopicManager
+from rivulet.server.topics import TopicManager, broker_props
 from rivulet.storage import LogConfig, LogManager, read_or_create_meta
 from rivulet.storage.cleaner import LogCleaner
 from rivulet.transaction.coordinator import TransactionCoordinator
@@ -39,13 +39,12 @@ class Broker:
         self._listener_name, host, port = config.advertised_listeners[0]
         self.node = NodeEndpoint(config.node_id, host, port)
         self.dynamic_config = DynamicBrokerConfig(config.log_dirs[0], config.node_id)
-        log_defaults = LogConfig.from_broker_props({**config.originals, **self.dynamic_config.effective()})
-        self.log_manager = LogManager(config.log_dirs, log_defaults,
+        self.log_manager = LogManager(config.log_dirs,
+                                      LogConfig.from_broker_props(broker_props(config, self.dynamic_config)),
                                       producer_id_expiration_ms=config["producer.id.expiration.ms"],
                                       time_ms=clock.milliseconds)
         self.cluster_id = read_or_create_meta(config.log_dirs[0], self.node_id, config["cluster.id"])
         self.metadata = MetadataStore(config.log_dirs[0], self.cluster_id)
-        self._log_defaults = log_defaults
         self.timer: Timer | None = None
         self.replica_manager: ReplicaManager | None = None
         self.topics: TopicManager | None = None
@@ -86,7 +85,7 @@ class Broker:
             fetch_purge_interval=cfg["fetch.purgatory.purge.interval.requests"], clock=self.clock)
         self.log_manager.startup()
         topics = self.topics = TopicManager(cfg, self.metadata, self.log_manager, rm, self.dynamic_config,
-                                            self._log_defaults, self.node_id)
+                                            self.node_id)
         topics.open_all()
         if cfg["log.cleaner.enable"]:
             # One cleaner serves every compacted log (__consumer_offsets, __transaction_state, users').

@@ -26,16 +26,20 @@ log = logging.getLogger(__name__)
 PartitionsDeleted = Callable[[list[TopicPartition]], object]
 
 
+def broker_props(config: BrokerConfig, dynamic_config: DynamicBrokerConfig) -> dict[str, str]:
+    """server.properties with the dynamic broker configs in force over it."""
+    return {**config.originals, **dynamic_config.effective()}
+
+
 class TopicManager:
     def __init__(self, config: BrokerConfig, metadata: MetadataStore, log_manager: LogManager,
-                 replica_manager: ReplicaManager, dynamic_config: DynamicBrokerConfig, log_defaults: LogConfig,
-                 node_id: int) -> None:
+                 replica_manager: ReplicaManager, dynamic_config: DynamicBrokerConfig, node_id: int) -> None:
         self.config = config
         self.metadata = metadata
         self.log_manager = log_manager
         self.replica_manager = replica_manager
         self.dynamic_config = dynamic_config
-        self.log_defaults = log_defaults
+        self.log_defaults = LogConfig.from_broker_props(broker_props(config, dynamic_config))
         self.node_id = node_id
         self._log_configs: dict[str, LogConfig] = {}
         # Told when a topic's partitions are deleted (the group coordinator drops their offsets).
@@ -160,8 +164,7 @@ class TopicManager:
                                       self.dynamic_config.described_levels())
 
     def broker_props(self) -> dict[str, str]:
-        """server.properties with the dynamic broker configs in force over it."""
-        return {**self.config.originals, **self.dynamic_config.effective()}
+        return broker_props(self.config, self.dynamic_config)
 
     def topic_config_values(self, name: str) -> dict[str, str]:
         """Every topic config's value in force for ``name`` (for APPEND and SUBTRACT)."""
