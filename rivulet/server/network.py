@@ -18,14 +18,11 @@ import logging
 import struct
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode, ProtocolDecodeError
 from rivulet.server.answer import NO_RESPONSE, Answer
-
-if TYPE_CHECKING:
-    from rivulet.server.socket_server import SocketServer
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +33,46 @@ class RequestHandler(Protocol):
     def handle(self, header: framing.RequestHeader, body: Any, conn: KafkaConnection) -> Answer: ...
 
     def api_versions_error(self, code: ErrorCode) -> Any: ...
+
+
+class RequestMemory(Protocol):
+    """``queued.max.request.bytes`` (``socket_server.MemoryPool``)."""
+
+    def exhausted(self) -> bool: ...
+
+    def reserve(self, n: int) -> None: ...
+
+    def release(self, n: int) -> None: ...
+
+    def wait(self, conn: KafkaConnection) -> None: ...
+
+    def forget(self, conn: KafkaConnection) -> None: ...
+
+
+class ConnectionLimits(Protocol):
+    """``max.connections`` and ``max.connections.per.ip`` (``socket_server.ConnectionQuotas``)."""
+
+    def refusal(self, ip: str) -> str | None: ...
+
+    def closed(self, ip: str) -> None: ...
+
+
+class BadInputLog(Protocol):
+    def warning(self, kind: str, msg: str, *args: object) -> None: ...
+
+
+class ConnectionHost(Protocol):
+    """What a connection shares with the other connections of its listener
+    (``socket_server.SocketServer``)."""
+
+    handler: RequestHandler | None
+    max_request_bytes: int
+    pool: RequestMemory
+    quotas: ConnectionLimits
+    bad_input_log: BadInputLog
+    stage: bytearray
+    stage_view: memoryview
+    connections: set[KafkaConnection]
 
 _SIZE = struct.Struct(">i")
 # Stop reading from a client that has this many requests waiting for answers.
@@ -59,7 +96,7 @@ class _Slot:
 class KafkaConnection(asyncio.BufferedProtocol):
     """One client connection."""
 
-    def __init__(self, server: SocketServer) -> None:
+    def __init__(self, server: ConnectionHost) -> None:
         assert server.handler is not None, "connections are accepted only once the server serves"
         self.server = server
         self.apis: RequestHandler = server.handler
