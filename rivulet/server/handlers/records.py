@@ -118,7 +118,7 @@ class RecordHandlers:
                 info = self.metadata.by_id(ft.topic_id)
                 name = info.name if info else None
             for fp in ft.partitions:
-                order.append((getattr(ft, "topic_id", None), name, fp.partition))
+                order.append((ft.topic_id, name, fp.partition))
                 if name is None:
                     errors[(str(ft.topic_id), fp.partition)] = ErrorCode.UNKNOWN_TOPIC_ID
                     continue

@@ -67,7 +67,7 @@ class TopicHandlers:
             wanted = [(name, None) for name in topics.topic_names()]
             explicit = False
         else:
-            wanted = [(t.name, getattr(t, "topic_id", None)) for t in req.topics]
+            wanted = [(t.name, t.topic_id) for t in req.topics]
             explicit = True
         allow_auto = (req.allow_auto_topic_creation if v >= 4 else True) and self.config["auto.create.topics.enable"]
         for name, topic_id in wanted:
