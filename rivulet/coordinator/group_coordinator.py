@@ -174,7 +174,7 @@ class GroupCoordinator:
             except Exception:
                 log.exception("offset expiration failed; will retry")
 
-    def on_partitions_deleted(self, partitions: Iterable[tuple[str, int]]) -> int:
+    def on_partitions_deleted(self, partitions: Iterable[TopicPartition]) -> int:
         """Topic partitions were deleted: forget (and tombstone) every group's offsets for them."""
         tps = [TopicPartition(t, p) for t, p in partitions]
         if self.manager is None or not tps:

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Callable
 
 from rivulet.common.time import SYSTEM_CLOCK
+from rivulet.common.types import TopicPartition
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.storage.checkpoints import (
     CLEAN_SHUTDOWN,
@@ -28,7 +29,6 @@ from rivulet.storage.log import Log, parse_topic_partition
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 _DELETE_SUFFIX = "-delete"
 _IGNORED_SUFFIXES = ("-future", "-stray")
 
@@ -91,9 +91,10 @@ class LogManager:
                 if name.endswith(_IGNORED_SUFFIXES):
                     log.warning("ignoring %s (future/stray replicas are not supported)", path)
                     continue
-                tp = parse_topic_partition(name)
-                if tp is None:
+                parsed = parse_topic_partition(name)
+                if parsed is None:
                     continue
+                tp = TopicPartition(*parsed)
                 if tp in self._logs:
                     raise RuntimeError(f"duplicate log directories for {tp[0]}-{tp[1]}: {self._logs[tp].dir}, {path}")
                 config = topic_config(tp[0]) if topic_config is not None else self.defaults
@@ -155,7 +156,7 @@ class LogManager:
             path = os.path.join(self._choose_dir(), f"{topic}-{partition}")
             lg = Log(path, config or self.defaults, topic_id=topic_id,
                      producer_id_expiration_ms=self.producer_id_expiration_ms, time_ms=self.time_ms)
-            self._logs[(topic, partition)] = lg
+            self._logs[TopicPartition(topic, partition)] = lg
             return lg
 
     def delete_log(self, topic: str, partition: int) -> bool:
