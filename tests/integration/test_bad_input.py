@@ -276,3 +276,22 @@ def test_records_without_timestamps_are_not_expired_by_a_wrong_header(broker_fac
     from ck_helpers import ck_consume
     got = ck_consume(b.bootstrap, name, 3, timeout=20)
     assert [m["offset"] for m in got] == [0, 1, 2]
+
+
+def test_excessively_many_partitions_in_one_request_are_refused(broker):
+    """As Kafka's controller: more than 10,000 partitions in one request is a POLICY_VIOLATION,
+    refused before anything is created (a mutated request once asked for two billion)."""
+    from confluent_kafka import KafkaError as CKError
+    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    futures = admin.create_topics([NewTopic("huge-a", 6000), NewTopic("huge-b", 5000)], request_timeout=30)
+    for name, f in futures.items():
+        err = f.exception(30).args[0]
+        assert err.code() == CKError.POLICY_VIOLATION, (name, err)
+        assert "Excessively large number of partitions per request." in err.str()
+    assert not {"huge-a", "huge-b"} & set(admin.list_topics(timeout=30).topics)
+    admin.create_topics([NewTopic("grows", 2)])["grows"].result(30)
+    err = admin.create_partitions([NewPartitions("grows", 10_003)])["grows"].exception(30).args[0]
+    assert err.code() == CKError.POLICY_VIOLATION
+    assert "Unable to perform excessively large batch operation." in err.str()
+    assert len(admin.list_topics("grows", timeout=30).topics["grows"].partitions) == 2

@@ -38,6 +38,23 @@ TOPIC_AUTHORIZED_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 CLUSTER_AUTHORIZED_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 
 
+# Kafka's controller refuses a request that would create more partitions than this at once:
+# such batches ran it out of memory.
+MAX_PARTITIONS_PER_BATCH = 10_000
+
+
+def _requested_partitions(req: CreateTopicsRequest, default_partitions: int) -> int:
+    total = 0
+    for t in req.topics:
+        if t.assignments:
+            total += len(t.assignments)
+        elif t.num_partitions == -1:
+            total += default_partitions
+        elif t.num_partitions > 0:
+            total += t.num_partitions
+    return total
+
+
 class TopicHandlers:
     def __init__(self, topics: TopicManager, replica_manager: ReplicaManager, config: BrokerConfig,
                  node: NodeEndpoint, cluster_id: str) -> None:
@@ -137,6 +154,13 @@ class TopicHandlers:
         self, header: RequestHeader, req: CreateTopicsRequest, conn: KafkaConnection
     ) -> ctr.CreateTopicsResponse:
         node_id = self.node.node_id
+        if _requested_partitions(req, self.config["num.partitions"]) > MAX_PARTITIONS_PER_BATCH:
+            # Kafka's controller refuses the whole request before allocating anything for it.
+            return ctr.CreateTopicsResponse(throttle_time_ms=0, topics=[
+                ctr.CreatableTopicResult(name=t.name, error_code=ErrorCode.POLICY_VIOLATION,
+                                         error_message="Excessively large number of partitions per request.",
+                                         topic_id=ZERO_UUID, num_partitions=-1, replication_factor=-1, configs=None)
+                for t in req.topics])
         results = []
         seen: dict[str, int] = {}
         for t in req.topics:
@@ -216,6 +240,16 @@ class TopicHandlers:
     def handle_create_partitions(
         self, header: RequestHeader, req: CreatePartitionsRequest, conn: KafkaConnection
     ) -> cpr.CreatePartitionsResponse:
+        added = 0
+        for t in req.topics:
+            info = self.topics.get(t.name)
+            if info is not None and t.count > info.num_partitions:
+                added += t.count - info.num_partitions
+        if added > MAX_PARTITIONS_PER_BATCH:
+            return cpr.CreatePartitionsResponse(throttle_time_ms=0, results=[
+                cpr.CreatePartitionsTopicResult(name=t.name, error_code=ErrorCode.POLICY_VIOLATION,
+                                                error_message="Unable to perform excessively large batch operation.")
+                for t in req.topics])
         results = []
         for t in req.topics:
             res = cpr.CreatePartitionsTopicResult(name=t.name, error_code=0, error_message=None)
