@@ -19,7 +19,7 @@ from rivulet.client.admin import AsyncAdminClient
 from rivulet.client.assignors import decode_assignment
 from rivulet.client.core import EARLIEST, LATEST
 from rivulet.common.types import TopicPartition as TP
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ErrorCode, ApiError
 
 
 @dataclass
@@ -45,7 +45,7 @@ async def describe_group(admin: AsyncAdminClient, group_id: str) -> GroupInfo:
     coordinator = await admin.group_coordinator(group_id)
     (g,) = await admin.describe_groups([group_id])
     if g.error_code:
-        raise KafkaError(ErrorCode(g.error_code), f"DescribeGroups {group_id}")
+        raise ApiError(ErrorCode(g.error_code), f"DescribeGroups {group_id}")
     members = []
     for m in g.members:
         assignment: list[TP] = []
@@ -69,7 +69,7 @@ async def topic_partitions(admin: AsyncAdminClient, topics: list[str]) -> dict[s
     out = {}
     for t in md.topics:
         if t.error_code:
-            raise KafkaError(ErrorCode(t.error_code), f"topic {t.name}")
+            raise ApiError(ErrorCode(t.error_code), f"topic {t.name}")
         out[t.name] = sorted(p.partition_index for p in t.partitions)
     return out
 
@@ -225,7 +225,7 @@ async def _run(args: argparse.Namespace) -> int:
             print(_table(rows))
             return 0
         return 2
-    except KafkaError as e:
+    except ApiError as e:
         print(f"rivulet groups {args.action}: {e}", file=sys.stderr)
         return 1
     except (ConnectionError, OSError) as e:

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from rivulet.client.admin import AsyncAdminClient
-from rivulet.protocol.errors import KafkaError
+from rivulet.protocol.errors import ApiError
 
 
 def _kv(items: list[str] | None) -> dict[str, str]:
@@ -37,7 +37,7 @@ async def _run(args: argparse.Namespace) -> int:
             md = await admin.metadata([args.topic] if args.topic else None)
             for t in sorted(md.topics, key=lambda t: t.name):
                 if t.error_code:
-                    print(f"Topic: {t.name}\tError: {KafkaError(t.error_code)}")
+                    print(f"Topic: {t.name}\tError: {ApiError(t.error_code)}")
                     continue
                 cfgs = await admin.describe_topic_configs(t.name)
                 overrides = ",".join(f"{c.name}={c.value}" for c in cfgs if c.config_source == 1)
@@ -58,7 +58,7 @@ async def _run(args: argparse.Namespace) -> int:
                 await admin.alter_topic_configs(args.topic, _kv(args.config), args.delete_config)
                 print(f"Updated configs of {args.topic}.")
         return 0
-    except KafkaError as e:
+    except ApiError as e:
         print(f"rivulet topics {args.action}: {e}", file=sys.stderr)
         return 1
     except (ConnectionError, OSError) as e:

@@ -22,7 +22,7 @@ from rivulet.client.client import KafkaClient, parse_bootstrap  # noqa: F401  (r
 from rivulet.client.config import resolve
 from rivulet.client.types import ClusterMetadata, TopicPartition
 from rivulet.common.types import TopicPartition as TP
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ErrorCode, ApiError
 
 RESOURCE_TOPIC = 2
 check = core.check
@@ -288,7 +288,7 @@ class AsyncAdminClient:
 
     async def create_topics(self, topics: list[NewTopic], validate_only: bool = False
                             ) -> dict[str, Any]:
-        """Create several topics; {name: the broker's CreatableTopicResult or a KafkaError}."""
+        """Create several topics; {name: the broker's CreatableTopicResult or a ApiError}."""
         return core.read_create_topics(await self._to_controller(
             core.create_topics_request(topics, self.request_timeout_ms, validate_only)))
 
@@ -296,11 +296,11 @@ class AsyncAdminClient:
                            configs: dict[str, str] | None = None, validate_only: bool = False) -> Any:
         r = (await self.create_topics([NewTopic(name, partitions, replication_factor, config=configs)],
                                       validate_only))[name]
-        if isinstance(r, KafkaError):
+        if isinstance(r, ApiError):
             raise r
         return r
 
-    async def delete_topics(self, names: list[str]) -> dict[str, KafkaError | None]:
+    async def delete_topics(self, names: list[str]) -> dict[str, ApiError | None]:
         return core.read_delete_topics(await self._to_controller(
             core.delete_topics_request(names, self.request_timeout_ms)))
 
@@ -348,7 +348,7 @@ class AsyncAdminClient:
         for tp in tps:
             leader = self.client.cluster.leader(*tp)
             if leader < 0:
-                raise KafkaError(ErrorCode(self.client.cluster.no_leader_error(tp[0])), f"{tp[0]}-{tp[1]}: no leader")
+                raise ApiError(ErrorCode(self.client.cluster.no_leader_error(tp[0])), f"{tp[0]}-{tp[1]}: no leader")
             out.setdefault(leader, []).append(tp)
         return out
 
@@ -365,7 +365,7 @@ class AsyncAdminClient:
                 out.update(res.ok)
                 for tp, code in res.errors.items():
                     if core.action(code) in (core.Action.FAIL, core.Action.FIND_COORDINATOR) or attempts.expired():
-                        raise KafkaError(ErrorCode(code), f"{what} {tp[0]}-{tp[1]}")
+                        raise ApiError(ErrorCode(code), f"{what} {tp[0]}-{tp[1]}")
                     retry[tp] = code
                     self.client.cluster.forget_leader(*tp)
             if not retry:
@@ -412,13 +412,13 @@ class AsyncAdminClient:
             out += core.read_describe_groups(resp)
         return out
 
-    async def delete_groups(self, group_ids: list[str]) -> dict[str, KafkaError | None]:
-        out: dict[str, KafkaError | None] = {}
+    async def delete_groups(self, group_ids: list[str]) -> dict[str, ApiError | None]:
+        out: dict[str, ApiError | None] = {}
         for gid in group_ids:
             resp = await self.client.send_to_coordinator(
                 gid, core.GROUP, core.delete_groups_request([gid]), lambda r: r.results[0].error_code)
             for g, code in core.read_delete_groups(resp).items():
-                out[g] = KafkaError(ErrorCode(code)) if code else None
+                out[g] = ApiError(ErrorCode(code)) if code else None
         return out
 
     async def committed_offsets(self, group_id: str, partitions: list[TP] | None = None,
@@ -435,15 +435,15 @@ class AsyncAdminClient:
         found = await self.committed_offsets(group_id, partitions)
         return {tp: (om.offset if om is not None else -1) for tp, om in found.items()}
 
-    async def alter_group_offsets(self, group_id: str, offsets: dict[TP, int]) -> dict[TP, KafkaError | None]:
+    async def alter_group_offsets(self, group_id: str, offsets: dict[TP, int]) -> dict[TP, ApiError | None]:
         """Kafka's alterConsumerGroupOffsets: a standalone commit, which the broker accepts only
         while the group has no members."""
         req = core.offset_commit_request(group_id, {tp: core.OffsetAndMetadata(o) for tp, o in offsets.items()})
         resp = await self.client.send_to_coordinator(group_id, core.GROUP, req,
                                                      lambda r: core.read_offset_commit(r).first_error())
         res = core.read_offset_commit(resp)
-        out: dict[TP, KafkaError | None] = {tp: None for tp in res.ok}
-        out.update({tp: KafkaError(ErrorCode(c)) for tp, c in res.errors.items()})
+        out: dict[TP, ApiError | None] = {tp: None for tp in res.ok}
+        out.update({tp: ApiError(ErrorCode(c)) for tp, c in res.errors.items()})
         return out
 
     async def describe_cluster(self) -> Any:
@@ -460,7 +460,7 @@ def _future() -> concurrent.futures.Future:
 
 
 def _exc(e: BaseException) -> E.KafkaException:
-    if isinstance(e, KafkaError):
+    if isinstance(e, ApiError):
         return E.KafkaException(E.broker_error(e.code, e.message))
     if isinstance(e, E.KafkaException):
         return e
@@ -509,7 +509,7 @@ class AdminClient:
                       validate_only: bool = False) -> dict[str, concurrent.futures.Future]:
         async def work() -> dict:
             res = await self._aio.create_topics(new_topics, validate_only)
-            return {k: (v if isinstance(v, KafkaError) else None) for k, v in res.items()}
+            return {k: (v if isinstance(v, ApiError) else None) for k, v in res.items()}
         return self._per_key([t.topic for t in new_topics], work)
 
     def delete_topics(self, topics: list[str], operation_timeout: float = 0, request_timeout: float = 30
@@ -527,7 +527,7 @@ class AdminClient:
                 try:
                     await self._aio.create_partitions(np.topic, np.new_total_count, validate_only)
                     out[np.topic] = None
-                except KafkaError as e:
+                except ApiError as e:
                     out[np.topic] = e
             return out
         return self._per_key([p.topic for p in new_partitions], work)
@@ -544,7 +544,7 @@ class AdminClient:
                         c.is_sensitive, False,
                         {s.name: ConfigEntry(s.name, s.value, s.source, is_synonym=True) for s in c.synonyms or []})
                         for c in configs}
-                except KafkaError as e:
+                except ApiError as e:
                     out[r] = e
             return out
         return self._per_key(list(resources), work)
@@ -557,7 +557,7 @@ class AdminClient:
                 try:
                     await self._aio.alter_configs(r.restype, r.name, r.set_config_dict, validate_only)
                     out[r] = None
-                except KafkaError as e:
+                except ApiError as e:
                     out[r] = e
             return out
         return self._per_key(list(resources), work)
@@ -572,7 +572,7 @@ class AdminClient:
                 try:
                     await self._aio.incremental_alter_configs(r.restype, r.name, ops, validate_only)
                     out[r] = None
-                except KafkaError as e:
+                except ApiError as e:
                     out[r] = e
             return out
         return self._per_key(list(resources), work)
@@ -626,7 +626,7 @@ class AdminClient:
             out: dict[str, Any] = {}
             for g in await self._aio.describe_groups(list(group_ids)):
                 if g.error_code:
-                    out[g.group_id] = KafkaError(ErrorCode(g.error_code), f"DescribeGroups {g.group_id}")
+                    out[g.group_id] = ApiError(ErrorCode(g.error_code), f"DescribeGroups {g.group_id}")
                     continue
                 members = []
                 for m in g.members:

@@ -20,7 +20,7 @@ from rivulet.client import core
 from rivulet.client.client import parse_bootstrap
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import framing
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ErrorCode, ApiError
 
 log = logging.getLogger("rivulet.client.blocking")
 
@@ -49,7 +49,7 @@ class BlockingConnection:
     def _handshake(self) -> None:
         try:
             resp = self.request(core.api_versions_request(), version=3)
-        except KafkaError:
+        except ApiError:
             resp = None
         if resp is None or resp.error_code == ErrorCode.UNSUPPORTED_VERSION:
             resp = self.request(core.api_versions_request(None), version=0)
@@ -180,7 +180,7 @@ class BlockingClient:
             self.metadata([tp[0]])
             node = self.cluster.leader(*tp)
             if node < 0:
-                raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"no leader for {tp[0]}-{tp[1]}")
+                raise ApiError(ErrorCode.LEADER_NOT_AVAILABLE, f"no leader for {tp[0]}-{tp[1]}")
         return node
 
     # ------------------------------------------------------------ offsets
@@ -195,7 +195,7 @@ class BlockingClient:
             for tp, ts in remaining.items():
                 try:
                     by_node.setdefault(self.leader(tp), {})[tp] = ts
-                except KafkaError:
+                except ApiError:
                     pass
             for node, part in by_node.items():
                 try:
@@ -209,12 +209,12 @@ class BlockingClient:
                     remaining.pop(tp, None)
                 for tp, code in res.errors.items():
                     if core.action(code) in (core.Action.FAIL, core.Action.FIND_COORDINATOR):
-                        raise KafkaError(ErrorCode(code), f"ListOffsets {tp[0]}-{tp[1]}")
+                        raise ApiError(ErrorCode(code), f"ListOffsets {tp[0]}-{tp[1]}")
                     self.cluster.forget_leader(*tp)
             if not remaining:
                 return out
             if attempts.expired():
-                raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"cannot list offsets for {sorted(remaining)[:5]}")
+                raise ApiError(ErrorCode.LEADER_NOT_AVAILABLE, f"cannot list offsets for {sorted(remaining)[:5]}")
             time.sleep(attempts.next_delay())
             self.metadata({t for t, _ in remaining})
 
@@ -228,7 +228,7 @@ class BlockingClient:
                 self.cluster.brokers.setdefault(found.node_id, (found.host, found.port))
                 return found.node_id
             if core.action(code) == core.Action.FAIL or attempts.expired():
-                raise KafkaError(ErrorCode(code), msg or f"FindCoordinator {key!r}")
+                raise ApiError(ErrorCode(code), msg or f"FindCoordinator {key!r}")
             time.sleep(attempts.next_delay())
 
     def send_to_coordinator(self, key: str, key_type: int, req: Any, error_of: Callable[[Any], int]) -> Any:
@@ -246,7 +246,7 @@ class BlockingClient:
             if resp is not None and act not in (core.Action.RETRY, core.Action.FIND_COORDINATOR):
                 return resp
             if attempts.expired():
-                raise KafkaError(ErrorCode(code), f"{type(req).__name__} to the coordinator of {key!r}")
+                raise ApiError(ErrorCode(code), f"{type(req).__name__} to the coordinator of {key!r}")
             time.sleep(attempts.next_delay())
 
     def commit_offsets(self, group: str, offsets: Mapping[tuple[str, int], int], metadata: str = "") -> None:

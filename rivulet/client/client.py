@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable
 from rivulet.client import core
 from rivulet.client.connection import BrokerConnection, ConnectionClosed
 from rivulet.client.core import Cluster, PartitionMeta, TopicMeta  # noqa: F401  (re-exported)
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ErrorCode, ApiError
 
 log = logging.getLogger("rivulet.client")
 
@@ -202,7 +202,7 @@ class KafkaClient:
                 self.cluster.brokers.setdefault(found.node_id, (found.host, found.port))
                 return found
             if core.action(code) == core.Action.FAIL or attempts.expired():
-                raise KafkaError(ErrorCode(code), msg or f"FindCoordinator for {key!r}")
+                raise ApiError(ErrorCode(code), msg or f"FindCoordinator for {key!r}")
             await asyncio.sleep(attempts.next_delay())
 
     async def send_to_coordinator(self, key: str, key_type: int, request: Any, error_of: Callable[[Any], int],
@@ -224,7 +224,7 @@ class KafkaClient:
                                      or attempts.expired()):
                 return resp
             if attempts.expired():
-                raise KafkaError(ErrorCode(code), f"{type(request).__name__} to the coordinator of {key!r}")
+                raise ApiError(ErrorCode(code), f"{type(request).__name__} to the coordinator of {key!r}")
             await asyncio.sleep(attempts.next_delay())
 
     async def any_connection(self) -> BrokerConnection:

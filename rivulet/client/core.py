@@ -1,7 +1,7 @@
 """The client core: every request a Rivulet client makes, as data and pure functions.
 
 For each call this module says how to build the request, how to read the answer (into plain
-result types, or a raised ``KafkaError``), what an error code asks of the caller (retry,
+result types, or a raised ``ApiError``), what an error code asks of the caller (retry,
 refresh metadata, find the coordinator again, or give up) and how long to wait before the next
 attempt. Nothing here does I/O: the asyncio client (``KafkaClient``) and the blocking client
 (``rivulet.client.blocking``) send what it builds and feed back what comes in, as h11 and
@@ -18,7 +18,7 @@ from typing import Any, Callable, Generic, Iterable, Mapping, TypeVar
 
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import framing
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ErrorCode, ApiError
 from rivulet.protocol.messages import (
     add_offsets_to_txn_request as aotq,
     add_partitions_to_txn_request as aptq,
@@ -193,7 +193,7 @@ def action(code: int) -> Action:
 def check(code: int, what: str | None = None) -> None:
     """Raise the broker's error for a non-zero code."""
     if code:
-        raise KafkaError(ErrorCode(code), what)
+        raise ApiError(ErrorCode(code), what)
 
 
 def first_error(codes: Iterable[int]) -> int:
@@ -224,7 +224,7 @@ class PartitionResults(Generic[T]):
 
     def raise_first(self, what: str) -> None:
         for tp, code in self.errors.items():
-            raise KafkaError(ErrorCode(code), f"{what} {tp.topic}-{tp.partition}")
+            raise ApiError(ErrorCode(code), f"{what} {tp.topic}-{tp.partition}")
 
 
 def read_partitions(topics: Iterable[Any], value_of: Callable[[Any], T]) -> PartitionResults[T]:
@@ -261,10 +261,10 @@ def pick_version(api_key: int, theirs: tuple[int, int] | None, cap: int | None =
     core's cap for requests whose newer shapes the clients do not use)."""
     ours = framing.request_class(api_key).VALID_VERSIONS
     if theirs is None:
-        raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"the broker does not support API key {api_key}")
+        raise ApiError(ErrorCode.UNSUPPORTED_VERSION, f"the broker does not support API key {api_key}")
     hi = min(ours[1], theirs[1], cap if cap is not None else MAX_VERSIONS.get(api_key, ours[1]))
     if hi < max(ours[0], theirs[0]):
-        raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"no common version for API key {api_key}")
+        raise ApiError(ErrorCode.UNSUPPORTED_VERSION, f"no common version for API key {api_key}")
     return hi
 
 
@@ -645,8 +645,8 @@ def create_topics_request(topics: Iterable[Any], timeout_ms: int, validate_only:
 
 
 def read_create_topics(resp: ctr.CreateTopicsResponse) -> dict[str, Any]:
-    """{name: the broker's CreatableTopicResult, or the KafkaError it reported}."""
-    return {r.name: KafkaError(ErrorCode(r.error_code), r.error_message) if r.error_code else r
+    """{name: the broker's CreatableTopicResult, or the ApiError it reported}."""
+    return {r.name: ApiError(ErrorCode(r.error_code), r.error_message) if r.error_code else r
             for r in resp.topics}
 
 
@@ -656,8 +656,8 @@ def delete_topics_request(names: Iterable[str], timeout_ms: int) -> dtq.DeleteTo
                                    timeout_ms=timeout_ms)
 
 
-def read_delete_topics(resp: dtr.DeleteTopicsResponse) -> dict[str, KafkaError | None]:
-    return {r.name: KafkaError(ErrorCode(r.error_code), r.error_message) if r.error_code else None
+def read_delete_topics(resp: dtr.DeleteTopicsResponse) -> dict[str, ApiError | None]:
+    return {r.name: ApiError(ErrorCode(r.error_code), r.error_message) if r.error_code else None
             for r in resp.responses}
 
 

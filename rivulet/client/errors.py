@@ -13,7 +13,7 @@ from typing import Any
 
 from rivulet.client import core
 from rivulet.protocol.errors import ErrorCode
-from rivulet.protocol.errors import KafkaError as ProtocolError
+from rivulet.protocol.errors import ApiError as ProtocolError
 
 # librdkafka's local (client-side) error codes, by the names confluent-kafka exposes.
 LOCAL_CODES: dict[str, int] = {

@@ -34,7 +34,7 @@ from rivulet.client.types import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIM
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ErrorCode
-from rivulet.protocol.errors import KafkaError as ProtocolError
+from rivulet.protocol.errors import ApiError as ProtocolError
 
 log = logging.getLogger("rivulet.consumer")
 

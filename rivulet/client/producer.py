@@ -39,7 +39,7 @@ from rivulet.client.types import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIM
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import compression
 from rivulet.protocol.errors import ErrorCode
-from rivulet.protocol.errors import KafkaError as ProtocolError
+from rivulet.protocol.errors import ApiError as ProtocolError
 from rivulet.protocol.records import encode_batch as _encode_batch
 
 log = logging.getLogger("rivulet.producer")

@@ -28,7 +28,7 @@ from rivulet.client.connection import RequestTimedOut
 from rivulet.client.errors import KafkaError, KafkaException
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol.errors import ErrorCode
-from rivulet.protocol.errors import KafkaError as ProtocolError
+from rivulet.protocol.errors import ApiError as ProtocolError
 
 if TYPE_CHECKING:
     from rivulet.client.producer import AIOProducer

@@ -150,8 +150,3 @@ class ApiError(Exception):
 
 class ProtocolDecodeError(Exception):
     """A frame that cannot be decoded: malformed, truncated or oversized."""
-
-
-# The name the client modules still import this class by (as ProtocolError, mostly); they move
-# to ApiError with the client core, then this goes.
-KafkaError = ApiError

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rivulet.protocol.compression import decompress
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ErrorCode, ApiError
 from rivulet.protocol.records import (
     COMPRESSION_MASK,
     CONTROL_MASK,
@@ -57,8 +57,8 @@ ARROW_SCHEMA_NO_HEADERS = pa.schema(list(ARROW_SCHEMA)[:-1])
 MAX_DECOMPRESSED = 256 << 20
 
 
-def _corrupt(msg: str) -> KafkaError:
-    return KafkaError(ErrorCode.CORRUPT_MESSAGE, msg)
+def _corrupt(msg: str) -> ApiError:
+    return ApiError(ErrorCode.CORRUPT_MESSAGE, msg)
 
 
 def _headers(buf: Any, q: int, end: int) -> list[tuple[str, bytes | None]]:
@@ -158,7 +158,7 @@ class Chunk:
                 base_off.extend(array("q", [bo]) * count)
                 base_ts.extend(array("q", [bt if lat is None else lat]) * count)
                 own_ts.extend(array("q", [1 if lat is None else 0]) * count)
-        except (IndexError, KafkaError):
+        except (IndexError, ApiError):
             return False  # the per-record loop says what is wrong
         buf = pa.py_buffer(data)
         u8 = pa.Array.from_buffers(pa.uint8(), len(data), [None, buf])
@@ -412,7 +412,7 @@ def _uniform_starts(buf: Any, start: int, stop: int, count: int, starts: array, 
             return None
         try:  # q may land inside a record, on anything
             v, _ = uvarint(buf, q, 10)
-        except (KafkaError, IndexError):
+        except (ApiError, IndexError):
             return None
         return (v >> 1) ^ -(v & 1)
 
@@ -420,7 +420,7 @@ def _uniform_starts(buf: Any, start: int, stop: int, count: int, starts: array, 
         runs += 1
         try:
             v, body = uvarint(buf, pos, 10)
-        except (KafkaError, IndexError):
+        except (ApiError, IndexError):
             v, body = 0, pos
         size = (v >> 1) ^ -(v & 1)
         stride = body - pos + size

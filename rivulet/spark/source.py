@@ -26,7 +26,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ErrorCode, ApiError
 from rivulet.client import blocking, core
 from rivulet.client.blocking import BlockingClient, BlockingConnection
 from rivulet.client.core import EARLIEST, LATEST
@@ -604,12 +604,12 @@ class _Fetcher:
         offset, self.ahead = self.ahead, None
         resp = self.conn.receive()
         if resp.error_code:
-            raise KafkaError(ErrorCode(resp.error_code), "Fetch")
+            raise ApiError(ErrorCode(resp.error_code), "Fetch")
         for t in resp.responses:
             for pd in t.partitions:
                 if pd.partition_index == self.tp[1]:
                     return offset, pd
-        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"Fetch response without {self.tp}")
+        raise ApiError(ErrorCode.UNKNOWN_SERVER_ERROR, f"Fetch response without {self.tp}")
 
     def reset(self) -> None:
         """Forget the connection (and whatever it has in flight)."""
@@ -649,19 +649,19 @@ def read_range(opts: SourceOptions, rp: RangePartition) -> Iterator[Any]:
             if code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 failures += 1
                 if failures > 5:
-                    raise KafkaError(ErrorCode(code), f"Fetch {tp[0]}-{tp[1]} at offset {offset}")
+                    raise ApiError(ErrorCode(code), f"Fetch {tp[0]}-{tp[1]} at offset {offset}")
                 offset = _out_of_range(f, opts, tp, offset, end)
                 continue
             if code in core.RETRIABLE:
                 failures += 1
                 if failures > 20:
-                    raise KafkaError(ErrorCode(code), f"Fetch {tp[0]}-{tp[1]}")
+                    raise ApiError(ErrorCode(code), f"Fetch {tp[0]}-{tp[1]}")
                 f.reset()
                 f.cluster.cluster.forget_leader(*tp)
                 time.sleep(BACKOFF.delay(failures))
                 continue
             if code:
-                raise KafkaError(ErrorCode(code), f"Fetch {tp[0]}-{tp[1]} at offset {offset}")
+                raise ApiError(ErrorCode(code), f"Fetch {tp[0]}-{tp[1]} at offset {offset}")
             failures = 0
             records = pd.records
             if records is None or len(records) == 0:
@@ -685,7 +685,7 @@ def read_range(opts: SourceOptions, rp: RangePartition) -> Iterator[Any]:
                 # Only part of a batch came back (a broker without KIP-74): ask for more.
                 failures += 1
                 if failures > 20:
-                    raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{tp[0]}-{tp[1]}: no complete batch at {offset}")
+                    raise ApiError(ErrorCode.CORRUPT_MESSAGE, f"{tp[0]}-{tp[1]}: no complete batch at {offset}")
                 f.floor = min(max(2 * len(records), 2 * f.floor, 1 << 20), 1 << 30)
                 continue
             if offset < nxt < end:
@@ -705,7 +705,7 @@ def read_range(opts: SourceOptions, rp: RangePartition) -> Iterator[Any]:
                 if hi > lo:
                     yield chunk.to_arrow(tp[0], tp[1], lo, hi)
             if dec.next_offset <= offset:
-                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{tp[0]}-{tp[1]}: no complete batch at offset {offset}")
+                raise ApiError(ErrorCode.CORRUPT_MESSAGE, f"{tp[0]}-{tp[1]}: no complete batch at offset {offset}")
             if dec.next_offset != nxt and f.ahead is not None:
                 f.reset()  # the request sent ahead asked for the wrong offset
             offset = dec.next_offset

@@ -9,7 +9,7 @@ from rivulet.client import core
 from rivulet.client.admin import NewTopic
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import framing
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ErrorCode, ApiError
 from rivulet.protocol.messages import (
     add_partitions_to_txn_response as aptr,
     delete_records_response as drr,
@@ -103,7 +103,7 @@ def test_operation_not_attempted_yields_to_the_real_error():
 
 def test_check_raises_the_broker_error():
     core.check(0)
-    with pytest.raises(KafkaError) as e:
+    with pytest.raises(ApiError) as e:
         core.check(ErrorCode.GROUP_ID_NOT_FOUND, "x")
     assert e.value.code == ErrorCode.GROUP_ID_NOT_FOUND
 
@@ -187,7 +187,7 @@ def test_list_offsets_round_trip():
     res = core.read_list_offsets(resp)
     assert res.ok == {TP("t", 0): core.ListedOffset(5, -1, 2)} and res.ok[("t", 0)].offset == 5
     assert res.errors == {("t", 1): ErrorCode.NOT_LEADER_OR_FOLLOWER}
-    with pytest.raises(KafkaError):
+    with pytest.raises(ApiError):
         res.raise_first("ListOffsets")
 
 
@@ -318,10 +318,10 @@ def test_api_versions_and_version_choice():
     assert core.pick_version(1, versions[1]) == 12      # Fetch: topic ids from v13
     assert core.pick_version(9, versions[9]) == 7       # OffsetFetch: grouped from v8
     assert core.pick_version(9, versions[9], cap=3) == 3
-    with pytest.raises(KafkaError) as e:
+    with pytest.raises(ApiError) as e:
         core.pick_version(1, None)
     assert e.value.code == ErrorCode.UNSUPPORTED_VERSION
-    with pytest.raises(KafkaError):
+    with pytest.raises(ApiError):
         core.read_api_versions(avr.ApiVersionsResponse(error_code=ErrorCode.UNSUPPORTED_VERSION), "b:1")
 
 

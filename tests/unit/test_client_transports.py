@@ -9,7 +9,7 @@ import pytest
 from rivulet.client import blocking, core
 from rivulet.client.client import KafkaClient
 from rivulet.client.config import resolve
-from rivulet.protocol.errors import ErrorCode, KafkaError
+from rivulet.protocol.errors import ErrorCode, ApiError
 from rivulet.protocol.messages import (
     find_coordinator_response as fcr,
     list_offsets_response as lor,
@@ -105,7 +105,7 @@ def test_blocking_coordinator_waits_out_loading_with_backoff(sleeps):
 
 def test_blocking_coordinator_gives_up_on_a_fatal_error(sleeps):
     s = Script({"FindCoordinatorRequest": [not_found(ErrorCode.GROUP_AUTHORIZATION_FAILED)]})
-    with pytest.raises(KafkaError) as e:
+    with pytest.raises(ApiError) as e:
         blocking_client(s).coordinator("g")
     assert e.value.code == ErrorCode.GROUP_AUTHORIZATION_FAILED and sleeps == []
 
@@ -120,7 +120,7 @@ def test_blocking_commit_finds_a_moved_coordinator_again(sleeps):
 def test_blocking_commit_raises_a_partition_error(sleeps):
     s = Script({"FindCoordinatorRequest": [found(1)],
                 "OffsetCommitRequest": [commit_answer(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]})
-    with pytest.raises(KafkaError, match="UNKNOWN_TOPIC_OR_PARTITION"):
+    with pytest.raises(ApiError, match="UNKNOWN_TOPIC_OR_PARTITION"):
         blocking_client(s).commit_offsets("g", {("t", 0): 5})
     assert sleeps == []
 
@@ -145,7 +145,7 @@ def test_blocking_list_offsets_follows_a_moved_leader(sleeps):
 def test_blocking_list_offsets_raises_what_cannot_be_retried(sleeps):
     s = Script({"MetadataRequest": [metadata(1)],
                 "ListOffsetsRequest": [list_offsets(ErrorCode.OFFSET_OUT_OF_RANGE)]})
-    with pytest.raises(KafkaError) as e:
+    with pytest.raises(ApiError) as e:
         blocking_client(s).list_offsets({("t", 0): 5})
     assert e.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
 
