@@ -188,7 +188,7 @@ def demo_main(args: argparse.Namespace) -> int:
         from rivulet.cli.pipeline import PipelineConfig, PipelineStats, session_for, start
         cfg = PipelineConfig(
             bootstrap_servers=broker.bootstrap, input_topic=INPUT_TOPIC, starting_offsets="earliest",
-            max_offsets_per_trigger=20_000, source_options={"kafka.group.id": GROUP},
+            max_offsets_per_trigger=20_000, source_options={"kafka.group.id": GROUP, "commitOffsets": "true"},
             schema=SCHEMA, event_time="event_time", window="10 seconds", watermark="5 seconds",
             group_by=["category"],
             metrics={"orders": "count(*)", "items": "sum(quantity)", "revenue": "round(sum(quantity * price), 2)",

@@ -13,6 +13,7 @@ its own (it registers every ``pyspark_*`` module that exports ``DefaultSource``)
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 try:
@@ -48,8 +49,9 @@ class RivuletDataSource(DataSource):
         return "rivulet"
 
     def schema(self) -> StructType:
-        include = str(self.options.get("includeHeaders", "true")).strip().lower() != "false"
-        return SCHEMA if include else SCHEMA_NO_HEADERS
+        # Spark's Kafka source: headers only with includeHeaders=true.
+        include = {str(k).lower(): str(v) for k, v in self.options.items()}.get("includeheaders", "false")
+        return SCHEMA if include.strip().lower() == "true" else SCHEMA_NO_HEADERS
 
     def reader(self, schema: StructType) -> RivuletBatchReader:
         return RivuletBatchReader(SourceOptions.parse(self.options, streaming=False))
@@ -58,6 +60,7 @@ class RivuletDataSource(DataSource):
         return RivuletStreamReader(SourceOptions.parse(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> RivuletBatchWriter:
+        refuse_overwrite(overwrite)
         opts = SinkOptions.parse(self.options)
         validate_schema(schema, opts)
         return RivuletBatchWriter(opts)
@@ -68,10 +71,62 @@ class RivuletDataSource(DataSource):
         return RivuletStreamWriter(opts)
 
 
+def refuse_overwrite(overwrite: bool) -> None:
+    if overwrite:
+        raise ValueError("save mode Overwrite is not allowed for format rivulet (a topic cannot be truncated): "
+                         "use Append or ErrorIfExists (the default), as with Spark's Kafka sink")
+
+
+# Save modes the writers were given, for the format("rivulet") writes only.
+_writer_formats: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+_writer_modes: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+_save_mode_installed = False
+
+
+def _install_default_save_mode() -> None:
+    """Let ``df.write.format("rivulet").save()`` run in the default mode, as Spark's Kafka sink does.
+
+    Spark's Kafka sink takes ErrorIfExists (the default) like Append, but Spark refuses
+    ErrorIfExists for every Python data source before the source is asked; so PySpark's
+    writer turns it into Append for this format only. Overwrite is refused by the writer,
+    Ignore by Spark itself, both as for Kafka.
+    """
+    global _save_mode_installed
+    if _save_mode_installed:
+        return
+    _save_mode_installed = True
+    from pyspark.sql.readwriter import DataFrameWriter
+
+    base_format, base_mode, base_save = DataFrameWriter.format, DataFrameWriter.mode, DataFrameWriter.save
+
+    def format(self: DataFrameWriter, source: str) -> DataFrameWriter:
+        _writer_formats[self] = str(source).lower()
+        return base_format(self, source)
+
+    def mode(self: DataFrameWriter, saveMode: str | None) -> DataFrameWriter:
+        if saveMode is not None:
+            _writer_modes[self] = str(saveMode).lower()
+        return base_mode(self, saveMode)
+
+    def save(self: DataFrameWriter, path: str | None = None, format: str | None = None, mode: str | None = None,
+             partitionBy: Any = None, **options: Any) -> None:
+        fmt = str(format).lower() if format is not None else _writer_formats.get(self, "")
+        chosen = str(mode).lower() if mode is not None else _writer_modes.get(self, "errorifexists")
+        if fmt == RivuletDataSource.name() and chosen in ("error", "errorifexists", "default"):
+            mode = "append"
+        return base_save(self, path, format, mode, partitionBy, **options)
+
+    format.__doc__, mode.__doc__, save.__doc__ = base_format.__doc__, base_mode.__doc__, base_save.__doc__
+    DataFrameWriter.format, DataFrameWriter.mode, DataFrameWriter.save = format, mode, save  # type: ignore[method-assign]
+
+
 def register(spark: Any) -> None:
     """Register ``format("rivulet")`` with a SparkSession (not needed when ``pyspark_rivulet`` is
     installed, but harmless)."""
     spark.dataSource.register(RivuletDataSource)
+
+
+_install_default_save_mode()
 
 
 __all__ = ["RivuletDataSource", "register", "SCHEMA", "SCHEMA_NO_HEADERS", "DataLossError"]

@@ -27,10 +27,12 @@ from typing import Any, Iterator, Mapping
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
-from rivulet.client import blocking
+from rivulet.client import blocking, core
 from rivulet.client.transactions import ConsumerGroupMetadata
 from rivulet.client.types import TopicPartition
 from rivulet.protocol.compression import CODEC_IDS
+from rivulet.protocol.errors import ErrorCode
+from rivulet.spark._options import PRODUCER_REFUSED, SINK_KAFKA_OPTIONS, check_kafka_options
 from rivulet.protocol.records import Record
 
 log = logging.getLogger("rivulet.spark")
@@ -57,6 +59,7 @@ class SinkOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SinkOptions":
         o = {str(k).lower(): str(v) for k, v in options.items()}
+        check_kafka_options(o, PRODUCER_REFUSED, SINK_KAFKA_OPTIONS, "sink")
         bootstrap = o.get("kafka.bootstrap.servers") or o.get("bootstrap.servers")
         if not bootstrap:
             raise ValueError("option kafka.bootstrap.servers (or bootstrap.servers) must be set")
@@ -242,6 +245,21 @@ def write_partition(opts: SinkOptions, batches: Iterator[Any], write_id: str, ba
         p.close(30)
 
 
+def delete_markers(bootstrap: str, groups: list[str]) -> None:
+    """Delete marker groups that no retry can need any more (failures only logged: a left-over
+    group costs nothing but a line in ``groups list``)."""
+    cluster = blocking.pooled(bootstrap, "rivulet-spark")
+    for g in groups:
+        try:
+            code = core.read_delete_groups(cluster.send_to_coordinator(
+                g, core.GROUP, core.delete_groups_request([g]), lambda r: r.results[0].error_code)).get(g, 0)
+        except Exception as e:
+            log.warning("could not delete marker group %s: %s", g, e)
+            continue
+        if code not in (ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND):
+            log.warning("could not delete marker group %s: %s", g, ErrorCode(code).name)
+
+
 def _write_plain(opts: SinkOptions, batches: Iterator[Any], partition_id: int) -> SinkCommit:
     """At-least-once, through Rivulet's idempotent producer (transactional=false)."""
     errors: list[Any] = []
@@ -311,7 +329,11 @@ class RivuletBatchWriter(DataSourceArrowWriter):
         return write_partition(self.opts, iterator, self.job_id, 0, pid)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        pass
+        # A plain batch job is never replayed once it has committed (a new job is a new write
+        # id), so its markers have served; inside foreachBatch they guard the query's replays.
+        own = transactional_id(self.job_id, 0)[:-1]
+        delete_markers(self.opts.bootstrap, sorted({m.transactional_id for m in messages if isinstance(m, SinkCommit)
+                                                    and m.transactional_id.startswith(own)}))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         pass

@@ -31,6 +31,7 @@ from rivulet.client import blocking, core
 from rivulet.client.blocking import BlockingClient, BlockingConnection
 from rivulet.client.core import EARLIEST, LATEST
 from rivulet.common.types import TopicPartition as TP
+from rivulet.spark._options import CONSUMER_REFUSED, SOURCE_KAFKA_OPTIONS, check_kafka_options
 from rivulet.spark._records import Chunk, decode_into, next_offset_after
 
 log = logging.getLogger("rivulet.spark")
@@ -80,6 +81,7 @@ def report_data_loss(message: str, fail: bool) -> None:
 
 
 # ---------------------------------------------------------------- options
+
 
 
 def _bool(v: Any, name: str) -> bool:
@@ -139,10 +141,10 @@ class SourceOptions:
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
     fail_on_data_loss: bool = True
-    include_headers: bool = True
+    include_headers: bool = False
     read_committed: bool = False
     group_id: str = ""
-    commit_offsets: bool = True
+    commit_offsets: bool = False
     fetch_max_bytes: int = 16 << 20
     fetch_max_wait_ms: int = 500
     check_crcs: bool = True
@@ -152,6 +154,7 @@ class SourceOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> "SourceOptions":
         o = {str(k).lower(): str(v) for k, v in options.items()}
+        check_kafka_options(o, CONSUMER_REFUSED, SOURCE_KAFKA_OPTIONS, "source")
         bootstrap = o.get("kafka.bootstrap.servers") or o.get("bootstrap.servers")
         if not bootstrap:
             raise ValueError("option kafka.bootstrap.servers (or bootstrap.servers) must be set")
@@ -207,13 +210,17 @@ class SourceOptions:
                 if n <= 0:
                     raise ValueError(f"option {key} must be positive, got {n}")
                 setattr(opts, attr, n)
+        if (opts.min_offsets_per_trigger is not None and opts.max_offsets_per_trigger is not None
+                and opts.min_offsets_per_trigger > opts.max_offsets_per_trigger):
+            raise ValueError(f"minOffsetsPerTrigger ({opts.min_offsets_per_trigger}) is higher than "
+                             f"maxOffsetsPerTrigger ({opts.max_offsets_per_trigger})")
         opts.fail_on_data_loss = _bool(o.get("failondataloss", "true"), "failOnDataLoss")
-        opts.include_headers = _bool(o.get("includeheaders", "true"), "includeHeaders")
+        opts.include_headers = _bool(o.get("includeheaders", "false"), "includeHeaders")
         iso = o.get("kafka.isolation.level", "read_uncommitted").strip().lower()  # Spark's default
         if iso not in ("read_committed", "read_uncommitted"):
             raise ValueError(f"kafka.isolation.level must be read_committed or read_uncommitted, got {iso!r}")
         opts.read_committed = iso == "read_committed"
-        opts.commit_offsets = _bool(o.get("commitoffsets", "true"), "commitOffsets")
+        opts.commit_offsets = _bool(o.get("commitoffsets", "false"), "commitOffsets")
         opts.check_crcs = _bool(o.get("kafka.check.crcs", "true"), "kafka.check.crcs")
         if "kafka.fetch.max.bytes" in o:
             opts.fetch_max_bytes = int(o["kafka.fetch.max.bytes"])
@@ -221,8 +228,8 @@ class SourceOptions:
             opts.fetch_max_wait_ms = int(o["kafka.fetch.max.wait.ms"])
         if "kafkaconsumer.polltimeoutms" in o:
             opts.poll_timeout_ms = int(o["kafkaconsumer.polltimeoutms"])
-        # The informational commits go to kafka.group.id if given; otherwise to a group named
-        # after what the query reads, stable across restarts so its lag stays visible.
+        # Only commitOffsets=true uses a group (Spark's source commits nothing): kafka.group.id
+        # if given, else a group named after what the query reads, stable across restarts.
         opts.group_id = o.get("kafka.group.id", "")
         if not opts.group_id:
             what = json.dumps([opts.subscribe, opts.pattern, opts.assign, bootstrap], sort_keys=True)

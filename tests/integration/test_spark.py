@@ -128,7 +128,10 @@ def test_batch_read_matches_what_was_produced(broker, spark):
             r["headers"] = [("h1", f"x{i}".encode()), ("h2", None)]
         recs.append(r)
     produce(broker.bootstrap, t, recs)
-    df = source(spark, broker.bootstrap, t, streaming=False)
+    # Spark's Kafka source: no headers column unless includeHeaders=true.
+    assert source(spark, broker.bootstrap, t, streaming=False).columns == [
+        "key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+    df = source(spark, broker.bootstrap, t, streaming=False, includeHeaders="true")
     assert [f.name for f in df.schema.fields] == ["key", "value", "topic", "partition", "offset", "timestamp",
                                                   "timestampType", "headers"]
     rows = df.orderBy("partition", "offset").collect()
@@ -293,7 +296,8 @@ def test_processed_offsets_are_committed_to_a_group(broker, spark, tmp_path):
     t = create_topic(broker.bootstrap, topic_name(), 2)
     produce(broker.bootstrap, t, [{"value": b"v", "partition": i % 2} for i in range(300)])
     group = "spark-" + t
-    run_available_now(source(spark, broker.bootstrap, t, startingOffsets="earliest", **{"kafka.group.id": group}),
+    run_available_now(source(spark, broker.bootstrap, t, startingOffsets="earliest", commitOffsets="true",
+                             **{"kafka.group.id": group}),
                       tmp_path / "cp", path=tmp_path / "out")
     from rivulet import TopicPartition
     from rivulet.admin import AdminClient, ConsumerGroupTopicPartitions
@@ -310,6 +314,26 @@ def test_processed_offsets_are_committed_to_a_group(broker, spark, tmp_path):
     finally:
         a.close()
     assert offsets == {0: 150, 1: 150}
+
+
+def _group_ids(bootstrap: str) -> set[str]:
+    from rivulet.admin import AdminClient
+    a = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        return {g.group_id for g in a.list_consumer_groups().result(30).valid}
+    finally:
+        a.close()
+
+
+def test_streaming_read_commits_to_no_group_by_default(broker, spark, tmp_path):
+    # As Spark's Kafka source: the checkpoint holds the progress, the broker keeps no group.
+    t = create_topic(broker.bootstrap, topic_name(), 2)
+    produce(broker.bootstrap, t, [{"value": b"v", "partition": i % 2} for i in range(100)])
+    before = _group_ids(broker.bootstrap)
+    run_available_now(source(spark, broker.bootstrap, t, startingOffsets="earliest"), tmp_path / "cp",
+                      path=tmp_path / "out")
+    assert spark.read.parquet(str(tmp_path / "out")).count() == 100
+    assert _group_ids(broker.bootstrap) - before == set()
 
 
 def _delete_records(bootstrap: str, topic: str, partition: int, before: int) -> None:
@@ -376,6 +400,60 @@ def test_batch_write_takes_spark_kafka_sink_columns(broker, spark):
     # A keyed row goes where Kafka's default partitioner puts it.
     from rivulet.client.partitioner import murmur2_partition
     assert all(m.partition() == murmur2_partition(m.key(), 3) for i, m in by_key.items() if i % 2 == 0 and i >= 30)
+
+
+def test_plain_save_takes_the_default_save_mode_and_leaves_no_groups(broker, spark):
+    # Spark's Kafka sink takes Append and ErrorIfExists (the default) and refuses Overwrite and Ignore.
+    t = create_topic(broker.bootstrap, topic_name("w"), 2)
+    before = _group_ids(broker.bootstrap)
+    df = spark.createDataFrame([(f"k{i}", f"v{i}") for i in range(50)], "key string, value string").repartition(2)
+    w = df.write.format("rivulet").option("kafka.bootstrap.servers", broker.bootstrap).option("topic", t)
+    w.save()
+    df.write.format("rivulet").option("kafka.bootstrap.servers", broker.bootstrap).mode("errorifexists").save(t)
+    df.write.save(format="rivulet", mode="append", **{"kafka.bootstrap.servers": broker.bootstrap, "topic": t})
+    for mode, said in (("overwrite", "Overwrite is not allowed"), ("ignore", "Ignore")):
+        with pytest.raises(Exception, match=said):
+            df.write.format("rivulet").option("kafka.bootstrap.servers", broker.bootstrap).option("topic", t) \
+                .mode(mode).save()
+    assert sorted(m.value() for m in consume_all(broker.bootstrap, t, 2)) == sorted(
+        [f"v{i}".encode() for i in range(50)] * 3)
+    # The markers of a finished batch job are deleted: no retry can need them.
+    deadline = time.monotonic() + 20
+    while (left := {g for g in _group_ids(broker.bootstrap) - before if g.startswith("rivulet-spark-")}) \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert left == set()
+
+
+@pytest.mark.parametrize("option,value,said", [
+    ("kafka.auto.offset.reset", "earliest", "'auto.offset.reset' is not supported"),
+    ("kafka.enable.auto.commit", "true", "'enable.auto.commit' is not supported"),
+    ("kafka.value.deserializer", "x", "'value.deserializer' is not supported"),
+    ("kafka.security.protocol", "SASL_SSL", "security.protocol=SASL_SSL is not supported yet"),
+    ("kafka.sasl.mechanism", "PLAIN", "SASL and SSL are not supported yet"),
+    ("kafka.ssl.truststore.location", "/x", "SASL and SSL are not supported yet"),
+])
+def test_options_refused_as_by_spark_and_security_options(broker, spark, tmp_path, option, value, said):
+    t = create_topic(broker.bootstrap, topic_name(), 1)
+    with pytest.raises(Exception, match=said):
+        source(spark, broker.bootstrap, t, streaming=False, **{option: value}).collect()
+    with pytest.raises(Exception, match=said):
+        run_available_now(source(spark, broker.bootstrap, t, **{option: value}), tmp_path / "cp", sink="noop")
+
+
+def test_sink_refuses_serializers_and_security_options_and_ignores_unknown_ones(broker, spark):
+    t = create_topic(broker.bootstrap, topic_name("w"), 1)
+    df = spark.createDataFrame([("k", "v")], "key string, value string")
+    for option, said in (("kafka.value.serializer", "'value.serializer' is not supported"),
+                         ("kafka.security.protocol", "not supported yet by Rivulet's sink"),
+                         ("kafka.sasl.jaas.config", "SASL and SSL are not supported yet")):
+        with pytest.raises(Exception, match=said):
+            df.write.format("rivulet").option("kafka.bootstrap.servers", broker.bootstrap).option("topic", t) \
+                .option(option, "SSL").save()
+    # As Spark: options it does not know are ignored, and PLAINTEXT is what Rivulet speaks.
+    df.write.format("rivulet").option("kafka.bootstrap.servers", broker.bootstrap).option("topic", t) \
+        .option("kafka.security.protocol", "PLAINTEXT").option("kafka.linger.ms", "5").option("whatever", "1").save()
+    assert source(spark, broker.bootstrap, t, streaming=False, whatever="1").count() == 1
 
 
 def test_replayed_stream_batch_does_not_duplicate(broker, spark, tmp_path):

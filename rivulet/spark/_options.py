@@ -1,0 +1,53 @@
+"""Option checks shared by the source and the sink: what Spark's Kafka connector refuses."""
+
+from __future__ import annotations
+
+import logging
+from typing import Mapping
+
+log = logging.getLogger("rivulet.spark")
+
+# kafka.* options Spark's Kafka source refuses, with why (the source decides these itself).
+CONSUMER_REFUSED = {
+    "auto.offset.reset": "set the source option startingOffsets to earliest or latest instead; the query "
+                         "tracks its own offsets, and a restarted query resumes from its checkpoint",
+    "key.deserializer": "keys are always read as bytes; deserialize them with DataFrame operations",
+    "value.deserializer": "values are always read as bytes; deserialize them with DataFrame operations",
+    "enable.auto.commit": "the query commits no offsets to Kafka",
+    "interceptor.classes": "interceptors could change the records",
+}
+# kafka.* options Spark's Kafka sink refuses.
+PRODUCER_REFUSED = {
+    "key.serializer": "keys are written as bytes; serialize them to a string or binary key column",
+    "value.serializer": "values are written as bytes; serialize them to a string or binary value column",
+}
+# kafka.* options the sink uses.
+SINK_KAFKA_OPTIONS = frozenset({
+    "bootstrap.servers", "compression.type", "batch.size", "transaction.timeout.ms", "security.protocol",
+})
+# kafka.* options the source uses; kafka.group.id is accepted as in Spark.
+SOURCE_KAFKA_OPTIONS = frozenset({
+    "bootstrap.servers", "isolation.level", "group.id", "fetch.max.bytes", "fetch.max.wait.ms", "check.crcs",
+    "security.protocol",
+})
+
+
+def check_kafka_options(o: Mapping[str, str], refused: Mapping[str, str], known: frozenset[str],
+                        role: str) -> None:
+    """Refuse what Spark's Kafka connector refuses and the security settings Rivulet's connector
+    cannot honour yet (better a clear failure than a plaintext connection); warn, as the Java
+    client does, about other kafka.* options that have no effect. ``o`` has lower-case keys."""
+    for key, value in o.items():
+        if not key.startswith("kafka."):
+            continue
+        name = key[len("kafka."):]
+        if name in refused:
+            raise ValueError(f"Kafka option '{name}' is not supported: {refused[name]}")
+        if name == "security.protocol" and value.strip().upper() != "PLAINTEXT":
+            raise ValueError(f"kafka.security.protocol={value.strip()} is not supported yet by Rivulet's {role}: "
+                             "it connects with PLAINTEXT only")
+        if name.startswith(("sasl.", "ssl.")):
+            raise ValueError(f"option kafka.{name}: SASL and SSL are not supported yet by Rivulet's {role} "
+                             "(it connects with PLAINTEXT only)")
+        if name not in known:
+            log.warning("option kafka.%s has no effect on Rivulet's %s", name, role)
