@@ -24,6 +24,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from rivulet.cli.pipeline import StopSignal, run_interruptibly
+
 INPUT_TOPIC = "orders"
 OUTPUT_TOPIC = "orders-by-window"
 GROUP = "rivulet-demo-pipeline"
@@ -154,6 +156,10 @@ def _prepare_output(out: Path) -> str | None:
 
 
 def demo_main(args: argparse.Namespace) -> int:
+    return run_interruptibly("demo", lambda stop: _demo(args, stop))
+
+
+def _demo(args: argparse.Namespace, stop: StopSignal) -> int:
     from rivulet.cli.pipeline import spark_missing
     from rivulet.testing import BrokerProcess, free_port
 
@@ -198,6 +204,9 @@ def demo_main(args: argparse.Namespace) -> int:
             spark_log=str(out / "spark.log"), query_name="rivulet_demo")
         say(f"▶ starting Spark (local[2]); its logs go to {cfg.spark_log}", flush=True)
         spark = session_for(cfg)
+        stop.attach(spark)
+        if stop.is_set():
+            return 0
 
         stats = PipelineStats()
         query = start(spark, cfg, stats)
@@ -214,7 +223,8 @@ def demo_main(args: argparse.Namespace) -> int:
         tty = sys.stdout.isatty()
         ticks = 0
         while True:
-            time.sleep(1.0)
+            if stop.event.wait(1.0):
+                return 0
             now = time.monotonic()
             if not query.isActive:
                 raise RuntimeError(f"the pipeline stopped: {query.exception()}")

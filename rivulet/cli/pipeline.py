@@ -12,6 +12,7 @@ See examples/pipeline.toml for every setting.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import re
 import shutil
@@ -222,6 +223,91 @@ def start(spark: Any, cfg: PipelineConfig, stats: PipelineStats | None = None) -
     return writer.start()
 
 
+def open_windows(progress: dict[str, Any] | None) -> tuple[int, str | None]:
+    """Windows still held in the aggregation's state after a batch, and the watermark then.
+
+    Spark writes a window in append mode only once the watermark passes its end; with a fixed
+    data set the last windows stay open (the watermark is the latest event time minus the
+    delay), until later events move it.
+    """
+    if not progress:
+        return 0, None
+    held = sum(int(op.get("numRowsTotal", 0)) for op in progress.get("stateOperators") or [])
+    return held, (progress.get("eventTime") or {}).get("watermark")
+
+
+def describe_end(batches: int, written: int, progress: dict[str, Any] | None) -> str:
+    held, watermark = open_windows(progress)
+    line = f"stopped after {batches} batches; {written} windows written"
+    if held:
+        line += (f"; {held} windows still open: the watermark ({watermark}) has not passed their end, "
+                 "so they are written once later events move it past (as in Spark's append mode)")
+    return line
+
+
+class StopSignal:
+    """Ctrl-C and SIGTERM as a flag the command polls, with Spark's running jobs cancelled.
+
+    Interrupting the main thread inside a Py4J call is what printed Py4J's tracebacks; here
+    the call instead ends with the cancelled job's error, which the command takes as the
+    interruption it is.
+    """
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.signum = 0
+        self.spark: Any = None
+
+    def install(self) -> None:
+        signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGTERM, self._on_signal)
+
+    def attach(self, spark: Any) -> None:
+        """After a SparkSession started: take SIGINT back from PySpark's own handler."""
+        self.spark = spark
+        self.install()
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.signum = signum
+        self.event.set()
+        if self.spark is not None:
+            try:
+                self.spark.sparkContext.cancelAllJobs()
+            except Exception:  # Spark is already stopping
+                pass
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + (self.signum or signal.SIGINT)
+
+
+def run_interruptibly(name: str, body: Callable[[StopSignal], int]) -> int:
+    """Run a Spark command; a Ctrl-C ends it with one line and 130 (SIGTERM: 143), no traceback."""
+    stop = StopSignal()
+    stop.install()
+    # Py4J reports a call broken by the shutdown through logging; the user asked for it.
+    py4j_log = logging.getLogger("py4j")
+    py4j_log.addHandler(logging.NullHandler())
+    py4j_log.propagate = False
+    try:
+        code = body(stop)
+    except KeyboardInterrupt:  # PySpark's own SIGINT handler, before attach()
+        stop.signum = stop.signum or signal.SIGINT
+        stop.event.set()
+        code = 0
+    except BaseException:
+        if not stop.is_set():
+            raise
+        code = 0
+    if stop.is_set():
+        print(f"rivulet {name}: interrupted", file=sys.stderr, flush=True)
+        return stop.exit_code
+    return code
+
+
 def describe_progress(p: dict[str, Any]) -> str:
     wm = (p.get("eventTime") or {}).get("watermark", "-")
     return (f"batch {p['batchId']}: {p['numInputRows']} events in, "
@@ -265,6 +351,10 @@ def java_missing() -> str | None:
 
 
 def run_main(args: argparse.Namespace) -> int:
+    return run_interruptibly("pipeline", lambda stop: _run(args, stop))
+
+
+def _run(args: argparse.Namespace, stop: StopSignal) -> int:
     missing = spark_missing()
     if missing:
         print(f"rivulet pipeline: {missing}", file=sys.stderr)
@@ -280,14 +370,15 @@ def run_main(args: argparse.Namespace) -> int:
         cfg.available_now = True
     print(f"starting Spark ({cfg.master}); Spark's logs go to {cfg.spark_log}", flush=True)
     spark = session_for(cfg)
+    stop.attach(spark)
+    if stop.is_set():
+        spark.stop()
+        return 0
     stats = PipelineStats()
     query = start(spark, cfg, stats)
     print(f"pipeline running: {cfg.input_topic} -> "
           f"{', '.join(x for x in [cfg.output_topic and 'topic ' + cfg.output_topic, cfg.parquet_path and 'parquet ' + cfg.parquet_path] if x)}"
           f" (checkpoint {cfg.checkpoint})", flush=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     deadline = time.monotonic() + args.timeout if args.timeout else None
     seen = -1
     try:
@@ -298,16 +389,17 @@ def run_main(args: argparse.Namespace) -> int:
             if p and p["batchId"] != seen:
                 seen = p["batchId"]
                 print(describe_progress(p), f"| windows written so far: {stats.windows_out}", flush=True)
-            stop.wait(1.0)
+            stop.event.wait(1.0)
     finally:
         if query.isActive:
             query.stop()
-        err = query.exception()
+        err = None if stop.is_set() else query.exception()
+        last = query.lastProgress
         spark.stop()
     if err is not None:
         print(f"rivulet pipeline: the query failed: {err}", file=sys.stderr)
         return 1
-    print(f"stopped after {stats.batches} batches; {stats.windows_out} windows written", flush=True)
+    print(describe_end(stats.batches, stats.windows_out, last), flush=True)
     return 0
 
 

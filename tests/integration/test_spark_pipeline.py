@@ -177,3 +177,84 @@ def test_query_killed_mid_batch_leaves_no_duplicates_or_gaps(broker, spark, tmp_
     for p, n in counts.items():
         offsets = sorted(r.offset for r in df.where(f"partition = {p}").select("offset").collect())
         assert offsets == list(range(n)), f"partition {p} has gaps or duplicates"
+
+
+def test_available_now_writes_the_windows_the_watermark_closed_and_counts_the_open_ones(broker, spark, tmp_path):
+    from rivulet.cli.pipeline import PipelineConfig, PipelineStats, describe_end, start
+    src = create_topic(broker.bootstrap, topic_name("fixed"), 2)
+    cfg = PipelineConfig.from_dict({
+        "source": {"bootstrap_servers": broker.bootstrap, "topic": src, "max_offsets_per_trigger": 1000},
+        "events": {"schema": SCHEMA, "event_time": "event_time"},
+        "aggregate": {"window": "10 seconds", "watermark": "10 seconds", "group_by": ["category"],
+                      "metrics": {"orders": "count(*)"}},
+        "output": {"parquet": {"path": str(tmp_path / "pq")}},
+        "checkpoint": {"location": str(tmp_path / "cp")},
+        "trigger": {"available_now": True},
+    })
+    # 0..39.99 s: the final watermark is 29.99 s, so [0,10), [10,20) close, [20,30), [30,40) stay open.
+    produce(broker.bootstrap, src, [order(i, i / 100.0, ["a", "b"][i % 2], 1) for i in range(4000)])
+    stats = PipelineStats()
+    q = start(spark, cfg, stats)
+    q.awaitTermination(300)
+    assert q.exception() is None
+    assert stats.windows_out == 4 == spark.read.parquet(str(tmp_path / "pq")).count()
+    assert describe_end(stats.batches, stats.windows_out, q.lastProgress).endswith(
+        "4 windows written; 4 windows still open: the watermark (2026-01-01T00:00:29.990Z) has not passed their "
+        "end, so they are written once later events move it past (as in Spark's append mode)")
+
+
+def _wait_for_line(proc: subprocess.Popen, text: str, timeout: float) -> str:
+    seen = ""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen += line
+        if text in line:
+            return seen
+    raise AssertionError(f"no {text!r} in:\n{seen}")
+
+
+@pytest.mark.parametrize("command", ["pipeline", "demo"])
+def test_ctrl_c_ends_quietly_with_130(broker, tmp_path, command):
+    from rivulet.spark.session import worker_pythonpath
+    worker_pythonpath()
+    if command == "pipeline":
+        src = create_topic(broker.bootstrap, topic_name("ctrlc"), 1)
+        conf = tmp_path / "p.toml"
+        conf.write_text(textwrap.dedent(f"""
+            [source]
+            bootstrap_servers = "{broker.bootstrap}"
+            topic = "{src}"
+            [events]
+            schema = "{SCHEMA}"
+            event_time = "event_time"
+            [aggregate]
+            window = "10 seconds"
+            watermark = "10 seconds"
+            [aggregate.metrics]
+            orders = "count(*)"
+            [output.parquet]
+            path = "{tmp_path / 'pq'}"
+            [checkpoint]
+            location = "{tmp_path / 'cp'}"
+            [spark]
+            log = "{tmp_path / 'spark.log'}"
+            """))
+        args, ready = ["pipeline", "run", "--config", str(conf)], "pipeline running"
+    else:
+        args, ready = ["demo", "--output", str(tmp_path / "out"), "--duration", "300"], "generating"
+    proc = subprocess.Popen([sys.executable, "-m", "rivulet", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _wait_for_line(proc, ready, 240)
+        time.sleep(3)  # a batch under way
+        os.killpg(proc.pid, signal.SIGINT)  # as the terminal sends Ctrl-C, to the whole group
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert err.strip() == f"rivulet {command}: interrupted", err

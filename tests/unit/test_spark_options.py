@@ -1,0 +1,39 @@
+"""The Spark connector's option checks and the pipeline's end-of-run summary (pure logic)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from rivulet.cli.pipeline import describe_end, open_windows
+
+pytestmark = pytest.mark.fast
+
+
+def test_kafka_options_are_checked_as_spark_checks_them(caplog):
+    pytest.importorskip("pyspark")
+    from rivulet.spark._options import CONSUMER_REFUSED, PRODUCER_REFUSED, SOURCE_KAFKA_OPTIONS, check_kafka_options
+    check = lambda o, refused=CONSUMER_REFUSED: check_kafka_options(o, refused, SOURCE_KAFKA_OPTIONS, "source")  # noqa: E731
+    for name in CONSUMER_REFUSED:
+        with pytest.raises(ValueError, match=f"Kafka option '{name}' is not supported"):
+            check({f"kafka.{name}": "x"})
+    with pytest.raises(ValueError, match="'value.serializer' is not supported"):
+        check({"kafka.value.serializer": "x"}, PRODUCER_REFUSED)
+    for bad in ({"kafka.security.protocol": "ssl"}, {"kafka.sasl.mechanism": "PLAIN"},
+                {"kafka.ssl.keystore.location": "/k"}):
+        with pytest.raises(ValueError, match="not supported yet by Rivulet's source"):
+            check(bad)
+    with caplog.at_level(logging.WARNING, "rivulet.spark"):
+        check({"kafka.security.protocol": "plaintext", "kafka.group.id": "g", "subscribe": "t",
+               "whatever": "1", "kafka.linger.ms": "5"})
+    assert [r.getMessage() for r in caplog.records] == ["option kafka.linger.ms has no effect on Rivulet's source"]
+
+
+def test_end_of_run_counts_the_windows_still_open():
+    progress = {"eventTime": {"watermark": "2026-01-01T00:00:29.990Z"},
+                "stateOperators": [{"numRowsTotal": 4}]}
+    assert open_windows(progress) == (4, "2026-01-01T00:00:29.990Z")
+    assert open_windows(None) == (0, None)
+    assert describe_end(3, 4, {"stateOperators": [{"numRowsTotal": 0}]}) == "stopped after 3 batches; 4 windows written"
+    assert describe_end(3, 0, progress).startswith("stopped after 3 batches; 0 windows written; 4 windows still open")
