@@ -223,6 +223,27 @@ def start(spark: Any, cfg: PipelineConfig, stats: PipelineStats | None = None) -
     return writer.start()
 
 
+def nothing_to_replay(checkpoint: str) -> bool:
+    """Every batch the query planned (its offset log) is also done (its commit log)."""
+    def last(log_dir: str) -> int:
+        return max((int(f.name) for f in (Path(checkpoint) / log_dir).glob("[0-9]*") if f.name.isdigit()),
+                   default=-1)
+    return last("offsets") == last("commits")
+
+
+def release_markers(cfg: PipelineConfig, query_id: str) -> None:
+    """Delete the topic write's marker groups once no batch can be replayed: a resumed query
+    starts with a new batch, which needs no marker, so a stopped pipeline leaves no groups."""
+    if not cfg.output_topic or not nothing_to_replay(cfg.checkpoint):
+        return
+    from rivulet.spark.sink import delete_query_markers
+    try:
+        delete_query_markers(cfg.output_bootstrap_servers or cfg.bootstrap_servers, query_id)
+    except Exception as e:  # the groups are only clutter
+        logging.getLogger("rivulet.spark").warning("could not delete the marker groups of query %s: %s",
+                                                   query_id, e)
+
+
 def open_windows(progress: dict[str, Any] | None) -> tuple[int, str | None]:
     """Windows still held in the aggregation's state after a batch, and the watermark then.
 
@@ -396,6 +417,8 @@ def _run(args: argparse.Namespace, stop: StopSignal) -> int:
         err = None if stop.is_set() else query.exception()
         last = query.lastProgress
         spark.stop()
+        if err is None:
+            release_markers(cfg, query.id)
     if err is not None:
         print(f"rivulet pipeline: the query failed: {err}", file=sys.stderr)
         return 1

@@ -245,6 +245,26 @@ def write_partition(opts: SinkOptions, batches: Iterator[Any], write_id: str, ba
         p.close(30)
 
 
+def marker_prefix(write_id: str) -> str:
+    """What the transactional ids, and marker groups, of one write id start with."""
+    return transactional_id(write_id, 0)[:-1]
+
+
+def delete_query_markers(bootstrap: str, query_id: str) -> list[str]:
+    """Delete the marker groups of a streaming query (its own writes and its foreachBatch
+    writes). Safe only when no batch of the query can be replayed: every batch in its
+    checkpoint's offset log is also in its commit log."""
+    from rivulet.client.admin import AdminClient
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        listed = admin.list_consumer_groups().result(30).valid
+    finally:
+        admin.close()
+    groups = sorted(g.group_id for g in listed if g.group_id.startswith(marker_prefix(query_id)))
+    delete_markers(bootstrap, groups)
+    return groups
+
+
 def delete_markers(bootstrap: str, groups: list[str]) -> None:
     """Delete marker groups that no retry can need any more (failures only logged: a left-over
     group costs nothing but a line in ``groups list``)."""
@@ -331,7 +351,7 @@ class RivuletBatchWriter(DataSourceArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         # A plain batch job is never replayed once it has committed (a new job is a new write
         # id), so its markers have served; inside foreachBatch they guard the query's replays.
-        own = transactional_id(self.job_id, 0)[:-1]
+        own = marker_prefix(self.job_id)
         delete_markers(self.opts.bootstrap, sorted({m.transactional_id for m in messages if isinstance(m, SinkCommit)
                                                     and m.transactional_id.startswith(own)}))
 

@@ -182,12 +182,13 @@ def test_query_killed_mid_batch_leaves_no_duplicates_or_gaps(broker, spark, tmp_
 def test_available_now_writes_the_windows_the_watermark_closed_and_counts_the_open_ones(broker, spark, tmp_path):
     from rivulet.cli.pipeline import PipelineConfig, PipelineStats, describe_end, start
     src = create_topic(broker.bootstrap, topic_name("fixed"), 2)
+    dst = create_topic(broker.bootstrap, topic_name("fixed-out"), 1)
     cfg = PipelineConfig.from_dict({
         "source": {"bootstrap_servers": broker.bootstrap, "topic": src, "max_offsets_per_trigger": 1000},
         "events": {"schema": SCHEMA, "event_time": "event_time"},
         "aggregate": {"window": "10 seconds", "watermark": "10 seconds", "group_by": ["category"],
                       "metrics": {"orders": "count(*)"}},
-        "output": {"parquet": {"path": str(tmp_path / "pq")}},
+        "output": {"parquet": {"path": str(tmp_path / "pq")}, "topic": {"topic": dst}},
         "checkpoint": {"location": str(tmp_path / "cp")},
         "trigger": {"available_now": True},
     })
@@ -201,6 +202,17 @@ def test_available_now_writes_the_windows_the_watermark_closed_and_counts_the_op
     assert describe_end(stats.batches, stats.windows_out, q.lastProgress).endswith(
         "4 windows written; 4 windows still open: the watermark (2026-01-01T00:00:29.990Z) has not passed their "
         "end, so they are written once later events move it past (as in Spark's append mode)")
+    assert len(consume_all(broker.bootstrap, dst, 1)) == 4
+    # The query is stopped with every batch committed: its marker groups go.
+    from rivulet.cli.pipeline import nothing_to_replay, release_markers
+    from test_spark import _group_ids
+    mine = lambda: {g for g in _group_ids(broker.bootstrap) if g.startswith(f"rivulet-spark-{q.id}-")}  # noqa: E731
+    assert mine() and nothing_to_replay(cfg.checkpoint)
+    release_markers(cfg, q.id)
+    deadline = time.monotonic() + 20
+    while mine() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert mine() == set()
 
 
 def _wait_for_line(proc: subprocess.Popen, text: str, timeout: float) -> str:

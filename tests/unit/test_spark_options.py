@@ -37,3 +37,18 @@ def test_end_of_run_counts_the_windows_still_open():
     assert open_windows(None) == (0, None)
     assert describe_end(3, 4, {"stateOperators": [{"numRowsTotal": 0}]}) == "stopped after 3 batches; 4 windows written"
     assert describe_end(3, 0, progress).startswith("stopped after 3 batches; 0 windows written; 4 windows still open")
+
+
+def test_markers_are_released_only_when_no_batch_can_be_replayed(tmp_path):
+    from rivulet.cli.pipeline import nothing_to_replay
+    assert nothing_to_replay(str(tmp_path))  # a query that never ran
+    for n in range(3):
+        (tmp_path / "offsets").mkdir(exist_ok=True)
+        (tmp_path / "offsets" / str(n)).write_text("")
+    (tmp_path / "commits").mkdir()
+    for n in range(2):
+        (tmp_path / "commits" / str(n)).write_text("")
+    (tmp_path / "commits" / ".2.crc").write_text("")
+    assert not nothing_to_replay(str(tmp_path))  # batch 2 was planned, not done: a restart replays it
+    (tmp_path / "commits" / "2").write_text("")
+    assert nothing_to_replay(str(tmp_path))
