@@ -166,8 +166,10 @@ PROPS: list[Prop] = [
     _p("queue.buffering.max.kbytes", I, 1048576, PROD, "Most KiB of records waiting to be sent.", lo=1,
        hi=INT32_MAX),
     _p("max.block.ms", L, 60000, PROD, "How long produce() may block when the queue is full.", lo=0),
-    _p("partitioner", S, "murmur2_random", PROD, "How keys map to partitions.",
-       convert=_choices("murmur2_random", "murmur2", "consistent_random", "consistent", "random")),
+    _p("partitioner", S, "consistent_random", PROD, "How keys map to partitions (librdkafka's names; "
+       "murmur2_random is Java's).",
+       convert=_choices("consistent_random", "consistent", "murmur2_random", "murmur2", "fnv1a_random", "fnv1a",
+                        "random")),
     _p("on_delivery", CL, None, PROD, "Called with (err, msg) for each record.", "delivery.report.cb",
        convert=_callable),
     _p("delivery.report.only.error", B, False, PROD, "Report failed deliveries only."),

@@ -1,10 +1,13 @@
-"""Partitioners: Java's murmur2 (also librdkafka's ``murmur2_random``), CRC32 and random.
+"""Partitioners: every ``partitioner`` value librdkafka accepts.
 
-The default, ``murmur2_random``, sends a keyed record to ``toPositive(murmur2(key)) % n``
-exactly as Java's BuiltInPartitioner and librdkafka's murmur2_random do, so producers in
-every language agree on where a key lives. Records without a key stick to one partition
-until its batch fills or is sent (Java's sticky partitioning, KIP-480), which keeps batches
-large when busy and still spreads a slow producer's records.
+The default is librdkafka's (and so confluent-kafka's) ``consistent_random``: a keyed record
+goes to ``crc32(key) % n``, so a confluent-kafka script keeps its keys where they were when
+it switches to Rivulet. ``murmur2_random`` is Java's BuiltInPartitioner
+(``toPositive(murmur2(key)) % n``); ``fnv1a_random`` is Sarama's. A null key (and, for
+``consistent_random``, an empty one) is left to the sticky partitioner under every
+partitioner but ``random``, as librdkafka does: such records stick to one partition until its
+batch fills or is sent (KIP-480), which keeps batches large when busy and still spreads a
+slow producer's records.
 
 murmur2 runs in C when the optional accelerator ``rivulet.protocol._speedups`` is built
 (and RIVULET_NO_SPEEDUPS is not set); ``_py_murmur2`` is the pure-Python reference.
@@ -106,6 +109,28 @@ def murmur2_partition(key: bytes, num_partitions: int) -> int:
 Partitioner = Callable[[bytes | None, int, Sequence[int]], int]
 
 
+_FNV_OFFSET = 0x811C9DC5
+_FNV_PRIME = 0x01000193
+
+
+def fnv1a(data: bytes) -> int:
+    """librdkafka's fnv1a hash of ``data``: 32-bit FNV-1a read as a signed int, then its absolute value.
+
+    The absolute value is Sarama's NewHashPartitioner, which librdkafka copies; -2**31 stays 2**31.
+    """
+    h = _FNV_OFFSET
+    for b in data:
+        h = ((h ^ b) * _FNV_PRIME) & _MASK
+    return (-h) & _MASK if h & 0x80000000 else h
+
+
+@lru_cache(maxsize=65536)
+def _fnv1a_cached(key: bytes) -> int:
+    return fnv1a(key)
+
+
+# Every partitioner returns -1 for a null key: librdkafka hands null keys to its sticky
+# partitioner whatever the partitioner is, except ``random``.
 def _murmur2_random(key: bytes | None, n: int, available: Sequence[int]) -> int:
     if key is None:
         return -1
@@ -114,29 +139,32 @@ def _murmur2_random(key: bytes | None, n: int, available: Sequence[int]) -> int:
     return _murmur2_positive(key) % n
 
 
-def _murmur2(key: bytes | None, n: int, available: Sequence[int]) -> int:
-    # librdkafka's plain murmur2 hashes a null key like an empty one.
-    return _murmur2_positive(key or b"") % n
-
-
 def _consistent_random(key: bytes | None, n: int, available: Sequence[int]) -> int:
-    # librdkafka treats an empty key as none here (but not in murmur2_random).
+    # librdkafka treats an empty key as none here (and only here).
     return -1 if not key else _crc32(key) % n
 
 
 def _consistent(key: bytes | None, n: int, available: Sequence[int]) -> int:
-    return _crc32(key or b"") % n
+    return -1 if key is None else _crc32(key) % n
+
+
+def _fnv1a(key: bytes | None, n: int, available: Sequence[int]) -> int:
+    return -1 if key is None else _fnv1a_cached(key) % n
 
 
 def _random(key: bytes | None, n: int, available: Sequence[int]) -> int:
     return random.choice(available) if available else random.randrange(n)
 
 
+# The random and non-random variants differ only for null keys, which librdkafka's sticky
+# partitioner takes in both cases.
 PARTITIONERS: dict[str, Partitioner] = {
-    "murmur2_random": _murmur2_random,
-    "murmur2": _murmur2,
     "consistent_random": _consistent_random,
     "consistent": _consistent,
+    "murmur2_random": _murmur2_random,
+    "murmur2": _murmur2_random,
+    "fnv1a_random": _fnv1a,
+    "fnv1a": _fnv1a,
     "random": _random,
 }
 

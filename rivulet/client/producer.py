@@ -160,8 +160,8 @@ class AIOProducer:
         self.sticky = StickyPartitions()
         self._sticky_now = self.sticky._current
         self._sticky_open = self.sticky.open
-        # Partitioners that leave a null key to the sticky partitioner (checked without a call).
-        self._null_sticky = c["partitioner"] in ("murmur2_random", "consistent_random")
+        # Every partitioner but random leaves a null key to the sticky one (checked without a call).
+        self._null_sticky = c["partitioner"] != "random"
         self.acc = RecordAccumulator(c["batch.size"], c["batch.num.messages"], c["linger.ms"],
                                      c["delivery.timeout.ms"], c["queue.buffering.max.messages"],
                                      c["queue.buffering.max.kbytes"] * 1024)

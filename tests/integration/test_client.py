@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 import uuid
+import zlib
 
 import pytest
 
@@ -121,13 +122,16 @@ def test_compression_round_trip(broker, codec):
     assert [m.value() for m in got] == [f"v{i}".encode() for i in range(300)]
 
 
-def test_keys_partition_by_murmur2_and_null_keys_stick(broker):
+def test_keys_partition_by_their_partitioner_and_null_keys_stick(broker):
     from rivulet.client.partitioner import murmur2_partition
     topic = name("keys")
     create(broker.bootstrap, topic, 5)
-    msgs = produce(broker.bootstrap, topic, 200, key=lambda i: f"user-{i % 17}".encode())
+    msgs = produce(broker.bootstrap, topic, 200, key=lambda i: f"user-{i % 17}".encode(), partitioner="murmur2_random")
     for m in msgs:
         assert m.partition() == murmur2_partition(m.key(), 5)
+    # The default is librdkafka's consistent_random: CRC32 of the key.
+    for m in produce(broker.bootstrap, topic, 50, key=lambda i: f"user-{i % 17}".encode()):
+        assert m.partition() == zlib.crc32(m.key()) % 5
     # Keyless records fill one partition's batch before moving on (sticky partitioning).
     keyless = produce(broker.bootstrap, topic, 200, **{"batch.num.messages": 50, "linger.ms": 1000})
     runs = 1 + sum(1 for a, b in zip(keyless, keyless[1:]) if a.partition() != b.partition())

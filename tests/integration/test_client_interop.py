@@ -101,18 +101,20 @@ def test_confluent_to_rivulet(broker, codec):
     assert [g["offset"] for g in got] == list(range(len(records)))
 
 
-@pytest.mark.parametrize("partitioner", ["murmur2_random", "consistent_random"])
+@pytest.mark.parametrize("partitioner", [None, "murmur2_random", "murmur2", "consistent_random", "consistent",
+                                         "fnv1a_random", "fnv1a"])
 def test_same_key_same_partition_as_librdkafka(broker, partitioner):
+    """Each librdkafka partitioner, and both clients' defaults (None), place every key alike."""
     parts = 7
     ours, theirs = topic_name("part-r"), topic_name("part-c")
     create_topic(broker.bootstrap, ours, parts)
     create_topic(broker.bootstrap, theirs, parts)
     keys = [f"user-{i}".encode() for i in range(200)] + [b"", b"\x00\xff", "ünï".encode()]
     records = [{"key": k, "value": b"v", "headers": [], "timestamp": 1_700_000_000_000} for k in keys]
-    conf = {} if partitioner == "murmur2_random" else {"partitioner": partitioner}
+    conf = {} if partitioner is None else {"partitioner": partitioner}
     reports = rivulet_produce(broker.bootstrap, ours, records, partition=None, **conf)
     mine = {m.key(): m.partition() for m in reports}
-    ck_produce(broker.bootstrap, theirs, records, partition=None, partitioner=partitioner)
+    ck_produce(broker.bootstrap, theirs, records, partition=None, **conf)
     from confluent_kafka import Consumer as CKConsumer
     from confluent_kafka import TopicPartition as CKTopicPartition
     c = CKConsumer({"bootstrap.servers": broker.bootstrap, "group.id": "x", "enable.auto.commit": False})
@@ -124,7 +126,7 @@ def test_same_key_same_partition_as_librdkafka(broker, partitioner):
         if m is not None and m.error() is None:
             got[m.key()] = m.partition()
     c.close()
-    if partitioner == "consistent_random":  # an empty key is "no key" there: any partition
+    if partitioner in (None, "consistent_random"):  # an empty key is "no key" there: any partition
         del got[b""], mine[b""]
     assert got == mine
     assert len(set(mine.values())) == parts

@@ -54,7 +54,7 @@ def test_round_trip_with_idempotence(kafka):
     from rivulet import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
     from rivulet.client.partitioner import murmur2_partition
     topic = name("j-rt")
-    p = Producer({"bootstrap.servers": kafka.bootstrap, "compression.type": "zstd"})
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "compression.type": "zstd", "partitioner": "murmur2_random"})
     reports = []
     for i in range(300):
         p.produce(topic, f"v{i}".encode(), key=f"k{i % 10}".encode(), headers=[("i", str(i).encode())],

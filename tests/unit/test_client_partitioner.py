@@ -1,4 +1,4 @@
-"""The default partitioner must put a key where Java's client (and librdkafka's murmur2_random) do.
+"""Each partitioner must put a key where librdkafka (and, for murmur2_random, Java's client) does.
 
 The vectors were computed with the Java client itself (kafka-clients 4.3.1:
 ``Utils.murmur2(key.getBytes(UTF_8))`` and ``Utils.toPositive(h) % n``).
@@ -10,7 +10,7 @@ import zlib
 
 import pytest
 
-from rivulet.client.partitioner import PARTITIONERS, StickyPartitions, murmur2, murmur2_partition, to_positive
+from rivulet.client.partitioner import PARTITIONERS, StickyPartitions, fnv1a, murmur2, murmur2_partition, to_positive
 
 pytestmark = pytest.mark.fast
 
@@ -59,7 +59,45 @@ def test_null_key_is_left_to_the_sticky_partitioner():
     assert PARTITIONERS["consistent_random"](None, 5, [0, 1, 2, 3, 4]) == -1
     assert PARTITIONERS["consistent_random"](b"", 5, [0, 1, 2, 3, 4]) == -1  # as librdkafka
     assert PARTITIONERS["murmur2_random"](b"", 5, [0, 1, 2, 3, 4]) == murmur2_partition(b"", 5)
-    assert PARTITIONERS["murmur2"](None, 5, [0, 1, 2, 3, 4]) == murmur2_partition(b"", 5)
+    # librdkafka gives null keys to its sticky partitioner under every partitioner but random.
+    for name in ("murmur2", "consistent", "fnv1a", "fnv1a_random"):
+        assert PARTITIONERS[name](None, 5, [0, 1, 2, 3, 4]) == -1
+    assert PARTITIONERS["murmur2"](b"", 5, [0, 1, 2, 3, 4]) == murmur2_partition(b"", 5)
+    assert PARTITIONERS["fnv1a_random"](b"", 5, [0, 1, 2, 3, 4]) == 0x7EE3623B % 5
+    assert PARTITIONERS["consistent"](b"", 5, [0, 1, 2, 3, 4]) == 0
+
+
+# librdkafka's unit-test vectors for rd_fnv1a (FNV-1a 32, absolute value as Sarama takes it).
+_UNALIGNED = b"PreAmbleWillBeRemoved,ThePrePartThatIs"
+FNV1A_VECTORS = [
+    (b"kafka", 0x0D33C4E1), (b"giberish123456789", 0x77A58295),
+    (b"1234", 0x023BDD03), (b"234", 0x2DEA3CD2), (b"34", 0x740FA83E), (b"4", 0x310CA263),
+    (_UNALIGNED, 0x65CBD69C), (_UNALIGNED[1:], 0x6E49C79A), (_UNALIGNED[2:], 0x69EED356),
+    (_UNALIGNED[3:], 0x6ABCC023), (b"", 0x7EE3623B),
+]
+
+
+@pytest.mark.parametrize("key,h", FNV1A_VECTORS)
+def test_fnv1a_known_vectors(key, h):
+    assert fnv1a(key) == h
+    assert PARTITIONERS["fnv1a"](key, 7, list(range(7))) == h % 7
+    assert PARTITIONERS["fnv1a_random"](key, 100, list(range(100))) == h % 100
+
+
+# CRC-32 (IEEE, as rd_crc32 computes it): 123456789 is the standard check value.
+CRC32_VECTORS = [(b"123456789", 0xCBF43926), (b"kafka", 0x5BBC7517), (b"a", 0xE8B7BE43)]
+
+
+@pytest.mark.parametrize("key,h", CRC32_VECTORS)
+def test_consistent_random_is_crc32(key, h):
+    for n in (3, 7):
+        assert PARTITIONERS["consistent_random"](key, n, list(range(n))) == h % n
+        assert PARTITIONERS["consistent"](key, n, list(range(n))) == h % n
+
+
+def test_default_is_librdkafkas_consistent_random():
+    from rivulet.client.config import resolve
+    assert resolve({"bootstrap.servers": "h:9092"}, "producer")["partitioner"] == "consistent_random"
 
 
 def test_consistent_is_crc32_like_librdkafka():
