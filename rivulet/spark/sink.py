@@ -178,6 +178,8 @@ def _producer(opts: SinkOptions, transactional: str | None) -> Any:
     conf: dict[str, Any] = {
         "bootstrap.servers": opts.bootstrap, "client.id": "rivulet-spark", "enable.idempotence": True,
         "acks": "all", "linger.ms": 5, "batch.size": opts.batch_bytes,
+        # Keyed rows go where Spark's Kafka sink (the Java producer) puts them.
+        "partitioner": "murmur2_random",
         "compression.type": {v: k for k, v in CODEC_IDS.items()}[opts.compression]}
     if transactional is not None:
         conf["transactional.id"] = transactional
