@@ -4,6 +4,8 @@ The client's blocking API has confluent-kafka's shape, so switching is a change 
 
     from rivulet import Producer, Consumer, TopicPartition, KafkaError, KafkaException
     from rivulet.admin import AdminClient, NewTopic
+    from rivulet import SerializingProducer, DeserializingConsumer
+    from rivulet.serialization import StringSerializer, IntegerDeserializer
     from rivulet.aio import AIOProducer, AIOConsumer     # the asyncio core
 
 Client names load on first use, so the broker does not import the client.
@@ -31,8 +33,12 @@ _CLIENT_NAMES = {
     "KafkaException": "rivulet.client.errors",
     "ConfigException": "rivulet.client.errors",
     "NoOffsetForPartitionError": "rivulet.client.consumer",
-    "murmur2": "rivulet.client.partitioner",
+    "murmur2": "rivulet.client.partitioner:murmur2_of",
+    "consistent": "rivulet.client.partitioner:consistent_of",
+    "fnv1a": "rivulet.client.partitioner:fnv1a_of",
     "ConsumerGroupMetadata": "rivulet.client.transactions",
+    "SerializingProducer": "rivulet.client.serialization",
+    "DeserializingConsumer": "rivulet.client.serialization",
 }
 
 __all__ = ["__version__", "version", "libversion", *_CLIENT_NAMES]
@@ -52,7 +58,8 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module 'rivulet' has no attribute {name!r}")
     import importlib
-    value = getattr(importlib.import_module(module), name)
+    module, _, attr = module.partition(":")  # "module:attribute" when the names differ
+    value = getattr(importlib.import_module(module), attr or name)
     globals()[name] = value
     return value
 

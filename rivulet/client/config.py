@@ -131,9 +131,11 @@ PROPS: list[Prop] = [
     _p("allow.auto.create.topics", B, None, ALL, "Let metadata requests create missing topics (default: "
        "false for consumers, true otherwise)."),
     # Accepted so existing confluent-kafka configs keep working; no effect here.
-    _p("stats_cb", CL, None, ALL, "librdkafka statistics callback.", convert=_callable, ignored=True),
+    _p("stats_cb", CL, None, ALL, "Called from poll() with librdkafka's JSON statistics every "
+       "statistics.interval.ms (producers; other clients do not call it yet).", convert=_callable),
     _p("throttle_cb", CL, None, ALL, "librdkafka throttle callback.", convert=_callable, ignored=True),
-    _p("statistics.interval.ms", I, 0, ALL, "librdkafka statistics interval.", ignored=True),
+    _p("statistics.interval.ms", I, 0, ALL, "How often stats_cb is called; 0 turns statistics off.",
+       lo=0, hi=86400000),
     _p("debug", S, None, ALL, "librdkafka debug contexts.", ignored=True),
     _p("api.version.request", B, True, ALL, "librdkafka ApiVersions switch.", ignored=True),
     _p("broker.address.family", S, "any", ALL, "librdkafka address family.", convert=_choices("any", "v4", "v6"),

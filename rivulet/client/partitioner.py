@@ -104,6 +104,34 @@ def murmur2_partition(key: bytes, num_partitions: int) -> int:
     return _murmur2_positive(key) % num_partitions
 
 
+def _check_partition_args(key: bytes, partition_count: int) -> None:
+    if not isinstance(key, (bytes, bytearray, memoryview)):
+        raise TypeError(f"a bytes-like object is required, not '{type(key).__name__}'")
+    if not isinstance(partition_count, int) or isinstance(partition_count, bool):
+        raise TypeError("partition_count must be an int")
+    if partition_count <= 0:
+        raise ValueError(f"partition_count must be > 0, got {partition_count}")
+
+
+# confluent-kafka's module-level functions: the partition librdkafka's partitioner gives a key.
+def murmur2_of(key: bytes, partition_count: int) -> int:
+    """confluent_kafka.murmur2: the partition of ``key`` under murmur2 (Java's)."""
+    _check_partition_args(key, partition_count)
+    return _murmur2_positive(bytes(key)) % partition_count
+
+
+def consistent_of(key: bytes, partition_count: int) -> int:
+    """confluent_kafka.consistent: the partition of ``key`` under CRC32 (librdkafka's default)."""
+    _check_partition_args(key, partition_count)
+    return zlib.crc32(key) % partition_count
+
+
+def fnv1a_of(key: bytes, partition_count: int) -> int:
+    """confluent_kafka.fnv1a: the partition of ``key`` under FNV-1a (Sarama's)."""
+    _check_partition_args(key, partition_count)
+    return fnv1a(bytes(key)) % partition_count
+
+
 # A partitioner gets (key bytes or None, number of partitions, partitions with a leader) and
 # returns a partition, or -1 for "no key: let the sticky partitioner choose".
 Partitioner = Callable[[bytes | None, int, Sequence[int]], int]

@@ -35,6 +35,7 @@ from rivulet.client.config import Config, resolve
 from rivulet.client.connection import RequestTimedOut
 from rivulet.client.errors import KafkaError, KafkaException
 from rivulet.client.partitioner import PARTITIONERS, StickyPartitions
+from rivulet.client.stats import ClientStats
 from rivulet.client.types import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, ClusterMetadata, Message
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import compression
@@ -174,6 +175,7 @@ class AIOProducer:
         self._wake_scheduled = False
         self._sender: asyncio.Task | None = None
         self._in_flight: dict[int, int] = defaultdict(int)
+        self._sending: set[ProducerBatch] = set()  # batches in a produce request awaiting its answer
         self._tasks: set[asyncio.Task] = set()
         self._drain_start = 0
         self._started = False
@@ -190,6 +192,10 @@ class AIOProducer:
         self.report: Callable[[ProducerBatch, int, int, KafkaError | None], None] = self._deliver_now
         self._space_waiters: deque[asyncio.Future] = deque()
         self.error_cb: Callable | None = c["error_cb"]
+        self.stats_cb: Callable[[str], Any] | None = c["stats_cb"]
+        self.stats_interval = c["statistics.interval.ms"] / 1000
+        self.stats = ClientStats(c["client.id"], "producer")
+        self._stats_task: asyncio.Task | None = None
         if self.error_cb is not None:
             self.client.on_broker_down = self._broker_down
         self.transactional_id: str | None = c["transactional.id"]
@@ -201,6 +207,30 @@ class AIOProducer:
     def _broker_down(self, node: int, exc: BaseException) -> None:
         """error_cb, as librdkafka calls it: a broker became unreachable (the client retries)."""
         self.on_error(E.local("_TRANSPORT", f"broker {node}: {exc}"))
+
+    def on_stats(self, doc: str) -> None:
+        """Run stats_cb; the sync Producer defers it to poll()."""
+        try:
+            self.stats_cb(doc)  # type: ignore[misc]
+        except Exception:
+            log.exception("stats_cb raised")
+
+    def stats_json(self) -> str:
+        """librdkafka's statistics document for this producer, as stats_cb gets it."""
+        with self.acc.lock:
+            queued = [(tp, len(b.records), b.size) for tp, dq in self.acc.batches.items() for b in dq]
+        total: dict[TP, tuple[int, int]] = {}
+        for tp, n, size in queued:
+            a, b = total.get(tp, (0, 0))
+            total[tp] = (a + n, b + size)
+        return self.stats.render(self.client.cluster, lambda node: self.client.open_connection(node) is not None,
+                                 max(0, self.outstanding), self.acc.queued_bytes,
+                                 [(TP(*tp), n, size) for tp, (n, size) in total.items()])
+
+    async def _emit_stats(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(self.stats_interval)
+            self.on_stats(self.stats_json())
 
     def on_error(self, err: KafkaError) -> None:
         """Run error_cb; the sync Producer defers it to poll()."""
@@ -221,6 +251,8 @@ class AIOProducer:
         self._wakeup = asyncio.Event()
         self.client.start_metadata_refresh()
         self._sender = self.loop.create_task(self._run())
+        if self.stats_cb is not None and self.stats_interval > 0:
+            self._stats_task = self.loop.create_task(self._emit_stats())
 
     async def __aenter__(self) -> AIOProducer:
         await self.start()
@@ -252,6 +284,8 @@ class AIOProducer:
         self._fail_queued(E.local("_DESTROY", "producer closed before delivery"))
         for task in list(self._tasks):
             task.cancel()
+        if self._stats_task is not None:
+            self._stats_task.cancel()
         await self.client.close()
         return left
 
@@ -554,6 +588,7 @@ class AIOProducer:
                                             self._drain_start)
                         if batches:
                             self._in_flight[node] += 1
+                            self._sending.update(batches)
                             sends.append((node, batches))
                 for b in expired:
                     self._fail_or_gap(b, E.local("_MSG_TIMED_OUT", "Local: Message timed out"))
@@ -617,6 +652,26 @@ class AIOProducer:
             self._complete(b, -1, -1, err)
         for t, (p, (r, _t0), size) in pending:
             self._complete(_single(t, p, r, size), -1, -1, err)
+
+    def purge(self, in_queue: bool = True, in_flight: bool = True) -> None:
+        """confluent-kafka's purge(): fail queued records with _PURGE_QUEUE and those in requests
+        awaiting an answer with _PURGE_INFLIGHT (a late answer for them is ignored). Loop thread only."""
+        doomed: list[tuple[ProducerBatch, KafkaError]] = []
+        if in_queue:
+            err = E.local("_PURGE_QUEUE", "Local: Purged in queue")
+            with self.acc.lock:
+                for b in self.acc.all_batches():
+                    b.full = True  # out of its queue: produce() must not add to it
+                    doomed.append((b, err))
+                self.acc.batches.clear()
+                pending = [(t, r) for t, lst in self.acc.unpartitioned.items() for r in lst]
+                self.acc.unpartitioned.clear()
+            doomed.extend((_single(t, p, r, size), err) for t, (p, (r, _t0), size) in pending)
+        if in_flight:
+            err = E.local("_PURGE_INFLIGHT", "Local: Purged in flight")
+            doomed.extend((b, err) for b in self._sending if not b.done)
+        for b, err in doomed:
+            self._fail_or_gap(b, err)
 
     def _requests_in_flight(self) -> bool:
         return any(self._in_flight.values())
@@ -685,6 +740,7 @@ class AIOProducer:
                 data_by_tp[(b.topic, b.partition)] = b.encode(self.codec, self.level)
                 by_tp[(b.topic, b.partition)] = b
             req = core.produce_request(self.transactional_id, self.acks, self.request_timeout_ms, data_by_tp)
+            self.stats.sent(node, sum(len(d) for d in data_by_tp.values()))
             try:
                 if self.acks == 0:
                     await self.client.send(node, req, expect_response=False)
@@ -693,6 +749,7 @@ class AIOProducer:
                     return
                 resp = await self.client.send(node, req, timeout=self.request_timeout_ms / 1000 + 5)
             except (ConnectionError, OSError, asyncio.TimeoutError, RequestTimedOut) as e:
+                self.stats.failed(node)
                 log.debug("produce to broker %d failed: %s", node, e)
                 self.client.request_update()
                 for b in batches:
@@ -702,6 +759,7 @@ class AIOProducer:
                 for b in batches:
                     self._fail_or_gap(b, E.broker_error(e.code, e.message))
                 return
+            self.stats.received(node)
             seen = set()
             for t in resp.responses:
                 for pr in t.partition_responses:
@@ -722,6 +780,7 @@ class AIOProducer:
                     self._fail_or_gap(b, KafkaError.from_exception(e))
         finally:
             self._in_flight[node] -= 1
+            self._sending.difference_update(batches)
             if self._wakeup is not None:
                 self._wakeup.set()
 
@@ -767,6 +826,7 @@ class AIOProducer:
             self._fail_or_gap(b, err)
 
     def _succeed(self, b: ProducerBatch, base_offset: int, log_append_time: int) -> None:
+        self.stats.records_out(TP(b.topic, b.partition), len(b.records), b.size)
         if self.idem.enabled:
             self.idem.finished(b, True)
         self._complete(b, base_offset, log_append_time, None)

@@ -122,6 +122,7 @@ class Producer:
         self._reports: deque[tuple[Callable, tuple]] = deque()
         self._aio.report = self._enqueue_report
         self._aio.on_error = self._enqueue_error  # type: ignore[method-assign]
+        self._aio.on_stats = self._enqueue_stats  # type: ignore[method-assign]
         self._closed = False
         self._lt.run(self._aio.start())
 
@@ -134,6 +135,18 @@ class Producer:
         self._reports.append((self._call_error_cb, (err,)))
         with self._cond:
             self._cond.notify_all()
+
+    def _enqueue_stats(self, doc: str) -> None:
+        self._reports.append((self._call_stats_cb, (doc,)))
+        with self._cond:
+            self._cond.notify_all()
+
+    def _call_stats_cb(self, doc: str) -> int:
+        try:
+            self._aio.stats_cb(doc)  # type: ignore[misc]
+        except Exception:
+            log.exception("stats_cb raised")
+        return 1
 
     def _call_error_cb(self, err: E.KafkaError) -> int:
         try:
@@ -206,7 +219,12 @@ class Producer:
         return ClusterMetadata.from_response(resp)
 
     def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
-        raise NotImplementedError("purge() is not supported")
+        """Fail queued (``_PURGE_QUEUE``) and/or in-flight (``_PURGE_INFLIGHT``) records; their
+        delivery reports come from the next poll()/flush(). ``blocking=False`` does not wait."""
+        if blocking:
+            self._lt.call(self._aio.purge, in_queue, in_flight)
+        else:
+            self._lt.loop.call_soon_threadsafe(self._aio.purge, in_queue, in_flight)
 
     # ------------------------------------------------------------ transactions
     def _txn_run(self, coro: Coroutine, timeout: float | None) -> Any:
@@ -377,11 +395,14 @@ class Consumer:
     # ------------------------------------------------------------ consuming
     def poll(self, timeout: float | None = None) -> Message | None:
         """The next message (or error event), waiting up to ``timeout`` seconds; None if none came."""
-        msgs = self.consume(1, -1 if timeout is None else timeout)
+        msgs = self._consume(1, -1 if timeout is None else timeout)
         return msgs[0] if msgs else None
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
         """Up to ``num_messages`` messages, waiting up to ``timeout`` seconds for the first."""
+        return self._consume(num_messages, timeout)
+
+    def _consume(self, num_messages: int, timeout: float | None) -> list[Message]:
         if self._closed:
             raise RuntimeError("Consumer closed")
         aio = self._aio

@@ -122,3 +122,28 @@ def test_sticky_uses_only_available_partitions():
     for _ in range(20):
         s.batch_closed("t", s.partition("t", 4, [2]), 4, [2])
         assert s.partition("t", 4, [2]) == 2
+
+
+def test_module_functions_have_confluent_kafkas_shape():
+    import rivulet
+    keys = [b"kafka", b"", b"user-12345", bytes(range(40))]
+    for n in (1, 7, 100):
+        for k in keys:
+            assert rivulet.murmur2(k, n) == murmur2_partition(k, n)
+            assert rivulet.consistent(k, n) == zlib.crc32(k) % n
+            assert rivulet.fnv1a(k, n) == fnv1a(k) % n
+    with pytest.raises(ValueError):
+        rivulet.murmur2(b"k", 0)
+    with pytest.raises(TypeError):
+        rivulet.fnv1a("k", 3)
+
+
+def test_module_functions_agree_with_confluent_kafka():
+    ck = pytest.importorskip("confluent_kafka")
+    if not hasattr(ck, "fnv1a"):
+        pytest.skip("this confluent-kafka has no partitioner functions")
+    import rivulet
+    for n in (3, 7, 64):
+        for k in [f"user-{i}".encode() for i in range(50)] + [b"", b"\x00\xff\x80"]:
+            assert (rivulet.murmur2(k, n), rivulet.consistent(k, n), rivulet.fnv1a(k, n)) == \
+                (ck.murmur2(k, n), ck.consistent(k, n), ck.fnv1a(k, n)), k
