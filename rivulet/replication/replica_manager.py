@@ -27,6 +27,7 @@ from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.replication.partition import Partition
 from rivulet.storage.config import LogConfig
 from rivulet.storage.log import LogOffsetMetadata
+from rivulet.storage.log_dir_failure import KafkaStorageError
 from rivulet.storage.producer_state import AppendOrigin
 
 log = logging.getLogger(__name__)
@@ -227,6 +228,8 @@ class ReplicaManager:
         p = self.partitions.get(tp)
         if p is None or p.deleted:
             raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if p.log.offline:
+            raise KafkaStorageError(f"the log directory of {tp.topic}-{tp.partition} is offline")
         return p
 
     # -------------------------------------------------------- produce
@@ -286,13 +289,13 @@ class ReplicaManager:
                 res.record_errors = e.record_errors if isinstance(e, rec.RecordValidationError) else None
         if required_acks == 0:
             if flushes:
-                asyncio.get_running_loop().create_task(self._flush(flushes))
+                asyncio.get_running_loop().create_task(self._flush(flushes, {}))
             return results
         if not flushes and (required_acks != -1 or self._all_replicated(results)):
             return results
         fut = asyncio.get_running_loop().create_future()
         if flushes:
-            task = asyncio.get_running_loop().create_task(self._flush(flushes))
+            task = asyncio.get_running_loop().create_task(self._flush(flushes, results))
             task.add_done_callback(lambda _t: self._after_flush(results, required_acks, timeout_ms, fut))
         else:
             self._after_flush(results, required_acks, timeout_ms, fut)
@@ -368,11 +371,15 @@ class ReplicaManager:
         op = DelayedProduce(timeout_ms, self, results, fut)
         self.produce_purgatory.try_complete_else_watch(op, [tp for tp in op.waiting])
 
-    async def _flush(self, partitions: list[Partition]) -> None:
+    async def _flush(self, partitions: list[Partition], results: dict[TopicPartition, ProduceResult]) -> None:
         loop = asyncio.get_running_loop()
         for p in partitions:
             try:
                 await loop.run_in_executor(self._flush_executor, p.log.flush)
+            except ApiError as e:  # the log dir went offline: the append is not acknowledged
+                res = results.get(p.tp)
+                if res is not None:
+                    res.error, res.message = e.code, e.message
             except Exception:  # a failed fsync must not lose the response path
                 log.exception("flush of %s failed", p.tp)
 

@@ -18,6 +18,8 @@ import os
 import struct
 import sys
 
+from rivulet.storage import log_dir_failure
+
 _NATIVE_BIG = sys.byteorder == "big"
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
@@ -29,11 +31,7 @@ class CorruptIndexError(Exception):
 
 
 def _write_all(fd: int, data: bytes | bytearray | memoryview, pos: int) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, pos)
-        view = view[n:]
-        pos += n
+    log_dir_failure.pwrite_all(fd, data, pos)
 
 
 class _IndexFile:
@@ -59,7 +57,7 @@ class _IndexFile:
     def sync(self) -> None:
         if self.dirty:
             self.dirty = False
-            os.fsync(self._fd)
+            log_dir_failure.file_ops.fsync(self._fd)
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -26,6 +26,7 @@ from rivulet.storage.batches import iter_headers
 from rivulet.storage.checkpoints import fsync_dir, read_partition_metadata, write_partition_metadata
 from rivulet.storage.config import LogConfig
 from rivulet.storage.epoch import LeaderEpochCache
+from rivulet.storage.log_dir_failure import KafkaStorageError, LogDirFailureChannel
 from rivulet.storage.producer_state import (
     AppendOrigin,
     BatchMetadata,
@@ -194,8 +195,11 @@ class Log:
         had_clean_shutdown: bool = False,
         time_ms: Callable[[], int] = SYSTEM_CLOCK.milliseconds,
         producer_id_expiration_ms: int = 86_400_000,
+        failure_channel: LogDirFailureChannel | None = None,
     ) -> None:
         self.dir = os.path.abspath(dir)
+        self._failure_channel = failure_channel
+        self._offline = False
         parsed = parse_topic_partition(os.path.basename(self.dir))
         self.topic, self.partition = parsed if parsed else (os.path.basename(self.dir), -1)
         self.config = config
@@ -572,6 +576,23 @@ class Log:
     def _check_open(self) -> None:
         if self._closed:
             raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR, f"log {self.dir} is closed")
+        if self._offline:
+            raise KafkaStorageError(f"the log directory of {self.topic}-{self.partition} is offline")
+
+    @property
+    def offline(self) -> bool:
+        return self._offline
+
+    def mark_offline(self) -> None:
+        """Its log dir failed: refuse every append and read until restart."""
+        self._offline = True
+
+    def _io_failed(self, e: OSError, what: str) -> KafkaStorageError:
+        self._offline = True
+        if self._failure_channel is not None:
+            self._failure_channel.maybe_add_offline_log_dir(
+                os.path.dirname(self.dir), f"{what} of {self.topic}-{self.partition} failed", e)
+        return KafkaStorageError(f"{what} of {self.topic}-{self.partition} failed: {e}")
 
     # -- appends ---------------------------------------------------------------------------
 
@@ -751,8 +772,20 @@ class Log:
         max_ts: int,
         now_ms: int,
     ) -> bool:
-        rolled = self._maybe_roll(len(buf), first, last, max_ts, now_ms)
-        self._segments[-1].append(buf, entries)
+        try:
+            rolled = self._maybe_roll(len(buf), first, last, max_ts, now_ms)
+            seg = self._segments[-1]
+            end = seg.size
+            seg.append(buf, entries)
+        except OSError as e:
+            # The dir goes offline so nothing after a torn batch is ever acknowledged; cut it
+            # now where the disk allows (recovery cuts it otherwise).
+            try:
+                seg = self._segments[-1]
+                os.ftruncate(seg.fd, seg.size)
+            except OSError:
+                pass
+            raise self._io_failed(e, "append") from e
         self._leo = last + 1
         return rolled
 
@@ -816,6 +849,7 @@ class Log:
         starting at or after it are not returned. With ``min_one_batch`` (KIP-74)
         the first batch is returned even if larger than ``max_bytes``.
         """
+        self._check_open()
         leo, start = self._leo, self._log_start
         if fetch_offset > leo or fetch_offset < start:
             raise ApiError(
@@ -835,7 +869,10 @@ class Log:
         slack = min(self.config.index_interval_bytes, 1 << 20) + 65536
         while i < len(segments):
             seg = segments[i]
-            got = seg.read(fetch_offset, max_bytes, bound, min_one_batch, slack)
+            try:
+                got = seg.read(fetch_offset, max_bytes, bound, min_one_batch, slack)
+            except OSError as e:
+                raise self._io_failed(e, "read") from e
             if got is not None:
                 data, position = got
                 empty.records = data
@@ -1095,11 +1132,13 @@ class Log:
                     sync_file(path)
                 if need_dir:
                     fsync_dir(self.dir)
-            except BaseException:
+            except BaseException as e:
                 with self._lock:
                     self._dir_dirty = self._dir_dirty or need_dir
                     for s in segs:
                         s.unpin()
+                if isinstance(e, OSError):
+                    raise self._io_failed(e, "flush") from e
                 raise
             with self._lock:
                 for s in segs:
@@ -1122,7 +1161,7 @@ class Log:
         with self._lock:
             if self._closed:
                 return
-            if final:
+            if final and not self._offline:
                 # A snapshot at the log end spares the next start-up any log scan.
                 try:
                     self.producer_state.update_map_end_offset(self._leo)
@@ -1130,8 +1169,13 @@ class Log:
                 except OSError:
                     log.exception("%s: producer snapshot at close failed", self.dir)
             self._closed = True
+            final = final and not self._offline  # an offline dir is not written to again
             for seg in self._segments:
-                seg.close(final=final and seg is self._segments[-1])
+                try:
+                    seg.close(final=final and seg is self._segments[-1])
+                except OSError as e:
+                    self._io_failed(e, "close")
+                    seg.close(final=False)
 
     def delete(self) -> None:
         """Close the log and remove its directory with all data."""

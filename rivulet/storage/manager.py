@@ -26,6 +26,7 @@ from rivulet.storage.checkpoints import (
 from rivulet.storage.config import LogConfig
 from rivulet.storage.dir_lock import DirLock
 from rivulet.storage.log import Log, parse_topic_partition
+from rivulet.storage.log_dir_failure import KafkaStorageError, LogDirFailureChannel
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,8 @@ class LogManager:
         self._lock = threading.RLock()
         self._checkpoint_lock = threading.Lock()
         self.had_clean_shutdown: dict[str, bool] = {}
+        self.failure_channel = LogDirFailureChannel()
+        self.failure_channel.add_listener(self._on_log_dir_failure)
         # Taken before anything is read or written: a second broker on these dirs stops here.
         self._dir_locks: list[DirLock] = []
         try:
@@ -109,6 +112,7 @@ class LogManager:
                     had_clean_shutdown=clean,
                     producer_id_expiration_ms=self.producer_id_expiration_ms,
                     time_ms=self.time_ms,
+                    failure_channel=self.failure_channel,
                 )
             if clean:
                 # From now on a crash must trigger recovery again.
@@ -124,14 +128,26 @@ class LogManager:
         with self._lock:
             return list(self._logs.values())
 
+    def _on_log_dir_failure(self, log_dir: str) -> None:
+        # Kafka's handleLogDirFailure: every partition on the dir goes offline at once.
+        for lg in self.all_logs():
+            if os.path.dirname(lg.dir) == log_dir:
+                lg.mark_offline()
+
+    def online_dirs(self) -> list[str]:
+        return [d for d in self.log_dirs if not self.failure_channel.is_offline(d)]
+
     def _choose_dir(self) -> str:
-        # Like Kafka: the dir holding the fewest partitions.
-        counts = {d: 0 for d in self.log_dirs}
+        # Like Kafka: the online dir holding the fewest partitions.
+        online = self.online_dirs()
+        if not online:
+            raise KafkaStorageError("every log directory is offline")
+        counts = {d: 0 for d in online}
         for lg in self._logs.values():
             parent = os.path.dirname(lg.dir)
             if parent in counts:
                 counts[parent] += 1
-        return min(self.log_dirs, key=lambda d: counts[d])
+        return min(online, key=lambda d: counts[d])
 
     def create_log(
         self, topic: str, partition: int, config: LogConfig | None = None, topic_id: uuid.UUID | None = None
@@ -154,8 +170,14 @@ class LogManager:
                     existing.update_config(config)
                 return existing
             path = os.path.join(self._choose_dir(), f"{topic}-{partition}")
-            lg = Log(path, config or self.defaults, topic_id=topic_id,
-                     producer_id_expiration_ms=self.producer_id_expiration_ms, time_ms=self.time_ms)
+            try:
+                lg = Log(path, config or self.defaults, topic_id=topic_id,
+                         producer_id_expiration_ms=self.producer_id_expiration_ms, time_ms=self.time_ms,
+                         failure_channel=self.failure_channel)
+            except OSError as e:
+                self.failure_channel.maybe_add_offline_log_dir(
+                    os.path.dirname(path), f"creating the log of {topic}-{partition} failed", e)
+                raise KafkaStorageError(f"creating the log of {topic}-{partition} failed: {e}") from e
             self._logs[TopicPartition(topic, partition)] = lg
             return lg
 
@@ -187,23 +209,26 @@ class LogManager:
             for tp, lg in items:
                 by_dir.setdefault(os.path.dirname(lg.dir), []).append((tp, lg))
             for d, logs in by_dir.items():
-                if not os.path.isdir(d):
+                if not os.path.isdir(d) or self.failure_channel.is_offline(d):
                     continue
-                write_offset_checkpoint(
-                    os.path.join(d, RECOVERY_POINT_CHECKPOINT), {tp: lg.recovery_point for tp, lg in logs}
-                )
-                # Like Kafka, only starts that differ from the first segment need recording.
-                write_offset_checkpoint(
-                    os.path.join(d, LOG_START_OFFSET_CHECKPOINT),
-                    {
-                        tp: lg.log_start_offset
-                        for tp, lg in logs
-                        if lg.log_start_offset > lg.segment_base_offsets()[0]
-                    },
-                )
-                write_offset_checkpoint(
-                    os.path.join(d, REPLICATION_OFFSET_CHECKPOINT), {tp: lg.high_watermark for tp, lg in logs}
-                )
+                try:
+                    write_offset_checkpoint(
+                        os.path.join(d, RECOVERY_POINT_CHECKPOINT), {tp: lg.recovery_point for tp, lg in logs}
+                    )
+                    # Like Kafka, only starts that differ from the first segment need recording.
+                    write_offset_checkpoint(
+                        os.path.join(d, LOG_START_OFFSET_CHECKPOINT),
+                        {
+                            tp: lg.log_start_offset
+                            for tp, lg in logs
+                            if lg.log_start_offset > lg.segment_base_offsets()[0]
+                        },
+                    )
+                    write_offset_checkpoint(
+                        os.path.join(d, REPLICATION_OFFSET_CHECKPOINT), {tp: lg.high_watermark for tp, lg in logs}
+                    )
+                except OSError as e:
+                    self.failure_channel.maybe_add_offline_log_dir(d, "writing checkpoints failed", e)
             # With the recovery points durable, older producer snapshots are no longer needed.
             for _tp, lg in items:
                 try:
@@ -229,7 +254,7 @@ class LogManager:
         """flush.ms: fsync logs whose last flush is at least flush.ms old. Returns logs flushed."""
         flushed = 0
         for lg in self.all_logs():
-            if lg.closed or lg.unflushed_messages <= 0:
+            if lg.closed or lg.offline or lg.unflushed_messages <= 0:
                 continue
             if now_ms - lg.last_flush_ms >= lg.config.flush_ms:
                 try:
@@ -239,20 +264,32 @@ class LogManager:
                     log.exception("flush failed for %s", lg.dir)
         return flushed
 
-    def shutdown(self) -> None:
-        """Flush and close every log, write checkpoints and the clean-shutdown marker."""
+    def shutdown(self) -> dict[str, str]:
+        """Flush and close every log, write checkpoints and the clean-shutdown marker.
+
+        A dir that fails (or had failed) gets no marker, so the next start recovers it;
+        returns the offline dirs with why."""
         logs = self.all_logs()
         for lg in logs:
-            lg.flush()
+            if lg.offline:
+                continue
+            try:
+                lg.flush()
+            except KafkaStorageError:
+                pass  # the dir is offline now; recovery at the next start covers it
         self.checkpoint()
         for lg in logs:
             lg.close()
-        for d in self.log_dirs:
+        for d in self.online_dirs():
             if os.path.isdir(d):
-                write_atomic(os.path.join(d, CLEAN_SHUTDOWN), json.dumps({"version": 0, "brokerEpoch": -1}))
+                try:
+                    write_atomic(os.path.join(d, CLEAN_SHUTDOWN), json.dumps({"version": 0, "brokerEpoch": -1}))
+                except OSError as e:
+                    self.failure_channel.maybe_add_offline_log_dir(d, "writing the clean-shutdown marker failed", e)
         with self._lock:
             self._logs.clear()
         self.release_locks()
+        return self.failure_channel.offline_dirs()
 
     def release_locks(self) -> None:
         for lock in self._dir_locks:

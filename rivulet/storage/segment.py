@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.records import LOCATOR, LOG_OVERHEAD, MIN_BATCH_LENGTH, BatchHeader
+from rivulet.storage import log_dir_failure
 from rivulet.storage.batches import InvalidBatch, iter_headers, iter_valid_batches
 from rivulet.storage.index import CorruptIndexError, OffsetIndex, TimeIndex, _write_all
 
@@ -28,7 +29,6 @@ TIME_INDEX_SUFFIX = ".timeindex"
 TXN_INDEX_SUFFIX = ".txnindex"
 _EMPTY = b""
 _LOCATOR_SIZE = LOCATOR.size
-_fdatasync = getattr(os, "fdatasync", os.fsync)
 
 # (position in the appended buffer, last offset, max timestamp, size) per batch.
 AppendEntry = tuple[int, int, int, int]
@@ -128,7 +128,7 @@ class TransactionIndex:
     def sync(self) -> None:
         if self.dirty and self._fd >= 0:
             self.dirty = False
-            _fdatasync(self._fd)
+            log_dir_failure.file_ops.fdatasync(self._fd)
         elif self.dirty:
             self.dirty = False
             try:
@@ -518,8 +518,8 @@ class LogSegment:
         if self.closed:
             return
         if self.dirty:
+            log_dir_failure.file_ops.fdatasync(self.fd)
             self.dirty = False
-            _fdatasync(self.fd)
         self.offset_index.sync()
         self.time_index.sync()
         self.txn_index.sync()

@@ -1,0 +1,124 @@
+"""A storage I/O error takes its log directory offline (Kafka's LogDirFailureChannel),
+driven through the fault-injection seam of rivulet.storage.log_dir_failure."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+
+from rivulet.protocol.errors import ApiError, ErrorCode
+from rivulet.storage import LogConfig, LogManager
+from rivulet.storage import log_dir_failure
+from rivulet.storage.log_dir_failure import FaultyFileOps, KafkaStorageError
+from tests.unit.test_storage_manager import append, make_batch
+
+pytestmark = pytest.mark.fast
+
+
+@pytest.fixture
+def faults():
+    ops = FaultyFileOps()
+    ops.armed = False
+    previous = log_dir_failure.install(ops)
+    yield ops
+    log_dir_failure.install(previous)
+
+
+def _manager(tmp_path, n_dirs: int = 2) -> LogManager:
+    dirs = [str(tmp_path / f"d{i}") for i in range(n_dirs)]
+    m = LogManager(dirs, LogConfig())
+    m.startup()
+    return m
+
+
+@pytest.mark.parametrize("err", [errno.ENOSPC, errno.EIO, errno.EROFS, errno.EDQUOT])
+def test_write_error_takes_the_dir_offline_and_others_keep_serving(tmp_path, faults, err):
+    m = _manager(tmp_path)
+    a = m.create_log("a", 0)
+    b = m.create_log("b", 0)
+    assert os.path.dirname(a.dir) != os.path.dirname(b.dir)
+    append(a, make_batch(2))
+    append(b, make_batch(2))
+    faults.err, faults.armed = err, True
+    with pytest.raises(KafkaStorageError) as e:
+        append(a, make_batch(2))
+    assert e.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    faults.armed = False
+    assert m.failure_channel.is_offline(os.path.dirname(a.dir))
+    assert a.offline and not b.offline
+    # Nothing more is appended or read there, even with the disk back.
+    with pytest.raises(ApiError) as e:
+        append(a, make_batch(1))
+    assert e.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    with pytest.raises(ApiError):
+        a.read(0, 1 << 20)
+    assert append(b, make_batch(1)).first_offset == 2
+    # New logs go to the dir still online.
+    c = m.create_log("c", 0)
+    assert os.path.dirname(c.dir) == os.path.dirname(b.dir)
+    offline = m.shutdown()
+    assert list(offline) == [os.path.dirname(a.dir)]
+
+
+def test_torn_write_is_cut_and_recovery_keeps_every_acknowledged_batch(tmp_path, faults):
+    m = _manager(tmp_path, 1)
+    lg = m.create_log("t", 0)
+    for _ in range(3):
+        append(lg, make_batch(2))
+    seg_path = os.path.join(lg.dir, "00000000000000000000.log")
+    good = os.path.getsize(seg_path)
+    faults.short_write, faults.armed = 10, True
+    with pytest.raises(KafkaStorageError):
+        append(lg, make_batch(2))
+    faults.armed = False
+    assert os.path.getsize(seg_path) == good  # the torn tail is gone at once
+    assert m.shutdown()  # the dir is reported offline; no clean-shutdown marker
+    m2 = _manager(tmp_path, 1)
+    assert not m2.had_clean_shutdown[str(tmp_path / "d0")]
+    lg2 = m2.get_log("t", 0)
+    assert lg2.log_end_offset == 6
+    assert append(lg2, make_batch(1)).first_offset == 6
+    m2.shutdown()
+
+
+def test_torn_tail_left_on_disk_is_truncated_at_recovery(tmp_path, faults):
+    m = _manager(tmp_path, 1)
+    lg = m.create_log("t", 0)
+    append(lg, make_batch(2))
+    seg_path = os.path.join(lg.dir, "00000000000000000000.log")
+    m.shutdown()
+    with open(seg_path, "ab") as f:  # a torn batch that could not be cut before the crash
+        f.write(make_batch(3)[:25])
+    m2 = _manager(tmp_path, 1)
+    assert m2.get_log("t", 0).log_end_offset == 2
+    m2.shutdown()
+
+
+def test_failed_fsync_takes_the_dir_offline(tmp_path, faults):
+    m = _manager(tmp_path, 1)
+    lg = m.create_log("t", 0)
+    append(lg, make_batch(2))
+    faults.fail_fsync, faults.err, faults.armed = True, errno.EIO, True
+    with pytest.raises(KafkaStorageError):
+        lg.flush()
+    assert lg.offline
+    faults.armed = False
+    m.shutdown()
+
+
+def test_checkpoint_failure_takes_the_dir_offline(tmp_path, monkeypatch):
+    m = _manager(tmp_path, 1)
+    m.create_log("t", 0)
+
+    def full(*_a, **_k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("rivulet.storage.manager.write_offset_checkpoint", full)
+    m.checkpoint()
+    assert m.failure_channel.is_offline(str(tmp_path / "d0"))
+    assert m.get_log("t", 0).offline
+    with pytest.raises(KafkaStorageError):
+        m.create_log("u", 0)
+    m.shutdown()
