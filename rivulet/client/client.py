@@ -15,6 +15,8 @@ import time
 from typing import Any, Callable, Iterable
 
 from rivulet.client import core
+from rivulet.client import errors as E
+from rivulet.client.errors import KafkaError
 from rivulet.client.connection import BrokerConnection, ConnectionClosed
 from rivulet.client.core import Cluster, PartitionMeta, TopicMeta  # noqa: F401  (re-exported)
 from rivulet.protocol.errors import ErrorCode, ApiError
@@ -43,6 +45,10 @@ def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
     if not out:
         raise ValueError("bootstrap.servers is empty")
     return out
+
+
+def _log_broker_error(err: KafkaError) -> None:
+    log.info("%s", err.str())
 
 
 def now() -> float:
@@ -96,8 +102,11 @@ class KafkaClient:
         self._md_waiters: list[asyncio.Future] = []
         self._md_refresh_needed = asyncio.Event()
         self.closed = False
-        # Told when a broker that was reachable stops accepting connections (error_cb).
-        self.on_broker_down: Callable[[int, BaseException], None] | None = None
+        # Told, as librdkafka tells error_cb, when a broker that was reachable stops accepting
+        # connections (_TRANSPORT) and when then no known broker is reachable (_ALL_BROKERS_DOWN).
+        # Without one they are only logged at INFO: command-line tools report failures themselves.
+        self.on_broker_error: Callable[[KafkaError], None] = _log_broker_error
+        self._all_down_reported = False
 
     # ------------------------------------------------------------ connections
     def address(self, node_id: int) -> tuple[str, int] | None:
@@ -125,12 +134,14 @@ class KafkaClient:
             await conn.connect(self.connect_timeout)
             self._conns[key] = conn
             self._failed_at.pop(node_id, None)
+            self._all_down_reported = False
             fut.set_result(conn)
             return conn
         except BaseException as e:
-            if node_id not in self._failed_at and self.on_broker_down is not None and isinstance(e, Exception):
-                self.on_broker_down(node_id, e)
+            first = node_id not in self._failed_at
             self._failed_at[node_id] = now()
+            if first and isinstance(e, Exception):
+                self._report_down(node_id, addr, e)
             fut.set_exception(e if isinstance(e, Exception) else ConnectionClosed("cancelled"))
             fut.exception()
             if isinstance(e, OSError) and not isinstance(e, ConnectionClosed):
@@ -138,6 +149,18 @@ class KafkaClient:
             raise
         finally:
             self._connecting.pop(key, None)
+
+    def _report_down(self, node_id: int, addr: tuple[str, int], exc: Exception) -> None:
+        name = f"{addr[0]}:{addr[1]}/{'bootstrap' if node_id < 0 else node_id}"
+        self.on_broker_error(E.local("_TRANSPORT", f"{name}: Connect to {addr[0]}:{addr[1]} failed: {exc}"))
+        known = list(self.cluster.brokers) or [-i - 1 for i in range(len(self.bootstrap))]
+        down = sum(1 for n in known if n in self._failed_at and not self._has_open(n))
+        if down == len(known) and not self._all_down_reported:
+            self._all_down_reported = True
+            self.on_broker_error(E.local("_ALL_BROKERS_DOWN", f"{down}/{len(known)} brokers are down"))
+
+    def _has_open(self, node_id: int) -> bool:
+        return any(n == node_id and not c.closed for (n, _kind), c in self._conns.items())
 
     def open_connection(self, node_id: int, kind: str = "data") -> BrokerConnection | None:
         """The broker's connection if it is open now (no connecting)."""

@@ -128,6 +128,9 @@ PROPS: list[Prop] = [
     _p("error_cb", CL, None, ALL, "Called with a KafkaError for errors outside any one request.",
        convert=_callable),
     _p("logger", CL, None, ALL, "A logging.Logger to log to instead of 'rivulet.client'.", convert=_ANY),
+    _p("topic.metadata.propagation.max.ms", I, 30000, ALL, "How long a topic the broker does not know may "
+       "still be being created; then a producer fails its records with UNKNOWN_TOPIC_OR_PART.", lo=0,
+       hi=3600000),
     _p("allow.auto.create.topics", B, None, ALL, "Let metadata requests create missing topics (default: "
        "false for consumers, true otherwise)."),
     # Accepted so existing confluent-kafka configs keep working; no effect here.

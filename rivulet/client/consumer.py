@@ -121,11 +121,7 @@ class AIOConsumer:
         self.facade: Any = self
         self.error_cb: Callable | None = c["error_cb"]
         if self.error_cb is not None:
-            self.client.on_broker_down = self._broker_down
-
-    def _broker_down(self, node: int, exc: BaseException) -> None:
-        """error_cb, as librdkafka calls it: a broker became unreachable (the client retries)."""
-        self.on_error(E.local("_TRANSPORT", f"broker {node}: {exc}"))
+            self.client.on_broker_error = self.on_error
 
     def on_error(self, err: E.KafkaError) -> None:
         """Run error_cb; the sync Consumer defers it to poll()."""

@@ -196,17 +196,18 @@ class AIOProducer:
         self.stats_interval = c["statistics.interval.ms"] / 1000
         self.stats = ClientStats(c["client.id"], "producer")
         self._stats_task: asyncio.Task | None = None
+        # librdkafka's topic.metadata.propagation.max.ms: how long a topic the broker calls
+        # unknown may still be on its way; after it, its queued records fail and produce() refuses it.
+        self.propagation_max = c["topic.metadata.propagation.max.ms"] / 1000
+        self._topic_wanted_at: dict[str, float] = {}
+        self._missing_topics: set[str] = set()
         if self.error_cb is not None:
-            self.client.on_broker_down = self._broker_down
+            self.client.on_broker_error = self.on_error
         self.transactional_id: str | None = c["transactional.id"]
         self.txn = None
         if self.transactional_id is not None:
             from rivulet.client.transactions import TransactionManager
             self.txn = TransactionManager(self, self.transactional_id, c["transaction.timeout.ms"])
-
-    def _broker_down(self, node: int, exc: BaseException) -> None:
-        """error_cb, as librdkafka calls it: a broker became unreachable (the client retries)."""
-        self.on_error(E.local("_TRANSPORT", f"broker {node}: {exc}"))
 
     def on_stats(self, doc: str) -> None:
         """Run stats_cb; the sync Producer defers it to poll()."""
@@ -351,6 +352,8 @@ class AIOProducer:
             elif tm is None or tm.error or not tm.partitions or topic in acc.unpartitioned:
                 # Behind records still waiting for metadata, so that order is kept.
                 self._check_topic(topic)
+                if tm is not None and tm.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and topic in self._missing_topics:
+                    raise KafkaException(E.local("_UNKNOWN_TOPIC", "Unable to produce message: Local: Unknown topic"))
                 acc.add_unpartitioned(topic, -1 if partition is None else partition,
                                       (record, time.monotonic()), size)  # type: ignore[arg-type]
                 self._produced += 1
@@ -688,11 +691,19 @@ class AIOProducer:
                 if topic not in self.client.wanted_topics:
                     self.client.wanted_topics.add(topic)
                     wanted = True
+                wanted_at = self._topic_wanted_at.setdefault(topic, now)
+                gone = tm is not None and tm.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION \
+                    and now - wanted_at >= self.propagation_max
+                if gone:
+                    self._missing_topics.add(topic)
                 waiting = acc.unpartitioned[topic]
                 keep = []
                 for item in waiting:
                     partition, (record, t0), size = item
-                    if now - t0 >= acc.delivery_timeout:
+                    if gone:
+                        self.loop.call_soon(self._complete, _single(topic, partition, record, size), -1, -1,
+                                            E.broker_error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                    elif now - t0 >= acc.delivery_timeout:
                         why = ErrorCode(tm.error).name if tm is not None and tm.error else "no metadata"
                         code = "_UNKNOWN_TOPIC" if tm is not None and tm.error else "_MSG_TIMED_OUT"
                         self.loop.call_soon(self._complete, _single(topic, partition, record, size), -1, -1,
@@ -705,6 +716,8 @@ class AIOProducer:
                     del acc.unpartitioned[topic]
                 continue
             items = acc.unpartitioned.pop(topic)
+            self._topic_wanted_at.pop(topic, None)
+            self._missing_topics.discard(topic)
             n = len(tm.partitions)
             for partition, (record, _t0), size in items:
                 if partition >= n:

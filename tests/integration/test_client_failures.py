@@ -227,3 +227,47 @@ def test_stalled_consumer_leaves_the_group_and_rejoins(broker):
     settle(a, b, want=[1, 1])
     a.close()
     b.close()
+
+
+@pytest.mark.parametrize("module", ["rivulet", "confluent_kafka"])
+def test_missing_topic_fails_with_unknown_topic_or_part(broker_factory, module):
+    """Auto-creation off: once topic.metadata.propagation.max.ms has passed, the record fails
+    with UNKNOWN_TOPIC_OR_PART and a further produce() is refused with _UNKNOWN_TOPIC, as in
+    librdkafka (both clients run the same code)."""
+    kafka = pytest.importorskip(module)
+    b = broker_factory({"auto.create.topics.enable": "false"})
+    p = kafka.Producer({"bootstrap.servers": b.bootstrap, "topic.metadata.propagation.max.ms": 1000})
+    reports = []
+    p.produce("no-such-topic", b"v", on_delivery=lambda err, msg: reports.append(err))
+    deadline = time.monotonic() + 60
+    while not reports and time.monotonic() < deadline:
+        p.poll(0.2)
+    assert [e.code() for e in reports] == [kafka.KafkaError.UNKNOWN_TOPIC_OR_PART]
+    with pytest.raises(kafka.KafkaException) as refused:
+        p.produce("no-such-topic", b"v")
+    assert refused.value.args[0].code() == kafka.KafkaError._UNKNOWN_TOPIC
+    assert p.flush(10) == 0
+
+
+@pytest.mark.parametrize("module", ["rivulet", "confluent_kafka"])
+def test_broker_down_is_reported_to_error_cb(module):
+    """No broker listening: error_cb hears _TRANSPORT, then _ALL_BROKERS_DOWN, as from librdkafka."""
+    import socket
+    kafka = pytest.importorskip(module)
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    errors = []
+    p = kafka.Producer({"bootstrap.servers": f"127.0.0.1:{port}", "error_cb": errors.append,
+                        "message.timeout.ms": 2000})
+    reports = []
+    p.produce("t", b"v", on_delivery=lambda err, msg: reports.append(err))
+    deadline = time.monotonic() + 30
+    while not (reports and any(e.code() == kafka.KafkaError._ALL_BROKERS_DOWN for e in errors)) \
+            and time.monotonic() < deadline:
+        p.poll(0.2)
+    codes = [e.code() for e in errors]
+    assert codes[0] == kafka.KafkaError._TRANSPORT and str(port) in errors[0].str()
+    assert kafka.KafkaError._ALL_BROKERS_DOWN in codes
+    assert [e.code() for e in reports] == [kafka.KafkaError._MSG_TIMED_OUT]
