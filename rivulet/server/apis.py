@@ -28,6 +28,7 @@ from rivulet.server.handlers import Handler
 from rivulet.server.handlers.configs import ConfigHandlers
 from rivulet.server.handlers.find_coordinator import FindCoordinatorHandler
 from rivulet.server.handlers.groups import GroupHandlers
+from rivulet.server.handlers.log_dirs import LogDirHandlers
 from rivulet.server.handlers.records import RecordHandlers
 from rivulet.server.handlers.topics import TopicHandlers
 from rivulet.server.handlers.transactions import TransactionHandlers
@@ -66,6 +67,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     28: (0, 3),   # TxnOffsetCommit
     32: (1, 4),   # DescribeConfigs
     33: (0, 2),   # AlterConfigs
+    35: (0, 4),   # DescribeLogDirs
     37: (0, 3),   # CreatePartitions
     42: (0, 2),   # DeleteGroups
     44: (0, 1),   # IncrementalAlterConfigs
@@ -86,6 +88,7 @@ class KafkaApis:
         self.handlers: dict[int, Handler] = {18: self.handle_api_versions}
         for area in (
             RecordHandlers(replica_manager, topics),
+            LogDirHandlers(topics.log_manager),
             TopicHandlers(topics, replica_manager, config, node, cluster_id),
             ConfigHandlers(topics, config),
             GroupHandlers(group_coordinator, topics, clock),

@@ -9,6 +9,7 @@ import shutil
 import threading
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from rivulet.common.time import SYSTEM_CLOCK
 from rivulet.common.types import TopicPartition
@@ -32,6 +33,15 @@ log = logging.getLogger(__name__)
 
 _DELETE_SUFFIX = "-delete"
 _IGNORED_SUFFIXES = ("-future", "-stray")
+
+
+@dataclass(frozen=True)
+class LogDirDescription:
+    path: str
+    offline_reason: str | None
+    partition_sizes: dict[TopicPartition, int]
+    total_bytes: int
+    usable_bytes: int
 
 
 class LogManager:
@@ -136,6 +146,24 @@ class LogManager:
 
     def online_dirs(self) -> list[str]:
         return [d for d in self.log_dirs if not self.failure_channel.is_offline(d)]
+
+    def describe_dirs(self) -> list[LogDirDescription]:
+        """Each log dir: why it is offline (None if online), its partitions' sizes, its disk's
+        total and usable bytes (-1 when unknown or offline), as DescribeLogDirs reports them."""
+        offline = self.failure_channel.offline_dirs()
+        out = []
+        for d in self.log_dirs:
+            if d in offline:
+                out.append(LogDirDescription(d, offline[d], {}, -1, -1))
+                continue
+            sizes = {tp: lg.size_in_bytes for tp, lg in list(self._logs.items()) if os.path.dirname(lg.dir) == d}
+            try:
+                st = os.statvfs(d)
+                total, usable = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+            except OSError:
+                total = usable = -1
+            out.append(LogDirDescription(d, None, sizes, total, usable))
+        return out
 
     def _choose_dir(self) -> str:
         # Like Kafka: the online dir holding the fewest partitions.

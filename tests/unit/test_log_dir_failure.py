@@ -122,3 +122,33 @@ def test_checkpoint_failure_takes_the_dir_offline(tmp_path, monkeypatch):
     with pytest.raises(KafkaStorageError):
         m.create_log("u", 0)
     m.shutdown()
+
+
+@pytest.mark.parametrize("version", [0, 4])
+def test_describe_log_dirs_reports_the_offline_dir(tmp_path, faults, version):
+    from rivulet.protocol.messages.describe_log_dirs_request import DescribableLogDirTopic, DescribeLogDirsRequest
+    from rivulet.protocol.messages.describe_log_dirs_response import DescribeLogDirsResponse
+    from rivulet.server.handlers.log_dirs import LogDirHandlers
+
+    m = _manager(tmp_path)
+    a = m.create_log("a", 0)
+    b = m.create_log("b", 0)
+    append(b, make_batch(2))
+    faults.armed = True
+    with pytest.raises(KafkaStorageError):
+        append(a, make_batch(1))
+    faults.armed = False
+    handle = LogDirHandlers(m).handlers()[35]
+    resp = handle(None, DescribeLogDirsRequest(topics=None), None)
+    resp = DescribeLogDirsResponse.decode(memoryview(resp.encode(version)), version)
+    by_dir = {r.log_dir: r for r in resp.results}
+    bad, good = by_dir[os.path.dirname(a.dir)], by_dir[os.path.dirname(b.dir)]
+    assert bad.error_code == ErrorCode.KAFKA_STORAGE_ERROR and bad.topics == []
+    assert good.error_code == 0
+    assert [(t.name, [(p.partition_index, p.partition_size) for p in t.partitions]) for t in good.topics] == [
+        ("b", [(0, b.size_in_bytes)])]
+    if version >= 4:
+        assert good.total_bytes > 0 and good.usable_bytes >= 0
+    named = handle(None, DescribeLogDirsRequest(topics=[DescribableLogDirTopic(topic="x", partitions=[0])]), None)
+    assert all(r.topics == [] for r in named.results)
+    m.shutdown()
