@@ -2,8 +2,9 @@
 
 ``KafkaError`` is a value (not an exception) carrying a code, a name and a message, so that
 delivery reports and ``Message.error()`` can hand it out; ``KafkaException`` wraps one when
-something has to be raised. Broker error codes keep their wire values and Kafka's names (plus
-the librdkafka spellings confluent-kafka users write, e.g. ``UNKNOWN_TOPIC_OR_PART``); client-side
+something has to be raised. Broker error codes keep their wire values; ``name()`` gives
+librdkafka's spelling where it differs from Kafka's (``UNKNOWN_TOPIC_OR_PART``), and both
+resolve as attributes (``KafkaError.UNKNOWN_TOPIC_OR_PARTITION`` too); client-side
 conditions use librdkafka's negative codes (``_PARTITION_EOF``, ``_MSG_TIMED_OUT``...).
 """
 
@@ -43,7 +44,8 @@ _RDKAFKA_ALIASES: dict[str, int] = {
 
 _NAMES: dict[int, str] = {v: k for k, v in LOCAL_CODES.items()}
 _NAMES.update({int(c): c.name for c in ErrorCode})
-_NAMES[0] = "NO_ERROR"
+# name() gives librdkafka's spelling, as confluent-kafka's KafkaError.name() does.
+_NAMES.update({code: name for name, code in _RDKAFKA_ALIASES.items()})
 
 # Broker errors a client retries by itself (Kafka's RetriableException subclasses, as the
 # client core classes them), with librdkafka's retriable REBALANCE_IN_PROGRESS and local codes.

@@ -118,7 +118,8 @@ def test_clients_validate_before_connecting():
 
 def test_error_values_look_like_confluent_kafka():
     e = KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
-    assert e.code() == 3 and e.name() == "UNKNOWN_TOPIC_OR_PARTITION" and e.retriable()
+    assert e.code() == 3 and e.name() == "UNKNOWN_TOPIC_OR_PART" and e.retriable()  # librdkafka's name
+    assert KafkaError.UNKNOWN_TOPIC_OR_PARTITION == KafkaError.UNKNOWN_TOPIC_OR_PART == 3
     assert KafkaError._PARTITION_EOF == -191 and KafkaError(KafkaError._PARTITION_EOF).name() == "_PARTITION_EOF"
     assert KafkaError(KafkaError._MSG_TIMED_OUT, "x").str() == "x"
     assert e == 3 and e == KafkaError(3)
