@@ -1,0 +1,97 @@
+"""A real full disk (a small tmpfs): acknowledged records survive filling it, freeing it and kill -9."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import threading
+import time
+
+import pytest
+
+from rivulet.testing import BrokerProcess
+from tests.integration.test_durability import consume_all
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def small_fs():
+    mnt = tempfile.mkdtemp(prefix="rivulet-tmpfs-")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", mnt], capture_output=True, text=True)
+    if r.returncode != 0:
+        os.rmdir(mnt)
+        pytest.skip(f"cannot mount a small tmpfs here (needs root and mount rights): {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", mnt], check=False)
+        os.rmdir(mnt)
+
+
+def _produce(bootstrap: str, topic: str, start: int, seconds: float, acked: list[bytes],
+             errors: list[str]) -> int:
+    from confluent_kafka import Producer
+    lock = threading.Lock()
+
+    def on_delivery(err, msg):
+        with lock:
+            if err is None:
+                acked.append(msg.value())
+            else:
+                errors.append(err.name())
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                  "linger.ms": 5, "message.timeout.ms": 5000})
+    i = start
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            p.produce(topic, value=f"rec-{i:08d}".encode() + b"x" * 1000, partition=0, on_delivery=on_delivery)
+            i += 1
+        except BufferError:
+            pass
+        p.poll(0.001)
+    p.flush(15)
+    return i
+
+
+def test_full_disk_loses_no_acknowledged_record(small_fs, tmp_path):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    ballast = os.path.join(small_fs, "ballast")
+    with open(ballast, "wb") as f:
+        f.write(b"\0" * (5 << 20))
+    data = os.path.join(small_fs, "data")
+    os.makedirs(data)
+    broker = BrokerProcess(data_dir=data)
+    broker.log_path = tmp_path / "broker-stdout.log"  # off the full disk
+    broker.start()
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("full", num_partitions=1, replication_factor=1)])["full"].result(30)
+        acked: list[bytes] = []
+        errors: list[str] = []
+        # About 3 MiB free: far more than that is offered, so the disk fills.
+        n = _produce(broker.bootstrap, "full", 0, 8, acked, errors)
+        assert acked, "nothing was acknowledged before the disk filled"
+        assert "KAFKA_STORAGE_ERROR" in errors or "_MSG_TIMED_OUT" in errors, errors[:5]
+        assert broker.proc is not None and broker.proc.poll() is None, "the broker must stay up"
+        assert "is offline" in broker.output(), "the broker says which log dir failed"
+        os.unlink(ballast)  # space returns
+        n = _produce(broker.bootstrap, "full", n, 2, acked, errors)
+        broker.kill()
+        broker.start()
+        _produce(broker.bootstrap, "full", n, 1, acked, errors)
+        got = consume_all(broker.bootstrap, "full", 1, len(acked))[0]
+        values = [v for _, v in got]
+        assert [o for o, _ in got] == list(range(len(got))), "offsets must be dense"
+        assert len(values) == len(set(values)), "every record once"
+        assert values == sorted(values), "in production order"
+        missing = set(acked) - set(values)
+        assert not missing, f"{len(missing)} acknowledged records lost"
+        rc = broker.stop()
+        assert rc == 0, broker.output()[-3000:]
+    finally:
+        broker.cleanup()
