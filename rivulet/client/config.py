@@ -135,7 +135,8 @@ PROPS: list[Prop] = [
        "false for consumers, true otherwise)."),
     # Accepted so existing confluent-kafka configs keep working; no effect here.
     _p("stats_cb", CL, None, ALL, "Called from poll() with librdkafka's JSON statistics every "
-       "statistics.interval.ms (producers; other clients do not call it yet).", convert=_callable),
+       "statistics.interval.ms (producers and consumers; the admin client does not call it).",
+       convert=_callable),
     _p("throttle_cb", CL, None, ALL, "librdkafka throttle callback.", convert=_callable, ignored=True),
     _p("statistics.interval.ms", I, 0, ALL, "How often stats_cb is called; 0 turns statistics off.",
        lo=0, hi=86400000),

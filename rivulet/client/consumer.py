@@ -33,6 +33,7 @@ from rivulet.client.client import KafkaClient, wait_event, wait_future
 from rivulet.client.config import Config, resolve
 from rivulet.client.coordinator import STABLE, ConsumerCoordinator
 from rivulet.client.fetcher import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchBuffer, Fetcher
+from rivulet.client.stats import ClientStats, emit_every, run_stats_cb
 from rivulet.client.subscription import OffsetAndMetadata, SubscriptionState, TopicPartitionState
 from rivulet.client.types import (
     OFFSET_BEGINNING,
@@ -87,7 +88,10 @@ class AIOConsumer:
         self.group_id: str | None = c["group.id"]
         self.subs = SubscriptionState(c["auto.offset.reset"])
         self.buffer = FetchBuffer(self.subs)
-        self.fetcher = Fetcher(self.client, self.subs, c, self.buffer)
+        self.stats_cb: Callable[[str], Any] | None = c["stats_cb"]
+        self.stats_interval = c["statistics.interval.ms"] / 1000
+        self.stats = ClientStats(c["client.id"], "consumer")
+        self.fetcher = Fetcher(self.client, self.subs, c, self.buffer, self.stats)
         self.fetcher.on_error = self._on_fetch_error
         self.coordinator = (ConsumerCoordinator(self, self.client, self.subs, c,
                                                 make_assignors(c["partition.assignment.strategy"]))
@@ -123,6 +127,28 @@ class AIOConsumer:
         if self.error_cb is not None:
             self.client.on_broker_error = self.on_error
 
+    def on_stats(self, doc: str) -> None:
+        """Run stats_cb; the sync Consumer defers it to poll()."""
+        run_stats_cb(self.stats_cb, doc)
+
+    def stats_json(self) -> str:
+        """librdkafka's statistics document for this consumer, as stats_cb gets it."""
+        extra: dict[TP, dict[str, Any]] = {}
+        for tp, st in list(self.subs.assignment.items()):
+            committed = st.committed.offset if st.committed is not None else OFFSET_INVALID
+            hi = st.high_watermark if st.high_watermark is not None else OFFSET_INVALID
+            ls = st.last_stable_offset if st.last_stable_offset is not None else hi
+            end = ls if self.fetcher.read_committed else hi
+            extra[tp] = {
+                "fetch_state": "stopped" if st.paused else "active",
+                "app_offset": st.position if st.position is not None else OFFSET_INVALID,
+                "committed_offset": committed, "hi_offset": hi, "ls_offset": ls,
+                "lo_offset": st.log_start_offset if st.log_start_offset is not None else OFFSET_INVALID,
+                "consumer_lag": end - committed if end >= 0 and committed >= 0 else -1,
+            }
+        return self.stats.render(self.client.cluster, lambda node: self.client.open_connection(node) is not None,
+                                 0, 0, extra=extra)
+
     def on_error(self, err: E.KafkaError) -> None:
         """Run error_cb; the sync Consumer defers it to poll()."""
         try:
@@ -142,6 +168,9 @@ class AIOConsumer:
         self._tasks.append(self.loop.create_task(self._main()))
         if self.auto_commit and self.auto_commit_interval > 0:
             self._tasks.append(self.loop.create_task(self._auto_commit_loop()))
+        if self.stats_cb is not None and self.stats_interval > 0:
+            self._tasks.append(self.loop.create_task(
+                emit_every(self.stats_interval, self.stats_json, self.on_stats, lambda: self._closed)))
 
     async def __aenter__(self) -> AIOConsumer:
         await self.start()

@@ -29,6 +29,7 @@ from rivulet.client import errors as E
 from rivulet.client.wakeup import Waker
 from rivulet.client.client import KafkaClient, wait_event
 from rivulet.client.connection import RequestTimedOut
+from rivulet.client.stats import ClientStats
 from rivulet.client.subscription import SubscriptionState, TopicPartitionState
 from rivulet.client.types import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Message
 from rivulet.common.types import TopicPartition as TP
@@ -163,8 +164,9 @@ class FetchBuffer:
 
 class Fetcher:
     def __init__(self, client: KafkaClient, subs: SubscriptionState, conf: dict[str, Any],
-                 buffer: FetchBuffer) -> None:
+                 buffer: FetchBuffer, stats: ClientStats | None = None) -> None:
         self.client = client
+        self.stats = stats
         self.subs = subs
         self.buffer = buffer
         self.read_committed = conf["isolation.level"] == "read_committed"
@@ -432,6 +434,8 @@ class Fetcher:
                                                        f"Fetch from broker reached end of partition at offset "
                                                        f"{next_offset} (HighwaterMark {st.high_watermark})")))
         if messages or next_offset > offset:
+            if self.stats is not None:
+                self.stats.records_in(tp, sum(1 for m in messages if m.error() is None), nbytes)
             self.buffer.put(Chunk(tp, st, epoch, messages, next_offset, nbytes))
 
     @staticmethod

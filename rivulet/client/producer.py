@@ -35,7 +35,7 @@ from rivulet.client.config import Config, resolve
 from rivulet.client.connection import RequestTimedOut
 from rivulet.client.errors import KafkaError, KafkaException
 from rivulet.client.partitioner import PARTITIONERS, StickyPartitions
-from rivulet.client.stats import ClientStats
+from rivulet.client.stats import ClientStats, emit_every, run_stats_cb
 from rivulet.client.types import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, ClusterMetadata, Message
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import compression
@@ -211,10 +211,7 @@ class AIOProducer:
 
     def on_stats(self, doc: str) -> None:
         """Run stats_cb; the sync Producer defers it to poll()."""
-        try:
-            self.stats_cb(doc)  # type: ignore[misc]
-        except Exception:
-            log.exception("stats_cb raised")
+        run_stats_cb(self.stats_cb, doc)
 
     def stats_json(self) -> str:
         """librdkafka's statistics document for this producer, as stats_cb gets it."""
@@ -227,11 +224,6 @@ class AIOProducer:
         return self.stats.render(self.client.cluster, lambda node: self.client.open_connection(node) is not None,
                                  max(0, self.outstanding), self.acc.queued_bytes,
                                  [(TP(*tp), n, size) for tp, (n, size) in total.items()])
-
-    async def _emit_stats(self) -> None:
-        while not self._closed:
-            await asyncio.sleep(self.stats_interval)
-            self.on_stats(self.stats_json())
 
     def on_error(self, err: KafkaError) -> None:
         """Run error_cb; the sync Producer defers it to poll()."""
@@ -253,7 +245,8 @@ class AIOProducer:
         self.client.start_metadata_refresh()
         self._sender = self.loop.create_task(self._run())
         if self.stats_cb is not None and self.stats_interval > 0:
-            self._stats_task = self.loop.create_task(self._emit_stats())
+            self._stats_task = self.loop.create_task(
+                emit_every(self.stats_interval, self.stats_json, self.on_stats, lambda: self._closed))
 
     async def __aenter__(self) -> AIOProducer:
         await self.start()

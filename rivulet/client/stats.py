@@ -7,16 +7,19 @@ Rivulet knows; times are microseconds except ``time`` (seconds) and ``metadata_a
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
+import logging
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from rivulet.client.core import Cluster
 from rivulet.common.types import TopicPartition as TP
 
+log = logging.getLogger("rivulet.client")
 _instances = itertools.count(1)
 
 
@@ -68,9 +71,16 @@ class ClientStats:
         p.txbytes += nbytes
         self.totals.txmsgs += count
 
+    def records_in(self, tp: TP, count: int, nbytes: int) -> None:
+        p = self.partitions[tp]
+        p.rxmsgs += count
+        p.rxbytes += nbytes
+        self.totals.rxmsgs += count
+
     def render(self, cluster: Cluster, connected: Callable[[int], bool], msg_cnt: int, msg_size: int,
-               queued: Iterable[tuple[TP, int, int]] = ()) -> str:
-        """The JSON document; ``queued`` gives (partition, records, bytes) waiting to be sent."""
+               queued: Iterable[tuple[TP, int, int]] = (), extra: Mapping[TP, Mapping[str, Any]] = {}) -> str:
+        """The JSON document; ``queued`` gives (partition, records, bytes) waiting (to be sent, or
+        fetched and not yet consumed); ``extra`` more fields per partition (a consumer's offsets)."""
         now = time.monotonic()
         queue: dict[TP, tuple[int, int]] = {tp: (n, size) for tp, n, size in queued}
         brokers = {}
@@ -85,7 +95,7 @@ class ClientStats:
             }
         metadata_age_ms = int((now - cluster.updated_at) * 1000) if cluster.updated_at else 0
         topics = {}
-        names = {tp[0] for tp in self.partitions} | {tp[0] for tp in queue}
+        names = {tp[0] for tp in self.partitions} | {tp[0] for tp in queue} | {tp[0] for tp in extra}
         for topic in sorted(names):
             tm = cluster.topics.get(topic)
             parts = {}
@@ -98,7 +108,8 @@ class ClientStats:
                 parts[str(p)] = {
                     "partition": p, "broker": leader, "leader": leader, "desired": False, "unknown": False,
                     "msgq_cnt": n, "msgq_bytes": size, "txmsgs": t.txmsgs, "txbytes": t.txbytes,
-                    "rxmsgs": t.rxmsgs, "rxbytes": t.rxbytes, "msgs": t.txmsgs + n,
+                    "rxmsgs": t.rxmsgs, "rxbytes": t.rxbytes, "msgs": t.txmsgs + t.rxmsgs + n,
+                    **extra.get(TP(topic, p), {}),
                 }
             topics[topic] = {"topic": topic, "metadata_age": metadata_age_ms, "partitions": parts}
         doc = {
@@ -116,3 +127,21 @@ class ClientStats:
     @staticmethod
     def _led_by(cluster: Cluster, node: int) -> list[TP]:
         return [(t, p) for t, tm in cluster.topics.items() for p, pm in tm.partitions.items() if pm.leader == node]
+
+
+async def emit_every(interval: float, render: Callable[[], str], deliver: Callable[[str], None],
+                     closed: Callable[[], bool]) -> None:
+    """Hand ``render()`` to ``deliver`` every ``interval`` seconds until ``closed()`` (a client's task)."""
+    while not closed():
+        await asyncio.sleep(interval)
+        deliver(render())
+
+
+def run_stats_cb(cb: Callable[[str], Any] | None, doc: str) -> int:
+    """Call the application's stats_cb; what it raises is logged, not passed on. Returns 1 (one event served)."""
+    try:
+        if cb is not None:
+            cb(doc)
+    except Exception:
+        log.exception("stats_cb raised")
+    return 1

@@ -19,12 +19,14 @@ import threading
 import time
 import weakref
 from collections import deque
+from functools import partial
 from typing import Any, Callable, Coroutine
 
 from rivulet.client import errors as E
 from rivulet.client.config import resolve
 from rivulet.client.consumer import AIOConsumer
 from rivulet.client.producer import AIOProducer
+from rivulet.client.stats import run_stats_cb
 from rivulet.client.types import ClusterMetadata, Message, TopicPartition
 
 log = logging.getLogger("rivulet.client")
@@ -137,16 +139,9 @@ class Producer:
             self._cond.notify_all()
 
     def _enqueue_stats(self, doc: str) -> None:
-        self._reports.append((self._call_stats_cb, (doc,)))
+        self._reports.append((partial(run_stats_cb, self._aio.stats_cb), (doc,)))
         with self._cond:
             self._cond.notify_all()
-
-    def _call_stats_cb(self, doc: str) -> int:
-        try:
-            self._aio.stats_cb(doc)  # type: ignore[misc]
-        except Exception:
-            log.exception("stats_cb raised")
-        return 1
 
     def _call_error_cb(self, err: E.KafkaError) -> int:
         try:
@@ -312,6 +307,7 @@ class Consumer:
         aio._invoke_listener = self._invoke_listener  # type: ignore[method-assign]
         aio._commit_done = self._commit_done  # type: ignore[method-assign]
         aio.on_error = self._on_error  # type: ignore[method-assign]
+        aio.on_stats = self._on_stats  # type: ignore[method-assign]
         self._closed = False
         self._lt.run(aio.start())
 
@@ -333,6 +329,10 @@ class Consumer:
 
     def _on_error(self, err: E.KafkaError) -> None:
         self._events.append((self._aio.error_cb, (err,), None))
+        self._notify()
+
+    def _on_stats(self, doc: str) -> None:
+        self._events.append((self._aio.stats_cb, (doc,), None))
         self._notify()
 
     def _serve_events(self) -> None:

@@ -71,6 +71,20 @@ def script(kafka: ModuleType, serialization: ModuleType, bootstrap: str, topic: 
             got.append((m.key(), m.value()))
     dc.close()
     out["deserialized"] = got
+
+    # A consumer's stats_cb, served by poll().
+    cstats: list[str] = []
+    c = kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": f"s-{uuid.uuid4().hex[:6]}",
+                        "statistics.interval.ms": 200, "stats_cb": cstats.append, "auto.offset.reset": "earliest"})
+    c.assign([kafka.TopicPartition(topic, p, kafka.OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    n = 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (n < 120 or not cstats or json.loads(cstats[-1])["rxmsgs"] < 120):
+        m = c.poll(0.2)
+        if m is not None and m.error() is None:
+            n += 1
+    c.close()
+    out["consumer_stats"] = json.loads(cstats[-1])
     return out
 
 
@@ -121,3 +135,17 @@ def test_stats_have_librdkafkas_shape(both):
     for part in our_topic["partitions"].values():
         assert set(part) <= set(ck_part) and all(type(part[k]) is type(ck_part[k]) for k in part)
     assert sum(p["txmsgs"] for p in our_topic["partitions"].values()) == 120
+
+
+def test_consumer_stats_have_librdkafkas_shape(both):
+    ck, rv = both
+    theirs, ours = ck["consumer_stats"], rv["consumer_stats"]
+    assert set(ours) <= set(theirs)
+    assert ours["type"] == theirs["type"] == "consumer"
+    assert ours["rxmsgs"] == theirs["rxmsgs"] == 120
+    (ck_topic,), (our_topic,) = theirs["topics"].values(), ours["topics"].values()
+    ck_part = ck_topic["partitions"]["0"]
+    for part in our_topic["partitions"].values():
+        assert set(part) <= set(ck_part) and all(type(part[k]) is type(ck_part[k]) for k in part), part
+    assert sum(p["rxmsgs"] for p in our_topic["partitions"].values()) == 120
+    assert all(p["hi_offset"] == p["app_offset"] for p in our_topic["partitions"].values())
