@@ -202,6 +202,8 @@ class ReplicaManager:
         self.node_id = node_id
         self.clock = clock
         self.partitions: dict[TopicPartition, Partition] = {}
+        # Partitions whose log dir was offline at start-up: KAFKA_STORAGE_ERROR, not unknown.
+        self.offline_partitions: set[TopicPartition] = set()
         self.timer = timer
         self.produce_purgatory = DelayedOperationPurgatory("Produce", timer, purge_interval=produce_purge_interval)
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch", timer, purge_interval=fetch_purge_interval)
@@ -226,6 +228,8 @@ class ReplicaManager:
 
     def get_partition_or_error(self, tp: TopicPartition) -> Partition:
         p = self.partitions.get(tp)
+        if p is None and tp in self.offline_partitions:
+            raise KafkaStorageError(f"the log directory of {tp.topic}-{tp.partition} is offline")
         if p is None or p.deleted:
             raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         if p.log.offline:
@@ -411,7 +415,8 @@ class ReplicaManager:
             res = results[fp.tp] = FetchResult()
             p = self.partitions.get(fp.tp)
             if p is None or p.deleted:
-                res.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                res.error = (ErrorCode.KAFKA_STORAGE_ERROR if p is None and fp.tp in self.offline_partitions
+                             else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 continue
             lg = p.log
             res.high_watermark = p.high_watermark

@@ -25,6 +25,7 @@ from rivulet.server.socket_server import SocketServer, SocketServerConfig
 from rivulet.server.topics import TopicManager, broker_props
 from rivulet.storage import LogConfig, LogManager, read_or_create_meta
 from rivulet.storage.cleaner import LogCleaner
+from rivulet.storage.log_dir_failure import AllLogDirsOfflineError
 from rivulet.transaction.coordinator import TransactionCoordinator
 from rivulet.transaction.producer_id_manager import ProducerIdManager
 
@@ -84,6 +85,13 @@ class Broker:
             produce_purge_interval=cfg["producer.purgatory.purge.interval.requests"],
             fetch_purge_interval=cfg["fetch.purgatory.purge.interval.requests"], clock=self.clock)
         self.log_manager.startup()
+        offline = self.log_manager.failure_channel.offline_dirs()
+        if offline and not self.log_manager.online_dirs():
+            self.log_manager.release_locks()
+            raise AllLogDirsOfflineError(offline)
+        for d, why in offline.items():
+            log.error("starting with log directory %s offline (%s): its partitions answer KAFKA_STORAGE_ERROR; "
+                      "fix the fault and restart to recover it", d, why)
         topics = self.topics = TopicManager(cfg, self.metadata, self.log_manager, rm, self.dynamic_config,
                                             self.node_id)
         topics.open_all()
@@ -128,7 +136,10 @@ class Broker:
             self.replica_manager.shutdown()
         if self.timer is not None:
             self.timer.shutdown()
-        await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
+        offline = await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
+        for d, why in offline.items():
+            log.error("log directory %s was not shut down cleanly: it is offline (%s); the next start "
+                      "recovers it once the fault (a full disk?) is fixed", d, why)
         self._stopped.set()
 
     async def _housekeeping(self) -> None:

@@ -67,10 +67,15 @@ class TopicManager:
     def _make_log_config(self, overrides: dict[str, str]) -> LogConfig:
         return LogConfig.from_props(overrides, self.log_defaults)
 
-    def _open_partition(self, info: TopicInfo, index: int) -> Partition:
+    def _open_partition(self, info: TopicInfo, index: int) -> Partition | None:
         cfg = self._log_configs[info.name]
         lg = self.log_manager.get_log(info.name, index)
         if lg is None:
+            tp = TopicPartition(info.name, index)
+            if self.log_manager.is_offline_partition(tp):
+                # Its log dir could not be loaded: offline until restart, never re-created elsewhere.
+                self.replica_manager.offline_partitions.add(tp)
+                return None
             lg = self.log_manager.create_log(info.name, index, cfg, info.topic_id)
         else:
             lg.update_config(cfg)

@@ -30,6 +30,15 @@ class KafkaStorageError(ApiError):
         super().__init__(ErrorCode.KAFKA_STORAGE_ERROR, message)
 
 
+class AllLogDirsOfflineError(OSError):
+    """No log dir could be loaded: the broker cannot serve anything (Kafka halts then too)."""
+
+    def __init__(self, offline: dict[str, str]) -> None:
+        dirs = "; ".join(f"{d}: {why}" for d, why in offline.items())
+        super().__init__(f"every log directory is offline ({dirs}); fix the fault (free space, remount "
+                         f"read-write) and start again: recovery then resumes from what is on disk")
+
+
 class LogDirFailureChannel:
     """The set of offline log dirs, and who to tell when one goes offline."""
 

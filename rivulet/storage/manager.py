@@ -65,6 +65,8 @@ class LogManager:
         self._checkpoint_lock = threading.Lock()
         self.had_clean_shutdown: dict[str, bool] = {}
         self.failure_channel = LogDirFailureChannel()
+        # Partitions found on a dir that went offline while loading: never re-created elsewhere.
+        self._offline_partitions: dict[TopicPartition, str] = {}
         self.failure_channel.add_listener(self._on_log_dir_failure)
         # Taken before anything is read or written: a second broker on these dirs stops here.
         self._dir_locks: list[DirLock] = []
@@ -108,26 +110,47 @@ class LogManager:
                 if parsed is None:
                     continue
                 tp = TopicPartition(*parsed)
-                if tp in self._logs:
-                    raise RuntimeError(f"duplicate log directories for {tp[0]}-{tp[1]}: {self._logs[tp].dir}, {path}")
+                if tp in self._logs or tp in self._offline_partitions:
+                    other = self._logs[tp].dir if tp in self._logs else self._offline_partitions[tp]
+                    raise RuntimeError(f"duplicate log directories for {tp[0]}-{tp[1]}: {other}, {path}")
+                if self.failure_channel.is_offline(d):
+                    self._offline_partitions[tp] = path
+                    continue
                 config = topic_config(tp[0]) if topic_config is not None else self.defaults
                 if not clean:
                     log.info("recovering %s from offset %d", path, recovery.get(tp, 0))
-                self._logs[tp] = Log(
-                    path,
-                    config,
-                    recovery_point=recovery.get(tp, 0),
-                    log_start_offset=starts.get(tp, 0),
-                    high_watermark=hws.get(tp),
-                    had_clean_shutdown=clean,
-                    producer_id_expiration_ms=self.producer_id_expiration_ms,
-                    time_ms=self.time_ms,
-                    failure_channel=self.failure_channel,
-                )
+                try:
+                    self._logs[tp] = Log(
+                        path,
+                        config,
+                        recovery_point=recovery.get(tp, 0),
+                        log_start_offset=starts.get(tp, 0),
+                        high_watermark=hws.get(tp),
+                        had_clean_shutdown=clean,
+                        producer_id_expiration_ms=self.producer_id_expiration_ms,
+                        time_ms=self.time_ms,
+                        failure_channel=self.failure_channel,
+                    )
+                except OSError as e:
+                    # Kafka's rule: a dir that cannot be loaded goes offline as a whole; the
+                    # others are served. Nothing more is written to it, so it can be recovered
+                    # once the fault (often a full disk) is fixed.
+                    self.failure_channel.maybe_add_offline_log_dir(d, f"loading {path} failed", e)
+                    self._offline_partitions[tp] = path
+            if self.failure_channel.is_offline(d):
+                for tp, lg in list(self._logs.items()):
+                    if os.path.dirname(lg.dir) == d:
+                        self._offline_partitions[tp] = lg.dir
+                        del self._logs[tp]
+                        lg.close(final=False)
+                continue
             if clean:
                 # From now on a crash must trigger recovery again.
-                os.unlink(marker)
-                fsync_dir(d)
+                try:
+                    os.unlink(marker)
+                    fsync_dir(d)
+                except OSError as e:
+                    self.failure_channel.maybe_add_offline_log_dir(d, "removing the clean-shutdown marker failed", e)
 
     # -- lookup, create, delete ---------------------------------------------------------------
 
@@ -143,6 +166,10 @@ class LogManager:
         for lg in self.all_logs():
             if os.path.dirname(lg.dir) == log_dir:
                 lg.mark_offline()
+
+    def is_offline_partition(self, tp: TopicPartition) -> bool:
+        """On an offline dir since start-up (logs that fail later report ``Log.offline``)."""
+        return tp in self._offline_partitions
 
     def online_dirs(self) -> list[str]:
         return [d for d in self.log_dirs if not self.failure_channel.is_offline(d)]
@@ -187,6 +214,8 @@ class LogManager:
         if not topic or "/" in topic or "\x00" in topic or topic in (".", "..") or partition < 0:
             raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"invalid topic partition {topic!r}-{partition}")
         with self._lock:
+            if (topic, partition) in self._offline_partitions:
+                raise KafkaStorageError(f"{topic}-{partition} is on an offline log directory")
             existing = self._logs.get((topic, partition))
             if existing is not None:
                 if topic_id is not None and existing.topic_id is not None and existing.topic_id != topic_id:

@@ -95,3 +95,43 @@ def test_full_disk_loses_no_acknowledged_record(small_fs, tmp_path):
         assert rc == 0, broker.output()[-3000:]
     finally:
         broker.cleanup()
+
+
+def test_stop_and_start_with_a_full_disk(small_fs, tmp_path):
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    data = os.path.join(small_fs, "data")
+    os.makedirs(data)
+    broker = BrokerProcess(data_dir=data)
+    broker.log_path = tmp_path / "broker-stdout.log"
+    broker.start()
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("t", num_partitions=2, replication_factor=1)])["t"].result(30)
+        p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+        acked: list[bytes] = []
+        for i in range(1000):
+            p.produce("t", value=f"{i:06d}".encode() * 50, partition=0,
+                      on_delivery=lambda err, msg: err is None and acked.append(msg.value()))
+        assert p.flush(15) == 0 and len(acked) == 1000
+        ballast = os.path.join(small_fs, "ballast")
+        fd = os.open(ballast, os.O_WRONLY | os.O_CREAT, 0o644)
+        for chunk in (65536, 4096, 1):  # to the last byte: not even a small checkpoint fits
+            try:
+                while True:
+                    os.write(fd, b"\0" * chunk)
+            except OSError:
+                pass
+        os.close(fd)
+        assert broker.stop() == 0, broker.output()[-3000:]
+        assert "Traceback" not in broker.output()
+        with pytest.raises(RuntimeError) as e:  # nothing can be loaded: a clear message, no traceback
+            broker.start()
+        assert "every log directory is offline" in str(e.value) and "Traceback" not in str(e.value)
+        os.unlink(ballast)
+        broker.start()
+        got = consume_all(broker.bootstrap, "t", 2, len(acked))[0]
+        assert [v for _, v in got] == acked
+    finally:
+        broker.cleanup()

@@ -152,3 +152,44 @@ def test_describe_log_dirs_reports_the_offline_dir(tmp_path, faults, version):
     named = handle(None, DescribeLogDirsRequest(topics=[DescribableLogDirTopic(topic="x", partitions=[0])]), None)
     assert all(r.topics == [] for r in named.results)
     m.shutdown()
+
+
+def test_a_dir_that_cannot_be_loaded_goes_offline_and_the_others_start(tmp_path, monkeypatch):
+    from rivulet.storage import manager as manager_mod
+
+    m = _manager(tmp_path)
+    a, b = m.create_log("a", 0), m.create_log("b", 0)
+    append(a, make_batch(2))
+    append(b, make_batch(3))
+    bad_dir = os.path.dirname(a.dir)
+    m.shutdown()
+    real_log = manager_mod.Log
+
+    def log_or_full_disk(path, *args, **kw):
+        if os.path.dirname(path) == bad_dir:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_log(path, *args, **kw)
+
+    monkeypatch.setattr(manager_mod, "Log", log_or_full_disk)
+    m2 = _manager(tmp_path)
+    assert list(m2.failure_channel.offline_dirs()) == [bad_dir]
+    assert m2.get_log("a", 0) is None and m2.is_offline_partition(("a", 0))
+    with pytest.raises(KafkaStorageError):  # never re-created on the other dir
+        m2.create_log("a", 0)
+    assert m2.get_log("b", 0).log_end_offset == 3
+    monkeypatch.setattr(manager_mod, "Log", real_log)
+    assert os.path.dirname(m2.create_log("c", 0).dir) != bad_dir
+    m2.shutdown()
+    # The fault fixed, the next start recovers the dir: nothing was lost.
+    m3 = _manager(tmp_path)
+    assert m3.get_log("a", 0).log_end_offset == 2
+    assert not m3.failure_channel.offline_dirs()
+    m3.shutdown()
+
+
+def test_every_dir_offline_stops_start_up_with_a_clear_message():
+    from rivulet.storage.log_dir_failure import AllLogDirsOfflineError
+
+    e = AllLogDirsOfflineError({"/data": "loading failed: [Errno 28] No space left on device"})
+    assert isinstance(e, OSError)
+    assert "every log directory is offline" in str(e) and "/data" in str(e) and "start again" in str(e)
