@@ -14,11 +14,12 @@ Format tokens: %s value, %k key, %t topic, %p partition, %o offset, %T timestamp
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 from typing import Any, Callable
 
+from rivulet.cli.common import (EXIT_INTERRUPTED, add_connection_args, client_config, require_topics,
+                                run_command)
 from rivulet.cli.produce import props, unescape
 from rivulet.client.errors import KafkaError, KafkaException
 from rivulet.client.types import OFFSET_BEGINNING, OFFSET_END, OFFSET_STORED, Message, TopicPartition
@@ -87,6 +88,10 @@ def parse_offset(s: str) -> tuple[str, int]:
 
 
 def consume_main(args: argparse.Namespace) -> int:
+    return run_command("consume", args, lambda: _consume(args))
+
+
+def _consume(args: argparse.Namespace) -> int:
     from rivulet.client.sync import Consumer
 
     try:
@@ -94,11 +99,13 @@ def consume_main(args: argparse.Namespace) -> int:
     except ValueError:
         print(f"rivulet consume: invalid offset '{args.offset}'", file=sys.stderr)
         return 2
-    conf: dict[str, Any] = {"bootstrap.servers": args.bootstrap_server, "client.id": "rivulet-consume",
-                            "enable.partition.eof": True}
+    conf: dict[str, Any] = client_config(args, **{"client.id": "rivulet-consume"})
+    conf["enable.partition.eof"] = True
     if args.group:
         conf["group.id"] = args.group
         conf["auto.offset.reset"] = "latest" if off == OFFSET_END else "earliest"
+        # Commit what was printed, as kcat does, not the whole batch a poll returned.
+        conf["enable.auto.offset.store"] = False
     else:
         conf["group.id"] = "rivulet-consume"  # needed only for "-o stored"
         conf["enable.auto.commit"] = False
@@ -126,6 +133,9 @@ def consume_main(args: argparse.Namespace) -> int:
     rc = 0
     try:
         if args.group:
+            # kcat ends with "Subscribed topic not available" rather than waiting for the topic.
+            require_topics(conf, [t for t in args.topic if not t.startswith("^")],
+                           missing="Subscribed topic not available: {topic}: Broker: Unknown topic or partition")
             c.subscribe(args.topic)
         else:
             md = c.list_topics(timeout=30)
@@ -172,6 +182,8 @@ def consume_main(args: argparse.Namespace) -> int:
                     continue
                 eof.discard((m.topic(), m.partition()))
                 out.write(render(m))
+                if args.group:
+                    c.store_offsets(m)
                 count += 1
                 if args.count and count >= args.count:
                     stop[0] = True
@@ -183,14 +195,12 @@ def consume_main(args: argparse.Namespace) -> int:
                 if assigned and assigned <= eof:
                     break
     except KeyboardInterrupt:
-        pass
-    except BrokenPipeError:
-        pass
+        rc = EXIT_INTERRUPTED
     finally:
         try:
             out.flush()
         except BrokenPipeError:
-            pass
+            pass  # the caller's handler sees the first one and ends quietly
         c.close()
     return rc
 
@@ -199,7 +209,7 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("consume", help="print records from topics (like kcat -C)",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description=__doc__.split("\n\n", 1)[1] if __doc__ else None)
-    p.add_argument("-b", "--bootstrap-server", default=os.environ.get("RIVULET_BOOTSTRAP", "127.0.0.1:9092"))
+    add_connection_args(p)
     p.add_argument("-t", "--topic", action="append", required=True, help="topic (repeatable; ^regex with -G)")
     p.add_argument("-p", "--partition", type=int, help="only this partition")
     p.add_argument("-o", "--offset", help="beginning, end, stored, N, -N (from the end) or s@TIMESTAMP_MS")
@@ -211,5 +221,5 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-c", "--count", type=int, default=0, help="exit after this many records")
     p.add_argument("-Z", "--null", action="store_true", help="print NULL for null keys and values")
     p.add_argument("-X", "--property", action="append", metavar="PROP=VALUE", help="a client property")
-    p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("-q", "--quiet", action="store_true", help="print no progress or end-of-partition notes")
     p.set_defaults(func=consume_main)

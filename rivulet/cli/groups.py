@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from rivulet.cli.common import add_connection_args, client_config, run_command
 from rivulet.client.admin import AsyncAdminClient
 from rivulet.client.assignors import decode_assignment
 from rivulet.client.core import EARLIEST, LATEST
@@ -157,7 +158,7 @@ def _isolation(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    admin = AsyncAdminClient({"bootstrap.servers": args.bootstrap_server, "client.id": "rivulet-groups"})
+    admin = AsyncAdminClient(client_config(args, **{"client.id": "rivulet-groups"}))
     try:
         if args.action == "list":
             for gid, ptype, state in sorted(set(await admin.list_groups())):
@@ -225,12 +226,6 @@ async def _run(args: argparse.Namespace) -> int:
             print(_table(rows))
             return 0
         return 2
-    except ApiError as e:
-        print(f"rivulet groups {args.action}: {e}", file=sys.stderr)
-        return 1
-    except (ConnectionError, OSError) as e:
-        print(f"rivulet groups {args.action}: cannot reach {args.bootstrap_server}: {e}", file=sys.stderr)
-        return 1
     finally:
         await admin.close()
 
@@ -251,25 +246,26 @@ def groups_main(args: argparse.Namespace) -> int:
         if args.execute and args.dry_run:
             print("rivulet groups reset-offsets: --execute and --dry-run are exclusive", file=sys.stderr)
             return 2
-    return asyncio.run(_run(args))
+    return run_command(f"groups {args.action}", args, lambda: asyncio.run(_run(args)))
 
 
 def add_parser(sub: Any) -> None:
     g = sub.add_parser("groups", help="list, describe, delete consumer groups and reset their offsets")
-    g.add_argument("action", choices=["list", "describe", "delete", "reset-offsets"])
-    g.add_argument("--bootstrap-server", default="127.0.0.1:9092")
-    g.add_argument("--group")
+    g.add_argument("action", choices=["list", "describe", "delete", "reset-offsets"], help="what to do")
+    add_connection_args(g)
+    g.add_argument("--group", help="the consumer group (describe, delete, reset-offsets)")
     g.add_argument("--members", action="store_true", help="describe: members and their assignments")
     g.add_argument("--state", action="store_true", help="describe: state, coordinator and strategy")
     g.add_argument("--topic", action="append", metavar="TOPIC[:P,P...]", help="reset-offsets: topics to reset")
     g.add_argument("--all-topics", action="store_true", help="reset-offsets: every topic the group committed")
-    g.add_argument("--to-earliest", action="store_true")
-    g.add_argument("--to-latest", action="store_true")
-    g.add_argument("--to-offset", type=int)
-    g.add_argument("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss")
+    g.add_argument("--to-earliest", action="store_true", help="reset-offsets: to each partition's log start")
+    g.add_argument("--to-latest", action="store_true", help="reset-offsets: to each partition's log end")
+    g.add_argument("--to-offset", type=int, help="reset-offsets: to this offset (clamped into the log's range)")
+    g.add_argument("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss",
+                   help="reset-offsets: to the first record at or after this time (local time without a zone)")
     g.add_argument("--isolation-level", choices=["read_uncommitted", "read_committed"], default="read_uncommitted",
                    help="describe, reset-offsets --to-latest: log end offset (default, as Kafka's tool) or "
                         "the last stable offset, where open transactions begin")
-    g.add_argument("--execute", action="store_true")
-    g.add_argument("--dry-run", action="store_true")
+    g.add_argument("--execute", action="store_true", help="reset-offsets: apply the new offsets")
+    g.add_argument("--dry-run", action="store_true", help="reset-offsets: only show the new offsets (the default)")
     g.set_defaults(func=groups_main)

@@ -74,13 +74,16 @@ def broker_main(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from rivulet import __version__
     p = argparse.ArgumentParser(prog="rivulet", description="A Kafka-protocol event-streaming broker.")
+    p.add_argument("--version", action="version", version=f"rivulet {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("broker", help="run a broker", epilog=help_text(),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     b.add_argument("--config", help="a Kafka server.properties file")
     b.add_argument("--override", action="append", metavar="KEY=VALUE", help="override one property")
-    b.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    b.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                   help="how much the broker logs (default: info)")
     b.set_defaults(func=broker_main)
     from rivulet.cli import topics
     topics.add_parser(sub)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import argparse
 import codecs
-import os
 import random
 import sys
 import time
 from typing import Any, BinaryIO, Iterator
 
+from rivulet.cli.common import EXIT_INTERRUPTED, add_connection_args, client_config, require_topics, run_command
 from rivulet.client.errors import KafkaException
 
 
@@ -89,9 +89,13 @@ def generated(count: int, size: int, keys: int, seed: int | None) -> Iterator[tu
 
 
 def produce_main(args: argparse.Namespace) -> int:
+    return run_command("produce", args, lambda: _produce(args))
+
+
+def _produce(args: argparse.Namespace) -> int:
     from rivulet.client.sync import Producer
 
-    conf: dict[str, Any] = {"bootstrap.servers": args.bootstrap_server, "client.id": "rivulet-produce"}
+    conf: dict[str, Any] = client_config(args, **{"client.id": "rivulet-produce"})
     if args.compression:
         conf["compression.type"] = args.compression
     if args.acks is not None:
@@ -102,6 +106,8 @@ def produce_main(args: argparse.Namespace) -> int:
     except KafkaException as e:
         print(f"rivulet produce: {e.args[0].str()}", file=sys.stderr)
         return 2
+    require_topics(conf, [args.topic], allow_auto_create=True,
+                   missing="Topic '{topic}' not present in metadata: Broker: Unknown topic or partition")
     headers = _headers(args.header)
     failed = [0]
     first_error: list[Any] = []
@@ -130,6 +136,7 @@ def produce_main(args: argparse.Namespace) -> int:
                     yield None, rec
         source = from_input()
     pacer = Pacer(args.rate)
+    interrupted = False
     sent = 0
     t0 = time.monotonic()
     try:
@@ -147,7 +154,7 @@ def produce_main(args: argparse.Namespace) -> int:
             if args.count and sent >= args.count:
                 break
     except KeyboardInterrupt:
-        pass
+        interrupted = True
     except (KafkaException, TypeError) as e:
         print(f"rivulet produce: {e}", file=sys.stderr)
     left = p.close(args.timeout)
@@ -157,6 +164,8 @@ def produce_main(args: argparse.Namespace) -> int:
         print(f"% {sent - failed[0] - left} of {sent} records produced to {args.topic} in {dt:.2f} s "
               f"({rate:,.0f}/s)" + (f", {failed[0]} failed" if failed[0] else "")
               + (f", {left} undelivered" if left else ""), file=sys.stderr)
+    if interrupted:
+        return EXIT_INTERRUPTED
     return 1 if failed[0] or left else 0
 
 
@@ -164,7 +173,7 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("produce", help="produce records from stdin, a file or a generator (like kcat -P)",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description=__doc__.split("\n\n", 1)[1] if __doc__ else None)
-    p.add_argument("-b", "--bootstrap-server", default=os.environ.get("RIVULET_BOOTSTRAP", "127.0.0.1:9092"))
+    add_connection_args(p)
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-p", "--partition", type=int, default=-1, help="partition (default: the partitioner)")
     p.add_argument("-f", "-l", "--file", help="read records from this file instead of stdin (kcat: -l)")
@@ -181,5 +190,5 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int, help="random seed for generated records")
     p.add_argument("--rate", type=float, default=0, help="target records per second (default: as fast as possible)")
     p.add_argument("--timeout", type=float, default=None, help="seconds to wait for delivery at the end")
-    p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("-q", "--quiet", action="store_true", help="print no progress or end-of-partition notes")
     p.set_defaults(func=produce_main)

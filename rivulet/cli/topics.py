@@ -7,6 +7,7 @@ import asyncio
 import sys
 from typing import Any
 
+from rivulet.cli.common import CliError, add_connection_args, client_config, run_command
 from rivulet.client.admin import AsyncAdminClient
 from rivulet.protocol.errors import ApiError
 
@@ -15,14 +16,14 @@ def _kv(items: list[str] | None) -> dict[str, str]:
     out = {}
     for item in items or []:
         if "=" not in item:
-            raise SystemExit(f"rivulet topics: --config expects key=value, got '{item}'")
+            raise CliError(f"--config expects key=value, got '{item}'", 2)
         k, v = item.split("=", 1)
         out[k.strip()] = v.strip()
     return out
 
 
 async def _run(args: argparse.Namespace) -> int:
-    admin = AsyncAdminClient(args.bootstrap_server)
+    admin = AsyncAdminClient(client_config(args, **{"client.id": "rivulet-topics"}))
     try:
         if args.action == "create":
             r = await admin.create_topic(args.topic, args.partitions, args.replication_factor, _kv(args.config))
@@ -35,6 +36,10 @@ async def _run(args: argparse.Namespace) -> int:
                 print(t.name)
         elif args.action == "describe":
             md = await admin.metadata([args.topic] if args.topic else None)
+            missing = [t for t in md.topics if t.error_code]
+            if args.topic and missing:
+                # Kafka's tool: describing a topic that is not there is an error, not an empty answer.
+                raise CliError(f"Topic '{args.topic}' does not exist as expected")
             for t in sorted(md.topics, key=lambda t: t.name):
                 if t.error_code:
                     print(f"Topic: {t.name}\tError: {ApiError(t.error_code)}")
@@ -58,12 +63,6 @@ async def _run(args: argparse.Namespace) -> int:
                 await admin.alter_topic_configs(args.topic, _kv(args.config), args.delete_config)
                 print(f"Updated configs of {args.topic}.")
         return 0
-    except ApiError as e:
-        print(f"rivulet topics {args.action}: {e}", file=sys.stderr)
-        return 1
-    except (ConnectionError, OSError) as e:
-        print(f"rivulet topics {args.action}: cannot reach {args.bootstrap_server}: {e}", file=sys.stderr)
-        return 1
     finally:
         await admin.close()
 
@@ -72,17 +71,21 @@ def topics_main(args: argparse.Namespace) -> int:
     if args.action in ("create", "delete", "alter") and not args.topic:
         print(f"rivulet topics {args.action}: --topic is required", file=sys.stderr)
         return 2
-    return asyncio.run(_run(args))
+    return run_command(f"topics {args.action}", args, lambda: asyncio.run(_run(args)))
 
 
 def add_parser(sub: Any) -> None:
     t = sub.add_parser("topics", help="create, list, describe, delete and alter topics")
-    t.add_argument("action", choices=["create", "list", "describe", "delete", "alter"])
-    t.add_argument("--bootstrap-server", default="127.0.0.1:9092")
-    t.add_argument("--topic")
-    t.add_argument("--partitions", type=int, default=-1)
-    t.add_argument("--replication-factor", type=int, default=-1)
-    t.add_argument("--config", action="append", metavar="KEY=VALUE")
-    t.add_argument("--delete-config", action="append", metavar="KEY")
-    t.add_argument("--exclude-internal", action="store_true")
+    t.add_argument("action", choices=["create", "list", "describe", "delete", "alter"], help="what to do")
+    add_connection_args(t)
+    t.add_argument("--topic", help="the topic (describe: all topics when omitted)")
+    t.add_argument("--partitions", type=int, default=-1,
+                   help="create: partition count (default: the broker's num.partitions); alter: the new count")
+    t.add_argument("--replication-factor", type=int, default=-1,
+                   help="create: replicas per partition (default: the broker's default.replication.factor)")
+    t.add_argument("--config", action="append", metavar="KEY=VALUE",
+                   help="create, alter: set a topic config (repeatable)")
+    t.add_argument("--delete-config", action="append", metavar="KEY",
+                   help="alter: remove a topic config override (repeatable)")
+    t.add_argument("--exclude-internal", action="store_true", help="list: leave out internal topics")
     t.set_defaults(func=topics_main)

@@ -1,0 +1,152 @@
+"""The CLI as a user meets it: one way to name the broker, and failures that are one line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from rivulet import __version__
+from rivulet.testing import BrokerProcess
+
+pytestmark = pytest.mark.integration
+
+DOWN = "127.0.0.1:1"  # nothing listens there
+
+
+def rivulet(*args: str, env: dict[str, str] | None = None, stdin: str | None = None,
+            timeout: float = 60) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "rivulet", *args], input=stdin, capture_output=True,
+                          text=True, timeout=timeout, env=full_env)
+
+
+def one_line_failure(r: subprocess.CompletedProcess, expected: str, code: int = 1) -> None:
+    assert r.returncode == code, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == [expected], r.stderr
+
+
+@pytest.fixture(scope="module")
+def strict_broker():
+    """A broker that does not create topics on a producer's or consumer's request."""
+    b = BrokerProcess({"auto.create.topics.enable": "false"}).start()
+    yield b
+    b.cleanup()
+
+
+def new_topic(broker: BrokerProcess, partitions: int = 1) -> str:
+    t = f"cli-{uuid.uuid4().hex[:8]}"
+    r = rivulet("topics", "create", "-b", broker.bootstrap, "--topic", t, "--partitions", str(partitions))
+    assert r.returncode == 0, r.stderr
+    return t
+
+
+# ---------------------------------------------------------------- naming the broker
+
+def test_every_client_subcommand_takes_b_env_and_command_config(strict_broker, tmp_path):
+    t = new_topic(strict_broker)
+    env = {"RIVULET_BOOTSTRAP": strict_broker.bootstrap}
+    assert t in rivulet("topics", "list", env=env).stdout.split()
+    assert rivulet("groups", "list", env=env).returncode == 0
+    cfg = tmp_path / "client.properties"
+    cfg.write_text(f"# a client config as Kafka's tools take it\nbootstrap.servers {strict_broker.bootstrap}\n"
+                   "request.timeout.ms = 20000\n")
+    assert t in rivulet("topics", "list", "--command-config", str(cfg)).stdout.split()
+    r = rivulet("produce", "--command-config", str(cfg), "-t", t, "-q", stdin="a\nb\n")
+    assert r.returncode == 0, r.stderr
+    r = rivulet("consume", "-b", strict_broker.bootstrap, "-t", t, "-e", "-q")
+    assert r.stdout.split() == ["a", "b"], r.stderr
+    # -b wins over the environment
+    r = rivulet("groups", "list", "-b", strict_broker.bootstrap, env={"RIVULET_BOOTSTRAP": DOWN})
+    assert r.returncode == 0, r.stderr
+    for sub in (["topics", "list"], ["groups", "list"], ["produce", "-t", t], ["consume", "-t", t]):
+        h = rivulet(*sub, "--help").stdout
+        assert "--bootstrap-server" in h and "--command-config" in h and "--debug" in h, sub
+
+
+def test_missing_command_config_is_one_line(tmp_path):
+    missing = tmp_path / "nope.properties"
+    one_line_failure(rivulet("topics", "list", "--command-config", str(missing)),
+                     f"rivulet topics list: cannot read --command-config {missing}: No such file or directory", 2)
+
+
+def test_version():
+    r = rivulet("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"rivulet {__version__}"
+
+
+# ---------------------------------------------------------------- fast, clear failures
+
+@pytest.mark.parametrize("cmd", [["topics", "list"], ["topics", "describe"], ["groups", "list"],
+                                 ["produce", "-t", "x"], ["consume", "-t", "x"], ["consume", "-G", "g", "-t", "x"]])
+def test_broker_down_is_one_line(cmd):
+    r = rivulet(*cmd, "-b", DOWN, stdin="hello\n", timeout=30)
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"rivulet {cmd[0]}") and f"cannot reach {DOWN}" in lines[0]
+
+
+def test_debug_shows_the_traceback():
+    r = rivulet("topics", "list", "-b", DOWN, "--debug", timeout=30)
+    assert r.returncode == 1 and "Traceback" in r.stderr
+
+
+def test_describe_missing_topic_fails(strict_broker):
+    one_line_failure(rivulet("topics", "describe", "-b", strict_broker.bootstrap, "--topic", "nope"),
+                     "rivulet topics describe: Topic 'nope' does not exist as expected")
+
+
+def test_group_consume_of_missing_topic_fails(strict_broker):
+    one_line_failure(rivulet("consume", "-b", strict_broker.bootstrap, "-G", "g", "-t", "nope"),
+                     "rivulet consume: Subscribed topic not available: nope: Broker: Unknown topic or partition")
+
+
+def test_produce_to_missing_topic_fails(strict_broker):
+    one_line_failure(rivulet("produce", "-b", strict_broker.bootstrap, "-t", "nope", stdin="x\n"),
+                     "rivulet produce: Topic 'nope' not present in metadata: Broker: Unknown topic or partition")
+
+
+def test_describe_into_a_closed_pipe_is_quiet(strict_broker):
+    for _ in range(3):
+        new_topic(strict_broker, partitions=8)
+    r = subprocess.run(f"'{sys.executable}' -m rivulet topics describe -b {strict_broker.bootstrap} | head -3",
+                       shell=True, capture_output=True, text=True, timeout=60)
+    assert len(r.stdout.splitlines()) == 3
+    assert r.stderr == "", r.stderr
+
+
+@pytest.mark.parametrize("group", [False, True])
+def test_ctrl_c_ends_consume_quietly(strict_broker, group):
+    t = new_topic(strict_broker)
+    cmd = [sys.executable, "-m", "rivulet", "consume", "-b", strict_broker.bootstrap, "-t", t, "-q"]
+    if group:
+        cmd += ["-G", f"g-{uuid.uuid4().hex[:6]}"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)  # let it reach its poll loop
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert err == "", err
+
+
+# ---------------------------------------------------------------- commits what it printed
+
+def test_group_consume_commits_only_what_it_printed(strict_broker):
+    t = new_topic(strict_broker)
+    r = rivulet("produce", "-b", strict_broker.bootstrap, "-t", t, "-q", stdin="".join(f"r{i}\n" for i in range(50)))
+    assert r.returncode == 0, r.stderr
+    g = f"g-{uuid.uuid4().hex[:6]}"
+    r = rivulet("consume", "-b", strict_broker.bootstrap, "-t", t, "-G", g, "-c", "1")
+    assert r.returncode == 0 and r.stdout == "r0\n", r.stderr
+    d = rivulet("groups", "describe", "-b", strict_broker.bootstrap, "--group", g)
+    row = next(line.split() for line in d.stdout.splitlines() if line.startswith(g))
+    assert row[1:6] == [t, "0", "1", "50", "49"], d.stdout
+    r = rivulet("consume", "-b", strict_broker.bootstrap, "-t", t, "-G", g, "-c", "2")
+    assert r.stdout == "r1\nr2\n", r.stderr
