@@ -79,6 +79,8 @@ def test_full_disk_loses_no_acknowledged_record(small_fs, tmp_path):
         assert "KAFKA_STORAGE_ERROR" in errors or "_MSG_TIMED_OUT" in errors, errors[:5]
         assert broker.proc is not None and broker.proc.poll() is None, "the broker must stay up"
         assert "is offline" in broker.output(), "the broker says which log dir failed"
+        part = admin.list_topics("full", timeout=10).topics["full"].partitions[0]
+        assert part.leader == -1 and part.error is not None and part.error.name() == "LEADER_NOT_AVAILABLE"
         os.unlink(ballast)  # space returns
         n = _produce(broker.bootstrap, "full", n, 2, acked, errors)
         broker.kill()

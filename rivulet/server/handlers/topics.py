@@ -120,8 +120,15 @@ class TopicHandlers:
             t.topic_id = info.topic_id
             t.is_internal = info.is_internal
             for i in range(info.num_partitions):
-                p = self.replica_manager.partitions.get(TopicPartition(name, i))
+                tp = TopicPartition(name, i)
+                p = self.replica_manager.partitions.get(tp)
                 epoch = p.leader_epoch if p else 0
+                if (p.log.offline if p is not None else tp in self.replica_manager.offline_partitions):
+                    # The only replica's log dir failed: no leader, as Kafka's controller reports it.
+                    t.partitions.append(mr.MetadataResponsePartition(
+                        error_code=ErrorCode.LEADER_NOT_AVAILABLE, partition_index=i, leader_id=-1,
+                        leader_epoch=epoch, replica_nodes=[node_id], isr_nodes=[], offline_replicas=[node_id]))
+                    continue
                 t.partitions.append(mr.MetadataResponsePartition(
                     error_code=0, partition_index=i, leader_id=node_id, leader_epoch=epoch,
                     replica_nodes=[node_id], isr_nodes=[node_id], offline_replicas=[]))
