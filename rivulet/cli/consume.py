@@ -14,6 +14,7 @@ Format tokens: %s value, %k key, %t topic, %p partition, %o offset, %T timestamp
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 from typing import Any, Callable
@@ -72,6 +73,27 @@ def compile_format(fmt: str, null: bytes = b"") -> Callable[[Message], bytes]:
     return render
 
 
+_TSTYPES = {1: "create", 2: "logappend"}
+
+
+def _text(b: bytes | None) -> str | None:
+    # kcat passes bytes through as they are; surrogateescape carries invalid UTF-8 back out intact.
+    return None if b is None else b.decode("utf-8", "surrogateescape")
+
+
+def json_envelope(m: Message, broker: int) -> bytes:
+    """kcat -J: one JSON object per record, with its metadata (headers only when it has some)."""
+    tstype, ts = m.timestamp()
+    env: dict[str, Any] = {"topic": m.topic(), "partition": m.partition(), "offset": m.offset(),
+                           "tstype": _TSTYPES.get(tstype, "unknown"), "ts": ts, "broker": broker}
+    hdrs = m.headers()
+    if hdrs:
+        env["headers"] = [x for name, value in hdrs for x in (name, _text(value))]
+    env["key"] = _text(m.key())
+    env["payload"] = _text(m.value())
+    return json.dumps(env, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogateescape")
+
+
 def parse_offset(s: str) -> tuple[str, int]:
     """kcat's -o: beginning, end, stored, N, -N (N before the end), s@TIMESTAMP."""
     s = s.strip()
@@ -111,7 +133,19 @@ def _consume(args: argparse.Namespace) -> int:
         conf["enable.auto.commit"] = False
     conf.update(props(args.property))
     null = b"NULL" if args.null else b""
-    if args.format:
+    leaders: dict[tuple[str, int], int] = {}
+    if args.json:
+        d = unescape(args.delimiter)
+
+        def leader(m: Message) -> int:
+            key = (m.topic() or "", m.partition())
+            if key not in leaders:
+                tm = c.list_topics(key[0], timeout=30).topics.get(key[0])
+                for pm in (tm.partitions.values() if tm is not None else ()):
+                    leaders[(key[0], pm.id)] = pm.leader
+            return leaders.get(key, -1)
+        render = lambda m: json_envelope(m, leader(m)) + d  # noqa: E731
+    elif args.format:
         render = compile_format(args.format, null)
     else:
         d = unescape(args.delimiter)
@@ -215,6 +249,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-o", "--offset", help="beginning, end, stored, N, -N (from the end) or s@TIMESTAMP_MS")
     p.add_argument("-G", "--group", help="consume as a member of this group (subscribe)")
     p.add_argument("-f", "--format", help="output format, e.g. '%%k: %%s\\n'")
+    p.add_argument("-J", "--json", action="store_true",
+                   help="print each record as kcat's JSON envelope (topic, partition, offset, tstype, ts, "
+                        "broker, headers, key, payload)")
     p.add_argument("-D", "--delimiter", default="\\n", help="printed after each value (default \\n)")
     p.add_argument("-K", "--key-delimiter", help="print the key, this, then the value")
     p.add_argument("-e", "--exit-at-end", action="store_true", help="exit when every partition is read to its end")

@@ -150,3 +150,21 @@ def test_group_consume_commits_only_what_it_printed(strict_broker):
     assert row[1:6] == [t, "0", "1", "50", "49"], d.stdout
     r = rivulet("consume", "-b", strict_broker.bootstrap, "-t", t, "-G", g, "-c", "2")
     assert r.stdout == "r1\nr2\n", r.stderr
+
+
+# ---------------------------------------------------------------- kcat's JSON envelope
+
+def test_consume_json_envelope(strict_broker):
+    import json
+    t = new_topic(strict_broker)
+    r = rivulet("produce", "-b", strict_broker.bootstrap, "-t", t, "-K", ":", "-H", "h1=x", "-q", stdin="k1:v1\nnokey\n")
+    assert r.returncode == 0, r.stderr
+    r = rivulet("consume", "-b", strict_broker.bootstrap, "-t", t, "-e", "-q", "-J")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    got = [json.loads(line) for line in lines]
+    assert [list(g) for g in got] == [["topic", "partition", "offset", "tstype", "ts", "broker", "headers", "key",
+                                      "payload"]] * 2
+    assert [(g["offset"], g["key"], g["payload"], g["headers"], g["tstype"], g["broker"]) for g in got] == [
+        (0, "k1", "v1", ["h1", "x"], "create", 1), (1, None, "nokey", ["h1", "x"], "create", 1)]
+    assert lines[0].startswith(f'{{"topic":"{t}","partition":0,"offset":0,"tstype":"create","ts":')
