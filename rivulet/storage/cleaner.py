@@ -197,16 +197,27 @@ class LogCleaner:
                 self._stopping = True
                 work.add_done_callback(lambda _f, p=plan: self._release(p))
                 raise
+            except OSError as e:
+                self._release(plan)
+                self._dir_failed(lg, e)
+                continue
             except Exception:
                 self._release(plan)
                 raise
             try:
                 if self._swap(plan):
                     cleaned += 1
+            except OSError as e:
+                self._dir_failed(lg, e)
             finally:
                 self._release(plan)
         self.passes += 1
         return cleaned
+
+    def _dir_failed(self, lg: Any, e: OSError) -> None:
+        # As Kafka's cleaner: an I/O error takes the log dir offline rather than retrying forever.
+        self.log_manager.failure_channel.maybe_add_offline_log_dir(
+            os.path.dirname(lg.dir), f"cleaning {lg.topic}-{lg.partition} failed", e)
 
     def clean_log_now(self, lg: Any, now: int | None = None, force: bool = False) -> CleanStats | None:
         """Clean one log synchronously (tests and tools). ``force`` ignores the dirty ratio."""
@@ -230,7 +241,7 @@ class LogCleaner:
     # ------------------------------------------------------------ step 1: what to clean
     def _plan(self, lg: Any, now: int, force: bool = False) -> _Plan | None:
         cfg = lg.config
-        if not cfg.compact_enabled or lg.closed or lg.dir in self._busy:
+        if not cfg.compact_enabled or lg.closed or lg.offline or lg.dir in self._busy:
             return None
         segs = list(lg._segments)
         if len(segs) < 2:

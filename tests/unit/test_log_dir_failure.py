@@ -193,3 +193,26 @@ def test_every_dir_offline_stops_start_up_with_a_clear_message():
     e = AllLogDirsOfflineError({"/data": "loading failed: [Errno 28] No space left on device"})
     assert isinstance(e, OSError)
     assert "every log directory is offline" in str(e) and "/data" in str(e) and "start again" in str(e)
+
+
+def test_a_cleaner_io_error_takes_the_dir_offline(tmp_path, monkeypatch):
+    import asyncio
+
+    from rivulet.storage.cleaner import LogCleaner
+    from tests.unit.test_group_log_cleaner import NOW, fill
+
+    m = LogManager([str(tmp_path / "d0")], LogConfig())
+    m.startup()
+    lg = m.create_log("topic", 0, LogConfig(cleanup_policy=("compact",), segment_bytes=600))
+    fill(lg)
+    cleaner = LogCleaner(m, time_ms=lambda: NOW)
+
+    def full(_plan):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(cleaner, "_build", full)
+    monkeypatch.setattr(cleaner, "_plan", lambda lg, now, force=False: LogCleaner._plan(cleaner, lg, now, True))
+    assert asyncio.run(cleaner.clean_all()) == 0  # no exception, no retry loop
+    assert lg.offline and m.failure_channel.is_offline(str(tmp_path / "d0"))
+    assert cleaner._plan(lg, NOW) is None  # an offline log is not cleaned again
+    m.shutdown()
