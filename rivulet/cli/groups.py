@@ -11,11 +11,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import re
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from rivulet.cli.common import add_connection_args, client_config, run_command
+from rivulet.cli.common import CliError, add_connection_args, client_config, run_command
 from rivulet.client.admin import AsyncAdminClient
 from rivulet.client.assignors import decode_assignment
 from rivulet.client.core import EARLIEST, LATEST
@@ -130,25 +132,74 @@ def parse_topic_spec(spec: str) -> tuple[str, list[int] | None]:
     return spec, None
 
 
-async def compute_reset(admin: AsyncAdminClient, args: argparse.Namespace) -> dict[TP, int]:
-    if args.all_topics:
-        tps = sorted(await committed(admin, args.group))
+_DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
+
+
+def parse_duration_ms(s: str) -> int:
+    """Kafka's --by-duration: an ISO-8601 duration as Java's Duration parses it, 'PnDTnHnMn.nS'."""
+    m = _DURATION.match(s.strip().upper())
+    if not m or s.strip().upper() in ("P", "PT"):
+        raise ValueError(f"--by-duration: '{s}' is not a duration like P1DT2H3M4.5S")
+    d, h, mi, sec = (float(x) if x else 0.0 for x in m.groups())
+    return int(((d * 24 + h) * 60 + mi) * 60_000 + sec * 1000)
+
+
+def read_offsets_file(path: str) -> dict[str, dict[TP, int]]:
+    """--from-file: the CSV --export writes, 'topic,partition,offset' or 'group,topic,partition,offset'."""
+    out: dict[str, dict[TP, int]] = {}
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            cells = [c.strip() for c in line.strip().split(",")]
+            if cells == [""]:
+                continue
+            if len(cells) == 3:
+                cells.insert(0, "")
+            if len(cells) != 4:
+                raise ValueError(f"{path}:{n}: expected topic,partition,offset or group,topic,partition,offset")
+            g, topic, part, off = cells
+            out.setdefault(g, {})[TP(topic, int(part))] = int(off)
+    return out
+
+
+async def compute_reset(admin: AsyncAdminClient, group: str, args: argparse.Namespace,
+                        from_file: dict[TP, int] | None = None) -> dict[TP, int]:
+    current = await committed(admin, group)
+    if from_file is not None:
+        tps = sorted(from_file)
+    elif args.all_topics:
+        tps = sorted(current)
     else:
         tps = []
         specs = [parse_topic_spec(t) for t in args.topic]
         known = await topic_partitions(admin, [name for name, _ in specs])
         for name, parts in specs:
             tps += [TP(name, p) for p in (parts if parts is not None else known[name])]
-    if args.to_earliest:
-        return await list_offsets(admin, tps, EARLIEST)
+    earliest = await list_offsets(admin, tps, EARLIEST)
     latest = await list_offsets(admin, tps, LATEST, _isolation(args))
+
+    def clamp(tp: TP, off: int) -> int:
+        # Out-of-range targets are clamped into [log start, log end], as Kafka's tool does.
+        return min(max(off, earliest[tp]), latest[tp])
+    if from_file is not None:
+        return {tp: clamp(tp, off) for tp, off in from_file.items()}
+    if args.to_earliest:
+        return earliest
     if args.to_latest:
         return latest
+    if args.to_current:
+        return {tp: current.get(tp, latest[tp]) for tp in tps}
     if args.to_offset is not None:
-        earliest = await list_offsets(admin, tps, EARLIEST)
-        # Out-of-range targets are clamped into [log start, log end], as Kafka's tool does.
-        return {tp: min(max(args.to_offset, earliest[tp]), latest[tp]) for tp in tps}
-    ts = parse_datetime(args.to_datetime)
+        return {tp: clamp(tp, args.to_offset) for tp in tps}
+    if args.shift_by is not None:
+        without = [f"{t}-{p}" for t, p in tps if (t, p) not in current]
+        if without:
+            raise CliError(f"Cannot shift offset for partition {without[0]} since there is no current committed "
+                           "offset")
+        return {tp: clamp(tp, current[tp] + args.shift_by) for tp in tps}
+    if args.by_duration is not None:
+        ts = int(time.time() * 1000) - parse_duration_ms(args.by_duration)
+    else:
+        ts = parse_datetime(args.to_datetime)
     found = await list_offsets(admin, tps, ts)
     return {tp: (off if off >= 0 else latest[tp]) for tp, off in found.items()}
 
@@ -204,43 +255,75 @@ async def _run(args: argparse.Namespace) -> int:
             print(f"Deletion of requested consumer groups ('{args.group}') was successful.")
             return 0
         if args.action == "reset-offsets":
-            info = await describe_group(admin, args.group)
-            if info.state not in ("Empty", "Dead"):
-                print(f"Error: Assignments can only be reset if the group '{args.group}' is inactive, but the "
-                      f"current state is {info.state}.", file=sys.stderr)
-                return 1
-            new = await compute_reset(admin, args)
-            rows = [["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]]
-            rows += [[args.group, t, p, off] for (t, p), off in sorted(new.items())]
-            if args.execute:
-                errors = await admin.alter_group_offsets(args.group, new)
-                bad = {tp: e for tp, e in errors.items() if e is not None}
-                if bad:
-                    for (t, p), e in sorted(bad.items()):
-                        print(f"Error: failed to reset {t}-{p}: {e.code.name}", file=sys.stderr)
-                    return 1
-            elif not args.dry_run:
-                print("WARN: No action will be performed as the --execute option is missing. Add --execute to "
-                      "reset the offsets, or --dry-run to keep this behaviour explicitly.", file=sys.stderr)
-            print()
-            print(_table(rows))
-            return 0
+            return await _reset_offsets(admin, args)
         return 2
     finally:
         await admin.close()
 
 
+async def _reset_offsets(admin: AsyncAdminClient, args: argparse.Namespace) -> int:
+    try:
+        from_file = read_offsets_file(args.from_file) if args.from_file else None
+    except OSError as e:
+        raise CliError(f"cannot read --from-file {args.from_file}: {e.strerror}", 2) from None
+    except ValueError as e:
+        raise CliError(str(e), 2) from None
+    if args.all_groups:
+        groups = sorted({gid for gid, ptype, _ in await admin.list_groups() if ptype in ("consumer", "")})
+    else:
+        groups = [args.group]
+    plans: dict[str, dict[TP, int]] = {}
+    for group in groups:
+        info = await describe_group(admin, group)
+        if info.state not in ("Empty", "Dead"):
+            raise CliError(f"Assignments can only be reset if the group '{group}' is inactive, but the current "
+                           f"state is {info.state}.")
+        given = None
+        if from_file is not None:
+            given = from_file.get(group, from_file.get("", {}))
+        plans[group] = await compute_reset(admin, group, args, given)
+    if args.execute:
+        for group, new in plans.items():
+            errors = await admin.alter_group_offsets(group, new)
+            bad = {tp: e for tp, e in errors.items() if e is not None}
+            if bad:
+                (t, p), e = min(bad.items())
+                raise CliError(f"failed to reset {t}-{p} of group '{group}': {e.code.name}")
+    elif not args.dry_run:
+        print("WARN: No action will be performed as the --execute option is missing. Add --execute to "
+              "reset the offsets, or --dry-run to keep this behaviour explicitly.", file=sys.stderr)
+    if args.export:
+        for group, new in plans.items():
+            for (t, p), off in sorted(new.items()):
+                print(f"{group},{t},{p},{off}" if args.all_groups else f"{t},{p},{off}")
+        return 0
+    rows = [["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]]
+    rows += [[group, t, p, off] for group, new in plans.items() for (t, p), off in sorted(new.items())]
+    print()
+    print(_table(rows))
+    return 0
+
+
 def groups_main(args: argparse.Namespace) -> int:
-    if args.action in ("describe", "delete", "reset-offsets") and not args.group:
+    if args.action in ("describe", "delete") and not args.group or (
+            args.action == "reset-offsets" and not args.group and not args.all_groups):
         print(f"rivulet groups {args.action}: --group is required", file=sys.stderr)
         return 2
     if args.action == "reset-offsets":
-        targets = [args.to_earliest, args.to_latest, args.to_offset is not None, args.to_datetime is not None]
+        targets = [args.to_earliest, args.to_latest, args.to_current, args.to_offset is not None,
+                   args.shift_by is not None, args.to_datetime is not None, args.by_duration is not None,
+                   args.from_file is not None]
         if sum(bool(t) for t in targets) != 1:
-            print("rivulet groups reset-offsets: give exactly one of --to-earliest, --to-latest, --to-offset, "
-                  "--to-datetime", file=sys.stderr)
+            print("rivulet groups reset-offsets: give exactly one of --to-earliest, --to-latest, --to-current, "
+                  "--to-offset, --shift-by, --to-datetime, --by-duration, --from-file", file=sys.stderr)
             return 2
-        if not args.topic and not args.all_topics:
+        if args.by_duration is not None:
+            try:
+                parse_duration_ms(args.by_duration)
+            except ValueError as e:
+                print(f"rivulet groups reset-offsets: {e}", file=sys.stderr)
+                return 2
+        if not args.topic and not args.all_topics and args.from_file is None:
             print("rivulet groups reset-offsets: one of --topic or --all-topics is required", file=sys.stderr)
             return 2
         if args.execute and args.dry_run:
@@ -266,6 +349,16 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--isolation-level", choices=["read_uncommitted", "read_committed"], default="read_uncommitted",
                    help="describe, reset-offsets --to-latest: log end offset (default, as Kafka's tool) or "
                         "the last stable offset, where open transactions begin")
+    g.add_argument("--to-current", action="store_true",
+                   help="reset-offsets: to the committed offset (the log end where none is committed)")
+    g.add_argument("--shift-by", type=int, metavar="N", help="reset-offsets: move each committed offset by N")
+    g.add_argument("--by-duration", metavar="PnDTnHnMnS",
+                   help="reset-offsets: to the first record at or after now minus this ISO-8601 duration")
+    g.add_argument("--from-file", metavar="CSV",
+                   help="reset-offsets: to the offsets in this CSV (topic,partition,offset), as --export writes")
+    g.add_argument("--all-groups", action="store_true", help="reset-offsets: every consumer group")
+    g.add_argument("--export", action="store_true",
+                   help="reset-offsets: print the new offsets as CSV, for --from-file")
     g.add_argument("--execute", action="store_true", help="reset-offsets: apply the new offsets")
     g.add_argument("--dry-run", action="store_true", help="reset-offsets: only show the new offsets (the default)")
     g.set_defaults(func=groups_main)

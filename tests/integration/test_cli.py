@@ -168,3 +168,36 @@ def test_consume_json_envelope(strict_broker):
     assert [(g["offset"], g["key"], g["payload"], g["headers"], g["tstype"], g["broker"]) for g in got] == [
         (0, "k1", "v1", ["h1", "x"], "create", 1), (1, None, "nokey", ["h1", "x"], "create", 1)]
     assert lines[0].startswith(f'{{"topic":"{t}","partition":0,"offset":0,"tstype":"create","ts":')
+
+
+# ---------------------------------------------------------------- groups reset-offsets, every way
+
+def test_groups_reset_offsets_ways(strict_broker, tmp_path):
+    b = strict_broker.bootstrap
+    t = new_topic(strict_broker)
+    assert rivulet("produce", "-b", b, "-t", t, "-q", stdin="".join(f"r{i}\n" for i in range(10))).returncode == 0
+    g = f"g-{uuid.uuid4().hex[:6]}"
+    assert rivulet("consume", "-b", b, "-t", t, "-G", g, "-c", "4").stdout.split() == ["r0", "r1", "r2", "r3"]
+
+    def reset(*how: str, group: tuple[str, ...] = ("--group", g)) -> subprocess.CompletedProcess:
+        r = rivulet("groups", "reset-offsets", "-b", b, *group, "--topic", t, *how)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+        return r
+
+    assert reset("--shift-by", "-2", "--execute", "--export").stdout == f"{t},0,2\n"
+    assert reset("--to-current", "--dry-run", "--export").stdout == f"{t},0,2\n"
+    assert reset("--shift-by", "100", "--dry-run", "--export").stdout == f"{t},0,10\n"  # clamped to the end
+    assert reset("--by-duration", "PT1H", "--dry-run", "--export").stdout == f"{t},0,0\n"
+    plan = tmp_path / "offsets.csv"
+    plan.write_text(f"{t},0,7\n")
+    r = rivulet("groups", "reset-offsets", "-b", b, "--group", g, "--from-file", str(plan), "--execute", "--export")
+    assert r.returncode == 0 and r.stdout == f"{t},0,7\n", r.stderr
+    assert rivulet("consume", "-b", b, "-t", t, "-G", g, "-c", "1").stdout == "r7\n"
+    everyone = reset("--to-latest", "--dry-run", "--export", group=("--all-groups",)).stdout.splitlines()
+    assert f"{g},{t},0,10" in everyone
+    fresh = f"g-{uuid.uuid4().hex[:6]}"
+    r = rivulet("groups", "reset-offsets", "-b", b, "--group", fresh, "--topic", t, "--shift-by", "1", "--execute")
+    one_line_failure(r, f"rivulet groups reset-offsets: Cannot shift offset for partition {t}-0 since there is no "
+                        "current committed offset")
+    one_line_failure(rivulet("groups", "reset-offsets", "-b", b, "--group", g, "--topic", t, "--by-duration", "1h"),
+                     "rivulet groups reset-offsets: --by-duration: '1h' is not a duration like P1DT2H3M4.5S", 2)
