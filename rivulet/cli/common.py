@@ -55,6 +55,17 @@ def client_config(args: argparse.Namespace, **defaults: Any) -> dict[str, Any]:
     return conf
 
 
+def parse_kv(items: list[str] | None, flag: str) -> dict[str, str]:
+    """Repeated ``KEY=VALUE`` arguments as a dict."""
+    out = {}
+    for item in items or []:
+        if "=" not in item:
+            raise CliError(f"{flag} expects key=value, got '{item}'", 2)
+        k, v = item.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
 def _stdout_closed() -> bool:
     """True when nobody reads our stdout any more (``| head`` exited)."""
     try:

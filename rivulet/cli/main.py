@@ -90,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     from rivulet.cli import produce; produce.add_parser(sub)  # noqa: E702
     from rivulet.cli import consume; consume.add_parser(sub)  # noqa: E702
     from rivulet.cli import groups; groups.add_parser(sub)  # noqa: E702
+    from rivulet.cli import cluster; cluster.add_parser(sub)  # noqa: E702
     from rivulet.cli import pipeline; pipeline.add_parser(sub)  # noqa: E702
     from rivulet.cli import demo; demo.add_parser(sub)  # noqa: E702
     return p

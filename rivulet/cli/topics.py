@@ -7,26 +7,17 @@ import asyncio
 import sys
 from typing import Any
 
-from rivulet.cli.common import CliError, add_connection_args, client_config, run_command
+from rivulet.cli.common import CliError, add_connection_args, client_config, parse_kv, run_command
 from rivulet.client.admin import AsyncAdminClient
 from rivulet.protocol.errors import ApiError
-
-
-def _kv(items: list[str] | None) -> dict[str, str]:
-    out = {}
-    for item in items or []:
-        if "=" not in item:
-            raise CliError(f"--config expects key=value, got '{item}'", 2)
-        k, v = item.split("=", 1)
-        out[k.strip()] = v.strip()
-    return out
 
 
 async def _run(args: argparse.Namespace) -> int:
     admin = AsyncAdminClient(client_config(args, **{"client.id": "rivulet-topics"}))
     try:
         if args.action == "create":
-            r = await admin.create_topic(args.topic, args.partitions, args.replication_factor, _kv(args.config))
+            r = await admin.create_topic(args.topic, args.partitions, args.replication_factor,
+                                         parse_kv(args.config, "--config"))
             print(f"Created topic {args.topic} ({r.num_partitions} partitions, id {r.topic_id}).")
         elif args.action == "list":
             md = await admin.metadata(None)
@@ -60,7 +51,7 @@ async def _run(args: argparse.Namespace) -> int:
                 await admin.create_partitions(args.topic, args.partitions)
                 print(f"Topic {args.topic} now has {args.partitions} partitions.")
             if args.config or args.delete_config:
-                await admin.alter_topic_configs(args.topic, _kv(args.config), args.delete_config)
+                await admin.alter_topic_configs(args.topic, parse_kv(args.config, "--config"), args.delete_config)
                 print(f"Updated configs of {args.topic}.")
         return 0
     finally:

@@ -201,3 +201,36 @@ def test_groups_reset_offsets_ways(strict_broker, tmp_path):
                         "current committed offset")
     one_line_failure(rivulet("groups", "reset-offsets", "-b", b, "--group", g, "--topic", t, "--by-duration", "1h"),
                      "rivulet groups reset-offsets: --by-duration: '1h' is not a duration like P1DT2H3M4.5S", 2)
+
+
+# ---------------------------------------------------------------- cluster info, configs, offsets, delete-records
+
+def test_cluster_configs_offsets_and_delete_records(strict_broker):
+    b = strict_broker.bootstrap
+    t = new_topic(strict_broker, partitions=2)
+    assert rivulet("produce", "-b", b, "-t", t, "-p", "0", "-q", stdin="".join(f"r{i}\n" for i in range(10))
+                   ).returncode == 0
+    info = rivulet("cluster", "info", "-b", b)
+    assert info.returncode == 0 and "BROKERS" in info.stdout and "127.0.0.1" in info.stdout, info.stderr
+
+    def table(*args: str) -> list[list[str]]:
+        r = rivulet(*args, "-b", b)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+        return [line.split() for line in r.stdout.splitlines()[1:]]
+
+    assert table("offsets", "get", "--topic", t) == [[t, "0", "0", "10"], [t, "1", "0", "0"]]
+    assert table("delete-records", "--topic", t, "--partition", "0", "--offset", "4") == [[t, "0", "4"]]
+    assert table("offsets", "get", "--topic", t)[0] == [t, "0", "4", "10"]
+    assert rivulet("configs", "alter", "-b", b, "--entity-type", "topics", "--entity-name", t,
+                   "--set", "retention.ms=3600000").returncode == 0
+    assert table("configs", "describe", "--entity-type", "topics", "--entity-name", t) == [
+        ["retention.ms", "3600000", "DYNAMIC_TOPIC_CONFIG"]]
+    defaults = table("configs", "describe", "--entity-type", "topics", "--entity-name", t, "--all")
+    assert ["cleanup.policy", "delete", "DEFAULT_CONFIG"] in defaults
+    broker_cfg = table("configs", "describe", "--entity-type", "brokers", "--all")
+    assert ["auto.create.topics.enable", "false"] in [row[:2] for row in broker_cfg]
+    one_line_failure(rivulet("configs", "describe", "-b", b, "--entity-type", "topics", "--entity-name", "nope"),
+                     "rivulet configs describe: UNKNOWN_TOPIC_OR_PARTITION")
+    down = rivulet("offsets", "get", "-b", DOWN, "--topic", t)
+    assert down.returncode == 1 and "Traceback" not in down.stderr
+    assert len(down.stderr.splitlines()) == 1 and down.stderr.startswith(f"rivulet offsets get: cannot reach {DOWN}")

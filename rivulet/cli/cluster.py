@@ -1,0 +1,127 @@
+"""`rivulet cluster info`, `configs describe|alter`, `offsets get` and `delete-records`:
+everyday administration in the manner of rpk and Kafka's tools, over the admin client."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any, Awaitable, Callable
+
+from rivulet.cli.common import CliError, add_connection_args, client_config, parse_kv, run_command
+from rivulet.cli.groups import _table, topic_partitions
+from rivulet.client.admin import AsyncAdminClient, ResourceType
+from rivulet.client.core import EARLIEST, LATEST
+from rivulet.common.config import ConfigSource
+from rivulet.common.types import TopicPartition as TP
+
+
+def _run(name: str, args: argparse.Namespace, work: Callable[[AsyncAdminClient], Awaitable[int]]) -> int:
+    async def go() -> int:
+        admin = AsyncAdminClient(client_config(args, **{"client.id": "rivulet-admin"}))
+        try:
+            return await work(admin)
+        finally:
+            await admin.close()
+    return run_command(name, args, lambda: asyncio.run(go()))
+
+
+async def _cluster_info(admin: AsyncAdminClient, args: argparse.Namespace) -> int:
+    md = await admin.describe_cluster()
+    print(f"CLUSTER\n=======\n{md.cluster_id}\n")
+    rows = [["ID", "HOST", "PORT", "RACK"]]
+    for b in sorted(md.brokers, key=lambda b: b.node_id):
+        rows.append([f"{b.node_id}*" if b.node_id == md.controller_id else b.node_id, b.host, b.port, b.rack or "-"])
+    print(f"BROKERS\n=======\n{_table(rows)}")
+    return 0
+
+
+def _resource(args: argparse.Namespace) -> tuple[ResourceType, str]:
+    if args.entity_type == "brokers":
+        return ResourceType.BROKER, args.entity_name or ""
+    if not args.entity_name:
+        raise CliError("--entity-name is required for topics", 2)
+    return ResourceType.TOPIC, args.entity_name
+
+
+async def _configs(admin: AsyncAdminClient, args: argparse.Namespace) -> int:
+    rtype, name = _resource(args)
+    if rtype == ResourceType.BROKER and not name:
+        md = await admin.describe_cluster()
+        name = str(min(b.node_id for b in md.brokers))
+    if args.action == "alter":
+        # IncrementalAlterConfigs operations: 0 SET, 1 DELETE
+        ops = [(k, 0, v) for k, v in parse_kv(args.set, "--set").items()]
+        ops += [(k, 1, None) for k in args.delete or []]
+        if not ops:
+            raise CliError("alter needs --set KEY=VALUE or --delete KEY", 2)
+        await admin.incremental_alter_configs(rtype, name, ops)
+        print(f"Completed updating config for {args.entity_type[:-1]} {name}.")
+        return 0
+    entries = await admin.describe_configs(rtype, name)
+    rows = [["KEY", "VALUE", "SOURCE"]]
+    for c in sorted(entries, key=lambda c: c.name):
+        if not args.all and c.config_source == ConfigSource.DEFAULT_CONFIG:
+            continue
+        value = "(sensitive)" if c.is_sensitive else ("" if c.value is None else c.value)
+        source = ConfigSource(c.config_source).name if c.config_source in ConfigSource._value2member_map_ \
+            else str(c.config_source)
+        rows.append([c.name, value, source])
+    print(_table(rows))
+    return 0
+
+
+async def _offsets_get(admin: AsyncAdminClient, args: argparse.Namespace) -> int:
+    known = await topic_partitions(admin, args.topic)
+    tps = [TP(t, p) for t in args.topic for p in known[t]]
+    start = await admin.list_offsets({tp: EARLIEST for tp in tps})
+    end = await admin.list_offsets({tp: LATEST for tp in tps})
+    rows = [["TOPIC", "PARTITION", "START-OFFSET", "END-OFFSET"]]
+    rows += [[t, p, start[TP(t, p)][0], end[TP(t, p)][0]] for t, p in tps]
+    print(_table(rows))
+    return 0
+
+
+async def _delete_records(admin: AsyncAdminClient, args: argparse.Namespace) -> int:
+    known = await topic_partitions(admin, [args.topic])
+    parts = args.partition if args.partition is not None else known[args.topic]
+    for p in parts:
+        if p not in known[args.topic]:
+            raise CliError(f"{args.topic} has no partition {p}")
+    lows = await admin.delete_records({TP(args.topic, p): args.offset for p in parts})
+    rows = [["TOPIC", "PARTITION", "NEW-START-OFFSET"]]
+    rows += [[t, p, low] for (t, p), low in sorted(lows.items())]
+    print(_table(rows))
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    c = sub.add_parser("cluster", help="describe the cluster: its id, brokers and controller")
+    c.add_argument("action", choices=["info"], help="what to show")
+    add_connection_args(c)
+    c.set_defaults(func=lambda a: _run("cluster info", a, lambda admin: _cluster_info(admin, a)))
+
+    g = sub.add_parser("configs", help="describe or alter broker and topic configs (like kafka-configs)")
+    g.add_argument("action", choices=["describe", "alter"], help="what to do")
+    add_connection_args(g)
+    g.add_argument("--entity-type", choices=["topics", "brokers"], required=True, help="the kind of resource")
+    g.add_argument("--entity-name", help="the topic, or the broker id (default: the first broker)")
+    g.add_argument("--all", action="store_true",
+                   help="describe: include the values that are defaults (SOURCE DEFAULT_CONFIG)")
+    g.add_argument("--set", action="append", metavar="KEY=VALUE", help="alter: set a config (repeatable)")
+    g.add_argument("--delete", action="append", metavar="KEY", help="alter: remove an override (repeatable)")
+    g.set_defaults(func=lambda a: _run(f"configs {a.action}", a, lambda admin: _configs(admin, a)))
+
+    o = sub.add_parser("offsets", help="show each partition's start and end offset")
+    o.add_argument("action", choices=["get"], help="what to do")
+    add_connection_args(o)
+    o.add_argument("--topic", action="append", required=True, help="topic (repeatable)")
+    o.set_defaults(func=lambda a: _run("offsets get", a, lambda admin: _offsets_get(admin, a)))
+
+    d = sub.add_parser("delete-records", help="delete a partition's records before an offset (like "
+                                              "kafka-delete-records)")
+    add_connection_args(d)
+    d.add_argument("--topic", required=True, help="the topic")
+    d.add_argument("--partition", type=int, action="append", help="partition (repeatable; default: all)")
+    d.add_argument("--offset", type=int, default=-1,
+                   help="delete everything before this offset (default -1: the high watermark, i.e. all)")
+    d.set_defaults(func=lambda a: _run("delete-records", a, lambda admin: _delete_records(admin, a)))
