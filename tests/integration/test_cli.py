@@ -157,7 +157,8 @@ def test_group_consume_commits_only_what_it_printed(strict_broker):
 def test_consume_json_envelope(strict_broker):
     import json
     t = new_topic(strict_broker)
-    r = rivulet("produce", "-b", strict_broker.bootstrap, "-t", t, "-K", ":", "-H", "h1=x", "-q", stdin="k1:v1\nnokey\n")
+    r = rivulet("produce", "-b", strict_broker.bootstrap, "-t", t, "-K", ":", "-H", "h1=x", "-q",
+                stdin="k1:v1\nnokey\n")
     assert r.returncode == 0, r.stderr
     r = rivulet("consume", "-b", strict_broker.bootstrap, "-t", t, "-e", "-q", "-J")
     assert r.returncode == 0, r.stderr
