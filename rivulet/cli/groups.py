@@ -256,9 +256,31 @@ async def _run(args: argparse.Namespace) -> int:
             return 0
         if args.action == "reset-offsets":
             return await _reset_offsets(admin, args)
+        if args.action == "delete-offsets":
+            return await _delete_offsets(admin, args)
         return 2
     finally:
         await admin.close()
+
+
+async def _delete_offsets(admin: AsyncAdminClient, args: argparse.Namespace) -> int:
+    """Kafka's --delete-offsets: the group forgets its committed offsets of the named
+    partitions (all of a topic's when none are named); refused while it reads them."""
+    specs = [parse_topic_spec(t) for t in args.topic]
+    known = await topic_partitions(admin, [name for name, parts in specs if parts is None])
+    tps = [TP(name, p) for name, parts in specs for p in (parts if parts is not None else known[name])]
+    try:
+        results = await admin.delete_group_offsets(args.group, tps)
+    except ApiError as e:
+        reason = {ErrorCode.GROUP_ID_NOT_FOUND: f"group '{args.group}' does not exist",
+                  ErrorCode.NON_EMPTY_GROUP: f"group '{args.group}' has members; offsets can be deleted only "
+                                             "from an empty group"}.get(e.code, e.code.name)
+        raise CliError(f"cannot delete offsets: {reason}") from None
+    rows = [["TOPIC", "PARTITION", "STATUS"]]
+    for (t, p), err in sorted(results.items()):
+        rows.append([t, str(p), "Successful" if err is None else f"Error: {err.code.name}"])
+    print(_table(rows))
+    return 1 if any(err is not None for err in results.values()) else 0
 
 
 async def _reset_offsets(admin: AsyncAdminClient, args: argparse.Namespace) -> int:
@@ -305,7 +327,10 @@ async def _reset_offsets(admin: AsyncAdminClient, args: argparse.Namespace) -> i
 
 
 def groups_main(args: argparse.Namespace) -> int:
-    if args.action in ("describe", "delete") and not args.group or (
+    if args.action == "delete-offsets" and not args.topic:
+        print("rivulet groups delete-offsets: --topic is required", file=sys.stderr)
+        return 2
+    if args.action in ("describe", "delete", "delete-offsets") and not args.group or (
             args.action == "reset-offsets" and not args.group and not args.all_groups):
         print(f"rivulet groups {args.action}: --group is required", file=sys.stderr)
         return 2
@@ -334,12 +359,13 @@ def groups_main(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any) -> None:
     g = sub.add_parser("groups", help="list, describe, delete consumer groups and reset their offsets")
-    g.add_argument("action", choices=["list", "describe", "delete", "reset-offsets"], help="what to do")
+    g.add_argument("action", choices=["list", "describe", "delete", "reset-offsets", "delete-offsets"],
+                   help="what to do")
     add_connection_args(g)
     g.add_argument("--group", help="the consumer group (describe, delete, reset-offsets)")
     g.add_argument("--members", action="store_true", help="describe: members and their assignments")
     g.add_argument("--state", action="store_true", help="describe: state, coordinator and strategy")
-    g.add_argument("--topic", action="append", metavar="TOPIC[:P,P...]", help="reset-offsets: topics to reset")
+    g.add_argument("--topic", action="append", metavar="TOPIC[:P,P...]", help="reset-offsets, delete-offsets: the topics (and partitions)")
     g.add_argument("--all-topics", action="store_true", help="reset-offsets: every topic the group committed")
     g.add_argument("--to-earliest", action="store_true", help="reset-offsets: to each partition's log start")
     g.add_argument("--to-latest", action="store_true", help="reset-offsets: to each partition's log end")

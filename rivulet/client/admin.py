@@ -421,6 +421,14 @@ class AsyncAdminClient:
                 out[g] = ApiError(ErrorCode(code)) if code else None
         return out
 
+    async def delete_group_offsets(self, group_id: str, partitions: list[TP]) -> dict[TP, ApiError | None]:
+        """Kafka's deleteConsumerGroupOffsets; a group-level error (GROUP_ID_NOT_FOUND,
+        NON_EMPTY_GROUP...) raises, a partition the group still reads gets
+        GROUP_SUBSCRIBED_TO_TOPIC in its entry."""
+        resp = await self.client.send_to_coordinator(
+            group_id, core.GROUP, core.offset_delete_request(group_id, partitions), lambda r: r.error_code)
+        return {tp: ApiError(ErrorCode(c)) if c else None for tp, c in core.read_offset_delete(resp).items()}
+
     async def committed_offsets(self, group_id: str, partitions: list[TP] | None = None,
                                 require_stable: bool = False) -> dict[TP, core.OffsetAndMetadata | None]:
         """The group's committed positions (every partition it committed when ``partitions`` is None)."""

@@ -57,6 +57,8 @@ from rivulet.protocol.messages import (
     metadata_request as mq,
     offset_commit_request as ocq,
     offset_commit_response as ocr,
+    offset_delete_request as odq,
+    offset_delete_response as odr,
     offset_fetch_request as ofq,
     offset_fetch_response as ofr,
     produce_request as prq,
@@ -756,3 +758,21 @@ def delete_groups_request(group_ids: Iterable[str]) -> dgq.DeleteGroupsRequest:
 
 def read_delete_groups(resp: dgr.DeleteGroupsResponse) -> dict[str, int]:
     return {r.group_id: r.error_code for r in resp.results}
+
+
+def offset_delete_request(group_id: str, partitions: Iterable[TP]) -> odq.OffsetDeleteRequest:
+    """Kafka's deleteConsumerGroupOffsets: forget the group's committed offsets of these
+    partitions (the broker refuses partitions the group is still subscribed to)."""
+    by_topic: dict[str, list[int]] = {}
+    for t, p in partitions:
+        by_topic.setdefault(t, []).append(p)
+    return odq.OffsetDeleteRequest(group_id=group_id, topics=[
+        odq.OffsetDeleteRequestTopic(name=t, partitions=[odq.OffsetDeleteRequestPartition(partition_index=p)
+                                                         for p in sorted(ps)])
+        for t, ps in by_topic.items()])
+
+
+def read_offset_delete(resp: odr.OffsetDeleteResponse) -> dict[TP, int]:
+    """Each partition's error code; a group-level error raises."""
+    check(resp.error_code, "OffsetDelete")
+    return {TP(t.name, p.partition_index): p.error_code for t in resp.topics for p in t.partitions}

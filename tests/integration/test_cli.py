@@ -204,6 +204,32 @@ def test_groups_reset_offsets_ways(strict_broker, tmp_path):
                      "rivulet groups reset-offsets: --by-duration: '1h' is not a duration like P1DT2H3M4.5S", 2)
 
 
+def test_groups_delete_offsets(strict_broker):
+    b = strict_broker.bootstrap
+    t = new_topic(strict_broker, partitions=2)
+    for p in ("0", "1"):
+        assert rivulet("produce", "-b", b, "-t", t, "-p", p, "-q", stdin="a\nb\n").returncode == 0
+    g = f"g-{uuid.uuid4().hex[:6]}"
+    assert len(rivulet("consume", "-b", b, "-t", t, "-G", g, "-c", "4").stdout.split()) == 4
+
+    def committed() -> list[str]:
+        out = rivulet("groups", "describe", "-b", b, "--group", g).stdout
+        return sorted(line.split()[2] for line in out.splitlines() if t in line.split()[1:2])
+
+    assert committed() == ["0", "1"]
+    r = rivulet("groups", "delete-offsets", "-b", b, "--group", g, "--topic", f"{t}:1")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert r.stdout.split() == ["TOPIC", "PARTITION", "STATUS", t, "1", "Successful"]
+    assert committed() == ["0"]
+    r = rivulet("groups", "delete-offsets", "-b", b, "--group", g, "--topic", t)  # every partition of it
+    assert r.returncode == 0 and r.stdout.split()[3:] == [t, "0", "Successful", t, "1", "Successful"], r.stdout
+    assert committed() == []
+    one_line_failure(rivulet("groups", "delete-offsets", "-b", b, "--group", "no-such-group", "--topic", t),
+                     "rivulet groups delete-offsets: cannot delete offsets: group 'no-such-group' does not exist")
+    one_line_failure(rivulet("groups", "delete-offsets", "-b", b, "--group", g),
+                     "rivulet groups delete-offsets: --topic is required", 2)
+
+
 # ---------------------------------------------------------------- cluster info, configs, offsets, delete-records
 
 def test_cluster_configs_offsets_and_delete_records(strict_broker):

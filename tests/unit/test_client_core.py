@@ -359,3 +359,19 @@ def test_heartbeat_and_leave_group():
     assert wire(core.leave_group_request("g", "m-1"), 2).member_id == "m-1"
     assert [(m.member_id, m.reason) for m in wire(core.leave_group_request("g", "m-1", "bye")).members] == \
         [("m-1", "bye")]
+
+
+def test_offset_delete_request_and_answer():
+    from rivulet.protocol.messages import offset_delete_response as odr
+    req = wire(core.offset_delete_request("g", [TP("b", 2), TP("a", 1), TP("b", 0)]), 0)
+    assert req.group_id == "g"
+    assert {t.name: [p.partition_index for p in t.partitions] for t in req.topics} == {"a": [1], "b": [0, 2]}
+    resp = odr.OffsetDeleteResponse(error_code=0, throttle_time_ms=0, topics=[odr.OffsetDeleteResponseTopic(
+        name="b", partitions=[odr.OffsetDeleteResponsePartition(partition_index=0, error_code=0),
+                              odr.OffsetDeleteResponsePartition(
+                                  partition_index=2, error_code=ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)])])
+    assert core.read_offset_delete(resp) == {TP("b", 0): 0, TP("b", 2): ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC}
+    with pytest.raises(ApiError) as e:
+        core.read_offset_delete(odr.OffsetDeleteResponse(error_code=ErrorCode.NON_EMPTY_GROUP, throttle_time_ms=0,
+                                                         topics=[]))
+    assert e.value.code == ErrorCode.NON_EMPTY_GROUP
