@@ -313,6 +313,19 @@ def run_interruptibly(name: str, body: Callable[[StopSignal], int]) -> int:
     py4j_log = logging.getLogger("py4j")
     py4j_log.addHandler(logging.NullHandler())
     py4j_log.propagate = False
+    # PySpark's accumulator server prints a traceback when the JVM hangs up on it mid-read,
+    # which an interruption makes it do, up to the process's end; after the user's Ctrl-C
+    # that is noise too.
+    from pyspark.accumulators import UpdateRequestHandler
+    serve_updates = UpdateRequestHandler.handle
+
+    def handle(handler: UpdateRequestHandler) -> None:
+        try:
+            serve_updates(handler)
+        except (EOFError, OSError):
+            if not stop.is_set():
+                raise
+    UpdateRequestHandler.handle = handle  # type: ignore[method-assign]
     try:
         code = body(stop)
     except KeyboardInterrupt:  # PySpark's own SIGINT handler, before attach()

@@ -111,3 +111,20 @@ def test_java_version_is_checked(tmp_path, monkeypatch):
                               "(Debian: apt-get install default-jre-headless) or set JAVA_HOME")
     fake.write_text('#!/bin/sh\necho \'openjdk version "17.0.15" 2025-04-15\' >&2\n')
     assert java_missing() is None
+
+
+def test_port_in_use_stops_start_up_before_it_writes(tmp_path):
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        data = tmp_path / "data"
+        proc = subprocess.run([sys.executable, "-m", "rivulet", "broker", "--override", f"log.dirs={data}",
+                               "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}"],
+                              capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rivulet broker: cannot start:") and "in use" in lines[0], lines
+    # Only what identifies the directory was written: no partition of an internal topic.
+    assert sorted(p.name for p in data.iterdir()) == [".lock", "meta.properties"]

@@ -107,6 +107,12 @@ def test_readme_commands_run_as_written(tmp_path):
         # Every command but this test's own ran, the demo and a broker among them.
         assert len(ran) == len(commands) - 1
         assert (work / ".venv" / "bin" / "rivulet").exists()
+        # Spark finds Python data sources with pkgutil.iter_modules(), from any directory: the
+        # README's editable install must not hide pyspark_rivulet from it.
+        found = subprocess.run([str(venv_bin / "python"), "-c", "import pkgutil; print(sorted(m.name for m in "
+                                "pkgutil.iter_modules() if m.name.startswith('pyspark_')))"],
+                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        assert "pyspark_rivulet" in found.stdout, (found.stdout, found.stderr)
     finally:
         for cmd, proc in background:
             proc.send_signal(signal.SIGTERM)
