@@ -36,6 +36,8 @@ async def _cluster_info(admin: AsyncAdminClient, args: argparse.Namespace) -> in
 
 
 def _resource(args: argparse.Namespace) -> tuple[ResourceType, str]:
+    if args.entity_default and (args.entity_type != "brokers" or args.entity_name):
+        raise CliError("--entity-default goes with --entity-type brokers and no --entity-name", 2)
     if args.entity_type == "brokers":
         return ResourceType.BROKER, args.entity_name or ""
     if not args.entity_name:
@@ -45,7 +47,7 @@ def _resource(args: argparse.Namespace) -> tuple[ResourceType, str]:
 
 async def _configs(admin: AsyncAdminClient, args: argparse.Namespace) -> int:
     rtype, name = _resource(args)
-    if rtype == ResourceType.BROKER and not name:
+    if rtype == ResourceType.BROKER and not name and not args.entity_default:
         md = await admin.describe_cluster()
         name = str(min(b.node_id for b in md.brokers))
     if args.action == "alter":
@@ -55,7 +57,8 @@ async def _configs(admin: AsyncAdminClient, args: argparse.Namespace) -> int:
         if not ops:
             raise CliError("alter needs --set KEY=VALUE or --delete KEY", 2)
         await admin.incremental_alter_configs(rtype, name, ops)
-        print(f"Completed updating config for {args.entity_type[:-1]} {name}.")
+        what = "default broker" if args.entity_default else f"{args.entity_type[:-1]} {name}"
+        print(f"Completed updating config for {what}.")
         return 0
     entries = await admin.describe_configs(rtype, name)
     rows = [["KEY", "VALUE", "SOURCE"]]
@@ -105,6 +108,8 @@ def add_parser(sub: Any) -> None:
     add_connection_args(g)
     g.add_argument("--entity-type", choices=["topics", "brokers"], required=True, help="the kind of resource")
     g.add_argument("--entity-name", help="the topic, or the broker id (default: the first broker)")
+    g.add_argument("--entity-default", action="store_true",
+                   help="brokers: the cluster-wide default every broker inherits, instead of one broker")
     g.add_argument("--all", action="store_true",
                    help="describe: include the values that are defaults (SOURCE DEFAULT_CONFIG)")
     g.add_argument("--set", action="append", metavar="KEY=VALUE", help="alter: set a config (repeatable)")

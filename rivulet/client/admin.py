@@ -316,8 +316,9 @@ class AsyncAdminClient:
     # ------------------------------------------------------------ configs
     async def describe_configs(self, resource_type: int, name: str, keys: list[str] | None = None) -> list[Any]:
         req = core.describe_configs_request(resource_type, name, keys)
-        resp = await (self._to_controller(req) if resource_type != ResourceType.BROKER
-                      else self.client.send(int(name), req))
+        # A broker's own configs come from that broker; the cluster default ("") from any.
+        resp = await (self.client.send(int(name), req) if resource_type == ResourceType.BROKER and name
+                      else self._to_controller(req))
         return core.read_describe_configs(resp)
 
     async def describe_topic_configs(self, name: str) -> list[Any]:

@@ -39,7 +39,7 @@ class Broker:
         self.node_id = config.node_id
         self._listener_name, host, port = config.advertised_listeners[0]
         self.node = NodeEndpoint(config.node_id, host, port)
-        self.dynamic_config = DynamicBrokerConfig(config.log_dirs[0], config.node_id)
+        self.dynamic_config = DynamicBrokerConfig(config.log_dirs[0], config.node_id, config.items())
         self.log_manager = LogManager(config.log_dirs,
                                       LogConfig.from_broker_props(broker_props(config, self.dynamic_config)),
                                       producer_id_expiration_ms=config["producer.id.expiration.ms"],
@@ -60,6 +60,7 @@ class Broker:
             max_connections_per_ip=config["max.connections.per.ip"],
             max_connections_per_ip_overrides=config["max.connections.per.ip.overrides"],
             queued_max_request_bytes=config["queued.max.request.bytes"]))
+        self.dynamic_config.add_reconfigurable(self.socket_server.quotas)
         self.bound_ports: list[int] = []
         self._tasks: list[asyncio.Task] = []
         self._stopped = asyncio.Event()

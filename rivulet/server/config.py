@@ -152,12 +152,12 @@ BROKER_CONFIGS = ConfigDef([
     _k("socket.request.max.bytes", I, 104857600, _pos, "Largest request accepted; a larger one closes the "
        "connection.", HIGH),
     _k("connections.max.idle.ms", L, 600000, _pos, "Idle connections are closed after this long.", MEDIUM),
-    # Kafka can change the three connection limits at run time; Rivulet reads them at start-up.
     _k("max.connections", I, 2147483647, _nonneg, "Connections the broker keeps open at once; more are "
-       "closed as they arrive.", MEDIUM),
-    _k("max.connections.per.ip", I, 2147483647, _nonneg, "Connections kept open from one IP address.", MEDIUM),
+       "closed as they arrive.", MEDIUM, CLUSTER),
+    _k("max.connections.per.ip", I, 2147483647, _nonneg, "Connections kept open from one IP address.", MEDIUM,
+       CLUSTER),
     _k("max.connections.per.ip.overrides", S, "", None, "Per-host or per-IP exceptions to "
-       "max.connections.per.ip, as host:limit pairs, comma-separated.", MEDIUM),
+       "max.connections.per.ip, as host:limit pairs, comma-separated.", MEDIUM, CLUSTER),
     _k("queued.max.request.bytes", L, -1, None, "Bytes that requests being received or processed may hold "
        "at once; when reached, connections stop reading until memory returns. -1: no limit.", MEDIUM),
     _k("replica.fetch.max.bytes", I, 1048576, _nonneg, "Bytes fetched per partition by a follower.", MEDIUM),

@@ -10,9 +10,10 @@ Which configs may change is read from the broker's definitions (``server/config.
 read-only one is refused ("Cannot update these configs dynamically"), a per-broker one is
 refused at the cluster-default level, and a name Rivulet does not know is stored as given, as
 Kafka stores custom configs. The log.* defaults (and message.max.bytes, compression.type,
-min.insync.replicas) take effect at once on every topic without its own override; the rest
-(thread counts, listeners and the like) are recorded and reported, since Rivulet has nothing
-to resize or rebind at run time.
+min.insync.replicas) take effect at once on every topic without its own override; a
+``Reconfigurable`` (the connection limits) is handed its new values, after validating them;
+the rest (thread counts, listeners and the like) are recorded and reported, since Rivulet has
+nothing to resize or rebind at run time.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any
+from typing import Any, Mapping, Protocol
 
 from rivulet.common.config import ConfigEntry, ConfigError, ConfigSource, ConfigType, UpdateMode, parse_value
 from rivulet.protocol.errors import ApiError, ErrorCode
@@ -32,12 +33,25 @@ log = logging.getLogger(__name__)
 FILE_NAME = "dynamic-broker-configs.json"
 CLUSTER_DEFAULT = ""
 
+class Reconfigurable(Protocol):
+    """A component whose settings change at run time (Kafka's Reconfigurable)."""
+
+    def reconfigurable_configs(self) -> frozenset[str]: ...
+
+    def validate_reconfiguration(self, values: Mapping[str, Any]) -> None:
+        """Raise ConfigError when the parsed values in force would not work."""
+
+    def reconfigure(self, values: Mapping[str, Any]) -> None: ...
+
+
 class DynamicBrokerConfig:
     """The dynamic configs of one broker: ``levels[""]`` (cluster default) and ``levels[id]``."""
 
-    def __init__(self, log_dir: str, node_id: int) -> None:
+    def __init__(self, log_dir: str, node_id: int, static: Mapping[str, Any] | None = None) -> None:
         self.path = os.path.join(log_dir, FILE_NAME)
         self.node_id = str(node_id)
+        self.static: Mapping[str, Any] = static or {}  # parsed server.properties values
+        self._reconfigurables: list[Reconfigurable] = []
         self.levels: dict[str, dict[str, str]] = {CLUSTER_DEFAULT: {}, self.node_id: {}}
         try:
             with open(self.path, encoding="utf-8") as f:
@@ -65,10 +79,25 @@ class DynamicBrokerConfig:
         return [(self.levels[self.node_id], ConfigSource.DYNAMIC_BROKER_CONFIG),
                 (self.levels[CLUSTER_DEFAULT], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)]
 
-    @staticmethod
-    def validate(configs: dict[str, str], per_broker: bool = True) -> None:
+    def add_reconfigurable(self, r: Reconfigurable) -> None:
+        """Hand ``r`` its values in force now, and again whenever one of them changes."""
+        self._reconfigurables.append(r)
+        r.reconfigure(self._in_force(r, self.effective()))
+
+    def _in_force(self, r: Reconfigurable, effective: Mapping[str, str]) -> dict[str, Any]:
+        return {n: BROKER_CONFIGS[n].parse(effective[n]) if n in effective else self.static.get(n)
+                for n in r.reconfigurable_configs()}
+
+    def with_level(self, level: str, configs: dict[str, str]) -> dict[str, str]:
+        """The dynamic values in force once ``level`` holds ``configs``."""
+        if level == CLUSTER_DEFAULT:
+            return {**configs, **self.levels[self.node_id]}
+        return {**self.levels[CLUSTER_DEFAULT], **configs}
+
+    def validate(self, configs: dict[str, str], per_broker: bool = True) -> None:
         """Refuse what Kafka refuses: read-only configs, per-broker configs at the cluster
-        level (both INVALID_REQUEST) and values their definitions reject (INVALID_CONFIG)."""
+        level (both INVALID_REQUEST), values their definitions reject and values a
+        reconfigurable component cannot take (INVALID_CONFIG)."""
         static = sorted(n for n in configs if n in BROKER_CONFIGS and not BROKER_CONFIGS[n].dynamic)
         if static:
             raise ApiError(ErrorCode.INVALID_REQUEST,
@@ -88,10 +117,23 @@ class DynamicBrokerConfig:
             except ConfigError as e:
                 raise ApiError(ErrorCode.INVALID_CONFIG, f"Invalid value {raw} for configuration {name}: "
                                  f"{e.reason}") from None
+        effective = self.with_level(self.node_id if per_broker else CLUSTER_DEFAULT, configs)
+        for r in self._reconfigurables:
+            if r.reconfigurable_configs() & configs.keys():
+                try:
+                    r.validate_reconfiguration(self._in_force(r, effective))
+                except ConfigError as e:
+                    raise ApiError(ErrorCode.INVALID_CONFIG, str(e)) from None
 
     def replace(self, level: str, configs: dict[str, str]) -> None:
+        before = self.effective()
         self.levels[level] = dict(configs)
         self._save()
+        after = self.effective()
+        changed = {n for n in before.keys() | after.keys() if before.get(n) != after.get(n)}
+        for r in self._reconfigurables:
+            if r.reconfigurable_configs() & changed:
+                r.reconfigure(self._in_force(r, after))
 
     def _save(self) -> None:
         write_atomic(self.path, json.dumps(self.levels, indent=1, sort_keys=True) + "\n")

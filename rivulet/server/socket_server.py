@@ -14,7 +14,7 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 from rivulet.common.config import ConfigError
 from rivulet.server.network import KafkaConnection, RequestHandler
@@ -83,7 +83,11 @@ def parse_ip_overrides(spec: str) -> dict[str, int]:
 
 
 class ConnectionQuotas:
-    """``max.connections`` for the broker and ``max.connections.per.ip`` (with overrides)."""
+    """``max.connections`` for the broker and ``max.connections.per.ip`` (with overrides).
+    They change at run time (AlterConfigs, as Kafka's are): connections already open stay,
+    new ones are judged by the new limits."""
+
+    CONFIGS = frozenset({"max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"})
 
     def __init__(self, max_connections: int, per_ip: int, overrides: dict[str, int]) -> None:
         self.max_connections = max_connections
@@ -91,6 +95,17 @@ class ConnectionQuotas:
         self.overrides = overrides
         self.total = 0
         self.by_ip: Counter[str] = Counter()
+
+    def reconfigurable_configs(self) -> frozenset[str]:
+        return self.CONFIGS
+
+    def validate_reconfiguration(self, values: Mapping[str, Any]) -> None:
+        parse_ip_overrides(values["max.connections.per.ip.overrides"] or "")
+
+    def reconfigure(self, values: Mapping[str, Any]) -> None:
+        self.max_connections = values["max.connections"]
+        self.per_ip = values["max.connections.per.ip"]
+        self.overrides = parse_ip_overrides(values["max.connections.per.ip.overrides"] or "")
 
     def refusal(self, ip: str) -> str | None:
         """Why a new connection from ``ip`` may not be kept, or None (and then it is counted)."""

@@ -181,10 +181,7 @@ class TopicManager:
         dyn = self.dynamic_config
         level = dyn.level(resource_name)
         dyn.validate(configs, per_broker=level != "")
-        if level == "":
-            in_force = {**configs, **dyn.levels[dyn.node_id]}
-        else:
-            in_force = {**dyn.levels[""], **configs}
+        in_force = dyn.with_level(level, configs)
         defaults = LogConfig.from_broker_props({**self.config.originals, **in_force})  # INVALID_CONFIG if bad
         if validate_only:
             return

@@ -256,6 +256,13 @@ def test_cluster_configs_offsets_and_delete_records(strict_broker):
     assert ["cleanup.policy", "delete", "DEFAULT_CONFIG"] in defaults
     broker_cfg = table("configs", "describe", "--entity-type", "brokers", "--all")
     assert ["auto.create.topics.enable", "false"] in [row[:2] for row in broker_cfg]
+    default = ("--entity-type", "brokers", "--entity-default")
+    done = rivulet("configs", "alter", "-b", b, *default, "--set", "max.connections.per.ip=1000")
+    assert done.returncode == 0 and "default broker" in done.stdout, done.stderr
+    assert table("configs", "describe", *default) == [
+        ["max.connections.per.ip", "1000", "DYNAMIC_DEFAULT_BROKER_CONFIG"]]
+    assert rivulet("configs", "alter", "-b", b, *default, "--delete", "max.connections.per.ip").returncode == 0
+    assert table("configs", "describe", *default) == []
     one_line_failure(rivulet("configs", "describe", "-b", b, "--entity-type", "topics", "--entity-name", "nope"),
                      "rivulet configs describe: UNKNOWN_TOPIC_OR_PARTITION")
     down = rivulet("offsets", "get", "-b", DOWN, "--topic", t)

@@ -121,6 +121,34 @@ def test_max_connections():
             s.close()
 
 
+def test_connection_limits_change_at_run_time():
+    """max.connections.per.ip is a dynamic config in Kafka: an AlterConfigs on the broker
+    applies to the next connection, and open ones stay."""
+    from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
+                                       ResourceType)
+    with BrokerProcess({}) as b:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+
+        def set_limit(value: str | None) -> None:
+            op = AlterConfigOpType.SET if value is not None else AlterConfigOpType.DELETE
+            res = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
+                ConfigEntry("max.connections.per.ip", value, incremental_operation=op)])
+            for f in admin.incremental_alter_configs([res]).values():
+                f.result(timeout=10)
+
+        socks = [socket.create_connection(("127.0.0.1", b.port)) for _ in range(2)]
+        assert all(answered(s, i) for i, s in enumerate(socks))
+        set_limit("2")  # the admin client's own connection is one more from 127.0.0.1
+        extra = socket.create_connection(("127.0.0.1", b.port))
+        assert closed_by_broker(extra)
+        assert all(answered(s, 10 + i) for i, s in enumerate(socks))  # open ones stay
+        set_limit(None)
+        again = socket.create_connection(("127.0.0.1", b.port))
+        assert answered(again)
+        for s in socks + [extra, again]:
+            s.close()
+
+
 def test_idle_connections_expire():
     with BrokerProcess({"connections.max.idle.ms": "500"}) as b:
         idle = socket.create_connection(("127.0.0.1", b.port))

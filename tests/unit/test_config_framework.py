@@ -111,17 +111,36 @@ def test_broker_entries_carry_type_and_read_only(tmp_path):
     assert [e.name for e in cluster] == ["custom.thing", "log.cleanup.policy"]
 
 
-def test_dynamic_updates_follow_the_definitions():
-    DynamicBrokerConfig.validate({"log.retention.ms": "1", "listeners": "PLAINTEXT://h:1", "my.custom": "x"})
+def test_dynamic_updates_follow_the_definitions(tmp_path):
+    dyn = DynamicBrokerConfig(str(tmp_path), 1)
+    dyn.validate({"log.retention.ms": "1", "listeners": "PLAINTEXT://h:1", "my.custom": "x"})
     with pytest.raises(ApiError) as e:
-        DynamicBrokerConfig.validate({"num.partitions": "2", "log.dirs": "/x"})
+        dyn.validate({"num.partitions": "2", "log.dirs": "/x"})
     assert e.value.code == ErrorCode.INVALID_REQUEST and "[log.dirs, num.partitions]" in e.value.message
     with pytest.raises(ApiError) as e:
-        DynamicBrokerConfig.validate({"listeners": "PLAINTEXT://h:1"}, per_broker=False)
+        dyn.validate({"listeners": "PLAINTEXT://h:1"}, per_broker=False)
     assert e.value.code == ErrorCode.INVALID_REQUEST and "broker id must be specified" in e.value.message
     with pytest.raises(ApiError) as e:
-        DynamicBrokerConfig.validate({"log.cleaner.backoff.ms": "-1"})
+        dyn.validate({"log.cleaner.backoff.ms": "-1"})
     assert e.value.code == ErrorCode.INVALID_CONFIG
+
+
+def test_connection_limits_change_at_run_time(tmp_path):
+    from rivulet.server.socket_server import ConnectionQuotas
+    config = BrokerConfig({"log.dirs": str(tmp_path), "max.connections.per.ip": "5"})
+    dyn = DynamicBrokerConfig(str(tmp_path), 1, config.items())
+    quotas = ConnectionQuotas(0, 0, {})
+    dyn.add_reconfigurable(quotas)  # takes the values in force at once
+    assert (quotas.max_connections, quotas.per_ip, quotas.overrides) == (2147483647, 5, {})
+    with pytest.raises(ApiError) as e:
+        dyn.validate({"max.connections.per.ip.overrides": "10.0.0.1"}, per_broker=False)
+    assert e.value.code == ErrorCode.INVALID_CONFIG and "host:limit" in e.value.message
+    dyn.replace("", {"max.connections.per.ip.overrides": "10.0.0.1:2", "max.connections": "100"})
+    assert (quotas.max_connections, quotas.per_ip, quotas.overrides) == (100, 5, {"10.0.0.1": 2})
+    assert quotas.refusal("10.0.0.1") is None and quotas.refusal("10.0.0.1") is None
+    assert "maximum of 2" in quotas.refusal("10.0.0.1")
+    dyn.replace("", {})  # deleted: back to server.properties
+    assert (quotas.max_connections, quotas.overrides) == (2147483647, {})
 
 
 def test_topic_definitions_refuse_bad_values_as_invalid_config():
