@@ -5,6 +5,7 @@
 #
 #   bash scripts/setup.sh            # Rivulet with PySpark: enough for `rivulet demo`
 #   bash scripts/setup.sh test,spark # also the test clients (what .ci/run uses)
+#   bash scripts/setup.sh cluster    # also a ZooKeeper server, for `rivulet cluster up`
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="${1:-spark}"
@@ -33,6 +34,12 @@ case ",$extras," in
   *,test,*)
     # kcat is one of the real clients the integration tests drive.
     if ! command -v kcat >/dev/null 2>&1 && ! command -v kafkacat >/dev/null 2>&1; then need+=(kcat); fi ;;
+esac
+case ",$extras," in
+  *,test,*|*,cluster,*)
+    # Cluster mode coordinates through ZooKeeper: Debian's server, run by `rivulet cluster up`
+    # and the cluster tests (it brings Java with it).
+    if [ ! -e /usr/share/java/zookeeper.jar ] && [ -z "${ZOOKEEPER_HOME:-}" ]; then need+=(zookeeper); fi ;;
 esac
 apt_install "${need[@]}"
 

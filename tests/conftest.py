@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from rivulet.testing import BrokerProcess
@@ -25,3 +27,41 @@ def broker_factory():
     yield make
     for b in made:
         b.cleanup()
+
+
+@pytest.fixture(scope="session")
+def zookeeper():
+    """One real ZooKeeper server for the session; tests keep apart through `zk_connect`'s chroots.
+
+    A machine without ZooKeeper fails these tests with the reason, never skips them.
+    """
+    from rivulet.controller.zk_server import ZooKeeperNotFound, ZooKeeperServer
+
+    server = ZooKeeperServer()
+    try:
+        server.start()
+    except ZooKeeperNotFound as e:
+        pytest.fail(f"these tests need a ZooKeeper server: {e}", pytrace=False)
+    yield server
+    server.cleanup()
+
+
+_chroots = itertools.count()
+
+
+@pytest.fixture
+def zk_connect(zookeeper, request):
+    """A `zookeeper.connect` string with a chroot of this test's own, created empty."""
+    from kazoo.client import KazooClient
+
+    chroot = f"/t{next(_chroots)}-{request.node.name}"[:120].replace("[", "-").replace("]", "")
+    zk = KazooClient(hosts=zookeeper.connect)
+    zk.start(timeout=15)
+    try:
+        if zk.exists(chroot):
+            zk.delete(chroot, recursive=True)
+        zk.ensure_path(chroot)
+    finally:
+        zk.stop()
+        zk.close()
+    return zookeeper.connect + chroot

@@ -1,0 +1,1 @@
+"""The ZooKeeper-era control plane: Kafka's znodes, broker registration, the controller."""
