@@ -20,6 +20,8 @@ from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.server.apis import KafkaApis
 from rivulet.server.config import BrokerConfig
 from rivulet.server.dynamic_config import DynamicBrokerConfig
+from rivulet.server.fd_limit import describe as describe_fd_limit
+from rivulet.server.fd_limit import raise_open_file_limit
 from rivulet.server.metadata import MetadataStore
 from rivulet.server.socket_server import SocketServer, SocketServerConfig
 from rivulet.server.topics import TopicManager, broker_props
@@ -74,6 +76,7 @@ class Broker:
     async def start(self) -> None:
         t0 = time.monotonic()
         cfg = self.config
+        fd_limit = raise_open_file_limit()
         for name, host, port in cfg.listeners:
             if name not in cfg["controller.listener.names"]:
                 self.bound_ports.append(await self.socket_server.bind(host, port))
@@ -85,7 +88,9 @@ class Broker:
             self.node_id, self.timer,
             produce_purge_interval=cfg["producer.purgatory.purge.interval.requests"],
             fetch_purge_interval=cfg["fetch.purgatory.purge.interval.requests"], clock=self.clock)
-        self.log_manager.startup()
+        # Recovery of large logs is long file work: a worker thread, the loop stays free. Nothing
+        # reads the LogManager until it returns.
+        await asyncio.get_running_loop().run_in_executor(None, self.log_manager.startup)
         offline = self.log_manager.failure_channel.offline_dirs()
         if offline and not self.log_manager.online_dirs():
             self.log_manager.release_locks()
@@ -96,6 +101,7 @@ class Broker:
         topics = self.topics = TopicManager(cfg, self.metadata, self.log_manager, rm, self.dynamic_config,
                                             self.node_id)
         topics.open_all()
+        log.info("%s", describe_fd_limit(fd_limit, len(rm.partitions)))
         if cfg["log.cleaner.enable"]:
             # One cleaner serves every compacted log (__consumer_offsets, __transaction_state, users').
             self.log_cleaner = LogCleaner(self.log_manager, backoff_ms=cfg["log.cleaner.backoff.ms"],

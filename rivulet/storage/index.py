@@ -41,7 +41,11 @@ class _IndexFile:
         self.path = path
         self.base_offset = base_offset
         self.max_entries = max(0, max_index_bytes // self.entry_size)
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        # The file exists from the start (recovery tells a missing index from an empty one),
+        # but its descriptor is opened on first use: an idle partition then holds one fd.
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o644))
+        self._handle = -1
+        self._closed = False
         self._loaded = False
         self._persisted = 0  # entries already written to the file
         self._pending = bytearray()
@@ -49,6 +53,17 @@ class _IndexFile:
         self.dirty = False  # written since the last sync()
 
     # -- lifecycle --------------------------------------------------------------
+
+    @property
+    def _fd(self) -> int:
+        if self._handle < 0 and not self._closed:
+            # No O_CREAT: a file deleted under us must not come back empty.
+            self._handle = os.open(self.path, os.O_RDWR)
+        return self._handle
+
+    def hold_open(self) -> None:
+        """Open the descriptor now, so readers keep this file once its path is unlinked or reused."""
+        _ = self._fd
 
     @property
     def fd(self) -> int:
@@ -60,10 +75,13 @@ class _IndexFile:
             log_dir_failure.file_ops.fsync(self._fd)
 
     def close(self) -> None:
-        if self._fd >= 0:
-            self.commit()
-            os.close(self._fd)
-            self._fd = -1
+        if self._closed:
+            return
+        self.commit()
+        self._closed = True
+        if self._handle >= 0:
+            os.close(self._handle)
+            self._handle = -1
 
     def commit(self) -> None:
         """Write pending entries; one pwrite per log append rather than per entry."""
@@ -76,12 +94,13 @@ class _IndexFile:
     def reset(self) -> None:
         """Drop every entry (before a rebuild)."""
         self._pending.clear()
-        os.ftruncate(self._fd, 0)
+        if self._handle >= 0 or self._file_size():
+            os.ftruncate(self._fd, 0)
+            self.dirty = True
         self._persisted = 0
         self._count = 0
         self._clear_arrays()
         self._loaded = True
-        self.dirty = True
 
     @property
     def entries(self) -> int:
@@ -92,7 +111,9 @@ class _IndexFile:
         return self._count >= self.max_entries
 
     def _file_size(self) -> int:
-        return os.fstat(self._fd).st_size
+        if self._handle < 0:
+            return os.stat(self.path).st_size
+        return os.fstat(self._handle).st_size
 
     def _truncate_entries(self, keep: int) -> None:
         self.commit()

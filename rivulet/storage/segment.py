@@ -550,6 +550,9 @@ class LogSegment:
 
     def delete_files(self) -> None:
         """Unlink the files now; descriptors close when no flush holds them."""
+        if self._pins and not self.closed:
+            self.offset_index.hold_open()
+            self.time_index.hold_open()
         self.close(final=False)
         for p in (
             self.log_path,
