@@ -65,7 +65,10 @@ class DelayedProduce(DelayedOperation):
             if p is None or p.deleted:
                 self.results[tp].error = ErrorCode.NOT_LEADER_OR_FOLLOWER
                 self.waiting.discard(tp)
-            elif p.high_watermark >= self.results[tp].required_offset:
+                continue
+            done, error = p.check_enough_replicas_reach_offset(self.results[tp].required_offset)
+            if done:
+                self.results[tp].error = error
                 self.waiting.discard(tp)
         if not self.waiting:
             return self.force_complete()
@@ -214,6 +217,11 @@ class ReplicaManager:
         self.txn_verifier: Callable[[str | None, int, int, TopicPartition], ErrorCode] | None = None
 
     # -------------------------------------------------------- partitions
+    def on_high_watermark_advanced(self, tp: TopicPartition) -> None:
+        """An ISR change moved a leader's HW: waiting produces and consumer fetches may complete."""
+        self.fetch_purgatory.check_and_complete(tp)
+        self.produce_purgatory.check_and_complete(tp)
+
     def add_partition(self, partition: Partition) -> None:
         self.partitions[partition.tp] = partition
 
@@ -259,14 +267,14 @@ class ReplicaManager:
             res = results[tp] = ProduceResult()
             try:
                 p = self.get_partition_or_error(tp)
+                p.check_leader()
                 if not data:
                     res.log_start_offset = p.log.log_start_offset
                     continue
                 headers = self._headers_for_append(data, p.log.config.max_message_bytes, origin, p.log.config, now)
                 if origin == AppendOrigin.CLIENT and self.txn_verifier is not None:
                     self._verify_transaction(p, headers, transactional_id)
-                if required_acks == -1 and len(p.isr) < p.log.config.min_insync_replicas:
-                    raise ApiError(ErrorCode.NOT_ENOUGH_REPLICAS)
+                p.check_min_isr(required_acks)
                 # Request frames are bytearrays: the Log patches them in place, without a copy.
                 append_time = p.log.config.log_append_time
                 info = p.log.append_as_leader(data, headers, leader_epoch=p.leader_epoch, now_ms=now,
@@ -362,8 +370,9 @@ class ReplicaManager:
         for tp, r in results.items():
             if r.error == ErrorCode.NONE and r.required_offset >= 0:
                 p = self.partitions.get(tp)
-                if p is None or p.high_watermark < r.required_offset:
-                    return False
+                if p is None or p.high_watermark < r.required_offset \
+                        or len(p.isr) < p.log.config.min_insync_replicas:
+                    return False  # the DelayedProduce answers it, with its error
         return True
 
     def _after_flush(self, results: dict[TopicPartition, ProduceResult], required_acks: int, timeout_ms: int,
