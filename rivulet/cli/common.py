@@ -5,6 +5,7 @@ unless --debug; Ctrl-C is exit code 130; a closed stdout pipe ends the command q
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import select
 import sys
@@ -103,6 +104,8 @@ def describe_failure(e: BaseException, bootstrap: str) -> str:
 def run_command(name: str, args: argparse.Namespace, body: Callable[[], int]) -> int:
     """Run one subcommand's ``body`` and turn whatever it raises into an exit code and one line."""
     debug = bool(getattr(args, "debug", False))
+    if not debug:  # the command reports a failure itself, in one line
+        logging.getLogger("rivulet.client.brokers").setLevel(logging.CRITICAL)
     try:
         rc = body()
         sys.stdout.flush()

@@ -22,6 +22,8 @@ from rivulet.client.core import Cluster, PartitionMeta, TopicMeta  # noqa: F401 
 from rivulet.protocol.errors import ErrorCode, ApiError
 
 log = logging.getLogger("rivulet.client")
+# Broker connection failures, on a logger of their own so that an application can route them.
+broker_log = logging.getLogger("rivulet.client.brokers")
 
 
 def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
@@ -48,7 +50,7 @@ def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
 
 
 def _log_broker_error(err: KafkaError) -> None:
-    log.info("%s", err.str())
+    broker_log.error("%s", err.str())
 
 
 def now() -> float:
@@ -104,7 +106,7 @@ class KafkaClient:
         self.closed = False
         # Told, as librdkafka tells error_cb, when a broker that was reachable stops accepting
         # connections (_TRANSPORT) and when then no known broker is reachable (_ALL_BROKERS_DOWN).
-        # Without one they are only logged at INFO: command-line tools report failures themselves.
+        # Without one they are logged as errors, as librdkafka logs them without an error_cb.
         self.on_broker_error: Callable[[KafkaError], None] = _log_broker_error
         self._all_down_reported = False
 

@@ -88,7 +88,15 @@ class KafkaError(metaclass=_Codes):
         return _NAMES.get(self._code, f"ERR_{self._code}")
 
     def str(self) -> str:
-        return self._reason or self.name()
+        """The reason given, else a description in librdkafka's form: "Broker: ..." for a
+        broker's code, "Local: ..." for the client's own (words derived from the name)."""
+        if self._reason:
+            return self._reason
+        if self._code == 0:
+            return "Success"
+        name = ErrorCode(self._code).name if self._code in ErrorCode._value2member_map_ else self.name()
+        words = name.strip("_").replace("_", " ").capitalize()
+        return f"{'Local' if self._code < -1 else 'Broker'}: {words}"
 
     def retriable(self) -> bool:
         return self._retriable

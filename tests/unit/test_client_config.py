@@ -122,4 +122,9 @@ def test_error_values_look_like_confluent_kafka():
     assert KafkaError.UNKNOWN_TOPIC_OR_PARTITION == KafkaError.UNKNOWN_TOPIC_OR_PART == 3
     assert KafkaError._PARTITION_EOF == -191 and KafkaError(KafkaError._PARTITION_EOF).name() == "_PARTITION_EOF"
     assert KafkaError(KafkaError._MSG_TIMED_OUT, "x").str() == "x"
+    # Without a reason, librdkafka's form of description.
+    assert KafkaError(3).str() == "Broker: Unknown topic or partition"
+    assert str(KafkaError(3)) == 'KafkaError{code=UNKNOWN_TOPIC_OR_PART,val=3,str="Broker: Unknown topic or partition"}'
+    assert KafkaError(KafkaError._MSG_TIMED_OUT).str() == "Local: Msg timed out"
+    assert KafkaError(0).str() == "Success"
     assert e == 3 and e == KafkaError(3)
