@@ -313,6 +313,9 @@ def run_interruptibly(name: str, body: Callable[[StopSignal], int]) -> int:
     py4j_log = logging.getLogger("py4j")
     py4j_log.addHandler(logging.NullHandler())
     py4j_log.propagate = False
+    # The command reports a broker it cannot reach itself; the demo's broker stopping
+    # under its own producer at Ctrl-C is not worth a line either.
+    logging.getLogger("rivulet.client.brokers").setLevel(logging.CRITICAL)
     # PySpark's accumulator server prints a traceback when the JVM hangs up on it mid-read,
     # which an interruption makes it do, up to the process's end; after the user's Ctrl-C
     # that is noise too.
