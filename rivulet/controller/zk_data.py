@@ -1,0 +1,285 @@
+"""Kafka's znodes: their paths and JSON formats, as a ZooKeeper-mode Kafka 3.x cluster writes
+them, so that a ZooKeeper shell shows an operator what they expect. Pure: bytes in, bytes out.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from rivulet.common.types import TopicPartition
+
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+BROKERS = "/brokers"
+BROKER_IDS = "/brokers/ids"
+TOPICS = "/brokers/topics"
+SEQID = "/brokers/seqid"
+CONFIG = "/config"
+CONFIG_CHANGES = "/config/changes"
+CONFIG_CHANGE_PREFIX = "config_change_"
+ADMIN = "/admin"
+DELETE_TOPICS = "/admin/delete_topics"
+REASSIGN_PARTITIONS = "/admin/reassign_partitions"
+PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
+ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
+LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
+CLUSTER_ID = "/cluster/id"
+LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+CONSUMERS = "/consumers"  # the pre-0.9 consumers' root, still created by every broker
+CONFIG_ENTITY_TYPES = ("topics", "clients", "users", "brokers", "ips")
+
+# Created at start-up by every broker, as Kafka's KafkaZkClient.createTopLevelPaths does.
+PERSISTENT_PATHS = (CONSUMERS, BROKER_IDS, TOPICS, CONFIG_CHANGES, DELETE_TOPICS, SEQID,
+                    ISR_CHANGE_NOTIFICATION, LATEST_PRODUCER_ID_BLOCK, LOG_DIR_EVENT_NOTIFICATION,
+                    *(f"{CONFIG}/{t}" for t in CONFIG_ENTITY_TYPES))
+
+
+def _dump(doc: dict[str, Any]) -> bytes:
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def _load(data: bytes) -> dict[str, Any]:
+    doc = json.loads(data.decode())
+    if not isinstance(doc, dict):
+        raise ValueError(f"expected a JSON object, got {data[:100]!r}")
+    return doc
+
+
+def broker_path(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def topic_path(topic: str) -> str:
+    return f"{TOPICS}/{topic}"
+
+
+def partitions_path(topic: str) -> str:
+    return f"{TOPICS}/{topic}/partitions"
+
+
+def partition_state_path(tp: TopicPartition) -> str:
+    return f"{TOPICS}/{tp.topic}/partitions/{tp.partition}/state"
+
+
+def config_path(entity_type: str, name: str) -> str:
+    return f"{CONFIG}/{entity_type}/{name}"
+
+
+def delete_topic_path(topic: str) -> str:
+    return f"{DELETE_TOPICS}/{topic}"
+
+
+# ---------------------------------------------------------------- /brokers/ids/<id>
+@dataclass(frozen=True)
+class EndPoint:
+    listener: str
+    host: str
+    port: int
+    security_protocol: str = "PLAINTEXT"
+
+    @property
+    def connection_string(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.listener}://{host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class BrokerRegistration:
+    """A live broker: the ephemeral znode it wrote. ``epoch`` is the znode's creation zxid, the
+    broker epoch that fences requests from an earlier life of the same broker id."""
+
+    broker_id: int
+    endpoints: tuple[EndPoint, ...]
+    rack: str | None = None
+    jmx_port: int = -1
+    timestamp_ms: int = 0
+    epoch: int = -1
+    # feature name -> (min_version, max_version) this broker supports
+    features: dict[str, tuple[int, int]] = field(default_factory=dict, hash=False)
+
+    def endpoint(self, listener: str) -> EndPoint | None:
+        for e in self.endpoints:
+            if e.listener == listener:
+                return e
+        return None
+
+    def encode(self) -> bytes:
+        # host/port are the first PLAINTEXT endpoint, for clients older than endpoint lists.
+        plain = next((e for e in self.endpoints if e.security_protocol == "PLAINTEXT"), None)
+        doc: dict[str, Any] = {
+            "version": 5,
+            "host": plain.host if plain else None,
+            "port": plain.port if plain else -1,
+            "endpoints": [e.connection_string for e in self.endpoints],
+            "jmx_port": self.jmx_port,
+            "timestamp": str(self.timestamp_ms),
+            "listener_security_protocol_map": {e.listener: e.security_protocol for e in self.endpoints},
+            "features": {name: {"min_version": lo, "max_version": hi}
+                         for name, (lo, hi) in self.features.items()},
+        }
+        if self.rack is not None:
+            doc["rack"] = self.rack
+        return _dump(doc)
+
+    @classmethod
+    def decode(cls, broker_id: int, data: bytes, epoch: int = -1) -> "BrokerRegistration":
+        doc = _load(data)
+        version = int(doc["version"])
+        if version < 1:
+            raise ValueError(f"unsupported broker registration version {version}")
+        if version == 1:
+            endpoints = (EndPoint("PLAINTEXT", doc["host"], int(doc["port"])),)
+        else:
+            protocols: dict[str, str] = doc.get("listener_security_protocol_map") or {}
+            endpoints = tuple(_parse_endpoint(s, protocols) for s in doc["endpoints"])
+        features = {name: (int(v["min_version"]), int(v["max_version"]))
+                    for name, v in (doc.get("features") or {}).items()}
+        return cls(broker_id, endpoints, doc.get("rack"), int(doc.get("jmx_port", -1)),
+                   int(doc.get("timestamp", 0)), epoch, features)
+
+
+def _parse_endpoint(s: str, protocols: dict[str, str]) -> EndPoint:
+    listener, _, rest = s.partition("://")
+    host, _, port = rest.rpartition(":")
+    host = host.strip("[]")
+    return EndPoint(listener, host, int(port), protocols.get(listener, listener))
+
+
+# ---------------------------------------------------------------- /controller, /controller_epoch
+def encode_controller(broker_id: int, timestamp_ms: int) -> bytes:
+    return _dump({"version": 1, "brokerid": broker_id, "timestamp": str(timestamp_ms)})
+
+
+def decode_controller(data: bytes) -> int:
+    return int(_load(data)["brokerid"])
+
+
+def encode_controller_epoch(epoch: int) -> bytes:
+    return str(epoch).encode()
+
+
+def decode_controller_epoch(data: bytes) -> int:
+    return int(data.decode())
+
+
+# ---------------------------------------------------------------- /cluster/id
+def encode_cluster_id(cluster_id: str) -> bytes:
+    return _dump({"version": "1", "id": cluster_id})
+
+
+def decode_cluster_id(data: bytes) -> str:
+    return str(_load(data)["id"])
+
+
+# ---------------------------------------------------------------- /brokers/topics/<topic>
+@dataclass
+class TopicAssignment:
+    """A topic's replica assignment; ``adding``/``removing`` are set during a reassignment."""
+
+    topic: str
+    topic_id: uuid.UUID | None
+    replicas: dict[int, list[int]]
+    adding: dict[int, list[int]] = field(default_factory=dict)
+    removing: dict[int, list[int]] = field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        doc: dict[str, Any] = {
+            "version": 3,
+            "partitions": {str(p): r for p, r in sorted(self.replicas.items())},
+            "adding_replicas": {str(p): r for p, r in sorted(self.adding.items()) if r},
+            "removing_replicas": {str(p): r for p, r in sorted(self.removing.items()) if r},
+        }
+        if self.topic_id is not None:
+            doc["topic_id"] = _uuid_to_kafka(self.topic_id)
+        return _dump(doc)
+
+    @classmethod
+    def decode(cls, topic: str, data: bytes) -> "TopicAssignment":
+        doc = _load(data)
+        tid = doc.get("topic_id")
+
+        def by_partition(key: str) -> dict[int, list[int]]:
+            return {int(p): [int(b) for b in r] for p, r in (doc.get(key) or {}).items()}
+
+        return cls(topic, _uuid_from_kafka(tid) if tid else None, by_partition("partitions"),
+                   by_partition("adding_replicas"), by_partition("removing_replicas"))
+
+
+def _uuid_to_kafka(u: uuid.UUID) -> str:
+    """Kafka's Uuid.toString: URL-safe base64 of the 16 bytes, without padding."""
+    return base64.urlsafe_b64encode(u.bytes).decode().rstrip("=")
+
+
+def _uuid_from_kafka(s: str) -> uuid.UUID:
+    if len(s) == 36:  # a UUID in hex form, as a hand-written znode may hold
+        return uuid.UUID(s)
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(s + "=" * (-len(s) % 4)))
+
+
+# ---------------------------------------------------------------- .../partitions/<p>/state
+@dataclass(frozen=True)
+class LeaderAndIsr:
+    """A partition's state znode; ``partition_epoch`` is the znode's version (Kafka's zkVersion),
+    what AlterPartition and conditional writes compare."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+    partition_epoch: int = 0
+    leader_recovery_state: int = 0  # 0 RECOVERED, 1 RECOVERING
+
+    def encode(self) -> bytes:
+        doc: dict[str, Any] = {"controller_epoch": self.controller_epoch, "leader": self.leader, "version": 1,
+                               "leader_epoch": self.leader_epoch, "isr": list(self.isr)}
+        if self.leader_recovery_state != 0:
+            doc["leader_recovery_state"] = self.leader_recovery_state
+        return _dump(doc)
+
+    @classmethod
+    def decode(cls, data: bytes, zk_version: int) -> "LeaderAndIsr":
+        doc = _load(data)
+        return cls(int(doc["leader"]), int(doc["leader_epoch"]), tuple(int(b) for b in doc["isr"]),
+                   int(doc["controller_epoch"]), zk_version, int(doc.get("leader_recovery_state", 0)))
+
+    def new_leader(self, leader: int, isr: tuple[int, ...], controller_epoch: int) -> "LeaderAndIsr":
+        return LeaderAndIsr(leader, self.leader_epoch + 1, isr, controller_epoch, self.partition_epoch,
+                            self.leader_recovery_state)
+
+    def new_isr(self, isr: tuple[int, ...], controller_epoch: int) -> "LeaderAndIsr":
+        return LeaderAndIsr(self.leader, self.leader_epoch, isr, controller_epoch, self.partition_epoch,
+                            self.leader_recovery_state)
+
+
+# ---------------------------------------------------------------- /config/<type>/<name>, /config/changes
+def encode_entity_config(configs: dict[str, str]) -> bytes:
+    return _dump({"version": 1, "config": dict(configs)})
+
+
+def decode_entity_config(data: bytes | None) -> dict[str, str]:
+    if not data:
+        return {}
+    return {k: str(v) for k, v in (_load(data).get("config") or {}).items()}
+
+
+def encode_config_change(entity_path: str) -> bytes:
+    return _dump({"version": 2, "entity_path": entity_path})
+
+
+def decode_config_change(data: bytes) -> str:
+    return str(_load(data)["entity_path"])
+
+
+# ---------------------------------------------------------------- /admin/reassign_partitions
+def encode_reassignment(moves: dict[TopicPartition, list[int]]) -> bytes:
+    return _dump({"version": 1, "partitions": [
+        {"topic": tp.topic, "partition": tp.partition, "replicas": r} for tp, r in moves.items()]})
+
+
+def decode_reassignment(data: bytes) -> dict[TopicPartition, list[int]]:
+    return {TopicPartition(p["topic"], int(p["partition"])): [int(b) for b in p["replicas"]]
+            for p in _load(data).get("partitions", [])}
