@@ -1,0 +1,389 @@
+"""The typed ZooKeeper client of the control plane (Kafka's KafkaZkClient role), on kazoo.
+
+Every method here blocks: kazoo talks to ZooKeeper from its own threads. The broker's asyncio
+loop never calls them directly; it goes through ``ZkBridge``, which runs them on one thread
+of their own (one, so that the writes of an event reach ZooKeeper in the order they were
+made) and brings watch callbacks back onto the loop.
+
+The controller's writes are fenced by the controller epoch as Kafka's: each one is a
+ZooKeeper transaction whose first operation checks that ``/controller_epoch`` still has the
+version this controller wrote when it was elected. A controller that lost its epoch gets
+``ControllerMovedError`` from every write and must resign.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, Iterable, ParamSpec, TypeVar
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
+from kazoo.protocol.states import WatchedEvent
+
+from rivulet.common.types import TopicPartition
+from rivulet.controller import zk_data as z
+
+log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+Watcher = Callable[[WatchedEvent], object]
+
+
+class ControllerMovedError(RuntimeError):
+    """A fenced write found /controller_epoch changed: another controller was elected."""
+
+
+class BrokerIdInUseError(RuntimeError):
+    """/brokers/ids/<id> is held by another live session."""
+
+
+@dataclass(frozen=True)
+class ControllerEpoch:
+    """What an elected controller fences its writes with: the epoch and the zkVersion of
+    /controller_epoch it wrote."""
+
+    epoch: int
+    zk_version: int
+
+
+@dataclass(frozen=True)
+class Versioned:
+    data: bytes
+    version: int
+
+
+class KafkaZkClient:
+    def __init__(self, connect: str, session_timeout_ms: int = 18000, connection_timeout_ms: int | None = None
+                 ) -> None:
+        self.connect = connect
+        self.session_timeout_s = session_timeout_ms / 1000
+        self.connection_timeout_s = (connection_timeout_ms or session_timeout_ms) / 1000
+        self.zk = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000)
+
+    # ------------------------------------------------------------ session
+    def start(self) -> None:
+        """Connect, creating the chroot (the connect string's path) when it is missing, as Kafka does."""
+        host, slash, chroot = self.connect.partition("/")
+        if slash and chroot:
+            bootstrap = KazooClient(hosts=host, timeout=self.session_timeout_s)
+            bootstrap.start(timeout=self.connection_timeout_s)
+            try:
+                bootstrap.ensure_path("/" + chroot)
+            finally:
+                bootstrap.stop()
+                bootstrap.close()
+        self.zk.start(timeout=self.connection_timeout_s)
+
+    def close(self) -> None:
+        self.zk.stop()
+        self.zk.close()
+
+    def add_state_listener(self, listener: Callable[[KazooState], object]) -> None:
+        self.zk.add_listener(listener)
+
+    @property
+    def session_id(self) -> int:
+        return self.zk.client_id[0] if self.zk.client_id else 0
+
+    # ------------------------------------------------------------ set-up, ids
+    def create_top_level_paths(self) -> None:
+        for path in z.PERSISTENT_PATHS:
+            self.zk.ensure_path(path)
+
+    def get_or_create_cluster_id(self, proposed: str) -> str:
+        try:
+            return z.decode_cluster_id(self.zk.get(z.CLUSTER_ID)[0])
+        except NoNodeError:
+            pass
+        try:
+            self.zk.create(z.CLUSTER_ID, z.encode_cluster_id(proposed), makepath=True)
+            return proposed
+        except NodeExistsError:  # another broker won the race
+            return z.decode_cluster_id(self.zk.get(z.CLUSTER_ID)[0])
+
+    def generate_broker_sequence_id(self) -> int:
+        """The next value of /brokers/seqid's version (Kafka adds reserved.broker.max.id)."""
+        self.zk.ensure_path(z.SEQID)
+        return self.zk.set(z.SEQID, b"", version=-1).version
+
+    # ------------------------------------------------------------ brokers
+    def register_broker(self, info: z.BrokerRegistration) -> int:
+        """Create the ephemeral /brokers/ids/<id>; returns the broker epoch (its czxid)."""
+        path = z.broker_path(info.broker_id)
+        try:
+            self.zk.create(path, info.encode(), ephemeral=True, makepath=True)
+        except NodeExistsError:
+            stat = self.zk.exists(path)
+            if stat is None or stat.ephemeralOwner != self.session_id:
+                raise BrokerIdInUseError(f"broker id {info.broker_id} is already registered by another "
+                                         "broker (its znode is held by a live session)") from None
+            self.zk.set(path, info.encode())
+        stat = self.zk.exists(path)
+        assert stat is not None
+        return stat.czxid
+
+    def deregister_broker(self, broker_id: int) -> None:
+        try:
+            self.zk.delete(z.broker_path(broker_id))
+        except NoNodeError:
+            pass
+
+    def get_broker_ids(self, watch: Watcher | None = None) -> list[int]:
+        return sorted(int(c) for c in self.zk.get_children(z.BROKER_IDS, watch=watch))
+
+    def get_broker(self, broker_id: int) -> z.BrokerRegistration | None:
+        try:
+            data, stat = self.zk.get(z.broker_path(broker_id))
+        except NoNodeError:
+            return None
+        return z.BrokerRegistration.decode(broker_id, data, epoch=stat.czxid)
+
+    def get_all_brokers(self, watch: Watcher | None = None) -> dict[int, z.BrokerRegistration]:
+        out = {}
+        for broker_id in self.get_broker_ids(watch):
+            b = self.get_broker(broker_id)
+            if b is not None:
+                out[broker_id] = b
+        return out
+
+    # ------------------------------------------------------------ controller
+    def get_controller_id(self, watch: Watcher | None = None) -> int | None:
+        """The elected controller, or None; ``watch`` fires on its creation or deletion."""
+        try:
+            return z.decode_controller(self.zk.get(z.CONTROLLER, watch=watch)[0])
+        except NoNodeError:
+            if watch is not None:
+                self.zk.exists(z.CONTROLLER, watch=watch)
+            return None
+
+    def get_controller_epoch(self) -> ControllerEpoch | None:
+        try:
+            data, stat = self.zk.get(z.CONTROLLER_EPOCH)
+        except NoNodeError:
+            return None
+        return ControllerEpoch(z.decode_controller_epoch(data), stat.version)
+
+    def try_elect_controller(self, broker_id: int, timestamp_ms: int) -> ControllerEpoch | None:
+        """Create /controller and bump /controller_epoch in one transaction, as Kafka's
+        registerControllerAndIncrementControllerEpoch; None when another broker is controller."""
+        while True:
+            current = self.get_controller_epoch()
+            if current is None:
+                try:
+                    self.zk.create(z.CONTROLLER_EPOCH, z.encode_controller_epoch(0))
+                except NodeExistsError:
+                    pass
+                continue
+            new_epoch = current.epoch + 1
+            t = self.zk.transaction()
+            t.create(z.CONTROLLER, z.encode_controller(broker_id, timestamp_ms), ephemeral=True)
+            t.set_data(z.CONTROLLER_EPOCH, z.encode_controller_epoch(new_epoch), version=current.zk_version)
+            results = t.commit()
+            if not any(isinstance(r, Exception) for r in results):
+                return ControllerEpoch(new_epoch, current.zk_version + 1)
+            if isinstance(results[0], NodeExistsError):
+                # Our own /controller from this session (a retried election) counts as won.
+                stat = self.zk.exists(z.CONTROLLER)
+                if stat is not None and stat.ephemeralOwner == self.session_id:
+                    latest = self.get_controller_epoch()
+                    assert latest is not None
+                    return latest
+                return None
+            # /controller_epoch moved under us (another election): read it again and retry.
+
+    def resign_controller(self, epoch: ControllerEpoch) -> None:
+        """Delete /controller if this controller still holds its epoch."""
+        t = self.zk.transaction()
+        t.check(z.CONTROLLER_EPOCH, epoch.zk_version)
+        t.delete(z.CONTROLLER)
+        t.commit()
+
+    def _fenced(self, epoch: ControllerEpoch, ops: Callable[[object], None]) -> list[object]:
+        """Run ``ops`` in a transaction after the epoch check; raise ControllerMovedError when
+        the check failed, else return the other operations' results."""
+        t = self.zk.transaction()
+        t.check(z.CONTROLLER_EPOCH, epoch.zk_version)
+        ops(t)
+        results = t.commit()
+        if isinstance(results[0], (BadVersionError, NoNodeError)):
+            raise ControllerMovedError(f"controller epoch {epoch.epoch} is no longer current")
+        return results[1:]
+
+    # ------------------------------------------------------------ topics
+    def get_all_topics(self, watch: Watcher | None = None) -> list[str]:
+        return sorted(self.zk.get_children(z.TOPICS, watch=watch))
+
+    def get_topic_assignment(self, topic: str, watch: Watcher | None = None) -> z.TopicAssignment | None:
+        try:
+            data, _ = self.zk.get(z.topic_path(topic), watch=watch)
+        except NoNodeError:
+            return None
+        return z.TopicAssignment.decode(topic, data)
+
+    def get_topic_assignments(self, topics: Iterable[str]) -> dict[str, z.TopicAssignment]:
+        out = {}
+        for t in topics:
+            a = self.get_topic_assignment(t)
+            if a is not None:
+                out[t] = a
+        return out
+
+    def create_topic(self, assignment: z.TopicAssignment, configs: dict[str, str]) -> None:
+        """Write the topic's config, then its assignment (which the controller watches), as Kafka's
+        AdminZkClient; NodeExistsError when the topic exists."""
+        if self.zk.exists(z.topic_path(assignment.topic)):
+            raise NodeExistsError()
+        cpath = z.config_path("topics", assignment.topic)
+        data = z.encode_entity_config(configs)
+        try:
+            self.zk.create(cpath, data, makepath=True)
+        except NodeExistsError:
+            self.zk.set(cpath, data)
+        self.zk.create(z.topic_path(assignment.topic), assignment.encode(), makepath=True)
+
+    def set_topic_assignment(self, assignment: z.TopicAssignment, epoch: ControllerEpoch) -> None:
+        self._fenced(epoch, lambda t: t.set_data(z.topic_path(assignment.topic), assignment.encode()))
+
+    def delete_topic_znodes(self, topic: str, epoch: ControllerEpoch) -> None:
+        """Remove a deleted topic's znodes: its assignment and partition states, its config and its
+        deletion request (the controller's last step of a deletion)."""
+        if self.zk.exists(z.partitions_path(topic)):
+            for p in self.zk.get_children(z.partitions_path(topic)):
+                base = f"{z.partitions_path(topic)}/{p}"
+                for child in self.zk.get_children(base):
+                    self._fenced(epoch, lambda t, c=f"{base}/{child}": t.delete(c))
+                self._fenced(epoch, lambda t, b=base: t.delete(b))
+            self._fenced(epoch, lambda t: t.delete(z.partitions_path(topic)))
+        for path in (z.topic_path(topic), z.config_path("topics", topic), z.delete_topic_path(topic)):
+            if self.zk.exists(path):
+                self._fenced(epoch, lambda t, p=path: t.delete(p))
+
+    # ------------------------------------------------------------ topic deletion requests
+    def request_topic_deletion(self, topic: str) -> None:
+        try:
+            self.zk.create(z.delete_topic_path(topic), b"", makepath=True)
+        except NodeExistsError:
+            pass
+
+    def get_topic_deletions(self, watch: Watcher | None = None) -> list[str]:
+        return sorted(self.zk.get_children(z.DELETE_TOPICS, watch=watch))
+
+    def is_topic_marked_for_deletion(self, topic: str) -> bool:
+        return self.zk.exists(z.delete_topic_path(topic)) is not None
+
+    # ------------------------------------------------------------ partition state
+    def get_partition_state(self, tp: TopicPartition) -> z.LeaderAndIsr | None:
+        try:
+            data, stat = self.zk.get(z.partition_state_path(tp))
+        except NoNodeError:
+            return None
+        return z.LeaderAndIsr.decode(data, stat.version)
+
+    def get_partition_states(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, z.LeaderAndIsr]:
+        out = {}
+        for tp in tps:
+            s = self.get_partition_state(tp)
+            if s is not None:
+                out[tp] = s
+        return out
+
+    def create_partition_state(self, tp: TopicPartition, state: z.LeaderAndIsr, epoch: ControllerEpoch
+                               ) -> z.LeaderAndIsr | None:
+        """The first state of a new partition; None when it already has one."""
+        self.zk.ensure_path(f"{z.partitions_path(tp.topic)}/{tp.partition}")
+        results = self._fenced(epoch, lambda t: t.create(z.partition_state_path(tp), state.encode()))
+        if isinstance(results[0], NodeExistsError):
+            return None
+        if isinstance(results[0], Exception):
+            raise results[0]
+        return z.LeaderAndIsr(state.leader, state.leader_epoch, state.isr, state.controller_epoch, 0,
+                              state.leader_recovery_state)
+
+    def update_partition_state(self, tp: TopicPartition, state: z.LeaderAndIsr, epoch: ControllerEpoch
+                               ) -> z.LeaderAndIsr | None:
+        """Write ``state`` if the znode still has version ``state.partition_epoch``; the written
+        state with its new version, or None when the version moved (re-read and retry)."""
+        results = self._fenced(epoch, lambda t: t.set_data(z.partition_state_path(tp), state.encode(),
+                                                           version=state.partition_epoch))
+        r = results[0]
+        if isinstance(r, (BadVersionError, NoNodeError, RolledBackError)):
+            return None
+        if isinstance(r, Exception):
+            raise r
+        return z.LeaderAndIsr(state.leader, state.leader_epoch, state.isr, state.controller_epoch,
+                              r.version, state.leader_recovery_state)
+
+    # ------------------------------------------------------------ configs
+    def get_entity_config(self, entity_type: str, name: str) -> dict[str, str]:
+        try:
+            return z.decode_entity_config(self.zk.get(z.config_path(entity_type, name))[0])
+        except NoNodeError:
+            return {}
+
+    def set_entity_config(self, entity_type: str, name: str, configs: dict[str, str]) -> None:
+        """Write the entity's config, then a change notification for the brokers to re-read it."""
+        path = z.config_path(entity_type, name)
+        data = z.encode_entity_config(configs)
+        try:
+            self.zk.set(path, data)
+        except NoNodeError:
+            self.zk.create(path, data, makepath=True)
+        self.zk.create(f"{z.CONFIG_CHANGES}/{z.CONFIG_CHANGE_PREFIX}", z.encode_config_change(f"{entity_type}/{name}"),
+                       sequence=True, makepath=True)
+
+    def get_config_changes(self, watch: Watcher | None = None) -> list[tuple[str, str]]:
+        """(sequence znode name, entity path) of every pending change notification, oldest first."""
+        out = []
+        for child in sorted(self.zk.get_children(z.CONFIG_CHANGES, watch=watch)):
+            try:
+                out.append((child, z.decode_config_change(self.zk.get(f"{z.CONFIG_CHANGES}/{child}")[0])))
+            except NoNodeError:
+                continue
+        return out
+
+    def delete_config_changes(self, names: Iterable[str]) -> None:
+        for child in names:
+            try:
+                self.zk.delete(f"{z.CONFIG_CHANGES}/{child}")
+            except NoNodeError:
+                pass
+
+
+class ZkBridge:
+    """Runs a ``KafkaZkClient``'s blocking calls on one thread of their own and brings watch
+    events back onto the asyncio loop."""
+
+    def __init__(self, client: KafkaZkClient, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self.client = client
+        self.loop = loop or asyncio.get_running_loop()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zk")
+        self._closed = threading.Event()
+
+    async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self.loop.run_in_executor(self._executor, lambda: fn(*args, **kwargs))
+
+    def on_loop(self, callback: Callable[[], object]) -> Watcher:
+        """A kazoo watcher (called on kazoo's thread) that calls ``callback`` on the loop."""
+        def watcher(_event: WatchedEvent) -> None:
+            if not self._closed.is_set() and not self.loop.is_closed():
+                self.loop.call_soon_threadsafe(callback)
+        return watcher
+
+    def on_state(self, callback: Callable[[KazooState], object]) -> None:
+        """Session state changes (CONNECTED, SUSPENDED, LOST) delivered on the loop."""
+        def listener(state: KazooState) -> None:
+            if not self._closed.is_set() and not self.loop.is_closed():
+                self.loop.call_soon_threadsafe(callback, state)
+        self.client.add_state_listener(listener)
+
+    async def close(self) -> None:
+        self._closed.set()
+        try:
+            await self.run(self.client.close)
+        finally:
+            self._executor.shutdown(wait=False)
