@@ -270,6 +270,12 @@ class KafkaZkClient:
         except NodeExistsError:
             pass
 
+    def drop_topic_deletion_request(self, topic: str) -> None:
+        try:
+            self.zk.delete(z.delete_topic_path(topic))
+        except NoNodeError:
+            pass
+
     def get_topic_deletions(self, watch: Watcher | None = None) -> list[str]:
         return sorted(self.zk.get_children(z.DELETE_TOPICS, watch=watch))
 

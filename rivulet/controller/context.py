@@ -1,0 +1,74 @@
+"""ControllerContext: the controller's in-memory copy of the cluster (Kafka's ControllerContext).
+
+Filled from ZooKeeper when a broker becomes controller, then kept current by the controller's
+own writes and by the watches it reacts to. Only the controller's event task touches it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from rivulet.common.types import TopicPartition
+from rivulet.controller.zk_client import ControllerEpoch
+from rivulet.controller.zk_data import BrokerRegistration, LeaderAndIsr, TopicAssignment
+
+NO_LEADER = -1
+LEADER_DURING_DELETE = -2  # what UpdateMetadata says of a topic being deleted
+
+
+@dataclass
+class ControllerContext:
+    epoch: ControllerEpoch
+    live_brokers: dict[int, BrokerRegistration] = field(default_factory=dict)
+    shutting_down: set[int] = field(default_factory=set)
+    assignments: dict[str, TopicAssignment] = field(default_factory=dict)
+    leadership: dict[TopicPartition, LeaderAndIsr] = field(default_factory=dict)
+    topics_to_delete: set[str] = field(default_factory=set)
+
+    # ------------------------------------------------------------ brokers
+    def is_live(self, broker_id: int) -> bool:
+        """Live and not shutting down: a broker that may lead or join an ISR."""
+        return broker_id in self.live_brokers and broker_id not in self.shutting_down
+
+    @property
+    def live_ids(self) -> set[int]:
+        return set(self.live_brokers)
+
+    @property
+    def leadable_ids(self) -> set[int]:
+        return self.live_ids - self.shutting_down
+
+    def broker_epoch(self, broker_id: int) -> int:
+        b = self.live_brokers.get(broker_id)
+        return -1 if b is None else b.epoch
+
+    # ------------------------------------------------------------ topics and partitions
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        a = self.assignments.get(topic)
+        return None if a is None else a.topic_id
+
+    def partitions(self, topic: str | None = None) -> list[TopicPartition]:
+        topics = [topic] if topic is not None else list(self.assignments)
+        return [TopicPartition(t, p) for t in topics if t in self.assignments
+                for p in sorted(self.assignments[t].replicas)]
+
+    def replicas(self, tp: TopicPartition) -> list[int]:
+        a = self.assignments.get(tp.topic)
+        return [] if a is None else list(a.replicas.get(tp.partition, []))
+
+    def partitions_on_broker(self, broker_id: int) -> list[TopicPartition]:
+        return [tp for tp in self.partitions() if broker_id in self.replicas(tp)]
+
+    def partitions_led_by(self, broker_id: int) -> list[TopicPartition]:
+        return [tp for tp, s in self.leadership.items() if s.leader == broker_id]
+
+    def offline_replicas(self, tp: TopicPartition) -> list[int]:
+        return [r for r in self.replicas(tp) if r not in self.live_brokers]
+
+    def remove_topic(self, topic: str) -> None:
+        a = self.assignments.pop(topic, None)
+        if a is not None:
+            for p in a.replicas:
+                self.leadership.pop(TopicPartition(topic, p), None)
+        self.topics_to_delete.discard(topic)

@@ -1,0 +1,497 @@
+"""KafkaController: the ZooKeeper-era controller, one elected among the brokers.
+
+Every broker runs one; the one whose ephemeral /controller znode wins is active. It loads the
+cluster from ZooKeeper (a new controller resumes from what the last one wrote), then reacts
+to events one at a time, as Kafka's ControllerEventManager: brokers coming and going
+(/brokers/ids), topics created (/brokers/topics) and deleted (/admin/delete_topics), ISR
+changes from leaders (AlterPartition) and brokers shutting down (ControlledShutdown). Its
+decisions are written to ZooKeeper first, fenced by its epoch, then sent to the brokers as
+LeaderAndIsr, UpdateMetadata and StopReplica. A controller that finds its epoch gone
+(ControllerMovedError) or its session lost resigns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from kazoo.client import KazooState
+
+from rivulet.common.time import SYSTEM_CLOCK, Clock
+from rivulet.common.types import TopicPartition
+from rivulet.controller import election
+from rivulet.controller.channel import ControllerChannel, RequestBatch
+from rivulet.controller.context import NO_LEADER, ControllerContext
+from rivulet.controller.zk_client import ControllerEpoch, ControllerMovedError, KafkaZkClient, ZkBridge
+from rivulet.controller.zk_data import LeaderAndIsr
+from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.messages import alter_partition_request as apq
+from rivulet.protocol.messages import alter_partition_response as aps
+from rivulet.protocol.messages import controlled_shutdown_response as csr
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+MAX_STATE_WRITE_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    broker_id: int
+    unclean_leader_election_enable: bool = False
+    delete_topic_enable: bool = True
+    inter_broker_listener: str = "PLAINTEXT"
+
+
+class KafkaController:
+    def __init__(self, config: ControllerConfig, zk: ZkBridge, channel_factory: Callable[[], ControllerChannel],
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.zk = zk
+        self.client: KafkaZkClient = zk.client
+        self.channel_factory = channel_factory
+        self.clock = clock
+        self.ctx: ControllerContext | None = None
+        self.channel: ControllerChannel | None = None
+        self.active_controller_id: int | None = None
+        self._events: asyncio.Queue[Callable[[], Awaitable[None]]] = asyncio.Queue()
+        self._task: asyncio.Task | None = None
+        self._lost_session = False
+
+    # ------------------------------------------------------------ lifecycle
+    @property
+    def is_active(self) -> bool:
+        return self.ctx is not None
+
+    @property
+    def epoch(self) -> int:
+        return -1 if self.ctx is None else self.ctx.epoch.epoch
+
+    def startup(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="controller-events")
+        self.zk.on_state(self._on_session_state)
+        self.enqueue(self._elect)
+
+    async def shutdown(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+        await self._resign(delete_znode=True)
+
+    def enqueue(self, event: Callable[[], Awaitable[None]]) -> None:
+        self._events.put_nowait(event)
+
+    async def call(self, event: Callable[[], Awaitable[T]]) -> T:
+        """Run ``event`` in the event task (after the events before it) and return its result."""
+        fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+
+        async def run() -> None:
+            try:
+                fut.set_result(await event())
+            except Exception as e:
+                fut.set_exception(e)
+
+        self.enqueue(run)
+        return await fut
+
+    async def _run(self) -> None:
+        while True:
+            event = await self._events.get()
+            try:
+                await event()
+            except ControllerMovedError as e:
+                log.warning("controller %d lost its epoch (%s); resigning", self.broker_id, e)
+                await self._resign(delete_znode=False)
+                self.enqueue(self._elect)
+            except Exception:
+                log.exception("controller event failed")
+
+    def _watch(self, event: Callable[[], Awaitable[None]]) -> Callable[..., object]:
+        """A ZooKeeper watch that queues ``event``."""
+        return self.zk.on_loop(lambda: self.enqueue(event))
+
+    def _on_session_state(self, state: KazooState) -> None:
+        if state == KazooState.LOST:
+            self._lost_session = True
+            self.enqueue(self._on_session_lost)
+        elif state == KazooState.CONNECTED and self._lost_session:
+            self._lost_session = False
+            self.enqueue(self._elect)
+
+    async def _on_session_lost(self) -> None:
+        if self.is_active:
+            log.warning("controller %d lost its ZooKeeper session; resigning", self.broker_id)
+        await self._resign(delete_znode=False)
+
+    # ------------------------------------------------------------ election
+    async def _elect(self) -> None:
+        current = await self.zk.run(self.client.get_controller_id, self._watch(self._on_controller_change))
+        if current is not None:
+            self.active_controller_id = current
+            if current != self.broker_id and self.is_active:
+                await self._resign(delete_znode=False)
+            if current != self.broker_id or self.is_active:
+                return
+        epoch = await self.zk.run(self.client.try_elect_controller, self.broker_id, self.clock.milliseconds())
+        if epoch is None:
+            self.active_controller_id = await self.zk.run(self.client.get_controller_id,
+                                                          self._watch(self._on_controller_change))
+            return
+        self.active_controller_id = self.broker_id
+        log.info("broker %d is the controller, epoch %d", self.broker_id, epoch.epoch)
+        await self._on_failover(epoch)
+
+    async def _on_controller_change(self) -> None:
+        await self._elect()
+
+    async def _resign(self, delete_znode: bool) -> None:
+        ctx, channel = self.ctx, self.channel
+        self.ctx = self.channel = None
+        if channel is not None:
+            await channel.close()
+        if ctx is not None:
+            log.info("controller %d resigns (epoch %d)", self.broker_id, ctx.epoch.epoch)
+            if delete_znode:
+                try:
+                    await self.zk.run(self.client.resign_controller, ctx.epoch)
+                except Exception:
+                    pass
+
+    async def _on_failover(self, epoch: ControllerEpoch) -> None:
+        ctx = self.ctx = ControllerContext(epoch)
+        self.channel = self.channel_factory()
+        ctx.live_brokers = await self.zk.run(self.client.get_all_brokers, self._watch(self._on_broker_change))
+        for b in ctx.live_brokers.values():
+            self.channel.add_broker(b)
+        topics = await self.zk.run(self.client.get_all_topics, self._watch(self._on_topic_change))
+        for t in topics:
+            await self._load_topic(t)
+        ctx.leadership = await self.zk.run(self.client.get_partition_states, ctx.partitions())
+        deletions = await self.zk.run(self.client.get_topic_deletions, self._watch(self._on_topic_deletion))
+        batch = self._batch()
+        batch.add_update_metadata(ctx.live_ids, ctx.partitions())
+        new = [tp for tp in ctx.partitions() if tp not in ctx.leadership]
+        await self._init_partitions(new, batch)
+        await self._handle_lost_replicas(set(), batch, everything=True)
+        for tp in ctx.partitions():
+            if tp in ctx.leadership:
+                batch.add_leader_and_isr([r for r in ctx.replicas(tp) if r in ctx.live_brokers], tp)
+        self._send(batch)
+        if deletions:
+            await self._on_topic_deletion()
+
+    def _batch(self) -> RequestBatch:
+        return RequestBatch(self.broker_id, self.config.inter_broker_listener)
+
+    def _send(self, batch: RequestBatch) -> None:
+        if self.ctx is not None and self.channel is not None:
+            batch.send(self.ctx, self.channel)
+
+    # ------------------------------------------------------------ topics
+    async def _load_topic(self, topic: str) -> list[TopicPartition]:
+        """Read (and watch) a topic's assignment into the context; returns partitions it did not have."""
+        ctx = self.ctx
+        assert ctx is not None
+        a = await self.zk.run(self.client.get_topic_assignment, topic,
+                              self._watch(lambda: self._on_partition_modification(topic)))
+        if a is None:
+            return []
+        if a.topic_id is None:  # a topic written by an older tool: give it an id, as Kafka does
+            a.topic_id = uuid.uuid4()
+            await self.zk.run(self.client.set_topic_assignment, a, ctx.epoch)
+        old = ctx.assignments.get(topic)
+        ctx.assignments[topic] = a
+        return [TopicPartition(topic, p) for p in sorted(a.replicas) if old is None or p not in old.replicas]
+
+    async def _on_topic_change(self) -> None:
+        ctx = self.ctx
+        if ctx is None:
+            return
+        topics = set(await self.zk.run(self.client.get_all_topics, self._watch(self._on_topic_change)))
+        for gone in set(ctx.assignments) - topics:
+            ctx.remove_topic(gone)
+        new: list[TopicPartition] = []
+        for t in sorted(topics - set(ctx.assignments)):
+            new += await self._load_topic(t)
+        if new:
+            batch = self._batch()
+            await self._init_partitions(new, batch)
+            self._send(batch)
+
+    async def _on_partition_modification(self, topic: str) -> None:
+        ctx = self.ctx
+        if ctx is None or topic not in ctx.assignments:
+            return
+        new = await self._load_topic(topic)
+        if new:
+            batch = self._batch()
+            await self._init_partitions(new, batch)
+            self._send(batch)
+
+    async def _init_partitions(self, tps: list[TopicPartition], batch: RequestBatch) -> None:
+        """New partitions: the first live replica leads, the live replicas are the ISR."""
+        ctx = self.ctx
+        assert ctx is not None
+        for tp in tps:
+            live = [r for r in ctx.replicas(tp) if ctx.is_live(r)]
+            if not live:
+                log.error("partition %s has no live replica among %s; it stays without a leader", tp, ctx.replicas(tp))
+                continue
+            state = LeaderAndIsr(live[0], 0, tuple(live), ctx.epoch.epoch)
+            written = await self.zk.run(self.client.create_partition_state, tp, state, ctx.epoch)
+            if written is None:  # already initialised (by a controller before us)
+                written = await self.zk.run(self.client.get_partition_state, tp)
+                if written is None:
+                    continue
+            ctx.leadership[tp] = written
+            batch.add_leader_and_isr(live, tp, is_new=True)
+
+    async def _on_topic_deletion(self) -> None:
+        ctx = self.ctx
+        if ctx is None:
+            return
+        requested = await self.zk.run(self.client.get_topic_deletions, self._watch(self._on_topic_deletion))
+        for topic in requested:
+            if not self.config.delete_topic_enable or topic not in ctx.assignments:
+                if not self.config.delete_topic_enable:
+                    log.info("delete.topic.enable is false: dropping the request to delete %s", topic)
+                await self.zk.run(self.client.drop_topic_deletion_request, topic)
+                continue
+            ctx.topics_to_delete.add(topic)
+            batch = self._batch()
+            batch.add_update_metadata(ctx.live_ids, ctx.partitions(topic))  # leader -2: being deleted
+            for tp in ctx.partitions(topic):
+                for r in ctx.replicas(tp):
+                    if r in ctx.live_brokers:
+                        batch.add_stop_replica(r, tp, delete=True)
+            self._send(batch)
+            await self.zk.run(self.client.delete_topic_znodes, topic, ctx.epoch)
+            ctx.remove_topic(topic)
+            log.info("deleted topic %s", topic)
+
+    # ------------------------------------------------------------ brokers
+    async def _on_broker_change(self) -> None:
+        ctx = self.ctx
+        if ctx is None:
+            return
+        current = await self.zk.run(self.client.get_all_brokers, self._watch(self._on_broker_change))
+        dead = {b for b in ctx.live_brokers if b not in current}
+        bounced = {b for b, reg in current.items() if b in ctx.live_brokers and ctx.live_brokers[b].epoch != reg.epoch}
+        new = {b for b in current if b not in ctx.live_brokers} | bounced
+        if not dead and not new:
+            return
+        log.info("brokers changed: new %s, dead %s, bounced %s", sorted(new - bounced), sorted(dead), sorted(bounced))
+        assert self.channel is not None
+        for b in dead | bounced:
+            ctx.live_brokers.pop(b, None)
+            ctx.shutting_down.discard(b)
+            self.channel.remove_broker(b)
+        batch = self._batch()
+        if dead | bounced:
+            await self._handle_lost_replicas(dead | bounced, batch)
+        for b in new:
+            ctx.live_brokers[b] = current[b]
+            self.channel.add_broker(current[b])
+        if new:
+            self._on_broker_startup(new, batch)
+            await self._elect_offline(batch)
+        batch.add_update_metadata(ctx.live_ids, [])
+        self._send(batch)
+
+    def _on_broker_startup(self, new: set[int], batch: RequestBatch) -> None:
+        ctx = self.ctx
+        assert ctx is not None
+        batch.add_update_metadata(new, ctx.partitions())
+        for b in new:
+            for tp in ctx.partitions_on_broker(b):
+                if tp in ctx.leadership:
+                    batch.add_leader_and_isr([b], tp)
+
+    async def _elect_offline(self, batch: RequestBatch) -> None:
+        """Elect a leader for every partition whose leader is not live, now that brokers returned."""
+        ctx = self.ctx
+        assert ctx is not None
+        offline = [tp for tp, s in ctx.leadership.items() if not ctx.is_live(s.leader)]
+        await self._handle_lost_replicas(set(), batch, only=offline)
+
+    async def _handle_lost_replicas(self, lost: set[int], batch: RequestBatch, everything: bool = False,
+                                    only: list[TopicPartition] | None = None) -> None:
+        """Partitions whose leader is gone get a new one from the ISR; brokers that are gone
+        leave the ISR (the last member stays, so that it can lead again cleanly)."""
+        ctx = self.ctx
+        assert ctx is not None
+        candidates = only if only is not None else [
+            tp for tp, s in ctx.leadership.items()
+            if everything or s.leader in lost or any(i in lost for i in s.isr)]
+        for tp in candidates:
+            await self._update_state(tp, batch, self._offline_transition)
+
+    def _offline_transition(self, tp: TopicPartition, s: LeaderAndIsr, unclean: bool) -> LeaderAndIsr | None:
+        ctx = self.ctx
+        assert ctx is not None
+        live = ctx.leadable_ids
+        if ctx.is_live(s.leader):
+            isr = tuple(i for i in s.isr if i in ctx.live_brokers)
+            return None if isr == s.isr else s.new_leader(s.leader, isr, ctx.epoch.epoch)
+        e = election.offline_partition_leader(ctx.replicas(tp), s.isr, live, unclean)
+        if e is not None:
+            if e.unclean:
+                log.warning("unclean leader election for %s: %d leads, data may be lost", tp, e.leader)
+            return s.new_leader(e.leader, e.isr, ctx.epoch.epoch)
+        if s.leader == NO_LEADER:
+            return None
+        remaining = tuple(i for i in s.isr if i in ctx.live_brokers)
+        keep = remaining or ((s.leader,) if s.leader in s.isr else s.isr[:1])
+        log.error("partition %s has no live in-sync replica: it is offline (ISR %s)", tp, list(keep))
+        return s.new_leader(NO_LEADER, keep, ctx.epoch.epoch)
+
+    async def _unclean_enabled(self, topic: str) -> bool:
+        configs = await self.zk.run(self.client.get_entity_config, "topics", topic)
+        v = configs.get("unclean.leader.election.enable")
+        return self.config.unclean_leader_election_enable if v is None else v.strip().lower() == "true"
+
+    async def _update_state(self, tp: TopicPartition, batch: RequestBatch,
+                            transition: Callable[[TopicPartition, LeaderAndIsr, bool], LeaderAndIsr | None]) -> None:
+        """Apply ``transition`` to the partition's state with a conditional write, re-reading the
+        znode when its version moved; on success tell the live replicas."""
+        ctx = self.ctx
+        assert ctx is not None
+        unclean: bool | None = None
+        for _ in range(MAX_STATE_WRITE_ATTEMPTS):
+            s = ctx.leadership.get(tp)
+            if s is None:
+                return
+            new = transition(tp, s, False)
+            if not ctx.is_live((new or s).leader):  # leaderless unless an out-of-sync replica may lead
+                if unclean is None:
+                    unclean = await self._unclean_enabled(tp.topic)
+                if unclean:
+                    new = transition(tp, s, True)
+            if new is None:
+                return
+            written = await self.zk.run(self.client.update_partition_state, tp, new, ctx.epoch)
+            if written is not None:
+                ctx.leadership[tp] = written
+                batch.add_leader_and_isr([r for r in ctx.replicas(tp) if r in ctx.live_brokers], tp)
+                return
+            fresh = await self.zk.run(self.client.get_partition_state, tp)
+            if fresh is None:
+                return
+            ctx.leadership[tp] = fresh
+        log.error("could not update the state of %s after %d attempts", tp, MAX_STATE_WRITE_ATTEMPTS)
+
+    # ------------------------------------------------------------ requests from brokers
+    async def alter_partition(self, req: apq.AlterPartitionRequest, version: int) -> aps.AlterPartitionResponse:
+        return await self.call(lambda: self._alter_partition(req, version))
+
+    async def _alter_partition(self, req: apq.AlterPartitionRequest, version: int) -> aps.AlterPartitionResponse:
+        ctx = self.ctx
+        if ctx is None:
+            return aps.AlterPartitionResponse(error_code=ErrorCode.NOT_CONTROLLER, topics=[])
+        if req.broker_epoch != -1 and req.broker_epoch != ctx.broker_epoch(req.broker_id):
+            return aps.AlterPartitionResponse(error_code=ErrorCode.STALE_BROKER_EPOCH, topics=[])
+        by_id = {a.topic_id: t for t, a in ctx.assignments.items() if a.topic_id is not None}
+        batch = self._batch()
+        topics = []
+        for t in req.topics:
+            name = by_id.get(t.topic_id) if version >= 2 else t.topic_name
+            parts = []
+            for p in t.partitions:
+                parts.append(await self._alter_one(req.broker_id, name, p, version, batch))
+            topics.append(aps.TopicData(topic_name=t.topic_name if version < 2 else "", topic_id=t.topic_id,
+                                        partitions=parts))
+        self._send(batch)
+        return aps.AlterPartitionResponse(error_code=ErrorCode.NONE, topics=topics)
+
+    async def _alter_one(self, broker_id: int, topic: str | None, p: apq.PartitionData, version: int,
+                         batch: RequestBatch) -> aps.PartitionData:
+        ctx = self.ctx
+        assert ctx is not None
+
+        def answer(code: ErrorCode, s: LeaderAndIsr | None = None) -> aps.PartitionData:
+            if s is None:
+                return aps.PartitionData(partition_index=p.partition_index, error_code=code)
+            return aps.PartitionData(partition_index=p.partition_index, error_code=code, leader_id=s.leader,
+                                     leader_epoch=s.leader_epoch, isr=list(s.isr),
+                                     leader_recovery_state=s.leader_recovery_state, partition_epoch=s.partition_epoch)
+
+        tp = TopicPartition(topic or "", p.partition_index)
+        s = ctx.leadership.get(tp) if topic is not None else None
+        if s is None or tp.topic in ctx.topics_to_delete:
+            return answer(ErrorCode.UNKNOWN_TOPIC_ID if version >= 2 and topic is None
+                          else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if s.leader != broker_id:
+            return answer(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if p.leader_epoch < s.leader_epoch:
+            return answer(ErrorCode.FENCED_LEADER_EPOCH)
+        new_isr = tuple(b.broker_id for b in p.new_isr_with_epochs) if version >= 3 else tuple(p.new_isr)
+        if p.leader_epoch == s.leader_epoch and new_isr == s.isr and \
+                p.leader_recovery_state == s.leader_recovery_state:
+            return answer(ErrorCode.NONE, s)  # already applied (a retry)
+        if p.partition_epoch != s.partition_epoch or p.leader_epoch > s.leader_epoch:
+            return answer(ErrorCode.INVALID_UPDATE_VERSION)
+        stale = [b.broker_id for b in p.new_isr_with_epochs
+                 if b.broker_epoch != -1 and b.broker_epoch != ctx.broker_epoch(b.broker_id)] if version >= 3 else []
+        ineligible = [b for b in new_isr if not ctx.is_live(b) or b not in ctx.replicas(tp)] + stale
+        if ineligible or broker_id not in new_isr:
+            return answer(ErrorCode.INELIGIBLE_REPLICA if version >= 1 else ErrorCode.OPERATION_NOT_ATTEMPTED)
+        proposed = LeaderAndIsr(s.leader, s.leader_epoch, new_isr, ctx.epoch.epoch, s.partition_epoch,
+                                p.leader_recovery_state)
+        written = await self.zk.run(self.client.update_partition_state, tp, proposed, ctx.epoch)
+        if written is None:
+            fresh = await self.zk.run(self.client.get_partition_state, tp)
+            if fresh is not None:
+                ctx.leadership[tp] = fresh
+            return answer(ErrorCode.INVALID_UPDATE_VERSION)
+        ctx.leadership[tp] = written
+        log.info("ISR of %s is now %s (asked by its leader %d)", tp, list(new_isr), broker_id)
+        batch.add_update_metadata(ctx.live_ids, [tp])
+        return answer(ErrorCode.NONE, written)
+
+    async def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> csr.ControlledShutdownResponse:
+        return await self.call(lambda: self._controlled_shutdown(broker_id, broker_epoch))
+
+    async def _controlled_shutdown(self, broker_id: int, broker_epoch: int) -> csr.ControlledShutdownResponse:
+        ctx = self.ctx
+        if ctx is None:
+            return csr.ControlledShutdownResponse(error_code=ErrorCode.NOT_CONTROLLER, remaining_partitions=[])
+        if broker_id not in ctx.live_brokers:
+            return csr.ControlledShutdownResponse(error_code=ErrorCode.BROKER_NOT_AVAILABLE, remaining_partitions=[])
+        if broker_epoch != -1 and broker_epoch != ctx.broker_epoch(broker_id):
+            return csr.ControlledShutdownResponse(error_code=ErrorCode.STALE_BROKER_EPOCH, remaining_partitions=[])
+        ctx.shutting_down.add(broker_id)
+        log.info("broker %d is shutting down; moving its leaderships away", broker_id)
+        batch = self._batch()
+        for tp in ctx.partitions_on_broker(broker_id):
+            if len(ctx.replicas(tp)) <= 1 or tp not in ctx.leadership:
+                continue
+            await self._update_state(tp, batch, self._shutdown_transition(broker_id))
+            if ctx.leadership[tp].leader != broker_id:
+                batch.add_stop_replica(broker_id, tp, delete=False)
+        self._send(batch)
+        remaining = [tp for tp in ctx.partitions_led_by(broker_id) if len(ctx.replicas(tp)) > 1]
+        return csr.ControlledShutdownResponse(
+            error_code=ErrorCode.NONE,
+            remaining_partitions=[csr.RemainingPartition(topic_name=tp.topic, partition_index=tp.partition)
+                                  for tp in sorted(remaining)])
+
+    def _shutdown_transition(self, broker_id: int
+                             ) -> Callable[[TopicPartition, LeaderAndIsr, bool], LeaderAndIsr | None]:
+        def transition(tp: TopicPartition, s: LeaderAndIsr, _unclean: bool) -> LeaderAndIsr | None:
+            ctx = self.ctx
+            assert ctx is not None
+            if s.leader == broker_id:
+                e = election.controlled_shutdown_leader(ctx.replicas(tp), s.isr, ctx.live_ids, ctx.shutting_down)
+                return None if e is None else s.new_leader(e.leader, e.isr, ctx.epoch.epoch)
+            if broker_id in s.isr and len(s.isr) > 1:
+                return s.new_leader(s.leader, tuple(i for i in s.isr if i != broker_id), ctx.epoch.epoch)
+            return None
+        return transition

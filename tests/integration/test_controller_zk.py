@@ -1,0 +1,261 @@
+"""The controller in-process against a real ZooKeeper, with a channel that records what it
+would send: election and failover with epoch+1, new topics get leaders, broker loss and return,
+AlterPartition's checks, ControlledShutdown, topic deletion."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+
+import pytest
+
+from rivulet.common.types import TopicPartition
+from rivulet.controller import zk_data as z
+from rivulet.controller.controller import ControllerConfig, KafkaController
+from rivulet.controller.zk_client import KafkaZkClient, ZkBridge
+from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.messages import alter_partition_request as apq
+from rivulet.protocol.messages.leader_and_isr_request import LeaderAndIsrRequest
+from rivulet.protocol.messages.stop_replica_request import StopReplicaRequest
+from rivulet.protocol.messages.update_metadata_request import UpdateMetadataRequest
+from rivulet.protocol.schema import Struct
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+
+TP = TopicPartition("orders", 0)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, Struct]] = []
+        self.brokers: set[int] = set()
+        self.closed = False
+
+    def add_broker(self, broker: z.BrokerRegistration) -> None:
+        self.brokers.add(broker.broker_id)
+
+    def remove_broker(self, broker_id: int) -> None:
+        self.brokers.discard(broker_id)
+
+    def send(self, broker_id: int, request: Struct, callback=None) -> None:
+        self.sent.append((broker_id, request))
+        if callback is not None:
+            callback(None)
+
+    async def close(self) -> None:
+        self.closed = True
+
+    def of(self, kind: type, broker: int | None = None) -> list:
+        return [r for b, r in self.sent if isinstance(r, kind) and (broker is None or b == broker)]
+
+
+async def eventually(check: Callable[[], object], timeout: float = 20.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not check():
+            await asyncio.sleep(0.05)
+
+
+class Cluster:
+    """Broker registrations (each its own ZooKeeper session) and controllers, in one process."""
+
+    def __init__(self, connect: str) -> None:
+        self.connect = connect
+        self.sessions: dict[int, KafkaZkClient] = {}
+        self.controllers: dict[int, tuple[KafkaController, Recorder]] = {}
+        self.admin = self._client()
+        self.admin.create_top_level_paths()
+
+    def _client(self) -> KafkaZkClient:
+        c = KafkaZkClient(self.connect, session_timeout_ms=6000)
+        c.start()
+        return c
+
+    def register(self, broker_id: int, rack: str | None = None) -> None:
+        c = self.sessions[broker_id] = self._client()
+        c.register_broker(z.BrokerRegistration(broker_id, (z.EndPoint("PLAINTEXT", "127.0.0.1", 9000 + broker_id),),
+                                               rack=rack))
+
+    def kill(self, broker_id: int) -> None:
+        self.sessions.pop(broker_id).close()
+
+    async def controller(self, broker_id: int, unclean: bool = False) -> tuple[KafkaController, Recorder]:
+        rec = Recorder()
+        c = KafkaController(ControllerConfig(broker_id, unclean_leader_election_enable=unclean),
+                            ZkBridge(self._client()), lambda: rec)
+        c.startup()
+        self.controllers[broker_id] = (c, rec)
+        return c, rec
+
+    async def stop_controller(self, broker_id: int, crash: bool = True) -> None:
+        c, _ = self.controllers.pop(broker_id)
+        if crash:  # the session ends without a resignation
+            c._task.cancel()
+            await c.zk.close()
+        else:
+            await c.shutdown()
+            await c.zk.close()
+
+    async def close(self) -> None:
+        for b in list(self.controllers):
+            await self.stop_controller(b, crash=False)
+        for s in self.sessions.values():
+            s.close()
+        self.admin.close()
+
+    async def with_topic(self, controller_id: int, replicas: dict[int, list[int]]
+                         ) -> tuple[KafkaController, Recorder]:
+        """Brokers 1-3 registered, an active controller, topic "orders" with leaders."""
+        for b in (1, 2, 3):
+            self.register(b)
+        c, rec = await self.controller(controller_id)
+        await eventually(lambda: c.is_active)
+        self.admin.create_topic(z.TopicAssignment("orders", None, replicas), {})
+        await eventually(lambda: all(self.state(TopicPartition("orders", p)) is not None for p in replicas))
+        return c, rec
+
+    def state(self, tp: TopicPartition = TP) -> z.LeaderAndIsr | None:
+        return self.admin.get_partition_state(tp)
+
+
+@pytest.fixture
+def run(zk_connect):
+    def go(scenario: Callable[[Cluster], object]) -> None:
+        async def main() -> None:
+            cluster = Cluster(zk_connect)
+            try:
+                await scenario(cluster)
+            finally:
+                await cluster.close()
+        asyncio.run(main())
+    return go
+
+
+def test_election_new_topic_broker_loss_and_failover(run):
+    async def scenario(cl: Cluster) -> None:
+        for b in (1, 2, 3):
+            cl.register(b)
+        c1, rec1 = await cl.controller(1)
+        await eventually(lambda: c1.is_active)
+        c2, rec2 = await cl.controller(2)
+        await eventually(lambda: c2.active_controller_id == 1)
+        assert not c2.is_active and c1.epoch == 1
+
+        cl.admin.create_topic(z.TopicAssignment("orders", None, {0: [1, 2, 3], 1: [2, 3, 1]}), {})
+        await eventually(lambda: cl.state() is not None and cl.state(TopicPartition("orders", 1)) is not None)
+        assert cl.state() == z.LeaderAndIsr(1, 0, (1, 2, 3), 1, 0)
+        assert cl.admin.get_topic_assignment("orders").topic_id is not None  # the controller gave it one
+        await eventually(lambda: len(rec1.of(LeaderAndIsrRequest)) >= 3)
+        lair = rec1.of(LeaderAndIsrRequest, broker=2)[-1]
+        ps = [p for t in lair.topic_states for p in t.partition_states]
+        assert {(p.partition_index, p.leader, p.is_new) for p in ps} == {(0, 1, True), (1, 2, True)}
+        assert {ll.broker_id for ll in lair.live_leaders} == {1, 2}
+        await eventually(lambda: rec1.of(UpdateMetadataRequest, broker=3))
+        umr = rec1.of(UpdateMetadataRequest, broker=3)[-1]
+        assert [b.id for b in umr.live_brokers] == [1, 2, 3] and umr.controller_id == 1
+
+        cl.kill(1)  # broker 1 (not the controller's session) dies
+        await eventually(lambda: cl.state().leader == 2)
+        assert cl.state().isr == (2, 3) and cl.state().leader_epoch == 1
+        p1 = cl.state(TopicPartition("orders", 1))
+        assert p1.leader == 2 and p1.isr == (2, 3)
+
+        cl.register(1)  # it returns: a follower again, told the leadership
+        await eventually(lambda: rec1.brokers == {1, 2, 3})
+        await eventually(lambda: rec1.of(LeaderAndIsrRequest, broker=1)[-1:] and any(
+            p.leader == 2 for t in rec1.of(LeaderAndIsrRequest, broker=1)[-1].topic_states for p in t.partition_states))
+
+        await cl.stop_controller(1)  # the controller dies (kill -9): 2 takes over with epoch 2
+        await eventually(lambda: c2.is_active)
+        assert c2.epoch == 2 and cl.admin.get_controller_epoch().epoch == 2
+        assert c2.ctx.leadership[TP] == cl.state()
+        await eventually(lambda: rec2.of(UpdateMetadataRequest, broker=3))
+    run(scenario)
+
+
+def test_leaderless_partition_waits_for_its_isr_unless_unclean(run):
+    async def scenario(cl: Cluster) -> None:
+        for b in (1, 2):
+            cl.register(b)
+        c, rec = await cl.controller(9)
+        await eventually(lambda: c.is_active)
+        cl.admin.create_topic(z.TopicAssignment("orders", None, {0: [1, 2]}), {})
+        await eventually(lambda: cl.state() is not None)
+        ctx = c.ctx
+        # broker 2 falls out of the ISR (as its leader would say through AlterPartition)
+        s = cl.state()
+        r = await c.alter_partition(apq.AlterPartitionRequest(broker_id=1, broker_epoch=ctx.broker_epoch(1), topics=[
+            apq.TopicData(topic_id=ctx.topic_id("orders"), partitions=[apq.PartitionData(
+                partition_index=0, leader_epoch=s.leader_epoch, new_isr_with_epochs=[
+                    apq.BrokerState(broker_id=1, broker_epoch=ctx.broker_epoch(1))],
+                partition_epoch=s.partition_epoch)])]), 3)
+        assert r.error_code == 0 and r.topics[0].partitions[0].error_code == 0
+        assert cl.state().isr == (1,)
+        cl.kill(1)
+        await eventually(lambda: cl.state().leader == -1)
+        assert cl.state().isr == (1,)  # the last in-sync replica stays, to lead cleanly on its return
+        cl.admin.set_entity_config("topics", "orders", {"unclean.leader.election.enable": "true"})
+        cl.kill(2)
+        cl.register(2)  # a broker event: the controller looks again, now allowed to elect uncleanly
+        await eventually(lambda: cl.state().leader == 2)
+        assert cl.state().isr == (2,)
+    run(scenario)
+
+
+def test_alter_partition_checks(run):
+    async def scenario(cl: Cluster) -> None:
+        c, _ = await cl.with_topic(1, {0: [1, 2, 3]})
+        ctx = c.ctx
+        s = cl.state()
+
+        async def alter(broker: int, isr: list[int], leader_epoch: int = s.leader_epoch,
+                        partition_epoch: int | None = None, broker_epoch: int | None = None, version: int = 2):
+            req = apq.AlterPartitionRequest(
+                broker_id=broker, broker_epoch=ctx.broker_epoch(broker) if broker_epoch is None else broker_epoch,
+                topics=[apq.TopicData(topic_name="orders", topic_id=ctx.topic_id("orders"), partitions=[
+                    apq.PartitionData(partition_index=0, leader_epoch=leader_epoch, new_isr=isr,
+                                      partition_epoch=cl.state().partition_epoch if partition_epoch is None
+                                      else partition_epoch)])])
+            resp = await c.alter_partition(req, version)
+            return resp.error_code, (resp.topics[0].partitions[0] if resp.topics else None)
+
+        assert (await alter(1, [1, 2], broker_epoch=12345))[0] == ErrorCode.STALE_BROKER_EPOCH
+        assert (await alter(2, [2]))[1].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert (await alter(1, [1], leader_epoch=-1))[1].error_code == ErrorCode.FENCED_LEADER_EPOCH
+        assert (await alter(1, [1], partition_epoch=7))[1].error_code == ErrorCode.INVALID_UPDATE_VERSION
+        assert (await alter(1, [1, 4]))[1].error_code == ErrorCode.INELIGIBLE_REPLICA
+        assert (await alter(1, [1, 4], version=0))[1].error_code == ErrorCode.OPERATION_NOT_ATTEMPTED
+        code, p = await alter(1, [1, 2])
+        assert code == 0 and p.error_code == 0 and p.isr == [1, 2] and p.partition_epoch == 1
+        assert cl.state().isr == (1, 2) and cl.state().leader_epoch == s.leader_epoch
+        assert (await alter(1, [1], partition_epoch=0))[1].error_code == ErrorCode.INVALID_UPDATE_VERSION
+        # a retry of what is applied succeeds, its partition epoch aside, as Kafka's
+        assert (await alter(1, [1, 2], partition_epoch=0))[1].error_code == 0
+        bad = apq.AlterPartitionRequest(broker_id=1, broker_epoch=-1, topics=[apq.TopicData(
+            topic_id=uuid.uuid4(), partitions=[apq.PartitionData(partition_index=0)])])
+        assert (await c.alter_partition(bad, 2)).topics[0].partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_ID
+    run(scenario)
+
+
+def test_controlled_shutdown_moves_leadership_and_deletion_stops_replicas(run):
+    async def scenario(cl: Cluster) -> None:
+        c, rec = await cl.with_topic(3, {0: [1, 2, 3], 1: [2, 1], 2: [1]})
+        resp = await c.controlled_shutdown(1, c.ctx.broker_epoch(1))
+        assert resp.error_code == 0 and resp.remaining_partitions == []
+        assert cl.state().leader == 2 and cl.state().isr == (2, 3)
+        assert cl.state(TopicPartition("orders", 1)).isr == (2,)
+        assert cl.state(TopicPartition("orders", 2)).leader == 1  # RF 1: it stays, not counted
+        stops = rec.of(StopReplicaRequest, broker=1)
+        assert stops and not any(p.delete_partition for t in stops[-1].topic_states for p in t.partition_states)
+        assert (await c.controlled_shutdown(7, -1)).error_code == ErrorCode.BROKER_NOT_AVAILABLE
+        assert (await c.controlled_shutdown(2, 99)).error_code == ErrorCode.STALE_BROKER_EPOCH
+
+        cl.admin.request_topic_deletion("orders")
+        await eventually(lambda: cl.admin.get_all_topics() == [])
+        assert cl.admin.get_topic_deletions() == [] and "orders" not in c.ctx.assignments
+        deletes = [r for r in rec.of(StopReplicaRequest) if any(
+            p.delete_partition for t in r.topic_states for p in t.partition_states)]
+        assert deletes
+        cl.admin.request_topic_deletion("nothing-such")
+        await eventually(lambda: cl.admin.get_topic_deletions() == [])
+    run(scenario)
