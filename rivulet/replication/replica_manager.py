@@ -16,23 +16,71 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable, Protocol
 
 from rivulet.common.time import SYSTEM_CLOCK, Clock
 from rivulet.common.types import TopicPartition
 from rivulet.delayed import DelayedOperation, DelayedOperationPurgatory, Timer
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ApiError, ErrorCode
-from rivulet.replication.partition import Partition
+from rivulet.replication.partition import (
+    DEFAULT_REPLICA_LAG_TIME_MAX_MS,
+    AlterPartitionManager,
+    Partition,
+    PartitionState,
+)
 from rivulet.storage.config import LogConfig
-from rivulet.storage.log import LogOffsetMetadata
+from rivulet.storage.log import Log, LogOffsetMetadata
 from rivulet.storage.log_dir_failure import KafkaStorageError
 from rivulet.storage.producer_state import AppendOrigin
 
 log = logging.getLogger(__name__)
 
 CONSUMER_REPLICA_ID = -1
+# StopReplica's leader epochs that stop a replica whatever its epoch (Kafka's LeaderAndIsr).
+EPOCH_DURING_DELETE = -2
+NO_EPOCH = -1
+
+
+class ReplicaLogs(Protocol):
+    """Where a replica's log comes from in cluster mode: the topic's config decides how it is made."""
+
+    def log_for_replica(self, tp: TopicPartition, topic_id: uuid.UUID) -> Log: ...
+
+    def delete_replica_log(self, tp: TopicPartition) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderEndpoint:
+    broker_id: int
+    host: str
+    port: int
+
+
+class FollowerFetching(Protocol):
+    """The replica fetchers: which partitions follow which leader (Kafka's ReplicaFetcherManager)."""
+
+    def add_partitions(self, leader: LeaderEndpoint, partitions: list[Partition]) -> None: ...
+
+    def remove_partitions(self, tps: Iterable[TopicPartition]) -> None: ...
+
+
+@dataclass(slots=True)
+class LeaderAndIsrPartition:
+    """One partition of a LeaderAndIsr request, with its topic id."""
+
+    tp: TopicPartition
+    topic_id: uuid.UUID
+    state: PartitionState
+
+
+class LeadershipListener(Protocol):
+    """Told which partitions this broker now leads and follows (the coordinators load and
+    unload their internal partitions from it)."""
+
+    def on_leadership_change(self, leaders: list[Partition], followers: list[Partition]) -> None: ...
 
 
 # ---------------------------------------------------------------- produce
@@ -92,6 +140,7 @@ class FetchRequestPartition:
     max_bytes: int
     current_leader_epoch: int = -1
     log_start_offset: int = -1
+    last_fetched_epoch: int = -1  # KIP-320/595: the epoch of the follower's last fetched batch
 
 
 @dataclass(slots=True)
@@ -105,6 +154,8 @@ class FetchResult:
     aborted_transactions: list[tuple[int, int]] | None = None
     # Where the fetch offset lies in the log, from this read; a DelayedFetch measures from it.
     fetch_offset_metadata: LogOffsetMetadata | None = None
+    # (epoch, end offset) when the follower's log diverges from ours: it truncates, then refetches.
+    diverging_epoch: tuple[int, int] | None = None
 
 
 @dataclass(slots=True)
@@ -115,6 +166,9 @@ class FetchParams:
     max_bytes: int
     isolation_level: int = 0
     partitions: list[FetchRequestPartition] = field(default_factory=list)
+    # Followers and consumers without client metadata (Fetch before v11) read from the leader
+    # only; newer consumers may read a follower, up to its HW (KIP-392).
+    fetch_only_leader: bool = True
 
     @property
     def is_from_follower(self) -> bool:
@@ -163,6 +217,8 @@ class DelayedFetch(DelayedOperation):
                 return self.force_complete()  # the read reports the error
             if fp.current_leader_epoch >= 0 and fp.current_leader_epoch != p.leader_epoch:
                 return self.force_complete()
+            if params.fetch_only_leader and not p.is_leader:
+                return self.force_complete()  # leadership moved: the read answers NOT_LEADER_OR_FOLLOWER
             lg = p.log
             if fp.fetch_offset < lg.log_start_offset or fp.fetch_offset > lg.log_end_offset:
                 return self.force_complete()  # out of range now: answer with the error
@@ -201,9 +257,18 @@ class DelayedFetch(DelayedOperation):
 
 class ReplicaManager:
     def __init__(self, node_id: int, timer: Timer, *, produce_purge_interval: int = 1000,
-                 fetch_purge_interval: int = 1000, clock: Clock = SYSTEM_CLOCK) -> None:
+                 fetch_purge_interval: int = 1000, clock: Clock = SYSTEM_CLOCK,
+                 replica_logs: ReplicaLogs | None = None, alter_partition: AlterPartitionManager | None = None,
+                 replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS) -> None:
         self.node_id = node_id
         self.clock = clock
+        # Cluster mode: the controller's LeaderAndIsr decides what this node leads and follows.
+        self.replica_logs = replica_logs
+        self.alter_partition = alter_partition
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.controller_epoch = -1
+        self.fetchers: FollowerFetching | None = None
+        self.leadership_listeners: list[LeadershipListener] = []
         self.partitions: dict[TopicPartition, Partition] = {}
         # Partitions whose log dir was offline at start-up: KAFKA_STORAGE_ERROR, not unknown.
         self.offline_partitions: set[TopicPartition] = set()
@@ -243,6 +308,162 @@ class ReplicaManager:
         if p.log.offline:
             raise KafkaStorageError(f"the log directory of {tp.topic}-{tp.partition} is offline")
         return p
+
+    # -------------------------------------------------------- the controller's requests
+    def become_leader_or_follower(
+        self, controller_id: int, controller_epoch: int, states: list[LeaderAndIsrPartition],
+        live_leaders: dict[int, LeaderEndpoint],
+    ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        """LeaderAndIsr: lead or follow each partition whose leader epoch is newer than ours.
+
+        A stale controller epoch refuses the whole request; a partition whose epoch is not newer
+        answers STALE_CONTROLLER_EPOCH (NONE when it repeats the state we have for the same
+        topic id), one whose replicas leave out this node UNKNOWN_TOPIC_OR_PARTITION."""
+        if controller_epoch < self.controller_epoch:
+            log.warning("ignoring LeaderAndIsr from controller %d with epoch %d: the latest known epoch is %d",
+                        controller_id, controller_epoch, self.controller_epoch)
+            return ErrorCode.STALE_CONTROLLER_EPOCH, {s.tp: ErrorCode.STALE_CONTROLLER_EPOCH for s in states}
+        self.controller_epoch = controller_epoch
+        errors: dict[TopicPartition, ErrorCode] = {}
+        to_lead: list[tuple[Partition, PartitionState]] = []
+        to_follow: list[tuple[Partition, PartitionState]] = []
+        for s in states:
+            tp, state = s.tp, s.state
+            errors[tp] = ErrorCode.NONE
+            if tp in self.offline_partitions:
+                errors[tp] = ErrorCode.KAFKA_STORAGE_ERROR
+                continue
+            p = self.partitions.get(tp)
+            if p is not None and p.log.offline:
+                errors[tp] = ErrorCode.KAFKA_STORAGE_ERROR
+                continue
+            current_epoch = p.leader_epoch if p is not None and p.controller_epoch >= 0 else NO_EPOCH
+            if state.leader_epoch > current_epoch:
+                if self.node_id not in state.replicas:
+                    errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                try:
+                    if p is None:
+                        p = self._create_replica(tp, s.topic_id)
+                except ApiError as e:
+                    errors[tp] = e.code
+                    continue
+                (to_lead if state.leader == self.node_id else to_follow).append((p, state))
+            elif state.leader_epoch < current_epoch:
+                log.info("%s-%d: ignoring LeaderAndIsr with leader epoch %d, older than %d", tp.topic, tp.partition,
+                         state.leader_epoch, current_epoch)
+                errors[tp] = ErrorCode.STALE_CONTROLLER_EPOCH
+            elif p is None or p.topic_id != s.topic_id:
+                errors[tp] = ErrorCode.STALE_CONTROLLER_EPOCH
+        led = self._make_leaders(to_lead)
+        followed = self._make_followers(to_follow, live_leaders)
+        if led or followed:
+            for listener in self.leadership_listeners:
+                listener.on_leadership_change(led, followed)
+        return ErrorCode.NONE, errors
+
+    def _create_replica(self, tp: TopicPartition, topic_id: uuid.UUID) -> Partition:
+        if self.replica_logs is None:
+            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        lg = self.replica_logs.log_for_replica(tp, topic_id)
+        # Replicas given (and no leader yet) keep the single-node defaults away: the state comes next.
+        p = Partition(tp, topic_id, lg, self.node_id, leader_epoch=NO_EPOCH, clock=self.clock,
+                      replica_lag_time_max_ms=self.replica_lag_time_max_ms, alter_partition=self.alter_partition,
+                      listener=self, replicas=[self.node_id])
+        self.partitions[tp] = p
+        return p
+
+    def _adopt(self, p: Partition) -> None:
+        # A partition opened in single-node style before the controller spoke: it joins cluster mode.
+        p.alter_partition = self.alter_partition
+        p.listener = self
+        p.replica_lag_time_max_ms = self.replica_lag_time_max_ms
+        p.clock = self.clock
+
+    def _make_leaders(self, items: list[tuple[Partition, PartitionState]]) -> list[Partition]:
+        if not items:
+            return []
+        if self.fetchers is not None:
+            self.fetchers.remove_partitions([p.tp for p, _ in items])
+        out = []
+        for p, state in items:
+            self._adopt(p)
+            p.make_leader(state)
+            log.info("%s-%d: leader in epoch %d, ISR %s, LEO %d, HW %d", p.tp.topic, p.tp.partition,
+                     p.leader_epoch, p.isr, p.log.log_end_offset, p.high_watermark)
+            out.append(p)
+            # Waiting operations see the new epoch (fetches naming the old one answer now).
+            self.fetch_purgatory.check_and_complete(p.tp)
+            self.produce_purgatory.check_and_complete(p.tp)
+        return out
+
+    def _make_followers(self, items: list[tuple[Partition, PartitionState]],
+                        live_leaders: dict[int, LeaderEndpoint]) -> list[Partition]:
+        if not items:
+            return []
+        out = []
+        by_leader: dict[LeaderEndpoint, list[Partition]] = {}
+        for p, state in items:
+            self._adopt(p)
+            p.make_follower(state)
+            out.append(p)
+            log.info("%s-%d: following %d in epoch %d", p.tp.topic, p.tp.partition, p.leader_id, p.leader_epoch)
+            self.fetch_purgatory.check_and_complete(p.tp)
+            self.produce_purgatory.check_and_complete(p.tp)
+            leader = live_leaders.get(state.leader)
+            if leader is not None:
+                by_leader.setdefault(leader, []).append(p)
+        if self.fetchers is not None:
+            # Every changed follower starts over from its leader, truncating first (KIP-101).
+            self.fetchers.remove_partitions([p.tp for p in out])
+            for leader, parts in by_leader.items():
+                self.fetchers.add_partitions(leader, parts)
+        return out
+
+    def stop_replicas(
+        self, controller_id: int, controller_epoch: int, partitions: dict[TopicPartition, tuple[int, bool]],
+    ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        """StopReplica: stop following (and with ``delete``, remove) each partition given with
+        (leader epoch, delete). An older leader epoch than ours answers FENCED_LEADER_EPOCH."""
+        if controller_epoch < self.controller_epoch:
+            return ErrorCode.STALE_CONTROLLER_EPOCH, {tp: ErrorCode.STALE_CONTROLLER_EPOCH for tp in partitions}
+        self.controller_epoch = controller_epoch
+        errors: dict[TopicPartition, ErrorCode] = {}
+        stopped: dict[TopicPartition, bool] = {}
+        for tp, (leader_epoch, delete) in partitions.items():
+            p = self.partitions.get(tp)
+            if p is None:
+                if tp in self.offline_partitions:
+                    errors[tp] = ErrorCode.KAFKA_STORAGE_ERROR
+                    continue
+                stopped[tp] = delete  # a log left from before may still go
+            elif p.log.offline:
+                errors[tp] = ErrorCode.KAFKA_STORAGE_ERROR
+                continue
+            elif leader_epoch in (EPOCH_DURING_DELETE, NO_EPOCH) or leader_epoch >= p.leader_epoch:
+                stopped[tp] = delete
+            else:
+                errors[tp] = ErrorCode.FENCED_LEADER_EPOCH
+                continue
+            errors[tp] = ErrorCode.NONE
+        if self.fetchers is not None:
+            self.fetchers.remove_partitions(list(stopped))
+        resigned = []
+        for tp, delete in stopped.items():
+            if not delete:
+                continue  # as Kafka: the replica keeps its state, only its fetcher stops
+            p = self.remove_partition(tp)
+            if p is not None and p.is_leader:
+                resigned.append(p)
+            if self.replica_logs is not None:
+                try:
+                    self.replica_logs.delete_replica_log(tp)
+                except ApiError as e:
+                    errors[tp] = e.code
+        if resigned:
+            for listener in self.leadership_listeners:
+                listener.on_leadership_change([], resigned)
+        return ErrorCode.NONE, errors
 
     # -------------------------------------------------------- produce
     def append_records(
@@ -420,6 +641,7 @@ class ReplicaManager:
         results: dict[TopicPartition, FetchResult] = {}
         remaining = params.max_bytes
         min_one = True
+        hw_moved: list[TopicPartition] = []
         for fp in params.partitions:
             res = results[fp.tp] = FetchResult()
             p = self.partitions.get(fp.tp)
@@ -433,7 +655,21 @@ class ReplicaManager:
             res.log_start_offset = lg.log_start_offset
             read_committed = params.isolation_level == 1 and not params.is_from_follower
             try:
-                p.check_leader_epoch(fp.current_leader_epoch)
+                if params.fetch_only_leader:
+                    p.check_leader(fp.current_leader_epoch)
+                else:
+                    p.check_leader_epoch(fp.current_leader_epoch)
+                if params.is_from_follower:
+                    diverging = self._diverging_epoch(p, fp)
+                    if diverging is not None:
+                        # The follower truncates to it before fetching again; its LEO is not known.
+                        res.diverging_epoch = diverging
+                        res.records = b""
+                        continue
+                    if p.update_follower_fetch(params.replica_id, fp.fetch_offset, fp.log_start_offset):
+                        hw_moved.append(fp.tp)
+                    res.high_watermark = p.high_watermark
+                    res.last_stable_offset = p.last_stable_offset
                 max_offset = lg.log_end_offset if params.is_from_follower else (
                     res.last_stable_offset if read_committed else p.high_watermark)
                 limit = min(fp.max_bytes, remaining)
@@ -454,7 +690,26 @@ class ReplicaManager:
                     res.aborted_transactions = aborted
             except ApiError as e:
                 res.error = e.code
+        for tp in hw_moved:
+            # A follower's fetch moved the HW: acks=all produces and consumers' fetches may complete.
+            self.on_high_watermark_advanced(tp)
         return results
+
+    @staticmethod
+    def _diverging_epoch(p: Partition, fp: FetchRequestPartition) -> tuple[int, int] | None:
+        """KIP-595's check of a follower's fetch: where its last fetched epoch ends in our log
+        when that is before its fetch offset (or the epoch is unknown here), else None."""
+        if fp.last_fetched_epoch < 0:
+            return None
+        epoch, end = p.log.end_offset_for_epoch(fp.last_fetched_epoch)
+        if epoch < 0 or end < 0:
+            raise ApiError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                           f"could not determine the end offset of epoch {fp.last_fetched_epoch}")
+        if fp.fetch_offset < p.log.log_start_offset:
+            raise ApiError(ErrorCode.OFFSET_OUT_OF_RANGE)
+        if epoch < fp.last_fetched_epoch or end < fp.fetch_offset:
+            return epoch, end
+        return None
 
     # -------------------------------------------------------- lifecycle
     def shutdown(self) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
+from typing import Any, Callable
 
 from rivulet.common.cluster import NodeEndpoint
 from rivulet.common.time import Clock
@@ -21,6 +21,7 @@ from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages import api_versions_response as avr
 from rivulet.protocol.messages.api_versions_request import ApiVersionsRequest
+from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.server.answer import NO_RESPONSE, Answer
 from rivulet.server.config import BrokerConfig
@@ -30,6 +31,7 @@ from rivulet.server.handlers.find_coordinator import FindCoordinatorHandler
 from rivulet.server.handlers.groups import GroupHandlers
 from rivulet.server.handlers.log_dirs import LogDirHandlers
 from rivulet.server.handlers.records import RecordHandlers
+from rivulet.server.handlers.replication import INTER_BROKER_VERSIONS, ReplicationHandlers
 from rivulet.server.handlers.topics import TopicHandlers
 from rivulet.server.handlers.transactions import TransactionHandlers
 from rivulet.server.network import KafkaConnection
@@ -84,22 +86,30 @@ _SOFTWARE_NAME = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
 class KafkaApis:
     def __init__(self, *, replica_manager: ReplicaManager, group_coordinator: GroupCoordinator,
                  txn_coordinator: TransactionCoordinator, topics: TopicManager, config: BrokerConfig,
-                 clock: Clock, node: NodeEndpoint, cluster_id: str) -> None:
+                 clock: Clock, node: NodeEndpoint, cluster_id: str,
+                 metadata_cache: MetadataCache | None = None, broker_epoch: Callable[[], int] | None = None) -> None:
+        """``metadata_cache`` (with ``broker_epoch``, this broker's registration epoch) is given in
+        cluster mode only: the controller's requests are then served, and metadata is the cluster's."""
         self.handlers: dict[int, Handler] = {18: self.handle_api_versions}
+        self.versions = dict(SUPPORTED_VERSIONS)
+        if metadata_cache is not None:
+            self.versions.update(INTER_BROKER_VERSIONS)
+            self.handlers.update(ReplicationHandlers(replica_manager, metadata_cache,
+                                                     broker_epoch or (lambda: -1)).handlers())
         for area in (
-            RecordHandlers(replica_manager, topics),
+            RecordHandlers(replica_manager, topics, metadata_cache, config["inter.broker.listener.name"]),
             LogDirHandlers(topics.log_manager),
-            TopicHandlers(topics, replica_manager, config, node, cluster_id),
+            TopicHandlers(topics, replica_manager, config, node, cluster_id, metadata_cache),
             ConfigHandlers(topics, config),
             GroupHandlers(group_coordinator, topics, clock),
             FindCoordinatorHandler(group_coordinator, txn_coordinator),
             TransactionHandlers(txn_coordinator, group_coordinator, replica_manager, topics, config),
         ):
             self.handlers.update(area.handlers())
-        assert self.handlers.keys() == SUPPORTED_VERSIONS.keys(), "every API has a handler and a version range"
+        assert self.handlers.keys() == self.versions.keys(), "every API has a handler and a version range"
 
     def handle(self, header: framing.RequestHeader, body: Any, conn: KafkaConnection) -> Answer:
-        rng = SUPPORTED_VERSIONS.get(header.api_key)
+        rng = self.versions.get(header.api_key)
         if rng is None or not rng[0] <= header.api_version <= rng[1]:
             if header.api_key == framing.API_VERSIONS_KEY:
                 return self.api_versions_error(ErrorCode.UNSUPPORTED_VERSION)
@@ -110,10 +120,9 @@ class KafkaApis:
         return self.handlers[header.api_key](header, body, conn)
 
     # ------------------------------------------------------------ ApiVersions
-    @staticmethod
-    def _api_keys() -> list[avr.ApiVersion]:
+    def _api_keys(self) -> list[avr.ApiVersion]:
         return [avr.ApiVersion(api_key=k, min_version=lo, max_version=hi)
-                for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())]
+                for k, (lo, hi) in sorted(self.versions.items())]
 
     def api_versions_error(self, code: ErrorCode) -> avr.ApiVersionsResponse:
         return avr.ApiVersionsResponse(error_code=code, api_keys=self._api_keys())

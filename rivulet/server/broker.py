@@ -16,6 +16,7 @@ from rivulet.common.cluster import NodeEndpoint
 from rivulet.common.time import SYSTEM_CLOCK, Clock
 from rivulet.coordinator.group_coordinator import GroupCoordinator
 from rivulet.delayed import Timer
+from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.server.apis import KafkaApis
 from rivulet.server.config import BrokerConfig
@@ -35,9 +36,15 @@ log = logging.getLogger(__name__)
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, config: BrokerConfig, clock: Clock = SYSTEM_CLOCK, *, cluster_mode: bool = False) -> None:
+        """``cluster_mode``: a controller decides leadership (LeaderAndIsr, UpdateMetadata,
+        StopReplica); without it this node leads every partition alone, as before."""
         self.config = config
         self.clock = clock
+        self.cluster_mode = cluster_mode
+        self.metadata_cache: MetadataCache | None = MetadataCache(config.node_id) if cluster_mode else None
+        # The czxid of this broker's /brokers/ids znode, once registered (-1 before).
+        self.broker_epoch = -1
         self.node_id = config.node_id
         self._listener_name, host, port = config.advertised_listeners[0]
         self.node = NodeEndpoint(config.node_id, host, port)
@@ -87,7 +94,8 @@ class Broker:
         rm = self.replica_manager = ReplicaManager(
             self.node_id, self.timer,
             produce_purge_interval=cfg["producer.purgatory.purge.interval.requests"],
-            fetch_purge_interval=cfg["fetch.purgatory.purge.interval.requests"], clock=self.clock)
+            fetch_purge_interval=cfg["fetch.purgatory.purge.interval.requests"], clock=self.clock,
+            replica_lag_time_max_ms=cfg["replica.lag.time.max.ms"])
         # Recovery of large logs is long file work: a worker thread, the loop stays free. Nothing
         # reads the LogManager until it returns.
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.startup)
@@ -100,7 +108,9 @@ class Broker:
                       "fix the fault and restart to recover it", d, why)
         topics = self.topics = TopicManager(cfg, self.metadata, self.log_manager, rm, self.dynamic_config,
                                             self.node_id)
-        topics.open_all()
+        topics.open_all(open_partitions=not self.cluster_mode)
+        if self.cluster_mode:
+            rm.replica_logs = topics
         log.info("%s", describe_fd_limit(fd_limit, len(rm.partitions)))
         if cfg["log.cleaner.enable"]:
             # One cleaner serves every compacted log (__consumer_offsets, __transaction_state, users').
@@ -118,7 +128,8 @@ class Broker:
         txns.startup()
         rm.txn_verifier = txns.verify_produce
         self.apis = KafkaApis(replica_manager=rm, group_coordinator=groups, txn_coordinator=txns, topics=topics,
-                              config=cfg, clock=self.clock, node=self.node, cluster_id=self.cluster_id)
+                              config=cfg, clock=self.clock, node=self.node, cluster_id=self.cluster_id,
+                              metadata_cache=self.metadata_cache, broker_epoch=lambda: self.broker_epoch)
         await self.socket_server.start_serving(self.apis)
         self._tasks.append(asyncio.get_running_loop().create_task(self._housekeeping()))
         self.started = True

@@ -161,6 +161,16 @@ BROKER_CONFIGS = ConfigDef([
     _k("queued.max.request.bytes", L, -1, None, "Bytes that requests being received or processed may hold "
        "at once; when reached, connections stop reading until memory returns. -1: no limit.", MEDIUM),
     _k("replica.fetch.max.bytes", I, 1048576, _nonneg, "Bytes fetched per partition by a follower.", MEDIUM),
+    # -- replication (cluster mode)
+    _k("replica.lag.time.max.ms", L, 30000, None, "A follower that has not caught up with the leader for "
+       "this long leaves the ISR.", HIGH),
+    _k("replica.fetch.wait.max.ms", I, 500, None, "Longest wait of a follower's fetch for data.", MEDIUM),
+    _k("replica.fetch.min.bytes", I, 1, None, "Bytes a follower's fetch waits for.", MEDIUM),
+    _k("replica.fetch.response.max.bytes", I, 10485760, _nonneg, "Largest fetch response a follower asks "
+       "for.", MEDIUM),
+    _k("replica.fetch.backoff.ms", I, 1000, _nonneg, "Pause of a follower's fetcher after a fetch error.",
+       MEDIUM),
+    _k("replica.socket.timeout.ms", I, 30000, None, "Request timeout of a follower's fetches.", HIGH),
     _k("fetch.max.bytes", I, 57671680, _nonneg, "Largest Fetch response.", MEDIUM),
     # -- group coordinator
     _k("group.initial.rebalance.delay.ms", I, 3000, _nonneg, "Wait for more members before the first "
@@ -212,8 +222,6 @@ BROKER_CONFIGS = ConfigDef([
        ignored=True),
     _k("socket.send.buffer.bytes", I, 102400, None, "SO_SNDBUF of server sockets.", HIGH, ignored=True),
     _k("socket.receive.buffer.bytes", I, 102400, None, "SO_RCVBUF of server sockets.", HIGH, ignored=True),
-    _k("replica.lag.time.max.ms", L, 30000, None, "Lag after which a follower leaves the ISR.", HIGH,
-       ignored=True),
     _k("auto.leader.rebalance.enable", B, True, None, "Move leadership back to preferred replicas.", HIGH,
        ignored=True),
     _k("transaction.state.log.replication.factor", SH, 3, _pos, "Replication factor of __transaction_state.",

@@ -19,7 +19,8 @@ from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.server.config import BrokerConfig
 from rivulet.server.dynamic_config import DynamicBrokerConfig
 from rivulet.server.metadata import MetadataStore, TopicInfo, validate_topic_name
-from rivulet.storage import LogConfig, LogManager, describe_topic_configs
+from rivulet.storage import Log, LogConfig, LogManager, describe_topic_configs
+from rivulet.storage.log_dir_failure import KafkaStorageError
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +57,31 @@ class TopicManager:
         return list(self.metadata.topics)
 
     # ------------------------------------------------------------ start-up
-    def open_all(self) -> None:
-        """A partition for every topic partition in the metadata; logs of deleted topics go."""
+    def open_all(self, *, open_partitions: bool = True) -> None:
+        """A partition for every topic partition in the metadata; logs of deleted topics go.
+        In cluster mode (``open_partitions`` false) only the configs are loaded: the
+        controller's LeaderAndIsr opens each replica (``log_for_replica``)."""
         for info in list(self.metadata.topics.values()):
             self._log_configs[info.name] = self._make_log_config(info.configs)
-            for i in range(info.num_partitions):
-                self._open_partition(info, i)
-        self._remove_orphan_logs()
+            if open_partitions:
+                for i in range(info.num_partitions):
+                    self._open_partition(info, i)
+        if open_partitions:
+            self._remove_orphan_logs()
+
+    # ------------------------------------------------------------ replicas (cluster mode)
+    def log_for_replica(self, tp: TopicPartition, topic_id: uuid.UUID) -> Log:
+        """The replica's log, created with its topic's config when this node has none yet."""
+        lg = self.log_manager.get_log(tp.topic, tp.partition)
+        if lg is not None:
+            return lg
+        if self.log_manager.is_offline_partition(tp):
+            raise KafkaStorageError(f"the log directory of {tp.topic}-{tp.partition} is offline")
+        cfg = self._log_configs.get(tp.topic, self.log_defaults)
+        return self.log_manager.create_log(tp.topic, tp.partition, cfg, topic_id)
+
+    def delete_replica_log(self, tp: TopicPartition) -> None:
+        self.log_manager.delete_log(tp.topic, tp.partition)
 
     def _make_log_config(self, overrides: dict[str, str]) -> LogConfig:
         return LogConfig.from_props(overrides, self.log_defaults)

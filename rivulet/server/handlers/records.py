@@ -22,6 +22,8 @@ from rivulet.protocol.messages.offset_for_leader_epoch_request import OffsetForL
 from rivulet.protocol.messages.produce_request import ProduceRequest
 from rivulet.protocol.records import first_batch_is_transactional
 from rivulet.protocol.schema import ZERO_UUID
+from rivulet.replication.metadata_cache import MetadataCache
+from rivulet.replication.partition import Partition
 from rivulet.replication.replica_manager import (
     FetchParams,
     FetchRequestPartition,
@@ -31,6 +33,7 @@ from rivulet.replication.replica_manager import (
 )
 from rivulet.server.answer import NO_RESPONSE, Answer, then
 from rivulet.server.handlers import Handler
+from rivulet.server.metadata import INTERNAL_TOPICS
 from rivulet.server.network import KafkaConnection
 from rivulet.server.topics import TopicManager
 
@@ -39,16 +42,47 @@ LIST_OFFSETS_EARLIEST = -2
 LIST_OFFSETS_MAX_TIMESTAMP = -3
 LIST_OFFSETS_EARLIEST_LOCAL = -4
 LIST_OFFSETS_LATEST_TIERED = -5
+# ListOffsets and OffsetForLeaderEpoch from this replica id may read a follower (Kafka's tools).
+DEBUGGING_REPLICA_ID = -2
 
 
 class RecordHandlers:
-    def __init__(self, replica_manager: ReplicaManager, metadata: TopicManager) -> None:
+    def __init__(self, replica_manager: ReplicaManager, metadata: TopicManager,
+                 metadata_cache: MetadataCache | None = None, listener: str = "PLAINTEXT") -> None:
         self.replica_manager = replica_manager
         self.metadata = metadata
+        # Cluster mode: where a partition's leader is, for the KIP-951 hints of NOT_LEADER_OR_FOLLOWER.
+        self.metadata_cache = metadata_cache
+        self.listener = listener
 
     def handlers(self) -> dict[int, Handler]:
         return {0: self.handle_produce, 1: self.handle_fetch, 2: self.handle_list_offsets,
                 21: self.handle_delete_records, 23: self.handle_offset_for_leader_epoch}
+
+    def _known(self, tp: TopicPartition) -> bool:
+        """Whether the cluster has this partition (on this broker or another)."""
+        cache = self.metadata_cache
+        if cache is not None and cache.partition(tp) is not None:
+            return True
+        info = self.metadata.get(tp.topic)
+        return info is not None and 0 <= tp.partition < info.num_partitions
+
+    def _partition_or_error(self, tp: TopicPartition) -> Partition:
+        try:
+            return self.replica_manager.get_partition_or_error(tp)
+        except ApiError as e:
+            code = self._hosted_elsewhere(tp, e.code)
+            if code != e.code:
+                raise ApiError(code) from None
+            raise
+
+    def _hosted_elsewhere(self, tp: TopicPartition, error: ErrorCode) -> ErrorCode:
+        """In cluster mode a partition this broker holds no replica of is another's: as Kafka,
+        NOT_LEADER_OR_FOLLOWER, so the client refreshes its metadata."""
+        if error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and self.metadata_cache is not None \
+                and self.metadata_cache.partition(tp) is not None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return error
 
     # ------------------------------------------------------------ Produce
     def handle_produce(self, header: RequestHeader, req: ProduceRequest, conn: KafkaConnection) -> Answer:
@@ -57,14 +91,13 @@ class RecordHandlers:
         early: dict[TopicPartition, ProduceResult] = {}
         for td in req.topic_data:
             name = td.name
-            info = self.metadata.get(name)
             for pd in td.partition_data:
                 tp = TopicPartition(name, pd.index)
                 if acks not in (0, 1, -1):
                     early[tp] = ProduceResult(error=ErrorCode.INVALID_REQUIRED_ACKS)
-                elif info is None or not 0 <= pd.index < info.num_partitions:
+                elif not self._known(tp):
                     early[tp] = ProduceResult(error=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                elif info.is_internal:
+                elif name in INTERNAL_TOPICS:
                     early[tp] = ProduceResult(error=ErrorCode.INVALID_TOPIC_EXCEPTION,
                                               message=f"Cannot append to internal topic {name}")
                 else:
@@ -83,18 +116,29 @@ class RecordHandlers:
         def build(results: dict[TopicPartition, ProduceResult]) -> pr.ProduceResponse:
             results = {**early, **results}
             by_topic: dict[str, list[pr.PartitionProduceResponse]] = {}
+            hints = _LeaderHints(self.metadata_cache, self.listener)
             for td in req.topic_data:
                 for pd in td.partition_data:
-                    r = results[TopicPartition(td.name, pd.index)]
-                    by_topic.setdefault(td.name, []).append(pr.PartitionProduceResponse(
-                        index=pd.index, error_code=r.error, base_offset=r.base_offset,
+                    tp = TopicPartition(td.name, pd.index)
+                    r = results[tp]
+                    error = self._hosted_elsewhere(tp, r.error)
+                    part = pr.PartitionProduceResponse(
+                        index=pd.index, error_code=error, base_offset=r.base_offset,
                         log_append_time_ms=r.log_append_time, log_start_offset=r.log_start_offset,
                         record_errors=[pr.BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m)
                                        for i, m in r.record_errors or ()],
-                        error_message=r.message))
-            return pr.ProduceResponse(
+                        error_message=r.message)
+                    if error == ErrorCode.NOT_LEADER_OR_FOLLOWER and header.api_version >= 10:
+                        leader, epoch = hints.leader(tp)
+                        part.current_leader = pr.LeaderIdAndEpoch(leader_id=leader, leader_epoch=epoch)
+                    by_topic.setdefault(td.name, []).append(part)
+            resp = pr.ProduceResponse(
                 responses=[pr.TopicProduceResponse(name=n, partition_responses=ps) for n, ps in by_topic.items()],
                 throttle_time_ms=0)
+            if header.api_version >= 10:
+                resp.node_endpoints = [pr.NodeEndpoint(node_id=i, host=h, port=p, rack=rk)
+                                       for i, h, p, rk in hints.endpoints()]
+            return resp
 
         return then(result, build)
 
@@ -109,14 +153,17 @@ class RecordHandlers:
         replica_id = req.replica_state.replica_id if v >= 15 else req.replica_id
         params = FetchParams(replica_id=replica_id, max_wait_ms=req.max_wait_ms, min_bytes=req.min_bytes,
                              max_bytes=req.max_bytes if v >= 3 else 2**31 - 1,
-                             isolation_level=req.isolation_level if v >= 4 else 0)
+                             isolation_level=req.isolation_level if v >= 4 else 0,
+                             fetch_only_leader=replica_id >= 0 or v < 11)
         errors: dict[tuple[str, int], ErrorCode] = {}
         order: list[tuple[Any, str, int]] = []  # (topic id, topic name, partition)
         for ft in req.topics:
             name = ft.topic
             if v >= 13:
-                info = self.metadata.by_id(ft.topic_id)
-                name = info.name if info else None
+                name = self.metadata_cache.topic_name(ft.topic_id) if self.metadata_cache is not None else None
+                if name is None:
+                    info = self.metadata.by_id(ft.topic_id)
+                    name = info.name if info else None
             for fp in ft.partitions:
                 order.append((ft.topic_id, name, fp.partition))
                 if name is None:
@@ -124,11 +171,13 @@ class RecordHandlers:
                     continue
                 params.partitions.append(FetchRequestPartition(
                     TopicPartition(name, fp.partition), fp.fetch_offset, fp.partition_max_bytes,
-                    fp.current_leader_epoch if v >= 9 else -1))
+                    fp.current_leader_epoch if v >= 9 else -1, fp.log_start_offset if v >= 5 else -1,
+                    fp.last_fetched_epoch if v >= 12 else -1))
         result = self.replica_manager.fetch_messages(params)
 
         def build(results: dict[TopicPartition, FetchResult]) -> fr.FetchResponse:
             topics: list[fr.FetchableTopicResponse] = []
+            hints = _LeaderHints(self.metadata_cache, self.listener)
             last_key = None
             for topic_id, name, part in order:
                 key = topic_id if v >= 13 else name
@@ -142,17 +191,30 @@ class RecordHandlers:
                         last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
                         preferred_read_replica=-1, records=b""))
                     continue
-                r = results[TopicPartition(name, part)]
+                tp = TopicPartition(name, part)
+                r = results[tp]
                 aborted = None
                 if params.isolation_level != 0 and r.aborted_transactions is not None:
                     aborted = [fr.AbortedTransaction(producer_id=pid, first_offset=first)
                                for pid, first in r.aborted_transactions]
-                topics[-1].partitions.append(fr.PartitionData(
-                    partition_index=part, error_code=r.error, high_watermark=r.high_watermark,
+                error = self._hosted_elsewhere(tp, r.error)
+                data = fr.PartitionData(
+                    partition_index=part, error_code=error, high_watermark=r.high_watermark,
                     last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
                     aborted_transactions=aborted,
-                    preferred_read_replica=-1, records=r.records if r.records is not None else b""))
-            return fr.FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
+                    preferred_read_replica=-1, records=r.records if r.records is not None else b"")
+                if r.diverging_epoch is not None:
+                    data.diverging_epoch = fr.EpochEndOffset(epoch=r.diverging_epoch[0],
+                                                             end_offset=r.diverging_epoch[1])
+                if v >= 16 and error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH):
+                    leader, epoch = hints.leader(tp)
+                    data.current_leader = fr.LeaderIdAndEpoch(leader_id=leader, leader_epoch=epoch)
+                topics[-1].partitions.append(data)
+            resp = fr.FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
+            if v >= 16:
+                resp.node_endpoints = [fr.NodeEndpoint(node_id=i, host=h, port=p, rack=rk)
+                                       for i, h, p, rk in hints.endpoints()]
+            return resp
 
         return then(result, build)
 
@@ -167,8 +229,13 @@ class RecordHandlers:
                 r = lor.ListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=0,
                                                      timestamp=-1, offset=-1, leader_epoch=-1, old_style_offsets=[])
                 try:
-                    part = self.replica_manager.get_partition_or_error(TopicPartition(t.name, p.partition_index))
-                    part.check_leader_epoch(p.current_leader_epoch if header.api_version >= 4 else -1)
+                    tp = TopicPartition(t.name, p.partition_index)
+                    part = self._partition_or_error(tp)
+                    epoch = p.current_leader_epoch if header.api_version >= 4 else -1
+                    if req.replica_id == DEBUGGING_REPLICA_ID:
+                        part.check_leader_epoch(epoch)
+                    else:
+                        part.check_leader(epoch)
                     lg = part.log
                     ts = p.timestamp
                     isolation = req.isolation_level if header.api_version >= 2 else 0
@@ -210,8 +277,11 @@ class RecordHandlers:
             for p in t.partitions:
                 r = ofler.EpochEndOffset(error_code=0, partition=p.partition, leader_epoch=-1, end_offset=-1)
                 try:
-                    part = self.replica_manager.get_partition_or_error(TopicPartition(t.topic, p.partition))
-                    part.check_leader_epoch(p.current_leader_epoch)
+                    part = self._partition_or_error(TopicPartition(t.topic, p.partition))
+                    if req.replica_id == DEBUGGING_REPLICA_ID:  # also v2, which has no replica id
+                        part.check_leader_epoch(p.current_leader_epoch)
+                    else:
+                        part.check_leader(p.current_leader_epoch)
                     r.leader_epoch, r.end_offset = part.log.end_offset_for_epoch(p.leader_epoch)
                 except ApiError as e:
                     r.error_code = e.code
@@ -240,3 +310,26 @@ class RecordHandlers:
                 parts.append(r)
             topics.append(drr.DeleteRecordsTopicResult(name=t.name, partitions=parts))
         return drr.DeleteRecordsResponse(throttle_time_ms=0, topics=topics)
+
+
+class _LeaderHints:
+    """KIP-951: the current leader of each partition answered NOT_LEADER_OR_FOLLOWER (or
+    FENCED_LEADER_EPOCH), and the endpoints of those leaders, from the metadata cache."""
+
+    def __init__(self, cache: MetadataCache | None, listener: str) -> None:
+        self.cache = cache
+        self.listener = listener
+        self._nodes: dict[int, tuple[str, int, str | None]] = {}
+
+    def leader(self, tp: TopicPartition) -> tuple[int, int]:
+        if self.cache is None:
+            return -1, -1
+        leader, epoch, endpoint = self.cache.leader_and_endpoint(tp, self.listener)
+        if endpoint is None:
+            return -1, -1
+        broker = self.cache.alive_broker(leader)
+        self._nodes[leader] = (endpoint.host, endpoint.port, broker.rack if broker is not None else None)
+        return leader, epoch
+
+    def endpoints(self) -> list[tuple[int, str, int, str | None]]:
+        return [(i, h, p, r) for i, (h, p, r) in sorted(self._nodes.items())]

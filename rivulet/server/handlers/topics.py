@@ -22,10 +22,11 @@ from rivulet.protocol.messages.delete_topics_request import DeleteTopicsRequest
 from rivulet.protocol.messages.describe_cluster_request import DescribeClusterRequest
 from rivulet.protocol.messages.metadata_request import MetadataRequest
 from rivulet.protocol.schema import ZERO_UUID
+from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.server.config import BrokerConfig
 from rivulet.server.handlers import Handler
-from rivulet.server.metadata import validate_topic_name
+from rivulet.server.metadata import INTERNAL_TOPICS, validate_topic_name
 from rivulet.server.network import KafkaConnection
 from rivulet.server.topics import TopicManager
 
@@ -57,21 +58,66 @@ def _requested_partitions(req: CreateTopicsRequest, default_partitions: int) -> 
 
 class TopicHandlers:
     def __init__(self, topics: TopicManager, replica_manager: ReplicaManager, config: BrokerConfig,
-                 node: NodeEndpoint, cluster_id: str) -> None:
+                 node: NodeEndpoint, cluster_id: str, metadata_cache: MetadataCache | None = None) -> None:
         self.topics = topics
         self.replica_manager = replica_manager
         self.config = config
         self.node = node
         self.cluster_id = cluster_id
+        # Cluster mode: brokers, leaders and ISRs as the controller's UpdateMetadata stated them.
+        self.metadata_cache = metadata_cache
+        self.listener = config["inter.broker.listener.name"]
 
     def handlers(self) -> dict[int, Handler]:
         return {3: self.handle_metadata, 19: self.handle_create_topics, 20: self.handle_delete_topics,
                 37: self.handle_create_partitions, 60: self.handle_describe_cluster}
 
     # ------------------------------------------------------------ Metadata
+    def _live_brokers(self) -> list[tuple[int, str, int, str | None]]:
+        """(id, host, port, rack) of every live broker on the clients' listener."""
+        cache = self.metadata_cache
+        if cache is None:
+            n = self.node
+            return [(n.node_id, n.host, n.port, None)]
+        out = []
+        for b in cache.alive_brokers():
+            e = b.endpoint(self.listener)
+            if e is not None:
+                out.append((b.broker_id, e.host, e.port, b.rack))
+        return out
+
+    def _controller_id(self) -> int:
+        cache = self.metadata_cache
+        if cache is None:
+            return self.node.node_id
+        return cache.controller_id if cache.controller_id is not None else -1
+
     def _broker_list(self) -> list[mr.MetadataResponseBroker]:
-        n = self.node
-        return [mr.MetadataResponseBroker(node_id=n.node_id, host=n.host, port=n.port, rack=None)]
+        return [mr.MetadataResponseBroker(node_id=i, host=h, port=p, rack=r) for i, h, p, r in self._live_brokers()]
+
+    def _cluster_partitions(self, name: str, v: int) -> list[mr.MetadataResponsePartition]:
+        """A topic's partitions from the metadata cache, as Kafka's ZooKeeper-mode broker answers."""
+        cache = self.metadata_cache
+        assert cache is not None
+        out = []
+        for i, st in cache.partitions(name).items():
+            alive = cache.brokers
+            error = ErrorCode.NONE
+            replicas, isr = st.replicas, st.isr
+            if v == 0:
+                # Version 0 clients are told about unavailable replicas and see only live ones.
+                live_replicas = [r for r in replicas if r in alive]
+                live_isr = [r for r in isr if r in alive]
+                if len(live_replicas) < len(replicas) or len(live_isr) < len(isr):
+                    error = ErrorCode.REPLICA_NOT_AVAILABLE
+                replicas, isr = live_replicas, live_isr
+            if st.leader not in alive:
+                error = ErrorCode.LEADER_NOT_AVAILABLE
+            out.append(mr.MetadataResponsePartition(
+                error_code=error, partition_index=i, leader_id=st.leader if st.leader in alive else -1,
+                leader_epoch=st.leader_epoch, replica_nodes=list(replicas), isr_nodes=list(isr),
+                offline_replicas=list(st.offline_replicas)))
+        return out
 
     def handle_metadata(
         self, header: RequestHeader, req: MetadataRequest, conn: KafkaConnection
@@ -80,8 +126,10 @@ class TopicHandlers:
         topics = self.topics
         node_id = self.node.node_id
         topics_out: list[mr.MetadataResponseTopic] = []
+        cache = self.metadata_cache
         if req.topics is None or (v == 0 and not req.topics):
-            wanted = [(name, None) for name in topics.topic_names()]
+            names = cache.topic_names() if cache is not None else topics.topic_names()
+            wanted = [(name, None) for name in names]
             explicit = False
         else:
             wanted = [(t.name, t.topic_id) for t in req.topics]
@@ -91,12 +139,23 @@ class TopicHandlers:
             t = mr.MetadataResponseTopic(name=name, topic_id=topic_id or ZERO_UUID, is_internal=False,
                                          partitions=[], error_code=0)
             if name is None:
-                info = topics.by_id(topic_id) if topic_id is not None else None
-                if info is None:
+                known = None
+                if topic_id is not None:
+                    known = cache.topic_name(topic_id) if cache is not None else None
+                    if known is None:
+                        info = topics.by_id(topic_id)
+                        known = info.name if info is not None else None
+                if known is None:
                     t.error_code = ErrorCode.UNKNOWN_TOPIC_ID
                     topics_out.append(t)
                     continue
-                name = t.name = info.name
+                name = t.name = known
+            if cache is not None and cache.contains_topic(name):
+                t.topic_id = cache.topic_id(name) or ZERO_UUID
+                t.is_internal = name in INTERNAL_TOPICS
+                t.partitions = self._cluster_partitions(name, v)
+                topics_out.append(t)
+                continue
             info = topics.get(name)
             if info is None and explicit:
                 try:
@@ -119,6 +178,11 @@ class TopicHandlers:
                     continue
             t.topic_id = info.topic_id
             t.is_internal = info.is_internal
+            if cache is not None:
+                # Created, but the controller has not told this broker its leaders yet.
+                t.error_code = ErrorCode.LEADER_NOT_AVAILABLE
+                topics_out.append(t)
+                continue
             for i in range(info.num_partitions):
                 tp = TopicPartition(name, i)
                 p = self.replica_manager.partitions.get(tp)
@@ -135,7 +199,7 @@ class TopicHandlers:
             topics_out.append(t)
         resp = mr.MetadataResponse(
             throttle_time_ms=0, brokers=self._broker_list(), cluster_id=self.cluster_id,
-            controller_id=node_id, topics=topics_out)
+            controller_id=self._controller_id(), topics=topics_out)
         # No authorizer: as Kafka, every supported operation is authorized when asked for.
         if v >= 8 and req.include_topic_authorized_operations:
             for t in topics_out:
@@ -148,11 +212,11 @@ class TopicHandlers:
     def handle_describe_cluster(
         self, header: RequestHeader, req: DescribeClusterRequest, conn: KafkaConnection
     ) -> dcr.DescribeClusterResponse:
-        n = self.node
         return dcr.DescribeClusterResponse(
             throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1, cluster_id=self.cluster_id,
-            controller_id=n.node_id,
-            brokers=[dcr.DescribeClusterBroker(broker_id=n.node_id, host=n.host, port=n.port, rack=None)],
+            controller_id=self._controller_id(),
+            brokers=[dcr.DescribeClusterBroker(broker_id=i, host=h, port=p, rack=r)
+                     for i, h, p, r in self._live_brokers()],
             cluster_authorized_operations=CLUSTER_AUTHORIZED_OPERATIONS if req.include_cluster_authorized_operations
             else -2147483648)
 

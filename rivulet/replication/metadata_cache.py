@@ -1,0 +1,139 @@
+"""The broker's view of the cluster in ZooKeeper mode (Kafka's ZkMetadataCache): live brokers
+with their endpoints and racks, the controller, and each partition's leader, epoch, replicas and
+ISR, as the controller's UpdateMetadata requests state them. Metadata and DescribeCluster
+answer from it, and NOT_LEADER_OR_FOLLOWER carries its leader as the KIP-951 hint.
+
+Pure data: the request handler turns UpdateMetadata into ``MetadataUpdate`` and applies it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from rivulet.common.types import TopicPartition
+
+NO_LEADER = -1
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerEndpoint:
+    listener: str
+    host: str
+    port: int
+    security_protocol: int = 0  # PLAINTEXT
+
+
+@dataclass(frozen=True, slots=True)
+class LiveBroker:
+    broker_id: int
+    endpoints: tuple[BrokerEndpoint, ...]
+    rack: str | None = None
+
+    def endpoint(self, listener: str) -> BrokerEndpoint | None:
+        for e in self.endpoints:
+            if e.listener == listener:
+                return e
+        return None
+
+
+@dataclass(slots=True)
+class PartitionMetadata:
+    """One partition as the controller last described it (UpdateMetadataPartitionState)."""
+
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    replicas: list[int]
+    offline_replicas: list[int] = field(default_factory=list)
+    zk_version: int = 0
+    controller_epoch: int = 0
+
+
+@dataclass(slots=True)
+class MetadataUpdate:
+    controller_id: int
+    controller_epoch: int
+    live_brokers: list[LiveBroker]
+    # (topic, topic id) -> partition index -> state; a leader of -2 (Kafka's LeaderDuringDelete)
+    # removes the partition from the cache.
+    partitions: dict[TopicPartition, PartitionMetadata]
+    topic_ids: dict[str, uuid.UUID]
+
+
+LEADER_DURING_DELETE = -2
+
+
+class MetadataCache:
+    def __init__(self, node_id: int) -> None:
+        self.node_id = node_id
+        self.controller_id: int | None = None
+        self.controller_epoch = -1
+        self.brokers: dict[int, LiveBroker] = {}
+        self._partitions: dict[str, dict[int, PartitionMetadata]] = {}
+        self._topic_ids: dict[str, uuid.UUID] = {}
+        self._topic_names: dict[uuid.UUID, str] = {}
+
+    # ------------------------------------------------------------ updates
+    def update(self, u: MetadataUpdate) -> list[TopicPartition]:
+        """Apply an UpdateMetadata; returns the partitions it deleted."""
+        self.controller_id = u.controller_id if u.controller_id >= 0 else None
+        self.controller_epoch = u.controller_epoch
+        self.brokers = {b.broker_id: b for b in u.live_brokers}
+        for name, tid in u.topic_ids.items():
+            if tid.int != 0:
+                self._topic_ids[name] = tid
+                self._topic_names[tid] = name
+        deleted = []
+        for tp, state in u.partitions.items():
+            if state.leader == LEADER_DURING_DELETE:
+                parts = self._partitions.get(tp.topic)
+                if parts is not None and parts.pop(tp.partition, None) is not None:
+                    deleted.append(tp)
+                if parts is not None and not parts:
+                    del self._partitions[tp.topic]
+                    tid = self._topic_ids.pop(tp.topic, None)
+                    if tid is not None:
+                        self._topic_names.pop(tid, None)
+                continue
+            self._partitions.setdefault(tp.topic, {})[tp.partition] = state
+        return deleted
+
+    # ------------------------------------------------------------ queries
+    def alive_broker(self, broker_id: int) -> LiveBroker | None:
+        return self.brokers.get(broker_id)
+
+    def alive_brokers(self) -> list[LiveBroker]:
+        return [self.brokers[i] for i in sorted(self.brokers)]
+
+    def topic_names(self) -> list[str]:
+        return list(self._partitions)
+
+    def contains_topic(self, name: str) -> bool:
+        return name in self._partitions
+
+    def topic_id(self, name: str) -> uuid.UUID | None:
+        return self._topic_ids.get(name)
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        return self._topic_names.get(topic_id)
+
+    def partitions(self, topic: str) -> dict[int, PartitionMetadata]:
+        """The topic's partitions by index (empty when unknown)."""
+        return dict(sorted(self._partitions.get(topic, {}).items()))
+
+    def num_partitions(self, topic: str) -> int | None:
+        parts = self._partitions.get(topic)
+        return len(parts) if parts is not None else None
+
+    def partition(self, tp: TopicPartition) -> PartitionMetadata | None:
+        return self._partitions.get(tp.topic, {}).get(tp.partition)
+
+    def leader_and_endpoint(self, tp: TopicPartition, listener: str) -> tuple[int, int, BrokerEndpoint | None]:
+        """The KIP-951 hint for ``tp``: (leader id, leader epoch, its endpoint on ``listener``);
+        (-1, -1, None) when unknown."""
+        state = self.partition(tp)
+        if state is None or state.leader < 0:
+            return NO_LEADER, -1, None
+        broker = self.brokers.get(state.leader)
+        return state.leader, state.leader_epoch, broker.endpoint(listener) if broker is not None else None
