@@ -51,6 +51,11 @@ log = logging.getLogger("rivulet.consumer")
 WAIT_FOR_SEEK = "error"  # reset_strategy of a partition whose offset could not be reset
 
 
+
+def _partitions(offsets: dict[TP, OffsetAndMetadata]) -> list[TopicPartition]:
+    """Offsets as a commit reports them to the application."""
+    return [TopicPartition(t, p, om.offset, om.metadata, om.leader_epoch) for (t, p), om in offsets.items()]
+
 class NoOffsetForPartitionError(E.KafkaException):
     """No committed offset and ``auto.offset.reset`` is ``none`` (Java's NoOffsetForPartitionException)."""
 
@@ -402,7 +407,9 @@ class AIOConsumer:
             self.coordinator.request_rejoin("pattern matches changed")
 
     async def _update_fetch_positions(self) -> None:
-        """updateFetchPositions: committed offsets first, auto.offset.reset for the rest."""
+        """updateFetchPositions: positions checked against a new leader's log (KIP-320), then
+        committed offsets, then auto.offset.reset for the rest."""
+        await self.fetcher.validate_positions()
         assignment = self.subs.assignment
         missing = [tp for tp, st in assignment.items() if st.position is None and st.reset_strategy != WAIT_FOR_SEEK]
         if not missing:
@@ -422,7 +429,7 @@ class AIOConsumer:
                 if om is not None:
                     log.debug("%s-%d: starting at committed offset %d", tp[0], tp[1], om.offset)
                     st.committed = om
-                    st.seek(om.offset)
+                    st.seek_unvalidated(om.offset, om.leader_epoch)
                 else:
                     st.await_reset(self.subs.default_reset)
         to_reset = [tp for tp, st in self.subs.assignment.items()
@@ -437,11 +444,11 @@ class AIOConsumer:
         if no_reset:
             raise NoOffsetForPartitionError(no_reset)
 
-    def _on_fetch_error(self, tp: TP, err: E.KafkaError | None) -> None:
-        if err is None:
-            self.wake()  # a partition awaits reset
+    def _on_fetch_error(self, tp: TP | None, err: E.KafkaError | None) -> None:
+        if tp is None or err is None:
+            self.wake()  # a partition awaits validation or reset
             return
-        if err.code() == E.KafkaError.OFFSET_OUT_OF_RANGE:
+        if err.code() in (E.KafkaError.OFFSET_OUT_OF_RANGE, E.LOCAL_CODES["_LOG_TRUNCATION"]):
             st = self.subs.assignment.get(tp)
             if st is not None:
                 st.reset_strategy = WAIT_FOR_SEEK
@@ -546,7 +553,8 @@ class AIOConsumer:
     def store_offsets(self, message: Message | None = None, offsets: list[TopicPartition] | None = None) -> None:
         """Offsets for the next (auto or argument-less) commit, when enable.auto.offset.store=false."""
         if message is not None:
-            self._stored[(message.topic(), message.partition())] = OffsetAndMetadata(message.offset() + 1)
+            self._stored[(message.topic(), message.partition())] = OffsetAndMetadata(message.offset() + 1, None,
+                                                                                        message.leader_epoch())
         for p in _tps(offsets or []):
             self._stored[(p.topic, p.partition)] = OffsetAndMetadata(p.offset, p.metadata, p.leader_epoch)
 
@@ -597,7 +605,7 @@ class AIOConsumer:
             self.loop.create_task(self._commit_reporting(targets))
             return None
         await self.coordinator.commit(targets, time.monotonic() + self.conf["request.timeout.ms"] / 1000)
-        return [TopicPartition(t, p, om.offset, om.metadata) for (t, p), om in targets.items()]
+        return _partitions(targets)
 
     async def _commit_reporting(self, targets: dict[TP, OffsetAndMetadata]) -> None:
         err = None
@@ -609,7 +617,7 @@ class AIOConsumer:
             err = E.KafkaError.from_exception(e)
         if err is not None:
             log.debug("commit failed: %s", err)
-        self._commit_done(err, [TopicPartition(t, p, om.offset) for (t, p), om in targets.items()])
+        self._commit_done(err, _partitions(targets))
 
     def _commit_done(self, err: E.KafkaError | None, partitions: list[TopicPartition]) -> None:
         """Report an asynchronous commit to on_commit; the sync Consumer defers it to poll()."""
@@ -632,10 +640,10 @@ class AIOConsumer:
             return
         try:
             await self.coordinator.commit(offsets, time.monotonic() + self.conf["request.timeout.ms"] / 1000)
-            self._commit_done(None, [TopicPartition(t, p, om.offset) for (t, p), om in offsets.items()])
+            self._commit_done(None, _partitions(offsets))
         except E.KafkaException as e:
             log.warning("auto-commit before rebalance failed: %s", e)
-            self._commit_done(e.error, [TopicPartition(t, p, om.offset) for (t, p), om in offsets.items()])
+            self._commit_done(e.error, _partitions(offsets))
 
     def _changed_since_commit(self, tp: TP, om: OffsetAndMetadata) -> bool:
         st = self.subs.assignment.get(tp)

@@ -14,7 +14,7 @@ import enum
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Iterable, Mapping, TypeVar
+from typing import Any, Callable, Generic, Iterable, Mapping, NamedTuple, TypeVar
 
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import framing
@@ -61,6 +61,8 @@ from rivulet.protocol.messages import (
     offset_delete_response as odr,
     offset_fetch_request as ofq,
     offset_fetch_response as ofr,
+    offset_for_leader_epoch_request as oleq,
+    offset_for_leader_epoch_response as oler,
     produce_request as prq,
     sync_group_request as sgq,
     txn_offset_commit_request as tocq,
@@ -284,19 +286,83 @@ def produce_request(transactional_id: str | None, acks: int, timeout_ms: int,
 
 
 
-def fetch_request(offsets: Mapping[tuple[str, int], int], max_wait_ms: int, min_bytes: int, max_bytes: int,
-                  partition_max_bytes: int, isolation_level: int = 0) -> fq.FetchRequest:
-    """A sessionless Fetch of each partition from its offset."""
+class FetchPosition(NamedTuple):
+    """Where a Fetch reads a partition from, with the epochs KIP-320 checks it against.
+
+    ``current_leader_epoch`` is the leader epoch the client's metadata has (the broker fences
+    a stale or newer one); ``last_fetched_epoch`` is the epoch of the batch before ``offset``
+    (the leader answers a DivergingEpoch when its log differs there). -1: not known.
+    """
+
+    offset: int
+    current_leader_epoch: int = -1
+    last_fetched_epoch: int = -1
+
+
+def fetch_request(positions: Mapping[tuple[str, int], FetchPosition], max_wait_ms: int, min_bytes: int,
+                  max_bytes: int, partition_max_bytes: int, isolation_level: int = 0) -> fq.FetchRequest:
+    """A sessionless Fetch of each partition from its position."""
     topics: dict[str, list[fq.FetchPartition]] = {}
-    for (t, p), offset in offsets.items():
+    for (t, p), pos in positions.items():
         topics.setdefault(t, []).append(fq.FetchPartition(
-            partition=p, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
-            log_start_offset=-1, partition_max_bytes=partition_max_bytes))
+            partition=p, current_leader_epoch=pos.current_leader_epoch, fetch_offset=pos.offset,
+            last_fetched_epoch=pos.last_fetched_epoch, log_start_offset=-1,
+            partition_max_bytes=partition_max_bytes))
     return fq.FetchRequest(
         cluster_id=None, replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
         isolation_level=isolation_level, session_id=0, session_epoch=-1,
         topics=[fq.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()],
         forgotten_topics_data=[], rack_id="")
+
+
+@dataclass(frozen=True, slots=True)
+class EpochEndOffset:
+    """The leader's answer for an epoch: the largest epoch it has at or below the one asked
+    about, and the offset where that epoch ends. (-1, -1): the leader knows no such epoch."""
+
+    epoch: int
+    end_offset: int
+
+    @property
+    def undefined(self) -> bool:
+        return self.epoch < 0 or self.end_offset < 0
+
+
+def diverging_epoch(pd: Any) -> EpochEndOffset | None:
+    """A Fetch partition answer's DivergingEpoch (v12+): the log differs from the fetcher's
+    before the fetch offset, so nothing was returned."""
+    d = pd.diverging_epoch
+    if d is None or d.epoch < 0:
+        return None
+    return EpochEndOffset(d.epoch, d.end_offset)
+
+
+# A consumer's OffsetsForLeaderEpoch (v3+ names who asks; a replica sends its broker id).
+CONSUMER_REPLICA_ID = -1
+
+
+def offsets_for_leader_epoch_request(epochs: Mapping[tuple[str, int], tuple[int, int]]
+                                     ) -> oleq.OffsetForLeaderEpochRequest:
+    """OffsetsForLeaderEpoch for {partition: (current leader epoch, epoch to look up)}."""
+    topics: dict[str, list[oleq.OffsetForLeaderPartition]] = {}
+    for (t, p), (current, epoch) in epochs.items():
+        topics.setdefault(t, []).append(oleq.OffsetForLeaderPartition(
+            partition=p, current_leader_epoch=current, leader_epoch=epoch))
+    return oleq.OffsetForLeaderEpochRequest(
+        replica_id=CONSUMER_REPLICA_ID,
+        topics=[oleq.OffsetForLeaderTopic(topic=t, partitions=ps) for t, ps in topics.items()])
+
+
+def read_offsets_for_leader_epoch(resp: oler.OffsetForLeaderEpochResponse) -> PartitionResults[EpochEndOffset]:
+    out: PartitionResults[EpochEndOffset] = PartitionResults()
+    for t in resp.topics:
+        for p in t.partitions:
+            tp = TP(t.topic, p.partition)
+            if p.error_code:
+                out.errors[tp] = p.error_code
+            else:
+                out.ok[tp] = EpochEndOffset(p.leader_epoch, p.end_offset)
+    return out
 
 
 # ---------------------------------------------------------------------------- metadata
@@ -353,10 +419,17 @@ class Cluster:
         fresh: dict[str, TopicMeta] = {}
         for t in resp.topics:
             tm = TopicMeta(t.name, t.topic_id, t.error_code, t.is_internal)
+            known = self.topics.get(t.name)
+            same_topic = known is not None and known.topic_id == t.topic_id
             for p in t.partitions:
-                tm.partitions[p.partition_index] = PartitionMeta(
-                    p.partition_index, p.leader_id, p.leader_epoch, p.error_code)
-                if p.leader_id >= 0 and p.leader_id in self.brokers:
+                pm = PartitionMeta(p.partition_index, p.leader_id, p.leader_epoch, p.error_code)
+                old = known.partitions.get(p.partition_index) if same_topic else None
+                if old is not None and pm.leader_epoch < old.leader_epoch and old.leader in self.brokers:
+                    # KIP-320: a broker that has not heard of the latest leader yet answered;
+                    # what we know is newer.
+                    pm = old
+                tm.partitions[p.partition_index] = pm
+                if pm.leader >= 0 and pm.leader in self.brokers:
                     tm.available.append(p.partition_index)
             tm.available.sort()
             fresh[t.name] = tm
@@ -384,6 +457,27 @@ class Cluster:
         if p is None or p.leader not in self.brokers:
             return -1
         return p.leader
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        """The partition's leader epoch as the metadata says; -1 when unknown."""
+        t = self.topics.get(topic)
+        p = t.partitions.get(partition) if t is not None else None
+        return p.leader_epoch if p is not None else -1
+
+    def new_leader(self, topic: str, partition: int, leader: int, leader_epoch: int) -> bool:
+        """A broker named the partition's current leader (KIP-951) in an error answer; taken
+        when it is newer than what the metadata said. True if taken."""
+        t = self.topics.get(topic)
+        p = t.partitions.get(partition) if t is not None else None
+        if p is None or leader < 0 or leader_epoch < p.leader_epoch or leader not in self.brokers:
+            return False
+        if leader_epoch == p.leader_epoch and p.leader == leader:
+            return False
+        t.partitions[partition] = PartitionMeta(partition, leader, leader_epoch, 0)
+        if partition not in t.available:
+            t.available = sorted([*t.available, partition])
+        self.version += 1
+        return True
 
     def forget_leader(self, topic: str, partition: int) -> None:
         """A leader turned out stale: the next lookup asks for fresh metadata."""

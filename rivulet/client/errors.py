@@ -33,7 +33,7 @@ LOCAL_CODES: dict[str, int] = {
     "_PURGE_QUEUE": -152, "_PURGE_INFLIGHT": -151, "_FATAL": -150, "_INCONSISTENT": -149,
     "_GAPLESS_GUARANTEE": -148, "_MAX_POLL_EXCEEDED": -147, "_UNKNOWN_BROKER": -146,
     "_NOT_CONFIGURED": -145, "_FENCED": -144, "_APPLICATION": -143, "_ASSIGNMENT_LOST": -142,
-    "_NOOP": -141, "_AUTO_OFFSET_RESET": -140,
+    "_NOOP": -141, "_AUTO_OFFSET_RESET": -140, "_LOG_TRUNCATION": -139,
 }
 
 # Where librdkafka's name for a broker error differs from Kafka's.

@@ -30,7 +30,7 @@ from rivulet.client.wakeup import Waker
 from rivulet.client.client import KafkaClient, wait_event
 from rivulet.client.connection import RequestTimedOut
 from rivulet.client.stats import ClientStats
-from rivulet.client.subscription import SubscriptionState, TopicPartitionState
+from rivulet.client.subscription import SubscriptionState, TopicPartitionState, Validation
 from rivulet.client.types import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Message
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import records as rec
@@ -58,10 +58,10 @@ _LEADER_ERRORS = core.METADATA_ERRORS | {ErrorCode.OFFSET_NOT_AVAILABLE}
 class Chunk:
     """Messages of one partition from one fetch response."""
 
-    __slots__ = ("tp", "state", "epoch", "messages", "index", "next_offset", "nbytes")
+    __slots__ = ("tp", "state", "epoch", "messages", "index", "next_offset", "nbytes", "last_epoch")
 
     def __init__(self, tp: TP, state: TopicPartitionState, epoch: int, messages: list[Message],
-                 next_offset: int, nbytes: int) -> None:
+                 next_offset: int, nbytes: int, last_epoch: int | None = None) -> None:
         self.tp = tp
         self.state = state
         self.epoch = epoch
@@ -69,6 +69,7 @@ class Chunk:
         self.index = 0
         self.next_offset = next_offset
         self.nbytes = nbytes
+        self.last_epoch = last_epoch  # leader epoch of the chunk's last batch
 
 
 class FetchBuffer:
@@ -148,13 +149,21 @@ class FetchBuffer:
                 chunks.popleft()
                 self.removed += c.nbytes
                 st.position = c.next_offset
+                if c.last_epoch is not None:
+                    st.leader_epoch = c.last_epoch
             elif part:
                 last = part[-1]
                 if last._error is None:
                     st.position = last._offset + 1
+                    st.leader_epoch = last._leader_epoch
         if before >= self.low_water > self.added - self.removed:
             self.on_drained()
         return out
+
+    def rewind(self, st: TopicPartitionState) -> None:
+        """Drop what was fetched ahead of the partition's position (see TopicPartitionState.rewind)."""
+        with self.lock:
+            st.rewind()
 
     def clear(self) -> None:
         with self.lock:
@@ -188,7 +197,9 @@ class Fetcher:
         self._task: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.on_error: Callable[[TP, E.KafkaError], None] = lambda tp, err: None
+        # (partition, error) for the application; (partition or None, None) to wake
+        # updateFetchPositions.
+        self.on_error: Callable[[TP | None, E.KafkaError | None], None] = lambda tp, err: None
 
     def start(self) -> None:
         self.loop = asyncio.get_running_loop()
@@ -229,11 +240,18 @@ class Fetcher:
         by_node: dict[int, list[tuple[TP, TopicPartitionState]]] = {}
         unknown = False
         cluster = self.client.cluster
+        validate = False
         for tp, st in self.subs.assignment.items():
-            if st.paused or st.position is None or tp in self._tps_in_flight:
+            if st.paused or st.position is None or tp in self._tps_in_flight or st.awaiting_validation:
+                continue
+            if st.leader_changed(cluster.leader_epoch(tp[0], tp[1])):
+                # KIP-320: the new leader checks the position before anything more is read.
+                self.buffer.rewind(st)
+                validate = True
                 continue
             if st.fetch_offset is None:
                 st.fetch_offset = st.position
+                st.fetch_epoch = st.leader_epoch
             leader = cluster.leader(tp[0], tp[1])
             if leader < 0:
                 unknown = True
@@ -257,6 +275,8 @@ class Fetcher:
             t = self.loop.create_task(self._fetch(node, sent, req, conn if fut is not None else None, fut))
             self._tasks.add(t)
             t.add_done_callback(self._tasks.discard)
+        if validate:
+            self.on_error(None, None)  # wakes updateFetchPositions, which validates
         if unknown:
             self.client.add_topics({tp[0] for tp in self.subs.assignment})
             self.client.request_update()
@@ -264,8 +284,10 @@ class Fetcher:
         return None
 
     def _request(self, parts: list[tuple[TP, TopicPartitionState]]) -> Any:
-        return core.fetch_request({tp: st.fetch_offset for tp, st in parts}, self.max_wait_ms, self.min_bytes,
-                                  self.max_bytes, self.partition_max_bytes, self.isolation)
+        return core.fetch_request(
+            {tp: core.FetchPosition(st.fetch_offset, st.current_leader_epoch,
+                                    -1 if st.fetch_epoch is None else st.fetch_epoch) for tp, st in parts},
+            self.max_wait_ms, self.min_bytes, self.max_bytes, self.partition_max_bytes, self.isolation)
 
     def _release(self, node: int, sent: dict[TP, Any]) -> None:
         self._nodes_in_flight.discard(node)
@@ -304,13 +326,16 @@ class Fetcher:
                     if pd.error_code == 0 and pd.records is not None:
                         # Where the next fetch starts is in the batch headers; decoding can wait.
                         end = offset
+                        end_epoch = st.fetch_epoch
                         try:
                             for _, h in rec.iter_batches(pd.records):
                                 end = h.base_offset + h.last_offset_delta + 1
+                                end_epoch = h.partition_leader_epoch
                         except ProtocolError:
                             pass
                         if end > offset:
                             st.fetch_offset = end
+                            st.fetch_epoch = end_epoch
                     todo.append((tp, st, epoch, offset, pd))
             # Pipelining: the next Fetch goes out before this response is decoded, so the broker
             # reads the log while we parse records.
@@ -353,9 +378,20 @@ class Fetcher:
                     st.await_reset(strategy)
                     self.on_error(tp, None)  # wakes updateFetchPositions
             elif code in _LEADER_ERRORS:
-                self.client.request_update()
+                hint = pd.current_leader
+                if hint is None or not self.client.cluster.new_leader(tp[0], tp[1], hint.leader_id,
+                                                                      hint.leader_epoch):
+                    self.client.request_update()
             else:
                 self.on_error(tp, E.broker_error(code))
+            return
+        diverging = core.diverging_epoch(pd)
+        if diverging is not None:
+            # The leader's log differs before the fetch offset: nothing was read. Back to the
+            # position, which is checked against where the leader's log diverges.
+            with self.buffer.lock:
+                st.rewind()
+                self._validated(tp, st, diverging)
             return
         st.high_watermark = pd.high_watermark
         if pd.last_stable_offset >= 0:
@@ -365,6 +401,7 @@ class Fetcher:
         data = pd.records
         messages: list[Message] = []
         next_offset = offset
+        last_epoch: int | None = None
         nbytes = 0
         if data is not None and len(data):
             nbytes = len(data)
@@ -380,6 +417,7 @@ class Fetcher:
                     end = h.base_offset + h.last_offset_delta + 1
                     if end <= next_offset:
                         continue
+                    le = last_epoch = h.partition_leader_epoch
                     attrs = h.attributes
                     if attrs & rec.CONTROL_MASK:
                         if aborted is not None:
@@ -391,7 +429,6 @@ class Fetcher:
                         next_offset = end
                         continue
                     ts_type = TIMESTAMP_LOG_APPEND_TIME if attrs & rec.TIMESTAMP_TYPE_MASK else TIMESTAMP_CREATE_TIME
-                    le = h.partition_leader_epoch
                     try:
                         if parse_messages is not None:
                             hd, rbuf, start, stop = rec.batch_records_section(buf, pos, verify_crc=self.check_crcs)
@@ -436,7 +473,80 @@ class Fetcher:
         if messages or next_offset > offset:
             if self.stats is not None:
                 self.stats.records_in(tp, sum(1 for m in messages if m.error() is None), nbytes)
-            self.buffer.put(Chunk(tp, st, epoch, messages, next_offset, nbytes))
+            self.buffer.put(Chunk(tp, st, epoch, messages, next_offset, nbytes, last_epoch))
+
+    # ------------------------------------------------------------ position validation (KIP-320)
+    def _validated(self, tp: TP, st: TopicPartitionState, end: core.EpochEndOffset) -> None:
+        """Apply the leader's epoch end offset to the position; the caller holds the buffer lock."""
+        position, epoch = st.position, st.leader_epoch
+        outcome = st.complete_validation(end, self.subs.default_reset != "none")
+        if outcome is Validation.VALID:
+            return
+        what = (f"{tp[0]}-{tp[1]}: the log was truncated at offset {end.end_offset} (leader epoch {end.epoch}), "
+                f"before the position {position} (leader epoch {epoch})")
+        if outcome is Validation.TRUNCATED:
+            log.info("%s: continuing from offset %d", what, end.end_offset)
+        elif outcome is Validation.RESET:
+            log.info("%s-%d: the leader knows no epoch at or before %s: resetting to %s",
+                     tp[0], tp[1], epoch, self.subs.default_reset)
+            st.await_reset(self.subs.default_reset)
+            self.on_error(tp, None)
+        else:
+            self.on_error(tp, E.KafkaError(E.LOCAL_CODES["_LOG_TRUNCATION"], what))
+
+    async def validate_positions(self) -> None:
+        """OffsetsForLeaderEpoch for every position awaiting validation, from its leader."""
+        cluster = self.client.cluster
+        by_node: dict[int, dict[TP, tuple[int, int]]] = {}
+        asked: dict[TP, tuple[TopicPartitionState, int]] = {}
+        for tp, st in self.subs.assignment.items():
+            if not st.awaiting_validation or st.position is None:
+                continue
+            if st.leader_epoch is None:
+                st.awaiting_validation = False
+                continue
+            leader = cluster.leader(tp[0], tp[1])
+            if leader < 0:
+                self.client.request_update()
+                continue
+            st.current_leader_epoch = cluster.leader_epoch(tp[0], tp[1])
+            by_node.setdefault(leader, {})[tp] = (st.current_leader_epoch, st.leader_epoch)
+            asked[tp] = (st, st.epoch)
+        if not by_node:
+            return
+        results = await asyncio.gather(*(self._offsets_for_leader_epoch(n, epochs) for n, epochs in by_node.items()),
+                                       return_exceptions=True)
+        for node, r in zip(by_node, results):
+            if isinstance(r, BaseException):
+                log.debug("OffsetsForLeaderEpoch to broker %d failed: %s", node, r)
+                self.client.request_update()
+                continue
+            if r is None:  # the broker cannot check: the positions stand, as Java's client has it
+                for tp in by_node[node]:
+                    asked[tp][0].awaiting_validation = False
+                continue
+            for tp, end in r.ok.items():
+                st, epoch = asked[tp]
+                if self.subs.assignment.get(tp) is not st or st.epoch != epoch or not st.awaiting_validation:
+                    continue  # sought or revoked meanwhile
+                with self.buffer.lock:
+                    self._validated(tp, st, end)
+            for tp, code in r.errors.items():
+                if code in _LEADER_ERRORS:
+                    self.client.request_update()  # checked again once the metadata is current
+                else:
+                    self.on_error(tp, E.broker_error(code, f"OffsetsForLeaderEpoch {tp[0]}-{tp[1]}"))
+        self.wake()
+
+    async def _offsets_for_leader_epoch(self, node: int, epochs: dict[TP, tuple[int, int]]
+                                        ) -> core.PartitionResults[core.EpochEndOffset] | None:
+        """The leader's answer; None when it is too old to give epochs (below v2)."""
+        versions = self.client.api_version(node, 23)
+        if versions is not None and versions[1] < 2:
+            return None
+        resp = await self.client.send(node, core.offsets_for_leader_epoch_request(epochs),
+                                      timeout=self.request_timeout)
+        return core.read_offsets_for_leader_epoch(resp)
 
     @staticmethod
     def _aborted(pd: Any) -> dict[int, int]:

@@ -13,14 +13,20 @@ A partition without a position is not fetchable; updateFetchPositions gives it o
 committed offset, or else by ``auto.offset.reset``. The fetcher runs ahead of ``position``
 (``fetch_offset``) to prefetch; ``epoch`` changes on every seek, so records fetched for an
 older position are recognised and dropped.
+
+KIP-320: a position carries the leader epoch of the record before it. When the partition's
+leader changes, or the position comes from a commit, the position awaits validation: the new
+leader says where that epoch ends in its log (OffsetsForLeaderEpoch), and a position past it
+was on a log that has since been truncated.
 """
 
 from __future__ import annotations
 
+import enum
 import re
 from typing import Iterable
 
-from rivulet.client.core import OffsetAndMetadata  # noqa: F401  (re-exported)
+from rivulet.client.core import EpochEndOffset, OffsetAndMetadata  # noqa: F401  (re-exported)
 from rivulet.common.types import TopicPartition as TP
 
 EARLIEST = "earliest"
@@ -28,9 +34,19 @@ LATEST = "latest"
 NONE = "none"
 
 
+class Validation(enum.Enum):
+    """How an epoch check of a position (KIP-320) ended."""
+
+    VALID = "valid"                # the leader's log agrees up to the position
+    TRUNCATED = "truncated"        # moved back to where the logs diverge
+    RESET = "reset"                # no common point known: auto.offset.reset applies
+    LOG_TRUNCATION = "truncation"  # truncated, and auto.offset.reset=none: the application decides
+
+
 class TopicPartitionState:
     __slots__ = ("position", "committed", "high_watermark", "last_stable_offset", "log_start_offset",
-                 "paused", "reset_strategy", "fetch_offset", "epoch", "eof_reported", "leader_epoch")
+                 "paused", "reset_strategy", "fetch_offset", "epoch", "eof_reported", "leader_epoch",
+                 "fetch_epoch", "current_leader_epoch", "awaiting_validation")
 
     def __init__(self) -> None:
         self.position: int | None = None
@@ -43,20 +59,72 @@ class TopicPartitionState:
         self.fetch_offset: int | None = None
         self.epoch = 0
         self.eof_reported = False
+        # The leader epoch of the record before ``position`` (what a commit stores), and of the
+        # batch before ``fetch_offset`` (a Fetch's last_fetched_epoch); None: not known.
         self.leader_epoch: int | None = None
+        self.fetch_epoch: int | None = None
+        # The metadata's leader epoch the position was last checked against; -1: none yet.
+        self.current_leader_epoch = -1
+        self.awaiting_validation = False
 
     def await_reset(self, strategy: str) -> None:
         self.reset_strategy = strategy
         self.position = None
         self.fetch_offset = None
+        self.leader_epoch = self.fetch_epoch = None
+        self.awaiting_validation = False
         self.epoch += 1
 
-    def seek(self, offset: int) -> None:
+    def seek(self, offset: int, leader_epoch: int | None = None) -> None:
+        """Move to ``offset``, taken as valid (a user's seek, or the end of a check)."""
         self.position = offset
         self.fetch_offset = offset
+        self.leader_epoch = self.fetch_epoch = leader_epoch
         self.reset_strategy = None
         self.eof_reported = False
+        self.awaiting_validation = False
         self.epoch += 1
+
+    def seek_unvalidated(self, offset: int, leader_epoch: int | None) -> None:
+        """Move to a committed offset; with its epoch known, the leader checks it first."""
+        self.seek(offset, leader_epoch)
+        self.awaiting_validation = leader_epoch is not None
+
+    def leader_changed(self, leader_epoch: int) -> bool:
+        """The metadata gives the partition's leader ``leader_epoch``. True when the position
+        must be checked against the new leader before fetching again (its epoch is known)."""
+        if leader_epoch < 0 or leader_epoch == self.current_leader_epoch or self.position is None:
+            return False
+        first = self.current_leader_epoch < 0
+        self.current_leader_epoch = leader_epoch
+        if first or self.leader_epoch is None:
+            return False
+        self.awaiting_validation = True
+        return True
+
+    def rewind(self) -> None:
+        """Drop what was fetched ahead of the position: it came from a leader whose log may
+        be cut back. The caller holds the fetch buffer's lock."""
+        self.fetch_offset = self.position
+        self.fetch_epoch = self.leader_epoch
+        self.epoch += 1
+
+    def complete_validation(self, end: EpochEndOffset, can_reset: bool) -> Validation:
+        """Apply the leader's answer for the position's epoch (OffsetsForLeaderEpoch, or a
+        Fetch's DivergingEpoch), as Java's SubscriptionState.maybeCompleteValidation does."""
+        assert self.position is not None
+        if end.undefined:
+            outcome = Validation.RESET if can_reset else Validation.LOG_TRUNCATION
+        elif end.end_offset < self.position:
+            if can_reset:
+                self.seek(end.end_offset, end.epoch)
+                return Validation.TRUNCATED
+            outcome = Validation.LOG_TRUNCATION
+        else:
+            self.awaiting_validation = False
+            return Validation.VALID
+        self.awaiting_validation = False
+        return outcome
 
     @property
     def has_valid_position(self) -> bool:
@@ -64,7 +132,7 @@ class TopicPartitionState:
 
     @property
     def is_fetchable(self) -> bool:
-        return not self.paused and self.position is not None
+        return not self.paused and self.position is not None and not self.awaiting_validation
 
     @property
     def awaiting_reset(self) -> bool:

@@ -577,7 +577,7 @@ class RivuletBatchReader(DataSourceReader):
 
 
 def _fetch_request(opts: SourceOptions, tp: TP, offset: int, max_bytes: int) -> Any:
-    return core.fetch_request({tp: offset}, opts.fetch_max_wait_ms, 1, max_bytes, max_bytes, opts.isolation_level)
+    return core.fetch_request({tp: core.FetchPosition(offset)}, opts.fetch_max_wait_ms, 1, max_bytes, max_bytes, opts.isolation_level)
 
 
 class _Fetcher:

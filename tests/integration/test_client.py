@@ -376,6 +376,51 @@ def test_auto_offset_reset_latest_and_none(broker):
     c.close()
 
 
+def test_commits_carry_leader_epochs_and_the_leader_checks_them(broker):
+    """KIP-320: a commit stores the leader epoch of the last record consumed, and a consumer
+    that starts from a commit asks the leader (OffsetsForLeaderEpoch) whether its log still
+    holds that epoch up to the offset before it fetches."""
+    topic = name("epochs")
+    produce(broker.bootstrap, topic, 20, partition=0)
+    tp = TopicPartition(topic, 0)
+    base = {"bootstrap.servers": broker.bootstrap, "enable.auto.commit": False}
+    c = Consumer({**base, "group.id": name("g"), "auto.offset.reset": "earliest"})
+    c.subscribe([topic])
+    msgs = drain(c, 20)
+    assert {m.leader_epoch() for m in msgs} == {0}
+    committed = c.commit(asynchronous=False)
+    assert [(p.offset, p.leader_epoch) for p in committed] == [(20, 0)]
+    assert [(p.offset, p.leader_epoch) for p in c.committed([tp], timeout=10)] == [(20, 0)]
+    c.close()
+
+    def start_from(offset: int, epoch: int, reset: str) -> Consumer:
+        group = name("g")
+        setter = Consumer({**base, "group.id": group})
+        setter.commit(offsets=[TopicPartition(topic, 0, offset, leader_epoch=epoch)], asynchronous=False)
+        setter.close()
+        c = Consumer({**base, "group.id": group, "auto.offset.reset": reset})
+        c.subscribe([topic])
+        return c
+
+    c = start_from(10, 0, "earliest")  # an epoch the leader has, past the offset: valid
+    assert [m.offset() for m in drain(c, 10)] == list(range(10, 20))
+    c.close()
+    c = start_from(10, 7, "earliest")  # an epoch the leader never had: the reset policy decides
+    assert drain(c, 1)[0].offset() == 0
+    c.close()
+    c = start_from(10, 7, "error")
+    deadline, err = time.monotonic() + 20, None
+    while err is None and time.monotonic() < deadline:
+        m = c.poll(0.2)
+        if m is not None:
+            assert m.error() is not None, f"a record at {m.offset()} despite the unknown epoch"
+            err = m.error()
+    assert err is not None and err.code() == KafkaError._LOG_TRUNCATION, err
+    c.seek(TopicPartition(topic, 0, 15))  # the application decides where to go on
+    assert [m.offset() for m in drain(c, 5)] == list(range(15, 20))
+    c.close()
+
+
 def test_assign_seek_position_pause_resume(broker):
     topic = name("seek")
     produce(broker.bootstrap, topic, 50, partition=0)

@@ -18,6 +18,7 @@ from rivulet.protocol.messages import (
     metadata_response as mr,
     offset_commit_response as ocr,
     offset_fetch_response as ofr,
+    offset_for_leader_epoch_response as oler,
     txn_offset_commit_response as tocr,
 )
 
@@ -332,11 +333,45 @@ def test_produce_and_fetch_requests():
     assert (req.transactional_id, req.acks, req.timeout_ms) == ("tx", -1, 3000)
     assert {t.name: [p.index for p in t.partition_data] for t in req.topic_data} == {"t": [1, 0], "u": [0]}
     assert bytes(req.topic_data[0].partition_data[0].records) == batch
-    req = wire(core.fetch_request({("t", 0): 5, ("t", 1): 9}, 500, 1, 1 << 20, 1 << 16, isolation_level=1))
+    req = wire(core.fetch_request({("t", 0): core.FetchPosition(5), ("t", 1): core.FetchPosition(9, 3, 2)}, 500, 1, 1 << 20, 1 << 16, isolation_level=1))
     assert (req.max_wait_ms, req.min_bytes, req.max_bytes, req.isolation_level, req.session_epoch) == \
         (500, 1, 1 << 20, 1, -1)
-    assert [(p.partition, p.fetch_offset, p.partition_max_bytes) for p in req.topics[0].partitions] == \
-        [(0, 5, 1 << 16), (1, 9, 1 << 16)]
+    assert [(p.partition, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch, p.last_fetched_epoch)
+            for p in req.topics[0].partitions] == [(0, 5, 1 << 16, -1, -1), (1, 9, 1 << 16, 3, 2)]
+
+
+def test_offsets_for_leader_epoch_round_trip():
+    req = wire(core.offsets_for_leader_epoch_request({("t", 0): (5, 3), ("t", 1): (5, 4)}))
+    assert req.replica_id == core.CONSUMER_REPLICA_ID
+    assert [(p.partition, p.current_leader_epoch, p.leader_epoch) for p in req.topics[0].partitions] == \
+        [(0, 5, 3), (1, 5, 4)]
+    resp = oler.OffsetForLeaderEpochResponse(topics=[oler.OffsetForLeaderTopicResult(topic="t", partitions=[
+        oler.EpochEndOffset(error_code=0, partition=0, leader_epoch=3, end_offset=120),
+        oler.EpochEndOffset(error_code=int(ErrorCode.FENCED_LEADER_EPOCH), partition=1)])])
+    res = core.read_offsets_for_leader_epoch(resp)
+    assert res.ok == {("t", 0): core.EpochEndOffset(3, 120)}
+    assert res.errors == {("t", 1): ErrorCode.FENCED_LEADER_EPOCH}
+    assert core.EpochEndOffset(-1, -1).undefined and not core.EpochEndOffset(0, 0).undefined
+
+
+def test_metadata_keeps_a_newer_leader_epoch_and_takes_leader_hints():
+    def answer(leader: int, epoch: int) -> mr.MetadataResponse:
+        return mr.MetadataResponse(
+            brokers=[mr.MetadataResponseBroker(node_id=n, host="h", port=9000 + n) for n in (1, 2, 3)],
+            cluster_id="c", controller_id=1, topics=[mr.MetadataResponseTopic(
+                name="t", topic_id=None, partitions=[mr.MetadataResponsePartition(
+                    partition_index=0, leader_id=leader, leader_epoch=epoch)])])
+    cluster = core.Cluster()
+    cluster.update(answer(2, 7), ["t"])
+    assert (cluster.leader("t", 0), cluster.leader_epoch("t", 0)) == (2, 7)
+    cluster.update(answer(1, 6), ["t"])  # a broker behind the controller
+    assert (cluster.leader("t", 0), cluster.leader_epoch("t", 0)) == (2, 7)
+    cluster.update(answer(3, 8), ["t"])
+    assert (cluster.leader("t", 0), cluster.leader_epoch("t", 0)) == (3, 8)
+    assert not cluster.new_leader("t", 0, 1, 7)  # older than known
+    assert cluster.new_leader("t", 0, 1, 9)
+    assert (cluster.leader("t", 0), cluster.leader_epoch("t", 0)) == (1, 9)
+    assert not cluster.new_leader("t", 0, 42, 10)  # a broker the metadata does not know
 
 
 # ---------------------------------------------------------------- group membership

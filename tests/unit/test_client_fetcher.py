@@ -36,9 +36,10 @@ def setup(position: int, **conf):
     return f, subs.state(TP), buf, errors
 
 
-def respond(f: Fetcher, st, data: bytes, hw: int = 10**6, aborted=None, code: int = 0) -> None:
+def respond(f: Fetcher, st, data: bytes, hw: int = 10**6, aborted=None, code: int = 0, diverging=None) -> None:
     pd = NS(error_code=code, high_watermark=hw, last_stable_offset=hw, log_start_offset=0,
-            aborted_transactions=aborted, records=memoryview(data))
+            aborted_transactions=aborted, records=memoryview(data), current_leader=None,
+            diverging_epoch=NS(epoch=diverging[0], end_offset=diverging[1]) if diverging else None)
     f._handle_partition(TP, st, st.epoch, st.fetch_offset, pd)
 
 
@@ -121,7 +122,29 @@ def test_stale_response_after_a_seek_is_ignored():
     epoch, offset = st.epoch, st.fetch_offset
     st.seek(100)
     pd = NS(error_code=0, high_watermark=10, last_stable_offset=10, log_start_offset=0, aborted_transactions=None,
-            records=memoryview(batch(0, 3)))
+            records=memoryview(batch(0, 3)), current_leader=None, diverging_epoch=None)
     f._handle_partition(TP, st, epoch, offset, pd)
     assert buf.take(10) == []  # fetched for the old position: dropped when taken
     assert st.position == 100
+
+
+def test_batches_give_the_position_its_leader_epoch():
+    f, st, buf, _ = setup(position=0)
+    respond(f, st, batch(0, 3, partition_leader_epoch=2) + batch(3, 2, partition_leader_epoch=4))
+    assert [m.leader_epoch() for m in buf.take(10)] == [2, 2, 2, 4, 4]
+    assert (st.position, st.leader_epoch) == (5, 4)
+
+
+@pytest.mark.parametrize("reset,end,expect", [
+    ("earliest", (3, 8), (8, 3, None)),             # truncated below the position: continue there
+    ("earliest", (3, 20), (10, 3, None)),           # diverges past the position: refetch from it
+    ("error", (3, 8), (10, 3, KafkaError._LOG_TRUNCATION)),
+])
+def test_a_diverging_epoch_moves_the_position_back(reset, end, expect):
+    f, st, buf, errors = setup(position=0, **{"auto.offset.reset": reset})
+    respond(f, st, batch(0, 10, partition_leader_epoch=3))
+    assert len(buf.take(100)) == 10 and (st.position, st.leader_epoch) == (10, 3)
+    st.fetch_offset, st.fetch_epoch = 25, 5  # fetched ahead from the old leader
+    respond(f, st, b"", diverging=end)
+    assert st.position == expect[0] and st.fetch_offset == expect[0] and st.leader_epoch == expect[1]
+    assert [e.code() for e in errors if e is not None] == ([expect[2]] if expect[2] else [])

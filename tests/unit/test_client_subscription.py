@@ -157,3 +157,78 @@ def test_buffer_returns_error_events_first():
     buf.notify = lambda: woke.append(1)
     buf.put_error(Message(None, -1, error=None))
     assert woke and len(buf.take(5)) == 1
+
+
+# ---------------------------------------------------------------- KIP-320 position validation
+
+from rivulet.client.core import EpochEndOffset  # noqa: E402
+from rivulet.client.subscription import Validation  # noqa: E402
+
+
+def test_a_committed_position_with_an_epoch_awaits_validation():
+    s = TopicPartitionState()
+    s.seek_unvalidated(100, 4)
+    assert s.awaiting_validation and not s.is_fetchable and (s.position, s.leader_epoch) == (100, 4)
+    s.seek_unvalidated(100, None)  # a commit without an epoch: nothing to check
+    assert not s.awaiting_validation and s.is_fetchable
+
+
+def test_a_leader_change_asks_for_validation_only_with_a_known_epoch():
+    s = TopicPartitionState()
+    s.seek(10)
+    assert not s.leader_changed(3)           # the first epoch seen is taken as it is
+    assert not s.leader_changed(4)           # a user's seek carries no epoch to check
+    assert s.current_leader_epoch == 4 and s.is_fetchable
+    s.seek(10, 4)
+    assert not s.leader_changed(4) and not s.leader_changed(-1)
+    assert s.leader_changed(5)
+    assert s.awaiting_validation and not s.is_fetchable and s.current_leader_epoch == 5
+
+
+def test_validation_outcomes():
+    s = TopicPartitionState()
+    s.seek_unvalidated(100, 4)
+    assert s.complete_validation(EpochEndOffset(4, 150), can_reset=True) is Validation.VALID
+    assert s.position == 100 and not s.awaiting_validation
+
+    s.seek_unvalidated(100, 4)
+    e = s.epoch
+    assert s.complete_validation(EpochEndOffset(3, 80), can_reset=True) is Validation.TRUNCATED
+    assert (s.position, s.fetch_offset, s.leader_epoch, s.fetch_epoch) == (80, 80, 3, 3)
+    assert s.epoch > e and s.is_fetchable  # what was fetched for the old position is dropped
+
+    s.seek_unvalidated(100, 4)
+    assert s.complete_validation(EpochEndOffset(3, 80), can_reset=False) is Validation.LOG_TRUNCATION
+    assert s.position == 100 and not s.awaiting_validation  # the consumer waits for a seek
+
+    s.seek_unvalidated(100, 4)
+    assert s.complete_validation(EpochEndOffset(-1, -1), can_reset=True) is Validation.RESET
+    assert s.complete_validation(EpochEndOffset(-1, -1), can_reset=False) is Validation.LOG_TRUNCATION
+
+
+def test_rewind_drops_what_was_fetched_ahead():
+    subs = SubscriptionState()
+    subs.assign_from_user([("t", 0)])
+    s = subs.state(("t", 0))
+    s.seek(0, 1)
+    buf = FetchBuffer(subs)
+    msgs = [Message("t", 0, o, None, b"v", leader_epoch=1) for o in range(3)]
+    buf.put(Chunk(("t", 0), s, s.epoch, msgs, 3, 30, last_epoch=1))
+    s.fetch_offset, s.fetch_epoch = 6, 2
+    assert [m.offset() for m in buf.take(2)] == [0, 1]
+    assert (s.position, s.leader_epoch) == (2, 1)
+    buf.rewind(s)
+    assert (s.fetch_offset, s.fetch_epoch) == (2, 1)
+    assert buf.take(10) == []  # the rest of the chunk belongs to the dropped fetch
+
+
+def test_position_takes_the_epoch_of_the_last_batch_handed_out():
+    subs = SubscriptionState()
+    subs.assign_from_user([("t", 0)])
+    s = subs.state(("t", 0))
+    s.seek(0)
+    buf = FetchBuffer(subs)
+    buf.put(Chunk(("t", 0), s, s.epoch, [Message("t", 0, 0, None, b"v", leader_epoch=2)], 5, 10, last_epoch=3))
+    assert len(buf.take(10)) == 1
+    assert (s.position, s.leader_epoch) == (5, 3)  # the chunk ended in a control batch of epoch 3
+    assert subs.all_consumed()[("t", 0)].leader_epoch == 3

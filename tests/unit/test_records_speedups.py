@@ -509,7 +509,8 @@ def _fetcher_outcome(data: bytes, position: int, aborted: Any = None) -> tuple:
     f.on_error = lambda _tp, err: errors.append(str(err))
     st = subs.state(tp)
     pd = NS(error_code=0, high_watermark=10**6, last_stable_offset=10**6, log_start_offset=0,
-            aborted_transactions=aborted, records=memoryview(bytearray(data)))
+            aborted_transactions=aborted, records=memoryview(bytearray(data)), current_leader=None,
+            diverging_epoch=None)
     f._handle_partition(tp, st, st.epoch, st.fetch_offset, pd)
     return [message_fields(m) for m in buf.take(10**6)], errors, st.fetch_offset
 
