@@ -464,6 +464,11 @@ class Cluster:
         p = t.partitions.get(partition) if t is not None else None
         return p.leader_epoch if p is not None else -1
 
+    def add_brokers(self, endpoints: Iterable[tuple[int, str, int]]) -> None:
+        """Brokers an answer named along with a new leader (KIP-951 node endpoints)."""
+        for node, host, port in endpoints:
+            self.brokers.setdefault(node, (host, port))
+
     def new_leader(self, topic: str, partition: int, leader: int, leader_epoch: int) -> bool:
         """A broker named the partition's current leader (KIP-951) in an error answer; taken
         when it is newer than what the metadata said. True if taken."""

@@ -766,6 +766,8 @@ class AIOProducer:
                     self._fail_or_gap(b, E.broker_error(e.code, e.message))
                 return
             self.stats.received(node)
+            if resp.node_endpoints:
+                self.client.cluster.add_brokers((e.node_id, e.host, e.port) for e in resp.node_endpoints)
             seen = set()
             for t in resp.responses:
                 for pr in t.partition_responses:
@@ -793,16 +795,18 @@ class AIOProducer:
     def _handle_partition(self, b: ProducerBatch, pr: Any) -> None:
         code = pr.error_code
         if code == 0:
-            self._succeed(b, pr.base_offset, getattr(pr, "log_append_time_ms", -1))
+            self._succeed(b, pr.base_offset, pr.log_append_time_ms)
             return
         if code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
             # Written by an earlier attempt whose answer was lost.
-            self._succeed(b, pr.base_offset if pr.base_offset >= 0 else -1, getattr(pr, "log_append_time_ms", -1))
+            self._succeed(b, pr.base_offset if pr.base_offset >= 0 else -1, pr.log_append_time_ms)
             return
-        msg = getattr(pr, "error_message", None)
-        err = E.broker_error(code, msg)
+        err = E.broker_error(code, pr.error_message)
         if code in _LEADER_ERRORS:
-            self.client.request_update()
+            hint = pr.current_leader  # KIP-951: the new leader, without a metadata round trip
+            if hint is None or not self.client.cluster.new_leader(b.topic, b.partition, hint.leader_id,
+                                                                  hint.leader_epoch):
+                self.client.request_update()
         if self.txn is not None and code in (ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED,
                                              ErrorCode.TRANSACTION_COORDINATOR_FENCED,
                                              ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED):

@@ -372,6 +372,8 @@ def test_metadata_keeps_a_newer_leader_epoch_and_takes_leader_hints():
     assert cluster.new_leader("t", 0, 1, 9)
     assert (cluster.leader("t", 0), cluster.leader_epoch("t", 0)) == (1, 9)
     assert not cluster.new_leader("t", 0, 42, 10)  # a broker the metadata does not know
+    cluster.add_brokers([(42, "h42", 9042)])       # ... until an answer names its endpoint
+    assert cluster.new_leader("t", 0, 42, 10) and cluster.leader("t", 0) == 42
 
 
 # ---------------------------------------------------------------- group membership
