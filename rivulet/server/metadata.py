@@ -96,19 +96,35 @@ class MetadataStore:
         info = TopicInfo(name, topic_id or uuid.uuid4(), num_partitions, dict(configs))
         self.topics[name] = info
         self.by_id[info.topic_id] = info
-        self._save()
+        try:
+            self._save()
+        except OSError:
+            # Not durable, so not created: the caller rolls back what it made for the topic.
+            del self.topics[name]
+            del self.by_id[info.topic_id]
+            raise
         return info
 
     def remove(self, name: str) -> TopicInfo | None:
         info = self.topics.pop(name, None)
         if info is not None:
             self.by_id.pop(info.topic_id, None)
-            self._save()
+            try:
+                self._save()
+            except OSError:
+                self.topics[name] = info
+                self.by_id[info.topic_id] = info
+                raise
         return info
 
     def set_partitions(self, name: str, count: int) -> None:
-        self.topics[name].num_partitions = count
-        self._save()
+        info = self.topics[name]
+        old, info.num_partitions = info.num_partitions, count
+        try:
+            self._save()
+        except OSError:
+            info.num_partitions = old
+            raise
 
     def set_configs(self, name: str, configs: dict[str, str]) -> None:
         self.topics[name].configs = dict(configs)

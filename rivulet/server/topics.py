@@ -8,6 +8,7 @@ creator.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from typing import Callable
@@ -43,6 +44,11 @@ class TopicManager:
         self.log_defaults = LogConfig.from_broker_props(broker_props(config, dynamic_config))
         self.node_id = node_id
         self._log_configs: dict[str, LogConfig] = {}
+        # Topics whose logs a worker thread is creating, or closing for deletion.
+        self._creating: set[str] = set()
+        self._deleting: set[str] = set()
+        # CreatePartitions one at a time: each is checked against the count the last one left.
+        self._alter_lock = asyncio.Lock()
         # Told when a topic's partitions are deleted (the group coordinator drops their offsets).
         self.on_partitions_deleted: list[PartitionsDeleted] = []
 
@@ -111,11 +117,13 @@ class TopicManager:
                 self.log_manager.delete_log(lg.topic, lg.partition)
 
     # ------------------------------------------------------------ topics
-    def create_topic(self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],
-                     validate_only: bool = False) -> TopicInfo | None:
+    def _check_create(self, name: str, num_partitions: int, replication_factor: int,
+                      configs: dict[str, str]) -> LogConfig:
         validate_topic_name(name)
-        if self.metadata.get(name) is not None:
+        if self.metadata.get(name) is not None or name in self._creating:
             raise ApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        if name in self._deleting:
+            raise ApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' is marked for deletion.")
         other = self.metadata.collides(name)
         if other is not None:
             raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION,
@@ -129,14 +137,65 @@ class TopicManager:
                              f"Unable to replicate the partition {replication_factor} time(s): "
                              "The target replication factor of "
                              f"{replication_factor} cannot be reached because only 1 broker(s) are registered.")
-        cfg = self._make_log_config(configs)  # raises INVALID_CONFIG with the reason
+        return self._make_log_config(configs)  # raises INVALID_CONFIG with the reason
+
+    def create_topic(self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],
+                     validate_only: bool = False) -> TopicInfo | None:
+        """Create a topic on the calling thread (auto-creation, small topics); see ``create_topic_off_loop``."""
+        cfg = self._check_create(name, num_partitions, replication_factor, configs)
         if validate_only:
             return None
-        info = self.metadata.add(name, num_partitions, configs)
+        topic_id = uuid.uuid4()
+        partitions = self._build_partitions(name, range(num_partitions), cfg, topic_id)
+        return self._commit_topic(name, configs, partitions, cfg)
+
+    async def create_topic_off_loop(self, name: str, num_partitions: int, replication_factor: int,
+                                    configs: dict[str, str], validate_only: bool = False) -> TopicInfo | None:
+        """Create a topic with its logs made on a worker thread, so the loop keeps serving.
+
+        All or nothing: the logs first (removed again if one fails: out of descriptors, a full
+        disk), then the durable metadata, then the partitions, in one step on the loop. The
+        topic is invisible until then; a crash before the metadata is written leaves logs that
+        start-up deletes as orphans."""
+        cfg = self._check_create(name, num_partitions, replication_factor, configs)
+        if validate_only:
+            return None
+        topic_id = uuid.uuid4()
+        self._creating.add(name)
+        try:
+            partitions = await asyncio.get_running_loop().run_in_executor(
+                None, self._build_partitions, name, range(num_partitions), cfg, topic_id)
+            return self._commit_topic(name, configs, partitions, cfg)
+        finally:
+            self._creating.discard(name)
+
+    def _build_partitions(self, name: str, indexes: range, cfg: LogConfig,
+                          topic_id: uuid.UUID) -> list[Partition]:
+        """The file work of new partitions, safe on a worker thread as nothing serves them yet:
+        their logs, all or none, and each Partition (becoming leader writes its epoch file)."""
+        logs = self.log_manager.create_logs(name, indexes, cfg, topic_id)
+        try:
+            return [Partition(TopicPartition(name, lg.partition), topic_id, lg, self.node_id) for lg in logs]
+        except BaseException:
+            self._discard_logs(name, indexes)
+            raise
+
+    def _discard_logs(self, name: str, indexes: range) -> None:
+        self.log_manager.remove_deleted(self.log_manager.delete_logs((name, i) for i in indexes))
+
+    def _commit_topic(self, name: str, configs: dict[str, str], partitions: list[Partition],
+                      cfg: LogConfig) -> TopicInfo:
+        """Record a topic whose partitions are built, then serve them; undo the logs if recording fails."""
+        n = len(partitions)
+        try:
+            info = self.metadata.add(name, n, configs, topic_id=partitions[0].topic_id)
+        except OSError as e:
+            self._discard_logs(name, range(n))
+            raise KafkaStorageError(f"recording topic {name} failed: {e}") from e
         self._log_configs[name] = cfg
-        for i in range(num_partitions):
-            self._open_partition(info, i)
-        log.info("created topic %s with %d partition(s)", name, num_partitions)
+        for p in partitions:
+            self.replica_manager.add_partition(p)
+        log.info("created topic %s with %d partition(s)", name, n)
         return info
 
     def ensure_internal_topic(self, name: str, num_partitions: int, configs: dict[str, str]) -> TopicInfo:
@@ -149,25 +208,63 @@ class TopicManager:
             self._open_partition(info, i)
         return info
 
-    def delete_topic(self, name: str) -> None:
-        info = self.metadata.remove(name)
+    async def delete_topic(self, name: str) -> None:
+        """Forget the topic (durably) and stop serving it at once; its logs are closed, renamed for
+        deletion and removed on a worker thread before the answer."""
+        try:
+            info = self.metadata.remove(name)
+        except OSError as e:
+            raise KafkaStorageError(f"recording the deletion of topic {name} failed: {e}") from e
         if info is None:
             raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        for i in range(info.num_partitions):
-            self.replica_manager.remove_partition(TopicPartition(name, i))
-            self.log_manager.delete_log(name, i)
-        self._log_configs.pop(name, None)
         deleted = [TopicPartition(name, i) for i in range(info.num_partitions)]
+        for tp in deleted:
+            self.replica_manager.remove_partition(tp)
+        self._log_configs.pop(name, None)
         for listener in self.on_partitions_deleted:
             listener(deleted)
+        self._deleting.add(name)
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self._discard_logs, name,
+                                                             range(info.num_partitions))
+        finally:
+            self._deleting.discard(name)
         log.info("deleted topic %s", name)
 
-    def add_partitions(self, name: str, count: int) -> None:
-        info = self.metadata.get(name)
-        old = info.num_partitions
-        self.metadata.set_partitions(name, count)
-        for i in range(old, count):
-            self._open_partition(info, i)
+    async def add_partitions(self, name: str, count: int, assignments: int | None = None,
+                             validate_only: bool = False) -> None:
+        """Grow a topic to ``count`` partitions (``assignments``: how many replica assignments the
+        request gave). The new logs are made on a worker thread, all or none, then recorded and
+        served."""
+        async with self._alter_lock:
+            info = self.metadata.get(name)
+            if info is None:
+                raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            old = info.num_partitions
+            if count < old:
+                raise ApiError(ErrorCode.INVALID_PARTITIONS, f"Topic currently has {old} "
+                               f"partitions, which is higher than the requested {count}.")
+            if count == old:
+                raise ApiError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {old} partitions.")
+            if assignments is not None and assignments != count - old:
+                raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Increasing the number of partitions by "
+                               f"{count - old} but {assignments} assignments provided.")
+            if validate_only:
+                return
+            added = range(old, count)
+            partitions = await asyncio.get_running_loop().run_in_executor(
+                None, self._build_partitions, name, added, self._log_configs[name], info.topic_id)
+            try:
+                if self.metadata.get(name) is not info:
+                    raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)  # deleted meanwhile
+                self.metadata.set_partitions(name, count)
+            except (ApiError, OSError) as e:
+                self._discard_logs(name, added)
+                if isinstance(e, ApiError):
+                    raise
+                raise KafkaStorageError(f"recording the new partitions of {name} failed: {e}") from e
+            for p in partitions:
+                self.replica_manager.add_partition(p)
 
     # ------------------------------------------------------------ configs
     def alter_topic_configs(self, name: str, configs: dict[str, str], validate_only: bool = False) -> None:

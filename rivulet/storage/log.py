@@ -232,7 +232,13 @@ class Log:
         self.producer_state = ProducerStateManager(
             self.dir, f"{self.topic}-{self.partition}", producer_id_expiration_ms=producer_id_expiration_ms,
             time_ms=time_ms)
-        self._load(recovery_point, log_start_offset, high_watermark, had_clean_shutdown)
+        try:
+            self._load(recovery_point, log_start_offset, high_watermark, had_clean_shutdown)
+        except BaseException:
+            # A log that failed to load (out of descriptors, a bad disk) keeps none open.
+            for seg in self._segments:
+                seg.close(final=False)
+            raise
         self._last_flush_ms = self._time_ms()
 
     # -- loading and recovery --------------------------------------------------------------
@@ -320,6 +326,7 @@ class Log:
         if not segments:
             segments = [self._new_segment(max(0, log_start_checkpoint), fresh=True)]
             self._dir_dirty = True
+        self._segments = segments  # closed by __init__ if loading fails
         recover_from = len(segments)
         if not had_clean_shutdown:
             recover_from = max(0, bisect.bisect_right(bases, recovery_point) - 1) if bases else 0

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 import shutil
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from rivulet.common.time import SYSTEM_CLOCK
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 
 _DELETE_SUFFIX = "-delete"
 _IGNORED_SUFFIXES = ("-future", "-stray")
+# Out of descriptors (the process's or the system's): a limit to raise, not a disk fault.
+_RESOURCE_ERRNOS = (errno.EMFILE, errno.ENFILE)
 
 
 @dataclass(frozen=True)
@@ -47,9 +50,11 @@ class LogDirDescription:
 class LogManager:
     """Loads, creates and deletes partition logs; owns the per-dir checkpoint files.
 
-    Mutating calls (including ``cleanup``, which deletes segments that reads may be
-    using) belong on the event-loop thread. ``flush_dirty`` and ``checkpoint`` only
-    fsync and write checkpoint files, so they may run in a worker thread.
+    ``cleanup`` (it deletes segments that reads may be using) belongs on the event-loop
+    thread. ``flush_dirty`` and ``checkpoint`` only fsync and write checkpoint files, and
+    ``create_logs``, ``delete_logs`` and ``remove_deleted`` only touch logs no partition
+    serves yet (or any more), so they may run in a worker thread: the table of logs is
+    changed under a lock.
     """
 
     def __init__(self, log_dirs: list[str], defaults: LogConfig, *, producer_id_expiration_ms: int = 86_400_000,
@@ -227,33 +232,77 @@ class LogManager:
                     existing.update_config(config)
                 return existing
             path = os.path.join(self._choose_dir(), f"{topic}-{partition}")
+            existed = os.path.exists(path)
             try:
                 lg = Log(path, config or self.defaults, topic_id=topic_id,
                          producer_id_expiration_ms=self.producer_id_expiration_ms, time_ms=self.time_ms,
                          failure_channel=self.failure_channel)
             except OSError as e:
+                if not existed:
+                    shutil.rmtree(path, ignore_errors=True)  # nothing half-made stays behind
+                if e.errno in _RESOURCE_ERRNOS:
+                    # The process's limits, not the disk: the dir stays online, the caller rolls back.
+                    raise KafkaStorageError(
+                        f"creating the log of {topic}-{partition} failed: {e.strerror}; raise the broker's "
+                        "open-file limit (ulimit -n) or hold fewer partitions") from e
                 self.failure_channel.maybe_add_offline_log_dir(
                     os.path.dirname(path), f"creating the log of {topic}-{partition} failed", e)
                 raise KafkaStorageError(f"creating the log of {topic}-{partition} failed: {e}") from e
             self._logs[TopicPartition(topic, partition)] = lg
             return lg
 
-    def delete_log(self, topic: str, partition: int) -> bool:
-        """Remove a partition: rename to ``<topic>-<partition>.<uuid>-delete`` then delete the data."""
-        with self._lock:
-            lg = self._logs.pop((topic, partition), None)
-        if lg is None:
-            return False
-        lg.close(final=False)
-        parent = os.path.dirname(lg.dir)
-        doomed = os.path.join(parent, f"{os.path.basename(lg.dir)}.{uuid.uuid4().hex}{_DELETE_SUFFIX}")
+    def create_logs(self, topic: str, partitions: Iterable[int], config: LogConfig | None = None,
+                    topic_id: uuid.UUID | None = None) -> list[Log]:
+        """Create the logs of ``partitions``, all or none: on a failure those created here are
+        removed again before the error is raised. Safe in a worker thread."""
+        created: list[Log] = []
         try:
-            os.rename(lg.dir, doomed)
-            fsync_dir(parent)  # the rename is what makes the deletion survive a crash
-        except FileNotFoundError:
-            return True
-        shutil.rmtree(doomed, ignore_errors=True)
-        return True
+            for i in partitions:
+                created.append(self.create_log(topic, i, config, topic_id))
+        except BaseException:
+            self.remove_deleted(self.delete_logs([(lg.topic, lg.partition) for lg in created]))
+            raise
+        return created
+
+    def delete_log(self, topic: str, partition: int) -> bool:
+        """Remove a partition's log and its data; False if there is none."""
+        doomed = self.delete_logs([(topic, partition)])
+        self.remove_deleted(doomed)
+        return bool(doomed)
+
+    def delete_logs(self, partitions: Iterable[tuple[str, int]]) -> list[str]:
+        """Close the logs and rename each dir to ``<topic>-<partition>.<uuid>-delete`` (one fsync
+        per log dir makes the renames durable); returns the renamed dirs for ``remove_deleted``.
+        After a crash start-up finishes the job. Safe in a worker thread."""
+        with self._lock:
+            logs = [lg for lg in (self._logs.pop(tp, None) for tp in partitions) if lg is not None]
+        doomed: list[str] = []
+        parents: set[str] = set()
+        for lg in logs:
+            lg.close(final=False)
+            parent = os.path.dirname(lg.dir)
+            target = os.path.join(parent, f"{os.path.basename(lg.dir)}.{uuid.uuid4().hex}{_DELETE_SUFFIX}")
+            try:
+                os.rename(lg.dir, target)
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                log.warning("renaming %s for deletion failed (%s): its data goes at the next start", lg.dir, e)
+                continue
+            doomed.append(target)
+            parents.add(parent)
+        for parent in parents:
+            try:
+                fsync_dir(parent)  # the renames are what make the deletion survive a crash
+            except OSError as e:
+                log.warning("syncing %s after deleting logs failed: %s", parent, e)
+        return doomed
+
+    @staticmethod
+    def remove_deleted(doomed: Iterable[str]) -> None:
+        """Remove the data of dirs renamed by ``delete_logs``."""
+        for path in doomed:
+            shutil.rmtree(path, ignore_errors=True)
 
     # -- periodic work ----------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@ CreateTopics, DeleteTopics, CreatePartitions."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from rivulet.common.cluster import NodeEndpoint
@@ -24,6 +25,7 @@ from rivulet.protocol.messages.metadata_request import MetadataRequest
 from rivulet.protocol.schema import ZERO_UUID
 from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.replication.replica_manager import ReplicaManager
+from rivulet.server.answer import Answer
 from rivulet.server.config import BrokerConfig
 from rivulet.server.handlers import Handler
 from rivulet.server.metadata import INTERNAL_TOPICS, validate_topic_name
@@ -169,7 +171,9 @@ class TopicHandlers:
                         info = topics.create_topic(name, self.config["num.partitions"],
                                                    self.config["default.replication.factor"], {})
                     except ApiError as e:
-                        t.error_code = e.code
+                        # Another request is creating it: Kafka answers that the leader is not there yet.
+                        t.error_code = (ErrorCode.LEADER_NOT_AVAILABLE if e.code == ErrorCode.TOPIC_ALREADY_EXISTS
+                                        else e.code)
                         topics_out.append(t)
                         continue
                 else:
@@ -223,8 +227,7 @@ class TopicHandlers:
     # ------------------------------------------------------------ topic admin
     def handle_create_topics(
         self, header: RequestHeader, req: CreateTopicsRequest, conn: KafkaConnection
-    ) -> ctr.CreateTopicsResponse:
-        node_id = self.node.node_id
+    ) -> Answer:
         if _requested_partitions(req, self.config["num.partitions"]) > MAX_PARTITIONS_PER_BATCH:
             # Kafka's controller refuses the whole request before allocating anything for it.
             return ctr.CreateTopicsResponse(throttle_time_ms=0, topics=[
@@ -232,6 +235,11 @@ class TopicHandlers:
                                          error_message="Excessively large number of partitions per request.",
                                          topic_id=ZERO_UUID, num_partitions=-1, replication_factor=-1, configs=None)
                 for t in req.topics])
+        # The logs are made on a worker thread: the answer comes when every topic is done.
+        return asyncio.ensure_future(self._create_topics(req))
+
+    async def _create_topics(self, req: CreateTopicsRequest) -> ctr.CreateTopicsResponse:
+        node_id = self.node.node_id
         results = []
         seen: dict[str, int] = {}
         for t in req.topics:
@@ -258,7 +266,8 @@ class TopicHandlers:
                     rf = (self.config["default.replication.factor"] if t.replication_factor == -1
                           else t.replication_factor)
                 configs = {c.name: c.value for c in t.configs}
-                info = self.topics.create_topic(t.name, num, rf, configs, validate_only=req.validate_only)
+                info = await self.topics.create_topic_off_loop(t.name, num, rf, configs,
+                                                               validate_only=req.validate_only)
                 res.num_partitions = num
                 res.replication_factor = rf
                 res.topic_id = info.topic_id if info else ZERO_UUID
@@ -278,13 +287,17 @@ class TopicHandlers:
 
     def handle_delete_topics(
         self, header: RequestHeader, req: DeleteTopicsRequest, conn: KafkaConnection
-    ) -> dtr.DeleteTopicsResponse:
-        topics = self.topics
+    ) -> Answer:
         targets: list[tuple[str | None, Any]] = []
         if header.api_version >= 6:
             targets = [(t.name, t.topic_id) for t in req.topics]
         else:
             targets = [(n, None) for n in req.topic_names]
+        # The logs are closed and renamed on a worker thread: the answer comes when that is done.
+        return asyncio.ensure_future(self._delete_topics(targets))
+
+    async def _delete_topics(self, targets: list[tuple[str | None, Any]]) -> dtr.DeleteTopicsResponse:
+        topics = self.topics
         results = []
         for name, topic_id in targets:
             res = dtr.DeletableTopicResult(name=name, topic_id=topic_id or ZERO_UUID, error_code=0,
@@ -301,7 +314,7 @@ class TopicHandlers:
                 if info is None:
                     raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 res.topic_id = info.topic_id
-                topics.delete_topic(name)
+                await topics.delete_topic(name)
             except ApiError as e:
                 res.error_code = e.code
                 res.error_message = e.message
@@ -310,7 +323,7 @@ class TopicHandlers:
 
     def handle_create_partitions(
         self, header: RequestHeader, req: CreatePartitionsRequest, conn: KafkaConnection
-    ) -> cpr.CreatePartitionsResponse:
+    ) -> Answer:
         added = 0
         for t in req.topics:
             info = self.topics.get(t.name)
@@ -321,24 +334,16 @@ class TopicHandlers:
                 cpr.CreatePartitionsTopicResult(name=t.name, error_code=ErrorCode.POLICY_VIOLATION,
                                                 error_message="Unable to perform excessively large batch operation.")
                 for t in req.topics])
+        return asyncio.ensure_future(self._create_partitions(req))
+
+    async def _create_partitions(self, req: CreatePartitionsRequest) -> cpr.CreatePartitionsResponse:
         results = []
         for t in req.topics:
             res = cpr.CreatePartitionsTopicResult(name=t.name, error_code=0, error_message=None)
             try:
-                info = self.topics.get(t.name)
-                if info is None:
-                    raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                if t.count < info.num_partitions:
-                    raise ApiError(ErrorCode.INVALID_PARTITIONS, f"Topic currently has {info.num_partitions} "
-                                     f"partitions, which is higher than the requested {t.count}.")
-                if t.count == info.num_partitions:
-                    raise ApiError(ErrorCode.INVALID_PARTITIONS,
-                                     f"Topic already has {info.num_partitions} partitions.")
-                if t.assignments is not None and len(t.assignments) != t.count - info.num_partitions:
-                    raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Increasing the number of partitions by "
-                                     f"{t.count - info.num_partitions} but {len(t.assignments)} assignments provided.")
-                if not req.validate_only:
-                    self.topics.add_partitions(t.name, t.count)
+                await self.topics.add_partitions(t.name, t.count,
+                                                 None if t.assignments is None else len(t.assignments),
+                                                 validate_only=req.validate_only)
             except ApiError as e:
                 res.error_code = e.code
                 res.error_message = e.message
