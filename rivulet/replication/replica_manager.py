@@ -420,6 +420,12 @@ class ReplicaManager:
                 self.fetchers.add_partitions(leader, parts)
         return out
 
+    def maybe_shrink_isrs(self) -> None:
+        """Kafka's isr-expiration: each led partition drops followers that lag too long."""
+        for p in list(self.partitions.values()):
+            if p.is_leader and not p.deleted and not p.log.offline:
+                p.maybe_shrink_isr()
+
     def stop_replicas(
         self, controller_id: int, controller_epoch: int, partitions: dict[TopicPartition, tuple[int, bool]],
     ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:

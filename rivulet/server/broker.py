@@ -16,6 +16,8 @@ from rivulet.common.cluster import NodeEndpoint
 from rivulet.common.time import SYSTEM_CLOCK, Clock
 from rivulet.coordinator.group_coordinator import GroupCoordinator
 from rivulet.delayed import Timer
+from rivulet.replication.alter_partition import ControllerAlterPartitionManager
+from rivulet.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.server.apis import KafkaApis
@@ -45,6 +47,8 @@ class Broker:
         self.metadata_cache: MetadataCache | None = MetadataCache(config.node_id) if cluster_mode else None
         # The czxid of this broker's /brokers/ids znode, once registered (-1 before).
         self.broker_epoch = -1
+        self.replica_fetchers: ReplicaFetcherManager | None = None
+        self.alter_partition: ControllerAlterPartitionManager | None = None
         self.node_id = config.node_id
         self._listener_name, host, port = config.advertised_listeners[0]
         self.node = NodeEndpoint(config.node_id, host, port)
@@ -109,8 +113,8 @@ class Broker:
         topics = self.topics = TopicManager(cfg, self.metadata, self.log_manager, rm, self.dynamic_config,
                                             self.node_id)
         topics.open_all(open_partitions=not self.cluster_mode)
-        if self.cluster_mode:
-            rm.replica_logs = topics
+        if self.metadata_cache is not None:
+            self._start_replication(rm, topics, self.metadata_cache)
         log.info("%s", describe_fd_limit(fd_limit, len(rm.partitions)))
         if cfg["log.cleaner.enable"]:
             # One cleaner serves every compacted log (__consumer_offsets, __transaction_state, users').
@@ -135,8 +139,41 @@ class Broker:
         self.started = True
         log.info("started in %.0f ms", (time.monotonic() - t0) * 1000)
 
+    def _start_replication(self, rm: ReplicaManager, topics: TopicManager, cache: MetadataCache) -> None:
+        """Cluster mode: replicas come from LeaderAndIsr, followers fetch from their leaders,
+        leaders propose ISR changes to the controller and shrink the ISR of lagging followers."""
+        cfg = self.config
+        listener = cfg["inter.broker.listener.name"]
+        rm.replica_logs = topics
+        self.alter_partition = ControllerAlterPartitionManager(
+            self.node_id, cache, listener, lambda: self.broker_epoch,
+            request_timeout_ms=cfg["replica.socket.timeout.ms"])
+        self.alter_partition.start()
+        rm.alter_partition = self.alter_partition
+        self.replica_fetchers = ReplicaFetcherManager(rm, self.node_id, FetcherConfig(
+            max_wait_ms=cfg["replica.fetch.wait.max.ms"], min_bytes=cfg["replica.fetch.min.bytes"],
+            max_bytes=cfg["replica.fetch.max.bytes"], response_max_bytes=cfg["replica.fetch.response.max.bytes"],
+            backoff_ms=cfg["replica.fetch.backoff.ms"], request_timeout_ms=cfg["replica.socket.timeout.ms"]),
+            broker_epoch=lambda: self.broker_epoch)
+        rm.fetchers = self.replica_fetchers
+        self._tasks.append(asyncio.get_running_loop().create_task(self._isr_expiration(rm)))
+
+    async def _isr_expiration(self, rm: ReplicaManager) -> None:
+        # As Kafka's isr-expiration task: every half of replica.lag.time.max.ms.
+        every = self.config["replica.lag.time.max.ms"] / 2000
+        while True:
+            await asyncio.sleep(every)
+            try:
+                rm.maybe_shrink_isrs()
+            except Exception:
+                log.exception("ISR expiration failed; will retry")
+
     async def shutdown(self) -> None:
         self.socket_server.close()
+        if self.replica_fetchers is not None:
+            await self.replica_fetchers.shutdown()
+        if self.alter_partition is not None:
+            await self.alter_partition.close()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:

@@ -239,10 +239,14 @@ class RecordHandlers:
                     lg = part.log
                     ts = p.timestamp
                     isolation = req.isolation_level if header.api_version >= 2 else 0
-                    # Lookups by time never answer an offset a consumer of that isolation cannot read yet.
-                    fetchable = part.last_stable_offset if isolation == 1 else part.high_watermark
+                    # Lookups by time never answer an offset a consumer of that isolation cannot read
+                    # yet; a follower (a replica id) may see up to the leader's log end.
+                    if req.replica_id >= 0:
+                        fetchable = lg.log_end_offset
+                    else:
+                        fetchable = part.last_stable_offset if isolation == 1 else part.high_watermark
                     if ts == LIST_OFFSETS_LATEST:
-                        r.offset = part.last_stable_offset if isolation == 1 else part.high_watermark
+                        r.offset = fetchable
                         r.leader_epoch = part.leader_epoch
                     elif ts == LIST_OFFSETS_LATEST_TIERED:
                         pass  # no tiered storage: as Kafka without remote storage, offset -1 and epoch -1

@@ -1,0 +1,132 @@
+"""The leader's side of ISR changes (Kafka's AlterPartitionManager): proposals from the
+partitions are batched into AlterPartition requests to the controller, found in the metadata
+cache. The controller's answer (the committed state, or the error that refused it) goes back
+to the proposing partition; a missing controller, a lost connection or NOT_CONTROLLER is
+retried after ``retry_backoff_ms``, never reported."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Callable
+
+from rivulet.client.connection import BrokerConnection
+from rivulet.common.types import TopicPartition
+from rivulet.protocol.errors import ApiError, ErrorCode
+from rivulet.protocol.messages import alter_partition_request as apq
+from rivulet.replication.link import BrokerLink
+from rivulet.replication.metadata_cache import MetadataCache
+from rivulet.replication.partition import AlterPartitionCallback, LeaderAndIsr
+
+log = logging.getLogger(__name__)
+
+_RETRIABLE = {ErrorCode.NOT_CONTROLLER, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.STALE_BROKER_EPOCH}
+
+
+@dataclass(slots=True)
+class _Pending:
+    tp: TopicPartition
+    topic_id: uuid.UUID
+    proposed: LeaderAndIsr
+    on_result: AlterPartitionCallback
+
+
+class ControllerAlterPartitionManager:
+    """An ``AlterPartitionManager`` that sends to the controller over the inter-broker listener."""
+
+    def __init__(self, node_id: int, cache: MetadataCache, listener: str, broker_epoch: Callable[[], int],
+                 retry_backoff_ms: int = 100, request_timeout_ms: int = 30000) -> None:
+        self.node_id = node_id
+        self.cache = cache
+        self.listener = listener
+        self.broker_epoch = broker_epoch
+        self.retry_backoff_ms = retry_backoff_ms
+        self.request_timeout_ms = request_timeout_ms
+        self._queue: dict[TopicPartition, _Pending] = {}
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._link = BrokerLink(f"broker-{node_id}", request_timeout_ms)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="alter-partition")
+
+    def submit(self, tp: TopicPartition, topic_id: uuid.UUID, proposed: LeaderAndIsr,
+               on_result: AlterPartitionCallback) -> None:
+        # A newer proposal for the same partition replaces one not sent yet.
+        self._queue[tp] = _Pending(tp, topic_id, proposed, on_result)
+        self._wakeup.set()
+
+    async def close(self) -> None:
+        await self._link.close(self._task)
+
+    async def _run(self) -> None:
+        while True:
+            if not self._queue:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+            batch, self._queue = self._queue, {}
+            try:
+                retry = await self._send(batch)
+            except asyncio.CancelledError:
+                raise
+            except (ConnectionError, OSError, TimeoutError, ApiError) as e:
+                log.info("AlterPartition to the controller failed (%s); retrying", e)
+                await self._link.drop()
+                retry = list(batch.values())
+            for p in retry:
+                self._queue.setdefault(p.tp, p)
+            if retry:
+                await asyncio.sleep(self.retry_backoff_ms / 1000)
+
+    async def _controller(self) -> BrokerConnection:
+        cid = self.cache.controller_id
+        broker = self.cache.alive_broker(cid) if cid is not None else None
+        endpoint = broker.endpoint(self.listener) if broker is not None else None
+        if cid is None or endpoint is None:
+            raise ConnectionError("no controller known")
+        return await self._link.connection(cid, endpoint.host, endpoint.port)
+
+    async def _send(self, batch: dict[TopicPartition, _Pending]) -> list[_Pending]:
+        conn = await self._controller()
+        v = conn.version_for(apq.AlterPartitionRequest.API_KEY, 3)
+        by_topic: dict[str, list[apq.PartitionData]] = {}
+        ids: dict[str, uuid.UUID] = {}
+        for p in batch.values():
+            ids[p.tp.topic] = p.topic_id
+            pr = p.proposed
+            by_topic.setdefault(p.tp.topic, []).append(apq.PartitionData(
+                partition_index=p.tp.partition, leader_epoch=pr.leader_epoch, new_isr=list(pr.isr),
+                new_isr_with_epochs=[apq.BrokerState(broker_id=b, broker_epoch=-1) for b in pr.isr],
+                leader_recovery_state=0, partition_epoch=pr.partition_epoch))
+        req = apq.AlterPartitionRequest(broker_id=self.node_id, broker_epoch=self.broker_epoch(), topics=[
+            apq.TopicData(topic_name=t, topic_id=ids[t], partitions=ps) for t, ps in by_topic.items()])
+        resp = await conn.send(req, v)
+        top = ErrorCode(resp.error_code)
+        if top != ErrorCode.NONE:
+            if top in _RETRIABLE:
+                return list(batch.values())
+            for p in batch.values():
+                p.on_result(top)
+            return []
+        names = {tid: t for t, tid in ids.items()}
+        answered: set[TopicPartition] = set()
+        retry = []
+        for t in resp.topics:
+            topic = names.get(t.topic_id, "") if v >= 2 else t.topic_name
+            for r in t.partitions:
+                tp = TopicPartition(topic, r.partition_index)
+                p = batch.get(tp)
+                if p is None:
+                    continue
+                answered.add(tp)
+                err = ErrorCode(r.error_code)
+                if err in _RETRIABLE:
+                    retry.append(p)
+                elif err != ErrorCode.NONE:
+                    p.on_result(err)
+                else:
+                    p.on_result(LeaderAndIsr(r.leader_id, r.leader_epoch, list(r.isr), r.partition_epoch))
+        retry.extend(p for tp, p in batch.items() if tp not in answered)
+        return retry

@@ -1,0 +1,119 @@
+"""Two brokers in cluster mode in one process, over real sockets; the test plays the controller
+(LeaderAndIsr, UpdateMetadata, StopReplica). Followers fetch, acks=all waits for them, a
+leadership change truncates the old leader's unreplicated tail, and the replicas' logs end up
+byte-identical."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from controller_requests import Part, leader_and_isr, stop_replica, update_metadata
+
+from rivulet.client import core
+from rivulet.client.connection import BrokerConnection
+from rivulet.common.types import TopicPartition
+from rivulet.protocol import records as rec
+from rivulet.protocol.errors import ErrorCode
+from rivulet.server.broker import Broker
+from rivulet.server.config import BrokerConfig
+
+pytestmark = pytest.mark.fast
+
+TID = uuid.uuid4()
+TP = TopicPartition("t", 0)
+
+
+class Cluster:
+    def __init__(self, root) -> None:
+        self.root = root
+        self.brokers: dict[int, Broker] = {}
+        self.conns: dict[int, BrokerConnection] = {}
+        self.controller_epoch = 1
+
+    async def start(self, *ids: int) -> None:
+        for i in ids:
+            b = Broker(BrokerConfig({
+                "log.dirs": str(self.root / f"b{i}"), "listeners": "PLAINTEXT://127.0.0.1:0", "node.id": str(i),
+                "offsets.topic.num.partitions": "1", "transaction.state.log.num.partitions": "1",
+                "log.cleaner.enable": "false", "replica.fetch.wait.max.ms": "50",
+                "replica.fetch.backoff.ms": "50"}), cluster_mode=True)
+            await b.start()
+            self.brokers[i] = b
+            self.conns[i] = await BrokerConnection("127.0.0.1", b.bound_ports[0]).connect()
+
+    @property
+    def addresses(self) -> dict[int, tuple[str, int]]:
+        return {i: ("127.0.0.1", b.bound_ports[0]) for i, b in self.brokers.items()}
+
+    async def lead(self, leader: int, epoch: int, isr: list[int], replicas: list[int] = (1, 2)) -> None:
+        parts = [Part("t", 0, leader, epoch, list(isr), list(replicas), partition_epoch=epoch)]
+        for i, conn in self.conns.items():
+            um = await conn.send(update_metadata(self.controller_epoch, parts, {"t": TID}, self.addresses))
+            assert um.error_code == 0
+            r = await conn.send(leader_and_isr(self.controller_epoch, parts, {"t": TID}, self.addresses))
+            assert r.error_code == 0 and r.topics[0].partition_errors[0].error_code == 0
+
+    async def produce(self, broker: int, values: list[bytes], acks: int = -1) -> int:
+        batch = rec.encode_batch([rec.Record(0, 0, None, v, []) for v in values])
+        resp = await self.conns[broker].send(core.produce_request(None, acks, 10_000, {("t", 0): batch}))
+        p = resp.responses[0].partition_responses[0]
+        assert p.error_code == ErrorCode.NONE, ErrorCode(p.error_code).name
+        return p.base_offset
+
+    def log(self, broker: int):
+        return self.brokers[broker].replica_manager.partitions[TP].log
+
+    def contents(self, broker: int) -> bytes:
+        lg = self.log(broker)
+        return bytes(lg.read(lg.log_start_offset, 1 << 30, max_offset=lg.log_end_offset).records or b"")
+
+    async def close(self) -> None:
+        for conn in self.conns.values():
+            await conn.close()
+        for b in self.brokers.values():
+            await b.shutdown()
+
+
+async def until(cond, what: str, limit: float = 30.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
+    while not cond():
+        if loop.time() > deadline:
+            raise AssertionError(f"never happened: {what}")
+        await asyncio.sleep(0.02)
+
+
+def test_followers_replicate_and_a_new_leader_truncates_the_old_ones_tail(tmp_path):
+    async def main():
+        c = Cluster(tmp_path)
+        await c.start(1, 2)
+        try:
+            await c.lead(1, 0, [1, 2])
+            # acks=all is answered once broker 2 has fetched the records (the HW moved past them).
+            assert await c.produce(1, [b"a", b"b"]) == 0
+            assert await c.produce(1, [b"c"]) == 2
+            assert c.log(1).high_watermark == 3
+            await until(lambda: c.log(2).high_watermark == 3, "the follower learns the HW")
+            assert c.contents(2) == c.contents(1)
+            assert c.log(2).epoch_entries() == [(0, 0)]
+
+            # Broker 2 stops following; broker 1 takes writes alone that never reach it.
+            assert (await c.conns[2].send(stop_replica(c.controller_epoch, {("t", 0): (0, False)}))).error_code == 0
+            await c.lead(1, 1, [1])
+            await c.produce(1, [b"lost-1", b"lost-2"], acks=1)
+            assert c.log(1).log_end_offset == 5
+            # Leadership moves to broker 2 (unclean, as after losing broker 1): 1 must cut offsets 3-4.
+            await c.lead(2, 2, [2])
+            await c.produce(2, [b"d"], acks=1)
+            await until(lambda: c.log(1).log_end_offset == c.log(2).log_end_offset == 4
+                        and c.log(1).high_watermark == 4, "the old leader truncates and catches up")
+            assert c.contents(1) == c.contents(2)
+            data = c.contents(1)
+            values = [r.value for pos, _h in rec.iter_batches(data) for r in rec.decode_batch(data, pos).records]
+            assert values == [b"a", b"b", b"c", b"d"]
+            assert c.log(1).epoch_entries() == c.log(2).epoch_entries() == [(0, 0), (2, 3)]
+        finally:
+            await c.close()
+    asyncio.run(main())
