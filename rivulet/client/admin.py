@@ -241,6 +241,86 @@ class DescribeClusterResult:
     nodes: list[Node]
 
 
+class ClientQuotaEntity:
+    """A quota entity, as the Java Admin's: {entity type: name}, a name of None being the default."""
+
+    USER = "user"
+    CLIENT_ID = "client-id"
+    IP = "ip"
+
+    def __init__(self, entries: dict[str, str | None]) -> None:
+        self.entries = dict(entries)
+
+    @property
+    def parts(self) -> core.QuotaEntityParts:
+        return tuple(sorted(self.entries.items(), key=lambda kv: kv[0]))
+
+    def __hash__(self) -> int:
+        return hash(self.parts)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ClientQuotaEntity) and self.parts == other.parts
+
+    def __repr__(self) -> str:
+        return f"ClientQuotaEntity({self.entries!r})"
+
+
+@dataclass(frozen=True)
+class ClientQuotaFilterComponent:
+    """One component of a ``ClientQuotaFilter``: an exact name, the default, or any name."""
+
+    entity_type: str
+    match_type: int  # 0 exact, 1 default, 2 any specified
+    match: str | None = None
+
+    @classmethod
+    def of_entity(cls, entity_type: str, name: str) -> ClientQuotaFilterComponent:
+        return cls(entity_type, 0, name)
+
+    @classmethod
+    def of_default_entity(cls, entity_type: str) -> ClientQuotaFilterComponent:
+        return cls(entity_type, 1, None)
+
+    @classmethod
+    def of_entity_type(cls, entity_type: str) -> ClientQuotaFilterComponent:
+        return cls(entity_type, 2, None)
+
+
+@dataclass(frozen=True)
+class ClientQuotaFilter:
+    """Which quota entities DescribeClientQuotas returns: ``contains`` those with at least the
+    components, ``contains_only`` those with exactly them, ``all`` every entity."""
+
+    components: tuple[ClientQuotaFilterComponent, ...] = ()
+    strict: bool = False
+
+    @classmethod
+    def contains(cls, components: Iterable[ClientQuotaFilterComponent]) -> ClientQuotaFilter:
+        return cls(tuple(components), False)
+
+    @classmethod
+    def contains_only(cls, components: Iterable[ClientQuotaFilterComponent]) -> ClientQuotaFilter:
+        return cls(tuple(components), True)
+
+    @classmethod
+    def all(cls) -> ClientQuotaFilter:
+        return cls((), False)
+
+
+@dataclass(frozen=True)
+class ClientQuotaAlterationOp:
+    """Set ``key`` to ``value``; a value of None removes the quota."""
+
+    key: str
+    value: float | None
+
+
+@dataclass
+class ClientQuotaAlteration:
+    entity: ClientQuotaEntity
+    ops: list[ClientQuotaAlterationOp]
+
+
 # ---------------------------------------------------------------------------- asyncio
 
 
@@ -339,6 +419,22 @@ class AsyncAdminClient:
         """The legacy AlterConfigs: replaces the resource's whole set of overrides."""
         core.read_alter_configs(await self._to_controller(
             core.alter_configs_request(resource_type, name, configs, validate_only)))
+
+    # ------------------------------------------------------------ client quotas
+    async def describe_client_quotas(self, quota_filter: ClientQuotaFilter | None = None
+                                     ) -> dict[ClientQuotaEntity, dict[str, float]]:
+        f = quota_filter or ClientQuotaFilter.all()
+        resp = await self.client.send_any(core.describe_client_quotas_request(
+            [(c.entity_type, c.match_type, c.match) for c in f.components], f.strict))
+        return {ClientQuotaEntity(dict(parts)): values
+                for parts, values in core.read_describe_client_quotas(resp).items()}
+
+    async def alter_client_quotas(self, alterations: list[ClientQuotaAlteration], validate_only: bool = False
+                                  ) -> dict[ClientQuotaEntity, ApiError | None]:
+        """Apply the alterations; {entity: None, or the broker's error for it}."""
+        resp = await self._to_controller(core.alter_client_quotas_request(
+            [(a.entity.parts, {op.key: op.value for op in a.ops}) for a in alterations], validate_only))
+        return {ClientQuotaEntity(dict(parts)): err for parts, err in core.read_alter_client_quotas(resp).items()}
 
     # ------------------------------------------------------------ partitions' data
     async def _by_leader(self, tps: Iterable[TP]) -> dict[int, list[TP]]:
@@ -585,6 +681,20 @@ class AdminClient:
                     out[r] = e
             return out
         return self._per_key(list(resources), work)
+
+    def describe_client_quotas(self, quota_filter: ClientQuotaFilter | None = None, request_timeout: float = 30
+                               ) -> concurrent.futures.Future:
+        """A future of {ClientQuotaEntity: {quota key: value}} (the Java Admin's describeClientQuotas)."""
+        async def work() -> dict:
+            return {0: await self._aio.describe_client_quotas(quota_filter)}
+        return self._per_key([0], work)[0]
+
+    def alter_client_quotas(self, alterations: list[ClientQuotaAlteration], request_timeout: float = 30,
+                            validate_only: bool = False) -> dict[ClientQuotaEntity, concurrent.futures.Future]:
+        """One future per entity, None when its alteration applied."""
+        async def work() -> dict:
+            return await self._aio.alter_client_quotas(list(alterations), validate_only)
+        return self._per_key([a.entity for a in alterations], work)
 
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata:
         resp = self._lt.run(self._aio.metadata(None if topic is None else [topic]),

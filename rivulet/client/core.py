@@ -23,6 +23,8 @@ from rivulet.protocol.messages import (
     add_offsets_to_txn_request as aotq,
     add_partitions_to_txn_request as aptq,
     add_partitions_to_txn_response as aptr,
+    alter_client_quotas_request as acqq,
+    alter_client_quotas_response as acqr,
     alter_configs_request as acq,
     api_versions_request as avq,
     api_versions_response as avr,
@@ -36,6 +38,8 @@ from rivulet.protocol.messages import (
     delete_records_response as drr,
     delete_topics_request as dtq,
     delete_topics_response as dtr,
+    describe_client_quotas_request as dcqq,
+    describe_client_quotas_response as dcqr,
     describe_configs_request as dcq,
     describe_configs_response as dcr,
     describe_groups_request as dgrq,
@@ -811,6 +815,39 @@ def read_alter_configs(resp: Any) -> None:
     """The answer of AlterConfigs and IncrementalAlterConfigs alike."""
     r = resp.responses[0]
     check(r.error_code, r.error_message)
+
+
+# A quota entity on the wire: its (entity type, name) components; a name of None is the default.
+QuotaEntityParts = tuple[tuple[str, "str | None"], ...]
+
+
+def describe_client_quotas_request(components: Iterable[tuple[str, int, str | None]],
+                                   strict: bool) -> dcqq.DescribeClientQuotasRequest:
+    """``components``: (entity type, match type: exact 0 / default 1 / any specified 2, match)."""
+    return dcqq.DescribeClientQuotasRequest(
+        components=[dcqq.ComponentData(entity_type=t, match_type=m, match=n) for t, m, n in components],
+        strict=strict)
+
+
+def read_describe_client_quotas(resp: dcqr.DescribeClientQuotasResponse) -> dict[QuotaEntityParts, dict[str, float]]:
+    check(resp.error_code, resp.error_message)
+    return {tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity)):
+            {v.key: v.value for v in entry.values} for entry in resp.entries or []}
+
+
+def alter_client_quotas_request(entries: Iterable[tuple[QuotaEntityParts, Mapping[str, float | None]]],
+                                validate_only: bool = False) -> acqq.AlterClientQuotasRequest:
+    """``entries``: (entity, {quota key: new value, or None to remove it})."""
+    return acqq.AlterClientQuotasRequest(entries=[acqq.EntryData(
+        entity=[acqq.EntityData(entity_type=t, entity_name=n) for t, n in entity],
+        ops=[acqq.OpData(key=k, value=0.0 if v is None else float(v), remove=v is None) for k, v in ops.items()])
+        for entity, ops in entries], validate_only=validate_only)
+
+
+def read_alter_client_quotas(resp: acqr.AlterClientQuotasResponse) -> dict[QuotaEntityParts, ApiError | None]:
+    return {tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity)):
+            ApiError(ErrorCode(entry.error_code), entry.error_message) if entry.error_code else None
+            for entry in resp.entries}
 
 
 def delete_records_request(offsets: Mapping[tuple[str, int], int], timeout_ms: int) -> drq.DeleteRecordsRequest:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from typing import Any, Callable
 
 from rivulet.common.cluster import NodeEndpoint
@@ -22,19 +23,22 @@ from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages import api_versions_response as avr
 from rivulet.protocol.messages.api_versions_request import ApiVersionsRequest
 from rivulet.replication.metadata_cache import MetadataCache
+from rivulet.protocol.schema import Struct
 from rivulet.replication.replica_manager import ReplicaManager
-from rivulet.server.answer import NO_RESPONSE, Answer
+from rivulet.server.answer import NO_RESPONSE, Answer, then
 from rivulet.server.config import BrokerConfig
 from rivulet.server.handlers import Handler
 from rivulet.server.handlers.configs import ConfigHandlers
 from rivulet.server.handlers.find_coordinator import FindCoordinatorHandler
 from rivulet.server.handlers.groups import GroupHandlers
 from rivulet.server.handlers.log_dirs import LogDirHandlers
+from rivulet.server.handlers.quotas import QuotaHandlers
 from rivulet.server.handlers.records import RecordHandlers
 from rivulet.server.handlers.replication import INTER_BROKER_VERSIONS, ReplicationHandlers
 from rivulet.server.handlers.topics import TopicHandlers
 from rivulet.server.handlers.transactions import TransactionHandlers
 from rivulet.server.network import KafkaConnection
+from rivulet.server.quotas import ClientQuotas
 from rivulet.server.topics import TopicManager
 from rivulet.transaction.coordinator import TransactionCoordinator
 
@@ -74,11 +78,18 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     42: (0, 2),   # DeleteGroups
     44: (0, 1),   # IncrementalAlterConfigs
     47: (0, 0),   # OffsetDelete
+    48: (0, 1),   # DescribeClientQuotas
+    49: (0, 1),   # AlterClientQuotas
     60: (0, 1),   # DescribeCluster
     61: (0, 0),   # DescribeProducers
     65: (0, 0),   # DescribeTransactions
     66: (0, 1),   # ListTransactions
 }
+
+# Produce and Fetch weigh their request time against request_percentage themselves, with
+# their byte rates; brokers' own requests are never throttled (Kafka's sendResponseExemptThrottle).
+_OWN_THROTTLING = frozenset({0, 1})
+_EXEMPT_FROM_REQUEST_QUOTA = frozenset({27, 56, *INTER_BROKER_VERSIONS})
 
 _SOFTWARE_NAME = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
 
@@ -86,10 +97,11 @@ _SOFTWARE_NAME = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
 class KafkaApis:
     def __init__(self, *, replica_manager: ReplicaManager, group_coordinator: GroupCoordinator,
                  txn_coordinator: TransactionCoordinator, topics: TopicManager, config: BrokerConfig,
-                 clock: Clock, node: NodeEndpoint, cluster_id: str,
+                 clock: Clock, node: NodeEndpoint, cluster_id: str, quotas: ClientQuotas,
                  metadata_cache: MetadataCache | None = None, broker_epoch: Callable[[], int] | None = None) -> None:
         """``metadata_cache`` (with ``broker_epoch``, this broker's registration epoch) is given in
         cluster mode only: the controller's requests are then served, and metadata is the cluster's."""
+        self.quotas = quotas
         self.handlers: dict[int, Handler] = {18: self.handle_api_versions}
         self.versions = dict(SUPPORTED_VERSIONS)
         if metadata_cache is not None:
@@ -97,7 +109,8 @@ class KafkaApis:
             self.handlers.update(ReplicationHandlers(replica_manager, metadata_cache,
                                                      broker_epoch or (lambda: -1)).handlers())
         for area in (
-            RecordHandlers(replica_manager, topics, metadata_cache, config["inter.broker.listener.name"]),
+            RecordHandlers(replica_manager, topics, quotas, metadata_cache, config["inter.broker.listener.name"]),
+            QuotaHandlers(quotas),
             LogDirHandlers(topics.log_manager),
             TopicHandlers(topics, replica_manager, config, node, cluster_id, metadata_cache),
             ConfigHandlers(topics, config),
@@ -117,7 +130,25 @@ class KafkaApis:
             log.warning("unsupported %s v%d from %s; closing", name, header.api_version, conn.peer)
             conn.close()
             return NO_RESPONSE
-        return self.handlers[header.api_key](header, body, conn)
+        handler = self.handlers[header.api_key]
+        if header.api_key in _OWN_THROTTLING or header.api_key in _EXEMPT_FROM_REQUEST_QUOTA or \
+                not self.quotas.request.quotas_enabled():
+            return handler(header, body, conn)
+        t0 = time.perf_counter_ns()
+        answer = handler(header, body, conn)
+        spent = time.perf_counter_ns() - t0
+        return then(answer, lambda response: self._throttle_request(header, conn, spent, response))
+
+    def _throttle_request(self, header: framing.RequestHeader, conn: KafkaConnection, spent_ns: int,
+                          response: Any) -> Any:
+        """request_percentage (Kafka's sendResponseMaybeThrottle): record the time the request
+        took, and over the quota answer with the throttle time and mute the connection."""
+        ms = self.quotas.request.record_request_time(conn.user, header.client_id or "", spent_ns)
+        if ms > 0:
+            if isinstance(response, Struct) and "throttle_time_ms" in type(response).__slots__:
+                response.throttle_time_ms = max(response.throttle_time_ms or 0, ms)
+            conn.throttle(ms)
+        return response
 
     # ------------------------------------------------------------ ApiVersions
     def _api_keys(self) -> list[avr.ApiVersion]:

@@ -26,6 +26,7 @@ from rivulet.server.dynamic_config import DynamicBrokerConfig
 from rivulet.server.fd_limit import describe as describe_fd_limit
 from rivulet.server.fd_limit import raise_open_file_limit
 from rivulet.server.metadata import MetadataStore
+from rivulet.server.quotas import ClientQuotas
 from rivulet.server.socket_server import SocketServer, SocketServerConfig
 from rivulet.server.topics import TopicManager, broker_props
 from rivulet.storage import LogConfig, LogManager, read_or_create_meta
@@ -53,6 +54,9 @@ class Broker:
         self._listener_name, host, port = config.advertised_listeners[0]
         self.node = NodeEndpoint(config.node_id, host, port)
         self.dynamic_config = DynamicBrokerConfig(config.log_dirs[0], config.node_id, config.items())
+        # Client quotas are kept beside the dynamic configs and apply from the first request.
+        self.quotas = ClientQuotas(config["quota.window.num"], config["quota.window.size.seconds"], clock,
+                                   store=self.dynamic_config)
         self.log_manager = LogManager(config.log_dirs,
                                       LogConfig.from_broker_props(broker_props(config, self.dynamic_config)),
                                       producer_id_expiration_ms=config["producer.id.expiration.ms"],
@@ -133,7 +137,8 @@ class Broker:
         rm.txn_verifier = txns.verify_produce
         self.apis = KafkaApis(replica_manager=rm, group_coordinator=groups, txn_coordinator=txns, topics=topics,
                               config=cfg, clock=self.clock, node=self.node, cluster_id=self.cluster_id,
-                              metadata_cache=self.metadata_cache, broker_epoch=lambda: self.broker_epoch)
+                              metadata_cache=self.metadata_cache, broker_epoch=lambda: self.broker_epoch,
+                              quotas=self.quotas)
         await self.socket_server.start_serving(self.apis)
         self._tasks.append(asyncio.get_running_loop().create_task(self._housekeeping()))
         self.started = True

@@ -160,6 +160,10 @@ BROKER_CONFIGS = ConfigDef([
        "max.connections.per.ip, as host:limit pairs, comma-separated.", MEDIUM, CLUSTER),
     _k("queued.max.request.bytes", L, -1, None, "Bytes that requests being received or processed may hold "
        "at once; when reached, connections stop reading until memory returns. -1: no limit.", MEDIUM),
+    # -- client quotas (the quotas themselves are set with AlterClientQuotas)
+    _k("quota.window.num", I, 11, _pos, "Samples kept to measure a client quota's rate (produce and fetch "
+       "bytes, request time).", LOW),
+    _k("quota.window.size.seconds", I, 1, _pos, "Time span of each client quota sample, in seconds.", LOW),
     _k("replica.fetch.max.bytes", I, 1048576, _nonneg, "Bytes fetched per partition by a follower.", MEDIUM),
     # -- replication (cluster mode)
     _k("replica.lag.time.max.ms", L, 30000, None, "A follower that has not caught up with the leader for "

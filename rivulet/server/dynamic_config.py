@@ -14,6 +14,9 @@ min.insync.replicas) take effect at once on every topic without its own override
 ``Reconfigurable`` (the connection limits) is handed its new values, after validating them;
 the rest (thread counts, listeners and the like) are recorded and reported, since Rivulet has
 nothing to resize or rebind at run time.
+
+The client quotas that AlterClientQuotas sets (``server/quotas.py``) are kept in the same
+file, under ``client-quotas``: Kafka keeps them beside the dynamic configs too.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ log = logging.getLogger(__name__)
 
 FILE_NAME = "dynamic-broker-configs.json"
 CLUSTER_DEFAULT = ""
+CLIENT_QUOTAS = "client-quotas"
 
 class Reconfigurable(Protocol):
     """A component whose settings change at run time (Kafka's Reconfigurable)."""
@@ -53,14 +57,18 @@ class DynamicBrokerConfig:
         self.static: Mapping[str, Any] = static or {}  # parsed server.properties values
         self._reconfigurables: list[Reconfigurable] = []
         self.levels: dict[str, dict[str, str]] = {CLUSTER_DEFAULT: {}, self.node_id: {}}
+        self.client_quotas: list[tuple[dict[str, str | None], dict[str, float]]] = []
         try:
             with open(self.path, encoding="utf-8") as f:
                 saved = json.load(f)
             for level in (CLUSTER_DEFAULT, self.node_id):
                 self.levels[level] = {str(k): str(v) for k, v in saved.get(level, {}).items()}
+            self.client_quotas = [({str(t): None if n is None else str(n) for t, n in q["entity"].items()},
+                                   {str(k): float(v) for k, v in q["quotas"].items()})
+                                  for q in saved.get(CLIENT_QUOTAS, [])]
         except FileNotFoundError:
             pass
-        except (ValueError, AttributeError) as e:  # losing them beats refusing to start
+        except (ValueError, AttributeError, KeyError, TypeError) as e:  # losing them beats refusing to start
             log.warning("ignoring unreadable %s: %s", self.path, e)
 
     def level(self, resource_name: str) -> str:
@@ -135,8 +143,18 @@ class DynamicBrokerConfig:
             if r.reconfigurable_configs() & changed:
                 r.reconfigure(self._in_force(r, after))
 
+    def load_client_quotas(self) -> list[tuple[dict[str, str | None], dict[str, float]]]:
+        return [(dict(e), dict(v)) for e, v in self.client_quotas]
+
+    def save_client_quotas(self, quotas: list[tuple[dict[str, str | None], dict[str, float]]]) -> None:
+        self.client_quotas = [(dict(e), dict(v)) for e, v in quotas]
+        self._save()
+
     def _save(self) -> None:
-        write_atomic(self.path, json.dumps(self.levels, indent=1, sort_keys=True) + "\n")
+        doc: dict[str, Any] = dict(self.levels)
+        if self.client_quotas:
+            doc[CLIENT_QUOTAS] = [{"entity": e, "quotas": v} for e, v in self.client_quotas]
+        write_atomic(self.path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 
 def describe_broker_configs(config: BrokerConfig, dynamic: DynamicBrokerConfig,

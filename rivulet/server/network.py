@@ -9,6 +9,10 @@ A malformed frame closes only its own connection; every other connection carries
 Memory follows what has arrived, not what a size prefix announces: small frames are parsed
 out of the server's shared read buffer, and a frame split across reads grows a buffer of its
 own as its bytes come in (``socket_server.py`` has the limits and the memory pool).
+
+A client over its quota is answered at once and then muted (KIP-219): ``throttle`` stops
+reading from its socket for the throttle time, and requests it had already sent wait,
+unparsed, until the time is up.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any, Protocol
 from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode, ProtocolDecodeError
 from rivulet.server.answer import NO_RESPONSE, Answer
+from rivulet.server.quotas import ANONYMOUS_USER
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +107,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.apis: RequestHandler = server.handler
         self.max_request_bytes = server.max_request_bytes
         self.transport: asyncio.Transport | None = None
-        self.prefix = b""  # up to three bytes of a size prefix split across reads
+        # Bytes read but not yet parsed: a size prefix split across reads, or the requests that
+        # followed one whose answer throttled this connection.
+        self.held = b""
         self.frame: bytearray | None = None  # a frame still arriving
         self.frame_size = 0
         self.filled = 0
@@ -110,6 +117,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.closed = False
         self.counted = False
         self.peer: tuple[str, int] = ("?", 0)
+        self.user = ANONYMOUS_USER  # the principal's name: listeners do not authenticate yet
+        self.request_size = 0  # the frame size of the request being dispatched
+        self._throttle: asyncio.TimerHandle | None = None
+        self._throttled_until = 0.0
         self.last_active = time.monotonic()
         self._reading_paused = False
         self._writing_paused = False
@@ -144,9 +155,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         if self.frame is not None:
             return memoryview(self.frame)[self.filled:]
-        n = len(self.prefix)
+        n = len(self.held)
         if n:
-            self.server.stage[:n] = self.prefix
+            self.server.stage[:n] = self.held
         return self.server.stage_view[n:]
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -154,7 +165,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self.frame is not None:
             self._frame_bytes(nbytes)
         else:
-            self._stage_bytes(len(self.prefix) + nbytes)
+            self._stage_bytes(len(self.held) + nbytes)
         self.update_reading()
 
     def _frame_bytes(self, nbytes: int) -> None:
@@ -178,11 +189,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         """Parse the frames in the shared read buffer's first ``end`` bytes; keep the rest."""
         stage, view = self.server.stage, self.server.stage_view
         pos = 0
-        self.prefix = b""
+        self.held = b""
         while not self.closed:
             avail = end - pos
-            if avail < 4:
-                self.prefix = bytes(view[pos:end])
+            if avail < 4 or self._throttle is not None:
+                self.held = bytes(view[pos:end])
                 return
             size = _SIZE.unpack_from(stage, pos)[0]
             if size < 0 or size > self.max_request_bytes:
@@ -232,6 +243,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.pending.append(slot)
         try:
             body = framing.request_class(header.api_key).decode(frame, header.api_version, body_pos)
+            self.request_size = size
             result = self.apis.handle(header, body, self)
         except ProtocolDecodeError as e:
             self.server.bad_input_log.warning("malformed request", "closing %s: malformed %s v%d: %s", self.peer,
@@ -281,6 +293,38 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.last_active = time.monotonic()
         self.update_reading()
 
+    # ------------------------------------------------------------ quotas
+    def throttle(self, ms: int) -> None:
+        """Mute this connection for ``ms`` (KIP-219): its answers still go out, nothing more
+        is read or parsed until the time is up."""
+        if ms <= 0 or self.closed:
+            return
+        loop = asyncio.get_running_loop()
+        until = loop.time() + ms / 1000
+        if until <= self._throttled_until:
+            return
+        self._throttled_until = until
+        if self._throttle is not None:
+            self._throttle.cancel()
+        self._throttle = loop.call_at(until, self._end_throttle)
+        self.update_reading()
+
+    def _end_throttle(self) -> None:
+        self._throttle = None
+        if self.closed:
+            return
+        if len(self.held) >= 4 and self.frame is None:
+            # Parse what arrived while muted; the loop runs one callback at a time, so the
+            # shared read buffer is free.
+            held = self.held
+            self.server.stage[:len(held)] = held
+            self._stage_bytes(len(held))
+        self.update_reading()
+
+    @property
+    def throttled(self) -> bool:
+        return self._throttle is not None
+
     def idle(self) -> bool:
         """Nothing being received and nothing waiting for an answer."""
         return not self.pending and self.frame is None
@@ -291,7 +335,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self.closed or self.transport is None:
             return
         starved = self.frame is None and self.server.pool.exhausted()
-        should_pause = self._writing_paused or len(self.pending) >= MAX_IN_FLIGHT or starved
+        should_pause = (self._writing_paused or len(self.pending) >= MAX_IN_FLIGHT or starved
+                        or self._throttle is not None)
         if starved:
             self.server.pool.wait(self)
         if should_pause and not self._reading_paused:
@@ -309,7 +354,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._release()
 
     def _release(self) -> None:
-        """Give back what this connection held: pool bytes, its connection count."""
+        """Give back what this connection held: pool bytes, its connection count, its mute timer."""
+        if self._throttle is not None:
+            self._throttle.cancel()
+            self._throttle = None
         pool = self.server.pool
         for slot in self.pending:
             pool.release(slot.reserved)

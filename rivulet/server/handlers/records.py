@@ -3,6 +3,7 @@ DeleteRecords, in front of the ReplicaManager."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from rivulet.common.types import TopicPartition
@@ -35,6 +36,7 @@ from rivulet.server.answer import NO_RESPONSE, Answer, then
 from rivulet.server.handlers import Handler
 from rivulet.server.metadata import INTERNAL_TOPICS
 from rivulet.server.network import KafkaConnection
+from rivulet.server.quotas import ClientQuotas
 from rivulet.server.topics import TopicManager
 
 LIST_OFFSETS_LATEST = -1
@@ -47,10 +49,11 @@ DEBUGGING_REPLICA_ID = -2
 
 
 class RecordHandlers:
-    def __init__(self, replica_manager: ReplicaManager, metadata: TopicManager,
+    def __init__(self, replica_manager: ReplicaManager, metadata: TopicManager, quotas: ClientQuotas,
                  metadata_cache: MetadataCache | None = None, listener: str = "PLAINTEXT") -> None:
         self.replica_manager = replica_manager
         self.metadata = metadata
+        self.quotas = quotas
         # Cluster mode: where a partition's leader is, for the KIP-951 hints of NOT_LEADER_OR_FOLLOWER.
         self.metadata_cache = metadata_cache
         self.listener = listener
@@ -86,6 +89,8 @@ class RecordHandlers:
 
     # ------------------------------------------------------------ Produce
     def handle_produce(self, header: RequestHeader, req: ProduceRequest, conn: KafkaConnection) -> Answer:
+        t0 = time.perf_counter_ns()
+        size = conn.request_size
         acks = req.acks
         entries: dict[TopicPartition, Any] = {}
         early: dict[TopicPartition, ProduceResult] = {}
@@ -110,7 +115,20 @@ class RecordHandlers:
             entries = {}
         result = self.replica_manager.append_records(
             entries, required_acks=acks, timeout_ms=req.timeout_ms, transactional_id=transactional_id)
+        spent = time.perf_counter_ns() - t0
+        user, client_id = conn.user, header.client_id or ""
+
+        def throttle() -> int:
+            # Kafka's order: the byte rate always (acks=0 too), the request time unless acks=0;
+            # the longer throttle wins and mutes the connection.
+            ms = self.quotas.produce.maybe_record_and_get_throttle_time_ms(user, client_id, size)
+            if acks != 0:
+                ms = max(ms, self.quotas.request.record_request_time(user, client_id, spent))
+            conn.throttle(ms)
+            return ms
+
         if acks == 0:
+            throttle()
             return NO_RESPONSE
 
         def build(results: dict[TopicPartition, ProduceResult]) -> pr.ProduceResponse:
@@ -134,7 +152,7 @@ class RecordHandlers:
                     by_topic.setdefault(td.name, []).append(part)
             resp = pr.ProduceResponse(
                 responses=[pr.TopicProduceResponse(name=n, partition_responses=ps) for n, ps in by_topic.items()],
-                throttle_time_ms=0)
+                throttle_time_ms=throttle())
             if header.api_version >= 10:
                 resp.node_endpoints = [pr.NodeEndpoint(node_id=i, host=h, port=p, rack=rk)
                                        for i, h, p, rk in hints.endpoints()]
@@ -144,6 +162,7 @@ class RecordHandlers:
 
     # ------------------------------------------------------------ Fetch
     def handle_fetch(self, header: RequestHeader, req: FetchRequest, conn: KafkaConnection) -> Answer:
+        t0 = time.perf_counter_ns()
         v = header.api_version
         # KIP-227: Rivulet keeps no fetch sessions. A full fetch (epoch 0 or -1) is answered
         # with session id 0, which tells every client to keep sending full fetches.
@@ -151,8 +170,13 @@ class RecordHandlers:
             return fr.FetchResponse(throttle_time_ms=0, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
                                     session_id=0, responses=[])
         replica_id = req.replica_state.replica_id if v >= 15 else req.replica_id
-        params = FetchParams(replica_id=replica_id, max_wait_ms=req.max_wait_ms, min_bytes=req.min_bytes,
-                             max_bytes=req.max_bytes if v >= 3 else 2**31 - 1,
+        user, client_id = conn.user, header.client_id or ""
+        from_follower = replica_id >= 0
+        max_bytes = req.max_bytes if v >= 3 else 2**31 - 1
+        if not from_follower:  # never ask for more than the consumer's quota lets through at once
+            max_bytes = int(min(max_bytes, self.quotas.fetch.max_value_in_quota_window(user, client_id)))
+        params = FetchParams(replica_id=replica_id, max_wait_ms=req.max_wait_ms,
+                             min_bytes=min(req.min_bytes, max_bytes), max_bytes=max_bytes,
                              isolation_level=req.isolation_level if v >= 4 else 0,
                              fetch_only_leader=replica_id >= 0 or v < 11)
         errors: dict[tuple[str, int], ErrorCode] = {}
@@ -174,8 +198,21 @@ class RecordHandlers:
                     fp.current_leader_epoch if v >= 9 else -1, fp.log_start_offset if v >= 5 else -1,
                     fp.last_fetched_epoch if v >= 12 else -1))
         result = self.replica_manager.fetch_messages(params)
+        spent = time.perf_counter_ns() - t0
 
         def build(results: dict[TopicPartition, FetchResult]) -> fr.FetchResponse:
+            if not from_follower:
+                # As Kafka: both quotas judged when the answer is ready; a throttled consumer gets
+                # an empty answer and its bytes are taken back off its rate.
+                size = sum(len(r.records) for r in results.values() if r.records is not None)
+                request_ms = self.quotas.request.record_request_time(user, client_id, spent)
+                fetch_ms = self.quotas.fetch.maybe_record_and_get_throttle_time_ms(user, client_id, size)
+                ms = max(request_ms, fetch_ms)
+                if ms > 0:
+                    if self.quotas.fetch.quotas_enabled():
+                        self.quotas.fetch.unrecord(user, client_id, size)
+                    conn.throttle(ms)
+                    return fr.FetchResponse(throttle_time_ms=ms, error_code=0, session_id=0, responses=[])
             topics: list[fr.FetchableTopicResponse] = []
             hints = _LeaderHints(self.metadata_cache, self.listener)
             last_key = None

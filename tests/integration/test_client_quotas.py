@@ -1,0 +1,114 @@
+"""Client quotas against a real broker: AlterClientQuotas / DescribeClientQuotas through the
+admin client, kept across a restart, and a producer and a consumer over their quotas
+throttled as Kafka throttles them (throttle_time_ms reported, the connection muted)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from benchmarks.quotas import produce_flat_out, set_quota
+from rivulet.admin import (
+    AdminClient,
+    ClientQuotaAlteration,
+    ClientQuotaAlterationOp,
+    ClientQuotaEntity,
+    ClientQuotaFilter,
+    ClientQuotaFilterComponent,
+)
+from rivulet.client.errors import KafkaException
+from rivulet.testing import BrokerProcess
+
+pytestmark = pytest.mark.integration
+
+USER, CLIENT_ID = ClientQuotaEntity.USER, ClientQuotaEntity.CLIENT_ID
+
+
+def alter(admin: AdminClient, entity: dict, ops: dict, validate_only: bool = False) -> None:
+    e = ClientQuotaEntity(entity)
+    futures = admin.alter_client_quotas(
+        [ClientQuotaAlteration(e, [ClientQuotaAlterationOp(k, v) for k, v in ops.items()])],
+        validate_only=validate_only)
+    futures[e].result(30)
+
+
+def test_alter_describe_and_restart(broker_factory):
+    broker = broker_factory()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    try:
+        alter(admin, {USER: "alice", CLIENT_ID: "app"}, {"producer_byte_rate": 1024, "request_percentage": 50.5})
+        alter(admin, {CLIENT_ID: None}, {"consumer_byte_rate": 4096})
+        alter(admin, {USER: "bob"}, {"producer_byte_rate": 1}, validate_only=True)
+        with pytest.raises(KafkaException) as e:
+            alter(admin, {USER: "alice"}, {"producer_byte_rate": 1.5})
+        assert "must be a Long value" in str(e.value)
+        with pytest.raises(KafkaException):
+            alter(admin, {"group": "g"}, {"producer_byte_rate": 1})
+        everything = admin.describe_client_quotas(ClientQuotaFilter.all()).result(30)
+        assert everything == {
+            ClientQuotaEntity({USER: "alice", CLIENT_ID: "app"}): {"producer_byte_rate": 1024.0,
+                                                                  "request_percentage": 50.5},
+            ClientQuotaEntity({CLIENT_ID: None}): {"consumer_byte_rate": 4096.0},
+        }
+        only_default = admin.describe_client_quotas(ClientQuotaFilter.contains_only(
+            [ClientQuotaFilterComponent.of_default_entity(CLIENT_ID)])).result(30)
+        assert list(only_default) == [ClientQuotaEntity({CLIENT_ID: None})]
+        with pytest.raises(KafkaException) as e:
+            admin.describe_client_quotas(ClientQuotaFilter.contains(
+                [ClientQuotaFilterComponent.of_entity_type("group")])).result(30)
+        assert "Unsupported entity type group" in str(e.value)
+    finally:
+        admin.close()
+    broker.restart()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    try:
+        again = admin.describe_client_quotas().result(30)
+        assert again[ClientQuotaEntity({CLIENT_ID: None})] == {"consumer_byte_rate": 4096.0}
+        alter(admin, {CLIENT_ID: None}, {"consumer_byte_rate": None})
+        assert ClientQuotaEntity({CLIENT_ID: None}) not in admin.describe_client_quotas().result(30)
+    finally:
+        admin.close()
+
+
+def test_producer_over_its_quota_is_throttled_to_it():
+    """confluent-kafka producing flat out under a 1 MB/s producer_byte_rate: librdkafka reports
+    throttle times, and in the 10 s after the first quota window (Kafka's burst allowance:
+    the first window counts as 10 s even when a burst takes a few ms) the broker accepts no
+    more than the quota plus 10%. An upper bound only; a slow machine just produces less."""
+    quota = 1_000_000
+    with BrokerProcess() as broker:
+        set_quota(broker.bootstrap, "throttled-producer", quota)
+        run = produce_flat_out(broker.bootstrap, "quota-test", seconds=22, quota=quota)
+    assert run.throttles and max(run.throttles) > 0
+    t0 = run.acked[0][0]
+    steady = run.rate(t0 + 11, t0 + 21)
+    assert steady <= quota * 1.10, f"{steady:,.0f} B/s accepted under a quota of {quota:,} B/s"
+
+
+def test_consumer_over_its_quota_gets_throttled_empty_fetches(broker_factory):
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+    broker = broker_factory()
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    for _ in range(2000):
+        p.produce("quota-fetch", b"y" * 1000, partition=0)
+        p.poll(0)
+    assert p.flush(30) == 0
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    try:
+        alter(admin, {CLIENT_ID: "slow-consumer"}, {"consumer_byte_rate": 50_000})
+    finally:
+        admin.close()
+    throttles: list[float] = []
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "quota-fetch", "client.id": "slow-consumer",
+                  "enable.auto.commit": False, "throttle_cb": lambda ev: throttles.append(ev.throttle_time)})
+    c.assign([TopicPartition("quota-fetch", 0, OFFSET_BEGINNING)])
+    got = 0
+    deadline = time.monotonic() + 20
+    while not throttles and time.monotonic() < deadline:
+        m = c.poll(0.2)
+        if m is not None and m.error() is None:
+            got += 1
+    c.close()
+    assert throttles and max(throttles) > 0
+    assert got < 2000  # 2 MB at 50 kB/s cannot have arrived yet
