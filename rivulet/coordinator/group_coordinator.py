@@ -89,7 +89,9 @@ class GroupCoordinator:
         self.completed_rebalances = 0
 
     # ------------------------------------------------------------ lifecycle
-    def startup(self) -> None:
+    def startup(self, *, lead_all: bool = True) -> None:
+        """``lead_all``: this node leads every __consumer_offsets partition (single-node mode);
+        in cluster mode the partitions it leads come through ``on_become_leader``."""
         cfg = self.config
         info = self.topic_creator.ensure_internal_topic(GROUP_METADATA_TOPIC_NAME, cfg["offsets.topic.num.partitions"],
                                                         {"cleanup.policy": "compact",
@@ -98,7 +100,7 @@ class GroupCoordinator:
         self.manager = GroupMetadataManager(cfg, self.replica_manager, clock=self.clock.milliseconds,
                                             num_partitions=info.num_partitions)
         self._active = True
-        for p in range(info.num_partitions):
+        for p in range(info.num_partitions if lead_all else 0):
             self.on_become_leader(p)
         if _running_loop() is not None:
             self._expirer = asyncio.get_running_loop().create_task(self._expire_offsets_periodically())

@@ -115,7 +115,8 @@ class KafkaApis:
             TopicHandlers(topics, replica_manager, config, node, cluster_id, metadata_cache),
             ConfigHandlers(topics, config),
             GroupHandlers(group_coordinator, topics, clock),
-            FindCoordinatorHandler(group_coordinator, txn_coordinator),
+            FindCoordinatorHandler(group_coordinator, txn_coordinator, metadata_cache,
+                                   config["inter.broker.listener.name"]),
             TransactionHandlers(txn_coordinator, group_coordinator, replica_manager, topics, config),
         ):
             self.handlers.update(area.handlers())

@@ -22,6 +22,7 @@ from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.server.apis import KafkaApis
 from rivulet.server.config import BrokerConfig
+from rivulet.server.coordinator_leadership import CoordinatorLeadership
 from rivulet.server.dynamic_config import DynamicBrokerConfig
 from rivulet.server.fd_limit import describe as describe_fd_limit
 from rivulet.server.fd_limit import raise_open_file_limit
@@ -128,12 +129,14 @@ class Broker:
         groups = self.group_coordinator = GroupCoordinator(cfg, rm, topics, topics, self.node, self.timer, self.clock)
         # As Kafka does, committed offsets of deleted partitions go too.
         topics.on_partitions_deleted.append(groups.on_partitions_deleted)
-        groups.startup()
+        groups.startup(lead_all=not self.cluster_mode)
         # Markers on __consumer_offsets complete the producer's pending offsets in the group coordinator.
         txns = self.transaction_coordinator = TransactionCoordinator(
             cfg, rm, topics, topics, self.node, ProducerIdManager(cfg.log_dirs[0]), offsets_listener=groups,
             clock=self.clock)
-        txns.startup()
+        txns.startup(lead_all=not self.cluster_mode)
+        if self.cluster_mode:
+            rm.leadership_listeners.append(CoordinatorLeadership(groups, txns))
         rm.txn_verifier = txns.verify_produce
         self.apis = KafkaApis(replica_manager=rm, group_coordinator=groups, txn_coordinator=txns, topics=topics,
                               config=cfg, clock=self.clock, node=self.node, cluster_id=self.cluster_id,

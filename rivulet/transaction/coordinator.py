@@ -59,7 +59,9 @@ class TransactionCoordinator:
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
-    def startup(self) -> None:
+    def startup(self, *, lead_all: bool = True) -> None:
+        """``lead_all``: this node leads every __transaction_state partition (single-node mode);
+        in cluster mode the partitions it leads come through ``on_become_leader``."""
         cfg = self.config
         info = self.topic_creator.ensure_internal_topic(TRANSACTION_STATE_TOPIC_NAME,
                                                        cfg["transaction.state.log.num.partitions"], {
@@ -71,9 +73,10 @@ class TransactionCoordinator:
         sm = self.state_manager
         sm.num_partitions = info.num_partitions
         loop = asyncio.get_running_loop()
-        # Ids on a partition still loading answer COORDINATOR_LOAD_IN_PROGRESS.
-        sm.loading.update(range(info.num_partitions))
-        self._tasks.append(loop.create_task(self._load_all(info.num_partitions)))
+        if lead_all:
+            # Ids on a partition still loading answer COORDINATOR_LOAD_IN_PROGRESS.
+            sm.loading.update(range(info.num_partitions))
+            self._tasks.append(loop.create_task(self._load_all(info.num_partitions)))
         self._tasks.append(loop.create_task(self._every(
             cfg["transaction.abort.timed.out.transaction.cleanup.interval.ms"], self.abort_timed_out_transactions)))
         self._tasks.append(loop.create_task(self._every(
@@ -91,6 +94,28 @@ class TransactionCoordinator:
                 raise
             except Exception:
                 log.exception("loading %s-%d failed", TRANSACTION_STATE_TOPIC_NAME, p)
+
+    def on_become_leader(self, partition: int, coordinator_epoch: int) -> None:
+        """This node now leads __transaction_state-<partition>: load it (its ids answer
+        COORDINATOR_LOAD_IN_PROGRESS meanwhile), with the leader epoch as coordinator epoch."""
+        sm = self.state_manager
+        sm.loading.add(partition)
+
+        async def load() -> None:
+            try:
+                await sm.load_partition(partition, coordinator_epoch, self.markers.add_txn_markers_to_send)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("loading %s-%d failed", TRANSACTION_STATE_TOPIC_NAME, partition)
+
+        task = asyncio.get_running_loop().create_task(load())
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+
+    def on_resign(self, partition: int) -> None:
+        """Leadership of __transaction_state-<partition> moved away: its ids answer NOT_COORDINATOR."""
+        self.state_manager.remove_partition(partition)
 
     async def _every(self, interval_ms: int, fn: Callable[[], None]) -> None:
         while True:

@@ -47,12 +47,14 @@ class Cluster:
     def addresses(self) -> dict[int, tuple[str, int]]:
         return {i: ("127.0.0.1", b.bound_ports[0]) for i, b in self.brokers.items()}
 
-    async def lead(self, leader: int, epoch: int, isr: list[int], replicas: list[int] = (1, 2)) -> None:
-        parts = [Part("t", 0, leader, epoch, list(isr), list(replicas), partition_epoch=epoch)]
+    async def lead(self, leader: int, epoch: int, isr: list[int], replicas: list[int] = (1, 2),
+                   topic: str = "t") -> None:
+        parts = [Part(topic, 0, leader, epoch, list(isr), list(replicas), partition_epoch=epoch)]
+        ids = {topic: TID}
         for i, conn in self.conns.items():
-            um = await conn.send(update_metadata(self.controller_epoch, parts, {"t": TID}, self.addresses))
+            um = await conn.send(update_metadata(self.controller_epoch, parts, ids, self.addresses))
             assert um.error_code == 0
-            r = await conn.send(leader_and_isr(self.controller_epoch, parts, {"t": TID}, self.addresses))
+            r = await conn.send(leader_and_isr(self.controller_epoch, parts, ids, self.addresses))
             assert r.error_code == 0 and r.topics[0].partition_errors[0].error_code == 0
 
     async def produce(self, broker: int, values: list[bytes], acks: int = -1) -> int:
@@ -114,6 +116,43 @@ def test_followers_replicate_and_a_new_leader_truncates_the_old_ones_tail(tmp_pa
             values = [r.value for pos, _h in rec.iter_batches(data) for r in rec.decode_batch(data, pos).records]
             assert values == [b"a", b"b", b"c", b"d"]
             assert c.log(1).epoch_entries() == c.log(2).epoch_entries() == [(0, 0), (2, 3)]
+        finally:
+            await c.close()
+    asyncio.run(main())
+
+
+def test_coordinators_move_with_the_internal_partitions_leadership(tmp_path):
+    async def main():
+        c = Cluster(tmp_path)
+        await c.start(1, 2)
+        try:
+            async def coordinator(broker: int) -> tuple[int, int]:
+                r = await c.conns[broker].send(core.find_coordinator_request("g", 0), 3)
+                return r.error_code, r.node_id
+
+            # No leader known yet for __consumer_offsets-0.
+            assert (await coordinator(1))[0] == ErrorCode.COORDINATOR_NOT_AVAILABLE
+            await c.lead(1, 0, [1, 2], topic="__consumer_offsets")
+            assert await coordinator(1) == (0, 1) and await coordinator(2) == (0, 1)
+            g1 = c.brokers[1].group_coordinator
+            await g1.wait_loaded()
+            assert g1.manager.is_group_local("g") and not c.brokers[2].group_coordinator.manager.is_group_local("g")
+            await c.lead(2, 1, [1, 2], topic="__consumer_offsets")
+            assert await coordinator(1) == (0, 2)
+            await c.brokers[2].group_coordinator.wait_loaded()
+            assert not g1.manager.is_group_local("g")
+            assert c.brokers[2].group_coordinator.manager.is_group_local("g")
+
+            # The transaction coordinator likewise, with the leader epoch as its coordinator epoch.
+            await c.lead(2, 3, [1, 2], topic="__transaction_state")
+            r = await c.conns[1].send(core.find_coordinator_request("tx", 1), 3)
+            assert (r.error_code, r.node_id) == (0, 2)
+            sm2 = c.brokers[2].transaction_coordinator.state_manager
+            await until(lambda: 0 in sm2.cache, "the transaction state partition loads")
+            assert sm2.cache[0].coordinator_epoch == 3
+            await c.lead(1, 4, [1, 2], topic="__transaction_state")
+            assert 0 not in sm2.cache
+            assert sm2.get_transaction_state("tx")[0] == ErrorCode.NOT_COORDINATOR
         finally:
             await c.close()
     asyncio.run(main())

@@ -1,16 +1,21 @@
 """FindCoordinator (API 10): key type 0 resolves through the group coordinator, key type 1
-through the transaction coordinator."""
+through the transaction coordinator; in cluster mode to the leader of the key's partition of
+``__consumer_offsets`` or ``__transaction_state``."""
 
 from __future__ import annotations
 
+from rivulet.common.types import TopicPartition
 from rivulet.coordinator.group_coordinator import GroupCoordinator
+from rivulet.coordinator.offsets_topic import GROUP_METADATA_TOPIC_NAME
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.framing import RequestHeader
 from rivulet.protocol.messages import find_coordinator_response as fcr
 from rivulet.protocol.messages.find_coordinator_request import FindCoordinatorRequest
+from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.server.handlers import Handler
 from rivulet.server.network import KafkaConnection
 from rivulet.transaction.coordinator import TransactionCoordinator
+from rivulet.transaction.txn_log import TRANSACTION_STATE_TOPIC_NAME
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
@@ -28,19 +33,39 @@ _MESSAGES = {
 
 
 class FindCoordinatorHandler:
-    def __init__(self, groups: GroupCoordinator, transactions: TransactionCoordinator) -> None:
+    def __init__(self, groups: GroupCoordinator, transactions: TransactionCoordinator,
+                 metadata_cache: MetadataCache | None = None, listener: str = "PLAINTEXT") -> None:
         self.groups = groups
         self.transactions = transactions
+        # Cluster mode: the coordinator is the leader of the key's internal partition.
+        self.metadata_cache = metadata_cache
+        self.listener = listener
 
     def handlers(self) -> dict[int, Handler]:
         return {10: self.handle_find_coordinator}
 
     def _resolve(self, key_type: int, key: str) -> tuple[ErrorCode, int, str, int]:
         if key_type == GROUP_KEY_TYPE:
+            if self.metadata_cache is not None:
+                if not self.groups.is_active:
+                    return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+                return self._leader_of(TopicPartition(GROUP_METADATA_TOPIC_NAME, self.groups.partition_for(key)))
             return self.groups.find_group_coordinator(key)
         if key_type == TRANSACTION_KEY_TYPE:
+            if self.metadata_cache is not None:
+                if not self.transactions.active:
+                    return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+                return self._leader_of(TopicPartition(TRANSACTION_STATE_TOPIC_NAME,
+                                                      self.transactions.partition_for(key)))
             return self.transactions.find_coordinator(key)
         return ErrorCode.INVALID_REQUEST, -1, "", -1
+
+    def _leader_of(self, tp: TopicPartition) -> tuple[ErrorCode, int, str, int]:
+        assert self.metadata_cache is not None
+        leader, _epoch, endpoint = self.metadata_cache.leader_and_endpoint(tp, self.listener)
+        if endpoint is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+        return ErrorCode.NONE, leader, endpoint.host, endpoint.port
 
     def handle_find_coordinator(
         self, header: RequestHeader, req: FindCoordinatorRequest, conn: KafkaConnection
