@@ -1,5 +1,9 @@
 """`rivulet cluster info`, `configs describe|alter`, `offsets get` and `delete-records`:
-everyday administration in the manner of rpk and Kafka's tools, over the admin client."""
+everyday administration in the manner of rpk and Kafka's tools, over the admin client.
+
+`configs` covers topic and broker configs and, as kafka-configs does, client quotas: the
+entity types users, clients and ips (or `--user`, `--client`, `--ip` and their
+`--*-defaults`, combinable as user and client), with Describe/AlterClientQuotas."""
 
 from __future__ import annotations
 
@@ -9,7 +13,15 @@ from typing import Any, Awaitable, Callable
 
 from rivulet.cli.common import CliError, add_connection_args, client_config, parse_kv, run_command
 from rivulet.cli.groups import _table, topic_partitions
-from rivulet.client.admin import AsyncAdminClient, ResourceType
+from rivulet.client.admin import (
+    AsyncAdminClient,
+    ClientQuotaAlteration,
+    ClientQuotaAlterationOp,
+    ClientQuotaEntity,
+    ClientQuotaFilter,
+    ClientQuotaFilterComponent,
+    ResourceType,
+)
 from rivulet.client.core import EARLIEST, LATEST
 from rivulet.common.config import ConfigSource
 from rivulet.common.types import TopicPartition as TP
@@ -35,6 +47,69 @@ async def _cluster_info(admin: AsyncAdminClient, args: argparse.Namespace) -> in
     return 0
 
 
+# kafka-configs' quota entity types -> the entity type on the wire
+QUOTA_ENTITY_TYPES = {"users": ClientQuotaEntity.USER, "clients": ClientQuotaEntity.CLIENT_ID,
+                      "ips": ClientQuotaEntity.IP}
+
+
+def _quota_entity(args: argparse.Namespace) -> dict[str, str | None] | None:
+    """The quota entity the arguments name ({entity type: name, None for the default}), or None
+    when they name a topic or broker. A type given without a name stands for any name
+    (describe only)."""
+    out: dict[str, str | None] = {}
+    if args.entity_type in QUOTA_ENTITY_TYPES:
+        out[QUOTA_ENTITY_TYPES[args.entity_type]] = None if args.entity_default else (args.entity_name or "")
+    for etype, name, default in ((ClientQuotaEntity.USER, args.user, args.user_defaults),
+                                 (ClientQuotaEntity.CLIENT_ID, args.client, args.client_defaults),
+                                 (ClientQuotaEntity.IP, args.ip, args.ip_defaults)):
+        if name is not None or default:
+            if etype in out:
+                raise CliError(f"the {etype} entity is given twice", 2)
+            out[etype] = None if default else name
+    if not out:
+        if args.entity_type is None:
+            raise CliError("--entity-type is required (or --user, --client, --ip)", 2)
+        return None
+    if args.entity_type not in (None, *QUOTA_ENTITY_TYPES):
+        raise CliError(f"--entity-type {args.entity_type} does not combine with quota entities", 2)
+    return out
+
+
+def _render_entity(entity: ClientQuotaEntity) -> str:
+    return ",".join(f"{t}={'<default>' if n is None else n}" for t, n in entity.parts)
+
+
+async def _quotas(admin: AsyncAdminClient, args: argparse.Namespace, wanted: dict[str, str | None]) -> int:
+    if args.action == "alter":
+        if "" in wanted.values():
+            raise CliError("alter needs a name for each entity (--entity-name, or --entity-default)", 2)
+        ops = []
+        for k, v in parse_kv(args.set, "--set").items():
+            try:
+                ops.append(ClientQuotaAlterationOp(k, float(v)))
+            except ValueError:
+                raise CliError(f"--set {k}: '{v}' is not a number", 2) from None
+        ops += [ClientQuotaAlterationOp(k, None) for k in args.delete or []]
+        if not ops:
+            raise CliError("alter needs --set KEY=VALUE or --delete KEY", 2)
+        entity = ClientQuotaEntity(wanted)
+        err = (await admin.alter_client_quotas([ClientQuotaAlteration(entity, ops)]))[entity]
+        if err is not None:
+            raise err
+        print(f"Completed updating quotas for {_render_entity(entity)}.")
+        return 0
+    components = [ClientQuotaFilterComponent.of_entity_type(t) if n == "" else
+                  ClientQuotaFilterComponent.of_default_entity(t) if n is None else
+                  ClientQuotaFilterComponent.of_entity(t, n) for t, n in wanted.items()]
+    found = await admin.describe_client_quotas(ClientQuotaFilter.contains_only(components))
+    rows = [["ENTITY", "KEY", "VALUE"]]
+    for entity in sorted(found, key=_render_entity):
+        for k, v in sorted(found[entity].items()):
+            rows.append([_render_entity(entity), k, f"{v:g}" if v != int(v) else str(int(v))])
+    print(_table(rows))
+    return 0
+
+
 def _resource(args: argparse.Namespace) -> tuple[ResourceType, str]:
     if args.entity_default and (args.entity_type != "brokers" or args.entity_name):
         raise CliError("--entity-default goes with --entity-type brokers and no --entity-name", 2)
@@ -46,6 +121,9 @@ def _resource(args: argparse.Namespace) -> tuple[ResourceType, str]:
 
 
 async def _configs(admin: AsyncAdminClient, args: argparse.Namespace) -> int:
+    quota_entity = _quota_entity(args)
+    if quota_entity is not None:
+        return await _quotas(admin, args, quota_entity)
     rtype, name = _resource(args)
     if rtype == ResourceType.BROKER and not name and not args.entity_default:
         md = await admin.describe_cluster()
@@ -103,16 +181,24 @@ def add_parser(sub: Any) -> None:
     add_connection_args(c)
     c.set_defaults(func=lambda a: _run("cluster info", a, lambda admin: _cluster_info(admin, a)))
 
-    g = sub.add_parser("configs", help="describe or alter broker and topic configs (like kafka-configs)")
+    g = sub.add_parser("configs", help="describe or alter broker and topic configs and client quotas "
+                                       "(like kafka-configs)")
     g.add_argument("action", choices=["describe", "alter"], help="what to do")
     add_connection_args(g)
-    g.add_argument("--entity-type", choices=["topics", "brokers"], required=True, help="the kind of resource")
-    g.add_argument("--entity-name", help="the topic, or the broker id (default: the first broker)")
+    g.add_argument("--entity-type", choices=["topics", "brokers", *QUOTA_ENTITY_TYPES],
+                   help="the kind of resource: a topic, a broker, or a client quota entity")
+    g.add_argument("--entity-name", help="the topic, the broker id (default: the first broker), or the user, "
+                   "client id or IP (describe without one: every entity of that type)")
     g.add_argument("--entity-default", action="store_true",
-                   help="brokers: the cluster-wide default every broker inherits, instead of one broker")
+                   help="brokers: the cluster-wide default every broker inherits, instead of one broker; "
+                   "users, clients, ips: the default entity")
+    for flag, what in (("user", "user principal"), ("client", "client id"), ("ip", "IP address")):
+        g.add_argument(f"--{flag}", metavar="NAME", help=f"quotas of this {what} (user and client combine)")
+        g.add_argument(f"--{flag}-defaults", action="store_true", help=f"quotas of the default {what}")
     g.add_argument("--all", action="store_true",
                    help="describe: include the values that are defaults (SOURCE DEFAULT_CONFIG)")
-    g.add_argument("--set", action="append", metavar="KEY=VALUE", help="alter: set a config (repeatable)")
+    g.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="alter: set a config or a quota such as producer_byte_rate=1048576 (repeatable)")
     g.add_argument("--delete", action="append", metavar="KEY", help="alter: remove an override (repeatable)")
     g.set_defaults(func=lambda a: _run(f"configs {a.action}", a, lambda admin: _configs(admin, a)))
 

@@ -112,3 +112,39 @@ def test_consumer_over_its_quota_gets_throttled_empty_fetches(broker_factory):
     c.close()
     assert throttles and max(throttles) > 0
     assert got < 2000  # 2 MB at 50 kB/s cannot have arrived yet
+
+
+def test_cli_configs_for_quota_entities(broker_factory):
+    import subprocess
+    import sys
+    broker = broker_factory()
+
+    def rivulet(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "rivulet", *args, "-b", broker.bootstrap],
+                              capture_output=True, text=True, timeout=60)
+
+    def table(*args: str) -> list[list[str]]:
+        r = rivulet(*args)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+        return [line.split() for line in r.stdout.splitlines()[1:]]
+
+    done = rivulet("configs", "alter", "--entity-type", "clients", "--entity-name", "app",
+                   "--set", "producer_byte_rate=1048576", "--set", "request_percentage=12.5")
+    assert done.returncode == 0 and "client-id=app" in done.stdout, done.stderr
+    assert rivulet("configs", "alter", "--user", "alice", "--client-defaults",
+                   "--set", "consumer_byte_rate=2048").returncode == 0
+    assert rivulet("configs", "alter", "--entity-type", "users", "--entity-default",
+                   "--set", "producer_byte_rate=1000").returncode == 0
+    assert table("configs", "describe", "--entity-type", "clients", "--entity-name", "app") == [
+        ["client-id=app", "producer_byte_rate", "1048576"], ["client-id=app", "request_percentage", "12.5"]]
+    assert table("configs", "describe", "--entity-type", "users") == [
+        ["user=<default>", "producer_byte_rate", "1000"]]
+    assert table("configs", "describe", "--user", "alice", "--client-defaults") == [
+        ["client-id=<default>,user=alice", "consumer_byte_rate", "2048"]]
+    assert rivulet("configs", "alter", "--entity-type", "clients", "--entity-name", "app",
+                   "--delete", "request_percentage").returncode == 0
+    assert table("configs", "describe", "--entity-type", "clients") == [
+        ["client-id=app", "producer_byte_rate", "1048576"]]
+    bad = rivulet("configs", "alter", "--entity-type", "clients", "--entity-name", "app",
+                  "--set", "producer_byte_rate=1.5")
+    assert bad.returncode == 1 and len(bad.stderr.splitlines()) == 1 and "INVALID_REQUEST" in bad.stderr, bad.stderr
