@@ -84,6 +84,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     61: (0, 0),   # DescribeProducers
     65: (0, 0),   # DescribeTransactions
     66: (0, 1),   # ListTransactions
+    75: (0, 0),   # DescribeTopicPartitions
 }
 
 # Produce and Fetch weigh their request time against request_percentage themselves, with

@@ -152,6 +152,8 @@ BROKER_CONFIGS = ConfigDef([
     _k("socket.request.max.bytes", I, 104857600, _pos, "Largest request accepted; a larger one closes the "
        "connection.", HIGH),
     _k("connections.max.idle.ms", L, 600000, _pos, "Idle connections are closed after this long.", MEDIUM),
+    _k("max.request.partition.size.limit", I, 2000, _pos, "Most partitions a DescribeTopicPartitions "
+       "answer holds; a larger request gets a cursor to the rest.", LOW),
     _k("max.connections", I, 2147483647, _nonneg, "Connections the broker keeps open at once; more are "
        "closed as they arrive.", MEDIUM, CLUSTER),
     _k("max.connections.per.ip", I, 2147483647, _nonneg, "Connections kept open from one IP address.", MEDIUM,

@@ -160,3 +160,53 @@ def test_authorized_operations_are_reported_when_asked_for(broker):
         AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE}
     # not asked for: not reported
     assert not admin.describe_cluster().result(30).authorized_operations
+
+
+def test_describe_topic_partitions_pages_with_a_cursor(broker):
+    """KIP-966: topics in name order, at most response_partition_limit partitions an answer,
+    and a cursor to the first partition left out."""
+    from rivulet.protocol.messages import describe_topic_partitions_request as dtpq
+    prefix = f"dtp-{uuid.uuid4().hex[:6]}"
+    a, b = f"{prefix}-a", f"{prefix}-b"
+    create_topic(broker.bootstrap, b, 3)
+    create_topic(broker.bootstrap, a, 2)
+
+    async def describe(names, limit=2000, cursor=None):
+        conn = await open_conn(broker)
+        try:
+            return await conn.send(dtpq.DescribeTopicPartitionsRequest(
+                topics=[dtpq.TopicRequest(name=n) for n in names], response_partition_limit=limit,
+                cursor=dtpq.Cursor(topic_name=cursor[0], partition_index=cursor[1]) if cursor else None), version=0)
+        finally:
+            await conn.close()
+
+    def pages(resp):
+        return [(t.name, [p.partition_index for p in t.partitions]) for t in resp.topics]
+
+    resp = run(describe([b, a, f"{prefix}-missing", "bad/name"]))
+    assert [(t.name, t.error_code) for t in resp.topics] == [
+        ("bad/name", ErrorCode.INVALID_TOPIC_EXCEPTION), (a, 0), (b, 0),
+        (f"{prefix}-missing", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
+    assert resp.next_cursor is None
+    t = resp.topics[2]
+    assert t.topic_id.int != 0 and not t.is_internal
+    assert [p.partition_index for p in t.partitions] == [0, 1, 2]
+    for p in t.partitions:
+        assert [p.leader_id] == p.replica_nodes == p.isr_nodes and p.leader_id >= 0 and p.leader_epoch >= 0
+        assert p.offline_replicas == [] and p.eligible_leader_replicas == [] and p.error_code == 0
+
+    first = run(describe([a, b], limit=3))
+    assert pages(first) == [(a, [0, 1]), (b, [0])]
+    assert (first.next_cursor.topic_name, first.next_cursor.partition_index) == (b, 1)
+    second = run(describe([a, b], limit=3, cursor=(b, 1)))
+    assert pages(second) == [(b, [1, 2])] and second.next_cursor is None
+    exact = run(describe([a, b], limit=2))  # the limit ends exactly with a topic
+    assert pages(exact) == [(a, [0, 1])]
+    assert (exact.next_cursor.topic_name, exact.next_cursor.partition_index) == (b, 0)
+    # The cursor's topic must be among those asked for.
+    wrong = run(describe([a], cursor=(b, 0)))
+    assert [(t.name, t.error_code) for t in wrong.topics] == [(a, ErrorCode.INVALID_REQUEST)]
+    # No topics asked for: every topic from the cursor on.
+    everything = run(describe([], cursor=(a, 1)))
+    names = [t.name for t in everything.topics]
+    assert names == sorted(names) and names[:2] == [a, b] and pages(everything)[0] == (a, [1])

@@ -1,9 +1,10 @@
-"""Request handlers of topic metadata and topic administration: Metadata, DescribeCluster,
-CreateTopics, DeleteTopics, CreatePartitions."""
+"""Request handlers of topic metadata and topic administration: Metadata,
+DescribeTopicPartitions, DescribeCluster, CreateTopics, DeleteTopics, CreatePartitions."""
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Any
 
 from rivulet.common.cluster import NodeEndpoint
@@ -15,12 +16,14 @@ from rivulet.protocol.messages import (
     create_topics_response as ctr,
     delete_topics_response as dtr,
     describe_cluster_response as dcr,
+    describe_topic_partitions_response as dtpr,
     metadata_response as mr,
 )
 from rivulet.protocol.messages.create_partitions_request import CreatePartitionsRequest
 from rivulet.protocol.messages.create_topics_request import CreateTopicsRequest
 from rivulet.protocol.messages.delete_topics_request import DeleteTopicsRequest
 from rivulet.protocol.messages.describe_cluster_request import DescribeClusterRequest
+from rivulet.protocol.messages.describe_topic_partitions_request import DescribeTopicPartitionsRequest
 from rivulet.protocol.messages.metadata_request import MetadataRequest
 from rivulet.protocol.schema import ZERO_UUID
 from rivulet.replication.metadata_cache import MetadataCache
@@ -44,6 +47,18 @@ CLUSTER_AUTHORIZED_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 # Kafka's controller refuses a request that would create more partitions than this at once:
 # such batches ran it out of memory.
 MAX_PARTITIONS_PER_BATCH = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionView:
+    """A partition as this broker describes it to clients (Metadata, DescribeTopicPartitions)."""
+
+    index: int
+    leader: int             # -1: no live leader
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+    offline: list[int]
 
 
 def _requested_partitions(req: CreateTopicsRequest, default_partitions: int) -> int:
@@ -72,7 +87,8 @@ class TopicHandlers:
 
     def handlers(self) -> dict[int, Handler]:
         return {3: self.handle_metadata, 19: self.handle_create_topics, 20: self.handle_delete_topics,
-                37: self.handle_create_partitions, 60: self.handle_describe_cluster}
+                37: self.handle_create_partitions, 60: self.handle_describe_cluster,
+                75: self.handle_describe_topic_partitions}
 
     # ------------------------------------------------------------ Metadata
     def _live_brokers(self) -> list[tuple[int, str, int, str | None]]:
@@ -97,28 +113,52 @@ class TopicHandlers:
     def _broker_list(self) -> list[mr.MetadataResponseBroker]:
         return [mr.MetadataResponseBroker(node_id=i, host=h, port=p, rack=r) for i, h, p, r in self._live_brokers()]
 
-    def _cluster_partitions(self, name: str, v: int) -> list[mr.MetadataResponsePartition]:
-        """A topic's partitions from the metadata cache, as Kafka's ZooKeeper-mode broker answers."""
+    def _partition_views(self, name: str) -> list[PartitionView] | None:
+        """The topic's partitions: the controller's view in cluster mode, else this broker's
+        own (the only replica of each). None if the topic is unknown here."""
         cache = self.metadata_cache
-        assert cache is not None
-        out = []
-        for i, st in cache.partitions(name).items():
+        if cache is not None:
+            if not cache.contains_topic(name):
+                return None
             alive = cache.brokers
+            return [PartitionView(i, st.leader if st.leader in alive else -1, st.leader_epoch, list(st.replicas),
+                                  list(st.isr), list(st.offline_replicas))
+                    for i, st in sorted(cache.partitions(name).items())]
+        info = self.topics.get(name)
+        if info is None:
+            return None
+        node_id = self.node.node_id
+        rm = self.replica_manager
+        out = []
+        for i in range(info.num_partitions):
+            tp = TopicPartition(name, i)
+            p = rm.partitions.get(tp)
+            epoch = p.leader_epoch if p else 0
+            if p.log.offline if p is not None else tp in rm.offline_partitions:
+                # The only replica's log dir failed: no leader, as Kafka's controller reports it.
+                out.append(PartitionView(i, -1, epoch, [node_id], [], [node_id]))
+            else:
+                out.append(PartitionView(i, node_id, epoch, [node_id], [node_id], []))
+        return out
+
+    def _metadata_partitions(self, name: str, v: int) -> list[mr.MetadataResponsePartition]:
+        out = []
+        for pv in self._partition_views(name) or ():
             error = ErrorCode.NONE
-            replicas, isr = st.replicas, st.isr
-            if v == 0:
+            replicas, isr = pv.replicas, pv.isr
+            if v == 0 and self.metadata_cache is not None:
                 # Version 0 clients are told about unavailable replicas and see only live ones.
+                alive = self.metadata_cache.brokers
                 live_replicas = [r for r in replicas if r in alive]
                 live_isr = [r for r in isr if r in alive]
                 if len(live_replicas) < len(replicas) or len(live_isr) < len(isr):
                     error = ErrorCode.REPLICA_NOT_AVAILABLE
                 replicas, isr = live_replicas, live_isr
-            if st.leader not in alive:
+            if pv.leader < 0:
                 error = ErrorCode.LEADER_NOT_AVAILABLE
             out.append(mr.MetadataResponsePartition(
-                error_code=error, partition_index=i, leader_id=st.leader if st.leader in alive else -1,
-                leader_epoch=st.leader_epoch, replica_nodes=list(replicas), isr_nodes=list(isr),
-                offline_replicas=list(st.offline_replicas)))
+                error_code=error, partition_index=pv.index, leader_id=pv.leader, leader_epoch=pv.leader_epoch,
+                replica_nodes=replicas, isr_nodes=isr, offline_replicas=pv.offline))
         return out
 
     def handle_metadata(
@@ -126,7 +166,6 @@ class TopicHandlers:
     ) -> mr.MetadataResponse:
         v = header.api_version
         topics = self.topics
-        node_id = self.node.node_id
         topics_out: list[mr.MetadataResponseTopic] = []
         cache = self.metadata_cache
         if req.topics is None or (v == 0 and not req.topics):
@@ -155,7 +194,7 @@ class TopicHandlers:
             if cache is not None and cache.contains_topic(name):
                 t.topic_id = cache.topic_id(name) or ZERO_UUID
                 t.is_internal = name in INTERNAL_TOPICS
-                t.partitions = self._cluster_partitions(name, v)
+                t.partitions = self._metadata_partitions(name, v)
                 topics_out.append(t)
                 continue
             info = topics.get(name)
@@ -187,19 +226,7 @@ class TopicHandlers:
                 t.error_code = ErrorCode.LEADER_NOT_AVAILABLE
                 topics_out.append(t)
                 continue
-            for i in range(info.num_partitions):
-                tp = TopicPartition(name, i)
-                p = self.replica_manager.partitions.get(tp)
-                epoch = p.leader_epoch if p else 0
-                if (p.log.offline if p is not None else tp in self.replica_manager.offline_partitions):
-                    # The only replica's log dir failed: no leader, as Kafka's controller reports it.
-                    t.partitions.append(mr.MetadataResponsePartition(
-                        error_code=ErrorCode.LEADER_NOT_AVAILABLE, partition_index=i, leader_id=-1,
-                        leader_epoch=epoch, replica_nodes=[node_id], isr_nodes=[], offline_replicas=[node_id]))
-                    continue
-                t.partitions.append(mr.MetadataResponsePartition(
-                    error_code=0, partition_index=i, leader_id=node_id, leader_epoch=epoch,
-                    replica_nodes=[node_id], isr_nodes=[node_id], offline_replicas=[]))
+            t.partitions = self._metadata_partitions(name, v)
             topics_out.append(t)
         resp = mr.MetadataResponse(
             throttle_time_ms=0, brokers=self._broker_list(), cluster_id=self.cluster_id,
@@ -212,6 +239,69 @@ class TopicHandlers:
         if 8 <= v <= 10 and req.include_cluster_authorized_operations:
             resp.cluster_authorized_operations = CLUSTER_AUTHORIZED_OPERATIONS
         return resp
+
+    # ------------------------------------------------------------ DescribeTopicPartitions
+    def handle_describe_topic_partitions(
+        self, header: RequestHeader, req: DescribeTopicPartitionsRequest, conn: KafkaConnection
+    ) -> dtpr.DescribeTopicPartitionsResponse:
+        """KIP-966's paged describe: topics in name order from the cursor on, at most
+        min(``max.request.partition.size.limit``, the request's limit) partitions, and a cursor to
+        the first partition left out."""
+        resp = dtpr.DescribeTopicPartitionsResponse(throttle_time_ms=0, topics=[], next_cursor=None)
+        cursor = req.cursor
+        after = cursor.topic_name if cursor is not None else ""
+        fetch_all = not req.topics
+        if fetch_all:
+            cache = self.metadata_cache
+            names = {n for n in (cache.topic_names() if cache is not None else self.topics.topic_names())
+                     if n >= after}
+        else:
+            names = {t.name for t in req.topics if t.name >= after}
+            if cursor is not None and cursor.topic_name not in names:
+                # The cursor's topic must be one of those asked for.
+                resp.topics = [dtpr.DescribeTopicPartitionsResponseTopic(
+                    error_code=ErrorCode.INVALID_REQUEST, name=t.name, topic_id=ZERO_UUID, partitions=[])
+                    for t in req.topics]
+                return resp
+        remaining = min(self.config["max.request.partition.size.limit"], req.response_partition_limit)
+        for name in sorted(names):
+            if remaining <= 0:
+                # The next page starts with this topic; it may not even exist.
+                resp.next_cursor = dtpr.Cursor(topic_name=name, partition_index=0)
+                break
+            views = self._partition_views(name)
+            if views is None:
+                if not fetch_all:
+                    try:
+                        validate_topic_name(name)
+                        error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    except ApiError:
+                        error = ErrorCode.INVALID_TOPIC_EXCEPTION
+                    resp.topics.append(dtpr.DescribeTopicPartitionsResponseTopic(
+                        error_code=error, name=name, topic_id=ZERO_UUID, is_internal=name in INTERNAL_TOPICS,
+                        partitions=[], topic_authorized_operations=TOPIC_AUTHORIZED_OPERATIONS))
+                continue
+            start = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
+            page = [pv for pv in views if pv.index >= start][:remaining]
+            resp.topics.append(dtpr.DescribeTopicPartitionsResponseTopic(
+                error_code=0, name=name, topic_id=self._topic_id(name), is_internal=name in INTERNAL_TOPICS,
+                topic_authorized_operations=TOPIC_AUTHORIZED_OPERATIONS,
+                partitions=[dtpr.DescribeTopicPartitionsResponsePartition(
+                    error_code=0, partition_index=pv.index, leader_id=pv.leader, leader_epoch=pv.leader_epoch,
+                    replica_nodes=pv.replicas, isr_nodes=pv.isr, eligible_leader_replicas=[], last_known_elr=[],
+                    offline_replicas=pv.offline) for pv in page]))
+            if page and page[-1].index + 1 < len(views):
+                resp.next_cursor = dtpr.Cursor(topic_name=name, partition_index=page[-1].index + 1)
+                break
+            remaining -= len(page)
+        return resp
+
+    def _topic_id(self, name: str) -> Any:
+        cache = self.metadata_cache
+        if cache is not None and cache.contains_topic(name):
+            return cache.topic_id(name) or ZERO_UUID
+        info = self.topics.get(name)
+        return info.topic_id if info is not None else ZERO_UUID
 
     def handle_describe_cluster(
         self, header: RequestHeader, req: DescribeClusterRequest, conn: KafkaConnection
