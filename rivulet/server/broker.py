@@ -106,8 +106,11 @@ class Broker:
             fetch_purge_interval=cfg["fetch.purgatory.purge.interval.requests"], clock=self.clock,
             replica_lag_time_max_ms=cfg["replica.lag.time.max.ms"])
         # Recovery of large logs is long file work: a worker thread, the loop stays free. Nothing
-        # reads the LogManager until it returns.
-        await asyncio.get_running_loop().run_in_executor(None, self.log_manager.startup)
+        # reads the LogManager until it returns. Logs of partitions the metadata does not hold
+        # (a create or delete cut short by a crash) are deleted unread; in cluster mode the
+        # controller decides which replicas this node keeps.
+        await asyncio.get_running_loop().run_in_executor(
+            None, self.log_manager.startup, None, None if self.cluster_mode else self.metadata.holds)
         offline = self.log_manager.failure_channel.offline_dirs()
         if offline and not self.log_manager.online_dirs():
             self.log_manager.release_locks()

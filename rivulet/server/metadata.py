@@ -83,6 +83,11 @@ class MetadataStore:
     def get(self, name: str) -> TopicInfo | None:
         return self.topics.get(name)
 
+    def holds(self, tp: tuple[str, int]) -> bool:
+        """Whether the partition ``(topic, index)`` exists."""
+        info = self.topics.get(tp[0])
+        return info is not None and 0 <= tp[1] < info.num_partitions
+
     def collides(self, name: str) -> str | None:
         """Kafka forbids names that differ only by '.' versus '_' (they clash in metric names)."""
         key = name.replace(".", "_")

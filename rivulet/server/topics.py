@@ -64,16 +64,14 @@ class TopicManager:
 
     # ------------------------------------------------------------ start-up
     def open_all(self, *, open_partitions: bool = True) -> None:
-        """A partition for every topic partition in the metadata; logs of deleted topics go.
-        In cluster mode (``open_partitions`` false) only the configs are loaded: the
+        """A partition for every topic partition in the metadata (logs of partitions it does not
+        hold were deleted by ``LogManager.startup``). In cluster mode (``open_partitions`` false) only the configs are loaded: the
         controller's LeaderAndIsr opens each replica (``log_for_replica``)."""
         for info in list(self.metadata.topics.values()):
             self._log_configs[info.name] = self._make_log_config(info.configs)
             if open_partitions:
                 for i in range(info.num_partitions):
                     self._open_partition(info, i)
-        if open_partitions:
-            self._remove_orphan_logs()
 
     # ------------------------------------------------------------ replicas (cluster mode)
     def log_for_replica(self, tp: TopicPartition, topic_id: uuid.UUID) -> Log:
@@ -107,14 +105,6 @@ class TopicManager:
         p = Partition(TopicPartition(info.name, index), info.topic_id, lg, self.node_id)
         self.replica_manager.add_partition(p)
         return p
-
-    def _remove_orphan_logs(self) -> None:
-        """Partition dirs of topics that were deleted before a crash finished removing them."""
-        for lg in list(self.log_manager.all_logs()):
-            info = self.metadata.get(lg.topic)
-            if info is None or lg.partition >= info.num_partitions:
-                log.info("deleting orphaned log %s-%d", lg.topic, lg.partition)
-                self.log_manager.delete_log(lg.topic, lg.partition)
 
     # ------------------------------------------------------------ topics
     def _check_create(self, name: str, num_partitions: int, replication_factor: int,
@@ -156,7 +146,7 @@ class TopicManager:
         All or nothing: the logs first (removed again if one fails: out of descriptors, a full
         disk), then the durable metadata, then the partitions, in one step on the loop. The
         topic is invisible until then; a crash before the metadata is written leaves logs that
-        start-up deletes as orphans."""
+        start-up deletes unread."""
         cfg = self._check_create(name, num_partitions, replication_factor, configs)
         if validate_only:
             return None

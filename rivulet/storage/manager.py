@@ -87,10 +87,13 @@ class LogManager:
 
     # -- start-up -------------------------------------------------------------------------
 
-    def startup(self, topic_config: Callable[[str], LogConfig] | None = None) -> None:
+    def startup(self, topic_config: Callable[[str], LogConfig] | None = None,
+                wanted: Callable[[TopicPartition], bool] | None = None) -> None:
         """Load every ``<topic>-<partition>`` dir, recovering logs after an unclean stop.
 
-        ``topic_config`` maps a topic name to its LogConfig (defaults otherwise).
+        ``topic_config`` maps a topic name to its LogConfig (defaults otherwise). A partition
+        ``wanted`` refuses (left by a create or delete that a crash interrupted) is deleted
+        unread.
         """
         for d in self.log_dirs:
             os.makedirs(d, exist_ok=True)
@@ -115,6 +118,11 @@ class LogManager:
                 if parsed is None:
                     continue
                 tp = TopicPartition(*parsed)
+                if wanted is not None and not wanted(tp):
+                    log.info("deleting %s: no such partition in the metadata (a topic creation or deletion "
+                             "was interrupted)", path)
+                    self._discard_dir(path)
+                    continue
                 if tp in self._logs or tp in self._offline_partitions:
                     other = self._logs[tp].dir if tp in self._logs else self._offline_partitions[tp]
                     raise RuntimeError(f"duplicate log directories for {tp[0]}-{tp[1]}: {other}, {path}")
@@ -239,7 +247,7 @@ class LogManager:
                          failure_channel=self.failure_channel)
             except OSError as e:
                 if not existed:
-                    shutil.rmtree(path, ignore_errors=True)  # nothing half-made stays behind
+                    self._discard_dir(path)
                 if e.errno in _RESOURCE_ERRNOS:
                     # The process's limits, not the disk: the dir stays online, the caller rolls back.
                     raise KafkaStorageError(
@@ -261,8 +269,29 @@ class LogManager:
                 created.append(self.create_log(topic, i, config, topic_id))
         except BaseException:
             self.remove_deleted(self.delete_logs([(lg.topic, lg.partition) for lg in created]))
+            # With descriptors free again, what a failed creation could not remove goes too.
+            self.remove_deleted(self._renamed_for_deletion())
             raise
         return created
+
+    def _discard_dir(self, path: str) -> None:
+        """Renamed away at once (a rename needs no descriptor, which may be what ran out), then
+        removed if possible; start-up removes what remains."""
+        doomed = f"{path}.{uuid.uuid4().hex}{_DELETE_SUFFIX}"
+        try:
+            os.rename(path, doomed)
+        except OSError:
+            return
+        shutil.rmtree(doomed, ignore_errors=True)
+
+    def _renamed_for_deletion(self) -> list[str]:
+        out = []
+        for d in self.online_dirs():
+            try:
+                out += [os.path.join(d, n) for n in os.listdir(d) if n.endswith(_DELETE_SUFFIX)]
+            except OSError:
+                pass
+        return out
 
     def delete_log(self, topic: str, partition: int) -> bool:
         """Remove a partition's log and its data; False if there is none."""

@@ -316,3 +316,62 @@ def test_manager_cleanup_and_flush_dirty(tmp_path):
     assert lg.recovery_point == lg.log_end_offset
     assert m.flush_dirty(now_ms=last + 5000) == 0  # nothing dirty
     m.shutdown()
+
+
+def test_create_logs_is_all_or_nothing_and_out_of_descriptors_keeps_the_dir_online(tmp_path, monkeypatch):
+    import errno
+
+    import rivulet.storage.log as log_module
+    from rivulet.storage.log_dir_failure import KafkaStorageError
+
+    d = str(tmp_path / "data")
+    m = LogManager([d], LogConfig())
+    m.startup()
+    m.create_log("kept", 0, None, uuid.uuid4())
+    real = log_module.write_partition_metadata
+    calls = []
+
+    def failing(path, topic_id):  # the fourth partition runs out of descriptors after its mkdir
+        calls.append(path)
+        if len(calls) == 4:
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        real(path, topic_id)
+
+    monkeypatch.setattr(log_module, "write_partition_metadata", failing)
+    with pytest.raises(KafkaStorageError) as e:
+        m.create_logs("big", range(10), None, uuid.uuid4())
+    assert e.value.code == ErrorCode.KAFKA_STORAGE_ERROR and "open-file limit" in e.value.message
+    assert len(calls) == 4
+    assert [lg.topic for lg in m.all_logs()] == ["kept"]
+    assert sorted(n for n in os.listdir(d) if os.path.isdir(os.path.join(d, n))) == ["kept-0"]  # nothing half-made
+    assert m.online_dirs() == [d]  # a process limit, not a disk fault
+    monkeypatch.setattr(log_module, "write_partition_metadata", real)
+    assert [lg.partition for lg in m.create_logs("big", range(3), None, uuid.uuid4())] == [0, 1, 2]
+    m.shutdown()
+
+
+def test_startup_deletes_unwanted_partitions_unread(tmp_path):
+    d = str(tmp_path / "data")
+    m = LogManager([d], LogConfig())
+    m.startup()
+    for topic, n in (("kept", 2), ("gone", 2)):
+        m.create_logs(topic, range(n), None, uuid.uuid4())
+    m.shutdown()
+    m2 = LogManager([d], LogConfig())
+    m2.startup(wanted=lambda tp: tp == ("kept", 0) or tp == ("gone", 0))  # an interrupted create, a deletion
+    assert sorted((lg.topic, lg.partition) for lg in m2.all_logs()) == [("gone", 0), ("kept", 0)]
+    assert sorted(n for n in os.listdir(d) if os.path.isdir(os.path.join(d, n))) == ["gone-0", "kept-0"]
+    m2.shutdown()
+
+
+def test_delete_logs_renames_then_remove_deleted_removes(tmp_path):
+    d = str(tmp_path / "data")
+    m = LogManager([d], LogConfig())
+    m.startup()
+    m.create_logs("t", range(3), None, uuid.uuid4())
+    doomed = m.delete_logs([("t", 0), ("t", 2), ("t", 9)])
+    assert len(doomed) == 2 and all(p.endswith("-delete") and os.path.isdir(p) for p in doomed)
+    assert [lg.partition for lg in m.all_logs()] == [1]
+    m.remove_deleted(doomed)
+    assert sorted(n for n in os.listdir(d) if os.path.isdir(os.path.join(d, n))) == ["t-1"]
+    m.shutdown()
