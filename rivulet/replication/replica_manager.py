@@ -25,12 +25,14 @@ from rivulet.common.types import TopicPartition
 from rivulet.delayed import DelayedOperation, DelayedOperationPurgatory, Timer
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ApiError, ErrorCode
+from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.replication.partition import (
     DEFAULT_REPLICA_LAG_TIME_MAX_MS,
     AlterPartitionManager,
     Partition,
     PartitionState,
 )
+from rivulet.replication.replica_selector import ReplicaView, select_read_replica
 from rivulet.storage.config import LogConfig
 from rivulet.storage.log import Log, LogOffsetMetadata
 from rivulet.storage.log_dir_failure import KafkaStorageError
@@ -156,6 +158,8 @@ class FetchResult:
     fetch_offset_metadata: LogOffsetMetadata | None = None
     # (epoch, end offset) when the follower's log diverges from ours: it truncates, then refetches.
     diverging_epoch: tuple[int, int] | None = None
+    # KIP-392: the replica the consumer should fetch from instead (no records then).
+    preferred_read_replica: int = -1
 
 
 @dataclass(slots=True)
@@ -169,6 +173,7 @@ class FetchParams:
     # Followers and consumers without client metadata (Fetch before v11) read from the leader
     # only; newer consumers may read a follower, up to its HW (KIP-392).
     fetch_only_leader: bool = True
+    client_rack: str = ""  # a consumer's client.rack (Fetch v11+), for KIP-392's replica selector
 
     @property
     def is_from_follower(self) -> bool:
@@ -269,6 +274,9 @@ class ReplicaManager:
         self.controller_epoch = -1
         self.fetchers: FollowerFetching | None = None
         self.leadership_listeners: list[LeadershipListener] = []
+        # KIP-392: replica.selector.class, and where the replicas' racks come from.
+        self.replica_selector: str | None = None
+        self.metadata_cache: MetadataCache | None = None
         self.partitions: dict[TopicPartition, Partition] = {}
         # Partitions whose log dir was offline at start-up: KAFKA_STORAGE_ERROR, not unknown.
         self.offline_partitions: set[TopicPartition] = set()
@@ -676,6 +684,12 @@ class ReplicaManager:
                         hw_moved.append(fp.tp)
                     res.high_watermark = p.high_watermark
                     res.last_stable_offset = p.last_stable_offset
+                elif params.client_rack and self.replica_selector is not None and p.is_leader:
+                    preferred = self._preferred_read_replica(p, fp.fetch_offset, params.client_rack)
+                    if preferred != self.node_id:
+                        res.preferred_read_replica = preferred
+                        res.records = b""
+                        continue
                 max_offset = lg.log_end_offset if params.is_from_follower else (
                     res.last_stable_offset if read_committed else p.high_watermark)
                 limit = min(fp.max_bytes, remaining)
@@ -700,6 +714,21 @@ class ReplicaManager:
             # A follower's fetch moved the HW: acks=all produces and consumers' fetches may complete.
             self.on_high_watermark_advanced(tp)
         return results
+
+    def _preferred_read_replica(self, p: Partition, fetch_offset: int, client_rack: str) -> int:
+        cache = self.metadata_cache
+        if cache is None:
+            return self.node_id
+
+        def rack(broker_id: int) -> str | None:
+            b = cache.alive_broker(broker_id)
+            return b.rack if b is not None else None
+
+        leader = ReplicaView(self.node_id, rack(self.node_id), p.log.log_end_offset, self.clock.milliseconds())
+        candidates = [ReplicaView(fs.broker_id, rack(fs.broker_id), fs.log_end_offset, fs.last_caught_up_time_ms)
+                      for fs in p.followers.values()
+                      if fs.log_start_offset <= fetch_offset <= fs.log_end_offset and cache.alive_broker(fs.broker_id)]
+        return select_read_replica(self.replica_selector, client_rack, leader, candidates)
 
     @staticmethod
     def _diverging_epoch(p: Partition, fp: FetchRequestPartition) -> tuple[int, int] | None:

@@ -156,6 +156,8 @@ class Broker:
         cfg = self.config
         listener = cfg["inter.broker.listener.name"]
         rm.replica_logs = topics
+        rm.metadata_cache = cache
+        rm.replica_selector = cfg["replica.selector.class"]
         self.alter_partition = ControllerAlterPartitionManager(
             self.node_id, cache, listener, lambda: self.broker_epoch,
             request_timeout_ms=cfg["replica.socket.timeout.ms"])

@@ -27,6 +27,7 @@ from rivulet.common.config import (
     load_properties as _load_properties,
     one_of,
 )
+from rivulet.replication.replica_selector import SELECTORS
 
 __all__ = ["BROKER_CONFIGS", "BrokerConfig", "ConfigError", "LIST_PROPERTIES", "load_properties", "parse_listener"]
 
@@ -42,6 +43,10 @@ _pos = at_least(1)
 
 def _no_tiered_storage(enabled: bool) -> str | None:
     return "Rivulet has no tiered storage" if enabled else None
+
+
+def _selector(v: str | None) -> str | None:
+    return None if v is None or v in SELECTORS else f"Unknown replica selector {v}; known: {', '.join(SELECTORS)}"
 
 
 def _k(name: str, ctype: ConfigType, default: Any, validator: Any = None, doc: str = "",
@@ -177,6 +182,9 @@ BROKER_CONFIGS = ConfigDef([
     _k("replica.fetch.backoff.ms", I, 1000, _nonneg, "Pause of a follower's fetcher after a fetch error.",
        MEDIUM),
     _k("replica.socket.timeout.ms", I, 30000, None, "Request timeout of a follower's fetches.", HIGH),
+    _k("replica.selector.class", S, None, _selector, "Which replica a consumer that names its rack "
+       "(client.rack) reads from (KIP-392): org.apache.kafka.common.replica.RackAwareReplicaSelector picks "
+       "one in its rack; unset or LeaderSelector, the leader.", MEDIUM),
     _k("fetch.max.bytes", I, 57671680, _nonneg, "Largest Fetch response.", MEDIUM),
     # -- group coordinator
     _k("group.initial.rebalance.delay.ms", I, 3000, _nonneg, "Wait for more members before the first "

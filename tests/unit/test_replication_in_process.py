@@ -32,13 +32,13 @@ class Cluster:
         self.conns: dict[int, BrokerConnection] = {}
         self.controller_epoch = 1
 
-    async def start(self, *ids: int) -> None:
+    async def start(self, *ids: int, **overrides: str) -> None:
         for i in ids:
             b = Broker(BrokerConfig({
                 "log.dirs": str(self.root / f"b{i}"), "listeners": "PLAINTEXT://127.0.0.1:0", "node.id": str(i),
                 "offsets.topic.num.partitions": "1", "transaction.state.log.num.partitions": "1",
                 "log.cleaner.enable": "false", "replica.fetch.wait.max.ms": "50",
-                "replica.fetch.backoff.ms": "50"}), cluster_mode=True)
+                "replica.fetch.backoff.ms": "50", **overrides}), cluster_mode=True)
             await b.start()
             self.brokers[i] = b
             self.conns[i] = await BrokerConnection("127.0.0.1", b.bound_ports[0]).connect()
@@ -52,7 +52,8 @@ class Cluster:
         parts = [Part(topic, 0, leader, epoch, list(isr), list(replicas), partition_epoch=epoch)]
         ids = {topic: TID}
         for i, conn in self.conns.items():
-            um = await conn.send(update_metadata(self.controller_epoch, parts, ids, self.addresses))
+            um = await conn.send(update_metadata(self.controller_epoch, parts, ids, self.addresses,
+                                                 racks={1: "a", 2: "b"}))
             assert um.error_code == 0
             r = await conn.send(leader_and_isr(self.controller_epoch, parts, ids, self.addresses))
             assert r.error_code == 0 and r.topics[0].partition_errors[0].error_code == 0
@@ -153,6 +154,35 @@ def test_coordinators_move_with_the_internal_partitions_leadership(tmp_path):
             await c.lead(1, 4, [1, 2], topic="__transaction_state")
             assert 0 not in sm2.cache
             assert sm2.get_transaction_state("tx")[0] == ErrorCode.NOT_COORDINATOR
+        finally:
+            await c.close()
+    asyncio.run(main())
+
+
+def test_a_consumer_in_a_followers_rack_is_sent_to_that_follower(tmp_path):
+    async def main():
+        c = Cluster(tmp_path)
+        await c.start(1, 2, **{"replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector"})
+        try:
+            await c.lead(1, 0, [1, 2])
+            await c.produce(1, [b"a", b"b"])
+            await until(lambda: c.log(2).high_watermark == 2, "the follower learns the HW")
+
+            async def fetch(broker: int, rack: str, version: int = 11):
+                req = core.fetch_request({("t", 0): core.FetchPosition(0, -1, -1)}, 0, 1, 1 << 20, 1 << 20)
+                req.rack_id = rack
+                resp = await c.conns[broker].send(req, version)
+                return resp.responses[0].partitions[0]
+
+            near = await fetch(1, "b")
+            assert near.error_code == 0 and near.preferred_read_replica == 2 and not near.records
+            same = await fetch(1, "a")
+            assert same.preferred_read_replica == -1 and same.records
+            # The follower serves the consumer up to its HW.
+            there = await fetch(2, "b")
+            assert there.error_code == 0 and there.high_watermark == 2 and bytes(there.records) == c.contents(1)
+            # A consumer without client metadata (before v11) is refused by a follower.
+            assert (await fetch(2, "", version=10)).error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
         finally:
             await c.close()
     asyncio.run(main())

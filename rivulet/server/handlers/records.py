@@ -178,7 +178,8 @@ class RecordHandlers:
         params = FetchParams(replica_id=replica_id, max_wait_ms=req.max_wait_ms,
                              min_bytes=min(req.min_bytes, max_bytes), max_bytes=max_bytes,
                              isolation_level=req.isolation_level if v >= 4 else 0,
-                             fetch_only_leader=replica_id >= 0 or v < 11)
+                             fetch_only_leader=replica_id >= 0 or v < 11,
+                             client_rack=req.rack_id if v >= 11 and replica_id < 0 else "")
         errors: dict[tuple[str, int], ErrorCode] = {}
         order: list[tuple[Any, str, int]] = []  # (topic id, topic name, partition)
         for ft in req.topics:
@@ -239,7 +240,8 @@ class RecordHandlers:
                     partition_index=part, error_code=error, high_watermark=r.high_watermark,
                     last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
                     aborted_transactions=aborted,
-                    preferred_read_replica=-1, records=r.records if r.records is not None else b"")
+                    preferred_read_replica=r.preferred_read_replica,
+                    records=r.records if r.records is not None else b"")
                 if r.diverging_epoch is not None:
                     data.diverging_epoch = fr.EpochEndOffset(epoch=r.diverging_epoch[0],
                                                              end_offset=r.diverging_epoch[1])
