@@ -43,6 +43,7 @@ PRODUCER_PERF = "org.apache.kafka.tools.ProducerPerformance"
 CONSUMER_PERF = "org.apache.kafka.tools.ConsumerPerformance"
 END_TO_END_LATENCY = "org.apache.kafka.tools.EndToEndLatency"
 TOPIC_COMMAND = "org.apache.kafka.tools.TopicCommand"  # kafka.admin.TopicCommand before 3.5
+CONFIG_COMMAND = "kafka.admin.ConfigCommand"  # kafka-configs.sh
 CONSUMER_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 
 # What kafka-*-perf-test.sh give their JVMs; the G1 flags match the reference broker's.
@@ -347,6 +348,18 @@ def end_to_end_latency(
     if avg is None or pct is None:
         raise JavaToolError("EndToEndLatency printed no summary", run)
     return EndToEndLatencyResult(num_records, float(avg.group(1)), *(int(x) for x in pct.groups()), run=run)
+
+
+# ---------------------------------------------------------------------------- ConfigCommand
+
+
+def config_command(bootstrap: str, args: Sequence[str], *, admin_props: Mapping[str, object] | None = None,
+                   timeout: float = 60.0) -> ToolRun:
+    """kafka-configs with ``args`` (--alter/--describe, --entity-type ...); raises JavaToolError
+    when the tool fails."""
+    with _ConfigFile(admin_props) as cfg:
+        return run_tool(CONFIG_COMMAND, ["--bootstrap-server", bootstrap, *args, *cfg], timeout=timeout,
+                        jvm_args=_ADMIN_JVM)
 
 
 # ---------------------------------------------------------------------------- TopicCommand

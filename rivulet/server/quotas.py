@@ -28,8 +28,10 @@ connections already open.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import math
+import socket
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Protocol, Sequence
 
@@ -47,11 +49,13 @@ REQUEST_PERCENTAGE = "request_percentage"
 CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
 CONNECTION_CREATION_RATE = "connection_creation_rate"
 
-# Quota keys an entity may carry, and whether each must be a whole number (Kafka's LONG and
-# INT quota configs) or may be fractional (DOUBLE).
-CLIENT_QUOTA_KEYS: dict[str, bool] = {PRODUCER_BYTE_RATE: True, CONSUMER_BYTE_RATE: True,
-                                      REQUEST_PERCENTAGE: False, CONTROLLER_MUTATION_RATE: False}
-IP_QUOTA_KEYS: dict[str, bool] = {CONNECTION_CREATION_RATE: True}
+# Quota keys an entity may carry, with the type of Kafka's quota config: LONG and INT values
+# must be whole numbers in range, DOUBLE ones may be fractional.
+LONG, INT, DOUBLE = "LONG", "INT", "DOUBLE"
+LONG_MAX, INT_MAX = float(2**63 - 1), float(2**31 - 1)  # compared as Java compares a double
+CLIENT_QUOTA_KEYS: dict[str, str] = {PRODUCER_BYTE_RATE: LONG, CONSUMER_BYTE_RATE: LONG,
+                                     REQUEST_PERCENTAGE: DOUBLE, CONTROLLER_MUTATION_RATE: DOUBLE}
+IP_QUOTA_KEYS: dict[str, str] = {CONNECTION_CREATION_RATE: INT}
 
 # DescribeClientQuotas match types
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
@@ -67,8 +71,25 @@ def entity_of(components: Mapping[str, str | None]) -> QuotaEntity:
     return tuple(sorted(components.items()))
 
 
-def describe_entity(entity: QuotaEntity) -> str:
-    return " ".join(f"{t}={'<default>' if n is None else n}" for t, n in entity) or "<empty>"
+def _kafka_entity(entity: Iterable[tuple[str, str | None]]) -> str:
+    """An entity as Kafka's ClientQuotaEntity prints in its error messages."""
+    return "ClientQuotaEntity(entries={" + ", ".join(f"{t}={'null' if n is None else n}" for t, n in entity) + "})"
+
+
+def _valid_ip_entity(name: str | None) -> bool:
+    """An IP literal or a name that resolves (Kafka's InetAddress.getByName), or the default."""
+    if name is None:
+        return True
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        pass
+    try:
+        socket.getaddrinfo(name, None)
+        return True
+    except (OSError, UnicodeError):
+        return False
 
 
 # ---------------------------------------------------------------- rate sampling
@@ -408,27 +429,29 @@ class ClientQuotas:
     def alter(self, entries: Iterable[tuple[Sequence[tuple[str, str | None]], Sequence[QuotaOp]]],
               validate_only: bool = False) -> list[ErrorCode | ApiError]:
         """Apply each entry (its entity's components and ops); per entry ErrorCode.NONE or the
-        ApiError that refused it. Entries are checked one by one, as Kafka's controller does."""
+        ApiError that refused it, checked as Kafka's controller checks them. A refused entry
+        changes nothing; the others apply."""
         results: list[ErrorCode | ApiError] = []
-        seen: set[QuotaEntity] = set()
+        seen: set[tuple[tuple[str, str | None], ...]] = set()
         changed = False
         for components, ops in entries:
+            raw = tuple(sorted(components, key=lambda c: c[0]))
             try:
+                keys = [op.key for op in ops]
+                if raw in seen or len(set(keys)) != len(keys):
+                    # Kafka's controller reports a repeated key under this message too.
+                    raise ApiError(ErrorCode.INVALID_REQUEST, f"Ignoring duplicate entity {_kafka_entity(raw)}")
+                seen.add(raw)
                 entity = self._validate_entity(components)
-                if entity in seen:
-                    raise ApiError(ErrorCode.INVALID_REQUEST, f"Ignoring duplicate entity {describe_entity(entity)}")
-                seen.add(entity)
                 changes = self._validate_ops(entity, ops)
             except ApiError as e:
                 results.append(e)
                 continue
             if not validate_only:
-                current = self.entities.get(entity, {})
                 for key, value in changes.items():
-                    if current.get(key) != value:
+                    if self.entities.get(entity, {}).get(key) != value:
                         self._apply(entity, key, value)
                         changed = True
-                        current = self.entities.get(entity, {})
             results.append(ErrorCode.NONE)
         if changed and self.store is not None:
             self.store.save_client_quotas([(dict(e), dict(v)) for e, v in sorted(
@@ -443,31 +466,39 @@ class ClientQuotas:
         for etype, name in components:
             if etype in out:
                 raise ApiError(ErrorCode.INVALID_REQUEST,
-                               f"Invalid empty client quota entity, duplicate entity entry {etype}")
+                               f"Invalid client quota entity, duplicate entity entry {etype}")
             if etype not in (USER, CLIENT_ID, IP):
                 raise ApiError(ErrorCode.INVALID_REQUEST, f"Unhandled client quota entity type: {etype}")
             if name is not None and name == "":
                 raise ApiError(ErrorCode.INVALID_REQUEST, f"Empty {etype} not supported")
             out[etype] = name
-        if IP in out and len(out) > 1:
-            raise ApiError(ErrorCode.INVALID_REQUEST, "Invalid empty client quota entity")
+        if IP in out:
+            if len(out) > 1:  # Kafka's message, its missing space included
+                raise ApiError(ErrorCode.INVALID_REQUEST, "Invalid quota entity combination, IP entity should"
+                               "not be combined with User or ClientId")
+            if not _valid_ip_entity(out[IP]):
+                raise ApiError(ErrorCode.INVALID_REQUEST, f"{out[IP]} is not a valid IP or resolvable host.")
         return entity_of(out)
 
-    def _validate_ops(self, entity: QuotaEntity, ops: Sequence[QuotaOp]) -> dict[str, float | None]:
+    @staticmethod
+    def _validate_ops(entity: QuotaEntity, ops: Sequence[QuotaOp]) -> dict[str, float | None]:
         keys = IP_QUOTA_KEYS if any(t == IP for t, _ in entity) else CLIENT_QUOTA_KEYS
         out: dict[str, float | None] = {}
         for op in ops:
-            if op.key in out:
-                raise ApiError(ErrorCode.INVALID_REQUEST, f"Duplicate quota key {op.key} not updating quota "
-                               f"for this entity {describe_entity(entity)}")
             if op.remove:
                 out[op.key] = None
                 continue
-            whole = keys.get(op.key)
-            if whole is None:
+            kind = keys.get(op.key)
+            if kind is None:
                 raise ApiError(ErrorCode.INVALID_REQUEST, f"Invalid configuration key {op.key}")
-            if whole and (not math.isfinite(op.value) or abs(math.floor(op.value + 1e-6) - op.value) > 1e-6):
-                raise ApiError(ErrorCode.INVALID_REQUEST, f"Configuration {op.key} must be a Long value")
+            if not op.value > 0.0:
+                raise ApiError(ErrorCode.INVALID_REQUEST, f"Quota {op.key} must be greater than 0")
+            if kind == INT and op.value > INT_MAX:
+                raise ApiError(ErrorCode.INVALID_REQUEST, f"Proposed value for {op.key} is too large for an INT.")
+            if kind == LONG and op.value > LONG_MAX:
+                raise ApiError(ErrorCode.INVALID_REQUEST, f"Proposed value for {op.key} is too large for a LONG.")
+            if kind != DOUBLE and abs(math.fmod(op.value, 1.0)) > 1e-6:
+                raise ApiError(ErrorCode.INVALID_REQUEST, f"{op.key} cannot be a fractional value.")
             out[op.key] = op.value
         return out
 

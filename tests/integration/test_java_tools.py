@@ -215,6 +215,28 @@ def check_consumer_group_command(bootstrap: str) -> None:
         jt.describe_group(bootstrap, topic_name("no-such-group"), admin_props=ADMIN_PROPS, timeout=TOOL_TIMEOUT)
 
 
+def check_config_command_quotas(bootstrap: str) -> None:
+    """kafka-configs sets and shows client quotas (AlterClientQuotas, DescribeClientQuotas)."""
+    client = topic_name("jquota")
+
+    def configs(*args: str) -> str:
+        return jt.config_command(bootstrap, list(args), admin_props=ADMIN_PROPS, timeout=TOOL_TIMEOUT).stdout
+
+    assert f"Completed updating config for client {client}." in configs(
+        "--alter", "--entity-type", "clients", "--entity-name", client,
+        "--add-config", "producer_byte_rate=1024,consumer_byte_rate=2048")
+    assert f"Quota configs for client-id '{client}' are consumer_byte_rate=2048.0, producer_byte_rate=1024.0" \
+        in configs("--describe", "--entity-type", "clients", "--entity-name", client)
+    configs("--alter", "--entity-type", "clients", "--entity-name", client, "--delete-config", "consumer_byte_rate")
+    assert f"Quota configs for client-id '{client}' are producer_byte_rate=1024.0" in configs(
+        "--describe", "--entity-type", "clients", "--entity-name", client)
+    with pytest.raises(jt.JavaToolError) as e:
+        configs("--alter", "--entity-type", "clients", "--entity-name", client, "--add-config",
+                "producer_byte_rate=1.5")
+    assert "producer_byte_rate cannot be a fractional value." in e.value.run.stderr
+    configs("--alter", "--entity-type", "clients", "--entity-name", client, "--delete-config", "producer_byte_rate")
+
+
 # ---------------------------------------------------------------------------- against Rivulet
 
 
@@ -238,6 +260,10 @@ def test_consumer_group_command_describe_and_reset(java, broker) -> None:
     check_consumer_group_command(broker.bootstrap)
 
 
+def test_config_command_client_quotas(java, broker) -> None:
+    check_config_command_quotas(broker.bootstrap)
+
+
 # ---------------------------------------------------------------------------- the harness itself
 
 
@@ -248,3 +274,4 @@ def test_runners_against_apache_kafka(kafka_ref: str) -> None:
     check_consumer_perf(kafka_ref)
     check_end_to_end_latency(kafka_ref)
     check_consumer_group_command(kafka_ref)
+    check_config_command_quotas(kafka_ref)

@@ -168,12 +168,25 @@ def test_alter_validation_as_kafka():
         ([(CLIENT_ID, None), (USER, "a")], [QuotaOp("request_percentage", 1.0, False)]),
     ])
     assert _codes(results) == [ErrorCode.INVALID_REQUEST] * 9 + [ErrorCode.NONE] * 2 + [ErrorCode.INVALID_REQUEST]
-    assert results[-1].message.startswith("Ignoring duplicate entity")
-    assert results[1].message == "Unhandled client quota entity type: group"
-    assert results[2].message == "Empty user not supported"
-    assert results[5].message == "Invalid configuration key no_such_quota"
-    assert results[6].message == "Configuration producer_byte_rate must be a Long value"
+    assert [r.message for r in results if isinstance(r, ApiError)] == [
+        "Invalid empty client quota entity",
+        "Unhandled client quota entity type: group",
+        "Empty user not supported",
+        "Invalid client quota entity, duplicate entity entry user",
+        "Invalid quota entity combination, IP entity shouldnot be combined with User or ClientId",
+        "Invalid configuration key no_such_quota",
+        "producer_byte_rate cannot be a fractional value.",
+        "Ignoring duplicate entity ClientQuotaEntity(entries={client-id=c})",  # a repeated key, as Kafka says
+        "Invalid configuration key producer_byte_rate",
+        "Ignoring duplicate entity ClientQuotaEntity(entries={client-id=null, user=a})",
+    ]
     assert q.request.quota("a", "anything") == 12.5
+    more = q.alter([([(USER, "z")], [QuotaOp("request_percentage", 0.0, False)]),
+                    ([(IP, "10.0.0.1")], [QuotaOp("connection_creation_rate", 2.0**31, False)]),
+                    ([(USER, "z")], [QuotaOp("producer_byte_rate", 2.0**64, False)])])
+    assert [r.message for r in more] == ["Quota request_percentage must be greater than 0",
+                                         "Proposed value for connection_creation_rate is too large for an INT.",
+                                         "Ignoring duplicate entity ClientQuotaEntity(entries={user=z})"]
 
 
 def test_validate_only_changes_nothing():

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import struct
 
 import pytest
 
@@ -75,3 +77,66 @@ def test_rate_limited_log_counts_what_it_holds_back(caplog):
     assert [r.getMessage() for r in caplog.records] == [
         "bad frame 0", "bad frame 1", "other kind",
         "48 more bad frame message(s) were not logged in the last 11 s", "bad frame again"]
+
+
+# ------------------------------------------------------------ KIP-219: muting a throttled connection
+class FakeTransport:
+    def __init__(self) -> None:
+        self.paused = False
+        self.closed = False
+
+    def get_extra_info(self, name: str) -> object:
+        return ("127.0.0.1", 5555) if name == "peername" else None
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _api_versions_v0(correlation_id: int) -> bytes:
+    body = struct.pack(">hhih", 18, 0, correlation_id, 3) + b"raw"
+    return struct.pack(">i", len(body)) + body
+
+
+def test_a_throttled_connection_reads_and_parses_nothing_until_its_time_is_up():
+    from rivulet.server.answer import NO_RESPONSE
+    from rivulet.server.network import KafkaConnection
+    from rivulet.server.socket_server import SocketServer, SocketServerConfig
+
+    async def scenario() -> None:
+        handled: list[int] = []
+
+        class Apis:
+            def handle(self, header, body, conn):
+                handled.append(header.correlation_id)
+                if header.correlation_id == 1:
+                    conn.throttle(50)
+                return NO_RESPONSE
+
+            def api_versions_error(self, code):
+                raise AssertionError("not expected")
+
+        server = SocketServer(SocketServerConfig(max_request_bytes=1 << 20, connections_max_idle_ms=600_000))
+        server.handler = Apis()
+        conn = KafkaConnection(server)
+        transport = FakeTransport()
+        conn.connection_made(transport)
+        data = b"".join(_api_versions_v0(i) for i in (1, 2, 3))
+        buf = conn.get_buffer(len(data))
+        buf[:len(data)] = data
+        conn.buffer_updated(len(data))
+        # Answered (nothing to send for these), then muted: the two requests behind it wait.
+        assert handled == [1] and transport.paused and conn.throttled
+        await asyncio.sleep(0.2)
+        assert handled == [1, 2, 3] and not transport.paused and not conn.throttled
+        conn.close()
+
+    asyncio.run(scenario())
