@@ -29,6 +29,7 @@ from rivulet.protocol.messages import offset_for_leader_epoch_request as oeq
 from rivulet.replication.link import BrokerLink
 from rivulet.replication.partition import Partition
 from rivulet.replication.replica_manager import LeaderEndpoint, ReplicaManager
+from rivulet.storage.log import UnexpectedAppendOffsetError
 
 log = logging.getLogger(__name__)
 
@@ -276,8 +277,18 @@ class ReplicaFetcher:
             if batches:
                 headers = [h for _, h in batches]
                 end = batches[-1][0] + headers[-1].size  # a partial batch at the end waits for the next fetch
+                records = memoryview(data)[:end]
                 try:
-                    lg.append_as_follower(memoryview(data)[:end], headers)
+                    try:
+                        lg.append_as_follower(records, headers)
+                    except UnexpectedAppendOffsetError as e:
+                        # An empty log asked for the leader's log start, which DeleteRecords put in
+                        # the middle of a batch: the log starts over at that batch, as Kafka's does.
+                        leo = lg.log_end_offset
+                        if not (leo == lg.log_start_offset and e.first_offset < leo <= headers[0].last_offset):
+                            raise
+                        lg.truncate_fully_and_start_at(e.first_offset)
+                        lg.append_as_follower(records, headers)
                 except ApiError as e:
                     log.warning("%s-%d: appending the leader's batches failed: %s", p.tp.topic, p.tp.partition, e)
                     st.truncating = True

@@ -16,6 +16,7 @@ from rivulet.client.connection import BrokerConnection
 from rivulet.common.types import TopicPartition
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.messages import delete_records_request as drq
 from rivulet.server.broker import Broker
 from rivulet.server.config import BrokerConfig
 
@@ -55,6 +56,8 @@ class Cluster:
             um = await conn.send(update_metadata(self.controller_epoch, parts, ids, self.addresses,
                                                  racks={1: "a", 2: "b"}))
             assert um.error_code == 0
+            if i not in replicas:
+                continue  # as the controller: LeaderAndIsr goes to the replicas only
             r = await conn.send(leader_and_isr(self.controller_epoch, parts, ids, self.addresses))
             assert r.error_code == 0 and r.topics[0].partition_errors[0].error_code == 0
 
@@ -183,6 +186,34 @@ def test_a_consumer_in_a_followers_rack_is_sent_to_that_follower(tmp_path):
             assert there.error_code == 0 and there.high_watermark == 2 and bytes(there.records) == c.contents(1)
             # A consumer without client metadata (before v11) is refused by a follower.
             assert (await fetch(2, "", version=10)).error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        finally:
+            await c.close()
+    asyncio.run(main())
+
+
+def test_a_follower_behind_the_leaders_log_start_starts_over_there(tmp_path):
+    async def main():
+        c = Cluster(tmp_path)
+        await c.start(1, 2)
+        try:
+            await c.lead(1, 0, [1, 2])
+            await c.produce(1, [b"a", b"b", b"c"])
+            # Broker 2 stops following and loses its log; broker 1 deletes records below offset 2.
+            await c.conns[2].send(stop_replica(c.controller_epoch, {("t", 0): (0, True)}))
+            await c.lead(1, 1, [1], replicas=[1])
+            await c.produce(1, [b"d"])
+            req = drq.DeleteRecordsRequest(timeout_ms=5000, topics=[drq.DeleteRecordsTopic(
+                name="t", partitions=[drq.DeleteRecordsPartition(partition_index=0, offset=2)])])
+            resp = await c.conns[1].send(req, 2)
+            assert resp.topics[0].partitions[0].low_watermark == 2
+            # Back as a replica with an empty log: offset 0 is out of range on the leader.
+            await c.lead(1, 2, [1], replicas=[1, 2])
+            await until(lambda: TP in c.brokers[2].replica_manager.partitions
+                        and c.log(2).log_end_offset == 4, "the follower catches up from the leader's log start")
+            assert c.log(2).log_start_offset == 2 and c.contents(2) == c.contents(1)
+            # DeleteRecords is the leader's: a follower refuses it.
+            resp = await c.conns[2].send(req, 2)
+            assert resp.topics[0].partitions[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
         finally:
             await c.close()
     asyncio.run(main())

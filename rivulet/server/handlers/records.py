@@ -341,7 +341,8 @@ class RecordHandlers:
             for p in t.partitions:
                 r = drr.DeleteRecordsPartitionResult(partition_index=p.partition_index, low_watermark=-1, error_code=0)
                 try:
-                    part = self.replica_manager.get_partition_or_error(TopicPartition(t.name, p.partition_index))
+                    part = self._partition_or_error(TopicPartition(t.name, p.partition_index))
+                    part.check_leader()  # followers take the new log start from their leader's fetches
                     offset = part.high_watermark if p.offset == -1 else p.offset
                     if offset < 0 or offset > part.high_watermark:
                         raise ApiError(ErrorCode.OFFSET_OUT_OF_RANGE)
