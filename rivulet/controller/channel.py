@@ -176,6 +176,7 @@ class _BrokerSender:
         self.backoff_s = backoff_s
         self.queue: asyncio.Queue[tuple[Struct, ResponseCallback | None]] = asyncio.Queue()
         self.conn: BrokerConnection | None = None
+        self.refused: set[str] = set()
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"controller-to-{broker.broker_id}")
 
     async def _connection(self) -> BrokerConnection:
@@ -199,8 +200,11 @@ class _BrokerSender:
                 try:
                     version = conn.version_for(request.API_KEY)
                 except ApiError as e:
-                    log.warning("broker %d cannot take %s (%s); not sent", self.broker.broker_id,
-                                type(request).__name__, e)
+                    name = type(request).__name__
+                    # Once per kind: a broker without the API refuses every one of them.
+                    (log.debug if name in self.refused else log.warning)(
+                        "broker %d cannot take %s (%s); not sent", self.broker.broker_id, name, e)
+                    self.refused.add(name)
                     response = None
                     break
                 try:

@@ -154,12 +154,13 @@ class KafkaZkClient:
     # ------------------------------------------------------------ controller
     def get_controller_id(self, watch: Watcher | None = None) -> int | None:
         """The elected controller, or None; ``watch`` fires on its creation or deletion."""
-        try:
-            return z.decode_controller(self.zk.get(z.CONTROLLER, watch=watch)[0])
-        except NoNodeError:
-            if watch is not None:
-                self.zk.exists(z.CONTROLLER, watch=watch)
-            return None
+        while True:
+            try:
+                return z.decode_controller(self.zk.get(z.CONTROLLER, watch=watch)[0])
+            except NoNodeError:
+                # Watch for its creation; if it was created meanwhile, read it (and watch it) instead.
+                if watch is None or self.zk.exists(z.CONTROLLER, watch=watch) is None:
+                    return None
 
     def get_controller_epoch(self) -> ControllerEpoch | None:
         try:

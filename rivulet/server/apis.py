@@ -29,6 +29,7 @@ from rivulet.server.answer import NO_RESPONSE, Answer, then
 from rivulet.server.config import BrokerConfig
 from rivulet.server.handlers import Handler
 from rivulet.server.handlers.configs import ConfigHandlers
+from rivulet.server.handlers.controller import CLUSTER_MODE_VERSIONS, ControllerHandlers
 from rivulet.server.handlers.find_coordinator import FindCoordinatorHandler
 from rivulet.server.handlers.groups import GroupHandlers
 from rivulet.server.handlers.log_dirs import LogDirHandlers
@@ -40,6 +41,7 @@ from rivulet.server.handlers.transactions import TransactionHandlers
 from rivulet.server.network import KafkaConnection
 from rivulet.server.quotas import ClientQuotas
 from rivulet.server.topics import TopicManager
+from rivulet.server.zk_cluster import ZkClusterMember
 from rivulet.transaction.coordinator import TransactionCoordinator
 
 log = logging.getLogger(__name__)
@@ -99,9 +101,12 @@ class KafkaApis:
     def __init__(self, *, replica_manager: ReplicaManager, group_coordinator: GroupCoordinator,
                  txn_coordinator: TransactionCoordinator, topics: TopicManager, config: BrokerConfig,
                  clock: Clock, node: NodeEndpoint, cluster_id: str, quotas: ClientQuotas,
-                 metadata_cache: MetadataCache | None = None, broker_epoch: Callable[[], int] | None = None) -> None:
+                 metadata_cache: MetadataCache | None = None, broker_epoch: Callable[[], int] | None = None,
+                 cluster: ZkClusterMember | None = None) -> None:
         """``metadata_cache`` (with ``broker_epoch``, this broker's registration epoch) is given in
-        cluster mode only: the controller's requests are then served, and metadata is the cluster's."""
+        cluster mode only: the controller's requests are then served, and metadata is the cluster's.
+        ``cluster`` (ZooKeeper mode) brings this broker's candidate controller, which answers
+        AlterPartition and ControlledShutdown, and takes topic creations and deletions."""
         self.quotas = quotas
         self.handlers: dict[int, Handler] = {18: self.handle_api_versions}
         self.versions = dict(SUPPORTED_VERSIONS)
@@ -109,11 +114,14 @@ class KafkaApis:
             self.versions.update(INTER_BROKER_VERSIONS)
             self.handlers.update(ReplicationHandlers(replica_manager, metadata_cache,
                                                      broker_epoch or (lambda: -1)).handlers())
+        if cluster is not None and cluster.controller is not None:
+            self.versions.update(CLUSTER_MODE_VERSIONS)
+            self.handlers.update(ControllerHandlers(cluster.controller).handlers())
         for area in (
             RecordHandlers(replica_manager, topics, quotas, metadata_cache, config["inter.broker.listener.name"]),
             QuotaHandlers(quotas),
             LogDirHandlers(topics.log_manager),
-            TopicHandlers(topics, replica_manager, config, node, cluster_id, metadata_cache),
+            TopicHandlers(topics, replica_manager, config, node, cluster_id, metadata_cache, cluster),
             ConfigHandlers(topics, config),
             GroupHandlers(group_coordinator, topics, clock),
             FindCoordinatorHandler(group_coordinator, txn_coordinator, metadata_cache,

@@ -14,6 +14,7 @@ import time
 
 from rivulet.common.cluster import NodeEndpoint
 from rivulet.common.time import SYSTEM_CLOCK, Clock
+from rivulet.controller.zk_data import EndPoint
 from rivulet.coordinator.group_coordinator import GroupCoordinator
 from rivulet.delayed import Timer
 from rivulet.replication.alter_partition import ControllerAlterPartitionManager
@@ -30,6 +31,7 @@ from rivulet.server.metadata import MetadataStore
 from rivulet.server.quotas import ClientQuotas
 from rivulet.server.socket_server import SocketServer, SocketServerConfig
 from rivulet.server.topics import TopicManager, broker_props
+from rivulet.server.zk_cluster import ZkClusterMember
 from rivulet.storage import LogConfig, LogManager, read_or_create_meta
 from rivulet.storage.cleaner import LogCleaner
 from rivulet.storage.log_dir_failure import AllLogDirsOfflineError
@@ -42,19 +44,22 @@ log = logging.getLogger(__name__)
 class Broker:
     def __init__(self, config: BrokerConfig, clock: Clock = SYSTEM_CLOCK, *, cluster_mode: bool = False) -> None:
         """``cluster_mode``: a controller decides leadership (LeaderAndIsr, UpdateMetadata,
-        StopReplica); without it this node leads every partition alone, as before."""
+        StopReplica); without it this node leads every partition alone, as before. With
+        ``zookeeper.connect`` set it is on, and the broker joins the cluster through ZooKeeper
+        (its id and the cluster id settled there, its registration, its candidate controller)."""
         self.config = config
         self.clock = clock
-        self.cluster_mode = cluster_mode
-        self.metadata_cache: MetadataCache | None = MetadataCache(config.node_id) if cluster_mode else None
+        self.cluster: ZkClusterMember | None = ZkClusterMember(config, clock) if config["zookeeper.connect"] else None
+        self.cluster_mode = cluster_mode or self.cluster is not None
+        self.node_id = self.cluster.broker_id if self.cluster is not None else config.node_id
+        self.metadata_cache: MetadataCache | None = MetadataCache(self.node_id) if self.cluster_mode else None
         # The czxid of this broker's /brokers/ids znode, once registered (-1 before).
         self.broker_epoch = -1
         self.replica_fetchers: ReplicaFetcherManager | None = None
         self.alter_partition: ControllerAlterPartitionManager | None = None
-        self.node_id = config.node_id
         self._listener_name, host, port = config.advertised_listeners[0]
-        self.node = NodeEndpoint(config.node_id, host, port)
-        self.dynamic_config = DynamicBrokerConfig(config.log_dirs[0], config.node_id, config.items())
+        self.node = NodeEndpoint(self.node_id, host, port)
+        self.dynamic_config = DynamicBrokerConfig(config.log_dirs[0], self.node_id, config.items())
         # Client quotas are kept beside the dynamic configs and apply from the first request.
         self.quotas = ClientQuotas(config["quota.window.num"], config["quota.window.size.seconds"], clock,
                                    store=self.dynamic_config)
@@ -62,7 +67,8 @@ class Broker:
                                       LogConfig.from_broker_props(broker_props(config, self.dynamic_config)),
                                       producer_id_expiration_ms=config["producer.id.expiration.ms"],
                                       time_ms=clock.milliseconds)
-        self.cluster_id = read_or_create_meta(config.log_dirs[0], self.node_id, config["cluster.id"])
+        self.cluster_id = read_or_create_meta(config.log_dirs[0], self.node_id,
+                                              self.cluster.cluster_id if self.cluster else config["cluster.id"])
         self.metadata = MetadataStore(config.log_dirs[0], self.cluster_id)
         self.timer: Timer | None = None
         self.replica_manager: ReplicaManager | None = None
@@ -141,11 +147,15 @@ class Broker:
         if self.cluster_mode:
             rm.leadership_listeners.append(CoordinatorLeadership(groups, txns))
         rm.txn_verifier = txns.verify_produce
+        if self.cluster is not None:
+            self.cluster.prepare()
         self.apis = KafkaApis(replica_manager=rm, group_coordinator=groups, txn_coordinator=txns, topics=topics,
                               config=cfg, clock=self.clock, node=self.node, cluster_id=self.cluster_id,
                               metadata_cache=self.metadata_cache, broker_epoch=lambda: self.broker_epoch,
-                              quotas=self.quotas)
+                              quotas=self.quotas, cluster=self.cluster)
         await self.socket_server.start_serving(self.apis)
+        if self.cluster is not None:
+            await self.cluster.start(self._endpoints(), self._on_registered)
         self._tasks.append(asyncio.get_running_loop().create_task(self._housekeeping()))
         self.started = True
         log.info("started in %.0f ms", (time.monotonic() - t0) * 1000)
@@ -181,7 +191,22 @@ class Broker:
             except Exception:
                 log.exception("ISR expiration failed; will retry")
 
+    def _on_registered(self, broker_epoch: int) -> None:
+        self.broker_epoch = broker_epoch
+
+    def _endpoints(self) -> list[EndPoint]:
+        """The advertised listeners as registered in ZooKeeper, with the ports actually bound."""
+        cfg = self.config
+        bound = dict(zip([n for n, _, _ in cfg.listeners if n not in cfg["controller.listener.names"]],
+                         self.bound_ports))
+        return [EndPoint(name, host, port or bound.get(name, port), cfg.security_protocols.get(name, "PLAINTEXT"))
+                for name, host, port in cfg.advertised_listeners if name not in cfg["controller.listener.names"]]
+
     async def shutdown(self) -> None:
+        if self.cluster is not None and self.cluster.registration is not None and \
+                self.config["controlled.shutdown.enable"]:
+            # While still serving: this broker may be the controller that answers it.
+            await self.cluster.controlled_shutdown()
         self.socket_server.close()
         if self.replica_fetchers is not None:
             await self.replica_fetchers.shutdown()
@@ -204,6 +229,8 @@ class Broker:
             self.replica_manager.shutdown()
         if self.timer is not None:
             self.timer.shutdown()
+        if self.cluster is not None:
+            await self.cluster.stop()
         offline = await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
         for d, why in offline.items():
             log.error("log directory %s was not shut down cleanly: it is offline (%s); the next start "

@@ -248,6 +248,29 @@ BROKER_CONFIGS = ConfigDef([
        HIGH, ignored=True),
     _k("group.coordinator.rebalance.protocols", LS, ("classic", "consumer", "streams"), None, "Group protocols "
        "enabled (Rivulet implements classic).", MEDIUM, ignored=True),
+    # -- ZooKeeper mode (Kafka 3.x's names): a cluster of brokers coordinated through ZooKeeper
+    _k("zookeeper.connect", S, None, None, "ZooKeeper's host:port[,host:port...][/chroot]. When set, the "
+       "broker joins a cluster through it (registration, an elected controller, replication); when not, "
+       "it runs as a single node.", HIGH),
+    _k("zookeeper.session.timeout.ms", I, 18000, _pos, "The ZooKeeper session timeout: a broker silent "
+       "this long loses its registration (and its controllership).", HIGH),
+    _k("zookeeper.connection.timeout.ms", I, None, None, "How long to wait for ZooKeeper at start-up; "
+       "zookeeper.session.timeout.ms when not set.", HIGH),
+    _k("zookeeper.max.in.flight.requests", I, 10, _pos, "Unacknowledged requests to ZooKeeper.", HIGH,
+       ignored=True),
+    _k("broker.rack", S, None, None, "The broker's rack, for rack-aware replica placement.", MEDIUM),
+    _k("broker.id.generation.enable", B, True, None, "Generate a broker id through ZooKeeper "
+       "(/brokers/seqid, above reserved.broker.max.id) when none is configured or stored.", MEDIUM),
+    _k("reserved.broker.max.id", I, 1000, _nonneg, "The highest broker id that may be configured; "
+       "generated ids start above it.", MEDIUM),
+    _k("controlled.shutdown.enable", B, True, None, "Ask the controller to move leaderships away before "
+       "the broker stops.", MEDIUM),
+    _k("controlled.shutdown.max.retries", I, 3, None, "Attempts at a controlled shutdown before an "
+       "unclean one.", MEDIUM),
+    _k("controlled.shutdown.retry.backoff.ms", L, 5000, None, "Wait between controlled-shutdown "
+       "attempts.", MEDIUM),
+    _k("controller.socket.timeout.ms", I, 30000, None, "Timeout of the controller's requests to brokers.",
+       MEDIUM),
     _k("controller.quorum.voters", LS, (), None, "Controller quorum voters, id@host:port.", HIGH, ignored=True),
     _k("controller.quorum.bootstrap.servers", LS, (), None, "Controller quorum bootstrap addresses.", HIGH,
        ignored=True),

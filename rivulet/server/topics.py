@@ -109,6 +109,17 @@ class TopicManager:
     # ------------------------------------------------------------ topics
     def _check_create(self, name: str, num_partitions: int, replication_factor: int,
                       configs: dict[str, str]) -> LogConfig:
+        cfg = self.validate_new_topic(name, num_partitions, replication_factor, configs)
+        if replication_factor > 1:
+            raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                             f"Unable to replicate the partition {replication_factor} time(s): "
+                             "The target replication factor of "
+                             f"{replication_factor} cannot be reached because only 1 broker(s) are registered.")
+        return cfg
+
+    def validate_new_topic(self, name: str, num_partitions: int, replication_factor: int,
+                           configs: dict[str, str]) -> LogConfig:
+        """The checks of a topic creation that do not depend on the brokers; its LogConfig."""
         validate_topic_name(name)
         if self.metadata.get(name) is not None or name in self._creating:
             raise ApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
@@ -122,11 +133,6 @@ class TopicManager:
             raise ApiError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
         if replication_factor <= 0:
             raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
-        if replication_factor > 1:
-            raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                             f"Unable to replicate the partition {replication_factor} time(s): "
-                             "The target replication factor of "
-                             f"{replication_factor} cannot be reached because only 1 broker(s) are registered.")
         return self._make_log_config(configs)  # raises INVALID_CONFIG with the reason
 
     def create_topic(self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],

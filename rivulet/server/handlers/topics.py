@@ -4,6 +4,10 @@ DescribeTopicPartitions, DescribeCluster, CreateTopics, DeleteTopics, CreatePart
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +38,9 @@ from rivulet.server.handlers import Handler
 from rivulet.server.metadata import INTERNAL_TOPICS, validate_topic_name
 from rivulet.server.network import KafkaConnection
 from rivulet.server.topics import TopicManager
+from rivulet.server.zk_cluster import ZkClusterMember
+
+log = logging.getLogger(__name__)
 
 # Authorized-operation bit fields (bit n = AclOperation code n) as Kafka answers them without an
 # authorizer: every operation the resource type supports.
@@ -61,6 +68,21 @@ class PartitionView:
     offline: list[int]
 
 
+@contextmanager
+def errors_into(res: Any) -> Iterator[None]:
+    """An ApiError raised inside becomes ``res``'s error_code and error_message."""
+    try:
+        yield
+    except ApiError as e:
+        res.error_code = e.code
+        res.error_message = e.message
+
+
+def _creatable_result(name: str) -> ctr.CreatableTopicResult:
+    return ctr.CreatableTopicResult(name=name, error_code=0, error_message=None, topic_id=ZERO_UUID,
+                                    num_partitions=-1, replication_factor=-1, configs=None)
+
+
 def _requested_partitions(req: CreateTopicsRequest, default_partitions: int) -> int:
     total = 0
     for t in req.topics:
@@ -75,7 +97,10 @@ def _requested_partitions(req: CreateTopicsRequest, default_partitions: int) -> 
 
 class TopicHandlers:
     def __init__(self, topics: TopicManager, replica_manager: ReplicaManager, config: BrokerConfig,
-                 node: NodeEndpoint, cluster_id: str, metadata_cache: MetadataCache | None = None) -> None:
+                 node: NodeEndpoint, cluster_id: str, metadata_cache: MetadataCache | None = None,
+                 cluster: ZkClusterMember | None = None) -> None:
+        """``cluster`` (ZooKeeper mode): topic creations and deletions are written to ZooKeeper,
+        for the controller to carry out, as Kafka 2.x's brokers do."""
         self.topics = topics
         self.replica_manager = replica_manager
         self.config = config
@@ -83,6 +108,7 @@ class TopicHandlers:
         self.cluster_id = cluster_id
         # Cluster mode: brokers, leaders and ISRs as the controller's UpdateMetadata stated them.
         self.metadata_cache = metadata_cache
+        self.cluster = cluster
         self.listener = config["inter.broker.listener.name"]
 
     def handlers(self) -> dict[int, Handler]:
@@ -203,6 +229,12 @@ class TopicHandlers:
                     validate_topic_name(name)
                 except ApiError:
                     t.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
+                    topics_out.append(t)
+                    continue
+                if allow_auto and not name.startswith("__") and self.cluster is not None:
+                    # As Kafka's: the creation is asked of the cluster, the answer says to come back.
+                    self._auto_create_in_cluster(self.cluster, name)
+                    t.error_code = ErrorCode.LEADER_NOT_AVAILABLE
                     topics_out.append(t)
                     continue
                 if allow_auto and not name.startswith("__"):
@@ -329,44 +361,60 @@ class TopicHandlers:
         return asyncio.ensure_future(self._create_topics(req))
 
     async def _create_topics(self, req: CreateTopicsRequest) -> ctr.CreateTopicsResponse:
-        node_id = self.node.node_id
+        cluster = self.cluster
+        brokers = cluster.live_broker_ids() if cluster is not None else {self.node.node_id}
+        seen = Counter(t.name for t in req.topics)
         results = []
-        seen: dict[str, int] = {}
         for t in req.topics:
-            seen[t.name] = seen.get(t.name, 0) + 1
-        for t in req.topics:
-            res = ctr.CreatableTopicResult(name=t.name, error_code=0, error_message=None, topic_id=ZERO_UUID,
-                                           num_partitions=-1, replication_factor=-1, configs=None)
-            try:
-                if seen[t.name] > 1:
-                    raise ApiError(ErrorCode.INVALID_REQUEST, f"Create topics request from client contains "
-                                     f"multiple entries for the following topics: {t.name}")
-                if t.assignments:
-                    if t.num_partitions != -1 or t.replication_factor != -1:
-                        raise ApiError(ErrorCode.INVALID_REQUEST, "Both numPartitions or replicationFactor and "
-                                         "replicasAssignments were set. Both cannot be used at the same time.")
-                    num = len(t.assignments)
-                    rf = len(t.assignments[0].broker_ids)
-                    for a in t.assignments:
-                        if any(bid != node_id for bid in a.broker_ids):
-                            raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                                             f"Unknown broker in replica assignment {a.broker_ids}")
-                else:
-                    num = self.config["num.partitions"] if t.num_partitions == -1 else t.num_partitions
-                    rf = (self.config["default.replication.factor"] if t.replication_factor == -1
-                          else t.replication_factor)
+            res = _creatable_result(t.name)
+            with errors_into(res):
+                num, rf, assignment = self._plan_topic(t, seen, brokers)
                 configs = {c.name: c.value for c in t.configs}
-                info = await self.topics.create_topic_off_loop(t.name, num, rf, configs,
-                                                               validate_only=req.validate_only)
-                res.num_partitions = num
-                res.replication_factor = rf
-                res.topic_id = info.topic_id if info else ZERO_UUID
+                if cluster is None:
+                    info = await self.topics.create_topic_off_loop(t.name, num, rf, configs,
+                                                                   validate_only=req.validate_only)
+                    topic_id = info.topic_id if info else ZERO_UUID
+                else:
+                    self.topics.validate_new_topic(t.name, num, rf, configs)
+                    if assignment is None:
+                        assignment = cluster.assign_replicas(num, rf)
+                    topic_id = ZERO_UUID if req.validate_only else \
+                        await cluster.create_topic(t.name, assignment, configs)
+                res.num_partitions, res.replication_factor, res.topic_id = num, rf, topic_id
                 res.configs = self._topic_config_entries(t.name, configs, ctr.CreatableTopicConfigs)
-            except ApiError as e:
-                res.error_code = e.code
-                res.error_message = e.message
             results.append(res)
         return ctr.CreateTopicsResponse(throttle_time_ms=0, topics=results)
+
+    def _plan_topic(self, t: Any, seen: Counter, brokers: set[int]) -> tuple[int, int, dict[int, list[int]] | None]:
+        """Partition count, replication factor and the explicit assignment (if any) of a topic to
+        create, after the request-level checks."""
+        if seen[t.name] > 1:
+            raise ApiError(ErrorCode.INVALID_REQUEST, f"Create topics request from client contains "
+                             f"multiple entries for the following topics: {t.name}")
+        if not t.assignments:
+            num = self.config["num.partitions"] if t.num_partitions == -1 else t.num_partitions
+            rf = self.config["default.replication.factor"] if t.replication_factor == -1 else t.replication_factor
+            return num, rf, None
+        if t.num_partitions != -1 or t.replication_factor != -1:
+            raise ApiError(ErrorCode.INVALID_REQUEST, "Both numPartitions or replicationFactor and "
+                             "replicasAssignments were set. Both cannot be used at the same time.")
+        for a in t.assignments:
+            if any(bid not in brokers for bid in a.broker_ids):
+                raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                 f"Unknown broker in replica assignment {a.broker_ids}")
+        return (len(t.assignments), len(t.assignments[0].broker_ids),
+                {a.partition_index: list(a.broker_ids) for a in t.assignments})
+
+    def _auto_create_in_cluster(self, cluster: ZkClusterMember, name: str) -> None:
+        async def create() -> None:
+            try:
+                rf = min(self.config["default.replication.factor"], max(1, len(cluster.live_broker_ids())))
+                await cluster.create_topic(name, cluster.assign_replicas(self.config["num.partitions"], rf), {})
+            except ApiError as e:
+                if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                    log.info("auto-creating topic %s failed: %s", name, e)
+
+        asyncio.ensure_future(create())
 
     def _topic_config_entries(self, topic: str, overrides: dict[str, str], cls: type) -> list:
         out = []
@@ -388,26 +436,30 @@ class TopicHandlers:
 
     async def _delete_topics(self, targets: list[tuple[str | None, Any]]) -> dtr.DeleteTopicsResponse:
         topics = self.topics
+        cache = self.metadata_cache
         results = []
         for name, topic_id in targets:
             res = dtr.DeletableTopicResult(name=name, topic_id=topic_id or ZERO_UUID, error_code=0,
                                            error_message=None)
-            try:
+            with errors_into(res):
                 if not self.config["delete.topic.enable"]:
                     raise ApiError(ErrorCode.TOPIC_DELETION_DISABLED)
                 if name is None:
-                    info = topics.by_id(topic_id)
-                    if info is None:
+                    known = cache.topic_name(topic_id) if cache is not None else None
+                    info = topics.by_id(topic_id) if known is None else None
+                    if known is None and info is None:
                         raise ApiError(ErrorCode.UNKNOWN_TOPIC_ID)
-                    name = res.name = info.name
-                info = topics.get(name)
-                if info is None:
-                    raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                res.topic_id = info.topic_id
-                await topics.delete_topic(name)
-            except ApiError as e:
-                res.error_code = e.code
-                res.error_message = e.message
+                    name = res.name = known if known is not None else info.name
+                if self.cluster is not None:
+                    if cache is not None and cache.contains_topic(name):
+                        res.topic_id = cache.topic_id(name) or ZERO_UUID
+                    await self.cluster.delete_topic(name)  # the controller carries it out
+                else:
+                    info = topics.get(name)
+                    if info is None:
+                        raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                    res.topic_id = info.topic_id
+                    await topics.delete_topic(name)
             results.append(res)
         return dtr.DeleteTopicsResponse(throttle_time_ms=0, responses=results)
 

@@ -1,0 +1,251 @@
+"""A broker's membership of a ZooKeeper-mode cluster (``zookeeper.connect`` set).
+
+At construction, before the broker serves anything, it connects to ZooKeeper, creates
+Kafka's top-level znodes and settles the broker's identity as Kafka's KafkaServer does: the
+cluster id from /cluster/id, the broker id from the configuration, else from meta.properties,
+else generated through /brokers/seqid. ``start`` registers the broker (ephemeral
+/brokers/ids/<id>) and starts its candidate controller; ``controlled_shutdown`` asks the
+controller to move leaderships away; ``stop`` deregisters. It keeps a view of the live
+brokers and the controller id (watches on /brokers/ids and /controller), and writes topic
+creations and deletion requests to ZooKeeper for the controller to act on, as Kafka 2.x's
+brokers do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import uuid
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from kazoo.client import KazooState
+from kazoo.exceptions import NodeExistsError
+
+from rivulet.client.connection import BrokerConnection
+from rivulet.common.config import load_properties
+from rivulet.common.time import SYSTEM_CLOCK, Clock
+from rivulet.controller.channel import ControllerChannelManager, inter_broker_endpoint
+from rivulet.controller.controller import ControllerConfig, KafkaController
+from rivulet.controller.placement import BrokerRack, assign_replicas_to_brokers
+from rivulet.controller.zk_client import KafkaZkClient, ZkBridge
+from rivulet.controller.zk_data import BrokerRegistration, EndPoint, TopicAssignment
+from rivulet.protocol.errors import ApiError, ErrorCode
+from rivulet.protocol.messages.controlled_shutdown_request import ControlledShutdownRequest
+from rivulet.server.config import BrokerConfig, ConfigError
+from rivulet.storage.checkpoints import random_kafka_uuid
+
+log = logging.getLogger(__name__)
+
+META_PROPERTIES = "meta.properties"
+
+
+def _stored_identity(log_dirs: list[str]) -> tuple[int | None, str | None]:
+    """The broker id and cluster id a previous start wrote into the log dirs' meta.properties."""
+    for d in log_dirs:
+        path = os.path.join(d, META_PROPERTIES)
+        if os.path.exists(path):
+            props = load_properties(path)
+            stored = props.get("broker.id", props.get("node.id"))
+            return (int(stored) if stored is not None else None), props.get("cluster.id")
+    return None, None
+
+
+def _log_failure(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("reading the cluster from ZooKeeper failed: %s", task.exception())
+
+
+class ZkClusterMember:
+    def __init__(self, config: BrokerConfig, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.config = config
+        self.clock = clock
+        self.listener = config["inter.broker.listener.name"]
+        self.client = KafkaZkClient(config["zookeeper.connect"], config["zookeeper.session.timeout.ms"],
+                                    config["zookeeper.connection.timeout.ms"])
+        # Blocking, but at construction: the broker's loop serves nothing yet.
+        self.client.start()
+        try:
+            self.client.create_top_level_paths()
+            self.broker_id, self.cluster_id = self._resolve_identity()
+        except BaseException:
+            self.client.close()
+            raise
+        self.bridge: ZkBridge | None = None
+        self.controller: KafkaController | None = None
+        self.registration: BrokerRegistration | None = None
+        self.broker_epoch = -1
+        self._brokers: dict[int, BrokerRegistration] = {}
+        self._controller_id = -1
+        self._session_lost = False
+        self._on_registered: Callable[[int], object] = lambda _epoch: None
+
+    def _resolve_identity(self) -> tuple[int, str]:
+        cfg = self.config
+        stored_id, stored_cluster = _stored_identity(cfg.log_dirs)
+        cluster_id = self.client.get_or_create_cluster_id(stored_cluster or cfg["cluster.id"] or random_kafka_uuid())
+        if stored_cluster is not None and stored_cluster != cluster_id:
+            raise ConfigError(f"The Cluster ID {cluster_id} doesn't match stored clusterId {stored_cluster} in "
+                              "meta.properties. The broker is trying to join the wrong cluster. Configured "
+                              "zookeeper.connect may be wrong.")
+        configured = cfg.node_id if cfg.is_set("broker.id") or cfg.is_set("node.id") else -1
+        max_reserved = cfg["reserved.broker.max.id"]
+        if configured >= 0:
+            if cfg["broker.id.generation.enable"] and configured > max_reserved:
+                raise ConfigError(f"broker.id must be greater than or equal to -1 and not greater than "
+                                  f"reserved.broker.max.id ({max_reserved})")
+            if stored_id is not None and stored_id != configured:
+                raise ConfigError(f"Configured broker.id {configured} doesn't match stored broker.id "
+                                  f"Some({stored_id}) in meta.properties.")
+            return configured, cluster_id
+        if stored_id is not None:
+            return stored_id, cluster_id
+        if not cfg["broker.id.generation.enable"]:
+            raise ConfigError("broker.id is required when broker.id.generation.enable is false")
+        generated = self.client.generate_broker_sequence_id() + max_reserved
+        log.info("generated broker id %d", generated)
+        return generated, cluster_id
+
+    # ------------------------------------------------------------ lifecycle
+    def prepare(self) -> KafkaController:
+        """Build the bridge and this broker's candidate controller (on the running loop, before
+        the request handlers that reach the controller are built); ``start`` starts them."""
+        cfg = self.config
+        bridge = self.bridge = ZkBridge(self.client)
+        self.controller = KafkaController(
+            ControllerConfig(self.broker_id, cfg["unclean.leader.election.enable"], cfg["delete.topic.enable"],
+                             self.listener),
+            bridge, lambda: ControllerChannelManager(self.broker_id, self.listener, cfg["controller.socket.timeout.ms"]),
+            self.clock)
+        return self.controller
+
+    async def start(self, endpoints: list[EndPoint], on_registered: Callable[[int], object]) -> None:
+        """Register this broker and start its candidate controller; the listeners must be serving.
+        ``on_registered`` gets the broker epoch of each registration (again after a lost session)."""
+        self._on_registered = on_registered
+        assert self.bridge is not None and self.controller is not None, "prepare() first"
+        # The inter-broker listener first: where the controller and followers reach this broker.
+        endpoints = sorted(endpoints, key=lambda e: e.listener != self.listener)
+        self.registration = BrokerRegistration(self.broker_id, tuple(endpoints), self.config["broker.rack"],
+                                               timestamp_ms=self.clock.milliseconds())
+        await self._register()
+        self.bridge.on_state(self._on_session_state)
+        await self._refresh_brokers()
+        await self._refresh_controller()
+        self.controller.startup()
+
+    async def _register(self) -> None:
+        assert self.bridge is not None and self.registration is not None
+        self.broker_epoch = await self.bridge.run(self.client.register_broker, self.registration)
+        self._on_registered(self.broker_epoch)
+        log.info("registered broker %d at %s (broker epoch %d)", self.broker_id,
+                 ", ".join(e.connection_string for e in self.registration.endpoints), self.broker_epoch)
+
+    def _on_session_state(self, state: KazooState) -> None:
+        if state == KazooState.LOST:
+            self._session_lost = True
+            log.warning("the ZooKeeper session expired: broker %d is unregistered until it reconnects", self.broker_id)
+        elif state == KazooState.CONNECTED and self._session_lost:
+            self._session_lost = False
+            asyncio.get_running_loop().create_task(self._after_new_session())
+
+    async def _after_new_session(self) -> None:
+        try:
+            await self._register()
+            await self._refresh_brokers()
+            await self._refresh_controller()
+        except Exception:
+            log.exception("re-registration after a new ZooKeeper session failed")
+
+    async def _refresh_brokers(self) -> None:
+        assert self.bridge is not None
+        self._brokers = await self.bridge.run(
+            self.client.get_all_brokers, self.bridge.on_loop(lambda: self._spawn(self._refresh_brokers())))
+
+    async def _refresh_controller(self) -> None:
+        assert self.bridge is not None
+        cid = await self.bridge.run(
+            self.client.get_controller_id, self.bridge.on_loop(lambda: self._spawn(self._refresh_controller())))
+        self._controller_id = -1 if cid is None else cid
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        asyncio.get_running_loop().create_task(coro).add_done_callback(_log_failure)
+
+    async def controlled_shutdown(self) -> bool:
+        """Ask the controller to move this broker's leaderships away (Kafka's controlled shutdown);
+        True once it has none left, False after controlled.shutdown.max.retries attempts."""
+        cfg = self.config
+        backoff = cfg["controlled.shutdown.retry.backoff.ms"] / 1000
+        for attempt in range(1, cfg["controlled.shutdown.max.retries"] + 1):
+            try:
+                remaining = await self._ask_controller_to_shut_down()
+                if remaining == 0:
+                    log.info("controlled shutdown of broker %d succeeded", self.broker_id)
+                    return True
+                log.info("controlled shutdown attempt %d: %d partition(s) still led here", attempt, remaining)
+            except (OSError, ApiError) as e:
+                log.info("controlled shutdown attempt %d failed: %s", attempt, e)
+            await asyncio.sleep(backoff)
+        log.warning("controlled shutdown of broker %d did not complete; stopping anyway", self.broker_id)
+        return False
+
+    async def _ask_controller_to_shut_down(self) -> int:
+        assert self.bridge is not None
+        await self._refresh_controller()
+        controller = self._brokers.get(self._controller_id) or await self.bridge.run(
+            self.client.get_broker, self._controller_id)
+        ep = inter_broker_endpoint(controller, self.listener)
+        if ep is None:
+            raise ApiError(ErrorCode.NOT_CONTROLLER, "no controller is available")
+        conn = await BrokerConnection(ep[0], ep[1], client_id=f"broker-{self.broker_id}",
+                                      request_timeout_ms=self.config["controller.socket.timeout.ms"]).connect(5.0)
+        try:
+            resp = await conn.send(ControlledShutdownRequest(broker_id=self.broker_id, broker_epoch=self.broker_epoch))
+        finally:
+            await conn.close()
+        if resp.error_code != ErrorCode.NONE:
+            raise ApiError(resp.error_code)
+        return len(resp.remaining_partitions)
+
+    async def stop(self) -> None:
+        if self.controller is not None:
+            await self.controller.shutdown()
+        if self.bridge is not None:
+            try:
+                await self.bridge.run(self.client.deregister_broker, self.broker_id)
+            except Exception:
+                pass
+            await self.bridge.close()
+        else:
+            self.client.close()
+
+    # ------------------------------------------------------------ topic administration
+    def assign_replicas(self, num_partitions: int, replication_factor: int) -> dict[int, list[int]]:
+        """Placement over the live brokers, rack-aware when they have racks (Kafka's AdminUtils)."""
+        return assign_replicas_to_brokers([BrokerRack(b.broker_id, b.rack) for b in self._brokers.values()],
+                                          num_partitions, replication_factor)
+
+    def live_broker_ids(self) -> set[int]:
+        return set(self._brokers)
+
+    async def create_topic(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str]) -> uuid.UUID:
+        """Write the topic for the controller to create; TOPIC_ALREADY_EXISTS if it is there."""
+        assert self.bridge is not None
+        topic_id = uuid.uuid4()
+        try:
+            await self.bridge.run(self.client.create_topic, TopicAssignment(name, topic_id, assignment), configs)
+        except NodeExistsError:
+            raise ApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.") from None
+        return topic_id
+
+    async def topic_exists(self, name: str) -> bool:
+        assert self.bridge is not None
+        return await self.bridge.run(self.client.get_topic_assignment, name) is not None
+
+    async def delete_topic(self, name: str) -> None:
+        """Request the deletion; the controller carries it out."""
+        assert self.bridge is not None
+        if not await self.topic_exists(name):
+            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        await self.bridge.run(self.client.request_topic_deletion, name)

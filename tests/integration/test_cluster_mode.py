@@ -1,0 +1,164 @@
+"""Brokers in ZooKeeper mode, as real processes against a real ZooKeeper: registration in
+Kafka's format, every broker listing the cluster, topics created through any broker and
+given leaders by the controller, controller failover after kill -9, controlled shutdown,
+broker id generation."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+
+import pytest
+from kazoo.client import KazooClient
+
+from rivulet.admin import AdminClient, NewTopic
+from rivulet.client.connection import BrokerConnection
+from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.messages.describe_cluster_request import DescribeClusterRequest
+from rivulet.testing import BrokerProcess
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+
+SESSION_MS = "4000"  # a killed broker's znodes go after this
+
+
+def eventually(check: Callable[[], object], timeout: float = 30.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what or check}")
+
+
+def describe_cluster(broker: BrokerProcess) -> tuple[int, list[int]]:
+    async def ask() -> tuple[int, list[int]]:
+        conn = await BrokerConnection("127.0.0.1", broker.port).connect(10)
+        try:
+            r = await conn.send(DescribeClusterRequest(include_cluster_authorized_operations=False))
+        finally:
+            await conn.close()
+        return r.controller_id, sorted(b.broker_id for b in r.brokers)
+    return asyncio.run(ask())
+
+
+class ZkCluster:
+    def __init__(self, connect: str) -> None:
+        self.connect = connect
+        self.brokers: dict[int, BrokerProcess] = {}
+        self.zk = KazooClient(hosts=connect)
+        self.zk.start(timeout=15)
+
+    def start(self, broker_id: int | None, **overrides: str) -> BrokerProcess:
+        props = {"zookeeper.connect": self.connect, "zookeeper.session.timeout.ms": SESSION_MS,
+                 "controlled.shutdown.retry.backoff.ms": "200", **overrides}
+        if broker_id is not None:
+            props["broker.id"] = str(broker_id)
+        b = BrokerProcess(props).start()
+        self.brokers[broker_id if broker_id is not None else -len(self.brokers) - 1] = b
+        return b
+
+    def json(self, path: str) -> dict:
+        return json.loads(self.zk.get(path)[0])
+
+    def controller(self) -> int | None:
+        try:
+            return self.json("/controller")["brokerid"]
+        except Exception:
+            return None
+
+    def close(self) -> None:
+        for b in self.brokers.values():
+            b.stop(timeout=60)
+            b.cleanup()
+        self.zk.stop()
+        self.zk.close()
+
+
+@pytest.fixture
+def cluster(zk_connect):
+    c = ZkCluster(zk_connect)
+    yield c
+    c.close()
+
+
+def test_registration_listing_and_topics_through_any_broker(cluster):
+    for i in (1, 2, 3):
+        cluster.start(i, **({"broker.rack": "r%d" % i}))
+    eventually(lambda: sorted(cluster.zk.get_children("/brokers/ids")) == ["1", "2", "3"], what="registrations")
+    reg = cluster.json("/brokers/ids/2")
+    b2 = cluster.brokers[2]
+    assert reg["version"] == 5 and reg["rack"] == "r2" and reg["port"] == b2.port
+    assert reg["endpoints"] == [f"PLAINTEXT://127.0.0.1:{b2.port}"]
+    assert reg["listener_security_protocol_map"] == {"PLAINTEXT": "PLAINTEXT"}
+    eventually(lambda: cluster.controller() is not None, what="a controller")
+    cid = cluster.controller()
+    assert int(cluster.zk.get("/controller_epoch")[0]) >= 1
+    assert json.loads(cluster.zk.get("/cluster/id")[0])["id"]
+    for b in cluster.brokers.values():
+        eventually(lambda b=b: describe_cluster(b) == (cid, [1, 2, 3]), what="DescribeCluster from every broker")
+        md = AdminClient({"bootstrap.servers": b.bootstrap}).list_topics(timeout=10)
+        assert sorted(md.brokers) == [1, 2, 3] and md.controller_id == cid
+
+    admin = AdminClient({"bootstrap.servers": b2.bootstrap})
+    assert admin.create_topics([NewTopic("orders", 3, 3, config={"retention.ms": "60000"})])["orders"].result(30) \
+        is None
+    too_many = admin.create_topics([NewTopic("wide", 1, 4)])["wide"]
+    with pytest.raises(Exception) as e:
+        too_many.result(30)
+    assert e.value.args[0].code() == ErrorCode.INVALID_REPLICATION_FACTOR
+    topic = cluster.json("/brokers/topics/orders")
+    assert topic["version"] == 3 and topic["topic_id"] and sorted(topic["partitions"]) == ["0", "1", "2"]
+    assert all(sorted(r) == [1, 2, 3] for r in topic["partitions"].values())
+    # rack-aware placement spreads the leaders over the three racks
+    assert sorted(r[0] for r in topic["partitions"].values()) == [1, 2, 3]
+    assert cluster.json("/config/topics/orders") == {"version": 1, "config": {"retention.ms": "60000"}}
+    for p in range(3):
+        path = f"/brokers/topics/orders/partitions/{p}/state"
+        eventually(lambda path=path: cluster.zk.exists(path), what="partition state")
+        state = cluster.json(path)
+        assert state["leader"] == topic["partitions"][str(p)][0] and sorted(state["isr"]) == [1, 2, 3]
+        assert state["leader_epoch"] == 0 and state["version"] == 1
+
+    assert admin.delete_topics(["orders"])["orders"].result(30) is None
+    eventually(lambda: not cluster.zk.exists("/brokers/topics/orders"), what="the deletion")
+    assert cluster.zk.get_children("/admin/delete_topics") == []
+
+
+def test_controller_failover_after_kill_9_and_controlled_shutdown(cluster):
+    for i in (1, 2, 3):
+        cluster.start(i)
+    eventually(lambda: cluster.controller() is not None, what="a controller")
+    first = cluster.controller()
+    epoch = int(cluster.zk.get("/controller_epoch")[0])
+    survivor = next(b for i, b in cluster.brokers.items() if i != first)
+    admin = AdminClient({"bootstrap.servers": survivor.bootstrap})
+    admin.create_topics([NewTopic("events", 3, 3)])["events"].result(30)
+    eventually(lambda: all(cluster.zk.exists(f"/brokers/topics/events/partitions/{p}/state") for p in range(3)))
+
+    cluster.brokers[first].kill()  # kill -9: its session lingers until the timeout
+    eventually(lambda: cluster.controller() not in (None, first), what="a new controller")
+    assert int(cluster.zk.get("/controller_epoch")[0]) == epoch + 1
+    new = cluster.controller()
+    eventually(lambda: describe_cluster(survivor)[0] == new, what="the survivors to name the new controller")
+    # the dead broker led one partition: it has a new leader from the ISR, and left every ISR
+    for p in range(3):
+        eventually(lambda p=p: first not in cluster.json(f"/brokers/topics/events/partitions/{p}/state")["isr"])
+        assert cluster.json(f"/brokers/topics/events/partitions/{p}/state")["leader"] != first
+
+    # a graceful stop moves leadership away first (controlled shutdown)
+    leaving = next(i for i in cluster.brokers if i not in (first, new))
+    led = [p for p in range(3) if cluster.json(f"/brokers/topics/events/partitions/{p}/state")["leader"] == leaving]
+    assert cluster.brokers[leaving].stop(timeout=60) == 0
+    for p in led:
+        state = cluster.json(f"/brokers/topics/events/partitions/{p}/state")
+        assert state["leader"] == new and state["isr"] == [new]
+
+
+def test_broker_id_generation_and_restart_keep_the_id(cluster):
+    b = cluster.start(None)
+    eventually(lambda: cluster.zk.get_children("/brokers/ids") == ["1001"], what="a generated id")
+    b.restart()
+    eventually(lambda: cluster.zk.get_children("/brokers/ids") == ["1001"], what="the same id after a restart")
