@@ -122,6 +122,17 @@ def test_registration_listing_and_topics_through_any_broker(cluster):
         assert state["leader"] == topic["partitions"][str(p)][0] and sorted(state["isr"]) == [1, 2, 3]
         assert state["leader_epoch"] == 0 and state["version"] == 1
 
+    # every broker serves the controller's view: leader and ISR of each partition
+    leaders = {p: cluster.json(f"/brokers/topics/orders/partitions/{p}/state")["leader"] for p in range(3)}
+
+    def served(b: BrokerProcess) -> bool:
+        t = AdminClient({"bootstrap.servers": b.bootstrap}).list_topics("orders", timeout=10).topics["orders"]
+        return t.error is None and {p: (pm.leader, sorted(pm.isrs), sorted(pm.replicas))
+                                    for p, pm in t.partitions.items()} == \
+            {p: (leaders[p], [1, 2, 3], [1, 2, 3]) for p in range(3)}
+    for b in cluster.brokers.values():
+        eventually(lambda b=b: served(b), what="Metadata with leaders and ISRs from every broker")
+
     assert admin.delete_topics(["orders"])["orders"].result(30) is None
     eventually(lambda: not cluster.zk.exists("/brokers/topics/orders"), what="the deletion")
     assert cluster.zk.get_children("/admin/delete_topics") == []
