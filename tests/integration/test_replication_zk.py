@@ -18,6 +18,7 @@ from rivulet.controller.controller import ControllerConfig, KafkaController
 from rivulet.controller.zk_client import KafkaZkClient, ZkBridge
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ErrorCode
+from rivulet.replication.replica_manager import LeaderEndpoint
 from rivulet.server.broker import Broker
 from rivulet.server.config import BrokerConfig
 
@@ -50,11 +51,11 @@ class ZkCluster:
         c.start()
         return c
 
-    async def start_broker(self, i: int) -> Broker:
+    async def start_broker(self, i: int, **overrides: str) -> Broker:
         b = Broker(BrokerConfig({
             "log.dirs": str(self.root / f"b{i}"), "listeners": "PLAINTEXT://127.0.0.1:0", "node.id": str(i),
             "offsets.topic.num.partitions": "1", "transaction.state.log.num.partitions": "1",
-            "log.cleaner.enable": "false", "replica.fetch.wait.max.ms": "50", "replica.fetch.backoff.ms": "50"}),
+            "log.cleaner.enable": "false", "replica.fetch.wait.max.ms": "50", "replica.fetch.backoff.ms": "50", **overrides}),
             cluster_mode=True)
         await b.start()
         session = self.sessions[i] = self._client()
@@ -69,9 +70,14 @@ class ZkCluster:
         await self.brokers.pop(i).shutdown()
 
     def start_controller(self, i: int) -> None:
-        self.controller = KafkaController(ControllerConfig(i), ZkBridge(self._client()),
-                                          lambda: ControllerChannelManager(i, backoff_ms=50))
-        self.controller.startup()
+        controller = self.controller = KafkaController(ControllerConfig(i), ZkBridge(self._client()),
+                                                       lambda: ControllerChannelManager(i, backoff_ms=50))
+        controller.startup()
+        # The controller's broker answers AlterPartition (the route the broker's own wiring adds).
+        apis = self.brokers[i].apis
+        apis.versions[56] = (0, 3)
+        apis.handlers[56] = lambda header, req, conn: asyncio.ensure_future(
+            controller.alter_partition(req, header.api_version))
 
     def partition(self, i: int):
         return self.brokers[i].replica_manager.partitions.get(TP)
@@ -86,11 +92,11 @@ class ZkCluster:
         self.admin.close()
 
 
-async def produce(b: Broker, values: list[bytes]) -> tuple[int, int]:
+async def produce(b: Broker, values: list[bytes], acks: int = -1) -> tuple[int, int]:
     conn = await BrokerConnection("127.0.0.1", b.bound_ports[0]).connect()
     try:
         batch = rec.encode_batch([rec.Record(0, 0, None, v, []) for v in values])
-        resp = await conn.send(core.produce_request(None, -1, 15_000, {("orders", 0): batch}))
+        resp = await conn.send(core.produce_request(None, acks, 15_000, {("orders", 0): batch}))
         p = resp.responses[0].partition_responses[0]
         return p.error_code, p.base_offset
     finally:
@@ -139,6 +145,41 @@ def test_leader_loss_keeps_every_acknowledged_record(zk_connect, tmp_path):
             await eventually(lambda: c.partition(follower).high_watermark == 16, "the follower catches up")
             assert values_of(c.brokers[follower]) == acked
             assert c.partition(follower).log.epoch_entries() == c.partition(leader).log.epoch_entries()
+        finally:
+            await c.close()
+    asyncio.run(main())
+
+
+def test_a_paused_follower_leaves_the_isr_and_rejoins_once_caught_up(zk_connect, tmp_path):
+    async def main():
+        c = ZkCluster(zk_connect, tmp_path)
+        try:
+            for i in (1, 2, 3):
+                await c.start_broker(i, **{"replica.lag.time.max.ms": "600"})
+            c.start_controller(3)
+            c.admin.create_topic(z.TopicAssignment("orders", None, {0: [1, 2, 3]}), {})
+            await eventually(lambda: all(c.partition(i) is not None for i in (1, 2, 3)), "replicas created")
+            await eventually(lambda: c.brokers[1].metadata_cache.controller_id == 3, "UpdateMetadata")
+            leader = c.partition(1)
+            assert (await produce(c.brokers[1], [b"a"]))[0] == ErrorCode.NONE
+
+            # Broker 2's fetcher pauses (as a SIGSTOPped follower) and falls behind a write: the
+            # leader drops it from the ISR through the controller, and acks=all stops waiting for it.
+            fetchers = c.brokers[2].replica_fetchers
+            fetchers.remove_partitions([TP])
+            assert (await produce(c.brokers[1], [b"b"], acks=1))[0] == ErrorCode.NONE
+            await eventually(lambda: leader.isr == [1, 3], "the ISR shrinks")
+            assert c.admin.get_partition_state(TP).isr == (1, 3)
+            assert (await produce(c.brokers[1], [b"c"]))[0] == ErrorCode.NONE
+            await eventually(lambda: c.brokers[1].metadata_cache.partition(TP).isr == [1, 3], "metadata follows")
+
+            # It resumes, catches up, and is taken back.
+            endpoint = LeaderEndpoint(1, "127.0.0.1", c.brokers[1].bound_ports[0])
+            fetchers.add_partitions(endpoint, [c.partition(2)])
+            await eventually(lambda: leader.isr == [1, 2, 3], "the ISR expands")
+            assert c.admin.get_partition_state(TP).isr == (1, 2, 3)
+            await eventually(lambda: c.partition(2).high_watermark == 3, "the follower's HW")
+            assert values_of(c.brokers[2]) == values_of(c.brokers[1]) == [b"a", b"b", b"c"]
         finally:
             await c.close()
     asyncio.run(main())
