@@ -22,6 +22,7 @@ from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages import api_versions_response as avr
 from rivulet.protocol.messages.api_versions_request import ApiVersionsRequest
+from rivulet.replication.log_dir_mover import ReplicaAlterLogDirsManager
 from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.protocol.schema import Struct
 from rivulet.replication.replica_manager import ReplicaManager
@@ -75,6 +76,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     28: (0, 3),   # TxnOffsetCommit
     32: (1, 4),   # DescribeConfigs
     33: (0, 2),   # AlterConfigs
+    34: (1, 2),   # AlterReplicaLogDirs
     35: (0, 4),   # DescribeLogDirs
     37: (0, 3),   # CreatePartitions
     42: (0, 2),   # DeleteGroups
@@ -101,6 +103,7 @@ class KafkaApis:
     def __init__(self, *, replica_manager: ReplicaManager, group_coordinator: GroupCoordinator,
                  txn_coordinator: TransactionCoordinator, topics: TopicManager, config: BrokerConfig,
                  clock: Clock, node: NodeEndpoint, cluster_id: str, quotas: ClientQuotas,
+                 log_dir_mover: ReplicaAlterLogDirsManager,
                  metadata_cache: MetadataCache | None = None, broker_epoch: Callable[[], int] | None = None,
                  cluster: ZkClusterMember | None = None) -> None:
         """``metadata_cache`` (with ``broker_epoch``, this broker's registration epoch) is given in
@@ -120,7 +123,7 @@ class KafkaApis:
         for area in (
             RecordHandlers(replica_manager, topics, quotas, metadata_cache, config["inter.broker.listener.name"]),
             QuotaHandlers(quotas),
-            LogDirHandlers(topics.log_manager),
+            LogDirHandlers(topics.log_manager, log_dir_mover),
             TopicHandlers(topics, replica_manager, config, node, cluster_id, metadata_cache, cluster),
             ConfigHandlers(topics, config),
             GroupHandlers(group_coordinator, topics, clock),

@@ -19,6 +19,7 @@ from rivulet.coordinator.group_coordinator import GroupCoordinator
 from rivulet.delayed import Timer
 from rivulet.replication.alter_partition import ControllerAlterPartitionManager
 from rivulet.replication.fetcher import FetcherConfig, ReplicaFetcherManager
+from rivulet.replication.log_dir_mover import ReplicaAlterLogDirsManager
 from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.server.apis import KafkaApis
@@ -75,6 +76,7 @@ class Broker:
         self.topics: TopicManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
         self.log_cleaner: LogCleaner | None = None
+        self.log_dir_mover: ReplicaAlterLogDirsManager | None = None
         self.transaction_coordinator: TransactionCoordinator | None = None
         self.apis: KafkaApis | None = None
         self.socket_server = SocketServer(SocketServerConfig(
@@ -149,10 +151,11 @@ class Broker:
         rm.txn_verifier = txns.verify_produce
         if self.cluster is not None:
             self.cluster.prepare()
+        self.log_dir_mover = ReplicaAlterLogDirsManager(rm, self.log_manager)
         self.apis = KafkaApis(replica_manager=rm, group_coordinator=groups, txn_coordinator=txns, topics=topics,
                               config=cfg, clock=self.clock, node=self.node, cluster_id=self.cluster_id,
                               metadata_cache=self.metadata_cache, broker_epoch=lambda: self.broker_epoch,
-                              quotas=self.quotas, cluster=self.cluster)
+                              quotas=self.quotas, cluster=self.cluster, log_dir_mover=self.log_dir_mover)
         await self.socket_server.start_serving(self.apis)
         if self.cluster is not None:
             await self.cluster.start(self._endpoints(), self._on_registered)
@@ -223,6 +226,8 @@ class Broker:
             self.transaction_coordinator.shutdown()
         if self.log_cleaner is not None:
             self.log_cleaner.shutdown()
+        if self.log_dir_mover is not None:
+            self.log_dir_mover.shutdown()
         if self.group_coordinator is not None:
             self.group_coordinator.shutdown()
         if self.replica_manager is not None:

@@ -53,8 +53,14 @@ _SEGMENT_FILE = re.compile(r"^(\d{20})(\.[a-z]+)(\.(?:swap|cleaned|deleted))?$")
 _INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 
+FUTURE_SUFFIX = "-future"
+
+
 def parse_topic_partition(dir_name: str) -> tuple[str, int] | None:
-    """``my-topic-3`` -> ("my-topic", 3); topic names may themselves contain '-'."""
+    """``my-topic-3`` -> ("my-topic", 3); topic names may themselves contain '-'. A future
+    replica's dir, ``my-topic-3.<id>-future``, names the same partition."""
+    if dir_name.endswith(FUTURE_SUFFIX):
+        dir_name = dir_name.rpartition(".")[0]
     topic, sep, part = dir_name.rpartition("-")
     if not sep or not topic or not part.isdigit():
         return None

@@ -10,7 +10,7 @@ import shutil
 import threading
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rivulet.common.time import SYSTEM_CLOCK
 from rivulet.common.types import TopicPartition
@@ -27,13 +27,13 @@ from rivulet.storage.checkpoints import (
 )
 from rivulet.storage.config import LogConfig
 from rivulet.storage.dir_lock import DirLock
-from rivulet.storage.log import Log, parse_topic_partition
+from rivulet.storage.log import FUTURE_SUFFIX, Log, parse_topic_partition
 from rivulet.storage.log_dir_failure import KafkaStorageError, LogDirFailureChannel
 
 log = logging.getLogger(__name__)
 
 _DELETE_SUFFIX = "-delete"
-_IGNORED_SUFFIXES = ("-future", "-stray")
+_IGNORED_SUFFIXES = ("-stray",)
 # Out of descriptors (the process's or the system's): a limit to raise, not a disk fault.
 _RESOURCE_ERRNOS = (errno.EMFILE, errno.ENFILE)
 
@@ -45,6 +45,8 @@ class LogDirDescription:
     partition_sizes: dict[TopicPartition, int]
     total_bytes: int
     usable_bytes: int
+    # Replicas being moved here (AlterReplicaLogDirs): size, and how far behind the current log.
+    future_sizes: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)
 
 
 class LogManager:
@@ -66,6 +68,10 @@ class LogManager:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.time_ms = time_ms  # the broker's clock, for every Log
         self._logs: dict[TopicPartition, Log] = {}
+        # Replicas being moved to another log dir (Kafka's future logs), and the dirs asked for
+        # partitions this broker does not host yet.
+        self._futures: dict[TopicPartition, Log] = {}
+        self._preferred_dirs: dict[TopicPartition, str] = {}
         self._lock = threading.RLock()
         self._checkpoint_lock = threading.Lock()
         self.had_clean_shutdown: dict[str, bool] = {}
@@ -95,6 +101,7 @@ class LogManager:
         ``wanted`` refuses (left by a create or delete that a crash interrupted) is deleted
         unread.
         """
+        futures: list[tuple[TopicPartition, str]] = []
         for d in self.log_dirs:
             os.makedirs(d, exist_ok=True)
             marker = os.path.join(d, CLEAN_SHUTDOWN)
@@ -118,6 +125,9 @@ class LogManager:
                 if parsed is None:
                     continue
                 tp = TopicPartition(*parsed)
+                if name.endswith(FUTURE_SUFFIX):
+                    futures.append((tp, path))
+                    continue
                 if wanted is not None and not wanted(tp):
                     log.info("deleting %s: no such partition in the metadata (a topic creation or deletion "
                              "was interrupted)", path)
@@ -164,6 +174,31 @@ class LogManager:
                     fsync_dir(d)
                 except OSError as e:
                     self.failure_channel.maybe_add_offline_log_dir(d, "removing the clean-shutdown marker failed", e)
+        for tp, path in futures:
+            self._resolve_future(tp, path, topic_config, wanted)
+
+    def _resolve_future(self, tp: TopicPartition, path: str, topic_config: Callable[[str], LogConfig] | None,
+                        wanted: Callable[[TopicPartition], bool] | None) -> None:
+        """A future replica left by a stop during a move between log dirs. With the current
+        log still there the move had not finished: it is dropped (the request can be sent
+        again). Without it the stop came during the swap, after the caught-up future log was
+        flushed and the old one renamed for deletion: the future log is the partition's."""
+        if tp in self._logs or tp in self._offline_partitions or (wanted is not None and not wanted(tp)) \
+                or self.failure_channel.is_offline(os.path.dirname(path)):
+            log.info("deleting %s: a move between log dirs that did not finish", path)
+            self._discard_dir(path)
+            return
+        final = os.path.join(os.path.dirname(path), f"{tp.topic}-{tp.partition}")
+        log.info("completing the move of %s-%d to %s", tp.topic, tp.partition, os.path.dirname(path))
+        try:
+            os.rename(path, final)
+            fsync_dir(os.path.dirname(final))
+            self._logs[tp] = Log(final, topic_config(tp.topic) if topic_config is not None else self.defaults,
+                                 producer_id_expiration_ms=self.producer_id_expiration_ms, time_ms=self.time_ms,
+                                 failure_channel=self.failure_channel)
+        except OSError as e:
+            self.failure_channel.maybe_add_offline_log_dir(os.path.dirname(path), f"loading {path} failed", e)
+            self._offline_partitions[tp] = final
 
     # -- lookup, create, delete ---------------------------------------------------------------
 
@@ -197,19 +232,25 @@ class LogManager:
                 out.append(LogDirDescription(d, offline[d], {}, -1, -1))
                 continue
             sizes = {tp: lg.size_in_bytes for tp, lg in list(self._logs.items()) if os.path.dirname(lg.dir) == d}
+            futures = {tp: (f.size_in_bytes, max(0, self._logs[tp].log_end_offset - f.log_end_offset))
+                       for tp, f in list(self._futures.items()) if os.path.dirname(f.dir) == d and tp in self._logs}
             try:
                 st = os.statvfs(d)
                 total, usable = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
             except OSError:
                 total = usable = -1
-            out.append(LogDirDescription(d, None, sizes, total, usable))
+            out.append(LogDirDescription(d, None, sizes, total, usable, futures))
         return out
 
-    def _choose_dir(self) -> str:
-        # Like Kafka: the online dir holding the fewest partitions.
+    def _choose_dir(self, tp: TopicPartition | None = None) -> str:
+        # Like Kafka: the dir AlterReplicaLogDirs asked for, else the online dir holding the
+        # fewest partitions.
         online = self.online_dirs()
         if not online:
             raise KafkaStorageError("every log directory is offline")
+        preferred = self._preferred_dirs.pop(tp, None) if tp is not None else None
+        if preferred in online:
+            return preferred
         counts = {d: 0 for d in online}
         for lg in self._logs.values():
             parent = os.path.dirname(lg.dir)
@@ -239,7 +280,7 @@ class LogManager:
                 if config is not None:
                     existing.update_config(config)
                 return existing
-            path = os.path.join(self._choose_dir(), f"{topic}-{partition}")
+            path = os.path.join(self._choose_dir(TopicPartition(topic, partition)), f"{topic}-{partition}")
             existed = os.path.exists(path)
             try:
                 lg = Log(path, config or self.defaults, topic_id=topic_id,
@@ -303,8 +344,11 @@ class LogManager:
         """Close the logs and rename each dir to ``<topic>-<partition>.<uuid>-delete`` (one fsync
         per log dir makes the renames durable); returns the renamed dirs for ``remove_deleted``.
         After a crash start-up finishes the job. Safe in a worker thread."""
+        partitions = [TopicPartition(*tp) for tp in partitions]
         with self._lock:
             logs = [lg for lg in (self._logs.pop(tp, None) for tp in partitions) if lg is not None]
+            # A move under way of a deleted partition goes with it.
+            logs += [f for f in (self._futures.pop(tp, None) for tp in partitions) if f is not None]
         doomed: list[str] = []
         parents: set[str] = set()
         for lg in logs:
@@ -332,6 +376,89 @@ class LogManager:
         """Remove the data of dirs renamed by ``delete_logs``."""
         for path in doomed:
             shutil.rmtree(path, ignore_errors=True)
+
+    # -- moving a replica between log dirs (AlterReplicaLogDirs) ----------------------------------
+
+    def check_log_dir(self, path: str) -> str:
+        """The configured log dir ``path`` names: LOG_DIR_NOT_FOUND if it is none of them,
+        KAFKA_STORAGE_ERROR if it is offline."""
+        d = os.path.abspath(path)
+        if d not in self.log_dirs:
+            raise ApiError(ErrorCode.LOG_DIR_NOT_FOUND, f"{path} is not one of this broker's log dirs")
+        if self.failure_channel.is_offline(d):
+            raise KafkaStorageError(f"log directory {path} is offline")
+        return d
+
+    def prefer_dir(self, tp: TopicPartition, log_dir: str) -> None:
+        """Create ``tp``'s log in ``log_dir`` when this broker comes to host it."""
+        if tp not in self._logs:
+            self._preferred_dirs[tp] = log_dir
+
+    def future_log(self, tp: TopicPartition) -> Log | None:
+        return self._futures.get(tp)
+
+    def create_future_log(self, tp: TopicPartition, log_dir: str) -> Log | None:
+        """An empty replica of ``tp`` in ``log_dir`` that a mover fills from the current log;
+        None when the current log is already there. A move to another dir replaces one under way."""
+        with self._lock:
+            current = self._logs.get(tp)
+            if current is None:
+                raise KafkaStorageError(f"{tp.topic}-{tp.partition} has no log on this broker")
+            existing = self._futures.get(tp)
+            if existing is not None:
+                if os.path.dirname(existing.dir) == log_dir:
+                    return existing
+                self.abort_future_log(tp)
+            if os.path.dirname(current.dir) == log_dir:
+                return None
+            path = os.path.join(log_dir, f"{tp.topic}-{tp.partition}.{uuid.uuid4().hex}{FUTURE_SUFFIX}")
+            try:
+                future = Log(path, current.config, topic_id=current.topic_id,
+                             producer_id_expiration_ms=self.producer_id_expiration_ms, time_ms=self.time_ms,
+                             failure_channel=self.failure_channel)
+                future.truncate_fully_and_start_at(current.log_start_offset)
+            except OSError as e:
+                shutil.rmtree(path, ignore_errors=True)
+                raise KafkaStorageError(f"creating a replica of {tp.topic}-{tp.partition} in {log_dir} failed: "
+                                        f"{e.strerror or e}") from e
+            self._futures[tp] = future
+            return future
+
+    def abort_future_log(self, tp: TopicPartition) -> None:
+        """Stop a move: the future replica and its data go."""
+        with self._lock:
+            future = self._futures.pop(tp, None)
+        if future is not None:
+            future.delete()
+
+    def replace_current_with_future(self, tp: TopicPartition) -> Log:
+        """Make the caught-up future replica the partition's log, on the thread that appends
+        (nothing may be written between the caller's check and this swap).
+
+        The order survives a crash at any point: the future log is flushed and closed, the old
+        dir is renamed for deletion, then the future dir takes the partition's name (start-up
+        finishes a swap that stopped between the two renames; see ``_resolve_future``)."""
+        with self._lock:
+            future = self._futures.pop(tp)
+            current = self._logs[tp]
+            future.high_watermark = current.high_watermark
+            future.flush()
+            future.close()
+            current.close(final=False)
+            parent = os.path.dirname(current.dir)
+            doomed = os.path.join(parent, f"{os.path.basename(current.dir)}.{uuid.uuid4().hex}{_DELETE_SUFFIX}")
+            os.rename(current.dir, doomed)
+            fsync_dir(parent)
+            final = os.path.join(os.path.dirname(future.dir), f"{tp.topic}-{tp.partition}")
+            os.rename(future.dir, final)
+            fsync_dir(os.path.dirname(final))
+            moved = Log(final, current.config, recovery_point=future.log_end_offset,
+                        log_start_offset=future.log_start_offset, high_watermark=current.high_watermark,
+                        had_clean_shutdown=True, producer_id_expiration_ms=self.producer_id_expiration_ms,
+                        time_ms=self.time_ms, failure_channel=self.failure_channel)
+            self._logs[tp] = moved
+        self.remove_deleted([doomed])
+        return moved
 
     # -- periodic work ----------------------------------------------------------------------------
 
@@ -404,6 +531,11 @@ class LogManager:
 
         A dir that fails (or had failed) gets no marker, so the next start recovers it;
         returns the offline dirs with why."""
+        with self._lock:
+            futures = list(self._futures.values())
+            self._futures.clear()
+        for f in futures:
+            f.close(final=False)  # a move is not resumed: start-up drops what it copied
         logs = self.all_logs()
         for lg in logs:
             if lg.offline:
