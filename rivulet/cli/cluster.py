@@ -1,4 +1,4 @@
-"""`rivulet cluster info`, `configs describe|alter`, `offsets get` and `delete-records`:
+"""`rivulet cluster info` (and `up|status|down`, in cli/local_cluster.py), `configs describe|alter`, `offsets get` and `delete-records`:
 everyday administration in the manner of rpk and Kafka's tools, over the admin client.
 
 `configs` covers topic and broker configs and, as kafka-configs does, client quotas: the
@@ -175,11 +175,38 @@ async def _delete_records(admin: AsyncAdminClient, args: argparse.Namespace) -> 
     return 0
 
 
+def _cluster_command(args: argparse.Namespace) -> int:
+    if args.action == "info":
+        return _run("cluster info", args, lambda admin: _cluster_info(admin, args))
+    from rivulet.cli import local_cluster
+    action = {"up": local_cluster.up, "status": local_cluster.status, "down": local_cluster.down}[args.action]
+    return run_command(f"cluster {args.action}", args, lambda: action(args))
+
+
 def add_parser(sub: Any) -> None:
-    c = sub.add_parser("cluster", help="describe the cluster: its id, brokers and controller")
-    c.add_argument("action", choices=["info"], help="what to show")
+    c = sub.add_parser("cluster", help="describe the cluster (info), or run a local one: a ZooKeeper server "
+                                       "and N brokers on loopback ports (up, status, down)")
+    c.add_argument("action", choices=["info", "up", "status", "down"],
+                   help="info: the cluster's id, brokers and controller; up: start a local cluster; status: its "
+                        "processes; down: stop it")
     add_connection_args(c)
-    c.set_defaults(func=lambda a: _run("cluster info", a, lambda admin: _cluster_info(admin, a)))
+    c.add_argument("--dir", default="rivulet-cluster", help="up/status/down: the local cluster's directory "
+                   "(data, logs, and the processes it runs) (default: ./rivulet-cluster)")
+    c.add_argument("--brokers", type=int, default=3, help="up: how many brokers (default 3)")
+    c.add_argument("--port", type=int, default=9092, help="up: the first broker's port, the next ones follow "
+                   "(default 9092; 0 picks free ports)")
+    c.add_argument("--zookeeper-port", type=int, default=2181, help="up: ZooKeeper's port (default 2181; 0 "
+                   "picks a free one)")
+    c.add_argument("--replication-factor", type=int, default=3, help="up: default.replication.factor of the "
+                   "brokers (at most --brokers; default 3)")
+    c.add_argument("--racks", type=int, default=0, help="up: spread the brokers over this many racks "
+                   "(broker.rack), for rack-aware placement")
+    c.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                   help="up: the brokers' log level (default info)")
+    c.add_argument("--timeout", type=float, default=60.0, help="up: wait this long for the brokers to register; "
+                   "down: for each process to stop (seconds, default 60)")
+    c.add_argument("--purge", action="store_true", help="down: remove the cluster's directory too")
+    c.set_defaults(func=_cluster_command)
 
     g = sub.add_parser("configs", help="describe or alter broker and topic configs and client quotas "
                                        "(like kafka-configs)")

@@ -1,0 +1,47 @@
+"""`rivulet cluster up|status|down`: a local ZooKeeper and brokers as background processes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from rivulet.admin import AdminClient, NewTopic
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+
+
+def rivulet(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rivulet", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_up_status_down(tmp_path):
+    d = str(tmp_path / "c")
+    r = rivulet("cluster", "up", "--brokers", "2", "--dir", d, "--port", "0", "--zookeeper-port", "0")
+    try:
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "ZooKeeper and 2 broker(s) started" in r.stdout
+        state = json.loads((tmp_path / "c" / "cluster.json").read_text())
+        assert [b["name"] for b in state["brokers"]] == ["broker-1", "broker-2"]
+        lines = rivulet("cluster", "status", "--dir", d).stdout.splitlines()
+        assert lines[0].split() == ["NODE", "ADDRESS", "PID", "STATE", "LOG"]
+        states = {ln.split()[0]: ln.split()[-2] for ln in lines[1:]}
+        assert states["zookeeper"] == "up"
+        assert sorted([states["broker-1"], states["broker-2"]]) == ["controller", "registered"]
+        assert str(tmp_path / "c" / "broker-1" / "broker.log") in "\n".join(lines)
+        again = rivulet("cluster", "up", "--dir", d, "--port", "0", "--zookeeper-port", "0")
+        assert again.returncode != 0 and "already running" in again.stderr
+
+        bootstrap = ",".join(f"127.0.0.1:{b['port']}" for b in state["brokers"])
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        assert admin.create_topics([NewTopic("t", 2, 2)])["t"].result(30) is None
+        info = rivulet("cluster", "info", "-b", bootstrap)
+        assert info.returncode == 0 and "1 " in info.stdout and "2" in info.stdout
+    finally:
+        r = rivulet("cluster", "down", "--dir", d)
+    assert r.returncode == 0, r.stderr
+    assert "stopping zookeeper" in r.stdout and not (tmp_path / "c" / "cluster.json").exists()
+    gone = rivulet("cluster", "status", "--dir", d)
+    assert gone.returncode != 0 and "no cluster" in gone.stderr
