@@ -87,6 +87,16 @@ class BrokerProcess:
             self.proc = None
             self._log.close()
 
+    def pause(self) -> None:
+        """SIGSTOP: the process holds its sockets and sessions but does nothing (a long GC
+        pause, a frozen VM)."""
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGCONT)
+
     def restart(self) -> "BrokerProcess":
         self.stop()
         return self.start()

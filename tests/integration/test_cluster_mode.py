@@ -5,76 +5,16 @@ broker id generation."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
-from collections.abc import Callable
 
 import pytest
-from kazoo.client import KazooClient
 
 from rivulet.admin import AdminClient, NewTopic
-from rivulet.client.connection import BrokerConnection
 from rivulet.protocol.errors import ErrorCode
-from rivulet.protocol.messages.describe_cluster_request import DescribeClusterRequest
 from rivulet.testing import BrokerProcess
+from tests.cluster import ZkCluster, describe_cluster, eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
-
-SESSION_MS = "4000"  # a killed broker's znodes go after this
-
-
-def eventually(check: Callable[[], object], timeout: float = 30.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what or check}")
-
-
-def describe_cluster(broker: BrokerProcess) -> tuple[int, list[int]]:
-    async def ask() -> tuple[int, list[int]]:
-        conn = await BrokerConnection("127.0.0.1", broker.port).connect(10)
-        try:
-            r = await conn.send(DescribeClusterRequest(include_cluster_authorized_operations=False))
-        finally:
-            await conn.close()
-        return r.controller_id, sorted(b.broker_id for b in r.brokers)
-    return asyncio.run(ask())
-
-
-class ZkCluster:
-    def __init__(self, connect: str) -> None:
-        self.connect = connect
-        self.brokers: dict[int, BrokerProcess] = {}
-        self.zk = KazooClient(hosts=connect)
-        self.zk.start(timeout=15)
-
-    def start(self, broker_id: int | None, **overrides: str) -> BrokerProcess:
-        props = {"zookeeper.connect": self.connect, "zookeeper.session.timeout.ms": SESSION_MS,
-                 "controlled.shutdown.retry.backoff.ms": "200", **overrides}
-        if broker_id is not None:
-            props["broker.id"] = str(broker_id)
-        b = BrokerProcess(props).start()
-        self.brokers[broker_id if broker_id is not None else -len(self.brokers) - 1] = b
-        return b
-
-    def json(self, path: str) -> dict:
-        return json.loads(self.zk.get(path)[0])
-
-    def controller(self) -> int | None:
-        try:
-            return self.json("/controller")["brokerid"]
-        except Exception:
-            return None
-
-    def close(self) -> None:
-        for b in self.brokers.values():
-            b.stop(timeout=60)
-            b.cleanup()
-        self.zk.stop()
-        self.zk.close()
 
 
 @pytest.fixture

@@ -1,0 +1,82 @@
+"""Brokers in ZooKeeper mode as real processes, for the cluster tests: start, kill -9, pause
+(SIGSTOP) and resume them, and read what ZooKeeper and the brokers say of the cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+
+from kazoo.client import KazooClient
+
+from rivulet.client.connection import BrokerConnection
+from rivulet.protocol.messages.describe_cluster_request import DescribeClusterRequest
+from rivulet.testing import BrokerProcess
+
+SESSION_MS = "4000"  # a killed broker's znodes go after this
+
+
+def eventually(check: Callable[[], object], timeout: float = 30.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what or check}")
+
+
+def describe_cluster(broker: BrokerProcess) -> tuple[int, list[int]]:
+    async def ask() -> tuple[int, list[int]]:
+        conn = await BrokerConnection("127.0.0.1", broker.port).connect(10)
+        try:
+            r = await conn.send(DescribeClusterRequest(include_cluster_authorized_operations=False))
+        finally:
+            await conn.close()
+        return r.controller_id, sorted(b.broker_id for b in r.brokers)
+    return asyncio.run(ask())
+
+
+class ZkCluster:
+    def __init__(self, connect: str) -> None:
+        self.connect = connect
+        self.brokers: dict[int, BrokerProcess] = {}
+        self.zk = KazooClient(hosts=connect)
+        self.zk.start(timeout=15)
+
+    def start(self, broker_id: int | None, **overrides: str) -> BrokerProcess:
+        props = {"zookeeper.connect": self.connect, "zookeeper.session.timeout.ms": SESSION_MS,
+                 "controlled.shutdown.retry.backoff.ms": "200", **overrides}
+        if broker_id is not None:
+            props["broker.id"] = str(broker_id)
+        b = BrokerProcess(props).start()
+        self.brokers[broker_id if broker_id is not None else -len(self.brokers) - 1] = b
+        return b
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers.values())
+
+    def json(self, path: str) -> dict:
+        return json.loads(self.zk.get(path)[0])
+
+    def controller(self) -> int | None:
+        try:
+            return self.json("/controller")["brokerid"]
+        except Exception:
+            return None
+
+    def partition_state(self, topic: str, partition: int) -> dict:
+        """Leader, leader epoch and ISR as the controller last wrote them."""
+        return self.json(f"/brokers/topics/{topic}/partitions/{partition}/state")
+
+    def registered(self) -> list[int]:
+        return sorted(int(i) for i in self.zk.get_children("/brokers/ids"))
+
+    def close(self) -> None:
+        for b in self.brokers.values():
+            b.resume()
+            b.stop(timeout=60)
+            b.cleanup()
+        self.zk.stop()
+        self.zk.close()
