@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
 import signal
@@ -141,6 +142,8 @@ def _zk_view(state: ClusterState) -> tuple[set[int], int | None]:
 
     if not alive(state.zookeeper.pid):
         return set(), None
+    # kazoo logs a dropped connection as a warning; here ZooKeeper may still be starting.
+    logging.getLogger("kazoo.client").setLevel(logging.ERROR)
     zk = KazooClient(hosts=state.connect, timeout=5)
     try:
         zk.start(timeout=5)
