@@ -71,16 +71,22 @@ def test_alter_describe_and_restart(broker_factory):
         admin.close()
 
 
-def test_producer_over_its_quota_is_throttled_to_it():
+@pytest.mark.parametrize("acks", [1, 0])
+def test_producer_over_its_quota_is_throttled_to_it(acks):
     """confluent-kafka producing flat out under a 1 MB/s producer_byte_rate: librdkafka reports
-    throttle times, and in the 10 s after the first quota window (Kafka's burst allowance:
-    the first window counts as 10 s even when a burst takes a few ms) the broker accepts no
-    more than the quota plus 10%. An upper bound only; a slow machine just produces less."""
+    throttle times (acks=1; acks=0 has no answer to carry one, but is muted all the same), and
+    in the 10 s after the first quota window the broker accepts no more than the quota plus
+    10%. The first window is left out: Kafka's rate counts its span as 10 s even when a burst
+    takes a few ms, so a client may send 10 s worth at once. Kafka 4.3.1 itself accepts about
+    1.09 of the quota here (docs/performance.md). An upper bound only: a slow machine just
+    produces less."""
     quota = 1_000_000
     with BrokerProcess() as broker:
         set_quota(broker.bootstrap, "throttled-producer", quota)
-        run = produce_flat_out(broker.bootstrap, "quota-test", seconds=22, quota=quota)
-    assert run.throttles and max(run.throttles) > 0
+        run = produce_flat_out(broker.bootstrap, "quota-test", seconds=22, quota=quota, acks=acks,
+                               batch_size=16384)
+    if acks:
+        assert run.throttles and max(run.throttles) > 0
     t0 = run.acked[0][0]
     steady = run.rate(t0 + 11, t0 + 21)
     assert steady <= quota * 1.10, f"{steady:,.0f} B/s accepted under a quota of {quota:,} B/s"
@@ -148,3 +154,24 @@ def test_cli_configs_for_quota_entities(broker_factory):
     bad = rivulet("configs", "alter", "--entity-type", "clients", "--entity-name", "app",
                   "--set", "producer_byte_rate=1.5")
     assert bad.returncode == 1 and len(bad.stderr.splitlines()) == 1 and "INVALID_REQUEST" in bad.stderr, bad.stderr
+
+
+def test_a_new_quota_applies_to_a_connection_already_open(broker_factory):
+    from confluent_kafka import Producer
+    broker = broker_factory()
+    throttles: list[float] = []
+    p = Producer({"bootstrap.servers": broker.bootstrap, "client.id": "late-quota", "linger.ms": 5,
+                  "throttle_cb": lambda ev: throttles.append(ev.throttle_time)})
+    for _ in range(10):
+        p.produce("late-quota", b"a" * 100)
+    assert p.flush(30) == 0 and not throttles
+    set_quota(broker.bootstrap, "late-quota", 10_000)  # while the producer's connection stays open
+    deadline = time.monotonic() + 20
+    while not throttles and time.monotonic() < deadline:
+        try:
+            p.produce("late-quota", b"b" * 1000)
+        except BufferError:
+            pass
+        p.poll(0.01)
+    p.purge()
+    assert throttles and max(throttles) > 0
