@@ -238,8 +238,8 @@ class Broker:
             await self.cluster.stop()
         offline = await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
         for d, why in offline.items():
-            log.error("log directory %s was not shut down cleanly: it is offline (%s); the next start "
-                      "recovers it once the fault (a full disk?) is fixed", d, why)
+            log.error("log directory %s was not shut down cleanly (%s); the next start recovers it once "
+                      "the fault is fixed (space freed on a full disk)", d, why)
         self._stopped.set()
 
     async def _housekeeping(self) -> None:

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 
 from rivulet.common.config import load_properties
+from rivulet.storage.log_dir_failure import discarding
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,8 @@ def fsync_dir(path: str) -> None:
 
 
 def write_atomic(path: str, text: str, *, sync: bool = True) -> None:
+    if discarding():
+        return
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)

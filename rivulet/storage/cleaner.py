@@ -241,7 +241,7 @@ class LogCleaner:
     # ------------------------------------------------------------ step 1: what to clean
     def _plan(self, lg: Any, now: int, force: bool = False) -> _Plan | None:
         cfg = lg.config
-        if not cfg.compact_enabled or lg.closed or lg.offline or lg.dir in self._busy:
+        if not cfg.compact_enabled or lg.closed or lg.offline or lg.read_only or lg.dir in self._busy:
             return None
         segs = list(lg._segments)
         if len(segs) < 2:

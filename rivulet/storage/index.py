@@ -94,7 +94,7 @@ class _IndexFile:
     def reset(self) -> None:
         """Drop every entry (before a rebuild)."""
         self._pending.clear()
-        if self._handle >= 0 or self._file_size():
+        if not log_dir_failure.discarding() and (self._handle >= 0 or self._file_size()):
             os.ftruncate(self._fd, 0)
             self.dirty = True
         self._persisted = 0

@@ -26,7 +26,7 @@ from rivulet.storage.batches import iter_headers
 from rivulet.storage.checkpoints import fsync_dir, read_partition_metadata, write_partition_metadata
 from rivulet.storage.config import LogConfig
 from rivulet.storage.epoch import LeaderEpochCache
-from rivulet.storage.log_dir_failure import KafkaStorageError, LogDirFailureChannel
+from rivulet.storage.log_dir_failure import KafkaStorageError, LogDirFailureChannel, discarding, writes_discarded
 from rivulet.storage.producer_state import (
     AppendOrigin,
     BatchMetadata,
@@ -206,6 +206,7 @@ class Log:
         self.dir = os.path.abspath(dir)
         self._failure_channel = failure_channel
         self._offline = False
+        self._read_only: str | None = None  # why changes are refused (see set_read_only)
         parsed = parse_topic_partition(os.path.basename(self.dir))
         self.topic, self.partition = parsed if parsed else (os.path.basename(self.dir), -1)
         self.config = config
@@ -243,7 +244,10 @@ class Log:
         except BaseException:
             # A log that failed to load (out of descriptors, a bad disk) keeps none open.
             for seg in self._segments:
-                seg.close(final=False)
+                try:
+                    seg.close(final=False)
+                except OSError:
+                    pass  # the load's own error is the one to report
             raise
         self._last_flush_ms = self._time_ms()
 
@@ -354,7 +358,10 @@ class Log:
                     # Everything after a corrupt point is suspect, as in Kafka.
                     log.warning("%s: deleting %d segment(s) after corruption", self.dir, len(segments) - i - 1)
                     for later in segments[i + 1 :]:
-                        later.delete_files()
+                        if discarding():  # read-only recovery: they are only left out
+                            later.close(final=False)
+                        else:
+                            later.delete_files()
                     break
             else:
                 if not seg.load_clean():
@@ -592,6 +599,20 @@ class Log:
         if self._offline:
             raise KafkaStorageError(f"the log directory of {self.topic}-{self.partition} is offline")
 
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self._read_only is not None:
+            raise KafkaStorageError(f"{self.topic}-{self.partition} is read-only: {self._read_only}")
+
+    @property
+    def read_only(self) -> bool:
+        return self._read_only is not None
+
+    def set_read_only(self, why: str) -> None:
+        """Loaded by a read-only recovery (a full disk): reads are served, every change is
+        refused with KAFKA_STORAGE_ERROR and nothing is written, until restart."""
+        self._read_only = why
+
     @property
     def offline(self) -> bool:
         return self._offline
@@ -642,7 +663,7 @@ class Log:
         cfg = self.config
         max_message_bytes = cfg.max_message_bytes
         with self._lock:
-            self._check_open()
+            self._check_writable()
             first = self._leo
             total = 0
             for h in headers:
@@ -719,7 +740,7 @@ class Log:
         if now_ms is None:
             now_ms = self._time_ms()
         with self._lock:
-            self._check_open()
+            self._check_writable()
             first = headers[0].base_offset
             if first < self._leo:
                 raise UnexpectedAppendOffsetError(first, self._leo)
@@ -842,7 +863,7 @@ class Log:
     def roll(self) -> None:
         """Force a new segment at the LEO (no-op when the active one is empty)."""
         with self._lock:
-            self._check_open()
+            self._check_writable()
             if self._segments[-1].size:
                 self._roll(self._leo)
 
@@ -957,6 +978,10 @@ class Log:
 
     def assign_epoch(self, epoch: int, start_offset: int) -> None:
         with self._lock:
+            if self._read_only is not None:
+                with writes_discarded():  # in memory only: nothing is written to a full disk
+                    self._epochs.assign(epoch, start_offset)
+                return
             self._epochs.assign(epoch, start_offset)
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
@@ -978,7 +1003,7 @@ class Log:
     def maybe_increment_log_start_offset(self, new_start: int) -> bool:
         """Raise the log start (DeleteRecords) and drop whole segments below it."""
         with self._lock:
-            self._check_open()
+            self._check_writable()
             if new_start > self._hw or new_start < 0:
                 raise ApiError(
                     ErrorCode.OFFSET_OUT_OF_RANGE,
@@ -1002,7 +1027,7 @@ class Log:
         if offset < 0:
             raise ValueError(f"cannot truncate to negative offset {offset}")
         with self._lock:
-            self._check_open()
+            self._check_writable()
             if offset >= self._leo:
                 return False
             if self._segments[0].base_offset > offset:
@@ -1022,7 +1047,7 @@ class Log:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete all data and restart the log empty at ``offset``."""
         with self._lock:
-            self._check_open()
+            self._check_writable()
             self._truncate_fully_locked(offset)
 
     def _truncate_fully_locked(self, offset: int) -> None:
@@ -1056,7 +1081,7 @@ class Log:
         active segment is rolled first so it can be deleted. Returns segments deleted.
         """
         with self._lock:
-            if self._closed:
+            if self._closed or self._offline or self._read_only is not None:
                 return 0
             cfg = self.config
             deleted = 0
@@ -1123,7 +1148,7 @@ class Log:
         """
         with self._flush_lock:
             with self._lock:
-                if self._closed:
+                if self._closed or self._read_only is not None:  # read-only: nothing new to sync
                     return False
                 target = self._leo if up_to_offset is None else min(up_to_offset, self._leo)
                 need_dir = self._dir_dirty
@@ -1174,7 +1199,7 @@ class Log:
         with self._lock:
             if self._closed:
                 return
-            if final and not self._offline:
+            if final and not self._offline and self._read_only is None:
                 # A snapshot at the log end spares the next start-up any log scan.
                 try:
                     self.producer_state.update_map_end_offset(self._leo)
@@ -1182,7 +1207,7 @@ class Log:
                 except OSError:
                     log.exception("%s: producer snapshot at close failed", self.dir)
             self._closed = True
-            final = final and not self._offline  # an offline dir is not written to again
+            final = final and not self._offline and self._read_only is None  # nothing more written there
             for seg in self._segments:
                 try:
                     seg.close(final=final and seg is self._segments[-1])

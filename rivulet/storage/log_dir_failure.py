@@ -15,7 +15,8 @@ import errno
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from rivulet.protocol.errors import ApiError, ErrorCode
 
@@ -135,7 +136,30 @@ def install(ops: FileOps) -> FileOps:
     return previous
 
 
+# Errors that mean the disk has no room (for a start-up that then recovers read-only).
+NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+_thread = threading.local()
+
+
+@contextmanager
+def writes_discarded() -> Iterator[None]:
+    """Read-only recovery (a full disk): on this thread, storage writes are skipped and their
+    effect kept in memory only, so nothing on disk changes and the next start recovers again."""
+    previous = discarding()
+    _thread.discard = True
+    try:
+        yield
+    finally:
+        _thread.discard = previous
+
+
+def discarding() -> bool:
+    return getattr(_thread, "discard", False)
+
+
 def pwrite_all(fd: int, data: bytes | bytearray | memoryview, pos: int) -> None:
+    if discarding():
+        return
     view = memoryview(data)
     while view:
         n = file_ops.pwrite(fd, view, pos)

@@ -28,7 +28,13 @@ from rivulet.storage.checkpoints import (
 from rivulet.storage.config import LogConfig
 from rivulet.storage.dir_lock import DirLock
 from rivulet.storage.log import FUTURE_SUFFIX, Log, parse_topic_partition
-from rivulet.storage.log_dir_failure import KafkaStorageError, LogDirFailureChannel
+from rivulet.storage.log_dir_failure import (
+    NO_SPACE_ERRNOS,
+    KafkaStorageError,
+    LogDirFailureChannel,
+    discarding,
+    writes_discarded,
+)
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +42,22 @@ _DELETE_SUFFIX = "-delete"
 _IGNORED_SUFFIXES = ("-stray",)
 # Out of descriptors (the process's or the system's): a limit to raise, not a disk fault.
 _RESOURCE_ERRNOS = (errno.EMFILE, errno.ENFILE)
+
+
+def _no_free_block(d: str) -> bool:
+    try:
+        return os.statvfs(d).f_bavail == 0
+    except OSError:
+        return False
+
+
+class _NoSpace(Exception):
+    """Loading a log dir ran out of space: it is loaded again read-only."""
+
+    def __init__(self, path: str, error: OSError) -> None:
+        super().__init__(path)
+        self.path = path
+        self.error = error
 
 
 @dataclass(frozen=True)
@@ -75,6 +97,8 @@ class LogManager:
         self._lock = threading.RLock()
         self._checkpoint_lock = threading.Lock()
         self.had_clean_shutdown: dict[str, bool] = {}
+        # Dirs loaded read-only because their disk was full at start-up, with why.
+        self.read_only_dirs: dict[str, str] = {}
         self.failure_channel = LogDirFailureChannel()
         # Partitions found on a dir that went offline while loading: never re-created elsewhere.
         self._offline_partitions: dict[TopicPartition, str] = {}
@@ -99,7 +123,7 @@ class LogManager:
 
         ``topic_config`` maps a topic name to its LogConfig (defaults otherwise). A partition
         ``wanted`` refuses (left by a create or delete that a crash interrupted) is deleted
-        unread.
+        unread. A dir whose disk is full is loaded again read-only (``read_only_dirs``).
         """
         futures: list[tuple[TopicPartition, str]] = []
         for d in self.log_dirs:
@@ -107,9 +131,7 @@ class LogManager:
             marker = os.path.join(d, CLEAN_SHUTDOWN)
             clean = os.path.exists(marker)
             self.had_clean_shutdown[d] = clean
-            recovery = read_offset_checkpoint(os.path.join(d, RECOVERY_POINT_CHECKPOINT))
-            starts = read_offset_checkpoint(os.path.join(d, LOG_START_OFFSET_CHECKPOINT))
-            hws = read_offset_checkpoint(os.path.join(d, REPLICATION_OFFSET_CHECKPOINT))
+            found: list[tuple[TopicPartition, str]] = []
             for name in sorted(os.listdir(d)):
                 path = os.path.join(d, name)
                 if not os.path.isdir(path):
@@ -136,36 +158,28 @@ class LogManager:
                 if tp in self._logs or tp in self._offline_partitions:
                     other = self._logs[tp].dir if tp in self._logs else self._offline_partitions[tp]
                     raise RuntimeError(f"duplicate log directories for {tp[0]}-{tp[1]}: {other}, {path}")
-                if self.failure_channel.is_offline(d):
-                    self._offline_partitions[tp] = path
-                    continue
-                config = topic_config(tp[0]) if topic_config is not None else self.defaults
-                if not clean:
-                    log.info("recovering %s from offset %d", path, recovery.get(tp, 0))
-                try:
-                    self._logs[tp] = Log(
-                        path,
-                        config,
-                        recovery_point=recovery.get(tp, 0),
-                        log_start_offset=starts.get(tp, 0),
-                        high_watermark=hws.get(tp),
-                        had_clean_shutdown=clean,
-                        producer_id_expiration_ms=self.producer_id_expiration_ms,
-                        time_ms=self.time_ms,
-                        failure_channel=self.failure_channel,
-                    )
-                except OSError as e:
-                    # Kafka's rule: a dir that cannot be loaded goes offline as a whole; the
-                    # others are served. Nothing more is written to it, so it can be recovered
-                    # once the fault (often a full disk) is fixed.
-                    self.failure_channel.maybe_add_offline_log_dir(d, f"loading {path} failed", e)
-                    self._offline_partitions[tp] = path
-            if self.failure_channel.is_offline(d):
-                for tp, lg in list(self._logs.items()):
+                found.append((tp, path))
+            try:
+                if _no_free_block(d):
+                    raise _NoSpace(d, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+                self._load_dir(d, found, clean, topic_config)
+            except _NoSpace as full:
+                # Kafka would take the dir offline. What is on it can still be read, so it is
+                # loaded (again) by a recovery that writes nothing (torn tails and rebuilt
+                # indexes kept in memory): reads are served, changes answer KAFKA_STORAGE_ERROR.
+                self._unload_dir(d)
+                self.read_only_dirs[d] = f"the disk is full ({full.error.strerror} at {full.path})"
+                log.error("log directory %s: the disk is full (%s at %s). Its logs were recovered read-only: "
+                          "reads are served, writes answer KAFKA_STORAGE_ERROR. Free space and restart the "
+                          "broker to recover it fully", d, full.error.strerror, full.path)
+                with writes_discarded():
+                    self._load_dir(d, found, clean, topic_config)
+                for lg in self.all_logs():
                     if os.path.dirname(lg.dir) == d:
-                        self._offline_partitions[tp] = lg.dir
-                        del self._logs[tp]
-                        lg.close(final=False)
+                        lg.set_read_only(self.read_only_dirs[d])
+            if self.failure_channel.is_offline(d):
+                for tp, lg in self._unload_dir(d):
+                    self._offline_partitions[tp] = lg.dir
                 continue
             if clean:
                 # From now on a crash must trigger recovery again.
@@ -199,6 +213,51 @@ class LogManager:
         except OSError as e:
             self.failure_channel.maybe_add_offline_log_dir(os.path.dirname(path), f"loading {path} failed", e)
             self._offline_partitions[tp] = final
+
+    def _load_dir(self, d: str, found: list[tuple[TopicPartition, str]], clean: bool,
+                  topic_config: Callable[[str], LogConfig] | None) -> None:
+        """Load the logs ``found`` in ``d``; raises _NoSpace on a full disk (unless writes are
+        discarded), any other I/O error takes the dir offline."""
+        recovery = read_offset_checkpoint(os.path.join(d, RECOVERY_POINT_CHECKPOINT))
+        starts = read_offset_checkpoint(os.path.join(d, LOG_START_OFFSET_CHECKPOINT))
+        hws = read_offset_checkpoint(os.path.join(d, REPLICATION_OFFSET_CHECKPOINT))
+        for tp, path in found:
+            if self.failure_channel.is_offline(d):
+                self._offline_partitions[tp] = path
+                continue
+            config = topic_config(tp[0]) if topic_config is not None else self.defaults
+            if not clean:
+                log.info("recovering %s from offset %d", path, recovery.get(tp, 0))
+            try:
+                self._logs[tp] = Log(
+                    path,
+                    config,
+                    recovery_point=recovery.get(tp, 0),
+                    log_start_offset=starts.get(tp, 0),
+                    high_watermark=hws.get(tp),
+                    had_clean_shutdown=clean,
+                    producer_id_expiration_ms=self.producer_id_expiration_ms,
+                    time_ms=self.time_ms,
+                    failure_channel=self.failure_channel,
+                )
+            except OSError as e:
+                if e.errno in NO_SPACE_ERRNOS and not discarding():
+                    raise _NoSpace(path, e) from e
+                # Kafka's rule: a dir that cannot be loaded goes offline as a whole; the
+                # others are served. Nothing more is written to it, so it can be recovered
+                # once the fault is fixed.
+                self.failure_channel.maybe_add_offline_log_dir(d, f"loading {path} failed", e)
+                self._offline_partitions[tp] = path
+
+    def _unload_dir(self, d: str) -> list[tuple[TopicPartition, Log]]:
+        """Close (writing nothing) and forget the logs loaded from ``d``."""
+        with self._lock:
+            gone = [(tp, lg) for tp, lg in self._logs.items() if os.path.dirname(lg.dir) == d]
+            for tp, _lg in gone:
+                del self._logs[tp]
+        for _tp, lg in gone:
+            lg.close(final=False)
+        return gone
 
     # -- lookup, create, delete ---------------------------------------------------------------
 
@@ -244,10 +303,10 @@ class LogManager:
 
     def _choose_dir(self, tp: TopicPartition | None = None) -> str:
         # Like Kafka: the dir AlterReplicaLogDirs asked for, else the online dir holding the
-        # fewest partitions.
-        online = self.online_dirs()
+        # fewest partitions (a read-only dir takes none).
+        online = [d for d in self.online_dirs() if d not in self.read_only_dirs]
         if not online:
-            raise KafkaStorageError("every log directory is offline")
+            raise KafkaStorageError("every log directory is offline or read-only (a full disk)")
         preferred = self._preferred_dirs.pop(tp, None) if tp is not None else None
         if preferred in online:
             return preferred
@@ -471,7 +530,7 @@ class LogManager:
             for tp, lg in items:
                 by_dir.setdefault(os.path.dirname(lg.dir), []).append((tp, lg))
             for d, logs in by_dir.items():
-                if not os.path.isdir(d) or self.failure_channel.is_offline(d):
+                if not os.path.isdir(d) or self.failure_channel.is_offline(d) or d in self.read_only_dirs:
                     continue
                 try:
                     write_offset_checkpoint(
@@ -529,8 +588,8 @@ class LogManager:
     def shutdown(self) -> dict[str, str]:
         """Flush and close every log, write checkpoints and the clean-shutdown marker.
 
-        A dir that fails (or had failed) gets no marker, so the next start recovers it;
-        returns the offline dirs with why."""
+        A dir that fails (or had failed) gets no marker, so the next start recovers it, and a
+        read-only dir is left as it was; returns those dirs with why."""
         with self._lock:
             futures = list(self._futures.values())
             self._futures.clear()
@@ -548,7 +607,7 @@ class LogManager:
         for lg in logs:
             lg.close()
         for d in self.online_dirs():
-            if os.path.isdir(d):
+            if os.path.isdir(d) and d not in self.read_only_dirs:
                 try:
                     write_atomic(os.path.join(d, CLEAN_SHUTDOWN), json.dumps({"version": 0, "brokerEpoch": -1}))
                 except OSError as e:
@@ -556,7 +615,7 @@ class LogManager:
         with self._lock:
             self._logs.clear()
         self.release_locks()
-        return self.failure_channel.offline_dirs()
+        return {**self.read_only_dirs, **self.failure_channel.offline_dirs()}
 
     def release_locks(self) -> None:
         for lock in self._dir_locks:

@@ -30,6 +30,7 @@ from rivulet.common.time import SYSTEM_CLOCK
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.messages.producer_snapshot import ProducerEntry, ProducerSnapshot
 from rivulet.protocol.records import ControlRecordType
+from rivulet.storage.log_dir_failure import discarding
 
 log = logging.getLogger(__name__)
 
@@ -390,7 +391,7 @@ class ProducerStateManager:
 
     def take_snapshot(self, sync: bool = True) -> str | None:
         """Write a snapshot at the map end offset unless one is already there."""
-        if self.last_map_offset <= self.last_snap_offset:
+        if self.last_map_offset <= self.last_snap_offset or discarding():
             return None
         path = os.path.join(self.log_dir, snapshot_file_name(self.last_map_offset))
         write_snapshot(path, self.producers.values(), sync=sync)

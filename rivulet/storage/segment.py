@@ -115,13 +115,13 @@ class TransactionIndex:
         if keep == len(entries):
             return
         del entries[keep:]
-        if os.path.exists(self.path):
+        if not log_dir_failure.discarding() and os.path.exists(self.path):
             os.truncate(self.path, keep * ABORTED_TXN_SIZE)
             self.dirty = True
 
     def reset(self) -> None:
         self._entries = []
-        if os.path.exists(self.path):
+        if not log_dir_failure.discarding() and os.path.exists(self.path):
             os.truncate(self.path, 0)
             self.dirty = True
 
@@ -289,7 +289,8 @@ class LogSegment:
         truncated = self.size - valid
         if truncated:
             log.warning("%s: truncating %d bytes during recovery", self.log_path, truncated)
-            os.ftruncate(self.fd, valid)
+            if not log_dir_failure.discarding():  # read-only recovery: cut in memory only
+                os.ftruncate(self.fd, valid)
             self.size = valid
         # Recovered bytes may still sit only in the page cache: let the next flush sync them.
         self.dirty = True

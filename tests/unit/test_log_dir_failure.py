@@ -216,3 +216,47 @@ def test_a_cleaner_io_error_takes_the_dir_offline(tmp_path, monkeypatch):
     assert lg.offline and m.failure_channel.is_offline(str(tmp_path / "d0"))
     assert cleaner._plan(lg, NOW) is None  # an offline log is not cleaned again
     m.shutdown()
+
+
+def test_a_full_disk_at_start_up_recovers_read_only_and_changes_nothing(tmp_path, faults):
+    d = str(tmp_path / "d0")
+    m = LogManager([d], LogConfig())
+    m.startup()
+    lg = m.create_log("t", 0)
+    for _ in range(3):
+        append(lg, make_batch(2))
+    lg.flush()
+    seg_path = os.path.join(lg.dir, f"{0:020d}.log")
+    lg.close(final=False)  # a crash: no marker, so start-up recovers (and rebuilds indexes)
+    m.release_locks()
+    with open(seg_path, "ab") as f:
+        f.write(make_batch(2)[:30])  # a torn tail
+    listing = sorted(os.listdir(lg.dir))
+    faults.armed = True  # every write fails: the disk is full
+    m2 = LogManager([d], LogConfig())
+    m2.startup()
+    failed_writes = faults.failures
+    assert failed_writes >= 1  # the write that found the disk full
+    assert list(m2.read_only_dirs) == [d] and "disk is full" in m2.read_only_dirs[d]
+    assert not m2.failure_channel.offline_dirs()
+    lg2 = m2.get_log("t", 0)
+    assert lg2.read_only and lg2.log_end_offset == 6  # the torn tail cut, in memory
+    lg2.high_watermark = lg2.log_end_offset
+    assert len(lg2.read(0, 1 << 20).records) == 3 * len(make_batch(2))
+    with pytest.raises(KafkaStorageError) as e:
+        append(lg2, make_batch(1))
+    assert e.value.code == ErrorCode.KAFKA_STORAGE_ERROR and "read-only" in e.value.message
+    with pytest.raises(KafkaStorageError):  # no new logs on it either
+        m2.create_log("u", 0)
+    assert lg2.delete_retention_segments(10**15) == 0
+    lg2.assign_epoch(5, 6)  # becoming leader: in memory only
+    assert m2.shutdown() == {d: m2.read_only_dirs[d]}
+    assert faults.failures == failed_writes  # read-only: not one write tried since
+    assert sorted(os.listdir(lg.dir)) == listing  # no snapshot, no checkpoint
+    assert not os.path.exists(os.path.join(d, ".kafka_cleanShutdown"))
+    faults.armed = False  # space returns: the next start recovers for real
+    m3 = LogManager([d], LogConfig())
+    m3.startup()
+    assert not m3.read_only_dirs and os.path.getsize(seg_path) == 3 * len(make_batch(2))
+    assert append(m3.get_log("t", 0), make_batch(1)).first_offset == 6
+    m3.shutdown()
