@@ -85,7 +85,7 @@ class Broker:
             max_connections=config["max.connections"],
             max_connections_per_ip=config["max.connections.per.ip"],
             max_connections_per_ip_overrides=config["max.connections.per.ip.overrides"],
-            queued_max_request_bytes=config["queued.max.request.bytes"]))
+            queued_max_request_bytes=config["queued.max.request.bytes"]), self.quotas.connection_rates)
         self.dynamic_config.add_reconfigurable(self.socket_server.quotas)
         self.bound_ports: list[int] = []
         self._tasks: list[asyncio.Task] = []

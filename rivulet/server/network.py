@@ -62,6 +62,12 @@ class ConnectionLimits(Protocol):
     def closed(self, ip: str) -> None: ...
 
 
+class ConnectionRateLimits(Protocol):
+    """``connection_creation_rate`` per IP (``quotas.ConnectionRateQuotas``)."""
+
+    def throttle_ms(self, ip: str) -> int: ...
+
+
 class BadInputLog(Protocol):
     def warning(self, kind: str, msg: str, *args: object) -> None: ...
 
@@ -74,6 +80,7 @@ class ConnectionHost(Protocol):
     max_request_bytes: int
     pool: RequestMemory
     quotas: ConnectionLimits
+    connection_rates: ConnectionRateLimits
     bad_input_log: BadInputLog
     stage: bytearray
     stage_view: memoryview
@@ -129,6 +136,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.peer = transport.get_extra_info("peername") or ("?", 0)
+        throttle_ms = self.server.connection_rates.throttle_ms(self.peer[0])
+        if throttle_ms > 0:
+            # As Kafka: over its IP's connection rate, a connection is neither counted nor
+            # served, and is closed once the throttle time has passed.
+            log.debug("closing %s in %d ms: over its IP's connection_creation_rate", self.peer, throttle_ms)
+            self.closed = True
+            transport.pause_reading()  # type: ignore[attr-defined]
+            asyncio.get_running_loop().call_later(throttle_ms / 1000, transport.close)
+            return
         refusal = self.server.quotas.refusal(self.peer[0])
         if refusal is not None:
             self.server.bad_input_log.warning("refused connection", "refusing a connection from %s: %s",

@@ -372,6 +372,79 @@ class ClientRequestQuotaManager(ClientQuotaManager):
         return self.record_and_get_throttle_time_ms(user, client_id, nanos * NANOS_TO_PERCENTAGE_PER_SECOND, now_ms)
 
 
+class ConnectionRateQuotas:
+    """``connection_creation_rate`` per IP address (KIP-612): new connections per second from
+    one address, set for the address or as the IP default. As Kafka does, a connection over the
+    rate is not counted and not served, and is closed after the throttle time (at most one
+    quota window)."""
+
+    def __init__(self, samples: int, window_seconds: int, clock: Clock) -> None:
+        self.samples = samples
+        self.window_ms = window_seconds * 1000
+        self.clock = clock
+        self.overrides: dict[str, float] = {}
+        self.default: float | None = None
+        self.sensors: dict[str, _Sensor] = {}
+        self._next_expiry_check = 0
+
+    def quota(self, ip: str) -> float | None:
+        return self.overrides.get(_normal_ip(ip), self.default)
+
+    def update(self, ip: str | None, rate: float | None) -> None:
+        """Set (None: remove) the rate of one address, or with ``ip`` None the default."""
+        if ip is None:
+            self.default = rate
+        else:
+            address = _resolve_ip(ip)
+            if rate is None:
+                self.overrides.pop(address, None)
+            else:
+                self.overrides[address] = rate
+        for address, sensor in self.sensors.items():
+            sensor.bound = self.quota(address)
+
+    def throttle_ms(self, ip: str) -> int:
+        """Record a new connection from ``ip``: 0 if it may be served, else how long it is held
+        before it is closed (the connection is then not counted against the rate)."""
+        address = _normal_ip(ip)
+        bound = self.quota(address)
+        if bound is None:
+            return 0
+        now = int(self.clock.monotonic_ms())
+        sensor = self.sensors.get(address)
+        if sensor is None:
+            if now >= self._next_expiry_check:
+                self._next_expiry_check = now + 60_000
+                for a in [a for a, s in self.sensors.items() if now - s.rate.last_event_ms >= INACTIVE_SENSOR_EXPIRY_MS]:
+                    del self.sensors[a]
+            sensor = self.sensors[address] = _Sensor(Rate(self.samples, self.window_ms), bound)
+        sensor.rate.record(1.0, now)
+        measured = sensor.rate.measure(now)
+        if measured <= bound:
+            return 0
+        sensor.rate.record(-1.0, now)
+        return max(min(throttle_time_ms(measured, bound, sensor.rate.window_size_ms(now)), self.window_ms), 0)
+
+
+def _normal_ip(ip: str) -> str:
+    try:
+        return str(ipaddress.ip_address(ip.split("%", 1)[0]))
+    except ValueError:
+        return ip
+
+
+def _resolve_ip(name: str) -> str:
+    """An IP entity's name as the address it stands for (Kafka's InetAddress.getByName)."""
+    try:
+        return str(ipaddress.ip_address(name))
+    except ValueError:
+        pass
+    try:
+        return str(ipaddress.ip_address(socket.getaddrinfo(name, None)[0][4][0]))
+    except (OSError, UnicodeError, IndexError, ValueError):
+        return name
+
+
 # ---------------------------------------------------------------- the configured entities
 class QuotaStore(Protocol):
     """Where the configured quotas survive a restart (``DynamicBrokerConfig``)."""
@@ -389,12 +462,14 @@ class QuotaOp:
 
 
 class ClientQuotas:
-    """The three client quota managers (Kafka's QuotaManagers) and the configured entities."""
+    """The three client quota managers (Kafka's QuotaManagers), the IP connection rates and the
+    configured entities."""
 
     def __init__(self, samples: int, window_seconds: int, clock: Clock, store: QuotaStore | None = None) -> None:
         self.produce = ClientQuotaManager("Produce", samples, window_seconds, clock)
         self.fetch = ClientQuotaManager("Fetch", samples, window_seconds, clock)
         self.request = ClientRequestQuotaManager(samples, window_seconds, clock)
+        self.connection_rates = ConnectionRateQuotas(samples, window_seconds, clock)
         self.store = store
         self.entities: dict[QuotaEntity, dict[str, float]] = {}
         for components, values in (store.load_client_quotas() if store is not None else []):
@@ -414,10 +489,14 @@ class ClientQuotas:
                 del self.entities[entity]
         else:
             values[key] = value
-        manager = self._manager(key)
         parts = dict(entity)
-        if manager is None or IP in parts:
-            return  # controller_mutation_rate and IP quotas are kept and described only
+        if IP in parts:
+            if key == CONNECTION_CREATION_RATE:
+                self.connection_rates.update(parts[IP], value)
+            return
+        manager = self._manager(key)
+        if manager is None:
+            return  # controller_mutation_rate is kept and described only: no controller mutation quota yet
         def part(t: str) -> str | _Default | None:
             if t not in parts:
                 return None

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from rivulet.common.config import ConfigError
-from rivulet.server.network import KafkaConnection, RequestHandler
+from rivulet.server.network import ConnectionRateLimits, KafkaConnection, RequestHandler
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +154,11 @@ class RateLimitedLog:
         self._windows[kind] = (start, lines, held)
 
 
+class _NoConnectionRates:
+    def throttle_ms(self, ip: str) -> int:
+        return 0
+
+
 @dataclass(frozen=True, slots=True)
 class SocketServerConfig:
     max_request_bytes: int
@@ -167,8 +172,9 @@ class SocketServerConfig:
 class SocketServer:
     """The broker's listeners and the state their connections share."""
 
-    def __init__(self, config: SocketServerConfig) -> None:
+    def __init__(self, config: SocketServerConfig, connection_rates: ConnectionRateLimits | None = None) -> None:
         self.handler: RequestHandler | None = None  # set by start_serving
+        self.connection_rates: ConnectionRateLimits = connection_rates or _NoConnectionRates()
         self.config = config
         self.max_request_bytes = config.max_request_bytes
         self.pool = MemoryPool(config.queued_max_request_bytes)

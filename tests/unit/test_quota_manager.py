@@ -252,3 +252,24 @@ def test_quotas_survive_a_restart_beside_the_dynamic_configs(tmp_path):
     # A dynamic config change keeps the quotas in the file.
     again.replace("", {})
     assert ClientQuotas(11, 1, MockClock(), store=DynamicBrokerConfig(str(tmp_path), 1)).entities == q2.entities
+
+
+def test_connection_creation_rate_per_ip():
+    clock = MockClock()
+    q = ClientQuotas(11, 1, clock)
+    rates = q.connection_rates
+    assert rates.throttle_ms("10.0.0.1") == 0  # no quota: nothing recorded
+    q.alter([([(IP, None)], [QuotaOp("connection_creation_rate", 1.0, False)]),
+             ([(IP, "10.0.0.2")], [QuotaOp("connection_creation_rate", 5.0, False)])])
+    # The first window counts as 10 s: ten connections at once are within 1/s, the eleventh is not.
+    assert [rates.throttle_ms("10.0.0.1") for _ in range(10)] == [0] * 10
+    held = rates.throttle_ms("10.0.0.1")
+    assert 0 < held <= 1000  # at most one window, as Kafka bounds it
+    assert rates.throttle_ms("10.0.0.1") == held  # a refused connection is not counted
+    assert all(rates.throttle_ms("10.0.0.2") == 0 for _ in range(50))  # its own override
+    clock.sleep(1000)
+    assert rates.throttle_ms("10.0.0.1") > 0  # still ten in the (at least 10 s) window
+    clock.sleep(10_000)
+    assert rates.throttle_ms("10.0.0.1") == 0  # those ten have expired
+    q.alter([([(IP, None)], [QuotaOp("connection_creation_rate", 0.0, True)])])
+    assert all(rates.throttle_ms("10.0.0.1") == 0 for _ in range(100))
