@@ -14,6 +14,7 @@ import time
 
 from rivulet.common.cluster import NodeEndpoint
 from rivulet.common.time import SYSTEM_CLOCK, Clock
+from rivulet.controller.producer_ids import ZkProducerIdManager
 from rivulet.controller.zk_data import EndPoint
 from rivulet.coordinator.group_coordinator import GroupCoordinator
 from rivulet.delayed import Timer
@@ -37,7 +38,7 @@ from rivulet.storage import LogConfig, LogManager, read_or_create_meta
 from rivulet.storage.cleaner import LogCleaner
 from rivulet.storage.log_dir_failure import AllLogDirsOfflineError
 from rivulet.transaction.coordinator import TransactionCoordinator
-from rivulet.transaction.producer_id_manager import ProducerIdManager
+from rivulet.transaction.producer_id_manager import ProducerIdGenerator, ProducerIdManager
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +144,7 @@ class Broker:
         groups.startup(lead_all=not self.cluster_mode)
         # Markers on __consumer_offsets complete the producer's pending offsets in the group coordinator.
         txns = self.transaction_coordinator = TransactionCoordinator(
-            cfg, rm, topics, topics, self.node, ProducerIdManager(cfg.log_dirs[0]), offsets_listener=groups,
+            cfg, rm, topics, topics, self.node, self._producer_ids(), offsets_listener=groups,
             clock=self.clock)
         txns.startup(lead_all=not self.cluster_mode)
         if self.cluster_mode:
@@ -162,6 +163,12 @@ class Broker:
         self._tasks.append(asyncio.get_running_loop().create_task(self._housekeeping()))
         self.started = True
         log.info("started in %.0f ms", (time.monotonic() - t0) * 1000)
+
+    def _producer_ids(self) -> ProducerIdGenerator:
+        """Ids unique across the cluster: blocks from ZooKeeper in cluster mode, else the log dir's mark."""
+        if self.cluster is not None:
+            return ZkProducerIdManager(self.cluster.client, self.node_id)
+        return ProducerIdManager(self.config.log_dirs[0])
 
     def _start_replication(self, rm: ReplicaManager, topics: TopicManager, cache: MetadataCache) -> None:
         """Cluster mode: replicas come from LeaderAndIsr, followers fetch from their leaders,

@@ -27,7 +27,7 @@ from rivulet.transaction.metadata import (
     TxnTransitMetadata,
     is_epoch_exhausted,
 )
-from rivulet.transaction.producer_id_manager import ProducerIdManager
+from rivulet.transaction.producer_id_manager import ProducerIdGenerator
 from rivulet.transaction.state_manager import TransactionStateManager
 from rivulet.transaction.txn_log import TRANSACTION_STATE_TOPIC_NAME
 
@@ -40,7 +40,7 @@ ErrorCallback = Callable[[ErrorCode], None]
 
 class TransactionCoordinator:
     def __init__(self, config: ConfigValues, replica_manager: ReplicaManager, metadata: MetadataView,
-                 topic_creator: InternalTopicCreator, node: NodeEndpoint, producer_ids: ProducerIdManager,
+                 topic_creator: InternalTopicCreator, node: NodeEndpoint, producer_ids: ProducerIdGenerator,
                  offsets_listener: TxnOffsetsListener, clock: Clock = SYSTEM_CLOCK) -> None:
         cfg = config
         self.config = cfg

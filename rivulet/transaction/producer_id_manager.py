@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Protocol
 
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.storage.checkpoints import write_atomic
@@ -17,6 +18,12 @@ from rivulet.storage.checkpoints import write_atomic
 BLOCK_SIZE = 1000
 FILE_NAME = "producer-id-block.json"
 LONG_MAX = 2**63 - 1
+
+
+class ProducerIdGenerator(Protocol):
+    """Hands out producer ids never handed out before (this manager, or ZooKeeper's blocks)."""
+
+    def generate_producer_id(self) -> int: ...
 
 
 class ProducerIdManager:
