@@ -268,6 +268,11 @@ class Broker:
                 if loop.time() >= next_retention:
                     next_retention = loop.time() + retention_every
                     self.log_manager.cleanup(now_ms())
+                # Segments deleted by retention or DeleteRecords were renamed on the loop; the
+                # unlinking, which can take long for large files, runs here.
+                doomed = self.log_manager.take_due_deletions(now_ms())
+                if doomed:
+                    await loop.run_in_executor(None, self.log_manager.remove_files, doomed)
                 if loop.time() >= next_expiry:
                     next_expiry = loop.time() + expire_every
                     self.log_manager.remove_expired_producers(now_ms())

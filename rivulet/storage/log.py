@@ -207,6 +207,7 @@ class Log:
         self._failure_channel = failure_channel
         self._offline = False
         self._read_only: str | None = None  # why changes are refused (see set_read_only)
+        self._doomed_files: list[tuple[int, list[str]]] = []  # (when to unlink, segment files renamed *.deleted)
         parsed = parse_topic_partition(os.path.basename(self.dir))
         self.topic, self.partition = parsed if parsed else (os.path.basename(self.dir), -1)
         self.config = config
@@ -1126,9 +1127,13 @@ class Log:
         n = len(deletable)
         del self._segments[:n]
         del self._bases[:n]
+        # Unlinking large files can take long: renamed now, unlinked off the loop after
+        # file.delete.delay.ms (take_due_deletions), as Kafka deletes segments asynchronously.
+        doomed: list[str] = []
         for seg in deletable:
-            seg.delete_files()
+            doomed += seg.rename_for_deletion()
             self.producer_state.delete_snapshot(seg.base_offset)
+        self._doomed_files.append((self._time_ms() + self.config.file_delete_delay_ms, doomed))
         first_base = self._segments[0].base_offset
         if first_base > self._log_start:
             self._log_start = first_base
@@ -1137,6 +1142,15 @@ class Log:
         self._recovery_point = max(self._recovery_point, first_base)
         log.info("%s: deleted %d segment(s); log start is now %d", self.dir, n, self._log_start)
         return n
+
+    def take_due_deletions(self, now_ms: int) -> list[str]:
+        """Files of deleted segments whose file.delete.delay.ms has passed, for the caller to unlink."""
+        if not self._doomed_files:
+            return []
+        with self._lock:
+            due = [paths for when, paths in self._doomed_files if when <= now_ms]
+            self._doomed_files = [(when, paths) for when, paths in self._doomed_files if when > now_ms]
+        return [p for paths in due for p in paths]
 
     # -- durability --------------------------------------------------------------------------
 

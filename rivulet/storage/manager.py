@@ -567,6 +567,20 @@ class LogManager:
                 log.exception("retention failed for %s", lg.dir)
         return total
 
+    def take_due_deletions(self, now_ms: int) -> list[str]:
+        """Files of deleted segments due for unlinking (``remove_files``, on a worker thread)."""
+        return [p for lg in self.all_logs() for p in lg.take_due_deletions(now_ms)]
+
+    @staticmethod
+    def remove_files(paths: list[str]) -> None:
+        for p in paths:
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                log.warning("deleting %s failed (%s): start-up removes it", p, e)
+
     def remove_expired_producers(self, now_ms: int) -> int:
         """producer.id.expiration.ms across every log; returns producers removed."""
         return sum(lg.remove_expired_producers(now_ms) for lg in self.all_logs())

@@ -551,17 +551,33 @@ class LogSegment:
 
     def delete_files(self) -> None:
         """Unlink the files now; descriptors close when no flush holds them."""
+        self._close_for_deletion()
+        for p in self._paths():
+            _unlink(p)
+
+    def rename_for_deletion(self) -> list[str]:
+        """Kafka's asynchronous segment deletion: close, rename each file to ``*.deleted`` (quick,
+        on the loop) and return the new paths for a worker thread to unlink later; start-up
+        removes any left over."""
+        self._close_for_deletion()
+        doomed = []
+        for p in self._paths():
+            try:
+                os.rename(p, p + ".deleted")
+            except FileNotFoundError:
+                continue
+            doomed.append(p + ".deleted")
+        return doomed
+
+    def _close_for_deletion(self) -> None:
+        # Descriptors close when no flush holds them.
         if self._pins and not self.closed:
             self.offset_index.hold_open()
             self.time_index.hold_open()
         self.close(final=False)
-        for p in (
-            self.log_path,
-            self.index_path,
-            self.time_index_path,
-            self.txn_index_path,
-        ):
-            _unlink(p)
+
+    def _paths(self) -> tuple[str, ...]:
+        return (self.log_path, self.index_path, self.time_index_path, self.txn_index_path)
 
 
 def _unlink(path: str) -> None:

@@ -375,3 +375,28 @@ def test_delete_logs_renames_then_remove_deleted_removes(tmp_path):
     m.remove_deleted(doomed)
     assert sorted(n for n in os.listdir(d) if os.path.isdir(os.path.join(d, n))) == ["t-1"]
     m.shutdown()
+
+
+def test_retention_renames_segments_and_unlinks_them_after_file_delete_delay(tmp_path):
+    d = str(tmp_path / "data")
+    now = [1_000_000]
+    m = LogManager([d], LogConfig(), time_ms=lambda: now[0])
+    m.startup()
+    b = make_batch(2)
+    cfg = LogConfig(segment_bytes=len(b) * 2, retention_bytes=len(b) * 2, file_delete_delay_ms=60_000)
+    lg = m.create_log("t", 0, cfg, uuid.uuid4())
+    for _ in range(6):
+        append(lg, b)
+    lg.high_watermark = lg.log_end_offset
+    assert m.cleanup(now[0]) == 2
+    deleted = sorted(n for n in os.listdir(lg.dir) if n.endswith(".deleted"))
+    assert f"{0:020d}.log.deleted" in deleted and f"{0:020d}.log" not in os.listdir(lg.dir)
+    assert m.take_due_deletions(now[0] + 59_999) == []  # Kafka's file.delete.delay.ms
+    now[0] += 60_000
+    due = m.take_due_deletions(now[0])
+    assert sorted(os.path.basename(p) for p in due) == deleted
+    m.remove_files(due)
+    assert not [n for n in os.listdir(lg.dir) if n.endswith(".deleted")]
+    assert m.take_due_deletions(now[0]) == []
+    assert lg.log_start_offset == 8 and len(lg.read(8, 1 << 20).records) == 2 * len(b)
+    m.shutdown()
