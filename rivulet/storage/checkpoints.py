@@ -43,12 +43,19 @@ def write_atomic(path: str, text: str, *, sync: bool = True) -> None:
     if discarding():
         return
     tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        if sync:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)  # no half-written file left behind (a full disk)
+        except OSError:
+            pass
+        raise
     if sync:
         fsync_dir(os.path.dirname(path) or ".")
 

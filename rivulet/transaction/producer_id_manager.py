@@ -54,7 +54,12 @@ class ProducerIdManager:
             if end > LONG_MAX:
                 raise ApiError(ErrorCode.UNKNOWN_SERVER_ERROR, "Exhausted all producerIds")
             # Durable before use: a crash must never hand out an id of this block again.
-            write_atomic(self.path, json.dumps({"version": 0, "next_block_start": end}))
+            try:
+                write_atomic(self.path, json.dumps({"version": 0, "next_block_start": end}))
+            except OSError as e:
+                # Kafka's answer while no block can be had; the client retries.
+                raise ApiError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                               f"Producer ID block is not yet available: recording it failed ({e.strerror})") from e
             self._next_block_start = end
             self._next_id, self._block_end = start, end
         pid = self._next_id

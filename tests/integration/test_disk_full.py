@@ -154,6 +154,12 @@ def test_stop_and_start_with_a_full_disk(small_fs, tmp_path):
         p.produce("t", value=b"no room", partition=0, on_delivery=lambda err, msg: refused.append(err and err.name()))
         p.flush(15)
         assert refused == ["KAFKA_STORAGE_ERROR"], refused
+        # An idempotent producer cannot even get a producer id (its block is recorded on disk):
+        # InitProducerId answers COORDINATOR_LOAD_IN_PROGRESS, as Kafka does without a block.
+        p = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "message.timeout.ms": 3000})
+        p.produce("t", value=b"no id", partition=0, on_delivery=lambda err, msg: refused.append(err and err.name()))
+        p.flush(15)
+        assert refused[1] is not None, refused
         assert broker.stop() == 0, broker.output()[-3000:]
         assert "Traceback" not in broker.output()
         assert files(data) == on_disk, "a read-only recovery changes nothing on disk"

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 
 import pytest
 
 from rivulet.common.types import TopicPartition
+from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.transaction import txn_log
 from rivulet.transaction.metadata import (
     NO_PRODUCER_EPOCH,
@@ -126,3 +128,22 @@ def test_producer_id_blocks_survive_restarts(tmp_path):
     assert m2.generate_producer_id() == 10  # the rest of the old block is skipped, never reused
     ids = [m2.generate_producer_id() for _ in range(10)]
     assert ids[-1] == 20 and json.load(open(tmp_path / "producer-id-block.json"))["next_block_start"] == 30
+
+
+def test_producer_id_block_that_cannot_be_recorded_answers_coordinator_load_in_progress(tmp_path, monkeypatch):
+    import errno
+
+    import rivulet.transaction.producer_id_manager as pim
+
+    m = ProducerIdManager(str(tmp_path), block_size=10)
+    real = pim.write_atomic
+
+    def full_disk(path, text, **kw):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(pim, "write_atomic", full_disk)
+    with pytest.raises(ApiError) as e:  # Kafka's answer while no id block can be had: retriable
+        m.generate_producer_id()
+    assert e.value.code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS and "No space left" in e.value.message
+    monkeypatch.setattr(pim, "write_atomic", real)
+    assert m.generate_producer_id() == 0  # the block was never handed out, so it is still free
