@@ -356,6 +356,8 @@ class ReplicaManager:
                 except ApiError as e:
                     errors[tp] = e.code
                     continue
+                if p.controller_epoch < 0 and s.topic_id.int != 0:
+                    p.topic_id = s.topic_id  # a replica opened before the controller spoke takes its id
                 (to_lead if state.leader == self.node_id else to_follow).append((p, state))
             elif state.leader_epoch < current_epoch:
                 log.info("%s-%d: ignoring LeaderAndIsr with leader epoch %d, older than %d", tp.topic, tp.partition,

@@ -129,7 +129,7 @@ class KafkaApis:
             GroupHandlers(group_coordinator, topics, clock),
             FindCoordinatorHandler(group_coordinator, txn_coordinator, metadata_cache,
                                    config["inter.broker.listener.name"]),
-            TransactionHandlers(txn_coordinator, group_coordinator, replica_manager, topics, config),
+            TransactionHandlers(txn_coordinator, group_coordinator, replica_manager, topics, config, metadata_cache),
         ):
             self.handlers.update(area.handlers())
         assert self.handlers.keys() == self.versions.keys(), "every API has a handler and a version range"

@@ -38,6 +38,7 @@ from rivulet.storage import LogConfig, LogManager, read_or_create_meta
 from rivulet.storage.cleaner import LogCleaner
 from rivulet.storage.log_dir_failure import AllLogDirsOfflineError
 from rivulet.transaction.coordinator import TransactionCoordinator
+from rivulet.transaction.marker_channel import InterBrokerMarkerChannel
 from rivulet.transaction.producer_id_manager import ProducerIdGenerator, ProducerIdManager
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ class Broker:
         # The czxid of this broker's /brokers/ids znode, once registered (-1 before).
         self.broker_epoch = -1
         self.replica_fetchers: ReplicaFetcherManager | None = None
+        self.marker_channel: InterBrokerMarkerChannel | None = None
         self.alter_partition: ControllerAlterPartitionManager | None = None
         self._listener_name, host, port = config.advertised_listeners[0]
         self.node = NodeEndpoint(self.node_id, host, port)
@@ -149,7 +151,15 @@ class Broker:
         txns.startup(lead_all=not self.cluster_mode)
         if self.cluster_mode:
             rm.leadership_listeners.append(CoordinatorLeadership(groups, txns))
-        rm.txn_verifier = txns.verify_produce
+        if self.metadata_cache is not None:
+            # Markers for partitions other brokers lead go to them (WriteTxnMarkers). KIP-890's
+            # check asks the local coordinator only, which in a cluster may not own the id: off.
+            self.marker_channel = InterBrokerMarkerChannel(self.node_id, self.metadata_cache,
+                                                           cfg["inter.broker.listener.name"],
+                                                           cfg["replica.socket.timeout.ms"])
+            txns.markers.channel = self.marker_channel
+        else:
+            rm.txn_verifier = txns.verify_produce
         if self.cluster is not None:
             self.cluster.prepare()
         self.log_dir_mover = ReplicaAlterLogDirsManager(rm, self.log_manager)
@@ -222,6 +232,8 @@ class Broker:
             await self.replica_fetchers.shutdown()
         if self.alter_partition is not None:
             await self.alter_partition.close()
+        if self.marker_channel is not None:
+            await self.marker_channel.close()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:

@@ -1,10 +1,11 @@
-"""Writing transaction markers (Kafka's TransactionMarkerChannelManager, for one node).
+"""Writing transaction markers (Kafka's TransactionMarkerChannelManager).
 
 Once PrepareCommit/PrepareAbort is in the transaction log, a COMMIT/ABORT control batch
 goes to every partition of the transaction. Kafka sends WriteTxnMarkers to each leader;
-here every leader is this node, so markers are appended straight through the
-ReplicaManager, with the same per-partition error handling: written partitions leave the
-transaction, retriable failures are retried, a fenced epoch abandons the attempt. When no
+partitions this node leads (every partition in single-node mode) get their markers appended
+straight through the ReplicaManager, the others through a ``MarkerChannel`` (cluster mode),
+with the same per-partition error handling: written partitions leave the transaction,
+retriable failures are retried, a fenced epoch abandons the attempt. When no
 partition is left the CompleteCommit/CompleteAbort record is written. Markers on
 ``__consumer_offsets`` partitions then make the group coordinator materialise (or drop) the
 transaction's offsets.
@@ -51,6 +52,17 @@ class TxnOffsetsListener(Protocol):
     def on_transaction_completed(self, producer_id: int, partitions: Iterable[int], commit: bool) -> None: ...
 
 
+class MarkerChannel(Protocol):
+    """Where partitions are led and how markers reach other leaders (cluster mode)."""
+
+    def partition_exists(self, tp: TopicPartition) -> bool: ...
+
+    def leader_of(self, tp: TopicPartition) -> int: ...
+
+    async def write(self, broker_id: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                    commit: bool, tps: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]: ...
+
+
 class TransactionMarkerWriter:
     def __init__(self, state: TransactionStateManager, replica_manager: ReplicaManager, metadata: MetadataView,
                  offsets_listener: TxnOffsetsListener) -> None:
@@ -62,6 +74,8 @@ class TransactionMarkerWriter:
         self.pending: dict[str, PendingCompleteTxn] = {}
         self._tasks: set[asyncio.Task] = set()
         self.markers_written = 0
+        # Cluster mode: partitions led by other brokers get their markers through WriteTxnMarkers.
+        self.channel: MarkerChannel | None = None
 
     def add_txn_markers_to_send(self, coordinator_epoch: int, commit: bool, md: TransactionMetadata,
                                 transit: TxnTransitMetadata) -> None:
@@ -87,8 +101,7 @@ class TransactionMarkerWriter:
             while self._still_current(p) and not self.shutting_down:
                 targets = []
                 for tp in list(md.topic_partitions):
-                    info = self.metadata.get(tp.topic)
-                    if info is None or tp.partition >= info.num_partitions:
+                    if not self._exists(tp):
                         # A deleted topic cannot take its marker; skip it, as Kafka does.
                         log.info("skipping marker for %s of %s: the partition no longer exists", tp,
                                  p.transactional_id)
@@ -97,13 +110,10 @@ class TransactionMarkerWriter:
                         targets.append(tp)
                 if not targets:
                     break
-                result = self.replica_manager.append_txn_markers(
-                    producer_id, producer_epoch, p.coordinator_epoch, p.commit, targets, timeout_ms=REQUEST_TIMEOUT_MS)
-                if isinstance(result, asyncio.Future):
-                    result = await result
+                result, remote = await self._write(p, producer_id, producer_epoch, targets)
                 if not self._still_current(p):
                     return
-                retry = self._handle_results(p, producer_id, result)
+                retry = self._handle_results(p, producer_id, result, remote)
                 if retry is None:
                     return  # abandoned
                 if not retry:
@@ -116,8 +126,45 @@ class TransactionMarkerWriter:
         except Exception:
             log.exception("writing transaction markers for %s failed", p.transactional_id)
 
+    def _exists(self, tp: TopicPartition) -> bool:
+        if self.channel is not None:
+            return self.channel.partition_exists(tp)
+        info = self.metadata.get(tp.topic)
+        return info is not None and tp.partition < info.num_partitions
+
+    async def _write(self, p: PendingCompleteTxn, producer_id: int, producer_epoch: int,
+                     targets: list[TopicPartition]) -> tuple[dict[TopicPartition, ProduceResult], set[TopicPartition]]:
+        """Each partition's marker: appended here when this node leads it, else sent to its
+        leader. Returns the results and the partitions written remotely."""
+        local, remote = targets, {}
+        if self.channel is not None:
+            local, remote = [], {}
+            for tp in targets:
+                leader = self.channel.leader_of(tp)
+                if leader == self.replica_manager.node_id:
+                    local.append(tp)
+                else:
+                    remote.setdefault(leader, []).append(tp)
+        results: dict[TopicPartition, ProduceResult] = {}
+        sends = []
+        for leader, tps in remote.items():
+            if leader < 0:
+                results.update({tp: ProduceResult(error=ErrorCode.NOT_LEADER_OR_FOLLOWER) for tp in tps})
+            else:
+                sends.append(self.channel.write(leader, producer_id, producer_epoch, p.coordinator_epoch, p.commit, tps))
+        if local:
+            result = self.replica_manager.append_txn_markers(
+                producer_id, producer_epoch, p.coordinator_epoch, p.commit, local, timeout_ms=REQUEST_TIMEOUT_MS)
+            if isinstance(result, asyncio.Future):
+                result = await result
+            results.update(result)
+        for answer in await asyncio.gather(*sends):
+            results.update({tp: ProduceResult(error=err) for tp, err in answer.items()})
+        return results, {tp for tps in remote.values() for tp in tps}
+
     def _handle_results(self, p: PendingCompleteTxn, producer_id: int,
-                        results: dict[TopicPartition, ProduceResult]) -> bool | None:
+                        results: dict[TopicPartition, ProduceResult],
+                        remote: set[TopicPartition] = frozenset()) -> bool | None:
         """True: retry the remaining partitions; False: all written; None: give up."""
         md = p.metadata
         written_offsets: list[int] = []
@@ -127,7 +174,8 @@ class TransactionMarkerWriter:
             if err == ErrorCode.NONE:
                 self.markers_written += 1
                 md.remove_partition(tp)
-                if tp.topic == GROUP_METADATA_TOPIC_NAME:
+                if tp.topic == GROUP_METADATA_TOPIC_NAME and tp not in remote:
+                    # (A remote leader completes the offsets in its own group coordinator.)
                     written_offsets.append(tp.partition)
             elif err in _FATAL:
                 raise RuntimeError(f"Received fatal error {err.name} while sending txn marker for "

@@ -51,7 +51,7 @@ class Cluster:
     async def lead(self, leader: int, epoch: int, isr: list[int], replicas: list[int] = (1, 2),
                    topic: str = "t") -> None:
         parts = [Part(topic, 0, leader, epoch, list(isr), list(replicas), partition_epoch=epoch)]
-        ids = {topic: TID}
+        ids = {topic: TID if topic == "t" else uuid.uuid5(TID, topic)}
         for i, conn in self.conns.items():
             um = await conn.send(update_metadata(self.controller_epoch, parts, ids, self.addresses,
                                                  racks={1: "a", 2: "b"}))
@@ -214,6 +214,47 @@ def test_a_follower_behind_the_leaders_log_start_starts_over_there(tmp_path):
             # DeleteRecords is the leader's: a follower refuses it.
             resp = await c.conns[2].send(req, 2)
             assert resp.topics[0].partitions[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        finally:
+            await c.close()
+    asyncio.run(main())
+
+
+def test_a_transaction_commits_on_a_partition_another_broker_leads(tmp_path):
+    from rivulet import Producer
+
+    async def main():
+        c = Cluster(tmp_path)
+        await c.start(1, 2)
+        try:
+            await c.lead(1, 0, [1, 2], topic="__transaction_state")
+            await c.lead(1, 0, [1, 2], topic="__consumer_offsets")
+            await c.lead(2, 0, [2, 1])  # "t" is led by broker 2; the coordinator is broker 1
+            sm = c.brokers[1].transaction_coordinator.state_manager
+            await until(lambda: 0 in sm.cache, "the transaction coordinator loads")
+
+            def transact() -> None:
+                p = Producer({"bootstrap.servers": f"127.0.0.1:{c.brokers[1].bound_ports[0]}",
+                              "transactional.id": "tx-1"})
+                try:
+                    p.init_transactions(30)
+                    p.begin_transaction()
+                    p.produce("t", b"committed", partition=0)
+                    p.commit_transaction(30)
+                    p.begin_transaction()
+                    p.produce("t", b"aborted", partition=0)
+                    p.flush(30)
+                    p.abort_transaction(30)
+                finally:
+                    p.close(10)
+
+            await asyncio.to_thread(transact)
+            lg = c.log(2)
+            # Both markers reached broker 2: nothing is left open and the LSO is the HW.
+            await until(lambda: lg.first_unstable_offset is None and c.brokers[2].replica_manager.partitions[TP]
+                        .last_stable_offset == lg.log_end_offset == 4, "markers written on the leader")
+            data = c.contents(2)
+            controls = [h.is_control for _, h in rec.iter_batches(data)]
+            assert controls == [False, True, False, True]
         finally:
             await c.close()
     asyncio.run(main())

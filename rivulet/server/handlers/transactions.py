@@ -33,6 +33,7 @@ from rivulet.protocol.messages.end_txn_request import EndTxnRequest
 from rivulet.protocol.messages.init_producer_id_request import InitProducerIdRequest
 from rivulet.protocol.messages.list_transactions_request import ListTransactionsRequest
 from rivulet.protocol.messages.write_txn_markers_request import WriteTxnMarkersRequest
+from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.server.answer import Answer, Reply
 from rivulet.server.handlers import Handler
@@ -58,12 +59,15 @@ def _respond(run: Callable[[Callable[[Any], None]], None]) -> Answer:
 
 class TransactionHandlers:
     def __init__(self, coordinator: TransactionCoordinator, groups: GroupCoordinator,
-                 replica_manager: ReplicaManager, metadata: MetadataView, config: ConfigValues) -> None:
+                 replica_manager: ReplicaManager, metadata: MetadataView, config: ConfigValues,
+                 metadata_cache: MetadataCache | None = None) -> None:
         self.c = coordinator
         self.groups = groups
         self.replica_manager = replica_manager
         self.metadata = metadata
         self.config = config
+        # Cluster mode: which partitions exist is the controller's word (UpdateMetadata).
+        self.metadata_cache = metadata_cache
 
     def handlers(self) -> dict[int, Handler]:
         return {
@@ -102,9 +106,12 @@ class TransactionHandlers:
         ok: set[TopicPartition] = set()
         for t in topics:
             info = self.metadata.get(t.name)
+            count = info.num_partitions if info is not None else 0
+            if self.metadata_cache is not None:
+                count = self.metadata_cache.num_partitions(t.name) or 0
             for p in t.partitions:
                 tp = TopicPartition(t.name, p)
-                if info is None or not 0 <= p < info.num_partitions:
+                if not 0 <= p < count:
                     errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 else:
                     ok.add(tp)

@@ -1,0 +1,72 @@
+"""Transaction markers for partitions led by other brokers (cluster mode): Kafka's
+TransactionMarkerChannelManager sends WriteTxnMarkers to each partition's leader, found in the
+metadata cache. The leader appends the COMMIT/ABORT batch and, on ``__consumer_offsets``,
+completes the transaction's offsets in its own group coordinator."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from rivulet.common.types import TopicPartition
+from rivulet.protocol.errors import ApiError, ErrorCode
+from rivulet.protocol.messages import write_txn_markers_request as wtq
+from rivulet.replication.link import BrokerLink
+from rivulet.replication.metadata_cache import MetadataCache
+
+log = logging.getLogger(__name__)
+
+
+class InterBrokerMarkerChannel:
+    def __init__(self, node_id: int, cache: MetadataCache, listener: str, request_timeout_ms: int = 30000) -> None:
+        self.node_id = node_id
+        self.cache = cache
+        self.listener = listener
+        self.request_timeout_ms = request_timeout_ms
+        self._links: dict[int, BrokerLink] = {}
+        self._locks: dict[int, asyncio.Lock] = {}
+
+    def partition_exists(self, tp: TopicPartition) -> bool:
+        return self.cache.partition(tp) is not None
+
+    def leader_of(self, tp: TopicPartition) -> int:
+        """The partition's leader, -1 when none is known."""
+        state = self.cache.partition(tp)
+        return state.leader if state is not None else -1
+
+    async def write(self, broker_id: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                    commit: bool, tps: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        """WriteTxnMarkers to ``broker_id``; a failure to reach it answers every partition with
+        a retriable error."""
+        broker = self.cache.alive_broker(broker_id)
+        endpoint = broker.endpoint(self.listener) if broker is not None else None
+        if endpoint is None:
+            return {tp: ErrorCode.NOT_LEADER_OR_FOLLOWER for tp in tps}
+        by_topic: dict[str, list[int]] = {}
+        for tp in tps:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        req = wtq.WriteTxnMarkersRequest(markers=[wtq.WritableTxnMarker(
+            producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
+            coordinator_epoch=coordinator_epoch,
+            topics=[wtq.WritableTxnMarkerTopic(name=t, partition_indexes=ps) for t, ps in by_topic.items()])])
+        link = self._links.setdefault(broker_id, BrokerLink(f"broker-{self.node_id}-txn-markers",
+                                                            self.request_timeout_ms))
+        # One request at a time per broker, as Kafka's channel: markers of one transaction stay in order.
+        async with self._locks.setdefault(broker_id, asyncio.Lock()):
+            try:
+                conn = await link.connection(broker_id, endpoint.host, endpoint.port)
+                resp = await conn.send(req, conn.version_for(req.API_KEY, 1))
+            except (ConnectionError, OSError, TimeoutError, ApiError) as e:
+                log.info("WriteTxnMarkers to broker %d failed: %s; retrying", broker_id, e)
+                await link.drop()
+                return {tp: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS for tp in tps}
+        out = {tp: ErrorCode.UNKNOWN_SERVER_ERROR for tp in tps}
+        for m in resp.markers:
+            for t in m.topics:
+                for p in t.partitions:
+                    out[TopicPartition(t.name, p.partition_index)] = ErrorCode(p.error_code)
+        return out
+
+    async def close(self) -> None:
+        for link in self._links.values():
+            await link.drop()
