@@ -89,18 +89,24 @@ class GroupCoordinator:
         self.completed_rebalances = 0
 
     # ------------------------------------------------------------ lifecycle
+    def offsets_topic_configs(self) -> dict[str, str]:
+        """The configs __consumer_offsets is created with."""
+        return {"cleanup.policy": "compact", "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
+                "compression.type": "producer"}
+
     def startup(self, *, lead_all: bool = True) -> None:
-        """``lead_all``: this node leads every __consumer_offsets partition (single-node mode);
-        in cluster mode the partitions it leads come through ``on_become_leader``."""
+        """``lead_all``: this node leads every __consumer_offsets partition (single-node mode),
+        and creates the topic now. In cluster mode the first FindCoordinator has the controller
+        create it, and the partitions this node leads come through ``on_become_leader``."""
         cfg = self.config
-        info = self.topic_creator.ensure_internal_topic(GROUP_METADATA_TOPIC_NAME, cfg["offsets.topic.num.partitions"],
-                                                        {"cleanup.policy": "compact",
-                                                         "segment.bytes": str(cfg["offsets.topic.segment.bytes"]),
-                                                         "compression.type": "producer"})
+        n = cfg["offsets.topic.num.partitions"]
+        if lead_all:
+            n = self.topic_creator.ensure_internal_topic(GROUP_METADATA_TOPIC_NAME, n,
+                                                         self.offsets_topic_configs()).num_partitions
         self.manager = GroupMetadataManager(cfg, self.replica_manager, clock=self.clock.milliseconds,
-                                            num_partitions=info.num_partitions)
+                                            num_partitions=n)
         self._active = True
-        for p in range(info.num_partitions if lead_all else 0):
+        for p in range(n if lead_all else 0):
             self.on_become_leader(p)
         if _running_loop() is not None:
             self._expirer = asyncio.get_running_loop().create_task(self._expire_offsets_periodically())

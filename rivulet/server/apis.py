@@ -127,8 +127,7 @@ class KafkaApis:
             TopicHandlers(topics, replica_manager, config, node, cluster_id, metadata_cache, cluster),
             ConfigHandlers(topics, config),
             GroupHandlers(group_coordinator, topics, clock),
-            FindCoordinatorHandler(group_coordinator, txn_coordinator, metadata_cache,
-                                   config["inter.broker.listener.name"]),
+            FindCoordinatorHandler(group_coordinator, txn_coordinator, config, metadata_cache, cluster),
             TransactionHandlers(txn_coordinator, group_coordinator, replica_manager, topics, config, metadata_cache),
         ):
             self.handlers.update(area.handlers())

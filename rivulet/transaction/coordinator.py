@@ -59,24 +59,31 @@ class TransactionCoordinator:
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
-    def startup(self, *, lead_all: bool = True) -> None:
-        """``lead_all``: this node leads every __transaction_state partition (single-node mode);
-        in cluster mode the partitions it leads come through ``on_become_leader``."""
+    def state_topic_configs(self, replication_factor: int) -> dict[str, str]:
+        """The configs __transaction_state is created with; its min.insync.replicas is at most
+        its replication factor, so that a single broker can run transactions."""
         cfg = self.config
-        info = self.topic_creator.ensure_internal_topic(TRANSACTION_STATE_TOPIC_NAME,
-                                                       cfg["transaction.state.log.num.partitions"], {
-            "cleanup.policy": "compact",
-            "segment.bytes": str(cfg["transaction.state.log.segment.bytes"]),
-            "compression.type": "uncompressed",
-            "min.insync.replicas": "1",
-        })
+        min_isr = min(cfg["transaction.state.log.min.isr"], replication_factor)
+        return {"cleanup.policy": "compact", "segment.bytes": str(cfg["transaction.state.log.segment.bytes"]),
+                "compression.type": "uncompressed", "min.insync.replicas": str(min_isr),
+                "unclean.leader.election.enable": "false"}
+
+    def startup(self, *, lead_all: bool = True) -> None:
+        """``lead_all``: this node leads every __transaction_state partition (single-node mode),
+        and creates the topic now. In cluster mode the first FindCoordinator has the controller
+        create it, and the partitions this node leads come through ``on_become_leader``."""
+        cfg = self.config
+        n = cfg["transaction.state.log.num.partitions"]
+        if lead_all:
+            n = self.topic_creator.ensure_internal_topic(TRANSACTION_STATE_TOPIC_NAME, n,
+                                                         self.state_topic_configs(1)).num_partitions
         sm = self.state_manager
-        sm.num_partitions = info.num_partitions
+        sm.num_partitions = n
         loop = asyncio.get_running_loop()
         if lead_all:
             # Ids on a partition still loading answer COORDINATOR_LOAD_IN_PROGRESS.
-            sm.loading.update(range(info.num_partitions))
-            self._tasks.append(loop.create_task(self._load_all(info.num_partitions)))
+            sm.loading.update(range(n))
+            self._tasks.append(loop.create_task(self._load_all(n)))
         self._tasks.append(loop.create_task(self._every(
             cfg["transaction.abort.timed.out.transaction.cleanup.interval.ms"], self.abort_timed_out_transactions)))
         self._tasks.append(loop.create_task(self._every(

@@ -59,7 +59,7 @@ def setup():
     b.add_topic("t", 3)
     b.txn = FakeTxnCoordinator()
     apis = Apis({**GroupHandlers(c, b.metadata, b.clock).handlers(),
-                 **FindCoordinatorHandler(c, b.txn).handlers()})
+                 **FindCoordinatorHandler(c, b.txn, {**b.config, "inter.broker.listener.name": "PLAINTEXT"}).handlers()})
     return c, b, apis
 
 

@@ -1,21 +1,30 @@
 """FindCoordinator (API 10): key type 0 resolves through the group coordinator, key type 1
 through the transaction coordinator; in cluster mode to the leader of the key's partition of
-``__consumer_offsets`` or ``__transaction_state``."""
+``__consumer_offsets`` or ``__transaction_state``, which the first request has the
+controller create, as Kafka's brokers do."""
 
 from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
 
 from rivulet.common.types import TopicPartition
 from rivulet.coordinator.group_coordinator import GroupCoordinator
 from rivulet.coordinator.offsets_topic import GROUP_METADATA_TOPIC_NAME
-from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.framing import RequestHeader
 from rivulet.protocol.messages import find_coordinator_response as fcr
 from rivulet.protocol.messages.find_coordinator_request import FindCoordinatorRequest
 from rivulet.replication.metadata_cache import MetadataCache
+from rivulet.server.config import BrokerConfig
 from rivulet.server.handlers import Handler
 from rivulet.server.network import KafkaConnection
+from rivulet.server.zk_cluster import ZkClusterMember
 from rivulet.transaction.coordinator import TransactionCoordinator
 from rivulet.transaction.txn_log import TRANSACTION_STATE_TOPIC_NAME
+
+log = logging.getLogger(__name__)
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
@@ -33,13 +42,16 @@ _MESSAGES = {
 
 
 class FindCoordinatorHandler:
-    def __init__(self, groups: GroupCoordinator, transactions: TransactionCoordinator,
-                 metadata_cache: MetadataCache | None = None, listener: str = "PLAINTEXT") -> None:
+    def __init__(self, groups: GroupCoordinator, transactions: TransactionCoordinator, config: BrokerConfig,
+                 metadata_cache: MetadataCache | None = None, cluster: ZkClusterMember | None = None) -> None:
         self.groups = groups
         self.transactions = transactions
+        self.config = config
         # Cluster mode: the coordinator is the leader of the key's internal partition.
         self.metadata_cache = metadata_cache
-        self.listener = listener
+        self.cluster = cluster
+        self.listener: str = config["inter.broker.listener.name"]
+        self._creating: dict[str, asyncio.Task] = {}
 
     def handlers(self) -> dict[int, Handler]:
         return {10: self.handle_find_coordinator}
@@ -49,16 +61,56 @@ class FindCoordinatorHandler:
             if self.metadata_cache is not None:
                 if not self.groups.is_active:
                     return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+                if not self.metadata_cache.contains_topic(GROUP_METADATA_TOPIC_NAME):
+                    return self._create_internal_topic(
+                        GROUP_METADATA_TOPIC_NAME, self.config["offsets.topic.num.partitions"],
+                        "offsets.topic.replication.factor", lambda rf: self.groups.offsets_topic_configs())
                 return self._leader_of(TopicPartition(GROUP_METADATA_TOPIC_NAME, self.groups.partition_for(key)))
             return self.groups.find_group_coordinator(key)
         if key_type == TRANSACTION_KEY_TYPE:
             if self.metadata_cache is not None:
                 if not self.transactions.active:
                     return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+                if not self.metadata_cache.contains_topic(TRANSACTION_STATE_TOPIC_NAME):
+                    return self._create_internal_topic(
+                        TRANSACTION_STATE_TOPIC_NAME, self.config["transaction.state.log.num.partitions"],
+                        "transaction.state.log.replication.factor", self.transactions.state_topic_configs)
                 return self._leader_of(TopicPartition(TRANSACTION_STATE_TOPIC_NAME,
                                                       self.transactions.partition_for(key)))
             return self.transactions.find_coordinator(key)
         return ErrorCode.INVALID_REQUEST, -1, "", -1
+
+    def _create_internal_topic(self, name: str, partitions: int, rf_key: str,
+                               configs: Callable[[int], dict[str, str]]) -> tuple[ErrorCode, int, str, int]:
+        """The internal topic does not exist yet: have the controller create it, and answer
+        COORDINATOR_NOT_AVAILABLE until its leaders are known. With fewer live brokers than its
+        replication factor it waits for more, as Kafka does while a cluster starts."""
+        not_yet = (ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1)
+        if self.cluster is None or name in self._creating:
+            return not_yet
+        rf = self.config[rf_key]
+        live = len(self.cluster.live_broker_ids())
+        if live < rf:
+            log.warning("Number of alive brokers '%d' does not meet the required replication factor '%d' for "
+                        "the topic %s (configured via '%s'). This error can be ignored if the cluster is starting "
+                        "up and not all brokers are up yet.", live, rf, name, rf_key)
+            return not_yet
+        assignment = self.cluster.assign_replicas(partitions, rf)
+        task = asyncio.get_running_loop().create_task(self._create(name, assignment, configs(rf)))
+        self._creating[name] = task
+        task.add_done_callback(lambda _t: self._creating.pop(name, None))
+        return not_yet
+
+    async def _create(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str]) -> None:
+        assert self.cluster is not None
+        try:
+            await self.cluster.create_topic(name, assignment, configs)
+            log.info("created internal topic %s with %d partition(s)", name, len(assignment))
+        except ApiError as e:
+            if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:  # another broker was first
+                log.warning("creating internal topic %s failed: %s", name, e)
+        except Exception:
+            log.exception("creating internal topic %s failed", name)
 
     def _leader_of(self, tp: TopicPartition) -> tuple[ErrorCode, int, str, int]:
         assert self.metadata_cache is not None

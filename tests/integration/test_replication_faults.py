@@ -1,0 +1,256 @@
+"""Replication under real faults, on three cluster-mode broker processes and a real ZooKeeper:
+kill -9 of a partition leader under acks=all loses no acknowledged record, consumers go on from
+the new leader, and the ISR shrinks and grows back; a leader frozen with SIGSTOP and resumed
+after the leadership moved truncates what it alone had, and every replica ends byte-identical.
+The records acknowledged and read back are checked as Jepsen's Kafka workload checks them
+(tests/history.py)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from rivulet.protocol import records as rec
+from tests.cluster import ZkCluster, eventually
+from tests.history import History
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+
+BROKER_CONFIG = {
+    "replica.lag.time.max.ms": "2000",
+    "default.replication.factor": "3",
+    "offsets.topic.replication.factor": "3",
+    "offsets.topic.num.partitions": "3",
+    "unclean.leader.election.enable": "false",
+    "log.segment.bytes": "262144",
+}
+
+
+@pytest.fixture
+def cluster(zk_connect):
+    c = ZkCluster(zk_connect)
+    for i in (1, 2, 3):
+        c.start(i, **BROKER_CONFIG)
+    eventually(lambda: c.registered() == [1, 2, 3] and c.controller() is not None, what="three brokers")
+    yield c
+    c.close()
+
+
+def create_topic(cluster: ZkCluster, topic: str, partitions: int = 1, **config: str) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 3, config=config)], request_timeout=60)[topic].result(90)
+    for p in range(partitions):
+        eventually(lambda p=p: cluster.zk.exists(f"/brokers/topics/{topic}/partitions/{p}/state")
+                   and sorted(cluster.partition_state(topic, p)["isr"]) == [1, 2, 3], what="a leader and full ISR")
+
+
+class Writer(threading.Thread):
+    """Produces unique values as fast as the cluster takes them; records what was acknowledged."""
+
+    def __init__(self, cluster: ZkCluster, topic: str, history: History, **conf: object) -> None:
+        super().__init__(daemon=True)
+        self.history = history
+        self.topic = topic
+        self.stop = threading.Event()
+        self.acked = 0
+        self.failed = 0
+        self.producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5,
+                                  "message.timeout.ms": 60000, **conf})
+
+    def _report(self, err, msg) -> None:
+        if err is None:
+            self.history.ack(msg.partition(), msg.offset(), msg.value())
+            self.acked += 1
+        else:
+            self.failed += 1
+
+    def run(self) -> None:
+        i = 0
+        while not self.stop.is_set():
+            try:
+                self.producer.produce(self.topic, b"%s-%08d" % (uuid.uuid4().hex[:6].encode(), i),
+                                      on_delivery=self._report)
+                i += 1
+            except BufferError:
+                self.producer.poll(0.05)
+            self.producer.poll(0)
+            if i % 200 == 0:
+                time.sleep(0.005)
+        self.producer.flush(60)
+
+    def wait_for(self, n: int, timeout: float = 90) -> None:
+        start = self.acked
+        eventually(lambda: self.acked >= start + n, timeout, f"{n} more acknowledged records")
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.join(90)
+
+
+def read_back(cluster: ZkCluster, topic: str, history: History, partitions: int = 1) -> int:
+    """Every record up to the end of each partition, into the history; how many were read."""
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": uuid.uuid4().hex,
+                  "enable.auto.commit": False, "enable.partition.eof": True})
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    history.new_read_sequence()
+    done: set[int] = set()
+    n = 0
+    deadline = time.monotonic() + 90
+    while len(done) < partitions and time.monotonic() < deadline:
+        m = c.poll(1)
+        if m is None:
+            continue
+        if m.error():
+            if m.error().code() == -191:  # _PARTITION_EOF
+                done.add(m.partition())
+            continue
+        history.read(m.partition(), m.offset(), m.value())
+        n += 1
+    c.close()
+    assert len(done) == partitions, "the partitions were not read to their end"
+    return n
+
+
+def test_kill_9_of_the_leader_loses_no_acknowledged_record(cluster):
+    topic = f"kill-{uuid.uuid4().hex[:6]}"
+    create_topic(cluster, topic, **{"min.insync.replicas": "2"})
+    history = History()
+    writer = Writer(cluster, topic, history, acks="all", **{"enable.idempotence": True})
+    # A group consumer reads along the whole time: it must go on from the new leader.
+    live = History()
+    reading = threading.Event()
+    consumed = [0]
+
+    def consume() -> None:
+        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"g-{topic}",
+                      "auto.offset.reset": "earliest"})
+        c.subscribe([topic])
+        live.new_read_sequence()
+        while not reading.is_set():
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                live.read(m.partition(), m.offset(), m.value())
+                consumed[0] += 1
+        c.close()
+
+    reader = threading.Thread(target=consume, daemon=True)
+    writer.start()
+    reader.start()
+    try:
+        writer.wait_for(3000)
+        old = cluster.partition_state(topic, 0)
+        leader = old["leader"]
+        cluster.brokers[leader].kill()
+        eventually(lambda: cluster.partition_state(topic, 0)["leader"] not in (leader, -1), 60, "a new leader")
+        state = cluster.partition_state(topic, 0)
+        assert state["leader_epoch"] > old["leader_epoch"]
+        writer.wait_for(3000)  # acks=all goes on with two replicas in the ISR
+        eventually(lambda: leader not in cluster.partition_state(topic, 0)["isr"], 60, "the ISR to shrink")
+        before = consumed[0]
+        eventually(lambda: consumed[0] > before + 1000, 60, "the consumer to go on from the new leader")
+
+        cluster.brokers[leader].start()
+        eventually(lambda: sorted(cluster.partition_state(topic, 0)["isr"]) == [1, 2, 3], 90,
+                   "the restarted broker to catch up and rejoin the ISR")
+        writer.wait_for(1000)
+    finally:
+        writer.finish()
+    assert writer.acked > 7000
+    read = read_back(cluster, topic, history)
+    anomalies = history.check()
+    assert not anomalies, anomalies.summary()
+    assert read >= writer.acked
+    reading.set()
+    reader.join(30)
+    # What the group consumer read agrees with the acknowledgements: no offset with two values.
+    for key, value in history.acked.items():
+        live.ack(key[0], key[1], value)
+    live_anomalies = live.check()
+    assert not live_anomalies.inconsistent and not live_anomalies.duplicate and not live_anomalies.nonmonotonic, \
+        live_anomalies.summary()
+
+
+def _log_bytes(data_dir: str, topic: str, below: int) -> bytes:
+    """The partition's record batches that end below ``below``, as one byte string, read from the
+    segment files on disk (segment boundaries differ between replicas; the batches do not)."""
+    d = os.path.join(data_dir, f"{topic}-0")
+    out = bytearray()
+    for name in sorted(n for n in os.listdir(d) if n.endswith(".log")):
+        with open(os.path.join(d, name), "rb") as f:
+            data = f.read()
+        for pos, h in rec.iter_batches(data):
+            if h.base_offset + h.last_offset_delta < below:
+                out += data[pos:pos + h.size]
+    return bytes(out)
+
+
+def _log_end(data_dir: str, topic: str) -> int:
+    d = os.path.join(data_dir, f"{topic}-0")
+    end = 0
+    for name in sorted(n for n in os.listdir(d) if n.endswith(".log")):
+        with open(os.path.join(d, name), "rb") as f:
+            for _, h in rec.iter_batches(f.read()):
+                end = max(end, h.base_offset + h.last_offset_delta + 1)
+    return end
+
+
+def test_a_paused_leader_truncates_its_divergent_tail_and_every_replica_converges(cluster):
+    topic = f"pause-{uuid.uuid4().hex[:6]}"
+    create_topic(cluster, topic, **{"min.insync.replicas": "1"})
+    history = History()
+    # acks=1: the leader acknowledges before its followers have the records, so the tail it
+    # alone holds when it freezes diverges from what the next leader writes.
+    # Short timeouts: what was sent to the frozen leader fails soon and the rest goes to the next.
+    writer = Writer(cluster, topic, history, acks=1, **{"enable.idempotence": False, "retries": 0,
+                                                         "request.timeout.ms": 3000, "message.timeout.ms": 6000})
+    writer.start()
+    try:
+        writer.wait_for(5000)
+        old = cluster.partition_state(topic, 0)
+        leader = old["leader"]
+        frozen = cluster.brokers[leader]
+        frozen.pause()
+        # Its ZooKeeper session expires; the controller elects a leader from the ISR.
+        eventually(lambda: cluster.partition_state(topic, 0)["leader"] not in (leader, -1), 60, "a new leader")
+        writer.wait_for(3000)
+        end_while_frozen = _log_end(frozen.data_dir, topic)
+        frozen.resume()
+        eventually(lambda: sorted(cluster.partition_state(topic, 0)["isr"]) == [1, 2, 3], 90,
+                   "the resumed broker to rejoin the ISR")
+    finally:
+        writer.finish()
+    new_leader = cluster.partition_state(topic, 0)["leader"]
+    eventually(lambda: len({_log_end(b.data_dir, topic) for b in cluster.brokers.values()}) == 1, 60,
+               "every replica to reach the leader's log end")
+    end = _log_end(cluster.brokers[new_leader].data_dir, topic)
+    reference = _log_bytes(cluster.brokers[new_leader].data_dir, topic, end)
+    assert reference
+    for i, b in cluster.brokers.items():
+        assert _log_bytes(b.data_dir, topic, end) == reference, f"broker {i}'s log differs from the leader's"
+    reads = History()
+    read_back(cluster, topic, reads)
+    anomalies = reads.check()
+    assert not anomalies.inconsistent and not anomalies.duplicate and not anomalies.nonmonotonic, \
+        anomalies.summary()
+    # acks=1 may lose what the frozen leader alone acknowledged, and only that: every record
+    # acknowledged before it froze, below where the next leader's epoch began, was read back.
+    diverged_at = _epoch_start(cluster.brokers[new_leader].data_dir, topic, old["leader_epoch"] + 1)
+    lost = [(o, v) for (p, o), v in history.acked.items() if o < diverged_at and v not in reads.seen.get((p, o), ())]
+    assert not lost, lost[:5]
+    # The new leader's epoch began inside what the frozen leader had: a follower never holds
+    # more than its leader. Whatever the frozen broker had past that point is gone now.
+    assert diverged_at <= end_while_frozen
+
+
+def _epoch_start(data_dir: str, topic: str, epoch: int) -> int:
+    """Where ``epoch`` (or the first later one) begins, from the leader-epoch checkpoint."""
+    with open(os.path.join(data_dir, f"{topic}-0", "leader-epoch-checkpoint")) as f:
+        lines = f.read().split("\n")
+    entries = [tuple(map(int, line.split())) for line in lines[2:] if line.strip()]
+    return min((start for e, start in entries if e >= epoch), default=1 << 62)
