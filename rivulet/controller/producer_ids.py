@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 
 from rivulet.controller import zk_data as z
 from rivulet.controller.zk_client import KafkaZkClient
@@ -43,7 +43,11 @@ class ZkProducerIdManager:
 
     def generate_producer_id(self) -> int:
         if self._next_id >= self._block_end:
-            first = self._take_block()
+            try:
+                first = self._take_block()
+            except KazooException as e:
+                # ZooKeeper out of reach: a retriable answer, as Kafka's when no block can be had.
+                raise ApiError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, f"no producer id block: {e!r}") from e
             self._next_id, self._block_end = first, first + self.block_size
         pid = self._next_id
         self._next_id += 1

@@ -6,8 +6,6 @@ replica's log is byte-identical up to the high watermark."""
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +13,7 @@ from pathlib import Path
 import confluent_kafka
 import pytest
 from history import History
-from test_cluster_mode import ZkCluster, eventually
+from cluster import ZkCluster, eventually
 
 from rivulet.admin import AdminClient, NewTopic
 from rivulet.protocol import records as rec
@@ -23,7 +21,6 @@ from rivulet.testing import BrokerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
-STATE = "/brokers/topics/orders/partitions/0/state"
 BROKER = {"replica.lag.time.max.ms": "3000", "replica.fetch.wait.max.ms": "100", "replica.fetch.backoff.ms": "200",
           "offsets.topic.replication.factor": "3", "offsets.topic.num.partitions": "1",
           "transaction.state.log.num.partitions": "1"}
@@ -31,7 +28,7 @@ BROKER = {"replica.lag.time.max.ms": "3000", "replica.fetch.wait.max.ms": "100",
 
 def state(cluster: ZkCluster) -> dict:
     try:
-        return cluster.json(STATE)
+        return cluster.partition_state("orders", 0)
     except Exception:
         return {}
 
@@ -57,9 +54,6 @@ def cluster(zk_connect):
         eventually(lambda: len(state(c).get("isr", [])) == 3, what="the partition's leader and ISR")
         yield c
     finally:
-        for b in c.brokers.values():
-            if b.proc is not None:
-                os.kill(b.proc.pid, signal.SIGCONT)
         c.close()
 
 
@@ -126,14 +120,13 @@ def test_a_paused_leader_truncates_its_divergent_tail_and_replicas_converge(clus
     old = state(cluster)["leader"]
     produce(bootstrap(cluster), history, [f"a{i}".encode() for i in range(50)])
     # The leader stops (SIGSTOP) long enough for its session to expire and another to lead.
-    pid = cluster.brokers[old].proc.pid
-    os.kill(pid, signal.SIGSTOP)
+    cluster.brokers[old].pause()
     try:
         eventually(lambda: state(cluster).get("leader") not in (None, -1, old), what="a new leader")
         new_epoch = state(cluster)["leader_epoch"]
         produce(bootstrap(cluster, without=old), history, [f"b{i}".encode() for i in range(50)])
     finally:
-        os.kill(pid, signal.SIGCONT)
+        cluster.brokers[old].resume()
     eventually(lambda: sorted(state(cluster).get("isr", [])) == [1, 2, 3], what="the old leader rejoins the ISR")
     read_all(bootstrap(cluster), history, len(history.acked))
     anomalies = history.check()
