@@ -6,57 +6,19 @@ value) must be read back and no offset may show two values."""
 
 from __future__ import annotations
 
-import threading
 import time
 
-import confluent_kafka
 import pytest
 from cluster import ZkCluster, eventually
 from history import History
-
-from rivulet.admin import AdminClient, NewTopic
+from test_replication_faults import Writer, create_topic, read_back
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 TOPIC = "jepsen"
 PARTITIONS = 3
 ROUNDS = 6  # faults, one after another: kill a leader, pause a leader, kill the controller, twice
-BROKER = {"replica.lag.time.max.ms": "3000", "replica.fetch.wait.max.ms": "100", "replica.fetch.backoff.ms": "200",
-          "offsets.topic.num.partitions": "1", "transaction.state.log.num.partitions": "1"}
-
-
-class Writer(threading.Thread):
-    """Writes v0, v1, ... round-robin over the partitions until stopped; acks go to the history."""
-
-    def __init__(self, bootstrap: str, history: History) -> None:
-        super().__init__(daemon=True)
-        self.history = history
-        self.stop = threading.Event()
-        self.lock = threading.Lock()
-        self.sent = 0
-        self.failed = 0
-        self.producer = confluent_kafka.Producer({
-            "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-            "message.timeout.ms": 30000, "linger.ms": 5, "retry.backoff.ms": 100})
-
-    def _report(self, err, msg) -> None:
-        with self.lock:
-            if err is None:
-                self.history.ack(msg.partition(), msg.offset(), msg.value())
-            else:
-                self.failed += 1
-
-    def run(self) -> None:
-        i = 0
-        while not self.stop.is_set():
-            try:
-                self.producer.produce(TOPIC, f"v{i}".encode(), partition=i % PARTITIONS, on_delivery=self._report)
-                i += 1
-            except BufferError:
-                pass
-            self.producer.poll(0.01)
-        self.sent = i
-        self.producer.flush(60)
+BROKER = {"replica.lag.time.max.ms": "3000", "replica.fetch.wait.max.ms": "100", "replica.fetch.backoff.ms": "200"}
 
 
 def leader_of(cluster: ZkCluster, partition: int) -> int:
@@ -79,13 +41,12 @@ def test_acknowledged_writes_survive_leader_kills_pauses_and_controller_kills(zk
     try:
         for i in (1, 2, 3):
             cluster.start(i, **BROKER)
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-        eventually(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three brokers")
-        admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})])[TOPIC].result(30)
-        eventually(lambda: healthy(cluster), what="leaders and full ISRs")
+        eventually(lambda: cluster.registered() == [1, 2, 3] and cluster.controller() is not None,
+                   what="three brokers")
+        create_topic(cluster, TOPIC, PARTITIONS, **{"min.insync.replicas": "2"})
 
         history = History()
-        writer = Writer(cluster.bootstrap, history)
+        writer = Writer(cluster, TOPIC, history, acks="all", **{"enable.idempotence": True})
         writer.start()
         for n in range(ROUNDS):
             time.sleep(2)
@@ -112,31 +73,11 @@ def test_acknowledged_writes_survive_leader_kills_pauses_and_controller_kills(zk
                 time.sleep(1)
                 cluster.brokers[victim].start()
             eventually(lambda: healthy(cluster), timeout=60, what=f"recovery after fault {n}")
-        writer.stop.set()
-        writer.join(120)
-        assert not writer.is_alive()
-
-        acked = len(history.acked)
-        assert acked > 0
-        consumer = confluent_kafka.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "checker",
-                                             "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-        try:
-            consumer.assign([confluent_kafka.TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
-            history.new_read_sequence()
-            ends = {p: consumer.get_watermark_offsets(confluent_kafka.TopicPartition(TOPIC, p), timeout=10)[1]
-                    for p in range(PARTITIONS)}
-            done = {p: 0 for p in range(PARTITIONS)}
-            deadline = time.monotonic() + 120
-            while any(done[p] < ends[p] for p in done) and time.monotonic() < deadline:
-                m = consumer.poll(0.5)
-                if m is None or m.error():
-                    continue
-                history.read(m.partition(), m.offset(), m.value())
-                done[m.partition()] = m.offset() + 1
-        finally:
-            consumer.close()
+        writer.finish()
+        assert not writer.is_alive() and writer.acked > 0
+        read = read_back(cluster, TOPIC, history, PARTITIONS)
         anomalies = history.check()
-        print(f"history: {acked} acknowledged, {writer.failed} failed, {len(history.seen)} offsets read")
-        assert not anomalies, f"{anomalies.summary()} ({acked} acknowledged, {writer.failed} failed)"
+        assert not anomalies, f"{anomalies.summary()} ({writer.acked} acknowledged, {writer.failed} failed)"
+        assert read >= writer.acked
     finally:
         cluster.close()
