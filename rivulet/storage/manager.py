@@ -95,6 +95,9 @@ class LogManager:
         self._futures: dict[TopicPartition, Log] = {}
         self._preferred_dirs: dict[TopicPartition, str] = {}
         self._lock = threading.RLock()
+        # Logs whose files a thread is making (without holding the lock), by partition: their dirs.
+        self._being_created: dict[TopicPartition, str] = {}
+        self._created = threading.Condition(self._lock)
         self._checkpoint_lock = threading.Lock()
         self.had_clean_shutdown: dict[str, bool] = {}
         # Dirs loaded read-only because their disk was full at start-up, with why.
@@ -311,8 +314,8 @@ class LogManager:
         if preferred in online:
             return preferred
         counts = {d: 0 for d in online}
-        for lg in self._logs.values():
-            parent = os.path.dirname(lg.dir)
+        for path in [lg.dir for lg in self._logs.values()] + list(self._being_created.values()):
+            parent = os.path.dirname(path)
             if parent in counts:
                 counts[parent] += 1
         return min(online, key=lambda d: counts[d])
@@ -326,10 +329,13 @@ class LogManager:
         """
         if not topic or "/" in topic or "\x00" in topic or topic in (".", "..") or partition < 0:
             raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"invalid topic partition {topic!r}-{partition}")
+        tp = TopicPartition(topic, partition)
         with self._lock:
-            if (topic, partition) in self._offline_partitions:
+            while tp in self._being_created:  # by another thread
+                self._created.wait()
+            if tp in self._offline_partitions:
                 raise KafkaStorageError(f"{topic}-{partition} is on an offline log directory")
-            existing = self._logs.get((topic, partition))
+            existing = self._logs.get(tp)
             if existing is not None:
                 if topic_id is not None and existing.topic_id is not None and existing.topic_id != topic_id:
                     raise ApiError(
@@ -339,7 +345,11 @@ class LogManager:
                 if config is not None:
                     existing.update_config(config)
                 return existing
-            path = os.path.join(self._choose_dir(TopicPartition(topic, partition)), f"{topic}-{partition}")
+            path = os.path.join(self._choose_dir(tp), f"{topic}-{partition}")
+            self._being_created[tp] = path
+        # The files are made without the lock: the loop's own calls (all_logs) must not wait
+        # for a worker thread's fsyncs.
+        try:
             existed = os.path.exists(path)
             try:
                 lg = Log(path, config or self.defaults, topic_id=topic_id,
@@ -356,8 +366,13 @@ class LogManager:
                 self.failure_channel.maybe_add_offline_log_dir(
                     os.path.dirname(path), f"creating the log of {topic}-{partition} failed", e)
                 raise KafkaStorageError(f"creating the log of {topic}-{partition} failed: {e}") from e
-            self._logs[TopicPartition(topic, partition)] = lg
+            with self._lock:
+                self._logs[tp] = lg
             return lg
+        finally:
+            with self._lock:
+                del self._being_created[tp]
+                self._created.notify_all()
 
     def create_logs(self, topic: str, partitions: Iterable[int], config: LogConfig | None = None,
                     topic_id: uuid.UUID | None = None) -> list[Log]:

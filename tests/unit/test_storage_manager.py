@@ -400,3 +400,39 @@ def test_retention_renames_segments_and_unlinks_them_after_file_delete_delay(tmp
     assert m.take_due_deletions(now[0]) == []
     assert lg.log_start_offset == 8 and len(lg.read(8, 1 << 20).records) == 2 * len(b)
     m.shutdown()
+
+
+def test_create_log_makes_files_without_holding_the_manager_lock(tmp_path, monkeypatch):
+    import threading
+
+    from rivulet.storage import manager as manager_mod
+
+    m = LogManager([str(tmp_path / "data")], LogConfig())
+    m.startup()
+    m.create_log("kept", 0)
+    reached, go = threading.Event(), threading.Event()
+    real = manager_mod.Log
+
+    def slow_log(path, *args, **kw):  # a log whose files take long to make (fsyncs on a busy disk)
+        reached.set()
+        go.wait(10)
+        return real(path, *args, **kw)
+
+    monkeypatch.setattr(manager_mod, "Log", slow_log)
+    made: list = []
+    maker = threading.Thread(target=lambda: made.append(m.create_log("t", 0)))
+    maker.start()
+    assert reached.wait(10)
+    seen: list = []
+    reader = threading.Thread(target=lambda: seen.append([lg.topic for lg in m.all_logs()]))
+    reader.start()
+    reader.join(5)
+    assert seen == [["kept"]], "all_logs waited for another thread's file work"
+    again: list = []
+    second = threading.Thread(target=lambda: again.append(m.create_log("t", 0)))  # waits for the first
+    second.start()
+    go.set()
+    maker.join(10)
+    second.join(10)
+    assert made and again and again[0] is made[0]
+    m.shutdown()
