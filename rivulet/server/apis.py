@@ -126,7 +126,7 @@ class KafkaApis:
             LogDirHandlers(topics.log_manager, log_dir_mover),
             TopicHandlers(topics, replica_manager, config, node, cluster_id, metadata_cache, cluster),
             ConfigHandlers(topics, config),
-            GroupHandlers(group_coordinator, topics, clock),
+            GroupHandlers(group_coordinator, topics, clock, metadata_cache),
             FindCoordinatorHandler(group_coordinator, txn_coordinator, config, metadata_cache, cluster),
             TransactionHandlers(txn_coordinator, group_coordinator, replica_manager, topics, config, metadata_cache),
         ):

@@ -10,8 +10,19 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from rivulet.common.cluster import MetadataView
 from rivulet.protocol.framing import RequestHeader
+from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.server.answer import Answer
 from rivulet.server.network import KafkaConnection
 
 Handler = Callable[[RequestHeader, Any, KafkaConnection], Answer]
+
+
+def partition_count(metadata: MetadataView, cache: MetadataCache | None, topic: str) -> int:
+    """How many partitions ``topic`` has (0: no such topic): the controller's word in cluster
+    mode (UpdateMetadata), this node's topics otherwise."""
+    if cache is not None:
+        return cache.num_partitions(topic) or 0
+    info = metadata.get(topic)
+    return info.num_partitions if info is not None else 0

@@ -46,8 +46,9 @@ from rivulet.protocol.messages.offset_delete_request import OffsetDeleteRequest
 from rivulet.protocol.messages.offset_fetch_request import OffsetFetchRequest
 from rivulet.protocol.messages.sync_group_request import SyncGroupRequest
 from rivulet.protocol.messages.txn_offset_commit_request import TxnOffsetCommitRequest
+from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.server.answer import Answer, Reply
-from rivulet.server.handlers import Handler
+from rivulet.server.handlers import Handler, partition_count
 from rivulet.server.network import KafkaConnection
 
 # READ, DELETE and DESCRIBE: what a group resource supports when no authorizer is set.
@@ -61,10 +62,12 @@ def client_host(conn: KafkaConnection) -> str:
 
 
 class GroupHandlers:
-    def __init__(self, coordinator: GroupCoordinator, metadata: MetadataView, clock: Clock) -> None:
+    def __init__(self, coordinator: GroupCoordinator, metadata: MetadataView, clock: Clock,
+                 metadata_cache: MetadataCache | None = None) -> None:
         self.c = coordinator
         self.metadata = metadata
         self.clock = clock
+        self.metadata_cache = metadata_cache  # cluster mode: which partitions exist
 
     def handlers(self) -> dict[int, Handler]:
         return {
@@ -77,9 +80,9 @@ class GroupHandlers:
     def _requested(self, topics: list[Any]) -> Iterator[tuple[TopicPartition, Any, bool]]:
         """(partition, its request entry, whether the partition exists) for every partition named."""
         for t in topics:
-            info = self.metadata.get(t.name)
+            count = partition_count(self.metadata, self.metadata_cache, t.name)
             for p in t.partitions:
-                exists = info is not None and 0 <= p.partition_index < info.num_partitions
+                exists = 0 <= p.partition_index < count
                 yield TopicPartition(t.name, p.partition_index), p, exists
 
     # ------------------------------------------------------------ JoinGroup

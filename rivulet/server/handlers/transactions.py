@@ -36,7 +36,7 @@ from rivulet.protocol.messages.write_txn_markers_request import WriteTxnMarkersR
 from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.server.answer import Answer, Reply
-from rivulet.server.handlers import Handler
+from rivulet.server.handlers import Handler, partition_count
 from rivulet.server.network import KafkaConnection
 from rivulet.transaction.coordinator import TransactionCoordinator
 from rivulet.transaction.markers import GROUP_METADATA_TOPIC_NAME
@@ -105,10 +105,7 @@ class TransactionHandlers:
         errors: dict[TopicPartition, ErrorCode] = {}
         ok: set[TopicPartition] = set()
         for t in topics:
-            info = self.metadata.get(t.name)
-            count = info.num_partitions if info is not None else 0
-            if self.metadata_cache is not None:
-                count = self.metadata_cache.num_partitions(t.name) or 0
+            count = partition_count(self.metadata, self.metadata_cache, t.name)
             for p in t.partitions:
                 tp = TopicPartition(t.name, p)
                 if not 0 <= p < count:
