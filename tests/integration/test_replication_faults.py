@@ -254,3 +254,80 @@ def _epoch_start(data_dir: str, topic: str, epoch: int) -> int:
         lines = f.read().split("\n")
     entries = [tuple(map(int, line.split())) for line in lines[2:] if line.strip()]
     return min((start for e, start in entries if e >= epoch), default=1 << 62)
+
+
+CHAOS_SECONDS = float(os.environ.get("RIVULET_CHAOS_SECONDS", "120"))
+
+
+def test_history_stays_linear_through_leader_kills_pauses_and_controller_kills(cluster):
+    """Jepsen's Kafka workload in small: producers at acks=all with idempotence and a reader
+    run for minutes while a nemesis kills partition leaders (kill -9), freezes them (SIGSTOP
+    past the ZooKeeper session) and kills the controller, one broker at a time. Afterwards
+    every acknowledged record is read back at its offset, and no offset ever shows two values."""
+    import random
+
+    topic = f"chaos-{uuid.uuid4().hex[:6]}"
+    partitions = 3
+    create_topic(cluster, topic, partitions, **{"min.insync.replicas": "2"})
+    history = History()
+    writer = Writer(cluster, topic, history, acks="all", **{"enable.idempotence": True})
+    live = History()
+    stop_reading = threading.Event()
+
+    def read_along() -> None:
+        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": uuid.uuid4().hex,
+                      "enable.auto.commit": False})
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        live.new_read_sequence()
+        while not stop_reading.is_set():
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                live.read(m.partition(), m.offset(), m.value())
+        c.close()
+
+    reader = threading.Thread(target=read_along, daemon=True)
+    rng = random.Random(int(os.environ.get("RIVULET_CHAOS_SEED", "320")))
+    done: list[str] = []
+    writer.start()
+    reader.start()
+    try:
+        writer.wait_for(2000)
+        deadline = time.monotonic() + CHAOS_SECONDS
+        while time.monotonic() < deadline:
+            action = rng.choice(["kill-leader", "pause-leader", "kill-controller"])
+            if action == "kill-controller":
+                victim = cluster.controller()
+            else:
+                victim = cluster.partition_state(topic, rng.randrange(partitions))["leader"]
+            if victim is None or victim not in cluster.brokers:
+                time.sleep(1)
+                continue
+            broker = cluster.brokers[victim]
+            if action == "pause-leader":
+                broker.pause()
+                time.sleep(rng.uniform(5, 8))  # past the session timeout: the leadership moves
+                broker.resume()
+            else:
+                broker.kill()
+                time.sleep(rng.uniform(3, 6))
+                broker.start()
+            done.append(f"{action} {victim}")
+            # One fault at a time: back to three live brokers and full ISRs before the next.
+            eventually(lambda: cluster.registered() == [1, 2, 3], 60, "the broker to register again")
+            for p in range(partitions):
+                eventually(lambda p=p: sorted(cluster.partition_state(topic, p)["isr"]) == [1, 2, 3], 90,
+                           f"partition {p}'s ISR to be whole again after {action} {victim}")
+            writer.wait_for(500)
+    finally:
+        writer.finish()
+    assert len(done) >= 3, done
+    read_back(cluster, topic, history, partitions)
+    anomalies = history.check()
+    assert not anomalies, f"{anomalies.summary()} after {done}"
+    stop_reading.set()
+    reader.join(30)
+    for key, value in history.acked.items():
+        live.ack(key[0], key[1], value)
+    seen_live = live.check()
+    assert not seen_live.inconsistent and not seen_live.duplicate and not seen_live.nonmonotonic, \
+        f"{seen_live.summary()} after {done}"
