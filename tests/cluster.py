@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from kazoo.client import KazooClient
 
@@ -80,3 +81,17 @@ class ZkCluster:
             b.cleanup()
         self.zk.stop()
         self.zk.close()
+
+
+@contextlib.contextmanager
+def three_brokers(connect: str, **overrides: str) -> Iterator[ZkCluster]:
+    """Brokers 1, 2 and 3 registered with a controller elected; all stopped afterwards."""
+    cluster = ZkCluster(connect)
+    try:
+        for i in (1, 2, 3):
+            cluster.start(i, **overrides)
+        eventually(lambda: cluster.registered() == [1, 2, 3] and cluster.controller() is not None,
+                   what="three brokers")
+        yield cluster
+    finally:
+        cluster.close()

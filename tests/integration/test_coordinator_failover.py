@@ -6,7 +6,7 @@ committed offsets and the transactions, and clients carry on (FindCoordinator ag
 from __future__ import annotations
 
 import pytest
-from cluster import ZkCluster, eventually
+from cluster import ZkCluster, eventually, three_brokers
 from confluent_kafka import Consumer, Producer, TopicPartition
 from test_replication_faults import create_topic
 
@@ -39,12 +39,7 @@ def _poll_into(c: Consumer, values: list[bytes]) -> bool:
 
 
 def test_groups_and_transactions_survive_their_coordinators_broker(zk_connect):
-    cluster = ZkCluster(zk_connect)
-    try:
-        for i in (1, 2, 3):
-            cluster.start(i, **BROKER)
-        eventually(lambda: cluster.registered() == [1, 2, 3] and cluster.controller() is not None,
-                   what="three brokers")
+    with three_brokers(zk_connect, **BROKER) as cluster:
         create_topic(cluster, "pay")
         p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "tx"})
         p.init_transactions(60)
@@ -89,5 +84,3 @@ def test_groups_and_transactions_survive_their_coordinators_broker(zk_connect):
         committed = c.committed([TopicPartition("pay", 0)], timeout=30)[0].offset
         c.close()
         assert committed > 20  # past both transactions and their markers
-    finally:
-        cluster.close()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from cluster import ZkCluster, eventually
+from cluster import ZkCluster, eventually, three_brokers
 from history import History
 from test_replication_faults import Writer, create_topic, read_back
 
@@ -37,12 +37,7 @@ def healthy(cluster: ZkCluster) -> bool:
 
 
 def test_acknowledged_writes_survive_leader_kills_pauses_and_controller_kills(zk_connect):
-    cluster = ZkCluster(zk_connect)
-    try:
-        for i in (1, 2, 3):
-            cluster.start(i, **BROKER)
-        eventually(lambda: cluster.registered() == [1, 2, 3] and cluster.controller() is not None,
-                   what="three brokers")
+    with three_brokers(zk_connect, **BROKER) as cluster:
         create_topic(cluster, TOPIC, PARTITIONS, **{"min.insync.replicas": "2"})
 
         history = History()
@@ -79,5 +74,3 @@ def test_acknowledged_writes_survive_leader_kills_pauses_and_controller_kills(zk
         anomalies = history.check()
         assert not anomalies, f"{anomalies.summary()} ({writer.acked} acknowledged, {writer.failed} failed)"
         assert read >= writer.acked
-    finally:
-        cluster.close()
