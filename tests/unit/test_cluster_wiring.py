@@ -61,6 +61,18 @@ def test_controller_requests_over_the_wire_set_leadership_and_metadata(tmp_path)
             pr = await conn.send(core.produce_request(None, 1, 5000, {("t", 0): batch, ("t", 1): batch}))
             errors = {p.index: p.error_code for p in pr.responses[0].partition_responses}
             assert errors == {0: ErrorCode.NONE, 1: ErrorCode.NOT_LEADER_OR_FOLLOWER}
+            # KIP-951: the answer names the current leader and where it listens.
+            moved = pr.responses[0].partition_responses[1]
+            assert (moved.current_leader.leader_id, moved.current_leader.leader_epoch) == (2, 4)
+            assert [(n.node_id, n.port, n.rack) for n in pr.node_endpoints] == [(2, 1, "b")]
+            # A consumer with an old leader epoch is fenced, and told the current leader too.
+            fetch = core.fetch_request({("t", 1): core.FetchPosition(0, 3, -1)}, 0, 1, 1 << 20, 1 << 20)
+            fetch.topics[0].topic_id = TID
+            fr = await conn.send(fetch, 16)
+            part = fr.responses[0].partitions[0]
+            assert part.error_code == ErrorCode.FENCED_LEADER_EPOCH
+            assert (part.current_leader.leader_id, part.current_leader.leader_epoch) == (2, 4)
+            assert [(n.node_id, n.host, n.port) for n in fr.node_endpoints] == [(2, "127.0.0.1", 1)]
 
             # An older controller is fenced; the current one stops and deletes the followed replica.
             stale = await conn.send(leader_and_isr(4, parts, {"t": TID}, brokers))
