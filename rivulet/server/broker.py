@@ -255,6 +255,8 @@ class Broker:
             self.timer.shutdown()
         if self.cluster is not None:
             await self.cluster.stop()
+        if self.topics is not None:
+            await self.topics.drain()  # a topic being created or deleted: its logs all made or all gone
         offline = await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
         for d, why in offline.items():
             log.error("log directory %s was not shut down cleanly (%s); the next start recovers it once "

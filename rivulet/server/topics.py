@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import Callable
+from typing import Callable, TypeVar
 
 from rivulet.common.types import TopicPartition
 from rivulet.protocol.errors import ApiError, ErrorCode
@@ -25,6 +25,7 @@ from rivulet.storage.log_dir_failure import KafkaStorageError
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 PartitionsDeleted = Callable[[list[TopicPartition]], object]
 
 
@@ -47,6 +48,7 @@ class TopicManager:
         # Topics whose logs a worker thread is creating, or closing for deletion.
         self._creating: set[str] = set()
         self._deleting: set[str] = set()
+        self._file_work: set[asyncio.Future] = set()
         # CreatePartitions one at a time: each is checked against the count the last one left.
         self._alter_lock = asyncio.Lock()
         # Told when a topic's partitions are deleted (the group coordinator drops their offsets).
@@ -65,8 +67,9 @@ class TopicManager:
     # ------------------------------------------------------------ start-up
     def open_all(self, *, open_partitions: bool = True) -> None:
         """A partition for every topic partition in the metadata (logs of partitions it does not
-        hold were deleted by ``LogManager.startup``). In cluster mode (``open_partitions`` false) only the configs are loaded: the
-        controller's LeaderAndIsr opens each replica (``log_for_replica``)."""
+        hold were deleted by ``LogManager.startup``). In cluster mode (``open_partitions``
+        false) only the configs are loaded: the controller's LeaderAndIsr opens each replica
+        (``log_for_replica``)."""
         for info in list(self.metadata.topics.values()):
             self._log_configs[info.name] = self._make_log_config(info.configs)
             if open_partitions:
@@ -159,11 +162,23 @@ class TopicManager:
         topic_id = uuid.uuid4()
         self._creating.add(name)
         try:
-            partitions = await asyncio.get_running_loop().run_in_executor(
-                None, self._build_partitions, name, range(num_partitions), cfg, topic_id)
+            partitions = await self._off_loop(self._build_partitions, name, range(num_partitions), cfg, topic_id)
             return self._commit_topic(name, configs, partitions, cfg)
         finally:
             self._creating.discard(name)
+
+    def _off_loop(self, fn: Callable[..., T], *args: object) -> asyncio.Future[T]:
+        """Run file work on a worker thread; ``drain`` waits for all of it."""
+        fut = asyncio.get_running_loop().run_in_executor(None, fn, *args)
+        self._file_work.add(fut)
+        fut.add_done_callback(self._file_work.discard)
+        return fut
+
+    async def drain(self) -> None:
+        """Wait for the file work of topic operations under way (before the logs are closed at
+        shutdown): each then has its logs made or removed, never half."""
+        while self._file_work:
+            await asyncio.wait(list(self._file_work))
 
     def _build_partitions(self, name: str, indexes: range, cfg: LogConfig,
                           topic_id: uuid.UUID) -> list[Partition]:
@@ -221,8 +236,7 @@ class TopicManager:
             listener(deleted)
         self._deleting.add(name)
         try:
-            await asyncio.get_running_loop().run_in_executor(None, self._discard_logs, name,
-                                                             range(info.num_partitions))
+            await self._off_loop(self._discard_logs, name, range(info.num_partitions))
         finally:
             self._deleting.discard(name)
         log.info("deleted topic %s", name)
@@ -248,8 +262,8 @@ class TopicManager:
             if validate_only:
                 return
             added = range(old, count)
-            partitions = await asyncio.get_running_loop().run_in_executor(
-                None, self._build_partitions, name, added, self._log_configs[name], info.topic_id)
+            partitions = await self._off_loop(self._build_partitions, name, added, self._log_configs[name],
+                                              info.topic_id)
             try:
                 if self.metadata.get(name) is not info:
                     raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)  # deleted meanwhile

@@ -161,3 +161,25 @@ def test_deletion_stops_serving_at_once_and_frees_the_name_when_done(tmp_path):
         assert e.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
     with_broker(tmp_path, body)
+
+
+def test_shutdown_waits_for_a_creation_under_way(tmp_path):
+    async def main() -> None:
+        b = await started(tmp_path)
+        reached, go = gate_creation(b, 3)
+        creating = asyncio.ensure_future(b.topics.create_topic_off_loop("big", 6, 1, {}))
+        await until(reached)
+        stopping = asyncio.ensure_future(b.shutdown())
+        await asyncio.sleep(0.05)
+        assert not stopping.done()  # the logs are not closed under the worker's feet
+        go.set()
+        await stopping
+        assert (await creating).num_partitions == 6
+        # Every log made was closed by the shutdown: the next start finds the whole topic.
+        b2 = await started(tmp_path)
+        try:
+            assert b2.topics.get("big").num_partitions == 6
+            assert all(("big", i) in b2.replica_manager.partitions for i in range(6))
+        finally:
+            await b2.shutdown()
+    asyncio.run(main())
