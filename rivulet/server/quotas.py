@@ -20,6 +20,9 @@ user's client ids. A value is recorded first and then checked; over the bound, t
 time is how long the measured window must grow for the rate to fall back to the bound. Until
 listeners authenticate, every connection's user is Kafka's ``ANONYMOUS`` principal.
 
+``controller_mutation_rate`` (KIP-599) counts partitions created and deleted in a token bucket
+per sensor; ``connection_creation_rate`` (KIP-612) new connections per IP address.
+
 ``ClientQuotas`` holds the configured entities (what DescribeClientQuotas shows and
 AlterClientQuotas changes, validated as Kafka's controller validates them), persists them
 through a ``QuotaStore`` and hands each change to the managers at once, so it applies to
@@ -372,6 +375,101 @@ class ClientRequestQuotaManager(ClientQuotaManager):
         return self.record_and_get_throttle_time_ms(user, client_id, nanos * NANOS_TO_PERCENTAGE_PER_SECOND, now_ms)
 
 
+class TokenBucket:
+    """Kafka's TokenBucket (KIP-599): credits refill at the quota's rate up to a burst of
+    ``samples * window`` seconds' worth; recording takes credits and may leave them negative."""
+
+    __slots__ = ("tokens", "last_ms")
+
+    def __init__(self) -> None:
+        self.tokens: float | None = None  # full until first used (Kafka's refill from time 0)
+        self.last_ms = 0
+
+    def _refill(self, rate: float, burst: float, now_ms: int) -> None:
+        if self.tokens is None:
+            self.tokens = burst
+        else:
+            self.tokens = min(burst, self.tokens + rate * (now_ms - self.last_ms) / 1000)
+        self.last_ms = now_ms
+
+    def measure(self, rate: float, burst: float, now_ms: int) -> float:
+        self._refill(rate, burst, now_ms)
+        assert self.tokens is not None
+        return self.tokens
+
+    def record(self, value: float, rate: float, burst: float, now_ms: int) -> None:
+        self._refill(rate, burst, now_ms)
+        assert self.tokens is not None
+        self.tokens = min(burst, self.tokens - value)
+
+
+class ControllerMutationQuota:
+    """One request's controller_mutation_rate (Kafka's Strict- and
+    PermissiveControllerMutationQuota): partitions created or deleted are recorded one topic at
+    a time. Strict (CreateTopics v6+, CreatePartitions v3+, DeleteTopics v5+): a topic is
+    refused with THROTTLING_QUOTA_EXCEEDED while the credits are below zero. Permissive (older
+    versions): everything is done, and the answer is throttled."""
+
+    def __init__(self, manager: ControllerMutationQuotaManager | None, tags: tuple[str, str], strict: bool) -> None:
+        self.manager = manager
+        self.tags = tags
+        self.strict = strict
+        self._throttle_ms = 0
+        self._throttled_at = 0
+
+    def record(self, partitions: int) -> None:
+        m = self.manager
+        if m is None:
+            return
+        bucket, rate, burst, now = m.bucket(self.tags)
+        if rate is None:
+            return
+        if self.strict:
+            tokens = bucket.measure(rate, burst, now)
+            if tokens < 0:
+                self._throttled(tokens, rate, now)
+                raise ApiError(ErrorCode.THROTTLING_QUOTA_EXCEEDED, "The throttling quota has been exceeded.")
+            bucket.record(partitions, rate, burst, now)
+        else:
+            bucket.record(partitions, rate, burst, now)
+            tokens = bucket.measure(rate, burst, now)
+            if tokens < 0:
+                self._throttled(tokens, rate, now)
+
+    def _throttled(self, tokens: float, rate: float, now: int) -> None:
+        self._throttle_ms = java_round(-tokens / rate * 1000)
+        self._throttled_at = now
+
+    def throttle_time_ms(self) -> int:
+        """The throttle time recorded, less the time since (the answer may come later)."""
+        if self.manager is None or not self._throttle_ms:
+            return 0
+        return max(0, self._throttle_ms - (self.manager.now_ms() - self._throttled_at))
+
+
+class ControllerMutationQuotaManager(ClientQuotaManager):
+    """``controller_mutation_rate`` per user and client id, with Kafka's precedence, measured with
+    a TokenBucket per sensor instead of a Rate."""
+
+    def __init__(self, samples: int, window_seconds: int, clock: Clock) -> None:
+        super().__init__("ControllerMutation", samples, window_seconds, clock)
+        self.buckets: dict[tuple[str, str], TokenBucket] = {}
+
+    def bucket(self, tags: tuple[str, str]) -> tuple[TokenBucket, float | None, float, int]:
+        """The sensor's bucket, its rate (None: no quota applies), its burst and the time now."""
+        rate = self.quota_limit(tags)
+        bucket = self.buckets.get(tags)
+        if bucket is None:
+            bucket = self.buckets[tags] = TokenBucket()
+        burst = self.samples * self.window_ms / 1000 * rate if rate is not None else 0.0
+        return bucket, rate, burst, self.now_ms()
+
+    def quota_for(self, user: str, client_id: str, strict: bool) -> ControllerMutationQuota:
+        if not self.quotas_enabled():
+            return ControllerMutationQuota(None, ("", ""), strict)
+        return ControllerMutationQuota(self, self.metric_tags(user, client_id), strict)
+
+
 class ConnectionRateQuotas:
     """``connection_creation_rate`` per IP address (KIP-612): new connections per second from
     one address, set for the address or as the IP default. As Kafka does, a connection over the
@@ -469,6 +567,7 @@ class ClientQuotas:
         self.produce = ClientQuotaManager("Produce", samples, window_seconds, clock)
         self.fetch = ClientQuotaManager("Fetch", samples, window_seconds, clock)
         self.request = ClientRequestQuotaManager(samples, window_seconds, clock)
+        self.controller_mutation = ControllerMutationQuotaManager(samples, window_seconds, clock)
         self.connection_rates = ConnectionRateQuotas(samples, window_seconds, clock)
         self.store = store
         self.entities: dict[QuotaEntity, dict[str, float]] = {}
@@ -479,7 +578,7 @@ class ClientQuotas:
 
     def _manager(self, key: str) -> ClientQuotaManager | None:
         return {PRODUCER_BYTE_RATE: self.produce, CONSUMER_BYTE_RATE: self.fetch,
-                REQUEST_PERCENTAGE: self.request}.get(key)
+                REQUEST_PERCENTAGE: self.request, CONTROLLER_MUTATION_RATE: self.controller_mutation}.get(key)
 
     def _apply(self, entity: QuotaEntity, key: str, value: float | None) -> None:
         values = self.entities.setdefault(entity, {})
@@ -496,7 +595,7 @@ class ClientQuotas:
             return
         manager = self._manager(key)
         if manager is None:
-            return  # controller_mutation_rate is kept and described only: no controller mutation quota yet
+            return
         def part(t: str) -> str | _Default | None:
             if t not in parts:
                 return None

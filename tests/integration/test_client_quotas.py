@@ -210,3 +210,42 @@ def test_connection_creation_rate_holds_then_closes_connections_over_it(broker_f
             assert served(s)
     finally:
         admin.close()
+
+
+def test_controller_mutation_rate_on_topic_creation(broker_factory):
+    """controller_mutation_rate (KIP-599): CreateTopics v6+ is strict (a topic is refused with
+    THROTTLING_QUOTA_EXCEEDED while the client is in debt), librdkafka's older CreateTopics is
+    permissive (done, and the answer throttled)."""
+    import asyncio
+
+    from confluent_kafka.admin import AdminClient as CkAdmin
+    from confluent_kafka.admin import NewTopic as CkNewTopic
+
+    from rivulet.admin import AsyncAdminClient, NewTopic
+    from rivulet.protocol.errors import ApiError, ErrorCode
+    broker = broker_factory()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    try:
+        alter(admin, {CLIENT_ID: None}, {"controller_mutation_rate": 1})  # 11 partitions of credit each
+    finally:
+        admin.close()
+
+    async def strict() -> list:
+        async with AsyncAdminClient({"bootstrap.servers": broker.bootstrap, "client.id": "strict"}) as a:
+            first = await a.create_topics([NewTopic("m-a", 20)])
+            second = await a.create_topics([NewTopic("m-b", 1)])
+            return [first["m-a"], second["m-b"]]
+
+    first, second = asyncio.run(strict())
+    assert not isinstance(first, ApiError)  # in credit when it started
+    assert isinstance(second, ApiError) and second.code == ErrorCode.THROTTLING_QUOTA_EXCEEDED
+
+    throttles: list[float] = []
+    ck = CkAdmin({"bootstrap.servers": broker.bootstrap, "client.id": "permissive",
+                  "throttle_cb": lambda ev: throttles.append(ev.throttle_time)})
+    for name, parts in (("m-c", 20), ("m-d", 1)):
+        ck.create_topics([CkNewTopic(name, parts, 1)])[name].result(30)  # both done
+    deadline = time.monotonic() + 10
+    while not throttles and time.monotonic() < deadline:
+        ck.poll(0.1)
+    assert throttles and max(throttles) > 0

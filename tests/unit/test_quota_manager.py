@@ -273,3 +273,37 @@ def test_connection_creation_rate_per_ip():
     assert rates.throttle_ms("10.0.0.1") == 0  # those ten have expired
     q.alter([([(IP, None)], [QuotaOp("connection_creation_rate", 0.0, True)])])
     assert all(rates.throttle_ms("10.0.0.1") == 0 for _ in range(100))
+
+
+# ------------------------------------------------------------ controller_mutation_rate (KIP-599)
+def test_token_bucket_refills_at_the_rate_up_to_the_burst():
+    from rivulet.server.quotas import TokenBucket
+    b = TokenBucket()
+    assert b.measure(2.0, 22.0, 0) == 22.0  # full at first
+    b.record(30, 2.0, 22.0, 0)
+    assert b.measure(2.0, 22.0, 0) == -8.0
+    assert b.measure(2.0, 22.0, 5000) == 2.0
+    assert b.measure(2.0, 22.0, 100_000) == 22.0
+
+
+def test_strict_mutation_quota_refuses_while_in_debt_and_permissive_throttles():
+    clock = MockClock()
+    q = ClientQuotas(11, 1, clock)
+    assert q.controller_mutation.quota_for("ANONYMOUS", "c", strict=True).throttle_time_ms() == 0
+    q.alter([([(CLIENT_ID, None)], [QuotaOp("controller_mutation_rate", 2.0, False)])])
+    strict = q.controller_mutation.quota_for("ANONYMOUS", "c", strict=True)
+    strict.record(30)  # 22 credits (2/s over 11 s) in hand: allowed, leaves -8
+    assert strict.throttle_time_ms() == 0
+    with pytest.raises(ApiError) as e:
+        strict.record(1)
+    assert e.value.code == ErrorCode.THROTTLING_QUOTA_EXCEEDED
+    assert e.value.message == "The throttling quota has been exceeded."
+    assert strict.throttle_time_ms() == 4000  # 8 credits at 2/s
+    clock.sleep(1000)
+    assert strict.throttle_time_ms() == 3000
+    permissive = q.controller_mutation.quota_for("ANONYMOUS", "c", strict=False)
+    permissive.record(1)  # done anyway, and throttled
+    assert permissive.throttle_time_ms() == 3500
+    other = q.controller_mutation.quota_for("ANONYMOUS", "other-client", strict=True)
+    other.record(5)  # its own bucket
+    assert other.throttle_time_ms() == 0

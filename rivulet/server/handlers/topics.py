@@ -37,6 +37,7 @@ from rivulet.server.config import BrokerConfig
 from rivulet.server.handlers import Handler
 from rivulet.server.metadata import INTERNAL_TOPICS, validate_topic_name
 from rivulet.server.network import KafkaConnection
+from rivulet.server.quotas import ControllerMutationQuota, ControllerMutationQuotaManager
 from rivulet.server.topics import TopicManager
 from rivulet.server.zk_cluster import ZkClusterMember
 
@@ -97,8 +98,8 @@ def _requested_partitions(req: CreateTopicsRequest, default_partitions: int) -> 
 
 class TopicHandlers:
     def __init__(self, topics: TopicManager, replica_manager: ReplicaManager, config: BrokerConfig,
-                 node: NodeEndpoint, cluster_id: str, metadata_cache: MetadataCache | None = None,
-                 cluster: ZkClusterMember | None = None) -> None:
+                 node: NodeEndpoint, cluster_id: str, mutation_quotas: ControllerMutationQuotaManager,
+                 metadata_cache: MetadataCache | None = None, cluster: ZkClusterMember | None = None) -> None:
         """``cluster`` (ZooKeeper mode): topic creations and deletions are written to ZooKeeper,
         for the controller to carry out, as Kafka 2.x's brokers do."""
         self.topics = topics
@@ -106,6 +107,7 @@ class TopicHandlers:
         self.config = config
         self.node = node
         self.cluster_id = cluster_id
+        self.mutation_quotas = mutation_quotas
         # Cluster mode: brokers, leaders and ISRs as the controller's UpdateMetadata stated them.
         self.metadata_cache = metadata_cache
         self.cluster = cluster
@@ -357,10 +359,23 @@ class TopicHandlers:
                                          error_message="Excessively large number of partitions per request.",
                                          topic_id=ZERO_UUID, num_partitions=-1, replication_factor=-1, configs=None)
                 for t in req.topics])
+        quota = self._mutation_quota(header, conn, strict_since=6)
         # The logs are made on a worker thread: the answer comes when every topic is done.
-        return asyncio.ensure_future(self._create_topics(req))
+        return asyncio.ensure_future(self._create_topics(req, quota, conn))
 
-    async def _create_topics(self, req: CreateTopicsRequest) -> ctr.CreateTopicsResponse:
+    def _mutation_quota(self, header: RequestHeader, conn: KafkaConnection, strict_since: int) -> ControllerMutationQuota:
+        return self.mutation_quotas.quota_for(conn.user, header.client_id or "",
+                                              strict=header.api_version >= strict_since)
+
+    @staticmethod
+    def _throttle(quota: ControllerMutationQuota, conn: KafkaConnection) -> int:
+        """controller_mutation_rate's throttle time for the answer; the connection is muted for it."""
+        ms = quota.throttle_time_ms()
+        conn.throttle(ms)
+        return ms
+
+    async def _create_topics(self, req: CreateTopicsRequest, quota: ControllerMutationQuota,
+                             conn: KafkaConnection) -> ctr.CreateTopicsResponse:
         cluster = self.cluster
         brokers = cluster.live_broker_ids() if cluster is not None else {self.node.node_id}
         seen = Counter(t.name for t in req.topics)
@@ -370,12 +385,13 @@ class TopicHandlers:
             with errors_into(res):
                 num, rf, assignment = self._plan_topic(t, seen, brokers)
                 configs = {c.name: c.value for c in t.configs}
+                self.topics.validate_new_topic(t.name, num, rf, configs)
+                quota.record(num)  # after the topic's own checks, as Kafka's controller
                 if cluster is None:
                     info = await self.topics.create_topic_off_loop(t.name, num, rf, configs,
                                                                    validate_only=req.validate_only)
                     topic_id = info.topic_id if info else ZERO_UUID
                 else:
-                    self.topics.validate_new_topic(t.name, num, rf, configs)
                     if assignment is None:
                         assignment = cluster.assign_replicas(num, rf)
                     topic_id = ZERO_UUID if req.validate_only else \
@@ -383,7 +399,7 @@ class TopicHandlers:
                 res.num_partitions, res.replication_factor, res.topic_id = num, rf, topic_id
                 res.configs = self._topic_config_entries(t.name, configs, ctr.CreatableTopicConfigs)
             results.append(res)
-        return ctr.CreateTopicsResponse(throttle_time_ms=0, topics=results)
+        return ctr.CreateTopicsResponse(throttle_time_ms=self._throttle(quota, conn), topics=results)
 
     def _plan_topic(self, t: Any, seen: Counter, brokers: set[int]) -> tuple[int, int, dict[int, list[int]] | None]:
         """Partition count, replication factor and the explicit assignment (if any) of a topic to
@@ -431,10 +447,12 @@ class TopicHandlers:
             targets = [(t.name, t.topic_id) for t in req.topics]
         else:
             targets = [(n, None) for n in req.topic_names]
+        quota = self._mutation_quota(header, conn, strict_since=5)
         # The logs are closed and renamed on a worker thread: the answer comes when that is done.
-        return asyncio.ensure_future(self._delete_topics(targets))
+        return asyncio.ensure_future(self._delete_topics(targets, quota, conn))
 
-    async def _delete_topics(self, targets: list[tuple[str | None, Any]]) -> dtr.DeleteTopicsResponse:
+    async def _delete_topics(self, targets: list[tuple[str | None, Any]], quota: ControllerMutationQuota,
+                             conn: KafkaConnection) -> dtr.DeleteTopicsResponse:
         topics = self.topics
         cache = self.metadata_cache
         results = []
@@ -453,15 +471,17 @@ class TopicHandlers:
                 if self.cluster is not None:
                     if cache is not None and cache.contains_topic(name):
                         res.topic_id = cache.topic_id(name) or ZERO_UUID
+                        quota.record(cache.num_partitions(name) or 0)
                     await self.cluster.delete_topic(name)  # the controller carries it out
                 else:
                     info = topics.get(name)
                     if info is None:
                         raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                     res.topic_id = info.topic_id
+                    quota.record(info.num_partitions)
                     await topics.delete_topic(name)
             results.append(res)
-        return dtr.DeleteTopicsResponse(throttle_time_ms=0, responses=results)
+        return dtr.DeleteTopicsResponse(throttle_time_ms=self._throttle(quota, conn), responses=results)
 
     def handle_create_partitions(
         self, header: RequestHeader, req: CreatePartitionsRequest, conn: KafkaConnection
@@ -476,13 +496,18 @@ class TopicHandlers:
                 cpr.CreatePartitionsTopicResult(name=t.name, error_code=ErrorCode.POLICY_VIOLATION,
                                                 error_message="Unable to perform excessively large batch operation.")
                 for t in req.topics])
-        return asyncio.ensure_future(self._create_partitions(req))
+        quota = self._mutation_quota(header, conn, strict_since=3)
+        return asyncio.ensure_future(self._create_partitions(req, quota, conn))
 
-    async def _create_partitions(self, req: CreatePartitionsRequest) -> cpr.CreatePartitionsResponse:
+    async def _create_partitions(self, req: CreatePartitionsRequest, quota: ControllerMutationQuota,
+                                 conn: KafkaConnection) -> cpr.CreatePartitionsResponse:
         results = []
         for t in req.topics:
             res = cpr.CreatePartitionsTopicResult(name=t.name, error_code=0, error_message=None)
             try:
+                info = self.topics.get(t.name)
+                if info is not None and t.count > info.num_partitions:
+                    quota.record(t.count - info.num_partitions)
                 await self.topics.add_partitions(t.name, t.count,
                                                  None if t.assignments is None else len(t.assignments),
                                                  validate_only=req.validate_only)
@@ -490,4 +515,4 @@ class TopicHandlers:
                 res.error_code = e.code
                 res.error_message = e.message
             results.append(res)
-        return cpr.CreatePartitionsResponse(throttle_time_ms=0, results=results)
+        return cpr.CreatePartitionsResponse(throttle_time_ms=self._throttle(quota, conn), results=results)
