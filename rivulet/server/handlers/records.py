@@ -205,6 +205,7 @@ class RecordHandlers:
             if not from_follower:
                 # As Kafka: both quotas judged when the answer is ready; a throttled consumer gets
                 # an empty answer and its bytes are taken back off its rate.
+                # Kafka counts the whole response; its record sets are nearly all of it.
                 size = sum(len(r.records) for r in results.values() if r.records is not None)
                 request_ms = self.quotas.request.record_request_time(user, client_id, spent)
                 fetch_ms = self.quotas.fetch.maybe_record_and_get_throttle_time_ms(user, client_id, size)
