@@ -74,6 +74,16 @@ class ZkCluster:
     def registered(self) -> list[int]:
         return sorted(int(i) for i in self.zk.get_children("/brokers/ids"))
 
+    def wait_for_brokers(self, ids: list[int], timeout: float = 60) -> None:
+        """Until ``ids`` are registered, there is a controller, and every running broker lists
+        exactly them (topics created through any broker then see them all)."""
+        eventually(lambda: self.registered() == sorted(ids) and self.controller() is not None, timeout,
+                   f"brokers {ids} and a controller")
+        for b in self.brokers.values():
+            if b.proc is not None:
+                eventually(lambda b=b: describe_cluster(b)[1] == sorted(ids), timeout,
+                           f"broker on port {b.port} to list brokers {ids}")
+
     def close(self) -> None:
         for b in self.brokers.values():
             b.resume()
@@ -90,8 +100,23 @@ def three_brokers(connect: str, **overrides: str) -> Iterator[ZkCluster]:
     try:
         for i in (1, 2, 3):
             cluster.start(i, **overrides)
-        eventually(lambda: cluster.registered() == [1, 2, 3] and cluster.controller() is not None,
-                   what="three brokers")
+        cluster.wait_for_brokers([1, 2, 3])
         yield cluster
     finally:
         cluster.close()
+
+
+def find_coordinator(broker: BrokerProcess, key: str, key_type: int = 0) -> int:
+    """The node id of the coordinator of a group (key type 0) or transactional id (1); -1 when
+    there is none yet."""
+    from rivulet.client import core
+
+    async def ask() -> int:
+        conn = await BrokerConnection("127.0.0.1", broker.port).connect(10)
+        try:
+            resp = await conn.send(core.find_coordinator_request(key, key_type))
+        finally:
+            await conn.close()
+        code, found, _ = core.read_find_coordinator(resp)
+        return found.node_id if code == 0 and found is not None else -1
+    return asyncio.run(ask())

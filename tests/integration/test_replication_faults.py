@@ -37,7 +37,7 @@ def cluster(zk_connect):
     c = ZkCluster(zk_connect)
     for i in (1, 2, 3):
         c.start(i, **BROKER_CONFIG)
-    eventually(lambda: c.registered() == [1, 2, 3] and c.controller() is not None, what="three brokers")
+    c.wait_for_brokers([1, 2, 3])
     yield c
     c.close()
 

@@ -1,0 +1,142 @@
+"""Consumer groups and transactions on a 3-broker cluster through the death (kill -9) of the
+broker that coordinates them: the coordinator moves with the leadership of its internal
+partition, commits and transactions go on, and nothing committed is lost or seen twice."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from tests.cluster import ZkCluster, eventually, find_coordinator
+from tests.integration.test_replication_faults import BROKER_CONFIG, create_topic
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+
+
+@pytest.fixture
+def cluster(zk_connect):
+    c = ZkCluster(zk_connect)
+    for i in (1, 2, 3):
+        c.start(i, **BROKER_CONFIG, **{"transaction.state.log.num.partitions": "3",
+                                       "transaction.state.log.replication.factor": "3",
+                                       "transaction.state.log.min.isr": "2"})
+    c.wait_for_brokers([1, 2, 3])
+    yield c
+    c.close()
+
+
+def coordinator(cluster: ZkCluster, key: str, key_type: int = 0) -> int:
+    found = [-1]
+
+    def ask() -> bool:
+        b = next(b for b in cluster.brokers.values() if b.proc is not None)
+        found[0] = find_coordinator(b, key, key_type)
+        return found[0] >= 0
+    eventually(ask, 60, f"a coordinator for {key}")
+    return found[0]
+
+
+def test_a_group_goes_on_after_its_coordinator_is_killed(cluster):
+    topic, group = f"grp-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    create_topic(cluster, topic, 3, **{"min.insync.replicas": "2"})
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    values = [b"v%05d" % i for i in range(3000)]
+    for v in values:
+        p.produce(topic, v, key=v)
+    assert p.flush(60) == 0
+    conf = {"bootstrap.servers": cluster.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+            "enable.auto.commit": False}
+    c = Consumer(conf)
+    c.subscribe([topic])
+    seen: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(seen) < 1000 and time.monotonic() < deadline:
+        m = c.poll(1)
+        if m is not None and not m.error():
+            seen.append(m.value())
+    c.commit(asynchronous=False)
+    committed_before = sum(max(tp.offset, 0) for tp in c.committed([TopicPartition(topic, i) for i in range(3)], 30))
+    assert committed_before == len(seen)
+
+    doomed = coordinator(cluster, group)
+    cluster.brokers[doomed].kill()
+    eventually(lambda: coordinator(cluster, group) not in (-1, doomed), 60, "the group coordinator to move")
+    # The same member goes on reading and committing through the new coordinator.
+    deadline = time.monotonic() + 90
+    while len(seen) < 2000 and time.monotonic() < deadline:
+        m = c.poll(1)
+        if m is not None and not m.error():
+            seen.append(m.value())
+    for _ in range(30):
+        try:
+            c.commit(asynchronous=False)
+            break
+        except KafkaException:
+            time.sleep(1)  # the coordinator is still loading the group
+    c.close()
+    # A new member starts where the group committed: every record read, none lost.
+    c = Consumer(conf)
+    c.subscribe([topic])
+    deadline = time.monotonic() + 90
+    while len(set(seen)) < len(values) and time.monotonic() < deadline:
+        m = c.poll(1)
+        if m is not None and not m.error():
+            seen.append(m.value())
+    c.close()
+    assert set(seen) == set(values)
+    assert len(seen) - len(values) < 1000, "the group restarted far behind its commits"
+
+
+def test_transactions_go_on_after_their_coordinator_is_killed(cluster):
+    topic, txn_id = f"txn-{uuid.uuid4().hex[:6]}", f"t-{uuid.uuid4().hex[:6]}"
+    create_topic(cluster, topic, 3, **{"min.insync.replicas": "2"})
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": txn_id,
+                  "transaction.timeout.ms": 30000})
+    p.init_transactions(60)
+    committed: list[bytes] = []
+    aborted: list[bytes] = []
+
+    def one(n: int, commit: bool) -> None:
+        batch = [b"%s-%d-%d" % (b"c" if commit else b"a", n, i) for i in range(50)]
+        p.begin_transaction()
+        for v in batch:
+            p.produce(topic, v, key=v)
+        if commit:
+            p.commit_transaction(60)
+            committed.extend(batch)
+        else:
+            p.abort_transaction(60)
+            aborted.extend(batch)
+
+    for n in range(10):
+        one(n, commit=n % 3 != 0)
+    doomed = coordinator(cluster, txn_id, key_type=1)
+    cluster.brokers[doomed].kill()
+    eventually(lambda: coordinator(cluster, txn_id, 1) not in (-1, doomed), 60, "the transaction coordinator to move")
+    for n in range(10, 20):
+        for attempt in range(30):
+            try:
+                one(n, commit=n % 3 != 0)
+                break
+            except KafkaException as e:
+                if not e.args[0].retriable():
+                    raise
+                time.sleep(1)
+    p.flush(30)
+    cluster.brokers[doomed].start()  # the rest of the test reads with all three back
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": uuid.uuid4().hex,
+                  "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+    c.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 90
+    while len(got) < len(committed) and time.monotonic() < deadline:
+        m = c.poll(1)
+        if m is not None and not m.error():
+            got.append(m.value())
+    extra = c.poll(3)
+    c.close()
+    assert sorted(got) == sorted(committed) and extra is None
+    assert not set(got) & set(aborted)
