@@ -249,3 +249,35 @@ def test_controller_mutation_rate_on_topic_creation(broker_factory):
     while not throttles and time.monotonic() < deadline:
         ck.poll(0.1)
     assert throttles and max(throttles) > 0
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_kafka_pythons_encoding_of_the_quota_apis(broker_factory, version):
+    """kafka-python has no quota calls in its admin client, but its own codec for both APIs
+    (v0 and the flexible v1), sent through its admin connection, gets Kafka's answers."""
+    from kafka.admin import KafkaAdminClient
+    from kafka.protocol.admin import AlterClientQuotasRequest as A
+    from kafka.protocol.admin import DescribeClientQuotasRequest as D
+    broker = broker_factory()
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        def send(request):  # kafka-python's admin runs its requests on its own network loop
+            return admin._manager.run(admin._manager.send, request)
+
+        def entry(name, value, key="producer_byte_rate"):
+            return A.EntryData(entity=[A.EntryData.EntityData(entity_type="client-id", entity_name=name)],
+                               ops=[A.EntryData.OpData(key=key, value=value, remove=False)])
+
+        altered = send(A(version=version, entries=[entry("kp", 1024.0), entry("bad", 1.5)], validate_only=False))
+        assert [(e.entity[0].entity_name, e.error_code, e.error_message) for e in altered.entries] == [
+            ("kp", 0, None), ("bad", 42, "producer_byte_rate cannot be a fractional value.")]
+        described = send(D(version=version, components=[D.ComponentData(entity_type="client-id", match_type=2,
+                                                                         match=None)], strict=True))
+        assert described.error_code == 0
+        assert [(e.entity[0].entity_name, [(v.key, v.value) for v in e.values]) for e in described.entries] == [
+            ("kp", [("producer_byte_rate", 1024.0)])]
+        refused = send(D(version=version, components=[D.ComponentData(entity_type="group", match_type=0,
+                                                                      match="g")], strict=False))
+        assert (refused.error_code, refused.error_message) == (35, "Unsupported entity type group")
+    finally:
+        admin.close()
