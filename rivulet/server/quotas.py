@@ -190,7 +190,6 @@ class _Default:
 
 
 DEFAULT = _Default()
-Name = "str | _Default"  # a user or client id, or DEFAULT
 
 NO_QUOTAS, CLIENT_ID_QUOTA, USER_QUOTA, USER_CLIENT_ID_QUOTA = 0, 1, 2, 4
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from rivulet.protocol.errors import ApiError, ErrorCode
+from rivulet.protocol.errors import ApiError
 from rivulet.protocol.framing import RequestHeader
 from rivulet.protocol.messages import alter_client_quotas_response as acqr, describe_client_quotas_response as dcqr
 from rivulet.protocol.messages.alter_client_quotas_request import AlterClientQuotasRequest
