@@ -78,6 +78,13 @@ class LeaderAndIsrPartition:
     state: PartitionState
 
 
+class AsyncTxnVerifier(Protocol):
+    """KIP-890 in cluster mode: may ``transactional_id``'s producer open a transaction on ``tp``?"""
+
+    async def verify(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
+                     tp: TopicPartition) -> ErrorCode: ...
+
+
 class LeadershipListener(Protocol):
     """Told which partitions this broker now leads and follows (the coordinators load and
     unload their internal partitions from it)."""
@@ -288,6 +295,8 @@ class ReplicaManager:
         # transaction coordinator installs it; a transactional batch that would open a
         # transaction on a partition is only appended if the coordinator has that partition.
         self.txn_verifier: Callable[[str | None, int, int, TopicPartition], ErrorCode] | None = None
+        # Cluster mode: the coordinator may be another broker's, so the check is asynchronous.
+        self.async_txn_verifier: AsyncTxnVerifier | None = None
 
     # -------------------------------------------------------- partitions
     def on_high_watermark_advanced(self, tp: TopicPartition) -> None:
@@ -491,12 +500,18 @@ class ReplicaManager:
         internal: bool = False,
         origin: AppendOrigin | None = None,
         transactional_id: str | None = None,
+        verified: bool = False,
     ) -> dict[TopicPartition, ProduceResult] | asyncio.Future:
         """Validate and append each partition's records; wait for acks=all and for fsyncs.
 
         ``origin`` defaults to COORDINATOR for ``internal`` appends, CLIENT otherwise."""
         if origin is None:
             origin = AppendOrigin.COORDINATOR if internal else AppendOrigin.CLIENT
+        if origin == AppendOrigin.CLIENT and self.async_txn_verifier is not None and not verified:
+            to_verify = self._needs_verification(entries)
+            if to_verify:
+                return asyncio.get_running_loop().create_task(self._verify_then_append(
+                    entries, to_verify, required_acks, timeout_ms, transactional_id))
         results: dict[TopicPartition, ProduceResult] = {}
         flushes: list[Partition] = []
         now = self.clock.milliseconds()
@@ -550,23 +565,70 @@ class ReplicaManager:
             self._after_flush(results, required_acks, timeout_ms, fut)
         return fut
 
-    def _verify_transaction(self, p: Partition, headers: list, transactional_id: str | None) -> None:
-        h = headers[0]
-        if not h.is_transactional:
-            return
-        entry = p.log.producer_state.last_entry(h.producer_id)
-        if entry is not None and entry.current_txn_first_offset is not None \
-                and entry.producer_epoch == h.producer_epoch:
-            return  # already part of this producer's open transaction here
-        err = self.txn_verifier(transactional_id, h.producer_id, h.producer_epoch, p.tp)
+    @staticmethod
+    def _in_open_transaction(p: Partition, producer_id: int, producer_epoch: int) -> bool:
+        entry = p.log.producer_state.last_entry(producer_id)
+        return entry is not None and entry.current_txn_first_offset is not None \
+            and entry.producer_epoch == producer_epoch
+
+    @staticmethod
+    def _verification_failure(tp: TopicPartition, err: ErrorCode) -> ApiError | None:
         if err == ErrorCode.NONE:
-            return
+            return None
         if err == ErrorCode.PRODUCER_FENCED:
             err = ErrorCode.INVALID_PRODUCER_EPOCH
         elif err in (ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                      ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
             err = ErrorCode.NOT_ENOUGH_REPLICAS  # retriable for a producer, as Kafka maps it
-        raise ApiError(err, f"transactional write to {p.tp} failed verification with the coordinator")
+        return ApiError(err, f"transactional write to {tp} failed verification with the coordinator")
+
+    def _verify_transaction(self, p: Partition, headers: list, transactional_id: str | None) -> None:
+        h = headers[0]
+        if not h.is_transactional or self._in_open_transaction(p, h.producer_id, h.producer_epoch):
+            return
+        failure = self._verification_failure(
+            p.tp, self.txn_verifier(transactional_id, h.producer_id, h.producer_epoch, p.tp))
+        if failure is not None:
+            raise failure
+
+    def _needs_verification(self, entries: dict[TopicPartition, memoryview | bytes | None]
+                            ) -> dict[TopicPartition, tuple[int, int]]:
+        """The partitions whose transactional batch would open a transaction here: (producer id, epoch)."""
+        out = {}
+        for tp, data in entries.items():
+            if not rec.first_batch_is_transactional(data):
+                continue
+            p = self.partitions.get(tp)
+            if p is None or not p.is_leader:
+                continue  # the append answers the error
+            try:
+                _pos, h = next(rec.iter_batches(data))
+            except (StopIteration, ApiError):
+                continue
+            if not self._in_open_transaction(p, h.producer_id, h.producer_epoch):
+                out[tp] = (h.producer_id, h.producer_epoch)
+        return out
+
+    async def _verify_then_append(self, entries: dict[TopicPartition, memoryview | bytes | None],
+                                  to_verify: dict[TopicPartition, tuple[int, int]], required_acks: int,
+                                  timeout_ms: int, transactional_id: str | None) -> dict[TopicPartition, ProduceResult]:
+        """Cluster mode's KIP-890 check: ask each partition's transaction coordinator, then append
+        what it vouched for."""
+        verifier = self.async_txn_verifier
+        assert verifier is not None
+        tps = list(to_verify)
+        answers = await asyncio.gather(*(verifier.verify(transactional_id, *to_verify[tp], tp) for tp in tps))
+        refused: dict[TopicPartition, ProduceResult] = {}
+        for tp, err in zip(tps, answers):
+            failure = self._verification_failure(tp, err)
+            if failure is not None:
+                refused[tp] = ProduceResult(error=failure.code, message=failure.message)
+        rest = {tp: data for tp, data in entries.items() if tp not in refused}
+        result = self.append_records(rest, required_acks=required_acks, timeout_ms=timeout_ms,
+                                     transactional_id=transactional_id, verified=True)
+        if isinstance(result, asyncio.Future):
+            result = await result
+        return {**result, **refused}
 
     @staticmethod
     def _headers_for_append(data: memoryview | bytes, max_batch_size: int, origin: AppendOrigin,

@@ -39,6 +39,7 @@ from rivulet.storage.cleaner import LogCleaner
 from rivulet.storage.log_dir_failure import AllLogDirsOfflineError
 from rivulet.transaction.coordinator import TransactionCoordinator
 from rivulet.transaction.marker_channel import InterBrokerMarkerChannel
+from rivulet.transaction.remote_verifier import ClusterTxnVerifier
 from rivulet.transaction.producer_id_manager import ProducerIdGenerator, ProducerIdManager
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,7 @@ class Broker:
         self.broker_epoch = -1
         self.replica_fetchers: ReplicaFetcherManager | None = None
         self.marker_channel: InterBrokerMarkerChannel | None = None
+        self.txn_verifier: ClusterTxnVerifier | None = None
         self.alter_partition: ControllerAlterPartitionManager | None = None
         self._listener_name, host, port = config.advertised_listeners[0]
         self.node = NodeEndpoint(self.node_id, host, port)
@@ -152,12 +154,15 @@ class Broker:
         if self.cluster_mode:
             rm.leadership_listeners.append(CoordinatorLeadership(groups, txns))
         if self.metadata_cache is not None:
-            # Markers for partitions other brokers lead go to them (WriteTxnMarkers). KIP-890's
-            # check asks the local coordinator only, which in a cluster may not own the id: off.
-            self.marker_channel = InterBrokerMarkerChannel(self.node_id, self.metadata_cache,
-                                                           cfg["inter.broker.listener.name"],
+            # Markers for partitions other brokers lead go to them (WriteTxnMarkers), and KIP-890's
+            # check asks the transactional id's coordinator wherever it runs.
+            listener = cfg["inter.broker.listener.name"]
+            self.marker_channel = InterBrokerMarkerChannel(self.node_id, self.metadata_cache, listener,
                                                            cfg["replica.socket.timeout.ms"])
             txns.markers.channel = self.marker_channel
+            self.txn_verifier = ClusterTxnVerifier(self.node_id, self.metadata_cache, listener, txns,
+                                                   cfg["replica.socket.timeout.ms"])
+            rm.async_txn_verifier = self.txn_verifier
         else:
             rm.txn_verifier = txns.verify_produce
         if self.cluster is not None:
@@ -234,6 +239,8 @@ class Broker:
             await self.alter_partition.close()
         if self.marker_channel is not None:
             await self.marker_channel.close()
+        if self.txn_verifier is not None:
+            await self.txn_verifier.close()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:

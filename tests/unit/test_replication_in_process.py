@@ -17,6 +17,8 @@ from rivulet.common.types import TopicPartition
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages import delete_records_request as drq
+from rivulet.protocol.messages import init_producer_id_request as ipq
+from rivulet.protocol.messages import produce_request as prq
 from rivulet.server.broker import Broker
 from rivulet.server.config import BrokerConfig
 
@@ -249,6 +251,17 @@ def test_a_transaction_commits_on_a_partition_another_broker_leads(tmp_path):
 
             await asyncio.to_thread(transact)
             lg = c.log(2)
+            # KIP-890 across brokers: broker 2 asks the coordinator (broker 1) before a transactional
+            # batch opens a transaction; one the producer never added to its transaction is refused.
+            init = await c.conns[1].send(ipq.InitProducerIdRequest(
+                transactional_id="tx-2", transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1), 4)
+            assert init.error_code == 0
+            stray = rec.encode_batch([rec.Record(0, 0, None, b"stray", [])], producer_id=init.producer_id,
+                                     producer_epoch=init.producer_epoch, base_sequence=0, transactional=True)
+            resp = await c.conns[2].send(prq.ProduceRequest(
+                transactional_id="tx-2", acks=-1, timeout_ms=5000, topic_data=[prq.TopicProduceData(
+                    name="t", partition_data=[prq.PartitionProduceData(index=0, records=stray)])]), 11)
+            assert resp.responses[0].partition_responses[0].error_code == ErrorCode.INVALID_TXN_STATE
             # Both markers reached broker 2: nothing is left open and the LSO is the HW.
             await until(lambda: lg.first_unstable_offset is None and c.brokers[2].replica_manager.partitions[TP]
                         .last_stable_offset == lg.log_end_offset == 4, "markers written on the leader")
