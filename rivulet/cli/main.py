@@ -52,16 +52,18 @@ def broker_main(args: argparse.Namespace) -> int:
     from rivulet.server.broker import Broker
 
     async def run() -> int:
+        # Before start-up: a SIGTERM while it starts (in cluster mode, once it is registered)
+        # stops it cleanly afterwards instead of killing it with its registration left behind.
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
         try:
             broker = Broker(config)
             await broker.start()
         except OSError as e:
             print(f"rivulet broker: cannot start: {e}", file=sys.stderr)
             return 1
-        loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
         _, host, port = broker.advertised_listener
         print(f"Rivulet broker {broker.node_id} listening on {host}:{port} "
               f"(cluster {broker.cluster_id}, data in {', '.join(config.log_dirs)})", flush=True)

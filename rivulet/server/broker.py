@@ -134,6 +134,7 @@ class Broker:
         topics = self.topics = TopicManager(cfg, self.metadata, self.log_manager, rm, self.dynamic_config,
                                             self.node_id)
         topics.open_all(open_partitions=not self.cluster_mode)
+        topics.metadata_cache = self.metadata_cache
         if self.metadata_cache is not None:
             self._start_replication(rm, topics, self.metadata_cache)
         log.info("%s", describe_fd_limit(fd_limit, len(rm.partitions)))

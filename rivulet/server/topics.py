@@ -16,6 +16,7 @@ from typing import Callable, TypeVar
 from rivulet.common.types import TopicPartition
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.replication.partition import Partition
+from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.server.config import BrokerConfig
 from rivulet.server.dynamic_config import DynamicBrokerConfig
@@ -51,17 +52,32 @@ class TopicManager:
         self._file_work: set[asyncio.Future] = set()
         # CreatePartitions one at a time: each is checked against the count the last one left.
         self._alter_lock = asyncio.Lock()
+        # False in cluster mode: replicas open when the controller's LeaderAndIsr names them.
+        self.opens_partitions = True
+        # Cluster mode: the topics as the controller stated them (UpdateMetadata).
+        self.metadata_cache: MetadataCache | None = None
         # Told when a topic's partitions are deleted (the group coordinator drops their offsets).
         self.on_partitions_deleted: list[PartitionsDeleted] = []
 
     # ------------------------------------------------------------ the metadata view
+    # In cluster mode the topics are the controller's (the metadata cache); the local store
+    # only keeps what this broker declared itself (the internal topics' shape and configs).
     def get(self, name: str) -> TopicInfo | None:
+        cache = self.metadata_cache
+        if cache is not None and cache.contains_topic(name):
+            local = self.metadata.get(name)
+            return TopicInfo(name, cache.topic_id(name) or uuid.UUID(int=0), cache.num_partitions(name) or 0,
+                             dict(local.configs) if local is not None else {})
         return self.metadata.get(name)
 
     def by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
-        return self.metadata.by_id.get(topic_id)
+        cache = self.metadata_cache
+        name = cache.topic_name(topic_id) if cache is not None else None
+        return self.get(name) if name is not None else self.metadata.by_id.get(topic_id)
 
     def topic_names(self) -> list[str]:
+        if self.metadata_cache is not None:
+            return self.metadata_cache.topic_names()
         return list(self.metadata.topics)
 
     # ------------------------------------------------------------ start-up
@@ -70,6 +86,7 @@ class TopicManager:
         hold were deleted by ``LogManager.startup``). In cluster mode (``open_partitions``
         false) only the configs are loaded: the controller's LeaderAndIsr opens each replica
         (``log_for_replica``)."""
+        self.opens_partitions = open_partitions
         for info in list(self.metadata.topics.values()):
             self._log_configs[info.name] = self._make_log_config(info.configs)
             if open_partitions:
@@ -215,7 +232,10 @@ class TopicManager:
             return info
         info = self.metadata.add(name, num_partitions, configs)
         self._log_configs[name] = self._make_log_config(configs)
-        for i in range(num_partitions):
+        # In cluster mode only its shape is recorded here: the topic is created in ZooKeeper when
+        # a coordinator is first looked for, and its replicas (with that topic id) come from the
+        # controller.
+        for i in range(num_partitions if self.opens_partitions else 0):
             self._open_partition(info, i)
         return info
 

@@ -131,7 +131,7 @@ class ZkClusterMember:
                                                timestamp_ms=self.clock.milliseconds())
         await self._register()
         self.bridge.on_state(self._on_session_state)
-        await self._refresh_brokers()
+        await self.refresh_brokers()
         await self._refresh_controller()
         self.controller.startup()
 
@@ -153,15 +153,17 @@ class ZkClusterMember:
     async def _after_new_session(self) -> None:
         try:
             await self._register()
-            await self._refresh_brokers()
+            await self.refresh_brokers()
             await self._refresh_controller()
         except Exception:
             log.exception("re-registration after a new ZooKeeper session failed")
 
-    async def _refresh_brokers(self) -> None:
+    async def refresh_brokers(self, watch: bool = True) -> None:
+        """Read the live brokers again; ``watch`` re-arms the watch that calls this on a change
+        (a request that only wants a current view leaves the armed one alone)."""
         assert self.bridge is not None
-        self._brokers = await self.bridge.run(
-            self.client.get_all_brokers, self.bridge.on_loop(lambda: self._spawn(self._refresh_brokers())))
+        watcher = self.bridge.on_loop(lambda: self._spawn(self.refresh_brokers())) if watch else None
+        self._brokers = await self.bridge.run(self.client.get_all_brokers, watcher)
 
     async def _refresh_controller(self) -> None:
         assert self.bridge is not None

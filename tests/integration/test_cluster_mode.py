@@ -6,6 +6,7 @@ broker id generation."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -113,3 +114,50 @@ def test_broker_id_generation_and_restart_keep_the_id(cluster):
     eventually(lambda: cluster.zk.get_children("/brokers/ids") == ["1001"], what="a generated id")
     b.restart()
     eventually(lambda: cluster.zk.get_children("/brokers/ids") == ["1001"], what="the same id after a restart")
+
+
+def test_internal_topics_are_created_in_zookeeper_and_groups_commit(cluster):
+    """__consumer_offsets and __transaction_state are created in ZooKeeper on first need, with
+    their replication factors and configs; a group consumes and commits across the brokers."""
+    from rivulet import Consumer, Producer
+
+    for i in (1, 2, 3):
+        cluster.start(i)
+    eventually(lambda: cluster.controller() is not None and cluster.registered() == [1, 2, 3], what="the brokers")
+    bootstrap = cluster.bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    # a broker learns of the others through its watch: it may place before it saw the last one
+    eventually(lambda: admin.create_topics([NewTopic("events", 2, 3)])["events"].exception(30) is None,
+               what="the topic")
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+
+    def produce(*values: bytes) -> None:
+        for v in values:
+            producer.produce("events", v, key=v)
+        assert producer.flush(30) == 0
+
+    def consume(n: int) -> list[bytes]:
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "g1", "auto.offset.reset": "earliest",
+                      "enable.auto.commit": False})
+        c.subscribe(["events"])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(got) < n and time.monotonic() < deadline:
+            m = c.poll(1.0)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+        c.commit(asynchronous=False)
+        c.close()
+        return got
+
+    produce(*(b"v%d" % i for i in range(10)))
+    assert sorted(consume(10)) == sorted(b"v%d" % i for i in range(10))
+    offsets = cluster.json("/brokers/topics/__consumer_offsets")
+    assert len(offsets["partitions"]) == 50 and all(len(r) == 3 for r in offsets["partitions"].values())
+    assert cluster.json("/config/topics/__consumer_offsets")["config"]["cleanup.policy"] == "compact"
+    produce(b"later")
+    assert consume(1) == [b"later"]  # the group resumes from its committed offsets
+
+    Producer({"bootstrap.servers": bootstrap, "transactional.id": "tx-1"}).init_transactions(60)
+    txn_topic = cluster.json("/brokers/topics/__transaction_state")
+    assert len(txn_topic["partitions"]) == 50 and all(len(r) == 3 for r in txn_topic["partitions"].values())

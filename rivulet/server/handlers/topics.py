@@ -377,6 +377,8 @@ class TopicHandlers:
     async def _create_topics(self, req: CreateTopicsRequest, quota: ControllerMutationQuota,
                              conn: KafkaConnection) -> ctr.CreateTopicsResponse:
         cluster = self.cluster
+        if cluster is not None:
+            await cluster.refresh_brokers(watch=False)  # placement sees every broker registered by now
         brokers = cluster.live_broker_ids() if cluster is not None else {self.node.node_id}
         seen = Counter(t.name for t in req.topics)
         results = []
