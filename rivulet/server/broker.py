@@ -135,6 +135,12 @@ class Broker:
                                             self.node_id)
         topics.open_all(open_partitions=not self.cluster_mode)
         topics.metadata_cache = self.metadata_cache
+        if self.cluster is not None:
+            # Topic configs are ZooKeeper's: every topic's now, and each change as it is noticed.
+            topics.config_store = self.cluster
+            for name, overrides in self.cluster.topic_configs.items():
+                topics.apply_topic_config(name, overrides)
+            self.cluster.topic_config_listener = topics.apply_topic_config
         if self.metadata_cache is not None:
             self._start_replication(rm, topics, self.metadata_cache)
         log.info("%s", describe_fd_limit(fd_limit, len(rm.partitions)))

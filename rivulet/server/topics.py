@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import Callable, TypeVar
+from typing import Callable, Protocol, TypeVar
 
 from rivulet.common.types import TopicPartition
 from rivulet.protocol.errors import ApiError, ErrorCode
@@ -28,6 +28,12 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 PartitionsDeleted = Callable[[list[TopicPartition]], object]
+
+
+class TopicConfigStore(Protocol):
+    """Cluster mode: where topic configs live for every broker (ZooKeeper's /config/topics)."""
+
+    def write_topic_config(self, name: str, configs: dict[str, str]) -> None: ...
 
 
 def broker_props(config: BrokerConfig, dynamic_config: DynamicBrokerConfig) -> dict[str, str]:
@@ -54,8 +60,11 @@ class TopicManager:
         self._alter_lock = asyncio.Lock()
         # False in cluster mode: replicas open when the controller's LeaderAndIsr names them.
         self.opens_partitions = True
-        # Cluster mode: the topics as the controller stated them (UpdateMetadata).
+        # Cluster mode: the topics as the controller stated them (UpdateMetadata), and each
+        # topic's config overrides as ZooKeeper holds them (written there through the store).
         self.metadata_cache: MetadataCache | None = None
+        self.config_store: TopicConfigStore | None = None
+        self._cluster_configs: dict[str, dict[str, str]] = {}
         # Told when a topic's partitions are deleted (the group coordinator drops their offsets).
         self.on_partitions_deleted: list[PartitionsDeleted] = []
 
@@ -66,8 +75,9 @@ class TopicManager:
         cache = self.metadata_cache
         if cache is not None and cache.contains_topic(name):
             local = self.metadata.get(name)
+            configs = self._cluster_configs.get(name, local.configs if local is not None else {})
             return TopicInfo(name, cache.topic_id(name) or uuid.UUID(int=0), cache.num_partitions(name) or 0,
-                             dict(local.configs) if local is not None else {})
+                             dict(configs))
         return self.metadata.get(name)
 
     def by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
@@ -301,12 +311,31 @@ class TopicManager:
         cfg = self._make_log_config(configs)
         if validate_only:
             return
+        if self.config_store is not None:
+            # Cluster mode: in force here at once; ZooKeeper tells the other brokers.
+            self.config_store.write_topic_config(name, configs)
+            self.apply_topic_config(name, configs)
+            return
         self.metadata.set_configs(name, configs)
         self._log_configs[name] = cfg
         info = self.metadata.get(name)
         for i in range(info.num_partitions):
             p = self.replica_manager.partitions.get(TopicPartition(name, i))
             if p is not None:
+                p.log.update_config(cfg)
+
+    def apply_topic_config(self, name: str, configs: dict[str, str]) -> None:
+        """Cluster mode: a topic's overrides as ZooKeeper holds them, for its replicas here now
+        and later (an invalid one, written by another tool, is logged and left out)."""
+        try:
+            cfg = self._make_log_config(configs)
+        except ApiError as e:
+            log.warning("topic %s: ignoring its config %s: %s", name, configs, e.message)
+            return
+        self._cluster_configs[name] = dict(configs)
+        self._log_configs[name] = cfg
+        for tp, p in list(self.replica_manager.partitions.items()):
+            if tp.topic == name:
                 p.log.update_config(cfg)
 
     def describe_topic_configs(self, overrides: dict[str, str]) -> list:
@@ -340,5 +369,7 @@ class TopicManager:
                 p = self.replica_manager.partitions.get(TopicPartition(info.name, i))
                 if p is not None:
                     p.log.update_config(cfg)
+        for name, overrides in list(self._cluster_configs.items()):
+            self.apply_topic_config(name, overrides)
         log.info("dynamic broker configs (%s) now %s", "cluster default" if level == "" else f"broker {level}",
                  configs)

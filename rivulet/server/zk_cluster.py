@@ -69,6 +69,10 @@ class ZkClusterMember:
         try:
             self.client.create_top_level_paths()
             self.broker_id, self.cluster_id = self._resolve_identity()
+            # Every topic's config overrides, before a replica is made; kept current by watches.
+            self._last_change = max((n for n, _ in self.client.get_config_changes()), default="")
+            self.topic_configs: dict[str, dict[str, str]] = {
+                t: self.client.get_entity_config("topics", t) for t in self.client.get_all_topics()}
         except BaseException:
             self.client.close()
             raise
@@ -80,6 +84,8 @@ class ZkClusterMember:
         self._controller_id = -1
         self._session_lost = False
         self._on_registered: Callable[[int], object] = lambda _epoch: None
+        # Told of a topic's config as ZooKeeper has it (new topics, change notifications).
+        self.topic_config_listener: Callable[[str, dict[str, str]], object] = lambda _name, _configs: None
 
     def _resolve_identity(self) -> tuple[int, str]:
         cfg = self.config
@@ -133,6 +139,8 @@ class ZkClusterMember:
         self.bridge.on_state(self._on_session_state)
         await self.refresh_brokers()
         await self._refresh_controller()
+        await self._watch_topics()
+        await self._on_config_changes()
         self.controller.startup()
 
     async def _register(self) -> None:
@@ -164,6 +172,43 @@ class ZkClusterMember:
         assert self.bridge is not None
         watcher = self.bridge.on_loop(lambda: self._spawn(self.refresh_brokers())) if watch else None
         self._brokers = await self.bridge.run(self.client.get_all_brokers, watcher)
+
+    async def _watch_topics(self) -> None:
+        """New topics: read their configs as soon as they appear, before the controller's
+        LeaderAndIsr makes their replicas here (it reads and writes more first)."""
+        assert self.bridge is not None
+        topics = await self.bridge.run(self.client.get_all_topics,
+                                       self.bridge.on_loop(lambda: self._spawn(self._watch_topics())))
+        for t in topics:
+            if t not in self.topic_configs:
+                self._set_topic_config(t, await self.bridge.run(self.client.get_entity_config, "topics", t))
+        for gone in set(self.topic_configs) - set(topics):
+            del self.topic_configs[gone]
+
+    async def _on_config_changes(self) -> None:
+        """Kafka's config change notifications: re-read each entity named after the last one seen."""
+        assert self.bridge is not None
+        changes = await self.bridge.run(self.client.get_config_changes,
+                                        self.bridge.on_loop(lambda: self._spawn(self._on_config_changes())))
+        for name, entity in changes:
+            if name <= self._last_change:
+                continue
+            self._last_change = name
+            entity_type, _, entity_name = entity.partition("/")
+            if entity_type == "topics":
+                self._set_topic_config(entity_name, await self.bridge.run(
+                    self.client.get_entity_config, "topics", entity_name))
+
+    def _set_topic_config(self, name: str, configs: dict[str, str]) -> None:
+        if self.topic_configs.get(name) != configs:
+            self.topic_configs[name] = configs
+            self.topic_config_listener(name, configs)
+
+    def write_topic_config(self, name: str, configs: dict[str, str]) -> None:
+        """Persist a topic's overrides with a change notification for the other brokers."""
+        assert self.bridge is not None
+        self.topic_configs[name] = dict(configs)
+        self._spawn(self.bridge.run(self.client.set_entity_config, "topics", name, dict(configs)))
 
     async def _refresh_controller(self) -> None:
         assert self.bridge is not None

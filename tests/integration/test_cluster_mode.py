@@ -161,3 +161,36 @@ def test_internal_topics_are_created_in_zookeeper_and_groups_commit(cluster):
     Producer({"bootstrap.servers": bootstrap, "transactional.id": "tx-1"}).init_transactions(60)
     txn_topic = cluster.json("/brokers/topics/__transaction_state")
     assert len(txn_topic["partitions"]) == 50 and all(len(r) == 3 for r in txn_topic["partitions"].values())
+
+
+def test_topic_configs_live_in_zookeeper(cluster):
+    """A topic's configs are written to /config/topics with a change notification, and every
+    broker applies and describes them."""
+    from rivulet.admin import ConfigResource, ResourceType
+
+    for i in (1, 2):
+        cluster.start(i)
+    eventually(lambda: cluster.controller() is not None and cluster.registered() == [1, 2], what="the brokers")
+    a1 = AdminClient({"bootstrap.servers": cluster.brokers[1].bootstrap})
+    eventually(lambda: a1.create_topics([NewTopic("logs", 1, 2, config={"retention.ms": "60000"})])["logs"]
+               .exception(30) is None, what="the topic")
+
+    def described(broker: int) -> dict[str, str]:
+        admin = AdminClient({"bootstrap.servers": cluster.brokers[broker].bootstrap})
+        res = admin.describe_configs([ConfigResource(ResourceType.TOPIC, "logs")])
+        try:
+            return {k: v.value for k, v in next(iter(res.values())).result(30).items()}
+        except Exception:  # UNKNOWN_TOPIC_OR_PARTITION until the controller told this broker
+            return {}
+
+    for b in (1, 2):
+        eventually(lambda b=b: described(b).get("retention.ms") == "60000", what=f"broker {b}'s view")
+    res = a1.alter_configs([ConfigResource(ResourceType.TOPIC, "logs", set_config={"retention.ms": "120000",
+                                                                                  "cleanup.policy": "compact"})])
+    next(iter(res.values())).result(30)
+    eventually(lambda: cluster.json("/config/topics/logs")["config"] == {"retention.ms": "120000",
+                                                                        "cleanup.policy": "compact"})
+    changes = cluster.zk.get_children("/config/changes")
+    assert any(json.loads(cluster.zk.get(f"/config/changes/{c}")[0]) == {"version": 2, "entity_path": "topics/logs"}
+               for c in changes)
+    eventually(lambda: described(2).get("cleanup.policy") == "compact", what="the change on the other broker")
