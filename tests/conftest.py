@@ -49,12 +49,10 @@ def zookeeper():
 _chroots = itertools.count()
 
 
-@pytest.fixture
-def zk_connect(zookeeper, request):
-    """A `zookeeper.connect` string with a chroot of this test's own, created empty."""
+def _fresh_chroot(zookeeper, name: str) -> str:
     from kazoo.client import KazooClient
 
-    chroot = f"/t{next(_chroots)}-{request.node.name}"[:120].replace("[", "-").replace("]", "")
+    chroot = f"/t{next(_chroots)}-{name}"[:120].replace("[", "-").replace("]", "")
     zk = KazooClient(hosts=zookeeper.connect)
     zk.start(timeout=15)
     try:
@@ -65,3 +63,15 @@ def zk_connect(zookeeper, request):
         zk.stop()
         zk.close()
     return zookeeper.connect + chroot
+
+
+@pytest.fixture
+def zk_connect(zookeeper, request):
+    """A `zookeeper.connect` string with a chroot of this test's own, created empty."""
+    return _fresh_chroot(zookeeper, request.node.name)
+
+
+@pytest.fixture(scope="module")
+def module_zk_connect(zookeeper, request):
+    """As `zk_connect`, shared by one test module (a cluster its tests share)."""
+    return _fresh_chroot(zookeeper, request.module.__name__.rpartition(".")[2])
