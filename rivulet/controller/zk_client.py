@@ -247,6 +247,24 @@ class KafkaZkClient:
             self.zk.set(cpath, data)
         self.zk.create(z.topic_path(assignment.topic), assignment.encode(), makepath=True)
 
+    def add_topic_partitions(self, topic: str, added: dict[int, list[int]]) -> bool:
+        """Add partitions to a topic's assignment (a conditional write, retried on a race); False
+        when the topic is gone."""
+        while True:
+            try:
+                data, stat = self.zk.get(z.topic_path(topic))
+            except NoNodeError:
+                return False
+            a = z.TopicAssignment.decode(topic, data)
+            a.replicas.update(added)
+            try:
+                self.zk.set(z.topic_path(topic), a.encode(), version=stat.version)
+                return True
+            except BadVersionError:
+                continue
+            except NoNodeError:
+                return False
+
     def set_topic_assignment(self, assignment: z.TopicAssignment, epoch: ControllerEpoch) -> None:
         self._fenced(epoch, lambda t: t.set_data(z.topic_path(assignment.topic), assignment.encode()))
 

@@ -30,6 +30,18 @@ T = TypeVar("T")
 PartitionsDeleted = Callable[[list[TopicPartition]], object]
 
 
+def check_partition_increase(old: int, count: int, assignments: int | None) -> None:
+    """CreatePartitions' checks of the new count (and of how many assignments came with it)."""
+    if count < old:
+        raise ApiError(ErrorCode.INVALID_PARTITIONS, f"Topic currently has {old} "
+                       f"partitions, which is higher than the requested {count}.")
+    if count == old:
+        raise ApiError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {old} partitions.")
+    if assignments is not None and assignments != count - old:
+        raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Increasing the number of partitions by "
+                       f"{count - old} but {assignments} assignments provided.")
+
+
 class TopicConfigStore(Protocol):
     """Cluster mode: where topic configs live for every broker (ZooKeeper's /config/topics)."""
 
@@ -281,14 +293,7 @@ class TopicManager:
             if info is None:
                 raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             old = info.num_partitions
-            if count < old:
-                raise ApiError(ErrorCode.INVALID_PARTITIONS, f"Topic currently has {old} "
-                               f"partitions, which is higher than the requested {count}.")
-            if count == old:
-                raise ApiError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {old} partitions.")
-            if assignments is not None and assignments != count - old:
-                raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Increasing the number of partitions by "
-                               f"{count - old} but {assignments} assignments provided.")
+            check_partition_increase(old, count, assignments)
             if validate_only:
                 return
             added = range(old, count)

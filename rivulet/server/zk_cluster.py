@@ -268,10 +268,11 @@ class ZkClusterMember:
             self.client.close()
 
     # ------------------------------------------------------------ topic administration
-    def assign_replicas(self, num_partitions: int, replication_factor: int) -> dict[int, list[int]]:
+    def assign_replicas(self, num_partitions: int, replication_factor: int,
+                        start_partition_id: int = -1) -> dict[int, list[int]]:
         """Placement over the live brokers, rack-aware when they have racks (Kafka's AdminUtils)."""
         return assign_replicas_to_brokers([BrokerRack(b.broker_id, b.rack) for b in self._brokers.values()],
-                                          num_partitions, replication_factor)
+                                          num_partitions, replication_factor, start_partition_id=start_partition_id)
 
     def live_broker_ids(self) -> set[int]:
         return set(self._brokers)
@@ -285,6 +286,16 @@ class ZkClusterMember:
         except NodeExistsError:
             raise ApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.") from None
         return topic_id
+
+    async def topic_assignment(self, name: str) -> TopicAssignment | None:
+        assert self.bridge is not None
+        return await self.bridge.run(self.client.get_topic_assignment, name)
+
+    async def add_partitions(self, name: str, added: dict[int, list[int]]) -> None:
+        """Grow the topic's assignment; the controller, watching it, makes the new partitions."""
+        assert self.bridge is not None
+        if not await self.bridge.run(self.client.add_topic_partitions, name, added):
+            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 
     async def topic_exists(self, name: str) -> bool:
         assert self.bridge is not None

@@ -194,3 +194,25 @@ def test_topic_configs_live_in_zookeeper(cluster):
     assert any(json.loads(cluster.zk.get(f"/config/changes/{c}")[0]) == {"version": 2, "entity_path": "topics/logs"}
                for c in changes)
     eventually(lambda: described(2).get("cleanup.policy") == "compact", what="the change on the other broker")
+
+
+def test_create_partitions_grows_the_assignment_and_the_controller_leads_them(cluster):
+    from rivulet.admin import NewPartitions
+
+    for i in (1, 2):
+        cluster.start(i)
+    eventually(lambda: cluster.controller() is not None and cluster.registered() == [1, 2], what="the brokers")
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    eventually(lambda: admin.create_topics([NewTopic("grow", 1, 2)])["grow"].exception(30) is None, what="the topic")
+    assert admin.create_partitions([NewPartitions("grow", 3)])["grow"].result(30) is None
+    topic = cluster.json("/brokers/topics/grow")
+    assert sorted(topic["partitions"]) == ["0", "1", "2"] and all(sorted(r) == [1, 2]
+                                                                  for r in topic["partitions"].values())
+    for p in (1, 2):
+        eventually(lambda p=p: cluster.zk.exists(f"/brokers/topics/grow/partitions/{p}/state"), what="new leaders")
+    eventually(lambda: len(admin.list_topics("grow", timeout=10).topics["grow"].partitions) == 3,
+               what="Metadata with three partitions")
+    shrink = admin.create_partitions([NewPartitions("grow", 2)])["grow"]
+    with pytest.raises(Exception) as e:
+        shrink.result(30)
+    assert e.value.args[0].code() == ErrorCode.INVALID_PARTITIONS

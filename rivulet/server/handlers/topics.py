@@ -38,7 +38,7 @@ from rivulet.server.handlers import Handler
 from rivulet.server.metadata import INTERNAL_TOPICS, validate_topic_name
 from rivulet.server.network import KafkaConnection
 from rivulet.server.quotas import ControllerMutationQuota, ControllerMutationQuotaManager
-from rivulet.server.topics import TopicManager
+from rivulet.server.topics import TopicManager, check_partition_increase
 from rivulet.server.zk_cluster import ZkClusterMember
 
 log = logging.getLogger(__name__)
@@ -485,6 +485,27 @@ class TopicHandlers:
             results.append(res)
         return dtr.DeleteTopicsResponse(throttle_time_ms=self._throttle(quota, conn), responses=results)
 
+    async def _add_partitions_in_cluster(self, cluster: ZkClusterMember, t: Any, validate_only: bool) -> None:
+        """Kafka 2.x's way: the grown assignment is written to ZooKeeper and the controller,
+        watching the topic, gives the new partitions their leaders."""
+        current = await cluster.topic_assignment(t.name)
+        if current is None:
+            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        old = len(current.replicas)
+        check_partition_increase(old, t.count, None if t.assignments is None else len(t.assignments))
+        await cluster.refresh_brokers(watch=False)
+        if t.assignments is not None:
+            live = cluster.live_broker_ids()
+            added = {old + i: list(a.broker_ids) for i, a in enumerate(t.assignments)}
+            for replicas in added.values():
+                if any(b not in live for b in replicas):
+                    raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                   f"Unknown broker in replica assignment {replicas}")
+        else:
+            added = cluster.assign_replicas(t.count - old, len(current.replicas[0]), start_partition_id=old)
+        if not validate_only:
+            await cluster.add_partitions(t.name, added)
+
     def handle_create_partitions(
         self, header: RequestHeader, req: CreatePartitionsRequest, conn: KafkaConnection
     ) -> Answer:
@@ -510,9 +531,12 @@ class TopicHandlers:
                 info = self.topics.get(t.name)
                 if info is not None and t.count > info.num_partitions:
                     quota.record(t.count - info.num_partitions)
-                await self.topics.add_partitions(t.name, t.count,
-                                                 None if t.assignments is None else len(t.assignments),
-                                                 validate_only=req.validate_only)
+                if self.cluster is not None:
+                    await self._add_partitions_in_cluster(self.cluster, t, req.validate_only)
+                else:
+                    await self.topics.add_partitions(t.name, t.count,
+                                                     None if t.assignments is None else len(t.assignments),
+                                                     validate_only=req.validate_only)
             except ApiError as e:
                 res.error_code = e.code
                 res.error_message = e.message
