@@ -72,16 +72,14 @@ def kgo_test_binary() -> tuple[Path, Path]:
     return binary, pkg
 
 
-@pytest.mark.timeout(1800)
-def test_franz_go_kgo_integration_suite(tmp_path):
+def run_suite(bootstrap: str, rf: int, log_path: Path) -> None:
     binary, pkg = kgo_test_binary()
-    with BrokerProcess({"offsets.topic.replication.factor": "1"}) as broker:
-        env = dict(os.environ, KGO_SEEDS=broker.bootstrap, KGO_TEST_RF="1", KGO_TEST_STABLE_FETCH="true",
-                   KGO_TEST_RECORDS=str(RECORDS))
-        r = subprocess.run([str(binary), "-test.count=1", "-test.v", "-test.timeout=15m"], cwd=pkg, env=env,
-                           capture_output=True, text=True, timeout=1200)
+    env = dict(os.environ, KGO_SEEDS=bootstrap, KGO_TEST_RF=str(rf), KGO_TEST_STABLE_FETCH="true",
+               KGO_TEST_RECORDS=str(RECORDS))
+    r = subprocess.run([str(binary), "-test.count=1", "-test.v", "-test.timeout=15m"], cwd=pkg, env=env,
+                       capture_output=True, text=True, timeout=1200)
     out = r.stdout + r.stderr
-    (tmp_path / "kgo.log").write_text(out)
+    log_path.write_text(out)
     failed = sorted(set(re.findall(r"^\s*--- FAIL: (\S+)", out, re.M)))
     passed = re.findall(r"^--- PASS: (\S+)", out, re.M)
     skipped = sorted(set(re.findall(r"^--- SKIP: (\S+)", out, re.M)))
@@ -90,3 +88,26 @@ def test_franz_go_kgo_integration_suite(tmp_path):
     # The heart of the suite ran: transactions, groups and plain produce/consume.
     assert {"TestTxnEtl", "TestGroupETL"} <= set(passed)
     assert len(passed) >= 100
+
+
+@pytest.mark.timeout(1800)
+def test_franz_go_kgo_integration_suite(tmp_path):
+    with BrokerProcess({"offsets.topic.replication.factor": "1"}) as broker:
+        run_suite(broker.bootstrap, 1, tmp_path / "kgo.log")
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(1800)
+def test_franz_go_kgo_integration_suite_on_a_cluster(tmp_path, zk_connect):
+    """The same suite against three ZooKeeper-mode brokers, every topic it makes at RF=3."""
+    from tests.cluster import ZkCluster
+
+    cluster = ZkCluster(zk_connect)
+    try:
+        for i in (1, 2, 3):
+            cluster.start(i, **{"default.replication.factor": "3", "offsets.topic.replication.factor": "3",
+                                "transaction.state.log.replication.factor": "3", "min.insync.replicas": "2"})
+        cluster.wait_for_brokers([1, 2, 3])
+        run_suite(cluster.bootstrap, 3, tmp_path / "kgo.log")
+    finally:
+        cluster.close()

@@ -71,11 +71,12 @@ def topic_name(prefix: str) -> str:
 
 
 def admin_create(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    """With the broker's default replication factor (1 on one broker, 3 on the test cluster)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
-    futures[topic].result(timeout=30)
+    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions)], request_timeout=60)
+    futures[topic].result(timeout=90)
 
 
 def seed(bootstrap: str, topic: str, n: int, partitions: int, size: int = RECORD_SIZE) -> None:
@@ -115,19 +116,20 @@ def log_end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
 # ---------------------------------------------------------------------------- the flows, shared
 
 
-def check_topic_command(bootstrap: str) -> None:
+def check_topic_command(bootstrap: str, replication_factor: int = 1) -> None:
     topic = topic_name("jtopic")
-    jt.create_topic(bootstrap, topic, partitions=3, configs={"retention.ms": 3_600_000},
-                    admin_props=ADMIN_PROPS, timeout=TOOL_TIMEOUT)
+    jt.create_topic(bootstrap, topic, partitions=3, replication_factor=replication_factor,
+                    configs={"retention.ms": 3_600_000}, admin_props=ADMIN_PROPS, timeout=TOOL_TIMEOUT)
     desc = jt.describe_topics(bootstrap, topic, admin_props=ADMIN_PROPS, timeout=TOOL_TIMEOUT)
     assert set(desc) == {topic}
     d = desc[topic]
-    assert (d.partition_count, d.replication_factor) == (3, 1)
+    assert (d.partition_count, d.replication_factor) == (3, replication_factor)
     assert d.topic_id and d.topic_id != "AAAAAAAAAAAAAAAAAAAAAA"  # a real id, not Uuid.ZERO
     assert d.configs.get("retention.ms") == "3600000"
     assert [p.partition for p in d.partitions] == [0, 1, 2]
     for p in d.partitions:
-        assert p.leader is not None and p.replicas == [p.leader] and p.isr == [p.leader]
+        assert p.leader is not None and len(p.replicas) == replication_factor and p.replicas[0] == p.leader
+        assert sorted(p.isr) == sorted(p.replicas)
     # Creating it again must be refused with TOPIC_ALREADY_EXISTS, which the tool reports.
     with pytest.raises(jt.JavaToolError, match="already exists"):
         jt.create_topic(bootstrap, topic, admin_props=ADMIN_PROPS, timeout=TOOL_TIMEOUT)
@@ -262,6 +264,45 @@ def test_consumer_group_command_describe_and_reset(java, broker) -> None:
 
 def test_config_command_client_quotas(java, broker) -> None:
     check_config_command_quotas(broker.bootstrap)
+
+
+# ---------------------------------------------------------------------------- against a 3-broker cluster
+
+
+@pytest.fixture(scope="module")
+def cluster_bootstrap(java: None, module_zk_connect: str) -> Iterator[str]:
+    """Three ZooKeeper-mode brokers with a replication factor of 3 by default."""
+    from tests.cluster import ZkCluster
+
+    c = ZkCluster(module_zk_connect)
+    try:
+        for i in (1, 2, 3):
+            c.start(i, **{"default.replication.factor": "3", "offsets.topic.replication.factor": "3",
+                          "min.insync.replicas": "2", "group.initial.rebalance.delay.ms": "0"})
+        c.wait_for_brokers([1, 2, 3])
+        yield c.bootstrap
+    finally:
+        c.close()
+
+
+@pytest.mark.cluster
+def test_topic_command_on_a_cluster(cluster_bootstrap: str) -> None:
+    check_topic_command(cluster_bootstrap, replication_factor=3)
+
+
+@pytest.mark.cluster
+def test_producer_performance_on_a_cluster(cluster_bootstrap: str) -> None:
+    check_producer_perf(cluster_bootstrap)
+
+
+@pytest.mark.cluster
+def test_consumer_performance_on_a_cluster(cluster_bootstrap: str) -> None:
+    check_consumer_perf(cluster_bootstrap)
+
+
+@pytest.mark.cluster
+def test_consumer_group_command_on_a_cluster(cluster_bootstrap: str) -> None:
+    check_consumer_group_command(cluster_bootstrap)
 
 
 # ---------------------------------------------------------------------------- the harness itself
