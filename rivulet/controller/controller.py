@@ -45,6 +45,12 @@ class ControllerConfig:
     unclean_leader_election_enable: bool = False
     delete_topic_enable: bool = True
     inter_broker_listener: str = "PLAINTEXT"
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_s: float = 300.0
+    leader_imbalance_per_broker_percentage: int = 10
+
+
+PREFERRED, UNCLEAN = 0, 1  # ElectLeaders' election types
 
 
 class KafkaController:
@@ -61,6 +67,7 @@ class KafkaController:
         self.active_controller_id: int | None = None
         self._events: asyncio.Queue[Callable[[], Awaitable[None]]] = asyncio.Queue()
         self._task: asyncio.Task | None = None
+        self._rebalancer: asyncio.Task | None = None
         self._lost_session = False
 
     # ------------------------------------------------------------ lifecycle
@@ -155,6 +162,9 @@ class KafkaController:
     async def _resign(self, delete_znode: bool) -> None:
         ctx, channel = self.ctx, self.channel
         self.ctx = self.channel = None
+        if self._rebalancer is not None:
+            self._rebalancer.cancel()
+            self._rebalancer = None
         if channel is not None:
             await channel.close()
         if ctx is not None:
@@ -187,6 +197,8 @@ class KafkaController:
         self._send(batch)
         if deletions:
             await self._on_topic_deletion()
+        if self.config.auto_leader_rebalance_enable:
+            self._rebalancer = asyncio.get_running_loop().create_task(self._rebalance_periodically())
 
     def _batch(self) -> RequestBatch:
         return RequestBatch(self.broker_id, self.config.inter_broker_listener)
@@ -387,6 +399,72 @@ class KafkaController:
                 return
             ctx.leadership[tp] = fresh
         log.error("could not update the state of %s after %d attempts", tp, MAX_STATE_WRITE_ATTEMPTS)
+
+    # ------------------------------------------------------------ preferred leaders
+    async def elect_leaders(self, election_type: int, partitions: list[TopicPartition] | None
+                            ) -> dict[TopicPartition, tuple[ErrorCode, str | None]]:
+        """ElectLeaders: the outcome per partition (all partitions when ``partitions`` is None)."""
+        return await self.call(lambda: self._elect_leaders(election_type, partitions))
+
+    async def _elect_leaders(self, election_type: int, partitions: list[TopicPartition] | None
+                             ) -> dict[TopicPartition, tuple[ErrorCode, str | None]]:
+        ctx = self.ctx
+        if ctx is None:
+            return {tp: (ErrorCode.NOT_CONTROLLER, None) for tp in partitions or []}
+        out: dict[TopicPartition, tuple[ErrorCode, str | None]] = {}
+        batch = self._batch()
+        for tp in (partitions if partitions is not None else ctx.partitions()):
+            s = ctx.leadership.get(tp)
+            if s is None or tp.topic in ctx.topics_to_delete:
+                out[tp] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
+                continue
+            replicas = ctx.replicas(tp)
+            if election_type == PREFERRED:
+                if s.leader == replicas[0]:
+                    out[tp] = (ErrorCode.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition.")
+                    continue
+                e = election.preferred_replica_leader(replicas, s.isr, ctx.leadable_ids)
+                failed = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+            else:
+                if ctx.is_live(s.leader):
+                    out[tp] = (ErrorCode.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition.")
+                    continue
+                e = election.offline_partition_leader(replicas, s.isr, ctx.leadable_ids, unclean_enabled=True)
+                failed = ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
+            if e is None:
+                out[tp] = (failed, f"Failed to elect leader for partition {tp} under strategy "
+                                   f"{'Preferred' if election_type == PREFERRED else 'Offline'}"
+                                   "PartitionLeaderElectionStrategy")
+                continue
+            await self._update_state(tp, batch, lambda _tp, st, _u, e=e: st.new_leader(e.leader, e.isr, ctx.epoch.epoch))
+            elected = ctx.leadership[tp].leader == e.leader
+            out[tp] = (ErrorCode.NONE, None) if elected else (failed, "The partition state changed meanwhile.")
+        self._send(batch)
+        return out
+
+    async def _rebalance_periodically(self) -> None:
+        """auto.leader.rebalance.enable: every leader.imbalance.check.interval.seconds, a broker
+        leading too few of the partitions it is preferred for gets them back."""
+        while True:
+            await asyncio.sleep(self.config.leader_imbalance_check_interval_s)
+            self.enqueue(self._check_leader_imbalance)
+
+    async def _check_leader_imbalance(self) -> None:
+        ctx = self.ctx
+        if ctx is None:
+            return
+        moves: list[TopicPartition] = []
+        for broker in ctx.leadable_ids:
+            preferred_here = [tp for tp in ctx.partitions() if tp in ctx.leadership and ctx.replicas(tp)[:1] == [broker]
+                              and tp.topic not in ctx.topics_to_delete]
+            if not preferred_here:
+                continue
+            not_led = [tp for tp in preferred_here if ctx.leadership[tp].leader != broker]
+            if len(not_led) * 100 > self.config.leader_imbalance_per_broker_percentage * len(preferred_here):
+                moves += [tp for tp in not_led if broker in ctx.leadership[tp].isr]
+        if moves:
+            log.info("leader imbalance: moving %d partition(s) back to their preferred leaders", len(moves))
+            await self._elect_leaders(PREFERRED, moves)
 
     # ------------------------------------------------------------ requests from brokers
     async def alter_partition(self, req: apq.AlterPartitionRequest, version: int) -> aps.AlterPartitionResponse:

@@ -236,8 +236,12 @@ BROKER_CONFIGS = ConfigDef([
        ignored=True),
     _k("socket.send.buffer.bytes", I, 102400, None, "SO_SNDBUF of server sockets.", HIGH, ignored=True),
     _k("socket.receive.buffer.bytes", I, 102400, None, "SO_RCVBUF of server sockets.", HIGH, ignored=True),
-    _k("auto.leader.rebalance.enable", B, True, None, "Move leadership back to preferred replicas.", HIGH,
-       ignored=True),
+    _k("auto.leader.rebalance.enable", B, True, None, "Cluster mode: the controller moves leadership back to "
+       "preferred replicas when a broker leads too few of them.", HIGH),
+    _k("leader.imbalance.check.interval.seconds", L, 300, _pos, "How often the controller checks the "
+       "leader imbalance.", HIGH),
+    _k("leader.imbalance.per.broker.percentage", I, 10, _nonneg, "The share of a broker's preferred "
+       "partitions it may not lead before the controller rebalances them.", HIGH),
     _k("transaction.state.log.replication.factor", SH, 3, _pos, "Replication factor of __transaction_state.",
        HIGH, ignored=True),
     _k("transaction.state.log.min.isr", I, 2, _pos, "min.insync.replicas of __transaction_state.", HIGH,

@@ -121,7 +121,9 @@ class ZkClusterMember:
         bridge = self.bridge = ZkBridge(self.client)
         self.controller = KafkaController(
             ControllerConfig(self.broker_id, cfg["unclean.leader.election.enable"], cfg["delete.topic.enable"],
-                             self.listener),
+                             self.listener, cfg["auto.leader.rebalance.enable"],
+                             cfg["leader.imbalance.check.interval.seconds"],
+                             cfg["leader.imbalance.per.broker.percentage"]),
             bridge, lambda: ControllerChannelManager(self.broker_id, self.listener, cfg["controller.socket.timeout.ms"]),
             self.clock)
         return self.controller

@@ -5,12 +5,14 @@ broker id generation."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
 import pytest
 
 from rivulet.admin import AdminClient, NewTopic
+from rivulet.client.connection import BrokerConnection
 from rivulet.protocol.errors import ErrorCode
 from rivulet.testing import BrokerProcess
 from tests.cluster import ZkCluster, describe_cluster, eventually
@@ -216,3 +218,28 @@ def test_create_partitions_grows_the_assignment_and_the_controller_leads_them(cl
     with pytest.raises(Exception) as e:
         shrink.result(30)
     assert e.value.args[0].code() == ErrorCode.INVALID_PARTITIONS
+
+
+def test_elect_leaders_is_answered_by_the_controller(cluster):
+    from rivulet.protocol.messages.elect_leaders_request import ElectLeadersRequest
+
+    for i in (1, 2):
+        cluster.start(i)
+    eventually(lambda: cluster.controller() is not None and cluster.registered() == [1, 2], what="the brokers")
+
+    def elect(broker: int) -> int:
+        async def ask() -> int:
+            b = cluster.brokers[broker]
+            conn = await BrokerConnection("127.0.0.1", b.port).connect(10)
+            try:
+                r = await conn.send(ElectLeadersRequest(election_type=0, topic_partitions=None, timeout_ms=5000))
+            finally:
+                await conn.close()
+            assert r.error_code != 0 or r.replica_election_results == []  # nothing to move
+            return r.error_code
+        return asyncio.run(ask())
+
+    controller = cluster.controller()
+    other = next(i for i in (1, 2) if i != controller)
+    assert elect(controller) == ErrorCode.NONE
+    assert elect(other) == ErrorCode.NOT_CONTROLLER

@@ -12,7 +12,7 @@ import pytest
 
 from rivulet.common.types import TopicPartition
 from rivulet.controller import zk_data as z
-from rivulet.controller.controller import ControllerConfig, KafkaController
+from rivulet.controller.controller import PREFERRED, UNCLEAN, ControllerConfig, KafkaController
 from rivulet.controller.zk_client import KafkaZkClient, ZkBridge
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages import alter_partition_request as apq
@@ -24,6 +24,14 @@ from rivulet.protocol.schema import Struct
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 TP = TopicPartition("orders", 0)
+
+
+class _Any:
+    def __eq__(self, other: object) -> bool:
+        return True
+
+
+ANY_MESSAGE = _Any()
 
 
 class Recorder:
@@ -79,9 +87,12 @@ class Cluster:
     def kill(self, broker_id: int) -> None:
         self.sessions.pop(broker_id).close()
 
-    async def controller(self, broker_id: int, unclean: bool = False) -> tuple[KafkaController, Recorder]:
+    async def controller(self, broker_id: int, unclean: bool = False, rebalance_every: float | None = None
+                         ) -> tuple[KafkaController, Recorder]:
         rec = Recorder()
-        c = KafkaController(ControllerConfig(broker_id, unclean_leader_election_enable=unclean),
+        c = KafkaController(ControllerConfig(broker_id, unclean_leader_election_enable=unclean,
+                                             auto_leader_rebalance_enable=rebalance_every is not None,
+                                             leader_imbalance_check_interval_s=rebalance_every or 300),
                             ZkBridge(self._client()), lambda: rec)
         c.startup()
         self.controllers[broker_id] = (c, rec)
@@ -103,12 +114,12 @@ class Cluster:
             s.close()
         self.admin.close()
 
-    async def with_topic(self, controller_id: int, replicas: dict[int, list[int]]
-                         ) -> tuple[KafkaController, Recorder]:
+    async def with_topic(self, controller_id: int, replicas: dict[int, list[int]],
+                         rebalance_every: float | None = None) -> tuple[KafkaController, Recorder]:
         """Brokers 1-3 registered, an active controller, topic "orders" with leaders."""
         for b in (1, 2, 3):
             self.register(b)
-        c, rec = await self.controller(controller_id)
+        c, rec = await self.controller(controller_id, rebalance_every=rebalance_every)
         await eventually(lambda: c.is_active)
         self.admin.create_topic(z.TopicAssignment("orders", None, replicas), {})
         await eventually(lambda: all(self.state(TopicPartition("orders", p)) is not None for p in replicas))
@@ -258,4 +269,48 @@ def test_controlled_shutdown_moves_leadership_and_deletion_stops_replicas(run):
         assert deletes
         cl.admin.request_topic_deletion("nothing-such")
         await eventually(lambda: cl.admin.get_topic_deletions() == [])
+    run(scenario)
+
+
+async def _lose_preferred(cl: Cluster, c: KafkaController) -> None:
+    """Broker 1, the preferred leader, dies and returns, out of the ISR."""
+    cl.kill(1)
+    await eventually(lambda: cl.state().leader == 2)
+    cl.register(1)
+    await eventually(lambda: 1 in c.ctx.live_brokers)
+
+
+async def _back_in_isr(cl: Cluster, c: KafkaController) -> z.LeaderAndIsr:
+    """Its leader (2) puts broker 1 back in the ISR; the state before that."""
+    s = cl.state()
+    r = await c.alter_partition(apq.AlterPartitionRequest(broker_id=2, broker_epoch=-1, topics=[apq.TopicData(
+        topic_name="orders", partitions=[apq.PartitionData(partition_index=0, leader_epoch=s.leader_epoch,
+                                                           new_isr=[2, 3, 1], partition_epoch=s.partition_epoch)])]), 1)
+    assert r.topics[0].partitions[0].error_code == 0
+    return s
+
+
+def test_elect_leaders_preferred_and_unclean(run):
+    async def scenario(cl: Cluster) -> None:
+        c, _ = await cl.with_topic(3, {0: [1, 2, 3]})
+        assert await c.elect_leaders(PREFERRED, [TP]) == {TP: (ErrorCode.ELECTION_NOT_NEEDED, ANY_MESSAGE)}
+        await _lose_preferred(cl, c)
+        (code, _), = (await c.elect_leaders(PREFERRED, [TP])).values()
+        assert code == ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE  # 1 is not back in the ISR
+        s = await _back_in_isr(cl, c)
+        assert await c.elect_leaders(PREFERRED, [TP]) == {TP: (ErrorCode.NONE, None)}
+        assert cl.state().leader == 1 and cl.state().leader_epoch == s.leader_epoch + 1
+        (code, _), = (await c.elect_leaders(UNCLEAN, [TP])).values()
+        assert code == ErrorCode.ELECTION_NOT_NEEDED
+        (code, _), = (await c.elect_leaders(PREFERRED, [TopicPartition("nothing", 0)])).values()
+        assert code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    run(scenario)
+
+
+def test_auto_leader_rebalance_gives_leadership_back(run):
+    async def scenario(cl: Cluster) -> None:
+        c, _ = await cl.with_topic(3, {0: [1, 2, 3]}, rebalance_every=0.2)
+        await _lose_preferred(cl, c)
+        await _back_in_isr(cl, c)
+        await eventually(lambda: cl.state().leader == 1)
     run(scenario)

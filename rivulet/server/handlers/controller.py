@@ -1,15 +1,19 @@
-"""Requests for the controller, in ZooKeeper mode: AlterPartition (a leader's ISR change) and
-ControlledShutdown. Every broker answers them; one that is not the active controller says
+"""Requests for the controller, in ZooKeeper mode: AlterPartition (a leader's ISR change),
+ControlledShutdown and ElectLeaders. Every broker answers them; one that is not the active controller says
 NOT_CONTROLLER, as Kafka's, and the sender looks for the controller again."""
 
 from __future__ import annotations
 
 import asyncio
 
-from rivulet.controller.controller import KafkaController
+from rivulet.common.types import TopicPartition
+from rivulet.controller.controller import PREFERRED, KafkaController
+from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.framing import RequestHeader
 from rivulet.protocol.messages.alter_partition_request import AlterPartitionRequest
+from rivulet.protocol.messages import elect_leaders_response as elr
 from rivulet.protocol.messages.controlled_shutdown_request import ControlledShutdownRequest
+from rivulet.protocol.messages.elect_leaders_request import ElectLeadersRequest
 from rivulet.server.answer import Answer
 from rivulet.server.handlers import Handler
 from rivulet.server.network import KafkaConnection
@@ -18,6 +22,7 @@ from rivulet.server.network import KafkaConnection
 # Kafka 4's brokers, does not list them).
 CLUSTER_MODE_VERSIONS: dict[int, tuple[int, int]] = {
     7: (0, 3),    # ControlledShutdown
+    43: (0, 2),   # ElectLeaders
     56: (0, 3),   # AlterPartition
 }
 
@@ -27,7 +32,7 @@ class ControllerHandlers:
         self.controller = controller
 
     def handlers(self) -> dict[int, Handler]:
-        return {7: self.handle_controlled_shutdown, 56: self.handle_alter_partition}
+        return {7: self.handle_controlled_shutdown, 43: self.handle_elect_leaders, 56: self.handle_alter_partition}
 
     def handle_alter_partition(self, header: RequestHeader, req: AlterPartitionRequest,
                                conn: KafkaConnection) -> Answer:
@@ -36,3 +41,24 @@ class ControllerHandlers:
     def handle_controlled_shutdown(self, header: RequestHeader, req: ControlledShutdownRequest,
                                    conn: KafkaConnection) -> Answer:
         return asyncio.ensure_future(self.controller.controlled_shutdown(req.broker_id, req.broker_epoch))
+
+    def handle_elect_leaders(self, header: RequestHeader, req: ElectLeadersRequest, conn: KafkaConnection) -> Answer:
+        return asyncio.ensure_future(self._elect_leaders(header.api_version, req))
+
+    async def _elect_leaders(self, version: int, req: ElectLeadersRequest) -> elr.ElectLeadersResponse:
+        election_type = req.election_type if version >= 1 else PREFERRED
+        wanted = None if req.topic_partitions is None else [
+            TopicPartition(t.topic, p) for t in req.topic_partitions for p in t.partitions]
+        results = await self.controller.elect_leaders(election_type, wanted)
+        if not self.controller.is_active:
+            return elr.ElectLeadersResponse(throttle_time_ms=0, error_code=ErrorCode.NOT_CONTROLLER,
+                                            replica_election_results=[])
+        by_topic: dict[str, list[elr.PartitionResult]] = {}
+        for tp, (code, message) in sorted(results.items()):
+            if wanted is None and code == ErrorCode.ELECTION_NOT_NEEDED:
+                continue  # asked for every partition: only those that changed or failed, as Kafka's
+            by_topic.setdefault(tp.topic, []).append(
+                elr.PartitionResult(partition_id=tp.partition, error_code=code, error_message=message))
+        return elr.ElectLeadersResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, replica_election_results=[
+            elr.ReplicaElectionResult(topic=t, partition_result=ps) for t, ps in by_topic.items()])
+
