@@ -15,7 +15,11 @@ sys.path.insert(0, str(ROOT))
 
 from rivulet.protocol import framing  # noqa: E402
 from rivulet.server.apis import SUPPORTED_VERSIONS  # noqa: E402
+from rivulet.server.handlers.controller import CLUSTER_MODE_VERSIONS  # noqa: E402
 from rivulet.server.handlers.replication import INTER_BROKER_VERSIONS  # noqa: E402
+
+# Served only by brokers in cluster mode (zookeeper.connect set).
+CLUSTER_ONLY = {**INTER_BROKER_VERSIONS, **CLUSTER_MODE_VERSIONS}
 
 DOC = ROOT / "docs" / "compatibility.md"
 START, END = "<!-- api-table:start -->", "<!-- api-table:end -->"
@@ -27,8 +31,8 @@ def table() -> str:
         name = framing.request_class(key).NAME.removesuffix("Request")
         if key in SUPPORTED_VERSIONS:
             mine = "{}-{}".format(*SUPPORTED_VERSIONS[key])
-        elif key in INTER_BROKER_VERSIONS:
-            mine = "{}-{} (cluster mode)".format(*INTER_BROKER_VERSIONS[key])
+        elif key in CLUSTER_ONLY:
+            mine = "{}-{} (cluster mode)".format(*CLUSTER_ONLY[key])
         else:
             mine = "—"
         lines.append(f"| {key} | {name} | {mine} | {lo}-{hi} |")
