@@ -46,6 +46,7 @@ from rivulet.protocol.messages import (
     describe_groups_response as dgrr,
     end_txn_request as etq,
     fetch_request as fq,
+    fetch_response as fr,
     find_coordinator_request as fcq,
     find_coordinator_response as fcr,
     heartbeat_request as hbq,
@@ -332,7 +333,7 @@ class EpochEndOffset:
         return self.epoch < 0 or self.end_offset < 0
 
 
-def diverging_epoch(pd: Any) -> EpochEndOffset | None:
+def diverging_epoch(pd: fr.PartitionData) -> EpochEndOffset | None:
     """A Fetch partition answer's DivergingEpoch (v12+): the log differs from the fetcher's
     before the fetch offset, so nothing was returned."""
     d = pd.diverging_epoch

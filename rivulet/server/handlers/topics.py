@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -330,7 +331,7 @@ class TopicHandlers:
             remaining -= len(page)
         return resp
 
-    def _topic_id(self, name: str) -> Any:
+    def _topic_id(self, name: str) -> uuid.UUID:
         cache = self.metadata_cache
         if cache is not None and cache.contains_topic(name):
             return cache.topic_id(name) or ZERO_UUID
