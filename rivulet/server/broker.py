@@ -37,6 +37,7 @@ from rivulet.server.zk_cluster import ZkClusterMember
 from rivulet.storage import LogConfig, LogManager, read_or_create_meta
 from rivulet.storage.cleaner import LogCleaner
 from rivulet.storage.log_dir_failure import AllLogDirsOfflineError
+from rivulet.storage.manager import TooManyOpenFilesError
 from rivulet.transaction.coordinator import TransactionCoordinator
 from rivulet.transaction.marker_channel import InterBrokerMarkerChannel
 from rivulet.transaction.remote_verifier import ClusterTxnVerifier
@@ -122,8 +123,12 @@ class Broker:
         # reads the LogManager until it returns. Logs of partitions the metadata does not hold
         # (a create or delete cut short by a crash) are deleted unread; in cluster mode the
         # controller decides which replicas this node keeps.
-        await asyncio.get_running_loop().run_in_executor(
-            None, self.log_manager.startup, None, None if self.cluster_mode else self.metadata.holds)
+        try:
+            await asyncio.get_running_loop().run_in_executor(
+                None, self.log_manager.startup, None, None if self.cluster_mode else self.metadata.holds)
+        except TooManyOpenFilesError:
+            self.log_manager.release_locks()
+            raise
         offline = self.log_manager.failure_channel.offline_dirs()
         if offline and not self.log_manager.online_dirs():
             self.log_manager.release_locks()

@@ -6,6 +6,7 @@ import errno
 import json
 import logging
 import os
+import resource
 import shutil
 import threading
 import uuid
@@ -49,6 +50,16 @@ def _no_free_block(d: str) -> bool:
         return os.statvfs(d).f_bavail == 0
     except OSError:
         return False
+
+
+class TooManyOpenFilesError(OSError):
+    """Start-up ran out of file descriptors: the process's limit, not a fault of a log dir."""
+
+    def __init__(self, path: str, loaded: int, error: OSError) -> None:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        super().__init__(error.errno, f"out of file descriptors loading {path} ({error.strerror}) with {loaded} "
+                         f"logs open; the open-file limit is {soft}: raise it (ulimit -n, or LimitNOFILE= for "
+                         "a systemd service) and start again")
 
 
 class _NoSpace(Exception):
@@ -244,6 +255,11 @@ class LogManager:
                     failure_channel=self.failure_channel,
                 )
             except OSError as e:
+                if e.errno in _RESOURCE_ERRNOS:
+                    loaded = len(self._logs)
+                    for other in self.log_dirs:
+                        self._unload_dir(other)
+                    raise TooManyOpenFilesError(path, loaded, e) from e
                 if e.errno in NO_SPACE_ERRNOS and not discarding():
                     raise _NoSpace(path, e) from e
                 # Kafka's rule: a dir that cannot be loaded goes offline as a whole; the

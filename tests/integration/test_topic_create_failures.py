@@ -127,3 +127,36 @@ def test_kill_during_a_large_creation_or_deletion_then_restart(cut_short):
         restarted_cleanly(broker, values)
     finally:
         broker.cleanup()
+
+
+def test_start_up_with_too_few_descriptors_says_so_and_changes_nothing():
+    import subprocess
+    import sys
+
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    broker = BrokerProcess()
+    try:
+        values = start_with_keep_topic(broker)
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("wide", num_partitions=400, replication_factor=1)],
+                            operation_timeout=120)["wide"].result(120)
+        assert broker.stop() == 0
+        args = [sys.executable, "-m", "rivulet", "broker", "--log-level", "warning"]
+        for k, v in broker.overrides.items():
+            args += ["--override", f"{k}={v}"]
+        limit = 300  # fewer descriptors than the partitions' logs need (the hard limit too)
+        run = subprocess.run(args, capture_output=True, text=True, timeout=120,
+                             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)))
+        assert run.returncode != 0
+        said = run.stderr.strip().splitlines()
+        assert len(said) == 1 and "cannot start" in said[0] and "out of file descriptors" in said[0], run.stderr
+        assert f"the open-file limit is {limit}" in said[0] and "ulimit -n" in said[0]
+        assert "offline" not in run.stderr + run.stdout and "Traceback" not in run.stderr
+        # With the limit raised it starts and serves everything.
+        broker.start()
+        assert len(AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=30)
+                   .topics["wide"].partitions) == 400
+        assert [v for _, v in consume_all(broker.bootstrap, KEEP, 3, len(values))[0]] == values
+    finally:
+        broker.cleanup()

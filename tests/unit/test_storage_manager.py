@@ -436,3 +436,32 @@ def test_create_log_makes_files_without_holding_the_manager_lock(tmp_path, monke
     second.join(10)
     assert made and again and again[0] is made[0]
     m.shutdown()
+
+
+def test_startup_out_of_descriptors_stops_with_the_limit_and_takes_no_dir_offline(tmp_path, monkeypatch):
+    import errno
+
+    from rivulet.storage import manager as manager_mod
+
+    d = str(tmp_path / "data")
+    m = LogManager([d], LogConfig())
+    m.startup()
+    m.create_logs("t", range(3), None, uuid.uuid4())
+    m.shutdown()
+    real = manager_mod.Log
+    opened = []
+
+    def log_until_out_of_descriptors(path, *args, **kw):
+        if len(opened) == 2:
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        opened.append(real(path, *args, **kw))
+        return opened[-1]
+
+    monkeypatch.setattr(manager_mod, "Log", log_until_out_of_descriptors)
+    m2 = LogManager([d], LogConfig())
+    with pytest.raises(manager_mod.TooManyOpenFilesError) as e:
+        m2.startup()
+    assert "open-file limit" in str(e.value) and "with 2 logs open" in str(e.value)
+    assert not m2.failure_channel.offline_dirs() and m2.all_logs() == []
+    assert all(lg.closed for lg in opened)  # what was loaded gave its descriptors back
+    m2.release_locks()
