@@ -194,6 +194,8 @@ class KafkaController:
         for tp in ctx.partitions():
             if tp in ctx.leadership:
                 batch.add_leader_and_isr([r for r in ctx.replicas(tp) if r in ctx.live_brokers], tp)
+        for tp in ctx.partitions():  # reassignments a previous controller left ongoing
+            await self._maybe_complete_reassignment(tp, batch)
         self._send(batch)
         if deletions:
             await self._on_topic_deletion()
@@ -400,6 +402,120 @@ class KafkaController:
             ctx.leadership[tp] = fresh
         log.error("could not update the state of %s after %d attempts", tp, MAX_STATE_WRITE_ATTEMPTS)
 
+    # ------------------------------------------------------------ partition reassignment
+    # Kafka's (KIP-455): the replicas become the target plus the original ones (adding and
+    # removing recorded in the topic's znode), the new ones catch up as followers, and once the
+    # whole target is in the ISR a target replica leads and the removed ones are deleted.
+    async def alter_reassignments(self, wanted: dict[TopicPartition, list[int] | None]
+                                  ) -> dict[TopicPartition, tuple[ErrorCode, str | None]]:
+        """AlterPartitionReassignments: the target replicas of each partition (None cancels)."""
+        return await self.call(lambda: self._alter_reassignments(wanted))
+
+    async def _alter_reassignments(self, wanted: dict[TopicPartition, list[int] | None]
+                                   ) -> dict[TopicPartition, tuple[ErrorCode, str | None]]:
+        ctx = self.ctx
+        if ctx is None:
+            return {tp: (ErrorCode.NOT_CONTROLLER, None) for tp in wanted}
+        out: dict[TopicPartition, tuple[ErrorCode, str | None]] = {}
+        batch = self._batch()
+        for tp, target in wanted.items():
+            a = ctx.assignments.get(tp.topic)
+            if a is None or tp.partition not in a.replicas or tp not in ctx.leadership \
+                    or tp.topic in ctx.topics_to_delete:
+                out[tp] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
+                continue
+            adding = a.adding.get(tp.partition, [])
+            original = [r for r in a.replicas[tp.partition] if r not in adding]
+            if target is None:
+                if not adding and not a.removing.get(tp.partition):
+                    out[tp] = (ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, f"No ongoing reassignment for {tp}.")
+                    continue
+                target = original
+            elif not target or len(set(target)) != len(target):
+                out[tp] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                           f"The proposed assignment {target} is empty or has duplicate brokers.")
+                continue
+            elif any(b not in ctx.live_brokers for b in target):
+                out[tp] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                           f"Replica assignment has brokers that are not alive. Replica list: {target}, "
+                           f"live broker list: {sorted(ctx.live_brokers)}")
+                continue
+            await self._start_reassignment(tp, original, target, batch)
+            out[tp] = (ErrorCode.NONE, None)
+        self._send(batch)
+        return out
+
+    async def _write_assignment(self, topic: str) -> None:
+        ctx = self.ctx
+        assert ctx is not None
+        await self.zk.run(self.client.set_topic_assignment, ctx.assignments[topic], ctx.epoch)
+
+    async def _start_reassignment(self, tp: TopicPartition, original: list[int], target: list[int],
+                                  batch: RequestBatch) -> None:
+        ctx = self.ctx
+        assert ctx is not None
+        a = ctx.assignments[tp.topic]
+        adding = [r for r in target if r not in original]
+        removing = [r for r in original if r not in target]
+        a.replicas[tp.partition] = target + removing
+        for field_, value in ((a.adding, adding), (a.removing, removing)):
+            if value:
+                field_[tp.partition] = value
+            else:
+                field_.pop(tp.partition, None)
+        await self._write_assignment(tp.topic)
+        log.info("reassigning %s from %s to %s", tp, original, target)
+        if adding or removing:
+            # A new leader epoch tells every replica, the new ones too, who leads.
+            await self._update_state(tp, batch, lambda _tp, st, _u: st.new_leader(st.leader, st.isr, ctx.epoch.epoch))
+        await self._maybe_complete_reassignment(tp, batch)
+
+    async def _maybe_complete_reassignment(self, tp: TopicPartition, batch: RequestBatch) -> None:
+        ctx = self.ctx
+        assert ctx is not None
+        a = ctx.assignments.get(tp.topic)
+        s = ctx.leadership.get(tp)
+        if a is None or s is None:
+            return
+        removing = a.removing.get(tp.partition, [])
+        if not removing and not a.adding.get(tp.partition):
+            return
+        target = [r for r in a.replicas[tp.partition] if r not in removing]
+        if not all(r in s.isr for r in target):
+            return  # the new replicas are still catching up
+        leader = s.leader if s.leader in target and ctx.is_live(s.leader) else \
+            next((r for r in target if ctx.is_live(r) and r in s.isr), None)
+        if leader is None:
+            return
+        isr = tuple(i for i in s.isr if i in target)
+        await self._update_state(tp, batch, lambda _tp, st, _u: st.new_leader(leader, isr, ctx.epoch.epoch))
+        for r in removing:
+            if r in ctx.live_brokers:
+                batch.add_stop_replica(r, tp, delete=True)
+        a.replicas[tp.partition] = target
+        a.adding.pop(tp.partition, None)
+        a.removing.pop(tp.partition, None)
+        await self._write_assignment(tp.topic)
+        batch.add_leader_and_isr([r for r in target if r in ctx.live_brokers], tp)
+        log.info("reassignment of %s completed: replicas %s, leader %d", tp, target, leader)
+
+    def list_reassignments(self, tps: list[TopicPartition] | None
+                           ) -> dict[TopicPartition, tuple[list[int], list[int], list[int]]] | None:
+        """ListPartitionReassignments: replicas, adding and removing of each ongoing one (None
+        when this broker is not the controller)."""
+        ctx = self.ctx
+        if ctx is None:
+            return None
+        out = {}
+        for tp in (tps if tps is not None else ctx.partitions()):
+            a = ctx.assignments.get(tp.topic)
+            if a is None or tp.partition not in a.replicas:
+                continue
+            adding, removing = a.adding.get(tp.partition, []), a.removing.get(tp.partition, [])
+            if adding or removing:
+                out[tp] = (list(a.replicas[tp.partition]), list(adding), list(removing))
+        return out
+
     # ------------------------------------------------------------ preferred leaders
     async def elect_leaders(self, election_type: int, partitions: list[TopicPartition] | None
                             ) -> dict[TopicPartition, tuple[ErrorCode, str | None]]:
@@ -532,6 +648,8 @@ class KafkaController:
         ctx.leadership[tp] = written
         log.info("ISR of %s is now %s (asked by its leader %d)", tp, list(new_isr), broker_id)
         batch.add_update_metadata(ctx.live_ids, [tp])
+        # The answer is the ISR change; a reassignment it completes comes as LeaderAndIsr.
+        await self._maybe_complete_reassignment(tp, batch)
         return answer(ErrorCode.NONE, written)
 
     async def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> csr.ControlledShutdownResponse:

@@ -243,3 +243,46 @@ def test_elect_leaders_is_answered_by_the_controller(cluster):
     other = next(i for i in (1, 2) if i != controller)
     assert elect(controller) == ErrorCode.NONE
     assert elect(other) == ErrorCode.NOT_CONTROLLER
+
+
+def test_reassignment_end_to_end(cluster):
+    """AlterPartitionReassignments to the controller: the new replica catches up through real
+    replication, joins the ISR, and the old one is dropped; the records stay readable."""
+    from rivulet import Producer
+    from rivulet.protocol.messages import alter_partition_reassignments_request as apr
+    from rivulet.protocol.messages.list_partition_reassignments_request import ListPartitionReassignmentsRequest
+
+    for i in (1, 2, 3):
+        cluster.start(i)
+    eventually(lambda: cluster.controller() is not None and cluster.registered() == [1, 2, 3], what="the brokers")
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    eventually(lambda: admin.create_topics([NewTopic("moving", replica_assignment=[[1, 2]])])["moving"]
+               .exception(30) is None, what="the topic")
+    eventually(lambda: cluster.zk.exists("/brokers/topics/moving/partitions/0/state"), what="a leader")
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(20):
+        producer.produce("moving", b"r%d" % i, partition=0)
+    assert producer.flush(30) == 0
+
+    def to_controller(request):
+        async def ask():
+            b = cluster.brokers[cluster.controller()]
+            conn = await BrokerConnection("127.0.0.1", b.port).connect(10)
+            try:
+                return await conn.send(request)
+            finally:
+                await conn.close()
+        return asyncio.run(ask())
+
+    r = to_controller(apr.AlterPartitionReassignmentsRequest(timeout_ms=30000, topics=[apr.ReassignableTopic(
+        name="moving", partitions=[apr.ReassignablePartition(partition_index=0, replicas=[2, 3])])]))
+    assert r.error_code == 0 and r.responses[0].partitions[0].error_code == 0
+    eventually(lambda: cluster.json("/brokers/topics/moving")["partitions"]["0"] == [2, 3], timeout=60,
+               what="the reassignment to complete")
+    assert cluster.json("/brokers/topics/moving")["adding_replicas"] == {}
+    state = cluster.partition_state("moving", 0)
+    assert state["leader"] in (2, 3) and sorted(state["isr"]) == [2, 3]
+    listed = to_controller(ListPartitionReassignmentsRequest(timeout_ms=30000, topics=None))
+    assert listed.error_code == 0 and listed.topics == []
+    end = admin.list_topics("moving", timeout=10).topics["moving"].partitions[0]
+    assert sorted(end.replicas) == [2, 3]

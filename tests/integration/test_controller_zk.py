@@ -314,3 +314,50 @@ def test_auto_leader_rebalance_gives_leadership_back(run):
         await _back_in_isr(cl, c)
         await eventually(lambda: cl.state().leader == 1)
     run(scenario)
+
+
+def test_reassignment_waits_for_the_new_replicas_then_drops_the_old(run):
+    async def scenario(cl: Cluster) -> None:
+        cl.register(4)
+        c, rec = await cl.with_topic(3, {0: [1, 2]})
+        assert (await c.alter_reassignments({TP: [4, 1, 2, 5]}))[TP][0] == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+        assert (await c.alter_reassignments({TP: [4, 4]}))[TP][0] == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+        assert (await c.alter_reassignments({TP: None}))[TP][0] == ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
+        before = cl.state()
+        assert await c.alter_reassignments({TP: [3, 4]}) == {TP: (ErrorCode.NONE, None)}
+        a = cl.admin.get_topic_assignment("orders")
+        assert a.replicas[0] == [3, 4, 1, 2] and a.adding == {0: [3, 4]} and a.removing == {0: [1, 2]}
+        assert c.list_reassignments(None) == {TP: ([3, 4, 1, 2], [3, 4], [1, 2])}
+        assert cl.state().leader == 1 and cl.state().leader_epoch == before.leader_epoch + 1
+        lair = rec.of(LeaderAndIsrRequest, broker=4)
+        assert lair and [p.replicas for t in lair[-1].topic_states for p in t.partition_states] == [[3, 4, 1, 2]]
+        # the new replicas catch up: the leader adds them to the ISR, and the reassignment completes
+        s = cl.state()
+        r = await c.alter_partition(apq.AlterPartitionRequest(broker_id=1, broker_epoch=-1, topics=[apq.TopicData(
+            topic_name="orders", partitions=[apq.PartitionData(partition_index=0, leader_epoch=s.leader_epoch,
+                                                               new_isr=[1, 2, 3, 4], partition_epoch=s.partition_epoch)])]),
+            1)
+        assert r.topics[0].partitions[0].error_code == 0
+        assert cl.admin.get_topic_assignment("orders").replicas == {0: [3, 4]}
+        assert cl.admin.get_topic_assignment("orders").adding == {}
+        assert cl.state().leader == 3 and cl.state().isr == (3, 4)
+        assert c.list_reassignments(None) == {}
+        deleted = {b for b, r in rec.sent if isinstance(r, StopReplicaRequest)
+                   and any(p.delete_partition for t in r.topic_states for p in t.partition_states)}
+        assert deleted == {1, 2}
+    run(scenario)
+
+
+def test_a_new_controller_resumes_a_reassignment_and_cancel_reverts(run):
+    async def scenario(cl: Cluster) -> None:
+        cl.register(4)
+        c, _ = await cl.with_topic(3, {0: [1, 2]})
+        await c.alter_reassignments({TP: [1, 4]})
+        await cl.stop_controller(3)
+        c2, _ = await cl.controller(9)
+        await eventually(lambda: c2.is_active)
+        assert c2.list_reassignments([TP]) == {TP: ([1, 4, 2], [4], [2])}
+        assert await c2.alter_reassignments({TP: None}) == {TP: (ErrorCode.NONE, None)}
+        assert cl.admin.get_topic_assignment("orders").replicas == {0: [1, 2]}
+        assert c2.list_reassignments(None) == {}
+    run(scenario)

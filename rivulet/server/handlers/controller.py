@@ -1,5 +1,5 @@
 """Requests for the controller, in ZooKeeper mode: AlterPartition (a leader's ISR change),
-ControlledShutdown and ElectLeaders. Every broker answers them; one that is not the active controller says
+ControlledShutdown, ElectLeaders and the partition reassignment APIs. Every broker answers them; one that is not the active controller says
 NOT_CONTROLLER, as Kafka's, and the sender looks for the controller again."""
 
 from __future__ import annotations
@@ -11,9 +11,13 @@ from rivulet.controller.controller import PREFERRED, KafkaController
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.framing import RequestHeader
 from rivulet.protocol.messages.alter_partition_request import AlterPartitionRequest
+from rivulet.protocol.messages import alter_partition_reassignments_response as apr
 from rivulet.protocol.messages import elect_leaders_response as elr
+from rivulet.protocol.messages import list_partition_reassignments_response as lpr
+from rivulet.protocol.messages.alter_partition_reassignments_request import AlterPartitionReassignmentsRequest
 from rivulet.protocol.messages.controlled_shutdown_request import ControlledShutdownRequest
 from rivulet.protocol.messages.elect_leaders_request import ElectLeadersRequest
+from rivulet.protocol.messages.list_partition_reassignments_request import ListPartitionReassignmentsRequest
 from rivulet.server.answer import Answer
 from rivulet.server.handlers import Handler
 from rivulet.server.network import KafkaConnection
@@ -23,6 +27,8 @@ from rivulet.server.network import KafkaConnection
 CLUSTER_MODE_VERSIONS: dict[int, tuple[int, int]] = {
     7: (0, 3),    # ControlledShutdown
     43: (0, 2),   # ElectLeaders
+    45: (0, 0),   # AlterPartitionReassignments
+    46: (0, 0),   # ListPartitionReassignments
     56: (0, 3),   # AlterPartition
 }
 
@@ -32,7 +38,8 @@ class ControllerHandlers:
         self.controller = controller
 
     def handlers(self) -> dict[int, Handler]:
-        return {7: self.handle_controlled_shutdown, 43: self.handle_elect_leaders, 56: self.handle_alter_partition}
+        return {7: self.handle_controlled_shutdown, 43: self.handle_elect_leaders, 45: self.handle_alter_reassignments,
+                46: self.handle_list_reassignments, 56: self.handle_alter_partition}
 
     def handle_alter_partition(self, header: RequestHeader, req: AlterPartitionRequest,
                                conn: KafkaConnection) -> Answer:
@@ -61,4 +68,39 @@ class ControllerHandlers:
                 elr.PartitionResult(partition_id=tp.partition, error_code=code, error_message=message))
         return elr.ElectLeadersResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, replica_election_results=[
             elr.ReplicaElectionResult(topic=t, partition_result=ps) for t, ps in by_topic.items()])
+
+    def handle_alter_reassignments(self, header: RequestHeader, req: AlterPartitionReassignmentsRequest,
+                                   conn: KafkaConnection) -> Answer:
+        return asyncio.ensure_future(self._alter_reassignments(req))
+
+    async def _alter_reassignments(self, req: AlterPartitionReassignmentsRequest) -> apr.AlterPartitionReassignmentsResponse:
+        wanted = {TopicPartition(t.name, p.partition_index): (None if p.replicas is None else list(p.replicas))
+                  for t in req.topics for p in t.partitions}
+        results = await self.controller.alter_reassignments(wanted)
+        if not self.controller.is_active:
+            return apr.AlterPartitionReassignmentsResponse(throttle_time_ms=0, error_code=ErrorCode.NOT_CONTROLLER,
+                                                           error_message=None, responses=[])
+        by_topic: dict[str, list[apr.ReassignablePartitionResponse]] = {}
+        for tp, (code, message) in results.items():
+            by_topic.setdefault(tp.topic, []).append(apr.ReassignablePartitionResponse(
+                partition_index=tp.partition, error_code=code, error_message=message))
+        return apr.AlterPartitionReassignmentsResponse(throttle_time_ms=0, error_code=ErrorCode.NONE,
+                                                       error_message=None, responses=[
+            apr.ReassignableTopicResponse(name=t, partitions=ps) for t, ps in by_topic.items()])
+
+    def handle_list_reassignments(self, header: RequestHeader, req: ListPartitionReassignmentsRequest,
+                                  conn: KafkaConnection) -> lpr.ListPartitionReassignmentsResponse:
+        wanted = None if req.topics is None else [
+            TopicPartition(t.name, p) for t in req.topics for p in t.partition_indexes]
+        ongoing = self.controller.list_reassignments(wanted)
+        if ongoing is None:
+            return lpr.ListPartitionReassignmentsResponse(throttle_time_ms=0, error_code=ErrorCode.NOT_CONTROLLER,
+                                                          error_message=None, topics=[])
+        by_topic: dict[str, list[lpr.OngoingPartitionReassignment]] = {}
+        for tp, (replicas, adding, removing) in sorted(ongoing.items()):
+            by_topic.setdefault(tp.topic, []).append(lpr.OngoingPartitionReassignment(
+                partition_index=tp.partition, replicas=replicas, adding_replicas=adding, removing_replicas=removing))
+        return lpr.ListPartitionReassignmentsResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
+                                                      topics=[lpr.OngoingTopicReassignment(name=t, partitions=ps)
+                                                              for t, ps in by_topic.items()])
 
