@@ -45,6 +45,9 @@ from rivulet.transaction.producer_id_manager import ProducerIdGenerator, Produce
 
 log = logging.getLogger(__name__)
 
+# Logs given retention between two turns of the event loop.
+RETENTION_SLICE = 64
+
 
 class Broker:
     def __init__(self, config: BrokerConfig, clock: Clock = SYSTEM_CLOCK, *, cluster_mode: bool = False) -> None:
@@ -300,7 +303,9 @@ class Broker:
                 await loop.run_in_executor(None, self.log_manager.flush_dirty, now_ms())
                 if loop.time() >= next_retention:
                     next_retention = loop.time() + retention_every
-                    self.log_manager.cleanup(now_ms())
+                    for i, _ in enumerate(self.log_manager.cleanup_steps(now_ms())):
+                        if i % RETENTION_SLICE == RETENTION_SLICE - 1:
+                            await asyncio.sleep(0)  # requests are served between slices of logs
                 # Segments deleted by retention or DeleteRecords were renamed on the loop; the
                 # unlinking, which can take long for large files, runs here.
                 doomed = self.log_manager.take_due_deletions(now_ms())

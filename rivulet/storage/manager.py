@@ -10,7 +10,7 @@ import resource
 import shutil
 import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from rivulet.common.time import SYSTEM_CLOCK
@@ -590,13 +590,16 @@ class LogManager:
 
     def cleanup(self, now_ms: int) -> int:
         """Apply retention to every log; returns the number of segments deleted."""
-        total = 0
+        return sum(self.cleanup_steps(now_ms))
+
+    def cleanup_steps(self, now_ms: int) -> Iterator[int]:
+        """Retention one log at a time (segments deleted in each), so that the loop can serve
+        requests between logs when thousands of partitions expire segments at once."""
         for lg in self.all_logs():
             try:
-                total += lg.delete_retention_segments(now_ms)
+                yield lg.delete_retention_segments(now_ms)
             except Exception:
                 log.exception("retention failed for %s", lg.dir)
-        return total
 
     def take_due_deletions(self, now_ms: int) -> list[str]:
         """Files of deleted segments due for unlinking (``remove_files``, on a worker thread)."""

@@ -465,3 +465,20 @@ def test_startup_out_of_descriptors_stops_with_the_limit_and_takes_no_dir_offlin
     assert not m2.failure_channel.offline_dirs() and m2.all_logs() == []
     assert all(lg.closed for lg in opened)  # what was loaded gave its descriptors back
     m2.release_locks()
+
+
+def test_cleanup_steps_go_one_log_at_a_time(tmp_path):
+    d = str(tmp_path / "data")
+    m = LogManager([d], LogConfig())
+    m.startup()
+    b = make_batch(2)
+    cfg = LogConfig(segment_bytes=len(b) * 2, retention_bytes=len(b) * 2)
+    for topic in ("a", "b", "c"):
+        lg = m.create_log(topic, 0, cfg, uuid.uuid4())
+        for _ in range(4 if topic != "b" else 1):
+            append(lg, b)
+        lg.high_watermark = lg.log_end_offset
+    steps = m.cleanup_steps(0)
+    assert sorted([next(steps), next(steps), next(steps)]) == [0, 1, 1]  # one log each, "b" has nothing to delete
+    assert list(steps) == []
+    m.shutdown()
