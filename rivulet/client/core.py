@@ -13,12 +13,14 @@ from __future__ import annotations
 import enum
 import random
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Iterable, Mapping, NamedTuple, TypeVar
 
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode, ApiError
+from rivulet.protocol.schema import ZERO_UUID
 from rivulet.protocol.messages import (
     add_offsets_to_txn_request as aotq,
     add_partitions_to_txn_request as aptq,
@@ -304,9 +306,23 @@ class FetchPosition(NamedTuple):
     last_fetched_epoch: int = -1
 
 
+# Fetch names topics by id from v13 (KIP-516): the clients go past MAX_VERSIONS[1] only when the
+# metadata gave every topic of the request its id.
+FETCH_MAX_VERSION_WITH_IDS = 17
+
+
+def fetch_version_cap(topic_ids: Mapping[str, uuid.UUID | None], topics: Iterable[str]) -> int | None:
+    """The highest Fetch version for ``topics``: v17 when each has a known id, else the core's
+    cap (v12); pass it to ``pick_version``."""
+    with_ids = all((topic_ids.get(t) or ZERO_UUID) != ZERO_UUID for t in topics)
+    return FETCH_MAX_VERSION_WITH_IDS if with_ids else None
+
+
 def fetch_request(positions: Mapping[tuple[str, int], FetchPosition], max_wait_ms: int, min_bytes: int,
-                  max_bytes: int, partition_max_bytes: int, isolation_level: int = 0) -> fq.FetchRequest:
-    """A sessionless Fetch of each partition from its position."""
+                  max_bytes: int, partition_max_bytes: int, isolation_level: int = 0,
+                  topic_ids: Mapping[str, uuid.UUID | None] | None = None) -> fq.FetchRequest:
+    """A sessionless Fetch of each partition from its position; ``topic_ids`` names the topics
+    for v13+ (see ``fetch_version``)."""
     topics: dict[str, list[fq.FetchPartition]] = {}
     for (t, p), pos in positions.items():
         topics.setdefault(t, []).append(fq.FetchPartition(
@@ -316,8 +332,14 @@ def fetch_request(positions: Mapping[tuple[str, int], FetchPosition], max_wait_m
     return fq.FetchRequest(
         cluster_id=None, replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
         isolation_level=isolation_level, session_id=0, session_epoch=-1,
-        topics=[fq.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()],
+        topics=[fq.FetchTopic(topic=t, topic_id=(topic_ids or {}).get(t) or ZERO_UUID, partitions=ps)
+                for t, ps in topics.items()],
         forgotten_topics_data=[], rack_id="")
+
+
+def fetch_response_topic(t: fr.FetchableTopicResponse, names: Mapping[uuid.UUID, str]) -> str | None:
+    """The topic a Fetch answer's entry is for: its name up to v12, its id from v13."""
+    return t.topic or names.get(t.topic_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,7 +414,7 @@ class PartitionMeta:
 @dataclass(slots=True)
 class TopicMeta:
     name: str
-    topic_id: Any
+    topic_id: uuid.UUID | None
     error: int
     is_internal: bool
     partitions: dict[int, PartitionMeta] = field(default_factory=dict)

@@ -21,6 +21,7 @@ import asyncio
 import gc
 import logging
 import threading
+import uuid
 from collections import deque
 from typing import Any, Callable, Iterable
 
@@ -263,16 +264,20 @@ class Fetcher:
             self._nodes_in_flight.add(node)
             sent = {tp: (st, st.epoch, st.fetch_offset) for tp, st in parts}
             self._tps_in_flight.update(sent)
-            req = self._request(parts)
+            names = {tp[0] for tp, _ in parts}
+            ids = {n: tm.topic_id for n in names if (tm := cluster.topics.get(n)) is not None}
+            cap = core.fetch_version_cap(ids, names)
+            req = self._request(parts, ids)
             conn = self.client.open_connection(node)
             fut = None
             if conn is not None:
                 try:
                     # On the wire now, before whatever CPU work the caller does next.
-                    fut = conn.send_nowait(req, conn.version_for(1))
+                    fut = conn.send_nowait(req, conn.version_for(1, cap))
                 except (ConnectionError, ProtocolError):
                     fut = None
-            t = self.loop.create_task(self._fetch(node, sent, req, conn if fut is not None else None, fut))
+            by_id = {i: n for n, i in ids.items() if i is not None}
+            t = self.loop.create_task(self._fetch(node, sent, req, conn if fut is not None else None, fut, cap, by_id))
             self._tasks.add(t)
             t.add_done_callback(self._tasks.discard)
         if validate:
@@ -283,11 +288,11 @@ class Fetcher:
             return self.backoff
         return None
 
-    def _request(self, parts: list[tuple[TP, TopicPartitionState]]) -> Any:
+    def _request(self, parts: list[tuple[TP, TopicPartitionState]], topic_ids: dict[str, uuid.UUID | None]) -> Any:
         return core.fetch_request(
             {tp: core.FetchPosition(st.fetch_offset, st.current_leader_epoch,
                                     -1 if st.fetch_epoch is None else st.fetch_epoch) for tp, st in parts},
-            self.max_wait_ms, self.min_bytes, self.max_bytes, self.partition_max_bytes, self.isolation)
+            self.max_wait_ms, self.min_bytes, self.max_bytes, self.partition_max_bytes, self.isolation, topic_ids)
 
     def _release(self, node: int, sent: dict[TP, Any]) -> None:
         self._nodes_in_flight.discard(node)
@@ -295,7 +300,7 @@ class Fetcher:
             self._tps_in_flight.discard(tp)
 
     async def _fetch(self, node: int, sent: dict[TP, tuple[TopicPartitionState, int, int]], req: Any,
-                     conn: Any, fut: asyncio.Future | None) -> None:
+                     conn: Any, fut: asyncio.Future | None, cap: int | None, names: dict[uuid.UUID, str]) -> None:
         released = False
         try:
             timeout = self.request_timeout + self.max_wait_ms / 1000
@@ -303,7 +308,7 @@ class Fetcher:
                 if fut is not None:
                     resp = await conn.wait(fut, timeout)
                 else:
-                    resp = await self.client.send(node, req, timeout=timeout)
+                    resp = await self.client.send(node, req, timeout=timeout, max_version=cap)
             except (ConnectionError, OSError, asyncio.TimeoutError, RequestTimedOut) as e:
                 log.debug("fetch from broker %d failed: %s", node, e)
                 self.client.request_update()
@@ -313,10 +318,13 @@ class Fetcher:
                 log.debug("fetch from broker %d: %s", node, ErrorCode(resp.error_code).name)
                 await asyncio.sleep(self.backoff)
                 return
+            if resp.node_endpoints:  # KIP-951: where the leaders named in the answer are
+                self.client.cluster.add_brokers((e.node_id, e.host, e.port) for e in resp.node_endpoints)
             todo = []
             for t in resp.responses:
+                topic = core.fetch_response_topic(t, names)
                 for pd in t.partitions:
-                    tp = (t.topic, pd.partition_index)
+                    tp = (topic, pd.partition_index)
                     s = sent.get(tp)
                     if s is None:
                         continue

@@ -161,6 +161,7 @@ def test_rivulet_consumer_goes_on_through_a_leader_kill(cluster):
         m = c.poll(0.5)
         if m is not None and m.error() is None:
             got.append(m.offset())
+    assert c.commit(asynchronous=False)[0].offset == 1000  # with all three up: the group's home is made
     leader = cluster.partition_state(topic, 0)["leader"]
     epoch = cluster.partition_state(topic, 0)["leader_epoch"]
     cluster.brokers[leader].kill()

@@ -13,6 +13,7 @@ from rivulet.protocol.errors import ErrorCode, ApiError
 from rivulet.protocol.messages import (
     add_partitions_to_txn_response as aptr,
     delete_records_response as drr,
+    fetch_response as fr,
     find_coordinator_response as fcr,
     list_offsets_response as lor,
     metadata_response as mr,
@@ -338,6 +339,20 @@ def test_produce_and_fetch_requests():
         (500, 1, 1 << 20, 1, -1)
     assert [(p.partition, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch, p.last_fetched_epoch)
             for p in req.topics[0].partitions] == [(0, 5, 1 << 16, -1, -1), (1, 9, 1 << 16, 3, 2)]
+
+
+def test_fetch_names_topics_by_id_when_every_id_is_known():
+    import uuid
+    tid = uuid.uuid4()
+    positions = {("t", 0): core.FetchPosition(5), ("u", 0): core.FetchPosition(1)}
+    assert core.fetch_version_cap({"t": tid, "u": uuid.uuid4()}, ["t", "u"]) == 17
+    assert core.fetch_version_cap({"t": tid, "u": None}, ["t", "u"]) is None  # v12 and names
+    assert core.fetch_version_cap({"t": tid}, ["t", "u"]) is None
+    req = wire(core.fetch_request(positions, 500, 1, 1 << 20, 1 << 16, topic_ids={"t": tid, "u": tid}), 17)
+    assert [t.topic_id for t in req.topics] == [tid, tid]
+    resp = fr.FetchResponse(responses=[fr.FetchableTopicResponse(topic="", topic_id=tid, partitions=[])])
+    assert core.fetch_response_topic(resp.responses[0], {tid: "t"}) == "t"
+    assert core.fetch_response_topic(fr.FetchableTopicResponse(topic="old", partitions=[]), {}) == "old"
 
 
 def test_offsets_for_leader_epoch_round_trip():
