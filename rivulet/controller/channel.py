@@ -71,7 +71,9 @@ class RequestBatch:
 
     # ------------------------------------------------------------ building and sending
     def send(self, ctx: ControllerContext, channel: ControllerChannel,
-             stop_replica_callback: Callable[[int, Struct | None], object] | None = None) -> None:
+             stop_replica_callback: Callable[[int, set[str], Struct | None], object] | None = None) -> None:
+        """``stop_replica_callback`` gets each StopReplica's broker, the topics it deleted
+        replicas of, and the response (None if the broker could not take it)."""
         for b, parts in self.leader_and_isr.items():
             if b in ctx.live_brokers and parts:
                 channel.send(b, self.build_leader_and_isr(ctx, b, parts))
@@ -81,7 +83,9 @@ class RequestBatch:
             channel.send(b, self.build_update_metadata(ctx, b, self.update_metadata_partitions))
         for b, parts in self.stop_replica.items():
             if b in ctx.live_brokers and parts:
-                cb = None if stop_replica_callback is None else (lambda r, b=b: stop_replica_callback(b, r))
+                deleted = {tp.topic for tp, delete in parts.items() if delete}
+                cb = None if stop_replica_callback is None else (
+                    lambda r, b=b, d=deleted: stop_replica_callback(b, d, r))
                 channel.send(b, self.build_stop_replica(ctx, b, parts), cb)
         self.leader_and_isr.clear()
         self.update_metadata_brokers.clear()

@@ -25,6 +25,8 @@ class ControllerContext:
     assignments: dict[str, TopicAssignment] = field(default_factory=dict)
     leadership: dict[TopicPartition, LeaderAndIsr] = field(default_factory=dict)
     topics_to_delete: set[str] = field(default_factory=set)
+    # topic being deleted -> the brokers whose replicas have not confirmed their deletion yet
+    deletion_pending: dict[str, set[int]] = field(default_factory=dict)
 
     # ------------------------------------------------------------ brokers
     def is_live(self, broker_id: int) -> bool:
@@ -72,3 +74,4 @@ class ControllerContext:
             for p in a.replicas:
                 self.leadership.pop(TopicPartition(topic, p), None)
         self.topics_to_delete.discard(topic)
+        self.deletion_pending.pop(topic, None)

@@ -32,6 +32,7 @@ from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages import alter_partition_request as apq
 from rivulet.protocol.messages import alter_partition_response as aps
 from rivulet.protocol.messages import controlled_shutdown_response as csr
+from rivulet.protocol.schema import Struct
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +208,7 @@ class KafkaController:
 
     def _send(self, batch: RequestBatch) -> None:
         if self.ctx is not None and self.channel is not None:
-            batch.send(self.ctx, self.channel)
+            batch.send(self.ctx, self.channel, self._on_stop_replica_response)
 
     # ------------------------------------------------------------ topics
     async def _load_topic(self, topic: str) -> list[TopicPartition]:
@@ -279,17 +280,50 @@ class KafkaController:
                     log.info("delete.topic.enable is false: dropping the request to delete %s", topic)
                 await self.zk.run(self.client.drop_topic_deletion_request, topic)
                 continue
+            if topic in ctx.topics_to_delete:
+                continue  # under way
+            # As Kafka's TopicDeletionManager: every replica deletes its log (StopReplica with
+            # deletion) before the znodes go; a replica on a dead broker waits for its return.
             ctx.topics_to_delete.add(topic)
+            ctx.deletion_pending[topic] = {r for tp in ctx.partitions(topic) for r in ctx.replicas(tp)}
             batch = self._batch()
             batch.add_update_metadata(ctx.live_ids, ctx.partitions(topic))  # leader -2: being deleted
-            for tp in ctx.partitions(topic):
-                for r in ctx.replicas(tp):
-                    if r in ctx.live_brokers:
-                        batch.add_stop_replica(r, tp, delete=True)
+            self._add_deletions(topic, ctx.live_ids, batch)
             self._send(batch)
-            await self.zk.run(self.client.delete_topic_znodes, topic, ctx.epoch)
-            ctx.remove_topic(topic)
-            log.info("deleted topic %s", topic)
+            if not ctx.deletion_pending[topic]:
+                await self._complete_deletion(topic)
+
+    def _add_deletions(self, topic: str, brokers: set[int], batch: RequestBatch) -> None:
+        ctx = self.ctx
+        assert ctx is not None
+        for tp in ctx.partitions(topic):
+            for r in ctx.replicas(tp):
+                if r in brokers and r in ctx.deletion_pending.get(topic, ()):
+                    batch.add_stop_replica(r, tp, delete=True)
+
+    def _on_stop_replica_response(self, broker: int, deleted: set[str], response: Struct | None) -> None:
+        if deleted and (response is None or response.error_code == ErrorCode.NONE):
+            failed = set() if response is None else {
+                e.topic_name for e in response.partition_errors if e.error_code != ErrorCode.NONE}
+            self.enqueue(lambda: self._replicas_deleted(broker, deleted - failed))
+
+    async def _replicas_deleted(self, broker: int, topics: set[str]) -> None:
+        ctx = self.ctx
+        if ctx is None:
+            return
+        for topic in topics:
+            pending = ctx.deletion_pending.get(topic)
+            if pending is not None and broker in pending:
+                pending.discard(broker)
+                if not pending:
+                    await self._complete_deletion(topic)
+
+    async def _complete_deletion(self, topic: str) -> None:
+        ctx = self.ctx
+        assert ctx is not None
+        await self.zk.run(self.client.delete_topic_znodes, topic, ctx.epoch)
+        ctx.remove_topic(topic)
+        log.info("deleted topic %s", topic)
 
     # ------------------------------------------------------------ brokers
     async def _on_broker_change(self) -> None:
@@ -326,8 +360,10 @@ class KafkaController:
         batch.add_update_metadata(new, ctx.partitions())
         for b in new:
             for tp in ctx.partitions_on_broker(b):
-                if tp in ctx.leadership:
+                if tp in ctx.leadership and tp.topic not in ctx.topics_to_delete:
                     batch.add_leader_and_isr([b], tp)
+        for topic in ctx.topics_to_delete:  # replicas that were offline delete now
+            self._add_deletions(topic, new, batch)
 
     async def _elect_offline(self, batch: RequestBatch) -> None:
         """Elect a leader for every partition whose leader is not live, now that brokers returned."""

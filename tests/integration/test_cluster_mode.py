@@ -192,9 +192,9 @@ def test_topic_configs_live_in_zookeeper(cluster):
     next(iter(res.values())).result(30)
     eventually(lambda: cluster.json("/config/topics/logs")["config"] == {"retention.ms": "120000",
                                                                         "cleanup.policy": "compact"})
-    changes = cluster.zk.get_children("/config/changes")
-    assert any(json.loads(cluster.zk.get(f"/config/changes/{c}")[0]) == {"version": 2, "entity_path": "topics/logs"}
-               for c in changes)
+    eventually(lambda: any(json.loads(cluster.zk.get(f"/config/changes/{c}")[0]) == {
+        "version": 2, "entity_path": "topics/logs"} for c in cluster.zk.get_children("/config/changes")),
+        what="the change notification")
     eventually(lambda: described(2).get("cleanup.policy") == "compact", what="the change on the other broker")
 
 

@@ -361,3 +361,18 @@ def test_a_new_controller_resumes_a_reassignment_and_cancel_reverts(run):
         assert cl.admin.get_topic_assignment("orders").replicas == {0: [1, 2]}
         assert c2.list_reassignments(None) == {}
     run(scenario)
+
+
+def test_deletion_waits_for_an_offline_replica(run):
+    async def scenario(cl: Cluster) -> None:
+        c, rec = await cl.with_topic(3, {0: [1, 2]})
+        cl.kill(1)
+        await eventually(lambda: 1 not in c.ctx.live_brokers)
+        cl.admin.request_topic_deletion("orders")
+        await eventually(lambda: c.ctx.deletion_pending == {"orders": {1}})
+        assert cl.admin.get_all_topics() == ["orders"]  # not before broker 1 deleted its replica
+        cl.register(1)
+        await eventually(lambda: cl.admin.get_all_topics() == [])
+        stops = rec.of(StopReplicaRequest, broker=1)
+        assert any(p.delete_partition for r in stops for t in r.topic_states for p in t.partition_states)
+    run(scenario)
