@@ -120,6 +120,7 @@ class ReplicaFetcher:
     # ------------------------------------------------------------ the loop
     async def _run(self) -> None:
         backoff = self.config.backoff_ms / 1000
+        failures = 0
         while True:
             ready = self._ready()
             if not ready:
@@ -138,11 +139,16 @@ class ReplicaFetcher:
                 fetching = [st for st in self._ready() if not st.truncating]
                 if fetching:
                     await self._fetch(conn, fetching)
+                failures = 0
             except asyncio.CancelledError:
                 raise
             except (ConnectionError, OSError, TimeoutError, ApiError) as e:
-                log.warning("fetching from broker %d (%s:%d) failed: %s; retrying in %.1f s", self.leader.broker_id,
-                            self.leader.host, self.leader.port, e, backoff)
+                # The first failure in a row is a warning; the rest (a leader that is gone until the
+                # controller moves its partitions) would flood the log every backoff.
+                failures += 1
+                log.log(logging.WARNING if failures == 1 else logging.DEBUG,
+                        "fetching from broker %d (%s:%d) failed: %s; retrying every %.1f s", self.leader.broker_id,
+                        self.leader.host, self.leader.port, e, backoff)
                 await self._drop_connection()
                 await asyncio.sleep(backoff)
             except Exception:
