@@ -376,3 +376,29 @@ def test_deletion_waits_for_an_offline_replica(run):
         stops = rec.of(StopReplicaRequest, broker=1)
         assert any(p.delete_partition for r in stops for t in r.topic_states for p in t.partition_states)
     run(scenario)
+
+
+def _expire_session(connect: str, client: KafkaZkClient) -> None:
+    """Another client attaches to the same session and closes it: the server expires it."""
+    from kazoo.client import KazooClient
+
+    session_id, password = client.zk.client_id
+    twin = KazooClient(hosts=connect, client_id=(session_id, password))
+    twin.start(timeout=15)
+    twin.stop()
+    twin.close()
+
+
+def test_a_controller_that_loses_its_session_resigns(run, zk_connect):
+    async def scenario(cl: Cluster) -> None:
+        for b in (1, 2):
+            cl.register(b)
+        c1, _ = await cl.controller(1)
+        await eventually(lambda: c1.is_active)
+        c2, _ = await cl.controller(2)
+        await eventually(lambda: c2.active_controller_id == 1)
+        _expire_session(zk_connect, c1.client)
+        # until it notices, the old one may still think it leads: its writes are fenced meanwhile
+        await eventually(lambda: cl.admin.get_controller_epoch().epoch == 2 and c1.is_active != c2.is_active)
+        await eventually(lambda: (c1.active_controller_id, c2.active_controller_id) == ((1, 1) if c1.is_active else (2, 2)))
+    run(scenario)
