@@ -187,8 +187,11 @@ class KafkaController:
             await self._load_topic(t)
         ctx.leadership = await self.zk.run(self.client.get_partition_states, ctx.partitions())
         deletions = await self.zk.run(self.client.get_topic_deletions, self._watch(self._on_topic_deletion))
+        # As Kafka's: first every broker learns the live brokers and the partitions as they are.
+        first = self._batch()
+        first.add_update_metadata(ctx.live_ids, ctx.partitions())
+        self._send(first)
         batch = self._batch()
-        batch.add_update_metadata(ctx.live_ids, ctx.partitions())
         new = [tp for tp in ctx.partitions() if tp not in ctx.leadership]
         await self._init_partitions(new, batch)
         await self._handle_lost_replicas(set(), batch, everything=True)
@@ -349,6 +352,11 @@ class KafkaController:
             ctx.live_brokers[b] = current[b]
             self.channel.add_broker(current[b])
         if new:
+            # The new brokers learn the cluster before their replicas' LeaderAndIsr, as Kafka's.
+            first = self._batch()
+            first.add_update_metadata(new, ctx.partitions())
+            first.add_update_metadata(ctx.live_ids, [])
+            self._send(first)
             self._on_broker_startup(new, batch)
             await self._elect_offline(batch)
         batch.add_update_metadata(ctx.live_ids, [])
@@ -357,7 +365,6 @@ class KafkaController:
     def _on_broker_startup(self, new: set[int], batch: RequestBatch) -> None:
         ctx = self.ctx
         assert ctx is not None
-        batch.add_update_metadata(new, ctx.partitions())
         for b in new:
             for tp in ctx.partitions_on_broker(b):
                 if tp in ctx.leadership and tp.topic not in ctx.topics_to_delete:
