@@ -108,6 +108,7 @@ def test_transactions_go_on_after_their_coordinator_is_killed(cluster):
             p.commit_transaction(60)
             committed.extend(batch)
         else:
+            p.flush(30)  # written, then aborted (unsent records would just be dropped)
             p.abort_transaction(60)
             aborted.extend(batch)
 
@@ -140,3 +141,15 @@ def test_transactions_go_on_after_their_coordinator_is_killed(cluster):
     c.close()
     assert sorted(got) == sorted(committed) and extra is None
     assert not set(got) & set(aborted)
+    # read_uncommitted sees the aborted records too: they were written, then aborted.
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": uuid.uuid4().hex,
+                  "auto.offset.reset": "earliest", "isolation.level": "read_uncommitted"})
+    c.subscribe([topic])
+    raw: set[bytes] = set()
+    deadline = time.monotonic() + 90
+    while len(raw) < len(committed) + len(aborted) and time.monotonic() < deadline:
+        m = c.poll(1)
+        if m is not None and not m.error():
+            raw.add(m.value())
+    c.close()
+    assert raw == set(committed) | set(aborted)

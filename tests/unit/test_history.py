@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from history import History
+from tests.history import History
 
 pytestmark = pytest.mark.fast
 
