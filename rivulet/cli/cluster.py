@@ -205,6 +205,8 @@ def add_parser(sub: Any) -> None:
                    help="up: the brokers' log level (default info)")
     c.add_argument("--timeout", type=float, default=60.0, help="up: wait this long for the brokers to register; "
                    "down: for each process to stop (seconds, default 60)")
+    c.add_argument("--override", action="append", metavar="KEY=VALUE", help="up: a broker property for every "
+                   "broker, as `rivulet broker --override` (repeatable), e.g. min.insync.replicas=2")
     c.add_argument("--purge", action="store_true", help="down: remove the cluster's directory too")
     c.set_defaults(func=_cluster_command)
 

@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rivulet.cli.common import CliError
+from rivulet.cli.common import CliError, parse_kv
 from rivulet.cli.groups import _table
 from rivulet.controller.zk_server import ZooKeeperNotFound, ZooKeeperServer
 from rivulet.testing import free_port
@@ -83,6 +83,7 @@ def up(args: argparse.Namespace) -> int:
             raise CliError(f"a cluster is already running in {root}: `rivulet cluster down --dir {args.dir}` first")
     if args.brokers < 1:
         raise CliError("--brokers must be at least 1")
+    overrides = parse_kv(args.override, "--override")
     root.mkdir(parents=True, exist_ok=True)
     zk = ZooKeeperServer(port=_port(args.zookeeper_port), data_dir=str(root / "zookeeper"))
     try:
@@ -103,6 +104,7 @@ def up(args: argparse.Namespace) -> int:
                  "default.replication.factor": str(min(args.replication_factor, args.brokers))}
         if args.racks:
             props["broker.rack"] = f"rack-{(i - 1) % args.racks + 1}"
+        props.update(overrides)
         cmd = [sys.executable, "-m", "rivulet", "broker", "--log-level", args.log_level]
         for k, v in props.items():
             cmd += ["--override", f"{k}={v}"]

@@ -19,7 +19,8 @@ def rivulet(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 def test_up_status_down(tmp_path):
     d = str(tmp_path / "c")
-    r = rivulet("cluster", "up", "--brokers", "2", "--dir", d, "--port", "0", "--zookeeper-port", "0")
+    r = rivulet("cluster", "up", "--brokers", "2", "--dir", d, "--port", "0", "--zookeeper-port", "0",
+                "--override", "min.insync.replicas=2")
     try:
         assert r.returncode == 0, r.stdout + r.stderr
         assert "ZooKeeper and 2 broker(s) started" in r.stdout
@@ -35,6 +36,11 @@ def test_up_status_down(tmp_path):
         assert again.returncode != 0 and "already running" in again.stderr
 
         bootstrap = ",".join(f"127.0.0.1:{b['port']}" for b in state["brokers"])
+        from rivulet.admin import ConfigResource, ResourceType
+        configs_admin = AdminClient({"bootstrap.servers": bootstrap})
+        configs_admin.list_topics(timeout=10)  # learns the brokers' ids
+        res = configs_admin.describe_configs([ConfigResource(ResourceType.BROKER, "1")])
+        assert next(iter(res.values())).result(30)["min.insync.replicas"].value == "2"
         admin = AdminClient({"bootstrap.servers": bootstrap})
         assert admin.create_topics([NewTopic("t", 2, 2)])["t"].result(30) is None
         info = rivulet("cluster", "info", "-b", bootstrap)
