@@ -1,0 +1,50 @@
+"""A cluster-mode broker whose ZooKeeper session expires registers again, with a new broker
+epoch, and is controller again if nobody else is."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from kazoo.client import KazooClient
+
+from rivulet.server.broker import Broker
+from rivulet.server.config import BrokerConfig
+from rivulet.testing import free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+
+
+def test_registration_returns_after_a_session_expiry(zk_connect, tmp_path):
+    async def main() -> None:
+        broker = Broker(BrokerConfig({"broker.id": "7", "listeners": f"PLAINTEXT://127.0.0.1:{free_port()}",
+                                      "log.dirs": str(tmp_path), "zookeeper.connect": zk_connect,
+                                      "zookeeper.session.timeout.ms": "6000"}))
+        await broker.start()
+        loop = asyncio.get_running_loop()
+        admin = KazooClient(hosts=zk_connect)
+        await loop.run_in_executor(None, lambda: admin.start(timeout=15))
+        try:
+            assert broker.cluster is not None
+            first_epoch = broker.broker_epoch
+            assert first_epoch > 0 and admin.exists("/brokers/ids/7").czxid == first_epoch
+            # Another client attaches to the broker's session and closes it: the server expires it.
+            session_id, password = broker.cluster.client.zk.client_id
+            twin = KazooClient(hosts=zk_connect, client_id=(session_id, password))
+            await loop.run_in_executor(None, lambda: (twin.start(timeout=15), twin.stop(), twin.close()))
+            async with asyncio.timeout(30):
+                while broker.broker_epoch == first_epoch or admin.exists("/brokers/ids/7") is None:
+                    await asyncio.sleep(0.1)
+            assert admin.exists("/brokers/ids/7").czxid == broker.broker_epoch > first_epoch
+            async with asyncio.timeout(30):
+                while not (admin.exists("/controller") and json.loads(admin.get("/controller")[0])["brokerid"] == 7
+                           and broker.cluster.controller is not None and broker.cluster.controller.is_active):
+                    await asyncio.sleep(0.1)
+            assert int(admin.get("/controller_epoch")[0]) == 2
+        finally:
+            admin.stop()
+            admin.close()
+            await broker.shutdown()
+
+    asyncio.run(main())
