@@ -54,6 +54,12 @@ class ZkCluster:
         self.brokers[broker_id if broker_id is not None else -len(self.brokers) - 1] = b
         return b
 
+    def restart(self, broker_id: int) -> BrokerProcess:
+        """Start a killed broker again once ZooKeeper has dropped its old session: as Kafka's, a
+        broker that finds its id still registered by another session stops at start-up."""
+        eventually(lambda: broker_id not in self.registered(), 30, f"broker {broker_id}'s old registration to expire")
+        return self.brokers[broker_id].start()
+
     @property
     def bootstrap(self) -> str:
         return ",".join(b.bootstrap for b in self.brokers.values())

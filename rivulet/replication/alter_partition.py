@@ -106,6 +106,7 @@ class ControllerAlterPartitionManager:
         top = ErrorCode(resp.error_code)
         if top != ErrorCode.NONE:
             if top in _RETRIABLE:
+                log.debug("AlterPartition to broker %s: %s; retrying", self.cache.controller_id, top.name)
                 return list(batch.values())
             for p in batch.values():
                 p.on_result(top)

@@ -375,6 +375,8 @@ class ReplicaFetcherManager:
             if other is not f:
                 other.remove(p.tp for p in partitions)
         f.add(partitions)
+        log.debug("fetching %s from broker %d", [f"{p.tp.topic}-{p.tp.partition}" for p in partitions],
+                  leader.broker_id)
 
     def remove_partitions(self, tps: Iterable[TopicPartition]) -> None:
         tps = list(tps)

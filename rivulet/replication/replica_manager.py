@@ -432,6 +432,9 @@ class ReplicaManager:
             leader = live_leaders.get(state.leader)
             if leader is not None:
                 by_leader.setdefault(leader, []).append(p)
+            else:
+                log.warning("%s-%d: its leader %d is not among the live leaders the controller named (%s); "
+                            "not fetching until it is", p.tp.topic, p.tp.partition, state.leader, sorted(live_leaders))
         if self.fetchers is not None:
             # Every changed follower starts over from its leader, truncating first (KIP-101).
             self.fetchers.remove_partitions([p.tp for p in out])

@@ -179,7 +179,7 @@ def test_rivulet_consumer_goes_on_through_a_leader_kill(cluster):
     finally:
         c.close()
         p.close()
-        cluster.brokers[leader].start()
+        cluster.restart(leader)
         eventually(lambda: sorted(cluster.partition_state(topic, 0)["isr"]) == [1, 2, 3], 90, "a full ISR again")
     assert got == list(range(3000))  # in order, none twice, none missed
     # The commit carries the leader epoch of the last record read: the new leader's.

@@ -127,7 +127,7 @@ def test_transactions_go_on_after_their_coordinator_is_killed(cluster):
                     raise
                 time.sleep(1)
     p.flush(30)
-    cluster.brokers[doomed].start()  # the rest of the test reads with all three back
+    cluster.restart(doomed)  # the rest of the test reads with all three back
     c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": uuid.uuid4().hex,
                   "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
     c.subscribe([topic])
