@@ -10,6 +10,7 @@ import json
 import time
 
 import pytest
+from kazoo.exceptions import NoNodeError
 
 from rivulet.admin import AdminClient, NewTopic
 from rivulet.client.connection import BrokerConnection
@@ -192,8 +193,16 @@ def test_topic_configs_live_in_zookeeper(cluster):
     next(iter(res.values())).result(30)
     eventually(lambda: cluster.json("/config/topics/logs")["config"] == {"retention.ms": "120000",
                                                                         "cleanup.policy": "compact"})
-    eventually(lambda: any(json.loads(cluster.zk.get(f"/config/changes/{c}")[0]) == {
-        "version": 2, "entity_path": "topics/logs"} for c in cluster.zk.get_children("/config/changes")),
+    def notified() -> bool:
+        for c in cluster.zk.get_children("/config/changes"):
+            try:
+                doc = json.loads(cluster.zk.get(f"/config/changes/{c}")[0])
+            except NoNodeError:  # purged between the listing and the read
+                continue
+            if doc == {"version": 2, "entity_path": "topics/logs"}:
+                return True
+        return False
+    eventually(notified,
         what="the change notification")
     eventually(lambda: described(2).get("cleanup.policy") == "compact", what="the change on the other broker")
 

@@ -263,7 +263,8 @@ def test_controlled_shutdown_moves_leadership_and_deletion_stops_replicas(run):
 
         cl.admin.request_topic_deletion("orders")
         await eventually(lambda: cl.admin.get_all_topics() == [])
-        assert cl.admin.get_topic_deletions() == [] and "orders" not in c.ctx.assignments
+        # The request znode goes just after the topic's: wait for it too.
+        await eventually(lambda: cl.admin.get_topic_deletions() == [] and "orders" not in c.ctx.assignments)
         deletes = [r for r in rec.of(StopReplicaRequest) if any(
             p.delete_partition for t in r.topic_states for p in t.partition_states)]
         assert deletes
