@@ -15,13 +15,8 @@ import argparse
 import multiprocessing
 import time
 
-from confluent_kafka.admin import AdminClient
-from kazoo.client import KazooClient
-
 from benchmarks.produce_consume import Result, consume, produce
-from benchmarks.replication import create, wait
-from rivulet.controller.zk_server import ZooKeeperServer
-from rivulet.testing import BrokerProcess
+from benchmarks.replication import Cluster, create
 
 
 def _produce_part(args: tuple[str, str, int, int]) -> tuple[float, float, int]:
@@ -41,29 +36,6 @@ def parallel_produce(bootstrap: str, topic: str, count: int, size: int, processe
     return Result(f"produce {size} B acks=1 x{processes}", records, end - start, records * size)
 
 
-class Cluster:
-    def __init__(self, brokers: int) -> None:
-        self.zk_server = ZooKeeperServer().start()
-        self.zk = KazooClient(hosts=self.zk_server.connect)
-        self.zk.start(timeout=15)
-        self.brokers = [BrokerProcess({"zookeeper.connect": self.zk_server.connect, "broker.id": str(i)}).start()
-                        for i in range(1, brokers + 1)]
-        wait(lambda: len(self.zk.get_children("/brokers/ids")) == brokers, f"{brokers} brokers")
-        self.bootstrap = ",".join(b.bootstrap for b in self.brokers)
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        wait(lambda: all(len(AdminClient({"bootstrap.servers": b.bootstrap}).list_topics(timeout=5).brokers) == brokers
-                         for b in self.brokers) and admin.list_topics(timeout=5).controller_id >= 0,
-             "every broker to know the others and the controller")
-
-    def close(self) -> None:
-        for b in self.brokers:
-            b.cleanup()
-        self.zk.stop()
-        self.zk.close()
-        self.zk_server.stop()
-        self.zk_server.cleanup()
-
-
 def run(count: int, size: int, partitions: int) -> list[str]:
     rows: list[tuple[str, Result]] = []
     for n in (1, 2, 3):
@@ -71,12 +43,15 @@ def run(count: int, size: int, partitions: int) -> list[str]:
         try:
             topic = f"scale-{n}"
             create(cluster.bootstrap, cluster.zk, topic, partitions, 1)
-            rows.append((f"{n} broker(s), RF=1", parallel_produce(cluster.bootstrap, topic, count, size, n)))
-            rows.append((f"{n} broker(s), RF=1", consume(cluster.bootstrap, topic, partitions, count, size)))
+            produced = parallel_produce(cluster.bootstrap, topic, count, size, n)
+            rows.append((f"{n} broker(s), RF=1", produced))
+            # Each producer makes count // n records: read back exactly what was written.
+            rows.append((f"{n} broker(s), RF=1", consume(cluster.bootstrap, topic, partitions, produced.records, size)))
             if n == 3:
                 create(cluster.bootstrap, cluster.zk, "scale-rf3", partitions, 3)
-                parallel_produce(cluster.bootstrap, "scale-rf3", count, size, n)
-                rows.append(("3 brokers, RF=3", consume(cluster.bootstrap, "scale-rf3", partitions, count, size)))
+                produced = parallel_produce(cluster.bootstrap, "scale-rf3", count, size, n)
+                rows.append(("3 brokers, RF=3",
+                             consume(cluster.bootstrap, "scale-rf3", partitions, produced.records, size)))
         finally:
             cluster.close()
     lines = [f"{'cluster':22} {'case':32} {'records/s':>12} {'MB/s':>8}"]

@@ -64,34 +64,47 @@ def failover(brokers: dict[int, BrokerProcess], zk: KazooClient, topic: str) -> 
     return acked[0] - t0
 
 
+class Cluster:
+    """A local ZooKeeper and ``brokers`` cluster-mode brokers (ids 1..n), every one of them
+    knowing the others and the controller."""
+
+    def __init__(self, brokers: int, **overrides: str) -> None:
+        self.zk_server = ZooKeeperServer().start()
+        self.zk = KazooClient(hosts=self.zk_server.connect)
+        self.zk.start(timeout=15)
+        self.brokers = {i: BrokerProcess({"zookeeper.connect": self.zk_server.connect, "broker.id": str(i),
+                                          **overrides}).start() for i in range(1, brokers + 1)}
+        wait(lambda: len(self.zk.get_children("/brokers/ids")) == brokers, f"{brokers} brokers")
+        self.bootstrap = ",".join(b.bootstrap for b in self.brokers.values())
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        wait(lambda: all(len(AdminClient({"bootstrap.servers": b.bootstrap}).list_topics(timeout=5).brokers) == brokers
+                         for b in self.brokers.values()) and admin.list_topics(timeout=5).controller_id >= 0,
+             "every broker to know the others and the controller")
+
+    def close(self) -> None:
+        for b in self.brokers.values():
+            b.cleanup()
+        self.zk.stop()
+        self.zk.close()
+        self.zk_server.stop()
+        self.zk_server.cleanup()
+
+
 def run(count: int, size: int, partitions: int) -> list[str]:
-    zk_server = ZooKeeperServer().start()
-    zk = KazooClient(hosts=zk_server.connect)
-    zk.start(timeout=15)
-    brokers: dict[int, BrokerProcess] = {}
+    cluster = Cluster(3, **{"zookeeper.session.timeout.ms": "6000"})
     try:
-        for i in (1, 2, 3):
-            brokers[i] = BrokerProcess({"zookeeper.connect": zk_server.connect, "broker.id": str(i),
-                                        "zookeeper.session.timeout.ms": "6000"}).start()
-        bootstrap = ",".join(b.bootstrap for b in brokers.values())
-        wait(lambda: len(zk.get_children("/brokers/ids")) == 3, "three brokers")
         results: list[Result] = []
         for rf in (1, 3):
             topic = f"bench-rf{rf}"
-            create(bootstrap, zk, topic, partitions, rf)
+            create(cluster.bootstrap, cluster.zk, topic, partitions, rf)
             for acks in ("1", "all"):
-                r = produce(bootstrap, topic, count, size, acks)
+                r = produce(cluster.bootstrap, topic, count, size, acks)
                 r.name = f"RF={rf} produce {size} B acks={acks}"
                 results.append(r)
-        create(bootstrap, zk, "bench-failover", 1, 3)
-        seconds = failover(brokers, zk, "bench-failover")
+        create(cluster.bootstrap, cluster.zk, "bench-failover", 1, 3)
+        seconds = failover(cluster.brokers, cluster.zk, "bench-failover")
     finally:
-        for b in brokers.values():
-            b.cleanup()
-        zk.stop()
-        zk.close()
-        zk_server.stop()
-        zk_server.cleanup()
+        cluster.close()
     lines = [f"{'case':36} {'records/s':>12} {'MB/s':>8}"]
     lines += [f"{r.name:36} {r.rps:12,.0f} {r.mbps:8.1f}" for r in results]
     lines.append(f"failover after kill -9 of the leader: {seconds:.2f} s")

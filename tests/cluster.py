@@ -101,7 +101,8 @@ class ZkCluster:
 
 @contextlib.contextmanager
 def three_brokers(connect: str, **overrides: str) -> Iterator[ZkCluster]:
-    """Brokers 1, 2 and 3 registered with a controller elected; all stopped afterwards."""
+    """Brokers 1, 2 and 3 registered with a controller elected and known to each other; all
+    stopped afterwards."""
     cluster = ZkCluster(connect)
     try:
         for i in (1, 2, 3):

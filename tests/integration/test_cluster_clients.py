@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from tests.cluster import ZkCluster, eventually
+from tests.cluster import ZkCluster, eventually, three_brokers
 from tests.integration.test_replication_faults import BROKER_CONFIG, create_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
@@ -21,12 +21,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 @pytest.fixture(scope="module")
 def cluster(module_zk_connect):
-    c = ZkCluster(module_zk_connect)
-    for i in (1, 2, 3):
-        c.start(i, **BROKER_CONFIG, **{"min.insync.replicas": "2", "group.initial.rebalance.delay.ms": "0"})
-    c.wait_for_brokers([1, 2, 3])
-    yield c
-    c.close()
+    with three_brokers(module_zk_connect, **BROKER_CONFIG, **{"min.insync.replicas": "2",
+                                                             "group.initial.rebalance.delay.ms": "0"}) as c:
+        yield c
 
 
 def _topic(cluster: ZkCluster, prefix: str, partitions: int = 3) -> str:

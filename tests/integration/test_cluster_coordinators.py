@@ -10,7 +10,7 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from tests.cluster import ZkCluster, eventually, find_coordinator
+from tests.cluster import ZkCluster, eventually, find_coordinator, three_brokers
 from tests.integration.test_replication_faults import BROKER_CONFIG, create_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
@@ -18,14 +18,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 @pytest.fixture
 def cluster(zk_connect):
-    c = ZkCluster(zk_connect)
-    for i in (1, 2, 3):
-        c.start(i, **BROKER_CONFIG, **{"transaction.state.log.num.partitions": "3",
-                                       "transaction.state.log.replication.factor": "3",
-                                       "transaction.state.log.min.isr": "2"})
-    c.wait_for_brokers([1, 2, 3])
-    yield c
-    c.close()
+    with three_brokers(zk_connect, **BROKER_CONFIG, **{"transaction.state.log.num.partitions": "3",
+                                                      "transaction.state.log.replication.factor": "3",
+                                                      "transaction.state.log.min.isr": "2"}) as c:
+        yield c
 
 
 def coordinator(cluster: ZkCluster, key: str, key_type: int = 0) -> int:

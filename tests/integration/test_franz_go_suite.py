@@ -100,14 +100,9 @@ def test_franz_go_kgo_integration_suite(tmp_path):
 @pytest.mark.timeout(1800)
 def test_franz_go_kgo_integration_suite_on_a_cluster(tmp_path, zk_connect):
     """The same suite against three ZooKeeper-mode brokers, every topic it makes at RF=3."""
-    from tests.cluster import ZkCluster
+    from tests.cluster import three_brokers
 
-    cluster = ZkCluster(zk_connect)
-    try:
-        for i in (1, 2, 3):
-            cluster.start(i, **{"default.replication.factor": "3", "offsets.topic.replication.factor": "3",
-                                "transaction.state.log.replication.factor": "3", "min.insync.replicas": "2"})
-        cluster.wait_for_brokers([1, 2, 3])
+    with three_brokers(zk_connect, **{"default.replication.factor": "3", "offsets.topic.replication.factor": "3",
+                                      "transaction.state.log.replication.factor": "3",
+                                      "min.insync.replicas": "2"}) as cluster:
         run_suite(cluster.bootstrap, 3, tmp_path / "kgo.log")
-    finally:
-        cluster.close()

@@ -272,17 +272,11 @@ def test_config_command_client_quotas(java, broker) -> None:
 @pytest.fixture(scope="module")
 def cluster_bootstrap(java: None, module_zk_connect: str) -> Iterator[str]:
     """Three ZooKeeper-mode brokers with a replication factor of 3 by default."""
-    from tests.cluster import ZkCluster
+    from tests.cluster import three_brokers
 
-    c = ZkCluster(module_zk_connect)
-    try:
-        for i in (1, 2, 3):
-            c.start(i, **{"default.replication.factor": "3", "offsets.topic.replication.factor": "3",
-                          "min.insync.replicas": "2", "group.initial.rebalance.delay.ms": "0"})
-        c.wait_for_brokers([1, 2, 3])
+    with three_brokers(module_zk_connect, **{"default.replication.factor": "3", "offsets.topic.replication.factor": "3",
+                                             "min.insync.replicas": "2", "group.initial.rebalance.delay.ms": "0"}) as c:
         yield c.bootstrap
-    finally:
-        c.close()
 
 
 @pytest.mark.cluster

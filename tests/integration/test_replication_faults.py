@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from rivulet.protocol import records as rec
-from tests.cluster import ZkCluster, eventually
+from tests.cluster import ZkCluster, eventually, three_brokers
 from tests.history import History
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
@@ -34,12 +34,8 @@ BROKER_CONFIG = {
 
 @pytest.fixture
 def cluster(zk_connect):
-    c = ZkCluster(zk_connect)
-    for i in (1, 2, 3):
-        c.start(i, **BROKER_CONFIG)
-    c.wait_for_brokers([1, 2, 3])
-    yield c
-    c.close()
+    with three_brokers(zk_connect, **BROKER_CONFIG) as c:
+        yield c
 
 
 def create_topic(cluster: ZkCluster, topic: str, partitions: int = 1, **config: str) -> None:
@@ -93,6 +89,41 @@ class Writer(threading.Thread):
         self.join(90)
 
 
+class Reader(threading.Thread):
+    """Reads along while the faults happen: as a group member, or assigned every partition."""
+
+    def __init__(self, cluster: ZkCluster, topic: str, group: str | None = None, partitions: int = 1) -> None:
+        super().__init__(daemon=True)
+        self.history = History()
+        self.count = 0
+        self.stop = threading.Event()
+        self.consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group or uuid.uuid4().hex,
+                                  "auto.offset.reset": "earliest", "enable.auto.commit": group is not None})
+        if group is not None:
+            self.consumer.subscribe([topic])
+        else:
+            self.consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+
+    def run(self) -> None:
+        self.history.new_read_sequence()
+        while not self.stop.is_set():
+            m = self.consumer.poll(0.5)
+            if m is not None and not m.error():
+                self.history.read(m.partition(), m.offset(), m.value())
+                self.count += 1
+        self.consumer.close()
+
+    def check_against(self, acknowledged: History) -> str | None:
+        """Stop; what it read agrees with the acknowledgements (no offset with two values, nothing
+        twice, no going back), or what did not."""
+        self.stop.set()
+        self.join(30)
+        for (p, o), value in acknowledged.acked.items():
+            self.history.ack(p, o, value)
+        a = self.history.check()
+        return a.summary() if a.inconsistent or a.duplicate or a.nonmonotonic else None
+
+
 def read_back(cluster: ZkCluster, topic: str, history: History, partitions: int = 1) -> int:
     """Every record up to the end of each partition, into the history; how many were read."""
     c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": uuid.uuid4().hex,
@@ -123,23 +154,7 @@ def test_kill_9_of_the_leader_loses_no_acknowledged_record(cluster):
     history = History()
     writer = Writer(cluster, topic, history, acks="all", **{"enable.idempotence": True})
     # A group consumer reads along the whole time: it must go on from the new leader.
-    live = History()
-    reading = threading.Event()
-    consumed = [0]
-
-    def consume() -> None:
-        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"g-{topic}",
-                      "auto.offset.reset": "earliest"})
-        c.subscribe([topic])
-        live.new_read_sequence()
-        while not reading.is_set():
-            m = c.poll(0.5)
-            if m is not None and not m.error():
-                live.read(m.partition(), m.offset(), m.value())
-                consumed[0] += 1
-        c.close()
-
-    reader = threading.Thread(target=consume, daemon=True)
+    reader = Reader(cluster, topic, group=f"g-{topic}")
     writer.start()
     reader.start()
     try:
@@ -152,8 +167,8 @@ def test_kill_9_of_the_leader_loses_no_acknowledged_record(cluster):
         assert state["leader_epoch"] > old["leader_epoch"]
         writer.wait_for(3000)  # acks=all goes on with two replicas in the ISR
         eventually(lambda: leader not in cluster.partition_state(topic, 0)["isr"], 60, "the ISR to shrink")
-        before = consumed[0]
-        eventually(lambda: consumed[0] > before + 1000, 60, "the consumer to go on from the new leader")
+        before = reader.count
+        eventually(lambda: reader.count > before + 1000, 60, "the consumer to go on from the new leader")
 
         cluster.restart(leader)
         eventually(lambda: sorted(cluster.partition_state(topic, 0)["isr"]) == [1, 2, 3], 90,
@@ -166,14 +181,8 @@ def test_kill_9_of_the_leader_loses_no_acknowledged_record(cluster):
     anomalies = history.check()
     assert not anomalies, anomalies.summary()
     assert read >= writer.acked
-    reading.set()
-    reader.join(30)
-    # What the group consumer read agrees with the acknowledgements: no offset with two values.
-    for key, value in history.acked.items():
-        live.ack(key[0], key[1], value)
-    live_anomalies = live.check()
-    assert not live_anomalies.inconsistent and not live_anomalies.duplicate and not live_anomalies.nonmonotonic, \
-        live_anomalies.summary()
+    problem = reader.check_against(history)
+    assert problem is None, problem
 
 
 def _log_bytes(data_dir: str, topic: str, below: int) -> bytes:
@@ -274,21 +283,7 @@ def test_history_stays_linear_through_leader_kills_pauses_and_controller_kills(c
     create_topic(cluster, topic, partitions, **{"min.insync.replicas": "2"})
     history = History()
     writer = Writer(cluster, topic, history, acks="all", **{"enable.idempotence": True})
-    live = History()
-    stop_reading = threading.Event()
-
-    def read_along() -> None:
-        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": uuid.uuid4().hex,
-                      "enable.auto.commit": False})
-        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        live.new_read_sequence()
-        while not stop_reading.is_set():
-            m = c.poll(0.5)
-            if m is not None and not m.error():
-                live.read(m.partition(), m.offset(), m.value())
-        c.close()
-
-    reader = threading.Thread(target=read_along, daemon=True)
+    reader = Reader(cluster, topic, partitions=partitions)
     rng = random.Random(int(os.environ.get("RIVULET_CHAOS_SEED", "320")))
     done: list[str] = []
     writer.start()
@@ -332,10 +327,5 @@ def test_history_stays_linear_through_leader_kills_pauses_and_controller_kills(c
     read_back(cluster, topic, history, partitions)
     anomalies = history.check()
     assert not anomalies, f"{anomalies.summary()} after {done}"
-    stop_reading.set()
-    reader.join(30)
-    for key, value in history.acked.items():
-        live.ack(key[0], key[1], value)
-    seen_live = live.check()
-    assert not seen_live.inconsistent and not seen_live.duplicate and not seen_live.nonmonotonic, \
-        f"{seen_live.summary()} after {done}"
+    problem = reader.check_against(history)
+    assert problem is None, f"{problem} after {done}"

@@ -29,6 +29,12 @@ def test_registration_returns_after_a_session_expiry(zk_connect, tmp_path):
             assert broker.cluster is not None
             first_epoch = broker.broker_epoch
             assert first_epoch > 0 and admin.exists("/brokers/ids/7").czxid == first_epoch
+            # The first election runs after start() returns: let it finish, or the expiry below
+            # interrupts it and the election after it is the first (epoch 1).
+            async with asyncio.timeout(30):
+                while not (broker.cluster.controller is not None and broker.cluster.controller.is_active):
+                    await asyncio.sleep(0.1)
+            assert int(admin.get("/controller_epoch")[0]) == 1
             # Another client attaches to the broker's session and closes it: the server expires it.
             session_id, password = broker.cluster.client.zk.client_id
             twin = KazooClient(hosts=zk_connect, client_id=(session_id, password))

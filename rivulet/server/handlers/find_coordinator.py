@@ -58,27 +58,25 @@ class FindCoordinatorHandler:
 
     def _resolve(self, key_type: int, key: str) -> tuple[ErrorCode, int, str, int]:
         if key_type == GROUP_KEY_TYPE:
-            if self.metadata_cache is not None:
-                if not self.groups.is_active:
-                    return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-                if not self.metadata_cache.contains_topic(GROUP_METADATA_TOPIC_NAME):
-                    return self._create_internal_topic(
-                        GROUP_METADATA_TOPIC_NAME, self.config["offsets.topic.num.partitions"],
-                        "offsets.topic.replication.factor", lambda rf: self.groups.offsets_topic_configs())
-                return self._leader_of(TopicPartition(GROUP_METADATA_TOPIC_NAME, self.groups.partition_for(key)))
-            return self.groups.find_group_coordinator(key)
-        if key_type == TRANSACTION_KEY_TYPE:
-            if self.metadata_cache is not None:
-                if not self.transactions.active:
-                    return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-                if not self.metadata_cache.contains_topic(TRANSACTION_STATE_TOPIC_NAME):
-                    return self._create_internal_topic(
-                        TRANSACTION_STATE_TOPIC_NAME, self.config["transaction.state.log.num.partitions"],
-                        "transaction.state.log.replication.factor", self.transactions.state_topic_configs)
-                return self._leader_of(TopicPartition(TRANSACTION_STATE_TOPIC_NAME,
-                                                      self.transactions.partition_for(key)))
-            return self.transactions.find_coordinator(key)
-        return ErrorCode.INVALID_REQUEST, -1, "", -1
+            if self.metadata_cache is None:
+                return self.groups.find_group_coordinator(key)
+            active, topic, prefix = self.groups.is_active, GROUP_METADATA_TOPIC_NAME, "offsets.topic"
+            configs: Callable[[int], dict[str, str]] = lambda _rf: self.groups.offsets_topic_configs()
+            partition_for: Callable[[str], int] = self.groups.partition_for
+        elif key_type == TRANSACTION_KEY_TYPE:
+            if self.metadata_cache is None:
+                return self.transactions.find_coordinator(key)
+            active, topic, prefix = self.transactions.active, TRANSACTION_STATE_TOPIC_NAME, "transaction.state.log"
+            configs, partition_for = self.transactions.state_topic_configs, self.transactions.partition_for
+        else:
+            return ErrorCode.INVALID_REQUEST, -1, "", -1
+        # Cluster mode: the leader of the key's partition of the internal topic.
+        if not active:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+        if not self.metadata_cache.contains_topic(topic):
+            return self._create_internal_topic(topic, self.config[f"{prefix}.num.partitions"],
+                                               f"{prefix}.replication.factor", configs)
+        return self._leader_of(TopicPartition(topic, partition_for(key)))
 
     def _create_internal_topic(self, name: str, partitions: int, rf_key: str,
                                configs: Callable[[int], dict[str, str]]) -> tuple[ErrorCode, int, str, int]:
