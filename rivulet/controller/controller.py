@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from kazoo.client import KazooState
+from kazoo.exceptions import KazooException
 
 from rivulet.common.time import SYSTEM_CLOCK, Clock
 from rivulet.common.types import TopicPartition
@@ -627,7 +628,13 @@ class KafkaController:
 
     # ------------------------------------------------------------ requests from brokers
     async def alter_partition(self, req: apq.AlterPartitionRequest, version: int) -> aps.AlterPartitionResponse:
-        return await self.call(lambda: self._alter_partition(req, version))
+        try:
+            return await self.call(lambda: self._alter_partition(req, version))
+        except KazooException as e:
+            # This controller lost ZooKeeper mid-change (its session expired): as Kafka's, a
+            # controller that cannot write answers NOT_CONTROLLER, and the leader asks the next one.
+            log.info("AlterPartition from broker %d not applied: %r", req.broker_id, e)
+            return aps.AlterPartitionResponse(error_code=ErrorCode.NOT_CONTROLLER, topics=[])
 
     async def _alter_partition(self, req: apq.AlterPartitionRequest, version: int) -> aps.AlterPartitionResponse:
         ctx = self.ctx

@@ -213,7 +213,8 @@ class ReplicaFetcher:
         if offset < lg.log_end_offset:
             log.info("%s-%d: truncating from %d to %d (leader %d's epoch %d ends at %d)", p.tp.topic, p.tp.partition,
                      lg.log_end_offset, offset, self.leader.broker_id, leader_epoch, leader_end)
-            lg.truncate_to(offset)
+        # Also at the log end: the truncation drops a trailing epoch with no batches.
+        if lg.truncate_to(offset):
             self.rm.fetch_purgatory.check_and_complete(p.tp)
         return complete
 

@@ -810,7 +810,6 @@ class Log:
         try:
             rolled = self._maybe_roll(len(buf), first, last, max_ts, now_ms)
             seg = self._segments[-1]
-            end = seg.size
             seg.append(buf, entries)
         except OSError as e:
             # The dir goes offline so nothing after a torn batch is ever acknowledged; cut it
@@ -979,11 +978,14 @@ class Log:
 
     def assign_epoch(self, epoch: int, start_offset: int) -> None:
         with self._lock:
-            if self._read_only is not None:
-                with writes_discarded():  # in memory only: nothing is written to a full disk
-                    self._epochs.assign(epoch, start_offset)
-                return
-            self._epochs.assign(epoch, start_offset)
+            self._change_epochs(lambda epochs: epochs.assign(epoch, start_offset))
+
+    def _change_epochs(self, change: Callable[[LeaderEpochCache], None]) -> None:
+        if self._read_only is not None:
+            with writes_discarded():  # in memory only: nothing is written to a full disk
+                change(self._epochs)
+        else:
+            change(self._epochs)
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch: (epoch, end offset); (-1, -1) if unknown."""
@@ -1028,9 +1030,13 @@ class Log:
         if offset < 0:
             raise ValueError(f"cannot truncate to negative offset {offset}")
         with self._lock:
-            self._check_writable()
             if offset >= self._leo:
+                # Nothing to cut, but an epoch this broker assigned when it led, with no batch
+                # written under it, must go: else the follower keeps sending it as its last
+                # fetched epoch and the leader keeps answering with a diverging epoch.
+                self._change_epochs(lambda epochs: epochs.truncate_from_end(self._leo))
                 return False
+            self._check_writable()
             if self._segments[0].base_offset > offset:
                 self._truncate_fully_locked(offset)
                 return True

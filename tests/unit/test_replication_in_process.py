@@ -127,6 +127,29 @@ def test_followers_replicate_and_a_new_leader_truncates_the_old_ones_tail(tmp_pa
     asyncio.run(main())
 
 
+def test_an_old_leader_that_wrote_nothing_in_its_epoch_follows_again(tmp_path):
+    # Broker 1 leads epoch 1 and writes nothing in it (as one paused right after its election);
+    # its epoch cache still starts epoch 1 at its log end. The new leader has no epoch 1, so it
+    # answers with a diverging epoch that ends exactly at that log end: the follower must drop
+    # its empty epoch, not fetch the same divergence forever.
+    async def main():
+        c = Cluster(tmp_path)
+        await c.start(1, 2)
+        try:
+            await c.lead(1, 0, [1, 2])
+            assert await c.produce(1, [b"a", b"b", b"c"]) == 0
+            await c.lead(1, 1, [1, 2])
+            assert c.log(1).epoch_entries() == [(0, 0), (1, 3)]
+            await c.lead(2, 2, [1, 2])
+            assert await c.produce(2, [b"d"], acks=1) == 3
+            await until(lambda: c.log(1).log_end_offset == 4, "the old leader fetches from the new one")
+            assert c.contents(1) == c.contents(2)
+            assert c.log(1).epoch_entries() == c.log(2).epoch_entries() == [(0, 0), (2, 3)]
+        finally:
+            await c.close()
+    asyncio.run(main())
+
+
 def test_coordinators_move_with_the_internal_partitions_leadership(tmp_path):
     async def main():
         c = Cluster(tmp_path)
