@@ -26,8 +26,8 @@ from typing import Any, Protocol
 
 from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode, ProtocolDecodeError
+from rivulet.security.principal import KafkaPrincipal
 from rivulet.server.answer import NO_RESPONSE, Answer
-from rivulet.server.quotas import ANONYMOUS_USER
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.closed = False
         self.counted = False
         self.peer: tuple[str, int] = ("?", 0)
-        self.user = ANONYMOUS_USER  # the principal's name: listeners do not authenticate yet
+        self.principal = KafkaPrincipal.ANONYMOUS  # until the listener authenticates the connection
         self.request_size = 0  # the frame size of the request being dispatched
         self._throttle: asyncio.TimerHandle | None = None
         self._throttled_until = 0.0
@@ -133,6 +133,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._writing_paused = False
 
     # ------------------------------------------------------------ asyncio callbacks
+    @property
+    def user(self) -> str:
+        """The principal's name, as quotas key users."""
+        return self.principal.name
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.peer = transport.get_extra_info("peername") or ("?", 0)

@@ -43,8 +43,6 @@ from rivulet.protocol.errors import ApiError, ErrorCode
 
 log = logging.getLogger(__name__)
 
-ANONYMOUS_USER = "ANONYMOUS"  # KafkaPrincipal.ANONYMOUS's name: the user of a PLAINTEXT connection
-
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
 PRODUCER_BYTE_RATE = "producer_byte_rate"
 CONSUMER_BYTE_RATE = "consumer_byte_rate"
