@@ -26,9 +26,11 @@ from rivulet.replication.log_dir_mover import ReplicaAlterLogDirsManager
 from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.protocol.schema import Struct
 from rivulet.replication.replica_manager import ReplicaManager
+from rivulet.server.acls import AclManager, Authz
 from rivulet.server.answer import NO_RESPONSE, Answer, then
 from rivulet.server.config import BrokerConfig
 from rivulet.server.handlers import Handler
+from rivulet.server.handlers.acls import AclHandlers
 from rivulet.server.handlers.configs import ConfigHandlers
 from rivulet.server.handlers.controller import CLUSTER_MODE_VERSIONS, ControllerHandlers
 from rivulet.server.handlers.find_coordinator import FindCoordinatorHandler
@@ -74,6 +76,9 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     26: (0, 4),   # EndTxn (v5 is transaction.version 2, which Rivulet does not finalise)
     27: (0, 1),   # WriteTxnMarkers
     28: (0, 3),   # TxnOffsetCommit
+    29: (1, 3),   # DescribeAcls
+    30: (1, 3),   # CreateAcls
+    31: (1, 3),   # DeleteAcls
     32: (1, 4),   # DescribeConfigs
     33: (0, 2),   # AlterConfigs
     34: (1, 2),   # AlterReplicaLogDirs
@@ -103,7 +108,7 @@ class KafkaApis:
     def __init__(self, *, replica_manager: ReplicaManager, group_coordinator: GroupCoordinator,
                  txn_coordinator: TransactionCoordinator, topics: TopicManager, config: BrokerConfig,
                  clock: Clock, node: NodeEndpoint, cluster_id: str, quotas: ClientQuotas,
-                 log_dir_mover: ReplicaAlterLogDirsManager,
+                 log_dir_mover: ReplicaAlterLogDirsManager, authz: Authz, acls: AclManager,
                  metadata_cache: MetadataCache | None = None, broker_epoch: Callable[[], int] | None = None,
                  cluster: ZkClusterMember | None = None) -> None:
         """``metadata_cache`` (with ``broker_epoch``, this broker's registration epoch) is given in
@@ -123,6 +128,7 @@ class KafkaApis:
         for area in (
             RecordHandlers(replica_manager, topics, quotas, metadata_cache, config["inter.broker.listener.name"]),
             QuotaHandlers(quotas),
+            AclHandlers(acls, authz),
             LogDirHandlers(topics.log_manager, log_dir_mover),
             TopicHandlers(topics, replica_manager, config, node, cluster_id, quotas.controller_mutation,
                           metadata_cache, cluster),

@@ -26,6 +26,7 @@ from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.server.apis import KafkaApis
 from rivulet.server.config import BrokerConfig
 from rivulet.server.coordinator_leadership import CoordinatorLeadership
+from rivulet.server.acls import AclManager, Authz, build_authorizer
 from rivulet.server.dynamic_config import DynamicBrokerConfig
 from rivulet.server.fd_limit import describe as describe_fd_limit
 from rivulet.server.fd_limit import raise_open_file_limit
@@ -183,10 +184,13 @@ class Broker:
         if self.cluster is not None:
             self.cluster.prepare()
         self.log_dir_mover = ReplicaAlterLogDirsManager(rm, self.log_manager)
+        authorizer = build_authorizer(cfg)
+        self.acls = AclManager(authorizer, self.dynamic_config)
         self.apis = KafkaApis(replica_manager=rm, group_coordinator=groups, txn_coordinator=txns, topics=topics,
                               config=cfg, clock=self.clock, node=self.node, cluster_id=self.cluster_id,
                               metadata_cache=self.metadata_cache, broker_epoch=lambda: self.broker_epoch,
-                              quotas=self.quotas, cluster=self.cluster, log_dir_mover=self.log_dir_mover)
+                              quotas=self.quotas, cluster=self.cluster, log_dir_mover=self.log_dir_mover,
+                              authz=Authz(authorizer), acls=self.acls)
         await self.socket_server.start_serving(self.apis)
         if self.cluster is not None:
             await self.cluster.start(self._endpoints(), self._on_registered)

@@ -28,6 +28,7 @@ from rivulet.common.config import (
     one_of,
 )
 from rivulet.replication.replica_selector import SELECTORS
+from rivulet.security.authorizer import AUTHORIZER_CLASS_NAMES
 
 __all__ = ["BROKER_CONFIGS", "BrokerConfig", "ConfigError", "LIST_PROPERTIES", "load_properties", "parse_listener"]
 
@@ -47,6 +48,11 @@ def _no_tiered_storage(enabled: bool) -> str | None:
 
 def _selector(v: str | None) -> str | None:
     return None if v is None or v in SELECTORS else f"Unknown replica selector {v}; known: {', '.join(SELECTORS)}"
+
+
+def _authorizer(v: str | None) -> str | None:
+    return None if not v or v in AUTHORIZER_CLASS_NAMES else \
+        f"Unknown authorizer {v}; known: {', '.join(sorted(AUTHORIZER_CLASS_NAMES))}"
 
 
 def _k(name: str, ctype: ConfigType, default: Any, validator: Any = None, doc: str = "",
@@ -172,6 +178,15 @@ BROKER_CONFIGS = ConfigDef([
        "bytes, request time).", LOW),
     _k("quota.window.size.seconds", I, 1, _pos, "Time span of each client quota sample, in seconds.", LOW),
     _k("replica.fetch.max.bytes", I, 1048576, _nonneg, "Bytes fetched per partition by a follower.", MEDIUM),
+    # -- authorization (the ACLs themselves are set with CreateAcls and DeleteAcls)
+    _k("authorizer.class.name", S, "", _authorizer, "The authorizer: Kafka's "
+       "org.apache.kafka.metadata.authorizer.StandardAuthorizer or kafka.security.authorizer.AclAuthorizer "
+       "(both give Rivulet's, with StandardAuthorizer's semantics). Empty: no authorization, every request is "
+       "allowed.", LOW),
+    _k("super.users", S, "", None, "Principals allowed everything whatever the ACLs say, separated by "
+       "semicolons (User:admin;User:ops).", LOW),
+    _k("allow.everyone.if.no.acl.found", B, False, None, "Whether a resource that no ACL applies to is open "
+       "to every principal (else only to super users).", LOW),
     # -- replication (cluster mode)
     _k("replica.lag.time.max.ms", L, 30000, None, "A follower that has not caught up with the leader for "
        "this long leaves the ISR.", HIGH),

@@ -16,7 +16,8 @@ the rest (thread counts, listeners and the like) are recorded and reported, sinc
 nothing to resize or rebind at run time.
 
 The client quotas that AlterClientQuotas sets (``server/quotas.py``) are kept in the same
-file, under ``client-quotas``: Kafka keeps them beside the dynamic configs too.
+file, under ``client-quotas``: Kafka keeps them beside the dynamic configs too; so are a
+single node's ACLs, under ``acls`` (a cluster keeps them in ZooKeeper).
 """
 
 from __future__ import annotations
@@ -24,10 +25,17 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any, Mapping, Protocol
+from typing import Any, Mapping, Protocol, Sequence
 
 from rivulet.common.config import ConfigEntry, ConfigError, ConfigSource, ConfigType, UpdateMode, parse_value
 from rivulet.protocol.errors import ApiError, ErrorCode
+from rivulet.security.acls import (
+    AccessControlEntry,
+    AclBinding,
+    ResourcePattern,
+    bindings_from_json,
+    bindings_to_json,
+)
 from rivulet.server.config import BROKER_CONFIGS, BrokerConfig, synonyms_of
 from rivulet.storage.checkpoints import write_atomic
 
@@ -36,6 +44,7 @@ log = logging.getLogger(__name__)
 FILE_NAME = "dynamic-broker-configs.json"
 CLUSTER_DEFAULT = ""
 CLIENT_QUOTAS = "client-quotas"
+ACLS = "acls"
 
 class Reconfigurable(Protocol):
     """A component whose settings change at run time (Kafka's Reconfigurable)."""
@@ -58,6 +67,7 @@ class DynamicBrokerConfig:
         self._reconfigurables: list[Reconfigurable] = []
         self.levels: dict[str, dict[str, str]] = {CLUSTER_DEFAULT: {}, self.node_id: {}}
         self.client_quotas: list[tuple[dict[str, str | None], dict[str, float]]] = []
+        self.acls: list[AclBinding] = []
         try:
             with open(self.path, encoding="utf-8") as f:
                 saved = json.load(f)
@@ -66,6 +76,7 @@ class DynamicBrokerConfig:
             self.client_quotas = [({str(t): None if n is None else str(n) for t, n in q["entity"].items()},
                                    {str(k): float(v) for k, v in q["quotas"].items()})
                                   for q in saved.get(CLIENT_QUOTAS, [])]
+            self.acls = bindings_from_json(saved.get(ACLS, []))
         except FileNotFoundError:
             pass
         except (ValueError, AttributeError, KeyError, TypeError) as e:  # losing them beats refusing to start
@@ -150,10 +161,21 @@ class DynamicBrokerConfig:
         self.client_quotas = [(dict(e), dict(v)) for e, v in quotas]
         self._save()
 
+    def load_acls(self) -> list[AclBinding]:
+        return list(self.acls)
+
+    async def store_acls(self, changes: Mapping[ResourcePattern, frozenset[AccessControlEntry]],
+                         bindings: Sequence[AclBinding]) -> None:
+        """One node keeps its ACLs here, beside the quotas (an ``AclStore``)."""
+        self.acls = list(bindings)
+        self._save()
+
     def _save(self) -> None:
         doc: dict[str, Any] = dict(self.levels)
         if self.client_quotas:
             doc[CLIENT_QUOTAS] = [{"entity": e, "quotas": v} for e, v in self.client_quotas]
+        if self.acls:
+            doc[ACLS] = bindings_to_json(self.acls)
         write_atomic(self.path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 

@@ -1,0 +1,121 @@
+"""Request handlers of DescribeAcls (29), CreateAcls (30) and DeleteAcls (31), in front of the
+``AclManager`` (``server/acls.py``). Reading ACLs needs DESCRIBE on the cluster, changing
+them ALTER; without an authorizer every answer is SECURITY_DISABLED."""
+
+from __future__ import annotations
+
+import asyncio
+
+from rivulet.protocol.errors import ApiError, ErrorCode
+from rivulet.protocol.framing import RequestHeader
+from rivulet.protocol.messages import (
+    create_acls_response as car,
+    delete_acls_response as dar,
+    describe_acls_response as dsr,
+)
+from rivulet.protocol.messages.create_acls_request import CreateAclsRequest
+from rivulet.protocol.messages.delete_acls_request import DeleteAclsFilter, DeleteAclsRequest
+from rivulet.protocol.messages.describe_acls_request import DescribeAclsRequest
+from rivulet.security.acls import (
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
+from rivulet.server.acls import NO_AUTHORIZER, AclManager, Authz
+from rivulet.server.handlers import Handler
+from rivulet.server.network import KafkaConnection
+
+def _filter(f: DescribeAclsRequest | DeleteAclsFilter) -> AclBindingFilter:
+    return AclBindingFilter(ResourceType.of(f.resource_type_filter), f.resource_name_filter,
+                            PatternType.of(f.pattern_type_filter), f.principal_filter, f.host_filter,
+                            AclOperation.of(f.operation), AclPermissionType.of(f.permission_type))
+
+
+def _cluster_denied() -> ApiError:
+    return ApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
+
+
+class AclHandlers:
+    def __init__(self, acls: AclManager, authz: Authz) -> None:
+        self.acls = acls
+        self.authz = authz
+
+    def handlers(self) -> dict[int, Handler]:
+        return {29: self.handle_describe_acls, 30: self.handle_create_acls, 31: self.handle_delete_acls}
+
+    def _check(self, conn: KafkaConnection, op: AclOperation) -> ApiError | None:
+        """The one authorization step of the three APIs (SECURITY_DISABLED comes first)."""
+        if self.acls.authorizer is None:
+            return ApiError(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
+        return None if self.authz.cluster(conn, op) else _cluster_denied()
+
+    def handle_describe_acls(self, header: RequestHeader, req: DescribeAclsRequest,
+                             conn: KafkaConnection) -> dsr.DescribeAclsResponse:
+        try:
+            refused = self._check(conn, AclOperation.DESCRIBE)
+            if refused is not None:
+                raise refused
+            found = self.acls.describe(_filter(req))
+        except ApiError as e:
+            return dsr.DescribeAclsResponse(throttle_time_ms=0, error_code=e.code, error_message=e.message,
+                                            resources=[])
+        by_pattern: dict[ResourcePattern, list[AccessControlEntry]] = {}
+        for b in found:
+            by_pattern.setdefault(b.pattern, []).append(b.entry)
+        resources = [dsr.DescribeAclsResource(
+            resource_type=p.resource_type, resource_name=p.name, pattern_type=p.pattern_type,
+            acls=[dsr.AclDescription(principal=e.principal, host=e.host, operation=e.operation,
+                                     permission_type=e.permission_type)
+                  for e in sorted(entries, key=lambda e: (e.principal, e.host, e.operation, e.permission_type))])
+            for p, entries in sorted(by_pattern.items(), key=lambda kv: (kv[0].resource_type, kv[0].name,
+                                                                         kv[0].pattern_type))]
+        return dsr.DescribeAclsResponse(throttle_time_ms=0, error_code=0, error_message=None, resources=resources)
+
+    def handle_create_acls(self, header: RequestHeader, req: CreateAclsRequest,
+                           conn: KafkaConnection) -> car.CreateAclsResponse | asyncio.Future[car.CreateAclsResponse]:
+        refused = self._check(conn, AclOperation.ALTER)
+        if refused is not None:
+            return car.CreateAclsResponse(throttle_time_ms=0, results=[
+                car.AclCreationResult(error_code=refused.code, error_message=refused.message)
+                for _ in req.creations])
+        bindings = [AclBinding(
+            ResourcePattern(ResourceType.of(c.resource_type), c.resource_name, PatternType.of(c.resource_pattern_type)),
+            AccessControlEntry(c.principal, c.host, AclOperation.of(c.operation),
+                               AclPermissionType.of(c.permission_type))) for c in req.creations]
+
+        async def create() -> car.CreateAclsResponse:
+            results = await self.acls.create(bindings)
+            return car.CreateAclsResponse(throttle_time_ms=0, results=[
+                car.AclCreationResult(error_code=0, error_message=None) if r is None else
+                car.AclCreationResult(error_code=r.code, error_message=r.message) for r in results])
+        return asyncio.ensure_future(create())
+
+    def handle_delete_acls(self, header: RequestHeader, req: DeleteAclsRequest,
+                           conn: KafkaConnection) -> dar.DeleteAclsResponse | asyncio.Future[dar.DeleteAclsResponse]:
+        refused = self._check(conn, AclOperation.ALTER)
+        if refused is not None:
+            return dar.DeleteAclsResponse(throttle_time_ms=0, filter_results=[
+                dar.DeleteAclsFilterResult(error_code=refused.code, error_message=refused.message, matching_acls=[])
+                for _ in req.filters])
+
+        async def delete() -> dar.DeleteAclsResponse:
+            results = await self.acls.delete([_filter(f) for f in req.filters])
+            out = []
+            for r in results:
+                if isinstance(r, ApiError):
+                    out.append(dar.DeleteAclsFilterResult(error_code=r.code, error_message=r.message,
+                                                          matching_acls=[]))
+                    continue
+                out.append(dar.DeleteAclsFilterResult(error_code=0, error_message=None, matching_acls=[
+                    dar.DeleteAclsMatchingAcl(
+                        error_code=0, error_message=None, resource_type=b.pattern.resource_type,
+                        resource_name=b.pattern.name, pattern_type=b.pattern.pattern_type,
+                        principal=b.entry.principal, host=b.entry.host, operation=b.entry.operation,
+                        permission_type=b.entry.permission_type) for b in r]))
+            return dar.DeleteAclsResponse(throttle_time_ms=0, filter_results=out)
+        return asyncio.ensure_future(delete())
