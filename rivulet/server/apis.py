@@ -38,6 +38,7 @@ from rivulet.server.handlers.groups import GroupHandlers
 from rivulet.server.handlers.log_dirs import LogDirHandlers
 from rivulet.server.handlers.quotas import QuotaHandlers
 from rivulet.server.handlers.records import RecordHandlers
+from rivulet.server.handlers.sasl import SaslHandlers
 from rivulet.server.handlers.replication import INTER_BROKER_VERSIONS, ReplicationHandlers
 from rivulet.server.handlers.topics import TopicHandlers
 from rivulet.server.handlers.transactions import TransactionHandlers
@@ -65,6 +66,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     14: (0, 5),   # SyncGroup
     15: (0, 5),   # DescribeGroups
     16: (0, 5),   # ListGroups
+    17: (0, 1),   # SaslHandshake
     18: (0, 4),   # ApiVersions
     19: (2, 7),   # CreateTopics
     20: (1, 6),   # DeleteTopics
@@ -83,6 +85,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     33: (0, 2),   # AlterConfigs
     34: (1, 2),   # AlterReplicaLogDirs
     35: (0, 4),   # DescribeLogDirs
+    36: (0, 2),   # SaslAuthenticate
     37: (0, 3),   # CreatePartitions
     42: (0, 2),   # DeleteGroups
     44: (0, 1),   # IncrementalAlterConfigs
@@ -129,6 +132,7 @@ class KafkaApis:
             RecordHandlers(replica_manager, topics, quotas, metadata_cache, config["inter.broker.listener.name"]),
             QuotaHandlers(quotas),
             AclHandlers(acls, authz),
+            SaslHandlers(),
             LogDirHandlers(topics.log_manager, log_dir_mover),
             TopicHandlers(topics, replica_manager, config, node, cluster_id, quotas.controller_mutation,
                           metadata_cache, cluster),

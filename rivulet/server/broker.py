@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Callable
 
 from rivulet.common.cluster import NodeEndpoint
 from rivulet.common.time import SYSTEM_CLOCK, Clock
@@ -31,6 +32,8 @@ from rivulet.server.dynamic_config import DynamicBrokerConfig
 from rivulet.server.fd_limit import describe as describe_fd_limit
 from rivulet.server.fd_limit import raise_open_file_limit
 from rivulet.server.metadata import MetadataStore
+from rivulet.server.authentication import SaslListenerConfig, SaslSession, sasl_listener_config
+from rivulet.server.config import SASL_PROTOCOLS
 from rivulet.server.quotas import ClientQuotas
 from rivulet.server.socket_server import SocketServer, SocketServerConfig
 from rivulet.server.topics import TopicManager, broker_props
@@ -98,6 +101,10 @@ class Broker:
             queued_max_request_bytes=config["queued.max.request.bytes"]), self.quotas.connection_rates)
         self.dynamic_config.add_reconfigurable(self.socket_server.quotas)
         self.bound_ports: list[int] = []
+        # Built before anything binds, so that a SASL set-up Rivulet cannot serve stops start-up.
+        self.sasl_listeners: dict[str, SaslListenerConfig] = {
+            name: sasl_listener_config(config, name) for name, protocol in config.security_protocols.items()
+            if protocol in SASL_PROTOCOLS and name not in config["controller.listener.names"]}
         self._tasks: list[asyncio.Task] = []
         self._stopped = asyncio.Event()
         self.started = False
@@ -106,6 +113,13 @@ class Broker:
     def advertised_listener(self) -> tuple[str, str, int]:
         return self._listener_name, self.node.host, self.node.port
 
+    def _authenticator(self, listener: str) -> Callable[[tuple[str, int]], SaslSession] | None:
+        """Each connection's SASL state on a SASL listener; None on the others."""
+        sasl = self.sasl_listeners.get(listener)
+        if sasl is None:
+            return None
+        return lambda peer: sasl.new_session(peer, self.clock.milliseconds)
+
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         t0 = time.monotonic()
@@ -113,7 +127,7 @@ class Broker:
         fd_limit = raise_open_file_limit()
         for name, host, port in cfg.listeners:
             if name not in cfg["controller.listener.names"]:
-                self.bound_ports.append(await self.socket_server.bind(host, port))
+                self.bound_ports.append(await self.socket_server.bind(host, port, self._authenticator(name)))
         if self.bound_ports and cfg.advertised_listeners is cfg.listeners and self.node.port == 0:
             # An ephemeral port (0) is advertised as the port actually bound.
             self.node.port = self.bound_ports[0]

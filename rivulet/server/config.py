@@ -32,8 +32,9 @@ from rivulet.security.authorizer import AUTHORIZER_CLASS_NAMES
 
 __all__ = ["BROKER_CONFIGS", "BrokerConfig", "ConfigError", "LIST_PROPERTIES", "load_properties", "parse_listener"]
 
-B, S, I, SH, L, D, LS = (ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.SHORT,
-                         ConfigType.LONG, ConfigType.DOUBLE, ConfigType.LIST)
+B, S, I, SH, L, D, LS, PW, CL = (ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.SHORT,
+                                 ConfigType.LONG, ConfigType.DOUBLE, ConfigType.LIST, ConfigType.PASSWORD,
+                                 ConfigType.CLASS)
 HIGH, MEDIUM, LOW = Importance.HIGH, Importance.MEDIUM, Importance.LOW
 RO, PER_BROKER, CLUSTER = UpdateMode.READ_ONLY, UpdateMode.PER_BROKER, UpdateMode.CLUSTER_WIDE
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
@@ -173,6 +174,33 @@ BROKER_CONFIGS = ConfigDef([
        "max.connections.per.ip, as host:limit pairs, comma-separated.", MEDIUM, CLUSTER),
     _k("queued.max.request.bytes", L, -1, None, "Bytes that requests being received or processed may hold "
        "at once; when reached, connections stop reading until memory returns. -1: no limit.", MEDIUM),
+    # -- SASL (per listener as listener.name.<listener>.<property>, per mechanism as
+    #    listener.name.<listener>.<mechanism>.<property>)
+    _k("sasl.enabled.mechanisms", LS, ("GSSAPI",), None, "SASL mechanisms a SASL listener offers: PLAIN, "
+       "SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (Rivulet has no GSSAPI).", MEDIUM, PER_BROKER),
+    _k("sasl.mechanism.inter.broker.protocol", S, "GSSAPI", None, "The SASL mechanism brokers use with each "
+       "other when the inter-broker listener is SASL.", MEDIUM, PER_BROKER),
+    _k("sasl.jaas.config", PW, None, None, "JAAS login module configuration; on a broker it is given per "
+       "listener and mechanism: listener.name.<listener>.<mechanism>.sasl.jaas.config.", MEDIUM, PER_BROKER),
+    _k("connections.max.reauth.ms", L, 0, _nonneg, "Longest SASL session before the client must "
+       "re-authenticate (KIP-368); 0: no limit besides a token's own expiry.", MEDIUM),
+    _k("sasl.server.callback.handler.class", CL, None, None, "The broker's SASL callback handler; "
+       "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler validates "
+       "OAUTHBEARER tokens as JWTs against sasl.oauthbearer.jwks.endpoint.url.", MEDIUM),
+    _k("sasl.server.max.receive.size", I, 524288, _pos, "Largest SASL token before authentication.", LOW),
+    _k("sasl.oauthbearer.jwks.endpoint.url", S, None, None, "Where the JWT signing keys are: https://, "
+       "http:// or file://.", MEDIUM),
+    _k("sasl.oauthbearer.jwks.endpoint.refresh.ms", L, 3600000, _pos, "How often the keys are fetched "
+       "again.", LOW),
+    _k("sasl.oauthbearer.expected.audience", LS, None, None, "Audiences a token's aud must contain one of.",
+       LOW),
+    _k("sasl.oauthbearer.expected.issuer", S, None, None, "The iss a token must carry.", LOW),
+    _k("sasl.oauthbearer.sub.claim.name", S, "sub", None, "The claim naming the principal.", LOW),
+    _k("sasl.oauthbearer.scope.claim.name", S, "scope", None, "The claim holding the token's scopes.", LOW),
+    _k("sasl.oauthbearer.clock.skew.seconds", I, 30, _nonneg, "Allowed difference between the broker's and "
+       "the issuer's clocks.", LOW),
+    _k("sasl.kerberos.service.name", S, None, None, "Kerberos service name (Rivulet has no GSSAPI).", MEDIUM,
+       ignored=True),
     # -- client quotas (the quotas themselves are set with AlterClientQuotas)
     _k("quota.window.num", I, 11, _pos, "Samples kept to measure a client quota's rate (produce and fetch "
        "bytes, request time).", LOW),
@@ -326,7 +354,15 @@ class BrokerConfig:
 
     def __init__(self, props: dict[str, str] | None = None) -> None:
         self.originals = dict(props or {})
-        self._values: dict[str, Any] = BROKER_CONFIGS.parse(self.originals)
+        # listener.name.<listener>[.<mechanism>].<property>: (listener, mechanism or "") -> values
+        self.listener_overrides: dict[tuple[str, str], dict[str, Any]] = {}
+        plain = {}
+        for name, raw in self.originals.items():
+            if name.startswith(LISTENER_PREFIX):
+                self._listener_override(name, raw)
+            else:
+                plain[name] = raw
+        self._values: dict[str, Any] = BROKER_CONFIGS.parse(plain)
         self.listeners = [parse_listener(x) for x in self["listeners"]]
         adv = self["advertised.listeners"]
         self.advertised_listeners = [parse_listener(x) for x in adv] if adv else self.listeners
@@ -337,10 +373,30 @@ class BrokerConfig:
             self["listener.security.protocol.map"], [n for n, _, _ in self.listeners])
         controller = set(self["controller.listener.names"])
         for name, protocol in self.security_protocols.items():
-            if name not in controller and protocol != "PLAINTEXT":
-                # Never serve plaintext on a port its operator named SSL or SASL.
+            if name not in controller and protocol not in SERVED_PROTOCOLS:
+                # Never serve plaintext on a port its operator named SSL.
                 raise ConfigError(f"listener {name} uses security protocol {protocol}, which Rivulet does "
-                                  "not serve yet: only PLAINTEXT listeners can be opened")
+                                  f"not serve yet: only {' and '.join(SERVED_PROTOCOLS)} listeners can be opened")
+
+    def _listener_override(self, name: str, raw: Any) -> None:
+        listener, _, rest = name[len(LISTENER_PREFIX):].partition(".")
+        mechanism = ""
+        head, _, tail = rest.partition(".")
+        if head.upper() in SASL_MECHANISMS and tail:
+            mechanism, rest = head.upper(), tail
+        key = BROKER_CONFIGS.get(rest)
+        if not listener or key is None:
+            raise ConfigError(f"unknown property '{name}'", name, raw, "unknown property")
+        self.listener_overrides.setdefault((listener.lower(), mechanism), {})[rest] = key.parse(raw)
+
+    def listener_value(self, listener: str, name: str, mechanism: str = "") -> Any:
+        """A property as a listener (and mechanism) sees it: listener.name.<l>.<mechanism>.<name>,
+        else listener.name.<l>.<name>, else <name> (Kafka's lookup order)."""
+        for key in ((listener.lower(), mechanism.upper()), (listener.lower(), "")):
+            values = self.listener_overrides.get(key)
+            if values is not None and name in values:
+                return values[name]
+        return self[name]
 
     def __getitem__(self, name: str) -> Any:
         if name in self._values:
@@ -378,6 +434,10 @@ class BrokerConfig:
 
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SERVED_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")
+SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("GSSAPI", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+LISTENER_PREFIX = "listener.name."
 
 
 def listener_security_protocols(protocol_map: str, names: list[str]) -> dict[str, str]:

@@ -13,6 +13,10 @@ own as its bytes come in (``socket_server.py`` has the limits and the memory poo
 A client over its quota is answered at once and then muted (KIP-219): ``throttle`` stops
 reading from its socket for the throttle time, and requests it had already sent wait,
 unparsed, until the time is up.
+
+On a SASL listener the connection has an ``Authenticator`` (``authentication.SaslSession``):
+until it has authenticated, the authenticator answers the requests it intercepts and the
+rest never reach the handler; a failure is answered and then the connection closes.
 """
 
 from __future__ import annotations
@@ -22,11 +26,12 @@ import logging
 import struct
 import time
 from collections import deque
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode, ProtocolDecodeError
 from rivulet.security.principal import KafkaPrincipal
+from rivulet.security.sasl import AuthenticationFailed
 from rivulet.server.answer import NO_RESPONSE, Answer
 
 log = logging.getLogger(__name__)
@@ -38,6 +43,23 @@ class RequestHandler(Protocol):
     def handle(self, header: framing.RequestHeader, body: Any, conn: KafkaConnection) -> Answer: ...
 
     def api_versions_error(self, code: ErrorCode) -> Any: ...
+
+
+class Authenticator(Protocol):
+    """A SASL listener's per-connection authentication state (``authentication.SaslSession``)."""
+
+    principal: KafkaPrincipal | None
+    raw_tokens: bool  # after a v0 SaslHandshake, tokens come as raw frames
+
+    def intercepts(self, api_key: int) -> bool: ...
+
+    def handle(self, api_key: int, api_version: int, body: Any) -> Any:
+        """The answer; raises ``AuthenticationFailed`` when the connection must close."""
+        ...
+
+    def raw_token(self, token: bytes) -> bytes: ...
+
+    def session_expired(self) -> bool: ...
 
 
 class RequestMemory(Protocol):
@@ -96,10 +118,11 @@ FIRST_FRAME_CHUNK = 64 * 1024
 
 
 class _Slot:
-    __slots__ = ("header", "response", "ready", "reserved")
+    __slots__ = ("header", "response", "ready", "reserved", "close_after")
 
     def __init__(self, header: framing.RequestHeader, reserved: int) -> None:
         self.header = header
+        self.close_after = False  # a failed authentication: close once this answer is written
         self.response: Any = None
         self.ready = False
         self.reserved = reserved  # pool bytes this request holds until it is answered
@@ -108,7 +131,8 @@ class _Slot:
 class KafkaConnection(asyncio.BufferedProtocol):
     """One client connection."""
 
-    def __init__(self, server: ConnectionHost) -> None:
+    def __init__(self, server: ConnectionHost, authenticator: Callable[[tuple[str, int]], Authenticator] | None = None
+                 ) -> None:
         assert server.handler is not None, "connections are accepted only once the server serves"
         self.server = server
         self.apis: RequestHandler = server.handler
@@ -125,6 +149,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.counted = False
         self.peer: tuple[str, int] = ("?", 0)
         self.principal = KafkaPrincipal.ANONYMOUS  # until the listener authenticates the connection
+        self._new_authenticator = authenticator
+        self.authenticator: Authenticator | None = None
         self.request_size = 0  # the frame size of the request being dispatched
         self._throttle: asyncio.TimerHandle | None = None
         self._throttled_until = 0.0
@@ -159,6 +185,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         self.counted = True
         self.server.connections.add(self)
+        if self._new_authenticator is not None:
+            self.authenticator = self._new_authenticator(self.peer)
         self.update_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -240,6 +268,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _on_frame(self, frame: bytearray) -> None:
         """A whole request, for which ``len(frame)`` pool bytes are reserved until it is answered."""
         size = len(frame)
+        auth = self.authenticator
+        if auth is not None and auth.raw_tokens:
+            self._raw_token(auth, frame)
+            return
         try:
             header, body_pos = framing.decode_request_header(frame)
         except framing.UnsupportedApi as e:
@@ -265,7 +297,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
         try:
             body = framing.request_class(header.api_key).decode(frame, header.api_version, body_pos)
             self.request_size = size
-            result = self.apis.handle(header, body, self)
+            if auth is not None and auth.intercepts(header.api_key):
+                result = self._authenticate(auth, header, body, slot)
+            elif auth is not None and auth.session_expired():
+                log.debug("closing %s: its authentication session expired", self.peer)
+                self.close()
+                return
+            else:
+                result = self.apis.handle(header, body, self)
         except ProtocolDecodeError as e:
             self.server.bad_input_log.warning("malformed request", "closing %s: malformed %s v%d: %s", self.peer,
                                               framing.request_class(header.api_key).NAME, header.api_version, e)
@@ -280,6 +319,32 @@ class KafkaConnection(asyncio.BufferedProtocol):
             result.add_done_callback(lambda f, s=slot: self._future_done(s, f))
         else:
             self._complete(slot, result)
+
+    def _authenticate(self, auth: Authenticator, header: framing.RequestHeader, body: Any, slot: _Slot) -> Any:
+        try:
+            response = auth.handle(header.api_key, header.api_version, body)
+        except AuthenticationFailed as failed:
+            if failed.response is None:
+                self.close()
+                return NO_RESPONSE
+            slot.close_after = True
+            return failed.response
+        if auth.principal is not None:
+            self.principal = auth.principal
+        return response
+
+    def _raw_token(self, auth: Authenticator, frame: bytearray) -> None:
+        """A token after a v0 SaslHandshake: no Kafka header; the challenge goes back as a raw frame."""
+        self.server.pool.release(len(frame))
+        try:
+            challenge = auth.raw_token(bytes(frame))
+        except AuthenticationFailed:
+            self.close()
+            return
+        if auth.principal is not None:
+            self.principal = auth.principal
+        assert self.transport is not None
+        self.transport.write(_SIZE.pack(len(challenge)) + challenge)
 
     def _future_done(self, slot: _Slot, fut: asyncio.Future) -> None:
         if fut.cancelled():
@@ -311,6 +376,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 transport.write(parts[0])  # type: ignore[union-attr]
             else:
                 transport.writelines(parts)  # type: ignore[union-attr]
+            if s.close_after:
+                self.close()  # the transport writes what it holds first
+                return
         self.last_active = time.monotonic()
         self.update_reading()
 

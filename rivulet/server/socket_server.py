@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from rivulet.common.config import ConfigError
-from rivulet.server.network import ConnectionRateLimits, KafkaConnection, RequestHandler
+from rivulet.server.network import Authenticator, ConnectionRateLimits, KafkaConnection, RequestHandler
 
 log = logging.getLogger(__name__)
 
@@ -187,11 +187,13 @@ class SocketServer:
         self.servers: list[asyncio.base_events.Server] = []
         self._idle_task: asyncio.Task[None] | None = None
 
-    async def bind(self, host: str, port: int) -> int:
+    async def bind(self, host: str, port: int,
+                   authenticator: Callable[[tuple[str, int]], Authenticator] | None = None) -> int:
         """Open one listener without accepting yet; the bound port. Binding comes first at
-        start-up, so a port in use stops the broker before it loads or writes anything."""
+        start-up, so a port in use stops the broker before it loads or writes anything.
+        ``authenticator`` makes each connection's SASL state on a SASL listener."""
         server = await asyncio.get_running_loop().create_server(
-            lambda: KafkaConnection(self), host or None, port, reuse_address=True, backlog=1024,
+            lambda: KafkaConnection(self, authenticator), host or None, port, reuse_address=True, backlog=1024,
             start_serving=False)
         self.servers.append(server)
         return server.sockets[0].getsockname()[1]

@@ -68,12 +68,11 @@ def test_cli_reports_bad_property_and_exits_2():
 @pytest.mark.fast
 @pytest.mark.parametrize("listeners,protocol_map,message", [
     ("SSL://127.0.0.1:9093", None, "listener SSL uses security protocol SSL"),
-    ("SASL_PLAINTEXT://127.0.0.1:9093", None, "listener SASL_PLAINTEXT uses security protocol SASL_PLAINTEXT"),
     ("EXTERNAL://127.0.0.1:9093", "EXTERNAL:SASL_SSL", "listener EXTERNAL uses security protocol SASL_SSL"),
     ("INTERNAL://127.0.0.1:9093", None, "listener INTERNAL is not in listener.security.protocol.map"),
     ("PLAINTEXT://127.0.0.1:9093", "PLAINTEXT:TLS", "listener.security.protocol.map entry 'PLAINTEXT:TLS'"),
 ])
-def test_listeners_other_than_plaintext_stop_start_up(listeners, protocol_map, message):
+def test_listeners_rivulet_cannot_serve_stop_start_up(listeners, protocol_map, message):
     props = {"listeners": listeners}
     if protocol_map:
         props["listener.security.protocol.map"] = protocol_map
