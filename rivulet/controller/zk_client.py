@@ -361,6 +361,19 @@ class KafkaZkClient:
         self.zk.create(f"{z.CONFIG_CHANGES}/{z.CONFIG_CHANGE_PREFIX}", z.encode_config_change(f"{entity_type}/{name}"),
                        sequence=True, makepath=True)
 
+    def get_entity_names(self, entity_type: str) -> list[str]:
+        """The entities of ``entity_type`` that have a config znode (/config/<type>/<name>)."""
+        try:
+            return self.zk.get_children(f"{z.CONFIG}/{entity_type}")
+        except NoNodeError:
+            return []
+
+    def update_entity_config(self, entity_type: str, name: str, keys: Iterable[str], configs: dict[str, str]) -> None:
+        """Replace the entries named in ``keys`` of an entity's config, keeping the others (a
+        user's znode holds its quotas and its SCRAM credentials), with a change notification."""
+        merged = {k: v for k, v in self.get_entity_config(entity_type, name).items() if k not in set(keys)}
+        self.set_entity_config(entity_type, name, {**merged, **configs})
+
     def get_config_changes(self, watch: Watcher | None = None) -> list[tuple[str, str]]:
         """(sequence znode name, entity path) of every pending change notification, oldest first."""
         out = []

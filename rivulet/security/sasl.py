@@ -9,8 +9,12 @@ leaks to an unauthenticated client."""
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from typing import Callable, Generator, Protocol
 
+from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.messages.sasl_authenticate_request import SaslAuthenticateRequest
+from rivulet.protocol.messages.sasl_handshake_request import SaslHandshakeRequest
+from rivulet.protocol.schema import Struct
 from rivulet.security.principal import USER_TYPE, KafkaPrincipal
 
 
@@ -127,3 +131,27 @@ class PlainClient:
     @property
     def complete(self) -> bool:
         return self._sent
+
+
+# ---------------------------------------------------------------- a client's exchange
+def client_exchange(client: SaslClient) -> Generator[Struct, Struct, int]:
+    """The client's side of authentication as Kafka requests: send each request this yields
+    and send back its response; returns the session lifetime in ms (0: none). Raises
+    SaslAuthenticationError with the broker's message when it refuses."""
+    resp = yield SaslHandshakeRequest(mechanism=client.mechanism)
+    if resp.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM:
+        raise SaslAuthenticationError(f"Unsupported SASL mechanism {client.mechanism}: the broker's listener "
+                                      f"enables {', '.join(resp.mechanisms or []) or 'none'}")
+    if resp.error_code:
+        raise SaslAuthenticationError(f"SaslHandshake failed: {ErrorCode(resp.error_code).name}")
+    token: bytes | None = client.initial_response()
+    lifetime = 0
+    while token is not None:
+        resp = yield SaslAuthenticateRequest(auth_bytes=token)
+        if resp.error_code:
+            raise SaslAuthenticationError(resp.error_message or ErrorCode(resp.error_code).name)
+        lifetime = resp.session_lifetime_ms or 0
+        token = client.evaluate(bytes(resp.auth_bytes or b""))
+        if token is None and not client.complete:
+            raise SaslError(f"SASL/{client.mechanism} ended before the exchange completed")
+    return lifetime

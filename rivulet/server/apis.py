@@ -39,11 +39,13 @@ from rivulet.server.handlers.log_dirs import LogDirHandlers
 from rivulet.server.handlers.quotas import QuotaHandlers
 from rivulet.server.handlers.records import RecordHandlers
 from rivulet.server.handlers.sasl import SaslHandlers
+from rivulet.server.handlers.scram import ScramHandlers
 from rivulet.server.handlers.replication import INTER_BROKER_VERSIONS, ReplicationHandlers
 from rivulet.server.handlers.topics import TopicHandlers
 from rivulet.server.handlers.transactions import TransactionHandlers
 from rivulet.server.network import KafkaConnection
 from rivulet.server.quotas import ClientQuotas
+from rivulet.server.scram import ScramCredentials
 from rivulet.server.topics import TopicManager
 from rivulet.server.zk_cluster import ZkClusterMember
 from rivulet.transaction.coordinator import TransactionCoordinator
@@ -92,6 +94,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     47: (0, 0),   # OffsetDelete
     48: (0, 1),   # DescribeClientQuotas
     49: (0, 1),   # AlterClientQuotas
+    50: (0, 0),   # DescribeUserScramCredentials
+    51: (0, 0),   # AlterUserScramCredentials
     60: (0, 1),   # DescribeCluster
     61: (0, 0),   # DescribeProducers
     65: (0, 0),   # DescribeTransactions
@@ -111,7 +115,7 @@ class KafkaApis:
     def __init__(self, *, replica_manager: ReplicaManager, group_coordinator: GroupCoordinator,
                  txn_coordinator: TransactionCoordinator, topics: TopicManager, config: BrokerConfig,
                  clock: Clock, node: NodeEndpoint, cluster_id: str, quotas: ClientQuotas,
-                 log_dir_mover: ReplicaAlterLogDirsManager, authz: Authz, acls: AclManager,
+                 log_dir_mover: ReplicaAlterLogDirsManager, authz: Authz, acls: AclManager, scram: ScramCredentials,
                  metadata_cache: MetadataCache | None = None, broker_epoch: Callable[[], int] | None = None,
                  cluster: ZkClusterMember | None = None) -> None:
         """``metadata_cache`` (with ``broker_epoch``, this broker's registration epoch) is given in
@@ -132,6 +136,7 @@ class KafkaApis:
             RecordHandlers(replica_manager, topics, quotas, metadata_cache, config["inter.broker.listener.name"]),
             QuotaHandlers(quotas),
             AclHandlers(acls, authz),
+            ScramHandlers(scram, authz),
             SaslHandlers(),
             LogDirHandlers(topics.log_manager, log_dir_mover),
             TopicHandlers(topics, replica_manager, config, node, cluster_id, quotas.controller_mutation,

@@ -26,7 +26,20 @@ from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages.sasl_authenticate_response import SaslAuthenticateResponse
 from rivulet.protocol.messages.sasl_handshake_response import SaslHandshakeResponse
-from rivulet.security.jaas import PLAIN_LOGIN_MODULE, JaasError, single_entry
+from rivulet.security.jaas import (
+    OAUTHBEARER_LOGIN_MODULE,
+    PLAIN_LOGIN_MODULE,
+    SCRAM_LOGIN_MODULE,
+    JaasError,
+    single_entry,
+)
+from rivulet.security.oauthbearer import (
+    OAUTHBEARER,
+    JwtValidator,
+    OAuthBearerServer,
+    TokenValidator,
+    UnsecuredValidator,
+)
 from rivulet.security.principal import KafkaPrincipal
 from rivulet.security.sasl import (
     PLAIN,
@@ -37,6 +50,8 @@ from rivulet.security.sasl import (
     SaslServer,
     plain_users,
 )
+from rivulet.security.scram import MECHANISMS as SCRAM_MECHANISMS
+from rivulet.security.scram import ScramCredential, ScramServer
 from rivulet.server.config import BrokerConfig
 
 log = logging.getLogger("rivulet.server.authentication")
@@ -213,10 +228,35 @@ def _jaas_options(config: BrokerConfig, listener: str, mechanism: str) -> dict[s
     return entry.options
 
 
-_LOGIN_MODULES = {PLAIN: PLAIN_LOGIN_MODULE}
+_LOGIN_MODULES = {PLAIN: PLAIN_LOGIN_MODULE, **{m: SCRAM_LOGIN_MODULE for m in SCRAM_MECHANISMS},
+                  OAUTHBEARER: OAUTHBEARER_LOGIN_MODULE}
+JWT_VALIDATOR_CLASSES = ("org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+                         "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerValidatorCallbackHandler")
 
 
-def sasl_listener_config(config: BrokerConfig, listener: str) -> SaslListenerConfig:
+def _token_validator(config: BrokerConfig, listener: str, options: dict[str, str]) -> TokenValidator:
+    """Signed JWTs when the listener's OAUTHBEARER callback handler is Kafka's JWT validator,
+    else Kafka's unsecured tokens (its default)."""
+    def value(name: str) -> Any:
+        return config.listener_value(listener, name, OAUTHBEARER)
+    handler = value("sasl.server.callback.handler.class")
+    if not handler:
+        return UnsecuredValidator.from_options(options)
+    if handler not in JWT_VALIDATOR_CLASSES:
+        raise ConfigError(f"sasl.server.callback.handler.class {handler} is not supported for OAUTHBEARER; "
+                          f"Rivulet validates with {JWT_VALIDATOR_CLASSES[0]} or, unset, unsecured tokens")
+    url = value("sasl.oauthbearer.jwks.endpoint.url")
+    if not url:
+        raise ConfigError("OAUTHBEARER with OAuthBearerValidatorCallbackHandler needs "
+                          "sasl.oauthbearer.jwks.endpoint.url")
+    return JwtValidator(url, tuple(value("sasl.oauthbearer.expected.audience") or ()),
+                        value("sasl.oauthbearer.expected.issuer"), value("sasl.oauthbearer.sub.claim.name"),
+                        value("sasl.oauthbearer.scope.claim.name"), value("sasl.oauthbearer.clock.skew.seconds"),
+                        value("sasl.oauthbearer.jwks.endpoint.refresh.ms"))
+
+
+def sasl_listener_config(config: BrokerConfig, listener: str,
+                         scram: Callable[[str, str], ScramCredential | None]) -> SaslListenerConfig:
     """A SASL listener's mechanisms from the broker's properties; ConfigError (start-up stops)
     for a mechanism Rivulet lacks or one without its JAAS configuration."""
     mechanisms = tuple(config.listener_value(listener, "sasl.enabled.mechanisms"))
@@ -231,5 +271,10 @@ def sasl_listener_config(config: BrokerConfig, listener: str) -> SaslListenerCon
             users = plain_users(options)
             servers[mechanism] = lambda users=users: PlainServer(
                 lambda u, p: u in users and hmac.compare_digest(users[u].encode(), p.encode()))
+        elif mechanism in SCRAM_MECHANISMS:
+            servers[mechanism] = lambda m=SCRAM_MECHANISMS[mechanism]: ScramServer(m, scram)
+        else:
+            validate = _token_validator(config, listener, options)
+            servers[mechanism] = lambda v=validate: OAuthBearerServer(v)
         reauth[mechanism] = config.listener_value(listener, "connections.max.reauth.ms", mechanism)
     return SaslListenerConfig(listener, mechanisms, servers, reauth)

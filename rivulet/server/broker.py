@@ -35,6 +35,7 @@ from rivulet.server.metadata import MetadataStore
 from rivulet.server.authentication import SaslListenerConfig, SaslSession, sasl_listener_config
 from rivulet.server.config import SASL_PROTOCOLS
 from rivulet.server.quotas import ClientQuotas
+from rivulet.server.scram import ScramCredentials
 from rivulet.server.socket_server import SocketServer, SocketServerConfig
 from rivulet.server.topics import TopicManager, broker_props
 from rivulet.server.zk_cluster import ZkClusterMember
@@ -101,9 +102,12 @@ class Broker:
             queued_max_request_bytes=config["queued.max.request.bytes"]), self.quotas.connection_rates)
         self.dynamic_config.add_reconfigurable(self.socket_server.quotas)
         self.bound_ports: list[int] = []
+        self.scram = ScramCredentials(self.cluster if self.cluster is not None else self.dynamic_config)
+        if self.cluster is not None:
+            self.cluster.user_config_listener = self.scram.set_user
         # Built before anything binds, so that a SASL set-up Rivulet cannot serve stops start-up.
         self.sasl_listeners: dict[str, SaslListenerConfig] = {
-            name: sasl_listener_config(config, name) for name, protocol in config.security_protocols.items()
+            name: sasl_listener_config(config, name, self.scram.lookup) for name, protocol in config.security_protocols.items()
             if protocol in SASL_PROTOCOLS and name not in config["controller.listener.names"]}
         self._tasks: list[asyncio.Task] = []
         self._stopped = asyncio.Event()
@@ -204,7 +208,7 @@ class Broker:
                               config=cfg, clock=self.clock, node=self.node, cluster_id=self.cluster_id,
                               metadata_cache=self.metadata_cache, broker_epoch=lambda: self.broker_epoch,
                               quotas=self.quotas, cluster=self.cluster, log_dir_mover=self.log_dir_mover,
-                              authz=Authz(authorizer), acls=self.acls)
+                              authz=Authz(authorizer), acls=self.acls, scram=self.scram)
         await self.socket_server.start_serving(self.apis)
         if self.cluster is not None:
             await self.cluster.start(self._endpoints(), self._on_registered)

@@ -17,7 +17,8 @@ nothing to resize or rebind at run time.
 
 The client quotas that AlterClientQuotas sets (``server/quotas.py``) are kept in the same
 file, under ``client-quotas``: Kafka keeps them beside the dynamic configs too; so are a
-single node's ACLs, under ``acls`` (a cluster keeps them in ZooKeeper).
+single node's ACLs, under ``acls``, and its users' SCRAM credentials, under
+``scram-credentials`` (a cluster keeps both in ZooKeeper).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ FILE_NAME = "dynamic-broker-configs.json"
 CLUSTER_DEFAULT = ""
 CLIENT_QUOTAS = "client-quotas"
 ACLS = "acls"
+SCRAM_CREDENTIALS = "scram-credentials"
 
 class Reconfigurable(Protocol):
     """A component whose settings change at run time (Kafka's Reconfigurable)."""
@@ -68,6 +70,7 @@ class DynamicBrokerConfig:
         self.levels: dict[str, dict[str, str]] = {CLUSTER_DEFAULT: {}, self.node_id: {}}
         self.client_quotas: list[tuple[dict[str, str | None], dict[str, float]]] = []
         self.acls: list[AclBinding] = []
+        self.scram_credentials: dict[str, dict[str, str]] = {}
         try:
             with open(self.path, encoding="utf-8") as f:
                 saved = json.load(f)
@@ -77,6 +80,8 @@ class DynamicBrokerConfig:
                                    {str(k): float(v) for k, v in q["quotas"].items()})
                                   for q in saved.get(CLIENT_QUOTAS, [])]
             self.acls = bindings_from_json(saved.get(ACLS, []))
+            self.scram_credentials = {str(u): {str(m): str(c) for m, c in creds.items()}
+                                      for u, creds in saved.get(SCRAM_CREDENTIALS, {}).items()}
         except FileNotFoundError:
             pass
         except (ValueError, AttributeError, KeyError, TypeError) as e:  # losing them beats refusing to start
@@ -161,6 +166,17 @@ class DynamicBrokerConfig:
         self.client_quotas = [(dict(e), dict(v)) for e, v in quotas]
         self._save()
 
+    def load_scram_credentials(self) -> dict[str, dict[str, str]]:
+        return {u: dict(c) for u, c in self.scram_credentials.items()}
+
+    async def store_scram_credentials(self, user: str, credentials: Mapping[str, str]) -> None:
+        """One node keeps its users' SCRAM credentials here (a ``ScramStore``)."""
+        if credentials:
+            self.scram_credentials[user] = dict(credentials)
+        else:
+            self.scram_credentials.pop(user, None)
+        self._save()
+
     def load_acls(self) -> list[AclBinding]:
         return list(self.acls)
 
@@ -176,6 +192,8 @@ class DynamicBrokerConfig:
             doc[CLIENT_QUOTAS] = [{"entity": e, "quotas": v} for e, v in self.client_quotas]
         if self.acls:
             doc[ACLS] = bindings_to_json(self.acls)
+        if self.scram_credentials:
+            doc[SCRAM_CREDENTIALS] = self.scram_credentials
         write_atomic(self.path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 

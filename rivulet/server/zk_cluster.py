@@ -17,7 +17,7 @@ import asyncio
 import logging
 import os
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from kazoo.client import KazooState
@@ -33,6 +33,7 @@ from rivulet.controller.zk_client import KafkaZkClient, ZkBridge
 from rivulet.controller.zk_data import BrokerRegistration, EndPoint, TopicAssignment
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.messages.controlled_shutdown_request import ControlledShutdownRequest
+from rivulet.security.scram import SCRAM_MECHANISM_NAMES
 from rivulet.server.config import BrokerConfig, ConfigError
 from rivulet.storage.checkpoints import random_kafka_uuid
 
@@ -73,6 +74,9 @@ class ZkClusterMember:
             self._last_change = max((n for n, _ in self.client.get_config_changes()), default="")
             self.topic_configs: dict[str, dict[str, str]] = {
                 t: self.client.get_entity_config("topics", t) for t in self.client.get_all_topics()}
+            # Users' configs (their SCRAM credentials), read before any listener authenticates.
+            self.user_configs: dict[str, dict[str, str]] = {
+                u: self.client.get_entity_config("users", u) for u in self.client.get_entity_names("users")}
         except BaseException:
             self.client.close()
             raise
@@ -86,6 +90,8 @@ class ZkClusterMember:
         self._on_registered: Callable[[int], object] = lambda _epoch: None
         # Told of a topic's config as ZooKeeper has it (new topics, change notifications).
         self.topic_config_listener: Callable[[str, dict[str, str]], object] = lambda _name, _configs: None
+        # Told of a user's config when a change notification names it.
+        self.user_config_listener: Callable[[str, dict[str, str]], object] = lambda _name, _configs: None
 
     def _resolve_identity(self) -> tuple[int, str]:
         cfg = self.config
@@ -200,11 +206,25 @@ class ZkClusterMember:
             if entity_type == "topics":
                 self._set_topic_config(entity_name, await self.bridge.run(
                     self.client.get_entity_config, "topics", entity_name))
+            elif entity_type == "users" and "/" not in entity_name:
+                configs = await self.bridge.run(self.client.get_entity_config, "users", entity_name)
+                self.user_configs[entity_name] = configs
+                self.user_config_listener(entity_name, configs)
 
     def _set_topic_config(self, name: str, configs: dict[str, str]) -> None:
         if self.topic_configs.get(name) != configs:
             self.topic_configs[name] = configs
             self.topic_config_listener(name, configs)
+
+    def load_scram_credentials(self) -> dict[str, dict[str, str]]:
+        return {u: dict(c) for u, c in self.user_configs.items()}
+
+    async def store_scram_credentials(self, user: str, credentials: Mapping[str, str]) -> None:
+        """A user's SCRAM credentials into /config/users/<user> (its other entries kept), with
+        the change notification that makes every broker re-read them (a ``ScramStore``)."""
+        assert self.bridge is not None
+        await self.bridge.run(self.client.update_entity_config, "users", user, SCRAM_MECHANISM_NAMES,
+                              dict(credentials))
 
     def write_topic_config(self, name: str, configs: dict[str, str]) -> None:
         """Persist a topic's overrides with a change notification for the other brokers."""

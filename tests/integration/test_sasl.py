@@ -22,22 +22,50 @@ pytestmark = pytest.mark.integration
 
 PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
               'username="admin" password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
+SCRAM_JAAS = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+OAUTH_JAAS = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
+ALL_MECHANISMS = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER"
+SCRAM_USERS = {"SCRAM-SHA-256": ("sam", "sam-secret"), "SCRAM-SHA-512": ("sue", "sue-secret")}
 
 
-def sasl_broker(mechanisms: str = "PLAIN", **extra: str) -> BrokerProcess:
-    b = BrokerProcess()
-    b.overrides.update({
-        "listeners": f"SASL_PLAINTEXT://127.0.0.1:{b.port}",
+def sasl_overrides(port: int, listener: str = "SASL_PLAINTEXT", mechanisms: str = ALL_MECHANISMS) -> dict[str, str]:
+    prefix = f"listener.name.{listener.lower()}"
+    return {
+        "listeners": f"{listener}://127.0.0.1:{port}",
         "sasl.enabled.mechanisms": mechanisms,
-        "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
-        **extra,
-    })
+        f"{prefix}.plain.sasl.jaas.config": PLAIN_JAAS,
+        f"{prefix}.scram-sha-256.sasl.jaas.config": SCRAM_JAAS,
+        f"{prefix}.scram-sha-512.sasl.jaas.config": SCRAM_JAAS,
+        f"{prefix}.oauthbearer.sasl.jaas.config": OAUTH_JAAS,
+    }
+
+
+def sasl_broker(**extra: str) -> BrokerProcess:
+    b = BrokerProcess()
+    b.overrides.update({**sasl_overrides(b.port), **extra})
     return b.start()
+
+
+def add_scram_users(bootstrap: str, protocol: str = "SASL_PLAINTEXT", **tls: str) -> None:
+    """The SCRAM users, made over PLAIN by the admin (AlterUserScramCredentials)."""
+    from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+    a = AdminClient({"bootstrap.servers": bootstrap, "security.protocol": protocol, "sasl.mechanism": "PLAIN",
+                     "sasl.username": "admin", "sasl.password": "admin-secret", **tls})
+    upserts = [UserScramCredentialUpsertion(user, ScramCredentialInfo(getattr(ScramMechanism, mech.replace("-", "_")),
+                                                                      4096 if mech.endswith("256") else 8192),
+                                            password.encode())
+               for mech, (user, password) in SCRAM_USERS.items()]
+    for f in a.alter_user_scram_credentials(upserts).values():
+        f.result(30)
+    described = {u: f.result(30) for u, f in a.describe_user_scram_credentials(["sam", "sue"]).items()}
+    assert [(i.mechanism, i.iterations) for i in described["sue"].scram_credential_infos] == [
+        (ScramMechanism.SCRAM_SHA_512, 8192)]
 
 
 @pytest.fixture(scope="module")
 def broker():
     b = sasl_broker()
+    add_scram_users(b.bootstrap)
     yield b
     b.cleanup()
 
@@ -79,16 +107,48 @@ def test_confluent_kafka_plain(broker):
     ck_round_trip(ck_conf(broker, "PLAIN", "alice", "alice-secret"), topic_name())
 
 
-def test_wrong_password_fails_fast_and_clearly_and_others_carry_on(broker):
+@pytest.mark.parametrize("mechanism", list(SCRAM_USERS))
+def test_confluent_kafka_scram(broker, mechanism):
+    ck_round_trip(ck_conf(broker, mechanism, *SCRAM_USERS[mechanism]), topic_name())
+
+
+def test_confluent_kafka_oauthbearer_unsecured(broker):
+    ck_round_trip({"bootstrap.servers": broker.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                   "sasl.mechanism": "OAUTHBEARER", "enable.sasl.oauthbearer.unsecure.jwt": True,
+                   "sasl.oauthbearer.config": "principal=olivia"}, topic_name())
+
+
+def first_error(conf: dict) -> "confluent_kafka.KafkaError":  # noqa: F821
     import confluent_kafka
     errors: list = []
-    p = confluent_kafka.Producer({**ck_conf(broker, "PLAIN", "alice", "not-her-password"),
-                                  "error_cb": errors.append})
+    p = confluent_kafka.Producer({**conf, "error_cb": errors.append})
     deadline = time.monotonic() + 20
     while not errors and time.monotonic() < deadline:
         p.poll(0.2)
-    assert errors and errors[0].code() == confluent_kafka.KafkaError._AUTHENTICATION
-    assert "Authentication failed: Invalid username or password" in errors[0].str()
+    assert errors, "no error reported"
+    return errors[0]
+
+
+def test_wrong_scram_password_and_expired_token_fail_clearly(broker):
+    import confluent_kafka
+    err = first_error(ck_conf(broker, "SCRAM-SHA-512", "sue", "wrong"))
+    assert err.code() == confluent_kafka.KafkaError._AUTHENTICATION
+    assert "invalid credentials with SASL mechanism SCRAM-SHA-512" in err.str()
+    from rivulet.security.oauthbearer import unsecured_token
+    expired = unsecured_token("olivia", lifetime_s=60, now_s=time.time() - 3600)
+    err = first_error({"bootstrap.servers": broker.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                       "sasl.mechanism": "OAUTHBEARER",
+                       "oauth_cb": lambda _config: (expired, time.time() + 3600, "olivia")})
+    assert err.code() == confluent_kafka.KafkaError._AUTHENTICATION
+    assert "invalid_token" in err.str() and "expired" in err.str()
+    ck_round_trip(ck_conf(broker, "SCRAM-SHA-512", "sue", "sue-secret"), topic_name())
+
+
+def test_wrong_password_fails_fast_and_clearly_and_others_carry_on(broker):
+    import confluent_kafka
+    err = first_error(ck_conf(broker, "PLAIN", "alice", "not-her-password"))
+    assert err.code() == confluent_kafka.KafkaError._AUTHENTICATION
+    assert "Authentication failed: Invalid username or password" in err.str()
     ck_round_trip(ck_conf(broker, "PLAIN", "admin", "admin-secret"), topic_name())
     # Logged once per failure, never with the password.
     out = broker.output()
@@ -109,7 +169,7 @@ def test_unsupported_mechanism_is_answered_then_closed(broker):
     with socket.create_connection(("127.0.0.1", broker.port)) as s:
         s.sendall(_request(SaslHandshakeRequest(mechanism="GSSAPI"), 1))
         corr, resp = framing.decode_response(read_frame(s), 17, 1)
-        assert resp.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM and resp.mechanisms == ["PLAIN"]
+        assert resp.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM and resp.mechanisms == ALL_MECHANISMS.split(",")
         assert is_closed(s)
 
 
@@ -127,7 +187,8 @@ def test_v0_handshake_takes_a_raw_token(broker):
 
 def test_sasl_listener_without_jaas_stops_start_up():
     b = BrokerProcess()
-    b.overrides.update({"listeners": f"SASL_PLAINTEXT://127.0.0.1:{b.port}", "sasl.enabled.mechanisms": "PLAIN"})
+    b.overrides.update({**sasl_overrides(b.port)})
+    del b.overrides["listener.name.sasl_plaintext.plain.sasl.jaas.config"]
     try:
         with pytest.raises(RuntimeError, match="listener.name.sasl_plaintext.plain.sasl.jaas.config"):
             b.start()

@@ -71,11 +71,15 @@ def test_plain_failures(token, message):
     assert not server.complete
 
 
+def _no_scram(user: str, mechanism: str) -> None:
+    return None
+
+
 def _session(props: dict[str, str] | None = None, now: list[int] | None = None):
     clock = now if now is not None else [1_000]
     cfg = BrokerConfig({"listeners": "SASL_PLAINTEXT://127.0.0.1:9092", "sasl.enabled.mechanisms": "PLAIN",
                         "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS, **(props or {})})
-    return sasl_listener_config(cfg, "SASL_PLAINTEXT").new_session(("127.0.0.1", 1), lambda: clock[0])
+    return sasl_listener_config(cfg, "SASL_PLAINTEXT", _no_scram).new_session(("127.0.0.1", 1), lambda: clock[0])
 
 
 def test_session_handshake_then_authenticate():
@@ -149,4 +153,50 @@ def test_listener_overrides_per_mechanism():
 def test_listener_config_errors(props, message):
     with pytest.raises(ConfigError, match=message):
         cfg = BrokerConfig({"listeners": "SASL_PLAINTEXT://127.0.0.1:9092", **props})
-        sasl_listener_config(cfg, "SASL_PLAINTEXT")
+        sasl_listener_config(cfg, "SASL_PLAINTEXT", _no_scram)
+
+
+def test_oauthbearer_unsecured_round_trip_and_refusals():
+    from rivulet.security.oauthbearer import OAuthBearerClient, OAuthBearerServer, UnsecuredValidator, unsecured_token
+    now = [1_700_000_000_000]
+    validator = UnsecuredValidator.from_options({"unsecuredValidatorRequiredScope": "kafka"}, lambda: now[0])
+    token = unsecured_token("alice", 60, scopes=("kafka",), now_s=now[0] / 1000)
+    server, client = OAuthBearerServer(validator), OAuthBearerClient(lambda: token)
+    assert server.evaluate(client.initial_response()) == b""
+    assert client.evaluate(b"") is None and client.complete
+    assert server.principal() == KafkaPrincipal("User", "alice")
+    assert server.credential_expiry_ms() == now[0] + 60_000
+    # Expired: the JSON error first, then the failure once the client acknowledges it.
+    now[0] += 61_000
+    server, client = OAuthBearerServer(validator), OAuthBearerClient(lambda: token)
+    challenge = server.evaluate(client.initial_response())
+    assert challenge == b'{"status": "invalid_token"}'
+    with pytest.raises(SaslAuthenticationError, match="expired"):
+        server.evaluate(client.evaluate(challenge))
+    no_scope = unsecured_token("alice", 60, now_s=now[0] / 1000)
+    server = OAuthBearerServer(validator)
+    assert b"insufficient_scope" in server.evaluate(OAuthBearerClient(lambda: no_scope).initial_response())
+
+
+def test_oauthbearer_jwt_against_a_jwks_file(tmp_path):
+    import json
+    import time
+
+    import jwt
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    from rivulet.security.oauthbearer import JwtValidator, TokenError
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    jwk.update(kid="k1", alg="RS256", use="sig")
+    (tmp_path / "jwks.json").write_text(json.dumps({"keys": [jwk]}))
+    v = JwtValidator((tmp_path / "jwks.json").as_uri(), audiences=("kafka",), issuer="https://issuer")
+    claims = {"sub": "svc", "aud": "kafka", "iss": "https://issuer", "exp": int(time.time()) + 300, "scope": "a b"}
+    good = jwt.encode(claims, key, algorithm="RS256", headers={"kid": "k1"})
+    assert v(good).principal == "svc" and v(good).scopes == {"a", "b"}
+    for bad in ({**claims, "aud": "other"}, {**claims, "iss": "x"}, {**claims, "exp": int(time.time()) - 100}):
+        with pytest.raises(TokenError):
+            v(jwt.encode(bad, key, algorithm="RS256", headers={"kid": "k1"}))
+    other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    with pytest.raises(TokenError, match="Signature"):
+        v(jwt.encode(claims, other, algorithm="RS256", headers={"kid": "k1"}))
