@@ -75,3 +75,12 @@ def zk_connect(zookeeper, request):
 def module_zk_connect(zookeeper, request):
     """As `zk_connect`, shared by one test module (a cluster its tests share)."""
     return _fresh_chroot(zookeeper, request.module.__name__.rpartition(".")[2])
+
+
+@pytest.fixture(scope="session")
+def tls_certs(tmp_path_factory):
+    """A CA with broker and client certificates, and a second CA's client certificate, made
+    for this session (PEM files and PKCS12 stores; see tests/tls_certs.py)."""
+    from tls_certs import make_test_certs
+
+    return make_test_certs(tmp_path_factory.mktemp("tls"))

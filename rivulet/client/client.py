@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable
 from rivulet.client import core
 from rivulet.client import errors as E
 from rivulet.client.errors import KafkaError
+from rivulet.client.config import ssl_context
 from rivulet.client.connection import BrokerConnection, ConnectionClosed
 from rivulet.client.core import Cluster, PartitionMeta, TopicMeta  # noqa: F401  (re-exported)
 from rivulet.protocol.errors import ErrorCode, ApiError
@@ -92,6 +93,7 @@ class KafkaClient:
         self.connect_timeout = conf["socket.connection.setup.timeout.ms"] / 1000
         self.metadata_max_age = conf["metadata.max.age.ms"] / 1000
         self.allow_auto_create = bool(conf.get("allow.auto.create.topics"))
+        self.ssl_context = ssl_context(conf)
         self.cluster = Cluster()
         self._conns: dict[tuple[int, str], BrokerConnection] = {}
         self._connecting: dict[tuple[int, str], asyncio.Future] = {}
@@ -132,7 +134,8 @@ class KafkaClient:
         fut = asyncio.get_running_loop().create_future()
         self._connecting[key] = fut
         try:
-            conn = BrokerConnection(addr[0], addr[1], self.client_id, self.request_timeout_ms, node_id)
+            conn = BrokerConnection(addr[0], addr[1], self.client_id, self.request_timeout_ms, node_id,
+                                    ssl_context=self.ssl_context)
             await conn.connect(self.connect_timeout)
             self._conns[key] = conn
             self._failed_at.pop(node_id, None)

@@ -11,6 +11,7 @@ warning, as librdkafka does, because shared base configs are common.
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ from rivulet.common.config import (
     between,
     parse_value,
 )
+from rivulet.security import tls
 
 log = logging.getLogger("rivulet.client")
 
@@ -37,8 +39,10 @@ PROD = frozenset((P,))
 CONS = frozenset((C,))
 
 INT32_MAX = INT_MAX
-B, S, I, L, D, LS, CL = (ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.LONG, ConfigType.DOUBLE,
-                         ConfigType.LIST, ConfigType.CLASS)
+B, S, I, L, D, LS, CL, PW = (ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.LONG,
+                             ConfigType.DOUBLE, ConfigType.LIST, ConfigType.CLASS, ConfigType.PASSWORD)
+# security.protocol's spellings (canonical: lower case, as librdkafka prints them).
+SECURITY_PROTOCOL_SPELLINGS = ("plaintext", "PLAINTEXT=plaintext", "ssl", "SSL=ssl")
 HIGH, MEDIUM, LOW = Importance.HIGH, Importance.MEDIUM, Importance.LOW
 
 
@@ -122,8 +126,34 @@ PROPS: list[Prop] = [
     _p("metadata.max.age.ms", L, 300000, ALL, "Metadata older than this is refreshed.",
        "topic.metadata.refresh.interval.ms", lo=1),
     _p("socket.connection.setup.timeout.ms", L, 30000, ALL, "How long a connection attempt may take.", lo=1000),
-    _p("security.protocol", S, "plaintext", ALL, "Only plaintext is supported.",
-       convert=_choices("plaintext", "PLAINTEXT=plaintext")),
+    _p("security.protocol", S, "plaintext", ALL, "How to reach the brokers: plaintext or ssl (TLS; the "
+       "ssl.* properties below).", convert=_choices(*SECURITY_PROTOCOL_SPELLINGS)),
+    # TLS: Java's names, and librdkafka's where it names them otherwise.
+    _p("ssl.ca.location", S, None, ALL, "CA certificates (PEM file or directory) the broker's certificate is "
+       "checked against (librdkafka)."),
+    _p("ssl.ca.pem", PW, None, ALL, "CA certificates in PEM, inline (librdkafka)."),
+    _p("ssl.certificate.location", S, None, ALL, "This client's certificate chain, a PEM file (librdkafka)."),
+    _p("ssl.certificate.pem", PW, None, ALL, "This client's certificate chain in PEM, inline (librdkafka)."),
+    _p("ssl.key.location", S, None, ALL, "This client's private key, a PEM file (librdkafka)."),
+    _p("ssl.key.pem", PW, None, ALL, "This client's private key in PEM, inline (librdkafka)."),
+    _p("ssl.key.password", PW, None, ALL, "Password of the private key."),
+    _p("ssl.keystore.type", S, None, ALL, "Key store format, PKCS12 or PEM (Java; default JKS, which reads "
+       "a PKCS12 file); librdkafka's ssl.keystore.location is always PKCS12."),
+    _p("ssl.keystore.location", S, None, ALL, "The key store: this client's key and certificate chain."),
+    _p("ssl.keystore.password", PW, None, ALL, "Password of a PKCS12 key store."),
+    _p("ssl.keystore.key", PW, None, ALL, "This client's private key in PEM, inline (Java)."),
+    _p("ssl.keystore.certificate.chain", PW, None, ALL, "This client's certificate chain in PEM, inline (Java)."),
+    _p("ssl.truststore.type", S, None, ALL, "Trust store format, PKCS12 or PEM (Java)."),
+    _p("ssl.truststore.location", S, None, ALL, "The trust store file (Java)."),
+    _p("ssl.truststore.password", PW, None, ALL, "Password of a PKCS12 trust store (Java)."),
+    _p("ssl.truststore.certificates", PW, None, ALL, "Trusted certificates in PEM, inline (Java)."),
+    _p("ssl.endpoint.identification.algorithm", S, "https", ALL, "https checks the broker's host name "
+       "against its certificate; none (or empty) does not."),
+    _p("enable.ssl.certificate.verification", B, True, ALL, "Check the broker's certificate at all "
+       "(librdkafka)."),
+    _p("ssl.enabled.protocols", LS, ("TLSv1.2", "TLSv1.3"), ALL, "TLS versions allowed (Java)."),
+    _p("ssl.protocol", S, "TLSv1.3", ALL, "The TLS protocol (Java)."),
+    _p("ssl.cipher.suites", LS, (), ALL, "TLS 1.2 cipher suites allowed (IANA or OpenSSL names)."),
     _p("client.rack", S, None, ALL, "The rack of this client, sent to the broker."),
     _p("error_cb", CL, None, ALL, "Called with a KafkaError for errors outside any one request.",
        convert=_callable),
@@ -233,7 +263,7 @@ ASSIGNORS = ("range", "roundrobin", "cooperative-sticky")
 
 
 def _coerce(p: Prop, given: str, value: Any) -> Any:
-    if value is None and p.key.type in (ConfigType.STRING, ConfigType.CLASS):
+    if value is None and p.key.type in (ConfigType.STRING, ConfigType.CLASS, ConfigType.PASSWORD):
         return None
     try:
         return p.key.parse(value)
@@ -338,3 +368,14 @@ def describe(role: str) -> list[Prop]:
 
 
 Callback = Callable[..., Any]
+
+
+def ssl_context(conf: Mapping[str, Any]) -> ssl.SSLContext | None:
+    """The TLS context ``security.protocol`` asks for (None for plaintext); a setting that
+    cannot work is a ConfigException naming it."""
+    if conf.get("security.protocol") not in ("ssl", "sasl_ssl"):
+        return None
+    try:
+        return tls.client_context(tls.client_ssl_config(conf))
+    except ConfigError as e:
+        raise ConfigException(str(e)) from None

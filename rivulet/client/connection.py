@@ -14,6 +14,7 @@ bytes are not copied on the way in (a StreamReader would copy them twice).
 from __future__ import annotations
 
 import asyncio
+import ssl
 import struct
 from collections import deque
 from typing import Any
@@ -141,9 +142,12 @@ class _Protocol(asyncio.BufferedProtocol):
 
 class BrokerConnection:
     def __init__(self, host: str, port: int, client_id: str = "rivulet", request_timeout_ms: int = 30000,
-                 node_id: int = -1) -> None:
+                 node_id: int = -1, ssl_context: ssl.SSLContext | None = None) -> None:
+        """``ssl_context``: TLS to the broker (security.protocol SSL), its certificate checked
+        against ``host`` when the context checks host names."""
         self.host = host
         self.port = port
+        self.ssl_context = ssl_context
         self.node_id = node_id
         self.client_id = client_id
         self._client_id_bytes = None if client_id is None else client_id.encode()
@@ -160,9 +164,13 @@ class BrokerConnection:
         try:
             async with asyncio.timeout(timeout):
                 self._transport, self._protocol = await loop.create_connection(
-                    lambda: _Protocol(self), self.host, self.port)
+                    lambda: _Protocol(self), self.host, self.port, ssl=self.ssl_context,
+                    server_hostname=self.host if self.ssl_context is not None else None)
         except TimeoutError:
             raise ConnectionClosed(f"connecting to {self.host}:{self.port} timed out") from None
+        except ssl.SSLError as e:
+            # Not worth retrying quietly: a certificate either side refuses stays refused.
+            raise ConnectionClosed(f"TLS handshake with {self.host}:{self.port} failed: {e}") from None
         try:
             resp = await self.send(core.api_versions_request(), version=3, timeout=timeout)
         except BaseException:

@@ -133,7 +133,7 @@ class KafkaApis:
             self.versions.update(CLUSTER_MODE_VERSIONS)
             self.handlers.update(ControllerHandlers(cluster.controller).handlers())
         for area in (
-            RecordHandlers(replica_manager, topics, quotas, metadata_cache, config["inter.broker.listener.name"]),
+            RecordHandlers(replica_manager, topics, quotas, metadata_cache),
             QuotaHandlers(quotas),
             AclHandlers(acls, authz),
             ScramHandlers(scram, authz),

@@ -25,7 +25,9 @@ from rivulet.replication.log_dir_mover import ReplicaAlterLogDirsManager
 from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.server.apis import KafkaApis
-from rivulet.server.config import BrokerConfig
+from rivulet.security import tls
+from rivulet.security.ssl_principal import SslPrincipalMapper
+from rivulet.server.config import BrokerConfig, ConfigError
 from rivulet.server.coordinator_leadership import CoordinatorLeadership
 from rivulet.server.acls import AclManager, Authz, build_authorizer
 from rivulet.server.dynamic_config import DynamicBrokerConfig
@@ -35,6 +37,7 @@ from rivulet.server.metadata import MetadataStore
 from rivulet.server.authentication import SaslListenerConfig, SaslSession, sasl_listener_config
 from rivulet.server.config import SASL_PROTOCOLS
 from rivulet.server.quotas import ClientQuotas
+from rivulet.server.network import Listener
 from rivulet.server.scram import ScramCredentials
 from rivulet.server.socket_server import SocketServer, SocketServerConfig
 from rivulet.server.topics import TopicManager, broker_props
@@ -109,6 +112,8 @@ class Broker:
         self.sasl_listeners: dict[str, SaslListenerConfig] = {
             name: sasl_listener_config(config, name, self.scram.lookup) for name, protocol in config.security_protocols.items()
             if protocol in SASL_PROTOCOLS and name not in config["controller.listener.names"]}
+        # Built here so that a TLS setting that cannot work stops the broker before it binds.
+        self.listeners = self._build_listeners()
         self._tasks: list[asyncio.Task] = []
         self._stopped = asyncio.Event()
         self.started = False
@@ -129,11 +134,13 @@ class Broker:
         t0 = time.monotonic()
         cfg = self.config
         fd_limit = raise_open_file_limit()
-        for name, host, port in cfg.listeners:
-            if name not in cfg["controller.listener.names"]:
-                self.bound_ports.append(await self.socket_server.bind(host, port, self._authenticator(name)))
+        for (name, host, port), listener in zip(self._served_listeners(), self.listeners):
+            bound = await self.socket_server.bind(host, port, listener)
+            self.bound_ports.append(bound)
+            if listener.advertised is not None and listener.advertised.port == 0:
+                # An ephemeral port (0) is advertised as the port actually bound.
+                listener.advertised.port = bound
         if self.bound_ports and cfg.advertised_listeners is cfg.listeners and self.node.port == 0:
-            # An ephemeral port (0) is advertised as the port actually bound.
             self.node.port = self.bound_ports[0]
         self.timer = Timer(asyncio.get_running_loop())
         rm = self.replica_manager = ReplicaManager(
@@ -190,7 +197,7 @@ class Broker:
         if self.metadata_cache is not None:
             # Markers for partitions other brokers lead go to them (WriteTxnMarkers), and KIP-890's
             # check asks the transactional id's coordinator wherever it runs.
-            listener = cfg["inter.broker.listener.name"]
+            listener = cfg.inter_broker_listener
             self.marker_channel = InterBrokerMarkerChannel(self.node_id, self.metadata_cache, listener,
                                                            cfg["replica.socket.timeout.ms"])
             txns.markers.channel = self.marker_channel
@@ -216,6 +223,34 @@ class Broker:
         self.started = True
         log.info("started in %.0f ms", (time.monotonic() - t0) * 1000)
 
+    def _served_listeners(self) -> list[tuple[str, str, int]]:
+        return [x for x in self.config.listeners if x[0] not in self.config["controller.listener.names"]]
+
+    def _build_listeners(self) -> list[Listener]:
+        """Each listener this broker opens, with its TLS context (``listener.name.<l>.ssl.*``
+        over the broker-wide ``ssl.*``) and the endpoint clients on it are given."""
+        cfg = self.config
+        advertised = {n: (h, p) for n, h, p in cfg.advertised_listeners}
+        out = []
+        for name, host, port in self._served_listeners():
+            protocol = cfg.security_protocols[name]
+            props = cfg.listener_props(name)
+            context = mapper = None
+            if protocol in ("SSL", "SASL_SSL"):
+                context = tls.server_context(tls.ssl_config(props))
+            if protocol == "SSL":
+                try:
+                    mapper = SslPrincipalMapper(props["ssl.principal.mapping.rules"])
+                except ValueError as e:
+                    raise ConfigError(f"ssl.principal.mapping.rules: {e}") from None
+            if name == self._listener_name:
+                endpoint = self.node
+            else:
+                adv_host, adv_port = advertised.get(name, (host, port))
+                endpoint = NodeEndpoint(self.node_id, adv_host, adv_port)
+            out.append(Listener(name, protocol, context, mapper, endpoint, self._authenticator(name)))
+        return out
+
     def _producer_ids(self) -> ProducerIdGenerator:
         """Ids unique across the cluster: blocks from ZooKeeper in cluster mode, else the log dir's mark."""
         if self.cluster is not None:
@@ -226,7 +261,7 @@ class Broker:
         """Cluster mode: replicas come from LeaderAndIsr, followers fetch from their leaders,
         leaders propose ISR changes to the controller and shrink the ISR of lagging followers."""
         cfg = self.config
-        listener = cfg["inter.broker.listener.name"]
+        listener = cfg.inter_broker_listener
         rm.replica_logs = topics
         rm.metadata_cache = cache
         rm.replica_selector = cfg["replica.selector.class"]

@@ -11,7 +11,7 @@ node needs its own (``node.id``, ``listeners``, ``log.dir``, ``process.roles``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection
 
 from rivulet.common.config import (
     LONG_MAX,
@@ -73,9 +73,56 @@ BROKER_CONFIGS = ConfigDef([
     _k("advertised.listeners", LS, None, None,
        "Addresses given to clients in metadata, when they differ from listeners. Port 0 in "
        "listeners is replaced by the bound port.", HIGH),
-    _k("listener.security.protocol.map", S, "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT", None,
-       "Listener name to security protocol. Rivulet speaks PLAINTEXT only.", LOW, PER_BROKER),
-    _k("inter.broker.listener.name", S, "PLAINTEXT", None, "The listener used between brokers.", MEDIUM),
+    _k("listener.security.protocol.map", S,
+       "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT", None,
+       "Listener name to security protocol, as NAME:PROTOCOL pairs (PLAINTEXT, SSL, SASL_PLAINTEXT, "
+       "SASL_SSL). Settings for one listener are given as listener.name.<name, lowercased>.<property>.",
+       LOW, PER_BROKER),
+    _k("inter.broker.listener.name", S, None, None, "The listener other brokers and the controller reach "
+       "this broker on; when not set, the listener named after security.inter.broker.protocol. Not both.",
+       MEDIUM),
+    _k("security.inter.broker.protocol", S, "PLAINTEXT", one_of(*("PLAINTEXT", "SSL", "SASL_PLAINTEXT",
+                                                                  "SASL_SSL")),
+       "The security protocol between brokers, when inter.broker.listener.name is not set.", MEDIUM),
+    # -- TLS (SSL and SASL_SSL listeners, and this broker's own connections to other brokers)
+    _k("ssl.keystore.type", S, "JKS", None, "Key store format: PKCS12 or PEM (a JKS name reads a PKCS12 "
+       "file, as Java's does; a real JKS file is refused).", MEDIUM, PER_BROKER),
+    _k("ssl.keystore.location", S, None, None, "The key store file: the listener's private key and "
+       "certificate chain.", HIGH, PER_BROKER),
+    _k("ssl.keystore.password", PW, None, None, "Password of a PKCS12 key store.", HIGH, PER_BROKER),
+    _k("ssl.key.password", PW, None, None, "Password of the private key (an encrypted PEM key).", HIGH,
+       PER_BROKER),
+    _k("ssl.keystore.certificate.chain", PW, None, None, "The certificate chain in PEM, inline "
+       "(ssl.keystore.type=PEM).", HIGH, PER_BROKER),
+    _k("ssl.keystore.key", PW, None, None, "The private key in PEM, inline (ssl.keystore.type=PEM).", HIGH,
+       PER_BROKER),
+    _k("ssl.truststore.type", S, "JKS", None, "Trust store format: PKCS12 or PEM.", MEDIUM, PER_BROKER),
+    _k("ssl.truststore.location", S, None, None, "The trust store file: the CAs client certificates are "
+       "checked against (and other brokers' certificates).", HIGH, PER_BROKER),
+    _k("ssl.truststore.password", PW, None, None, "Password of a PKCS12 trust store.", HIGH, PER_BROKER),
+    _k("ssl.truststore.certificates", PW, None, None, "Trusted certificates in PEM, inline "
+       "(ssl.truststore.type=PEM).", HIGH, PER_BROKER),
+    _k("ssl.protocol", S, "TLSv1.3", None, "The TLS protocol; the enabled ones are "
+       "ssl.enabled.protocols.", MEDIUM, PER_BROKER),
+    _k("ssl.enabled.protocols", LS, ("TLSv1.2", "TLSv1.3"), None, "TLS versions accepted.", MEDIUM,
+       PER_BROKER),
+    _k("ssl.cipher.suites", LS, (), None, "TLS 1.2 cipher suites allowed (IANA or OpenSSL names); all "
+       "of OpenSSL's defaults when empty.", LOW, PER_BROKER),
+    _k("ssl.client.auth", S, "none", one_of("required", "requested", "none"), "Whether clients must "
+       "(required), may (requested) or do not present a certificate.", MEDIUM, PER_BROKER),
+    _k("ssl.endpoint.identification.algorithm", S, "https", None, "Checking of the host name in another "
+       "broker's certificate on inter-broker connections: https, or empty for none.", LOW, PER_BROKER),
+    _k("ssl.principal.mapping.rules", S, "DEFAULT", None, "How a client certificate's subject becomes "
+       "the principal's name: RULE:pattern/replacement/[LU] entries and DEFAULT (the whole DN).", LOW),
+    _k("ssl.keymanager.algorithm", S, "SunX509", None, "A JSSE setting.", LOW, PER_BROKER, ignored=True),
+    _k("ssl.trustmanager.algorithm", S, "PKIX", None, "A JSSE setting.", LOW, PER_BROKER, ignored=True),
+    _k("ssl.secure.random.implementation", S, None, None, "A JSSE setting.", LOW, PER_BROKER, ignored=True),
+    _k("ssl.provider", S, None, None, "A JSSE setting.", MEDIUM, PER_BROKER, ignored=True),
+    _k("ssl.engine.factory.class", S, None, None, "A JSSE setting.", LOW, PER_BROKER, ignored=True),
+    _k("ssl.allow.dn.changes", B, False, None, "Java's check of a reconfigured key store.", LOW,
+       ignored=True),
+    _k("ssl.allow.san.changes", B, False, None, "Java's check of a reconfigured key store.", LOW,
+       ignored=True),
     _k("controller.listener.names", LS, ("CONTROLLER",), None, "Names of the controller listeners.", HIGH),
     _k("cluster.id", S, None, None,
        "The cluster id to write into meta.properties on first start; a random one when not set.", HIGH),
@@ -369,14 +416,24 @@ class BrokerConfig:
         for name, host, port in self.advertised_listeners:
             if host in ("", "0.0.0.0", "::"):
                 raise ConfigError(f"advertised listener {name} needs a concrete host, not '{host}'")
-        self.security_protocols = listener_security_protocols(
-            self["listener.security.protocol.map"], [n for n, _, _ in self.listeners])
         controller = set(self["controller.listener.names"])
+        # Controller listeners are never opened: one missing from the map is not an error here.
+        self.security_protocols = listener_security_protocols(
+            self["listener.security.protocol.map"], [n for n, _, _ in self.listeners], unopened=controller)
         for name, protocol in self.security_protocols.items():
             if name not in controller and protocol not in SERVED_PROTOCOLS:
-                # Never serve plaintext on a port its operator named SSL.
+                # Never serve plaintext on a port its operator named otherwise.
                 raise ConfigError(f"listener {name} uses security protocol {protocol}, which Rivulet does "
                                   f"not serve yet: only {' and '.join(SERVED_PROTOCOLS)} listeners can be opened")
+        if self.is_set("inter.broker.listener.name") and self.is_set("security.inter.broker.protocol"):
+            raise ConfigError("Only one of inter.broker.listener.name and security.inter.broker.protocol "
+                              "should be set.")
+        names = {n for n, _, _ in self.advertised_listeners}
+        if self.listeners and self.inter_broker_listener not in names | {n for n, _, _ in self.listeners}:
+            if self.is_set("inter.broker.listener.name") or self.is_set("security.inter.broker.protocol") or \
+                    self["zookeeper.connect"]:
+                raise ConfigError(f"inter.broker.listener.name must be a listener name defined in "
+                                  f"advertised.listeners: {self.inter_broker_listener} is not")
 
     def _listener_override(self, name: str, raw: Any) -> None:
         listener, _, rest = name[len(LISTENER_PREFIX):].partition(".")
@@ -397,6 +454,24 @@ class BrokerConfig:
             if values is not None and name in values:
                 return values[name]
         return self[name]
+
+    @property
+    def inter_broker_listener(self) -> str:
+        """The listener other brokers reach this one on (Kafka's interBrokerListenerName)."""
+        name = self["inter.broker.listener.name"]
+        return name.strip() if name else self["security.inter.broker.protocol"]
+
+    def inter_broker_security_protocol(self) -> str:
+        name = self.inter_broker_listener
+        return self.security_protocols.get(name) or listener_security_protocols(
+            self["listener.security.protocol.map"], [name]).get(name, "PLAINTEXT")
+
+    def listener_props(self, listener: str) -> dict[str, Any]:
+        """Every property as ``listener`` sees it: ``listener.name.<listener>.<prop>`` over the
+        broker-wide value (Kafka's valuesWithPrefixOverride)."""
+        out = {k.name: self[k.name] for k in BROKER_CONFIGS}
+        out.update(self.listener_overrides.get((listener.lower(), ""), {}))
+        return out
 
     def __getitem__(self, name: str) -> Any:
         if name in self._values:
@@ -434,13 +509,14 @@ class BrokerConfig:
 
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SERVED_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")
+SERVED_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("GSSAPI", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 LISTENER_PREFIX = "listener.name."
 
 
-def listener_security_protocols(protocol_map: str, names: list[str]) -> dict[str, str]:
+def listener_security_protocols(protocol_map: str, names: list[str],
+                                unopened: Collection[str] = ()) -> dict[str, str]:
     """Each listener name's security protocol, as Kafka resolves it: from
     ``listener.security.protocol.map``, else the name itself when it is a protocol's name."""
     mapping: dict[str, str] = {}
@@ -458,6 +534,8 @@ def listener_security_protocols(protocol_map: str, names: list[str]) -> dict[str
             out[name] = mapping[key]
         elif key in SECURITY_PROTOCOLS:
             out[name] = key
+        elif name in unopened:
+            out[name] = "PLAINTEXT"
         else:
             raise ConfigError(f"listener {name} is not in listener.security.protocol.map")
     return out

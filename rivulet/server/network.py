@@ -23,15 +23,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import struct
 import time
 from collections import deque
+from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode, ProtocolDecodeError
+from rivulet.common.cluster import NodeEndpoint
 from rivulet.security.principal import KafkaPrincipal
 from rivulet.security.sasl import AuthenticationFailed
+from rivulet.security.ssl_principal import NoMatchingRule, SslPrincipalMapper, principal_from_dn
+from rivulet.security.tls import peer_dn
 from rivulet.server.answer import NO_RESPONSE, Answer
 
 log = logging.getLogger(__name__)
@@ -60,6 +65,23 @@ class Authenticator(Protocol):
     def raw_token(self, token: bytes) -> bytes: ...
 
     def session_expired(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    """One named listener: its security protocol, the TLS context of SSL and SASL_SSL ones,
+    each connection's SASL state on SASL ones, and where clients are told to find this broker
+    on it."""
+
+    name: str
+    security_protocol: str = "PLAINTEXT"
+    ssl_context: ssl.SSLContext | None = None
+    principal_mapper: SslPrincipalMapper | None = None
+    advertised: NodeEndpoint | None = None
+    authenticator: Callable[[tuple[str, int]], Authenticator] | None = None
+
+
+PLAINTEXT_LISTENER = Listener("PLAINTEXT")
 
 
 class RequestMemory(Protocol):
@@ -131,10 +153,10 @@ class _Slot:
 class KafkaConnection(asyncio.BufferedProtocol):
     """One client connection."""
 
-    def __init__(self, server: ConnectionHost, authenticator: Callable[[tuple[str, int]], Authenticator] | None = None
-                 ) -> None:
+    def __init__(self, server: ConnectionHost, listener: Listener = PLAINTEXT_LISTENER) -> None:
         assert server.handler is not None, "connections are accepted only once the server serves"
         self.server = server
+        self.listener = listener
         self.apis: RequestHandler = server.handler
         self.max_request_bytes = server.max_request_bytes
         self.transport: asyncio.Transport | None = None
@@ -149,7 +171,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.counted = False
         self.peer: tuple[str, int] = ("?", 0)
         self.principal = KafkaPrincipal.ANONYMOUS  # until the listener authenticates the connection
-        self._new_authenticator = authenticator
+        self._new_authenticator = listener.authenticator
         self.authenticator: Authenticator | None = None
         self.request_size = 0  # the frame size of the request being dispatched
         self._throttle: asyncio.TimerHandle | None = None
@@ -183,11 +205,28 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.closed = True
             transport.close()
             return
+        if self.listener.security_protocol == "SSL" and not self._authenticate_tls(transport):
+            return
         self.counted = True
         self.server.connections.add(self)
         if self._new_authenticator is not None:
             self.authenticator = self._new_authenticator(self.peer)
         self.update_reading()
+
+    def _authenticate_tls(self, transport: asyncio.BaseTransport) -> bool:
+        """An SSL listener's principal: the client certificate's subject, mapped by
+        ``ssl.principal.mapping.rules`` (ANONYMOUS without one). The handshake is done: asyncio
+        makes the connection only after it succeeds."""
+        dn = peer_dn(transport.get_extra_info("ssl_object"))
+        try:
+            self.principal = principal_from_dn(dn, self.listener.principal_mapper or SslPrincipalMapper())
+        except NoMatchingRule as e:
+            self.server.bad_input_log.warning("failed authentication", "Failed authentication with %s (%s)",
+                                              self.peer, e)
+            self.closed = True
+            transport.close()
+            return False
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

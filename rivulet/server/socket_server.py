@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from rivulet.common.config import ConfigError
-from rivulet.server.network import Authenticator, ConnectionRateLimits, KafkaConnection, RequestHandler
+from rivulet.server.network import PLAINTEXT_LISTENER, ConnectionRateLimits, KafkaConnection, Listener, RequestHandler
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 # holds no buffer at all.
 STAGE_SIZE = 256 * 1024
 UNLIMITED = 2**31 - 1
+# A TLS client that has not completed its handshake by then is dropped.
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 
 class MemoryPool:
@@ -187,14 +189,14 @@ class SocketServer:
         self.servers: list[asyncio.base_events.Server] = []
         self._idle_task: asyncio.Task[None] | None = None
 
-    async def bind(self, host: str, port: int,
-                   authenticator: Callable[[tuple[str, int]], Authenticator] | None = None) -> int:
+    async def bind(self, host: str, port: int, listener: Listener = PLAINTEXT_LISTENER) -> int:
         """Open one listener without accepting yet; the bound port. Binding comes first at
         start-up, so a port in use stops the broker before it loads or writes anything.
-        ``authenticator`` makes each connection's SASL state on a SASL listener."""
+        ``listener`` says how its connections are secured (TLS, SASL)."""
         server = await asyncio.get_running_loop().create_server(
-            lambda: KafkaConnection(self, authenticator), host or None, port, reuse_address=True, backlog=1024,
-            start_serving=False)
+            lambda: KafkaConnection(self, listener), host or None, port, reuse_address=True, backlog=1024,
+            start_serving=False, ssl=listener.ssl_context,
+            ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if listener.ssl_context is not None else None)
         self.servers.append(server)
         return server.sockets[0].getsockname()[1]
 

@@ -62,7 +62,7 @@ class ZkClusterMember:
     def __init__(self, config: BrokerConfig, clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
         self.clock = clock
-        self.listener = config["inter.broker.listener.name"]
+        self.listener = config.inter_broker_listener
         self.client = KafkaZkClient(config["zookeeper.connect"], config["zookeeper.session.timeout.ms"],
                                     config["zookeeper.connection.timeout.ms"])
         # Blocking, but at construction: the broker's loop serves nothing yet.

@@ -67,8 +67,6 @@ def test_cli_reports_bad_property_and_exits_2():
 
 @pytest.mark.fast
 @pytest.mark.parametrize("listeners,protocol_map,message", [
-    ("SSL://127.0.0.1:9093", None, "listener SSL uses security protocol SSL"),
-    ("EXTERNAL://127.0.0.1:9093", "EXTERNAL:SASL_SSL", "listener EXTERNAL uses security protocol SASL_SSL"),
     ("INTERNAL://127.0.0.1:9093", None, "listener INTERNAL is not in listener.security.protocol.map"),
     ("PLAINTEXT://127.0.0.1:9093", "PLAINTEXT:TLS", "listener.security.protocol.map entry 'PLAINTEXT:TLS'"),
 ])
@@ -86,3 +84,53 @@ def test_listener_names_map_to_plaintext():
     cfg = BrokerConfig({"listeners": "INTERNAL://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
                         "listener.security.protocol.map": "INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT"})
     assert cfg.security_protocols == {"INTERNAL": "PLAINTEXT", "CONTROLLER": "PLAINTEXT"}
+
+
+@pytest.mark.fast
+def test_an_ssl_listener_without_a_key_store_stops_start_up(tmp_path):
+    from rivulet.server.broker import Broker
+
+    cfg = BrokerConfig({"listeners": "SSL://127.0.0.1:0", "log.dir": str(tmp_path)})
+    assert cfg.security_protocols == {"SSL": "SSL"}
+    with pytest.raises(ConfigError, match="an SSL listener needs a key store"):
+        Broker(cfg)
+
+
+@pytest.mark.fast
+def test_per_listener_settings_override_the_broker_wide_ones():
+    cfg = BrokerConfig({"listeners": "INTERNAL://127.0.0.1:9092,EXTERNAL://127.0.0.1:9093",
+                        "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:SSL",
+                        "ssl.client.auth": "requested",
+                        "listener.name.external.ssl.client.auth": "required",
+                        "listener.name.external.ssl.keystore.location": "/k.p12"})
+    assert cfg.listener_props("EXTERNAL")["ssl.client.auth"] == "required"
+    assert cfg.listener_props("EXTERNAL")["ssl.keystore.location"] == "/k.p12"
+    assert cfg.listener_props("INTERNAL")["ssl.client.auth"] == "requested"
+    assert cfg.listener_props("INTERNAL")["ssl.keystore.location"] is None
+    assert cfg.security_protocols == {"INTERNAL": "PLAINTEXT", "EXTERNAL": "SSL"}
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("props,message", [
+    ({"listener.name.external.no.such": "1"}, "unknown property 'listener.name.external.no.such'"),
+    ({"listener.name.external.ssl.client.auth": "maybe"}, "ssl.client.auth"),
+    ({"inter.broker.listener.name": "PLAINTEXT", "security.inter.broker.protocol": "PLAINTEXT"},
+     "Only one of inter.broker.listener.name and security.inter.broker.protocol"),
+    ({"inter.broker.listener.name": "REPLICATION"}, "inter.broker.listener.name must be a listener name"),
+    ({"security.inter.broker.protocol": "SSL"}, "inter.broker.listener.name must be a listener name"),
+])
+def test_listener_settings_refused(props, message):
+    with pytest.raises(ConfigError, match=message):
+        BrokerConfig({"listeners": "PLAINTEXT://127.0.0.1:9092", **props})
+
+
+@pytest.mark.fast
+def test_inter_broker_listener():
+    assert BrokerConfig({}).inter_broker_listener == "PLAINTEXT"
+    cfg = BrokerConfig({"listeners": "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093",
+                        "security.inter.broker.protocol": "SSL"})
+    assert (cfg.inter_broker_listener, cfg.inter_broker_security_protocol()) == ("SSL", "SSL")
+    cfg = BrokerConfig({"listeners": "CLIENT://127.0.0.1:9092,REPLICATION://127.0.0.1:9093",
+                        "listener.security.protocol.map": "CLIENT:PLAINTEXT,REPLICATION:SSL",
+                        "inter.broker.listener.name": "REPLICATION"})
+    assert (cfg.inter_broker_listener, cfg.inter_broker_security_protocol()) == ("REPLICATION", "SSL")

@@ -28,6 +28,7 @@ from rivulet.protocol.messages import (
 from rivulet.server.apis import SUPPORTED_VERSIONS
 from rivulet.server.handlers.find_coordinator import FindCoordinatorHandler
 from rivulet.server.handlers.groups import GroupHandlers
+from rivulet.server.network import PLAINTEXT_LISTENER
 from test_group_support import make_coordinator
 
 pytestmark = pytest.mark.fast
@@ -35,6 +36,7 @@ pytestmark = pytest.mark.fast
 
 class Conn:
     peer = ("10.1.2.3", 5555)
+    listener = PLAINTEXT_LISTENER
 
 
 class FakeTxnCoordinator:

@@ -19,7 +19,7 @@ from rivulet.protocol.messages.find_coordinator_request import FindCoordinatorRe
 from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.server.config import BrokerConfig
 from rivulet.server.handlers import Handler
-from rivulet.server.network import KafkaConnection
+from rivulet.server.network import KafkaConnection, Listener
 from rivulet.server.zk_cluster import ZkClusterMember
 from rivulet.transaction.coordinator import TransactionCoordinator
 from rivulet.transaction.txn_log import TRANSACTION_STATE_TOPIC_NAME
@@ -50,22 +50,34 @@ class FindCoordinatorHandler:
         # Cluster mode: the coordinator is the leader of the key's internal partition.
         self.metadata_cache = metadata_cache
         self.cluster = cluster
-        self.listener: str = config["inter.broker.listener.name"]
         self._creating: dict[str, asyncio.Task] = {}
 
     def handlers(self) -> dict[int, Handler]:
         return {10: self.handle_find_coordinator}
 
-    def _resolve(self, key_type: int, key: str) -> tuple[ErrorCode, int, str, int]:
+    def _resolve(self, key_type: int, key: str, listener: Listener) -> tuple[ErrorCode, int, str, int]:
+        """The coordinator of ``key`` as clients on ``listener`` reach it."""
+        if self.metadata_cache is None:
+            own = self._own_coordinator(key_type, key)
+            if own[0] == ErrorCode.NONE and listener.advertised is not None:
+                return own[0], own[1], listener.advertised.host, listener.advertised.port
+            return own
+        return self._resolve_in_cluster(key_type, key, listener.name)
+
+    def _own_coordinator(self, key_type: int, key: str) -> tuple[ErrorCode, int, str, int]:
         if key_type == GROUP_KEY_TYPE:
-            if self.metadata_cache is None:
-                return self.groups.find_group_coordinator(key)
+            return self.groups.find_group_coordinator(key)
+        if key_type == TRANSACTION_KEY_TYPE:
+            return self.transactions.find_coordinator(key)
+        return ErrorCode.INVALID_REQUEST, -1, "", -1
+
+    def _resolve_in_cluster(self, key_type: int, key: str, listener: str) -> tuple[ErrorCode, int, str, int]:
+        assert self.metadata_cache is not None
+        if key_type == GROUP_KEY_TYPE:
             active, topic, prefix = self.groups.is_active, GROUP_METADATA_TOPIC_NAME, "offsets.topic"
             configs: Callable[[int], dict[str, str]] = lambda _rf: self.groups.offsets_topic_configs()
             partition_for: Callable[[str], int] = self.groups.partition_for
         elif key_type == TRANSACTION_KEY_TYPE:
-            if self.metadata_cache is None:
-                return self.transactions.find_coordinator(key)
             active, topic, prefix = self.transactions.active, TRANSACTION_STATE_TOPIC_NAME, "transaction.state.log"
             configs, partition_for = self.transactions.state_topic_configs, self.transactions.partition_for
         else:
@@ -76,7 +88,7 @@ class FindCoordinatorHandler:
         if not self.metadata_cache.contains_topic(topic):
             return self._create_internal_topic(topic, self.config[f"{prefix}.num.partitions"],
                                                f"{prefix}.replication.factor", configs)
-        return self._leader_of(TopicPartition(topic, partition_for(key)))
+        return self._leader_of(TopicPartition(topic, partition_for(key)), listener)
 
     def _create_internal_topic(self, name: str, partitions: int, rf_key: str,
                                configs: Callable[[int], dict[str, str]]) -> tuple[ErrorCode, int, str, int]:
@@ -110,9 +122,9 @@ class FindCoordinatorHandler:
         except Exception:
             log.exception("creating internal topic %s failed", name)
 
-    def _leader_of(self, tp: TopicPartition) -> tuple[ErrorCode, int, str, int]:
+    def _leader_of(self, tp: TopicPartition, listener: str) -> tuple[ErrorCode, int, str, int]:
         assert self.metadata_cache is not None
-        leader, _epoch, endpoint = self.metadata_cache.leader_and_endpoint(tp, self.listener)
+        leader, _epoch, endpoint = self.metadata_cache.leader_and_endpoint(tp, listener)
         if endpoint is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
         return ErrorCode.NONE, leader, endpoint.host, endpoint.port
@@ -123,14 +135,14 @@ class FindCoordinatorHandler:
         v = header.api_version
         key_type = req.key_type if v >= 1 else GROUP_KEY_TYPE
         if v < 4:
-            err, node, host, port = self._resolve(key_type, req.key)
+            err, node, host, port = self._resolve(key_type, req.key, conn.listener)
             if err != ErrorCode.NONE:
                 node, host, port = -1, "", -1
             return fcr.FindCoordinatorResponse(throttle_time_ms=0, error_code=err, error_message=_MESSAGES.get(err),
                                                node_id=node, host=host, port=port)
         out = []
         for key in req.coordinator_keys:
-            err, node, host, port = self._resolve(key_type, key)
+            err, node, host, port = self._resolve(key_type, key, conn.listener)
             if err != ErrorCode.NONE:
                 node, host, port = -1, "", -1
             out.append(fcr.Coordinator(key=key, node_id=node, host=host, port=port, error_code=err,

@@ -50,13 +50,12 @@ DEBUGGING_REPLICA_ID = -2
 
 class RecordHandlers:
     def __init__(self, replica_manager: ReplicaManager, metadata: TopicManager, quotas: ClientQuotas,
-                 metadata_cache: MetadataCache | None = None, listener: str = "PLAINTEXT") -> None:
+                 metadata_cache: MetadataCache | None = None) -> None:
         self.replica_manager = replica_manager
         self.metadata = metadata
         self.quotas = quotas
         # Cluster mode: where a partition's leader is, for the KIP-951 hints of NOT_LEADER_OR_FOLLOWER.
         self.metadata_cache = metadata_cache
-        self.listener = listener
 
     def handlers(self) -> dict[int, Handler]:
         return {0: self.handle_produce, 1: self.handle_fetch, 2: self.handle_list_offsets,
@@ -134,7 +133,7 @@ class RecordHandlers:
         def build(results: dict[TopicPartition, ProduceResult]) -> pr.ProduceResponse:
             results = {**early, **results}
             by_topic: dict[str, list[pr.PartitionProduceResponse]] = {}
-            hints = _LeaderHints(self.metadata_cache, self.listener)
+            hints = _LeaderHints(self.metadata_cache, conn.listener.name)
             for td in req.topic_data:
                 for pd in td.partition_data:
                     tp = TopicPartition(td.name, pd.index)
@@ -216,7 +215,7 @@ class RecordHandlers:
                     conn.throttle(ms)
                     return fr.FetchResponse(throttle_time_ms=ms, error_code=0, session_id=0, responses=[])
             topics: list[fr.FetchableTopicResponse] = []
-            hints = _LeaderHints(self.metadata_cache, self.listener)
+            hints = _LeaderHints(self.metadata_cache, conn.listener.name)
             last_key = None
             for topic_id, name, part in order:
                 key = topic_id if v >= 13 else name

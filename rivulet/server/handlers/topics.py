@@ -37,7 +37,7 @@ from rivulet.server.answer import Answer
 from rivulet.server.config import BrokerConfig
 from rivulet.server.handlers import Handler
 from rivulet.server.metadata import INTERNAL_TOPICS, validate_topic_name
-from rivulet.server.network import KafkaConnection
+from rivulet.server.network import KafkaConnection, Listener
 from rivulet.server.quotas import ControllerMutationQuota, ControllerMutationQuotaManager
 from rivulet.server.topics import TopicManager, check_partition_increase
 from rivulet.server.zk_cluster import ZkClusterMember
@@ -112,7 +112,6 @@ class TopicHandlers:
         # Cluster mode: brokers, leaders and ISRs as the controller's UpdateMetadata stated them.
         self.metadata_cache = metadata_cache
         self.cluster = cluster
-        self.listener = config["inter.broker.listener.name"]
 
     def handlers(self) -> dict[int, Handler]:
         return {3: self.handle_metadata, 19: self.handle_create_topics, 20: self.handle_delete_topics,
@@ -120,15 +119,15 @@ class TopicHandlers:
                 75: self.handle_describe_topic_partitions}
 
     # ------------------------------------------------------------ Metadata
-    def _live_brokers(self) -> list[tuple[int, str, int, str | None]]:
-        """(id, host, port, rack) of every live broker on the clients' listener."""
+    def _live_brokers(self, listener: Listener) -> list[tuple[int, str, int, str | None]]:
+        """(id, host, port, rack) of every live broker on the listener the client came in on."""
         cache = self.metadata_cache
         if cache is None:
-            n = self.node
-            return [(n.node_id, n.host, n.port, None)]
+            n = listener.advertised or self.node
+            return [(self.node.node_id, n.host, n.port, None)]
         out = []
         for b in cache.alive_brokers():
-            e = b.endpoint(self.listener)
+            e = b.endpoint(listener.name)
             if e is not None:
                 out.append((b.broker_id, e.host, e.port, b.rack))
         return out
@@ -139,8 +138,9 @@ class TopicHandlers:
             return self.node.node_id
         return cache.controller_id if cache.controller_id is not None else -1
 
-    def _broker_list(self) -> list[mr.MetadataResponseBroker]:
-        return [mr.MetadataResponseBroker(node_id=i, host=h, port=p, rack=r) for i, h, p, r in self._live_brokers()]
+    def _broker_list(self, listener: Listener) -> list[mr.MetadataResponseBroker]:
+        return [mr.MetadataResponseBroker(node_id=i, host=h, port=p, rack=r)
+                for i, h, p, r in self._live_brokers(listener)]
 
     def _partition_views(self, name: str) -> list[PartitionView] | None:
         """The topic's partitions: the controller's view in cluster mode, else this broker's
@@ -264,7 +264,7 @@ class TopicHandlers:
             t.partitions = self._metadata_partitions(name, v)
             topics_out.append(t)
         resp = mr.MetadataResponse(
-            throttle_time_ms=0, brokers=self._broker_list(), cluster_id=self.cluster_id,
+            throttle_time_ms=0, brokers=self._broker_list(conn.listener), cluster_id=self.cluster_id,
             controller_id=self._controller_id(), topics=topics_out)
         # No authorizer: as Kafka, every supported operation is authorized when asked for.
         if v >= 8 and req.include_topic_authorized_operations:
@@ -345,7 +345,7 @@ class TopicHandlers:
             throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1, cluster_id=self.cluster_id,
             controller_id=self._controller_id(),
             brokers=[dcr.DescribeClusterBroker(broker_id=i, host=h, port=p, rack=r)
-                     for i, h, p, r in self._live_brokers()],
+                     for i, h, p, r in self._live_brokers(conn.listener)],
             cluster_authorized_operations=CLUSTER_AUTHORIZED_OPERATIONS if req.include_cluster_authorized_operations
             else -2147483648)
 

@@ -1,0 +1,315 @@
+"""TLS and mutual TLS with every client: confluent-kafka, kafka-python, aiokafka, kcat and
+Rivulet's own each connect, produce, consume in a group and commit. One broker has three
+listeners: PLAINTEXT, SSL (server authentication only) and MTLS (an SSL listener whose
+``listener.name.mtls.ssl.client.auth=required``). A stranger's certificate and a plaintext
+client on a TLS port fail at once, and the broker serves everyone else meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import ssl
+import subprocess
+import time
+import uuid
+
+import pytest
+from tls_certs import PASSWORD
+
+from rivulet.testing import BrokerProcess, free_port
+
+pytestmark = pytest.mark.integration
+
+
+class TlsBroker:
+    def __init__(self, proc: BrokerProcess, ssl_port: int, mtls_port: int) -> None:
+        self.proc = proc
+        self.plain = proc.bootstrap
+        self.ssl = f"127.0.0.1:{ssl_port}"
+        self.mtls = f"127.0.0.1:{mtls_port}"
+        self.ssl_port, self.mtls_port = ssl_port, mtls_port
+
+
+@pytest.fixture(scope="module")
+def tls_broker(tls_certs):
+    ssl_port, mtls_port = free_port(), free_port()
+    proc = BrokerProcess({})
+    proc.overrides.update({
+        "listeners": f"PLAINTEXT://127.0.0.1:{proc.port},SSL://127.0.0.1:{ssl_port},MTLS://localhost:{mtls_port}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL",
+        **tls_certs.broker_ssl_props(),
+        # The mutual-TLS listener reads PKCS12 stores, the other PEM files.
+        **tls_certs.broker_ssl_props("listener.name.mtls.", client_auth="required", pkcs12_stores=True),
+        "ssl.principal.mapping.rules": "RULE:^CN=([^,]*),OU=eng.*$/$1/L,DEFAULT",
+        "offsets.topic.num.partitions": "3",
+    })
+    proc.start()
+    yield TlsBroker(proc, ssl_port, mtls_port)
+    proc.cleanup()
+
+
+def topic_name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def librdkafka_conf(certs, mutual: bool) -> dict[str, str]:
+    conf = {"security.protocol": "SSL", "ssl.ca.location": str(certs.ca.pem)}
+    if mutual:
+        conf.update({"ssl.certificate.location": str(certs.client.cert), "ssl.key.location": str(certs.client.key_enc),
+                     "ssl.key.password": PASSWORD})
+    return conf
+
+
+@pytest.mark.parametrize("mutual", [False, True], ids=["tls", "mtls"])
+def test_confluent_kafka(tls_broker, tls_certs, mutual):
+    from confluent_kafka import Consumer, Producer
+    bootstrap = tls_broker.mtls if mutual else tls_broker.ssl
+    conf = {"bootstrap.servers": bootstrap, **librdkafka_conf(tls_certs, mutual)}
+    topic, group = topic_name("ck-tls"), topic_name("g")
+    p = Producer({**conf, "linger.ms": 5})
+    for i in range(20):
+        p.produce(topic, f"v{i}".encode(), f"k{i}".encode())
+    assert p.flush(30) == 0
+    c = Consumer({**conf, "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic])
+    got = []
+    deadline = time.monotonic() + 60
+    while len(got) < 20 and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+    c.commit(asynchronous=False)
+    committed = c.committed([__import__("confluent_kafka").TopicPartition(topic, 0)], timeout=10)
+    c.close()
+    assert sorted(got) == sorted(f"v{i}".encode() for i in range(20))
+    assert committed[0].offset == 20
+
+
+def kafka_python_conf(certs, mutual: bool) -> dict:
+    conf = {"security_protocol": "SSL", "ssl_cafile": str(certs.ca.pem)}
+    if mutual:
+        conf.update({"ssl_certfile": str(certs.client.cert), "ssl_keyfile": str(certs.client.key_enc),
+                     "ssl_password": PASSWORD})
+    return conf
+
+
+@pytest.mark.parametrize("mutual", [False, True], ids=["tls", "mtls"])
+def test_kafka_python(tls_broker, tls_certs, mutual):
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    bootstrap = tls_broker.mtls if mutual else tls_broker.ssl
+    conf = kafka_python_conf(tls_certs, mutual)
+    topic, group = topic_name("kp-tls"), topic_name("g")
+    p = KafkaProducer(bootstrap_servers=bootstrap, **conf)
+    for i in range(10):
+        p.send(topic, f"v{i}".encode(), partition=0)
+    p.flush(30)
+    p.close()
+    c = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
+                      enable_auto_commit=False, consumer_timeout_ms=20000, **conf)
+    got = []
+    for m in c:
+        got.append(m.value)
+        if len(got) == 10:
+            break
+    c.commit()
+    assert c.committed(TopicPartition(topic, 0)) == 10
+    c.close()
+    assert got == [f"v{i}".encode() for i in range(10)]
+
+
+@pytest.mark.parametrize("mutual", [False, True], ids=["tls", "mtls"])
+def test_aiokafka(tls_broker, tls_certs, mutual):
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+    from aiokafka.helpers import create_ssl_context
+    bootstrap = tls_broker.mtls if mutual else tls_broker.ssl
+    kw = {"cafile": str(tls_certs.ca.pem)}
+    if mutual:
+        kw.update(certfile=str(tls_certs.client.cert), keyfile=str(tls_certs.client.key_enc), password=PASSWORD)
+    topic, group = topic_name("aio-tls"), topic_name("g")
+
+    async def run() -> tuple[list[bytes], int]:
+        context = create_ssl_context(**kw)
+        p = AIOKafkaProducer(bootstrap_servers=bootstrap, security_protocol="SSL", ssl_context=context)
+        await p.start()
+        try:
+            for i in range(10):
+                await p.send_and_wait(topic, f"v{i}".encode(), partition=0)
+        finally:
+            await p.stop()
+        c = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
+                             enable_auto_commit=False, security_protocol="SSL", ssl_context=context)
+        await c.start()
+        try:
+            got = []
+            async with asyncio.timeout(60):
+                async for m in c:
+                    got.append(m.value)
+                    if len(got) == 10:
+                        break
+            await c.commit()
+            return got, await c.committed(TopicPartition(topic, 0))
+        finally:
+            await c.stop()
+
+    got, committed = asyncio.run(run())
+    assert got == [f"v{i}".encode() for i in range(10)]
+    assert committed == 10
+
+
+@pytest.mark.parametrize("mutual", [False, True], ids=["tls", "mtls"])
+def test_kcat(tls_broker, tls_certs, mutual):
+    kcat = shutil.which("kcat") or shutil.which("kafkacat")
+    assert kcat, "kcat is installed by scripts/setup.sh"
+    bootstrap = tls_broker.mtls if mutual else tls_broker.ssl
+    opts = []
+    for k, v in librdkafka_conf(tls_certs, mutual).items():
+        opts += ["-X", f"{k}={v}"]
+    topic, group = topic_name("kcat-tls"), topic_name("g")
+    r = subprocess.run([kcat, "-b", bootstrap, *opts, "-P", "-t", topic, "-p", "0"],
+                       input=b"".join(f"m{i}\n".encode() for i in range(5)), capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([kcat, "-b", bootstrap, *opts, "-G", group, "-X", "auto.offset.reset=earliest",
+                        "-X", "enable.auto.commit=true", "-X", "auto.commit.interval.ms=100",
+                        "-c", "5", "-f", "%s\n", topic], capture_output=True, timeout=90)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.decode().split() == [f"m{i}" for i in range(5)]
+    from confluent_kafka import Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": tls_broker.plain, "group.id": group})
+    assert c.committed([TopicPartition(topic, 0)], timeout=10)[0].offset == 5
+    c.close()
+
+
+def test_metadata_answers_the_listener_of_the_connection(tls_broker, tls_certs):
+    from confluent_kafka.admin import AdminClient
+    for bootstrap, mutual in ((tls_broker.ssl, False), (tls_broker.mtls, True), (tls_broker.plain, None)):
+        conf = {} if mutual is None else librdkafka_conf(tls_certs, mutual)
+        md = AdminClient({"bootstrap.servers": bootstrap, **conf}).list_topics(timeout=20)
+        (broker,) = md.brokers.values()
+        host = "localhost" if bootstrap == tls_broker.mtls else "127.0.0.1"
+        assert f"{broker.host}:{broker.port}" == f"{host}:{bootstrap.rpartition(':')[2]}"
+
+
+def _ssl_handshake(port: int, context: ssl.SSLContext) -> None:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+        with context.wrap_socket(raw, server_hostname="localhost") as s:
+            # TLS 1.3 sends the refusal of a client certificate after the client's handshake.
+            s.sendall(b"\0\0\0\0")
+            if not s.recv(1):
+                raise ConnectionError("closed by the broker")
+
+
+def test_strangers_fail_fast_and_everyone_else_is_served(tls_broker, tls_certs):
+    from confluent_kafka import Producer
+    c = tls_certs
+    stranger = ssl.create_default_context(cafile=str(c.ca.pem))
+    stranger.load_cert_chain(str(c.stranger.cert), str(c.stranger.key_enc), password=PASSWORD)
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        _ssl_handshake(tls_broker.mtls_port, stranger)
+    # A plaintext Kafka request on a TLS port: the broker answers with a TLS alert at most,
+    # and closes the connection without waiting for anything more.
+    with socket.create_connection(("127.0.0.1", tls_broker.ssl_port), timeout=20) as s:
+        s.sendall(b"\x00\x00\x00\x0e\x00\x12\x00\x00\x00\x00\x00\x01\x00\x04test")
+        while s.recv(100):
+            pass
+    # No certificate at all on the mutual-TLS listener.
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        _ssl_handshake(tls_broker.mtls_port, ssl.create_default_context(cafile=str(c.ca.pem)))
+    # librdkafka with the stranger's certificate reports the failure instead of hanging.
+    errors = []
+    p = Producer({"bootstrap.servers": tls_broker.mtls, "security.protocol": "SSL",
+                  "ssl.ca.location": str(c.ca.pem), "ssl.certificate.location": str(c.stranger.cert),
+                  "ssl.key.location": str(c.stranger.key_enc), "ssl.key.password": PASSWORD,
+                  "error_cb": lambda e: errors.append(e), "message.timeout.ms": 3000})
+    p.produce(topic_name("stranger"), b"x")
+    p.flush(10)
+    assert errors, "librdkafka reported no error"
+    # Meanwhile everyone else is served, on every listener.
+    for bootstrap, conf in ((tls_broker.plain, {}), (tls_broker.ssl, librdkafka_conf(c, False)),
+                            (tls_broker.mtls, librdkafka_conf(c, True))):
+        ok = Producer({"bootstrap.servers": bootstrap, **conf})
+        ok.produce(topic_name("ok"), b"x")
+        assert ok.flush(30) == 0
+    assert tls_broker.proc.proc.poll() is None
+
+
+@pytest.mark.parametrize("mutual", [False, True], ids=["tls", "mtls"])
+def test_rivulet_client(tls_broker, tls_certs, mutual):
+    from rivulet import Consumer, Producer, TopicPartition
+    bootstrap = tls_broker.mtls if mutual else tls_broker.ssl
+    # librdkafka's names for the CA and the client's key; Java's for a PKCS12 key store.
+    conf = {"bootstrap.servers": bootstrap, "security.protocol": "SSL", "ssl.ca.location": str(tls_certs.ca.pem)}
+    if mutual:
+        conf.update({"ssl.keystore.location": str(tls_certs.client.p12), "ssl.keystore.password": PASSWORD})
+    topic, group = topic_name("rv-tls"), topic_name("g")
+    p = Producer(conf)
+    for i in range(10):
+        p.produce(topic, f"v{i}".encode(), partition=0)
+    assert p.flush(30) == 0
+    p.close()
+    c = Consumer({**conf, "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic])
+    got = []
+    deadline = time.monotonic() + 60
+    while len(got) < 10 and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+    c.commit(asynchronous=False)
+    assert c.committed([TopicPartition(topic, 0)], timeout=10)[0].offset == 10
+    c.close()
+    assert got == [f"v{i}".encode() for i in range(10)]
+
+
+def test_rivulet_client_refuses_a_broker_it_does_not_trust(tls_broker, tls_certs):
+    from rivulet import Producer
+    errors = []
+    p = Producer({"bootstrap.servers": tls_broker.ssl, "security.protocol": "SSL",
+                  "ssl.ca.location": str(tls_certs.other_ca.pem), "error_cb": errors.append,
+                  "message.timeout.ms": 3000})
+    p.produce(topic_name("untrusted"), b"x")
+    assert p.flush(10) == 1 or errors
+    p.close()
+    assert any("certificate verify failed" in str(e) for e in errors), errors
+
+
+def test_sasl_ssl_listener_carries_sasl_over_tls(tls_certs):
+    """SASL_SSL: TLS from this side, SASL PLAIN from the sasl side, on one listener."""
+    from confluent_kafka import Consumer, Producer
+    jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+            'username="admin" password="admin-secret" user_alice="alice-secret";')
+    b = BrokerProcess()
+    sasl_port = free_port()
+    b.overrides.update({
+        "listeners": f"PLAINTEXT://127.0.0.1:{b.port},SASL_SSL://localhost:{sasl_port}",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": jaas,
+        **tls_certs.broker_ssl_props("listener.name.sasl_ssl."),
+    })
+    b.start()
+    try:
+        conf = {"bootstrap.servers": f"localhost:{sasl_port}", "security.protocol": "SASL_SSL",
+                "ssl.ca.location": str(tls_certs.ca.pem), "sasl.mechanism": "PLAIN",
+                "sasl.username": "alice", "sasl.password": "alice-secret"}
+        topic = topic_name("sasl-ssl")
+        p = Producer(conf)
+        p.produce(topic, b"over tls")
+        assert p.flush(30) == 0
+        c = Consumer({**conf, "group.id": topic, "auto.offset.reset": "earliest"})
+        c.subscribe([topic])
+        deadline = time.monotonic() + 60
+        m = None
+        while time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                break
+        c.close()
+        assert m is not None and m.value() == b"over tls"
+        # A wrong password over TLS fails as over plaintext.
+        errors = []
+        bad = Producer({**conf, "sasl.password": "wrong", "error_cb": errors.append})
+        bad.produce(topic, b"x")
+        bad.flush(5)
+        assert any("Authentication failed" in str(e) or "SASL" in str(e) for e in errors), errors
+    finally:
+        b.cleanup()
