@@ -10,7 +10,7 @@ import asyncio
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
 from rivulet.client.connection import BrokerConnection
 from rivulet.common.types import TopicPartition
@@ -31,6 +31,7 @@ class _Pending:
     topic_id: uuid.UUID
     proposed: LeaderAndIsr
     on_result: AlterPartitionCallback
+    broker_epochs: Mapping[int, int]
 
 
 class ControllerAlterPartitionManager:
@@ -53,9 +54,9 @@ class ControllerAlterPartitionManager:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="alter-partition")
 
     def submit(self, tp: TopicPartition, topic_id: uuid.UUID, proposed: LeaderAndIsr,
-               on_result: AlterPartitionCallback) -> None:
+               on_result: AlterPartitionCallback, broker_epochs: Mapping[int, int]) -> None:
         # A newer proposal for the same partition replaces one not sent yet.
-        self._queue[tp] = _Pending(tp, topic_id, proposed, on_result)
+        self._queue[tp] = _Pending(tp, topic_id, proposed, on_result, broker_epochs)
         self._wakeup.set()
 
     async def close(self) -> None:
@@ -93,14 +94,16 @@ class ControllerAlterPartitionManager:
         v = conn.version_for(apq.AlterPartitionRequest.API_KEY, 3)
         by_topic: dict[str, list[apq.PartitionData]] = {}
         ids: dict[str, uuid.UUID] = {}
+        own_epoch = self.broker_epoch()
         for p in batch.values():
             ids[p.tp.topic] = p.topic_id
             pr = p.proposed
+            epochs = [own_epoch if b == self.node_id else p.broker_epochs.get(b, -1) for b in pr.isr]
             by_topic.setdefault(p.tp.topic, []).append(apq.PartitionData(
                 partition_index=p.tp.partition, leader_epoch=pr.leader_epoch, new_isr=list(pr.isr),
-                new_isr_with_epochs=[apq.BrokerState(broker_id=b, broker_epoch=-1) for b in pr.isr],
+                new_isr_with_epochs=[apq.BrokerState(broker_id=b, broker_epoch=e) for b, e in zip(pr.isr, epochs)],
                 leader_recovery_state=0, partition_epoch=pr.partition_epoch))
-        req = apq.AlterPartitionRequest(broker_id=self.node_id, broker_epoch=self.broker_epoch(), topics=[
+        req = apq.AlterPartitionRequest(broker_id=self.node_id, broker_epoch=own_epoch, topics=[
             apq.TopicData(topic_name=t, topic_id=ids[t], partitions=ps) for t, ps in by_topic.items()])
         resp = await conn.send(req, v)
         top = ErrorCode(resp.error_code)

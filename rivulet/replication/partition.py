@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Callable, Mapping, Protocol
 
 from rivulet.common.time import SYSTEM_CLOCK, Clock
 from rivulet.common.types import TopicPartition
@@ -58,10 +58,12 @@ AlterPartitionCallback = Callable[["LeaderAndIsr | ErrorCode"], None]
 class AlterPartitionManager(Protocol):
     """Sends a leader's proposed ISR to the controller (AlterPartition). ``on_result`` gets the
     state the controller committed, or the error that refused it; retriable failures (no
-    controller, a lost connection) are retried by the manager, not reported."""
+    controller, a lost connection) are retried by the manager, not reported. ``broker_epochs``
+    are the followers' broker epochs from their fetches (KIP-903), so that the controller
+    refuses a member that has restarted since."""
 
     def submit(self, tp: TopicPartition, topic_id: uuid.UUID, proposed: LeaderAndIsr,
-               on_result: AlterPartitionCallback) -> None: ...
+               on_result: AlterPartitionCallback, broker_epochs: Mapping[int, int]) -> None: ...
 
 
 class HighWatermarkListener(Protocol):
@@ -78,6 +80,7 @@ class FollowerState:
     last_fetch_leader_log_end_offset: int = UNKNOWN_OFFSET
     last_fetch_time_ms: int = 0
     last_caught_up_time_ms: int = 0
+    broker_epoch: int = -1  # from its fetches (Fetch v15+); -1 when it did not say
 
     def update_fetch(self, fetch_offset: int, log_start_offset: int, now_ms: int, leader_leo: int) -> None:
         # Caught up now if it asked for the leader's end; caught up as of its previous fetch if it
@@ -235,7 +238,8 @@ class Partition:
         self.isr = list(state.isr)
 
     # ------------------------------------------------------------ the leader's side
-    def update_follower_fetch(self, replica_id: int, fetch_offset: int, log_start_offset: int) -> bool:
+    def update_follower_fetch(self, replica_id: int, fetch_offset: int, log_start_offset: int,
+                              broker_epoch: int = -1) -> bool:
         """A follower fetched from ``fetch_offset``: record it, maybe propose it joins the ISR,
         maybe advance the HW. True when the HW moved. Unknown replicas are refused."""
         fs = self.followers.get(replica_id)
@@ -244,6 +248,7 @@ class Partition:
                            f"broker {replica_id} is not a replica of {self.tp.topic}-{self.tp.partition}")
         now = self.clock.milliseconds()
         fs.update_fetch(fetch_offset, log_start_offset, now, self.log.log_end_offset)
+        fs.broker_epoch = broker_epoch
         self.maybe_expand_isr(fs)
         return self.maybe_increment_high_watermark()
 
@@ -300,8 +305,9 @@ class Partition:
         assert self.alter_partition is not None
         proposed = LeaderAndIsr(self.node_id, self.leader_epoch, sorted(new_isr), self.partition_epoch)
         pending = self._pending = _PendingChange(proposed, expanding)
+        epochs = {r: fs.broker_epoch for r, fs in self.followers.items() if r in proposed.isr}
         self.alter_partition.submit(self.tp, self.topic_id, proposed,
-                                    lambda result: self._on_alter_result(pending, result))
+                                    lambda result: self._on_alter_result(pending, result), epochs)
 
     def _on_alter_result(self, pending: _PendingChange, result: LeaderAndIsr | ErrorCode) -> None:
         if self._pending is not pending:

@@ -181,6 +181,7 @@ class FetchParams:
     # only; newer consumers may read a follower, up to its HW (KIP-392).
     fetch_only_leader: bool = True
     client_rack: str = ""  # a consumer's client.rack (Fetch v11+), for KIP-392's replica selector
+    replica_epoch: int = -1  # a follower's broker epoch (Fetch v15+, KIP-903)
 
     @property
     def is_from_follower(self) -> bool:
@@ -747,7 +748,8 @@ class ReplicaManager:
                         res.diverging_epoch = diverging
                         res.records = b""
                         continue
-                    if p.update_follower_fetch(params.replica_id, fp.fetch_offset, fp.log_start_offset):
+                    if p.update_follower_fetch(params.replica_id, fp.fetch_offset, fp.log_start_offset,
+                                               params.replica_epoch):
                         hw_moved.append(fp.tp)
                     res.high_watermark = p.high_watermark
                     res.last_stable_offset = p.last_stable_offset

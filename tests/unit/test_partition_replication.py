@@ -31,9 +31,11 @@ class RecordingAlterPartition:
 
     def __init__(self) -> None:
         self.submitted: list[tuple[LeaderAndIsr, object]] = []
+        self.broker_epochs: list[dict[int, int]] = []
 
-    def submit(self, tp, topic_id, proposed, on_result) -> None:
+    def submit(self, tp, topic_id, proposed, on_result, broker_epochs) -> None:
         self.submitted.append((proposed, on_result))
+        self.broker_epochs.append(dict(broker_epochs))
 
     def accept_last(self) -> LeaderAndIsr:
         proposed, cb = self.submitted[-1]
@@ -187,6 +189,18 @@ def test_isr_expands_when_the_follower_reaches_the_hw_in_this_epoch(env) -> None
     assert p.maximal_isr == [1, 2, 3] and p.isr == [1, 2]
     alter.accept_last()
     assert p.isr == [1, 2, 3]
+
+
+def test_an_isr_proposal_carries_the_followers_broker_epochs(env) -> None:
+    # KIP-903: the controller refuses a member whose broker restarted (a new broker epoch)
+    # since the fetch that made the leader propose it.
+    p, _clock, alter, _ = env
+    lead(p, isr=(1, 2))
+    _append(p.log, 4, 1)
+    p.update_follower_fetch(2, 4, 0, broker_epoch=40)
+    p.update_follower_fetch(3, 4, 0, broker_epoch=57)
+    assert alter.submitted[-1][0].isr == [1, 2, 3]
+    assert alter.broker_epochs[-1] == {2: 40, 3: 57}
 
 
 def test_no_expansion_before_the_follower_reaches_the_leader_epoch_start(env) -> None:

@@ -178,7 +178,8 @@ class RecordHandlers:
                              min_bytes=min(req.min_bytes, max_bytes), max_bytes=max_bytes,
                              isolation_level=req.isolation_level if v >= 4 else 0,
                              fetch_only_leader=replica_id >= 0 or v < 11,
-                             client_rack=req.rack_id if v >= 11 and replica_id < 0 else "")
+                             client_rack=req.rack_id if v >= 11 and replica_id < 0 else "",
+                             replica_epoch=req.replica_state.replica_epoch if v >= 15 else -1)
         errors: dict[tuple[str, int], ErrorCode] = {}
         order: list[tuple[Any, str, int]] = []  # (topic id, topic name, partition)
         for ft in req.topics:
