@@ -382,6 +382,24 @@ class ReplicaManager:
                 listener.on_leadership_change(led, followed)
         return ErrorCode.NONE, errors
 
+    def replicas_to_create(self, states: list[LeaderAndIsrPartition]) -> list[tuple[TopicPartition, uuid.UUID]]:
+        """The partitions of a LeaderAndIsr that would make this node a new replica: their logs
+        can be opened off the loop first (hundreds of new logs take a second or more)."""
+        if self.replica_logs is None:
+            return []
+        return [(s.tp, s.topic_id) for s in states if s.tp not in self.partitions
+                and s.tp not in self.offline_partitions and self.node_id in s.state.replicas]
+
+    def open_replica_logs(self, replicas: list[tuple[TopicPartition, uuid.UUID]]) -> None:
+        """The file work of ``replicas_to_create``, safe on a worker thread as nothing serves
+        these logs yet. A failure is left for ``become_leader_or_follower`` to answer."""
+        assert self.replica_logs is not None
+        for tp, topic_id in replicas:
+            try:
+                self.replica_logs.log_for_replica(tp, topic_id)
+            except ApiError:
+                pass
+
     def _create_replica(self, tp: TopicPartition, topic_id: uuid.UUID) -> Partition:
         if self.replica_logs is None:
             raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)

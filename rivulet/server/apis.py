@@ -127,8 +127,8 @@ class KafkaApis:
         self.versions = dict(SUPPORTED_VERSIONS)
         if metadata_cache is not None:
             self.versions.update(INTER_BROKER_VERSIONS)
-            self.handlers.update(ReplicationHandlers(replica_manager, metadata_cache,
-                                                     broker_epoch or (lambda: -1)).handlers())
+            self.handlers.update(ReplicationHandlers(replica_manager, metadata_cache, broker_epoch or (lambda: -1),
+                                                     topics.off_loop).handlers())
         if cluster is not None and cluster.controller is not None:
             self.versions.update(CLUSTER_MODE_VERSIONS)
             self.handlers.update(ControllerHandlers(cluster.controller).handlers())

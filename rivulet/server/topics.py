@@ -201,12 +201,12 @@ class TopicManager:
         topic_id = uuid.uuid4()
         self._creating.add(name)
         try:
-            partitions = await self._off_loop(self._build_partitions, name, range(num_partitions), cfg, topic_id)
+            partitions = await self.off_loop(self._build_partitions, name, range(num_partitions), cfg, topic_id)
             return self._commit_topic(name, configs, partitions, cfg)
         finally:
             self._creating.discard(name)
 
-    def _off_loop(self, fn: Callable[..., T], *args: object) -> asyncio.Future[T]:
+    def off_loop(self, fn: Callable[..., T], *args: object) -> asyncio.Future[T]:
         """Run file work on a worker thread; ``drain`` waits for all of it."""
         fut = asyncio.get_running_loop().run_in_executor(None, fn, *args)
         self._file_work.add(fut)
@@ -278,7 +278,7 @@ class TopicManager:
             listener(deleted)
         self._deleting.add(name)
         try:
-            await self._off_loop(self._discard_logs, name, range(info.num_partitions))
+            await self.off_loop(self._discard_logs, name, range(info.num_partitions))
         finally:
             self._deleting.discard(name)
         log.info("deleted topic %s", name)
@@ -297,7 +297,7 @@ class TopicManager:
             if validate_only:
                 return
             added = range(old, count)
-            partitions = await self._off_loop(self._build_partitions, name, added, self._log_configs[name],
+            partitions = await self.off_loop(self._build_partitions, name, added, self._log_configs[name],
                                               info.topic_id)
             try:
                 if self.metadata.get(name) is not info:

@@ -6,6 +6,7 @@ byte-identical."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 
 import pytest
@@ -146,6 +147,45 @@ def test_an_old_leader_that_wrote_nothing_in_its_epoch_follows_again(tmp_path):
             assert c.contents(1) == c.contents(2)
             assert c.log(1).epoch_entries() == c.log(2).epoch_entries() == [(0, 0), (2, 3)]
         finally:
+            await c.close()
+    asyncio.run(main())
+
+
+def test_leader_and_isr_makes_new_replicas_logs_off_the_loop(tmp_path):
+    # Hundreds of new replicas (a new __consumer_offsets) take seconds of file work: it runs on
+    # a worker thread, and the broker answers everyone else meanwhile.
+    async def main():
+        c = Cluster(tmp_path)
+        await c.start(1, 2)
+        reached, go = threading.Event(), threading.Event()
+        try:
+            b = c.brokers[2]
+            real = b.log_manager.create_log
+
+            def create_log(topic, partition, *args, **kw):
+                if topic == "many" and partition == 2:
+                    assert threading.current_thread() is not threading.main_thread()
+                    reached.set()
+                    go.wait(10)
+                return real(topic, partition, *args, **kw)
+
+            b.log_manager.create_log = create_log
+            parts = [Part("many", i, 1, 0, [1, 2], [1, 2], partition_epoch=0) for i in range(4)]
+            sending = asyncio.ensure_future(c.conns[2].send(
+                leader_and_isr(c.controller_epoch, parts, {"many": uuid.uuid5(TID, "many")}, c.addresses)))
+            await until(reached.is_set, "the worker thread reaches partition 2")
+            other = await BrokerConnection("127.0.0.1", b.bound_ports[0]).connect()  # ApiVersions answered
+            md = await other.send(core.metadata_request(["t"]))
+            assert md.cluster_id and not sending.done()
+            await other.close()
+            go.set()
+            resp = await sending
+            assert resp.error_code == 0
+            assert [e.error_code for t in resp.topics for e in t.partition_errors] == [0, 0, 0, 0]
+            assert all(TopicPartition("many", i) in b.replica_manager.partitions for i in range(4))
+            assert b.replica_manager.partitions[TopicPartition("many", 3)].leader_id == 1
+        finally:
+            go.set()
             await c.close()
     asyncio.run(main())
 

@@ -5,6 +5,7 @@ earlier life of this broker (a stale broker epoch) are refused."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Callable
 
@@ -29,6 +30,7 @@ from rivulet.replication.metadata_cache import (
 )
 from rivulet.replication.partition import PartitionState
 from rivulet.replication.replica_manager import LeaderAndIsrPartition, LeaderEndpoint, ReplicaManager
+from rivulet.server.answer import Answer, then
 from rivulet.server.handlers import Handler
 from rivulet.server.network import KafkaConnection
 
@@ -44,8 +46,10 @@ INTER_BROKER_VERSIONS: dict[int, tuple[int, int]] = {
 
 class ReplicationHandlers:
     def __init__(self, replica_manager: ReplicaManager, metadata_cache: MetadataCache,
-                 broker_epoch: Callable[[], int]) -> None:
+                 broker_epoch: Callable[[], int], off_loop: Callable[..., asyncio.Future]) -> None:
+        """``off_loop(fn, *args)`` runs file work on a worker thread that shutdown waits for."""
         self.replica_manager = replica_manager
+        self.off_loop = off_loop
         self.metadata_cache = metadata_cache
         # The czxid of this broker's registration znode: requests meant for an earlier
         # registration of the same id carry a smaller one.
@@ -60,7 +64,7 @@ class ReplicationHandlers:
 
     # ------------------------------------------------------------ LeaderAndIsr
     def handle_leader_and_isr(self, header: RequestHeader, req: LeaderAndIsrRequest,
-                              conn: KafkaConnection) -> lair.LeaderAndIsrResponse:
+                              conn: KafkaConnection) -> Answer:
         v = header.api_version
         states: list[LeaderAndIsrPartition] = []
         ids: dict[str, object] = {}
@@ -80,11 +84,26 @@ class ReplicationHandlers:
                                    is_new=ps.is_new)))
         if self._stale_broker_epoch(req.broker_epoch if v >= 2 else -1):
             log.info("refusing LeaderAndIsr with a stale broker epoch %d", req.broker_epoch)
-            top, errors = ErrorCode.STALE_BROKER_EPOCH, {s.tp: ErrorCode.STALE_BROKER_EPOCH for s in states}
-        else:
-            leaders = {b.broker_id: LeaderEndpoint(b.broker_id, b.host_name, b.port) for b in req.live_leaders}
+            return self._leader_and_isr_response(v, states, ids, ErrorCode.STALE_BROKER_EPOCH,
+                                                 {s.tp: ErrorCode.STALE_BROKER_EPOCH for s in states})
+        leaders = {b.broker_id: LeaderEndpoint(b.broker_id, b.host_name, b.port) for b in req.live_leaders}
+
+        def apply() -> lair.LeaderAndIsrResponse:
             top, errors = self.replica_manager.become_leader_or_follower(
                 req.controller_id, req.controller_epoch, states, leaders)
+            return self._leader_and_isr_response(v, states, ids, top, errors)
+
+        new = self.replica_manager.replicas_to_create(states)
+        if not new:
+            return apply()
+        # New replicas' logs are made on a worker thread, then the state applies in one step on
+        # the loop; the controller sends this broker one request at a time, so none overtakes.
+        opened = self.off_loop(self.replica_manager.open_replica_logs, new)
+        return then(opened, lambda _: apply())
+
+    @staticmethod
+    def _leader_and_isr_response(v: int, states: list[LeaderAndIsrPartition], ids: dict[str, object],
+                                 top: ErrorCode, errors: dict[TopicPartition, ErrorCode]) -> lair.LeaderAndIsrResponse:
         resp = lair.LeaderAndIsrResponse(error_code=top)
         if v < 5:
             resp.partition_errors = [lair.LeaderAndIsrPartitionError(
