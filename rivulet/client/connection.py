@@ -142,10 +142,13 @@ class _Protocol(asyncio.BufferedProtocol):
 
 class BrokerConnection:
     def __init__(self, host: str, port: int, client_id: str = "rivulet", request_timeout_ms: int = 30000,
-                 node_id: int = -1, ssl_context: ssl.SSLContext | None = None) -> None:
+                 node_id: int = -1, ssl_context: ssl.SSLContext | None = None,
+                 local_addr: tuple[str, int] | None = None) -> None:
         """``ssl_context``: TLS to the broker (security.protocol SSL), its certificate checked
-        against ``host`` when the context checks host names."""
+        against ``host`` when the context checks host names. ``local_addr``: the address to
+        connect from (the host the broker's ACLs see)."""
         self.host = host
+        self.local_addr = local_addr
         self.port = port
         self.ssl_context = ssl_context
         self.node_id = node_id
@@ -165,7 +168,8 @@ class BrokerConnection:
             async with asyncio.timeout(timeout):
                 self._transport, self._protocol = await loop.create_connection(
                     lambda: _Protocol(self), self.host, self.port, ssl=self.ssl_context,
-                    server_hostname=self.host if self.ssl_context is not None else None)
+                    server_hostname=self.host if self.ssl_context is not None else None,
+                    local_addr=self.local_addr)
         except TimeoutError:
             raise ConnectionClosed(f"connecting to {self.host}:{self.port} timed out") from None
         except ssl.SSLError as e:

@@ -128,23 +128,24 @@ class KafkaApis:
         if metadata_cache is not None:
             self.versions.update(INTER_BROKER_VERSIONS)
             self.handlers.update(ReplicationHandlers(replica_manager, metadata_cache, broker_epoch or (lambda: -1),
-                                                     topics.off_loop).handlers())
+                                                     topics.off_loop, authz).handlers())
         if cluster is not None and cluster.controller is not None:
             self.versions.update(CLUSTER_MODE_VERSIONS)
-            self.handlers.update(ControllerHandlers(cluster.controller).handlers())
+            self.handlers.update(ControllerHandlers(cluster.controller, authz).handlers())
         for area in (
-            RecordHandlers(replica_manager, topics, quotas, metadata_cache),
-            QuotaHandlers(quotas),
+            RecordHandlers(replica_manager, topics, quotas, authz, metadata_cache),
+            QuotaHandlers(quotas, authz),
             AclHandlers(acls, authz),
             ScramHandlers(scram, authz),
             SaslHandlers(),
-            LogDirHandlers(topics.log_manager, log_dir_mover),
-            TopicHandlers(topics, replica_manager, config, node, cluster_id, quotas.controller_mutation,
+            LogDirHandlers(topics.log_manager, log_dir_mover, authz),
+            TopicHandlers(topics, replica_manager, config, node, cluster_id, quotas.controller_mutation, authz,
                           metadata_cache, cluster),
-            ConfigHandlers(topics, config),
-            GroupHandlers(group_coordinator, topics, clock, metadata_cache),
-            FindCoordinatorHandler(group_coordinator, txn_coordinator, config, metadata_cache, cluster),
-            TransactionHandlers(txn_coordinator, group_coordinator, replica_manager, topics, config, metadata_cache),
+            ConfigHandlers(topics, config, authz),
+            GroupHandlers(group_coordinator, topics, clock, authz, metadata_cache),
+            FindCoordinatorHandler(group_coordinator, txn_coordinator, config, authz, metadata_cache, cluster),
+            TransactionHandlers(txn_coordinator, group_coordinator, replica_manager, topics, config, authz,
+                                metadata_cache),
         ):
             self.handlers.update(area.handlers())
         assert self.handlers.keys() == self.versions.keys(), "every API has a handler and a version range"

@@ -27,6 +27,7 @@ from rivulet.protocol.messages import (
 )
 from rivulet.server.apis import SUPPORTED_VERSIONS
 from rivulet.server.handlers.find_coordinator import FindCoordinatorHandler
+from rivulet.server.acls import Authz
 from rivulet.server.handlers.groups import GroupHandlers
 from rivulet.server.network import PLAINTEXT_LISTENER
 from test_group_support import make_coordinator
@@ -60,8 +61,10 @@ def setup():
     c, b = make_coordinator()
     b.add_topic("t", 3)
     b.txn = FakeTxnCoordinator()
-    apis = Apis({**GroupHandlers(c, b.metadata, b.clock).handlers(),
-                 **FindCoordinatorHandler(c, b.txn, {**b.config, "inter.broker.listener.name": "PLAINTEXT"}).handlers()})
+    no_authorizer = Authz(None)
+    apis = Apis({**GroupHandlers(c, b.metadata, b.clock, no_authorizer).handlers(),
+                 **FindCoordinatorHandler(c, b.txn, {**b.config, "inter.broker.listener.name": "PLAINTEXT"},
+                                          no_authorizer).handlers()})
     return c, b, apis
 
 
@@ -265,7 +268,8 @@ def test_describe_list_delete_and_offset_delete():
         assert [(x.group_id, x.group_state, x.error_code) for x in d.groups] == [("g", "Empty", 0),
                                                                                  ("missing", "Dead", 0)]
         if v >= 3:
-            assert d.groups[0].authorized_operations == (1 << 3) | (1 << 6) | (1 << 8)
+            # every operation a group supports (Kafka 4's: READ, DELETE, DESCRIBE and the configs')
+            assert d.groups[0].authorized_operations == (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 11)
         lst = call(apis, lsq.ListGroupsRequest(states_filter=["empty"], types_filter=["classic"]), v)
         assert [x.group_id for x in lst.groups] == ["g"] and lst.error_code == 0
         if v >= 4:

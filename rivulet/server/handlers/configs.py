@@ -13,6 +13,8 @@ from rivulet.protocol.messages import (
 from rivulet.protocol.messages.alter_configs_request import AlterConfigsRequest
 from rivulet.protocol.messages.describe_configs_request import DescribeConfigsRequest
 from rivulet.protocol.messages.incremental_alter_configs_request import IncrementalAlterConfigsRequest
+from rivulet.security.acls import AclOperation
+from rivulet.server.acls import Authz
 from rivulet.server.config import LIST_PROPERTIES, BrokerConfig
 from rivulet.server.dynamic_config import apply_incremental, broker_values_in_force, describe_broker_configs
 from rivulet.server.handlers import Handler
@@ -26,9 +28,18 @@ RESOURCE_BROKER_LOGGER = 8
 
 
 class ConfigHandlers:
-    def __init__(self, topics: TopicManager, config: BrokerConfig) -> None:
+    def __init__(self, topics: TopicManager, config: BrokerConfig, authz: Authz) -> None:
         self.topics = topics
         self.config = config
+        self.authz = authz
+
+    def _authorize(self, conn: KafkaConnection, op: AclOperation, rtype: int, name: str) -> None:
+        """As Kafka: a broker or its loggers need ``op`` on the cluster, a topic on itself."""
+        if rtype in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
+            if not self.authz.cluster(conn, op):
+                raise ApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
+        elif rtype == RESOURCE_TOPIC and not self.authz.topic(conn, op, name):
+            raise ApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed.")
 
     def handlers(self) -> dict[int, Handler]:
         return {32: self.handle_describe_configs, 33: self.handle_alter_configs,
@@ -45,6 +56,7 @@ class ConfigHandlers:
                                              resource_name=res.resource_name, configs=[])
             wanted = set(res.configuration_keys) if res.configuration_keys is not None else None
             try:
+                self._authorize(conn, AclOperation.DESCRIBE_CONFIGS, res.resource_type, res.resource_name)
                 if res.resource_type == RESOURCE_TOPIC:
                     info = b.get(res.resource_name)
                     if info is None:
@@ -80,6 +92,7 @@ class ConfigHandlers:
             r = acr.AlterConfigsResourceResponse(error_code=0, error_message=None, resource_type=res.resource_type,
                                                  resource_name=res.resource_name)
             try:
+                self._authorize(conn, AclOperation.ALTER_CONFIGS, res.resource_type, res.resource_name)
                 new = {c.name: c.value for c in res.configs if c.value is not None}
                 if res.resource_type == RESOURCE_BROKER:
                     b.alter_broker_configs(res.resource_name, new, validate_only=req.validate_only)
@@ -101,6 +114,7 @@ class ConfigHandlers:
             r = iacr.AlterConfigsResourceResponse(error_code=0, error_message=None, resource_type=res.resource_type,
                                                   resource_name=res.resource_name)
             try:
+                self._authorize(conn, AclOperation.ALTER_CONFIGS, res.resource_type, res.resource_name)
                 if res.resource_type == RESOURCE_BROKER:
                     level = b.dynamic_config.level(res.resource_name)
                     in_force = broker_values_in_force(self.config, b.dynamic_config)

@@ -12,12 +12,16 @@ from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.framing import RequestHeader
 from rivulet.protocol.messages.alter_partition_request import AlterPartitionRequest
 from rivulet.protocol.messages import alter_partition_reassignments_response as apr
+from rivulet.protocol.messages import alter_partition_response as apar
+from rivulet.protocol.messages import controlled_shutdown_response as csr
 from rivulet.protocol.messages import elect_leaders_response as elr
 from rivulet.protocol.messages import list_partition_reassignments_response as lpr
 from rivulet.protocol.messages.alter_partition_reassignments_request import AlterPartitionReassignmentsRequest
 from rivulet.protocol.messages.controlled_shutdown_request import ControlledShutdownRequest
 from rivulet.protocol.messages.elect_leaders_request import ElectLeadersRequest
 from rivulet.protocol.messages.list_partition_reassignments_request import ListPartitionReassignmentsRequest
+from rivulet.security.acls import AclOperation
+from rivulet.server.acls import Authz
 from rivulet.server.answer import Answer
 from rivulet.server.handlers import Handler
 from rivulet.server.network import KafkaConnection
@@ -34,8 +38,14 @@ CLUSTER_MODE_VERSIONS: dict[int, tuple[int, int]] = {
 
 
 class ControllerHandlers:
-    def __init__(self, controller: KafkaController) -> None:
+    def __init__(self, controller: KafkaController, authz: Authz) -> None:
         self.controller = controller
+        self.authz = authz
+
+    def _refused(self, conn: KafkaConnection, op: AclOperation) -> bool:
+        """Brokers' requests need CLUSTER_ACTION, elections and reassignments ALTER (listing
+        them DESCRIBE) on the cluster, as Kafka checks them."""
+        return not self.authz.cluster(conn, op)
 
     def handlers(self) -> dict[int, Handler]:
         return {7: self.handle_controlled_shutdown, 43: self.handle_elect_leaders, 45: self.handle_alter_reassignments,
@@ -43,13 +53,26 @@ class ControllerHandlers:
 
     def handle_alter_partition(self, header: RequestHeader, req: AlterPartitionRequest,
                                conn: KafkaConnection) -> Answer:
+        if self._refused(conn, AclOperation.CLUSTER_ACTION):
+            return apar.AlterPartitionResponse(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                               topics=[])
         return asyncio.ensure_future(self.controller.alter_partition(req, header.api_version))
 
     def handle_controlled_shutdown(self, header: RequestHeader, req: ControlledShutdownRequest,
                                    conn: KafkaConnection) -> Answer:
+        if self._refused(conn, AclOperation.CLUSTER_ACTION):
+            return csr.ControlledShutdownResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                                  remaining_partitions=[])
         return asyncio.ensure_future(self.controller.controlled_shutdown(req.broker_id, req.broker_epoch))
 
     def handle_elect_leaders(self, header: RequestHeader, req: ElectLeadersRequest, conn: KafkaConnection) -> Answer:
+        if self._refused(conn, AclOperation.ALTER):
+            return elr.ElectLeadersResponse(
+                throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, replica_election_results=[
+                    elr.ReplicaElectionResult(topic=t.topic, partition_result=[
+                        elr.PartitionResult(partition_id=p, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                            error_message=None) for p in t.partitions])
+                    for t in req.topic_partitions or ()])
         return asyncio.ensure_future(self._elect_leaders(header.api_version, req))
 
     async def _elect_leaders(self, version: int, req: ElectLeadersRequest) -> elr.ElectLeadersResponse:
@@ -71,6 +94,12 @@ class ControllerHandlers:
 
     def handle_alter_reassignments(self, header: RequestHeader, req: AlterPartitionReassignmentsRequest,
                                    conn: KafkaConnection) -> Answer:
+        if self._refused(conn, AclOperation.ALTER):
+            return apr.AlterPartitionReassignmentsResponse(
+                throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=None, responses=[
+                    apr.ReassignableTopicResponse(name=t.name, partitions=[apr.ReassignablePartitionResponse(
+                        partition_index=p.partition_index, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                        error_message=None) for p in t.partitions]) for t in req.topics])
         return asyncio.ensure_future(self._alter_reassignments(req))
 
     async def _alter_reassignments(self, req: AlterPartitionReassignmentsRequest) -> apr.AlterPartitionReassignmentsResponse:
@@ -90,6 +119,9 @@ class ControllerHandlers:
 
     def handle_list_reassignments(self, header: RequestHeader, req: ListPartitionReassignmentsRequest,
                                   conn: KafkaConnection) -> lpr.ListPartitionReassignmentsResponse:
+        if self._refused(conn, AclOperation.DESCRIBE):
+            return lpr.ListPartitionReassignmentsResponse(
+                throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=None, topics=[])
         wanted = None if req.topics is None else [
             TopicPartition(t.name, p) for t in req.topics for p in t.partition_indexes]
         ongoing = self.controller.list_reassignments(wanted)

@@ -17,9 +17,11 @@ from rivulet.protocol.framing import RequestHeader
 from rivulet.protocol.messages import find_coordinator_response as fcr
 from rivulet.protocol.messages.find_coordinator_request import FindCoordinatorRequest
 from rivulet.replication.metadata_cache import MetadataCache
+from rivulet.security.acls import AclOperation as Op, ResourceType
+from rivulet.server.acls import Authz
 from rivulet.server.config import BrokerConfig
 from rivulet.server.handlers import Handler
-from rivulet.server.network import KafkaConnection, Listener
+from rivulet.server.network import KafkaConnection
 from rivulet.server.zk_cluster import ZkClusterMember
 from rivulet.transaction.coordinator import TransactionCoordinator
 from rivulet.transaction.txn_log import TRANSACTION_STATE_TOPIC_NAME
@@ -38,13 +40,17 @@ _MESSAGES = {
     ErrorCode.INVALID_REQUEST: "This most likely occurs because of a request being malformed by the client "
                                "library or the message was sent to an incompatible broker. See the broker logs "
                                "for more details.",
+    ErrorCode.GROUP_AUTHORIZATION_FAILED: "Group authorization failed.",
+    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "Transactional Id authorization failed.",
 }
 
 
 class FindCoordinatorHandler:
     def __init__(self, groups: GroupCoordinator, transactions: TransactionCoordinator, config: BrokerConfig,
-                 metadata_cache: MetadataCache | None = None, cluster: ZkClusterMember | None = None) -> None:
+                 authz: Authz, metadata_cache: MetadataCache | None = None,
+                 cluster: ZkClusterMember | None = None) -> None:
         self.groups = groups
+        self.authz = authz
         self.transactions = transactions
         self.config = config
         # Cluster mode: the coordinator is the leader of the key's internal partition.
@@ -55,8 +61,21 @@ class FindCoordinatorHandler:
     def handlers(self) -> dict[int, Handler]:
         return {10: self.handle_find_coordinator}
 
-    def _resolve(self, key_type: int, key: str, listener: Listener) -> tuple[ErrorCode, int, str, int]:
-        """The coordinator of ``key`` as clients on ``listener`` reach it."""
+    def _authorized(self, conn: KafkaConnection, key_type: int, key: str) -> ErrorCode:
+        """DESCRIBE on the group or the transactional id, as Kafka checks before looking."""
+        if key_type == GROUP_KEY_TYPE and not self.authz.group(conn, Op.DESCRIBE, key):
+            return ErrorCode.GROUP_AUTHORIZATION_FAILED
+        if key_type == TRANSACTION_KEY_TYPE and not self.authz.authorize(conn, Op.DESCRIBE,
+                                                                       ResourceType.TRANSACTIONAL_ID, key):
+            return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        return ErrorCode.NONE
+
+    def _resolve(self, key_type: int, key: str, conn: KafkaConnection) -> tuple[ErrorCode, int, str, int]:
+        """The coordinator of ``key`` as clients on the connection's listener reach it."""
+        refused = self._authorized(conn, key_type, key)
+        if refused:
+            return refused, -1, "", -1
+        listener = conn.listener
         if self.metadata_cache is None:
             own = self._own_coordinator(key_type, key)
             if own[0] == ErrorCode.NONE and listener.advertised is not None:
@@ -135,14 +154,14 @@ class FindCoordinatorHandler:
         v = header.api_version
         key_type = req.key_type if v >= 1 else GROUP_KEY_TYPE
         if v < 4:
-            err, node, host, port = self._resolve(key_type, req.key, conn.listener)
+            err, node, host, port = self._resolve(key_type, req.key, conn)
             if err != ErrorCode.NONE:
                 node, host, port = -1, "", -1
             return fcr.FindCoordinatorResponse(throttle_time_ms=0, error_code=err, error_message=_MESSAGES.get(err),
                                                node_id=node, host=host, port=port)
         out = []
         for key in req.coordinator_keys:
-            err, node, host, port = self._resolve(key_type, key, conn.listener)
+            err, node, host, port = self._resolve(key_type, key, conn)
             if err != ErrorCode.NONE:
                 node, host, port = -1, "", -1
             out.append(fcr.Coordinator(key=key, node_id=node, host=host, port=port, error_code=err,

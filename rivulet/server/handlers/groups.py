@@ -47,13 +47,12 @@ from rivulet.protocol.messages.offset_fetch_request import OffsetFetchRequest
 from rivulet.protocol.messages.sync_group_request import SyncGroupRequest
 from rivulet.protocol.messages.txn_offset_commit_request import TxnOffsetCommitRequest
 from rivulet.replication.metadata_cache import MetadataCache
+from rivulet.security.acls import AclOperation as Op, ResourceType
+from rivulet.server.acls import OPERATIONS_NOT_REQUESTED, Authz
 from rivulet.server.answer import Answer, Reply
 from rivulet.server.handlers import Handler, partition_count
 from rivulet.server.network import KafkaConnection
 
-# READ, DELETE and DESCRIBE: what a group resource supports when no authorizer is set.
-GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
-AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 
 def client_host(conn: KafkaConnection) -> str:
@@ -62,9 +61,10 @@ def client_host(conn: KafkaConnection) -> str:
 
 
 class GroupHandlers:
-    def __init__(self, coordinator: GroupCoordinator, metadata: MetadataView, clock: Clock,
+    def __init__(self, coordinator: GroupCoordinator, metadata: MetadataView, clock: Clock, authz: Authz,
                  metadata_cache: MetadataCache | None = None) -> None:
         self.c = coordinator
+        self.authz = authz
         self.metadata = metadata
         self.clock = clock
         self.metadata_cache = metadata_cache  # cluster mode: which partitions exist
@@ -77,13 +77,22 @@ class GroupHandlers:
             42: self.handle_delete_groups, 47: self.handle_offset_delete,
         }
 
-    def _requested(self, topics: list[Any]) -> Iterator[tuple[TopicPartition, Any, bool]]:
-        """(partition, its request entry, whether the partition exists) for every partition named."""
+    def _requested(self, topics: list[Any], conn: KafkaConnection
+                   ) -> Iterator[tuple[TopicPartition, Any, ErrorCode]]:
+        """(partition, its request entry, NONE or why it is refused) for every partition named:
+        TOPIC_AUTHORIZATION_FAILED without READ on its topic, else UNKNOWN_TOPIC_OR_PARTITION
+        if it does not exist, as Kafka checks them in that order."""
+        readable = self.authz.allowed(conn, Op.READ, ResourceType.TOPIC, (t.name for t in topics))
         for t in topics:
             count = partition_count(self.metadata, self.metadata_cache, t.name)
             for p in t.partitions:
-                exists = 0 <= p.partition_index < count
-                yield TopicPartition(t.name, p.partition_index), p, exists
+                if t.name not in readable:
+                    refusal = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                elif 0 <= p.partition_index < count:
+                    refusal = ErrorCode.NONE
+                else:
+                    refusal = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                yield TopicPartition(t.name, p.partition_index), p, refusal
 
     # ------------------------------------------------------------ JoinGroup
     def handle_join_group(self, header: RequestHeader, req: JoinGroupRequest, conn: KafkaConnection) -> Answer:
@@ -102,6 +111,9 @@ class GroupHandlers:
                                                      metadata=m.metadata) for m in r.members])
 
         reply = Reply(build)
+        if not self.authz.group(conn, Op.READ, req.group_id):
+            reply(JoinGroupResult("", ErrorCode.GROUP_AUTHORIZATION_FAILED))
+            return reply.answer()
         self.c.handle_join_group(
             req.group_id, req.member_id, instance_id,
             require_known_member_id=v >= 4 and instance_id is None, support_skipping_assignment=v >= 9,
@@ -120,6 +132,9 @@ class GroupHandlers:
                                          protocol_name=r.protocol_name, assignment=r.assignment)
 
         reply = Reply(build)
+        if not self.authz.group(conn, Op.READ, req.group_id):
+            reply(SyncGroupResult(ErrorCode.GROUP_AUTHORIZATION_FAILED))
+            return reply.answer()
         if v >= 5 and (req.protocol_type is None or req.protocol_name is None):
             # From v5 both are mandatory.
             reply(SyncGroupResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
@@ -136,6 +151,8 @@ class GroupHandlers:
         self, header: RequestHeader, req: HeartbeatRequest, conn: KafkaConnection
     ) -> hbr.HeartbeatResponse:
         v = header.api_version
+        if not self.authz.group(conn, Op.READ, req.group_id):
+            return hbr.HeartbeatResponse(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
         err = self.c.handle_heartbeat(req.group_id, req.member_id, req.group_instance_id if v >= 3 else None,
                                       req.generation_id)
         return hbr.HeartbeatResponse(throttle_time_ms=0, error_code=err)
@@ -162,6 +179,9 @@ class GroupHandlers:
             return lgr.LeaveGroupResponse(throttle_time_ms=0, error_code=err)
 
         reply = Reply(build)
+        if not self.authz.group(conn, Op.READ, req.group_id):
+            reply((ErrorCode.GROUP_AUTHORIZATION_FAILED, []))
+            return reply.answer()
         self.c.handle_leave_group(req.group_id, leaving, lambda top, members: reply((top, members)))
         return reply.answer()
 
@@ -175,10 +195,11 @@ class GroupHandlers:
         order: list[TopicPartition] = []
         early: dict[TopicPartition, ErrorCode] = {}
         offsets: dict[TopicPartition, OffsetAndMetadata] = {}
-        for tp, p, exists in self._requested(req.topics):
+        group_refused = not self.authz.group(conn, Op.READ, req.group_id)
+        for tp, p, refusal in self._requested(req.topics, conn):
             order.append(tp)
-            if not exists:
-                early[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            if group_refused or refusal:
+                early[tp] = ErrorCode.GROUP_AUTHORIZATION_FAILED if group_refused else refusal
                 continue
             epoch = p.committed_leader_epoch if v >= 6 else -1
             offsets[tp] = OffsetAndMetadata(
@@ -209,16 +230,29 @@ class GroupHandlers:
         return reply.answer()
 
     # ------------------------------------------------------------ OffsetFetch
-    def _fetch_group(self, group_id: str, topics: list[tuple[str, list[int]]] | None, require_stable: bool
-                     ) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, PartitionData]]]]]:
+    def _fetch_group(self, group_id: str, topics: list[tuple[str, list[int]]] | None, require_stable: bool,
+                     conn: KafkaConnection) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, PartitionData]]]]]:
+        """A group's committed offsets, as Kafka authorizes them: DESCRIBE on the group, and on
+        each topic (a topic named without it is refused, one not named is left out)."""
+        if not self.authz.group(conn, Op.DESCRIBE, group_id):
+            return ErrorCode.GROUP_AUTHORIZATION_FAILED, []
         wanted = None if topics is None else [TopicPartition(t, p) for t, ps in topics for p in ps]
-        err, data = self.c.handle_fetch_offsets(group_id, require_stable, wanted)
+        describable = self.authz.allowed(conn, Op.DESCRIBE, ResourceType.TOPIC, (t for t, _ in topics or ()))
+        asked = None if wanted is None else [tp for tp in wanted if tp.topic in describable]
+        err, data = self.c.handle_fetch_offsets(group_id, require_stable, asked)
         if err != ErrorCode.NONE:
             return err, []
         out: dict[str, list[tuple[int, PartitionData]]] = {}
-        keys = wanted if wanted is not None else sorted(data, key=lambda k: (k.topic, k.partition))
+        if wanted is None:
+            keys = sorted(data, key=lambda k: (k.topic, k.partition))
+            describable = self.authz.allowed(conn, Op.DESCRIBE, ResourceType.TOPIC, (k.topic for k in keys))
+            keys = [k for k in keys if k.topic in describable]
+        else:
+            keys = wanted
         for tp in keys:
-            out.setdefault(tp.topic, []).append((tp.partition, data.get(tp, PartitionData())))
+            refused = PartitionData(INVALID_OFFSET, None, "", ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            out.setdefault(tp.topic, []).append(
+                (tp.partition, data.get(tp, PartitionData()) if tp.topic in describable else refused))
         return ErrorCode.NONE, list(out.items())
 
     def handle_offset_fetch(
@@ -230,7 +264,7 @@ class GroupHandlers:
             groups = []
             for g in req.groups:
                 topics = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
-                err, result = self._fetch_group(g.group_id, topics, require_stable)
+                err, result = self._fetch_group(g.group_id, topics, require_stable, conn)
                 groups.append(ofr.OffsetFetchResponseGroup(group_id=g.group_id, error_code=err, topics=[
                     ofr.OffsetFetchResponseTopics(name=name, partitions=[
                         ofr.OffsetFetchResponsePartitions(
@@ -240,7 +274,7 @@ class GroupHandlers:
                     for name, parts in result]))
             return ofr.OffsetFetchResponse(throttle_time_ms=0, groups=groups)
         topics = None if req.topics is None else [(t.name, list(t.partition_indexes)) for t in req.topics]
-        err, result = self._fetch_group(req.group_id, topics, require_stable)
+        err, result = self._fetch_group(req.group_id, topics, require_stable, conn)
         if err != ErrorCode.NONE and v < 2:
             # No top-level error before v2: every requested partition carries it.
             result = [(name, [(p, PartitionData(INVALID_OFFSET, None, "", err)) for p in ps])
@@ -261,12 +295,15 @@ class GroupHandlers:
         order: list[TopicPartition] = []
         errors: dict[TopicPartition, ErrorCode] = {}
         candidates: list[TopicPartition] = []
-        for tp, _, exists in self._requested(req.topics):
+        if not self.authz.group(conn, Op.DELETE, req.group_id):
+            return odr.OffsetDeleteResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, throttle_time_ms=0,
+                                            topics=[])
+        for tp, _, refusal in self._requested(req.topics, conn):
             order.append(tp)
-            if exists:
-                candidates.append(tp)
+            if refusal:
+                errors[tp] = refusal
             else:
-                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                candidates.append(tp)
         group_error, partition_errors = self.c.handle_delete_offsets(req.group_id, candidates)
         if group_error != ErrorCode.NONE:
             return odr.OffsetDeleteResponse(error_code=group_error, throttle_time_ms=0, topics=[])
@@ -290,6 +327,11 @@ class GroupHandlers:
         include_ops = v >= 3 and req.include_authorized_operations
         out = []
         for gid in req.groups:
+            if not self.authz.group(conn, Op.DESCRIBE, gid):
+                out.append(dsr.DescribedGroup(
+                    error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, group_id=gid, group_state="", protocol_type="",
+                    protocol_data="", members=[], authorized_operations=OPERATIONS_NOT_REQUESTED))
+                continue
             err, (state, ptype, protocol, members) = self.c.handle_describe_group(gid)
             out.append(dsr.DescribedGroup(
                 error_code=err, group_id=gid, group_state=state, protocol_type=ptype, protocol_data=protocol,
@@ -297,8 +339,8 @@ class GroupHandlers:
                     member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
                     client_host=m.client_host, member_metadata=m.metadata, member_assignment=m.assignment)
                     for m in members],
-                authorized_operations=GROUP_AUTHORIZED_OPERATIONS if include_ops and err == ErrorCode.NONE
-                else AUTHORIZED_OPERATIONS_OMITTED))
+                authorized_operations=self.authz.operations(conn, ResourceType.GROUP, gid)
+                if include_ops and err == ErrorCode.NONE else OPERATIONS_NOT_REQUESTED))
         return dsr.DescribeGroupsResponse(throttle_time_ms=0, groups=out)
 
     def handle_list_groups(
@@ -308,6 +350,9 @@ class GroupHandlers:
         states = req.states_filter if v >= 4 else []
         types = req.types_filter if v >= 5 else []
         err, groups = self.c.handle_list_groups(states, types)
+        if not self.authz.cluster(conn, Op.DESCRIBE):  # else only the groups it may describe
+            visible = self.authz.allowed(conn, Op.DESCRIBE, ResourceType.GROUP, (g.group_id for g in groups))
+            groups = [g for g in groups if g.group_id in visible]
         return lsr.ListGroupsResponse(throttle_time_ms=0, error_code=err, groups=[
             lsr.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state.value,
                             group_type="classic") for g in groups])
@@ -316,7 +361,9 @@ class GroupHandlers:
         self, header: RequestHeader, req: DeleteGroupsRequest, conn: KafkaConnection
     ) -> dgr.DeleteGroupsResponse:
         names = list(dict.fromkeys(req.groups_names))
-        errors = self.c.handle_delete_groups(names)
+        deletable = self.authz.allowed(conn, Op.DELETE, ResourceType.GROUP, names)
+        errors = self.c.handle_delete_groups([g for g in names if g in deletable])
+        errors.update((g, ErrorCode.GROUP_AUTHORIZATION_FAILED) for g in names if g not in deletable)
         return dgr.DeleteGroupsResponse(throttle_time_ms=0, results=[
             dgr.DeletableGroupResult(group_id=g, error_code=errors[g]) for g in names])
 
@@ -330,9 +377,16 @@ class GroupHandlers:
         errors: dict[TopicPartition, ErrorCode] = {}
         offsets: dict[TopicPartition, OffsetAndMetadata] = {}
         now = self.clock.milliseconds()
-        for key, p, exists in self._requested(req.topics):
-            if not exists:
-                errors[key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        # As Kafka: WRITE on the transactional id, then READ on the group, refuse every partition.
+        if not self.authz.transactional_id(conn, Op.WRITE, req.transactional_id):
+            refused = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        elif not self.authz.group(conn, Op.READ, req.group_id):
+            refused = ErrorCode.GROUP_AUTHORIZATION_FAILED
+        else:
+            refused = ErrorCode.NONE
+        for key, p, refusal in self._requested(req.topics, conn):
+            if refused or refusal:
+                errors[key] = refused or refusal
                 continue
             epoch = p.committed_leader_epoch if v >= 2 else -1
             offsets[key] = OffsetAndMetadata(

@@ -12,6 +12,8 @@ from rivulet.protocol.messages import describe_log_dirs_response as dlr
 from rivulet.protocol.messages.alter_replica_log_dirs_request import AlterReplicaLogDirsRequest
 from rivulet.protocol.messages.describe_log_dirs_request import DescribeLogDirsRequest
 from rivulet.replication.log_dir_mover import ReplicaAlterLogDirsManager
+from rivulet.security.acls import AclOperation
+from rivulet.server.acls import Authz
 from rivulet.server.answer import Answer
 from rivulet.server.handlers import Handler
 from rivulet.server.network import KafkaConnection
@@ -19,10 +21,13 @@ from rivulet.storage.manager import LogManager
 
 
 class LogDirHandlers:
-    def __init__(self, log_manager: LogManager, mover: ReplicaAlterLogDirsManager | None = None) -> None:
-        """``mover`` serves AlterReplicaLogDirs; without it only DescribeLogDirs is served."""
+    def __init__(self, log_manager: LogManager, mover: ReplicaAlterLogDirsManager | None = None,
+                 authz: Authz | None = None) -> None:
+        """``mover`` serves AlterReplicaLogDirs; without it only DescribeLogDirs is served.
+        Without ``authz`` nothing is checked (no authorizer)."""
         self.log_manager = log_manager
         self.mover = mover
+        self.authz = authz or Authz(None)
 
     def handlers(self) -> dict[int, Handler]:
         out: dict[int, Handler] = {35: self.handle_describe_log_dirs}
@@ -34,6 +39,9 @@ class LogDirHandlers:
                                  conn: KafkaConnection) -> Answer:
         # Null topics ask for every partition; otherwise only the ones named.
         wanted = None if req.topics is None else {(t.topic, p) for t in req.topics for p in t.partitions}
+        if not self.authz.cluster(conn, AclOperation.DESCRIBE):
+            return dlr.DescribeLogDirsResponse(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                               results=[])
         results = []
         for d in self.log_manager.describe_dirs():
             if d.offline_reason is not None:
@@ -62,7 +70,10 @@ class LogDirHandlers:
             for t in d.topics:
                 for p in t.partitions:
                     dirs[TopicPartition(t.name, p)] = d.path
-        errors = self.mover.alter_replica_log_dirs(dirs)
+        if self.authz.cluster(conn, AclOperation.ALTER):
+            errors = self.mover.alter_replica_log_dirs(dirs)
+        else:
+            errors = {tp: ErrorCode.CLUSTER_AUTHORIZATION_FAILED for tp in dirs}
         by_topic: dict[str, list[arlr.AlterReplicaLogDirPartitionResult]] = {}
         for tp, code in errors.items():
             by_topic.setdefault(tp.topic, []).append(

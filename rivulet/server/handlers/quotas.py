@@ -3,19 +3,22 @@
 
 from __future__ import annotations
 
-from rivulet.protocol.errors import ApiError
+from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.framing import RequestHeader
 from rivulet.protocol.messages import alter_client_quotas_response as acqr, describe_client_quotas_response as dcqr
 from rivulet.protocol.messages.alter_client_quotas_request import AlterClientQuotasRequest
 from rivulet.protocol.messages.describe_client_quotas_request import DescribeClientQuotasRequest
+from rivulet.security.acls import AclOperation
+from rivulet.server.acls import Authz
 from rivulet.server.handlers import Handler
 from rivulet.server.network import KafkaConnection
 from rivulet.server.quotas import ClientQuotas, QuotaOp
 
 
 class QuotaHandlers:
-    def __init__(self, quotas: ClientQuotas) -> None:
+    def __init__(self, quotas: ClientQuotas, authz: Authz) -> None:
         self.quotas = quotas
+        self.authz = authz
 
     def handlers(self) -> dict[int, Handler]:
         return {48: self.handle_describe_client_quotas, 49: self.handle_alter_client_quotas}
@@ -24,6 +27,8 @@ class QuotaHandlers:
         self, header: RequestHeader, req: DescribeClientQuotasRequest, conn: KafkaConnection
     ) -> dcqr.DescribeClientQuotasResponse:
         try:
+            if not self.authz.cluster(conn, AclOperation.DESCRIBE_CONFIGS):
+                raise ApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
             found = self.quotas.describe([(c.entity_type, c.match_type, c.match) for c in req.components], req.strict)
         except ApiError as e:
             return dcqr.DescribeClientQuotasResponse(throttle_time_ms=0, error_code=e.code,
@@ -37,6 +42,11 @@ class QuotaHandlers:
     def handle_alter_client_quotas(
         self, header: RequestHeader, req: AlterClientQuotasRequest, conn: KafkaConnection
     ) -> acqr.AlterClientQuotasResponse:
+        if not self.authz.cluster(conn, AclOperation.ALTER_CONFIGS):
+            return acqr.AlterClientQuotasResponse(throttle_time_ms=0, entries=[acqr.EntryData(
+                error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message="Cluster authorization failed.",
+                entity=[acqr.EntityData(entity_type=e.entity_type, entity_name=e.entity_name) for e in entry.entity])
+                for entry in req.entries])
         results = self.quotas.alter(
             [([(e.entity_type, e.entity_name) for e in entry.entity],
               [QuotaOp(op.key, op.value, op.remove) for op in entry.ops]) for entry in req.entries],

@@ -32,6 +32,8 @@ from rivulet.replication.replica_manager import (
     ProduceResult,
     ReplicaManager,
 )
+from rivulet.security.acls import AclOperation as Op, ResourceType
+from rivulet.server.acls import Authz
 from rivulet.server.answer import NO_RESPONSE, Answer, then
 from rivulet.server.handlers import Handler
 from rivulet.server.metadata import INTERNAL_TOPICS
@@ -50,8 +52,9 @@ DEBUGGING_REPLICA_ID = -2
 
 class RecordHandlers:
     def __init__(self, replica_manager: ReplicaManager, metadata: TopicManager, quotas: ClientQuotas,
-                 metadata_cache: MetadataCache | None = None) -> None:
+                 authz: Authz, metadata_cache: MetadataCache | None = None) -> None:
         self.replica_manager = replica_manager
+        self.authz = authz
         self.metadata = metadata
         self.quotas = quotas
         # Cluster mode: where a partition's leader is, for the KIP-951 hints of NOT_LEADER_OR_FOLLOWER.
@@ -93,12 +96,22 @@ class RecordHandlers:
         acks = req.acks
         entries: dict[TopicPartition, Any] = {}
         early: dict[TopicPartition, ProduceResult] = {}
+        transactional_id = req.transactional_id if header.api_version >= 3 else None
+        # Authorization, as Kafka: WRITE on the transactional id refuses the whole request,
+        # WRITE on each topic its partitions (before telling whether the topic exists).
+        txn_refused = transactional_id is not None and \
+            not self.authz.transactional_id(conn, Op.WRITE, transactional_id)
+        writable = self.authz.allowed(conn, Op.WRITE, ResourceType.TOPIC, (td.name for td in req.topic_data))
         for td in req.topic_data:
             name = td.name
             for pd in td.partition_data:
                 tp = TopicPartition(name, pd.index)
-                if acks not in (0, 1, -1):
+                if txn_refused:
+                    early[tp] = ProduceResult(error=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+                elif acks not in (0, 1, -1):
                     early[tp] = ProduceResult(error=ErrorCode.INVALID_REQUIRED_ACKS)
+                elif name not in writable:
+                    early[tp] = ProduceResult(error=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 elif not self._known(tp):
                     early[tp] = ProduceResult(error=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 elif name in INTERNAL_TOPICS:
@@ -106,7 +119,6 @@ class RecordHandlers:
                                               message=f"Cannot append to internal topic {name}")
                 else:
                     entries[tp] = pd.records
-        transactional_id = req.transactional_id if header.api_version >= 3 else None
         if transactional_id is None and any(first_batch_is_transactional(r) for r in entries.values()):
             # Kafka refuses transactional records without a transactional id outright.
             for tp in entries:
@@ -180,8 +192,8 @@ class RecordHandlers:
                              fetch_only_leader=replica_id >= 0 or v < 11,
                              client_rack=req.rack_id if v >= 11 and replica_id < 0 else "",
                              replica_epoch=req.replica_state.replica_epoch if v >= 15 else -1)
-        errors: dict[tuple[str, int], ErrorCode] = {}
         order: list[tuple[Any, str, int]] = []  # (topic id, topic name, partition)
+        names: dict[Any, str | None] = {}
         for ft in req.topics:
             name = ft.topic
             if v >= 13:
@@ -189,10 +201,22 @@ class RecordHandlers:
                 if name is None:
                     info = self.metadata.by_id(ft.topic_id)
                     name = info.name if info else None
+            names[id(ft)] = name
+        # Authorization, as Kafka: a follower needs CLUSTER_ACTION (else every partition is refused),
+        # a consumer READ on each topic.
+        if from_follower:
+            readable = set(names.values()) if self.authz.cluster(conn, Op.CLUSTER_ACTION) else set()
+        else:
+            readable = self.authz.allowed(conn, Op.READ, ResourceType.TOPIC, (n for n in names.values() if n))
+        refused: set[TopicPartition] = set()
+        for ft in req.topics:
+            name = names[id(ft)]
             for fp in ft.partitions:
                 order.append((ft.topic_id, name, fp.partition))
                 if name is None:
-                    errors[(str(ft.topic_id), fp.partition)] = ErrorCode.UNKNOWN_TOPIC_ID
+                    continue
+                if name not in readable:
+                    refused.add(TopicPartition(name, fp.partition))
                     continue
                 params.partitions.append(FetchRequestPartition(
                     TopicPartition(name, fp.partition), fp.fetch_offset, fp.partition_max_bytes,
@@ -224,13 +248,13 @@ class RecordHandlers:
                     topics.append(fr.FetchableTopicResponse(topic=name or "", topic_id=topic_id or ZERO_UUID,
                                                             partitions=[]))
                     last_key = key
-                if name is None:
+                tp = TopicPartition(name, part) if name is not None else None
+                if tp is None or tp in refused:
                     topics[-1].partitions.append(fr.PartitionData(
-                        partition_index=part, error_code=ErrorCode.UNKNOWN_TOPIC_ID, high_watermark=-1,
-                        last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
-                        preferred_read_replica=-1, records=b""))
+                        partition_index=part, high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
+                        error_code=ErrorCode.UNKNOWN_TOPIC_ID if tp is None else ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                        aborted_transactions=None, preferred_read_replica=-1, records=b""))
                     continue
-                tp = TopicPartition(name, part)
                 r = results[tp]
                 aborted = None
                 if params.isolation_level != 0 and r.aborted_transactions is not None:
@@ -263,12 +287,15 @@ class RecordHandlers:
         self, header: RequestHeader, req: ListOffsetsRequest, conn: KafkaConnection
     ) -> lor.ListOffsetsResponse:
         out = []
+        describable = self.authz.allowed(conn, Op.DESCRIBE, ResourceType.TOPIC, (t.name for t in req.topics))
         for t in req.topics:
             parts = []
             for p in t.partitions:
                 r = lor.ListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=0,
                                                      timestamp=-1, offset=-1, leader_epoch=-1, old_style_offsets=[])
                 try:
+                    if t.name not in describable:
+                        raise ApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                     tp = TopicPartition(t.name, p.partition_index)
                     part = self._partition_or_error(tp)
                     epoch = p.current_leader_epoch if header.api_version >= 4 else -1
@@ -316,11 +343,17 @@ class RecordHandlers:
         self, header: RequestHeader, req: OffsetForLeaderEpochRequest, conn: KafkaConnection
     ) -> ofler.OffsetForLeaderEpochResponse:
         topics = []
+        # Brokers' CLUSTER_ACTION covers every topic; a consumer (KIP-320) needs DESCRIBE on each.
+        names = [t.topic for t in req.topics]
+        describable = set(names) if self.authz.cluster(conn, Op.CLUSTER_ACTION) else \
+            self.authz.allowed(conn, Op.DESCRIBE, ResourceType.TOPIC, names)
         for t in req.topics:
             parts = []
             for p in t.partitions:
                 r = ofler.EpochEndOffset(error_code=0, partition=p.partition, leader_epoch=-1, end_offset=-1)
                 try:
+                    if t.topic not in describable:
+                        raise ApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                     part = self._partition_or_error(TopicPartition(t.topic, p.partition))
                     if req.replica_id == DEBUGGING_REPLICA_ID:  # also v2, which has no replica id
                         part.check_leader_epoch(p.current_leader_epoch)
@@ -337,11 +370,14 @@ class RecordHandlers:
         self, header: RequestHeader, req: DeleteRecordsRequest, conn: KafkaConnection
     ) -> drr.DeleteRecordsResponse:
         topics = []
+        deletable = self.authz.allowed(conn, Op.DELETE, ResourceType.TOPIC, (t.name for t in req.topics))
         for t in req.topics:
             parts = []
             for p in t.partitions:
                 r = drr.DeleteRecordsPartitionResult(partition_index=p.partition_index, low_watermark=-1, error_code=0)
                 try:
+                    if t.name not in deletable:
+                        raise ApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                     part = self._partition_or_error(TopicPartition(t.name, p.partition_index))
                     part.check_leader()  # followers take the new log start from their leader's fetches
                     offset = part.high_watermark if p.offset == -1 else p.offset

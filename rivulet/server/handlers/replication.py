@@ -30,6 +30,8 @@ from rivulet.replication.metadata_cache import (
 )
 from rivulet.replication.partition import PartitionState
 from rivulet.replication.replica_manager import LeaderAndIsrPartition, LeaderEndpoint, ReplicaManager
+from rivulet.security.acls import AclOperation
+from rivulet.server.acls import Authz
 from rivulet.server.answer import Answer, then
 from rivulet.server.handlers import Handler
 from rivulet.server.network import KafkaConnection
@@ -46,10 +48,11 @@ INTER_BROKER_VERSIONS: dict[int, tuple[int, int]] = {
 
 class ReplicationHandlers:
     def __init__(self, replica_manager: ReplicaManager, metadata_cache: MetadataCache,
-                 broker_epoch: Callable[[], int], off_loop: Callable[..., asyncio.Future]) -> None:
+                 broker_epoch: Callable[[], int], off_loop: Callable[..., asyncio.Future], authz: Authz) -> None:
         """``off_loop(fn, *args)`` runs file work on a worker thread that shutdown waits for."""
         self.replica_manager = replica_manager
         self.off_loop = off_loop
+        self.authz = authz
         self.metadata_cache = metadata_cache
         # The czxid of this broker's registration znode: requests meant for an earlier
         # registration of the same id carry a smaller one.
@@ -57,6 +60,10 @@ class ReplicationHandlers:
 
     def handlers(self) -> dict[int, Handler]:
         return {4: self.handle_leader_and_isr, 5: self.handle_stop_replica, 6: self.handle_update_metadata}
+
+    def _refused(self, conn: KafkaConnection) -> bool:
+        """The controller's requests need CLUSTER_ACTION, as Kafka's brokers check."""
+        return not self.authz.cluster(conn, AclOperation.CLUSTER_ACTION)
 
     def _stale_broker_epoch(self, requested: int) -> bool:
         # -1: a controller that does not send broker epochs.
@@ -82,6 +89,9 @@ class ReplicationHandlers:
                                    leader_epoch=ps.leader_epoch, isr=list(ps.isr),
                                    partition_epoch=ps.partition_epoch, replicas=list(ps.replicas),
                                    is_new=ps.is_new)))
+        if self._refused(conn):
+            return self._leader_and_isr_response(v, states, ids, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                                 {s.tp: ErrorCode.CLUSTER_AUTHORIZATION_FAILED for s in states})
         if self._stale_broker_epoch(req.broker_epoch if v >= 2 else -1):
             log.info("refusing LeaderAndIsr with a stale broker epoch %d", req.broker_epoch)
             return self._leader_and_isr_response(v, states, ids, ErrorCode.STALE_BROKER_EPOCH,
@@ -133,7 +143,10 @@ class ReplicationHandlers:
             for t in req.topic_states:
                 for ps in t.partition_states:
                     parts[TopicPartition(t.topic_name, ps.partition_index)] = (ps.leader_epoch, ps.delete_partition)
-        if self._stale_broker_epoch(req.broker_epoch if v >= 1 else -1):
+        if self._refused(conn):
+            top, errors = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, \
+                {tp: ErrorCode.CLUSTER_AUTHORIZATION_FAILED for tp in parts}
+        elif self._stale_broker_epoch(req.broker_epoch if v >= 1 else -1):
             top, errors = ErrorCode.STALE_BROKER_EPOCH, {tp: ErrorCode.STALE_BROKER_EPOCH for tp in parts}
         else:
             top, errors = self.replica_manager.stop_replicas(req.controller_id, req.controller_epoch, parts)
@@ -145,6 +158,8 @@ class ReplicationHandlers:
     def handle_update_metadata(self, header: RequestHeader, req: UpdateMetadataRequest,
                                conn: KafkaConnection) -> umr.UpdateMetadataResponse:
         v = header.api_version
+        if self._refused(conn):
+            return umr.UpdateMetadataResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
         if self._stale_broker_epoch(req.broker_epoch if v >= 5 else -1):
             return umr.UpdateMetadataResponse(error_code=ErrorCode.STALE_BROKER_EPOCH)
         rm = self.replica_manager

@@ -33,6 +33,8 @@ from rivulet.protocol.messages.metadata_request import MetadataRequest
 from rivulet.protocol.schema import ZERO_UUID
 from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.replication.replica_manager import ReplicaManager
+from rivulet.security.acls import AclOperation as Op, ResourceType
+from rivulet.server.acls import OPERATIONS_NOT_REQUESTED, Authz
 from rivulet.server.answer import Answer
 from rivulet.server.config import BrokerConfig
 from rivulet.server.handlers import Handler
@@ -43,15 +45,6 @@ from rivulet.server.topics import TopicManager, check_partition_increase
 from rivulet.server.zk_cluster import ZkClusterMember
 
 log = logging.getLogger(__name__)
-
-# Authorized-operation bit fields (bit n = AclOperation code n) as Kafka answers them without an
-# authorizer: every operation the resource type supports.
-# topic: READ 3, WRITE 4, CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11
-TOPIC_AUTHORIZED_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
-# cluster: CREATE 5, ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11,
-# IDEMPOTENT_WRITE 12
-CLUSTER_AUTHORIZED_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
-
 
 # Kafka's controller refuses a request that would create more partitions than this at once:
 # such batches ran it out of memory.
@@ -100,7 +93,8 @@ def _requested_partitions(req: CreateTopicsRequest, default_partitions: int) -> 
 class TopicHandlers:
     def __init__(self, topics: TopicManager, replica_manager: ReplicaManager, config: BrokerConfig,
                  node: NodeEndpoint, cluster_id: str, mutation_quotas: ControllerMutationQuotaManager,
-                 metadata_cache: MetadataCache | None = None, cluster: ZkClusterMember | None = None) -> None:
+                 authz: Authz, metadata_cache: MetadataCache | None = None,
+                 cluster: ZkClusterMember | None = None) -> None:
         """``cluster`` (ZooKeeper mode): topic creations and deletions are written to ZooKeeper,
         for the controller to carry out, as Kafka 2.x's brokers do."""
         self.topics = topics
@@ -109,6 +103,7 @@ class TopicHandlers:
         self.node = node
         self.cluster_id = cluster_id
         self.mutation_quotas = mutation_quotas
+        self.authz = authz
         # Cluster mode: brokers, leaders and ISRs as the controller's UpdateMetadata stated them.
         self.metadata_cache = metadata_cache
         self.cluster = cluster
@@ -205,6 +200,11 @@ class TopicHandlers:
             wanted = [(t.name, t.topic_id) for t in req.topics]
             explicit = True
         allow_auto = (req.allow_auto_topic_creation if v >= 4 else True) and self.config["auto.create.topics.enable"]
+        # Authorization, as Kafka: a topic the principal may not describe is left out of a listing
+        # of every topic and answered TOPIC_AUTHORIZATION_FAILED when asked for (after the others);
+        # auto-creation needs CREATE on the cluster or the topic.
+        refused: list[mr.MetadataResponseTopic] = []
+        may_create_any = allow_auto and self.authz.cluster(conn, Op.CREATE)
         for name, topic_id in wanted:
             t = mr.MetadataResponseTopic(name=name, topic_id=topic_id or ZERO_UUID, is_internal=False,
                                          partitions=[], error_code=0)
@@ -220,6 +220,13 @@ class TopicHandlers:
                     topics_out.append(t)
                     continue
                 name = t.name = known
+            if not self.authz.topic(conn, Op.DESCRIBE, name):
+                if explicit:
+                    # A topic asked for by id keeps its id, not its name (ids disclose nothing).
+                    refused.append(mr.MetadataResponseTopic(
+                        name=None if topic_id is not None else name, topic_id=topic_id or ZERO_UUID,
+                        is_internal=False, partitions=[], error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                continue
             if cache is not None and cache.contains_topic(name):
                 t.topic_id = cache.topic_id(name) or ZERO_UUID
                 t.is_internal = name in INTERNAL_TOPICS
@@ -227,6 +234,12 @@ class TopicHandlers:
                 topics_out.append(t)
                 continue
             info = topics.get(name)
+            if info is None and explicit and allow_auto and not may_create_any and \
+                    not self.authz.topic(conn, Op.CREATE, name):
+                refused.append(mr.MetadataResponseTopic(
+                    name=name, topic_id=ZERO_UUID, is_internal=name in INTERNAL_TOPICS, partitions=[],
+                    error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                continue
             if info is None and explicit:
                 try:
                     validate_topic_name(name)
@@ -263,17 +276,22 @@ class TopicHandlers:
                 continue
             t.partitions = self._metadata_partitions(name, v)
             topics_out.append(t)
-        resp = mr.MetadataResponse(
-            throttle_time_ms=0, brokers=self._broker_list(conn.listener), cluster_id=self.cluster_id,
-            controller_id=self._controller_id(), topics=topics_out)
-        # No authorizer: as Kafka, every supported operation is authorized when asked for.
         if v >= 8 and req.include_topic_authorized_operations:
             for t in topics_out:
                 if t.error_code != ErrorCode.UNKNOWN_TOPIC_ID:  # Kafka leaves those at the default
-                    t.topic_authorized_operations = TOPIC_AUTHORIZED_OPERATIONS
+                    t.topic_authorized_operations = self.authz.operations(conn, ResourceType.TOPIC, t.name)
+        resp = mr.MetadataResponse(
+            throttle_time_ms=0, brokers=self._broker_list(conn.listener), cluster_id=self.cluster_id,
+            controller_id=self._controller_id(), topics=topics_out + refused)
         if 8 <= v <= 10 and req.include_cluster_authorized_operations:
-            resp.cluster_authorized_operations = CLUSTER_AUTHORIZED_OPERATIONS
+            resp.cluster_authorized_operations = self._cluster_operations(conn)
         return resp
+
+    def _cluster_operations(self, conn: KafkaConnection) -> int:
+        """What Metadata and DescribeCluster report: nothing without DESCRIBE on the cluster."""
+        if not self.authz.cluster(conn, Op.DESCRIBE):
+            return 0
+        return self.authz.operations(conn, ResourceType.CLUSTER, "kafka-cluster")
 
     # ------------------------------------------------------------ DescribeTopicPartitions
     def handle_describe_topic_partitions(
@@ -298,6 +316,12 @@ class TopicHandlers:
                     error_code=ErrorCode.INVALID_REQUEST, name=t.name, topic_id=ZERO_UUID, partitions=[])
                     for t in req.topics]
                 return resp
+        # Topics the principal may not describe: left out of a listing of all, refused when named.
+        hidden = names - self.authz.allowed(conn, Op.DESCRIBE, ResourceType.TOPIC, names)
+        names -= hidden
+        refused = [] if fetch_all else [dtpr.DescribeTopicPartitionsResponseTopic(
+            error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=n, topic_id=ZERO_UUID, is_internal=False,
+            partitions=[]) for n in sorted(hidden)]
         remaining = min(self.config["max.request.partition.size.limit"], req.response_partition_limit)
         for name in sorted(names):
             if remaining <= 0:
@@ -314,13 +338,14 @@ class TopicHandlers:
                         error = ErrorCode.INVALID_TOPIC_EXCEPTION
                     resp.topics.append(dtpr.DescribeTopicPartitionsResponseTopic(
                         error_code=error, name=name, topic_id=ZERO_UUID, is_internal=name in INTERNAL_TOPICS,
-                        partitions=[], topic_authorized_operations=TOPIC_AUTHORIZED_OPERATIONS))
+                        partitions=[], topic_authorized_operations=self.authz.operations(conn, ResourceType.TOPIC,
+                                                                                         name)))
                 continue
             start = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
             page = [pv for pv in views if pv.index >= start][:remaining]
             resp.topics.append(dtpr.DescribeTopicPartitionsResponseTopic(
                 error_code=0, name=name, topic_id=self._topic_id(name), is_internal=name in INTERNAL_TOPICS,
-                topic_authorized_operations=TOPIC_AUTHORIZED_OPERATIONS,
+                topic_authorized_operations=self.authz.operations(conn, ResourceType.TOPIC, name),
                 partitions=[dtpr.DescribeTopicPartitionsResponsePartition(
                     error_code=0, partition_index=pv.index, leader_id=pv.leader, leader_epoch=pv.leader_epoch,
                     replica_nodes=pv.replicas, isr_nodes=pv.isr, eligible_leader_replicas=[], last_known_elr=[],
@@ -329,6 +354,7 @@ class TopicHandlers:
                 resp.next_cursor = dtpr.Cursor(topic_name=name, partition_index=page[-1].index + 1)
                 break
             remaining -= len(page)
+        resp.topics.extend(refused)
         return resp
 
     def _topic_id(self, name: str) -> uuid.UUID:
@@ -346,8 +372,8 @@ class TopicHandlers:
             controller_id=self._controller_id(),
             brokers=[dcr.DescribeClusterBroker(broker_id=i, host=h, port=p, rack=r)
                      for i, h, p, r in self._live_brokers(conn.listener)],
-            cluster_authorized_operations=CLUSTER_AUTHORIZED_OPERATIONS if req.include_cluster_authorized_operations
-            else -2147483648)
+            cluster_authorized_operations=self._cluster_operations(conn) if req.include_cluster_authorized_operations
+            else OPERATIONS_NOT_REQUESTED)
 
     # ------------------------------------------------------------ topic admin
     def handle_create_topics(
@@ -382,10 +408,18 @@ class TopicHandlers:
             await cluster.refresh_brokers(watch=False)  # placement sees every broker registered by now
         brokers = cluster.live_broker_ids() if cluster is not None else {self.node.node_id}
         seen = Counter(t.name for t in req.topics)
+        # Authorization, as Kafka: CREATE on the cluster or on each topic; the created topic's
+        # configs are told only with DESCRIBE_CONFIGS on it.
+        names = [t.name for t in req.topics]
+        creatable = set(names) if self.authz.cluster(conn, Op.CREATE) else \
+            self.authz.allowed(conn, Op.CREATE, ResourceType.TOPIC, names)
+        configs_visible = self.authz.allowed(conn, Op.DESCRIBE_CONFIGS, ResourceType.TOPIC, names)
         results = []
         for t in req.topics:
             res = _creatable_result(t.name)
             with errors_into(res):
+                if seen[t.name] == 1 and t.name not in creatable:
+                    raise ApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
                 num, rf, assignment = self._plan_topic(t, seen, brokers)
                 configs = {c.name: c.value for c in t.configs}
                 self.topics.validate_new_topic(t.name, num, rf, configs)
@@ -400,7 +434,10 @@ class TopicHandlers:
                     topic_id = ZERO_UUID if req.validate_only else \
                         await cluster.create_topic(t.name, assignment, configs)
                 res.num_partitions, res.replication_factor, res.topic_id = num, rf, topic_id
-                res.configs = self._topic_config_entries(t.name, configs, ctr.CreatableTopicConfigs)
+                if t.name in configs_visible:
+                    res.configs = self._topic_config_entries(t.name, configs, ctr.CreatableTopicConfigs)
+                else:
+                    res.topic_config_error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             results.append(res)
         return ctr.CreateTopicsResponse(throttle_time_ms=self._throttle(quota, conn), topics=results)
 
@@ -471,6 +508,11 @@ class TopicHandlers:
                     if known is None and info is None:
                         raise ApiError(ErrorCode.UNKNOWN_TOPIC_ID)
                     name = res.name = known if known is not None else info.name
+                    if not self.authz.topic(conn, Op.DESCRIBE, name):
+                        res.name = None  # a topic asked for by id is not named to who may not see it
+                        raise ApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                if not self.authz.topic(conn, Op.DELETE, name):
+                    raise ApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 if self.cluster is not None:
                     if cache is not None and cache.contains_topic(name):
                         res.topic_id = cache.topic_id(name) or ZERO_UUID
@@ -526,9 +568,12 @@ class TopicHandlers:
     async def _create_partitions(self, req: CreatePartitionsRequest, quota: ControllerMutationQuota,
                                  conn: KafkaConnection) -> cpr.CreatePartitionsResponse:
         results = []
+        alterable = self.authz.allowed(conn, Op.ALTER, ResourceType.TOPIC, (t.name for t in req.topics))
         for t in req.topics:
             res = cpr.CreatePartitionsTopicResult(name=t.name, error_code=0, error_message=None)
             try:
+                if t.name not in alterable:
+                    raise ApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "The topic authorization is failed.")
                 info = self.topics.get(t.name)
                 if info is not None and t.count > info.num_partitions:
                     quota.record(t.count - info.num_partitions)

@@ -35,8 +35,11 @@ from rivulet.protocol.messages.list_transactions_request import ListTransactions
 from rivulet.protocol.messages.write_txn_markers_request import WriteTxnMarkersRequest
 from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.replication.replica_manager import ReplicaManager
+from rivulet.security.acls import AclOperation as Op, ResourceType
+from rivulet.server.acls import Authz
 from rivulet.server.answer import Answer, Reply
 from rivulet.server.handlers import Handler, partition_count
+from rivulet.server.metadata import INTERNAL_TOPICS
 from rivulet.server.network import KafkaConnection
 from rivulet.transaction.coordinator import TransactionCoordinator
 from rivulet.transaction.markers import GROUP_METADATA_TOPIC_NAME
@@ -59,9 +62,10 @@ def _respond(run: Callable[[Callable[[Any], None]], None]) -> Answer:
 
 class TransactionHandlers:
     def __init__(self, coordinator: TransactionCoordinator, groups: GroupCoordinator,
-                 replica_manager: ReplicaManager, metadata: MetadataView, config: ConfigValues,
+                 replica_manager: ReplicaManager, metadata: MetadataView, config: ConfigValues, authz: Authz,
                  metadata_cache: MetadataCache | None = None) -> None:
         self.c = coordinator
+        self.authz = authz
         self.groups = groups
         self.replica_manager = replica_manager
         self.metadata = metadata
@@ -89,6 +93,14 @@ class TransactionHandlers:
             return ipr.InitProducerIdResponse(throttle_time_ms=0, error_code=_fenced_for(v, 4, err),
                                               producer_id=producer_id, producer_epoch=producer_epoch)
 
+        # As Kafka: WRITE on the transactional id; an idempotent producer IDEMPOTENT_WRITE on the
+        # cluster or WRITE on some topic.
+        tid = req.transactional_id
+        if tid is not None and not self.authz.transactional_id(conn, Op.WRITE, tid):
+            return response(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
+        if tid is None and not self.authz.cluster(conn, Op.IDEMPOTENT_WRITE) and \
+                not self.authz.by_resource_type(conn, Op.WRITE, ResourceType.TOPIC):
+            return response(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
         if pid == NO_PRODUCER_ID and epoch == NO_PRODUCER_EPOCH:
             expected = None
         elif pid == NO_PRODUCER_ID or epoch == NO_PRODUCER_EPOCH:
@@ -101,14 +113,18 @@ class TransactionHandlers:
 
     # -- AddPartitionsToTxn ------------------------------------------------------------------------
 
-    def _check_partitions(self, topics: list) -> tuple[dict[TopicPartition, ErrorCode], set[TopicPartition]]:
+    def _check_partitions(self, topics: list, writable: set[str] | None
+                          ) -> tuple[dict[TopicPartition, ErrorCode], set[TopicPartition]]:
+        """``writable``: the topics a client may add (None: a broker's request, all of them)."""
         errors: dict[TopicPartition, ErrorCode] = {}
         ok: set[TopicPartition] = set()
         for t in topics:
             count = partition_count(self.metadata, self.metadata_cache, t.name)
             for p in t.partitions:
                 tp = TopicPartition(t.name, p)
-                if not 0 <= p < count:
+                if writable is not None and t.name not in writable:
+                    errors[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                elif not 0 <= p < count:
                     errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 else:
                     ok.add(tp)
@@ -123,8 +139,17 @@ class TransactionHandlers:
         return [aptr.AddPartitionsToTxnTopicResult(name=n, results_by_partition=ps) for n, ps in by_topic.items()]
 
     def _add_one(self, version: int, tid: str, pid: int, epoch: int, topics: list, verify_only: bool,
-                 done: Callable[[dict[TopicPartition, ErrorCode]], None]) -> None:
-        errors, ok = self._check_partitions(topics)
+                 done: Callable[[dict[TopicPartition, ErrorCode]], None], conn: KafkaConnection) -> None:
+        writable = None
+        if version < 4:
+            # A client's request: WRITE on the transactional id and on each topic (never an internal one).
+            if not self.authz.transactional_id(conn, Op.WRITE, tid):
+                done({TopicPartition(t.name, p): ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                      for t in topics for p in t.partitions})
+                return
+            writable = self.authz.allowed(conn, Op.WRITE, ResourceType.TOPIC,
+                                          (t.name for t in topics if t.name not in INTERNAL_TOPICS))
+        errors, ok = self._check_partitions(topics, writable)
         if errors:
             # One bad partition fails the whole transaction's request; the rest were not attempted.
             done({**errors, **{tp: ErrorCode.OPERATION_NOT_ATTEMPTED for tp in ok}})
@@ -144,8 +169,12 @@ class TransactionHandlers:
                 self._add_one(v, req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
                               req.v3_and_below_producer_epoch, req.v3_and_below_topics, False,
                               lambda errs: cb(aptr.AddPartitionsToTxnResponse(
-                                  throttle_time_ms=0, results_by_topic_v3_and_below=self._topic_results(errs))))
+                                  throttle_time_ms=0, results_by_topic_v3_and_below=self._topic_results(errs))),
+                              conn)
             return _respond(run3)
+        if not self.authz.cluster(conn, Op.CLUSTER_ACTION):  # v4+ is brokers' own request
+            return aptr.AddPartitionsToTxnResponse(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                                   results_by_transaction=[])
 
         def run4(cb: Callable[[Any], None]) -> None:
             results: list[aptr.AddPartitionsToTxnResult | None] = [None] * len(req.transactions)
@@ -165,7 +194,8 @@ class TransactionHandlers:
                     remaining[0] -= 1
                     if remaining[0] == 0:
                         finish()
-                self._add_one(v, t.transactional_id, t.producer_id, t.producer_epoch, t.topics, t.verify_only, one)
+                self._add_one(v, t.transactional_id, t.producer_id, t.producer_epoch, t.topics, t.verify_only, one,
+                              conn)
         return _respond(run4)
 
     # -- AddOffsetsToTxn -----------------------------------------------------------------------------
@@ -181,6 +211,11 @@ class TransactionHandlers:
         self, header: RequestHeader, req: AddOffsetsToTxnRequest, conn: KafkaConnection
     ) -> Answer:
         v = header.api_version
+        if not self.authz.transactional_id(conn, Op.WRITE, req.transactional_id):
+            return aotr.AddOffsetsToTxnResponse(throttle_time_ms=0,
+                                                error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        if not self.authz.group(conn, Op.READ, req.group_id):
+            return aotr.AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
         tp = TopicPartition(GROUP_METADATA_TOPIC_NAME, self._offsets_partition(req.group_id))
         return _respond(lambda cb: self.c.handle_add_partitions(
             req.transactional_id, req.producer_id, req.producer_epoch, {tp},
@@ -190,6 +225,8 @@ class TransactionHandlers:
 
     def handle_end_txn(self, header: RequestHeader, req: EndTxnRequest, conn: KafkaConnection) -> Answer:
         v = header.api_version
+        if not self.authz.transactional_id(conn, Op.WRITE, req.transactional_id):
+            return etr.EndTxnResponse(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         return _respond(lambda cb: self.c.handle_end_transaction(
             req.transactional_id, req.producer_id, req.producer_epoch, req.committed,
             lambda err: cb(etr.EndTxnResponse(throttle_time_ms=0, error_code=_fenced_for(v, 2, err)))))
@@ -200,6 +237,12 @@ class TransactionHandlers:
         self, header: RequestHeader, req: WriteTxnMarkersRequest, conn: KafkaConnection
     ) -> Answer:
         rm = self.replica_manager
+        if not self.authz.cluster(conn, Op.CLUSTER_ACTION):  # brokers only: every partition refused
+            return wtmr.WriteTxnMarkersResponse(markers=[wtmr.WritableTxnMarkerResult(
+                producer_id=m.producer_id, topics=[wtmr.WritableTxnMarkerTopicResult(name=t.name, partitions=[
+                    wtmr.WritableTxnMarkerPartitionResult(partition_index=p,
+                                                          error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+                    for p in t.partition_indexes]) for t in m.topics]) for m in req.markers])
         results: list[wtmr.WritableTxnMarkerResult | None] = [None] * len(req.markers)
         remaining = [len(req.markers)]
         reply: Reply[None] = Reply(lambda _: wtmr.WriteTxnMarkersResponse(markers=list(results)))
@@ -256,11 +299,19 @@ class TransactionHandlers:
             st = dtxr.TransactionState(error_code=0, transactional_id=tid, transaction_state="",
                                        transaction_timeout_ms=0, transaction_start_time_ms=-1, producer_id=-1,
                                        producer_epoch=-1, topics=[])
+            if not self.authz.transactional_id(conn, Op.DESCRIBE, tid):
+                st.error_code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                states.append(st)
+                continue
             err, md = self.c.describe(tid)
             st.error_code = err
             if md is not None:
                 by_topic: dict[str, list[int]] = {}
-                for tp in sorted(md.topic_partitions, key=lambda x: (x.topic, x.partition)):
+                # Partitions of topics the principal may not describe are left out, as Kafka does.
+                describable = self.authz.allowed(conn, Op.DESCRIBE, ResourceType.TOPIC,
+                                                 (tp.topic for tp in md.topic_partitions))
+                for tp in sorted((tp for tp in md.topic_partitions if tp.topic in describable),
+                                 key=lambda x: (x.topic, x.partition)):
                     by_topic.setdefault(tp.topic, []).append(tp.partition)
                 st.topics = [dtxr.TopicData(topic=t, partitions=ps) for t, ps in by_topic.items()]
                 st.producer_id = md.producer_id
@@ -280,6 +331,9 @@ class TransactionHandlers:
         duration = req.duration_filter if header.api_version >= 1 else -1
         err, unknown, found = self.c.state_manager.list_transaction_states(
             set(req.producer_id_filters), set(req.state_filters), duration)
+        visible = self.authz.allowed(conn, Op.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                                     (md.transactional_id for md in found))
+        found = [md for md in found if md.transactional_id in visible]
         return ltr.ListTransactionsResponse(
             throttle_time_ms=0, error_code=err, unknown_state_filters=unknown,
             transaction_states=[ltr.TransactionState(transactional_id=md.transactional_id, producer_id=md.producer_id,
@@ -292,12 +346,15 @@ class TransactionHandlers:
     ) -> dpr.DescribeProducersResponse:
         rm = self.replica_manager
         topics = []
+        readable = self.authz.allowed(conn, Op.READ, ResourceType.TOPIC, (t.name for t in req.topics))
         for t in req.topics:
             parts = []
             for i in t.partition_indexes:
                 r = dpr.PartitionResponse(partition_index=i, error_code=0, error_message=None, active_producers=[])
                 p = rm.partitions.get(TopicPartition(t.name, i))
-                if p is None or p.deleted:
+                if t.name not in readable:
+                    r.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                elif p is None or p.deleted:
                     r.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 else:
                     for pid, e in sorted(p.log.active_producers().items()):
