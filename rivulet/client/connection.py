@@ -140,6 +140,22 @@ class _Protocol(asyncio.BufferedProtocol):
                 w.set_result(None)
 
 
+class BrokerConnector:
+    """How one side reaches brokers: plaintext, or TLS with ``ssl_context``. The broker's own
+    connections (replica fetchers, AlterPartition, the controller's channel, transaction
+    markers) all take the inter-broker listener's from the one the broker builds."""
+
+    def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
+        self.ssl_context = ssl_context
+
+    def connection(self, host: str, port: int, client_id: str, request_timeout_ms: int = 30000,
+                   node_id: int = -1) -> BrokerConnection:
+        return BrokerConnection(host, port, client_id, request_timeout_ms, node_id, ssl_context=self.ssl_context)
+
+
+PLAINTEXT_CONNECTOR = BrokerConnector()
+
+
 class BrokerConnection:
     def __init__(self, host: str, port: int, client_id: str = "rivulet", request_timeout_ms: int = 30000,
                  node_id: int = -1, ssl_context: ssl.SSLContext | None = None,

@@ -16,7 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
-from rivulet.client.connection import BrokerConnection
+from rivulet.client.connection import PLAINTEXT_CONNECTOR, BrokerConnection, BrokerConnector
 from rivulet.common.types import TopicPartition
 from rivulet.controller.context import LEADER_DURING_DELETE, ControllerContext
 from rivulet.controller.zk_data import BrokerRegistration
@@ -172,8 +172,9 @@ def _update_metadata_broker(b: BrokerRegistration) -> umr.UpdateMetadataBroker:
 
 class _BrokerSender:
     def __init__(self, broker: BrokerRegistration, listener: str, client_id: str, request_timeout_ms: int,
-                 backoff_s: float) -> None:
+                 backoff_s: float, connector: BrokerConnector) -> None:
         self.broker = broker
+        self.connector = connector
         self.listener = listener
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
@@ -187,8 +188,8 @@ class _BrokerSender:
         while self.conn is None or self.conn.closed:
             ep = inter_broker_endpoint(self.broker, self.listener)
             assert ep is not None
-            conn = BrokerConnection(ep[0], ep[1], client_id=self.client_id,
-                                    request_timeout_ms=self.request_timeout_ms, node_id=self.broker.broker_id)
+            conn = self.connector.connection(ep[0], ep[1], self.client_id, self.request_timeout_ms,
+                                             self.broker.broker_id)
             try:
                 self.conn = await conn.connect(timeout=self.request_timeout_ms / 1000)
             except (OSError, ApiError) as e:
@@ -238,8 +239,9 @@ class ControllerChannelManager:
     """One sender per live broker; requests to a broker leave in the order they were queued."""
 
     def __init__(self, controller_id: int, listener: str = "PLAINTEXT", request_timeout_ms: int = 30000,
-                 backoff_ms: int = 100) -> None:
+                 backoff_ms: int = 100, connector: BrokerConnector = PLAINTEXT_CONNECTOR) -> None:
         self.listener = listener
+        self.connector = connector
         self.client_id = f"controller-{controller_id}"
         self.request_timeout_ms = request_timeout_ms
         self.backoff_s = backoff_ms / 1000
@@ -252,7 +254,7 @@ class ControllerChannelManager:
             return
         self.remove_broker(broker.broker_id)
         self._senders[broker.broker_id] = _BrokerSender(broker, self.listener, self.client_id, self.request_timeout_ms,
-                                                        self.backoff_s)
+                                                        self.backoff_s, self.connector)
 
     def remove_broker(self, broker_id: int) -> None:
         sender = self._senders.pop(broker_id, None)

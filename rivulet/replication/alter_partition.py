@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from rivulet.client.connection import BrokerConnection
+from rivulet.client.connection import PLAINTEXT_CONNECTOR, BrokerConnection, BrokerConnector
 from rivulet.common.types import TopicPartition
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.messages import alter_partition_request as apq
@@ -38,7 +38,8 @@ class ControllerAlterPartitionManager:
     """An ``AlterPartitionManager`` that sends to the controller over the inter-broker listener."""
 
     def __init__(self, node_id: int, cache: MetadataCache, listener: str, broker_epoch: Callable[[], int],
-                 retry_backoff_ms: int = 100, request_timeout_ms: int = 30000) -> None:
+                 retry_backoff_ms: int = 100, request_timeout_ms: int = 30000,
+                 connector: BrokerConnector = PLAINTEXT_CONNECTOR) -> None:
         self.node_id = node_id
         self.cache = cache
         self.listener = listener
@@ -48,7 +49,7 @@ class ControllerAlterPartitionManager:
         self._queue: dict[TopicPartition, _Pending] = {}
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
-        self._link = BrokerLink(f"broker-{node_id}", request_timeout_ms)
+        self._link = BrokerLink(f"broker-{node_id}", request_timeout_ms, connector)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="alter-partition")

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from rivulet.client.connection import BrokerConnection
+from rivulet.client.connection import PLAINTEXT_CONNECTOR, BrokerConnection, BrokerConnector
 from rivulet.common.types import TopicPartition
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ApiError, ErrorCode
@@ -91,7 +91,7 @@ class ReplicaFetcher:
     """Fetches every partition this broker follows from one leader."""
 
     def __init__(self, leader: LeaderEndpoint, rm: ReplicaManager, node_id: int, config: FetcherConfig,
-                 broker_epoch: Callable[[], int]) -> None:
+                 broker_epoch: Callable[[], int], connector: BrokerConnector = PLAINTEXT_CONNECTOR) -> None:
         self.leader = leader
         self.rm = rm
         self.node_id = node_id
@@ -99,7 +99,7 @@ class ReplicaFetcher:
         self.broker_epoch = broker_epoch
         self.partitions: dict[TopicPartition, _FetchState] = {}
         self._wakeup = asyncio.Event()
-        self._link = BrokerLink(f"broker-{node_id}-fetcher", config.request_timeout_ms)
+        self._link = BrokerLink(f"broker-{node_id}-fetcher", config.request_timeout_ms, connector)
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -354,8 +354,10 @@ class ReplicaFetcherManager:
     broker, created when the first partition needs it and closed when its last one goes."""
 
     def __init__(self, rm: ReplicaManager, node_id: int, config: FetcherConfig,
-                 broker_epoch: Callable[[], int] = lambda: -1) -> None:
+                 broker_epoch: Callable[[], int] = lambda: -1, connector: BrokerConnector = PLAINTEXT_CONNECTOR
+                 ) -> None:
         self.rm = rm
+        self.connector = connector
         self.node_id = node_id
         self.config = config
         self.broker_epoch = broker_epoch
@@ -370,7 +372,7 @@ class ReplicaFetcherManager:
             f = None
         if f is None:
             f = self.fetchers[leader.broker_id] = ReplicaFetcher(leader, self.rm, self.node_id, self.config,
-                                                                 self.broker_epoch)
+                                                                 self.broker_epoch, self.connector)
             f.start()
         for other in self.fetchers.values():
             if other is not f:

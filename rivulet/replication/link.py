@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 
-from rivulet.client.connection import BrokerConnection
+from rivulet.client.connection import PLAINTEXT_CONNECTOR, BrokerConnection, BrokerConnector  # noqa: F401  (re-exported)
 
 
 class BrokerLink:
-    def __init__(self, client_id: str, request_timeout_ms: int) -> None:
+    def __init__(self, client_id: str, request_timeout_ms: int, connector: BrokerConnector = PLAINTEXT_CONNECTOR
+                 ) -> None:
         self.client_id = client_id
+        self.connector = connector
         self.request_timeout_ms = request_timeout_ms
         self._conn: BrokerConnection | None = None
         self._to: tuple[int, str, int] | None = None
@@ -20,9 +22,9 @@ class BrokerLink:
         key = (broker_id, host, port)
         if self._conn is None or self._conn.closed or self._to != key:
             await self.drop()
-            self._conn = await BrokerConnection(host, port, client_id=self.client_id,
-                                                request_timeout_ms=self.request_timeout_ms,
-                                                node_id=broker_id).connect(timeout=self.request_timeout_ms / 1000)
+            self._conn = await self.connector.connection(
+                host, port, self.client_id, self.request_timeout_ms, broker_id).connect(
+                timeout=self.request_timeout_ms / 1000)
             self._to = key
         return self._conn
 

@@ -37,6 +37,7 @@ from rivulet.server.metadata import MetadataStore
 from rivulet.server.authentication import SaslListenerConfig, SaslSession, sasl_listener_config
 from rivulet.server.config import SASL_PROTOCOLS
 from rivulet.server.quotas import ClientQuotas
+from rivulet.client.connection import PLAINTEXT_CONNECTOR, BrokerConnector
 from rivulet.server.network import Listener
 from rivulet.server.scram import ScramCredentials
 from rivulet.server.socket_server import SocketServer, SocketServerConfig
@@ -57,6 +58,16 @@ log = logging.getLogger(__name__)
 RETENTION_SLICE = 64
 
 
+def inter_broker_connector(config: BrokerConfig) -> BrokerConnector:
+    """The broker's client side towards other brokers: TLS when the inter-broker listener is
+    SSL or SASL_SSL, with that listener's ssl.* settings (its key store is this broker's client
+    certificate when the others ask for one)."""
+    listener = config.inter_broker_listener
+    if config.inter_broker_security_protocol() not in ("SSL", "SASL_SSL"):
+        return PLAINTEXT_CONNECTOR
+    return BrokerConnector(tls.client_context(tls.ssl_config(config.listener_props(listener))))
+
+
 class Broker:
     def __init__(self, config: BrokerConfig, clock: Clock = SYSTEM_CLOCK, *, cluster_mode: bool = False) -> None:
         """``cluster_mode``: a controller decides leadership (LeaderAndIsr, UpdateMetadata,
@@ -65,7 +76,10 @@ class Broker:
         (its id and the cluster id settled there, its registration, its candidate controller)."""
         self.config = config
         self.clock = clock
-        self.cluster: ZkClusterMember | None = ZkClusterMember(config, clock) if config["zookeeper.connect"] else None
+        # How this broker reaches the others: the inter-broker listener's security protocol.
+        self.connector = inter_broker_connector(config)
+        self.cluster: ZkClusterMember | None = (ZkClusterMember(config, clock, self.connector)
+                                                if config["zookeeper.connect"] else None)
         self.cluster_mode = cluster_mode or self.cluster is not None
         self.node_id = self.cluster.broker_id if self.cluster is not None else config.node_id
         self.metadata_cache: MetadataCache | None = MetadataCache(self.node_id) if self.cluster_mode else None
@@ -199,10 +213,10 @@ class Broker:
             # check asks the transactional id's coordinator wherever it runs.
             listener = cfg.inter_broker_listener
             self.marker_channel = InterBrokerMarkerChannel(self.node_id, self.metadata_cache, listener,
-                                                           cfg["replica.socket.timeout.ms"])
+                                                           cfg["replica.socket.timeout.ms"], self.connector)
             txns.markers.channel = self.marker_channel
             self.txn_verifier = ClusterTxnVerifier(self.node_id, self.metadata_cache, listener, txns,
-                                                   cfg["replica.socket.timeout.ms"])
+                                                   cfg["replica.socket.timeout.ms"], self.connector)
             rm.async_txn_verifier = self.txn_verifier
         else:
             rm.txn_verifier = txns.verify_produce
@@ -267,14 +281,14 @@ class Broker:
         rm.replica_selector = cfg["replica.selector.class"]
         self.alter_partition = ControllerAlterPartitionManager(
             self.node_id, cache, listener, lambda: self.broker_epoch,
-            request_timeout_ms=cfg["replica.socket.timeout.ms"])
+            request_timeout_ms=cfg["replica.socket.timeout.ms"], connector=self.connector)
         self.alter_partition.start()
         rm.alter_partition = self.alter_partition
         self.replica_fetchers = ReplicaFetcherManager(rm, self.node_id, FetcherConfig(
             max_wait_ms=cfg["replica.fetch.wait.max.ms"], min_bytes=cfg["replica.fetch.min.bytes"],
             max_bytes=cfg["replica.fetch.max.bytes"], response_max_bytes=cfg["replica.fetch.response.max.bytes"],
             backoff_ms=cfg["replica.fetch.backoff.ms"], request_timeout_ms=cfg["replica.socket.timeout.ms"]),
-            broker_epoch=lambda: self.broker_epoch)
+            broker_epoch=lambda: self.broker_epoch, connector=self.connector)
         rm.fetchers = self.replica_fetchers
         self._tasks.append(asyncio.get_running_loop().create_task(self._isr_expiration(rm)))
 

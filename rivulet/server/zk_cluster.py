@@ -23,7 +23,7 @@ from typing import Any
 from kazoo.client import KazooState
 from kazoo.exceptions import NodeExistsError
 
-from rivulet.client.connection import BrokerConnection
+from rivulet.client.connection import PLAINTEXT_CONNECTOR, BrokerConnector
 from rivulet.common.config import load_properties
 from rivulet.common.time import SYSTEM_CLOCK, Clock
 from rivulet.controller.channel import ControllerChannelManager, inter_broker_endpoint
@@ -59,8 +59,11 @@ def _log_failure(task: asyncio.Task) -> None:
 
 
 class ZkClusterMember:
-    def __init__(self, config: BrokerConfig, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, config: BrokerConfig, clock: Clock = SYSTEM_CLOCK,
+                 connector: BrokerConnector = PLAINTEXT_CONNECTOR) -> None:
+        """``connector``: how this broker reaches the others (the inter-broker listener's TLS)."""
         self.config = config
+        self.connector = connector
         self.clock = clock
         self.listener = config.inter_broker_listener
         self.client = KafkaZkClient(config["zookeeper.connect"], config["zookeeper.session.timeout.ms"],
@@ -130,7 +133,8 @@ class ZkClusterMember:
                              self.listener, cfg["auto.leader.rebalance.enable"],
                              cfg["leader.imbalance.check.interval.seconds"],
                              cfg["leader.imbalance.per.broker.percentage"]),
-            bridge, lambda: ControllerChannelManager(self.broker_id, self.listener, cfg["controller.socket.timeout.ms"]),
+            bridge, lambda: ControllerChannelManager(self.broker_id, self.listener, cfg["controller.socket.timeout.ms"],
+                                                     connector=self.connector),
             self.clock)
         return self.controller
 
@@ -267,8 +271,8 @@ class ZkClusterMember:
         ep = inter_broker_endpoint(controller, self.listener)
         if ep is None:
             raise ApiError(ErrorCode.NOT_CONTROLLER, "no controller is available")
-        conn = await BrokerConnection(ep[0], ep[1], client_id=f"broker-{self.broker_id}",
-                                      request_timeout_ms=self.config["controller.socket.timeout.ms"]).connect(5.0)
+        conn = await self.connector.connection(ep[0], ep[1], f"broker-{self.broker_id}",
+                                               self.config["controller.socket.timeout.ms"]).connect(5.0)
         try:
             resp = await conn.send(ControlledShutdownRequest(broker_id=self.broker_id, broker_epoch=self.broker_epoch))
         finally:

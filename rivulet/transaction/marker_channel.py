@@ -11,15 +11,17 @@ import logging
 from rivulet.common.types import TopicPartition
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.messages import write_txn_markers_request as wtq
-from rivulet.replication.link import BrokerLink
+from rivulet.replication.link import PLAINTEXT_CONNECTOR, BrokerConnector, BrokerLink
 from rivulet.replication.metadata_cache import MetadataCache
 
 log = logging.getLogger(__name__)
 
 
 class InterBrokerMarkerChannel:
-    def __init__(self, node_id: int, cache: MetadataCache, listener: str, request_timeout_ms: int = 30000) -> None:
+    def __init__(self, node_id: int, cache: MetadataCache, listener: str, request_timeout_ms: int = 30000,
+                 connector: BrokerConnector = PLAINTEXT_CONNECTOR) -> None:
         self.node_id = node_id
+        self.connector = connector
         self.cache = cache
         self.listener = listener
         self.request_timeout_ms = request_timeout_ms
@@ -50,7 +52,7 @@ class InterBrokerMarkerChannel:
             coordinator_epoch=coordinator_epoch,
             topics=[wtq.WritableTxnMarkerTopic(name=t, partition_indexes=ps) for t, ps in by_topic.items()])])
         link = self._links.setdefault(broker_id, BrokerLink(f"broker-{self.node_id}-txn-markers",
-                                                            self.request_timeout_ms))
+                                                            self.request_timeout_ms, self.connector))
         # One request at a time per broker, as Kafka's channel: markers of one transaction stay in order.
         async with self._locks.setdefault(broker_id, asyncio.Lock()):
             try:

@@ -10,7 +10,7 @@ import logging
 from rivulet.common.types import TopicPartition
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.messages import add_partitions_to_txn_request as aptq
-from rivulet.replication.link import BrokerLink
+from rivulet.replication.link import PLAINTEXT_CONNECTOR, BrokerConnector, BrokerLink
 from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.transaction.coordinator import TransactionCoordinator
 from rivulet.transaction.txn_log import TRANSACTION_STATE_TOPIC_NAME, partition_for
@@ -20,8 +20,9 @@ log = logging.getLogger(__name__)
 
 class ClusterTxnVerifier:
     def __init__(self, node_id: int, cache: MetadataCache, listener: str, local: TransactionCoordinator,
-                 request_timeout_ms: int = 30000) -> None:
+                 request_timeout_ms: int = 30000, connector: BrokerConnector = PLAINTEXT_CONNECTOR) -> None:
         self.node_id = node_id
+        self.connector = connector
         self.cache = cache
         self.listener = listener
         self.local = local
@@ -46,7 +47,8 @@ class ClusterTxnVerifier:
         req = aptq.AddPartitionsToTxnRequest(transactions=[aptq.AddPartitionsToTxnTransaction(
             transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
             verify_only=True, topics=[aptq.AddPartitionsToTxnTopic(name=tp.topic, partitions=[tp.partition])])])
-        link = self._links.setdefault(leader, BrokerLink(f"broker-{self.node_id}-txn-verify", self.request_timeout_ms))
+        link = self._links.setdefault(leader, BrokerLink(f"broker-{self.node_id}-txn-verify", self.request_timeout_ms,
+                                                                 self.connector))
         try:
             conn = await link.connection(leader, endpoint.host, endpoint.port)
             resp = await conn.send(req, conn.version_for(req.API_KEY, 5))
