@@ -313,3 +313,55 @@ def test_sasl_ssl_listener_carries_sasl_over_tls(tls_certs):
         assert any("Authentication failed" in str(e) or "SASL" in str(e) for e in errors), errors
     finally:
         b.cleanup()
+
+
+@pytest.mark.java
+@pytest.mark.parametrize("mutual", [False, True], ids=["tls", "mtls"])
+def test_java_client(tls_broker, tls_certs, mutual):
+    """Kafka's own Java client (its perf tools): a PEM trust store, and for mutual TLS a
+    PKCS12 key store; ConsumerPerformance consumes in a group and commits on close."""
+    import java_tools as jt
+    reason = jt.java_available()
+    assert reason is None, f"Kafka's Java tools are needed: {reason}"
+    bootstrap = tls_broker.mtls if mutual else tls_broker.ssl
+    props = {"security.protocol": "SSL", "ssl.truststore.type": "PEM",
+             "ssl.truststore.location": str(tls_certs.ca.pem), "request.timeout.ms": 15_000}
+    if mutual:
+        props.update({"ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(tls_certs.client.p12),
+                      "ssl.keystore.password": PASSWORD, "ssl.key.password": PASSWORD})
+    topic, group = topic_name("java-tls"), topic_name("g")
+    produced = jt.producer_perf(bootstrap, topic, num_records=2000, record_size=100,
+                                props={**props, "max.block.ms": 20_000, "delivery.timeout.ms": 30_000})
+    assert produced.records == 2000
+    consumed = jt.consumer_perf(bootstrap, topic, num_records=2000, group=group,
+                                props={**props, "default.api.timeout.ms": 20_000})
+    assert consumed.records == 2000
+    from confluent_kafka import Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": tls_broker.plain, "group.id": group})
+    assert c.committed([TopicPartition(topic, 0)], timeout=10)[0].offset == 2000
+    c.close()
+
+
+def test_cli_over_mutual_tls(tls_broker, tls_certs, tmp_path):
+    """The CLI takes the client properties from --command-config, as Kafka's tools do; a
+    security setting it does not know is an error, not a plaintext connection."""
+    import sys
+    cfg = tmp_path / "client.properties"
+    cfg.write_text(f"security.protocol=SSL\nssl.ca.location={tls_certs.ca.pem}\n"
+                   f"ssl.certificate.location={tls_certs.client.cert}\nssl.key.location={tls_certs.client.key_enc}\n"
+                   f"ssl.key.password={PASSWORD}\n")
+    topic = topic_name("cli-tls")
+
+    def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "rivulet", *args, "-b", tls_broker.mtls,
+                               "--command-config", str(cfg)], input=stdin, capture_output=True, text=True,
+                              timeout=90)
+
+    r = cli("produce", "-t", topic, "-q", stdin="a\nb\n")
+    assert r.returncode == 0, r.stderr
+    r = cli("consume", "-t", topic, "-G", topic, "-o", "beginning", "-c", "2")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["a", "b"]
+    cfg.write_text(f"security.protocol=SSL\nssl.ca.locaton={tls_certs.ca.pem}\n")
+    r = cli("topics", "list")
+    assert r.returncode != 0 and "ssl.ca.locaton" in r.stderr
