@@ -4,6 +4,7 @@ The load generator is librdkafka (confluent-kafka), on the same machine as the b
 
     python -m benchmarks.produce_consume                 # starts its own broker
     python -m benchmarks.produce_consume --bootstrap host:port   # an already running broker
+    python -m benchmarks.produce_consume --tls           # plaintext and TLS on one broker, side by side
 
 It prints one table; docs/performance.md records the results.
 """
@@ -39,13 +40,14 @@ class Result:
         return self.bytes / self.seconds / 1e6
 
 
-def create_topic(bootstrap: str, name: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+def create_topic(bootstrap: str, name: str, partitions: int, conf: dict[str, str] | None = None) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(conf or {})})
     admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])[name].result(30)
 
 
-def produce(bootstrap: str, topic: str, count: int, size: int, acks: str) -> Result:
-    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 10, "batch.size": 1_000_000,
+def produce(bootstrap: str, topic: str, count: int, size: int, acks: str, conf: dict[str, str] | None = None
+            ) -> Result:
+    p = Producer({**(conf or {}), "bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 10, "batch.size": 1_000_000,
                   "batch.num.messages": 100_000, "queue.buffering.max.messages": 1_000_000,
                   "queue.buffering.max.kbytes": 2_000_000, "enable.idempotence": False})
     payload = bytes(i % 251 for i in range(size))
@@ -63,8 +65,9 @@ def produce(bootstrap: str, topic: str, count: int, size: int, acks: str) -> Res
     return Result(f"produce {size} B acks={acks}", count, dt, count * size)
 
 
-def consume(bootstrap: str, topic: str, partitions: int, count: int, size: int) -> Result:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-" + uuid.uuid4().hex[:6],
+def consume(bootstrap: str, topic: str, partitions: int, count: int, size: int,
+            conf: dict[str, str] | None = None) -> Result:
+    c = Consumer({**(conf or {}), "bootstrap.servers": bootstrap, "group.id": "bench-" + uuid.uuid4().hex[:6],
                   "enable.auto.commit": False, "fetch.max.bytes": 52_428_800,
                   "max.partition.fetch.bytes": 10_485_760, "queued.max.messages.kbytes": 1_048_576})
     c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
@@ -86,14 +89,15 @@ def consume(bootstrap: str, topic: str, partitions: int, count: int, size: int) 
     return Result(f"consume {size} B", got, dt, nbytes)
 
 
-def latency(bootstrap: str, topic: str, rate: int, seconds: float, linger_ms: int = 0) -> dict[str, float]:
+def latency(bootstrap: str, topic: str, rate: int, seconds: float, linger_ms: int = 0,
+            conf: dict[str, str] | None = None) -> dict[str, float]:
     """Produce at a fixed rate on one partition and time each record until a consumer has it.
 
     ``linger_ms=0`` sends every record as its own request as soon as it is produced. Kafka reads
     one request at a time per connection (it mutes the socket until the response is out), so
     at thousands of requests a second on one connection it queues; librdkafka's default
     linger.ms=5 batches instead."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "lat-" + uuid.uuid4().hex[:6],
+    c = Consumer({**(conf or {}), "bootstrap.servers": bootstrap, "group.id": "lat-" + uuid.uuid4().hex[:6],
                   "enable.auto.commit": False, "fetch.wait.max.ms": 100})
     c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
     lat: list[float] = []
@@ -109,7 +113,8 @@ def latency(bootstrap: str, topic: str, rate: int, seconds: float, linger_ms: in
 
     th = threading.Thread(target=reader)
     th.start()
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": linger_ms, "enable.idempotence": False})
+    p = Producer({**(conf or {}), "bootstrap.servers": bootstrap, "acks": "1", "linger.ms": linger_ms,
+                  "enable.idempotence": False})
     # Warm up: the consumer has fetched once before the clock starts.
     p.produce(topic, f"{time.perf_counter_ns():020d}".encode(), partition=0)
     p.flush(10)
@@ -136,28 +141,63 @@ def latency(bootstrap: str, topic: str, rate: int, seconds: float, linger_ms: in
             "mean": statistics.fmean(lat)}
 
 
-def run(bootstrap: str, count_1k: int, count_100: int, partitions: int, lat_seconds: float) -> list[str]:
-    lines = []
+def measure(bootstrap: str, count_1k: int, count_100: int, partitions: int, lat_seconds: float,
+            conf: dict[str, str] | None = None) -> tuple[list[Result], dict[str, float]]:
     results: list[Result] = []
     for size, count in ((100, count_100), (1024, count_1k)):
         for acks in ("1", "all"):
             topic = f"bench-{size}-{acks}-{uuid.uuid4().hex[:6]}"
-            create_topic(bootstrap, topic, partitions)
-            results.append(produce(bootstrap, topic, count, size, acks))
+            create_topic(bootstrap, topic, partitions, conf)
+            results.append(produce(bootstrap, topic, count, size, acks, conf))
             if acks == "1":
-                results.append(consume(bootstrap, topic, partitions, count, size))
-    lines.append(f"| {'workload':<26} | {'records':>9} | {'records/s':>10} | {'MB/s':>7} |")
-    lines.append(f"|{'-' * 28}|{'-' * 11}:|{'-' * 11}:|{'-' * 8}:|")
+                results.append(consume(bootstrap, topic, partitions, count, size, conf))
+    topic = f"bench-lat-{uuid.uuid4().hex[:6]}"
+    create_topic(bootstrap, topic, 1, conf)
+    return results, latency(bootstrap, topic, 5000, lat_seconds, conf=conf)
+
+
+def _latency_line(lat: dict[str, float], seconds: float, what: str = "") -> str:
+    return (f"End-to-end latency{what} at 5,000 msg/s for {seconds:.0f} s ({lat['count']} records, 100 B): "
+            f"p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms, p99.9 {lat['p999']:.2f} ms, mean {lat['mean']:.2f} ms")
+
+
+def run(bootstrap: str, count_1k: int, count_100: int, partitions: int, lat_seconds: float) -> list[str]:
+    results, lat = measure(bootstrap, count_1k, count_100, partitions, lat_seconds)
+    lines = [f"| {'workload':<26} | {'records':>9} | {'records/s':>10} | {'MB/s':>7} |",
+             f"|{'-' * 28}|{'-' * 11}:|{'-' * 11}:|{'-' * 8}:|"]
     for r in results:
         lines.append(f"| {r.name:<26} | {r.records:>9} | {r.rps:>10,.0f} | {r.mbps:>7.1f} |")
-    topic = f"bench-lat-{uuid.uuid4().hex[:6]}"
-    create_topic(bootstrap, topic, 1)
-    lat = latency(bootstrap, topic, 5000, lat_seconds)
-    lines.append("")
-    lines.append(f"End-to-end latency at 5,000 msg/s for {lat_seconds:.0f} s ({lat['count']} records, 100 B): "
-                 f"p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms, p99.9 {lat['p999']:.2f} ms, "
-                 f"mean {lat['mean']:.2f} ms")
-    return lines
+    return lines + ["", _latency_line(lat, lat_seconds)]
+
+
+def run_tls(count_1k: int, count_100: int, partitions: int, lat_seconds: float) -> list[str]:
+    """One broker with a PLAINTEXT and an SSL listener (certificates made for the run), the
+    same workloads over each, plaintext first."""
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from tls_certs import make_test_certs
+
+    from rivulet.testing import free_port
+
+    with tempfile.TemporaryDirectory(prefix="rivulet-bench-tls-") as d:
+        certs = make_test_certs(Path(d))
+        tls_port = free_port()
+        broker = BrokerProcess()
+        broker.overrides.update({"listeners": f"PLAINTEXT://127.0.0.1:{broker.port},SSL://127.0.0.1:{tls_port}",
+                                 **certs.broker_ssl_props()})
+        tls_conf = {"security.protocol": "SSL", "ssl.ca.location": str(certs.ca.pem)}
+        with broker:
+            plain, plain_lat = measure(broker.bootstrap, count_1k, count_100, partitions, lat_seconds)
+            tls, tls_lat = measure(f"127.0.0.1:{tls_port}", count_1k, count_100, partitions, lat_seconds, tls_conf)
+    lines = [f"| {'workload':<26} | {'plaintext MB/s':>14} | {'TLS MB/s':>9} | {'TLS / plaintext':>15} |",
+             f"|{'-' * 28}|{'-' * 15}:|{'-' * 10}:|{'-' * 16}:|"]
+    for p, t in zip(plain, tls):
+        lines.append(f"| {p.name:<26} | {p.mbps:>14.1f} | {t.mbps:>9.1f} | {t.mbps / p.mbps:>14.0%} |")
+    return lines + ["", _latency_line(plain_lat, lat_seconds, " (plaintext)"),
+                    _latency_line(tls_lat, lat_seconds, " (TLS)")]
 
 
 def main() -> None:
@@ -167,8 +207,11 @@ def main() -> None:
     ap.add_argument("--records-100", type=int, default=2_000_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--latency-seconds", type=float, default=10)
+    ap.add_argument("--tls", action="store_true", help="plaintext and TLS (an SSL listener) side by side")
     args = ap.parse_args()
-    if args.bootstrap:
+    if args.tls:
+        lines = run_tls(args.records_1k, args.records_100, args.partitions, args.latency_seconds)
+    elif args.bootstrap:
         lines = run(args.bootstrap, args.records_1k, args.records_100, args.partitions, args.latency_seconds)
     else:
         with BrokerProcess() as broker:

@@ -162,3 +162,29 @@ def test_ssl_listener_principals_and_refusals(tls_certs, client_auth):
         assert handler.principals == expected
 
     asyncio.run(run())
+
+
+def test_client_settings_in_librdkafkas_and_javas_names(tls_certs):
+    c = tls_certs
+    rdkafka = tls.client_ssl_config({"ssl.ca.location": str(c.ca.pem), "ssl.certificate.location": str(c.client.cert),
+                                     "ssl.key.location": str(c.client.key_enc), "ssl.key.password": PASSWORD})
+    inline = tls.client_ssl_config({"ssl.ca.pem": c.ca.pem.read_text(), "ssl.certificate.pem": c.client.pem_chain(),
+                                    "ssl.key.pem": c.client.pem_key()})
+    java = tls.client_ssl_config({"ssl.truststore.type": "PKCS12", "ssl.truststore.location": str(c.ca.truststore_p12),
+                                  "ssl.truststore.password": PASSWORD, "ssl.keystore.location": str(c.client.p12),
+                                  "ssl.keystore.password": PASSWORD})
+    for cfg in (rdkafka, inline, java):
+        assert tls.load_keystore(cfg)[1][0] == c.client.cert_obj
+        assert tls.load_truststore(cfg) == [c.ca.cert]
+        ctx = tls.client_context(cfg)
+        assert ctx.check_hostname and ctx.verify_mode == ssl.CERT_REQUIRED
+    directory = tls.client_ssl_config({"ssl.ca.location": str(c.ca.pem.parent)})
+    assert directory.ca_directory == str(c.ca.pem.parent)
+    unchecked = tls.client_context(tls.client_ssl_config({"enable.ssl.certificate.verification": False}))
+    assert unchecked.verify_mode == ssl.CERT_NONE and not unchecked.check_hostname
+    no_names = tls.client_context(tls.client_ssl_config({"ssl.endpoint.identification.algorithm": "none"}))
+    assert not no_names.check_hostname and no_names.verify_mode == ssl.CERT_REQUIRED
+    with pytest.raises(tls.TlsError, match="needs its key"):
+        tls.client_ssl_config({"ssl.certificate.location": str(c.client.cert)})
+    with pytest.raises(tls.TlsError, match="ssl.ca.location=/nowhere"):
+        tls.client_ssl_config({"ssl.ca.location": "/nowhere"})
