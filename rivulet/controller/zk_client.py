@@ -26,6 +26,7 @@ from kazoo.protocol.states import WatchedEvent
 
 from rivulet.common.types import TopicPartition
 from rivulet.controller import zk_data as z
+from rivulet.security.acls import SUPPORTED_OPERATIONS, AccessControlEntry, ResourcePattern
 
 log = logging.getLogger(__name__)
 
@@ -390,6 +391,75 @@ class KafkaZkClient:
                 self.zk.delete(f"{z.CONFIG_CHANGES}/{child}")
             except NoNodeError:
                 pass
+
+    # ------------------------------------------------------------ ACLs
+    def create_acl_paths(self) -> None:
+        """The ACL roots and change paths, as Kafka's ZooKeeper-mode authorizer creates them."""
+        for pattern_type in z.ACL_PATTERN_TYPES:
+            for rt in SUPPORTED_OPERATIONS:
+                self.zk.ensure_path(f"{z.acl_store_root(pattern_type)}/{rt.pascal}")
+        for path in z.ACL_CHANGE_PATHS:
+            self.zk.ensure_path(path)
+
+    def get_acls(self, pattern: ResourcePattern) -> tuple[set[AccessControlEntry], int]:
+        """A pattern's entries and its znode's version (-1: no znode)."""
+        try:
+            data, stat = self.zk.get(z.acl_path(pattern))
+        except NoNodeError:
+            return set(), -1
+        return z.decode_acls(data), stat.version
+
+    def get_all_acls(self) -> dict[ResourcePattern, set[AccessControlEntry]]:
+        out: dict[ResourcePattern, set[AccessControlEntry]] = {}
+        for pattern_type in z.ACL_PATTERN_TYPES:
+            root = z.acl_store_root(pattern_type)
+            for rt in SUPPORTED_OPERATIONS:
+                try:
+                    names = self.zk.get_children(f"{root}/{rt.pascal}")
+                except NoNodeError:
+                    continue
+                for name in names:
+                    pattern = ResourcePattern(rt, name, pattern_type)
+                    entries, _ = self.get_acls(pattern)
+                    if entries:
+                        out[pattern] = entries
+        return out
+
+    def update_acls(self, pattern: ResourcePattern, added: Iterable[AccessControlEntry],
+                    removed: Iterable[AccessControlEntry]) -> set[AccessControlEntry]:
+        """Add and remove entries of one pattern by a conditional write on the znode's version
+        (retried when another broker wrote first), then a change notification for every broker;
+        answers the entries now stored."""
+        added, removed = set(added), set(removed)
+        path = z.acl_path(pattern)
+        while True:
+            current, version = self.get_acls(pattern)
+            new = (current | added) - removed
+            if new == current:
+                return current
+            try:
+                if not new:
+                    self.zk.delete(path, version=version)
+                elif version < 0:
+                    self.zk.create(path, z.encode_acls(new), makepath=True)
+                else:
+                    self.zk.set(path, z.encode_acls(new), version=version)
+            except (BadVersionError, NodeExistsError, NoNodeError):
+                continue
+            break
+        self.zk.create(f"{z.acl_change_path(pattern.pattern_type)}/{z.ACL_CHANGE_PREFIX}",
+                       z.encode_acl_change(pattern), sequence=True, makepath=True)
+        return new
+
+    def get_acl_changes(self, change_path: str, watch: Watcher | None = None) -> list[tuple[str, ResourcePattern]]:
+        """(sequence znode name, pattern) of every ACL change notification under ``change_path``."""
+        out = []
+        for child in sorted(self.zk.get_children(change_path, watch=watch)):
+            try:
+                out.append((child, z.decode_acl_change(change_path, self.zk.get(f"{change_path}/{child}")[0])))
+            except NoNodeError:
+                continue
+        return out
 
 
 class ZkBridge:

@@ -8,9 +8,17 @@ import base64
 import json
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 from rivulet.common.types import TopicPartition
+from rivulet.security.acls import (
+    AccessControlEntry,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+    entries_from_json,
+    entries_to_json,
+)
 
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
@@ -283,3 +291,52 @@ def encode_reassignment(moves: dict[TopicPartition, list[int]]) -> bytes:
 def decode_reassignment(data: bytes) -> dict[TopicPartition, list[int]]:
     return {TopicPartition(p["topic"], int(p["partition"])): [int(b) for b in p["replicas"]]
             for p in _load(data).get("partitions", [])}
+
+
+# ---------------------------------------------------------------- ACLs (Kafka's ZooKeeper-mode authorizer)
+ACL_ROOT = "/kafka-acl"                      # literal patterns: /kafka-acl/<ResourceType>/<name>
+EXTENDED_ACL_ROOT = "/kafka-acl-extended"    # others: /kafka-acl-extended/prefixed/<ResourceType>/<name>
+ACL_CHANGES = "/kafka-acl-changes"
+EXTENDED_ACL_CHANGES = "/kafka-acl-extended-changes"
+ACL_CHANGE_PREFIX = "acl_changes_"
+ACL_CHANGE_PATHS = (ACL_CHANGES, EXTENDED_ACL_CHANGES)
+ACL_PATTERN_TYPES = (PatternType.LITERAL, PatternType.PREFIXED)
+
+
+def acl_store_root(pattern_type: PatternType) -> str:
+    if pattern_type is PatternType.LITERAL:
+        return ACL_ROOT
+    return f"{EXTENDED_ACL_ROOT}/{pattern_type.name.lower()}"
+
+
+def acl_path(pattern: ResourcePattern) -> str:
+    return f"{acl_store_root(pattern.pattern_type)}/{pattern.resource_type.pascal}/{pattern.name}"
+
+
+def acl_change_path(pattern_type: PatternType) -> str:
+    return ACL_CHANGES if pattern_type is PatternType.LITERAL else EXTENDED_ACL_CHANGES
+
+
+def encode_acls(entries: Iterable[AccessControlEntry]) -> bytes:
+    return _dump(entries_to_json(entries))
+
+
+def decode_acls(data: bytes) -> set[AccessControlEntry]:
+    return entries_from_json(_load(data)) if data else set()
+
+
+def encode_acl_change(pattern: ResourcePattern) -> bytes:
+    """A literal pattern's change is ``TYPE:name``; the others' a small JSON document."""
+    if pattern.pattern_type is PatternType.LITERAL:
+        return f"{pattern.resource_type.name}:{pattern.name}".encode()
+    return _dump({"version": 1, "resourceType": pattern.resource_type.name, "name": pattern.name,
+                  "patternType": pattern.pattern_type.name})
+
+
+def decode_acl_change(change_path: str, data: bytes) -> ResourcePattern:
+    if change_path == ACL_CHANGES:
+        kind, _, name = data.decode().partition(":")
+        return ResourcePattern(ResourceType.parse(kind), name, PatternType.LITERAL)
+    doc = _load(data)
+    return ResourcePattern(ResourceType.parse(str(doc["resourceType"])), str(doc["name"]),
+                           PatternType.parse(str(doc["patternType"])))

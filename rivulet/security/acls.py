@@ -154,6 +154,10 @@ class AclBinding:
             raise ApiError(ErrorCode.INVALID_REQUEST, "Host should not be empty")
 
 
+# What one request changes of a pattern's entries: (added, removed).
+AclChange = tuple[frozenset[AccessControlEntry], frozenset[AccessControlEntry]]
+
+
 @dataclass(frozen=True, slots=True)
 class AclBindingFilter:
     """None for a name, principal or host matches any; ANY for the enums."""

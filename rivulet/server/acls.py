@@ -17,6 +17,7 @@ from rivulet.security.acls import (
     AccessControlEntry,
     AclBinding,
     AclBindingFilter,
+    AclChange,
     AclOperation,
     ResourcePattern,
     ResourceType,
@@ -98,10 +99,8 @@ class AclStore(Protocol):
 
     def load_acls(self) -> list[AclBinding]: ...
 
-    async def store_acls(self, changes: Mapping[ResourcePattern, frozenset[AccessControlEntry]],
-                         bindings: Sequence[AclBinding]) -> None:
-        """Persist ``changes`` (each pattern's entries in full, empty: none left); ``bindings``
-        are every ACL once they apply."""
+    async def store_acls(self, changes: Mapping[ResourcePattern, AclChange], bindings: Sequence[AclBinding]) -> None:
+        """Persist ``changes``; ``bindings`` are every ACL as this broker has them once they apply."""
 
 
 class AclManager:
@@ -121,12 +120,8 @@ class AclManager:
 
     async def create(self, bindings: Sequence[AclBinding]) -> list[ApiError | None]:
         authorizer = self._require()
-        changed: dict[ResourcePattern, set[AccessControlEntry]] = {}
         results = [_invalid(b) for b in bindings]
-        for b, refused in zip(bindings, results):
-            if refused is None:
-                changed.setdefault(b.pattern, set(authorizer.entries(b.pattern))).add(b.entry)
-        await self._apply(authorizer, changed)
+        await self._apply(authorizer, [b for b, refused in zip(bindings, results) if refused is None], [])
         return results
 
     def describe(self, f: AclBindingFilter) -> list[AclBinding]:
@@ -137,24 +132,26 @@ class AclManager:
     async def delete(self, filters: Sequence[AclBindingFilter]) -> list[list[AclBinding] | ApiError]:
         authorizer = self._require()
         results: list[list[AclBinding] | ApiError] = []
-        changed: dict[ResourcePattern, set[AccessControlEntry]] = {}
         for f in filters:
             refused = _invalid(f)
-            if refused is not None:
-                results.append(refused)
-                continue
-            matched = authorizer.matching(f)
-            for b in matched:
-                changed.setdefault(b.pattern, set(authorizer.entries(b.pattern))).discard(b.entry)
-            results.append(matched)
-        await self._apply(authorizer, changed)
+            results.append(refused if refused is not None else authorizer.matching(f))
+        removed = [b for r in results if not isinstance(r, ApiError) for b in r]
+        await self._apply(authorizer, [], removed)
         return results
 
-    async def _apply(self, authorizer: StandardAuthorizer,
-                     changed: Mapping[ResourcePattern, set[AccessControlEntry]]) -> None:
-        if not changed:
+    async def _apply(self, authorizer: StandardAuthorizer, added: Sequence[AclBinding],
+                     removed: Sequence[AclBinding]) -> None:
+        """Apply at once to this broker's cache (no await between deciding and applying), then
+        persist; the store may bring back what another broker changed meanwhile."""
+        changes: dict[ResourcePattern, tuple[set[AccessControlEntry], set[AccessControlEntry]]] = {}
+        for b in added:
+            changes.setdefault(b.pattern, (set(), set()))[0].add(b.entry)
+        for b in removed:
+            changes.setdefault(b.pattern, (set(), set()))[1].add(b.entry)
+        if not changes:
             return
-        for pattern, entries in changed.items():
-            authorizer.replace(pattern, entries)
+        for pattern, (plus, minus) in changes.items():
+            authorizer.replace(pattern, (authorizer.entries(pattern) | plus) - minus)
         if self.store is not None:
-            await self.store.store_acls({p: frozenset(e) for p, e in changed.items()}, authorizer.bindings())
+            await self.store.store_acls({p: (frozenset(a), frozenset(r)) for p, (a, r) in changes.items()},
+                                        authorizer.bindings())

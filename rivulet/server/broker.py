@@ -224,7 +224,11 @@ class Broker:
             self.cluster.prepare()
         self.log_dir_mover = ReplicaAlterLogDirsManager(rm, self.log_manager)
         authorizer = build_authorizer(cfg)
-        self.acls = AclManager(authorizer, self.dynamic_config)
+        # ACLs live in ZooKeeper in a cluster (every broker follows their change notifications),
+        # in this broker's metadata otherwise.
+        self.acls = AclManager(authorizer, self.cluster if self.cluster is not None else self.dynamic_config)
+        if self.cluster is not None and authorizer is not None:
+            self.cluster.acl_listener = authorizer.replace
         self.apis = KafkaApis(replica_manager=rm, group_coordinator=groups, txn_coordinator=txns, topics=topics,
                               config=cfg, clock=self.clock, node=self.node, cluster_id=self.cluster_id,
                               metadata_cache=self.metadata_cache, broker_epoch=lambda: self.broker_epoch,

@@ -30,13 +30,7 @@ from typing import Any, Mapping, Protocol, Sequence
 
 from rivulet.common.config import ConfigEntry, ConfigError, ConfigSource, ConfigType, UpdateMode, parse_value
 from rivulet.protocol.errors import ApiError, ErrorCode
-from rivulet.security.acls import (
-    AccessControlEntry,
-    AclBinding,
-    ResourcePattern,
-    bindings_from_json,
-    bindings_to_json,
-)
+from rivulet.security.acls import AclBinding, AclChange, ResourcePattern, bindings_from_json, bindings_to_json
 from rivulet.server.config import BROKER_CONFIGS, BrokerConfig, synonyms_of
 from rivulet.storage.checkpoints import write_atomic
 
@@ -180,8 +174,7 @@ class DynamicBrokerConfig:
     def load_acls(self) -> list[AclBinding]:
         return list(self.acls)
 
-    async def store_acls(self, changes: Mapping[ResourcePattern, frozenset[AccessControlEntry]],
-                         bindings: Sequence[AclBinding]) -> None:
+    async def store_acls(self, changes: Mapping[ResourcePattern, AclChange], bindings: Sequence[AclBinding]) -> None:
         """One node keeps its ACLs here, beside the quotas (an ``AclStore``)."""
         self.acls = list(bindings)
         self._save()

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import os
 import uuid
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from kazoo.client import KazooState
@@ -30,9 +30,10 @@ from rivulet.controller.channel import ControllerChannelManager, inter_broker_en
 from rivulet.controller.controller import ControllerConfig, KafkaController
 from rivulet.controller.placement import BrokerRack, assign_replicas_to_brokers
 from rivulet.controller.zk_client import KafkaZkClient, ZkBridge
-from rivulet.controller.zk_data import BrokerRegistration, EndPoint, TopicAssignment
+from rivulet.controller.zk_data import ACL_CHANGE_PATHS, BrokerRegistration, EndPoint, TopicAssignment
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.messages.controlled_shutdown_request import ControlledShutdownRequest
+from rivulet.security.acls import AccessControlEntry, AclBinding, AclChange, ResourcePattern
 from rivulet.security.scram import SCRAM_MECHANISM_NAMES
 from rivulet.server.config import BrokerConfig, ConfigError
 from rivulet.storage.checkpoints import random_kafka_uuid
@@ -80,6 +81,11 @@ class ZkClusterMember:
             # Users' configs (their SCRAM credentials), read before any listener authenticates.
             self.user_configs: dict[str, dict[str, str]] = {
                 u: self.client.get_entity_config("users", u) for u in self.client.get_entity_names("users")}
+            # ACLs (Kafka's ZooKeeper-mode authorizer), kept current by their change notifications.
+            self.client.create_acl_paths()
+            self._last_acl_change = {path: max((n for n, _ in self.client.get_acl_changes(path)), default="")
+                                     for path in ACL_CHANGE_PATHS}
+            self.acls = self.client.get_all_acls()
         except BaseException:
             self.client.close()
             raise
@@ -95,6 +101,8 @@ class ZkClusterMember:
         self.topic_config_listener: Callable[[str, dict[str, str]], object] = lambda _name, _configs: None
         # Told of a user's config when a change notification names it.
         self.user_config_listener: Callable[[str, dict[str, str]], object] = lambda _name, _configs: None
+        # Told of a resource pattern's ACLs as ZooKeeper has them after a change.
+        self.acl_listener: Callable[[ResourcePattern, set[AccessControlEntry]], object] = lambda _p, _e: None
 
     def _resolve_identity(self) -> tuple[int, str]:
         cfg = self.config
@@ -153,6 +161,8 @@ class ZkClusterMember:
         await self._refresh_controller()
         await self._watch_topics()
         await self._on_config_changes()
+        for path in ACL_CHANGE_PATHS:
+            await self._on_acl_changes(path)
         self.controller.startup()
 
     async def _register(self) -> None:
@@ -219,6 +229,35 @@ class ZkClusterMember:
         if self.topic_configs.get(name) != configs:
             self.topic_configs[name] = configs
             self.topic_config_listener(name, configs)
+
+    async def _on_acl_changes(self, change_path: str) -> None:
+        """Kafka's ACL change notifications: re-read each pattern named after the last one seen."""
+        assert self.bridge is not None
+        changes = await self.bridge.run(self.client.get_acl_changes, change_path, self.bridge.on_loop(
+            lambda: self._spawn(self._on_acl_changes(change_path))))
+        for name, pattern in changes:
+            if name <= self._last_acl_change[change_path]:
+                continue
+            self._last_acl_change[change_path] = name
+            entries, _version = await self.bridge.run(self.client.get_acls, pattern)
+            self._set_acls(pattern, entries)
+
+    def _set_acls(self, pattern: ResourcePattern, entries: set[AccessControlEntry]) -> None:
+        if entries:
+            self.acls[pattern] = entries
+        else:
+            self.acls.pop(pattern, None)
+        self.acl_listener(pattern, entries)
+
+    def load_acls(self) -> list[AclBinding]:
+        return [AclBinding(p, e) for p, entries in self.acls.items() for e in entries]
+
+    async def store_acls(self, changes: Mapping[ResourcePattern, AclChange], bindings: Sequence[AclBinding]) -> None:
+        """Each pattern's change written to its znode, with the notification that every broker
+        follows (an ``AclStore``); this broker takes what ZooKeeper then holds."""
+        assert self.bridge is not None
+        for pattern, (added, removed) in changes.items():
+            self._set_acls(pattern, await self.bridge.run(self.client.update_acls, pattern, added, removed))
 
     def load_scram_credentials(self) -> dict[str, dict[str, str]]:
         return {u: dict(c) for u, c in self.user_configs.items()}
