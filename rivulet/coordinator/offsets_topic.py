@@ -22,12 +22,11 @@ from rivulet.coordinator.group_metadata import (
 )
 from rivulet.protocol.messages.group_metadata_key import GroupMetadataKey
 from rivulet.protocol.messages.group_metadata_value import GroupMetadataValue, MemberMetadata as MemberValue
+from rivulet.protocol.messages.legacy_offset_commit_key import LegacyOffsetCommitKey
 from rivulet.protocol.messages.offset_commit_key import OffsetCommitKey
 from rivulet.protocol.messages.offset_commit_value import OffsetCommitValue
 
 GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
-OFFSET_COMMIT_KEY_VERSION = 1
-GROUP_METADATA_KEY_VERSION = 2
 OFFSET_COMMIT_VALUE_VERSION = 3
 OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY = 1
 GROUP_METADATA_VALUE_VERSION = 3
@@ -58,12 +57,18 @@ def _prefixed(version: int, struct_obj) -> bytes:
     return _VERSION.pack(version) + struct_obj.encode(version)
 
 
+def _key(struct_obj) -> bytes:
+    # A key starts with its record type (Kafka 4's coordinator record types: 1 offset commit,
+    # 2 group metadata; Kafka before 4 called it the key's version, with the same values).
+    return _VERSION.pack(struct_obj.API_KEY) + struct_obj.encode(0)
+
+
 def offset_commit_key(group: str, topic: str, partition: int) -> bytes:
-    return _prefixed(OFFSET_COMMIT_KEY_VERSION, OffsetCommitKey(group=group, topic=topic, partition=partition))
+    return _key(OffsetCommitKey(group=group, topic=topic, partition=partition))
 
 
 def group_metadata_key(group: str) -> bytes:
-    return _prefixed(GROUP_METADATA_KEY_VERSION, GroupMetadataKey(group=group))
+    return _key(GroupMetadataKey(group=group))
 
 
 def offset_commit_value(om: OffsetAndMetadata) -> bytes:
@@ -97,13 +102,13 @@ def group_metadata_value(group: GroupMetadata, assignment: Mapping[str, bytes]) 
 
 
 def read_message_key(data: bytes) -> OffsetKey | GroupKey | UnknownKey:
-    (version,) = _VERSION.unpack_from(data, 0)
-    if version in (0, 1):
-        k = OffsetCommitKey.decode(data, version, 2)
+    (record_type,) = _VERSION.unpack_from(data, 0)
+    if record_type in (LegacyOffsetCommitKey.API_KEY, OffsetCommitKey.API_KEY):
+        k = OffsetCommitKey.decode(data, 0, 2)  # both types have the same fields
         return OffsetKey(k.group, k.topic, k.partition)
-    if version == GROUP_METADATA_KEY_VERSION:
-        return GroupKey(GroupMetadataKey.decode(data, version, 2).group)
-    return UnknownKey(version)
+    if record_type == GroupMetadataKey.API_KEY:
+        return GroupKey(GroupMetadataKey.decode(data, 0, 2).group)
+    return UnknownKey(record_type)
 
 
 def read_offset_message_value(data: bytes | None) -> OffsetAndMetadata | None:

@@ -375,6 +375,27 @@ def _is_default(value: Any, f: F) -> bool:
     return value == _default(f)
 
 
+def wire_shape(cls: type[Struct], version: int) -> tuple:
+    """What ``cls`` puts on the wire at ``version``: each present field's type, array-ness,
+    nullability, tag and tagged default in order, nested structs likewise, and whether the
+    version is flexible (not the names: a renamed field is the same bytes). Two sources
+    describe the same bytes exactly when their shapes are equal."""
+    return (_in(cls.FLEXIBLE_VERSIONS, version), _fields_shape(cls, version))
+
+
+def _fields_shape(cls: type[Struct], version: int) -> tuple:
+    out = []
+    for f in cls.FIELDS:
+        if not _in(f.versions, version):
+            continue
+        tagged = _in(f.tagged, version)
+        default = None if not tagged or isinstance(f.default, type) else f.default
+        out.append((f.kind, f.is_array, _in(f.nullable, version), tagged, f.tag if tagged else None,
+                    default, _in(f.flex, version) if f.flex is not None else None,
+                    _fields_shape(f.struct, version) if f.struct is not None else None))
+    return tuple(out)
+
+
 # ---------------------------------------------------------------- the base class
 
 class Struct:

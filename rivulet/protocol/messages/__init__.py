@@ -82,7 +82,7 @@ API_CLASSES: dict[int, tuple[str, str, str, str]] = {
     71: ('get_telemetry_subscriptions_request', 'GetTelemetrySubscriptionsRequest', 'get_telemetry_subscriptions_response', 'GetTelemetrySubscriptionsResponse'),
     72: ('push_telemetry_request', 'PushTelemetryRequest', 'push_telemetry_response', 'PushTelemetryResponse'),
     73: ('assign_replicas_to_dirs_request', 'AssignReplicasToDirsRequest', 'assign_replicas_to_dirs_response', 'AssignReplicasToDirsResponse'),
-    74: ('list_client_metrics_resources_request', 'ListClientMetricsResourcesRequest', 'list_client_metrics_resources_response', 'ListClientMetricsResourcesResponse'),
+    74: ('list_config_resources_request', 'ListConfigResourcesRequest', 'list_config_resources_response', 'ListConfigResourcesResponse'),
     75: ('describe_topic_partitions_request', 'DescribeTopicPartitionsRequest', 'describe_topic_partitions_response', 'DescribeTopicPartitionsResponse'),
     76: ('share_group_heartbeat_request', 'ShareGroupHeartbeatRequest', 'share_group_heartbeat_response', 'ShareGroupHeartbeatResponse'),
     77: ('share_group_describe_request', 'ShareGroupDescribeRequest', 'share_group_describe_response', 'ShareGroupDescribeResponse'),
@@ -96,6 +96,11 @@ API_CLASSES: dict[int, tuple[str, str, str, str]] = {
     85: ('write_share_group_state_request', 'WriteShareGroupStateRequest', 'write_share_group_state_response', 'WriteShareGroupStateResponse'),
     86: ('delete_share_group_state_request', 'DeleteShareGroupStateRequest', 'delete_share_group_state_response', 'DeleteShareGroupStateResponse'),
     87: ('read_share_group_state_summary_request', 'ReadShareGroupStateSummaryRequest', 'read_share_group_state_summary_response', 'ReadShareGroupStateSummaryResponse'),
+    88: ('streams_group_heartbeat_request', 'StreamsGroupHeartbeatRequest', 'streams_group_heartbeat_response', 'StreamsGroupHeartbeatResponse'),
+    89: ('streams_group_describe_request', 'StreamsGroupDescribeRequest', 'streams_group_describe_response', 'StreamsGroupDescribeResponse'),
+    90: ('describe_share_group_offsets_request', 'DescribeShareGroupOffsetsRequest', 'describe_share_group_offsets_response', 'DescribeShareGroupOffsetsResponse'),
+    91: ('alter_share_group_offsets_request', 'AlterShareGroupOffsetsRequest', 'alter_share_group_offsets_response', 'AlterShareGroupOffsetsResponse'),
+    92: ('delete_share_group_offsets_request', 'DeleteShareGroupOffsetsRequest', 'delete_share_group_offsets_response', 'DeleteShareGroupOffsetsResponse'),
 }
 
 
