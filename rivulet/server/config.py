@@ -84,34 +84,35 @@ BROKER_CONFIGS = ConfigDef([
     _k("security.inter.broker.protocol", S, "PLAINTEXT", one_of(*("PLAINTEXT", "SSL", "SASL_PLAINTEXT",
                                                                   "SASL_SSL")),
        "The security protocol between brokers, when inter.broker.listener.name is not set.", MEDIUM),
-    # -- TLS (SSL and SASL_SSL listeners, and this broker's own connections to other brokers)
+    # -- TLS (SSL and SASL_SSL listeners, and this broker's own connections to other brokers). Read at
+    #    start-up: Kafka's dynamic key store updates are not served, so AlterConfigs refuses them.
     _k("ssl.keystore.type", S, "JKS", None, "Key store format: PKCS12 or PEM (a JKS name reads a PKCS12 "
-       "file, as Java's does; a real JKS file is refused).", MEDIUM, PER_BROKER),
+       "file, as Java's does; a real JKS file is refused).", MEDIUM),
     _k("ssl.keystore.location", S, None, None, "The key store file: the listener's private key and "
-       "certificate chain.", HIGH, PER_BROKER),
-    _k("ssl.keystore.password", PW, None, None, "Password of a PKCS12 key store.", HIGH, PER_BROKER),
+       "certificate chain.", HIGH),
+    _k("ssl.keystore.password", PW, None, None, "Password of a PKCS12 key store.", HIGH),
     _k("ssl.key.password", PW, None, None, "Password of the private key (an encrypted PEM key).", HIGH,
-       PER_BROKER),
+       ),
     _k("ssl.keystore.certificate.chain", PW, None, None, "The certificate chain in PEM, inline "
-       "(ssl.keystore.type=PEM).", HIGH, PER_BROKER),
+       "(ssl.keystore.type=PEM).", HIGH),
     _k("ssl.keystore.key", PW, None, None, "The private key in PEM, inline (ssl.keystore.type=PEM).", HIGH,
-       PER_BROKER),
-    _k("ssl.truststore.type", S, "JKS", None, "Trust store format: PKCS12 or PEM.", MEDIUM, PER_BROKER),
+       ),
+    _k("ssl.truststore.type", S, "JKS", None, "Trust store format: PKCS12 or PEM.", MEDIUM),
     _k("ssl.truststore.location", S, None, None, "The trust store file: the CAs client certificates are "
-       "checked against (and other brokers' certificates).", HIGH, PER_BROKER),
-    _k("ssl.truststore.password", PW, None, None, "Password of a PKCS12 trust store.", HIGH, PER_BROKER),
+       "checked against (and other brokers' certificates).", HIGH),
+    _k("ssl.truststore.password", PW, None, None, "Password of a PKCS12 trust store.", HIGH),
     _k("ssl.truststore.certificates", PW, None, None, "Trusted certificates in PEM, inline "
-       "(ssl.truststore.type=PEM).", HIGH, PER_BROKER),
+       "(ssl.truststore.type=PEM).", HIGH),
     _k("ssl.protocol", S, "TLSv1.3", None, "The TLS protocol; the enabled ones are "
-       "ssl.enabled.protocols.", MEDIUM, PER_BROKER),
+       "ssl.enabled.protocols.", MEDIUM),
     _k("ssl.enabled.protocols", LS, ("TLSv1.2", "TLSv1.3"), None, "TLS versions accepted.", MEDIUM,
-       PER_BROKER),
+       ),
     _k("ssl.cipher.suites", LS, (), None, "TLS 1.2 cipher suites allowed (IANA or OpenSSL names); all "
-       "of OpenSSL's defaults when empty.", LOW, PER_BROKER),
+       "of OpenSSL's defaults when empty.", LOW),
     _k("ssl.client.auth", S, "none", one_of("required", "requested", "none"), "Whether clients must "
-       "(required), may (requested) or do not present a certificate.", MEDIUM, PER_BROKER),
+       "(required), may (requested) or do not present a certificate.", MEDIUM),
     _k("ssl.endpoint.identification.algorithm", S, "https", None, "Checking of the host name in another "
-       "broker's certificate on inter-broker connections: https, or empty for none.", LOW, PER_BROKER),
+       "broker's certificate on inter-broker connections: https, or empty for none.", LOW),
     _k("ssl.principal.mapping.rules", S, "DEFAULT", None, "How a client certificate's subject becomes "
        "the principal's name: RULE:pattern/replacement/[LU] entries and DEFAULT (the whole DN).", LOW),
     _k("ssl.keymanager.algorithm", S, "SunX509", None, "A JSSE setting.", LOW, PER_BROKER, ignored=True),
