@@ -20,7 +20,10 @@ from rivulet.client import core
 from rivulet.client.client import parse_bootstrap
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import framing
+from rivulet.client.connection import AuthenticationFailed
 from rivulet.protocol.errors import ErrorCode, ApiError
+from rivulet.security.client_config import SaslCredentials, sasl_credentials
+from rivulet.security.sasl import SaslError, client_exchange
 
 log = logging.getLogger("rivulet.client.blocking")
 
@@ -30,7 +33,8 @@ _SIZE = struct.Struct(">i")
 class BlockingConnection:
     """One blocking connection to one broker, versions negotiated with ApiVersions."""
 
-    def __init__(self, host: str, port: int, client_id: str = "rivulet", timeout: float = 60.0) -> None:
+    def __init__(self, host: str, port: int, client_id: str = "rivulet", timeout: float = 60.0,
+                 sasl: SaslCredentials | None = None) -> None:
         self.host, self.port = host, port
         self.client_id = client_id
         self.timeout = timeout
@@ -45,6 +49,8 @@ class BlockingConnection:
         self._pending: list[tuple[int, int, int]] = []
         self.api_versions: dict[int, tuple[int, int]] = {}
         self._handshake()
+        if sasl is not None:
+            self._authenticate(sasl)
 
     def _handshake(self) -> None:
         try:
@@ -54,6 +60,18 @@ class BlockingConnection:
         if resp is None or resp.error_code == ErrorCode.UNSUPPORTED_VERSION:
             resp = self.request(core.api_versions_request(None), version=0)
         self.api_versions = core.read_api_versions(resp, f"{self.host}:{self.port}")
+
+    def _authenticate(self, sasl: SaslCredentials) -> None:
+        steps = client_exchange(sasl.new_client())
+        try:
+            request = next(steps)
+            while True:
+                request = steps.send(self.request(request))
+        except StopIteration:
+            pass  # a worker's connection lives for a task, well within any SASL session
+        except (SaslError, ConnectionError) as e:
+            self.close()
+            raise AuthenticationFailed(f"{self.host}:{self.port}: SASL authentication error: {e}") from None
 
     def version(self, api_key: int) -> int:
         return core.pick_version(api_key, self.api_versions.get(api_key))
@@ -109,8 +127,10 @@ class BlockingClient:
     """Bootstrap, metadata and one connection per broker, with the core's calls on top."""
 
     def __init__(self, bootstrap: str, client_id: str = "rivulet", timeout: float = 60.0,
-                 retry_timeout: float = 30.0, backoff: core.Backoff | None = None) -> None:
+                 retry_timeout: float = 30.0, backoff: core.Backoff | None = None,
+                 sasl: SaslCredentials | None = None) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
+        self.sasl = sasl
         self.client_id = client_id
         self.timeout = timeout
         self.retry_timeout = retry_timeout
@@ -124,7 +144,7 @@ class BlockingClient:
         c = self._conns.get(node)
         if c is None:
             host, port = self.cluster.brokers[node]
-            c = self._conns[node] = BlockingConnection(host, port, self.client_id, self.timeout)
+            c = self._conns[node] = BlockingConnection(host, port, self.client_id, self.timeout, self.sasl)
         return c
 
     def drop(self, node: int) -> None:
@@ -141,8 +161,10 @@ class BlockingClient:
         last: Exception | None = None
         for host, port in self.bootstrap:
             try:
-                self._any = BlockingConnection(host, port, self.client_id, self.timeout)
+                self._any = BlockingConnection(host, port, self.client_id, self.timeout, self.sasl)
                 return self._any
+            except AuthenticationFailed:
+                raise
             except OSError as e:
                 last = e
         raise ConnectionError(f"no bootstrap server reachable ({self.bootstrap}): {last}")
@@ -270,21 +292,28 @@ class BlockingClient:
 # ---------------------------------------------------------------- one client per process
 # Spark's Python workers are reused across tasks (spark.python.worker.reuse) and run one task
 # at a time; keeping a worker's connections saves a handshake per partition per micro-batch.
-_POOL: dict[str, BlockingClient] = {}
+_POOL: dict[tuple[str, tuple[tuple[str, str], ...]], BlockingClient] = {}
 _POOL_LOCK = threading.Lock()
 
 
-def pooled(bootstrap: str, client_id: str = "rivulet") -> BlockingClient:
+def _pool_key(bootstrap: str, security: Mapping[str, str] | None) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return bootstrap, tuple(sorted((security or {}).items()))
+
+
+def pooled(bootstrap: str, client_id: str = "rivulet", security: Mapping[str, str] | None = None) -> BlockingClient:
+    """The process's client of ``bootstrap`` with ``security`` (client properties:
+    security.protocol, sasl.*)."""
+    key = _pool_key(bootstrap, security)
     with _POOL_LOCK:
-        c = _POOL.get(bootstrap)
+        c = _POOL.get(key)
         if c is None:
-            c = _POOL[bootstrap] = BlockingClient(bootstrap, client_id)
+            c = _POOL[key] = BlockingClient(bootstrap, client_id, sasl=sasl_credentials(security or {}))
         return c
 
 
-def discard(bootstrap: str) -> None:
+def discard(bootstrap: str, security: Mapping[str, str] | None = None) -> None:
     """Close and forget the pooled client (after a failure, so the next one starts afresh)."""
     with _POOL_LOCK:
-        c = _POOL.pop(bootstrap, None)
+        c = _POOL.pop(_pool_key(bootstrap, security), None)
     if c is not None:
         c.close()

@@ -18,9 +18,10 @@ from rivulet.client import core
 from rivulet.client import errors as E
 from rivulet.client.errors import KafkaError
 from rivulet.client.config import ssl_context
-from rivulet.client.connection import BrokerConnection, ConnectionClosed
+from rivulet.client.connection import AuthenticationFailed, BrokerConnection, ConnectionClosed
 from rivulet.client.core import Cluster, PartitionMeta, TopicMeta  # noqa: F401  (re-exported)
 from rivulet.protocol.errors import ErrorCode, ApiError
+from rivulet.security.client_config import sasl_credentials
 
 log = logging.getLogger("rivulet.client")
 # Broker connection failures, on a logger of their own so that an application can route them.
@@ -94,6 +95,7 @@ class KafkaClient:
         self.metadata_max_age = conf["metadata.max.age.ms"] / 1000
         self.allow_auto_create = bool(conf.get("allow.auto.create.topics"))
         self.ssl_context = ssl_context(conf)
+        self.sasl = sasl_credentials(conf)
         self.cluster = Cluster()
         self._conns: dict[tuple[int, str], BrokerConnection] = {}
         self._connecting: dict[tuple[int, str], asyncio.Future] = {}
@@ -124,7 +126,9 @@ class KafkaClient:
         key = (node_id, kind)
         c = self._conns.get(key)
         if c is not None and not c.closed:
-            return c
+            if not (c.session_ending() and c.in_flight == 0):
+                return c
+            await c.close()  # its SASL session is ending: a fresh connection re-authenticates
         pending = self._connecting.get(key)
         if pending is not None:
             return await asyncio.shield(pending)
@@ -135,7 +139,7 @@ class KafkaClient:
         self._connecting[key] = fut
         try:
             conn = BrokerConnection(addr[0], addr[1], self.client_id, self.request_timeout_ms, node_id,
-                                    ssl_context=self.ssl_context)
+                                    ssl_context=self.ssl_context, sasl=self.sasl)
             await conn.connect(self.connect_timeout)
             self._conns[key] = conn
             self._failed_at.pop(node_id, None)
@@ -145,7 +149,9 @@ class KafkaClient:
         except BaseException as e:
             first = node_id not in self._failed_at
             self._failed_at[node_id] = now()
-            if first and isinstance(e, Exception):
+            if isinstance(e, AuthenticationFailed):
+                self.on_broker_error(E.local("_AUTHENTICATION", str(e)))
+            elif first and isinstance(e, Exception):
                 self._report_down(node_id, addr, e)
             fut.set_exception(e if isinstance(e, Exception) else ConnectionClosed("cancelled"))
             fut.exception()
@@ -204,6 +210,8 @@ class KafkaClient:
             except (ConnectionError, OSError, asyncio.TimeoutError) as e:
                 last = e
                 continue
+        if isinstance(last, AuthenticationFailed):
+            raise last
         raise ConnectionClosed(f"no broker reachable: {last}")
 
     async def find_coordinator(self, key: str, key_type: int) -> tuple[int, int, str | None]:

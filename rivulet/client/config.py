@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rivulet.client.errors import ConfigException
+from rivulet.security.client_config import sasl_credentials
 from rivulet.common.config import (
     INT_MAX,
     ConfigDef,
@@ -42,7 +43,8 @@ INT32_MAX = INT_MAX
 B, S, I, L, D, LS, CL, PW = (ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.LONG,
                              ConfigType.DOUBLE, ConfigType.LIST, ConfigType.CLASS, ConfigType.PASSWORD)
 # security.protocol's spellings (canonical: lower case, as librdkafka prints them).
-SECURITY_PROTOCOL_SPELLINGS = ("plaintext", "PLAINTEXT=plaintext", "ssl", "SSL=ssl")
+SECURITY_PROTOCOL_SPELLINGS = ("plaintext", "PLAINTEXT=plaintext", "ssl", "SSL=ssl", "sasl_plaintext",
+                               "SASL_PLAINTEXT=sasl_plaintext", "sasl_ssl", "SASL_SSL=sasl_ssl")
 HIGH, MEDIUM, LOW = Importance.HIGH, Importance.MEDIUM, Importance.LOW
 
 
@@ -126,8 +128,8 @@ PROPS: list[Prop] = [
     _p("metadata.max.age.ms", L, 300000, ALL, "Metadata older than this is refreshed.",
        "topic.metadata.refresh.interval.ms", lo=1),
     _p("socket.connection.setup.timeout.ms", L, 30000, ALL, "How long a connection attempt may take.", lo=1000),
-    _p("security.protocol", S, "plaintext", ALL, "How to reach the brokers: plaintext or ssl (TLS; the "
-       "ssl.* properties below).", convert=_choices(*SECURITY_PROTOCOL_SPELLINGS)),
+    _p("security.protocol", S, "plaintext", ALL, "How to reach the brokers: plaintext, ssl (TLS; the "
+       "ssl.* properties below), sasl_plaintext or sasl_ssl (SASL; the sasl.* properties).", convert=_choices(*SECURITY_PROTOCOL_SPELLINGS)),
     # TLS: Java's names, and librdkafka's where it names them otherwise.
     _p("ssl.ca.location", S, None, ALL, "CA certificates (PEM file or directory) the broker's certificate is "
        "checked against (librdkafka)."),
@@ -154,6 +156,19 @@ PROPS: list[Prop] = [
     _p("ssl.enabled.protocols", LS, ("TLSv1.2", "TLSv1.3"), ALL, "TLS versions allowed (Java)."),
     _p("ssl.protocol", S, "TLSv1.3", ALL, "The TLS protocol (Java)."),
     _p("ssl.cipher.suites", LS, (), ALL, "TLS 1.2 cipher suites allowed (IANA or OpenSSL names)."),
+    _p("sasl.mechanism", S, None, ALL, "SASL mechanism: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER "
+       "(unset, Kafka's GSSAPI, which Rivulet does not speak).",
+       "sasl.mechanisms"),
+    _p("sasl.username", S, None, ALL, "SASL username for PLAIN and SCRAM (librdkafka's name)."),
+    _p("sasl.password", PW, None, ALL, "SASL password for PLAIN and SCRAM (librdkafka's name)."),
+    _p("sasl.jaas.config", PW, None, ALL, "The Java client's JAAS configuration: PlainLoginModule or "
+       "ScramLoginModule with username and password, or OAuthBearerLoginModule's unsecuredLogin* options."),
+    _p("sasl.oauthbearer.config", S, None, ALL, "librdkafka's unsecured token settings: principal=<name> "
+       "[scope=a,b] [lifeSeconds=N]."),
+    _p("enable.sasl.oauthbearer.unsecure.jwt", B, False, ALL, "Make unsecured OAUTHBEARER tokens from "
+       "sasl.oauthbearer.config (development only)."),
+    _p("oauth_cb", CL, None, ALL, "OAUTHBEARER token callback: called with sasl.oauthbearer.config, returns "
+       "(token, expiry time in seconds since the epoch, principal[, extensions]).", convert=_callable),
     _p("client.rack", S, None, ALL, "The rack of this client, sent to the broker."),
     _p("error_cb", CL, None, ALL, "Called with a KafkaError for errors outside any one request.",
        convert=_callable),
@@ -311,6 +326,10 @@ def resolve(conf: Mapping[str, Any] | None, role: str, extra: Mapping[str, Any] 
 def _check(c: Config, role: str) -> None:
     if not c["bootstrap.servers"]:
         raise ConfigException("bootstrap.servers must be set")
+    try:
+        sasl_credentials({k: v for k, v in c.items() if k in c.explicit or k == "security.protocol"})
+    except ValueError as e:
+        raise ConfigException(str(e)) from None
     from rivulet.client.client import parse_bootstrap
     try:
         parse_bootstrap(c["bootstrap.servers"])

@@ -23,6 +23,8 @@ from rivulet.client import core
 from rivulet.protocol import framing
 from rivulet.protocol.errors import ProtocolDecodeError
 from rivulet.protocol.schema import OutBuf
+from rivulet.security.client_config import SaslCredentials
+from rivulet.security.sasl import SaslError, client_exchange
 
 _SIZE = struct.Struct(">i")
 _I16 = struct.Struct(">h")
@@ -54,6 +56,10 @@ def encode_request_parts(body: Any, api_version: int, correlation_id: int, clien
 
 class ConnectionClosed(ConnectionError):
     pass
+
+
+class AuthenticationFailed(ConnectionClosed):
+    """The broker refused this client's SASL credentials (librdkafka's _AUTHENTICATION)."""
 
 
 class RequestTimedOut(TimeoutError):
@@ -141,16 +147,19 @@ class _Protocol(asyncio.BufferedProtocol):
 
 
 class BrokerConnector:
-    """How one side reaches brokers: plaintext, or TLS with ``ssl_context``. The broker's own
+    """How one side reaches brokers: plaintext, or TLS with ``ssl_context``, with SASL when
+    ``sasl`` is given. The broker's own
     connections (replica fetchers, AlterPartition, the controller's channel, transaction
     markers) all take the inter-broker listener's from the one the broker builds."""
 
-    def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(self, ssl_context: ssl.SSLContext | None = None, sasl: SaslCredentials | None = None) -> None:
         self.ssl_context = ssl_context
+        self.sasl = sasl
 
     def connection(self, host: str, port: int, client_id: str, request_timeout_ms: int = 30000,
                    node_id: int = -1) -> BrokerConnection:
-        return BrokerConnection(host, port, client_id, request_timeout_ms, node_id, ssl_context=self.ssl_context)
+        return BrokerConnection(host, port, client_id, request_timeout_ms, node_id, ssl_context=self.ssl_context,
+                                sasl=self.sasl)
 
 
 PLAINTEXT_CONNECTOR = BrokerConnector()
@@ -159,12 +168,15 @@ PLAINTEXT_CONNECTOR = BrokerConnector()
 class BrokerConnection:
     def __init__(self, host: str, port: int, client_id: str = "rivulet", request_timeout_ms: int = 30000,
                  node_id: int = -1, ssl_context: ssl.SSLContext | None = None,
-                 local_addr: tuple[str, int] | None = None) -> None:
+                 local_addr: tuple[str, int] | None = None, sasl: SaslCredentials | None = None) -> None:
         """``ssl_context``: TLS to the broker (security.protocol SSL), its certificate checked
         against ``host`` when the context checks host names. ``local_addr``: the address to
-        connect from (the host the broker's ACLs see)."""
+        connect from (the host the broker's ACLs see). ``sasl``: authenticate once connected."""
         self.host = host
         self.local_addr = local_addr
+        self.sasl = sasl
+        # When the broker ends the SASL session (KIP-368), in the loop's time; None: never.
+        self.session_deadline: float | None = None
         self.port = port
         self.ssl_context = ssl_context
         self.node_id = node_id
@@ -197,7 +209,35 @@ class BrokerConnection:
             await self.close()
             raise
         self.api_versions = core.read_api_versions(resp, f"{self.host}:{self.port}")
+        if self.sasl is not None:
+            try:
+                await self._authenticate(timeout)
+            except BaseException:
+                await self.close()
+                raise
         return self
+
+    async def _authenticate(self, timeout: float | None) -> None:
+        steps = client_exchange(self.sasl.new_client())  # type: ignore[union-attr]
+        started = asyncio.get_running_loop().time()
+        try:
+            request = next(steps)
+            while True:
+                request = steps.send(await self.send(request, timeout=timeout))
+        except StopIteration as done:
+            lifetime_ms = done.value
+        except SaslError as e:
+            raise AuthenticationFailed(f"{self.host}:{self.port}: SASL authentication error: {e}") from None
+        except ConnectionClosed as e:
+            raise AuthenticationFailed(f"{self.host}:{self.port}: SASL authentication failed: {e}") from None
+        if lifetime_ms:
+            # Reconnect (so re-authenticate) well before the broker's deadline, as Kafka's clients
+            # re-authenticate at 85-95% of the session.
+            self.session_deadline = started + lifetime_ms / 1000 * 0.85
+
+    def session_ending(self) -> bool:
+        """Past the point where this connection should be replaced by a fresh, authenticated one."""
+        return self.session_deadline is not None and asyncio.get_running_loop().time() >= self.session_deadline
 
     def has_api(self, api_key: int) -> bool:
         return api_key in self.api_versions

@@ -106,7 +106,7 @@ class UnsecuredValidator:
         if now - self.clock_skew_ms >= expiry_ms:
             raise TokenError(f"the token expired at {expiry_ms} ms, before the current time {now} ms")
         iat = claims.get("iat")
-        if isinstance(iat, (int, float)) and iat * 1000 > now + self.clock_skew_ms:
+        if isinstance(iat, (int, float)) and int(iat * 1000) > now + self.clock_skew_ms:
             raise TokenError(f"the token was issued at {int(iat * 1000)} ms, after the current time {now} ms")
         principal = claims.get(self.principal_claim)
         if not isinstance(principal, str) or not principal.strip():

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Mapping
 
+from rivulet.security.client_config import SASL_PROPERTIES, sasl_credentials
+
 log = logging.getLogger("rivulet.spark")
 
 # kafka.* options Spark's Kafka source refuses, with why (the source decides these itself).
@@ -32,22 +34,39 @@ SOURCE_KAFKA_OPTIONS = frozenset({
 })
 
 
+SERVED_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")
+
+
+def security_options(o: Mapping[str, str]) -> dict[str, str]:
+    """The kafka.security.protocol and kafka.sasl.* options as client properties."""
+    return {k[len("kafka."):]: v for k, v in o.items()
+            if k == "kafka.security.protocol" or k[len("kafka."):] in SASL_PROPERTIES}
+
+
 def check_kafka_options(o: Mapping[str, str], refused: Mapping[str, str], known: frozenset[str],
                         role: str) -> None:
     """Refuse what Spark's Kafka connector refuses and the security settings Rivulet's connector
-    cannot honour yet (better a clear failure than a plaintext connection); warn, as the Java
-    client does, about other kafka.* options that have no effect. ``o`` has lower-case keys."""
+    cannot honour (better a clear failure than a plaintext connection): SASL settings are checked
+    as the client checks them; warn, as the Java client does, about other kafka.* options that
+    have no effect. ``o`` has lower-case keys."""
     for key, value in o.items():
         if not key.startswith("kafka."):
             continue
         name = key[len("kafka."):]
         if name in refused:
             raise ValueError(f"Kafka option '{name}' is not supported: {refused[name]}")
-        if name == "security.protocol" and value.strip().upper() != "PLAINTEXT":
+        if name == "security.protocol" and value.strip().upper() not in SERVED_PROTOCOLS:
             raise ValueError(f"kafka.security.protocol={value.strip()} is not supported yet by Rivulet's {role}: "
-                             "it connects with PLAINTEXT only")
-        if name.startswith(("sasl.", "ssl.")):
-            raise ValueError(f"option kafka.{name}: SASL and SSL are not supported yet by Rivulet's {role} "
-                             "(it connects with PLAINTEXT only)")
-        if name not in known:
+                             f"it connects with {' or '.join(SERVED_PROTOCOLS)}")
+        if name.startswith("ssl."):
+            raise ValueError(f"option kafka.{name}: SSL is not supported yet by Rivulet's {role} "
+                             f"(it connects with {' or '.join(SERVED_PROTOCOLS)})")
+        if name.startswith("sasl.") and name not in SASL_PROPERTIES:
+            raise ValueError(f"option kafka.{name} is not a SASL option Rivulet's {role} knows: "
+                             f"{', '.join(p for p in SASL_PROPERTIES if p.startswith('sasl.'))}")
+        if name not in known and name not in SASL_PROPERTIES:
             log.warning("option kafka.%s has no effect on Rivulet's %s", name, role)
+    try:
+        sasl_credentials(security_options(o))
+    except ValueError as e:
+        raise ValueError(f"Rivulet's {role}: {e}") from None

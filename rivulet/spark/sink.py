@@ -32,7 +32,7 @@ from rivulet.client.transactions import ConsumerGroupMetadata
 from rivulet.client.types import TopicPartition
 from rivulet.protocol.compression import CODEC_IDS
 from rivulet.protocol.errors import ErrorCode
-from rivulet.spark._options import PRODUCER_REFUSED, SINK_KAFKA_OPTIONS, check_kafka_options
+from rivulet.spark._options import PRODUCER_REFUSED, SINK_KAFKA_OPTIONS, check_kafka_options, security_options
 from rivulet.protocol.records import Record
 
 log = logging.getLogger("rivulet.spark")
@@ -55,6 +55,7 @@ class SinkOptions:
     batch_bytes: int = 1 << 20
     compression: int = 0
     extra: dict[str, str] = field(default_factory=dict)
+    security: dict[str, str] = field(default_factory=dict)  # security.protocol and sasl.*
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SinkOptions":
@@ -76,6 +77,7 @@ class SinkOptions:
             raise ValueError(f"kafka.compression.type must be one of {sorted(CODEC_IDS)}, got {codec!r}")
         opts.compression = CODEC_IDS[codec]
         opts.extra = {k[6:]: v for k, v in o.items() if k.startswith("kafka.")}
+        opts.security = security_options(o)
         return opts
 
 
@@ -180,7 +182,7 @@ def _producer(opts: SinkOptions, transactional: str | None) -> Any:
         "acks": "all", "linger.ms": 5, "batch.size": opts.batch_bytes,
         # Keyed rows go where Spark's Kafka sink (the Java producer) puts them.
         "partitioner": "murmur2_random",
-        "compression.type": {v: k for k, v in CODEC_IDS.items()}[opts.compression]}
+        "compression.type": {v: k for k, v in CODEC_IDS.items()}[opts.compression], **opts.security}
     if transactional is not None:
         conf["transactional.id"] = transactional
         conf["transaction.timeout.ms"] = opts.transaction_timeout_ms
@@ -221,7 +223,8 @@ def write_partition(opts: SinkOptions, batches: Iterator[Any], write_id: str, ba
     try:
         p.init_transactions(timeout)  # fences earlier attempts and ends what they left open
         # Every marker the group holds: the rows' first topic may differ between attempts.
-        marks = blocking.pooled(opts.bootstrap, "rivulet-spark").committed(tid, None, require_stable=True)
+        marks = blocking.pooled(opts.bootstrap, "rivulet-spark", opts.security).committed(
+            tid, None, require_stable=True)
         done = max([om.offset for om in marks.values()] or [-1])
         if done >= batch_id + 1:
             skipped = sum(rb.num_rows for rb in batches)
@@ -241,7 +244,7 @@ def write_partition(opts: SinkOptions, batches: Iterator[Any], write_id: str, ba
             p.abort_transaction(30)
         except Exception as e:  # the next attempt's InitProducerId aborts it anyway
             log.warning("could not abort transaction %s: %s", tid, e)
-        blocking.discard(opts.bootstrap)
+        blocking.discard(opts.bootstrap, opts.security)
         raise
     finally:
         p.close(30)
@@ -252,25 +255,25 @@ def marker_prefix(write_id: str) -> str:
     return transactional_id(write_id, 0)[:-1]
 
 
-def delete_query_markers(bootstrap: str, query_id: str) -> list[str]:
+def delete_query_markers(bootstrap: str, query_id: str, security: Mapping[str, str] | None = None) -> list[str]:
     """Delete the marker groups of a streaming query (its own writes and its foreachBatch
     writes). Safe only when no batch of the query can be replayed: every batch in its
     checkpoint's offset log is also in its commit log."""
     from rivulet.client.admin import AdminClient
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(security or {})})
     try:
         listed = admin.list_consumer_groups().result(30).valid
     finally:
         admin.close()
     groups = sorted(g.group_id for g in listed if g.group_id.startswith(marker_prefix(query_id)))
-    delete_markers(bootstrap, groups)
+    delete_markers(bootstrap, groups, security)
     return groups
 
 
-def delete_markers(bootstrap: str, groups: list[str]) -> None:
+def delete_markers(bootstrap: str, groups: list[str], security: Mapping[str, str] | None = None) -> None:
     """Delete marker groups that no retry can need any more (failures only logged: a left-over
     group costs nothing but a line in ``groups list``)."""
-    cluster = blocking.pooled(bootstrap, "rivulet-spark")
+    cluster = blocking.pooled(bootstrap, "rivulet-spark", security)
     for g in groups:
         try:
             code = core.read_delete_groups(cluster.send_to_coordinator(
@@ -355,7 +358,7 @@ class RivuletBatchWriter(DataSourceArrowWriter):
         # id), so its markers have served; inside foreachBatch they guard the query's replays.
         own = marker_prefix(self.job_id)
         delete_markers(self.opts.bootstrap, sorted({m.transactional_id for m in messages if isinstance(m, SinkCommit)
-                                                    and m.transactional_id.startswith(own)}))
+                                                    and m.transactional_id.startswith(own)}), self.opts.security)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         pass

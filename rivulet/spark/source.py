@@ -29,9 +29,10 @@ from pyspark.sql.streaming.datasource import (
 from rivulet.protocol.errors import ErrorCode, ApiError
 from rivulet.client import blocking, core
 from rivulet.client.blocking import BlockingClient, BlockingConnection
+from rivulet.security.client_config import sasl_credentials
 from rivulet.client.core import EARLIEST, LATEST
 from rivulet.common.types import TopicPartition as TP
-from rivulet.spark._options import CONSUMER_REFUSED, SOURCE_KAFKA_OPTIONS, check_kafka_options
+from rivulet.spark._options import CONSUMER_REFUSED, SOURCE_KAFKA_OPTIONS, check_kafka_options, security_options
 from rivulet.spark._records import Chunk, decode_into, next_offset_after
 
 log = logging.getLogger("rivulet.spark")
@@ -150,6 +151,7 @@ class SourceOptions:
     check_crcs: bool = True
     poll_timeout_ms: int = 120_000
     extra: dict[str, str] = field(default_factory=dict)
+    security: dict[str, str] = field(default_factory=dict)  # security.protocol and sasl.*
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> "SourceOptions":
@@ -162,7 +164,7 @@ class SourceOptions:
         if len(strategies) != 1:
             raise ValueError("exactly one of the options subscribe, subscribePattern or assign must be set, "
                              f"got {strategies or 'none'}")
-        opts = cls(bootstrap=bootstrap)
+        opts = cls(bootstrap=bootstrap, security=security_options(o))
         if "subscribe" in strategies:
             opts.subscribe = sorted({t.strip() for t in o["subscribe"].split(",") if t.strip()})
             if not opts.subscribe:
@@ -275,7 +277,8 @@ class OffsetReader:
     @property
     def cluster(self) -> BlockingClient:
         if self._cluster is None:
-            self._cluster = BlockingClient(self.opts.bootstrap, client_id="rivulet-spark-driver")
+            self._cluster = BlockingClient(self.opts.bootstrap, client_id="rivulet-spark-driver",
+                                           sasl=sasl_credentials(self.opts.security))
         return self._cluster
 
     def _retry(self, fn: Any, *args: Any) -> Any:
@@ -586,7 +589,7 @@ class _Fetcher:
     def __init__(self, opts: SourceOptions, tp: TP) -> None:
         self.opts = opts
         self.tp = tp
-        self.cluster = blocking.pooled(opts.bootstrap, "rivulet-spark")
+        self.cluster = blocking.pooled(opts.bootstrap, "rivulet-spark", opts.security)
         self.node = -1
         self.conn: BlockingConnection | None = None
         self.ahead: int | None = None   # offset of the request in flight
@@ -647,8 +650,8 @@ def read_range(opts: SourceOptions, rp: RangePartition) -> Iterator[Any]:
                 if failures > 5:
                     raise ConnectionError(f"fetching {tp[0]}-{tp[1]} at offset {offset}: {e}") from e
                 f.reset()
-                blocking.discard(opts.bootstrap)
-                f.cluster = blocking.pooled(opts.bootstrap, "rivulet-spark")
+                blocking.discard(opts.bootstrap, opts.security)
+                f.cluster = blocking.pooled(opts.bootstrap, "rivulet-spark", opts.security)
                 time.sleep(BACKOFF.delay(failures))
                 continue
             assert asked == offset, (asked, offset)

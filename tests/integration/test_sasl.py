@@ -78,12 +78,19 @@ def ck_conf(broker: BrokerProcess, mechanism: str, user: str, password: str) -> 
 def ck_round_trip(conf: dict, topic: str, n: int = 5) -> None:
     """Produce ``n`` records, read them in a group, commit, and find the commit."""
     import confluent_kafka
-    p = confluent_kafka.Producer(conf)
+    round_trip(confluent_kafka, conf, topic, n)
+
+
+def round_trip(client, conf: dict, topic: str, n: int = 5) -> None:
+    """With ``client`` (confluent_kafka or rivulet, the same shape)."""
+    p = client.Producer(conf)
     for i in range(n):
         p.produce(topic, f"v{i}".encode())
     assert p.flush(30) == 0
-    c = confluent_kafka.Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest",
-                                  "enable.auto.commit": False})
+    if hasattr(p, "close"):
+        p.close()
+    c = client.Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
     c.subscribe([topic])
     got = []
     deadline = time.monotonic() + 30
@@ -94,8 +101,7 @@ def ck_round_trip(conf: dict, topic: str, n: int = 5) -> None:
             got.append(m.value())
     assert got == [f"v{i}".encode() for i in range(n)]
     c.commit(asynchronous=False)
-    committed = c.committed([confluent_kafka.TopicPartition(topic, 0)], timeout=10)
-    assert committed[0].offset == n
+    assert c.committed([client.TopicPartition(topic, 0)], timeout=10)[0].offset == n
     c.close()
 
 
@@ -194,3 +200,88 @@ def test_sasl_listener_without_jaas_stops_start_up():
             b.start()
     finally:
         b.cleanup()
+
+
+@pytest.mark.parametrize("mechanism,conf", [
+    ("PLAIN", {"sasl.username": "alice", "sasl.password": "alice-secret"}),
+    ("SCRAM-SHA-256", {"sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                                           'username="sam" password="sam-secret";'}),
+    ("SCRAM-SHA-512", {"sasl.username": "sue", "sasl.password": "sue-secret"}),
+    ("OAUTHBEARER", {"sasl.jaas.config": 'org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule '
+                                         'required unsecuredLoginStringClaim_sub="olivia";'}),
+])
+def test_rivulet_client(broker, mechanism, conf):
+    import rivulet
+    round_trip(rivulet, {"bootstrap.servers": broker.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                        "sasl.mechanism": mechanism, **conf}, topic_name())
+
+
+def test_rivulet_client_wrong_password_is_reported_and_the_admin_fails_fast(broker):
+    from rivulet.admin import AdminClient
+    from rivulet.client.errors import KafkaError
+    errors: list = []
+    conf = {"bootstrap.servers": broker.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "sam", "sasl.password": "wrong", "error_cb": errors.append}
+    a = AdminClient(conf)
+    t0 = time.monotonic()
+    with pytest.raises(Exception, match="SASL authentication error: Authentication failed during authentication"):
+        a.list_topics(timeout=20)
+    assert time.monotonic() - t0 < 15  # refused at once, not retried until the timeout
+    a.close()
+    from rivulet import Producer
+    p = Producer(conf)
+    p.produce("any", b"v")
+    assert p.flush(3) == 1
+    assert errors and errors[0].code() == KafkaError._AUTHENTICATION
+    assert "Authentication failed during authentication due to invalid credentials" in errors[0].str()
+    p.close(0)
+
+
+def test_cli_with_command_config(broker, tmp_path):
+    import subprocess
+    import sys
+    props = tmp_path / "client.properties"
+    props.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\n"
+                     'sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required '
+                     'username="sue" password="sue-secret";\n')
+    t = topic_name()
+
+    def cli(*args: str, config=props) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "rivulet", *args, "-b", broker.bootstrap, "--command-config",
+                               str(config)], capture_output=True, text=True, timeout=60)
+    assert cli("topics", "create", "--topic", t).returncode == 0
+    assert t in cli("topics", "list").stdout
+    bad = tmp_path / "bad.properties"
+    bad.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username=alice\n"
+                   "sasl.password=wrong\n")
+    r = cli("topics", "list", config=bad)
+    assert r.returncode != 0 and "Authentication failed: Invalid username or password" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    typo = tmp_path / "typo.properties"
+    typo.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.usernme=alice\n")
+    r = cli("topics", "list", config=typo)
+    assert r.returncode != 0 and "sasl.usernme" in r.stderr
+
+
+def test_user_quota_applies_to_the_authenticated_principal(broker):
+    """A producer_byte_rate for user alice throttles the PLAIN principal alice, not the admin."""
+    import confluent_kafka
+    from test_client_quotas import alter
+
+    from rivulet.admin import AdminClient
+    admin_conf = ck_conf(broker, "PLAIN", "admin", "admin-secret")
+    admin = AdminClient(admin_conf)
+    alter(admin, {"user": "alice"}, {"producer_byte_rate": 1024})
+    admin.close()
+    t = topic_name()
+
+    def throttled(conf: dict) -> int:
+        seen: list[int] = []
+        p = confluent_kafka.Producer({**conf, "linger.ms": 0,
+                                      "throttle_cb": lambda ev: seen.append(ev.throttle_time)})
+        p.produce(t, b"x" * 30_000)  # three times alice's rate over the quota window
+        assert p.flush(30) == 0
+        p.poll(0.5)
+        return max(seen, default=0)
+    assert throttled(ck_conf(broker, "PLAIN", "alice", "alice-secret")) > 0
+    assert throttled(admin_conf) == 0

@@ -430,8 +430,8 @@ def test_plain_save_takes_the_default_save_mode_and_leaves_no_groups(broker, spa
     ("kafka.enable.auto.commit", "true", "'enable.auto.commit' is not supported"),
     ("kafka.value.deserializer", "x", "'value.deserializer' is not supported"),
     ("kafka.security.protocol", "SASL_SSL", "security.protocol=SASL_SSL is not supported yet"),
-    ("kafka.sasl.mechanism", "PLAIN", "SASL and SSL are not supported yet"),
-    ("kafka.ssl.truststore.location", "/x", "SASL and SSL are not supported yet"),
+    ("kafka.sasl.mechanism", "PLAIN", "sasl.mechanism set, but security.protocol is PLAINTEXT"),
+    ("kafka.ssl.truststore.location", "/x", "SSL is not supported yet"),
 ])
 def test_options_refused_as_by_spark_and_security_options(broker, spark, tmp_path, option, value, said):
     t = create_topic(broker.bootstrap, topic_name(), 1)
@@ -446,7 +446,7 @@ def test_sink_refuses_serializers_and_security_options_and_ignores_unknown_ones(
     df = spark.createDataFrame([("k", "v")], "key string, value string")
     for option, said in (("kafka.value.serializer", "'value.serializer' is not supported"),
                          ("kafka.security.protocol", "not supported yet by Rivulet's sink"),
-                         ("kafka.sasl.jaas.config", "SASL and SSL are not supported yet")):
+                         ("kafka.sasl.jaas.config", "sasl.jaas.config set, but security.protocol is PLAINTEXT")):
         with pytest.raises(Exception, match=said):
             df.write.format("rivulet").option("kafka.bootstrap.servers", broker.bootstrap).option("topic", t) \
                 .option(option, "SSL").save()

@@ -200,3 +200,36 @@ def test_oauthbearer_jwt_against_a_jwks_file(tmp_path):
     other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     with pytest.raises(TokenError, match="Signature"):
         v(jwt.encode(claims, other, algorithm="RS256", headers={"kid": "k1"}))
+
+
+@pytest.mark.parametrize("props,message", [
+    ({"security.protocol": "PLAINTEXT", "sasl.username": "u"}, "sasl.username set, but security.protocol is PLAINTEXT"),
+    ({"security.protocol": "SASL_PLAINTEXT"}, "GSSAPI is not supported"),
+    ({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": "u"}, "needs sasl.username"),
+    ({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+      "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required;"}, "PLAIN needs"),
+    ({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "OAUTHBEARER",
+      "sasl.oauthbearer.config": "principal=p"}, "enable.sasl.oauthbearer.unsecure.jwt=true"),
+    ({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "OAUTHBEARER"}, "needs a token"),
+])
+def test_client_sasl_settings_refused(props, message):
+    from rivulet.security.client_config import sasl_credentials
+    with pytest.raises(ValueError, match=message):
+        sasl_credentials(props)
+
+
+def test_client_sasl_settings():
+    from rivulet.security.client_config import sasl_credentials
+    from rivulet.security.oauthbearer import UnsecuredValidator
+    from rivulet.security.scram import ScramClient
+    assert sasl_credentials({"security.protocol": "plaintext"}) is None
+    c = sasl_credentials({"security.protocol": "sasl_plaintext", "sasl.mechanisms": "scram-sha-256",
+                          "sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                                              'username="u" password="p";'})
+    assert (c.mechanism, c.username, c.password) == ("SCRAM-SHA-256", "u", "p")
+    assert isinstance(c.new_client(), ScramClient)
+    for props in ({"sasl.oauthbearer.config": "principal=pat lifeSeconds=60", "enable.sasl.oauthbearer.unsecure.jwt": True},
+                  {"sasl.jaas.config": "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+                                       'unsecuredLoginStringClaim_sub="pat" unsecuredLoginLifetimeSeconds="60";'}):
+        c = sasl_credentials({"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER", **props})
+        assert c.token is not None and UnsecuredValidator()(c.token()).principal == "pat"

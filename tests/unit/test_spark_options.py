@@ -20,10 +20,18 @@ def test_kafka_options_are_checked_as_spark_checks_them(caplog):
             check({f"kafka.{name}": "x"})
     with pytest.raises(ValueError, match="'value.serializer' is not supported"):
         check({"kafka.value.serializer": "x"}, PRODUCER_REFUSED)
-    for bad in ({"kafka.security.protocol": "ssl"}, {"kafka.sasl.mechanism": "PLAIN"},
-                {"kafka.ssl.keystore.location": "/k"}):
+    for bad in ({"kafka.security.protocol": "ssl"}, {"kafka.ssl.keystore.location": "/k"}):
         with pytest.raises(ValueError, match="not supported yet by Rivulet's source"):
             check(bad)
+    sasl = {"kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "SCRAM-SHA-512"}
+    for bad, said in (({"kafka.sasl.mechanism": "PLAIN"}, "sasl.mechanism set, but security.protocol is PLAINTEXT"),
+                      ({**sasl, "kafka.sasl.kerberos.service.name": "k"}, "not a SASL option Rivulet's source knows"),
+                      (sasl, "SCRAM-SHA-512 needs sasl.username and sasl.password"),
+                      ({**sasl, "kafka.sasl.mechanism": "GSSAPI"}, "GSSAPI is not supported")):
+        with pytest.raises(ValueError, match=said):
+            check(bad)
+    check({**sasl, "kafka.sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                                             'username="u" password="p";'})
     with caplog.at_level(logging.WARNING, "rivulet.spark"):
         check({"kafka.security.protocol": "plaintext", "kafka.group.id": "g", "subscribe": "t",
                "whatever": "1", "kafka.linger.ms": "5"})
