@@ -26,6 +26,9 @@ from rivulet.client.admin import (
     OffsetSpec,
     ResourceType,
 )
+# ACL bindings and filters for create_acls, describe_acls and delete_acls
+from rivulet.security.acls import AccessControlEntry, AclBinding, AclBindingFilter, AclOperation  # noqa: I001
+from rivulet.security.acls import AclPermissionType, PatternType, ResourcePattern
 from rivulet.client.types import ClusterMetadata, TopicMetadata, PartitionMetadata, BrokerMetadata
 
 __all__ = [
@@ -34,5 +37,6 @@ __all__ = [
     "ConsumerGroupListing", "ConsumerGroupDescription", "ConsumerGroupState", "ConsumerGroupTopicPartitions",
     "ListConsumerGroupsResult", "MemberAssignment", "MemberDescription", "ClusterMetadata", "TopicMetadata",
     "PartitionMetadata", "BrokerMetadata", "ClientQuotaEntity", "ClientQuotaFilter", "ClientQuotaFilterComponent",
-    "ClientQuotaAlteration", "ClientQuotaAlterationOp",
+    "ClientQuotaAlteration", "ClientQuotaAlterationOp", "AccessControlEntry", "AclBinding", "AclBindingFilter",
+    "AclOperation", "AclPermissionType", "PatternType", "ResourcePattern",
 ]

@@ -45,6 +45,7 @@ END_TO_END_LATENCY = "org.apache.kafka.tools.EndToEndLatency"
 TOPIC_COMMAND = "org.apache.kafka.tools.TopicCommand"  # kafka.admin.TopicCommand before 3.5
 CONFIG_COMMAND = "kafka.admin.ConfigCommand"  # kafka-configs.sh
 CONSUMER_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+ACL_COMMAND = "org.apache.kafka.tools.AclCommand"  # kafka-acls.sh
 
 # What kafka-*-perf-test.sh give their JVMs; the G1 flags match the reference broker's.
 _TOOL_JVM = ["-Xmx512m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true"]
@@ -359,6 +360,15 @@ def config_command(bootstrap: str, args: Sequence[str], *, admin_props: Mapping[
     when the tool fails."""
     with _ConfigFile(admin_props) as cfg:
         return run_tool(CONFIG_COMMAND, ["--bootstrap-server", bootstrap, *args, *cfg], timeout=timeout,
+                        jvm_args=_ADMIN_JVM)
+
+
+def acl_command(bootstrap: str, args: Sequence[str], *, admin_props: Mapping[str, object] | None = None,
+                timeout: float = 60.0) -> ToolRun:
+    """kafka-acls with ``args`` (--add/--list/--remove, --topic ...); raises JavaToolError when
+    the tool fails."""
+    with _ConfigFile(admin_props) as cfg:
+        return run_tool(ACL_COMMAND, ["--bootstrap-server", bootstrap, *args, *cfg], timeout=timeout,
                         jvm_args=_ADMIN_JVM)
 
 

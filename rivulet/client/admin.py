@@ -23,6 +23,7 @@ from rivulet.client.config import resolve
 from rivulet.client.types import ClusterMetadata, TopicPartition
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol.errors import ErrorCode, ApiError
+from rivulet.security.acls import AclBinding, AclBindingFilter
 
 RESOURCE_TOPIC = 2
 check = core.check
@@ -436,6 +437,18 @@ class AsyncAdminClient:
             [(a.entity.parts, {op.key: op.value for op in a.ops}) for a in alterations], validate_only))
         return {ClientQuotaEntity(dict(parts)): err for parts, err in core.read_alter_client_quotas(resp).items()}
 
+    # ------------------------------------------------------------ ACLs
+    async def create_acls(self, bindings: list[AclBinding]) -> list[ApiError | None]:
+        """Per binding, in order: None when created, else the broker's error for it."""
+        return core.read_create_acls(await self.client.send_any(core.create_acls_request(bindings)))
+
+    async def describe_acls(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
+        return core.read_describe_acls(await self.client.send_any(core.describe_acls_request(acl_filter)))
+
+    async def delete_acls(self, filters: list[AclBindingFilter]) -> list[list[AclBinding] | ApiError]:
+        """Per filter, in order: the ACLs it deleted, or the broker's error for it."""
+        return core.read_delete_acls(await self.client.send_any(core.delete_acls_request(filters)))
+
     # ------------------------------------------------------------ partitions' data
     async def _by_leader(self, tps: Iterable[TP]) -> dict[int, list[TP]]:
         tps = list(tps)
@@ -695,6 +708,26 @@ class AdminClient:
         async def work() -> dict:
             return await self._aio.alter_client_quotas(list(alterations), validate_only)
         return self._per_key([a.entity for a in alterations], work)
+
+    def create_acls(self, acls: list[AclBinding], request_timeout: float = 30) -> dict[AclBinding, concurrent.futures.Future]:
+        """One future per binding, None once created (confluent-kafka's create_acls)."""
+        async def work() -> dict:
+            return dict(zip(acls, await self._aio.create_acls(list(acls))))
+        return self._per_key(list(acls), work)
+
+    def describe_acls(self, acl_binding_filter: AclBindingFilter, request_timeout: float = 30
+                      ) -> concurrent.futures.Future:
+        """A future of the matching bindings."""
+        async def work() -> dict:
+            return {0: await self._aio.describe_acls(acl_binding_filter)}
+        return self._per_key([0], work)[0]
+
+    def delete_acls(self, acl_binding_filters: list[AclBindingFilter], request_timeout: float = 30
+                    ) -> dict[AclBindingFilter, concurrent.futures.Future]:
+        """One future per filter, of the bindings it deleted."""
+        async def work() -> dict:
+            return dict(zip(acl_binding_filters, await self._aio.delete_acls(list(acl_binding_filters))))
+        return self._per_key(list(acl_binding_filters), work)
 
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata:
         resp = self._lt.run(self._aio.metadata(None if topic is None else [topic]),

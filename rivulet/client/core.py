@@ -22,6 +22,12 @@ from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode, ApiError
 from rivulet.protocol.schema import ZERO_UUID
 from rivulet.protocol.messages import (
+    create_acls_request as caq,
+    create_acls_response as car,
+    delete_acls_request as daq,
+    delete_acls_response as dar,
+    describe_acls_request as dsaq,
+    describe_acls_response as dsar,
     add_offsets_to_txn_request as aotq,
     add_partitions_to_txn_request as aptq,
     add_partitions_to_txn_response as aptr,
@@ -75,6 +81,7 @@ from rivulet.protocol.messages import (
     txn_offset_commit_request as tocq,
     txn_offset_commit_response as tocr,
 )
+from rivulet.security.acls import AclBinding, AclBindingFilter, binding_of
 
 T = TypeVar("T")
 
@@ -935,3 +942,42 @@ def read_offset_delete(resp: odr.OffsetDeleteResponse) -> dict[TP, int]:
     """Each partition's error code; a group-level error raises."""
     check(resp.error_code, "OffsetDelete")
     return {TP(t.name, p.partition_index): p.error_code for t in resp.topics for p in t.partitions}
+
+
+# ---------------------------------------------------------------- ACLs
+def create_acls_request(bindings: Iterable[AclBinding]) -> caq.CreateAclsRequest:
+    return caq.CreateAclsRequest(creations=[caq.AclCreation(
+        resource_type=int(b.pattern.resource_type), resource_name=b.pattern.name,
+        resource_pattern_type=int(b.pattern.pattern_type), principal=b.entry.principal, host=b.entry.host,
+        operation=int(b.entry.operation), permission_type=int(b.entry.permission_type)) for b in bindings])
+
+
+def read_create_acls(resp: car.CreateAclsResponse) -> list[ApiError | None]:
+    return [ApiError(ErrorCode(r.error_code), r.error_message) if r.error_code else None for r in resp.results]
+
+
+def _filter_fields(f: AclBindingFilter) -> dict[str, Any]:
+    return dict(resource_type_filter=int(f.resource_type), resource_name_filter=f.name,
+                pattern_type_filter=int(f.pattern_type), principal_filter=f.principal, host_filter=f.host,
+                operation=int(f.operation), permission_type=int(f.permission_type))
+
+
+def describe_acls_request(f: AclBindingFilter) -> dsaq.DescribeAclsRequest:
+    return dsaq.DescribeAclsRequest(**_filter_fields(f))
+
+
+def read_describe_acls(resp: dsar.DescribeAclsResponse) -> list[AclBinding]:
+    check(resp.error_code, resp.error_message)
+    return [binding_of(r.resource_type, r.resource_name, r.pattern_type, a.principal, a.host, a.operation,
+                     a.permission_type) for r in resp.resources for a in r.acls]
+
+
+def delete_acls_request(filters: Iterable[AclBindingFilter]) -> daq.DeleteAclsRequest:
+    return daq.DeleteAclsRequest(filters=[daq.DeleteAclsFilter(**_filter_fields(f)) for f in filters])
+
+
+def read_delete_acls(resp: dar.DeleteAclsResponse) -> list[list[AclBinding] | ApiError]:
+    """Per filter, in order: the ACLs it deleted, or the broker's error."""
+    return [ApiError(ErrorCode(r.error_code), r.error_message) if r.error_code else
+            [binding_of(m.resource_type, m.resource_name, m.pattern_type, m.principal, m.host, m.operation,
+                      m.permission_type) for m in r.matching_acls] for r in resp.filter_results]

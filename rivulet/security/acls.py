@@ -207,6 +207,22 @@ class AclBindingFilter:
         return self.matches_pattern(b.pattern) and self.matches_entry(b.entry)
 
 
+# ------------------------------------------------------------ from the wire's codes
+def binding_of(resource_type: int, name: str, pattern_type: int, principal: str, host: str, operation: int,
+               permission_type: int) -> AclBinding:
+    """A binding as CreateAcls and the ACL responses carry it (a code Kafka does not know: UNKNOWN)."""
+    return AclBinding(ResourcePattern(ResourceType.of(resource_type), name, PatternType.of(pattern_type)),
+                      AccessControlEntry(principal, host, AclOperation.of(operation),
+                                         AclPermissionType.of(permission_type)))
+
+
+def filter_of(resource_type: int, name: str | None, pattern_type: int, principal: str | None, host: str | None,
+              operation: int, permission_type: int) -> AclBindingFilter:
+    """A filter as DescribeAcls and DeleteAcls carry it."""
+    return AclBindingFilter(ResourceType.of(resource_type), name, PatternType.of(pattern_type), principal, host,
+                            AclOperation.of(operation), AclPermissionType.of(permission_type))
+
+
 # ------------------------------------------------------------ Kafka's ZooKeeper JSON
 def entries_to_json(entries: Iterable[AccessControlEntry]) -> dict[str, object]:
     """The document of one resource pattern's znode (``{"version":1,"acls":[...]}``), sorted so

@@ -4,6 +4,9 @@ a restart."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
@@ -17,11 +20,13 @@ from confluent_kafka.admin import (
 )
 
 from kafka.admin import (
+    ACL,
     ACLFilter,
     ACLOperation,
     ACLPermissionType,
     ACLResourcePatternType,
     KafkaAdminClient,
+    ResourcePattern,
     ResourcePatternFilter,
     ResourceType as KpResourceType,
 )
@@ -90,3 +95,59 @@ def test_invalid_bindings_refused(broker_factory):
         admin.create_acls([bad])[bad].result(30)
     assert e.value.args[0].name() == "INVALID_REQUEST"
     assert admin.describe_acls(EVERYTHING).result(30) == []
+
+
+def _rivulet(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rivulet", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_cli_add_list_remove(broker_factory):
+    broker = broker_factory(AUTHZ)
+    b = ["-b", broker.bootstrap]
+    r = _rivulet("acls", "add", *b, "--allow-principal", "User:alice", "--operation", "read",
+                 "--operation", "describe", "--topic", "orders")
+    assert r.returncode == 0, r.stderr
+    r = _rivulet("acls", "add", *b, "--allow-principal", "User:app", "--consumer", "--topic", "pay-",
+                 "--group", "app", "--resource-pattern-type", "prefixed")
+    assert r.returncode == 0, r.stderr
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    assert set(admin.describe_acls(EVERYTHING).result(30)) == {
+        binding("orders"), binding("orders", AclOperation.DESCRIBE),
+        binding("pay-", AclOperation.READ, ResourcePatternType.PREFIXED, "User:app"),
+        binding("pay-", AclOperation.DESCRIBE, ResourcePatternType.PREFIXED, "User:app"),
+        AclBinding(ResourceType.GROUP, "app", ResourcePatternType.PREFIXED, "User:app", "*", AclOperation.READ,
+                   AclPermissionType.ALLOW)}
+    listed = _rivulet("acls", "list", *b, "--principal", "User:alice")
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.strip().splitlines()
+    assert lines[0].split() == ["PRINCIPAL", "HOST", "RESOURCE-TYPE", "RESOURCE-NAME", "PATTERN", "OPERATION",
+                                "PERMISSION"]
+    assert [line.split() for line in lines[1:]] == [
+        ["User:alice", "*", "TOPIC", "orders", "LITERAL", "READ", "ALLOW"],
+        ["User:alice", "*", "TOPIC", "orders", "LITERAL", "DESCRIBE", "ALLOW"]]
+    r = _rivulet("acls", "remove", *b, "--principal", "User:app")
+    assert r.returncode == 0 and "Removed 3 ACL(s)" in r.stdout, r.stdout + r.stderr
+    assert len(admin.describe_acls(EVERYTHING).result(30)) == 2
+    refused = _rivulet("acls", "add", *b, "--allow-principal", "User:x", "--operation", "read", "--cluster")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "INVALID_REQUEST" in refused.stderr or "not supported" in refused.stderr, refused.stderr
+
+
+def test_kafka_python_admin(broker_factory):
+    broker = broker_factory(AUTHZ)
+    kp = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        acl = ACL("User:bob", "*", ACLOperation.WRITE, ACLPermissionType.ALLOW,
+                  ResourcePattern(KpResourceType.TOPIC, "events"))
+        result = kp.create_acls([acl])
+        assert result["failed"] == [] and len(result["succeeded"]) == 1
+        every = ACLFilter(principal=None, host=None, operation=ACLOperation.ANY, permission_type=ACLPermissionType.ANY,
+                          resource_pattern=ResourcePatternFilter(KpResourceType.ANY, None, ACLResourcePatternType.ANY))
+        found, error = kp.describe_acls(every)
+        assert [(a.principal, a.operation, a.resource_pattern.resource_name) for a in found] == [
+            ("User:bob", ACLOperation.WRITE, "events")]
+        deleted = kp.delete_acls([every])
+        assert len(deleted[0][1]) == 1
+        assert kp.describe_acls(every)[0] == []
+    finally:
+        kp.close()

@@ -266,6 +266,28 @@ def test_config_command_client_quotas(java, broker) -> None:
     check_config_command_quotas(broker.bootstrap)
 
 
+def test_acl_command_add_list_remove(java, broker_factory) -> None:
+    """kafka-acls against a broker with an authorizer (everyone allowed where no ACL applies,
+    so the anonymous tool may manage them)."""
+    b = broker_factory({"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                        "allow.everyone.if.no.acl.found": "true"})
+
+    def acls(*args: str) -> str:
+        return jt.acl_command(b.bootstrap, list(args), admin_props=ADMIN_PROPS, timeout=TOOL_TIMEOUT).stdout
+
+    acls("--add", "--allow-principal", "User:alice", "--operation", "Read", "--operation", "Describe",
+         "--topic", "orders")
+    acls("--add", "--allow-principal", "User:app", "--consumer", "--topic", "pay-", "--group", "app",
+         "--resource-pattern-type", "prefixed")
+    listed = acls("--list", "--topic", "orders")
+    assert "User:alice" in listed and "READ" in listed and "DESCRIBE" in listed, listed
+    prefixed = acls("--list", "--topic", "pay-", "--resource-pattern-type", "prefixed")
+    assert "User:app" in prefixed and "READ" in prefixed, prefixed
+    acls("--remove", "--force", "--topic", "orders")
+    assert "User:alice" not in acls("--list")
+    assert "User:app" in acls("--list", "--principal", "User:app")
+
+
 # ---------------------------------------------------------------------------- against a 3-broker cluster
 
 

@@ -45,3 +45,46 @@ def test_json_envelope_matches_kcat_layout():
     assert out.endswith(b'"headers":["h","1","n",null],"key":"k","payload":"v\xff"}')
     bare = json.loads(json_envelope(Message("t", 0, 0, None, b"x", None, 2, 5), -1))
     assert "headers" not in bare and bare["key"] is None and bare["tstype"] == "logappend"
+
+
+def _acl_args(*argv: str):
+    import argparse
+
+    from rivulet.cli import acls
+    p = argparse.ArgumentParser()
+    acls.add_parser(p.add_subparsers())
+    return p.parse_args(["acls", *argv])
+
+
+def test_acls_add_bindings():
+    from rivulet.cli.acls import bindings_to_add
+    from rivulet.security.acls import AclOperation as Op, AclPermissionType as Perm, PatternType, ResourceType as RT
+
+    made = bindings_to_add(_acl_args("add", "--allow-principal", "User:a", "--operation", "read", "--operation",
+                                     "describe-configs", "--topic", "t", "--cluster"))
+    assert {(b.pattern.resource_type, b.pattern.name, b.entry.operation, b.entry.permission_type, b.entry.host)
+            for b in made} == {(RT.TOPIC, "t", Op.READ, Perm.ALLOW, "*"), (RT.TOPIC, "t", Op.DESCRIBE_CONFIGS, Perm.ALLOW, "*"),
+                               (RT.CLUSTER, "kafka-cluster", Op.READ, Perm.ALLOW, "*"),
+                               (RT.CLUSTER, "kafka-cluster", Op.DESCRIBE_CONFIGS, Perm.ALLOW, "*")}
+    producer = bindings_to_add(_acl_args("add", "--deny-principal", "User:p", "--deny-host", "10.0.0.1", "--producer",
+                                         "--idempotent", "--topic", "x-", "--resource-pattern-type", "prefixed"))
+    assert {(b.pattern.resource_type, b.entry.operation) for b in producer} == {
+        (RT.TOPIC, Op.WRITE), (RT.TOPIC, Op.DESCRIBE), (RT.TOPIC, Op.CREATE), (RT.CLUSTER, Op.IDEMPOTENT_WRITE)}
+    assert all(b.entry.permission_type is Perm.DENY and b.entry.host == "10.0.0.1" for b in producer)
+    assert {b.pattern.pattern_type for b in producer} == {PatternType.PREFIXED}
+    for bad in (("add", "--operation", "read", "--topic", "t"), ("add", "--allow-principal", "User:a", "--topic", "t"),
+                ("add", "--allow-principal", "User:a", "--operation", "read"),
+                ("add", "--allow-principal", "User:a", "--operation", "fly", "--topic", "t")):
+        with pytest.raises(CliError):
+            bindings_to_add(_acl_args(*bad))
+
+
+def test_acls_filters():
+    from rivulet.cli.acls import filters_of
+    from rivulet.security.acls import AclBindingFilter, AclOperation as Op, PatternType, ResourceType as RT
+
+    assert filters_of(_acl_args("list")) == [AclBindingFilter()]
+    assert filters_of(_acl_args("list", "--topic", "t", "--principal", "User:a")) == [
+        AclBindingFilter(RT.TOPIC, "t", PatternType.LITERAL, "User:a")]
+    assert len(filters_of(_acl_args("remove", "--group", "g", "--operation", "read", "--operation", "delete"))) == 2
+    assert filters_of(_acl_args("list", "--operation", "all"))[0].operation is Op.ALL

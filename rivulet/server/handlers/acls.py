@@ -18,22 +18,19 @@ from rivulet.protocol.messages.delete_acls_request import DeleteAclsFilter, Dele
 from rivulet.protocol.messages.describe_acls_request import DescribeAclsRequest
 from rivulet.security.acls import (
     AccessControlEntry,
-    AclBinding,
     AclBindingFilter,
     AclOperation,
-    AclPermissionType,
-    PatternType,
     ResourcePattern,
-    ResourceType,
+    binding_of,
+    filter_of,
 )
 from rivulet.server.acls import NO_AUTHORIZER, AclManager, Authz
 from rivulet.server.handlers import Handler
 from rivulet.server.network import KafkaConnection
 
 def _filter(f: DescribeAclsRequest | DeleteAclsFilter) -> AclBindingFilter:
-    return AclBindingFilter(ResourceType.of(f.resource_type_filter), f.resource_name_filter,
-                            PatternType.of(f.pattern_type_filter), f.principal_filter, f.host_filter,
-                            AclOperation.of(f.operation), AclPermissionType.of(f.permission_type))
+    return filter_of(f.resource_type_filter, f.resource_name_filter, f.pattern_type_filter, f.principal_filter,
+                     f.host_filter, f.operation, f.permission_type)
 
 
 def _cluster_denied() -> ApiError:
@@ -83,10 +80,8 @@ class AclHandlers:
             return car.CreateAclsResponse(throttle_time_ms=0, results=[
                 car.AclCreationResult(error_code=refused.code, error_message=refused.message)
                 for _ in req.creations])
-        bindings = [AclBinding(
-            ResourcePattern(ResourceType.of(c.resource_type), c.resource_name, PatternType.of(c.resource_pattern_type)),
-            AccessControlEntry(c.principal, c.host, AclOperation.of(c.operation),
-                               AclPermissionType.of(c.permission_type))) for c in req.creations]
+        bindings = [binding_of(c.resource_type, c.resource_name, c.resource_pattern_type, c.principal, c.host,
+                               c.operation, c.permission_type) for c in req.creations]
 
         async def create() -> car.CreateAclsResponse:
             results = await self.acls.create(bindings)
