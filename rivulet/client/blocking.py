@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -18,6 +19,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from rivulet.client import core
 from rivulet.client.client import parse_bootstrap
+from rivulet.client.config import ssl_context
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import framing
 from rivulet.client.connection import AuthenticationFailed
@@ -34,11 +36,17 @@ class BlockingConnection:
     """One blocking connection to one broker, versions negotiated with ApiVersions."""
 
     def __init__(self, host: str, port: int, client_id: str = "rivulet", timeout: float = 60.0,
-                 sasl: SaslCredentials | None = None) -> None:
+                 sasl: SaslCredentials | None = None, ssl_context: ssl.SSLContext | None = None) -> None:
         self.host, self.port = host, port
         self.client_id = client_id
         self.timeout = timeout
         self.sock = socket.create_connection((host, port), timeout=min(timeout, 30.0))
+        if ssl_context is not None:
+            try:
+                self.sock = ssl_context.wrap_socket(self.sock, server_hostname=host)
+            except BaseException:
+                self.sock.close()
+                raise
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:  # big fetch responses: let the kernel buffer the one in flight while we decode
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
@@ -128,9 +136,10 @@ class BlockingClient:
 
     def __init__(self, bootstrap: str, client_id: str = "rivulet", timeout: float = 60.0,
                  retry_timeout: float = 30.0, backoff: core.Backoff | None = None,
-                 sasl: SaslCredentials | None = None) -> None:
+                 sasl: SaslCredentials | None = None, ssl_context: ssl.SSLContext | None = None) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
         self.sasl = sasl
+        self.ssl_context = ssl_context
         self.client_id = client_id
         self.timeout = timeout
         self.retry_timeout = retry_timeout
@@ -144,7 +153,8 @@ class BlockingClient:
         c = self._conns.get(node)
         if c is None:
             host, port = self.cluster.brokers[node]
-            c = self._conns[node] = BlockingConnection(host, port, self.client_id, self.timeout, self.sasl)
+            c = self._conns[node] = BlockingConnection(host, port, self.client_id, self.timeout, self.sasl,
+                                                       self.ssl_context)
         return c
 
     def drop(self, node: int) -> None:
@@ -161,7 +171,8 @@ class BlockingClient:
         last: Exception | None = None
         for host, port in self.bootstrap:
             try:
-                self._any = BlockingConnection(host, port, self.client_id, self.timeout, self.sasl)
+                self._any = BlockingConnection(host, port, self.client_id, self.timeout, self.sasl,
+                                               self.ssl_context)
                 return self._any
             except AuthenticationFailed:
                 raise
@@ -302,12 +313,13 @@ def _pool_key(bootstrap: str, security: Mapping[str, str] | None) -> tuple[str, 
 
 def pooled(bootstrap: str, client_id: str = "rivulet", security: Mapping[str, str] | None = None) -> BlockingClient:
     """The process's client of ``bootstrap`` with ``security`` (client properties:
-    security.protocol, sasl.*)."""
+    security.protocol, sasl.*, ssl.*)."""
     key = _pool_key(bootstrap, security)
     with _POOL_LOCK:
         c = _POOL.get(key)
         if c is None:
-            c = _POOL[key] = BlockingClient(bootstrap, client_id, sasl=sasl_credentials(security or {}))
+            c = _POOL[key] = BlockingClient(bootstrap, client_id, sasl=sasl_credentials(security or {}),
+                                            ssl_context=ssl_context(security or {}))
         return c
 
 

@@ -392,9 +392,16 @@ Callback = Callable[..., Any]
 def ssl_context(conf: Mapping[str, Any]) -> ssl.SSLContext | None:
     """The TLS context ``security.protocol`` asks for (None for plaintext); a setting that
     cannot work is a ConfigException naming it."""
-    if conf.get("security.protocol") not in ("ssl", "sasl_ssl"):
+    # Typed by each property's definition: a resolved Config, or strings (Spark's options).
+    typed = {}
+    for k, v in conf.items():
+        if k.startswith("ssl.") or k == "enable.ssl.certificate.verification":
+            if k not in BY_NAME:
+                raise ConfigException(f"No such configuration property: \"{k}\"")
+            typed[k] = _coerce(BY_NAME[k], k, v)
+    if str(conf.get("security.protocol") or "").lower() not in ("ssl", "sasl_ssl"):
         return None
     try:
-        return tls.client_context(tls.client_ssl_config(conf))
+        return tls.client_context(tls.client_ssl_config(typed))
     except ConfigError as e:
         raise ConfigException(str(e)) from None

@@ -6,6 +6,8 @@ import logging
 from typing import Mapping
 
 from rivulet.security.client_config import SASL_PROPERTIES, sasl_credentials
+from rivulet.client.config import ssl_context
+from rivulet.client.errors import ConfigException
 
 log = logging.getLogger("rivulet.spark")
 
@@ -34,20 +36,21 @@ SOURCE_KAFKA_OPTIONS = frozenset({
 })
 
 
-SERVED_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")
+SERVED_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
 def security_options(o: Mapping[str, str]) -> dict[str, str]:
-    """The kafka.security.protocol and kafka.sasl.* options as client properties."""
+    """The kafka.security.protocol, kafka.sasl.* and kafka.ssl.* options as client properties."""
     return {k[len("kafka."):]: v for k, v in o.items()
-            if k == "kafka.security.protocol" or k[len("kafka."):] in SASL_PROPERTIES}
+            if k == "kafka.security.protocol" or k[len("kafka."):] in SASL_PROPERTIES
+            or (k.startswith("kafka.") and _is_ssl(k[len("kafka."):]))}
 
 
 def check_kafka_options(o: Mapping[str, str], refused: Mapping[str, str], known: frozenset[str],
                         role: str) -> None:
     """Refuse what Spark's Kafka connector refuses and the security settings Rivulet's connector
-    cannot honour (better a clear failure than a plaintext connection): SASL settings are checked
-    as the client checks them; warn, as the Java client does, about other kafka.* options that
+    cannot honour (better a clear failure than a plaintext connection): SASL and TLS settings are
+    checked as the client checks them; warn, as the Java client does, about other kafka.* options that
     have no effect. ``o`` has lower-case keys."""
     for key, value in o.items():
         if not key.startswith("kafka."):
@@ -58,15 +61,21 @@ def check_kafka_options(o: Mapping[str, str], refused: Mapping[str, str], known:
         if name == "security.protocol" and value.strip().upper() not in SERVED_PROTOCOLS:
             raise ValueError(f"kafka.security.protocol={value.strip()} is not supported yet by Rivulet's {role}: "
                              f"it connects with {' or '.join(SERVED_PROTOCOLS)}")
-        if name.startswith("ssl."):
-            raise ValueError(f"option kafka.{name}: SSL is not supported yet by Rivulet's {role} "
-                             f"(it connects with {' or '.join(SERVED_PROTOCOLS)})")
         if name.startswith("sasl.") and name not in SASL_PROPERTIES:
             raise ValueError(f"option kafka.{name} is not a SASL option Rivulet's {role} knows: "
                              f"{', '.join(p for p in SASL_PROPERTIES if p.startswith('sasl.'))}")
-        if name not in known and name not in SASL_PROPERTIES:
+        if name not in known and name not in SASL_PROPERTIES and not _is_ssl(name):
             log.warning("option kafka.%s has no effect on Rivulet's %s", name, role)
     try:
         sasl_credentials(security_options(o))
     except ValueError as e:
         raise ValueError(f"Rivulet's {role}: {e}") from None
+    try:
+        # Builds the TLS context: an unknown ssl.* name or a store that cannot be read fails here.
+        ssl_context(security_options(o))
+    except ConfigException as e:
+        raise ValueError(f"Rivulet's {role}: {e.args[0].str()}") from None
+
+
+def _is_ssl(name: str) -> bool:
+    return name.startswith("ssl.") or name == "enable.ssl.certificate.verification"

@@ -55,7 +55,7 @@ class SinkOptions:
     batch_bytes: int = 1 << 20
     compression: int = 0
     extra: dict[str, str] = field(default_factory=dict)
-    security: dict[str, str] = field(default_factory=dict)  # security.protocol and sasl.*
+    security: dict[str, str] = field(default_factory=dict)  # security.protocol, sasl.* and ssl.*
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SinkOptions":
@@ -65,7 +65,8 @@ class SinkOptions:
         if not bootstrap:
             raise ValueError("option kafka.bootstrap.servers (or bootstrap.servers) must be set")
         # As in Spark's Kafka sink: the topic option, else save(path) names the topic.
-        opts = cls(bootstrap=bootstrap, topic=(o.get("topic") or o.get("path") or "").strip() or None)
+        opts = cls(bootstrap=bootstrap, topic=(o.get("topic") or o.get("path") or "").strip() or None,
+                   security=security_options(o))
         opts.transactional = _bool(o.get("transactional", "true"))
         opts.idempotency_key = o.get("idempotencykey", "")
         if "kafka.transaction.timeout.ms" in o:
@@ -178,7 +179,7 @@ def transactional_id(write_id: str, partition_id: int) -> str:
 def _producer(opts: SinkOptions, transactional: str | None) -> Any:
     from rivulet import Producer
     conf: dict[str, Any] = {
-        "bootstrap.servers": opts.bootstrap, "client.id": "rivulet-spark", "enable.idempotence": True,
+        **opts.security, "bootstrap.servers": opts.bootstrap, "client.id": "rivulet-spark", "enable.idempotence": True,
         "acks": "all", "linger.ms": 5, "batch.size": opts.batch_bytes,
         # Keyed rows go where Spark's Kafka sink (the Java producer) puts them.
         "partitioner": "murmur2_random",

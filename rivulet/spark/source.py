@@ -32,6 +32,7 @@ from rivulet.client.blocking import BlockingClient, BlockingConnection
 from rivulet.security.client_config import sasl_credentials
 from rivulet.client.core import EARLIEST, LATEST
 from rivulet.common.types import TopicPartition as TP
+from rivulet.client.config import ssl_context
 from rivulet.spark._options import CONSUMER_REFUSED, SOURCE_KAFKA_OPTIONS, check_kafka_options, security_options
 from rivulet.spark._records import Chunk, decode_into, next_offset_after
 
@@ -151,7 +152,7 @@ class SourceOptions:
     check_crcs: bool = True
     poll_timeout_ms: int = 120_000
     extra: dict[str, str] = field(default_factory=dict)
-    security: dict[str, str] = field(default_factory=dict)  # security.protocol and sasl.*
+    security: dict[str, str] = field(default_factory=dict)  # security.protocol, sasl.* and ssl.*
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> "SourceOptions":
@@ -278,7 +279,8 @@ class OffsetReader:
     def cluster(self) -> BlockingClient:
         if self._cluster is None:
             self._cluster = BlockingClient(self.opts.bootstrap, client_id="rivulet-spark-driver",
-                                           sasl=sasl_credentials(self.opts.security))
+                                           sasl=sasl_credentials(self.opts.security),
+                                           ssl_context=ssl_context(self.opts.security))
         return self._cluster
 
     def _retry(self, fn: Any, *args: Any) -> Any:

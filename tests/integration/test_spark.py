@@ -429,9 +429,9 @@ def test_plain_save_takes_the_default_save_mode_and_leaves_no_groups(broker, spa
     ("kafka.auto.offset.reset", "earliest", "'auto.offset.reset' is not supported"),
     ("kafka.enable.auto.commit", "true", "'enable.auto.commit' is not supported"),
     ("kafka.value.deserializer", "x", "'value.deserializer' is not supported"),
-    ("kafka.security.protocol", "SASL_SSL", "security.protocol=SASL_SSL is not supported yet"),
+    ("kafka.security.protocol", "TLS", "security.protocol=TLS is not supported yet"),
     ("kafka.sasl.mechanism", "PLAIN", "sasl.mechanism set, but security.protocol is PLAINTEXT"),
-    ("kafka.ssl.truststore.location", "/x", "SSL is not supported yet"),
+    ("kafka.ssl.truststore.locaton", "/x", 'No such configuration property: "ssl.truststore.locaton"'),
 ])
 def test_options_refused_as_by_spark_and_security_options(broker, spark, tmp_path, option, value, said):
     t = create_topic(broker.bootstrap, topic_name(), 1)
@@ -444,16 +444,47 @@ def test_options_refused_as_by_spark_and_security_options(broker, spark, tmp_pat
 def test_sink_refuses_serializers_and_security_options_and_ignores_unknown_ones(broker, spark):
     t = create_topic(broker.bootstrap, topic_name("w"), 1)
     df = spark.createDataFrame([("k", "v")], "key string, value string")
-    for option, said in (("kafka.value.serializer", "'value.serializer' is not supported"),
-                         ("kafka.security.protocol", "not supported yet by Rivulet's sink"),
-                         ("kafka.sasl.jaas.config", "sasl.jaas.config set, but security.protocol is PLAINTEXT")):
+    for option, value, said in (("kafka.value.serializer", "x", "'value.serializer' is not supported"),
+                                ("kafka.security.protocol", "TLS", "not supported yet by Rivulet's sink"),
+                                ("kafka.sasl.jaas.config", "x",
+                                 "sasl.jaas.config set, but security.protocol is PLAINTEXT"),
+                                ("kafka.ssl.keystore.location", "/nowhere", "ssl.keystore.location=/nowhere")):
         with pytest.raises(Exception, match=said):
             df.write.format("rivulet").option("kafka.bootstrap.servers", broker.bootstrap).option("topic", t) \
-                .option(option, "SSL").save()
+                .option("kafka.security.protocol", "SSL" if option.startswith("kafka.ssl.") else "PLAINTEXT") \
+                .option(option, value).save()
     # As Spark: options it does not know are ignored, and PLAINTEXT is what Rivulet speaks.
     df.write.format("rivulet").option("kafka.bootstrap.servers", broker.bootstrap).option("topic", t) \
         .option("kafka.security.protocol", "PLAINTEXT").option("kafka.linger.ms", "5").option("whatever", "1").save()
     assert source(spark, broker.bootstrap, t, streaming=False, whatever="1").count() == 1
+
+
+def test_read_and_write_over_mutual_tls(spark, tls_certs):
+    """The source and the sink with kafka.security.protocol=SSL and librdkafka's ssl.* names:
+    a broker whose only listener asks for a client certificate."""
+    from rivulet.testing import BrokerProcess
+    b = BrokerProcess()
+    b.overrides.update({"listeners": f"SSL://localhost:{b.port}", "listener.security.protocol.map": "SSL:SSL",
+                        **tls_certs.broker_ssl_props(client_auth="required")})
+    b.start()
+    try:
+        bootstrap = f"localhost:{b.port}"
+        tls = {"kafka.security.protocol": "SSL", "kafka.ssl.ca.location": str(tls_certs.ca.pem),
+               "kafka.ssl.certificate.location": str(tls_certs.client.cert),
+               "kafka.ssl.key.location": str(tls_certs.client.key)}
+        t = topic_name("tls")
+        df = spark.createDataFrame([(f"k{i}", f"v{i}") for i in range(100)], "key string, value string").repartition(2)
+        w = df.write.format("rivulet").option("kafka.bootstrap.servers", bootstrap).option("topic", t)
+        for k, v in tls.items():
+            w = w.option(k, v)
+        w.save()
+        rows = source(spark, bootstrap, t, streaming=False, **tls).collect()
+        assert sorted(r.value for r in rows) == sorted(f"v{i}".encode() for i in range(100))
+        with pytest.raises(Exception, match="certificate|closed|SSL"):
+            source(spark, bootstrap, t, streaming=False, **{**tls, "kafka.ssl.ca.location": str(
+                tls_certs.other_ca.pem)}).collect()
+    finally:
+        b.cleanup()
 
 
 def test_replayed_stream_batch_does_not_duplicate(broker, spark, tmp_path):

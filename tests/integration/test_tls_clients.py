@@ -365,3 +365,30 @@ def test_cli_over_mutual_tls(tls_broker, tls_certs, tmp_path):
     cfg.write_text(f"security.protocol=SSL\nssl.ca.locaton={tls_certs.ca.pem}\n")
     r = cli("topics", "list")
     assert r.returncode != 0 and "ssl.ca.locaton" in r.stderr
+
+
+def test_blocking_client_over_mutual_tls(tls_broker, tls_certs):
+    """The blocking transport (Spark's workers use it) with the same settings, pooled by them."""
+    from confluent_kafka import Producer
+
+    from rivulet.client import blocking
+    from rivulet.client.config import ssl_context
+    topic = topic_name("blocking-tls")
+    p = Producer({"bootstrap.servers": tls_broker.plain})
+    for i in range(7):
+        p.produce(topic, b"x", partition=0)
+    assert p.flush(30) == 0
+    security = {"security.protocol": "SSL", "ssl.ca.location": str(tls_certs.ca.pem),
+                "ssl.certificate.location": str(tls_certs.client.cert), "ssl.key.location": str(tls_certs.client.key)}
+    client = blocking.pooled(tls_broker.mtls, "t", security)
+    try:
+        assert client is blocking.pooled(tls_broker.mtls, "t", dict(security))
+        assert client.metadata([topic]) == {topic: 1}
+        assert client.list_offsets({(topic, 0): -1}) == {(topic, 0): 7}
+        client.commit_offsets(topic, {(topic, 0): 5})
+        assert client.committed(topic, [(topic, 0)])[(topic, 0)].offset == 5
+    finally:
+        blocking.discard(tls_broker.mtls, security)
+    untrusting = ssl_context({**security, "ssl.ca.location": str(tls_certs.other_ca.pem)})
+    with pytest.raises(ConnectionError, match="certificate verify failed"):
+        blocking.BlockingClient(tls_broker.mtls, ssl_context=untrusting).metadata([topic])

@@ -20,9 +20,12 @@ def test_kafka_options_are_checked_as_spark_checks_them(caplog):
             check({f"kafka.{name}": "x"})
     with pytest.raises(ValueError, match="'value.serializer' is not supported"):
         check({"kafka.value.serializer": "x"}, PRODUCER_REFUSED)
-    for bad in ({"kafka.security.protocol": "ssl"}, {"kafka.ssl.keystore.location": "/k"}):
-        with pytest.raises(ValueError, match="not supported yet by Rivulet's source"):
-            check(bad)
+    # TLS options are the client's: checked by building the context, an unknown name refused.
+    check({"kafka.security.protocol": "ssl"})
+    with pytest.raises(ValueError, match="ssl.keystore.location=/k cannot be read"):
+        check({"kafka.security.protocol": "SSL", "kafka.ssl.keystore.location": "/k"})
+    with pytest.raises(ValueError, match='No such configuration property: "ssl.ca.locaton"'):
+        check({"kafka.security.protocol": "SSL", "kafka.ssl.ca.locaton": "/k"})
     sasl = {"kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "SCRAM-SHA-512"}
     for bad, said in (({"kafka.sasl.mechanism": "PLAIN"}, "sasl.mechanism set, but security.protocol is PLAINTEXT"),
                       ({**sasl, "kafka.sasl.kerberos.service.name": "k"}, "not a SASL option Rivulet's source knows"),
