@@ -254,6 +254,11 @@ class Broker:
             protocol = cfg.security_protocols[name]
             props = cfg.listener_props(name)
             context = mapper = None
+            if protocol == "SASL_SSL":
+                # KIP-684: a SASL_SSL listener asks for client certificates only when its own
+                # listener.name.<l>.ssl.client.auth says so; the broker-wide value is for SSL.
+                props["ssl.client.auth"] = cfg.listener_overrides.get((name.lower(), ""), {}).get(
+                    "ssl.client.auth", "none")
             if protocol in ("SSL", "SASL_SSL"):
                 context = tls.server_context(tls.ssl_config(props))
             if protocol == "SSL":

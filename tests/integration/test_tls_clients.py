@@ -285,6 +285,8 @@ def test_sasl_ssl_listener_carries_sasl_over_tls(tls_certs):
         "sasl.enabled.mechanisms": "PLAIN",
         "listener.name.sasl_ssl.plain.sasl.jaas.config": jaas,
         **tls_certs.broker_ssl_props("listener.name.sasl_ssl."),
+        # KIP-684: the broker-wide ssl.client.auth is not for SASL_SSL listeners.
+        "ssl.client.auth": "required",
     })
     b.start()
     try:
@@ -305,6 +307,12 @@ def test_sasl_ssl_listener_carries_sasl_over_tls(tls_certs):
                 break
         c.close()
         assert m is not None and m.value() == b"over tls"
+        # Rivulet's own client, SASL over TLS.
+        from rivulet import Producer as RivuletProducer
+        rp = RivuletProducer(conf)
+        rp.produce(topic, b"rivulet over tls")
+        assert rp.flush(30) == 0
+        rp.close()
         # A wrong password over TLS fails as over plaintext.
         errors = []
         bad = Producer({**conf, "sasl.password": "wrong", "error_cb": errors.append})
