@@ -3,24 +3,22 @@ it needs gets Kafka's authorization error (or sees nothing, for the APIs that fi
 changes nothing; with them, the request goes through. ``MATRIX`` is the one table; the same
 table is in docs/security.md (``test_doc_has_the_matrix`` keeps them equal).
 
-Until a listener authenticates, every connection is User:ANONYMOUS, so the two sides are told
-apart by host: the administrator connects from 127.0.0.1, which the broker's stored ACLs
-(written before it starts, as Kafka's ZooKeeper-era kafka-acls wrote straight to the store)
-allow everything; the principal under test connects from 127.0.0.2 and gets ACLs for that host
-only.
+The broker listens on SASL_PLAINTEXT with PLAIN users: the administrator authenticates as
+User:admin, a super user, and sets the ACLs; the principal under test is User:alice, who has
+exactly the ACLs each row grants.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import os
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 import pytest
 
+import controller_requests as ctl
 from rivulet.client.connection import BrokerConnection
 from rivulet.protocol import records
 from rivulet.protocol.errors import ErrorCode
@@ -67,6 +65,13 @@ from rivulet.protocol.messages import (
     txn_offset_commit_request as tocq,
     write_txn_markers_request as wtmq,
 )
+from rivulet.protocol.messages import alter_partition_reassignments_request as apraq
+from rivulet.protocol.messages import alter_partition_request as apaq
+from rivulet.protocol.messages import alter_user_scram_credentials_request as ausq
+from rivulet.protocol.messages import controlled_shutdown_request as csq
+from rivulet.protocol.messages import elect_leaders_request as elq
+from rivulet.protocol.messages import list_partition_reassignments_request as lpraq
+from rivulet.protocol.messages import describe_user_scram_credentials_request as dusq
 from rivulet.protocol.messages.api_versions_request import ApiVersionsRequest
 from rivulet.security.acls import (
     AccessControlEntry,
@@ -76,13 +81,16 @@ from rivulet.security.acls import (
     PatternType,
     ResourcePattern,
     ResourceType as RT,
-    bindings_to_json,
 )
-from rivulet.testing import BrokerProcess
+from rivulet.security.client_config import SaslCredentials
+from rivulet.testing import BrokerProcess, free_port
 
 pytestmark = pytest.mark.integration
 
-ADMIN_HOST, USER_HOST = "127.0.0.1", "127.0.0.2"
+ADMIN, USER = SaslCredentials("PLAIN", "admin", "admin-secret"), SaslCredentials("PLAIN", "alice", "alice-secret")
+PRINCIPAL = "User:alice"
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+        'username="admin" password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
 T, DOOMED, NEW, AUTO = "acl-topic", "acl-doomed", "acl-new", "acl-auto"
 G, DOOMED_GROUP, JOIN_GROUP = "acl-group", "acl-doomed-group", "acl-join-group"
 TX, TX_INIT = "acl-tx", "acl-tx-init"
@@ -124,6 +132,7 @@ class Row:
     call: Call
     allowed: str = "NONE"
     given: tuple[Need, ...] = field(default=())  # granted in both cases
+    cluster: bool = False  # served in cluster mode only (brokers' and the controller's requests)
 
 
 # ------------------------------------------------------------------ the calls
@@ -431,6 +440,78 @@ async def list_transactions(c: Ctx) -> str:
     return "listed" if TX in {t.transactional_id for t in r.transaction_states} else "hidden"
 
 
+async def describe_scram(c: Ctx) -> str:
+    r = await c.user.send(dusq.DescribeUserScramCredentialsRequest(users=None))
+    return name(r.error_code)
+
+
+async def alter_scram(c: Ctx) -> str:
+    r = await c.user.send(ausq.AlterUserScramCredentialsRequest(deletions=[], upsertions=[
+        ausq.ScramCredentialUpsertion(name="carol", mechanism=1, iterations=4096, salt=b"salt" * 4,
+                                      salted_password=b"p" * 32)]))
+    return name(r.results[0].error_code)
+
+
+# ---- brokers' and the controller's requests (cluster mode); stale epochs, so that granted
+# requests are refused for what they carry and change nothing either
+async def leader_and_isr(c: Ctx) -> str:
+    r = await c.user.send(ctl.leader_and_isr(0, [ctl.Part(T, 0, 1, 0, [1], [1])], {T: uuid.uuid4()},
+                                             {1: ("127.0.0.1", 1)}))
+    return name(r.error_code)
+
+
+async def update_metadata(c: Ctx) -> str:
+    r = await c.user.send(ctl.update_metadata(0, [], {}, {1: ("127.0.0.1", 1)}))
+    return name(r.error_code)
+
+
+async def stop_replica(c: Ctx) -> str:
+    r = await c.user.send(ctl.stop_replica(0, {(T, 0): (-2, False)}))
+    return name(r.error_code)
+
+
+async def controlled_shutdown(c: Ctx) -> str:
+    r = await c.user.send(csq.ControlledShutdownRequest(broker_id=99, broker_epoch=0))
+    return name(r.error_code)
+
+
+async def alter_partition(c: Ctx) -> str:
+    r = await c.user.send(apaq.AlterPartitionRequest(broker_id=99, broker_epoch=0, topics=[]))
+    return name(r.error_code)
+
+
+async def follower_fetch(c: Ctx) -> str:
+    r = await c.user.send(fq.FetchRequest(
+        replica_id=99, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0, session_id=0,
+        session_epoch=-1, topics=[fq.FetchTopic(topic=T, partitions=[fq.FetchPartition(
+            partition=0, fetch_offset=0, partition_max_bytes=1 << 20, current_leader_epoch=-1,
+            log_start_offset=-1, last_fetched_epoch=-1)])], forgotten_topics_data=[], rack_id=""), version=12)
+    return name(r.responses[0].partitions[0].error_code)
+
+
+async def add_partitions_to_txn_verify(c: Ctx) -> str:
+    r = await c.user.send(aptq.AddPartitionsToTxnRequest(transactions=[aptq.AddPartitionsToTxnTransaction(
+        transactional_id=TX, producer_id=1, producer_epoch=0, verify_only=True,
+        topics=[aptq.AddPartitionsToTxnTopic(name=T, partitions=[0])])]), version=4)
+    return name(r.error_code)
+
+
+async def elect_leaders(c: Ctx) -> str:
+    r = await c.user.send(elq.ElectLeadersRequest(election_type=0, topic_partitions=[
+        elq.TopicPartitions(topic=T, partitions=[0])], timeout_ms=5000))
+    return name(r.error_code)
+
+
+async def alter_reassignments(c: Ctx) -> str:
+    r = await c.user.send(apraq.AlterPartitionReassignmentsRequest(timeout_ms=5000, topics=[]))
+    return name(r.error_code)
+
+
+async def list_reassignments(c: Ctx) -> str:
+    r = await c.user.send(lpraq.ListPartitionReassignmentsRequest(timeout_ms=5000, topics=None))
+    return name(r.error_code)
+
+
 async def describe_topic_partitions(c: Ctx) -> str:
     r = await c.user.send(dtpq.DescribeTopicPartitionsRequest(topics=[dtpq.TopicRequest(name=T)],
                                                               response_partition_limit=100))
@@ -445,6 +526,7 @@ def need(rt: RT, op: Op, resource: str | None = None) -> Need:
 TOPIC_READ, TOPIC_WRITE, TOPIC_DESCRIBE = need(RT.TOPIC, Op.READ), need(RT.TOPIC, Op.WRITE), need(RT.TOPIC, Op.DESCRIBE)
 GROUP_READ, TXN_WRITE = need(RT.GROUP, Op.READ), need(RT.TRANSACTIONAL_ID, Op.WRITE)
 JOIN_READ = need(RT.GROUP, Op.READ, JOIN_GROUP)
+CLUSTER_ACTION = need(RT.CLUSTER, Op.CLUSTER_ACTION)
 
 # The one table: the API, what it needs, what it answers without it (ANY_OTHER: what the
 # request itself deserves, authorization aside). Rows run in order: the transaction rows share
@@ -527,35 +609,47 @@ MATRIX: list[Row] = [
     Row("DescribeCluster (authorized operations)", (need(RT.CLUSTER, Op.DESCRIBE),), "no operations",
         describe_cluster, allowed="operations reported"),
     Row("DescribeTopicPartitions", (TOPIC_DESCRIBE,), "TOPIC_AUTHORIZATION_FAILED", describe_topic_partitions),
+    Row("DescribeUserScramCredentials", (need(RT.CLUSTER, Op.DESCRIBE),), "CLUSTER_AUTHORIZATION_FAILED",
+        describe_scram),
+    Row("AlterUserScramCredentials", (need(RT.CLUSTER, Op.ALTER),), "CLUSTER_AUTHORIZATION_FAILED", alter_scram),
+    Row("LeaderAndIsr", (CLUSTER_ACTION,), "CLUSTER_AUTHORIZATION_FAILED", leader_and_isr, ANY_OTHER, cluster=True),
+    Row("UpdateMetadata", (CLUSTER_ACTION,), "CLUSTER_AUTHORIZATION_FAILED", update_metadata, ANY_OTHER,
+        cluster=True),
+    Row("StopReplica", (CLUSTER_ACTION,), "CLUSTER_AUTHORIZATION_FAILED", stop_replica, ANY_OTHER, cluster=True),
+    Row("ControlledShutdown", (CLUSTER_ACTION,), "CLUSTER_AUTHORIZATION_FAILED", controlled_shutdown, ANY_OTHER,
+        cluster=True),
+    Row("AlterPartition", (CLUSTER_ACTION,), "CLUSTER_AUTHORIZATION_FAILED", alter_partition, ANY_OTHER,
+        cluster=True),
+    Row("Fetch (from a follower)", (CLUSTER_ACTION,), "TOPIC_AUTHORIZATION_FAILED", follower_fetch, ANY_OTHER,
+        cluster=True),
+    Row("AddPartitionsToTxn (brokers' v4+)", (CLUSTER_ACTION,), "CLUSTER_AUTHORIZATION_FAILED",
+        add_partitions_to_txn_verify, cluster=True),
+    Row("ElectLeaders", (need(RT.CLUSTER, Op.ALTER),), "CLUSTER_AUTHORIZATION_FAILED", elect_leaders, cluster=True),
+    Row("AlterPartitionReassignments", (need(RT.CLUSTER, Op.ALTER),), "CLUSTER_AUTHORIZATION_FAILED",
+        alter_reassignments, cluster=True),
+    Row("ListPartitionReassignments", (need(RT.CLUSTER, Op.DESCRIBE),), "CLUSTER_AUTHORIZATION_FAILED",
+        list_reassignments, cluster=True),
 ]
 
 
 # ------------------------------------------------------------------ the broker and its state
-def _binding(n: Need, host: str) -> AclBinding:
+def _binding(n: Need) -> AclBinding:
     return AclBinding(ResourcePattern(n.resource_type, n.name, PatternType.LITERAL),
-                      AccessControlEntry("User:ANONYMOUS", host, n.operation, AclPermissionType.ALLOW))
-
-
-def _admin_acls() -> list[AclBinding]:
-    return [AclBinding(ResourcePattern(rt, "kafka-cluster" if rt is RT.CLUSTER else "*", PatternType.LITERAL),
-                       AccessControlEntry("User:ANONYMOUS", ADMIN_HOST, Op.ALL, AclPermissionType.ALLOW))
-            for rt in (RT.CLUSTER, RT.TOPIC, RT.GROUP, RT.TRANSACTIONAL_ID)]
+                      AccessControlEntry(PRINCIPAL, "*", n.operation, AclPermissionType.ALLOW))
 
 
 @pytest.fixture(scope="module")
-def secured_broker(tmp_path_factory):
-    data = tmp_path_factory.mktemp("acl-matrix")
-    # The administrator's ACLs, in the broker's store before it starts.
-    with open(os.path.join(data, "dynamic-broker-configs.json"), "w") as f:
-        json.dump({"acls": bindings_to_json(_admin_acls())}, f)
+def secured_broker():
     b = BrokerProcess({"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-                       "super.users": "User:admin", "num.partitions": "2"}, data_dir=str(data)).start()
-    yield b
+                       "super.users": "User:admin", "num.partitions": "2", "sasl.enabled.mechanisms": "PLAIN",
+                       "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS})
+    b.overrides["listeners"] = f"SASL_PLAINTEXT://127.0.0.1:{b.port}"
+    yield b.start()
     b.cleanup()
 
 
-async def _connect(port: int, host: str) -> BrokerConnection:
-    return await BrokerConnection("127.0.0.1", port, local_addr=(host, 0)).connect(10)
+async def _connect(port: int, who: SaslCredentials) -> BrokerConnection:
+    return await BrokerConnection("127.0.0.1", port, sasl=who).connect(10)
 
 
 async def _setup(admin: BrokerConnection) -> None:
@@ -609,7 +703,9 @@ async def _state(admin: BrokerConnection) -> Any:
     quotas = await admin.send(dcqq.DescribeClientQuotasRequest(components=[], strict=False))
     groups = await admin.send(lgrq.ListGroupsRequest(states_filter=[], types_filter=[]))
     txns = await admin.send(dtxq.DescribeTransactionsRequest(transactional_ids=[TX, TX_INIT]))
-    return (topics, offsets, committed, configs,
+    scram = await admin.send(dusq.DescribeUserScramCredentialsRequest(users=None))
+    return (sorted((u.user, tuple((i.mechanism, i.iterations) for i in u.credential_infos)) for u in scram.results),
+            topics, offsets, committed, configs,
             sorted((r.resource_type, r.resource_name, a.principal, a.host, a.operation)
                    for r in acls.resources for a in r.acls),
             sorted((tuple((e.entity_type, e.entity_name) for e in q.entity), tuple((v.key, v.value) for v in q.values))
@@ -620,40 +716,47 @@ async def _state(admin: BrokerConnection) -> Any:
 
 
 async def _set_acls(admin: BrokerConnection, needs: tuple[Need, ...]) -> None:
-    """The principal under test gets exactly ``needs`` (from its host), nothing else."""
+    """The principal under test gets exactly ``needs``, nothing else."""
     r = await admin.send(daq.DeleteAclsRequest(filters=[daq.DeleteAclsFilter(
-        resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1, principal_filter=None,
-        host_filter=USER_HOST, operation=1, permission_type=1)]))
+        resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1, principal_filter=PRINCIPAL,
+        host_filter=None, operation=1, permission_type=1)]))
     assert r.filter_results[0].error_code == 0
     if needs:
         r = await admin.send(caq.CreateAclsRequest(creations=[caq.AclCreation(
             resource_type=int(b.pattern.resource_type), resource_name=b.pattern.name, resource_pattern_type=3,
             principal=b.entry.principal, host=b.entry.host, operation=int(b.entry.operation),
-            permission_type=int(b.entry.permission_type)) for b in (_binding(n, USER_HOST) for n in needs)]))
+            permission_type=int(b.entry.permission_type)) for b in (_binding(n) for n in needs)]))
         assert [x.error_code for x in r.results] == [0] * len(needs)
+
+
+async def _run_rows(ctx: Ctx, rows: list[Row], state: Callable[[BrokerConnection], Awaitable[Any]]) -> list[str]:
+    """Each row without its permissions (the expected refusal, and ``state`` unchanged), then
+    with them; what went otherwise."""
+    failures = []
+    for row in rows:
+        await _set_acls(ctx.admin, row.given)
+        before = await state(ctx.admin)
+        denied = await row.call(ctx)
+        if denied != row.denied:
+            failures.append(f"{row.api} without {row.needs}: {denied}, expected {row.denied}")
+        if await state(ctx.admin) != before:
+            failures.append(f"{row.api} without {row.needs} changed the broker's state")
+        await _set_acls(ctx.admin, row.given + row.needs)
+        allowed = await row.call(ctx)
+        if allowed != row.allowed and not (row.allowed == ANY_OTHER and allowed not in AUTH_ERRORS):
+            failures.append(f"{row.api} with {row.needs}: {allowed}, expected {row.allowed}")
+    return failures
 
 
 def test_acl_matrix(secured_broker):
     async def main() -> list[str]:
-        admin = await _connect(secured_broker.port, ADMIN_HOST)
-        user = await _connect(secured_broker.port, USER_HOST)
+        admin = await _connect(secured_broker.port, ADMIN)
+        user = await _connect(secured_broker.port, USER)
         ctx = Ctx(user, admin)
-        failures = []
         try:
             await _setup(admin)
             await _init_transaction(ctx)
-            for row in MATRIX:
-                await _set_acls(admin, row.given)
-                before = await _state(admin)
-                denied = await row.call(ctx)
-                if denied != row.denied:
-                    failures.append(f"{row.api} without {row.needs}: {denied}, expected {row.denied}")
-                if await _state(admin) != before:
-                    failures.append(f"{row.api} without {row.needs} changed the broker's state")
-                await _set_acls(admin, row.given + row.needs)
-                allowed = await row.call(ctx)
-                if allowed != row.allowed and not (row.allowed == ANY_OTHER and allowed not in AUTH_ERRORS):
-                    failures.append(f"{row.api} with {row.needs}: {allowed}, expected {row.allowed}")
+            failures = await _run_rows(ctx, [r for r in MATRIX if not r.cluster], _state)
             await _set_acls(admin, ())
         finally:
             await user.close()
@@ -661,6 +764,52 @@ def test_acl_matrix(secured_broker):
         return failures
 
     assert asyncio.run(main()) == []
+
+
+async def _cluster_state(admin: BrokerConnection) -> Any:
+    """What the brokers' and the controller's requests could change: leaders, epochs, ISRs,
+    the brokers, reassignments."""
+    md = await admin.send(mq.MetadataRequest(topics=None, allow_auto_topic_creation=False))
+    reassignments = await admin.send(lpraq.ListPartitionReassignmentsRequest(timeout_ms=5000, topics=None))
+    return (sorted((b.node_id, b.port) for b in md.brokers), md.controller_id,
+            sorted((t.name, p.partition_index, p.leader_id, p.leader_epoch, tuple(p.isr_nodes))
+                   for t in md.topics for p in t.partitions),
+            reassignments.error_code, [(t.name, len(t.partitions)) for t in reassignments.topics])
+
+
+def test_acl_matrix_cluster_mode(zk_connect):
+    """The cluster-mode rows, on a ZooKeeper-mode broker whose inter-broker listener is an
+    internal PLAINTEXT one (its anonymous principal a super user, as brokers' own must be)."""
+    sasl_port = free_port()
+    b = BrokerProcess({
+        "zookeeper.connect": zk_connect, "broker.id": "1", "offsets.topic.replication.factor": "1",
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:admin;User:ANONYMOUS", "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS, "inter.broker.listener.name": "PLAINTEXT"})
+    b.overrides["listeners"] = f"PLAINTEXT://127.0.0.1:{b.port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}"
+    b.start()
+
+    async def main() -> list[str]:
+        admin = await _connect(sasl_port, ADMIN)
+        user = await _connect(sasl_port, USER)
+        ctx = Ctx(user, admin)
+        try:
+            r = await admin.send(ctq.CreateTopicsRequest(topics=[ctq.CreatableTopic(
+                name=T, num_partitions=1, replication_factor=1, assignments=[], configs=[])], timeout_ms=5000,
+                validate_only=False))
+            assert r.topics[0].error_code == 0
+            while not (await _cluster_state(admin))[2]:
+                await asyncio.sleep(0.1)  # until the controller made the partition
+            failures = await _run_rows(ctx, [r for r in MATRIX if r.cluster], _cluster_state)
+        finally:
+            await user.close()
+            await admin.close()
+        return failures
+
+    try:
+        assert asyncio.run(main()) == []
+    finally:
+        b.cleanup()
 
 
 # ------------------------------------------------------------------ the table in docs/security.md
@@ -674,7 +823,8 @@ def render_matrix() -> str:
         needs = ", ".join(str(n) for n in row.needs) or "nothing"
         if row.given:
             needs += " (given " + ", ".join(str(n) for n in row.given) + ")"
-        lines.append(f"| {row.api} | {needs} | {row.denied} |")
+        api = f"{row.api} (cluster mode)" if row.cluster else row.api
+        lines.append(f"| {api} | {needs} | {row.denied} |")
     return "\n".join(lines)
 
 
