@@ -85,14 +85,23 @@ from rivulet.security.acls import AclBinding, AclBindingFilter, binding_of
 
 T = TypeVar("T")
 
-# Versions above these change a request's shape in ways the clients do not use: topic ids
-# instead of names (Produce and Fetch v13+), grouped OffsetFetch (v8+), broker-to-broker
-# batching (AddPartitionsToTxn v4+). Brokers support the caps.
+# Versions above these change a request's shape or meaning in ways the clients do not use:
+# topic ids instead of names (Produce and Fetch v13+, OffsetCommit v10+), grouped OffsetFetch
+# (v8+), broker-to-broker batching (AddPartitionsToTxn v4+), transaction.version 2 (Produce
+# v12, TxnOffsetCommit v5, EndTxn v5), two-phase commit (InitProducerId v6), a top-level
+# error (Metadata v13), GROUP_ID_NOT_FOUND for a missing group (DescribeGroups v6). Brokers
+# support the caps; the codec knows Kafka 4.3's newest versions.
 MAX_VERSIONS: dict[int, int] = {
     0: 11,   # Produce
     1: 12,   # Fetch
+    3: 12,   # Metadata
+    8: 9,    # OffsetCommit
     9: 7,    # OffsetFetch
+    15: 5,   # DescribeGroups
+    22: 5,   # InitProducerId
     24: 3,   # AddPartitionsToTxn
+    26: 4,   # EndTxn
+    28: 4,   # TxnOffsetCommit
 }
 
 EARLIEST = -2

@@ -55,10 +55,10 @@ log = logging.getLogger(__name__)
 # API key -> (min, max) versions Rivulet implements. Produce starts at v0 because librdkafka
 # turns compression off when the broker does not advertise the oldest versions.
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
-    0: (0, 11),   # Produce
-    1: (4, 17),   # Fetch
+    0: (0, 12),   # Produce (v12 is v11 without transaction.version 2, which Rivulet does not finalise)
+    1: (4, 18),   # Fetch
     2: (1, 10),   # ListOffsets
-    3: (0, 12),   # Metadata
+    3: (0, 13),   # Metadata
     8: (2, 9),    # OffsetCommit
     9: (1, 9),    # OffsetFetch
     10: (0, 6),   # FindCoordinator
@@ -66,7 +66,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     12: (0, 4),   # Heartbeat
     13: (0, 5),   # LeaveGroup
     14: (0, 5),   # SyncGroup
-    15: (0, 5),   # DescribeGroups
+    15: (0, 6),   # DescribeGroups
     16: (0, 5),   # ListGroups
     17: (0, 1),   # SaslHandshake
     18: (0, 4),   # ApiVersions
@@ -86,7 +86,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     32: (1, 4),   # DescribeConfigs
     33: (0, 2),   # AlterConfigs
     34: (1, 2),   # AlterReplicaLogDirs
-    35: (0, 4),   # DescribeLogDirs
+    35: (0, 5),   # DescribeLogDirs
     36: (0, 2),   # SaslAuthenticate
     37: (0, 3),   # CreatePartitions
     42: (0, 2),   # DeleteGroups
@@ -96,7 +96,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     49: (0, 1),   # AlterClientQuotas
     50: (0, 0),   # DescribeUserScramCredentials
     51: (0, 0),   # AlterUserScramCredentials
-    60: (0, 1),   # DescribeCluster
+    60: (0, 2),   # DescribeCluster
     61: (0, 0),   # DescribeProducers
     65: (0, 0),   # DescribeTransactions
     66: (0, 1),   # ListTransactions

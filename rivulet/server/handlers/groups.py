@@ -15,6 +15,7 @@ from rivulet.common.time import Clock
 from rivulet.common.types import TopicPartition
 from rivulet.coordinator.group_coordinator import GroupCoordinator
 from rivulet.coordinator.group_metadata import (
+    DEAD,
     JoinGroupResult,
     OffsetAndMetadata,
     SyncGroupResult,
@@ -333,6 +334,13 @@ class GroupHandlers:
                     protocol_data="", members=[], authorized_operations=OPERATIONS_NOT_REQUESTED))
                 continue
             err, (state, ptype, protocol, members) = self.c.handle_describe_group(gid)
+            if v >= 6 and err == ErrorCode.NONE and state == DEAD.value:
+                # KIP-1043: a group that does not exist is an error, no longer a Dead group.
+                out.append(dsr.DescribedGroup(
+                    error_code=ErrorCode.GROUP_ID_NOT_FOUND, error_message=f"Group {gid} not found.", group_id=gid,
+                    group_state="", protocol_type="", protocol_data="", members=[],
+                    authorized_operations=OPERATIONS_NOT_REQUESTED))
+                continue
             out.append(dsr.DescribedGroup(
                 error_code=err, group_id=gid, group_state=state, protocol_type=ptype, protocol_data=protocol,
                 members=[dsr.DescribedGroupMember(

@@ -1,0 +1,111 @@
+"""Kafka 4.3's newest versions of the APIs Rivulet serves, sent raw to a broker process: each
+answers as Kafka 4.3 does at that version."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from rivulet.client import core
+from rivulet.client.connection import BrokerConnection
+from rivulet.protocol import records as rec
+from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.messages import (
+    describe_cluster_request as dcq,
+    describe_groups_request as dgq,
+    describe_log_dirs_request as dlq,
+    fetch_request as fq,
+    metadata_request as mq,
+)
+
+pytestmark = pytest.mark.integration
+
+
+async def _conn(broker) -> BrokerConnection:
+    host, port = broker.bootstrap.split(":")
+    return await BrokerConnection(host, int(port)).connect()
+
+
+def _topic(broker) -> str:
+    from confluent_kafka.admin import AdminClient, NewTopic
+    name = f"v43-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+    return name
+
+
+def test_the_newest_versions_are_advertised(broker):
+    async def main():
+        conn = await _conn(broker)
+        try:
+            assert conn.version_for(0, 99) == 12  # Produce (v13 names topics by id)
+            assert conn.version_for(1, 99) == 18  # Fetch
+            assert conn.version_for(3, 99) == 13  # Metadata
+            assert conn.version_for(15, 99) == 6  # DescribeGroups
+            assert conn.version_for(35, 99) == 5  # DescribeLogDirs
+            assert conn.version_for(60, 99) == 2  # DescribeCluster
+        finally:
+            await conn.close()
+    asyncio.run(main())
+
+
+def test_describe_groups_v6_says_an_unknown_group_is_not_found(broker):
+    async def main():
+        conn = await _conn(broker)
+        try:
+            req = dgq.DescribeGroupsRequest(groups=["no-such-group"])
+            old = (await conn.send(req, version=5)).groups[0]
+            assert (old.error_code, old.group_state) == (ErrorCode.NONE, "Dead")
+            new = (await conn.send(req, version=6)).groups[0]
+            assert new.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+            assert new.error_message == "Group no-such-group not found."
+        finally:
+            await conn.close()
+    asyncio.run(main())
+
+
+def test_metadata_v13_describe_cluster_v2_and_describe_log_dirs_v5(broker):
+    topic = _topic(broker)
+
+    async def main():
+        conn = await _conn(broker)
+        try:
+            md = await conn.send(mq.MetadataRequest(topics=[mq.MetadataRequestTopic(name=topic)],
+                                                    allow_auto_topic_creation=False), version=13)
+            assert md.error_code == ErrorCode.NONE and md.topics[0].name == topic
+            assert md.topics[0].error_code == ErrorCode.NONE and md.topics[0].topic_id.int != 0
+            dc = await conn.send(dcq.DescribeClusterRequest(include_fenced_brokers=True), version=2)
+            assert dc.error_code == ErrorCode.NONE and [b.is_fenced for b in dc.brokers] == [False]
+            dl = await conn.send(dlq.DescribeLogDirsRequest(topics=None), version=5)
+            assert dl.results and all(r.error_code == ErrorCode.NONE and r.is_cordoned is False for r in dl.results)
+        finally:
+            await conn.close()
+    asyncio.run(main())
+
+
+def test_produce_v12_and_fetch_v18(broker):
+    topic = _topic(broker)
+
+    async def main():
+        conn = await _conn(broker)
+        try:
+            batch = rec.encode_batch([rec.Record(0, 0, b"k", b"v43", [])])
+            pr = await conn.send(core.produce_request(None, -1, 10_000, {(topic, 0): batch}), version=12)
+            assert pr.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+            md = await conn.send(core.metadata_request([topic]))
+            tid = md.topics[0].topic_id
+            fr = await conn.send(fq.FetchRequest(
+                replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
+                session_epoch=-1, topics=[fq.FetchTopic(topic_id=tid, partitions=[fq.FetchPartition(
+                    partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1,
+                    partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id=""), version=18)
+            part = fr.responses[0].partitions[0]
+            assert part.error_code == ErrorCode.NONE and part.high_watermark == 1
+            values = [r.value for pos, _h in rec.iter_batches(part.records)
+                      for r in rec.decode_batch(part.records, pos).records]
+            assert values == [b"v43"]
+        finally:
+            await conn.close()
+    asyncio.run(main())
