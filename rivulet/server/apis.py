@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     0: (0, 12),   # Produce (v12 is v11 without transaction.version 2, which Rivulet does not finalise)
     1: (4, 18),   # Fetch
-    2: (1, 10),   # ListOffsets
+    2: (1, 11),   # ListOffsets
     3: (0, 13),   # Metadata
     8: (2, 9),    # OffsetCommit
     9: (1, 9),    # OffsetFetch

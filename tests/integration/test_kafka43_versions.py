@@ -17,6 +17,7 @@ from rivulet.protocol.messages import (
     describe_groups_request as dgq,
     describe_log_dirs_request as dlq,
     fetch_request as fq,
+    list_offsets_request as loq,
     metadata_request as mq,
 )
 
@@ -42,6 +43,7 @@ def test_the_newest_versions_are_advertised(broker):
         try:
             assert conn.version_for(0, 99) == 12  # Produce (v13 names topics by id)
             assert conn.version_for(1, 99) == 18  # Fetch
+            assert conn.version_for(2, 99) == 11  # ListOffsets
             assert conn.version_for(3, 99) == 13  # Metadata
             assert conn.version_for(15, 99) == 6  # DescribeGroups
             assert conn.version_for(35, 99) == 5  # DescribeLogDirs
@@ -106,6 +108,32 @@ def test_produce_v12_and_fetch_v18(broker):
             values = [r.value for pos, _h in rec.iter_batches(part.records)
                       for r in rec.decode_batch(part.records, pos).records]
             assert values == [b"v43"]
+        finally:
+            await conn.close()
+    asyncio.run(main())
+
+
+def test_list_offsets_v11_earliest_pending_upload_without_tiered_storage(broker):
+    """-6 (KIP-1023) from v11 on; with no remote storage Kafka answers offset -1 and epoch -1.
+    Each special timestamp needs its version: an older one answers UNSUPPORTED_VERSION."""
+    topic = _topic(broker)
+
+    async def main():
+        conn = await _conn(broker)
+        try:
+            async def lookup(ts: int, version: int):
+                r = await conn.send(loq.ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
+                    loq.ListOffsetsTopic(name=topic, partitions=[
+                        loq.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=ts)])]),
+                    version=version)
+                p = r.topics[0].partitions[0]
+                return p.error_code, p.offset, p.leader_epoch
+
+            assert await lookup(-6, 11) == (ErrorCode.NONE, -1, -1)
+            assert (await lookup(-6, 10))[0] == ErrorCode.UNSUPPORTED_VERSION
+            assert (await lookup(-5, 8))[0] == ErrorCode.UNSUPPORTED_VERSION
+            assert (await lookup(-3, 6))[0] == ErrorCode.UNSUPPORTED_VERSION
+            assert await lookup(-2, 11) == (ErrorCode.NONE, 0, 0)
         finally:
             await conn.close()
     asyncio.run(main())

@@ -46,6 +46,11 @@ LIST_OFFSETS_EARLIEST = -2
 LIST_OFFSETS_MAX_TIMESTAMP = -3
 LIST_OFFSETS_EARLIEST_LOCAL = -4
 LIST_OFFSETS_LATEST_TIERED = -5
+LIST_OFFSETS_EARLIEST_PENDING_UPLOAD = -6
+# The first ListOffsets version that carries each special timestamp (older ones answer
+# UNSUPPORTED_VERSION, as Kafka's).
+_LIST_OFFSETS_MIN_VERSION = {LIST_OFFSETS_MAX_TIMESTAMP: 7, LIST_OFFSETS_EARLIEST_LOCAL: 8,
+                             LIST_OFFSETS_LATEST_TIERED: 9, LIST_OFFSETS_EARLIEST_PENDING_UPLOAD: 11}
 # ListOffsets and OffsetForLeaderEpoch from this replica id may read a follower (Kafka's tools).
 DEBUGGING_REPLICA_ID = -2
 
@@ -305,6 +310,8 @@ class RecordHandlers:
                         part.check_leader(epoch)
                     lg = part.log
                     ts = p.timestamp
+                    if header.api_version < _LIST_OFFSETS_MIN_VERSION.get(ts, 0):
+                        raise ApiError(ErrorCode.UNSUPPORTED_VERSION)
                     isolation = req.isolation_level if header.api_version >= 2 else 0
                     # Lookups by time never answer an offset a consumer of that isolation cannot read
                     # yet; a follower (a replica id) may see up to the leader's log end.
@@ -315,7 +322,7 @@ class RecordHandlers:
                     if ts == LIST_OFFSETS_LATEST:
                         r.offset = fetchable
                         r.leader_epoch = part.leader_epoch
-                    elif ts == LIST_OFFSETS_LATEST_TIERED:
+                    elif ts in (LIST_OFFSETS_LATEST_TIERED, LIST_OFFSETS_EARLIEST_PENDING_UPLOAD):
                         pass  # no tiered storage: as Kafka without remote storage, offset -1 and epoch -1
                     elif ts == LIST_OFFSETS_EARLIEST or ts == LIST_OFFSETS_EARLIEST_LOCAL:
                         r.offset = lg.log_start_offset
