@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -24,6 +25,9 @@ from rivulet.client.types import ClusterMetadata, TopicPartition
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol.errors import ErrorCode, ApiError
 from rivulet.security.acls import AclBinding, AclBindingFilter
+from rivulet.security.scram import BY_TYPE as SCRAM_BY_TYPE
+from rivulet.security.scram import MECHANISMS as SCRAM_MECHANISMS
+from rivulet.security.scram import salted_password
 
 RESOURCE_TOPIC = 2
 check = core.check
@@ -448,6 +452,28 @@ class AsyncAdminClient:
     async def delete_acls(self, filters: list[AclBindingFilter]) -> list[list[AclBinding] | ApiError]:
         """Per filter, in order: the ACLs it deleted, or the broker's error for it."""
         return core.read_delete_acls(await self.client.send_any(core.delete_acls_request(filters)))
+
+    # ------------------------------------------------------------ SCRAM credentials
+    async def describe_user_scram_credentials(self, users: list[str] | None = None
+                                              ) -> dict[str, ApiError | list[tuple[str, int]]]:
+        """{user: [(mechanism name, iterations)], or the broker's error for it}."""
+        found = core.read_describe_user_scram_credentials(
+            await self.client.send_any(core.describe_user_scram_credentials_request(users)))
+        return {u: v if isinstance(v, ApiError) else [(SCRAM_BY_TYPE[m].name, i) for m, i in v if m in SCRAM_BY_TYPE]
+                for u, v in found.items()}
+
+    async def alter_user_scram_credentials(self, upsertions: list[tuple[str, str, str, int]],
+                                           deletions: list[tuple[str, str]]) -> dict[str, ApiError | None]:
+        """``upsertions``: (user, mechanism, password, iterations), salted here, so the password
+        never leaves the client; ``deletions``: (user, mechanism). {user: None or its error}."""
+        ups = []
+        for user, mechanism, password, iterations in upsertions:
+            mech = SCRAM_MECHANISMS[mechanism]
+            salt = os.urandom(32)
+            ups.append((user, mech.type_code, iterations, salt, salted_password(mech, password, salt, iterations)))
+        resp = await self._to_controller(core.alter_user_scram_credentials_request(
+            [(u, SCRAM_MECHANISMS[m].type_code) for u, m in deletions], ups))
+        return core.read_alter_user_scram_credentials(resp)
 
     # ------------------------------------------------------------ partitions' data
     async def _by_leader(self, tps: Iterable[TP]) -> dict[int, list[TP]]:

@@ -34,6 +34,8 @@ from rivulet.protocol.messages import (
     alter_client_quotas_request as acqq,
     alter_client_quotas_response as acqr,
     alter_configs_request as acq,
+    alter_user_scram_credentials_request as ausq,
+    alter_user_scram_credentials_response as ausr,
     api_versions_request as avq,
     api_versions_response as avr,
     create_partitions_request as cpq,
@@ -49,6 +51,8 @@ from rivulet.protocol.messages import (
     describe_client_quotas_request as dcqq,
     describe_client_quotas_response as dcqr,
     describe_configs_request as dcq,
+    describe_user_scram_credentials_request as dusq,
+    describe_user_scram_credentials_response as dusr,
     describe_configs_response as dcr,
     describe_groups_request as dgrq,
     describe_groups_response as dgrr,
@@ -887,6 +891,37 @@ def read_alter_client_quotas(resp: acqr.AlterClientQuotasResponse) -> dict[Quota
     return {tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity)):
             ApiError(ErrorCode(entry.error_code), entry.error_message) if entry.error_code else None
             for entry in resp.entries}
+
+
+def describe_user_scram_credentials_request(users: Iterable[str] | None) -> dusq.DescribeUserScramCredentialsRequest:
+    """``users`` None: every user with a SCRAM credential."""
+    return dusq.DescribeUserScramCredentialsRequest(
+        users=None if users is None else [dusq.UserName(name=u) for u in users])
+
+
+def read_describe_user_scram_credentials(resp: dusr.DescribeUserScramCredentialsResponse
+                                         ) -> dict[str, ApiError | list[tuple[int, int]]]:
+    """{user: [(mechanism type, iterations)], or its error}; a request-wide error raises."""
+    if resp.error_code:
+        raise ApiError(ErrorCode(resp.error_code), resp.error_message)
+    return {r.user: ApiError(ErrorCode(r.error_code), r.error_message) if r.error_code
+            else [(c.mechanism, c.iterations) for c in r.credential_infos] for r in resp.results}
+
+
+def alter_user_scram_credentials_request(deletions: Iterable[tuple[str, int]],
+                                         upsertions: Iterable[tuple[str, int, int, bytes, bytes]]
+                                         ) -> ausq.AlterUserScramCredentialsRequest:
+    """``deletions``: (user, mechanism type); ``upsertions``: (user, mechanism type,
+    iterations, salt, salted password)."""
+    return ausq.AlterUserScramCredentialsRequest(
+        deletions=[ausq.ScramCredentialDeletion(name=u, mechanism=m) for u, m in deletions],
+        upsertions=[ausq.ScramCredentialUpsertion(name=u, mechanism=m, iterations=i, salt=s, salted_password=p)
+                    for u, m, i, s, p in upsertions])
+
+
+def read_alter_user_scram_credentials(resp: ausr.AlterUserScramCredentialsResponse) -> dict[str, ApiError | None]:
+    return {r.user: ApiError(ErrorCode(r.error_code), r.error_message) if r.error_code else None
+            for r in resp.results}
 
 
 def delete_records_request(offsets: Mapping[tuple[str, int], int], timeout_ms: int) -> drq.DeleteRecordsRequest:

@@ -26,6 +26,7 @@ from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages.sasl_authenticate_response import SaslAuthenticateResponse
 from rivulet.protocol.messages.sasl_handshake_response import SaslHandshakeResponse
+from rivulet.security.client_config import SaslCredentials, sasl_credentials
 from rivulet.security.jaas import (
     OAUTHBEARER_LOGIN_MODULE,
     PLAIN_LOGIN_MODULE,
@@ -253,6 +254,24 @@ def _token_validator(config: BrokerConfig, listener: str, options: dict[str, str
                         value("sasl.oauthbearer.expected.issuer"), value("sasl.oauthbearer.sub.claim.name"),
                         value("sasl.oauthbearer.scope.claim.name"), value("sasl.oauthbearer.clock.skew.seconds"),
                         value("sasl.oauthbearer.jwks.endpoint.refresh.ms"))
+
+
+def inter_broker_sasl(config: BrokerConfig, listener: str) -> SaslCredentials:
+    """How this broker authenticates to the others on a SASL inter-broker listener: with
+    ``sasl.mechanism.inter.broker.protocol`` and the username and password (or unsecured
+    token options) of that listener's JAAS configuration for the mechanism, as Kafka's."""
+    mechanism = config["sasl.mechanism.inter.broker.protocol"]
+    if mechanism not in config.listener_value(listener, "sasl.enabled.mechanisms"):
+        raise ConfigError(f"sasl.mechanism.inter.broker.protocol must be included in sasl.enabled.mechanisms when "
+                          f"SASL is used for inter-broker communication: {mechanism} is not enabled on {listener}")
+    try:
+        credentials = sasl_credentials({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism,
+                                        "sasl.jaas.config": config.listener_value(listener, "sasl.jaas.config",
+                                                                                  mechanism)})
+    except ValueError as e:
+        raise ConfigError(f"inter-broker SASL on listener {listener}: {e}") from None
+    assert credentials is not None
+    return credentials
 
 
 def sasl_listener_config(config: BrokerConfig, listener: str,

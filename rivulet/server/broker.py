@@ -34,7 +34,7 @@ from rivulet.server.dynamic_config import DynamicBrokerConfig
 from rivulet.server.fd_limit import describe as describe_fd_limit
 from rivulet.server.fd_limit import raise_open_file_limit
 from rivulet.server.metadata import MetadataStore
-from rivulet.server.authentication import SaslListenerConfig, SaslSession, sasl_listener_config
+from rivulet.server.authentication import SaslListenerConfig, SaslSession, inter_broker_sasl, sasl_listener_config
 from rivulet.server.config import SASL_PROTOCOLS
 from rivulet.server.quotas import ClientQuotas
 from rivulet.client.connection import PLAINTEXT_CONNECTOR, BrokerConnector
@@ -63,9 +63,11 @@ def inter_broker_connector(config: BrokerConfig) -> BrokerConnector:
     SSL or SASL_SSL, with that listener's ssl.* settings (its key store is this broker's client
     certificate when the others ask for one)."""
     listener = config.inter_broker_listener
-    if config.inter_broker_security_protocol() not in ("SSL", "SASL_SSL"):
-        return PLAINTEXT_CONNECTOR
-    return BrokerConnector(tls.client_context(tls.ssl_config(config.listener_props(listener))))
+    protocol = config.inter_broker_security_protocol()
+    sasl = inter_broker_sasl(config, listener) if protocol in SASL_PROTOCOLS else None
+    if protocol not in ("SSL", "SASL_SSL"):
+        return PLAINTEXT_CONNECTOR if sasl is None else BrokerConnector(sasl=sasl)
+    return BrokerConnector(tls.client_context(tls.ssl_config(config.listener_props(listener))), sasl)
 
 
 class Broker:

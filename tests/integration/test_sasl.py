@@ -10,13 +10,20 @@ import time
 import uuid
 
 import pytest
+from client_round_trips import (
+    aiokafka_round_trip,
+    java_round_trip,
+    kafka_python_round_trip,
+    kcat_consume_in_group,
+    kcat_produce,
+)
 from test_bad_input import is_closed, read_frame
 
 from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages.metadata_request import MetadataRequest
 from rivulet.protocol.messages.sasl_handshake_request import SaslHandshakeRequest
-from rivulet.testing import BrokerProcess
+from rivulet.testing import BrokerProcess, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -63,8 +70,14 @@ def add_scram_users(bootstrap: str, protocol: str = "SASL_PLAINTEXT", **tls: str
 
 
 @pytest.fixture(scope="module")
-def broker():
-    b = sasl_broker()
+def broker(tls_certs):
+    """SASL_PLAINTEXT on ``port``, and SASL_SSL on ``ssl_port`` (TLS with the test CA)."""
+    b = BrokerProcess()
+    b.ssl_port = free_port()
+    plain, tls = sasl_overrides(b.port), sasl_overrides(b.ssl_port, "SASL_SSL")
+    b.overrides.update({**plain, **tls, "listeners": f"{plain['listeners']},{tls['listeners'].replace('127.0.0.1', 'localhost')}",
+                        **tls_certs.broker_ssl_props("listener.name.sasl_ssl."), "offsets.topic.num.partitions": "3"})
+    b.start()
     add_scram_users(b.bootstrap)
     yield b
     b.cleanup()
@@ -124,7 +137,7 @@ def test_confluent_kafka_oauthbearer_unsecured(broker):
                    "sasl.oauthbearer.config": "principal=olivia"}, topic_name())
 
 
-def first_error(conf: dict) -> "confluent_kafka.KafkaError":  # noqa: F821
+def first_error(conf: dict):
     import confluent_kafka
     errors: list = []
     p = confluent_kafka.Producer({**conf, "error_cb": errors.append})
@@ -285,3 +298,139 @@ def test_user_quota_applies_to_the_authenticated_principal(broker):
         return max(seen, default=0)
     assert throttled(ck_conf(broker, "PLAIN", "alice", "alice-secret")) > 0
     assert throttled(admin_conf) == 0
+
+
+# ---------------------------------------------------------------- every client, every mechanism
+# (mechanism, user, password); OAUTHBEARER's principal comes from an unsecured token.
+CREDENTIALS = [("PLAIN", "alice", "alice-secret"), ("SCRAM-SHA-256", *SCRAM_USERS["SCRAM-SHA-256"]),
+               ("SCRAM-SHA-512", *SCRAM_USERS["SCRAM-SHA-512"]), ("OAUTHBEARER", "olivia", "")]
+
+
+def _endpoint(broker, tls: bool) -> tuple[str, str]:
+    return (f"localhost:{broker.ssl_port}", "SASL_SSL") if tls else (broker.bootstrap, "SASL_PLAINTEXT")
+
+
+def _token(user: str) -> str:
+    from rivulet.security.oauthbearer import unsecured_token
+    return unsecured_token(user, 3600)
+
+
+def _python_client(broker, tls: bool, mechanism: str, user: str, password: str, tokens) -> tuple[str, dict]:
+    """kafka-python's and aiokafka's SASL settings (the same names)."""
+    bootstrap, protocol = _endpoint(broker, tls)
+    conf: dict = {"security_protocol": protocol, "sasl_mechanism": mechanism}
+    conf.update({"sasl_oauth_token_provider": tokens} if mechanism == "OAUTHBEARER"
+                else {"sasl_plain_username": user, "sasl_plain_password": password})
+    return bootstrap, conf
+
+
+def _cases():
+    for mechanism, user, password in CREDENTIALS:
+        yield pytest.param(mechanism, user, password, False, id=mechanism)
+    yield pytest.param("PLAIN", "alice", "alice-secret", True, id="PLAIN-over-TLS")
+
+
+@pytest.mark.parametrize("mechanism,user,password,tls", list(_cases()))
+def test_kafka_python(broker, tls_certs, mechanism, user, password, tls):
+    from kafka.net.sasl.oauth import AbstractTokenProvider
+
+    class Tokens(AbstractTokenProvider):
+        def token(self) -> str:
+            return _token(user)
+    bootstrap, conf = _python_client(broker, tls, mechanism, user, password, Tokens())
+    if tls:
+        conf["ssl_cafile"] = str(tls_certs.ca.pem)
+    kafka_python_round_trip(bootstrap, conf, topic_name(), topic_name(), 5)
+
+
+@pytest.mark.parametrize("mechanism,user,password,tls", list(_cases()))
+def test_aiokafka(broker, tls_certs, mechanism, user, password, tls):
+    from aiokafka.abc import AbstractTokenProvider
+    from aiokafka.helpers import create_ssl_context
+
+    class Tokens(AbstractTokenProvider):
+        async def token(self) -> str:
+            return _token(user)
+    bootstrap, conf = _python_client(broker, tls, mechanism, user, password, Tokens())
+    if tls:
+        conf["ssl_context"] = create_ssl_context(cafile=str(tls_certs.ca.pem))
+    aiokafka_round_trip(bootstrap, conf, topic_name(), topic_name(), 5)
+
+
+def _librdkafka_version(kcat: str) -> tuple[int, ...]:
+    import re
+    import subprocess
+    out = subprocess.run([kcat, "-V"], capture_output=True, text=True).stdout
+    m = re.search(r"librdkafka (\d+)\.(\d+)\.(\d+)", out)
+    assert m, out
+    return tuple(int(x) for x in m.groups())
+
+
+@pytest.mark.parametrize("mechanism,user,password,tls", list(_cases()))
+def test_kcat(broker, tls_certs, mechanism, user, password, tls):
+    import shutil
+    kcat = shutil.which("kcat") or shutil.which("kafkacat")
+    assert kcat, "kcat is installed by scripts/setup.sh"
+    bootstrap, protocol = _endpoint(broker, tls)
+    opts = ["-X", f"security.protocol={protocol}", "-X", f"sasl.mechanisms={mechanism}"]
+    opts += (["-X", "enable.sasl.oauthbearer.unsecure.jwt=true", "-X", f"sasl.oauthbearer.config=principal={user}"]
+             if mechanism == "OAUTHBEARER" else ["-X", f"sasl.username={user}", "-X", f"sasl.password={password}"])
+    if tls:
+        opts += ["-X", f"ssl.ca.location={tls_certs.ca.pem}"]
+    topic, group = topic_name(), topic_name()
+    r = kcat_produce(kcat, bootstrap, opts, topic, 3)
+    if mechanism.startswith("SCRAM") and _librdkafka_version(kcat) < (2, 6, 1):
+        # librdkafka before 2.6.1 repeats its nonce in the client-final message; Kafka 4 (and
+        # Rivulet) refuse it, as RFC 5802 requires.
+        assert r.returncode != 0 and f"invalid credentials with SASL mechanism {mechanism}" in r.stderr.decode()
+        return
+    assert r.returncode == 0, r.stderr
+    kcat_consume_in_group(kcat, bootstrap, opts, topic, group, 3)
+    from confluent_kafka import Consumer, TopicPartition
+    c = Consumer({**ck_conf(broker, "PLAIN", "admin", "admin-secret"), "group.id": group})
+    assert c.committed([TopicPartition(topic, 0)], timeout=10)[0].offset == 3
+    c.close()
+
+
+@pytest.mark.java
+@pytest.mark.parametrize("mechanism,user,password,tls", list(_cases()))
+def test_java_client(broker, tls_certs, mechanism, user, password, tls):
+    """Kafka's Java client (its perf tools) with sasl.jaas.config; ConsumerPerformance
+    consumes in a group and commits on close."""
+    bootstrap, protocol = _endpoint(broker, tls)
+    module = {"PLAIN": "plain.PlainLoginModule", "OAUTHBEARER": "oauthbearer.OAuthBearerLoginModule"}.get(
+        mechanism, "scram.ScramLoginModule")
+    options = (f'unsecuredLoginStringClaim_sub="{user}"' if mechanism == "OAUTHBEARER"
+               else f'username="{user}" password="{password}"')
+    props = {"security.protocol": protocol, "sasl.mechanism": mechanism, "request.timeout.ms": 15_000,
+             "sasl.jaas.config": f"org.apache.kafka.common.security.{module} required {options};"}
+    if tls:
+        props.update({"ssl.truststore.type": "PEM", "ssl.truststore.location": str(tls_certs.ca.pem)})
+    java_round_trip(bootstrap, props, topic_name(), topic_name(), 500, ck_conf(broker, "PLAIN", "admin", "admin-secret"))
+
+
+def test_users_cli_adds_lists_and_removes_scram_users(broker, tmp_path):
+    import subprocess
+    import sys
+    admin = tmp_path / "admin.properties"
+    admin.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username=admin\n"
+                     "sasl.password=admin-secret\n")
+
+    def users(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "rivulet", "users", *args, "-b", broker.bootstrap,
+                               "--command-config", str(admin)], input=stdin, capture_output=True, text=True,
+                              timeout=60)
+    r = users("add", "--user", "carl", "--mechanism", "SCRAM-SHA-256", "--mechanism", "SCRAM-SHA-512",
+              "--iterations", "8192", stdin="carl-secret\n")
+    assert r.returncode == 0, r.stderr
+    r = users("list", "--user", "carl")
+    assert r.stdout.strip() == "carl\tSCRAM-SHA-256=[iterations=8192], SCRAM-SHA-512=[iterations=8192]"
+    ck_round_trip(ck_conf(broker, "SCRAM-SHA-512", "carl", "carl-secret"), topic_name())
+    r = users("add", "--user", "carl", "--mechanism", "SCRAM-SHA-256", "--iterations", "100", "--password", "x")
+    assert r.returncode == 2 and "Too few iterations" in r.stderr
+    assert users("remove", "--user", "carl").returncode == 0
+    r = users("list", "--user", "carl")
+    assert r.returncode == 1 and "does not exist" in r.stderr
+    r = users("remove", "--user", "carl", "--mechanism", "SCRAM-SHA-256")
+    assert r.returncode == 1 and "Attempt to delete a user credential that does not exist" in r.stderr
+    assert "invalid credentials" in first_error(ck_conf(broker, "SCRAM-SHA-512", "carl", "carl-secret")).str()

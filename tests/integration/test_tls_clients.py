@@ -6,7 +6,6 @@ client on a TLS port fail at once, and the broker serves everyone else meanwhile
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import socket
 import ssl
@@ -15,6 +14,13 @@ import time
 import uuid
 
 import pytest
+from client_round_trips import (
+    aiokafka_round_trip,
+    java_round_trip,
+    kafka_python_round_trip,
+    kcat_consume_in_group,
+    kcat_produce,
+)
 from tls_certs import PASSWORD
 
 from rivulet.testing import BrokerProcess, free_port
@@ -96,65 +102,20 @@ def kafka_python_conf(certs, mutual: bool) -> dict:
 
 @pytest.mark.parametrize("mutual", [False, True], ids=["tls", "mtls"])
 def test_kafka_python(tls_broker, tls_certs, mutual):
-    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
     bootstrap = tls_broker.mtls if mutual else tls_broker.ssl
     conf = kafka_python_conf(tls_certs, mutual)
-    topic, group = topic_name("kp-tls"), topic_name("g")
-    p = KafkaProducer(bootstrap_servers=bootstrap, **conf)
-    for i in range(10):
-        p.send(topic, f"v{i}".encode(), partition=0)
-    p.flush(30)
-    p.close()
-    c = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
-                      enable_auto_commit=False, consumer_timeout_ms=20000, **conf)
-    got = []
-    for m in c:
-        got.append(m.value)
-        if len(got) == 10:
-            break
-    c.commit()
-    assert c.committed(TopicPartition(topic, 0)) == 10
-    c.close()
-    assert got == [f"v{i}".encode() for i in range(10)]
+    kafka_python_round_trip(bootstrap, conf, topic_name("kp-tls"), topic_name("g"))
 
 
 @pytest.mark.parametrize("mutual", [False, True], ids=["tls", "mtls"])
 def test_aiokafka(tls_broker, tls_certs, mutual):
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
     from aiokafka.helpers import create_ssl_context
     bootstrap = tls_broker.mtls if mutual else tls_broker.ssl
     kw = {"cafile": str(tls_certs.ca.pem)}
     if mutual:
         kw.update(certfile=str(tls_certs.client.cert), keyfile=str(tls_certs.client.key_enc), password=PASSWORD)
-    topic, group = topic_name("aio-tls"), topic_name("g")
-
-    async def run() -> tuple[list[bytes], int]:
-        context = create_ssl_context(**kw)
-        p = AIOKafkaProducer(bootstrap_servers=bootstrap, security_protocol="SSL", ssl_context=context)
-        await p.start()
-        try:
-            for i in range(10):
-                await p.send_and_wait(topic, f"v{i}".encode(), partition=0)
-        finally:
-            await p.stop()
-        c = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
-                             enable_auto_commit=False, security_protocol="SSL", ssl_context=context)
-        await c.start()
-        try:
-            got = []
-            async with asyncio.timeout(60):
-                async for m in c:
-                    got.append(m.value)
-                    if len(got) == 10:
-                        break
-            await c.commit()
-            return got, await c.committed(TopicPartition(topic, 0))
-        finally:
-            await c.stop()
-
-    got, committed = asyncio.run(run())
-    assert got == [f"v{i}".encode() for i in range(10)]
-    assert committed == 10
+    aiokafka_round_trip(bootstrap, {"security_protocol": "SSL", "ssl_context": create_ssl_context(**kw)},
+                        topic_name("aio-tls"), topic_name("g"))
 
 
 @pytest.mark.parametrize("mutual", [False, True], ids=["tls", "mtls"])
@@ -166,14 +127,9 @@ def test_kcat(tls_broker, tls_certs, mutual):
     for k, v in librdkafka_conf(tls_certs, mutual).items():
         opts += ["-X", f"{k}={v}"]
     topic, group = topic_name("kcat-tls"), topic_name("g")
-    r = subprocess.run([kcat, "-b", bootstrap, *opts, "-P", "-t", topic, "-p", "0"],
-                       input=b"".join(f"m{i}\n".encode() for i in range(5)), capture_output=True, timeout=60)
+    r = kcat_produce(kcat, bootstrap, opts, topic, 5)
     assert r.returncode == 0, r.stderr
-    r = subprocess.run([kcat, "-b", bootstrap, *opts, "-G", group, "-X", "auto.offset.reset=earliest",
-                        "-X", "enable.auto.commit=true", "-X", "auto.commit.interval.ms=100",
-                        "-c", "5", "-f", "%s\n", topic], capture_output=True, timeout=90)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.decode().split() == [f"m{i}" for i in range(5)]
+    kcat_consume_in_group(kcat, bootstrap, opts, topic, group, 5)
     from confluent_kafka import Consumer, TopicPartition
     c = Consumer({"bootstrap.servers": tls_broker.plain, "group.id": group})
     assert c.committed([TopicPartition(topic, 0)], timeout=10)[0].offset == 5
@@ -328,26 +284,14 @@ def test_sasl_ssl_listener_carries_sasl_over_tls(tls_certs):
 def test_java_client(tls_broker, tls_certs, mutual):
     """Kafka's own Java client (its perf tools): a PEM trust store, and for mutual TLS a
     PKCS12 key store; ConsumerPerformance consumes in a group and commits on close."""
-    import java_tools as jt
-    reason = jt.java_available()
-    assert reason is None, f"Kafka's Java tools are needed: {reason}"
     bootstrap = tls_broker.mtls if mutual else tls_broker.ssl
     props = {"security.protocol": "SSL", "ssl.truststore.type": "PEM",
              "ssl.truststore.location": str(tls_certs.ca.pem), "request.timeout.ms": 15_000}
     if mutual:
         props.update({"ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(tls_certs.client.p12),
                       "ssl.keystore.password": PASSWORD, "ssl.key.password": PASSWORD})
-    topic, group = topic_name("java-tls"), topic_name("g")
-    produced = jt.producer_perf(bootstrap, topic, num_records=2000, record_size=100,
-                                props={**props, "max.block.ms": 20_000, "delivery.timeout.ms": 30_000})
-    assert produced.records == 2000
-    consumed = jt.consumer_perf(bootstrap, topic, num_records=2000, group=group,
-                                props={**props, "default.api.timeout.ms": 20_000})
-    assert consumed.records == 2000
-    from confluent_kafka import Consumer, TopicPartition
-    c = Consumer({"bootstrap.servers": tls_broker.plain, "group.id": group})
-    assert c.committed([TopicPartition(topic, 0)], timeout=10)[0].offset == 2000
-    c.close()
+    java_round_trip(bootstrap, props, topic_name("java-tls"), topic_name("g"), 2000,
+                    {"bootstrap.servers": tls_broker.plain})
 
 
 def test_cli_over_mutual_tls(tls_broker, tls_certs, tmp_path):
