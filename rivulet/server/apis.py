@@ -77,9 +77,9 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     23: (2, 4),   # OffsetForLeaderEpoch
     24: (0, 5),   # AddPartitionsToTxn (v4+: brokers' batched form)
     25: (0, 4),   # AddOffsetsToTxn
-    26: (0, 4),   # EndTxn (v5 is transaction.version 2, which Rivulet does not finalise)
-    27: (0, 1),   # WriteTxnMarkers
-    28: (0, 3),   # TxnOffsetCommit
+    26: (0, 5),   # EndTxn (v5 is for transaction.version 2, which Rivulet does not finalise)
+    27: (0, 2),   # WriteTxnMarkers
+    28: (0, 5),   # TxnOffsetCommit
     29: (1, 3),   # DescribeAcls
     30: (1, 3),   # CreateAcls
     31: (1, 3),   # DeleteAcls
@@ -99,7 +99,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     60: (0, 2),   # DescribeCluster
     61: (0, 0),   # DescribeProducers
     65: (0, 0),   # DescribeTransactions
-    66: (0, 1),   # ListTransactions
+    66: (0, 2),   # ListTransactions
     75: (0, 0),   # DescribeTopicPartitions
 }
 

@@ -15,6 +15,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable
 
+import re2
+
 from rivulet.common.cluster import ConfigValues
 from rivulet.common.time import SYSTEM_CLOCK, Clock
 from rivulet.common.types import TopicPartition
@@ -298,11 +300,18 @@ class TransactionStateManager:
 
     # -- listing -------------------------------------------------------------------------------------
 
-    def list_transaction_states(self, producer_ids: set[int], states: set[str],
-                                duration_ms: int = -1) -> tuple[ErrorCode, list[str], list[TransactionMetadata]]:
-        """ListTransactions: (error, unknown state filters, matching transactions)."""
+    def list_transaction_states(self, producer_ids: set[int], states: set[str], duration_ms: int = -1,
+                                id_pattern: str | None = None) -> tuple[ErrorCode, list[str], list[TransactionMetadata]]:
+        """ListTransactions: (error, unknown state filters, matching transactions). ``id_pattern``
+        (v2, KIP-1152) must match a whole transactional id, with RE2's syntax as Kafka's RE2/J."""
         if self.loading:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, [], []
+        pattern = None
+        if id_pattern:
+            try:
+                pattern = re2.compile(id_pattern)
+            except re2.error:
+                return ErrorCode.INVALID_REGULAR_EXPRESSION, [], []
         unknown = [s for s in states if TxnState.from_name(s) is None]
         wanted = {TxnState.from_name(s) for s in states} - {None}
         now = self.clock.milliseconds()
@@ -315,6 +324,8 @@ class TransactionStateManager:
             if states and md.state not in wanted:
                 continue
             if duration_ms >= 0 and now - md.txn_start_timestamp <= duration_ms:
+                continue
+            if pattern is not None and pattern.fullmatch(md.transactional_id) is None:
                 continue
             out.append(md)
         return ErrorCode.NONE, unknown, out

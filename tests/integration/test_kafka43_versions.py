@@ -18,6 +18,7 @@ from rivulet.protocol.messages import (
     describe_log_dirs_request as dlq,
     fetch_request as fq,
     list_offsets_request as loq,
+    list_transactions_request as ltq,
     metadata_request as mq,
 )
 
@@ -44,6 +45,10 @@ def test_the_newest_versions_are_advertised(broker):
             assert conn.version_for(0, 99) == 12  # Produce (v13 names topics by id)
             assert conn.version_for(1, 99) == 18  # Fetch
             assert conn.version_for(2, 99) == 11  # ListOffsets
+            assert conn.version_for(26, 99) == 5  # EndTxn
+            assert conn.version_for(27, 99) == 2  # WriteTxnMarkers
+            assert conn.version_for(28, 99) == 5  # TxnOffsetCommit
+            assert conn.version_for(66, 99) == 2  # ListTransactions
             assert conn.version_for(3, 99) == 13  # Metadata
             assert conn.version_for(15, 99) == 6  # DescribeGroups
             assert conn.version_for(35, 99) == 5  # DescribeLogDirs
@@ -134,6 +139,38 @@ def test_list_offsets_v11_earliest_pending_upload_without_tiered_storage(broker)
             assert (await lookup(-5, 8))[0] == ErrorCode.UNSUPPORTED_VERSION
             assert (await lookup(-3, 6))[0] == ErrorCode.UNSUPPORTED_VERSION
             assert await lookup(-2, 11) == (ErrorCode.NONE, 0, 0)
+        finally:
+            await conn.close()
+    asyncio.run(main())
+
+
+def test_list_transactions_v2_filters_by_a_whole_id_pattern(broker):
+    """KIP-1152: the pattern (RE2 syntax) must match the whole transactional id; a malformed
+    one answers INVALID_REGULAR_EXPRESSION."""
+    from confluent_kafka import Producer
+
+    prefix = f"v43-{uuid.uuid4().hex[:6]}"
+    producers = []
+    for suffix in ("a", "b"):
+        p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"{prefix}-{suffix}"})
+        p.init_transactions(30)
+        producers.append(p)
+
+    async def main():
+        conn = await _conn(broker)
+        try:
+            async def listed(pattern, version=2):
+                r = await conn.send(ltq.ListTransactionsRequest(
+                    state_filters=[], producer_id_filters=[], duration_filter=-1,
+                    transactional_id_pattern=pattern), version=version)
+                return r.error_code, sorted(t.transactional_id for t in r.transaction_states
+                                            if t.transactional_id.startswith(prefix))
+
+            assert await listed(None) == (ErrorCode.NONE, [f"{prefix}-a", f"{prefix}-b"])
+            assert await listed(f"{prefix}-[b-z]") == (ErrorCode.NONE, [f"{prefix}-b"])
+            assert await listed(prefix) == (ErrorCode.NONE, [])  # a prefix alone is not the whole id
+            assert await listed(f"{prefix}-.*", version=1) == (ErrorCode.NONE, [f"{prefix}-a", f"{prefix}-b"])
+            assert (await listed("(ab(cd"))[0] == ErrorCode.INVALID_REGULAR_EXPRESSION
         finally:
             await conn.close()
     asyncio.run(main())

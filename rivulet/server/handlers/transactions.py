@@ -229,7 +229,9 @@ class TransactionHandlers:
             return etr.EndTxnResponse(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         return _respond(lambda cb: self.c.handle_end_transaction(
             req.transactional_id, req.producer_id, req.producer_epoch, req.committed,
-            lambda err: cb(etr.EndTxnResponse(throttle_time_ms=0, error_code=_fenced_for(v, 2, err)))))
+            # v5 (transaction.version 2, not finalised here) also names the producer, unchanged.
+            lambda err: cb(etr.EndTxnResponse(throttle_time_ms=0, error_code=_fenced_for(v, 2, err),
+                                              producer_id=req.producer_id, producer_epoch=req.producer_epoch))))
 
     # -- WriteTxnMarkers -------------------------------------------------------------------------------
 
@@ -329,8 +331,9 @@ class TransactionHandlers:
             return ltr.ListTransactionsResponse(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                                 unknown_state_filters=[], transaction_states=[])
         duration = req.duration_filter if header.api_version >= 1 else -1
+        pattern = req.transactional_id_pattern if header.api_version >= 2 else None
         err, unknown, found = self.c.state_manager.list_transaction_states(
-            set(req.producer_id_filters), set(req.state_filters), duration)
+            set(req.producer_id_filters), set(req.state_filters), duration, pattern)
         visible = self.authz.allowed(conn, Op.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
                                      (md.transactional_id for md in found))
         found = [md for md in found if md.transactional_id in visible]
