@@ -450,12 +450,13 @@ class KafkaController:
     # Kafka's (KIP-455): the replicas become the target plus the original ones (adding and
     # removing recorded in the topic's znode), the new ones catch up as followers, and once the
     # whole target is in the ISR a target replica leads and the removed ones are deleted.
-    async def alter_reassignments(self, wanted: dict[TopicPartition, list[int] | None]
-                                  ) -> dict[TopicPartition, tuple[ErrorCode, str | None]]:
-        """AlterPartitionReassignments: the target replicas of each partition (None cancels)."""
-        return await self.call(lambda: self._alter_reassignments(wanted))
+    async def alter_reassignments(self, wanted: dict[TopicPartition, list[int] | None],
+                                  allow_rf_change: bool = True) -> dict[TopicPartition, tuple[ErrorCode, str | None]]:
+        """AlterPartitionReassignments: the target replicas of each partition (None cancels);
+        without ``allow_rf_change`` (v1, KIP-860) a target must keep the replication factor."""
+        return await self.call(lambda: self._alter_reassignments(wanted, allow_rf_change))
 
-    async def _alter_reassignments(self, wanted: dict[TopicPartition, list[int] | None]
+    async def _alter_reassignments(self, wanted: dict[TopicPartition, list[int] | None], allow_rf_change: bool
                                    ) -> dict[TopicPartition, tuple[ErrorCode, str | None]]:
         ctx = self.ctx
         if ctx is None:
@@ -483,6 +484,10 @@ class KafkaController:
                 out[tp] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                            f"Replica assignment has brokers that are not alive. Replica list: {target}, "
                            f"live broker list: {sorted(ctx.live_brokers)}")
+                continue
+            elif not allow_rf_change and len(target) != len(original):
+                out[tp] = (ErrorCode.INVALID_REPLICATION_FACTOR,
+                           f"The replication factor is changed from {len(original)} to {len(target)}")
                 continue
             await self._start_reassignment(tp, original, target, batch)
             out[tp] = (ErrorCode.NONE, None)

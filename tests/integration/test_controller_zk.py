@@ -324,8 +324,11 @@ def test_reassignment_waits_for_the_new_replicas_then_drops_the_old(run):
         assert (await c.alter_reassignments({TP: [4, 1, 2, 5]}))[TP][0] == ErrorCode.INVALID_REPLICA_ASSIGNMENT
         assert (await c.alter_reassignments({TP: [4, 4]}))[TP][0] == ErrorCode.INVALID_REPLICA_ASSIGNMENT
         assert (await c.alter_reassignments({TP: None}))[TP][0] == ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
+        # KIP-860 (v1): a reassignment that may not change the replication factor
+        assert await c.alter_reassignments({TP: [3, 4, 1]}, allow_rf_change=False) == {
+            TP: (ErrorCode.INVALID_REPLICATION_FACTOR, "The replication factor is changed from 2 to 3")}
         before = cl.state()
-        assert await c.alter_reassignments({TP: [3, 4]}) == {TP: (ErrorCode.NONE, None)}
+        assert await c.alter_reassignments({TP: [3, 4]}, allow_rf_change=False) == {TP: (ErrorCode.NONE, None)}
         a = cl.admin.get_topic_assignment("orders")
         assert a.replicas[0] == [3, 4, 1, 2] and a.adding == {0: [3, 4]} and a.removing == {0: [1, 2]}
         assert c.list_reassignments(None) == {TP: ([3, 4, 1, 2], [3, 4], [1, 2])}

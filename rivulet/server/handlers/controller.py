@@ -31,7 +31,7 @@ from rivulet.server.network import KafkaConnection
 CLUSTER_MODE_VERSIONS: dict[int, tuple[int, int]] = {
     7: (0, 3),    # ControlledShutdown
     43: (0, 2),   # ElectLeaders
-    45: (0, 0),   # AlterPartitionReassignments
+    45: (0, 1),   # AlterPartitionReassignments
     46: (0, 0),   # ListPartitionReassignments
     56: (0, 3),   # AlterPartition
 }
@@ -100,12 +100,14 @@ class ControllerHandlers:
                     apr.ReassignableTopicResponse(name=t.name, partitions=[apr.ReassignablePartitionResponse(
                         partition_index=p.partition_index, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                         error_message=None) for p in t.partitions]) for t in req.topics])
-        return asyncio.ensure_future(self._alter_reassignments(req))
+        return asyncio.ensure_future(self._alter_reassignments(req, header.api_version))
 
-    async def _alter_reassignments(self, req: AlterPartitionReassignmentsRequest) -> apr.AlterPartitionReassignmentsResponse:
+    async def _alter_reassignments(self, req: AlterPartitionReassignmentsRequest,
+                                   version: int) -> apr.AlterPartitionReassignmentsResponse:
         wanted = {TopicPartition(t.name, p.partition_index): (None if p.replicas is None else list(p.replicas))
                   for t in req.topics for p in t.partitions}
-        results = await self.controller.alter_reassignments(wanted)
+        results = await self.controller.alter_reassignments(
+            wanted, req.allow_replication_factor_change if version >= 1 else True)
         if not self.controller.is_active:
             return apr.AlterPartitionReassignmentsResponse(throttle_time_ms=0, error_code=ErrorCode.NOT_CONTROLLER,
                                                            error_message=None, responses=[])
