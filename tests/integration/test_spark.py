@@ -487,6 +487,41 @@ def test_read_and_write_over_mutual_tls(spark, tls_certs):
         b.cleanup()
 
 
+def test_read_and_write_over_sasl_ssl_with_scram(spark, tls_certs, tmp_path):
+    """The source (batch and streaming) and the sink over SASL_SSL with SCRAM-SHA-512, as Spark
+    users configure the Java client: kafka.sasl.mechanism and kafka.sasl.jaas.config."""
+    from test_sasl import add_scram_users, sasl_overrides
+
+    from rivulet.testing import BrokerProcess
+    b = BrokerProcess()
+    b.overrides.update({**sasl_overrides(b.port, "SASL_SSL"), **tls_certs.broker_ssl_props("listener.name.sasl_ssl.")})
+    b.overrides["listeners"] = b.overrides["listeners"].replace("127.0.0.1", "localhost")
+    b.start()
+    try:
+        bootstrap = f"localhost:{b.port}"
+        add_scram_users(bootstrap, "SASL_SSL", **{"ssl.ca.location": str(tls_certs.ca.pem)})
+        secure = {"kafka.security.protocol": "SASL_SSL", "kafka.ssl.ca.location": str(tls_certs.ca.pem),
+                  "kafka.sasl.mechanism": "SCRAM-SHA-512",
+                  "kafka.sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                                            'username="sue" password="sue-secret";'}
+        t = topic_name("sasl-ssl")
+        df = spark.createDataFrame([(f"k{i}", f"v{i}") for i in range(100)], "key string, value string").repartition(2)
+        w = df.write.format("rivulet").option("kafka.bootstrap.servers", bootstrap).option("topic", t)
+        for k, v in secure.items():
+            w = w.option(k, v)
+        w.save()
+        rows = source(spark, bootstrap, t, streaming=False, **secure).collect()
+        assert sorted(r.value for r in rows) == sorted(f"v{i}".encode() for i in range(100))
+        run_available_now(source(spark, bootstrap, t, startingOffsets="earliest", **secure).select("value"),
+                          tmp_path / "cp", path=tmp_path / "out")
+        assert spark.read.parquet(str(tmp_path / "out")).count() == 100
+        wrong = {**secure, "kafka.sasl.jaas.config": secure["kafka.sasl.jaas.config"].replace("sue-secret", "nope")}
+        with pytest.raises(Exception, match="invalid credentials with SASL mechanism SCRAM-SHA-512"):
+            source(spark, bootstrap, t, streaming=False, **wrong).collect()
+    finally:
+        b.cleanup()
+
+
 def test_replayed_stream_batch_does_not_duplicate(broker, spark, tmp_path):
     src = create_topic(broker.bootstrap, topic_name("src"), 2)
     dst = create_topic(broker.bootstrap, topic_name("dst"), 2)

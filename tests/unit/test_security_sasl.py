@@ -233,3 +233,14 @@ def test_client_sasl_settings():
                                        'unsecuredLoginStringClaim_sub="pat" unsecuredLoginLifetimeSeconds="60";'}):
         c = sasl_credentials({"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER", **props})
         assert c.token is not None and UnsecuredValidator()(c.token()).principal == "pat"
+
+
+def test_inter_broker_sasl_uses_the_listener_jaas_of_its_mechanism():
+    from rivulet.server.authentication import inter_broker_sasl
+    props = {"listeners": "REPL://127.0.0.1:9093", "listener.security.protocol.map": "REPL:SASL_PLAINTEXT",
+             "inter.broker.listener.name": "REPL", "sasl.enabled.mechanisms": "PLAIN",
+             "listener.name.repl.plain.sasl.jaas.config": PLAIN_JAAS}
+    with pytest.raises(ConfigError, match="must be included in sasl.enabled.mechanisms"):
+        inter_broker_sasl(BrokerConfig(props), "REPL")  # the default is GSSAPI
+    creds = inter_broker_sasl(BrokerConfig({**props, "sasl.mechanism.inter.broker.protocol": "PLAIN"}), "REPL")
+    assert (creds.mechanism, creds.username, creds.password) == ("PLAIN", "admin", "admin-secret")
