@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 # API key -> (min, max) versions Rivulet implements. Produce starts at v0 because librdkafka
 # turns compression off when the broker does not advertise the oldest versions.
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
-    0: (0, 12),   # Produce (v12 is v11 without transaction.version 2, which Rivulet does not finalise)
+    0: (0, 13),   # Produce (v12 is v11 without transaction.version 2, which Rivulet does not finalise)
     1: (4, 18),   # Fetch
     2: (1, 11),   # ListOffsets
     3: (0, 13),   # Metadata

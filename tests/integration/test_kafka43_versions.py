@@ -20,6 +20,7 @@ from rivulet.protocol.messages import (
     list_offsets_request as loq,
     list_transactions_request as ltq,
     metadata_request as mq,
+    produce_request as prq,
 )
 
 pytestmark = pytest.mark.integration
@@ -42,7 +43,7 @@ def test_the_newest_versions_are_advertised(broker):
     async def main():
         conn = await _conn(broker)
         try:
-            assert conn.version_for(0, 99) == 12  # Produce (v13 names topics by id)
+            assert conn.version_for(0, 99) == 13  # Produce
             assert conn.version_for(1, 99) == 18  # Fetch
             assert conn.version_for(2, 99) == 11  # ListOffsets
             assert conn.version_for(26, 99) == 5  # EndTxn
@@ -171,6 +172,26 @@ def test_list_transactions_v2_filters_by_a_whole_id_pattern(broker):
             assert await listed(prefix) == (ErrorCode.NONE, [])  # a prefix alone is not the whole id
             assert await listed(f"{prefix}-.*", version=1) == (ErrorCode.NONE, [f"{prefix}-a", f"{prefix}-b"])
             assert (await listed("(ab(cd"))[0] == ErrorCode.INVALID_REGULAR_EXPRESSION
+        finally:
+            await conn.close()
+    asyncio.run(main())
+
+
+def test_produce_v13_names_topics_by_id(broker):
+    topic = _topic(broker)
+
+    async def main():
+        conn = await _conn(broker)
+        try:
+            tid = (await conn.send(core.metadata_request([topic]))).topics[0].topic_id
+            unknown = uuid.uuid4()
+            batch = rec.encode_batch([rec.Record(0, 0, None, b"by-id", [])])
+            resp = await conn.send(prq.ProduceRequest(acks=-1, timeout_ms=10_000, topic_data=[
+                prq.TopicProduceData(topic_id=t, partition_data=[prq.PartitionProduceData(index=0, records=batch)])
+                for t in (tid, unknown)]), version=13)
+            got = {t.topic_id: (t.name, [(p.error_code, p.base_offset) for p in t.partition_responses])
+                   for t in resp.responses}
+            assert got == {tid: ("", [(ErrorCode.NONE, 0)]), unknown: ("", [(ErrorCode.UNKNOWN_TOPIC_ID, -1)])}
         finally:
             await conn.close()
     asyncio.run(main())

@@ -77,6 +77,14 @@ class RecordHandlers:
         info = self.metadata.get(tp.topic)
         return info is not None and 0 <= tp.partition < info.num_partitions
 
+    def _topic_name(self, topic_id: Any) -> str | None:
+        """The name of the topic with this id (Produce v13+, Fetch v13+), or None if unknown."""
+        name = self.metadata_cache.topic_name(topic_id) if self.metadata_cache is not None else None
+        if name is None:
+            info = self.metadata.by_id(topic_id)
+            name = info.name if info else None
+        return name
+
     def _partition_or_error(self, tp: TopicPartition) -> Partition:
         try:
             return self.replica_manager.get_partition_or_error(tp)
@@ -99,16 +107,22 @@ class RecordHandlers:
         t0 = time.perf_counter_ns()
         size = conn.request_size
         acks = req.acks
+        v = header.api_version
         entries: dict[TopicPartition, Any] = {}
         early: dict[TopicPartition, ProduceResult] = {}
-        transactional_id = req.transactional_id if header.api_version >= 3 else None
+        transactional_id = req.transactional_id if v >= 3 else None
+        # v13 names topics by id (KIP-516): an unknown id is answered UNKNOWN_TOPIC_ID.
+        names = {id(td): self._topic_name(td.topic_id) if v >= 13 else td.name for td in req.topic_data}
         # Authorization, as Kafka: WRITE on the transactional id refuses the whole request,
         # WRITE on each topic its partitions (before telling whether the topic exists).
         txn_refused = transactional_id is not None and \
             not self.authz.transactional_id(conn, Op.WRITE, transactional_id)
-        writable = self.authz.allowed(conn, Op.WRITE, ResourceType.TOPIC, (td.name for td in req.topic_data))
+        writable = self.authz.allowed(conn, Op.WRITE, ResourceType.TOPIC,
+                                      (n for n in names.values() if n is not None))
         for td in req.topic_data:
-            name = td.name
+            name = names[id(td)]
+            if name is None:
+                continue
             for pd in td.partition_data:
                 tp = TopicPartition(name, pd.index)
                 if txn_refused:
@@ -149,11 +163,18 @@ class RecordHandlers:
 
         def build(results: dict[TopicPartition, ProduceResult]) -> pr.ProduceResponse:
             results = {**early, **results}
-            by_topic: dict[str, list[pr.PartitionProduceResponse]] = {}
+            by_topic: dict[Any, list[pr.PartitionProduceResponse]] = {}
             hints = _LeaderHints(self.metadata_cache, conn.listener.name)
             for td in req.topic_data:
+                name = names[id(td)]
+                key = td.topic_id if v >= 13 else td.name
                 for pd in td.partition_data:
-                    tp = TopicPartition(td.name, pd.index)
+                    if name is None:
+                        by_topic.setdefault(key, []).append(pr.PartitionProduceResponse(
+                            index=pd.index, error_code=ErrorCode.UNKNOWN_TOPIC_ID, base_offset=-1,
+                            log_append_time_ms=-1, log_start_offset=-1, record_errors=[], error_message=None))
+                        continue
+                    tp = TopicPartition(name, pd.index)
                     r = results[tp]
                     error = self._hosted_elsewhere(tp, r.error)
                     part = pr.PartitionProduceResponse(
@@ -162,14 +183,15 @@ class RecordHandlers:
                         record_errors=[pr.BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m)
                                        for i, m in r.record_errors or ()],
                         error_message=r.message)
-                    if error == ErrorCode.NOT_LEADER_OR_FOLLOWER and header.api_version >= 10:
+                    if error == ErrorCode.NOT_LEADER_OR_FOLLOWER and v >= 10:
                         leader, epoch = hints.leader(tp)
                         part.current_leader = pr.LeaderIdAndEpoch(leader_id=leader, leader_epoch=epoch)
-                    by_topic.setdefault(td.name, []).append(part)
+                    by_topic.setdefault(key, []).append(part)
             resp = pr.ProduceResponse(
-                responses=[pr.TopicProduceResponse(name=n, partition_responses=ps) for n, ps in by_topic.items()],
+                responses=[pr.TopicProduceResponse(name="" if v >= 13 else k, topic_id=k if v >= 13 else ZERO_UUID,
+                                                   partition_responses=ps) for k, ps in by_topic.items()],
                 throttle_time_ms=throttle())
-            if header.api_version >= 10:
+            if v >= 10:
                 resp.node_endpoints = [pr.NodeEndpoint(node_id=i, host=h, port=p, rack=rk)
                                        for i, h, p, rk in hints.endpoints()]
             return resp
@@ -200,13 +222,7 @@ class RecordHandlers:
         order: list[tuple[Any, str, int]] = []  # (topic id, topic name, partition)
         names: dict[Any, str | None] = {}
         for ft in req.topics:
-            name = ft.topic
-            if v >= 13:
-                name = self.metadata_cache.topic_name(ft.topic_id) if self.metadata_cache is not None else None
-                if name is None:
-                    info = self.metadata.by_id(ft.topic_id)
-                    name = info.name if info else None
-            names[id(ft)] = name
+            names[id(ft)] = self._topic_name(ft.topic_id) if v >= 13 else ft.topic
         # Authorization, as Kafka: a follower needs CLUSTER_ACTION (else every partition is refused),
         # a consumer READ on each topic.
         if from_follower:
