@@ -70,6 +70,7 @@ class SaslListenerConfig:
     mechanisms: tuple[str, ...]
     servers: dict[str, Callable[[], SaslServer]]
     reauth_ms: dict[str, int] = field(default_factory=dict)
+    max_receive_size: int = 524288  # sasl.server.max.receive.size
 
     def new_session(self, peer: tuple[str, int], now_ms: Callable[[], int]) -> SaslSession:
         return SaslSession(self, peer, now_ms)
@@ -97,6 +98,9 @@ class SaslSession:
     @property
     def authenticated(self) -> bool:
         return self.principal is not None and not self._reauthenticating
+
+    def receive_limit(self) -> int | None:
+        return None if self.authenticated else self.config.max_receive_size
 
     def session_expired(self) -> bool:
         return self.expires_at_ms is not None and self.now_ms() > self.expires_at_ms
@@ -296,4 +300,5 @@ def sasl_listener_config(config: BrokerConfig, listener: str,
             validate = _token_validator(config, listener, options)
             servers[mechanism] = lambda v=validate: OAuthBearerServer(v)
         reauth[mechanism] = config.listener_value(listener, "connections.max.reauth.ms", mechanism)
-    return SaslListenerConfig(listener, mechanisms, servers, reauth)
+    return SaslListenerConfig(listener, mechanisms, servers, reauth,
+                              config.listener_value(listener, "sasl.server.max.receive.size"))

@@ -56,6 +56,11 @@ class Authenticator(Protocol):
     principal: KafkaPrincipal | None
     raw_tokens: bool  # after a v0 SaslHandshake, tokens come as raw frames
 
+    def receive_limit(self) -> int | None:
+        """The largest frame accepted before authentication (``sasl.server.max.receive.size``);
+        None once authenticated."""
+        ...
+
     def intercepts(self, api_key: int) -> bool: ...
 
     def handle(self, api_key: int, api_version: int, body: Any) -> Any:
@@ -284,6 +289,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self.held = bytes(view[pos:end])
                 return
             size = _SIZE.unpack_from(stage, pos)[0]
+            sasl_limit = self.authenticator.receive_limit() if self.authenticator is not None else None
+            if sasl_limit is not None and size > sasl_limit:
+                self.server.bad_input_log.warning(
+                    "oversized request", "closing %s: a frame of %d bytes before authentication exceeds "
+                    "sasl.server.max.receive.size (%d)", self.peer, size, sasl_limit)
+                self.close()
+                return
             if size < 0 or size > self.max_request_bytes:
                 self.server.bad_input_log.warning(
                     "oversized request", "closing %s: request of %d bytes exceeds socket.request.max.bytes (%d)",

@@ -192,6 +192,22 @@ def test_unsupported_mechanism_is_answered_then_closed(broker):
         assert is_closed(s)
 
 
+def test_a_large_frame_before_authentication_closes_the_connection(broker):
+    """sasl.server.max.receive.size (512 KiB): nothing bigger is read from a stranger."""
+    with socket.create_connection(("127.0.0.1", broker.port)) as s:
+        s.sendall(struct.pack(">i", 600_000) + b"\0" * 1000)
+        assert is_closed(s)
+
+
+def test_sasl_requests_on_a_plaintext_listener_get_illegal_sasl_state():
+    from rivulet.protocol.messages.sasl_authenticate_request import SaslAuthenticateRequest
+    with BrokerProcess() as b, socket.create_connection(("127.0.0.1", b.port)) as s:
+        s.sendall(_request(SaslHandshakeRequest(mechanism="PLAIN"), 1))
+        assert framing.decode_response(read_frame(s), 17, 1)[1].error_code == ErrorCode.ILLEGAL_SASL_STATE
+        s.sendall(_request(SaslAuthenticateRequest(auth_bytes=b"x"), 2, 2))
+        assert framing.decode_response(read_frame(s), 36, 2)[1].error_code == ErrorCode.ILLEGAL_SASL_STATE
+
+
 def test_v0_handshake_takes_a_raw_token(broker):
     """Old clients: after SaslHandshake v0 the token is a bare frame, and so is the answer."""
     with socket.create_connection(("127.0.0.1", broker.port)) as s:
@@ -434,3 +450,61 @@ def test_users_cli_adds_lists_and_removes_scram_users(broker, tmp_path):
     r = users("remove", "--user", "carl", "--mechanism", "SCRAM-SHA-256")
     assert r.returncode == 1 and "Attempt to delete a user credential that does not exist" in r.stderr
     assert "invalid credentials" in first_error(ck_conf(broker, "SCRAM-SHA-512", "carl", "carl-secret")).str()
+
+
+def test_reauthentication_keeps_clients_serving_and_an_expired_session_is_closed(tls_certs):
+    """connections.max.reauth.ms=3000 (KIP-368): librdkafka and the Java client re-authenticate
+    on their own and keep producing; a connection that does not is closed at its next request
+    once the session is over."""
+    import confluent_kafka
+    b = sasl_broker(**{"connections.max.reauth.ms": "3000"})
+    try:
+        import json
+        conf = ck_conf(b, "PLAIN", "alice", "alice-secret")
+        stats: list[dict] = []
+        p = confluent_kafka.Producer({**conf, "linger.ms": 0, "statistics.interval.ms": 500,
+                                      "stats_cb": lambda j: stats.append(json.loads(j))})
+        t = topic_name()
+        deadline = time.monotonic() + 8
+        sent = 0
+        while time.monotonic() < deadline:
+            p.produce(t, b"x")
+            assert p.flush(10) == 0
+            sent += 1
+            time.sleep(0.2)
+        assert sent > 10
+        p.poll(1)
+        # Two sessions or more went by on the producer's connection, re-authenticated in place:
+        # it never had to connect again.
+        node = next(v for v in stats[-1]["brokers"].values() if v["nodeid"] == 1)
+        assert node["connects"] == 1 and node["disconnects"] == 0
+        from rivulet.protocol.messages.sasl_authenticate_request import SaslAuthenticateRequest
+        with socket.create_connection(("127.0.0.1", b.port)) as s:
+            s.sendall(_request(SaslHandshakeRequest(mechanism="PLAIN"), 1))
+            framing.decode_response(read_frame(s), 17, 1)
+            s.sendall(_request(SaslAuthenticateRequest(auth_bytes=b"\x00alice\x00alice-secret"), 1, 2))
+            assert framing.decode_response(read_frame(s), 36, 1)[1].session_lifetime_ms == 3000
+            s.sendall(_request(MetadataRequest(topics=[]), 1, 3))
+            assert framing.decode_response(read_frame(s), 3, 1)[0] == 3
+            time.sleep(3.5)
+            s.sendall(_request(MetadataRequest(topics=[]), 1, 4))
+            assert is_closed(s)
+    finally:
+        b.cleanup()
+
+
+def test_a_token_session_ends_with_the_token(broker):
+    """OAUTHBEARER: the session lifetime is the token's remaining life."""
+    from rivulet.protocol.messages.sasl_authenticate_request import SaslAuthenticateRequest
+    from rivulet.security.oauthbearer import OAuthBearerClient, unsecured_token
+    token = unsecured_token("olivia", lifetime_s=2)
+    with socket.create_connection(("127.0.0.1", broker.port)) as s:
+        s.sendall(_request(SaslHandshakeRequest(mechanism="OAUTHBEARER"), 1))
+        framing.decode_response(read_frame(s), 17, 1)
+        s.sendall(_request(SaslAuthenticateRequest(auth_bytes=OAuthBearerClient(lambda: token).initial_response()),
+                           1, 2))
+        resp = framing.decode_response(read_frame(s), 36, 1)[1]
+        assert resp.error_code == 0 and 0 < resp.session_lifetime_ms <= 2000
+        time.sleep(2.5)
+        s.sendall(_request(MetadataRequest(topics=[]), 1, 3))
+        assert is_closed(s)
