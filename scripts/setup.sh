@@ -33,7 +33,9 @@ esac
 case ",$extras," in
   *,test,*)
     # kcat is one of the real clients the integration tests drive.
-    if ! command -v kcat >/dev/null 2>&1 && ! command -v kafkacat >/dev/null 2>&1; then need+=(kcat); fi ;;
+    if ! command -v kcat >/dev/null 2>&1 && ! command -v kafkacat >/dev/null 2>&1; then need+=(kcat); fi
+    # docs/security.md's walkthrough, which a test runs as written, makes its certificates with it.
+    command -v openssl >/dev/null 2>&1 || need+=(openssl) ;;
 esac
 case ",$extras," in
   *,test,*|*,cluster,*)
