@@ -24,6 +24,10 @@ class MetadataView(Protocol):
 
     def get(self, name: str) -> TopicView | None: ...
 
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The name of the topic with this id (requests that name topics by id), or None."""
+        ...
+
 
 class InternalTopicCreator(Protocol):
     """Creates ``__consumer_offsets`` / ``__transaction_state`` on first start-up."""

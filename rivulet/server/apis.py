@@ -59,8 +59,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     1: (4, 18),   # Fetch
     2: (1, 11),   # ListOffsets
     3: (0, 13),   # Metadata
-    8: (2, 9),    # OffsetCommit
-    9: (1, 9),    # OffsetFetch
+    8: (2, 10),   # OffsetCommit
+    9: (1, 10),   # OffsetFetch
     10: (0, 6),   # FindCoordinator
     11: (0, 9),   # JoinGroup
     12: (0, 4),   # Heartbeat

@@ -92,6 +92,14 @@ class TopicManager:
                              dict(configs))
         return self.metadata.get(name)
 
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        cache = self.metadata_cache
+        name = cache.topic_name(topic_id) if cache is not None else None
+        if name is None:
+            info = self.metadata.by_id.get(topic_id)
+            name = info.name if info is not None else None
+        return name
+
     def by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
         cache = self.metadata_cache
         name = cache.topic_name(topic_id) if cache is not None else None

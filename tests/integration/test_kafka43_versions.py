@@ -20,6 +20,8 @@ from rivulet.protocol.messages import (
     list_offsets_request as loq,
     list_transactions_request as ltq,
     metadata_request as mq,
+    offset_commit_request as ocq,
+    offset_fetch_request as ofq,
     produce_request as prq,
 )
 
@@ -51,6 +53,8 @@ def test_the_newest_versions_are_advertised(broker):
             assert conn.version_for(28, 99) == 5  # TxnOffsetCommit
             assert conn.version_for(66, 99) == 2  # ListTransactions
             assert conn.version_for(3, 99) == 13  # Metadata
+            assert conn.version_for(8, 99) == 10  # OffsetCommit
+            assert conn.version_for(9, 99) == 10  # OffsetFetch
             assert conn.version_for(15, 99) == 6  # DescribeGroups
             assert conn.version_for(35, 99) == 5  # DescribeLogDirs
             assert conn.version_for(60, 99) == 2  # DescribeCluster
@@ -192,6 +196,45 @@ def test_produce_v13_names_topics_by_id(broker):
             got = {t.topic_id: (t.name, [(p.error_code, p.base_offset) for p in t.partition_responses])
                    for t in resp.responses}
             assert got == {tid: ("", [(ErrorCode.NONE, 0)]), unknown: ("", [(ErrorCode.UNKNOWN_TOPIC_ID, -1)])}
+        finally:
+            await conn.close()
+    asyncio.run(main())
+
+
+def test_offset_commit_and_fetch_v10_name_topics_by_id(broker):
+    topic = _topic(broker)
+    group = f"v43-{uuid.uuid4().hex[:6]}"
+
+    async def main():
+        conn = await _conn(broker)
+        try:
+            tid = (await conn.send(core.metadata_request([topic]))).topics[0].topic_id
+            unknown = uuid.uuid4()
+            for _ in range(100):  # the coordinator may still be loading its partition
+                resp = await conn.send(ocq.OffsetCommitRequest(
+                    group_id=group, generation_id_or_member_epoch=-1, member_id="", topics=[
+                        ocq.OffsetCommitRequestTopic(topic_id=t, partitions=[
+                            ocq.OffsetCommitRequestPartition(partition_index=0, committed_offset=7)])
+                        for t in (tid, unknown)]), version=10)
+                errors = {t.topic_id: t.partitions[0].error_code for t in resp.topics}
+                if errors[tid] not in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                       ErrorCode.NOT_COORDINATOR):
+                    break
+                await asyncio.sleep(0.1)
+            assert errors == {tid: ErrorCode.NONE, unknown: ErrorCode.UNKNOWN_TOPIC_ID}
+            assert all(t.name == "" for t in resp.topics)
+
+            def fetch(topics):
+                return conn.send(ofq.OffsetFetchRequest(groups=[ofq.OffsetFetchRequestGroup(
+                    group_id=group, topics=topics)], require_stable=False), version=10)
+
+            got = (await fetch([ofq.OffsetFetchRequestTopics(topic_id=t, partition_indexes=[0])
+                                for t in (tid, unknown)])).groups[0]
+            assert got.error_code == ErrorCode.NONE
+            assert {t.topic_id: (t.partitions[0].committed_offset, t.partitions[0].error_code) for t in got.topics} \
+                == {tid: (7, ErrorCode.NONE), unknown: (-1, ErrorCode.UNKNOWN_TOPIC_ID)}
+            every = (await fetch(None)).groups[0]
+            assert [(t.topic_id, t.partitions[0].committed_offset) for t in every.topics] == [(tid, 7)]
         finally:
             await conn.close()
     asyncio.run(main())

@@ -47,6 +47,7 @@ from rivulet.protocol.messages.offset_delete_request import OffsetDeleteRequest
 from rivulet.protocol.messages.offset_fetch_request import OffsetFetchRequest
 from rivulet.protocol.messages.sync_group_request import SyncGroupRequest
 from rivulet.protocol.messages.txn_offset_commit_request import TxnOffsetCommitRequest
+from rivulet.protocol.schema import ZERO_UUID
 from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.security.acls import AclOperation as Op, ResourceType
 from rivulet.server.acls import OPERATIONS_NOT_REQUESTED, Authz
@@ -77,6 +78,22 @@ class GroupHandlers:
             15: self.handle_describe_groups, 16: self.handle_list_groups, 28: self.handle_txn_offset_commit,
             42: self.handle_delete_groups, 47: self.handle_offset_delete,
         }
+
+    def _named(self, topics: list[Any], by_id: bool) -> tuple[list[Any], dict[str, Any], list[Any]]:
+        """Requests that name topics by id (OffsetCommit v10+, OffsetFetch v10+): the entries
+        whose id is known, with their names filled in; name -> id; the entries with unknown ids."""
+        if not by_id:
+            return topics, {}, []
+        known, ids, unknown = [], {}, []
+        for t in topics:
+            name = self.metadata.topic_name(t.topic_id)
+            if name is None:
+                unknown.append(t)
+            else:
+                t.name = name
+                ids[name] = t.topic_id
+                known.append(t)
+        return known, ids, unknown
 
     def _requested(self, topics: list[Any], conn: KafkaConnection
                    ) -> Iterator[tuple[TopicPartition, Any, ErrorCode]]:
@@ -197,7 +214,8 @@ class GroupHandlers:
         early: dict[TopicPartition, ErrorCode] = {}
         offsets: dict[TopicPartition, OffsetAndMetadata] = {}
         group_refused = not self.authz.group(conn, Op.READ, req.group_id)
-        for tp, p, refusal in self._requested(req.topics, conn):
+        topics, ids, unknown = self._named(req.topics, v >= 10)
+        for tp, p, refusal in self._requested(topics, conn):
             order.append(tp)
             if group_refused or refusal:
                 early[tp] = ErrorCode.GROUP_AUTHORIZATION_FAILED if group_refused else refusal
@@ -218,8 +236,12 @@ class GroupHandlers:
                 seen.add(tp)
                 topics.setdefault(tp.topic, []).append(ocr.OffsetCommitResponsePartition(
                     partition_index=tp.partition, error_code=merged.get(tp, ErrorCode.UNKNOWN_SERVER_ERROR)))
-            return ocr.OffsetCommitResponse(throttle_time_ms=0, topics=[
-                ocr.OffsetCommitResponseTopic(name=n, partitions=ps) for n, ps in topics.items()])
+            out = [ocr.OffsetCommitResponseTopic(name=n, topic_id=ids.get(n, ZERO_UUID), partitions=ps)
+                   for n, ps in topics.items()]
+            out += [ocr.OffsetCommitResponseTopic(topic_id=t.topic_id, partitions=[ocr.OffsetCommitResponsePartition(
+                partition_index=p.partition_index, error_code=ErrorCode.UNKNOWN_TOPIC_ID) for p in t.partitions])
+                for t in unknown]
+            return ocr.OffsetCommitResponse(throttle_time_ms=0, topics=out)
 
         reply = Reply(build)
         if not offsets:
@@ -264,15 +286,29 @@ class GroupHandlers:
         if v >= 8:
             groups = []
             for g in req.groups:
-                topics = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
+                named, _, unknown = self._named(g.topics or [], v >= 10)
+                topics = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in named]
                 err, result = self._fetch_group(g.group_id, topics, require_stable, conn)
-                groups.append(ofr.OffsetFetchResponseGroup(group_id=g.group_id, error_code=err, topics=[
-                    ofr.OffsetFetchResponseTopics(name=name, partitions=[
+                out = []
+                for name, parts in result:
+                    topic_id = ZERO_UUID
+                    if v >= 10:
+                        info = self.metadata.get(name)
+                        if info is None:
+                            continue  # offsets of a topic that is gone: no id to name it by
+                        topic_id = info.topic_id
+                    out.append(ofr.OffsetFetchResponseTopics(name=name, topic_id=topic_id, partitions=[
                         ofr.OffsetFetchResponsePartitions(
                             partition_index=p, committed_offset=d.offset,
                             committed_leader_epoch=-1 if d.leader_epoch is None else d.leader_epoch,
-                            metadata=d.metadata, error_code=d.error) for p, d in parts])
-                    for name, parts in result]))
+                            metadata=d.metadata, error_code=d.error) for p, d in parts]))
+                if err == ErrorCode.NONE:
+                    out += [ofr.OffsetFetchResponseTopics(topic_id=t.topic_id, partitions=[
+                        ofr.OffsetFetchResponsePartitions(partition_index=p, committed_offset=INVALID_OFFSET,
+                                                          committed_leader_epoch=-1, metadata="",
+                                                          error_code=ErrorCode.UNKNOWN_TOPIC_ID)
+                        for p in t.partition_indexes]) for t in unknown]
+                groups.append(ofr.OffsetFetchResponseGroup(group_id=g.group_id, error_code=err, topics=out))
             return ofr.OffsetFetchResponse(throttle_time_ms=0, groups=groups)
         topics = None if req.topics is None else [(t.name, list(t.partition_indexes)) for t in req.topics]
         err, result = self._fetch_group(req.group_id, topics, require_stable, conn)

@@ -77,14 +77,6 @@ class RecordHandlers:
         info = self.metadata.get(tp.topic)
         return info is not None and 0 <= tp.partition < info.num_partitions
 
-    def _topic_name(self, topic_id: Any) -> str | None:
-        """The name of the topic with this id (Produce v13+, Fetch v13+), or None if unknown."""
-        name = self.metadata_cache.topic_name(topic_id) if self.metadata_cache is not None else None
-        if name is None:
-            info = self.metadata.by_id(topic_id)
-            name = info.name if info else None
-        return name
-
     def _partition_or_error(self, tp: TopicPartition) -> Partition:
         try:
             return self.replica_manager.get_partition_or_error(tp)
@@ -112,7 +104,7 @@ class RecordHandlers:
         early: dict[TopicPartition, ProduceResult] = {}
         transactional_id = req.transactional_id if v >= 3 else None
         # v13 names topics by id (KIP-516): an unknown id is answered UNKNOWN_TOPIC_ID.
-        names = {id(td): self._topic_name(td.topic_id) if v >= 13 else td.name for td in req.topic_data}
+        names = {id(td): self.metadata.topic_name(td.topic_id) if v >= 13 else td.name for td in req.topic_data}
         # Authorization, as Kafka: WRITE on the transactional id refuses the whole request,
         # WRITE on each topic its partitions (before telling whether the topic exists).
         txn_refused = transactional_id is not None and \
@@ -222,7 +214,7 @@ class RecordHandlers:
         order: list[tuple[Any, str, int]] = []  # (topic id, topic name, partition)
         names: dict[Any, str | None] = {}
         for ft in req.topics:
-            names[id(ft)] = self._topic_name(ft.topic_id) if v >= 13 else ft.topic
+            names[id(ft)] = self.metadata.topic_name(ft.topic_id) if v >= 13 else ft.topic
         # Authorization, as Kafka: a follower needs CLUSTER_ACTION (else every partition is refused),
         # a consumer READ on each topic.
         if from_follower:
