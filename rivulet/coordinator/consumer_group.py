@@ -1,0 +1,363 @@
+"""KIP-848 consumer groups as the coordinator keeps them: members, the group epoch, the target
+assignment, and the reconciliation that walks each member towards its target without two
+members ever owning a partition at once (Kafka's ConsumerGroup, ConsumerGroupMember and
+CurrentAssignmentBuilder).
+
+The state changes only by replaying ``__consumer_offsets`` records (``ConsumerGroup.replay``):
+a heartbeat computes records, the coordinator replays them at once and appends them, and a
+coordinator that loads the partition replays the same records, so both reach the same state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping, Union
+
+from rivulet.protocol.messages.consumer_group_current_member_assignment_key import (
+    ConsumerGroupCurrentMemberAssignmentKey,
+)
+from rivulet.protocol.messages.consumer_group_current_member_assignment_value import (
+    ConsumerGroupCurrentMemberAssignmentValue,
+    TopicPartitions as CurrentTopicPartitions,
+)
+from rivulet.protocol.messages.consumer_group_member_metadata_key import ConsumerGroupMemberMetadataKey
+from rivulet.protocol.messages.consumer_group_member_metadata_value import ConsumerGroupMemberMetadataValue
+from rivulet.protocol.messages.consumer_group_metadata_key import ConsumerGroupMetadataKey
+from rivulet.protocol.messages.consumer_group_metadata_value import ConsumerGroupMetadataValue
+from rivulet.protocol.messages.consumer_group_regular_expression_key import ConsumerGroupRegularExpressionKey
+from rivulet.protocol.messages.consumer_group_regular_expression_value import ConsumerGroupRegularExpressionValue
+from rivulet.protocol.messages.consumer_group_target_assignment_member_key import (
+    ConsumerGroupTargetAssignmentMemberKey,
+)
+from rivulet.protocol.messages.consumer_group_target_assignment_member_value import (
+    ConsumerGroupTargetAssignmentMemberValue,
+    TopicPartition as TargetTopicPartition,
+)
+from rivulet.protocol.messages.consumer_group_target_assignment_metadata_key import (
+    ConsumerGroupTargetAssignmentMetadataKey,
+)
+from rivulet.protocol.messages.consumer_group_target_assignment_metadata_value import (
+    ConsumerGroupTargetAssignmentMetadataValue,
+)
+
+LEAVE_GROUP_MEMBER_EPOCH = -1
+LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
+
+Assignment = dict[uuid.UUID, set[int]]
+"""Partitions by topic id."""
+EpochAssignment = dict[uuid.UUID, dict[int, int]]
+"""Partitions by topic id, each with the epoch it was assigned at (to fence zombie commits)."""
+
+RecordKey = Union[ConsumerGroupMetadataKey, ConsumerGroupMemberMetadataKey, ConsumerGroupTargetAssignmentMemberKey,
+                  ConsumerGroupTargetAssignmentMetadataKey, ConsumerGroupCurrentMemberAssignmentKey,
+                  ConsumerGroupRegularExpressionKey]
+Record = tuple[RecordKey, object]
+"""A ``__consumer_offsets`` record of a consumer group: its key, and its value or None (a tombstone)."""
+
+
+class MemberState(enum.IntEnum):
+    STABLE = 0
+    UNREVOKED_PARTITIONS = 1
+    UNRELEASED_PARTITIONS = 2
+    UNKNOWN = 127
+
+    @classmethod
+    def of(cls, value: int) -> MemberState:
+        return cls(value) if value in cls._value2member_map_ else cls.UNKNOWN
+
+
+class ConsumerGroupState(str, enum.Enum):
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclass(frozen=True)
+class ConsumerGroupMember:
+    member_id: str
+    member_epoch: int = 0
+    previous_member_epoch: int = 0
+    state: MemberState = MemberState.STABLE
+    instance_id: str | None = None
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    subscribed_topic_names: tuple[str, ...] = ()
+    subscribed_topic_regex: str | None = None
+    rebalance_timeout_ms: int = -1
+    server_assignor: str | None = None
+    assigned: Mapping[uuid.UUID, Mapping[int, int]] = field(default_factory=dict)
+    pending_revocation: Mapping[uuid.UUID, Mapping[int, int]] = field(default_factory=dict)
+
+    def with_epoch(self, epoch: int, **changes: object) -> ConsumerGroupMember:
+        """A copy moved to ``epoch``, remembering the epoch it leaves (a member whose response
+        was lost may come back with it)."""
+        previous = self.previous_member_epoch if epoch == self.member_epoch else self.member_epoch
+        return dataclasses.replace(self, member_epoch=epoch, previous_member_epoch=previous,
+                                   **changes)  # type: ignore[arg-type]
+
+    def assigned_sets(self) -> Assignment:
+        return {t: set(ps) for t, ps in self.assigned.items()}
+
+    def subscription_value(self) -> ConsumerGroupMemberMetadataValue:
+        return ConsumerGroupMemberMetadataValue(
+            instance_id=self.instance_id, rack_id=self.rack_id, client_id=self.client_id,
+            client_host=self.client_host, subscribed_topic_names=list(self.subscribed_topic_names),
+            subscribed_topic_regex=self.subscribed_topic_regex, rebalance_timeout_ms=self.rebalance_timeout_ms,
+            server_assignor=self.server_assignor, classic_member_metadata=None)
+
+    def assignment_value(self) -> ConsumerGroupCurrentMemberAssignmentValue:
+        return ConsumerGroupCurrentMemberAssignmentValue(
+            member_epoch=self.member_epoch, previous_member_epoch=self.previous_member_epoch,
+            state=int(self.state), assigned_partitions=_with_epochs(self.assigned),
+            partitions_pending_revocation=_with_epochs(self.pending_revocation))
+
+
+def _with_epochs(parts: Mapping[uuid.UUID, Mapping[int, int]]) -> list[CurrentTopicPartitions]:
+    out = []
+    for topic_id in sorted(parts, key=str):
+        ps = sorted(parts[topic_id])
+        out.append(CurrentTopicPartitions(topic_id=topic_id, partitions=ps,
+                                          assignment_epochs=[parts[topic_id][p] for p in ps]))
+    return out
+
+
+def _from_epochs(parts: Iterable[CurrentTopicPartitions], default_epoch: int) -> dict[uuid.UUID, dict[int, int]]:
+    out: dict[uuid.UUID, dict[int, int]] = {}
+    for tp in parts:
+        epochs = tp.assignment_epochs or []
+        out[tp.topic_id] = {p: (epochs[i] if i < len(epochs) else default_epoch)
+                            for i, p in enumerate(tp.partitions)}
+    return out
+
+
+OwnedPartitions = list[tuple[uuid.UUID, list[int]]]
+"""What a member reports it owns in a heartbeat: (topic id, partitions) pairs."""
+
+
+def reconcile(member: ConsumerGroupMember, target_epoch: int, target: Mapping[uuid.UUID, set[int]],
+              subscribed_topic_ids: set[uuid.UUID], owner_epoch: Callable[[uuid.UUID, int], int],
+              owned: OwnedPartitions | None) -> ConsumerGroupMember:
+    """One reconciliation step of ``member`` towards its target assignment.
+
+    A partition leaves a member first (UNREVOKED_PARTITIONS until the member no longer reports
+    it), then goes to the next member once nobody holds it (UNRELEASED_PARTITIONS while
+    another member still does). ``owner_epoch(topic, partition)`` is the epoch of the member
+    holding that partition, or -1. ``owned`` is None when the member did not report."""
+    if member.state == MemberState.UNREVOKED_PARTITIONS and _owns_any(owned, member.pending_revocation):
+        return member
+    if member.state == MemberState.STABLE and member.member_epoch == target_epoch:
+        return member
+    if member.state == MemberState.UNKNOWN and (owned is None or owned):
+        raise FencedMemberEpoch("The consumer group member is in a unknown state. "
+                                "The member must abandon all its partitions and rejoin.")
+    epoch = target_epoch if member.state == MemberState.UNKNOWN else member.member_epoch
+    assigned: EpochAssignment = {}
+    pending_revocation: EpochAssignment = {}
+    pending_assignment: Assignment = {}
+    unreleased = False
+    for topic_id in set(target) | set(member.assigned):
+        want = target.get(topic_id, set()) if topic_id in subscribed_topic_ids else set()
+        current = member.assigned.get(topic_id, {})
+        keep = {p: e for p, e in current.items() if p in want}
+        revoke = {p: e for p, e in current.items() if p not in want}
+        mine_revoking = member.pending_revocation.get(topic_id, {})
+        add = set()
+        for p in want:
+            if p in keep:
+                continue
+            if owner_epoch(topic_id, p) != -1 and p not in mine_revoking:
+                unreleased = True
+            else:
+                add.add(p)
+        if keep:
+            assigned[topic_id] = keep
+        if revoke:
+            pending_revocation[topic_id] = revoke
+        if add:
+            pending_assignment[topic_id] = add
+    if pending_revocation and _owns_any(owned, pending_revocation):
+        return member.with_epoch(epoch, state=MemberState.UNREVOKED_PARTITIONS, assigned=assigned,
+                                 pending_revocation=pending_revocation)
+    for topic_id, ps in pending_assignment.items():
+        assigned.setdefault(topic_id, {}).update(dict.fromkeys(ps, target_epoch))
+    state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
+    return member.with_epoch(target_epoch, state=state, assigned=assigned, pending_revocation={})
+
+
+def _owns_any(owned: OwnedPartitions | None, parts: Mapping[uuid.UUID, Mapping[int, int]]) -> bool:
+    if owned is None:
+        return True  # it did not say: assume it still holds them
+    return any(p in parts.get(topic_id, {}) for topic_id, ps in owned for p in ps)
+
+
+class FencedMemberEpoch(Exception):
+    """FENCED_MEMBER_EPOCH: the member must give up its partitions and rejoin."""
+
+
+@dataclass
+class ResolvedRegex:
+    topics: frozenset[str]
+    version: int
+    timestamp: int
+
+
+class ConsumerGroup:
+    """One consumer group's state, changed only through ``replay``."""
+
+    def __init__(self, group_id: str) -> None:
+        self.group_id = group_id
+        self.group_epoch = 0
+        self.metadata_hash = 0
+        self.members: dict[str, ConsumerGroupMember] = {}
+        self.static_members: dict[str, str] = {}  # instance id -> member id
+        self.target_assignment: dict[str, Assignment] = {}
+        self.target_assignment_epoch = 0
+        self.resolved_regexes: dict[str, ResolvedRegex] = {}
+        # Who holds each partition (assigned or still revoking) and at which member epoch.
+        self._partition_epochs: dict[tuple[uuid.UUID, int], int] = {}
+
+    # -- reads
+
+    def state(self) -> ConsumerGroupState:
+        if not self.members:
+            return ConsumerGroupState.EMPTY
+        if self.group_epoch > self.target_assignment_epoch:
+            return ConsumerGroupState.ASSIGNING
+        for m in self.members.values():
+            if m.state != MemberState.STABLE or m.member_epoch != self.target_assignment_epoch:
+                return ConsumerGroupState.RECONCILING
+        return ConsumerGroupState.STABLE
+
+    def partition_epoch(self, topic_id: uuid.UUID, partition: int) -> int:
+        return self._partition_epochs.get((topic_id, partition), -1)
+
+    def member_by_instance(self, instance_id: str) -> ConsumerGroupMember | None:
+        member_id = self.static_members.get(instance_id)
+        return self.members.get(member_id) if member_id is not None else None
+
+    def subscribed_topic_names(self) -> set[str]:
+        names: set[str] = set()
+        for m in self.members.values():
+            names.update(m.subscribed_topic_names)
+            if m.subscribed_topic_regex and m.subscribed_topic_regex in self.resolved_regexes:
+                names.update(self.resolved_regexes[m.subscribed_topic_regex].topics)
+        return names
+
+    # -- records of a change, for the caller to replay and append
+
+    def key(self) -> ConsumerGroupMetadataKey:
+        return ConsumerGroupMetadataKey(group_id=self.group_id)
+
+    def epoch_record(self, epoch: int, metadata_hash: int) -> Record:
+        return (self.key(), ConsumerGroupMetadataValue(epoch=epoch, metadata_hash=metadata_hash))
+
+    def subscription_record(self, member: ConsumerGroupMember) -> Record:
+        return (ConsumerGroupMemberMetadataKey(group_id=self.group_id, member_id=member.member_id),
+                member.subscription_value())
+
+    def current_assignment_record(self, member: ConsumerGroupMember) -> Record:
+        return (ConsumerGroupCurrentMemberAssignmentKey(group_id=self.group_id, member_id=member.member_id),
+                member.assignment_value())
+
+    def target_member_record(self, member_id: str, assignment: Mapping[uuid.UUID, set[int]]) -> Record:
+        return (ConsumerGroupTargetAssignmentMemberKey(group_id=self.group_id, member_id=member_id),
+                ConsumerGroupTargetAssignmentMemberValue(topic_partitions=[
+                    TargetTopicPartition(topic_id=t, partitions=sorted(ps))
+                    for t, ps in sorted(assignment.items(), key=lambda kv: str(kv[0])) if ps]))
+
+    def target_epoch_record(self, epoch: int, timestamp_ms: int) -> Record:
+        return (ConsumerGroupTargetAssignmentMetadataKey(group_id=self.group_id),
+                ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=epoch, assignment_timestamp=timestamp_ms))
+
+    def fence_records(self, member_id: str) -> list[Record]:
+        """Removing a member: its current assignment, its target, then its subscription
+        (the order in which a reader meets them matters)."""
+        return [(ConsumerGroupCurrentMemberAssignmentKey(group_id=self.group_id, member_id=member_id), None),
+                (ConsumerGroupTargetAssignmentMemberKey(group_id=self.group_id, member_id=member_id), None),
+                (ConsumerGroupMemberMetadataKey(group_id=self.group_id, member_id=member_id), None)]
+
+    def delete_records(self) -> list[Record]:
+        """Removing the group itself (it must be empty)."""
+        return [(ConsumerGroupTargetAssignmentMetadataKey(group_id=self.group_id), None), (self.key(), None)]
+
+    # -- replay
+
+    def replay(self, key: RecordKey, value: object) -> None:
+        if isinstance(key, ConsumerGroupMetadataKey):
+            if isinstance(value, ConsumerGroupMetadataValue):
+                self.group_epoch, self.metadata_hash = value.epoch, value.metadata_hash
+        elif isinstance(key, ConsumerGroupMemberMetadataKey):
+            if value is None:
+                self._remove_member(key.member_id)
+            else:
+                assert isinstance(value, ConsumerGroupMemberMetadataValue)
+                old = self.members.get(key.member_id) or ConsumerGroupMember(key.member_id)
+                self._put_member(dataclasses.replace(
+                    old, instance_id=value.instance_id, rack_id=value.rack_id, client_id=value.client_id,
+                    client_host=value.client_host, subscribed_topic_names=tuple(value.subscribed_topic_names),
+                    subscribed_topic_regex=value.subscribed_topic_regex or None,
+                    rebalance_timeout_ms=value.rebalance_timeout_ms, server_assignor=value.server_assignor))
+        elif isinstance(key, ConsumerGroupCurrentMemberAssignmentKey):
+            old = self.members.get(key.member_id) or ConsumerGroupMember(key.member_id)
+            if value is None:
+                self._put_member(dataclasses.replace(
+                    old, member_epoch=LEAVE_GROUP_MEMBER_EPOCH, previous_member_epoch=LEAVE_GROUP_MEMBER_EPOCH,
+                    state=MemberState.UNREVOKED_PARTITIONS, assigned={}, pending_revocation={}))
+            else:
+                assert isinstance(value, ConsumerGroupCurrentMemberAssignmentValue)
+                self._put_member(dataclasses.replace(
+                    old, member_epoch=value.member_epoch, previous_member_epoch=value.previous_member_epoch,
+                    state=MemberState.of(value.state),
+                    assigned=_from_epochs(value.assigned_partitions, value.member_epoch),
+                    pending_revocation=_from_epochs(value.partitions_pending_revocation, value.member_epoch)))
+        elif isinstance(key, ConsumerGroupTargetAssignmentMemberKey):
+            if value is None:
+                self.target_assignment.pop(key.member_id, None)
+            else:
+                assert isinstance(value, ConsumerGroupTargetAssignmentMemberValue)
+                self.target_assignment[key.member_id] = {tp.topic_id: set(tp.partitions)
+                                                         for tp in value.topic_partitions}
+        elif isinstance(key, ConsumerGroupTargetAssignmentMetadataKey):
+            if isinstance(value, ConsumerGroupTargetAssignmentMetadataValue):
+                self.target_assignment_epoch = value.assignment_epoch
+        elif isinstance(key, ConsumerGroupRegularExpressionKey):
+            if value is None:
+                self.resolved_regexes.pop(key.regular_expression, None)
+            else:
+                assert isinstance(value, ConsumerGroupRegularExpressionValue)
+                self.resolved_regexes[key.regular_expression] = ResolvedRegex(
+                    frozenset(value.topics), value.version, value.timestamp)
+
+    def _put_member(self, member: ConsumerGroupMember) -> None:
+        old = self.members.get(member.member_id)
+        if old is not None:
+            self._release(old)
+            if old.instance_id is not None and self.static_members.get(old.instance_id) == old.member_id:
+                del self.static_members[old.instance_id]
+        self.members[member.member_id] = member
+        if member.instance_id is not None:
+            self.static_members[member.instance_id] = member.member_id
+        for parts in (member.assigned, member.pending_revocation):
+            for topic_id, ps in parts.items():
+                for p in ps:
+                    self._partition_epochs[(topic_id, p)] = member.member_epoch
+
+    def _remove_member(self, member_id: str) -> None:
+        old = self.members.pop(member_id, None)
+        if old is not None:
+            self._release(old)
+            if old.instance_id is not None and self.static_members.get(old.instance_id) == member_id:
+                del self.static_members[old.instance_id]
+
+    def _release(self, member: ConsumerGroupMember) -> None:
+        for parts in (member.assigned, member.pending_revocation):
+            for topic_id, ps in parts.items():
+                for p in ps:
+                    if self._partition_epochs.get((topic_id, p)) == member.member_epoch:
+                        del self._partition_epochs[(topic_id, p)]

@@ -1,0 +1,308 @@
+"""ConsumerGroupHeartbeat as the group coordinator answers it (KIP-848): validate the request,
+update the member's subscription (bumping the group epoch when subscriptions or the subscribed
+topics change), compute a new target assignment when the group epoch moved past it, and take
+one reconciliation step for the member. Pure: it returns the records of the change, which the
+coordinator replays into the group and appends to ``__consumer_offsets``, and the timers to
+arm or cancel."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping
+
+from rivulet.common.cluster import MetadataView
+from rivulet.coordinator.assignors import ASSIGNORS, MemberSpec, PartitionAssignor
+from rivulet.coordinator.consumer_group import (
+    LEAVE_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    Assignment,
+    ConsumerGroup,
+    ConsumerGroupMember,
+    FencedMemberEpoch,
+    MemberState,
+    OwnedPartitions,
+    Record,
+    reconcile,
+)
+from rivulet.protocol.errors import ErrorCode
+
+
+@dataclass(frozen=True)
+class ConsumerGroupConfig:
+    """The broker's ``group.consumer.*`` settings (a group's own configs override the first two)."""
+
+    heartbeat_interval_ms: int = 5000
+    session_timeout_ms: int = 45000
+    max_size: int = 2**31 - 1
+    assignors: tuple[str, ...] = ("uniform", "range")
+
+
+@dataclass
+class HeartbeatRequest:
+    """ConsumerGroupHeartbeat's fields, None where the member sent no change."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: list[str] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    owned: OwnedPartitions | None = None
+    client_id: str = ""
+    client_host: str = ""
+
+
+@dataclass
+class HeartbeatResult:
+    error: ErrorCode = ErrorCode.NONE
+    error_message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: Assignment | None = None
+    records: list[Record] = field(default_factory=list)
+    # Timers for the coordinator: the member's session, and the deadline to revoke.
+    session_timeout_ms: int | None = None  # (re)arm the session timer
+    cancel_session: bool = False
+    revocation_timeout_ms: int | None = None  # arm the revocation timer at this member epoch
+    cancel_revocation: bool = False
+
+
+class HeartbeatError(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def validate(req: HeartbeatRequest, version: int, config: ConsumerGroupConfig) -> None:
+    """Kafka's checks of a heartbeat before it looks at the group: INVALID_REQUEST with the
+    reason, UNSUPPORTED_ASSIGNOR for an assignor the broker does not run."""
+    def invalid(message: str) -> HeartbeatError:
+        return HeartbeatError(ErrorCode.INVALID_REQUEST, message)
+    if not req.group_id:
+        raise invalid("GroupId can't be empty.")
+    if version >= 1 and not req.member_id:
+        raise invalid("MemberId can't be empty.")
+    if req.instance_id is not None and not req.instance_id:
+        raise invalid("InstanceId can't be empty.")
+    if req.rack_id is not None and not req.rack_id:
+        raise invalid("RackId can't be empty.")
+    if req.member_epoch == 0:
+        if req.rebalance_timeout_ms == -1:
+            raise invalid("RebalanceTimeoutMs must be provided in first request.")
+        if req.owned is None or req.owned:
+            raise invalid("TopicPartitions must be empty when (re-)joining.")
+        if req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
+            raise invalid("SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
+    elif req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        if req.instance_id is None:
+            raise invalid("InstanceId can't be null.")
+    elif req.member_epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        raise invalid(f"MemberEpoch is invalid: {req.member_epoch}.")
+    if req.server_assignor is not None and req.server_assignor not in config.assignors:
+        raise HeartbeatError(ErrorCode.UNSUPPORTED_ASSIGNOR,
+                             f"ServerAssignor {req.server_assignor} is not supported. "
+                             f"Supported assignors: {', '.join(config.assignors)}.")
+
+
+def heartbeat(group: ConsumerGroup, req: HeartbeatRequest, topics: MetadataView, config: ConsumerGroupConfig,
+              now_ms: int) -> HeartbeatResult:
+    """Answer a validated heartbeat of a member that is not leaving. ``group`` is the group as it
+    stands (a new, empty one when it did not exist); nothing in it changes here."""
+    records: list[Record] = []
+    member = group.members.get(req.member_id)
+    if req.member_epoch == 0:
+        if member is None and len(group.members) >= config.max_size:
+            raise HeartbeatError(ErrorCode.GROUP_MAX_SIZE_REACHED,
+                                 f"The consumer group has reached its maximum capacity of {config.max_size} members.")
+        if member is None:
+            member = ConsumerGroupMember(req.member_id)
+    else:
+        if member is None:
+            raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                 f"Member {req.member_id} is not a member of group {group.group_id}.")
+        _check_epoch(member, req.member_epoch, req.owned)
+
+    updated = dataclasses.replace(
+        member,
+        instance_id=req.instance_id if req.instance_id is not None else member.instance_id,
+        rack_id=req.rack_id if req.rack_id is not None else member.rack_id,
+        rebalance_timeout_ms=req.rebalance_timeout_ms if req.rebalance_timeout_ms != -1
+        else member.rebalance_timeout_ms,
+        server_assignor=req.server_assignor if req.server_assignor is not None else member.server_assignor,
+        subscribed_topic_names=tuple(sorted(set(req.subscribed_topic_names)))
+        if req.subscribed_topic_names is not None else member.subscribed_topic_names,
+        subscribed_topic_regex=(req.subscribed_topic_regex or None) if req.subscribed_topic_regex is not None
+        else member.subscribed_topic_regex,
+        client_id=req.client_id, client_host=req.client_host)
+    bump = req.member_id not in group.members
+    if updated != member or bump:
+        records.append(group.subscription_record(updated))
+        bump = bump or updated.subscribed_topic_names != member.subscribed_topic_names \
+            or updated.subscribed_topic_regex != member.subscribed_topic_regex
+
+    members = dict(group.members)
+    members[updated.member_id] = updated
+    metadata_hash = subscription_hash(_subscribed_names(group, members.values()), topics)
+    group_epoch = group.group_epoch
+    if bump or metadata_hash != group.metadata_hash:
+        group_epoch += 1
+        records.append(group.epoch_record(group_epoch, metadata_hash))
+
+    target_epoch = group.target_assignment_epoch
+    target = group.target_assignment.get(updated.member_id, {})
+    if group_epoch > target_epoch:
+        assignor = ASSIGNORS[preferred_assignor(members.values(), config)]
+        new_target = compute_target(group, members, topics, assignor)
+        for member_id, assignment in new_target.items():
+            if assignment != group.target_assignment.get(member_id, {}):
+                records.append(group.target_member_record(member_id, assignment))
+        records.append(group.target_epoch_record(group_epoch, now_ms))
+        target_epoch, target = group_epoch, new_target.get(updated.member_id, {})
+
+    result = HeartbeatResult(member_id=updated.member_id, heartbeat_interval_ms=config.heartbeat_interval_ms,
+                             session_timeout_ms=config.session_timeout_ms)
+    changed = False
+    if updated.state != MemberState.STABLE or updated.member_epoch != target_epoch or req.member_epoch == 0:
+        before = updated
+        try:
+            updated = reconcile(updated, target_epoch, target, _subscribed_ids(group, updated, topics),
+                                _owner_epoch(group, updated.member_id), req.owned)
+        except FencedMemberEpoch as e:
+            raise HeartbeatError(ErrorCode.FENCED_MEMBER_EPOCH, str(e)) from None
+        if updated != before or req.member_id not in group.members:
+            changed = True
+            records.append(group.current_assignment_record(updated))
+            if updated.state == MemberState.UNREVOKED_PARTITIONS:
+                result.revocation_timeout_ms = updated.rebalance_timeout_ms
+            else:
+                result.cancel_revocation = True
+    result.member_epoch = updated.member_epoch
+    result.records = records
+    if req.owned is not None or req.member_epoch == 0 or changed:
+        result.assignment = updated.assigned_sets()
+    return result
+
+
+def leave(group: ConsumerGroup, req: HeartbeatRequest) -> HeartbeatResult:
+    """A member leaving (epoch -1), or a static member leaving for now (epoch -2: it keeps its
+    assignment until its session expires, so that it finds it again when it comes back)."""
+    member = group.members.get(req.member_id)
+    if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH and req.instance_id is not None:
+        member = group.member_by_instance(req.instance_id)
+        if member is None:
+            raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
+        if member.member_id != req.member_id:
+            raise HeartbeatError(ErrorCode.FENCED_INSTANCE_ID,
+                                 f"Static member {req.member_id} with instance id {req.instance_id} "
+                                 f"was fenced by member {member.member_id}.")
+        left = dataclasses.replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH)
+        return HeartbeatResult(member_id=member.member_id, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+                               records=[group.current_assignment_record(left)], cancel_revocation=True)
+    if member is None:
+        raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
+                             f"Member {req.member_id} is not a member of group {group.group_id}.")
+    return HeartbeatResult(member_id=member.member_id, member_epoch=LEAVE_GROUP_MEMBER_EPOCH,
+                           records=fence(group, member.member_id), cancel_session=True, cancel_revocation=True)
+
+
+def fence(group: ConsumerGroup, member_id: str) -> list[Record]:
+    """The records that remove a member (it left, or its session or revocation deadline
+    passed); the group epoch moves so that the others get its partitions."""
+    records = group.fence_records(member_id)
+    records.append(group.epoch_record(group.group_epoch + 1, group.metadata_hash))
+    return records
+
+
+def compute_target(group: ConsumerGroup, members: Mapping[str, ConsumerGroupMember], topics: MetadataView,
+                   assignor: PartitionAssignor) -> dict[str, Assignment]:
+    specs: dict[str, MemberSpec] = {}
+    partitions: dict[uuid.UUID, int] = {}
+    for member_id, m in members.items():
+        ids = _subscribed_ids(group, m, topics)
+        for name in _member_topic_names(group, m):
+            info = topics.get(name)
+            if info is not None:
+                partitions[info.topic_id] = info.num_partitions
+        current = group.target_assignment.get(member_id, {})
+        specs[member_id] = MemberSpec(frozenset(ids), m.rack_id, {t: frozenset(ps) for t, ps in current.items()})
+    return assignor.assign(specs, partitions)
+
+
+def preferred_assignor(members: Iterable[ConsumerGroupMember], config: ConsumerGroupConfig) -> str:
+    """The assignor most members asked for (ties to the earlier in ``group.consumer.assignors``),
+    else the first configured."""
+    votes = Counter(m.server_assignor for m in members if m.server_assignor)
+    if not votes:
+        return config.assignors[0]
+    return max(votes, key=lambda name: (votes[name], -config.assignors.index(name)))
+
+
+def subscription_hash(names: set[str], topics: MetadataView) -> int:
+    """A digest of the subscribed topics as they stand (id and partition count): when it moves,
+    the group epoch moves and the target assignment is computed again."""
+    h = hashlib.blake2b(digest_size=8)
+    for name in sorted(names):
+        info = topics.get(name)
+        if info is not None:
+            h.update(f"{name}\0{info.topic_id}\0{info.num_partitions}\n".encode())
+    return int.from_bytes(h.digest(), "big", signed=True) if names else 0
+
+
+def _check_epoch(member: ConsumerGroupMember, received: int, owned: OwnedPartitions | None) -> None:
+    if received > member.member_epoch:
+        raise HeartbeatError(ErrorCode.FENCED_MEMBER_EPOCH,
+                             f"The consumer group member has a greater member epoch ({received}) than the one "
+                             f"known by the group coordinator ({member.member_epoch}). The member must abandon "
+                             "all its partitions and rejoin.")
+    if received < member.member_epoch:
+        # The response that carried the new epoch may have been lost.
+        subset = owned is not None and all(p in member.assigned.get(t, {}) for t, ps in owned for p in ps)
+        if received != member.previous_member_epoch or not subset:
+            raise HeartbeatError(ErrorCode.FENCED_MEMBER_EPOCH,
+                                 f"The consumer group member has a smaller member epoch ({received}) than the one "
+                                 f"known by the group coordinator ({member.member_epoch}). The member must abandon "
+                                 "all its partitions and rejoin.")
+
+
+def _member_topic_names(group: ConsumerGroup, m: ConsumerGroupMember) -> set[str]:
+    names = set(m.subscribed_topic_names)
+    if m.subscribed_topic_regex and m.subscribed_topic_regex in group.resolved_regexes:
+        names |= group.resolved_regexes[m.subscribed_topic_regex].topics
+    return names
+
+
+def _subscribed_names(group: ConsumerGroup, members: Iterable[ConsumerGroupMember]) -> set[str]:
+    names: set[str] = set()
+    for m in members:
+        names |= _member_topic_names(group, m)
+    return names
+
+
+def _subscribed_ids(group: ConsumerGroup, m: ConsumerGroupMember, topics: MetadataView) -> set[uuid.UUID]:
+    ids = set()
+    for name in _member_topic_names(group, m):
+        info = topics.get(name)
+        if info is not None:
+            ids.add(info.topic_id)
+    return ids
+
+
+def _owner_epoch(group: ConsumerGroup, member_id: str) -> Callable[[uuid.UUID, int], int]:
+    """Who else holds a partition: the group's view, less this member's own holdings."""
+    mine = group.members.get(member_id)
+
+    def epoch(topic_id: uuid.UUID, partition: int) -> int:
+        if mine is not None and (partition in mine.assigned.get(topic_id, {})
+                                 or partition in mine.pending_revocation.get(topic_id, {})):
+            return -1
+        return group.partition_epoch(topic_id, partition)
+    return epoch

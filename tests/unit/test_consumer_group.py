@@ -1,0 +1,298 @@
+"""KIP-848 consumer groups without sockets: the assignors, one member's reconciliation, the
+heartbeat's records replayed into the group, and a randomized run checking that no partition
+is ever usable by two members at once."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from dataclasses import dataclass
+
+import pytest
+
+from rivulet.coordinator.assignors import MemberSpec, RangeAssignor, UniformAssignor
+from rivulet.coordinator.consumer_group import (
+    ConsumerGroup,
+    ConsumerGroupMember,
+    ConsumerGroupState,
+    MemberState,
+    reconcile,
+)
+from rivulet.coordinator.consumer_heartbeat import (
+    ConsumerGroupConfig,
+    HeartbeatError,
+    HeartbeatRequest,
+    HeartbeatResult,
+    fence,
+    heartbeat,
+    leave,
+    validate,
+)
+from rivulet.protocol.errors import ErrorCode
+
+pytestmark = pytest.mark.fast
+
+T1, T2 = uuid.UUID(int=1), uuid.UUID(int=2)
+
+
+@dataclass
+class Topic:
+    name: str
+    topic_id: uuid.UUID
+    num_partitions: int
+
+
+class Topics:
+    def __init__(self, **partitions: int) -> None:
+        self.by_name = {n: Topic(n, uuid.UUID(int=i + 1), c) for i, (n, c) in enumerate(partitions.items())}
+
+    def get(self, name: str) -> Topic | None:
+        return self.by_name.get(name)
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        return next((t.name for t in self.by_name.values() if t.topic_id == topic_id), None)
+
+
+CONFIG = ConsumerGroupConfig()
+
+
+class Coordinator:
+    """Drives the pure heartbeat as the group coordinator does: replay every record at once.
+    It also round-trips each record through the codec, as loading would."""
+
+    def __init__(self, topics: Topics) -> None:
+        self.topics = topics
+        self.group = ConsumerGroup("g")
+        self.log: list = []
+
+    def apply(self, records) -> None:
+        for key, value in records:
+            key = type(key).decode(key.encode(0), 0, 0)
+            if value is not None:
+                value = type(value).decode(value.encode(0), 0, 0)
+            self.log.append((key, value))
+            self.group.replay(key, value)
+
+    def beat(self, member_id: str, epoch: int, owned=None, topics=None, **kw) -> HeartbeatResult:
+        req = HeartbeatRequest("g", member_id, epoch, subscribed_topic_names=topics, owned=owned,
+                               rebalance_timeout_ms=kw.pop("rebalance_timeout_ms", 30000 if epoch == 0 else -1), **kw)
+        if epoch == 0 and owned is None:
+            req.owned = []
+        validate(req, 1, CONFIG)
+        res = leave(self.group, req) if epoch < 0 else heartbeat(self.group, req, self.topics, CONFIG, 0)
+        self.apply(res.records)
+        return res
+
+
+def owned_list(assignment) -> list:
+    return [(t, sorted(ps)) for t, ps in assignment.items()]
+
+
+# ---------------------------------------------------------------------------- assignors
+
+def test_uniform_balances_and_keeps_what_members_had():
+    parts = {T1: 6, T2: 3}
+    both = frozenset({T1, T2})
+    first = UniformAssignor().assign({"a": MemberSpec(both), "b": MemberSpec(both)}, parts)
+    assert sorted(sum(map(len, a.values())) for a in first.values()) == [4, 5]
+    # A third member: each existing member gives up only what balance needs.
+    specs = {m: MemberSpec(both, None, {t: frozenset(ps) for t, ps in a.items()}) for m, a in first.items()}
+    specs["c"] = MemberSpec(both)
+    second = UniformAssignor().assign(specs, parts)
+    assert sorted(sum(map(len, a.values())) for a in second.values()) == [3, 3, 3]
+    for m in ("a", "b"):
+        for t, ps in second[m].items():
+            assert ps <= first[m].get(t, set())  # nothing moved between a and b
+    every = [(t, p) for a in second.values() for t, ps in a.items() for p in ps]
+    assert len(every) == len(set(every)) == 9
+
+
+def test_uniform_with_different_subscriptions_gives_each_topic_to_its_subscribers():
+    result = UniformAssignor().assign(
+        {"a": MemberSpec(frozenset({T1})), "b": MemberSpec(frozenset({T1, T2})), "c": MemberSpec(frozenset({T2}))},
+        {T1: 4, T2: 2})
+    assert set(result["a"]) <= {T1} and set(result["c"]) <= {T2}
+    counts = sorted(sum(map(len, a.values())) for a in result.values())
+    assert counts == [2, 2, 2]
+
+
+def test_range_gives_contiguous_ranges_in_member_order():
+    both = frozenset({T1, T2})
+    result = RangeAssignor().assign({"m2": MemberSpec(both), "m1": MemberSpec(both)}, {T1: 5, T2: 2})
+    assert result == {"m1": {T1: {0, 1, 2}, T2: {0}}, "m2": {T1: {3, 4}, T2: {1}}}
+
+
+# ---------------------------------------------------------------------------- reconciliation
+
+def test_a_member_revokes_before_moving_to_the_new_epoch():
+    m = ConsumerGroupMember("a", member_epoch=1, assigned={T1: {0: 1, 1: 1}})
+    step = reconcile(m, 2, {T1: {0}}, {T1}, lambda t, p: -1, owned=[(T1, [0, 1])])
+    assert (step.state, step.member_epoch, dict(step.assigned), dict(step.pending_revocation)) == \
+        (MemberState.UNREVOKED_PARTITIONS, 1, {T1: {0: 1}}, {T1: {1: 1}})
+    # Not reported: it may still hold partition 1.
+    assert reconcile(step, 2, {T1: {0}}, {T1}, lambda t, p: -1, owned=None) is step
+    done = reconcile(step, 2, {T1: {0}}, {T1}, lambda t, p: -1, owned=[(T1, [0])])
+    assert (done.state, done.member_epoch, done.previous_member_epoch, dict(done.assigned)) == \
+        (MemberState.STABLE, 2, 1, {T1: {0: 1}})
+
+
+def test_a_partition_still_held_elsewhere_is_not_given():
+    m = ConsumerGroupMember("b", member_epoch=0)
+    held = {(T1, 1)}
+    step = reconcile(m, 2, {T1: {0, 1}}, {T1}, lambda t, p: 1 if (t, p) in held else -1, owned=[])
+    assert (step.state, step.member_epoch, dict(step.assigned)) == (MemberState.UNRELEASED_PARTITIONS, 2, {T1: {0: 2}})
+    held.clear()
+    step = reconcile(step, 2, {T1: {0, 1}}, {T1}, lambda t, p: -1, owned=[(T1, [0])])
+    assert (step.state, dict(step.assigned)) == (MemberState.STABLE, {T1: {0: 2, 1: 2}})
+
+
+# ---------------------------------------------------------------------------- heartbeats
+
+def test_two_members_hand_over_partitions_in_order():
+    c = Coordinator(Topics(t=4))
+    r = c.beat("a", 0, topics=["t"])
+    assert (r.member_epoch, r.assignment) == (1, {T1: {0, 1, 2, 3}})
+    assert c.group.state() == ConsumerGroupState.STABLE
+    r = c.beat("b", 0, topics=["t"])
+    assert r.member_epoch == 2 and r.assignment == {}  # its partitions are still a's
+    assert c.group.members["b"].state == MemberState.UNRELEASED_PARTITIONS
+    assert c.group.state() == ConsumerGroupState.RECONCILING
+    r = c.beat("a", 1)  # a is told to give two up, and stays at epoch 1 until it has
+    assert r.member_epoch == 1 and len(r.assignment[T1]) == 2
+    kept = r.assignment
+    r = c.beat("b", 2)  # nothing released yet
+    assert r.assignment is None and c.group.members["b"].assigned == {}
+    r = c.beat("a", 1, owned=owned_list(kept))
+    assert r.member_epoch == 2 and r.assignment == kept
+    r = c.beat("b", 2, owned=[])
+    assert r.assignment == {T1: {0, 1, 2, 3} - kept[T1]}
+    assert c.group.state() == ConsumerGroupState.STABLE
+
+
+def test_epochs_are_checked_and_a_lost_response_is_forgiven():
+    c = Coordinator(Topics(t=2))
+    c.beat("a", 0, topics=["t"])
+    with pytest.raises(HeartbeatError) as e:
+        c.beat("a", 5)
+    assert e.value.code == ErrorCode.FENCED_MEMBER_EPOCH
+    c.beat("b", 0, topics=["t"])
+    kept = c.beat("a", 1).assignment
+    assert c.beat("a", 1, owned=owned_list(kept)).member_epoch == 2
+    # Epoch 1 again (its previous epoch), owning part of its assignment: the response that
+    # carried epoch 2 was lost, and the member is told its epoch again.
+    assert c.beat("a", 1, owned=owned_list(kept)).member_epoch == 2
+    with pytest.raises(HeartbeatError) as e:  # ...but not while owning more than that
+        c.beat("a", 1, owned=[(T1, [0, 1])])
+    assert e.value.code == ErrorCode.FENCED_MEMBER_EPOCH
+    with pytest.raises(HeartbeatError) as e:
+        c.beat("nobody", 3)
+    assert e.value.code == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_leaving_and_fencing_give_partitions_back():
+    c = Coordinator(Topics(t=2))
+    c.beat("a", 0, topics=["t"])
+    c.beat("b", 0, topics=["t"])
+    r = c.beat("a", 1)
+    c.beat("a", 1, owned=owned_list(r.assignment))
+    c.beat("b", 2, owned=[])
+    r = c.beat("a", -1)
+    assert r.member_epoch == -1 and "a" not in c.group.members
+    r = c.beat("b", 2, owned=owned_list(c.group.members["b"].assigned_sets()))
+    assert r.assignment == {T1: {0, 1}} and r.member_epoch == c.group.group_epoch
+    c.apply(fence(c.group, "b"))
+    assert c.group.state() == ConsumerGroupState.EMPTY and c.group.partition_epoch(T1, 0) == -1
+
+
+def test_a_new_partition_moves_the_group_epoch():
+    topics = Topics(t=2)
+    c = Coordinator(topics)
+    c.beat("a", 0, topics=["t"])
+    topics.by_name["t"].num_partitions = 3
+    r = c.beat("a", 1)
+    assert r.member_epoch == 2 and r.assignment == {T1: {0, 1, 2}}
+
+
+def test_replaying_the_log_rebuilds_the_group():
+    c = Coordinator(Topics(t=3, u=2))
+    c.beat("a", 0, topics=["t", "u"], server_assignor="range")
+    c.beat("b", 0, topics=["t"])
+    r = c.beat("a", 1)
+    copy = ConsumerGroup("g")
+    for key, value in c.log:
+        copy.replay(key, value)
+    assert copy.members == c.group.members and copy.target_assignment == c.group.target_assignment
+    assert (copy.group_epoch, copy.target_assignment_epoch, copy.state()) == \
+        (c.group.group_epoch, c.group.target_assignment_epoch, c.group.state())
+    assert r.member_epoch == 1
+
+
+@pytest.mark.parametrize("change,code,message", [
+    (dict(group_id=""), ErrorCode.INVALID_REQUEST, "GroupId can't be empty."),
+    (dict(member_id=""), ErrorCode.INVALID_REQUEST, "MemberId can't be empty."),
+    (dict(rebalance_timeout_ms=-1), ErrorCode.INVALID_REQUEST, "RebalanceTimeoutMs must be provided in first request."),
+    (dict(owned=[(T1, [0])]), ErrorCode.INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining."),
+    (dict(subscribed_topic_names=None), ErrorCode.INVALID_REQUEST,
+     "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."),
+    (dict(instance_id=""), ErrorCode.INVALID_REQUEST, "InstanceId can't be empty."),
+    (dict(server_assignor="sticky"), ErrorCode.UNSUPPORTED_ASSIGNOR,
+     "ServerAssignor sticky is not supported. Supported assignors: uniform, range."),
+])
+def test_invalid_heartbeats_are_refused_with_kafkas_reasons(change, code, message):
+    req = HeartbeatRequest("g", "m", 0, rebalance_timeout_ms=1000, subscribed_topic_names=["t"], owned=[])
+    for k, v in change.items():
+        setattr(req, k, v)
+    with pytest.raises(HeartbeatError) as e:
+        validate(req, 1, CONFIG)
+    assert (e.value.code, e.value.message) == (code, message)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_randomized_members_never_share_a_partition(seed):
+    """Members join, leave, heartbeat in any order and sometimes without reporting; at every
+    moment the partitions each member was told it may use are disjoint, and once everyone
+    heartbeats enough the group is stable with every partition owned."""
+    rnd = random.Random(seed)
+    c = Coordinator(Topics(t=7, u=3))
+    usable: dict[str, dict] = {}  # what each member was last told it may use
+    epochs: dict[str, int] = {}
+    names = [f"m{i}" for i in range(6)]
+
+    def step(member_id: str) -> None:
+        if member_id not in epochs:
+            subs = rnd.choice([["t"], ["t", "u"], ["u"]])
+            r = c.beat(member_id, 0, topics=subs, server_assignor=rnd.choice([None, "range"]))
+        else:
+            report = rnd.random() < 0.8
+            owned = owned_list(usable.get(member_id, {})) if report else None
+            r = c.beat(member_id, epochs[member_id], owned=owned)
+        epochs[member_id] = r.member_epoch
+        if r.assignment is not None:
+            usable[member_id] = r.assignment
+        seen: dict = {}
+        for m, a in usable.items():
+            for t, ps in a.items():
+                for p in ps:
+                    assert (t, p) not in seen, f"{(t, p)} usable by {seen.get((t, p))} and {m}"
+                    seen[(t, p)] = m
+
+    for _ in range(300):
+        action = rnd.random()
+        member_id = rnd.choice(names)
+        if action < 0.1 and member_id in epochs:
+            c.beat(member_id, -1)
+            del epochs[member_id]
+            usable.pop(member_id, None)
+        else:
+            step(member_id)
+    for _ in range(6):
+        for member_id in list(epochs):
+            c.beat(member_id, epochs[member_id], owned=owned_list(usable.get(member_id, {})))
+            r = c.beat(member_id, epochs[member_id], owned=owned_list(usable.get(member_id, {})))
+            epochs[member_id] = r.member_epoch
+            usable[member_id] = r.assignment
+    assert c.group.state() in (ConsumerGroupState.STABLE, ConsumerGroupState.EMPTY)
+    subscribed = {n for m in c.group.members.values() for n in m.subscribed_topic_names}
+    want = {(c.topics.get(n).topic_id, p) for n in subscribed for p in range(c.topics.get(n).num_partitions)}
+    got = {(t, p) for a in usable.values() for t, ps in a.items() for p in ps}
+    assert got == want
