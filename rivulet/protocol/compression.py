@@ -172,8 +172,12 @@ def _corrupt(message: str) -> ApiError:
     return ApiError(ErrorCode.CORRUPT_MESSAGE, message)
 
 
+class DecompressedTooLarge(ApiError):
+    """CORRUPT_MESSAGE for records, but a caller with its own answer for size can tell it apart."""
+
+
 def _too_large(max_size: int) -> ApiError:
-    return _corrupt(f"decompressed records exceed {max_size} bytes")
+    return DecompressedTooLarge(ErrorCode.CORRUPT_MESSAGE, f"decompressed records exceed {max_size} bytes")
 
 
 def _decompress_gzip(data: bytes | bytearray | memoryview, max_size: int) -> bytes:

@@ -27,6 +27,7 @@ from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.protocol.schema import Struct
 from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.server.acls import AclManager, Authz
+from rivulet.server.client_metrics import ClientMetricsManager
 from rivulet.server.answer import NO_RESPONSE, Answer, then
 from rivulet.server.config import BrokerConfig
 from rivulet.server.handlers import Handler
@@ -39,6 +40,7 @@ from rivulet.server.handlers.log_dirs import LogDirHandlers
 from rivulet.server.handlers.quotas import QuotaHandlers
 from rivulet.server.handlers.records import RecordHandlers
 from rivulet.server.handlers.sasl import SaslHandlers
+from rivulet.server.handlers.telemetry import TelemetryHandlers
 from rivulet.server.handlers.scram import ScramHandlers
 from rivulet.server.handlers.replication import INTER_BROKER_VERSIONS, ReplicationHandlers
 from rivulet.server.handlers.topics import TopicHandlers
@@ -100,6 +102,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     61: (0, 0),   # DescribeProducers
     65: (0, 0),   # DescribeTransactions
     66: (0, 2),   # ListTransactions
+    71: (0, 0),   # GetTelemetrySubscriptions
+    72: (0, 0),   # PushTelemetry
     75: (0, 0),   # DescribeTopicPartitions
 }
 
@@ -116,6 +120,7 @@ class KafkaApis:
                  txn_coordinator: TransactionCoordinator, topics: TopicManager, config: BrokerConfig,
                  clock: Clock, node: NodeEndpoint, cluster_id: str, quotas: ClientQuotas,
                  log_dir_mover: ReplicaAlterLogDirsManager, authz: Authz, acls: AclManager, scram: ScramCredentials,
+                 client_metrics: ClientMetricsManager,
                  metadata_cache: MetadataCache | None = None, broker_epoch: Callable[[], int] | None = None,
                  cluster: ZkClusterMember | None = None) -> None:
         """``metadata_cache`` (with ``broker_epoch``, this broker's registration epoch) is given in
@@ -141,7 +146,8 @@ class KafkaApis:
             LogDirHandlers(topics.log_manager, log_dir_mover, authz),
             TopicHandlers(topics, replica_manager, config, node, cluster_id, quotas.controller_mutation, authz,
                           metadata_cache, cluster),
-            ConfigHandlers(topics, config, authz),
+            ConfigHandlers(topics, config, authz, client_metrics),
+            TelemetryHandlers(client_metrics),
             GroupHandlers(group_coordinator, topics, clock, authz, metadata_cache),
             FindCoordinatorHandler(group_coordinator, txn_coordinator, config, authz, metadata_cache, cluster),
             TransactionHandlers(txn_coordinator, group_coordinator, replica_manager, topics, config, authz,
@@ -195,5 +201,8 @@ class KafkaApis:
             if not _SOFTWARE_NAME.match(req.client_software_name or "") or \
                     not _SOFTWARE_NAME.match(req.client_software_version or ""):
                 resp.error_code = ErrorCode.INVALID_REQUEST
+            else:
+                conn.client_software_name = req.client_software_name
+                conn.client_software_version = req.client_software_version
         resp.finalized_features_epoch = -1
         return resp

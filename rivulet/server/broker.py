@@ -30,6 +30,7 @@ from rivulet.security.ssl_principal import SslPrincipalMapper
 from rivulet.server.config import BrokerConfig, ConfigError
 from rivulet.server.coordinator_leadership import CoordinatorLeadership
 from rivulet.server.acls import AclManager, Authz, build_authorizer
+from rivulet.server.client_metrics import ClientMetricsManager
 from rivulet.server.dynamic_config import DynamicBrokerConfig
 from rivulet.server.fd_limit import describe as describe_fd_limit
 from rivulet.server.fd_limit import raise_open_file_limit
@@ -124,6 +125,11 @@ class Broker:
         self.scram = ScramCredentials(self.cluster if self.cluster is not None else self.dynamic_config)
         if self.cluster is not None:
             self.cluster.user_config_listener = self.scram.set_user
+        # KIP-714 subscriptions: in ZooKeeper in a cluster, in this broker's metadata otherwise.
+        self.client_metrics = ClientMetricsManager(self.cluster if self.cluster is not None else self.dynamic_config,
+                                                   clock, config["telemetry.max.bytes"])
+        if self.cluster is not None:
+            self.cluster.client_metrics_listener = self.client_metrics.set_subscription
         # Built before anything binds, so that a SASL set-up Rivulet cannot serve stops start-up.
         self.sasl_listeners: dict[str, SaslListenerConfig] = {
             name: sasl_listener_config(config, name, self.scram.lookup) for name, protocol in config.security_protocols.items()
@@ -235,7 +241,8 @@ class Broker:
                               config=cfg, clock=self.clock, node=self.node, cluster_id=self.cluster_id,
                               metadata_cache=self.metadata_cache, broker_epoch=lambda: self.broker_epoch,
                               quotas=self.quotas, cluster=self.cluster, log_dir_mover=self.log_dir_mover,
-                              authz=Authz(authorizer), acls=self.acls, scram=self.scram)
+                              authz=Authz(authorizer), acls=self.acls, scram=self.scram,
+                              client_metrics=self.client_metrics)
         await self.socket_server.start_serving(self.apis)
         if self.cluster is not None:
             await self.cluster.start(self._endpoints(), self._on_registered)

@@ -253,6 +253,9 @@ BROKER_CONFIGS = ConfigDef([
     _k("quota.window.num", I, 11, _pos, "Samples kept to measure a client quota's rate (produce and fetch "
        "bytes, request time).", LOW),
     _k("quota.window.size.seconds", I, 1, _pos, "Time span of each client quota sample, in seconds.", LOW),
+    # -- client telemetry (KIP-714; the subscriptions are CLIENT_METRICS config resources)
+    _k("telemetry.max.bytes", I, 1048576, _pos, "Largest client telemetry push the broker accepts, compressed or "
+       "not.", LOW),
     _k("replica.fetch.max.bytes", I, 1048576, _nonneg, "Bytes fetched per partition by a follower.", MEDIUM),
     # -- authorization (the ACLs themselves are set with CreateAcls and DeleteAcls)
     _k("authorizer.class.name", S, "", _authorizer, "The authorizer: Kafka's "

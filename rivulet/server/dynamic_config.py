@@ -18,7 +18,8 @@ nothing to resize or rebind at run time.
 The client quotas that AlterClientQuotas sets (``server/quotas.py``) are kept in the same
 file, under ``client-quotas``: Kafka keeps them beside the dynamic configs too; so are a
 single node's ACLs, under ``acls``, and its users' SCRAM credentials, under
-``scram-credentials`` (a cluster keeps both in ZooKeeper).
+``scram-credentials``, and its KIP-714 subscriptions (CLIENT_METRICS resources), under
+``client-metrics`` (a cluster keeps these in ZooKeeper).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ CLUSTER_DEFAULT = ""
 CLIENT_QUOTAS = "client-quotas"
 ACLS = "acls"
 SCRAM_CREDENTIALS = "scram-credentials"
+CLIENT_METRICS = "client-metrics"
 
 class Reconfigurable(Protocol):
     """A component whose settings change at run time (Kafka's Reconfigurable)."""
@@ -65,6 +67,7 @@ class DynamicBrokerConfig:
         self.client_quotas: list[tuple[dict[str, str | None], dict[str, float]]] = []
         self.acls: list[AclBinding] = []
         self.scram_credentials: dict[str, dict[str, str]] = {}
+        self.client_metrics: dict[str, dict[str, str]] = {}
         try:
             with open(self.path, encoding="utf-8") as f:
                 saved = json.load(f)
@@ -76,6 +79,8 @@ class DynamicBrokerConfig:
             self.acls = bindings_from_json(saved.get(ACLS, []))
             self.scram_credentials = {str(u): {str(m): str(c) for m, c in creds.items()}
                                       for u, creds in saved.get(SCRAM_CREDENTIALS, {}).items()}
+            self.client_metrics = {str(n): {str(k): str(v) for k, v in c.items()}
+                                   for n, c in saved.get(CLIENT_METRICS, {}).items()}
         except FileNotFoundError:
             pass
         except (ValueError, AttributeError, KeyError, TypeError) as e:  # losing them beats refusing to start
@@ -171,6 +176,17 @@ class DynamicBrokerConfig:
             self.scram_credentials.pop(user, None)
         self._save()
 
+    def load_client_metrics(self) -> dict[str, dict[str, str]]:
+        return {n: dict(c) for n, c in self.client_metrics.items()}
+
+    def store_client_metrics(self, name: str, configs: Mapping[str, str]) -> None:
+        """One node keeps its client metrics subscriptions here (a ``ClientMetricsStore``)."""
+        if configs:
+            self.client_metrics[name] = dict(configs)
+        else:
+            self.client_metrics.pop(name, None)
+        self._save()
+
     def load_acls(self) -> list[AclBinding]:
         return list(self.acls)
 
@@ -187,6 +203,8 @@ class DynamicBrokerConfig:
             doc[ACLS] = bindings_to_json(self.acls)
         if self.scram_credentials:
             doc[SCRAM_CREDENTIALS] = self.scram_credentials
+        if self.client_metrics:
+            doc[CLIENT_METRICS] = self.client_metrics
         write_atomic(self.path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 

@@ -176,6 +176,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.counted = False
         self.peer: tuple[str, int] = ("?", 0)
         self.principal = KafkaPrincipal.ANONYMOUS  # until the listener authenticates the connection
+        # What the client says it is (ApiVersions v3+), "unknown" until then, as Kafka's ClientInformation.
+        self.client_software_name = "unknown"
+        self.client_software_version = "unknown"
+        self.close_listeners: list[Callable[[KafkaConnection], None]] = []  # told once, when it closes
         self._new_authenticator = listener.authenticator
         self.authenticator: Authenticator | None = None
         self.request_size = 0  # the frame size of the request being dispatched
@@ -506,6 +510,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             pool.release(self.frame_size)
             self.frame = None
         pool.forget(self)
+        listeners, self.close_listeners = self.close_listeners, []
+        for listener in listeners:
+            listener(self)
         if self.counted:
             self.counted = False
             self.server.quotas.closed(self.peer[0])

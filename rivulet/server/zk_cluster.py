@@ -38,6 +38,8 @@ from rivulet.security.scram import SCRAM_MECHANISM_NAMES
 from rivulet.server.config import BrokerConfig, ConfigError
 from rivulet.storage.checkpoints import random_kafka_uuid
 
+CLIENT_METRICS = "client-metrics"  # Kafka's config entity type for KIP-714 subscriptions
+
 log = logging.getLogger(__name__)
 
 META_PROPERTIES = "meta.properties"
@@ -81,6 +83,9 @@ class ZkClusterMember:
             # Users' configs (their SCRAM credentials), read before any listener authenticates.
             self.user_configs: dict[str, dict[str, str]] = {
                 u: self.client.get_entity_config("users", u) for u in self.client.get_entity_names("users")}
+            # KIP-714 subscriptions (/config/client-metrics/<name>), before any client asks for one.
+            self.client_metrics: dict[str, dict[str, str]] = {
+                n: self.client.get_entity_config(CLIENT_METRICS, n) for n in self.client.get_entity_names(CLIENT_METRICS)}
             # ACLs (Kafka's ZooKeeper-mode authorizer), kept current by their change notifications.
             self.client.create_acl_paths()
             self._last_acl_change = {path: max((n for n, _ in self.client.get_acl_changes(path)), default="")
@@ -101,6 +106,8 @@ class ZkClusterMember:
         self.topic_config_listener: Callable[[str, dict[str, str]], object] = lambda _name, _configs: None
         # Told of a user's config when a change notification names it.
         self.user_config_listener: Callable[[str, dict[str, str]], object] = lambda _name, _configs: None
+        # Told of a client metrics subscription when a change notification names it.
+        self.client_metrics_listener: Callable[[str, dict[str, str]], object] = lambda _name, _configs: None
         # Told of a resource pattern's ACLs as ZooKeeper has them after a change.
         self.acl_listener: Callable[[ResourcePattern, set[AccessControlEntry]], object] = lambda _p, _e: None
 
@@ -224,6 +231,10 @@ class ZkClusterMember:
                 configs = await self.bridge.run(self.client.get_entity_config, "users", entity_name)
                 self.user_configs[entity_name] = configs
                 self.user_config_listener(entity_name, configs)
+            elif entity_type == CLIENT_METRICS:
+                configs = await self.bridge.run(self.client.get_entity_config, CLIENT_METRICS, entity_name)
+                self.client_metrics[entity_name] = configs
+                self.client_metrics_listener(entity_name, configs)
 
     def _set_topic_config(self, name: str, configs: dict[str, str]) -> None:
         if self.topic_configs.get(name) != configs:
@@ -268,6 +279,16 @@ class ZkClusterMember:
         assert self.bridge is not None
         await self.bridge.run(self.client.update_entity_config, "users", user, SCRAM_MECHANISM_NAMES,
                               dict(credentials))
+
+    def load_client_metrics(self) -> dict[str, dict[str, str]]:
+        return {n: dict(c) for n, c in self.client_metrics.items() if c}
+
+    def store_client_metrics(self, name: str, configs: Mapping[str, str]) -> None:
+        """A subscription into /config/client-metrics/<name>, with the change notification that
+        makes every broker re-read it (a ``ClientMetricsStore``); in force here at once."""
+        assert self.bridge is not None
+        self.client_metrics[name] = dict(configs)
+        self._spawn(self.bridge.run(self.client.set_entity_config, CLIENT_METRICS, name, dict(configs)))
 
     def write_topic_config(self, name: str, configs: dict[str, str]) -> None:
         """Persist a topic's overrides with a change notification for the other brokers."""

@@ -1,5 +1,5 @@
-"""Request handlers of DescribeConfigs, AlterConfigs and IncrementalAlterConfigs, for topic
-and broker resources."""
+"""Request handlers of DescribeConfigs, AlterConfigs and IncrementalAlterConfigs, for topic,
+broker and client metrics (KIP-714 subscriptions, ``server/client_metrics.py``) resources."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from rivulet.protocol.messages.alter_configs_request import AlterConfigsRequest
 from rivulet.protocol.messages.describe_configs_request import DescribeConfigsRequest
 from rivulet.protocol.messages.incremental_alter_configs_request import IncrementalAlterConfigsRequest
 from rivulet.security.acls import AclOperation
+from rivulet.server import client_metrics as cm_configs
 from rivulet.server.acls import Authz
+from rivulet.server.client_metrics import ClientMetricsManager
 from rivulet.server.config import LIST_PROPERTIES, BrokerConfig
 from rivulet.server.dynamic_config import apply_incremental, broker_values_in_force, describe_broker_configs
 from rivulet.server.handlers import Handler
@@ -25,17 +27,21 @@ from rivulet.storage.config import TOPIC_LIST_CONFIGS
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 RESOURCE_BROKER_LOGGER = 8
+RESOURCE_CLIENT_METRICS = 16
+_CLUSTER_RESOURCES = (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_CLIENT_METRICS)
 
 
 class ConfigHandlers:
-    def __init__(self, topics: TopicManager, config: BrokerConfig, authz: Authz) -> None:
+    def __init__(self, topics: TopicManager, config: BrokerConfig, authz: Authz,
+                 client_metrics: ClientMetricsManager) -> None:
         self.topics = topics
         self.config = config
         self.authz = authz
+        self.client_metrics = client_metrics
 
     def _authorize(self, conn: KafkaConnection, op: AclOperation, rtype: int, name: str) -> None:
-        """As Kafka: a broker or its loggers need ``op`` on the cluster, a topic on itself."""
-        if rtype in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
+        """As Kafka: a broker, its loggers or client metrics need ``op`` on the cluster, a topic on itself."""
+        if rtype in _CLUSTER_RESOURCES:
             if not self.authz.cluster(conn, op):
                 raise ApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
         elif rtype == RESOURCE_TOPIC and not self.authz.topic(conn, op, name):
@@ -66,6 +72,8 @@ class ConfigHandlers:
                     entries = describe_broker_configs(self.config, b.dynamic_config, res.resource_name)
                 elif res.resource_type == RESOURCE_BROKER_LOGGER:
                     entries = []
+                elif res.resource_type == RESOURCE_CLIENT_METRICS:
+                    entries = self.client_metrics.describe(res.resource_name)
                 else:
                     raise ApiError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {res.resource_type}")
                 for e in entries:
@@ -98,6 +106,10 @@ class ConfigHandlers:
                     b.alter_broker_configs(res.resource_name, new, validate_only=req.validate_only)
                     out.append(r)
                     continue
+                if res.resource_type == RESOURCE_CLIENT_METRICS:
+                    self.client_metrics.alter(res.resource_name, new, validate_only=req.validate_only)
+                    out.append(r)
+                    continue
                 self._check_topic_resource(res.resource_type, res.resource_name)
                 b.alter_topic_configs(res.resource_name, new, validate_only=req.validate_only)
             except ApiError as e:
@@ -120,6 +132,12 @@ class ConfigHandlers:
                     in_force = broker_values_in_force(self.config, b.dynamic_config)
                     new = apply_incremental(b.dynamic_config.levels[level], res.configs, in_force, LIST_PROPERTIES)
                     b.alter_broker_configs(res.resource_name, new, validate_only=req.validate_only)
+                    out.append(r)
+                    continue
+                if res.resource_type == RESOURCE_CLIENT_METRICS:
+                    cm = self.client_metrics
+                    new = apply_incremental(cm.current(res.resource_name), res.configs, None, cm_configs.LIST_CONFIGS)
+                    cm.alter(res.resource_name, new, validate_only=req.validate_only)
                     out.append(r)
                     continue
                 self._check_topic_resource(res.resource_type, res.resource_name)
