@@ -39,6 +39,8 @@ CLUSTER_ID = "/cluster/id"
 LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 CONSUMERS = "/consumers"  # the pre-0.9 consumers' root, still created by every broker
 CONFIG_ENTITY_TYPES = ("topics", "clients", "users", "brokers", "ips")
+# Group configs (Kafka keeps them in KRaft's metadata only): /config/groups/<group>, beside the others.
+GROUP_CONFIG_ENTITY = "groups"
 
 # Created at start-up by every broker, as Kafka's KafkaZkClient.createTopLevelPaths does.
 PERSISTENT_PATHS = (CONSUMERS, BROKER_IDS, TOPICS, CONFIG_CHANGES, DELETE_TOPICS, SEQID,

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from rivulet.common.cluster import NodeEndpoint
 from rivulet.common.time import Clock
+from rivulet.coordinator.group_config import GroupConfigs
 from rivulet.coordinator.group_coordinator import GroupCoordinator
 from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode
@@ -104,6 +105,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     66: (0, 2),   # ListTransactions
     71: (0, 0),   # GetTelemetrySubscriptions
     72: (0, 0),   # PushTelemetry
+    74: (0, 1),   # ListConfigResources (v0: ListClientMetricsResources)
     75: (0, 0),   # DescribeTopicPartitions
 }
 
@@ -121,6 +123,7 @@ class KafkaApis:
                  clock: Clock, node: NodeEndpoint, cluster_id: str, quotas: ClientQuotas,
                  log_dir_mover: ReplicaAlterLogDirsManager, authz: Authz, acls: AclManager, scram: ScramCredentials,
                  client_metrics: ClientMetricsManager,
+                 group_configs: GroupConfigs,
                  metadata_cache: MetadataCache | None = None, broker_epoch: Callable[[], int] | None = None,
                  cluster: ZkClusterMember | None = None) -> None:
         """``metadata_cache`` (with ``broker_epoch``, this broker's registration epoch) is given in
@@ -146,7 +149,7 @@ class KafkaApis:
             LogDirHandlers(topics.log_manager, log_dir_mover, authz),
             TopicHandlers(topics, replica_manager, config, node, cluster_id, quotas.controller_mutation, authz,
                           metadata_cache, cluster),
-            ConfigHandlers(topics, config, authz, client_metrics),
+            ConfigHandlers(topics, config, authz, client_metrics, group_configs, metadata_cache),
             TelemetryHandlers(client_metrics),
             GroupHandlers(group_coordinator, topics, clock, authz, metadata_cache),
             FindCoordinatorHandler(group_coordinator, txn_coordinator, config, authz, metadata_cache, cluster),

@@ -17,6 +17,7 @@ from rivulet.common.cluster import NodeEndpoint
 from rivulet.common.time import SYSTEM_CLOCK, Clock
 from rivulet.controller.producer_ids import ZkProducerIdManager
 from rivulet.controller.zk_data import EndPoint
+from rivulet.coordinator.group_config import GroupConfigs
 from rivulet.coordinator.group_coordinator import GroupCoordinator
 from rivulet.delayed import Timer
 from rivulet.replication.alter_partition import ControllerAlterPartitionManager
@@ -130,6 +131,11 @@ class Broker:
                                                    clock, config["telemetry.max.bytes"])
         if self.cluster is not None:
             self.cluster.client_metrics_listener = self.client_metrics.set_subscription
+        # Group configs (GROUP config resources): in ZooKeeper in a cluster, else beside the dynamic configs.
+        self.group_configs = GroupConfigs(config.items(),
+                                          self.cluster if self.cluster is not None else self.dynamic_config)
+        if self.cluster is not None:
+            self.cluster.group_config_listener = self.group_configs.set_group
         # Built before anything binds, so that a SASL set-up Rivulet cannot serve stops start-up.
         self.sasl_listeners: dict[str, SaslListenerConfig] = {
             name: sasl_listener_config(config, name, self.scram.lookup) for name, protocol in config.security_protocols.items()
@@ -242,7 +248,7 @@ class Broker:
                               metadata_cache=self.metadata_cache, broker_epoch=lambda: self.broker_epoch,
                               quotas=self.quotas, cluster=self.cluster, log_dir_mover=self.log_dir_mover,
                               authz=Authz(authorizer), acls=self.acls, scram=self.scram,
-                              client_metrics=self.client_metrics)
+                              client_metrics=self.client_metrics, group_configs=self.group_configs)
         await self.socket_server.start_serving(self.apis)
         if self.cluster is not None:
             await self.cluster.start(self._endpoints(), self._on_registered)

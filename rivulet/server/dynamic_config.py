@@ -18,8 +18,9 @@ nothing to resize or rebind at run time.
 The client quotas that AlterClientQuotas sets (``server/quotas.py``) are kept in the same
 file, under ``client-quotas``: Kafka keeps them beside the dynamic configs too; so are a
 single node's ACLs, under ``acls``, and its users' SCRAM credentials, under
-``scram-credentials``, and its KIP-714 subscriptions (CLIENT_METRICS resources), under
-``client-metrics`` (a cluster keeps these in ZooKeeper).
+``scram-credentials``, its KIP-714 subscriptions (CLIENT_METRICS resources), under
+``client-metrics``, and its groups' configs, under ``group-configs`` (a cluster keeps these
+in ZooKeeper).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ CLIENT_QUOTAS = "client-quotas"
 ACLS = "acls"
 SCRAM_CREDENTIALS = "scram-credentials"
 CLIENT_METRICS = "client-metrics"
+GROUP_CONFIGS = "group-configs"
 
 class Reconfigurable(Protocol):
     """A component whose settings change at run time (Kafka's Reconfigurable)."""
@@ -68,6 +70,7 @@ class DynamicBrokerConfig:
         self.acls: list[AclBinding] = []
         self.scram_credentials: dict[str, dict[str, str]] = {}
         self.client_metrics: dict[str, dict[str, str]] = {}
+        self.group_configs: dict[str, dict[str, str]] = {}
         try:
             with open(self.path, encoding="utf-8") as f:
                 saved = json.load(f)
@@ -81,6 +84,8 @@ class DynamicBrokerConfig:
                                       for u, creds in saved.get(SCRAM_CREDENTIALS, {}).items()}
             self.client_metrics = {str(n): {str(k): str(v) for k, v in c.items()}
                                    for n, c in saved.get(CLIENT_METRICS, {}).items()}
+            self.group_configs = {str(g): {str(n): str(v) for n, v in configs.items()}
+                                  for g, configs in saved.get(GROUP_CONFIGS, {}).items()}
         except FileNotFoundError:
             pass
         except (ValueError, AttributeError, KeyError, TypeError) as e:  # losing them beats refusing to start
@@ -185,6 +190,15 @@ class DynamicBrokerConfig:
             self.client_metrics[name] = dict(configs)
         else:
             self.client_metrics.pop(name, None)
+    def load_group_configs(self) -> dict[str, dict[str, str]]:
+        return {g: dict(c) for g, c in self.group_configs.items()}
+
+    async def store_group_config(self, group_id: str, configs: Mapping[str, str]) -> None:
+        """One node keeps its groups' configs here (a ``GroupConfigStore``)."""
+        if configs:
+            self.group_configs[group_id] = dict(configs)
+        else:
+            self.group_configs.pop(group_id, None)
         self._save()
 
     def load_acls(self) -> list[AclBinding]:
@@ -205,6 +219,8 @@ class DynamicBrokerConfig:
             doc[SCRAM_CREDENTIALS] = self.scram_credentials
         if self.client_metrics:
             doc[CLIENT_METRICS] = self.client_metrics
+        if self.group_configs:
+            doc[GROUP_CONFIGS] = self.group_configs
         write_atomic(self.path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 
@@ -217,22 +233,13 @@ def describe_broker_configs(config: BrokerConfig, dynamic: DynamicBrokerConfig,
     node, cluster = dynamic.levels[dynamic.node_id], dynamic.levels[""]
     static = config.items()
     names = list(cluster) if cluster_level else [*static, *(n for n in {**cluster, **node} if n not in static)]
-    levels = [(node, ConfigSource.DYNAMIC_BROKER_CONFIG), (cluster, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)]
+    levels = broker_levels(config, dynamic)
     if cluster_level:  # the default level shows its own values only
-        levels = levels[1:]
-    else:
-        levels += [({n: str(v).strip() for n, v in config.originals.items()}, ConfigSource.STATIC_BROKER_CONFIG),
-                   ({k.name: k.render(k.default) for k in BROKER_CONFIGS if k.default is not None},
-                    ConfigSource.DEFAULT_CONFIG)]
+        levels = levels[1:2]
     out = []
     for name in (sorted(names) if cluster_level else names):
         key = BROKER_CONFIGS.get(name)
-        # Kafka lists a config's synonyms (log.retention.ms/minutes/hours ...) level by level,
-        # most specific first, starting from the first entry under the config's own name.
-        group = synonyms_of(name)
-        synonyms = [(n, values[n], source) for values, source in levels for n in group if n in values]
-        while synonyms and synonyms[0][0] != name:
-            synonyms.pop(0)
+        synonyms = broker_synonyms(name, levels)
         source = synonyms[0][2] if synonyms else ConfigSource.DEFAULT_CONFIG
         if source in (ConfigSource.DYNAMIC_BROKER_CONFIG, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG):
             value = synonyms[0][1]
@@ -247,6 +254,27 @@ def describe_broker_configs(config: BrokerConfig, dynamic: DynamicBrokerConfig,
             read_only=key is None or not key.dynamic, sensitive=sensitive, synonyms=tuple(synonyms),
             documentation=key.doc if key is not None else None))
     return out
+
+
+def broker_levels(config: BrokerConfig, dynamic: DynamicBrokerConfig) -> list[tuple[dict[str, str], ConfigSource]]:
+    """Every level a broker config's value may come from, most specific first."""
+    return [(dynamic.levels[dynamic.node_id], ConfigSource.DYNAMIC_BROKER_CONFIG),
+            (dynamic.levels[CLUSTER_DEFAULT], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+            ({n: str(v).strip() for n, v in config.originals.items()}, ConfigSource.STATIC_BROKER_CONFIG),
+            ({k.name: k.render(k.default) for k in BROKER_CONFIGS if k.default is not None},
+             ConfigSource.DEFAULT_CONFIG)]
+
+
+def broker_synonyms(name: str, levels: list[tuple[dict[str, str], ConfigSource]]
+                    ) -> list[tuple[str, str | None, ConfigSource]]:
+    """Kafka lists a config's synonyms (log.retention.ms/minutes/hours ...) level by level,
+    most specific first, starting from the first entry under the config's own name."""
+    group = synonyms_of(name)
+    synonyms: list[tuple[str, str | None, ConfigSource]] = [
+        (n, values[n], source) for values, source in levels for n in group if n in values]
+    while synonyms and synonyms[0][0] != name:
+        synonyms.pop(0)
+    return synonyms
 
 
 def broker_values_in_force(config: BrokerConfig, dynamic: DynamicBrokerConfig) -> dict[str, str | None]:

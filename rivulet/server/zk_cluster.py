@@ -30,7 +30,9 @@ from rivulet.controller.channel import ControllerChannelManager, inter_broker_en
 from rivulet.controller.controller import ControllerConfig, KafkaController
 from rivulet.controller.placement import BrokerRack, assign_replicas_to_brokers
 from rivulet.controller.zk_client import KafkaZkClient, ZkBridge
-from rivulet.controller.zk_data import ACL_CHANGE_PATHS, BrokerRegistration, EndPoint, TopicAssignment
+from rivulet.controller.zk_data import (
+    ACL_CHANGE_PATHS, GROUP_CONFIG_ENTITY, BrokerRegistration, EndPoint, TopicAssignment,
+)
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.messages.controlled_shutdown_request import ControlledShutdownRequest
 from rivulet.security.acls import AccessControlEntry, AclBinding, AclChange, ResourcePattern
@@ -86,6 +88,10 @@ class ZkClusterMember:
             # KIP-714 subscriptions (/config/client-metrics/<name>), before any client asks for one.
             self.client_metrics: dict[str, dict[str, str]] = {
                 n: self.client.get_entity_config(CLIENT_METRICS, n) for n in self.client.get_entity_names(CLIENT_METRICS)}
+            # Groups' configs, kept current by their change notifications.
+            self.group_configs: dict[str, dict[str, str]] = {
+                g: self.client.get_entity_config(GROUP_CONFIG_ENTITY, g)
+                for g in self.client.get_entity_names(GROUP_CONFIG_ENTITY)}
             # ACLs (Kafka's ZooKeeper-mode authorizer), kept current by their change notifications.
             self.client.create_acl_paths()
             self._last_acl_change = {path: max((n for n, _ in self.client.get_acl_changes(path)), default="")
@@ -108,6 +114,8 @@ class ZkClusterMember:
         self.user_config_listener: Callable[[str, dict[str, str]], object] = lambda _name, _configs: None
         # Told of a client metrics subscription when a change notification names it.
         self.client_metrics_listener: Callable[[str, dict[str, str]], object] = lambda _name, _configs: None
+        # Told of a group's configs when a change notification names it.
+        self.group_config_listener: Callable[[str, dict[str, str]], object] = lambda _name, _configs: None
         # Told of a resource pattern's ACLs as ZooKeeper has them after a change.
         self.acl_listener: Callable[[ResourcePattern, set[AccessControlEntry]], object] = lambda _p, _e: None
 
@@ -235,6 +243,10 @@ class ZkClusterMember:
                 configs = await self.bridge.run(self.client.get_entity_config, CLIENT_METRICS, entity_name)
                 self.client_metrics[entity_name] = configs
                 self.client_metrics_listener(entity_name, configs)
+            elif entity_type == GROUP_CONFIG_ENTITY:
+                configs = await self.bridge.run(self.client.get_entity_config, GROUP_CONFIG_ENTITY, entity_name)
+                self.group_configs[entity_name] = configs
+                self.group_config_listener(entity_name, configs)
 
     def _set_topic_config(self, name: str, configs: dict[str, str]) -> None:
         if self.topic_configs.get(name) != configs:
@@ -289,6 +301,15 @@ class ZkClusterMember:
         assert self.bridge is not None
         self.client_metrics[name] = dict(configs)
         self._spawn(self.bridge.run(self.client.set_entity_config, CLIENT_METRICS, name, dict(configs)))
+    def load_group_configs(self) -> dict[str, dict[str, str]]:
+        return {g: dict(c) for g, c in self.group_configs.items() if c}
+
+    async def store_group_config(self, group_id: str, configs: Mapping[str, str]) -> None:
+        """A group's configs into /config/groups/<group>, with the change notification that
+        makes every broker re-read them (a ``GroupConfigStore``)."""
+        assert self.bridge is not None
+        self.group_configs[group_id] = dict(configs)
+        await self.bridge.run(self.client.set_entity_config, GROUP_CONFIG_ENTITY, group_id, dict(configs))
 
     def write_topic_config(self, name: str, configs: dict[str, str]) -> None:
         """Persist a topic's overrides with a change notification for the other brokers."""

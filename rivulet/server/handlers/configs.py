@@ -1,55 +1,81 @@
 """Request handlers of DescribeConfigs, AlterConfigs and IncrementalAlterConfigs, for topic,
-broker and client metrics (KIP-714 subscriptions, ``server/client_metrics.py``) resources."""
+broker, client metrics (KIP-714 subscriptions, ``server/client_metrics.py``) and group
+(``coordinator/group_config.py``) resources, and ListConfigResources."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Callable, TypeVar
+
+from rivulet.common.config import ConfigEntry, ConfigSource
+from rivulet.coordinator.group_config import (
+    GROUP_CONFIGS, GroupConfigError, GroupConfigs, broker_synonym,
+)
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.framing import RequestHeader
 from rivulet.protocol.messages import (
     alter_configs_response as acr,
     describe_configs_response as dcfr,
     incremental_alter_configs_response as iacr,
+    list_config_resources_response as lcrr,
 )
 from rivulet.protocol.messages.alter_configs_request import AlterConfigsRequest
 from rivulet.protocol.messages.describe_configs_request import DescribeConfigsRequest
 from rivulet.protocol.messages.incremental_alter_configs_request import IncrementalAlterConfigsRequest
+from rivulet.protocol.messages.list_config_resources_request import ListConfigResourcesRequest
+from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.security.acls import AclOperation
 from rivulet.server import client_metrics as cm_configs
 from rivulet.server.acls import Authz
 from rivulet.server.client_metrics import ClientMetricsManager
-from rivulet.server.config import LIST_PROPERTIES, BrokerConfig
-from rivulet.server.dynamic_config import apply_incremental, broker_values_in_force, describe_broker_configs
+from rivulet.server.config import BROKER_CONFIGS, LIST_PROPERTIES, BrokerConfig
+from rivulet.server.dynamic_config import (
+    apply_incremental, broker_levels, broker_synonyms, broker_values_in_force, describe_broker_configs,
+)
 from rivulet.server.handlers import Handler
 from rivulet.server.network import KafkaConnection
 from rivulet.server.topics import TopicManager
 from rivulet.storage.config import TOPIC_LIST_CONFIGS
 
+T = TypeVar("T")
+
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 RESOURCE_BROKER_LOGGER = 8
 RESOURCE_CLIENT_METRICS = 16
+RESOURCE_GROUP = 32
 _CLUSTER_RESOURCES = (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_CLIENT_METRICS)
+# What ListConfigResources lists, by version (v0 was ListClientMetricsResources).
+LISTABLE_V0 = frozenset({RESOURCE_CLIENT_METRICS})
+LISTABLE = frozenset({RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_CLIENT_METRICS, RESOURCE_GROUP})
 
 
 class ConfigHandlers:
     def __init__(self, topics: TopicManager, config: BrokerConfig, authz: Authz,
-                 client_metrics: ClientMetricsManager) -> None:
+                 client_metrics: ClientMetricsManager, groups: GroupConfigs,
+                 metadata_cache: MetadataCache | None = None) -> None:
+        """``metadata_cache`` (cluster mode): the live brokers ListConfigResources lists."""
         self.topics = topics
         self.config = config
         self.authz = authz
         self.client_metrics = client_metrics
+        self.groups = groups
+        self.metadata_cache = metadata_cache
 
     def _authorize(self, conn: KafkaConnection, op: AclOperation, rtype: int, name: str) -> None:
-        """As Kafka: a broker, its loggers or client metrics need ``op`` on the cluster, a topic on itself."""
+        """As Kafka: a broker, its loggers or client metrics need ``op`` on the cluster, a topic or
+        a group on itself."""
         if rtype in _CLUSTER_RESOURCES:
             if not self.authz.cluster(conn, op):
                 raise ApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
         elif rtype == RESOURCE_TOPIC and not self.authz.topic(conn, op, name):
             raise ApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed.")
+        elif rtype == RESOURCE_GROUP and not self.authz.group(conn, op, name):
+            raise ApiError(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.")
 
     def handlers(self) -> dict[int, Handler]:
         return {32: self.handle_describe_configs, 33: self.handle_alter_configs,
-                44: self.handle_incremental_alter_configs}
+                44: self.handle_incremental_alter_configs, 74: self.handle_list_config_resources}
 
     # ------------------------------------------------------------ configs
     def handle_describe_configs(
@@ -74,6 +100,8 @@ class ConfigHandlers:
                     entries = []
                 elif res.resource_type == RESOURCE_CLIENT_METRICS:
                     entries = self.client_metrics.describe(res.resource_name)
+                elif res.resource_type == RESOURCE_GROUP:
+                    entries = self._describe_group(res.resource_name)
                 else:
                     raise ApiError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {res.resource_type}")
                 for e in entries:
@@ -96,11 +124,16 @@ class ConfigHandlers:
     ) -> acr.AlterConfigsResponse:
         b = self.topics
         out = []
+        staged: dict[str, dict[str, str]] = {}
         for res in req.resources:
             r = acr.AlterConfigsResourceResponse(error_code=0, error_message=None, resource_type=res.resource_type,
                                                  resource_name=res.resource_name)
             try:
                 self._authorize(conn, AclOperation.ALTER_CONFIGS, res.resource_type, res.resource_name)
+                if res.resource_type == RESOURCE_GROUP:
+                    self._stage_group(res.resource_name, {c.name: c.value for c in res.configs}, staged)
+                    out.append(r)
+                    continue
                 new = {c.name: c.value for c in res.configs if c.value is not None}
                 if res.resource_type == RESOURCE_BROKER:
                     b.alter_broker_configs(res.resource_name, new, validate_only=req.validate_only)
@@ -115,18 +148,25 @@ class ConfigHandlers:
             except ApiError as e:
                 r.error_code, r.error_message = e.code, e.message
             out.append(r)
-        return acr.AlterConfigsResponse(throttle_time_ms=0, responses=out)
+        return self._commit_groups(staged, req.validate_only, out,
+                                   lambda: acr.AlterConfigsResponse(throttle_time_ms=0, responses=out))
 
     def handle_incremental_alter_configs(
         self, header: RequestHeader, req: IncrementalAlterConfigsRequest, conn: KafkaConnection
     ) -> iacr.IncrementalAlterConfigsResponse:
         b = self.topics
         out = []
+        staged: dict[str, dict[str, str]] = {}
         for res in req.resources:
             r = iacr.AlterConfigsResourceResponse(error_code=0, error_message=None, resource_type=res.resource_type,
                                                   resource_name=res.resource_name)
             try:
                 self._authorize(conn, AclOperation.ALTER_CONFIGS, res.resource_type, res.resource_name)
+                if res.resource_type == RESOURCE_GROUP:
+                    self._stage_group(res.resource_name, apply_incremental(
+                        self.groups.configs_of(res.resource_name), res.configs), staged)
+                    out.append(r)
+                    continue
                 if res.resource_type == RESOURCE_BROKER:
                     level = b.dynamic_config.level(res.resource_name)
                     in_force = broker_values_in_force(self.config, b.dynamic_config)
@@ -147,10 +187,101 @@ class ConfigHandlers:
             except ApiError as e:
                 r.error_code, r.error_message = e.code, e.message
             out.append(r)
-        return iacr.IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=out)
+        return self._commit_groups(staged, req.validate_only, out,
+                                   lambda: iacr.IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=out))
 
     def _check_topic_resource(self, rtype: int, name: str) -> None:
         if rtype != RESOURCE_TOPIC:
             raise ApiError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}")
         if self.topics.get(name) is None:
             raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+
+    # ------------------------------------------------------------ groups
+    @staticmethod
+    def _check_group_name(name: str) -> None:
+        if not name:
+            raise ApiError(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
+
+    def _stage_group(self, group_id: str, configs: dict[str, str | None], staged: dict[str, dict[str, str]]) -> None:
+        """Validate a group's whole new set of configs (INVALID_CONFIG as Kafka words it) and
+        keep it for the commit after the loop."""
+        self._check_group_name(group_id)
+        try:
+            self.groups.validate(configs)
+        except GroupConfigError as e:
+            raise ApiError(ErrorCode.INVALID_CONFIG, str(e)) from None
+        staged[group_id] = {n: v for n, v in configs.items() if v is not None}
+
+    def _commit_groups(self, staged: dict[str, dict[str, str]], validate_only: bool, results: list,
+                       build: Callable[[], T]) -> T | asyncio.Future[T]:
+        """Store the groups' new configs (in ZooKeeper, a round trip), then answer."""
+        if validate_only or not staged:
+            return build()
+
+        async def commit() -> T:
+            for r in results:
+                configs = staged.get(r.resource_name) if r.resource_type == RESOURCE_GROUP else None
+                if configs is None or r.error_code:
+                    continue
+                try:
+                    await self.groups.alter(r.resource_name, configs)
+                except Exception as e:  # a lost ZooKeeper session, a full disk
+                    r.error_code, r.error_message = ErrorCode.UNKNOWN_SERVER_ERROR, str(e)
+            return build()
+        return asyncio.ensure_future(commit())
+
+    def _describe_group(self, group_id: str) -> list[ConfigEntry]:
+        """As Kafka's ConfigHelper: each group config with its value in force; its synonyms are
+        the group's override (GROUP_CONFIG), then the broker's ``group.<name>`` at each level
+        where it is set, else the group config's own default."""
+        self._check_group_name(group_id)
+        overrides = self.groups.configs_of(group_id)
+        defaults = self.groups.defaults()
+        levels = broker_levels(self.config, self.topics.dynamic_config)
+        out = []
+        for key in sorted(GROUP_CONFIGS, key=lambda k: k.name):
+            name = key.name
+            value = overrides[name] if name in overrides else key.render(defaults[name])
+            synonym = broker_synonym(name)
+            if synonym in BROKER_CONFIGS:
+                synonyms = broker_synonyms(synonym, levels)
+            else:
+                synonyms = [(name, key.render(key.default), ConfigSource.DEFAULT_CONFIG)]
+            if name in overrides:
+                synonyms.insert(0, (name, value, ConfigSource.GROUP_CONFIG))
+            source = synonyms[0][2] if synonyms else ConfigSource.DEFAULT_CONFIG
+            out.append(ConfigEntry(name=name, value=value, is_default=source is ConfigSource.DEFAULT_CONFIG,
+                                   source=source, config_type=key.type, read_only=False, sensitive=False,
+                                   synonyms=tuple(synonyms), documentation=key.doc))
+        return out
+
+    # ------------------------------------------------------------ ListConfigResources
+    def handle_list_config_resources(
+        self, header: RequestHeader, req: ListConfigResourcesRequest, conn: KafkaConnection
+    ) -> lcrr.ListConfigResourcesResponse:
+        """As Kafka's KafkaApis: DESCRIBE_CONFIGS on the cluster; no type asked means every type
+        the version lists; a type it does not list is UNSUPPORTED_VERSION."""
+        resp = lcrr.ListConfigResourcesResponse(throttle_time_ms=0, error_code=0, config_resources=[])
+        if not self.authz.cluster(conn, AclOperation.DESCRIBE_CONFIGS):
+            resp.error_code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+            return resp
+        listable = LISTABLE_V0 if header.api_version == 0 else LISTABLE
+        wanted = set(req.resource_types or ()) or set(listable)
+        if not wanted <= listable:
+            resp.error_code = ErrorCode.UNSUPPORTED_VERSION
+            return resp
+        names: list[tuple[str, int]] = []
+        if RESOURCE_GROUP in wanted:
+            names += [(g, RESOURCE_GROUP) for g in self.groups.group_ids()]
+        if RESOURCE_CLIENT_METRICS in wanted:
+            names += [(n, RESOURCE_CLIENT_METRICS) for n in sorted(self.client_metrics.names())]
+        if wanted & {RESOURCE_BROKER, RESOURCE_BROKER_LOGGER}:
+            brokers = sorted(b.broker_id for b in self.metadata_cache.alive_brokers()) \
+                if self.metadata_cache is not None else [self.config.node_id]
+            for rtype in (RESOURCE_BROKER_LOGGER, RESOURCE_BROKER):
+                if rtype in wanted:
+                    names += [(str(b), rtype) for b in brokers]
+        if RESOURCE_TOPIC in wanted:
+            names += [(t, RESOURCE_TOPIC) for t in sorted(self.topics.topic_names())]
+        resp.config_resources = [lcrr.ConfigResource(resource_name=n, resource_type=t) for n, t in names]
+        return resp

@@ -1,0 +1,79 @@
+"""Group configs: Kafka 4.3's names, defaults from the broker, validation and storage."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from rivulet.coordinator.group_config import GROUP_CONFIGS, GroupConfigError, GroupConfigs, validate_group_configs
+from rivulet.server.config import BrokerConfig
+from rivulet.server.dynamic_config import DynamicBrokerConfig
+
+pytestmark = pytest.mark.fast
+
+BROKER = BrokerConfig({}).items()
+
+
+def refused(configs: dict) -> str:
+    with pytest.raises(GroupConfigError) as e:
+        validate_group_configs(configs, BROKER)
+    return str(e.value)
+
+
+def test_names_and_defaults_are_kafkas():
+    assert GROUP_CONFIGS.defaults() == {
+        "consumer.session.timeout.ms": 45000, "consumer.heartbeat.interval.ms": 5000,
+        "share.session.timeout.ms": 45000, "share.heartbeat.interval.ms": 5000,
+        "share.record.lock.duration.ms": 30000, "share.delivery.count.limit": 5,
+        "share.partition.max.record.locks": 2000, "share.auto.offset.reset": "latest",
+        "share.isolation.level": "read_uncommitted", "share.renew.acknowledge.enable": True,
+        "streams.session.timeout.ms": 45000, "streams.heartbeat.interval.ms": 5000,
+        "streams.num.standby.replicas": 0, "streams.initial.rebalance.delay.ms": 3000}
+
+
+def test_validation_against_the_brokers_bounds():
+    assert validate_group_configs({"consumer.session.timeout.ms": "60000"}, BROKER)["consumer.session.timeout.ms"] \
+        == 60000
+    assert refused({"consumer.session.timeout.ms": "60001"}) == \
+        "consumer.session.timeout.ms must be less than or equal to group.consumer.max.session.timeout.ms"
+    assert refused({"share.heartbeat.interval.ms": "4999"}) == \
+        "share.heartbeat.interval.ms must be greater than or equal to group.share.min.heartbeat.interval.ms"
+    assert refused({"share.record.lock.duration.ms": "999"}) == \
+        "Invalid value 999 for configuration share.record.lock.duration.ms: Value must be at least 1000"
+    assert refused({"streams.num.standby.replicas": "3"}) == \
+        "streams.num.standby.replicas must be less than or equal to group.streams.max.standby.replicas"
+    assert refused({"share.delivery.count.limit": "11"}).startswith("share.delivery.count.limit must be less")
+    wide = {**BROKER, "group.consumer.min.session.timeout.ms": 1000, "group.consumer.max.heartbeat.interval.ms": 60000}
+    with pytest.raises(GroupConfigError, match="consumer.session.timeout.ms must be greater than "
+                                               "consumer.heartbeat.interval.ms"):
+        validate_group_configs({"consumer.session.timeout.ms": "6000", "consumer.heartbeat.interval.ms": "6000"},
+                               wide)
+
+
+def test_names_types_and_enumerations():
+    assert refused({"session.timeout.ms": "1"}) == "Unknown group config name: session.timeout.ms"
+    assert "Not a number" in refused({"consumer.session.timeout.ms": "soon"})
+    assert "read_committed" in refused({"share.isolation.level": "READ"})
+    assert refused({"share.auto.offset.reset": None}).startswith("Null value not supported")
+    for ok in ("earliest", "LATEST", "by_duration:PT1H", "by_duration:P1DT2H30M", "by_duration:PT0.5S"):
+        validate_group_configs({"share.auto.offset.reset": ok}, BROKER)
+    for bad in ("none", "by_duration:", "by_duration:-PT1H", "by_duration:1h"):
+        assert "by_duration" in refused({"share.auto.offset.reset": bad}), bad
+
+
+def test_values_in_force_take_the_brokers_defaults_and_survive_a_restart(tmp_path):
+    broker = BrokerConfig({"group.consumer.heartbeat.interval.ms": "7000"}).items()
+    store = DynamicBrokerConfig(str(tmp_path), 1)
+    groups = GroupConfigs(broker, store)
+    assert groups.get("g").consumer_heartbeat_interval_ms == 7000
+    asyncio.run(groups.alter("g", {"consumer.session.timeout.ms": "50000", "share.isolation.level": "read_committed"}))
+    asyncio.run(groups.alter("gone", {"share.delivery.count.limit": "3"}))
+    asyncio.run(groups.alter("gone", {}))
+
+    again = GroupConfigs(broker, DynamicBrokerConfig(str(tmp_path), 1))
+    assert again.group_ids() == ["g"]
+    got = again.get("g")
+    assert (got.consumer_session_timeout_ms, got.consumer_heartbeat_interval_ms, got.share_isolation_level) == \
+        (50000, 7000, "read_committed")
+    assert again.get("other").consumer_session_timeout_ms == 45000
