@@ -190,6 +190,8 @@ class DynamicBrokerConfig:
             self.client_metrics[name] = dict(configs)
         else:
             self.client_metrics.pop(name, None)
+        self._save()
+
     def load_group_configs(self) -> dict[str, dict[str, str]]:
         return {g: dict(c) for g, c in self.group_configs.items()}
 
