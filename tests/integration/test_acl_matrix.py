@@ -379,6 +379,17 @@ async def incremental_alter_topic_configs(c: Ctx) -> str:
     return name(r.responses[0].error_code)
 
 
+async def describe_client_metrics_configs(c: Ctx) -> str:
+    return await describe_configs(c, 16, "acl-matrix-subscription")
+
+
+async def incremental_alter_client_metrics_configs(c: Ctx) -> str:
+    r = await c.user.send(iacq.IncrementalAlterConfigsRequest(resources=[iacq.AlterConfigsResource(
+        resource_type=16, resource_name="acl-matrix-subscription", configs=[iacq.AlterableConfig(
+            name="interval.ms", config_operation=0, value="60000")])], validate_only=True))
+    return name(r.responses[0].error_code)
+
+
 async def alter_replica_log_dirs(c: Ctx) -> str:
     r = await c.user.send(arlq.AlterReplicaLogDirsRequest(dirs=[arlq.AlterReplicaLogDir(
         path="/nonexistent-dir", topics=[arlq.AlterReplicaLogDirTopic(name=T, partitions=[0])])]))
@@ -596,6 +607,10 @@ MATRIX: list[Row] = [
         alter_broker_configs),
     Row("IncrementalAlterConfigs (topic)", (need(RT.TOPIC, Op.ALTER_CONFIGS),), "TOPIC_AUTHORIZATION_FAILED",
         incremental_alter_topic_configs),
+    Row("DescribeConfigs (client metrics)", (need(RT.CLUSTER, Op.DESCRIBE_CONFIGS),), "CLUSTER_AUTHORIZATION_FAILED",
+        describe_client_metrics_configs),
+    Row("IncrementalAlterConfigs (client metrics)", (need(RT.CLUSTER, Op.ALTER_CONFIGS),),
+        "CLUSTER_AUTHORIZATION_FAILED", incremental_alter_client_metrics_configs),
     Row("AlterReplicaLogDirs", (need(RT.CLUSTER, Op.ALTER),), "CLUSTER_AUTHORIZATION_FAILED",
         alter_replica_log_dirs, allowed=ANY_OTHER),
     Row("DescribeLogDirs", (need(RT.CLUSTER, Op.DESCRIBE),), "CLUSTER_AUTHORIZATION_FAILED", describe_log_dirs),

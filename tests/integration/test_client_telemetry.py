@@ -237,3 +237,51 @@ def test_subscriptions_through_the_admin_api_survive_a_restart(tmp_path):
         b.start()
         assert described(b.bootstrap, "sub-a") == want
         assert described(b.bootstrap, "sub-gone")["metrics"] == ("", 5)
+
+
+# ------------------------------------------------------------------ cluster mode
+@pytest.mark.cluster
+def test_cluster_brokers_share_subscriptions_through_zookeeper(zk_connect, tmp_path):
+    from rivulet.testing import free_port
+
+    def config(i: int) -> BrokerConfig:
+        return BrokerConfig({"broker.id": str(i), "listeners": f"PLAINTEXT://127.0.0.1:{free_port()}",
+                             "log.dirs": str(tmp_path / f"b{i}"), "zookeeper.connect": zk_connect,
+                             "zookeeper.session.timeout.ms": "6000"})
+
+    async def until(check: Callable[[], bool], what: str) -> None:
+        try:
+            async with asyncio.timeout(30):
+                while not check():
+                    await asyncio.sleep(0.05)
+        except TimeoutError:
+            raise AssertionError(f"never happened: {what}") from None
+
+    async def main() -> None:
+        brokers = [Broker(config(1)), Broker(config(2))]
+        for b in brokers:
+            await b.start()
+        try:
+            bootstrap = f"127.0.0.1:{brokers[0].bound_ports[0]}"
+            async with AsyncAdminClient({"bootstrap.servers": bootstrap}) as admin:
+                await admin.incremental_alter_configs(CLIENT_METRICS, "everyone", [
+                    ("metrics", SET, "org.apache.kafka."), ("interval.ms", SET, "10000")])
+                await until(lambda: all("everyone" in b.client_metrics.subscriptions for b in brokers),
+                            "the subscription on both brokers")
+                assert {b.client_metrics.subscriptions["everyone"].interval_ms for b in brokers} == {10000}
+                await admin.incremental_alter_configs(CLIENT_METRICS, "gone", [("metrics", SET, "*")])
+                await until(lambda: all("gone" in b.client_metrics.subscriptions for b in brokers), "a second one")
+                await admin.incremental_alter_configs(CLIENT_METRICS, "gone", [("metrics", DELETE, None)])
+                await until(lambda: not any("gone" in b.client_metrics.subscriptions for b in brokers),
+                            "its removal on both brokers")
+            # A broker started later reads them from ZooKeeper before it serves.
+            await brokers.pop().shutdown()
+            late = Broker(config(2))
+            brokers.append(late)
+            await late.start()
+            assert late.client_metrics.names() == ["everyone"]
+        finally:
+            for b in brokers:
+                await b.shutdown()
+
+    asyncio.run(main())
