@@ -142,12 +142,17 @@ def test_librdkafka_pushes_what_its_subscription_asks_for(broker):
     finally:
         p.flush(10)
     payload = pushed[0]
+    inst = next(i for i in broker.instances() if i.instance_id == payload.client_instance_id)
+    assert inst.metrics == frozenset({"org.apache.kafka.producer."})
+    # Destroyed, the producer pushes a last time, terminating.
+    del p
+    last = eventually(lambda: [q for q in broker.pushes_from("confluent-kafka-python") if q.terminating],
+                      "librdkafka's terminating push")
+    assert last[0].client_instance_id == payload.client_instance_id
     assert payload.context.client_id == "rdkafka"
     assert payload.push_interval_ms == 1000
     assert b"org.apache.kafka.producer." in payload.data  # OTLP metric names, decompressed
     assert b"org.apache.kafka.consumer." not in payload.data
-    inst = next(i for i in broker.instances() if i.instance_id == payload.client_instance_id)
-    assert inst.metrics == frozenset({"org.apache.kafka.producer."})
     assert not [line for line in logs if "TELEMETRY" in line.upper() and not line.startswith("INFO")], logs
 
 
@@ -202,8 +207,10 @@ def test_java_producer_pushes_and_terminates(broker):
     payload = pushed[-1]
     assert payload.context.software_version == jt.KAFKA_VERSION
     assert b"org.apache.kafka.producer." in payload.data
-    # The producer's connection closed when it finished, and the broker forgot its instance.
-    assert payload.client_instance_id not in {i.instance_id for i in broker.instances()}
+    # Its connection closed when it finished, and the broker forgot its instance. (Its close
+    # usually pushes once more, terminating, but not when a push is still in flight then.)
+    eventually(lambda: payload.client_instance_id not in {i.instance_id for i in broker.instances()},
+               "the instance forgotten with its connection")
 
 
 # ------------------------------------------------------------------ admin API, errors, restart
