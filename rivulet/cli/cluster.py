@@ -20,6 +20,7 @@ from rivulet.client.admin import (
     ClientQuotaEntity,
     ClientQuotaFilter,
     ClientQuotaFilterComponent,
+    RESOURCE_GROUP_CONFIG,
     ResourceType,
 )
 from rivulet.client.core import EARLIEST, LATEST
@@ -110,14 +111,30 @@ async def _quotas(admin: AsyncAdminClient, args: argparse.Namespace, wanted: dic
     return 0
 
 
-def _resource(args: argparse.Namespace) -> tuple[ResourceType, str]:
+def _resource(args: argparse.Namespace) -> tuple[int, str]:
     if args.entity_default and (args.entity_type != "brokers" or args.entity_name):
         raise CliError("--entity-default goes with --entity-type brokers and no --entity-name", 2)
     if args.entity_type == "brokers":
         return ResourceType.BROKER, args.entity_name or ""
+    if args.entity_type == "groups":
+        if not args.entity_name and args.action == "alter":
+            raise CliError("--entity-name is required to alter a group's configs", 2)
+        return RESOURCE_GROUP_CONFIG, args.entity_name or ""
     if not args.entity_name:
         raise CliError("--entity-name is required for topics", 2)
     return ResourceType.TOPIC, args.entity_name
+
+
+def _config_rows(entries: list[Any], describe_all: bool) -> list[list[str]]:
+    rows = []
+    for c in sorted(entries, key=lambda c: c.name):
+        if not describe_all and c.config_source == ConfigSource.DEFAULT_CONFIG:
+            continue
+        value = "(sensitive)" if c.is_sensitive else ("" if c.value is None else c.value)
+        source = ConfigSource(c.config_source).name if c.config_source in ConfigSource._value2member_map_ \
+            else str(c.config_source)
+        rows.append([c.name, value, source])
+    return rows
 
 
 async def _configs(admin: AsyncAdminClient, args: argparse.Namespace) -> int:
@@ -138,16 +155,16 @@ async def _configs(admin: AsyncAdminClient, args: argparse.Namespace) -> int:
         what = "default broker" if args.entity_default else f"{args.entity_type[:-1]} {name}"
         print(f"Completed updating config for {what}.")
         return 0
+    if rtype == RESOURCE_GROUP_CONFIG and not name:
+        # Every group with configs of its own (ListConfigResources), as kafka-configs lists them.
+        groups = sorted(n for n, _ in await admin.list_config_resources([RESOURCE_GROUP_CONFIG]))
+        rows = [["GROUP", "KEY", "VALUE", "SOURCE"]]
+        for group in groups:
+            rows += [[group, *row] for row in _config_rows(await admin.describe_configs(rtype, group), args.all)]
+        print(_table(rows))
+        return 0
     entries = await admin.describe_configs(rtype, name)
-    rows = [["KEY", "VALUE", "SOURCE"]]
-    for c in sorted(entries, key=lambda c: c.name):
-        if not args.all and c.config_source == ConfigSource.DEFAULT_CONFIG:
-            continue
-        value = "(sensitive)" if c.is_sensitive else ("" if c.value is None else c.value)
-        source = ConfigSource(c.config_source).name if c.config_source in ConfigSource._value2member_map_ \
-            else str(c.config_source)
-        rows.append([c.name, value, source])
-    print(_table(rows))
+    print(_table([["KEY", "VALUE", "SOURCE"], *_config_rows(entries, args.all)]))
     return 0
 
 
@@ -210,14 +227,14 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--purge", action="store_true", help="down: remove the cluster's directory too")
     c.set_defaults(func=_cluster_command)
 
-    g = sub.add_parser("configs", help="describe or alter broker and topic configs and client quotas "
+    g = sub.add_parser("configs", help="describe or alter broker, topic and group configs and client quotas "
                                        "(like kafka-configs)")
     g.add_argument("action", choices=["describe", "alter"], help="what to do")
     add_connection_args(g)
-    g.add_argument("--entity-type", choices=["topics", "brokers", *QUOTA_ENTITY_TYPES],
-                   help="the kind of resource: a topic, a broker, or a client quota entity")
-    g.add_argument("--entity-name", help="the topic, the broker id (default: the first broker), or the user, "
-                   "client id or IP (describe without one: every entity of that type)")
+    g.add_argument("--entity-type", choices=["topics", "brokers", "groups", *QUOTA_ENTITY_TYPES],
+                   help="the kind of resource: a topic, a broker, a group, or a client quota entity")
+    g.add_argument("--entity-name", help="the topic, the broker id (default: the first broker), the group, or "
+                   "the user, client id or IP (describe without one: every group, or every entity of that type)")
     g.add_argument("--entity-default", action="store_true",
                    help="brokers: the cluster-wide default every broker inherits, instead of one broker; "
                    "users, clients, ips: the default entity")

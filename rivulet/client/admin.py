@@ -30,6 +30,7 @@ from rivulet.security.scram import MECHANISMS as SCRAM_MECHANISMS
 from rivulet.security.scram import salted_password
 
 RESOURCE_TOPIC = 2
+RESOURCE_GROUP_CONFIG = 32  # a GROUP config resource (ResourceType.GROUP is the ACL resource type)
 check = core.check
 
 
@@ -405,6 +406,11 @@ class AsyncAdminClient:
         resp = await (self.client.send(int(name), req) if resource_type == ResourceType.BROKER and name
                       else self._to_controller(req))
         return core.read_describe_configs(resp)
+
+    async def list_config_resources(self, resource_types: Iterable[int] = ()) -> list[tuple[str, int]]:
+        """(name, config resource type) of every config resource of ``resource_types``."""
+        return core.read_list_config_resources(await self._to_controller(
+            core.list_config_resources_request(resource_types)))
 
     async def describe_topic_configs(self, name: str) -> list[Any]:
         return await self.describe_configs(RESOURCE_TOPIC, name)

@@ -51,6 +51,8 @@ from rivulet.protocol.messages import (
     describe_client_quotas_request as dcqq,
     describe_client_quotas_response as dcqr,
     describe_configs_request as dcq,
+    list_config_resources_request as lcrq,
+    list_config_resources_response as lcrr,
     describe_user_scram_credentials_request as dusq,
     describe_user_scram_credentials_response as dusr,
     describe_configs_response as dcr,
@@ -832,6 +834,16 @@ def read_describe_configs(resp: dcr.DescribeConfigsResponse) -> list[Any]:
     r = resp.results[0]
     check(r.error_code, r.error_message)
     return r.configs
+
+
+def list_config_resources_request(resource_types: Iterable[int] = ()) -> lcrq.ListConfigResourcesRequest:
+    """Every config resource of these types (none: every type the broker lists), KIP-1142."""
+    return lcrq.ListConfigResourcesRequest(resource_types=[int(t) for t in resource_types])
+
+
+def read_list_config_resources(resp: lcrr.ListConfigResourcesResponse) -> list[tuple[str, int]]:
+    check(resp.error_code, None)
+    return [(r.resource_name, r.resource_type) for r in resp.config_resources]
 
 
 def incremental_alter_configs_request(resource_type: int, name: str, ops: Iterable[tuple[str, int, str | None]],

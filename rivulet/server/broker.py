@@ -193,6 +193,7 @@ class Broker:
         for d, why in offline.items():
             log.error("starting with log directory %s offline (%s): its partitions answer KAFKA_STORAGE_ERROR; "
                       "fix the fault and restart to recover it", d, why)
+        self.dynamic_config.ensure_cluster_min_isr()  # the log dirs exist now
         topics = self.topics = TopicManager(cfg, self.metadata, self.log_manager, rm, self.dynamic_config,
                                             self.node_id)
         topics.open_all(open_partitions=not self.cluster_mode)

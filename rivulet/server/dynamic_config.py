@@ -13,7 +13,10 @@ Kafka stores custom configs. The log.* defaults (and message.max.bytes, compress
 min.insync.replicas) take effect at once on every topic without its own override; a
 ``Reconfigurable`` (the connection limits) is handed its new values, after validating them;
 the rest (thread counts, listeners and the like) are recorded and reported, since Rivulet has
-nothing to resize or rebind at run time.
+nothing to resize or rebind at run time. As in Kafka 4.1+ (KIP-966's eligible leader
+replicas, on by default), min.insync.replicas is a cluster-level setting: the broker writes
+it at the cluster-default level from server.properties when none is there, refuses it per
+broker, and refuses to remove it; topics report it as DYNAMIC_DEFAULT_BROKER_CONFIG.
 
 The client quotas that AlterClientQuotas sets (``server/quotas.py``) are kept in the same
 file, under ``client-quotas``: Kafka keeps them beside the dynamic configs too; so are a
@@ -45,6 +48,9 @@ ACLS = "acls"
 SCRAM_CREDENTIALS = "scram-credentials"
 CLIENT_METRICS = "client-metrics"
 GROUP_CONFIGS = "group-configs"
+
+MIN_ISR = "min.insync.replicas"
+
 
 class Reconfigurable(Protocol):
     """A component whose settings change at run time (Kafka's Reconfigurable)."""
@@ -91,6 +97,19 @@ class DynamicBrokerConfig:
         except (ValueError, AttributeError, KeyError, TypeError) as e:  # losing them beats refusing to start
             log.warning("ignoring unreadable %s: %s", self.path, e)
 
+    def ensure_cluster_min_isr(self) -> None:
+        """As a Kafka 4.1+ cluster with eligible leader replicas (KIP-966) does: min.insync.replicas
+        is a cluster-level dynamic config, written from server.properties when the cluster has
+        none yet, and never a per-broker one (ConfigurationControlManager's ELR safety records)."""
+        changed = False
+        if MIN_ISR not in self.levels[CLUSTER_DEFAULT]:
+            self.levels[CLUSTER_DEFAULT][MIN_ISR] = str(self.static.get(MIN_ISR, BROKER_CONFIGS[MIN_ISR].default))
+            changed = True
+        if self.levels[self.node_id].pop(MIN_ISR, None) is not None:
+            changed = True
+        if changed:
+            self._save()
+
     def level(self, resource_name: str) -> str:
         if resource_name not in (CLUSTER_DEFAULT, self.node_id):
             raise ApiError(ErrorCode.INVALID_REQUEST,
@@ -124,8 +143,13 @@ class DynamicBrokerConfig:
 
     def validate(self, configs: dict[str, str], per_broker: bool = True) -> None:
         """Refuse what Kafka refuses: read-only configs, per-broker configs at the cluster
-        level (both INVALID_REQUEST), values their definitions reject and values a
-        reconfigurable component cannot take (INVALID_CONFIG)."""
+        level (both INVALID_REQUEST), values their definitions reject, values a
+        reconfigurable component cannot take, and a per-broker min.insync.replicas or the
+        cluster-level one removed (INVALID_CONFIG)."""
+        if per_broker and MIN_ISR in configs:
+            raise ApiError(ErrorCode.INVALID_CONFIG, f"Broker-level {MIN_ISR} cannot be altered while ELR is enabled.")
+        if not per_broker and MIN_ISR in self.levels[CLUSTER_DEFAULT] and MIN_ISR not in configs:
+            raise ApiError(ErrorCode.INVALID_CONFIG, f"Cluster-level {MIN_ISR} cannot be removed while ELR is enabled.")
         static = sorted(n for n in configs if n in BROKER_CONFIGS and not BROKER_CONFIGS[n].dynamic)
         if static:
             raise ApiError(ErrorCode.INVALID_REQUEST,

@@ -367,8 +367,10 @@ async def alter_topic_configs(c: Ctx) -> str:
 
 async def alter_broker_configs(c: Ctx) -> str:
     r = await c.user.send(acq.AlterConfigsRequest(resources=[acq.AlterConfigsResource(
-        resource_type=4, resource_name="", configs=[acq.AlterableConfig(name="log.cleaner.backoff.ms",
-                                                                        value="15000")])], validate_only=False))
+        resource_type=4, resource_name="", configs=[acq.AlterableConfig(name="log.cleaner.backoff.ms", value="15000"),
+                                                    # the whole level: Kafka 4.1+ refuses to drop this one
+                                                    acq.AlterableConfig(name="min.insync.replicas", value="1")])],
+        validate_only=False))
     return name(r.responses[0].error_code)
 
 

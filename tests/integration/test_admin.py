@@ -213,7 +213,8 @@ def test_dynamic_broker_configs(broker_factory):
     assert cfg["log.retention.ms"].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
     assert cfg["log.cleanup.policy"].value == "delete,compact"
     assert cfg["log.cleanup.policy"].source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
-    assert raw_default(describe=True) == {"log.cleanup.policy": ("delete,compact", 3)}
+    # Kafka 4.1+ keeps min.insync.replicas at the cluster level (KIP-966).
+    assert raw_default(describe=True) == {"log.cleanup.policy": ("delete,compact", 3), "min.insync.replicas": ("1", 3)}
 
     def topic_value(t, name):
         res = ConfigResource(ConfigResource.Type.TOPIC, t)

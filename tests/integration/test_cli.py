@@ -250,8 +250,9 @@ def test_cluster_configs_offsets_and_delete_records(strict_broker):
     assert table("offsets", "get", "--topic", t)[0] == [t, "0", "4", "10"]
     assert rivulet("configs", "alter", "-b", b, "--entity-type", "topics", "--entity-name", t,
                    "--set", "retention.ms=3600000").returncode == 0
+    # min.insync.replicas comes from the cluster level (Kafka 4.1+), not a default: listed as kafka-configs does
     assert table("configs", "describe", "--entity-type", "topics", "--entity-name", t) == [
-        ["retention.ms", "3600000", "DYNAMIC_TOPIC_CONFIG"]]
+        ["min.insync.replicas", "1", "DYNAMIC_DEFAULT_BROKER_CONFIG"], ["retention.ms", "3600000", "DYNAMIC_TOPIC_CONFIG"]]
     defaults = table("configs", "describe", "--entity-type", "topics", "--entity-name", t, "--all")
     assert ["cleanup.policy", "delete", "DEFAULT_CONFIG"] in defaults
     broker_cfg = table("configs", "describe", "--entity-type", "brokers", "--all")
@@ -259,10 +260,11 @@ def test_cluster_configs_offsets_and_delete_records(strict_broker):
     default = ("--entity-type", "brokers", "--entity-default")
     done = rivulet("configs", "alter", "-b", b, *default, "--set", "max.connections.per.ip=1000")
     assert done.returncode == 0 and "default broker" in done.stdout, done.stderr
+    cluster_min_isr = ["min.insync.replicas", "1", "DYNAMIC_DEFAULT_BROKER_CONFIG"]  # Kafka 4.1+ (KIP-966)
     assert table("configs", "describe", *default) == [
-        ["max.connections.per.ip", "1000", "DYNAMIC_DEFAULT_BROKER_CONFIG"]]
+        ["max.connections.per.ip", "1000", "DYNAMIC_DEFAULT_BROKER_CONFIG"], cluster_min_isr]
     assert rivulet("configs", "alter", "-b", b, *default, "--delete", "max.connections.per.ip").returncode == 0
-    assert table("configs", "describe", *default) == []
+    assert table("configs", "describe", *default) == [cluster_min_isr]
     one_line_failure(rivulet("configs", "describe", "-b", b, "--entity-type", "topics", "--entity-name", "nope"),
                      "rivulet configs describe: UNKNOWN_TOPIC_OR_PARTITION")
     down = rivulet("offsets", "get", "-b", DOWN, "--topic", t)

@@ -137,3 +137,82 @@ def test_documentation_comes_with_each_entry_when_asked(broker):
     assert "partition" in with_docs["num.partitions"].documentation
     assert with_docs["num.partitions"].synonyms[-1].source == 5  # DEFAULT_CONFIG
     assert asyncio.run(describe(False))["num.partitions"].documentation is None
+
+
+def _describe_raw(bootstrap: str, rtype: int, name: str, synonyms: bool = False) -> dict:
+    import asyncio
+
+    from rivulet.client.connection import BrokerConnection
+    from rivulet.protocol.messages import describe_configs_request as dcq
+
+    async def describe() -> dict:
+        host, port = bootstrap.split(":")
+        conn = await BrokerConnection(host, int(port)).connect()
+        try:
+            resp = await conn.send(dcq.DescribeConfigsRequest(include_synonyms=synonyms, resources=[
+                dcq.DescribeConfigsResource(resource_type=rtype, resource_name=name, configuration_keys=None)]))
+            return {c.name: (c.value, c.config_source, [(s.name, s.value, s.source) for s in c.synonyms])
+                    if synonyms else (c.value, c.config_source) for c in resp.results[0].configs}
+        finally:
+            await conn.close()
+    return asyncio.run(describe())
+
+
+def _alter_cluster_min_isr(bootstrap: str, op: int, value: str | None) -> tuple[int, str | None]:
+    import asyncio
+
+    from rivulet.client.connection import BrokerConnection
+    from rivulet.protocol.messages import incremental_alter_configs_request as iacq
+
+    async def alter() -> tuple[int, str | None]:
+        host, port = bootstrap.split(":")
+        conn = await BrokerConnection(host, int(port)).connect()
+        try:
+            resp = await conn.send(iacq.IncrementalAlterConfigsRequest(validate_only=False, resources=[
+                iacq.AlterConfigsResource(resource_type=4, resource_name="", configs=[
+                    iacq.AlterableConfig(name="min.insync.replicas", config_operation=op, value=value)])]))
+            return resp.responses[0].error_code, resp.responses[0].error_message
+        finally:
+            await conn.close()
+    return asyncio.run(alter())
+
+
+def test_min_insync_replicas_is_a_cluster_level_setting_as_in_kafka_4_1(broker_factory):
+    """KIP-966 (eligible leader replicas, on by default since Kafka 4.1): the cluster keeps
+    min.insync.replicas at the cluster-default level, written from server.properties; topics
+    report it from there, a broker may not set its own, and it cannot be removed."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+
+    b = broker_factory({"min.insync.replicas": "2"})
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    topic = f"misr-{uuid.uuid4().hex[:6]}"
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+
+    def describe(res: ConfigResource) -> dict:
+        return admin.describe_configs([res])[res].result(30)
+
+    topic_res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    entry = describe(topic_res)["min.insync.replicas"]
+    assert (entry.value, entry.source) == ("2", 3)  # DYNAMIC_DEFAULT_BROKER_CONFIG, not a topic default
+    assert _describe_raw(b.bootstrap, 4, "") == {"min.insync.replicas": ("2", 3)}  # the cluster-default level
+    synonyms = _describe_raw(b.bootstrap, 2, topic, synonyms=True)["min.insync.replicas"]
+    assert synonyms == ("2", 3, [("min.insync.replicas", "2", 3), ("min.insync.replicas", "2", 4),
+                                 ("min.insync.replicas", "1", 5)])
+    node_entry = describe(ConfigResource(ConfigResource.Type.BROKER, "1"))["min.insync.replicas"]
+    assert (node_entry.value, node_entry.source) == ("2", 3)
+
+    res = ConfigResource(ConfigResource.Type.BROKER, "1", incremental_configs=[
+        ConfigEntry("min.insync.replicas", "1", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(Exception) as refused:
+        admin.incremental_alter_configs([res])[res].result(30)
+    assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
+    assert "Broker-level min.insync.replicas cannot be altered while ELR is enabled." in refused.value.args[0].str()
+    assert _alter_cluster_min_isr(b.bootstrap, 1, None) == (
+        KafkaError.INVALID_CONFIG, "Cluster-level min.insync.replicas cannot be removed while ELR is enabled.")
+    assert _alter_cluster_min_isr(b.bootstrap, 0, "1") == (0, None)
+    assert describe(topic_res)["min.insync.replicas"].value == "1"
+
+    b.restart()  # the cluster-level value is kept, not written again from server.properties
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    assert describe(topic_res)["min.insync.replicas"].value == "1"

@@ -167,3 +167,30 @@ def test_group_configs_in_a_zookeeper_cluster(zk_connect):
         assert described["share.delivery.count.limit"].value == "3"
         assert described["share.delivery.count.limit"].source == GROUP_CONFIG_SOURCE
         assert _list_config_resources(cluster.brokers[2].bootstrap, [32])[1] == {(group, 32)}
+
+
+def test_the_configs_cli_describes_and_alters_groups(broker):
+    import subprocess
+    import sys
+
+    def rivulet(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "rivulet", "configs", *args, "-b", broker.bootstrap],
+                              capture_output=True, text=True, timeout=60)
+
+    def table(*args: str) -> list[list[str]]:
+        r = rivulet(*args)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+        return [line.split() for line in r.stdout.splitlines()[1:]]
+
+    group = f"cli-{uuid.uuid4().hex[:6]}"
+    g = ("--entity-type", "groups", "--entity-name", group)
+    done = rivulet("alter", *g, "--set", "share.auto.offset.reset=earliest", "--set", "share.delivery.count.limit=4")
+    assert done.returncode == 0 and f"Completed updating config for group {group}." in done.stdout, done.stderr
+    assert table("describe", *g) == [["share.auto.offset.reset", "earliest", "GROUP_CONFIG"],
+                                     ["share.delivery.count.limit", "4", "GROUP_CONFIG"]]
+    assert ["consumer.session.timeout.ms", "45000", "DEFAULT_CONFIG"] in table("describe", *g, "--all")
+    assert [group, "share.delivery.count.limit", "4", "GROUP_CONFIG"] in table("describe", "--entity-type", "groups")
+    refused = rivulet("alter", *g, "--set", "share.delivery.count.limit=1")
+    assert refused.returncode == 1 and "INVALID_CONFIG" in refused.stderr, refused.stderr
+    assert rivulet("alter", *g, "--delete", "share.delivery.count.limit").returncode == 0
+    assert table("describe", *g) == [["share.auto.offset.reset", "earliest", "GROUP_CONFIG"]]
