@@ -52,6 +52,7 @@ from rivulet.protocol.messages import (
     init_producer_id_request as ipq,
     join_group_request as jgq,
     leave_group_request as lgq,
+    list_config_resources_request as lcrq,
     list_groups_request as lgrq,
     list_offsets_request as loq,
     list_transactions_request as ltq,
@@ -392,6 +393,30 @@ async def incremental_alter_client_metrics_configs(c: Ctx) -> str:
     return name(r.responses[0].error_code)
 
 
+async def describe_group_configs(c: Ctx) -> str:
+    return await describe_configs(c, 32, G)
+
+
+async def incremental_alter_group_configs(c: Ctx) -> str:
+    r = await c.user.send(iacq.IncrementalAlterConfigsRequest(resources=[iacq.AlterConfigsResource(
+        resource_type=32, resource_name=G, configs=[iacq.AlterableConfig(
+            name="consumer.session.timeout.ms", config_operation=0, value="50000")])], validate_only=True))
+    return name(r.responses[0].error_code)
+
+
+async def alter_group_configs(c: Ctx) -> str:
+    r = await c.user.send(acq.AlterConfigsRequest(resources=[acq.AlterConfigsResource(
+        resource_type=32, resource_name=G, configs=[acq.AlterableConfig(name="share.isolation.level",
+                                                                        value="read_committed")])],
+        validate_only=True))
+    return name(r.responses[0].error_code)
+
+
+async def list_config_resources(c: Ctx) -> str:
+    r = await c.user.send(lcrq.ListConfigResourcesRequest(resource_types=[]))
+    return name(r.error_code)
+
+
 async def alter_replica_log_dirs(c: Ctx) -> str:
     r = await c.user.send(arlq.AlterReplicaLogDirsRequest(dirs=[arlq.AlterReplicaLogDir(
         path="/nonexistent-dir", topics=[arlq.AlterReplicaLogDirTopic(name=T, partitions=[0])])]))
@@ -613,6 +638,14 @@ MATRIX: list[Row] = [
         describe_client_metrics_configs),
     Row("IncrementalAlterConfigs (client metrics)", (need(RT.CLUSTER, Op.ALTER_CONFIGS),),
         "CLUSTER_AUTHORIZATION_FAILED", incremental_alter_client_metrics_configs),
+    Row("DescribeConfigs (group)", (need(RT.GROUP, Op.DESCRIBE_CONFIGS),), "GROUP_AUTHORIZATION_FAILED",
+        describe_group_configs),
+    Row("AlterConfigs (group)", (need(RT.GROUP, Op.ALTER_CONFIGS),), "GROUP_AUTHORIZATION_FAILED",
+        alter_group_configs),
+    Row("IncrementalAlterConfigs (group)", (need(RT.GROUP, Op.ALTER_CONFIGS),), "GROUP_AUTHORIZATION_FAILED",
+        incremental_alter_group_configs),
+    Row("ListConfigResources", (need(RT.CLUSTER, Op.DESCRIBE_CONFIGS),), "CLUSTER_AUTHORIZATION_FAILED",
+        list_config_resources),
     Row("AlterReplicaLogDirs", (need(RT.CLUSTER, Op.ALTER),), "CLUSTER_AUTHORIZATION_FAILED",
         alter_replica_log_dirs, allowed=ANY_OTHER),
     Row("DescribeLogDirs", (need(RT.CLUSTER, Op.DESCRIBE),), "CLUSTER_AUTHORIZATION_FAILED", describe_log_dirs),
