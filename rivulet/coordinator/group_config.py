@@ -1,5 +1,6 @@
-"""Group configs: the per-group settings a GROUP config resource (type 32) holds, as Kafka 4's
-GroupConfig defines them (KIP-848, KIP-932 share groups, KIP-1071 streams groups).
+"""Group configs: the per-group settings a GROUP config resource (type 32) holds, the 17 that
+Kafka 4.3.1's GroupConfig defines (KIP-848, KIP-932 share groups, KIP-1071 streams groups),
+with its defaults, bounds and error messages (checked against a 4.3.1 broker).
 
 A group's overrides are set with IncrementalAlterConfigs (or AlterConfigs) and need no group:
 clients set up a share group before its first member joins. Each name's default is the
@@ -34,7 +35,8 @@ def _auto_offset_reset(v: Any) -> str | None:
         m = _DURATION.match(text[len("by_duration:"):].strip())
         if m and any(m.groups()):
             return None
-    return ("the value must be either 'earliest', 'latest', or of the format 'by_duration:<PnDTnHnMn.nS.>'")
+    return (f"Invalid value `{v}` for configuration share.auto.offset.reset. The value must be either 'earliest', "
+            "'latest' or of the format 'by_duration:<PnDTnHnMn.nS>'.")
 
 
 def _key(name: str, ctype: ConfigType, default: Any, validator: Any, doc: str) -> ConfigKey:
@@ -46,6 +48,8 @@ GROUP_CONFIGS = ConfigDef([
          "The timeout to detect client failures when using the consumer group protocol."),
     _key("consumer.heartbeat.interval.ms", _I, 5000, at_least(1),
          "The heartbeat interval given to the members of a consumer group."),
+    _key("consumer.assignment.interval.ms", _I, 1000, at_least(0),
+         "The minimum interval between two target assignment computations of a consumer group."),
     _key("share.session.timeout.ms", _I, 45000, at_least(1),
          "The timeout to detect client failures when using the share group protocol."),
     _key("share.heartbeat.interval.ms", _I, 5000, at_least(1),
@@ -64,6 +68,8 @@ GROUP_CONFIGS = ConfigDef([
          "transactional records, read_uncommitted every record."),
     _key("share.renew.acknowledge.enable", _B, True, None,
          "Whether the renew acknowledge type is enabled for the share group."),
+    _key("share.assignment.interval.ms", _I, 1000, at_least(0),
+         "The minimum interval between two target assignment computations of a share group."),
     _key("streams.session.timeout.ms", _I, 45000, at_least(1),
          "The timeout to detect client failures when using the streams group protocol."),
     _key("streams.heartbeat.interval.ms", _I, 5000, at_least(1),
@@ -73,6 +79,8 @@ GROUP_CONFIGS = ConfigDef([
     _key("streams.initial.rebalance.delay.ms", _I, 3000, at_least(0),
          "The amount of time the group coordinator waits for more streams clients to join a new group "
          "before performing the first rebalance."),
+    _key("streams.assignment.interval.ms", _I, 1000, at_least(0),
+         "The minimum interval between two target assignment computations of a streams group."),
 ])
 
 # Group config -> the broker property that is its default (Kafka's "group." prefix).
@@ -143,6 +151,7 @@ class GroupConfig:
 
     consumer_session_timeout_ms: int
     consumer_heartbeat_interval_ms: int
+    consumer_assignment_interval_ms: int
     share_session_timeout_ms: int
     share_heartbeat_interval_ms: int
     share_record_lock_duration_ms: int
@@ -151,10 +160,12 @@ class GroupConfig:
     share_auto_offset_reset: str
     share_isolation_level: str
     share_renew_acknowledge_enable: bool
+    share_assignment_interval_ms: int
     streams_session_timeout_ms: int
     streams_heartbeat_interval_ms: int
     streams_num_standby_replicas: int
     streams_initial_rebalance_delay_ms: int
+    streams_assignment_interval_ms: int
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> GroupConfig:

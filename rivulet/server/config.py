@@ -299,6 +299,12 @@ BROKER_CONFIGS = ConfigDef([
        MEDIUM),
     _k("group.consumer.max.heartbeat.interval.ms", I, 15000, _pos, "Longest consumer.heartbeat.interval.ms.",
        MEDIUM),
+    _k("group.consumer.assignment.interval.ms", I, 1000, _nonneg, "Minimum interval between two target "
+       "assignment computations of a consumer group.", MEDIUM, ignored=True),
+    _k("group.share.assignment.interval.ms", I, 1000, _nonneg, "Minimum interval between two target "
+       "assignment computations of a share group.", MEDIUM, ignored=True),
+    _k("group.streams.assignment.interval.ms", I, 1000, _nonneg, "Minimum interval between two target "
+       "assignment computations of a streams group.", MEDIUM, ignored=True),
     _k("group.share.session.timeout.ms", I, 45000, _pos, "Session timeout of a share group member.", MEDIUM,
        ignored=True),
     _k("group.share.min.session.timeout.ms", I, 45000, _pos, "Shortest share.session.timeout.ms.", MEDIUM),

@@ -324,7 +324,8 @@ def apply_incremental(current: dict[str, str], ops: list[Any], defaults: dict[st
         elif c.config_operation in (2, 3):
             if c.name not in list_configs:
                 raise ApiError(ErrorCode.INVALID_CONFIG,
-                                 f"Config {c.name} is not a list: APPEND and SUBTRACT apply to list configs only")
+                                 f"Can't {'APPEND' if c.config_operation == 2 else 'SUBTRACT'} to key {c.name} "
+                                 "because its type is not LIST.")
             base = out.get(c.name, (defaults or {}).get(c.name, ""))
             items = list(parse_value(ConfigType.LIST, base or ""))
             vals = parse_value(ConfigType.LIST, c.value or "")

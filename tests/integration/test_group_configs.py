@@ -68,22 +68,23 @@ def _list_config_resources(bootstrap: str, types: list[int], version: int = 1) -
     return asyncio.run(ask())
 
 
-def _add_client_metrics_subscription(bootstrap: str, name: str) -> None:
+def _incremental(bootstrap: str, rtype: int, name: str, ops: list[tuple[str, int, str | None]]
+                 ) -> tuple[int, str | None]:
     from rivulet.client.connection import BrokerConnection
     from rivulet.protocol.messages import incremental_alter_configs_request as iac
 
-    async def alter() -> None:
+    async def alter() -> tuple[int, str | None]:
         host, port = bootstrap.split(",")[0].split(":")
         conn = await BrokerConnection(host, int(port)).connect()
         try:
             resp = await conn.send(iac.IncrementalAlterConfigsRequest(validate_only=False, resources=[
-                iac.AlterConfigsResource(resource_type=16, resource_name=name, configs=[
-                    iac.AlterableConfig(name="metrics", config_operation=0, value="org.apache.kafka.producer.")])]))
-            assert resp.responses[0].error_code == 0, resp
+                iac.AlterConfigsResource(resource_type=rtype, resource_name=name, configs=[
+                    iac.AlterableConfig(name=n, config_operation=op, value=v) for n, op, v in ops])]))
+            return resp.responses[0].error_code, resp.responses[0].error_message
         finally:
             await conn.close()
 
-    asyncio.run(alter())
+    return asyncio.run(alter())
 
 
 def test_group_configs_on_one_node_survive_a_restart(broker_factory):
@@ -100,6 +101,8 @@ def test_group_configs_on_one_node_survive_a_restart(broker_factory):
     assert before["consumer.heartbeat.interval.ms"].source == 4  # STATIC_BROKER_CONFIG
     assert before["share.auto.offset.reset"].value == "latest"
     assert before["share.isolation.level"].value == "read_uncommitted"
+    assert before["consumer.assignment.interval.ms"].value == "1000"
+    assert len(before) == 17  # Kafka 4.3.1's group configs
 
     _alter(admin, group, {"consumer.session.timeout.ms": "50000", "share.auto.offset.reset": "earliest",
                           "share.isolation.level": "read_committed", "share.record.lock.duration.ms": "20000"})
@@ -130,7 +133,13 @@ def test_group_configs_on_one_node_survive_a_restart(broker_factory):
     _alter(admin, group, {}, deletes=("share.record.lock.duration.ms",))
     assert _describe(admin, group)["share.record.lock.duration.ms"].source != GROUP_CONFIG_SOURCE
 
-    _add_client_metrics_subscription(b.bootstrap, "producers")
+    # What Kafka 4.3.1 answers, word for word.
+    assert _incremental(b.bootstrap, 32, "", [("consumer.session.timeout.ms", 0, "50000")]) == (
+        KafkaError.INVALID_REQUEST, "Default group resources are not allowed.")
+    assert _incremental(b.bootstrap, 32, group, [("consumer.session.timeout.ms", 2, "1")]) == (
+        KafkaError.INVALID_CONFIG, "Can't APPEND to key consumer.session.timeout.ms because its type is not LIST.")
+
+    assert _incremental(b.bootstrap, 16, "producers", [("metrics", 0, "org.apache.kafka.producer.")]) == (0, None)
     code, found = _list_config_resources(b.bootstrap, [32])
     assert code == 0 and found == {(group, 32)}
     code, found = _list_config_resources(b.bootstrap, [])

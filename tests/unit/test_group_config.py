@@ -24,6 +24,8 @@ def refused(configs: dict) -> str:
 def test_names_and_defaults_are_kafkas():
     assert GROUP_CONFIGS.defaults() == {
         "consumer.session.timeout.ms": 45000, "consumer.heartbeat.interval.ms": 5000,
+        "consumer.assignment.interval.ms": 1000, "share.assignment.interval.ms": 1000,
+        "streams.assignment.interval.ms": 1000,
         "share.session.timeout.ms": 45000, "share.heartbeat.interval.ms": 5000,
         "share.record.lock.duration.ms": 30000, "share.delivery.count.limit": 5,
         "share.partition.max.record.locks": 2000, "share.auto.offset.reset": "latest",
@@ -58,8 +60,15 @@ def test_names_types_and_enumerations():
     assert refused({"share.auto.offset.reset": None}).startswith("Null value not supported")
     for ok in ("earliest", "LATEST", "by_duration:PT1H", "by_duration:P1DT2H30M", "by_duration:PT0.5S"):
         validate_group_configs({"share.auto.offset.reset": ok}, BROKER)
-    for bad in ("none", "by_duration:", "by_duration:-PT1H", "by_duration:1h"):
+    for bad in ("by_duration:", "by_duration:-PT1H", "by_duration:1h"):
         assert "by_duration" in refused({"share.auto.offset.reset": bad}), bad
+    # Kafka 4.3.1's words
+    assert refused({"share.auto.offset.reset": "none"}) == (
+        "Invalid value none for configuration share.auto.offset.reset: Invalid value `none` for configuration "
+        "share.auto.offset.reset. The value must be either 'earliest', 'latest' or of the format "
+        "'by_duration:<PnDTnHnMn.nS>'.")
+    assert refused({"share.isolation.level": "sometimes"}) == ("Invalid value sometimes for configuration "
+        "share.isolation.level: String must be one of: read_committed, read_uncommitted")
 
 
 def test_values_in_force_take_the_brokers_defaults_and_survive_a_restart(tmp_path):

@@ -198,14 +198,15 @@ class ConfigHandlers:
 
     # ------------------------------------------------------------ groups
     @staticmethod
-    def _check_group_name(name: str) -> None:
+    def _check_group_name(name: str, altering: bool = False) -> None:
         if not name:
-            raise ApiError(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
+            raise ApiError(ErrorCode.INVALID_REQUEST, "Default group resources are not allowed." if altering
+                           else "Group name must not be empty")
 
     def _stage_group(self, group_id: str, configs: dict[str, str | None], staged: dict[str, dict[str, str]]) -> None:
         """Validate a group's whole new set of configs (INVALID_CONFIG as Kafka words it) and
         keep it for the commit after the loop."""
-        self._check_group_name(group_id)
+        self._check_group_name(group_id, altering=True)
         try:
             self.groups.validate(configs)
         except GroupConfigError as e:
