@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import itertools
+import sys
+import warnings
+from collections.abc import Iterator
 
 import pytest
 
@@ -84,3 +87,30 @@ def tls_certs(tmp_path_factory):
     from tls_certs import make_test_certs
 
     return make_test_certs(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture(scope="module")
+def java() -> None:
+    """Skip, loudly, when the Java tools cannot run here. List it before `broker`."""
+    from tests import java_tools as jt
+
+    reason = jt.java_available()
+    if reason is not None:
+        # A warning shows in pytest's summary by default; a skip reason only with -rs.
+        warnings.warn(f"Kafka Java tool tests skipped: {reason}", pytest.PytestWarning, stacklevel=1)
+        print(f"Kafka Java tool tests skipped: {reason}", file=sys.stderr)
+        pytest.skip(f"Kafka Java tools unavailable: {reason}")
+
+
+@pytest.fixture(scope="module")
+def kafka_ref(java: None) -> Iterator[str]:
+    """A real Apache Kafka broker; failing to start it is a harness failure, not a skip."""
+    from benchmarks.reference.kafka import KafkaReference
+
+    ref = KafkaReference()
+    try:
+        ref.start()
+        yield ref.bootstrap
+    finally:
+        ref.stop()
+        ref.cleanup()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import sys
 import uuid
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,31 +34,6 @@ PRODUCER_PROPS = {"max.block.ms": 20_000, "request.timeout.ms": 15_000, "deliver
 CLIENT_PROPS = {"request.timeout.ms": 15_000, "default.api.timeout.ms": 20_000}
 ADMIN_PROPS = {"request.timeout.ms": 15_000, "default.api.timeout.ms": 20_000}
 TOOL_TIMEOUT = 90.0
-
-
-@pytest.fixture(scope="module")
-def java() -> None:
-    """Skip, loudly, when the Java tools cannot run here. List it before `broker`."""
-    reason = jt.java_available()
-    if reason is not None:
-        # A warning shows in pytest's summary by default; a skip reason only with -rs.
-        warnings.warn(f"Kafka Java tool tests skipped: {reason}", pytest.PytestWarning, stacklevel=1)
-        print(f"Kafka Java tool tests skipped: {reason}", file=sys.stderr)
-        pytest.skip(f"Kafka Java tools unavailable: {reason}")
-
-
-@pytest.fixture(scope="module")
-def kafka_ref(java: None) -> Iterator[str]:
-    """A real Apache Kafka broker; failing to start it is a harness failure, not a skip."""
-    from benchmarks.reference.kafka import KafkaReference
-
-    ref = KafkaReference()
-    try:
-        ref.start()
-        yield ref.bootstrap
-    finally:
-        ref.stop()
-        ref.cleanup()
 
 
 def topic_name(prefix: str) -> str:
