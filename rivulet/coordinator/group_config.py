@@ -16,12 +16,14 @@ the coordinator each group's values in force (``get``).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rivulet.common.config import ConfigDef, ConfigError, ConfigKey, ConfigType, UpdateMode, at_least, one_of
+from rivulet.coordinator.consumer_heartbeat import ConsumerGroupConfig
 
 _I, _S, _B = ConfigType.INT, ConfigType.STRING, ConfigType.BOOLEAN
 _DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$", re.IGNORECASE)
@@ -204,6 +206,13 @@ class GroupConfigs:
             if key is not None:
                 values[name] = key.parse(raw)
         return GroupConfig.from_values(values)
+
+    def consumer_group_config(self, group_id: str, broker: ConsumerGroupConfig) -> ConsumerGroupConfig:
+        """The broker's consumer-group settings with ``group_id``'s own session timeout and
+        heartbeat interval over them, for ConsumerGroupHeartbeat."""
+        own = self.get(group_id)
+        return dataclasses.replace(broker, session_timeout_ms=own.consumer_session_timeout_ms,
+                                   heartbeat_interval_ms=own.consumer_heartbeat_interval_ms)
 
     def group_ids(self) -> list[str]:
         return sorted(self.overrides)

@@ -86,3 +86,14 @@ def test_values_in_force_take_the_brokers_defaults_and_survive_a_restart(tmp_pat
     assert (got.consumer_session_timeout_ms, got.consumer_heartbeat_interval_ms, got.share_isolation_level) == \
         (50000, 7000, "read_committed")
     assert again.get("other").consumer_session_timeout_ms == 45000
+
+
+def test_a_consumer_groups_heartbeat_settings_take_its_own_configs():
+    from rivulet.coordinator.consumer_heartbeat import ConsumerGroupConfig
+
+    groups = GroupConfigs(BrokerConfig({"group.consumer.session.timeout.ms": "50000"}).items())
+    asyncio.run(groups.alter("g", {"consumer.heartbeat.interval.ms": "6000"}))
+    base = ConsumerGroupConfig(heartbeat_interval_ms=5000, session_timeout_ms=50000, assignors=("range",))
+    assert groups.consumer_group_config("g", base) == ConsumerGroupConfig(
+        heartbeat_interval_ms=6000, session_timeout_ms=50000, assignors=("range",))
+    assert groups.consumer_group_config("other", base) == base
