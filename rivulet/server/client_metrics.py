@@ -280,6 +280,8 @@ class ClientMetricsManager:
         self.subscriptions: dict[str, Subscription] = {}
         self.version = 0  # bumped by every change, so that instances re-evaluate
         self.instances: OrderedDict[uuid.UUID, ClientInstance] = OrderedDict()
+        # The instance each connection last made, forgotten with the connection (as Kafka's).
+        self._by_connection: dict[object, uuid.UUID] = {}
         for name, configs in (store.load_client_metrics() if store is not None else {}).items():
             self.set_subscription(name, configs)
 
@@ -329,15 +331,16 @@ class ClientMetricsManager:
     def _instance(self, instance_id: uuid.UUID, context: ClientContext, now_ms: int) -> ClientInstance:
         self._expire(now_ms)
         inst = self.instances.get(instance_id)
-        if inst is None:
-            inst = new_instance(instance_id, context, self.subscriptions, self.version)
-        elif inst.subscription_version < self.version:
-            inst = new_instance(instance_id, inst.context, self.subscriptions, self.version)
+        if inst is None or inst.subscription_version < self.version:
+            inst = new_instance(instance_id, context if inst is None else inst.context, self.subscriptions,
+                                self.version)
+            if context.connection is not None:
+                self._by_connection[context.connection] = instance_id
         inst.expires_at_ms = now_ms + max(self.cache_expiry_ms, 3 * inst.push_interval_ms)
         self.instances[instance_id] = inst
         self.instances.move_to_end(instance_id)
         while len(self.instances) > CACHE_MAX_SIZE:
-            self.instances.popitem(last=False)
+            self._forget(next(iter(self.instances)))
         return inst
 
     def _expire(self, now_ms: int) -> None:
@@ -346,13 +349,19 @@ class ClientMetricsManager:
             first = next(iter(self.instances.values()))
             if first.expires_at_ms > now_ms:
                 return
-            self.instances.popitem(last=False)
+            self._forget(first.instance_id)
+
+    def _forget(self, instance_id: uuid.UUID) -> None:
+        inst = self.instances.pop(instance_id, None)
+        if inst is not None and self._by_connection.get(inst.context.connection) == instance_id:
+            del self._by_connection[inst.context.connection]
 
     def connection_closed(self, connection: object) -> None:
-        """A closed connection's client instances are forgotten (a client that pushes again is
+        """The instance a closed connection made is forgotten (a client that pushes again is
         taken as new)."""
-        for key in [k for k, inst in self.instances.items() if inst.context.connection is connection]:
-            del self.instances[key]
+        instance_id = self._by_connection.pop(connection, None)
+        if instance_id is not None:
+            self.instances.pop(instance_id, None)
 
     def _new_instance_id(self) -> uuid.UUID:
         while True:
