@@ -53,7 +53,6 @@ CONFIGS: dict[str, tuple[ConfigType, str, str]] = {
     MATCH: (ConfigType.LIST, "", "The clients this subscription applies to: attribute=regex pairs."),
     METRICS: (ConfigType.LIST, "", "Prefixes of the metric names to push; * for all of them."),
 }
-LIST_CONFIGS = frozenset(n for n, (t, _, _) in CONFIGS.items() if t is ConfigType.LIST)
 
 # In the broker's order of preference: a client compresses with the first it supports.
 ACCEPTED_COMPRESSION = (compression.ZSTD, compression.LZ4, compression.GZIP, compression.SNAPPY)

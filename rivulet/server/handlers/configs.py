@@ -25,7 +25,6 @@ from rivulet.protocol.messages.incremental_alter_configs_request import Incremen
 from rivulet.protocol.messages.list_config_resources_request import ListConfigResourcesRequest
 from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.security.acls import AclOperation
-from rivulet.server import client_metrics as cm_configs
 from rivulet.server.acls import Authz
 from rivulet.server.client_metrics import ClientMetricsManager
 from rivulet.server.config import BROKER_CONFIGS, LIST_PROPERTIES, BrokerConfig
@@ -176,7 +175,9 @@ class ConfigHandlers:
                     continue
                 if res.resource_type == RESOURCE_CLIENT_METRICS:
                     cm = self.client_metrics
-                    new = apply_incremental(cm.current(res.resource_name), res.configs, None, cm_configs.LIST_CONFIGS)
+                    # Kafka 4.3's controller knows no config types for client metrics, so it refuses
+                    # APPEND and SUBTRACT on every one of them (INVALID_CONFIG), lists included.
+                    new = apply_incremental(cm.current(res.resource_name), res.configs)
                     cm.alter(res.resource_name, new, validate_only=req.validate_only)
                     out.append(r)
                     continue
