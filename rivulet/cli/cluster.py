@@ -20,6 +20,7 @@ from rivulet.client.admin import (
     ClientQuotaEntity,
     ClientQuotaFilter,
     ClientQuotaFilterComponent,
+    RESOURCE_CLIENT_METRICS,
     RESOURCE_GROUP_CONFIG,
     ResourceType,
 )
@@ -111,15 +112,19 @@ async def _quotas(admin: AsyncAdminClient, args: argparse.Namespace, wanted: dic
     return 0
 
 
+# Config resources that describe without a name lists (ListConfigResources), as kafka-configs does.
+_LISTED = {"groups": (RESOURCE_GROUP_CONFIG, "group"), "client-metrics": (RESOURCE_CLIENT_METRICS, "subscription")}
+
+
 def _resource(args: argparse.Namespace) -> tuple[int, str]:
     if args.entity_default and (args.entity_type != "brokers" or args.entity_name):
         raise CliError("--entity-default goes with --entity-type brokers and no --entity-name", 2)
     if args.entity_type == "brokers":
         return ResourceType.BROKER, args.entity_name or ""
-    if args.entity_type == "groups":
+    if args.entity_type in _LISTED:
         if not args.entity_name and args.action == "alter":
-            raise CliError("--entity-name is required to alter a group's configs", 2)
-        return RESOURCE_GROUP_CONFIG, args.entity_name or ""
+            raise CliError(f"--entity-name is required to alter a {_LISTED[args.entity_type][1]}'s configs", 2)
+        return _LISTED[args.entity_type][0], args.entity_name or ""
     if not args.entity_name:
         raise CliError("--entity-name is required for topics", 2)
     return ResourceType.TOPIC, args.entity_name
@@ -155,12 +160,12 @@ async def _configs(admin: AsyncAdminClient, args: argparse.Namespace) -> int:
         what = "default broker" if args.entity_default else f"{args.entity_type[:-1]} {name}"
         print(f"Completed updating config for {what}.")
         return 0
-    if rtype == RESOURCE_GROUP_CONFIG and not name:
-        # Every group with configs of its own (ListConfigResources), as kafka-configs lists them.
-        groups = sorted(n for n, _ in await admin.list_config_resources([RESOURCE_GROUP_CONFIG]))
-        rows = [["GROUP", "KEY", "VALUE", "SOURCE"]]
-        for group in groups:
-            rows += [[group, *row] for row in _config_rows(await admin.describe_configs(rtype, group), args.all)]
+    if args.entity_type in _LISTED and not name:
+        # Every group (subscription) with configs of its own, as kafka-configs lists them.
+        names = sorted(n for n, _ in await admin.list_config_resources([rtype]))
+        rows = [[_LISTED[args.entity_type][1].upper(), "KEY", "VALUE", "SOURCE"]]
+        for each in names:
+            rows += [[each, *row] for row in _config_rows(await admin.describe_configs(rtype, each), args.all)]
         print(_table(rows))
         return 0
     entries = await admin.describe_configs(rtype, name)
@@ -227,14 +232,16 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--purge", action="store_true", help="down: remove the cluster's directory too")
     c.set_defaults(func=_cluster_command)
 
-    g = sub.add_parser("configs", help="describe or alter broker, topic and group configs and client quotas "
-                                       "(like kafka-configs)")
+    g = sub.add_parser("configs", help="describe or alter broker, topic and group configs, client metrics "
+                                       "subscriptions and client quotas (like kafka-configs)")
     g.add_argument("action", choices=["describe", "alter"], help="what to do")
     add_connection_args(g)
-    g.add_argument("--entity-type", choices=["topics", "brokers", "groups", *QUOTA_ENTITY_TYPES],
-                   help="the kind of resource: a topic, a broker, a group, or a client quota entity")
-    g.add_argument("--entity-name", help="the topic, the broker id (default: the first broker), the group, or "
-                   "the user, client id or IP (describe without one: every group, or every entity of that type)")
+    g.add_argument("--entity-type", choices=["topics", "brokers", "groups", "client-metrics", *QUOTA_ENTITY_TYPES],
+                   help="the kind of resource: a topic, a broker, a group, a client metrics subscription "
+                   "(KIP-714), or a client quota entity")
+    g.add_argument("--entity-name", help="the topic, the broker id (default: the first broker), the group, the "
+                   "subscription, or the user, client id or IP (describe without one: every group, subscription, "
+                   "or entity of that type)")
     g.add_argument("--entity-default", action="store_true",
                    help="brokers: the cluster-wide default every broker inherits, instead of one broker; "
                    "users, clients, ips: the default entity")

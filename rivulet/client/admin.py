@@ -30,6 +30,7 @@ from rivulet.security.scram import MECHANISMS as SCRAM_MECHANISMS
 from rivulet.security.scram import salted_password
 
 RESOURCE_TOPIC = 2
+RESOURCE_CLIENT_METRICS = 16  # a KIP-714 client metrics subscription (a config resource only)
 RESOURCE_GROUP_CONFIG = 32  # a GROUP config resource (ResourceType.GROUP is the ACL resource type)
 check = core.check
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import subprocess
 import sys
 import threading
 import time
@@ -244,6 +245,22 @@ def test_subscriptions_through_the_admin_api_survive_a_restart(tmp_path):
         b.start()
         assert described(b.bootstrap, "sub-a") == want
         assert described(b.bootstrap, "sub-gone")["metrics"] == ("", 5)
+
+        # The same through the CLI, as kafka-configs --entity-type client-metrics.
+        def cli(*args: str) -> subprocess.CompletedProcess:
+            return subprocess.run([sys.executable, "-m", "rivulet", "configs", *args, "-b", b.bootstrap],
+                                  capture_output=True, text=True, timeout=60)
+        sub = ("--entity-type", "client-metrics", "--entity-name", "sub-cli")
+        done = cli("alter", *sub, "--set", "metrics=org.apache.kafka.consumer.", "--set", "interval.ms=60000")
+        assert done.returncode == 0 and "Completed updating config for client-metric sub-cli." in done.stdout, \
+            done.stderr
+        rows = [line.split() for line in cli("describe", *sub).stdout.splitlines()[1:]]
+        assert rows == [["interval.ms", "60000", "CLIENT_METRICS_CONFIG"],
+                        ["metrics", "org.apache.kafka.consumer.", "CLIENT_METRICS_CONFIG"]]
+        every = [line.split() for line in cli("describe", "--entity-type", "client-metrics").stdout.splitlines()]
+        assert every[0][0] == "SUBSCRIPTION" and {r[0] for r in every[1:]} == {"sub-a", "sub-cli"}
+        refused = cli("alter", *sub, "--set", "interval.ms=10")
+        assert refused.returncode == 1 and "INVALID_REQUEST" in refused.stderr, refused.stderr
 
 
 # ------------------------------------------------------------------ cluster mode
