@@ -136,6 +136,11 @@ class ConfigResource:
         self.configs = described_configs
         self.error = error
 
+    @property
+    def config_resource_type(self) -> int:
+        """The resource type configs requests carry: a group's is 32 (as confluent-kafka maps it)."""
+        return RESOURCE_GROUP_CONFIG if self.restype == ResourceType.GROUP else int(self.restype)
+
     def set_config(self, name: str, value: str, overwrite: bool = True) -> None:
         if not overwrite and name in self.set_config_dict:
             return
@@ -689,7 +694,7 @@ class AdminClient:
             out: dict[ConfigResource, Any] = {}
             for r in resources:
                 try:
-                    configs = await self._aio.describe_configs(r.restype, r.name)
+                    configs = await self._aio.describe_configs(r.config_resource_type, r.name)
                     out[r] = {c.name: ConfigEntry(
                         c.name, c.value, c.config_source, c.read_only, c.config_source == ConfigSource.DEFAULT_CONFIG,
                         c.is_sensitive, False,
@@ -706,7 +711,7 @@ class AdminClient:
             out: dict[ConfigResource, Any] = {}
             for r in resources:
                 try:
-                    await self._aio.alter_configs(r.restype, r.name, r.set_config_dict, validate_only)
+                    await self._aio.alter_configs(r.config_resource_type, r.name, r.set_config_dict, validate_only)
                     out[r] = None
                 except ApiError as e:
                     out[r] = e
@@ -721,7 +726,7 @@ class AdminClient:
                 ops = [(c.name, c.incremental_operation if c.incremental_operation is not None
                         else AlterConfigOpType.SET, c.value) for c in r.incremental_configs]
                 try:
-                    await self._aio.incremental_alter_configs(r.restype, r.name, ops, validate_only)
+                    await self._aio.incremental_alter_configs(r.config_resource_type, r.name, ops, validate_only)
                     out[r] = None
                 except ApiError as e:
                     out[r] = e

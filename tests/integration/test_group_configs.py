@@ -203,3 +203,18 @@ def test_the_configs_cli_describes_and_alters_groups(broker):
     assert refused.returncode == 1 and "INVALID_CONFIG" in refused.stderr, refused.stderr
     assert rivulet("alter", *g, "--delete", "share.delivery.count.limit").returncode == 0
     assert table("describe", *g) == [["share.auto.offset.reset", "earliest", "GROUP_CONFIG"]]
+
+
+def test_rivulets_own_admin_client_takes_resource_type_group(broker):
+    """As confluent-kafka does, ResourceType.GROUP names a GROUP config resource (type 32)."""
+    from rivulet.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    group = f"own-{uuid.uuid4().hex[:6]}"
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.isolation.level", "read_committed", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(30)
+    described = admin.describe_configs([ConfigResource(ResourceType.GROUP, group)])
+    entries = next(iter(described.values())).result(30)
+    assert (entries["share.isolation.level"].value, entries["share.isolation.level"].source) == \
+        ("read_committed", GROUP_CONFIG_SOURCE)
