@@ -28,6 +28,10 @@ class MetadataView(Protocol):
         """The name of the topic with this id (requests that name topics by id), or None."""
         ...
 
+    def topic_names(self) -> list[str]:
+        """Every topic's name (consumer groups' regular-expression subscriptions)."""
+        ...
+
 
 class InternalTopicCreator(Protocol):
     """Creates ``__consumer_offsets`` / ``__transaction_state`` on first start-up."""

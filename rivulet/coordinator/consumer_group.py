@@ -275,6 +275,14 @@ class ConsumerGroup:
         return (ConsumerGroupTargetAssignmentMetadataKey(group_id=self.group_id),
                 ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=epoch, assignment_timestamp=timestamp_ms))
 
+    def regex_record(self, regex: str, topics: frozenset[str] | None, version: int, timestamp_ms: int) -> Record:
+        """A resolved regular expression, or its removal (``topics`` None)."""
+        key = ConsumerGroupRegularExpressionKey(group_id=self.group_id, regular_expression=regex)
+        if topics is None:
+            return (key, None)
+        return (key, ConsumerGroupRegularExpressionValue(topics=sorted(topics), version=version,
+                                                          timestamp=timestamp_ms))
+
     def fence_records(self, member_id: str) -> list[Record]:
         """Removing a member: its current assignment, its target, then its subscription
         (the order in which a reader meets them matters)."""

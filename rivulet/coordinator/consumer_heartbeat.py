@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
 from rivulet.common.cluster import MetadataView
+from rivulet.common.regex import InvalidRegex, compile_re2
 from rivulet.coordinator.assignors import ASSIGNORS, MemberSpec, PartitionAssignor
 from rivulet.coordinator.consumer_group import (
     LEAVE_GROUP_MEMBER_EPOCH,
@@ -107,6 +108,13 @@ def validate(req: HeartbeatRequest, version: int, config: ConsumerGroupConfig) -
             raise invalid("InstanceId can't be null.")
     elif req.member_epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
         raise invalid(f"MemberEpoch is invalid: {req.member_epoch}.")
+    if req.subscribed_topic_regex:
+        try:
+            compile_re2(req.subscribed_topic_regex)
+        except InvalidRegex as e:
+            raise HeartbeatError(ErrorCode.INVALID_REGULAR_EXPRESSION,
+                                 f"SubscribedTopicRegex `{req.subscribed_topic_regex}` is not a valid regular "
+                                 f"expression: {e}.") from None
     if req.server_assignor is not None and req.server_assignor not in config.assignors:
         raise HeartbeatError(ErrorCode.UNSUPPORTED_ASSIGNOR,
                              f"ServerAssignor {req.server_assignor} is not supported. "
@@ -151,7 +159,11 @@ def heartbeat(group: ConsumerGroup, req: HeartbeatRequest, topics: MetadataView,
 
     members = dict(group.members)
     members[updated.member_id] = updated
-    metadata_hash = subscription_hash(_subscribed_names(group, members.values()), topics)
+    resolved, regex_records = resolve_regexes(group, members.values(), topics, now_ms)
+    if regex_records:
+        records += regex_records
+        bump = True
+    metadata_hash = subscription_hash(_subscribed_names(resolved, members.values()), topics)
     group_epoch = group.group_epoch
     if bump or metadata_hash != group.metadata_hash:
         group_epoch += 1
@@ -161,7 +173,7 @@ def heartbeat(group: ConsumerGroup, req: HeartbeatRequest, topics: MetadataView,
     target = group.target_assignment.get(updated.member_id, {})
     if group_epoch > target_epoch:
         assignor = ASSIGNORS[preferred_assignor(members.values(), config)]
-        new_target = compute_target(group, members, topics, assignor)
+        new_target = compute_target(group, members, topics, assignor, resolved)
         for member_id, assignment in new_target.items():
             if assignment != group.target_assignment.get(member_id, {}):
                 records.append(group.target_member_record(member_id, assignment))
@@ -174,7 +186,7 @@ def heartbeat(group: ConsumerGroup, req: HeartbeatRequest, topics: MetadataView,
     if updated.state != MemberState.STABLE or updated.member_epoch != target_epoch or req.member_epoch == 0:
         before = updated
         try:
-            updated = reconcile(updated, target_epoch, target, _subscribed_ids(group, updated, topics),
+            updated = reconcile(updated, target_epoch, target, _subscribed_ids(resolved, updated, topics),
                                 _owner_epoch(group, updated.member_id), req.owned)
         except FencedMemberEpoch as e:
             raise HeartbeatError(ErrorCode.FENCED_MEMBER_EPOCH, str(e)) from None
@@ -190,6 +202,28 @@ def heartbeat(group: ConsumerGroup, req: HeartbeatRequest, topics: MetadataView,
     if req.owned is not None or req.member_epoch == 0 or changed:
         result.assignment = updated.assigned_sets()
     return result
+
+
+def resolve_regexes(group: ConsumerGroup, members: Iterable[ConsumerGroupMember], topics: MetadataView,
+                    now_ms: int) -> tuple[dict[str, frozenset[str]], list[Record]]:
+    """The topics each subscribed regular expression matches now (RE2, the whole name, as Kafka
+    matches with RE2/J), and the records of what changed since they were last resolved."""
+    wanted = {m.subscribed_topic_regex for m in members if m.subscribed_topic_regex}
+    records: list[Record] = []
+    resolved: dict[str, frozenset[str]] = {}
+    names = topics.topic_names() if wanted else []
+    for regex in sorted(wanted):
+        pattern = compile_re2(regex)
+        matched = frozenset(n for n in names if pattern.fullmatch(n))
+        resolved[regex] = matched
+        old = group.resolved_regexes.get(regex)
+        if old is None or old.topics != matched:
+            version = old.version + 1 if old is not None else 1
+            records.append(group.regex_record(regex, matched, version, now_ms))
+    for regex in group.resolved_regexes:
+        if regex not in wanted:
+            records.append(group.regex_record(regex, None, 0, now_ms))
+    return resolved, records
 
 
 def leave(group: ConsumerGroup, req: HeartbeatRequest) -> HeartbeatResult:
@@ -223,12 +257,12 @@ def fence(group: ConsumerGroup, member_id: str) -> list[Record]:
 
 
 def compute_target(group: ConsumerGroup, members: Mapping[str, ConsumerGroupMember], topics: MetadataView,
-                   assignor: PartitionAssignor) -> dict[str, Assignment]:
+                   assignor: PartitionAssignor, resolved: Resolved) -> dict[str, Assignment]:
     specs: dict[str, MemberSpec] = {}
     partitions: dict[uuid.UUID, int] = {}
     for member_id, m in members.items():
-        ids = _subscribed_ids(group, m, topics)
-        for name in _member_topic_names(group, m):
+        ids = _subscribed_ids(resolved, m, topics)
+        for name in _member_topic_names(resolved, m):
             info = topics.get(name)
             if info is not None:
                 partitions[info.topic_id] = info.num_partitions
@@ -273,23 +307,27 @@ def _check_epoch(member: ConsumerGroupMember, received: int, owned: OwnedPartiti
                                  "all its partitions and rejoin.")
 
 
-def _member_topic_names(group: ConsumerGroup, m: ConsumerGroupMember) -> set[str]:
+Resolved = Mapping[str, frozenset[str]]
+"""Each regular expression the group's members subscribe with, and the topics it matches."""
+
+
+def _member_topic_names(resolved: Resolved, m: ConsumerGroupMember) -> set[str]:
     names = set(m.subscribed_topic_names)
-    if m.subscribed_topic_regex and m.subscribed_topic_regex in group.resolved_regexes:
-        names |= group.resolved_regexes[m.subscribed_topic_regex].topics
+    if m.subscribed_topic_regex:
+        names |= resolved.get(m.subscribed_topic_regex, frozenset())
     return names
 
 
-def _subscribed_names(group: ConsumerGroup, members: Iterable[ConsumerGroupMember]) -> set[str]:
+def _subscribed_names(resolved: Resolved, members: Iterable[ConsumerGroupMember]) -> set[str]:
     names: set[str] = set()
     for m in members:
-        names |= _member_topic_names(group, m)
+        names |= _member_topic_names(resolved, m)
     return names
 
 
-def _subscribed_ids(group: ConsumerGroup, m: ConsumerGroupMember, topics: MetadataView) -> set[uuid.UUID]:
+def _subscribed_ids(resolved: Resolved, m: ConsumerGroupMember, topics: MetadataView) -> set[uuid.UUID]:
     ids = set()
-    for name in _member_topic_names(group, m):
+    for name in _member_topic_names(resolved, m):
         info = topics.get(name)
         if info is not None:
             ids.add(info.topic_id)

@@ -130,3 +130,24 @@ class DelayedHeartbeat(DelayedOperation):
 
     def on_expiration(self) -> None:
         self.coordinator.on_expire_heartbeat(self.group, self.member_id, self.is_pending)
+
+
+class DelayedDeadline(DelayedOperation):
+    """A KIP-848 member's session or revocation deadline. It completes unfired once it is no
+    longer the live one (a heartbeat replaced it, or it was cancelled), and runs ``on_expire``
+    if it is still live when its time comes."""
+
+    def __init__(self, delay_ms: int, still_live: Callable[[], bool], on_expire: Callable[[], None]) -> None:
+        super().__init__(delay_ms)
+        self.still_live = still_live
+        self.on_expire = on_expire
+
+    def try_complete(self) -> bool:
+        return False if self.still_live() else self.force_complete()
+
+    def on_complete(self) -> None:
+        pass
+
+    def on_expiration(self) -> None:
+        if self.still_live():
+            self.on_expire()

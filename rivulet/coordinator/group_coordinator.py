@@ -18,6 +18,16 @@ from typing import Awaitable, Callable, Iterable, Iterator
 from rivulet.common.cluster import ConfigValues, InternalTopicCreator, MetadataView, NodeEndpoint
 from rivulet.common.time import SYSTEM_CLOCK, Clock
 from rivulet.common.types import TopicPartition
+from rivulet.coordinator.consumer_group import ConsumerGroup
+from rivulet.coordinator.consumer_group_service import ConsumerGroupService
+from rivulet.coordinator.group_config import GroupConfigs
+from rivulet.coordinator.consumer_heartbeat import (
+    ConsumerGroupConfig,
+    HeartbeatError,
+    HeartbeatRequest,
+    HeartbeatResult,
+    validate as validate_heartbeat,
+)
 from rivulet.coordinator.delayed_ops import (
     DelayedHeartbeat,
     DelayedJoin,
@@ -43,7 +53,7 @@ from rivulet.coordinator.group_metadata import (
     SyncCallback,
     SyncGroupResult,
 )
-from rivulet.coordinator.group_metadata_manager import GroupMetadataManager, PartitionData
+from rivulet.coordinator.group_metadata_manager import GroupMetadataManager, PartitionData, config_value
 from rivulet.coordinator.offsets_topic import GROUP_METADATA_TOPIC_NAME
 from rivulet.delayed import DelayedOperationPurgatory, Timer
 from rivulet.protocol.errors import ErrorCode
@@ -57,6 +67,7 @@ JOIN, SYNC, HEARTBEAT, LEAVE = "join", "sync", "heartbeat", "leave"
 OFFSET_COMMIT, OFFSET_FETCH, OFFSET_DELETE = "offset_commit", "offset_fetch", "offset_delete"
 TXN_OFFSET_COMMIT = "txn_offset_commit"
 DESCRIBE, DELETE = "describe", "delete"
+CONSUMER_HEARTBEAT = "consumer_group_heartbeat"
 _EMPTY_ID_OK = frozenset({OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE, DELETE})
 
 LeaveMember = tuple[str, str | None, str | None]  # (member id, group.instance.id, reason)
@@ -68,7 +79,7 @@ class GroupCoordinator:
 
     def __init__(self, config: ConfigValues, replica_manager: ReplicaManager, metadata: MetadataView,
                  topic_creator: InternalTopicCreator, node: NodeEndpoint, timer: Timer,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+                 clock: Clock = SYSTEM_CLOCK, group_configs: GroupConfigs | None = None) -> None:
         self.config = config
         self.replica_manager = replica_manager
         self.metadata = metadata
@@ -82,6 +93,13 @@ class GroupCoordinator:
         self.heartbeat_purgatory: DelayedOperationPurgatory = DelayedOperationPurgatory("Heartbeat", timer)
         self.rebalance_purgatory: DelayedOperationPurgatory = DelayedOperationPurgatory("Rebalance", timer)
         self.manager: GroupMetadataManager | None = None
+        self.consumer_groups: ConsumerGroupService | None = None
+        self.group_configs = group_configs
+        self.consumer_group_config = ConsumerGroupConfig(
+            heartbeat_interval_ms=config_value(config, "group.consumer.heartbeat.interval.ms", 5000),
+            session_timeout_ms=config_value(config, "group.consumer.session.timeout.ms", 45000),
+            max_size=config_value(config, "group.consumer.max.size", 2147483647),
+            assignors=tuple(config_value(config, "group.consumer.assignors", ["uniform", "range"])))
         self._active = False
         self._load_queue: deque[int] = deque()
         self._loader: asyncio.Task | None = None
@@ -105,6 +123,8 @@ class GroupCoordinator:
                                                          self.offsets_topic_configs()).num_partitions
         self.manager = GroupMetadataManager(cfg, self.replica_manager, clock=self.clock.milliseconds,
                                             num_partitions=n)
+        self.consumer_groups = ConsumerGroupService(self.consumer_group_config, self.manager, self.metadata,
+                                                    self.heartbeat_purgatory, self.clock, self.group_configs)
         self._active = True
         for p in range(n if lead_all else 0):
             self.on_become_leader(p)
@@ -196,9 +216,13 @@ class GroupCoordinator:
                                            "Rebalancing in order to give a chance for consumers to commit offsets")
         for member in group.all_member_metadata():
             self._complete_and_schedule_next_heartbeat_expiration(group, member)
+        if self.consumer_groups is not None:
+            self.consumer_groups.on_group_loaded(group)
 
     def _on_group_unloaded(self, group: GroupMetadata) -> None:
         log.info("Unloading group metadata for %s with generation %d", group.group_id, group.generation_id)
+        if self.consumer_groups is not None:
+            self.consumer_groups.on_group_unloaded(group)
         previous = group.state
         group.transition_to(DEAD)
         if previous is PREPARING_REBALANCE:
@@ -282,6 +306,15 @@ class GroupCoordinator:
         if group is None:
             callback(JoinGroupResult(member_id, ErrorCode.UNKNOWN_MEMBER_ID))
             return
+        if group.consumer is not None:
+            if group.consumer.members:
+                # Classic members inside a consumer group (online migration) are not served yet.
+                callback(JoinGroupResult(member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
+                return
+            # An empty consumer group becomes a classic one, keeping its offsets.
+            self.manager.store_consumer_group_records(group_id, group.consumer.delete_records(), lambda _e: None)
+            group.consumer = None
+            group.protocol_type = None
         reason = reason or "not provided"
         if not self._accept_joining_member(group, member_id):
             group.remove(member_id)
@@ -758,6 +791,23 @@ class GroupCoordinator:
         log.info("Member %s has left group %s through explicit `LeaveGroup`; client reason: %s", member,
                  group.group_id, reason)
 
+    # ------------------------------------------------------------ ConsumerGroupHeartbeat (KIP-848)
+    def handle_consumer_group_heartbeat(self, req: HeartbeatRequest, version: int,
+                                        callback: Callable[[HeartbeatResult], None]) -> None:
+        if not self._active or self.manager is None or self.consumer_groups is None:
+            callback(HeartbeatResult(error=ErrorCode.COORDINATOR_NOT_AVAILABLE))
+            return
+        try:
+            validate_heartbeat(req, version, self.consumer_group_config)
+        except HeartbeatError as e:
+            callback(HeartbeatResult(error=e.code, error_message=e.message))
+            return
+        err = self._validate_group_status(req.group_id, CONSUMER_HEARTBEAT)
+        if err is not None:
+            callback(HeartbeatResult(error=err))
+            return
+        self.consumer_groups.heartbeat(req, callback)
+
     # ------------------------------------------------------------ Heartbeat
     def handle_heartbeat(self, group_id: str, member_id: str, group_instance_id: str | None,
                          generation_id: int) -> ErrorCode:
@@ -848,9 +898,13 @@ class GroupCoordinator:
                 callback({tp: (ErrorCode.GROUP_ID_NOT_FOUND if api_version >= 9 else ErrorCode.ILLEGAL_GENERATION)
                           for tp in offsets})
                 return
-        err = self._validate_offset_commit(group, generation_id, member_id, group_instance_id)
+        err = self._validate_offset_commit(group, generation_id, member_id, group_instance_id,
+                                           api_version=api_version)
         if err is not None:
             callback({tp: err for tp in offsets})
+            return
+        if group.consumer is not None:
+            self.manager.store_offsets(group, member_id, offsets, callback)
             return
         st = group.state
         if st is EMPTY:
@@ -896,9 +950,12 @@ class GroupCoordinator:
             self.manager.complete_txn_offsets(producer_id, partitions, commit)
 
     def _validate_offset_commit(self, group: GroupMetadata, generation_id: int, member_id: str,
-                                group_instance_id: str | None, transactional: bool = False) -> ErrorCode | None:
+                                group_instance_id: str | None, transactional: bool = False,
+                                api_version: int = 9) -> ErrorCode | None:
         if group.is_(DEAD):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if group.consumer is not None:
+            return _validate_consumer_member_epoch(group, generation_id, member_id, transactional, api_version)
         if generation_id < 0 and group.is_(EMPTY):
             return None  # admin client or a consumer without group management
         if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
@@ -915,11 +972,20 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------ OffsetFetch
     def handle_fetch_offsets(self, group_id: str, require_stable: bool,
-                             partitions: list[TopicPartition] | None
-                             ) -> tuple[ErrorCode, dict[TopicPartition, PartitionData]]:
+                             partitions: list[TopicPartition] | None, member_id: str | None = None,
+                             member_epoch: int = -1) -> tuple[ErrorCode, dict[TopicPartition, PartitionData]]:
+        """``member_id``/``member_epoch`` (OffsetFetch v9+): a KIP-848 member fetching for
+        itself must be current."""
         err = self._validate_group_status(group_id, OFFSET_FETCH)
         if err is not None:
             return err, {}
+        group = self.manager.get_group(group_id)
+        if group is not None and group.consumer is not None and member_epoch >= 0:
+            member = group.consumer.members.get(member_id or "")
+            if member is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID, {}
+            if member.member_epoch != member_epoch:
+                return ErrorCode.STALE_MEMBER_EPOCH, {}
         # Answered whatever the group's state: standalone consumers only store offsets.
         return ErrorCode.NONE, self.manager.get_offsets(group_id, require_stable, partitions)
 
@@ -934,7 +1000,7 @@ class GroupCoordinator:
             return (ErrorCode.GROUP_ID_NOT_FOUND if self.manager.group_not_exists(group_id)
                     else ErrorCode.NOT_COORDINATOR), {}
         errors: dict[TopicPartition, ErrorCode] = {}
-        if group.is_(EMPTY):
+        if group.is_empty:
             eligible = list(partitions)
         elif group.is_consumer_group:
             eligible = []
@@ -966,7 +1032,7 @@ class GroupCoordinator:
             if group is None or group.is_(DEAD):
                 errors[gid] = (ErrorCode.GROUP_ID_NOT_FOUND if self.manager.group_not_exists(gid)
                                else ErrorCode.NOT_COORDINATOR)
-            elif group.is_(EMPTY):
+            elif group.is_empty:
                 group.transition_to(DEAD)
                 eligible.append(group)
             else:
@@ -989,18 +1055,53 @@ class GroupCoordinator:
         wanted_types = {t.lower() for t in types}
         groups = [g for g in self.manager.current_groups()
                   if (not wanted_states or g.in_states(wanted_states))
-                  and (not wanted_types or "classic" in wanted_types)]
+                  and (not wanted_types or g.group_type in wanted_types)]
         return error, groups
 
     def handle_describe_group(self, group_id: str) -> tuple[ErrorCode, tuple[str, str, str, list]]:
-        """(error, (state, protocol type, protocol, member summaries))."""
+        """(error, (state, protocol type, protocol, member summaries)). A consumer group is not
+        a classic one: it is described as one that does not exist."""
         err = self._validate_group_status(group_id, DESCRIBE)
         if err is not None:
             return err, ("", "", "", [])
         group = self.manager.get_group(group_id)
-        if group is None:
+        if group is None or group.consumer is not None:
             return ErrorCode.NONE, (DEAD.value, "", "", [])
         return ErrorCode.NONE, group.summary()
+
+    def handle_consumer_group_describe(self, group_id: str
+                                       ) -> tuple[ErrorCode, str | None, ConsumerGroup | None]:
+        """ConsumerGroupDescribe: (error, its message, the group)."""
+        err = self._validate_group_status(group_id, DESCRIBE)
+        if err is not None:
+            return err, None, None
+        group = self.manager.get_group(group_id)
+        if group is None or group.is_(DEAD):
+            return ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None
+        if group.consumer is None:
+            return ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.", None
+        return ErrorCode.NONE, None, group.consumer
+
+    def is_consumer_group(self, group_id: str) -> bool:
+        """A KIP-848 group that this node coordinates."""
+        group = self.manager.get_group(group_id) if self.manager is not None else None
+        return group is not None and group.consumer is not None
+
+
+def _validate_consumer_member_epoch(group: GroupMetadata, epoch: int, member_id: str, transactional: bool,
+                                    api_version: int) -> ErrorCode | None:
+    """A KIP-848 group takes offsets from its members at their current epoch, and from anyone
+    (the admin client, a consumer without group management) while it has no members."""
+    consumer = group.consumer
+    assert consumer is not None
+    if epoch < 0 and not consumer.members:
+        return None
+    member = consumer.members.get(member_id)
+    if member is None:
+        return ErrorCode.UNKNOWN_MEMBER_ID
+    if not transactional and api_version < 9:
+        return ErrorCode.UNSUPPORTED_VERSION  # members of the new protocol commit with v9 or later
+    return ErrorCode.STALE_MEMBER_EPOCH if epoch != member.member_epoch else None
 
 
 def _answer_displaced_join(group: GroupMetadata, member: MemberMetadata) -> None:

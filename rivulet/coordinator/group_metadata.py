@@ -12,6 +12,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
+from rivulet.coordinator.consumer_group import ConsumerGroup
 from rivulet.common.time import SYSTEM_CLOCK
 from rivulet.common.types import TopicPartition
 from rivulet.protocol.errors import ErrorCode
@@ -260,6 +261,9 @@ class GroupMetadata:
         # group.protocol_type == consumer: the union of the members' subscriptions, computed
         # per generation; None when unknown (offsets of every topic are then kept).
         self.subscribed_topics: set[str] | None = None
+        # A KIP-848 consumer group: its members and assignments live here, and the classic
+        # state above stays Empty with no members. None for a classic group.
+        self.consumer: ConsumerGroup | None = None
 
     # ------------------------------------------------------------ state
     @property
@@ -282,7 +286,21 @@ class GroupMetadata:
         self.current_state_timestamp = self._clock()
 
     def in_states(self, lowercase_states: set[str]) -> bool:
-        return self._state.value.lower() in lowercase_states
+        return self.state_name.lower() in lowercase_states
+
+    @property
+    def state_name(self) -> str:
+        """As ListGroups names it: a consumer group's own state, else the classic one."""
+        return self.consumer.state().value if self.consumer is not None else self._state.value
+
+    @property
+    def is_empty(self) -> bool:
+        """No members under either protocol."""
+        return self.is_(EMPTY) and (self.consumer is None or not self.consumer.members)
+
+    @property
+    def group_type(self) -> str:
+        return "consumer" if self.consumer is not None else "classic"
 
     @property
     def is_consumer_group(self) -> bool:
@@ -524,6 +542,8 @@ class GroupMetadata:
         return topics
 
     def is_subscribed_to_topic(self, topic: str) -> bool:
+        if self.consumer is not None:
+            return topic in self.consumer.subscribed_topic_names()
         return True if self.subscribed_topics is None else topic in self.subscribed_topics
 
     def init_next_generation(self) -> None:
@@ -660,7 +680,11 @@ class GroupMetadata:
                     out[tp] = om
             return out
 
-        if self.protocol_type is not None and self.is_(EMPTY):
+        if self.consumer is not None:
+            # A KIP-848 group: offsets of topics no member subscribes to expire by commit time.
+            subscribed = self.consumer.subscribed_topic_names() if self.consumer.members else set()
+            result = expired(lambda r: r.offset_and_metadata.commit_timestamp, subscribed)
+        elif self.protocol_type is not None and self.is_(EMPTY):
             ts = self.current_state_timestamp
             result = expired(lambda r: ts if ts is not None else r.offset_and_metadata.commit_timestamp)
         elif (self.protocol_type == CONSUMER_PROTOCOL_TYPE and self.subscribed_topics is not None

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 from rivulet.common.cluster import ConfigValues
 from rivulet.common.time import SYSTEM_CLOCK
 from rivulet.common.types import TopicPartition
+from rivulet.coordinator.consumer_group import ConsumerGroup, Record as ConsumerGroupRecord
 from rivulet.coordinator.group_metadata import (
     DEAD,
     EMPTY,
@@ -26,18 +27,22 @@ from rivulet.coordinator.group_metadata import (
 )
 from rivulet.coordinator.offsets_topic import (
     GROUP_METADATA_TOPIC_NAME,
+    ConsumerGroupRecordKey,
     GroupKey,
     OffsetKey,
     UnknownKey,
+    consumer_group_record,
     group_metadata_key,
     group_metadata_value,
     offset_commit_key,
     offset_commit_value,
+    read_consumer_group_value,
     read_group_message_value,
     read_message_key,
     read_offset_message_value,
 )
 from rivulet.protocol import records as rec
+from rivulet.protocol.messages.consumer_group_metadata_key import ConsumerGroupMetadataKey
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.replication.replica_manager import ProduceResult, ReplicaManager
 
@@ -57,7 +62,7 @@ class PartitionData:
     error: ErrorCode = ErrorCode.NONE
 
 
-def _cfg(config: ConfigValues, name: str, default: Any) -> Any:
+def config_value(config: ConfigValues, name: str, default: Any) -> Any:
     try:
         value = config[name]
     except KeyError:
@@ -106,8 +111,8 @@ class GroupMetadataManager:
         self.max_metadata_size: int = config["offset.metadata.max.bytes"]
         self.commit_timeout_ms: int = config["offsets.commit.timeout.ms"]
         self.retention_ms: int = config["offsets.retention.minutes"] * 60_000
-        self.compression: int = int(_cfg(config, "offsets.topic.compression.codec", 0))
-        self.load_buffer_size: int = int(_cfg(config, "offsets.load.buffer.size", DEFAULT_LOAD_BUFFER_SIZE))
+        self.compression: int = int(config_value(config, "offsets.topic.compression.codec", 0))
+        self.load_buffer_size: int = int(config_value(config, "offsets.load.buffer.size", DEFAULT_LOAD_BUFFER_SIZE))
         self.groups: dict[str, GroupMetadata] = {}
         self.owned_partitions: set[int] = set()
         self.loading_partitions: set[int] = set()
@@ -202,6 +207,22 @@ class GroupMetadataManager:
             callback(convert_store_group_error(res.error))
 
         self._append(partition, [(group_metadata_key(group.group_id), value)], -1, on_append)
+
+    def store_consumer_group_records(self, group_id: str, records: list[ConsumerGroupRecord],
+                                     callback: Callable[[ErrorCode], None]) -> None:
+        """Append a KIP-848 group's records (already replayed into its state); callback(error)
+        once they are acknowledged."""
+        partition = self.partition_for(group_id)
+        if not self.is_partition_owned(partition):
+            callback(ErrorCode.NOT_COORDINATOR)
+            return
+
+        def on_append(res: ProduceResult) -> None:
+            if res.error != ErrorCode.NONE:
+                log.debug("records of consumer group %s failed to append: %s", group_id, res.error.name)
+            callback(convert_store_group_error(res.error))
+
+        self._append(partition, [consumer_group_record(k, v) for k, v in records], -1, on_append)
 
     def store_offsets(self, group: GroupMetadata, member_id: str,
                       offsets: Mapping[TopicPartition, OffsetAndMetadata],
@@ -303,7 +324,7 @@ class GroupMetadataManager:
         removed_total = 0
         for group in list(groups):
             removed = selector(group)
-            if group.is_(EMPTY) and not group.has_offsets():
+            if group.is_empty and not group.has_offsets():
                 log.info("Group %s transitioned to Dead in generation %d", group.group_id, group.generation_id)
                 group.transition_to(DEAD)
             is_dead = group.is_(DEAD)
@@ -318,6 +339,8 @@ class GroupMetadataManager:
                 del self.groups[group.group_id]
                 if group.generation_id > 0:
                     tombstones.append((group_metadata_key(group.group_id), None))
+                if group.consumer is not None:
+                    tombstones += [consumer_group_record(k, v) for k, v in group.consumer.delete_records()]
             if tombstones:
                 self._append(partition, tombstones, 0, None)
                 removed_total += len(removed)
@@ -349,6 +372,7 @@ class GroupMetadataManager:
             loaded_offsets: dict[tuple[str, TopicPartition], CommitRecordMetadataAndOffset] = {}
             pending_offsets: dict[int, dict[tuple[str, TopicPartition], CommitRecordMetadataAndOffset]] = {}
             loaded_groups: dict[str, GroupMetadata | None] = {}
+            loaded_consumer_groups: dict[str, ConsumerGroup | None] = {}
             while offset < end and not self.shutting_down:
                 try:
                     data = lg.read(offset, self.load_buffer_size, max_offset=end, min_one_batch=True).records
@@ -369,7 +393,8 @@ class GroupMetadataManager:
                         for r in batch.records:
                             if r.offset < offset:
                                 continue
-                            self._load_record(batch, r, loaded_offsets, pending_offsets, loaded_groups)
+                            self._load_record(batch, r, loaded_offsets, pending_offsets, loaded_groups,
+                                              loaded_consumer_groups)
                     offset = max(offset, h.last_offset + 1)
                 yield None
             if self.shutting_down:
@@ -383,6 +408,12 @@ class GroupMetadataManager:
                 for (gid, tpk), r in entries.items():
                     pending_by_group.setdefault(gid, {}).setdefault(pid, {})[tpk] = r
                     self.open_groups_for_producer.setdefault(pid, set()).add(gid)
+            for gid, consumer in loaded_consumer_groups.items():
+                if consumer is not None:
+                    # A group converted from classic to consumer carries no classic state on.
+                    group = GroupMetadata(gid, EMPTY, self.clock)
+                    group.consumer = consumer
+                    loaded_groups[gid] = group
             for gid, group in loaded_groups.items():
                 if group is None:
                     continue
@@ -407,8 +438,8 @@ class GroupMetadataManager:
             return
         on_group_loaded(group)
 
-    def _load_record(self, batch: rec.DecodedBatch, r: rec.Record,
-                     loaded_offsets: dict, pending_offsets: dict, loaded_groups: dict) -> None:
+    def _load_record(self, batch: rec.DecodedBatch, r: rec.Record, loaded_offsets: dict, pending_offsets: dict,
+                     loaded_groups: dict, loaded_consumer_groups: dict[str, ConsumerGroup | None]) -> None:
         if r.key is None:
             log.warning("skipping keyless record at offset %d of %s", r.offset, GROUP_METADATA_TOPIC_NAME)
             return
@@ -433,6 +464,16 @@ class GroupMetadataManager:
                                                                   read_offset_message_value(r.value))
         elif isinstance(key, GroupKey):
             loaded_groups[key.group] = read_group_message_value(key.group, r.value, self.clock)
+        elif isinstance(key, ConsumerGroupRecordKey):
+            gid = key.key.group_id
+            value = read_consumer_group_value(key, r.value)
+            if isinstance(key.key, ConsumerGroupMetadataKey) and value is None:
+                loaded_consumer_groups[gid] = None  # the group was deleted
+                return
+            consumer = loaded_consumer_groups.get(gid)
+            if consumer is None:
+                consumer = loaded_consumer_groups[gid] = ConsumerGroup(gid)
+            consumer.replay(key.key, value)
         elif isinstance(key, UnknownKey):
             log.debug("ignoring record with key version %d at offset %d", key.version, r.offset)
 

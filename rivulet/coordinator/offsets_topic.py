@@ -1,7 +1,8 @@
 """Record formats of __consumer_offsets: version-prefixed keys and values, as Kafka writes them.
 
-Key versions 0 and 1 are offset commits, 2 is group metadata; newer key versions belong to
-the KIP-848 coordinator and are skipped on load. A record with a null value is a tombstone.
+Key versions 0 and 1 are offset commits, 2 is group metadata, 3 and up the records of KIP-848
+consumer groups (Kafka 4's coordinator record types; other types are skipped on load). A
+record with a null value is a tombstone.
 Values are written at the highest non-flexible version Kafka writes: OffsetCommitValue v3
 (v1 when the commit carries an explicit expire timestamp), GroupMetadataValue v3.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from rivulet.common.time import SYSTEM_CLOCK
 from rivulet.coordinator.group_metadata import (
@@ -19,6 +20,30 @@ from rivulet.coordinator.group_metadata import (
     GroupMetadata,
     MemberMetadata,
     OffsetAndMetadata,
+)
+from rivulet.protocol.messages.consumer_group_current_member_assignment_key import (
+    ConsumerGroupCurrentMemberAssignmentKey,
+)
+from rivulet.protocol.messages.consumer_group_current_member_assignment_value import (
+    ConsumerGroupCurrentMemberAssignmentValue,
+)
+from rivulet.protocol.messages.consumer_group_member_metadata_key import ConsumerGroupMemberMetadataKey
+from rivulet.protocol.messages.consumer_group_member_metadata_value import ConsumerGroupMemberMetadataValue
+from rivulet.protocol.messages.consumer_group_metadata_key import ConsumerGroupMetadataKey
+from rivulet.protocol.messages.consumer_group_metadata_value import ConsumerGroupMetadataValue
+from rivulet.protocol.messages.consumer_group_regular_expression_key import ConsumerGroupRegularExpressionKey
+from rivulet.protocol.messages.consumer_group_regular_expression_value import ConsumerGroupRegularExpressionValue
+from rivulet.protocol.messages.consumer_group_target_assignment_member_key import (
+    ConsumerGroupTargetAssignmentMemberKey,
+)
+from rivulet.protocol.messages.consumer_group_target_assignment_member_value import (
+    ConsumerGroupTargetAssignmentMemberValue,
+)
+from rivulet.protocol.messages.consumer_group_target_assignment_metadata_key import (
+    ConsumerGroupTargetAssignmentMetadataKey,
+)
+from rivulet.protocol.messages.consumer_group_target_assignment_metadata_value import (
+    ConsumerGroupTargetAssignmentMetadataValue,
 )
 from rivulet.protocol.messages.group_metadata_key import GroupMetadataKey
 from rivulet.protocol.messages.group_metadata_value import GroupMetadataValue, MemberMetadata as MemberValue
@@ -51,6 +76,25 @@ class GroupKey:
 @dataclass(frozen=True, slots=True)
 class UnknownKey:
     version: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupRecordKey:
+    """A KIP-848 consumer group record: its decoded key, and how to decode its value."""
+
+    key: Any
+    value_type: type
+
+
+# Record type -> (key struct, value struct) of the consumer group records; type 4 (partition
+# metadata) is no longer written by Kafka 4.1+ and is read for nothing.
+_CONSUMER_GROUP_RECORDS = {k.API_KEY: (k, v) for k, v in (
+    (ConsumerGroupMetadataKey, ConsumerGroupMetadataValue),
+    (ConsumerGroupMemberMetadataKey, ConsumerGroupMemberMetadataValue),
+    (ConsumerGroupTargetAssignmentMetadataKey, ConsumerGroupTargetAssignmentMetadataValue),
+    (ConsumerGroupTargetAssignmentMemberKey, ConsumerGroupTargetAssignmentMemberValue),
+    (ConsumerGroupCurrentMemberAssignmentKey, ConsumerGroupCurrentMemberAssignmentValue),
+    (ConsumerGroupRegularExpressionKey, ConsumerGroupRegularExpressionValue))}
 
 
 def _prefixed(version: int, struct_obj) -> bytes:
@@ -101,8 +145,24 @@ def group_metadata_value(group: GroupMetadata, assignment: Mapping[str, bytes]) 
         leader=group.leader_id, current_state_timestamp=-1 if ts is None else ts, members=members))
 
 
-def read_message_key(data: bytes) -> OffsetKey | GroupKey | UnknownKey:
+def consumer_group_record(key: Any, value: Any) -> tuple[bytes, bytes | None]:
+    """A consumer group record (key struct, value struct or None) as written: the key after its
+    record type, the value after its version (0, the only one)."""
+    return _key(key), None if value is None else _prefixed(0, value)
+
+
+def read_consumer_group_value(key: ConsumerGroupRecordKey, data: bytes | None) -> Any:
+    if data is None:
+        return None
+    (version,) = _VERSION.unpack_from(data, 0)
+    return key.value_type.decode(data, version, 2)
+
+
+def read_message_key(data: bytes) -> OffsetKey | GroupKey | ConsumerGroupRecordKey | UnknownKey:
     (record_type,) = _VERSION.unpack_from(data, 0)
+    if record_type in _CONSUMER_GROUP_RECORDS:
+        key_type, value_type = _CONSUMER_GROUP_RECORDS[record_type]
+        return ConsumerGroupRecordKey(key_type.decode(data, 0, 2), value_type)
     if record_type in (LegacyOffsetCommitKey.API_KEY, OffsetCommitKey.API_KEY):
         k = OffsetCommitKey.decode(data, 0, 2)  # both types have the same fields
         return OffsetKey(k.group, k.topic, k.partition)

@@ -103,6 +103,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     61: (0, 0),   # DescribeProducers
     65: (0, 0),   # DescribeTransactions
     66: (0, 2),   # ListTransactions
+    68: (0, 1),   # ConsumerGroupHeartbeat
+    69: (0, 1),   # ConsumerGroupDescribe
     71: (0, 0),   # GetTelemetrySubscriptions
     72: (0, 0),   # PushTelemetry
     74: (0, 1),   # ListConfigResources (v0: ListClientMetricsResources)

@@ -212,7 +212,8 @@ class Broker:
             self.log_cleaner = LogCleaner(self.log_manager, backoff_ms=cfg["log.cleaner.backoff.ms"],
                                           time_ms=self.clock.milliseconds)
             self.log_cleaner.start()
-        groups = self.group_coordinator = GroupCoordinator(cfg, rm, topics, topics, self.node, self.timer, self.clock)
+        groups = self.group_coordinator = GroupCoordinator(cfg, rm, topics, topics, self.node, self.timer, self.clock,
+                                                           self.group_configs)
         # As Kafka does, committed offsets of deleted partitions go too.
         topics.on_partitions_deleted.append(groups.on_partitions_deleted)
         groups.startup(lead_all=not self.cluster_mode)

@@ -299,6 +299,10 @@ BROKER_CONFIGS = ConfigDef([
        MEDIUM),
     _k("group.consumer.max.heartbeat.interval.ms", I, 15000, _pos, "Longest consumer.heartbeat.interval.ms.",
        MEDIUM),
+    _k("group.consumer.assignors", LS, ("uniform", "range"), each_of("uniform", "range"), "Server-side "
+       "assignors of consumer groups, the first the default (a member picks one with group.remote.assignor).",
+       MEDIUM),
+    _k("group.consumer.max.size", I, 2147483647, _pos, "Most members in one consumer group.", MEDIUM),
     _k("group.consumer.assignment.interval.ms", I, 1000, _nonneg, "Minimum interval between two target "
        "assignment computations of a consumer group.", MEDIUM, ignored=True),
     _k("group.share.assignment.interval.ms", I, 1000, _nonneg, "Minimum interval between two target "

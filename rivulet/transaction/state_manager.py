@@ -15,9 +15,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable
 
-import re2
 
 from rivulet.common.cluster import ConfigValues
+from rivulet.common.regex import InvalidRegex, compile_re2
 from rivulet.common.time import SYSTEM_CLOCK, Clock
 from rivulet.common.types import TopicPartition
 from rivulet.protocol import records as rec
@@ -309,8 +309,8 @@ class TransactionStateManager:
         pattern = None
         if id_pattern:
             try:
-                pattern = re2.compile(id_pattern)
-            except re2.error:
+                pattern = compile_re2(id_pattern)
+            except InvalidRegex:
                 return ErrorCode.INVALID_REGULAR_EXPRESSION, [], []
         unknown = [s for s in states if TxnState.from_name(s) is None]
         wanted = {TxnState.from_name(s) for s in states} - {None}

@@ -67,6 +67,8 @@ from rivulet.protocol.messages import (
     write_txn_markers_request as wtmq,
 )
 from rivulet.protocol.messages import alter_partition_reassignments_request as apraq
+from rivulet.protocol.messages import consumer_group_describe_request as cgdq
+from rivulet.protocol.messages import consumer_group_heartbeat_request as cghq
 from rivulet.protocol.messages import alter_partition_request as apaq
 from rivulet.protocol.messages import alter_user_scram_credentials_request as ausq
 from rivulet.protocol.messages import controlled_shutdown_request as csq
@@ -94,6 +96,7 @@ JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
         'username="admin" password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
 T, DOOMED, NEW, AUTO = "acl-topic", "acl-doomed", "acl-new", "acl-auto"
 G, DOOMED_GROUP, JOIN_GROUP = "acl-group", "acl-doomed-group", "acl-join-group"
+CONSUMER_GROUP = "acl-consumer-group"  # joined with ConsumerGroupHeartbeat (KIP-848)
 TX, TX_INIT = "acl-tx", "acl-tx-init"
 AUTH_ERRORS = {"TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED",
                "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"}
@@ -229,6 +232,18 @@ async def heartbeat(c: Ctx) -> str:
     r = await c.user.send(hbq.HeartbeatRequest(group_id=JOIN_GROUP, generation_id=1, member_id="m",
                                                group_instance_id=None))
     return name(r.error_code)
+
+
+async def consumer_group_heartbeat(c: Ctx) -> str:
+    r = await c.user.send(cghq.ConsumerGroupHeartbeatRequest(
+        group_id=CONSUMER_GROUP, member_id="acl-member-0123456789", member_epoch=0, rebalance_timeout_ms=30000,
+        subscribed_topic_names=[T], topic_partitions=[]))
+    return name(r.error_code)
+
+
+async def consumer_group_describe(c: Ctx) -> str:
+    r = await c.user.send(cgdq.ConsumerGroupDescribeRequest(group_ids=[G], include_authorized_operations=True))
+    return name(r.groups[0].error_code)
 
 
 async def leave_group(c: Ctx) -> str:
@@ -590,6 +605,12 @@ MATRIX: list[Row] = [
     Row("Heartbeat", (JOIN_READ,), "GROUP_AUTHORIZATION_FAILED", heartbeat, allowed="UNKNOWN_MEMBER_ID"),
     Row("LeaveGroup", (JOIN_READ,), "GROUP_AUTHORIZATION_FAILED", leave_group, allowed="UNKNOWN_MEMBER_ID"),
     Row("DescribeGroups", (need(RT.GROUP, Op.DESCRIBE),), "GROUP_AUTHORIZATION_FAILED", describe_groups),
+    Row("ConsumerGroupHeartbeat", (need(RT.GROUP, Op.READ, CONSUMER_GROUP), TOPIC_DESCRIBE),
+        "GROUP_AUTHORIZATION_FAILED", consumer_group_heartbeat),
+    Row("ConsumerGroupHeartbeat (subscribed topics)", (TOPIC_DESCRIBE,), "TOPIC_AUTHORIZATION_FAILED",
+        consumer_group_heartbeat, given=(need(RT.GROUP, Op.READ, CONSUMER_GROUP),)),
+    Row("ConsumerGroupDescribe", (need(RT.GROUP, Op.DESCRIBE),), "GROUP_AUTHORIZATION_FAILED",
+        consumer_group_describe, allowed="GROUP_ID_NOT_FOUND"),
     Row("ListGroups", (need(RT.GROUP, Op.DESCRIBE),), "hidden", list_groups, allowed="listed"),
     Row("CreateTopics", (need(RT.TOPIC, Op.CREATE, NEW),), "TOPIC_AUTHORIZATION_FAILED", create_topics),
     Row("DeleteTopics", (need(RT.TOPIC, Op.DELETE, DOOMED),), "TOPIC_AUTHORIZATION_FAILED", delete_topics),

@@ -128,14 +128,24 @@ def test_transactions_go_on_after_their_coordinator_is_killed(cluster):
                   "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
     c.subscribe([topic])
     got: list[bytes] = []
+    errors: list[str] = []
     deadline = time.monotonic() + 90
     while len(got) < len(committed) and time.monotonic() < deadline:
         m = c.poll(1)
         if m is not None and not m.error():
             got.append(m.value())
+        elif m is not None:
+            errors.append(str(m.error()))
     extra = c.poll(3)
+    # What the consumer and the brokers saw, should this ever come out short.
+    assigned = c.assignment()
+    marks = [(tp.partition, c.get_watermark_offsets(tp, 10, cached=False)) for tp in assigned]
+    positions = [(tp.partition, tp.offset) for tp in c.position(assigned)]
     c.close()
-    assert sorted(got) == sorted(committed) and extra is None
+    if sorted(got) != sorted(committed) or extra is not None:
+        logs = "\n".join(f"--- broker {i}\n{b.output()[-3000:]}" for i, b in cluster.brokers.items())
+        raise AssertionError(f"read {len(got)} of {len(committed)} committed (extra: {extra}); errors {errors[-5:]}; "
+                             f"assigned {assigned}, watermarks {marks}, positions {positions}\n{logs}")
     assert not set(got) & set(aborted)
     # read_uncommitted sees the aborted records too: they were written, then aborted.
     c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": uuid.uuid4().hex,

@@ -52,6 +52,9 @@ class Topics:
     def topic_name(self, topic_id: uuid.UUID) -> str | None:
         return next((t.name for t in self.by_name.values() if t.topic_id == topic_id), None)
 
+    def topic_names(self) -> list[str]:
+        return list(self.by_name)
+
 
 CONFIG = ConsumerGroupConfig()
 
@@ -227,6 +230,20 @@ def test_replaying_the_log_rebuilds_the_group():
     assert r.member_epoch == 1
 
 
+def test_a_regular_expression_follows_the_topics_it_matches():
+    topics = Topics(**{"orders-eu": 2, "orders-us": 1, "payments": 2})
+    c = Coordinator(topics)
+    r = c.beat("a", 0, subscribed_topic_regex="orders-.*")
+    assert r.assignment == {T1: {0, 1}, uuid.UUID(int=2): {0}}
+    assert c.group.resolved_regexes["orders-.*"].topics == {"orders-eu", "orders-us"}
+    topics.by_name["orders-ap"] = Topic("orders-ap", uuid.UUID(int=9), 1)
+    r = c.beat("a", r.member_epoch)
+    assert r.assignment[uuid.UUID(int=9)] == {0} and c.group.resolved_regexes["orders-.*"].version == 2
+    c.beat("a", -1)
+    c.beat("b", 0, topics=["payments"])
+    assert "orders-.*" not in c.group.resolved_regexes  # nobody subscribes with it any more
+
+
 @pytest.mark.parametrize("change,code,message", [
     (dict(group_id=""), ErrorCode.INVALID_REQUEST, "GroupId can't be empty."),
     (dict(member_id=""), ErrorCode.INVALID_REQUEST, "MemberId can't be empty."),
@@ -235,6 +252,8 @@ def test_replaying_the_log_rebuilds_the_group():
     (dict(subscribed_topic_names=None), ErrorCode.INVALID_REQUEST,
      "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."),
     (dict(instance_id=""), ErrorCode.INVALID_REQUEST, "InstanceId can't be empty."),
+    (dict(subscribed_topic_regex="orders-("), ErrorCode.INVALID_REGULAR_EXPRESSION,
+     "SubscribedTopicRegex `orders-(` is not a valid regular expression: missing ): orders-(."),
     (dict(server_assignor="sticky"), ErrorCode.UNSUPPORTED_ASSIGNOR,
      "ServerAssignor sticky is not supported. Supported assignors: uniform, range."),
 ])

@@ -20,15 +20,19 @@ from rivulet.coordinator.offsets_topic import (
     GroupKey,
     OffsetKey,
     UnknownKey,
+    consumer_group_record,
     group_metadata_key,
     group_metadata_value,
     offset_commit_key,
     offset_commit_value,
+    read_consumer_group_value,
     read_group_message_value,
     read_message_key,
     read_offset_message_value,
 )
 from rivulet.protocol import records as rec
+from rivulet.protocol.messages.consumer_group_metadata_key import ConsumerGroupMetadataKey
+from rivulet.protocol.messages.consumer_group_metadata_value import ConsumerGroupMetadataValue
 from rivulet.protocol.messages.consumer_protocol_subscription import ConsumerProtocolSubscription
 from test_group_support import Member, make_coordinator, new_coordinator
 
@@ -51,7 +55,15 @@ def test_offset_commit_key_layout():
 def test_group_metadata_key_layout():
     assert group_metadata_key("my-group") == b"\x00\x02" + kstr("my-group")
     assert read_message_key(group_metadata_key("组")) == GroupKey("组")
-    assert read_message_key(b"\x00\x05anything") == UnknownKey(5)  # newer coordinators' records
+    assert read_message_key(b"\x03\xe8anything") == UnknownKey(1000)  # records of kinds not served
+    # A KIP-848 group's records: the key after its record type, the value after its version.
+    key, value = consumer_group_record(ConsumerGroupMetadataKey(group_id="g"),
+                                       ConsumerGroupMetadataValue(epoch=7, metadata_hash=-3))
+    assert key == b"\x00\x03\x00\x01g" and value[:2] == b"\x00\x00"
+    parsed = read_message_key(key)
+    assert parsed.key == ConsumerGroupMetadataKey(group_id="g")
+    assert read_consumer_group_value(parsed, value) == ConsumerGroupMetadataValue(epoch=7, metadata_hash=-3)
+    assert read_consumer_group_value(parsed, None) is None
 
 
 def test_offset_commit_value_v3_layout_and_round_trip():

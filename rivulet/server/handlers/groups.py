@@ -13,6 +13,11 @@ from typing import Any, Iterator
 from rivulet.common.cluster import MetadataView
 from rivulet.common.time import Clock
 from rivulet.common.types import TopicPartition
+from rivulet.coordinator.consumer_heartbeat import (
+    HeartbeatRequest as ConsumerHeartbeat,
+    HeartbeatResult,
+    preferred_assignor,
+)
 from rivulet.coordinator.group_coordinator import GroupCoordinator
 from rivulet.coordinator.group_metadata import (
     DEAD,
@@ -24,6 +29,8 @@ from rivulet.coordinator.group_metadata_manager import INVALID_OFFSET, Partition
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.framing import RequestHeader
 from rivulet.protocol.messages import (
+    consumer_group_describe_response as cgdr,
+    consumer_group_heartbeat_response as cghr,
     delete_groups_response as dgr,
     describe_groups_response as dsr,
     heartbeat_response as hbr,
@@ -36,6 +43,8 @@ from rivulet.protocol.messages import (
     sync_group_response as sgr,
     txn_offset_commit_response as tocr,
 )
+from rivulet.protocol.messages.consumer_group_describe_request import ConsumerGroupDescribeRequest
+from rivulet.protocol.messages.consumer_group_heartbeat_request import ConsumerGroupHeartbeatRequest
 from rivulet.protocol.messages.delete_groups_request import DeleteGroupsRequest
 from rivulet.protocol.messages.describe_groups_request import DescribeGroupsRequest
 from rivulet.protocol.messages.heartbeat_request import HeartbeatRequest
@@ -77,6 +86,7 @@ class GroupHandlers:
             12: self.handle_heartbeat, 13: self.handle_leave_group, 14: self.handle_sync_group,
             15: self.handle_describe_groups, 16: self.handle_list_groups, 28: self.handle_txn_offset_commit,
             42: self.handle_delete_groups, 47: self.handle_offset_delete,
+            68: self.handle_consumer_group_heartbeat, 69: self.handle_consumer_group_describe,
         }
 
     def _named(self, topics: list[Any], by_id: bool) -> tuple[list[Any], dict[str, Any], list[Any]]:
@@ -175,6 +185,39 @@ class GroupHandlers:
                                       req.generation_id)
         return hbr.HeartbeatResponse(throttle_time_ms=0, error_code=err)
 
+    # ------------------------------------------------------------ ConsumerGroupHeartbeat (KIP-848)
+    def handle_consumer_group_heartbeat(self, header: RequestHeader, req: ConsumerGroupHeartbeatRequest,
+                                        conn: KafkaConnection) -> Answer:
+        def build(r: HeartbeatResult) -> cghr.ConsumerGroupHeartbeatResponse:
+            assignment = None
+            if r.assignment is not None and r.error == ErrorCode.NONE:
+                assignment = cghr.Assignment(topic_partitions=[
+                    cghr.TopicPartitions(topic_id=t, partitions=sorted(ps))
+                    for t, ps in sorted(r.assignment.items(), key=lambda kv: str(kv[0]))])
+            return cghr.ConsumerGroupHeartbeatResponse(
+                throttle_time_ms=0, error_code=r.error, error_message=r.error_message,
+                member_id=r.member_id if r.error == ErrorCode.NONE else None,
+                member_epoch=r.member_epoch, heartbeat_interval_ms=r.heartbeat_interval_ms, assignment=assignment)
+
+        reply = Reply(build)
+        if not self.authz.group(conn, Op.READ, req.group_id):
+            reply(HeartbeatResult(error=ErrorCode.GROUP_AUTHORIZATION_FAILED))
+            return reply.answer()
+        names = req.subscribed_topic_names
+        if names and len(self.authz.allowed(conn, Op.DESCRIBE, ResourceType.TOPIC, names)) < len(set(names)):
+            reply(HeartbeatResult(error=ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            return reply.answer()
+        owned = None if req.topic_partitions is None else \
+            [(tp.topic_id, list(tp.partitions)) for tp in req.topic_partitions]
+        self.c.handle_consumer_group_heartbeat(ConsumerHeartbeat(
+            group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch,
+            instance_id=req.instance_id, rack_id=req.rack_id, rebalance_timeout_ms=req.rebalance_timeout_ms,
+            subscribed_topic_names=None if names is None else list(names),
+            subscribed_topic_regex=req.subscribed_topic_regex if header.api_version >= 1 else None,
+            server_assignor=req.server_assignor, owned=owned, client_id=header.client_id or "",
+            client_host=client_host(conn)), header.api_version, reply)
+        return reply.answer()
+
     # ------------------------------------------------------------ LeaveGroup
     def handle_leave_group(self, header: RequestHeader, req: LeaveGroupRequest, conn: KafkaConnection) -> Answer:
         v = header.api_version
@@ -254,7 +297,8 @@ class GroupHandlers:
 
     # ------------------------------------------------------------ OffsetFetch
     def _fetch_group(self, group_id: str, topics: list[tuple[str, list[int]]] | None, require_stable: bool,
-                     conn: KafkaConnection) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, PartitionData]]]]]:
+                     conn: KafkaConnection, member: tuple[str | None, int] = (None, -1)
+                     ) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, PartitionData]]]]]:
         """A group's committed offsets, as Kafka authorizes them: DESCRIBE on the group, and on
         each topic (a topic named without it is refused, one not named is left out)."""
         if not self.authz.group(conn, Op.DESCRIBE, group_id):
@@ -262,7 +306,7 @@ class GroupHandlers:
         wanted = None if topics is None else [TopicPartition(t, p) for t, ps in topics for p in ps]
         describable = self.authz.allowed(conn, Op.DESCRIBE, ResourceType.TOPIC, (t for t, _ in topics or ()))
         asked = None if wanted is None else [tp for tp in wanted if tp.topic in describable]
-        err, data = self.c.handle_fetch_offsets(group_id, require_stable, asked)
+        err, data = self.c.handle_fetch_offsets(group_id, require_stable, asked, *member)
         if err != ErrorCode.NONE:
             return err, []
         out: dict[str, list[tuple[int, PartitionData]]] = {}
@@ -288,7 +332,8 @@ class GroupHandlers:
             for g in req.groups:
                 named, _, unknown = self._named(g.topics or [], v >= 10)
                 topics = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in named]
-                err, result = self._fetch_group(g.group_id, topics, require_stable, conn)
+                member = (g.member_id, g.member_epoch) if v >= 9 else (None, -1)
+                err, result = self._fetch_group(g.group_id, topics, require_stable, conn, member)
                 out = []
                 for name, parts in result:
                     topic_id = ZERO_UUID
@@ -372,8 +417,10 @@ class GroupHandlers:
             err, (state, ptype, protocol, members) = self.c.handle_describe_group(gid)
             if v >= 6 and err == ErrorCode.NONE and state == DEAD.value:
                 # KIP-1043: a group that does not exist is an error, no longer a Dead group.
+                message = (f"Group {gid} is not a classic group." if self.c.is_consumer_group(gid)
+                           else f"Group {gid} not found.")
                 out.append(dsr.DescribedGroup(
-                    error_code=ErrorCode.GROUP_ID_NOT_FOUND, error_message=f"Group {gid} not found.", group_id=gid,
+                    error_code=ErrorCode.GROUP_ID_NOT_FOUND, error_message=message, group_id=gid,
                     group_state="", protocol_type="", protocol_data="", members=[],
                     authorized_operations=OPERATIONS_NOT_REQUESTED))
                 continue
@@ -387,6 +434,37 @@ class GroupHandlers:
                 if include_ops and err == ErrorCode.NONE else OPERATIONS_NOT_REQUESTED))
         return dsr.DescribeGroupsResponse(throttle_time_ms=0, groups=out)
 
+    def handle_consumer_group_describe(self, header: RequestHeader, req: ConsumerGroupDescribeRequest,
+                                       conn: KafkaConnection) -> cgdr.ConsumerGroupDescribeResponse:
+        out = []
+        for gid in req.group_ids:
+            if not self.authz.group(conn, Op.DESCRIBE, gid):
+                out.append(cgdr.DescribedGroup(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, group_id=gid))
+                continue
+            err, message, group = self.c.handle_consumer_group_describe(gid)
+            if group is None:
+                out.append(cgdr.DescribedGroup(error_code=err, error_message=message, group_id=gid))
+                continue
+
+            def assignment(parts: Any) -> cgdr.Assignment:
+                return cgdr.Assignment(topic_partitions=[
+                    cgdr.TopicPartitions(topic_id=t, topic_name=self.metadata.topic_name(t) or "",
+                                         partitions=sorted(ps))
+                    for t, ps in sorted(parts.items(), key=lambda kv: str(kv[0]))])
+            members = [cgdr.Member(
+                member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
+                client_id=m.client_id, client_host=m.client_host,
+                subscribed_topic_names=list(m.subscribed_topic_names), subscribed_topic_regex=m.subscribed_topic_regex,
+                assignment=assignment(m.assigned), target_assignment=assignment(group.target_assignment.get(
+                    m.member_id, {})), member_type=1) for m in group.members.values()]
+            out.append(cgdr.DescribedGroup(
+                error_code=ErrorCode.NONE, group_id=gid, group_state=group.state().value,
+                group_epoch=group.group_epoch, assignment_epoch=group.target_assignment_epoch,
+                assignor_name=preferred_assignor(group.members.values(), self.c.consumer_group_config),
+                members=members, authorized_operations=self.authz.operations(conn, ResourceType.GROUP, gid)
+                if req.include_authorized_operations else OPERATIONS_NOT_REQUESTED))
+        return cgdr.ConsumerGroupDescribeResponse(throttle_time_ms=0, groups=out)
+
     def handle_list_groups(
         self, header: RequestHeader, req: ListGroupsRequest, conn: KafkaConnection
     ) -> lsr.ListGroupsResponse:
@@ -398,8 +476,8 @@ class GroupHandlers:
             visible = self.authz.allowed(conn, Op.DESCRIBE, ResourceType.GROUP, (g.group_id for g in groups))
             groups = [g for g in groups if g.group_id in visible]
         return lsr.ListGroupsResponse(throttle_time_ms=0, error_code=err, groups=[
-            lsr.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state.value,
-                            group_type="classic") for g in groups])
+            lsr.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state_name,
+                            group_type=g.group_type) for g in groups])
 
     def handle_delete_groups(
         self, header: RequestHeader, req: DeleteGroupsRequest, conn: KafkaConnection

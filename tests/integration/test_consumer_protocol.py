@@ -1,0 +1,213 @@
+"""KIP-848 consumer groups (``group.protocol=consumer``) with real clients against a real
+broker: the broker assigns, members join and leave without stopping the others, a partition
+is never owned by two members at once, a killed member's partitions move once its session
+expires, and the group survives a broker restart."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from rivulet.testing import BrokerProcess
+
+pytestmark = pytest.mark.integration
+
+# Short sessions so that a killed member is noticed within seconds (the bounds allow it).
+BROKER = {"group.consumer.min.session.timeout.ms": "3000", "group.consumer.session.timeout.ms": "6000",
+          "group.consumer.min.heartbeat.interval.ms": "500", "group.consumer.heartbeat.interval.ms": "500"}
+
+
+@pytest.fixture(scope="module")
+def broker():
+    b = BrokerProcess(BROKER)
+    b.start()
+    yield b
+    b.cleanup()
+
+
+def make_topic(bootstrap: str, partitions: int, records: int) -> str:
+    topic = f"kip848-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    p = Producer({"bootstrap.servers": bootstrap})
+    for i in range(records):
+        p.produce(topic, b"%d" % i, key=b"%d" % i)
+    assert p.flush(30) == 0
+    return topic
+
+
+class Owners:
+    """Who owns each partition, from the members' own rebalance callbacks, all run on this
+    thread: a partition given to a member while another still holds it is recorded."""
+
+    def __init__(self) -> None:
+        self.owner: dict[int, str] = {}
+        self.overlaps: list[str] = []
+        self.moves = 0
+
+    def callbacks(self, name: str) -> dict:
+        def on_assign(_c, parts):
+            for tp in parts:
+                if tp.partition in self.owner and self.owner[tp.partition] != name:
+                    self.overlaps.append(f"{tp.partition} to {name} while {self.owner[tp.partition]} owns it")
+                self.owner[tp.partition] = name
+                self.moves += 1
+
+        def on_revoke(_c, parts):
+            for tp in parts:
+                if self.owner.get(tp.partition) == name:
+                    del self.owner[tp.partition]
+        return {"on_assign": on_assign, "on_revoke": on_revoke, "on_lost": on_revoke}
+
+
+def consumer(bootstrap: str, group: str, **extra) -> Consumer:
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+                     "auto.offset.reset": "earliest", "enable.auto.commit": False, **extra})
+
+
+def drain(members: dict[str, Consumer], seen: dict[bytes, str], until, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not until() and time.monotonic() < deadline:
+        for name, c in members.items():
+            m = c.poll(0.05)
+            if m is None:
+                continue
+            assert not m.error() or m.error().code() == KafkaError._PARTITION_EOF, m.error()
+            if not m.error():
+                seen.setdefault(m.value(), name)
+                c.commit(m, asynchronous=True)
+
+
+def test_members_scale_up_and_down_and_no_partition_has_two_owners(broker):
+    topic = make_topic(broker.bootstrap, 6, 3000)
+    group = uuid.uuid4().hex
+    owners = Owners()
+    members: dict[str, Consumer] = {}
+    seen: dict[bytes, str] = {}
+
+    def join(name: str) -> None:
+        members[name] = consumer(broker.bootstrap, group)
+        members[name].subscribe([topic], **owners.callbacks(name))
+
+    try:
+        join("m0")
+        drain(members, seen, lambda: len(seen) >= 500, 30)
+        for name in ("m1", "m2", "m3"):
+            join(name)
+            drain(members, seen,
+                  lambda: len(owners.owner) == 6 and len(set(owners.owner.values())) == len(members), 30)
+            assert len(set(owners.owner.values())) == len(members), owners.owner
+        for name in ("m3", "m1"):
+            members.pop(name).close()
+            drain(members, seen, lambda: len(owners.owner) == 6 and set(owners.owner.values()) <= set(members), 30)
+        drain(members, seen, lambda: len(seen) == 3000, 60)
+    finally:
+        for c in members.values():
+            c.close()
+    assert owners.overlaps == []
+    assert len(seen) == 3000 and owners.moves > 6
+    # The broker assigned: the group is a consumer group and describes itself as one.
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    listed = admin.list_consumer_groups().result(30)
+    assert any(g.group_id == group and g.type.name == "CONSUMER" for g in listed.valid)
+
+
+def test_a_killed_member_loses_its_partitions_when_its_session_expires(broker, tmp_path):
+    topic = make_topic(broker.bootstrap, 4, 400)
+    group = uuid.uuid4().hex
+    script = tmp_path / "member.py"
+    script.write_text(textwrap.dedent(f"""
+        from confluent_kafka import Consumer
+        c = Consumer({{"bootstrap.servers": "{broker.bootstrap}", "group.id": "{group}",
+                      "group.protocol": "consumer", "auto.offset.reset": "earliest",
+                      "enable.auto.commit": False}})
+        c.subscribe(["{topic}"], on_assign=lambda _c, ps: print("assigned", len(ps), flush=True))
+        while True:
+            c.poll(0.2)
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    survivor = consumer(broker.bootstrap, group)
+    try:
+        assert proc.stdout.readline().startswith("assigned")
+        owners = Owners()
+        survivor.subscribe([topic], **owners.callbacks("survivor"))
+        drain({"survivor": survivor}, {}, lambda: len(owners.owner) == 2, 30)
+        assert sorted(owners.owner) in ([0, 1], [2, 3]), owners.owner
+        proc.kill()  # kill -9: no leave, only the session says it is gone
+        proc.wait()
+        seen: dict[bytes, str] = {}
+        drain({"survivor": survivor}, seen, lambda: len(owners.owner) == 4 and len(seen) == 400, 60)
+        # It committed nothing, so the survivor reads every record, its partitions' too.
+        assert len(owners.owner) == 4 and len(seen) == 400 and owners.overlaps == []
+    finally:
+        survivor.close()
+        proc.kill()
+
+
+def test_the_group_and_its_offsets_survive_a_broker_restart():
+    b = BrokerProcess(BROKER)
+    b.start()
+    try:
+        topic = make_topic(b.bootstrap, 3, 300)
+        group = uuid.uuid4().hex
+        c = consumer(b.bootstrap, group)
+        c.subscribe([topic])
+        seen: dict[bytes, str] = {}
+        drain({"c": c}, seen, lambda: len(seen) == 300, 30)
+        c.commit(asynchronous=False)
+        member_before = c.memberid()
+        b.restart()
+        # The member heartbeats to the reloaded group at its epoch and carries on.
+        p = Producer({"bootstrap.servers": b.bootstrap})
+        for i in range(300, 400):
+            p.produce(topic, b"%d" % i, key=b"%d" % i)
+        assert p.flush(30) == 0
+        drain({"c": c}, seen, lambda: len(seen) == 400, 60)
+        assert len(seen) == 400 and c.memberid() == member_before
+        c.commit(asynchronous=False)
+        c.close()
+        # A new member of the same group starts where the group committed.
+        again = consumer(b.bootstrap, group)
+        again.subscribe([topic])
+        drain({"again": again}, {}, lambda: len(again.assignment()) == 3, 30)
+        committed = again.committed([TopicPartition(topic, p) for p in range(3)], 10)
+        assert sum(tp.offset for tp in committed) == 400
+        assert again.poll(2) is None
+        again.close()
+    finally:
+        b.cleanup()
+
+
+def test_a_consumer_group_is_described_and_refused_to_classic_members(broker):
+    topic = make_topic(broker.bootstrap, 2, 10)
+    group = uuid.uuid4().hex
+    c = consumer(broker.bootstrap, group, **{"group.remote.assignor": "range"})
+    c.subscribe([topic])
+    drain({"c": c}, {}, lambda: len(c.assignment()) == 2, 30)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    described = admin.describe_consumer_groups([group])[group].result(30)
+    assert described.type.name == "CONSUMER" and described.state.name == "STABLE"
+    assert described.partition_assignor == "range" and len(described.members) == 1
+    assert sorted(tp.partition for tp in described.members[0].assignment.topic_partitions) == [0, 1]
+    classic = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "session.timeout.ms": 6000})
+    classic.subscribe([topic])
+    m = classic.poll(10)
+    assert m is not None and m.error() and m.error().code() == KafkaError.INCONSISTENT_GROUP_PROTOCOL
+    classic.close()
+    c.close()
+
+
+@pytest.mark.java
+def test_java_consumer_with_the_consumer_protocol(broker):
+    from tests.client_round_trips import java_round_trip
+    topic = make_topic(broker.bootstrap, 1, 0)
+    java_round_trip(broker.bootstrap, {"group.protocol": "consumer", "request.timeout.ms": 15_000}, topic,
+                    uuid.uuid4().hex, 500,
+                    {"bootstrap.servers": broker.bootstrap})
