@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Protocol
 
 import re2
@@ -410,7 +410,9 @@ class ClientMetricsManager:
                 inst.last_error = ErrorCode.TELEMETRY_TOO_LARGE if too_large else ErrorCode.INVALID_RECORD
                 log.debug("refused telemetry from %s: %s", instance_id, e.message)
                 return _push_error(inst.last_error)
-            self.receiver.export_metrics(TelemetryPayload(instance_id, inst.context, req.compression_type, data,
+            # Without the connection: a receiver that keeps payloads must not keep connections.
+            context = replace(inst.context, connection=None)
+            self.receiver.export_metrics(TelemetryPayload(instance_id, context, req.compression_type, data,
                                                           inst.push_interval_ms, req.terminating))
         inst.last_error = ErrorCode.NONE
         return PushTelemetryResponse(throttle_time_ms=0, error_code=0)

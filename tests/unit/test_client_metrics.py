@@ -221,6 +221,8 @@ def test_instances_expire_and_are_forgotten_with_their_connection():
     assert r.client_instance_id not in m.instances
     # A push from a forgotten instance starts it again, with the same subscription.
     assert push(m, r, ctx=ctx) == 0
+    payload = m.receiver.last[r.client_instance_id]
+    assert payload.context.client_id == "c" and payload.context.connection is None  # receivers keep no connection
 
 
 def test_subscriptions_are_stored_and_reloaded():
