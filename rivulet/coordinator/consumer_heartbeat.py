@@ -127,13 +127,32 @@ def heartbeat(group: ConsumerGroup, req: HeartbeatRequest, topics: MetadataView,
     stands (a new, empty one when it did not exist); nothing in it changes here."""
     records: list[Record] = []
     member = group.members.get(req.member_id)
+    # A static member (group.instance.id) that comes back under a new member id takes over its
+    # old self: its assignment, without a rebalance.
+    replaced: ConsumerGroupMember | None = None
+    static = group.member_by_instance(req.instance_id) if req.instance_id is not None else None
     if req.member_epoch == 0:
-        if member is None and len(group.members) >= config.max_size:
-            raise HeartbeatError(ErrorCode.GROUP_MAX_SIZE_REACHED,
-                                 f"The consumer group has reached its maximum capacity of {config.max_size} members.")
-        if member is None:
+        if static is not None and static.member_id != req.member_id:
+            if static.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                raise HeartbeatError(ErrorCode.UNRELEASED_INSTANCE_ID,
+                                     f"Static member {req.member_id} with instance id {req.instance_id} cannot "
+                                     f"join the group because the instance id is owned by {static.member_id} "
+                                     "member.")
+            replaced = static
+            member = dataclasses.replace(static, member_id=req.member_id, member_epoch=0, previous_member_epoch=0)
+        elif member is None:
+            if len(group.members) >= config.max_size:
+                raise HeartbeatError(ErrorCode.GROUP_MAX_SIZE_REACHED, "The consumer group has reached its "
+                                     f"maximum capacity of {config.max_size} members.")
             member = ConsumerGroupMember(req.member_id)
     else:
+        if req.instance_id is not None:
+            if static is None:
+                raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
+            if static.member_id != req.member_id:
+                raise HeartbeatError(ErrorCode.FENCED_INSTANCE_ID,
+                                     f"Static member {req.member_id} with instance id {req.instance_id} "
+                                     f"was fenced by member {static.member_id}.")
         if member is None:
             raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
                                  f"Member {req.member_id} is not a member of group {group.group_id}.")
@@ -151,13 +170,18 @@ def heartbeat(group: ConsumerGroup, req: HeartbeatRequest, topics: MetadataView,
         subscribed_topic_regex=(req.subscribed_topic_regex or None) if req.subscribed_topic_regex is not None
         else member.subscribed_topic_regex,
         client_id=req.client_id, client_host=req.client_host)
-    bump = req.member_id not in group.members
-    if updated != member or bump:
+    joined = req.member_id not in group.members
+    bump = joined and replaced is None
+    members = dict(group.members)
+    if replaced is not None:
+        records += group.fence_records(replaced.member_id)
+        del members[replaced.member_id]
+        records.append(group.target_member_record(
+            updated.member_id, group.target_assignment.get(replaced.member_id, {})))
+    if updated != member or joined:
         records.append(group.subscription_record(updated))
         bump = bump or updated.subscribed_topic_names != member.subscribed_topic_names \
             or updated.subscribed_topic_regex != member.subscribed_topic_regex
-
-    members = dict(group.members)
     members[updated.member_id] = updated
     resolved, regex_records = resolve_regexes(group, members.values(), topics, now_ms)
     if regex_records:
@@ -170,10 +194,10 @@ def heartbeat(group: ConsumerGroup, req: HeartbeatRequest, topics: MetadataView,
         records.append(group.epoch_record(group_epoch, metadata_hash))
 
     target_epoch = group.target_assignment_epoch
-    target = group.target_assignment.get(updated.member_id, {})
+    target = group.target_assignment.get(replaced.member_id if replaced is not None else updated.member_id, {})
     if group_epoch > target_epoch:
         assignor = ASSIGNORS[preferred_assignor(members.values(), config)]
-        new_target = compute_target(group, members, topics, assignor, resolved)
+        new_target = compute_target(group, members, topics, assignor, resolved, replaced)
         for member_id, assignment in new_target.items():
             if assignment != group.target_assignment.get(member_id, {}):
                 records.append(group.target_member_record(member_id, assignment))
@@ -187,10 +211,10 @@ def heartbeat(group: ConsumerGroup, req: HeartbeatRequest, topics: MetadataView,
         before = updated
         try:
             updated = reconcile(updated, target_epoch, target, _subscribed_ids(resolved, updated, topics),
-                                _owner_epoch(group, updated.member_id), req.owned)
+                                _owner_epoch(group, updated.member_id, replaced), req.owned)
         except FencedMemberEpoch as e:
             raise HeartbeatError(ErrorCode.FENCED_MEMBER_EPOCH, str(e)) from None
-        if updated != before or req.member_id not in group.members:
+        if updated != before or joined:
             changed = True
             records.append(group.current_assignment_record(updated))
             if updated.state == MemberState.UNREVOKED_PARTITIONS:
@@ -238,7 +262,7 @@ def leave(group: ConsumerGroup, req: HeartbeatRequest) -> HeartbeatResult:
             raise HeartbeatError(ErrorCode.FENCED_INSTANCE_ID,
                                  f"Static member {req.member_id} with instance id {req.instance_id} "
                                  f"was fenced by member {member.member_id}.")
-        left = dataclasses.replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH)
+        left = dataclasses.replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation={})
         return HeartbeatResult(member_id=member.member_id, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH,
                                records=[group.current_assignment_record(left)], cancel_revocation=True)
     if member is None:
@@ -257,7 +281,10 @@ def fence(group: ConsumerGroup, member_id: str) -> list[Record]:
 
 
 def compute_target(group: ConsumerGroup, members: Mapping[str, ConsumerGroupMember], topics: MetadataView,
-                   assignor: PartitionAssignor, resolved: Resolved) -> dict[str, Assignment]:
+                   assignor: PartitionAssignor, resolved: Resolved,
+                   replaced: ConsumerGroupMember | None = None) -> dict[str, Assignment]:
+    """The assignor's answer for ``members``; each keeps what its current target gives it where
+    it can (a static member that took over another's place, that one's)."""
     specs: dict[str, MemberSpec] = {}
     partitions: dict[uuid.UUID, int] = {}
     for member_id, m in members.items():
@@ -266,7 +293,8 @@ def compute_target(group: ConsumerGroup, members: Mapping[str, ConsumerGroupMemb
             info = topics.get(name)
             if info is not None:
                 partitions[info.topic_id] = info.num_partitions
-        current = group.target_assignment.get(member_id, {})
+        was = replaced.member_id if replaced is not None and m.instance_id == replaced.instance_id else member_id
+        current = group.target_assignment.get(was, {})
         specs[member_id] = MemberSpec(frozenset(ids), m.rack_id, {t: frozenset(ps) for t, ps in current.items()})
     return assignor.assign(specs, partitions)
 
@@ -334,13 +362,15 @@ def _subscribed_ids(resolved: Resolved, m: ConsumerGroupMember, topics: Metadata
     return ids
 
 
-def _owner_epoch(group: ConsumerGroup, member_id: str) -> Callable[[uuid.UUID, int], int]:
-    """Who else holds a partition: the group's view, less this member's own holdings."""
-    mine = group.members.get(member_id)
+def _owner_epoch(group: ConsumerGroup, member_id: str,
+                 replaced: ConsumerGroupMember | None = None) -> Callable[[uuid.UUID, int], int]:
+    """Who else holds a partition: the group's view, less this member's own holdings (and those
+    of the static member it replaces)."""
+    mine = [m for m in (group.members.get(member_id), replaced) if m is not None]
 
     def epoch(topic_id: uuid.UUID, partition: int) -> int:
-        if mine is not None and (partition in mine.assigned.get(topic_id, {})
-                                 or partition in mine.pending_revocation.get(topic_id, {})):
-            return -1
+        for m in mine:
+            if partition in m.assigned.get(topic_id, {}) or partition in m.pending_revocation.get(topic_id, {}):
+                return -1
         return group.partition_epoch(topic_id, partition)
     return epoch

@@ -185,6 +185,28 @@ def test_the_group_and_its_offsets_survive_a_broker_restart():
         b.cleanup()
 
 
+def test_a_static_member_restarts_into_its_own_partitions(broker):
+    topic = make_topic(broker.bootstrap, 4, 0)
+    group = uuid.uuid4().hex
+    owners = Owners()
+    members = {name: consumer(broker.bootstrap, group, **{"group.instance.id": name}) for name in ("s1", "s2")}
+    try:
+        for name, c in members.items():
+            c.subscribe([topic], **owners.callbacks(name))
+        drain(members, {}, lambda: len(owners.owner) == 4 and len(set(owners.owner.values())) == 2, 30)
+        before = dict(owners.owner)
+        moves = owners.moves
+        members.pop("s1").close()  # a static member leaves for now (epoch -2): s2 keeps its own
+        members["s1"] = consumer(broker.bootstrap, group, **{"group.instance.id": "s1"})
+        members["s1"].subscribe([topic], **owners.callbacks("s1"))
+        drain(members, {}, lambda: owners.owner == before, 30)
+        assert owners.owner == before and owners.overlaps == []
+        assert owners.moves == moves + sum(1 for n in before.values() if n == "s1")  # s2 never moved
+    finally:
+        for c in members.values():
+            c.close()
+
+
 def test_a_consumer_group_is_described_and_refused_to_classic_members(broker):
     topic = make_topic(broker.bootstrap, 2, 10)
     group = uuid.uuid4().hex

@@ -230,6 +230,26 @@ def test_replaying_the_log_rebuilds_the_group():
     assert r.member_epoch == 1
 
 
+def test_a_static_member_comes_back_to_its_partitions_without_a_rebalance():
+    c = Coordinator(Topics(t=4))
+    c.beat("a", 0, topics=["t"], instance_id="i1")
+    r = c.beat("b", 0, topics=["t"], instance_id="i2")
+    kept = c.beat("a", 1, instance_id="i1").assignment
+    c.beat("a", 1, owned=owned_list(kept), instance_id="i1")
+    c.beat("b", 2, owned=[], instance_id="i2")
+    with pytest.raises(HeartbeatError) as e:  # i1 is still in use
+        c.beat("a2", 0, topics=["t"], instance_id="i1")
+    assert e.value.code == ErrorCode.UNRELEASED_INSTANCE_ID
+    assert c.beat("a", -2, instance_id="i1").member_epoch == -2
+    assert c.group.members["a"].assigned_sets() == kept  # held for it until its session ends
+    epoch = c.group.group_epoch
+    r = c.beat("a2", 0, topics=["t"], instance_id="i1")
+    assert r.assignment == kept and c.group.group_epoch == epoch and "a" not in c.group.members
+    with pytest.raises(HeartbeatError) as e:  # the old incarnation is fenced
+        c.beat("a", 2, instance_id="i1")
+    assert e.value.code == ErrorCode.FENCED_INSTANCE_ID
+
+
 def test_a_regular_expression_follows_the_topics_it_matches():
     topics = Topics(**{"orders-eu": 2, "orders-us": 1, "payments": 2})
     c = Coordinator(topics)
