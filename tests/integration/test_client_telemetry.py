@@ -1,5 +1,5 @@
 """KIP-714 client telemetry with real clients: librdkafka (confluent-kafka) and the Java 4.3
-producer push their metrics once a CLIENT_METRICS subscription matches them, and with none they
+producer and consumer push their metrics once a CLIENT_METRICS subscription matches them, and with none they
 are asked for nothing, push nothing and work as before.
 
 Pushes are seen where they arrive: the broker runs on real sockets in a thread of this process,
@@ -195,7 +195,7 @@ def test_java_producer_pushes_and_terminates(broker):
     # The subscription through Kafka's own tool (the Java Admin's IncrementalAlterConfigs).
     jt.run_tool("org.apache.kafka.tools.ClientMetricsCommand", [
         "--bootstrap-server", broker.bootstrap, "--alter", "--name", "java-producers",
-        "--metrics", "org.apache.kafka.producer.", "--interval", "1000",
+        "--metrics", "org.apache.kafka.producer.,org.apache.kafka.consumer.", "--interval", "1000",
         "--match", "client_software_name=apache-kafka-java"])
     tool = jt.run_tool("org.apache.kafka.tools.ClientMetricsCommand", [
         "--bootstrap-server", broker.bootstrap, "--describe", "--name", "java-producers"]).stdout
@@ -212,6 +212,10 @@ def test_java_producer_pushes_and_terminates(broker):
     # usually pushes once more, terminating, but not when a push is still in flight then.)
     eventually(lambda: payload.client_instance_id not in {i.instance_id for i in broker.instances()},
                "the instance forgotten with its connection")
+    # The consumer too, while it waits for records that do not come.
+    jt.consumer_perf(broker.bootstrap, "telemetry-java", num_records=6000, idle_timeout_ms=4000, require_all=False)
+    eventually(lambda: [p for p in broker.pushes_from("apache-kafka-java") if b"org.apache.kafka.consumer." in p.data],
+               "a push from the Java consumer")
 
 
 # ------------------------------------------------------------------ admin API, errors, restart
