@@ -7,7 +7,8 @@ The modules follow the Java client's roles:
 * config, errors, types: properties, KafkaError/KafkaException, TopicPartition/Message;
 * partitioner, accumulator, producer: the partitioners, RecordAccumulator, Sender and
   KafkaProducer (with idempotence);
-* subscription, fetcher, assignors, coordinator, consumer: SubscriptionState, Fetcher,
-  partition assignors, ConsumerCoordinator and KafkaConsumer;
+* subscription, fetcher, assignors, coordinator, membership, consumer: SubscriptionState,
+  Fetcher, partition assignors, ConsumerCoordinator (classic groups), ConsumerMembership
+  (KIP-848 groups) and KafkaConsumer;
 * admin: the admin clients; sync: the blocking facade over the asyncio core.
 """

@@ -233,8 +233,11 @@ PROPS: list[Prop] = [
        importance=HIGH),
     _p("group.instance.id", S, None, CONS, "A static member id: a restart within the session timeout keeps "
        "the assignment."),
-    _p("group.protocol", S, "classic", CONS, "The group protocol; Rivulet speaks classic.",
-       convert=_choices("classic")),
+    _p("group.protocol", S, "classic", CONS, "The group protocol: classic (JoinGroup and SyncGroup, the "
+       "client assigns) or consumer (KIP-848: the broker assigns, rebalances are incremental).",
+       convert=_choices("classic", "consumer")),
+    _p("group.remote.assignor", S, None, CONS, "With group.protocol=consumer, the broker-side assignor to "
+       "ask for (uniform or range); unset, the broker's default."),
     _p("auto.offset.reset", S, "latest", CONS, "Where to start without a committed offset: earliest, latest "
        "or none (an error).", convert=_choices("earliest", "smallest=earliest", "beginning=earliest", "latest",
                                                "largest=latest", "end=latest", "none", "error=none"),

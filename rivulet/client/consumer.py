@@ -32,6 +32,7 @@ from rivulet.client.assignors import make_assignors
 from rivulet.client.client import KafkaClient, wait_event, wait_future
 from rivulet.client.config import Config, resolve
 from rivulet.client.coordinator import STABLE, ConsumerCoordinator
+from rivulet.client.membership import ConsumerMembership
 from rivulet.client.fetcher import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchBuffer, Fetcher
 from rivulet.client.stats import ClientStats, emit_every, run_stats_cb
 from rivulet.client.subscription import OffsetAndMetadata, SubscriptionState, TopicPartitionState
@@ -98,9 +99,12 @@ class AIOConsumer:
         self.stats = ClientStats(c["client.id"], "consumer")
         self.fetcher = Fetcher(self.client, self.subs, c, self.buffer, self.stats)
         self.fetcher.on_error = self._on_fetch_error
-        self.coordinator = (ConsumerCoordinator(self, self.client, self.subs, c,
-                                                make_assignors(c["partition.assignment.strategy"]))
-                            if self.group_id else None)
+        self.coordinator: ConsumerCoordinator | None = None
+        if self.group_id and c["group.protocol"] == "consumer":
+            self.coordinator = ConsumerMembership(self, self.client, self.subs, c)
+        elif self.group_id:
+            self.coordinator = ConsumerCoordinator(self, self.client, self.subs, c,
+                                                   make_assignors(c["partition.assignment.strategy"]))
         self.auto_commit: bool = c["enable.auto.commit"] and self.group_id is not None
         self.auto_store: bool = c["enable.auto.offset.store"]
         self.auto_commit_interval = c["auto.commit.interval.ms"] / 1000

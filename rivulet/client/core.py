@@ -22,6 +22,7 @@ from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode, ApiError
 from rivulet.protocol.schema import ZERO_UUID
 from rivulet.protocol.messages import (
+    consumer_group_heartbeat_request as cghq,
     create_acls_request as caq,
     create_acls_response as car,
     delete_acls_request as daq,
@@ -614,6 +615,19 @@ class OffsetAndMetadata:
     offset: int
     metadata: str | None = None
     leader_epoch: int | None = None
+
+
+def consumer_group_heartbeat_request(group: str, member_id: str, epoch: int, instance_id: str | None,
+                                     rack: str | None, rebalance_timeout_ms: int, topics: list[str],
+                                     assignor: str | None, owned: list[tuple[uuid.UUID, list[int]]]
+                                     ) -> cghq.ConsumerGroupHeartbeatRequest:
+    """ConsumerGroupHeartbeat (KIP-848) with the member's whole state each time: its
+    subscription, what it owns, and at epoch 0 (joining) nothing owned."""
+    return cghq.ConsumerGroupHeartbeatRequest(
+        group_id=group, member_id=member_id, member_epoch=epoch, instance_id=instance_id, rack_id=rack,
+        rebalance_timeout_ms=rebalance_timeout_ms, subscribed_topic_names=topics, subscribed_topic_regex=None,
+        server_assignor=assignor,
+        topic_partitions=[cghq.TopicPartitions(topic_id=t, partitions=ps) for t, ps in owned] if epoch else [])
 
 
 def offset_fetch_request(group: str, tps: Iterable[tuple[str, int]] | None,

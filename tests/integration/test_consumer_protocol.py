@@ -12,6 +12,8 @@ import time
 import uuid
 
 import pytest
+
+import rivulet
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -67,9 +69,11 @@ class Owners:
         return {"on_assign": on_assign, "on_revoke": on_revoke, "on_lost": on_revoke}
 
 
-def consumer(bootstrap: str, group: str, **extra) -> Consumer:
-    return Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
-                     "auto.offset.reset": "earliest", "enable.auto.commit": False, **extra})
+def consumer(bootstrap: str, group: str, kind: str = "confluent", **extra) -> Consumer:
+    """confluent-kafka's consumer, or Rivulet's own (the same API)."""
+    conf = {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+            "auto.offset.reset": "earliest", "enable.auto.commit": False, **extra}
+    return Consumer(conf) if kind == "confluent" else rivulet.Consumer(conf)
 
 
 def drain(members: dict[str, Consumer], seen: dict[bytes, str], until, timeout: float) -> None:
@@ -85,7 +89,8 @@ def drain(members: dict[str, Consumer], seen: dict[bytes, str], until, timeout: 
                 c.commit(m, asynchronous=True)
 
 
-def test_members_scale_up_and_down_and_no_partition_has_two_owners(broker):
+@pytest.mark.parametrize("kind", ["confluent", "rivulet"])
+def test_members_scale_up_and_down_and_no_partition_has_two_owners(broker, kind):
     topic = make_topic(broker.bootstrap, 6, 3000)
     group = uuid.uuid4().hex
     owners = Owners()
@@ -93,7 +98,7 @@ def test_members_scale_up_and_down_and_no_partition_has_two_owners(broker):
     seen: dict[bytes, str] = {}
 
     def join(name: str) -> None:
-        members[name] = consumer(broker.bootstrap, group)
+        members[name] = consumer(broker.bootstrap, group, kind)
         members[name].subscribe([topic], **owners.callbacks(name))
 
     try:

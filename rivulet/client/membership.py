@@ -1,0 +1,173 @@
+"""ConsumerMembership: group membership with KIP-848's protocol (``group.protocol=consumer``),
+as Java's ConsumerMembershipManager and its heartbeat request manager.
+
+The broker assigns. A member keeps one member id for its life, heartbeats its subscription
+and the partitions it owns with ConsumerGroupHeartbeat, and reconciles towards what the broker
+sends: partitions taken away are committed and revoked first (on_revoke), then the new ones
+are added (on_assign), and the next heartbeat, sent at once, tells the broker it is done.
+UNKNOWN_MEMBER_ID and FENCED_MEMBER_EPOCH mean its partitions are lost (on_lost) and it joins
+again at epoch 0 under the same id. Discovery, commits (the member epoch in place of the
+generation) and fetching committed offsets are the classic coordinator's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from rivulet.client import core
+from rivulet.client import errors as E
+from rivulet.client.client import KafkaClient, wait_event
+from rivulet.client.coordinator import NET_ERRORS, STABLE, UNJOINED, ConsumerCoordinator, RebalanceNeeded
+from rivulet.client.subscription import SubscriptionState
+from rivulet.protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from rivulet.client.consumer import AIOConsumer
+
+log = logging.getLogger("rivulet.consumer")
+
+LEAVE_EPOCH, STATIC_LEAVE_EPOCH = -1, -2
+_FATAL = frozenset({ErrorCode.GROUP_AUTHORIZATION_FAILED, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                    ErrorCode.INVALID_REQUEST, ErrorCode.UNSUPPORTED_ASSIGNOR, ErrorCode.UNSUPPORTED_VERSION,
+                    ErrorCode.GROUP_MAX_SIZE_REACHED, ErrorCode.FENCED_INSTANCE_ID,
+                    ErrorCode.UNRELEASED_INSTANCE_ID, ErrorCode.INVALID_REGULAR_EXPRESSION,
+                    ErrorCode.GROUP_ID_NOT_FOUND})
+
+
+class ConsumerMembership(ConsumerCoordinator):
+    def __init__(self, consumer: AIOConsumer, client: KafkaClient, subs: SubscriptionState,
+                 conf: dict[str, Any]) -> None:
+        super().__init__(consumer, client, subs, conf, [])
+        self.member_id = str(uuid.uuid4())
+        self.remote_assignor: str | None = conf["group.remote.assignor"]
+        self.heartbeat_interval = 5.0  # until the broker says
+        self._ack_now = False
+
+    # ------------------------------------------------------------ joining
+    def need_rejoin(self) -> bool:
+        return self.subs.partitions_auto_assigned and (self.generation < 0 or self.rejoin_needed)
+
+    async def ensure_active_group(self) -> None:
+        """Called by the consumer's main task (holding its rebalance lock): join at epoch 0, or
+        again after the membership was lost; the heartbeat task does the rest."""
+        await self.ensure_coordinator_ready()
+        self._start_heartbeat()
+        owned = self.subs.assigned_partitions()
+        if self.partitions_lost and owned:
+            await self.consumer._partitions_gone(owned, lost=True)
+        self.partitions_lost = False
+        if self.need_rejoin() and not self.closing:
+            self.rejoin_needed = False
+            try:
+                await self._heartbeat_once(joining=True)
+            except RebalanceNeeded as e:
+                log.debug("group %s: join restarts: %s", self.group_id, e)
+                self.rejoin_needed = True
+
+    # ------------------------------------------------------------ heartbeats
+    async def _heartbeat_loop(self) -> None:
+        while not self.closing:
+            if not self._ack_now:
+                self._hb_wake.clear()
+                await wait_event(self._hb_wake, self.heartbeat_interval)
+            self._ack_now = False
+            if self.closing:
+                return
+            if self._poll_timed_out(time.monotonic()) or self.coordinator is None or self.generation < 0:
+                continue
+            try:
+                async with self.consumer._rebalancing:
+                    await self._heartbeat_once()
+            except asyncio.CancelledError:
+                raise
+            except RebalanceNeeded as e:
+                log.debug("heartbeat: %s", e)
+            except Exception as e:
+                log.debug("heartbeat failed: %s", e)
+
+    def _request(self, epoch: int) -> Any:
+        owned: dict[str, list[int]] = {}
+        for t, p in self.subs.assigned_partitions():
+            owned.setdefault(t, []).append(p)
+        ids = {t: tm.topic_id for t in owned if (tm := self.client.cluster.topics.get(t)) is not None}
+        return core.consumer_group_heartbeat_request(
+            self.group_id, self.member_id, epoch, self.instance_id, self.rack, self.rebalance_timeout_ms,
+            sorted(self.subs.subscription), self.remote_assignor,
+            [(ids[t], sorted(ps)) for t, ps in owned.items() if ids.get(t) is not None])
+
+    async def _heartbeat_once(self, joining: bool = False) -> None:
+        epoch = 0 if joining or self.generation < 0 else self.generation
+        resp = await self._send(self._request(epoch))
+        code = resp.error_code
+        if code:
+            self._on_error(ErrorCode(code), resp.error_message)
+            return
+        self.last_heartbeat_ok = time.monotonic()
+        self.generation = resp.member_epoch
+        self.heartbeat_interval = max(resp.heartbeat_interval_ms, 100) / 1000
+        self.state = STABLE
+        if resp.assignment is not None:
+            await self._reconcile([(tp.topic_id, list(tp.partitions)) for tp in resp.assignment.topic_partitions])
+
+    def _on_error(self, code: ErrorCode, message: str | None) -> None:
+        name = code.name
+        if code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_MEMBER_EPOCH):
+            log.info("group %s: heartbeat says %s; joining again", self.group_id, name)
+            self.reset_generation(False, name)  # the member id stays
+        elif code in core.COORDINATOR_ERRORS:
+            self.coordinator_dead(name)
+        elif code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+            if self.generation < 0:
+                self.request_rejoin(name)  # the join is tried again on the next step
+        elif code in _FATAL:
+            self.fatal = E.KafkaError(code, f"ConsumerGroupHeartbeat failed: {name}: {message or ''}".rstrip(": "),
+                                      fatal=True)
+            self.consumer._report(self.fatal)
+        else:
+            log.warning("group %s: heartbeat error %s %s", self.group_id, name, message or "")
+
+    async def _reconcile(self, assignment: list[tuple[uuid.UUID, list[int]]]) -> None:
+        names = await self._names([t for t, _ in assignment])
+        target = {(names[t], p) for t, ps in assignment if t in names for p in ps}
+        owned = set(self.subs.assignment)
+        revoked, added = sorted(owned - target), sorted(target - owned)
+        if revoked:
+            await self.consumer._maybe_auto_commit_sync(revoked)
+            await self.consumer._partitions_gone(revoked, lost=False)
+        if added or not owned:
+            await self.consumer._partitions_assigned(added, incremental=True)
+        if revoked or added:
+            self._ack_now = True  # tell the broker at once what we own now
+            self._hb_wake.set()
+            log.info("group %s epoch %d: member %s owns %d partition(s)", self.group_id, self.generation,
+                     self.member_id, len(self.subs.assignment))
+
+    async def _names(self, topic_ids: list[uuid.UUID]) -> dict[uuid.UUID, str]:
+        """Topic names for the ids the broker assigned; metadata is fetched for ids not known yet."""
+        def known() -> dict[uuid.UUID, str]:
+            return {tm.topic_id: name for name, tm in self.client.cluster.topics.items() if tm.topic_id is not None}
+        names = known()
+        if any(t not in names for t in topic_ids):
+            try:
+                await self.client.fetch_metadata(set(self.subs.subscription) | self.client.wanted_topics,
+                                                 allow_auto_create=False)
+            except NET_ERRORS as e:
+                log.debug("metadata for assigned topic ids failed: %s", e)
+            names = known()
+        return names
+
+    # ------------------------------------------------------------ leaving
+    async def maybe_leave_group(self, reason: str) -> None:
+        """A heartbeat at epoch -1 (-2 for a static member, which keeps its place)."""
+        if self.coordinator is not None and self.generation >= 0:
+            epoch = STATIC_LEAVE_EPOCH if self.instance_id is not None else LEAVE_EPOCH
+            try:
+                await self._send(self._request(epoch), timeout=min(self.request_timeout, 5.0))
+            except (RebalanceNeeded, *NET_ERRORS) as e:
+                log.debug("leaving the group failed: %s", e)
+        self.generation = -1
+        self.state = UNJOINED
