@@ -111,6 +111,10 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     75: (0, 0),   # DescribeTopicPartitions
 }
 
+# GetTelemetrySubscriptions and PushTelemetry: served always, listed in ApiVersions only when a
+# telemetry receiver is configured (metric.reporters), as Kafka's ApiVersionManager does.
+TELEMETRY_APIS = frozenset({71, 72})
+
 # Produce and Fetch weigh their request time against request_percentage themselves, with
 # their byte rates; brokers' own requests are never throttled (Kafka's sendResponseExemptThrottle).
 _OWN_THROTTLING = frozenset({0, 1})
@@ -133,6 +137,7 @@ class KafkaApis:
         ``cluster`` (ZooKeeper mode) brings this broker's candidate controller, which answers
         AlterPartition and ControlledShutdown, and takes topic creations and deletions."""
         self.quotas = quotas
+        self.client_metrics = client_metrics
         self.handlers: dict[int, Handler] = {18: self.handle_api_versions}
         self.versions = dict(SUPPORTED_VERSIONS)
         if metadata_cache is not None:
@@ -192,8 +197,9 @@ class KafkaApis:
 
     # ------------------------------------------------------------ ApiVersions
     def _api_keys(self) -> list[avr.ApiVersion]:
+        hidden = () if self.client_metrics.receiver_configured else TELEMETRY_APIS
         return [avr.ApiVersion(api_key=k, min_version=lo, max_version=hi)
-                for k, (lo, hi) in sorted(self.versions.items())]
+                for k, (lo, hi) in sorted(self.versions.items()) if k not in hidden]
 
     def api_versions_error(self, code: ErrorCode) -> avr.ApiVersionsResponse:
         return avr.ApiVersionsResponse(error_code=code, api_keys=self._api_keys())

@@ -28,10 +28,10 @@ from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.server.apis import KafkaApis
 from rivulet.security import tls
 from rivulet.security.ssl_principal import SslPrincipalMapper
-from rivulet.server.config import BrokerConfig, ConfigError
+from rivulet.server.config import LAST_PUSH_RECEIVER, BrokerConfig, ConfigError
 from rivulet.server.coordinator_leadership import CoordinatorLeadership
 from rivulet.server.acls import AclManager, Authz, build_authorizer
-from rivulet.server.client_metrics import ClientMetricsManager
+from rivulet.server.client_metrics import ClientMetricsManager, LastPayloads
 from rivulet.server.dynamic_config import DynamicBrokerConfig
 from rivulet.server.fd_limit import describe as describe_fd_limit
 from rivulet.server.fd_limit import raise_open_file_limit
@@ -127,8 +127,9 @@ class Broker:
         if self.cluster is not None:
             self.cluster.user_config_listener = self.scram.set_user
         # KIP-714 subscriptions: in ZooKeeper in a cluster, in this broker's metadata otherwise.
+        receiver = LastPayloads() if LAST_PUSH_RECEIVER in config["metric.reporters"] else None
         self.client_metrics = ClientMetricsManager(self.cluster if self.cluster is not None else self.dynamic_config,
-                                                   clock, config["telemetry.max.bytes"])
+                                                   clock, config["telemetry.max.bytes"], receiver)
         if self.cluster is not None:
             self.cluster.client_metrics_listener = self.client_metrics.set_subscription
         # Group configs (GROUP config resources): in ZooKeeper in a cluster, else beside the dynamic configs.

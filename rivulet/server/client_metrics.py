@@ -274,6 +274,9 @@ class ClientMetricsManager:
         self.clock = clock
         self.max_bytes = max_bytes
         self.receiver: TelemetryReceiver = receiver if receiver is not None else LastPayloads()
+        # As Kafka: clients are told of telemetry (ApiVersions lists it) only when a reporter that
+        # receives it is configured; the requests are answered either way.
+        self.receiver_configured = receiver is not None
         self.cache_expiry_ms = cache_expiry_ms
         self.configs: dict[str, dict[str, str]] = {}
         self.subscriptions: dict[str, Subscription] = {}

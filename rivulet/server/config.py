@@ -37,6 +37,7 @@ B, S, I, SH, L, D, LS, PW, CL = (ConfigType.BOOLEAN, ConfigType.STRING, ConfigTy
                                  ConfigType.CLASS)
 HIGH, MEDIUM, LOW = Importance.HIGH, Importance.MEDIUM, Importance.LOW
 RO, PER_BROKER, CLUSTER = UpdateMode.READ_ONLY, UpdateMode.PER_BROKER, UpdateMode.CLUSTER_WIDE
+LAST_PUSH_RECEIVER = "rivulet.server.client_metrics.LastPayloads"
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
 _nonneg = at_least(0)
@@ -254,6 +255,9 @@ BROKER_CONFIGS = ConfigDef([
        "bytes, request time).", LOW),
     _k("quota.window.size.seconds", I, 1, _pos, "Time span of each client quota sample, in seconds.", LOW),
     # -- client telemetry (KIP-714; the subscriptions are CLIENT_METRICS config resources)
+    _k("metric.reporters", LS, (), each_of(LAST_PUSH_RECEIVER), "Metrics reporters. One that receives client "
+       f"telemetry makes the broker offer it to clients (ApiVersions lists KIP-714's APIs): {LAST_PUSH_RECEIVER} "
+       "keeps each client's last push, for trying telemetry out.", LOW),
     _k("telemetry.max.bytes", I, 1048576, _pos, "Largest client telemetry push the broker accepts, compressed or "
        "not.", LOW),
     _k("replica.fetch.max.bytes", I, 1048576, _nonneg, "Bytes fetched per partition by a follower.", MEDIUM),

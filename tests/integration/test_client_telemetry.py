@@ -25,7 +25,7 @@ from rivulet.client.admin import AsyncAdminClient
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.server.broker import Broker
 from rivulet.server.client_metrics import LastPayloads
-from rivulet.server.config import BrokerConfig
+from rivulet.server.config import LAST_PUSH_RECEIVER, BrokerConfig
 from rivulet.testing import BrokerProcess
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -46,7 +46,8 @@ class ThreadBroker:
 
         async def start() -> Broker:
             b = Broker(BrokerConfig({"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(data_dir),
-                                     "group.initial.rebalance.delay.ms": "0", "num.partitions": "1"}))
+                                     "group.initial.rebalance.delay.ms": "0", "num.partitions": "1",
+                                     "metric.reporters": LAST_PUSH_RECEIVER}))
             await b.start()
             return b
         self.broker: Broker = self.call_async(start())
@@ -183,6 +184,32 @@ def test_without_a_subscription_clients_ask_once_and_push_nothing(broker, caplog
     # librdkafka says at INFO that it has an instance id, as against Kafka; nothing louder.
     assert not [line for line in logs if not line.startswith(("INFO", "DEBUG"))], logs
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+
+
+def test_without_a_telemetry_reporter_telemetry_is_answered_but_not_offered(tmp_path):
+    """As Kafka: with no reporter that receives telemetry, ApiVersions does not list KIP-714's
+    APIs (so clients neither ask nor say anything about it), and the requests are answered
+    all the same."""
+    from rivulet.client.connection import BrokerConnection
+    from rivulet.protocol.messages.get_telemetry_subscriptions_request import GetTelemetrySubscriptionsRequest
+    with BrokerProcess(data_dir=str(tmp_path)) as b:
+        logs: list[str] = []
+        p = rdkafka_producer(b.bootstrap, logs)
+        p.produce("telemetry-off", b"v")
+        assert p.flush(15) == 0
+
+        async def main() -> tuple:
+            host, port = b.bootstrap.split(":")
+            c = await BrokerConnection(host, int(port)).connect()
+            try:
+                r = await c.send(GetTelemetrySubscriptionsRequest(client_instance_id=uuid.UUID(int=0)), version=0)
+                return set(c.api_versions), r
+            finally:
+                await c.close()
+        listed, answer = asyncio.run(main())
+        assert 71 not in listed and 72 not in listed and 18 in listed
+        assert answer.error_code == 0 and answer.client_instance_id != uuid.UUID(int=0)
+        assert not [line for line in logs if "telemetry" in line.lower()], logs
 
 
 # ------------------------------------------------------------------ the Java client
