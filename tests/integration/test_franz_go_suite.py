@@ -4,7 +4,8 @@ transactions with a consume-transform-produce ETL, admin requests, and its regre
 
 The module comes from the Go module proxy at a pinned version; the compiled test binary is
 cached in ``~/.cache/rivulet/franz-go-<version>/``. Tests franz-go itself skips against a broker
-without KIP-848, share groups or SASL skip here too; the run fails on any failed test.
+without share groups or SASL skip here too; a test not run on the cluster is named with its
+reason in the output; the run fails on any failed test.
 """
 
 from __future__ import annotations
@@ -72,12 +73,17 @@ def kgo_test_binary() -> tuple[Path, Path]:
     return binary, pkg
 
 
-def run_suite(bootstrap: str, rf: int, log_path: Path) -> None:
+def run_suite(bootstrap: str, rf: int, log_path: Path, excluded: dict[str, str] | None = None) -> None:
+    """``excluded``: tests not run here, each with the reason (printed with the summary)."""
     binary, pkg = kgo_test_binary()
     env = dict(os.environ, KGO_SEEDS=bootstrap, KGO_TEST_RF=str(rf), KGO_TEST_STABLE_FETCH="true",
                KGO_TEST_RECORDS=str(RECORDS))
-    r = subprocess.run([str(binary), "-test.count=1", "-test.v", "-test.timeout=15m"], cwd=pkg, env=env,
-                       capture_output=True, text=True, timeout=1200)
+    args = [str(binary), "-test.count=1", "-test.v", "-test.timeout=15m"]
+    if excluded:
+        args += ["-test.skip", "^(" + "|".join(sorted(excluded)) + ")$"]
+        for name, why in sorted(excluded.items()):
+            print(f"franz-go {name} not run here: {why}")
+    r = subprocess.run(args, cwd=pkg, env=env, capture_output=True, text=True, timeout=1200)
     out = r.stdout + r.stderr
     log_path.write_text(out)
     failed = sorted(set(re.findall(r"^\s*--- FAIL: (\S+)", out, re.M)))
@@ -105,4 +111,11 @@ def test_franz_go_kgo_integration_suite_on_a_cluster(tmp_path, zk_connect):
     with three_brokers(zk_connect, **{"default.replication.factor": "3", "offsets.topic.replication.factor": "3",
                                       "transaction.state.log.replication.factor": "3",
                                       "min.insync.replicas": "2"}) as cluster:
-        run_suite(cluster.bootstrap, 3, tmp_path / "kgo.log")
+        run_suite(cluster.bootstrap, 3, tmp_path / "kgo.log", excluded={
+            # It runs on one broker above. Its loop stops once as many topics have given records
+            # as it wants, whichever they are; with __consumer_offsets standing in for its
+            # internal topic (Rivulet, as Kafka, refuses kfake's is_internal config) and
+            # resolved by the broker's regex as Kafka resolves it, records of __consumer_offsets
+            # from one broker can end that loop before the wanted topic's record arrives from
+            # another: a race of the test's on more than one broker.
+            "Test848RegexBrokerResolves": "a race in the test itself on more than one broker"})
