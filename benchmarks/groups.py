@@ -10,8 +10,17 @@
   client is Python on the same machine, so this is a lower bound for the broker.
 * in-process: the same two figures for the coordinator object alone (no sockets, no codec).
 
+* protocols (``--compare-protocols``): classic (librdkafka's eager range, and
+  cooperative-sticky) against KIP-848's consumer protocol, with confluent-kafka consumers that
+  consume a topic of 2 x N partitions fed all along: N members form the group (start -> every
+  partition owned), then one more joins, then one leaves. For each change, the time until
+  the group settles, and the consumption pause: how long the partitions that changed hands (or,
+  eager, all of them) had no owner, the longest and the sum. Every member's rebalance callbacks
+  run in this process, polled in turn; timings are those callbacks'.
+
     python -m benchmarks.groups                  # starts its own broker
     python -m benchmarks.groups --members 50 --bootstrap host:port
+    python -m benchmarks.groups --compare-protocols --members 10 50
 """
 
 from __future__ import annotations
@@ -190,20 +199,119 @@ def report(n: int, heartbeat_ms: int, wire: tuple[float, int, float]) -> None:
     print(f"{'heartbeats per second (in-process)':<44} {rate_ip:>12,.0f}/s")
 
 
+class Ownership:
+    """Who owns each partition and since when, from the members' callbacks."""
+
+    def __init__(self) -> None:
+        self.owner: dict[int, str] = {}
+        self.released: dict[int, float] = {}  # partition -> when its owner let it go
+        self.gaps: list[float] = []  # how long each handed-over partition had no owner
+
+    def callbacks(self, name: str) -> dict:
+        def on_assign(_c: object, parts: list) -> None:
+            now = time.perf_counter()
+            for tp in parts:
+                self.owner[tp.partition] = name
+                if tp.partition in self.released:
+                    self.gaps.append(now - self.released.pop(tp.partition))
+
+        def on_revoke(_c: object, parts: list) -> None:
+            now = time.perf_counter()
+            for tp in parts:
+                if self.owner.get(tp.partition) == name:
+                    del self.owner[tp.partition]
+                    self.released[tp.partition] = now
+        return {"on_assign": on_assign, "on_revoke": on_revoke, "on_lost": on_revoke}
+
+
+def protocol_run(bootstrap: str, n: int, protocol: str, strategy: str) -> dict[str, tuple[float, float, float]]:
+    """{change: (seconds to settle, longest pause, summed pause)} for start, join and leave."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    partitions = 2 * n
+    topic, group = f"bench-{uuid.uuid4().hex[:8]}", f"bench-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    own = Ownership()
+    members: dict[str, Consumer] = {}
+
+    def add(name: str) -> None:
+        conf = {"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "latest",
+                "enable.auto.commit": False, "group.protocol": protocol}
+        if protocol == "classic":
+            conf["partition.assignment.strategy"] = strategy
+        members[name] = Consumer(conf)
+        members[name].subscribe([topic], **own.callbacks(name))
+
+    def settle(settled) -> float:
+        t0 = fed = time.perf_counter()
+        while not settled() and time.perf_counter() - t0 < 120:
+            if time.perf_counter() - fed >= 0.5:  # a record per partition twice a second: a feed, not a load
+                fed = time.perf_counter()
+                for i in range(partitions):
+                    producer.produce(topic, b"x", partition=i)
+            producer.poll(0)
+            for c in list(members.values()):
+                c.poll(0)
+            time.sleep(0.005)
+        return time.perf_counter() - t0
+
+    def spread() -> bool:
+        return len(own.owner) == partitions and set(own.owner.values()) == set(members) and not own.released
+
+    out: dict[str, tuple[float, float, float]] = {}
+    for i in range(n):
+        add(f"m{i}")
+    took = settle(spread)
+    out["start"] = (took, 0.0, 0.0)
+    for change in ("join", "leave"):
+        own.gaps.clear()
+        if change == "join":
+            add(f"m{n}")
+        else:
+            members.pop("m0").close()
+        took = settle(spread)
+        out[change] = (took, max(own.gaps, default=0.0), sum(own.gaps))
+    for c in members.values():
+        c.close()
+    producer.flush(10)
+    return out
+
+
+def compare_protocols(bootstrap: str, sizes: list[int]) -> None:
+    runs = [("classic", "range"), ("classic", "cooperative-sticky"), ("consumer", "-")]
+    print(f"{'members':>7} {'protocol':<30} {'change':<6} {'settled':>9} {'longest pause':>14} {'summed pause':>13}")
+    for n in sizes:
+        for protocol, strategy in runs:
+            label = protocol if protocol == "consumer" else f"classic ({strategy})"
+            for change, (took, longest, summed) in protocol_run(bootstrap, n, protocol, strategy).items():
+                print(f"{n:>7} {label:<30} {change:<6} {took:>8.2f}s {longest:>13.2f}s {summed:>12.2f}s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bootstrap", help="an already running broker (default: start one)")
-    ap.add_argument("--members", type=int, default=50)
+    ap.add_argument("--members", type=int, nargs="+", default=[50])
+    ap.add_argument("--compare-protocols", action="store_true",
+                    help="classic against KIP-848's consumer protocol, with confluent-kafka")
     ap.add_argument("--seconds", type=float, default=5.0, help="heartbeat phase length")
     ap.add_argument("--heartbeat-ms", type=int, default=100, help="members' heartbeat interval while joining")
     args = ap.parse_args()
+    if args.compare_protocols:
+        if args.bootstrap:
+            compare_protocols(args.bootstrap, args.members)
+            return
+        with BrokerProcess({"group.initial.rebalance.delay.ms": "0"}) as broker:
+            compare_protocols(broker.bootstrap, args.members)
+        return
+    n = args.members[0]
     if args.bootstrap:
-        report(args.members, args.heartbeat_ms, asyncio.run(run(args.bootstrap, args.members, args.seconds,
-                                                                  args.heartbeat_ms)))
+        report(n, args.heartbeat_ms, asyncio.run(run(args.bootstrap, n, args.seconds, args.heartbeat_ms)))
         return
     with BrokerProcess({"group.initial.rebalance.delay.ms": "0"}) as broker:
-        wire = asyncio.run(run(broker.bootstrap, args.members, args.seconds, args.heartbeat_ms))
-    report(args.members, args.heartbeat_ms, wire)
+        wire = asyncio.run(run(broker.bootstrap, n, args.seconds, args.heartbeat_ms))
+    report(n, args.heartbeat_ms, wire)
 
 
 if __name__ == "__main__":
