@@ -49,6 +49,14 @@ async def describe_group(admin: AsyncAdminClient, group_id: str) -> GroupInfo:
     (g,) = await admin.describe_groups([group_id])
     if g.error_code:
         raise ApiError(ErrorCode(g.error_code), f"DescribeGroups {group_id}")
+    if g.group_state == "Dead" and admin.client.api_version(coordinator.node_id, 69) is not None:
+        # Not a classic group: perhaps a KIP-848 one, which ConsumerGroupDescribe describes.
+        cg = await admin.consumer_group_describe(group_id)
+        if not cg.error_code:
+            return GroupInfo(group_id, cg.group_state, "consumer", cg.assignor_name, [
+                MemberInfo(m.member_id, m.instance_id, m.client_id, m.client_host,
+                           [(tp.topic_name, p) for tp in m.assignment.topic_partitions for p in tp.partitions])
+                for m in cg.members], (coordinator.node_id, coordinator.host, coordinator.port))
     members = []
     for m in g.members:
         assignment: list[TP] = []

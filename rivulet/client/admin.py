@@ -560,6 +560,14 @@ class AsyncAdminClient:
             out += core.read_describe_groups(resp)
         return out
 
+    async def consumer_group_describe(self, group_id: str) -> Any:
+        """ConsumerGroupDescribe of a KIP-848 group (its described-group entry; a classic group
+        answers GROUP_ID_NOT_FOUND in it)."""
+        resp = await self.client.send_to_coordinator(
+            group_id, core.GROUP, core.consumer_group_describe_request([group_id]),
+            lambda r: r.groups[0].error_code)
+        return resp.groups[0]
+
     async def delete_groups(self, group_ids: list[str]) -> dict[str, ApiError | None]:
         out: dict[str, ApiError | None] = {}
         for gid in group_ids:

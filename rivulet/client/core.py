@@ -22,6 +22,7 @@ from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode, ApiError
 from rivulet.protocol.schema import ZERO_UUID
 from rivulet.protocol.messages import (
+    consumer_group_describe_request as cgdq,
     consumer_group_heartbeat_request as cghq,
     create_acls_request as caq,
     create_acls_response as car,
@@ -977,6 +978,10 @@ def list_groups_request(states: Iterable[str] = ()) -> lgq.ListGroupsRequest:
 def read_list_groups(resp: lgr.ListGroupsResponse) -> list[GroupListing]:
     check(resp.error_code, "ListGroups")
     return [GroupListing(g.group_id, g.protocol_type, g.group_state or "") for g in resp.groups]
+
+
+def consumer_group_describe_request(group_ids: Iterable[str]) -> cgdq.ConsumerGroupDescribeRequest:
+    return cgdq.ConsumerGroupDescribeRequest(group_ids=list(group_ids), include_authorized_operations=False)
 
 
 def describe_groups_request(group_ids: Iterable[str]) -> dgrq.DescribeGroupsRequest:

@@ -223,6 +223,15 @@ def test_a_consumer_group_is_described_and_refused_to_classic_members(broker):
     assert described.type.name == "CONSUMER" and described.state.name == "STABLE"
     assert described.partition_assignor == "range" and len(described.members) == 1
     assert sorted(tp.partition for tp in described.members[0].assignment.topic_partitions) == [0, 1]
+    # Rivulet's CLI, as kafka-consumer-groups, describes it with ConsumerGroupDescribe.
+    shown = subprocess.run([sys.executable, "-m", "rivulet", "groups", "describe", "-b", broker.bootstrap,
+                            "--group", group], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    rows = [line.split() for line in shown.stdout.splitlines() if line.startswith(group)]
+    assert sorted((r[1], r[2]) for r in rows) == [(topic, "0"), (topic, "1")]
+    state = subprocess.run([sys.executable, "-m", "rivulet", "groups", "describe", "-b", broker.bootstrap,
+                            "--group", group, "--state"], capture_output=True, text=True, timeout=60)
+    assert "range" in state.stdout and "Stable" in state.stdout, state.stdout + state.stderr
     classic = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "session.timeout.ms": 6000})
     classic.subscribe([topic])
     m = classic.poll(10)
