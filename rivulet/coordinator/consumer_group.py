@@ -136,6 +136,15 @@ def _from_epochs(parts: Iterable[CurrentTopicPartitions], default_epoch: int) ->
     return out
 
 
+def member_topic_names(member: ConsumerGroupMember, resolved: Mapping[str, frozenset[str]]) -> set[str]:
+    """The topics a member subscribes to: its names, and what its regular expression matches
+    (``resolved``: each expression and its topics; one not resolved yet matches nothing)."""
+    names = set(member.subscribed_topic_names)
+    if member.subscribed_topic_regex:
+        names |= resolved.get(member.subscribed_topic_regex, frozenset())
+    return names
+
+
 OwnedPartitions = list[tuple[uuid.UUID, list[int]]]
 """What a member reports it owns in a heartbeat: (topic id, partitions) pairs."""
 
@@ -242,11 +251,10 @@ class ConsumerGroup:
         return self.members.get(member_id) if member_id is not None else None
 
     def subscribed_topic_names(self) -> set[str]:
+        resolved = {regex: r.topics for regex, r in self.resolved_regexes.items()}
         names: set[str] = set()
         for m in self.members.values():
-            names.update(m.subscribed_topic_names)
-            if m.subscribed_topic_regex and m.subscribed_topic_regex in self.resolved_regexes:
-                names.update(self.resolved_regexes[m.subscribed_topic_regex].topics)
+            names |= member_topic_names(m, resolved)
         return names
 
     # -- records of a change, for the caller to replay and append

@@ -12,7 +12,6 @@ from rivulet.common.cluster import MetadataView
 from rivulet.common.time import Clock
 from rivulet.coordinator.consumer_group import (
     ConsumerGroup,
-    ConsumerGroupMember,
     MemberState,
     Record,
 )
@@ -173,8 +172,3 @@ class ConsumerGroupService:
         self._cancel("revocation", group.group_id, member_id)
         self.manager.store_consumer_group_records(group.group_id, records, lambda _error: None)
         return True
-
-    # ------------------------------------------------------------ reads for other APIs
-    @staticmethod
-    def member(group: GroupMetadata, member_id: str) -> ConsumerGroupMember | None:
-        return group.consumer.members.get(member_id) if group.consumer is not None else None

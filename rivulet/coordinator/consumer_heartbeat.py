@@ -27,6 +27,7 @@ from rivulet.coordinator.consumer_group import (
     MemberState,
     OwnedPartitions,
     Record,
+    member_topic_names,
     reconcile,
 )
 from rivulet.protocol.errors import ErrorCode
@@ -289,7 +290,7 @@ def compute_target(group: ConsumerGroup, members: Mapping[str, ConsumerGroupMemb
     partitions: dict[uuid.UUID, int] = {}
     for member_id, m in members.items():
         ids = _subscribed_ids(resolved, m, topics)
-        for name in _member_topic_names(resolved, m):
+        for name in member_topic_names(m, resolved):
             info = topics.get(name)
             if info is not None:
                 partitions[info.topic_id] = info.num_partitions
@@ -339,23 +340,16 @@ Resolved = Mapping[str, frozenset[str]]
 """Each regular expression the group's members subscribe with, and the topics it matches."""
 
 
-def _member_topic_names(resolved: Resolved, m: ConsumerGroupMember) -> set[str]:
-    names = set(m.subscribed_topic_names)
-    if m.subscribed_topic_regex:
-        names |= resolved.get(m.subscribed_topic_regex, frozenset())
-    return names
-
-
 def _subscribed_names(resolved: Resolved, members: Iterable[ConsumerGroupMember]) -> set[str]:
     names: set[str] = set()
     for m in members:
-        names |= _member_topic_names(resolved, m)
+        names |= member_topic_names(m, resolved)
     return names
 
 
 def _subscribed_ids(resolved: Resolved, m: ConsumerGroupMember, topics: MetadataView) -> set[uuid.UUID]:
     ids = set()
-    for name in _member_topic_names(resolved, m):
+    for name in member_topic_names(m, resolved):
         info = topics.get(name)
         if info is not None:
             ids.add(info.topic_id)
