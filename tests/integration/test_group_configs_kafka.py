@@ -61,22 +61,36 @@ def probe(bootstrap: str) -> dict:
                     iac.AlterableConfig(name=n, config_operation=o, value=v) for n, o, v in ops])]))
             return r.responses[0].error_code, r.responses[0].error_message or None
 
+        async def changed(fetch, previous):
+            """A read after a change, once it shows: Kafka's brokers apply the controller's
+            metadata a moment after answering the change."""
+            for _ in range(50):
+                now = await fetch()
+                if now != previous:
+                    return now
+                await asyncio.sleep(0.1)
+            return now
+
+        async def listed(types: list[int], version: int) -> tuple:
+            r = await c.send(ListConfigResourcesRequest(resource_types=types), version=version)
+            return (r.error_code, sorted((x.resource_name, x.resource_type) for x in r.config_resources
+                                         if version == 0 or x.resource_name in (group, other)))
+
         out["describe"] = await describe(32, group)
         out["describe unnamed"] = await describe(32, "")
         out["refused"] = [await alter(group, ops, True) for ops in OPS]
         out["unnamed"] = await alter("", [("consumer.session.timeout.ms", 0, "50000")], False)
         out["set"] = await alter(group, [("consumer.session.timeout.ms", 0, "50000"),
                                          ("share.isolation.level", 0, "read_committed")], False)
-        out["after"] = await describe(32, group)
+        out["after"] = await changed(lambda: describe(32, group), out["describe"])
         r = await c.send(acq.AlterConfigsRequest(validate_only=False, resources=[acq.AlterConfigsResource(
             resource_type=32, resource_name=other, configs=[acq.AlterableConfig(name="share.delivery.count.limit",
                                                                                 value="3")])]))
         out["legacy"] = r.responses[0].error_code
+        # both groups listed once the legacy change shows, so the three lists below see it
+        await changed(lambda: listed([32], 1), (0, [(group, 32)]))
         for types, version in (([32], 1), ([64], 1), ([], 0)):
-            r = await c.send(ListConfigResourcesRequest(resource_types=types), version=version)
-            out[f"list {types} v{version}"] = (r.error_code, sorted(
-                (x.resource_name, x.resource_type) for x in r.config_resources if version == 0 or
-                x.resource_name in (group, other)))
+            out[f"list {types} v{version}"] = await listed(types, version)
         await c.send(ctq.CreateTopicsRequest(topics=[ctq.CreatableTopic(
             name=topic, num_partitions=1, replication_factor=1, assignments=[], configs=[])], timeout_ms=15000))
         out["topic min isr"] = await describe(2, topic, ["min.insync.replicas"])
