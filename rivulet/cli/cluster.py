@@ -217,6 +217,8 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--brokers", type=int, default=3, help="up: how many brokers (default 3)")
     c.add_argument("--port", type=int, default=9092, help="up: the first broker's port, the next ones follow "
                    "(default 9092; 0 picks free ports)")
+    c.add_argument("--metrics-port", type=int, default=9404, help="up: the first broker's Prometheus metrics "
+                   "port (metrics.listener), the next ones follow (default 9404; 0 picks free ports)")
     c.add_argument("--zookeeper-port", type=int, default=2181, help="up: ZooKeeper's port (default 2181; 0 "
                    "picks a free one)")
     c.add_argument("--replication-factor", type=int, default=3, help="up: default.replication.factor of the "

@@ -34,6 +34,7 @@ class Member:
     pid: int
     port: int
     log: str
+    metrics_port: int = 0  # a broker's Prometheus endpoint (metrics.listener), 0 for none
 
 
 @dataclass
@@ -94,6 +95,7 @@ def up(args: argparse.Namespace) -> int:
     state = ClusterState(Member("zookeeper", zk.proc.pid, zk.port, str(zk.log_path)), [])
     for i in range(1, args.brokers + 1):
         port = _port(args.port + i - 1 if args.port > 0 else 0)
+        metrics_port = _port(args.metrics_port + i - 1 if args.metrics_port > 0 else 0)
         data = root / f"broker-{i}"
         data.mkdir(exist_ok=True)
         log_path = data / "broker.log"
@@ -104,6 +106,7 @@ def up(args: argparse.Namespace) -> int:
                  "default.replication.factor": str(min(args.replication_factor, args.brokers))}
         if args.racks:
             props["broker.rack"] = f"rack-{(i - 1) % args.racks + 1}"
+        props["metrics.listener"] = f"http://127.0.0.1:{metrics_port}"
         props.update(overrides)
         cmd = [sys.executable, "-m", "rivulet", "broker", "--log-level", args.log_level]
         for k, v in props.items():
@@ -111,11 +114,16 @@ def up(args: argparse.Namespace) -> int:
         with open(log_path, "ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
-        state.brokers.append(Member(f"broker-{i}", proc.pid, port, str(log_path)))
+        state.brokers.append(Member(f"broker-{i}", proc.pid, port, str(log_path),
+                                    metrics_port if "metrics.listener" not in overrides else 0))
         state.save(root)
     _wait_registered(state, args.timeout)
     print(f"ZooKeeper and {args.brokers} broker(s) started in {root}")
-    print(f"bootstrap servers: {','.join(f'127.0.0.1:{b.port}' for b in state.brokers)}\n")
+    print(f"bootstrap servers: {','.join(f'127.0.0.1:{b.port}' for b in state.brokers)}")
+    scraped = [f"http://127.0.0.1:{b.metrics_port}/metrics" for b in state.brokers if b.metrics_port]
+    if scraped:
+        print(f"Prometheus metrics: {' '.join(scraped)}")
+    print()
     return print_status(state)
 
 

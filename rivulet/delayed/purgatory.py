@@ -160,6 +160,10 @@ class DelayedOperationPurgatory(Generic[T]):
                 del watchers[key]
         return purged
 
+    def expirations(self) -> int:
+        """Operations that expired since the purgatory was made (Kafka's ExpiresPerSec count)."""
+        return self._expirations.count
+
     def metrics(self) -> dict[str, float]:
         """Gauges named after Kafka's: PurgatorySize, NumDelayedOperations, ..."""
         return {

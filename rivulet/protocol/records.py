@@ -958,6 +958,20 @@ def iter_batches(data: bytes | bytearray | memoryview) -> Iterator[tuple[int, Ba
         pos += batch_size
 
 
+def count_records(data: bytes | bytearray | memoryview) -> int:
+    """Records in the complete v2 batches of ``data``, read from their headers alone (the
+    broker's messages-out count: one step per batch, none per record)."""
+    size = len(data)
+    pos = total = 0
+    while pos + HEADER_SIZE <= size:
+        end = pos + LOG_OVERHEAD + _INT32.unpack_from(data, pos + LENGTH_OFFSET)[0]
+        if end > size or end < pos + HEADER_SIZE:
+            break
+        total += _INT32.unpack_from(data, pos + RECORDS_COUNT_OFFSET)[0]
+        pos = end
+    return total
+
+
 def batch_records_section(
     buf: bytes | bytearray | memoryview,
     pos: int = 0,

@@ -107,6 +107,23 @@ class FollowerState:
 
 
 @dataclass(slots=True)
+class PartitionStats:
+    """Counters the broker's metrics read when scraped (``server/metrics``): bumped once per
+    request and partition, never per record."""
+
+    bytes_in: int = 0
+    messages_in: int = 0
+    bytes_out: int = 0
+    messages_out: int = 0
+    produce_requests: int = 0
+    failed_produce_requests: int = 0
+    fetch_requests: int = 0
+    failed_fetch_requests: int = 0
+    isr_shrinks: int = 0
+    isr_expands: int = 0
+
+
+@dataclass(slots=True)
 class _PendingChange:
     proposed: LeaderAndIsr
     expanding: bool  # an expansion: the HW waits for the new member already
@@ -131,6 +148,7 @@ class Partition:
     followers: dict[int, FollowerState] = field(default_factory=dict)
     leader_epoch_start_offset: int = UNKNOWN_OFFSET
     deleted: bool = False
+    stats: PartitionStats = field(default_factory=PartitionStats)
     _pending: _PendingChange | None = None
 
     def __post_init__(self) -> None:
@@ -321,6 +339,10 @@ class Partition:
             return
         if result.leader_epoch != self.leader_epoch or result.partition_epoch < self.partition_epoch:
             return
+        if len(result.isr) < len(self.isr):
+            self.stats.isr_shrinks += 1
+        elif len(result.isr) > len(self.isr):
+            self.stats.isr_expands += 1
         self.isr = list(result.isr)
         self.partition_epoch = result.partition_epoch
         log.info("%s-%d: ISR now %s (partition epoch %d)", self.tp.topic, self.tp.partition, self.isr,

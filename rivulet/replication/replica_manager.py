@@ -539,8 +539,11 @@ class ReplicaManager:
         now = self.clock.milliseconds()
         for tp, data in entries.items():
             res = results[tp] = ProduceResult()
+            p = None
             try:
                 p = self.get_partition_or_error(tp)
+                if origin == AppendOrigin.CLIENT:
+                    p.stats.produce_requests += 1
                 p.check_leader()
                 if not data:
                     res.log_start_offset = p.log.log_start_offset
@@ -556,6 +559,9 @@ class ReplicaManager:
                 res.base_offset = info.first_offset
                 res.log_start_offset = p.log.log_start_offset
                 res.required_offset = info.last_offset + 1
+                if origin == AppendOrigin.CLIENT:
+                    p.stats.bytes_in += info.valid_bytes
+                    p.stats.messages_in += info.num_records
                 if info.duplicate:
                     # Kafka answers a retried batch with its original offset and timestamp.
                     res.log_append_time = info.log_append_time
@@ -570,6 +576,8 @@ class ReplicaManager:
                     # Followers may long-poll on the LEO.
                     self.fetch_purgatory.check_and_complete(tp)
             except ApiError as e:
+                if p is not None and origin == AppendOrigin.CLIENT:
+                    p.stats.failed_produce_requests += 1
                 res.error = e.code
                 res.message = e.message
                 res.record_errors = e.record_errors if isinstance(e, rec.RecordValidationError) else None

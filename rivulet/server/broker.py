@@ -36,6 +36,9 @@ from rivulet.server.dynamic_config import DynamicBrokerConfig
 from rivulet.server.fd_limit import describe as describe_fd_limit
 from rivulet.server.fd_limit import raise_open_file_limit
 from rivulet.server.metadata import MetadataStore
+from rivulet.server.metrics.collectors import BrokerCollector, GroupLagCollector, RequestCollector
+from rivulet.server.metrics.exporter import MetricsExporter
+from rivulet.server.metrics.requests import RequestMetrics
 from rivulet.server.authentication import SaslListenerConfig, SaslSession, inter_broker_sasl, sasl_listener_config
 from rivulet.server.config import SASL_PROTOCOLS
 from rivulet.server.quotas import ClientQuotas
@@ -122,6 +125,12 @@ class Broker:
             max_connections_per_ip_overrides=config["max.connections.per.ip.overrides"],
             queued_max_request_bytes=config["queued.max.request.bytes"]), self.quotas.connection_rates)
         self.dynamic_config.add_reconfigurable(self.socket_server.quotas)
+        # metrics.listener: the Prometheus endpoint, and the request timings it shows.
+        self.metrics: MetricsExporter | None = None
+        if config["metrics.listener"]:
+            self.metrics = MetricsExporter(config["metrics.listener"])
+            self.socket_server.request_metrics = RequestMetrics()
+        self.metrics_port: int | None = None
         self.bound_ports: list[int] = []
         self.scram = ScramCredentials(self.cluster if self.cluster is not None else self.dynamic_config)
         if self.cluster is not None:
@@ -169,6 +178,8 @@ class Broker:
             if listener.advertised is not None and listener.advertised.port == 0:
                 # An ephemeral port (0) is advertised as the port actually bound.
                 listener.advertised.port = bound
+        if self.metrics is not None:
+            self.metrics_port = await self.metrics.bind()
         if self.bound_ports and cfg.advertised_listeners is cfg.listeners and self.node.port == 0:
             self.node.port = self.bound_ports[0]
         self.timer = Timer(asyncio.get_running_loop())
@@ -252,12 +263,22 @@ class Broker:
                               quotas=self.quotas, cluster=self.cluster, log_dir_mover=self.log_dir_mover,
                               authz=Authz(authorizer), acls=self.acls, scram=self.scram,
                               client_metrics=self.client_metrics, group_configs=self.group_configs)
+        if self.metrics is not None:
+            self._add_collectors(rm, groups)
         await self.socket_server.start_serving(self.apis)
         if self.cluster is not None:
             await self.cluster.start(self._endpoints(), self._on_registered)
         self._tasks.append(asyncio.get_running_loop().create_task(self._housekeeping()))
         self.started = True
         log.info("started in %.0f ms", (time.monotonic() - t0) * 1000)
+
+    def _add_collectors(self, rm: ReplicaManager, groups: GroupCoordinator) -> None:
+        assert self.metrics is not None and self.socket_server.request_metrics is not None
+        purgatories = [rm.produce_purgatory, rm.fetch_purgatory, groups.heartbeat_purgatory,
+                       groups.rebalance_purgatory]
+        self.metrics.add([RequestCollector(self.socket_server.request_metrics),
+                          BrokerCollector(rm, self.socket_server, purgatories, self.cluster),
+                          GroupLagCollector(groups, rm)])
 
     def _served_listeners(self) -> list[tuple[str, str, int]]:
         return [x for x in self.config.listeners if x[0] not in self.config["controller.listener.names"]]
@@ -346,6 +367,8 @@ class Broker:
             # While still serving: this broker may be the controller that answers it.
             await self.cluster.controlled_shutdown()
         self.socket_server.close()
+        if self.metrics is not None:
+            await self.metrics.close()
         if self.replica_fetchers is not None:
             await self.replica_fetchers.shutdown()
         if self.alter_partition is not None:

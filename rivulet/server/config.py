@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Collection
+from urllib.parse import urlsplit
 
 from rivulet.common.config import (
     LONG_MAX,
@@ -55,6 +56,29 @@ def _selector(v: str | None) -> str | None:
 def _authorizer(v: str | None) -> str | None:
     return None if not v or v in AUTHORIZER_CLASS_NAMES else \
         f"Unknown authorizer {v}; known: {', '.join(sorted(AUTHORIZER_CLASS_NAMES))}"
+
+
+def parse_metrics_listener(url: str) -> tuple[str, int]:
+    """``metrics.listener``, ``http://host:port``, into (host, port); an empty host listens on
+    every address."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme != "http" or port is None or parts.path not in ("", "/"):
+        raise ValueError(f"metrics.listener must be http://host:port, not {url!r}")
+    return parts.hostname or "", port
+
+
+def _metrics_listener(v: str | None) -> str | None:
+    if not v:
+        return None
+    try:
+        parse_metrics_listener(v)
+    except ValueError as e:
+        return str(e)
+    return None
 
 
 def _k(name: str, ctype: ConfigType, default: Any, validator: Any = None, doc: str = "",
@@ -258,6 +282,9 @@ BROKER_CONFIGS = ConfigDef([
     _k("metric.reporters", LS, (), each_of(LAST_PUSH_RECEIVER), "Metrics reporters. One that receives client "
        f"telemetry makes the broker offer it to clients (ApiVersions lists KIP-714's APIs): {LAST_PUSH_RECEIVER} "
        "keeps each client's last push, for trying telemetry out.", LOW),
+    _k("metrics.listener", S, "", _metrics_listener, "Where the broker serves its Prometheus metrics, as "
+       "http://host:port (Rivulet's; Kafka's are JMX MBeans). Empty: no metrics endpoint, and requests are not "
+       "timed.", LOW),
     _k("telemetry.max.bytes", I, 1048576, _pos, "Largest client telemetry push the broker accepts, compressed or "
        "not.", LOW),
     _k("replica.fetch.max.bytes", I, 1048576, _nonneg, "Bytes fetched per partition by a follower.", MEDIUM),

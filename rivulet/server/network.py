@@ -38,6 +38,7 @@ from rivulet.security.sasl import AuthenticationFailed
 from rivulet.security.ssl_principal import NoMatchingRule, SslPrincipalMapper, principal_from_dn
 from rivulet.security.tls import peer_dn
 from rivulet.server.answer import NO_RESPONSE, Answer
+from rivulet.server.metrics.requests import RequestMetrics, request_name
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +135,11 @@ class ConnectionHost(Protocol):
     stage: bytearray
     stage_view: memoryview
     connections: set[KafkaConnection]
+    request_metrics: RequestMetrics | None  # None unless metrics.listener is set
+
+    def authentication_failed(self, listener: str) -> None: ...
+
+    def authenticated(self, listener: str) -> None: ...
 
 _SIZE = struct.Struct(">i")
 # Stop reading from a client that has this many requests waiting for answers.
@@ -145,14 +151,20 @@ FIRST_FRAME_CHUNK = 64 * 1024
 
 
 class _Slot:
-    __slots__ = ("header", "response", "ready", "reserved", "close_after")
+    __slots__ = ("header", "response", "ready", "reserved", "close_after", "request", "received", "dispatched",
+                 "handled", "completed")
 
-    def __init__(self, header: framing.RequestHeader, reserved: int) -> None:
+    def __init__(self, header: framing.RequestHeader, reserved: int, received: float = 0.0) -> None:
         self.header = header
         self.close_after = False  # a failed authentication: close once this answer is written
         self.response: Any = None
         self.ready = False
         self.reserved = reserved  # pool bytes this request holds until it is answered
+        # With request metrics: the request's name for them, and when it was read, handed to
+        # its handler, back from it, and answered (time.perf_counter).
+        self.request: str | None = None
+        self.received = received
+        self.dispatched = self.handled = self.completed = 0.0
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
@@ -230,11 +242,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         try:
             self.principal = principal_from_dn(dn, self.listener.principal_mapper or SslPrincipalMapper())
         except NoMatchingRule as e:
+            self.server.authentication_failed(self.listener.name)
             self.server.bad_input_log.warning("failed authentication", "Failed authentication with %s (%s)",
                                               self.peer, e)
             self.closed = True
             transport.close()
             return False
+        self.server.authenticated(self.listener.name)
         return True
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -323,6 +337,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _on_frame(self, frame: bytearray) -> None:
         """A whole request, for which ``len(frame)`` pool bytes are reserved until it is answered."""
         size = len(frame)
+        metrics = self.server.request_metrics
+        received = time.perf_counter() if metrics is not None else 0.0
         auth = self.authenticator
         if auth is not None and auth.raw_tokens:
             self._raw_token(auth, frame)
@@ -347,11 +363,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
                                               self.peer, e)
             self.close()
             return
-        slot = _Slot(header, size)
+        slot = _Slot(header, size, received)
         self.pending.append(slot)
         try:
             body = framing.request_class(header.api_key).decode(frame, header.api_version, body_pos)
             self.request_size = size
+            if metrics is not None:
+                slot.request = request_name(header.api_key, body)
+                slot.dispatched = time.perf_counter()
             if auth is not None and auth.intercepts(header.api_key):
                 result = self._authenticate(auth, header, body, slot)
             elif auth is not None and auth.session_expired():
@@ -360,6 +379,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 return
             else:
                 result = self.apis.handle(header, body, self)
+            if metrics is not None:
+                slot.handled = time.perf_counter()
         except ProtocolDecodeError as e:
             self.server.bad_input_log.warning("malformed request", "closing %s: malformed %s v%d: %s", self.peer,
                                               framing.request_class(header.api_key).NAME, header.api_version, e)
@@ -379,13 +400,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
         try:
             response = auth.handle(header.api_key, header.api_version, body)
         except AuthenticationFailed as failed:
+            self.server.authentication_failed(self.listener.name)
             if failed.response is None:
                 self.close()
                 return NO_RESPONSE
             slot.close_after = True
             return failed.response
-        if auth.principal is not None:
+        if auth.principal is not None and self.principal is not auth.principal:
             self.principal = auth.principal
+            self.server.authenticated(self.listener.name)
         return response
 
     def _raw_token(self, auth: Authenticator, frame: bytearray) -> None:
@@ -394,10 +417,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
         try:
             challenge = auth.raw_token(bytes(frame))
         except AuthenticationFailed:
+            self.server.authentication_failed(self.listener.name)
             self.close()
             return
-        if auth.principal is not None:
+        if auth.principal is not None and self.principal is not auth.principal:
             self.principal = auth.principal
+            self.server.authenticated(self.listener.name)
         assert self.transport is not None
         self.transport.write(_SIZE.pack(len(challenge)) + challenge)
 
@@ -415,6 +440,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _complete(self, slot: _Slot, response: Any) -> None:
         slot.response = response
         slot.ready = True
+        metrics = self.server.request_metrics
+        if metrics is not None:
+            slot.completed = time.perf_counter()
         if self.closed:
             return
         pending = self.pending
@@ -423,14 +451,22 @@ class KafkaConnection(asyncio.BufferedProtocol):
         while pending and pending[0].ready:
             s = pending.popleft()
             pool.release(s.reserved)
-            if s.response is NO_RESPONSE:
-                continue
             h = s.header
+            if s.response is NO_RESPONSE:
+                if metrics is not None and s.request is not None:
+                    now = time.perf_counter()
+                    metrics.record(s.request, h.api_version, s.received, s.dispatched, s.handled, s.completed,
+                                   now, now, None)
+                continue
+            write_start = time.perf_counter() if metrics is not None else 0.0
             parts = framing.encode_response_parts(s.response, h.api_key, h.api_version, h.correlation_id)
             if len(parts) == 1:
                 transport.write(parts[0])  # type: ignore[union-attr]
             else:
                 transport.writelines(parts)  # type: ignore[union-attr]
+            if metrics is not None and s.request is not None:
+                metrics.record(s.request, h.api_version, s.received, s.dispatched, s.handled, s.completed,
+                               write_start, time.perf_counter(), s.response)
             if s.close_after:
                 self.close()  # the transport writes what it holds first
                 return

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from rivulet.common.config import ConfigError
+from rivulet.server.metrics.requests import RequestMetrics
 from rivulet.server.network import PLAINTEXT_LISTENER, ConnectionRateLimits, KafkaConnection, Listener, RequestHandler
 
 log = logging.getLogger(__name__)
@@ -186,8 +187,19 @@ class SocketServer:
         self.stage = bytearray(STAGE_SIZE)
         self.stage_view = memoryview(self.stage)
         self.connections: set[KafkaConnection] = set()
+        # Set by the broker when metrics.listener is; the connections then time every request.
+        self.request_metrics: RequestMetrics | None = None
+        # Per listener, as Kafka's successful- and failed-authentication-total.
+        self.authentications: Counter[str] = Counter()
+        self.authentication_failures: Counter[str] = Counter()
         self.servers: list[asyncio.base_events.Server] = []
         self._idle_task: asyncio.Task[None] | None = None
+
+    def authenticated(self, listener: str) -> None:
+        self.authentications[listener] += 1
+
+    def authentication_failed(self, listener: str) -> None:
+        self.authentication_failures[listener] += 1
 
     async def bind(self, host: str, port: int, listener: Listener = PLAINTEXT_LISTENER) -> int:
         """Open one listener without accepting yet; the bound port. Binding comes first at

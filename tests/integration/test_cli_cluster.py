@@ -6,7 +6,10 @@ import json
 import subprocess
 import sys
 
+import urllib.request
+
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from rivulet.admin import AdminClient, NewTopic
 
@@ -20,7 +23,7 @@ def rivulet(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 def test_up_status_down(tmp_path):
     d = str(tmp_path / "c")
     r = rivulet("cluster", "up", "--brokers", "2", "--dir", d, "--port", "0", "--zookeeper-port", "0",
-                "--override", "min.insync.replicas=2")
+                "--metrics-port", "0", "--override", "min.insync.replicas=2")
     try:
         assert r.returncode == 0, r.stdout + r.stderr
         assert "ZooKeeper and 2 broker(s) started" in r.stdout
@@ -45,6 +48,14 @@ def test_up_status_down(tmp_path):
         assert admin.create_topics([NewTopic("t", 2, 2)])["t"].result(30) is None
         info = rivulet("cluster", "info", "-b", bootstrap)
         assert info.returncode == 0 and "1 " in info.stdout and "2" in info.stdout
+        # Every broker serves its metrics; exactly one says it is the active controller.
+        assert "Prometheus metrics: http://127.0.0.1:" in r.stdout
+        active = 0.0
+        for b in state["brokers"]:
+            with urllib.request.urlopen(f"http://127.0.0.1:{b['metrics_port']}/metrics", timeout=30) as page:
+                families = {f.name: f for f in text_string_to_metric_families(page.read().decode())}
+            active += families["kafka_controller_kafkacontroller_activecontrollercount"].samples[0].value
+        assert active == 1
     finally:
         r = rivulet("cluster", "down", "--dir", d)
     assert r.returncode == 0, r.stderr

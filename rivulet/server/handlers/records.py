@@ -21,7 +21,7 @@ from rivulet.protocol.messages.fetch_request import FetchRequest
 from rivulet.protocol.messages.list_offsets_request import ListOffsetsRequest
 from rivulet.protocol.messages.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
 from rivulet.protocol.messages.produce_request import ProduceRequest
-from rivulet.protocol.records import first_batch_is_transactional
+from rivulet.protocol.records import count_records, first_batch_is_transactional
 from rivulet.protocol.schema import ZERO_UUID
 from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.replication.partition import Partition
@@ -252,6 +252,7 @@ class RecordHandlers:
                         self.quotas.fetch.unrecord(user, client_id, size)
                     conn.throttle(ms)
                     return fr.FetchResponse(throttle_time_ms=ms, error_code=0, session_id=0, responses=[])
+            self._count_fetch(results, from_follower)
             topics: list[fr.FetchableTopicResponse] = []
             hints = _LeaderHints(self.metadata_cache, conn.listener.name)
             last_key = None
@@ -294,6 +295,22 @@ class RecordHandlers:
             return resp
 
         return then(result, build)
+
+    def _count_fetch(self, results: dict[TopicPartition, FetchResult], from_follower: bool) -> None:
+        """Per-topic fetch counters (Kafka's BrokerTopicMetrics), counted once per answered
+        partition; a follower's bytes are replication, not bytes out."""
+        partitions = self.replica_manager.partitions
+        for tp, r in results.items():
+            p = partitions.get(tp)
+            if p is None:
+                continue
+            stats = p.stats
+            stats.fetch_requests += 1
+            if r.error != ErrorCode.NONE:
+                stats.failed_fetch_requests += 1
+            elif r.records and not from_follower:
+                stats.bytes_out += len(r.records)
+                stats.messages_out += count_records(r.records)
 
     # ------------------------------------------------------------ ListOffsets
     def handle_list_offsets(

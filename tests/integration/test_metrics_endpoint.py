@@ -1,0 +1,152 @@
+"""The Prometheus endpoint (metrics.listener) of a real broker process, scraped while real
+clients (confluent-kafka) produce and consume: the counters must match what the clients sent
+and what their own statistics say.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+import uuid
+from collections import defaultdict
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from prometheus_client.parser import text_string_to_metric_families
+
+from rivulet.testing import free_port
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 3
+VALUE_SIZE = 4000
+
+
+def scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Sample name -> [(labels, value)]."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    out: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[s.name].append((s.labels, s.value))
+    return out
+
+
+def total(samples: dict, name: str, **labels: str) -> float:
+    return sum(v for lbl, v in samples.get(name, []) if all(lbl.get(k) == x for k, x in labels.items()))
+
+
+class Stats:
+    """librdkafka's last statistics (stats_cb)."""
+
+    def __init__(self) -> None:
+        self.last: dict = {}
+
+    def __call__(self, raw: str) -> None:
+        self.last = json.loads(raw)
+
+    def requests(self, api: str) -> int:
+        return sum(b.get("req", {}).get(api, 0) for b in self.last.get("brokers", {}).values())
+
+
+def produce(producer: Producer, stats: Stats, topic: str, start: int, n: int) -> int:
+    """Sends n records; returns their key and value bytes."""
+    sent = 0
+    for i in range(start, start + n):
+        key, value = f"key-{i}".encode(), bytes([i % 251]) * VALUE_SIZE
+        producer.produce(topic, value, key, partition=i % PARTITIONS)
+        sent += len(key) + len(value)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    return sent
+
+
+def settle_stats(client: Producer | Consumer, stats: Stats, ready) -> None:
+    """Poll until a statistics report shows ``ready`` (reports come every 100 ms)."""
+    for _ in range(200):
+        client.poll(0.05)
+        if stats.last and ready(stats):
+            return
+    raise AssertionError(f"librdkafka's statistics never settled: "
+                         f"{ {k: b.get('req') for k, b in stats.last.get('brokers', {}).items()} }")
+
+
+def test_counters_match_what_clients_sent(broker_factory):
+    mport = free_port()
+    broker = broker_factory({"metrics.listener": f"http://127.0.0.1:{mport}"})
+    topic = f"metrics-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+
+    before = scrape(mport)
+    assert total(before, "kafka_network_requestmetrics_requests_total", request="Produce") == 0
+    assert total(before, "kafka_controller_kafkacontroller_activecontrollercount") == 1
+    assert total(before, "process_resident_memory_bytes") > 0
+
+    stats = Stats()
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 20, "compression.type": "none",
+                         "statistics.interval.ms": 100, "stats_cb": stats, "enable.idempotence": False})
+    half = 600
+    sent = produce(producer, stats, topic, 0, half)
+    # Mid-run: what has been acknowledged so far is counted, exactly.
+    mid = scrape(mport)
+    assert total(mid, "kafka_server_brokertopicmetrics_messagesin_total", topic=topic) == half
+    assert sent <= total(mid, "kafka_server_brokertopicmetrics_bytesin_total", topic=topic) <= sent * 1.01
+
+    sent += produce(producer, stats, topic, half, half)
+    settle_stats(producer, stats, lambda s: s.last.get("txmsgs") == 2 * half and s.requests("Produce") > 0)
+    produce_requests = stats.requests("Produce")
+
+    consumed_target = 700
+    cstats = Stats()
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest", "statistics.interval.ms": 100, "stats_cb": cstats})
+    consumer.subscribe([topic])
+    consumed = 0
+    deadline = time.monotonic() + 120
+    while consumed < consumed_target and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is None or m.error():
+            continue
+        consumed += 1
+    assert consumed == consumed_target
+    consumer.commit(asynchronous=False)
+    committed = {tp.partition: tp.offset for tp in consumer.committed(
+        [TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=30)}
+    print({k: b.get('req') for k, b in stats.last.get('brokers', {}).items()})
+
+    after = scrape(mport)
+    n = 2 * half
+    assert total(after, "kafka_server_brokertopicmetrics_messagesin_total", topic=topic) == n
+    bytes_in = total(after, "kafka_server_brokertopicmetrics_bytesin_total", topic=topic)
+    assert sent <= bytes_in <= sent * 1.01, (sent, bytes_in)
+    # The consumer fetched at least what it consumed (it prefetches), never more than there is.
+    assert consumed_target <= total(after, "kafka_server_brokertopicmetrics_messagesout_total", topic=topic) <= n
+    assert total(after, "kafka_server_brokertopicmetrics_bytesout_total", topic=topic) <= bytes_in
+
+    # Request counts: the broker answered exactly what librdkafka says it sent.
+    assert total(after, "kafka_network_requestmetrics_requests_total", request="Produce") == produce_requests
+    assert total(after, "kafka_network_requestmetrics_totaltime_seconds_count", request="Produce") == produce_requests
+    assert total(after, "kafka_network_requestmetrics_errors_total", request="Produce", error="NONE") >= produce_requests
+    assert total(after, "kafka_network_requestmetrics_requests_total", request="OffsetCommit") == 1
+    assert total(after, "kafka_server_brokertopicmetrics_totalproducerequests_total", topic=topic) >= produce_requests
+
+    # Lag as the broker knows it: the high watermark minus the committed offset, per partition.
+    assert sum(committed.values()) == consumed_target
+    for p in range(PARTITIONS):
+        end = sum(1 for i in range(n) if i % PARTITIONS == p)
+        assert total(after, "kafka_consumergroup_current_offset", consumergroup=group, topic=topic,
+                     partition=str(p)) == committed[p]
+        assert total(after, "kafka_consumergroup_lag", consumergroup=group, topic=topic,
+                     partition=str(p)) == end - committed[p]
+        assert total(after, "kafka_log_log_logendoffset", topic=topic, partition=str(p)) == end
+        assert total(after, "kafka_log_log_numlogsegments", topic=topic, partition=str(p)) >= 1
+    assert total(after, "kafka_consumergroup_lag", consumergroup=group) == n - consumed_target
+    assert total(after, "kafka_server_socketservermetrics_connection_count") >= 2
+    assert "kafka_server_delayedoperationpurgatory_purgatorysize" in after
+    assert "rivulet_event_loop_lag_seconds_count" in after
+    consumer.close()

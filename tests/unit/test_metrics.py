@@ -1,0 +1,83 @@
+"""The metrics endpoint's pure parts: request names, error codes and throttle times read from
+responses, the request histograms, the messages-out count from batch headers, and
+metrics.listener's form."""
+
+from __future__ import annotations
+
+import pytest
+
+from rivulet.protocol.messages import fetch_response as fr
+from rivulet.protocol.messages import produce_response as pr
+from rivulet.protocol.messages.fetch_request import FetchRequest, ReplicaState
+from rivulet.protocol.messages.metadata_request import MetadataRequest
+from rivulet.protocol.records import Record, count_records, encode_batch
+from rivulet.server.config import BrokerConfig, ConfigError, parse_metrics_listener
+from rivulet.server.metrics.collectors import RequestCollector, histogram_buckets
+from rivulet.server.metrics.requests import BUCKETS, PHASES, RequestMetrics, error_codes, request_name, throttle_ms
+
+pytestmark = pytest.mark.fast
+
+
+def test_request_names_split_fetch_as_kafka_does():
+    assert request_name(3, MetadataRequest()) == "Metadata"
+    assert request_name(1, FetchRequest(replica_id=-1)) == "FetchConsumer"
+    assert request_name(1, FetchRequest(replica_id=2)) == "FetchFollower"
+    # v15+: the replica id travels in ReplicaState.
+    assert request_name(1, FetchRequest(replica_id=-1, replica_state=ReplicaState(replica_id=3))) == "FetchFollower"
+    assert request_name(44, None) == "IncrementalAlterConfigs"
+
+
+def test_error_codes_are_read_from_every_level():
+    resp = fr.FetchResponse(error_code=0, throttle_time_ms=7, responses=[
+        fr.FetchableTopicResponse(topic="a", partitions=[fr.PartitionData(partition_index=0, error_code=0),
+                                                          fr.PartitionData(partition_index=1, error_code=6)]),
+        fr.FetchableTopicResponse(topic="b", partitions=[fr.PartitionData(partition_index=0, error_code=3)])])
+    assert sorted(error_codes(resp)) == [0, 0, 3, 6]
+    assert throttle_ms(resp) == 7
+    produce = pr.ProduceResponse(responses=[pr.TopicProduceResponse(
+        name="a", partition_responses=[pr.PartitionProduceResponse(index=0, error_code=0)])])
+    assert list(error_codes(produce)) == [0]  # no top-level error code in Produce
+    assert throttle_ms(produce) == 0
+
+
+def test_a_request_is_counted_and_timed_per_phase():
+    m = RequestMetrics()
+    resp = pr.ProduceResponse(responses=[pr.TopicProduceResponse(
+        name="a", partition_responses=[pr.PartitionProduceResponse(index=0, error_code=19)])], throttle_time_ms=20)
+    # read at 0, dispatched at 0.1 ms, handled at 0.3 ms, answered at 2.3 ms, written from 3.3 to 3.4 ms.
+    m.record("Produce", 9, 0.0, 0.0001, 0.0003, 0.0023, 0.0033, 0.0034, resp)
+    m.record("Produce", 9, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, None)  # acks=0: no answer
+    assert m.requests == {("Produce", 9): 2}
+    assert m.errors == {("Produce", 19): 1}
+    phases = dict(zip(PHASES, m.timings["Produce"].phases))
+    assert phases["remotetime"].sum == pytest.approx(0.002)
+    assert phases["throttletime"].sum == pytest.approx(0.02)
+    assert phases["totaltime"].sum == pytest.approx(0.0034)
+    buckets = histogram_buckets(phases["remotetime"])
+    assert buckets[-1] == ("+Inf", 2) and len(buckets) == len(BUCKETS) + 1
+    assert dict(buckets)["0.0025"] == 2 and dict(buckets)["0.001"] == 1
+    families = {f.name: f for f in RequestCollector(m).collect()}
+    assert [s.value for s in families["kafka_network_requestmetrics_errors"].samples] == [1]
+    assert families["kafka_network_requestmetrics_errors"].samples[0].labels == {
+        "request": "Produce", "error": "NOT_ENOUGH_REPLICAS"}
+    assert families["kafka_network_requestmetrics_requests"].samples[0].labels == {"request": "Produce",
+                                                                                    "version": "9"}
+
+
+def test_messages_out_are_counted_from_batch_headers():
+    one = encode_batch([Record(offset=i, timestamp=1, key=None, value=b"x", headers=[]) for i in range(5)])
+    two = encode_batch([Record(offset=5, timestamp=1, key=b"k", value=b"y" * 100, headers=[])], base_offset=5)
+    assert count_records(one + two) == 6
+    assert count_records(one + two[:30]) == 5  # a batch cut at max_bytes is not counted
+    assert count_records(b"") == 0
+
+
+def test_metrics_listener_form():
+    assert parse_metrics_listener("http://127.0.0.1:9404") == ("127.0.0.1", 9404)
+    assert parse_metrics_listener("http://:9404/") == ("", 9404)
+    for bad in ("127.0.0.1:9404", "https://h:1", "http://h", "http://h:1/metrics", "http://h:x"):
+        with pytest.raises(ValueError):
+            parse_metrics_listener(bad)
+    with pytest.raises(ConfigError, match="metrics.listener"):
+        BrokerConfig({"metrics.listener": "tcp://h:1"})
+    assert BrokerConfig({})["metrics.listener"] == ""
