@@ -25,7 +25,9 @@ def free_port() -> int:
 class BrokerProcess:
     """A broker on a loopback port with its own data dir; restartable on the same data."""
 
-    def __init__(self, overrides: dict[str, str] | None = None, data_dir: str | None = None) -> None:
+    def __init__(self, overrides: dict[str, str] | None = None, data_dir: str | None = None,
+                 args: list[str] | None = None) -> None:
+        """``args``: more ``rivulet broker`` arguments, such as ``--log-format json``."""
         self.port = free_port()
         self._tmp = None if data_dir else tempfile.TemporaryDirectory(prefix="rivulet-test-")
         self.data_dir = data_dir or self._tmp.name
@@ -35,6 +37,7 @@ class BrokerProcess:
             "group.initial.rebalance.delay.ms": "0",
             **(overrides or {}),
         }
+        self.args = list(args or [])
         self.proc: subprocess.Popen | None = None
         self.log_path = Path(self.data_dir) / "broker-stdout.log"
 
@@ -46,6 +49,7 @@ class BrokerProcess:
         args = [sys.executable, "-m", "rivulet", "broker", "--log-level", os.environ.get("RIVULET_LOG", "warning")]
         for k, v in self.overrides.items():
             args += ["--override", f"{k}={v}"]
+        args += self.args
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout

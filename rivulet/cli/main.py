@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import signal
 import sys
 
+from rivulet.common.logs import LOG_FORMATS, configure_logging, parse_levels
 from rivulet.server.config import BrokerConfig, ConfigError, help_text, load_properties
 
 
@@ -45,8 +45,12 @@ def broker_main(args: argparse.Namespace) -> int:
     except (ConfigError, OSError) as e:
         print(f"rivulet broker: {e}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=getattr(logging, args.log_level.upper()),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        configure_logging(parse_levels(args.log_level or []), args.log_format, args.log_file or config["log.file"],
+                          config["log.file.max.bytes"], config["log.file.backup.count"])
+    except (ValueError, OSError) as e:
+        print(f"rivulet broker: {e}", file=sys.stderr)
+        return 2
     _install_loop()
     _raise_fd_limit()
     from rivulet.server.broker import Broker
@@ -84,8 +88,15 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     b.add_argument("--config", help="a Kafka server.properties file")
     b.add_argument("--override", action="append", metavar="KEY=VALUE", help="override one property")
-    b.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
-                   help="how much the broker logs (default: info)")
+    b.add_argument("--log-level", action="append", metavar="[LOGGER=]LEVEL[,...]",
+                   help="how much the broker logs: a level (debug, info, warning, error) for every logger "
+                        "(default: info), or LOGGER=LEVEL for one logger and those below it, such as "
+                        "rivulet.coordinator=debug; repeatable or comma-separated")
+    b.add_argument("--log-format", choices=LOG_FORMATS, default="text",
+                   help="text lines (default) or one JSON object per line")
+    b.add_argument("--log-file", metavar="FILE",
+                   help="write log lines to FILE instead of stderr, rotated by size (the log.file property; "
+                        "log.file.max.bytes, log.file.backup.count)")
     b.set_defaults(func=broker_main)
     from rivulet.cli import topics
     topics.add_parser(sub)

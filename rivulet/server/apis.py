@@ -16,6 +16,7 @@ import time
 from typing import Any, Callable
 
 from rivulet.common.cluster import NodeEndpoint
+from rivulet.common.logs import RateLimitFilter
 from rivulet.common.time import Clock
 from rivulet.coordinator.group_config import GroupConfigs
 from rivulet.coordinator.group_coordinator import GroupCoordinator
@@ -54,6 +55,7 @@ from rivulet.server.zk_cluster import ZkClusterMember
 from rivulet.transaction.coordinator import TransactionCoordinator
 
 log = logging.getLogger(__name__)
+log.addFilter(RateLimitFilter())  # a client repeating an unsupported request is logged once per interval
 
 # API key -> (min, max) versions Rivulet implements. Produce starts at v0 because librdkafka
 # turns compression off when the broker does not advertise the oldest versions.

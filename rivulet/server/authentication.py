@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from rivulet.common.config import ConfigError
+from rivulet.common.logs import RateLimitFilter
 from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages.sasl_authenticate_response import SaslAuthenticateResponse
@@ -56,6 +57,8 @@ from rivulet.security.scram import ScramCredential, ScramServer
 from rivulet.server.config import BrokerConfig
 
 log = logging.getLogger("rivulet.server.authentication")
+# A client retrying bad credentials in a loop gets one line per interval, with a count.
+log.addFilter(RateLimitFilter(level=logging.INFO))
 
 SASL_HANDSHAKE_KEY = 17
 SASL_AUTHENTICATE_KEY = 36

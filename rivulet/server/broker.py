@@ -45,6 +45,7 @@ from rivulet.server.quotas import ClientQuotas
 from rivulet.client.connection import PLAINTEXT_CONNECTOR, BrokerConnector
 from rivulet.server.network import Listener
 from rivulet.server.scram import ScramCredentials
+from rivulet.server.request_log import RequestLog
 from rivulet.server.socket_server import SocketServer, SocketServerConfig
 from rivulet.server.topics import TopicManager, broker_props
 from rivulet.server.zk_cluster import ZkClusterMember
@@ -130,6 +131,9 @@ class Broker:
         if config["metrics.listener"]:
             self.metrics = MetricsExporter(config["metrics.listener"])
             self.socket_server.request_metrics = RequestMetrics()
+        request_log = RequestLog(config["request.log.threshold.ms"])
+        if request_log.enabled():
+            self.socket_server.request_log = request_log
         self.metrics_port: int | None = None
         self.bound_ports: list[int] = []
         self.scram = ScramCredentials(self.cluster if self.cluster is not None else self.dynamic_config)

@@ -233,6 +233,18 @@ BROKER_CONFIGS = ConfigDef([
        "disk; -2 follows the retention time.", MEDIUM, CLUSTER, ignored=True),
     _k("log.local.retention.bytes", L, -2, at_least(-2), "With tiered storage, the local size limit of a "
        "partition; -2 follows the retention size.", MEDIUM, CLUSTER, ignored=True),
+    # -- the broker's own log lines (not the partition logs of log.dirs), as Kafka's log4j settings
+    _k("log.file", S, None, None, "A file the broker writes its log lines to instead of stderr, rotated by "
+       "size (--log-file overrides it).", LOW),
+    _k("log.file.max.bytes", L, 104857600, _nonneg, "Size at which log.file is rotated (log4j's "
+       "MaxFileSize); 0 never rotates.", LOW),
+    _k("log.file.backup.count", I, 10, _nonneg, "Rotated log files kept beside log.file, named with "
+       "the suffixes .1 (the newest) to .N (log4j's MaxBackupIndex).", LOW),
+    _k("request.log.threshold.ms", L, 1000, at_least(-1), "A request whose handling takes at least this long "
+       "is logged at INFO by the rivulet.server.requests logger, with its API, version, client id, "
+       "principal and timings, as Kafka's request log shows them; the time it waits in a purgatory (a long "
+       "poll, acks=all, a rebalance) or behind earlier answers on its connection is shown but not counted. "
+       "0 logs every request, -1 none; with that logger at debug every request is logged.", LOW),
     # -- network
     _k("socket.request.max.bytes", I, 104857600, _pos, "Largest request accepted; a larger one closes the "
        "connection.", HIGH),

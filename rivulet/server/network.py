@@ -33,6 +33,7 @@ from typing import Any, Callable, Protocol
 from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode, ProtocolDecodeError
 from rivulet.common.cluster import NodeEndpoint
+from rivulet.common.logs import RateLimitFilter
 from rivulet.security.principal import KafkaPrincipal
 from rivulet.security.sasl import AuthenticationFailed
 from rivulet.security.ssl_principal import NoMatchingRule, SslPrincipalMapper, principal_from_dn
@@ -41,6 +42,9 @@ from rivulet.server.answer import NO_RESPONSE, Answer
 from rivulet.server.metrics.requests import RequestMetrics, request_name
 
 log = logging.getLogger(__name__)
+# Hostile or broken clients can repeat the same fault endlessly; each kind is logged once
+# per interval with a count of what was held back.
+log.addFilter(RateLimitFilter())
 
 
 class RequestHandler(Protocol):
@@ -118,8 +122,13 @@ class ConnectionRateLimits(Protocol):
     def throttle_ms(self, ip: str) -> int: ...
 
 
-class BadInputLog(Protocol):
-    def warning(self, kind: str, msg: str, *args: object) -> None: ...
+class RequestLogger(Protocol):
+    """The slow-request log (``request_log.RequestLog``): told of each answered request with
+    the same clock readings as ``RequestMetrics.record``."""
+
+    def request_completed(self, conn: KafkaConnection, header: framing.RequestHeader, request: str,
+                          received: float, dispatched: float, handled: float, completed: float,
+                          write_start: float, sent: float, response: object) -> None: ...
 
 
 class ConnectionHost(Protocol):
@@ -131,11 +140,11 @@ class ConnectionHost(Protocol):
     pool: RequestMemory
     quotas: ConnectionLimits
     connection_rates: ConnectionRateLimits
-    bad_input_log: BadInputLog
     stage: bytearray
     stage_view: memoryview
     connections: set[KafkaConnection]
     request_metrics: RequestMetrics | None  # None unless metrics.listener is set
+    request_log: RequestLogger | None  # None unless it would log something
 
     def authentication_failed(self, listener: str) -> None: ...
 
@@ -221,8 +230,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         refusal = self.server.quotas.refusal(self.peer[0])
         if refusal is not None:
-            self.server.bad_input_log.warning("refused connection", "refusing a connection from %s: %s",
-                                              self.peer, refusal)
+            log.warning("refusing a connection from %s: %s", self.peer, refusal,
+                        extra={"kind": "refused connection"})
             self.closed = True
             transport.close()
             return
@@ -243,8 +252,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.principal = principal_from_dn(dn, self.listener.principal_mapper or SslPrincipalMapper())
         except NoMatchingRule as e:
             self.server.authentication_failed(self.listener.name)
-            self.server.bad_input_log.warning("failed authentication", "Failed authentication with %s (%s)",
-                                              self.peer, e)
+            log.warning("Failed authentication with %s (%s)", self.peer, e, extra={"kind": "failed authentication"})
             self.closed = True
             transport.close()
             return False
@@ -309,15 +317,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
             size = _SIZE.unpack_from(stage, pos)[0]
             sasl_limit = self.authenticator.receive_limit() if self.authenticator is not None else None
             if sasl_limit is not None and size > sasl_limit:
-                self.server.bad_input_log.warning(
-                    "oversized request", "closing %s: a frame of %d bytes before authentication exceeds "
-                    "sasl.server.max.receive.size (%d)", self.peer, size, sasl_limit)
+                log.warning("closing %s: a frame of %d bytes before authentication exceeds "
+                            "sasl.server.max.receive.size (%d)", self.peer, size, sasl_limit,
+                            extra={"kind": "oversized request"})
                 self.close()
                 return
             if size < 0 or size > self.max_request_bytes:
-                self.server.bad_input_log.warning(
-                    "oversized request", "closing %s: request of %d bytes exceeds socket.request.max.bytes (%d)",
-                    self.peer, size, self.max_request_bytes)
+                log.warning("closing %s: request of %d bytes exceeds socket.request.max.bytes (%d)",
+                            self.peer, size, self.max_request_bytes, extra={"kind": "oversized request"})
                 self.close()
                 return
             if avail - 4 >= size:
@@ -337,8 +344,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _on_frame(self, frame: bytearray) -> None:
         """A whole request, for which ``len(frame)`` pool bytes are reserved until it is answered."""
         size = len(frame)
-        metrics = self.server.request_metrics
-        received = time.perf_counter() if metrics is not None else 0.0
+        timed = self.server.request_metrics is not None or self.server.request_log is not None
+        received = time.perf_counter() if timed else 0.0
         auth = self.authenticator
         if auth is not None and auth.raw_tokens:
             self._raw_token(auth, frame)
@@ -354,13 +361,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self._complete(slot, self.apis.api_versions_error(ErrorCode.UNSUPPORTED_VERSION))
                 return
             self.server.pool.release(size)
-            self.server.bad_input_log.warning("unsupported API", "closing %s: %s", self.peer, e)
+            log.warning("closing %s: %s", self.peer, e, extra={"kind": "unsupported API"})
             self.close()
             return
         except ProtocolDecodeError as e:
             self.server.pool.release(size)
-            self.server.bad_input_log.warning("bad request header", "closing %s: bad request header: %s",
-                                              self.peer, e)
+            log.warning("closing %s: bad request header: %s", self.peer, e, extra={"kind": "bad request header"})
             self.close()
             return
         slot = _Slot(header, size, received)
@@ -368,7 +374,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         try:
             body = framing.request_class(header.api_key).decode(frame, header.api_version, body_pos)
             self.request_size = size
-            if metrics is not None:
+            if timed:
                 slot.request = request_name(header.api_key, body)
                 slot.dispatched = time.perf_counter()
             if auth is not None and auth.intercepts(header.api_key):
@@ -379,11 +385,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 return
             else:
                 result = self.apis.handle(header, body, self)
-            if metrics is not None:
+            if timed:
                 slot.handled = time.perf_counter()
         except ProtocolDecodeError as e:
-            self.server.bad_input_log.warning("malformed request", "closing %s: malformed %s v%d: %s", self.peer,
-                                              framing.request_class(header.api_key).NAME, header.api_version, e)
+            log.warning("closing %s: malformed %s v%d: %s", self.peer, framing.request_class(header.api_key).NAME,
+                        header.api_version, e, extra={"kind": "malformed request"})
             self.close()
             return
         except Exception:
@@ -440,8 +446,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _complete(self, slot: _Slot, response: Any) -> None:
         slot.response = response
         slot.ready = True
-        metrics = self.server.request_metrics
-        if metrics is not None:
+        timed = self.server.request_metrics is not None or self.server.request_log is not None
+        if timed:
             slot.completed = time.perf_counter()
         if self.closed:
             return
@@ -453,25 +459,33 @@ class KafkaConnection(asyncio.BufferedProtocol):
             pool.release(s.reserved)
             h = s.header
             if s.response is NO_RESPONSE:
-                if metrics is not None and s.request is not None:
+                if timed and s.request is not None:
                     now = time.perf_counter()
-                    metrics.record(s.request, h.api_version, s.received, s.dispatched, s.handled, s.completed,
-                                   now, now, None)
+                    self._timed(s, s.request, now, now, None)
                 continue
-            write_start = time.perf_counter() if metrics is not None else 0.0
+            write_start = time.perf_counter() if timed else 0.0
             parts = framing.encode_response_parts(s.response, h.api_key, h.api_version, h.correlation_id)
             if len(parts) == 1:
                 transport.write(parts[0])  # type: ignore[union-attr]
             else:
                 transport.writelines(parts)  # type: ignore[union-attr]
-            if metrics is not None and s.request is not None:
-                metrics.record(s.request, h.api_version, s.received, s.dispatched, s.handled, s.completed,
-                               write_start, time.perf_counter(), s.response)
+            if timed and s.request is not None:
+                self._timed(s, s.request, write_start, time.perf_counter(), s.response)
             if s.close_after:
                 self.close()  # the transport writes what it holds first
                 return
         self.last_active = time.monotonic()
         self.update_reading()
+
+    def _timed(self, s: _Slot, request: str, write_start: float, sent: float, response: object) -> None:
+        """Hand one answered request's clock readings to the metrics and the slow-request log."""
+        metrics, request_log = self.server.request_metrics, self.server.request_log
+        if metrics is not None:
+            metrics.record(request, s.header.api_version, s.received, s.dispatched, s.handled, s.completed,
+                           write_start, sent, response)
+        if request_log is not None:
+            request_log.request_completed(self, s.header, request, s.received, s.dispatched, s.handled, s.completed,
+                                          write_start, sent, response)
 
     # ------------------------------------------------------------ quotas
     def throttle(self, ms: int) -> None:

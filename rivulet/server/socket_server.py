@@ -1,5 +1,5 @@
 """The listeners and what every connection shares: connection limits, the request memory
-pool, idle expiry, the read buffer, and rate-limited logging of bad input.
+pool, idle expiry and the read buffer.
 
 Kafka's SocketServer in one event loop: each accepted connection is a ``KafkaConnection``
 (``network.py``) that parses frames and hands them to the request handler; this module
@@ -14,11 +14,18 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from rivulet.common.config import ConfigError
 from rivulet.server.metrics.requests import RequestMetrics
-from rivulet.server.network import PLAINTEXT_LISTENER, ConnectionRateLimits, KafkaConnection, Listener, RequestHandler
+from rivulet.server.network import (
+    PLAINTEXT_LISTENER,
+    ConnectionRateLimits,
+    KafkaConnection,
+    Listener,
+    RequestHandler,
+    RequestLogger,
+)
 
 log = logging.getLogger(__name__)
 
@@ -128,35 +135,6 @@ class ConnectionQuotas:
             del self.by_ip[ip]
 
 
-class RateLimitedLog:
-    """At most ``burst`` lines per ``interval_s`` for one kind of message; what is held back
-    is counted and reported with the next line let through, so hostile input cannot fill the
-    disk with log lines."""
-
-    def __init__(self, logger: logging.Logger, interval_s: float = 10.0, burst: int = 5,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.logger = logger
-        self.interval_s = interval_s
-        self.burst = burst
-        self.clock = clock
-        self._windows: dict[str, tuple[float, int, int]] = {}  # kind -> (window start, lines, held back)
-
-    def warning(self, kind: str, msg: str, *args: object) -> None:
-        now = self.clock()
-        start, lines, held = self._windows.get(kind, (now, 0, 0))
-        if now - start >= self.interval_s:
-            if held:
-                self.logger.warning("%d more %s message(s) were not logged in the last %.0f s",
-                                    held, kind, now - start)
-            start, lines, held = now, 0, 0
-        if lines < self.burst:
-            self.logger.warning(msg, *args)
-            lines += 1
-        else:
-            held += 1
-        self._windows[kind] = (start, lines, held)
-
-
 class _NoConnectionRates:
     def throttle_ms(self, ip: str) -> int:
         return 0
@@ -183,12 +161,12 @@ class SocketServer:
         self.pool = MemoryPool(config.queued_max_request_bytes)
         self.quotas = ConnectionQuotas(config.max_connections, config.max_connections_per_ip,
                                        parse_ip_overrides(config.max_connections_per_ip_overrides))
-        self.bad_input_log = RateLimitedLog(logging.getLogger("rivulet.server.network"))
         self.stage = bytearray(STAGE_SIZE)
         self.stage_view = memoryview(self.stage)
         self.connections: set[KafkaConnection] = set()
         # Set by the broker when metrics.listener is; the connections then time every request.
         self.request_metrics: RequestMetrics | None = None
+        self.request_log: RequestLogger | None = None  # set by the broker when it would log something
         # Per listener, as Kafka's successful- and failed-authentication-total.
         self.authentications: Counter[str] = Counter()
         self.authentication_failures: Counter[str] = Counter()

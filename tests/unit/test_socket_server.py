@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import struct
 
 import pytest
 
 from rivulet.common.config import ConfigError
-from rivulet.server.socket_server import ConnectionQuotas, MemoryPool, RateLimitedLog, parse_ip_overrides
+from rivulet.server.socket_server import ConnectionQuotas, MemoryPool, parse_ip_overrides
 
 pytestmark = pytest.mark.fast
 
@@ -63,20 +62,6 @@ def test_ip_overrides_parse_and_refuse_garbage():
     for bad in ("127.0.0.1", "127.0.0.1:x", ":4", "h:-1"):
         with pytest.raises(ConfigError):
             parse_ip_overrides(bad)
-
-
-def test_rate_limited_log_counts_what_it_holds_back(caplog):
-    now = [0.0]
-    limited = RateLimitedLog(logging.getLogger("t"), interval_s=10, burst=2, clock=lambda: now[0])
-    with caplog.at_level(logging.WARNING, logger="t"):
-        for i in range(50):
-            limited.warning("bad frame", "bad frame %d", i)
-        limited.warning("other", "other kind")
-        now[0] = 11.0
-        limited.warning("bad frame", "bad frame again")
-    assert [r.getMessage() for r in caplog.records] == [
-        "bad frame 0", "bad frame 1", "other kind",
-        "48 more bad frame message(s) were not logged in the last 11 s", "bad frame again"]
 
 
 # ------------------------------------------------------------ KIP-219: muting a throttled connection
