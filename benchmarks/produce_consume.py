@@ -5,6 +5,7 @@ The load generator is librdkafka (confluent-kafka), on the same machine as the b
     python -m benchmarks.produce_consume                 # starts its own broker
     python -m benchmarks.produce_consume --bootstrap host:port   # an already running broker
     python -m benchmarks.produce_consume --tls           # plaintext and TLS on one broker, side by side
+    python -m benchmarks.produce_consume --metrics       # produce with and without metrics.listener
 
 It prints one table; docs/performance.md records the results.
 """
@@ -200,6 +201,49 @@ def run_tls(count_1k: int, count_100: int, partitions: int, lat_seconds: float) 
                     _latency_line(tls_lat, lat_seconds, " (TLS)")]
 
 
+def run_metrics(count_1k: int, count_100: int, partitions: int, rounds: int, scrape_every: float) -> list[str]:
+    """The metrics endpoint's cost: two brokers, one with metrics.listener scraped every
+    ``scrape_every`` seconds throughout, the same produce workloads on each in turn (which goes
+    first alternates by round, so that the machine's drift falls on both); medians of the rounds."""
+    import urllib.request
+
+    from rivulet.testing import free_port
+
+    port = free_port()
+    plain, timed = BrokerProcess(), BrokerProcess({"metrics.listener": f"http://127.0.0.1:{port}"})
+    stop = threading.Event()
+    scrapes = [0, 0]  # scrapes, bytes of the last one
+
+    def scraper() -> None:
+        while not stop.wait(scrape_every):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+                scrapes[1] = len(r.read())
+            scrapes[0] += 1
+
+    mbps: dict[tuple[str, int], list[float]] = {}
+    with plain, timed:
+        th = threading.Thread(target=scraper, daemon=True)
+        th.start()
+        for i in range(rounds):
+            order = [("without", plain), ("with", timed)]
+            for name, broker in order if i % 2 == 0 else order[::-1]:
+                for size, count in ((100, count_100), (1024, count_1k)):
+                    topic = f"bench-metrics-{size}-{uuid.uuid4().hex[:6]}"
+                    create_topic(broker.bootstrap, topic, partitions)
+                    mbps.setdefault((name, size), []).append(produce(broker.bootstrap, topic, count, size, "1").mbps)
+        stop.set()
+        th.join(30)
+    lines = [f"| {'workload':<22} | {'without MB/s':>12} | {'with MB/s':>9} | {'with / without':>14} |",
+             f"|{'-' * 24}|{'-' * 13}:|{'-' * 10}:|{'-' * 15}:|"]
+    for size in (100, 1024):
+        off, on = statistics.median(mbps[("without", size)]), statistics.median(mbps[("with", size)])
+        lines.append(f"| {f'produce {size} B acks=1':<22} | {off:>12.1f} | {on:>9.1f} | {on / off:>13.1%} |")
+    rounds_line = ", ".join(f"{name} {size} B: " + " ".join(f"{v:.1f}" for v in values)
+                            for (name, size), values in sorted(mbps.items()))
+    return lines + ["", f"{rounds} rounds (MB/s each: {rounds_line}); {scrapes[0]} scrapes of "
+                        f"{scrapes[1]:,} bytes, one every {scrape_every} s"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bootstrap", help="use a running broker instead of starting one")
@@ -208,8 +252,13 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--latency-seconds", type=float, default=10)
     ap.add_argument("--tls", action="store_true", help="plaintext and TLS (an SSL listener) side by side")
+    ap.add_argument("--metrics", action="store_true", help="produce with and without metrics.listener (scraped)")
+    ap.add_argument("--rounds", type=int, default=5, help="--metrics: rounds of each workload on each broker")
+    ap.add_argument("--scrape-every", type=float, default=1.0, help="--metrics: seconds between scrapes")
     args = ap.parse_args()
-    if args.tls:
+    if args.metrics:
+        lines = run_metrics(args.records_1k, args.records_100, args.partitions, args.rounds, args.scrape_every)
+    elif args.tls:
         lines = run_tls(args.records_1k, args.records_100, args.partitions, args.latency_seconds)
     elif args.bootstrap:
         lines = run(args.bootstrap, args.records_1k, args.records_100, args.partitions, args.latency_seconds)

@@ -28,10 +28,10 @@ from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.server.apis import KafkaApis
 from rivulet.security import tls
 from rivulet.security.ssl_principal import SslPrincipalMapper
-from rivulet.server.config import LAST_PUSH_RECEIVER, BrokerConfig, ConfigError
+from rivulet.server.config import LAST_PUSH_RECEIVER, PROMETHEUS_TELEMETRY, BrokerConfig, ConfigError
 from rivulet.server.coordinator_leadership import CoordinatorLeadership
 from rivulet.server.acls import AclManager, Authz, build_authorizer
-from rivulet.server.client_metrics import ClientMetricsManager, LastPayloads
+from rivulet.server.client_metrics import ClientMetricsManager, EveryReceiver, LastPayloads, TelemetryReceiver
 from rivulet.server.dynamic_config import DynamicBrokerConfig
 from rivulet.server.fd_limit import describe as describe_fd_limit
 from rivulet.server.fd_limit import raise_open_file_limit
@@ -39,6 +39,7 @@ from rivulet.server.metadata import MetadataStore
 from rivulet.server.metrics.collectors import BrokerCollector, GroupLagCollector, RequestCollector
 from rivulet.server.metrics.exporter import MetricsExporter
 from rivulet.server.metrics.requests import RequestMetrics
+from rivulet.server.metrics.telemetry import ClientTelemetryExporter
 from rivulet.server.authentication import SaslListenerConfig, SaslSession, inter_broker_sasl, sasl_listener_config
 from rivulet.server.config import SASL_PROTOCOLS
 from rivulet.server.quotas import ClientQuotas
@@ -140,7 +141,16 @@ class Broker:
         if self.cluster is not None:
             self.cluster.user_config_listener = self.scram.set_user
         # KIP-714 subscriptions: in ZooKeeper in a cluster, in this broker's metadata otherwise.
-        receiver = LastPayloads() if LAST_PUSH_RECEIVER in config["metric.reporters"] else None
+        receivers: list[TelemetryReceiver] = []
+        if LAST_PUSH_RECEIVER in config["metric.reporters"]:
+            receivers.append(LastPayloads())
+        self.client_telemetry: ClientTelemetryExporter | None = None
+        if PROMETHEUS_TELEMETRY in config["metric.reporters"]:
+            if self.metrics is None:
+                raise ConfigError(f"metric.reporters: {PROMETHEUS_TELEMETRY} needs metrics.listener")
+            self.client_telemetry = ClientTelemetryExporter(clock)
+            receivers.append(self.client_telemetry)
+        receiver = None if not receivers else receivers[0] if len(receivers) == 1 else EveryReceiver(receivers)
         self.client_metrics = ClientMetricsManager(self.cluster if self.cluster is not None else self.dynamic_config,
                                                    clock, config["telemetry.max.bytes"], receiver)
         if self.cluster is not None:
@@ -283,6 +293,8 @@ class Broker:
         self.metrics.add([RequestCollector(self.socket_server.request_metrics),
                           BrokerCollector(rm, self.socket_server, purgatories, self.cluster),
                           GroupLagCollector(groups, rm)])
+        if self.client_telemetry is not None:
+            self.metrics.add([self.client_telemetry])
 
     def _served_listeners(self) -> list[tuple[str, str, int]]:
         return [x for x in self.config.listeners if x[0] not in self.config["controller.listener.names"]]

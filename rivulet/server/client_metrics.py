@@ -255,6 +255,17 @@ class LastPayloads:
             self.last.popitem(last=False)
 
 
+@dataclass
+class EveryReceiver:
+    """Several receivers (metric.reporters lists more than one): each gets every push."""
+
+    receivers: list[TelemetryReceiver]
+
+    def export_metrics(self, payload: TelemetryPayload) -> None:
+        for receiver in self.receivers:
+            receiver.export_metrics(payload)
+
+
 class ClientMetricsStore(Protocol):
     def load_client_metrics(self) -> dict[str, dict[str, str]]:
         """subscription name -> its configs"""

@@ -39,6 +39,7 @@ B, S, I, SH, L, D, LS, PW, CL = (ConfigType.BOOLEAN, ConfigType.STRING, ConfigTy
 HIGH, MEDIUM, LOW = Importance.HIGH, Importance.MEDIUM, Importance.LOW
 RO, PER_BROKER, CLUSTER = UpdateMode.READ_ONLY, UpdateMode.PER_BROKER, UpdateMode.CLUSTER_WIDE
 LAST_PUSH_RECEIVER = "rivulet.server.client_metrics.LastPayloads"
+PROMETHEUS_TELEMETRY = "rivulet.server.metrics.telemetry.ClientTelemetryExporter"
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
 _nonneg = at_least(0)
@@ -291,9 +292,10 @@ BROKER_CONFIGS = ConfigDef([
        "bytes, request time).", LOW),
     _k("quota.window.size.seconds", I, 1, _pos, "Time span of each client quota sample, in seconds.", LOW),
     # -- client telemetry (KIP-714; the subscriptions are CLIENT_METRICS config resources)
-    _k("metric.reporters", LS, (), each_of(LAST_PUSH_RECEIVER), "Metrics reporters. One that receives client "
-       f"telemetry makes the broker offer it to clients (ApiVersions lists KIP-714's APIs): {LAST_PUSH_RECEIVER} "
-       "keeps each client's last push, for trying telemetry out.", LOW),
+    _k("metric.reporters", LS, (), each_of(LAST_PUSH_RECEIVER, PROMETHEUS_TELEMETRY), "Metrics reporters. One that "
+       "receives client telemetry makes the broker offer it to clients (ApiVersions lists KIP-714's APIs): "
+       f"{PROMETHEUS_TELEMETRY} shows the metrics clients push on metrics.listener (which it needs), "
+       f"{LAST_PUSH_RECEIVER} keeps each client's last push, for trying telemetry out.", LOW),
     _k("metrics.listener", S, "", _metrics_listener, "Where the broker serves its Prometheus metrics, as "
        "http://host:port (Rivulet's; Kafka's are JMX MBeans). Empty: no metrics endpoint, and requests are not "
        "timed.", LOW),

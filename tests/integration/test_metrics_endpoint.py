@@ -6,10 +6,12 @@ and what their own statistics say.
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.request
 import uuid
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -150,3 +152,97 @@ def test_counters_match_what_clients_sent(broker_factory):
     assert "kafka_server_delayedoperationpurgatory_purgatorysize" in after
     assert "rivulet_event_loop_lag_seconds_count" in after
     consumer.close()
+
+
+DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"
+_PROMQL_WORDS = {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring", "group_left",
+                 "group_right"}
+
+
+def promql_metric_names(expr: str) -> set[str]:
+    """The metric names a PromQL query (or a Grafana label_values() query) reads."""
+    lv = re.match(r"\s*label_values\(\s*([a-zA-Z_:][\w:]*)", expr)
+    if lv:
+        return {lv.group(1)}
+    s = re.sub(r"\{[^}]*\}", " ", expr)  # label matchers
+    s = re.sub(r"\[[^\]]*\]", " ", s)  # range selectors
+    s = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", s)
+    names = set()
+    for m in re.finditer(r"(?<![\w.$])[a-zA-Z_:][\w:]*", s):
+        if s[m.end():].lstrip().startswith("(") or m.group() in _PROMQL_WORDS:
+            continue  # a function or an operator
+        names.add(m.group())
+    return names
+
+
+def test_promql_metric_names():
+    assert promql_metric_names('histogram_quantile(0.99, sum by (request, le) (rate(a_bucket{x="y"}[5m])))') == \
+        {"a_bucket"}
+    assert promql_metric_names("sum(rate(a_sum[$__rate_interval])) / sum(rate(a_count[1m]))") == {"a_sum", "a_count"}
+    assert promql_metric_names('label_values(kafka_log_log_size{instance=~"$instance"}, topic)') == \
+        {"kafka_log_log_size"}
+
+
+def exported_names(port: int) -> set[str]:
+    """Every sample name the broker's endpoint can show, from one scrape."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    names = set()
+    for family in text_string_to_metric_families(text):
+        names.add(family.name)
+        names.update(s.name for s in family.samples)
+        if family.type == "counter":
+            names.add(family.name + "_total")
+        elif family.type == "histogram":
+            names.update(family.name + suffix for suffix in ("_bucket", "_sum", "_count"))
+    return names
+
+
+def test_grafana_dashboard_reads_only_exported_metrics(broker_factory):
+    mport = free_port()
+    broker = broker_factory({"metrics.listener": f"http://127.0.0.1:{mport}"})
+    dashboard = json.loads(DASHBOARD.read_text())
+    queries = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    queries += [v["query"]["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    assert len(queries) > 30
+    # Some traffic first, so that labelled series exist as well as their families.
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    producer.produce("dash", b"v", b"k")
+    assert producer.flush(30) == 0
+    exported = exported_names(mport)
+    missing = {q: promql_metric_names(q) - exported for q in queries if promql_metric_names(q) - exported}
+    assert not missing
+    assert all(promql_metric_names(q) for q in queries)
+
+
+def test_client_telemetry_is_exported_with_the_clients_labels(broker_factory):
+    """KIP-714: librdkafka pushes the metrics its subscription asks for; they appear on the
+    endpoint under Prometheus names, labelled with the client's id and software."""
+    import asyncio
+
+    from rivulet.client.admin import AsyncAdminClient
+    from rivulet.server.config import PROMETHEUS_TELEMETRY
+
+    mport = free_port()
+    broker = broker_factory({"metrics.listener": f"http://127.0.0.1:{mport}", "metric.reporters": PROMETHEUS_TELEMETRY})
+
+    async def subscribe() -> None:
+        async with AsyncAdminClient({"bootstrap.servers": broker.bootstrap}) as admin:
+            await admin.incremental_alter_configs(16, "producers", [("metrics", 0, "org.apache.kafka.producer."),
+                                                                    ("interval.ms", 0, "1000")])
+    asyncio.run(subscribe())
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "client.id": "telemetry-app", "linger.ms": 5})
+    deadline = time.monotonic() + 60
+    pushed: list = []
+    while not pushed and time.monotonic() < deadline:
+        producer.produce("telemetry", b"v")
+        producer.flush(10)
+        samples = scrape(mport)
+        pushed = [(name, lbl) for name, values in samples.items() if name.startswith("org_apache_kafka_producer_")
+                  for lbl, _ in values]
+        time.sleep(0.2)
+    assert pushed, "no client metrics on the endpoint"
+    labels = pushed[0][1]
+    assert labels["client_id"] == "telemetry-app"
+    assert labels["client_software_name"] == "confluent-kafka-python"
+    assert len(labels["client_instance_id"]) == 36

@@ -81,3 +81,59 @@ def test_metrics_listener_form():
     with pytest.raises(ConfigError, match="metrics.listener"):
         BrokerConfig({"metrics.listener": "tcp://h:1"})
     assert BrokerConfig({})["metrics.listener"] == ""
+
+
+def _push(exporter, instance, metrics_data, interval_ms=1000, client_id="app"):
+    from rivulet.server.client_metrics import ClientContext, TelemetryPayload
+    ctx = ClientContext(client_id, "confluent-kafka-python", "2.16.1", "127.0.0.1", 5555)
+    exporter.export_metrics(TelemetryPayload(instance, ctx, 0, metrics_data.SerializeToString(), interval_ms, False))
+
+
+def test_client_telemetry_becomes_prometheus_series():
+    import uuid
+
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.metrics.v1 import metrics_pb2 as m
+
+    from rivulet.common.time import MockClock
+    from rivulet.server.metrics.telemetry import ClientTelemetryExporter, prometheus_name
+
+    def point(value, **attrs):
+        p = m.NumberDataPoint(attributes=[KeyValue(key=k.replace("_", "."), value=AnyValue(string_value=v))
+                                          for k, v in attrs.items()])
+        if isinstance(value, int):
+            p.as_int = value
+        else:
+            p.as_double = value
+        return p
+
+    data = m.MetricsData(resource_metrics=[m.ResourceMetrics(scope_metrics=[m.ScopeMetrics(metrics=[
+        m.Metric(name="org.apache.kafka.producer.record.queue.time.avg",
+                 gauge=m.Gauge(data_points=[point(1.5)])),
+        m.Metric(name="org.apache.kafka.producer.node.request.total", sum=m.Sum(
+            is_monotonic=True, aggregation_temporality=m.AGGREGATION_TEMPORALITY_DELTA,
+            data_points=[point(3, node_id="1")])),
+    ])])])
+    clock = MockClock()
+    exporter = ClientTelemetryExporter(clock)
+    instance = uuid.uuid4()
+    _push(exporter, instance, data)
+    _push(exporter, instance, data)  # a delta sum adds up
+    families = {f.name: f for f in exporter.collect()}
+    gauge = families["org_apache_kafka_producer_record_queue_time_avg"]
+    assert gauge.type == "gauge" and gauge.samples[0].value == 1.5
+    labels = gauge.samples[0].labels
+    assert labels["client_instance_id"] == str(instance) and labels["client_id"] == "app"
+    assert labels["client_software_name"] == "confluent-kafka-python" and labels["client_source_port"] == "5555"
+    counter = families["org_apache_kafka_producer_node_request"]
+    assert counter.type == "counter"
+    assert [(s.name, s.labels["node_id"], s.value) for s in counter.samples] == [
+        ("org_apache_kafka_producer_node_request_total", "1", 6.0)]
+    # Not pushed for max(60 s, three intervals): forgotten.
+    clock.sleep(60_001)
+    assert list(exporter.collect()) == []
+    assert prometheus_name("a.b-c") == "a_b_c" and prometheus_name("1x") == "_1x"
+    from rivulet.server.client_metrics import ClientContext, TelemetryPayload
+    exporter.export_metrics(TelemetryPayload(instance, ClientContext(None, None, None, None, None), 0, b"\xff\xff",
+                                             1000, False))
+    assert exporter.undecodable == 1
