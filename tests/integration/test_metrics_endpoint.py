@@ -246,3 +246,25 @@ def test_client_telemetry_is_exported_with_the_clients_labels(broker_factory):
     assert labels["client_id"] == "telemetry-app"
     assert labels["client_software_name"] == "confluent-kafka-python"
     assert len(labels["client_instance_id"]) == 36
+
+
+def test_connections_and_authentications_per_listener():
+    from test_sasl import ck_conf, first_error, sasl_overrides
+
+    from rivulet.testing import BrokerProcess
+
+    mport = free_port()
+    broker = BrokerProcess()
+    broker.overrides.update({**sasl_overrides(broker.port), "metrics.listener": f"http://127.0.0.1:{mport}"})
+    with broker:
+        first_error(ck_conf(broker, "PLAIN", "alice", "not-her-password"))
+        producer = Producer(ck_conf(broker, "PLAIN", "admin", "admin-secret"))
+        producer.produce("sasl-metrics", b"v")
+        assert producer.flush(30) == 0
+        samples = scrape(mport)
+        assert total(samples, "kafka_server_socketservermetrics_failed_authentication_total",
+                     listener="SASL_PLAINTEXT") >= 1
+        assert total(samples, "kafka_server_socketservermetrics_successful_authentication_total",
+                     listener="SASL_PLAINTEXT") >= 1
+        assert total(samples, "kafka_server_socketservermetrics_connection_count", listener="SASL_PLAINTEXT") >= 1
+        assert total(samples, "kafka_network_requestmetrics_requests_total", request="SaslAuthenticate") >= 2

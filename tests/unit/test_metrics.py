@@ -13,7 +13,7 @@ from rivulet.protocol.messages.metadata_request import MetadataRequest
 from rivulet.protocol.records import Record, count_records, encode_batch
 from rivulet.server.config import BrokerConfig, ConfigError, parse_metrics_listener
 from rivulet.server.metrics.collectors import RequestCollector, histogram_buckets
-from rivulet.server.metrics.requests import BUCKETS, PHASES, RequestMetrics, error_codes, request_name, throttle_ms
+from rivulet.server.metrics.requests import BUCKETS, PHASES, RequestMetrics, count_errors, request_name, throttle_ms
 
 pytestmark = pytest.mark.fast
 
@@ -32,11 +32,15 @@ def test_error_codes_are_read_from_every_level():
         fr.FetchableTopicResponse(topic="a", partitions=[fr.PartitionData(partition_index=0, error_code=0),
                                                           fr.PartitionData(partition_index=1, error_code=6)]),
         fr.FetchableTopicResponse(topic="b", partitions=[fr.PartitionData(partition_index=0, error_code=3)])])
-    assert sorted(error_codes(resp)) == [0, 0, 3, 6]
+    counted: dict = {}
+    count_errors(resp, "FetchConsumer", counted)
+    assert counted == {("FetchConsumer", 0): 2, ("FetchConsumer", 3): 1, ("FetchConsumer", 6): 1}
     assert throttle_ms(resp) == 7
     produce = pr.ProduceResponse(responses=[pr.TopicProduceResponse(
         name="a", partition_responses=[pr.PartitionProduceResponse(index=0, error_code=0)])])
-    assert list(error_codes(produce)) == [0]  # no top-level error code in Produce
+    counted = {}
+    count_errors(produce, "Produce", counted)
+    assert counted == {("Produce", 0): 1}  # no top-level error code in Produce
     assert throttle_ms(produce) == 0
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from wsgiref.simple_server import WSGIServer
 
@@ -29,21 +30,31 @@ COLLECT_TIMEOUT_S = 10.0
 
 
 class _OnLoop(Collector):
-    """Runs the collectors of ``inner`` on the broker's event loop and hands back what they found."""
+    """Runs the collectors of ``inner`` on the broker's event loop and hands back what they
+    found, with how long the loop spent on it (the endpoint's own cost to the broker)."""
 
     def __init__(self, inner: CollectorRegistry, loop: asyncio.AbstractEventLoop, loop_thread: int) -> None:
         self.inner = inner
         self.loop = loop
         self.loop_thread = loop_thread
+        self.last_seconds = 0.0
+
+    def _collect(self) -> list[Metric]:
+        t0 = time.perf_counter()
+        found = list(self.inner.collect())
+        self.last_seconds = time.perf_counter() - t0
+        found.append(GaugeMetricFamily("rivulet_metrics_collect_seconds", "Event loop time the last scrape's "
+                                       "collection took.", value=self.last_seconds))
+        return found
 
     def collect(self) -> Iterator[Metric]:
         if threading.get_ident() == self.loop_thread:
-            return iter(list(self.inner.collect()))
+            return iter(self._collect())
         done: concurrent.futures.Future[list[Metric]] = concurrent.futures.Future()
 
         def run() -> None:
             try:
-                done.set_result(list(self.inner.collect()))
+                done.set_result(self._collect())
             except BaseException as e:  # handed to the scrape, which answers 500
                 done.set_exception(e)
 

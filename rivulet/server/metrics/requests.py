@@ -17,7 +17,7 @@ and total (the frame read until its answer is handed over).
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from operator import attrgetter
 from typing import Any
 
@@ -26,7 +26,7 @@ from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages.fetch_request import FetchRequest
 from rivulet.protocol.schema import Struct
 
-__all__ = ["BUCKETS", "PHASES", "Histogram", "RequestMetrics", "Timings", "error_codes", "error_name", "request_name", "throttle_ms"]
+__all__ = ["BUCKETS", "PHASES", "Histogram", "RequestMetrics", "Timings", "count_errors", "error_name", "request_name", "throttle_ms"]
 
 # Histogram bounds in seconds, from 0.1 ms (a metadata answer) to 30 s (a long poll).
 BUCKETS: tuple[float, ...] = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
@@ -83,21 +83,22 @@ def _has_errors(cls: type[Struct]) -> bool:
     return error is not None or bool(nested)
 
 
-def error_codes(response: Struct) -> Iterator[int]:
-    """Every error code in a response, NONE included (Kafka's errorCounts): the top level's
-    and those of its topics, partitions and other nested entries."""
+def count_errors(response: Struct, request: str, errors: dict[tuple[str, int], int]) -> None:
+    """Count every error code in a response under ``(request, code)``, NONE included (Kafka's
+    errorCounts): the top level's and those of its topics, partitions and other nested entries."""
     error, _, nested = _plan(type(response))
     if error is not None:
-        yield error(response)
+        key = (request, error(response))
+        errors[key] = errors.get(key, 0) + 1
     for get, is_array in nested:
         value = get(response)
         if value is None:
             continue
         if is_array:
             for item in value:
-                yield from error_codes(item)
+                count_errors(item, request, errors)
         else:
-            yield from error_codes(value)
+            count_errors(value, request, errors)
 
 
 def throttle_ms(response: Struct) -> int:
@@ -110,9 +111,9 @@ class Histogram:
 
     __slots__ = ("counts", "sum")
 
-    def __init__(self) -> None:
-        self.counts = [0] * (len(BUCKETS) + 1)
-        self.sum = 0.0
+    def __init__(self, counts: list[int] | None = None, total: float = 0.0) -> None:
+        self.counts = counts if counts is not None else [0] * (len(BUCKETS) + 1)
+        self.sum = total
 
     def observe(self, seconds: float) -> None:
         self.counts[bisect_left(BUCKETS, seconds)] += 1
@@ -120,12 +121,18 @@ class Histogram:
 
 
 class Timings:
-    """One request type's histograms, one per phase."""
+    """One request type's histograms, one per phase, kept flat for the hot path."""
 
-    __slots__ = ("phases",)
+    __slots__ = ("counts", "sums")
 
     def __init__(self) -> None:
-        self.phases = [Histogram() for _ in PHASES]
+        self.counts = [[0] * (len(BUCKETS) + 1) for _ in PHASES]
+        self.sums = [0.0] * len(PHASES)
+
+    @property
+    def phases(self) -> list[Histogram]:
+        """A copy of each phase's histogram (for a scrape)."""
+        return [Histogram(list(c), s) for c, s in zip(self.counts, list(self.sums))]
 
 
 class RequestMetrics:
@@ -147,19 +154,14 @@ class RequestMetrics:
             t = self.timings[request] = Timings()
         throttle = 0
         if isinstance(response, Struct):
-            errors = self.errors
-            for code in error_codes(response):
-                k = (request, code)
-                errors[k] = errors.get(k, 0) + 1
+            count_errors(response, request, self.errors)
             throttle = throttle_ms(response)
-        queue, local, remote, throttled, response_queue, response_send, total = t.phases
-        queue.observe(dispatched - received)
-        local.observe(handled - dispatched)
-        remote.observe(completed - handled)
-        throttled.observe(throttle / 1000)
-        response_queue.observe(write_start - completed)
-        response_send.observe(sent - write_start)
-        total.observe(sent - received)
+        counts, sums = t.counts, t.sums
+        for i, seconds in enumerate((dispatched - received, handled - dispatched, completed - handled,
+                                     throttle / 1000, write_start - completed, sent - write_start,
+                                     sent - received)):
+            counts[i][bisect_left(BUCKETS, seconds)] += 1
+            sums[i] += seconds
 
 
 def error_name(code: int) -> str:
