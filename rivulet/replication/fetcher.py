@@ -296,6 +296,7 @@ class ReplicaFetcher:
                             raise
                         lg.truncate_fully_and_start_at(e.first_offset)
                         lg.append_as_follower(records, headers)
+                    p.stats.replication_bytes_in += len(records)
                 except ApiError as e:
                     log.warning("%s-%d: appending the leader's batches failed: %s", p.tp.topic, p.tp.partition, e)
                     st.truncating = True

@@ -119,6 +119,8 @@ class PartitionStats:
     failed_produce_requests: int = 0
     fetch_requests: int = 0
     failed_fetch_requests: int = 0
+    replication_bytes_in: int = 0
+    replication_bytes_out: int = 0
     isr_shrinks: int = 0
     isr_expands: int = 0
 

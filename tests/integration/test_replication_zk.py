@@ -21,6 +21,7 @@ from rivulet.protocol.errors import ErrorCode
 from rivulet.replication.replica_manager import LeaderEndpoint
 from rivulet.server.broker import Broker
 from rivulet.server.config import BrokerConfig
+from rivulet.server.metrics.collectors import BrokerCollector
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
@@ -34,6 +35,12 @@ async def eventually(check, what: str, timeout: float = 30.0) -> None:
                 await asyncio.sleep(0.05)
     except TimeoutError:
         raise AssertionError(f"never happened: {what}") from None
+
+
+def metric(broker: Broker, family: str) -> float:
+    """A broker-state metric as the endpoint's collector reads it, summed over its series."""
+    collector = BrokerCollector(broker.replica_manager, broker.socket_server, [], broker.cluster)
+    return sum(s.value for f in collector.collect() if f.name == family for s in f.samples)
 
 
 class ZkCluster:
@@ -170,6 +177,9 @@ def test_a_paused_follower_leaves_the_isr_and_rejoins_once_caught_up(zk_connect,
             assert (await produce(c.brokers[1], [b"b"], acks=1))[0] == ErrorCode.NONE
             await eventually(lambda: leader.isr == [1, 3], "the ISR shrinks")
             assert c.admin.get_partition_state(TP).isr == (1, 3)
+            # What the leader's metrics endpoint would show.
+            assert metric(c.brokers[1], "kafka_server_replicamanager_underreplicatedpartitions") == 1
+            assert metric(c.brokers[1], "kafka_server_replicamanager_isrshrinks") == 1
             assert (await produce(c.brokers[1], [b"c"]))[0] == ErrorCode.NONE
             await eventually(lambda: c.brokers[1].metadata_cache.partition(TP).isr == [1, 3], "metadata follows")
 
@@ -178,6 +188,10 @@ def test_a_paused_follower_leaves_the_isr_and_rejoins_once_caught_up(zk_connect,
             fetchers.add_partitions(endpoint, [c.partition(2)])
             await eventually(lambda: leader.isr == [1, 2, 3], "the ISR expands")
             assert c.admin.get_partition_state(TP).isr == (1, 2, 3)
+            assert metric(c.brokers[1], "kafka_server_replicamanager_underreplicatedpartitions") == 0
+            assert metric(c.brokers[1], "kafka_server_replicamanager_isrexpands") == 1
+            assert metric(c.brokers[1], "kafka_server_brokertopicmetrics_replicationbytesout") > 0
+            assert metric(c.brokers[2], "kafka_server_brokertopicmetrics_replicationbytesin") > 0
             await eventually(lambda: c.partition(2).high_watermark == 3, "the follower's HW")
             assert values_of(c.brokers[2]) == values_of(c.brokers[1]) == [b"a", b"b", b"c"]
         finally:

@@ -308,7 +308,9 @@ class RecordHandlers:
             stats.fetch_requests += 1
             if r.error != ErrorCode.NONE:
                 stats.failed_fetch_requests += 1
-            elif r.records and not from_follower:
+            elif r.records and from_follower:
+                stats.replication_bytes_out += len(r.records)
+            elif r.records:
                 stats.bytes_out += len(r.records)
                 stats.messages_out += count_records(r.records)
 

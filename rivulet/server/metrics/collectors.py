@@ -80,6 +80,8 @@ _TOPIC_COUNTERS: tuple[tuple[str, str], ...] = (
     ("failedproducerequests", "Produce requests that failed, per partition."),
     ("totalfetchrequests", "Fetch requests, counted per partition."),
     ("failedfetchrequests", "Fetch requests that failed, per partition."),
+    ("replicationbytesin", "Bytes appended from the leader, as a follower."),
+    ("replicationbytesout", "Record bytes sent to followers."),
 )
 
 
@@ -206,7 +208,8 @@ class BrokerCollector(Collector):
 
 def _stat_values(stats: PartitionStats) -> tuple[int, ...]:
     return (stats.bytes_in, stats.messages_in, stats.bytes_out, stats.messages_out, stats.produce_requests,
-            stats.failed_produce_requests, stats.fetch_requests, stats.failed_fetch_requests)
+            stats.failed_produce_requests, stats.fetch_requests, stats.failed_fetch_requests,
+            stats.replication_bytes_in, stats.replication_bytes_out)
 
 
 class GroupLagCollector(Collector):
