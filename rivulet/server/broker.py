@@ -145,9 +145,7 @@ class Broker:
         if LAST_PUSH_RECEIVER in config["metric.reporters"]:
             receivers.append(LastPayloads())
         self.client_telemetry: ClientTelemetryExporter | None = None
-        if PROMETHEUS_TELEMETRY in config["metric.reporters"]:
-            if self.metrics is None:
-                raise ConfigError(f"metric.reporters: {PROMETHEUS_TELEMETRY} needs metrics.listener")
+        if PROMETHEUS_TELEMETRY in config["metric.reporters"]:  # with metrics.listener, as BrokerConfig checks
             self.client_telemetry = ClientTelemetryExporter(clock)
             receivers.append(self.client_telemetry)
         receiver = None if not receivers else receivers[0] if len(receivers) == 1 else EveryReceiver(receivers)

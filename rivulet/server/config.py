@@ -543,6 +543,8 @@ class BrokerConfig:
                     self["zookeeper.connect"]:
                 raise ConfigError(f"inter.broker.listener.name must be a listener name defined in "
                                   f"advertised.listeners: {self.inter_broker_listener} is not")
+        if PROMETHEUS_TELEMETRY in self["metric.reporters"] and not self["metrics.listener"]:
+            raise ConfigError(f"metric.reporters: {PROMETHEUS_TELEMETRY} needs metrics.listener")
 
     def _listener_override(self, name: str, raw: Any) -> None:
         listener, _, rest = name[len(LISTENER_PREFIX):].partition(".")

@@ -141,3 +141,38 @@ def test_client_telemetry_becomes_prometheus_series():
     exporter.export_metrics(TelemetryPayload(instance, ClientContext(None, None, None, None, None), 0, b"\xff\xff",
                                              1000, False))
     assert exporter.undecodable == 1
+
+
+def test_a_broker_serves_its_metrics_off_the_loop_and_closes_the_endpoint(tmp_path):
+    """In-process: metrics.listener on an ephemeral port; a scrape from another thread is
+    collected on the broker's loop; shutdown closes the port."""
+    import asyncio
+    import urllib.error
+    import urllib.request
+
+    from rivulet.server.broker import Broker
+    from rivulet.server.config import PROMETHEUS_TELEMETRY
+
+    def fetch(port: int) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+            return r.read().decode()
+
+    async def main() -> None:
+        b = Broker(BrokerConfig({"log.dirs": str(tmp_path), "listeners": "PLAINTEXT://127.0.0.1:0",
+                                 "metrics.listener": "http://127.0.0.1:0", "log.cleaner.enable": "false",
+                                 "offsets.topic.num.partitions": "1", "metric.reporters": PROMETHEUS_TELEMETRY}))
+        await b.start()
+        try:
+            assert b.metrics_port
+            text = await asyncio.get_running_loop().run_in_executor(None, fetch, b.metrics_port)
+            for name in ("kafka_server_replicamanager_partitioncount", "process_cpu_seconds_total",
+                         "rivulet_metrics_collect_seconds", "rivulet_event_loop_lag_seconds_bucket"):
+                assert name in text
+        finally:
+            await b.shutdown()
+        with pytest.raises(urllib.error.URLError):
+            await asyncio.get_running_loop().run_in_executor(None, fetch, b.metrics_port)
+
+    asyncio.run(main())
+    with pytest.raises(ConfigError, match="needs metrics.listener"):
+        BrokerConfig({"metric.reporters": PROMETHEUS_TELEMETRY})
