@@ -19,9 +19,9 @@ from typing import Any
 
 from rivulet.cli.common import CliError, add_connection_args, client_config, run_command
 from rivulet.client.admin import AsyncAdminClient
-from rivulet.client.assignors import decode_assignment
 from rivulet.client.core import EARLIEST, LATEST
 from rivulet.common.types import TopicPartition as TP
+from rivulet.protocol.consumer_protocol import decode_assignment
 from rivulet.protocol.errors import ErrorCode, ApiError
 
 

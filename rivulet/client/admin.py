@@ -18,11 +18,11 @@ from typing import Any, Iterable
 
 from rivulet.client import core
 from rivulet.client import errors as E
-from rivulet.client.assignors import decode_assignment
 from rivulet.client.client import KafkaClient, parse_bootstrap  # noqa: F401  (re-exported for older imports)
 from rivulet.client.config import resolve
 from rivulet.client.types import ClusterMetadata, TopicPartition
 from rivulet.common.types import TopicPartition as TP
+from rivulet.protocol.consumer_protocol import decode_assignment
 from rivulet.protocol.errors import ErrorCode, ApiError
 from rivulet.security.acls import AclBinding, AclBindingFilter
 from rivulet.security.scram import BY_TYPE as SCRAM_BY_TYPE

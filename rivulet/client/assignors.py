@@ -1,34 +1,18 @@
-"""Partition assignors (range, roundrobin, cooperative-sticky) and the consumer protocol encoding.
-
-Subscriptions and assignments travel as Kafka's ConsumerProtocolSubscription and
-ConsumerProtocolAssignment structs behind an int16 version, exactly as Java's client and
-librdkafka write them, so the group leader may be any of them. A newer version than the codec
-knows is read with the highest known one: later versions only append fields.
+"""Partition assignors (range, roundrobin, cooperative-sticky) of classic groups, run by the
+group leader. Subscriptions and assignments are encoded by ``rivulet.protocol.consumer_protocol``,
+so the leader may be any of Java's client, librdkafka or Rivulet's.
 """
 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable
 
 from rivulet.common.types import TopicPartition as TP
-from rivulet.protocol.messages import consumer_protocol_assignment as cpa
-from rivulet.protocol.messages import consumer_protocol_subscription as cps
+from rivulet.protocol.consumer_protocol import Subscription
 
-_I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-SUBSCRIPTION_VERSION = 3
-ASSIGNMENT_VERSION = 3
-
-
-@dataclass
-class Subscription:
-    topics: list[str]
-    user_data: bytes | None = None
-    owned: list[TP] = field(default_factory=list)
-    generation: int = -1
-    rack: str | None = None
 
 
 @dataclass
@@ -42,50 +26,6 @@ class Member:
         if self.instance_id is not None:
             return (0, self.instance_id, self.member_id)
         return (1, self.member_id, "")
-
-
-def encode_subscription(s: Subscription, version: int = SUBSCRIPTION_VERSION) -> bytes:
-    owned: dict[str, list[int]] = {}
-    for t, p in s.owned:
-        owned.setdefault(t, []).append(p)
-    msg = cps.ConsumerProtocolSubscription(
-        topics=list(s.topics), user_data=s.user_data,
-        owned_partitions=[cps.TopicPartition(topic=t, partitions=sorted(ps)) for t, ps in sorted(owned.items())],
-        generation_id=s.generation, rack_id=s.rack)
-    return _I16.pack(version) + msg.encode(version)
-
-
-def decode_subscription(data: bytes) -> Subscription:
-    if len(data) < 2:
-        raise ValueError("subscription metadata is too short")
-    version = _I16.unpack_from(data, 0)[0]
-    if version < 0:
-        raise ValueError(f"invalid subscription version {version}")
-    v = min(version, cps.ConsumerProtocolSubscription.VALID_VERSIONS[1])
-    msg = cps.ConsumerProtocolSubscription.decode(data, v, 2)
-    owned = [(tp.topic, p) for tp in (msg.owned_partitions or []) for p in tp.partitions] if v >= 1 else []
-    return Subscription(list(msg.topics), msg.user_data, owned,
-                        msg.generation_id if v >= 2 else -1, msg.rack_id if v >= 3 else None)
-
-
-def encode_assignment(partitions: Iterable[TP], user_data: bytes | None = None,
-                      version: int = ASSIGNMENT_VERSION) -> bytes:
-    by_topic: dict[str, list[int]] = {}
-    for t, p in partitions:
-        by_topic.setdefault(t, []).append(p)
-    msg = cpa.ConsumerProtocolAssignment(
-        assigned_partitions=[cpa.TopicPartition(topic=t, partitions=sorted(ps)) for t, ps in sorted(by_topic.items())],
-        user_data=user_data)
-    return _I16.pack(version) + msg.encode(version)
-
-
-def decode_assignment(data: bytes | None) -> tuple[list[TP], bytes | None]:
-    if not data:
-        return [], None  # an empty assignment may come as no bytes at all
-    version = _I16.unpack_from(data, 0)[0]
-    v = max(0, min(version, cpa.ConsumerProtocolAssignment.VALID_VERSIONS[1]))
-    msg = cpa.ConsumerProtocolAssignment.decode(data, v, 2)
-    return [(tp.topic, p) for tp in msg.assigned_partitions for p in tp.partitions], msg.user_data
 
 
 class Assignor:

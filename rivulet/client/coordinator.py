@@ -26,18 +26,17 @@ from typing import TYPE_CHECKING, Any
 
 from rivulet.client import core
 from rivulet.client import errors as E
-from rivulet.client.assignors import (
-    Assignor,
-    Member,
+from rivulet.client.assignors import Assignor, Member
+from rivulet.client.client import KafkaClient, wait_event
+from rivulet.client.connection import RequestTimedOut
+from rivulet.client.subscription import OffsetAndMetadata, SubscriptionState
+from rivulet.protocol.consumer_protocol import (
     Subscription,
     decode_assignment,
     decode_subscription,
     encode_assignment,
     encode_subscription,
 )
-from rivulet.client.client import KafkaClient, wait_event
-from rivulet.client.connection import RequestTimedOut
-from rivulet.client.subscription import OffsetAndMetadata, SubscriptionState
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.errors import ApiError as ProtocolError

@@ -15,6 +15,7 @@ from typing import Callable, Iterable
 from rivulet.coordinator.consumer_group import ConsumerGroup
 from rivulet.common.time import SYSTEM_CLOCK
 from rivulet.common.types import TopicPartition
+from rivulet.protocol.consumer_protocol import decode_subscription
 from rivulet.protocol.errors import ErrorCode
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
@@ -721,13 +722,5 @@ class GroupMetadata:
 
 
 def parse_subscription_topics(data: bytes) -> set[str]:
-    """Topics of a ConsumerProtocolSubscription, read as version 0 (every version's prefix)."""
-    from rivulet.protocol.messages.consumer_protocol_subscription import ConsumerProtocolSubscription
-
-    if len(data) < 2:
-        raise ValueError("subscription too short")
-    version = int.from_bytes(data[:2], "big", signed=True)
-    if version < 0:
-        raise ValueError(f"invalid subscription version {version}")
-    sub = ConsumerProtocolSubscription.decode(bytes(data), 0, 2)
-    return set(sub.topics)
+    """Topics of a member's ConsumerProtocolSubscription."""
+    return set(decode_subscription(bytes(data)).topics)

@@ -11,6 +11,8 @@ from rivulet.client.assignors import (
     Member,
     RangeAssignor,
     RoundRobinAssignor,
+)
+from rivulet.protocol.consumer_protocol import (
     Subscription,
     decode_assignment,
     decode_subscription,
