@@ -103,6 +103,12 @@ def one_of(*choices: str) -> Validator:
     return lambda v: None if v in choices else f"String must be one of: {', '.join(choices)}"
 
 
+def one_of_ignoring_case(*choices: str) -> Validator:
+    lowered = {c.lower() for c in choices}
+    return lambda v: None if v is not None and v.lower() in lowered else \
+        f"String must be one of (case insensitive): {', '.join(choices)}"
+
+
 def each_of(*choices: str) -> Validator:
     """For a LIST: every item must be one of ``choices``."""
 

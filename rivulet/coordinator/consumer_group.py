@@ -24,7 +24,11 @@ from rivulet.protocol.messages.consumer_group_current_member_assignment_value im
     TopicPartitions as CurrentTopicPartitions,
 )
 from rivulet.protocol.messages.consumer_group_member_metadata_key import ConsumerGroupMemberMetadataKey
-from rivulet.protocol.messages.consumer_group_member_metadata_value import ConsumerGroupMemberMetadataValue
+from rivulet.protocol.messages.consumer_group_member_metadata_value import (
+    ClassicMemberMetadata as ClassicMemberMetadataValue,
+    ClassicProtocol,
+    ConsumerGroupMemberMetadataValue,
+)
 from rivulet.protocol.messages.consumer_group_metadata_key import ConsumerGroupMetadataKey
 from rivulet.protocol.messages.consumer_group_metadata_value import ConsumerGroupMetadataValue
 from rivulet.protocol.messages.consumer_group_regular_expression_key import ConsumerGroupRegularExpressionKey
@@ -78,6 +82,23 @@ class ConsumerGroupState(str, enum.Enum):
 
 
 @dataclass(frozen=True)
+class ClassicMember:
+    """What a member of the classic protocol brings to a consumer group (online migration): its
+    session timeout and its JoinGroup protocols, (name, subscription) most preferred first."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+    @property
+    def protocol_name(self) -> str:
+        return self.protocols[0][0]
+
+    def value(self) -> ClassicMemberMetadataValue:
+        return ClassicMemberMetadataValue(session_timeout_ms=self.session_timeout_ms, supported_protocols=[
+            ClassicProtocol(name=n, metadata=m) for n, m in self.protocols])
+
+
+@dataclass(frozen=True)
 class ConsumerGroupMember:
     member_id: str
     member_epoch: int = 0
@@ -93,6 +114,7 @@ class ConsumerGroupMember:
     server_assignor: str | None = None
     assigned: Mapping[uuid.UUID, Mapping[int, int]] = field(default_factory=dict)
     pending_revocation: Mapping[uuid.UUID, Mapping[int, int]] = field(default_factory=dict)
+    classic: ClassicMember | None = None  # set for a member that speaks the classic protocol
 
     def with_epoch(self, epoch: int, **changes: object) -> ConsumerGroupMember:
         """A copy moved to ``epoch``, remembering the epoch it leaves (a member whose response
@@ -109,7 +131,8 @@ class ConsumerGroupMember:
             instance_id=self.instance_id, rack_id=self.rack_id, client_id=self.client_id,
             client_host=self.client_host, subscribed_topic_names=list(self.subscribed_topic_names),
             subscribed_topic_regex=self.subscribed_topic_regex, rebalance_timeout_ms=self.rebalance_timeout_ms,
-            server_assignor=self.server_assignor, classic_member_metadata=None)
+            server_assignor=self.server_assignor,
+            classic_member_metadata=self.classic.value() if self.classic is not None else None)
 
     def assignment_value(self) -> ConsumerGroupCurrentMemberAssignmentValue:
         return ConsumerGroupCurrentMemberAssignmentValue(
@@ -205,6 +228,13 @@ def _owns_any(owned: OwnedPartitions | None, parts: Mapping[uuid.UUID, Mapping[i
     return any(p in parts.get(topic_id, {}) for topic_id, ps in owned for p in ps)
 
 
+def _classic_of(value: ClassicMemberMetadataValue | None) -> ClassicMember | None:
+    if value is None:
+        return None
+    return ClassicMember(value.session_timeout_ms,
+                         tuple((p.name, bytes(p.metadata)) for p in value.supported_protocols))
+
+
 class FencedMemberEpoch(Exception):
     """FENCED_MEMBER_EPOCH: the member must give up its partitions and rejoin."""
 
@@ -249,6 +279,34 @@ class ConsumerGroup:
     def member_by_instance(self, instance_id: str) -> ConsumerGroupMember | None:
         member_id = self.static_members.get(instance_id)
         return self.members.get(member_id) if member_id is not None else None
+
+    def classic_member_count(self) -> int:
+        return sum(1 for m in self.members.values() if m.classic is not None)
+
+    def supports_classic_protocols(self, protocol_type: str, names: Iterable[str]) -> bool:
+        """Whether a classic member with these protocols may join: the consumer protocol, and a
+        protocol every classic member already in the group supports."""
+        names = set(names)
+        if protocol_type != "consumer" or not names:
+            return False
+        classic = [m.classic for m in self.members.values() if m.classic is not None]
+        return not classic or any(all(n in {p for p, _ in c.protocols} for c in classic) for n in names)
+
+    def all_classic_except(self, member_id: str) -> bool:
+        """Every member but ``member_id`` speaks the classic protocol, and it does not."""
+        member = self.members.get(member_id)
+        return member is not None and member.classic is None and \
+            self.classic_member_count() == len(self.members) - 1
+
+    def waiting_on_unreleased(self, member: ConsumerGroupMember) -> bool:
+        """A member in UNRELEASED_PARTITIONS whose target partitions some other member still holds."""
+        if member.state != MemberState.UNRELEASED_PARTITIONS:
+            return False
+        for topic_id, ps in self.target_assignment.get(member.member_id, {}).items():
+            mine = member.assigned.get(topic_id, {})
+            if any(p not in mine and self.partition_epoch(topic_id, p) != -1 for p in ps):
+                return True
+        return False
 
     def subscribed_topic_names(self) -> set[str]:
         resolved = {regex: r.topics for regex, r in self.resolved_regexes.items()}
@@ -298,6 +356,15 @@ class ConsumerGroup:
                 (ConsumerGroupTargetAssignmentMemberKey(group_id=self.group_id, member_id=member_id), None),
                 (ConsumerGroupMemberMetadataKey(group_id=self.group_id, member_id=member_id), None)]
 
+    def tombstone_records(self) -> list[Record]:
+        """Removing the group with its members and resolved expressions (it becomes classic)."""
+        records: list[Record] = []
+        for member_id in self.members:
+            records += self.fence_records(member_id)
+        for regex in self.resolved_regexes:
+            records.append(self.regex_record(regex, None, 0, 0))
+        return records + self.delete_records()
+
     def delete_records(self) -> list[Record]:
         """Removing the group itself (it must be empty)."""
         return [(ConsumerGroupTargetAssignmentMetadataKey(group_id=self.group_id), None), (self.key(), None)]
@@ -318,7 +385,8 @@ class ConsumerGroup:
                     old, instance_id=value.instance_id, rack_id=value.rack_id, client_id=value.client_id,
                     client_host=value.client_host, subscribed_topic_names=tuple(value.subscribed_topic_names),
                     subscribed_topic_regex=value.subscribed_topic_regex or None,
-                    rebalance_timeout_ms=value.rebalance_timeout_ms, server_assignor=value.server_assignor))
+                    rebalance_timeout_ms=value.rebalance_timeout_ms, server_assignor=value.server_assignor,
+                    classic=_classic_of(value.classic_member_metadata)))
         elif isinstance(key, ConsumerGroupCurrentMemberAssignmentKey):
             old = self.members.get(key.member_id) or ConsumerGroupMember(key.member_id)
             if value is None:

@@ -41,6 +41,8 @@ class ConsumerGroupConfig:
     session_timeout_ms: int = 45000
     max_size: int = 2**31 - 1
     assignors: tuple[str, ...] = ("uniform", "range")
+    migration_policy: str = "bidirectional"  # group.consumer.migration.policy, lower-cased
+    classic_max_size: int = 2**31 - 1  # group.max.size: a group turning classic must fit it
 
 
 @dataclass
@@ -171,7 +173,43 @@ def heartbeat(group: ConsumerGroup, req: HeartbeatRequest, topics: MetadataView,
         subscribed_topic_regex=(req.subscribed_topic_regex or None) if req.subscribed_topic_regex is not None
         else member.subscribed_topic_regex,
         client_id=req.client_id, client_host=req.client_host)
-    joined = req.member_id not in group.members
+    step = advance(group, member, updated, replaced, req.owned, req.member_epoch == 0, topics, config, now_ms)
+    result = HeartbeatResult(member_id=updated.member_id, heartbeat_interval_ms=config.heartbeat_interval_ms,
+                             session_timeout_ms=config.session_timeout_ms, member_epoch=step.member.member_epoch,
+                             records=step.records)
+    step.arm_revocation(result)
+    if req.owned is not None or req.member_epoch == 0 or step.assignment_changed:
+        result.assignment = step.member.assigned_sets()
+    return result
+
+
+@dataclass
+class Step:
+    """What one request of a member changed: the member after reconciliation, and the records."""
+
+    member: ConsumerGroupMember
+    records: list[Record]
+    assignment_changed: bool
+
+    def arm_revocation(self, result: HeartbeatResult) -> None:
+        """A member that must give partitions up has its rebalance timeout to do it."""
+        if not self.assignment_changed:
+            return
+        if self.member.state == MemberState.UNREVOKED_PARTITIONS:
+            result.revocation_timeout_ms = self.member.rebalance_timeout_ms
+        else:
+            result.cancel_revocation = True
+
+
+def advance(group: ConsumerGroup, member: ConsumerGroupMember, updated: ConsumerGroupMember,
+            replaced: ConsumerGroupMember | None, owned: OwnedPartitions | None, rejoining: bool,
+            topics: MetadataView, config: ConsumerGroupConfig, now_ms: int) -> Step:
+    """The steps every member's request takes, whichever protocol it speaks: persist the member
+    (``updated``, which was ``member``), bump the group epoch when subscriptions or the subscribed
+    topics changed, compute the target assignment when the epoch moved past it, and take one
+    reconciliation step towards it given what the member ``owned``."""
+    records: list[Record] = []
+    joined = updated.member_id not in group.members
     bump = joined and replaced is None
     members = dict(group.members)
     if replaced is not None:
@@ -205,28 +243,18 @@ def heartbeat(group: ConsumerGroup, req: HeartbeatRequest, topics: MetadataView,
         records.append(group.target_epoch_record(group_epoch, now_ms))
         target_epoch, target = group_epoch, new_target.get(updated.member_id, {})
 
-    result = HeartbeatResult(member_id=updated.member_id, heartbeat_interval_ms=config.heartbeat_interval_ms,
-                             session_timeout_ms=config.session_timeout_ms)
     changed = False
-    if updated.state != MemberState.STABLE or updated.member_epoch != target_epoch or req.member_epoch == 0:
+    if updated.state != MemberState.STABLE or updated.member_epoch != target_epoch or rejoining:
         before = updated
         try:
             updated = reconcile(updated, target_epoch, target, _subscribed_ids(resolved, updated, topics),
-                                _owner_epoch(group, updated.member_id, replaced), req.owned)
+                                _owner_epoch(group, updated.member_id, replaced), owned)
         except FencedMemberEpoch as e:
             raise HeartbeatError(ErrorCode.FENCED_MEMBER_EPOCH, str(e)) from None
         if updated != before or joined:
             changed = True
             records.append(group.current_assignment_record(updated))
-            if updated.state == MemberState.UNREVOKED_PARTITIONS:
-                result.revocation_timeout_ms = updated.rebalance_timeout_ms
-            else:
-                result.cancel_revocation = True
-    result.member_epoch = updated.member_epoch
-    result.records = records
-    if req.owned is not None or req.member_epoch == 0 or changed:
-        result.assignment = updated.assigned_sets()
-    return result
+    return Step(updated, records, changed)
 
 
 def resolve_regexes(group: ConsumerGroup, members: Iterable[ConsumerGroupMember], topics: MetadataView,

@@ -19,6 +19,7 @@ from rivulet.common.cluster import ConfigValues, InternalTopicCreator, MetadataV
 from rivulet.common.time import SYSTEM_CLOCK, Clock
 from rivulet.common.types import TopicPartition
 from rivulet.coordinator.consumer_group import ConsumerGroup
+from rivulet.coordinator.consumer_group_classic import ClassicJoin
 from rivulet.coordinator.consumer_group_service import ConsumerGroupService
 from rivulet.coordinator.group_config import GroupConfigs
 from rivulet.coordinator.consumer_heartbeat import (
@@ -99,7 +100,9 @@ class GroupCoordinator:
             heartbeat_interval_ms=config_value(config, "group.consumer.heartbeat.interval.ms", 5000),
             session_timeout_ms=config_value(config, "group.consumer.session.timeout.ms", 45000),
             max_size=config_value(config, "group.consumer.max.size", 2147483647),
-            assignors=tuple(config_value(config, "group.consumer.assignors", ["uniform", "range"])))
+            assignors=tuple(config_value(config, "group.consumer.assignors", ["uniform", "range"])),
+            migration_policy=str(config_value(config, "group.consumer.migration.policy", "bidirectional")).lower(),
+            classic_max_size=config_value(config, "group.max.size", 2147483647))
         self._active = False
         self._load_queue: deque[int] = deque()
         self._loader: asyncio.Task | None = None
@@ -124,7 +127,8 @@ class GroupCoordinator:
         self.manager = GroupMetadataManager(cfg, self.replica_manager, clock=self.clock.milliseconds,
                                             num_partitions=n)
         self.consumer_groups = ConsumerGroupService(self.consumer_group_config, self.manager, self.metadata,
-                                                    self.heartbeat_purgatory, self.clock, self.group_configs)
+                                                    self.heartbeat_purgatory, self.clock, self.group_configs,
+                                                    classic_control=self)
         self._active = True
         for p in range(n if lead_all else 0):
             self.on_become_leader(p)
@@ -308,8 +312,11 @@ class GroupCoordinator:
             return
         if group.consumer is not None:
             if group.consumer.members:
-                # Classic members inside a consumer group (online migration) are not served yet.
-                callback(JoinGroupResult(member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
+                # A classic member of a consumer group (online migration).
+                assert self.consumer_groups is not None
+                self.consumer_groups.classic_join(group, ClassicJoin(
+                    group_id, member_id, group_instance_id, require_known_member_id, client_id, client_host,
+                    rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols), callback)
                 return
             # An empty consumer group becomes a classic one, keeping its offsets.
             self.manager.store_consumer_group_records(group_id, group.consumer.delete_records(), lambda _e: None)
@@ -545,11 +552,15 @@ class GroupCoordinator:
             self.rebalance_purgatory.check_and_complete(join_key(group.group_id))
 
     def try_complete_join(self, group: GroupMetadata, force_complete: Callable[[], bool]) -> bool:
+        if group.consumer is not None:
+            return force_complete()  # it became a consumer group: no classic rebalance to finish
         return force_complete() if group.has_all_members_joined() else False
 
     def on_complete_join(self, group: GroupMetadata) -> None:
         """End of PreparingRebalance: drop dynamic members that did not rejoin, open the next
         generation and answer every parked JoinGroup at once."""
+        if group.consumer is not None:
+            return
         laggards = [m for m in group.not_yet_rejoined_members() if not m.is_static_member]
         if laggards:
             log.info("Group %s removed dynamic members who haven't joined: %s", group.group_id,
@@ -589,6 +600,25 @@ class GroupCoordinator:
             group.add_pending_sync_member(m.member_id)
         self._schedule_pending_sync(group)
 
+    # ------------------------------------------------------------ online migration (ClassicGroupControl)
+    def release_classic_members(self, group: GroupMetadata) -> None:
+        """Called by the consumer group service as ``group`` becomes a consumer group."""
+        members = group.all_member_metadata()
+        for m in members:
+            group.maybe_invoke_join_callback(m, JoinGroupResult(m.member_id, ErrorCode.REBALANCE_IN_PROGRESS))
+            group.maybe_invoke_sync_callback(m, SyncGroupResult(ErrorCode.REBALANCE_IN_PROGRESS))
+        group.clear_classic_members()
+        for m in members:
+            self._remove_heartbeat_for_leaving_member(group, m.member_id)
+        self.rebalance_purgatory.check_and_complete(join_key(group.group_id))
+        self.rebalance_purgatory.check_and_complete(sync_key(group.group_id))
+
+    def rebalance_restored_group(self, group: GroupMetadata, reason: str) -> None:
+        """Called by the consumer group service once ``group`` is classic again."""
+        for m in group.all_member_metadata():
+            self._complete_and_schedule_next_heartbeat_expiration(group, m)
+        self._prepare_rebalance(group, reason)
+
     # ------------------------------------------------------------ SyncGroup
     def handle_sync_group(self, group_id: str, generation_id: int, member_id: str, protocol_type: str | None,
                           protocol_name: str | None, group_instance_id: str | None,
@@ -603,8 +633,13 @@ class GroupCoordinator:
             callback(SyncGroupResult(err))
             return
         group = self.manager.get_group(group_id)
-        if group is None:
+        if group is None or (group.consumer is not None and not group.consumer.members):
             callback(SyncGroupResult(ErrorCode.UNKNOWN_MEMBER_ID))
+            return
+        if group.consumer is not None:
+            assert self.consumer_groups is not None
+            self.consumer_groups.classic_sync(group, member_id, group_instance_id, generation_id, protocol_type,
+                                              protocol_name, callback)
             return
         self._do_sync_group(group, generation_id, member_id, protocol_type, protocol_name, group_instance_id,
                             group_assignment, callback)
@@ -755,6 +790,10 @@ class GroupCoordinator:
         if group is None:
             callback(ErrorCode.NONE, [(mid, iid, ErrorCode.UNKNOWN_MEMBER_ID) for mid, iid, _ in leaving])
             return
+        if group.consumer is not None:
+            assert self.consumer_groups is not None
+            self.consumer_groups.classic_leave(group, leaving, callback)
+            return
         if group.is_(DEAD):
             callback(ErrorCode.COORDINATOR_NOT_AVAILABLE, [])
             return
@@ -818,6 +857,9 @@ class GroupCoordinator:
         group = self.manager.get_group(group_id)
         if group is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
+        if group.consumer is not None:
+            assert self.consumer_groups is not None
+            return self.consumer_groups.classic_heartbeat(group, member_id, group_instance_id, generation_id)
         if group.is_(DEAD):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         err = self._validate_current_member(group, member_id, group_instance_id, "heartbeat")
@@ -1099,6 +1141,9 @@ def _validate_consumer_member_epoch(group: GroupMetadata, epoch: int, member_id:
     member = consumer.members.get(member_id)
     if member is None:
         return ErrorCode.UNKNOWN_MEMBER_ID
+    if member.classic is not None:
+        # A classic member commits with its generation, which is its member epoch.
+        return ErrorCode.ILLEGAL_GENERATION if epoch != member.member_epoch else None
     if not transactional and api_version < 9:
         return ErrorCode.UNSUPPORTED_VERSION  # members of the new protocol commit with v9 or later
     return ErrorCode.STALE_MEMBER_EPOCH if epoch != member.member_epoch else None

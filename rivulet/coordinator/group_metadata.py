@@ -307,6 +307,34 @@ class GroupMetadata:
     def is_consumer_group(self) -> bool:
         return self.protocol_type == CONSUMER_PROTOCOL_TYPE
 
+    # ------------------------------------------------------------ online migration
+    def clear_classic_members(self) -> None:
+        """The group became a consumer group: its classic members now live there. Their parked
+        requests must have been answered."""
+        self._members.clear()
+        self._static_members.clear()
+        self._pending_members.clear()
+        self._pending_sync_members.clear()
+        self._num_members_awaiting_join = 0
+        self._supported_protocols.clear()
+        self.leader_id = None
+        self.protocol_name = None
+        self._state = EMPTY
+        self.current_state_timestamp = self._clock()
+
+    def restore_classic_members(self, generation_id: int, members: Iterable[MemberMetadata]) -> None:
+        """The consumer group this was became classic again, Stable at ``generation_id`` with
+        ``members`` (their assignments set by the caller once the protocol is chosen)."""
+        self.consumer = None
+        self.protocol_type = CONSUMER_PROTOCOL_TYPE
+        self.generation_id = generation_id
+        for member in members:
+            self.add(member)
+        self.protocol_name = self.select_protocol()
+        self.subscribed_topics = self.compute_subscribed_topics()
+        self._state = STABLE
+        self.current_state_timestamp = self._clock()
+
     # ------------------------------------------------------------ members
     def has(self, member_id: str) -> bool:
         return member_id in self._members

@@ -224,6 +224,29 @@ class GroupMetadataManager:
 
         self._append(partition, [consumer_group_record(k, v) for k, v in records], -1, on_append)
 
+    def store_group_conversion(self, group: GroupMetadata, records: list[ConsumerGroupRecord],
+                               classic_assignment: Mapping[str, bytes] | None,
+                               callback: Callable[[ErrorCode], None]) -> None:
+        """Append, in one batch, the records of a group changing protocol. Upgrade
+        (``classic_assignment`` None): the classic record's tombstone, then the consumer group's
+        records. Downgrade: the consumer group's tombstones, then the classic group's record."""
+        partition = self.partition_for(group.group_id)
+        if not self.is_partition_owned(partition):
+            callback(ErrorCode.NOT_COORDINATOR)
+            return
+        entries = [consumer_group_record(k, v) for k, v in records]
+        if classic_assignment is None:
+            entries.insert(0, (group_metadata_key(group.group_id), None))
+        else:
+            entries.append((group_metadata_key(group.group_id), group_metadata_value(group, classic_assignment)))
+
+        def on_append(res: ProduceResult) -> None:
+            if res.error != ErrorCode.NONE:
+                log.warning("conversion records of group %s failed to append: %s", group.group_id, res.error.name)
+            callback(convert_store_group_error(res.error))
+
+        self._append(partition, entries, -1, on_append)
+
     def store_offsets(self, group: GroupMetadata, member_id: str,
                       offsets: Mapping[TopicPartition, OffsetAndMetadata],
                       callback: Callable[[dict[TopicPartition, ErrorCode]], None],

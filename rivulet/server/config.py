@@ -27,6 +27,7 @@ from rivulet.common.config import (
     each_of,
     load_properties as _load_properties,
     one_of,
+    one_of_ignoring_case,
 )
 from rivulet.replication.replica_selector import SELECTORS
 from rivulet.security.authorizer import AUTHORIZER_CLASS_NAMES
@@ -348,6 +349,11 @@ BROKER_CONFIGS = ConfigDef([
        "assignors of consumer groups, the first the default (a member picks one with group.remote.assignor).",
        MEDIUM),
     _k("group.consumer.max.size", I, 2147483647, _pos, "Most members in one consumer group.", MEDIUM),
+    _k("group.consumer.migration.policy", S, "bidirectional",
+       one_of_ignoring_case("disabled", "downgrade", "upgrade", "bidirectional"),
+       "Online migration between the group protocols: a classic group becomes a consumer group when a "
+       "member of the consumer protocol joins (upgrade), and back when its last one leaves (downgrade); "
+       "bidirectional allows both, disabled neither.", MEDIUM),
     _k("group.consumer.assignment.interval.ms", I, 1000, _nonneg, "Minimum interval between two target "
        "assignment computations of a consumer group.", MEDIUM, ignored=True),
     _k("group.share.assignment.interval.ms", I, 1000, _nonneg, "Minimum interval between two target "

@@ -335,3 +335,147 @@ def test_randomized_members_never_share_a_partition(seed):
     want = {(c.topics.get(n).topic_id, p) for n in subscribed for p in range(c.topics.get(n).num_partitions)}
     got = {(t, p) for a in usable.values() for t, ps in a.items() for p in ps}
     assert got == want
+
+
+# ---------------------------------------------------------------------------- online migration
+
+from rivulet.coordinator import consumer_group_classic as classic  # noqa: E402
+from rivulet.coordinator.group_metadata import GroupMetadata, MemberMetadata  # noqa: E402
+from rivulet.coordinator.group_migration import (  # noqa: E402
+    ConversionError,
+    classic_assignment,
+    classic_members,
+    consumer_group_records,
+    downgrades,
+    upgrade_refused,
+)
+from rivulet.protocol.consumer_protocol import (  # noqa: E402
+    Subscription,
+    decode_assignment,
+    encode_assignment,
+    encode_subscription,
+)
+
+
+def classic_join(c: Coordinator, member_id: str, owned=(), version: int = 1) -> classic.ClassicJoinResult:
+    meta = encode_subscription(Subscription(["t"], owned=list(owned)), version)
+    r = classic.join(c.group, classic.ClassicJoin("g", member_id, None, False, "client", "/127.0.0.1", 30000,
+                                                  10000, "consumer", [("range", meta)]), c.topics, CONFIG, 0)
+    c.apply(r.records)
+    return r
+
+
+def test_a_classic_member_of_a_consumer_group_reconciles_through_its_rejoins():
+    c = Coordinator(Topics(t=4))
+    c.beat("new", 0, topics=["t"])
+    r = classic_join(c, "old")
+    # It joins at once with its member epoch as generation, owning nothing yet: all is new's.
+    assert (r.error, r.generation_id, r.protocol_name) == (ErrorCode.NONE, 2, "range")
+    assert decode_assignment(classic.sync(c.group, "old", None, 2, "consumer", "range", c.topics))[0] == []
+    assert c.group.members["old"].state == MemberState.UNRELEASED_PARTITIONS
+    with pytest.raises(HeartbeatError) as e:
+        classic.sync(c.group, "old", None, 1, "consumer", "range", c.topics)
+    assert e.value.code == ErrorCode.ILLEGAL_GENERATION
+    assert classic.heartbeat(c.group, "old", None, 2) == ErrorCode.NONE  # still waiting for new's partitions
+    kept = c.beat("new", 1).assignment
+    c.beat("new", 1, owned=owned_list(kept))
+    # new let two go: old is told to rejoin, and gets them.
+    assert classic.heartbeat(c.group, "old", None, 2) == ErrorCode.REBALANCE_IN_PROGRESS
+    r = classic_join(c, "old")
+    got = decode_assignment(classic.sync(c.group, "old", None, r.generation_id, None, None, c.topics))[0]
+    assert sorted(p for _, p in got) == sorted({0, 1, 2, 3} - kept[T1])
+    assert c.group.state() == ConsumerGroupState.STABLE
+    assert classic.heartbeat(c.group, "old", None, r.generation_id) == ErrorCode.NONE
+
+
+def test_a_classic_member_revokes_through_its_sync_before_rejoining():
+    c = Coordinator(Topics(t=4))
+    c.beat("new", 0, topics=["t"])
+    c.beat("new", 1)
+    classic_join(c, "old")
+    kept = c.beat("new", 1).assignment
+    c.beat("new", 1, owned=owned_list(kept))
+    r = classic_join(c, "old")
+    old = sorted(p for _, p in decode_assignment(classic.sync(c.group, "old", None, r.generation_id, None, None,
+                                                                c.topics))[0])
+    # Two more members arrive: old must give a partition up. Told on its heartbeat, it rejoins
+    # still owning both (cooperative), and its sync gives it only what it keeps.
+    c.beat("third", 0, topics=["t"])
+    c.beat("fourth", 0, topics=["t"])
+    assert classic.heartbeat(c.group, "old", None, r.generation_id) == ErrorCode.REBALANCE_IN_PROGRESS
+    r = classic_join(c, "old", owned=[("t", p) for p in old])
+    assert c.group.members["old"].state == MemberState.UNREVOKED_PARTITIONS
+    assert r.generation_id == 2  # its epoch does not move until it has revoked
+    left = decode_assignment(classic.sync(c.group, "old", None, 2, None, None, c.topics))[0]
+    assert len(left) == 1 and left[0][1] in old
+    r = classic_join(c, "old", owned=left)
+    assert r.generation_id == c.group.group_epoch and c.group.members["old"].state != MemberState.UNREVOKED_PARTITIONS
+
+
+def test_classic_requests_of_unknown_or_new_protocol_members_are_refused():
+    c = Coordinator(Topics(t=2))
+    c.beat("new", 0, topics=["t"])
+    with pytest.raises(HeartbeatError) as e:
+        classic.heartbeat(c.group, "new", None, 1)  # it speaks the consumer protocol
+    assert e.value.code == ErrorCode.UNKNOWN_MEMBER_ID
+    with pytest.raises(HeartbeatError) as e:
+        classic.heartbeat(c.group, "nobody", None, 1)
+    assert e.value.code == ErrorCode.UNKNOWN_MEMBER_ID
+    r = classic.join(c.group, classic.ClassicJoin("g", "", None, True, "c", "h", 30000, 10000, "consumer",
+                                                  [("range", encode_subscription(Subscription(["t"])))]),
+                     c.topics, CONFIG, 0)
+    assert r.error == ErrorCode.MEMBER_ID_REQUIRED and r.member_id and not r.records
+    classic_join(c, "old")
+    r = classic.join(c.group, classic.ClassicJoin("g", "other", None, False, "c", "h", 30000, 10000, "consumer",
+                                                  [("roundrobin", encode_subscription(Subscription(["t"])))]),
+                     c.topics, CONFIG, 0)
+    assert r.error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL  # old speaks range only
+    results, removed, records = classic.leave(c.group, [("old", None, None), ("new", None, None)])
+    assert [e for _, _, e in results] == [ErrorCode.NONE, ErrorCode.UNKNOWN_MEMBER_ID] and removed == ["old"]
+    c.apply(records)
+    assert set(c.group.members) == {"new"}
+
+
+def classic_group(topics: Topics, assignment_user_data: bytes | None = None) -> GroupMetadata:
+    g = GroupMetadata("g")
+    for member_id, parts in (("a", [0, 1]), ("b", [2, 3])):
+        m = MemberMetadata(member_id, None, "client", "/h", 30000, 10000, "consumer",
+                           [("range", encode_subscription(Subscription(["t"]), 1))])
+        g.add(m)
+        m.assignment = encode_assignment([("t", p) for p in parts], assignment_user_data, 1)
+    g.generation_id = 5
+    g.protocol_name = "range"
+    return g
+
+
+def test_a_classic_group_converts_with_each_member_keeping_its_partitions_and_back():
+    topics = Topics(t=4)
+    g = classic_group(topics)
+    assert upgrade_refused(g, CONFIG) is None
+    assert upgrade_refused(g, ConsumerGroupConfig(migration_policy="downgrade")) is not None
+    c = Coordinator(topics)
+    c.apply(consumer_group_records(g, topics, 0))
+    assert c.group.group_epoch == 5 and c.group.target_assignment_epoch == 5
+    assert {m: (x.member_epoch, x.assigned_sets()) for m, x in c.group.members.items()} == \
+        {"a": (5, {T1: {0, 1}}), "b": (5, {T1: {2, 3}})}
+    # A member of the consumer protocol joins: the classic ones are told to rejoin.
+    c.beat("new", 0, topics=["t"])
+    assert c.group.group_epoch == 6
+    assert classic.heartbeat(c.group, "a", None, 5) == ErrorCode.REBALANCE_IN_PROGRESS
+    # It leaves: the group may go back to classic, with the remaining members at the group epoch.
+    assert downgrades(c.group, "new", CONFIG) and not downgrades(c.group, "a", CONFIG)
+    assert not downgrades(c.group, "new", ConsumerGroupConfig(migration_policy="upgrade"))
+    back = classic_members(c.group, "new")
+    assert sorted(m.member_id for m in back) == ["a", "b"]
+    for m in back:
+        assignment = decode_assignment(classic_assignment(c.group, m, "range", topics))[0]
+        assert {p for _, p in assignment} == c.group.target_assignment[m.member_id].get(T1, set())
+    tombstones = c.group.tombstone_records()
+    c.apply(tombstones)
+    assert not c.group.members and c.group.group_epoch == 6
+
+
+def test_a_classic_group_with_assignor_user_data_is_not_converted():
+    topics = Topics(t=4)
+    with pytest.raises(ConversionError):
+        consumer_group_records(classic_group(topics, b"sticky"), topics, 0)

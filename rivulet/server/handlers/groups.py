@@ -456,7 +456,7 @@ class GroupHandlers:
                 client_id=m.client_id, client_host=m.client_host,
                 subscribed_topic_names=list(m.subscribed_topic_names), subscribed_topic_regex=m.subscribed_topic_regex,
                 assignment=assignment(m.assigned), target_assignment=assignment(group.target_assignment.get(
-                    m.member_id, {})), member_type=1) for m in group.members.values()]
+                    m.member_id, {})), member_type=0 if m.classic is not None else 1) for m in group.members.values()]
             out.append(cgdr.DescribedGroup(
                 error_code=ErrorCode.NONE, group_id=gid, group_state=group.state().value,
                 group_epoch=group.group_epoch, assignment_epoch=group.target_assignment_epoch,
