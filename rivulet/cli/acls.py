@@ -15,7 +15,7 @@ from typing import Any
 
 from rivulet.cli.cluster import _run
 from rivulet.cli.common import CliError, add_connection_args
-from rivulet.cli.groups import _table
+from rivulet.cli.output import Column, add_format_arg, print_table
 from rivulet.client.admin import AsyncAdminClient
 from rivulet.protocol.errors import ApiError
 from rivulet.security.acls import (
@@ -110,9 +110,13 @@ def filters_of(args: argparse.Namespace) -> list[AclBindingFilter]:
             for host in hosts for op in ops]
 
 
+ACL_COLUMNS = [Column("PRINCIPAL", "principal"), Column("HOST", "host"),
+               Column("RESOURCE-TYPE", "resource_type"), Column("RESOURCE-NAME", "resource_name"), Column("PATTERN", "pattern_type"),
+               Column("OPERATION", "operation"), Column("PERMISSION", "permission")]
+
+
 def _rows(bindings: list[AclBinding]) -> list[list[Any]]:
-    rows: list[list[Any]] = [["PRINCIPAL", "HOST", "RESOURCE-TYPE", "RESOURCE-NAME", "PATTERN", "OPERATION",
-                              "PERMISSION"]]
+    rows: list[list[Any]] = []
     for b in sorted(bindings, key=lambda b: (b.entry.principal, b.pattern.resource_type, b.pattern.name,
                                              b.entry.operation)):
         rows.append([b.entry.principal, b.entry.host, b.pattern.resource_type.name, b.pattern.name,
@@ -127,7 +131,7 @@ async def _add(admin: AsyncAdminClient, args: argparse.Namespace) -> int:
         raise CliError("; ".join(f"{b.entry.principal} {b.entry.operation.name} on {b.pattern.resource_type.name} "
                                  f"{b.pattern.name}: {e}" for b, e in failed))
     print(f"Created {len(bindings)} ACL(s):")
-    print(_table(_rows(bindings)))
+    print_table(ACL_COLUMNS, _rows(bindings))
     return 0
 
 
@@ -136,7 +140,7 @@ async def _list(admin: AsyncAdminClient, args: argparse.Namespace) -> int:
     for f in filters_of(args):
         for b in await admin.describe_acls(f):
             found[b] = None
-    print(_table(_rows(list(found))))
+    print_table(ACL_COLUMNS, _rows(list(found)), args.format)
     return 0
 
 
@@ -149,7 +153,7 @@ async def _remove(admin: AsyncAdminClient, args: argparse.Namespace) -> int:
             raise CliError(str(result))
         removed.extend(result)
     print(f"Removed {len(removed)} ACL(s):")
-    print(_table(_rows(removed)))
+    print_table(ACL_COLUMNS, _rows(removed))
     return 0
 
 
@@ -184,4 +188,5 @@ def add_parser(sub: Any) -> None:
     a.add_argument("--consumer", action="store_true", help="add: what a consumer needs (READ, DESCRIBE on the "
                    "topics; READ on the groups)")
     a.add_argument("--all", action="store_true", help="remove: every ACL, when nothing narrower is named")
+    add_format_arg(a)
     a.set_defaults(func=_acls_command)

@@ -12,7 +12,8 @@ import asyncio
 from typing import Any, Awaitable, Callable
 
 from rivulet.cli.common import CliError, add_connection_args, client_config, parse_kv, run_command
-from rivulet.cli.groups import _table, topic_partitions
+from rivulet.cli.groups import topic_partitions
+from rivulet.cli.output import Column, add_format_arg, print_json, print_table
 from rivulet.client.admin import (
     AsyncAdminClient,
     ClientQuotaAlteration,
@@ -41,11 +42,16 @@ def _run(name: str, args: argparse.Namespace, work: Callable[[AsyncAdminClient],
 
 async def _cluster_info(admin: AsyncAdminClient, args: argparse.Namespace) -> int:
     md = await admin.describe_cluster()
+    brokers = sorted(md.brokers, key=lambda b: b.node_id)
+    if args.format == "json":
+        print_json({"cluster_id": md.cluster_id, "controller_id": md.controller_id,
+                    "brokers": [{"id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack} for b in brokers]})
+        return 0
     print(f"CLUSTER\n=======\n{md.cluster_id}\n")
-    rows = [["ID", "HOST", "PORT", "RACK"]]
-    for b in sorted(md.brokers, key=lambda b: b.node_id):
-        rows.append([f"{b.node_id}*" if b.node_id == md.controller_id else b.node_id, b.host, b.port, b.rack or "-"])
-    print(f"BROKERS\n=======\n{_table(rows)}")
+    print("BROKERS\n=======")
+    print_table([Column("ID", "id"), Column("HOST", "host"), Column("PORT", "port"), Column("RACK", "rack")],
+                [[f"{b.node_id}*" if b.node_id == md.controller_id else b.node_id, b.host, b.port, b.rack or None]
+                 for b in brokers])
     return 0
 
 
@@ -104,11 +110,12 @@ async def _quotas(admin: AsyncAdminClient, args: argparse.Namespace, wanted: dic
                   ClientQuotaFilterComponent.of_default_entity(t) if n is None else
                   ClientQuotaFilterComponent.of_entity(t, n) for t, n in wanted.items()]
     found = await admin.describe_client_quotas(ClientQuotaFilter.contains_only(components))
-    rows = [["ENTITY", "KEY", "VALUE"]]
+    rows: list[list[Any]] = []
     for entity in sorted(found, key=_render_entity):
         for k, v in sorted(found[entity].items()):
-            rows.append([_render_entity(entity), k, f"{v:g}" if v != int(v) else str(int(v))])
-    print(_table(rows))
+            rows.append([_render_entity(entity), k, v if args.format == "json" else
+                         f"{v:g}" if v != int(v) else str(int(v))])
+    print_table([Column("ENTITY", "entity"), Column("KEY", "key"), Column("VALUE", "value")], rows, args.format)
     return 0
 
 
@@ -128,6 +135,9 @@ def _resource(args: argparse.Namespace) -> tuple[int, str]:
     if not args.entity_name:
         raise CliError("--entity-name is required for topics", 2)
     return ResourceType.TOPIC, args.entity_name
+
+
+CONFIG_COLUMNS = [Column("KEY", "name"), Column("VALUE", "value"), Column("SOURCE", "source")]
 
 
 def _config_rows(entries: list[Any], describe_all: bool) -> list[list[str]]:
@@ -163,13 +173,14 @@ async def _configs(admin: AsyncAdminClient, args: argparse.Namespace) -> int:
     if args.entity_type in _LISTED and not name:
         # Every group (subscription) with configs of its own, as kafka-configs lists them.
         names = sorted(n for n, _ in await admin.list_config_resources([rtype]))
-        rows = [[_LISTED[args.entity_type][1].upper(), "KEY", "VALUE", "SOURCE"]]
+        owner = _LISTED[args.entity_type][1]
+        rows = []
         for each in names:
             rows += [[each, *row] for row in _config_rows(await admin.describe_configs(rtype, each), args.all)]
-        print(_table(rows))
+        print_table([Column(owner.upper(), owner), *CONFIG_COLUMNS], rows, args.format)
         return 0
     entries = await admin.describe_configs(rtype, name)
-    print(_table([["KEY", "VALUE", "SOURCE"], *_config_rows(entries, args.all)]))
+    print_table(CONFIG_COLUMNS, _config_rows(entries, args.all), args.format)
     return 0
 
 
@@ -178,9 +189,9 @@ async def _offsets_get(admin: AsyncAdminClient, args: argparse.Namespace) -> int
     tps = [TP(t, p) for t in args.topic for p in known[t]]
     start = await admin.list_offsets({tp: EARLIEST for tp in tps})
     end = await admin.list_offsets({tp: LATEST for tp in tps})
-    rows = [["TOPIC", "PARTITION", "START-OFFSET", "END-OFFSET"]]
-    rows += [[t, p, start[TP(t, p)][0], end[TP(t, p)][0]] for t, p in tps]
-    print(_table(rows))
+    rows = [[t, p, start[TP(t, p)][0], end[TP(t, p)][0]] for t, p in tps]
+    print_table([Column("TOPIC", "topic"), Column("PARTITION", "partition"), Column("START-OFFSET", "start_offset"),
+                 Column("END-OFFSET", "end_offset")], rows, args.format)
     return 0
 
 
@@ -191,9 +202,9 @@ async def _delete_records(admin: AsyncAdminClient, args: argparse.Namespace) -> 
         if p not in known[args.topic]:
             raise CliError(f"{args.topic} has no partition {p}")
     lows = await admin.delete_records({TP(args.topic, p): args.offset for p in parts})
-    rows = [["TOPIC", "PARTITION", "NEW-START-OFFSET"]]
-    rows += [[t, p, low] for (t, p), low in sorted(lows.items())]
-    print(_table(rows))
+    rows = [[t, p, low] for (t, p), low in sorted(lows.items())]
+    print_table([Column("TOPIC", "topic"), Column("PARTITION", "partition"),
+                 Column("NEW-START-OFFSET", "new_start_offset")], rows)
     return 0
 
 
@@ -232,6 +243,7 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--override", action="append", metavar="KEY=VALUE", help="up: a broker property for every "
                    "broker, as `rivulet broker --override` (repeatable), e.g. min.insync.replicas=2")
     c.add_argument("--purge", action="store_true", help="down: remove the cluster's directory too")
+    add_format_arg(c)
     c.set_defaults(func=_cluster_command)
 
     g = sub.add_parser("configs", help="describe or alter broker, topic and group configs, client metrics "
@@ -255,12 +267,14 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="alter: set a config or a quota such as producer_byte_rate=1048576 (repeatable)")
     g.add_argument("--delete", action="append", metavar="KEY", help="alter: remove an override (repeatable)")
+    add_format_arg(g)
     g.set_defaults(func=lambda a: _run(f"configs {a.action}", a, lambda admin: _configs(admin, a)))
 
     o = sub.add_parser("offsets", help="show each partition's start and end offset")
     o.add_argument("action", choices=["get"], help="what to do")
     add_connection_args(o)
     o.add_argument("--topic", action="append", required=True, help="topic (repeatable)")
+    add_format_arg(o)
     o.set_defaults(func=lambda a: _run("offsets get", a, lambda admin: _offsets_get(admin, a)))
 
     d = sub.add_parser("delete-records", help="delete a partition's records before an offset (like "

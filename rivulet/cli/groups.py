@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rivulet.cli.common import CliError, add_connection_args, client_config, run_command
+from rivulet.cli.output import Column, add_format_arg, print_json, print_table, progress
 from rivulet.client.admin import AsyncAdminClient
 from rivulet.client.core import EARLIEST, LATEST
 from rivulet.common.types import TopicPartition as TP
@@ -97,13 +98,24 @@ async def list_offsets(admin: AsyncAdminClient, tps: list[TP], timestamp: int,
 
 # ---------------------------------------------------------------- output
 
-def _table(rows: list[list[Any]]) -> str:
-    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join(" ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
+OFFSET_COLUMNS = [Column("GROUP", "group"), Column("TOPIC", "topic"), Column("PARTITION", "partition"),
+                  Column("CURRENT-OFFSET", "current_offset"), Column("LOG-END-OFFSET", "log_end_offset"),
+                  Column("LAG", "lag"), Column("CONSUMER-ID", "consumer_id"), Column("HOST", "host"),
+                  Column("CLIENT-ID", "client_id")]
+MEMBER_COLUMNS = [Column("GROUP", "group"), Column("CONSUMER-ID", "consumer_id"),
+                  Column("GROUP-INSTANCE-ID", "group_instance_id"), Column("HOST", "host"),
+                  Column("CLIENT-ID", "client_id"), Column("#PARTITIONS", "partitions"),
+                  Column("ASSIGNMENT", "assignment")]
+STATE_COLUMNS = [Column("GROUP", "group"), Column("COORDINATOR (ID)", "coordinator"),
+                 Column("ASSIGNMENT-STRATEGY", "assignment_strategy"), Column("STATE", "state"),
+                 Column("#MEMBERS", "members")]
+RESET_COLUMNS = [Column("GROUP", "group"), Column("TOPIC", "topic"), Column("PARTITION", "partition"),
+                 Column("NEW-OFFSET", "new_offset")]
 
 
 async def describe_offsets_rows(admin: AsyncAdminClient, info: GroupInfo, isolation_level: int = 0
                                 ) -> list[list[Any]]:
+    """One row per partition, OFFSET_COLUMNS; None where there is no value (shown as '-')."""
     positions = await committed(admin, info.group_id)
     owner: dict[TP, MemberInfo] = {}
     for m in info.members:
@@ -111,15 +123,14 @@ async def describe_offsets_rows(admin: AsyncAdminClient, info: GroupInfo, isolat
             owner[TP(*tp)] = m
     tps = sorted(set(positions) | set(owner))
     ends = await list_offsets(admin, tps, LATEST, isolation_level)
-    rows = [["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
-             "CLIENT-ID"]]
+    rows = []
     for tp in tps:
         cur = positions.get(tp)
         end = ends.get(tp, -1)
-        lag = "-" if cur is None or end < 0 else max(end - cur, 0)
+        lag = None if cur is None or end < 0 else max(end - cur, 0)
         m = owner.get(tp)
-        rows.append([info.group_id, tp[0], tp[1], "-" if cur is None else cur, "-" if end < 0 else end, lag,
-                     m.member_id if m else "-", m.host if m else "-", m.client_id if m else "-"])
+        rows.append([info.group_id, tp[0], tp[1], cur, None if end < 0 else end, lag,
+                     m.member_id if m else None, m.host if m else None, m.client_id if m else None])
     return rows
 
 
@@ -220,7 +231,11 @@ async def _run(args: argparse.Namespace) -> int:
     admin = AsyncAdminClient(client_config(args, **{"client.id": "rivulet-groups"}))
     try:
         if args.action == "list":
-            for gid, ptype, state in sorted(set(await admin.list_groups())):
+            found = sorted(set(await admin.list_groups()))
+            if args.format == "json":
+                print_json([{"group": gid, "protocol_type": ptype, "state": state} for gid, ptype, state in found])
+                return 0
+            for gid, ptype, state in found:
                 print(f"{gid}\t{state}" if args.state else gid)
             return 0
         if args.action == "describe":
@@ -228,29 +243,7 @@ async def _run(args: argparse.Namespace) -> int:
             if info.state == "Dead":
                 print(f"Error: Consumer group '{args.group}' does not exist.", file=sys.stderr)
                 return 1
-            if args.state:
-                print(_table([["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"],
-                              [info.group_id, f"{info.coordinator[1]}:{info.coordinator[2]} ({info.coordinator[0]})",
-                               info.protocol or "", info.state, len(info.members)]]))
-                return 0
-            if not info.members:
-                print(f"\nConsumer group '{args.group}' has no active members.")
-            elif info.state in ("PreparingRebalance", "CompletingRebalance"):
-                print(f"\nWarning: Consumer group '{args.group}' is rebalancing.")
-            if args.members:
-                rows = [["GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"]]
-                for m in info.members:
-                    assignment = ",".join(f"{t}({p})" for t, p in sorted(m.assignment)) or "-"
-                    rows.append([info.group_id, m.member_id, m.group_instance_id or "-", m.host, m.client_id,
-                                 len(m.assignment), assignment])
-                if len(rows) > 1:
-                    print()
-                    print(_table(rows))
-                return 0
-            rows = await describe_offsets_rows(admin, info, _isolation(args))
-            print()
-            print(_table(rows))
-            return 0
+            return await _describe(admin, info, args)
         if args.action == "delete":
             results = await admin.delete_groups([args.group])
             failed = {g: e.code for g, e in results.items() if e is not None}
@@ -271,6 +264,43 @@ async def _run(args: argparse.Namespace) -> int:
         await admin.close()
 
 
+async def _describe(admin: AsyncAdminClient, info: GroupInfo, args: argparse.Namespace) -> int:
+    """Kafka's layouts in text, the same columns as JSON objects with --format json."""
+    text = args.format == "text"
+    if args.state:
+        node, host, port = info.coordinator
+        if text:
+            print_table(STATE_COLUMNS, [[info.group_id, f"{host}:{port} ({node})", info.protocol or "", info.state,
+                                         len(info.members)]], kafka=True)
+        else:
+            print_json({"group": info.group_id, "coordinator": {"id": node, "host": host, "port": port},
+                        "assignment_strategy": info.protocol or None, "state": info.state,
+                        "members": len(info.members)})
+        return 0
+    if text and not info.members:
+        print(f"\nConsumer group '{args.group}' has no active members.")
+    elif text and info.state in ("PreparingRebalance", "CompletingRebalance"):
+        print(f"\nWarning: Consumer group '{args.group}' is rebalancing.")
+    if args.members:
+        rows = [[info.group_id, m.member_id, m.group_instance_id or None, m.host, m.client_id, len(m.assignment),
+                 sorted(m.assignment)] for m in info.members]
+        if not text:
+            for r in rows:
+                r[-1] = [{"topic": t, "partition": p} for t, p in r[-1]]
+            print_table(MEMBER_COLUMNS, rows, "json")
+        elif rows:
+            for r in rows:
+                r[-1] = ",".join(f"{t}({p})" for t, p in r[-1]) or None
+            print()
+            print_table(MEMBER_COLUMNS, rows, kafka=True)
+        return 0
+    rows = await describe_offsets_rows(admin, info, _isolation(args))
+    if text:
+        print()
+    print_table(OFFSET_COLUMNS, rows, args.format, kafka=True)
+    return 0
+
+
 async def _delete_offsets(admin: AsyncAdminClient, args: argparse.Namespace) -> int:
     """Kafka's --delete-offsets: the group forgets its committed offsets of the named
     partitions (all of a topic's when none are named); refused while it reads them."""
@@ -284,10 +314,10 @@ async def _delete_offsets(admin: AsyncAdminClient, args: argparse.Namespace) -> 
                   ErrorCode.NON_EMPTY_GROUP: f"group '{args.group}' has members; offsets can be deleted only "
                                              "from an empty group"}.get(e.code, e.code.name)
         raise CliError(f"cannot delete offsets: {reason}") from None
-    rows = [["TOPIC", "PARTITION", "STATUS"]]
-    for (t, p), err in sorted(results.items()):
-        rows.append([t, str(p), "Successful" if err is None else f"Error: {err.code.name}"])
-    print(_table(rows))
+    rows = [[t, p, "Successful" if err is None else f"Error: {err.code.name}"]
+            for (t, p), err in sorted(results.items())]
+    print_table([Column("TOPIC", "topic"), Column("PARTITION", "partition"), Column("STATUS", "status")], rows,
+                kafka=True)
     return 1 if any(err is not None for err in results.values()) else 0
 
 
@@ -303,22 +333,27 @@ async def _reset_offsets(admin: AsyncAdminClient, args: argparse.Namespace) -> i
     else:
         groups = [args.group]
     plans: dict[str, dict[TP, int]] = {}
-    for group in groups:
-        info = await describe_group(admin, group)
-        if info.state not in ("Empty", "Dead"):
-            raise CliError(f"Assignments can only be reset if the group '{group}' is inactive, but the current "
-                           f"state is {info.state}.")
-        given = None
-        if from_file is not None:
-            given = from_file.get(group, from_file.get("", {}))
-        plans[group] = await compute_reset(admin, group, args, given)
+    with progress("planning", len(groups), "groups") as bar:
+        for group in groups:
+            info = await describe_group(admin, group)
+            if info.state not in ("Empty", "Dead"):
+                raise CliError(f"Assignments can only be reset if the group '{group}' is inactive, but the "
+                               f"current state is {info.state}.")
+            given = None
+            if from_file is not None:
+                given = from_file.get(group, from_file.get("", {}))
+            plans[group] = await compute_reset(admin, group, args, given)
+            bar.advance()
     if args.execute:
-        for group, new in plans.items():
-            errors = await admin.alter_group_offsets(group, new)
-            bad = {tp: e for tp, e in errors.items() if e is not None}
-            if bad:
-                (t, p), e = min(bad.items())
-                raise CliError(f"failed to reset {t}-{p} of group '{group}': {e.code.name}")
+        with progress("resetting", sum(len(new) for new in plans.values()), "partitions") as bar:
+            for group, new in plans.items():
+                bar.update(f"resetting {group}")
+                errors = await admin.alter_group_offsets(group, new)
+                bad = {tp: e for tp, e in errors.items() if e is not None}
+                if bad:
+                    (t, p), e = min(bad.items())
+                    raise CliError(f"failed to reset {t}-{p} of group '{group}': {e.code.name}")
+                bar.advance(len(new))
     elif not args.dry_run:
         print("WARN: No action will be performed as the --execute option is missing. Add --execute to "
               "reset the offsets, or --dry-run to keep this behaviour explicitly.", file=sys.stderr)
@@ -327,10 +362,9 @@ async def _reset_offsets(admin: AsyncAdminClient, args: argparse.Namespace) -> i
             for (t, p), off in sorted(new.items()):
                 print(f"{group},{t},{p},{off}" if args.all_groups else f"{t},{p},{off}")
         return 0
-    rows = [["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]]
-    rows += [[group, t, p, off] for group, new in plans.items() for (t, p), off in sorted(new.items())]
+    rows = [[group, t, p, off] for group, new in plans.items() for (t, p), off in sorted(new.items())]
     print()
-    print(_table(rows))
+    print_table(RESET_COLUMNS, rows, kafka=True)
     return 0
 
 
@@ -395,4 +429,5 @@ def add_parser(sub: Any) -> None:
                    help="reset-offsets: print the new offsets as CSV, for --from-file")
     g.add_argument("--execute", action="store_true", help="reset-offsets: apply the new offsets")
     g.add_argument("--dry-run", action="store_true", help="reset-offsets: only show the new offsets (the default)")
+    add_format_arg(g)
     g.set_defaults(func=groups_main)

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rivulet.cli.common import CliError, parse_kv
-from rivulet.cli.groups import _table
+from rivulet.cli.output import Column, print_table
 from rivulet.controller.zk_server import ZooKeeperNotFound, ZooKeeperServer
 from rivulet.testing import free_port
 
@@ -171,9 +171,9 @@ def _zk_view(state: ClusterState) -> tuple[set[int], int | None]:
         zk.close()
 
 
-def print_status(state: ClusterState) -> int:
+def print_status(state: ClusterState, fmt: str = "text") -> int:
     registered, controller = _zk_view(state)
-    rows = [["NODE", "ADDRESS", "PID", "STATE", "LOG"]]
+    rows: list[list[object]] = []
     zk = state.zookeeper
     rows.append([zk.name, state.connect, zk.pid, "up" if alive(zk.pid) else "down", zk.log])
     down = 0 if alive(zk.pid) else 1
@@ -186,12 +186,13 @@ def print_status(state: ClusterState) -> int:
         else:
             st = "starting"
         rows.append([f"{b.name} (id {i})", f"127.0.0.1:{b.port}", b.pid, st, b.log])
-    print(_table(rows))
+    print_table([Column("NODE", "node"), Column("ADDRESS", "address"), Column("PID", "pid"), Column("STATE", "state"),
+                 Column("LOG", "log")], rows, fmt)
     return 0 if down == 0 else 1
 
 
 def status(args: argparse.Namespace) -> int:
-    return print_status(ClusterState.load(Path(args.dir).resolve()))
+    return print_status(ClusterState.load(Path(args.dir).resolve()), args.format)
 
 
 def _terminate(m: Member, timeout: float) -> None:

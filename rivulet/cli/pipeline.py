@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from rivulet.cli.output import progress
 from rivulet.common.config import ConfigError
 
 DEFAULT_METRICS = {"events": "count(*)"}
@@ -419,14 +420,18 @@ def _run(args: argparse.Namespace, stop: StopSignal) -> int:
     deadline = time.monotonic() + args.timeout if args.timeout else None
     seen = -1
     try:
-        while query.isActive and not stop.is_set():
-            if deadline is not None and time.monotonic() > deadline:
-                break
-            p = query.lastProgress
-            if p and p["batchId"] != seen:
-                seen = p["batchId"]
-                print(describe_progress(p), f"| windows written so far: {stats.windows_out}", flush=True)
-            stop.event.wait(1.0)
+        with progress("waiting for the first batch", None, "batches") as bar:
+            while query.isActive and not stop.is_set():
+                if deadline is not None and time.monotonic() > deadline:
+                    break
+                p = query.lastProgress
+                if p and p["batchId"] != seen:
+                    seen = p["batchId"]
+                    line = f"{describe_progress(p)} | windows written so far: {stats.windows_out}"
+                    print(line, flush=True)
+                    bar.update(line)
+                    bar.completed(stats.batches)
+                stop.event.wait(1.0)
     finally:
         if query.isActive:
             query.stop()

@@ -16,6 +16,7 @@ import time
 from typing import Any, BinaryIO, Iterator
 
 from rivulet.cli.common import EXIT_INTERRUPTED, add_connection_args, client_config, require_topics, run_command
+from rivulet.cli.output import progress
 from rivulet.client.errors import KafkaException
 
 
@@ -139,20 +140,25 @@ def _produce(args: argparse.Namespace) -> int:
     interrupted = False
     sent = 0
     t0 = time.monotonic()
+    # Generated records show progress on a terminal (stderr); records from stdin or a file do not.
+    total = (min(args.random, args.count) if args.count else args.random) if args.random else None
     try:
-        for key, value in source:
-            pacer.wait(sent, p)
-            while True:
-                try:
-                    p.produce(args.topic, value, key, args.partition, on_delivery, 0, headers)
+        with progress(f"producing to {args.topic}", total, "records",
+                      enabled=args.random is not None and not args.quiet) as bar:
+            for key, value in source:
+                pacer.wait(sent, p)
+                while True:
+                    try:
+                        p.produce(args.topic, value, key, args.partition, on_delivery, 0, headers)
+                        break
+                    except BufferError:
+                        p.poll(0.01)
+                sent += 1
+                bar.completed(sent)
+                if sent % 1000 == 0:
+                    p.poll(0)
+                if args.count and sent >= args.count:
                     break
-                except BufferError:
-                    p.poll(0.01)
-            sent += 1
-            if sent % 1000 == 0:
-                p.poll(0)
-            if args.count and sent >= args.count:
-                break
     except KeyboardInterrupt:
         interrupted = True
     except (KafkaException, TypeError) as e:

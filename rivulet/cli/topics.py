@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from rivulet.cli.common import CliError, add_connection_args, client_config, parse_kv, run_command
+from rivulet.cli.output import add_format_arg, print_json
 from rivulet.client.admin import AsyncAdminClient
 from rivulet.protocol.errors import ApiError
 
@@ -21,28 +22,47 @@ async def _run(args: argparse.Namespace) -> int:
             print(f"Created topic {args.topic} ({r.num_partitions} partitions, id {r.topic_id}).")
         elif args.action == "list":
             md = await admin.metadata(None)
-            for t in sorted(md.topics, key=lambda t: t.name):
-                if args.exclude_internal and t.is_internal:
-                    continue
-                print(t.name)
+            names = [t.name for t in sorted(md.topics, key=lambda t: t.name)
+                     if not (args.exclude_internal and t.is_internal)]
+            if args.format == "json":
+                print_json(names)
+            else:
+                for name in names:
+                    print(name)
         elif args.action == "describe":
             md = await admin.metadata([args.topic] if args.topic else None)
             missing = [t for t in md.topics if t.error_code]
             if args.topic and missing:
                 # Kafka's tool: describing a topic that is not there is an error, not an empty answer.
                 raise CliError(f"Topic '{args.topic}' does not exist as expected")
+            described = []
             for t in sorted(md.topics, key=lambda t: t.name):
                 if t.error_code:
-                    print(f"Topic: {t.name}\tError: {ApiError(t.error_code)}")
+                    if args.format == "json":
+                        described.append({"name": t.name, "error": ApiError(t.error_code).code.name})
+                    else:
+                        print(f"Topic: {t.name}\tError: {ApiError(t.error_code)}")
                     continue
                 cfgs = await admin.describe_topic_configs(t.name)
+                partitions = sorted(t.partitions, key=lambda p: p.partition_index)
+                if args.format == "json":
+                    described.append({
+                        "name": t.name, "topic_id": str(t.topic_id), "partition_count": len(partitions),
+                        "replication_factor": len(partitions[0].replica_nodes) if partitions else 0,
+                        "configs": {c.name: c.value for c in cfgs if c.config_source == 1},
+                        "partitions": [{"partition": p.partition_index, "leader": p.leader_id,
+                                        "replicas": list(p.replica_nodes), "isr": list(p.isr_nodes)}
+                                       for p in partitions]})
+                    continue
                 overrides = ",".join(f"{c.name}={c.value}" for c in cfgs if c.config_source == 1)
                 print(f"Topic: {t.name}\tTopicId: {t.topic_id}\tPartitionCount: {len(t.partitions)}\t"
                       f"ReplicationFactor: {len(t.partitions[0].replica_nodes) if t.partitions else 0}\t"
                       f"Configs: {overrides}")
-                for p in sorted(t.partitions, key=lambda p: p.partition_index):
+                for p in partitions:
                     print(f"\tTopic: {t.name}\tPartition: {p.partition_index}\tLeader: {p.leader_id}\t"
                           f"Replicas: {','.join(map(str, p.replica_nodes))}\tIsr: {','.join(map(str, p.isr_nodes))}")
+            if args.format == "json":
+                print_json(described)
         elif args.action == "delete":
             await admin.delete_topic(args.topic)
             print(f"Deleted topic {args.topic}.")
@@ -79,4 +99,5 @@ def add_parser(sub: Any) -> None:
     t.add_argument("--delete-config", action="append", metavar="KEY",
                    help="alter: remove a topic config override (repeatable)")
     t.add_argument("--exclude-internal", action="store_true", help="list: leave out internal topics")
+    add_format_arg(t)
     t.set_defaults(func=topics_main)
