@@ -148,7 +148,7 @@ def test_counters_match_what_clients_sent(broker_factory):
         assert total(after, "kafka_log_log_logendoffset", topic=topic, partition=str(p)) == end
         assert total(after, "kafka_log_log_numlogsegments", topic=topic, partition=str(p)) >= 1
     assert total(after, "kafka_consumergroup_lag", consumergroup=group) == n - consumed_target
-    assert total(after, "kafka_server_socketservermetrics_connection_count") >= 2
+    assert total(after, "kafka_server_socket_server_metrics_connection_count") >= 2
     assert "kafka_server_delayedoperationpurgatory_purgatorysize" in after
     assert "rivulet_event_loop_lag_seconds_count" in after
     consumer.close()
@@ -262,9 +262,9 @@ def test_connections_and_authentications_per_listener():
         producer.produce("sasl-metrics", b"v")
         assert producer.flush(30) == 0
         samples = scrape(mport)
-        assert total(samples, "kafka_server_socketservermetrics_failed_authentication_total",
+        assert total(samples, "kafka_server_socket_server_metrics_failed_authentication_total",
                      listener="SASL_PLAINTEXT") >= 1
-        assert total(samples, "kafka_server_socketservermetrics_successful_authentication_total",
+        assert total(samples, "kafka_server_socket_server_metrics_successful_authentication_total",
                      listener="SASL_PLAINTEXT") >= 1
-        assert total(samples, "kafka_server_socketservermetrics_connection_count", listener="SASL_PLAINTEXT") >= 1
+        assert total(samples, "kafka_server_socket_server_metrics_connection_count", listener="SASL_PLAINTEXT") >= 1
         assert total(samples, "kafka_network_requestmetrics_requests_total", request="SaslAuthenticate") >= 2

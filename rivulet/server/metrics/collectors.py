@@ -1,9 +1,11 @@
 """Prometheus collectors that read the broker's state when scraped.
 
 Names follow Kafka's JMX metrics as a JMX exporter writes them: the MBean's domain, type and
-name lower-cased and joined (``kafka.server:type=BrokerTopicMetrics,name=BytesInPerSec`` is
-``kafka_server_brokertopicmetrics_bytesin_total``), rates as counters (``..._total``), times
-in seconds. What Kafka has no MBean for is named ``rivulet_...``; consumer lag takes the
+name lower-cased and joined with ``_``, other characters ``_`` too
+(``kafka.server:type=BrokerTopicMetrics,name=BytesInPerSec`` is
+``kafka_server_brokertopicmetrics_bytesin_total``, socket-server-metrics' connection-count
+``kafka_server_socket_server_metrics_connection_count``), rates as counters (``..._total``),
+times in seconds. What Kafka has no MBean for is named ``rivulet_...``; consumer lag takes the
 names of the common Kafka exporter (``kafka_consumergroup_lag``).
 
 Every ``collect`` runs on the event loop (``exporter.py`` hops there), so the state it reads
@@ -172,19 +174,19 @@ class BrokerCollector(Collector):
 
     def _sockets(self) -> Iterator[Metric]:
         server = self.socket_server
-        count = GaugeMetricFamily("kafka_server_socketservermetrics_connection_count", "Open connections.",
+        count = GaugeMetricFamily("kafka_server_socket_server_metrics_connection_count", "Open connections.",
                                   labels=["listener"])
         per_listener = Counter(conn.listener.name for conn in list(server.connections))
         for listener, n in per_listener.items():
             count.add_metric([listener], n)
         yield count
-        ok = CounterMetricFamily("kafka_server_socketservermetrics_successful_authentication",
+        ok = CounterMetricFamily("kafka_server_socket_server_metrics_successful_authentication",
                                  "Connections that authenticated (SASL, or a TLS client certificate).",
                                  labels=["listener"])
         for listener, n in list(server.authentications.items()):
             ok.add_metric([listener], n)
         yield ok
-        failed = CounterMetricFamily("kafka_server_socketservermetrics_failed_authentication",
+        failed = CounterMetricFamily("kafka_server_socket_server_metrics_failed_authentication",
                                      "Failed authentications.", labels=["listener"])
         for listener, n in list(server.authentication_failures.items()):
             failed.add_metric([listener], n)
