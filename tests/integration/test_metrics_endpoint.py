@@ -205,6 +205,9 @@ def test_grafana_dashboard_reads_only_exported_metrics(broker_factory):
     queries = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
     queries += [v["query"]["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
     assert len(queries) > 30
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    assert all(t["datasource"]["uid"] == "${datasource}" for p in dashboard["panels"] for t in p.get("targets", []))
     # Some traffic first, so that labelled series exist as well as their families.
     producer = Producer({"bootstrap.servers": broker.bootstrap})
     producer.produce("dash", b"v", b"k")
