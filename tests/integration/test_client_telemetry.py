@@ -114,6 +114,20 @@ def eventually(check: Callable[[], Any], what: str, timeout: float = 30.0) -> An
     raise AssertionError(f"never happened: {what}")
 
 
+def assert_exported(payload: Any, software: str) -> None:
+    """The push decodes as OTLP and becomes Prometheus series (the metrics endpoint's exporter),
+    labelled with the client."""
+    from rivulet.common.time import SYSTEM_CLOCK
+    from rivulet.server.metrics.telemetry import ClientTelemetryExporter
+    exporter = ClientTelemetryExporter(SYSTEM_CLOCK)
+    exporter.export_metrics(payload)
+    assert exporter.undecodable == 0
+    series = [(f.name, s.labels) for f in exporter.collect() for s in f.samples]
+    assert series and all(name.startswith("org_apache_kafka_producer_") for name, _ in series), series
+    assert all(labels["client_software_name"] == software and
+               labels["client_instance_id"] == str(payload.client_instance_id) for _, labels in series)
+
+
 # ------------------------------------------------------------------ librdkafka
 def rdkafka_producer(bootstrap: str, logs: list[str]):
     from confluent_kafka import Producer
@@ -155,6 +169,7 @@ def test_librdkafka_pushes_what_its_subscription_asks_for(broker):
     assert payload.push_interval_ms == 1000
     assert b"org.apache.kafka.producer." in payload.data  # OTLP metric names, decompressed
     assert b"org.apache.kafka.consumer." not in payload.data
+    assert_exported(payload, "confluent-kafka-python")
     assert not [line for line in logs if "TELEMETRY" in line.upper() and not line.startswith("INFO")], logs
 
 
@@ -235,6 +250,7 @@ def test_java_producer_pushes_and_terminates(broker):
     payload = pushed[-1]
     assert payload.context.software_version == jt.KAFKA_VERSION
     assert b"org.apache.kafka.producer." in payload.data
+    assert_exported(payload, "apache-kafka-java")
     # Its connection closed when it finished, and the broker forgot its instance. (Its close
     # usually pushes once more, terminating, but not when a push is still in flight then.)
     eventually(lambda: payload.client_instance_id not in {i.instance_id for i in broker.instances()},
