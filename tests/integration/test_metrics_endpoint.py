@@ -54,7 +54,7 @@ class Stats:
         return sum(b.get("req", {}).get(api, 0) for b in self.last.get("brokers", {}).values())
 
 
-def produce(producer: Producer, stats: Stats, topic: str, start: int, n: int) -> int:
+def produce(producer: Producer, topic: str, start: int, n: int) -> int:
     """Sends n records; returns their key and value bytes."""
     sent = 0
     for i in range(start, start + n):
@@ -76,7 +76,8 @@ def settle_stats(client: Producer | Consumer, stats: Stats, ready) -> None:
                          f"{ {k: b.get('req') for k, b in stats.last.get('brokers', {}).items()} }")
 
 
-def test_counters_match_what_clients_sent(broker_factory):
+@pytest.mark.parametrize("group_protocol", ["classic", "consumer"])
+def test_counters_match_what_clients_sent(broker_factory, group_protocol):
     mport = free_port()
     broker = broker_factory({"metrics.listener": f"http://127.0.0.1:{mport}"})
     topic = f"metrics-{uuid.uuid4().hex[:8]}"
@@ -92,21 +93,21 @@ def test_counters_match_what_clients_sent(broker_factory):
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 20, "compression.type": "none",
                          "statistics.interval.ms": 100, "stats_cb": stats, "enable.idempotence": False})
     half = 600
-    sent = produce(producer, stats, topic, 0, half)
+    sent = produce(producer, topic, 0, half)
     # Mid-run: what has been acknowledged so far is counted, exactly.
     mid = scrape(mport)
     assert total(mid, "kafka_server_brokertopicmetrics_messagesin_total", topic=topic) == half
     assert sent <= total(mid, "kafka_server_brokertopicmetrics_bytesin_total", topic=topic) <= sent * 1.01
 
-    sent += produce(producer, stats, topic, half, half)
+    sent += produce(producer, topic, half, half)
     settle_stats(producer, stats, lambda s: s.last.get("txmsgs") == 2 * half and s.requests("Produce") > 0)
     produce_requests = stats.requests("Produce")
 
     consumed_target = 700
-    cstats = Stats()
     group = f"g-{uuid.uuid4().hex[:6]}"
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False,
-                         "auto.offset.reset": "earliest", "statistics.interval.ms": 100, "stats_cb": cstats})
+                         "auto.offset.reset": "earliest",
+                         "group.protocol": group_protocol})
     consumer.subscribe([topic])
     consumed = 0
     deadline = time.monotonic() + 120
@@ -119,7 +120,6 @@ def test_counters_match_what_clients_sent(broker_factory):
     consumer.commit(asynchronous=False)
     committed = {tp.partition: tp.offset for tp in consumer.committed(
         [TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=30)}
-    print({k: b.get('req') for k, b in stats.last.get('brokers', {}).items()})
 
     after = scrape(mport)
     n = 2 * half
