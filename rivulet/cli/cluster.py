@@ -236,8 +236,8 @@ def add_parser(sub: Any) -> None:
                    "brokers (at most --brokers; default 3)")
     c.add_argument("--racks", type=int, default=0, help="up: spread the brokers over this many racks "
                    "(broker.rack), for rack-aware placement")
-    c.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
-                   help="up: the brokers' log level (default info)")
+    c.add_argument("--log-level", default="info", metavar="[LOGGER=]LEVEL[,...]",
+                   help="up: the brokers' log levels, as `rivulet broker --log-level` takes them (default info)")
     c.add_argument("--timeout", type=float, default=60.0, help="up: wait this long for the brokers to register; "
                    "down: for each process to stop (seconds, default 60)")
     c.add_argument("--override", action="append", metavar="KEY=VALUE", help="up: a broker property for every "

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from rivulet.cli.common import CliError, parse_kv
 from rivulet.cli.output import Column, print_table
+from rivulet.common.logs import parse_levels
 from rivulet.controller.zk_server import ZooKeeperNotFound, ZooKeeperServer
 from rivulet.testing import free_port
 
@@ -85,6 +86,10 @@ def up(args: argparse.Namespace) -> int:
     if args.brokers < 1:
         raise CliError("--brokers must be at least 1")
     overrides = parse_kv(args.override, "--override")
+    try:
+        parse_levels([args.log_level])
+    except ValueError as e:
+        raise CliError(f"--log-level: {e}", 2) from None
     root.mkdir(parents=True, exist_ok=True)
     zk = ZooKeeperServer(port=_port(args.zookeeper_port), data_dir=str(root / "zookeeper"))
     try:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from rivulet.client.connection import PLAINTEXT_CONNECTOR, BrokerConnection, BrokerConnector
+from rivulet.common.logs import RateLimitFilter
 from rivulet.common.types import TopicPartition
 from rivulet.controller.context import LEADER_DURING_DELETE, ControllerContext
 from rivulet.controller.zk_data import BrokerRegistration
@@ -27,6 +28,8 @@ from rivulet.protocol.messages import update_metadata_request as umr
 from rivulet.protocol.schema import ZERO_UUID, Struct
 
 log = logging.getLogger(__name__)
+# A broker that stays unreachable is logged once per interval while the sends are retried.
+log.addFilter(RateLimitFilter(level=logging.INFO))
 
 SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 ResponseCallback = Callable[[Struct | None], object]
@@ -208,7 +211,8 @@ class _BrokerSender:
                     name = type(request).__name__
                     # Once per kind: a broker without the API refuses every one of them.
                     (log.debug if name in self.refused else log.warning)(
-                        "broker %d cannot take %s (%s); not sent", self.broker.broker_id, name, e)
+                        "broker %d cannot take %s (%s); not sent", self.broker.broker_id, name, e,
+                        extra={"kind": f"{name} refused by broker {self.broker.broker_id}"})
                     self.refused.add(name)
                     response = None
                     break
@@ -216,8 +220,9 @@ class _BrokerSender:
                     response = await conn.send(request, version)
                     break
                 except (OSError, ApiError) as e:
-                    log.info("sending %s to broker %d failed (%s); retrying", type(request).__name__,
-                             self.broker.broker_id, e)
+                    broker_id = self.broker.broker_id
+                    log.info("sending %s to broker %d failed (%s); retrying", type(request).__name__, broker_id, e,
+                             extra={"kind": f"failed sends to broker {broker_id}"})
                     await asyncio.sleep(self.backoff_s)
             if callback is not None:
                 try:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from rivulet.client.connection import PLAINTEXT_CONNECTOR, BrokerConnection, BrokerConnector
+from rivulet.common.logs import RateLimitFilter
 from rivulet.common.types import TopicPartition
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.messages import alter_partition_request as apq
@@ -21,6 +22,8 @@ from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.replication.partition import AlterPartitionCallback, LeaderAndIsr
 
 log = logging.getLogger(__name__)
+# A controller that stays unreachable is logged once per interval while the proposals are retried.
+log.addFilter(RateLimitFilter(level=logging.INFO))
 
 _RETRIABLE = {ErrorCode.NOT_CONTROLLER, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.STALE_BROKER_EPOCH}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from rivulet.common.logs import RateLimitFilter
 from rivulet.common.types import TopicPartition
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.messages import write_txn_markers_request as wtq
@@ -15,6 +16,8 @@ from rivulet.replication.link import PLAINTEXT_CONNECTOR, BrokerConnector, Broke
 from rivulet.replication.metadata_cache import MetadataCache
 
 log = logging.getLogger(__name__)
+# A broker that stays unreachable is logged once per interval while the markers are retried.
+log.addFilter(RateLimitFilter(level=logging.INFO))
 
 
 class InterBrokerMarkerChannel:
@@ -59,7 +62,8 @@ class InterBrokerMarkerChannel:
                 conn = await link.connection(broker_id, endpoint.host, endpoint.port)
                 resp = await conn.send(req, conn.version_for(req.API_KEY, 1))
             except (ConnectionError, OSError, TimeoutError, ApiError) as e:
-                log.info("WriteTxnMarkers to broker %d failed: %s; retrying", broker_id, e)
+                log.info("WriteTxnMarkers to broker %d failed: %s; retrying", broker_id, e,
+                         extra={"kind": f"failed WriteTxnMarkers to broker {broker_id}"})
                 await link.drop()
                 return {tp: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS for tp in tps}
         out = {tp: ErrorCode.UNKNOWN_SERVER_ERROR for tp in tps}

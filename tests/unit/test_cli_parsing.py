@@ -88,3 +88,11 @@ def test_acls_filters():
         AclBindingFilter(RT.TOPIC, "t", PatternType.LITERAL, "User:a")]
     assert len(filters_of(_acl_args("remove", "--group", "g", "--operation", "read", "--operation", "delete"))) == 2
     assert filters_of(_acl_args("list", "--operation", "all"))[0].operation is Op.ALL
+
+
+def test_cluster_up_refuses_a_bad_log_level_before_starting_anything(tmp_path, capsys):
+    from rivulet.cli.main import main
+
+    assert main(["cluster", "up", "--dir", str(tmp_path / "c"), "--log-level", "info,rivulet=loud"]) == 2
+    assert "--log-level: unknown log level 'loud'" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()
