@@ -32,6 +32,11 @@ class MetadataView(Protocol):
         """Every topic's name (consumer groups' regular-expression subscriptions)."""
         ...
 
+    def partition_racks(self, topic: str, partition: int) -> frozenset[str]:
+        """The racks of the brokers holding a replica of the partition (rack-aware assignment);
+        empty when no rack is known."""
+        ...
+
 
 class InternalTopicCreator(Protocol):
     """Creates ``__consumer_offsets`` / ``__transaction_state`` on first start-up."""

@@ -1,15 +1,19 @@
 """Server-side partition assignors of KIP-848 consumer groups (``group.consumer.assignors``;
 a member names one with ``group.remote.assignor``). The coordinator runs them when the group
-epoch moves past the target assignment's; they see members and partition counts only."""
+epoch moves past the target assignment's; they see members, partition counts, and, when
+members say their rack (``client.rack``), the racks of each partition's replicas: a member is
+then given partitions with a replica in its rack where that costs no balance."""
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol
+from typing import Callable, Mapping, Protocol
 
 Assignment = dict[uuid.UUID, set[int]]
 """Partitions by topic id."""
+PartitionRacks = Callable[[uuid.UUID, int], frozenset[str]]
+"""The racks of the replicas of (topic id, partition)."""
 
 
 @dataclass(frozen=True)
@@ -25,8 +29,8 @@ class MemberSpec:
 class PartitionAssignor(Protocol):
     name: str
 
-    def assign(self, members: Mapping[str, MemberSpec],
-               partitions_per_topic: Mapping[uuid.UUID, int]) -> dict[str, Assignment]:
+    def assign(self, members: Mapping[str, MemberSpec], partitions_per_topic: Mapping[uuid.UUID, int],
+               racks: PartitionRacks | None = None) -> dict[str, Assignment]:
         """The target assignment of every member; a partition goes to at most one member, and
         only to a member subscribed to its topic."""
         ...
@@ -39,8 +43,8 @@ class UniformAssignor:
 
     name = "uniform"
 
-    def assign(self, members: Mapping[str, MemberSpec],
-               partitions_per_topic: Mapping[uuid.UUID, int]) -> dict[str, Assignment]:
+    def assign(self, members: Mapping[str, MemberSpec], partitions_per_topic: Mapping[uuid.UUID, int],
+               racks: PartitionRacks | None = None) -> dict[str, Assignment]:
         result: dict[str, Assignment] = {m: {} for m in members}
         count = dict.fromkeys(members, 0)
         eligible: dict[uuid.UUID, list[str]] = {}
@@ -58,36 +62,53 @@ class UniformAssignor:
             for topic_id in sorted(spec.assigned):
                 if topic_id not in spec.subscribed_topic_ids or topic_id not in eligible:
                     continue
-                for p in sorted(spec.assigned[topic_id]):
+                # Over its share, a member keeps first what lies in its rack.
+                def far(p: int) -> bool:
+                    return racks is not None and member_id not in _near(members, racks, topic_id, p)
+                for p in sorted(spec.assigned[topic_id], key=lambda p: (far(p), p)):
                     if p < partitions_per_topic[topic_id] and (topic_id, p) not in owner and count[member_id] < cap:
                         owner[(topic_id, p)] = member_id
                         result[member_id].setdefault(topic_id, set()).add(p)
                         count[member_id] += 1
-        # The rest, the least flexible first, each to the least loaded member that may take it.
+        # The rest, the least flexible first, each to the least loaded member that may take it,
+        # or in a rack holding a replica while it is under its share (balancing evens it out).
         free = [(len(eligible[t]), str(t), t, p) for t in eligible for p in range(partitions_per_topic[t])
                 if (t, p) not in owner]
         for _, _, topic_id, p in sorted(free):
-            member_id = min(eligible[topic_id], key=lambda m: (count[m], m))
+            near = [m for m in eligible[topic_id] if count[m] < cap and m in _near(members, racks, topic_id, p)]
+            member_id = min(near or eligible[topic_id], key=lambda m: (count[m], m))
             owner[(topic_id, p)] = member_id
             result[member_id].setdefault(topic_id, set()).add(p)
             count[member_id] += 1
-        self._balance(result, count, eligible)
+        near_cache: dict[tuple[uuid.UUID, int], set[str]] = {}
+
+        def near(topic_id: uuid.UUID, p: int, member_id: str) -> bool:
+            key = (topic_id, p)
+            if key not in near_cache:
+                near_cache[key] = _near(members, racks, topic_id, p)
+            return member_id in near_cache[key]
+        self._balance(result, count, eligible, near if racks is not None else None)
         return result
 
     @staticmethod
-    def _balance(result: dict[str, Assignment], count: dict[str, int],
-                 eligible: dict[uuid.UUID, list[str]]) -> None:
-        # Each move lowers the sum of squared counts, so this ends.
+    def _balance(result: dict[str, Assignment], count: dict[str, int], eligible: dict[uuid.UUID, list[str]],
+                 near: Callable[[uuid.UUID, int, str], bool] | None) -> None:
+        # Each move lowers the sum of squared counts, so this ends. Of equally good moves, one
+        # that brings a partition to a member in its replicas' rack is taken.
         while True:
             moved = False
             for giver in sorted(count, key=lambda m: (-count[m], m)):
-                best: tuple[int, str, uuid.UUID, int] | None = None
+                best: tuple[int, bool, str, uuid.UUID, int] | None = None
                 for topic_id, parts in result[giver].items():
                     for taker in eligible[topic_id]:
-                        if count[taker] + 1 < count[giver] and (best is None or count[taker] < best[0]):
-                            best = (count[taker], taker, topic_id, max(parts))
+                        if count[taker] + 1 >= count[giver]:
+                            continue
+                        for p in sorted(parts, reverse=True) if near is not None else (max(parts),):
+                            key = (count[taker], near is None or not near(topic_id, p, taker), taker, topic_id, p)
+                            if best is None or key[:3] < best[:3]:
+                                best = key
                 if best is not None:
-                    _, taker, topic_id, p = best
+                    _, _, taker, topic_id, p = best
                     result[giver][topic_id].discard(p)
                     if not result[giver][topic_id]:
                         del result[giver][topic_id]
@@ -107,8 +128,8 @@ class RangeAssignor:
 
     name = "range"
 
-    def assign(self, members: Mapping[str, MemberSpec],
-               partitions_per_topic: Mapping[uuid.UUID, int]) -> dict[str, Assignment]:
+    def assign(self, members: Mapping[str, MemberSpec], partitions_per_topic: Mapping[uuid.UUID, int],
+               racks: PartitionRacks | None = None) -> dict[str, Assignment]:
         result: dict[str, Assignment] = {m: {} for m in members}
         subscribers: dict[uuid.UUID, list[str]] = {}
         for member_id in sorted(members):
@@ -118,13 +139,35 @@ class RangeAssignor:
         for topic_id, ms in subscribers.items():
             n = partitions_per_topic[topic_id]
             per, extra = divmod(n, len(ms))
-            start = 0
-            for i, member_id in enumerate(ms):
-                size = per + (1 if i < extra else 0)
-                if size:
-                    result[member_id][topic_id] = set(range(start, start + size))
-                start += size
+            quota = {m: per + (1 if i < extra else 0) for i, m in enumerate(ms)}
+            left = list(range(n))
+            if racks is not None and any(members[m].rack_id for m in ms):
+                # As the client's range assignor does with racks (KIP-881): the same counts, but
+                # a partition goes first to a member in its replicas' rack that has room.
+                rest = []
+                for p in left:
+                    near = _near(members, racks, topic_id, p)
+                    taker = next((m for m in ms if m in near and quota[m]), None)
+                    if taker is None:
+                        rest.append(p)
+                    else:
+                        result[taker].setdefault(topic_id, set()).add(p)
+                        quota[taker] -= 1
+                left = rest
+            for member_id in ms:
+                take, left = left[:quota[member_id]], left[quota[member_id]:]
+                if take:
+                    result[member_id].setdefault(topic_id, set()).update(take)
         return result
+
+
+def _near(members: Mapping[str, MemberSpec], racks: PartitionRacks | None, topic_id: uuid.UUID,
+          partition: int) -> set[str]:
+    """The members in a rack that holds a replica of the partition."""
+    if racks is None:
+        return set()
+    where = racks(topic_id, partition)
+    return {m for m, spec in members.items() if spec.rack_id is not None and spec.rack_id in where}
 
 
 ASSIGNORS: dict[str, PartitionAssignor] = {a.name: a for a in (UniformAssignor(), RangeAssignor())}

@@ -105,7 +105,8 @@ class ConsumerGroupService:
             if req.member_epoch < 0:
                 result = leave(consumer, req)
             else:
-                result = heartbeat(consumer, req, self.metadata, self.config_of(req.group_id), self.clock.milliseconds())
+                result = heartbeat(consumer, req, self.metadata, self.config_of(req.group_id),
+                                   self.clock.milliseconds())
         except HeartbeatError as e:
             callback(HeartbeatResult(error=e.code, error_message=e.message, member_id=req.member_id))
             return

@@ -316,16 +316,21 @@ def compute_target(group: ConsumerGroup, members: Mapping[str, ConsumerGroupMemb
     it can (a static member that took over another's place, that one's)."""
     specs: dict[str, MemberSpec] = {}
     partitions: dict[uuid.UUID, int] = {}
+    names: dict[uuid.UUID, str] = {}
     for member_id, m in members.items():
         ids = _subscribed_ids(resolved, m, topics)
         for name in member_topic_names(m, resolved):
             info = topics.get(name)
             if info is not None:
                 partitions[info.topic_id] = info.num_partitions
+                names[info.topic_id] = name
         was = replaced.member_id if replaced is not None and m.instance_id == replaced.instance_id else member_id
         current = group.target_assignment.get(was, {})
         specs[member_id] = MemberSpec(frozenset(ids), m.rack_id, {t: frozenset(ps) for t, ps in current.items()})
-    return assignor.assign(specs, partitions)
+    def racks(topic_id: uuid.UUID, partition: int) -> frozenset[str]:
+        return topics.partition_racks(names[topic_id], partition)
+    # Racks matter only once a member says where it is (client.rack).
+    return assignor.assign(specs, partitions, racks if any(m.rack_id for m in members.values()) else None)
 
 
 def preferred_assignor(members: Iterable[ConsumerGroupMember], config: ConsumerGroupConfig) -> str:

@@ -126,6 +126,14 @@ class MetadataCache:
         parts = self._partitions.get(topic)
         return len(parts) if parts is not None else None
 
+    def partition_racks(self, topic: str, partition: int) -> frozenset[str]:
+        """Racks of the live brokers holding a replica of the partition."""
+        state = self._partitions.get(topic, {}).get(partition)
+        if state is None:
+            return frozenset()
+        brokers = (self.brokers.get(r) for r in state.replicas)
+        return frozenset(b.rack for b in brokers if b is not None and b.rack)
+
     def partition(self, tp: TopicPartition) -> PartitionMetadata | None:
         return self._partitions.get(tp.topic, {}).get(tp.partition)
 

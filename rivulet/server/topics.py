@@ -110,6 +110,12 @@ class TopicManager:
             return self.metadata_cache.topic_names()
         return list(self.metadata.topics)
 
+    def partition_racks(self, topic: str, partition: int) -> frozenset[str]:
+        if self.metadata_cache is not None:
+            return self.metadata_cache.partition_racks(topic, partition)
+        rack = self.config["broker.rack"]  # a single node holds every replica
+        return frozenset((rack,)) if rack else frozenset()
+
     # ------------------------------------------------------------ start-up
     def open_all(self, *, open_partitions: bool = True) -> None:
         """A partition for every topic partition in the metadata (logs of partitions it does not

@@ -45,6 +45,7 @@ class Topic:
 class Topics:
     def __init__(self, **partitions: int) -> None:
         self.by_name = {n: Topic(n, uuid.UUID(int=i + 1), c) for i, (n, c) in enumerate(partitions.items())}
+        self.racks: dict[tuple[str, int], frozenset[str]] = {}
 
     def get(self, name: str) -> Topic | None:
         return self.by_name.get(name)
@@ -54,6 +55,9 @@ class Topics:
 
     def topic_names(self) -> list[str]:
         return list(self.by_name)
+
+    def partition_racks(self, topic: str, partition: int) -> frozenset[str]:
+        return self.racks.get((topic, partition), frozenset())
 
 
 CONFIG = ConsumerGroupConfig()
@@ -479,3 +483,33 @@ def test_a_classic_group_with_assignor_user_data_is_not_converted():
     topics = Topics(t=4)
     with pytest.raises(ConversionError):
         consumer_group_records(classic_group(topics, b"sticky"), topics, 0)
+
+
+# ---------------------------------------------------------------------------- racks
+
+def rack_of(layout: dict[int, str]):
+    return lambda _topic_id, p: frozenset((layout[p],))
+
+
+@pytest.mark.parametrize("assignor", [UniformAssignor(), RangeAssignor()])
+def test_members_get_partitions_in_their_rack_at_no_cost_in_balance(assignor):
+    members = {"m1": MemberSpec(frozenset({T1}), "rack-b"), "m2": MemberSpec(frozenset({T1}), "rack-a")}
+    layout = {0: "rack-a", 1: "rack-a", 2: "rack-b", 3: "rack-b", 4: "rack-a", 5: "rack-b"}
+    result = assignor.assign(members, {T1: 6}, rack_of(layout))
+    assert result == {"m1": {T1: {2, 3, 5}}, "m2": {T1: {0, 1, 4}}}
+    # All replicas in one rack: balance first, as without racks.
+    lopsided = assignor.assign(members, {T1: 6}, rack_of(dict.fromkeys(range(6), "rack-a")))
+    assert sorted(len(a[T1]) for a in lopsided.values()) == [3, 3]
+    assert assignor.assign(members, {T1: 6}) == assignor.assign(
+        {m: MemberSpec(s.subscribed_topic_ids) for m, s in members.items()}, {T1: 6})
+
+
+def test_the_heartbeat_passes_the_replicas_racks_to_the_assignor():
+    topics = Topics(t=4)
+    topics.racks = {("t", p): frozenset(("east" if p % 2 else "west",)) for p in range(4)}
+    c = Coordinator(topics)
+    c.beat("a", 0, topics=["t"], rack_id="east")
+    c.beat("a", 1)
+    c.beat("b", 0, topics=["t"], rack_id="west")
+    kept = c.beat("a", 1).assignment
+    assert kept == {T1: {1, 3}}  # a keeps the partitions in its rack, b gets the others
