@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from rivulet.cli.common import CliError, add_connection_args, client_config, run_command
+from rivulet.cli.output import add_format_arg, print_json
 from rivulet.client.admin import AsyncAdminClient
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.security.scram import DEFAULT_ITERATIONS, MAX_ITERATIONS, MECHANISMS, ScramCredential
@@ -36,15 +37,21 @@ def _check_iterations(mechanism: str, iterations: int) -> None:
         raise CliError(f"{mechanism}: Too many iterations ({iterations}; at most {MAX_ITERATIONS})")
 
 
-def _print(found: dict[str, Any]) -> int:
+def _print(found: dict[str, Any], fmt: str = "text") -> int:
     failed = 0
+    listed = []
     for user in sorted(found):
         creds = found[user]
         if isinstance(creds, ApiError):
             print(f"{user}: {creds.message or creds.code.name}", file=sys.stderr)
             failed = 1
             continue
-        print(f"{user}\t" + ", ".join(f"{m}=[iterations={i}]" for m, i in sorted(creds)))
+        if fmt == "json":
+            listed.append({"user": user, "credentials": [{"mechanism": m, "iterations": i} for m, i in sorted(creds)]})
+        else:
+            print(f"{user}\t" + ", ".join(f"{m}=[iterations={i}]" for m, i in sorted(creds)))
+    if fmt == "json":
+        print_json(listed)
     return failed
 
 
@@ -59,7 +66,7 @@ async def _via_broker(args: argparse.Namespace) -> int:
     admin = AsyncAdminClient(client_config(args, **{"client.id": "rivulet-admin"}))
     try:
         if args.action == "list":
-            return _print(await admin.describe_user_scram_credentials(args.user or None))
+            return _print(await admin.describe_user_scram_credentials(args.user or None), args.format)
         if args.action == "add":
             password = _password(args)
             # One request per mechanism: Kafka refuses two changes to one user in a request.
@@ -103,7 +110,7 @@ def _via_zookeeper(args: argparse.Namespace) -> int:
                          for m, t in zk.get_entity_config("users", u).items() if m in MECHANISMS}
                 found[u] = list(creds.items()) if creds else ApiError(
                     ErrorCode.RESOURCE_NOT_FOUND, "Attempt to describe a user credential that does not exist")
-            return _print(found)
+            return _print(found, args.format)
         for user in args.user:
             stored = {m: t for m, t in zk.get_entity_config("users", user).items() if m in MECHANISMS}
             if args.action == "add":
@@ -152,4 +159,5 @@ def add_parser(sub: Any) -> None:
     u.add_argument("--password", help="add: the password (else read from stdin)")
     u.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS,
                    help=f"add: PBKDF2 iterations ({DEFAULT_ITERATIONS}-{MAX_ITERATIONS}; default {DEFAULT_ITERATIONS})")
+    add_format_arg(u)
     u.set_defaults(func=users_main)

@@ -4,6 +4,7 @@ a restart."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -125,6 +126,10 @@ def test_cli_add_list_remove(broker_factory):
     assert [line.split() for line in lines[1:]] == [
         ["User:alice", "*", "TOPIC", "orders", "LITERAL", "READ", "ALLOW"],
         ["User:alice", "*", "TOPIC", "orders", "LITERAL", "DESCRIBE", "ALLOW"]]
+    as_json = json.loads(_rivulet("acls", "list", *b, "--principal", "User:alice", "--format", "json").stdout)
+    assert as_json == [{"principal": "User:alice", "host": "*", "resource_type": "TOPIC", "resource_name": "orders",
+                        "pattern_type": "LITERAL", "operation": op, "permission": "ALLOW"}
+                       for op in ("READ", "DESCRIBE")]
     r = _rivulet("acls", "remove", *b, "--principal", "User:app")
     assert r.returncode == 0 and "Removed 3 ACL(s)" in r.stdout, r.stdout + r.stderr
     assert len(admin.describe_acls(EVERYTHING).result(30)) == 2

@@ -4,6 +4,7 @@ keeps serving the others."""
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import time
@@ -444,6 +445,9 @@ def test_users_cli_adds_lists_and_removes_scram_users(broker, tmp_path):
     assert r.returncode == 0, r.stderr
     r = users("list", "--user", "carl")
     assert r.stdout.strip() == "carl\tSCRAM-SHA-256=[iterations=8192], SCRAM-SHA-512=[iterations=8192]"
+    r = users("list", "--user", "carl", "--format", "json")
+    assert json.loads(r.stdout) == [{"user": "carl", "credentials": [
+        {"mechanism": "SCRAM-SHA-256", "iterations": 8192}, {"mechanism": "SCRAM-SHA-512", "iterations": 8192}]}]
     ck_round_trip(ck_conf(broker, "SCRAM-SHA-512", "carl", "carl-secret"), topic_name())
     r = users("add", "--user", "carl", "--mechanism", "SCRAM-SHA-256", "--iterations", "100", "--password", "x")
     assert r.returncode == 2 and "Too few iterations" in r.stderr
