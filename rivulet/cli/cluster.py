@@ -27,6 +27,7 @@ from rivulet.client.admin import (
 )
 from rivulet.client.core import EARLIEST, LATEST
 from rivulet.common.config import ConfigSource
+from rivulet.common.logs import LOG_FORMATS
 from rivulet.common.types import TopicPartition as TP
 
 
@@ -238,6 +239,8 @@ def add_parser(sub: Any) -> None:
                    "(broker.rack), for rack-aware placement")
     c.add_argument("--log-level", default="info", metavar="[LOGGER=]LEVEL[,...]",
                    help="up: the brokers' log levels, as `rivulet broker --log-level` takes them (default info)")
+    c.add_argument("--log-format", choices=LOG_FORMATS, default="text",
+                   help="up: the brokers' log lines, text (default) or JSON, in their log files")
     c.add_argument("--timeout", type=float, default=60.0, help="up: wait this long for the brokers to register; "
                    "down: for each process to stop (seconds, default 60)")
     c.add_argument("--override", action="append", metavar="KEY=VALUE", help="up: a broker property for every "

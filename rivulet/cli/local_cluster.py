@@ -113,7 +113,8 @@ def up(args: argparse.Namespace) -> int:
             props["broker.rack"] = f"rack-{(i - 1) % args.racks + 1}"
         props["metrics.listener"] = f"http://127.0.0.1:{metrics_port}"
         props.update(overrides)
-        cmd = [sys.executable, "-m", "rivulet", "broker", "--log-level", args.log_level]
+        cmd = [sys.executable, "-m", "rivulet", "broker", "--log-level", args.log_level, "--log-format",
+               args.log_format]
         for k, v in props.items():
             cmd += ["--override", f"{k}={v}"]
         with open(log_path, "ab") as out:

@@ -23,7 +23,7 @@ def rivulet(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 def test_up_status_down(tmp_path):
     d = str(tmp_path / "c")
     r = rivulet("cluster", "up", "--brokers", "2", "--dir", d, "--port", "0", "--zookeeper-port", "0",
-                "--metrics-port", "0", "--override", "min.insync.replicas=2")
+                "--metrics-port", "0", "--override", "min.insync.replicas=2", "--log-format", "json")
     try:
         assert r.returncode == 0, r.stdout + r.stderr
         assert "ZooKeeper and 2 broker(s) started" in r.stdout
@@ -35,6 +35,12 @@ def test_up_status_down(tmp_path):
         assert states["zookeeper"] == "up"
         assert sorted([states["broker-1"], states["broker-2"]]) == ["controller", "registered"]
         assert str(tmp_path / "c" / "broker-1" / "broker.log") in "\n".join(lines)
+        as_json = json.loads(rivulet("cluster", "status", "--dir", d, "--format", "json").stdout)
+        assert {n["node"]: n["state"] for n in as_json}["zookeeper"] == "up"
+        # --log-format json: the brokers' log lines (after the start-up banner) are JSON objects.
+        logged = [json.loads(line) for line in (tmp_path / "c" / "broker-1" / "broker.log").read_text().splitlines()
+                  if line.startswith("{")]
+        assert any(r["logger"] == "rivulet.server.broker" for r in logged)
         again = rivulet("cluster", "up", "--dir", d, "--port", "0", "--zookeeper-port", "0")
         assert again.returncode != 0 and "already running" in again.stderr
 
