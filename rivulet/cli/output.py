@@ -62,8 +62,9 @@ def print_table(columns: Sequence[Column], rows: Sequence[Sequence[Any]], fmt: s
     from rich.console import Console
     from rich.table import Table
     table = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False, show_edge=False)
-    for c in columns:
-        table.add_column(c.title, overflow="fold")
+    for i, c in enumerate(columns):
+        numeric = all(isinstance(r[i], (int, float)) for r in rows if r[i] is not None)
+        table.add_column(c.title, overflow="fold", justify="right" if numeric and rows else "left")
     for r in cells:
         table.add_row(*r)
     Console(highlight=False).print(table)
