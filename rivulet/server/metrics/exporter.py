@@ -43,7 +43,7 @@ class _OnLoop(Collector):
         t0 = time.perf_counter()
         found = list(self.inner.collect())
         self.last_seconds = time.perf_counter() - t0
-        found.append(GaugeMetricFamily("rivulet_metrics_collect_seconds", "Event loop time the last scrape's "
+        found.append(GaugeMetricFamily("rivulet_metrics_collect_seconds", "Event loop time this scrape's "
                                        "collection took.", value=self.last_seconds))
         return found
 
