@@ -45,6 +45,7 @@ class ConsumerMembership(ConsumerCoordinator):
         self.member_id = str(uuid.uuid4())
         self.remote_assignor: str | None = conf["group.remote.assignor"]
         self.heartbeat_interval = 5.0  # until the broker says
+        self._next_beat = 0.0  # monotonic time the next heartbeat is due
         self._ack_now = False
 
     # ------------------------------------------------------------ joining
@@ -71,13 +72,12 @@ class ConsumerMembership(ConsumerCoordinator):
     # ------------------------------------------------------------ heartbeats
     async def _heartbeat_loop(self) -> None:
         while not self.closing:
-            if not self._ack_now:
-                self._hb_wake.clear()
-                await wait_event(self._hb_wake, self.heartbeat_interval)
+            await self._until_next_beat()
             self._ack_now = False
             if self.closing:
                 return
             if self._poll_timed_out(time.monotonic()) or self.coordinator is None or self.generation < 0:
+                self._next_beat = time.monotonic() + self.heartbeat_interval
                 continue
             try:
                 async with self.consumer._rebalancing:
@@ -88,6 +88,17 @@ class ConsumerMembership(ConsumerCoordinator):
                 log.debug("heartbeat: %s", e)
             except Exception as e:
                 log.debug("heartbeat failed: %s", e)
+
+    async def _until_next_beat(self) -> None:
+        """Sleep until the next heartbeat is due, or an acknowledgement is (``_ack_now``). A
+        wake-up without one recomputes the due time: the join's response, sent outside this
+        loop, gave the interval the broker wants."""
+        while not self._ack_now and not self.closing:
+            delay = self._next_beat - time.monotonic()
+            if delay <= 0:
+                return
+            self._hb_wake.clear()
+            await wait_event(self._hb_wake, delay)
 
     def _request(self, epoch: int) -> Any:
         owned: dict[str, list[int]] = {}
@@ -101,6 +112,7 @@ class ConsumerMembership(ConsumerCoordinator):
 
     async def _heartbeat_once(self, joining: bool = False) -> None:
         epoch = 0 if joining or self.generation < 0 else self.generation
+        self._next_beat = time.monotonic() + self.heartbeat_interval
         resp = await self._send(self._request(epoch))
         code = resp.error_code
         if code:
@@ -108,7 +120,11 @@ class ConsumerMembership(ConsumerCoordinator):
             return
         self.last_heartbeat_ok = time.monotonic()
         self.generation = resp.member_epoch
-        self.heartbeat_interval = max(resp.heartbeat_interval_ms, 100) / 1000
+        interval = max(resp.heartbeat_interval_ms, 100) / 1000
+        if interval != self.heartbeat_interval:
+            self.heartbeat_interval = interval
+            self._next_beat = time.monotonic() + interval
+            self._hb_wake.set()  # the loop waits for the interval it knew
         self.state = STABLE
         if resp.assignment is not None:
             await self._reconcile([(tp.topic_id, list(tp.partitions)) for tp in resp.assignment.topic_partitions])
