@@ -172,6 +172,9 @@ def test_group_configs_in_a_zookeeper_cluster(zk_connect):
                        f"broker {i} to see the group's config")
         cluster.brokers[2].stop()
         cluster.brokers[2].start()
+        # Back in the cluster first: until the controller's metadata reaches it, a client finds
+        # no broker to send the request to.
+        cluster.wait_for_brokers([1, 2, 3])
         described = _describe(_admin(cluster.brokers[2].bootstrap), group)
         assert described["share.delivery.count.limit"].value == "3"
         assert described["share.delivery.count.limit"].source == GROUP_CONFIG_SOURCE
