@@ -35,7 +35,9 @@ case ",$extras," in
     # kcat is one of the real clients the integration tests drive.
     if ! command -v kcat >/dev/null 2>&1 && ! command -v kafkacat >/dev/null 2>&1; then need+=(kcat); fi
     # docs/security.md's walkthrough, which a test runs as written, makes its certificates with it.
-    command -v openssl >/dev/null 2>&1 || need+=(openssl) ;;
+    command -v openssl >/dev/null 2>&1 || need+=(openssl)
+    # A test runs Kafka's Java consumer from a source file (java File.java), which needs a JDK.
+    command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless) ;;
 esac
 case ",$extras," in
   *,test,*|*,cluster,*)

@@ -8,8 +8,10 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -54,18 +56,24 @@ class Owners:
         self.overlaps: list[str] = []
         self.moves = 0
 
+    def assigned(self, name: str, partitions: list[int]) -> None:
+        for p in partitions:
+            if p in self.owner and self.owner[p] != name:
+                self.overlaps.append(f"{p} to {name} while {self.owner[p]} owns it")
+            self.owner[p] = name
+            self.moves += 1
+
+    def revoked(self, name: str, partitions: list[int]) -> None:
+        for p in partitions:
+            if self.owner.get(p) == name:
+                del self.owner[p]
+
     def callbacks(self, name: str) -> dict:
         def on_assign(_c, parts):
-            for tp in parts:
-                if tp.partition in self.owner and self.owner[tp.partition] != name:
-                    self.overlaps.append(f"{tp.partition} to {name} while {self.owner[tp.partition]} owns it")
-                self.owner[tp.partition] = name
-                self.moves += 1
+            self.assigned(name, [tp.partition for tp in parts])
 
         def on_revoke(_c, parts):
-            for tp in parts:
-                if self.owner.get(tp.partition) == name:
-                    del self.owner[tp.partition]
+            self.revoked(name, [tp.partition for tp in parts])
         return {"on_assign": on_assign, "on_revoke": on_revoke, "on_lost": on_revoke}
 
 
@@ -76,22 +84,27 @@ def consumer(bootstrap: str, group: str, kind: str = "confluent", **extra) -> Co
     return Consumer(conf) if kind == "confluent" else rivulet.Consumer(conf)
 
 
+def tp_class(kind: str) -> type:
+    return TopicPartition if kind == "confluent" else rivulet.TopicPartition
+
+
 def drain(members: dict[str, Consumer], seen: dict[bytes, str], until, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not until() and time.monotonic() < deadline:
         for name, c in members.items():
-            m = c.poll(0.05)
-            if m is None:
-                continue
-            assert not m.error() or m.error().code() == KafkaError._PARTITION_EOF, m.error()
-            if not m.error():
-                seen.setdefault(m.value(), name)
-                c.commit(m, asynchronous=True)
+            # A batch per member per round: one message each would let idle members' waits
+            # starve the one with a backlog.
+            for m in c.consume(200, 0.05):
+                assert not m.error() or m.error().code() == KafkaError._PARTITION_EOF, m.error()
+                if not m.error():
+                    seen.setdefault(m.value(), name)
+                    c.commit(m, asynchronous=True)
 
 
 @pytest.mark.parametrize("kind", ["confluent", "rivulet"])
 def test_members_scale_up_and_down_and_no_partition_has_two_owners(broker, kind):
-    topic = make_topic(broker.bootstrap, 6, 3000)
+    """1 to 10 members and back to 5 while consuming."""
+    topic = make_topic(broker.bootstrap, 10, 3000)
     group = uuid.uuid4().hex
     owners = Owners()
     members: dict[str, Consumer] = {}
@@ -103,33 +116,36 @@ def test_members_scale_up_and_down_and_no_partition_has_two_owners(broker, kind)
 
     try:
         join("m0")
-        drain(members, seen, lambda: len(seen) >= 500, 30)
-        for name in ("m1", "m2", "m3"):
-            join(name)
+        drain(members, seen, lambda: len(seen) >= 300, 30)
+        for i in range(1, 10):
+            join(f"m{i}")
             drain(members, seen,
-                  lambda: len(owners.owner) == 6 and len(set(owners.owner.values())) == len(members), 30)
+                  lambda: len(owners.owner) == 10 and len(set(owners.owner.values())) == len(members), 60)
             assert len(set(owners.owner.values())) == len(members), owners.owner
-        for name in ("m3", "m1"):
+        for name in ("m9", "m7", "m5", "m3", "m1"):
             members.pop(name).close()
-            drain(members, seen, lambda: len(owners.owner) == 6 and set(owners.owner.values()) <= set(members), 30)
+            drain(members, seen, lambda: len(owners.owner) == 10 and set(owners.owner.values()) == set(members), 60)
+            assert set(owners.owner.values()) == set(members), owners.owner
         drain(members, seen, lambda: len(seen) == 3000, 60)
     finally:
         for c in members.values():
             c.close()
     assert owners.overlaps == []
-    assert len(seen) == 3000 and owners.moves > 6
+    assert len(seen) == 3000 and owners.moves > 10
     # The broker assigned: the group is a consumer group and describes itself as one.
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     listed = admin.list_consumer_groups().result(30)
     assert any(g.group_id == group and g.type.name == "CONSUMER" for g in listed.valid)
 
 
-def test_a_killed_member_loses_its_partitions_when_its_session_expires(broker, tmp_path):
+@pytest.mark.parametrize("kind", ["confluent", "rivulet"])
+def test_a_killed_member_loses_its_partitions_when_its_session_expires(broker, tmp_path, kind):
     topic = make_topic(broker.bootstrap, 4, 400)
     group = uuid.uuid4().hex
     script = tmp_path / "member.py"
+    module = "confluent_kafka" if kind == "confluent" else "rivulet"
     script.write_text(textwrap.dedent(f"""
-        from confluent_kafka import Consumer
+        from {module} import Consumer
         c = Consumer({{"bootstrap.servers": "{broker.bootstrap}", "group.id": "{group}",
                       "group.protocol": "consumer", "auto.offset.reset": "earliest",
                       "enable.auto.commit": False}})
@@ -138,31 +154,35 @@ def test_a_killed_member_loses_its_partitions_when_its_session_expires(broker, t
             c.poll(0.2)
     """))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
-    survivor = consumer(broker.bootstrap, group)
+    survivor = consumer(broker.bootstrap, group, kind)
     try:
         assert proc.stdout.readline().startswith("assigned")
         owners = Owners()
+        seen: dict[bytes, str] = {}  # from the start: the poll that assigns may return a record too
         survivor.subscribe([topic], **owners.callbacks("survivor"))
-        drain({"survivor": survivor}, {}, lambda: len(owners.owner) == 2, 30)
+        drain({"survivor": survivor}, seen, lambda: len(owners.owner) == 2, 30)
         assert sorted(owners.owner) in ([0, 1], [2, 3]), owners.owner
         proc.kill()  # kill -9: no leave, only the session says it is gone
         proc.wait()
-        seen: dict[bytes, str] = {}
         drain({"survivor": survivor}, seen, lambda: len(owners.owner) == 4 and len(seen) == 400, 60)
         # It committed nothing, so the survivor reads every record, its partitions' too.
-        assert len(owners.owner) == 4 and len(seen) == 400 and owners.overlaps == []
+        missing = sorted(set(range(400)) - {int(v) for v in seen})
+        assert len(owners.owner) == 4 and not missing and owners.overlaps == [], (
+            missing, survivor.committed([tp_class(kind)(topic, p) for p in range(4)], 10),
+            survivor.position([tp_class(kind)(topic, p) for p in range(4)]))
     finally:
         survivor.close()
         proc.kill()
 
 
-def test_the_group_and_its_offsets_survive_a_broker_restart():
+@pytest.mark.parametrize("kind", ["confluent", "rivulet"])
+def test_the_group_and_its_offsets_survive_a_broker_restart(kind):
     b = BrokerProcess(BROKER)
     b.start()
     try:
         topic = make_topic(b.bootstrap, 3, 300)
         group = uuid.uuid4().hex
-        c = consumer(b.bootstrap, group)
+        c = consumer(b.bootstrap, group, kind)
         c.subscribe([topic])
         seen: dict[bytes, str] = {}
         drain({"c": c}, seen, lambda: len(seen) == 300, 30)
@@ -299,3 +319,109 @@ def test_java_consumer_with_the_consumer_protocol(broker):
     java_round_trip(broker.bootstrap, {"group.protocol": "consumer", "request.timeout.ms": 15_000}, topic,
                     uuid.uuid4().hex, 500,
                     {"bootstrap.servers": broker.bootstrap})
+
+
+class JavaMembers:
+    """A JVM running tests/java/GroupMembers.java: Kafka's Java consumers, one per thread,
+    added and removed by name. Its lines feed ``owners`` (when ``tracked``) and ``seen``."""
+
+    SOURCE = Path(__file__).resolve().parents[1] / "java" / "GroupMembers.java"
+
+    def __init__(self, bootstrap: str, topic: str, group: str, owners: Owners, seen: dict, log: Path,
+                 tracked: bool = True) -> None:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        import java_tools as jt
+        reason = jt.java_available()
+        assert reason is None, f"Kafka's Java client is needed: {reason}"
+        self.owners, self.seen, self.tracked = owners, seen, tracked
+        self.joined: set[str] = set()
+        self.lock = threading.Lock()
+        self.proc = subprocess.Popen(
+            ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", jt.classpath(), str(self.SOURCE), bootstrap,
+             topic, group, "consumer"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=open(log, "ab"), text=True)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            kind, name, rest = (line.rstrip("\n").split(" ", 2) + ["", ""])[:3]
+            with self.lock:
+                if kind == "record":
+                    self.seen.setdefault(rest.encode(), name)
+                elif kind in ("assigned", "revoked", "lost"):
+                    self.joined.add(name)
+                    parts = [int(p) for p in rest.strip("[]").split(",") if p]
+                    if self.tracked:
+                        (self.owners.assigned if kind == "assigned" else self.owners.revoked)(name, parts)
+
+    def send(self, command: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()  # type: ignore[union-attr]
+                self.proc.wait(60)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+
+
+def wait_until(cond, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return cond()
+
+
+@pytest.mark.java
+def test_java_consumers_scale_to_ten_survive_kill_and_restart(tmp_path):
+    """Kafka's Java consumer with group.protocol=consumer: 1 to 10 members and back to 5, one
+    killed with kill -9, then a broker restart; every record is read and no partition ever has
+    two owners (each member's rebalance callbacks, in the order they ran)."""
+    b = BrokerProcess(BROKER)
+    b.start()
+    owners, seen = Owners(), {}
+    members = victim = None
+    try:
+        topic = make_topic(b.bootstrap, 10, 2000)
+        group = uuid.uuid4().hex
+        members = JavaMembers(b.bootstrap, topic, group, owners, seen, tmp_path / "java.log")
+        names: list[str] = []
+
+        def spread() -> bool:
+            with members.lock:
+                return len(owners.owner) == 10 and set(owners.owner.values()) == set(names)
+        for i in range(10):
+            names.append(f"m{i}")
+            members.send(f"add m{i}")
+            assert wait_until(spread, 90), (names, owners.owner)
+        for name in ["m9", "m8", "m7", "m6", "m5"]:
+            names.remove(name)
+            members.send(f"remove {name}")
+            assert wait_until(spread, 90), (names, owners.owner)
+        # A member in a JVM of its own is killed: the others get its partitions when its
+        # session expires (its own callbacks never run, so it is not tracked as an owner).
+        victim = JavaMembers(b.bootstrap, topic, group, owners, seen, tmp_path / "victim.log", tracked=False)
+        victim.send("add victim")
+        assert wait_until(lambda: "victim" in victim.joined and len(set(owners.owner.values())) < 6
+                          and len(owners.owner) < 10, 90), owners.owner
+        victim.proc.kill()
+        victim.proc.wait()
+        assert wait_until(spread, 90), (names, owners.owner)
+        b.restart()
+        p = Producer({"bootstrap.servers": b.bootstrap})
+        for i in range(2000, 3000):
+            p.produce(topic, b"%d" % i, key=b"%d" % i)
+        assert p.flush(30) == 0
+        assert wait_until(lambda: len(seen) == 3000, 120), len(seen)
+        assert spread(), owners.owner
+    finally:
+        for m in (members, victim):
+            if m is not None:
+                m.close()
+        b.cleanup()
+    assert owners.overlaps == []
+    assert set(seen) == {b"%d" % i for i in range(3000)}
