@@ -37,7 +37,10 @@ case ",$extras," in
     # docs/security.md's walkthrough, which a test runs as written, makes its certificates with it.
     command -v openssl >/dev/null 2>&1 || need+=(openssl)
     # A test runs Kafka's Java consumer from a source file (java File.java), which needs a JDK.
-    command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless) ;;
+    command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
+    # The web console's tests drive it in headless Chromium through Selenium.
+    command -v chromium >/dev/null 2>&1 || need+=(chromium)
+    command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver) ;;
 esac
 case ",$extras," in
   *,test,*|*,cluster,*)

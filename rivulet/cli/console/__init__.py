@@ -1,0 +1,53 @@
+"""`rivulet console`: a web console over any Kafka-compatible cluster, through Rivulet's client.
+
+Flask renders the pages from Jinja2 templates; htmx (vendored in static/) reloads the live
+parts. Templates and static files ship inside the package, so `pip install` serves them."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from typing import Any
+
+from rivulet.cli.common import add_connection_args, client_config, run_command
+
+
+def console_main(args: argparse.Namespace) -> int:
+    return run_command("console", args, lambda: _serve(args))
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from werkzeug.serving import make_server
+
+    from rivulet.cli.console.app import create_app
+    from rivulet.cli.console.backend import ClusterView
+
+    conf = client_config(args)
+    if not args.debug:
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    view = ClusterView(conf)
+    server = make_server(args.host, args.port, create_app(view, conf["bootstrap.servers"]), threaded=True)
+
+    def stop(*_: Any) -> None:
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, stop)
+    print(f"Rivulet console on http://{args.host}:{server.server_port} for {conf['bootstrap.servers']}",
+          flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        view.close()
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    c = sub.add_parser("console", help="serve a web console of the cluster: brokers, topics, messages, groups")
+    add_connection_args(c)
+    c.add_argument("--host", default="127.0.0.1", help="address to serve on (default: 127.0.0.1)")
+    c.add_argument("--port", type=int, default=8080, help="port to serve on (default: 8080; 0 picks a free one)")
+    c.set_defaults(func=console_main)

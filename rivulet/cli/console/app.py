@@ -1,0 +1,134 @@
+"""The console's pages: Flask routes over a `ClusterView`, rendered with Jinja2 templates.
+Live parts of a page (the lag table and chart) are fragments that htmx reloads."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from flask import Flask, abort, redirect, render_template, request, url_for
+from werkzeug.wrappers import Response
+
+from rivulet.cli.common import CliError
+from rivulet.cli.console.backend import RESET_STRATEGIES, ClusterView
+from rivulet.cli.console.render import VIEWS, lag_chart, show_bytes
+from rivulet.protocol.errors import ApiError
+
+# What a page reports as a message instead of a failure.
+EXPECTED = (ApiError, CliError, ValueError)
+PAGE_SIZE = 50
+
+
+def _when(ms: int) -> str:
+    if ms < 0:
+        return "-"
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def _int(name: str) -> int | None:
+    raw = request.values.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        abort(400, f"{name} must be a whole number")
+
+
+def create_app(view: ClusterView, bootstrap: str) -> Flask:
+    app = Flask(__name__)
+    app.jinja_env.globals.update(bootstrap=bootstrap, show_bytes=show_bytes, show_time=_when, views=VIEWS)
+
+    @app.get("/")
+    def cluster() -> str:
+        cluster_id, brokers = view.cluster()
+        topics = view.topics()
+        return render_template("cluster.html", cluster_id=cluster_id, brokers=brokers,
+                               topic_count=len(topics), partition_count=sum(len(t.partitions) for t in topics),
+                               group_count=len(view.groups()))
+
+    @app.get("/topics")
+    def topics() -> str:
+        return render_template("topics.html", topics=view.topics(), error=request.args.get("error"),
+                               notice=request.args.get("notice"))
+
+    @app.post("/topics")
+    def create_topic() -> Response:
+        name = request.form.get("name", "").strip()
+        try:
+            if not name:
+                raise ValueError("give the topic a name")
+            view.create_topic(name, _int("partitions") or -1, _int("replication_factor") or -1)
+        except EXPECTED as e:
+            return redirect(url_for("topics", error=str(e)))
+        return redirect(url_for("topics", notice=f"Created topic {name}."))
+
+    @app.post("/topics/<name>/delete")
+    def delete_topic(name: str) -> Response:
+        try:
+            view.delete_topic(name)
+        except EXPECTED as e:
+            return redirect(url_for("topics", error=str(e)))
+        return redirect(url_for("topics", notice=f"Deleted topic {name}."))
+
+    @app.get("/topics/<name>")
+    def topic(name: str) -> str:
+        (t,) = view.topics(with_configs=True, names=[name])
+        return render_template("topic.html", topic=t)
+
+    @app.get("/topics/<name>/messages")
+    def messages(name: str) -> str:
+        partition = _int("partition") or 0
+        offset = _int("offset")
+        timestamp = None
+        when = request.args.get("timestamp", "").strip()
+        error = None
+        try:
+            if when:
+                t = dt.datetime.fromisoformat(when.replace("Z", "+00:00"))
+                if t.tzinfo is None:
+                    t = t.replace(tzinfo=dt.timezone.utc)
+                timestamp = int(t.timestamp() * 1000)
+            limit = min(max(_int("limit") or PAGE_SIZE, 1), 500)
+            records = view.records(name, partition, offset, timestamp, limit)
+        except EXPECTED as e:
+            records, error = [], str(e)
+        chosen = request.args.get("view", "text")
+        (t,) = view.topics(names=[name])
+        return render_template("messages.html", topic=t, partition=partition, offset=offset, when=when,
+                               records=records, view=chosen if chosen in VIEWS else "text", error=error)
+
+    @app.get("/groups")
+    def groups() -> str:
+        return render_template("groups.html", groups=view.groups())
+
+    @app.get("/groups/<group_id>")
+    def group(group_id: str) -> str:
+        info, rows = view.group(group_id)
+        return render_template("group.html", info=info, rows=rows, strategies=RESET_STRATEGIES,
+                               chart=lag_chart(list(view.lag_history[group_id].samples)),
+                               topics=sorted({r.topic for r in rows}), plan=None, applied=False, error=None,
+                               form={})
+
+    @app.get("/groups/<group_id>/lag")
+    def group_lag(group_id: str) -> str:
+        info, rows = view.group(group_id)
+        return render_template("group_lag.html", info=info, rows=rows,
+                               chart=lag_chart(list(view.lag_history[group_id].samples)))
+
+    @app.post("/groups/<group_id>/reset")
+    def reset(group_id: str) -> str:
+        form = {k: request.form.get(k, "") for k in ("topic", "strategy", "value")}
+        apply = request.form.get("action") == "apply"
+        plan, error = None, None
+        try:
+            run = view.apply_reset if apply else view.reset_plan
+            plan = run(group_id, form["topic"] or None, form["strategy"], form["value"])
+        except EXPECTED as e:
+            error = str(e)
+        info, rows = view.group(group_id)
+        return render_template("group.html", info=info, rows=rows, strategies=RESET_STRATEGIES,
+                               chart=lag_chart(list(view.lag_history[group_id].samples)),
+                               topics=sorted({r.topic for r in rows}), plan=plan, applied=apply and plan is not None,
+                               error=error, form=form)
+
+    return app

@@ -1,0 +1,255 @@
+"""The console's view of a cluster, through Rivulet's own admin client and consumer only.
+
+Flask serves requests on threads; the client is asyncio. One event loop runs on a thread of
+its own with one admin client, and each page's question is a coroutine run there."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import threading
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from rivulet.cli.console.render import LagHistory
+from rivulet.cli.groups import GroupInfo, committed, compute_reset, describe_group, describe_offsets_rows, \
+    list_offsets
+from rivulet.client.admin import AsyncAdminClient
+from rivulet.client.consumer import AIOConsumer
+from rivulet.client.core import EARLIEST, LATEST
+from rivulet.client.types import TopicPartition
+from rivulet.common.types import TopicPartition as TP
+from rivulet.protocol.errors import ApiError, ErrorCode
+
+T = TypeVar("T")
+
+RESET_STRATEGIES = ("earliest", "latest", "offset", "shift", "datetime")
+
+
+@dataclass
+class Broker:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+    controller: bool
+
+
+@dataclass
+class PartitionRow:
+    partition: int
+    leader: int
+    replicas: list[int]
+    isr: list[int]
+    start: int
+    end: int
+
+    @property
+    def messages(self) -> int:
+        return max(self.end - self.start, 0)
+
+
+@dataclass
+class TopicRow:
+    name: str
+    internal: bool
+    partitions: list[PartitionRow]
+    configs: dict[str, str]
+    error: str | None = None
+
+    @property
+    def messages(self) -> int:
+        return sum(p.messages for p in self.partitions)
+
+    @property
+    def under_replicated(self) -> int:
+        return sum(len(p.isr) < len(p.replicas) for p in self.partitions)
+
+
+@dataclass
+class Record:
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+
+
+@dataclass
+class LagRow:
+    topic: str
+    partition: int
+    committed: int | None
+    end: int | None
+    lag: int | None
+    member: str | None
+    client_id: str | None
+    host: str | None
+
+
+def reset_args(topic: str | None, strategy: str, value: str) -> argparse.Namespace:
+    """The form's choice as `rivulet groups reset-offsets` arguments, so that the console plans
+    a reset exactly as the command does (clamping into the log's range included)."""
+    if strategy not in RESET_STRATEGIES:
+        raise ValueError(f"unknown reset strategy '{strategy}'")
+    number = None
+    if strategy in ("offset", "shift"):
+        try:
+            number = int(value)
+        except ValueError:
+            raise ValueError(f"'{value}' is not a whole number") from None
+    if strategy == "datetime" and not value.strip():
+        raise ValueError("give a date and time such as 2026-01-31T12:00:00")
+    return argparse.Namespace(
+        all_topics=topic is None, topic=[topic] if topic else [], to_earliest=strategy == "earliest",
+        to_latest=strategy == "latest", to_current=False, to_offset=number if strategy == "offset" else None,
+        shift_by=number if strategy == "shift" else None, by_duration=None,
+        to_datetime=value.strip() if strategy == "datetime" else None, isolation_level="read_uncommitted")
+
+
+class ClusterView:
+    def __init__(self, conf: dict[str, Any]) -> None:
+        self.conf = dict(conf)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="console-client", daemon=True)
+        self._thread.start()
+        self.admin: AsyncAdminClient = self._run(self._make_admin())
+        self.lag_history: dict[str, LagHistory] = {}
+
+    async def _make_admin(self) -> AsyncAdminClient:
+        return AsyncAdminClient({**self.conf, "client.id": "rivulet-console"})
+
+    def _run(self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def close(self) -> None:
+        try:
+            self._run(self.admin.close(), 10)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+
+    # ------------------------------------------------------------ cluster and topics
+
+    def cluster(self) -> tuple[str | None, list[Broker]]:
+        md = self._run(self.admin.describe_cluster())
+        return md.cluster_id, sorted((Broker(b.node_id, b.host, b.port, b.rack, b.node_id == md.controller_id)
+                                      for b in md.brokers), key=lambda b: b.node_id)
+
+    def topics(self, with_configs: bool = False, names: list[str] | None = None) -> list[TopicRow]:
+        return self._run(self._topics(with_configs, names))
+
+    async def _topics(self, with_configs: bool, names: list[str] | None) -> list[TopicRow]:
+        md = await self.admin.metadata(names)
+        tps = [TP(t.name, p.partition_index) for t in md.topics if not t.error_code for p in t.partitions]
+        starts = await list_offsets(self.admin, tps, EARLIEST)
+        ends = await list_offsets(self.admin, tps, LATEST)
+        out = []
+        for t in sorted(md.topics, key=lambda t: t.name):
+            if t.error_code:
+                out.append(TopicRow(t.name, False, [], {}, ErrorCode(t.error_code).name))
+                continue
+            configs = {}
+            if with_configs:
+                configs = {c.name: c.value for c in await self.admin.describe_topic_configs(t.name)
+                           if c.value is not None}
+            parts = [PartitionRow(p.partition_index, p.leader_id, list(p.replica_nodes), list(p.isr_nodes),
+                                  starts.get(TP(t.name, p.partition_index), -1),
+                                  ends.get(TP(t.name, p.partition_index), -1))
+                     for p in sorted(t.partitions, key=lambda p: p.partition_index)]
+            out.append(TopicRow(t.name, bool(t.is_internal), parts, configs))
+        return out
+
+    def create_topic(self, name: str, partitions: int, replication_factor: int,
+                     configs: dict[str, str] | None = None) -> None:
+        self._run(self.admin.create_topic(name, partitions, replication_factor, configs or {}))
+
+    def delete_topic(self, name: str) -> None:
+        self._run(self.admin.delete_topic(name))
+
+    def records(self, topic: str, partition: int, offset: int | None, timestamp: int | None,
+                limit: int) -> list[Record]:
+        """Up to ``limit`` records of one partition from ``offset`` (or the first at or after
+        ``timestamp``; else the last ``limit`` records)."""
+        return self._run(self._records(topic, partition, offset, timestamp, limit))
+
+    async def _records(self, topic: str, partition: int, offset: int | None, timestamp: int | None,
+                       limit: int) -> list[Record]:
+        tp = TP(topic, partition)
+        start = (await list_offsets(self.admin, [tp], EARLIEST))[tp]
+        end = (await list_offsets(self.admin, [tp], LATEST))[tp]
+        if timestamp is not None:
+            offset = (await list_offsets(self.admin, [tp], timestamp))[tp]
+            if offset < 0:
+                return []
+        elif offset is None:
+            offset = max(start, end - limit)
+        offset = max(offset, start)
+        if offset >= end:
+            return []
+        consumer = AIOConsumer({**self.conf, "group.id": "rivulet-console", "enable.auto.commit": False,
+                                "client.id": "rivulet-console"})
+        out: list[Record] = []
+        try:
+            consumer.assign([TopicPartition(topic, partition, offset)])
+            tries = 0
+            while len(out) < limit and tries < 20:
+                tries += 1
+                for m in await consumer.consume(limit - len(out), 0.5):
+                    if m.error() is not None:
+                        continue
+                    out.append(Record(m.partition(), m.offset(), m.timestamp()[1], m.key(), m.value(),
+                                      list(m.headers() or [])))
+                if out and out[-1].offset + 1 >= end:
+                    break
+        finally:
+            await consumer.close()
+        return out[:limit]
+
+    # ------------------------------------------------------------ groups
+
+    def groups(self) -> list[tuple[str, str, str]]:
+        return sorted(set(self._run(self.admin.list_groups())))
+
+    def group(self, group_id: str) -> tuple[GroupInfo, list[LagRow]]:
+        info, rows = self._run(self._group(group_id))
+        total = sum(r.lag or 0 for r in rows)
+        self.lag_history.setdefault(group_id, LagHistory()).add(total)
+        return info, rows
+
+    async def _group(self, group_id: str) -> tuple[GroupInfo, list[LagRow]]:
+        info = await describe_group(self.admin, group_id)
+        rows = [LagRow(topic, part, cur, end, lag, member, client, host)
+                for _, topic, part, cur, end, lag, member, host, client in
+                await describe_offsets_rows(self.admin, info)]
+        return info, rows
+
+    def reset_plan(self, group_id: str, topic: str | None, strategy: str, value: str) -> dict[TP, tuple[int | None, int]]:
+        """Each partition's committed offset and the offset a reset would commit."""
+        return self._run(self._reset_plan(group_id, topic, strategy, value))
+
+    async def _reset_plan(self, group_id: str, topic: str | None, strategy: str,
+                          value: str) -> dict[TP, tuple[int | None, int]]:
+        args = reset_args(topic, strategy, value)
+        current = await committed(self.admin, group_id)
+        new = await compute_reset(self.admin, group_id, args)
+        return {tp: (current.get(tp), off) for tp, off in sorted(new.items())}
+
+    def apply_reset(self, group_id: str, topic: str | None, strategy: str, value: str) -> dict[TP, tuple[int | None, int]]:
+        """Commit the planned offsets; the group must be inactive, as Kafka's tool requires."""
+        return self._run(self._apply_reset(group_id, topic, strategy, value))
+
+    async def _apply_reset(self, group_id: str, topic: str | None, strategy: str,
+                           value: str) -> dict[TP, tuple[int | None, int]]:
+        info = await describe_group(self.admin, group_id)
+        if info.state not in ("Empty", "Dead"):
+            raise ValueError(f"Assignments can only be reset if the group '{group_id}' is inactive, but the "
+                             f"current state is {info.state}.")
+        plan = await self._reset_plan(group_id, topic, strategy, value)
+        errors = await self.admin.alter_group_offsets(group_id, {tp: new for tp, (_, new) in plan.items()})
+        bad = {tp: e for tp, e in errors.items() if e is not None}
+        if bad:
+            (t, p), e = min(bad.items())
+            raise ApiError(e.code, f"reset of {t}-{p}")
+        return plan

@@ -1,0 +1,188 @@
+"""`rivulet console` in a real headless browser (Debian's chromium and chromium-driver, driven
+by Selenium): create a topic, produce to it, browse its messages, watch a group's lag fall as a
+consumer catches up, and reset its offsets, dry run first. Each page's screenshot is saved under
+docs/screenshots/ for the README."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+pytestmark = [pytest.mark.integration, pytest.mark.browser]
+
+SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+TOPIC = "orders"
+PER_PARTITION = 10
+PARTITIONS = 3
+WAIT = 60
+
+
+def _find(*names: str) -> str:
+    for name in names:
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.fail(f"none of {', '.join(names)} is installed: scripts/setup.sh test installs Debian's chromium "
+                "and chromium-driver, which this test needs", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[webdriver.Chrome]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = _find("chromium", "chromium-browser")
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,900"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(options=options, service=Service(_find("chromedriver")))
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def console(broker, tmp_path_factory) -> Iterator[str]:
+    log = tmp_path_factory.mktemp("console") / "console.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "rivulet", "console", "-b", broker.bootstrap, "--port", "0"],
+                                stdout=subprocess.PIPE, stderr=out, text=True)
+    line = proc.stdout.readline()
+    if not line.startswith("Rivulet console on "):
+        proc.kill()
+        pytest.fail(f"the console did not start: {line}{log.read_text()}")
+    yield line.split()[3]
+    proc.terminate()
+    assert proc.wait(30) == 0, log.read_text()
+    # A page that failed would have logged its traceback.
+    assert "Traceback" not in log.read_text(), log.read_text()
+
+
+def shot(driver: webdriver.Chrome, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    assert driver.save_screenshot(str(SHOTS / f"{name}.png"))
+
+
+def text_of(driver: webdriver.Chrome, element_id: str) -> str:
+    return driver.find_element(By.ID, element_id).text
+
+
+def wait_for(driver: webdriver.Chrome, element_id: str, value: str) -> None:
+    WebDriverWait(driver, WAIT, ignored_exceptions=[StaleElementReferenceException]).until(
+        lambda d: text_of(d, element_id) == value,
+        f"#{element_id} never showed {value!r}")
+
+
+def test_console_end_to_end(broker, console: str, browser: webdriver.Chrome) -> None:
+    d = browser
+    d.get(console + "/")
+    assert d.find_element(By.ID, "cluster-id").text
+    brokers = d.find_elements(By.CSS_SELECTOR, "#brokers tbody tr")
+    assert len(brokers) == 1 and str(broker.port) in brokers[0].text
+    shot(d, "cluster")
+
+    # Create a topic through the form.
+    d.get(console + "/topics")
+    form = d.find_element(By.ID, "create-topic")
+    form.find_element(By.NAME, "name").send_keys(TOPIC)
+    form.find_element(By.NAME, "partitions").send_keys(str(PARTITIONS))
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    assert text_of(d, "notice") == f"Created topic {TOPIC}."
+    row = d.find_element(By.CSS_SELECTOR, f'#topics tr[data-topic="{TOPIC}"]')
+    assert row.find_elements(By.TAG_NAME, "td")[1].text == str(PARTITIONS)
+
+    # Produce with a real client: JSON values, keys and a header.
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    for part in range(PARTITIONS):
+        for i in range(PER_PARTITION):
+            p.produce(TOPIC, json.dumps({"order": i, "partition": part}).encode(), key=f"k{part}-{i}".encode(),
+                      partition=part, headers=[("source", b"test")])
+    assert p.flush(30) == 0
+    d.refresh()
+    row = d.find_element(By.CSS_SELECTOR, f'#topics tr[data-topic="{TOPIC}"]')
+    assert row.find_elements(By.TAG_NAME, "td")[4].text == str(PARTITIONS * PER_PARTITION)
+    shot(d, "topics")
+
+    # Browse partition 1 from offset 0 as JSON, then as hex.
+    d.get(f"{console}/topics/{TOPIC}/messages")
+    browse = d.find_element(By.ID, "browse")
+    Select(browse.find_element(By.NAME, "partition")).select_by_value("1")
+    browse.find_element(By.NAME, "offset").send_keys("0")
+    Select(browse.find_element(By.NAME, "view")).select_by_visible_text("json")
+    browse.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    rows = d.find_elements(By.CSS_SELECTOR, "#messages tbody tr[data-offset]")
+    assert [r.get_attribute("data-offset") for r in rows] == [str(i) for i in range(PER_PARTITION)]
+    cells = rows[3].find_elements(By.TAG_NAME, "td")
+    assert cells[2].text == "k1-3"
+    assert json.loads(cells[3].text) == {"order": 3, "partition": 1}
+    assert "\n" in cells[3].text  # pretty-printed
+    assert cells[4].text == "source: test"
+    shot(d, "messages")
+    d.get(f"{console}/topics/{TOPIC}/messages?partition=1&offset=3&view=hex")
+    first = d.find_element(By.CSS_SELECTOR, "#messages tbody tr[data-offset]")
+    assert first.get_attribute("data-offset") == "3"
+    assert first.find_elements(By.TAG_NAME, "td")[2].text == "6b312d33"  # "k1-3"
+
+    # A group that read part of the topic has lag; a consumer catching up brings it to 0.
+    group = "console-readers"
+    conf = {"bootstrap.servers": broker.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+            "enable.auto.commit": False}
+    half = PER_PARTITION // 2
+    c = Consumer(conf)  # commits as a group that has read half of every partition
+    c.commit(offsets=[TopicPartition(TOPIC, part, half) for part in range(PARTITIONS)], asynchronous=False)
+    c.close()
+    d.get(console + "/groups")
+    assert d.find_element(By.CSS_SELECTOR, f'#groups tr[data-group="{group}"]')
+    shot(d, "groups")
+    d.get(f"{console}/groups/{group}")
+    wait_for(d, "group-state", "Empty")
+    assert int(text_of(d, "total-lag")) == PARTITIONS * (PER_PARTITION - half)
+
+    c = Consumer(conf)
+    c.subscribe([TOPIC])
+    seen: set[tuple[int, int]] = set()
+    while True:
+        m = c.poll(1.0)
+        if m is not None and m.error() is None:
+            seen.add((m.partition(), m.offset()))
+            c.commit(m, asynchronous=False)
+        if c.assignment() and all(c.position([tp])[0].offset >= PER_PARTITION for tp in c.assignment()) \
+                and len(c.assignment()) == PARTITIONS:
+            break
+    wait_for(d, "total-lag", "0")  # the page reloads its lag by itself
+    wait_for(d, "group-state", "Stable")
+    assert d.find_elements(By.CSS_SELECTOR, "#members tbody tr td")[0].text != "No active members."
+    shot(d, "group")
+    c.close()
+    wait_for(d, "group-state", "Empty")
+
+    # Reset to the earliest offsets: the dry run changes nothing, applying it does.
+    reset = d.find_element(By.ID, "reset")
+    Select(reset.find_element(By.NAME, "topic")).select_by_visible_text(TOPIC)
+    Select(reset.find_element(By.NAME, "strategy")).select_by_visible_text("earliest")
+    d.find_element(By.ID, "dry-run").click()
+    assert text_of(d, "plan-status") == "Dry run: nothing changed."
+    plan = d.find_elements(By.CSS_SELECTOR, "#plan tbody tr")
+    assert len(plan) == PARTITIONS
+    assert [r.find_elements(By.TAG_NAME, "td")[2].text for r in plan] == [str(PER_PARTITION)] * PARTITIONS
+    assert [r.find_element(By.CLASS_NAME, "new-offset").text for r in plan] == ["0"] * PARTITIONS
+    assert text_of(d, "total-lag") == "0"
+    d.find_element(By.ID, "apply").click()
+    assert text_of(d, "plan-status") == "Reset applied."
+    assert text_of(d, "total-lag") == str(PARTITIONS * PER_PARTITION)
+    shot(d, "reset")
+
+    # Delete the topic through the page.
+    d.get(console + "/topics")
+    d.find_element(By.CSS_SELECTOR, f'#topics tr[data-topic="{TOPIC}"] button[name=delete]').click()
+    d.switch_to.alert.accept()
+    assert text_of(d, "notice") == f"Deleted topic {TOPIC}."
+    assert not d.find_elements(By.CSS_SELECTOR, f'#topics tr[data-topic="{TOPIC}"]')
