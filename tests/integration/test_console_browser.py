@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
@@ -186,3 +187,60 @@ def test_console_end_to_end(broker, console: str, browser: webdriver.Chrome) -> 
     d.switch_to.alert.accept()
     assert text_of(d, "notice") == f"Deleted topic {TOPIC}."
     assert not d.find_elements(By.CSS_SELECTOR, f'#topics tr[data-topic="{TOPIC}"]')
+
+
+def create_topic(broker, name: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+
+
+def test_live_tail_shows_new_records(broker, console: str, browser: webdriver.Chrome) -> None:
+    d = browser
+    create_topic(broker, "tailed", 1)
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    p.produce("tailed", b"first", partition=0)
+    assert p.flush(30) == 0
+    d.get(f"{console}/topics/tailed/messages")
+    d.find_element(By.CSS_SELECTOR, "#browse input[name=tail]").click()
+    d.find_element(By.CSS_SELECTOR, "#browse button[type=submit]").click()
+    assert [r.get_attribute("data-offset") for r in d.find_elements(By.CSS_SELECTOR, "#messages tr[data-offset]")] \
+        == ["0"]
+    for i in range(3):
+        p.produce("tailed", f"later {i}".encode(), partition=0)
+    assert p.flush(30) == 0
+    # The page fetches the tail by itself: the new records appear without a reload.
+    WebDriverWait(d, WAIT, ignored_exceptions=[StaleElementReferenceException]).until(
+        lambda d: len(d.find_elements(By.CSS_SELECTOR, "#messages tr[data-offset]")) == 4,
+        "the live tail never showed the new records")
+    values = [r.find_elements(By.TAG_NAME, "td")[3].text
+              for r in d.find_elements(By.CSS_SELECTOR, "#messages tr[data-offset]")]
+    assert values == ["first", "later 0", "later 1", "later 2"]
+
+
+def test_consumer_protocol_group(broker, console: str, browser: webdriver.Chrome) -> None:
+    """A KIP-848 group (group.protocol=consumer): its members, assignment and lag."""
+    d = browser
+    create_topic(broker, "kip848", 2)
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(6):
+        p.produce("kip848", b"x", partition=i % 2)
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "kip848-readers", "group.protocol": "consumer",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        c.subscribe(["kip848"])
+        read = 0
+        while read < 6:
+            m = c.poll(1.0)
+            if m is not None and m.error() is None:
+                read += 1
+        c.commit(asynchronous=False)
+        d.get(f"{console}/groups/kip848-readers")
+        wait_for(d, "group-state", "Stable")
+        assert "consumer" in d.find_element(By.ID, "lag").text
+        member = d.find_element(By.CSS_SELECTOR, "#members tbody tr").find_elements(By.TAG_NAME, "td")
+        assert member[4].text == "kip848-0, kip848-1"
+        wait_for(d, "total-lag", "0")
+        shot(d, "group-consumer-protocol")
+    finally:
+        c.close()

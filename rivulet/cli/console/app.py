@@ -4,13 +4,16 @@ Live parts of a page (the lag table and chart) are fragments that htmx reloads."
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from flask import Flask, abort, redirect, render_template, request, url_for
+from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
-from rivulet.cli.common import CliError
+from rivulet.cli.common import CliError, describe_failure
 from rivulet.cli.console.backend import RESET_STRATEGIES, ClusterView
 from rivulet.cli.console.render import VIEWS, lag_chart, show_bytes
+from rivulet.client.errors import KafkaException
 from rivulet.protocol.errors import ApiError
 
 # What a page reports as a message instead of a failure.
@@ -75,14 +78,16 @@ def create_app(view: ClusterView, bootstrap: str) -> Flask:
         (t,) = view.topics(with_configs=True, names=[name])
         return render_template("topic.html", topic=t)
 
-    @app.get("/topics/<name>/messages")
-    def messages(name: str) -> str:
+    def browse(name: str) -> dict[str, Any]:
+        """The message browser's state from the query: a live tail shows the latest records."""
         partition = _int("partition") or 0
-        offset = _int("offset")
-        timestamp = None
-        when = request.args.get("timestamp", "").strip()
+        tail = request.args.get("tail") == "1"
+        offset = None if tail else _int("offset")
+        when = "" if tail else request.args.get("timestamp", "").strip()
+        chosen = request.args.get("view", "text")
         error = None
         try:
+            timestamp = None
             if when:
                 t = dt.datetime.fromisoformat(when.replace("Z", "+00:00"))
                 if t.tzinfo is None:
@@ -92,10 +97,17 @@ def create_app(view: ClusterView, bootstrap: str) -> Flask:
             records = view.records(name, partition, offset, timestamp, limit)
         except EXPECTED as e:
             records, error = [], str(e)
-        chosen = request.args.get("view", "text")
         (t,) = view.topics(names=[name])
-        return render_template("messages.html", topic=t, partition=partition, offset=offset, when=when,
-                               records=records, view=chosen if chosen in VIEWS else "text", error=error)
+        return dict(topic=t, partition=partition, offset=offset, when=when, tail=tail, records=records,
+                    view=chosen if chosen in VIEWS else "text", error=error)
+
+    @app.get("/topics/<name>/messages")
+    def messages(name: str) -> str:
+        return render_template("messages.html", **browse(name))
+
+    @app.get("/topics/<name>/messages/table")
+    def messages_table(name: str) -> str:
+        return render_template("messages_table.html", **browse(name))
 
     @app.get("/groups")
     def groups() -> str:
@@ -130,5 +142,14 @@ def create_app(view: ClusterView, bootstrap: str) -> Flask:
                                chart=lag_chart(list(view.lag_history[group_id].samples)),
                                topics=sorted({r.topic for r in rows}), plan=plan, applied=apply and plan is not None,
                                error=error, form=form)
+
+    @app.errorhandler(Exception)
+    def failed(e: Exception) -> tuple[str, int]:
+        if isinstance(e, HTTPException):
+            return render_template("base.html", error=e.description), e.code or 500
+        if isinstance(e, (OSError, KafkaException, ApiError)):  # the cluster, not the page
+            return render_template("base.html", error=describe_failure(e, bootstrap)), 502
+        app.logger.exception("page failed")
+        return render_template("base.html", error=describe_failure(e, bootstrap)), 500
 
     return app
