@@ -413,6 +413,10 @@ class AsyncAdminClient:
                       else self._to_controller(req))
         return core.read_describe_configs(resp)
 
+    async def describe_log_dirs(self, node_id: int) -> dict[str, dict[TP, int]]:
+        """Broker ``node_id``'s log dirs: the size in bytes of each partition's log in each."""
+        return core.read_describe_log_dirs(await self.client.send(node_id, core.describe_log_dirs_request()))
+
     async def list_config_resources(self, resource_types: Iterable[int] = ()) -> list[tuple[str, int]]:
         """(name, config resource type) of every config resource of ``resource_types``."""
         return core.read_list_config_resources(await self._to_controller(

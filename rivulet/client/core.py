@@ -53,6 +53,8 @@ from rivulet.protocol.messages import (
     describe_client_quotas_request as dcqq,
     describe_client_quotas_response as dcqr,
     describe_configs_request as dcq,
+    describe_log_dirs_request as dldq,
+    describe_log_dirs_response as dldr,
     list_config_resources_request as lcrq,
     list_config_resources_response as lcrr,
     describe_user_scram_credentials_request as dusq,
@@ -859,6 +861,20 @@ def list_config_resources_request(resource_types: Iterable[int] = ()) -> lcrq.Li
 def read_list_config_resources(resp: lcrr.ListConfigResourcesResponse) -> list[tuple[str, int]]:
     check(resp.error_code, None)
     return [(r.resource_name, r.resource_type) for r in resp.config_resources]
+
+
+def describe_log_dirs_request() -> dldq.DescribeLogDirsRequest:
+    """Every log dir of the broker it is sent to, with every partition in it (topics null)."""
+    return dldq.DescribeLogDirsRequest(topics=None)
+
+
+def read_describe_log_dirs(resp: dldr.DescribeLogDirsResponse) -> dict[str, dict[TP, int]]:
+    """Log dir -> the size in bytes of each partition's log in it (a future replica's, being
+    moved there, left out); an offline dir answers with no partitions."""
+    check(resp.error_code, "DescribeLogDirs")
+    return {d.log_dir: {TP(t.name, p.partition_index): p.partition_size
+                        for t in d.topics for p in t.partitions if not p.is_future_key}
+            for d in resp.results}
 
 
 def incremental_alter_configs_request(resource_type: int, name: str, ops: Iterable[tuple[str, int, str | None]],

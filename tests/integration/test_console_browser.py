@@ -6,6 +6,7 @@ docs/screenshots/ for the README."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -110,7 +111,20 @@ def test_console_end_to_end(broker, console: str, browser: webdriver.Chrome) -> 
     d.refresh()
     row = d.find_element(By.CSS_SELECTOR, f'#topics tr[data-topic="{TOPIC}"]')
     assert row.find_elements(By.TAG_NAME, "td")[4].text == str(PARTITIONS * PER_PARTITION)
+    assert re.fullmatch(r"[0-9.]+ (Bytes|kB)", row.find_elements(By.TAG_NAME, "td")[5].text)
     shot(d, "topics")
+
+    # The topic's page: each partition's leader, ISR, offsets and size in bytes.
+    row.find_element(By.LINK_TEXT, TOPIC).click()
+    parts = d.find_elements(By.CSS_SELECTOR, "#partitions tbody tr")
+    assert len(parts) == PARTITIONS
+    for part in parts:
+        cells = part.find_elements(By.TAG_NAME, "td")
+        assert cells[1].text == "1" and cells[3].text == "1"  # leader and ISR: the one broker
+        assert (cells[4].text, cells[5].text, cells[6].text) == ("0", str(PER_PARTITION), str(PER_PARTITION))
+        assert int(cells[7].get_attribute("data-bytes")) > 0
+    assert "retention.ms" in d.find_element(By.ID, "configs").text
+    shot(d, "topic")
 
     # Browse partition 1 from offset 0 as JSON, then as hex.
     d.get(f"{console}/topics/{TOPIC}/messages")

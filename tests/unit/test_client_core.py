@@ -427,3 +427,17 @@ def test_offset_delete_request_and_answer():
         core.read_offset_delete(odr.OffsetDeleteResponse(error_code=ErrorCode.NON_EMPTY_GROUP, throttle_time_ms=0,
                                                          topics=[]))
     assert e.value.code == ErrorCode.NON_EMPTY_GROUP
+
+
+def test_describe_log_dirs_sizes_per_partition() -> None:
+    from rivulet.protocol.messages import describe_log_dirs_response as dldr
+    assert core.describe_log_dirs_request().topics is None  # every partition
+    resp = dldr.DescribeLogDirsResponse(error_code=0, results=[
+        dldr.DescribeLogDirsResult(error_code=0, log_dir="/a", topics=[dldr.DescribeLogDirsTopic(name="t", partitions=[
+            dldr.DescribeLogDirsPartition(partition_index=0, partition_size=120, offset_lag=0, is_future_key=False),
+            dldr.DescribeLogDirsPartition(partition_index=1, partition_size=9, offset_lag=0, is_future_key=True)])]),
+        dldr.DescribeLogDirsResult(error_code=56, log_dir="/b", topics=[])])
+    assert core.read_describe_log_dirs(resp) == {"/a": {TP("t", 0): 120}, "/b": {}}
+    with pytest.raises(ApiError):
+        core.read_describe_log_dirs(dldr.DescribeLogDirsResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                                                 results=[]))

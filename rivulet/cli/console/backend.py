@@ -44,6 +44,7 @@ class PartitionRow:
     isr: list[int]
     start: int
     end: int
+    size: int  # bytes of the leader's log; -1 when the broker did not say
 
     @property
     def messages(self) -> int:
@@ -61,6 +62,10 @@ class TopicRow:
     @property
     def messages(self) -> int:
         return sum(p.messages for p in self.partitions)
+
+    @property
+    def size(self) -> int:
+        return -1 if any(p.size < 0 for p in self.partitions) else sum(p.size for p in self.partitions)
 
     @property
     def under_replicated(self) -> int:
@@ -145,6 +150,7 @@ class ClusterView:
         tps = [TP(t.name, p.partition_index) for t in md.topics if not t.error_code for p in t.partitions]
         starts = await list_offsets(self.admin, tps, EARLIEST)
         ends = await list_offsets(self.admin, tps, LATEST)
+        sizes = await self._leader_sizes({p.leader_id for t in md.topics for p in t.partitions})
         out = []
         for t in sorted(md.topics, key=lambda t: t.name):
             if t.error_code:
@@ -156,9 +162,23 @@ class ClusterView:
                            if c.value is not None}
             parts = [PartitionRow(p.partition_index, p.leader_id, list(p.replica_nodes), list(p.isr_nodes),
                                   starts.get(TP(t.name, p.partition_index), -1),
-                                  ends.get(TP(t.name, p.partition_index), -1))
+                                  ends.get(TP(t.name, p.partition_index), -1),
+                                  sizes.get((p.leader_id, TP(t.name, p.partition_index)), -1))
                      for p in sorted(t.partitions, key=lambda p: p.partition_index)]
             out.append(TopicRow(t.name, bool(t.is_internal), parts, configs))
+        return out
+
+    async def _leader_sizes(self, leaders: set[int]) -> dict[tuple[int, TP], int]:
+        """(broker, partition) -> the bytes of that broker's log of the partition."""
+        out: dict[tuple[int, TP], int] = {}
+        for node in sorted(n for n in leaders if n >= 0):
+            try:
+                dirs = await self.admin.describe_log_dirs(node)
+            except ApiError:  # not allowed to ask, say: the sizes stay unknown
+                continue
+            for sizes in dirs.values():
+                for tp, size in sizes.items():
+                    out[(node, tp)] = size
         return out
 
     def create_topic(self, name: str, partitions: int, replication_factor: int,
