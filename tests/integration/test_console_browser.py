@@ -10,19 +10,25 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic, ResourcePatternType,
+                                   ResourceType)
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
+
+T = TypeVar("T")
 
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 TOPIC = "orders"
@@ -77,6 +83,19 @@ def text_of(driver: webdriver.Chrome, element_id: str) -> str:
     return driver.find_element(By.ID, element_id).text
 
 
+def click_to_load(driver: webdriver.Chrome, element: WebElement) -> None:
+    """Click what loads a new page, and wait until the new page has replaced the old one."""
+    old = driver.find_element(By.TAG_NAME, "html")
+    element.click()
+    WebDriverWait(driver, WAIT).until(staleness_of(old), "the page did not load")
+
+
+def settled(driver: webdriver.Chrome, read: Callable[[webdriver.Chrome], T]) -> T:
+    """``read`` of a part of the page that htmx may replace while it is read: again if it was."""
+    return WebDriverWait(driver, WAIT, ignored_exceptions=[StaleElementReferenceException]).until(
+        lambda d: (read(d),))[0]
+
+
 def wait_for(driver: webdriver.Chrome, element_id: str, value: str) -> None:
     WebDriverWait(driver, WAIT, ignored_exceptions=[StaleElementReferenceException]).until(
         lambda d: text_of(d, element_id) == value,
@@ -96,8 +115,8 @@ def test_console_end_to_end(broker, console: str, browser: webdriver.Chrome) -> 
     form = d.find_element(By.ID, "create-topic")
     form.find_element(By.NAME, "name").send_keys(TOPIC)
     form.find_element(By.NAME, "partitions").send_keys(str(PARTITIONS))
-    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    assert text_of(d, "notice") == f"Created topic {TOPIC}."
+    click_to_load(d, form.find_element(By.CSS_SELECTOR, "button[type=submit]"))
+    wait_for(d, "notice", f"Created topic {TOPIC}.")
     row = d.find_element(By.CSS_SELECTOR, f'#topics tr[data-topic="{TOPIC}"]')
     assert row.find_elements(By.TAG_NAME, "td")[1].text == str(PARTITIONS)
 
@@ -115,7 +134,7 @@ def test_console_end_to_end(broker, console: str, browser: webdriver.Chrome) -> 
     shot(d, "topics")
 
     # The topic's page: each partition's leader, ISR, offsets and size in bytes.
-    row.find_element(By.LINK_TEXT, TOPIC).click()
+    click_to_load(d, row.find_element(By.LINK_TEXT, TOPIC))
     parts = d.find_elements(By.CSS_SELECTOR, "#partitions tbody tr")
     assert len(parts) == PARTITIONS
     for part in parts:
@@ -132,7 +151,7 @@ def test_console_end_to_end(broker, console: str, browser: webdriver.Chrome) -> 
     Select(browse.find_element(By.NAME, "partition")).select_by_value("1")
     browse.find_element(By.NAME, "offset").send_keys("0")
     Select(browse.find_element(By.NAME, "view")).select_by_visible_text("json")
-    browse.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    click_to_load(d, browse.find_element(By.CSS_SELECTOR, "button[type=submit]"))
     rows = d.find_elements(By.CSS_SELECTOR, "#messages tbody tr[data-offset]")
     assert [r.get_attribute("data-offset") for r in rows] == [str(i) for i in range(PER_PARTITION)]
     cells = rows[3].find_elements(By.TAG_NAME, "td")
@@ -145,6 +164,11 @@ def test_console_end_to_end(broker, console: str, browser: webdriver.Chrome) -> 
     first = d.find_element(By.CSS_SELECTOR, "#messages tbody tr[data-offset]")
     assert first.get_attribute("data-offset") == "3"
     assert first.find_elements(By.TAG_NAME, "td")[2].text == "6b312d33"  # "k1-3"
+    # By time: from the first record at or after it.
+    d.get(f"{console}/topics/{TOPIC}/messages?partition=1&timestamp=2000-01-01T00:00:00Z")
+    assert len(d.find_elements(By.CSS_SELECTOR, "#messages tbody tr[data-offset]")) == PER_PARTITION
+    d.get(f"{console}/topics/{TOPIC}/messages?partition=1&timestamp=2999-01-01T00:00:00Z")
+    assert not d.find_elements(By.CSS_SELECTOR, "#messages tbody tr[data-offset]")
 
     # A group that read part of the topic has lag; a consumer catching up brings it to 0.
     group = "console-readers"
@@ -159,7 +183,7 @@ def test_console_end_to_end(broker, console: str, browser: webdriver.Chrome) -> 
     shot(d, "groups")
     d.get(f"{console}/groups/{group}")
     wait_for(d, "group-state", "Empty")
-    assert int(text_of(d, "total-lag")) == PARTITIONS * (PER_PARTITION - half)
+    wait_for(d, "total-lag", str(PARTITIONS * (PER_PARTITION - half)))
 
     c = Consumer(conf)
     c.subscribe([TOPIC])
@@ -174,7 +198,8 @@ def test_console_end_to_end(broker, console: str, browser: webdriver.Chrome) -> 
             break
     wait_for(d, "total-lag", "0")  # the page reloads its lag by itself
     wait_for(d, "group-state", "Stable")
-    assert d.find_elements(By.CSS_SELECTOR, "#members tbody tr td")[0].text != "No active members."
+    assert settled(d, lambda d: d.find_elements(By.CSS_SELECTOR, "#members tbody tr td")[0].text) \
+        != "No active members."
     shot(d, "group")
     c.close()
     wait_for(d, "group-state", "Empty")
@@ -183,23 +208,25 @@ def test_console_end_to_end(broker, console: str, browser: webdriver.Chrome) -> 
     reset = d.find_element(By.ID, "reset")
     Select(reset.find_element(By.NAME, "topic")).select_by_visible_text(TOPIC)
     Select(reset.find_element(By.NAME, "strategy")).select_by_visible_text("earliest")
-    d.find_element(By.ID, "dry-run").click()
-    assert text_of(d, "plan-status") == "Dry run: nothing changed."
+    click_to_load(d, d.find_element(By.ID, "dry-run"))
+    wait_for(d, "plan-status", "Dry run: nothing changed.")
     plan = d.find_elements(By.CSS_SELECTOR, "#plan tbody tr")
     assert len(plan) == PARTITIONS
     assert [r.find_elements(By.TAG_NAME, "td")[2].text for r in plan] == [str(PER_PARTITION)] * PARTITIONS
     assert [r.find_element(By.CLASS_NAME, "new-offset").text for r in plan] == ["0"] * PARTITIONS
-    assert text_of(d, "total-lag") == "0"
-    d.find_element(By.ID, "apply").click()
-    assert text_of(d, "plan-status") == "Reset applied."
-    assert text_of(d, "total-lag") == str(PARTITIONS * PER_PARTITION)
+    wait_for(d, "total-lag", "0")
+    click_to_load(d, d.find_element(By.ID, "apply"))
+    wait_for(d, "plan-status", "Reset applied.")
+    wait_for(d, "total-lag", str(PARTITIONS * PER_PARTITION))
     shot(d, "reset")
 
     # Delete the topic through the page.
     d.get(console + "/topics")
+    page = d.find_element(By.TAG_NAME, "html")
     d.find_element(By.CSS_SELECTOR, f'#topics tr[data-topic="{TOPIC}"] button[name=delete]').click()
     d.switch_to.alert.accept()
-    assert text_of(d, "notice") == f"Deleted topic {TOPIC}."
+    WebDriverWait(d, WAIT).until(staleness_of(page), "the page did not load")
+    wait_for(d, "notice", f"Deleted topic {TOPIC}.")
     assert not d.find_elements(By.CSS_SELECTOR, f'#topics tr[data-topic="{TOPIC}"]')
 
 
@@ -216,7 +243,7 @@ def test_live_tail_shows_new_records(broker, console: str, browser: webdriver.Ch
     assert p.flush(30) == 0
     d.get(f"{console}/topics/tailed/messages")
     d.find_element(By.CSS_SELECTOR, "#browse input[name=tail]").click()
-    d.find_element(By.CSS_SELECTOR, "#browse button[type=submit]").click()
+    click_to_load(d, d.find_element(By.CSS_SELECTOR, "#browse button[type=submit]"))
     assert [r.get_attribute("data-offset") for r in d.find_elements(By.CSS_SELECTOR, "#messages tr[data-offset]")] \
         == ["0"]
     for i in range(3):
@@ -251,10 +278,35 @@ def test_consumer_protocol_group(broker, console: str, browser: webdriver.Chrome
         c.commit(asynchronous=False)
         d.get(f"{console}/groups/kip848-readers")
         wait_for(d, "group-state", "Stable")
-        assert "consumer" in d.find_element(By.ID, "lag").text
-        member = d.find_element(By.CSS_SELECTOR, "#members tbody tr").find_elements(By.TAG_NAME, "td")
-        assert member[4].text == "kip848-0, kip848-1"
+        assert "consumer" in settled(d, lambda d: d.find_element(By.ID, "lag").text)
+        assert settled(d, lambda d: d.find_element(By.CSS_SELECTOR, "#members tbody tr").find_elements(
+            By.TAG_NAME, "td")[4].text) == "kip848-0, kip848-1"
         wait_for(d, "total-lag", "0")
         shot(d, "group-consumer-protocol")
     finally:
         c.close()
+
+
+def test_acls_page(broker, broker_factory, console: str, browser: webdriver.Chrome, tmp_path: Path) -> None:
+    d = browser
+    d.get(console + "/acls")
+    assert "no authorizer" in text_of(d, "acls-off")
+    secured = broker_factory({"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                              "allow.everyone.if.no.acl.found": "true"})
+    admin = AdminClient({"bootstrap.servers": secured.bootstrap})
+    binding = AclBinding(ResourceType.TOPIC, "payments", ResourcePatternType.PREFIXED, "User:alice", "*",
+                         AclOperation.READ, AclPermissionType.ALLOW)
+    admin.create_acls([binding])[binding].result(30)
+    with open(tmp_path / "console.log", "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "rivulet", "console", "-b", secured.bootstrap, "--port", "0"],
+                                stdout=subprocess.PIPE, stderr=out, text=True)
+    try:
+        url = proc.stdout.readline().split()[3]
+        d.get(url + "/acls")
+        rows = [[c.text for c in r.find_elements(By.TAG_NAME, "td")]
+                for r in d.find_elements(By.CSS_SELECTOR, "#acls tbody tr")]
+        assert rows == [["TOPIC", "payments", "PREFIXED", "User:alice", "*", "READ", "ALLOW"]]
+        shot(d, "acls")
+    finally:
+        proc.terminate()
+        proc.wait(30)

@@ -109,6 +109,10 @@ def create_app(view: ClusterView, bootstrap: str) -> Flask:
     def messages_table(name: str) -> str:
         return render_template("messages_table.html", **browse(name))
 
+    @app.get("/acls")
+    def acls() -> str:
+        return render_template("acls.html", bindings=view.acls())
+
     @app.get("/groups")
     def groups() -> str:
         return render_template("groups.html", groups=view.groups())

@@ -21,6 +21,7 @@ from rivulet.client.core import EARLIEST, LATEST
 from rivulet.client.types import TopicPartition
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol.errors import ApiError, ErrorCode
+from rivulet.security.acls import AclBinding, AclBindingFilter
 
 T = TypeVar("T")
 
@@ -226,6 +227,17 @@ class ClusterView:
         finally:
             await consumer.close()
         return out[:limit]
+
+    def acls(self) -> list[AclBinding] | None:
+        """Every ACL binding, sorted; None when the cluster has no authorizer."""
+        try:
+            found = self._run(self.admin.describe_acls(AclBindingFilter()))
+        except ApiError as e:
+            if e.code == ErrorCode.SECURITY_DISABLED:
+                return None
+            raise
+        return sorted(found, key=lambda b: (b.pattern.resource_type.name, b.pattern.name, b.entry.principal,
+                                            b.entry.operation.name))
 
     # ------------------------------------------------------------ groups
 
