@@ -142,8 +142,19 @@ def test_console_end_to_end(broker, console: str, browser: webdriver.Chrome) -> 
         assert cells[1].text == "1" and cells[3].text == "1"  # leader and ISR: the one broker
         assert (cells[4].text, cells[5].text, cells[6].text) == ("0", str(PER_PARTITION), str(PER_PARTITION))
         assert int(cells[7].get_attribute("data-bytes")) > 0
-    assert "retention.ms" in d.find_element(By.ID, "configs").text
+    # Set a config on the topic, then take it back to its default.
+    form = d.find_element(By.ID, "set-config")
+    form.find_element(By.NAME, "name").send_keys("retention.ms")
+    form.find_element(By.NAME, "value").send_keys("3600000")
+    click_to_load(d, form.find_element(By.CSS_SELECTOR, "button[type=submit]"))
+    wait_for(d, "notice", "Set retention.ms.")
+    cells = d.find_elements(By.CSS_SELECTOR, '#configs tr[data-config="retention.ms"] td')
+    assert cells[1].text == "3600000" and cells[2].text.startswith("yes")
     shot(d, "topic")
+    click_to_load(d, d.find_element(By.CSS_SELECTOR, '#configs tr[data-config="retention.ms"] button'))
+    wait_for(d, "notice", "retention.ms is back to its default.")
+    cells = d.find_elements(By.CSS_SELECTOR, '#configs tr[data-config="retention.ms"] td')
+    assert cells[1].text == "604800000" and cells[2].text == ""
 
     # Browse partition 1 from offset 0 as JSON, then as hex.
     d.get(f"{console}/topics/{TOPIC}/messages")

@@ -76,7 +76,24 @@ def create_app(view: ClusterView, bootstrap: str) -> Flask:
     @app.get("/topics/<name>")
     def topic(name: str) -> str:
         (t,) = view.topics(with_configs=True, names=[name])
-        return render_template("topic.html", topic=t)
+        return render_template("topic.html", topic=t, error=request.args.get("error"),
+                               notice=request.args.get("notice"))
+
+    @app.post("/topics/<name>/configs")
+    def alter_configs(name: str) -> Response:
+        key = request.form.get("name", "").strip()
+        try:
+            if not key:
+                raise ValueError("name the config")
+            if request.form.get("action") == "delete":
+                view.alter_topic_configs(name, {}, [key])
+                done = f"{key} is back to its default."
+            else:
+                view.alter_topic_configs(name, {key: request.form.get("value", "").strip()}, [])
+                done = f"Set {key}."
+        except EXPECTED as e:
+            return redirect(url_for("topic", name=name, error=str(e)))
+        return redirect(url_for("topic", name=name, notice=done))
 
     def browse(name: str) -> dict[str, Any]:
         """The message browser's state from the query: a live tail shows the latest records."""

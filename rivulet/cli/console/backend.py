@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from rivulet.cli.console.render import LagHistory
 from rivulet.cli.groups import GroupInfo, committed, compute_reset, describe_group, describe_offsets_rows, \
     list_offsets
-from rivulet.client.admin import AsyncAdminClient
+from rivulet.client.admin import AsyncAdminClient, ConfigSource
 from rivulet.client.consumer import AIOConsumer
 from rivulet.client.core import EARLIEST, LATEST
 from rivulet.client.types import TopicPartition
@@ -59,6 +59,7 @@ class TopicRow:
     partitions: list[PartitionRow]
     configs: dict[str, str]
     error: str | None = None
+    overrides: frozenset[str] = frozenset()  # configs set on the topic itself, not defaults
 
     @property
     def messages(self) -> int:
@@ -157,16 +158,17 @@ class ClusterView:
             if t.error_code:
                 out.append(TopicRow(t.name, False, [], {}, ErrorCode(t.error_code).name))
                 continue
-            configs = {}
+            configs, overrides = {}, frozenset()
             if with_configs:
-                configs = {c.name: c.value for c in await self.admin.describe_topic_configs(t.name)
-                           if c.value is not None}
+                described = await self.admin.describe_topic_configs(t.name)
+                configs = {c.name: c.value for c in described if c.value is not None}
+                overrides = frozenset(c.name for c in described if c.config_source == ConfigSource.DYNAMIC_TOPIC_CONFIG)
             parts = [PartitionRow(p.partition_index, p.leader_id, list(p.replica_nodes), list(p.isr_nodes),
                                   starts.get(TP(t.name, p.partition_index), -1),
                                   ends.get(TP(t.name, p.partition_index), -1),
                                   sizes.get((p.leader_id, TP(t.name, p.partition_index)), -1))
                      for p in sorted(t.partitions, key=lambda p: p.partition_index)]
-            out.append(TopicRow(t.name, bool(t.is_internal), parts, configs))
+            out.append(TopicRow(t.name, bool(t.is_internal), parts, configs, overrides=overrides))
         return out
 
     async def _leader_sizes(self, leaders: set[int]) -> dict[tuple[int, TP], int]:
@@ -185,6 +187,9 @@ class ClusterView:
     def create_topic(self, name: str, partitions: int, replication_factor: int,
                      configs: dict[str, str] | None = None) -> None:
         self._run(self.admin.create_topic(name, partitions, replication_factor, configs or {}))
+
+    def alter_topic_configs(self, name: str, set_: dict[str, str], delete: list[str]) -> None:
+        self._run(self.admin.alter_topic_configs(name, set_, delete))
 
     def delete_topic(self, name: str) -> None:
         self._run(self.admin.delete_topic(name))
