@@ -1,4 +1,5 @@
-"""The console's pages when the cluster is away: a page saying so, not a traceback."""
+"""The console's pages without a cluster: a page saying it is away, not a traceback; forms
+posted from another site refused."""
 
 from __future__ import annotations
 
@@ -20,5 +21,19 @@ def test_unreachable_cluster_is_a_page() -> None:
         assert r.status_code == 502
         assert f"cannot reach {bootstrap}" in r.text
         assert client.get("/no-such-page").status_code == 404
+    finally:
+        view.close()
+
+
+def test_forms_from_another_site_are_refused() -> None:
+    bootstrap = f"127.0.0.1:{free_port()}"
+    view = ClusterView({"bootstrap.servers": bootstrap, "request.timeout.ms": 2000})
+    try:
+        client = create_app(view, bootstrap).test_client()
+        r = client.post("/topics/orders/delete", headers={"Origin": "http://evil.example"})
+        assert r.status_code == 403 and "another site" in r.text
+        # Its own pages' forms (same origin, or no Origin header) reach the cluster, here away.
+        r = client.post("/topics/orders/delete", headers={"Origin": "http://localhost"})
+        assert r.status_code == 502 and f"cannot reach {bootstrap}" in r.text
     finally:
         view.close()

@@ -4,6 +4,7 @@ Live parts of a page (the lag table and chart) are fragments that htmx reloads."
 from __future__ import annotations
 
 import datetime as dt
+from urllib.parse import urlsplit
 from typing import Any
 
 from flask import Flask, abort, redirect, render_template, request, url_for
@@ -40,6 +41,15 @@ def _int(name: str) -> int | None:
 def create_app(view: ClusterView, bootstrap: str) -> Flask:
     app = Flask(__name__)
     app.jinja_env.globals.update(bootstrap=bootstrap, show_bytes=show_bytes, show_time=_when, views=VIEWS)
+
+    @app.before_request
+    def same_origin_only() -> None:
+        # The console has no login: a page of another site must not make the browser post to it
+        # (delete a topic, reset offsets). Browsers name the page a form came from in Origin.
+        if request.method == "POST":
+            origin = request.headers.get("Origin")
+            if origin is not None and urlsplit(origin).netloc != request.host:
+                abort(403, "a form from another site is refused")
 
     @app.get("/")
     def cluster() -> str:
