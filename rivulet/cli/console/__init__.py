@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
-import sys
 from typing import Any
 
 from rivulet.cli.common import add_connection_args, client_config, run_command

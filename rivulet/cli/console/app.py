@@ -142,7 +142,7 @@ def create_app(view: ClusterView, bootstrap: str) -> Flask:
 
     @app.get("/groups")
     def groups() -> str:
-        return render_template("groups.html", groups=view.groups())
+        return render_template("groups.html", groups=view.group_summaries())
 
     @app.get("/groups/<group_id>")
     def group(group_id: str) -> str:

@@ -26,6 +26,8 @@ from rivulet.security.acls import AclBinding, AclBindingFilter
 T = TypeVar("T")
 
 RESET_STRATEGIES = ("earliest", "latest", "offset", "shift", "datetime")
+# Each partition of a reset: (the committed offset, if any; the offset the reset commits).
+ResetPlan = dict[TP, tuple[int | None, int]]
 
 
 @dataclass
@@ -94,6 +96,15 @@ class LagRow:
     member: str | None
     client_id: str | None
     host: str | None
+
+
+@dataclass
+class GroupSummary:
+    group_id: str
+    protocol_type: str
+    state: str
+    members: int | None
+    lag: int | None  # over the partitions with a committed offset
 
 
 def reset_args(topic: str | None, strategy: str, value: str) -> argparse.Namespace:
@@ -249,6 +260,21 @@ class ClusterView:
     def groups(self) -> list[tuple[str, str, str]]:
         return sorted(set(self._run(self.admin.list_groups())))
 
+    def group_summaries(self) -> list[GroupSummary]:
+        return self._run(self._group_summaries())
+
+    async def _group_summaries(self) -> list[GroupSummary]:
+        out = []
+        for gid, ptype, state in sorted(set(await self.admin.list_groups())):
+            if ptype not in ("consumer", ""):  # Connect's and others' groups commit no offsets
+                out.append(GroupSummary(gid, ptype, state, None, None))
+                continue
+            info, rows = await self._group(gid)
+            lags = [r.lag for r in rows if r.lag is not None]
+            out.append(GroupSummary(gid, info.protocol_type or ptype, info.state, len(info.members),
+                                    sum(lags) if lags else None))
+        return out
+
     def group(self, group_id: str) -> tuple[GroupInfo, list[LagRow]]:
         info, rows = self._run(self._group(group_id))
         total = sum(r.lag or 0 for r in rows)
@@ -262,23 +288,23 @@ class ClusterView:
                 await describe_offsets_rows(self.admin, info)]
         return info, rows
 
-    def reset_plan(self, group_id: str, topic: str | None, strategy: str, value: str) -> dict[TP, tuple[int | None, int]]:
+    def reset_plan(self, group_id: str, topic: str | None, strategy: str, value: str) -> ResetPlan:
         """Each partition's committed offset and the offset a reset would commit."""
         return self._run(self._reset_plan(group_id, topic, strategy, value))
 
     async def _reset_plan(self, group_id: str, topic: str | None, strategy: str,
-                          value: str) -> dict[TP, tuple[int | None, int]]:
+                          value: str) -> ResetPlan:
         args = reset_args(topic, strategy, value)
         current = await committed(self.admin, group_id)
         new = await compute_reset(self.admin, group_id, args)
         return {tp: (current.get(tp), off) for tp, off in sorted(new.items())}
 
-    def apply_reset(self, group_id: str, topic: str | None, strategy: str, value: str) -> dict[TP, tuple[int | None, int]]:
+    def apply_reset(self, group_id: str, topic: str | None, strategy: str, value: str) -> ResetPlan:
         """Commit the planned offsets; the group must be inactive, as Kafka's tool requires."""
         return self._run(self._apply_reset(group_id, topic, strategy, value))
 
     async def _apply_reset(self, group_id: str, topic: str | None, strategy: str,
-                           value: str) -> dict[TP, tuple[int | None, int]]:
+                           value: str) -> ResetPlan:
         info = await describe_group(self.admin, group_id)
         if info.state not in ("Empty", "Dead"):
             raise ValueError(f"Assignments can only be reset if the group '{group_id}' is inactive, but the "
