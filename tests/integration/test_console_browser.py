@@ -257,8 +257,8 @@ def test_live_tail_shows_new_records(broker, console: str, browser: webdriver.Ch
     d.get(f"{console}/topics/tailed/messages")
     d.find_element(By.CSS_SELECTOR, "#browse input[name=tail]").click()
     click_to_load(d, d.find_element(By.CSS_SELECTOR, "#browse button[type=submit]"))
-    assert [r.get_attribute("data-offset") for r in d.find_elements(By.CSS_SELECTOR, "#messages tr[data-offset]")] \
-        == ["0"]
+    assert settled(d, lambda d: [r.get_attribute("data-offset")
+                                 for r in d.find_elements(By.CSS_SELECTOR, "#messages tr[data-offset]")]) == ["0"]
     for i in range(3):
         p.produce("tailed", f"later {i}".encode(), partition=0)
     assert p.flush(30) == 0
@@ -266,8 +266,8 @@ def test_live_tail_shows_new_records(broker, console: str, browser: webdriver.Ch
     WebDriverWait(d, WAIT, ignored_exceptions=[StaleElementReferenceException]).until(
         lambda d: len(d.find_elements(By.CSS_SELECTOR, "#messages tr[data-offset]")) == 4,
         "the live tail never showed the new records")
-    values = [r.find_elements(By.TAG_NAME, "td")[3].text
-              for r in d.find_elements(By.CSS_SELECTOR, "#messages tr[data-offset]")]
+    values = settled(d, lambda d: [r.find_elements(By.TAG_NAME, "td")[3].text
+                                   for r in d.find_elements(By.CSS_SELECTOR, "#messages tr[data-offset]")])
     assert values == ["first", "later 0", "later 1", "later 2"]
 
 
@@ -298,6 +298,16 @@ def test_consumer_protocol_group(broker, console: str, browser: webdriver.Chrome
         shot(d, "group-consumer-protocol")
     finally:
         c.close()
+    # Once it is empty its offsets can be reset too: back by one on each partition.
+    wait_for(d, "group-state", "Empty")
+    reset = d.find_element(By.ID, "reset")
+    Select(reset.find_element(By.NAME, "strategy")).select_by_visible_text("shift")
+    reset.find_element(By.NAME, "value").send_keys("-1")
+    click_to_load(d, d.find_element(By.ID, "apply"))
+    wait_for(d, "plan-status", "Reset applied.")
+    plan = d.find_elements(By.CSS_SELECTOR, "#plan tbody tr")
+    assert [r.find_element(By.CLASS_NAME, "new-offset").text for r in plan] == ["2", "2"]
+    wait_for(d, "total-lag", "2")
 
 
 def test_acls_page(broker, broker_factory, console: str, browser: webdriver.Chrome, tmp_path: Path) -> None:
