@@ -37,3 +37,16 @@ def test_forms_from_another_site_are_refused() -> None:
         assert r.status_code == 502 and f"cannot reach {bootstrap}" in r.text
     finally:
         view.close()
+
+
+def test_port_in_use_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    from rivulet.cli.main import main
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["console", "-b", f"127.0.0.1:{free_port()}", "--port", str(port)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"rivulet console: cannot serve on 127.0.0.1:{port}: Address already in use"]

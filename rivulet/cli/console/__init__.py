@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
+import socket
 from typing import Any
 
-from rivulet.cli.common import add_connection_args, client_config, run_command
+from rivulet.cli.common import CliError, add_connection_args, client_config, run_command
 
 
 def console_main(args: argparse.Namespace) -> int:
@@ -26,20 +28,29 @@ def _serve(args: argparse.Namespace) -> int:
     conf = client_config(args)
     if not args.debug:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    try:
+        # Bound here rather than by werkzeug, which prints its own lines and exits on a taken port.
+        sock = socket.create_server((args.host, args.port),
+                                    family=socket.AF_INET6 if ":" in args.host else socket.AF_INET)
+    except OSError as e:
+        why = os.strerror(e.errno) if e.errno else str(e)
+        raise CliError(f"cannot serve on {args.host}:{args.port}: {why}") from None
     view = ClusterView(conf)
-    server = make_server(args.host, args.port, create_app(view, conf["bootstrap.servers"]), threaded=True)
+    server = make_server(args.host, args.port, create_app(view, conf["bootstrap.servers"]), threaded=True,
+                         fd=sock.fileno())
 
     def stop(*_: Any) -> None:
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, stop)
-    print(f"Rivulet console on http://{args.host}:{server.server_port} for {conf['bootstrap.servers']}",
-          flush=True)
+    shown = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"Rivulet console on http://{shown}:{sock.getsockname()[1]} for {conf['bootstrap.servers']}", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
         server.server_close()
+        sock.close()
         view.close()
     return 0
 
