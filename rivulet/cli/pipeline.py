@@ -293,10 +293,16 @@ class StopSignal:
         self.signum = signum
         self.event.set()
         if self.spark is not None:
-            try:
-                self.spark.sparkContext.cancelAllJobs()
-            except Exception:  # Spark is already stopping
-                pass
+            # From another thread: the handler runs on the main thread, which may be inside a
+            # Py4J call reading its connection; a second call there would read it reentrantly.
+            # Py4J gives each thread a connection of its own.
+            threading.Thread(target=self._cancel_jobs, name="rivulet-cancel-jobs", daemon=True).start()
+
+    def _cancel_jobs(self) -> None:
+        try:
+            self.spark.sparkContext.cancelAllJobs()
+        except Exception:  # Spark is already stopping
+            pass
 
     def is_set(self) -> bool:
         return self.event.is_set()
