@@ -4,6 +4,7 @@ __consumer_offsets, and members that record what they were answered. (No tests h
 from __future__ import annotations
 
 import asyncio
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,6 +119,7 @@ class TopicInfo:
     name: str
     num_partitions: int
     configs: dict = field(default_factory=dict)
+    topic_id: uuid.UUID = field(default_factory=uuid.uuid4)
 
 
 class FakeMetadata:
@@ -126,6 +128,15 @@ class FakeMetadata:
 
     def get(self, name: str):
         return self.topics.get(name)
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        return next((t.name for t in self.topics.values() if t.topic_id == topic_id), None)
+
+    def topic_names(self) -> list[str]:
+        return list(self.topics)
+
+    def partition_racks(self, topic: str, partition: int) -> frozenset[str]:
+        return frozenset()
 
 
 class FakeCluster:
