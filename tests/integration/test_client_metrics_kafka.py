@@ -6,8 +6,13 @@ error codes)."""
 from __future__ import annotations
 
 import asyncio
+import sys
+from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from kafka_compare import read_until_changed  # noqa: E402
 
 pytestmark = [pytest.mark.java, pytest.mark.integration]
 
@@ -58,16 +63,6 @@ def probe(bootstrap: str) -> dict:
             r = await c.send(ListConfigResourcesRequest(resource_types=[CM]), version=1)
             return [r.error_code, sorted((x.resource_name, x.resource_type) for x in r.config_resources)]
 
-        async def changed(fetch, previous):
-            """A read after a change, once it shows: Kafka's brokers apply the controller's
-            metadata a moment after answering the change."""
-            for _ in range(50):
-                now = await fetch()
-                if now != previous:
-                    return now
-                await asyncio.sleep(0.1)
-            return now
-
         out["describe none"] = await describe(sub)
         out["describe unnamed"] = await describe("")
         out["validated"] = [await alter(sub, ops, True) for ops in OPS]
@@ -77,16 +72,16 @@ def probe(bootstrap: str) -> dict:
                                        ("interval.ms", SET, "2000"), ("match", SET, "client_id=app-.*")], False)
         out["append"] = await alter(sub, [("metrics", APPEND, "org.apache.kafka.stream.")], False)
         out["subtract"] = await alter(sub, [("metrics", SUBTRACT, "org.apache.kafka.consumer.")], False)
-        out["after"] = await changed(lambda: describe(sub), out["describe none"])
+        out["after"] = await read_until_changed(lambda: describe(sub), out["describe none"])
         r = await c.send(acq.AlterConfigsRequest(validate_only=False, resources=[acq.AlterConfigsResource(
             resource_type=CM, resource_name=other, configs=[acq.AlterableConfig(name="metrics", value="*")])]))
         out["legacy"] = r.responses[0].error_code
-        out["legacy described"] = await changed(lambda: describe(other), out["describe none"])
-        out["listed"] = await changed(listed, out["listed before"])
+        out["legacy described"] = await read_until_changed(lambda: describe(other), out["describe none"])
+        out["listed"] = await read_until_changed(listed, out["listed before"])
         out["emptied"] = await alter(sub, [("metrics", DELETE, None), ("interval.ms", DELETE, None),
                                            ("match", DELETE, None)], False)
-        out["emptied described"] = await changed(lambda: describe(sub), out["after"])
-        out["listed after"] = await changed(listed, out["listed"])
+        out["emptied described"] = await read_until_changed(lambda: describe(sub), out["after"])
+        out["listed after"] = await read_until_changed(listed, out["listed"])
         await c.close()
 
     asyncio.run(main())

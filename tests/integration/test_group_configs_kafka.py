@@ -13,6 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import java_tools as jt  # noqa: E402
+from kafka_compare import read_until_changed  # noqa: E402
 
 pytestmark = [pytest.mark.java, pytest.mark.integration]
 
@@ -61,16 +62,6 @@ def probe(bootstrap: str) -> dict:
                     iac.AlterableConfig(name=n, config_operation=o, value=v) for n, o, v in ops])]))
             return r.responses[0].error_code, r.responses[0].error_message or None
 
-        async def changed(fetch, previous):
-            """A read after a change, once it shows: Kafka's brokers apply the controller's
-            metadata a moment after answering the change."""
-            for _ in range(50):
-                now = await fetch()
-                if now != previous:
-                    return now
-                await asyncio.sleep(0.1)
-            return now
-
         async def listed(types: list[int], version: int) -> tuple:
             r = await c.send(ListConfigResourcesRequest(resource_types=types), version=version)
             return (r.error_code, sorted((x.resource_name, x.resource_type) for x in r.config_resources
@@ -82,13 +73,13 @@ def probe(bootstrap: str) -> dict:
         out["unnamed"] = await alter("", [("consumer.session.timeout.ms", 0, "50000")], False)
         out["set"] = await alter(group, [("consumer.session.timeout.ms", 0, "50000"),
                                          ("share.isolation.level", 0, "read_committed")], False)
-        out["after"] = await changed(lambda: describe(32, group), out["describe"])
+        out["after"] = await read_until_changed(lambda: describe(32, group), out["describe"])
         r = await c.send(acq.AlterConfigsRequest(validate_only=False, resources=[acq.AlterConfigsResource(
             resource_type=32, resource_name=other, configs=[acq.AlterableConfig(name="share.delivery.count.limit",
                                                                                 value="3")])]))
         out["legacy"] = r.responses[0].error_code
         # both groups listed once the legacy change shows, so the three lists below see it
-        await changed(lambda: listed([32], 1), (0, [(group, 32)]))
+        await read_until_changed(lambda: listed([32], 1), (0, [(group, 32)]))
         for types, version in (([32], 1), ([64], 1), ([], 0)):
             out[f"list {types} v{version}"] = await listed(types, version)
         await c.send(ctq.CreateTopicsRequest(topics=[ctq.CreatableTopic(
