@@ -21,6 +21,9 @@
  * None for anything else so that the Python encoder handles it (and raises its errors); see
  * the "encoding" section. records.py calls setup_encoder(crc32c) once after import.
  *
+ * check_records walks a produced batch's records as records._py_check_records does and
+ * defers to it for anything it would reject; records.py calls setup_checker(it) once.
+ *
  * For the producer: make_record (its PendingRecord, left untracked by the garbage collector
  * when it can be) and murmur2 (Java's Utils.murmur2, for the default partitioner).
  */
@@ -1397,6 +1400,135 @@ speedups_murmur2(PyObject *module, PyObject *data)
     return PyLong_FromLong((long)(int32_t)h);
 }
 
+/* --- the produce path's record walk ---------------------------------------------------- */
+
+static PyObject *check_fallback = NULL; /* records._py_check_records */
+
+/* check_records(buf, pos, end, count, require_keys, base_timestamp, timestamp_bounds,
+ * record_errors) -> int: records._py_check_records for a well-formed batch, without creating
+ * a Python object per field. Anything that the Python walk would report (a structural error
+ * it raises, a record error it appends) or that leaves 64-bit arithmetic is handed to that
+ * walk from the start, so errors, their order and their messages are the reference's. */
+static PyObject *
+speedups_check_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "check_records() takes 8 arguments");
+        return NULL;
+    }
+    if (check_fallback == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "check_records() called before setup_checker()");
+        return NULL;
+    }
+    Py_buffer view;
+    int have_view = 0;
+    int ok = 0;
+    int64_t max_ts = -1;
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t end = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t count = PyLong_AsSsize_t(args[3]);
+    int64_t base_ts = PyLong_AsLongLong(args[5]);
+    int require_keys = PyObject_IsTrue(args[4]);
+    int check_ts = args[6] != Py_None;
+    int64_t lo = 0, hi = 0;
+    if (PyErr_Occurred() || require_keys < 0)
+        goto done;
+    if (check_ts) {
+        if (!PyTuple_CheckExact(args[6]) || PyTuple_GET_SIZE(args[6]) != 2)
+            goto done;
+        lo = PyLong_AsLongLong(PyTuple_GET_ITEM(args[6], 0));
+        hi = PyLong_AsLongLong(PyTuple_GET_ITEM(args[6], 1));
+        if (PyErr_Occurred())
+            goto done;
+    }
+    if (pos < 0 || end < pos || count < 0)
+        goto done;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        goto done;
+    have_view = 1;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    const Py_ssize_t limit = view.len; /* the Python walk may read up to the buffer's end */
+    uint64_t v;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (read_uvarint(buf, limit, &pos, 5, &v) != VARINT_OK)
+            goto done;
+        int64_t size = zigzag(v);
+        if (size < 6 || size > end - pos)
+            goto done;
+        Py_ssize_t rec_end = pos + (Py_ssize_t)size;
+        Py_ssize_t p = pos + 1; /* attributes: unused */
+        Py_ssize_t start = p;
+        if (read_uvarint(buf, limit, &p, 10, &v) != VARINT_OK || p - start == 10)
+            goto done; /* a 10-byte delta may not fit in 64 bits: the Python walk decides */
+        int64_t ts;
+        if (__builtin_add_overflow(base_ts, zigzag(v), &ts))
+            goto done;
+        if (ts > max_ts)
+            max_ts = ts;
+        if (check_ts && (ts < lo || ts > hi) && ts != -1)
+            goto done;
+        if (read_uvarint(buf, limit, &p, 5, &v) != VARINT_OK || v != ((uint64_t)i << 1))
+            goto done;
+        /* key, then value: a length, -1 for null */
+        for (int field = 0; field < 2; field++) {
+            if (read_uvarint(buf, limit, &p, 5, &v) != VARINT_OK)
+                goto done;
+            int64_t n = zigzag(v);
+            if (n >= 0)
+                p += (Py_ssize_t)n;
+            else if (n != -1 || (field == 0 && require_keys))
+                goto done;
+        }
+        if (read_uvarint(buf, limit, &p, 5, &v) != VARINT_OK)
+            goto done;
+        int64_t n_headers = zigzag(v);
+        if (n_headers < 0)
+            goto done;
+        for (int64_t h = 0; h < n_headers; h++) {
+            if (read_uvarint(buf, limit, &p, 5, &v) != VARINT_OK)
+                goto done;
+            int64_t n = zigzag(v);
+            if (n < 0 || n > limit - p)
+                goto done;
+            p += (Py_ssize_t)n;
+            if (read_uvarint(buf, limit, &p, 5, &v) != VARINT_OK)
+                goto done;
+            n = zigzag(v);
+            if (n >= 0)
+                p += (Py_ssize_t)n;
+            else if (n != -1)
+                goto done;
+            if (p > rec_end)
+                goto done;
+        }
+        if (p != rec_end)
+            goto done;
+        pos = rec_end;
+    }
+    ok = pos == end;
+done:
+    if (have_view)
+        PyBuffer_Release(&view);
+    if (ok)
+        return PyLong_FromLongLong(max_ts);
+    PyErr_Clear();
+    return PyObject_Vectorcall(check_fallback, args, (size_t)nargs, NULL);
+}
+
+static PyObject *
+speedups_setup_checker(PyObject *module, PyObject *fn)
+{
+    (void)module;
+    if (!PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "setup_checker() needs the Python record walk");
+        return NULL;
+    }
+    Py_INCREF(fn);
+    Py_XSETREF(check_fallback, fn);
+    Py_RETURN_NONE;
+}
+
 /* --- module ---------------------------------------------------------------------------- */
 
 static PyMethodDef speedups_methods[] = {
@@ -1426,6 +1558,13 @@ static PyMethodDef speedups_methods[] = {
      "make_record(cls, *items) -> cls\n\n"
      "tuple.__new__(cls, items) for a tuple subclass, left untracked by the garbage collector\n"
      "when no item can be part of a reference cycle."},
+    {"check_records", (PyCFunction)(void (*)(void))speedups_check_records, METH_FASTCALL,
+     "check_records(buf, pos, end, count, require_keys, base_timestamp, timestamp_bounds,\n"
+     "              record_errors) -> int\n\n"
+     "C version of rivulet.protocol.records._py_check_records for well-formed records; any\n"
+     "input the Python walk would reject is handed to it whole."},
+    {"setup_checker", (PyCFunction)speedups_setup_checker, METH_O,
+     "setup_checker(fn) -> None\n\nBind the Python record walk check_records defers to."},
     {"murmur2", (PyCFunction)speedups_murmur2, METH_O,
      "murmur2(data: bytes) -> int\n\nKafka's murmur2 hash (Java's Utils.murmur2), a signed 32-bit int."},
     {"setup", (PyCFunction)(void (*)(void))speedups_setup, METH_FASTCALL,

@@ -1039,7 +1039,7 @@ def decode_records(
 # --- produce-path validation --------------------------------------------------------------
 
 
-def _check_records(
+def _py_check_records(
     buf: bytes | bytearray | memoryview,
     pos: int,
     end: int,
@@ -1182,6 +1182,12 @@ def _check_records(
     if pos != end:
         raise _invalid(f"bytes left after the batch's declared {count} records")
     return max_ts
+
+
+_check_records = _py_check_records
+if SPEEDUPS and hasattr(_speedups, "check_records"):  # an extension built before the walker: Python
+    _speedups.setup_checker(_py_check_records)
+    _check_records = _speedups.check_records
 
 
 def validate_produce_records(
