@@ -102,6 +102,18 @@ def wait_for(driver: webdriver.Chrome, element_id: str, value: str) -> None:
         f"#{element_id} never showed {value!r}")
 
 
+def lag_lines(driver: webdriver.Chrome) -> dict[str, list[str]]:
+    """Each partition's line on the group's lag chart: its lag at each sample, oldest first."""
+    return settled(driver, lambda d: {p.get_attribute("data-tp"): p.get_attribute("data-lags").split()
+                                      for p in d.find_elements(By.CSS_SELECTOR, "#lag-chart path[data-tp]")})
+
+
+def lag_legend(driver: webdriver.Chrome) -> dict[str, str]:
+    """Each partition's lag now, as the chart's legend shows it."""
+    return settled(driver, lambda d: {s.get_attribute("data-tp"): s.find_element(By.TAG_NAME, "b").text
+                                      for s in d.find_elements(By.CSS_SELECTOR, "#lag-chart span[data-tp]")})
+
+
 def test_console_end_to_end(broker, console: str, browser: webdriver.Chrome) -> None:
     d = browser
     d.get(console + "/")
@@ -185,18 +197,19 @@ def test_console_end_to_end(broker, console: str, browser: webdriver.Chrome) -> 
     group = "console-readers"
     conf = {"bootstrap.servers": broker.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
             "enable.auto.commit": False}
-    half = PER_PARTITION // 2
-    c = Consumer(conf)  # commits as a group that has read half of every partition
-    c.commit(offsets=[TopicPartition(TOPIC, part, half) for part in range(PARTITIONS)], asynchronous=False)
+    read = {part: 2 + 3 * part for part in range(PARTITIONS)}  # a different lag on each partition
+    unread = sum(PER_PARTITION - n for n in read.values())
+    c = Consumer(conf)  # commits as a group that has read part of every partition
+    c.commit(offsets=[TopicPartition(TOPIC, part, n) for part, n in read.items()], asynchronous=False)
     c.close()
     d.get(console + "/groups")
     # Only committed offsets so far: no protocol type yet, no members.
     cells = [c.text for c in d.find_elements(By.CSS_SELECTOR, f'#groups tr[data-group="{group}"] td')]
-    assert cells == [group, "-", "Empty", "0", str(PARTITIONS * (PER_PARTITION - half))]
+    assert cells == [group, "-", "Empty", "0", str(unread)]
     shot(d, "groups")
     d.get(f"{console}/groups/{group}")
     wait_for(d, "group-state", "Empty")
-    wait_for(d, "total-lag", str(PARTITIONS * (PER_PARTITION - half)))
+    wait_for(d, "total-lag", str(unread))
 
     c = Consumer(conf)
     c.subscribe([TOPIC])
@@ -210,6 +223,18 @@ def test_console_end_to_end(broker, console: str, browser: webdriver.Chrome) -> 
                 and len(c.assignment()) == PARTITIONS:
             break
     wait_for(d, "total-lag", "0")  # the page reloads its lag by itself
+    # Per partition: the table's lag, and a line on the chart falling from what it had unread to 0.
+    names = [f"{TOPIC}-{part}" for part in range(PARTITIONS)]
+    assert settled(d, lambda d: {r.get_attribute("data-tp"): r.find_element(By.CLASS_NAME, "lag").text
+                                 for r in d.find_elements(By.CSS_SELECTOR, "#offsets tr[data-tp]")}) \
+        == dict.fromkeys(names, "0")
+    lines = lag_lines(d)
+    assert sorted(lines) == names
+    for part, name in enumerate(names):
+        lags = lines[name]
+        assert lags[0] == str(PER_PARTITION - read[part]) and lags[-1] == "0"
+        assert [int(x) for x in lags] == sorted((int(x) for x in lags), reverse=True)
+    assert lag_legend(d) == dict.fromkeys(names, "0")
     wait_for(d, "group-state", "Stable")
     assert settled(d, lambda d: d.find_elements(By.CSS_SELECTOR, "#members tbody tr td")[0].text) \
         != "No active members."
@@ -231,6 +256,8 @@ def test_console_end_to_end(broker, console: str, browser: webdriver.Chrome) -> 
     click_to_load(d, d.find_element(By.ID, "apply"))
     wait_for(d, "plan-status", "Reset applied.")
     wait_for(d, "total-lag", str(PARTITIONS * PER_PARTITION))
+    assert lag_legend(d) == dict.fromkeys(names, str(PER_PARTITION))
+    assert all(lags[-1] == str(PER_PARTITION) for lags in lag_lines(d).values())
     shot(d, "reset")
 
     # Delete the topic through the page.

@@ -7,6 +7,7 @@ import pytest
 
 from rivulet.cli.console.backend import reset_args
 from rivulet.cli.console.render import LagHistory, lag_chart, show_bytes
+from rivulet.common.types import TopicPartition as TP
 
 pytestmark = pytest.mark.fast
 
@@ -22,21 +23,43 @@ def test_text_json_and_hex() -> None:
     assert show_bytes(bytes(range(10)), "hex") == "00010203 04050607 0809"
 
 
+A0, A1, B0 = TP("a", 0), TP("a", 1), TP("b", 0)
+
+
 def test_lag_history_keeps_the_last_samples() -> None:
     h = LagHistory(size=3)
     for lag in (5, 4, 3, 2):
-        h.add(lag)
-    assert list(h.samples) == [4, 3, 2]
+        h.add({A0: lag, A1: 2 * lag})
+    assert list(h.samples) == [{A0: 4, A1: 8}, {A0: 3, A1: 6}, {A0: 2, A1: 4}]
 
 
-def test_lag_chart_scales_to_the_largest_sample() -> None:
-    assert lag_chart([]) == ""
-    assert lag_chart([7]) == ""
-    svg = lag_chart([10, 5, 0], width=100, height=50)
-    assert 'points="0.0,0.0 50.0,25.0 100.0,50.0"' in svg
-    assert "at most 10" in svg
-    # All zero: a flat line along the bottom, no division by zero.
-    assert 'points="0.0,50.0 100.0,50.0"' in lag_chart([0, 0], width=100, height=50)
+def test_lag_chart_draws_a_line_per_partition_scaled_to_the_largest_lag() -> None:
+    assert lag_chart([]) is None
+    assert lag_chart([{A0: 7}]) is None
+    chart = lag_chart([{A0: 10, A1: 4}, {A0: 5, A1: 2}, {A0: 0, A1: 0}], width=100, height=50)
+    assert chart is not None and chart.top == 10 and chart.left_out == 0
+    assert [(line.tp, line.lags, line.last) for line in chart.lines] == [(A0, [10, 5, 0], 0), (A1, [4, 2, 0], 0)]
+    assert chart.lines[0].path == "M0.0,0.0 L50.0,25.0 L100.0,50.0"
+    assert chart.lines[1].path == "M0.0,30.0 L50.0,40.0 L100.0,50.0"
+    assert chart.lines[0].color != chart.lines[1].color
+    # All zero: flat lines along the bottom, no division by zero.
+    (flat,) = lag_chart([{A0: 0}, {A0: 0}], width=100, height=50).lines
+    assert flat.path == "M0.0,50.0 L100.0,50.0"
+
+
+def test_lag_chart_leaves_a_gap_where_a_partition_had_no_commit() -> None:
+    chart = lag_chart([{A0: 4}, {A0: 2, B0: 4}, {B0: 2}, {A0: 0, B0: 0}], width=30, height=40)
+    a0, b0 = chart.lines
+    assert a0.lags == [4, 2, None, 0] and a0.path == "M0.0,0.0 L10.0,20.0 M30.0,40.0"
+    assert b0.lags == [None, 4, 2, 0] and b0.path == "M10.0,0.0 L20.0,20.0 L30.0,40.0"
+
+
+def test_lag_chart_draws_the_laggiest_partitions_only() -> None:
+    samples = [{TP("t", p): p for p in range(12)}, {TP("t", p): 11 - p for p in range(12)}]
+    chart = lag_chart(samples, most=3)
+    # The largest lag now first; in partition order on the chart.
+    assert [line.tp.partition for line in chart.lines] == [0, 1, 2] and chart.left_out == 9
+    assert chart.top == 11
 
 
 def test_reset_form_as_command_arguments() -> None:

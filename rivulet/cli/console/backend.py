@@ -277,8 +277,8 @@ class ClusterView:
 
     def group(self, group_id: str) -> tuple[GroupInfo, list[LagRow]]:
         info, rows = self._run(self._group(group_id))
-        total = sum(r.lag or 0 for r in rows)
-        self.lag_history.setdefault(group_id, LagHistory()).add(total)
+        self.lag_history.setdefault(group_id, LagHistory()).add(
+            {TP(r.topic, r.partition): r.lag for r in rows if r.lag is not None})
         return info, rows
 
     async def _group(self, group_id: str) -> tuple[GroupInfo, list[LagRow]]:

@@ -1,11 +1,14 @@
 """What the console shows, as pure functions: record bytes as text, JSON or hex, and the lag
-history as a small SVG chart."""
+history per partition as the lines of a small chart (the SVG is drawn by the template)."""
 
 from __future__ import annotations
 
 import json
 from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from rivulet.common.types import TopicPartition
 
 VIEWS = ("text", "json", "hex")
 
@@ -30,25 +33,66 @@ def show_bytes(data: bytes | None, view: str) -> str:
 
 @dataclass
 class LagHistory:
-    """The last ``size`` samples of a group's total lag, oldest first."""
+    """The last ``size`` samples of a group's lag per partition, oldest first; a partition
+    without a committed offset is absent from a sample."""
 
     size: int = 60
 
     def __post_init__(self) -> None:
-        self.samples: deque[int] = deque(maxlen=self.size)
+        self.samples: deque[dict[TopicPartition, int]] = deque(maxlen=self.size)
 
-    def add(self, lag: int) -> None:
-        self.samples.append(lag)
+    def add(self, lags: Mapping[TopicPartition, int]) -> None:
+        self.samples.append(dict(lags))
 
 
-def lag_chart(samples: list[int], width: int = 480, height: int = 120) -> str:
-    """An SVG polyline of ``samples`` scaled to the box (the largest sample at the top); an
-    empty string without two samples to join."""
+# Tableau's ten categorical colours: told apart easily, also in print.
+PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
+           "#9c755f", "#bab0ac")
+
+
+@dataclass(frozen=True)
+class LagLine:
+    tp: TopicPartition
+    color: str
+    lags: list[int | None]  # per sample; None where the partition had no committed offset
+    path: str  # SVG path data; a gap where a sample lacks the partition
+
+    @property
+    def last(self) -> int | None:
+        return self.lags[-1]
+
+
+@dataclass(frozen=True)
+class LagChart:
+    """One line per partition over the samples, scaled to the box (the largest lag at the top)."""
+
+    width: int
+    height: int
+    top: int
+    lines: list[LagLine]
+    left_out: int  # partitions not drawn, as only the ``most`` laggiest are
+
+
+def lag_chart(samples: Sequence[Mapping[TopicPartition, int]], width: int = 480, height: int = 120,
+              most: int = len(PALETTE)) -> LagChart | None:
+    """The chart of the ``most`` partitions with the largest lag now (then ever); None without
+    two samples to join."""
     if len(samples) < 2:
-        return ""
-    top = max(max(samples), 1)
+        return None
+    seen = sorted({tp for s in samples for tp in s})
+    peak = {tp: max(s.get(tp, 0) for s in samples) for tp in seen}
+    chosen = sorted(sorted(seen, key=lambda tp: (-samples[-1].get(tp, -1), -peak[tp], tp))[:most])
+    top = max([*peak.values(), 1])
     step = width / (len(samples) - 1)
-    points = " ".join(f"{i * step:.1f},{height - s * height / top:.1f}" for i, s in enumerate(samples))
-    return (f'<svg class="lag-chart" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
-            f'role="img" aria-label="total lag over time, at most {top}">'
-            f'<polyline fill="none" stroke="currentColor" stroke-width="2" points="{points}"/></svg>')
+    lines = []
+    for i, tp in enumerate(chosen):
+        lags = [s.get(tp) for s in samples]
+        path, joined = [], False
+        for x, lag in enumerate(lags):
+            if lag is None:
+                joined = False
+                continue
+            path.append(f"{'L' if joined else 'M'}{x * step:.1f},{height - lag * height / top:.1f}")
+            joined = True
+        lines.append(LagLine(tp, PALETTE[i % len(PALETTE)], lags, " ".join(path)))
+    return LagChart(width, height, top, lines, len(seen) - len(chosen))
