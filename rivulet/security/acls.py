@@ -153,6 +153,12 @@ class AclBinding:
         if not e.host:
             raise ApiError(ErrorCode.INVALID_REQUEST, "Host should not be empty")
 
+    def to_filter(self) -> AclBindingFilter:
+        """The filter that matches this binding alone (Kafka's ``AclBinding.toFilter``)."""
+        p, e = self.pattern, self.entry
+        return AclBindingFilter(p.resource_type, p.name, p.pattern_type, e.principal, e.host, e.operation,
+                                e.permission_type)
+
 
 # What one request changes of a pattern's entries: (added, removed).
 AclChange = tuple[frozenset[AccessControlEntry], frozenset[AccessControlEntry]]

@@ -16,8 +16,8 @@ from typing import TypeVar
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic,
-                                   ResourcePatternType, ResourceType)
+from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
+                                   NewTopic, ResourcePatternType, ResourceType)
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
@@ -337,26 +337,88 @@ def test_consumer_protocol_group(broker, console: str, browser: webdriver.Chrome
     wait_for(d, "total-lag", "2")
 
 
+def acl_rows(driver: webdriver.Chrome) -> list[list[str]]:
+    return [[c.text for c in r.find_elements(By.TAG_NAME, "td")][:7]
+            for r in driver.find_elements(By.CSS_SELECTOR, "#acls tbody tr")]
+
+
+def broker_acls(admin: AdminClient) -> set[tuple[str, str, str, str, str, str, str]]:
+    """Every ACL the broker keeps, as the console's table shows them."""
+    found = admin.describe_acls(AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+                                                 AclOperation.ANY, AclPermissionType.ANY)).result(30)
+    return {(b.restype.name, b.name, b.resource_pattern_type.name, b.principal, b.host, b.operation.name,
+             b.permission_type.name) for b in found}
+
+
 def test_acls_page(broker, broker_factory, console: str, browser: webdriver.Chrome, tmp_path: Path) -> None:
     d = browser
     d.get(console + "/acls")
     assert "no authorizer" in text_of(d, "acls-off")
+    assert not d.find_elements(By.ID, "create-acl")
+    # A form posted all the same (the page was loaded while the broker had an authorizer, say):
+    # the broker's refusal is shown on the page.
+    d.execute_script("""
+        const f = document.createElement("form");
+        f.method = "post"; f.action = "/acls";
+        for (const [k, v] of Object.entries({resource_type: "TOPIC", name: "t", pattern_type: "LITERAL",
+                                             principal: "User:alice", host: "*", operation: "READ",
+                                             permission: "ALLOW"})) {
+            const i = document.createElement("input"); i.type = "hidden"; i.name = k; i.value = v; f.appendChild(i);
+        }
+        document.body.appendChild(f); f.submit();""")
+    wait_for(d, "error", "SECURITY_DISABLED: No Authorizer is configured on the broker")
+    assert "no authorizer" in text_of(d, "acls-off")
+
     secured = broker_factory({"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
                               "allow.everyone.if.no.acl.found": "true"})
     admin = AdminClient({"bootstrap.servers": secured.bootstrap})
     binding = AclBinding(ResourceType.TOPIC, "payments", ResourcePatternType.PREFIXED, "User:alice", "*",
                          AclOperation.READ, AclPermissionType.ALLOW)
     admin.create_acls([binding])[binding].result(30)
+    payments = ["TOPIC", "payments", "PREFIXED", "User:alice", "*", "READ", "ALLOW"]
     with open(tmp_path / "console.log", "w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "rivulet", "console", "-b", secured.bootstrap, "--port", "0"],
                                 stdout=subprocess.PIPE, stderr=out, text=True)
     try:
         url = proc.stdout.readline().split()[3]
         d.get(url + "/acls")
-        rows = [[c.text for c in r.find_elements(By.TAG_NAME, "td")]
-                for r in d.find_elements(By.CSS_SELECTOR, "#acls tbody tr")]
-        assert rows == [["TOPIC", "payments", "PREFIXED", "User:alice", "*", "READ", "ALLOW"]]
+        assert acl_rows(d) == [payments]
+
+        # Create one through the form.
+        form = d.find_element(By.ID, "create-acl")
+        Select(form.find_element(By.NAME, "permission")).select_by_visible_text("DENY")
+        form.find_element(By.NAME, "principal").send_keys("User:mallory")
+        host = form.find_element(By.NAME, "host")
+        host.clear()
+        host.send_keys("10.0.0.9")
+        Select(form.find_element(By.NAME, "operation")).select_by_visible_text("WRITE")
+        Select(form.find_element(By.NAME, "resource_type")).select_by_visible_text("TOPIC")
+        form.find_element(By.NAME, "name").send_keys("orders")
+        click_to_load(d, form.find_element(By.CSS_SELECTOR, "button[type=submit]"))
+        wait_for(d, "notice", "Created ACL: DENY User:mallory from 10.0.0.9 to WRITE TOPIC orders (LITERAL).")
+        mallory = ["TOPIC", "orders", "LITERAL", "User:mallory", "10.0.0.9", "WRITE", "DENY"]
+        assert acl_rows(d) == [mallory, payments]  # by resource type and name
+        assert broker_acls(admin) == {tuple(payments), tuple(mallory)}
         shot(d, "acls")
+
+        # One the broker refuses: its reason is on the page, and nothing changed.
+        form = d.find_element(By.ID, "create-acl")
+        form.find_element(By.NAME, "principal").send_keys("User:alice")
+        Select(form.find_element(By.NAME, "operation")).select_by_visible_text("READ")
+        Select(form.find_element(By.NAME, "resource_type")).select_by_visible_text("CLUSTER")
+        click_to_load(d, form.find_element(By.CSS_SELECTOR, "button[type=submit]"))
+        assert text_of(d, "error").startswith("INVALID_REQUEST:")
+        assert acl_rows(d) == [mallory, payments]
+
+        # Delete alice's through its button.
+        old = d.find_element(By.TAG_NAME, "html")
+        d.find_elements(By.CSS_SELECTOR, "#acls tbody tr")[1].find_element(By.NAME, "delete").click()
+        d.switch_to.alert.accept()
+        WebDriverWait(d, WAIT).until(staleness_of(old), "the page did not load")
+        wait_for(d, "notice", "Deleted ACL: ALLOW User:alice from * to READ TOPIC payments (PREFIXED).")
+        assert acl_rows(d) == [mallory]
+        assert broker_acls(admin) == {tuple(mallory)}
     finally:
         proc.terminate()
         proc.wait(30)
+    assert "Traceback" not in (tmp_path / "console.log").read_text()

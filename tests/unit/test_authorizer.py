@@ -194,3 +194,15 @@ def test_valid_bindings_and_filters() -> None:
         AclBindingFilter(resource_type=RT.UNKNOWN).validate()
     with pytest.raises(ApiError):
         AclBindingFilter(principal="nobody").validate()
+
+
+def test_a_binding_as_a_filter_matches_it_alone() -> None:
+    b = acl(RT.TOPIC, "orders", Op.READ, Perm.DENY, host="10.0.0.1", pt=PT.PREFIXED)
+    others = [acl(RT.TOPIC, "orders", Op.READ, Perm.DENY, pt=PT.PREFIXED),
+              acl(RT.TOPIC, "orders", Op.READ, Perm.DENY, host="10.0.0.1"),
+              acl(RT.TOPIC, "orders", Op.READ, Perm.ALLOW, host="10.0.0.1", pt=PT.PREFIXED),
+              acl(RT.TOPIC, "orders", Op.WRITE, Perm.DENY, host="10.0.0.1", pt=PT.PREFIXED),
+              acl(RT.TOPIC, "ord", Op.READ, Perm.DENY, host="10.0.0.1", pt=PT.PREFIXED),
+              acl(RT.GROUP, "orders", Op.READ, Perm.DENY, host="10.0.0.1", pt=PT.PREFIXED),
+              acl(RT.TOPIC, "orders", Op.READ, Perm.DENY, "User:bob", "10.0.0.1", PT.PREFIXED)]
+    assert set(authz(b, *others).matching(b.to_filter())) == {b}

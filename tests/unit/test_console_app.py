@@ -32,6 +32,11 @@ def test_forms_from_another_site_are_refused() -> None:
         client = create_app(view, bootstrap).test_client()
         r = client.post("/topics/orders/delete", headers={"Origin": "http://evil.example"})
         assert r.status_code == 403 and "another site" in r.text
+        for path in ("/acls", "/acls/delete"):
+            r = client.post(path, data={"resource_type": "TOPIC", "name": "t", "pattern_type": "LITERAL",
+                                        "principal": "User:eve", "operation": "ALL", "permission": "ALLOW"},
+                            headers={"Origin": "http://evil.example"})
+            assert r.status_code == 403 and "another site" in r.text
         # Its own pages' forms (same origin, or no Origin header) reach the cluster, here away.
         r = client.post("/topics/orders/delete", headers={"Origin": "http://localhost"})
         assert r.status_code == 502 and f"cannot reach {bootstrap}" in r.text

@@ -1,13 +1,22 @@
-"""The console's pure parts: record bytes as text, JSON or hex, the lag chart, and the reset
-form turned into `rivulet groups reset-offsets` arguments."""
+"""The console's pure parts: record bytes as text, JSON or hex, the lag chart, the reset
+form turned into `rivulet groups reset-offsets` arguments, and the ACL form into a binding."""
 
 from __future__ import annotations
 
 import pytest
 
-from rivulet.cli.console.backend import reset_args
+from rivulet.cli.console.backend import acl_binding, reset_args, show_acl
 from rivulet.cli.console.render import LagHistory, lag_chart, show_bytes
 from rivulet.common.types import TopicPartition as TP
+from rivulet.security.acls import (
+    AccessControlEntry,
+    AclBinding,
+    AclOperation as Op,
+    AclPermissionType as Perm,
+    PatternType as PT,
+    ResourcePattern,
+    ResourceType as RT,
+)
 
 pytestmark = pytest.mark.fast
 
@@ -77,3 +86,17 @@ def test_reset_form_as_command_arguments() -> None:
         reset_args("t", "datetime", " ")
     with pytest.raises(ValueError, match="unknown reset strategy"):
         reset_args("t", "sideways", "")
+
+
+def test_acl_form_as_a_binding() -> None:
+    b = acl_binding("TOPIC", " orders ", "PREFIXED", " User:alice ", "", "describe_configs", "ALLOW")
+    assert b == AclBinding(ResourcePattern(RT.TOPIC, "orders", PT.PREFIXED),
+                           AccessControlEntry("User:alice", "*", Op.DESCRIBE_CONFIGS, Perm.ALLOW))
+    assert show_acl(b) == "ALLOW User:alice from * to DESCRIBE_CONFIGS TOPIC orders (PREFIXED)"
+    # The cluster has one name, so the form needs none.
+    assert acl_binding("CLUSTER", "", "LITERAL", "User:x", "10.0.0.1", "ALTER", "DENY").pattern.name == "kafka-cluster"
+    # The broker refuses what is not valid (INVALID_REQUEST); names that are no value at all stop here.
+    with pytest.raises(ValueError, match="unknown AclOperation 'fly'"):
+        acl_binding("TOPIC", "t", "LITERAL", "User:x", "*", "fly", "ALLOW")
+    with pytest.raises(ValueError, match="unknown ResourceType"):
+        acl_binding("", "t", "LITERAL", "User:x", "*", "READ", "ALLOW")

@@ -12,10 +12,20 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
 from rivulet.cli.common import CliError, describe_failure
-from rivulet.cli.console.backend import RESET_STRATEGIES, ClusterView
+from rivulet.cli.console.backend import (
+    ACL_OPERATIONS,
+    ACL_PATTERN_TYPES,
+    ACL_PERMISSIONS,
+    ACL_RESOURCE_TYPES,
+    RESET_STRATEGIES,
+    ClusterView,
+    acl_binding,
+    show_acl,
+)
 from rivulet.cli.console.render import VIEWS, lag_chart, show_bytes
 from rivulet.client.errors import KafkaException
 from rivulet.protocol.errors import ApiError
+from rivulet.security.acls import AclBinding
 
 # What a page reports as a message instead of a failure.
 EXPECTED = (ApiError, CliError, ValueError)
@@ -138,7 +148,35 @@ def create_app(view: ClusterView, bootstrap: str) -> Flask:
 
     @app.get("/acls")
     def acls() -> str:
-        return render_template("acls.html", bindings=view.acls())
+        return render_template("acls.html", bindings=view.acls(), resource_types=ACL_RESOURCE_TYPES,
+                               pattern_types=ACL_PATTERN_TYPES, operations=ACL_OPERATIONS,
+                               permissions=ACL_PERMISSIONS, error=request.args.get("error"),
+                               notice=request.args.get("notice"))
+
+    def posted_acl() -> AclBinding:
+        f = request.form
+        return acl_binding(f.get("resource_type", ""), f.get("name", ""), f.get("pattern_type", ""),
+                           f.get("principal", ""), f.get("host", ""), f.get("operation", ""),
+                           f.get("permission", ""))
+
+    @app.post("/acls")
+    def create_acl() -> Response:
+        try:
+            binding = posted_acl()
+            view.create_acl(binding)
+        except EXPECTED as e:
+            return redirect(url_for("acls", error=str(e)))
+        return redirect(url_for("acls", notice=f"Created ACL: {show_acl(binding)}."))
+
+    @app.post("/acls/delete")
+    def delete_acl() -> Response:
+        try:
+            binding = posted_acl()
+            deleted = view.delete_acl(binding)
+        except EXPECTED as e:
+            return redirect(url_for("acls", error=str(e)))
+        done = "Deleted ACL" if deleted else "No such ACL (already deleted?)"
+        return redirect(url_for("acls", notice=f"{done}: {show_acl(binding)}."))
 
     @app.get("/groups")
     def groups() -> str:

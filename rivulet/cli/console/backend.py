@@ -21,11 +21,26 @@ from rivulet.client.core import EARLIEST, LATEST
 from rivulet.client.types import TopicPartition
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol.errors import ApiError, ErrorCode
-from rivulet.security.acls import AclBinding, AclBindingFilter
+from rivulet.security.acls import (
+    CLUSTER_NAME,
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
 
 T = TypeVar("T")
 
 RESET_STRATEGIES = ("earliest", "latest", "offset", "shift", "datetime")
+# What the ACL form offers: the values a new binding may take.
+ACL_RESOURCE_TYPES = tuple(t for t in ResourceType if t not in (ResourceType.UNKNOWN, ResourceType.ANY))
+ACL_PATTERN_TYPES = (PatternType.LITERAL, PatternType.PREFIXED)
+ACL_OPERATIONS = tuple(o for o in AclOperation if o not in (AclOperation.UNKNOWN, AclOperation.ANY))
+ACL_PERMISSIONS = (AclPermissionType.ALLOW, AclPermissionType.DENY)
 # Each partition of a reset: (the committed offset, if any; the offset the reset commits).
 ResetPlan = dict[TP, tuple[int | None, int]]
 
@@ -125,6 +140,24 @@ def reset_args(topic: str | None, strategy: str, value: str) -> argparse.Namespa
         to_latest=strategy == "latest", to_current=False, to_offset=number if strategy == "offset" else None,
         shift_by=number if strategy == "shift" else None, by_duration=None,
         to_datetime=value.strip() if strategy == "datetime" else None, isolation_level="read_uncommitted")
+
+
+def acl_binding(resource_type: str, name: str, pattern_type: str, principal: str, host: str, operation: str,
+                permission: str) -> AclBinding:
+    """The binding the ACL form names (enum names in any case). The cluster resource needs no
+    name; a missing host is any host. The broker validates the rest, as it does for any client."""
+    rt = ResourceType.parse(resource_type)
+    name = name.strip() or (CLUSTER_NAME if rt is ResourceType.CLUSTER else "")
+    return AclBinding(ResourcePattern(rt, name, PatternType.parse(pattern_type)),
+                      AccessControlEntry(principal.strip(), host.strip() or "*", AclOperation.parse(operation),
+                                         AclPermissionType.parse(permission)))
+
+
+def show_acl(b: AclBinding) -> str:
+    """One binding as a sentence: ``ALLOW User:alice from * to READ TOPIC orders (LITERAL)``."""
+    p, e = b.pattern, b.entry
+    return f"{e.permission_type.name} {e.principal} from {e.host} to {e.operation.name} " \
+           f"{p.resource_type.name} {p.name} ({p.pattern_type.name})"
 
 
 class ClusterView:
@@ -254,6 +287,18 @@ class ClusterView:
             raise
         return sorted(found, key=lambda b: (b.pattern.resource_type.name, b.pattern.name, b.entry.principal,
                                             b.entry.operation.name))
+
+    def create_acl(self, binding: AclBinding) -> None:
+        (error,) = self._run(self.admin.create_acls([binding]))
+        if error is not None:
+            raise error
+
+    def delete_acl(self, binding: AclBinding) -> int:
+        """Delete this binding alone; how many the broker deleted (0 if it was already gone)."""
+        (result,) = self._run(self.admin.delete_acls([binding.to_filter()]))
+        if isinstance(result, ApiError):
+            raise result
+        return len(result)
 
     # ------------------------------------------------------------ groups
 
