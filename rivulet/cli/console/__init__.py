@@ -20,24 +20,25 @@ def console_main(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from werkzeug.serving import make_server
+    import waitress
 
     from rivulet.cli.console.app import create_app
     from rivulet.cli.console.backend import ClusterView
 
     conf = client_config(args)
     if not args.debug:
-        logging.getLogger("werkzeug").setLevel(logging.WARNING)
+        logging.getLogger("waitress").setLevel(logging.WARNING)
     try:
-        # Bound here rather than by werkzeug, which prints its own lines and exits on a taken port.
+        # Bound here rather than by waitress, which would log the failure as a traceback.
         sock = socket.create_server((args.host, args.port),
                                     family=socket.AF_INET6 if ":" in args.host else socket.AF_INET)
     except OSError as e:
         why = os.strerror(e.errno) if e.errno else str(e)
         raise CliError(f"cannot serve on {args.host}:{args.port}: {why}") from None
     view = ClusterView(conf)
-    server = make_server(args.host, args.port, create_app(view, conf["bootstrap.servers"]), threaded=True,
-                         fd=sock.fileno())
+    # Threads enough for a few open pages, each reloading its live parts every 2 s.
+    server = waitress.create_server(create_app(view, conf["bootstrap.servers"]), sockets=[sock], threads=8,
+                                    ident="rivulet-console")
 
     def stop(*_: Any) -> None:
         raise KeyboardInterrupt
@@ -45,11 +46,11 @@ def _serve(args: argparse.Namespace) -> int:
     shown = f"[{args.host}]" if ":" in args.host else args.host
     print(f"Rivulet console on http://{shown}:{sock.getsockname()[1]} for {conf['bootstrap.servers']}", flush=True)
     try:
-        server.serve_forever()
+        server.run()
     except KeyboardInterrupt:
         pass
     finally:
-        server.server_close()
+        server.close()
         sock.close()
         view.close()
     return 0
