@@ -91,7 +91,7 @@ def fetch_info(version: str = KAFKA_VERSION) -> dict | None:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
     # An flock (not a pid file) so a crashed fetch never leaves a stale lock behind.
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
@@ -117,7 +117,7 @@ def fetch(version: str = KAFKA_VERSION, *, timeout: float = 900.0, verbose: bool
     if mvn is None:
         raise FetchError("Maven (mvn) not found on PATH; needed once to fetch Apache Kafka")
     home = kafka_home(version)
-    with _locked(home.with_name(home.name + ".lock")):
+    with locked(home.with_name(home.name + ".lock")):
         if is_fetched(version):  # another process finished while we waited
             return libs_dir(version)
         for stale in home.parent.glob(f"{home.name}.partial-*"):  # left by a killed fetch; we hold the lock
