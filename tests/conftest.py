@@ -114,3 +114,16 @@ def kafka_ref(java: None) -> Iterator[str]:
     finally:
         ref.stop()
         ref.cleanup()
+
+
+@pytest.fixture(scope="session")
+def spark_standalone(tmp_path_factory):
+    """A Spark standalone master and two 1-core workers on loopback (tests/spark_cluster.py),
+    shared by the session; its processes are killed afterwards."""
+    from spark_cluster import StandaloneCluster
+
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("spark-standalone"))
+    try:
+        yield cluster.start()
+    finally:
+        cluster.close()
