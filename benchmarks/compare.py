@@ -2,25 +2,37 @@
 
 The brokers alternate A B A B (Rivulet, Kafka, Rivulet, Kafka for two rounds), each round on a
 fresh data directory. After start-up each broker gets an untimed warm-up (``--warmup``) so that
-Kafka's JIT has compiled its produce and fetch paths. The table reports the median of the
-rounds for each figure and the spread between rounds:
+Kafka's JIT has compiled its produce and fetch paths. Throughput is loaded by native load
+generators only, never by a Python loop (which, at 100 B records, would measure itself):
 
-* produce throughput, 100 B and 1 KiB records, acks=1 and acks=all, loaded by librdkafka
-  (``benchmarks.produce_consume.produce``) and by Kafka's Java ProducerPerformance
-  (``tests.java_tools.producer_perf``, idempotence off like the librdkafka load);
-* consume throughput from the full acks=1 topics: librdkafka (``produce_consume.consume``)
-  and Kafka's ConsumerPerformance;
-* end-to-end latency at a fixed 5,000 msg/s (``produce_consume.latency``);
-* the time for a classic consumer group of 10 members to be Stable (``benchmarks.groups``;
-  group.initial.rebalance.delay.ms=0 on both brokers);
-* start-up time, from the broker process's creation (``/proc/<pid>/stat``) to its first
-  successful Metadata response, and the broker's resident memory (VmRSS, summed over its
-  process tree; for Kafka the java process) after the workloads.
+* librdkafka's ``rdkafka_performance`` (``benchmarks.rdkafka_perf``; build it once with
+  ``python -m benchmarks.rdkafka_perf build``): produce 100 B and 1 KiB at acks=1 and acks=all,
+  4 partitions, ``linger.ms=10``, ``batch.size=1000000``; consume each full acks=1 topic;
+  produce 1 KiB lz4 and zstd batches at acks=1; and many partitions, 1,000 over 10 topics:
+  rdkafka_performance takes one topic per process, so ten processes run at once, one per
+  topic of 100 partitions, their records counted over the wall time from the first start to
+  the last exit;
+* Kafka's Java ProducerPerformance and ConsumerPerformance (``tests.java_tools``): produce
+  100 B and 1 KiB at acks=1 and acks=all with the same batching and idempotence off, and
+  consume the full acks=1 topics (the fetch figures, without the group join).
 
-    python -m benchmarks.compare                        # 2 rounds, default counts
-    python -m benchmarks.compare --rounds 1 --records-100 50000 --records-1k 20000
+Next to each throughput figure: the load generator's own CPU (user+sys of the child processes,
+from their rusage) and the broker's (from ``/proc``, its process tree), each as seconds and as
+a share of one core over the run's wall time; a generator well under 100% is not the limit.
+Then the ratio Rivulet/Kafka (median of the rounds, and its range over the rounds), the spread
+of each broker's rounds, and the machine's load average before and after each broker's run.
 
-Progress goes to stderr, the markdown table and the run's context to stdout.
+The other figures: end-to-end latency at a fixed 5,000 msg/s (``produce_consume.latency``,
+confluent-kafka), Kafka's EndToEndLatency, the time for a classic group of 10 members to be
+Stable (``benchmarks.groups``; group.initial.rebalance.delay.ms=0 on both brokers), start-up
+time from the broker process's creation (``/proc/<pid>/stat``) to its first Metadata response,
+and the broker's resident memory (VmRSS over its process tree; for Kafka the java process).
+
+    python -m benchmarks.rdkafka_perf build             # once: rdkafka_performance into the cache
+    python -m benchmarks.compare                        # 2 rounds, issue 17's counts
+    python -m benchmarks.compare --rounds 1 --records-100 100000 --records-1k 30000 --warmup 10000
+
+Progress goes to stderr, the markdown tables and the run's context to stdout.
 """
 
 from __future__ import annotations
@@ -28,8 +40,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import functools
 import os
 import platform
+import resource
 import shlex
 import statistics
 import subprocess
@@ -38,7 +52,9 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 _REPO = Path(__file__).resolve().parents[1]
 if str(_REPO) not in sys.path:
@@ -47,21 +63,32 @@ if str(_REPO) not in sys.path:
 import confluent_kafka  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
-from benchmarks import groups  # noqa: E402
-from benchmarks.produce_consume import consume, create_topic, latency, produce  # noqa: E402
+from benchmarks import groups, rdkafka_perf  # noqa: E402
+from benchmarks.produce_consume import create_topic, latency, wait_for_leaders  # noqa: E402
 from benchmarks.reference.kafka import KAFKA_VERSION, KafkaReference  # noqa: E402
 from rivulet.testing import BrokerProcess  # noqa: E402
 from tests import java_tools  # noqa: E402
 
 PARTITIONS = 4
+# Many partitions: rdkafka_performance takes one topic, so one process per topic, all at once.
+MANY_TOPICS = 10
+MANY_PARTITIONS_EACH = 100
+COMPRESSIONS = ("lz4", "zstd")
+# Both generators batch alike (issue 17's settings); idempotence off, librdkafka's default.
+JAVA_PRODUCER_PROPS = {"enable.idempotence": False, "linger.ms": 10, "batch.size": 1_000_000}
 JAVA_LATENCY_RECORDS = 2000
 LATENCY_RATE = 5000
 # librdkafka's default (5) batches; 0 sends one request per record (see produce_consume.latency)
 LATENCY_LINGERS = (5, 0)
 GROUP_MEMBERS = 10
+TOOL_TIMEOUT = 1800.0
 
-# (key, label, unit, higher_is_better)
+T = TypeVar("T")
+
+# (key, label, unit, higher_is_better): the figures other than throughput
 FIGURES: list[tuple[str, str, str, bool]] = []
+# (key, label, load generator): each stored as key.rps, key.mbps, key.gen_s, key.gen_pct, ...
+THROUGHPUTS: list[tuple[str, str, str]] = []
 
 
 def _figure(key: str, label: str, unit: str, higher_is_better: bool) -> str:
@@ -80,11 +107,22 @@ def _boottime_now() -> float:
     return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
+def _stat_fields(stat: str) -> list[str]:
+    """``/proc/<pid>/stat`` after the command name (which may hold spaces and parentheses):
+    element 0 is field 3 (state), so field N is element N - 3."""
+    return stat[stat.rindex(")") + 2:].split()
+
+
 def process_started_at(pid: int) -> float:
     """The process's creation time on the CLOCK_BOOTTIME scale (resolution one clock tick)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = _stat_fields(Path(f"/proc/{pid}/stat").read_text())
     return int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22 overall: starttime
+
+
+def stat_cpu_seconds(stat: str, ticks_per_second: int) -> tuple[float, float]:
+    """(user, system) seconds of one process from its ``/proc/<pid>/stat`` line."""
+    fields = _stat_fields(stat)
+    return int(fields[11]) / ticks_per_second, int(fields[12]) / ticks_per_second  # fields 14, 15
 
 
 def _children(pid: int) -> list[int]:
@@ -97,19 +135,69 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def rss_kib(pid: int) -> int:
-    """VmRSS of the process and all its descendants, in KiB."""
-    total, stack = 0, [pid]
+def _tree(pid: int) -> list[int]:
+    """The process and all its descendants alive now."""
+    out, stack = [], [pid]
     while stack:
         p = stack.pop()
+        out.append(p)
+        stack += _children(p)
+    return out
+
+
+def rss_kib(pid: int) -> int:
+    """VmRSS of the process and all its descendants, in KiB."""
+    total = 0
+    for p in _tree(pid):
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
                     total += int(line.split()[1])
         except OSError:
             continue
-        stack += _children(p)
     return total
+
+
+def tree_cpu_seconds(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of the process and its live descendants."""
+    tck = os.sysconf("SC_CLK_TCK")
+    user = system = 0.0
+    for p in _tree(pid):
+        try:
+            u, s = stat_cpu_seconds(Path(f"/proc/{p}/stat").read_text(), tck)
+        except OSError:
+            continue
+        user, system = user + u, system + s
+    return user, system
+
+
+@dataclass(frozen=True)
+class CpuUse:
+    """CPU spent over a wall-clock window."""
+
+    user: float
+    system: float
+    wall: float
+
+    @property
+    def seconds(self) -> float:
+        return self.user + self.system
+
+    @property
+    def percent_of_core(self) -> float:
+        return 100.0 * self.seconds / self.wall if self.wall > 0 else 0.0
+
+
+def with_cpu(broker_pid: int, fn: Callable[[], T]) -> tuple[T, CpuUse, CpuUse]:
+    """Run ``fn`` (which runs load-generator processes to completion) and return its result,
+    the CPU of the child processes reaped meanwhile (the load generators: this process runs
+    nothing else in parallel), and the broker's CPU over the same window."""
+    r0, b0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), tree_cpu_seconds(broker_pid), time.monotonic()
+    out = fn()
+    wall = time.monotonic() - t0
+    r1, b1 = resource.getrusage(resource.RUSAGE_CHILDREN), tree_cpu_seconds(broker_pid)
+    return (out, CpuUse(r1.ru_utime - r0.ru_utime, r1.ru_stime - r0.ru_stime, wall),
+            CpuUse(b1[0] - b0[0], b1[1] - b0[1], wall))
 
 
 def wait_metadata(bootstrap: str, timeout: float = 120.0) -> None:
@@ -163,11 +251,57 @@ class Broker:
         self.impl = None
 
 
+# ---------------------------------------------------------------------------- load generators
+
+
+def _rdk_produce(bs: str, topic: str, count: int, size: int, acks: str,
+                 compression: str | None = None) -> tuple[float, float]:
+    s = rdkafka_perf.produce(bs, topic, count, size, acks, compression=compression, timeout=TOOL_TIMEOUT)
+    return s.records_per_sec, s.mb_per_sec
+
+
+def _rdk_consume(bs: str, topic: str, partitions: int, count: int) -> tuple[float, float]:
+    s = rdkafka_perf.consume(bs, topic, partitions, count, timeout=TOOL_TIMEOUT)
+    return s.records_per_sec, s.mb_per_sec
+
+
+def _rdk_parallel(argvs: list[list[str]], parse: Callable[[str], rdkafka_perf.Summary],
+                  each: int) -> tuple[float, float]:
+    """Several processes at once; records and bytes over the wall time from the first start to
+    the last exit (each process's own figure would leave out the others' start-up skew)."""
+    t0 = time.monotonic()
+    outs = rdkafka_perf.run_many(argvs, timeout=TOOL_TIMEOUT)
+    wall = time.monotonic() - t0
+    summaries = [parse(out) for out in outs]
+    short = [s for s in summaries if s.records < each or s.failed]
+    if short:
+        raise rdkafka_perf.RdkafkaPerfError(f"{len(short)} of {len(outs)} processes fell short: {short}")
+    return sum(s.records for s in summaries) / wall, sum(s.bytes for s in summaries) / wall / 1e6
+
+
+def _java_produce(bs: str, topic: str, count: int, size: int, acks: str) -> tuple[float, float]:
+    r = java_tools.producer_perf(bs, topic, num_records=count, record_size=size, acks=acks,
+                                 props=JAVA_PRODUCER_PROPS, timeout=TOOL_TIMEOUT)
+    return r.records_per_sec, r.mb_per_sec * 1.048576  # MiB/s -> MB/s
+
+
+def _java_consume(bs: str, topic: str, count: int) -> tuple[float, float]:
+    r = java_tools.consumer_perf(bs, topic, num_records=count, timeout=TOOL_TIMEOUT)
+    # fetch.* figures exclude the group join, which is measured separately.
+    return r.fetch_records_per_sec, r.fetch_mb_per_sec * 1.048576  # MiB/s -> MB/s
+
+
 # ---------------------------------------------------------------------------- workloads
 
 
 def _topic(prefix: str) -> str:
     return f"cmp-{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def _create(bs: str, topics: list[str], partitions: int) -> None:
+    for t in topics:
+        create_topic(bs, t, partitions)
+    wait_for_leaders(bs, topics)
 
 
 def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
@@ -181,9 +315,21 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
         except Exception:
             log(f"  {broker.kind}: {name} FAILED\n{traceback.format_exc()}")
 
+    def load(key: str, name: str, fn: Callable[[], tuple[float, float]]) -> None:
+        """A throughput figure with the generator's and the broker's CPU over its run."""
+        def go() -> None:
+            (rps, mbps), gen, brk = with_cpu(broker.pid, fn)
+            results.update({f"{key}.rps": rps, f"{key}.mbps": mbps, f"{key}.gen_s": gen.seconds,
+                            f"{key}.gen_pct": gen.percent_of_core, f"{key}.broker_s": brk.seconds,
+                            f"{key}.broker_pct": brk.percent_of_core, f"{key}.wall": gen.wall})
+            log(f"  {broker.kind}: {name}: {rps:,.0f} records/s, {mbps:,.1f} MB/s; CPU: generator "
+                f"{gen.percent_of_core:.0f}%, broker {brk.percent_of_core:.0f}% of a core over {gen.wall:.1f}s")
+        attempt(name, go)
+
     log(f"{broker.kind}: starting")
     results["startup"] = broker.start()
     log(f"  {broker.kind}: Metadata answered {results['startup']:.2f}s after process creation")
+    results["load_before"] = os.getloadavg()[0]
     bs = broker.bootstrap
     sizes = ((100, args.records_100), (1024, args.records_1k))
 
@@ -193,43 +339,54 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
         def warm() -> None:
             for size, count in ((100, args.warmup), (1024, max(1, args.warmup // 3))):
                 topic = _topic(f"warm-{size}")
-                create_topic(bs, topic, PARTITIONS)
-                produce(bs, topic, count, size, "1")
-                consume(bs, topic, PARTITIONS, count, size)
+                _create(bs, [topic], PARTITIONS)
+                _rdk_produce(bs, topic, count, size, "1")
+                _rdk_consume(bs, topic, PARTITIONS, count)
         attempt("warm-up (untimed)", warm)
 
     for size, count in sizes:
         for acks in ("1", "all"):
-            def rdk(size: int = size, count: int = count, acks: str = acks) -> None:
-                topic = _topic(f"rdk-{size}-{acks}")
-                create_topic(bs, topic, PARTITIONS)
-                r = produce(bs, topic, count, size, acks)
-                results[f"rdk_prod_{size}_{acks}_rps"] = r.rps
-                results[f"rdk_prod_{size}_{acks}_mbps"] = r.mbps
-                if acks == "1":
-                    c = consume(bs, topic, PARTITIONS, count, size)
-                    results[f"rdk_cons_{size}_rps"] = c.rps
-                    results[f"rdk_cons_{size}_mbps"] = c.mbps
-                    if not args.no_java_consumer:
-                        j = java_tools.consumer_perf(bs, topic, num_records=count, timeout=300)
-                        # fetch.* figures exclude the group join, which is measured separately.
-                        results[f"java_cons_{size}_rps"] = j.fetch_records_per_sec
-                        results[f"java_cons_{size}_mbps"] = j.fetch_mb_per_sec * 1.048576  # MiB/s -> MB/s
-            attempt(f"librdkafka produce/consume {size} B acks={acks}", rdk)
+            topic = _topic(f"rdk-{size}-{acks}")
+            _create(bs, [topic], PARTITIONS)
+            load(f"rdk_prod_{size}_{acks}", f"rdkafka_performance produce {size} B acks={acks}",
+                 functools.partial(_rdk_produce, bs, topic, count, size, acks))
+            if acks == "1" and f"rdk_prod_{size}_1.rps" in results:
+                load(f"rdk_cons_{size}", f"rdkafka_performance consume {size} B",
+                     functools.partial(_rdk_consume, bs, topic, PARTITIONS, count))
+                if not args.no_java_consumer:
+                    load(f"java_cons_{size}", f"ConsumerPerformance {size} B",
+                         functools.partial(_java_consume, bs, topic, count))
+            jtopic = _topic(f"java-{size}-{acks}")
+            _create(bs, [jtopic], PARTITIONS)
+            load(f"java_prod_{size}_{acks}", f"ProducerPerformance {size} B acks={acks}",
+                 functools.partial(_java_produce, bs, jtopic, count, size, acks))
 
-            def jpp(size: int = size, count: int = count, acks: str = acks) -> None:
-                topic = _topic(f"java-{size}-{acks}")
-                create_topic(bs, topic, PARTITIONS)
-                r = java_tools.producer_perf(bs, topic, num_records=count, record_size=size, acks=acks,
-                                             props={"enable.idempotence": False}, timeout=300)
-                results[f"java_prod_{size}_{acks}_rps"] = r.records_per_sec
-                results[f"java_prod_{size}_{acks}_mbps"] = r.mb_per_sec * 1.048576  # MiB/s -> MB/s
-            attempt(f"ProducerPerformance {size} B acks={acks}", jpp)
+    for codec in COMPRESSIONS:
+        topic = _topic(f"rdk-{codec}")
+        _create(bs, [topic], PARTITIONS)
+        load(f"rdk_prod_1024_{codec}", f"rdkafka_performance produce 1 KiB {codec} acks=1",
+             functools.partial(_rdk_produce, bs, topic, args.records_1k, 1024, "1", codec))
+
+    many = [_topic(f"many{i}") for i in range(MANY_TOPICS)]
+    each = max(1, args.records_1k // MANY_TOPICS)
+    try:
+        _create(bs, many, MANY_PARTITIONS_EACH)
+    except Exception:
+        log(f"  {broker.kind}: creating the many-partition topics FAILED\n{traceback.format_exc()}")
+    else:
+        load("rdk_prod_many", f"rdkafka_performance x{MANY_TOPICS} produce 1 KiB acks=1",
+             functools.partial(_rdk_parallel, [rdkafka_perf.producer_args(bs, t, each, 1024, "1") for t in many],
+                               rdkafka_perf.parse_producer, each))
+        if "rdk_prod_many.rps" in results:
+            load("rdk_cons_many", f"rdkafka_performance x{MANY_TOPICS} consume 1 KiB",
+                 functools.partial(_rdk_parallel,
+                                   [rdkafka_perf.consumer_args(bs, t, MANY_PARTITIONS_EACH, each) for t in many],
+                                   rdkafka_perf.parse_consumer, each))
 
     def lat() -> None:
         for linger in LATENCY_LINGERS:
             topic = _topic(f"lat{linger}")  # a fresh topic: the consumer starts at its beginning
-            create_topic(bs, topic, 1)
+            _create(bs, [topic], 1)
             r = latency(bs, topic, LATENCY_RATE, args.latency_seconds, linger_ms=linger)
             for q in ("p50", "p99", "p999"):
                 results[f"lat{linger}_{q}"] = r[q]
@@ -238,7 +395,7 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
     def jlat() -> None:
         # Kafka's own EndToEndLatency: one record at a time, acks=all, round trip per record.
         topic = _topic("jlat")
-        create_topic(bs, topic, 1)
+        _create(bs, [topic], 1)
         r = java_tools.end_to_end_latency(bs, topic, num_records=JAVA_LATENCY_RECORDS, record_size=100, acks="all")
         results["jlat_avg"] = r.avg_ms
         results["jlat_p99"] = float(r.p99_ms)
@@ -257,28 +414,32 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
     attempt(f"{GROUP_MEMBERS}-member group to Stable", grp)
 
     results["rss"] = rss_kib(broker.pid) / 1024
+    results["load_after"] = os.getloadavg()[0]
     log(f"  {broker.kind}: RSS {results['rss']:.0f} MiB")
     return results
 
 
-# ---------------------------------------------------------------------------- the table
+# ---------------------------------------------------------------------------- the tables
 
 
 def _declare_figures() -> None:
     for size, label in ((100, "100 B"), (1024, "1 KiB")):
         for acks in ("1", "all"):
-            for unit, suffix in (("records/s", "rps"), ("MB/s", "mbps")):
-                _figure(f"rdk_prod_{size}_{acks}_{suffix}", f"produce {label}, acks={acks}, librdkafka", unit, True)
-                _figure(f"java_prod_{size}_{acks}_{suffix}", f"produce {label}, acks={acks}, Java ProducerPerformance",
-                        unit, True)
+            THROUGHPUTS.append((f"rdk_prod_{size}_{acks}", f"produce {label}, acks={acks}", "rdkafka_performance"))
+            THROUGHPUTS.append((f"java_prod_{size}_{acks}", f"produce {label}, acks={acks}", "ProducerPerformance"))
+    for codec in COMPRESSIONS:
+        THROUGHPUTS.append((f"rdk_prod_1024_{codec}", f"produce 1 KiB, {codec}, acks=1", "rdkafka_performance"))
     for size, label in ((100, "100 B"), (1024, "1 KiB")):
-        for unit, suffix in (("records/s", "rps"), ("MB/s", "mbps")):
-            _figure(f"rdk_cons_{size}_{suffix}", f"consume {label}, full topic, librdkafka", unit, True)
-            _figure(f"java_cons_{size}_{suffix}", f"consume {label}, full topic, Java ConsumerPerformance", unit, True)
+        THROUGHPUTS.append((f"rdk_cons_{size}", f"consume {label}, full topic", "rdkafka_performance"))
+        THROUGHPUTS.append((f"java_cons_{size}", f"consume {label}, full topic", "ConsumerPerformance"))
+    many = f"{MANY_TOPICS * MANY_PARTITIONS_EACH:,} partitions ({MANY_TOPICS} topics), 1 KiB"
+    gens = f"rdkafka_performance x{MANY_TOPICS}"
+    THROUGHPUTS.append(("rdk_prod_many", f"produce {many}, acks=1", gens))
+    THROUGHPUTS.append(("rdk_cons_many", f"consume {many}", gens))
     for linger in LATENCY_LINGERS:
         for q, name in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9")):
-            _figure(f"lat{linger}_{q}", f"end-to-end latency {name} at {LATENCY_RATE:,} msg/s, linger.ms={linger}",
-                    "ms", False)
+            _figure(f"lat{linger}_{q}", f"end-to-end latency {name} at {LATENCY_RATE:,} msg/s, linger.ms={linger} "
+                    "(confluent-kafka)", "ms", False)
     _figure("jlat_avg", "Java EndToEndLatency average (acks=all, one at a time)", "ms", False)
     _figure("jlat_p99", "Java EndToEndLatency p99 (whole ms)", "ms", False)
     _figure("group_stable", f"{GROUP_MEMBERS}-member group start -> Stable", "ms", False)
@@ -298,32 +459,81 @@ def _fmt(v: float | None, unit: str) -> str:
     return f"{v:,.2f}" if v < 100 else f"{v:,.0f}"
 
 
-def table(runs: dict[str, list[dict[str, float]]]) -> list[str]:
-    def med(kind: str, key: str) -> float | None:
-        vals = [r[key] for r in runs[kind] if key in r]
-        return statistics.median(vals) if vals else None
+Runs = dict[str, list[dict[str, float]]]
 
-    def spread(kind: str, key: str) -> str:
-        vals = [r[key] for r in runs[kind] if key in r]
-        if len(vals) < 2 or statistics.median(vals) <= 0:
-            return "-"
-        return f"{(max(vals) - min(vals)) / statistics.median(vals) * 100:.0f}%"
 
+def _values(runs: Runs, kind: str, key: str) -> list[float]:
+    return [r[key] for r in runs[kind] if key in r]
+
+
+def _median(runs: Runs, kind: str, key: str) -> float | None:
+    vals = _values(runs, kind, key)
+    return statistics.median(vals) if vals else None
+
+
+def spread(vals: list[float]) -> str:
+    """(max - min) / median over the rounds."""
+    if len(vals) < 2 or statistics.median(vals) <= 0:
+        return "-"
+    return f"{(max(vals) - min(vals)) / statistics.median(vals) * 100:.0f}%"
+
+
+def ratio(runs: Runs, key: str, higher_is_better: bool) -> str:
+    """Rivulet against Kafka, > 1.0 when Rivulet is better: the median of the per-round ratios
+    (round i's Rivulet against round i's Kafka, run next to each other), and their range."""
+    per_round = []
+    for r, k in zip(runs["rivulet"], runs["kafka"]):
+        a, b = r.get(key), k.get(key)
+        if a is not None and b is not None and min(a, b) > 0:
+            per_round.append(a / b if higher_is_better else b / a)
+    if not per_round:
+        return "n/a"
+    cell = f"{statistics.median(per_round):.2f}"
+    if len(per_round) > 1:
+        cell += f" ({min(per_round):.2f}-{max(per_round):.2f})"
+    return cell
+
+
+def _cpu_cell(runs: Runs, key: str, who: str) -> str:
+    cells = []
+    for kind in ("rivulet", "kafka"):
+        pct, sec = _median(runs, kind, f"{key}.{who}_pct"), _median(runs, kind, f"{key}.{who}_s")
+        cells.append("-" if pct is None or sec is None else f"{pct:.0f}% ({sec:.2f} s)")
+    return " / ".join(cells)
+
+
+def throughput_table(runs: Runs) -> list[str]:
+    lines = [
+        "| workload | load generator | Rivulet records/s | Kafka records/s | Rivulet / Kafka (range) | "
+        "spread R / K | MB/s R / K | generator CPU R / K | broker CPU R / K |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for key, label, generator in THROUGHPUTS:
+        r, k = _median(runs, "rivulet", f"{key}.rps"), _median(runs, "kafka", f"{key}.rps")
+        if r is None and k is None:
+            continue
+        mb = " / ".join(_fmt(_median(runs, kind, f"{key}.mbps"), "MB/s") for kind in ("rivulet", "kafka"))
+        lines.append(
+            f"| {label} | {generator} | {_fmt(r, 'records/s')} | {_fmt(k, 'records/s')} | "
+            f"{ratio(runs, f'{key}.rps', True)} | {spread(_values(runs, 'rivulet', f'{key}.rps'))} / "
+            f"{spread(_values(runs, 'kafka', f'{key}.rps'))} | {mb} | {_cpu_cell(runs, key, 'gen')} | "
+            f"{_cpu_cell(runs, key, 'broker')} |")
+    return lines
+
+
+def table(runs: Runs) -> list[str]:
     lines = [
         "| figure | unit | Rivulet | Kafka | ratio (> 1.0: Rivulet better) | spread R / K |",
         "| --- | --- | ---: | ---: | ---: | ---: |",
     ]
     for key, label, unit, higher in FIGURES:
-        r, k = med("rivulet", key), med("kafka", key)
+        r, k = _median(runs, "rivulet", key), _median(runs, "kafka", key)
         if r is None and k is None:
             continue
-        if r is None or k is None or min(r, k) <= 0:
-            ratio = "n/a"
-        else:
-            ratio = f"{(r / k if higher else k / r):.2f}"
-            ratio += "" if higher else " (K/R)"
-        lines.append(f"| {label} | {unit} | {_fmt(r, unit)} | {_fmt(k, unit)} | {ratio} | "
-                     f"{spread('rivulet', key)} / {spread('kafka', key)} |")
+        cell = ratio(runs, key, higher)
+        cell += "" if higher or cell == "n/a" else " (K/R)"
+        lines.append(f"| {label} | {unit} | {_fmt(r, unit)} | {_fmt(k, unit)} | {cell} | "
+                     f"{spread(_values(runs, 'rivulet', key))} / {spread(_values(runs, 'kafka', key))} |")
     return lines
 
 
@@ -331,7 +541,8 @@ def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def context(argv: list[str], args: argparse.Namespace, wall: float, load_before: str) -> list[str]:
+def context(argv: list[str], args: argparse.Namespace, wall: float, load_before: str, runs: Runs,
+            order: list[str]) -> list[str]:
     mem = next(ln.split(":", 1)[1].strip() for ln in Path("/proc/meminfo").read_text().splitlines()
                if ln.startswith("MemTotal"))
     try:
@@ -341,30 +552,42 @@ def context(argv: list[str], args: argparse.Namespace, wall: float, load_before:
     import rivulet
     ck = confluent_kafka.version()
     ck = ck if isinstance(ck, str) else ck[0]  # a (str, int) tuple in upstream releases
+    seen = {"rivulet": 0, "kafka": 0}
+    per_run = []
+    for kind in order:
+        r = runs[kind][seen[kind]]
+        seen[kind] += 1
+        per_run.append(f"{kind.capitalize()} {seen[kind]}: {r.get('load_before', 0):.2f} -> {r.get('load_after', 0):.2f}")
     return [
         f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
         f"- command: `{' '.join(shlex.quote(a) for a in ['python', '-m', 'benchmarks.compare', *argv])}`",
         f"- versions: Rivulet {rivulet.__version__}, Apache Kafka {KAFKA_VERSION} ({jv}, -Xmx1g, G1), "
-        f"Python {platform.python_version()}, confluent-kafka {ck} / "
-        f"librdkafka {confluent_kafka.libversion()[0]}",
+        f"rdkafka_performance {rdkafka_perf.RDKAFKA_VERSION} (built from Debian's source), "
+        f"Python {platform.python_version()}, confluent-kafka {ck} / librdkafka {confluent_kafka.libversion()[0]} "
+        f"(latency rows only)",
         f"- machine: {os.cpu_count()} CPUs (nproc {len(os.sched_getaffinity(0))}), MemTotal {mem}, "
         f"{platform.system()} {platform.release()}; brokers and load generators share the machine; "
-        f"load average (1/5/15 min) {load_before} before the run, {loadavg()} after",
+        f"load average (1/5/15 min) {load_before} before the run, {loadavg()} after; 1-minute load average "
+        f"before -> after each broker's run: {', '.join(per_run)}",
         f"- workload: {args.records_100:,} x 100 B and {args.records_1k:,} x 1 KiB records per produce run, "
-        f"{PARTITIONS} partitions; untimed warm-up of {args.warmup:,} x 100 B + {args.warmup // 3:,} x 1 KiB "
-        f"(librdkafka produce+consume) after start-up; "
+        f"{PARTITIONS} partitions, linger.ms=10, batch.size=1000000, idempotence off; many partitions: "
+        f"{MANY_TOPICS} rdkafka_performance processes at once, {max(1, args.records_1k // MANY_TOPICS):,} x 1 KiB "
+        f"each to its own topic of {MANY_PARTITIONS_EACH} partitions; untimed warm-up of {args.warmup:,} x 100 B + "
+        f"{args.warmup // 3:,} x 1 KiB (rdkafka_performance produce+consume) after start-up; "
         f"latency {args.latency_seconds:g} s at {LATENCY_RATE:,} msg/s on 1 partition; "
         f"{args.rounds} round(s) per broker alternating Rivulet, Kafka; medians shown, spread = (max - min) / median "
         f"over the rounds; ratio is Rivulet/Kafka for throughputs, Kafka/Rivulet (K/R) for latencies, times "
-        f"and memory; wall time {wall / 60:.1f} min",
+        f"and memory, the median of the per-round ratios with their range; CPU is user+sys seconds over the "
+        f"figure's run and its share of one core over the run's wall time (the generator's whole process "
+        f"lifetime, start-up included); wall time {wall / 60:.1f} min",
     ]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--records-100", type=int, default=300_000)
-    ap.add_argument("--records-1k", type=int, default=100_000)
+    ap.add_argument("--records-100", type=int, default=3_000_000)
+    ap.add_argument("--records-1k", type=int, default=1_000_000)
     ap.add_argument("--latency-seconds", type=float, default=10.0)
     ap.add_argument("--warmup", type=int, default=100_000,
                     help="untimed 100 B records (and a third as many 1 KiB) produced and consumed first; 0: none")
@@ -375,8 +598,11 @@ def main() -> None:
     reason = java_tools.java_available()
     if reason is not None:
         sys.exit(f"Kafka's Java tools are unavailable: {reason}")
+    if not rdkafka_perf.is_built():
+        sys.exit("rdkafka_performance is not built; run: python -m benchmarks.rdkafka_perf build")
     _declare_figures()
-    runs: dict[str, list[dict[str, float]]] = {"rivulet": [], "kafka": []}
+    runs: Runs = {"rivulet": [], "kafka": []}
+    order: list[str] = []
     load_before = loadavg()
     t0 = time.monotonic()
     for i in range(args.rounds):
@@ -385,14 +611,16 @@ def main() -> None:
             broker = Broker(kind)
             try:
                 runs[kind].append(measure(broker, args))
+                order.append(kind)
                 log(f"  {kind} round {i + 1} figures: "
                     + ", ".join(f"{k}={v:.4g}" for k, v in runs[kind][-1].items()))
             finally:
                 broker.close()
-    lines = table(runs)
-    print("\n".join(context(argv, args, time.monotonic() - t0, load_before)))
+    print("\n".join(context(argv, args, time.monotonic() - t0, load_before, runs, order)))
     print()
-    print("\n".join(lines))
+    print("\n".join(throughput_table(runs)))
+    print()
+    print("\n".join(table(runs)))
 
 
 if __name__ == "__main__":

@@ -46,6 +46,25 @@ def create_topic(bootstrap: str, name: str, partitions: int, conf: dict[str, str
     admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])[name].result(30)
 
 
+def wait_for_leaders(bootstrap: str, topics: list[str], timeout: float = 60.0) -> None:
+    """Until Metadata lists every partition of ``topics`` with a leader: a load generator that
+    starts sooner spends its first seconds retrying (rdkafka_performance backs off 500 ms), which
+    a broker slow to elect (Kafka, with hundreds of new partitions) would pay inside the timing."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + timeout
+    while True:
+        md = admin.list_topics(timeout=10)
+        ready = all(
+            t in md.topics and md.topics[t].error is None and md.topics[t].partitions
+            and all(p.leader >= 0 and p.error is None for p in md.topics[t].partitions.values())
+            for t in topics)
+        if ready:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"partitions of {topics} still without a leader after {timeout:.0f}s")
+        time.sleep(0.1)
+
+
 def produce(bootstrap: str, topic: str, count: int, size: int, acks: str, conf: dict[str, str] | None = None
             ) -> Result:
     p = Producer({**(conf or {}), "bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 10, "batch.size": 1_000_000,

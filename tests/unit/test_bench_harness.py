@@ -1,4 +1,4 @@
-"""What the benchmark harness reads from rdkafka_performance's output (no broker, no binary)."""
+"""What the benchmark harness reads from rdkafka_performance and /proc, and how it reports (no broker, no binary)."""
 
 from __future__ import annotations
 
@@ -51,3 +51,34 @@ def test_command_lines():
     c = consumer_args("h:1", "t", 3, 50)
     assert [c[i + 1] for i, a in enumerate(c) if a == "-p"] == ["0", "1", "2"]
     assert c[c.index("-o") + 1] == "beginning" and c[c.index("-c") + 1] == "50"
+
+
+# ---------------------------------------------------------------------------- benchmarks.compare's accounting
+
+
+def test_cpu_seconds_from_a_stat_line_whose_name_holds_spaces_and_parentheses():
+    from benchmarks.compare import stat_cpu_seconds
+
+    # fields 14 and 15 (utime, stime) are 250 and 50 ticks
+    stat = "4242 (java (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 30 0 12345 0 0"
+    assert stat_cpu_seconds(stat, 100) == (2.5, 0.5)
+
+
+def test_cpu_use_as_a_share_of_one_core():
+    from benchmarks.compare import CpuUse
+
+    use = CpuUse(user=1.5, system=0.5, wall=4.0)
+    assert use.seconds == 2.0 and use.percent_of_core == 50.0
+    assert CpuUse(1.0, 1.0, 0.0).percent_of_core == 0.0
+
+
+def test_ratio_is_the_median_of_per_round_ratios_with_their_range():
+    from benchmarks.compare import ratio, spread
+
+    runs = {"rivulet": [{"x": 150.0, "t": 1.0}, {"x": 160.0, "t": 2.0}, {"x": 100.0}],
+            "kafka": [{"x": 100.0, "t": 4.0}, {"x": 100.0, "t": 4.0}, {"x": 50.0}]}
+    assert ratio(runs, "x", True) == "1.60 (1.50-2.00)"
+    assert ratio(runs, "t", False) == "3.00 (2.00-4.00)"  # times: Kafka / Rivulet
+    assert ratio({"rivulet": [{"x": 1.0}], "kafka": [{}]}, "x", True) == "n/a"
+    assert ratio({"rivulet": [{"x": 3.0}], "kafka": [{"x": 2.0}]}, "x", True) == "1.50"
+    assert spread([90.0, 100.0, 110.0]) == "20%" and spread([5.0]) == "-"
