@@ -31,6 +31,7 @@ and the broker's resident memory (VmRSS over its process tree; for Kafka the jav
     python -m benchmarks.rdkafka_perf build             # once: rdkafka_performance into the cache
     python -m benchmarks.compare                        # 2 rounds, issue 17's counts
     python -m benchmarks.compare --rounds 1 --records-100 100000 --records-1k 30000 --warmup 10000
+    python -m benchmarks.compare --skip java,latency,group --json run.json
 
 Progress goes to stderr, the markdown tables and the run's context to stdout.
 """
@@ -41,6 +42,7 @@ import argparse
 import asyncio
 import datetime
 import functools
+import json
 import os
 import platform
 import resource
@@ -82,6 +84,8 @@ LATENCY_RATE = 5000
 LATENCY_LINGERS = (5, 0)
 GROUP_MEMBERS = 10
 TOOL_TIMEOUT = 1800.0
+# What --skip can leave out: each a family of rows.
+PARTS = ("java", "compression", "many", "latency", "group")
 
 T = TypeVar("T")
 
@@ -183,9 +187,19 @@ class CpuUse:
     def seconds(self) -> float:
         return self.user + self.system
 
-    @property
-    def percent_of_core(self) -> float:
-        return 100.0 * self.seconds / self.wall if self.wall > 0 else 0.0
+    def percent_of_core(self, over: float) -> float:
+        """As a share of one core over ``over`` seconds (at most ``wall``)."""
+        return 100.0 * self.seconds / over if over > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A load generator's figure and the interval it measured (start-up and the wind-down
+    after the last record outside it, for the tools that time themselves)."""
+
+    records_per_sec: float
+    mb_per_sec: float
+    seconds: float
 
 
 def with_cpu(broker_pid: int, fn: Callable[[], T]) -> tuple[T, CpuUse, CpuUse]:
@@ -254,19 +268,20 @@ class Broker:
 # ---------------------------------------------------------------------------- load generators
 
 
-def _rdk_produce(bs: str, topic: str, count: int, size: int, acks: str,
-                 compression: str | None = None) -> tuple[float, float]:
-    s = rdkafka_perf.produce(bs, topic, count, size, acks, compression=compression, timeout=TOOL_TIMEOUT)
-    return s.records_per_sec, s.mb_per_sec
+def _rdk_rate(s: rdkafka_perf.Summary) -> Rate:
+    return Rate(s.records_per_sec, s.mb_per_sec, s.ms / 1000)
 
 
-def _rdk_consume(bs: str, topic: str, partitions: int, count: int) -> tuple[float, float]:
-    s = rdkafka_perf.consume(bs, topic, partitions, count, timeout=TOOL_TIMEOUT)
-    return s.records_per_sec, s.mb_per_sec
+def _rdk_produce(bs: str, topic: str, count: int, size: int, acks: str, compression: str | None = None) -> Rate:
+    return _rdk_rate(rdkafka_perf.produce(bs, topic, count, size, acks, compression=compression, timeout=TOOL_TIMEOUT))
+
+
+def _rdk_consume(bs: str, topic: str, partitions: int, count: int) -> Rate:
+    return _rdk_rate(rdkafka_perf.consume(bs, topic, partitions, count, timeout=TOOL_TIMEOUT))
 
 
 def _rdk_parallel(argvs: list[list[str]], parse: Callable[[str], rdkafka_perf.Summary],
-                  each: int) -> tuple[float, float]:
+                  each: int) -> Rate:
     """Several processes at once; records and bytes over the wall time from the first start to
     the last exit (each process's own figure would leave out the others' start-up skew)."""
     t0 = time.monotonic()
@@ -276,19 +291,19 @@ def _rdk_parallel(argvs: list[list[str]], parse: Callable[[str], rdkafka_perf.Su
     short = [s for s in summaries if s.records < each or s.failed]
     if short:
         raise rdkafka_perf.RdkafkaPerfError(f"{len(short)} of {len(outs)} processes fell short: {short}")
-    return sum(s.records for s in summaries) / wall, sum(s.bytes for s in summaries) / wall / 1e6
+    return Rate(sum(s.records for s in summaries) / wall, sum(s.bytes for s in summaries) / wall / 1e6, wall)
 
 
-def _java_produce(bs: str, topic: str, count: int, size: int, acks: str) -> tuple[float, float]:
+def _java_produce(bs: str, topic: str, count: int, size: int, acks: str) -> Rate:
     r = java_tools.producer_perf(bs, topic, num_records=count, record_size=size, acks=acks,
                                  props=JAVA_PRODUCER_PROPS, timeout=TOOL_TIMEOUT)
-    return r.records_per_sec, r.mb_per_sec * 1.048576  # MiB/s -> MB/s
+    return Rate(r.records_per_sec, r.mb_per_sec * 1.048576, r.records / r.records_per_sec)  # MiB/s -> MB/s
 
 
-def _java_consume(bs: str, topic: str, count: int) -> tuple[float, float]:
+def _java_consume(bs: str, topic: str, count: int) -> Rate:
     r = java_tools.consumer_perf(bs, topic, num_records=count, timeout=TOOL_TIMEOUT)
     # fetch.* figures exclude the group join, which is measured separately.
-    return r.fetch_records_per_sec, r.fetch_mb_per_sec * 1.048576  # MiB/s -> MB/s
+    return Rate(r.fetch_records_per_sec, r.fetch_mb_per_sec * 1.048576, r.fetch_ms / 1000)  # MiB/s -> MB/s
 
 
 # ---------------------------------------------------------------------------- workloads
@@ -315,15 +330,20 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
         except Exception:
             log(f"  {broker.kind}: {name} FAILED\n{traceback.format_exc()}")
 
-    def load(key: str, name: str, fn: Callable[[], tuple[float, float]]) -> None:
-        """A throughput figure with the generator's and the broker's CPU over its run."""
+    def load(key: str, name: str, fn: Callable[[], Rate]) -> None:
+        """A throughput figure with the generator's and the broker's CPU: all the CPU of the
+        generator's processes over the interval its figure measured, an upper bound of its
+        share of a core while measured (its start-up counts in)."""
         def go() -> None:
-            (rps, mbps), gen, brk = with_cpu(broker.pid, fn)
-            results.update({f"{key}.rps": rps, f"{key}.mbps": mbps, f"{key}.gen_s": gen.seconds,
-                            f"{key}.gen_pct": gen.percent_of_core, f"{key}.broker_s": brk.seconds,
-                            f"{key}.broker_pct": brk.percent_of_core, f"{key}.wall": gen.wall})
-            log(f"  {broker.kind}: {name}: {rps:,.0f} records/s, {mbps:,.1f} MB/s; CPU: generator "
-                f"{gen.percent_of_core:.0f}%, broker {brk.percent_of_core:.0f}% of a core over {gen.wall:.1f}s")
+            rate, gen, brk = with_cpu(broker.pid, fn)
+            over = min(rate.seconds, gen.wall) or gen.wall
+            results.update({f"{key}.rps": rate.records_per_sec, f"{key}.mbps": rate.mb_per_sec,
+                            f"{key}.measured_s": rate.seconds, f"{key}.wall": gen.wall,
+                            f"{key}.gen_s": gen.seconds, f"{key}.gen_pct": gen.percent_of_core(over),
+                            f"{key}.broker_s": brk.seconds, f"{key}.broker_pct": brk.percent_of_core(over)})
+            log(f"  {broker.kind}: {name}: {rate.records_per_sec:,.0f} records/s, {rate.mb_per_sec:,.1f} MB/s "
+                f"over {rate.seconds:.2f}s ({gen.wall:.1f}s in all); CPU: generator {gen.seconds:.2f}s "
+                f"({gen.percent_of_core(over):.0f}%), broker {brk.seconds:.2f}s ({brk.percent_of_core(over):.0f}%)")
         attempt(name, go)
 
     log(f"{broker.kind}: starting")
@@ -353,35 +373,35 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
             if acks == "1" and f"rdk_prod_{size}_1.rps" in results:
                 load(f"rdk_cons_{size}", f"rdkafka_performance consume {size} B",
                      functools.partial(_rdk_consume, bs, topic, PARTITIONS, count))
-                if not args.no_java_consumer:
+                if "java" not in args.skip and not args.no_java_consumer:
                     load(f"java_cons_{size}", f"ConsumerPerformance {size} B",
                          functools.partial(_java_consume, bs, topic, count))
-            jtopic = _topic(f"java-{size}-{acks}")
-            _create(bs, [jtopic], PARTITIONS)
-            load(f"java_prod_{size}_{acks}", f"ProducerPerformance {size} B acks={acks}",
-                 functools.partial(_java_produce, bs, jtopic, count, size, acks))
+            if "java" not in args.skip:
+                jtopic = _topic(f"java-{size}-{acks}")
+                _create(bs, [jtopic], PARTITIONS)
+                load(f"java_prod_{size}_{acks}", f"ProducerPerformance {size} B acks={acks}",
+                     functools.partial(_java_produce, bs, jtopic, count, size, acks))
 
-    for codec in COMPRESSIONS:
+    for codec in COMPRESSIONS if "compression" not in args.skip else ():
         topic = _topic(f"rdk-{codec}")
         _create(bs, [topic], PARTITIONS)
         load(f"rdk_prod_1024_{codec}", f"rdkafka_performance produce 1 KiB {codec} acks=1",
              functools.partial(_rdk_produce, bs, topic, args.records_1k, 1024, "1", codec))
 
-    many = [_topic(f"many{i}") for i in range(MANY_TOPICS)]
-    each = max(1, args.records_1k // MANY_TOPICS)
-    try:
-        _create(bs, many, MANY_PARTITIONS_EACH)
-    except Exception:
-        log(f"  {broker.kind}: creating the many-partition topics FAILED\n{traceback.format_exc()}")
-    else:
-        load("rdk_prod_many", f"rdkafka_performance x{MANY_TOPICS} produce 1 KiB acks=1",
-             functools.partial(_rdk_parallel, [rdkafka_perf.producer_args(bs, t, each, 1024, "1") for t in many],
-                               rdkafka_perf.parse_producer, each))
-        if "rdk_prod_many.rps" in results:
-            load("rdk_cons_many", f"rdkafka_performance x{MANY_TOPICS} consume 1 KiB",
-                 functools.partial(_rdk_parallel,
-                                   [rdkafka_perf.consumer_args(bs, t, MANY_PARTITIONS_EACH, each) for t in many],
-                                   rdkafka_perf.parse_consumer, each))
+    if "many" not in args.skip:
+        def many_partitions() -> None:
+            many = [_topic(f"many{i}") for i in range(MANY_TOPICS)]
+            each = max(1, args.records_1k // MANY_TOPICS)
+            _create(bs, many, MANY_PARTITIONS_EACH)
+            load("rdk_prod_many", f"rdkafka_performance x{MANY_TOPICS} produce 1 KiB acks=1",
+                 functools.partial(_rdk_parallel, [rdkafka_perf.producer_args(bs, t, each, 1024, "1") for t in many],
+                                   rdkafka_perf.parse_producer, each))
+            if "rdk_prod_many.rps" in results:
+                load("rdk_cons_many", f"rdkafka_performance x{MANY_TOPICS} consume 1 KiB",
+                     functools.partial(_rdk_parallel,
+                                       [rdkafka_perf.consumer_args(bs, t, MANY_PARTITIONS_EACH, each) for t in many],
+                                       rdkafka_perf.parse_consumer, each))
+        attempt(f"{MANY_TOPICS * MANY_PARTITIONS_EACH} partitions", many_partitions)
 
     def lat() -> None:
         for linger in LATENCY_LINGERS:
@@ -390,7 +410,8 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
             r = latency(bs, topic, LATENCY_RATE, args.latency_seconds, linger_ms=linger)
             for q in ("p50", "p99", "p999"):
                 results[f"lat{linger}_{q}"] = r[q]
-    attempt(f"end-to-end latency at {LATENCY_RATE} msg/s", lat)
+    if "latency" not in args.skip:
+        attempt(f"end-to-end latency at {LATENCY_RATE} msg/s", lat)
 
     def jlat() -> None:
         # Kafka's own EndToEndLatency: one record at a time, acks=all, round trip per record.
@@ -399,7 +420,8 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
         r = java_tools.end_to_end_latency(bs, topic, num_records=JAVA_LATENCY_RECORDS, record_size=100, acks="all")
         results["jlat_avg"] = r.avg_ms
         results["jlat_p99"] = float(r.p99_ms)
-    attempt("Java EndToEndLatency", jlat)
+    if "latency" not in args.skip and "java" not in args.skip:
+        attempt("Java EndToEndLatency", jlat)
 
     def grp() -> None:
         host, port = bs.rsplit(":", 1)
@@ -411,7 +433,8 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
                 await m.c.close()
             return elapsed
         results["group_stable"] = asyncio.run(go()) * 1000
-    attempt(f"{GROUP_MEMBERS}-member group to Stable", grp)
+    if "group" not in args.skip:
+        attempt(f"{GROUP_MEMBERS}-member group to Stable", grp)
 
     results["rss"] = rss_kib(broker.pid) / 1024
     results["load_after"] = os.getloadavg()[0]
@@ -578,8 +601,10 @@ def context(argv: list[str], args: argparse.Namespace, wall: float, load_before:
         f"{args.rounds} round(s) per broker alternating Rivulet, Kafka; medians shown, spread = (max - min) / median "
         f"over the rounds; ratio is Rivulet/Kafka for throughputs, Kafka/Rivulet (K/R) for latencies, times "
         f"and memory, the median of the per-round ratios with their range; CPU is user+sys seconds over the "
-        f"figure's run and its share of one core over the run's wall time (the generator's whole process "
-        f"lifetime, start-up included); wall time {wall / 60:.1f} min",
+        f"figure's whole run (the generator's process lifetime, start-up included) and that as a share of one "
+        f"core over the interval the figure measured, so an upper bound for the generator; wall time "
+        f"{wall / 60:.1f} min"
+        + (f"; left out: {', '.join(sorted(args.skip))}" if args.skip else ""),
     ]
 
 
@@ -593,8 +618,13 @@ def main() -> None:
                     help="untimed 100 B records (and a third as many 1 KiB) produced and consumed first; 0: none")
     ap.add_argument("--heartbeat-ms", type=int, default=100, help="group members' heartbeat interval")
     ap.add_argument("--no-java-consumer", action="store_true", help="skip ConsumerPerformance")
+    ap.add_argument("--skip", type=lambda v: set(filter(None, v.split(","))), default=set(),
+                    help=f"leave out these rows, comma-separated: {', '.join(PARTS)}")
+    ap.add_argument("--json", type=Path, help="also write every round's figures to this file")
     argv = sys.argv[1:]
     args = ap.parse_args(argv)
+    if unknown := args.skip - set(PARTS):
+        ap.error(f"--skip: unknown {', '.join(sorted(unknown))}; choose from {', '.join(PARTS)}")
     reason = java_tools.java_available()
     if reason is not None:
         sys.exit(f"Kafka's Java tools are unavailable: {reason}")
@@ -616,6 +646,8 @@ def main() -> None:
                     + ", ".join(f"{k}={v:.4g}" for k, v in runs[kind][-1].items()))
             finally:
                 broker.close()
+    if args.json:
+        args.json.write_text(json.dumps({"argv": argv, "order": order, "runs": runs}, indent=1))
     print("\n".join(context(argv, args, time.monotonic() - t0, load_before, runs, order)))
     print()
     print("\n".join(throughput_table(runs)))

@@ -68,8 +68,8 @@ def test_cpu_use_as_a_share_of_one_core():
     from benchmarks.compare import CpuUse
 
     use = CpuUse(user=1.5, system=0.5, wall=4.0)
-    assert use.seconds == 2.0 and use.percent_of_core == 50.0
-    assert CpuUse(1.0, 1.0, 0.0).percent_of_core == 0.0
+    assert use.seconds == 2.0 and use.percent_of_core(4.0) == 50.0 and use.percent_of_core(1.0) == 200.0
+    assert use.percent_of_core(0.0) == 0.0
 
 
 def test_ratio_is_the_median_of_per_round_ratios_with_their_range():
