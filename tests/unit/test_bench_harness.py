@@ -82,3 +82,18 @@ def test_ratio_is_the_median_of_per_round_ratios_with_their_range():
     assert ratio({"rivulet": [{"x": 1.0}], "kafka": [{}]}, "x", True) == "n/a"
     assert ratio({"rivulet": [{"x": 3.0}], "kafka": [{"x": 2.0}]}, "x", True) == "1.50"
     assert spread([90.0, 100.0, 110.0]) == "20%" and spread([5.0]) == "-"
+
+
+def test_run_many_collects_each_output_in_order_and_raises_on_a_failure(tmp_path, monkeypatch):
+    from benchmarks import rdkafka_perf
+
+    fake = tmp_path / "rdkafka_performance"
+    # Prints a consumer summary with its first argument as the count; exits 3 when that is 0.
+    fake.write_text('#!/bin/sh\n[ "$1" = 0 ] && { echo broken >&2; exit 3; }\n'
+                    'echo "% $1 messages (100 bytes) consumed in 5ms: 200 msgs/s (0.02 MB/s)"\n')
+    fake.chmod(0o755)
+    monkeypatch.setattr(rdkafka_perf, "require_binary", lambda: fake)
+    outs = rdkafka_perf.run_many([["7"], ["9"]], timeout=30)
+    assert [rdkafka_perf.parse_consumer(o).records for o in outs] == [7, 9]
+    with pytest.raises(RdkafkaPerfError, match="exited 3"):
+        rdkafka_perf.run_many([["1"], ["0"]], timeout=30)
