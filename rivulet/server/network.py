@@ -38,7 +38,9 @@ from rivulet.security.principal import KafkaPrincipal
 from rivulet.security.sasl import AuthenticationFailed
 from rivulet.security.ssl_principal import NoMatchingRule, SslPrincipalMapper, principal_from_dn
 from rivulet.security.tls import peer_dn
+from rivulet.server import file_sender
 from rivulet.server.answer import NO_RESPONSE, Answer
+from rivulet.server.file_sender import FileSender, Send
 from rivulet.server.metrics.requests import RequestMetrics, request_name
 
 log = logging.getLogger(__name__)
@@ -145,6 +147,7 @@ class ConnectionHost(Protocol):
     connections: set[KafkaConnection]
     request_metrics: RequestMetrics | None  # None unless metrics.listener is set
     request_log: RequestLogger | None  # None unless it would log something
+    file_sender: FileSender | None  # None: record sets are read and written on the loop
 
     def authentication_failed(self, listener: str) -> None: ...
 
@@ -209,6 +212,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.last_active = time.monotonic()
         self._reading_paused = False
         self._writing_paused = False
+        self._sending: Send | None = None  # an answer a sender thread is writing
 
     # ------------------------------------------------------------ asyncio callbacks
     @property
@@ -258,6 +262,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return False
         self.server.authenticated(self.listener.name)
         return True
+
+    @property
+    def sends_files(self) -> bool:
+        """Whether answers may carry FileRegions: not over TLS, whose bytes must be encrypted."""
+        return self.server.file_sender is not None and self.listener.ssl_context is None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -451,10 +460,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
             slot.completed = time.perf_counter()
         if self.closed:
             return
+        self._flush()
+
+    def _flush(self) -> None:
+        """Write the answers that are ready, in request order, up to one a sender thread takes."""
+        timed = self.server.request_metrics is not None or self.server.request_log is not None
         pending = self.pending
         transport = self.transport
         pool = self.server.pool
-        while pending and pending[0].ready:
+        while pending and pending[0].ready and self._sending is None:
             s = pending.popleft()
             pool.release(s.reserved)
             h = s.header
@@ -465,6 +479,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 continue
             write_start = time.perf_counter() if timed else 0.0
             parts = framing.encode_response_parts(s.response, h.api_key, h.api_version, h.correlation_id)
+            if len(parts) > 1 and file_sender.has_regions(parts):
+                if self._send_files(s, parts, write_start):
+                    return  # _files_sent goes on from here
+                try:
+                    parts = file_sender.read_regions(parts)
+                except (OSError, EOFError) as e:
+                    log.warning("closing %s: could not read its answer's records: %s", self.peer, e)
+                    self.close()
+                    return
             if len(parts) == 1:
                 transport.write(parts[0])  # type: ignore[union-attr]
             else:
@@ -476,6 +499,33 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 return
         self.last_active = time.monotonic()
         self.update_reading()
+
+    def _send_files(self, s: _Slot, parts: list[Any], write_start: float) -> bool:
+        """Hand an answer holding FileRegions to a sender thread, if the socket is ours alone:
+        nothing the transport still buffers may come after it."""
+        sender, transport = self.server.file_sender, self.transport
+        if sender is None or transport is None or transport.get_write_buffer_size() or transport.is_closing():
+            return False
+        sock = transport.get_extra_info("socket")
+        if sock is None:
+            return False
+        self._sending = sender.start(sock.fileno(), parts, lambda exc: self._files_sent(s, write_start, exc))
+        return self._sending is not None
+
+    def _files_sent(self, s: _Slot, write_start: float, exc: BaseException | None) -> None:
+        self._sending = None
+        if exc is not None:
+            if not self.closed:
+                log.debug("closing %s: its answer could not be sent: %r", self.peer, exc)
+            self.close()
+            return
+        if s.request is not None and (self.server.request_metrics is not None or self.server.request_log is not None):
+            self._timed(s, s.request, write_start, time.perf_counter(), s.response)
+        if s.close_after:
+            self.close()
+            return
+        if not self.closed:
+            self._flush()
 
     def _timed(self, s: _Slot, request: str, write_start: float, sent: float, response: object) -> None:
         """Hand one answered request's clock readings to the metrics and the slow-request log."""
@@ -521,7 +571,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def idle(self) -> bool:
         """Nothing being received and nothing waiting for an answer."""
-        return not self.pending and self.frame is None
+        return not self.pending and self.frame is None and self._sending is None
 
     def update_reading(self) -> None:
         """Read only while the client's answers drain, it has room for more requests in
@@ -549,6 +599,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def _release(self) -> None:
         """Give back what this connection held: pool bytes, its connection count, its mute timer."""
+        if self._sending is not None:
+            self._sending.cancel()
         if self._throttle is not None:
             self._throttle.cancel()
             self._throttle = None

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from rivulet.common.config import ConfigError
+from rivulet.server import file_sender
+from rivulet.server.file_sender import FileSender
 from rivulet.server.metrics.requests import RequestMetrics
 from rivulet.server.network import (
     PLAINTEXT_LISTENER,
@@ -167,6 +169,7 @@ class SocketServer:
         # Set by the broker when metrics.listener is; the connections then time every request.
         self.request_metrics: RequestMetrics | None = None
         self.request_log: RequestLogger | None = None  # set by the broker when it would log something
+        self.file_sender: FileSender | None = FileSender() if file_sender.enabled() else None
         # Per listener, as Kafka's successful- and failed-authentication-total.
         self.authentications: Counter[str] = Counter()
         self.authentication_failures: Counter[str] = Counter()
@@ -203,6 +206,8 @@ class SocketServer:
             self._idle_task.cancel()
         for conn in list(self.connections):
             conn.close()
+        if self.file_sender is not None:
+            self.file_sender.close()
 
     async def _expire_idle(self) -> None:
         """Close connections with no traffic for ``connections.max.idle.ms`` and nothing pending."""

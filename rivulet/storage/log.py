@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from rivulet.common.file_region import FileRegion
 from rivulet.common.time import SYSTEM_CLOCK
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ApiError, ErrorCode
@@ -172,7 +173,7 @@ class LogOffsetMetadata:
 
 @dataclass(slots=True)
 class FetchDataInfo:
-    records: bytes | memoryview  # whole batches; may be empty
+    records: bytes | memoryview | FileRegion  # whole batches; may be empty
     fetch_offset: int
     first_batch_position: int  # file position of the first batch, -1 if none
     high_watermark: int
@@ -876,12 +877,15 @@ class Log:
         *,
         max_offset: int | None = None,
         min_one_batch: bool = True,
+        zero_copy_min: int = 0,
     ) -> FetchDataInfo:
         """Raw whole batches from ``fetch_offset`` (the batch containing it first).
 
         ``max_offset`` is exclusive (HW for consumers, LEO for followers): batches
         starting at or after it are not returned. With ``min_one_batch`` (KIP-74)
-        the first batch is returned even if larger than ``max_bytes``.
+        the first batch is returned even if larger than ``max_bytes``. With
+        ``zero_copy_min``, records of at least that many bytes come as a FileRegion of the
+        segment, for a socket to send without reading them.
         """
         self._check_open()
         leo, start = self._leo, self._log_start
@@ -904,7 +908,7 @@ class Log:
         while i < len(segments):
             seg = segments[i]
             try:
-                got = seg.read(fetch_offset, max_bytes, bound, min_one_batch, slack)
+                got = seg.read(fetch_offset, max_bytes, bound, min_one_batch, slack, zero_copy_min)
             except OSError as e:
                 raise self._io_failed(e, "read") from e
             if got is not None:

@@ -14,6 +14,7 @@ import random
 import struct
 from collections.abc import Callable, Sequence
 
+from rivulet.common.file_region import FileRegion
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.records import LOCATOR, LOG_OVERHEAD, MIN_BATCH_LENGTH, BatchHeader
@@ -29,6 +30,9 @@ TIME_INDEX_SUFFIX = ".timeindex"
 TXN_INDEX_SUFFIX = ".txnindex"
 _EMPTY = b""
 _LOCATOR_SIZE = LOCATOR.size
+_COUNT = struct.Struct(">i")
+# The zero-copy walk reads batch headers in chunks of this size, never the records between.
+_HEADER_CHUNK = 64 * 1024
 
 # (position in the appended buffer, last offset, max timestamp, size) per batch.
 AppendEntry = tuple[int, int, int, int]
@@ -378,17 +382,20 @@ class LogSegment:
         return None
 
     def read(
-        self, target: int, max_bytes: int, bound: int, min_one_batch: bool, slack: int
-    ) -> tuple[bytes | memoryview, int] | None:
+        self, target: int, max_bytes: int, bound: int, min_one_batch: bool, slack: int, zero_copy_min: int = 0
+    ) -> tuple[bytes | memoryview | FileRegion, int] | None:
         """Whole batches starting with the one holding ``target``.
 
         Returns None when no batch here reaches ``target`` (look in the next
         segment), else (data, position of the first batch); data may be empty when
-        the first batch lies at/after ``bound`` or exceeds ``max_bytes``.
+        the first batch lies at/after ``bound`` or exceeds ``max_bytes``. With
+        ``zero_copy_min``, data of at least that many bytes is a FileRegion, not bytes.
         """
         if target >= self.next_offset:
             return None
         self.ensure_indexes()
+        if zero_copy_min:
+            return self._read_region(target, max_bytes, bound, min_one_batch, zero_copy_min)
         fd, end = self.fd, self.size
         pread = os.pread
         unpack = LOCATOR.unpack_from
@@ -438,6 +445,61 @@ class LogSegment:
         if o == 0 and q == len(buf):
             return buf, start
         return memoryview(buf)[o:q], start
+
+    def _read_region(
+        self, target: int, max_bytes: int, bound: int, min_one_batch: bool, zero_copy_min: int
+    ) -> tuple[bytes | FileRegion, int] | None:
+        """``read``'s choice of batches from their headers alone, handed out as a FileRegion
+        (bytes when fewer than ``zero_copy_min``): a Fetch's records never pass through Python."""
+        fd, end = self.fd, self.size
+        chunk, chunk_pos = _EMPTY, 0
+
+        def header(q: int) -> tuple[int, int, int, int] | None:
+            """(base offset, length, last offset delta, record count) of the batch at ``q``."""
+            nonlocal chunk, chunk_pos
+            if q + rec.HEADER_SIZE > end:
+                return None
+            if q < chunk_pos or q + rec.HEADER_SIZE > chunk_pos + len(chunk):
+                chunk, chunk_pos = os.pread(fd, min(end - q, _HEADER_CHUNK), q), q
+            o = q - chunk_pos
+            base, length, lod = LOCATOR.unpack_from(chunk, o)
+            return base, length, lod, _COUNT.unpack_from(chunk, o + rec.RECORDS_COUNT_OFFSET)[0]
+
+        q = self.offset_index.lookup(target)
+        while True:
+            h = header(q)
+            if h is None:
+                return None
+            base, length, lod, count = h
+            if length < MIN_BATCH_LENGTH:
+                raise ApiError(ErrorCode.CORRUPT_MESSAGE, f"{self.log_path}: bad batch length at {q}")
+            if base + lod >= target:
+                break
+            q += length + LOG_OVERHEAD
+        start = q
+        first = length + LOG_OVERHEAD
+        if base >= bound or start + first > end:
+            return _EMPTY, start
+        if first > max_bytes and not min_one_batch:
+            return _EMPTY, start
+        q, next_offset, records = start + first, base + lod + 1, count
+        limit = start + min(max_bytes, end - start)
+        while first <= max_bytes:
+            h = header(q)
+            if h is None:
+                break
+            base, length, lod, count = h
+            nq = q + length + LOG_OVERHEAD
+            if base >= bound or length < MIN_BATCH_LENGTH or nq > limit:
+                break
+            q, next_offset, records = nq, base + lod + 1, records + count
+        size = q - start
+        if size >= zero_copy_min:
+            try:
+                return FileRegion(os.dup(fd), start, size, next_offset, records), start
+            except OSError:  # out of descriptors: this answer is read instead
+                pass
+        return os.pread(fd, size, start), start
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
         """First record with timestamp >= ``timestamp`` and offset >= ``start_offset``."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from rivulet.common.file_region import FileRegion
 from rivulet.common.types import TopicPartition
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.framing import RequestHeader
@@ -210,7 +211,8 @@ class RecordHandlers:
                              isolation_level=req.isolation_level if v >= 4 else 0,
                              fetch_only_leader=replica_id >= 0 or v < 11,
                              client_rack=req.rack_id if v >= 11 and replica_id < 0 else "",
-                             replica_epoch=req.replica_state.replica_epoch if v >= 15 else -1)
+                             replica_epoch=req.replica_state.replica_epoch if v >= 15 else -1,
+                             zero_copy=conn.sends_files)
         order: list[tuple[Any, str, int]] = []  # (topic id, topic name, partition)
         names: dict[Any, str | None] = {}
         for ft in req.topics:
@@ -312,7 +314,8 @@ class RecordHandlers:
                 stats.replication_bytes_out += len(r.records)
             elif r.records:
                 stats.bytes_out += len(r.records)
-                stats.messages_out += count_records(r.records)
+                stats.messages_out += (r.records.record_count if isinstance(r.records, FileRegion)
+                                       else count_records(r.records))
 
     # ------------------------------------------------------------ ListOffsets
     def handle_list_offsets(

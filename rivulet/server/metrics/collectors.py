@@ -191,6 +191,11 @@ class BrokerCollector(Collector):
         for listener, n in list(server.authentication_failures.items()):
             failed.add_metric([listener], n)
         yield failed
+        sender = server.file_sender
+        yield CounterMetricFamily("rivulet_network_zero_copy_sends", "Fetch answers sent from the segment files "
+                                  "with sendfile.", value=sender.sends if sender is not None else 0)
+        yield CounterMetricFamily("rivulet_network_zero_copy_bytes", "Record bytes sent with sendfile.",
+                                  value=sender.region_bytes if sender is not None else 0)
 
     def _controller(self) -> Iterator[Metric]:
         controller = self.cluster.controller if self.cluster is not None else None

@@ -1,0 +1,149 @@
+"""Zero-copy Fetch answers: responses whose record sets are FileRegions, written by a thread.
+
+Kafka sends a fetch's records from the segment file to the socket with ``transferTo``
+(sendfile): the bytes never enter the JVM's heap. Rivulet does the same on connections
+without TLS. A response holding FileRegions is handed, whole and in order, to a sender
+thread that writes its header bytes and ``os.sendfile``s its regions on its own descriptor of
+the socket, waiting for the socket with ``poll`` when it is full. The event loop writes
+nothing else to that connection until the thread is done, so the answers stay in request
+order; meanwhile it keeps reading and serving every connection, and the copy into the socket
+runs outside the GIL. Only a connection whose transport has nothing buffered is handed over.
+
+Run with RIVULET_NO_SENDFILE=1 to read regions into memory and write them through the
+event loop instead (the path TLS connections always take).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import select
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+from rivulet.common.file_region import FileRegion
+
+log = logging.getLogger(__name__)
+
+# Sends at once; past it an answer is read and written on the event loop, so a crowd of
+# slow consumers holds no more than this many threads.
+MAX_SENDERS = 16
+_POLL_MS = 200  # how often a waiting sender looks whether its connection was closed
+
+
+def enabled() -> bool:
+    return os.environ.get("RIVULET_NO_SENDFILE", "") in ("", "0")
+
+
+def has_regions(parts: list[Any]) -> bool:
+    return any(type(p) is FileRegion for p in parts)
+
+
+def read_regions(parts: list[Any]) -> list[Any]:
+    """The parts with every FileRegion read into bytes (and closed); EOFError if one was
+    truncated under its answer."""
+    return [p.read() if type(p) is FileRegion else p for p in parts]
+
+
+class Send:
+    """One response on its way out; ``cancel`` (from the loop) stops it at its next wait."""
+
+    def __init__(self, fd: int, parts: list[Any]) -> None:
+        self.fd = fd  # a duplicate of the connection's socket, closed when the send ends
+        self.parts = parts
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def run(self) -> None:
+        """On a sender thread: write every part in order, or raise why it could not."""
+        poller = select.poll()
+        poller.register(self.fd, select.POLLOUT)
+        try:
+            for part in self.parts:
+                if type(part) is FileRegion:
+                    self._send_region(part, poller)
+                else:
+                    self._write(memoryview(part).cast("B"), poller)
+        finally:
+            os.close(self.fd)
+            for part in self.parts:
+                if type(part) is FileRegion:
+                    part.close()
+
+    def _write(self, view: memoryview, poller: select.poll) -> None:
+        while view:
+            try:
+                n = os.write(self.fd, view)
+            except BlockingIOError:
+                self._wait(poller)
+                continue
+            view = view[n:]
+
+    def _send_region(self, region: FileRegion, poller: select.poll) -> None:
+        offset, left = region.position, region.size
+        while left:
+            try:
+                n = os.sendfile(self.fd, region.fd, offset, left)
+            except BlockingIOError:
+                self._wait(poller)
+                continue
+            if n == 0:
+                raise EOFError(f"{left} bytes of a file region were truncated away while it was sent")
+            offset += n
+            left -= n
+
+    def _wait(self, poller: select.poll) -> None:
+        while not self.cancelled:
+            if poller.poll(_POLL_MS):
+                return  # writable, or an error the next write reports
+        raise ConnectionAbortedError("the connection closed while its answer was sent")
+
+
+class FileSender:
+    """The sender threads a listener's connections share."""
+
+    def __init__(self, max_senders: int = MAX_SENDERS) -> None:
+        self.max_senders = max_senders
+        self.active = 0
+        # Answers sent from files, and their regions' bytes (the metrics endpoint shows both).
+        self.sends = 0
+        self.region_bytes = 0
+        self._executor: ThreadPoolExecutor | None = None
+
+    def start(self, sock_fd: int, parts: list[Any], done: Callable[[BaseException | None], None]) -> Send | None:
+        """Send ``parts`` on the socket ``sock_fd`` from a thread and call ``done(error)`` on
+        the event loop once they are written; None (nothing started) when every sender is
+        busy or no descriptor is left."""
+        if self.active >= self.max_senders:
+            return None
+        try:
+            fd = os.dup(sock_fd)
+        except OSError:
+            return None
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self.max_senders, thread_name_prefix="rivulet-sendfile")
+        send = Send(fd, parts)
+        self.active += 1
+        fut = asyncio.get_running_loop().run_in_executor(self._executor, send.run)
+
+        def finished(f: asyncio.Future[None]) -> None:
+            self.active -= 1
+            if f.cancelled():  # shut down before it ran
+                os.close(fd)
+                done(ConnectionAbortedError("the broker stopped before the answer was sent"))
+            else:
+                exc = f.exception()
+                if exc is None:
+                    self.sends += 1
+                    self.region_bytes += sum(p.size for p in parts if type(p) is FileRegion)
+                done(exc)
+
+        fut.add_done_callback(finished)
+        return send
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)

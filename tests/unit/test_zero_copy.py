@@ -1,0 +1,193 @@
+"""Zero-copy Fetch: a log's FileRegions hold exactly the bytes its ordinary reads return, and
+the sender thread writes a response's parts in order over a real socket, waiting when the
+reader is slow, stopping when cancelled, and closing every descriptor it was given."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import socket
+import threading
+
+import pytest
+from test_storage import append, make_batch, records
+
+from rivulet.common.file_region import FileRegion
+from rivulet.protocol.records import iter_batches
+from rivulet.server.file_sender import FileSender, read_regions
+from rivulet.storage import Log, LogConfig
+
+pytestmark = pytest.mark.fast
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.fixture
+def log(tmp_path):
+    lg = Log(str(tmp_path / "t-0"), LogConfig(segment_bytes=300_000, index_interval_bytes=4096))
+    rnd = random.Random(7)
+    for _ in range(300):  # batches of 1 to 60 records of 5 to 900 bytes: several segments
+        n = rnd.randint(1, 60)
+        append(lg, make_batch(records(n, rnd.randint(5, 900))))
+    yield lg
+    lg.close()
+
+
+def as_bytes(data: bytes | memoryview | FileRegion) -> bytes:
+    return data.read() if isinstance(data, FileRegion) else bytes(data)
+
+
+def test_regions_hold_what_reads_return(log):
+    rnd = random.Random(11)
+    leo = log.log_end_offset
+    regions = 0
+    for _ in range(400):
+        offset = rnd.randrange(0, leo)
+        max_bytes = rnd.choice([0, 1, 100, 5_000, 70_000, 1 << 20, 10 << 20])
+        max_offset = rnd.choice([None, leo, rnd.randrange(offset, leo + 1)])
+        min_one = rnd.random() < 0.8
+        plain = log.read(offset, max_bytes, max_offset=max_offset, min_one_batch=min_one)
+        zero = log.read(offset, max_bytes, max_offset=max_offset, min_one_batch=min_one,
+                        zero_copy_min=rnd.choice([1, 1000, 64 * 1024]))
+        assert zero.fetch_offset_metadata == plain.fetch_offset_metadata
+        if isinstance(zero.records, FileRegion):
+            regions += 1
+            region = zero.records
+            expected = bytes(plain.records)
+            batches = [h for _, h in iter_batches(expected)]
+            assert region.next_offset == batches[-1].next_offset
+            assert region.record_count == sum(h.records_count for h in batches)
+        assert as_bytes(zero.records) == bytes(plain.records)
+    assert regions > 100
+
+
+def test_a_region_outlives_its_segment(log):
+    before = open_fds()
+    region = log.read(0, 1 << 20, zero_copy_min=1).records
+    assert isinstance(region, FileRegion)
+    expected = bytes(log.read(0, 1 << 20).records)
+    log.high_watermark = log.log_end_offset
+    log.delete_records_before(log.log_end_offset)  # every old segment goes
+    log.close()
+    assert region.read() == expected
+    assert open_fds() < before  # the region's descriptor and the log's are closed
+
+
+def test_a_dropped_region_closes_its_descriptor(log):
+    before = open_fds()
+    regions = [log.read(0, 1 << 20, zero_copy_min=1).records for _ in range(20)]
+    assert open_fds() == before + 20
+    del regions
+    assert open_fds() == before
+
+
+def test_a_truncated_region_is_refused(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 1000)
+    region = FileRegion(os.open(path, os.O_RDONLY), 100, 800, 0, 0)
+    os.truncate(path, 500)
+    with pytest.raises(EOFError):
+        read_regions([b"head", region])
+    assert region.fd == -1
+
+
+# -- the sender ---------------------------------------------------------------------------------
+
+
+def region_of(tmp_path, data: bytes, name: str = "seg") -> FileRegion:
+    path = tmp_path / name
+    path.write_bytes(b"-" * 10 + data + b"-" * 10)
+    return FileRegion(os.open(path, os.O_RDONLY), 10, len(data), 0, 0)
+
+
+def run_send(parts, reader_delay: float = 0.0, cancel_after: float | None = None) -> tuple[bytes, BaseException | None]:
+    """Send ``parts`` over a socket pair with a reader on a thread; what arrived and the error."""
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # small: the sender must wait
+    received = bytearray()
+
+    def reader() -> None:
+        import time
+        time.sleep(reader_delay)
+        while chunk := b.recv(65536):
+            received.extend(chunk)
+            if reader_delay:
+                time.sleep(0.001)
+
+    t = threading.Thread(target=reader)
+    t.start()
+
+    async def main() -> BaseException | None:
+        sender = FileSender(max_senders=1)
+        done: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+        send = sender.start(a.fileno(), parts, done.set_result)
+        assert send is not None
+        assert sender.start(a.fileno(), [b"x"], lambda e: None) is None  # the one sender is busy
+        if cancel_after is not None:
+            await asyncio.sleep(cancel_after)
+            send.cancel()
+        err = await done
+        assert sender.active == 0
+        sender.close()
+        return err
+
+    err = asyncio.run(main())
+    a.close()
+    t.join(10)
+    b.close()
+    return bytes(received), err
+
+
+def test_sender_writes_parts_in_order(tmp_path):
+    big = os.urandom(3 << 20)
+    small = os.urandom(5000)
+    r1, r2 = region_of(tmp_path, big, "a"), region_of(tmp_path, small, "b")
+    before = open_fds()
+    got, err = run_send([b"head", memoryview(bytearray(b"mid")), r1, b"between", r2, b"tail"], reader_delay=0.05)
+    assert err is None
+    assert got == b"head" + b"mid" + big + b"between" + small + b"tail"
+    assert r1.fd == r2.fd == -1
+    assert open_fds() <= before - 2
+
+
+def test_cancel_stops_a_blocked_send(tmp_path):
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    region = region_of(tmp_path, os.urandom(8 << 20))
+
+    async def main() -> BaseException | None:
+        sender = FileSender()
+        done: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+        send = sender.start(a.fileno(), [b"head", region], done.set_result)
+        await asyncio.sleep(0.3)  # nobody reads: the socket fills and the sender waits
+        assert not done.done()
+        send.cancel()
+        return await done
+
+    err = asyncio.run(main())
+    assert isinstance(err, ConnectionAbortedError)
+    assert region.fd == -1
+    a.close()
+    b.close()
+
+
+def test_a_peer_gone_fails_the_send(tmp_path):
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.close()
+    region = region_of(tmp_path, os.urandom(1 << 20))
+
+    async def main() -> BaseException | None:
+        sender = FileSender()
+        done: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+        sender.start(a.fileno(), [b"head", region], done.set_result)
+        return await done
+
+    err = asyncio.run(main())
+    assert isinstance(err, OSError)
+    assert region.fd == -1
+    a.close()
