@@ -51,12 +51,13 @@ class StandaloneCluster:
     def master_url(self) -> str:
         return f"spark://127.0.0.1:{self.port}"
 
-    def _launch(self, name: str, cls: str, *args: str) -> subprocess.Popen:
+    def _launch(self, name: str, cls: str, *args: str, host: str = "127.0.0.1") -> subprocess.Popen:
         log = open(self.root / f"{name}.log", "wb")
         # Its own process group: the worker's executors and their Python workers are in it too.
         p = subprocess.Popen([os.path.join(spark_home(), "bin", "spark-class"), cls, *args],
                              env=spark_env(SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false",
-                                           SPARK_WORKER_OPTS="-Dspark.worker.cleanup.enabled=false"),
+                                           SPARK_WORKER_OPTS="-Dspark.worker.cleanup.enabled=false",
+                                           SPARK_LOCAL_IP=host),
                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.root)
         log.close()
         self.procs.append(p)
@@ -79,9 +80,12 @@ class StandaloneCluster:
                          "--port", str(self.port), "--webui-port", "0")
         self._wait_for("master", "I have been elected leader", m)
         for i in range(self.n_workers):
-            w = self._launch(f"worker{i}", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+            # Each worker on its own loopback address: Spark treats them as two hosts, and runs a
+            # speculative copy of a task only on a host the task is not already running on.
+            host = f"127.0.0.{i + 1}"
+            w = self._launch(f"worker{i}", "org.apache.spark.deploy.worker.Worker", "--host", host,
                              "--cores", "1", "--memory", "1g", "--webui-port", "0",
-                             "--work-dir", str(self.root / f"work{i}"), self.master_url)
+                             "--work-dir", str(self.root / f"work{i}"), self.master_url, host=host)
             self.workers.append(w)
         for i, w in enumerate(self.workers):
             self._wait_for(f"worker{i}", "Successfully registered with master", w)

@@ -1,21 +1,36 @@
 """The source, the sink and the pipeline on a Spark standalone cluster (a master and two
-1-core workers, so every task runs in an executor JVM apart from the driver, with its own
-Python workers) against a 3-broker Rivulet cluster (replication factor 3)."""
+1-core workers on two loopback addresses, so every task runs in an executor JVM apart from the
+driver, with its own Python workers) against a 3-broker Rivulet cluster (replication factor 3).
+
+Faults first (the test runs its own driver process, which needs the cluster's cores: the
+module's in-process session starts only after it): under streaming queries writing to a topic
+(the transactional sink) and to Parquet, with spark.speculation=true, an executor killed with
+SIGKILL mid-batch, the leader of a source partition killed, and the driver killed with SIGKILL
+and restarted from the checkpoints. The outputs are exactly once afterwards: Parquet holds each
+input offset once with no gap, and the topic read read_committed holds each input record once."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("pyspark")
-pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
 
 from test_spark import consume_all, produce, source, run_available_now, topic_name  # noqa: E402
 from test_spark_pipeline import BASE, SCHEMA, order  # noqa: E402
+
+from spark_cluster import spark_env  # noqa: E402
 
 from tests.cluster import three_brokers  # noqa: E402
 from tests.integration.test_replication_faults import BROKER_CONFIG, create_topic  # noqa: E402
@@ -59,6 +74,121 @@ def _topic(brokers, prefix: str, partitions: int) -> str:
     name = topic_name(prefix)
     create_topic(brokers, name, partitions)
     return name
+
+
+DRIVER = Path(__file__).resolve().parents[1] / "spark_fault_driver.py"
+PARTITIONS, PER_PARTITION = 3, 900  # 300 offsets a batch: 9 batches
+
+
+def batches(cp: Path) -> tuple[set[int], set[int]]:
+    """The batch ids a query's checkpoint has planned (offset log) and finished (commit log)."""
+    def ids(d: Path) -> set[int]:
+        return {int(p.name) for p in d.glob("[0-9]*") if p.name.isdigit()} if d.exists() else set()
+    return ids(cp / "offsets"), ids(cp / "commits")
+
+
+def committed_parquet_files(out: Path) -> list[str]:
+    """The files Spark's file sink committed, from its log (_spark_metadata: a compacted file
+    every 10 batches and one file per batch after it); files of failed attempts are not in it."""
+    log = out / "_spark_metadata"
+    entries = sorted((p for p in log.iterdir() if re.fullmatch(r"\d+(\.compact)?", p.name)),
+                     key=lambda p: int(p.name.split(".")[0]))
+    compacts = [p for p in entries if p.name.endswith(".compact")]
+    start = int(compacts[-1].name.split(".")[0]) if compacts else -1
+    files: list[str] = []
+    for p in entries:
+        n = int(p.name.split(".")[0])
+        if n > start or p == (compacts[-1] if compacts else None):
+            for line in p.read_text().splitlines()[1:]:  # the first line is the log version
+                e = json.loads(line)
+                if e["action"] == "add":
+                    files.append(e["path"].removeprefix("file:"))
+                else:
+                    files.remove(e["path"].removeprefix("file:"))
+    return files
+
+
+def test_exactly_once_through_executor_leader_and_driver_kills(brokers, spark_standalone, tmp_path):
+    src = topic_name("f-in")
+    dst = topic_name("f-out")
+    create_topic(brokers, src, PARTITIONS)
+    create_topic(brokers, dst, 2)
+    produce(brokers.bootstrap, src, [{"value": f"{p}-{i}".encode(), "partition": p}
+                                     for p in range(PARTITIONS) for i in range(PER_PARTITION)])
+    out, cp, marks = tmp_path / "out", tmp_path / "cp", tmp_path / "marks"
+    marks.mkdir()
+    args = [sys.executable, str(DRIVER), spark_standalone.master_url, brokers.bootstrap, src, dst, str(out),
+            str(cp), str(marks)]
+    log_path = tmp_path / "driver.log"
+    log = open(log_path, "ab")
+    faults: dict[str, int] = {}  # fault -> the topic query's batch under way when it struck
+
+    def tail() -> str:
+        return log_path.read_text(errors="replace")[-4000:]
+
+    child = subprocess.Popen(args, env=spark_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and child.poll() is None and "driver" not in faults:
+            started, done = batches(cp / "topic")
+            running = started - done
+            if not done or not running:
+                time.sleep(0.05)
+                continue
+            batch = max(running)
+            if "executor" not in faults:
+                time.sleep(0.3)  # into the batch: its tasks are reading and writing
+                os.kill(spark_standalone.executor_pids()[0], signal.SIGKILL)
+                faults["executor"] = batch
+            elif "leader" not in faults and batch >= faults["executor"] + 2:
+                leader = brokers.partition_state(src, 0)["leader"]
+                brokers.brokers[leader].kill()
+                faults["leader"], faults["leader_id"] = batch, leader
+            elif "leader" in faults and batch >= faults["leader"] + 2:
+                time.sleep(0.3)
+                os.killpg(child.pid, signal.SIGKILL)
+                faults["driver"] = batch
+            time.sleep(0.05)
+    finally:
+        if child.poll() is None and "driver" not in faults:
+            os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    assert set(faults) == {"executor", "leader", "leader_id", "driver"}, (faults, tail())
+    assert not (cp / "topic" / "commits" / str(faults["driver"])).exists(), "the batch finished before the kill"
+
+    # Restarted from the checkpoints, on a new application; the killed broker rejoins meanwhile.
+    child = subprocess.Popen(args, env=spark_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        brokers.restart(faults["leader_id"])
+        rc = child.wait(300)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+    log.close()
+    assert rc == 0 and "DONE" in log_path.read_text(errors="replace"), tail()
+
+    table = pq.ParquetDataset(committed_parquet_files(out)).read()
+    rows = list(zip(table.column("topic").to_pylist(), table.column("partition").to_pylist(),
+                    table.column("offset").to_pylist()))
+    assert len(rows) == len(set(rows)) == PARTITIONS * PER_PARTITION
+    for p in range(PARTITIONS):
+        assert sorted(o for _, q, o in rows if q == p) == list(range(PER_PARTITION)), f"partition {p}"
+
+    committed = consume_all(brokers.bootstrap, dst, 2)
+    everything = consume_all(brokers.bootstrap, dst, 2, isolation="read_uncommitted")
+    expected = Counter(f"{p}-{i}".encode() for p in range(PARTITIONS) for i in range(PER_PARTITION))
+    assert Counter(m.value() for m in committed) == expected
+
+    # What the faults made Spark do, for the record: later attempts of a task (retries after
+    # the executor's death, speculative copies), tasks of the replayed batch, aborted rows.
+    names = [f.name.split("-") for f in marks.iterdir()]
+    later = sum(1 for n in names if int(n[3]) > 0)
+    firsts = Counter(tuple(n[:3]) for n in names if n[3] == "0")
+    print(f"\nfaults in topic batches {faults} (leader_id: the broker killed); parquet rows {len(rows)}, "
+          f"distinct {len(set(rows))}; topic read_committed {len(committed)}, read_uncommitted {len(everything)}; "
+          f"task attempts after the first {later}; tasks run again by the restarted driver "
+          f"{sum(1 for n in firsts.values() if n > 1)}; tasks in all {len(firsts)}")
 
 
 def test_source_and_sink_run_in_executors_apart_from_the_driver(brokers, spark, spark_standalone, tmp_path):
