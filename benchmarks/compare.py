@@ -22,8 +22,9 @@ a share of one core over the run's wall time; a generator well under 100% is not
 Then the ratio Rivulet/Kafka (median of the rounds, and its range over the rounds), the spread
 of each broker's rounds, and the machine's load average before and after each broker's run.
 
-The other figures: end-to-end latency at a fixed 5,000 msg/s (``produce_consume.latency``,
-confluent-kafka), Kafka's EndToEndLatency, the time for a classic group of 10 members to be
+The other figures: end-to-end latency p50, p99 and p99.9 at fixed rates of 5,000 and 50,000
+msg/s, linger.ms 5 and 0, acks=1 and acks=all (``produce_consume.latency``, confluent-kafka;
+a consumer thread in the same process times each record), Kafka's EndToEndLatency, the time for a classic group of 10 members to be
 Stable (``benchmarks.groups``; group.initial.rebalance.delay.ms=0 on both brokers), start-up
 time from the broker process's creation (``/proc/<pid>/stat``) to its first Metadata response,
 and the broker's resident memory (VmRSS over its process tree; for Kafka the java process).
@@ -79,9 +80,11 @@ COMPRESSIONS = ("lz4", "zstd")
 # Both generators batch alike (issue 17's settings); idempotence off, librdkafka's default.
 JAVA_PRODUCER_PROPS = {"enable.idempotence": False, "linger.ms": 10, "batch.size": 1_000_000}
 JAVA_LATENCY_RECORDS = 2000
-LATENCY_RATE = 5000
+LATENCY_RATES = (5000, 50000)
 # librdkafka's default (5) batches; 0 sends one request per record (see produce_consume.latency)
 LATENCY_LINGERS = (5, 0)
+LATENCY_ACKS = ("1", "all")
+LATENCY_CASES = [(rate, linger, acks) for rate in LATENCY_RATES for linger in LATENCY_LINGERS for acks in LATENCY_ACKS]
 GROUP_MEMBERS = 10
 TOOL_TIMEOUT = 1800.0
 # What --skip can leave out: each a family of rows.
@@ -403,15 +406,16 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
                                        rdkafka_perf.parse_consumer, each))
         attempt(f"{MANY_TOPICS * MANY_PARTITIONS_EACH} partitions", many_partitions)
 
-    def lat() -> None:
-        for linger in LATENCY_LINGERS:
-            topic = _topic(f"lat{linger}")  # a fresh topic: the consumer starts at its beginning
-            _create(bs, [topic], 1)
-            r = latency(bs, topic, LATENCY_RATE, args.latency_seconds, linger_ms=linger)
-            for q in ("p50", "p99", "p999"):
-                results[f"lat{linger}_{q}"] = r[q]
+    def lat(rate: int, linger: int, acks: str) -> None:
+        topic = _topic(f"lat{rate}")  # a fresh topic: the consumer starts at its beginning
+        _create(bs, [topic], 1)
+        r = latency(bs, topic, rate, args.latency_seconds, linger_ms=linger, acks=acks)
+        for q in ("p50", "p99", "p999"):
+            results[f"lat{rate}_{linger}_{acks}_{q}"] = r[q]
     if "latency" not in args.skip:
-        attempt(f"end-to-end latency at {LATENCY_RATE} msg/s", lat)
+        for case in LATENCY_CASES:
+            attempt(f"end-to-end latency at {case[0]} msg/s, linger.ms={case[1]}, acks={case[2]}",
+                    functools.partial(lat, *case))
 
     def jlat() -> None:
         # Kafka's own EndToEndLatency: one record at a time, acks=all, round trip per record.
@@ -459,10 +463,10 @@ def _declare_figures() -> None:
     gens = f"rdkafka_performance x{MANY_TOPICS}"
     THROUGHPUTS.append(("rdk_prod_many", f"produce {many}, acks=1", gens))
     THROUGHPUTS.append(("rdk_cons_many", f"consume {many}", gens))
-    for linger in LATENCY_LINGERS:
+    for rate, linger, acks in LATENCY_CASES:
         for q, name in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9")):
-            _figure(f"lat{linger}_{q}", f"end-to-end latency {name} at {LATENCY_RATE:,} msg/s, linger.ms={linger} "
-                    "(confluent-kafka)", "ms", False)
+            _figure(f"lat{rate}_{linger}_{acks}_{q}", f"end-to-end latency {name} at {rate:,} msg/s, "
+                    f"linger.ms={linger}, acks={acks} (confluent-kafka)", "ms", False)
     _figure("jlat_avg", "Java EndToEndLatency average (acks=all, one at a time)", "ms", False)
     _figure("jlat_p99", "Java EndToEndLatency p99 (whole ms)", "ms", False)
     _figure("group_stable", f"{GROUP_MEMBERS}-member group start -> Stable", "ms", False)
@@ -597,7 +601,9 @@ def context(argv: list[str], args: argparse.Namespace, wall: float, load_before:
         f"{MANY_TOPICS} rdkafka_performance processes at once, {max(1, args.records_1k // MANY_TOPICS):,} x 1 KiB "
         f"each to its own topic of {MANY_PARTITIONS_EACH} partitions; untimed warm-up of {args.warmup:,} x 100 B + "
         f"{args.warmup // 3:,} x 1 KiB (rdkafka_performance produce+consume) after start-up; "
-        f"latency {args.latency_seconds:g} s at {LATENCY_RATE:,} msg/s on 1 partition; "
+        f"latency {args.latency_seconds:g} s per case at {' and '.join(f'{r:,}' for r in LATENCY_RATES)} msg/s, "
+        f"linger.ms {' and '.join(map(str, LATENCY_LINGERS))}, acks {' and '.join(LATENCY_ACKS)}, 1 partition, "
+        f"100 B records; "
         f"{args.rounds} round(s) per broker alternating Rivulet, Kafka; medians shown, spread = (max - min) / median "
         f"over the rounds; ratio is Rivulet/Kafka for throughputs, Kafka/Rivulet (K/R) for latencies, times "
         f"and memory, the median of the per-round ratios with their range; CPU is user+sys seconds over the "
@@ -613,7 +619,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--records-100", type=int, default=3_000_000)
     ap.add_argument("--records-1k", type=int, default=1_000_000)
-    ap.add_argument("--latency-seconds", type=float, default=10.0)
+    ap.add_argument("--latency-seconds", type=float, default=5.0, help="per latency case (there are "
+                    f"{len(LATENCY_CASES)})")
     ap.add_argument("--warmup", type=int, default=100_000,
                     help="untimed 100 B records (and a third as many 1 KiB) produced and consumed first; 0: none")
     ap.add_argument("--heartbeat-ms", type=int, default=100, help="group members' heartbeat interval")

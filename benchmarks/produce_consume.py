@@ -110,7 +110,7 @@ def consume(bootstrap: str, topic: str, partitions: int, count: int, size: int,
 
 
 def latency(bootstrap: str, topic: str, rate: int, seconds: float, linger_ms: int = 0,
-            conf: dict[str, str] | None = None) -> dict[str, float]:
+            conf: dict[str, str] | None = None, acks: str = "1") -> dict[str, float]:
     """Produce at a fixed rate on one partition and time each record until a consumer has it.
 
     ``linger_ms=0`` sends every record as its own request as soon as it is produced. Kafka reads
@@ -133,7 +133,7 @@ def latency(bootstrap: str, topic: str, rate: int, seconds: float, linger_ms: in
 
     th = threading.Thread(target=reader)
     th.start()
-    p = Producer({**(conf or {}), "bootstrap.servers": bootstrap, "acks": "1", "linger.ms": linger_ms,
+    p = Producer({**(conf or {}), "bootstrap.servers": bootstrap, "acks": acks, "linger.ms": linger_ms,
                   "enable.idempotence": False})
     # Warm up: the consumer has fetched once before the clock starts.
     p.produce(topic, f"{time.perf_counter_ns():020d}".encode(), partition=0)

@@ -176,3 +176,24 @@ def test_a_broker_serves_its_metrics_off_the_loop_and_closes_the_endpoint(tmp_pa
     asyncio.run(main())
     with pytest.raises(ConfigError, match="needs metrics.listener"):
         BrokerConfig({"metric.reporters": PROMETHEUS_TELEMETRY})
+
+
+def test_gc_pauses_are_timed_per_generation() -> None:
+    import gc
+
+    from rivulet.server.metrics.exporter import GcPauses
+
+    pauses = GcPauses()
+    pauses.install()
+    try:
+        gc.collect()
+        gc.collect(0)
+    finally:
+        pauses.uninstall()
+    assert pauses._callback not in gc.callbacks
+    counts = [sum(h.counts) for h in pauses.histograms]
+    assert counts[2] >= 1 and counts[0] >= 1
+    assert pauses.histograms[2].sum > 0
+    family = next(iter(pauses.collect()))
+    assert family.name == "rivulet_gc_pause_seconds"
+    assert {s.labels["generation"] for s in family.samples} == {"0", "1", "2"}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -22,7 +23,7 @@ from rivulet.server.config import parse_metrics_listener
 from rivulet.server.metrics.collectors import histogram_buckets
 from rivulet.server.metrics.requests import Histogram
 
-__all__ = ["EventLoopLag", "MetricsExporter"]
+__all__ = ["EventLoopLag", "GcPauses", "MetricsExporter"]
 
 # A scrape waits this long for the loop before failing (the loop is then stuck: a scrape
 # error says so better than a hung one).
@@ -88,6 +89,35 @@ class EventLoopLag(Collector):
                                 value=self.last)
 
 
+class GcPauses(Collector):
+    """How long each garbage collection held the interpreter, per generation: a pause the
+    event loop and every client wait through (the tail of request latency looks here)."""
+
+    def __init__(self) -> None:
+        self.histograms = [Histogram() for _ in range(3)]
+        self._started = 0.0
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.histograms[info["generation"]].observe(time.perf_counter() - self._started)
+
+    def install(self) -> None:
+        gc.callbacks.append(self._callback)
+
+    def uninstall(self) -> None:
+        if self._callback in gc.callbacks:
+            gc.callbacks.remove(self._callback)
+
+    def collect(self) -> Iterator[Metric]:
+        h = HistogramMetricFamily("rivulet_gc_pause_seconds", "Garbage collections, by how long they took.",
+                                  labels=["generation"])
+        for generation, histogram in enumerate(self.histograms):
+            h.add_metric([str(generation)], histogram_buckets(histogram), histogram.sum)
+        yield h
+
+
 class MetricsExporter:
     """The endpoint: ``bind`` at start-up (a port in use stops the broker before it loads
     anything), ``add`` the broker's collectors once they exist, ``close`` at shutdown."""
@@ -99,6 +129,8 @@ class MetricsExporter:
         ProcessCollector(registry=self.registry)
         self.loop_lag = EventLoopLag()
         self.on_loop.register(self.loop_lag)
+        self.gc_pauses = GcPauses()
+        self.on_loop.register(self.gc_pauses)
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
         self._lag_task: asyncio.Task[None] | None = None
@@ -110,6 +142,7 @@ class MetricsExporter:
         self._server, self._thread = start_http_server(self.port, self.host, self.registry)
         self.port = self._server.server_port
         self._lag_task = loop.create_task(self.loop_lag.run())
+        self.gc_pauses.install()
         return self.port
 
     def add(self, collectors: Iterable[Collector]) -> None:
@@ -117,6 +150,7 @@ class MetricsExporter:
             self.on_loop.register(c)
 
     async def close(self) -> None:
+        self.gc_pauses.uninstall()
         if self._lag_task is not None:
             self._lag_task.cancel()
         server, self._server = self._server, None
