@@ -4,7 +4,8 @@
 # so nothing is installed into the system Python).
 #
 #   bash scripts/setup.sh            # Rivulet with PySpark: enough for `rivulet demo`
-#   bash scripts/setup.sh test,spark # also the test clients (what .ci/run uses)
+#   bash scripts/setup.sh test,spark,spark-connect # also the test clients and Spark Connect's
+#                                                  # client (what .ci/run uses)
 #   bash scripts/setup.sh cluster    # also a ZooKeeper server, for `rivulet cluster up`
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -5,6 +5,7 @@ with SIGKILL; everything started is killed on close."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -130,3 +131,54 @@ class StandaloneCluster:
             except ProcessLookupError:
                 pass
             p.wait()
+
+
+class ConnectServer:
+    """A Spark Connect server (PySpark's own SparkConnectServer, launched with spark-submit as
+    start-connect-server.sh does, but in the foreground) on loopback, running local[2]."""
+
+    def __init__(self, root: Path, master: str = "local[2]") -> None:
+        self.root = root
+        self.master = master
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"sc://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 120) -> "ConnectServer":
+        self.root.mkdir(parents=True, exist_ok=True)
+        log_path = self.root / "connect-server.log"
+        log = open(log_path, "wb")
+        self.proc = subprocess.Popen(
+            [os.path.join(spark_home(), "bin", "spark-submit"), "--class",
+             "org.apache.spark.sql.connect.service.SparkConnectServer", "--master", self.master,
+             "--conf", f"spark.connect.grpc.binding.port={self.port}",
+             "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+             "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2"],
+            env=spark_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.root)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if "Spark Connect server started" in log_path.read_text(errors="replace"):
+                return self
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        self.close()
+        raise RuntimeError(f"the Spark Connect server did not start: {log_path.read_text(errors='replace')[-3000:]}")
+
+    def close(self) -> None:
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            pass
+        with contextlib.suppress(ProcessLookupError):  # the rest of its group: Python workers
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self.proc = None

@@ -13,6 +13,7 @@ its own (it registers every ``pyspark_*`` module that exports ``DefaultSource``)
 
 from __future__ import annotations
 
+import sys
 import weakref
 from typing import Any
 
@@ -81,6 +82,7 @@ def refuse_overwrite(overwrite: bool) -> None:
 _writer_formats: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
 _writer_modes: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
 _save_mode_installed = False
+_connect_save_mode_installed = False
 
 
 def _install_default_save_mode() -> None:
@@ -110,19 +112,51 @@ def _install_default_save_mode() -> None:
 
     def save(self: DataFrameWriter, path: str | None = None, format: str | None = None, mode: str | None = None,
              partitionBy: Any = None, **options: Any) -> None:
-        fmt = str(format).lower() if format is not None else _writer_formats.get(self, "")
-        chosen = str(mode).lower() if mode is not None else _writer_modes.get(self, "errorifexists")
-        if fmt == RivuletDataSource.name() and chosen in ("error", "errorifexists", "default"):
+        if _takes_default_mode(format or _writer_formats.get(self), mode or _writer_modes.get(self)):
             mode = "append"
         return base_save(self, path, format, mode, partitionBy, **options)
 
     format.__doc__, mode.__doc__, save.__doc__ = base_format.__doc__, base_mode.__doc__, base_save.__doc__
     DataFrameWriter.format, DataFrameWriter.mode, DataFrameWriter.save = format, mode, save  # type: ignore[method-assign]
+    if "pyspark.sql.connect.readwriter" in sys.modules:  # a Spark Connect client; else register() does it
+        _install_default_save_mode_connect()
+
+
+def _takes_default_mode(fmt: str | None, mode: str | None) -> bool:
+    return (fmt or "").lower() == RivuletDataSource.name() and \
+        (mode or "errorifexists").lower() in ("error", "errorifexists", "default")
+
+
+def _install_default_save_mode_connect() -> None:
+    """The same for Spark Connect's DataFrameWriter, which keeps the format and mode in its
+    write operation (the server refuses ErrorIfExists as the classic one does). Not at import
+    unless Connect is loaded: executors import this module, and Connect's client brings grpc
+    and pandas."""
+    global _connect_save_mode_installed
+    if _connect_save_mode_installed:
+        return
+    _connect_save_mode_installed = True
+    try:
+        from pyspark.sql.connect.readwriter import DataFrameWriter as ConnectWriter
+    except ImportError:  # Spark Connect's client dependencies (grpcio, pandas) are not installed
+        return
+    base_save = ConnectWriter.save
+
+    def save(self: ConnectWriter, path: str | None = None, format: str | None = None, mode: str | None = None,
+             partitionBy: Any = None, **options: Any) -> None:
+        if _takes_default_mode(format or self._write.source, mode or self._write.mode):
+            mode = "append"
+        return base_save(self, path, format, mode, partitionBy, **options)
+
+    save.__doc__ = base_save.__doc__
+    ConnectWriter.save = save  # type: ignore[method-assign]
 
 
 def register(spark: Any) -> None:
     """Register ``format("rivulet")`` with a SparkSession (not needed when ``pyspark_rivulet`` is
     installed, but harmless)."""
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        _install_default_save_mode_connect()
     spark.dataSource.register(RivuletDataSource)
 
 

@@ -1,0 +1,68 @@
+"""The source and the sink from a Spark Connect client: a thin Python client talking to a Spark
+Connect server (PySpark's SparkConnectServer on local[2]) over gRPC, as on Databricks serverless.
+The data source is registered in the Connect session from the client; the server's Python
+workers run it."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+pytest.importorskip("grpc", reason="Spark Connect's client needs pip install 'rivulet[spark-connect]'")
+
+from test_spark import consume_all, create_topic, topic_name  # noqa: E402
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+
+@pytest.fixture(scope="module")
+def connect_server(tmp_path_factory):
+    from spark_cluster import ConnectServer
+    server = ConnectServer(tmp_path_factory.mktemp("spark-connect")).start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="module")
+def spark(connect_server):
+    from pyspark.sql import SparkSession
+
+    import rivulet.spark
+    s = SparkSession.builder.remote(connect_server.url).getOrCreate()
+    rivulet.spark.register(s)  # spark.dataSource.register, over Connect
+    yield s
+    s.stop()
+
+
+def test_source_and_sink_through_spark_connect(broker, spark, tmp_path):
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+    assert isinstance(spark, ConnectSession)
+    src, dst = create_topic(broker.bootstrap, topic_name("sc-in"), 2), create_topic(broker.bootstrap,
+                                                                                   topic_name("sc-out"), 1)
+    rows = [(f"k{i}", f"v{i}") for i in range(500)]
+    # A batch write in the default save mode, as with Spark's Kafka sink.
+    (spark.createDataFrame(rows, "key string, value string").write.format("rivulet")
+     .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", src).save())
+
+    read = (spark.read.format("rivulet").option("kafka.bootstrap.servers", broker.bootstrap)
+            .option("subscribe", src).load())
+    got = read.selectExpr("cast(key as string) k", "cast(value as string) v", "partition", "offset").collect()
+    assert sorted((r.k, r.v) for r in got) == sorted(rows)
+    assert len({(r.partition, r.offset) for r in got}) == 500
+
+    # Streaming, Rivulet to Rivulet through the transactional sink, in several batches.
+    q = (spark.readStream.format("rivulet").option("kafka.bootstrap.servers", broker.bootstrap)
+         .option("subscribe", src).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", 200).load()
+         .selectExpr("key", "upper(cast(value as string)) as value")
+         .writeStream.format("rivulet").option("kafka.bootstrap.servers", broker.bootstrap).option("topic", dst)
+         .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
+    q.awaitTermination(300)
+    assert q.exception() is None
+    assert len(q.recentProgress) >= 3
+    assert Counter(m.value() for m in consume_all(broker.bootstrap, dst, 1)) == \
+        Counter(f"V{i}".encode() for i in range(500))
