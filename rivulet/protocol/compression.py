@@ -12,6 +12,7 @@ expand into gigabytes (a decompression bomb).
 from __future__ import annotations
 
 import struct
+import threading
 import zlib
 from enum import IntEnum
 from typing import Callable
@@ -264,56 +265,88 @@ def _zstd_content_size(data: bytes | bytearray | memoryview) -> int | None:
 _BUFFER_FULL = "whole buffer"
 
 
+# Each thread's reusable output buffer for decompress(..., reuse_buffer=True), kept up to this
+# size: the broker's produce-path check decompresses every batch only to walk it, and a fresh
+# zero-filled buffer per batch (and retries when the frame does not declare its size, as
+# librdkafka's zstd frames do not) cost more than the decompression itself.
+_SCRATCH_MAX = 16 * 1024 * 1024
+
+
+class _Scratch(threading.local):
+    buf: bytearray | None = None
+
+
+_scratch = _Scratch()
+
+
 def _decompress_bounded(
     decompress_into: Callable[[bytes | bytearray | memoryview, bytearray], int],
     data: bytes | bytearray | memoryview,
     declared: int | None,
     max_size: int,
-) -> bytes:
+    reuse_buffer: bool = False,
+) -> bytes | memoryview:
     # cramjam's *_into stops as soon as the output buffer is full, so a buffer of at
     # most max_size bounds the work. Start from the frame's declared size (or a guess)
     # rather than max_size: zero-filling a huge buffer costs more than a retry.
     if declared is not None and declared > max_size:
         raise _too_large(max_size)
     size = min(max_size, max(declared if declared is not None else 4 * len(data), 1024))
+    kept = _scratch.buf if reuse_buffer else None
     while True:
-        out = bytearray(size)
+        if kept is not None and len(kept) >= size:
+            out = kept
+        else:
+            out = bytearray(size)
+            if reuse_buffer and size <= _SCRATCH_MAX:
+                _scratch.buf = kept = out
         try:
             n = decompress_into(data, out)
         except Exception as exc:
             if _BUFFER_FULL not in str(exc):
                 raise _corrupt(f"cannot decompress records: {exc}") from None
-            if size >= max_size:
+            if len(out) >= max_size:
                 raise _too_large(max_size) from None
-            size = min(max_size, size * 4)
+            size = min(max_size, len(out) * 4)
             continue
-        return bytes(memoryview(out)[:n])
+        if n > max_size:  # a reused buffer may be larger than this call's limit
+            raise _too_large(max_size)
+        return memoryview(out)[:n] if out is kept else bytes(memoryview(out)[:n])
 
 
-def _decompress_lz4(data: bytes | bytearray | memoryview, max_size: int) -> bytes:
-    return _decompress_bounded(cramjam.lz4.decompress_into, data, _lz4_content_size(data), max_size)
+def _decompress_lz4(data: bytes | bytearray | memoryview, max_size: int, reuse_buffer: bool = False
+                    ) -> bytes | memoryview:
+    return _decompress_bounded(cramjam.lz4.decompress_into, data, _lz4_content_size(data), max_size, reuse_buffer)
 
 
-def _decompress_zstd(data: bytes | bytearray | memoryview, max_size: int) -> bytes:
-    return _decompress_bounded(cramjam.zstd.decompress_into, data, _zstd_content_size(data), max_size)
+def _decompress_zstd(data: bytes | bytearray | memoryview, max_size: int, reuse_buffer: bool = False
+                     ) -> bytes | memoryview:
+    return _decompress_bounded(cramjam.zstd.decompress_into, data, _zstd_content_size(data), max_size, reuse_buffer)
 
 
-_DECOMPRESSORS: dict[int, Callable[[bytes | bytearray | memoryview, int], bytes]] = {
+_DECOMPRESSORS: dict[int, Callable[[bytes | bytearray | memoryview, int], bytes | memoryview]] = {
     GZIP: _decompress_gzip,
     SNAPPY: _decompress_snappy,
+    LZ4: _decompress_lz4,
+    ZSTD: _decompress_zstd,
+}
+_DECOMPRESSORS_INTO: dict[int, Callable[[bytes | bytearray | memoryview, int, bool], bytes | memoryview]] = {
     LZ4: _decompress_lz4,
     ZSTD: _decompress_zstd,
 }
 
 
 def decompress(
-    codec: int, data: bytes | bytearray | memoryview, max_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE
-) -> bytes:
+    codec: int, data: bytes | bytearray | memoryview, max_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
+    *, reuse_buffer: bool = False,
+) -> bytes | memoryview:
     """Decompress a batch's records section.
 
     Raises ``ApiError(CORRUPT_MESSAGE)`` if the payload is corrupt or would expand past
     ``max_size`` bytes, and ``ApiError(UNSUPPORTED_COMPRESSION_TYPE)`` for an unknown codec.
     Snappy accepts both raw blocks (librdkafka) and xerial framing (Java, kafka-python).
+    With ``reuse_buffer`` (lz4 and zstd), the result may be a view of a buffer the calling
+    thread reuses: valid only until its next such call.
     """
     if codec == NONE:
         if len(data) > max_size:
@@ -323,6 +356,8 @@ def decompress(
     if fn is None:
         raise ApiError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"unknown compression codec id {codec}")
     try:
+        if reuse_buffer and codec in (LZ4, ZSTD):
+            return _DECOMPRESSORS_INTO[codec](data, max_size, True)
         return fn(data, max_size)
     except (ApiError, MemoryError):
         raise

@@ -1275,7 +1275,9 @@ def validate_produce_records(
         if header.attributes & TRANSACTIONAL_MASK and header.producer_id < 0:
             raise _invalid("a transactional record batch needs a producer id")
         if codec:
-            records_buf = decompress(codec, view[pos + HEADER_SIZE : end], max_decompressed_size)
+            # Only walked, never kept: the thread's reusable buffer spares an allocation per batch.
+            records_buf = decompress(codec, view[pos + HEADER_SIZE : end], max_decompressed_size,
+                                     reuse_buffer=True)
             start, stop = 0, len(records_buf)
         elif isinstance(data, (bytes, bytearray)):
             records_buf, start, stop = data, pos + HEADER_SIZE, end

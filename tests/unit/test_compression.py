@@ -285,3 +285,30 @@ def test_declared_sizes_are_checked_but_not_trusted() -> None:
     with pytest.raises(ApiError) as err:
         decompress(SNAPPY, raw, max_size=100)
     assert err.value.code == ErrorCode.CORRUPT_MESSAGE
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("name", sorted(PAYLOADS))
+def test_reused_buffer_gives_the_same_bytes(codec: int, name: str) -> None:
+    packed = compress(codec, PAYLOADS[name])
+    assert bytes(decompress(codec, packed, reuse_buffer=True)) == decompress(codec, packed) == PAYLOADS[name]
+
+
+def test_reused_buffer_serves_undeclared_sizes_and_keeps_the_cap() -> None:
+    co = cramjam.zstd.Compressor()
+    co.compress(bytes(3_000_000))
+    streamed = bytes(co.finish())  # no declared size, 1000:1: the first guess is far too small
+    assert compression._zstd_content_size(streamed) is None
+    first = decompress(ZSTD, streamed, reuse_buffer=True)
+    assert isinstance(first, memoryview) and bytes(first) == bytes(3_000_000)
+    del first
+    # The kept buffer is now larger than a smaller call's cap: the cap still holds.
+    co = cramjam.zstd.Compressor()
+    co.compress(bytes(500_000))
+    small = bytes(co.finish())
+    with pytest.raises(ApiError) as err:
+        decompress(ZSTD, small, max_size=400_000, reuse_buffer=True)
+    assert err.value.code == ErrorCode.CORRUPT_MESSAGE
+    assert bytes(decompress(LZ4, compress(LZ4, TEXT), reuse_buffer=True)) == TEXT
+    with pytest.raises(ApiError):
+        decompress(ZSTD, streamed, max_size=1_000_000, reuse_buffer=True)
