@@ -19,6 +19,7 @@ import asyncio
 import logging
 import os
 import select
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
@@ -49,9 +50,10 @@ def read_regions(parts: list[Any]) -> list[Any]:
 class Send:
     """One response on its way out; ``cancel`` (from the loop) stops it at its next wait."""
 
-    def __init__(self, fd: int, parts: list[Any]) -> None:
+    def __init__(self, fd: int, parts: list[Any], max_stall_s: float) -> None:
         self.fd = fd  # a duplicate of the connection's socket, closed when the send ends
         self.parts = parts
+        self.max_stall_s = max_stall_s
         self.cancelled = False
 
     def cancel(self) -> None:
@@ -96,17 +98,24 @@ class Send:
             left -= n
 
     def _wait(self, poller: select.poll) -> None:
+        deadline = time.monotonic() + self.max_stall_s
         while not self.cancelled:
             if poller.poll(_POLL_MS):
                 return  # writable, or an error the next write reports
+            if time.monotonic() > deadline:
+                # As an idle connection: a client that stops reading gives its sender back.
+                raise TimeoutError(f"the client read nothing for {self.max_stall_s:g} s")
         raise ConnectionAbortedError("the connection closed while its answer was sent")
 
 
 class FileSender:
     """The sender threads a listener's connections share."""
 
-    def __init__(self, max_senders: int = MAX_SENDERS) -> None:
+    def __init__(self, max_senders: int = MAX_SENDERS, max_stall_ms: int = 600_000) -> None:
+        """``max_stall_ms``: how long a send may make no progress before its connection is
+        closed (the broker's ``connections.max.idle.ms``)."""
         self.max_senders = max_senders
+        self.max_stall_s = max_stall_ms / 1000
         self.active = 0
         # Answers sent from files, and their regions' bytes (the metrics endpoint shows both).
         self.sends = 0
@@ -125,7 +134,7 @@ class FileSender:
             return None
         if self._executor is None:
             self._executor = ThreadPoolExecutor(self.max_senders, thread_name_prefix="rivulet-sendfile")
-        send = Send(fd, parts)
+        send = Send(fd, parts, self.max_stall_s)
         self.active += 1
         fut = asyncio.get_running_loop().run_in_executor(self._executor, send.run)
 

@@ -169,7 +169,8 @@ class SocketServer:
         # Set by the broker when metrics.listener is; the connections then time every request.
         self.request_metrics: RequestMetrics | None = None
         self.request_log: RequestLogger | None = None  # set by the broker when it would log something
-        self.file_sender: FileSender | None = FileSender() if file_sender.enabled() else None
+        self.file_sender: FileSender | None = (
+            FileSender(max_stall_ms=config.connections_max_idle_ms) if file_sender.enabled() else None)
         # Per listener, as Kafka's successful- and failed-authentication-total.
         self.authentications: Counter[str] = Counter()
         self.authentication_failures: Counter[str] = Counter()

@@ -175,6 +175,23 @@ def test_cancel_stops_a_blocked_send(tmp_path):
     b.close()
 
 
+def test_a_client_that_reads_nothing_is_given_up(tmp_path):
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    region = region_of(tmp_path, os.urandom(8 << 20))
+
+    async def main() -> BaseException | None:
+        sender = FileSender(max_stall_ms=300)
+        done: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+        sender.start(a.fileno(), [b"head", region], done.set_result)
+        return await done
+
+    assert isinstance(asyncio.run(main()), TimeoutError)
+    assert region.fd == -1
+    a.close()
+    b.close()
+
+
 def test_a_peer_gone_fails_the_send(tmp_path):
     a, b = socket.socketpair()
     a.setblocking(False)
