@@ -10,6 +10,7 @@ any failure surfaces as ProtocolDecodeError.
 
 from __future__ import annotations
 
+import keyword
 import struct
 import uuid
 from typing import Any, Callable, NamedTuple
@@ -396,6 +397,37 @@ def _fields_shape(cls: type[Struct], version: int) -> tuple:
     return tuple(out)
 
 
+def _compile_init(cls: type[Struct]) -> Callable[..., None]:
+    """``cls``'s __init__: each field a keyword parameter, set to the argument or its default
+    (a fresh list or struct for arrays and struct defaults, as ``_default`` gives), unknown
+    keywords refused. Installed on the class, so later instances call it directly."""
+    names = [f.name for f in cls.FIELDS]
+    if not all(n.isidentifier() and not keyword.iskeyword(n) and n != "self" for n in names):
+        init = Struct._generic_init
+    else:
+        ns: dict[str, Any] = {"_M": _MISSING, "_set": object.__setattr__}
+        params = ", ".join(f"{n}=_M" for n in names)
+        lines = [f"def __init__(self, *, {params}{', ' if names else ''}**_extra):",
+                 "    if _extra:",
+                 f"        raise TypeError(f'{cls.__name__} has no field(s) {{sorted(_extra)}}')"]
+        for i, f in enumerate(cls.FIELDS):
+            d = f.default
+            if f.is_array:
+                default = "None" if d is None else "[]"
+            elif isinstance(d, type):
+                ns[f"D{i}"] = d
+                default = f"D{i}()"
+            else:
+                ns[f"D{i}"] = d
+                default = f"D{i}"
+            lines.append(f"    _set(self, {f.name!r}, {default} if {f.name} is _M else {f.name})")
+        exec(compile("\n".join(lines), f"<init {cls.__name__}>", "exec"), ns)
+        init = ns["__init__"]
+    cls._compiled_init = staticmethod(init)  # type: ignore[attr-defined]
+    cls.__init__ = init  # type: ignore[misc]
+    return init
+
+
 # ---------------------------------------------------------------- the base class
 
 class Struct:
@@ -414,6 +446,15 @@ class Struct:
         cls._writers: dict[tuple[int, bool], Callable] = {}
 
     def __init__(self, **kwargs: Any) -> None:
+        # The first instance of a class compiles the class's own __init__ (its fields as
+        # keyword parameters, defaults inline): handlers build a response's structs per
+        # request, and a loop over FIELDS costs several times more.
+        cls = type(self)
+        init = cls.__dict__.get("_compiled_init") or _compile_init(cls)
+        init(self, **kwargs)
+
+    @staticmethod
+    def _generic_init(self: Struct, **kwargs: Any) -> None:
         for f in self.FIELDS:
             v = kwargs.pop(f.name, _MISSING)
             object.__setattr__(self, f.name, _default(f) if v is _MISSING else v)
