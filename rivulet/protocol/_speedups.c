@@ -1529,6 +1529,160 @@ speedups_setup_checker(PyObject *module, PyObject *fn)
     Py_RETURN_NONE;
 }
 
+/* --- record layout for Arrow (the PySpark source) -------------------------------------- */
+
+/* Zigzag varint of at most max_bytes at *pp below limit; 0 when absent or too long. */
+static inline int
+read_zz(const unsigned char *buf, Py_ssize_t limit, Py_ssize_t *pp, int max_bytes, int64_t *out)
+{
+    uint64_t v;
+    if (read_uvarint(buf, limit, pp, max_bytes, &v) != VARINT_OK)
+        return 0;
+    *out = zigzag(v);
+    return 1;
+}
+
+/* record_layout(data, batches, want_headers) -> (pos, offsets, timestamps, headers) | None
+ *
+ * For rivulet.spark._records.Chunk: where each record's key and value lie in ``data`` and each
+ * record's offset and timestamp, in one pass. ``batches`` holds (start, stop, count, base
+ * offset, base timestamp, contiguous, log append time or None) per batch. ``pos`` is int32
+ * [key start, key end, value start, value end] per record plus the last value end; offsets and
+ * timestamps are int64; ``headers`` lists (record index, value end, record end) of records
+ * with headers, when asked. None for anything the vectorized layout does not describe
+ * (malformed records, varints it would not read, a null written in more than one byte): the
+ * caller's other paths then decide, and report errors. */
+static PyObject *
+speedups_record_layout(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "record_layout(data, batches, want_headers) takes 3 arguments");
+        return NULL;
+    }
+    if (!PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "record_layout() needs a list of batches");
+        return NULL;
+    }
+    int want_headers = PyObject_IsTrue(args[2]);
+    if (want_headers < 0)
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    const Py_ssize_t len = view.len;
+    PyObject *batches = args[1];
+    Py_ssize_t nb = PyList_GET_SIZE(batches);
+    PyObject *pos_b = NULL, *off_b = NULL, *ts_b = NULL, *headers = NULL, *result = NULL;
+    int ok = 0;
+    /* count the records first */
+    Py_ssize_t n = 0;
+    for (Py_ssize_t b = 0; b < nb; b++) {
+        PyObject *t = PyList_GET_ITEM(batches, b);
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 7)
+            goto done;
+        Py_ssize_t c = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 2));
+        if (c < 0 || c > (PY_SSIZE_T_MAX / 16) - n)
+            goto done;
+        n += c;
+    }
+    if (n == 0 || len > 0x7FFFFFFF)
+        goto done;
+    pos_b = PyBytes_FromStringAndSize(NULL, (4 * n + 1) * 4);
+    off_b = PyBytes_FromStringAndSize(NULL, n * 8);
+    ts_b = PyBytes_FromStringAndSize(NULL, n * 8);
+    headers = PyList_New(0);
+    if (pos_b == NULL || off_b == NULL || ts_b == NULL || headers == NULL)
+        goto fail;
+    int32_t *pos = (int32_t *)PyBytes_AS_STRING(pos_b);
+    int64_t *offs = (int64_t *)PyBytes_AS_STRING(off_b);
+    int64_t *tss = (int64_t *)PyBytes_AS_STRING(ts_b);
+    Py_ssize_t i = 0;
+    int32_t last_ve = 0;
+    for (Py_ssize_t b = 0; b < nb; b++) {
+        PyObject *t = PyList_GET_ITEM(batches, b);
+        Py_ssize_t start = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 0));
+        Py_ssize_t stop = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 1));
+        Py_ssize_t count = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 2));
+        int64_t base_off = PyLong_AsLongLong(PyTuple_GET_ITEM(t, 3));
+        int64_t base_ts = PyLong_AsLongLong(PyTuple_GET_ITEM(t, 4));
+        PyObject *lat_o = PyTuple_GET_ITEM(t, 6);
+        int64_t lat = lat_o == Py_None ? 0 : PyLong_AsLongLong(lat_o);
+        if (PyErr_Occurred() || start < 0 || stop > len || start > stop)
+            goto done;
+        Py_ssize_t q = start;
+        for (Py_ssize_t r = 0; r < count; r++, i++) {
+            int64_t size, tsd, od, kl, vl;
+            if (!read_zz(buf, stop, &q, 5, &size) || size < 6 || size > stop - q)
+                goto done;
+            Py_ssize_t rec_end = q + (Py_ssize_t)size;
+            Py_ssize_t p = q + 1; /* attributes */
+            Py_ssize_t before = p;
+            if (!read_zz(buf, rec_end, &p, 9, &tsd) || p - before > 9)
+                goto done;
+            if (!read_zz(buf, rec_end, &p, 5, &od))
+                goto done;
+            before = p;
+            if (!read_zz(buf, rec_end, &p, 5, &kl) || kl < -1 || (kl == -1 && p - before != 1))
+                goto done;
+            Py_ssize_t ks = p, ke = p + (kl > 0 ? (Py_ssize_t)kl : 0);
+            if (ke > rec_end)
+                goto done;
+            p = ke;
+            before = p;
+            if (!read_zz(buf, rec_end, &p, 5, &vl) || vl < -1 || (vl == -1 && p - before != 1))
+                goto done;
+            Py_ssize_t vs = p, ve = p + (vl > 0 ? (Py_ssize_t)vl : 0);
+            if (ve >= rec_end)
+                goto done; /* the header count must follow */
+            if (buf[ve] == 0) {
+                if (ve + 1 != rec_end)
+                    goto done;
+            } else if (want_headers) {
+                PyObject *h = Py_BuildValue("(nnn)", i, ve, rec_end);
+                if (h == NULL || PyList_Append(headers, h) < 0) {
+                    Py_XDECREF(h);
+                    goto fail;
+                }
+                Py_DECREF(h);
+            }
+            pos[4 * i] = (int32_t)ks;
+            pos[4 * i + 1] = (int32_t)ke;
+            pos[4 * i + 2] = (int32_t)vs;
+            pos[4 * i + 3] = last_ve = (int32_t)ve;
+            if (__builtin_add_overflow(base_off, od, &offs[i]))
+                goto done;
+            if (lat_o == Py_None) {
+                if (__builtin_add_overflow(base_ts, tsd, &tss[i]))
+                    goto done;
+            } else {
+                tss[i] = lat;
+            }
+            q = rec_end;
+        }
+        if (q != stop)
+            goto done;
+    }
+    pos[4 * n] = last_ve;
+    ok = 1;
+done:
+    PyErr_Clear();
+    if (ok)
+        result = PyTuple_Pack(4, pos_b, off_b, ts_b, headers);
+    else {
+        result = Py_None;
+        Py_INCREF(result);
+    }
+fail:
+    PyBuffer_Release(&view);
+    Py_XDECREF(pos_b);
+    Py_XDECREF(off_b);
+    Py_XDECREF(ts_b);
+    Py_XDECREF(headers);
+    return result;
+}
+
 /* --- module ---------------------------------------------------------------------------- */
 
 static PyMethodDef speedups_methods[] = {
@@ -1565,6 +1719,10 @@ static PyMethodDef speedups_methods[] = {
      "input the Python walk would reject is handed to it whole."},
     {"setup_checker", (PyCFunction)speedups_setup_checker, METH_O,
      "setup_checker(fn) -> None\n\nBind the Python record walk check_records defers to."},
+    {"record_layout", (PyCFunction)(void (*)(void))speedups_record_layout, METH_FASTCALL,
+     "record_layout(data, batches, want_headers) -> tuple[bytes, bytes, bytes, list] | None\n\n"
+     "Key and value positions, offsets and timestamps of the records of a PySpark source chunk\n"
+     "(rivulet.spark._records.Chunk); None for anything its vectorized layout does not describe."},
     {"murmur2", (PyCFunction)speedups_murmur2, METH_O,
      "murmur2(data: bytes) -> int\n\nKafka's murmur2 hash (Java's Utils.murmur2), a signed 32-bit int."},
     {"setup", (PyCFunction)(void (*)(void))speedups_setup, METH_FASTCALL,

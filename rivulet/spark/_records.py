@@ -14,8 +14,9 @@ per-record loop, ``Chunk._parse``.
 
 from __future__ import annotations
 
+import os
 from array import array
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -142,6 +143,19 @@ class Chunk:
 
     # ------------------------------------------------------------ vectorized decoding
     def _vectorized(self) -> bool:
+        if _record_layout is not None:
+            layout = _record_layout(self.data, self.batches, self.want_headers)
+            if layout is not None:
+                pos, offsets, timestamps, with_headers = layout
+                n, i64 = self.n, pa.int64()
+                self.pos = pa.Array.from_buffers(_I32, 4 * n + 1, [None, pa.py_buffer(pos)])
+                self.offsets = pa.Array.from_buffers(i64, n, [None, pa.py_buffer(offsets)])
+                self.timestamps = pa.Array.from_buffers(i64, n, [None, pa.py_buffer(timestamps)])
+                self.headers = [(i, _headers(self.data, ve, end)) for i, ve, end in with_headers]
+                return True
+        return self._vectorized_arrow()
+
+    def _vectorized_arrow(self) -> bool:
         data = self.data
         n = self.n
         starts = array("i")
@@ -382,6 +396,15 @@ class Chunk:
 
 
 VECTOR_MIN_RECORDS = 256
+
+# The layout of a chunk's records in one C pass (rivulet.protocol._speedups), when built;
+# the pyarrow.compute path below is what it must agree with.
+_record_layout: Callable[[bytearray, list, bool], tuple[bytes, bytes, bytes, list] | None] | None = None
+if os.environ.get("RIVULET_NO_SPEEDUPS", "") in ("", "0"):
+    try:
+        from rivulet.protocol._speedups import record_layout as _record_layout
+    except ImportError:  # not built, or built before it existed
+        pass
 _I32 = pa.int32()
 
 

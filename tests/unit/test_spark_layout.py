@@ -1,0 +1,123 @@
+"""The PySpark source's record layout in C (``_speedups.record_layout``) against its pyarrow
+path: whenever both describe a chunk they describe it identically, valid chunks are always
+described and match the reference decoder, and damaged ones never crash."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from test_records_speedups import FUZZ
+
+pa = pytest.importorskip("pyarrow", reason="pyarrow comes with the spark extra, which CI installs")
+
+from rivulet.protocol.records import HEADER_SIZE, Record, encode_batch  # noqa: E402
+from rivulet.spark import _records  # noqa: E402
+from rivulet.spark._records import Chunk  # noqa: E402
+
+pytestmark = pytest.mark.fast
+
+T0 = 1_700_000_000_000
+
+
+def chunk_of(batches: list[list[Record]], want_headers: bool, lat: int | None = None) -> Chunk:
+    chunk = Chunk(want_headers)
+    offset = 0
+    for recs in batches:
+        chunk.add(encode_batch(recs, base_offset=offset, base_timestamp=T0)[HEADER_SIZE:], offset, T0, len(recs),
+                  True, lat)
+        offset += len(recs)
+    return chunk
+
+
+def layouts(chunk: Chunk) -> tuple:
+    c = _records._record_layout(chunk.data, chunk.batches, chunk.want_headers)
+    arrow = Chunk(chunk.want_headers)
+    arrow.data, arrow.batches, arrow.n, arrow.ts_types = chunk.data, chunk.batches, chunk.n, chunk.ts_types
+    try:
+        ok = arrow._vectorized_arrow()
+    except Exception:
+        ok = False
+    return c, (arrow if ok else None)
+
+
+def same(c: tuple, arrow: Chunk) -> None:
+    pos, offsets, timestamps, with_headers = c
+    assert pa.py_buffer(pos).to_pybytes() == arrow.pos.cast(pa.int32()).buffers()[1].to_pybytes()[
+        arrow.pos.offset * 4:(arrow.pos.offset + len(arrow.pos)) * 4]
+    assert list(memoryview(offsets).cast("q")) == arrow.offsets.to_pylist()
+    assert list(memoryview(timestamps).cast("q")) == arrow.timestamps.to_pylist()
+    assert [i for i, _, _ in with_headers] == [i for i, _ in arrow.headers]
+
+
+records_st = st.lists(
+    st.builds(
+        Record,
+        offset=st.just(0),
+        timestamp=st.one_of(st.integers(T0 - 100_000, T0 + 100_000), st.integers(T0 - 10**9, T0 + 10**9)),
+        key=st.none() | st.binary(max_size=80),
+        value=st.none() | st.binary(max_size=300),
+        headers=st.lists(st.tuples(st.text(max_size=4), st.none() | st.binary(max_size=6)), max_size=2),
+    ),
+    min_size=1,
+    max_size=300,
+)
+
+
+@FUZZ
+@given(st.lists(records_st, min_size=1, max_size=3), st.booleans(), st.data())
+def test_c_and_pyarrow_layouts_agree(batches: list[list[Record]], want_headers: bool, data: st.DataObject) -> None:
+    chunk = chunk_of(batches, want_headers)
+    c, arrow = layouts(chunk)
+    assert c is not None  # a valid chunk is always described
+    if arrow is not None:
+        same(c, arrow)
+    want = [r for recs in batches for r in recs]
+    pos = list(memoryview(c[0]).cast("i"))
+    for i, r in enumerate(want):
+        ks, ke, vs, ve = pos[4 * i:4 * i + 4]
+        assert bytes(chunk.data[ks:ke]) == (r.key or b"")
+        assert chunk.data[ks - 1] == (1 if r.key is None else chunk.data[ks - 1])  # null: zigzag -1
+        assert bytes(chunk.data[vs:ve]) == (r.value or b"")
+    assert list(memoryview(c[2]).cast("q")) == [r.timestamp for r in want]
+    assert [i for i, _, _ in c[3]] == ([i for i, r in enumerate(want) if r.headers] if want_headers else [])
+
+    # Damaged: either path may refuse, neither may crash, and where both describe it they agree.
+    raw = bytearray(chunk.data)
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(raw) - 1))
+        raw[at] = data.draw(st.sampled_from([0x00, 0x01, 0x02, 0x7F, 0x80, 0xFF, raw[at] ^ 0x10]))
+    damaged = Chunk(want_headers)
+    damaged.data, damaged.batches, damaged.n, damaged.ts_types = raw, chunk.batches, chunk.n, chunk.ts_types
+    c, arrow = layouts(damaged)
+    if c is not None and arrow is not None:
+        same(c, arrow)
+
+
+def test_log_append_time_and_compacted_offsets() -> None:
+    recs = [Record(0, T0 + i, b"k%d" % i, b"v" * i, []) for i in range(400)]
+    chunk = chunk_of([recs], False, lat=T0 + 99)
+    c, arrow = layouts(chunk)
+    same(c, arrow)
+    assert set(memoryview(c[2]).cast("q")) == {T0 + 99}
+
+
+def test_odd_batches_are_left_to_the_other_paths() -> None:
+    recs = [Record(0, T0, b"k", b"v", []) for _ in range(300)]
+    raw = encode_batch(recs, base_offset=0, base_timestamp=T0)[HEADER_SIZE:]
+    layout = _records._record_layout
+    assert layout(bytearray(raw), [(0, len(raw), 300, 0, T0, True, None)], False) is not None
+    assert layout(bytearray(raw), [(0, len(raw), 301, 0, T0, True, None)], False) is None  # runs out
+    assert layout(bytearray(raw), [(0, len(raw) - 1, 300, 0, T0, True, None)], False) is None
+    assert layout(bytearray(raw), [(0, len(raw), 299, 0, T0, True, None)], False) is None  # bytes left
+    assert layout(bytearray(raw), [(0, len(raw) + 5, 300, 0, T0, True, None)], False) is None
+    assert layout(bytearray(raw), [("x",)], False) is None
+    assert layout(bytearray(), [], False) is None
+    with pytest.raises(TypeError):
+        layout(bytearray(raw), "not a list", False)
+    rnd = random.Random(3)
+    for _ in range(200):  # random bytes: never a crash
+        junk = bytearray(rnd.randbytes(rnd.randrange(1, 400)))
+        layout(junk, [(0, len(junk), rnd.randrange(1, 50), 0, T0, True, None)], True)
