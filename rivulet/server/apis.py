@@ -44,6 +44,7 @@ from rivulet.server.handlers.records import RecordHandlers
 from rivulet.server.handlers.sasl import SaslHandlers
 from rivulet.server.handlers.telemetry import TelemetryHandlers
 from rivulet.server.handlers.scram import ScramHandlers
+from rivulet.server.handlers.share import ShareHandlers
 from rivulet.server.handlers.replication import INTER_BROKER_VERSIONS, ReplicationHandlers
 from rivulet.server.handlers.topics import TopicHandlers
 from rivulet.server.handlers.transactions import TransactionHandlers
@@ -52,6 +53,7 @@ from rivulet.server.quotas import ClientQuotas
 from rivulet.server.scram import ScramCredentials
 from rivulet.server.topics import TopicManager
 from rivulet.server.zk_cluster import ZkClusterMember
+from rivulet.share.manager import SharePartitionManager
 from rivulet.transaction.coordinator import TransactionCoordinator
 
 log = logging.getLogger(__name__)
@@ -111,6 +113,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     72: (0, 0),   # PushTelemetry
     74: (0, 1),   # ListConfigResources (v0: ListClientMetricsResources)
     75: (0, 0),   # DescribeTopicPartitions
+    78: (1, 2),   # ShareFetch (v0 was KIP-932's early access, removed in Kafka 4.1)
+    79: (1, 2),   # ShareAcknowledge
 }
 
 # GetTelemetrySubscriptions and PushTelemetry: served always, listed in ApiVersions only when a
@@ -131,7 +135,7 @@ class KafkaApis:
                  clock: Clock, node: NodeEndpoint, cluster_id: str, quotas: ClientQuotas,
                  log_dir_mover: ReplicaAlterLogDirsManager, authz: Authz, acls: AclManager, scram: ScramCredentials,
                  client_metrics: ClientMetricsManager,
-                 group_configs: GroupConfigs,
+                 group_configs: GroupConfigs, share_partitions: SharePartitionManager,
                  metadata_cache: MetadataCache | None = None, broker_epoch: Callable[[], int] | None = None,
                  cluster: ZkClusterMember | None = None) -> None:
         """``metadata_cache`` (with ``broker_epoch``, this broker's registration epoch) is given in
@@ -160,6 +164,7 @@ class KafkaApis:
                           metadata_cache, cluster),
             ConfigHandlers(topics, config, authz, client_metrics, group_configs, metadata_cache),
             TelemetryHandlers(client_metrics),
+            ShareHandlers(share_partitions, topics.topic_name, authz),
             GroupHandlers(group_coordinator, topics, clock, authz, metadata_cache),
             FindCoordinatorHandler(group_coordinator, txn_coordinator, config, authz, metadata_cache, cluster),
             TransactionHandlers(txn_coordinator, group_coordinator, replica_manager, topics, config, authz,

@@ -50,6 +50,7 @@ from rivulet.server.request_log import RequestLog
 from rivulet.server.socket_server import SocketServer, SocketServerConfig
 from rivulet.server.topics import TopicManager, broker_props
 from rivulet.server.zk_cluster import ZkClusterMember
+from rivulet.share.manager import SharePartitionManager
 from rivulet.storage import LogConfig, LogManager, read_or_create_meta
 from rivulet.storage.cleaner import LogCleaner
 from rivulet.storage.log_dir_failure import AllLogDirsOfflineError
@@ -118,6 +119,7 @@ class Broker:
         self.log_cleaner: LogCleaner | None = None
         self.log_dir_mover: ReplicaAlterLogDirsManager | None = None
         self.transaction_coordinator: TransactionCoordinator | None = None
+        self.share_partitions: SharePartitionManager | None = None
         self.apis: KafkaApis | None = None
         self.socket_server = SocketServer(SocketServerConfig(
             max_request_bytes=config["socket.request.max.bytes"],
@@ -248,6 +250,8 @@ class Broker:
         txns.startup(lead_all=not self.cluster_mode)
         if self.cluster_mode:
             rm.leadership_listeners.append(CoordinatorLeadership(groups, txns))
+        share = self.share_partitions = SharePartitionManager(rm, self.timer, self.clock, self.group_configs.get)
+        rm.leadership_listeners.append(share)
         if self.metadata_cache is not None:
             # Markers for partitions other brokers lead go to them (WriteTxnMarkers), and KIP-890's
             # check asks the transactional id's coordinator wherever it runs.
@@ -274,7 +278,8 @@ class Broker:
                               metadata_cache=self.metadata_cache, broker_epoch=lambda: self.broker_epoch,
                               quotas=self.quotas, cluster=self.cluster, log_dir_mover=self.log_dir_mover,
                               authz=Authz(authorizer), acls=self.acls, scram=self.scram,
-                              client_metrics=self.client_metrics, group_configs=self.group_configs)
+                              client_metrics=self.client_metrics, group_configs=self.group_configs,
+                              share_partitions=share)
         if self.metrics is not None:
             self._add_collectors(rm, groups)
         await self.socket_server.start_serving(self.apis)

@@ -1,7 +1,16 @@
 """Share partitions on the partition leader (KIP-932): the in-flight record states of each
 (share group, topic-partition), their acquisition locks and delivery counts."""
 
-from .partition import AcknowledgeType, AcknowledgementBatch, AcquiredRecords, RecordState, SharePartition
+from .partition import (
+    AcknowledgeType,
+    AcknowledgementBatch,
+    AcquiredRecords,
+    RecordState,
+    SharePartition,
+    SharePartitionSnapshot,
+    StateBatch,
+)
+from .persister import InMemorySharePersister, SharePersister
 from .reset import initial_start_offset, parse_duration_ms
 
 __all__ = [
@@ -9,7 +18,11 @@ __all__ = [
     "AcknowledgementBatch",
     "AcquiredRecords",
     "RecordState",
+    "InMemorySharePersister",
     "SharePartition",
+    "SharePartitionSnapshot",
+    "SharePersister",
+    "StateBatch",
     "initial_start_offset",
     "parse_duration_ms",
 ]

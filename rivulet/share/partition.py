@@ -29,6 +29,8 @@ __all__ = [
     "AcquiredRecords",
     "RecordState",
     "SharePartition",
+    "SharePartitionSnapshot",
+    "StateBatch",
 ]
 
 
@@ -65,6 +67,25 @@ class AcknowledgementBatch:
     first_offset: int
     last_offset: int
     acknowledge_types: Sequence[int]
+
+
+@dataclass(frozen=True, slots=True)
+class StateBatch:
+    """A run of offsets with one delivery state and count (Kafka's PersisterStateBatch)."""
+
+    first_offset: int
+    last_offset: int
+    delivery_state: RecordState
+    delivery_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class SharePartitionSnapshot:
+    """What a persister keeps of a share partition: acquisition locks do not survive, so
+    Acquired records are written as Available (with their delivery counts)."""
+
+    start_offset: int
+    state_batches: tuple[StateBatch, ...]
 
 
 _DONE = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
@@ -157,6 +178,7 @@ class SharePartition:
         delivery_count_limit: int = 5,
         max_record_locks: int = 2000,
         on_available: Callable[[], None] | None = None,
+        state_batches: Sequence[StateBatch] = (),
     ) -> None:
         self._start = start_offset
         self._end = start_offset
@@ -168,6 +190,29 @@ class SharePartition:
         self._on_available = on_available
         self._batches: list[_Batch] = []
         self._firsts: list[int] = []
+
+        for b in state_batches:  # as a persister last saw it
+            if b.last_offset < self._end:
+                continue
+            first = max(b.first_offset, self._end)
+            state = RecordState.AVAILABLE if b.delivery_state is RecordState.ACQUIRED else b.delivery_state
+            self._batches.append(_Batch(first, b.last_offset, _State(state, b.delivery_count, "", None)))
+            self._firsts.append(first)
+            self._end = b.last_offset + 1
+        self._advance_start()
+
+    def snapshot(self) -> SharePartitionSnapshot:
+        runs: list[StateBatch] = []
+        for off, state, count, _member in self.records():
+            if state is RecordState.ACQUIRED:
+                state = RecordState.AVAILABLE
+            last = runs[-1] if runs else None
+            if last is not None and last.last_offset + 1 == off and last.delivery_state is state \
+                    and last.delivery_count == count:
+                runs[-1] = StateBatch(last.first_offset, off, state, count)
+            else:
+                runs.append(StateBatch(off, off, state, count))
+        return SharePartitionSnapshot(self._start, tuple(runs))
 
     # -- views ---------------------------------------------------------------------
 
@@ -406,6 +451,14 @@ class SharePartition:
                     released = True
         if released:
             self._after_change(released=True)
+
+    def release_all(self) -> None:
+        """Release every acquired record and cancel its lock (the share partition is closing)."""
+        for batch in self._batches:
+            for st in batch.all_states():
+                if st.state is RecordState.ACQUIRED:
+                    self._release(st)
+        self._advance_start()
 
     def _lock_expired(self, task: _LockTimeout) -> None:
         released = False

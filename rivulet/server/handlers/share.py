@@ -1,0 +1,195 @@
+"""ShareFetch and ShareAcknowledge (KIP-932), in front of the ``SharePartitionManager``."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Callable
+
+from rivulet.common.types import TopicPartition
+from rivulet.protocol.errors import ApiError, ErrorCode
+from rivulet.protocol.framing import RequestHeader
+from rivulet.protocol.messages import share_acknowledge_response as sar, share_fetch_response as sfr
+from rivulet.protocol.messages.share_acknowledge_request import ShareAcknowledgeRequest
+from rivulet.protocol.messages.share_fetch_request import ShareFetchRequest
+from rivulet.security.acls import AclOperation as Op, ResourceType
+from rivulet.server.acls import Authz
+from rivulet.server.answer import Answer, then
+from rivulet.server.handlers import Handler
+from rivulet.server.network import KafkaConnection
+from rivulet.share import AcknowledgementBatch
+from rivulet.share.manager import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    ShareFetchRequestData,
+    SharePartitionManager,
+    SharePartitionResult,
+)
+
+# (topic id, partition) as the request names it; the name is None for an unknown topic id.
+_Named = tuple[uuid.UUID, int, "str | None"]
+
+
+class ShareHandlers:
+    def __init__(self, manager: SharePartitionManager, topic_name: Callable[[uuid.UUID], str | None],
+                 authz: Authz) -> None:
+        self.manager = manager
+        self.topic_name = topic_name
+        self.authz = authz
+
+    def handlers(self) -> dict[int, Handler]:
+        return {78: self.handle_share_fetch, 79: self.handle_share_acknowledge}
+
+    def _lock_ms(self, group_id: str) -> int:
+        return self.manager.settings(group_id).share_record_lock_duration_ms
+
+    def _resolve(self, conn: KafkaConnection, topic_ids: list[uuid.UUID]
+                 ) -> tuple[dict[uuid.UUID, str | None], set[str]]:
+        names = {tid: self.topic_name(tid) for tid in topic_ids}
+        readable = self.authz.allowed(conn, Op.READ, ResourceType.TOPIC, (n for n in names.values() if n))
+        return names, readable
+
+    @staticmethod
+    def _refused(name: str | None, readable: set[str]) -> ErrorCode | None:
+        if name is None:
+            return ErrorCode.UNKNOWN_TOPIC_ID
+        if name not in readable:
+            return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        return None
+
+    def _acknowledge(self, group_id: str, member_id: str, tp: TopicPartition, batches: list,
+                     renew_allowed: bool) -> SharePartitionResult:
+        acks = [AcknowledgementBatch(b.first_offset, b.last_offset, list(b.acknowledge_types)) for b in batches]
+        return self.manager.acknowledge(group_id, member_id, tp, acks, renew_allowed=renew_allowed)
+
+    # ------------------------------------------------------------ ShareFetch
+    def handle_share_fetch(self, header: RequestHeader, req: ShareFetchRequest, conn: KafkaConnection) -> Answer:
+        v = header.api_version
+        group_id, member_id, epoch = req.group_id or "", req.member_id or "", req.share_session_epoch
+
+        def fail(code: ErrorCode, message: str | None = None) -> sfr.ShareFetchResponse:
+            return sfr.ShareFetchResponse(throttle_time_ms=0, error_code=code, error_message=message, responses=[])
+
+        if not self.authz.group(conn, Op.READ, group_id):
+            return fail(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        if not member_id:
+            return fail(ErrorCode.INVALID_REQUEST, "The member id is empty.")
+        has_acks = any(fp.acknowledgement_batches for ft in req.topics for fp in ft.partitions)
+        if epoch == INITIAL_EPOCH and has_acks:
+            return fail(ErrorCode.INVALID_REQUEST, "Acknowledge data present in the initial share fetch request.")
+        names, readable = self._resolve(conn, [ft.topic_id for ft in req.topics] +
+                                        [ft.topic_id for ft in req.forgotten_topics_data])
+        named: list[_Named] = [(ft.topic_id, fp.partition_index, names[ft.topic_id])
+                               for ft in req.topics for fp in ft.partitions]
+        refused = {(tid, part): code for tid, part, name in named
+                   if (code := self._refused(name, readable)) is not None}
+        wanted = {TopicPartition(name, part): tid for tid, part, name in named if (tid, part) not in refused and name}
+        forgotten = [TopicPartition(n, part) for ft in req.forgotten_topics_data
+                     if (n := names[ft.topic_id]) is not None for part in ft.partitions]
+        try:
+            if epoch != FINAL_EPOCH:
+                self.manager.update_session(group_id, member_id, epoch, wanted, forgotten)
+            else:
+                self.manager.check_session(group_id, member_id, epoch)
+        except ApiError as e:
+            return fail(e.code, e.message)
+        renew_allowed = v >= 2 and self.manager.settings(group_id).share_renew_acknowledge_enable
+        acked: dict[TopicPartition, SharePartitionResult] = {}
+        tp_ids = dict(wanted)
+        for ft in req.topics:
+            name = names[ft.topic_id]
+            for fp in ft.partitions:
+                if name is None or (ft.topic_id, fp.partition_index) in refused:
+                    continue
+                tp = TopicPartition(name, fp.partition_index)
+                if fp.acknowledgement_batches:
+                    acked[tp] = self._acknowledge(group_id, member_id, tp, fp.acknowledgement_batches, renew_allowed)
+        if epoch == FINAL_EPOCH:
+            try:
+                self.manager.close_session(group_id, member_id)
+            except ApiError as e:
+                return fail(e.code, e.message)
+            fetch_from: list[TopicPartition] = []
+        elif v >= 2 and req.is_renew_ack:
+            fetch_from = []  # a renewing request only acknowledges (KIP-1222)
+        else:
+            session = self.manager.session_partitions(group_id, member_id)
+            tp_ids.update(session)
+            fetch_from = list(session)
+        request = ShareFetchRequestData(group_id, member_id, fetch_from, req.max_wait_ms, req.max_bytes,
+                                        req.max_records, record_limit=v >= 2 and req.share_acquire_mode == 1)
+        result = self.manager.fetch(request, acked)
+        lock_ms = self._lock_ms(group_id)
+
+        def build(results: dict[TopicPartition, SharePartitionResult]) -> sfr.ShareFetchResponse:
+            topics: dict[uuid.UUID, sfr.ShareFetchableTopicResponse] = {}
+
+            def topic(tid: uuid.UUID) -> sfr.ShareFetchableTopicResponse:
+                t = topics.get(tid)
+                if t is None:
+                    t = topics[tid] = sfr.ShareFetchableTopicResponse(topic_id=tid, partitions=[])
+                return t
+
+            for (tid, part), code in refused.items():
+                topic(tid).partitions.append(_fetch_partition(part, SharePartitionResult(error=code)))
+            for tp, r in results.items():
+                topic(tp_ids[tp]).partitions.append(_fetch_partition(tp.partition, r))
+            return sfr.ShareFetchResponse(throttle_time_ms=0, error_code=0, acquisition_lock_timeout_ms=lock_ms,
+                                          responses=list(topics.values()), node_endpoints=[])
+
+        return then(result, build)
+
+    # ------------------------------------------------------------ ShareAcknowledge
+    def handle_share_acknowledge(self, header: RequestHeader, req: ShareAcknowledgeRequest,
+                                 conn: KafkaConnection) -> sar.ShareAcknowledgeResponse:
+        v = header.api_version
+        group_id, member_id, epoch = req.group_id or "", req.member_id or "", req.share_session_epoch
+
+        def fail(code: ErrorCode, message: str | None = None) -> sar.ShareAcknowledgeResponse:
+            return sar.ShareAcknowledgeResponse(throttle_time_ms=0, error_code=code, error_message=message,
+                                                responses=[])
+
+        if not self.authz.group(conn, Op.READ, group_id):
+            return fail(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        if not member_id:
+            return fail(ErrorCode.INVALID_REQUEST, "The member id is empty.")
+        if epoch == INITIAL_EPOCH:
+            return fail(ErrorCode.INVALID_SHARE_SESSION_EPOCH, "A share acknowledge cannot open a share session.")
+        try:
+            if epoch == FINAL_EPOCH:
+                self.manager.check_session(group_id, member_id, epoch)
+            else:
+                self.manager.update_session(group_id, member_id, epoch, {})
+        except ApiError as e:
+            return fail(e.code, e.message)
+        names, readable = self._resolve(conn, [t.topic_id for t in req.topics])
+        renew_allowed = v >= 2 and self.manager.settings(group_id).share_renew_acknowledge_enable
+        responses = []
+        for t in req.topics:
+            name = names[t.topic_id]
+            parts = []
+            for p in t.partitions:
+                refused = self._refused(name, readable)
+                if refused is not None or name is None:
+                    code, message = refused or ErrorCode.UNKNOWN_TOPIC_ID, None
+                else:
+                    r = self._acknowledge(group_id, member_id, TopicPartition(name, p.partition_index),
+                                          p.acknowledgement_batches, renew_allowed)
+                    code, message = r.acknowledge_error, r.acknowledge_error_message
+                parts.append(sar.PartitionData(partition_index=p.partition_index, error_code=code,
+                                               error_message=message,
+                                               current_leader=sar.LeaderIdAndEpoch(leader_id=-1, leader_epoch=-1)))
+            responses.append(sar.ShareAcknowledgeTopicResponse(topic_id=t.topic_id, partitions=parts))
+        if epoch == FINAL_EPOCH:
+            self.manager.close_session(group_id, member_id)
+        return sar.ShareAcknowledgeResponse(throttle_time_ms=0, error_code=0,
+                                            acquisition_lock_timeout_ms=self._lock_ms(group_id),
+                                            responses=responses, node_endpoints=[])
+
+
+def _fetch_partition(part: int, r: SharePartitionResult) -> sfr.PartitionData:
+    return sfr.PartitionData(
+        partition_index=part, error_code=r.error, error_message=r.error_message,
+        acknowledge_error_code=r.acknowledge_error, acknowledge_error_message=r.acknowledge_error_message,
+        current_leader=sfr.LeaderIdAndEpoch(leader_id=-1, leader_epoch=-1), records=r.records,
+        acquired_records=[sfr.AcquiredRecords(first_offset=a.first_offset, last_offset=a.last_offset,
+                                              delivery_count=a.delivery_count) for a in r.acquired])

@@ -1,0 +1,351 @@
+"""``SharePartitionManager``: the leader's share partitions, share sessions and ShareFetch long polls.
+
+As Kafka's SharePartitionManager: one ``SharePartition`` per (share group, topic-partition),
+made on the first ShareFetch for it (its start offset from the persister, else from
+``share.auto.offset.reset``); one share session per (group, member id), whose epoch orders
+the member's ShareFetch and ShareAcknowledge requests. A ShareFetch that acquires nothing
+waits as a ``DelayedShareFetch`` in the replica manager's fetch purgatory, watched under its
+partitions (so a moving HW, a new leader or a deleted partition wakes it, as they wake a
+Fetch) and under each share partition's key (released or expired records wake it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, Hashable, Mapping, Protocol, Sequence
+
+from rivulet.common.time import Clock
+from rivulet.common.types import TopicPartition
+from rivulet.delayed import DelayedOperation, DelayedOperationPurgatory, Timer
+from rivulet.protocol.errors import ApiError, ErrorCode
+from rivulet.protocol.records import iter_batches
+from rivulet.replication.partition import Partition
+from rivulet.replication.replica_manager import FetchParams, FetchRequestPartition, ReplicaManager
+
+from .partition import AcknowledgementBatch, AcknowledgeType, AcquiredRecords, SharePartition
+from .persister import InMemorySharePersister, SharePersister
+from .reset import initial_start_offset
+
+__all__ = [
+    "INITIAL_EPOCH",
+    "FINAL_EPOCH",
+    "ShareFetchRequestData",
+    "SharePartitionManager",
+    "SharePartitionResult",
+    "ShareGroupSettings",
+]
+
+INITIAL_EPOCH = 0  # opens a share session
+FINAL_EPOCH = -1  # closes it
+
+
+class ShareGroupSettings(Protocol):
+    """A share group's configs in force (the coordinator's ``GroupConfig`` has these names)."""
+
+    @property
+    def share_record_lock_duration_ms(self) -> int: ...
+    @property
+    def share_delivery_count_limit(self) -> int: ...
+    @property
+    def share_partition_max_record_locks(self) -> int: ...
+    @property
+    def share_auto_offset_reset(self) -> str: ...
+    @property
+    def share_isolation_level(self) -> str: ...
+    @property
+    def share_renew_acknowledge_enable(self) -> bool: ...
+
+
+@dataclass(slots=True)
+class SharePartitionResult:
+    """One partition's part of a ShareFetch or ShareAcknowledge answer."""
+
+    error: ErrorCode = ErrorCode.NONE
+    error_message: str | None = None
+    acknowledge_error: ErrorCode = ErrorCode.NONE
+    acknowledge_error_message: str | None = None
+    records: bytes = b""
+    acquired: list[AcquiredRecords] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ShareFetchRequestData:
+    group_id: str
+    member_id: str
+    partitions: list[TopicPartition]  # to fetch from, in the request's order
+    max_wait_ms: int
+    max_bytes: int
+    max_records: int
+    record_limit: bool = False
+
+
+@dataclass(slots=True)
+class _Session:
+    epoch: int  # the next epoch the member must send
+    partitions: dict[TopicPartition, uuid.UUID] = field(default_factory=dict)  # in the order added
+
+
+def _next_epoch(epoch: int) -> int:
+    return 1 if epoch >= 2**31 - 1 else epoch + 1
+
+
+class DelayedShareFetch(DelayedOperation):
+    """A ShareFetch waiting for records it can acquire, or for ``max_wait_ms``."""
+
+    def __init__(self, manager: SharePartitionManager, request: ShareFetchRequestData,
+                 future: asyncio.Future, acked: dict[TopicPartition, SharePartitionResult]) -> None:
+        super().__init__(request.max_wait_ms)
+        self.manager = manager
+        self.request = request
+        self.future = future
+        self.acked = acked
+
+    def try_complete(self) -> bool:
+        if self.manager.could_acquire(self.request):
+            return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        if not self.future.done():
+            self.future.set_result(self.manager.acquire_now(self.request, self.acked))
+
+    def on_expiration(self) -> None:
+        pass
+
+
+class SharePartitionManager:
+    def __init__(self, replica_manager: ReplicaManager, timer: Timer, clock: Clock,
+                 settings: Callable[[str], ShareGroupSettings], persister: SharePersister | None = None) -> None:
+        self.replica_manager = replica_manager
+        self.timer = timer
+        self.clock = clock
+        self.settings = settings
+        self.persister: SharePersister = persister or InMemorySharePersister()
+        self.partitions: dict[tuple[str, TopicPartition], SharePartition] = {}
+        self.sessions: dict[tuple[str, str], _Session] = {}
+
+    @property
+    def purgatory(self) -> DelayedOperationPurgatory:
+        """The fetch purgatory: share fetches wake on what wakes fetches."""
+        return self.replica_manager.fetch_purgatory
+
+    # -- sessions -------------------------------------------------------------------------
+
+    def update_session(self, group_id: str, member_id: str, epoch: int, added: Mapping[TopicPartition, uuid.UUID],
+                       forgotten: Sequence[TopicPartition] = ()) -> None:
+        """Check a request's session epoch and move the session on: epoch 0 opens a new session
+        (dropping the member's old one), -1 is checked by ``close_session``, any other must be
+        the session's next. Raises SHARE_SESSION_NOT_FOUND or INVALID_SHARE_SESSION_EPOCH."""
+        key = (group_id, member_id)
+        if epoch == INITIAL_EPOCH:
+            self.sessions[key] = session = _Session(epoch=1)
+        else:
+            session = self._session(key, epoch)
+            session.epoch = _next_epoch(epoch)
+        for tp in forgotten:
+            session.partitions.pop(tp, None)
+        session.partitions.update(added)
+
+    def session_partitions(self, group_id: str, member_id: str) -> dict[TopicPartition, uuid.UUID]:
+        """The partitions of the member's share session, with their topic ids."""
+        session = self.sessions.get((group_id, member_id))
+        return dict(session.partitions) if session is not None else {}
+
+    def check_session(self, group_id: str, member_id: str, epoch: int) -> None:
+        """Raise as ``update_session`` would, without moving the session on."""
+        self._session((group_id, member_id), epoch)
+
+    def _session(self, key: tuple[str, str], epoch: int) -> _Session:
+        session = self.sessions.get(key)
+        if session is None:
+            raise ApiError(ErrorCode.SHARE_SESSION_NOT_FOUND, "The share session was not found.")
+        if epoch != FINAL_EPOCH and epoch != session.epoch:
+            raise ApiError(ErrorCode.INVALID_SHARE_SESSION_EPOCH, "The share session epoch is invalid.")
+        return session
+
+    def close_session(self, group_id: str, member_id: str) -> None:
+        """Epoch -1: the session ends and the member's acquired records are released."""
+        key = (group_id, member_id)
+        self._session(key, FINAL_EPOCH)
+        del self.sessions[key]
+        for (group, tp), sp in list(self.partitions.items()):
+            if group == group_id:
+                sp.release_member(member_id)
+                self._persist(group, tp, sp)
+
+    # -- acknowledgements --------------------------------------------------------------------
+
+    def acknowledge(self, group_id: str, member_id: str, tp: TopicPartition,
+                    batches: Sequence[AcknowledgementBatch], *, renew_allowed: bool) -> SharePartitionResult:
+        result = SharePartitionResult()
+        sp = self.partitions.get((group_id, tp))
+        try:
+            if sp is None:
+                # No share partition here: the partition moved, or nothing was ever acquired.
+                self._leader_partition(tp)
+                raise ApiError(ErrorCode.INVALID_RECORD_STATE, "The share partition has no acquired records.")
+            if not renew_allowed and any(AcknowledgeType.RENEW in b.acknowledge_types for b in batches):
+                raise ApiError(ErrorCode.INVALID_REQUEST, "Renew acknowledgements are not enabled.")
+            sp.acknowledge(member_id, batches)
+            self._persist(group_id, tp, sp)
+        except ApiError as e:
+            result.acknowledge_error = e.code
+            result.acknowledge_error_message = e.message
+        return result
+
+    # -- fetch -----------------------------------------------------------------------------
+
+    def fetch(self, request: ShareFetchRequestData, acked: dict[TopicPartition, SharePartitionResult]
+              ) -> dict[TopicPartition, SharePartitionResult] | asyncio.Future:
+        """Acquire records for the member: at once if there are any (or no wait is allowed),
+        else a future completed by a ``DelayedShareFetch``. ``acked`` holds the answers of the
+        acknowledgements the request carried, merged into the result."""
+        results = self.acquire_now(request, acked)
+        if request.max_wait_ms <= 0 or not request.partitions or any(
+                r.acquired or r.error != ErrorCode.NONE for r in results.values()):
+            return results
+        fut = asyncio.get_running_loop().create_future()
+        op = DelayedShareFetch(self, request, fut, acked)
+        keys: list[Hashable] = list(request.partitions)
+        keys += [self._wake_key(request.group_id, tp) for tp in request.partitions]
+        self.purgatory.try_complete_else_watch(op, keys)
+        return fut
+
+    def could_acquire(self, request: ShareFetchRequestData) -> bool:
+        """Whether a fetch now would acquire something or answer an error (a waiting fetch completes)."""
+        for tp in request.partitions:
+            p = self.replica_manager.partitions.get(tp)
+            if p is None or p.deleted or not p.is_leader:
+                return True
+            sp = self.partitions.get((request.group_id, tp))
+            if sp is None:
+                return True
+            if sp.next_fetch_offset() < sp.end_offset:
+                return True
+            if sp.in_flight_count < sp.max_record_locks and self._fetchable_end(request.group_id, p) > sp.end_offset:
+                return True
+        return False
+
+    def acquire_now(self, request: ShareFetchRequestData, acked: dict[TopicPartition, SharePartitionResult]
+                    ) -> dict[TopicPartition, SharePartitionResult]:
+        results: dict[TopicPartition, SharePartitionResult] = {}
+        budget = request.max_records if request.max_records > 0 else 2**31 - 1
+        per_partition = max(1, request.max_bytes // max(1, len(request.partitions)))
+        for tp in request.partitions:
+            res = results[tp] = SharePartitionResult()
+            if budget <= 0:
+                continue
+            try:
+                sp = self._share_partition(request.group_id, tp)
+                self._read_and_acquire(request, tp, sp, per_partition, budget, res)
+                budget -= sum(r.last_offset - r.first_offset + 1 for r in res.acquired)
+            except ApiError as e:
+                res.error = e.code
+                res.error_message = e.message
+        for tp, ack in acked.items():
+            res = results.setdefault(tp, SharePartitionResult())
+            res.acknowledge_error = ack.acknowledge_error
+            res.acknowledge_error_message = ack.acknowledge_error_message
+        return results
+
+    def _read_and_acquire(self, request: ShareFetchRequestData, tp: TopicPartition, sp: SharePartition,
+                          max_bytes: int, budget: int, res: SharePartitionResult) -> None:
+        p = self._leader_partition(tp)
+        self._refresh(request.group_id, sp)
+        sp.archive_before(p.log.log_start_offset)
+        if not sp.can_acquire():
+            return
+        offset = sp.next_fetch_offset()
+        params = FetchParams(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=max_bytes,
+                             isolation_level=self._isolation(request.group_id),
+                             partitions=[FetchRequestPartition(tp, offset, max_bytes)])
+        read = self.replica_manager.read_from_local_log(params)[tp]
+        if read.error != ErrorCode.NONE:
+            raise ApiError(read.error)
+        data = read.records
+        if not data:
+            return
+        assert isinstance(data, (bytes, bytearray, memoryview))  # zero_copy is off
+        headers = [(pos, h) for pos, h in iter_batches(data)]
+        acquired = sp.acquire(request.member_id, [(h.base_offset, h.last_offset) for _, h in headers],
+                              budget, record_limit=request.record_limit)
+        if not acquired:
+            return
+        lo, hi = acquired[0].first_offset, acquired[-1].last_offset
+        # Only the log batches holding acquired records go back.
+        kept = [(pos, h) for pos, h in headers if h.last_offset >= lo and h.base_offset <= hi]
+        start, end = kept[0][0], kept[-1][0] + kept[-1][1].size
+        res.records = bytes(data[start:end])
+        res.acquired = acquired
+
+    # -- share partitions ----------------------------------------------------------------------
+
+    def _share_partition(self, group_id: str, tp: TopicPartition) -> SharePartition:
+        sp = self.partitions.get((group_id, tp))
+        if sp is not None:
+            return sp
+        p = self._leader_partition(tp)
+        conf = self.settings(group_id)
+        kw = dict(lock_duration_ms=conf.share_record_lock_duration_ms,
+                  delivery_count_limit=conf.share_delivery_count_limit,
+                  max_record_locks=conf.share_partition_max_record_locks,
+                  on_available=self._waker(group_id, tp))
+        snapshot = self.persister.read_state(group_id, tp)
+        if snapshot is not None:
+            sp = SharePartition(snapshot.start_offset, self.timer, state_batches=snapshot.state_batches, **kw)
+        else:
+            lg = p.log
+
+            def found(ts: int) -> int | None:
+                hit = lg.fetch_offset_by_timestamp(ts)
+                return None if hit is None else hit[0]
+
+            start = initial_start_offset(conf.share_auto_offset_reset, log_start_offset=lg.log_start_offset,
+                                         latest_offset=p.high_watermark, now_ms=self.clock.milliseconds(),
+                                         offset_for_timestamp=found)
+            sp = SharePartition(start, self.timer, **kw)
+        self.partitions[(group_id, tp)] = sp
+        return sp
+
+    def _refresh(self, group_id: str, sp: SharePartition) -> None:
+        # Group configs may change between fetches (IncrementalAlterConfigs on the GROUP).
+        conf = self.settings(group_id)
+        sp.lock_duration_ms = conf.share_record_lock_duration_ms
+        sp.delivery_count_limit = conf.share_delivery_count_limit
+        sp.max_record_locks = conf.share_partition_max_record_locks
+
+    def _leader_partition(self, tp: TopicPartition) -> Partition:
+        p = self.replica_manager.get_partition_or_error(tp)
+        p.check_leader(-1)
+        return p
+
+    def _isolation(self, group_id: str) -> int:
+        return 1 if self.settings(group_id).share_isolation_level == "read_committed" else 0
+
+    def _fetchable_end(self, group_id: str, p: Partition) -> int:
+        return p.last_stable_offset if self._isolation(group_id) == 1 else p.high_watermark
+
+    @staticmethod
+    def _wake_key(group_id: str, tp: TopicPartition) -> Hashable:
+        return ("share", group_id, tp)
+
+    def _waker(self, group_id: str, tp: TopicPartition) -> Callable[[], None]:
+        key = self._wake_key(group_id, tp)
+
+        def wake() -> None:
+            self.purgatory.check_and_complete(key)
+        return wake
+
+    def _persist(self, group_id: str, tp: TopicPartition, sp: SharePartition) -> None:
+        self.persister.write_state(group_id, tp, sp.snapshot())
+
+    def on_leadership_change(self, leaders: list[Partition], followers: list[Partition]) -> None:
+        """A ``LeadershipListener``: share partitions of partitions this broker now follows are
+        written to the persister and forgotten; their new leader restores them."""
+        gone = {p.tp for p in followers}
+        for key in [k for k in self.partitions if k[1] in gone]:
+            sp = self.partitions.pop(key)
+            sp.release_all()
+            self._persist(key[0], key[1], sp)

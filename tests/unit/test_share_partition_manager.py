@@ -1,0 +1,227 @@
+"""SharePartitionManager: share sessions, acquiring from the log, ShareFetch long polls."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+
+import pytest
+
+from rivulet.common.time import MockClock
+from rivulet.common.types import TopicPartition
+from rivulet.delayed import Timer
+from rivulet.protocol import records as rec
+from rivulet.protocol.errors import ApiError, ErrorCode
+from rivulet.replication.partition import Partition
+from rivulet.replication.replica_manager import ReplicaManager
+from rivulet.share import AcknowledgementBatch, InMemorySharePersister
+from rivulet.share.manager import ShareFetchRequestData, SharePartitionManager
+from rivulet.storage import Log, LogConfig
+
+pytestmark = pytest.mark.fast
+
+TP = TopicPartition("t", 0)
+TID = uuid.uuid4()
+ACCEPT, RELEASE, RENEW = 1, 2, 4
+
+
+@dataclass
+class Settings:
+    share_record_lock_duration_ms: int = 1000
+    share_delivery_count_limit: int = 5
+    share_partition_max_record_locks: int = 2000
+    share_auto_offset_reset: str = "earliest"
+    share_isolation_level: str = "read_uncommitted"
+    share_renew_acknowledge_enable: bool = True
+
+
+class Env:
+    def __init__(self, tmp_path, settings: Settings) -> None:
+        self.timer = Timer()  # manual: time moves with advance_clock only
+        self.rm = ReplicaManager(0, self.timer)
+        self.log = Log(str(tmp_path / "t-0"), LogConfig())
+        self.partition = Partition(TP, TID, self.log, 0)
+        self.rm.add_partition(self.partition)
+        self.persister = InMemorySharePersister()
+        self.manager = SharePartitionManager(self.rm, self.timer, MockClock(), lambda _g: settings, self.persister)
+
+    def produce(self, n: int) -> None:
+        batch = rec.encode_batch([rec.Record(0, 1_700_000_000_000 + i, None, b"v%d" % i, []) for i in range(n)])
+        res = self.rm.append_records({TP: bytearray(batch)}, required_acks=1, timeout_ms=1000)
+        assert res[TP].error == ErrorCode.NONE
+
+    def open(self, member: str) -> None:
+        self.manager.update_session("g", member, 0, {TP: TID})
+
+    def fetch(self, member: str, max_wait_ms: int = 0, max_records: int = 500):
+        return self.manager.fetch(ShareFetchRequestData("g", member, [TP], max_wait_ms, 1 << 20, max_records), {})
+
+    def close(self) -> None:
+        self.rm.shutdown()
+        self.timer.shutdown()
+        self.log.close()
+
+
+def run(tmp_path, body, settings: Settings | None = None):
+    async def main():
+        env = Env(tmp_path, settings or Settings())
+        try:
+            await body(env)
+        finally:
+            env.close()
+    asyncio.run(main())
+
+
+def ranges(result) -> list[tuple[int, int, int]]:
+    r = result[TP]
+    assert r.error == ErrorCode.NONE
+    return [(a.first_offset, a.last_offset, a.delivery_count) for a in r.acquired]
+
+
+def test_session_epochs(tmp_path) -> None:
+    async def body(env: Env) -> None:
+        m = env.manager
+        with pytest.raises(ApiError) as e:
+            m.update_session("g", "m1", 1, {})
+        assert e.value.code is ErrorCode.SHARE_SESSION_NOT_FOUND
+        env.open("m1")
+        m.update_session("g", "m1", 1, {})
+        with pytest.raises(ApiError) as e:
+            m.update_session("g", "m1", 1, {})
+        assert e.value.code is ErrorCode.INVALID_SHARE_SESSION_EPOCH
+        m.update_session("g", "m1", 2, {}, forgotten=[TP])
+        assert m.session_partitions("g", "m1") == {}
+        env.open("m1")  # epoch 0 starts over
+        assert m.session_partitions("g", "m1") == {TP: TID}
+        m.update_session("g", "m1", 1, {})
+        m.close_session("g", "m1")
+        with pytest.raises(ApiError) as e:
+            m.check_session("g", "m1", -1)
+        assert e.value.code is ErrorCode.SHARE_SESSION_NOT_FOUND
+
+    run(tmp_path, body)
+
+
+def test_fetch_acquires_and_returns_only_acquired_batches(tmp_path) -> None:
+    async def body(env: Env) -> None:
+        for _ in range(3):
+            env.produce(5)
+        env.open("m1")
+        got = env.fetch("m1", max_records=7)
+        assert ranges(got) == [(0, 9, 1)]  # rounded up to the second log batch
+        batches = [(h.base_offset, h.last_offset) for _, h in rec.iter_batches(got[TP].records)]
+        assert batches == [(0, 4), (5, 9)]
+        env.open("m2")
+        assert ranges(env.fetch("m2")) == [(10, 14, 1)]
+        assert ranges(env.fetch("m2")) == []
+
+    run(tmp_path, body)
+
+
+def test_latest_reset_starts_at_the_high_watermark(tmp_path) -> None:
+    async def body(env: Env) -> None:
+        env.produce(5)
+        env.open("m1")
+        assert ranges(env.fetch("m1")) == []
+        env.produce(2)
+        assert ranges(env.fetch("m1")) == [(5, 6, 1)]
+
+    run(tmp_path, body, Settings(share_auto_offset_reset="latest"))
+
+
+def test_long_poll_completes_when_records_arrive(tmp_path) -> None:
+    async def body(env: Env) -> None:
+        env.open("m1")
+        fut = env.fetch("m1", max_wait_ms=60_000)
+        assert isinstance(fut, asyncio.Future) and not fut.done()
+        env.produce(3)
+        assert fut.done() and ranges(fut.result()) == [(0, 2, 1)]
+
+    run(tmp_path, body)
+
+
+def test_long_poll_times_out_empty(tmp_path) -> None:
+    async def body(env: Env) -> None:
+        env.open("m1")
+        fut = env.fetch("m1", max_wait_ms=500)
+        env.timer.advance_clock(500)
+        assert fut.done() and ranges(fut.result()) == []
+
+    run(tmp_path, body)
+
+
+def test_long_poll_completes_when_a_lock_expires(tmp_path) -> None:
+    async def body(env: Env) -> None:
+        env.produce(3)
+        env.open("m1")
+        env.open("m2")
+        assert ranges(env.fetch("m1")) == [(0, 2, 1)]
+        fut = env.fetch("m2", max_wait_ms=60_000)
+        assert not fut.done()
+        env.timer.advance_clock(1000)
+        assert fut.done() and ranges(fut.result()) == [(0, 2, 2)]
+
+    run(tmp_path, body)
+
+
+def test_long_poll_completes_when_records_are_released(tmp_path) -> None:
+    async def body(env: Env) -> None:
+        env.produce(3)
+        env.open("m1")
+        env.open("m2")
+        env.fetch("m1")
+        fut = env.fetch("m2", max_wait_ms=60_000)
+        r = env.manager.acknowledge("g", "m1", TP, [AcknowledgementBatch(0, 2, [RELEASE])], renew_allowed=True)
+        assert r.acknowledge_error == ErrorCode.NONE
+        assert fut.done() and ranges(fut.result()) == [(0, 2, 2)]
+
+    run(tmp_path, body)
+
+
+def test_closing_a_session_releases_the_members_records(tmp_path) -> None:
+    async def body(env: Env) -> None:
+        env.produce(3)
+        env.open("m1")
+        env.open("m2")
+        env.fetch("m1")
+        env.manager.close_session("g", "m1")
+        assert ranges(env.fetch("m2")) == [(0, 2, 2)]
+
+    run(tmp_path, body)
+
+
+def test_acknowledge_errors(tmp_path) -> None:
+    async def body(env: Env) -> None:
+        env.produce(3)
+        env.open("m1")
+        m = env.manager
+        # nothing acquired yet on this partition
+        r = m.acknowledge("g", "m1", TP, [AcknowledgementBatch(0, 2, [ACCEPT])], renew_allowed=True)
+        assert r.acknowledge_error == ErrorCode.INVALID_RECORD_STATE
+        env.fetch("m1")
+        r = m.acknowledge("g", "m1", TP, [AcknowledgementBatch(0, 2, [RENEW])], renew_allowed=False)
+        assert r.acknowledge_error == ErrorCode.INVALID_REQUEST
+        r = m.acknowledge("g", "m2", TP, [AcknowledgementBatch(0, 2, [ACCEPT])], renew_allowed=True)
+        assert r.acknowledge_error == ErrorCode.INVALID_RECORD_STATE
+        r = m.acknowledge("g", "m1", TopicPartition("nope", 0), [AcknowledgementBatch(0, 0, [ACCEPT])],
+                          renew_allowed=True)
+        assert r.acknowledge_error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+    run(tmp_path, body)
+
+
+def test_state_survives_a_leadership_move_through_the_persister(tmp_path) -> None:
+    async def body(env: Env) -> None:
+        env.produce(5)
+        env.open("m1")
+        env.fetch("m1")
+        env.manager.acknowledge("g", "m1", TP, [AcknowledgementBatch(0, 1, [ACCEPT])], renew_allowed=True)
+        env.manager.on_leadership_change([], [env.partition])
+        assert env.manager.partitions == {} and env.timer.size == 0
+        snap = env.persister.read_state("g", TP)
+        assert snap is not None and snap.start_offset == 2
+        # Leading again: acknowledged records are not redelivered, acquired ones come back.
+        assert ranges(env.fetch("m1")) == [(2, 4, 2)]
+
+    run(tmp_path, body)
