@@ -252,6 +252,7 @@ class Broker:
             rm.leadership_listeners.append(CoordinatorLeadership(groups, txns))
         share = self.share_partitions = SharePartitionManager(rm, self.timer, self.clock, self.group_configs.get)
         rm.leadership_listeners.append(share)
+        topics.on_partitions_deleted.append(share.on_partitions_deleted)
         if self.metadata_cache is not None:
             # Markers for partitions other brokers lead go to them (WriteTxnMarkers), and KIP-890's
             # check asks the transactional id's coordinator wherever it runs.

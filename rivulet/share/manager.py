@@ -84,6 +84,7 @@ class ShareFetchRequestData:
 @dataclass(slots=True)
 class _Session:
     epoch: int  # the next epoch the member must send
+    owner: Hashable  # the client connection that opened it
     partitions: dict[TopicPartition, uuid.UUID] = field(default_factory=dict)  # in the order added
 
 
@@ -134,13 +135,14 @@ class SharePartitionManager:
     # -- sessions -------------------------------------------------------------------------
 
     def update_session(self, group_id: str, member_id: str, epoch: int, added: Mapping[TopicPartition, uuid.UUID],
-                       forgotten: Sequence[TopicPartition] = ()) -> None:
+                       forgotten: Sequence[TopicPartition] = (), *, owner: Hashable = None) -> None:
         """Check a request's session epoch and move the session on: epoch 0 opens a new session
-        (dropping the member's old one), -1 is checked by ``close_session``, any other must be
-        the session's next. Raises SHARE_SESSION_NOT_FOUND or INVALID_SHARE_SESSION_EPOCH."""
+        (dropping the member's old one) owned by the connection ``owner``, -1 is checked by
+        ``close_session``, any other must be the session's next. Raises SHARE_SESSION_NOT_FOUND
+        or INVALID_SHARE_SESSION_EPOCH."""
         key = (group_id, member_id)
         if epoch == INITIAL_EPOCH:
-            self.sessions[key] = session = _Session(epoch=1)
+            self.sessions[key] = session = _Session(epoch=1, owner=owner)
         else:
             session = self._session(key, epoch)
             session.epoch = _next_epoch(epoch)
@@ -174,6 +176,12 @@ class SharePartitionManager:
             if group == group_id:
                 sp.release_member(member_id)
                 self._persist(group, tp, sp)
+
+    def connection_closed(self, owner: Hashable) -> None:
+        """The client connection ``owner`` closed: the sessions it opened end, and their
+        members' acquired records are released at once rather than when their locks expire."""
+        for group_id, member_id in [k for k, s in self.sessions.items() if s.owner == owner]:
+            self.close_session(group_id, member_id)
 
     # -- acknowledgements --------------------------------------------------------------------
 
@@ -340,6 +348,16 @@ class SharePartitionManager:
 
     def _persist(self, group_id: str, tp: TopicPartition, sp: SharePartition) -> None:
         self.persister.write_state(group_id, tp, sp.snapshot())
+
+    def on_partitions_deleted(self, tps: list[TopicPartition]) -> None:
+        """Deleted partitions take their share state with them (a topic made again starts afresh)."""
+        gone = set(tps)
+        for key in [k for k in self.partitions if k[1] in gone]:
+            self.partitions.pop(key).release_all()
+            self.persister.delete_state(*key)
+        for session in self.sessions.values():
+            for tp in gone:
+                session.partitions.pop(tp, None)
 
     def on_leadership_change(self, leaders: list[Partition], followers: list[Partition]) -> None:
         """A ``LeadershipListener``: share partitions of partitions this broker now follows are

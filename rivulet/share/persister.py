@@ -22,6 +22,8 @@ class SharePersister(Protocol):
 
     def write_state(self, group_id: str, tp: TopicPartition, snapshot: SharePartitionSnapshot) -> None: ...
 
+    def delete_state(self, group_id: str, tp: TopicPartition) -> None: ...
+
 
 class InMemorySharePersister:
     """State kept for the broker's lifetime only."""
@@ -34,3 +36,6 @@ class InMemorySharePersister:
 
     def write_state(self, group_id: str, tp: TopicPartition, snapshot: SharePartitionSnapshot) -> None:
         self._states[(group_id, tp)] = snapshot
+
+    def delete_state(self, group_id: str, tp: TopicPartition) -> None:
+        self._states.pop((group_id, tp), None)

@@ -151,42 +151,52 @@ def test_long_poll_times_out_empty(tmp_path) -> None:
     run(tmp_path, body)
 
 
-def test_long_poll_completes_when_a_lock_expires(tmp_path) -> None:
+def _expire(env: Env) -> None:
+    env.timer.advance_clock(1000)
+
+
+def _release(env: Env) -> None:
+    r = env.manager.acknowledge("g", "m1", TP, [AcknowledgementBatch(0, 2, [RELEASE])], renew_allowed=True)
+    assert r.acknowledge_error == ErrorCode.NONE
+
+
+def _close_session(env: Env) -> None:
+    env.manager.close_session("g", "m1")
+
+
+def _close_connection(env: Env) -> None:
+    env.manager.connection_closed("conn-1")
+
+
+@pytest.mark.parametrize("event", [_expire, _release, _close_session, _close_connection])
+def test_records_held_by_one_member_go_to_a_waiting_one(tmp_path, event) -> None:
+    # m1 acquires, m2's long poll waits; the lock expiring, a release, m1's session closing or
+    # its connection closing hands the records to m2, delivered a second time.
     async def body(env: Env) -> None:
         env.produce(3)
-        env.open("m1")
-        env.open("m2")
+        env.manager.update_session("g", "m1", 0, {TP: TID}, owner="conn-1")
+        env.manager.update_session("g", "m2", 0, {TP: TID}, owner="conn-2")
         assert ranges(env.fetch("m1")) == [(0, 2, 1)]
         fut = env.fetch("m2", max_wait_ms=60_000)
-        assert not fut.done()
-        env.timer.advance_clock(1000)
+        assert isinstance(fut, asyncio.Future) and not fut.done()
+        event(env)
         assert fut.done() and ranges(fut.result()) == [(0, 2, 2)]
+        assert set(env.manager.sessions) >= {("g", "m2")}
 
     run(tmp_path, body)
 
 
-def test_long_poll_completes_when_records_are_released(tmp_path) -> None:
+def test_deleted_partitions_take_their_share_state(tmp_path) -> None:
     async def body(env: Env) -> None:
         env.produce(3)
         env.open("m1")
-        env.open("m2")
         env.fetch("m1")
-        fut = env.fetch("m2", max_wait_ms=60_000)
-        r = env.manager.acknowledge("g", "m1", TP, [AcknowledgementBatch(0, 2, [RELEASE])], renew_allowed=True)
-        assert r.acknowledge_error == ErrorCode.NONE
-        assert fut.done() and ranges(fut.result()) == [(0, 2, 2)]
-
-    run(tmp_path, body)
-
-
-def test_closing_a_session_releases_the_members_records(tmp_path) -> None:
-    async def body(env: Env) -> None:
-        env.produce(3)
-        env.open("m1")
-        env.open("m2")
-        env.fetch("m1")
-        env.manager.close_session("g", "m1")
-        assert ranges(env.fetch("m2")) == [(0, 2, 2)]
+        env.manager.acknowledge("g", "m1", TP, [AcknowledgementBatch(0, 0, [ACCEPT])], renew_allowed=True)
+        assert env.persister.read_state("g", TP) is not None
+        env.manager.on_partitions_deleted([TP])
+        assert env.manager.partitions == {} and env.timer.size == 0
+        assert env.persister.read_state("g", TP) is None
+        assert env.manager.session_partitions("g", "m1") == {}
 
     run(tmp_path, body)
 

@@ -35,6 +35,7 @@ class ShareHandlers:
         self.manager = manager
         self.topic_name = topic_name
         self.authz = authz
+        self._watched: set[int] = set()  # connections whose close ends the sessions they opened
 
     def handlers(self) -> dict[int, Handler]:
         return {78: self.handle_share_fetch, 79: self.handle_share_acknowledge}
@@ -87,7 +88,9 @@ class ShareHandlers:
                      if (n := names[ft.topic_id]) is not None for part in ft.partitions]
         try:
             if epoch != FINAL_EPOCH:
-                self.manager.update_session(group_id, member_id, epoch, wanted, forgotten)
+                self.manager.update_session(group_id, member_id, epoch, wanted, forgotten, owner=id(conn))
+                if epoch == INITIAL_EPOCH:
+                    self._watch(conn)
             else:
                 self.manager.check_session(group_id, member_id, epoch)
         except ApiError as e:
@@ -137,6 +140,16 @@ class ShareHandlers:
                                           responses=list(topics.values()), node_endpoints=[])
 
         return then(result, build)
+
+    def _watch(self, conn: KafkaConnection) -> None:
+        if id(conn) in self._watched:
+            return
+        self._watched.add(id(conn))
+
+        def closed(c: KafkaConnection) -> None:
+            self._watched.discard(id(c))
+            self.manager.connection_closed(id(c))
+        conn.close_listeners.append(closed)
 
     # ------------------------------------------------------------ ShareAcknowledge
     def handle_share_acknowledge(self, header: RequestHeader, req: ShareAcknowledgeRequest,
