@@ -171,3 +171,68 @@ def _near(members: Mapping[str, MemberSpec], racks: PartitionRacks | None, topic
 
 
 ASSIGNORS: dict[str, PartitionAssignor] = {a.name: a for a in (UniformAssignor(), RangeAssignor())}
+
+
+class SimpleAssignor:
+    """The share groups' assignor (``group.share.assignors``, KIP-932): members of a share group
+    may share a partition, so every subscribed partition gets a member even when members are
+    fewer than partitions, and extra members share partitions rather than idle. Balance comes
+    first, then stickiness.
+
+    When every member subscribes to the same topics, as Kafka's homogeneous builder: with M
+    members and P partitions each partition is shared by ``ceil(M / P)`` members and the
+    ``ceil(M / P) * P`` places are spread so that member counts differ by at most one. Otherwise
+    each topic's partitions are shared by ``ceil(subscribers / partitions)`` of its subscribers,
+    the least loaded first."""
+
+    name = "simple"
+
+    def assign(self, members: Mapping[str, MemberSpec], partitions_per_topic: Mapping[uuid.UUID, int],
+               racks: PartitionRacks | None = None) -> dict[str, Assignment]:
+        result: dict[str, Assignment] = {m: {} for m in members}
+        order = sorted(members)
+        eligible: dict[tuple[uuid.UUID, int], list[str]] = {}
+        for topic_id in sorted({t for m in order for t in members[m].subscribed_topic_ids}, key=str):
+            subscribers = [m for m in order if topic_id in members[m].subscribed_topic_ids]
+            for p in range(max(partitions_per_topic.get(topic_id, 0), 0)):
+                eligible[(topic_id, p)] = subscribers
+        if not eligible:
+            return result
+        sharing: dict[tuple[uuid.UUID, int], int] = {}
+        quota: dict[str, int]
+        if len({members[m].subscribed_topic_ids for m in order}) == 1:
+            share = -(-len(order) // len(eligible))
+            sharing = dict.fromkeys(eligible, share)
+            places = share * len(eligible)
+            # Member i takes ceil(places*(i+1)/M) - ceil(places*i/M): counts differ by at most one.
+            quota = {m: -(-places * (i + 1) // len(order)) - -(-places * i // len(order)) for i, m in enumerate(order)}
+        else:
+            for tp, subscribers in eligible.items():
+                sharing[tp] = -(-len(subscribers) // partitions_per_topic[tp[0]])
+            quota = dict.fromkeys(order, len(eligible))
+        holders: dict[tuple[uuid.UUID, int], list[str]] = {tp: [] for tp in eligible}
+        count = dict.fromkeys(order, 0)
+
+        def give(member_id: str, tp: tuple[uuid.UUID, int]) -> None:
+            holders[tp].append(member_id)
+            result[member_id].setdefault(tp[0], set()).add(tp[1])
+            count[member_id] += 1
+        for member_id in order:  # stickiness: what a member had, within both limits
+            spec = members[member_id]
+            for topic_id in sorted(spec.assigned, key=str):
+                for p in sorted(spec.assigned[topic_id]):
+                    tp = (topic_id, p)
+                    if tp in eligible and member_id in eligible[tp] and count[member_id] < quota[member_id] \
+                            and len(holders[tp]) < sharing[tp]:
+                        give(member_id, tp)
+        # The rest: the least shared partitions first, each to the member furthest below its quota.
+        for tp in sorted(eligible, key=lambda tp: (len(holders[tp]), str(tp[0]), tp[1])):
+            while len(holders[tp]) < sharing[tp]:
+                free = [m for m in eligible[tp] if m not in holders[tp] and count[m] < quota[m]]
+                if not free:
+                    break  # as Kafka, a slight imbalance is tolerated rather than reshuffled
+                give(min(free, key=lambda m: (count[m] - quota[m], m)), tp)
+        return result
+
+
+SHARE_ASSIGNORS: dict[str, SimpleAssignor] = {"simple": SimpleAssignor()}

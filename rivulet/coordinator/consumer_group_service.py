@@ -27,7 +27,7 @@ from rivulet.coordinator.consumer_heartbeat import (
     heartbeat,
     leave,
 )
-from rivulet.coordinator.delayed_ops import DelayedDeadline, member_key
+from rivulet.coordinator.delayed_ops import MemberDeadlines
 from rivulet.coordinator.group_config import GroupConfigs
 from rivulet.coordinator.group_metadata import (
     CONSUMER_PROTOCOL_TYPE,
@@ -80,8 +80,7 @@ class ConsumerGroupService:
         self.metadata = metadata
         self.purgatory = purgatory
         self.clock = clock
-        # The live deadline of each (kind, group, member): an older one that fires is ignored.
-        self._deadlines: dict[tuple[str, str, str], object] = {}
+        self._deadlines = MemberDeadlines(purgatory)
 
     def config_of(self, group_id: str) -> ConsumerGroupConfig:
         """The broker's settings with the group's own session timeout and heartbeat interval."""
@@ -129,6 +128,8 @@ class ConsumerGroupService:
             if req.member_epoch != 0:
                 raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Consumer group {req.group_id} not found.")
             group = self.manager.add_group(GroupMetadata(req.group_id, EMPTY, self.clock.milliseconds))
+        if group.share is not None:
+            raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {req.group_id} is not a consumer group.")
         if group.consumer is None:
             if group.size > 0 or not group.is_(EMPTY):
                 refused = "the member is not joining" if req.member_epoch != 0 else \
@@ -321,29 +322,19 @@ class ConsumerGroupService:
 
     def _schedule(self, kind: str, group: GroupMetadata, member_id: str, timeout_ms: int,
                   expired: Callable[[GroupMetadata, str, int], None]) -> None:
-        slot = (kind, group.group_id, member_id)
-        token = object()
-        self._deadlines[slot] = token
-        key = (kind,) + member_key(group.group_id, member_id)
-        self.purgatory.check_and_complete(key)  # the deadline it replaces
         assert group.consumer is not None
         epoch = group.consumer.members[member_id].member_epoch if member_id in group.consumer.members else -1
-        self.purgatory.try_complete_else_watch(DelayedDeadline(
-            timeout_ms, lambda: self._deadlines.get(slot) is token,
-            lambda: expired(group, member_id, epoch)), [key])
+        self._deadlines.schedule(kind, group.group_id, member_id, timeout_ms, lambda: expired(group, member_id, epoch))
 
     def _cancel(self, kind: str, group_id: str, member_id: str) -> None:
-        if self._deadlines.pop((kind, group_id, member_id), None) is not None:
-            self.purgatory.check_and_complete((kind,) + member_key(group_id, member_id))
+        self._deadlines.cancel(kind, group_id, member_id)
 
     def _session_expired(self, group: GroupMetadata, member_id: str, _epoch: int) -> None:
-        self._deadlines.pop(("session", group.group_id, member_id), None)
         if self._fence(group, member_id):
             log.info("[GroupId %s] Member %s fenced from the group because its session expired.",
                      group.group_id, member_id)
 
     def _revocation_expired(self, group: GroupMetadata, member_id: str, epoch: int) -> None:
-        self._deadlines.pop(("revocation", group.group_id, member_id), None)
         member = group.consumer.members.get(member_id) if group.consumer is not None else None
         if member is not None and member.state == MemberState.UNREVOKED_PARTITIONS and member.member_epoch == epoch:
             self._fence(group, member_id)
@@ -351,13 +342,11 @@ class ConsumerGroupService:
                      "within its rebalance timeout.", group.group_id, member_id)
 
     def _join_expired(self, group: GroupMetadata, member_id: str, _epoch: int) -> None:
-        self._deadlines.pop(("join", group.group_id, member_id), None)
         if self._fence(group, member_id):
             log.info("[GroupId %s] Member %s fenced from the group because it did not rejoin within its "
                      "rebalance timeout.", group.group_id, member_id)
 
     def _sync_expired(self, group: GroupMetadata, member_id: str, _epoch: int) -> None:
-        self._deadlines.pop(("sync", group.group_id, member_id), None)
         if self._fence(group, member_id):
             log.info("[GroupId %s] Member %s fenced from the group because it did not sync within its "
                      "rebalance timeout.", group.group_id, member_id)

@@ -64,17 +64,23 @@ class HeartbeatRequest:
 
 
 @dataclass
-class HeartbeatResult:
+class GroupHeartbeatAnswer:
+    """What a modern group's heartbeat answers (consumer or share group), and the member's
+    session timer for the coordinator."""
+
     error: ErrorCode = ErrorCode.NONE
     error_message: str | None = None
     member_id: str | None = None
     member_epoch: int = 0
     heartbeat_interval_ms: int = 0
     assignment: Assignment | None = None
-    records: list[Record] = field(default_factory=list)
-    # Timers for the coordinator: the member's session, and the deadline to revoke.
     session_timeout_ms: int | None = None  # (re)arm the session timer
     cancel_session: bool = False
+
+
+@dataclass
+class HeartbeatResult(GroupHeartbeatAnswer):
+    records: list[Record] = field(default_factory=list)
     revocation_timeout_ms: int | None = None  # arm the revocation timer at this member epoch
     cancel_revocation: bool = False
 

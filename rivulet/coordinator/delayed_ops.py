@@ -151,3 +151,34 @@ class DelayedDeadline(DelayedOperation):
     def on_expiration(self) -> None:
         if self.still_live():
             self.on_expire()
+
+
+class MemberDeadlines:
+    """The deadlines of modern groups' members (a session, a revocation, a classic member's
+    rejoin and sync), one live deadline per (kind, group, member) in the heartbeat purgatory:
+    scheduling one again replaces it, and one that is no longer live completes unfired."""
+
+    def __init__(self, purgatory: DelayedOperationPurgatory) -> None:
+        self.purgatory = purgatory
+        self._live: dict[tuple[str, str, str], object] = {}
+
+    def __contains__(self, slot: tuple[str, str, str]) -> bool:
+        return slot in self._live
+
+    def schedule(self, kind: str, group_id: str, member_id: str, timeout_ms: int,
+                 on_expire: Callable[[], None]) -> None:
+        slot = (kind, group_id, member_id)
+        token = object()
+        self._live[slot] = token
+        key = (kind,) + member_key(group_id, member_id)
+        self.purgatory.check_and_complete(key)  # the deadline it replaces
+
+        def fire() -> None:
+            self._live.pop(slot, None)
+            on_expire()
+        self.purgatory.try_complete_else_watch(DelayedDeadline(
+            timeout_ms, lambda: self._live.get(slot) is token, fire), [key])
+
+    def cancel(self, kind: str, group_id: str, member_id: str) -> None:
+        if self._live.pop((kind, group_id, member_id), None) is not None:
+            self.purgatory.check_and_complete((kind,) + member_key(group_id, member_id))

@@ -34,6 +34,7 @@ from rivulet.coordinator.delayed_ops import (
     DelayedJoin,
     DelayedSync,
     InitialDelayedJoin,
+    MemberDeadlines,
     join_key,
     member_key,
     sync_key,
@@ -56,6 +57,14 @@ from rivulet.coordinator.group_metadata import (
 )
 from rivulet.coordinator.group_metadata_manager import GroupMetadataManager, PartitionData, config_value
 from rivulet.coordinator.offsets_topic import GROUP_METADATA_TOPIC_NAME
+from rivulet.coordinator.share_group import (
+    ShareGroup,
+    ShareGroupConfig,
+    ShareHeartbeatRequest,
+    ShareHeartbeatResult,
+    validate as validate_share_heartbeat,
+)
+from rivulet.coordinator.share_group_service import ShareGroupService
 from rivulet.delayed import DelayedOperationPurgatory, Timer
 from rivulet.protocol.errors import ErrorCode
 from rivulet.replication.replica_manager import ReplicaManager
@@ -69,6 +78,7 @@ OFFSET_COMMIT, OFFSET_FETCH, OFFSET_DELETE = "offset_commit", "offset_fetch", "o
 TXN_OFFSET_COMMIT = "txn_offset_commit"
 DESCRIBE, DELETE = "describe", "delete"
 CONSUMER_HEARTBEAT = "consumer_group_heartbeat"
+SHARE_HEARTBEAT = "share_group_heartbeat"
 _EMPTY_ID_OK = frozenset({OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE, DELETE})
 
 LeaveMember = tuple[str, str | None, str | None]  # (member id, group.instance.id, reason)
@@ -95,6 +105,7 @@ class GroupCoordinator:
         self.rebalance_purgatory: DelayedOperationPurgatory = DelayedOperationPurgatory("Rebalance", timer)
         self.manager: GroupMetadataManager | None = None
         self.consumer_groups: ConsumerGroupService | None = None
+        self.share_groups: ShareGroupService | None = None
         self.group_configs = group_configs
         self.consumer_group_config = ConsumerGroupConfig(
             heartbeat_interval_ms=config_value(config, "group.consumer.heartbeat.interval.ms", 5000),
@@ -103,6 +114,14 @@ class GroupCoordinator:
             assignors=tuple(config_value(config, "group.consumer.assignors", ["uniform", "range"])),
             migration_policy=str(config_value(config, "group.consumer.migration.policy", "bidirectional")).lower(),
             classic_max_size=config_value(config, "group.max.size", 2147483647))
+        # Kafka serves share groups once the share.version feature is 1 (a new 4.2+ cluster's
+        # default); Rivulet has no finalized features, so Kafka's own switch stands for it.
+        self.share_groups_enabled: bool = bool(config_value(config, "group.share.enable", True))
+        self.share_group_config = ShareGroupConfig(
+            heartbeat_interval_ms=config_value(config, "group.share.heartbeat.interval.ms", 5000),
+            session_timeout_ms=config_value(config, "group.share.session.timeout.ms", 45000),
+            max_size=config_value(config, "group.share.max.size", 200),
+            assignors=tuple(config_value(config, "group.share.assignors", ["simple"])))
         self._active = False
         self._load_queue: deque[int] = deque()
         self._loader: asyncio.Task | None = None
@@ -129,6 +148,9 @@ class GroupCoordinator:
         self.consumer_groups = ConsumerGroupService(self.consumer_group_config, self.manager, self.metadata,
                                                     self.heartbeat_purgatory, self.clock, self.group_configs,
                                                     classic_control=self)
+        self.share_groups = ShareGroupService(self.share_group_config, self.manager, self.metadata,
+                                              MemberDeadlines(self.heartbeat_purgatory), self.clock,
+                                              self.group_configs)
         self._active = True
         for p in range(n if lead_all else 0):
             self.on_become_leader(p)
@@ -222,11 +244,15 @@ class GroupCoordinator:
             self._complete_and_schedule_next_heartbeat_expiration(group, member)
         if self.consumer_groups is not None:
             self.consumer_groups.on_group_loaded(group)
+        if self.share_groups is not None:
+            self.share_groups.on_group_loaded(group)
 
     def _on_group_unloaded(self, group: GroupMetadata) -> None:
         log.info("Unloading group metadata for %s with generation %d", group.group_id, group.generation_id)
         if self.consumer_groups is not None:
             self.consumer_groups.on_group_unloaded(group)
+        if self.share_groups is not None:
+            self.share_groups.on_group_unloaded(group)
         previous = group.state
         group.transition_to(DEAD)
         if previous is PREPARING_REBALANCE:
@@ -309,6 +335,10 @@ class GroupCoordinator:
         group = self.manager.get_or_maybe_create_group(group_id, is_unknown)
         if group is None:
             callback(JoinGroupResult(member_id, ErrorCode.UNKNOWN_MEMBER_ID))
+            return
+        if group.share is not None:
+            # As Kafka: a group of another kind that a classic member cannot join.
+            callback(JoinGroupResult(UNKNOWN_MEMBER_ID, ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
             return
         if group.consumer is not None:
             if group.consumer.members:
@@ -633,6 +663,9 @@ class GroupCoordinator:
             callback(SyncGroupResult(err))
             return
         group = self.manager.get_group(group_id)
+        if group is not None and group.share is not None:
+            callback(SyncGroupResult(ErrorCode.GROUP_ID_NOT_FOUND))
+            return
         if group is None or (group.consumer is not None and not group.consumer.members):
             callback(SyncGroupResult(ErrorCode.UNKNOWN_MEMBER_ID))
             return
@@ -790,6 +823,9 @@ class GroupCoordinator:
         if group is None:
             callback(ErrorCode.NONE, [(mid, iid, ErrorCode.UNKNOWN_MEMBER_ID) for mid, iid, _ in leaving])
             return
+        if group.share is not None:
+            callback(ErrorCode.GROUP_ID_NOT_FOUND, [])
+            return
         if group.consumer is not None:
             assert self.consumer_groups is not None
             self.consumer_groups.classic_leave(group, leaving, callback)
@@ -847,6 +883,23 @@ class GroupCoordinator:
             return
         self.consumer_groups.heartbeat(req, callback)
 
+    # ------------------------------------------------------------ ShareGroupHeartbeat (KIP-932)
+    def handle_share_group_heartbeat(self, req: ShareHeartbeatRequest,
+                                     callback: Callable[[ShareHeartbeatResult], None]) -> None:
+        if not self._active or self.manager is None or self.share_groups is None:
+            callback(ShareHeartbeatResult(error=ErrorCode.COORDINATOR_NOT_AVAILABLE))
+            return
+        try:
+            validate_share_heartbeat(req)
+        except HeartbeatError as e:
+            callback(ShareHeartbeatResult(error=e.code, error_message=e.message))
+            return
+        err = self._validate_group_status(req.group_id, SHARE_HEARTBEAT)
+        if err is not None:
+            callback(ShareHeartbeatResult(error=err))
+            return
+        self.share_groups.heartbeat(req, callback)
+
     # ------------------------------------------------------------ Heartbeat
     def handle_heartbeat(self, group_id: str, member_id: str, group_instance_id: str | None,
                          generation_id: int) -> ErrorCode:
@@ -857,6 +910,8 @@ class GroupCoordinator:
         group = self.manager.get_group(group_id)
         if group is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
+        if group.share is not None:
+            return ErrorCode.GROUP_ID_NOT_FOUND
         if group.consumer is not None:
             assert self.consumer_groups is not None
             return self.consumer_groups.classic_heartbeat(group, member_id, group_instance_id, generation_id)
@@ -996,6 +1051,8 @@ class GroupCoordinator:
                                 api_version: int = 9) -> ErrorCode | None:
         if group.is_(DEAD):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if group.share is not None:
+            return ErrorCode.GROUP_ID_NOT_FOUND  # a share group keeps no committed offsets here
         if group.consumer is not None:
             return _validate_consumer_member_epoch(group, generation_id, member_id, transactional, api_version)
         if generation_id < 0 and group.is_(EMPTY):
@@ -1022,6 +1079,8 @@ class GroupCoordinator:
         if err is not None:
             return err, {}
         group = self.manager.get_group(group_id)
+        if group is not None and group.share is not None:
+            return ErrorCode.GROUP_ID_NOT_FOUND, {}
         if group is not None and group.consumer is not None and member_epoch >= 0:
             member = group.consumer.members.get(member_id or "")
             if member is None:
@@ -1041,6 +1100,8 @@ class GroupCoordinator:
         if group is None or group.is_(DEAD):
             return (ErrorCode.GROUP_ID_NOT_FOUND if self.manager.group_not_exists(group_id)
                     else ErrorCode.NOT_COORDINATOR), {}
+        if group.share is not None:
+            return ErrorCode.GROUP_ID_NOT_FOUND, {}
         errors: dict[TopicPartition, ErrorCode] = {}
         if group.is_empty:
             eligible = list(partitions)
@@ -1107,27 +1168,36 @@ class GroupCoordinator:
         if err is not None:
             return err, ("", "", "", [])
         group = self.manager.get_group(group_id)
-        if group is None or group.consumer is not None:
+        if group is None or group.consumer is not None or group.share is not None:
             return ErrorCode.NONE, (DEAD.value, "", "", [])
         return ErrorCode.NONE, group.summary()
 
     def handle_consumer_group_describe(self, group_id: str
                                        ) -> tuple[ErrorCode, str | None, ConsumerGroup | None]:
         """ConsumerGroupDescribe: (error, its message, the group)."""
+        err, message, group = self._modern_group(group_id, "consumer")
+        return err, message, group.consumer if group is not None else None
+
+    def handle_share_group_describe(self, group_id: str) -> tuple[ErrorCode, str | None, ShareGroup | None]:
+        """ShareGroupDescribe: (error, its message, the group)."""
+        err, message, group = self._modern_group(group_id, "share")
+        return err, message, group.share if group is not None else None
+
+    def _modern_group(self, group_id: str, group_type: str) -> tuple[ErrorCode, str | None, GroupMetadata | None]:
         err = self._validate_group_status(group_id, DESCRIBE)
         if err is not None:
             return err, None, None
         group = self.manager.get_group(group_id)
         if group is None or group.is_(DEAD):
             return ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None
-        if group.consumer is None:
-            return ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.", None
-        return ErrorCode.NONE, None, group.consumer
+        if group.group_type != group_type:
+            return ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a {group_type} group.", None
+        return ErrorCode.NONE, None, group
 
-    def is_consumer_group(self, group_id: str) -> bool:
-        """A KIP-848 group that this node coordinates."""
+    def is_modern_group(self, group_id: str) -> bool:
+        """A KIP-848 consumer group or a KIP-932 share group that this node coordinates."""
         group = self.manager.get_group(group_id) if self.manager is not None else None
-        return group is not None and group.consumer is not None
+        return group is not None and (group.consumer is not None or group.share is not None)
 
 
 def _validate_consumer_member_epoch(group: GroupMetadata, epoch: int, member_id: str, transactional: bool,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from rivulet.coordinator.consumer_group import ConsumerGroup
+from rivulet.coordinator.share_group import ShareGroup
 from rivulet.common.time import SYSTEM_CLOCK
 from rivulet.common.types import TopicPartition
 from rivulet.protocol.consumer_protocol import decode_subscription
@@ -265,6 +266,8 @@ class GroupMetadata:
         # A KIP-848 consumer group: its members and assignments live here, and the classic
         # state above stays Empty with no members. None for a classic group.
         self.consumer: ConsumerGroup | None = None
+        # A KIP-932 share group (protocol type "share"): likewise its own state, no offsets.
+        self.share: ShareGroup | None = None
 
     # ------------------------------------------------------------ state
     @property
@@ -291,16 +294,21 @@ class GroupMetadata:
 
     @property
     def state_name(self) -> str:
-        """As ListGroups names it: a consumer group's own state, else the classic one."""
+        """As ListGroups names it: a modern group's own state, else the classic one."""
+        if self.share is not None:
+            return self.share.state().value
         return self.consumer.state().value if self.consumer is not None else self._state.value
 
     @property
     def is_empty(self) -> bool:
-        """No members under either protocol."""
-        return self.is_(EMPTY) and (self.consumer is None or not self.consumer.members)
+        """No members under any protocol."""
+        return self.is_(EMPTY) and (self.consumer is None or not self.consumer.members) and \
+            (self.share is None or not self.share.members)
 
     @property
     def group_type(self) -> str:
+        if self.share is not None:
+            return "share"
         return "consumer" if self.consumer is not None else "classic"
 
     @property

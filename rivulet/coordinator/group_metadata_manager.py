@@ -17,6 +17,7 @@ from rivulet.common.cluster import ConfigValues
 from rivulet.common.time import SYSTEM_CLOCK
 from rivulet.common.types import TopicPartition
 from rivulet.coordinator.consumer_group import ConsumerGroup, Record as ConsumerGroupRecord
+from rivulet.coordinator.share_group import ShareGroup, Record as ShareGroupRecord
 from rivulet.coordinator.group_metadata import (
     DEAD,
     EMPTY,
@@ -28,6 +29,7 @@ from rivulet.coordinator.group_metadata import (
 from rivulet.coordinator.offsets_topic import (
     GROUP_METADATA_TOPIC_NAME,
     ConsumerGroupRecordKey,
+    ShareGroupRecordKey,
     GroupKey,
     OffsetKey,
     UnknownKey,
@@ -43,6 +45,7 @@ from rivulet.coordinator.offsets_topic import (
 )
 from rivulet.protocol import records as rec
 from rivulet.protocol.messages.consumer_group_metadata_key import ConsumerGroupMetadataKey
+from rivulet.protocol.messages.share_group_metadata_key import ShareGroupMetadataKey
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.replication.replica_manager import ProduceResult, ReplicaManager
 
@@ -99,6 +102,21 @@ def convert_offset_commit_error(error: ErrorCode) -> ErrorCode:
 def java_string_length(s: str) -> int:
     """String.length() in Java: UTF-16 code units (offset.metadata.max.bytes counts these)."""
     return len(s.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def _replay_modern(key: ConsumerGroupRecordKey | ShareGroupRecordKey, data: bytes | None, loaded: dict,
+                   metadata_key: type, group_type: Callable[[str], ConsumerGroup | ShareGroup]) -> None:
+    """Replay a consumer or share group record into the groups loaded so far; the group
+    record's tombstone means the group was deleted (None until it is made again)."""
+    gid = key.key.group_id
+    value = read_consumer_group_value(key, data)
+    if isinstance(key.key, metadata_key) and value is None:
+        loaded[gid] = None
+        return
+    group = loaded.get(gid)
+    if group is None:
+        group = loaded[gid] = group_type(gid)
+    group.replay(key.key, value)
 
 
 class GroupMetadataManager:
@@ -208,10 +226,10 @@ class GroupMetadataManager:
 
         self._append(partition, [(group_metadata_key(group.group_id), value)], -1, on_append)
 
-    def store_consumer_group_records(self, group_id: str, records: list[ConsumerGroupRecord],
+    def store_consumer_group_records(self, group_id: str, records: list[ConsumerGroupRecord] | list[ShareGroupRecord],
                                      callback: Callable[[ErrorCode], None]) -> None:
-        """Append a KIP-848 group's records (already replayed into its state); callback(error)
-        once they are acknowledged."""
+        """Append a KIP-848 consumer group's or a KIP-932 share group's records (already replayed
+        into its state); callback(error) once they are acknowledged."""
         partition = self.partition_for(group_id)
         if not self.is_partition_owned(partition):
             callback(ErrorCode.NOT_COORDINATOR)
@@ -347,7 +365,8 @@ class GroupMetadataManager:
         removed_total = 0
         for group in list(groups):
             removed = selector(group)
-            if group.is_empty and not group.has_offsets():
+            # A share group does not expire (Kafka's ShareGroup.shouldExpire): only DeleteGroups removes it.
+            if group.is_empty and not group.has_offsets() and group.share is None:
                 log.info("Group %s transitioned to Dead in generation %d", group.group_id, group.generation_id)
                 group.transition_to(DEAD)
             is_dead = group.is_(DEAD)
@@ -364,6 +383,8 @@ class GroupMetadataManager:
                     tombstones.append((group_metadata_key(group.group_id), None))
                 if group.consumer is not None:
                     tombstones += [consumer_group_record(k, v) for k, v in group.consumer.delete_records()]
+                if group.share is not None:
+                    tombstones += [consumer_group_record(k, v) for k, v in group.share.delete_records()]
             if tombstones:
                 self._append(partition, tombstones, 0, None)
                 removed_total += len(removed)
@@ -396,6 +417,7 @@ class GroupMetadataManager:
             pending_offsets: dict[int, dict[tuple[str, TopicPartition], CommitRecordMetadataAndOffset]] = {}
             loaded_groups: dict[str, GroupMetadata | None] = {}
             loaded_consumer_groups: dict[str, ConsumerGroup | None] = {}
+            loaded_share_groups: dict[str, ShareGroup | None] = {}
             while offset < end and not self.shutting_down:
                 try:
                     data = lg.read(offset, self.load_buffer_size, max_offset=end, min_one_batch=True).records
@@ -417,7 +439,7 @@ class GroupMetadataManager:
                             if r.offset < offset:
                                 continue
                             self._load_record(batch, r, loaded_offsets, pending_offsets, loaded_groups,
-                                              loaded_consumer_groups)
+                                              loaded_consumer_groups, loaded_share_groups)
                     offset = max(offset, h.last_offset + 1)
                 yield None
             if self.shutting_down:
@@ -436,6 +458,11 @@ class GroupMetadataManager:
                     # A group converted from classic to consumer carries no classic state on.
                     group = GroupMetadata(gid, EMPTY, self.clock)
                     group.consumer = consumer
+                    loaded_groups[gid] = group
+            for gid, share in loaded_share_groups.items():
+                if share is not None:
+                    group = GroupMetadata(gid, EMPTY, self.clock)
+                    group.share = share
                     loaded_groups[gid] = group
             for gid, group in loaded_groups.items():
                 if group is None:
@@ -462,7 +489,8 @@ class GroupMetadataManager:
         on_group_loaded(group)
 
     def _load_record(self, batch: rec.DecodedBatch, r: rec.Record, loaded_offsets: dict, pending_offsets: dict,
-                     loaded_groups: dict, loaded_consumer_groups: dict[str, ConsumerGroup | None]) -> None:
+                     loaded_groups: dict, loaded_consumer_groups: dict[str, ConsumerGroup | None],
+                     loaded_share_groups: dict[str, ShareGroup | None]) -> None:
         if r.key is None:
             log.warning("skipping keyless record at offset %d of %s", r.offset, GROUP_METADATA_TOPIC_NAME)
             return
@@ -488,15 +516,9 @@ class GroupMetadataManager:
         elif isinstance(key, GroupKey):
             loaded_groups[key.group] = read_group_message_value(key.group, r.value, self.clock)
         elif isinstance(key, ConsumerGroupRecordKey):
-            gid = key.key.group_id
-            value = read_consumer_group_value(key, r.value)
-            if isinstance(key.key, ConsumerGroupMetadataKey) and value is None:
-                loaded_consumer_groups[gid] = None  # the group was deleted
-                return
-            consumer = loaded_consumer_groups.get(gid)
-            if consumer is None:
-                consumer = loaded_consumer_groups[gid] = ConsumerGroup(gid)
-            consumer.replay(key.key, value)
+            _replay_modern(key, r.value, loaded_consumer_groups, ConsumerGroupMetadataKey, ConsumerGroup)
+        elif isinstance(key, ShareGroupRecordKey):
+            _replay_modern(key, r.value, loaded_share_groups, ShareGroupMetadataKey, ShareGroup)
         elif isinstance(key, UnknownKey):
             log.debug("ignoring record with key version %d at offset %d", key.version, r.offset)
 

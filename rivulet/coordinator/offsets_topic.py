@@ -1,7 +1,8 @@
 """Record formats of __consumer_offsets: version-prefixed keys and values, as Kafka writes them.
 
-Key versions 0 and 1 are offset commits, 2 is group metadata, 3 and up the records of KIP-848
-consumer groups (Kafka 4's coordinator record types; other types are skipped on load). A
+Key versions 0 and 1 are offset commits, 2 is group metadata, 3 to 9 the records of KIP-848
+consumer groups, 10 to 15 those of KIP-932 share groups (Kafka 4's coordinator record types;
+other types, streams groups' among them, are skipped on load). A
 record with a null value is a tombstone.
 Values are written at the highest non-flexible version Kafka writes: OffsetCommitValue v3
 (v1 when the commit carries an explicit expire timestamp), GroupMetadataValue v3.
@@ -50,6 +51,30 @@ from rivulet.protocol.messages.group_metadata_value import GroupMetadataValue, M
 from rivulet.protocol.messages.legacy_offset_commit_key import LegacyOffsetCommitKey
 from rivulet.protocol.messages.offset_commit_key import OffsetCommitKey
 from rivulet.protocol.messages.offset_commit_value import OffsetCommitValue
+from rivulet.protocol.messages.share_group_current_member_assignment_key import (
+    ShareGroupCurrentMemberAssignmentKey,
+)
+from rivulet.protocol.messages.share_group_current_member_assignment_value import (
+    ShareGroupCurrentMemberAssignmentValue,
+)
+from rivulet.protocol.messages.share_group_member_metadata_key import ShareGroupMemberMetadataKey
+from rivulet.protocol.messages.share_group_member_metadata_value import ShareGroupMemberMetadataValue
+from rivulet.protocol.messages.share_group_metadata_key import ShareGroupMetadataKey
+from rivulet.protocol.messages.share_group_metadata_value import ShareGroupMetadataValue
+from rivulet.protocol.messages.share_group_state_partition_metadata_key import ShareGroupStatePartitionMetadataKey
+from rivulet.protocol.messages.share_group_state_partition_metadata_value import (
+    ShareGroupStatePartitionMetadataValue,
+)
+from rivulet.protocol.messages.share_group_target_assignment_member_key import ShareGroupTargetAssignmentMemberKey
+from rivulet.protocol.messages.share_group_target_assignment_member_value import (
+    ShareGroupTargetAssignmentMemberValue,
+)
+from rivulet.protocol.messages.share_group_target_assignment_metadata_key import (
+    ShareGroupTargetAssignmentMetadataKey,
+)
+from rivulet.protocol.messages.share_group_target_assignment_metadata_value import (
+    ShareGroupTargetAssignmentMetadataValue,
+)
 
 GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
 OFFSET_COMMIT_VALUE_VERSION = 3
@@ -86,6 +111,14 @@ class ConsumerGroupRecordKey:
     value_type: type
 
 
+@dataclass(frozen=True, slots=True)
+class ShareGroupRecordKey:
+    """A KIP-932 share group record: its decoded key, and how to decode its value."""
+
+    key: Any
+    value_type: type
+
+
 # Record type -> (key struct, value struct) of the consumer group records; type 4 (partition
 # metadata) is no longer written by Kafka 4.1+ and is read for nothing.
 _CONSUMER_GROUP_RECORDS = {k.API_KEY: (k, v) for k, v in (
@@ -95,6 +128,13 @@ _CONSUMER_GROUP_RECORDS = {k.API_KEY: (k, v) for k, v in (
     (ConsumerGroupTargetAssignmentMemberKey, ConsumerGroupTargetAssignmentMemberValue),
     (ConsumerGroupCurrentMemberAssignmentKey, ConsumerGroupCurrentMemberAssignmentValue),
     (ConsumerGroupRegularExpressionKey, ConsumerGroupRegularExpressionValue))}
+_SHARE_GROUP_RECORDS = {k.API_KEY: (k, v) for k, v in (
+    (ShareGroupMemberMetadataKey, ShareGroupMemberMetadataValue),
+    (ShareGroupMetadataKey, ShareGroupMetadataValue),
+    (ShareGroupTargetAssignmentMetadataKey, ShareGroupTargetAssignmentMetadataValue),
+    (ShareGroupTargetAssignmentMemberKey, ShareGroupTargetAssignmentMemberValue),
+    (ShareGroupCurrentMemberAssignmentKey, ShareGroupCurrentMemberAssignmentValue),
+    (ShareGroupStatePartitionMetadataKey, ShareGroupStatePartitionMetadataValue))}
 
 
 def _prefixed(version: int, struct_obj) -> bytes:
@@ -146,20 +186,23 @@ def group_metadata_value(group: GroupMetadata, assignment: Mapping[str, bytes]) 
 
 
 def consumer_group_record(key: Any, value: Any) -> tuple[bytes, bytes | None]:
-    """A consumer group record (key struct, value struct or None) as written: the key after its
-    record type, the value after its version (0, the only one)."""
+    """A consumer or share group record (key struct, value struct or None) as written: the key
+    after its record type, the value after its version (0, the only one)."""
     return _key(key), None if value is None else _prefixed(0, value)
 
 
-def read_consumer_group_value(key: ConsumerGroupRecordKey, data: bytes | None) -> Any:
+def read_consumer_group_value(key: ConsumerGroupRecordKey | ShareGroupRecordKey, data: bytes | None) -> Any:
     if data is None:
         return None
     (version,) = _VERSION.unpack_from(data, 0)
     return key.value_type.decode(data, version, 2)
 
 
-def read_message_key(data: bytes) -> OffsetKey | GroupKey | ConsumerGroupRecordKey | UnknownKey:
+def read_message_key(data: bytes) -> OffsetKey | GroupKey | ConsumerGroupRecordKey | ShareGroupRecordKey | UnknownKey:
     (record_type,) = _VERSION.unpack_from(data, 0)
+    if record_type in _SHARE_GROUP_RECORDS:
+        key_type, value_type = _SHARE_GROUP_RECORDS[record_type]
+        return ShareGroupRecordKey(key_type.decode(data, 0, 2), value_type)
     if record_type in _CONSUMER_GROUP_RECORDS:
         key_type, value_type = _CONSUMER_GROUP_RECORDS[record_type]
         return ConsumerGroupRecordKey(key_type.decode(data, 0, 2), value_type)

@@ -113,9 +113,15 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     72: (0, 0),   # PushTelemetry
     74: (0, 1),   # ListConfigResources (v0: ListClientMetricsResources)
     75: (0, 0),   # DescribeTopicPartitions
+    76: (1, 1),   # ShareGroupHeartbeat (v1 is Kafka 4.3's only version)
+    77: (1, 1),   # ShareGroupDescribe
     78: (1, 2),   # ShareFetch (v0 was KIP-932's early access, removed in Kafka 4.1)
     79: (1, 2),   # ShareAcknowledge
 }
+
+# The share group APIs: served and listed only while share groups are enabled (group.share.enable,
+# standing for Kafka's share.version=1, which gates them all: isShareGroupProtocolEnabled).
+SHARE_GROUP_APIS = frozenset({76, 77, 78, 79})
 
 # GetTelemetrySubscriptions and PushTelemetry: served always, listed in ApiVersions only when a
 # telemetry receiver is configured (metric.reporters), as Kafka's ApiVersionManager does.
@@ -171,6 +177,10 @@ class KafkaApis:
                                 metadata_cache),
         ):
             self.handlers.update(area.handlers())
+        if not group_coordinator.share_groups_enabled:
+            for key in SHARE_GROUP_APIS:
+                del self.versions[key]
+                self.handlers.pop(key, None)
         assert self.handlers.keys() == self.versions.keys(), "every API has a handler and a version range"
 
     def handle(self, header: framing.RequestHeader, body: Any, conn: KafkaConnection) -> Answer:

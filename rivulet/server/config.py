@@ -360,12 +360,19 @@ BROKER_CONFIGS = ConfigDef([
        "assignment computations of a share group.", MEDIUM, ignored=True),
     _k("group.streams.assignment.interval.ms", I, 1000, _nonneg, "Minimum interval between two target "
        "assignment computations of a streams group.", MEDIUM, ignored=True),
-    _k("group.share.session.timeout.ms", I, 45000, _pos, "Session timeout of a share group member.", MEDIUM,
-       ignored=True),
+    _k("group.share.enable", B, True, None, "Serve share groups (KIP-932: ShareGroupHeartbeat, "
+       "ShareGroupDescribe). Kafka serves them once the share.version feature is 1, as it is in a new 4.2+ "
+       "cluster; Rivulet has no finalized features, so this switch (Kafka's own, internal) stands for it: "
+       "false is share.version=0, and the share APIs are neither listed nor served.", MEDIUM),
+    _k("group.share.max.size", I, 200, between(1, 1000), "Most members in one share group.", MEDIUM),
+    _k("group.share.assignors", LS, ("simple",), each_of("simple"), "Server-side assignors of share groups "
+       "(the first is used).", MEDIUM),
+    _k("group.share.session.timeout.ms", I, 45000, _pos, "Session timeout of a share group member; a group's "
+       "share.session.timeout.ms overrides it.", MEDIUM),
     _k("group.share.min.session.timeout.ms", I, 45000, _pos, "Shortest share.session.timeout.ms.", MEDIUM),
     _k("group.share.max.session.timeout.ms", I, 60000, _pos, "Longest share.session.timeout.ms.", MEDIUM),
-    _k("group.share.heartbeat.interval.ms", I, 5000, _pos, "Heartbeat interval of share group members.", MEDIUM,
-       ignored=True),
+    _k("group.share.heartbeat.interval.ms", I, 5000, _pos, "Heartbeat interval of share group members; a group's "
+       "share.heartbeat.interval.ms overrides it.", MEDIUM),
     _k("group.share.min.heartbeat.interval.ms", I, 5000, _pos, "Shortest share.heartbeat.interval.ms.", MEDIUM),
     _k("group.share.max.heartbeat.interval.ms", I, 15000, _pos, "Longest share.heartbeat.interval.ms.", MEDIUM),
     _k("group.share.record.lock.duration.ms", I, 30000, at_least(1000), "Acquisition lock duration of a share "

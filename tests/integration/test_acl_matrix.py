@@ -69,6 +69,8 @@ from rivulet.protocol.messages import (
 from rivulet.protocol.messages import alter_partition_reassignments_request as apraq
 from rivulet.protocol.messages import consumer_group_describe_request as cgdq
 from rivulet.protocol.messages import consumer_group_heartbeat_request as cghq
+from rivulet.protocol.messages import share_group_describe_request as sgdq
+from rivulet.protocol.messages import share_group_heartbeat_request as sghq
 from rivulet.protocol.messages import alter_partition_request as apaq
 from rivulet.protocol.messages import alter_user_scram_credentials_request as ausq
 from rivulet.protocol.messages import controlled_shutdown_request as csq
@@ -97,6 +99,7 @@ JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
 T, DOOMED, NEW, AUTO = "acl-topic", "acl-doomed", "acl-new", "acl-auto"
 G, DOOMED_GROUP, JOIN_GROUP = "acl-group", "acl-doomed-group", "acl-join-group"
 CONSUMER_GROUP = "acl-consumer-group"  # joined with ConsumerGroupHeartbeat (KIP-848)
+SHARE_GROUP = "acl-share-group"  # joined with ShareGroupHeartbeat (KIP-932)
 TX, TX_INIT = "acl-tx", "acl-tx-init"
 AUTH_ERRORS = {"TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED",
                "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"}
@@ -243,6 +246,17 @@ async def consumer_group_heartbeat(c: Ctx) -> str:
 
 async def consumer_group_describe(c: Ctx) -> str:
     r = await c.user.send(cgdq.ConsumerGroupDescribeRequest(group_ids=[G], include_authorized_operations=True))
+    return name(r.groups[0].error_code)
+
+
+async def share_group_heartbeat(c: Ctx) -> str:
+    r = await c.user.send(sghq.ShareGroupHeartbeatRequest(
+        group_id=SHARE_GROUP, member_id="acl-share-member-0123456789", member_epoch=0, subscribed_topic_names=[T]))
+    return name(r.error_code)
+
+
+async def share_group_describe(c: Ctx) -> str:
+    r = await c.user.send(sgdq.ShareGroupDescribeRequest(group_ids=[G], include_authorized_operations=True))
     return name(r.groups[0].error_code)
 
 
@@ -611,6 +625,12 @@ MATRIX: list[Row] = [
         consumer_group_heartbeat, given=(need(RT.GROUP, Op.READ, CONSUMER_GROUP),)),
     Row("ConsumerGroupDescribe", (need(RT.GROUP, Op.DESCRIBE),), "GROUP_AUTHORIZATION_FAILED",
         consumer_group_describe, allowed="GROUP_ID_NOT_FOUND"),
+    Row("ShareGroupHeartbeat", (need(RT.GROUP, Op.READ, SHARE_GROUP), TOPIC_DESCRIBE),
+        "GROUP_AUTHORIZATION_FAILED", share_group_heartbeat),
+    Row("ShareGroupHeartbeat (subscribed topics)", (TOPIC_DESCRIBE,), "TOPIC_AUTHORIZATION_FAILED",
+        share_group_heartbeat, given=(need(RT.GROUP, Op.READ, SHARE_GROUP),)),
+    Row("ShareGroupDescribe", (need(RT.GROUP, Op.DESCRIBE),), "GROUP_AUTHORIZATION_FAILED",
+        share_group_describe, allowed="GROUP_ID_NOT_FOUND"),
     Row("ListGroups", (need(RT.GROUP, Op.DESCRIBE),), "hidden", list_groups, allowed="listed"),
     Row("CreateTopics", (need(RT.TOPIC, Op.CREATE, NEW),), "TOPIC_AUTHORIZATION_FAILED", create_topics),
     Row("DeleteTopics", (need(RT.TOPIC, Op.DELETE, DOOMED),), "TOPIC_AUTHORIZATION_FAILED", delete_topics),

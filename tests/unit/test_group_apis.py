@@ -93,7 +93,8 @@ def test_registered_versions():
     _, _, apis = setup()
     group_versions = {k: v for k, (v, _) in apis.registered.items()}
     assert group_versions == {8: (2, 10), 9: (1, 10), 10: (0, 6), 11: (0, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5),
-                              15: (0, 6), 16: (0, 5), 28: (0, 5), 42: (0, 2), 47: (0, 0), 68: (0, 1), 69: (0, 1)}
+                              15: (0, 6), 16: (0, 5), 28: (0, 5), 42: (0, 2), 47: (0, 0), 68: (0, 1), 69: (0, 1),
+                              76: (1, 1), 77: (1, 1)}
     assert all(SUPPORTED_VERSIONS[k] == v for k, v in group_versions.items())
 
 

@@ -8,12 +8,14 @@ a ``Reply``.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+import uuid
+from typing import Any, Iterable, Iterator, Mapping
 
 from rivulet.common.cluster import MetadataView
 from rivulet.common.time import Clock
 from rivulet.common.types import TopicPartition
 from rivulet.coordinator.consumer_heartbeat import (
+    GroupHeartbeatAnswer,
     HeartbeatRequest as ConsumerHeartbeat,
     HeartbeatResult,
     preferred_assignor,
@@ -26,6 +28,7 @@ from rivulet.coordinator.group_metadata import (
     SyncGroupResult,
 )
 from rivulet.coordinator.group_metadata_manager import INVALID_OFFSET, PartitionData
+from rivulet.coordinator.share_group import ShareHeartbeatRequest, ShareHeartbeatResult
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.framing import RequestHeader
 from rivulet.protocol.messages import (
@@ -40,6 +43,8 @@ from rivulet.protocol.messages import (
     offset_commit_response as ocr,
     offset_delete_response as odr,
     offset_fetch_response as ofr,
+    share_group_describe_response as sgdr,
+    share_group_heartbeat_response as sghr,
     sync_group_response as sgr,
     txn_offset_commit_response as tocr,
 )
@@ -54,6 +59,8 @@ from rivulet.protocol.messages.list_groups_request import ListGroupsRequest
 from rivulet.protocol.messages.offset_commit_request import OffsetCommitRequest
 from rivulet.protocol.messages.offset_delete_request import OffsetDeleteRequest
 from rivulet.protocol.messages.offset_fetch_request import OffsetFetchRequest
+from rivulet.protocol.messages.share_group_describe_request import ShareGroupDescribeRequest
+from rivulet.protocol.messages.share_group_heartbeat_request import ShareGroupHeartbeatRequest
 from rivulet.protocol.messages.sync_group_request import SyncGroupRequest
 from rivulet.protocol.messages.txn_offset_commit_request import TxnOffsetCommitRequest
 from rivulet.protocol.schema import ZERO_UUID
@@ -64,6 +71,22 @@ from rivulet.server.answer import Answer, Reply
 from rivulet.server.handlers import Handler, partition_count
 from rivulet.server.network import KafkaConnection
 
+
+
+def _by_topic_id(assignment: Mapping[uuid.UUID, Iterable[int]]) -> list[tuple[uuid.UUID, list[int]]]:
+    """An assignment as the responses list it: by topic id, partitions sorted."""
+    return [(t, sorted(ps)) for t, ps in sorted(assignment.items(), key=lambda kv: str(kv[0]))]
+
+
+def _heartbeat_fields(r: GroupHeartbeatAnswer, assignment_type: type, partitions_type: type) -> dict[str, Any]:
+    """The fields ConsumerGroupHeartbeat's and ShareGroupHeartbeat's responses share."""
+    assignment = None
+    if r.assignment is not None and r.error == ErrorCode.NONE:
+        assignment = assignment_type(topic_partitions=[
+            partitions_type(topic_id=t, partitions=ps) for t, ps in _by_topic_id(r.assignment)])
+    return dict(throttle_time_ms=0, error_code=r.error, error_message=r.error_message,
+                member_id=r.member_id if r.error == ErrorCode.NONE else None, member_epoch=r.member_epoch,
+                heartbeat_interval_ms=r.heartbeat_interval_ms, assignment=assignment)
 
 
 def client_host(conn: KafkaConnection) -> str:
@@ -81,13 +104,16 @@ class GroupHandlers:
         self.metadata_cache = metadata_cache  # cluster mode: which partitions exist
 
     def handlers(self) -> dict[int, Handler]:
-        return {
+        served: dict[int, Handler] = {
             8: self.handle_offset_commit, 9: self.handle_offset_fetch, 11: self.handle_join_group,
             12: self.handle_heartbeat, 13: self.handle_leave_group, 14: self.handle_sync_group,
             15: self.handle_describe_groups, 16: self.handle_list_groups, 28: self.handle_txn_offset_commit,
             42: self.handle_delete_groups, 47: self.handle_offset_delete,
             68: self.handle_consumer_group_heartbeat, 69: self.handle_consumer_group_describe,
         }
+        if self.c.share_groups_enabled:
+            served.update({76: self.handle_share_group_heartbeat, 77: self.handle_share_group_describe})
+        return served
 
     def _named(self, topics: list[Any], by_id: bool) -> tuple[list[Any], dict[str, Any], list[Any]]:
         """Requests that name topics by id (OffsetCommit v10+, OffsetFetch v10+): the entries
@@ -185,27 +211,26 @@ class GroupHandlers:
                                       req.generation_id)
         return hbr.HeartbeatResponse(throttle_time_ms=0, error_code=err)
 
+    def _heartbeat_refusal(self, conn: KafkaConnection, group_id: str, names: list[str] | None) -> ErrorCode | None:
+        """As Kafka checks a consumer or share group heartbeat: READ on the group, then DESCRIBE
+        on every subscribed topic."""
+        if not self.authz.group(conn, Op.READ, group_id):
+            return ErrorCode.GROUP_AUTHORIZATION_FAILED
+        if names and len(self.authz.allowed(conn, Op.DESCRIBE, ResourceType.TOPIC, names)) < len(set(names)):
+            return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        return None
+
     # ------------------------------------------------------------ ConsumerGroupHeartbeat (KIP-848)
     def handle_consumer_group_heartbeat(self, header: RequestHeader, req: ConsumerGroupHeartbeatRequest,
                                         conn: KafkaConnection) -> Answer:
         def build(r: HeartbeatResult) -> cghr.ConsumerGroupHeartbeatResponse:
-            assignment = None
-            if r.assignment is not None and r.error == ErrorCode.NONE:
-                assignment = cghr.Assignment(topic_partitions=[
-                    cghr.TopicPartitions(topic_id=t, partitions=sorted(ps))
-                    for t, ps in sorted(r.assignment.items(), key=lambda kv: str(kv[0]))])
-            return cghr.ConsumerGroupHeartbeatResponse(
-                throttle_time_ms=0, error_code=r.error, error_message=r.error_message,
-                member_id=r.member_id if r.error == ErrorCode.NONE else None,
-                member_epoch=r.member_epoch, heartbeat_interval_ms=r.heartbeat_interval_ms, assignment=assignment)
+            return cghr.ConsumerGroupHeartbeatResponse(**_heartbeat_fields(r, cghr.Assignment, cghr.TopicPartitions))
 
         reply = Reply(build)
-        if not self.authz.group(conn, Op.READ, req.group_id):
-            reply(HeartbeatResult(error=ErrorCode.GROUP_AUTHORIZATION_FAILED))
-            return reply.answer()
         names = req.subscribed_topic_names
-        if names and len(self.authz.allowed(conn, Op.DESCRIBE, ResourceType.TOPIC, names)) < len(set(names)):
-            reply(HeartbeatResult(error=ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+        refused = self._heartbeat_refusal(conn, req.group_id, names)
+        if refused is not None:
+            reply(HeartbeatResult(error=refused))
             return reply.answer()
         owned = None if req.topic_partitions is None else \
             [(tp.topic_id, list(tp.partitions)) for tp in req.topic_partitions]
@@ -216,6 +241,24 @@ class GroupHandlers:
             subscribed_topic_regex=req.subscribed_topic_regex if header.api_version >= 1 else None,
             server_assignor=req.server_assignor, owned=owned, client_id=header.client_id or "",
             client_host=client_host(conn)), header.api_version, reply)
+        return reply.answer()
+
+    # ------------------------------------------------------------ ShareGroupHeartbeat (KIP-932)
+    def handle_share_group_heartbeat(self, header: RequestHeader, req: ShareGroupHeartbeatRequest,
+                                     conn: KafkaConnection) -> Answer:
+        def build(r: ShareHeartbeatResult) -> sghr.ShareGroupHeartbeatResponse:
+            return sghr.ShareGroupHeartbeatResponse(**_heartbeat_fields(r, sghr.Assignment, sghr.TopicPartitions))
+
+        reply = Reply(build)
+        names = req.subscribed_topic_names
+        refused = self._heartbeat_refusal(conn, req.group_id, names)
+        if refused is not None:
+            reply(ShareHeartbeatResult(error=refused))
+            return reply.answer()
+        self.c.handle_share_group_heartbeat(ShareHeartbeatRequest(
+            group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch, rack_id=req.rack_id,
+            subscribed_topic_names=None if names is None else list(names), client_id=header.client_id or "",
+            client_host=client_host(conn)), reply)
         return reply.answer()
 
     # ------------------------------------------------------------ LeaveGroup
@@ -417,7 +460,7 @@ class GroupHandlers:
             err, (state, ptype, protocol, members) = self.c.handle_describe_group(gid)
             if v >= 6 and err == ErrorCode.NONE and state == DEAD.value:
                 # KIP-1043: a group that does not exist is an error, no longer a Dead group.
-                message = (f"Group {gid} is not a classic group." if self.c.is_consumer_group(gid)
+                message = (f"Group {gid} is not a classic group." if self.c.is_modern_group(gid)
                            else f"Group {gid} not found.")
                 out.append(dsr.DescribedGroup(
                     error_code=ErrorCode.GROUP_ID_NOT_FOUND, error_message=message, group_id=gid,
@@ -448,9 +491,8 @@ class GroupHandlers:
 
             def assignment(parts: Any) -> cgdr.Assignment:
                 return cgdr.Assignment(topic_partitions=[
-                    cgdr.TopicPartitions(topic_id=t, topic_name=self.metadata.topic_name(t) or "",
-                                         partitions=sorted(ps))
-                    for t, ps in sorted(parts.items(), key=lambda kv: str(kv[0]))])
+                    cgdr.TopicPartitions(topic_id=t, topic_name=self.metadata.topic_name(t) or "", partitions=ps)
+                    for t, ps in _by_topic_id(parts)])
             members = [cgdr.Member(
                 member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
                 client_id=m.client_id, client_host=m.client_host,
@@ -464,6 +506,40 @@ class GroupHandlers:
                 members=members, authorized_operations=self.authz.operations(conn, ResourceType.GROUP, gid)
                 if req.include_authorized_operations else OPERATIONS_NOT_REQUESTED))
         return cgdr.ConsumerGroupDescribeResponse(throttle_time_ms=0, groups=out)
+
+    def handle_share_group_describe(self, header: RequestHeader, req: ShareGroupDescribeRequest,
+                                    conn: KafkaConnection) -> sgdr.ShareGroupDescribeResponse:
+        out = []
+        for gid in req.group_ids:
+            if not self.authz.group(conn, Op.DESCRIBE, gid):
+                out.append(sgdr.DescribedGroup(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, group_id=gid))
+                continue
+            err, message, group = self.c.handle_share_group_describe(gid)
+            if group is None:
+                out.append(sgdr.DescribedGroup(error_code=err, error_message=message, group_id=gid))
+                continue
+            names = {t: self.metadata.topic_name(t) or "" for m in group.members.values() for t in m.assigned}
+            if len(self.authz.allowed(conn, Op.DESCRIBE, ResourceType.TOPIC, set(names.values()))) < \
+                    len(set(names.values())):
+                # As Kafka: the group is not shown with topics the caller may not describe.
+                out.append(sgdr.DescribedGroup(
+                    error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, group_id=gid,
+                    error_message="The group has described topic(s) that the client is not authorized to describe."))
+                continue
+            members = [sgdr.Member(
+                member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.member_epoch, client_id=m.client_id,
+                client_host=m.client_host, subscribed_topic_names=list(m.subscribed_topic_names),
+                assignment=sgdr.Assignment(topic_partitions=[
+                    sgdr.TopicPartitions(topic_id=t, topic_name=names[t], partitions=ps)
+                    for t, ps in _by_topic_id(m.assigned)]))
+                for m in group.members.values()]
+            out.append(sgdr.DescribedGroup(
+                error_code=ErrorCode.NONE, group_id=gid, group_state=group.state().value,
+                group_epoch=group.group_epoch, assignment_epoch=group.target_assignment_epoch,
+                assignor_name=self.c.share_group_config.assignors[0], members=members,
+                authorized_operations=self.authz.operations(conn, ResourceType.GROUP, gid)
+                if req.include_authorized_operations else OPERATIONS_NOT_REQUESTED))
+        return sgdr.ShareGroupDescribeResponse(throttle_time_ms=0, groups=out)
 
     def handle_list_groups(
         self, header: RequestHeader, req: ListGroupsRequest, conn: KafkaConnection

@@ -1,0 +1,388 @@
+"""KIP-932 share groups as the coordinator keeps them (Kafka's ShareGroup and ShareGroupMember),
+and ShareGroupHeartbeat's steps.
+
+A share group is a modern group like a KIP-848 consumer group: a group epoch bumped when
+subscriptions or the subscribed topics change, a target assignment computed by a server-side
+assignor (``simple``), members with epochs, and state changed only by replaying the
+``ShareGroup*`` records of ``__consumer_offsets``. What it does not have: revocation. Members
+may share partitions (the share partitions on their leaders hand each record to one member),
+so a member moves to its target assignment and the target epoch in one step.
+
+Pure: a heartbeat returns the records of its change, which the service replays into the group
+and appends, and whether the member's session goes on or ends.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import uuid
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Union
+
+from rivulet.common.cluster import MetadataView
+from rivulet.coordinator.assignors import SHARE_ASSIGNORS, MemberSpec
+from rivulet.coordinator.consumer_group import LEAVE_GROUP_MEMBER_EPOCH, MemberState
+from rivulet.coordinator.consumer_heartbeat import GroupHeartbeatAnswer, HeartbeatError, subscription_hash
+from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.messages.share_group_current_member_assignment_key import (
+    ShareGroupCurrentMemberAssignmentKey,
+)
+from rivulet.protocol.messages.share_group_current_member_assignment_value import (
+    ShareGroupCurrentMemberAssignmentValue,
+    TopicPartitions as CurrentTopicPartitions,
+)
+from rivulet.protocol.messages.share_group_member_metadata_key import ShareGroupMemberMetadataKey
+from rivulet.protocol.messages.share_group_member_metadata_value import ShareGroupMemberMetadataValue
+from rivulet.protocol.messages.share_group_metadata_key import ShareGroupMetadataKey
+from rivulet.protocol.messages.share_group_metadata_value import ShareGroupMetadataValue
+from rivulet.protocol.messages.share_group_state_partition_metadata_key import ShareGroupStatePartitionMetadataKey
+from rivulet.protocol.messages.share_group_state_partition_metadata_value import (
+    ShareGroupStatePartitionMetadataValue,
+    TopicPartitionsInfo,
+)
+from rivulet.protocol.messages.share_group_target_assignment_member_key import ShareGroupTargetAssignmentMemberKey
+from rivulet.protocol.messages.share_group_target_assignment_member_value import (
+    ShareGroupTargetAssignmentMemberValue,
+    TopicPartition as TargetTopicPartition,
+)
+from rivulet.protocol.messages.share_group_target_assignment_metadata_key import (
+    ShareGroupTargetAssignmentMetadataKey,
+)
+from rivulet.protocol.messages.share_group_target_assignment_metadata_value import (
+    ShareGroupTargetAssignmentMetadataValue,
+)
+
+SHARE_PROTOCOL_TYPE = "share"
+
+RecordKey = Union[ShareGroupMetadataKey, ShareGroupMemberMetadataKey, ShareGroupTargetAssignmentMemberKey,
+                  ShareGroupTargetAssignmentMetadataKey, ShareGroupCurrentMemberAssignmentKey,
+                  ShareGroupStatePartitionMetadataKey]
+Record = tuple[RecordKey, object]
+"""A ``__consumer_offsets`` record of a share group: its key, and its value or None (a tombstone)."""
+
+
+class ShareGroupState(str, enum.Enum):
+    EMPTY = "Empty"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclass(frozen=True)
+class ShareGroupConfig:
+    """The broker's ``group.share.*`` settings (a group's own configs override the first two)."""
+
+    heartbeat_interval_ms: int = 5000
+    session_timeout_ms: int = 45000
+    max_size: int = 200
+    assignors: tuple[str, ...] = ("simple",)
+
+
+@dataclass(frozen=True)
+class ShareGroupMember:
+    member_id: str
+    member_epoch: int = 0
+    previous_member_epoch: int = 0
+    state: MemberState = MemberState.STABLE
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    subscribed_topic_names: tuple[str, ...] = ()
+    assigned: Mapping[uuid.UUID, frozenset[int]] = field(default_factory=dict)
+
+    def subscription_value(self) -> ShareGroupMemberMetadataValue:
+        return ShareGroupMemberMetadataValue(rack_id=self.rack_id, client_id=self.client_id,
+                                             client_host=self.client_host,
+                                             subscribed_topic_names=list(self.subscribed_topic_names))
+
+    def assignment_value(self) -> ShareGroupCurrentMemberAssignmentValue:
+        return ShareGroupCurrentMemberAssignmentValue(
+            member_epoch=self.member_epoch, previous_member_epoch=self.previous_member_epoch, state=int(self.state),
+            assigned_partitions=[CurrentTopicPartitions(topic_id=t, partitions=sorted(ps))
+                                 for t, ps in sorted(self.assigned.items(), key=lambda kv: str(kv[0])) if ps])
+
+
+def _frozen(assignment: Mapping[uuid.UUID, Iterable[int]]) -> dict[uuid.UUID, frozenset[int]]:
+    return {t: frozenset(ps) for t, ps in assignment.items() if ps}
+
+
+class ShareGroup:
+    """One share group's state, changed only through ``replay``."""
+
+    def __init__(self, group_id: str) -> None:
+        self.group_id = group_id
+        self.group_epoch = 0
+        self.metadata_hash = 0
+        self.members: dict[str, ShareGroupMember] = {}
+        self.target_assignment: dict[str, dict[uuid.UUID, frozenset[int]]] = {}
+        self.target_assignment_epoch = 0
+        # The share partitions whose state exists for the group (topic id -> name, partitions).
+        self.initialized: dict[uuid.UUID, tuple[str, frozenset[int]]] = {}
+        self.has_state_metadata = False
+
+    # -- reads
+
+    def state(self) -> ShareGroupState:
+        return ShareGroupState.STABLE if self.members else ShareGroupState.EMPTY
+
+    def subscribed_topic_names(self) -> set[str]:
+        return {n for m in self.members.values() for n in m.subscribed_topic_names}
+
+    # -- records of a change, for the caller to replay and append
+
+    def epoch_record(self, epoch: int, metadata_hash: int) -> Record:
+        return (ShareGroupMetadataKey(group_id=self.group_id),
+                ShareGroupMetadataValue(epoch=epoch, metadata_hash=metadata_hash))
+
+    def subscription_record(self, member: ShareGroupMember) -> Record:
+        return (ShareGroupMemberMetadataKey(group_id=self.group_id, member_id=member.member_id),
+                member.subscription_value())
+
+    def current_assignment_record(self, member: ShareGroupMember) -> Record:
+        return (ShareGroupCurrentMemberAssignmentKey(group_id=self.group_id, member_id=member.member_id),
+                member.assignment_value())
+
+    def target_member_record(self, member_id: str, assignment: Mapping[uuid.UUID, Iterable[int]]) -> Record:
+        return (ShareGroupTargetAssignmentMemberKey(group_id=self.group_id, member_id=member_id),
+                ShareGroupTargetAssignmentMemberValue(topic_partitions=[
+                    TargetTopicPartition(topic_id=t, partitions=sorted(ps))
+                    for t, ps in sorted(assignment.items(), key=lambda kv: str(kv[0])) if ps]))
+
+    def target_epoch_record(self, epoch: int, timestamp_ms: int) -> Record:
+        return (ShareGroupTargetAssignmentMetadataKey(group_id=self.group_id),
+                ShareGroupTargetAssignmentMetadataValue(assignment_epoch=epoch, assignment_timestamp=timestamp_ms))
+
+    def state_partitions_record(self, initialized: Mapping[uuid.UUID, tuple[str, frozenset[int]]]) -> Record:
+        return (ShareGroupStatePartitionMetadataKey(group_id=self.group_id),
+                ShareGroupStatePartitionMetadataValue(initializing_topics=[], deleting_topics=[], initialized_topics=[
+                    TopicPartitionsInfo(topic_id=t, topic_name=name, partitions=sorted(ps))
+                    for t, (name, ps) in sorted(initialized.items(), key=lambda kv: str(kv[0]))]))
+
+    def fence_records(self, member_id: str) -> list[Record]:
+        """Removing a member: its current assignment, its target, then its subscription."""
+        return [(ShareGroupCurrentMemberAssignmentKey(group_id=self.group_id, member_id=member_id), None),
+                (ShareGroupTargetAssignmentMemberKey(group_id=self.group_id, member_id=member_id), None),
+                (ShareGroupMemberMetadataKey(group_id=self.group_id, member_id=member_id), None)]
+
+    def delete_records(self) -> list[Record]:
+        """Removing the group (it must be empty): its share-partition metadata, target assignment
+        metadata, then the group record."""
+        records: list[Record] = []
+        for member_id in self.members:
+            records += self.fence_records(member_id)
+        if self.has_state_metadata:
+            records.append((ShareGroupStatePartitionMetadataKey(group_id=self.group_id), None))
+        return records + [(ShareGroupTargetAssignmentMetadataKey(group_id=self.group_id), None),
+                          (ShareGroupMetadataKey(group_id=self.group_id), None)]
+
+    # -- replay
+
+    def replay(self, key: RecordKey, value: object) -> None:
+        if isinstance(key, ShareGroupMetadataKey):
+            if isinstance(value, ShareGroupMetadataValue):
+                self.group_epoch, self.metadata_hash = value.epoch, value.metadata_hash
+        elif isinstance(key, ShareGroupMemberMetadataKey):
+            if value is None:
+                self.members.pop(key.member_id, None)
+            else:
+                assert isinstance(value, ShareGroupMemberMetadataValue)
+                old = self.members.get(key.member_id) or ShareGroupMember(key.member_id)
+                self.members[key.member_id] = dataclasses.replace(
+                    old, rack_id=value.rack_id, client_id=value.client_id, client_host=value.client_host,
+                    subscribed_topic_names=tuple(value.subscribed_topic_names))
+        elif isinstance(key, ShareGroupCurrentMemberAssignmentKey):
+            old = self.members.get(key.member_id) or ShareGroupMember(key.member_id)
+            if value is None:
+                if key.member_id in self.members:
+                    self.members[key.member_id] = dataclasses.replace(
+                        old, member_epoch=LEAVE_GROUP_MEMBER_EPOCH, previous_member_epoch=LEAVE_GROUP_MEMBER_EPOCH,
+                        assigned={})
+            else:
+                assert isinstance(value, ShareGroupCurrentMemberAssignmentValue)
+                self.members[key.member_id] = dataclasses.replace(
+                    old, member_epoch=value.member_epoch, previous_member_epoch=value.previous_member_epoch,
+                    state=MemberState.of(value.state),
+                    assigned=_frozen({tp.topic_id: tp.partitions for tp in value.assigned_partitions}))
+        elif isinstance(key, ShareGroupTargetAssignmentMemberKey):
+            if value is None:
+                self.target_assignment.pop(key.member_id, None)
+            else:
+                assert isinstance(value, ShareGroupTargetAssignmentMemberValue)
+                self.target_assignment[key.member_id] = _frozen(
+                    {tp.topic_id: tp.partitions for tp in value.topic_partitions})
+        elif isinstance(key, ShareGroupTargetAssignmentMetadataKey):
+            if isinstance(value, ShareGroupTargetAssignmentMetadataValue):
+                self.target_assignment_epoch = value.assignment_epoch
+        elif isinstance(key, ShareGroupStatePartitionMetadataKey):
+            if value is None:
+                self.initialized, self.has_state_metadata = {}, False
+            else:
+                assert isinstance(value, ShareGroupStatePartitionMetadataValue)
+                self.has_state_metadata = True
+                self.initialized = {t.topic_id: (t.topic_name, frozenset(t.partitions))
+                                    for t in value.initialized_topics}
+
+
+# ---------------------------------------------------------------- ShareGroupHeartbeat
+
+
+@dataclass
+class ShareHeartbeatRequest:
+    """ShareGroupHeartbeat's fields, None where the member sent no change."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    rack_id: str | None = None
+    subscribed_topic_names: list[str] | None = None
+    client_id: str = ""
+    client_host: str = ""
+
+
+@dataclass
+class ShareHeartbeatResult(GroupHeartbeatAnswer):
+    records: list[Record] = field(default_factory=list)
+
+
+def validate(req: ShareHeartbeatRequest) -> None:
+    """Kafka's checks of a ShareGroupHeartbeat before it looks at the group (INVALID_REQUEST)."""
+    def invalid(message: str) -> HeartbeatError:
+        return HeartbeatError(ErrorCode.INVALID_REQUEST, message)
+    if not req.member_id.strip():
+        raise invalid("MemberId can't be empty.")
+    if not req.group_id.strip():
+        raise invalid("GroupId can't be empty.")
+    if req.rack_id is not None and not req.rack_id.strip():
+        raise invalid("RackId can't be empty.")
+    if req.member_epoch == 0:
+        if not req.subscribed_topic_names:
+            raise invalid("SubscribedTopicNames must be set in first request.")
+    elif req.member_epoch < LEAVE_GROUP_MEMBER_EPOCH:
+        raise invalid("MemberEpoch is invalid.")
+
+
+def heartbeat(group: ShareGroup, req: ShareHeartbeatRequest, topics: MetadataView, config: ShareGroupConfig,
+              now_ms: int) -> ShareHeartbeatResult:
+    """Answer a validated heartbeat of a member that is not leaving. ``group`` is the group as it
+    stands (a new, empty one when it did not exist); nothing in it changes here."""
+    member = group.members.get(req.member_id)
+    if member is None:
+        if req.member_epoch != 0:
+            raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                 f"Member {req.member_id} is not a member of group {group.group_id}.")
+        if len(group.members) >= config.max_size:
+            raise HeartbeatError(ErrorCode.GROUP_MAX_SIZE_REACHED,
+                                 f"The share group has reached its maximum capacity of {config.max_size} members.")
+        member = ShareGroupMember(req.member_id)
+    elif req.member_epoch != 0:
+        _check_epoch(member, req.member_epoch)
+    joined = req.member_id not in group.members
+    updated = dataclasses.replace(
+        member, rack_id=req.rack_id if req.rack_id is not None else member.rack_id,
+        subscribed_topic_names=tuple(sorted(set(req.subscribed_topic_names)))
+        if req.subscribed_topic_names is not None else member.subscribed_topic_names,
+        client_id=req.client_id, client_host=req.client_host)
+
+    records: list[Record] = []
+    bump = joined
+    if updated != member or joined:
+        records.append(group.subscription_record(updated))
+        bump = bump or updated.subscribed_topic_names != member.subscribed_topic_names
+    members = dict(group.members)
+    members[updated.member_id] = updated
+    names = {n for m in members.values() for n in m.subscribed_topic_names}
+    metadata_hash = subscription_hash(names, topics)
+    group_epoch = group.group_epoch
+    if bump or metadata_hash != group.metadata_hash:
+        group_epoch += 1
+        records.append(group.epoch_record(group_epoch, metadata_hash))
+
+    target_epoch = group.target_assignment_epoch
+    target = group.target_assignment.get(updated.member_id, {})
+    if group_epoch > target_epoch:
+        new_target = compute_target(group, members, topics)
+        for member_id, assignment in new_target.items():
+            if assignment != group.target_assignment.get(member_id, {}):
+                records.append(group.target_member_record(member_id, assignment))
+        records.append(group.target_epoch_record(group_epoch, now_ms))
+        records += _initialize_state(group, new_target, topics)
+        target_epoch, target = group_epoch, new_target.get(updated.member_id, {})
+
+    # No revocation in a share group: the member takes its target at once.
+    if updated.member_epoch != target_epoch or updated.assigned != target or joined:
+        updated = dataclasses.replace(updated, member_epoch=target_epoch, state=MemberState.STABLE,
+                                      previous_member_epoch=updated.member_epoch, assigned=target)
+        records.append(group.current_assignment_record(updated))
+    result = ShareHeartbeatResult(member_id=updated.member_id, member_epoch=updated.member_epoch,
+                                  heartbeat_interval_ms=config.heartbeat_interval_ms,
+                                  session_timeout_ms=config.session_timeout_ms, records=records)
+    if req.member_epoch == 0 or req.subscribed_topic_names is not None or updated.assigned != member.assigned:
+        result.assignment = {t: set(ps) for t, ps in updated.assigned.items()}
+    return result
+
+
+def leave(group: ShareGroup, req: ShareHeartbeatRequest) -> ShareHeartbeatResult:
+    """A member leaving (epoch -1): it is removed and the group epoch moves."""
+    if req.member_id not in group.members:
+        raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
+                             f"Member {req.member_id} is not a member of group {group.group_id}.")
+    return ShareHeartbeatResult(member_id=req.member_id, member_epoch=LEAVE_GROUP_MEMBER_EPOCH,
+                                records=fence(group, req.member_id), cancel_session=True)
+
+
+def fence(group: ShareGroup, member_id: str) -> list[Record]:
+    """The records that remove a member (it left, or its session expired); the group epoch moves
+    so that the target assignment is computed again without it."""
+    return group.fence_records(member_id) + [group.epoch_record(group.group_epoch + 1, group.metadata_hash)]
+
+
+def compute_target(group: ShareGroup, members: Mapping[str, ShareGroupMember],
+                   topics: MetadataView) -> dict[str, dict[uuid.UUID, frozenset[int]]]:
+    """The simple assignor's answer for ``members``, sticky to the current target."""
+    specs: dict[str, MemberSpec] = {}
+    partitions: dict[uuid.UUID, int] = {}
+    for member_id, m in members.items():
+        ids = set()
+        for name in m.subscribed_topic_names:
+            info = topics.get(name)
+            if info is not None:
+                ids.add(info.topic_id)
+                partitions[info.topic_id] = info.num_partitions
+        specs[member_id] = MemberSpec(frozenset(ids), m.rack_id, group.target_assignment.get(member_id, {}))
+    assigned = SHARE_ASSIGNORS["simple"].assign(specs, partitions)
+    return {m: _frozen(a) for m, a in assigned.items()}
+
+
+def _initialize_state(group: ShareGroup, target: Mapping[str, Mapping[uuid.UUID, frozenset[int]]],
+                      topics: MetadataView) -> list[Record]:
+    """The ShareGroupStatePartitionMetadata record when the target assigns partitions not yet
+    recorded. Without a share coordinator (``__share_group_state``) a share partition's state
+    starts at ``share.auto.offset.reset`` when it is first read, so partitions are recorded
+    initialized as soon as they are assigned."""
+    wanted: dict[uuid.UUID, set[int]] = {}
+    for assignment in target.values():
+        for topic_id, ps in assignment.items():
+            wanted.setdefault(topic_id, set()).update(ps)
+    initialized = dict(group.initialized)
+    changed = False
+    for topic_id, ps in wanted.items():
+        name, have = initialized.get(topic_id, (None, frozenset()))
+        if not ps <= have:
+            name = name or topics.topic_name(topic_id) or ""
+            initialized[topic_id] = (name, have | ps)
+            changed = True
+    return [group.state_partitions_record(initialized)] if changed else []
+
+
+def _check_epoch(member: ShareGroupMember, received: int) -> None:
+    if received > member.member_epoch:
+        raise HeartbeatError(ErrorCode.FENCED_MEMBER_EPOCH,
+                             f"The share group member has a greater member epoch ({received}) than the one known "
+                             f"by the group coordinator ({member.member_epoch}). The member must abandon all its "
+                             "partitions and rejoin.")
+    if received < member.member_epoch and received != member.previous_member_epoch:
+        # The previous epoch is accepted: the response that carried the new one may have been lost.
+        raise HeartbeatError(ErrorCode.FENCED_MEMBER_EPOCH,
+                             f"The share group member has a smaller member epoch ({received}) than the one known "
+                             f"by the group coordinator ({member.member_epoch}). The member must abandon all its "
+                             "partitions and rejoin.")

@@ -1,0 +1,206 @@
+"""KIP-932 share groups against a real broker, with raw ShareGroupHeartbeat and
+ShareGroupDescribe requests through Rivulet's own connection: members join and share the
+partitions, a silent member's session expires, the group is listed with its type, other
+kinds of group cannot take its id, it survives a broker restart, and an empty one is deleted."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from rivulet.client.connection import BrokerConnection
+from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.messages import consumer_group_heartbeat_request as cghq
+from rivulet.protocol.messages import create_topics_request as ctq
+from rivulet.protocol.messages import delete_groups_request as dgq
+from rivulet.protocol.messages import describe_groups_request as dgrq
+from rivulet.protocol.messages import join_group_request as jgq
+from rivulet.protocol.messages import list_groups_request as lgq
+from rivulet.protocol.messages import metadata_request as mq
+from rivulet.protocol.messages import share_group_describe_request as sgdq
+from rivulet.protocol.messages import share_group_heartbeat_request as sghq
+from rivulet.testing import BrokerProcess
+
+pytestmark = pytest.mark.integration
+
+# Short sessions so that a silent member is fenced within seconds (the bounds allow it).
+BROKER = {"group.share.min.session.timeout.ms": "2000", "group.share.session.timeout.ms": "4000",
+          "group.share.min.heartbeat.interval.ms": "500", "group.share.heartbeat.interval.ms": "500"}
+GROUP, TOPIC = "share-it", "share-it-topic"
+
+
+async def connect(b: BrokerProcess) -> BrokerConnection:
+    return await BrokerConnection("127.0.0.1", b.port, client_id="share-it").connect(10)
+
+
+async def beat(conn: BrokerConnection, member: str, epoch: int, topics: list[str] | None = None,
+               group: str = GROUP) -> Any:
+    return await conn.send(sghq.ShareGroupHeartbeatRequest(group_id=group, member_id=member, member_epoch=epoch,
+                                                           subscribed_topic_names=topics))
+
+
+async def describe(conn: BrokerConnection, group: str = GROUP):
+    r = await conn.send(sgdq.ShareGroupDescribeRequest(group_ids=[group], include_authorized_operations=True))
+    return r.groups[0]
+
+
+HELD: dict[str, set[int]] = {}
+
+
+def parts(resp) -> set[int]:
+    """The member's partitions: its answer's assignment, else (none sent: unchanged) its last."""
+    if resp.assignment is not None:
+        HELD[resp.member_id] = {p for tp in resp.assignment.topic_partitions for p in tp.partitions}
+    return HELD[resp.member_id]
+
+
+async def until(check, what: str, timeout: float = 60.0):
+    """Poll ``check`` (a coroutine function) until it returns a true value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = await check()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.2)
+
+
+def test_share_group_lifecycle():
+    b = BrokerProcess(BROKER)
+    b.start()
+    try:
+        asyncio.run(_lifecycle(b))
+    finally:
+        b.cleanup()
+
+
+async def _lifecycle(b: BrokerProcess) -> None:
+    conn = await connect(b)
+    try:
+        assert conn.has_api(76) and conn.has_api(77)
+        assert conn.version_for(76) == 1 and conn.version_for(77) == 1
+        r = await conn.send(ctq.CreateTopicsRequest(topics=[ctq.CreatableTopic(
+            name=TOPIC, num_partitions=2, replication_factor=1, assignments=[], configs=[])], timeout_ms=10000,
+            validate_only=False))
+        assert r.topics[0].error_code == 0
+        md = await conn.send(mq.MetadataRequest(topics=[mq.MetadataRequestTopic(name=TOPIC)],
+                                                allow_auto_topic_creation=False))
+        topic_id = md.topics[0].topic_id
+
+        # A member joins: every partition, the group epoch, the configured heartbeat interval.
+        r1 = await beat(conn, "m1", 0, [TOPIC])
+        parts(r1)
+        assert (r1.error_code, r1.member_id, r1.member_epoch, r1.heartbeat_interval_ms) == (0, "m1", 1, 500)
+        assert [(tp.topic_id, sorted(tp.partitions)) for tp in r1.assignment.topic_partitions] == \
+            [(topic_id, [0, 1])]
+        # Two more: three members over two partitions share them, none idles.
+        r2 = await beat(conn, "m2", 0, [TOPIC])
+        r3 = await beat(conn, "m3", 0, [TOPIC])
+        parts(r2), parts(r3)
+        assert (r2.member_epoch, r3.member_epoch) == (2, 3)
+        r1 = await beat(conn, "m1", 1)
+        r2 = await beat(conn, "m2", 2)
+        assert (r1.member_epoch, r2.member_epoch) == (3, 3)
+        sizes = sorted(len(parts(r)) for r in (r1, r2, r3))
+        assert sizes == [1, 1, 2] and parts(r1) | parts(r2) | parts(r3) == {0, 1}
+
+        # Errors as Kafka answers them.
+        bad = await beat(conn, "m1", 9)
+        assert bad.error_code == ErrorCode.FENCED_MEMBER_EPOCH
+        bad = await beat(conn, "ghost", 3)
+        assert (bad.error_code, bad.error_message) == (ErrorCode.UNKNOWN_MEMBER_ID,
+                                                       f"Member ghost is not a member of group {GROUP}.")
+        bad = await beat(conn, "m9", 0)
+        assert (bad.error_code, bad.error_message) == (ErrorCode.INVALID_REQUEST,
+                                                       "SubscribedTopicNames must be set in first request.")
+        bad = await beat(conn, "m1", 1, group="no-such-share-group")
+        assert bad.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+
+        d = await describe(conn)
+        assert (d.error_code, d.group_state, d.group_epoch, d.assignment_epoch, d.assignor_name) == \
+            (0, "Stable", 3, 3, "simple")
+        assert sorted(m.member_id for m in d.members) == ["m1", "m2", "m3"]
+        assert all(m.subscribed_topic_names == [TOPIC] and m.client_id == "share-it" for m in d.members)
+        assert {tp.topic_name for m in d.members for tp in m.assignment.topic_partitions} == {TOPIC}
+
+        # Listed with its type; other kinds of group cannot use its id.
+        listed = await conn.send(lgq.ListGroupsRequest(states_filter=[], types_filter=["share"]))
+        assert [(g.group_id, g.group_type, g.protocol_type, g.group_state) for g in listed.groups] == \
+            [(GROUP, "share", "share", "Stable")]
+        classic = await conn.send(dgrq.DescribeGroupsRequest(groups=[GROUP], include_authorized_operations=False),
+                                 version=6)
+        assert (classic.groups[0].error_code, classic.groups[0].error_message) == \
+            (ErrorCode.GROUP_ID_NOT_FOUND, f"Group {GROUP} is not a classic group.")
+        cg = await conn.send(cghq.ConsumerGroupHeartbeatRequest(
+            group_id=GROUP, member_id="c1", member_epoch=0, rebalance_timeout_ms=30000,
+            subscribed_topic_names=[TOPIC], topic_partitions=[]))
+        assert (cg.error_code, cg.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND,
+                                                     f"Group {GROUP} is not a consumer group.")
+        join = await conn.send(jgq.JoinGroupRequest(
+            group_id=GROUP, session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
+            group_instance_id=None, protocol_type="consumer", protocols=[jgq.JoinGroupRequestProtocol(
+                name="range", metadata=b"")], reason=None))
+        assert join.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+        deleted = await conn.send(dgq.DeleteGroupsRequest(groups_names=[GROUP]))
+        assert deleted.results[0].error_code == ErrorCode.NON_EMPTY_GROUP
+
+        # m3 falls silent: its session expires and the others take its place.
+        async def keep_alive_and_check():
+            nonlocal r1, r2
+            d = await describe(conn)
+            r1 = await beat(conn, "m1", r1.member_epoch)
+            r2 = await beat(conn, "m2", r2.member_epoch)
+            parts(r1), parts(r2)
+            return d if sorted(m.member_id for m in d.members) == ["m1", "m2"] else None
+        d = await until(keep_alive_and_check, "m3's session to expire")
+        assert d.group_epoch == 4
+        r1 = await beat(conn, "m1", r1.member_epoch)
+        r2 = await beat(conn, "m2", r2.member_epoch)
+        assert (r1.member_epoch, r2.member_epoch) == (4, 4)
+        assert parts(r1) | parts(r2) == {0, 1} and len(parts(r1)) == len(parts(r2)) == 1
+    finally:
+        await conn.close()
+
+    # A restart keeps the group: its members, epochs and assignment come back from __consumer_offsets.
+    b.restart()
+    conn = await connect(b)
+    try:
+        async def loaded():
+            d = await describe(conn)
+            return d if d.error_code == 0 else None
+        d = await until(loaded, "the group to load")
+        assert (d.group_state, d.group_epoch, d.assignment_epoch) == ("Stable", 4, 4)
+        assert sorted((m.member_id, m.member_epoch) for m in d.members) == [("m1", 4), ("m2", 4)]
+        r1 = await beat(conn, "m1", 4)
+        assert (r1.error_code, r1.member_epoch) == (0, 4)
+        # Both leave; the empty group is deleted, and is gone.
+        assert (await beat(conn, "m1", -1)).member_epoch == -1
+        assert (await beat(conn, "m2", -1)).error_code == 0
+        d = await describe(conn)
+        assert (d.group_state, d.members) == ("Empty", [])
+        deleted = await conn.send(dgq.DeleteGroupsRequest(groups_names=[GROUP]))
+        assert deleted.results[0].error_code == 0
+        d = await describe(conn)
+        assert (d.error_code, d.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, f"Group {GROUP} not found.")
+    finally:
+        await conn.close()
+
+
+def test_disabled_share_groups_are_not_offered():
+    b = BrokerProcess({"group.share.enable": "false"})
+    b.start()
+
+    async def main() -> None:
+        conn = await connect(b)
+        try:
+            assert not conn.has_api(76) and not conn.has_api(77)
+            assert conn.has_api(68)
+        finally:
+            await conn.close()
+    try:
+        asyncio.run(main())
+    finally:
+        b.cleanup()

@@ -1,0 +1,428 @@
+"""KIP-932 share groups without sockets: the simple assignor, ShareGroupHeartbeat's steps and
+errors, replay of the ShareGroup* records, and the coordinator around them (sessions through
+the purgatory, reloading __consumer_offsets, group kinds that do not mix, list/describe/delete)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from rivulet.coordinator.assignors import MemberSpec, SimpleAssignor
+from rivulet.coordinator.consumer_heartbeat import HeartbeatError, HeartbeatRequest, HeartbeatResult
+from rivulet.coordinator.share_group import (
+    ShareGroup,
+    ShareGroupConfig,
+    ShareGroupState,
+    ShareHeartbeatRequest,
+    ShareHeartbeatResult,
+    heartbeat,
+    leave,
+    validate,
+)
+from rivulet.common.types import TopicPartition
+from rivulet.coordinator.group_metadata import OffsetAndMetadata
+from rivulet.protocol.errors import ErrorCode
+from rivulet.server.acls import Authz
+from rivulet.server.handlers.groups import GroupHandlers
+from test_consumer_group import Topics
+from test_group_support import Member, make_coordinator, new_coordinator
+
+pytestmark = pytest.mark.fast
+
+T1, T2 = uuid.UUID(int=1), uuid.UUID(int=2)
+
+
+def spec(*topics: uuid.UUID, assigned=None) -> MemberSpec:
+    return MemberSpec(frozenset(topics), None, assigned or {})
+
+
+def counts(result) -> dict[str, int]:
+    return {m: sum(len(ps) for ps in a.values()) for m, a in result.items()}
+
+
+def holders(result) -> dict[tuple[uuid.UUID, int], int]:
+    out: dict[tuple[uuid.UUID, int], int] = {}
+    for a in result.values():
+        for t, ps in a.items():
+            for p in ps:
+                out[(t, p)] = out.get((t, p), 0) + 1
+    return out
+
+
+# ---------------------------------------------------------------- the simple assignor
+
+
+def test_fewer_members_than_partitions_each_partition_once_and_balanced():
+    result = SimpleAssignor().assign({m: spec(T1) for m in "abc"}, {T1: 8})
+    assert sorted(counts(result).values()) == [2, 3, 3]
+    assert holders(result) == {(T1, p): 1 for p in range(8)}
+
+
+def test_more_members_than_partitions_share_them():
+    # 5 members over 2 partitions: each partition shared by ceil(5/2) = 3, 6 places over 5 members.
+    result = SimpleAssignor().assign({m: spec(T1) for m in "abcde"}, {T1: 2})
+    assert set(holders(result).values()) == {3}
+    assert sorted(counts(result).values()) == [1, 1, 1, 1, 2]
+    # Every member gets something: none idles, unlike a consumer group.
+    assert all(result[m] for m in "abcde")
+
+
+def test_one_partition_goes_to_every_member():
+    result = SimpleAssignor().assign({m: spec(T1) for m in "abcd"}, {T1: 1})
+    assert all(a == {T1: {0}} for a in result.values())
+
+
+def test_sticky_within_balance():
+    members = {"a": spec(T1, assigned={T1: frozenset({0, 1, 2, 3})}), "b": spec(T1)}
+    result = SimpleAssignor().assign(members, {T1: 4})
+    assert counts(result) == {"a": 2, "b": 2}
+    assert result["a"][T1] <= {0, 1, 2, 3} and result["a"][T1] | result["b"][T1] == {0, 1, 2, 3}
+    again = SimpleAssignor().assign({m: spec(T1, assigned={T1: frozenset(result[m][T1])}) for m in "ab"}, {T1: 4})
+    assert again == result
+
+
+def test_heterogeneous_subscriptions_cover_every_partition_with_subscribers_only():
+    members = {"a": spec(T1), "b": spec(T1, T2), "c": spec(T2)}
+    result = SimpleAssignor().assign(members, {T1: 3, T2: 1})
+    assert set(holders(result)) == {(T1, 0), (T1, 1), (T1, 2), (T2, 0)}
+    assert T2 not in result["a"] and T1 not in result["c"]
+
+
+def test_no_partitions_no_assignment():
+    assert SimpleAssignor().assign({"a": spec(T1)}, {}) == {"a": {}}
+
+
+# ---------------------------------------------------------------- ShareGroupHeartbeat, pure
+
+
+class Group:
+    """Runs heartbeats as the service does: replay every record, round-tripped through its codec."""
+
+    def __init__(self, topics: Topics, config: ShareGroupConfig = ShareGroupConfig()) -> None:
+        self.topics = topics
+        self.config = config
+        self.group = ShareGroup("g")
+        self.log: list = []
+
+    def apply(self, records) -> None:
+        for key, value in records:
+            key = type(key).decode(key.encode(0), 0, 0)
+            if value is not None:
+                value = type(value).decode(value.encode(0), 0, 0)
+            self.log.append((key, value))
+            self.group.replay(key, value)
+
+    def beat(self, member_id: str, epoch: int, topics: list[str] | None = None, now: int = 0) -> ShareHeartbeatResult:
+        req = ShareHeartbeatRequest("g", member_id, epoch, subscribed_topic_names=topics, client_id="c",
+                                    client_host="/127.0.0.1")
+        validate(req)
+        result = leave(self.group, req) if epoch < 0 else heartbeat(self.group, req, self.topics, self.config, now)
+        self.apply(result.records)
+        return result
+
+    def replayed(self) -> ShareGroup:
+        fresh = ShareGroup("g")
+        for key, value in self.log:
+            fresh.replay(key, value)
+        return fresh
+
+
+def test_join_gets_every_partition_and_the_group_epoch():
+    g = Group(Topics(t=3))
+    r = g.beat("m1", 0, ["t"])
+    assert (r.error, r.member_epoch, r.heartbeat_interval_ms, r.session_timeout_ms) == (ErrorCode.NONE, 1, 5000, 45000)
+    assert r.assignment == {T1: {0, 1, 2}}
+    assert g.group.state() == ShareGroupState.STABLE
+    assert (g.group.group_epoch, g.group.target_assignment_epoch) == (1, 1)
+    assert g.group.initialized == {T1: ("t", frozenset({0, 1, 2}))}
+
+
+def test_second_member_splits_and_the_first_moves_on_its_next_heartbeat():
+    g = Group(Topics(t=4))
+    g.beat("m1", 0, ["t"])
+    r2 = g.beat("m2", 0, ["t"])
+    assert r2.member_epoch == 2
+    r1 = g.beat("m1", 1)
+    assert r1.member_epoch == 2
+    assert r1.assignment is not None and r2.assignment is not None
+    assert r1.assignment[T1] | r2.assignment[T1] == {0, 1, 2, 3}
+    assert len(r1.assignment[T1]) == len(r2.assignment[T1]) == 2
+    # Nothing changed since: no assignment in the answer, no records.
+    again = g.beat("m1", 2)
+    assert again.assignment is None and again.records == [] and again.member_epoch == 2
+
+
+def test_more_members_than_partitions_all_get_assignments():
+    g = Group(Topics(t=1))
+    results = [g.beat(f"m{i}", 0, ["t"]) for i in range(3)]
+    assert all(r.assignment == {T1: {0}} for r in results)
+
+
+def test_subscription_change_bumps_the_epoch_and_moves_the_assignment():
+    g = Group(Topics(a=1, b=2))
+    g.beat("m1", 0, ["a"])
+    r = g.beat("m1", 1, ["a", "b"])
+    assert r.member_epoch == 2 and r.assignment == {T1: {0}, T2: {0, 1}}
+    r = g.beat("m1", 2, ["b"])
+    assert r.member_epoch == 3 and r.assignment == {T2: {0, 1}}
+
+
+def test_a_full_request_is_answered_with_the_assignment():
+    g = Group(Topics(t=2))
+    g.beat("m1", 0, ["t"])
+    assert g.beat("m1", 1, ["t"]).assignment == {T1: {0, 1}}
+
+
+def test_topic_created_later_is_assigned_when_it_appears():
+    topics = Topics(t=1)
+    g = Group(topics)
+    assert g.beat("m1", 0, ["t", "later"]).assignment == {T1: {0}}
+    topics.by_name["later"] = type(topics.by_name["t"])("later", T2, 2)
+    r = g.beat("m1", 1)
+    assert r.member_epoch == 2 and r.assignment == {T1: {0}, T2: {0, 1}}
+
+
+def test_epoch_errors_and_the_lost_response():
+    g = Group(Topics(t=2))
+    g.beat("m1", 0, ["t"])
+    g.beat("m2", 0, ["t"])
+    g.beat("m1", 1)  # m1 now at 2, previous 1
+    with pytest.raises(HeartbeatError) as e:
+        g.beat("m1", 3)
+    assert e.value.code == ErrorCode.FENCED_MEMBER_EPOCH
+    assert g.beat("m1", 1).member_epoch == 2  # its last answer was lost: the previous epoch is fine
+    with pytest.raises(HeartbeatError) as e:
+        g.beat("m2", 5)
+    assert e.value.code == ErrorCode.FENCED_MEMBER_EPOCH
+    with pytest.raises(HeartbeatError) as e:
+        g.beat("nobody", 1)
+    assert e.value.code == ErrorCode.UNKNOWN_MEMBER_ID
+    assert e.value.message == "Member nobody is not a member of group g."
+
+
+def test_smaller_epoch_than_previous_is_fenced():
+    g = Group(Topics(t=2))
+    g.beat("m1", 0, ["t"])
+    g.beat("m2", 0, ["t"])
+    g.beat("m1", 1)
+    g.beat("m3", 0, ["t"])
+    g.beat("m1", 2)  # m1 at 3, previous 2
+    with pytest.raises(HeartbeatError) as e:
+        g.beat("m1", 1)
+    assert e.value.code == ErrorCode.FENCED_MEMBER_EPOCH
+
+
+def test_leave_removes_the_member_and_bumps_the_epoch():
+    g = Group(Topics(t=2))
+    g.beat("m1", 0, ["t"])
+    g.beat("m2", 0, ["t"])
+    assert len(g.beat("m1", 1).assignment[T1]) == 1
+    r = g.beat("m2", -1)
+    assert (r.member_epoch, r.cancel_session) == (-1, True)
+    assert set(g.group.members) == {"m1"} and "m2" not in g.group.target_assignment
+    assert g.group.group_epoch == 3
+    assert g.beat("m1", 2).assignment == {T1: {0, 1}}
+    with pytest.raises(HeartbeatError) as e:
+        g.beat("m2", -1)
+    assert e.value.code == ErrorCode.UNKNOWN_MEMBER_ID
+    g.beat("m1", -1)
+    assert g.group.state() == ShareGroupState.EMPTY
+
+
+def test_group_max_size():
+    g = Group(Topics(t=1), ShareGroupConfig(max_size=1))
+    g.beat("m1", 0, ["t"])
+    with pytest.raises(HeartbeatError) as e:
+        g.beat("m2", 0, ["t"])
+    assert e.value.code == ErrorCode.GROUP_MAX_SIZE_REACHED
+    assert e.value.message == "The share group has reached its maximum capacity of 1 members."
+    assert g.beat("m1", 0, ["t"]).error == ErrorCode.NONE  # a member already in is not counted again
+
+
+@pytest.mark.parametrize("req,message", [
+    (ShareHeartbeatRequest("g", "", 0, subscribed_topic_names=["t"]), "MemberId can't be empty."),
+    (ShareHeartbeatRequest("", "m", 0, subscribed_topic_names=["t"]), "GroupId can't be empty."),
+    (ShareHeartbeatRequest("g", "m", 0, rack_id=" ", subscribed_topic_names=["t"]), "RackId can't be empty."),
+    (ShareHeartbeatRequest("g", "m", 0), "SubscribedTopicNames must be set in first request."),
+    (ShareHeartbeatRequest("g", "m", 0, subscribed_topic_names=[]), "SubscribedTopicNames must be set in first "
+                                                                     "request."),
+    (ShareHeartbeatRequest("g", "m", -2), "MemberEpoch is invalid."),
+])
+def test_invalid_requests(req, message):
+    with pytest.raises(HeartbeatError) as e:
+        validate(req)
+    assert (e.value.code, e.value.message) == (ErrorCode.INVALID_REQUEST, message)
+
+
+def test_replaying_the_records_rebuilds_the_group():
+    g = Group(Topics(a=3, b=1))
+    g.beat("m1", 0, ["a"])
+    g.beat("m2", 0, ["a", "b"])
+    g.beat("m1", 1)
+    g.beat("m3", 0, ["b"])
+    g.beat("m3", -1)
+    fresh = g.replayed()
+    assert fresh.members == g.group.members
+    assert fresh.target_assignment == g.group.target_assignment
+    assert (fresh.group_epoch, fresh.target_assignment_epoch, fresh.metadata_hash) == \
+        (g.group.group_epoch, g.group.target_assignment_epoch, g.group.metadata_hash)
+    assert fresh.initialized == g.group.initialized
+
+
+# ---------------------------------------------------------------- the coordinator
+
+
+class Answers:
+    def __init__(self) -> None:
+        self.results: list = []
+
+    def __call__(self, result) -> None:
+        self.results.append(result)
+
+    @property
+    def last(self):
+        return self.results[-1]
+
+
+def share_beat(c, member_id: str, epoch: int, topics: list[str] | None = None, group: str = "sg"):
+    answers = Answers()
+    c.handle_share_group_heartbeat(ShareHeartbeatRequest(group, member_id, epoch, subscribed_topic_names=topics,
+                                                         client_id="cli", client_host="/127.0.0.1"), answers)
+    return answers.last
+
+
+def test_session_expiry_fences_through_the_purgatory():
+    c, b = make_coordinator(**{"group.share.session.timeout.ms": 10000})
+    b.add_topic("t", 2)
+    assert share_beat(c, "m1", 0, ["t"]).member_epoch == 1
+    assert share_beat(c, "m2", 0, ["t"]).member_epoch == 2
+    b.advance(6000)
+    assert share_beat(c, "m1", 1).member_epoch == 2  # m1 renews its session; m2 stays silent
+    b.advance(6000)
+    share = c.manager.get_group("sg").share
+    assert set(share.members) == {"m1"} and share.group_epoch == 3
+    r = share_beat(c, "m1", 2)
+    assert r.member_epoch == 3 and r.assignment is not None and r.assignment[b.metadata.get("t").topic_id] == {0, 1}
+    assert share_beat(c, "m2", 2).error == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_group_config_sets_the_interval_and_the_session():
+    c, b = make_coordinator()
+    b.add_topic("t", 1)
+    assert share_beat(c, "m1", 0, ["t"]).heartbeat_interval_ms == 5000
+
+
+def test_restart_reloads_the_group_from_the_log():
+    c, b = make_coordinator()
+    b.add_topic("t", 3)
+    share_beat(c, "m1", 0, ["t"])
+    share_beat(c, "m2", 0, ["t"])
+    share_beat(c, "m1", 1)
+    before = c.manager.get_group("sg").share
+    c.shutdown()
+    c2 = new_coordinator(b)
+    c2.startup()
+    after = c2.manager.get_group("sg").share
+    assert after is not None
+    assert after.members == before.members and after.target_assignment == before.target_assignment
+    assert (after.group_epoch, after.target_assignment_epoch) == (before.group_epoch, before.target_assignment_epoch)
+    assert after.initialized == before.initialized
+    # The members carry on at their epochs with the new coordinator, whose sessions run again.
+    assert share_beat(c2, "m1", 2).error == ErrorCode.NONE
+    b.advance(50000)
+    assert c2.manager.get_group("sg").share.members.keys() == set()
+
+
+def test_group_id_not_found_and_kinds_that_do_not_mix():
+    c, b = make_coordinator()
+    b.add_topic("t", 1)
+    r = share_beat(c, "m1", 3)
+    assert (r.error, r.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Share group sg not found.")
+    share_beat(c, "m1", 0, ["t"])
+    # A consumer group's heartbeat on a share group's id, and the other way round.
+    answers = Answers()
+    c.handle_consumer_group_heartbeat(HeartbeatRequest("sg", "x", 0, rebalance_timeout_ms=1000,
+                                                       subscribed_topic_names=["t"], owned=[]), 1, answers)
+    assert (answers.last.error, answers.last.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND,
+                                                                "Group sg is not a consumer group.")
+    c.handle_consumer_group_heartbeat(HeartbeatRequest("cg", "x", 0, rebalance_timeout_ms=1000,
+                                                       subscribed_topic_names=["t"], owned=[]), 1, answers)
+    assert isinstance(answers.last, HeartbeatResult) and answers.last.error == ErrorCode.NONE
+    r = share_beat(c, "y", 0, ["t"], group="cg")
+    assert (r.error, r.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Group cg is not a share group.")
+    # A classic member cannot join a share group.
+    m = Member(c, "sg")
+    m.join()
+    assert m.join_result.error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    # Nor commit offsets to it.
+    committed = Answers()
+    tp = TopicPartition("t", 0)
+    c.handle_commit_offsets("sg", "", None, -1, {tp: OffsetAndMetadata(1, None, "", 0, None)}, committed, 9)
+    assert committed.last == {tp: ErrorCode.GROUP_ID_NOT_FOUND}
+    assert c.handle_fetch_offsets("sg", False, None)[0] == ErrorCode.GROUP_ID_NOT_FOUND
+
+
+def test_list_describe_and_delete():
+    c, b = make_coordinator()
+    b.add_topic("t", 1)
+    share_beat(c, "m1", 0, ["t"])
+    _, groups = c.handle_list_groups(types=["share"])
+    assert [(g.group_id, g.group_type, g.protocol_type, g.state_name) for g in groups] == \
+        [("sg", "share", "share", "Stable")]
+    assert c.handle_list_groups(types=["consumer", "classic"])[1] == []
+    assert [g.group_id for g in c.handle_list_groups(states=["stable"])[1]] == ["sg"]
+    err, message, share = c.handle_share_group_describe("sg")
+    assert err == ErrorCode.NONE and share is not None and list(share.members) == ["m1"]
+    assert c.handle_share_group_describe("nope")[:2] == (ErrorCode.GROUP_ID_NOT_FOUND, "Group nope not found.")
+    assert c.handle_describe_group("sg")[1][0] == "Dead"  # not a classic group
+    assert c.handle_delete_groups(["sg"]) == {"sg": ErrorCode.NON_EMPTY_GROUP}
+    share_beat(c, "m1", -1)
+    assert c.handle_list_groups(states=["empty"])[1][0].group_id == "sg"
+    c.manager.cleanup_expired_offsets()  # an empty share group does not expire
+    assert c.manager.get_group("sg") is not None
+    assert c.handle_delete_groups(["sg"]) == {"sg": ErrorCode.NONE}
+    assert c.manager.get_group("sg") is None
+    c.shutdown()
+    c2 = new_coordinator(b)
+    c2.startup()
+    assert c2.manager.get_group("sg") is None  # the tombstones hold after a reload
+
+
+def test_disabled_share_groups_are_neither_served_nor_listed():
+    c, b = make_coordinator(**{"group.share.enable": False})
+    assert c.share_groups_enabled is False
+    served = GroupHandlers(c, b.metadata, b.clock, Authz(None)).handlers()
+    assert 76 not in served and 77 not in served
+    c, b = make_coordinator()
+    served = GroupHandlers(c, b.metadata, b.clock, Authz(None)).handlers()
+    assert 76 in served and 77 in served
+
+
+def test_heartbeat_and_describe_on_the_wire():
+    from rivulet.protocol.messages.share_group_describe_request import ShareGroupDescribeRequest
+    from rivulet.protocol.messages.share_group_heartbeat_request import ShareGroupHeartbeatRequest
+    from test_group_apis import call, setup
+    c, b, apis = setup()
+    topic_id = b.metadata.get("t").topic_id
+    resp = call(apis, ShareGroupHeartbeatRequest(group_id="sg", member_id="m-1", member_epoch=0,
+                                                 subscribed_topic_names=["t"]), 1)
+    assert (resp.error_code, resp.member_id, resp.member_epoch, resp.heartbeat_interval_ms) == (0, "m-1", 1, 5000)
+    assert [(tp.topic_id, tp.partitions) for tp in resp.assignment.topic_partitions] == [(topic_id, [0, 1, 2])]
+    resp = call(apis, ShareGroupHeartbeatRequest(group_id="sg", member_id="m-1", member_epoch=1), 1)
+    assert (resp.error_code, resp.member_epoch, resp.assignment) == (0, 1, None)
+    resp = call(apis, ShareGroupHeartbeatRequest(group_id="sg", member_id="m-1", member_epoch=0), 1)
+    assert (resp.error_code, resp.error_message, resp.member_id) == (
+        ErrorCode.INVALID_REQUEST, "SubscribedTopicNames must be set in first request.", None)
+    resp = call(apis, ShareGroupDescribeRequest(group_ids=["sg", "nope"], include_authorized_operations=True), 1)
+    described, missing = resp.groups
+    assert (described.error_code, described.group_state, described.group_epoch, described.assignment_epoch,
+            described.assignor_name) == (0, "Stable", 1, 1, "simple")
+    assert described.authorized_operations != -2147483648
+    [m] = described.members
+    assert (m.member_id, m.member_epoch, m.client_id, m.client_host, m.subscribed_topic_names) == (
+        "m-1", 1, "cli", "/10.1.2.3", ["t"])
+    assert [(tp.topic_name, tp.partitions) for tp in m.assignment.topic_partitions] == [("t", [0, 1, 2])]
+    assert (missing.error_code, missing.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Group nope not found.")
+    resp = call(apis, ShareGroupHeartbeatRequest(group_id="sg", member_id="m-1", member_epoch=-1), 1)
+    assert (resp.error_code, resp.member_epoch) == (0, -1)
