@@ -204,3 +204,57 @@ def test_disabled_share_groups_are_not_offered():
         asyncio.run(main())
     finally:
         b.cleanup()
+
+
+@pytest.mark.parametrize("members", [1, 3])
+def test_confluent_share_consumers_read_every_record(members):
+    """confluent-kafka's ShareConsumer joins through ShareGroupHeartbeat, gets its share of the
+    partitions from the coordinator and reads them with ShareFetch: together the members read
+    every record (at least once), and the group is described with them while they run."""
+    from confluent_kafka import Producer, ShareConsumer
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, \
+        ResourceType
+
+    b = BrokerProcess({"group.share.min.heartbeat.interval.ms": "500", "group.share.heartbeat.interval.ms": "500"})
+    b.start()
+    consumers: list = []
+    try:
+        topic, group, n = "share-q", f"share-q-{members}", 60
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+        # Read from the start: share.auto.offset.reset is a group config (default latest).
+        for f in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+                ConfigEntry("share.auto.offset.reset", "earliest",
+                            incremental_operation=AlterConfigOpType.SET)])]).values():
+            f.result(30)
+        p = Producer({"bootstrap.servers": b.bootstrap})
+        for i in range(n):
+            p.produce(topic, b"%d" % i, partition=i % 2)
+        assert p.flush(30) == 0
+        for _ in range(members):
+            c = ShareConsumer({"bootstrap.servers": b.bootstrap, "group.id": group})
+            c.subscribe([topic])
+            consumers.append(c)
+        seen: set[bytes] = set()
+        deadline = time.monotonic() + 60
+        while len(seen) < n:
+            assert time.monotonic() < deadline, f"read {len(seen)} of {n}"
+            for c in consumers:
+                for m in c.poll(0.2):
+                    if m.error() is None:
+                        seen.add(m.value())
+        assert seen == {b"%d" % i for i in range(n)}
+
+        async def described():
+            conn = await connect(b)
+            try:
+                return await describe(conn, group)
+            finally:
+                await conn.close()
+        d = asyncio.run(described())
+        assert (d.error_code, d.group_state, len(d.members)) == (0, "Stable", members)
+        assert {p for m in d.members for tp in m.assignment.topic_partitions for p in tp.partitions} == {0, 1}
+    finally:
+        for c in consumers:
+            c.close()
+        b.cleanup()

@@ -10,6 +10,7 @@ import pytest
 
 from rivulet.coordinator.assignors import MemberSpec, SimpleAssignor
 from rivulet.coordinator.consumer_heartbeat import HeartbeatError, HeartbeatRequest, HeartbeatResult
+from rivulet.coordinator.group_coordinator import GroupCoordinator
 from rivulet.coordinator.share_group import (
     ShareGroup,
     ShareGroupConfig,
@@ -308,9 +309,22 @@ def test_session_expiry_fences_through_the_purgatory():
 
 
 def test_group_config_sets_the_interval_and_the_session():
-    c, b = make_coordinator()
+    from rivulet.coordinator.group_config import GroupConfigs
+    from rivulet.server.config import BrokerConfig
+    from test_group_support import FakeCluster
+    b = FakeCluster()
+    configs = GroupConfigs(BrokerConfig({}).items())
+    configs.set_group("sg", {"share.heartbeat.interval.ms": "7000", "share.session.timeout.ms": "50000"})
+    c = GroupCoordinator(b.config, b.replica_manager, b.metadata, b, b.node, b.timer, b.clock, configs)
+    c.startup()
     b.add_topic("t", 1)
-    assert share_beat(c, "m1", 0, ["t"]).heartbeat_interval_ms == 5000
+    assert share_beat(c, "m1", 0, ["t"]).heartbeat_interval_ms == 7000
+    assert share_beat(c, "m1", 0, ["t"], group="other").heartbeat_interval_ms == 5000
+    b.advance(46000)  # past the broker's 45 s session, within the group's 50 s
+    assert set(c.manager.get_group("sg").share.members) == {"m1"}
+    assert c.manager.get_group("other").share.members == {}
+    b.advance(5000)
+    assert c.manager.get_group("sg").share.members == {}
 
 
 def test_restart_reloads_the_group_from_the_log():
