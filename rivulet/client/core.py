@@ -87,6 +87,7 @@ from rivulet.protocol.messages import (
     offset_for_leader_epoch_request as oleq,
     offset_for_leader_epoch_response as oler,
     produce_request as prq,
+    share_group_describe_request as sgdq,
     sync_group_request as sgq,
     txn_offset_commit_request as tocq,
     txn_offset_commit_response as tocr,
@@ -998,6 +999,10 @@ def read_list_groups(resp: lgr.ListGroupsResponse) -> list[GroupListing]:
 
 def consumer_group_describe_request(group_ids: Iterable[str]) -> cgdq.ConsumerGroupDescribeRequest:
     return cgdq.ConsumerGroupDescribeRequest(group_ids=list(group_ids), include_authorized_operations=False)
+
+
+def share_group_describe_request(group_ids: Iterable[str]) -> sgdq.ShareGroupDescribeRequest:
+    return sgdq.ShareGroupDescribeRequest(group_ids=list(group_ids), include_authorized_operations=False)
 
 
 def describe_groups_request(group_ids: Iterable[str]) -> dgrq.DescribeGroupsRequest:

@@ -120,8 +120,7 @@ class GroupCoordinator:
         self.share_group_config = ShareGroupConfig(
             heartbeat_interval_ms=config_value(config, "group.share.heartbeat.interval.ms", 5000),
             session_timeout_ms=config_value(config, "group.share.session.timeout.ms", 45000),
-            max_size=config_value(config, "group.share.max.size", 200),
-            assignors=tuple(config_value(config, "group.share.assignors", ["simple"])))
+            max_size=config_value(config, "group.share.max.size", 200))
         self._active = False
         self._load_queue: deque[int] = deque()
         self._loader: asyncio.Task | None = None

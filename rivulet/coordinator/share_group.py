@@ -54,6 +54,7 @@ from rivulet.protocol.messages.share_group_target_assignment_metadata_value impo
 )
 
 SHARE_PROTOCOL_TYPE = "share"
+ASSIGNOR = SHARE_ASSIGNORS["simple"]  # group.share.assignors names it alone (or by Kafka's class name)
 
 RecordKey = Union[ShareGroupMetadataKey, ShareGroupMemberMetadataKey, ShareGroupTargetAssignmentMemberKey,
                   ShareGroupTargetAssignmentMetadataKey, ShareGroupCurrentMemberAssignmentKey,
@@ -75,7 +76,6 @@ class ShareGroupConfig:
     heartbeat_interval_ms: int = 5000
     session_timeout_ms: int = 45000
     max_size: int = 200
-    assignors: tuple[str, ...] = ("simple",)
 
 
 @dataclass(frozen=True)
@@ -349,22 +349,23 @@ def compute_target(group: ShareGroup, members: Mapping[str, ShareGroupMember],
                 ids.add(info.topic_id)
                 partitions[info.topic_id] = info.num_partitions
         specs[member_id] = MemberSpec(frozenset(ids), m.rack_id, group.target_assignment.get(member_id, {}))
-    assigned = SHARE_ASSIGNORS["simple"].assign(specs, partitions)
+    assigned = ASSIGNOR.assign(specs, partitions)
     return {m: _frozen(a) for m, a in assigned.items()}
 
 
 def _initialize_state(group: ShareGroup, target: Mapping[str, Mapping[uuid.UUID, frozenset[int]]],
                       topics: MetadataView) -> list[Record]:
     """The ShareGroupStatePartitionMetadata record when the target assigns partitions not yet
-    recorded. Without a share coordinator (``__share_group_state``) a share partition's state
-    starts at ``share.auto.offset.reset`` when it is first read, so partitions are recorded
-    initialized as soon as they are assigned."""
+    recorded, or recorded topics were deleted. Without a share coordinator
+    (``__share_group_state``) a share partition's state starts at ``share.auto.offset.reset``
+    when it is first read, so partitions are recorded initialized as soon as they are assigned,
+    and a deleted topic's are dropped at once (Kafka lists them as deleting until their state is gone)."""
     wanted: dict[uuid.UUID, set[int]] = {}
     for assignment in target.values():
         for topic_id, ps in assignment.items():
             wanted.setdefault(topic_id, set()).update(ps)
-    initialized = dict(group.initialized)
-    changed = False
+    initialized = {t: v for t, v in group.initialized.items() if topics.topic_name(t) is not None}
+    changed = len(initialized) != len(group.initialized)
     for topic_id, ps in wanted.items():
         name, have = initialized.get(topic_id, (None, frozenset()))
         if not ps <= have:

@@ -365,8 +365,9 @@ BROKER_CONFIGS = ConfigDef([
        "cluster; Rivulet has no finalized features, so this switch (Kafka's own, internal) stands for it: "
        "false is share.version=0, and the share APIs are neither listed nor served.", MEDIUM),
     _k("group.share.max.size", I, 200, between(1, 1000), "Most members in one share group.", MEDIUM),
-    _k("group.share.assignors", LS, ("simple",), each_of("simple"), "Server-side assignors of share groups "
-       "(the first is used).", MEDIUM),
+    _k("group.share.assignors", LS, ("simple",),
+       each_of("simple", "org.apache.kafka.coordinator.group.assignor.SimpleAssignor"),
+       "Server-side assignors of share groups: simple (Kafka's default, also by its class name).", MEDIUM),
     _k("group.share.session.timeout.ms", I, 45000, _pos, "Session timeout of a share group member; a group's "
        "share.session.timeout.ms overrides it.", MEDIUM),
     _k("group.share.min.session.timeout.ms", I, 45000, _pos, "Shortest share.session.timeout.ms.", MEDIUM),

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from rivulet.client.admin import AsyncAdminClient
 from rivulet.client.connection import BrokerConnection
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages import consumer_group_heartbeat_request as cghq
@@ -246,11 +247,8 @@ def test_confluent_share_consumers_read_every_record(members):
         assert seen == {b"%d" % i for i in range(n)}
 
         async def described():
-            conn = await connect(b)
-            try:
-                return await describe(conn, group)
-            finally:
-                await conn.close()
+            async with AsyncAdminClient({"bootstrap.servers": b.bootstrap}) as rivulet_admin:
+                return await rivulet_admin.share_group_describe(group)
         d = asyncio.run(described())
         assert (d.error_code, d.group_state, len(d.members)) == (0, "Stable", members)
         assert {p for m in d.members for tp in m.assignment.topic_partitions for p in tp.partitions} == {0, 1}

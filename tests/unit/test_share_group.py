@@ -184,6 +184,18 @@ def test_topic_created_later_is_assigned_when_it_appears():
     assert r.member_epoch == 2 and r.assignment == {T1: {0}, T2: {0, 1}}
 
 
+def test_a_deleted_topic_leaves_the_assignment_and_the_state_metadata():
+    topics = Topics(a=1, b=2)
+    g = Group(topics)
+    g.beat("m1", 0, ["a", "b"])
+    assert set(g.group.initialized) == {T1, T2}
+    del topics.by_name["b"]
+    r = g.beat("m1", 1)
+    assert r.member_epoch == 2 and r.assignment == {T1: {0}}
+    assert g.group.initialized == {T1: ("a", frozenset({0}))}
+    assert g.replayed().initialized == g.group.initialized
+
+
 def test_epoch_errors_and_the_lost_response():
     g = Group(Topics(t=2))
     g.beat("m1", 0, ["t"])

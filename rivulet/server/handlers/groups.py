@@ -28,7 +28,7 @@ from rivulet.coordinator.group_metadata import (
     SyncGroupResult,
 )
 from rivulet.coordinator.group_metadata_manager import INVALID_OFFSET, PartitionData
-from rivulet.coordinator.share_group import ShareHeartbeatRequest, ShareHeartbeatResult
+from rivulet.coordinator.share_group import ASSIGNOR as SHARE_ASSIGNOR, ShareHeartbeatRequest, ShareHeartbeatResult
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.framing import RequestHeader
 from rivulet.protocol.messages import (
@@ -536,7 +536,7 @@ class GroupHandlers:
             out.append(sgdr.DescribedGroup(
                 error_code=ErrorCode.NONE, group_id=gid, group_state=group.state().value,
                 group_epoch=group.group_epoch, assignment_epoch=group.target_assignment_epoch,
-                assignor_name=self.c.share_group_config.assignors[0], members=members,
+                assignor_name=SHARE_ASSIGNOR.name, members=members,
                 authorized_operations=self.authz.operations(conn, ResourceType.GROUP, gid)
                 if req.include_authorized_operations else OPERATIONS_NOT_REQUESTED))
         return sgdr.ShareGroupDescribeResponse(throttle_time_ms=0, groups=out)
