@@ -106,6 +106,8 @@ class GroupCoordinator:
         self.manager: GroupMetadataManager | None = None
         self.consumer_groups: ConsumerGroupService | None = None
         self.share_groups: ShareGroupService | None = None
+        # Told of each share group DeleteGroups removes, with the partitions it recorded state for.
+        self.on_share_group_deleted: list[Callable[[str, list[TopicPartition]], None]] = []
         self.group_configs = group_configs
         self.consumer_group_config = ConsumerGroupConfig(
             heartbeat_interval_ms=config_value(config, "group.consumer.heartbeat.interval.ms", 5000),
@@ -1143,6 +1145,10 @@ class GroupCoordinator:
             n = self.manager.cleanup_group_metadata(eligible, lambda g: g.remove_all_offsets())
             for g in eligible:
                 errors[g.group_id] = ErrorCode.NONE
+                if g.share is not None:
+                    tps = [TopicPartition(name, p) for name, ps in g.share.initialized.values() for p in sorted(ps)]
+                    for hook in self.on_share_group_deleted:
+                        hook(g.group_id, tps)
             log.info("The following groups were deleted: %s. A total of %d offsets were removed.",
                      ", ".join(g.group_id for g in eligible), n)
         return errors

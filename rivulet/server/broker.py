@@ -253,6 +253,8 @@ class Broker:
         share = self.share_partitions = SharePartitionManager(rm, self.timer, self.clock, self.group_configs.get)
         rm.leadership_listeners.append(share)
         topics.on_partitions_deleted.append(share.on_partitions_deleted)
+        # A deleted share group takes its share partitions' state with it (Kafka's DeleteShareGroupState).
+        groups.on_share_group_deleted.append(share.delete_group_state)
         if self.metadata_cache is not None:
             # Markers for partitions other brokers lead go to them (WriteTxnMarkers), and KIP-890's
             # check asks the transactional id's coordinator wherever it runs.

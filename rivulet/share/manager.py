@@ -359,6 +359,16 @@ class SharePartitionManager:
             for tp in gone:
                 session.partitions.pop(tp, None)
 
+    def delete_group_state(self, group_id: str, tps: list[TopicPartition]) -> None:
+        """A share group was deleted (DeleteGroups): its share partitions and their state go, so
+        a group made again under its id starts afresh. ``tps``: the partitions the group
+        coordinator recorded (ShareGroupStatePartitionMetadata), here or not."""
+        for key in {(group_id, tp) for tp in tps} | {k for k in self.partitions if k[0] == group_id}:
+            sp = self.partitions.pop(key, None)
+            if sp is not None:
+                sp.release_all()
+            self.persister.delete_state(*key)
+
     def on_leadership_change(self, leaders: list[Partition], followers: list[Partition]) -> None:
         """A ``LeadershipListener``: share partitions of partitions this broker now follows are
         written to the persister and forgotten; their new leader restores them."""

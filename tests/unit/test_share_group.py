@@ -407,8 +407,11 @@ def test_list_describe_and_delete():
     assert c.handle_list_groups(states=["empty"])[1][0].group_id == "sg"
     c.manager.cleanup_expired_offsets()  # an empty share group does not expire
     assert c.manager.get_group("sg") is not None
+    deleted: list = []
+    c.on_share_group_deleted.append(lambda group_id, tps: deleted.append((group_id, tps)))
     assert c.handle_delete_groups(["sg"]) == {"sg": ErrorCode.NONE}
     assert c.manager.get_group("sg") is None
+    assert deleted == [("sg", [TopicPartition("t", 0)])]  # its share partitions' state goes too
     c.shutdown()
     c2 = new_coordinator(b)
     c2.startup()
