@@ -348,15 +348,16 @@ def compile_writer(cls: type, version: int, flex: bool) -> Callable:
         else:
             g.emit(1, "tags = []")
             for f in tagged:
-                d = g.name("D", f)
-                g.emit(1, f"if not _is_default(o.{f.name}, {d}):")
+                # One default value per writer, only ever compared with: building it per
+                # message (a struct for a struct default) cost more than the comparison.
+                d = g.name("DV", _default(f))
+                g.emit(1, f"if not o.{f.name} == {d}:")
                 g.emit(2, "outer = out; out = bytearray()")
                 _write_field(g, 2, f, flex, version, f"o.{f.name}")
                 g.emit(2, f"tags.append(({f.tag}, out)); out = outer")
             g.emit(1, "write_uvarint(out, len(tags))")
             g.emit(1, "for tag, data in tags:")
             g.emit(2, "write_uvarint(out, tag); write_uvarint(out, len(data)); out += data")
-            g.ns["_is_default"] = _is_default
     g.emit(1, "return out")
     src = "\n".join(g.lines)
     exec(compile(src, f"<write {cls.__name__} v{version}>", "exec"), g.ns)
@@ -370,10 +371,6 @@ def _default(f: F) -> Any:
     if isinstance(d, type):
         return d()
     return d
-
-
-def _is_default(value: Any, f: F) -> bool:
-    return value == _default(f)
 
 
 def wire_shape(cls: type[Struct], version: int) -> tuple:
