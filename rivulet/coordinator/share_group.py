@@ -266,15 +266,16 @@ def heartbeat(group: ShareGroup, req: ShareHeartbeatRequest, topics: MetadataVie
     """Answer a validated heartbeat of a member that is not leaving. ``group`` is the group as it
     stands (a new, empty one when it did not exist); nothing in it changes here."""
     member = group.members.get(req.member_id)
+    if member is None and len(group.members) >= config.max_size:
+        raise HeartbeatError(ErrorCode.GROUP_MAX_SIZE_REACHED,
+                             f"The share group has reached its maximum capacity of {config.max_size} members.")
     if member is None:
         if req.member_epoch != 0:
             raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
                                  f"Member {req.member_id} is not a member of group {group.group_id}.")
-        if len(group.members) >= config.max_size:
-            raise HeartbeatError(ErrorCode.GROUP_MAX_SIZE_REACHED,
-                                 f"The share group has reached its maximum capacity of {config.max_size} members.")
         member = ShareGroupMember(req.member_id)
-    elif req.member_epoch != 0:
+    else:
+        # As Kafka, epoch 0 too: a known member rejoins only from its first epoch (or the one before).
         _check_epoch(member, req.member_epoch)
     joined = req.member_id not in group.members
     updated = dataclasses.replace(
@@ -385,5 +386,6 @@ def _check_epoch(member: ShareGroupMember, received: int) -> None:
         # The previous epoch is accepted: the response that carried the new one may have been lost.
         raise HeartbeatError(ErrorCode.FENCED_MEMBER_EPOCH,
                              f"The share group member has a smaller member epoch ({received}) than the one known "
-                             f"by the group coordinator ({member.member_epoch}). The member must abandon all its "
+                             f"by the group coordinator ({member.member_epoch}), and it does not match the previous "
+                             f"member epoch ({member.previous_member_epoch}). The member must abandon all its "
                              "partitions and rejoin.")

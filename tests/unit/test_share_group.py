@@ -224,6 +224,13 @@ def test_smaller_epoch_than_previous_is_fenced():
     with pytest.raises(HeartbeatError) as e:
         g.beat("m1", 1)
     assert e.value.code == ErrorCode.FENCED_MEMBER_EPOCH
+    assert e.value.message == ("The share group member has a smaller member epoch (1) than the one known by the "
+                               "group coordinator (3), and it does not match the previous member epoch (2). The "
+                               "member must abandon all its partitions and rejoin.")
+    # A known member cannot rejoin at epoch 0 once it moved on: it must leave first.
+    with pytest.raises(HeartbeatError) as e:
+        g.beat("m1", 0, ["t"])
+    assert e.value.code == ErrorCode.FENCED_MEMBER_EPOCH
 
 
 def test_leave_removes_the_member_and_bumps_the_epoch():
@@ -251,6 +258,9 @@ def test_group_max_size():
     assert e.value.code == ErrorCode.GROUP_MAX_SIZE_REACHED
     assert e.value.message == "The share group has reached its maximum capacity of 1 members."
     assert g.beat("m1", 0, ["t"]).error == ErrorCode.NONE  # a member already in is not counted again
+    with pytest.raises(HeartbeatError) as e:
+        g.beat("m3", 1)  # the group is full before the member is looked up, as Kafka checks
+    assert e.value.code == ErrorCode.GROUP_MAX_SIZE_REACHED
 
 
 @pytest.mark.parametrize("req,message", [
