@@ -272,3 +272,74 @@ def test_confluent_share_consumers_read_every_record(members):
         for c in consumers:
             c.close()
         b.cleanup()
+
+
+@pytest.mark.java
+def test_java_share_consumers_read_every_record(tmp_path):
+    """Kafka's Java KafkaShareConsumer (4.3), three members over two partitions: every record
+    is read (at least once) and the three are members of the described group."""
+    import subprocess
+    import sys
+    import threading
+    from pathlib import Path
+
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, \
+        ResourceType
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import java_tools as jt
+    reason = jt.java_available()
+    assert reason is None, f"Kafka's Java client is needed: {reason}"
+    b = BrokerProcess({"group.share.min.heartbeat.interval.ms": "500", "group.share.heartbeat.interval.ms": "500"})
+    b.start()
+    proc = None
+    try:
+        topic, group, n = "share-java", "share-java", 300
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+        for f in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+                ConfigEntry("share.auto.offset.reset", "earliest",
+                            incremental_operation=AlterConfigOpType.SET)])]).values():
+            f.result(30)
+        p = Producer({"bootstrap.servers": b.bootstrap})
+        for i in range(n):
+            p.produce(topic, b"%d" % i, partition=i % 2)
+        assert p.flush(30) == 0
+        source = Path(__file__).resolve().parents[1] / "java" / "ShareMembers.java"
+        proc = subprocess.Popen(["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", jt.classpath(), str(source),
+                                 b.bootstrap, topic, group, "3"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=open(tmp_path / "java.log", "ab"), text=True)
+        seen: set[str] = set()
+        joined: set[str] = set()
+
+        def read() -> None:
+            assert proc is not None and proc.stdout is not None
+            for line in proc.stdout:
+                kind, name, rest = (line.rstrip("\n").split(" ", 2) + ["", ""])[:3]
+                if kind == "record":
+                    seen.add(rest)
+                elif kind == "joined":
+                    joined.add(name)
+        threading.Thread(target=read, daemon=True).start()
+        deadline = time.monotonic() + 120
+        while len(seen) < n or len(joined) < 3:
+            assert time.monotonic() < deadline, (len(seen), joined)
+            time.sleep(0.2)
+        assert seen == {str(i) for i in range(n)}
+
+        async def described():
+            async with AsyncAdminClient({"bootstrap.servers": b.bootstrap}) as rivulet_admin:
+                return await rivulet_admin.share_group_describe(group)
+        d = asyncio.run(described())
+        assert (d.error_code, d.group_state) == (0, "Stable")
+        assert sorted(m.client_id for m in d.members) == ["j0", "j1", "j2"]
+    finally:
+        if proc is not None:
+            assert proc.stdin is not None
+            proc.stdin.close()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        b.cleanup()
