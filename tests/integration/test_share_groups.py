@@ -207,31 +207,38 @@ def test_disabled_share_groups_are_not_offered():
         b.cleanup()
 
 
+def share_topic(bootstrap: str, topic: str, group: str, n: int) -> Any:
+    """A 2-partition topic holding records "0".."n-1" (alternating partitions), and ``group``
+    set to read from the start (share.auto.offset.reset is a group config, default latest).
+    Returns the confluent-kafka admin client it used."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, \
+        ResourceType
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+    for f in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+            ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])]).values():
+        f.result(30)
+    p = Producer({"bootstrap.servers": bootstrap})
+    for i in range(n):
+        p.produce(topic, b"%d" % i, partition=i % 2)
+    assert p.flush(30) == 0
+    return admin
+
+
 @pytest.mark.parametrize("members", [1, 3])
 def test_confluent_share_consumers_read_every_record(members):
     """confluent-kafka's ShareConsumer joins through ShareGroupHeartbeat, gets its share of the
     partitions from the coordinator and reads them with ShareFetch: together the members read
     every record (at least once), and the group is described with them while they run."""
-    from confluent_kafka import Producer, ShareConsumer
-    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, \
-        ResourceType
+    from confluent_kafka import ShareConsumer
 
     b = BrokerProcess({"group.share.min.heartbeat.interval.ms": "500", "group.share.heartbeat.interval.ms": "500"})
     b.start()
     consumers: list = []
     try:
         topic, group, n = "share-q", f"share-q-{members}", 60
-        admin = AdminClient({"bootstrap.servers": b.bootstrap})
-        admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
-        # Read from the start: share.auto.offset.reset is a group config (default latest).
-        for f in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-                ConfigEntry("share.auto.offset.reset", "earliest",
-                            incremental_operation=AlterConfigOpType.SET)])]).values():
-            f.result(30)
-        p = Producer({"bootstrap.servers": b.bootstrap})
-        for i in range(n):
-            p.produce(topic, b"%d" % i, partition=i % 2)
-        assert p.flush(30) == 0
+        admin = share_topic(b.bootstrap, topic, group, n)
         for _ in range(members):
             c = ShareConsumer({"bootstrap.servers": b.bootstrap, "group.id": group})
             c.subscribe([topic])
@@ -283,10 +290,6 @@ def test_java_share_consumers_read_every_record(tmp_path):
     import threading
     from pathlib import Path
 
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, \
-        ResourceType
-
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import java_tools as jt
     reason = jt.java_available()
@@ -296,16 +299,7 @@ def test_java_share_consumers_read_every_record(tmp_path):
     proc = None
     try:
         topic, group, n = "share-java", "share-java", 300
-        admin = AdminClient({"bootstrap.servers": b.bootstrap})
-        admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
-        for f in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-                ConfigEntry("share.auto.offset.reset", "earliest",
-                            incremental_operation=AlterConfigOpType.SET)])]).values():
-            f.result(30)
-        p = Producer({"bootstrap.servers": b.bootstrap})
-        for i in range(n):
-            p.produce(topic, b"%d" % i, partition=i % 2)
-        assert p.flush(30) == 0
+        share_topic(b.bootstrap, topic, group, n)
         source = Path(__file__).resolve().parents[1] / "java" / "ShareMembers.java"
         proc = subprocess.Popen(["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", jt.classpath(), str(source),
                                  b.bootstrap, topic, group, "3"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
