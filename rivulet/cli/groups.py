@@ -58,6 +58,14 @@ async def describe_group(admin: AsyncAdminClient, group_id: str) -> GroupInfo:
                 MemberInfo(m.member_id, m.instance_id, m.client_id, m.client_host,
                            [(tp.topic_name, p) for tp in m.assignment.topic_partitions for p in tp.partitions])
                 for m in cg.members], (coordinator.node_id, coordinator.host, coordinator.port))
+    if g.group_state == "Dead" and admin.client.api_version(coordinator.node_id, 77) is not None:
+        # Or a KIP-932 share group, which ShareGroupDescribe describes.
+        sg = await admin.share_group_describe(group_id)
+        if not sg.error_code:
+            return GroupInfo(group_id, sg.group_state, "share", sg.assignor_name, [
+                MemberInfo(m.member_id, None, m.client_id, m.client_host,
+                           [(tp.topic_name, p) for tp in m.assignment.topic_partitions for p in tp.partitions])
+                for m in sg.members], (coordinator.node_id, coordinator.host, coordinator.port))
     members = []
     for m in g.members:
         assignment: list[TP] = []
@@ -281,7 +289,7 @@ async def _describe(admin: AsyncAdminClient, info: GroupInfo, args: argparse.Nam
         print(f"\nConsumer group '{args.group}' has no active members.")
     elif text and info.state in ("PreparingRebalance", "CompletingRebalance"):
         print(f"\nWarning: Consumer group '{args.group}' is rebalancing.")
-    if args.members:
+    if args.members or info.protocol_type == "share":  # a share group's offsets: DescribeShareGroupOffsets, to come
         rows = [[info.group_id, m.member_id, m.group_instance_id or None, m.host, m.client_id, len(m.assignment),
                  sorted(m.assignment)] for m in info.members]
         if not text:

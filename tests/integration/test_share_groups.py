@@ -6,6 +6,9 @@ kinds of group cannot take its id, it survives a broker restart, and an empty on
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -56,6 +59,11 @@ def parts(resp) -> set[int]:
     if resp.assignment is not None:
         HELD[resp.member_id] = {p for tp in resp.assignment.topic_partitions for p in tp.partitions}
     return HELD[resp.member_id]
+
+
+def run_cli(bootstrap: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rivulet", "groups", *args, "--bootstrap-server", bootstrap],
+                          capture_output=True, text=True, timeout=60)
 
 
 async def until(check, what: str, timeout: float = 60.0):
@@ -126,6 +134,15 @@ async def _lifecycle(b: BrokerProcess) -> None:
         assert sorted(m.member_id for m in d.members) == ["m1", "m2", "m3"]
         assert all(m.subscribed_topic_names == [TOPIC] and m.client_id == "share-it" for m in d.members)
         assert {tp.topic_name for m in d.members for tp in m.assignment.topic_partitions} == {TOPIC}
+        # `rivulet groups describe` shows the share group's members and state.
+        members = run_cli(b.bootstrap, "describe", "--group", GROUP, "--members")
+        assert members.returncode == 0, members.stderr
+        assert sorted(line.split()[1] for line in members.stdout.splitlines()[2:] if line.strip()) == \
+            ["m1", "m2", "m3"]
+        state = run_cli(b.bootstrap, "describe", "--group", GROUP, "--state", "--format", "json")
+        assert state.returncode == 0, state.stderr
+        assert (json.loads(state.stdout)["state"], json.loads(state.stdout)["assignment_strategy"],
+                json.loads(state.stdout)["members"]) == ("Stable", "simple", 3)
 
         # Listed with its type; other kinds of group cannot use its id.
         listed = await conn.send(lgq.ListGroupsRequest(states_filter=[], types_filter=["share"]))
@@ -285,8 +302,6 @@ def test_confluent_share_consumers_read_every_record(members):
 def test_java_share_consumers_read_every_record(tmp_path):
     """Kafka's Java KafkaShareConsumer (4.3), three members over two partitions: every record
     is read (at least once) and the three are members of the described group."""
-    import subprocess
-    import sys
     import threading
     from pathlib import Path
 
