@@ -179,11 +179,10 @@ class SimpleAssignor:
     fewer than partitions, and extra members share partitions rather than idle. Balance comes
     first, then stickiness.
 
-    When every member subscribes to the same topics, as Kafka's homogeneous builder: with M
-    members and P partitions each partition is shared by ``ceil(M / P)`` members and the
-    ``ceil(M / P) * P`` places are spread so that member counts differ by at most one. Otherwise
-    each topic's partitions are shared by ``ceil(subscribers / partitions)`` of its subscribers,
-    the least loaded first."""
+    As Kafka's: with M members and P partitions, each partition is shared by ``ceil(M / P)``
+    members and the ``ceil(M / P) * P`` places are spread so that member counts differ by at
+    most one. When every member subscribes to the same topics, M and P count the whole group;
+    otherwise each topic is balanced on its own, over its subscribers and its partitions."""
 
     name = "simple"
 
@@ -191,26 +190,26 @@ class SimpleAssignor:
                racks: PartitionRacks | None = None) -> dict[str, Assignment]:
         result: dict[str, Assignment] = {m: {} for m in members}
         order = sorted(members)
-        eligible: dict[tuple[uuid.UUID, int], list[str]] = {}
-        for topic_id in sorted({t for m in order for t in members[m].subscribed_topic_ids}, key=str):
-            subscribers = [m for m in order if topic_id in members[m].subscribed_topic_ids]
-            for p in range(max(partitions_per_topic.get(topic_id, 0), 0)):
-                eligible[(topic_id, p)] = subscribers
-        if not eligible:
-            return result
-        sharing: dict[tuple[uuid.UUID, int], int] = {}
-        quota: dict[str, int]
+        topics = sorted({t for m in order for t in members[m].subscribed_topic_ids
+                         if partitions_per_topic.get(t, 0) > 0}, key=str)
         if len({members[m].subscribed_topic_ids for m in order}) == 1:
-            share = -(-len(order) // len(eligible))
-            sharing = dict.fromkeys(eligible, share)
-            places = share * len(eligible)
-            # Member i takes ceil(places*(i+1)/M) - ceil(places*i/M): counts differ by at most one.
-            quota = {m: -(-places * (i + 1) // len(order)) - -(-places * i // len(order)) for i, m in enumerate(order)}
+            pools = [(order, [(t, p) for t in topics for p in range(partitions_per_topic[t])])]
         else:
-            for tp, subscribers in eligible.items():
-                sharing[tp] = -(-len(subscribers) // partitions_per_topic[tp[0]])
-            quota = dict.fromkeys(order, len(eligible))
-        holders: dict[tuple[uuid.UUID, int], list[str]] = {tp: [] for tp in eligible}
+            pools = [([m for m in order if t in members[m].subscribed_topic_ids],
+                      [(t, p) for p in range(partitions_per_topic[t])]) for t in topics]
+        for pool_members, pool_partitions in pools:
+            if pool_members and pool_partitions:
+                self._assign_pool(members, pool_members, pool_partitions, result)
+        return result
+
+    @staticmethod
+    def _assign_pool(members: Mapping[str, MemberSpec], order: list[str], partitions: list[tuple[uuid.UUID, int]],
+                     result: dict[str, Assignment]) -> None:
+        share = -(-len(order) // len(partitions))
+        places = share * len(partitions)
+        # Member i takes ceil(places*(i+1)/M) - ceil(places*i/M): counts differ by at most one.
+        quota = {m: -(-places * (i + 1) // len(order)) - -(-places * i // len(order)) for i, m in enumerate(order)}
+        holders: dict[tuple[uuid.UUID, int], list[str]] = {tp: [] for tp in partitions}
         count = dict.fromkeys(order, 0)
 
         def give(member_id: str, tp: tuple[uuid.UUID, int]) -> None:
@@ -218,21 +217,17 @@ class SimpleAssignor:
             result[member_id].setdefault(tp[0], set()).add(tp[1])
             count[member_id] += 1
         for member_id in order:  # stickiness: what a member had, within both limits
-            spec = members[member_id]
-            for topic_id in sorted(spec.assigned, key=str):
-                for p in sorted(spec.assigned[topic_id]):
-                    tp = (topic_id, p)
-                    if tp in eligible and member_id in eligible[tp] and count[member_id] < quota[member_id] \
-                            and len(holders[tp]) < sharing[tp]:
-                        give(member_id, tp)
+            assigned = members[member_id].assigned
+            for tp in sorted(((t, p) for t in assigned for p in assigned[t]), key=lambda tp: (str(tp[0]), tp[1])):
+                if tp in holders and count[member_id] < quota[member_id] and len(holders[tp]) < share:
+                    give(member_id, tp)
         # The rest: the least shared partitions first, each to the member furthest below its quota.
-        for tp in sorted(eligible, key=lambda tp: (len(holders[tp]), str(tp[0]), tp[1])):
-            while len(holders[tp]) < sharing[tp]:
-                free = [m for m in eligible[tp] if m not in holders[tp] and count[m] < quota[m]]
+        for tp in sorted(partitions, key=lambda tp: (len(holders[tp]), str(tp[0]), tp[1])):
+            while len(holders[tp]) < share:
+                free = [m for m in order if m not in holders[tp] and count[m] < quota[m]]
                 if not free:
                     break  # as Kafka, a slight imbalance is tolerated rather than reshuffled
                 give(min(free, key=lambda m: (count[m] - quota[m], m)), tp)
-        return result
 
 
 SHARE_ASSIGNORS: dict[str, SimpleAssignor] = {"simple": SimpleAssignor()}

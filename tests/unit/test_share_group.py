@@ -90,6 +90,17 @@ def test_heterogeneous_subscriptions_cover_every_partition_with_subscribers_only
     assert T2 not in result["a"] and T1 not in result["c"]
 
 
+def test_heterogeneous_subscriptions_balance_each_topic_on_its_own():
+    # As Kafka's example: a on T1, c on T2, b on both gets half of each.
+    members = {"a": spec(T1), "b": spec(T1, T2), "c": spec(T2)}
+    result = SimpleAssignor().assign(members, {T1: 4, T2: 2})
+    assert holders(result) == {**{(T1, p): 1 for p in range(4)}, **{(T2, p): 1 for p in range(2)}}
+    assert (len(result["a"][T1]), len(result["b"][T1]), len(result["b"][T2]), len(result["c"][T2])) == (2, 2, 1, 1)
+    # Three subscribers of a one-partition topic share it.
+    result = SimpleAssignor().assign({"a": spec(T1, T2), "b": spec(T1), "c": spec(T1)}, {T1: 1, T2: 2})
+    assert holders(result)[(T1, 0)] == 3 and result["a"][T2] == {0, 1}
+
+
 def test_no_partitions_no_assignment():
     assert SimpleAssignor().assign({"a": spec(T1)}, {}) == {"a": {}}
 
