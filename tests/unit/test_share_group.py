@@ -476,3 +476,45 @@ def test_heartbeat_and_describe_on_the_wire():
     assert (missing.error_code, missing.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Group nope not found.")
     resp = call(apis, ShareGroupHeartbeatRequest(group_id="sg", member_id="m-1", member_epoch=-1), 1)
     assert (resp.error_code, resp.member_epoch) == (0, -1)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_simple_assignor_invariants_over_random_groups(seed):
+    """Random groups and changes: every partition with a subscriber is held, only by its
+    subscribers and at most ceil(subscribers / partitions) times; with one subscription for
+    all, member counts differ by at most one; and an unchanged group keeps its assignment."""
+    import random
+    rnd = random.Random(seed)
+    topics = [uuid.UUID(int=i + 1) for i in range(3)]
+    counts_by_topic = {t: rnd.randint(1, 6) for t in topics}
+    previous: dict = {}
+    for _ in range(6):
+        homogeneous = rnd.random() < 0.5
+        common = frozenset(rnd.sample(topics, rnd.randint(1, 3)))
+        members = {}
+        for i in range(rnd.randint(1, 9)):
+            subscribed = common if homogeneous else frozenset(rnd.sample(topics, rnd.randint(1, 3)))
+            members[f"m{i}"] = MemberSpec(subscribed, None, {t: frozenset(ps) for t, ps in
+                                                             previous.get(f"m{i}", {}).items()})
+        result = SimpleAssignor().assign(members, counts_by_topic)
+        held = holders(result)
+        for t in topics:
+            subscribers = [m for m, s in members.items() if t in s.subscribed_topic_ids]
+            for p in range(counts_by_topic[t]):
+                if subscribers:
+                    assert 1 <= held.get((t, p), 0)
+                    if not homogeneous:
+                        assert held[(t, p)] <= -(-len(subscribers) // counts_by_topic[t])
+                else:
+                    assert (t, p) not in held
+        for m, a in result.items():
+            assert set(a) <= members[m].subscribed_topic_ids
+        if homogeneous:
+            sizes = counts(result).values()
+            assert max(sizes) - min(sizes) <= 1
+            total = sum(counts_by_topic[t] for t in common)
+            assert max(held.values()) <= -(-len(members) // total)
+        again = SimpleAssignor().assign({m: MemberSpec(s.subscribed_topic_ids, None, {
+            t: frozenset(ps) for t, ps in result[m].items()}) for m, s in members.items()}, counts_by_topic)
+        assert again == result
+        previous = result
