@@ -518,3 +518,19 @@ def test_simple_assignor_invariants_over_random_groups(seed):
             t: frozenset(ps) for t, ps in result[m].items()}) for m, s in members.items()}, counts_by_topic)
         assert again == result
         previous = result
+
+
+def test_resigning_the_partition_unloads_the_group_and_its_sessions():
+    c, b = make_coordinator(**{"group.share.session.timeout.ms": 10000})
+    b.add_topic("t", 1)
+    share_beat(c, "m1", 0, ["t"])
+    partition = c.partition_for("sg")
+    appends = b.replica_manager.appends
+    c.on_resign(partition)
+    assert share_beat(c, "m1", 1).error == ErrorCode.NOT_COORDINATOR
+    b.advance(20000)  # the unloaded member's session no longer runs: nothing is written
+    assert b.replica_manager.appends == appends
+    c.on_become_leader(partition)  # back: the group loads and its member gets a new session
+    assert share_beat(c, "m1", 1).error == ErrorCode.NONE
+    b.advance(20000)
+    assert c.manager.get_group("sg").share.members == {}
