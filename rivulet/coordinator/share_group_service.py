@@ -85,7 +85,9 @@ class ShareGroupService:
         group = self.manager.get_group(req.group_id)
         if group is None:
             if req.member_epoch != 0:
-                raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Share group {req.group_id} not found.")
+                # Kafka's two paths word it differently: a heartbeat's lookup, and a leave's.
+                kind = "Share group" if req.member_epoch > 0 else "Group"
+                raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"{kind} {req.group_id} not found.")
             group = self.manager.add_group(GroupMetadata(req.group_id, EMPTY, self.clock.milliseconds))
             group.share = ShareGroup(req.group_id)
             group.protocol_type = SHARE_PROTOCOL_TYPE

@@ -386,6 +386,8 @@ def test_group_id_not_found_and_kinds_that_do_not_mix():
     b.add_topic("t", 1)
     r = share_beat(c, "m1", 3)
     assert (r.error, r.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Share group sg not found.")
+    r = share_beat(c, "m1", -1)
+    assert (r.error, r.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Group sg not found.")
     share_beat(c, "m1", 0, ["t"])
     # A consumer group's heartbeat on a share group's id, and the other way round.
     answers = Answers()
