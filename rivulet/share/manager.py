@@ -20,7 +20,7 @@ from rivulet.common.time import Clock
 from rivulet.common.types import TopicPartition
 from rivulet.delayed import DelayedOperation, DelayedOperationPurgatory, Timer
 from rivulet.protocol.errors import ApiError, ErrorCode
-from rivulet.protocol.records import iter_batches
+from rivulet.protocol.records import BatchHeader, iter_batches
 from rivulet.replication.partition import Partition
 from rivulet.replication.replica_manager import FetchParams, FetchRequestPartition, ReplicaManager
 
@@ -279,6 +279,13 @@ class SharePartitionManager:
         headers = [(pos, h) for pos, h in iter_batches(data)]
         acquired = sp.acquire(request.member_id, [(h.base_offset, h.last_offset) for _, h in headers],
                               budget, record_limit=request.record_limit)
+        if read.aborted_transactions:
+            # A read_committed group never gets an aborted transaction's records: the
+            # response has no aborted-transactions list for the consumer to skip them by.
+            aborted = aborted_batches([h for _, h in headers], read.aborted_transactions)
+            for first, last in aborted:
+                sp.archive_acquired(first, last)
+            acquired = subtract_ranges(acquired, aborted)
         if not acquired:
             return
         lo, hi = acquired[0].first_offset, acquired[-1].last_offset
@@ -377,3 +384,39 @@ class SharePartitionManager:
             sp = self.partitions.pop(key)
             sp.release_all()
             self._persist(key[0], key[1], sp)
+
+
+def aborted_batches(headers: Sequence[BatchHeader], aborted: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(first, last) offsets of the data batches of aborted transactions, found as a
+    read_committed consumer finds them: a producer's aborted transaction is open from its
+    first offset until that producer's next control batch (its marker)."""
+    pending = sorted(aborted, key=lambda a: a[1])
+    open_producers: set[int] = set()
+    out: list[tuple[int, int]] = []
+    i = 0
+    for h in headers:
+        while i < len(pending) and pending[i][1] <= h.last_offset:
+            open_producers.add(pending[i][0])
+            i += 1
+        if h.is_control:
+            open_producers.discard(h.producer_id)
+        elif h.is_transactional and h.producer_id in open_producers:
+            out.append((h.base_offset, h.last_offset))
+    return out
+
+
+def subtract_ranges(acquired: list[AcquiredRecords], ranges: Sequence[tuple[int, int]]) -> list[AcquiredRecords]:
+    """``acquired`` less the offsets of ``ranges``."""
+    out = acquired
+    for first, last in ranges:
+        cut: list[AcquiredRecords] = []
+        for a in out:
+            if a.last_offset < first or a.first_offset > last:
+                cut.append(a)
+                continue
+            if a.first_offset < first:
+                cut.append(AcquiredRecords(a.first_offset, first - 1, a.delivery_count))
+            if a.last_offset > last:
+                cut.append(AcquiredRecords(last + 1, a.last_offset, a.delivery_count))
+        out = cut
+    return out

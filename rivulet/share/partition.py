@@ -127,6 +127,12 @@ class _Batch:
             self.whole = None
         return self.offsets
 
+    def states_in(self, lo: int, hi: int) -> list[_State]:
+        """The states of ``lo..hi`` (within the batch), split first unless that is the whole batch."""
+        if self.whole is not None and lo == self.first and hi == self.last:
+            return [self.whole]
+        return self.split()[lo - self.first:hi - self.first + 1]
+
     def all_states(self) -> list[_State]:
         if self.whole is not None:
             return [self.whole]
@@ -408,12 +414,7 @@ class SharePartition:
 
     def _apply(self, batch: _Batch, lo: int, hi: int, kind: AcknowledgeType,
                renewed: dict[int, _LockTimeout]) -> None:
-        whole = batch.whole
-        if whole is not None and lo == batch.first and hi == batch.last:
-            targets = [whole]
-        else:
-            offsets = batch.split()
-            targets = offsets[lo - batch.first:hi - batch.first + 1]
+        targets = batch.states_in(lo, hi)
         if kind is AcknowledgeType.RENEW:
             lock = renewed.get(id(batch))
             if lock is None:
@@ -474,18 +475,22 @@ class SharePartition:
         below it can no longer be delivered, so it is Archived and the window starts there."""
         if log_start_offset <= self._start:
             return
-        for batch in self._overlapping(self._start, log_start_offset - 1):
-            if batch.whole is not None and batch.last < log_start_offset:
-                targets = [batch.whole]
-            else:
-                offsets = batch.split()
-                targets = offsets[:min(batch.last, log_start_offset - 1) - batch.first + 1]
-            for st in targets:
-                if st.state not in _DONE:
-                    self._settle(st, RecordState.ARCHIVED)
+        self._archive(self._start, log_start_offset - 1, (RecordState.AVAILABLE, RecordState.ACQUIRED))
         self._start = log_start_offset
         self._end = max(self._end, log_start_offset)
         self._after_change(released=True)
+
+    def archive_acquired(self, first: int, last: int) -> None:
+        """Archive the Acquired records of ``first..last``: records the group must never be
+        given (a read_committed group's aborted transactions)."""
+        self._archive(first, last, (RecordState.ACQUIRED,))
+        self._advance_start()
+
+    def _archive(self, first: int, last: int, states: tuple[RecordState, ...]) -> None:
+        for batch in self._overlapping(first, last):
+            for st in batch.states_in(max(first, batch.first), min(last, batch.last)):
+                if st.state in states:
+                    self._settle(st, RecordState.ARCHIVED)
 
     # -- internals -----------------------------------------------------------------------
 

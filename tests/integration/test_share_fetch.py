@@ -11,7 +11,14 @@ import uuid
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode
@@ -105,66 +112,140 @@ def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
     assert p.flush(30) == 0
 
 
-def test_share_fetch_and_acknowledge(broker):
-    bootstrap = f"127.0.0.1:{broker.port}"
+def new_topic(bootstrap: str) -> str:
     topic = f"share-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
-    group = f"sg-{uuid.uuid4().hex[:6]}"
-    m1, m2 = uuid.uuid4().hex, uuid.uuid4().hex
-    c1, c2 = Conn(broker.port), Conn(broker.port)
-    try:
-        versions = {k.api_key: (k.min_version, k.max_version)
-                    for k in c1.request(avq.ApiVersionsRequest(), 0).api_keys}
-        assert versions[78] == (1, 2) and versions[79] == (1, 2)
-        meta = c1.request(mq.MetadataRequest(topics=[mq.MetadataRequestTopic(name=topic)]), 12)
-        tid = meta.topics[0].topic_id
+    return topic
 
+
+class Member:
+    """One share group member on its own connection, keeping its share session epoch."""
+
+    def __init__(self, port: int, group: str, topic_id: uuid.UUID) -> None:
+        self.conn = Conn(port)
+        self.id = uuid.uuid4().hex
+        self.group = group
+        self.topic_id = topic_id
+        self.epoch = 0
+
+    def fetch(self, acks=(), max_wait_ms: int = 0):
+        resp = self.conn.request(share_fetch(self.group, self.id, self.epoch, self.topic_id, acks, max_wait_ms))
+        if resp.error_code == 0:
+            self.epoch += 1
+        return resp
+
+    def ack(self, acks, *, close: bool = False):
+        resp = self.conn.request(share_ack(self.group, self.id, -1 if close else self.epoch, self.topic_id, acks))
+        if resp.error_code == 0 and not close:
+            self.epoch += 1
+        return resp
+
+    def acquire_through(self, last: int) -> dict[int, int]:
+        """Long-poll until ``last`` is acquired: each acquired offset's delivery count (the
+        producer may have written the records in several batches, each waking a poll)."""
+        got: dict[int, int] = {}
+        while last not in got:
+            for first, end, count in acquired(self.fetch(max_wait_ms=30000)):
+                got.update((o, count) for o in range(first, end + 1))
+        return got
+
+
+def test_share_fetch_and_acknowledge(broker):
+    bootstrap = f"127.0.0.1:{broker.port}"
+    topic = new_topic(bootstrap)
+    probe = Conn(broker.port)
+    versions = {k.api_key: (k.min_version, k.max_version) for k in probe.request(avq.ApiVersionsRequest(), 0).api_keys}
+    assert versions[78] == (1, 2) and versions[79] == (1, 2)
+    tid = probe.request(mq.MetadataRequest(topics=[mq.MetadataRequestTopic(name=topic)]), 12).topics[0].topic_id
+    probe.close()
+    group = f"sg-{uuid.uuid4().hex[:6]}"
+    m1, m2 = Member(broker.port, group, tid), Member(broker.port, group, tid)
+    try:
         # Epoch 0 opens the session; share.auto.offset.reset=latest: nothing yet.
-        assert acquired(c1.request(share_fetch(group, m1, 0, tid))) == []
+        assert acquired(m1.fetch()) == []
         # A long poll, answered once records are produced.
-        cid = c1.send(share_fetch(group, m1, 1, tid, max_wait_ms=30000))
+        cid = m1.conn.send(share_fetch(group, m1.id, m1.epoch, tid, max_wait_ms=30000))
         produce(bootstrap, topic, [b"v%d" % i for i in range(10)])
-        resp = c1.receive(78, cid)
-        got = acquired(resp)
+        resp = m1.conn.receive(78, cid)
+        m1.epoch += 1
         assert resp.acquisition_lock_timeout_ms == 2000
-        assert got[0][0] == 0 and got[-1][1] == 9 and all(d == 1 for _, _, d in got)
+        first = acquired(resp)
+        assert first and first[0][0] == 0
         offsets = [(h.base_offset, h.last_offset) for _, h in iter_batches(partition(resp).records)]
-        assert offsets[0][0] == 0 and offsets[-1][1] == 9
+        assert offsets[0][0] == 0 and offsets[-1][1] == first[-1][1]
+        got = {o: d for a, b, d in first for o in range(a, b + 1)}
+        if 9 not in got:
+            got.update(m1.acquire_through(9))
+        assert got == {o: 1 for o in range(10)}
 
         # Nothing left for the second member.
-        assert acquired(c2.request(share_fetch(group, m2, 0, tid))) == []
+        assert acquired(m2.fetch()) == []
         # Acknowledged alone: accept 0..4, release 5..9.
-        ack = c1.request(share_ack(group, m1, 2, tid, [(0, 4, ACCEPT), (5, 9, RELEASE)]))
+        ack = m1.ack([(0, 4, ACCEPT), (5, 9, RELEASE)])
         assert ack.error_code == 0 and ack.responses[0].partitions[0].error_code == 0
         # The released records go to m2, delivered a second time.
-        assert acquired(c2.request(share_fetch(group, m2, 1, tid))) == [(5, 9, 2)]
+        assert acquired(m2.fetch()) == [(5, 9, 2)]
         # m1 does not hold them.
-        ack = c1.request(share_ack(group, m1, 3, tid, [(5, 5, ACCEPT)]))
+        ack = m1.ack([(5, 5, ACCEPT)])
         assert ack.responses[0].partitions[0].error_code == ErrorCode.INVALID_RECORD_STATE
         # Piggy-backed on a fetch: m2 rejects them.
-        p = partition(c2.request(share_fetch(group, m2, 2, tid, acks=[(5, 9, REJECT)])))
+        p = partition(m2.fetch(acks=[(5, 9, REJECT)]))
         assert p.acknowledge_error_code == 0 and p.error_code == 0
 
-        # Session epochs: a wrong one, and a member without a session.
-        bad = c2.request(share_fetch(group, m2, 7, tid))
+        # Session epochs: a wrong one, a member without a session, acknowledgements opening one.
+        bad = m2.conn.request(share_fetch(group, m2.id, m2.epoch + 5, tid))
         assert bad.error_code == ErrorCode.INVALID_SHARE_SESSION_EPOCH
-        bad = c2.request(share_fetch(group, uuid.uuid4().hex, 1, tid))
+        bad = m2.conn.request(share_fetch(group, uuid.uuid4().hex, 1, tid))
         assert bad.error_code == ErrorCode.SHARE_SESSION_NOT_FOUND
-        bad = c2.request(share_fetch(group, m2, 0, tid, acks=[(5, 9, ACCEPT)]))
+        bad = m2.conn.request(share_fetch(group, m2.id, 0, tid, acks=[(5, 9, ACCEPT)]))
         assert bad.error_code == ErrorCode.INVALID_REQUEST
 
         # Records m2 acquires and never acknowledges come back to m1 once the lock expires.
-        assert acquired(c2.request(share_fetch(group, m2, 0, tid))) == []
         produce(bootstrap, topic, [b"w%d" % i for i in range(3)])
-        assert acquired(c2.request(share_fetch(group, m2, 1, tid, max_wait_ms=30000))) == [(10, 12, 1)]
-        assert acquired(c1.request(share_fetch(group, m1, 4, tid, max_wait_ms=30000))) == [(10, 12, 2)]
+        assert m2.acquire_through(12) == {10: 1, 11: 1, 12: 1}
+        assert m1.acquire_through(12) == {10: 2, 11: 2, 12: 2}
 
         # Closing m1's session (epoch -1) releases what it holds to m2.
-        closed = c1.request(share_ack(group, m1, -1, tid, []))
-        assert closed.error_code == 0
-        assert acquired(c2.request(share_fetch(group, m2, 2, tid, max_wait_ms=30000))) == [(10, 12, 3)]
-        assert c1.request(share_fetch(group, m1, 5, tid)).error_code == ErrorCode.SHARE_SESSION_NOT_FOUND
+        assert m1.ack([], close=True).error_code == 0
+        assert m2.acquire_through(12) == {10: 3, 11: 3, 12: 3}
+        assert m1.fetch().error_code == ErrorCode.SHARE_SESSION_NOT_FOUND
     finally:
-        c1.close()
-        c2.close()
+        m1.conn.close()
+        m2.conn.close()
+
+
+def test_read_committed_group_never_acquires_aborted_records(broker):
+    bootstrap = f"127.0.0.1:{broker.port}"
+    topic = new_topic(bootstrap)
+    group = f"sg-{uuid.uuid4().hex[:6]}"
+    # The group's configs, set as Kafka's tools set them (a GROUP config resource).
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.isolation.level", "read_committed", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(30)
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{group}"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    for v in (b"a1", b"a2", b"a3"):
+        p.produce(topic, v, partition=0)
+    assert p.flush(30) == 0  # written before the abort, which would purge them otherwise
+    p.abort_transaction(30)
+    p.begin_transaction()
+    for v in (b"c1", b"c2"):
+        p.produce(topic, v, partition=0)
+    p.commit_transaction(30)
+    c = Conn(broker.port)
+    try:
+        tid = c.request(mq.MetadataRequest(topics=[mq.MetadataRequestTopic(name=topic)]), 12).topics[0].topic_id
+        got: set[int] = set()
+        epoch = 0
+        while 5 not in got:  # aborted 0-2, marker 3, committed 4-5, marker 6
+            got |= {o for a, b, _ in acquired(c.request(share_fetch(group, "m1", epoch, tid, max_wait_ms=30000)))
+                    for o in range(a, b + 1)}
+            epoch += 1
+        assert not got & {0, 1, 2}
+        assert {4, 5} <= got
+    finally:
+        c.close()

@@ -15,8 +15,8 @@ from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.replication.partition import Partition
 from rivulet.replication.replica_manager import ReplicaManager
-from rivulet.share import AcknowledgementBatch, InMemorySharePersister
-from rivulet.share.manager import ShareFetchRequestData, SharePartitionManager
+from rivulet.share import AcknowledgementBatch, AcquiredRecords, InMemorySharePersister
+from rivulet.share.manager import ShareFetchRequestData, SharePartitionManager, subtract_ranges, aborted_batches
 from rivulet.storage import Log, LogConfig
 
 pytestmark = pytest.mark.fast
@@ -235,3 +235,29 @@ def test_state_survives_a_leadership_move_through_the_persister(tmp_path) -> Non
         assert ranges(env.fetch("m1")) == [(2, 4, 2)]
 
     run(tmp_path, body)
+
+
+def _headers(*batches: bytes):
+    return [h for b in batches for _, h in rec.iter_batches(b)]
+
+
+def test_aborted_batches_are_found_as_a_read_committed_consumer_finds_them() -> None:
+    def data(base: int, pid: int, n: int = 2) -> bytes:
+        return rec.encode_batch([rec.Record(i, 0, None, b"x", []) for i in range(n)], base_offset=base,
+                                producer_id=pid, producer_epoch=0, base_sequence=0, transactional=pid >= 0)
+
+    def marker(base: int, pid: int, kind) -> bytes:
+        return rec.encode_control_batch(kind, producer_id=pid, producer_epoch=0, coordinator_epoch=0,
+                                        base_offset=base, timestamp=0)
+
+    headers = _headers(data(0, 7), data(2, 8), data(4, -1), marker(6, 7, rec.ControlRecordType.ABORT),
+                       marker(7, 8, rec.ControlRecordType.COMMIT), data(8, 7))
+    # producer 7 aborted the transaction it began at 0; producer 8 committed; 8.. is a new one of 7's
+    assert aborted_batches(headers, [(7, 0)]) == [(0, 1)]
+    assert aborted_batches(headers, [(7, 0), (7, 8)]) == [(0, 1), (8, 9)]
+    assert aborted_batches(headers, []) == []
+
+
+def test_archived_aborted_records_are_cut_from_the_acquired_ranges() -> None:
+    acquired = [AcquiredRecords(0, 9, 1), AcquiredRecords(12, 14, 2)]
+    assert subtract_ranges(acquired, [(0, 1), (5, 6), (12, 14)]) == [AcquiredRecords(2, 4, 1), AcquiredRecords(7, 9, 1)]
