@@ -250,7 +250,8 @@ class Broker:
         txns.startup(lead_all=not self.cluster_mode)
         if self.cluster_mode:
             rm.leadership_listeners.append(CoordinatorLeadership(groups, txns))
-        share = self.share_partitions = SharePartitionManager(rm, self.timer, self.clock, self.group_configs.get)
+        share = self.share_partitions = SharePartitionManager(rm, self.timer, self.clock, self.group_configs.get,
+                                                                max_sessions=cfg["group.share.max.share.sessions"])
         rm.leadership_listeners.append(share)
         topics.on_partitions_deleted.append(share.on_partitions_deleted)
         # A deleted share group takes its share partitions' state with it (Kafka's DeleteShareGroupState).

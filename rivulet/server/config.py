@@ -377,17 +377,19 @@ BROKER_CONFIGS = ConfigDef([
     _k("group.share.min.heartbeat.interval.ms", I, 5000, _pos, "Shortest share.heartbeat.interval.ms.", MEDIUM),
     _k("group.share.max.heartbeat.interval.ms", I, 15000, _pos, "Longest share.heartbeat.interval.ms.", MEDIUM),
     _k("group.share.record.lock.duration.ms", I, 30000, at_least(1000), "Acquisition lock duration of a share "
-       "group's records.", MEDIUM, ignored=True),
+       "group's records; a group's share.record.lock.duration.ms overrides it.", MEDIUM),
     _k("group.share.min.record.lock.duration.ms", I, 15000, at_least(1000), "Shortest "
        "share.record.lock.duration.ms.", MEDIUM),
     _k("group.share.max.record.lock.duration.ms", I, 3600000, at_least(1000), "Longest "
        "share.record.lock.duration.ms.", MEDIUM),
-    _k("group.share.delivery.count.limit", I, 5, at_least(2), "Delivery attempts of a share group's record.",
-       MEDIUM, ignored=True),
+    _k("group.share.delivery.count.limit", I, 5, at_least(2), "Delivery attempts of a share group's record "
+       "before it is archived; a group's share.delivery.count.limit overrides it.", MEDIUM),
     _k("group.share.min.delivery.count.limit", I, 2, at_least(2), "Smallest share.delivery.count.limit.", MEDIUM),
     _k("group.share.max.delivery.count.limit", I, 10, at_least(2), "Largest share.delivery.count.limit.", MEDIUM),
-    _k("group.share.partition.max.record.locks", I, 2000, at_least(100), "Record locks per share-partition.",
-       MEDIUM, ignored=True),
+    _k("group.share.partition.max.record.locks", I, 2000, at_least(100), "Record locks per share-partition; a "
+       "group's share.partition.max.record.locks overrides it.", MEDIUM),
+    _k("group.share.max.share.sessions", I, 2000, at_least(1), "The maximum number of share sessions per broker.",
+       MEDIUM),
     _k("group.share.min.partition.max.record.locks", I, 100, at_least(100), "Smallest "
        "share.partition.max.record.locks.", MEDIUM),
     _k("group.share.max.partition.max.record.locks", I, 10000, at_least(100), "Largest "

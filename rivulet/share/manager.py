@@ -118,7 +118,8 @@ class DelayedShareFetch(DelayedOperation):
 
 class SharePartitionManager:
     def __init__(self, replica_manager: ReplicaManager, timer: Timer, clock: Clock,
-                 settings: Callable[[str], ShareGroupSettings], persister: SharePersister | None = None) -> None:
+                 settings: Callable[[str], ShareGroupSettings], persister: SharePersister | None = None,
+                 *, max_sessions: int = 2000) -> None:
         self.replica_manager = replica_manager
         self.timer = timer
         self.clock = clock
@@ -126,6 +127,7 @@ class SharePartitionManager:
         self.persister: SharePersister = persister or InMemorySharePersister()
         self.partitions: dict[tuple[str, TopicPartition], SharePartition] = {}
         self.sessions: dict[tuple[str, str], _Session] = {}
+        self.max_sessions = max_sessions  # group.share.max.share.sessions
 
     @property
     def purgatory(self) -> DelayedOperationPurgatory:
@@ -139,9 +141,13 @@ class SharePartitionManager:
         """Check a request's session epoch and move the session on: epoch 0 opens a new session
         (dropping the member's old one) owned by the connection ``owner``, -1 is checked by
         ``close_session``, any other must be the session's next. Raises SHARE_SESSION_NOT_FOUND
-        or INVALID_SHARE_SESSION_EPOCH."""
+        or INVALID_SHARE_SESSION_EPOCH, and SHARE_SESSION_LIMIT_REACHED for a new session on a
+        broker holding ``max_sessions`` already."""
         key = (group_id, member_id)
         if epoch == INITIAL_EPOCH:
+            if key not in self.sessions and len(self.sessions) >= self.max_sessions:
+                raise ApiError(ErrorCode.SHARE_SESSION_LIMIT_REACHED,
+                               "The share session cache is full.")
             self.sessions[key] = session = _Session(epoch=1, owner=owner)
         else:
             session = self._session(key, epoch)

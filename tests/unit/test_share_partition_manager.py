@@ -103,6 +103,22 @@ def test_session_epochs(tmp_path) -> None:
     run(tmp_path, body)
 
 
+def test_share_sessions_are_capped_per_broker(tmp_path) -> None:
+    async def body(env: Env) -> None:
+        m = env.manager
+        m.max_sessions = 2
+        env.open("m1")
+        env.open("m2")
+        with pytest.raises(ApiError) as e:
+            env.open("m3")
+        assert e.value.code is ErrorCode.SHARE_SESSION_LIMIT_REACHED
+        env.open("m2")  # a member's new session replaces its old one
+        m.close_session("g", "m1")
+        env.open("m3")
+
+    run(tmp_path, body)
+
+
 def test_fetch_acquires_and_returns_only_acquired_batches(tmp_path) -> None:
     async def body(env: Env) -> None:
         for _ in range(3):
