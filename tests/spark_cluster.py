@@ -1,7 +1,8 @@
-"""A Spark standalone cluster on loopback for the tests: a master and two workers (1 core, 1g
-each) started with the installed PySpark's own launcher (``bin/spark-class``), so executors are
-separate JVMs with their own Python workers, as on a real cluster. Executors can be killed
-with SIGKILL; everything started is killed on close."""
+"""Spark processes for the tests, started with the installed PySpark's own launchers: a
+standalone cluster on loopback (a master and two workers of 1 core and 1g, ``bin/spark-class``),
+so executors are separate JVMs with their own Python workers as on a real cluster, and a Spark
+Connect server (``bin/spark-submit``). Executors can be killed with SIGKILL; everything started
+is killed on close."""
 
 from __future__ import annotations
 

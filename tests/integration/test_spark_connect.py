@@ -5,6 +5,7 @@ workers run it."""
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 import pytest
@@ -28,15 +29,28 @@ def connect_server(tmp_path_factory):
         server.close()
 
 
+# What SparkSession.builder.remote() sets for the whole process (and stop() leaves set), which
+# would turn later classic sessions, and the Spark commands tests start, into Connect clients.
+CONNECT_ENV = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
+
+
 @pytest.fixture(scope="module")
 def spark(connect_server):
     from pyspark.sql import SparkSession
 
     import rivulet.spark
+    saved = {k: os.environ.get(k) for k in CONNECT_ENV}
     s = SparkSession.builder.remote(connect_server.url).getOrCreate()
-    rivulet.spark.register(s)  # spark.dataSource.register, over Connect
-    yield s
-    s.stop()
+    try:
+        rivulet.spark.register(s)  # spark.dataSource.register, over Connect
+        yield s
+    finally:
+        s.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def test_source_and_sink_through_spark_connect(broker, spark, tmp_path):
