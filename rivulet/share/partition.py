@@ -209,15 +209,14 @@ class SharePartition:
 
     def snapshot(self) -> SharePartitionSnapshot:
         runs: list[StateBatch] = []
-        for off, state, count, _member in self.records():
-            if state is RecordState.ACQUIRED:
-                state = RecordState.AVAILABLE
-            last = runs[-1] if runs else None
-            if last is not None and last.last_offset + 1 == off and last.delivery_state is state \
-                    and last.delivery_count == count:
-                runs[-1] = StateBatch(last.first_offset, off, state, count)
+        for first, last, st in self._runs():
+            state = RecordState.AVAILABLE if st.state is RecordState.ACQUIRED else st.state
+            prev = runs[-1] if runs else None
+            if prev is not None and prev.last_offset + 1 == first and prev.delivery_state is state \
+                    and prev.delivery_count == st.delivery_count:
+                runs[-1] = StateBatch(prev.first_offset, last, state, st.delivery_count)
             else:
-                runs.append(StateBatch(off, off, state, count))
+                runs.append(StateBatch(first, last, state, st.delivery_count))
         return SharePartitionSnapshot(self._start, tuple(runs))
 
     # -- views ---------------------------------------------------------------------
@@ -253,10 +252,9 @@ class SharePartition:
 
     def next_fetch_offset(self) -> int:
         """Where a fetch must read from: the first Available offset in the window, else ``end_offset``."""
-        for batch in self._batches:
-            for off, st in batch.states():
-                if off >= self._start and st.state is RecordState.AVAILABLE:
-                    return off
+        for first, _last, st in self._runs():
+            if st.state is RecordState.AVAILABLE:
+                return first
         return self._end
 
     def can_acquire(self) -> bool:
@@ -493,6 +491,19 @@ class SharePartition:
                     self._settle(st, RecordState.ARCHIVED)
 
     # -- internals -----------------------------------------------------------------------
+
+    def _runs(self) -> Iterator[tuple[int, int, _State]]:
+        """(first, last, state) from the SPSO on: one run per unsplit batch, one per offset of a split one."""
+        start = self._start
+        for batch in self._batches:
+            if batch.last < start:
+                continue
+            if batch.whole is not None:
+                yield max(batch.first, start), batch.last, batch.whole
+            else:
+                assert batch.offsets is not None
+                for off in range(max(batch.first, start), batch.last + 1):
+                    yield off, off, batch.offsets[off - batch.first]
 
     def _find(self, offset: int) -> tuple[_Batch, _State] | None:
         i = bisect_right(self._firsts, offset) - 1

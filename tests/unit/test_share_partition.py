@@ -284,6 +284,20 @@ def test_archive_before_a_moved_log_start(timer):
     assert timer.size == 0
 
 
+def test_snapshot_and_restore(timer):
+    sp = make(timer)
+    sp.acquire("m1", [(0, 4), (5, 9), (10, 19)], 100)
+    sp.acknowledge("m1", [ack(0, 1, ACCEPT), ack(3, 3, REJECT), ack(5, 9, RELEASE)])
+    snap = sp.snapshot()
+    assert snap.start_offset == 2
+    assert [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in snap.state_batches] == [
+        (2, 2, A, 1), (3, 3, X, 1), (4, 19, A, 1)]  # acquired records are written Available
+    back = SharePartition(snap.start_offset, timer, lock_duration_ms=1000, state_batches=snap.state_batches)
+    assert (back.start_offset, back.end_offset) == (2, 20)
+    assert back.acquire("m2", [(0, 4), (5, 9), (10, 19), (20, 24)], 100) == [
+        AcquiredRecords(2, 2, 2), AcquiredRecords(4, 19, 2), AcquiredRecords(20, 24, 1)]
+
+
 # -- share.auto.offset.reset -----------------------------------------------------------
 
 
