@@ -109,8 +109,14 @@ class DelayedShareFetch(DelayedOperation):
         return False
 
     def on_complete(self) -> None:
-        if not self.future.done():
-            self.future.set_result(self.manager.acquire_now(self.request, self.acked))
+        if self.future.done():
+            return
+        try:
+            result = self.manager.acquire_now(self.request, self.acked)
+        except Exception as e:  # answered as the request's failure, never left waiting
+            self.future.set_exception(e)
+        else:
+            self.future.set_result(result)
 
     def on_expiration(self) -> None:
         pass
