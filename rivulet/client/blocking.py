@@ -178,7 +178,7 @@ class BlockingClient:
                 raise
             except OSError as e:
                 last = e
-        raise ConnectionError(f"no bootstrap server reachable ({self.bootstrap}): {last}")
+        raise ConnectionError(f"no bootstrap server reachable ({self.bootstrap}): {last}") from last
 
     def close(self) -> None:
         for c in self._conns.values():

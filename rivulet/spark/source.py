@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import re
+import ssl
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
@@ -29,6 +30,7 @@ from pyspark.sql.streaming.datasource import (
 from rivulet.protocol.errors import ErrorCode, ApiError
 from rivulet.client import blocking, core
 from rivulet.client.blocking import BlockingClient, BlockingConnection
+from rivulet.client.connection import AuthenticationFailed
 from rivulet.security.client_config import sasl_credentials
 from rivulet.client.core import EARLIEST, LATEST
 from rivulet.common.types import TopicPartition as TP
@@ -39,6 +41,7 @@ from rivulet.spark._records import Chunk, decode_into, next_offset_after
 log = logging.getLogger("rivulet.spark")
 
 BACKOFF = core.Backoff()  # Kafka's defaults: 100 ms doubling to 1 s, with jitter
+API_TIMEOUT_S = 60  # Kafka's default.api.timeout.ms
 OffsetMap = dict[TP, int]
 
 FAIL_ON_DATA_LOSS_HINT = (
@@ -74,6 +77,12 @@ def parse_duration_ms(text: str, name: str) -> int:
     if not m:
         raise ValueError(f"option {name}: expected a duration like 15m, 30s or 500ms, got {text!r}")
     return int(int(m.group(1)) * _DURATION_MS[(m.group(2) or "ms").lower()])
+
+
+def not_transient(e: BaseException) -> bool:
+    """A failed TLS handshake or SASL authentication: retrying cannot help (Kafka's
+    SslAuthenticationException and SaslAuthenticationException are not retriable)."""
+    return isinstance(e, (AuthenticationFailed, ssl.SSLError)) or isinstance(e.__cause__, ssl.SSLError)
 
 
 def report_data_loss(message: str, fail: bool) -> None:
@@ -284,15 +293,21 @@ class OffsetReader:
         return self._cluster
 
     def _retry(self, fn: Any, *args: Any) -> Any:
-        last: Exception | None = None
-        for attempt in range(4):
+        # Through a leader's death (a new one is elected within seconds): for as long as the
+        # Java admin client Spark plans with retries a call (default.api.timeout.ms).
+        deadline = time.monotonic() + API_TIMEOUT_S
+        attempt = 0
+        while True:
             try:
                 return fn(*args)
             except (OSError, ConnectionError) as e:
-                last = e
+                if not_transient(e):
+                    raise
                 self.close()
-                time.sleep(BACKOFF.delay(attempt + 1))
-        raise ConnectionError(f"cannot reach the broker at {self.opts.bootstrap}: {last}")
+                attempt += 1
+                if time.monotonic() >= deadline:
+                    raise ConnectionError(f"cannot reach the broker at {self.opts.bootstrap}: {e}") from e
+                time.sleep(BACKOFF.delay(attempt))
 
     def partitions(self) -> set[TP]:
         return self._retry(self._partitions)
@@ -641,6 +656,15 @@ def read_range(opts: SourceOptions, rp: RangePartition) -> Iterator[Any]:
     f = _Fetcher(opts, tp)
     failures = 0
     stalled_since: float | None = None
+    # A leader that died is replaced once its ZooKeeper session expires and the controller
+    # elects another: as the Java consumer under Spark, keep trying (with fresh metadata) for
+    # kafkaConsumer.pollTimeoutMs before failing the task.
+    failing_since: float | None = None
+
+    def given_up() -> bool:
+        nonlocal failing_since
+        failing_since = failing_since or time.monotonic()
+        return time.monotonic() - failing_since > opts.poll_timeout_ms / 1000
     try:
         while offset < end:
             try:
@@ -648,9 +672,12 @@ def read_range(opts: SourceOptions, rp: RangePartition) -> Iterator[Any]:
                     f.send(offset, end)
                 asked, pd = f.receive()
             except (OSError, ConnectionError) as e:
+                if not_transient(e):
+                    raise
                 failures += 1
-                if failures > 5:
-                    raise ConnectionError(f"fetching {tp[0]}-{tp[1]} at offset {offset}: {e}") from e
+                if given_up():
+                    raise ConnectionError(f"fetching {tp[0]}-{tp[1]} at offset {offset}: {e} "
+                                          f"(for {opts.poll_timeout_ms} ms)") from e
                 f.reset()
                 blocking.discard(opts.bootstrap, opts.security)
                 f.cluster = blocking.pooled(opts.bootstrap, "rivulet-spark", opts.security)
@@ -666,7 +693,7 @@ def read_range(opts: SourceOptions, rp: RangePartition) -> Iterator[Any]:
                 continue
             if code in core.RETRIABLE:
                 failures += 1
-                if failures > 20:
+                if given_up():
                     raise ApiError(ErrorCode(code), f"Fetch {tp[0]}-{tp[1]}")
                 f.reset()
                 f.cluster.cluster.forget_leader(*tp)
@@ -675,6 +702,7 @@ def read_range(opts: SourceOptions, rp: RangePartition) -> Iterator[Any]:
             if code:
                 raise ApiError(ErrorCode(code), f"Fetch {tp[0]}-{tp[1]} at offset {offset}")
             failures = 0
+            failing_since = None
             records = pd.records
             if records is None or len(records) == 0:
                 # Nothing at the offset although planning saw data up to `end`: the log ends

@@ -179,6 +179,9 @@ def test_exactly_once_through_executor_leader_and_driver_kills(brokers, spark_st
     everything = consume_all(brokers.bootstrap, dst, 2, isolation="read_uncommitted")
     expected = Counter(f"{p}-{i}".encode() for p in range(PARTITIONS) for i in range(PER_PARTITION))
     assert Counter(m.value() for m in committed) == expected
+    # The source rode out the leader's death (it keeps fetching until a new leader is elected)
+    # without failing a task.
+    assert "ConnectionError: fetching" not in log_path.read_text(errors="replace")
 
     # What the faults made Spark do, for the record: later attempts of a task (retries after
     # the executor's death, speculative copies), tasks of the replayed batch, aborted rows.
