@@ -127,7 +127,9 @@ class Broker:
             max_connections=config["max.connections"],
             max_connections_per_ip=config["max.connections.per.ip"],
             max_connections_per_ip_overrides=config["max.connections.per.ip.overrides"],
-            queued_max_request_bytes=config["queued.max.request.bytes"]), self.quotas.connection_rates)
+            queued_max_request_bytes=config["queued.max.request.bytes"],
+            send_buffer_bytes=config["socket.send.buffer.bytes"],
+            receive_buffer_bytes=config["socket.receive.buffer.bytes"]), self.quotas.connection_rates)
         self.dynamic_config.add_reconfigurable(self.socket_server.quotas)
         # metrics.listener: the Prometheus endpoint, and the request timings it shows.
         self.metrics: MetricsExporter | None = None

@@ -449,8 +449,10 @@ BROKER_CONFIGS = ConfigDef([
     _k("num.replica.fetchers", I, 1, _pos, "Follower fetcher threads.", HIGH, CLUSTER, ignored=True),
     _k("queued.max.requests", I, 500, _pos, "Requests queued before network threads block.", HIGH,
        ignored=True),
-    _k("socket.send.buffer.bytes", I, 102400, None, "SO_SNDBUF of server sockets.", HIGH, ignored=True),
-    _k("socket.receive.buffer.bytes", I, 102400, None, "SO_RCVBUF of server sockets.", HIGH, ignored=True),
+    _k("socket.send.buffer.bytes", I, 102400, None, "SO_SNDBUF of client connections; -1: the OS default.", HIGH),
+    _k("socket.receive.buffer.bytes", I, 102400, None, "SO_RCVBUF of client connections; -1: the OS default. "
+       "It bounds what a client can queue ahead of the broker, so an overloaded broker pushes back on "
+       "producers sooner and they batch.", HIGH),
     _k("auto.leader.rebalance.enable", B, True, None, "Cluster mode: the controller moves leadership back to "
        "preferred replicas when a broker leads too few of them.", HIGH),
     _k("leader.imbalance.check.interval.seconds", L, 300, _pos, "How often the controller checks the "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -150,6 +151,8 @@ class SocketServerConfig:
     max_connections_per_ip: int = UNLIMITED
     max_connections_per_ip_overrides: str = ""
     queued_max_request_bytes: int = -1
+    send_buffer_bytes: int = -1  # socket.send.buffer.bytes; -1: the OS default
+    receive_buffer_bytes: int = -1  # socket.receive.buffer.bytes
 
 
 class SocketServer:
@@ -191,6 +194,14 @@ class SocketServer:
             lambda: KafkaConnection(self, listener), host or None, port, reuse_address=True, backlog=1024,
             start_serving=False, ssl=listener.ssl_context,
             ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if listener.ssl_context is not None else None)
+        # Accepted connections inherit the listening socket's buffer sizes (set before they
+        # connect, so that the window the client is offered already reflects them), as Kafka
+        # sets them on each accepted socket.
+        for sock in server.sockets:
+            if self.config.receive_buffer_bytes != -1:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.config.receive_buffer_bytes)
+            if self.config.send_buffer_bytes != -1:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.config.send_buffer_bytes)
         self.servers.append(server)
         return server.sockets[0].getsockname()[1]
 
