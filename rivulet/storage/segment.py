@@ -452,17 +452,21 @@ class LogSegment:
         """``read``'s choice of batches from their headers alone, handed out as a FileRegion
         (bytes when fewer than ``zero_copy_min``): a Fetch's records never pass through Python."""
         fd, end = self.fd, self.size
-        chunk, chunk_pos = _EMPTY, 0
+        chunk, chunk_pos, last_length = _EMPTY, 0, 0
 
         def header(q: int) -> tuple[int, int, int, int] | None:
             """(base offset, length, last offset delta, record count) of the batch at ``q``."""
-            nonlocal chunk, chunk_pos
+            nonlocal chunk, chunk_pos, last_length
             if q + rec.HEADER_SIZE > end:
                 return None
             if q < chunk_pos or q + rec.HEADER_SIZE > chunk_pos + len(chunk):
-                chunk, chunk_pos = os.pread(fd, min(end - q, _HEADER_CHUNK), q), q
+                # Small batches: a chunk holds many headers. Large ones: only the header, or
+                # the walk would read nearly every byte it is meant to leave to sendfile.
+                want = rec.HEADER_SIZE if last_length > _HEADER_CHUNK // 8 else _HEADER_CHUNK
+                chunk, chunk_pos = os.pread(fd, min(end - q, want), q), q
             o = q - chunk_pos
             base, length, lod = LOCATOR.unpack_from(chunk, o)
+            last_length = length
             return base, length, lod, _COUNT.unpack_from(chunk, o + rec.RECORDS_COUNT_OFFSET)[0]
 
         q = self.offset_index.lookup(target)
