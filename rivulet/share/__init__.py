@@ -10,7 +10,7 @@ from .partition import (
     SharePartitionSnapshot,
     StateBatch,
 )
-from .persister import InMemorySharePersister, SharePersister
+from .persister import InMemorySharePersister, SharePersister, ShareStateSummary
 from .reset import initial_start_offset, parse_duration_ms
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "SharePartition",
     "SharePartitionSnapshot",
     "SharePersister",
+    "ShareStateSummary",
     "StateBatch",
     "initial_start_offset",
     "parse_duration_ms",
