@@ -21,7 +21,8 @@ import statistics
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -31,14 +32,46 @@ from rivulet.testing import BrokerProcess
 
 @dataclass
 class Row:
+    """One path's rounds: seconds and the 1-minute load average after each."""
+
     name: str
     rows: int
-    seconds: float
+    seconds: list[float] = field(default_factory=list)
+    loads: list[float] = field(default_factory=list)
     note: str = ""
+    unit: str = "rows/s"
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds) if self.seconds else 0.0
 
     @property
     def rps(self) -> float:
-        return self.rows / self.seconds if self.seconds else 0.0
+        return self.rows / self.median if self.median else 0.0
+
+    @property
+    def load(self) -> str:
+        if not self.loads:
+            return ""
+        lo, hi = min(self.loads), max(self.loads)
+        return f"{lo:.1f}" if abs(hi - lo) < 0.05 else f"{lo:.1f}-{hi:.1f}"
+
+
+def load_average() -> float:
+    return os.getloadavg()[0]
+
+
+def alternate(jobs: list[tuple[Row, Callable[[], object]]], repeat: int) -> None:
+    """Run the jobs in turn, ``repeat`` rounds (A B A B ...), so that a change in the machine's
+    load during the run hits every path alike; each job has had its warm-up."""
+    for r in range(repeat):
+        for row, fn in jobs:
+            t0 = time.perf_counter()
+            fn()
+            row.seconds.append(time.perf_counter() - t0)
+            row.loads.append(load_average())
+            print(f"  round {r + 1}: {row.name}: {row.rows / row.seconds[-1]:,.0f} {row.unit} "
+                  f"(load {row.loads[-1]:.1f})", flush=True)
 
 
 def produce(bootstrap: str, topic: str, count: int, size: int) -> float:
@@ -109,38 +142,35 @@ def kafka_connector_jars(spark_version: str) -> tuple[list[str], str]:
     return jars, version
 
 
-def timed(fn, repeat: int) -> float:
-    """Median of ``repeat`` runs (after the caller's warm-up)."""
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def decoder_alone(bootstrap: str, topic: str, partitions: int) -> Row:
+def decoder_alone(bootstrap: str, topic: str, repeat: int) -> Row:
     """Fetch + decode to Arrow of the whole topic on one core, without Spark."""
-    from rivulet.spark.source import RangePartition, SourceOptions, read_range, OffsetReader
+    from rivulet.spark.source import OffsetReader, RangePartition, SourceOptions, read_range
     opts = SourceOptions(bootstrap=bootstrap, subscribe=[topic], include_headers=True)
     reader = OffsetReader(opts)
     ends = reader.latest()
     reader.close()
-    t0 = time.perf_counter()
-    n = 0
-    for (t, p), end in sorted(ends.items()):
-        for rb in read_range(opts, RangePartition(t, p, 0, end)):
-            n += rb.num_rows
-    return Row("fetch + decode to Arrow, 1 core, no Spark", n, time.perf_counter() - t0)
+
+    def job() -> None:
+        n = 0
+        for (t, p), end in sorted(ends.items()):
+            for rb in read_range(opts, RangePartition(t, p, 0, end)):
+                n += rb.num_rows
+        assert n == sum(ends.values())
+    job()
+    row = Row("fetch + decode to Arrow, 1 core, no Spark", sum(ends.values()))
+    alternate([(row, job)], repeat)
+    return row
 
 
-def spark_ceiling(spark, rows: int, size: int) -> Row:
-    """A Python data source that only yields ready-made Arrow batches of the source's schema."""
+def register_ceiling(spark, rows: int, size: int, batch_rows: int = 65536) -> None:
+    """``format("bench_ceiling")``: a Python data source that only yields ready-made Arrow
+    batches of the source's schema (4 partitions, like the topic): what Spark's own handling of
+    a Python source costs, the most any Python source can reach here."""
     import pyarrow as pa
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-    from rivulet.spark import SCHEMA
-    from rivulet.spark._records import ARROW_SCHEMA, HEADERS_TYPE, TIMESTAMP_TYPE
+    from rivulet.spark import SCHEMA_NO_HEADERS
+    from rivulet.spark._records import ARROW_SCHEMA_NO_HEADERS, TIMESTAMP_TYPE
 
     per_task = rows // 4
 
@@ -149,14 +179,14 @@ def spark_ceiling(spark, rows: int, size: int) -> Row:
             return [InputPartition(i) for i in range(4)]
 
         def read(self, partition):
-            n = 65536
+            n = batch_rows
             v = pa.array([b"x" * size] * n, pa.binary())
             k = pa.array([b"%08d" % i for i in range(n)], pa.binary())
             o = pa.array(range(n), pa.int64())
             b = pa.RecordBatch.from_arrays(
                 [k, v, pa.repeat(pa.scalar("t"), n), pa.repeat(pa.scalar(0, pa.int32()), n), o,
-                 o.cast(TIMESTAMP_TYPE), pa.repeat(pa.scalar(0, pa.int32()), n), pa.nulls(n, HEADERS_TYPE)],
-                schema=ARROW_SCHEMA)
+                 o.cast(TIMESTAMP_TYPE), pa.repeat(pa.scalar(0, pa.int32()), n)],
+                schema=ARROW_SCHEMA_NO_HEADERS)
             left = per_task
             while left > 0:
                 yield b.slice(0, min(n, left))
@@ -168,16 +198,97 @@ def spark_ceiling(spark, rows: int, size: int) -> Row:
             return "bench_ceiling"
 
         def schema(self):
-            return SCHEMA
+            return SCHEMA_NO_HEADERS
 
         def reader(self, schema):
             return Reader()
 
     spark.dataSource.register(Ceiling)
-    job = lambda: spark.read.format("bench_ceiling").load().write.format("noop").mode("overwrite").save()  # noqa
-    job()
-    return Row("Spark's Python-source overhead alone -> noop", per_task * 4, timed(job, 3),
-               "ready-made Arrow batches")
+
+
+# ---------------------------------------------------------------- the pipeline
+
+
+ORDER_SCHEMA = ("order_id STRING, customer_id STRING, product STRING, category STRING, quantity INT, "
+                "price DOUBLE, currency STRING, event_time TIMESTAMP")
+CATEGORIES = {"books": ("novel", 14.99), "electronics": ("charger", 19.99), "garden": ("seeds", 3.5),
+              "grocery": ("coffee", 8.75), "toys": ("kite", 22.0)}
+
+
+def produce_orders(bootstrap: str, topic: str, count: int, per_second: int = 5000) -> float:
+    """The demo's order events (JSON, about 190 B), ``per_second`` of event time each second
+    from a fixed start, 30% of them up to 4 s late: ``count / per_second`` seconds of stream."""
+    import json
+    import random
+    from datetime import datetime, timedelta, timezone
+    rng = random.Random(7)
+    base = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    cats = list(CATEGORIES)
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
+                  "queue.buffering.max.messages": 2_000_000, "compression.type": "lz4"})
+    t0 = time.perf_counter()
+    for i in range(count):
+        cat = cats[rng.randrange(len(cats))]
+        product, price = CATEGORIES[cat]
+        late = rng.random() * 4.0 if rng.random() < 0.3 else 0.0
+        ts = base + timedelta(seconds=i / per_second - late)
+        customer = f"c{rng.randrange(2000):05d}"
+        doc = {"order_id": f"{i:016x}", "customer_id": customer, "product": product, "category": cat,
+               "quantity": rng.choice((1, 1, 1, 2, 2, 3, 5)), "price": price, "currency": "EUR",
+               "event_time": ts.isoformat(timespec="milliseconds").replace("+00:00", "Z")}
+        while True:
+            try:
+                p.produce(topic, json.dumps(doc, separators=(",", ":")).encode(), key=customer.encode())
+                break
+            except BufferError:
+                p.poll(0.001)
+    assert p.flush(300) == 0
+    return time.perf_counter() - t0
+
+
+def pipeline_job(spark, bootstrap: str, topic: str, connector: str, tmp: str, batch: int,
+                 outputs: list[tuple[str, str]]) -> Callable[[], None]:
+    """The demo's pipeline over the whole topic (AvailableNow, ``batch`` offsets a micro-batch)
+    on one connector: parse JSON, revenue per category per 10 s window under a 5 s watermark,
+    each closed window to a topic and to Parquet."""
+    from rivulet.cli.pipeline import PipelineConfig, PipelineStats, start
+
+    def run() -> None:
+        tag = uuid.uuid4().hex[:6]
+        out = os.path.join(tmp, f"pipeline-{connector}-{tag}")
+        cfg = PipelineConfig(
+            bootstrap_servers=bootstrap, input_topic=topic, starting_offsets="earliest",
+            max_offsets_per_trigger=batch, source_format=connector, output_format=connector,
+            schema=ORDER_SCHEMA, event_time="event_time", window="10 seconds", watermark="5 seconds",
+            group_by=["category"],
+            metrics={"orders": "count(*)", "items": "sum(quantity)", "revenue": "round(sum(quantity * price), 2)",
+                     "customers": "approx_count_distinct(customer_id)"},
+            output_topic=f"{topic}-by-window-{connector}-{tag}", parquet_path=os.path.join(out, "parquet"),
+            checkpoint=os.path.join(out, "checkpoint"), available_now=True, query_name=f"bench_{connector}_{tag}")
+        q = start(spark, cfg, PipelineStats())
+        q.awaitTermination()
+        if q.exception() is not None:
+            raise RuntimeError(f"the {connector} pipeline failed: {q.exception()}")
+        outputs.append((connector, cfg.parquet_path))
+    return run
+
+
+def same_windows(spark, outputs: list[tuple[str, str]]) -> str:
+    """Every run wrote the same closed windows (window, category, orders, items)."""
+    cols = ["window_start", "category", "orders", "items"]
+    frames = [(c, spark.read.parquet(path).select(*cols)) for c, path in outputs]
+    ref_name, ref = frames[0]
+    n = ref.count()
+    for name, df in frames[1:]:
+        if df.count() != n or ref.exceptAll(df).count() or df.exceptAll(ref).count():
+            return f"{name} wrote other windows than {ref_name}"
+    return f"every run wrote the same {n:,} windows"
+
+
+# ---------------------------------------------------------------- main
+
+
+SECTIONS = ("source", "pipeline", "cluster")
 
 
 def main() -> None:
@@ -186,9 +297,16 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--partitions", type=int, default=4)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=3, help="rounds of each path, alternated")
+    ap.add_argument("--events", type=int, default=400_000, help="order events for the pipeline")
+    ap.add_argument("--batch", type=int, default=100_000, help="the pipeline's maxOffsetsPerTrigger")
+    ap.add_argument("--only", default=",".join(SECTIONS),
+                    help=f"comma-separated sections to run, of {', '.join(SECTIONS)}")
     ap.add_argument("--skip-kafka", action="store_true", help="do not fetch and run Spark's Kafka connector")
     args = ap.parse_args()
+    only = {x.strip() for x in args.only.split(",") if x.strip()}
+    if only - set(SECTIONS):
+        ap.error(f"--only: unknown sections {sorted(only - set(SECTIONS))}")
 
     broker = None
     if args.bootstrap:
@@ -197,20 +315,31 @@ def main() -> None:
         broker = BrokerProcess().start()
         bootstrap = broker.bootstrap
     tmp = tempfile.mkdtemp(prefix="rivulet-spark-bench-")
-    results: list[Row] = []
+    tables: list[tuple[str, list[Row]]] = []
     try:
-        topic = f"spark-bench-{uuid.uuid4().hex[:6]}"
+        tag = uuid.uuid4().hex[:6]
+        topic = f"spark-bench-{tag}"
+        orders = f"orders-{tag}"
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        admin.create_topics([NewTopic(topic, args.partitions, 1)])[topic].result(30)
-        secs = produce(bootstrap, topic, args.records, args.size)
-        print(f"produced {args.records:,} x {args.size} B into {topic} ({args.partitions} partitions) "
-              f"in {secs:.1f} s", flush=True)
+        new = [NewTopic(topic, args.partitions, 1)]
+        if "pipeline" in only:
+            new.append(NewTopic(orders, args.partitions, 1))
+        for f in admin.create_topics(new).values():
+            f.result(30)
+        if only & {"source", "cluster"}:
+            secs = produce(bootstrap, topic, args.records, args.size)
+            print(f"produced {args.records:,} x {args.size} B into {topic} ({args.partitions} partitions) "
+                  f"in {secs:.1f} s", flush=True)
+        if "pipeline" in only:
+            secs = produce_orders(bootstrap, orders, args.events)
+            print(f"produced {args.events:,} order events into {orders} in {secs:.1f} s", flush=True)
 
         import pyspark
         from rivulet.spark.session import quiet_session
         conf = {"spark.sql.shuffle.partitions": 2, "spark.driver.memory": "2g"}
         kafka_note = ""
-        if not args.skip_kafka:
+        use_kafka = not args.skip_kafka and bool(only & {"source", "pipeline"})
+        if use_kafka:
             try:
                 jars, version = kafka_connector_jars(pyspark.__version__)
                 conf["spark.jars"] = ",".join(jars)
@@ -219,65 +348,142 @@ def main() -> None:
                     kafka_note += f" (Maven Central has no {pyspark.__version__})"
             except RuntimeError as e:
                 print(f"skipping Spark's Kafka connector: {e}", flush=True)
-                args.skip_kafka = True
-        print(f"starting Spark {pyspark.__version__} local[2]" + (f" with {kafka_note}" if kafka_note else ""),
-              flush=True)
-        spark = quiet_session("local[2]", "rivulet-spark-bench", conf, log_path=os.path.join(tmp, "spark.log"))
-        n = args.records
-
-        def rivulet_df():
-            return (spark.read.format("rivulet").option("kafka.bootstrap.servers", bootstrap)
-                    .option("subscribe", topic).load())
-
-        assert rivulet_df().count() == n
-        rivulet_df().write.format("noop").mode("overwrite").save()  # warm-up
-        results.append(Row("rivulet -> noop", n, timed(
-            lambda: rivulet_df().write.format("noop").mode("overwrite").save(), args.repeat)))
-        pq = os.path.join(tmp, "pq")
-        results.append(Row("rivulet -> parquet", n, timed(
-            lambda: rivulet_df().write.mode("overwrite").parquet(pq), args.repeat)))
-
-        def stream():
-            cp = os.path.join(tmp, f"cp-{uuid.uuid4().hex[:6]}")
-            q = (spark.readStream.format("rivulet").option("kafka.bootstrap.servers", bootstrap)
-                 .option("subscribe", topic).option("startingOffsets", "earliest").load()
-                 .writeStream.format("noop").option("checkpointLocation", cp).trigger(availableNow=True).start())
-            q.awaitTermination()
-        results.append(Row("rivulet stream (AvailableNow) -> noop", n, timed(stream, args.repeat),
-                           "incl. query start and commit"))
-
-        if not args.skip_kafka:
-            def kafka_df():
-                return (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-                        .option("subscribe", topic).load())
-            from pyspark.sql import functions as F
-            check = [F.count(F.lit(1)),
-                     F.sum(F.xxhash64("key", "value", "offset", "partition").bitwiseAND(F.lit(0xFFFFFFFF)))]
-            ours = rivulet_df().agg(*check).first()
-            theirs = kafka_df().agg(*check).first()
-            same = tuple(ours) == tuple(theirs)
-            print(f"Spark's Kafka connector reads {theirs[0]:,} rows; checksums "
-                  f"{'match' if same else 'DIFFER'} ({ours[1]} vs {theirs[1]})", flush=True)
-            kafka_df().write.format("noop").mode("overwrite").save()  # warm-up
-            results.append(Row("spark-sql-kafka (Java client) -> noop", n, timed(
-                lambda: kafka_df().write.format("noop").mode("overwrite").save(), args.repeat), kafka_note))
-            results.append(Row("spark-sql-kafka (Java client) -> parquet", n, timed(
-                lambda: kafka_df().write.mode("overwrite").parquet(pq), args.repeat)))
-
-        results.append(spark_ceiling(spark, n, args.size))
-        spark.stop()
-        results.append(decoder_alone(bootstrap, topic, args.partitions))
+                use_kafka = False
+        if only & {"source", "pipeline"}:
+            print(f"starting Spark {pyspark.__version__} local[2]" + (f" with {kafka_note}" if kafka_note else ""),
+                  flush=True)
+            spark = quiet_session("local[2]", "rivulet-spark-bench", conf, log_path=os.path.join(tmp, "spark.log"))
+            if "source" in only:
+                tables.append(("the source on local[2]", source_rows(spark, bootstrap, topic, args, tmp,
+                                                                     use_kafka, kafka_note)))
+            if "pipeline" in only:
+                tables.append(("the pipeline on local[2]", pipeline_rows(spark, bootstrap, orders, args, tmp,
+                                                                         use_kafka, kafka_note)))
+            spark.stop()
+        if "cluster" in only:
+            tables.append(("the source on a standalone cluster", cluster_rows(bootstrap, topic, args, tmp)))
+        if "source" in only:
+            tables.append(("no Spark", [decoder_alone(bootstrap, topic, args.repeat)]))
     finally:
         if broker is not None:
             broker.cleanup()
         shutil.rmtree(tmp, ignore_errors=True)
 
-    print(f"\n{args.records:,} records of {args.size} B, {args.partitions} partitions, local[2], "
-          f"median of {args.repeat}, {os.cpu_count()} cores\n")
-    print(f"| {'path':<46} | {'rows':>9} | {'seconds':>7} | {'rows/s':>10} | note")
-    print(f"|{'-' * 48}|{'-' * 11}|{'-' * 9}|{'-' * 12}|------")
-    for r in results:
-        print(f"| {r.name:<46} | {r.rows:>9,} | {r.seconds:>7.2f} | {r.rps:>10,.0f} | {r.note}")
+    print(f"\n{args.records:,} records of {args.size} B and {args.events:,} order events, {args.partitions} "
+          f"partitions, median of {args.repeat} alternated rounds, {os.cpu_count()} cores; load: the "
+          f"1-minute load average after each round (lowest-highest)\n")
+    print(f"| {'path':<52} | {'rows':>9} | {'seconds':>7} | {'per second':>10} | {'load':>7} | note")
+    print(f"|{'-' * 54}|{'-' * 11}|{'-' * 9}|{'-' * 12}|{'-' * 9}|------")
+    for title, rows in tables:
+        print(f"| **{title}** | | | | | |")
+        for r in rows:
+            print(f"| {r.name:<52} | {r.rows:>9,} | {r.median:>7.2f} | {r.rps:>10,.0f} | {r.load:>7} | {r.note}")
+
+
+def source_rows(spark, bootstrap: str, topic: str, args: argparse.Namespace, tmp: str, use_kafka: bool,
+                kafka_note: str) -> list[Row]:
+    n = args.records
+
+    def rivulet_df():
+        return (spark.read.format("rivulet").option("kafka.bootstrap.servers", bootstrap)
+                .option("subscribe", topic).load())
+
+    def kafka_df():
+        return (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+                .option("subscribe", topic).load())
+
+    def noop(df_fn):
+        return lambda: df_fn().write.format("noop").mode("overwrite").save()
+
+    pq = os.path.join(tmp, "pq")
+
+    def parquet(df_fn):
+        return lambda: df_fn().write.mode("overwrite").parquet(pq)
+
+    def stream() -> None:
+        cp = os.path.join(tmp, f"cp-{uuid.uuid4().hex[:6]}")
+        q = (spark.readStream.format("rivulet").option("kafka.bootstrap.servers", bootstrap)
+             .option("subscribe", topic).option("startingOffsets", "earliest").load()
+             .writeStream.format("noop").option("checkpointLocation", cp).trigger(availableNow=True).start())
+        q.awaitTermination()
+
+    register_ceiling(spark, n, args.size)
+    ceiling = noop(lambda: spark.read.format("bench_ceiling").load())
+    assert rivulet_df().count() == n
+    jobs = [(Row("rivulet -> noop", n), noop(rivulet_df)),
+            (Row("ceiling: Python source of ready-made Arrow batches -> noop", n), ceiling)]
+    if use_kafka:
+        from pyspark.sql import functions as F
+        check = [F.count(F.lit(1)),
+                 F.sum(F.xxhash64("key", "value", "offset", "partition").bitwiseAND(F.lit(0xFFFFFFFF)))]
+        ours = rivulet_df().agg(*check).first()
+        theirs = kafka_df().agg(*check).first()
+        same = tuple(ours) == tuple(theirs)
+        print(f"Spark's Kafka connector reads {theirs[0]:,} rows; checksums "
+              f"{'match' if same else 'DIFFER'} ({ours[1]} vs {theirs[1]})", flush=True)
+        jobs.append((Row("spark-sql-kafka (Java client) -> noop", n, note=kafka_note), noop(kafka_df)))
+    jobs.append((Row("rivulet -> parquet", n), parquet(rivulet_df)))
+    if use_kafka:
+        jobs.append((Row("spark-sql-kafka (Java client) -> parquet", n), parquet(kafka_df)))
+    jobs.append((Row("rivulet stream (AvailableNow) -> noop", n, note="incl. query start and commit"), stream))
+    for _, fn in jobs:  # warm-up
+        fn()
+    alternate(jobs, args.repeat)
+    rows = [r for r, _ in jobs]
+    rows[0].note = f"{rows[0].rps / rows[1].rps:.0%} of the ceiling (medians)"
+    return rows
+
+
+def pipeline_rows(spark, bootstrap: str, orders: str, args: argparse.Namespace, tmp: str, use_kafka: bool,
+                  kafka_note: str) -> list[Row]:
+    outputs: list[tuple[str, str]] = []
+    n = args.events
+    jobs = [(Row("pipeline, rivulet source and sink", n, unit="events/s"),
+             pipeline_job(spark, bootstrap, orders, "rivulet", tmp, args.batch, outputs))]
+    if use_kafka:
+        jobs.append((Row("pipeline, spark-sql-kafka source and sink", n, unit="events/s", note=kafka_note),
+                     pipeline_job(spark, bootstrap, orders, "kafka", tmp, args.batch, outputs)))
+    for _, fn in jobs:  # warm-up
+        fn()
+    alternate(jobs, args.repeat)
+    check = same_windows(spark, outputs)
+    print(check, flush=True)
+    jobs[0][0].note = f"{-(-n // args.batch)} batches of {args.batch:,} + 1; {check}"
+    return [r for r, _ in jobs]
+
+
+def cluster_rows(bootstrap: str, topic: str, args: argparse.Namespace, tmp: str) -> list[Row]:
+    """The source into noop on a standalone cluster of two 1-core workers (the tests' launcher),
+    by an application allowed one executor, then two; alternated, each on a fresh application."""
+    from pathlib import Path
+
+    from rivulet.spark.session import quiet_session
+    from tests.spark_cluster import StandaloneCluster
+
+    n = args.records
+    rows = {k: Row(f"rivulet -> noop, {k} worker{'s' if k > 1 else ''} of 1 core", n) for k in (1, 2)}
+    cluster = StandaloneCluster(Path(tmp) / "cluster", workers=2).start()
+    try:
+        for r in range(args.repeat):
+            for k, row in rows.items():
+                spark = quiet_session(cluster.master_url, f"rivulet-bench-{k}-workers",
+                                      {"spark.cores.max": k, "spark.executor.cores": 1,
+                                       "spark.executor.memory": "768m", "spark.sql.shuffle.partitions": 2},
+                                      log_path=os.path.join(tmp, f"spark-cluster-{k}.log"))
+                try:
+                    cluster.wait_for_executors(k)
+                    job = lambda: (spark.read.format("rivulet").option("kafka.bootstrap.servers", bootstrap)  # noqa
+                                   .option("subscribe", topic).load().write.format("noop").mode("overwrite").save())
+                    job()  # warm-up: the executors' Python workers
+                    alternate([(row, job)], 1)
+                finally:
+                    spark.stop()
+                    deadline = time.monotonic() + 30
+                    while cluster.executor_pids() and time.monotonic() < deadline:
+                        time.sleep(0.2)
+    finally:
+        cluster.close()
+    return list(rows.values())
 
 
 if __name__ == "__main__":

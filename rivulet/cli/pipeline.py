@@ -30,6 +30,9 @@ from rivulet.cli.output import progress
 from rivulet.common.config import ConfigError
 
 DEFAULT_METRICS = {"events": "count(*)"}
+# The source and sink formats the pipeline can use: Rivulet's, or Spark's own Kafka connector
+# (the same options; at-least-once output).
+CONNECTORS = ("rivulet", "kafka")
 
 
 @dataclass
@@ -40,6 +43,8 @@ class PipelineConfig:
     max_offsets_per_trigger: int | None = None
     fail_on_data_loss: bool = True
     source_options: dict[str, str] = field(default_factory=dict)
+    # "rivulet", or "kafka" for Spark's JVM connector (its jars on the session's classpath)
+    source_format: str = "rivulet"
     schema: str = ""
     event_time: str = "event_time"
     window: str = "10 seconds"
@@ -50,6 +55,7 @@ class PipelineConfig:
     output_topic: str | None = None
     output_bootstrap_servers: str | None = None
     output_key: str | None = None
+    output_format: str = "rivulet"
     parquet_path: str | None = None
     checkpoint: str = "pipeline-checkpoint"
     trigger_interval: str = "5 seconds"
@@ -90,6 +96,7 @@ class PipelineConfig:
         c.max_offsets_per_trigger = src.pop("max_offsets_per_trigger", None)
         c.fail_on_data_loss = bool(src.pop("fail_on_data_loss", True))
         c.source_options = {str(k): str(v) for k, v in src.pop("options", {}).items()}
+        c.source_format = _connector(src.pop("format", c.source_format), "[source] format")
         if src:
             raise ConfigError(f"[source]: unknown key(s) {sorted(src)}")
         ev = dict(doc.get("events", {}))
@@ -114,6 +121,7 @@ class PipelineConfig:
         c.output_topic = topic.pop("topic", None)
         c.output_bootstrap_servers = topic.pop("bootstrap_servers", None)
         c.output_key = topic.pop("key", None)
+        c.output_format = _connector(topic.pop("format", c.output_format), "[output.topic] format")
         if topic:
             raise ConfigError(f"[output.topic]: unknown key(s) {sorted(topic)}")
         pq = dict(out.pop("parquet", {}))
@@ -145,6 +153,12 @@ class PipelineConfig:
         return c
 
 
+def _connector(name: str, where: str) -> str:
+    if name not in CONNECTORS:
+        raise ConfigError(f"{where} must be one of {sorted(CONNECTORS)}, got {name!r}")
+    return name
+
+
 @dataclass
 class PipelineStats:
     """What the foreachBatch writer saw (it runs in the driver's Python process)."""
@@ -169,7 +183,7 @@ def events_frame(spark: Any, cfg: PipelineConfig) -> Any:
             "includeHeaders": "false", **cfg.source_options}
     if cfg.max_offsets_per_trigger:
         opts["maxOffsetsPerTrigger"] = str(cfg.max_offsets_per_trigger)
-    raw = spark.readStream.format("rivulet").options(**opts).load()
+    raw = spark.readStream.format(cfg.source_format).options(**opts).load()
     parsed = raw.select(F.from_json(F.col("value").cast("string"), cfg.schema,
                                     {"mode": "PERMISSIVE", "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss[.SSS][XXX]"})
                         .alias("e")).select("e.*")
@@ -201,7 +215,7 @@ def batch_writer(cfg: PipelineConfig, stats: PipelineStats) -> Callable[[Any, in
                         F.concat_ws("|", *[F.col(c).cast("string") for c in cfg.group_by]) if cfg.group_by \
                         else F.lit(None).cast("string")
                     out = df.select(key.alias("key"), F.to_json(F.struct(*df.columns)).alias("value"))
-                    (out.write.format("rivulet").mode("append")
+                    (out.write.format(cfg.output_format).mode("append")
                      .option("kafka.bootstrap.servers", cfg.output_bootstrap_servers or cfg.bootstrap_servers)
                      .option("topic", cfg.output_topic).save())
             with stats.lock:

@@ -63,3 +63,17 @@ def test_markers_are_released_only_when_no_batch_can_be_replayed(tmp_path):
     assert not nothing_to_replay(str(tmp_path))  # batch 2 was planned, not done: a restart replays it
     (tmp_path / "commits" / "2").write_text("")
     assert nothing_to_replay(str(tmp_path))
+
+
+def test_pipeline_source_and_sink_format_is_rivulet_or_spark_kafka():
+    from rivulet.cli.pipeline import PipelineConfig
+    from rivulet.common.config import ConfigError
+    doc = {"source": {"topic": "in"}, "events": {"schema": "t TIMESTAMP"},
+           "output": {"topic": {"topic": "out"}}, "checkpoint": {"location": "cp"}}
+    cfg = PipelineConfig.from_dict(doc)
+    assert (cfg.source_format, cfg.output_format) == ("rivulet", "rivulet")
+    cfg = PipelineConfig.from_dict({**doc, "source": {"topic": "in", "format": "kafka"},
+                                    "output": {"topic": {"topic": "out", "format": "kafka"}}})
+    assert (cfg.source_format, cfg.output_format) == ("kafka", "kafka")
+    with pytest.raises(ConfigError, match=r"\[source\] format must be one of \['kafka', 'rivulet'\], got 'kafka-0-10'"):
+        PipelineConfig.from_dict({**doc, "source": {"topic": "in", "format": "kafka-0-10"}})
