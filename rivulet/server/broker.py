@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from typing import Callable
 
 from rivulet.common.cluster import NodeEndpoint
@@ -252,8 +253,13 @@ class Broker:
         txns.startup(lead_all=not self.cluster_mode)
         if self.cluster_mode:
             rm.leadership_listeners.append(CoordinatorLeadership(groups, txns))
+        def topic_id(name: str) -> uuid.UUID | None:
+            t = topics.get(name)
+            return None if t is None else t.topic_id
+
         share = self.share_partitions = SharePartitionManager(rm, self.timer, self.clock, self.group_configs.get,
-                                                                max_sessions=cfg["group.share.max.share.sessions"])
+                                                                max_sessions=cfg["group.share.max.share.sessions"],
+                                                                topic_id=topic_id)
         rm.leadership_listeners.append(share)
         topics.on_partitions_deleted.append(share.on_partitions_deleted)
         # A deleted share group takes its share partitions' state with it (Kafka's DeleteShareGroupState).

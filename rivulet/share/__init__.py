@@ -10,7 +10,7 @@ from .partition import (
     SharePartitionSnapshot,
     StateBatch,
 )
-from .persister import InMemorySharePersister, SharePersister, ShareStateSummary
+from .persister import InMemorySharePersister, SharePartitionKey, SharePersister, ShareStateSummary, summarize
 from .reset import initial_start_offset, parse_duration_ms
 
 __all__ = [
@@ -20,10 +20,12 @@ __all__ = [
     "RecordState",
     "InMemorySharePersister",
     "SharePartition",
+    "SharePartitionKey",
     "SharePartitionSnapshot",
     "SharePersister",
     "ShareStateSummary",
     "StateBatch",
     "initial_start_offset",
     "parse_duration_ms",
+    "summarize",
 ]

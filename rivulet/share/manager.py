@@ -12,9 +12,10 @@ Fetch) and under each share partition's key (released or expired records wake it
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Mapping, Protocol, Sequence
+from typing import Awaitable, Callable, Hashable, Mapping, Protocol, Sequence
 
 from rivulet.common.time import Clock
 from rivulet.common.types import TopicPartition
@@ -24,8 +25,8 @@ from rivulet.protocol.records import BatchHeader, iter_batches
 from rivulet.replication.partition import Partition
 from rivulet.replication.replica_manager import FetchParams, FetchRequestPartition, ReplicaManager
 
-from .partition import AcknowledgementBatch, AcknowledgeType, AcquiredRecords, SharePartition
-from .persister import InMemorySharePersister, SharePersister
+from .partition import AcknowledgementBatch, AcknowledgeType, AcquiredRecords, SharePartition, SharePartitionSnapshot
+from .persister import InMemorySharePersister, SharePartitionKey, SharePersister
 from .reset import initial_start_offset
 
 __all__ = [
@@ -36,6 +37,8 @@ __all__ = [
     "SharePartitionResult",
     "ShareGroupSettings",
 ]
+
+log = logging.getLogger(__name__)
 
 INITIAL_EPOCH = 0  # opens a share session
 FINAL_EPOCH = -1  # closes it
@@ -68,6 +71,9 @@ class SharePartitionResult:
     acknowledge_error_message: str | None = None
     records: bytes = b""
     acquired: list[AcquiredRecords] = field(default_factory=list)
+    # The persister write of the acknowledgements: the answer waits for it, and its failure
+    # becomes ``acknowledge_error`` (Kafka answers an acknowledgement once its state is written).
+    persisted: Awaitable[None] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(slots=True)
@@ -125,13 +131,21 @@ class DelayedShareFetch(DelayedOperation):
 class SharePartitionManager:
     def __init__(self, replica_manager: ReplicaManager, timer: Timer, clock: Clock,
                  settings: Callable[[str], ShareGroupSettings], persister: SharePersister | None = None,
-                 *, max_sessions: int = 2000) -> None:
+                 *, max_sessions: int = 2000, topic_id: Callable[[str], uuid.UUID | None] | None = None) -> None:
         self.replica_manager = replica_manager
         self.timer = timer
         self.clock = clock
         self.settings = settings
         self.persister: SharePersister = persister or InMemorySharePersister()
         self.partitions: dict[tuple[str, TopicPartition], SharePartition] = {}
+        # Each share partition's persister key and the leader epoch it was loaded under.
+        self._keys: dict[tuple[str, TopicPartition], tuple[SharePartitionKey, int]] = {}
+        self._loading: dict[tuple[str, TopicPartition], asyncio.Future] = {}
+        self._load_failed: dict[tuple[str, TopicPartition], ApiError] = {}
+        # The last write of each share partition: writes of one partition go out one at a time,
+        # in order, so that an older state never lands after a newer one.
+        self._writes: dict[SharePartitionKey, asyncio.Future] = {}
+        self._topic_id = topic_id  # topic ids of partitions not hosted here (deleting a group's state)
         self.sessions: dict[tuple[str, str], _Session] = {}
         self.max_sessions = max_sessions  # group.share.max.share.sessions
 
@@ -209,11 +223,22 @@ class SharePartitionManager:
             if not renew_allowed and any(AcknowledgeType.RENEW in b.acknowledge_types for b in batches):
                 raise ApiError(ErrorCode.INVALID_REQUEST, "Renew acknowledgements are not enabled.")
             sp.acknowledge(member_id, batches)
-            self._persist(group_id, tp, sp)
         except ApiError as e:
             result.acknowledge_error = e.code
             result.acknowledge_error_message = e.message
+            return result
+        write = self._persist(group_id, tp, sp)
+        if write is not None:
+            result.persisted = asyncio.ensure_future(self._ack_written(write, result))
         return result
+
+    @staticmethod
+    async def _ack_written(write: Awaitable[None], result: SharePartitionResult) -> None:
+        try:
+            await write
+        except ApiError as e:
+            result.acknowledge_error = e.code
+            result.acknowledge_error_message = e.message
 
     # -- fetch -----------------------------------------------------------------------------
 
@@ -221,7 +246,27 @@ class SharePartitionManager:
               ) -> dict[TopicPartition, SharePartitionResult] | asyncio.Future:
         """Acquire records for the member: at once if there are any (or no wait is allowed),
         else a future completed by a ``DelayedShareFetch``. ``acked`` holds the answers of the
-        acknowledgements the request carried, merged into the result."""
+        acknowledgements the request carried, merged into the result. Share partitions not
+        loaded yet are read from the persister first."""
+        loads = [f for tp in request.partitions if (f := self._load(request.group_id, tp)) is not None]
+        if loads:
+            return asyncio.ensure_future(self._fetch_after(loads, request, acked))
+        return self._fetch_loaded(request, acked)
+
+    async def ensure_loaded(self, group_id: str, tps: Sequence[TopicPartition]) -> None:
+        """Read the state of those of the group's share partitions led here and not loaded yet."""
+        loads = [f for tp in tps if (f := self._load(group_id, tp)) is not None]
+        if loads:
+            await asyncio.wait(loads)
+
+    async def _fetch_after(self, loads: list[asyncio.Future], request: ShareFetchRequestData,
+                           acked: dict[TopicPartition, SharePartitionResult]) -> dict[TopicPartition, SharePartitionResult]:
+        await asyncio.wait(loads)
+        result = self._fetch_loaded(request, acked)
+        return await result if isinstance(result, asyncio.Future) else result
+
+    def _fetch_loaded(self, request: ShareFetchRequestData, acked: dict[TopicPartition, SharePartitionResult]
+                      ) -> dict[TopicPartition, SharePartitionResult] | asyncio.Future:
         results = self.acquire_now(request, acked)
         if request.max_wait_ms <= 0 or not request.partitions or any(
                 r.acquired or r.error != ErrorCode.NONE for r in results.values()):
@@ -241,6 +286,8 @@ class SharePartitionManager:
                 return True
             sp = self.partitions.get((request.group_id, tp))
             if sp is None:
+                if (request.group_id, tp) in self._loading:
+                    continue  # its load wakes the fetch when done
                 return True
             if sp.next_fetch_offset() < sp.end_offset:
                 return True
@@ -259,6 +306,8 @@ class SharePartitionManager:
                 continue
             try:
                 sp = self._share_partition(request.group_id, tp)
+                if sp is None:
+                    continue
                 self._read_and_acquire(request, tp, sp, per_partition, budget, res)
                 budget -= sum(r.last_offset - r.first_offset + 1 for r in res.acquired)
             except ApiError as e:
@@ -309,19 +358,68 @@ class SharePartitionManager:
 
     # -- share partitions ----------------------------------------------------------------------
 
-    def _share_partition(self, group_id: str, tp: TopicPartition) -> SharePartition:
-        sp = self.partitions.get((group_id, tp))
+    def _share_partition(self, group_id: str, tp: TopicPartition) -> SharePartition | None:
+        """The loaded share partition, else None with its load started (a failed load raises
+        its error once)."""
+        key = (group_id, tp)
+        sp = self.partitions.get(key)
         if sp is not None:
             return sp
-        p = self._leader_partition(tp)
+        self._leader_partition(tp)
+        failed = self._load_failed.pop(key, None)
+        if failed is not None:
+            raise failed
+        self._load(group_id, tp)
+        return None
+
+    def _load(self, group_id: str, tp: TopicPartition) -> asyncio.Future | None:
+        """Start reading the share partition's state from the persister (None: loaded already,
+        or not led here, which the fetch answers)."""
+        key = (group_id, tp)
+        if key in self.partitions:
+            return None
+        loading = self._loading.get(key)
+        if loading is not None:
+            return loading
+        p = self.replica_manager.partitions.get(tp)
+        if p is None or p.deleted or not p.is_leader:
+            return None
+        fut = self._loading[key] = asyncio.ensure_future(self._read_state(group_id, p))
+        return fut
+
+    async def _read_state(self, group_id: str, p: Partition) -> None:
+        tp, epoch = p.tp, p.leader_epoch
+        key = (group_id, tp)
+        pkey = SharePartitionKey(group_id, p.topic_id, tp.partition)
+        try:
+            snapshot = await self.persister.read_state(pkey, epoch)
+        except ApiError as e:
+            self._load_failed[key] = e
+            return
+        except Exception as e:
+            log.exception("reading the share state of %s for group %s failed", tp, group_id)
+            self._load_failed[key] = ApiError(ErrorCode.UNKNOWN_SERVER_ERROR, str(e))
+            return
+        finally:
+            self._loading.pop(key, None)
+            self.purgatory.check_and_complete(self._wake_key(group_id, tp))
+        if key in self.partitions or self.replica_manager.partitions.get(tp) is not p \
+                or not p.is_leader or p.leader_epoch != epoch:
+            return  # leadership moved while reading: the next fetch starts again
+        self._install(group_id, p, pkey, snapshot)
+        self.purgatory.check_and_complete(self._wake_key(group_id, tp))
+
+    def _install(self, group_id: str, p: Partition, pkey: SharePartitionKey,
+                 snapshot: SharePartitionSnapshot | None) -> SharePartition:
+        tp = p.tp
         conf = self.settings(group_id)
         kw = dict(lock_duration_ms=conf.share_record_lock_duration_ms,
                   delivery_count_limit=conf.share_delivery_count_limit,
                   max_record_locks=conf.share_partition_max_record_locks,
                   on_available=self._waker(group_id, tp))
-        snapshot = self.persister.read_state(group_id, tp)
         if snapshot is not None:
-            sp = SharePartition(snapshot.start_offset, self.timer, state_batches=snapshot.state_batches, **kw)
+            sp = SharePartition(snapshot.start_offset, self.timer, state_batches=snapshot.state_batches,
+                                state_epoch=snapshot.state_epoch, **kw)
         else:
             lg = p.log
 
@@ -334,6 +432,7 @@ class SharePartitionManager:
                                          offset_for_timestamp=found)
             sp = SharePartition(start, self.timer, **kw)
         self.partitions[(group_id, tp)] = sp
+        self._keys[(group_id, tp)] = (pkey, p.leader_epoch)
         return sp
 
     def _refresh(self, group_id: str, sp: SharePartition) -> None:
@@ -365,15 +464,69 @@ class SharePartitionManager:
             self.purgatory.check_and_complete(key)
         return wake
 
-    def _persist(self, group_id: str, tp: TopicPartition, sp: SharePartition) -> None:
-        self.persister.write_state(group_id, tp, sp.snapshot())
+    def _persist(self, group_id: str, tp: TopicPartition, sp: SharePartition) -> asyncio.Future | None:
+        """Write the share partition's state, after any earlier write of it; the future fails
+        with the persister's error. FENCED_STATE_EPOCH (an admin reset the state) drops the
+        share partition, so that the next fetch reads the new state."""
+        found = self._keys.get((group_id, tp))
+        if found is None:
+            return None
+        pkey, leader_epoch = found
+        snapshot = sp.snapshot()
+        previous = self._writes.get(pkey)
+
+        async def write() -> None:
+            if previous is not None:
+                await asyncio.wait([previous])
+            try:
+                await self.persister.write_state(pkey, snapshot, leader_epoch=leader_epoch)
+            except ApiError as e:
+                log.warning("writing the share state of %s for group %s failed: %s", tp, group_id, e.code.name)
+                if e.code == ErrorCode.FENCED_STATE_EPOCH and self.partitions.get((group_id, tp)) is sp:
+                    self._forget(group_id, tp)
+                raise
+            finally:
+                if self._writes.get(pkey) is task:
+                    del self._writes[pkey]
+
+        task = self._writes[pkey] = asyncio.ensure_future(write())
+        task.add_done_callback(_retrieve)
+        return task
+
+    def _forget(self, group_id: str, tp: TopicPartition) -> SharePartition | None:
+        sp = self.partitions.pop((group_id, tp), None)
+        if sp is not None:
+            sp.release_all()
+        return sp
+
+    def _delete(self, pkey: SharePartitionKey) -> None:
+        previous = self._writes.get(pkey)
+
+        async def delete() -> None:
+            if previous is not None:
+                await asyncio.wait([previous])
+            try:
+                await self.persister.delete_state(pkey)
+            except ApiError as e:
+                log.warning("deleting the share state of %s failed: %s", pkey, e.code.name)
+            finally:
+                if self._writes.get(pkey) is task:
+                    del self._writes[pkey]
+
+        task = self._writes[pkey] = asyncio.ensure_future(delete())
+        task.add_done_callback(_retrieve)
+
+    async def writes_done(self) -> None:
+        """Wait for the persister writes under way (tests, shutdown)."""
+        while self._writes:
+            await asyncio.wait(list(self._writes.values()))
 
     def on_partitions_deleted(self, tps: list[TopicPartition]) -> None:
         """Deleted partitions take their share state with them (a topic made again starts afresh)."""
         gone = set(tps)
         for key in [k for k in self.partitions if k[1] in gone]:
-            self.partitions.pop(key).release_all()
-            self.persister.delete_state(*key)
+            self._forget(*key)
+            self._delete(self._keys.pop(key)[0])
         for session in self.sessions.values():
             for tp in gone:
                 session.partitions.pop(tp, None)
@@ -383,10 +536,15 @@ class SharePartitionManager:
         a group made again under its id starts afresh. ``tps``: the partitions the group
         coordinator recorded (ShareGroupStatePartitionMetadata), here or not."""
         for key in {(group_id, tp) for tp in tps} | {k for k in self.partitions if k[0] == group_id}:
-            sp = self.partitions.pop(key, None)
-            if sp is not None:
-                sp.release_all()
-            self.persister.delete_state(*key)
+            self._forget(*key)
+            found = self._keys.pop(key, None)
+            if found is not None:
+                self._delete(found[0])
+                continue
+            p = self.replica_manager.partitions.get(key[1])
+            topic_id = p.topic_id if p is not None else self._topic_id(key[1].topic) if self._topic_id else None
+            if topic_id is not None:
+                self._delete(SharePartitionKey(group_id, topic_id, key[1].partition))
 
     def on_leadership_change(self, leaders: list[Partition], followers: list[Partition]) -> None:
         """A ``LeadershipListener``: share partitions of partitions this broker now follows are
@@ -396,6 +554,13 @@ class SharePartitionManager:
             sp = self.partitions.pop(key)
             sp.release_all()
             self._persist(key[0], key[1], sp)
+            del self._keys[key]
+
+
+def _retrieve(task: asyncio.Future) -> None:
+    # A persister's ApiError is the answer's business (or logged where it fails); others are bugs.
+    if not task.cancelled() and (e := task.exception()) is not None and not isinstance(e, ApiError):
+        log.error("a share state write or delete failed", exc_info=e)
 
 
 def aborted_batches(headers: Sequence[BatchHeader], aborted: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:

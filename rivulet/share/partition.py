@@ -86,6 +86,7 @@ class SharePartitionSnapshot:
 
     start_offset: int
     state_batches: tuple[StateBatch, ...]
+    state_epoch: int = 0  # the persister's, bumped when an admin resets the state
 
 
 _DONE = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
@@ -185,8 +186,10 @@ class SharePartition:
         max_record_locks: int = 2000,
         on_available: Callable[[], None] | None = None,
         state_batches: Sequence[StateBatch] = (),
+        state_epoch: int = 0,
     ) -> None:
         self._start = start_offset
+        self.state_epoch = state_epoch
         self._end = start_offset
         self._timer = timer
         self.lock_duration_ms = lock_duration_ms
@@ -217,7 +220,7 @@ class SharePartition:
                 runs[-1] = StateBatch(prev.first_offset, last, state, st.delivery_count)
             else:
                 runs.append(StateBatch(first, last, state, st.delivery_count))
-        return SharePartitionSnapshot(self._start, tuple(runs))
+        return SharePartitionSnapshot(self._start, tuple(runs), self.state_epoch)
 
     # -- views ---------------------------------------------------------------------
 

@@ -1,74 +1,146 @@
-"""Where share-partition state outlives the broker: Kafka's Persister seam.
+"""Where share-partition state outlives the leader: Kafka's Persister seam.
 
-This increment keeps the state in memory (``InMemorySharePersister``); the durable one
-writes ``__share_group_state`` through Read/WriteShareGroupState behind the same protocol.
+The broker's persister talks to the share coordinator (``__share_group_state``) through the
+Read/Write/Initialize/DeleteShareGroupState and ReadShareGroupStateSummary APIs, locally or
+over the inter-broker client; ``InMemorySharePersister`` keeps the same contract in memory
+(unit tests). Every call is a coroutine: the coordinator may be another broker. Failures
+raise ``ApiError`` with Kafka's codes (FENCED_STATE_EPOCH, FENCED_LEADER_EPOCH,
+COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, ...).
 """
 
 from __future__ import annotations
 
+import base64
+import uuid
 from dataclasses import dataclass
 from typing import Protocol
 
-from rivulet.common.types import TopicPartition
+from rivulet.protocol.errors import ApiError, ErrorCode
 
 from .partition import RecordState, SharePartitionSnapshot
 
-__all__ = ["InMemorySharePersister", "SharePersister", "ShareStateSummary", "summarize"]
+__all__ = ["InMemorySharePersister", "SharePartitionKey", "SharePersister", "ShareStateSummary",
+           "UNINITIALIZED_START_OFFSET", "summarize"]
+
+UNINITIALIZED_START_OFFSET = -1  # a start offset of -1: no state yet (share.auto.offset.reset decides)
+
+
+@dataclass(frozen=True, slots=True)
+class SharePartitionKey:
+    """Kafka's SharePartitionKey: state is keyed by topic id, so a topic made again under its
+    name starts afresh."""
+
+    group_id: str
+    topic_id: uuid.UUID
+    partition: int
+
+    def coordinator_key(self) -> str:
+        """What FindCoordinator (key type SHARE) takes and the coordinator partition is hashed from."""
+        return f"{self.group_id}:{base64_topic_id(self.topic_id)}:{self.partition}"
+
+
+def base64_topic_id(topic_id: uuid.UUID) -> str:
+    """Kafka's Uuid.toString: URL-safe base64 of the 16 bytes, unpadded."""
+    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
 
 
 @dataclass(frozen=True, slots=True)
 class ShareStateSummary:
-    """ReadShareGroupStateSummary's answer for one share partition: its start offset and how
-    many records past it are delivery-complete (Acknowledged or Archived)."""
+    """ReadShareGroupStateSummary's answer for one share partition: its start offset, how many
+    records past it are delivery-complete (Acknowledged or Archived; -1 unknown), and its epochs."""
 
     start_offset: int
     delivery_complete_count: int
+    state_epoch: int = 0
+    leader_epoch: int = -1
 
 
-def summarize(snapshot: SharePartitionSnapshot) -> ShareStateSummary:
-    done = sum(b.last_offset - max(b.first_offset, snapshot.start_offset) + 1
+def delivery_complete_count(snapshot: SharePartitionSnapshot) -> int:
+    return sum(b.last_offset - max(b.first_offset, snapshot.start_offset) + 1
                for b in snapshot.state_batches
                if b.delivery_state in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
                and b.last_offset >= snapshot.start_offset)
-    return ShareStateSummary(snapshot.start_offset, done)
+
+
+def summarize(snapshot: SharePartitionSnapshot, leader_epoch: int = -1) -> ShareStateSummary:
+    return ShareStateSummary(snapshot.start_offset, delivery_complete_count(snapshot), snapshot.state_epoch,
+                             leader_epoch)
 
 
 class SharePersister(Protocol):
-    def read_state(self, group_id: str, tp: TopicPartition) -> SharePartitionSnapshot | None:
-        """The share partition's last written state, None when the group has none for it."""
+    async def read_state(self, key: SharePartitionKey, leader_epoch: int = -1) -> SharePartitionSnapshot | None:
+        """The state last written (its ``state_epoch`` set), None when there is none or it was
+        initialized without a start offset. A ``leader_epoch`` older than the one recorded is
+        FENCED_LEADER_EPOCH; a newer one is recorded."""
         ...
 
-    def write_state(self, group_id: str, tp: TopicPartition, snapshot: SharePartitionSnapshot) -> None: ...
-
-    def delete_state(self, group_id: str, tp: TopicPartition) -> None: ...
-
-    def read_summary(self, group_id: str, tp: TopicPartition) -> ShareStateSummary | None:
-        """ReadShareGroupStateSummary: None when the group has no state for the partition."""
+    async def write_state(self, key: SharePartitionKey, snapshot: SharePartitionSnapshot, *,
+                          leader_epoch: int = -1, delivery_complete_count: int = -1) -> None:
+        """Record the share partition's state; ``snapshot.state_epoch`` older than the
+        recorded one is FENCED_STATE_EPOCH (an admin reset the offsets meanwhile)."""
         ...
 
-    def initialize_state(self, group_id: str, tp: TopicPartition, start_offset: int) -> None:
-        """InitializeShareGroupState: the partition's state starts afresh at ``start_offset``."""
+    async def initialize_state(self, key: SharePartitionKey, start_offset: int, state_epoch: int | None = None
+                               ) -> None:
+        """Start the state afresh at ``start_offset`` (-1: none yet) under ``state_epoch``,
+        which must be newer than any recorded (FENCED_STATE_EPOCH); None: the next one. The
+        leader's share partition, fenced by it, reads the new state on its next write."""
         ...
+
+    async def read_summary(self, key: SharePartitionKey, leader_epoch: int = -1) -> ShareStateSummary | None:
+        """Epochs and start offset without the batches; None when there is no state."""
+        ...
+
+    async def delete_state(self, key: SharePartitionKey) -> None: ...
 
 
 class InMemorySharePersister:
-    """State kept for the broker's lifetime only."""
+    """State kept for the process's lifetime only, with the coordinator's epoch checks."""
 
     def __init__(self) -> None:
-        self._states: dict[tuple[str, TopicPartition], SharePartitionSnapshot] = {}
+        self._states: dict[SharePartitionKey, tuple[SharePartitionSnapshot, int]] = {}  # with the leader epoch
 
-    def read_state(self, group_id: str, tp: TopicPartition) -> SharePartitionSnapshot | None:
-        return self._states.get((group_id, tp))
+    async def read_state(self, key: SharePartitionKey, leader_epoch: int = -1) -> SharePartitionSnapshot | None:
+        found = self._states.get(key)
+        if found is None:
+            return None
+        snapshot, recorded = found
+        self._check_leader_epoch(leader_epoch, recorded)
+        if leader_epoch > recorded:
+            self._states[key] = (snapshot, leader_epoch)
+        return None if snapshot.start_offset == UNINITIALIZED_START_OFFSET else snapshot
 
-    def write_state(self, group_id: str, tp: TopicPartition, snapshot: SharePartitionSnapshot) -> None:
-        self._states[(group_id, tp)] = snapshot
+    async def write_state(self, key: SharePartitionKey, snapshot: SharePartitionSnapshot, *,
+                          leader_epoch: int = -1, delivery_complete_count: int = -1) -> None:
+        found = self._states.get(key)
+        if found is not None:
+            if snapshot.state_epoch < found[0].state_epoch:
+                raise ApiError(ErrorCode.FENCED_STATE_EPOCH, "The state epoch is fenced.")
+            self._check_leader_epoch(leader_epoch, found[1])
+            leader_epoch = max(leader_epoch, found[1])
+        self._states[key] = (snapshot, leader_epoch)
 
-    def delete_state(self, group_id: str, tp: TopicPartition) -> None:
-        self._states.pop((group_id, tp), None)
+    async def initialize_state(self, key: SharePartitionKey, start_offset: int, state_epoch: int | None = None
+                               ) -> None:
+        found = self._states.get(key)
+        if state_epoch is None:
+            state_epoch = 0 if found is None else found[0].state_epoch + 1
+        if found is not None and state_epoch <= found[0].state_epoch:
+            raise ApiError(ErrorCode.FENCED_STATE_EPOCH, "The state epoch is fenced.")
+        self._states[key] = (SharePartitionSnapshot(start_offset, (), state_epoch), -1)
 
-    def read_summary(self, group_id: str, tp: TopicPartition) -> ShareStateSummary | None:
-        snapshot = self._states.get((group_id, tp))
-        return None if snapshot is None else summarize(snapshot)
+    async def read_summary(self, key: SharePartitionKey, leader_epoch: int = -1) -> ShareStateSummary | None:
+        found = self._states.get(key)
+        if found is None:
+            return None
+        snapshot, recorded = found
+        self._check_leader_epoch(leader_epoch, recorded)
+        return summarize(snapshot, recorded)
 
-    def initialize_state(self, group_id: str, tp: TopicPartition, start_offset: int) -> None:
-        self._states[(group_id, tp)] = SharePartitionSnapshot(start_offset, ())
+    async def delete_state(self, key: SharePartitionKey) -> None:
+        self._states.pop(key, None)
+
+    @staticmethod
+    def _check_leader_epoch(leader_epoch: int, recorded: int) -> None:
+        if leader_epoch != -1 and leader_epoch < recorded:
+            raise ApiError(ErrorCode.FENCED_LEADER_EPOCH, "The leader epoch is fenced.")

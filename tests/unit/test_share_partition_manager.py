@@ -16,6 +16,7 @@ from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.replication.partition import Partition
 from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.share import AcknowledgementBatch, AcquiredRecords, InMemorySharePersister
+from rivulet.share.persister import SharePartitionKey
 from rivulet.share.manager import ShareFetchRequestData, SharePartitionManager, subtract_ranges, aborted_batches
 from rivulet.storage import Log, LogConfig
 
@@ -51,10 +52,15 @@ class Env:
         res = self.rm.append_records({TP: bytearray(batch)}, required_acks=1, timeout_ms=1000)
         assert res[TP].error == ErrorCode.NONE
 
+    async def read_state(self):
+        await self.manager.writes_done()
+        return await self.persister.read_state(SharePartitionKey("g", TID, TP.partition))
+
     def open(self, member: str) -> None:
         self.manager.update_session("g", member, 0, {TP: TID})
 
-    def fetch(self, member: str, max_wait_ms: int = 0, max_records: int = 500):
+    async def fetch(self, member: str, max_wait_ms: int = 0, max_records: int = 500):
+        await self.manager.ensure_loaded("g", [TP])  # the first fetch reads the persister first
         return self.manager.fetch(ShareFetchRequestData("g", member, [TP], max_wait_ms, 1 << 20, max_records), {})
 
     def close(self) -> None:
@@ -124,13 +130,13 @@ def test_fetch_acquires_and_returns_only_acquired_batches(tmp_path) -> None:
         for _ in range(3):
             env.produce(5)
         env.open("m1")
-        got = env.fetch("m1", max_records=7)
+        got = await env.fetch("m1", max_records=7)
         assert ranges(got) == [(0, 9, 1)]  # rounded up to the second log batch
         batches = [(h.base_offset, h.last_offset) for _, h in rec.iter_batches(got[TP].records)]
         assert batches == [(0, 4), (5, 9)]
         env.open("m2")
-        assert ranges(env.fetch("m2")) == [(10, 14, 1)]
-        assert ranges(env.fetch("m2")) == []
+        assert ranges(await env.fetch("m2")) == [(10, 14, 1)]
+        assert ranges(await env.fetch("m2")) == []
 
     run(tmp_path, body)
 
@@ -139,9 +145,9 @@ def test_latest_reset_starts_at_the_high_watermark(tmp_path) -> None:
     async def body(env: Env) -> None:
         env.produce(5)
         env.open("m1")
-        assert ranges(env.fetch("m1")) == []
+        assert ranges(await env.fetch("m1")) == []
         env.produce(2)
-        assert ranges(env.fetch("m1")) == [(5, 6, 1)]
+        assert ranges(await env.fetch("m1")) == [(5, 6, 1)]
 
     run(tmp_path, body, Settings(share_auto_offset_reset="latest"))
 
@@ -149,7 +155,7 @@ def test_latest_reset_starts_at_the_high_watermark(tmp_path) -> None:
 def test_long_poll_completes_when_records_arrive(tmp_path) -> None:
     async def body(env: Env) -> None:
         env.open("m1")
-        fut = env.fetch("m1", max_wait_ms=60_000)
+        fut = await env.fetch("m1", max_wait_ms=60_000)
         assert isinstance(fut, asyncio.Future) and not fut.done()
         env.produce(3)
         assert fut.done() and ranges(fut.result()) == [(0, 2, 1)]
@@ -160,7 +166,7 @@ def test_long_poll_completes_when_records_arrive(tmp_path) -> None:
 def test_long_poll_times_out_empty(tmp_path) -> None:
     async def body(env: Env) -> None:
         env.open("m1")
-        fut = env.fetch("m1", max_wait_ms=500)
+        fut = await env.fetch("m1", max_wait_ms=500)
         env.timer.advance_clock(500)
         assert fut.done() and ranges(fut.result()) == []
 
@@ -192,8 +198,8 @@ def test_records_held_by_one_member_go_to_a_waiting_one(tmp_path, event) -> None
         env.produce(3)
         env.manager.update_session("g", "m1", 0, {TP: TID}, owner="conn-1")
         env.manager.update_session("g", "m2", 0, {TP: TID}, owner="conn-2")
-        assert ranges(env.fetch("m1")) == [(0, 2, 1)]
-        fut = env.fetch("m2", max_wait_ms=60_000)
+        assert ranges(await env.fetch("m1")) == [(0, 2, 1)]
+        fut = await env.fetch("m2", max_wait_ms=60_000)
         assert isinstance(fut, asyncio.Future) and not fut.done()
         event(env)
         assert fut.done() and ranges(fut.result()) == [(0, 2, 2)]
@@ -206,12 +212,12 @@ def test_deleted_partitions_take_their_share_state(tmp_path) -> None:
     async def body(env: Env) -> None:
         env.produce(3)
         env.open("m1")
-        env.fetch("m1")
+        await env.fetch("m1")
         env.manager.acknowledge("g", "m1", TP, [AcknowledgementBatch(0, 0, [ACCEPT])], renew_allowed=True)
-        assert env.persister.read_state("g", TP) is not None
+        assert await env.read_state() is not None
         env.manager.on_partitions_deleted([TP])
         assert env.manager.partitions == {} and env.timer.size == 0
-        assert env.persister.read_state("g", TP) is None
+        assert await env.read_state() is None
         assert env.manager.session_partitions("g", "m1") == {}
 
     run(tmp_path, body)
@@ -225,7 +231,7 @@ def test_acknowledge_errors(tmp_path) -> None:
         # nothing acquired yet on this partition
         r = m.acknowledge("g", "m1", TP, [AcknowledgementBatch(0, 2, [ACCEPT])], renew_allowed=True)
         assert r.acknowledge_error == ErrorCode.INVALID_RECORD_STATE
-        env.fetch("m1")
+        await env.fetch("m1")
         r = m.acknowledge("g", "m1", TP, [AcknowledgementBatch(0, 2, [RENEW])], renew_allowed=False)
         assert r.acknowledge_error == ErrorCode.INVALID_REQUEST
         r = m.acknowledge("g", "m2", TP, [AcknowledgementBatch(0, 2, [ACCEPT])], renew_allowed=True)
@@ -241,14 +247,14 @@ def test_state_survives_a_leadership_move_through_the_persister(tmp_path) -> Non
     async def body(env: Env) -> None:
         env.produce(5)
         env.open("m1")
-        env.fetch("m1")
+        await env.fetch("m1")
         env.manager.acknowledge("g", "m1", TP, [AcknowledgementBatch(0, 1, [ACCEPT])], renew_allowed=True)
         env.manager.on_leadership_change([], [env.partition])
         assert env.manager.partitions == {} and env.timer.size == 0
-        snap = env.persister.read_state("g", TP)
+        snap = await env.read_state()
         assert snap is not None and snap.start_offset == 2
         # Leading again: acknowledged records are not redelivered, acquired ones come back.
-        assert ranges(env.fetch("m1")) == [(2, 4, 2)]
+        assert ranges(await env.fetch("m1")) == [(2, 4, 2)]
 
     run(tmp_path, body)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Callable
 
@@ -120,7 +121,10 @@ class ShareHandlers:
             fetch_from = list(session)
         request = ShareFetchRequestData(group_id, member_id, fetch_from, req.max_wait_ms, req.max_bytes,
                                         req.max_records, record_limit=v >= 2 and req.share_acquire_mode == 1)
+        writes = [r.persisted for r in acked.values() if r.persisted is not None]
         result = self.manager.fetch(request, acked)
+        if writes:
+            result = asyncio.ensure_future(_after_writes(writes, result))
         lock_ms = self._lock_ms(group_id)
 
         def build(results: dict[TopicPartition, SharePartitionResult]) -> sfr.ShareFetchResponse:
@@ -134,6 +138,9 @@ class ShareHandlers:
 
             for (tid, part), code in refused.items():
                 topic(tid).partitions.append(_fetch_partition(part, SharePartitionResult(error=code)))
+            for tp, ack in acked.items():  # as written: a failed write is the acknowledgement's error
+                r = results.setdefault(tp, SharePartitionResult())
+                r.acknowledge_error, r.acknowledge_error_message = ack.acknowledge_error, ack.acknowledge_error_message
             for tp, r in results.items():
                 topic(tp_ids[tp]).partitions.append(_fetch_partition(tp.partition, r))
             return sfr.ShareFetchResponse(throttle_time_ms=0, error_code=0, acquisition_lock_timeout_ms=lock_ms,
@@ -177,6 +184,7 @@ class ShareHandlers:
         names, readable = self._resolve(conn, [t.topic_id for t in req.topics])
         renew_allowed = v >= 2 and self.manager.settings(group_id).share_renew_acknowledge_enable
         responses = []
+        writes = []
         for t in req.topics:
             name = names[t.topic_id]
             parts = []
@@ -187,16 +195,40 @@ class ShareHandlers:
                 else:
                     r = self._acknowledge(group_id, member_id, TopicPartition(name, p.partition_index),
                                           p.acknowledgement_batches, renew_allowed)
+                    if r.persisted is not None:
+                        writes.append(r.persisted)
                     code, message = r.acknowledge_error, r.acknowledge_error_message
-                parts.append(sar.PartitionData(partition_index=p.partition_index, error_code=code,
-                                               error_message=message,
-                                               current_leader=sar.LeaderIdAndEpoch(leader_id=-1, leader_epoch=-1)))
-            responses.append(sar.ShareAcknowledgeTopicResponse(topic_id=t.topic_id, partitions=parts))
+                parts.append((p.partition_index, code, message, r if refused is None and name is not None else None))
+            responses.append((t.topic_id, parts))
         if epoch == FINAL_EPOCH:
             self.manager.close_session(group_id, member_id)
-        return sar.ShareAcknowledgeResponse(throttle_time_ms=0, error_code=0,
-                                            acquisition_lock_timeout_ms=self._lock_ms(group_id),
-                                            responses=responses, node_endpoints=[])
+        lock_ms = self._lock_ms(group_id)
+
+        def build(_: object = None) -> sar.ShareAcknowledgeResponse:
+            # A write's failure is known only once it is done: read each result then.
+            return sar.ShareAcknowledgeResponse(throttle_time_ms=0, error_code=0, acquisition_lock_timeout_ms=lock_ms,
+                                                responses=[sar.ShareAcknowledgeTopicResponse(topic_id=tid, partitions=[
+                                                    _ack_partition(part, code, message, r)
+                                                    for part, code, message, r in parts]) for tid, parts in responses],
+                                                node_endpoints=[])
+
+        if writes:
+            return then(asyncio.ensure_future(asyncio.wait(writes)), build)
+        return build()
+
+
+def _ack_partition(part: int, code: ErrorCode, message: str | None, r: SharePartitionResult | None
+                   ) -> sar.PartitionData:
+    if r is not None:
+        code, message = r.acknowledge_error, r.acknowledge_error_message
+    return sar.PartitionData(partition_index=part, error_code=code, error_message=message,
+                             current_leader=sar.LeaderIdAndEpoch(leader_id=-1, leader_epoch=-1))
+
+
+async def _after_writes(writes: list, result: object) -> object:
+    """The fetch's answer once the acknowledgements it carried are written."""
+    await asyncio.wait(writes)
+    return await result if isinstance(result, asyncio.Future) else result
 
 
 def _fetch_partition(part: int, r: SharePartitionResult) -> sfr.PartitionData:
