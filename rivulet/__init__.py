@@ -20,6 +20,8 @@ __version__ = "0.1.0"
 _CLIENT_NAMES = {
     "Producer": "rivulet.client.sync",
     "Consumer": "rivulet.client.sync",
+    "ShareConsumer": "rivulet.client.sync",
+    "AcknowledgeType": "rivulet.client.share_session",
     "TopicPartition": "rivulet.client.types",
     "Message": "rivulet.client.types",
     "OFFSET_BEGINNING": "rivulet.client.types",

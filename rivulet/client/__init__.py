@@ -10,5 +10,7 @@ The modules follow the Java client's roles:
 * subscription, fetcher, assignors, coordinator, membership, consumer: SubscriptionState,
   Fetcher, partition assignors, ConsumerCoordinator (classic groups), ConsumerMembership
   (KIP-848 groups) and KafkaConsumer;
+* share_session, share_fetcher, share_membership, share_consumer: ShareSessionHandler and
+  Acknowledgements, ShareConsumeRequestManager, ShareMembershipManager and ShareConsumerImpl;
 * admin: the admin clients; sync: the blocking facade over the asyncio core.
 """

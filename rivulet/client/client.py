@@ -75,6 +75,16 @@ async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
         return False
 
 
+async def cancel_and_wait(task: asyncio.Task | None) -> None:
+    """Cancel a task and wait until it has stopped, whatever it ends with."""
+    if task is not None:
+        task.cancel()
+        try:
+            await task
+        except BaseException:
+            pass
+
+
 async def wait_future(fut: Any, timeout: float | None) -> Any:
     """Await ``fut`` up to ``timeout`` seconds (TimeoutError), with the same care as wait_event."""
     async with asyncio.timeout(timeout):

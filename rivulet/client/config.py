@@ -264,6 +264,9 @@ PROPS: list[Prop] = [
     _p("queued.max.messages.kbytes", I, 16384, CONS, "Most KiB of fetched records buffered.", lo=1, hi=2097151),
     _p("queued.min.messages", I, 100000, CONS, "librdkafka prefetch threshold.", lo=1, ignored=True),
     _p("max.poll.records", I, 500, CONS, "Most records one poll returns.", lo=1),
+    _p("share.acknowledgement.mode", S, "implicit", CONS, "A share consumer's acknowledgements: implicit (the "
+       "next poll or commit accepts the last batch) or explicit (acknowledge() each record).",
+       convert=_choices("implicit", "explicit")),
     _p("check.crcs", B, False, CONS, "Verify each batch's CRC."),
     _p("enable.partition.eof", B, False, CONS, "Report reaching the end of a partition."),
     _p("on_commit", CL, None, CONS, "Called with (err, partitions) after each commit.", convert=_callable),

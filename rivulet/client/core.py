@@ -24,6 +24,7 @@ from rivulet.protocol.schema import ZERO_UUID
 from rivulet.protocol.messages import (
     consumer_group_describe_request as cgdq,
     consumer_group_heartbeat_request as cghq,
+    share_group_heartbeat_request as sghq,
     create_acls_request as caq,
     create_acls_response as car,
     delete_acls_request as daq,
@@ -632,6 +633,14 @@ def consumer_group_heartbeat_request(group: str, member_id: str, epoch: int, ins
         rebalance_timeout_ms=rebalance_timeout_ms, subscribed_topic_names=topics, subscribed_topic_regex=None,
         server_assignor=assignor,
         topic_partitions=[cghq.TopicPartitions(topic_id=t, partitions=ps) for t, ps in owned] if epoch else [])
+
+
+def share_group_heartbeat_request(group: str, member_id: str, epoch: int, rack: str | None,
+                                  topics: list[str] | None) -> sghq.ShareGroupHeartbeatRequest:
+    """ShareGroupHeartbeat (KIP-932): the subscription when joining or when it changed (None:
+    unchanged); a share member owns nothing the broker must be told of."""
+    return sghq.ShareGroupHeartbeatRequest(group_id=group, member_id=member_id, member_epoch=epoch, rack_id=rack,
+                                           subscribed_topic_names=topics)
 
 
 def offset_fetch_request(group: str, tps: Iterable[tuple[str, int]] | None,

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable
 from rivulet.client import core
 from rivulet.client import errors as E
 from rivulet.client.wakeup import Waker
-from rivulet.client.client import KafkaClient, wait_event
+from rivulet.client.client import KafkaClient, cancel_and_wait, wait_event
 from rivulet.client.connection import RequestTimedOut
 from rivulet.client.stats import ClientStats
 from rivulet.client.subscription import SubscriptionState, TopicPartitionState, Validation
@@ -208,12 +208,7 @@ class Fetcher:
         self._task = self.loop.create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except BaseException:
-                pass
+        await cancel_and_wait(self._task)
         for t in list(self._tasks):
             t.cancel()
 

@@ -16,6 +16,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from rivulet.client import core
@@ -31,11 +32,26 @@ if TYPE_CHECKING:
 log = logging.getLogger("rivulet.consumer")
 
 LEAVE_EPOCH, STATIC_LEAVE_EPOCH = -1, -2
-_FATAL = frozenset({ErrorCode.GROUP_AUTHORIZATION_FAILED, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+FATAL_ERRORS = frozenset({ErrorCode.GROUP_AUTHORIZATION_FAILED, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                     ErrorCode.INVALID_REQUEST, ErrorCode.UNSUPPORTED_ASSIGNOR, ErrorCode.UNSUPPORTED_VERSION,
                     ErrorCode.GROUP_MAX_SIZE_REACHED, ErrorCode.FENCED_INSTANCE_ID,
                     ErrorCode.UNRELEASED_INSTANCE_ID, ErrorCode.INVALID_REGULAR_EXPRESSION,
                     ErrorCode.GROUP_ID_NOT_FOUND})
+
+
+async def topic_names(client: KafkaClient, topic_ids: list[uuid.UUID], subscription: Iterable[str]
+                      ) -> dict[uuid.UUID, str]:
+    """Topic names for the ids the broker assigned; metadata is fetched for ids not known yet."""
+    def known() -> dict[uuid.UUID, str]:
+        return {tm.topic_id: name for name, tm in client.cluster.topics.items() if tm.topic_id is not None}
+    names = known()
+    if any(t not in names for t in topic_ids):
+        try:
+            await client.fetch_metadata(set(subscription) | client.wanted_topics, allow_auto_create=False)
+        except NET_ERRORS as e:
+            log.debug("metadata for assigned topic ids failed: %s", e)
+        names = known()
+    return names
 
 
 class ConsumerMembership(ConsumerCoordinator):
@@ -139,7 +155,7 @@ class ConsumerMembership(ConsumerCoordinator):
         elif code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
             if self.generation < 0:
                 self.request_rejoin(name)  # the join is tried again on the next step
-        elif code in _FATAL:
+        elif code in FATAL_ERRORS:
             self.fatal = E.KafkaError(code, f"ConsumerGroupHeartbeat failed: {name}: {message or ''}".rstrip(": "),
                                       fatal=True)
             self.consumer._report(self.fatal)
@@ -163,18 +179,7 @@ class ConsumerMembership(ConsumerCoordinator):
                      self.member_id, len(self.subs.assignment))
 
     async def _names(self, topic_ids: list[uuid.UUID]) -> dict[uuid.UUID, str]:
-        """Topic names for the ids the broker assigned; metadata is fetched for ids not known yet."""
-        def known() -> dict[uuid.UUID, str]:
-            return {tm.topic_id: name for name, tm in self.client.cluster.topics.items() if tm.topic_id is not None}
-        names = known()
-        if any(t not in names for t in topic_ids):
-            try:
-                await self.client.fetch_metadata(set(self.subs.subscription) | self.client.wanted_topics,
-                                                 allow_auto_create=False)
-            except NET_ERRORS as e:
-                log.debug("metadata for assigned topic ids failed: %s", e)
-            names = known()
-        return names
+        return await topic_names(self.client, topic_ids, self.subs.subscription)
 
     # ------------------------------------------------------------ leaving
     async def maybe_leave_group(self, reason: str) -> None:

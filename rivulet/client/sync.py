@@ -26,6 +26,7 @@ from rivulet.client import errors as E
 from rivulet.client.config import resolve
 from rivulet.client.consumer import AIOConsumer
 from rivulet.client.producer import AIOProducer
+from rivulet.client.share_consumer import AIOShareConsumer
 from rivulet.client.stats import run_stats_cb
 from rivulet.client.types import ClusterMetadata, Message, TopicPartition
 
@@ -501,3 +502,97 @@ class Consumer:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+class ShareConsumer:
+    """A share group member with confluent-kafka's ShareConsumer API.
+
+        c = ShareConsumer({"bootstrap.servers": "...", "group.id": "queue"})
+        c.subscribe(["topic"])
+        while True:
+            for msg in c.poll(1.0):
+                if msg.error(): ...
+                process(msg.value())      # accepted by the next poll (implicit mode)
+        c.close()
+
+    With ``share.acknowledgement.mode=explicit`` each record is acknowledged with
+    ``acknowledge(msg, AcknowledgeType.RELEASE)`` and the like before the next poll. The
+    acknowledgement commit callback runs on the application's thread, from poll, the commits
+    and close.
+    """
+
+    def __init__(self, conf: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        self._lt = LoopThread("rivulet-share-consumer")
+        self._finalizer = weakref.finalize(self, _stop_thread, self._lt)
+        try:
+            self._aio = self._lt.run(_make_share_consumer(conf, kwargs))
+        except BaseException:
+            self._finalizer()
+            raise
+        self._aio.dispatch_callbacks = False
+        self._callback: Callable | None = None
+
+    def _run(self, coro: Coroutine) -> Any:
+        try:
+            return self._lt.run(coro)
+        finally:
+            self._serve_callbacks()
+
+    def _serve_callbacks(self) -> None:
+        reports = self._lt.call(self._aio.take_reports) if self._lt.thread.is_alive() else []
+        if self._callback is not None:
+            for offsets, exc in reports:
+                try:
+                    self._callback(offsets, exc)
+                except Exception:
+                    log.exception("acknowledgement commit callback raised")
+
+    def subscribe(self, topics: list[str]) -> None:
+        self._lt.call(self._aio.subscribe, topics)
+
+    def subscription(self) -> list[str]:
+        return self._lt.call(self._aio.subscription)
+
+    def unsubscribe(self) -> None:
+        self._run(self._aio.unsubscribe())
+
+    def poll(self, timeout: float | None = -1) -> list[Message]:
+        """A batch of acquired records (and error events); empty if none came in ``timeout`` s."""
+        return self._run(self._aio.poll(_timeout(timeout)))
+
+    def acknowledge(self, message: Message, ack_type: int = 1) -> None:
+        self._lt.call(self._aio.acknowledge, message, ack_type)
+
+    def acknowledge_offset(self, topic: str, partition: int, offset: int, ack_type: int = 1) -> None:
+        self._lt.call(self._aio.acknowledge_offset, topic, partition, offset, ack_type)
+
+    def set_acknowledgement_commit_callback(self, callback: Callable | None) -> None:
+        self._lt.call(self._aio.set_acknowledgement_commit_callback, None)
+        self._callback = callback
+
+    def commit_sync(self, timeout: float | None = 60.0) -> dict[TopicPartition, E.KafkaException | None]:
+        return self._run(self._aio.commit_sync(_timeout(timeout)))
+
+    def commit_async(self) -> None:
+        self._run(self._aio.commit_async())
+
+    def close(self) -> None:
+        """Send the acknowledgements waiting, release what is held, leave the group."""
+        if not self._lt.thread.is_alive() or self._aio._closed:
+            return
+        try:
+            self._run(self._aio.close())
+        finally:
+            self._finalizer()
+
+    def __enter__(self) -> ShareConsumer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+async def _make_share_consumer(conf: dict[str, Any] | None, kwargs: dict[str, Any]) -> AIOShareConsumer:
+    c = AIOShareConsumer(conf, **kwargs)  # on the loop: its events belong to it
+    await c.start()
+    return c

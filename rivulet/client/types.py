@@ -101,6 +101,10 @@ class Message:
     def latency(self) -> float | None:
         return self._latency
 
+    def delivery_count(self) -> int | None:
+        """How often a share group delivered this record (None: not from a share consumer)."""
+        return None
+
     def set_key(self, key: Any) -> None:
         self._key = key
 
@@ -124,6 +128,22 @@ class Message:
         if self._error is not None:
             return f"Message(error={self._error}, topic={self._topic}, partition={self._partition})"
         return f"Message(topic={self._topic}, partition={self._partition}, offset={self._offset})"
+
+
+class ShareMessage(Message):
+    """A record a share consumer acquired, with its delivery count (1 the first time)."""
+
+    __slots__ = ("_delivery_count",)
+
+    def __init__(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
+                 headers: list | None, timestamp_type: int, timestamp: int, leader_epoch: int | None,
+                 delivery_count: int) -> None:
+        super().__init__(topic, partition, offset, key, value, headers, timestamp_type, timestamp, None,
+                         leader_epoch)
+        self._delivery_count = delivery_count
+
+    def delivery_count(self) -> int | None:
+        return self._delivery_count
 
 
 def make_error_message(error: KafkaError, topic: str | None = None, partition: int = -1,

@@ -243,18 +243,28 @@ def share_topic(bootstrap: str, topic: str, group: str, n: int) -> Any:
     return admin
 
 
-@pytest.mark.parametrize("members", [1, 3])
-def test_confluent_share_consumers_read_every_record(members):
-    """confluent-kafka's ShareConsumer joins through ShareGroupHeartbeat, gets its share of the
-    partitions from the coordinator and reads them with ShareFetch: together the members read
-    every record (at least once), and the group is described with them while they run."""
-    from confluent_kafka import ShareConsumer
+def share_consumer_class(client: str) -> Any:
+    """confluent-kafka's ShareConsumer or Rivulet's own (the same calls)."""
+    if client == "confluent":
+        from confluent_kafka import ShareConsumer
+    else:
+        from rivulet import ShareConsumer
+    return ShareConsumer
+
+
+@pytest.mark.parametrize("client", ["confluent", "rivulet"])
+@pytest.mark.parametrize("members", [1, 3, 8])
+def test_share_consumers_read_every_record(client, members):
+    """confluent-kafka's ShareConsumer and Rivulet's join through ShareGroupHeartbeat, get their
+    share of the partitions from the coordinator and read them with ShareFetch: together the
+    members read every record (at least once), and the group is described with them while they run."""
+    ShareConsumer = share_consumer_class(client)
 
     b = BrokerProcess({"group.share.min.heartbeat.interval.ms": "500", "group.share.heartbeat.interval.ms": "500"})
     b.start()
     consumers: list = []
     try:
-        topic, group, n = "share-q", f"share-q-{members}", 60
+        topic, group, n = "share-q", f"share-q-{client}-{members}", 60
         admin = share_topic(b.bootstrap, topic, group, n)
         for _ in range(members):
             c = ShareConsumer({"bootstrap.servers": b.bootstrap, "group.id": group})

@@ -1,0 +1,178 @@
+"""Share sessions and acknowledgements, sans I/O (KIP-932), as Java's ShareSessionHandler and
+Acknowledgements: what a share consumer tells one partition leader, built and read here,
+sent by ``share_fetcher``.
+
+A member has one share session per leader. Epoch 0 opens it with every partition wanted from
+that leader; later requests carry the next epoch, the partitions added (and those with
+acknowledgements) and the partitions forgotten; the broker remembers the rest. Epoch -1
+closes it (a ShareAcknowledge with the last acknowledgements), which releases whatever the
+member still holds there. A session the broker no longer knows (SHARE_SESSION_NOT_FOUND,
+INVALID_SHARE_SESSION_EPOCH) starts again at 0; its records were released with it, so its
+pending acknowledgements are dropped, as Java drops them.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Iterable, Mapping
+
+from rivulet.common.types import TopicPartition as TP
+from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.messages import share_acknowledge_request as saq
+from rivulet.protocol.messages import share_fetch_request as sfq
+
+INITIAL_EPOCH, FINAL_EPOCH = 0, -1
+# The acknowledge type of an acquired offset that holds no record (a control record, a gap
+# compaction left): the client archives it, as it can never be delivered.
+GAP = 0
+_INT32_MAX = 2**31 - 1
+SESSION_ERRORS = frozenset({ErrorCode.SHARE_SESSION_NOT_FOUND, ErrorCode.INVALID_SHARE_SESSION_EPOCH})
+
+
+class AcknowledgeType(enum.IntEnum):
+    """How a record ends its delivery: ACCEPT (processed), RELEASE (deliver again), REJECT
+    (unprocessable: archived), RENEW (still working on it: the acquisition lock restarts)."""
+
+    ACCEPT = 1
+    RELEASE = 2
+    REJECT = 3
+    RENEW = 4
+
+
+def next_epoch(epoch: int) -> int:
+    """The epoch after ``epoch``: wraps to 1, as 0 would open a new session."""
+    return 1 if epoch >= _INT32_MAX else epoch + 1
+
+
+class Acknowledgements:
+    """One partition's acknowledgements not yet sent: offset -> type."""
+
+    __slots__ = ("_types",)
+
+    def __init__(self) -> None:
+        self._types: dict[int, int] = {}
+
+    def add(self, offset: int, kind: int) -> None:
+        self._types[offset] = kind
+
+    def __len__(self) -> int:
+        return len(self._types)
+
+    def __bool__(self) -> bool:
+        return bool(self._types)
+
+    def offsets(self) -> dict[int, int]:
+        return dict(self._types)
+
+    def has_renew(self) -> bool:
+        return AcknowledgeType.RENEW in self._types.values()
+
+    def batches(self) -> list[tuple[int, int, list[int]]]:
+        """Runs of consecutive offsets as (first, last, types): one type for a run acknowledged
+        alike, else one type per offset, so a batch never spans a gap."""
+        out: list[tuple[int, int, list[int]]] = []
+        first = prev = -2
+        run: list[int] = []
+        for o in sorted(self._types):
+            if o != prev + 1 and run:
+                out.append((first, prev, run))
+                run = []
+            if not run:
+                first = o
+            run.append(int(self._types[o]))
+            prev = o
+        if run:
+            out.append((first, prev, run))
+        return [(a, b, types if len(set(types)) > 1 else types[:1]) for a, b, types in out]
+
+
+def merge(into: dict[TP, Acknowledgements], more: Mapping[TP, Acknowledgements]) -> None:
+    for tp, acks in more.items():
+        mine = into.setdefault(tp, Acknowledgements())
+        for o, k in acks.offsets().items():
+            mine.add(o, k)
+
+
+class ShareSessionHandler:
+    """A member's share session with one leader: its epoch and the partitions the broker holds
+    in it."""
+
+    def __init__(self, group_id: str, member_id: str) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.epoch = INITIAL_EPOCH
+        self.partitions: set[TP] = set()   # in the broker's session (after the last success)
+        self._sent: set[TP] = set()        # what the request in flight makes it
+
+    @property
+    def open(self) -> bool:
+        return self.epoch != INITIAL_EPOCH
+
+    def fetch_request(self, wanted: Iterable[TP], acks: Mapping[TP, Acknowledgements],
+                      topic_ids: Mapping[str, uuid.UUID], *, max_wait_ms: int, min_bytes: int, max_bytes: int,
+                      max_records: int) -> sfq.ShareFetchRequest:
+        """A ShareFetch: at epoch 0 every wanted partition (no acknowledgements may go with it),
+        later the partitions added or acknowledged, and those no longer wanted as forgotten."""
+        want = {tp for tp in wanted if tp[0] in topic_ids}
+        if not self.open:
+            listed = {tp: None for tp in want}
+            acks = {}
+            forgotten: set[TP] = set()
+        else:
+            listed = {tp: None for tp in want - self.partitions}
+            listed.update((tp, None) for tp, a in acks.items() if a and tp[0] in topic_ids)
+            forgotten = {tp for tp in self.partitions - want if tp[0] in topic_ids}
+        self._sent = want
+        topics: dict[str, list[sfq.FetchPartition]] = {}
+        for tp in sorted(listed):
+            a = acks.get(tp)
+            topics.setdefault(tp[0], []).append(sfq.FetchPartition(
+                partition_index=tp[1], partition_max_bytes=max_bytes,
+                acknowledgement_batches=[sfq.AcknowledgementBatch(first_offset=f, last_offset=la, acknowledge_types=t)
+                                         for f, la, t in (a.batches() if a else [])]))
+        gone: dict[str, list[int]] = {}
+        for tp in sorted(forgotten):
+            gone.setdefault(tp[0], []).append(tp[1])
+        return sfq.ShareFetchRequest(
+            group_id=self.group_id, member_id=self.member_id, share_session_epoch=self.epoch,
+            max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes, max_records=max_records,
+            batch_size=max_records, share_acquire_mode=0, is_renew_ack=False,
+            topics=[sfq.FetchTopic(topic_id=topic_ids[t], partitions=ps) for t, ps in topics.items()],
+            forgotten_topics_data=[sfq.ForgottenTopic(topic_id=topic_ids[t], partitions=ps) for t, ps in gone.items()])
+
+    def acknowledge_request(self, acks: Mapping[TP, Acknowledgements], topic_ids: Mapping[str, uuid.UUID], *,
+                            close: bool = False) -> saq.ShareAcknowledgeRequest:
+        """A ShareAcknowledge alone; ``close`` makes it the session's last (epoch -1)."""
+        self._sent = set() if close else set(self.partitions)
+        topics: dict[str, list[saq.AcknowledgePartition]] = {}
+        for tp in sorted(acks):
+            a = acks[tp]
+            if a and tp[0] in topic_ids:
+                topics.setdefault(tp[0], []).append(saq.AcknowledgePartition(
+                    partition_index=tp[1],
+                    acknowledgement_batches=[saq.AcknowledgementBatch(first_offset=f, last_offset=la,
+                                                                      acknowledge_types=t)
+                                             for f, la, t in a.batches()]))
+        return saq.ShareAcknowledgeRequest(
+            group_id=self.group_id, member_id=self.member_id,
+            share_session_epoch=FINAL_EPOCH if close else self.epoch,
+            is_renew_ack=any(a.has_renew() for a in acks.values()),
+            topics=[saq.AcknowledgeTopic(topic_id=topic_ids[t], partitions=ps) for t, ps in topics.items()])
+
+    def handle_response(self, error_code: int) -> bool:
+        """Move the session on after an answer; False when the session is gone (start again)."""
+        if error_code == 0:
+            self.partitions = self._sent
+            self.epoch = next_epoch(self.epoch)
+            return True
+        if error_code in SESSION_ERRORS:
+            self.reset()
+            return False
+        return True
+
+    def reset(self) -> None:
+        """Forget the session (failed connection, closed session): the next request opens one."""
+        self.epoch = INITIAL_EPOCH
+        self.partitions = set()
+        self._sent = set()
