@@ -24,6 +24,9 @@ from rivulet.client.types import ClusterMetadata, TopicPartition
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol.consumer_protocol import decode_assignment
 from rivulet.protocol.errors import ErrorCode, ApiError
+from rivulet.protocol.messages import alter_share_group_offsets_request as asgoq
+from rivulet.protocol.messages import delete_share_group_offsets_request as dsgodq
+from rivulet.protocol.messages import describe_share_group_offsets_request as dsgoq
 from rivulet.security.acls import AclBinding, AclBindingFilter
 from rivulet.security.scram import BY_TYPE as SCRAM_BY_TYPE
 from rivulet.security.scram import MECHANISMS as SCRAM_MECHANISMS
@@ -33,6 +36,12 @@ RESOURCE_TOPIC = 2
 RESOURCE_CLIENT_METRICS = 16  # a KIP-714 client metrics subscription (a config resource only)
 RESOURCE_GROUP_CONFIG = 32  # a GROUP config resource (ResourceType.GROUP is the ACL resource type)
 check = core.check
+
+
+def _raise_for(code: int, message: str | None, what: str) -> None:
+    """Raise the broker's error with its message, else naming the request."""
+    if code:
+        raise ApiError(ErrorCode(code), message or what)
 
 
 # ---------------------------------------------------------------------------- value types
@@ -244,6 +253,17 @@ class ConsumerGroupDescription:
 class ConsumerGroupTopicPartitions:
     group_id: str
     topic_partitions: list[TopicPartition] | None = None
+
+
+@dataclass
+class SharePartitionOffsetInfo:
+    """A share group's position on one partition (Kafka's SharePartitionOffsetInfo): the
+    share-partition start offset, and the records from it to the partition's end not yet
+    acknowledged or archived (None where the broker does not say)."""
+
+    start_offset: int
+    leader_epoch: int | None = None
+    lag: int | None = None
 
 
 @dataclass
@@ -620,6 +640,56 @@ class AsyncAdminClient:
         out: dict[TP, ApiError | None] = {tp: None for tp in res.ok}
         out.update({tp: ApiError(ErrorCode(c)) for tp, c in res.errors.items()})
         return out
+
+    # ------------------------------------------------------------ share-group offsets (KIP-932)
+    async def list_share_group_offsets(self, group_id: str, partitions: list[TP] | None = None
+                                       ) -> dict[TP, SharePartitionOffsetInfo | None]:
+        """Kafka's listShareGroupOffsets: the group's start offset and lag on each partition
+        (every partition it has state for when ``partitions`` is None); None where it has none.
+        A group-level error raises, a partition's too."""
+        topics = None
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = {}
+            for tp in partitions:
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            topics = [dsgoq.DescribeShareGroupOffsetsRequestTopic(topic_name=t, partitions=ps)
+                      for t, ps in by_topic.items()]
+        req = dsgoq.DescribeShareGroupOffsetsRequest(groups=[
+            dsgoq.DescribeShareGroupOffsetsRequestGroup(group_id=group_id, topics=topics)])
+        resp = await self.client.send_to_coordinator(group_id, core.GROUP, req, lambda r: r.groups[0].error_code)
+        group = resp.groups[0]
+        _raise_for(group.error_code, group.error_message, "DescribeShareGroupOffsets")
+        out: dict[TP, SharePartitionOffsetInfo | None] = {}
+        for t in group.topics:
+            for p in t.partitions:
+                _raise_for(p.error_code, p.error_message, "DescribeShareGroupOffsets")
+                out[TP(t.topic_name, p.partition_index)] = None if p.start_offset < 0 else SharePartitionOffsetInfo(
+                    p.start_offset, p.leader_epoch if p.leader_epoch >= 0 else None, p.lag if p.lag >= 0 else None)
+        return out
+
+    async def alter_share_group_offsets(self, group_id: str, offsets: dict[TP, int]) -> dict[TP, ApiError | None]:
+        """Kafka's alterShareGroupOffsets: new start offsets for an empty share group (made if
+        there is none). A group-level error (NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND...) raises."""
+        by_topic: dict[str, list[asgoq.AlterShareGroupOffsetsRequestPartition]] = {}
+        for tp, offset in offsets.items():
+            by_topic.setdefault(tp.topic, []).append(
+                asgoq.AlterShareGroupOffsetsRequestPartition(partition_index=tp.partition, start_offset=offset))
+        req = asgoq.AlterShareGroupOffsetsRequest(group_id=group_id, topics=[
+            asgoq.AlterShareGroupOffsetsRequestTopic(topic_name=t, partitions=ps) for t, ps in by_topic.items()])
+        resp = await self.client.send_to_coordinator(group_id, core.GROUP, req, lambda r: r.error_code)
+        _raise_for(resp.error_code, resp.error_message, "AlterShareGroupOffsets")
+        return {TP(t.topic_name, p.partition_index): ApiError(ErrorCode(p.error_code), p.error_message)
+                if p.error_code else None for t in resp.responses for p in t.partitions}
+
+    async def delete_share_group_offsets(self, group_id: str, topics: list[str]) -> dict[str, ApiError | None]:
+        """Kafka's deleteShareGroupOffsets: an empty share group forgets its state of these
+        topics. A group-level error raises; each topic's outcome is in its entry."""
+        req = dsgodq.DeleteShareGroupOffsetsRequest(group_id=group_id, topics=[
+            dsgodq.DeleteShareGroupOffsetsRequestTopic(topic_name=t) for t in topics])
+        resp = await self.client.send_to_coordinator(group_id, core.GROUP, req, lambda r: r.error_code)
+        _raise_for(resp.error_code, resp.error_message, "DeleteShareGroupOffsets")
+        return {t.topic_name: ApiError(ErrorCode(t.error_code), t.error_message) if t.error_code else None
+                for t in resp.responses}
 
     async def describe_cluster(self) -> Any:
         return await self.client.fetch_metadata([])

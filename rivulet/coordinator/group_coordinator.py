@@ -65,6 +65,7 @@ from rivulet.coordinator.share_group import (
     validate as validate_share_heartbeat,
 )
 from rivulet.coordinator.share_group_service import ShareGroupService
+from rivulet.coordinator.share_offsets import ShareOffsetsResult, ShareStateStore
 from rivulet.delayed import DelayedOperationPurgatory, Timer
 from rivulet.protocol.errors import ErrorCode
 from rivulet.replication.replica_manager import ReplicaManager
@@ -79,6 +80,7 @@ TXN_OFFSET_COMMIT = "txn_offset_commit"
 DESCRIBE, DELETE = "describe", "delete"
 CONSUMER_HEARTBEAT = "consumer_group_heartbeat"
 SHARE_HEARTBEAT = "share_group_heartbeat"
+SHARE_OFFSETS = "share_group_offsets"  # Alter/DeleteShareGroupOffsets: an empty group id is INVALID_GROUP_ID
 _EMPTY_ID_OK = frozenset({OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE, DELETE})
 
 LeaveMember = tuple[str, str | None, str | None]  # (member id, group.instance.id, reason)
@@ -108,6 +110,9 @@ class GroupCoordinator:
         self.share_groups: ShareGroupService | None = None
         # Told of each share group DeleteGroups removes, with the partitions it recorded state for.
         self.on_share_group_deleted: list[Callable[[str, list[TopicPartition]], None]] = []
+        # The share partitions' state (Kafka's Persister), wired by the broker: the share-group
+        # offset APIs read and change it.
+        self.share_state: ShareStateStore | None = None
         self.group_configs = group_configs
         self.consumer_group_config = ConsumerGroupConfig(
             heartbeat_interval_ms=config_value(config, "group.consumer.heartbeat.interval.ms", 5000),
@@ -1146,7 +1151,8 @@ class GroupCoordinator:
             for g in eligible:
                 errors[g.group_id] = ErrorCode.NONE
                 if g.share is not None:
-                    tps = [TopicPartition(name, p) for name, ps in g.share.initialized.values() for p in sorted(ps)]
+                    recorded = [*g.share.initialized.values(), *g.share.initializing.values()]
+                    tps = sorted({TopicPartition(name, p) for name, ps in recorded for p in ps})
                     for hook in self.on_share_group_deleted:
                         hook(g.group_id, tps)
             log.info("The following groups were deleted: %s. A total of %d offsets were removed.",
@@ -1187,6 +1193,41 @@ class GroupCoordinator:
         """ShareGroupDescribe: (error, its message, the group)."""
         err, message, group = self._modern_group(group_id, "share")
         return err, message, group.share if group is not None else None
+
+    # ------------------------------------------------------------ share-group offsets
+    def _share_offsets_refusal(self, group_id: str, api: str = SHARE_OFFSETS) -> ShareOffsetsResult | None:
+        err = self._validate_group_status(group_id, api)
+        if err is None and (self.share_groups is None or self.share_state is None):
+            err = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return None if err is None else ShareOffsetsResult(err)
+
+    def handle_describe_share_group_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None
+                                            ) -> ShareOffsetsResult:
+        """DescribeShareGroupOffsets for one group; ``topics`` None: all its initialized partitions."""
+        refusal = self._share_offsets_refusal(group_id, DESCRIBE)
+        if refusal is not None:
+            return refusal
+        assert self.share_groups is not None and self.share_state is not None
+        return self.share_groups.describe_offsets(group_id, topics, self.share_state)
+
+    def handle_alter_share_group_offsets(self, group_id: str, topics: list[tuple[str, list[tuple[int, int]]]],
+                                         callback: Callable[[ShareOffsetsResult], None]) -> None:
+        if self._share_offsets_served(group_id, callback):
+            assert self.share_groups is not None and self.share_state is not None
+            self.share_groups.alter_offsets(group_id, topics, self.share_state, callback)
+
+    def handle_delete_share_group_offsets(self, group_id: str, topics: list[str],
+                                          callback: Callable[[ShareOffsetsResult], None]) -> None:
+        if self._share_offsets_served(group_id, callback):
+            assert self.share_groups is not None and self.share_state is not None
+            self.share_groups.delete_offsets(group_id, topics, self.share_state, callback)
+
+    def _share_offsets_served(self, group_id: str, callback: Callable[[ShareOffsetsResult], None]) -> bool:
+        """Whether this coordinator serves the group's Alter/Delete; else ``callback`` has its refusal."""
+        refusal = self._share_offsets_refusal(group_id)
+        if refusal is not None:
+            callback(refusal)
+        return refusal is None
 
     def _modern_group(self, group_id: str, group_type: str) -> tuple[ErrorCode, str | None, GroupMetadata | None]:
         err = self._validate_group_status(group_id, DESCRIBE)

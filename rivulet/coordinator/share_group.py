@@ -39,6 +39,7 @@ from rivulet.protocol.messages.share_group_metadata_value import ShareGroupMetad
 from rivulet.protocol.messages.share_group_state_partition_metadata_key import ShareGroupStatePartitionMetadataKey
 from rivulet.protocol.messages.share_group_state_partition_metadata_value import (
     ShareGroupStatePartitionMetadataValue,
+    TopicInfo,
     TopicPartitionsInfo,
 )
 from rivulet.protocol.messages.share_group_target_assignment_member_key import ShareGroupTargetAssignmentMemberKey
@@ -116,8 +117,12 @@ class ShareGroup:
         self.members: dict[str, ShareGroupMember] = {}
         self.target_assignment: dict[str, dict[uuid.UUID, frozenset[int]]] = {}
         self.target_assignment_epoch = 0
-        # The share partitions whose state exists for the group (topic id -> name, partitions).
+        # ShareGroupStatePartitionMetadata: the share partitions whose state exists for the group
+        # (topic id -> name, partitions), those being initialized (AlterShareGroupOffsets) and the
+        # topics whose state is being deleted (DeleteShareGroupOffsets).
         self.initialized: dict[uuid.UUID, tuple[str, frozenset[int]]] = {}
+        self.initializing: dict[uuid.UUID, tuple[str, frozenset[int]]] = {}
+        self.deleting: dict[uuid.UUID, str] = {}
         self.has_state_metadata = False
 
     # -- reads
@@ -152,11 +157,20 @@ class ShareGroup:
         return (ShareGroupTargetAssignmentMetadataKey(group_id=self.group_id),
                 ShareGroupTargetAssignmentMetadataValue(assignment_epoch=epoch, assignment_timestamp=timestamp_ms))
 
-    def state_partitions_record(self, initialized: Mapping[uuid.UUID, tuple[str, frozenset[int]]]) -> Record:
+    def state_partitions_record(self, initialized: Mapping[uuid.UUID, tuple[str, frozenset[int]]],
+                                initializing: Mapping[uuid.UUID, tuple[str, frozenset[int]]] | None = None,
+                                deleting: Mapping[uuid.UUID, str] | None = None) -> Record:
+        """The group's ShareGroupStatePartitionMetadata; what is not given stays as it is."""
+        def infos(topics: Mapping[uuid.UUID, tuple[str, frozenset[int]]]) -> list[TopicPartitionsInfo]:
+            return [TopicPartitionsInfo(topic_id=t, topic_name=name, partitions=sorted(ps))
+                    for t, (name, ps) in sorted(topics.items(), key=lambda kv: str(kv[0])) if ps]
+        deleting = self.deleting if deleting is None else deleting
         return (ShareGroupStatePartitionMetadataKey(group_id=self.group_id),
-                ShareGroupStatePartitionMetadataValue(initializing_topics=[], deleting_topics=[], initialized_topics=[
-                    TopicPartitionsInfo(topic_id=t, topic_name=name, partitions=sorted(ps))
-                    for t, (name, ps) in sorted(initialized.items(), key=lambda kv: str(kv[0]))]))
+                ShareGroupStatePartitionMetadataValue(
+                    initializing_topics=infos(self.initializing if initializing is None else initializing),
+                    initialized_topics=infos(initialized),
+                    deleting_topics=[TopicInfo(topic_id=t, topic_name=name)
+                                     for t, name in sorted(deleting.items(), key=lambda kv: str(kv[0]))]))
 
     def fence_records(self, member_id: str) -> list[Record]:
         """Removing a member: its current assignment, its target, then its subscription."""
@@ -215,12 +229,16 @@ class ShareGroup:
                 self.target_assignment_epoch = value.assignment_epoch
         elif isinstance(key, ShareGroupStatePartitionMetadataKey):
             if value is None:
-                self.initialized, self.has_state_metadata = {}, False
+                self.initialized, self.initializing, self.deleting = {}, {}, {}
+                self.has_state_metadata = False
             else:
                 assert isinstance(value, ShareGroupStatePartitionMetadataValue)
                 self.has_state_metadata = True
                 self.initialized = {t.topic_id: (t.topic_name, frozenset(t.partitions))
                                     for t in value.initialized_topics}
+                self.initializing = {t.topic_id: (t.topic_name, frozenset(t.partitions))
+                                     for t in value.initializing_topics}
+                self.deleting = {t.topic_id: t.topic_name for t in value.deleting_topics}
 
 
 # ---------------------------------------------------------------- ShareGroupHeartbeat

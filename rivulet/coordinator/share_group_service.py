@@ -10,10 +10,12 @@ from typing import Callable
 
 from rivulet.common.cluster import MetadataView
 from rivulet.common.time import Clock
+from rivulet.common.types import TopicPartition
 from rivulet.coordinator.consumer_heartbeat import HeartbeatError
 from rivulet.coordinator.delayed_ops import MemberDeadlines
 from rivulet.coordinator.group_config import GroupConfigs
-from rivulet.coordinator.group_metadata import EMPTY, GroupMetadata
+from rivulet.coordinator.group_metadata import DEAD, EMPTY, GroupMetadata
+from rivulet.coordinator import share_offsets
 from rivulet.coordinator.group_metadata_manager import GroupMetadataManager
 from rivulet.coordinator.share_group import (
     SHARE_PROTOCOL_TYPE,
@@ -25,6 +27,12 @@ from rivulet.coordinator.share_group import (
     fence,
     heartbeat,
     leave,
+)
+from rivulet.coordinator.share_offsets import (
+    NON_EMPTY_MESSAGE,
+    ShareOffsetsResult,
+    ShareOffsetsTopic,
+    ShareStateStore,
 )
 from rivulet.protocol.errors import ErrorCode
 
@@ -88,9 +96,7 @@ class ShareGroupService:
                 # Kafka's two paths word it differently: a heartbeat's lookup, and a leave's.
                 kind = "Share group" if req.member_epoch > 0 else "Group"
                 raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"{kind} {req.group_id} not found.")
-            group = self.manager.add_group(GroupMetadata(req.group_id, EMPTY, self.clock.milliseconds))
-            group.share = ShareGroup(req.group_id)
-            group.protocol_type = SHARE_PROTOCOL_TYPE
+            group = self._new_group(req.group_id)
         if group.share is None:
             # Kafka does not convert between share groups and other kinds.
             raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {req.group_id} is not a share group.")
@@ -130,3 +136,107 @@ class ShareGroupService:
             return
         for member_id in group.share.members:
             self.deadlines.cancel(_SESSION, group.group_id, member_id)
+
+    # ------------------------------------------------------------ share-group offsets
+    def describe_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
+                         state: ShareStateStore) -> ShareOffsetsResult:
+        """DescribeShareGroupOffsets for one group (``topics`` None: every initialized partition)."""
+        if topics is None:
+            group = self.manager.get_group(group_id)
+            topics = share_offsets.initialized_partitions(group.share if group is not None else None, self.metadata)
+        return ShareOffsetsResult(topics=share_offsets.describe(group_id, topics, self.metadata, state,
+                                                                self._latest_offset))
+
+    def _latest_offset(self, tp: TopicPartition) -> int | None:
+        # Kafka asks the partition's leader (ListOffsets latest); the share state is on the
+        # leader too, so a partition this broker does not lead has none to describe here.
+        p = self.manager.replica_manager.partitions.get(tp)
+        return p.high_watermark if p is not None and p.is_leader else None
+
+    def alter_offsets(self, group_id: str, topics: list[tuple[str, list[tuple[int, int]]]], state: ShareStateStore,
+                      callback: Callable[[ShareOffsetsResult], None]) -> None:
+        """AlterShareGroupOffsets: an empty share group (made if there is none) gets new
+        share-partition start offsets; its partitions are recorded initializing, their state is
+        initialized, then they are recorded initialized."""
+        group = self.manager.get_group(group_id)
+        if group is None:
+            group = self._new_group(group_id)
+        refusal = _not_empty_share_group(group, group_id)
+        if refusal is not None:
+            callback(refusal)
+            return
+        share = group.share
+        assert share is not None
+        answer, offsets, records = share_offsets.alter_plan(share, topics, self.metadata)
+        if not offsets:
+            callback(ShareOffsetsResult(topics=answer))
+            return
+
+        def initialize(error: ErrorCode) -> None:
+            if error != ErrorCode.NONE:
+                callback(ShareOffsetsResult(error, None, _failed(answer, error)))
+                return
+            for tp, offset in offsets.items():
+                state.initialize_share_state(group_id, tp, offset)
+            done = [share_offsets.initialized_record(share, offsets, self.metadata)]
+            self._store(group, done, lambda e: callback(ShareOffsetsResult(topics=answer) if e == ErrorCode.NONE
+                                                         else ShareOffsetsResult(e, None, _failed(answer, e))))
+        self._store(group, records, initialize)
+
+    def delete_offsets(self, group_id: str, names: list[str], state: ShareStateStore,
+                       callback: Callable[[ShareOffsetsResult], None]) -> None:
+        """DeleteShareGroupOffsets: an empty share group's state of these topics goes; the
+        topics are recorded deleting, their state deleted, then they are forgotten."""
+        group = self.manager.get_group(group_id)
+        refusal = _not_empty_share_group(group, group_id)
+        if refusal is not None:
+            callback(refusal)
+            return
+        assert group is not None and group.share is not None
+        share = group.share
+        to_delete, others, records = share_offsets.delete_plan(share, names, self.metadata)
+        if not to_delete:
+            callback(ShareOffsetsResult(topics=others))
+            return
+
+        def delete(error: ErrorCode) -> None:
+            if error != ErrorCode.NONE:
+                callback(ShareOffsetsResult(error))
+                return
+            for _name, tps in to_delete.values():
+                state.delete_group_state(group_id, tps)
+            deleted = [ShareOffsetsTopic(name, topic_id) for topic_id, (name, _tps) in to_delete.items()]
+            self._store(group, [share_offsets.deleted_record(share, set(to_delete))],
+                        lambda e: callback(ShareOffsetsResult(topics=deleted + others) if e == ErrorCode.NONE
+                                           else ShareOffsetsResult(e)))
+        self._store(group, records, delete)
+
+    def _new_group(self, group_id: str) -> GroupMetadata:
+        group = self.manager.add_group(GroupMetadata(group_id, EMPTY, self.clock.milliseconds))
+        group.share = ShareGroup(group_id)
+        group.protocol_type = SHARE_PROTOCOL_TYPE
+        return group
+
+    def _store(self, group: GroupMetadata, records: list[Record], callback: Callable[[ErrorCode], None]) -> None:
+        self._apply(group, records)
+        self.manager.store_consumer_group_records(group.group_id, records, callback)
+
+
+def _not_empty_share_group(group: GroupMetadata | None, group_id: str) -> ShareOffsetsResult | None:
+    """Kafka's refusals of a share group's offsets being changed: it must be an empty share group."""
+    if group is None or group.is_(DEAD):
+        return ShareOffsetsResult(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
+    if group.share is None:
+        return ShareOffsetsResult(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.")
+    if group.share.members:
+        return ShareOffsetsResult(ErrorCode.NON_EMPTY_GROUP, NON_EMPTY_MESSAGE)
+    return None
+
+
+def _failed(topics: list[ShareOffsetsTopic], error: ErrorCode) -> list[ShareOffsetsTopic]:
+    """Every partition that was to be altered answers ``error``."""
+    for t in topics:
+        for p in t.partitions:
+            if p.error == ErrorCode.NONE:
+                p.error = error
+    return topics

@@ -45,6 +45,7 @@ from rivulet.server.handlers.sasl import SaslHandlers
 from rivulet.server.handlers.telemetry import TelemetryHandlers
 from rivulet.server.handlers.scram import ScramHandlers
 from rivulet.server.handlers.share import ShareHandlers
+from rivulet.server.handlers.share_offsets import ShareOffsetHandlers
 from rivulet.server.handlers.replication import INTER_BROKER_VERSIONS, ReplicationHandlers
 from rivulet.server.handlers.topics import TopicHandlers
 from rivulet.server.handlers.transactions import TransactionHandlers
@@ -117,11 +118,14 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     77: (1, 1),   # ShareGroupDescribe
     78: (1, 2),   # ShareFetch (v0 was KIP-932's early access, removed in Kafka 4.1)
     79: (1, 2),   # ShareAcknowledge
+    90: (0, 1),   # DescribeShareGroupOffsets (v1 adds the lag)
+    91: (0, 0),   # AlterShareGroupOffsets
+    92: (0, 0),   # DeleteShareGroupOffsets
 }
 
 # The share group APIs: served and listed only while share groups are enabled (group.share.enable,
 # standing for Kafka's share.version=1, which gates them all: isShareGroupProtocolEnabled).
-SHARE_GROUP_APIS = frozenset({76, 77, 78, 79})
+SHARE_GROUP_APIS = frozenset({76, 77, 78, 79, 90, 91, 92})
 
 # GetTelemetrySubscriptions and PushTelemetry: served always, listed in ApiVersions only when a
 # telemetry receiver is configured (metric.reporters), as Kafka's ApiVersionManager does.
@@ -171,6 +175,7 @@ class KafkaApis:
             ConfigHandlers(topics, config, authz, client_metrics, group_configs, metadata_cache),
             TelemetryHandlers(client_metrics),
             ShareHandlers(share_partitions, topics.topic_name, authz),
+            ShareOffsetHandlers(group_coordinator, authz),
             GroupHandlers(group_coordinator, topics, clock, authz, metadata_cache),
             FindCoordinatorHandler(group_coordinator, txn_coordinator, config, authz, metadata_cache, cluster),
             TransactionHandlers(txn_coordinator, group_coordinator, replica_manager, topics, config, authz,

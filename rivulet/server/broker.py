@@ -264,6 +264,7 @@ class Broker:
         topics.on_partitions_deleted.append(share.on_partitions_deleted)
         # A deleted share group takes its share partitions' state with it (Kafka's DeleteShareGroupState).
         groups.on_share_group_deleted.append(share.delete_group_state)
+        groups.share_state = share
         if self.metadata_cache is not None:
             # Markers for partitions other brokers lead go to them (WriteTxnMarkers), and KIP-890's
             # check asks the transactional id's coordinator wherever it runs.

@@ -546,6 +546,21 @@ class SharePartitionManager:
             if topic_id is not None:
                 self._delete(SharePartitionKey(group_id, topic_id, key[1].partition))
 
+    # -- the group coordinator's view of share state (the share-group offset APIs) ----------
+
+    def share_state_summary(self, group_id: str, tp: TopicPartition) -> tuple[int, int] | None:
+        """(start offset, delivery-complete count) of the group's state of ``tp``, None without."""
+        summary = self.persister.read_summary(group_id, tp)
+        return None if summary is None else (summary.start_offset, summary.delivery_complete_count)
+
+    def initialize_share_state(self, group_id: str, tp: TopicPartition, start_offset: int) -> None:
+        """AlterShareGroupOffsets: the state starts afresh at ``start_offset``; a share partition
+        held here is dropped, so the next ShareFetch reads the new state."""
+        sp = self.partitions.pop((group_id, tp), None)
+        if sp is not None:
+            sp.release_all()
+        self.persister.initialize_state(group_id, tp, start_offset)
+
     def on_leadership_change(self, leaders: list[Partition], followers: list[Partition]) -> None:
         """A ``LeadershipListener``: share partitions of partitions this broker now follows are
         written to the persister and forgotten; their new leader restores them."""

@@ -1,0 +1,117 @@
+"""DescribeShareGroupOffsets, AlterShareGroupOffsets and DeleteShareGroupOffsets (KIP-932):
+Kafka's authorization and response shapes around the group coordinator's share-offset APIs."""
+
+from __future__ import annotations
+
+from rivulet.coordinator.group_coordinator import GroupCoordinator
+from rivulet.coordinator.share_offsets import ShareOffsetsPartition, ShareOffsetsResult, ShareOffsetsTopic
+from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.framing import RequestHeader
+from rivulet.protocol.messages import (
+    alter_share_group_offsets_response as asgor,
+    delete_share_group_offsets_response as dsgor,
+    describe_share_group_offsets_response as dscr,
+)
+from rivulet.protocol.messages.alter_share_group_offsets_request import AlterShareGroupOffsetsRequest
+from rivulet.protocol.messages.delete_share_group_offsets_request import DeleteShareGroupOffsetsRequest
+from rivulet.protocol.messages.describe_share_group_offsets_request import DescribeShareGroupOffsetsRequest
+from rivulet.security.acls import AclOperation as Op, ResourceType
+from rivulet.server.acls import Authz
+from rivulet.server.answer import Answer, Reply
+from rivulet.server.handlers import Handler
+from rivulet.server.network import KafkaConnection
+
+GROUP_AUTHORIZATION_MESSAGE = "Group authorization failed."
+TOPIC_AUTHORIZATION_MESSAGE = "Topic authorization failed."
+
+
+class ShareOffsetHandlers:
+    def __init__(self, coordinator: GroupCoordinator, authz: Authz) -> None:
+        self.c = coordinator
+        self.authz = authz
+
+    def handlers(self) -> dict[int, Handler]:
+        return {90: self.handle_describe, 91: self.handle_alter, 92: self.handle_delete}
+
+    # ------------------------------------------------------------ DescribeShareGroupOffsets
+    def handle_describe(self, header: RequestHeader, req: DescribeShareGroupOffsetsRequest,
+                        conn: KafkaConnection) -> dscr.DescribeShareGroupOffsetsResponse:
+        groups = []
+        for g in req.groups:
+            if not self.authz.group(conn, Op.DESCRIBE, g.group_id):
+                groups.append(dscr.DescribeShareGroupOffsetsResponseGroup(
+                    group_id=g.group_id, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                    error_message=GROUP_AUTHORIZATION_MESSAGE))
+                continue
+            if g.topics is None:  # every partition with state, less the topics the caller may not describe
+                result = self.c.handle_describe_share_group_offsets(g.group_id, None)
+                visible = self.authz.allowed(conn, Op.DESCRIBE, ResourceType.TOPIC, (t.name for t in result.topics))
+                result.topics = [t for t in result.topics if t.name in visible]
+            else:
+                names = [t.topic_name for t in g.topics]
+                visible = self.authz.allowed(conn, Op.DESCRIBE, ResourceType.TOPIC, names)
+                result = self.c.handle_describe_share_group_offsets(
+                    g.group_id, [(t.topic_name, list(t.partitions)) for t in g.topics if t.topic_name in visible]) \
+                    if g.topics else ShareOffsetsResult()
+                result.topics += [ShareOffsetsTopic(t.topic_name, partitions=[
+                    ShareOffsetsPartition(p, error=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                          error_message=TOPIC_AUTHORIZATION_MESSAGE) for p in t.partitions])
+                    for t in g.topics if t.topic_name not in visible]
+            groups.append(dscr.DescribeShareGroupOffsetsResponseGroup(
+                group_id=g.group_id, error_code=result.error, error_message=result.error_message,
+                topics=[] if result.error != ErrorCode.NONE else [dscr.DescribeShareGroupOffsetsResponseTopic(
+                    topic_name=t.name, topic_id=t.topic_id, partitions=[
+                        dscr.DescribeShareGroupOffsetsResponsePartition(
+                            partition_index=p.partition, start_offset=p.start_offset, leader_epoch=p.leader_epoch,
+                            lag=p.lag, error_code=p.error, error_message=p.error_message)
+                        for p in t.partitions]) for t in result.topics]))
+        return dscr.DescribeShareGroupOffsetsResponse(throttle_time_ms=0, groups=groups)
+
+    # ------------------------------------------------------------ AlterShareGroupOffsets
+    def handle_alter(self, header: RequestHeader, req: AlterShareGroupOffsetsRequest,
+                     conn: KafkaConnection) -> Answer:
+        if not self.authz.group(conn, Op.READ, req.group_id):
+            return asgor.AlterShareGroupOffsetsResponse(
+                throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                error_message=GROUP_AUTHORIZATION_MESSAGE)
+        readable = self.authz.allowed(conn, Op.READ, ResourceType.TOPIC, (t.topic_name for t in req.topics))
+        refused = [ShareOffsetsTopic(t.topic_name, partitions=[
+            ShareOffsetsPartition(p.partition_index, error=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                  error_message=TOPIC_AUTHORIZATION_MESSAGE) for p in t.partitions])
+            for t in req.topics if t.topic_name not in readable]
+
+        def build(result: ShareOffsetsResult) -> asgor.AlterShareGroupOffsetsResponse:
+            return asgor.AlterShareGroupOffsetsResponse(
+                throttle_time_ms=0, error_code=result.error, error_message=result.error_message,
+                responses=[] if result.error != ErrorCode.NONE else [asgor.AlterShareGroupOffsetsResponseTopic(
+                    topic_name=t.name, topic_id=t.topic_id, partitions=[
+                        asgor.AlterShareGroupOffsetsResponsePartition(
+                            partition_index=p.partition, error_code=p.error, error_message=p.error_message)
+                        for p in t.partitions]) for t in result.topics + refused])
+        reply: Reply[ShareOffsetsResult] = Reply(build)
+        self.c.handle_alter_share_group_offsets(
+            req.group_id, [(t.topic_name, [(p.partition_index, p.start_offset) for p in t.partitions])
+                           for t in req.topics if t.topic_name in readable], reply)
+        return reply.answer()
+
+    # ------------------------------------------------------------ DeleteShareGroupOffsets
+    def handle_delete(self, header: RequestHeader, req: DeleteShareGroupOffsetsRequest,
+                      conn: KafkaConnection) -> Answer:
+        if not self.authz.group(conn, Op.DELETE, req.group_id):
+            return dsgor.DeleteShareGroupOffsetsResponse(
+                throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                error_message=GROUP_AUTHORIZATION_MESSAGE)
+        names = list(dict.fromkeys(t.topic_name for t in req.topics))
+        readable = self.authz.allowed(conn, Op.READ, ResourceType.TOPIC, names)
+        refused = [ShareOffsetsTopic(n, error=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                     error_message=TOPIC_AUTHORIZATION_MESSAGE) for n in names if n not in readable]
+
+        def build(result: ShareOffsetsResult) -> dsgor.DeleteShareGroupOffsetsResponse:
+            return dsgor.DeleteShareGroupOffsetsResponse(
+                throttle_time_ms=0, error_code=result.error, error_message=result.error_message,
+                responses=[] if result.error != ErrorCode.NONE else [dsgor.DeleteShareGroupOffsetsResponseTopic(
+                    topic_name=t.name, topic_id=t.topic_id, error_code=t.error, error_message=t.error_message)
+                    for t in result.topics + refused])
+        reply: Reply[ShareOffsetsResult] = Reply(build)
+        self.c.handle_delete_share_group_offsets(req.group_id, [n for n in names if n in readable], reply)
+        return reply.answer()

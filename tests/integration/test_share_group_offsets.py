@@ -1,0 +1,111 @@
+"""The share-group offset admin APIs (KIP-932) against a real broker: Rivulet's admin client
+alters an empty share group's start offsets (making the group), describes them with their lag,
+a share consumer then reads from there, a group with members refuses, and the offsets are
+deleted; Kafka's error codes for unknown topics and partitions and other kinds of group."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from rivulet.client.admin import AsyncAdminClient, SharePartitionOffsetInfo
+from rivulet.common.types import TopicPartition as TP
+from rivulet.protocol.errors import ApiError, ErrorCode
+from rivulet.testing import BrokerProcess
+
+pytestmark = pytest.mark.integration
+
+TOPIC, N = "sgo-topic", 20
+
+
+def produce(bootstrap: str) -> None:
+    from confluent_kafka import Producer
+    p = Producer({"bootstrap.servers": bootstrap})
+    for i in range(N):
+        p.produce(TOPIC, b"%d" % i, partition=i % 2)
+    assert p.flush(30) == 0
+
+
+def test_share_group_offsets_admin():
+    with BrokerProcess({"group.share.min.heartbeat.interval.ms": "500",
+                        "group.share.heartbeat.interval.ms": "500"}) as b:
+        asyncio.run(_create(b.bootstrap))
+        produce(b.bootstrap)  # 10 records on each partition
+        asyncio.run(_admin(b.bootstrap))
+
+
+async def _create(bootstrap: str) -> None:
+    async with AsyncAdminClient({"bootstrap.servers": bootstrap}) as admin:
+        await admin.create_topic(TOPIC, 2, 1)
+
+
+async def _admin(bootstrap: str) -> None:
+    async with AsyncAdminClient({"bootstrap.servers": bootstrap}) as admin:
+        # Nothing yet: a group that does not exist has no state to describe.
+        assert await admin.list_share_group_offsets("sgo") == {}
+        assert await admin.list_share_group_offsets("sgo", [TP(TOPIC, 0)]) == {TP(TOPIC, 0): None}
+
+        # Alter makes the (empty) share group; unknown topics and partitions are refused one by one.
+        got = await admin.alter_share_group_offsets("sgo", {TP(TOPIC, 0): 4, TP(TOPIC, 1): 7, TP(TOPIC, 5): 0,
+                                                            TP("no-such-topic", 0): 1})
+        assert got[TP(TOPIC, 0)] is None and got[TP(TOPIC, 1)] is None
+        assert got[TP(TOPIC, 5)].code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert got[TP("no-such-topic", 0)].code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert ("sgo", "share", "Empty") in await admin.list_groups()
+
+        offsets = {TP(TOPIC, 0): SharePartitionOffsetInfo(4, 0, 6), TP(TOPIC, 1): SharePartitionOffsetInfo(7, 0, 3)}
+        assert await admin.list_share_group_offsets("sgo") == offsets
+        assert await admin.list_share_group_offsets("sgo", [TP(TOPIC, 0), TP(TOPIC, 1), TP("gone", 0)]) == \
+            {**offsets, TP("gone", 0): None}
+
+        # A consumer group's id is not a share group's.
+        await admin.alter_group_offsets("classic", {TP(TOPIC, 0): 1})
+        with pytest.raises(ApiError) as e:
+            await admin.alter_share_group_offsets("classic", {TP(TOPIC, 0): 1})
+        assert e.value.code == ErrorCode.GROUP_ID_NOT_FOUND
+        with pytest.raises(ApiError) as e:
+            await admin.delete_share_group_offsets("nobody", [TOPIC])
+        assert e.value.code == ErrorCode.GROUP_ID_NOT_FOUND
+
+        # A share consumer reads from the altered start offsets: the records past them only.
+        from confluent_kafka import ShareConsumer
+        c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": "sgo"})
+        try:
+            c.subscribe([TOPIC])
+            seen: set[bytes] = set()
+            want = {b"%d" % i for i in range(N) if (i % 2 == 0 and i // 2 >= 4) or (i % 2 == 1 and i // 2 >= 7)}
+            deadline = time.monotonic() + 60
+            while seen != want:
+                assert time.monotonic() < deadline, f"read {sorted(seen)}, want {sorted(want)}"
+                seen |= {m.value() for m in c.poll(0.2) if m.error() is None}
+                assert seen <= want
+            # While it is a member, the group's offsets cannot change.
+            with pytest.raises(ApiError) as e:
+                await admin.alter_share_group_offsets("sgo", {TP(TOPIC, 0): 0})
+            assert e.value.code == ErrorCode.NON_EMPTY_GROUP
+            with pytest.raises(ApiError) as e:
+                await admin.delete_share_group_offsets("sgo", [TOPIC])
+            assert e.value.code == ErrorCode.NON_EMPTY_GROUP
+            # The records it acknowledged are no longer lag.
+            deadline = time.monotonic() + 60
+            while True:
+                lags = {tp: i.lag for tp, i in (await admin.list_share_group_offsets("sgo")).items()}
+                if lags == {TP(TOPIC, 0): 0, TP(TOPIC, 1): 0}:
+                    break
+                assert time.monotonic() < deadline, lags
+                c.poll(0.2)
+        finally:
+            c.close()
+
+        # Empty again: its state of the topic is deleted; a topic without state is no error.
+        deadline = time.monotonic() + 30
+        while ("sgo", "share", "Empty") not in await admin.list_groups():
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.2)
+        got = await admin.delete_share_group_offsets("sgo", [TOPIC, "no-such-topic"])
+        assert got[TOPIC] is None and got["no-such-topic"].code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert await admin.list_share_group_offsets("sgo") == {}
+        assert await admin.list_share_group_offsets("sgo", [TP(TOPIC, 0)]) == {TP(TOPIC, 0): None}
+        assert await admin.delete_share_group_offsets("sgo", [TOPIC]) == {TOPIC: None}
