@@ -64,7 +64,7 @@ from rivulet.coordinator.share_group import (
     ShareHeartbeatResult,
     validate as validate_share_heartbeat,
 )
-from rivulet.coordinator.share_group_service import ShareGroupService
+from rivulet.coordinator.share_group_service import ShareGroupService, spawn
 from rivulet.coordinator.share_offsets import ShareOffsetsResult, ShareStateStore
 from rivulet.delayed import DelayedOperationPurgatory, Timer
 from rivulet.protocol.errors import ErrorCode
@@ -1201,14 +1201,19 @@ class GroupCoordinator:
             err = ErrorCode.COORDINATOR_NOT_AVAILABLE
         return None if err is None else ShareOffsetsResult(err)
 
-    def handle_describe_share_group_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None
-                                            ) -> ShareOffsetsResult:
+    def handle_describe_share_group_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
+                                            callback: Callable[[ShareOffsetsResult], None]) -> None:
         """DescribeShareGroupOffsets for one group; ``topics`` None: all its initialized partitions."""
         refusal = self._share_offsets_refusal(group_id, DESCRIBE)
         if refusal is not None:
-            return refusal
+            callback(refusal)
+            return
         assert self.share_groups is not None and self.share_state is not None
-        return self.share_groups.describe_offsets(group_id, topics, self.share_state)
+        describing = self.share_groups.describe_offsets(group_id, topics, self.share_state)
+
+        async def describe() -> None:
+            callback(await describing)
+        spawn(describe(), callback)
 
     def handle_alter_share_group_offsets(self, group_id: str, topics: list[tuple[str, list[tuple[int, int]]]],
                                          callback: Callable[[ShareOffsetsResult], None]) -> None:

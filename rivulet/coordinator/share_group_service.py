@@ -4,9 +4,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
-from typing import Callable
+from typing import Any, Callable, Coroutine
 
 from rivulet.common.cluster import MetadataView
 from rivulet.common.time import Clock
@@ -34,7 +35,7 @@ from rivulet.coordinator.share_offsets import (
     ShareOffsetsTopic,
     ShareStateStore,
 )
-from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.errors import ApiError, ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -138,14 +139,14 @@ class ShareGroupService:
             self.deadlines.cancel(_SESSION, group.group_id, member_id)
 
     # ------------------------------------------------------------ share-group offsets
-    def describe_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
-                         state: ShareStateStore) -> ShareOffsetsResult:
+    async def describe_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
+                               state: ShareStateStore) -> ShareOffsetsResult:
         """DescribeShareGroupOffsets for one group (``topics`` None: every initialized partition)."""
         if topics is None:
             group = self.manager.get_group(group_id)
             topics = share_offsets.initialized_partitions(group.share if group is not None else None, self.metadata)
-        return ShareOffsetsResult(topics=share_offsets.describe(group_id, topics, self.metadata, state,
-                                                                self._latest_offset))
+        return ShareOffsetsResult(topics=await share_offsets.describe(group_id, topics, self.metadata, state,
+                                                                      self._latest_offset))
 
     def _latest_offset(self, tp: TopicPartition) -> int | None:
         # Kafka asks the partition's leader (ListOffsets latest); the share state is on the
@@ -172,16 +173,27 @@ class ShareGroupService:
             callback(ShareOffsetsResult(topics=answer))
             return
 
-        def initialize(error: ErrorCode) -> None:
-            if error != ErrorCode.NONE:
-                callback(ShareOffsetsResult(error, None, _failed(answer, error)))
-                return
+        async def initialize() -> None:
+            initialized = {}
             for tp, offset in offsets.items():
-                state.initialize_share_state(group_id, tp, offset)
-            done = [share_offsets.initialized_record(share, offsets, self.metadata)]
+                try:
+                    await state.initialize_share_state(group_id, tp, offset)
+                    initialized[tp] = offset
+                except ApiError as e:
+                    _failed(answer, e.code, tp, e.message)
+            if not initialized:
+                callback(ShareOffsetsResult(topics=answer))
+                return
+            done = [share_offsets.initialized_record(share, initialized, self.metadata)]
             self._store(group, done, lambda e: callback(ShareOffsetsResult(topics=answer) if e == ErrorCode.NONE
                                                          else ShareOffsetsResult(e, None, _failed(answer, e))))
-        self._store(group, records, initialize)
+
+        def stored(error: ErrorCode) -> None:
+            if error != ErrorCode.NONE:
+                callback(ShareOffsetsResult(error, None, _failed(answer, error)))
+            else:
+                spawn(initialize(), callback)
+        self._store(group, records, stored)
 
     def delete_offsets(self, group_id: str, names: list[str], state: ShareStateStore,
                        callback: Callable[[ShareOffsetsResult], None]) -> None:
@@ -199,17 +211,19 @@ class ShareGroupService:
             callback(ShareOffsetsResult(topics=others))
             return
 
-        def delete(error: ErrorCode) -> None:
-            if error != ErrorCode.NONE:
-                callback(ShareOffsetsResult(error))
-                return
-            for _name, tps in to_delete.values():
-                state.delete_group_state(group_id, tps)
+        async def delete() -> None:
+            await state.delete_share_state(group_id, [tp for _name, tps in to_delete.values() for tp in tps])
             deleted = [ShareOffsetsTopic(name, topic_id) for topic_id, (name, _tps) in to_delete.items()]
             self._store(group, [share_offsets.deleted_record(share, set(to_delete))],
                         lambda e: callback(ShareOffsetsResult(topics=deleted + others) if e == ErrorCode.NONE
                                            else ShareOffsetsResult(e)))
-        self._store(group, records, delete)
+
+        def stored(error: ErrorCode) -> None:
+            if error != ErrorCode.NONE:
+                callback(ShareOffsetsResult(error))
+            else:
+                spawn(delete(), callback)
+        self._store(group, records, stored)
 
     def _new_group(self, group_id: str) -> GroupMetadata:
         group = self.manager.add_group(GroupMetadata(group_id, EMPTY, self.clock.milliseconds))
@@ -233,10 +247,21 @@ def _not_empty_share_group(group: GroupMetadata | None, group_id: str) -> ShareO
     return None
 
 
-def _failed(topics: list[ShareOffsetsTopic], error: ErrorCode) -> list[ShareOffsetsTopic]:
-    """Every partition that was to be altered answers ``error``."""
+def _failed(topics: list[ShareOffsetsTopic], error: ErrorCode, only: TopicPartition | None = None,
+            message: str | None = None) -> list[ShareOffsetsTopic]:
+    """Every partition that was to be altered (or ``only`` that one) answers ``error``."""
     for t in topics:
         for p in t.partitions:
-            if p.error == ErrorCode.NONE:
-                p.error = error
+            if p.error == ErrorCode.NONE and (only is None or only == TopicPartition(t.name, p.partition)):
+                p.error, p.error_message = error, message
     return topics
+
+
+def spawn(coro: Coroutine[Any, Any, None], callback: Callable[[ShareOffsetsResult], None]) -> None:
+    """Run an offsets step that answers through ``callback``; one that fails answers
+    UNKNOWN_SERVER_ERROR rather than never."""
+    def done(task: asyncio.Future) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("a share-group offsets step failed", exc_info=task.exception())
+            callback(ShareOffsetsResult(ErrorCode.UNKNOWN_SERVER_ERROR))
+    asyncio.ensure_future(coro).add_done_callback(done)

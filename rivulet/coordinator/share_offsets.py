@@ -19,7 +19,7 @@ from typing import Callable, Protocol
 from rivulet.common.cluster import MetadataView
 from rivulet.common.types import TopicPartition
 from rivulet.coordinator.share_group import Record, ShareGroup
-from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.errors import ApiError, ErrorCode
 
 __all__ = [
     "ShareOffsetsPartition",
@@ -36,17 +36,19 @@ NON_EMPTY_MESSAGE = "The group is not empty."
 
 
 class ShareStateStore(Protocol):
-    """The share partitions' state as the coordinator reaches it (Kafka's Persister calls)."""
+    """The share partitions' state as the coordinator reaches it (Kafka's Persister calls);
+    failures raise ``ApiError``."""
 
-    def share_state_summary(self, group_id: str, tp: TopicPartition) -> tuple[int, int] | None:
-        """ReadShareGroupStateSummary: (start offset, delivery-complete count), None without state."""
+    async def share_state_summary(self, group_id: str, tp: TopicPartition) -> tuple[int, int, int] | None:
+        """ReadShareGroupStateSummary: (start offset, delivery-complete count, leader epoch),
+        None without state."""
         ...
 
-    def initialize_share_state(self, group_id: str, tp: TopicPartition, start_offset: int) -> None:
+    async def initialize_share_state(self, group_id: str, tp: TopicPartition, start_offset: int) -> None:
         """InitializeShareGroupState: the partition's state starts afresh at ``start_offset``."""
         ...
 
-    def delete_group_state(self, group_id: str, tps: list[TopicPartition]) -> None:
+    async def delete_share_state(self, group_id: str, tps: list[TopicPartition]) -> None:
         """DeleteShareGroupState for these partitions."""
         ...
 
@@ -77,8 +79,9 @@ class ShareOffsetsResult:
     topics: list[ShareOffsetsTopic] = field(default_factory=list)
 
 
-def describe(group_id: str, requested: list[tuple[str, list[int]]], metadata: MetadataView,
-             state: ShareStateStore, latest_offset: Callable[[TopicPartition], int | None]) -> list[ShareOffsetsTopic]:
+async def describe(group_id: str, requested: list[tuple[str, list[int]]], metadata: MetadataView,
+                   state: ShareStateStore, latest_offset: Callable[[TopicPartition], int | None]
+                   ) -> list[ShareOffsetsTopic]:
     """DescribeShareGroupOffsets for named partitions. As Kafka, the group need not exist: a
     partition without state (or of a topic that does not exist) has start offset -1; the lag
     is the latest offset less the start offset and the delivery-complete records past it."""
@@ -92,12 +95,17 @@ def describe(group_id: str, requested: list[tuple[str, list[int]]], metadata: Me
         topic = ShareOffsetsTopic(name, info.topic_id)
         for p in partitions:
             tp = TopicPartition(name, p)
-            summary = state.share_state_summary(group_id, tp)
             row = ShareOffsetsPartition(p)
+            try:
+                summary = await state.share_state_summary(group_id, tp)
+            except ApiError:
+                summary = None  # as Kafka: a failed read is no data, not an error
             if summary is not None and summary[0] != UNINITIALIZED:
-                row.start_offset = summary[0]
+                row.start_offset, row.leader_epoch = summary[0], max(summary[2], 0)
                 latest = latest_offset(tp)
-                if latest is None:
+                if summary[1] == UNINITIALIZED:
+                    pass  # the delivery-complete count is not known: nor is the lag
+                elif latest is None:
                     row.start_offset, row.error = UNINITIALIZED, ErrorCode.NOT_LEADER_OR_FOLLOWER
                     row.error_message = "For requests intended only for the leader, this error indicates that " \
                                         "the broker is not the current leader."

@@ -499,7 +499,7 @@ class SharePartitionManager:
             sp.release_all()
         return sp
 
-    def _delete(self, pkey: SharePartitionKey) -> None:
+    def _delete(self, pkey: SharePartitionKey) -> asyncio.Future:
         previous = self._writes.get(pkey)
 
         async def delete() -> None:
@@ -515,6 +515,7 @@ class SharePartitionManager:
 
         task = self._writes[pkey] = asyncio.ensure_future(delete())
         task.add_done_callback(_retrieve)
+        return task
 
     async def writes_done(self) -> None:
         """Wait for the persister writes under way (tests, shutdown)."""
@@ -536,30 +537,50 @@ class SharePartitionManager:
         a group made again under its id starts afresh. ``tps``: the partitions the group
         coordinator recorded (ShareGroupStatePartitionMetadata), here or not."""
         for key in {(group_id, tp) for tp in tps} | {k for k in self.partitions if k[0] == group_id}:
-            self._forget(*key)
-            found = self._keys.pop(key, None)
-            if found is not None:
-                self._delete(found[0])
-                continue
-            p = self.replica_manager.partitions.get(key[1])
-            topic_id = p.topic_id if p is not None else self._topic_id(key[1].topic) if self._topic_id else None
-            if topic_id is not None:
-                self._delete(SharePartitionKey(group_id, topic_id, key[1].partition))
+            self._delete_state(*key)
+
+    def _delete_state(self, group_id: str, tp: TopicPartition) -> asyncio.Future | None:
+        """Drop the share partition held here and delete its state (the task doing it)."""
+        self._forget(group_id, tp)
+        found = self._keys.pop((group_id, tp), None)
+        pkey = found[0] if found is not None else self._state_key(group_id, tp)
+        return self._delete(pkey) if pkey is not None else None
+
+    def _state_key(self, group_id: str, tp: TopicPartition) -> SharePartitionKey | None:
+        p = self.replica_manager.partitions.get(tp)
+        topic_id = p.topic_id if p is not None else self._topic_id(tp.topic) if self._topic_id else None
+        return None if topic_id is None else SharePartitionKey(group_id, topic_id, tp.partition)
 
     # -- the group coordinator's view of share state (the share-group offset APIs) ----------
 
-    def share_state_summary(self, group_id: str, tp: TopicPartition) -> tuple[int, int] | None:
-        """(start offset, delivery-complete count) of the group's state of ``tp``, None without."""
-        summary = self.persister.read_summary(group_id, tp)
-        return None if summary is None else (summary.start_offset, summary.delivery_complete_count)
+    async def share_state_summary(self, group_id: str, tp: TopicPartition) -> tuple[int, int, int] | None:
+        """ReadShareGroupStateSummary: (start offset, delivery-complete count, leader epoch) of
+        the group's state of ``tp``, None without."""
+        pkey = self._state_key(group_id, tp)
+        summary = None if pkey is None else await self.persister.read_summary(pkey)
+        if summary is None:
+            return None
+        return summary.start_offset, summary.delivery_complete_count, summary.leader_epoch
 
-    def initialize_share_state(self, group_id: str, tp: TopicPartition, start_offset: int) -> None:
-        """AlterShareGroupOffsets: the state starts afresh at ``start_offset``; a share partition
-        held here is dropped, so the next ShareFetch reads the new state."""
-        sp = self.partitions.pop((group_id, tp), None)
-        if sp is not None:
-            sp.release_all()
-        self.persister.initialize_state(group_id, tp, start_offset)
+    async def initialize_share_state(self, group_id: str, tp: TopicPartition, start_offset: int) -> None:
+        """InitializeShareGroupState (AlterShareGroupOffsets): the state starts afresh at
+        ``start_offset`` under the next state epoch; a share partition held here is dropped, so
+        the next ShareFetch reads the new state. Raises the persister's ApiError."""
+        pkey = self._state_key(group_id, tp)
+        if pkey is None:
+            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        self._forget(group_id, tp)
+        self._keys.pop((group_id, tp), None)
+        previous = self._writes.get(pkey)
+        if previous is not None:
+            await asyncio.wait([previous])
+        await self.persister.initialize_state(pkey, start_offset)
+
+    async def delete_share_state(self, group_id: str, tps: list[TopicPartition]) -> None:
+        """DeleteShareGroupState (DeleteShareGroupOffsets), answered once the state is gone."""
+        tasks = [t for t in (self._delete_state(group_id, tp) for tp in tps) if t is not None]
+        if tasks:
+            await asyncio.wait(tasks)
 
     def on_leadership_change(self, leaders: list[Partition], followers: list[Partition]) -> None:
         """A ``LeadershipListener``: share partitions of partitions this broker now follows are

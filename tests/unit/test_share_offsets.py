@@ -4,6 +4,8 @@ write (initializing, initialized, deleting)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from rivulet.common.types import TopicPartition
@@ -20,15 +22,15 @@ A, B = TOPICS.get("a").topic_id, TOPICS.get("b").topic_id
 
 class State:
     def __init__(self) -> None:
-        self.summaries: dict[tuple[str, TopicPartition], tuple[int, int]] = {}
+        self.summaries: dict[tuple[str, TopicPartition], tuple[int, int, int]] = {}
 
-    def share_state_summary(self, group_id: str, tp: TopicPartition) -> tuple[int, int] | None:
+    async def share_state_summary(self, group_id: str, tp: TopicPartition) -> tuple[int, int, int] | None:
         return self.summaries.get((group_id, tp))
 
-    def initialize_share_state(self, group_id: str, tp: TopicPartition, start_offset: int) -> None:
-        self.summaries[(group_id, tp)] = (start_offset, 0)
+    async def initialize_share_state(self, group_id: str, tp: TopicPartition, start_offset: int) -> None:
+        self.summaries[(group_id, tp)] = (start_offset, 0, -1)
 
-    def delete_group_state(self, group_id: str, tps: list[TopicPartition]) -> None:
+    async def delete_share_state(self, group_id: str, tps: list[TopicPartition]) -> None:
         for tp in tps:
             self.summaries.pop((group_id, tp), None)
 
@@ -40,12 +42,13 @@ def replay(group: ShareGroup, records) -> None:
 
 def test_describe_rows_lag_and_unknown_topics_last() -> None:
     state = State()
-    state.summaries[("g", TopicPartition("a", 0))] = (4, 3)
-    rows = so.describe("g", [("gone", [0]), ("a", [0, 1])], TOPICS, state, lambda tp: 20 if tp.partition == 0 else None)
+    state.summaries[("g", TopicPartition("a", 0))] = (4, 3, 2)
+    rows = asyncio.run(so.describe("g", [("gone", [0]), ("a", [0, 1])], TOPICS, state,
+                                   lambda tp: 20 if tp.partition == 0 else None))
     assert [t.name for t in rows] == ["a", "gone"]
     a = rows[0]
     assert a.topic_id == A
-    assert (a.partitions[0].start_offset, a.partitions[0].lag) == (4, 13)  # 20 - 4 - 3
+    assert (a.partitions[0].start_offset, a.partitions[0].lag, a.partitions[0].leader_epoch) == (4, 13, 2)  # 20 - 4 - 3
     assert (a.partitions[1].start_offset, a.partitions[1].lag, a.partitions[1].error) == (-1, -1, ErrorCode.NONE)
     assert rows[1].topic_id.int == 0 and rows[1].partitions[0].start_offset == -1
 

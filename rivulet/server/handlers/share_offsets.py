@@ -3,6 +3,8 @@ Kafka's authorization and response shapes around the group coordinator's share-o
 
 from __future__ import annotations
 
+import asyncio
+
 from rivulet.coordinator.group_coordinator import GroupCoordinator
 from rivulet.coordinator.share_offsets import ShareOffsetsPartition, ShareOffsetsResult, ShareOffsetsTopic
 from rivulet.protocol.errors import ErrorCode
@@ -35,37 +37,44 @@ class ShareOffsetHandlers:
 
     # ------------------------------------------------------------ DescribeShareGroupOffsets
     def handle_describe(self, header: RequestHeader, req: DescribeShareGroupOffsetsRequest,
-                        conn: KafkaConnection) -> dscr.DescribeShareGroupOffsetsResponse:
-        groups = []
+                        conn: KafkaConnection) -> Answer:
+        loop = asyncio.get_running_loop()
+        answers: list[asyncio.Future] = []
         for g in req.groups:
+            answer = loop.create_future()
+            answers.append(answer)
             if not self.authz.group(conn, Op.DESCRIBE, g.group_id):
-                groups.append(dscr.DescribeShareGroupOffsetsResponseGroup(
+                answer.set_result(dscr.DescribeShareGroupOffsetsResponseGroup(
                     group_id=g.group_id, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
                     error_message=GROUP_AUTHORIZATION_MESSAGE))
                 continue
+            refused: list[ShareOffsetsTopic] = []
             if g.topics is None:  # every partition with state, less the topics the caller may not describe
-                result = self.c.handle_describe_share_group_offsets(g.group_id, None)
-                visible = self.authz.allowed(conn, Op.DESCRIBE, ResourceType.TOPIC, (t.name for t in result.topics))
-                result.topics = [t for t in result.topics if t.name in visible]
+                wanted = None
             else:
-                names = [t.topic_name for t in g.topics]
-                visible = self.authz.allowed(conn, Op.DESCRIBE, ResourceType.TOPIC, names)
-                result = self.c.handle_describe_share_group_offsets(
-                    g.group_id, [(t.topic_name, list(t.partitions)) for t in g.topics if t.topic_name in visible]) \
-                    if g.topics else ShareOffsetsResult()
-                result.topics += [ShareOffsetsTopic(t.topic_name, partitions=[
+                visible = self.authz.allowed(conn, Op.DESCRIBE, ResourceType.TOPIC, (t.topic_name for t in g.topics))
+                wanted = [(t.topic_name, list(t.partitions)) for t in g.topics if t.topic_name in visible]
+                refused = [ShareOffsetsTopic(t.topic_name, partitions=[
                     ShareOffsetsPartition(p, error=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                                           error_message=TOPIC_AUTHORIZATION_MESSAGE) for p in t.partitions])
                     for t in g.topics if t.topic_name not in visible]
-            groups.append(dscr.DescribeShareGroupOffsetsResponseGroup(
-                group_id=g.group_id, error_code=result.error, error_message=result.error_message,
-                topics=[] if result.error != ErrorCode.NONE else [dscr.DescribeShareGroupOffsetsResponseTopic(
-                    topic_name=t.name, topic_id=t.topic_id, partitions=[
-                        dscr.DescribeShareGroupOffsetsResponsePartition(
-                            partition_index=p.partition, start_offset=p.start_offset, leader_epoch=p.leader_epoch,
-                            lag=p.lag, error_code=p.error, error_message=p.error_message)
-                        for p in t.partitions]) for t in result.topics]))
-        return dscr.DescribeShareGroupOffsetsResponse(throttle_time_ms=0, groups=groups)
+
+            def done(result: ShareOffsetsResult, group_id: str = g.group_id, answer: asyncio.Future = answer,
+                     refused: list[ShareOffsetsTopic] = refused, all_topics: bool = wanted is None) -> None:
+                if all_topics:
+                    visible = self.authz.allowed(conn, Op.DESCRIBE, ResourceType.TOPIC,
+                                                 (t.name for t in result.topics))
+                    result.topics = [t for t in result.topics if t.name in visible]
+                if not answer.done():
+                    answer.set_result(_described(group_id, result, refused))
+            if wanted == []:  # no topics named: nothing to describe
+                done(ShareOffsetsResult())
+            else:
+                self.c.handle_describe_share_group_offsets(g.group_id, wanted, done)
+
+        async def response() -> dscr.DescribeShareGroupOffsetsResponse:
+            return dscr.DescribeShareGroupOffsetsResponse(throttle_time_ms=0, groups=list(await asyncio.gather(*answers)))
+        return asyncio.ensure_future(response())
 
     # ------------------------------------------------------------ AlterShareGroupOffsets
     def handle_alter(self, header: RequestHeader, req: AlterShareGroupOffsetsRequest,
@@ -115,3 +124,15 @@ class ShareOffsetHandlers:
         reply: Reply[ShareOffsetsResult] = Reply(build)
         self.c.handle_delete_share_group_offsets(req.group_id, [n for n in names if n in readable], reply)
         return reply.answer()
+
+
+def _described(group_id: str, result: ShareOffsetsResult, refused: list[ShareOffsetsTopic]
+               ) -> dscr.DescribeShareGroupOffsetsResponseGroup:
+    return dscr.DescribeShareGroupOffsetsResponseGroup(
+        group_id=group_id, error_code=result.error, error_message=result.error_message,
+        topics=[] if result.error != ErrorCode.NONE else [dscr.DescribeShareGroupOffsetsResponseTopic(
+            topic_name=t.name, topic_id=t.topic_id, partitions=[
+                dscr.DescribeShareGroupOffsetsResponsePartition(
+                    partition_index=p.partition, start_offset=p.start_offset, leader_epoch=p.leader_epoch,
+                    lag=p.lag, error_code=p.error, error_message=p.error_message)
+                for p in t.partitions]) for t in result.topics + refused])
