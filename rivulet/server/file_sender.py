@@ -25,6 +25,11 @@ from typing import Any, Callable
 
 from rivulet.common.file_region import FileRegion
 
+try:  # optional C accelerator: a whole answer per GIL release (see _sendfile.c)
+    from rivulet.server._sendfile import send_parts as _c_send_parts
+except ImportError:  # pragma: no cover - no compiler at install time
+    _c_send_parts = None
+
 log = logging.getLogger(__name__)
 
 # Sends at once; past it an answer is read and written on the event loop, so a crowd of
@@ -35,6 +40,11 @@ _POLL_MS = 200  # how often a waiting sender looks whether its connection was cl
 
 def enabled() -> bool:
     return os.environ.get("RIVULET_NO_SENDFILE", "") in ("", "0")
+
+
+def _python_only() -> bool:
+    # The pure-Python sender stays the reference; tests run both.
+    return os.environ.get("RIVULET_PY_SENDFILE", "") not in ("", "0")
 
 
 def has_regions(parts: list[Any]) -> bool:
@@ -64,6 +74,9 @@ class Send:
         poller = select.poll()
         poller.register(self.fd, select.POLLOUT)
         try:
+            if _c_send_parts is not None and not _python_only():
+                self._send_all(poller)
+                return
             for part in self.parts:
                 if type(part) is FileRegion:
                     self._send_region(part, poller)
@@ -74,6 +87,15 @@ class Send:
             for part in self.parts:
                 if type(part) is FileRegion:
                     part.close()
+
+    def _send_all(self, poller: select.poll) -> None:
+        spec = [(p.fd, p.position, p.size) if type(p) is FileRegion else p for p in self.parts]
+        index, offset = 0, 0
+        while True:
+            index, offset = _c_send_parts(self.fd, spec, index, offset)
+            if index == len(spec):
+                return
+            self._wait(poller)
 
     def _write(self, view: memoryview, poller: select.poll) -> None:
         while view:

@@ -15,6 +15,7 @@ from test_storage import append, make_batch, records
 
 from rivulet.common.file_region import FileRegion
 from rivulet.protocol.records import iter_batches
+from rivulet.server import file_sender
 from rivulet.server.file_sender import FileSender, read_regions
 from rivulet.storage import Log, LogConfig
 
@@ -97,6 +98,18 @@ def test_a_truncated_region_is_refused(tmp_path):
 # -- the sender ---------------------------------------------------------------------------------
 
 
+@pytest.fixture(params=["c", "python"])
+def impl(request, monkeypatch):
+    """Each sender test runs with the C accelerator's send_parts and with the Python reference."""
+    if request.param == "c":
+        if file_sender._c_send_parts is None:
+            pytest.fail("the C accelerator rivulet.server._sendfile is not built")
+        monkeypatch.delenv("RIVULET_PY_SENDFILE", raising=False)
+    else:
+        monkeypatch.setenv("RIVULET_PY_SENDFILE", "1")
+    return request.param
+
+
 def region_of(tmp_path, data: bytes, name: str = "seg") -> FileRegion:
     path = tmp_path / name
     path.write_bytes(b"-" * 10 + data + b"-" * 10)
@@ -142,7 +155,7 @@ def run_send(parts, reader_delay: float = 0.0, cancel_after: float | None = None
     return bytes(received), err
 
 
-def test_sender_writes_parts_in_order(tmp_path):
+def test_sender_writes_parts_in_order(tmp_path, impl):
     big = os.urandom(3 << 20)
     small = os.urandom(5000)
     r1, r2 = region_of(tmp_path, big, "a"), region_of(tmp_path, small, "b")
@@ -154,7 +167,7 @@ def test_sender_writes_parts_in_order(tmp_path):
     assert open_fds() <= before - 2
 
 
-def test_cancel_stops_a_blocked_send(tmp_path):
+def test_cancel_stops_a_blocked_send(tmp_path, impl):
     a, b = socket.socketpair()
     a.setblocking(False)
     region = region_of(tmp_path, os.urandom(8 << 20))
@@ -175,7 +188,7 @@ def test_cancel_stops_a_blocked_send(tmp_path):
     b.close()
 
 
-def test_a_client_that_reads_nothing_is_given_up(tmp_path):
+def test_a_client_that_reads_nothing_is_given_up(tmp_path, impl):
     a, b = socket.socketpair()
     a.setblocking(False)
     region = region_of(tmp_path, os.urandom(8 << 20))
@@ -192,7 +205,7 @@ def test_a_client_that_reads_nothing_is_given_up(tmp_path):
     b.close()
 
 
-def test_a_peer_gone_fails_the_send(tmp_path):
+def test_a_peer_gone_fails_the_send(tmp_path, impl):
     a, b = socket.socketpair()
     a.setblocking(False)
     b.close()
@@ -208,3 +221,27 @@ def test_a_peer_gone_fails_the_send(tmp_path):
     assert isinstance(err, OSError)
     assert region.fd == -1
     a.close()
+
+
+def test_many_small_regions_arrive_in_order(tmp_path, impl):
+    # A Fetch over many partitions: a region per partition, between the partitions' headers.
+    chunks = [os.urandom(random.Random(i).randint(0, 20_000)) for i in range(120)]
+    parts: list = [b"response-header"]
+    for i, chunk in enumerate(chunks):
+        parts += [f"partition-{i}".encode(), region_of(tmp_path, chunk, f"s{i}")]
+    regions = [p for p in parts if isinstance(p, FileRegion)]
+    got, err = run_send(parts, reader_delay=0.05)
+    assert err is None
+    assert got == b"response-header" + b"".join(f"partition-{i}".encode() + c for i, c in enumerate(chunks))
+    assert all(r.fd == -1 for r in regions)
+
+
+def test_a_region_truncated_while_sent_fails_the_send(tmp_path, impl):
+    path = tmp_path / "f"
+    path.write_bytes(os.urandom(2 << 20))
+    region = FileRegion(os.open(path, os.O_RDONLY), 0, 2 << 20, 0, 0)
+    os.truncate(path, 1 << 20)
+    got, err = run_send([b"head", region])
+    assert isinstance(err, EOFError)
+    assert len(got) == 4 + (1 << 20)  # what the file still held went out before the failure
+    assert region.fd == -1
