@@ -45,6 +45,7 @@ END_TO_END_LATENCY = "org.apache.kafka.tools.EndToEndLatency"
 TOPIC_COMMAND = "org.apache.kafka.tools.TopicCommand"  # kafka.admin.TopicCommand before 3.5
 CONFIG_COMMAND = "kafka.admin.ConfigCommand"  # kafka-configs.sh
 CONSUMER_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+SHARE_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
 ACL_COMMAND = "org.apache.kafka.tools.AclCommand"  # kafka-acls.sh
 
 # What kafka-*-perf-test.sh give their JVMs; the G1 flags match the reference broker's.
@@ -521,6 +522,17 @@ def _run_group_command(args: list[str], admin_props: Mapping[str, object] | None
     if any(ln.startswith("Error:") for ln in run.stdout.splitlines()):
         raise JavaToolError("ConsumerGroupCommand reported an error", run)
     return run
+
+
+def share_group_command(bootstrap: str, args: Sequence[str], *, timeout: float = 60.0) -> list[dict[str, str]]:
+    """kafka-share-groups (the Java Admin's share-group calls) with ``args``: the rows of the
+    tables it prints (headed GROUP). Like kafka-consumer-groups it reports failures as "Error:"
+    lines and exits 0, which raise here."""
+    run = run_tool(SHARE_GROUP_COMMAND, ["--bootstrap-server", bootstrap, *args], timeout=timeout,
+                   jvm_args=_ADMIN_JVM)
+    if "Error:" in run.stdout:
+        raise JavaToolError("ShareGroupCommand reported an error", run)
+    return [r for t in _tables(run.stdout) for r in t]
 
 
 def describe_group(

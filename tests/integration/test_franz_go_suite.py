@@ -6,7 +6,7 @@ The module comes from the Go module proxy at a pinned version; the compiled test
 cached in ``~/.cache/rivulet/franz-go-<version>/``. Tests franz-go itself skips against a broker
 without share groups or SASL skip here too; a test not run on the cluster is named with its
 reason in the output; the run fails on any failed test. Since the broker has share groups, franz-go
-runs its share-group tests too.
+runs its share-group tests too, their offset admin (TestShareGroupOffsetsAdmin) among them.
 """
 
 from __future__ import annotations
@@ -97,15 +97,10 @@ def run_suite(bootstrap: str, rf: int, log_path: Path, excluded: dict[str, str] 
     assert len(passed) >= 100
 
 
-# Share groups' offset admin APIs (Describe/Alter/DeleteShareGroupOffsets) are not built yet
-# (issue 20's admin part); franz-go runs its share-group tests since the broker has share groups.
-NOT_BUILT = {"TestShareGroupOffsetsAdmin": "Alter/Describe/DeleteShareGroupOffsets are not built yet"}
-
-
 @pytest.mark.timeout(1800)
 def test_franz_go_kgo_integration_suite(tmp_path):
     with BrokerProcess({"offsets.topic.replication.factor": "1"}) as broker:
-        run_suite(broker.bootstrap, 1, tmp_path / "kgo.log", excluded=NOT_BUILT)
+        run_suite(broker.bootstrap, 1, tmp_path / "kgo.log")
 
 
 @pytest.mark.cluster
@@ -124,4 +119,4 @@ def test_franz_go_kgo_integration_suite_on_a_cluster(tmp_path, zk_connect):
             # resolved by the broker's regex as Kafka resolves it, records of __consumer_offsets
             # from one broker can end that loop before the wanted topic's record arrives from
             # another: a race of the test's on more than one broker.
-            "Test848RegexBrokerResolves": "a race in the test itself on more than one broker", **NOT_BUILT})
+            "Test848RegexBrokerResolves": "a race in the test itself on more than one broker"})

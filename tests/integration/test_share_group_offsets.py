@@ -109,3 +109,39 @@ async def _admin(bootstrap: str) -> None:
         assert await admin.list_share_group_offsets("sgo") == {}
         assert await admin.list_share_group_offsets("sgo", [TP(TOPIC, 0)]) == {TP(TOPIC, 0): None}
         assert await admin.delete_share_group_offsets("sgo", [TOPIC]) == {TOPIC: None}
+
+
+@pytest.mark.java
+def test_kafka_share_groups_tool():
+    """Kafka's kafka-share-groups (4.3, the Java Admin's alterShareGroupOffsets,
+    listShareGroupOffsets and deleteShareGroupOffsets): reset an empty group's offsets, describe
+    them with their lag, delete them."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import java_tools as jt
+    reason = jt.java_available()
+    assert reason is None, f"Kafka's Java tools are needed: {reason}"
+    with BrokerProcess({}) as b:
+        asyncio.run(_create(b.bootstrap))
+        produce(b.bootstrap)
+        rows = jt.share_group_command(b.bootstrap, ["--reset-offsets", "--group", "jsg", "--topic", TOPIC,
+                                                    "--to-earliest", "--execute"])
+        assert sorted((r["PARTITION"], r["NEW-OFFSET"]) for r in rows) == [("0", "0"), ("1", "0")]
+        rows = jt.share_group_command(b.bootstrap, ["--describe", "--group", "jsg", "--offsets"])
+        assert sorted((r["TOPIC"], r["PARTITION"], r["START-OFFSET"], r["LAG"]) for r in rows) == [
+            (TOPIC, "0", "0", "10"), (TOPIC, "1", "0", "10")]
+        rows = jt.share_group_command(b.bootstrap, ["--describe", "--group", "jsg", "--state"])
+        assert [(r["GROUP"], r["STATE"], r["#MEMBERS"]) for r in rows] == [("jsg", "Empty", "0")]
+        rows = jt.share_group_command(b.bootstrap, ["--reset-offsets", "--group", "jsg", "--topic", f"{TOPIC}:1",
+                                                    "--to-latest", "--execute"])
+        assert [(r["PARTITION"], r["NEW-OFFSET"]) for r in rows] == [("1", "10")]
+        rows = jt.share_group_command(b.bootstrap, ["--describe", "--group", "jsg", "--offsets"])
+        assert sorted((r["PARTITION"], r["START-OFFSET"], r["LAG"]) for r in rows) == [("0", "0", "10"),
+                                                                                        ("1", "10", "0")]
+        run = jt.run_tool(jt.SHARE_GROUP_COMMAND, ["--bootstrap-server", b.bootstrap, "--delete-offsets",
+                                                   "--group", "jsg", "--topic", TOPIC], jvm_args=jt._ADMIN_JVM)
+        assert TOPIC in run.stdout and "Successful" in run.stdout, run.stdout
+        run = jt.run_tool(jt.SHARE_GROUP_COMMAND, ["--bootstrap-server", b.bootstrap, "--describe", "--group", "jsg",
+                                                   "--offsets"], jvm_args=jt._ADMIN_JVM)
+        assert "has no offset information" in run.stdout, run.stdout
