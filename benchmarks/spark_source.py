@@ -38,6 +38,7 @@ class Row:
     rows: int
     seconds: list[float] = field(default_factory=list)
     loads: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)  # CPU seconds of every process involved
     note: str = ""
     unit: str = "rows/s"
 
@@ -48,6 +49,10 @@ class Row:
     @property
     def rps(self) -> float:
         return self.rows / self.median if self.median else 0.0
+
+    @property
+    def cpu_per_million(self) -> float:
+        return statistics.median(self.cpu) * 1e6 / self.rows if self.cpu else 0.0
 
     @property
     def load(self) -> str:
@@ -61,17 +66,46 @@ def load_average() -> float:
     return os.getloadavg()[0]
 
 
-def alternate(jobs: list[tuple[Row, Callable[[], object]]], repeat: int) -> None:
+def tree_cpu_seconds(root: int | None = None) -> float:
+    """CPU time (user + system, with that of reaped children) of a process and all its
+    descendants: here the benchmark, its broker, Spark's JVM and its Python workers. Unlike
+    the wall clock it hardly depends on what else the machine is running."""
+    root = os.getpid() if root is None else root
+    procs: dict[int, tuple[int, float]] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        procs[int(d)] = (int(fields[1]), sum(int(x) for x in fields[11:15]) / tick)
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += procs.get(pid, (0, 0.0))[1]
+        todo.extend(children.get(pid, ()))
+    return total
+
+
+def alternate(jobs: list[tuple[Row, Callable[[], object]]], repeat: int, first_round: int = 1) -> None:
     """Run the jobs in turn, ``repeat`` rounds (A B A B ...), so that a change in the machine's
     load during the run hits every path alike; each job has had its warm-up."""
     for r in range(repeat):
         for row, fn in jobs:
+            c0 = tree_cpu_seconds()
             t0 = time.perf_counter()
             fn()
             row.seconds.append(time.perf_counter() - t0)
+            row.cpu.append(tree_cpu_seconds() - c0)
             row.loads.append(load_average())
-            print(f"  round {r + 1}: {row.name}: {row.rows / row.seconds[-1]:,.0f} {row.unit} "
-                  f"(load {row.loads[-1]:.1f})", flush=True)
+            print(f"  round {first_round + r}: {row.name}: {row.rows / row.seconds[-1]:,.0f} {row.unit}, "
+                  f"{row.cpu[-1]:.2f} CPU s (load {row.loads[-1]:.1f})", flush=True)
 
 
 def produce(bootstrap: str, topic: str, count: int, size: int) -> float:
@@ -370,14 +404,16 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
     print(f"\n{args.records:,} records of {args.size} B and {args.events:,} order events, {args.partitions} "
-          f"partitions, median of {args.repeat} alternated rounds, {os.cpu_count()} cores; load: the "
-          f"1-minute load average after each round (lowest-highest)\n")
-    print(f"| {'path':<52} | {'rows':>9} | {'seconds':>7} | {'per second':>10} | {'load':>7} | note")
-    print(f"|{'-' * 54}|{'-' * 11}|{'-' * 9}|{'-' * 12}|{'-' * 9}|------")
+          f"partitions, median of {args.repeat} alternated rounds, {os.cpu_count()} cores; CPU s / M: CPU seconds of "
+          f"every process (broker, Spark, Python workers) per million rows, median; load: the 1-minute load "
+          f"average after each round (lowest-highest)\n")
+    print(f"| {'path':<52} | {'rows':>9} | {'seconds':>7} | {'per second':>10} | CPU s / M | {'load':>7} | note")
+    print(f"|{'-' * 54}|{'-' * 11}|{'-' * 9}|{'-' * 12}|-----------|{'-' * 9}|------")
     for title, rows in tables:
-        print(f"| **{title}** | | | | | |")
+        print(f"| **{title}** | | | | | | |")
         for r in rows:
-            print(f"| {r.name:<52} | {r.rows:>9,} | {r.median:>7.2f} | {r.rps:>10,.0f} | {r.load:>7} | {r.note}")
+            print(f"| {r.name:<52} | {r.rows:>9,} | {r.median:>7.2f} | {r.rps:>10,.0f} | {r.cpu_per_million:>9.2f} "
+                  f"| {r.load:>7} | {r.note}")
 
 
 def source_rows(spark, bootstrap: str, topic: str, args: argparse.Namespace, tmp: str, use_kafka: bool,
@@ -430,7 +466,8 @@ def source_rows(spark, bootstrap: str, topic: str, args: argparse.Namespace, tmp
         fn()
     alternate(jobs, args.repeat)
     rows = [r for r, _ in jobs]
-    rows[0].note = f"{rows[0].rps / rows[1].rps:.0%} of the ceiling (medians)"
+    rows[0].note = (f"{rows[0].rps / rows[1].rps:.0%} of the ceiling's rate, "
+                    f"{rows[0].cpu_per_million / rows[1].cpu_per_million:.2f}x its CPU (medians)")
     return rows
 
 
@@ -475,7 +512,7 @@ def cluster_rows(bootstrap: str, topic: str, args: argparse.Namespace, tmp: str)
                     job = lambda: (spark.read.format("rivulet").option("kafka.bootstrap.servers", bootstrap)  # noqa
                                    .option("subscribe", topic).load().write.format("noop").mode("overwrite").save())
                     job()  # warm-up: the executors' Python workers
-                    alternate([(row, job)], 1)
+                    alternate([(row, job)], 1, first_round=r + 1)
                 finally:
                     spark.stop()
                     deadline = time.monotonic() + 30
