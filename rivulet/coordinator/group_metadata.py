@@ -14,6 +14,11 @@ from typing import Callable, Iterable
 
 from rivulet.coordinator.consumer_group import ConsumerGroup
 from rivulet.coordinator.share_group import ShareGroup
+from rivulet.common.placement import (  # noqa: F401 (java_abs, java_string_hashcode re-exported)
+    java_abs,
+    java_string_hashcode,
+    partition_for as coordinator_partition,
+)
 from rivulet.common.time import SYSTEM_CLOCK
 from rivulet.common.types import TopicPartition
 from rivulet.protocol.consumer_protocol import decode_subscription
@@ -31,23 +36,9 @@ NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
 
 # ---------------------------------------------------------------- placement
 
-def java_string_hashcode(s: str) -> int:
-    """Java's String.hashCode: s[0]*31^(n-1) + ... + s[n-1] over UTF-16 code units, int32."""
-    h = 0
-    data = s.encode("utf-16-be", "surrogatepass")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - 0x100000000 if h & 0x80000000 else h
-
-
-def java_abs(n: int) -> int:
-    """Kafka's Utils.abs: Integer.MIN_VALUE maps to 0 rather than staying negative."""
-    return 0 if n == -0x80000000 else abs(n)
-
-
 def partition_for(group_id: str, num_partitions: int) -> int:
     """The __consumer_offsets partition (and so the coordinator) of a group."""
-    return java_abs(java_string_hashcode(group_id)) % num_partitions
+    return coordinator_partition(group_id, num_partitions)
 
 
 # ---------------------------------------------------------------- states

@@ -46,6 +46,7 @@ from rivulet.server.handlers.telemetry import TelemetryHandlers
 from rivulet.server.handlers.scram import ScramHandlers
 from rivulet.server.handlers.share import ShareHandlers
 from rivulet.server.handlers.share_offsets import ShareOffsetHandlers
+from rivulet.server.handlers.share_state import ShareStateHandlers
 from rivulet.server.handlers.replication import INTER_BROKER_VERSIONS, ReplicationHandlers
 from rivulet.server.handlers.topics import TopicHandlers
 from rivulet.server.handlers.transactions import TransactionHandlers
@@ -54,6 +55,7 @@ from rivulet.server.quotas import ClientQuotas
 from rivulet.server.scram import ScramCredentials
 from rivulet.server.topics import TopicManager
 from rivulet.server.zk_cluster import ZkClusterMember
+from rivulet.share.coordinator import ShareCoordinator
 from rivulet.share.manager import SharePartitionManager
 from rivulet.transaction.coordinator import TransactionCoordinator
 
@@ -118,6 +120,11 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     77: (1, 1),   # ShareGroupDescribe
     78: (1, 2),   # ShareFetch (v0 was KIP-932's early access, removed in Kafka 4.1)
     79: (1, 2),   # ShareAcknowledge
+    83: (0, 0),   # InitializeShareGroupState
+    84: (0, 0),   # ReadShareGroupState
+    85: (0, 1),   # WriteShareGroupState
+    86: (0, 0),   # DeleteShareGroupState
+    87: (0, 1),   # ReadShareGroupStateSummary
     90: (0, 1),   # DescribeShareGroupOffsets (v1 adds the lag)
     91: (0, 0),   # AlterShareGroupOffsets
     92: (0, 0),   # DeleteShareGroupOffsets
@@ -125,7 +132,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
 
 # The share group APIs: served and listed only while share groups are enabled (group.share.enable,
 # standing for Kafka's share.version=1, which gates them all: isShareGroupProtocolEnabled).
-SHARE_GROUP_APIS = frozenset({76, 77, 78, 79, 90, 91, 92})
+SHARE_GROUP_APIS = frozenset({76, 77, 78, 79, 83, 84, 85, 86, 87, 90, 91, 92})
 
 # GetTelemetrySubscriptions and PushTelemetry: served always, listed in ApiVersions only when a
 # telemetry receiver is configured (metric.reporters), as Kafka's ApiVersionManager does.
@@ -146,6 +153,7 @@ class KafkaApis:
                  log_dir_mover: ReplicaAlterLogDirsManager, authz: Authz, acls: AclManager, scram: ScramCredentials,
                  client_metrics: ClientMetricsManager,
                  group_configs: GroupConfigs, share_partitions: SharePartitionManager,
+                 share_coordinator: ShareCoordinator,
                  metadata_cache: MetadataCache | None = None, broker_epoch: Callable[[], int] | None = None,
                  cluster: ZkClusterMember | None = None) -> None:
         """``metadata_cache`` (with ``broker_epoch``, this broker's registration epoch) is given in
@@ -176,8 +184,10 @@ class KafkaApis:
             TelemetryHandlers(client_metrics),
             ShareHandlers(share_partitions, topics.topic_name, authz),
             ShareOffsetHandlers(group_coordinator, authz),
+            ShareStateHandlers(share_coordinator, authz),
             GroupHandlers(group_coordinator, topics, clock, authz, metadata_cache),
-            FindCoordinatorHandler(group_coordinator, txn_coordinator, config, authz, metadata_cache, cluster),
+            FindCoordinatorHandler(group_coordinator, txn_coordinator, config, authz, metadata_cache, cluster,
+                                   share_coordinator),
             TransactionHandlers(txn_coordinator, group_coordinator, replica_manager, topics, config, authz,
                                 metadata_cache),
         ):

@@ -51,7 +51,9 @@ from rivulet.server.request_log import RequestLog
 from rivulet.server.socket_server import SocketServer, SocketServerConfig
 from rivulet.server.topics import TopicManager, broker_props
 from rivulet.server.zk_cluster import ZkClusterMember
+from rivulet.share.coordinator import ShareCoordinator, ShareCoordinatorConfig
 from rivulet.share.manager import SharePartitionManager
+from rivulet.share.state_persister import CoordinatorSharePersister
 from rivulet.storage import LogConfig, LogManager, read_or_create_meta
 from rivulet.storage.cleaner import LogCleaner
 from rivulet.storage.log_dir_failure import AllLogDirsOfflineError
@@ -120,6 +122,8 @@ class Broker:
         self.log_cleaner: LogCleaner | None = None
         self.log_dir_mover: ReplicaAlterLogDirsManager | None = None
         self.transaction_coordinator: TransactionCoordinator | None = None
+        self.share_coordinator: ShareCoordinator | None = None
+        self.share_persister: CoordinatorSharePersister | None = None
         self.share_partitions: SharePartitionManager | None = None
         self.apis: KafkaApis | None = None
         self.socket_server = SocketServer(SocketServerConfig(
@@ -251,13 +255,22 @@ class Broker:
             cfg, rm, topics, topics, self.node, self._producer_ids(), offsets_listener=groups,
             clock=self.clock)
         txns.startup(lead_all=not self.cluster_mode)
+        # Share-partition state in __share_group_state: served locally, or by the partition's leader.
+        shares = self.share_coordinator = ShareCoordinator(ShareCoordinatorConfig.from_config(cfg), rm, topics,
+                                                           topics, self.node, self.clock)
+        shares.startup(lead_all=not self.cluster_mode)
+        self.share_persister = CoordinatorSharePersister(
+            shares, node_id=self.node_id, metadata_cache=self.metadata_cache, listener=cfg.inter_broker_listener,
+            request_timeout_ms=cfg["replica.socket.timeout.ms"], connector=self.connector)
         if self.cluster_mode:
-            rm.leadership_listeners.append(CoordinatorLeadership(groups, txns))
+            rm.leadership_listeners.append(CoordinatorLeadership(groups, txns, shares))
+
         def topic_id(name: str) -> uuid.UUID | None:
             t = topics.get(name)
             return None if t is None else t.topic_id
 
         share = self.share_partitions = SharePartitionManager(rm, self.timer, self.clock, self.group_configs.get,
+                                                                self.share_persister,
                                                                 max_sessions=cfg["group.share.max.share.sessions"],
                                                                 topic_id=topic_id)
         rm.leadership_listeners.append(share)
@@ -292,7 +305,7 @@ class Broker:
                               quotas=self.quotas, cluster=self.cluster, log_dir_mover=self.log_dir_mover,
                               authz=Authz(authorizer), acls=self.acls, scram=self.scram,
                               client_metrics=self.client_metrics, group_configs=self.group_configs,
-                              share_partitions=share)
+                              share_partitions=share, share_coordinator=shares)
         if self.metrics is not None:
             self._add_collectors(rm, groups)
         await self.socket_server.start_serving(self.apis)
@@ -409,6 +422,8 @@ class Broker:
             await self.marker_channel.close()
         if self.txn_verifier is not None:
             await self.txn_verifier.close()
+        if self.share_persister is not None:
+            await self.share_persister.close()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -418,6 +433,8 @@ class Broker:
                 pass
         if self.transaction_coordinator is not None:
             self.transaction_coordinator.shutdown()
+        if self.share_coordinator is not None:
+            self.share_coordinator.shutdown()
         if self.log_cleaner is not None:
             self.log_cleaner.shutdown()
         if self.log_dir_mover is not None:

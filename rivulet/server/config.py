@@ -463,10 +463,27 @@ BROKER_CONFIGS = ConfigDef([
        HIGH, ignored=True),
     _k("transaction.state.log.min.isr", I, 2, _pos, "min.insync.replicas of __transaction_state.", HIGH,
        ignored=True),
+    _k("share.coordinator.state.topic.num.partitions", I, 50, _pos, "Partitions of __share_group_state "
+       "(should not change after deployment).", HIGH),
     _k("share.coordinator.state.topic.replication.factor", SH, 3, _pos, "Replication factor of "
-       "__share_group_state.", HIGH, ignored=True),
+       "__share_group_state.", HIGH),
     _k("share.coordinator.state.topic.min.isr", SH, 2, _pos, "min.insync.replicas of __share_group_state.",
-       HIGH, ignored=True),
+       HIGH),
+    _k("share.coordinator.state.topic.segment.bytes", I, 104857600, _pos, "Segment size of "
+       "__share_group_state.", HIGH),
+    _k("share.coordinator.state.topic.compression.codec", I, 0, None, "Compression codec id of the records "
+       "the share coordinator writes.", HIGH),
+    _k("share.coordinator.snapshot.update.records.per.snapshot", I, 500, between(0, 500), "ShareUpdate "
+       "records the share coordinator writes for a share partition between two ShareSnapshot records.",
+       MEDIUM),
+    _k("share.coordinator.write.timeout.ms", I, 5000, _pos, "Longest wait for a share state write to reach "
+       "every in-sync replica.", HIGH),
+    _k("share.coordinator.load.buffer.size", I, 5242880, _pos, "Read size when loading "
+       "__share_group_state.", HIGH),
+    _k("share.coordinator.threads", I, 1, _pos, "Threads of the share coordinator (Rivulet runs it on the "
+       "event loop).", MEDIUM, ignored=True),
+    _k("share.coordinator.append.linger.ms", I, -1, at_least(-1), "How long share state writes wait to be "
+       "batched (Rivulet appends each at once).", MEDIUM, ignored=True),
     _k("group.coordinator.rebalance.protocols", LS, ("classic", "consumer", "streams"), None, "Group protocols "
        "enabled (Rivulet implements classic).", MEDIUM, ignored=True),
     # -- ZooKeeper mode (Kafka 3.x's names): a cluster of brokers coordinated through ZooKeeper

@@ -26,7 +26,7 @@ from rivulet.replication.partition import Partition
 from rivulet.replication.replica_manager import FetchParams, FetchRequestPartition, ReplicaManager
 
 from .partition import AcknowledgementBatch, AcknowledgeType, AcquiredRecords, SharePartition, SharePartitionSnapshot
-from .persister import InMemorySharePersister, SharePartitionKey, SharePersister
+from .persister import UNINITIALIZED_START_OFFSET, InMemorySharePersister, SharePartitionKey, SharePersister
 from .reset import initial_start_offset
 
 __all__ = [
@@ -417,7 +417,7 @@ class SharePartitionManager:
                   delivery_count_limit=conf.share_delivery_count_limit,
                   max_record_locks=conf.share_partition_max_record_locks,
                   on_available=self._waker(group_id, tp))
-        if snapshot is not None:
+        if snapshot is not None and snapshot.start_offset != UNINITIALIZED_START_OFFSET:
             sp = SharePartition(snapshot.start_offset, self.timer, state_batches=snapshot.state_batches,
                                 state_epoch=snapshot.state_epoch, **kw)
         else:
@@ -430,7 +430,7 @@ class SharePartitionManager:
             start = initial_start_offset(conf.share_auto_offset_reset, log_start_offset=lg.log_start_offset,
                                          latest_offset=p.high_watermark, now_ms=self.clock.milliseconds(),
                                          offset_for_timestamp=found)
-            sp = SharePartition(start, self.timer, **kw)
+            sp = SharePartition(start, self.timer, state_epoch=snapshot.state_epoch if snapshot else 0, **kw)
         self.partitions[(group_id, tp)] = sp
         self._keys[(group_id, tp)] = (pkey, p.leader_epoch)
         return sp

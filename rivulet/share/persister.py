@@ -69,9 +69,9 @@ def summarize(snapshot: SharePartitionSnapshot, leader_epoch: int = -1) -> Share
 
 class SharePersister(Protocol):
     async def read_state(self, key: SharePartitionKey, leader_epoch: int = -1) -> SharePartitionSnapshot | None:
-        """The state last written (its ``state_epoch`` set), None when there is none or it was
-        initialized without a start offset. A ``leader_epoch`` older than the one recorded is
-        FENCED_LEADER_EPOCH; a newer one is recorded."""
+        """The state last written (its ``state_epoch`` set; a start offset of -1 when it was
+        initialized without one), None when there is none. A ``leader_epoch`` older than the
+        one recorded is FENCED_LEADER_EPOCH; a newer one is recorded."""
         ...
 
     async def write_state(self, key: SharePartitionKey, snapshot: SharePartitionSnapshot, *,
@@ -83,7 +83,7 @@ class SharePersister(Protocol):
     async def initialize_state(self, key: SharePartitionKey, start_offset: int, state_epoch: int | None = None
                                ) -> None:
         """Start the state afresh at ``start_offset`` (-1: none yet) under ``state_epoch``,
-        which must be newer than any recorded (FENCED_STATE_EPOCH); None: the next one. The
+        which may not be older than the one recorded (FENCED_STATE_EPOCH); None: the next one. The
         leader's share partition, fenced by it, reads the new state on its next write."""
         ...
 
@@ -108,7 +108,7 @@ class InMemorySharePersister:
         self._check_leader_epoch(leader_epoch, recorded)
         if leader_epoch > recorded:
             self._states[key] = (snapshot, leader_epoch)
-        return None if snapshot.start_offset == UNINITIALIZED_START_OFFSET else snapshot
+        return snapshot
 
     async def write_state(self, key: SharePartitionKey, snapshot: SharePartitionSnapshot, *,
                           leader_epoch: int = -1, delivery_complete_count: int = -1) -> None:
@@ -125,7 +125,7 @@ class InMemorySharePersister:
         found = self._states.get(key)
         if state_epoch is None:
             state_epoch = 0 if found is None else found[0].state_epoch + 1
-        if found is not None and state_epoch <= found[0].state_epoch:
+        if found is not None and state_epoch < found[0].state_epoch:
             raise ApiError(ErrorCode.FENCED_STATE_EPOCH, "The state epoch is fenced.")
         self._states[key] = (SharePartitionSnapshot(start_offset, (), state_epoch), -1)
 

@@ -21,7 +21,8 @@ from rivulet.common.regex import InvalidRegex, compile_re2
 from rivulet.common.time import SYSTEM_CLOCK, Clock
 from rivulet.common.types import TopicPartition
 from rivulet.protocol import records as rec
-from rivulet.protocol.errors import ApiError, ErrorCode
+from rivulet.protocol.errors import ErrorCode
+from rivulet.replication.internal_log import coordinator_append_error, replay_log
 from rivulet.replication.replica_manager import ProduceResult, ReplicaManager
 from rivulet.transaction import txn_log
 from rivulet.transaction.metadata import TransactionMetadata, TxnState, TxnTransitMetadata
@@ -43,18 +44,6 @@ class TxnPartitionCache:
 class CoordinatorEpochAndTxnMetadata:
     coordinator_epoch: int
     metadata: TransactionMetadata
-
-
-def store_error(code: ErrorCode) -> ErrorCode:
-    """How a failed append to the transaction log is reported (Kafka's mapping)."""
-    if code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
-                ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT):
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE
-    if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
-        return ErrorCode.NOT_COORDINATOR
-    if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE):
-        return ErrorCode.UNKNOWN_SERVER_ERROR
-    return code
 
 
 class TransactionStateManager:
@@ -125,7 +114,7 @@ class TransactionStateManager:
             err = ErrorCode(results[tp].error)
             if err != ErrorCode.NONE:
                 log.debug("appending %s for %s to %s failed: %s", new_metadata, transactional_id, tp, err.name)
-                err = store_error(err)
+                err = coordinator_append_error(err)
             self._after_append(transactional_id, coordinator_epoch, new_metadata, err, callback, retry_on_error)
 
         self._append(tp, rec.encode_batch([record]), new_metadata.txn_timeout_ms, on_result)
@@ -201,30 +190,9 @@ class TransactionStateManager:
     async def _read_partition(self, tp: TopicPartition) -> dict[str, TransactionMetadata]:
         p = self.replica_manager.partitions.get(tp)
         loaded: dict[str, TransactionMetadata] = {}
-        if p is None:
-            return loaded
-        lg = p.log
-        offset = lg.log_start_offset
-        end = lg.log_end_offset
-        while offset < end and not self.shutting_down:
-            try:
-                data = lg.read(offset, self.load_buffer_size, max_offset=end, min_one_batch=True).records
-            except ApiError as e:
-                log.warning("reading %s at %d failed: %s", tp, offset, e)
-                break
-            if not data:
-                break
-            last = offset
-            for batch in rec.decode_records(data):
-                last = batch.header.next_offset
-                if batch.header.is_control:
-                    continue
-                for r in batch.records:
-                    self._load_record(r, loaded)
-            if last <= offset:
-                break
-            offset = last
-            await asyncio.sleep(0)
+        if p is not None:
+            await replay_log(p.log, lambda r: self._load_record(r, loaded), buffer_size=self.load_buffer_size,
+                             stopped=lambda: self.shutting_down)
         return loaded
 
     @staticmethod

@@ -10,6 +10,11 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from rivulet.common.placement import (  # noqa: F401 (java_abs, java_string_hash re-exported)
+    java_abs,
+    java_string_hashcode as java_string_hash,
+    partition_for as coordinator_partition,
+)
 from rivulet.common.types import TopicPartition
 from rivulet.protocol.messages.transaction_log_key import TransactionLogKey
 from rivulet.protocol.messages.transaction_log_value import PartitionsSchema, TransactionLogValue
@@ -22,23 +27,9 @@ VALUE_VERSION = 0
 _VERSION = struct.Struct(">h")
 
 
-def java_string_hash(s: str) -> int:
-    """Java's String.hashCode over UTF-16 code units, as a signed 32-bit int."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def java_abs(n: int) -> int:
-    """Kafka's Utils.abs: Integer.MIN_VALUE maps to 0."""
-    return 0 if n == -(1 << 31) else abs(n)
-
-
 def partition_for(key: str, num_partitions: int) -> int:
     """The internal-topic partition owning a transactional id (or group id)."""
-    return java_abs(java_string_hash(key)) % num_partitions
+    return coordinator_partition(key, num_partitions)
 
 
 def key_to_bytes(transactional_id: str) -> bytes:

@@ -62,9 +62,9 @@ def test_epochs_fence_old_writers_and_leaders() -> None:
             await p.write_state(KEY, SharePartitionSnapshot(0, (), state_epoch=0), leader_epoch=3)
         assert e.value.code == ErrorCode.FENCED_STATE_EPOCH
         with pytest.raises(ApiError) as e:
-            await p.initialize_state(KEY, 5, state_epoch=1)
+            await p.initialize_state(KEY, 5, state_epoch=0)
         assert e.value.code == ErrorCode.FENCED_STATE_EPOCH
         # initialized with -1: no state yet, share.auto.offset.reset decides
         await p.initialize_state(KEY, -1)
-        assert await p.read_state(KEY) is None
+        assert await p.read_state(KEY) == SharePartitionSnapshot(-1, (), state_epoch=2)
     asyncio.run(main())

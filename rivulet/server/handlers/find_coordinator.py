@@ -1,7 +1,8 @@
 """FindCoordinator (API 10): key type 0 resolves through the group coordinator, key type 1
-through the transaction coordinator; in cluster mode to the leader of the key's partition of
-``__consumer_offsets`` or ``__transaction_state``, which the first request has the
-controller create, as Kafka's brokers do."""
+through the transaction coordinator, key type 2 (a share partition's "group:topicId:partition",
+which brokers ask) through the share coordinator; in cluster mode to the leader of the key's
+partition of ``__consumer_offsets``, ``__transaction_state`` or ``__share_group_state``, which
+the first request has the controller create, as Kafka's brokers do."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from rivulet.server.config import BrokerConfig
 from rivulet.server.handlers import Handler
 from rivulet.server.network import KafkaConnection
 from rivulet.server.zk_cluster import ZkClusterMember
+from rivulet.share.coordinator import SHARE_GROUP_STATE_TOPIC_NAME, ShareCoordinator
 from rivulet.transaction.coordinator import TransactionCoordinator
 from rivulet.transaction.txn_log import TRANSACTION_STATE_TOPIC_NAME
 
@@ -30,6 +32,7 @@ log = logging.getLogger(__name__)
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
+SHARE_KEY_TYPE = 2
 
 # Kafka's default exception messages for the errors FindCoordinator reports.
 _MESSAGES = {
@@ -42,14 +45,23 @@ _MESSAGES = {
                                "for more details.",
     ErrorCode.GROUP_AUTHORIZATION_FAILED: "Group authorization failed.",
     ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "Transactional Id authorization failed.",
+    ErrorCode.CLUSTER_AUTHORIZATION_FAILED: "Cluster authorization failed.",
 }
+
+
+def _valid_share_key(key: str) -> bool:
+    """"groupId:topicId:partition" (the group id may itself hold colons)."""
+    parts = key.rsplit(":", 2)
+    return len(parts) == 3 and bool(parts[0]) and bool(parts[1]) and parts[2].lstrip("-").isdigit() \
+        and int(parts[2]) >= 0
 
 
 class FindCoordinatorHandler:
     def __init__(self, groups: GroupCoordinator, transactions: TransactionCoordinator, config: BrokerConfig,
                  authz: Authz, metadata_cache: MetadataCache | None = None,
-                 cluster: ZkClusterMember | None = None) -> None:
+                 cluster: ZkClusterMember | None = None, shares: ShareCoordinator | None = None) -> None:
         self.groups = groups
+        self.shares = shares
         self.authz = authz
         self.transactions = transactions
         self.config = config
@@ -68,6 +80,11 @@ class FindCoordinatorHandler:
         if key_type == TRANSACTION_KEY_TYPE and not self.authz.authorize(conn, Op.DESCRIBE,
                                                                        ResourceType.TRANSACTIONAL_ID, key):
             return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        if key_type == SHARE_KEY_TYPE:
+            if not self.authz.cluster(conn, Op.CLUSTER_ACTION):
+                return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+            if not _valid_share_key(key):
+                return ErrorCode.INVALID_REQUEST
         return ErrorCode.NONE
 
     def _resolve(self, key_type: int, key: str, conn: KafkaConnection) -> tuple[ErrorCode, int, str, int]:
@@ -88,6 +105,10 @@ class FindCoordinatorHandler:
             return self.groups.find_group_coordinator(key)
         if key_type == TRANSACTION_KEY_TYPE:
             return self.transactions.find_coordinator(key)
+        if key_type == SHARE_KEY_TYPE and self.shares is not None:
+            return self.shares.find_coordinator(key)
+        if key_type == SHARE_KEY_TYPE:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
         return ErrorCode.INVALID_REQUEST, -1, "", -1
 
     def _resolve_in_cluster(self, key_type: int, key: str, listener: str) -> tuple[ErrorCode, int, str, int]:
@@ -99,6 +120,9 @@ class FindCoordinatorHandler:
         elif key_type == TRANSACTION_KEY_TYPE:
             active, topic, prefix = self.transactions.active, TRANSACTION_STATE_TOPIC_NAME, "transaction.state.log"
             configs, partition_for = self.transactions.state_topic_configs, self.transactions.partition_for
+        elif key_type == SHARE_KEY_TYPE and self.shares is not None:
+            active, topic, prefix = self.shares.active, SHARE_GROUP_STATE_TOPIC_NAME, "share.coordinator.state.topic"
+            configs, partition_for = self.shares.state_topic_configs, self.shares.partition_for
         else:
             return ErrorCode.INVALID_REQUEST, -1, "", -1
         # Cluster mode: the leader of the key's partition of the internal topic.

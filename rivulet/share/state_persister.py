@@ -1,0 +1,162 @@
+"""``CoordinatorSharePersister``: the broker's ``SharePersister`` (Kafka's DefaultStatePersister).
+
+Each call goes to the share coordinator of its key: the local ``ShareCoordinator`` when this
+broker leads the key's ``__share_group_state`` partition (always, on a single node), else that
+partition's leader over the inter-broker link, with the Read/Write/Initialize/Delete
+ShareGroupState and ReadShareGroupStateSummary requests. While the coordinator is loading,
+moving or not there yet (COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR,
+COORDINATOR_NOT_AVAILABLE, a broken connection) the call is retried with backoff, up to the
+request timeout, as Kafka's persister retries it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Awaitable, Callable, TypeVar
+
+from rivulet.common.types import TopicPartition
+from rivulet.protocol.errors import ApiError, ErrorCode
+from rivulet.protocol.messages import (
+    delete_share_group_state_request as dsq,
+    initialize_share_group_state_request as isq,
+    read_share_group_state_request as rsq,
+    read_share_group_state_summary_request as rssq,
+    write_share_group_state_request as wsq,
+)
+from rivulet.replication.link import PLAINTEXT_CONNECTOR, BrokerConnector, BrokerLink
+from rivulet.replication.metadata_cache import MetadataCache
+
+from .coordinator import SHARE_GROUP_STATE_TOPIC_NAME, ShareCoordinator
+from .partition import RecordState, SharePartitionSnapshot, StateBatch
+from .persister import SharePartitionKey, ShareStateSummary
+
+__all__ = ["CoordinatorSharePersister"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_RETRIABLE = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NOT_COORDINATOR,
+                        ErrorCode.COORDINATOR_NOT_AVAILABLE})
+
+
+class CoordinatorSharePersister:
+    def __init__(self, coordinator: ShareCoordinator, *, node_id: int = -1, metadata_cache: MetadataCache | None = None,
+                 listener: str = "", request_timeout_ms: int = 30000, retry_backoff_ms: int = 100,
+                 connector: BrokerConnector = PLAINTEXT_CONNECTOR) -> None:
+        """``metadata_cache`` (cluster mode): where each ``__share_group_state`` partition's leader is,
+        reached on the inter-broker ``listener``."""
+        self.coordinator = coordinator
+        self.node_id = node_id
+        self.metadata_cache = metadata_cache
+        self.listener = listener
+        self.request_timeout_ms = request_timeout_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self._link = BrokerLink(f"broker-{node_id}-share-state", request_timeout_ms, connector)
+
+    async def _call(self, key: SharePartitionKey, local: Callable[[], Awaitable[T]],
+                    remote: Callable[[Any], Awaitable[T]]) -> T:
+        deadline = asyncio.get_running_loop().time() + self.request_timeout_ms / 1000
+        backoff = self.retry_backoff_ms / 1000
+        while True:
+            try:
+                leader = self._coordinator_node(key)
+                if leader is None:
+                    return await local()
+                return await remote(leader)
+            except ApiError as e:
+                if e.code not in _RETRIABLE or asyncio.get_running_loop().time() + backoff > deadline:
+                    raise
+                log.debug("share state of %s: %s, retrying", key, e.code.name)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
+
+    def _coordinator_node(self, key: SharePartitionKey) -> tuple[int, str, int] | None:
+        """None when the local coordinator serves the key, else (broker id, host, port)."""
+        cache = self.metadata_cache
+        if cache is None:
+            return None
+        n = cache.num_partitions(SHARE_GROUP_STATE_TOPIC_NAME)
+        if not n:
+            raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        tp = TopicPartition(SHARE_GROUP_STATE_TOPIC_NAME, self.coordinator.partition_for(key.coordinator_key()))
+        leader, _epoch, endpoint = cache.leader_and_endpoint(tp, self.listener)
+        if leader == self.node_id:
+            return None
+        if endpoint is None:
+            raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        return leader, endpoint.host, endpoint.port
+
+    async def _send(self, node: tuple[int, str, int], request: Any) -> Any:
+        """One request to the coordinator broker; its one partition's result."""
+        try:
+            conn = await self._link.connection(*node)
+            resp = await conn.send(request, conn.version_for(request.API_KEY))
+        except (ConnectionError, OSError, TimeoutError) as e:
+            log.info("share state request to broker %d failed: %s", node[0], e)
+            await self._link.drop()
+            raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)) from e
+        result = resp.results[0].partitions[0]
+        if result.error_code != ErrorCode.NONE:
+            raise ApiError(ErrorCode(result.error_code), result.error_message)
+        return result
+
+    # -- the SharePersister contract ---------------------------------------------------------
+
+    async def read_state(self, key: SharePartitionKey, leader_epoch: int = -1) -> SharePartitionSnapshot | None:
+        async def remote(node: tuple[int, str, int]) -> SharePartitionSnapshot | None:
+            r = await self._send(node, rsq.ReadShareGroupStateRequest(group_id=key.group_id, topics=[
+                rsq.ReadStateData(topic_id=key.topic_id, partitions=[
+                    rsq.PartitionData(partition=key.partition, leader_epoch=leader_epoch)])]))
+            if r.start_offset == -1 and r.state_epoch == 0 and not r.state_batches:
+                return None
+            return SharePartitionSnapshot(r.start_offset, tuple(
+                StateBatch(b.first_offset, b.last_offset, RecordState(b.delivery_state), b.delivery_count)
+                for b in r.state_batches), r.state_epoch)
+        return await self._call(key, lambda: self.coordinator.read_state(key, leader_epoch), remote)
+
+    async def write_state(self, key: SharePartitionKey, snapshot: SharePartitionSnapshot, *,
+                          leader_epoch: int = -1, delivery_complete_count: int = -1) -> None:
+        async def remote(node: tuple[int, str, int]) -> None:
+            await self._send(node, wsq.WriteShareGroupStateRequest(group_id=key.group_id, topics=[
+                wsq.WriteStateData(topic_id=key.topic_id, partitions=[wsq.PartitionData(
+                    partition=key.partition, state_epoch=snapshot.state_epoch, leader_epoch=leader_epoch,
+                    start_offset=snapshot.start_offset, delivery_complete_count=delivery_complete_count,
+                    state_batches=[wsq.StateBatch(first_offset=b.first_offset, last_offset=b.last_offset,
+                                                  delivery_state=int(b.delivery_state),
+                                                  delivery_count=b.delivery_count)
+                                   for b in snapshot.state_batches])])]))
+        await self._call(key, lambda: self.coordinator.write_state(key, snapshot, leader_epoch=leader_epoch),
+                         remote)
+
+    async def initialize_state(self, key: SharePartitionKey, start_offset: int, state_epoch: int | None = None
+                               ) -> None:
+        async def remote(node: tuple[int, str, int]) -> None:
+            epoch = state_epoch
+            if epoch is None:
+                summary = await self.read_summary(key)
+                epoch = 0 if summary is None else summary.state_epoch + 1
+            await self._send(node, isq.InitializeShareGroupStateRequest(group_id=key.group_id, topics=[
+                isq.InitializeStateData(topic_id=key.topic_id, partitions=[isq.PartitionData(
+                    partition=key.partition, state_epoch=epoch, start_offset=start_offset)])]))
+        await self._call(key, lambda: self.coordinator.initialize_state(key, start_offset, state_epoch), remote)
+
+    async def read_summary(self, key: SharePartitionKey, leader_epoch: int = -1) -> ShareStateSummary | None:
+        async def remote(node: tuple[int, str, int]) -> ShareStateSummary | None:
+            r = await self._send(node, rssq.ReadShareGroupStateSummaryRequest(group_id=key.group_id, topics=[
+                rssq.ReadStateSummaryData(topic_id=key.topic_id, partitions=[
+                    rssq.PartitionData(partition=key.partition, leader_epoch=leader_epoch)])]))
+            if r.start_offset == -1 and r.state_epoch == 0:
+                return None
+            return ShareStateSummary(r.start_offset, r.delivery_complete_count, r.state_epoch, r.leader_epoch)
+        return await self._call(key, lambda: self.coordinator.read_summary(key, leader_epoch), remote)
+
+    async def delete_state(self, key: SharePartitionKey) -> None:
+        async def remote(node: tuple[int, str, int]) -> None:
+            await self._send(node, dsq.DeleteShareGroupStateRequest(group_id=key.group_id, topics=[
+                dsq.DeleteStateData(topic_id=key.topic_id, partitions=[dsq.PartitionData(partition=key.partition)])]))
+        await self._call(key, lambda: self.coordinator.delete_state(key), remote)
+
+    async def close(self) -> None:
+        await self._link.drop()
