@@ -1,9 +1,12 @@
-"""`rivulet groups list|describe|delete|reset-offsets`: Kafka's kafka-consumer-groups tool.
+"""`rivulet groups list|describe|delete|reset-offsets|delete-offsets`: Kafka's
+kafka-consumer-groups tool, and kafka-share-groups for share groups (KIP-932).
 
-Like Kafka's tool it is a user of the admin client: DescribeGroups, OffsetFetch and ListOffsets
+Like Kafka's tools it is a user of the admin client: DescribeGroups, OffsetFetch and ListOffsets
 for describe (offsets and lag), DeleteGroups, and a standalone offset commit (allowed only
-while the group is inactive) for reset-offsets. reset-offsets is a dry run unless --execute
-is given, as in Kafka.
+while the group is inactive) for reset-offsets. A share group is described with
+ShareGroupDescribe and DescribeShareGroupOffsets (start offsets and lag), and its offsets are
+reset and deleted with Alter/DeleteShareGroupOffsets. reset-offsets is a dry run unless
+--execute is given, as in Kafka.
 """
 
 from __future__ import annotations
@@ -117,6 +120,14 @@ MEMBER_COLUMNS = [Column("GROUP", "group"), Column("CONSUMER-ID", "consumer_id")
 STATE_COLUMNS = [Column("GROUP", "group"), Column("COORDINATOR (ID)", "coordinator"),
                  Column("ASSIGNMENT-STRATEGY", "assignment_strategy"), Column("STATE", "state"),
                  Column("#MEMBERS", "members")]
+# kafka-share-groups' layouts for share groups.
+SHARE_OFFSET_COLUMNS = [Column("GROUP", "group"), Column("TOPIC", "topic"), Column("PARTITION", "partition"),
+                        Column("START-OFFSET", "start_offset"), Column("LAG", "lag")]
+SHARE_MEMBER_COLUMNS = [Column("GROUP", "group"), Column("CONSUMER-ID", "consumer_id"), Column("HOST", "host"),
+                        Column("CLIENT-ID", "client_id"), Column("#PARTITIONS", "partitions"),
+                        Column("ASSIGNMENT", "assignment")]
+SHARE_STATE_COLUMNS = [Column("GROUP", "group"), Column("COORDINATOR (ID)", "coordinator"),
+                       Column("STATE", "state"), Column("#MEMBERS", "members")]
 RESET_COLUMNS = [Column("GROUP", "group"), Column("TOPIC", "topic"), Column("PARTITION", "partition"),
                  Column("NEW-OFFSET", "new_offset")]
 
@@ -189,8 +200,13 @@ def read_offsets_file(path: str) -> dict[str, dict[TP, int]]:
 
 
 async def compute_reset(admin: AsyncAdminClient, group: str, args: argparse.Namespace,
-                        from_file: dict[TP, int] | None = None) -> dict[TP, int]:
-    current = await committed(admin, group)
+                        from_file: dict[TP, int] | None = None, share: bool = False) -> dict[TP, int]:
+    """The new offsets; for a share group (``share``) the current ones are its start offsets."""
+    if share:
+        current = {tp: o.start_offset for tp, o in (await admin.list_share_group_offsets(group)).items()
+                   if o is not None}
+    else:
+        current = await committed(admin, group)
     if from_file is not None:
         tps = sorted(from_file)
     elif args.all_topics:
@@ -274,33 +290,20 @@ async def _run(args: argparse.Namespace) -> int:
 
 async def _describe(admin: AsyncAdminClient, info: GroupInfo, args: argparse.Namespace) -> int:
     """Kafka's layouts in text, the same columns as JSON objects with --format json."""
+    if info.protocol_type == "share":
+        return await _describe_share(admin, info, args)
     text = args.format == "text"
     if args.state:
-        node, host, port = info.coordinator
-        if text:
-            print_table(STATE_COLUMNS, [[info.group_id, f"{host}:{port} ({node})", info.protocol or "", info.state,
-                                         len(info.members)]], kafka=True)
-        else:
-            print_json({"group": info.group_id, "coordinator": {"id": node, "host": host, "port": port},
-                        "assignment_strategy": info.protocol or None, "state": info.state,
-                        "members": len(info.members)})
+        _print_state(info, text)
         return 0
     if text and not info.members:
         print(f"\nConsumer group '{args.group}' has no active members.")
     elif text and info.state in ("PreparingRebalance", "CompletingRebalance"):
         print(f"\nWarning: Consumer group '{args.group}' is rebalancing.")
-    if args.members or info.protocol_type == "share":  # a share group's offsets: DescribeShareGroupOffsets, to come
-        rows = [[info.group_id, m.member_id, m.group_instance_id or None, m.host, m.client_id, len(m.assignment),
-                 sorted(m.assignment)] for m in info.members]
-        if not text:
-            for r in rows:
-                r[-1] = [{"topic": t, "partition": p} for t, p in r[-1]]
-            print_table(MEMBER_COLUMNS, rows, "json")
-        elif rows:
-            for r in rows:
-                r[-1] = ",".join(f"{t}({p})" for t, p in r[-1]) or None
-            print()
-            print_table(MEMBER_COLUMNS, rows, kafka=True)
+    if args.members:
+        _print_members(MEMBER_COLUMNS, [[info.group_id, m.member_id, m.group_instance_id or None, m.host,
+                                         m.client_id, len(m.assignment), sorted(m.assignment)]
+                                        for m in info.members], text)
         return 0
     rows = await describe_offsets_rows(admin, info, _isolation(args))
     if text:
@@ -309,9 +312,66 @@ async def _describe(admin: AsyncAdminClient, info: GroupInfo, args: argparse.Nam
     return 0
 
 
+def _print_state(info: GroupInfo, text: bool) -> None:
+    """--state: Kafka's layout (kafka-share-groups' has no assignment strategy), or JSON."""
+    node, host, port = info.coordinator
+    if not text:
+        print_json({"group": info.group_id, "coordinator": {"id": node, "host": host, "port": port},
+                    "assignment_strategy": info.protocol or None, "state": info.state,
+                    "members": len(info.members)})
+    elif info.protocol_type == "share":
+        print_table(SHARE_STATE_COLUMNS, [[info.group_id, f"{host}:{port} ({node})", info.state,
+                                           len(info.members)]], kafka=True)
+    else:
+        print_table(STATE_COLUMNS, [[info.group_id, f"{host}:{port} ({node})", info.protocol or "", info.state,
+                                     len(info.members)]], kafka=True)
+
+
+def _print_members(columns: list[Column], rows: list[list[Any]], text: bool) -> None:
+    """Member rows whose last cell is the assignment, a list of (topic, partition)."""
+    if not text:
+        for r in rows:
+            r[-1] = [{"topic": t, "partition": p} for t, p in r[-1]]
+        print_table(columns, rows, "json")
+    elif rows:
+        for r in rows:
+            r[-1] = ",".join(f"{t}({p})" for t, p in r[-1]) or None
+        print()
+        print_table(columns, rows, kafka=True)
+
+
+async def _describe_share(admin: AsyncAdminClient, info: GroupInfo, args: argparse.Namespace) -> int:
+    """kafka-share-groups --describe: the start offset and lag of each partition the group has
+    state for (the lag counts the records from the start offset to the partition's end not yet
+    acknowledged or archived, those in flight among them), --members, or --state."""
+    text = args.format == "text"
+    if args.state:
+        _print_state(info, text)
+        return 0
+    if args.members:
+        if text and not info.members:
+            print(f"\nShare group '{args.group}' has no active members.")
+        _print_members(SHARE_MEMBER_COLUMNS, [[info.group_id, m.member_id, m.host, m.client_id, len(m.assignment),
+                                               sorted(m.assignment)] for m in info.members], text)
+        return 0
+    offsets = await admin.list_share_group_offsets(info.group_id)
+    rows = [[info.group_id, t, p, o.start_offset if o else None, o.lag if o else None]
+            for (t, p), o in sorted(offsets.items())]
+    if text and not rows:
+        print(f"\nShare group '{args.group}' has no offset information.")
+        return 0
+    if text:
+        print()
+    print_table(SHARE_OFFSET_COLUMNS, rows, args.format, kafka=True)
+    return 0
+
+
 async def _delete_offsets(admin: AsyncAdminClient, args: argparse.Namespace) -> int:
     """Kafka's --delete-offsets: the group forgets its committed offsets of the named
-    partitions (all of a topic's when none are named); refused while it reads them."""
+    partitions (all of a topic's when none are named); refused while it reads them. A share
+    group forgets its state of whole topics, as kafka-share-groups --delete-offsets."""
+    if (await describe_group(admin, args.group)).protocol_type == "share":
+        return await _delete_share_offsets(admin, args)
     specs = [parse_topic_spec(t) for t in args.topic]
     known = await topic_partitions(admin, [name for name, parts in specs if parts is None])
     tps = [TP(name, p) for name, parts in specs for p in (parts if parts is not None else known[name])]
@@ -329,6 +389,21 @@ async def _delete_offsets(admin: AsyncAdminClient, args: argparse.Namespace) -> 
     return 1 if any(err is not None for err in results.values()) else 0
 
 
+async def _delete_share_offsets(admin: AsyncAdminClient, args: argparse.Namespace) -> int:
+    topics = list(dict.fromkeys(parse_topic_spec(t)[0] for t in args.topic))
+    try:
+        results = await admin.delete_share_group_offsets(args.group, topics)
+    except ApiError as e:
+        reason = {ErrorCode.NON_EMPTY_GROUP: f"share group '{args.group}' has members; offsets can be deleted only "
+                                             "from an empty group"}.get(e.code, e.message or e.code.name)
+        raise CliError(f"cannot delete offsets: {reason}") from None
+    rows = [[t, "Successful" if err is None else f"Error: {err.message or err.code.name}"]
+            for t, err in sorted(results.items())]
+    print()
+    print_table([Column("TOPIC", "topic"), Column("STATUS", "status")], rows, kafka=True)
+    return 1 if any(err is not None for err in results.values()) else 0
+
+
 async def _reset_offsets(admin: AsyncAdminClient, args: argparse.Namespace) -> int:
     try:
         from_file = read_offsets_file(args.from_file) if args.from_file else None
@@ -341,6 +416,7 @@ async def _reset_offsets(admin: AsyncAdminClient, args: argparse.Namespace) -> i
     else:
         groups = [args.group]
     plans: dict[str, dict[TP, int]] = {}
+    share_groups: set[str] = set()
     with progress("planning", len(groups), "groups") as bar:
         for group in groups:
             info = await describe_group(admin, group)
@@ -350,13 +426,17 @@ async def _reset_offsets(admin: AsyncAdminClient, args: argparse.Namespace) -> i
             given = None
             if from_file is not None:
                 given = from_file.get(group, from_file.get("", {}))
-            plans[group] = await compute_reset(admin, group, args, given)
+            if info.protocol_type == "share" or args.share:
+                share_groups.add(group)
+            plans[group] = await compute_reset(admin, group, args, given, share=group in share_groups)
             bar.advance()
     if args.execute:
         with progress("resetting", sum(len(new) for new in plans.values()), "partitions") as bar:
             for group, new in plans.items():
                 bar.update(f"resetting {group}")
-                errors = await admin.alter_group_offsets(group, new)
+                # A share group's start offsets (kafka-share-groups --reset-offsets), else committed offsets.
+                alter = admin.alter_share_group_offsets if group in share_groups else admin.alter_group_offsets
+                errors = await alter(group, new)
                 bad = {tp: e for tp, e in errors.items() if e is not None}
                 if bad:
                     (t, p), e = min(bad.items())
@@ -433,6 +513,9 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--from-file", metavar="CSV",
                    help="reset-offsets: to the offsets in this CSV (topic,partition,offset), as --export writes")
     g.add_argument("--all-groups", action="store_true", help="reset-offsets: every consumer group")
+    g.add_argument("--share", action="store_true",
+                   help="reset-offsets: the group is a share group, made if it does not exist yet (its "
+                        "share-partition start offsets are set, as kafka-share-groups --reset-offsets)")
     g.add_argument("--export", action="store_true",
                    help="reset-offsets: print the new offsets as CSV, for --from-file")
     g.add_argument("--execute", action="store_true", help="reset-offsets: apply the new offsets")

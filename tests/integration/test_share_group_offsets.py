@@ -6,6 +6,9 @@ deleted; Kafka's error codes for unknown topics and partitions and other kinds o
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
 
 import pytest
@@ -145,3 +148,61 @@ def test_kafka_share_groups_tool():
         run = jt.run_tool(jt.SHARE_GROUP_COMMAND, ["--bootstrap-server", b.bootstrap, "--describe", "--group", "jsg",
                                                    "--offsets"], jvm_args=jt._ADMIN_JVM)
         assert "has no offset information" in run.stdout, run.stdout
+
+
+def groups_cli(bootstrap: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rivulet", "groups", *args, "--bootstrap-server", bootstrap],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_rivulet_groups_cli_on_a_share_group():
+    """`rivulet groups` in the manner of kafka-share-groups: reset a new share group's start
+    offsets, describe them with their lag, the members and their assignment, shift them, delete them."""
+    from confluent_kafka import ShareConsumer
+    with BrokerProcess({"group.share.min.heartbeat.interval.ms": "500",
+                        "group.share.heartbeat.interval.ms": "500"}) as b:
+        asyncio.run(_create(b.bootstrap))
+        produce(b.bootstrap)
+        r = groups_cli(b.bootstrap, "reset-offsets", "--group", "cli", "--topic", TOPIC, "--to-offset", "3",
+                       "--share", "--execute")
+        assert r.returncode == 0, r.stderr
+        assert [ln.split() for ln in r.stdout.split("\n") if ln.startswith("cli ")] == [
+            ["cli", TOPIC, "0", "3"], ["cli", TOPIC, "1", "3"]]
+        r = groups_cli(b.bootstrap, "describe", "--group", "cli", "--format", "json")
+        assert json.loads(r.stdout) == [{"group": "cli", "topic": TOPIC, "partition": p, "start_offset": 3, "lag": 7}
+                                        for p in (0, 1)]
+        r = groups_cli(b.bootstrap, "describe", "--group", "cli", "--state")
+        assert r.stdout.split("\n")[0].split() == ["GROUP", "COORDINATOR", "(ID)", "STATE", "#MEMBERS"]
+        assert r.stdout.split("\n")[1].split()[-2:] == ["Empty", "0"]
+
+        c = ShareConsumer({"bootstrap.servers": b.bootstrap, "group.id": "cli", "client.id": "cli-member"})
+        try:
+            c.subscribe([TOPIC])
+            deadline = time.monotonic() + 60
+            while True:
+                c.poll(0.2)
+                rows = json.loads(groups_cli(b.bootstrap, "describe", "--group", "cli", "--members",
+                                             "--format", "json").stdout)
+                if rows and rows[0]["partitions"] == 2:
+                    break
+                assert time.monotonic() < deadline, rows
+            assert rows[0]["client_id"] == "cli-member"
+            assert rows[0]["assignment"] == [{"topic": TOPIC, "partition": 0}, {"topic": TOPIC, "partition": 1}]
+            r = groups_cli(b.bootstrap, "reset-offsets", "--group", "cli", "--topic", TOPIC, "--to-earliest",
+                           "--execute")
+            assert r.returncode != 0 and "inactive" in r.stderr
+        finally:
+            c.close()
+        deadline = time.monotonic() + 30
+        while "Empty" not in groups_cli(b.bootstrap, "describe", "--group", "cli", "--state").stdout:
+            assert time.monotonic() < deadline
+        # Altered, the state starts afresh: nothing past the start offsets is acknowledged.
+        for move in (["--topic", TOPIC, "--to-offset", "4"], ["--topic", f"{TOPIC}:1", "--shift-by", "-1"]):
+            r = groups_cli(b.bootstrap, "reset-offsets", "--group", "cli", *move, "--execute")
+            assert r.returncode == 0, r.stderr
+        rows = json.loads(groups_cli(b.bootstrap, "describe", "--group", "cli", "--format", "json").stdout)
+        assert [(x["partition"], x["start_offset"], x["lag"]) for x in rows] == [(0, 4, 6), (1, 3, 7)]
+        r = groups_cli(b.bootstrap, "delete-offsets", "--group", "cli", "--topic", TOPIC)
+        assert r.returncode == 0 and f"{TOPIC} Successful" in " ".join(r.stdout.split()), r.stdout
+        r = groups_cli(b.bootstrap, "describe", "--group", "cli")
+        assert "Share group 'cli' has no offset information." in r.stdout
