@@ -1,0 +1,95 @@
+"""Durable share-partition state (KIP-932's share coordinator, ``__share_group_state``): a broker
+killed with kill -9 and started again on its data keeps what members acknowledged, and the
+records they held acquired come back."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+from rivulet.testing import BrokerProcess
+from test_share_groups import share_topic
+
+# A member in explicit acknowledgement mode: it accepts the records of its first poll at even
+# offsets, holds the others acquired, commits, reports both and waits to be killed.
+MEMBER = r"""
+import json, sys
+from confluent_kafka import AcknowledgeType, ShareConsumer
+bootstrap, topic, group = sys.argv[1:4]
+c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "share.acknowledgement.mode": "explicit"})
+c.subscribe([topic])
+while True:
+    got = [m for m in c.poll(1.0) if m.error() is None]
+    if len(got) >= 2:
+        break
+    for m in got:  # too few to split: handed back (explicit mode acknowledges all before the next poll)
+        c.acknowledge(m, AcknowledgeType.RELEASE)
+    if got:
+        c.commit_sync(30)
+acked = [m for m in got if m.offset() % 2 == 0]
+held = [m for m in got if m.offset() % 2 == 1]
+for m in acked:
+    c.acknowledge(m, AcknowledgeType.ACCEPT)
+result = c.commit_sync(30)
+assert all(v is None for v in result.values()), result
+print(json.dumps({"acked": [[m.value().decode(), m.partition()] for m in acked],
+                  "held": [[m.value().decode(), m.partition()] for m in held]}), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_kill_9_keeps_acknowledged_share_state_and_brings_back_acquired_records():
+    """confluent-kafka's ShareConsumer acknowledges some records and holds others; the broker is
+    killed with kill -9 (the member too) and started again: a new member never gets an
+    acknowledged record, and gets every held one again (delivered a second time where their
+    state was written) and every other record."""
+    from confluent_kafka import ShareConsumer
+
+    b = BrokerProcess({"group.share.min.heartbeat.interval.ms": "500", "group.share.heartbeat.interval.ms": "500",
+                       "group.share.min.session.timeout.ms": "6000", "group.share.session.timeout.ms": "6000"})
+    b.start()
+    member = None
+    consumer = None
+    try:
+        topic, group, n = "share-durable", "share-durable", 40
+        share_topic(b.bootstrap, topic, group, n)
+        member = subprocess.Popen([sys.executable, "-c", MEMBER, b.bootstrap, topic, group],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = member.stdout.readline()
+        assert line, f"the member reported nothing (exit {member.poll()})"
+        report = json.loads(line)
+        acked, held = {v for v, _ in report["acked"]}, {v for v, _ in report["held"]}
+        assert acked and held
+        # Held records of a partition with acknowledged ones were written with it (as Available).
+        written = {v for v, p in report["held"] if p in {q for _, q in report["acked"]}}
+
+        b.kill()  # kill -9: no controlled shutdown, no flush
+        member.kill()
+        member.wait()
+        b.start()
+
+        consumer = ShareConsumer({"bootstrap.servers": b.bootstrap, "group.id": group})
+        consumer.subscribe([topic])
+        expected = {str(i) for i in range(n)} - acked
+        seen: dict[str, int] = {}
+        deadline = time.monotonic() + 90
+        while not expected <= seen.keys():
+            assert time.monotonic() < deadline, f"missing after the restart: {sorted(expected - seen.keys())}"
+            for m in consumer.poll(0.5):
+                if m.error() is None:
+                    seen.setdefault(m.value().decode(), m.delivery_count())
+        settle = time.monotonic() + 3  # nothing acknowledged turns up later either
+        while time.monotonic() < settle:
+            for m in consumer.poll(0.5):
+                if m.error() is None:
+                    seen.setdefault(m.value().decode(), m.delivery_count())
+        assert not acked & seen.keys(), f"acknowledged records delivered again: {sorted(acked & seen.keys())}"
+        assert all(seen[v] == 2 for v in written), {v: seen[v] for v in written}
+    finally:
+        if consumer is not None:
+            consumer.close()
+        if member is not None and member.poll() is None:
+            member.kill()
+        b.cleanup()
