@@ -149,8 +149,8 @@ class ShareGroupService:
                                                                       self._latest_offset))
 
     def _latest_offset(self, tp: TopicPartition) -> int | None:
-        # Kafka asks the partition's leader (ListOffsets latest); the share state is on the
-        # leader too, so a partition this broker does not lead has none to describe here.
+        # Kafka asks the partition's leader (ListOffsets latest); a partition another broker
+        # leads has no lag here.
         p = self.manager.replica_manager.partitions.get(tp)
         return p.high_watermark if p is not None and p.is_leader else None
 

@@ -103,13 +103,9 @@ async def describe(group_id: str, requested: list[tuple[str, list[int]]], metada
             if summary is not None and summary[0] != UNINITIALIZED:
                 row.start_offset, row.leader_epoch = summary[0], max(summary[2], 0)
                 latest = latest_offset(tp)
-                if summary[1] == UNINITIALIZED:
-                    pass  # the delivery-complete count is not known: nor is the lag
-                elif latest is None:
-                    row.start_offset, row.error = UNINITIALIZED, ErrorCode.NOT_LEADER_OR_FOLLOWER
-                    row.error_message = "For requests intended only for the leader, this error indicates that " \
-                                        "the broker is not the current leader."
-                else:
+                # Unknown without the delivery-complete count, or the partition's end (Kafka asks
+                # its leader with ListOffsets; here only a partition this broker leads has one).
+                if summary[1] != UNINITIALIZED and latest is not None:
                     row.lag = latest - summary[0] - summary[1]
             topic.partitions.append(row)
         known.append(topic)

@@ -43,14 +43,17 @@ def replay(group: ShareGroup, records) -> None:
 def test_describe_rows_lag_and_unknown_topics_last() -> None:
     state = State()
     state.summaries[("g", TopicPartition("a", 0))] = (4, 3, 2)
-    rows = asyncio.run(so.describe("g", [("gone", [0]), ("a", [0, 1])], TOPICS, state,
-                                   lambda tp: 20 if tp.partition == 0 else None))
-    assert [t.name for t in rows] == ["a", "gone"]
+    state.summaries[("g", TopicPartition("b", 0))] = (2, 0, 0)
+    rows = asyncio.run(so.describe("g", [("gone", [0]), ("a", [0, 1]), ("b", [0])], TOPICS, state,
+                                   lambda tp: 20 if tp.topic == "a" else None))
+    assert [t.name for t in rows] == ["a", "b", "gone"]
+    # The partition's end is not known here (another broker leads it): its lag is not either.
+    assert (rows[1].partitions[0].start_offset, rows[1].partitions[0].lag) == (2, -1)
     a = rows[0]
     assert a.topic_id == A
     assert (a.partitions[0].start_offset, a.partitions[0].lag, a.partitions[0].leader_epoch) == (4, 13, 2)  # 20 - 4 - 3
     assert (a.partitions[1].start_offset, a.partitions[1].lag, a.partitions[1].error) == (-1, -1, ErrorCode.NONE)
-    assert rows[1].topic_id.int == 0 and rows[1].partitions[0].start_offset == -1
+    assert rows[2].topic_id.int == 0 and rows[2].partitions[0].start_offset == -1
 
 
 def test_alter_records_initializing_then_initialized() -> None:
