@@ -20,6 +20,7 @@ from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.messages import (
     delete_share_group_state_request as dsq,
     initialize_share_group_state_request as isq,
+    find_coordinator_request as fcq,
     read_share_group_state_request as rsq,
     read_share_group_state_summary_request as rssq,
     write_share_group_state_request as wsq,
@@ -37,6 +38,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+SHARE_KEY_TYPE = 2  # FindCoordinator's key type for a share partition
+
 _RETRIABLE = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NOT_COORDINATOR,
                         ErrorCode.COORDINATOR_NOT_AVAILABLE})
 
@@ -53,7 +56,9 @@ class CoordinatorSharePersister:
         self.listener = listener
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
-        self._link = BrokerLink(f"broker-{node_id}-share-state", request_timeout_ms, connector)
+        self.connector = connector
+        self._links: dict[int, BrokerLink] = {}  # one connection per coordinator broker
+        self._lookup: asyncio.Future | None = None
 
     async def _call(self, key: SharePartitionKey, local: Callable[[], Awaitable[T]],
                     remote: Callable[[Any], Awaitable[T]]) -> T:
@@ -79,6 +84,7 @@ class CoordinatorSharePersister:
             return None
         n = cache.num_partitions(SHARE_GROUP_STATE_TOPIC_NAME)
         if not n:
+            self._have_topic_created(key)
             raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         tp = TopicPartition(SHARE_GROUP_STATE_TOPIC_NAME, self.coordinator.partition_for(key.coordinator_key()))
         leader, _epoch, endpoint = cache.leader_and_endpoint(tp, self.listener)
@@ -88,14 +94,40 @@ class CoordinatorSharePersister:
             raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         return leader, endpoint.host, endpoint.port
 
+    def _have_topic_created(self, key: SharePartitionKey) -> None:
+        """No ``__share_group_state`` yet: ask for the key's coordinator (FindCoordinator key type
+        SHARE, to this broker over the inter-broker listener), which has the controller create the
+        topic, as Kafka's persister's lookup does."""
+        me = self.metadata_cache.alive_broker(self.node_id) if self.metadata_cache is not None else None
+        endpoint = me.endpoint(self.listener) if me is not None else None
+        if endpoint is None or (self._lookup is not None and not self._lookup.done()):
+            return
+        request = fcq.FindCoordinatorRequest(key=key.coordinator_key(), key_type=SHARE_KEY_TYPE,
+                                             coordinator_keys=[key.coordinator_key()])
+
+        async def ask() -> None:
+            try:
+                conn = await self._link(self.node_id).connection(self.node_id, endpoint.host, endpoint.port)
+                await conn.send(request, conn.version_for(request.API_KEY))
+            except (ConnectionError, OSError, TimeoutError, ApiError) as e:
+                log.info("looking up the share coordinator failed: %s", e)
+        self._lookup = asyncio.ensure_future(ask())
+
+    def _link(self, broker_id: int) -> BrokerLink:
+        link = self._links.get(broker_id)
+        if link is None:
+            link = self._links[broker_id] = BrokerLink(f"broker-{self.node_id}-share-state", self.request_timeout_ms,
+                                                       self.connector)
+        return link
+
     async def _send(self, node: tuple[int, str, int], request: Any) -> Any:
         """One request to the coordinator broker; its one partition's result."""
         try:
-            conn = await self._link.connection(*node)
+            conn = await self._link(node[0]).connection(*node)
             resp = await conn.send(request, conn.version_for(request.API_KEY))
         except (ConnectionError, OSError, TimeoutError) as e:
             log.info("share state request to broker %d failed: %s", node[0], e)
-            await self._link.drop()
+            await self._link(node[0]).drop()
             raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)) from e
         result = resp.results[0].partitions[0]
         if result.error_code != ErrorCode.NONE:
@@ -159,4 +191,7 @@ class CoordinatorSharePersister:
         await self._call(key, lambda: self.coordinator.delete_state(key), remote)
 
     async def close(self) -> None:
-        await self._link.drop()
+        if self._lookup is not None:
+            self._lookup.cancel()
+        for link in self._links.values():
+            await link.drop()

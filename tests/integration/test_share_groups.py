@@ -224,21 +224,22 @@ def test_disabled_share_groups_are_not_offered():
         b.cleanup()
 
 
-def share_topic(bootstrap: str, topic: str, group: str, n: int) -> Any:
-    """A 2-partition topic holding records "0".."n-1" (alternating partitions), and ``group``
-    set to read from the start (share.auto.offset.reset is a group config, default latest).
-    Returns the confluent-kafka admin client it used."""
+def share_topic(bootstrap: str, topic: str, group: str, n: int, partitions: int = 2, replication_factor: int = 1
+                ) -> Any:
+    """A 2-partition topic (by default) holding records "0".."n-1" (round robin over the
+    partitions), and ``group`` set to read from the start (share.auto.offset.reset is a group
+    config, default latest). Returns the confluent-kafka admin client it used."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, \
         ResourceType
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+    admin.create_topics([NewTopic(topic, partitions, replication_factor)])[topic].result(30)
     for f in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group, incremental_configs=[
             ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])]).values():
         f.result(30)
     p = Producer({"bootstrap.servers": bootstrap})
     for i in range(n):
-        p.produce(topic, b"%d" % i, partition=i % 2)
+        p.produce(topic, b"%d" % i, partition=i % partitions)
     assert p.flush(30) == 0
     return admin
 
