@@ -167,3 +167,47 @@ def test_state_is_written_to_share_group_state_and_reloaded_after_a_restart(tmp_
 
     asyncio.run(first())
     asyncio.run(second())
+
+
+def test_a_persister_on_another_broker_reaches_the_coordinator_over_the_share_state_apis(tmp_path) -> None:
+    """The persister of a broker that does not lead the key's partition sends Write/Read/
+    Initialize/DeleteShareGroupState and ReadShareGroupStateSummary to the one that does: here a
+    persister told (by its metadata) that the in-process broker leads every partition."""
+    from rivulet.replication.metadata_cache import (
+        BrokerEndpoint, LiveBroker, MetadataCache, MetadataUpdate, PartitionMetadata)
+    from rivulet.share.state_persister import CoordinatorSharePersister
+
+    async def main() -> None:
+        broker = await start(tmp_path)
+        try:
+            node = broker.node
+            await broker.share_persister.read_state(KEY)  # makes the topic on this single node
+            cache = MetadataCache(node_id=99)
+            cache.update(MetadataUpdate(
+                controller_id=node.node_id, controller_epoch=1,
+                live_brokers=[LiveBroker(node.node_id, (BrokerEndpoint("PLAINTEXT", node.host, node.port),))],
+                partitions={TopicPartition(SHARE_GROUP_STATE_TOPIC_NAME, p): PartitionMetadata(node.node_id, 0, [], [])
+                            for p in range(3)},
+                topic_ids={}))
+            remote = CoordinatorSharePersister(broker.share_coordinator, node_id=99, metadata_cache=cache,
+                                               listener="PLAINTEXT", request_timeout_ms=10_000)
+            try:
+                assert await remote.read_state(KEY) is None and await remote.read_summary(KEY) is None
+                snap = SharePartitionSnapshot(3, (b(3, 4, ACK), b(5, 9, AV, 2)))
+                await remote.write_state(KEY, snap, leader_epoch=2)
+                assert await remote.read_state(KEY, leader_epoch=2) == snap
+                assert await broker.share_coordinator.read_state(KEY) == snap  # the one written there
+                assert await remote.read_summary(KEY) == ShareStateSummary(3, 2, 0, 2)
+                with pytest.raises(ApiError) as e:
+                    await remote.write_state(KEY, snap, leader_epoch=1)
+                assert e.value.code == ErrorCode.FENCED_LEADER_EPOCH
+                await remote.initialize_state(KEY, 20)
+                assert await remote.read_state(KEY) == SharePartitionSnapshot(20, (), 1)
+                await remote.delete_state(KEY)
+                assert await remote.read_state(KEY) is None
+            finally:
+                await remote.close()
+        finally:
+            await broker.shutdown()
+
+    asyncio.run(main())
