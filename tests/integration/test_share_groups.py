@@ -363,3 +363,212 @@ def test_java_share_consumers_read_every_record(tmp_path):
             except subprocess.TimeoutExpired:
                 proc.kill()
         b.cleanup()
+
+
+HEARTBEATS = {"group.share.min.heartbeat.interval.ms": "500", "group.share.heartbeat.interval.ms": "500"}
+ACCEPT, RELEASE, REJECT = 1, 2, 3
+
+
+def explicit_consumer(client: str, bootstrap: str, group: str, topic: str, acked: list | None = None) -> Any:
+    c = share_consumer_class(client)({"bootstrap.servers": bootstrap, "group.id": group,
+                                      "share.acknowledgement.mode": "explicit"})
+    if acked is not None:
+        c.set_acknowledgement_commit_callback(lambda offsets, exc: acked.append((offsets, exc)))
+    c.subscribe([topic])
+    return c
+
+
+def produce_sentinels(bootstrap: str, topic: str) -> set[bytes]:
+    """One record past everything else in each partition: a record the group would still
+    deliver (Available) comes no later than the sentinel behind it."""
+    from confluent_kafka import Producer
+    p = Producer({"bootstrap.servers": bootstrap})
+    for part in (0, 1):
+        p.produce(topic, b"end-%d" % part, partition=part)
+    assert p.flush(30) == 0
+    return {b"end-0", b"end-1"}
+
+
+@pytest.mark.parametrize("client", ["confluent", "rivulet"])
+def test_released_records_come_back_and_rejected_or_exhausted_ones_are_archived(client):
+    """Explicit acknowledgement: accepted and rejected records are delivered once; a record
+    released every time comes back with a higher delivery count until
+    group.share.delivery.count.limit, then is archived and never delivered again."""
+    limit = 3
+    b = BrokerProcess({**HEARTBEATS, "group.share.delivery.count.limit": str(limit)})
+    b.start()
+    consumers: list = []
+    try:
+        topic, group, n = "share-acks", f"share-acks-{client}", 30
+        share_topic(b.bootstrap, topic, group, n)
+        acked: list = []
+        c = explicit_consumer(client, b.bootstrap, group, topic, acked)
+        consumers.append(c)
+
+        def kind(value: bytes) -> int:
+            return ACCEPT if value.startswith(b"end") else (REJECT, RELEASE, ACCEPT)[int(value) % 3]
+        deliveries: dict[bytes, list[int]] = {}
+
+        def poll_round() -> None:
+            for m in c.poll(0.5):
+                assert m.error() is None, m.error()
+                deliveries.setdefault(m.value(), []).append(m.delivery_count())
+                c.acknowledge(m, kind(m.value()))
+
+        def settled() -> bool:
+            return all(len(deliveries.get(b"%d" % i, [])) == (limit if i % 3 == 1 else 1) for i in range(n))
+        deadline = time.monotonic() + 120
+        while not settled():
+            assert time.monotonic() < deadline, deliveries
+            poll_round()
+        ends = produce_sentinels(b.bootstrap, topic)
+        while not ends <= set(deliveries):
+            assert time.monotonic() < deadline, deliveries
+            poll_round()
+        c.commit_sync()
+        for i in range(n):
+            assert deliveries[b"%d" % i] == (list(range(1, limit + 1)) if i % 3 == 1 else [1]), (i, deliveries)
+        assert set(deliveries) == {b"%d" % i for i in range(n)} | ends
+        assert [exc for _, exc in acked if exc is not None] == []
+        assert sum(len(offsets) for r, _ in acked for offsets in r.values()) == \
+            sum(len(d) for d in deliveries.values())
+    finally:
+        for c in consumers:
+            c.close()
+        b.cleanup()
+
+
+HOLDER = """
+import sys
+if sys.argv[1] == "confluent":
+    from confluent_kafka import ShareConsumer
+else:
+    from rivulet import ShareConsumer
+c = ShareConsumer({"bootstrap.servers": sys.argv[2], "group.id": sys.argv[3],
+                   "share.acknowledgement.mode": "explicit"})
+c.subscribe([sys.argv[4]])
+while True:
+    held = [m for m in c.poll(1.0) if m.error() is None]
+    if held:
+        print(" ".join(m.value().decode() for m in held), flush=True);
+        break
+sys.stdin.read()  # holds them, unacknowledged, until it is killed
+"""
+
+
+@pytest.mark.parametrize("client", ["confluent", "rivulet"])
+@pytest.mark.parametrize("how", ["kill -9", "stopped"])
+def test_records_of_a_dead_member_come_back(client, how, tmp_path):
+    """A member (a real process) acquires records and holds them: killed with SIGKILL, or
+    stopped with SIGSTOP so that its connection stays open and only the acquisition lock
+    (group.share.record.lock.duration.ms, 2 s here) lets them go. Another member then gets
+    every record, the held ones delivered again (the dead member keeps its share of the
+    partitions until its group session times out: 4 s here)."""
+    import os
+    import signal
+    b = BrokerProcess({**BROKER, "group.share.min.record.lock.duration.ms": "1000",
+                       "group.share.record.lock.duration.ms": "2000"})
+    b.start()
+    proc = None
+    survivor = None
+    try:
+        topic, group, n = "share-held", f"share-held-{client}", 20
+        share_topic(b.bootstrap, topic, group, n)
+        proc = subprocess.Popen([sys.executable, "-c", HOLDER, client, b.bootstrap, group, topic],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=open(tmp_path / "holder.log", "wb"), text=True)
+        assert proc.stdout is not None
+        held = set(proc.stdout.readline().split())
+        assert held, (tmp_path / "holder.log").read_text()
+        if how == "kill -9":
+            proc.kill()
+            proc.wait(30)
+        else:
+            os.kill(proc.pid, signal.SIGSTOP)
+        survivor = share_consumer_class("rivulet")({"bootstrap.servers": b.bootstrap, "group.id": group})
+        survivor.subscribe([topic])
+        counts: dict[str, int] = {}
+        deadline = time.monotonic() + 120
+        while len(counts) < n:
+            assert time.monotonic() < deadline, (held, counts)
+            for m in survivor.poll(0.5):
+                assert m.error() is None, m.error()
+                counts[m.value().decode()] = m.delivery_count()
+        assert set(counts) == {str(i) for i in range(n)}
+        # At least twice: a long poll the dead member left waiting may acquire them once more
+        # before their lock runs out.
+        assert all(counts[v] >= 2 for v in held), (held, counts)
+        assert all(dc == 1 for v, dc in counts.items() if v not in held), (held, counts)
+    finally:
+        if survivor is not None:
+            survivor.close()
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+        b.cleanup()
+
+
+@pytest.mark.parametrize("client", ["confluent", "rivulet"])
+def test_random_acknowledgements_settle_every_record_once(client):
+    """A long run: four explicit members acknowledge each delivery at random (ACCEPT 60 %,
+    RELEASE 25 %, REJECT 15 %). Every record ends once: accepted or rejected on its last
+    delivery, or released on delivery group.share.delivery.count.limit (archived); each was
+    released on every delivery before its last, delivered with counts 1, 2, ... in turn. Every
+    acknowledgement succeeded, and once all are settled nothing is delivered again before a
+    sentinel record produced after them: the share partitions hold no Available record."""
+    import random
+    limit, n, members = 4, 2000, 4
+    rng = random.Random(932)
+    b = BrokerProcess({**HEARTBEATS, "group.share.delivery.count.limit": str(limit)})
+    b.start()
+    consumers: list = []
+    try:
+        topic, group = "share-random", f"share-random-{client}"
+        share_topic(b.bootstrap, topic, group, n)
+        acked: list = []
+        consumers += [explicit_consumer(client, b.bootstrap, group, topic, acked) for _ in range(members)]
+        history: dict[bytes, list[tuple[int, int]]] = {}   # value -> (delivery count, acknowledge type)
+        ends: set[bytes] = set()
+
+        def poll_round() -> None:
+            for c in consumers:
+                for m in c.poll(0.1):
+                    assert m.error() is None, m.error()
+                    v = m.value()
+                    kind = ACCEPT if v in ends else rng.choices((ACCEPT, RELEASE, REJECT), (60, 25, 15))[0]
+                    history.setdefault(v, []).append((m.delivery_count(), kind))
+                    c.acknowledge(m, kind)
+
+        def final(h: list[tuple[int, int]]) -> bool:
+            dc, kind = h[-1]
+            return kind != RELEASE or dc >= limit
+        deadline = time.monotonic() + 300
+        values = {b"%d" % i for i in range(n)}
+        while not (set(history) == values and all(final(h) for h in history.values())):
+            assert time.monotonic() < deadline, sum(1 for h in history.values() if final(h))
+            poll_round()
+        settled = {v: list(h) for v, h in history.items()}
+        ends |= produce_sentinels(b.bootstrap, topic)
+        while not ends <= set(history):
+            assert time.monotonic() < deadline
+            poll_round()
+        for c in consumers:  # the last acknowledgements go with close, their outcomes to the callback
+            c.close()
+        consumers.clear()
+        # Nothing settled was delivered again.
+        assert {v: h for v, h in history.items() if v not in ends} == settled
+        for v, h in settled.items():
+            assert [dc for dc, _ in h] == list(range(1, len(h) + 1)), (v, h)
+            assert all(kind == RELEASE for _, kind in h[:-1]), (v, h)
+        outcomes = {"accepted": 0, "rejected": 0, "exhausted": 0}
+        for h in settled.values():
+            dc, kind = h[-1]
+            outcomes["accepted" if kind == ACCEPT else "rejected" if kind == REJECT else "exhausted"] += 1
+        assert sum(outcomes.values()) == n and all(outcomes.values()), outcomes
+        assert [exc for _, exc in acked if exc is not None] == []
+        assert sum(len(offsets) for r, _ in acked for offsets in r.values()) == \
+            sum(len(h) for h in history.values())
+    finally:
+        for c in consumers:
+            c.close()
+        b.cleanup()
