@@ -375,10 +375,11 @@ def compute_target(group: ShareGroup, members: Mapping[str, ShareGroupMember],
 def _initialize_state(group: ShareGroup, target: Mapping[str, Mapping[uuid.UUID, frozenset[int]]],
                       topics: MetadataView) -> list[Record]:
     """The ShareGroupStatePartitionMetadata record when the target assigns partitions not yet
-    recorded, or recorded topics were deleted. Without a share coordinator
-    (``__share_group_state``) a share partition's state starts at ``share.auto.offset.reset``
-    when it is first read, so partitions are recorded initialized as soon as they are assigned,
-    and a deleted topic's are dropped at once (Kafka lists them as deleting until their state is gone)."""
+    recorded, or recorded topics were deleted. A share partition without state in the share
+    coordinator (``__share_group_state``) starts at ``share.auto.offset.reset`` when its leader
+    first reads it, so partitions are recorded initialized as soon as they are assigned (Kafka
+    sends InitializeShareGroupState first), and a deleted topic's are dropped at once (Kafka
+    lists them as deleting until their state is gone)."""
     wanted: dict[uuid.UUID, set[int]] = {}
     for assignment in target.values():
         for topic_id, ps in assignment.items():

@@ -211,3 +211,26 @@ def test_a_persister_on_another_broker_reaches_the_coordinator_over_the_share_st
             await broker.shutdown()
 
     asyncio.run(main())
+
+
+def test_find_coordinator_key_type_share(tmp_path) -> None:
+    """Key type SHARE (2) names a share partition "group:topicId:partition" and came with v6."""
+    from rivulet.client.connection import BrokerConnection
+    from rivulet.protocol.messages.find_coordinator_request import FindCoordinatorRequest
+
+    async def main() -> None:
+        broker = await start(tmp_path)
+        conn = await BrokerConnection("127.0.0.1", broker.node.port).connect(10)
+        try:
+            async def ask(key: str, version: int) -> tuple[int, int]:
+                resp = await conn.send(FindCoordinatorRequest(key_type=2, coordinator_keys=[key]), version)
+                c = resp.coordinators[0]
+                return c.error_code, c.node_id
+            assert await ask(KEY.coordinator_key(), 6) == (ErrorCode.NONE, broker.node.node_id)
+            assert await ask(KEY.coordinator_key(), 5) == (ErrorCode.INVALID_REQUEST, -1)
+            assert await ask("no-partition", 6) == (ErrorCode.INVALID_REQUEST, -1)
+        finally:
+            await conn.close()
+            await broker.shutdown()
+
+    asyncio.run(main())

@@ -172,20 +172,26 @@ class FindCoordinatorHandler:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
         return ErrorCode.NONE, leader, endpoint.host, endpoint.port
 
+    @staticmethod
+    def _invalid(_key_type: int, _key: str, _conn: KafkaConnection) -> tuple[ErrorCode, int, str, int]:
+        return ErrorCode.INVALID_REQUEST, -1, "", -1
+
     def handle_find_coordinator(
         self, header: RequestHeader, req: FindCoordinatorRequest, conn: KafkaConnection
     ) -> fcr.FindCoordinatorResponse:
         v = header.api_version
         key_type = req.key_type if v >= 1 else GROUP_KEY_TYPE
+        # The share key type came with v6.
+        resolve = self._invalid if key_type == SHARE_KEY_TYPE and v < 6 else self._resolve
         if v < 4:
-            err, node, host, port = self._resolve(key_type, req.key, conn)
+            err, node, host, port = resolve(key_type, req.key, conn)
             if err != ErrorCode.NONE:
                 node, host, port = -1, "", -1
             return fcr.FindCoordinatorResponse(throttle_time_ms=0, error_code=err, error_message=_MESSAGES.get(err),
                                                node_id=node, host=host, port=port)
         out = []
         for key in req.coordinator_keys:
-            err, node, host, port = self._resolve(key_type, key, conn)
+            err, node, host, port = resolve(key_type, key, conn)
             if err != ErrorCode.NONE:
                 node, host, port = -1, "", -1
             out.append(fcr.Coordinator(key=key, node_id=node, host=host, port=port, error_code=err,
