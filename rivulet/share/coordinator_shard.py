@@ -47,32 +47,15 @@ class ShareGroupOffset:
 
 def combine_batches(current: Sequence[StateBatch], new: Sequence[StateBatch], start_offset: int
                     ) -> tuple[StateBatch, ...]:
-    """``new`` laid over ``current`` (a newer batch wins where they overlap), cut at
-    ``start_offset``, with touching batches of one state and count joined."""
-    pieces: list[StateBatch] = []
-    for b in current:
-        parts = [(b.first_offset, b.last_offset)]
-        for n in new:
-            cut: list[tuple[int, int]] = []
-            for lo, hi in parts:
-                if n.last_offset < lo or n.first_offset > hi:
-                    cut.append((lo, hi))
-                    continue
-                if lo < n.first_offset:
-                    cut.append((lo, n.first_offset - 1))
-                if hi > n.last_offset:
-                    cut.append((n.last_offset + 1, hi))
-            parts = cut
-        pieces += [StateBatch(lo, hi, b.delivery_state, b.delivery_count) for lo, hi in parts]
-    # Within ``new``, a later batch wins over an earlier one it overlaps.
-    kept_new: list[StateBatch] = []
-    for i, n in enumerate(new):
-        parts = [(n.first_offset, n.last_offset)]
-        for later in new[i + 1:]:
-            parts = [p for lo, hi in parts for p in _minus(lo, hi, later.first_offset, later.last_offset)]
-        kept_new += [StateBatch(lo, hi, n.delivery_state, n.delivery_count) for lo, hi in parts]
+    """``new`` laid over ``current`` (a newer batch wins where they overlap, and within ``new``
+    a later one), cut at ``start_offset``, with touching batches of one state and count joined."""
+    layers = [_disjoint(current)] + [[b] for b in new] if not _sorted_disjoint(new) else \
+        [_disjoint(current), list(new)]
+    merged: list[StateBatch] = []
+    for layer in layers:
+        merged = _overlay(merged, layer)
     out: list[StateBatch] = []
-    for b in sorted(pieces + kept_new, key=lambda b: b.first_offset):
+    for b in merged:
         if b.last_offset < start_offset:
             continue
         if b.first_offset < start_offset:
@@ -86,14 +69,42 @@ def combine_batches(current: Sequence[StateBatch], new: Sequence[StateBatch], st
     return tuple(out)
 
 
-def _minus(lo: int, hi: int, cut_lo: int, cut_hi: int) -> list[tuple[int, int]]:
-    if cut_hi < lo or cut_lo > hi:
-        return [(lo, hi)]
-    out = []
-    if lo < cut_lo:
-        out.append((lo, cut_lo - 1))
-    if hi > cut_hi:
-        out.append((cut_hi + 1, hi))
+def _sorted_disjoint(batches: Sequence[StateBatch]) -> bool:
+    return all(a.last_offset < b.first_offset for a, b in zip(batches, batches[1:]))
+
+
+def _disjoint(batches: Sequence[StateBatch]) -> list[StateBatch]:
+    """Sorted and without overlaps (the coordinator's own state always is)."""
+    if _sorted_disjoint(batches):
+        return list(batches)
+    merged: list[StateBatch] = []
+    for b in batches:  # a later batch wins, as in a write
+        merged = _overlay(merged, [b])
+    return merged
+
+
+def _overlay(below: list[StateBatch], above: list[StateBatch]) -> list[StateBatch]:
+    """Both sorted and disjoint: ``above`` with what it leaves of ``below``, sorted. One sweep,
+    so a window of thousands of single-offset runs costs thousands of steps, not millions."""
+    out: list[StateBatch] = []
+    i = 0
+    for b in below:
+        lo = b.first_offset
+        while i < len(above) and above[i].last_offset < lo:
+            out.append(above[i])
+            i += 1
+        j = i
+        while lo <= b.last_offset:
+            if j >= len(above) or above[j].first_offset > b.last_offset:
+                out.append(replace(b, first_offset=lo))
+                break
+            a = above[j]
+            if a.first_offset > lo:
+                out.append(StateBatch(lo, a.first_offset - 1, b.delivery_state, b.delivery_count))
+            lo = max(lo, a.last_offset + 1)
+            j += 1
+    out.extend(above[i:])
+    out.sort(key=lambda x: x.first_offset)
     return out
 
 

@@ -55,6 +55,38 @@ def test_combine_lays_newer_batches_over_older_ones_from_the_start_offset() -> N
                                                                        b(4, 4, AV, 2))
 
 
+def test_combine_matches_a_per_offset_model() -> None:
+    import random
+    rng = random.Random(7)
+
+    def runs(n: int, lo: int = 0, hi: int = 60, disjoint: bool = True) -> tuple[StateBatch, ...]:
+        out, at = [], lo
+        for _ in range(n):
+            first = rng.randint(at, hi) if disjoint else rng.randint(lo, hi)
+            last = first + rng.randint(0, 6)
+            out.append(b(first, last, rng.choice([AV, ACK, ARC]), rng.randint(1, 3)))
+            if disjoint:
+                at = last + 1
+                if at > hi:
+                    break
+        return tuple(out)
+
+    for _ in range(300):
+        current = combine_batches((), runs(rng.randint(0, 8)), 0)
+        new = runs(rng.randint(0, 8), disjoint=rng.random() < 0.7)
+        start = rng.randint(0, 20)
+        model: dict[int, tuple] = {}
+        for batch in list(current) + list(new):  # later wins
+            for o in range(batch.first_offset, batch.last_offset + 1):
+                model[o] = (batch.delivery_state, batch.delivery_count)
+        got = combine_batches(current, new, start)
+        flat = {o: (x.delivery_state, x.delivery_count) for x in got for o in range(x.first_offset, x.last_offset + 1)}
+        assert flat == {o: v for o, v in model.items() if o >= start}
+        assert all(x.last_offset < y.first_offset for x, y in zip(got, got[1:]))
+        assert all(x.last_offset + 1 < y.first_offset or (x.delivery_state, x.delivery_count) !=
+                   (y.delivery_state, y.delivery_count) for x, y in zip(got, got[1:]))
+
+
 def test_first_write_is_a_snapshot_then_updates_until_the_cadence_then_a_new_snapshot() -> None:
     shard = ShareCoordinatorShard(snapshot_update_records_per_snapshot=2)
     kinds = []
