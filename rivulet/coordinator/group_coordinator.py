@@ -65,7 +65,7 @@ from rivulet.coordinator.share_group import (
     validate as validate_share_heartbeat,
 )
 from rivulet.coordinator.share_group_service import ShareGroupService, spawn
-from rivulet.coordinator.share_offsets import ShareOffsetsResult, ShareStateStore
+from rivulet.coordinator.share_offsets import PartitionEndsView, ShareOffsetsResult, ShareStateStore
 from rivulet.delayed import DelayedOperationPurgatory, Timer
 from rivulet.protocol.errors import ErrorCode
 from rivulet.replication.replica_manager import ReplicaManager
@@ -113,6 +113,7 @@ class GroupCoordinator:
         # The share partitions' state (Kafka's Persister), wired by the broker: the share-group
         # offset APIs read and change it.
         self.share_state: ShareStateStore | None = None
+        self.partition_ends: PartitionEndsView | None = None  # the partitions' latest offsets, for the lag
         self.group_configs = group_configs
         self.consumer_group_config = ConsumerGroupConfig(
             heartbeat_interval_ms=config_value(config, "group.consumer.heartbeat.interval.ms", 5000),
@@ -1197,7 +1198,7 @@ class GroupCoordinator:
     # ------------------------------------------------------------ share-group offsets
     def _share_offsets_refusal(self, group_id: str, api: str = SHARE_OFFSETS) -> ShareOffsetsResult | None:
         err = self._validate_group_status(group_id, api)
-        if err is None and (self.share_groups is None or self.share_state is None):
+        if err is None and (self.share_groups is None or self.share_state is None or self.partition_ends is None):
             err = ErrorCode.COORDINATOR_NOT_AVAILABLE
         return None if err is None else ShareOffsetsResult(err)
 
@@ -1208,8 +1209,8 @@ class GroupCoordinator:
         if refusal is not None:
             callback(refusal)
             return
-        assert self.share_groups is not None and self.share_state is not None
-        describing = self.share_groups.describe_offsets(group_id, topics, self.share_state)
+        assert self.share_groups is not None and self.share_state is not None and self.partition_ends is not None
+        describing = self.share_groups.describe_offsets(group_id, topics, self.share_state, self.partition_ends)
 
         async def describe() -> None:
             callback(await describing)

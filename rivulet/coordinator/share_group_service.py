@@ -31,6 +31,7 @@ from rivulet.coordinator.share_group import (
 )
 from rivulet.coordinator.share_offsets import (
     NON_EMPTY_MESSAGE,
+    PartitionEndsView,
     ShareOffsetsResult,
     ShareOffsetsTopic,
     ShareStateStore,
@@ -140,19 +141,12 @@ class ShareGroupService:
 
     # ------------------------------------------------------------ share-group offsets
     async def describe_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
-                               state: ShareStateStore) -> ShareOffsetsResult:
+                               state: ShareStateStore, ends: PartitionEndsView) -> ShareOffsetsResult:
         """DescribeShareGroupOffsets for one group (``topics`` None: every initialized partition)."""
         if topics is None:
             group = self.manager.get_group(group_id)
             topics = share_offsets.initialized_partitions(group.share if group is not None else None, self.metadata)
-        return ShareOffsetsResult(topics=await share_offsets.describe(group_id, topics, self.metadata, state,
-                                                                      self._latest_offset))
-
-    def _latest_offset(self, tp: TopicPartition) -> int | None:
-        # Kafka asks the partition's leader (ListOffsets latest); a partition another broker
-        # leads has no lag here.
-        p = self.manager.replica_manager.partitions.get(tp)
-        return p.high_watermark if p is not None and p.is_leader else None
+        return ShareOffsetsResult(topics=await share_offsets.describe(group_id, topics, self.metadata, state, ends))
 
     def alter_offsets(self, group_id: str, topics: list[tuple[str, list[tuple[int, int]]]], state: ShareStateStore,
                       callback: Callable[[ShareOffsetsResult], None]) -> None:

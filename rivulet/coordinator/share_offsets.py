@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 from rivulet.common.cluster import MetadataView
 from rivulet.common.types import TopicPartition
@@ -22,6 +22,7 @@ from rivulet.coordinator.share_group import Record, ShareGroup
 from rivulet.protocol.errors import ApiError, ErrorCode
 
 __all__ = [
+    "PartitionEndsView",
     "ShareOffsetsPartition",
     "ShareOffsetsResult",
     "ShareOffsetsTopic",
@@ -53,6 +54,14 @@ class ShareStateStore(Protocol):
         ...
 
 
+class PartitionEndsView(Protocol):
+    """Partitions' latest offsets, for the lag (Kafka's PartitionMetadataClient)."""
+
+    async def latest_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """The latest offset of each partition whose leader answers; the others are left out."""
+        ...
+
+
 @dataclass
 class ShareOffsetsPartition:
     partition: int
@@ -80,13 +89,13 @@ class ShareOffsetsResult:
 
 
 async def describe(group_id: str, requested: list[tuple[str, list[int]]], metadata: MetadataView,
-                   state: ShareStateStore, latest_offset: Callable[[TopicPartition], int | None]
-                   ) -> list[ShareOffsetsTopic]:
+                   state: ShareStateStore, ends: PartitionEndsView) -> list[ShareOffsetsTopic]:
     """DescribeShareGroupOffsets for named partitions. As Kafka, the group need not exist: a
     partition without state (or of a topic that does not exist) has start offset -1; the lag
     is the latest offset less the start offset and the delivery-complete records past it."""
     known: list[ShareOffsetsTopic] = []
     unknown: list[ShareOffsetsTopic] = []
+    found: dict[TopicPartition, tuple[ShareOffsetsPartition, int]] = {}  # with the delivery-complete count
     for name, partitions in requested:
         info = metadata.get(name)
         if info is None:
@@ -94,21 +103,23 @@ async def describe(group_id: str, requested: list[tuple[str, list[int]]], metada
             continue
         topic = ShareOffsetsTopic(name, info.topic_id)
         for p in partitions:
-            tp = TopicPartition(name, p)
             row = ShareOffsetsPartition(p)
             try:
-                summary = await state.share_state_summary(group_id, tp)
+                summary = await state.share_state_summary(group_id, TopicPartition(name, p))
             except ApiError:
                 summary = None  # as Kafka: a failed read is no data, not an error
             if summary is not None and summary[0] != UNINITIALIZED:
                 row.start_offset, row.leader_epoch = summary[0], max(summary[2], 0)
-                latest = latest_offset(tp)
-                # Unknown without the delivery-complete count, or the partition's end (Kafka asks
-                # its leader with ListOffsets; here only a partition this broker leads has one).
-                if summary[1] != UNINITIALIZED and latest is not None:
-                    row.lag = latest - summary[0] - summary[1]
+                if summary[1] != UNINITIALIZED:  # else the lag is not known either
+                    found[TopicPartition(name, p)] = (row, summary[1])
             topic.partitions.append(row)
         known.append(topic)
+    if found:
+        # A partition whose leader does not answer keeps lag -1 (Kafka answers its ListOffsets error).
+        latest = await ends.latest_offsets(list(found))
+        for tp, end in latest.items():
+            row, done = found[tp]
+            row.lag = end - row.start_offset - done
     return known + unknown
 
 

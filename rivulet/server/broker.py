@@ -47,6 +47,7 @@ from rivulet.server.quotas import ClientQuotas
 from rivulet.client.connection import PLAINTEXT_CONNECTOR, BrokerConnector
 from rivulet.server.network import Listener
 from rivulet.server.scram import ScramCredentials
+from rivulet.server.partition_ends import PartitionEnds
 from rivulet.server.request_log import RequestLog
 from rivulet.server.socket_server import SocketServer, SocketServerConfig
 from rivulet.server.topics import TopicManager, broker_props
@@ -124,6 +125,7 @@ class Broker:
         self.transaction_coordinator: TransactionCoordinator | None = None
         self.share_coordinator: ShareCoordinator | None = None
         self.share_persister: CoordinatorSharePersister | None = None
+        self.partition_ends: PartitionEnds | None = None
         self.share_partitions: SharePartitionManager | None = None
         self.apis: KafkaApis | None = None
         self.socket_server = SocketServer(SocketServerConfig(
@@ -278,6 +280,9 @@ class Broker:
         # A deleted share group takes its share partitions' state with it (Kafka's DeleteShareGroupState).
         groups.on_share_group_deleted.append(share.delete_group_state)
         groups.share_state = share
+        groups.partition_ends = self.partition_ends = PartitionEnds(
+            rm, node_id=self.node_id, metadata_cache=self.metadata_cache, listener=cfg.inter_broker_listener,
+            request_timeout_ms=cfg["replica.socket.timeout.ms"], connector=self.connector)
         if self.metadata_cache is not None:
             # Markers for partitions other brokers lead go to them (WriteTxnMarkers), and KIP-890's
             # check asks the transactional id's coordinator wherever it runs.
@@ -424,6 +429,8 @@ class Broker:
             await self.txn_verifier.close()
         if self.share_persister is not None:
             await self.share_persister.close()
+        if self.partition_ends is not None:
+            await self.partition_ends.close()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:

@@ -206,3 +206,33 @@ def test_rivulet_groups_cli_on_a_share_group():
         assert r.returncode == 0 and f"{TOPIC} Successful" in " ".join(r.stdout.split()), r.stdout
         r = groups_cli(b.bootstrap, "describe", "--group", "cli")
         assert "Share group 'cli' has no offset information." in r.stdout
+
+
+@pytest.mark.cluster
+def test_share_group_offsets_on_a_cluster(zk_connect):
+    """Three brokers, each leading a partition: the group's coordinator describes the lag of
+    partitions other brokers lead with their answer to ListOffsets, as Kafka's does."""
+    from confluent_kafka import Producer
+
+    from tests.cluster import eventually, find_coordinator, three_brokers
+    from tests.integration.test_replication_faults import BROKER_CONFIG, create_topic
+
+    with three_brokers(zk_connect, **BROKER_CONFIG) as cluster:
+        create_topic(cluster, "sgo-c", 3)
+        # A share coordinator asked for, as a broker's persister asks (FindCoordinator key type
+        # SHARE), makes __share_group_state.
+        b = next(iter(cluster.brokers.values()))
+        eventually(lambda: find_coordinator(b, "sgo-c:AAAAAAAAAAAAAAAAAAAAAA:0", 2) >= 0, 60, "a share coordinator")
+        p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+        for i in range(30):
+            p.produce("sgo-c", b"%d" % i, partition=i % 3)
+        assert p.flush(60) == 0
+        leaders = {cluster.partition_state("sgo-c", i)["leader"] for i in range(3)}
+
+        async def run() -> dict:
+            async with AsyncAdminClient({"bootstrap.servers": cluster.bootstrap}) as admin:
+                got = await admin.alter_share_group_offsets("sgo-c", {TP("sgo-c", i): 2 for i in range(3)})
+                assert got == {TP("sgo-c", i): None for i in range(3)}
+                return await admin.list_share_group_offsets("sgo-c")
+        assert len(leaders) > 1  # some partition is led away from the group's coordinator
+        assert asyncio.run(run()) == {TP("sgo-c", i): SharePartitionOffsetInfo(2, 0, 8) for i in range(3)}

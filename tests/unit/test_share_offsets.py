@@ -35,6 +35,13 @@ class State:
             self.summaries.pop((group_id, tp), None)
 
 
+class Ends:
+    """Partition ends where "a"'s leader answers and "b"'s does not."""
+
+    async def latest_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: 20 for tp in tps if tp.topic == "a"}
+
+
 def replay(group: ShareGroup, records) -> None:
     for key, value in records:
         group.replay(key, value)
@@ -44,8 +51,7 @@ def test_describe_rows_lag_and_unknown_topics_last() -> None:
     state = State()
     state.summaries[("g", TopicPartition("a", 0))] = (4, 3, 2)
     state.summaries[("g", TopicPartition("b", 0))] = (2, 0, 0)
-    rows = asyncio.run(so.describe("g", [("gone", [0]), ("a", [0, 1]), ("b", [0])], TOPICS, state,
-                                   lambda tp: 20 if tp.topic == "a" else None))
+    rows = asyncio.run(so.describe("g", [("gone", [0]), ("a", [0, 1]), ("b", [0])], TOPICS, state, Ends()))
     assert [t.name for t in rows] == ["a", "b", "gone"]
     # The partition's end is not known here (another broker leads it): its lag is not either.
     assert (rows[1].partitions[0].start_offset, rows[1].partitions[0].lag) == (2, -1)
