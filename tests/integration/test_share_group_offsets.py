@@ -39,6 +39,28 @@ def test_share_group_offsets_admin():
         asyncio.run(_admin(b.bootstrap))
 
 
+def test_altered_offsets_survive_a_restart():
+    """The group (its ShareGroupStatePartitionMetadata in __consumer_offsets) and the start
+    offsets (the share coordinator's __share_group_state) come back after a restart."""
+    with BrokerProcess({}) as b:
+        asyncio.run(_create(b.bootstrap))
+        produce(b.bootstrap)
+
+        async def alter() -> None:
+            async with AsyncAdminClient({"bootstrap.servers": b.bootstrap}) as admin:
+                assert await admin.alter_share_group_offsets("kept", {TP(TOPIC, 0): 6, TP(TOPIC, 1): 2}) == {
+                    TP(TOPIC, 0): None, TP(TOPIC, 1): None}
+        asyncio.run(alter())
+        b.restart()
+
+        async def described() -> dict:
+            async with AsyncAdminClient({"bootstrap.servers": b.bootstrap}) as admin:
+                assert ("kept", "share", "Empty") in await admin.list_groups()
+                return await admin.list_share_group_offsets("kept")
+        assert asyncio.run(described()) == {TP(TOPIC, 0): SharePartitionOffsetInfo(6, 0, 4),
+                                            TP(TOPIC, 1): SharePartitionOffsetInfo(2, 0, 8)}
+
+
 async def _create(bootstrap: str) -> None:
     async with AsyncAdminClient({"bootstrap.servers": bootstrap}) as admin:
         await admin.create_topic(TOPIC, 2, 1)
