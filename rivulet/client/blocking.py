@@ -55,6 +55,7 @@ class BlockingConnection:
         self.sock.settimeout(timeout)
         self._cid = 0
         self._pending: list[tuple[int, int, int]] = []
+        self._frame: bytearray | None = None  # receive(reuse_buffer=True)'s
         self.api_versions: dict[int, tuple[int, int]] = {}
         self._handshake()
         if sasl is not None:
@@ -91,10 +92,14 @@ class BlockingConnection:
         self.sock.sendall(framing.encode_request(req, version, self._cid, self.client_id))
         self._pending.append((self._cid, req.API_KEY, version))
 
-    def receive(self) -> Any:
+    def receive(self, reuse_buffer: bool = False) -> Any:
+        """The answer to the oldest request submitted. With ``reuse_buffer`` its frame is read
+        into the connection's own buffer, which the next such call overwrites: whoever asks so
+        must be done with the answer (a Fetch's records are views into the frame) by then. That
+        spares a fresh, zeroed allocation the size of every (large) answer."""
         cid, api_key, version = self._pending.pop(0)
         size = _SIZE.unpack(self._read(4))[0]
-        frame = self._read(size)
+        frame = self._read_reusing(size) if reuse_buffer else self._read(size)
         got, body = framing.decode_response(frame, api_key, version)
         if got != cid:
             self.close()
@@ -107,7 +112,18 @@ class BlockingConnection:
 
     def _read(self, n: int) -> bytearray:
         buf = bytearray(n)
-        view = memoryview(buf)
+        self._fill(memoryview(buf))
+        return buf
+
+    def _read_reusing(self, n: int) -> memoryview:
+        if self._frame is None or len(self._frame) < n:
+            self._frame = bytearray(n + (n >> 3))  # a little room: the next answer may be larger
+        view = memoryview(self._frame)[:n]
+        self._fill(view)
+        return view
+
+    def _fill(self, view: memoryview) -> None:
+        n = len(view)
         got = 0
         recv_into = self.sock.recv_into
         while got < n:
@@ -115,7 +131,6 @@ class BlockingConnection:
             if k == 0:
                 raise ConnectionError(f"connection to {self.host}:{self.port} closed")
             got += k
-        return buf
 
     @property
     def busy(self) -> bool:

@@ -90,10 +90,14 @@ class Chunk:
     """
 
     __slots__ = ("data", "want_headers", "n", "batches", "ts_types", "pos", "offsets", "timestamps",
-                 "headers", "_done", "_pos", "_offs", "_ts", "vectorized")
+                 "headers", "_done", "_pos", "_offs", "_ts", "vectorized", "copied", "over")
 
-    def __init__(self, want_headers: bool) -> None:
-        self.data = bytearray()
+    def __init__(self, want_headers: bool, over: Any = None) -> None:
+        # Over a buffer (a fetch response's records), uncompressed batches stay where they are
+        # (``add_span``) until a batch that must be copied (a decompressed one) arrives.
+        self.over = over
+        self.data: Any = bytearray() if over is None else over
+        self.copied = over is None
         self.want_headers = want_headers
         self.n = 0
         self.batches: list[tuple[int, int, int, int, int, bool, int | None]] = []
@@ -109,15 +113,42 @@ class Chunk:
 
     def add(self, raw: Any, base_offset: int, base_ts: int, count: int, contiguous: bool,
             log_append_time: int | None) -> None:
-        """Append the ``count`` records of one batch, whose records section is ``raw``."""
+        """Append the ``count`` records of one batch, whose records section is ``raw`` (copied)."""
+        if not self.copied:
+            self._copy_spans()
         data = self.data
         start = len(data)
         data += raw
-        if len(data) > 0x7FFFFFFF:
+        self._append(start, len(data), count, base_offset, base_ts, contiguous, log_append_time)
+
+    def add_span(self, start: int, stop: int, base_offset: int, base_ts: int, count: int, contiguous: bool,
+                 log_append_time: int | None) -> None:
+        """Like ``add`` for the records at [start, stop) of the buffer the chunk was made over,
+        without copying them (copied if an earlier batch had to be)."""
+        if self.copied:
+            self.add(self.over[start:stop], base_offset, base_ts, count, contiguous, log_append_time)
+            return
+        self._append(start, stop, count, base_offset, base_ts, contiguous, log_append_time)
+
+    def _append(self, start: int, stop: int, count: int, base_offset: int, base_ts: int, contiguous: bool,
+                log_append_time: int | None) -> None:
+        if stop > 0x7FFFFFFF:  # positions are int32
             raise _corrupt("chunk larger than 2 GiB")
-        self.batches.append((start, len(data), count, base_offset, base_ts, contiguous, log_append_time))
+        self.batches.append((start, stop, count, base_offset, base_ts, contiguous, log_append_time))
         self.ts_types.extend(array("i", [0 if log_append_time is None else 1]) * count)
         self.n += count
+
+    def _copy_spans(self) -> None:
+        """Copy the batches added in place into a buffer of the chunk's own."""
+        data = bytearray()
+        moved = []
+        for start, stop, *rest in self.batches:
+            at = len(data)
+            data += self.over[start:stop]
+            moved.append((at, len(data), *rest))
+        self.batches = moved
+        self.data = data
+        self.copied = True
 
     def finish(self) -> None:
         if self._done:
@@ -587,16 +618,20 @@ def decode_into(chunk: Chunk, records: Any, offset: int, end: int, read_committe
                 aborted: list[tuple[int, int]] | None, verify_crc: bool = True) -> Decoded:
     """Decode a Fetch response's records for one partition into ``chunk``, up to ``end``.
 
-    Batches wholly below ``offset`` are skipped (a fetch returns the batch holding ``offset``),
+    A chunk made with ``Chunk(..., over=records)`` (a memoryview of bytes) refers to the
+    uncompressed batches in place instead of copying them, so ``records`` must stay unchanged
+    until the chunk is turned into Arrow. Batches wholly below ``offset`` are skipped (a fetch returns the batch holding ``offset``),
     and decoding stops at the first batch starting at ``end`` or later. Control batches never
     become rows; under read_committed neither do aborted transactions (``aborted``: (first
     offset, producer id) from the response, used as Java's Fetcher uses them).
     ``first_offset`` is the base offset of the first batch at or past ``offset``, of any kind:
     above ``offset`` it means a gap, which is data loss only below the log start.
     """
-    view = memoryview(records)
+    view = records if isinstance(records, memoryview) else memoryview(records)
     if view.format != "B":
         view = view.cast("B")
+    # A chunk made over these very records takes the uncompressed batches where they are.
+    in_place = chunk.over is records and view is records
     nxt = offset
     first: int | None = None
     aborted_list = sorted(aborted or [])
@@ -633,11 +668,13 @@ def decode_into(chunk: Chunk, records: Any, offset: int, end: int, read_committe
             continue
         if h.records_count:
             codec = attrs & COMPRESSION_MASK
-            raw = view[pos + HEADER_SIZE:stop]
+            facts = (h.base_offset, h.base_timestamp, h.records_count, h.records_count == h.last_offset_delta + 1,
+                     h.max_timestamp if attrs & TIMESTAMP_TYPE_MASK else None)
             if codec:
-                raw = decompress(codec, raw, MAX_DECOMPRESSED)
-            chunk.add(raw, h.base_offset, h.base_timestamp, h.records_count,
-                      h.records_count == h.last_offset_delta + 1,
-                      h.max_timestamp if attrs & TIMESTAMP_TYPE_MASK else None)
+                chunk.add(decompress(codec, view[pos + HEADER_SIZE:stop], MAX_DECOMPRESSED), *facts)
+            elif in_place:
+                chunk.add_span(pos + HEADER_SIZE, stop, *facts)
+            else:
+                chunk.add(view[pos + HEADER_SIZE:stop], *facts)
         nxt = batch_next
     return Decoded(nxt, first)

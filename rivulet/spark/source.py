@@ -629,7 +629,9 @@ class _Fetcher:
     def receive(self) -> tuple[int, Any]:
         assert self.conn is not None and self.ahead is not None
         offset, self.ahead = self.ahead, None
-        resp = self.conn.receive()
+        # The frame is read into the connection's reused buffer: read_range is done with the
+        # previous answer (its rows are in Arrow buffers of their own) before it asks for the next.
+        resp = self.conn.receive(reuse_buffer=True)
         if resp.error_code:
             raise ApiError(ErrorCode(resp.error_code), "Fetch")
         for t in resp.responses:
@@ -732,7 +734,7 @@ def read_range(opts: SourceOptions, rp: RangePartition) -> Iterator[Any]:
                 f.send(nxt, end)  # the broker reads ahead while this response is decoded
             aborted = [(a.first_offset, a.producer_id) for a in pd.aborted_transactions or []] \
                 if opts.read_committed else None
-            chunk = Chunk(opts.include_headers)
+            chunk = Chunk(opts.include_headers, over=records)  # in place: no copy of the records
             dec = decode_into(chunk, records, offset, end, opts.read_committed, aborted, opts.check_crcs)
             if dec.first_offset is not None and dec.first_offset > offset and pd.log_start_offset > offset:
                 # Offsets below the log start were deleted before we read them. (Gaps above

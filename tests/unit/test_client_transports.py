@@ -196,3 +196,24 @@ def test_async_send_to_coordinator_returns_errors_it_does_not_retry(monkeypatch)
         return await c.send_to_coordinator("g", core.GROUP, req, lambda r: core.read_offset_commit(r).first_error())
     resp = asyncio.run(run())
     assert core.read_offset_commit(resp).errors == {("t", 0): ErrorCode.ILLEGAL_GENERATION}
+
+
+def test_blocking_frames_read_into_a_reused_buffer_that_grows_when_needed():
+    import socket
+    a, b = socket.socketpair()
+    conn = blocking.BlockingConnection.__new__(blocking.BlockingConnection)
+    conn.host, conn.port, conn.sock, conn._frame = "b", 9092, a, None
+    try:
+        b.sendall(b"x" * 1000 + b"y" * 500 + b"z" * 5000)
+        first = conn._read_reusing(1000)
+        assert bytes(first) == b"x" * 1000
+        buf = conn._frame
+        second = conn._read_reusing(500)
+        assert bytes(second) == b"y" * 500 and conn._frame is buf  # the same memory, overwritten
+        assert bytes(first[:500]) == b"y" * 500
+        third = conn._read_reusing(5000)
+        assert bytes(third) == b"z" * 5000 and conn._frame is not buf
+        assert bytes(conn._read(0)) == b""
+    finally:
+        a.close()
+        b.close()

@@ -121,3 +121,28 @@ def test_odd_batches_are_left_to_the_other_paths() -> None:
     for _ in range(200):  # random bytes: never a crash
         junk = bytearray(rnd.randbytes(rnd.randrange(1, 400)))
         layout(junk, [(0, len(junk), rnd.randrange(1, 50), 0, T0, True, None)], True)
+
+
+@pytest.mark.parametrize("codecs", [(0, 0, 0), (0, 1, 0), (1, 0, 0)], ids=["plain", "gzip-between", "gzip-first"])
+def test_records_decoded_in_place_equal_copied_and_outlive_their_buffer(codecs: tuple[int, ...]) -> None:
+    from rivulet.spark._records import decode_into
+    batches, offset = [], 0
+    for b, codec in enumerate(codecs):
+        recs = [Record(0, T0 + i, None if i % 7 == 0 else b"k%d" % i, b"v%d" % (b * 1000 + i) * 3, [])
+                for i in range(300)]
+        batches.append(encode_batch(recs, base_offset=offset, base_timestamp=T0, compression=codec))
+        offset += len(recs)
+    frame = bytearray(b"".join(batches))
+    records = memoryview(frame)
+    copied = Chunk(False)
+    decode_into(copied, bytes(frame), 0, offset, False, None)
+    in_place = Chunk(False, over=records)
+    decode_into(in_place, records, 0, offset, False, None)
+    assert in_place.copied == any(codecs) and copied.copied
+    if not any(codecs):
+        assert in_place.data is records  # the uncompressed batches were not copied
+    got = in_place.to_arrow("t", 0)
+    frame[:] = bytes(len(frame))  # the buffer is reused for the next fetch
+    want = copied.to_arrow("t", 0)
+    assert got.equals(want) and got.num_rows == offset
+    assert got.column("key")[0].as_py() is None and got.column("value")[1].as_py() == b"v1" * 3
