@@ -168,8 +168,8 @@ class Chunk:
         if not self.n:
             return 0, 0
         assert self.offsets is not None
-        lo = pc.sum(pc.less(self.offsets, start)).as_py() or 0
-        hi = pc.sum(pc.less(self.offsets, end)).as_py() or 0
+        lo = pc.sum(pc.less(self.offsets, _scalar(start, pa.int64()))).as_py() or 0
+        hi = pc.sum(pc.less(self.offsets, _scalar(end, pa.int64()))).as_py() or 0
         return lo, hi
 
     # ------------------------------------------------------------ vectorized decoding
@@ -389,12 +389,12 @@ class Chunk:
         data_u8 = pa.Array.from_buffers(pa.uint8(), len(self.data), [None, data])
         idx = _stride4(lo, hi)
         keys = _column(spans, positions, data_u8, idx)
-        values = _column(spans, positions, data_u8, pc.add(idx, 2))
+        values = _column(spans, positions, data_u8, pc.add(idx, _TWO))
         m = hi - lo
-        ts = pc.multiply(self.timestamps.slice(lo, m), 1000).view(TIMESTAMP_TYPE)
+        ts = pc.multiply(self.timestamps.slice(lo, m), _THOUSAND).view(TIMESTAMP_TYPE)
         ts_types = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(self.ts_types)]).slice(lo, m)
-        cols = [keys, values, pa.repeat(pa.scalar(topic, pa.string()), m),
-                pa.repeat(pa.scalar(partition, pa.int32()), m), self.offsets.slice(lo, m), ts, ts_types]
+        cols = [keys, values, pa.repeat(_string(topic), m), pa.repeat(_i32(partition), m),
+                self.offsets.slice(lo, m), ts, ts_types]
         if not self.want_headers:
             return pa.RecordBatch.from_arrays(cols, schema=ARROW_SCHEMA_NO_HEADERS)
         cols.append(self._headers_column(lo, hi))
@@ -509,11 +509,29 @@ def _uniform_starts(buf: Any, start: int, stop: int, count: int, starts: array, 
     return True
 
 
+# Scalars made from buffers: pa.scalar, pa.array and Python numbers handed to pyarrow.compute
+# import pandas (a third of a second of CPU in every Python worker and in the streaming
+# source's driver-side process); the decoding path never needs it.
+_INT_CODES = {pa.int32(): "i", pa.int64(): "q", pa.uint8(): "B"}
+
+
+def _scalar(v: int, typ: pa.DataType) -> pa.Scalar:
+    return pa.Array.from_buffers(typ, 1, [None, pa.py_buffer(array(_INT_CODES[typ], [v]))])[0]
+
+
 def _i32(v: int) -> pa.Scalar:
-    return pa.scalar(v, _I32)
+    return _scalar(v, _I32)
 
 
-_ONE, _TWO, _SEVEN, _X7F = _i32(1), _i32(2), _i32(7), _i32(0x7F)
+def _string(v: str) -> pa.Scalar:
+    b = v.encode()
+    return pa.Array.from_buffers(pa.string(), 1, [None, pa.py_buffer(array("i", [0, len(b)])), pa.py_buffer(b)])[0]
+
+
+_ZERO, _ONE, _TWO, _SEVEN, _X7F = _i32(0), _i32(1), _i32(2), _i32(7), _i32(0x7F)
+_THOUSAND = _scalar(1000, pa.int64())
+_U8_ONE = _scalar(1, pa.uint8())
+_NULL_BINARY = pa.nulls(1, pa.binary())[0]
 
 
 def _vvarint(u8: pa.Array, pos: pa.Array, last: int) -> tuple[pa.Array, Any, bool]:
@@ -580,17 +598,17 @@ def _column(spans: pa.Array, positions: pa.Array, data_u8: pa.Array, idx: pa.Arr
     col = spans.take(idx)
     if len(col) == 0:
         return col
-    empty = pc.equal(pc.binary_length(col), 0)
+    empty = pc.equal(pc.binary_length(col), _ZERO)
     if not pc.any(empty).as_py():
         return col
     # A zero length is null when the length varint in front of it is zigzag(-1) == 0x01.
-    marker = data_u8.take(pc.subtract(positions.take(idx), 1))
-    null = pc.and_(empty, pc.equal(marker, 1))
+    marker = data_u8.take(pc.subtract(positions.take(idx), _ONE))
+    null = pc.and_(empty, pc.equal(marker, _U8_ONE))
     if pc.all(null).as_py():
         return pa.nulls(len(col), pa.binary())
     if not pc.any(null).as_py():
         return col
-    return pc.if_else(null, pa.scalar(None, pa.binary()), col)
+    return pc.if_else(null, _NULL_BINARY, col)
 
 
 class Decoded:

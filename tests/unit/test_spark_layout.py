@@ -146,3 +146,24 @@ def test_records_decoded_in_place_equal_copied_and_outlive_their_buffer(codecs: 
     want = copied.to_arrow("t", 0)
     assert got.equals(want) and got.num_rows == offset
     assert got.column("key")[0].as_py() is None and got.column("value")[1].as_py() == b"v1" * 3
+
+
+def test_decoding_does_not_import_pandas() -> None:
+    # pandas costs every Python worker (and the streaming source's driver-side process) a
+    # third of a second of CPU to import; the decoding path has no use for it.
+    import subprocess
+    import sys
+    code = """if True:
+        import sys
+        from rivulet.protocol.records import Record, encode_batch
+        from rivulet.spark._records import Chunk, decode_into
+        recs = [Record(0, 1_700_000_000_000 + i, None if i % 5 else b"k", b"v" * (i % 3), []) for i in range(400)]
+        records = memoryview(bytearray(encode_batch(recs, base_offset=0, base_timestamp=1_700_000_000_000)))
+        chunk = Chunk(False, over=records)
+        decode_into(chunk, records, 0, 400, False, None)
+        lo, hi = chunk.bounds(10, 390)
+        assert chunk.to_arrow("t", 3, lo, hi).num_rows == 380
+        print("pandas" in sys.modules)
+    """
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
