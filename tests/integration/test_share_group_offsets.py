@@ -236,15 +236,11 @@ def test_share_group_offsets_on_a_cluster(zk_connect):
     partitions other brokers lead with their answer to ListOffsets, as Kafka's does."""
     from confluent_kafka import Producer
 
-    from tests.cluster import eventually, find_coordinator, three_brokers
+    from tests.cluster import three_brokers
     from tests.integration.test_replication_faults import BROKER_CONFIG, create_topic
 
     with three_brokers(zk_connect, **BROKER_CONFIG) as cluster:
         create_topic(cluster, "sgo-c", 3)
-        # A share coordinator asked for, as a broker's persister asks (FindCoordinator key type
-        # SHARE), makes __share_group_state.
-        b = next(iter(cluster.brokers.values()))
-        eventually(lambda: find_coordinator(b, "sgo-c:AAAAAAAAAAAAAAAAAAAAAA:0", 2) >= 0, 60, "a share coordinator")
         p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
         for i in range(30):
             p.produce("sgo-c", b"%d" % i, partition=i % 3)
