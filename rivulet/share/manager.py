@@ -145,6 +145,7 @@ class SharePartitionManager:
         # The last write of each share partition: writes of one partition go out one at a time,
         # in order, so that an older state never lands after a newer one.
         self._writes: dict[SharePartitionKey, asyncio.Future] = {}
+        self._queued: dict[SharePartitionKey, tuple[SharePartition, asyncio.Future]] = {}  # not sent yet
         self._topic_id = topic_id  # topic ids of partitions not hosted here (deleting a group's state)
         self.sessions: dict[tuple[str, str], _Session] = {}
         self.max_sessions = max_sessions  # group.share.max.share.sessions
@@ -466,20 +467,26 @@ class SharePartitionManager:
 
     def _persist(self, group_id: str, tp: TopicPartition, sp: SharePartition) -> asyncio.Future | None:
         """Write the share partition's state, after any earlier write of it; the future fails
-        with the persister's error. FENCED_STATE_EPOCH (an admin reset the state) drops the
-        share partition, so that the next fetch reads the new state."""
+        with the persister's error. A write not sent yet takes later changes along (it reads
+        the state when it goes out), so acknowledgements arriving faster than writes complete
+        share writes. FENCED_STATE_EPOCH (an admin reset the state) drops the share partition,
+        so that the next fetch reads the new state."""
         found = self._keys.get((group_id, tp))
         if found is None:
             return None
         pkey, leader_epoch = found
-        snapshot = sp.snapshot()
+        queued = self._queued.get(pkey)
+        if queued is not None and queued[0] is sp:
+            return queued[1]
         previous = self._writes.get(pkey)
 
         async def write() -> None:
             if previous is not None:
                 await asyncio.wait([previous])
+            if self._queued.get(pkey, (None, None))[1] is task:
+                del self._queued[pkey]
             try:
-                await self.persister.write_state(pkey, snapshot, leader_epoch=leader_epoch)
+                await self.persister.write_state(pkey, sp.snapshot(), leader_epoch=leader_epoch)
             except ApiError as e:
                 log.warning("writing the share state of %s for group %s failed: %s", tp, group_id, e.code.name)
                 if e.code == ErrorCode.FENCED_STATE_EPOCH and self.partitions.get((group_id, tp)) is sp:
@@ -490,6 +497,7 @@ class SharePartitionManager:
                     del self._writes[pkey]
 
         task = self._writes[pkey] = asyncio.ensure_future(write())
+        self._queued[pkey] = (sp, task)
         task.add_done_callback(_retrieve)
         return task
 

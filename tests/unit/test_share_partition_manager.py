@@ -283,3 +283,28 @@ def test_aborted_batches_are_found_as_a_read_committed_consumer_finds_them() -> 
 def test_archived_aborted_records_are_cut_from_the_acquired_ranges() -> None:
     acquired = [AcquiredRecords(0, 9, 1), AcquiredRecords(12, 14, 2)]
     assert subtract_ranges(acquired, [(0, 1), (5, 6), (12, 14)]) == [AcquiredRecords(2, 4, 1), AcquiredRecords(7, 9, 1)]
+
+
+def test_acknowledgements_share_a_write_not_sent_yet(tmp_path) -> None:
+    writes = []
+
+    class Counting(InMemorySharePersister):
+        async def write_state(self, key, snapshot, **kw) -> None:
+            writes.append(snapshot)
+            await super().write_state(key, snapshot, **kw)
+
+    async def body(env: Env) -> None:
+        env.manager.persister = env.persister = Counting()
+        env.produce(5)
+        env.open("m1")
+        await env.fetch("m1")
+        results = [env.manager.acknowledge("g", "m1", TP, [AcknowledgementBatch(o, o, [ACCEPT])], renew_allowed=True)
+                   for o in range(5)]
+        assert len({id(r.persisted) for r in results}) == 5  # each answer waits on its own
+        await asyncio.gather(*(r.persisted for r in results))
+        assert all(r.acknowledge_error == ErrorCode.NONE for r in results)
+        assert len(writes) == 1 and writes[0].start_offset == 5  # one write carried all five
+        snap = await env.read_state()
+        assert snap is not None and snap.start_offset == 5
+
+    run(tmp_path, body)
