@@ -116,8 +116,10 @@ class AIOShareConsumer:
         if not self.membership.subscription:
             raise _state_error("the share consumer is not subscribed to any topic")
         self._settle_batch()
-        self._hand_acks()
         f = self.fetcher
+        f.holding = False
+        self._hand_acks()
+        f.wake()
         deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
         while not f.buffer and not self._errors:
             left = None if deadline is None else deadline - time.monotonic()
@@ -134,8 +136,7 @@ class AIOShareConsumer:
             m = f.buffer.popleft()
             self._batch.setdefault((m.topic() or "", m.partition()), {})[m.offset()] = m
             out.append(m)
-        if n:
-            f.wake()  # the buffer may be empty now: fetch the next records
+        f.holding = bool(self._batch)
         return out
 
     def _settle_batch(self) -> None:

@@ -3,10 +3,13 @@ ShareConsumeRequestManager.
 
 One ShareFetch is in flight per leader at a time, in that leader's share session
 (``share_session``). A fetch goes out when the application has taken every buffered record
-(acquired records are held under a lock that runs out, so they are not hoarded), or when
-acknowledgements for that leader wait: those ride on the fetch. ``acknowledge_now`` sends
-them alone with ShareAcknowledge (commit_sync, commit_async), and ``close`` sends the last
-ones at epoch -1, which closes the session and releases what is still held.
+and acknowledged what it took (acquired records are held under a lock that runs out, so they
+are not hoarded; the acknowledgements free the partition's record locks), or when
+acknowledgements for that leader wait: those ride on the fetch. Acknowledgements made while
+a fetch long-polls go alone with ShareAcknowledge in the same session at once (records held
+unacknowledged count against the partition's record locks, so waiting could stall the
+group), as do those of ``acknowledge_now`` (commit_sync, commit_async); ``close`` sends the
+last ones at epoch -1, which closes the session and releases what is still held.
 
 Records are decoded only for the offsets the broker acquired for us; an acquired offset
 holding no record (a control record) is acknowledged as a gap.
@@ -51,11 +54,15 @@ class ShareFetcher:
         self.on_error = on_error
         self.assigned: set[TP] = set()
         self.buffer: deque[ShareMessage] = deque()
+        # The application holds the last poll's records: the next fetch waits for the poll that
+        # acknowledges them, and carries those acknowledgements (a fetch sent before would find
+        # the partition's record locks taken by them, and long-poll for nothing).
+        self.holding = False
         self.pending: dict[TP, Acknowledgements] = {}
         self.results: list[AckResult] = []      # acknowledgement outcomes not yet handed to the callback
         self.arrived = asyncio.Event()          # records, or acknowledgement outcomes, came in
         self._sessions: dict[int, ShareSessionHandler] = {}
-        self._locks: dict[int, asyncio.Lock] = {}
+        self._acking: set[asyncio.Task] = set()
         self._inflight: dict[int, asyncio.Task] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -97,16 +104,19 @@ class ShareFetcher:
         return by_node
 
     def _send_fetches(self) -> None:
+        loop = asyncio.get_running_loop()
         for node, parts in self._leaders().items():
-            if node in self._inflight:
-                continue
             acks = self._take_acks(node)
-            if not parts and not acks and not self._sessions[node].partitions:
+            if node in self._inflight or self.buffer or self.holding:
+                # No fetch now (one long-polls, or the application has records to take or to
+                # acknowledge): acknowledgements do not wait, they go alone in the same session.
+                if acks:
+                    task = loop.create_task(self._acknowledge(node, acks, False))
+                    self._acking.add(task)
+                    task.add_done_callback(self._acking.discard)
                 continue
-            if self.buffer and not acks:
-                continue  # the application has records still to take
-            task = asyncio.get_running_loop().create_task(self._fetch(node, parts, acks))
-            self._inflight[node] = task
+            if parts or acks or self._sessions.get(node, None) is not None and self._sessions[node].partitions:
+                self._inflight[node] = loop.create_task(self._fetch(node, parts, acks))
 
     def _take_acks(self, node: int) -> dict[TP, Acknowledgements]:
         mine = {tp: a for tp, a in self.pending.items() if self.client.cluster.leader(tp[0], tp[1]) == node}
@@ -118,7 +128,6 @@ class ShareFetcher:
         s = self._sessions.get(node)
         if s is None:
             s = self._sessions[node] = ShareSessionHandler(self.group_id, self.member_id)
-            self._locks[node] = asyncio.Lock()
         return s
 
     def _topic_ids(self) -> dict[str, uuid.UUID]:
@@ -128,42 +137,44 @@ class ShareFetcher:
     async def _fetch(self, node: int, parts: list[TP], acks: dict[TP, Acknowledgements]) -> None:
         sess = self._session(node)
         try:
-            async with self._locks[node]:
+            try:
+                conn = await self.client.connection(node)
                 if acks and not sess.open:
                     self._acked(acks, ErrorCode.SHARE_SESSION_NOT_FOUND)
                     acks = {}
                 ids = self._topic_ids()
+                generation = sess.generation
+                # Built and written in one step: requests of a session go out in epoch order.
                 req = sess.fetch_request(parts, acks, ids, max_wait_ms=self.max_wait_ms, min_bytes=self.min_bytes,
                                          max_bytes=self.max_bytes, max_records=self.max_records)
-                try:
-                    resp = await self.client.send(node, req, timeout=self.client.request_timeout_ms / 1000
-                                                  + self.max_wait_ms / 1000)
-                except NET_ERRORS as e:
-                    log.debug("share fetch to %d failed: %s", node, e)
-                    sess.reset()
-                    self._acked(acks, ErrorCode.NETWORK_EXCEPTION)
-                    self.client.request_update()
-                    await asyncio.sleep(self.client.retry_backoff)
-                    return
-                if resp.error_code:
-                    sess.handle_response(resp.error_code)
-                    self._acked(acks, resp.error_code)
-                    self._top_level_error(node, resp.error_code, resp.error_message)
-                    return
-                sess.handle_response(0)
-                names = {v: k for k, v in ids.items()}
-                answered: set[TP] = set()
-                for t in resp.responses:
-                    name = names.get(t.topic_id)
-                    if name is None:
-                        continue
-                    for pd in t.partitions:
-                        tp = (name, pd.partition_index)
-                        if tp in acks:
-                            answered.add(tp)
-                            self._acked({tp: acks[tp]}, pd.acknowledge_error_code)
-                        self._partition(tp, pd)
-                self._acked({tp: a for tp, a in acks.items() if tp not in answered}, 0)
+                fut = conn.send_nowait(req)
+                assert fut is not None
+                resp = await conn.wait(fut, self.client.request_timeout_ms / 1000 + self.max_wait_ms / 1000)
+            except NET_ERRORS as e:
+                log.debug("share fetch to %d failed: %s", node, e)
+                sess.reset()
+                self._acked(acks, ErrorCode.NETWORK_EXCEPTION)
+                self.client.request_update()
+                await asyncio.sleep(self.client.retry_backoff)
+                return
+            if resp.error_code:
+                sess.handle_response(resp.error_code, generation)
+                self._acked(acks, resp.error_code)
+                self._top_level_error(node, resp.error_code, resp.error_message)
+                return
+            names = {v: k for k, v in ids.items()}
+            answered: set[TP] = set()
+            for t in resp.responses:
+                name = names.get(t.topic_id)
+                if name is None:
+                    continue
+                for pd in t.partitions:
+                    tp = (name, pd.partition_index)
+                    if tp in acks:
+                        answered.add(tp)
+                        self._acked({tp: acks[tp]}, pd.acknowledge_error_code)
+                    self._partition(tp, pd)
+            self._acked({tp: a for tp, a in acks.items() if tp not in answered}, 0)
         finally:
             self._inflight.pop(node, None)
             self.arrived.set()
@@ -244,40 +255,41 @@ class ShareFetcher:
             for n, s in self._sessions.items():
                 if s.open:
                     nodes.setdefault(n, {})
+        if self._acking:  # acknowledgements already on their way are answered first
+            await asyncio.wait(list(self._acking))
         for node, acks in nodes.items():
             done += await self._acknowledge(node, acks, close)
         return done
 
     async def _acknowledge(self, node: int, acks: dict[TP, Acknowledgements], close: bool) -> list[AckResult]:
-        sess = self._session(node) if node >= 0 else None
+        sess = self._sessions.get(node)
         if sess is None or not sess.open:
             return self._acked(acks, ErrorCode.SHARE_SESSION_NOT_FOUND)
-        async with self._locks[node]:
-            if not sess.open:
+        generation = sess.generation
+        try:
+            conn = await self.client.connection(node)
+            if not sess.open or sess.generation != generation:
                 return self._acked(acks, ErrorCode.SHARE_SESSION_NOT_FOUND)
             ids = self._topic_ids()
-            req = sess.acknowledge_request(acks, ids, close=close)
-            try:
-                resp = await self.client.send(node, req)
-            except NET_ERRORS as e:
-                log.debug("share acknowledge to %d failed: %s", node, e)
-                sess.reset()
-                return self._acked(acks, ErrorCode.NETWORK_EXCEPTION)
-            if close:
-                sess.reset()
-            else:
-                sess.handle_response(resp.error_code)
-            if resp.error_code:
-                return self._acked(acks, resp.error_code)
-            names = {v: k for k, v in ids.items()}
-            out: list[AckResult] = []
-            for t in resp.responses:
-                name = names.get(t.topic_id)
-                for p in t.partitions:
-                    tp = (name, p.partition_index)
-                    if name is not None and tp in acks:
-                        out += self._acked({tp: acks.pop(tp)}, p.error_code)
-            return out + self._acked(acks, 0)
+            fut = conn.send_nowait(sess.acknowledge_request(acks, ids, close=close))
+            assert fut is not None
+            resp = await conn.wait(fut)
+        except NET_ERRORS as e:
+            log.debug("share acknowledge to %d failed: %s", node, e)
+            sess.reset()
+            return self._acked(acks, ErrorCode.NETWORK_EXCEPTION)
+        if resp.error_code:
+            sess.handle_response(resp.error_code, generation)
+            return self._acked(acks, resp.error_code)
+        names = {v: k for k, v in ids.items()}
+        out: list[AckResult] = []
+        for t in resp.responses:
+            name = names.get(t.topic_id)
+            for p in t.partitions:
+                tp = (name, p.partition_index)
+                if name is not None and tp in acks:
+                    out += self._acked({tp: acks.pop(tp)}, p.error_code)
+        return out + self._acked(acks, 0)
 
     def _acked(self, acks: dict[TP, Acknowledgements], code: int) -> list[AckResult]:
         err = E.KafkaError(code) if code else None
@@ -292,5 +304,7 @@ class ShareFetcher:
         self.closed = True
         self.wake()
         await cancel_and_wait(self._task)
+        if self._acking:
+            await asyncio.wait(list(self._acking))
         if self._inflight:  # their answers are taken: the session's close releases the records
             await asyncio.wait(list(self._inflight.values()))

@@ -95,19 +95,30 @@ def merge(into: dict[TP, Acknowledgements], more: Mapping[TP, Acknowledgements])
 
 
 class ShareSessionHandler:
-    """A member's share session with one leader: its epoch and the partitions the broker holds
-    in it."""
+    """A member's share session with one leader: the epoch of its next request and the
+    partitions the broker holds in it.
+
+    Requests of a session may be in flight together (a ShareAcknowledge while a ShareFetch
+    long-polls): each takes the next epoch when it is built, so they must go on the wire in
+    the order they were built. A request answered with a session error resets the session,
+    unless it was built before an earlier reset (its answer is about a session gone already).
+    """
 
     def __init__(self, group_id: str, member_id: str) -> None:
         self.group_id = group_id
         self.member_id = member_id
         self.epoch = INITIAL_EPOCH
-        self.partitions: set[TP] = set()   # in the broker's session (after the last success)
-        self._sent: set[TP] = set()        # what the request in flight makes it
+        self.partitions: set[TP] = set()   # in the broker's session once what was sent is answered
+        self.generation = 0                # bumped by each reset
 
     @property
     def open(self) -> bool:
         return self.epoch != INITIAL_EPOCH
+
+    def _advance(self) -> int:
+        epoch = self.epoch
+        self.epoch = next_epoch(epoch)
+        return epoch
 
     def fetch_request(self, wanted: Iterable[TP], acks: Mapping[TP, Acknowledgements],
                       topic_ids: Mapping[str, uuid.UUID], *, max_wait_ms: int, min_bytes: int, max_bytes: int,
@@ -123,7 +134,7 @@ class ShareSessionHandler:
             listed = {tp: None for tp in want - self.partitions}
             listed.update((tp, None) for tp, a in acks.items() if a and tp[0] in topic_ids)
             forgotten = {tp for tp in self.partitions - want if tp[0] in topic_ids}
-        self._sent = want
+        self.partitions = want
         topics: dict[str, list[sfq.FetchPartition]] = {}
         for tp in sorted(listed):
             a = acks.get(tp)
@@ -135,7 +146,7 @@ class ShareSessionHandler:
         for tp in sorted(forgotten):
             gone.setdefault(tp[0], []).append(tp[1])
         return sfq.ShareFetchRequest(
-            group_id=self.group_id, member_id=self.member_id, share_session_epoch=self.epoch,
+            group_id=self.group_id, member_id=self.member_id, share_session_epoch=self._advance(),
             max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes, max_records=max_records,
             batch_size=max_records, share_acquire_mode=0, is_renew_ack=False,
             topics=[sfq.FetchTopic(topic_id=topic_ids[t], partitions=ps) for t, ps in topics.items()],
@@ -143,8 +154,8 @@ class ShareSessionHandler:
 
     def acknowledge_request(self, acks: Mapping[TP, Acknowledgements], topic_ids: Mapping[str, uuid.UUID], *,
                             close: bool = False) -> saq.ShareAcknowledgeRequest:
-        """A ShareAcknowledge alone; ``close`` makes it the session's last (epoch -1)."""
-        self._sent = set() if close else set(self.partitions)
+        """A ShareAcknowledge alone; ``close`` makes it the session's last (epoch -1), after
+        which the session is forgotten."""
         topics: dict[str, list[saq.AcknowledgePartition]] = {}
         for tp in sorted(acks):
             a = acks[tp]
@@ -154,20 +165,22 @@ class ShareSessionHandler:
                     acknowledgement_batches=[saq.AcknowledgementBatch(first_offset=f, last_offset=la,
                                                                       acknowledge_types=t)
                                              for f, la, t in a.batches()]))
+        if close:
+            epoch = FINAL_EPOCH
+            self.reset()
+        else:
+            epoch = self._advance()
         return saq.ShareAcknowledgeRequest(
-            group_id=self.group_id, member_id=self.member_id,
-            share_session_epoch=FINAL_EPOCH if close else self.epoch,
+            group_id=self.group_id, member_id=self.member_id, share_session_epoch=epoch,
             is_renew_ack=any(a.has_renew() for a in acks.values()),
             topics=[saq.AcknowledgeTopic(topic_id=topic_ids[t], partitions=ps) for t, ps in topics.items()])
 
-    def handle_response(self, error_code: int) -> bool:
-        """Move the session on after an answer; False when the session is gone (start again)."""
-        if error_code == 0:
-            self.partitions = self._sent
-            self.epoch = next_epoch(self.epoch)
-            return True
+    def handle_response(self, error_code: int, generation: int) -> bool:
+        """After an answer to a request built in ``generation``: False (and the session starts
+        again) when the broker no longer knows the session."""
         if error_code in SESSION_ERRORS:
-            self.reset()
+            if generation == self.generation:
+                self.reset()
             return False
         return True
 
@@ -175,4 +188,4 @@ class ShareSessionHandler:
         """Forget the session (failed connection, closed session): the next request opens one."""
         self.epoch = INITIAL_EPOCH
         self.partitions = set()
-        self._sent = set()
+        self.generation += 1

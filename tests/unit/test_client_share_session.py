@@ -71,48 +71,48 @@ def test_session_opens_with_every_partition_and_then_sends_changes():
     assert req.share_session_epoch == 0 and req.batch_size == req.max_records == 500
     assert [(t.topic_id, [p.partition_index for p in t.partitions]) for t in req.topics] == [(A, [0, 1]), (B, [0])]
     assert all(not p.acknowledgement_batches for t in req.topics for p in t.partitions)
-    assert s.handle_response(0) and s.epoch == 1 and s.open
+    # The next request takes the next epoch as soon as this one is built (both may be in flight).
+    assert s.handle_response(0, s.generation) and s.epoch == 1 and s.open
     # Unchanged: nothing listed; acknowledgements list their partition.
     req = s.fetch_request([("a", 0), ("a", 1), ("b", 0)], {("a", 1): acks(o4=2, o5=2)}, IDS, **KW)
     assert req.share_session_epoch == 1 and not req.forgotten_topics_data
     assert [(t.topic_id, [(p.partition_index, [(b.first_offset, b.last_offset, b.acknowledge_types)
                                                 for b in p.acknowledgement_batches]) for p in t.partitions])
             for t in req.topics] == [(A, [(1, [(4, 5, [2])])])]
-    s.handle_response(0)
     # A partition gone and one added.
     req = s.fetch_request([("a", 0), ("b", 0), ("b", 1)], {}, IDS, **KW)
     assert [(t.topic_id, [p.partition_index for p in t.partitions]) for t in req.topics] == [(B, [1])]
     assert [(t.topic_id, t.partitions) for t in req.forgotten_topics_data] == [(A, [1])]
-    s.handle_response(0)
     assert s.partitions == {("a", 0), ("b", 0), ("b", 1)} and s.epoch == 3
 
 
 def test_unknown_session_starts_again_and_errors_keep_the_epoch():
     s = ShareSessionHandler("g", "m")
     s.fetch_request([("a", 0)], {}, IDS, **KW)
-    s.handle_response(0)
+    gen = s.generation
     s.fetch_request([("a", 0)], {}, IDS, **KW)
-    assert s.handle_response(ErrorCode.GROUP_AUTHORIZATION_FAILED) and s.epoch == 1
+    assert s.handle_response(ErrorCode.GROUP_AUTHORIZATION_FAILED, gen) and s.epoch == 2
     s.fetch_request([("a", 0)], {}, IDS, **KW)
-    assert not s.handle_response(ErrorCode.SHARE_SESSION_NOT_FOUND)
+    assert not s.handle_response(ErrorCode.SHARE_SESSION_NOT_FOUND, gen)
     assert (s.epoch, s.partitions, s.open) == (0, set(), False)
-    s.fetch_request([("a", 0)], {}, IDS, **KW)
-    s.handle_response(0)
-    assert not s.handle_response(ErrorCode.INVALID_SHARE_SESSION_EPOCH) and s.epoch == 0
+    # A late answer to a request of the session already reset leaves the new one alone.
+    req = s.fetch_request([("a", 0)], {}, IDS, **KW)
+    assert req.share_session_epoch == 0 and s.epoch == 1
+    assert not s.handle_response(ErrorCode.INVALID_SHARE_SESSION_EPOCH, gen) and s.epoch == 1
+    assert not s.handle_response(ErrorCode.INVALID_SHARE_SESSION_EPOCH, s.generation) and s.epoch == 0
 
 
 def test_acknowledge_alone_and_closing():
     s = ShareSessionHandler("g", "m")
     s.fetch_request([("a", 0)], {}, IDS, **KW)
-    s.handle_response(0)
     req = s.acknowledge_request({("a", 0): acks(o0=1, o1=4)}, IDS)
     assert (req.share_session_epoch, req.is_renew_ack) == (1, True)
     assert [(b.first_offset, b.last_offset, b.acknowledge_types) for b in req.topics[0].partitions[0]
             .acknowledgement_batches] == [(0, 1, [1, 4])]
-    s.handle_response(0)
     assert s.epoch == 2 and s.partitions == {("a", 0)}
     req = s.acknowledge_request({("a", 0): acks(o2=3)}, IDS, close=True)
     assert (req.share_session_epoch, req.is_renew_ack) == (FINAL_EPOCH, False)
+    assert not s.open and s.partitions == set()
 
 
 def test_epochs_wrap_past_int32_to_one():

@@ -1,0 +1,188 @@
+"""Share groups (KIP-932): records acknowledged per second by 1, 4 and 8 share consumers on a
+1-partition topic, against one classic consumer reading the same records.
+
+A topic of one partition is filled with --records records of --size bytes before each run.
+Each run uses a fresh group that starts at the earliest offset (share.auto.offset.reset set
+as a GROUP config, as Kafka's tools set it). The consumers run on threads of this process,
+each in its own client with its own background thread, polling in implicit acknowledgement
+mode: every poll accepts the previous batch. The figure is records acknowledged, counted by
+the acknowledgement commit callback, per second from subscribe() until the last
+acknowledgement is confirmed (joining a share group is one heartbeat). The classic consumer's
+figure is records consumed per second over the same span (auto-commit on, as usual; the broker
+this starts has no initial rebalance delay), so it is the ceiling a queue is measured against:
+a share consumer must also acknowledge every record, and its partition is shared.
+Both clients run: confluent-kafka's ShareConsumer and Consumer (librdkafka), and Rivulet's own.
+The machine's load average is printed before and after each run.
+
+    python -m benchmarks.share_groups                    # starts its own broker
+    python -m benchmarks.share_groups --records 100000 --bootstrap host:port
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+import time
+import uuid
+from typing import Any
+
+from rivulet.testing import BrokerProcess
+
+
+def clients(name: str) -> tuple[Any, Any]:
+    if name == "confluent":
+        from confluent_kafka import Consumer, ShareConsumer
+    else:
+        from rivulet import Consumer, ShareConsumer
+    return ShareConsumer, Consumer
+
+
+def fill(bootstrap: str, records: int, size: int) -> str:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    topic = f"share-bench-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # held until the result is in
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000})
+    value = b"x" * size
+    for _ in range(records):
+        while True:
+            try:
+                p.produce(topic, value)
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(60) == 0
+    return topic
+
+
+def earliest(bootstrap: str, group: str) -> None:
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.incremental_alter_configs([res]).values():
+        f.result(30)
+
+
+class Tally:
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.lock = threading.Lock()
+        self.count = 0
+        self.failed = 0
+        self.first = time.monotonic()
+        self.last = 0.0
+
+    def add(self, n: int) -> None:
+        with self.lock:
+            self.count += n
+            self.last = time.monotonic()
+
+    @property
+    def done(self) -> bool:
+        return self.count >= self.target
+
+    def rate(self) -> float:
+        return self.count / max(self.last - self.first, 1e-9)
+
+
+def share_run(client: str, bootstrap: str, topic: str, records: int, members: int, timeout: float) -> float:
+    ShareConsumer, _ = clients(client)
+    group = f"share-bench-{uuid.uuid4().hex[:6]}"
+    earliest(bootstrap, group)
+    tally = Tally(records)  # the clock starts before the members subscribe
+
+    def acked(offsets: dict, exc: Any) -> None:
+        n = sum(len(v) for v in offsets.values())
+        if exc is not None:
+            tally.failed += n
+        else:
+            tally.add(n)
+
+    consumers = []
+    for _ in range(members):
+        c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+        c.set_acknowledgement_commit_callback(acked)
+        c.subscribe([topic])
+        consumers.append(c)
+    deadline = time.monotonic() + timeout
+
+    def loop(c: Any) -> None:
+        while not tally.done and time.monotonic() < deadline:
+            c.poll(0.1)
+
+    threads = [threading.Thread(target=loop, args=(c,)) for c in consumers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for c in consumers:
+        c.close()
+    if not tally.done:
+        raise SystemExit(f"{client} x{members}: {tally.count} of {records} acknowledged in {timeout:.0f} s "
+                         f"({tally.failed} failed)")
+    return tally.rate()
+
+
+def classic_run(client: str, bootstrap: str, topic: str, records: int, timeout: float) -> float:
+    _, Consumer = clients(client)
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"classic-bench-{uuid.uuid4().hex[:6]}",
+                  "auto.offset.reset": "earliest"})
+    tally = Tally(records)
+    c.subscribe([topic])
+    deadline = time.monotonic() + timeout
+    try:
+        while not tally.done and time.monotonic() < deadline:
+            got = sum(1 for m in c.consume(1000, 0.1) if m.error() is None)
+            if got:
+                tally.add(got)
+    finally:
+        c.close()
+    if not tally.done:
+        raise SystemExit(f"{client} classic: {tally.count} of {records} consumed in {timeout:.0f} s")
+    return tally.rate()
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bootstrap", help="an existing broker (default: start one)")
+    ap.add_argument("--records", type=int, default=50_000)
+    ap.add_argument("--size", type=int, default=100, help="value bytes")
+    ap.add_argument("--members", type=int, nargs="+", default=[1, 4, 8])
+    ap.add_argument("--clients", nargs="+", default=["confluent", "rivulet"])
+    ap.add_argument("--timeout", type=float, default=300.0)
+    args = ap.parse_args()
+    broker = None
+    bootstrap = args.bootstrap
+    if bootstrap is None:
+        broker = BrokerProcess({"group.initial.rebalance.delay.ms": "0"})
+        broker.start()
+        bootstrap = broker.bootstrap
+    try:
+        print(f"{args.records} records of {args.size} B on a 1-partition topic; load average (1, 5, 15 min) "
+              f"before and after each run")
+        print(f"{'client':<10} {'consumers':<12} {'records/s':>10}   load before -> after")
+        for client in args.clients:
+            runs: list[tuple[str, Any]] = [("classic x1", lambda t: classic_run(client, bootstrap, t, args.records,
+                                                                               args.timeout))]
+            for k in args.members:
+                runs.append((f"share x{k}", lambda t, k=k: share_run(client, bootstrap, t, args.records, k,
+                                                                     args.timeout)))
+            for label, run in runs:
+                topic = fill(bootstrap, args.records, args.size)
+                before = load()
+                rate = run(topic)
+                print(f"{client:<10} {label:<12} {rate:>10,.0f}   {before} -> {load()}", flush=True)
+    finally:
+        if broker is not None:
+            broker.cleanup()
+
+
+if __name__ == "__main__":
+    main()
