@@ -132,9 +132,13 @@ class AIOShareConsumer:
         out: list[Message] = self._errors
         self._errors = []
         n = min(len(f.buffer), self.fetcher.max_records)
+        take, batch = f.buffer.popleft, self._batch
         for _ in range(n):
-            m = f.buffer.popleft()
-            self._batch.setdefault((m.topic() or "", m.partition()), {})[m.offset()] = m
+            m = take()
+            held = batch.get(key := (m._topic or "", m._partition))
+            if held is None:
+                held = batch[key] = {}
+            held[m._offset] = m
             out.append(m)
         f.holding = bool(self._batch)
         return out
@@ -149,9 +153,7 @@ class AIOShareConsumer:
                                    f"(share.acknowledgement.mode=explicit)")
         else:
             for tp, ms in self._batch.items():
-                acks = self._acks.setdefault(tp, Acknowledgements())
-                for o in ms:
-                    acks.add(o, AcknowledgeType.ACCEPT)
+                self._acks.setdefault(tp, Acknowledgements()).add_all(ms, AcknowledgeType.ACCEPT)
         self._batch = {}
 
     def _hand_acks(self) -> None:

@@ -56,6 +56,9 @@ class Acknowledgements:
     def add(self, offset: int, kind: int) -> None:
         self._types[offset] = kind
 
+    def add_all(self, offsets: Iterable[int], kind: int) -> None:
+        self._types.update(dict.fromkeys(offsets, kind))
+
     def __len__(self) -> int:
         return len(self._types)
 
@@ -89,9 +92,10 @@ class Acknowledgements:
 
 def merge(into: dict[TP, Acknowledgements], more: Mapping[TP, Acknowledgements]) -> None:
     for tp, acks in more.items():
-        mine = into.setdefault(tp, Acknowledgements())
-        for o, k in acks.offsets().items():
-            mine.add(o, k)
+        mine = into.get(tp)
+        if mine is None:
+            mine = into[tp] = Acknowledgements()
+        mine._types.update(acks._types)
 
 
 class ShareSessionHandler:

@@ -572,3 +572,59 @@ def test_random_acknowledgements_settle_every_record_once(client):
         for c in consumers:
             c.close()
         b.cleanup()
+
+
+def test_rivulet_share_consumer_acknowledgement_rules_renew_and_commit_async():
+    """Rivulet's ShareConsumer as confluent-kafka's: in explicit mode a poll before every record
+    of the last one is acknowledged is refused, acknowledge() is refused in implicit mode and
+    for a record not in flight; RENEW keeps a record acquired (it is then acknowledged for
+    good); commit_sync answers per partition, commit_async through the callback."""
+    from rivulet import AcknowledgeType, KafkaException
+    from rivulet import ShareConsumer as RivuletShareConsumer
+    b = BrokerProcess(HEARTBEATS)
+    b.start()
+    consumers: list = []
+    try:
+        topic, group, n = "share-rules", "share-rules", 6
+        share_topic(b.bootstrap, topic, group, n)
+        implicit = RivuletShareConsumer({"bootstrap.servers": b.bootstrap, "group.id": group + "-other"})
+        consumers.append(implicit)
+        with pytest.raises(KafkaException):
+            implicit.poll(0)  # not subscribed
+        acked: list = []
+        c = explicit_consumer("rivulet", b.bootstrap, group, topic, acked)
+        consumers.append(c)
+        with pytest.raises(KafkaException):
+            implicit.acknowledge_offset(topic, 0, 0, AcknowledgeType.ACCEPT)  # implicit mode
+        deadline = time.monotonic() + 60
+        batch: list = []
+        while not batch:
+            assert time.monotonic() < deadline
+            batch = [m for m in c.poll(0.5) if m.error() is None]
+        with pytest.raises(KafkaException):
+            c.poll(0)  # the batch is not acknowledged
+        with pytest.raises(KafkaException):
+            c.acknowledge_offset(topic, 0, 999, AcknowledgeType.ACCEPT)  # not in flight
+        for m in batch:
+            c.acknowledge(m, AcknowledgeType.RENEW)
+        renewed = c.commit_sync()
+        assert renewed and all(v is None for v in renewed.values()), renewed
+        for m in batch:
+            c.acknowledge(m, AcknowledgeType.ACCEPT)  # renewed records are still in flight
+        c.commit_async()
+        seen = {m.value() for m in batch}
+        renews = len(batch)
+        while len(seen) < n or sum(len(o) for r, _ in acked for o in r.values()) < renews + n:
+            assert time.monotonic() < deadline, (seen, acked)
+            for m in c.poll(0.2):
+                assert m.error() is None, m.error()
+                assert m.delivery_count() == 1 and m.value() not in seen
+                seen.add(m.value())
+                c.acknowledge(m)
+            c.commit_async()
+        assert [exc for _, exc in acked if exc is not None] == []
+        assert seen == {b"%d" % i for i in range(n)}
+    finally:
+        for c in consumers:
+            c.close()
+        b.cleanup()
