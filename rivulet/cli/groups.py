@@ -4,7 +4,8 @@ kafka-consumer-groups tool, and kafka-share-groups for share groups (KIP-932).
 Like Kafka's tools it is a user of the admin client: DescribeGroups, OffsetFetch and ListOffsets
 for describe (offsets and lag), DeleteGroups, and a standalone offset commit (allowed only
 while the group is inactive) for reset-offsets. A share group is described with
-ShareGroupDescribe and DescribeShareGroupOffsets (start offsets and lag), and its offsets are
+ShareGroupDescribe and DescribeShareGroupOffsets (start offsets and lag), with the in-flight
+records from ReadShareGroupState sent to each partition's share coordinator, and its offsets are
 reset and deleted with Alter/DeleteShareGroupOffsets. reset-offsets is a dry run unless
 --execute is given, as in Kafka.
 """
@@ -27,6 +28,7 @@ from rivulet.client.core import EARLIEST, LATEST
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol.consumer_protocol import decode_assignment
 from rivulet.protocol.errors import ErrorCode, ApiError
+from rivulet.share.persister import in_flight_count, snapshot_of_read
 
 
 @dataclass
@@ -121,8 +123,9 @@ STATE_COLUMNS = [Column("GROUP", "group"), Column("COORDINATOR (ID)", "coordinat
                  Column("ASSIGNMENT-STRATEGY", "assignment_strategy"), Column("STATE", "state"),
                  Column("#MEMBERS", "members")]
 # kafka-share-groups' layouts for share groups.
+# IN-FLIGHT is Rivulet's own, after kafka-share-groups' columns.
 SHARE_OFFSET_COLUMNS = [Column("GROUP", "group"), Column("TOPIC", "topic"), Column("PARTITION", "partition"),
-                        Column("START-OFFSET", "start_offset"), Column("LAG", "lag")]
+                        Column("START-OFFSET", "start_offset"), Column("LAG", "lag"), Column("IN-FLIGHT", "in_flight")]
 SHARE_MEMBER_COLUMNS = [Column("GROUP", "group"), Column("CONSUMER-ID", "consumer_id"), Column("HOST", "host"),
                         Column("CLIENT-ID", "client_id"), Column("#PARTITIONS", "partitions"),
                         Column("ASSIGNMENT", "assignment")]
@@ -340,10 +343,25 @@ def _print_members(columns: list[Column], rows: list[list[Any]], text: bool) -> 
         print_table(columns, rows, kafka=True)
 
 
+async def share_in_flight(admin: AsyncAdminClient, group_id: str, tps: list[TP]) -> dict[TP, int | None]:
+    """Each share partition's in-flight records as its share coordinator last persisted them
+    (``in_flight_count``); None where the coordinator refuses ReadShareGroupState (Kafka does,
+    without CLUSTER_ACTION) or has no state."""
+    if not tps:
+        return {}
+    found = await admin.read_share_group_state(group_id, tps)
+    out: dict[TP, int | None] = {}
+    for tp, result in found.items():
+        snapshot = None if isinstance(result, ApiError) else snapshot_of_read(result)
+        out[tp] = None if snapshot is None or snapshot.start_offset < 0 else in_flight_count(snapshot)
+    return out
+
+
 async def _describe_share(admin: AsyncAdminClient, info: GroupInfo, args: argparse.Namespace) -> int:
     """kafka-share-groups --describe: the start offset and lag of each partition the group has
     state for (the lag counts the records from the start offset to the partition's end not yet
-    acknowledged or archived, those in flight among them), --members, or --state."""
+    acknowledged or archived, those in flight among them) and Rivulet's in-flight count,
+    --members, or --state."""
     text = args.format == "text"
     if args.state:
         _print_state(info, text)
@@ -355,7 +373,8 @@ async def _describe_share(admin: AsyncAdminClient, info: GroupInfo, args: argpar
                                                sorted(m.assignment)] for m in info.members], text)
         return 0
     offsets = await admin.list_share_group_offsets(info.group_id)
-    rows = [[info.group_id, t, p, o.start_offset if o else None, o.lag if o else None]
+    in_flight = await share_in_flight(admin, info.group_id, [tp for tp, o in offsets.items() if o is not None])
+    rows = [[info.group_id, t, p, o.start_offset if o else None, o.lag if o else None, in_flight.get(TP(t, p))]
             for (t, p), o in sorted(offsets.items())]
     if text and not rows:
         print(f"\nShare group '{args.group}' has no offset information.")
@@ -487,8 +506,18 @@ def groups_main(args: argparse.Namespace) -> int:
     return run_command(f"groups {args.action}", args, lambda: asyncio.run(_run(args)))
 
 
+SHARE_DESCRIBE_HELP = (
+    "describe on a share group: START-OFFSET and LAG as kafka-share-groups shows them, and IN-FLIGHT, the "
+    "records from the start offset to the end of the in-flight window that are neither acknowledged nor "
+    "archived, as the share coordinator last persisted them: records acquired since the last state write "
+    "(an acknowledgement of any type, a member's share session ending) are not counted until the next one, "
+    "and a record still acquired at that write counts as in flight. '-' where the broker refuses ReadShareGroupState "
+    "(Apache Kafka does, without CLUSTER_ACTION) or the group has no state there.")
+
+
 def add_parser(sub: Any) -> None:
-    g = sub.add_parser("groups", help="list, describe, delete consumer groups and reset their offsets")
+    g = sub.add_parser("groups", help="list, describe, delete consumer groups and reset their offsets",
+                       epilog=SHARE_DESCRIBE_HELP)
     g.add_argument("action", choices=["list", "describe", "delete", "reset-offsets", "delete-offsets"],
                    help="what to do")
     add_connection_args(g)

@@ -22,11 +22,15 @@ from rivulet.client.client import KafkaClient, parse_bootstrap  # noqa: F401  (r
 from rivulet.client.config import resolve
 from rivulet.client.types import ClusterMetadata, TopicPartition
 from rivulet.common.types import TopicPartition as TP
+from rivulet.common.types import share_coordinator_key
 from rivulet.protocol.consumer_protocol import decode_assignment
 from rivulet.protocol.errors import ErrorCode, ApiError
 from rivulet.protocol.messages import alter_share_group_offsets_request as asgoq
 from rivulet.protocol.messages import delete_share_group_offsets_request as dsgodq
 from rivulet.protocol.messages import describe_share_group_offsets_request as dsgoq
+from rivulet.protocol.messages import read_share_group_state_request as rsgsq
+from rivulet.protocol.messages import read_share_group_state_response as rsgsr
+from rivulet.protocol.schema import ZERO_UUID
 from rivulet.security.acls import AclBinding, AclBindingFilter
 from rivulet.security.scram import BY_TYPE as SCRAM_BY_TYPE
 from rivulet.security.scram import MECHANISMS as SCRAM_MECHANISMS
@@ -690,6 +694,33 @@ class AsyncAdminClient:
         _raise_for(resp.error_code, resp.error_message, "DeleteShareGroupOffsets")
         return {t.topic_name: ApiError(ErrorCode(t.error_code), t.error_message) if t.error_code else None
                 for t in resp.responses}
+
+    async def read_share_group_state(self, group_id: str, partitions: list[TP]
+                                     ) -> dict[TP, rsgsr.PartitionResult | ApiError]:
+        """ReadShareGroupState of each share partition from its share coordinator (FindCoordinator
+        key type SHARE): the state as last written to ``__share_group_state``. A broker's request,
+        which Kafka answers only to principals with CLUSTER_ACTION and lists on its inter-broker
+        listener only: a refusal is the partition's ApiError (CLUSTER_AUTHORIZATION_FAILED,
+        UNSUPPORTED_VERSION), as is an error in its answer."""
+        md = await self.metadata(sorted({tp.topic for tp in partitions}))
+        ids = {t.name: t.topic_id for t in md.topics if not t.error_code}
+
+        async def one(tp: TP) -> rsgsr.PartitionResult | ApiError:
+            topic_id = ids.get(tp.topic, ZERO_UUID)
+            if topic_id == ZERO_UUID:
+                return ApiError(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic id for {tp.topic}")
+            req = rsgsq.ReadShareGroupStateRequest(group_id=group_id, topics=[rsgsq.ReadStateData(
+                topic_id=topic_id, partitions=[rsgsq.PartitionData(partition=tp.partition, leader_epoch=-1)])])
+            try:
+                resp = await self.client.send_to_coordinator(
+                    share_coordinator_key(group_id, topic_id, tp.partition), core.SHARE, req,
+                    lambda r: r.results[0].partitions[0].error_code)
+            except ApiError as e:
+                return e
+            result = resp.results[0].partitions[0]
+            return ApiError(ErrorCode(result.error_code), result.error_message) if result.error_code else result
+        found = await asyncio.gather(*(one(tp) for tp in partitions))
+        return dict(zip(partitions, found))
 
     async def describe_cluster(self) -> Any:
         return await self.client.fetch_metadata([])

@@ -122,6 +122,7 @@ MAX_TIMESTAMP = -3
 
 GROUP = 0            # FindCoordinator key types
 TRANSACTION = 1
+SHARE = 2            # a share partition's key, "group:topicId:partition"
 
 
 # ---------------------------------------------------------------------------- backoff

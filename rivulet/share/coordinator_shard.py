@@ -20,8 +20,9 @@ from rivulet.protocol.messages import share_snapshot_value as ssv, share_update_
 from rivulet.protocol.messages.share_snapshot_key import ShareSnapshotKey
 from rivulet.protocol.messages.share_update_key import ShareUpdateKey
 
-from .partition import RecordState, SharePartitionSnapshot, StateBatch
-from .persister import UNINITIALIZED_START_OFFSET, SharePartitionKey, ShareStateSummary, delivery_complete_count
+from .partition import SharePartitionSnapshot, StateBatch
+from .persister import (UNINITIALIZED_START_OFFSET, SharePartitionKey, ShareStateSummary, delivery_complete_count,
+                        state_batches)
 
 __all__ = ["ShareCoordinatorShard", "ShareGroupOffset", "StateRecord", "combine_batches", "decode_record"]
 
@@ -145,11 +146,6 @@ def update_record(key: SharePartitionKey, snapshot_epoch: int, leader_epoch: int
     return update_key(key), _INT16.pack(0) + value.encode(0)
 
 
-def _batches(raw: Sequence) -> tuple[StateBatch, ...]:
-    return tuple(StateBatch(b.first_offset, b.last_offset, RecordState(b.delivery_state), b.delivery_count)
-                 for b in raw)
-
-
 def decode_record(key: bytes, value: bytes | None
                   ) -> tuple[SharePartitionKey, ssv.ShareSnapshotValue | suv.ShareUpdateValue | None, bool] | None:
     """(share partition key, value or None for a tombstone, is a snapshot); None for a record
@@ -197,7 +193,7 @@ class ShareCoordinatorShard:
             return
         if isinstance(v, ssv.ShareSnapshotValue):
             self.states[pkey] = ShareGroupOffset(v.snapshot_epoch, v.state_epoch, v.leader_epoch, v.start_offset,
-                                                 _batches(v.state_batches), v.create_timestamp, v.write_timestamp)
+                                                 state_batches(v.state_batches), v.create_timestamp, v.write_timestamp)
             self.updates_since_snapshot[pkey] = 0
             self._see_leader_epoch(pkey, v.leader_epoch)
             return
@@ -208,7 +204,7 @@ class ShareCoordinatorShard:
         leader_epoch = current.leader_epoch if v.leader_epoch == -1 else v.leader_epoch
         self.states[pkey] = replace(current, start_offset=start, leader_epoch=leader_epoch,
                                     state_batches=combine_batches(current.state_batches,
-                                                                  _batches(v.state_batches), start))
+                                                                  state_batches(v.state_batches), start))
         self.updates_since_snapshot[pkey] = self.updates_since_snapshot.get(pkey, 0) + 1
         self._see_leader_epoch(pkey, leader_epoch)
 

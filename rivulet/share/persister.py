@@ -10,17 +10,19 @@ COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, ...).
 
 from __future__ import annotations
 
-import base64
 import uuid
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Iterable, Protocol
 
+from rivulet.common.types import share_coordinator_key
 from rivulet.protocol.errors import ApiError, ErrorCode
+from rivulet.protocol.messages import read_share_group_state_response as rsr
 
-from .partition import RecordState, SharePartitionSnapshot
+from .partition import RecordState, SharePartitionSnapshot, StateBatch
 
 __all__ = ["InMemorySharePersister", "SharePartitionKey", "SharePersister", "ShareStateSummary",
-           "UNINITIALIZED_START_OFFSET", "summarize"]
+           "UNINITIALIZED_START_OFFSET", "in_flight_count", "snapshot_of_read", "state_batches",
+           "summarize"]
 
 UNINITIALIZED_START_OFFSET = -1  # a start offset of -1: no state yet (share.auto.offset.reset decides)
 
@@ -36,12 +38,7 @@ class SharePartitionKey:
 
     def coordinator_key(self) -> str:
         """What FindCoordinator (key type SHARE) takes and the coordinator partition is hashed from."""
-        return f"{self.group_id}:{base64_topic_id(self.topic_id)}:{self.partition}"
-
-
-def base64_topic_id(topic_id: uuid.UUID) -> str:
-    """Kafka's Uuid.toString: URL-safe base64 of the 16 bytes, unpadded."""
-    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+        return share_coordinator_key(self.group_id, self.topic_id, self.partition)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,11 +52,45 @@ class ShareStateSummary:
     leader_epoch: int = -1
 
 
-def delivery_complete_count(snapshot: SharePartitionSnapshot) -> int:
+_COMPLETE = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
+
+
+def _count_from_start(snapshot: SharePartitionSnapshot, complete: bool) -> int:
     return sum(b.last_offset - max(b.first_offset, snapshot.start_offset) + 1
                for b in snapshot.state_batches
-               if b.delivery_state in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
-               and b.last_offset >= snapshot.start_offset)
+               if (b.delivery_state in _COMPLETE) == complete and b.last_offset >= snapshot.start_offset)
+
+
+def delivery_complete_count(snapshot: SharePartitionSnapshot) -> int:
+    return _count_from_start(snapshot, True)
+
+
+def in_flight_count(snapshot: SharePartitionSnapshot) -> int:
+    """The records of the state batches at or past the start offset that are neither
+    Acknowledged nor Archived: acquired or available for redelivery when the state was last
+    written (it keeps Acquired records as Available, and records acquired since are not in it)."""
+    return _count_from_start(snapshot, False)
+
+
+def snapshot_of_read(result: rsr.PartitionResult) -> SharePartitionSnapshot | None:
+    """One partition's ReadShareGroupState answer as a snapshot; None when it has no state."""
+    if result.start_offset == -1 and result.state_epoch == 0 and not result.state_batches:
+        return None
+    return SharePartitionSnapshot(result.start_offset, state_batches(result.state_batches), result.state_epoch)
+
+
+class WireStateBatch(Protocol):
+    """A state batch as the share-state requests, answers and records carry it."""
+
+    first_offset: int
+    last_offset: int
+    delivery_state: int
+    delivery_count: int
+
+
+def state_batches(raw: Iterable[WireStateBatch]) -> tuple[StateBatch, ...]:
+    return tuple(StateBatch(b.first_offset, b.last_offset, RecordState(b.delivery_state), b.delivery_count)
+                 for b in raw)
 
 
 def summarize(snapshot: SharePartitionSnapshot, leader_epoch: int = -1) -> ShareStateSummary:

@@ -29,8 +29,8 @@ from rivulet.replication.link import PLAINTEXT_CONNECTOR, BrokerConnector, Broke
 from rivulet.replication.metadata_cache import MetadataCache
 
 from .coordinator import SHARE_GROUP_STATE_TOPIC_NAME, ShareCoordinator
-from .partition import RecordState, SharePartitionSnapshot, StateBatch
-from .persister import SharePartitionKey, ShareStateSummary
+from .partition import SharePartitionSnapshot
+from .persister import SharePartitionKey, ShareStateSummary, snapshot_of_read
 
 __all__ = ["CoordinatorSharePersister"]
 
@@ -141,11 +141,7 @@ class CoordinatorSharePersister:
             r = await self._send(node, rsq.ReadShareGroupStateRequest(group_id=key.group_id, topics=[
                 rsq.ReadStateData(topic_id=key.topic_id, partitions=[
                     rsq.PartitionData(partition=key.partition, leader_epoch=leader_epoch)])]))
-            if r.start_offset == -1 and r.state_epoch == 0 and not r.state_batches:
-                return None
-            return SharePartitionSnapshot(r.start_offset, tuple(
-                StateBatch(b.first_offset, b.last_offset, RecordState(b.delivery_state), b.delivery_count)
-                for b in r.state_batches), r.state_epoch)
+            return snapshot_of_read(r)
         return await self._call(key, lambda: self.coordinator.read_state(key, leader_epoch), remote)
 
     async def write_state(self, key: SharePartitionKey, snapshot: SharePartitionSnapshot, *,

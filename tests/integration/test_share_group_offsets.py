@@ -191,8 +191,8 @@ def test_rivulet_groups_cli_on_a_share_group():
         assert [ln.split() for ln in r.stdout.split("\n") if ln.startswith("cli ")] == [
             ["cli", TOPIC, "0", "3"], ["cli", TOPIC, "1", "3"]]
         r = groups_cli(b.bootstrap, "describe", "--group", "cli", "--format", "json")
-        assert json.loads(r.stdout) == [{"group": "cli", "topic": TOPIC, "partition": p, "start_offset": 3, "lag": 7}
-                                        for p in (0, 1)]
+        assert json.loads(r.stdout) == [{"group": "cli", "topic": TOPIC, "partition": p, "start_offset": 3, "lag": 7,
+                                         "in_flight": 0} for p in (0, 1)]
         r = groups_cli(b.bootstrap, "describe", "--group", "cli", "--state")
         assert r.stdout.split("\n")[0].split() == ["GROUP", "COORDINATOR", "(ID)", "STATE", "#MEMBERS"]
         assert r.stdout.split("\n")[1].split()[-2:] == ["Empty", "0"]
@@ -224,10 +224,49 @@ def test_rivulet_groups_cli_on_a_share_group():
             assert r.returncode == 0, r.stderr
         rows = json.loads(groups_cli(b.bootstrap, "describe", "--group", "cli", "--format", "json").stdout)
         assert [(x["partition"], x["start_offset"], x["lag"]) for x in rows] == [(0, 4, 6), (1, 3, 7)]
+        _holds_and_acknowledges(b.bootstrap, {0: 4, 1: 3})
+        deadline = time.monotonic() + 30
+        while "Empty" not in groups_cli(b.bootstrap, "describe", "--group", "cli", "--state").stdout:
+            assert time.monotonic() < deadline
         r = groups_cli(b.bootstrap, "delete-offsets", "--group", "cli", "--topic", TOPIC)
         assert r.returncode == 0 and f"{TOPIC} Successful" in " ".join(r.stdout.split()), r.stdout
         r = groups_cli(b.bootstrap, "describe", "--group", "cli")
         assert "Share group 'cli' has no offset information." in r.stdout
+
+
+def _holds_and_acknowledges(bootstrap: str, starts: dict[int, int]) -> None:
+    """A member acquires records, accepts the first and third of each partition it got and
+    holds the rest: IN-FLIGHT counts the held ones once the acknowledgements are written (a
+    partition with none written has nothing in flight in the persisted state)."""
+    from rivulet import ShareConsumer
+    c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": "cli", "share.acknowledgement.mode": "explicit"})
+    try:
+        c.subscribe([TOPIC])
+        deadline = time.monotonic() + 60
+        got: list = []
+        while not got:
+            got = [m for m in c.poll(1.0) if m.error() is None]
+            assert time.monotonic() < deadline
+        firsts = {p: [m.offset() for m in got if m.partition() == p] for p in starts}
+        # A fetch acquires every record of a partition here (all of them fit in one).
+        assert all(offsets in ([], list(range(starts[p], N // 2))) for p, offsets in firsts.items()), firsts
+        accepted = {p: {offsets[0], offsets[2]} if offsets else set() for p, offsets in firsts.items()}
+        for m in got:
+            if m.offset() in accepted[m.partition()]:
+                c.acknowledge(m)
+        assert all(e is None for e in c.commit_sync().values())
+        expected = {p: N // 2 - starts[p] - len(accepted[p]) if accepted[p] else 0 for p in starts}
+        assert any(expected.values())
+        r = groups_cli(bootstrap, "describe", "--group", "cli")
+        header, *lines = [ln.split() for ln in r.stdout.strip().split("\n")]
+        assert header == ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG", "IN-FLIGHT"], r.stdout
+        assert {int(ln[2]): int(ln[5]) for ln in lines} == expected, r.stdout
+        rows = json.loads(groups_cli(bootstrap, "describe", "--group", "cli", "--format", "json").stdout)
+        # The first record accepted, the start offset moved past it; the lag counts the held ones too.
+        assert [(x["start_offset"], x["lag"], x["in_flight"]) for x in rows if accepted[x["partition"]]] == [
+            (starts[p] + 1, expected[p], expected[p]) for p in sorted(starts) if accepted[p]]
+    finally:
+        c.close()
 
 
 @pytest.mark.cluster

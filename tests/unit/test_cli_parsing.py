@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 
 from rivulet.cli.common import CliError, parse_kv
 from rivulet.cli.consume import json_envelope
-from rivulet.cli.groups import parse_duration_ms, read_offsets_file
+from rivulet.cli.groups import parse_duration_ms, read_offsets_file, share_in_flight
 from rivulet.client.types import Message
+from rivulet.common.types import TopicPartition as TP
+from rivulet.protocol.errors import ApiError, ErrorCode
+from rivulet.protocol.messages import read_share_group_state_response as rsr
 
 pytestmark = pytest.mark.fast
 
@@ -96,3 +100,25 @@ def test_cluster_up_refuses_a_bad_log_level_before_starting_anything(tmp_path, c
     assert main(["cluster", "up", "--dir", str(tmp_path / "c"), "--log-level", "info,rivulet=loud"]) == 2
     assert "--log-level: unknown log level 'loud'" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
+
+
+def test_share_in_flight_is_none_where_read_share_group_state_is_refused_or_there_is_no_state():
+    """IN-FLIGHT: counted from the state batches, '-' (None) where the broker refuses
+    ReadShareGroupState, as Apache Kafka does for a principal without CLUSTER_ACTION."""
+    def result(start, *batches):
+        return rsr.PartitionResult(partition=0, error_code=0, state_epoch=1, start_offset=start, state_batches=[
+            rsr.StateBatch(first_offset=f, last_offset=la, delivery_state=st, delivery_count=1)
+            for f, la, st in batches])
+
+    class Admin:
+        async def read_share_group_state(self, group_id, tps):
+            assert group_id == "g"
+            return {TP("t", 0): result(5, (5, 6, 2), (7, 9, 0)),
+                    TP("t", 1): ApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+                    TP("t", 2): ApiError(ErrorCode.UNSUPPORTED_VERSION),
+                    TP("t", 3): rsr.PartitionResult(partition=3, error_code=0, state_epoch=0, start_offset=-1,
+                                                    state_batches=[])}
+    tps = [TP("t", p) for p in range(4)]
+    assert asyncio.run(share_in_flight(Admin(), "g", tps)) == {TP("t", 0): 3, TP("t", 1): None, TP("t", 2): None,
+                                                               TP("t", 3): None}
+    assert asyncio.run(share_in_flight(Admin(), "g", [])) == {}

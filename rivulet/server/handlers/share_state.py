@@ -30,7 +30,8 @@ from rivulet.server.acls import Authz
 from rivulet.server.answer import Answer
 from rivulet.server.handlers import Handler
 from rivulet.server.network import KafkaConnection
-from rivulet.share import RecordState, SharePartitionKey, SharePartitionSnapshot, StateBatch
+from rivulet.share import SharePartitionKey, SharePartitionSnapshot
+from rivulet.share.persister import state_batches
 from rivulet.share.coordinator import ShareCoordinator
 
 # (partition result) -> what one partition's answer is built from
@@ -109,10 +110,8 @@ class ShareStateHandlers:
 
     def handle_write(self, header: RequestHeader, req: WriteShareGroupStateRequest, conn: KafkaConnection) -> Answer:
         def write(key: SharePartitionKey, p: Any) -> Awaitable[None]:
-            batches = tuple(StateBatch(b.first_offset, b.last_offset, RecordState(b.delivery_state), b.delivery_count)
-                            for b in p.state_batches)
-            return self.coordinator.write_state(key, SharePartitionSnapshot(p.start_offset, batches, p.state_epoch),
-                                                leader_epoch=p.leader_epoch)
+            snapshot = SharePartitionSnapshot(p.start_offset, state_batches(p.state_batches), p.state_epoch)
+            return self.coordinator.write_state(key, snapshot, leader_epoch=p.leader_epoch)
 
         def build(outcomes: list) -> wsr.WriteShareGroupStateResponse:
             return wsr.WriteShareGroupStateResponse(results=_by_topic(
