@@ -378,6 +378,14 @@ def explicit_consumer(client: str, bootstrap: str, group: str, topic: str, acked
     return c
 
 
+def share_partition_positions(bootstrap: str, group: str) -> dict[int, tuple[int, int | None]]:
+    """Each partition's share-partition start offset and lag, from DescribeShareGroupOffsets."""
+    async def read():
+        async with AsyncAdminClient({"bootstrap.servers": bootstrap}) as admin:
+            return await admin.list_share_group_offsets(group)
+    return {tp.partition: (i.start_offset, i.lag) for tp, i in asyncio.run(read()).items() if i is not None}
+
+
 def produce_sentinels(bootstrap: str, topic: str) -> set[bytes]:
     """One record past everything else in each partition: a record the group would still
     deliver (Available) comes no later than the sentinel behind it."""
@@ -432,6 +440,7 @@ def test_released_records_come_back_and_rejected_or_exhausted_ones_are_archived(
         assert [exc for _, exc in acked if exc is not None] == []
         assert sum(len(offsets) for r, _ in acked for offsets in r.values()) == \
             sum(len(d) for d in deliveries.values())
+        assert share_partition_positions(b.bootstrap, group) == {0: (n // 2 + 1, 0), 1: (n // 2 + 1, 0)}
     finally:
         for c in consumers:
             c.close()
@@ -515,9 +524,10 @@ def test_random_acknowledgements_settle_every_record_once(client):
     delivery, or released on delivery group.share.delivery.count.limit (archived); each was
     released on every delivery before its last, delivered with counts 1, 2, ... in turn. Every
     acknowledgement succeeded, and once all are settled nothing is delivered again before a
-    sentinel record produced after them: the share partitions hold no Available record."""
+    sentinel record produced after them: the share partitions hold no Available record, and
+    DescribeShareGroupOffsets shows each share-partition start offset at the partition's end."""
     import random
-    limit, n, members = 4, 2000, 4
+    limit, n, members = 4, 10000, 4
     rng = random.Random(932)
     b = BrokerProcess({**HEARTBEATS, "group.share.delivery.count.limit": str(limit)})
     b.start()
@@ -568,6 +578,9 @@ def test_random_acknowledgements_settle_every_record_once(client):
         assert [exc for _, exc in acked if exc is not None] == []
         assert sum(len(offsets) for r, _ in acked for offsets in r.values()) == \
             sum(len(h) for h in history.values())
+        # The broker's share-partition state agrees: every record, sentinels included, is
+        # Acknowledged or Archived, so each start offset is at the partition's end, with no lag.
+        assert share_partition_positions(b.bootstrap, group) == {0: (n // 2 + 1, 0), 1: (n // 2 + 1, 0)}
     finally:
         for c in consumers:
             c.close()
