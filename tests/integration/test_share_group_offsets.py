@@ -177,17 +177,23 @@ def groups_cli(bootstrap: str, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60)
 
 
+def _new_share_group(bootstrap: str, group: str, start_offset: int) -> subprocess.CompletedProcess:
+    """The topic with its records, and a share group made by resetting its start offsets."""
+    asyncio.run(_create(bootstrap))
+    produce(bootstrap)
+    r = groups_cli(bootstrap, "reset-offsets", "--group", group, "--topic", TOPIC, "--to-offset", str(start_offset),
+                   "--share", "--execute")
+    assert r.returncode == 0, r.stderr
+    return r
+
+
 def test_rivulet_groups_cli_on_a_share_group():
     """`rivulet groups` in the manner of kafka-share-groups: reset a new share group's start
     offsets, describe them with their lag, the members and their assignment, shift them, delete them."""
     from confluent_kafka import ShareConsumer
     with BrokerProcess({"group.share.min.heartbeat.interval.ms": "500",
                         "group.share.heartbeat.interval.ms": "500"}) as b:
-        asyncio.run(_create(b.bootstrap))
-        produce(b.bootstrap)
-        r = groups_cli(b.bootstrap, "reset-offsets", "--group", "cli", "--topic", TOPIC, "--to-offset", "3",
-                       "--share", "--execute")
-        assert r.returncode == 0, r.stderr
+        r = _new_share_group(b.bootstrap, "cli", 3)
         assert [ln.split() for ln in r.stdout.split("\n") if ln.startswith("cli ")] == [
             ["cli", TOPIC, "0", "3"], ["cli", TOPIC, "1", "3"]]
         r = groups_cli(b.bootstrap, "describe", "--group", "cli", "--format", "json")
@@ -267,6 +273,24 @@ def _holds_and_acknowledges(bootstrap: str, starts: dict[int, int]) -> None:
             (starts[p] + 1, expected[p], expected[p]) for p in sorted(starts) if accepted[p]]
     finally:
         c.close()
+
+
+def test_groups_cli_in_flight_without_cluster_action():
+    """ReadShareGroupState is a broker's request (CLUSTER_ACTION on the cluster, as Apache Kafka
+    checks it): a principal denied it sees the start offsets and lag, and '-' as IN-FLIGHT."""
+    with BrokerProcess({"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                        "allow.everyone.if.no.acl.found": "true"}) as b:
+        _new_share_group(b.bootstrap, "deny", 2)
+        r = groups_cli(b.bootstrap, "describe", "--group", "deny", "--format", "json")
+        assert [x["in_flight"] for x in json.loads(r.stdout)] == [0, 0], r.stdout
+        r = subprocess.run([sys.executable, "-m", "rivulet", "acls", "add", "--cluster", "--deny-principal",
+                            "User:ANONYMOUS", "--operation", "ClusterAction", "--bootstrap-server", b.bootstrap],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        r = groups_cli(b.bootstrap, "describe", "--group", "deny")
+        assert r.returncode == 0, r.stderr
+        assert [ln.split() for ln in r.stdout.strip().split("\n")[1:]] == [
+            ["deny", TOPIC, str(p), "2", "8", "-"] for p in (0, 1)], r.stdout
 
 
 @pytest.mark.cluster
