@@ -533,10 +533,21 @@ class ShareConsumer:
         self._callback: Callable | None = None
 
     def _run(self, coro: Coroutine) -> Any:
+        self._check_open(coro)
         try:
             return self._lt.run(coro)
         finally:
             self._serve_callbacks()
+
+    def _call(self, fn: Callable, *args: Any) -> Any:
+        self._check_open()
+        return self._lt.call(fn, *args)
+
+    def _check_open(self, coro: Coroutine | None = None) -> None:
+        if not self._lt.thread.is_alive():
+            if coro is not None:
+                coro.close()
+            raise E.KafkaException(E.local("_STATE", "the share consumer is closed"))
 
     def _serve_callbacks(self) -> None:
         reports = self._lt.call(self._aio.take_reports) if self._lt.thread.is_alive() else []
@@ -548,10 +559,14 @@ class ShareConsumer:
                     log.exception("acknowledgement commit callback raised")
 
     def subscribe(self, topics: list[str]) -> None:
-        self._lt.call(self._aio.subscribe, topics)
+        """Replaces the subscription; an empty list is unsubscribe(), as in confluent-kafka."""
+        if not topics:
+            self.unsubscribe()
+        else:
+            self._call(self._aio.subscribe, topics)
 
     def subscription(self) -> list[str]:
-        return self._lt.call(self._aio.subscription)
+        return self._call(self._aio.subscription)
 
     def unsubscribe(self) -> None:
         self._run(self._aio.unsubscribe())
@@ -561,13 +576,13 @@ class ShareConsumer:
         return self._run(self._aio.poll(_timeout(timeout)))
 
     def acknowledge(self, message: Message, ack_type: int = 1) -> None:
-        self._lt.call(self._aio.acknowledge, message, ack_type)
+        self._call(self._aio.acknowledge, message, ack_type)
 
     def acknowledge_offset(self, topic: str, partition: int, offset: int, ack_type: int = 1) -> None:
-        self._lt.call(self._aio.acknowledge_offset, topic, partition, offset, ack_type)
+        self._call(self._aio.acknowledge_offset, topic, partition, offset, ack_type)
 
     def set_acknowledgement_commit_callback(self, callback: Callable | None) -> None:
-        self._lt.call(self._aio.set_acknowledgement_commit_callback, None)
+        self._call(self._aio.set_acknowledgement_commit_callback, None)
         self._callback = callback
 
     def commit_sync(self, timeout: float | None = 60.0) -> dict[TopicPartition, E.KafkaException | None]:

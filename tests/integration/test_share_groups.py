@@ -637,6 +637,13 @@ def test_rivulet_share_consumer_acknowledgement_rules_renew_and_commit_async():
             c.commit_async()
         assert [exc for _, exc in acked if exc is not None] == []
         assert seen == {b"%d" % i for i in range(n)}
+        implicit.subscribe([topic])
+        assert implicit.subscription() == [topic]
+        implicit.subscribe([])  # confluent-kafka's unsubscribe()
+        assert implicit.subscription() == []
+        c.close()
+        with pytest.raises(KafkaException):
+            c.poll(0)  # closed
     finally:
         for c in consumers:
             c.close()
