@@ -10,12 +10,14 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rivulet.client.admin import AsyncAdminClient
 from rivulet.client.connection import BrokerConnection
+from rivulet.client.types import ShareMessage
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages import consumer_group_heartbeat_request as cghq
 from rivulet.protocol.messages import create_topics_request as ctq
@@ -245,12 +247,74 @@ def share_topic(bootstrap: str, topic: str, group: str, n: int, partitions: int 
 
 
 def share_consumer_class(client: str) -> Any:
-    """confluent-kafka's ShareConsumer or Rivulet's own (the same calls)."""
+    """confluent-kafka's ShareConsumer, Rivulet's own, or Kafka's Java one behind the same calls."""
     if client == "confluent":
         from confluent_kafka import ShareConsumer
+    elif client == "java":
+        return JavaShareConsumer
     else:
         from rivulet import ShareConsumer
     return ShareConsumer
+
+
+class JavaShareConsumer:
+    """Kafka's Java KafkaShareConsumer in explicit acknowledgement mode (ShareMembers.java's
+    "explicit" mode, one command line at a time), behind the ShareConsumer calls the tests make."""
+
+    KINDS = {1: "ACCEPT", 2: "RELEASE", 3: "REJECT"}
+
+    def __init__(self, config: dict[str, str]) -> None:
+        assert config.get("share.acknowledgement.mode") == "explicit", config
+        self._config = config
+        self._proc: subprocess.Popen | None = None
+        self._callback: Any = None
+        self._topic = ""
+
+    def set_acknowledgement_commit_callback(self, callback: Any) -> None:
+        self._callback = callback
+
+    def subscribe(self, topics: list[str]) -> None:
+        (self._topic,) = topics
+        self._proc = subprocess.Popen(java_client_command(self._config["bootstrap.servers"], self._topic,
+                                                          self._config["group.id"], "explicit"),
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def _command(self, line: str) -> list[str]:
+        """Sends one command; the lines answering it (callback lines handled on the way)."""
+        assert self._proc is not None and self._proc.stdin is not None and self._proc.stdout is not None
+        self._proc.stdin.write(line + "\n")
+        self._proc.stdin.flush()
+        answer = []
+        while (got := self._proc.stdout.readline()) != "done\n":
+            assert got, f"the Java consumer ended (exit {self._proc.poll()}) during {line!r}"
+            if got.startswith("acked "):
+                error, *offsets = got.split()[1:]
+                if self._callback is not None:
+                    self._callback({int(p): [int(o) for o in offs.split(",")] for p, offs in
+                                    (po.split(":") for po in offsets)}, None if error == "-" else error)
+            else:
+                answer.append(got)
+        return answer
+
+    def poll(self, timeout: float) -> list[ShareMessage]:
+        return [ShareMessage(self._topic, int(p), int(o), None, v.encode(), None, 0, -1, None, int(d))
+                for p, o, d, v in (line.rstrip("\n").split(" ", 4)[1:]
+                                   for line in self._command(f"poll {int(timeout * 1000)}"))]
+
+    def acknowledge(self, record: ShareMessage, kind: int) -> None:
+        self._command(f"ack {record.partition()} {record.offset()} {self.KINDS[kind]}")
+
+    def commit_sync(self) -> None:
+        self._command("commit")
+
+    def close(self) -> None:
+        if self._proc is not None:
+            assert self._proc.stdin is not None
+            self._proc.stdin.close()
+            try:
+                self._proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
 
 
 @pytest.mark.parametrize("client", ["confluent", "rivulet"])
@@ -309,26 +373,33 @@ def test_share_consumers_read_every_record(client, members):
         b.cleanup()
 
 
-@pytest.mark.java
-def test_java_share_consumers_read_every_record(tmp_path):
-    """Kafka's Java KafkaShareConsumer (4.3), three members over two partitions: every record
-    is read (at least once) and the three are members of the described group."""
-    import threading
-    from pathlib import Path
+JAVA_MEMBERS = Path(__file__).resolve().parents[1] / "java" / "ShareMembers.java"
 
+
+def java_client_command(*args: str) -> list[str]:
+    """The java command line running ShareMembers.java with ``args``, against Kafka's client jars."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import java_tools as jt
     reason = jt.java_available()
     assert reason is None, f"Kafka's Java client is needed: {reason}"
+    return ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", jt.classpath(), str(JAVA_MEMBERS), *args]
+
+
+@pytest.mark.java
+@pytest.mark.parametrize("members", [1, 3, 8])
+def test_java_share_consumers_read_every_record(members, tmp_path):
+    """Kafka's Java KafkaShareConsumer (4.3), 1 to 8 members (threads of one JVM) over two
+    partitions: every record is read (at least once) and all are members of the described group."""
+    import threading
+
     b = BrokerProcess({"group.share.min.heartbeat.interval.ms": "500", "group.share.heartbeat.interval.ms": "500"})
     b.start()
     proc = None
     try:
-        topic, group, n = "share-java", "share-java", 300
+        topic, group, n = "share-java", f"share-java-{members}", 300
         share_topic(b.bootstrap, topic, group, n)
-        source = Path(__file__).resolve().parents[1] / "java" / "ShareMembers.java"
-        proc = subprocess.Popen(["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", jt.classpath(), str(source),
-                                 b.bootstrap, topic, group, "3"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        proc = subprocess.Popen(java_client_command(b.bootstrap, topic, group, str(members)),
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=open(tmp_path / "java.log", "ab"), text=True)
         seen: set[str] = set()
         joined: set[str] = set()
@@ -343,7 +414,7 @@ def test_java_share_consumers_read_every_record(tmp_path):
                     joined.add(name)
         threading.Thread(target=read, daemon=True).start()
         deadline = time.monotonic() + 120
-        while len(seen) < n or len(joined) < 3:
+        while len(seen) < n or len(joined) < members:
             assert time.monotonic() < deadline, (len(seen), joined)
             time.sleep(0.2)
         assert seen == {str(i) for i in range(n)}
@@ -353,7 +424,7 @@ def test_java_share_consumers_read_every_record(tmp_path):
                 return await rivulet_admin.share_group_describe(group)
         d = asyncio.run(described())
         assert (d.error_code, d.group_state) == (0, "Stable")
-        assert sorted(m.client_id for m in d.members) == ["j0", "j1", "j2"]
+        assert sorted(m.client_id for m in d.members) == sorted(f"j{i}" for i in range(members))
     finally:
         if proc is not None:
             assert proc.stdin is not None
@@ -397,7 +468,7 @@ def produce_sentinels(bootstrap: str, topic: str) -> set[bytes]:
     return {b"end-0", b"end-1"}
 
 
-@pytest.mark.parametrize("client", ["confluent", "rivulet"])
+@pytest.mark.parametrize("client", ["confluent", "rivulet", pytest.param("java", marks=pytest.mark.java)])
 def test_released_records_come_back_and_rejected_or_exhausted_ones_are_archived(client):
     """Explicit acknowledgement: accepted and rejected records are delivered once; a record
     released every time comes back with a higher delivery count until
