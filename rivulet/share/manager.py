@@ -92,6 +92,7 @@ class _Session:
     epoch: int  # the next epoch the member must send
     owner: Hashable  # the client connection that opened it
     partitions: dict[TopicPartition, uuid.UUID] = field(default_factory=dict)  # in the order added
+    waiting: set[DelayedShareFetch] = field(default_factory=set)  # the member's long polls
 
 
 def _next_epoch(epoch: int) -> int:
@@ -108,6 +109,13 @@ class DelayedShareFetch(DelayedOperation):
         self.request = request
         self.future = future
         self.acked = acked
+        self.abandoned = False
+
+    def abandon(self) -> None:
+        """Its member's session ended (the connection closed): answer without acquiring, so
+        the records the session's end releases are not taken again by nobody."""
+        self.abandoned = True
+        self.force_complete()
 
     def try_complete(self) -> bool:
         if self.manager.could_acquire(self.request):
@@ -115,10 +123,11 @@ class DelayedShareFetch(DelayedOperation):
         return False
 
     def on_complete(self) -> None:
+        self.manager.fetch_done(self)
         if self.future.done():
             return
         try:
-            result = self.manager.acquire_now(self.request, self.acked)
+            result = self.manager.acquire_now(self.request, self.acked, acquire=not self.abandoned)
         except Exception as e:  # answered as the request's failure, never left waiting
             self.future.set_exception(e)
         else:
@@ -198,7 +207,9 @@ class SharePartitionManager:
         """Epoch -1: the session ends and the member's acquired records are released."""
         key = (group_id, member_id)
         self._session(key, FINAL_EPOCH)
-        del self.sessions[key]
+        session = self.sessions.pop(key)
+        for op in list(session.waiting):
+            op.abandon()
         for (group, tp), sp in list(self.partitions.items()):
             if group == group_id:
                 sp.release_member(member_id)
@@ -274,10 +285,19 @@ class SharePartitionManager:
             return results
         fut = asyncio.get_running_loop().create_future()
         op = DelayedShareFetch(self, request, fut, acked)
+        session = self.sessions.get((request.group_id, request.member_id))
+        if session is not None:
+            session.waiting.add(op)
         keys: list[Hashable] = list(request.partitions)
         keys += [self._wake_key(request.group_id, tp) for tp in request.partitions]
         self.purgatory.try_complete_else_watch(op, keys)
         return fut
+
+    def fetch_done(self, op: DelayedShareFetch) -> None:
+        """A long poll completed or expired: it is no longer its session's to abandon."""
+        session = self.sessions.get((op.request.group_id, op.request.member_id))
+        if session is not None:
+            session.waiting.discard(op)
 
     def could_acquire(self, request: ShareFetchRequestData) -> bool:
         """Whether a fetch now would acquire something or answer an error (a waiting fetch completes)."""
@@ -296,10 +316,12 @@ class SharePartitionManager:
                 return True
         return False
 
-    def acquire_now(self, request: ShareFetchRequestData, acked: dict[TopicPartition, SharePartitionResult]
-                    ) -> dict[TopicPartition, SharePartitionResult]:
+    def acquire_now(self, request: ShareFetchRequestData, acked: dict[TopicPartition, SharePartitionResult],
+                    *, acquire: bool = True) -> dict[TopicPartition, SharePartitionResult]:
         results: dict[TopicPartition, SharePartitionResult] = {}
         budget = request.max_records if request.max_records > 0 else 2**31 - 1
+        if not acquire:
+            budget = 0
         per_partition = max(1, request.max_bytes // max(1, len(request.partitions)))
         for tp in request.partitions:
             res = results[tp] = SharePartitionResult()

@@ -531,8 +531,11 @@ class SharePartition:
         return out
 
     def _after_change(self, *, released: bool) -> None:
+        start = self._start
         self._advance_start()
-        if released and self._on_available is not None:
+        # Released records can be acquired again, and a start that moved frees record locks
+        # (group.share.partition.max.record.locks): either may complete a waiting ShareFetch.
+        if (released or self._start != start) and self._on_available is not None:
             self._on_available()
 
     def _advance_start(self) -> None:

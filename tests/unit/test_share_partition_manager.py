@@ -308,3 +308,37 @@ def test_acknowledgements_share_a_write_not_sent_yet(tmp_path) -> None:
         assert snap is not None and snap.start_offset == 5
 
     run(tmp_path, body)
+
+
+def test_accepting_records_frees_locks_for_a_waiting_fetch(tmp_path) -> None:
+    # At group.share.partition.max.record.locks a fetch waits; accepting the held records moves
+    # the start offset, frees their locks and completes it at once, not after max_wait_ms.
+    async def body(env: Env) -> None:
+        env.produce(5)
+        env.open("m1")
+        assert ranges(await env.fetch("m1", max_records=1)) == [(0, 4, 1)]  # whole batch
+        env.produce(3)
+        fut = await env.fetch("m1", max_wait_ms=60_000)
+        assert isinstance(fut, asyncio.Future) and not fut.done()
+        r = env.manager.acknowledge("g", "m1", TP, [AcknowledgementBatch(0, 4, [ACCEPT])], renew_allowed=True)
+        assert r.acknowledge_error == ErrorCode.NONE
+        assert fut.done() and ranges(fut.result()) == [(5, 7, 1)]
+
+    run(tmp_path, body, Settings(share_partition_max_record_locks=5))
+
+
+def test_a_closed_connections_long_poll_takes_nothing(tmp_path) -> None:
+    # m1's connection closes while m1 holds records and long-polls for more: its poll ends
+    # empty, and the released records stay Available for the next member, delivered twice.
+    async def body(env: Env) -> None:
+        env.produce(3)
+        env.manager.update_session("g", "m1", 0, {TP: TID}, owner="conn-1")
+        assert ranges(await env.fetch("m1")) == [(0, 2, 1)]
+        fut = await env.fetch("m1", max_wait_ms=60_000)
+        assert isinstance(fut, asyncio.Future) and not fut.done()
+        env.manager.connection_closed("conn-1")
+        assert fut.done() and ranges(fut.result()) == []
+        env.open("m2")
+        assert ranges(await env.fetch("m2")) == [(0, 2, 2)]
+
+    run(tmp_path, body)
