@@ -39,9 +39,13 @@ class MetadataView(Protocol):
 
 
 class InternalTopicCreator(Protocol):
-    """Creates ``__consumer_offsets`` / ``__transaction_state`` on first start-up."""
+    """Creates ``__consumer_offsets`` / ``__transaction_state`` on first start-up, and
+    ``__share_group_state`` on first use (its logs made off the event loop)."""
 
     def ensure_internal_topic(self, name: str, num_partitions: int, configs: dict[str, str]) -> TopicView: ...
+
+    async def ensure_internal_topic_off_loop(self, name: str, num_partitions: int,
+                                             configs: dict[str, str]) -> TopicView: ...
 
 
 @dataclass(slots=True)

@@ -68,6 +68,7 @@ class TopicManager:
         self._creating: set[str] = set()
         self._deleting: set[str] = set()
         self._file_work: set[asyncio.Future] = set()
+        self._internal_creations: dict[str, asyncio.Future[TopicInfo]] = {}
         # CreatePartitions one at a time: each is checked against the count the last one left.
         self._alter_lock = asyncio.Lock()
         # False in cluster mode: replicas open when the controller's LeaderAndIsr names them.
@@ -212,10 +213,13 @@ class TopicManager:
         cfg = self._check_create(name, num_partitions, replication_factor, configs)
         if validate_only:
             return None
-        topic_id = uuid.uuid4()
+        return await self._create_off_loop(name, num_partitions, configs, cfg)
+
+    async def _create_off_loop(self, name: str, num_partitions: int, configs: dict[str, str],
+                               cfg: LogConfig) -> TopicInfo:
         self._creating.add(name)
         try:
-            partitions = await self.off_loop(self._build_partitions, name, range(num_partitions), cfg, topic_id)
+            partitions = await self.off_loop(self._build_partitions, name, range(num_partitions), cfg, uuid.uuid4())
             return self._commit_topic(name, configs, partitions, cfg)
         finally:
             self._creating.discard(name)
@@ -274,6 +278,22 @@ class TopicManager:
         for i in range(num_partitions if self.opens_partitions else 0):
             self._open_partition(info, i)
         return info
+
+    async def ensure_internal_topic_off_loop(self, name: str, num_partitions: int,
+                                             configs: dict[str, str]) -> TopicInfo:
+        """``ensure_internal_topic`` for a topic first needed while the broker serves (such as
+        ``__share_group_state``): its logs are made on a worker thread, as a created topic's are,
+        so other clients are answered meanwhile. Callers asking at once share one creation."""
+        info = self.metadata.get(name)
+        if info is not None or not self.opens_partitions:
+            return self.ensure_internal_topic(name, num_partitions, configs)  # no file work
+        pending = self._internal_creations.get(name)
+        if pending is None:
+            pending = self._internal_creations[name] = asyncio.ensure_future(
+                self._create_off_loop(name, num_partitions, configs, self._make_log_config(configs)))
+            pending.add_done_callback(lambda _: self._internal_creations.pop(name, None))
+        # Shielded: a caller given up on does not cancel the creation others wait for.
+        return await asyncio.shield(pending)
 
     async def delete_topic(self, name: str) -> None:
         """Forget the topic (durably) and stop serving it at once; its logs are closed, renamed for

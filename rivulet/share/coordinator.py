@@ -87,7 +87,9 @@ class ShareCoordinator:
         self.shards: dict[int, ShareCoordinatorShard] = {}
         self.loading: dict[int, asyncio.Task] = {}
         self._lead_all = False
+        self._leading_all = False
         self._active = False
+        self._creation: asyncio.Future[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -104,11 +106,14 @@ class ShareCoordinator:
         come through ``on_become_leader``."""
         self._active = True
         self._lead_all = lead_all
-        if lead_all and self.metadata.get(SHARE_GROUP_STATE_TOPIC_NAME) is not None:
-            self._lead_every_partition()
+        topic = self.metadata.get(SHARE_GROUP_STATE_TOPIC_NAME)
+        if lead_all and topic is not None:
+            self._lead_every_partition(topic.num_partitions)
 
     def shutdown(self) -> None:
         self._active = False
+        if self._creation is not None:
+            self._creation.cancel()  # the topic manager's creation itself runs on: shutdown waits for it
         for task in self.loading.values():
             task.cancel()
         self.loading.clear()
@@ -118,11 +123,37 @@ class ShareCoordinator:
     def active(self) -> bool:
         return self._active
 
-    def _lead_every_partition(self) -> None:
-        topic = self.topic_creator.ensure_internal_topic(SHARE_GROUP_STATE_TOPIC_NAME, self.config.num_partitions,
-                                                         self.state_topic_configs())
-        for p in range(topic.num_partitions):
+    def _lead_every_partition(self, num_partitions: int) -> None:
+        self._leading_all = True
+        for p in range(num_partitions):
             self.on_become_leader(p)
+
+    def _create_topic(self) -> asyncio.Future[None]:
+        """Single node, first use: make the topic (its logs on a worker thread, so the loop keeps
+        serving other clients), then lead every partition. One creation for all who ask."""
+        if self._creation is None or self._creation.done():
+            async def create() -> None:
+                topic = await self.topic_creator.ensure_internal_topic_off_loop(
+                    SHARE_GROUP_STATE_TOPIC_NAME, self.config.num_partitions, self.state_topic_configs())
+                if self._active:
+                    self._lead_every_partition(topic.num_partitions)
+
+            def failed(f: asyncio.Future[None]) -> None:
+                if not f.cancelled() and f.exception() is not None:
+                    log.error("creating %s failed", SHARE_GROUP_STATE_TOPIC_NAME, exc_info=f.exception())
+            self._creation = asyncio.ensure_future(create())
+            self._creation.add_done_callback(failed)
+        return self._creation
+
+    async def _topic_ready(self) -> None:
+        """Wait for the topic's creation when this call is its first use (single node)."""
+        if not (self._active and self._lead_all and not self._leading_all):
+            return
+        try:
+            await asyncio.shield(self._create_topic())
+        except Exception as e:
+            raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"creating {SHARE_GROUP_STATE_TOPIC_NAME} "
+                           f"failed: {e}") from e
 
     @property
     def num_partitions(self) -> int:
@@ -191,8 +222,9 @@ class ShareCoordinator:
     def _shard(self, coordinator_key: str) -> tuple[int, ShareCoordinatorShard]:
         if not self._active:
             raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        if self._lead_all and self.metadata.get(SHARE_GROUP_STATE_TOPIC_NAME) is None:
-            self._lead_every_partition()
+        if self._lead_all and not self._leading_all:
+            self._create_topic()
+            raise ApiError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
         partition = self.partition_for(coordinator_key)
         shard = self.shards.get(partition)
         if shard is not None:
@@ -225,12 +257,14 @@ class ShareCoordinator:
                 shard.replay(k, v)
 
     async def read_state(self, key: SharePartitionKey, leader_epoch: int = -1) -> SharePartitionSnapshot | None:
+        await self._topic_ready()
         _, shard = self._shard(key.coordinator_key())
         state = shard.read(key, leader_epoch)
         return None if state is None else state.snapshot()
 
     async def write_state(self, key: SharePartitionKey, snapshot: SharePartitionSnapshot, *,
                           leader_epoch: int = -1, delivery_complete_count: int = -1) -> None:
+        await self._topic_ready()
         partition, shard = self._shard(key.coordinator_key())
         record = shard.write(key, state_epoch=snapshot.state_epoch, leader_epoch=leader_epoch,
                              start_offset=snapshot.start_offset, batches=snapshot.state_batches,
@@ -239,6 +273,7 @@ class ShareCoordinator:
 
     async def initialize_state(self, key: SharePartitionKey, start_offset: int, state_epoch: int | None = None
                                ) -> None:
+        await self._topic_ready()
         partition, shard = self._shard(key.coordinator_key())
         if state_epoch is None:
             current = shard.states.get(key)
@@ -248,9 +283,11 @@ class ShareCoordinator:
         await self._append(partition, [record])
 
     async def read_summary(self, key: SharePartitionKey, leader_epoch: int = -1) -> ShareStateSummary | None:
+        await self._topic_ready()
         _, shard = self._shard(key.coordinator_key())
         return shard.summary(key, leader_epoch)
 
     async def delete_state(self, key: SharePartitionKey) -> None:
+        await self._topic_ready()
         partition, shard = self._shard(key.coordinator_key())
         await self._append(partition, shard.delete(key))

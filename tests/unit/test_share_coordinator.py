@@ -266,3 +266,48 @@ def test_find_coordinator_key_type_share(tmp_path) -> None:
             await broker.shutdown()
 
     asyncio.run(main())
+
+
+def test_share_group_state_is_created_off_the_event_loop_while_other_clients_are_answered(tmp_path) -> None:
+    """The first use of the share coordinator makes ``__share_group_state``'s logs on a worker
+    thread: held there (slow storage), another client's Metadata is answered meanwhile, and
+    callers arriving together share the one creation."""
+    import threading
+
+    from rivulet.client.connection import BrokerConnection
+    from rivulet.protocol.messages.metadata_request import MetadataRequest
+
+    async def main() -> None:
+        broker = await start(tmp_path)
+        started, release = threading.Event(), threading.Event()
+        made: list[str] = []
+        create_logs = broker.log_manager.create_logs
+
+        def slow_create_logs(name, *args, **kwargs):
+            made.append(name)
+            started.set()
+            assert release.wait(30), "the test never released the creation"
+            return create_logs(name, *args, **kwargs)
+
+        broker.log_manager.create_logs = slow_create_logs
+        conn = await BrokerConnection("127.0.0.1", broker.node.port).connect(10)
+        try:
+            reads = [asyncio.ensure_future(broker.share_persister.read_state(SharePartitionKey("g", TID, p)))
+                     for p in range(3)]
+            assert await asyncio.get_running_loop().run_in_executor(None, started.wait, 30)
+            resp = await conn.send(MetadataRequest(topics=None), 12)  # answered mid-creation
+            assert resp.brokers[0].node_id == broker.node.node_id
+            assert SHARE_GROUP_STATE_TOPIC_NAME not in {t.name for t in resp.topics}
+            assert not any(r.done() for r in reads)
+            release.set()
+            assert await asyncio.gather(*reads) == [None, None, None]
+            assert made == [SHARE_GROUP_STATE_TOPIC_NAME]  # one creation for the three callers
+            assert broker.topics.get(SHARE_GROUP_STATE_TOPIC_NAME).num_partitions == 3
+            for p in range(3):
+                assert TopicPartition(SHARE_GROUP_STATE_TOPIC_NAME, p) in broker.replica_manager.partitions
+        finally:
+            release.set()
+            await conn.close()
+            await broker.shutdown()
+
+    asyncio.run(main())
