@@ -6,8 +6,10 @@ Faults first (the test runs its own driver process, which needs the cluster's co
 module's in-process session starts only after it): under streaming queries writing to a topic
 (the transactional sink) and to Parquet, with spark.speculation=true, an executor killed with
 SIGKILL mid-batch, the leader of a source partition killed, and the driver killed with SIGKILL
-and restarted from the checkpoints. The outputs are exactly once afterwards: Parquet holds each
-input offset once with no gap, and the topic read read_committed holds each input record once."""
+and restarted from the checkpoints. The outputs are checked after each fault: after the
+executor's and the leader's deaths, what both outputs have committed so far holds each input
+once (Parquet without gaps); after the driver's restart, Parquet holds each input offset once
+with no gap, and the topic read read_committed holds each input record once."""
 
 from __future__ import annotations
 
@@ -108,6 +110,30 @@ def committed_parquet_files(out: Path) -> list[str]:
     return files
 
 
+def parquet_rows(out: Path) -> list[tuple[str, int, int]]:
+    """(topic, partition, offset) of every row in the Parquet files the sink has committed."""
+    files = committed_parquet_files(out) if (out / "_spark_metadata").exists() else []
+    if not files:
+        return []
+    table = pq.ParquetDataset(files).read()
+    return list(zip(table.column("topic").to_pylist(), table.column("partition").to_pylist(),
+                    table.column("offset").to_pylist()))
+
+
+def exactly_once_so_far(brokers, out: Path, dst: str) -> tuple[int, int]:
+    """Check both outputs as they stand between faults: Parquet holds each offset once and, per
+    partition, every offset below the highest one (committed batches are whole); the topic, read
+    read_committed, holds no record twice. Returns (Parquet rows, committed topic records)."""
+    rows = parquet_rows(out)
+    assert len(rows) == len(set(rows)), Counter(r for r in rows if rows.count(r) > 1)
+    for p in range(PARTITIONS):
+        offsets = sorted(o for _, q, o in rows if q == p)
+        assert offsets == list(range(len(offsets))), f"partition {p} has gaps"
+    committed = Counter(m.value() for m in consume_all(brokers.bootstrap, dst, 2))
+    assert not committed or max(committed.values()) == 1, [v for v, n in committed.items() if n > 1]
+    return len(rows), sum(committed.values())
+
+
 def test_exactly_once_through_executor_leader_and_driver_kills(brokers, spark_standalone, tmp_path):
     src = topic_name("f-in")
     dst = topic_name("f-out")
@@ -122,6 +148,7 @@ def test_exactly_once_through_executor_leader_and_driver_kills(brokers, spark_st
     log_path = tmp_path / "driver.log"
     log = open(log_path, "ab")
     faults: dict[str, int] = {}  # fault -> the topic query's batch under way when it struck
+    after: dict[str, tuple[int, int]] = {}  # fault -> (Parquet rows, topic records) checked after it
 
     def tail() -> str:
         return log_path.read_text(errors="replace")[-4000:]
@@ -141,10 +168,14 @@ def test_exactly_once_through_executor_leader_and_driver_kills(brokers, spark_st
                 os.kill(spark_standalone.executor_pids()[0], signal.SIGKILL)
                 faults["executor"] = batch
             elif "leader" not in faults and batch >= faults["executor"] + 2:
+                after["executor"] = exactly_once_so_far(brokers, out, dst)
                 leader = brokers.partition_state(src, 0)["leader"]
                 brokers.brokers[leader].kill()
                 faults["leader"], faults["leader_id"] = batch, leader
             elif "leader" in faults and batch >= faults["leader"] + 2:
+                if "leader" not in after:
+                    after["leader"] = exactly_once_so_far(brokers, out, dst)
+                    continue  # the check took time: kill the driver inside a batch still running
                 time.sleep(0.3)
                 os.killpg(child.pid, signal.SIGKILL)
                 faults["driver"] = batch
@@ -168,9 +199,7 @@ def test_exactly_once_through_executor_leader_and_driver_kills(brokers, spark_st
     log.close()
     assert rc == 0 and "DONE" in log_path.read_text(errors="replace"), tail()
 
-    table = pq.ParquetDataset(committed_parquet_files(out)).read()
-    rows = list(zip(table.column("topic").to_pylist(), table.column("partition").to_pylist(),
-                    table.column("offset").to_pylist()))
+    rows = parquet_rows(out)
     assert len(rows) == len(set(rows)) == PARTITIONS * PER_PARTITION
     for p in range(PARTITIONS):
         assert sorted(o for _, q, o in rows if q == p) == list(range(PER_PARTITION)), f"partition {p}"
@@ -188,7 +217,8 @@ def test_exactly_once_through_executor_leader_and_driver_kills(brokers, spark_st
     names = [f.name.split("-") for f in marks.iterdir()]
     later = sum(1 for n in names if int(n[3]) > 0)
     firsts = Counter(tuple(n[:3]) for n in names if n[3] == "0")
-    print(f"\nfaults in topic batches {faults} (leader_id: the broker killed); parquet rows {len(rows)}, "
+    print(f"\nfaults in topic batches {faults} (leader_id: the broker killed); checked exactly once after the "
+          f"executor's and the leader's deaths at (parquet rows, topic records) {after}; parquet rows {len(rows)}, "
           f"distinct {len(set(rows))}; topic read_committed {len(committed)}, read_uncommitted {len(everything)}; "
           f"task attempts after the first {later}; tasks run again by the restarted driver "
           f"{sum(1 for n in firsts.values() if n > 1)}; tasks in all {len(firsts)}")
