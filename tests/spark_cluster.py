@@ -136,11 +136,12 @@ class StandaloneCluster:
 
 class ConnectServer:
     """A Spark Connect server (PySpark's own SparkConnectServer, launched with spark-submit as
-    start-connect-server.sh does, but in the foreground) on loopback, running local[2]."""
+    start-connect-server.sh does, but in the foreground) on loopback, running ``master``."""
 
-    def __init__(self, root: Path, master: str = "local[2]") -> None:
+    def __init__(self, root: Path, master: str = "local[2]", conf: dict[str, str] | None = None) -> None:
         self.root = root
         self.master = master
+        self.conf = dict(conf or {})
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
 
@@ -157,7 +158,8 @@ class ConnectServer:
              "org.apache.spark.sql.connect.service.SparkConnectServer", "--master", self.master,
              "--conf", f"spark.connect.grpc.binding.port={self.port}",
              "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-             "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2"],
+             "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2",
+             *[a for k, v in self.conf.items() for a in ("--conf", f"{k}={v}")]],
             env=spark_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.root)
         log.close()
         deadline = time.monotonic() + timeout

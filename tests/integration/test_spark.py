@@ -462,6 +462,18 @@ def test_sink_refuses_serializers_and_security_options_and_ignores_unknown_ones(
 def test_read_and_write_over_mutual_tls(spark, tls_certs):
     """The source and the sink with kafka.security.protocol=SSL and librdkafka's ssl.* names:
     a broker whose only listener asks for a client certificate."""
+    mutual_tls_round_trip(spark, tls_certs)
+
+
+def test_read_and_write_over_sasl_ssl_with_scram(spark, tls_certs, tmp_path):
+    """The source (batch and streaming) and the sink over SASL_SSL with SCRAM-SHA-512, as Spark
+    users configure the Java client: kafka.sasl.mechanism and kafka.sasl.jaas.config."""
+    sasl_ssl_round_trip(spark, tls_certs, tmp_path)
+
+
+def mutual_tls_round_trip(spark, tls_certs) -> None:
+    """Write and read 100 records over mutual TLS; a wrong CA is refused (also run on the
+    standalone cluster, where executors open the connections)."""
     from rivulet.testing import BrokerProcess
     b = BrokerProcess()
     b.overrides.update({"listeners": f"SSL://localhost:{b.port}", "listener.security.protocol.map": "SSL:SSL",
@@ -487,9 +499,9 @@ def test_read_and_write_over_mutual_tls(spark, tls_certs):
         b.cleanup()
 
 
-def test_read_and_write_over_sasl_ssl_with_scram(spark, tls_certs, tmp_path):
-    """The source (batch and streaming) and the sink over SASL_SSL with SCRAM-SHA-512, as Spark
-    users configure the Java client: kafka.sasl.mechanism and kafka.sasl.jaas.config."""
+def sasl_ssl_round_trip(spark, tls_certs, tmp_path) -> None:
+    """Write, read (batch and AvailableNow) over SASL_SSL/SCRAM-SHA-512; a wrong password is
+    refused (also run on the standalone cluster)."""
     from test_sasl import add_scram_users, sasl_overrides
 
     from rivulet.testing import BrokerProcess

@@ -29,7 +29,8 @@ import pytest
 pytest.importorskip("pyspark")
 pq = pytest.importorskip("pyarrow.parquet")
 
-from test_spark import consume_all, produce, source, run_available_now, topic_name  # noqa: E402
+from test_spark import (consume_all, mutual_tls_round_trip, produce, run_available_now,  # noqa: E402
+                        sasl_ssl_round_trip, source, topic_name)
 from test_spark_pipeline import BASE, SCHEMA, order  # noqa: E402
 
 from spark_cluster import spark_env  # noqa: E402
@@ -283,3 +284,10 @@ def test_pipeline_on_the_cluster_counts_every_window_exactly(brokers, spark, tmp
     msgs = consume_all(brokers.bootstrap, dst, 2)
     from_topic = {key(json.loads(m.value())): json.loads(m.value())["orders"] for m in msgs}
     assert len(msgs) == len(from_topic) and from_topic == dict(expected)
+
+
+def test_security_options_reach_the_executors(spark, tls_certs, tmp_path):
+    """kafka.security.protocol, kafka.ssl.* and kafka.sasl.* pass from the query to the
+    executors, whose Python workers open the TLS and SASL_SSL connections themselves."""
+    mutual_tls_round_trip(spark, tls_certs)
+    sasl_ssl_round_trip(spark, tls_certs, tmp_path)

@@ -1,7 +1,7 @@
 """The source and the sink from a Spark Connect client: a thin Python client talking to a Spark
-Connect server (PySpark's SparkConnectServer on local[2]) over gRPC, as on Databricks serverless.
-The data source is registered in the Connect session from the client; the server's Python
-workers run it."""
+Connect server over gRPC, as on Databricks serverless. The server (PySpark's SparkConnectServer)
+runs its jobs on the standalone cluster's two workers, so the data source, registered in the
+Connect session from the client, runs in the executors' Python workers."""
 
 from __future__ import annotations
 
@@ -20,10 +20,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
 @pytest.fixture(scope="module")
-def connect_server(tmp_path_factory):
+def connect_server(spark_standalone, tmp_path_factory):
     from spark_cluster import ConnectServer
-    server = ConnectServer(tmp_path_factory.mktemp("spark-connect")).start()
+    server = ConnectServer(tmp_path_factory.mktemp("spark-connect"), spark_standalone.master_url,
+                           {"spark.executor.memory": "768m", "spark.default.parallelism": "2"}).start()
     try:
+        spark_standalone.wait_for_executors(2)  # the server's application holds both workers
         yield server
     finally:
         server.close()
