@@ -92,7 +92,13 @@ class GroupCoordinator:
 
     def __init__(self, config: ConfigValues, replica_manager: ReplicaManager, metadata: MetadataView,
                  topic_creator: InternalTopicCreator, node: NodeEndpoint, timer: Timer,
-                 clock: Clock = SYSTEM_CLOCK, group_configs: GroupConfigs | None = None) -> None:
+                 clock: Clock = SYSTEM_CLOCK, group_configs: GroupConfigs | None = None, *,
+                 share_state: ShareStateStore | None = None, partition_ends: PartitionEndsView | None = None,
+                 on_share_group_deleted: Callable[[str, list[TopicPartition]], None] | None = None) -> None:
+        """``share_state``: the share partitions' state (Kafka's Persister), which the share-group
+        offset APIs read and change; ``partition_ends``: the partitions' latest offsets, for
+        the lag; ``on_share_group_deleted`` is told of each share group DeleteGroups removes,
+        with the partitions it recorded state for."""
         self.config = config
         self.replica_manager = replica_manager
         self.metadata = metadata
@@ -108,12 +114,9 @@ class GroupCoordinator:
         self.manager: GroupMetadataManager | None = None
         self.consumer_groups: ConsumerGroupService | None = None
         self.share_groups: ShareGroupService | None = None
-        # Told of each share group DeleteGroups removes, with the partitions it recorded state for.
-        self.on_share_group_deleted: list[Callable[[str, list[TopicPartition]], None]] = []
-        # The share partitions' state (Kafka's Persister), wired by the broker: the share-group
-        # offset APIs read and change it.
-        self.share_state: ShareStateStore | None = None
-        self.partition_ends: PartitionEndsView | None = None  # the partitions' latest offsets, for the lag
+        self.on_share_group_deleted = on_share_group_deleted
+        self.share_state = share_state
+        self.partition_ends = partition_ends
         self.group_configs = group_configs
         self.consumer_group_config = ConsumerGroupConfig(
             heartbeat_interval_ms=config_value(config, "group.consumer.heartbeat.interval.ms", 5000),
@@ -1154,8 +1157,8 @@ class GroupCoordinator:
                 if g.share is not None:
                     recorded = [*g.share.initialized.values(), *g.share.initializing.values()]
                     tps = sorted({TopicPartition(name, p) for name, ps in recorded for p in ps})
-                    for hook in self.on_share_group_deleted:
-                        hook(g.group_id, tps)
+                    if self.on_share_group_deleted is not None:
+                        self.on_share_group_deleted(g.group_id, tps)
             log.info("The following groups were deleted: %s. A total of %d offsets were removed.",
                      ", ".join(g.group_id for g in eligible), n)
         return errors

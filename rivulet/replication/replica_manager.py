@@ -86,6 +86,13 @@ class AsyncTxnVerifier(Protocol):
                      tp: TopicPartition) -> ErrorCode: ...
 
 
+class TxnVerifier(Protocol):
+    """KIP-890 on one broker: may ``transactional_id``'s producer open a transaction on ``tp``?"""
+
+    def verify_produce(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
+                       tp: TopicPartition) -> ErrorCode: ...
+
+
 class LeadershipListener(Protocol):
     """Told which partitions this broker now leads and follows (the coordinators load and
     unload their internal partitions from it)."""
@@ -281,7 +288,18 @@ class ReplicaManager:
     def __init__(self, node_id: int, timer: Timer, *, produce_purge_interval: int = 1000,
                  fetch_purge_interval: int = 1000, clock: Clock = SYSTEM_CLOCK,
                  replica_logs: ReplicaLogs | None = None, alter_partition: AlterPartitionManager | None = None,
-                 replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS) -> None:
+                 replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS,
+                 metadata_cache: MetadataCache | None = None, replica_selector: str | None = None,
+                 fetchers: Callable[[ReplicaManager], FollowerFetching] | None = None,
+                 leadership: LeadershipListener | None = None, txn_verifier: TxnVerifier | None = None,
+                 async_txn_verifier: AsyncTxnVerifier | None = None) -> None:
+        """Cluster mode gives ``replica_logs``, ``alter_partition``, ``metadata_cache`` (with
+        the racks ``replica_selector``, KIP-392, picks a follower by) and ``fetchers``, which
+        builds the replica fetchers on this manager, as Kafka's ReplicaManager makes its own.
+        ``leadership`` is told what this node now leads and follows. KIP-890: a transactional
+        batch that would open a transaction on a partition is appended only once the
+        transaction coordinator has that partition: ``txn_verifier`` asks a local one,
+        ``async_txn_verifier`` (cluster mode) whichever broker it runs on."""
         self.node_id = node_id
         self.clock = clock
         # Cluster mode: the controller's LeaderAndIsr decides what this node leads and follows.
@@ -289,11 +307,9 @@ class ReplicaManager:
         self.alter_partition = alter_partition
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.controller_epoch = -1
-        self.fetchers: FollowerFetching | None = None
-        self.leadership_listeners: list[LeadershipListener] = []
-        # KIP-392: replica.selector.class, and where the replicas' racks come from.
-        self.replica_selector: str | None = None
-        self.metadata_cache: MetadataCache | None = None
+        self.leadership = leadership
+        self.replica_selector = replica_selector
+        self.metadata_cache = metadata_cache
         self.partitions: dict[TopicPartition, Partition] = {}
         # Partitions whose log dir was offline at start-up: KAFKA_STORAGE_ERROR, not unknown.
         self.offline_partitions: set[TopicPartition] = set()
@@ -301,12 +317,9 @@ class ReplicaManager:
         self.produce_purgatory = DelayedOperationPurgatory("Produce", timer, purge_interval=produce_purge_interval)
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch", timer, purge_interval=fetch_purge_interval)
         self._flush_executor = None  # default executor; fsync never runs on the event loop
-        # KIP-890 verification: (transactional id, producer id, epoch, partition) -> error. The
-        # transaction coordinator installs it; a transactional batch that would open a
-        # transaction on a partition is only appended if the coordinator has that partition.
-        self.txn_verifier: Callable[[str | None, int, int, TopicPartition], ErrorCode] | None = None
-        # Cluster mode: the coordinator may be another broker's, so the check is asynchronous.
-        self.async_txn_verifier: AsyncTxnVerifier | None = None
+        self.txn_verifier = txn_verifier
+        self.async_txn_verifier = async_txn_verifier
+        self.fetchers: FollowerFetching | None = fetchers(self) if fetchers is not None else None
 
     # -------------------------------------------------------- partitions
     def on_high_watermark_advanced(self, tp: TopicPartition) -> None:
@@ -387,8 +400,8 @@ class ReplicaManager:
         led = self._make_leaders(to_lead)
         followed = self._make_followers(to_follow, live_leaders)
         if led or followed:
-            for listener in self.leadership_listeners:
-                listener.on_leadership_change(led, followed)
+            if self.leadership is not None:
+                self.leadership.on_leadership_change(led, followed)
         return ErrorCode.NONE, errors
 
     def replicas_to_create(self, states: list[LeaderAndIsrPartition]) -> list[tuple[TopicPartition, uuid.UUID]]:
@@ -516,9 +529,8 @@ class ReplicaManager:
                     self.replica_logs.delete_replica_log(tp)
                 except ApiError as e:
                     errors[tp] = e.code
-        if resigned:
-            for listener in self.leadership_listeners:
-                listener.on_leadership_change([], resigned)
+        if resigned and self.leadership is not None:
+            self.leadership.on_leadership_change([], resigned)
         return ErrorCode.NONE, errors
 
     # -------------------------------------------------------- produce
@@ -626,7 +638,7 @@ class ReplicaManager:
         if not h.is_transactional or self._in_open_transaction(p, h.producer_id, h.producer_epoch):
             return
         failure = self._verification_failure(
-            p.tp, self.txn_verifier(transactional_id, h.producer_id, h.producer_epoch, p.tp))
+            p.tp, self.txn_verifier.verify_produce(transactional_id, h.producer_id, h.producer_epoch, p.tp))
         if failure is not None:
             raise failure
 

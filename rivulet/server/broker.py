@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from typing import Callable
 
 from rivulet.common.cluster import NodeEndpoint
@@ -51,7 +50,8 @@ from rivulet.server.partition_ends import PartitionEnds
 from rivulet.server.request_log import RequestLog
 from rivulet.server.socket_server import SocketServer, SocketServerConfig
 from rivulet.server.topics import TopicManager, broker_props
-from rivulet.server.zk_cluster import ZkClusterMember
+from rivulet.server.relays import PartitionEvents, ReplicaLogsRelay, TxnVerifierRelay
+from rivulet.server.zk_cluster import ClusterChangeListeners, ZkClusterMember
 from rivulet.share.coordinator import ShareCoordinator, ShareCoordinatorConfig
 from rivulet.share.manager import SharePartitionManager
 from rivulet.share.state_persister import CoordinatorSharePersister
@@ -128,6 +128,9 @@ class Broker:
         self.partition_ends: PartitionEnds | None = None
         self.share_partitions: SharePartitionManager | None = None
         self.apis: KafkaApis | None = None
+        # metrics.listener: the Prometheus endpoint, and the request timings it shows.
+        self.metrics = MetricsExporter(config["metrics.listener"]) if config["metrics.listener"] else None
+        request_log = RequestLog(config["request.log.threshold.ms"])
         self.socket_server = SocketServer(SocketServerConfig(
             max_request_bytes=config["socket.request.max.bytes"],
             connections_max_idle_ms=config["connections.max.idle.ms"],
@@ -136,21 +139,13 @@ class Broker:
             max_connections_per_ip_overrides=config["max.connections.per.ip.overrides"],
             queued_max_request_bytes=config["queued.max.request.bytes"],
             send_buffer_bytes=config["socket.send.buffer.bytes"],
-            receive_buffer_bytes=config["socket.receive.buffer.bytes"]), self.quotas.connection_rates)
+            receive_buffer_bytes=config["socket.receive.buffer.bytes"]), self.quotas.connection_rates,
+            request_metrics=RequestMetrics() if self.metrics is not None else None,
+            request_log=request_log if request_log.enabled() else None)
         self.dynamic_config.add_reconfigurable(self.socket_server.quotas)
-        # metrics.listener: the Prometheus endpoint, and the request timings it shows.
-        self.metrics: MetricsExporter | None = None
-        if config["metrics.listener"]:
-            self.metrics = MetricsExporter(config["metrics.listener"])
-            self.socket_server.request_metrics = RequestMetrics()
-        request_log = RequestLog(config["request.log.threshold.ms"])
-        if request_log.enabled():
-            self.socket_server.request_log = request_log
         self.metrics_port: int | None = None
         self.bound_ports: list[int] = []
         self.scram = ScramCredentials(self.cluster if self.cluster is not None else self.dynamic_config)
-        if self.cluster is not None:
-            self.cluster.user_config_listener = self.scram.set_user
         # KIP-714 subscriptions: in ZooKeeper in a cluster, in this broker's metadata otherwise.
         receivers: list[TelemetryReceiver] = []
         if LAST_PUSH_RECEIVER in config["metric.reporters"]:
@@ -162,13 +157,9 @@ class Broker:
         receiver = None if not receivers else receivers[0] if len(receivers) == 1 else EveryReceiver(receivers)
         self.client_metrics = ClientMetricsManager(self.cluster if self.cluster is not None else self.dynamic_config,
                                                    clock, config["telemetry.max.bytes"], receiver)
-        if self.cluster is not None:
-            self.cluster.client_metrics_listener = self.client_metrics.set_subscription
         # Group configs (GROUP config resources): in ZooKeeper in a cluster, else beside the dynamic configs.
         self.group_configs = GroupConfigs(config.items(),
                                           self.cluster if self.cluster is not None else self.dynamic_config)
-        if self.cluster is not None:
-            self.cluster.group_config_listener = self.group_configs.set_group
         # Built before anything binds, so that a SASL set-up Rivulet cannot serve stops start-up.
         self.sasl_listeners: dict[str, SaslListenerConfig] = {
             name: sasl_listener_config(config, name, self.scram.lookup) for name, protocol in config.security_protocols.items()
@@ -192,29 +183,123 @@ class Broker:
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
+        """The composition root: every part is built here with its collaborators, in the order
+        the broker starts them (Kafka's: bind, recover the logs, the replica and topic managers,
+        the coordinators, the request handlers, then serve and register). The three cycles
+        (the replica manager calls back parts built on it) go through ``relays``."""
         t0 = time.monotonic()
         cfg = self.config
         fd_limit = raise_open_file_limit()
-        for (name, host, port), listener in zip(self._served_listeners(), self.listeners):
+        await self._bind()
+        loop = asyncio.get_running_loop()
+        timer = self.timer = Timer(loop)
+        cache = self.metadata_cache
+        replica_logs, partition_events, local_txn_check = ReplicaLogsRelay(), PartitionEvents(), TxnVerifierRelay()
+        if cache is not None:
+            self._build_cluster_links(cache, local_txn_check)
+        rm = self.replica_manager = ReplicaManager(
+            self.node_id, timer,
+            produce_purge_interval=cfg["producer.purgatory.purge.interval.requests"],
+            fetch_purge_interval=cfg["fetch.purgatory.purge.interval.requests"], clock=self.clock,
+            replica_lag_time_max_ms=cfg["replica.lag.time.max.ms"],
+            # Cluster mode: replicas come from LeaderAndIsr, followers fetch from their leaders,
+            # leaders propose ISR changes to the controller.
+            replica_logs=replica_logs if cache is not None else None, alter_partition=self.alter_partition,
+            metadata_cache=cache, replica_selector=cfg["replica.selector.class"] if cache is not None else None,
+            fetchers=self._replica_fetchers if cache is not None else None,
+            leadership=partition_events,
+            txn_verifier=local_txn_check if cache is None else None, async_txn_verifier=self.txn_verifier)
+        await self._recover_logs()
+        topics = self.topics = TopicManager(cfg, self.metadata, self.log_manager, rm, self.dynamic_config,
+                                            self.node_id, metadata_cache=cache, config_store=self.cluster,
+                                            on_partitions_deleted=partition_events.on_partitions_deleted)
+        topics.open_all(open_partitions=not self.cluster_mode)
+        if self.cluster is not None:
+            # Topic configs are ZooKeeper's: every topic's now, and each change as it is noticed.
+            for name, overrides in self.cluster.topic_configs.items():
+                topics.apply_topic_config(name, overrides)
+        if cache is not None:
+            replica_logs.bind(topics)
+            self._tasks.append(loop.create_task(self._isr_expiration(rm)))
+        log.info("%s", describe_fd_limit(fd_limit, len(rm.partitions)))
+        if cfg["log.cleaner.enable"]:
+            # One cleaner serves every compacted log (__consumer_offsets, __transaction_state, users').
+            self.log_cleaner = LogCleaner(self.log_manager, backoff_ms=cfg["log.cleaner.backoff.ms"],
+                                          time_ms=self.clock.milliseconds)
+            self.log_cleaner.start()
+        # Share-partition state in __share_group_state: served locally, or by the partition's leader.
+        shares = self.share_coordinator = ShareCoordinator(ShareCoordinatorConfig.from_config(cfg), rm, topics,
+                                                           topics, self.node, self.clock)
+        self.share_persister = CoordinatorSharePersister(
+            shares, node_id=self.node_id, metadata_cache=cache, listener=cfg.inter_broker_listener,
+            request_timeout_ms=cfg["replica.socket.timeout.ms"], connector=self.connector)
+        share = self.share_partitions = SharePartitionManager(
+            rm, timer, self.clock, self.group_configs.get, self.share_persister,
+            max_sessions=cfg["group.share.max.share.sessions"], topic_id=topics.topic_id)
+        self.partition_ends = PartitionEnds(
+            rm, node_id=self.node_id, metadata_cache=cache, listener=cfg.inter_broker_listener,
+            request_timeout_ms=cfg["replica.socket.timeout.ms"], connector=self.connector)
+        # A deleted share group takes its share partitions' state with it (Kafka's DeleteShareGroupState).
+        groups = self.group_coordinator = GroupCoordinator(
+            cfg, rm, topics, topics, self.node, timer, self.clock, self.group_configs, share_state=share,
+            partition_ends=self.partition_ends, on_share_group_deleted=share.delete_group_state)
+        # Markers on __consumer_offsets complete the producer's pending offsets in the group coordinator.
+        txns = self.transaction_coordinator = TransactionCoordinator(
+            cfg, rm, topics, topics, self.node, self._producer_ids(), offsets_listener=groups,
+            clock=self.clock, marker_channel=self.marker_channel)
+        local_txn_check.bind(txns)
+        # As Kafka does, committed offsets and share state of deleted partitions go too.
+        partition_events.bind(
+            leadership=[CoordinatorLeadership(groups, txns, shares), share] if self.cluster_mode else [share],
+            deletions=[groups.on_partitions_deleted, share.on_partitions_deleted])
+        groups.startup(lead_all=not self.cluster_mode)
+        txns.startup(lead_all=not self.cluster_mode)
+        shares.startup(lead_all=not self.cluster_mode)
+        if self.cluster is not None:
+            self.cluster.prepare()
+        self.log_dir_mover = ReplicaAlterLogDirsManager(rm, self.log_manager)
+        authorizer = build_authorizer(cfg)
+        # ACLs live in ZooKeeper in a cluster (every broker follows their change notifications),
+        # in this broker's metadata otherwise.
+        self.acls = AclManager(authorizer, self.cluster if self.cluster is not None else self.dynamic_config)
+        self.apis = KafkaApis(replica_manager=rm, group_coordinator=groups, txn_coordinator=txns, topics=topics,
+                              config=cfg, clock=self.clock, node=self.node, cluster_id=self.cluster_id,
+                              metadata_cache=cache, broker_epoch=lambda: self.broker_epoch,
+                              quotas=self.quotas, cluster=self.cluster, log_dir_mover=self.log_dir_mover,
+                              authz=Authz(authorizer), acls=self.acls, scram=self.scram,
+                              client_metrics=self.client_metrics, group_configs=self.group_configs,
+                              share_partitions=share, share_coordinator=shares)
+        if self.metrics is not None:
+            self._add_collectors(rm, groups)
+        await self.socket_server.start_serving(self.apis)
+        if self.cluster is not None:
+            await self.cluster.start(self._endpoints(), self._on_registered, ClusterChangeListeners(
+                topic_config=topics.apply_topic_config, user_config=self.scram.set_user,
+                client_metrics=self.client_metrics.set_subscription, group_config=self.group_configs.set_group,
+                acls=authorizer.replace if authorizer is not None else ClusterChangeListeners.acls))
+        self._tasks.append(loop.create_task(self._housekeeping()))
+        self.started = True
+        log.info("started in %.0f ms", (time.monotonic() - t0) * 1000)
+
+    async def _bind(self) -> None:
+        """Open the listeners (and the metrics endpoint) before anything loads or writes, so
+        that a port in use stops the broker first; an ephemeral port is advertised as bound."""
+        for (_name, host, port), listener in zip(self._served_listeners(), self.listeners):
             bound = await self.socket_server.bind(host, port, listener)
             self.bound_ports.append(bound)
             if listener.advertised is not None and listener.advertised.port == 0:
-                # An ephemeral port (0) is advertised as the port actually bound.
                 listener.advertised.port = bound
         if self.metrics is not None:
             self.metrics_port = await self.metrics.bind()
+        cfg = self.config
         if self.bound_ports and cfg.advertised_listeners is cfg.listeners and self.node.port == 0:
             self.node.port = self.bound_ports[0]
-        self.timer = Timer(asyncio.get_running_loop())
-        rm = self.replica_manager = ReplicaManager(
-            self.node_id, self.timer,
-            produce_purge_interval=cfg["producer.purgatory.purge.interval.requests"],
-            fetch_purge_interval=cfg["fetch.purgatory.purge.interval.requests"], clock=self.clock,
-            replica_lag_time_max_ms=cfg["replica.lag.time.max.ms"])
-        # Recovery of large logs is long file work: a worker thread, the loop stays free. Nothing
-        # reads the LogManager until it returns. Logs of partitions the metadata does not hold
-        # (a create or delete cut short by a crash) are deleted unread; in cluster mode the
-        # controller decides which replicas this node keeps.
+
+    async def _recover_logs(self) -> None:
+        """Recovery of large logs is long file work: a worker thread, the loop stays free.
+        Nothing reads the LogManager until it returns. Logs of partitions the metadata does not
+        hold (a create or delete cut short by a crash) are deleted unread; in cluster mode the
+        controller decides which replicas this node keeps."""
         try:
             await asyncio.get_running_loop().run_in_executor(
                 None, self.log_manager.startup, None, None if self.cluster_mode else self.metadata.holds)
@@ -229,96 +314,31 @@ class Broker:
             log.error("starting with log directory %s offline (%s): its partitions answer KAFKA_STORAGE_ERROR; "
                       "fix the fault and restart to recover it", d, why)
         self.dynamic_config.ensure_cluster_min_isr()  # the log dirs exist now
-        topics = self.topics = TopicManager(cfg, self.metadata, self.log_manager, rm, self.dynamic_config,
-                                            self.node_id)
-        topics.open_all(open_partitions=not self.cluster_mode)
-        topics.metadata_cache = self.metadata_cache
-        if self.cluster is not None:
-            # Topic configs are ZooKeeper's: every topic's now, and each change as it is noticed.
-            topics.config_store = self.cluster
-            for name, overrides in self.cluster.topic_configs.items():
-                topics.apply_topic_config(name, overrides)
-            self.cluster.topic_config_listener = topics.apply_topic_config
-        if self.metadata_cache is not None:
-            self._start_replication(rm, topics, self.metadata_cache)
-        log.info("%s", describe_fd_limit(fd_limit, len(rm.partitions)))
-        if cfg["log.cleaner.enable"]:
-            # One cleaner serves every compacted log (__consumer_offsets, __transaction_state, users').
-            self.log_cleaner = LogCleaner(self.log_manager, backoff_ms=cfg["log.cleaner.backoff.ms"],
-                                          time_ms=self.clock.milliseconds)
-            self.log_cleaner.start()
-        groups = self.group_coordinator = GroupCoordinator(cfg, rm, topics, topics, self.node, self.timer, self.clock,
-                                                           self.group_configs)
-        # As Kafka does, committed offsets of deleted partitions go too.
-        topics.on_partitions_deleted.append(groups.on_partitions_deleted)
-        groups.startup(lead_all=not self.cluster_mode)
-        # Markers on __consumer_offsets complete the producer's pending offsets in the group coordinator.
-        txns = self.transaction_coordinator = TransactionCoordinator(
-            cfg, rm, topics, topics, self.node, self._producer_ids(), offsets_listener=groups,
-            clock=self.clock)
-        txns.startup(lead_all=not self.cluster_mode)
-        # Share-partition state in __share_group_state: served locally, or by the partition's leader.
-        shares = self.share_coordinator = ShareCoordinator(ShareCoordinatorConfig.from_config(cfg), rm, topics,
-                                                           topics, self.node, self.clock)
-        shares.startup(lead_all=not self.cluster_mode)
-        self.share_persister = CoordinatorSharePersister(
-            shares, node_id=self.node_id, metadata_cache=self.metadata_cache, listener=cfg.inter_broker_listener,
-            request_timeout_ms=cfg["replica.socket.timeout.ms"], connector=self.connector)
-        if self.cluster_mode:
-            rm.leadership_listeners.append(CoordinatorLeadership(groups, txns, shares))
 
-        def topic_id(name: str) -> uuid.UUID | None:
-            t = topics.get(name)
-            return None if t is None else t.topic_id
+    def _build_cluster_links(self, cache: MetadataCache, local_txn_check: TxnVerifierRelay) -> None:
+        """Cluster mode's links to other brokers that the replica and transaction managers use:
+        AlterPartition to the controller, WriteTxnMarkers to the partitions' leaders, and
+        KIP-890's check with the transactional id's coordinator wherever it runs."""
+        cfg = self.config
+        listener, timeout_ms = cfg.inter_broker_listener, cfg["replica.socket.timeout.ms"]
+        self.alter_partition = ControllerAlterPartitionManager(
+            self.node_id, cache, listener, lambda: self.broker_epoch, request_timeout_ms=timeout_ms,
+            connector=self.connector)
+        self.alter_partition.start()
+        self.marker_channel = InterBrokerMarkerChannel(self.node_id, cache, listener, timeout_ms, self.connector)
+        self.txn_verifier = ClusterTxnVerifier(self.node_id, cache, listener, local_txn_check, timeout_ms,
+                                               self.connector,
+                                               verification_enabled=cfg["transaction.partition.verification.enable"])
 
-        share = self.share_partitions = SharePartitionManager(rm, self.timer, self.clock, self.group_configs.get,
-                                                                self.share_persister,
-                                                                max_sessions=cfg["group.share.max.share.sessions"],
-                                                                topic_id=topic_id)
-        rm.leadership_listeners.append(share)
-        topics.on_partitions_deleted.append(share.on_partitions_deleted)
-        # A deleted share group takes its share partitions' state with it (Kafka's DeleteShareGroupState).
-        groups.on_share_group_deleted.append(share.delete_group_state)
-        groups.share_state = share
-        groups.partition_ends = self.partition_ends = PartitionEnds(
-            rm, node_id=self.node_id, metadata_cache=self.metadata_cache, listener=cfg.inter_broker_listener,
-            request_timeout_ms=cfg["replica.socket.timeout.ms"], connector=self.connector)
-        if self.metadata_cache is not None:
-            # Markers for partitions other brokers lead go to them (WriteTxnMarkers), and KIP-890's
-            # check asks the transactional id's coordinator wherever it runs.
-            listener = cfg.inter_broker_listener
-            self.marker_channel = InterBrokerMarkerChannel(self.node_id, self.metadata_cache, listener,
-                                                           cfg["replica.socket.timeout.ms"], self.connector)
-            txns.markers.channel = self.marker_channel
-            self.txn_verifier = ClusterTxnVerifier(self.node_id, self.metadata_cache, listener, txns,
-                                                   cfg["replica.socket.timeout.ms"], self.connector)
-            rm.async_txn_verifier = self.txn_verifier
-        else:
-            rm.txn_verifier = txns.verify_produce
-        if self.cluster is not None:
-            self.cluster.prepare()
-        self.log_dir_mover = ReplicaAlterLogDirsManager(rm, self.log_manager)
-        authorizer = build_authorizer(cfg)
-        # ACLs live in ZooKeeper in a cluster (every broker follows their change notifications),
-        # in this broker's metadata otherwise.
-        self.acls = AclManager(authorizer, self.cluster if self.cluster is not None else self.dynamic_config)
-        if self.cluster is not None and authorizer is not None:
-            self.cluster.acl_listener = authorizer.replace
-        self.apis = KafkaApis(replica_manager=rm, group_coordinator=groups, txn_coordinator=txns, topics=topics,
-                              config=cfg, clock=self.clock, node=self.node, cluster_id=self.cluster_id,
-                              metadata_cache=self.metadata_cache, broker_epoch=lambda: self.broker_epoch,
-                              quotas=self.quotas, cluster=self.cluster, log_dir_mover=self.log_dir_mover,
-                              authz=Authz(authorizer), acls=self.acls, scram=self.scram,
-                              client_metrics=self.client_metrics, group_configs=self.group_configs,
-                              share_partitions=share, share_coordinator=shares)
-        if self.metrics is not None:
-            self._add_collectors(rm, groups)
-        await self.socket_server.start_serving(self.apis)
-        if self.cluster is not None:
-            await self.cluster.start(self._endpoints(), self._on_registered)
-        self._tasks.append(asyncio.get_running_loop().create_task(self._housekeeping()))
-        self.started = True
-        log.info("started in %.0f ms", (time.monotonic() - t0) * 1000)
+    def _replica_fetchers(self, rm: ReplicaManager) -> ReplicaFetcherManager:
+        """The replica manager's fetchers (it builds them on itself, as Kafka's does)."""
+        cfg = self.config
+        self.replica_fetchers = ReplicaFetcherManager(rm, self.node_id, FetcherConfig(
+            max_wait_ms=cfg["replica.fetch.wait.max.ms"], min_bytes=cfg["replica.fetch.min.bytes"],
+            max_bytes=cfg["replica.fetch.max.bytes"], response_max_bytes=cfg["replica.fetch.response.max.bytes"],
+            backoff_ms=cfg["replica.fetch.backoff.ms"], request_timeout_ms=cfg["replica.socket.timeout.ms"]),
+            broker_epoch=lambda: self.broker_epoch, connector=self.connector)
+        return self.replica_fetchers
 
     def _add_collectors(self, rm: ReplicaManager, groups: GroupCoordinator) -> None:
         assert self.metrics is not None and self.socket_server.request_metrics is not None
@@ -368,27 +388,6 @@ class Broker:
         if self.cluster is not None:
             return ZkProducerIdManager(self.cluster.client, self.node_id)
         return ProducerIdManager(self.config.log_dirs[0])
-
-    def _start_replication(self, rm: ReplicaManager, topics: TopicManager, cache: MetadataCache) -> None:
-        """Cluster mode: replicas come from LeaderAndIsr, followers fetch from their leaders,
-        leaders propose ISR changes to the controller and shrink the ISR of lagging followers."""
-        cfg = self.config
-        listener = cfg.inter_broker_listener
-        rm.replica_logs = topics
-        rm.metadata_cache = cache
-        rm.replica_selector = cfg["replica.selector.class"]
-        self.alter_partition = ControllerAlterPartitionManager(
-            self.node_id, cache, listener, lambda: self.broker_epoch,
-            request_timeout_ms=cfg["replica.socket.timeout.ms"], connector=self.connector)
-        self.alter_partition.start()
-        rm.alter_partition = self.alter_partition
-        self.replica_fetchers = ReplicaFetcherManager(rm, self.node_id, FetcherConfig(
-            max_wait_ms=cfg["replica.fetch.wait.max.ms"], min_bytes=cfg["replica.fetch.min.bytes"],
-            max_bytes=cfg["replica.fetch.max.bytes"], response_max_bytes=cfg["replica.fetch.response.max.bytes"],
-            backoff_ms=cfg["replica.fetch.backoff.ms"], request_timeout_ms=cfg["replica.socket.timeout.ms"]),
-            broker_epoch=lambda: self.broker_epoch, connector=self.connector)
-        rm.fetchers = self.replica_fetchers
-        self._tasks.append(asyncio.get_running_loop().create_task(self._isr_expiration(rm)))
 
     async def _isr_expiration(self, rm: ReplicaManager) -> None:
         # As Kafka's isr-expiration task: every half of replica.lag.time.max.ms.

@@ -158,7 +158,10 @@ class SocketServerConfig:
 class SocketServer:
     """The broker's listeners and the state their connections share."""
 
-    def __init__(self, config: SocketServerConfig, connection_rates: ConnectionRateLimits | None = None) -> None:
+    def __init__(self, config: SocketServerConfig, connection_rates: ConnectionRateLimits | None = None, *,
+                 request_metrics: RequestMetrics | None = None, request_log: RequestLogger | None = None) -> None:
+        """``request_metrics``: with metrics.listener, every request is timed; ``request_log``:
+        when request.log.threshold.ms would log anything."""
         self.handler: RequestHandler | None = None  # set by start_serving
         self.connection_rates: ConnectionRateLimits = connection_rates or _NoConnectionRates()
         self.config = config
@@ -169,9 +172,8 @@ class SocketServer:
         self.stage = bytearray(STAGE_SIZE)
         self.stage_view = memoryview(self.stage)
         self.connections: set[KafkaConnection] = set()
-        # Set by the broker when metrics.listener is; the connections then time every request.
-        self.request_metrics: RequestMetrics | None = None
-        self.request_log: RequestLogger | None = None  # set by the broker when it would log something
+        self.request_metrics = request_metrics
+        self.request_log = request_log
         self.file_sender: FileSender | None = (
             FileSender(max_stall_ms=config.connections_max_idle_ms) if file_sender.enabled() else None)
         # Per listener, as Kafka's successful- and failed-authentication-total.

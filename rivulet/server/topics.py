@@ -55,7 +55,13 @@ def broker_props(config: BrokerConfig, dynamic_config: DynamicBrokerConfig) -> d
 
 class TopicManager:
     def __init__(self, config: BrokerConfig, metadata: MetadataStore, log_manager: LogManager,
-                 replica_manager: ReplicaManager, dynamic_config: DynamicBrokerConfig, node_id: int) -> None:
+                 replica_manager: ReplicaManager, dynamic_config: DynamicBrokerConfig, node_id: int, *,
+                 metadata_cache: MetadataCache | None = None, config_store: TopicConfigStore | None = None,
+                 on_partitions_deleted: PartitionsDeleted | None = None) -> None:
+        """Cluster mode gives ``metadata_cache``, the topics as the controller stated them
+        (UpdateMetadata), and ``config_store``, where topic configs are written for every
+        broker (ZooKeeper). ``on_partitions_deleted`` is told of a deleted topic's partitions
+        (the coordinators drop their state)."""
         self.config = config
         self.metadata = metadata
         self.log_manager = log_manager
@@ -73,13 +79,11 @@ class TopicManager:
         self._alter_lock = asyncio.Lock()
         # False in cluster mode: replicas open when the controller's LeaderAndIsr names them.
         self.opens_partitions = True
-        # Cluster mode: the topics as the controller stated them (UpdateMetadata), and each
-        # topic's config overrides as ZooKeeper holds them (written there through the store).
-        self.metadata_cache: MetadataCache | None = None
-        self.config_store: TopicConfigStore | None = None
+        self.metadata_cache = metadata_cache
+        self.config_store = config_store
+        # Cluster mode: each topic's config overrides as ZooKeeper holds them.
         self._cluster_configs: dict[str, dict[str, str]] = {}
-        # Told when a topic's partitions are deleted (the group coordinator drops their offsets).
-        self.on_partitions_deleted: list[PartitionsDeleted] = []
+        self.on_partitions_deleted = on_partitions_deleted
 
     # ------------------------------------------------------------ the metadata view
     # In cluster mode the topics are the controller's (the metadata cache); the local store
@@ -92,6 +96,10 @@ class TopicManager:
             return TopicInfo(name, cache.topic_id(name) or uuid.UUID(int=0), cache.num_partitions(name) or 0,
                              dict(configs))
         return self.metadata.get(name)
+
+    def topic_id(self, name: str) -> uuid.UUID | None:
+        info = self.get(name)
+        return None if info is None else info.topic_id
 
     def topic_name(self, topic_id: uuid.UUID) -> str | None:
         cache = self.metadata_cache
@@ -308,8 +316,8 @@ class TopicManager:
         for tp in deleted:
             self.replica_manager.remove_partition(tp)
         self._log_configs.pop(name, None)
-        for listener in self.on_partitions_deleted:
-            listener(deleted)
+        if self.on_partitions_deleted is not None:
+            self.on_partitions_deleted(deleted)
         self._deleting.add(name)
         try:
             await self.off_loop(self._discard_logs, name, range(info.num_partitions))

@@ -17,6 +17,7 @@ import asyncio
 import logging
 import os
 import uuid
+from dataclasses import dataclass
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
@@ -61,6 +62,21 @@ def _stored_identity(log_dirs: list[str]) -> tuple[int | None, str | None]:
 def _log_failure(task: asyncio.Task) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.warning("reading the cluster from ZooKeeper failed: %s", task.exception())
+
+
+def _ignore(_name: str, _configs: dict[str, str]) -> object:
+    return None
+
+
+@dataclass(frozen=True)
+class ClusterChangeListeners:
+    """Who is told of what ZooKeeper's watches and change notifications bring, from ``start``."""
+
+    topic_config: Callable[[str, dict[str, str]], object] = _ignore  # new topics and their changes
+    user_config: Callable[[str, dict[str, str]], object] = _ignore  # SCRAM credentials
+    client_metrics: Callable[[str, dict[str, str]], object] = _ignore  # KIP-714 subscriptions
+    group_config: Callable[[str, dict[str, str]], object] = _ignore
+    acls: Callable[[ResourcePattern, set[AccessControlEntry]], object] = lambda _p, _e: None
 
 
 class ZkClusterMember:
@@ -108,16 +124,7 @@ class ZkClusterMember:
         self._controller_id = -1
         self._session_lost = False
         self._on_registered: Callable[[int], object] = lambda _epoch: None
-        # Told of a topic's config as ZooKeeper has it (new topics, change notifications).
-        self.topic_config_listener: Callable[[str, dict[str, str]], object] = lambda _name, _configs: None
-        # Told of a user's config when a change notification names it.
-        self.user_config_listener: Callable[[str, dict[str, str]], object] = lambda _name, _configs: None
-        # Told of a client metrics subscription when a change notification names it.
-        self.client_metrics_listener: Callable[[str, dict[str, str]], object] = lambda _name, _configs: None
-        # Told of a group's configs when a change notification names it.
-        self.group_config_listener: Callable[[str, dict[str, str]], object] = lambda _name, _configs: None
-        # Told of a resource pattern's ACLs as ZooKeeper has them after a change.
-        self.acl_listener: Callable[[ResourcePattern, set[AccessControlEntry]], object] = lambda _p, _e: None
+        self.changes = ClusterChangeListeners()
 
     def _resolve_identity(self) -> tuple[int, str]:
         cfg = self.config
@@ -161,10 +168,13 @@ class ZkClusterMember:
             self.clock)
         return self.controller
 
-    async def start(self, endpoints: list[EndPoint], on_registered: Callable[[int], object]) -> None:
+    async def start(self, endpoints: list[EndPoint], on_registered: Callable[[int], object],
+                    changes: ClusterChangeListeners) -> None:
         """Register this broker and start its candidate controller; the listeners must be serving.
-        ``on_registered`` gets the broker epoch of each registration (again after a lost session)."""
+        ``on_registered`` gets the broker epoch of each registration (again after a lost session);
+        ``changes`` is told of what the watches armed here bring."""
         self._on_registered = on_registered
+        self.changes = changes
         assert self.bridge is not None and self.controller is not None, "prepare() first"
         # The inter-broker listener first: where the controller and followers reach this broker.
         endpoints = sorted(endpoints, key=lambda e: e.listener != self.listener)
@@ -238,20 +248,20 @@ class ZkClusterMember:
             elif entity_type == "users" and "/" not in entity_name:
                 configs = await self.bridge.run(self.client.get_entity_config, "users", entity_name)
                 self.user_configs[entity_name] = configs
-                self.user_config_listener(entity_name, configs)
+                self.changes.user_config(entity_name, configs)
             elif entity_type == CLIENT_METRICS:
                 configs = await self.bridge.run(self.client.get_entity_config, CLIENT_METRICS, entity_name)
                 self.client_metrics[entity_name] = configs
-                self.client_metrics_listener(entity_name, configs)
+                self.changes.client_metrics(entity_name, configs)
             elif entity_type == GROUP_CONFIG_ENTITY:
                 configs = await self.bridge.run(self.client.get_entity_config, GROUP_CONFIG_ENTITY, entity_name)
                 self.group_configs[entity_name] = configs
-                self.group_config_listener(entity_name, configs)
+                self.changes.group_config(entity_name, configs)
 
     def _set_topic_config(self, name: str, configs: dict[str, str]) -> None:
         if self.topic_configs.get(name) != configs:
             self.topic_configs[name] = configs
-            self.topic_config_listener(name, configs)
+            self.changes.topic_config(name, configs)
 
     async def _on_acl_changes(self, change_path: str) -> None:
         """Kafka's ACL change notifications: re-read each pattern named after the last one seen."""
@@ -270,7 +280,7 @@ class ZkClusterMember:
             self.acls[pattern] = entries
         else:
             self.acls.pop(pattern, None)
-        self.acl_listener(pattern, entries)
+        self.changes.acls(pattern, entries)
 
     def load_acls(self) -> list[AclBinding]:
         return [AclBinding(p, e) for p, entries in self.acls.items() for e in entries]

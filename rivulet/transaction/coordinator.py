@@ -18,7 +18,7 @@ from rivulet.common.time import SYSTEM_CLOCK, Clock
 from rivulet.common.types import TopicPartition
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.replication.replica_manager import ReplicaManager
-from rivulet.transaction.markers import TransactionMarkerWriter, TxnOffsetsListener
+from rivulet.transaction.markers import MarkerChannel, TransactionMarkerWriter, TxnOffsetsListener
 from rivulet.transaction.metadata import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
@@ -41,7 +41,9 @@ ErrorCallback = Callable[[ErrorCode], None]
 class TransactionCoordinator:
     def __init__(self, config: ConfigValues, replica_manager: ReplicaManager, metadata: MetadataView,
                  topic_creator: InternalTopicCreator, node: NodeEndpoint, producer_ids: ProducerIdGenerator,
-                 offsets_listener: TxnOffsetsListener, clock: Clock = SYSTEM_CLOCK) -> None:
+                 offsets_listener: TxnOffsetsListener, clock: Clock = SYSTEM_CLOCK,
+                 marker_channel: MarkerChannel | None = None) -> None:
+        """``marker_channel`` (cluster mode): how markers reach partitions other brokers lead."""
         cfg = config
         self.config = cfg
         self.replica_manager = replica_manager
@@ -51,7 +53,8 @@ class TransactionCoordinator:
         self.clock = clock
         self.producer_ids = producer_ids
         self.state_manager = TransactionStateManager(cfg, replica_manager, clock)
-        self.markers = TransactionMarkerWriter(self.state_manager, replica_manager, metadata, offsets_listener)
+        self.markers = TransactionMarkerWriter(self.state_manager, replica_manager, metadata, offsets_listener,
+                                              marker_channel)
         self.active = False
         self.shutting_down = False
         self.verification_enabled: bool = cfg["transaction.partition.verification.enable"]

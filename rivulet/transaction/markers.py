@@ -65,7 +65,9 @@ class MarkerChannel(Protocol):
 
 class TransactionMarkerWriter:
     def __init__(self, state: TransactionStateManager, replica_manager: ReplicaManager, metadata: MetadataView,
-                 offsets_listener: TxnOffsetsListener) -> None:
+                 offsets_listener: TxnOffsetsListener, channel: MarkerChannel | None = None) -> None:
+        """``channel`` (cluster mode): partitions led by other brokers get their markers
+        through WriteTxnMarkers."""
         self.state = state
         self.metadata = metadata
         self.replica_manager = replica_manager
@@ -74,8 +76,7 @@ class TransactionMarkerWriter:
         self.pending: dict[str, PendingCompleteTxn] = {}
         self._tasks: set[asyncio.Task] = set()
         self.markers_written = 0
-        # Cluster mode: partitions led by other brokers get their markers through WriteTxnMarkers.
-        self.channel: MarkerChannel | None = None
+        self.channel = channel
 
     def add_txn_markers_to_send(self, coordinator_epoch: int, commit: bool, md: TransactionMetadata,
                                 transit: TxnTransitMetadata) -> None:

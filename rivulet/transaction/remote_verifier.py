@@ -12,26 +12,30 @@ from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.messages import add_partitions_to_txn_request as aptq
 from rivulet.replication.link import PLAINTEXT_CONNECTOR, BrokerConnector, BrokerLink
 from rivulet.replication.metadata_cache import MetadataCache
-from rivulet.transaction.coordinator import TransactionCoordinator
+from rivulet.replication.replica_manager import TxnVerifier
 from rivulet.transaction.txn_log import TRANSACTION_STATE_TOPIC_NAME, partition_for
 
 log = logging.getLogger(__name__)
 
 
 class ClusterTxnVerifier:
-    def __init__(self, node_id: int, cache: MetadataCache, listener: str, local: TransactionCoordinator,
-                 request_timeout_ms: int = 30000, connector: BrokerConnector = PLAINTEXT_CONNECTOR) -> None:
+    def __init__(self, node_id: int, cache: MetadataCache, listener: str, local: TxnVerifier,
+                 request_timeout_ms: int = 30000, connector: BrokerConnector = PLAINTEXT_CONNECTOR, *,
+                 verification_enabled: bool = True) -> None:
+        """``local`` answers for the transactional ids this broker coordinates;
+        ``verification_enabled`` is transaction.partition.verification.enable."""
         self.node_id = node_id
         self.connector = connector
         self.cache = cache
         self.listener = listener
         self.local = local
+        self.verification_enabled = verification_enabled
         self._links: dict[int, BrokerLink] = {}
         self.request_timeout_ms = request_timeout_ms
 
     async def verify(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
                      tp: TopicPartition) -> ErrorCode:
-        if not self.local.verification_enabled:
+        if not self.verification_enabled:
             return ErrorCode.NONE
         if not transactional_id:
             return ErrorCode.INVALID_TXN_STATE

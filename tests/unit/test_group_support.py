@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from rivulet.common.cluster import NodeEndpoint
 from rivulet.common.time import MockClock
@@ -173,14 +173,17 @@ class FakeCluster:
         self.timer.advance_clock(self.timer.now_ms + ms)
 
 
-def new_coordinator(b: FakeCluster) -> GroupCoordinator:
+def new_coordinator(b: FakeCluster, on_share_group_deleted: Callable[[str, list[TopicPartition]], None] | None = None
+                    ) -> GroupCoordinator:
     """A coordinator (not started) over ``b``'s collaborators, e.g. the same log after a restart."""
-    return GroupCoordinator(b.config, b.replica_manager, b.metadata, b, b.node, b.timer, b.clock)
+    return GroupCoordinator(b.config, b.replica_manager, b.metadata, b, b.node, b.timer, b.clock,
+                            on_share_group_deleted=on_share_group_deleted)
 
 
-def make_coordinator(**overrides: Any) -> tuple[GroupCoordinator, FakeCluster]:
+def make_coordinator(on_share_group_deleted: Callable[[str, list[TopicPartition]], None] | None = None,
+                     **overrides: Any) -> tuple[GroupCoordinator, FakeCluster]:
     b = FakeCluster(**overrides)
-    c = new_coordinator(b)
+    c = new_coordinator(b, on_share_group_deleted)
     c.startup()
     return c, b
 

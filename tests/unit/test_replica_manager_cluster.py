@@ -83,9 +83,8 @@ def rm(tmp_path):
     loop = asyncio.new_event_loop()
     timer = Timer(loop)
     logs = Logs(tmp_path)
-    m = ReplicaManager(NODE, timer, clock=MockClock(wall_ms=T0), replica_logs=logs)
-    m.fetchers = Fetchers()
-    m.leadership_listeners.append(Leadership())
+    m = ReplicaManager(NODE, timer, clock=MockClock(wall_ms=T0), replica_logs=logs,
+                       fetchers=lambda _rm: Fetchers(), leadership=Leadership())
     yield m
     m.shutdown()
     timer.shutdown()
@@ -111,7 +110,7 @@ def test_leader_and_isr_creates_the_replica_and_leads(rm) -> None:
     p = rm.partitions[TP]
     assert p.is_leader and p.leader_epoch == 0 and p.isr == [1, 2]
     assert p.log.epoch_entries() == [(0, 0)]
-    assert rm.leadership_listeners[0].changes == [([TP], [])]
+    assert rm.leadership.changes == [([TP], [])]
     assert TP in rm.fetchers.removed  # nothing fetches for a partition this node leads
 
 
@@ -164,7 +163,7 @@ def test_leadership_moves_from_leader_to_follower(rm) -> None:
     lai(rm, state(2, 2))
     p = rm.partitions[TP]
     assert not p.is_leader and p.followers == {}
-    assert rm.leadership_listeners[0].changes[-1] == ([], [TP])
+    assert rm.leadership.changes[-1] == ([], [TP])
 
 
 def test_stop_replica_fences_older_leader_epochs_and_deletes(rm) -> None:
@@ -183,7 +182,7 @@ def test_stop_replica_fences_older_leader_epochs_and_deletes(rm) -> None:
 def test_stopping_a_led_partition_with_deletion_resigns_it(rm) -> None:
     lai(rm, state(NODE, 1))
     rm.stop_replicas(0, 1, {TP: (1, True)})
-    assert rm.leadership_listeners[0].changes[-1] == ([], [TP])
+    assert rm.leadership.changes[-1] == ([], [TP])
 
 
 # ---------------------------------------------------------------- the metadata cache

@@ -413,7 +413,8 @@ def test_group_id_not_found_and_kinds_that_do_not_mix():
 
 
 def test_list_describe_and_delete():
-    c, b = make_coordinator()
+    deleted: list = []
+    c, b = make_coordinator(lambda group_id, tps: deleted.append((group_id, tps)))
     b.add_topic("t", 1)
     share_beat(c, "m1", 0, ["t"])
     _, groups = c.handle_list_groups(types=["share"])
@@ -430,8 +431,6 @@ def test_list_describe_and_delete():
     assert c.handle_list_groups(states=["empty"])[1][0].group_id == "sg"
     c.manager.cleanup_expired_offsets()  # an empty share group does not expire
     assert c.manager.get_group("sg") is not None
-    deleted: list = []
-    c.on_share_group_deleted.append(lambda group_id, tps: deleted.append((group_id, tps)))
     assert c.handle_delete_groups(["sg"]) == {"sg": ErrorCode.NONE}
     assert c.manager.get_group("sg") is None
     assert deleted == [("sg", [TopicPartition("t", 0)])]  # its share partitions' state goes too
