@@ -12,13 +12,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from rivulet.client.connection import PLAINTEXT_CONNECTOR, BrokerConnection, BrokerConnector
 from rivulet.common.logs import RateLimitFilter
 from rivulet.common.types import TopicPartition
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.messages import alter_partition_request as apq
-from rivulet.replication.link import BrokerLink
-from rivulet.replication.metadata_cache import MetadataCache
+from rivulet.replication.link import BrokerLinks
 from rivulet.replication.partition import AlterPartitionCallback, LeaderAndIsr
 
 log = logging.getLogger(__name__)
@@ -40,19 +38,15 @@ class _Pending:
 class ControllerAlterPartitionManager:
     """An ``AlterPartitionManager`` that sends to the controller over the inter-broker listener."""
 
-    def __init__(self, node_id: int, cache: MetadataCache, listener: str, broker_epoch: Callable[[], int],
-                 retry_backoff_ms: int = 100, request_timeout_ms: int = 30000,
-                 connector: BrokerConnector = PLAINTEXT_CONNECTOR) -> None:
-        self.node_id = node_id
-        self.cache = cache
-        self.listener = listener
+    def __init__(self, links: BrokerLinks, broker_epoch: Callable[[], int], retry_backoff_ms: int = 100) -> None:
+        """``links``: to the controller, found in its metadata cache; ``broker_epoch``: this
+        broker's registration epoch (KIP-903), sent with each proposal."""
+        self.links = links
         self.broker_epoch = broker_epoch
         self.retry_backoff_ms = retry_backoff_ms
-        self.request_timeout_ms = request_timeout_ms
         self._queue: dict[TopicPartition, _Pending] = {}
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
-        self._link = BrokerLink(f"broker-{node_id}", request_timeout_ms, connector)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="alter-partition")
@@ -64,7 +58,13 @@ class ControllerAlterPartitionManager:
         self._wakeup.set()
 
     async def close(self) -> None:
-        await self._link.close(self._task)
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        await self.links.close()
 
     async def _run(self) -> None:
         while True:
@@ -78,23 +78,18 @@ class ControllerAlterPartitionManager:
                 raise
             except (ConnectionError, OSError, TimeoutError, ApiError) as e:
                 log.info("AlterPartition to the controller failed (%s); retrying", e)
-                await self._link.drop()
+                await self.links.close()  # its one connection, to the controller
                 retry = list(batch.values())
             for p in retry:
                 self._queue.setdefault(p.tp, p)
             if retry:
                 await asyncio.sleep(self.retry_backoff_ms / 1000)
 
-    async def _controller(self) -> BrokerConnection:
-        cid = self.cache.controller_id
-        broker = self.cache.alive_broker(cid) if cid is not None else None
-        endpoint = broker.endpoint(self.listener) if broker is not None else None
-        if cid is None or endpoint is None:
-            raise ConnectionError("no controller known")
-        return await self._link.connection(cid, endpoint.host, endpoint.port)
-
     async def _send(self, batch: dict[TopicPartition, _Pending]) -> list[_Pending]:
-        conn = await self._controller()
+        cid = self.links.cache.controller_id if self.links.cache is not None else None
+        if cid is None:
+            raise ConnectionError("no controller known")
+        conn = await self.links.connection(cid)
         v = conn.version_for(apq.AlterPartitionRequest.API_KEY, 3)
         by_topic: dict[str, list[apq.PartitionData]] = {}
         ids: dict[str, uuid.UUID] = {}
@@ -102,18 +97,18 @@ class ControllerAlterPartitionManager:
         for p in batch.values():
             ids[p.tp.topic] = p.topic_id
             pr = p.proposed
-            epochs = [own_epoch if b == self.node_id else p.broker_epochs.get(b, -1) for b in pr.isr]
+            epochs = [own_epoch if b == self.links.node_id else p.broker_epochs.get(b, -1) for b in pr.isr]
             by_topic.setdefault(p.tp.topic, []).append(apq.PartitionData(
                 partition_index=p.tp.partition, leader_epoch=pr.leader_epoch, new_isr=list(pr.isr),
                 new_isr_with_epochs=[apq.BrokerState(broker_id=b, broker_epoch=e) for b, e in zip(pr.isr, epochs)],
                 leader_recovery_state=0, partition_epoch=pr.partition_epoch))
-        req = apq.AlterPartitionRequest(broker_id=self.node_id, broker_epoch=own_epoch, topics=[
+        req = apq.AlterPartitionRequest(broker_id=self.links.node_id, broker_epoch=own_epoch, topics=[
             apq.TopicData(topic_name=t, topic_id=ids[t], partitions=ps) for t, ps in by_topic.items()])
         resp = await conn.send(req, v)
         top = ErrorCode(resp.error_code)
         if top != ErrorCode.NONE:
             if top in _RETRIABLE:
-                log.debug("AlterPartition to broker %s: %s; retrying", self.cache.controller_id, top.name)
+                log.debug("AlterPartition to broker %s: %s; retrying", cid, top.name)
                 return list(batch.values())
             for p in batch.values():
                 p.on_result(top)

@@ -1,11 +1,21 @@
-"""One inter-broker connection kept by a background task (a replica fetcher, the
-AlterPartition sender): opened on first use, dropped on failure, closed with its task."""
+"""This broker's connections to the others: ``BrokerLink``, one connection kept by a
+background task (a replica fetcher, the AlterPartition sender), opened on first use, dropped
+on failure, closed with its task; ``BrokerLinks``, one such link per broker for one purpose
+(transaction markers, KIP-890 checks, share state, partition ends), each broker found in the
+metadata cache on the inter-broker listener."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from rivulet.client.connection import PLAINTEXT_CONNECTOR, BrokerConnection, BrokerConnector  # noqa: F401  (re-exported)
+from rivulet.common.types import TopicPartition
+from rivulet.protocol.errors import ApiError
+from rivulet.replication.metadata_cache import BrokerEndpoint, MetadataCache
+
+# What a failed exchange with another broker raises: the link is dropped and the caller retries.
+LINK_ERRORS = (ConnectionError, OSError, TimeoutError, ApiError)
 
 
 class BrokerLink:
@@ -42,3 +52,61 @@ class BrokerLink:
             except asyncio.CancelledError:
                 pass
         await self.drop()
+
+
+class BrokerLinks:
+    """One ``BrokerLink`` per broker for one purpose, over the inter-broker ``listener``; the
+    brokers' endpoints come from the metadata cache (cluster mode; without one, no broker is
+    reachable and the callers serve everything locally)."""
+
+    def __init__(self, purpose: str, node_id: int, cache: MetadataCache | None, listener: str,
+                 request_timeout_ms: int = 30000, connector: BrokerConnector = PLAINTEXT_CONNECTOR) -> None:
+        self.node_id = node_id
+        self.cache = cache
+        self.listener = listener
+        self.request_timeout_ms = request_timeout_ms
+        self._client_id = f"broker-{node_id}-{purpose}"
+        self._connector = connector
+        self._links: dict[int, BrokerLink] = {}
+
+    def endpoint(self, broker_id: int) -> BrokerEndpoint | None:
+        """Where a live ``broker_id`` listens on the inter-broker listener."""
+        broker = self.cache.alive_broker(broker_id) if self.cache is not None else None
+        return broker.endpoint(self.listener) if broker is not None else None
+
+    def leader(self, tp: TopicPartition) -> tuple[int, BrokerEndpoint | None]:
+        """``tp``'s leader as the metadata cache has it (-1 when none), and its endpoint."""
+        if self.cache is None:
+            return -1, None
+        leader, _epoch, endpoint = self.cache.leader_and_endpoint(tp, self.listener)
+        return leader, endpoint
+
+    async def connection(self, broker_id: int, endpoint: BrokerEndpoint | None = None) -> BrokerConnection:
+        """The open connection to ``broker_id`` (at ``endpoint``, else where the cache places it)."""
+        endpoint = endpoint or self.endpoint(broker_id)
+        if endpoint is None:
+            raise ConnectionError(f"broker {broker_id} has no live endpoint on listener {self.listener}")
+        link = self._links.get(broker_id)
+        if link is None:
+            link = self._links[broker_id] = BrokerLink(self._client_id, self.request_timeout_ms, self._connector)
+        return await link.connection(broker_id, endpoint.host, endpoint.port)
+
+    async def send(self, broker_id: int, request: Any, max_version: int | None = None,
+                   endpoint: BrokerEndpoint | None = None) -> Any:
+        """``request`` to ``broker_id`` at the highest version both speak (up to ``max_version``);
+        on failure the connection is dropped and one of ``LINK_ERRORS`` raised."""
+        try:
+            conn = await self.connection(broker_id, endpoint)
+            return await conn.send(request, conn.version_for(request.API_KEY, max_version))
+        except LINK_ERRORS:
+            await self.drop(broker_id)
+            raise
+
+    async def drop(self, broker_id: int) -> None:
+        link = self._links.get(broker_id)
+        if link is not None:
+            await link.drop()
+
+    async def close(self) -> None:
+        for link in self._links.values():
+            await link.drop()

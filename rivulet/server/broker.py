@@ -22,6 +22,7 @@ from rivulet.coordinator.group_coordinator import GroupCoordinator
 from rivulet.delayed import Timer
 from rivulet.replication.alter_partition import ControllerAlterPartitionManager
 from rivulet.replication.fetcher import FetcherConfig, ReplicaFetcherManager
+from rivulet.replication.link import BrokerLinks
 from rivulet.replication.log_dir_mover import ReplicaAlterLogDirsManager
 from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.replication.replica_manager import ReplicaManager
@@ -196,7 +197,7 @@ class Broker:
         cache = self.metadata_cache
         replica_logs, partition_events, local_txn_check = ReplicaLogsRelay(), PartitionEvents(), TxnVerifierRelay()
         if cache is not None:
-            self._build_cluster_links(cache, local_txn_check)
+            self._build_cluster_links(local_txn_check)
         rm = self.replica_manager = ReplicaManager(
             self.node_id, timer,
             produce_purge_interval=cfg["producer.purgatory.purge.interval.requests"],
@@ -230,15 +231,11 @@ class Broker:
         # Share-partition state in __share_group_state: served locally, or by the partition's leader.
         shares = self.share_coordinator = ShareCoordinator(ShareCoordinatorConfig.from_config(cfg), rm, topics,
                                                            topics, self.node, self.clock)
-        self.share_persister = CoordinatorSharePersister(
-            shares, node_id=self.node_id, metadata_cache=cache, listener=cfg.inter_broker_listener,
-            request_timeout_ms=cfg["replica.socket.timeout.ms"], connector=self.connector)
+        self.share_persister = CoordinatorSharePersister(shares, self._links("share-state"))
         share = self.share_partitions = SharePartitionManager(
             rm, timer, self.clock, self.group_configs.get, self.share_persister,
             max_sessions=cfg["group.share.max.share.sessions"], topic_id=topics.topic_id)
-        self.partition_ends = PartitionEnds(
-            rm, node_id=self.node_id, metadata_cache=cache, listener=cfg.inter_broker_listener,
-            request_timeout_ms=cfg["replica.socket.timeout.ms"], connector=self.connector)
+        self.partition_ends = PartitionEnds(rm, self._links("partition-ends"))
         # A deleted share group takes its share partitions' state with it (Kafka's DeleteShareGroupState).
         groups = self.group_coordinator = GroupCoordinator(
             cfg, rm, topics, topics, self.node, timer, self.clock, self.group_configs, share_state=share,
@@ -315,20 +312,24 @@ class Broker:
                       "fix the fault and restart to recover it", d, why)
         self.dynamic_config.ensure_cluster_min_isr()  # the log dirs exist now
 
-    def _build_cluster_links(self, cache: MetadataCache, local_txn_check: TxnVerifierRelay) -> None:
+    def _links(self, purpose: str) -> BrokerLinks:
+        """This broker's connections of one purpose to the others, on the inter-broker listener
+        (none reachable on a single node, which has no metadata cache)."""
+        cfg = self.config
+        return BrokerLinks(purpose, self.node_id, self.metadata_cache, cfg.inter_broker_listener,
+                           cfg["replica.socket.timeout.ms"], self.connector)
+
+    def _build_cluster_links(self, local_txn_check: TxnVerifierRelay) -> None:
         """Cluster mode's links to other brokers that the replica and transaction managers use:
         AlterPartition to the controller, WriteTxnMarkers to the partitions' leaders, and
         KIP-890's check with the transactional id's coordinator wherever it runs."""
-        cfg = self.config
-        listener, timeout_ms = cfg.inter_broker_listener, cfg["replica.socket.timeout.ms"]
-        self.alter_partition = ControllerAlterPartitionManager(
-            self.node_id, cache, listener, lambda: self.broker_epoch, request_timeout_ms=timeout_ms,
-            connector=self.connector)
+        self.alter_partition = ControllerAlterPartitionManager(self._links("alter-partition"),
+                                                               lambda: self.broker_epoch)
         self.alter_partition.start()
-        self.marker_channel = InterBrokerMarkerChannel(self.node_id, cache, listener, timeout_ms, self.connector)
-        self.txn_verifier = ClusterTxnVerifier(self.node_id, cache, listener, local_txn_check, timeout_ms,
-                                               self.connector,
-                                               verification_enabled=cfg["transaction.partition.verification.enable"])
+        self.marker_channel = InterBrokerMarkerChannel(self._links("txn-markers"))
+        self.txn_verifier = ClusterTxnVerifier(
+            self._links("txn-verify"), local_txn_check,
+            verification_enabled=self.config["transaction.partition.verification.enable"])
 
     def _replica_fetchers(self, rm: ReplicaManager) -> ReplicaFetcherManager:
         """The replica manager's fetchers (it builds them on itself, as Kafka's does)."""

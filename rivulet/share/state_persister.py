@@ -25,8 +25,7 @@ from rivulet.protocol.messages import (
     read_share_group_state_summary_request as rssq,
     write_share_group_state_request as wsq,
 )
-from rivulet.replication.link import PLAINTEXT_CONNECTOR, BrokerConnector, BrokerLink
-from rivulet.replication.metadata_cache import MetadataCache
+from rivulet.replication.link import LINK_ERRORS, BrokerLinks
 
 from .coordinator import SHARE_GROUP_STATE_TOPIC_NAME, ShareCoordinator
 from .partition import SharePartitionSnapshot
@@ -45,24 +44,17 @@ _RETRIABLE = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NOT_CO
 
 
 class CoordinatorSharePersister:
-    def __init__(self, coordinator: ShareCoordinator, *, node_id: int = -1, metadata_cache: MetadataCache | None = None,
-                 listener: str = "", request_timeout_ms: int = 30000, retry_backoff_ms: int = 100,
-                 connector: BrokerConnector = PLAINTEXT_CONNECTOR) -> None:
-        """``metadata_cache`` (cluster mode): where each ``__share_group_state`` partition's leader is,
-        reached on the inter-broker ``listener``."""
+    def __init__(self, coordinator: ShareCoordinator, links: BrokerLinks, *, retry_backoff_ms: int = 100) -> None:
+        """``links`` (with a metadata cache in cluster mode): to each ``__share_group_state``
+        partition's leader."""
         self.coordinator = coordinator
-        self.node_id = node_id
-        self.metadata_cache = metadata_cache
-        self.listener = listener
-        self.request_timeout_ms = request_timeout_ms
+        self.links = links
         self.retry_backoff_ms = retry_backoff_ms
-        self.connector = connector
-        self._links: dict[int, BrokerLink] = {}  # one connection per coordinator broker
         self._lookup: asyncio.Future | None = None
 
     async def _call(self, key: SharePartitionKey, local: Callable[[], Awaitable[T]],
-                    remote: Callable[[Any], Awaitable[T]]) -> T:
-        deadline = asyncio.get_running_loop().time() + self.request_timeout_ms / 1000
+                    remote: Callable[[int], Awaitable[T]]) -> T:
+        deadline = asyncio.get_running_loop().time() + self.links.request_timeout_ms / 1000
         backoff = self.retry_backoff_ms / 1000
         while True:
             try:
@@ -77,9 +69,9 @@ class CoordinatorSharePersister:
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 1.0)
 
-    def _coordinator_node(self, key: SharePartitionKey) -> tuple[int, str, int] | None:
-        """None when the local coordinator serves the key, else (broker id, host, port)."""
-        cache = self.metadata_cache
+    def _coordinator_node(self, key: SharePartitionKey) -> int | None:
+        """None when the local coordinator serves the key, else the broker that does."""
+        cache = self.links.cache
         if cache is None:
             return None
         n = cache.num_partitions(SHARE_GROUP_STATE_TOPIC_NAME)
@@ -87,47 +79,35 @@ class CoordinatorSharePersister:
             self._have_topic_created(key)
             raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         tp = TopicPartition(SHARE_GROUP_STATE_TOPIC_NAME, self.coordinator.partition_for(key.coordinator_key()))
-        leader, _epoch, endpoint = cache.leader_and_endpoint(tp, self.listener)
-        if leader == self.node_id:
+        leader, endpoint = self.links.leader(tp)
+        if leader == self.links.node_id:
             return None
         if endpoint is None:
             raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        return leader, endpoint.host, endpoint.port
+        return leader
 
     def _have_topic_created(self, key: SharePartitionKey) -> None:
         """No ``__share_group_state`` yet: ask for the key's coordinator (FindCoordinator key type
         SHARE, to this broker over the inter-broker listener), which has the controller create the
         topic, as Kafka's persister's lookup does."""
-        me = self.metadata_cache.alive_broker(self.node_id) if self.metadata_cache is not None else None
-        endpoint = me.endpoint(self.listener) if me is not None else None
-        if endpoint is None or (self._lookup is not None and not self._lookup.done()):
+        if self.links.endpoint(self.links.node_id) is None or (self._lookup is not None and not self._lookup.done()):
             return
         request = fcq.FindCoordinatorRequest(key=key.coordinator_key(), key_type=SHARE_KEY_TYPE,
                                              coordinator_keys=[key.coordinator_key()])
 
         async def ask() -> None:
             try:
-                conn = await self._link(self.node_id).connection(self.node_id, endpoint.host, endpoint.port)
-                await conn.send(request, conn.version_for(request.API_KEY))
-            except (ConnectionError, OSError, TimeoutError, ApiError) as e:
+                await self.links.send(self.links.node_id, request)
+            except LINK_ERRORS as e:
                 log.info("looking up the share coordinator failed: %s", e)
         self._lookup = asyncio.ensure_future(ask())
 
-    def _link(self, broker_id: int) -> BrokerLink:
-        link = self._links.get(broker_id)
-        if link is None:
-            link = self._links[broker_id] = BrokerLink(f"broker-{self.node_id}-share-state", self.request_timeout_ms,
-                                                       self.connector)
-        return link
-
-    async def _send(self, node: tuple[int, str, int], request: Any) -> Any:
+    async def _send(self, node: int, request: Any) -> Any:
         """One request to the coordinator broker; its one partition's result."""
         try:
-            conn = await self._link(node[0]).connection(*node)
-            resp = await conn.send(request, conn.version_for(request.API_KEY))
+            resp = await self.links.send(node, request)
         except (ConnectionError, OSError, TimeoutError) as e:
-            log.info("share state request to broker %d failed: %s", node[0], e)
-            await self._link(node[0]).drop()
+            log.info("share state request to broker %d failed: %s", node, e)
             raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)) from e
         result = resp.results[0].partitions[0]
         if result.error_code != ErrorCode.NONE:
@@ -137,7 +117,7 @@ class CoordinatorSharePersister:
     # -- the SharePersister contract ---------------------------------------------------------
 
     async def read_state(self, key: SharePartitionKey, leader_epoch: int = -1) -> SharePartitionSnapshot | None:
-        async def remote(node: tuple[int, str, int]) -> SharePartitionSnapshot | None:
+        async def remote(node: int) -> SharePartitionSnapshot | None:
             r = await self._send(node, rsq.ReadShareGroupStateRequest(group_id=key.group_id, topics=[
                 rsq.ReadStateData(topic_id=key.topic_id, partitions=[
                     rsq.PartitionData(partition=key.partition, leader_epoch=leader_epoch)])]))
@@ -146,7 +126,7 @@ class CoordinatorSharePersister:
 
     async def write_state(self, key: SharePartitionKey, snapshot: SharePartitionSnapshot, *,
                           leader_epoch: int = -1, delivery_complete_count: int = -1) -> None:
-        async def remote(node: tuple[int, str, int]) -> None:
+        async def remote(node: int) -> None:
             await self._send(node, wsq.WriteShareGroupStateRequest(group_id=key.group_id, topics=[
                 wsq.WriteStateData(topic_id=key.topic_id, partitions=[wsq.PartitionData(
                     partition=key.partition, state_epoch=snapshot.state_epoch, leader_epoch=leader_epoch,
@@ -160,7 +140,7 @@ class CoordinatorSharePersister:
 
     async def initialize_state(self, key: SharePartitionKey, start_offset: int, state_epoch: int | None = None
                                ) -> None:
-        async def remote(node: tuple[int, str, int]) -> None:
+        async def remote(node: int) -> None:
             epoch = state_epoch
             if epoch is None:
                 summary = await self.read_summary(key)
@@ -171,7 +151,7 @@ class CoordinatorSharePersister:
         await self._call(key, lambda: self.coordinator.initialize_state(key, start_offset, state_epoch), remote)
 
     async def read_summary(self, key: SharePartitionKey, leader_epoch: int = -1) -> ShareStateSummary | None:
-        async def remote(node: tuple[int, str, int]) -> ShareStateSummary | None:
+        async def remote(node: int) -> ShareStateSummary | None:
             r = await self._send(node, rssq.ReadShareGroupStateSummaryRequest(group_id=key.group_id, topics=[
                 rssq.ReadStateSummaryData(topic_id=key.topic_id, partitions=[
                     rssq.PartitionData(partition=key.partition, leader_epoch=leader_epoch)])]))
@@ -181,7 +161,7 @@ class CoordinatorSharePersister:
         return await self._call(key, lambda: self.coordinator.read_summary(key, leader_epoch), remote)
 
     async def delete_state(self, key: SharePartitionKey) -> None:
-        async def remote(node: tuple[int, str, int]) -> None:
+        async def remote(node: int) -> None:
             await self._send(node, dsq.DeleteShareGroupStateRequest(group_id=key.group_id, topics=[
                 dsq.DeleteStateData(topic_id=key.topic_id, partitions=[dsq.PartitionData(partition=key.partition)])]))
         await self._call(key, lambda: self.coordinator.delete_state(key), remote)
@@ -189,5 +169,4 @@ class CoordinatorSharePersister:
     async def close(self) -> None:
         if self._lookup is not None:
             self._lookup.cancel()
-        for link in self._links.values():
-            await link.drop()
+        await self.links.close()

@@ -10,10 +10,9 @@ import logging
 
 from rivulet.common.logs import RateLimitFilter
 from rivulet.common.types import TopicPartition
-from rivulet.protocol.errors import ApiError, ErrorCode
+from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages import write_txn_markers_request as wtq
-from rivulet.replication.link import PLAINTEXT_CONNECTOR, BrokerConnector, BrokerLink
-from rivulet.replication.metadata_cache import MetadataCache
+from rivulet.replication.link import LINK_ERRORS, BrokerLinks
 
 log = logging.getLogger(__name__)
 # A broker that stays unreachable is logged once per interval while the markers are retried.
@@ -21,31 +20,23 @@ log.addFilter(RateLimitFilter(level=logging.INFO))
 
 
 class InterBrokerMarkerChannel:
-    def __init__(self, node_id: int, cache: MetadataCache, listener: str, request_timeout_ms: int = 30000,
-                 connector: BrokerConnector = PLAINTEXT_CONNECTOR) -> None:
-        self.node_id = node_id
-        self.connector = connector
-        self.cache = cache
-        self.listener = listener
-        self.request_timeout_ms = request_timeout_ms
-        self._links: dict[int, BrokerLink] = {}
+    def __init__(self, links: BrokerLinks) -> None:
+        """``links``: to the partitions' leaders, found in its metadata cache."""
+        self.links = links
         self._locks: dict[int, asyncio.Lock] = {}
 
     def partition_exists(self, tp: TopicPartition) -> bool:
-        return self.cache.partition(tp) is not None
+        return self.links.cache is not None and self.links.cache.partition(tp) is not None
 
     def leader_of(self, tp: TopicPartition) -> int:
         """The partition's leader, -1 when none is known."""
-        state = self.cache.partition(tp)
-        return state.leader if state is not None else -1
+        return self.links.leader(tp)[0]
 
     async def write(self, broker_id: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                     commit: bool, tps: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
         """WriteTxnMarkers to ``broker_id``; a failure to reach it answers every partition with
         a retriable error."""
-        broker = self.cache.alive_broker(broker_id)
-        endpoint = broker.endpoint(self.listener) if broker is not None else None
-        if endpoint is None:
+        if self.links.endpoint(broker_id) is None:
             return {tp: ErrorCode.NOT_LEADER_OR_FOLLOWER for tp in tps}
         by_topic: dict[str, list[int]] = {}
         for tp in tps:
@@ -54,17 +45,13 @@ class InterBrokerMarkerChannel:
             producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
             coordinator_epoch=coordinator_epoch,
             topics=[wtq.WritableTxnMarkerTopic(name=t, partition_indexes=ps) for t, ps in by_topic.items()])])
-        link = self._links.setdefault(broker_id, BrokerLink(f"broker-{self.node_id}-txn-markers",
-                                                            self.request_timeout_ms, self.connector))
         # One request at a time per broker, as Kafka's channel: markers of one transaction stay in order.
         async with self._locks.setdefault(broker_id, asyncio.Lock()):
             try:
-                conn = await link.connection(broker_id, endpoint.host, endpoint.port)
-                resp = await conn.send(req, conn.version_for(req.API_KEY, 1))
-            except (ConnectionError, OSError, TimeoutError, ApiError) as e:
+                resp = await self.links.send(broker_id, req, 1)
+            except LINK_ERRORS as e:
                 log.info("WriteTxnMarkers to broker %d failed: %s; retrying", broker_id, e,
                          extra={"kind": f"failed WriteTxnMarkers to broker {broker_id}"})
-                await link.drop()
                 return {tp: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS for tp in tps}
         out = {tp: ErrorCode.UNKNOWN_SERVER_ERROR for tp in tps}
         for m in resp.markers:
@@ -74,5 +61,4 @@ class InterBrokerMarkerChannel:
         return out
 
     async def close(self) -> None:
-        for link in self._links.values():
-            await link.drop()
+        await self.links.close()

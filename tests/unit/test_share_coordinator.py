@@ -207,6 +207,7 @@ def test_a_persister_on_another_broker_reaches_the_coordinator_over_the_share_st
     persister told (by its metadata) that the in-process broker leads every partition."""
     from rivulet.replication.metadata_cache import (
         BrokerEndpoint, LiveBroker, MetadataCache, MetadataUpdate, PartitionMetadata)
+    from rivulet.replication.link import BrokerLinks
     from rivulet.share.state_persister import CoordinatorSharePersister
 
     async def main() -> None:
@@ -221,8 +222,8 @@ def test_a_persister_on_another_broker_reaches_the_coordinator_over_the_share_st
                 partitions={TopicPartition(SHARE_GROUP_STATE_TOPIC_NAME, p): PartitionMetadata(node.node_id, 0, [], [])
                             for p in range(3)},
                 topic_ids={}))
-            remote = CoordinatorSharePersister(broker.share_coordinator, node_id=99, metadata_cache=cache,
-                                               listener="PLAINTEXT", request_timeout_ms=10_000)
+            remote = CoordinatorSharePersister(broker.share_coordinator, BrokerLinks(
+                "share-state", 99, cache, "PLAINTEXT", request_timeout_ms=10_000))
             try:
                 assert await remote.read_state(KEY) is None and await remote.read_summary(KEY) is None
                 snap = SharePartitionSnapshot(3, (b(3, 4, ACK), b(5, 9, AV, 2)))
