@@ -41,7 +41,10 @@ case ",$extras," in
     command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
     # The web console's tests drive it in headless Chromium through Selenium.
     command -v chromium >/dev/null 2>&1 || need+=(chromium)
-    command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver) ;;
+    command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
+    # The network-partition tests cut brokers off in network namespaces with packet filters.
+    command -v ip >/dev/null 2>&1 || need+=(iproute2)
+    command -v nft >/dev/null 2>&1 || need+=(nftables) ;;
 esac
 case ",$extras," in
   *,test,*|*,cluster,*)

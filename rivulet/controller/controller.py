@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 MAX_STATE_WRITE_ATTEMPTS = 5
+# A preferred replica back in the ISR gets its leadership back after this, not at the next
+# periodic check: the other partitions of its broker that catch up meanwhile move with it.
+REJOIN_REBALANCE_DELAY_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,7 @@ class KafkaController:
         self._events: asyncio.Queue[Callable[[], Awaitable[None]]] = asyncio.Queue()
         self._task: asyncio.Task | None = None
         self._rebalancer: asyncio.Task | None = None
+        self._rebalance_soon: asyncio.TimerHandle | None = None
         self._lost_session = False
 
     # ------------------------------------------------------------ lifecycle
@@ -167,6 +171,9 @@ class KafkaController:
         if self._rebalancer is not None:
             self._rebalancer.cancel()
             self._rebalancer = None
+        if self._rebalance_soon is not None:
+            self._rebalance_soon.cancel()
+            self._rebalance_soon = None
         if channel is not None:
             await channel.close()
         if ctx is not None:
@@ -614,6 +621,25 @@ class KafkaController:
             await asyncio.sleep(self.config.leader_imbalance_check_interval_s)
             self.enqueue(self._check_leader_imbalance)
 
+    def _on_isr_expanded(self, tp: TopicPartition, old_isr: tuple[int, ...], new_isr: tuple[int, ...]) -> None:
+        """A partition's preferred replica rejoined its ISR while another broker leads it (after a
+        broker's return, or after every broker re-registered at once when ZooKeeper came back and
+        the first one took every leadership): check the imbalance soon rather than after up to
+        leader.imbalance.check.interval.seconds. The check keeps its threshold."""
+        ctx = self.ctx
+        if ctx is None or not self.config.auto_leader_rebalance_enable or self._rebalance_soon is not None:
+            return
+        preferred = ctx.replicas(tp)[:1]
+        if not preferred or preferred[0] in old_isr or preferred[0] not in new_isr \
+                or ctx.leadership[tp].leader == preferred[0]:
+            return
+        self._rebalance_soon = asyncio.get_running_loop().call_later(
+            REJOIN_REBALANCE_DELAY_S, self._rebalance_after_rejoin)
+
+    def _rebalance_after_rejoin(self) -> None:
+        self._rebalance_soon = None
+        self.enqueue(self._check_leader_imbalance)
+
     async def _check_leader_imbalance(self) -> None:
         ctx = self.ctx
         if ctx is None:
@@ -702,6 +728,7 @@ class KafkaController:
             return answer(ErrorCode.INVALID_UPDATE_VERSION)
         ctx.leadership[tp] = written
         log.info("ISR of %s is now %s (asked by its leader %d)", tp, list(new_isr), broker_id)
+        self._on_isr_expanded(tp, s.isr, new_isr)
         batch.add_update_metadata(ctx.live_ids, [tp])
         # The answer is the ISR change; a reassignment it completes comes as LeaderAndIsr.
         await self._maybe_complete_reassignment(tp, batch)

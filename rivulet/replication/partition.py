@@ -150,6 +150,9 @@ class Partition:
     followers: dict[int, FollowerState] = field(default_factory=dict)
     leader_epoch_start_offset: int = UNKNOWN_OFFSET
     deleted: bool = False
+    # This broker's ZooKeeper session expired (or is presumed so): another broker may lead now,
+    # so this one stops leading until the controller's next LeaderAndIsr says what to do.
+    fenced: bool = False
     stats: PartitionStats = field(default_factory=PartitionStats)
     _pending: _PendingChange | None = None
 
@@ -166,7 +169,14 @@ class Partition:
     # ------------------------------------------------------------ views
     @property
     def is_leader(self) -> bool:
-        return self.leader_id == self.node_id
+        return self.leader_id == self.node_id and not self.fenced
+
+    def followers_quiet(self, now_ms: int, quiet_ms: int) -> bool:
+        """Whether the ISR has members besides this leader and none of them fetched in the last
+        ``quiet_ms``: cut off from them, this leader can no longer commit anything."""
+        others = [r for r in self.isr if r != self.node_id]
+        return bool(others) and all(
+            r not in self.followers or now_ms - self.followers[r].last_fetch_time_ms >= quiet_ms for r in others)
 
     @property
     def high_watermark(self) -> int:
@@ -250,6 +260,7 @@ class Partition:
         return changed
 
     def _apply_state(self, state: PartitionState) -> None:
+        self.fenced = False
         self.controller_epoch = state.controller_epoch
         self.leader_id = state.leader
         self.leader_epoch = state.leader_epoch

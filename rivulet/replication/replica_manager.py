@@ -483,6 +483,35 @@ class ReplicaManager:
                 self.fetchers.add_partitions(leader, parts)
         return out
 
+    def fence_leaderships(self, quiet_ms: int | None = None) -> list[TopicPartition]:
+        """This broker's ZooKeeper session expired: the controller has elected (or will elect)
+        other leaders, so its led partitions stop leading until a LeaderAndIsr says otherwise.
+        Waiting acks=all produces answer NOT_LEADER_OR_FOLLOWER at once (they could never be
+        committed here), new ones too, and clients go and look for the new leaders.
+        ``quiet_ms``: the expiry is only presumed (no contact with ZooKeeper for the session
+        timeout): only partitions whose other ISR members stopped fetching that long ago
+        stop, so that a ZooKeeper outage alone does not stop writes. Returns those fenced."""
+        now = self.clock.milliseconds()
+        fenced = [p for p in self.partitions.values()
+                  if p.is_leader and not p.deleted and (quiet_ms is None or p.followers_quiet(now, quiet_ms))]
+        for p in fenced:
+            p.fenced = True
+        for p in fenced:
+            self.produce_purgatory.check_and_complete(p.tp)
+            self.fetch_purgatory.check_and_complete(p.tp)
+        return [p.tp for p in fenced]
+
+    def unfence_leaderships(self) -> list[TopicPartition]:
+        """The ZooKeeper session turned out alive: nobody else was elected, lead again."""
+        resumed = [p for p in self.partitions.values() if p.fenced]
+        for p in resumed:
+            p.fenced = False
+        return [p.tp for p in resumed]
+
+    def is_fenced(self, tp: TopicPartition) -> bool:
+        p = self.partitions.get(tp)
+        return p is not None and p.fenced
+
     def maybe_shrink_isrs(self) -> None:
         """Kafka's isr-expiration: each led partition drops followers that lag too long."""
         for p in list(self.partitions.values()):

@@ -52,7 +52,7 @@ from rivulet.server.request_log import RequestLog
 from rivulet.server.socket_server import SocketServer, SocketServerConfig
 from rivulet.server.topics import TopicManager, broker_props
 from rivulet.server.relays import PartitionEvents, ReplicaLogsRelay, TxnVerifierRelay
-from rivulet.server.zk_cluster import ClusterChangeListeners, ZkClusterMember
+from rivulet.server.zk_cluster import ClusterChangeListeners, SessionHealth, ZkClusterMember
 from rivulet.share.coordinator import ShareCoordinator, ShareCoordinatorConfig
 from rivulet.share.manager import SharePartitionManager
 from rivulet.share.state_persister import CoordinatorSharePersister
@@ -273,7 +273,8 @@ class Broker:
             await self.cluster.start(self._endpoints(), self._on_registered, ClusterChangeListeners(
                 topic_config=topics.apply_topic_config, user_config=self.scram.set_user,
                 client_metrics=self.client_metrics.set_subscription, group_config=self.group_configs.set_group,
-                acls=authorizer.replace if authorizer is not None else ClusterChangeListeners.acls))
+                acls=authorizer.replace if authorizer is not None else ClusterChangeListeners.acls,
+                session_health=self._on_session_health))
         self._tasks.append(loop.create_task(self._housekeeping()))
         self.started = True
         log.info("started in %.0f ms", (time.monotonic() - t0) * 1000)
@@ -402,6 +403,25 @@ class Broker:
 
     def _on_registered(self, broker_epoch: int) -> None:
         self.broker_epoch = broker_epoch
+
+    def _on_session_health(self, health: SessionHealth) -> None:
+        """A broker whose session expired stops leading: the controller has others lead its
+        partitions, and the clients waiting on it must go to them. One whose session resumed
+        leads again."""
+        rm, cache = self.replica_manager, self.metadata_cache
+        assert rm is not None and cache is not None
+        if health == SessionHealth.RESUMED:
+            changed = rm.unfence_leaderships()
+            cache.set_self_fenced(False)
+        else:
+            quiet_ms = None if health == SessionHealth.EXPIRED else self.config["zookeeper.session.timeout.ms"] // 2
+            changed = rm.fence_leaderships(quiet_ms)
+            # Out of the cluster as the controller sees it: Metadata stops listing this broker.
+            if changed or health == SessionHealth.EXPIRED:
+                cache.set_self_fenced(True)
+        if changed:
+            log.warning("ZooKeeper session %s: %s %d partition(s) here", health.value,
+                        "leading again" if health == SessionHealth.RESUMED else "no longer leading", len(changed))
 
     def _endpoints(self) -> list[EndPoint]:
         """The advertised listeners as registered in ZooKeeper, with the ports actually bound."""

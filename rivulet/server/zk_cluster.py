@@ -14,6 +14,7 @@ brokers do.
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import os
 import uuid
@@ -68,6 +69,14 @@ def _ignore(_name: str, _configs: dict[str, str]) -> object:
     return None
 
 
+class SessionHealth(enum.Enum):
+    """What a broker knows of its ZooKeeper session, for its leaderships."""
+
+    EXPIRED = "expired"  # ZooKeeper said so: the controller treats this broker as dead
+    PRESUMED_EXPIRED = "presumed expired"  # no contact for the session timeout: it has expired there
+    RESUMED = "resumed"  # reconnected within the session: nothing was taken away
+
+
 @dataclass(frozen=True)
 class ClusterChangeListeners:
     """Who is told of what ZooKeeper's watches and change notifications bring, from ``start``."""
@@ -77,6 +86,8 @@ class ClusterChangeListeners:
     client_metrics: Callable[[str, dict[str, str]], object] = _ignore  # KIP-714 subscriptions
     group_config: Callable[[str, dict[str, str]], object] = _ignore
     acls: Callable[[ResourcePattern, set[AccessControlEntry]], object] = lambda _p, _e: None
+    # The session expired, is presumed expired (out of reach for its timeout), or resumed.
+    session_health: Callable[[SessionHealth], object] = lambda _h: None
 
 
 class ZkClusterMember:
@@ -124,6 +135,8 @@ class ZkClusterMember:
         self._controller_id = -1
         self._session_lost = False
         self._on_registered: Callable[[int], object] = lambda _epoch: None
+        self._presumed_expiry: asyncio.TimerHandle | None = None
+        self._presumed_expired = False
         self.changes = ClusterChangeListeners()
 
     def _resolve_identity(self) -> tuple[int, str]:
@@ -198,12 +211,40 @@ class ZkClusterMember:
                  ", ".join(e.connection_string for e in self.registration.endpoints), self.broker_epoch)
 
     def _on_session_state(self, state: KazooState) -> None:
+        self._watch_suspension(state)
         if state == KazooState.LOST:
             self._session_lost = True
+            self._presumed_expired = False
             log.warning("the ZooKeeper session expired: broker %d is unregistered until it reconnects", self.broker_id)
+            self.changes.session_health(SessionHealth.EXPIRED)
         elif state == KazooState.CONNECTED and self._session_lost:
             self._session_lost = False
             asyncio.get_running_loop().create_task(self._after_new_session())
+        elif state == KazooState.CONNECTED and self._presumed_expired:
+            self._presumed_expired = False
+            log.warning("broker %d reconnected to ZooKeeper within its session: it leads its partitions again",
+                        self.broker_id)
+            self.changes.session_health(SessionHealth.RESUMED)
+
+    def _watch_suspension(self, state: KazooState) -> None:
+        """A broker cut off from ZooKeeper learns that its session expired only when it gets
+        through again; the others have moved its leaderships long before. kazoo suspends the
+        session after at least a third of the session timeout without an answer, so two
+        thirds later the server has gone the full timeout without hearing from this broker and
+        expired the session: from then on it is presumed expired."""
+        if self._presumed_expiry is not None:
+            self._presumed_expiry.cancel()
+            self._presumed_expiry = None
+        if state == KazooState.SUSPENDED and not self._session_lost:
+            delay = self.config["zookeeper.session.timeout.ms"] * 2 / 3 / 1000
+            self._presumed_expiry = asyncio.get_running_loop().call_later(delay, self._presume_expired)
+
+    def _presume_expired(self) -> None:
+        self._presumed_expiry = None
+        self._presumed_expired = True
+        log.warning("broker %d has not reached ZooKeeper for its session timeout: its session has expired there, "
+                    "so it stops leading partitions whose followers are cut off too", self.broker_id)
+        self.changes.session_health(SessionHealth.PRESUMED_EXPIRED)
 
     async def _after_new_session(self) -> None:
         try:
@@ -373,6 +414,8 @@ class ZkClusterMember:
         return len(resp.remaining_partitions)
 
     async def stop(self) -> None:
+        if self._presumed_expiry is not None:
+            self._presumed_expiry.cancel()
         if self.controller is not None:
             await self.controller.shutdown()
         if self.bridge is not None:

@@ -443,8 +443,8 @@ class _LeaderHints:
         if self.cache is None:
             return -1, -1
         leader, epoch, endpoint = self.cache.leader_and_endpoint(tp, self.listener)
-        if endpoint is None:
-            return -1, -1
+        if endpoint is None or leader == self.cache.node_id:
+            return -1, -1  # this broker answered the error: naming itself would send the client back
         broker = self.cache.alive_broker(leader)
         self._nodes[leader] = (endpoint.host, endpoint.port, broker.rack if broker is not None else None)
         return leader, epoch

@@ -137,6 +137,10 @@ class TopicHandlers:
         return [mr.MetadataResponseBroker(node_id=i, host=h, port=p, rack=r)
                 for i, h, p, r in self._live_brokers(listener)]
 
+    def _fenced_here(self, topic: str, partition: int, leader: int) -> bool:
+        """This broker, named leader, has stopped leading: its ZooKeeper session expired."""
+        return leader == self.node.node_id and self.replica_manager.is_fenced(TopicPartition(topic, partition))
+
     def _partition_views(self, name: str) -> list[PartitionView] | None:
         """The topic's partitions: the controller's view in cluster mode, else this broker's
         own (the only replica of each). None if the topic is unknown here."""
@@ -145,8 +149,8 @@ class TopicHandlers:
             if not cache.contains_topic(name):
                 return None
             alive = cache.brokers
-            return [PartitionView(i, st.leader if st.leader in alive else -1, st.leader_epoch, list(st.replicas),
-                                  list(st.isr), list(st.offline_replicas))
+            return [PartitionView(i, st.leader if st.leader in alive and not self._fenced_here(name, i, st.leader)
+                                  else -1, st.leader_epoch, list(st.replicas), list(st.isr), list(st.offline_replicas))
                     for i, st in sorted(cache.partitions(name).items())]
         info = self.topics.get(name)
         if info is None:
