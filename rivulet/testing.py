@@ -26,13 +26,17 @@ class BrokerProcess:
     """A broker on a loopback port with its own data dir; restartable on the same data."""
 
     def __init__(self, overrides: dict[str, str] | None = None, data_dir: str | None = None,
-                 args: list[str] | None = None) -> None:
-        """``args``: more ``rivulet broker`` arguments, such as ``--log-format json``."""
+                 args: list[str] | None = None, host: str = "127.0.0.1", prefix: list[str] | None = None) -> None:
+        """``args``: more ``rivulet broker`` arguments, such as ``--log-format json``; ``host``:
+        the address it listens on; ``prefix``: what runs the broker's command, such as
+        ``ip netns exec <namespace>``."""
+        self.host = host
+        self.prefix = list(prefix or [])
         self.port = free_port()
         self._tmp = None if data_dir else tempfile.TemporaryDirectory(prefix="rivulet-test-")
         self.data_dir = data_dir or self._tmp.name
         self.overrides = {
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "listeners": f"PLAINTEXT://{host}:{self.port}",
             "log.dirs": self.data_dir,
             "group.initial.rebalance.delay.ms": "0",
             **(overrides or {}),
@@ -43,10 +47,10 @@ class BrokerProcess:
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def start(self, timeout: float = 30.0) -> "BrokerProcess":
-        args = [sys.executable, "-m", "rivulet", "broker", "--log-level", os.environ.get("RIVULET_LOG", "warning")]
+        args = [*self.prefix, sys.executable, "-m", "rivulet", "broker", "--log-level", os.environ.get("RIVULET_LOG", "warning")]
         for k, v in self.overrides.items():
             args += ["--override", f"{k}={v}"]
         args += self.args
@@ -57,7 +61,7 @@ class BrokerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}: {self.output()[-3000:]}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                with socket.create_connection((self.host, self.port), timeout=0.5):
                     return self
             except OSError:
                 time.sleep(0.05)

@@ -29,7 +29,7 @@ def eventually(check: Callable[[], object], timeout: float = 30.0, what: str = "
 
 def describe_cluster(broker: BrokerProcess) -> tuple[int, list[int]]:
     async def ask() -> tuple[int, list[int]]:
-        conn = await BrokerConnection("127.0.0.1", broker.port).connect(10)
+        conn = await BrokerConnection(broker.host, broker.port).connect(10)
         try:
             r = await conn.send(DescribeClusterRequest(include_cluster_authorized_operations=False))
         finally:
@@ -45,12 +45,14 @@ class ZkCluster:
         self.zk = KazooClient(hosts=connect)
         self.zk.start(timeout=15)
 
-    def start(self, broker_id: int | None, **overrides: str) -> BrokerProcess:
+    def start(self, broker_id: int | None, host: str = "127.0.0.1", prefix: list[str] | None = None,
+              **overrides: str) -> BrokerProcess:
+        """``host`` and ``prefix`` as BrokerProcess's (a broker in a network namespace)."""
         props = {"zookeeper.connect": self.connect, "zookeeper.session.timeout.ms": SESSION_MS,
                  "controlled.shutdown.retry.backoff.ms": "200", **overrides}
         if broker_id is not None:
             props["broker.id"] = str(broker_id)
-        b = BrokerProcess(props).start()
+        b = BrokerProcess(props, host=host, prefix=prefix).start()
         self.brokers[broker_id if broker_id is not None else -len(self.brokers) - 1] = b
         return b
 

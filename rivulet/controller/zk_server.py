@@ -66,8 +66,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _four_letter(port: int, word: bytes, timeout: float = 1.0) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+def _four_letter(port: int, word: bytes, timeout: float = 1.0, host: str = "127.0.0.1") -> bytes:
+    with socket.create_connection((host, port), timeout=timeout) as s:
         s.sendall(word)
         chunks = []
         while chunk := s.recv(4096):
@@ -84,7 +84,9 @@ class ZooKeeperServer:
     """
 
     def __init__(self, port: int | None = None, data_dir: str | None = None,
-                 tick_ms: int = 500, max_session_timeout_ms: int = 60000) -> None:
+                 tick_ms: int = 500, max_session_timeout_ms: int = 60000, host: str = "127.0.0.1") -> None:
+        """``host``: the address it listens on (a test's network namespaces reach it on another)."""
+        self.host = host
         self.port = port or _free_port()
         self._tmp = None if data_dir else tempfile.TemporaryDirectory(prefix="rivulet-zk-")
         self.data_dir = Path(data_dir or self._tmp.name)
@@ -97,7 +99,7 @@ class ZooKeeperServer:
     @property
     def connect(self) -> str:
         """The ``zookeeper.connect`` string of this server."""
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def write_config(self) -> Path:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -105,7 +107,7 @@ class ZooKeeperServer:
         cfg.write_text("\n".join([
             f"dataDir={self.data_dir / 'data'}",
             f"clientPort={self.port}",
-            "clientPortAddress=127.0.0.1",
+            f"clientPortAddress={self.host}",
             f"tickTime={self.tick_ms}",
             f"maxSessionTimeout={self.max_session_timeout_ms}",
             "maxClientCnxns=0",
@@ -140,7 +142,7 @@ class ZooKeeperServer:
 
     def is_ok(self) -> bool:
         try:
-            return _four_letter(self.port, b"ruok") == b"imok"
+            return _four_letter(self.port, b"ruok", host=self.host) == b"imok"
         except OSError:
             return False
 
