@@ -73,10 +73,23 @@ class MetadataCache:
         self._partitions: dict[str, dict[int, PartitionMetadata]] = {}
         self._topic_ids: dict[str, uuid.UUID] = {}
         self._topic_names: dict[uuid.UUID, str] = {}
+        self._fenced_self: LiveBroker | None = None
 
     # ------------------------------------------------------------ updates
+    def set_self_fenced(self, fenced: bool) -> None:
+        """This broker's ZooKeeper session expired: the controller no longer counts it live, so
+        neither does this view (clients then ask the others for metadata) until the session
+        resumes or the controller's next UpdateMetadata says what is live."""
+        if fenced:
+            entry = self.brokers.pop(self.node_id, None)
+            self._fenced_self = entry or self._fenced_self
+        elif self._fenced_self is not None:
+            self.brokers[self.node_id] = self._fenced_self
+            self._fenced_self = None
+
     def update(self, u: MetadataUpdate) -> list[TopicPartition]:
         """Apply an UpdateMetadata; returns the partitions it deleted."""
+        self._fenced_self = None
         self.controller_id = u.controller_id if u.controller_id >= 0 else None
         self.controller_epoch = u.controller_epoch
         self.brokers = {b.broker_id: b for b in u.live_brokers}
