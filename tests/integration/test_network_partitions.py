@@ -112,10 +112,6 @@ def test_a_leader_cut_off_from_zookeeper_and_the_brokers_lets_its_producers_go(p
                        "the producer acknowledged by the new leaders while broker 1 is cut off")
             resumed_at = time.monotonic()
         finally:
-            import os
-            if os.environ.get("DEBUG_PART"):
-                print("BROKER1", cluster.brokers[1].output()[-6000:])
-                print("BROKER2", cluster.brokers[2].output()[-3000:])
             p.nets.heal(1)
         print(f"new leaders {elected_at - cut_at:.1f} s after the cut, producer acknowledged again "
               f"{resumed_at - elected_at:.1f} s after their election")

@@ -299,3 +299,55 @@ def test_a_follower_with_a_divergent_epoch_is_told_where_to_truncate(tmp_path) -
             assert _consumer_fetch(rm, 0).error == ErrorCode.NOT_LEADER_OR_FOLLOWER
             assert _consumer_fetch(rm, 0, only_leader=False).error == ErrorCode.NONE  # KIP-392 reads
     asyncio.run(main())
+
+
+# ---------------------------------------------------------------- a ZooKeeper session that expired
+
+def test_a_fenced_leader_fails_its_waiting_acks_all_writes_at_once_and_refuses_new_ones(tmp_path) -> None:
+    async def main():
+        async with running_rm(tmp_path) as rm:
+            lai(rm, state(NODE, 1))
+            fut = rm.append_records({TP: _batch(3)}, required_acks=-1, timeout_ms=30_000)
+            assert isinstance(fut, asyncio.Future) and not fut.done()
+            assert rm.fence_leaderships() == [TP]
+            assert fut.done() and fut.result()[TP].error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+            assert rm.is_fenced(TP) and not rm.partitions[TP].is_leader
+            res = rm.append_records({TP: _batch()}, required_acks=-1, timeout_ms=1000)
+            assert res[TP].error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+            # The session turned out alive: it leads again, in the same epoch.
+            assert rm.unfence_leaderships() == [TP]
+            assert rm.partitions[TP].is_leader and rm.partitions[TP].leader_epoch == 1
+    asyncio.run(main())
+
+
+def test_a_presumed_expiry_fences_only_leaders_whose_followers_went_quiet(rm) -> None:
+    lai(rm, state(NODE, 1))
+    lai(rm, state(NODE, 1, isr=(1,)), tp=TopicPartition("alone", 0))
+    clock = rm.clock
+    _follower_fetch(rm, 0)
+    # A ZooKeeper outage alone: the follower still fetches, the leader goes on.
+    assert rm.fence_leaderships(quiet_ms=3000) == []
+    clock.sleep(3000)
+    # Cut off from its follower too: nothing can be committed here any more. A partition whose
+    # ISR is this broker alone cannot be led by anyone else: it goes on.
+    assert rm.fence_leaderships(quiet_ms=3000) == [TP]
+
+
+def test_leader_and_isr_lifts_the_fence(rm) -> None:
+    lai(rm, state(NODE, 1))
+    rm.fence_leaderships()
+    lai(rm, state(NODE, 2))  # the controller elected this broker again after its return
+    assert rm.partitions[TP].is_leader and not rm.is_fenced(TP)
+
+
+def test_metadata_cache_leaves_out_its_own_broker_while_fenced() -> None:
+    c = MetadataCache(1)
+    c.update(_update({TP: PartitionMetadata(1, 7, [1, 2], [1, 2])}))
+    c.set_self_fenced(True)
+    assert [b.broker_id for b in c.alive_brokers()] == [2]
+    c.set_self_fenced(False)  # the session resumed
+    assert [b.broker_id for b in c.alive_brokers()] == [1, 2]
+    c.set_self_fenced(True)
+    c.update(_update({TP: PartitionMetadata(2, 8, [2], [1, 2])}))  # the controller's word replaces it
+    c.set_self_fenced(False)
+    assert [b.broker_id for b in c.alive_brokers()] == [1, 2]
