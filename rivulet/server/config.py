@@ -456,7 +456,7 @@ BROKER_CONFIGS = ConfigDef([
     _k("auto.leader.rebalance.enable", B, True, None, "Cluster mode: the controller moves leadership back to "
        "preferred replicas when a broker leads too few of them.", HIGH),
     _k("leader.imbalance.check.interval.seconds", L, 300, _pos, "How often the controller checks the "
-       "leader imbalance.", HIGH),
+       "leader imbalance; also a few seconds after a preferred replica rejoins its ISR.", HIGH),
     _k("leader.imbalance.per.broker.percentage", I, 10, _nonneg, "The share of a broker's preferred "
        "partitions it may not lead before the controller rebalances them.", HIGH),
     _k("transaction.state.log.replication.factor", SH, 3, _pos, "Replication factor of __transaction_state.",
@@ -491,7 +491,8 @@ BROKER_CONFIGS = ConfigDef([
        "broker joins a cluster through it (registration, an elected controller, replication); when not, "
        "it runs as a single node.", HIGH),
     _k("zookeeper.session.timeout.ms", I, 18000, _pos, "The ZooKeeper session timeout: a broker silent "
-       "this long loses its registration (and its controllership).", HIGH),
+       "this long loses its registration (and its controllership); a broker that has not reached ZooKeeper "
+       "this long stops leading the partitions whose followers it lost too.", HIGH),
     _k("zookeeper.connection.timeout.ms", I, None, None, "How long to wait for ZooKeeper at start-up; "
        "zookeeper.session.timeout.ms when not set.", HIGH),
     _k("zookeeper.max.in.flight.requests", I, 10, _pos, "Unacknowledged requests to ZooKeeper.", HIGH,
