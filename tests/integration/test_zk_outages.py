@@ -109,7 +109,7 @@ def test_logs_after_a_session_expiry_are_one_line_each_with_the_cause(cluster):
     time.sleep(2)  # what the resumed broker logs as it catches up
     logged = b.output()[start:]
     assert "Traceback" not in logged, logged
-    assert not re.search(r"failed: *$", logged, re.M), logged
+    assert not re.search(r"failed: *$", logged, re.MULTILINE), logged
     assert "%s" not in logged and "%d" not in logged, logged
 
 
