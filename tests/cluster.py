@@ -57,10 +57,9 @@ class ZkCluster:
         return b
 
     def restart(self, broker_id: int) -> BrokerProcess:
-        """Start a killed broker again once ZooKeeper has dropped its old session: as Kafka's, a
-        broker that finds its id still registered by another session stops at start-up."""
-        eventually(lambda: broker_id not in self.registered(), 30, f"broker {broker_id}'s old registration to expire")
-        return self.brokers[broker_id].start()
+        """Start a killed broker again at once, as a supervisor does: it waits itself for
+        ZooKeeper to drop the old session's registration, and listens once registered."""
+        return self.brokers[broker_id].start(timeout=60)
 
     @property
     def bootstrap(self) -> str:

@@ -53,6 +53,7 @@ def broker_main(args: argparse.Namespace) -> int:
         return 2
     _install_loop()
     _raise_fd_limit()
+    from rivulet.controller.zk_client import BrokerIdInUseError
     from rivulet.server.broker import Broker
 
     async def run() -> int:
@@ -65,7 +66,7 @@ def broker_main(args: argparse.Namespace) -> int:
         try:
             broker = Broker(config)
             await broker.start()
-        except OSError as e:
+        except (OSError, BrokerIdInUseError) as e:
             print(f"rivulet broker: cannot start: {e}", file=sys.stderr)
             return 1
         _, host, port = broker.advertised_listener

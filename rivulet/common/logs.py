@@ -78,6 +78,12 @@ def configure_logging(levels: dict[str, int], fmt: str = "text", file: str | Non
     })
 
 
+def cause(e: BaseException) -> str:
+    """An exception as a log line's reason: its message, or its repr when the message is
+    empty (kazoo's ConnectionLoss(), a bare TimeoutError())."""
+    return str(e) or repr(e)
+
+
 class RateLimitFilter(logging.Filter):
     """Lets the first ``burst`` records of a kind through per ``interval_s`` and holds back
     the rest; the next record of that kind after the interval is preceded by one line saying
@@ -96,26 +102,30 @@ class RateLimitFilter(logging.Filter):
         self.burst = burst
         self.level = level
         self.clock = clock
-        self._windows: dict[tuple[str, object], tuple[float, int, int]] = {}  # -> (start, let through, held)
+        # -> (start, let through, held back, the last held back's message)
+        self._windows: dict[tuple[str, object], tuple[float, int, int, str]] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < self.level or record.__dict__.get(self._SUMMARY):
             return True
-        kind = record.__dict__.get("kind") or record.msg
-        key = (record.name, kind)
+        named = record.__dict__.get("kind")
+        key = (record.name, named or record.msg)
         now = self.clock()
-        start, passed, held = self._windows.get(key, (now, 0, 0))
+        start, passed, held, last = self._windows.get(key, (now, 0, 0, ""))
         if now - start >= self.interval_s:
             if held:
-                self._summarise(record, kind, held, now - start)
-            start, passed, held = now, 0, 0
+                self._summarise(record, named, held, now - start, last)
+            start, passed, held, last = now, 0, 0, ""
         let_through = passed < self.burst
-        self._windows[key] = (start, passed + 1, held) if let_through else (start, passed, held + 1)
+        self._windows[key] = (start, passed + 1, held, last) if let_through else \
+            (start, passed, held + 1, record.getMessage())
         return let_through
 
-    def _summarise(self, record: logging.LogRecord, kind: object, held: int, span_s: float) -> None:
+    def _summarise(self, record: logging.LogRecord, named: object, held: int, span_s: float, last: str) -> None:
+        # The last one held back, formatted: the kind's template alone would show its %s.
+        what = f"{named} message(s)" if named else "message(s) like it"
         summary = logging.LogRecord(record.name, record.levelno, record.pathname, record.lineno,
-                                    "%d more %s message(s) were not logged in the last %.0f s",
-                                    (held, kind, span_s), None)
+                                    "%d more %s were not logged in the last %.0f s; the last: %s",
+                                    (held, what, span_s, last), None)
         summary.__dict__[self._SUMMARY] = True
         logging.getLogger(record.name).handle(summary)

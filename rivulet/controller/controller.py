@@ -22,6 +22,7 @@ from typing import TypeVar
 from kazoo.client import KazooState
 from kazoo.exceptions import KazooException
 
+from rivulet.common.logs import cause
 from rivulet.common.time import SYSTEM_CLOCK, Clock
 from rivulet.common.types import TopicPartition
 from rivulet.controller import election
@@ -124,6 +125,10 @@ class KafkaController:
                 log.warning("controller %d lost its epoch (%s); resigning", self.broker_id, e)
                 await self._resign(delete_znode=False)
                 self.enqueue(self._elect)
+            except KazooException as e:
+                # Expected while ZooKeeper is away (an expired session, a lost connection): one
+                # line with the cause, no traceback.
+                log.warning("controller %d: an event failed on ZooKeeper: %s", self.broker_id, cause(e))
             except Exception:
                 log.exception("controller event failed")
 

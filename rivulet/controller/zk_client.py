@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterable, ParamSpec, TypeVar
@@ -84,6 +85,18 @@ class KafkaZkClient:
         self.zk.stop()
         self.zk.close()
 
+    @property
+    def connected(self) -> bool:
+        """Whether the session is connected now (not SUSPENDED nor LOST): a call made while it
+        is not waits, unbounded, until ZooKeeper answers again."""
+        return self.zk.state == KazooState.CONNECTED
+
+    def abandon_session(self) -> None:
+        """Stop the client without waiting for ZooKeeper: every call waiting on it, on any
+        thread, fails at once (ConnectionLoss), and so does every later one. Its ephemeral
+        znodes go when ZooKeeper expires the session. Safe from any thread."""
+        self.zk.stop()
+
     def add_state_listener(self, listener: Callable[[KazooState], object]) -> None:
         self.zk.add_listener(listener)
 
@@ -113,17 +126,38 @@ class KafkaZkClient:
         return self.zk.set(z.SEQID, b"", version=-1).version
 
     # ------------------------------------------------------------ brokers
-    def register_broker(self, info: z.BrokerRegistration) -> int:
-        """Create the ephemeral /brokers/ids/<id>; returns the broker epoch (its czxid)."""
+    def register_broker(self, info: z.BrokerRegistration, wait_s: float = 0.0) -> int:
+        """Create the ephemeral /brokers/ids/<id>; returns the broker epoch (its czxid).
+
+        A znode held by another session (this broker's previous life, killed less than a
+        session timeout ago) is waited for, up to ``wait_s``, until ZooKeeper expires it;
+        BrokerIdInUseError if it is still there then."""
         path = z.broker_path(info.broker_id)
-        try:
-            self.zk.create(path, info.encode(), ephemeral=True, makepath=True)
-        except NodeExistsError:
-            stat = self.zk.exists(path)
-            if stat is None or stat.ephemeralOwner != self.session_id:
+        deadline = time.monotonic() + wait_s
+        waiting = False
+        while True:
+            try:
+                self.zk.create(path, info.encode(), ephemeral=True, makepath=True)
+                break
+            except NodeExistsError:
+                pass
+            gone = threading.Event()
+            stat = self.zk.exists(path, watch=lambda _event: gone.set())
+            if stat is None:
+                continue
+            if stat.ephemeralOwner == self.session_id:
+                self.zk.set(path, info.encode())
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
                 raise BrokerIdInUseError(f"broker id {info.broker_id} is already registered by another "
-                                         "broker (its znode is held by a live session)") from None
-            self.zk.set(path, info.encode())
+                                         f"broker (its znode is held by the live session 0x{stat.ephemeralOwner:x})")
+            if not waiting:
+                waiting = True
+                log.warning("broker id %d is still registered by session 0x%x (an earlier life of this broker?): "
+                            "waiting up to %.0f s for ZooKeeper to expire it", info.broker_id,
+                            stat.ephemeralOwner, wait_s)
+            gone.wait(left)
         stat = self.zk.exists(path)
         assert stat is not None
         return stat.czxid

@@ -167,7 +167,7 @@ class KafkaApis:
         if metadata_cache is not None:
             self.versions.update(INTER_BROKER_VERSIONS)
             self.handlers.update(ReplicationHandlers(replica_manager, metadata_cache, broker_epoch or (lambda: -1),
-                                                     topics.off_loop, authz).handlers())
+                                                     topics.off_loop, authz, topic_configs=cluster).handlers())
         if cluster is not None and cluster.controller is not None:
             self.versions.update(CLUSTER_MODE_VERSIONS)
             self.handlers.update(ControllerHandlers(cluster.controller, authz).handlers())

@@ -268,13 +268,17 @@ class Broker:
                               share_partitions=share, share_coordinator=shares)
         if self.metrics is not None:
             self._add_collectors(rm, groups)
-        await self.socket_server.start_serving(self.apis)
         if self.cluster is not None:
+            # As Kafka's KafkaServer: registered before any request is read, so that a broker
+            # that cannot register (yet) answers nobody; the listeners are bound, not listening.
             await self.cluster.start(self._endpoints(), self._on_registered, ClusterChangeListeners(
                 topic_config=topics.apply_topic_config, user_config=self.scram.set_user,
                 client_metrics=self.client_metrics.set_subscription, group_config=self.group_configs.set_group,
                 acls=authorizer.replace if authorizer is not None else ClusterChangeListeners.acls,
                 session_health=self._on_session_health))
+        await self.socket_server.start_serving(self.apis)
+        if self.cluster is not None:
+            self.cluster.start_controller()
         self._tasks.append(loop.create_task(self._housekeeping()))
         self.started = True
         log.info("started in %.0f ms", (time.monotonic() - t0) * 1000)

@@ -492,7 +492,8 @@ BROKER_CONFIGS = ConfigDef([
        "it runs as a single node.", HIGH),
     _k("zookeeper.session.timeout.ms", I, 18000, _pos, "The ZooKeeper session timeout: a broker silent "
        "this long loses its registration (and its controllership); a broker that has not reached ZooKeeper "
-       "this long stops leading the partitions whose followers it lost too.", HIGH),
+       "this long stops leading the partitions whose followers it lost too. A broker restarted sooner waits, "
+       "up to this plus 5 s, for its old registration to expire before it registers and listens.", HIGH),
     _k("zookeeper.connection.timeout.ms", I, None, None, "How long to wait for ZooKeeper at start-up; "
        "zookeeper.session.timeout.ms when not set.", HIGH),
     _k("zookeeper.max.in.flight.requests", I, 10, _pos, "Unacknowledged requests to ZooKeeper.", HIGH,
@@ -505,7 +506,8 @@ BROKER_CONFIGS = ConfigDef([
     _k("controlled.shutdown.enable", B, True, None, "Ask the controller to move leaderships away before "
        "the broker stops.", MEDIUM),
     _k("controlled.shutdown.max.retries", I, 3, None, "Attempts at a controlled shutdown before an "
-       "unclean one.", MEDIUM),
+       "unclean one (which still flushes the logs). An attempt fails at once while ZooKeeper is "
+       "unreachable, so such a broker stops after about max.retries x retry.backoff.ms.", MEDIUM),
     _k("controlled.shutdown.retry.backoff.ms", L, 5000, None, "Wait between controlled-shutdown "
        "attempts.", MEDIUM),
     _k("controller.socket.timeout.ms", I, 30000, None, "Timeout of the controller's requests to brokers.",

@@ -19,19 +19,20 @@ import logging
 import os
 import uuid
 from dataclasses import dataclass
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any
 
 from kazoo.client import KazooState
-from kazoo.exceptions import NodeExistsError
+from kazoo.exceptions import KazooException, NodeExistsError
 
 from rivulet.client.connection import PLAINTEXT_CONNECTOR, BrokerConnector
 from rivulet.common.config import load_properties
+from rivulet.common.logs import cause
 from rivulet.common.time import SYSTEM_CLOCK, Clock
 from rivulet.controller.channel import ControllerChannelManager, inter_broker_endpoint
 from rivulet.controller.controller import ControllerConfig, KafkaController
 from rivulet.controller.placement import BrokerRack, assign_replicas_to_brokers
-from rivulet.controller.zk_client import KafkaZkClient, ZkBridge
+from rivulet.controller.zk_client import BrokerIdInUseError, KafkaZkClient, ZkBridge
 from rivulet.controller.zk_data import (
     ACL_CHANGE_PATHS, GROUP_CONFIG_ENTITY, BrokerRegistration, EndPoint, TopicAssignment,
 )
@@ -47,6 +48,9 @@ CLIENT_METRICS = "client-metrics"  # Kafka's config entity type for KIP-714 subs
 log = logging.getLogger(__name__)
 
 META_PROPERTIES = "meta.properties"
+# Past the session timeout, how long a registration waits for ZooKeeper to expire the old
+# session that holds this broker's id (ZooKeeper checks expiries once per tick).
+REGISTRATION_WAIT_MARGIN_S = 5.0
 
 
 def _stored_identity(log_dirs: list[str]) -> tuple[int | None, str | None]:
@@ -62,7 +66,7 @@ def _stored_identity(log_dirs: list[str]) -> tuple[int | None, str | None]:
 
 def _log_failure(task: asyncio.Task) -> None:
     if not task.cancelled() and task.exception() is not None:
-        log.warning("reading the cluster from ZooKeeper failed: %s", task.exception())
+        log.warning("reading the cluster from ZooKeeper failed: %s", cause(task.exception()))
 
 
 def _ignore(_name: str, _configs: dict[str, str]) -> object:
@@ -183,9 +187,11 @@ class ZkClusterMember:
 
     async def start(self, endpoints: list[EndPoint], on_registered: Callable[[int], object],
                     changes: ClusterChangeListeners) -> None:
-        """Register this broker and start its candidate controller; the listeners must be serving.
-        ``on_registered`` gets the broker epoch of each registration (again after a lost session);
-        ``changes`` is told of what the watches armed here bring."""
+        """Register this broker and read the cluster (brokers, controller, topics' configs, ACLs),
+        before the listeners serve anyone, as Kafka's KafkaServer registers before it processes
+        requests; ``start_controller`` then starts its candidate controller. ``on_registered``
+        gets the broker epoch of each registration (again after a lost session); ``changes`` is
+        told of what the watches armed here bring."""
         self._on_registered = on_registered
         self.changes = changes
         assert self.bridge is not None and self.controller is not None, "prepare() first"
@@ -201,11 +207,18 @@ class ZkClusterMember:
         await self._on_config_changes()
         for path in ACL_CHANGE_PATHS:
             await self._on_acl_changes(path)
+
+    def start_controller(self) -> None:
+        """Once the listeners serve: the controller's first requests go to this broker too."""
+        assert self.controller is not None, "prepare() first"
         self.controller.startup()
 
     async def _register(self) -> None:
         assert self.bridge is not None and self.registration is not None
-        self.broker_epoch = await self.bridge.run(self.client.register_broker, self.registration)
+        # An earlier life of this broker, killed less than a session ago, may still hold the
+        # znode: wait for ZooKeeper to expire it rather than fail (a supervisor need not retry).
+        wait_s = self.config["zookeeper.session.timeout.ms"] / 1000 + REGISTRATION_WAIT_MARGIN_S
+        self.broker_epoch = await self.bridge.run(self.client.register_broker, self.registration, wait_s)
         self._on_registered(self.broker_epoch)
         log.info("registered broker %d at %s (broker epoch %d)", self.broker_id,
                  ", ".join(e.connection_string for e in self.registration.endpoints), self.broker_epoch)
@@ -251,6 +264,9 @@ class ZkClusterMember:
             await self._register()
             await self.refresh_brokers()
             await self._refresh_controller()
+        except (KazooException, BrokerIdInUseError) as e:
+            # Expected when ZooKeeper goes again (the new session expired or was cut): one line.
+            log.warning("re-registration after a new ZooKeeper session failed: %s", cause(e))
         except Exception:
             log.exception("re-registration after a new ZooKeeper session failed")
 
@@ -298,6 +314,22 @@ class ZkClusterMember:
                 configs = await self.bridge.run(self.client.get_entity_config, GROUP_CONFIG_ENTITY, entity_name)
                 self.group_configs[entity_name] = configs
                 self.changes.group_config(entity_name, configs)
+
+    async def read_topic_configs(self, topics: Iterable[str]) -> None:
+        """The topics' configs read from ZooKeeper now, as Kafka's brokers read
+        /config/topics/<t> when they make a replica's log: the watch that tells this broker of
+        a new topic can land after the controller's LeaderAndIsr. A read that fails (bounded by
+        the session timeout) leaves the configs known so far, with a warning."""
+        assert self.bridge is not None
+        timeout = self.config["zookeeper.session.timeout.ms"] / 1000
+        for t in topics:
+            try:
+                configs = await asyncio.wait_for(self.bridge.run(self.client.get_entity_config, "topics", t), timeout)
+            except (KazooException, TimeoutError) as e:
+                log.warning("topic %s: reading its config from ZooKeeper failed (%s); its new replicas use the "
+                            "configs known so far", t, cause(e))
+                continue
+            self._set_topic_config(t, configs)
 
     def _set_topic_config(self, name: str, configs: dict[str, str]) -> None:
         if self.topic_configs.get(name) != configs:
@@ -379,20 +411,27 @@ class ZkClusterMember:
 
     async def controlled_shutdown(self) -> bool:
         """Ask the controller to move this broker's leaderships away (Kafka's controlled shutdown);
-        True once it has none left, False after controlled.shutdown.max.retries attempts."""
+        True once it has none left, False after controlled.shutdown.max.retries attempts. An
+        attempt fails at once while ZooKeeper is unreachable (no controller can act then), and
+        none waits longer than controller.socket.timeout.ms, so that a broker cut off from
+        ZooKeeper stops, uncleanly, after about max.retries x retry.backoff.ms."""
         cfg = self.config
         backoff = cfg["controlled.shutdown.retry.backoff.ms"] / 1000
+        timeout = cfg["controller.socket.timeout.ms"] / 1000
         for attempt in range(1, cfg["controlled.shutdown.max.retries"] + 1):
             try:
-                remaining = await self._ask_controller_to_shut_down()
+                if not self.client.connected:
+                    raise ConnectionError("ZooKeeper is not reachable")
+                remaining = await asyncio.wait_for(self._ask_controller_to_shut_down(), timeout)
                 if remaining == 0:
                     log.info("controlled shutdown of broker %d succeeded", self.broker_id)
                     return True
                 log.info("controlled shutdown attempt %d: %d partition(s) still led here", attempt, remaining)
-            except (OSError, ApiError) as e:
-                log.info("controlled shutdown attempt %d failed: %s", attempt, e)
+            except (OSError, ApiError, KazooException, TimeoutError) as e:
+                log.info("controlled shutdown attempt %d failed: %s", attempt, cause(e))
             await asyncio.sleep(backoff)
-        log.warning("controlled shutdown of broker %d did not complete; stopping anyway", self.broker_id)
+        log.warning("controlled shutdown of broker %d did not complete after %d attempts; stopping uncleanly",
+                    self.broker_id, cfg["controlled.shutdown.max.retries"])
         return False
 
     async def _ask_controller_to_shut_down(self) -> int:
@@ -414,18 +453,35 @@ class ZkClusterMember:
         return len(resp.remaining_partitions)
 
     async def stop(self) -> None:
+        """Resign, deregister and close the session, never waiting on ZooKeeper unbounded: when
+        it is unreachable (or does not answer within the session timeout) the session is
+        abandoned, which fails every call waiting on it; ZooKeeper then expires the znodes."""
         if self._presumed_expiry is not None:
             self._presumed_expiry.cancel()
-        if self.controller is not None:
-            await self.controller.shutdown()
+        if not self.client.connected:
+            await self._abandon_session("ZooKeeper is not reachable")
+        try:
+            await asyncio.wait_for(self._leave(), self.config["zookeeper.session.timeout.ms"] / 1000)
+        except TimeoutError:
+            await self._abandon_session("ZooKeeper did not answer within zookeeper.session.timeout.ms")
         if self.bridge is not None:
-            try:
-                await self.bridge.run(self.client.deregister_broker, self.broker_id)
-            except Exception:
-                pass
             await self.bridge.close()
         else:
             self.client.close()
+
+    async def _leave(self) -> None:
+        if self.controller is not None:
+            await self.controller.shutdown()
+        if self.bridge is not None and self.registration is not None and self.client.connected:
+            try:
+                await self.bridge.run(self.client.deregister_broker, self.broker_id)
+            except KazooException as e:
+                log.info("deregistering broker %d failed: %s", self.broker_id, cause(e))
+
+    async def _abandon_session(self, why: str) -> None:
+        log.warning("%s: closing the session without deregistering broker %d (ZooKeeper expires its "
+                    "znodes)", why, self.broker_id)
+        await asyncio.get_running_loop().run_in_executor(None, self.client.abandon_session)
 
     # ------------------------------------------------------------ topic administration
     def assign_replicas(self, num_partitions: int, replication_factor: int,

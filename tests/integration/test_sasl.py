@@ -557,3 +557,33 @@ def test_scram_users_survive_a_restart():
         ck_round_trip(ck_conf(b, "SCRAM-SHA-256", *SCRAM_USERS["SCRAM-SHA-256"]), topic_name())
     finally:
         b.cleanup()
+
+
+def test_held_back_authentication_failures_are_summed_up_with_the_last_one_formatted(monkeypatch):
+    """The broker logs one failed authentication per 10 s and then sums up the ones it held
+    back: the summary shows the last of them as logged, never the message's bare template."""
+    from confluent_kafka.admin import AdminClient
+
+    monkeypatch.setenv("RIVULET_LOG", "info")
+    b = sasl_broker(**{"sasl.enabled.mechanisms": "PLAIN"})
+    try:
+        def fail_once() -> None:
+            a = AdminClient({"bootstrap.servers": b.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                             "sasl.mechanism": "PLAIN", "sasl.username": "alice", "sasl.password": "wrong",
+                             "retry.backoff.ms": 5000})
+            with pytest.raises(Exception):
+                a.list_topics(timeout=3)
+        fail_once()
+        fail_once()
+        time.sleep(11)  # past the 10 s interval: the next failure brings the summary first
+        fail_once()
+        deadline = time.monotonic() + 20
+        while "were not logged" not in b.output() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        out = b.output()
+    finally:
+        b.stop()
+        b.cleanup()
+    summary = [line for line in out.splitlines() if "were not logged" in line]
+    assert summary and "the last: Failed authentication with 127.0.0.1:" in summary[0], out[-3000:]
+    assert "%s" not in out, out[-3000:]

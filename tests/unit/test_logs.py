@@ -109,7 +109,7 @@ def test_rate_limit_filter_counts_what_it_holds_back(caplog):
         logger.removeFilter(limited)
     assert [r.getMessage() for r in caplog.records] == [
         "bad frame 0", "bad frame 1", "other kind",
-        "48 more bad frame message(s) were not logged in the last 11 s", "bad frame again"]
+        "48 more bad frame message(s) were not logged in the last 11 s; the last: bad frame 49", "bad frame again"]
 
 
 def test_rate_limit_filter_lets_the_first_of_each_template_through_by_default(caplog):
@@ -129,5 +129,5 @@ def test_rate_limit_filter_lets_the_first_of_each_template_through_by_default(ca
         logger.removeFilter(limited)
     assert [r.getMessage() for r in caplog.records] == [
         "closing ('10.0.0.1', 0): malformed", "refusing a connection from ('10.0.0.2', 0)",
-        "4 more closing %s: malformed message(s) were not logged in the last 30 s",
+        "4 more message(s) like it were not logged in the last 30 s; the last: closing ('10.0.0.1', 4): malformed",
         "closing ('10.0.0.1', 99): malformed"]

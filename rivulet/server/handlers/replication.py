@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+import uuid
+from collections.abc import Iterable
+from typing import Callable, Protocol
 
 from rivulet.common.types import TopicPartition
 from rivulet.protocol.errors import ErrorCode
@@ -46,11 +48,20 @@ INTER_BROKER_VERSIONS: dict[int, tuple[int, int]] = {
 }
 
 
+class TopicConfigSource(Protocol):
+    """Where the topics' configs are read from before their new replicas' logs are made
+    (ZooKeeper's /config/topics in ZooKeeper mode)."""
+
+    async def read_topic_configs(self, topics: Iterable[str]) -> None: ...
+
+
 class ReplicationHandlers:
     def __init__(self, replica_manager: ReplicaManager, metadata_cache: MetadataCache,
-                 broker_epoch: Callable[[], int], off_loop: Callable[..., asyncio.Future], authz: Authz) -> None:
+                 broker_epoch: Callable[[], int], off_loop: Callable[..., asyncio.Future], authz: Authz,
+                 topic_configs: TopicConfigSource | None = None) -> None:
         """``off_loop(fn, *args)`` runs file work on a worker thread that shutdown waits for."""
         self.replica_manager = replica_manager
+        self.topic_configs = topic_configs
         self.off_loop = off_loop
         self.authz = authz
         self.metadata_cache = metadata_cache
@@ -108,8 +119,15 @@ class ReplicationHandlers:
             return apply()
         # New replicas' logs are made on a worker thread, then the state applies in one step on
         # the loop; the controller sends this broker one request at a time, so none overtakes.
-        opened = self.off_loop(self.replica_manager.open_replica_logs, new)
+        opened = asyncio.ensure_future(self._open_replica_logs(new))
         return then(opened, lambda _: apply())
+
+    async def _open_replica_logs(self, new: list[tuple[TopicPartition, uuid.UUID]]) -> None:
+        # Their topics' configs first: a log made before them would take the defaults (a
+        # LogAppendTime topic would keep its first batch's producer timestamps).
+        if self.topic_configs is not None:
+            await self.topic_configs.read_topic_configs({tp.topic for tp, _ in new})
+        await self.off_loop(self.replica_manager.open_replica_logs, new)
 
     @staticmethod
     def _leader_and_isr_response(v: int, states: list[LeaderAndIsrPartition], ids: dict[str, object],
