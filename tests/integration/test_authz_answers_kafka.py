@@ -10,6 +10,9 @@
   a binding holds (``*``, ``alice``, ``User:``, ``""``), MATCH patterns.
 - Kafka's own producer (ProducerPerformance) as a principal that may not describe its topic
   fails at once, as against Kafka.
+- On the one node: ElectLeaders, AlterPartitionReassignments and ListPartitionReassignments
+  (every version, known and unknown topics and partitions, targets this broker, another one,
+  none, twice, cancels); group configs set at broker level, described with their synonyms.
 """
 
 from __future__ import annotations
@@ -27,12 +30,18 @@ import pytest
 from rivulet.client.connection import BrokerConnection
 from rivulet.protocol import records
 from rivulet.protocol.messages import (
+    alter_partition_reassignments_request as apq,
     create_acls_request as caq,
+    create_topics_request as ctq,
     delete_acls_request as daq,
     delete_topics_request as dtq,
     describe_acls_request as dsq,
+    describe_configs_request as dcq,
     describe_topic_partitions_request as dtpq,
+    elect_leaders_request as elq,
     fetch_request as fq,
+    incremental_alter_configs_request as iac,
+    list_partition_reassignments_request as lpq,
     metadata_request as mq,
     produce_request as pq,
 )
@@ -40,17 +49,21 @@ from rivulet.protocol.schema import ZERO_UUID
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import java_tools as jt  # noqa: E402
+from kafka_compare import read_until_changed  # noqa: E402
 from authz_brokers import ALICE, ALICE_JAAS, Ports, secured_kafka, secured_rivulet, setup_topics_and_acls  # noqa: E402
 
 pytestmark = [pytest.mark.java, pytest.mark.integration]
 
 RANDOM_ID = uuid.UUID("11111111-2222-3333-4444-555555555555")
+# Group configs set at broker level, on both brokers (points of comparison for their synonyms).
+BROKER_GROUP_CONFIGS = {"group.share.record.lock.duration.ms": "45000", "group.share.delivery.count.limit": "7",
+                        "group.consumer.session.timeout.ms": "50000"}
 
 
 @pytest.fixture(scope="module")
 def kafka_secured(java: None):
     """Apache Kafka 4.3.1 with the authorizer; failing to start it fails the tests."""
-    ref, ports = secured_kafka()
+    ref, ports = secured_kafka(BROKER_GROUP_CONFIGS)
     try:
         yield ports
     finally:
@@ -60,7 +73,7 @@ def kafka_secured(java: None):
 
 @pytest.fixture(scope="module")
 def rivulet_secured():
-    b, ports = secured_rivulet({"node.id": "1"})
+    b, ports = secured_rivulet({"node.id": "1", **BROKER_GROUP_CONFIGS})
     try:
         yield ports
     finally:
@@ -260,4 +273,85 @@ async def _acl_probe(ports: Ports) -> dict[str, Any]:
 def test_acl_filters_as_kafka(kafka_secured, rivulet_secured):
     theirs, ours = asyncio.run(_acl_probe(kafka_secured)), asyncio.run(_acl_probe(rivulet_secured))
     assert theirs["describe v3 principal_filter='User:alice'"][2]  # the probe did what it means to on Kafka
+    assert {k: v for k, v in ours.items() if v != theirs[k]} == {}, theirs
+
+
+# ------------------------------------------------------------------ the one node's admin APIs
+async def _admin_probe(ports: Ports) -> dict[str, Any]:
+    c = await BrokerConnection("127.0.0.1", ports.plain).connect(10)
+    out: dict[str, Any] = {}
+    r = await c.send(ctq.CreateTopicsRequest(topics=[ctq.CreatableTopic(
+        name="admin-t", num_partitions=2, replication_factor=1, assignments=[], configs=[])], timeout_ms=15000,
+        validate_only=False))
+    assert r.topics[0].error_code == 0
+    for v in (0, 1, 2):
+        for key, election, asked in (("preferred", 0, [("admin-t", [0, 1, 7]), ("missing", [0])]),
+                                     ("unclean", 1, [("admin-t", [0])]), ("all", 0, None), ("all unclean", 1, None),
+                                     ("none", 0, [])):
+            r = await c.send(elq.ElectLeadersRequest(election_type=election, timeout_ms=5000, topic_partitions=None
+                                                     if asked is None else [elq.TopicPartitions(topic=t, partitions=ps)
+                                                                            for t, ps in asked]), version=v)
+            out[f"elect v{v} {key}"] = (r.error_code, sorted(
+                (t.topic, p.partition_id, p.error_code, p.error_message)
+                for t in r.replica_election_results for p in t.partition_result))
+    targets = [("this broker", "admin-t", 0, [1]), ("another broker", "admin-t", 0, [2]), ("none", "admin-t", 0, []),
+               ("twice", "admin-t", 0, [1, 1]), ("cancel", "admin-t", 0, None), ("missing topic", "missing", 0, [1]),
+               ("missing partition", "admin-t", 9, [1]), ("more replicas", "admin-t", 1, [1, 2]),
+               ("negative", "admin-t", 0, [-1]), ("cancel, missing topic", "missing", 0, None)]
+    for v in (0, 1):
+        for key, topic, partition, replicas in targets:
+            extra = {"allow_replication_factor_change": False} if v == 1 else {}
+            r = await c.send(apq.AlterPartitionReassignmentsRequest(timeout_ms=5000, topics=[apq.ReassignableTopic(
+                name=topic, partitions=[apq.ReassignablePartition(partition_index=partition, replicas=replicas)])],
+                **extra), version=v)
+            out[f"reassign v{v} {key}"] = (r.error_code, r.error_message, sorted(
+                (t.name, p.partition_index, p.error_code, p.error_message) for t in r.responses for p in t.partitions))
+        r = await c.send(apq.AlterPartitionReassignmentsRequest(timeout_ms=5000, topics=[]), version=v)
+        out[f"reassign v{v} nothing"] = (r.error_code, r.error_message, r.responses)
+    for key, topics in (("all", None), ("some", [("admin-t", [0, 1, 5]), ("missing", [0])]), ("none", [])):
+        r = await c.send(lpq.ListPartitionReassignmentsRequest(timeout_ms=5000, topics=None if topics is None else [
+            lpq.ListPartitionReassignmentsTopics(name=t, partition_indexes=ps) for t, ps in topics]))
+        out[f"list {key}"] = (r.error_code, r.error_message, r.topics)
+    await c.close()
+    return out
+
+
+def test_one_node_admin_answers_as_kafka(kafka_secured, rivulet_secured):
+    theirs, ours = asyncio.run(_admin_probe(kafka_secured)), asyncio.run(_admin_probe(rivulet_secured))
+    assert theirs["reassign v0 this broker"][2] == [("admin-t", 0, 0, None)]  # the probe did what it means to
+    assert {k: v for k, v in ours.items() if v != theirs[k]} == {}, theirs
+
+
+async def _group_config_probe(ports: Ports) -> dict[str, Any]:
+    c = await BrokerConnection("127.0.0.1", ports.plain).connect(10)
+    out: dict[str, Any] = {}
+
+    async def describe(rtype: int, name: str, keys: list[str] | None, synonyms: bool = True, v: int = 4) -> list:
+        r = await c.send(dcq.DescribeConfigsRequest(include_synonyms=synonyms, resources=[dcq.DescribeConfigsResource(
+            resource_type=rtype, resource_name=name, configuration_keys=keys)]), version=v)
+        res = r.results[0]
+        return [res.error_code, res.error_message or None, sorted(
+            (e.name, e.value, e.config_source, e.read_only, [(x.name, x.value, x.source) for x in e.synonyms or ()])
+            for e in res.configs)]
+
+    out["every group config"] = await describe(32, "cfg-g1", None)
+    for v in (1, 4):
+        out[f"one, v{v}"] = await describe(32, "cfg-g1", ["share.record.lock.duration.ms"], v=v)
+    out["no synonyms"] = await describe(32, "cfg-g1", ["share.record.lock.duration.ms"], synonyms=False)
+    r = await c.send(iac.IncrementalAlterConfigsRequest(validate_only=False, resources=[iac.AlterConfigsResource(
+        resource_type=32, resource_name="cfg-g2", configs=[iac.AlterableConfig(
+            name="share.record.lock.duration.ms", config_operation=0, value="20000")])]))
+    assert r.responses[0].error_code == 0
+    want = ["share.record.lock.duration.ms", "consumer.session.timeout.ms"]
+    out["group's own value"] = await read_until_changed(lambda: describe(32, "cfg-g2", want),
+                                                        await describe(32, "cfg-g1", want))
+    out["broker"] = await describe(4, "1", sorted(BROKER_GROUP_CONFIGS))
+    await c.close()
+    return out
+
+
+def test_broker_level_group_config_synonyms_as_kafka(kafka_secured, rivulet_secured):
+    theirs, ours = asyncio.run(_group_config_probe(kafka_secured)), asyncio.run(_group_config_probe(rivulet_secured))
+    static = ("group.share.record.lock.duration.ms", "45000", 4)
+    assert theirs["one, v4"][2][0][4][0] == static  # Kafka lists the static value first
     assert {k: v for k, v in ours.items() if v != theirs[k]} == {}, theirs

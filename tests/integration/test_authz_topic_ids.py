@@ -25,7 +25,7 @@ from confluent_kafka.admin import (
 
 from rivulet.client.connection import BrokerConnection
 from rivulet.protocol.errors import ErrorCode
-from rivulet.protocol.messages import delete_topics_request as dtq, metadata_request as mq
+from rivulet.protocol.messages import delete_topics_request as dtq, metadata_request as mq, metadata_response as mr
 from rivulet.protocol.schema import ZERO_UUID
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -46,12 +46,12 @@ def secured():
         b.cleanup()
 
 
-def _topics(r: mq.MetadataRequest) -> list[tuple]:
-    return sorted(((t.name or "", str(t.topic_id), t.error_code, len(t.partitions)) for t in r.topics))
+def _topics(r: mr.MetadataResponse) -> list[tuple]:
+    return sorted((t.name or "", str(t.topic_id), t.error_code, len(t.partitions)) for t in r.topics)
 
 
 def test_metadata_names_the_refused_topic_asked_by_name(secured):
-    b, sasl, ids = secured
+    _, sasl, ids = secured
 
     async def main() -> dict:
         alice = await BrokerConnection("127.0.0.1", sasl, sasl=ALICE).connect(10)
@@ -84,7 +84,7 @@ def test_metadata_names_the_refused_topic_asked_by_name(secured):
 
 
 def test_delete_topics_by_name_and_by_id(secured):
-    b, sasl, ids = secured
+    _, sasl, ids = secured
 
     async def main() -> dict:
         alice = await BrokerConnection("127.0.0.1", sasl, sasl=ALICE).connect(10)
