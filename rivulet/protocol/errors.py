@@ -143,6 +143,15 @@ class ErrorCode(IntEnum):
     SHARE_SESSION_LIMIT_REACHED = 133
 
 
+# The message Kafka's Errors enum gives an error raised without one of its own (ApiError(error)),
+# for the answers that carry it.
+DEFAULT_MESSAGES: dict[ErrorCode, str] = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "This server does not host this topic-partition.",
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED: "Topic authorization failed.",
+    ErrorCode.UNKNOWN_TOPIC_ID: "This server does not host this topic ID.",
+}
+
+
 class ApiError(Exception):
     """An error that maps to a Kafka error code on the wire (Kafka's ApiException). Raised
     inside the broker and by the codec; the client's public ``rivulet.KafkaError`` is a

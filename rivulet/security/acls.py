@@ -177,17 +177,13 @@ class AclBindingFilter:
     permission_type: AclPermissionType = AclPermissionType.ANY
 
     def validate(self) -> None:
-        """A filter with an UNKNOWN element can match nothing for sure (INVALID_REQUEST)."""
-        unknown = [n for n, v in (("resource type", self.resource_type), ("pattern type", self.pattern_type),
-                                  ("operation", self.operation), ("permission type", self.permission_type))
-                   if v == 0]
-        if unknown:
-            raise ApiError(ErrorCode.INVALID_REQUEST, f"The filter has an unknown {unknown[0]}")
-        if self.principal is not None:
-            try:
-                KafkaPrincipal.parse(self.principal)
-            except ValueError as err:
-                raise ApiError(ErrorCode.INVALID_REQUEST, str(err)) from None
+        """Kafka's check of a DeleteAcls filter (INVALID_REQUEST): a type, pattern type, operation
+        or permission type whose code Kafka does not know. Names, principals and hosts are
+        compared as they are, so a principal that is not ``Type:name`` (``*``) matches nothing."""
+        if self.resource_type is ResourceType.UNKNOWN or self.pattern_type is PatternType.UNKNOWN:
+            raise ApiError(ErrorCode.INVALID_REQUEST, "Unknown patternFilter.")
+        if self.operation is AclOperation.UNKNOWN or self.permission_type is AclPermissionType.UNKNOWN:
+            raise ApiError(ErrorCode.INVALID_REQUEST, "Unknown entryFilter.")
 
     def matches_pattern(self, p: ResourcePattern) -> bool:
         if self.resource_type is not ResourceType.ANY and self.resource_type != p.resource_type:
@@ -227,6 +223,13 @@ def filter_of(resource_type: int, name: str | None, pattern_type: int, principal
     """A filter as DescribeAcls and DeleteAcls carry it."""
     return AclBindingFilter(ResourceType.of(resource_type), name, PatternType.of(pattern_type), principal, host,
                             AclOperation.of(operation), AclPermissionType.of(permission_type))
+
+
+def names_unknown(resource_type: int, pattern_type: int, operation: int, permission_type: int) -> bool:
+    """An ACL request element spelled with the code of UNKNOWN (0): Kafka cannot parse such a
+    Create/Describe/DeleteAcls request and closes the connection. Other codes it does not know
+    read as UNKNOWN and match nothing."""
+    return 0 in (resource_type, pattern_type, operation, permission_type)
 
 
 # ------------------------------------------------------------ Kafka's ZooKeeper JSON

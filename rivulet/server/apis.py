@@ -35,7 +35,8 @@ from rivulet.server.config import BrokerConfig
 from rivulet.server.handlers import Handler
 from rivulet.server.handlers.acls import AclHandlers
 from rivulet.server.handlers.configs import ConfigHandlers
-from rivulet.server.handlers.controller import CLUSTER_MODE_VERSIONS, ControllerHandlers
+from rivulet.server.handlers.controller import CLUSTER_MODE_VERSIONS, ControllerHandlers, PartitionAdmin, \
+    PartitionAdminHandlers
 from rivulet.server.handlers.find_coordinator import FindCoordinatorHandler
 from rivulet.server.handlers.groups import GroupHandlers
 from rivulet.server.handlers.log_dirs import LogDirHandlers
@@ -51,6 +52,7 @@ from rivulet.server.handlers.replication import INTER_BROKER_VERSIONS, Replicati
 from rivulet.server.handlers.topics import TopicHandlers
 from rivulet.server.handlers.transactions import TransactionHandlers
 from rivulet.server.network import KafkaConnection
+from rivulet.server.one_node_admin import OneNodePartitionAdmin
 from rivulet.server.quotas import ClientQuotas
 from rivulet.server.scram import ScramCredentials
 from rivulet.server.topics import TopicManager
@@ -100,7 +102,10 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     36: (0, 2),   # SaslAuthenticate
     37: (0, 3),   # CreatePartitions
     42: (0, 2),   # DeleteGroups
+    43: (0, 2),   # ElectLeaders
     44: (0, 1),   # IncrementalAlterConfigs
+    45: (0, 1),   # AlterPartitionReassignments
+    46: (0, 0),   # ListPartitionReassignments
     47: (0, 0),   # OffsetDelete
     48: (0, 1),   # DescribeClientQuotas
     49: (0, 1),   # AlterClientQuotas
@@ -168,10 +173,16 @@ class KafkaApis:
             self.versions.update(INTER_BROKER_VERSIONS)
             self.handlers.update(ReplicationHandlers(replica_manager, metadata_cache, broker_epoch or (lambda: -1),
                                                      topics.off_loop, authz, topic_configs=cluster).handlers())
+        partition_admin: PartitionAdmin
         if cluster is not None and cluster.controller is not None:
             self.versions.update(CLUSTER_MODE_VERSIONS)
             self.handlers.update(ControllerHandlers(cluster.controller, authz).handlers())
+            partition_admin = cluster.controller
+        else:
+            # One node is its own controller for elections and reassignments, as Kafka's is.
+            partition_admin = OneNodePartitionAdmin(topics, replica_manager, node.node_id)
         for area in (
+            PartitionAdminHandlers(partition_admin, authz),
             RecordHandlers(replica_manager, topics, quotas, authz, metadata_cache),
             QuotaHandlers(quotas, authz),
             AclHandlers(acls, authz),

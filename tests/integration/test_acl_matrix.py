@@ -715,11 +715,11 @@ MATRIX: list[Row] = [
         cluster=True),
     Row("AddPartitionsToTxn (brokers' v4+)", (CLUSTER_ACTION,), "CLUSTER_AUTHORIZATION_FAILED",
         add_partitions_to_txn_verify, cluster=True),
-    Row("ElectLeaders", (need(RT.CLUSTER, Op.ALTER),), "CLUSTER_AUTHORIZATION_FAILED", elect_leaders, cluster=True),
+    Row("ElectLeaders", (need(RT.CLUSTER, Op.ALTER),), "CLUSTER_AUTHORIZATION_FAILED", elect_leaders),
     Row("AlterPartitionReassignments", (need(RT.CLUSTER, Op.ALTER),), "CLUSTER_AUTHORIZATION_FAILED",
-        alter_reassignments, cluster=True),
+        alter_reassignments),
     Row("ListPartitionReassignments", (need(RT.CLUSTER, Op.DESCRIBE),), "CLUSTER_AUTHORIZATION_FAILED",
-        list_reassignments, cluster=True),
+        list_reassignments),
 ]
 
 

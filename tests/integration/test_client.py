@@ -214,8 +214,7 @@ def test_acks_zero(broker):
 
 
 def test_idempotence_is_on_when_the_broker_supports_it(broker):
-    if not broker_supports(broker.bootstrap, INIT_PRODUCER_ID):
-        pytest.skip("this broker does not advertise InitProducerId yet")
+    assert broker_supports(broker.bootstrap, INIT_PRODUCER_ID)
     p = Producer({"bootstrap.servers": broker.bootstrap})
     p.produce(name("idem"), b"x", partition=0)
     assert p.flush(30) == 0
@@ -225,10 +224,9 @@ def test_idempotence_is_on_when_the_broker_supports_it(broker):
 
 def test_idempotence_falls_back_when_the_broker_lacks_init_producer_id(broker, caplog, monkeypatch):
     from rivulet.client.connection import BrokerConnection
-    if broker_supports(broker.bootstrap, INIT_PRODUCER_ID):
-        # Hide the API from the client, as a broker without it would.
-        real = BrokerConnection.has_api
-        monkeypatch.setattr(BrokerConnection, "has_api", lambda self, key: key != INIT_PRODUCER_ID and real(self, key))
+    # Hide the API from the client, as a broker without it would.
+    real = BrokerConnection.has_api
+    monkeypatch.setattr(BrokerConnection, "has_api", lambda self, key: key != INIT_PRODUCER_ID and real(self, key))
     topic = name("idem-fallback")
     with caplog.at_level(logging.INFO, logger="rivulet.producer"):
         p = Producer({"bootstrap.servers": broker.bootstrap})

@@ -124,10 +124,9 @@ def test_broker_restart_under_load_loses_nothing(broker_factory, how):
     log = read_all(b.bootstrap, topic, parts, total)
     assert set(log) == {str(i).encode() for i in range(total)}
     assert set(load.consumed) == set(log)
-    # Nothing duplicated in the log: only the idempotent producer promises that, since a retry
-    # of a batch whose answer was lost in the restart is otherwise written again.
-    if not load.producer_idempotent:
-        pytest.xfail("the broker does not support InitProducerId (idempotence); duplicates are allowed")
+    # Nothing duplicated in the log: the idempotent producer promises that (a retry of a batch
+    # whose answer was lost in the restart is otherwise written again).
+    assert load.producer_idempotent, "the producer did not get a producer id (InitProducerId)"
     dups = [v for v, n in Counter(log).items() if n > 1]
     assert dups == [], f"{len(dups)} records written twice despite idempotence"
 
@@ -142,9 +141,7 @@ def test_idempotent_producer_sequences_survive_a_restart(broker_factory):
     for i in range(200):
         p.produce(topic, str(i).encode(), partition=0)
     assert p.flush(30) == 0
-    if not p._aio.idem.enabled:
-        p.close()
-        pytest.skip("the broker does not support InitProducerId yet")
+    assert p._aio.idem.enabled, "the producer did not get a producer id (InitProducerId)"
     pid = p._aio.idem.producer_id
     b.kill()
     for i in range(200, 400):

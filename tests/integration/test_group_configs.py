@@ -221,3 +221,33 @@ def test_rivulets_own_admin_client_takes_resource_type_group(broker):
     entries = next(iter(described.values())).result(30)
     assert (entries["share.isolation.level"].value, entries["share.isolation.level"].source) == \
         ("read_committed", GROUP_CONFIG_SOURCE)
+
+
+def test_broker_level_group_config_synonyms(broker_factory):
+    """A group config set at broker level lists the static value, then the default, as Kafka
+    4.3.1 lists them (include_synonyms=True); a group's own value comes first. confluent-kafka's
+    ConfigEntry.synonyms, a dict by name, keeps only the last of the two (against Kafka too)."""
+    from rivulet.client.connection import BrokerConnection
+    from rivulet.protocol.messages import describe_configs_request as dcq
+
+    b = broker_factory({"group.share.record.lock.duration.ms": "45000"})
+    group = f"syn-{uuid.uuid4().hex[:6]}"
+    name = "share.record.lock.duration.ms"
+
+    async def synonyms(version: int) -> list[tuple]:
+        conn = await BrokerConnection("127.0.0.1", b.port).connect(10)
+        try:
+            r = await conn.send(dcq.DescribeConfigsRequest(include_synonyms=True, resources=[
+                dcq.DescribeConfigsResource(resource_type=32, resource_name=group, configuration_keys=[name])]),
+                version=version)
+        finally:
+            await conn.close()
+        (entry,) = r.results[0].configs
+        return [(entry.value, entry.config_source)] + [(s.name, s.value, s.source) for s in entry.synonyms]
+
+    static, default = ("group." + name, "45000", 4), ("group." + name, "30000", DEFAULT_CONFIG_SOURCE)
+    for version in (1, 4):
+        assert asyncio.run(synonyms(version)) == [("45000", 4), static, default], version
+    _alter(_admin(b.bootstrap), group, {name: "20000"})
+    assert asyncio.run(synonyms(4)) == [("20000", GROUP_CONFIG_SOURCE), (name, "20000", GROUP_CONFIG_SOURCE),
+                                        static, default]

@@ -190,10 +190,16 @@ def test_valid_bindings_and_filters() -> None:
     acl(RT.CLUSTER, "kafka-cluster", Op.ALTER).validate()
     acl(RT.TOPIC, "p", Op.ALL, pt=PT.PREFIXED).validate()
     AclBindingFilter(pattern_type=PT.MATCH).validate()
-    with pytest.raises(ApiError):
-        AclBindingFilter(resource_type=RT.UNKNOWN).validate()
-    with pytest.raises(ApiError):
-        AclBindingFilter(principal="nobody").validate()
+    # Kafka's DeleteAcls checks: codes it does not know; a principal is compared as it is
+    AclBindingFilter(principal="nobody").validate()
+    AclBindingFilter(principal="*").validate()
+    for f, message in ((AclBindingFilter(resource_type=RT.UNKNOWN), "Unknown patternFilter."),
+                       (AclBindingFilter(pattern_type=PT.UNKNOWN), "Unknown patternFilter."),
+                       (AclBindingFilter(operation=Op.UNKNOWN), "Unknown entryFilter."),
+                       (AclBindingFilter(permission_type=Perm.UNKNOWN), "Unknown entryFilter.")):
+        with pytest.raises(ApiError) as e:
+            f.validate()
+        assert (e.value.code, e.value.message) == (ErrorCode.INVALID_REQUEST, message)
 
 
 def test_a_binding_as_a_filter_matches_it_alone() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from rivulet.protocol.errors import ApiError, ErrorCode
+from rivulet.protocol.errors import ApiError, ErrorCode, ProtocolDecodeError
 from rivulet.protocol.framing import RequestHeader
 from rivulet.protocol.messages import (
     create_acls_response as car,
@@ -23,14 +23,23 @@ from rivulet.security.acls import (
     ResourcePattern,
     binding_of,
     filter_of,
+    names_unknown,
 )
 from rivulet.server.acls import NO_AUTHORIZER, AclManager, Authz
 from rivulet.server.handlers import Handler
 from rivulet.server.network import KafkaConnection
 
+
 def _filter(f: DescribeAclsRequest | DeleteAclsFilter) -> AclBindingFilter:
+    _refuse_unknown(f.resource_type_filter, f.pattern_type_filter, f.operation, f.permission_type)
     return filter_of(f.resource_type_filter, f.resource_name_filter, f.pattern_type_filter, f.principal_filter,
                      f.host_filter, f.operation, f.permission_type)
+
+
+def _refuse_unknown(resource_type: int, pattern_type: int, operation: int, permission_type: int) -> None:
+    if names_unknown(resource_type, pattern_type, operation, permission_type):
+        # Kafka fails to parse the request and closes the connection (the connection does so here).
+        raise ProtocolDecodeError("an ACL element is UNKNOWN")
 
 
 def _cluster_denied() -> ApiError:
@@ -53,11 +62,12 @@ class AclHandlers:
 
     def handle_describe_acls(self, header: RequestHeader, req: DescribeAclsRequest,
                              conn: KafkaConnection) -> dsr.DescribeAclsResponse:
+        f = _filter(req)  # before authorization: Kafka reads the request first
         try:
             refused = self._check(conn, AclOperation.DESCRIBE)
             if refused is not None:
                 raise refused
-            found = self.acls.describe(_filter(req))
+            found = self.acls.describe(f)
         except ApiError as e:
             return dsr.DescribeAclsResponse(throttle_time_ms=0, error_code=e.code, error_message=e.message,
                                             resources=[])
@@ -71,10 +81,13 @@ class AclHandlers:
                   for e in sorted(entries, key=lambda e: (e.principal, e.host, e.operation, e.permission_type))])
             for p, entries in sorted(by_pattern.items(), key=lambda kv: (kv[0].resource_type, kv[0].name,
                                                                          kv[0].pattern_type))]
-        return dsr.DescribeAclsResponse(throttle_time_ms=0, error_code=0, error_message=None, resources=resources)
+        # Kafka answers an empty message, not a null one, when all went well.
+        return dsr.DescribeAclsResponse(throttle_time_ms=0, error_code=0, error_message="", resources=resources)
 
     def handle_create_acls(self, header: RequestHeader, req: CreateAclsRequest,
                            conn: KafkaConnection) -> car.CreateAclsResponse | asyncio.Future[car.CreateAclsResponse]:
+        for c in req.creations:
+            _refuse_unknown(c.resource_type, c.resource_pattern_type, c.operation, c.permission_type)
         refused = self._check(conn, AclOperation.ALTER)
         if refused is not None:
             return car.CreateAclsResponse(throttle_time_ms=0, results=[
@@ -86,12 +99,13 @@ class AclHandlers:
         async def create() -> car.CreateAclsResponse:
             results = await self.acls.create(bindings)
             return car.CreateAclsResponse(throttle_time_ms=0, results=[
-                car.AclCreationResult(error_code=0, error_message=None) if r is None else
+                car.AclCreationResult(error_code=0, error_message="") if r is None else
                 car.AclCreationResult(error_code=r.code, error_message=r.message) for r in results])
         return asyncio.ensure_future(create())
 
     def handle_delete_acls(self, header: RequestHeader, req: DeleteAclsRequest,
                            conn: KafkaConnection) -> dar.DeleteAclsResponse | asyncio.Future[dar.DeleteAclsResponse]:
+        filters = [_filter(f) for f in req.filters]
         refused = self._check(conn, AclOperation.ALTER)
         if refused is not None:
             return dar.DeleteAclsResponse(throttle_time_ms=0, filter_results=[
@@ -99,7 +113,7 @@ class AclHandlers:
                 for _ in req.filters])
 
         async def delete() -> dar.DeleteAclsResponse:
-            results = await self.acls.delete([_filter(f) for f in req.filters])
+            results = await self.acls.delete(filters)
             out = []
             for r in results:
                 if isinstance(r, ApiError):

@@ -1,10 +1,13 @@
-"""Requests for the controller, in ZooKeeper mode: AlterPartition (a leader's ISR change),
-ControlledShutdown, ElectLeaders and the partition reassignment APIs. Every broker answers them; one that is not the active controller says
-NOT_CONTROLLER, as Kafka's, and the sender looks for the controller again."""
+"""Requests for the controller: AlterPartition (a leader's ISR change) and ControlledShutdown
+in ZooKeeper mode, ElectLeaders and the partition reassignment APIs on every broker. In a
+cluster every broker answers them; one that is not the active controller says NOT_CONTROLLER,
+as Kafka's, and the sender looks for the controller again. On one node the broker carries out
+ElectLeaders and the reassignment APIs itself, as a one-node Kafka's controller does."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Protocol
 
 from rivulet.common.types import TopicPartition
 from rivulet.controller.controller import PREFERRED, KafkaController
@@ -30,26 +33,49 @@ from rivulet.server.network import KafkaConnection
 # Kafka 4's brokers, does not list them).
 CLUSTER_MODE_VERSIONS: dict[int, tuple[int, int]] = {
     7: (0, 3),    # ControlledShutdown
-    43: (0, 2),   # ElectLeaders
-    45: (0, 1),   # AlterPartitionReassignments
-    46: (0, 0),   # ListPartitionReassignments
     56: (0, 3),   # AlterPartition
 }
 
+# Partition outcome: the error code and message of one partition's answer.
+Outcome = tuple[ErrorCode, str | None]
+
+
+class PartitionAdmin(Protocol):
+    """What carries out ElectLeaders and the reassignment APIs: the ``KafkaController`` in a
+    cluster, ``OneNodePartitionAdmin`` (server/one_node_admin.py) on one node."""
+
+    @property
+    def is_active(self) -> bool:
+        """False on a broker that is not the active controller (NOT_CONTROLLER)."""
+
+    async def elect_leaders(self, election_type: int,
+                            partitions: list[TopicPartition] | None) -> dict[TopicPartition, Outcome]: ...
+
+    async def alter_reassignments(self, wanted: dict[TopicPartition, list[int] | None],
+                                  allow_rf_change: bool = True) -> dict[TopicPartition, Outcome]: ...
+
+    def list_reassignments(self, tps: list[TopicPartition] | None
+                           ) -> dict[TopicPartition, tuple[list[int], list[int], list[int]]] | None: ...
+
+
+def _refused(authz: Authz, conn: KafkaConnection, op: AclOperation) -> bool:
+    """Brokers' requests need CLUSTER_ACTION, elections and reassignments ALTER (listing them
+    DESCRIBE) on the cluster, as Kafka checks them."""
+    return not authz.cluster(conn, op)
+
 
 class ControllerHandlers:
+    """The brokers' requests to the controller, in ZooKeeper mode."""
+
     def __init__(self, controller: KafkaController, authz: Authz) -> None:
         self.controller = controller
         self.authz = authz
 
     def _refused(self, conn: KafkaConnection, op: AclOperation) -> bool:
-        """Brokers' requests need CLUSTER_ACTION, elections and reassignments ALTER (listing
-        them DESCRIBE) on the cluster, as Kafka checks them."""
-        return not self.authz.cluster(conn, op)
+        return _refused(self.authz, conn, op)
 
     def handlers(self) -> dict[int, Handler]:
-        return {7: self.handle_controlled_shutdown, 43: self.handle_elect_leaders, 45: self.handle_alter_reassignments,
-                46: self.handle_list_reassignments, 56: self.handle_alter_partition}
+        return {7: self.handle_controlled_shutdown, 56: self.handle_alter_partition}
 
     def handle_alter_partition(self, header: RequestHeader, req: AlterPartitionRequest,
                                conn: KafkaConnection) -> Answer:
@@ -64,6 +90,21 @@ class ControllerHandlers:
             return csr.ControlledShutdownResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                                                   remaining_partitions=[])
         return asyncio.ensure_future(self.controller.controlled_shutdown(req.broker_id, req.broker_epoch))
+
+
+class PartitionAdminHandlers:
+    """ElectLeaders, AlterPartitionReassignments and ListPartitionReassignments, in front of
+    the cluster's controller or of the one node."""
+
+    def __init__(self, controller: PartitionAdmin, authz: Authz) -> None:
+        self.controller = controller
+        self.authz = authz
+
+    def _refused(self, conn: KafkaConnection, op: AclOperation) -> bool:
+        return _refused(self.authz, conn, op)
+
+    def handlers(self) -> dict[int, Handler]:
+        return {43: self.handle_elect_leaders, 45: self.handle_alter_reassignments, 46: self.handle_list_reassignments}
 
     def handle_elect_leaders(self, header: RequestHeader, req: ElectLeadersRequest, conn: KafkaConnection) -> Answer:
         if self._refused(conn, AclOperation.ALTER):
@@ -115,8 +156,9 @@ class ControllerHandlers:
         for tp, (code, message) in results.items():
             by_topic.setdefault(tp.topic, []).append(apr.ReassignablePartitionResponse(
                 partition_index=tp.partition, error_code=code, error_message=message))
+        # Kafka 4.3 answers a request naming nothing with an empty message, any other with none.
         return apr.AlterPartitionReassignmentsResponse(throttle_time_ms=0, error_code=ErrorCode.NONE,
-                                                       error_message=None, responses=[
+                                                       error_message=None if req.topics else "", responses=[
             apr.ReassignableTopicResponse(name=t, partitions=ps) for t, ps in by_topic.items()])
 
     def handle_list_reassignments(self, header: RequestHeader, req: ListPartitionReassignmentsRequest,

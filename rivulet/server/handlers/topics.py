@@ -14,7 +14,7 @@ from typing import Any
 
 from rivulet.common.cluster import NodeEndpoint
 from rivulet.common.types import TopicPartition
-from rivulet.protocol.errors import ApiError, ErrorCode
+from rivulet.protocol.errors import DEFAULT_MESSAGES, ApiError, ErrorCode
 from rivulet.protocol.framing import RequestHeader
 from rivulet.protocol.messages import (
     create_partitions_response as cpr,
@@ -189,6 +189,34 @@ class TopicHandlers:
                 replica_nodes=replicas, isr_nodes=isr, offline_replicas=pv.offline))
         return out
 
+    def _requested_topics(self, req: MetadataRequest) -> tuple[list[str], list[mr.MetadataResponseTopic]]:
+        """The names a Metadata request asks about, and the answers for ids this broker does not
+        know, as Kafka reads the request: an all-zero topic id means "by name"; once any entry
+        carries an id, the request is by id and names beside ids are ignored (v12+)."""
+        ids = list(dict.fromkeys(t.topic_id for t in req.topics if t.topic_id != ZERO_UUID))
+        if not ids:
+            names = [t.name for t in req.topics]
+            if None in names:
+                # Kafka fails the whole request on a null name without an id (v12+).
+                raise ApiError(ErrorCode.UNKNOWN_SERVER_ERROR)
+            return list(dict.fromkeys(names)), []
+        known, unknown = [], []
+        for topic_id in ids:
+            name = self._resolve_topic_id(topic_id)
+            if name is None:
+                unknown.append(mr.MetadataResponseTopic(name=None, topic_id=topic_id, is_internal=False,
+                                                        partitions=[], error_code=ErrorCode.UNKNOWN_TOPIC_ID))
+            else:
+                known.append(name)
+        return known, unknown
+
+    @staticmethod
+    def _metadata_refused(req: MetadataRequest, code: ErrorCode) -> mr.MetadataResponse:
+        """A Metadata request failed as a whole: each topic asked for carries the error."""
+        return mr.MetadataResponse(throttle_time_ms=0, brokers=[], cluster_id=None, controller_id=-1, topics=[
+            mr.MetadataResponseTopic(name=t.name or "", topic_id=t.topic_id, is_internal=False, partitions=[],
+                                     error_code=code) for t in req.topics or ()])
+
     def handle_metadata(
         self, header: RequestHeader, req: MetadataRequest, conn: KafkaConnection
     ) -> mr.MetadataResponse:
@@ -196,12 +224,18 @@ class TopicHandlers:
         topics = self.topics
         topics_out: list[mr.MetadataResponseTopic] = []
         cache = self.metadata_cache
+        by_id = False
         if req.topics is None or (v == 0 and not req.topics):
-            names = cache.topic_names() if cache is not None else topics.topic_names()
-            wanted = [(name, None) for name in names]
+            wanted = cache.topic_names() if cache is not None else topics.topic_names()
             explicit = False
         else:
-            wanted = [(t.name, t.topic_id) for t in req.topics]
+            if v in (10, 11) and any(t.name is None or t.topic_id != ZERO_UUID for t in req.topics):
+                return self._metadata_refused(req, ErrorCode.INVALID_REQUEST)  # ids came with v12
+            try:
+                wanted, topics_out = self._requested_topics(req)
+            except ApiError as e:
+                return self._metadata_refused(req, e.code)
+            by_id = any(t.topic_id != ZERO_UUID for t in req.topics)
             explicit = True
         allow_auto = (req.allow_auto_topic_creation if v >= 4 else True) and self.config["auto.create.topics.enable"]
         # Authorization, as Kafka: a topic the principal may not describe is left out of a listing
@@ -209,26 +243,14 @@ class TopicHandlers:
         # auto-creation needs CREATE on the cluster or the topic.
         refused: list[mr.MetadataResponseTopic] = []
         may_create_any = allow_auto and self.authz.cluster(conn, Op.CREATE)
-        for name, topic_id in wanted:
-            t = mr.MetadataResponseTopic(name=name, topic_id=topic_id or ZERO_UUID, is_internal=False,
-                                         partitions=[], error_code=0)
-            if name is None:
-                known = None
-                if topic_id is not None:
-                    known = cache.topic_name(topic_id) if cache is not None else None
-                    if known is None:
-                        info = topics.by_id(topic_id)
-                        known = info.name if info is not None else None
-                if known is None:
-                    t.error_code = ErrorCode.UNKNOWN_TOPIC_ID
-                    topics_out.append(t)
-                    continue
-                name = t.name = known
+        for name in wanted:
+            t = mr.MetadataResponseTopic(name=name, topic_id=ZERO_UUID, is_internal=False, partitions=[],
+                                         error_code=0)
             if not self.authz.topic(conn, Op.DESCRIBE, name):
                 if explicit:
-                    # A topic asked for by id keeps its id, not its name (ids disclose nothing).
+                    # Asked for by id: the id, not the name (ids disclose nothing); by name: the name.
                     refused.append(mr.MetadataResponseTopic(
-                        name=None if topic_id is not None else name, topic_id=topic_id or ZERO_UUID,
+                        name=None if by_id else name, topic_id=self._topic_id(name) if by_id else ZERO_UUID,
                         is_internal=False, partitions=[], error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED))
                 continue
             if cache is not None and cache.contains_topic(name):
@@ -486,37 +508,103 @@ class TopicHandlers:
     def handle_delete_topics(
         self, header: RequestHeader, req: DeleteTopicsRequest, conn: KafkaConnection
     ) -> Answer:
-        targets: list[tuple[str | None, Any]] = []
         if header.api_version >= 6:
             targets = [(t.name, t.topic_id) for t in req.topics]
         else:
-            targets = [(n, None) for n in req.topic_names]
+            targets = [(n, ZERO_UUID) for n in req.topic_names]
         quota = self._mutation_quota(header, conn, strict_since=5)
         # The logs are closed and renamed on a worker thread: the answer comes when that is done.
         return asyncio.ensure_future(self._delete_topics(targets, quota, conn))
 
-    async def _delete_topics(self, targets: list[tuple[str | None, Any]], quota: ControllerMutationQuota,
+    def _resolve_topic_id(self, topic_id: uuid.UUID) -> str | None:
+        cache = self.metadata_cache
+        name = cache.topic_name(topic_id) if cache is not None else None
+        if name is None:
+            info = self.topics.by_id(topic_id)
+            name = info.name if info is not None else None
+        return name
+
+    def _topics_to_delete(self, targets: list[tuple[str | None, uuid.UUID]], conn: KafkaConnection,
+                          results: list[dtr.DeletableTopicResult]) -> dict[str, uuid.UUID]:
+        """The topics a DeleteTopics request may delete (name -> id as asked, zero when asked
+        by name), the refusals added to ``results``, as Kafka's controller sorts them: an entry
+        names a topic by name (its id all zero) or by id, never both; names and ids asked twice
+        are refused; then authorization (a topic asked for by id is named only to who may
+        describe it), then existence."""
+        def refuse(name: str | None, topic_id: uuid.UUID, code: ErrorCode, message: str | None = None) -> None:
+            results.append(dtr.DeletableTopicResult(name=name, topic_id=topic_id, error_code=code,
+                                                    error_message=message or DEFAULT_MESSAGES.get(code)))
+
+        names: Counter[str] = Counter()
+        ids: Counter[uuid.UUID] = Counter()
+        for name, topic_id in targets:
+            if name is None and topic_id == ZERO_UUID:
+                refuse(None, ZERO_UUID, ErrorCode.INVALID_REQUEST, "Neither topic name nor id were specified.")
+            elif name is None:
+                ids[topic_id] += 1
+            elif topic_id == ZERO_UUID:
+                names[name] += 1
+            else:
+                refuse(name, topic_id, ErrorCode.INVALID_REQUEST, "You may not specify both topic name and topic id.")
+        for name in [n for n, k in names.items() if k > 1]:
+            del names[name]
+            refuse(name, ZERO_UUID, ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
+        for topic_id in [i for i, k in ids.items() if k > 1]:
+            del ids[topic_id]
+            refuse(None, topic_id, ErrorCode.INVALID_REQUEST, "Duplicate topic id.")
+        by_id: dict[uuid.UUID, str] = {}
+        for topic_id in ids:
+            found = self._resolve_topic_id(topic_id)
+            if found is None:
+                refuse(None, topic_id, ErrorCode.UNKNOWN_TOPIC_ID)
+            else:
+                by_id[topic_id] = found
+        asked = set(names) | set(by_id.values())
+        if self.authz.cluster(conn, Op.DELETE):
+            describable = deletable = asked
+        else:
+            describable = self.authz.allowed(conn, Op.DESCRIBE, ResourceType.TOPIC, asked)
+            deletable = self.authz.allowed(conn, Op.DELETE, ResourceType.TOPIC, asked)
+        out: dict[str, uuid.UUID] = {}
+        for topic_id, name in by_id.items():
+            if name in deletable:
+                out[name] = topic_id
+            else:
+                refuse(name if name in describable else None, topic_id, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        for name in names:
+            if name not in describable:
+                refuse(name, ZERO_UUID, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            elif not self._exists(name):
+                refuse(name, ZERO_UUID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            elif name not in deletable:
+                refuse(name, ZERO_UUID, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            elif name in out:
+                # Its id was asked for too: Kafka refuses the name and drops the id.
+                refuse(name, self._topic_id(name), ErrorCode.INVALID_REQUEST,
+                       "The provided topic name maps to an ID that was already supplied.")
+                del out[name]
+            else:
+                out[name] = ZERO_UUID
+        return out
+
+    def _exists(self, name: str) -> bool:
+        cache = self.metadata_cache
+        if cache is not None and cache.contains_topic(name):
+            return True
+        return self.topics.get(name) is not None
+
+    async def _delete_topics(self, targets: list[tuple[str | None, uuid.UUID]], quota: ControllerMutationQuota,
                              conn: KafkaConnection) -> dtr.DeleteTopicsResponse:
+        results: list[dtr.DeletableTopicResult] = []
+        if not self.config["delete.topic.enable"]:
+            results = [dtr.DeletableTopicResult(name=name, topic_id=topic_id, error_code=ErrorCode.TOPIC_DELETION_DISABLED,
+                                                error_message=None) for name, topic_id in targets]
+            return dtr.DeleteTopicsResponse(throttle_time_ms=self._throttle(quota, conn), responses=results)
         topics = self.topics
         cache = self.metadata_cache
-        results = []
-        for name, topic_id in targets:
-            res = dtr.DeletableTopicResult(name=name, topic_id=topic_id or ZERO_UUID, error_code=0,
-                                           error_message=None)
+        for name, topic_id in self._topics_to_delete(targets, conn, results).items():
+            res = dtr.DeletableTopicResult(name=name, topic_id=topic_id, error_code=0, error_message=None)
             with errors_into(res):
-                if not self.config["delete.topic.enable"]:
-                    raise ApiError(ErrorCode.TOPIC_DELETION_DISABLED)
-                if name is None:
-                    known = cache.topic_name(topic_id) if cache is not None else None
-                    info = topics.by_id(topic_id) if known is None else None
-                    if known is None and info is None:
-                        raise ApiError(ErrorCode.UNKNOWN_TOPIC_ID)
-                    name = res.name = known if known is not None else info.name
-                    if not self.authz.topic(conn, Op.DESCRIBE, name):
-                        res.name = None  # a topic asked for by id is not named to who may not see it
-                        raise ApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-                if not self.authz.topic(conn, Op.DELETE, name):
-                    raise ApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 if self.cluster is not None:
                     if cache is not None and cache.contains_topic(name):
                         res.topic_id = cache.topic_id(name) or ZERO_UUID
@@ -524,8 +612,8 @@ class TopicHandlers:
                     await self.cluster.delete_topic(name)  # the controller carries it out
                 else:
                     info = topics.get(name)
-                    if info is None:
-                        raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                    if info is None:  # deleted meanwhile
+                        raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, DEFAULT_MESSAGES[ErrorCode.UNKNOWN_TOPIC_OR_PARTITION])
                     res.topic_id = info.topic_id
                     quota.record(info.num_partitions)
                     await topics.delete_topic(name)
