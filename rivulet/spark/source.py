@@ -30,7 +30,7 @@ from pyspark.sql.streaming.datasource import (
 from rivulet.protocol.errors import ErrorCode, ApiError
 from rivulet.client import blocking, core
 from rivulet.client.blocking import BlockingClient, BlockingConnection
-from rivulet.client.connection import AuthenticationFailed
+from rivulet.client.connection import AuthenticationFailed, NotKafkaBroker
 from rivulet.security.client_config import sasl_credentials
 from rivulet.client.core import EARLIEST, LATEST
 from rivulet.common.types import TopicPartition as TP
@@ -80,9 +80,10 @@ def parse_duration_ms(text: str, name: str) -> int:
 
 
 def not_transient(e: BaseException) -> bool:
-    """A failed TLS handshake or SASL authentication: retrying cannot help (Kafka's
-    SslAuthenticationException and SaslAuthenticationException are not retriable)."""
-    return isinstance(e, (AuthenticationFailed, ssl.SSLError)) or isinstance(e.__cause__, ssl.SSLError)
+    """A failed TLS handshake or SASL authentication, or a peer that is not Kafka: retrying cannot
+    help (Kafka's SslAuthenticationException and SaslAuthenticationException are not retriable)."""
+    return (isinstance(e, (AuthenticationFailed, NotKafkaBroker, ssl.SSLError))
+            or isinstance(e.__cause__, ssl.SSLError))
 
 
 def report_data_loss(message: str, fail: bool) -> None:
