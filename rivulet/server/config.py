@@ -560,6 +560,13 @@ class BrokerConfig:
         self.listeners = [parse_listener(x) for x in self["listeners"]]
         adv = self["advertised.listeners"]
         self.advertised_listeners = [parse_listener(x) for x in adv] if adv else self.listeners
+        # As Kafka: a listener can only be advertised if this broker opens it.
+        bound_names = [n for n, _, _ in self.listeners]
+        for name, _, _ in self.advertised_listeners:
+            if name not in bound_names:
+                raise ConfigError(f"advertised.listeners names listener {name}, which listeners does not define "
+                                  f"(it defines {', '.join(bound_names) or 'none'}): advertised listener names "
+                                  "must be among those in listeners")
         for name, host, port in self.advertised_listeners:
             if host in ("", "0.0.0.0", "::"):
                 raise ConfigError(f"advertised listener {name} needs a concrete host, not '{host}'")

@@ -140,6 +140,22 @@ def test_missing_topic_is_named(strict_broker):
                          f"rivulet topics {action}: Topic 'nope' does not exist as expected")
 
 
+def test_banner_names_the_bound_and_the_advertised_address(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "rivulet", "broker", "--override", "listeners=PLAINTEXT://127.0.0.1:0",
+                             "--override", "advertised.listeners=PLAINTEXT://broker.example.com:19092",
+                             "--override", f"log.dirs={tmp_path}"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True)
+    try:
+        banner = proc.stdout.readline()  # type: ignore[union-attr]
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    assert banner.startswith("Rivulet broker 1 listening on 127.0.0.1:"), banner
+    bound_port = int(banner.split("127.0.0.1:", 1)[1].split(",", 1)[0])
+    assert bound_port > 0
+    assert ", advertised as broker.example.com:19092 (PLAINTEXT; cluster " in banner, banner
+
+
 def test_debug_shows_the_traceback():
     r = rivulet("topics", "list", "-b", DOWN, "--debug", timeout=30)
     assert r.returncode == 1 and "Traceback" in r.stderr
