@@ -35,7 +35,8 @@ from rivulet.security.client_config import sasl_credentials
 from rivulet.client.core import EARLIEST, LATEST
 from rivulet.common.types import TopicPartition as TP
 from rivulet.client.config import ssl_context
-from rivulet.spark._options import CONSUMER_REFUSED, SOURCE_KAFKA_OPTIONS, check_kafka_options, security_options
+from rivulet.spark._options import (CONSUMER_REFUSED, SOURCE_KAFKA_OPTIONS, SOURCE_OPTIONS, check_kafka_options,
+                                    security_options, warn_unknown_options)
 from rivulet.spark._records import Chunk, decode_into, next_offset_after
 
 log = logging.getLogger("rivulet.spark")
@@ -168,6 +169,7 @@ class SourceOptions:
     def parse(cls, options: Mapping[str, str], streaming: bool) -> "SourceOptions":
         o = {str(k).lower(): str(v) for k, v in options.items()}
         check_kafka_options(o, CONSUMER_REFUSED, SOURCE_KAFKA_OPTIONS, "source")
+        warn_unknown_options(options, SOURCE_OPTIONS, "source")
         bootstrap = o.get("kafka.bootstrap.servers") or o.get("bootstrap.servers")
         if not bootstrap:
             raise ValueError("option kafka.bootstrap.servers (or bootstrap.servers) must be set")
