@@ -98,8 +98,9 @@ BROKER_CONFIGS = ConfigDef([
        "Addresses to listen on, as NAME://host:port, comma-separated. A listener named in "
        "controller.listener.names is not opened.", HIGH, PER_BROKER),
     _k("advertised.listeners", LS, None, None,
-       "Addresses given to clients in metadata, when they differ from listeners. Port 0 in "
-       "listeners is replaced by the bound port.", HIGH),
+       "Addresses given to clients in metadata, when they differ from listeners; each must name a "
+       "listener in listeners, else the broker does not start. Port 0 in listeners is replaced by the "
+       "bound port.", HIGH),
     _k("listener.security.protocol.map", S,
        "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT", None,
        "Listener name to security protocol, as NAME:PROTOCOL pairs (PLAINTEXT, SSL, SASL_PLAINTEXT, "
