@@ -262,8 +262,10 @@ def _demo(args: argparse.Namespace, stop: StopSignal) -> int:
             if stop.event.wait(1.0):
                 return 0
             now = time.monotonic()
-            if not query.isActive:
-                raise RuntimeError(f"the pipeline stopped: {query.exception()}")
+            if not query.isActive:  # one line; the rest (Spark's query description) is in its log
+                why = (str(query.exception() or "") or "no reason given").splitlines()[0]
+                print(f"rivulet demo: the pipeline failed: {why} (see {cfg.spark_log})", file=sys.stderr, flush=True)
+                return 1
             if gen.is_alive() and now >= stopping_at:
                 gen.halt.set()
                 gen.join(30)

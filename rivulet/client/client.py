@@ -149,7 +149,7 @@ class KafkaClient:
         self._connecting[key] = fut
         try:
             conn = BrokerConnection(addr[0], addr[1], self.client_id, self.request_timeout_ms, node_id,
-                                    ssl_context=self.ssl_context, sasl=self.sasl)
+                                    ssl_context=self.ssl_context, sasl=self.sasl, probe_silence=True)
             await conn.connect(self.connect_timeout)
             self._conns[key] = conn
             self._failed_at.pop(node_id, None)

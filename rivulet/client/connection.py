@@ -36,9 +36,9 @@ _MAX_FRAME = 1 << 30
 # ApiVersions' answer is a few KiB: a larger size prefix on a connection's first answer means the
 # peer is not speaking Kafka (HTTP/1.1 reads as 1.2 GB, a TLS alert as 352 MB).
 _FIRST_MAX = 1 << 20
-# When ApiVersions has had no answer this share of the connection set-up time before its end (at
-# most 2 s before), the client half-closes: some servers answer only at the end of a request (an
-# HTTP server waiting for its request line), and their answer says what they are.
+# With probe_silence, when ApiVersions has had no answer this share of the connection set-up time
+# before its end (at most 2 s before), the client half-closes: some servers answer only at the end
+# of a request (an HTTP server waiting for its request line), and their answer says what they are.
 _PROBE_SHARE = 0.4
 _PROBE_MAX = 2.0
 
@@ -214,11 +214,16 @@ PLAINTEXT_CONNECTOR = BrokerConnector()
 class BrokerConnection:
     def __init__(self, host: str, port: int, client_id: str = "rivulet", request_timeout_ms: int = 30000,
                  node_id: int = -1, ssl_context: ssl.SSLContext | None = None,
-                 local_addr: tuple[str, int] | None = None, sasl: SaslCredentials | None = None) -> None:
+                 local_addr: tuple[str, int] | None = None, sasl: SaslCredentials | None = None,
+                 probe_silence: bool = False) -> None:
         """``ssl_context``: TLS to the broker (security.protocol SSL), its certificate checked
         against ``host`` when the context checks host names. ``local_addr``: the address to
-        connect from (the host the broker's ACLs see). ``sasl``: authenticate once connected."""
+        connect from (the host the broker's ACLs see). ``sasl``: authenticate once connected.
+        ``probe_silence``: half-close a peer silent near the end of the set-up time to hear what
+        it is (for addresses a person gave; the broker's own connections, to brokers it knows from
+        metadata, keep the whole set-up time for a slow answer)."""
         self.host = host
+        self.probe_silence = probe_silence
         self.local_addr = local_addr
         self.sasl = sasl
         # When the broker ends the SASL session (KIP-368), in the loop's time; None: never.
@@ -268,21 +273,22 @@ class BrokerConnection:
         return self
 
     async def _first_answer(self, deadline: float, budget: float) -> Any:
-        """ApiVersions' answer by ``deadline``; silence until shortly before it half-closes the
-        connection to learn what kind of server keeps silent (see _PROBE_SHARE)."""
+        """ApiVersions' answer by ``deadline``; with probe_silence, silence until shortly before it
+        half-closes the connection to learn what kind of server keeps silent (see _PROBE_SHARE)."""
         loop = asyncio.get_running_loop()
         fut = self.send_nowait(core.api_versions_request(), version=3)
         assert fut is not None and self._transport is not None
-        probe_at = deadline - min(budget * _PROBE_SHARE, _PROBE_MAX)
+        probe = self.probe_silence and self._transport.can_write_eof()  # not TLS: it could not answer plaintext
+        probe_at = deadline - (min(budget * _PROBE_SHARE, _PROBE_MAX) if probe else 0)
         await asyncio.wait({fut}, timeout=max(probe_at - loop.time(), 0))
         if fut.done():
             return fut.result()
-        if self._transport.can_write_eof():  # not on TLS, whose peer could not answer in plaintext
+        if probe:
             self._transport.write_eof()
             await asyncio.wait({fut}, timeout=max(deadline - loop.time(), 0))
             if fut.done() and isinstance(fut.exception(), NotKafkaBroker):
                 return fut.result()
-        # A Kafka broker answering now, after the half-close, is too late: the connection is spent.
+            # A Kafka broker answering now, after the half-close, is too late: the connection is spent.
         err = RequestTimedOut(f"no answer to ApiVersions within {budget:g} s of connecting "
                               "(not a Kafka broker, or one that is stuck)")
         self._fail_all(err)

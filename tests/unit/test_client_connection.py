@@ -99,9 +99,9 @@ def raw_server(answer: Callable[[bytes], bytes | None], close_after: bool = Fals
             c.close()
 
 
-def connect(port: int, budget: float) -> tuple[BaseException, float]:
+def connect(port: int, budget: float, probe_silence: bool = True) -> tuple[BaseException, float]:
     async def attempt() -> BaseException:
-        conn = BrokerConnection("127.0.0.1", port)
+        conn = BrokerConnection("127.0.0.1", port, probe_silence=probe_silence)
         try:
             await conn.connect(budget)
         except Exception as e:  # noqa: BLE001 - the failure is what is tested
@@ -154,12 +154,27 @@ def test_a_wrong_correlation_id_is_not_kafka():
     assert "correlation id 12345" in str(err), err
 
 
-def test_a_silent_peer_times_out_within_the_budget():
+@pytest.mark.parametrize("probe_silence", [True, False])
+def test_a_silent_peer_times_out_within_the_budget(probe_silence):
     with raw_server(lambda _req: None) as port:
-        err, took = connect(port, 2)
+        err, took = connect(port, 2, probe_silence)
     assert isinstance(err, RequestTimedOut), err
     assert "no answer to ApiVersions within 2 s" in str(err)
     assert took < 10  # the budget, not request.timeout.ms (30 s)
+
+
+def test_without_probing_a_slow_first_answer_is_waited_for():
+    # The broker's own connections keep the whole set-up time for an answer: here one at 1.5 s of 2.
+    def slow(req: bytes) -> bytes:
+        time.sleep(1.5)
+        return api_versions_answer(req)
+
+    async def attempt() -> dict:
+        conn = await BrokerConnection("127.0.0.1", port).connect(2)
+        await conn.close()
+        return conn.api_versions
+    with raw_server(slow) as port:
+        assert 18 in asyncio.run(attempt())
 
 
 def test_a_timed_out_request_names_its_api():
