@@ -35,7 +35,7 @@ _LARGE = 1 << 15
 _MAX_FRAME = 1 << 30
 # ApiVersions' answer is a few KiB: a larger size prefix on a connection's first answer means the
 # peer is not speaking Kafka (HTTP/1.1 reads as 1.2 GB, a TLS alert as 352 MB).
-_FIRST_MAX = 1 << 20
+FIRST_ANSWER_MAX = 1 << 20
 # With probe_silence, when ApiVersions has had no answer this share of the connection set-up time
 # before its end (at most 2 s before), the client half-closes: some servers answer only at the end
 # of a request (an HTTP server waiting for its request line), and their answer says what they are.
@@ -77,6 +77,11 @@ class NotKafkaBroker(ConnectionClosed):
 
 class RequestTimedOut(TimeoutError):
     pass
+
+
+def not_kafka(host: str, port: int, what: str) -> NotKafkaBroker:
+    """The error for the peer at host:port; ``what``: what it answered (see describe_answer)."""
+    return NotKafkaBroker(f"{host}:{port} is not a Kafka broker: {what}")
 
 
 def describe_answer(head: bytes) -> str:
@@ -140,7 +145,7 @@ class _Protocol(asyncio.BufferedProtocol):
         have = self.have
         while have - pos >= 4:
             size = _SIZE.unpack_from(buf, pos)[0]
-            if not self.answered and not 0 <= size <= _FIRST_MAX:
+            if not self.answered and not 0 <= size <= FIRST_ANSWER_MAX:
                 raise self.conn.not_kafka(describe_answer(bytes(buf[pos:have])))
             if size < 0 or size > _MAX_FRAME:
                 raise ProtocolDecodeError(f"invalid response size {size}")
@@ -295,7 +300,7 @@ class BrokerConnection:
         raise err
 
     def not_kafka(self, what: str) -> NotKafkaBroker:
-        return NotKafkaBroker(f"{self.host}:{self.port} is not a Kafka broker: {what}")
+        return not_kafka(self.host, self.port, what)
 
     async def _authenticate(self, timeout: float | None) -> None:
         steps = client_exchange(self.sasl.new_client())  # type: ignore[union-attr]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.server
+import re
 import socket
 import threading
 import time
@@ -203,3 +204,18 @@ def test_a_timed_out_request_names_its_api():
 def test_api_names():
     assert (framing.api_name(18), framing.api_name(3), framing.api_name(1)) == ("ApiVersions", "Metadata", "Fetch")
     assert framing.api_name(9999) == "API key 9999"
+
+
+@pytest.mark.parametrize("answer,expected", [
+    (b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n", "it answered like an HTTP server ('HTTP/1.1 400"),
+    (b"\x15\x03\x03\x00\x02\x02\x46", "it answered with a TLS alert: the port expects TLS"),
+])
+def test_the_blocking_connection_names_what_answered(answer, expected):
+    # The Spark source's executors connect with it: a 1.2 GB "size" is not allocated, it is named.
+    from rivulet.client.blocking import BlockingConnection
+    with raw_server(lambda _req: answer) as port:
+        with pytest.raises(NotKafkaBroker, match=f"127.0.0.1:{port} is not a Kafka broker: {re.escape(expected)}"):
+            BlockingConnection("127.0.0.1", port, timeout=10)
+    with raw_server(lambda req: api_versions_answer(req, correlation_id=777)) as port:
+        with pytest.raises(NotKafkaBroker, match="has correlation id 777"):
+            BlockingConnection("127.0.0.1", port, timeout=10)
