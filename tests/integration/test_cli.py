@@ -141,7 +141,8 @@ def test_missing_topic_is_named(strict_broker):
 
 
 def test_banner_names_the_bound_and_the_advertised_address(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "rivulet", "broker", "--override", "listeners=PLAINTEXT://127.0.0.1:0",
+    proc = subprocess.Popen([sys.executable, "-m", "rivulet", "broker",
+                             "--override", "listeners=PLAINTEXT://127.0.0.1:0",
                              "--override", "advertised.listeners=PLAINTEXT://broker.example.com:19092",
                              "--override", f"log.dirs={tmp_path}"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             text=True)
