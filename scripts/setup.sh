@@ -3,7 +3,8 @@
 # environment in .venv with Rivulet installed in it (Debian's own pip is externally managed,
 # so nothing is installed into the system Python).
 #
-#   bash scripts/setup.sh            # Rivulet with PySpark: enough for `rivulet demo`
+#   bash scripts/setup.sh            # Rivulet with PySpark: enough for `rivulet demo`, and kcat
+#                                    # for the README's examples
 #   bash scripts/setup.sh test,spark,spark-connect # also the test clients and Spark Connect's
 #                                                  # client (what .ci/run uses)
 #   bash scripts/setup.sh cluster    # also a ZooKeeper server, for `rivulet cluster up`
@@ -21,6 +22,8 @@ apt_install() {
 }
 
 need=()
+# kcat: the README's first Kafka client (and one of the real clients the integration tests drive).
+if ! command -v kcat >/dev/null 2>&1 && ! command -v kafkacat >/dev/null 2>&1; then need+=(kcat); fi
 # A C compiler and the Python headers build the optional record codec (_speedups.c).
 command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 python3 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
@@ -33,8 +36,6 @@ case ",$extras," in
 esac
 case ",$extras," in
   *,test,*)
-    # kcat is one of the real clients the integration tests drive.
-    if ! command -v kcat >/dev/null 2>&1 && ! command -v kafkacat >/dev/null 2>&1; then need+=(kcat); fi
     # docs/security.md's walkthrough, which a test runs as written, makes its certificates with it.
     command -v openssl >/dev/null 2>&1 || need+=(openssl)
     # A test runs Kafka's Java consumer from a source file (java File.java), which needs a JDK.

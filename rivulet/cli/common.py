@@ -12,6 +12,7 @@ import sys
 import traceback
 from typing import Any, Callable
 
+from rivulet.client.connection import NotKafkaBroker
 from rivulet.client.errors import KafkaException
 from rivulet.common.config import ConfigError, load_properties
 from rivulet.protocol.errors import ApiError
@@ -19,6 +20,9 @@ from rivulet.protocol.errors import ApiError
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
 EXIT_PIPE = 141  # 128 + SIGPIPE: the reader of stdout went away
+# A command waits this long for a broker to accept and answer ApiVersions (the clients' default,
+# 30 s, is long for a person waiting on a port that is not Kafka's); --command-config overrides it.
+SETUP_TIMEOUT_MS = 5000
 
 
 class CliError(Exception):
@@ -41,7 +45,7 @@ def add_connection_args(p: argparse.ArgumentParser) -> None:
 def client_config(args: argparse.Namespace, **defaults: Any) -> dict[str, Any]:
     """Client properties: ``defaults``, then the --command-config file, then -b (or, with neither
     -b nor a bootstrap.servers in the file, $RIVULET_BOOTSTRAP)."""
-    conf: dict[str, Any] = dict(defaults)
+    conf: dict[str, Any] = {"socket.connection.setup.timeout.ms": SETUP_TIMEOUT_MS, **defaults}
     if args.command_config:
         try:
             conf.update(load_properties(args.command_config))
@@ -93,7 +97,7 @@ def describe_failure(e: BaseException, bootstrap: str) -> str:
     if isinstance(e, KafkaException):
         err = e.args[0]
         return err.str() if hasattr(err, "str") else str(err)
-    if isinstance(e, ApiError):
+    if isinstance(e, (ApiError, NotKafkaBroker)):  # the latter names the address and what answered
         return str(e)
     if isinstance(e, (ConnectionError, TimeoutError)) or (isinstance(e, OSError) and e.errno is not None):
         why = e.strerror if isinstance(e, OSError) and e.strerror else (str(e) or type(e).__name__)

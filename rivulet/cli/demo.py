@@ -130,6 +130,41 @@ def _fmt(n: float) -> str:
     return f"{n:,.0f}"
 
 
+class CatchUp:
+    """After the generator stops, whether to wait for the pipeline: a deadline that moves with
+    progress, so a busy machine's slow pipeline is waited for and a stuck one is not.
+
+    ``observe`` answers WAIT, DONE (it has read every order and stayed caught up for ``settle``
+    seconds, time for the last batch's output) or STALLED (no progress for ``patience`` seconds)."""
+
+    WAIT, DONE, STALLED = "wait", "done", "stalled"
+
+    def __init__(self, expected: int, started: float, patience: float = 60.0, settle: float = 4.0) -> None:
+        self.expected = expected
+        self.patience = patience
+        self.settle = settle
+        self.read = 0  # the most orders the pipeline was seen to have read (committed)
+        self.batches = 0
+        self.progress_at = started
+        self.caught_up_since: float | None = None
+
+    def observe(self, now: float, read: int | None, batches: int) -> str:
+        """``read``: the orders the pipeline's group has committed, None when it could not be
+        asked this time; ``batches``: the micro-batches it has finished."""
+        if (read is not None and read > self.read) or batches > self.batches:
+            self.progress_at = now
+        self.read = max(self.read, read or 0)
+        self.batches = max(self.batches, batches)
+        if read is not None:
+            caught_up = read >= self.expected
+            self.caught_up_since = (self.caught_up_since or now) if caught_up else None
+        if self.caught_up_since is not None and now - self.caught_up_since >= self.settle:
+            return self.DONE
+        if now - self.progress_at >= self.patience:
+            return self.STALLED
+        return self.WAIT
+
+
 # Marks a directory as the demo's own, so a rerun may clear what the demo wrote there.
 OUTPUT_MARKER = ".rivulet-demo"
 OUTPUT_ENTRIES = ("orders-by-window", "checkpoint", "spark.log")
@@ -219,15 +254,18 @@ def _demo(args: argparse.Namespace, stop: StopSignal) -> int:
         t0 = time.monotonic()
         last_sent, last_t = 0, t0
         stopping_at = t0 + args.duration
-        quiet_since: float | None = None
+        catch_up: CatchUp | None = None
+        verdict = CatchUp.WAIT
         tty = sys.stdout.isatty()
         ticks = 0
         while True:
             if stop.event.wait(1.0):
                 return 0
             now = time.monotonic()
-            if not query.isActive:
-                raise RuntimeError(f"the pipeline stopped: {query.exception()}")
+            if not query.isActive:  # one line; the rest (Spark's query description) is in its log
+                why = (str(query.exception() or "") or "no reason given").splitlines()[0]
+                print(f"rivulet demo: the pipeline failed: {why} (see {cfg.spark_log})", file=sys.stderr, flush=True)
+                return 1
             if gen.is_alive() and now >= stopping_at:
                 gen.halt.set()
                 gen.join(30)
@@ -250,19 +288,25 @@ def _demo(args: argparse.Namespace, stop: StopSignal) -> int:
             elif ticks % 5 == 0:  # a log, not a terminal: a line every 5 s
                 say(line, flush=True)
             if not gen.is_alive():
-                idle = behind == 0 and end >= gen.sent - gen.failed
-                quiet_since = (quiet_since or now) if idle else None
-                if (quiet_since is not None and now - quiet_since >= 4) or now - stopping_at > 60:
+                catch_up = catch_up or CatchUp(gen.sent - gen.failed, now)
+                verdict = catch_up.observe(now, end - behind if behind >= 0 else None, stats.batches)
+                if verdict != CatchUp.WAIT:
                     break
         if tty:
             say("")
         query.stop()
-        summary(spark, cfg, gen.sent, stats)
+        assert catch_up is not None
+        complete = verdict == CatchUp.DONE
+        if not complete:
+            say(f"✗ stopped early: the pipeline made no progress for {catch_up.patience:.0f} s, having read "
+                f"{_fmt(catch_up.read)} of {_fmt(catch_up.expected)} orders in {stats.batches} micro-batches "
+                f"(a machine too busy? see {cfg.spark_log})", flush=True)
+        ok = summary(spark, cfg, gen.sent, stats, complete)
         say("\nThe same job on your own broker (rivulet broker, then produce JSON orders to 'orders'):")
         say("  rivulet pipeline run --config examples/pipeline.toml")
         say("and its progress, as a consumer group:")
         say("  rivulet groups describe --group rivulet-pipeline")
-        return 0
+        return 0 if complete and ok else 1
     finally:
         if gen is not None and gen.is_alive():
             gen.halt.set()
@@ -275,8 +319,10 @@ def _demo(args: argparse.Namespace, stop: StopSignal) -> int:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
-def summary(spark: Any, cfg: Any, produced: int, stats: Any) -> None:
-    """The windows the pipeline wrote, checked against a batch recount of the input topic."""
+def summary(spark: Any, cfg: Any, produced: int, stats: Any, complete: bool = True) -> bool:
+    """The windows the pipeline wrote, checked against a batch recount of the input topic (when
+    the pipeline read every order: checks of part of them would pass without meaning much).
+    True when every check passed."""
     from pyspark.sql import functions as F
     windows = spark.read.parquet(cfg.parquet_path)
     closed = windows.select("window_start", "window_end", "category", "orders", "items", "revenue").cache()
@@ -293,6 +339,12 @@ def summary(spark: Any, cfg: Any, produced: int, stats: Any) -> None:
     if last is not None:
         print(f"\n  latest closed window starts at {last['window_start']:%H:%M:%S} UTC; "
               "windows after it are still open (held until the watermark passes them)")
+
+    if not complete:
+        print("\n  checks not made: the pipeline stopped before reading every order")
+        print(f"\n  outputs: {Path(cfg.parquet_path)}  (checkpoint: {cfg.checkpoint}; Spark log: {cfg.spark_log})")
+        closed.unpersist()
+        return False
 
     # Recount the same windows from the input topic in one batch query: the streaming result
     # must match exactly (no event was later than the watermark allows).
@@ -319,6 +371,7 @@ def summary(spark: Any, cfg: Any, produced: int, stats: Any) -> None:
         print(f"  ✗ the topic holds {total} orders but {produced} were produced")
     print(f"\n  outputs: {Path(cfg.parquet_path)}  (checkpoint: {cfg.checkpoint}; Spark log: {cfg.spark_log})")
     closed.unpersist()
+    return mismatched == 0 and topic_rows == n_windows and total == produced
 
 
 def add_parser(sub: Any) -> None:

@@ -69,9 +69,11 @@ def broker_main(args: argparse.Namespace) -> int:
         except (OSError, BrokerIdInUseError) as e:
             print(f"rivulet broker: cannot start: {e}", file=sys.stderr)
             return 1
-        _, host, port = broker.advertised_listener
-        print(f"Rivulet broker {broker.node_id} listening on {host}:{port} "
-              f"(cluster {broker.cluster_id}, data in {', '.join(config.log_dirs)})", flush=True)
+        name, host, port = broker.advertised_listener
+        _, bound_host, bound_port = broker.bound_listener
+        # Both: the bound address says where the broker listens, the advertised one what clients are told.
+        print(f"Rivulet broker {broker.node_id} listening on {bound_host or '0.0.0.0'}:{bound_port}, advertised as "
+              f"{host}:{port} ({name}; cluster {broker.cluster_id}, data in {', '.join(config.log_dirs)})", flush=True)
         await stop.wait()
         print("shutting down", flush=True)
         await broker.shutdown()

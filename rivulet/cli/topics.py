@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from rivulet.cli.common import CliError, add_connection_args, client_config, parse_kv, run_command
 from rivulet.cli.output import add_format_arg, print_json
 from rivulet.client.admin import AsyncAdminClient
-from rivulet.protocol.errors import ApiError
+from rivulet.protocol.errors import ApiError, ErrorCode
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -64,18 +65,32 @@ async def _run(args: argparse.Namespace) -> int:
             if args.format == "json":
                 print_json(described)
         elif args.action == "delete":
-            await admin.delete_topic(args.topic)
+            with _names_missing_topic(args.topic):
+                await admin.delete_topic(args.topic)
             print(f"Deleted topic {args.topic}.")
         elif args.action == "alter":
-            if args.partitions > 0:
-                await admin.create_partitions(args.topic, args.partitions)
-                print(f"Topic {args.topic} now has {args.partitions} partitions.")
-            if args.config or args.delete_config:
-                await admin.alter_topic_configs(args.topic, parse_kv(args.config, "--config"), args.delete_config)
-                print(f"Updated configs of {args.topic}.")
+            with _names_missing_topic(args.topic):
+                if args.partitions > 0:
+                    await admin.create_partitions(args.topic, args.partitions)
+                    print(f"Topic {args.topic} now has {args.partitions} partitions.")
+                if args.config or args.delete_config:
+                    await admin.alter_topic_configs(args.topic, parse_kv(args.config, "--config"),
+                                                    args.delete_config)
+                    print(f"Updated configs of {args.topic}.")
         return 0
     finally:
         await admin.close()
+
+
+@contextmanager
+def _names_missing_topic(topic: str) -> Iterator[None]:
+    """The broker's UNKNOWN_TOPIC_OR_PARTITION as Kafka's tool words it, naming the topic."""
+    try:
+        yield
+    except ApiError as e:
+        if e.code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            raise
+        raise CliError(f"Topic '{topic}' does not exist as expected") from None
 
 
 def topics_main(args: argparse.Namespace) -> int:

@@ -15,14 +15,14 @@ import ssl
 import struct
 import threading
 import time
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, NoReturn
 
 from rivulet.client import core
 from rivulet.client.client import parse_bootstrap
 from rivulet.client.config import ssl_context
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import framing
-from rivulet.client.connection import AuthenticationFailed
+from rivulet.client.connection import FIRST_ANSWER_MAX, AuthenticationFailed, describe_answer, not_kafka
 from rivulet.protocol.errors import ErrorCode, ApiError
 from rivulet.security.client_config import SaslCredentials, sasl_credentials
 from rivulet.security.sasl import SaslError, client_exchange
@@ -98,13 +98,35 @@ class BlockingConnection:
         must be done with the answer (a Fetch's records are views into the frame) by then. That
         spares a fresh, zeroed allocation the size of every (large) answer."""
         cid, api_key, version = self._pending.pop(0)
-        size = _SIZE.unpack(self._read(4))[0]
+        head = self._read(4)
+        size = _SIZE.unpack(head)[0]
+        first = not self.api_versions  # the answer to ApiVersions: the peer's first
+        if first and not 0 <= size <= FIRST_ANSWER_MAX:  # not Kafka (HTTP/ reads as 1.2 GB): say what
+            self.close_with(not_kafka(self.host, self.port, describe_answer(bytes(head) + self._some())))
         frame = self._read_reusing(size) if reuse_buffer else self._read(size)
-        got, body = framing.decode_response(frame, api_key, version)
+        try:
+            got, body = framing.decode_response(frame, api_key, version)
+        except Exception:
+            if first:
+                self.close_with(not_kafka(self.host, self.port, describe_answer(bytes(head) + bytes(frame[:60]))))
+            raise
         if got != cid:
-            self.close()
-            raise ConnectionError(f"correlation id {got} from {self.host}:{self.port}, expected {cid}")
+            what = f"the answer to {framing.api_name(api_key)} has correlation id {got}, expected {cid}"
+            self.close_with(not_kafka(self.host, self.port, what) if first
+                            else ConnectionError(f"{self.host}:{self.port}: {what}"))
         return body
+
+    def _some(self) -> bytes:
+        """What the peer has sent so far, without waiting long (to say what it is)."""
+        try:
+            self.sock.settimeout(0.5)
+            return self.sock.recv(60)
+        except OSError:
+            return b""
+
+    def close_with(self, err: Exception) -> NoReturn:
+        self.close()
+        raise err
 
     def request(self, req: Any, version: int | None = None) -> Any:
         self.submit(req, version)

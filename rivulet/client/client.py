@@ -18,7 +18,7 @@ from rivulet.client import core
 from rivulet.client import errors as E
 from rivulet.client.errors import KafkaError
 from rivulet.client.config import ssl_context
-from rivulet.client.connection import AuthenticationFailed, BrokerConnection, ConnectionClosed
+from rivulet.client.connection import AuthenticationFailed, BrokerConnection, ConnectionClosed, NotKafkaBroker
 from rivulet.client.core import Cluster, PartitionMeta, TopicMeta  # noqa: F401  (re-exported)
 from rivulet.protocol.errors import ErrorCode, ApiError
 from rivulet.security.client_config import sasl_credentials
@@ -149,7 +149,7 @@ class KafkaClient:
         self._connecting[key] = fut
         try:
             conn = BrokerConnection(addr[0], addr[1], self.client_id, self.request_timeout_ms, node_id,
-                                    ssl_context=self.ssl_context, sasl=self.sasl)
+                                    ssl_context=self.ssl_context, sasl=self.sasl, probe_silence=True)
             await conn.connect(self.connect_timeout)
             self._conns[key] = conn
             self._failed_at.pop(node_id, None)
@@ -220,7 +220,7 @@ class KafkaClient:
             except (ConnectionError, OSError, asyncio.TimeoutError) as e:
                 last = e
                 continue
-        if isinstance(last, AuthenticationFailed):
+        if isinstance(last, (AuthenticationFailed, NotKafkaBroker)):  # retrying elsewhere does not help
             raise last
         raise ConnectionClosed(f"no broker reachable: {last}")
 
@@ -280,6 +280,8 @@ class KafkaClient:
                 return await self.connection(node)
             except (ConnectionError, OSError, asyncio.TimeoutError) as e:
                 last = e
+        if isinstance(last, NotKafkaBroker):
+            raise last
         raise ConnectionClosed(f"no broker reachable: {last}")
 
     def close_connection(self, node_id: int, kind: str | None = None) -> None:

@@ -127,7 +127,8 @@ PROPS: list[Prop] = [
     _p("reconnect.backoff.max.ms", L, 1000, ALL, "Longest wait before reconnecting.", lo=0, hi=3600000),
     _p("metadata.max.age.ms", L, 300000, ALL, "Metadata older than this is refreshed.",
        "topic.metadata.refresh.interval.ms", lo=1),
-    _p("socket.connection.setup.timeout.ms", L, 30000, ALL, "How long a connection attempt may take.", lo=1000),
+    _p("socket.connection.setup.timeout.ms", L, 30000, ALL, "How long connecting may take: TCP, TLS and "
+       "the broker's answer to ApiVersions (the rivulet commands wait 5000).", lo=1000),
     _p("security.protocol", S, "plaintext", ALL, "How to reach the brokers: plaintext, ssl (TLS; the "
        "ssl.* properties below), sasl_plaintext or sasl_ssl (SASL; the sasl.* properties).", convert=_choices(*SECURITY_PROTOCOL_SPELLINGS)),
     # TLS: Java's names, and librdkafka's where it names them otherwise.

@@ -33,6 +33,14 @@ _SCRATCH = 1 << 16
 # A response larger than this gets its own buffer (and is read into it directly).
 _LARGE = 1 << 15
 _MAX_FRAME = 1 << 30
+# ApiVersions' answer is a few KiB: a larger size prefix on a connection's first answer means the
+# peer is not speaking Kafka (HTTP/1.1 reads as 1.2 GB, a TLS alert as 352 MB).
+FIRST_ANSWER_MAX = 1 << 20
+# With probe_silence, when ApiVersions has had no answer this share of the connection set-up time
+# before its end (at most 2 s before), the client half-closes: some servers answer only at the end
+# of a request (an HTTP server waiting for its request line), and their answer says what they are.
+_PROBE_SHARE = 0.4
+_PROBE_MAX = 2.0
 
 
 def encode_request_parts(body: Any, api_version: int, correlation_id: int, client_id: bytes | None) -> list[Any]:
@@ -62,8 +70,33 @@ class AuthenticationFailed(ConnectionClosed):
     """The broker refused this client's SASL credentials (librdkafka's _AUTHENTICATION)."""
 
 
+class NotKafkaBroker(ConnectionClosed):
+    """The peer answered, but not as a Kafka broker does (an HTTP server, a TLS port spoken to in
+    plaintext, ...): retrying does not help."""
+
+
 class RequestTimedOut(TimeoutError):
     pass
+
+
+def not_kafka(host: str, port: int, what: str) -> NotKafkaBroker:
+    """The error for the peer at host:port; ``what``: what it answered (see describe_answer)."""
+    return NotKafkaBroker(f"{host}:{port} is not a Kafka broker: {what}")
+
+
+def describe_answer(head: bytes) -> str:
+    """What a peer that is not a Kafka broker is, from the first bytes it sent."""
+    if head.startswith(b"HTTP/"):
+        status = head.split(b"\r\n", 1)[0].split(b"\n", 1)[0][:60].decode("latin-1")
+        return f"it answered like an HTTP server ({status!r})"
+    if head.lstrip().lower().startswith((b"<!doctype html", b"<html")):
+        return "it answered like an HTTP server (with an HTML page)"  # an HTTP/0.9 answer: no status line
+    if len(head) >= 3 and head[0] in (0x15, 0x16) and head[1] == 3 and head[2] <= 4:
+        what = "a TLS alert" if head[0] == 0x15 else "TLS"
+        return f"it answered with {what}: the port expects TLS (security.protocol SSL or SASL_SSL)"
+    if head.startswith(b"SSH-"):
+        return "it answered like an SSH server"
+    return f"its answer does not parse as Kafka (it began {head[:16]!r})"
 
 
 class _Protocol(asyncio.BufferedProtocol):
@@ -76,6 +109,7 @@ class _Protocol(asyncio.BufferedProtocol):
         self.filled = 0
         self.paused = False
         self.drain_waiters: list[asyncio.Future] = []
+        self.answered = False  # a first frame arrived: the peer speaks Kafka's framing
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -97,7 +131,12 @@ class _Protocol(asyncio.BufferedProtocol):
                 return
             self.have += nbytes
             self._cut_frames()
+        except NotKafkaBroker as e:
+            self.conn._fail_all(e)
         except Exception as e:  # a malformed frame: the connection is unusable
+            if not self.answered:  # a first answer that does not decode: not Kafka at all
+                self.conn._fail_all(self.conn.not_kafka(describe_answer(bytes(self.scratch[:self.have]))))
+                return
             self.conn._fail_all(e if isinstance(e, ProtocolDecodeError) else ProtocolDecodeError(str(e)))
 
     def _cut_frames(self) -> None:
@@ -106,11 +145,14 @@ class _Protocol(asyncio.BufferedProtocol):
         have = self.have
         while have - pos >= 4:
             size = _SIZE.unpack_from(buf, pos)[0]
+            if not self.answered and not 0 <= size <= FIRST_ANSWER_MAX:
+                raise self.conn.not_kafka(describe_answer(bytes(buf[pos:have])))
             if size < 0 or size > _MAX_FRAME:
                 raise ProtocolDecodeError(f"invalid response size {size}")
             start = pos + 4
             if have - start >= size:
                 self.conn._on_frame(bytes(buf[start:start + size]))
+                self.answered = True
                 pos = start + size
                 continue
             if size > _LARGE:
@@ -132,7 +174,16 @@ class _Protocol(asyncio.BufferedProtocol):
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.conn._fail_all(ConnectionClosed(str(exc) if exc else "connection closed by the broker"))
+        if not self.answered and self.have:  # a few bytes, then it hung up: say what they were
+            self.conn._fail_all(self.conn.not_kafka(describe_answer(bytes(self.scratch[:self.have]))))
+        if exc is not None:
+            self.conn._fail_all(ConnectionClosed(str(exc)))
+        elif not self.answered and self.conn.ssl_context is None:
+            # What a TLS port does with a plaintext ClientHello-less request (Python's ssl, at least).
+            self.conn._fail_all(ConnectionClosed("connection closed without an answer to ApiVersions "
+                                                 "(is it a TLS port? this client speaks plaintext)"))
+        else:
+            self.conn._fail_all(ConnectionClosed("connection closed by the broker"))
         self.resume_writing()
 
     def pause_writing(self) -> None:
@@ -168,11 +219,16 @@ PLAINTEXT_CONNECTOR = BrokerConnector()
 class BrokerConnection:
     def __init__(self, host: str, port: int, client_id: str = "rivulet", request_timeout_ms: int = 30000,
                  node_id: int = -1, ssl_context: ssl.SSLContext | None = None,
-                 local_addr: tuple[str, int] | None = None, sasl: SaslCredentials | None = None) -> None:
+                 local_addr: tuple[str, int] | None = None, sasl: SaslCredentials | None = None,
+                 probe_silence: bool = False) -> None:
         """``ssl_context``: TLS to the broker (security.protocol SSL), its certificate checked
         against ``host`` when the context checks host names. ``local_addr``: the address to
-        connect from (the host the broker's ACLs see). ``sasl``: authenticate once connected."""
+        connect from (the host the broker's ACLs see). ``sasl``: authenticate once connected.
+        ``probe_silence``: half-close a peer silent near the end of the set-up time to hear what
+        it is (for addresses a person gave; the broker's own connections, to brokers it knows from
+        metadata, keep the whole set-up time for a slow answer)."""
         self.host = host
+        self.probe_silence = probe_silence
         self.local_addr = local_addr
         self.sasl = sasl
         # When the broker ends the SASL session (KIP-368), in the loop's time; None: never.
@@ -191,9 +247,13 @@ class BrokerConnection:
         self.closed = False
 
     async def connect(self, timeout: float | None = None) -> BrokerConnection:
+        """Connect (TLS included) and ask ApiVersions, all within ``timeout`` seconds (default:
+        request.timeout.ms + 5 s); SASL's steps then take up to ``timeout`` each."""
         loop = asyncio.get_running_loop()
+        budget = self.request_timeout + 5 if timeout is None else timeout
+        deadline = loop.time() + budget
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout_at(deadline):
                 self._transport, self._protocol = await loop.create_connection(
                     lambda: _Protocol(self), self.host, self.port, ssl=self.ssl_context,
                     server_hostname=self.host if self.ssl_context is not None else None,
@@ -204,7 +264,7 @@ class BrokerConnection:
             # Not worth retrying quietly: a certificate either side refuses stays refused.
             raise ConnectionClosed(f"TLS handshake with {self.host}:{self.port} failed: {e}") from None
         try:
-            resp = await self.send(core.api_versions_request(), version=3, timeout=timeout)
+            resp = await self._first_answer(deadline, budget)
         except BaseException:
             await self.close()
             raise
@@ -216,6 +276,31 @@ class BrokerConnection:
                 await self.close()
                 raise
         return self
+
+    async def _first_answer(self, deadline: float, budget: float) -> Any:
+        """ApiVersions' answer by ``deadline``; with probe_silence, silence until shortly before it
+        half-closes the connection to learn what kind of server keeps silent (see _PROBE_SHARE)."""
+        loop = asyncio.get_running_loop()
+        fut = self.send_nowait(core.api_versions_request(), version=3)
+        assert fut is not None and self._transport is not None
+        probe = self.probe_silence and self._transport.can_write_eof()  # not TLS: it could not answer plaintext
+        probe_at = deadline - (min(budget * _PROBE_SHARE, _PROBE_MAX) if probe else 0)
+        await asyncio.wait({fut}, timeout=max(probe_at - loop.time(), 0))
+        if fut.done():
+            return fut.result()
+        if probe:
+            self._transport.write_eof()
+            await asyncio.wait({fut}, timeout=max(deadline - loop.time(), 0))
+            if fut.done() and isinstance(fut.exception(), NotKafkaBroker):
+                return fut.result()
+            # A Kafka broker answering now, after the half-close, is too late: the connection is spent.
+        err = RequestTimedOut(f"no answer to ApiVersions within {budget:g} s of connecting "
+                              "(not a Kafka broker, or one that is stuck)")
+        self._fail_all(err)
+        raise err
+
+    def not_kafka(self, what: str) -> NotKafkaBroker:
+        return not_kafka(self.host, self.port, what)
 
     async def _authenticate(self, timeout: float | None) -> None:
         steps = client_exchange(self.sasl.new_client())  # type: ignore[union-attr]
@@ -286,7 +371,8 @@ class BrokerConnection:
                 return await fut
         except TimeoutError:
             api_key, version = getattr(fut, "api", ("?", "?"))
-            err = RequestTimedOut(f"request {api_key} v{version} to {self.host}:{self.port} timed out")
+            err = RequestTimedOut(f"{framing.api_name(api_key)} v{version} request to {self.host}:{self.port} "
+                                  "timed out")
             self._fail_all(err)
             raise err from None
 
@@ -306,10 +392,15 @@ class BrokerConnection:
     def _on_frame(self, frame: bytes | bytearray) -> None:
         if not self._inflight:
             raise ProtocolDecodeError("response with no request waiting")
-        cid, api_key, version, fut = self._inflight.popleft()
+        # Left queued until it decodes, so that a failure here fails its waiter too (_fail_all).
+        cid, api_key, version, fut = self._inflight[0]
         got_cid, body = framing.decode_response(frame, api_key, version)
         if got_cid != cid:
-            raise ProtocolDecodeError(f"correlation id {got_cid}, expected {cid}")
+            what = f"the answer to {framing.api_name(api_key)} has correlation id {got_cid}, expected {cid}"
+            if self._protocol is not None and not self._protocol.answered:
+                raise self.not_kafka(what)
+            raise ProtocolDecodeError(what)
+        self._inflight.popleft()
         if not fut.done():
             fut.set_result(body)
 

@@ -301,10 +301,11 @@ def pick_version(api_key: int, theirs: tuple[int, int] | None, cap: int | None =
     core's cap for requests whose newer shapes the clients do not use)."""
     ours = framing.request_class(api_key).VALID_VERSIONS
     if theirs is None:
-        raise ApiError(ErrorCode.UNSUPPORTED_VERSION, f"the broker does not support API key {api_key}")
+        raise ApiError(ErrorCode.UNSUPPORTED_VERSION, f"the broker does not support {framing.api_name(api_key)}")
     hi = min(ours[1], theirs[1], cap if cap is not None else MAX_VERSIONS.get(api_key, ours[1]))
     if hi < max(ours[0], theirs[0]):
-        raise ApiError(ErrorCode.UNSUPPORTED_VERSION, f"no common version for API key {api_key}")
+        raise ApiError(ErrorCode.UNSUPPORTED_VERSION,
+                       f"no common version of {framing.api_name(api_key)} with the broker")
     return hi
 
 

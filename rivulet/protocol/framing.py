@@ -59,6 +59,15 @@ def response_class(api_key: int) -> type[Struct]:
     return load(mod, cls)
 
 
+@lru_cache(maxsize=None)
+def api_name(api_key: int) -> str:
+    """The API's name as Kafka writes it (``ApiVersions``, ``Metadata``), for messages and metrics;
+    an unknown key as ``API key N``."""
+    if api_key not in API_CLASSES:
+        return f"API key {api_key}"
+    return API_CLASSES[api_key][1].removesuffix("Request")
+
+
 def request_header_version(api_key: int, api_version: int) -> int:
     if api_key == CONTROLLED_SHUTDOWN_KEY and api_version == 0:
         return 0

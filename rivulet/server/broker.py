@@ -175,6 +175,14 @@ class Broker:
     def advertised_listener(self) -> tuple[str, str, int]:
         return self._listener_name, self.node.host, self.node.port
 
+    @property
+    def bound_listener(self) -> tuple[str, str, int]:
+        """The advertised listener as bound: (name, host, port), its port the one bound once started."""
+        served = self._served_listeners()
+        bound = [(name, host, port) for (name, host, _), port
+                 in zip(served, self.bound_ports or [p for _, _, p in served])]
+        return next((x for x in bound if x[0] == self._listener_name), bound[0] if bound else self.advertised_listener)
+
     def _authenticator(self, listener: str) -> Callable[[tuple[str, int]], SaslSession] | None:
         """Each connection's SASL state on a SASL listener; None on the others."""
         sasl = self.sasl_listeners.get(listener)

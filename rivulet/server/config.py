@@ -98,8 +98,9 @@ BROKER_CONFIGS = ConfigDef([
        "Addresses to listen on, as NAME://host:port, comma-separated. A listener named in "
        "controller.listener.names is not opened.", HIGH, PER_BROKER),
     _k("advertised.listeners", LS, None, None,
-       "Addresses given to clients in metadata, when they differ from listeners. Port 0 in "
-       "listeners is replaced by the bound port.", HIGH),
+       "Addresses given to clients in metadata, when they differ from listeners; each must name a "
+       "listener in listeners, else the broker does not start. Port 0 in listeners is replaced by the "
+       "bound port.", HIGH),
     _k("listener.security.protocol.map", S,
        "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT", None,
        "Listener name to security protocol, as NAME:PROTOCOL pairs (PLAINTEXT, SSL, SASL_PLAINTEXT, "
@@ -560,6 +561,13 @@ class BrokerConfig:
         self.listeners = [parse_listener(x) for x in self["listeners"]]
         adv = self["advertised.listeners"]
         self.advertised_listeners = [parse_listener(x) for x in adv] if adv else self.listeners
+        # As Kafka: a listener can only be advertised if this broker opens it.
+        bound_names = [n for n, _, _ in self.listeners]
+        for name, _, _ in self.advertised_listeners:
+            if name not in bound_names:
+                raise ConfigError(f"advertised.listeners names listener {name}, which listeners does not define "
+                                  f"(it defines {', '.join(bound_names) or 'none'}): advertised listener names "
+                                  "must be among those in listeners")
         for name, host, port in self.advertised_listeners:
             if host in ("", "0.0.0.0", "::"):
                 raise ConfigError(f"advertised listener {name} needs a concrete host, not '{host}'")

@@ -35,8 +35,33 @@ SOURCE_KAFKA_OPTIONS = frozenset({
     "security.protocol",
 })
 
+# Options other than kafka.*, lower-case: Spark's Kafka source's, then Rivulet's own (path is
+# what load(path) sets). Any other is warned about: Spark would ignore a misspelt one silently.
+SOURCE_OPTIONS = frozenset({
+    "assign", "subscribe", "subscribepattern", "startingoffsets", "endingoffsets", "startingtimestamp",
+    "endingtimestamp", "startingoffsetsbytimestamp", "endingoffsetsbytimestamp",
+    "startingoffsetsbytimestampstrategy", "failondataloss", "minpartitions", "maxrecordsperpartition",
+    "maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay", "fetchoffset.numretries",
+    "fetchoffset.retryintervalms", "kafkaconsumer.polltimeoutms", "groupidprefix", "includeheaders", "path",
+    "bootstrap.servers", "commitoffsets",
+})
+# The sink's: Spark's Kafka sink's (and save(path)'s, writeStream's checkpointLocation), then Rivulet's.
+SINK_OPTIONS = frozenset({"topic", "path", "checkpointlocation", "bootstrap.servers", "transactional",
+                          "idempotencykey"})
 
 SERVED_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+def warn_unknown_options(options: Mapping[str, str], known: frozenset[str], role: str) -> None:
+    """Warn about each option (not kafka.*: check_kafka_options has those) that neither Spark's
+    Kafka connector nor Rivulet's ``role`` knows, named as it was given: a misspelt option
+    would otherwise be ignored without a word. Names starting with _ are Spark's internals."""
+    for key in options:
+        name = str(key)
+        lower = name.lower()
+        if not lower.startswith(("kafka.", "_")) and lower not in known:
+            log.warning("option %s is not an option of Rivulet's %s or of Spark's Kafka %s: it has no effect",
+                        name, role, role)
 
 
 def security_options(o: Mapping[str, str]) -> dict[str, str]:

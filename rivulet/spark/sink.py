@@ -32,7 +32,8 @@ from rivulet.client.transactions import ConsumerGroupMetadata
 from rivulet.client.types import TopicPartition
 from rivulet.protocol.compression import CODEC_IDS
 from rivulet.protocol.errors import ErrorCode
-from rivulet.spark._options import PRODUCER_REFUSED, SINK_KAFKA_OPTIONS, check_kafka_options, security_options
+from rivulet.spark._options import (PRODUCER_REFUSED, SINK_KAFKA_OPTIONS, SINK_OPTIONS, check_kafka_options,
+                                    security_options, warn_unknown_options)
 from rivulet.protocol.records import Record
 
 log = logging.getLogger("rivulet.spark")
@@ -61,6 +62,7 @@ class SinkOptions:
     def parse(cls, options: Mapping[str, str]) -> "SinkOptions":
         o = {str(k).lower(): str(v) for k, v in options.items()}
         check_kafka_options(o, PRODUCER_REFUSED, SINK_KAFKA_OPTIONS, "sink")
+        warn_unknown_options(options, SINK_OPTIONS, "sink")
         bootstrap = o.get("kafka.bootstrap.servers") or o.get("bootstrap.servers")
         if not bootstrap:
             raise ValueError("option kafka.bootstrap.servers (or bootstrap.servers) must be set")

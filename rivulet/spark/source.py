@@ -30,12 +30,13 @@ from pyspark.sql.streaming.datasource import (
 from rivulet.protocol.errors import ErrorCode, ApiError
 from rivulet.client import blocking, core
 from rivulet.client.blocking import BlockingClient, BlockingConnection
-from rivulet.client.connection import AuthenticationFailed
+from rivulet.client.connection import AuthenticationFailed, NotKafkaBroker
 from rivulet.security.client_config import sasl_credentials
 from rivulet.client.core import EARLIEST, LATEST
 from rivulet.common.types import TopicPartition as TP
 from rivulet.client.config import ssl_context
-from rivulet.spark._options import CONSUMER_REFUSED, SOURCE_KAFKA_OPTIONS, check_kafka_options, security_options
+from rivulet.spark._options import (CONSUMER_REFUSED, SOURCE_KAFKA_OPTIONS, SOURCE_OPTIONS, check_kafka_options,
+                                    security_options, warn_unknown_options)
 from rivulet.spark._records import Chunk, decode_into, next_offset_after
 
 log = logging.getLogger("rivulet.spark")
@@ -80,9 +81,10 @@ def parse_duration_ms(text: str, name: str) -> int:
 
 
 def not_transient(e: BaseException) -> bool:
-    """A failed TLS handshake or SASL authentication: retrying cannot help (Kafka's
-    SslAuthenticationException and SaslAuthenticationException are not retriable)."""
-    return isinstance(e, (AuthenticationFailed, ssl.SSLError)) or isinstance(e.__cause__, ssl.SSLError)
+    """A failed TLS handshake or SASL authentication, or a peer that is not Kafka: retrying cannot
+    help (Kafka's SslAuthenticationException and SaslAuthenticationException are not retriable)."""
+    return (isinstance(e, (AuthenticationFailed, NotKafkaBroker, ssl.SSLError))
+            or isinstance(e.__cause__, ssl.SSLError))
 
 
 def report_data_loss(message: str, fail: bool) -> None:
@@ -167,6 +169,7 @@ class SourceOptions:
     def parse(cls, options: Mapping[str, str], streaming: bool) -> "SourceOptions":
         o = {str(k).lower(): str(v) for k, v in options.items()}
         check_kafka_options(o, CONSUMER_REFUSED, SOURCE_KAFKA_OPTIONS, "source")
+        warn_unknown_options(options, SOURCE_OPTIONS, "source")
         bootstrap = o.get("kafka.bootstrap.servers") or o.get("bootstrap.servers")
         if not bootstrap:
             raise ValueError("option kafka.bootstrap.servers (or bootstrap.servers) must be set")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import http.server
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
@@ -91,6 +94,67 @@ def test_broker_down_is_one_line(cmd):
     assert "Traceback" not in r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"rivulet {cmd[0]}") and f"cannot reach {DOWN}" in lines[0]
+
+
+@pytest.fixture(scope="module")
+def http_port():
+    """A real HTTP server on a loopback port (Python's, which answers a binary request only at its end)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def silent_port():
+    """A listener that accepts connections and never answers."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=64)
+    yield listener.getsockname()[1]
+    listener.close()
+
+
+@pytest.mark.parametrize("cmd", [["topics", "list"], ["topics", "delete", "--topic", "t"], ["groups", "list"],
+                                 ["produce", "-t", "x"], ["consume", "-t", "x"], ["cluster", "info"]])
+def test_a_port_that_is_not_kafka_is_one_line(cmd, http_port, silent_port):
+    r = rivulet(*cmd, "-b", f"127.0.0.1:{http_port}", stdin="hello\n", timeout=25)
+    one_line_failure(r, f"rivulet {' '.join(cmd[:2] if cmd[0] in ('topics', 'groups', 'cluster') else cmd[:1])}: "
+                        f"127.0.0.1:{http_port} is not a Kafka broker: it answered like an HTTP server "
+                        "(with an HTML page)")
+    # A peer that accepts and keeps silent: the first request times out, and says which it was.
+    r = rivulet(*cmd, "-b", f"127.0.0.1:{silent_port}", stdin="hello\n", timeout=25)
+    assert r.returncode == 1 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert f"cannot reach 127.0.0.1:{silent_port}" in r.stderr
+    assert "no answer to ApiVersions within 5 s" in r.stderr, r.stderr
+
+
+def test_console_refuses_a_port_that_is_not_kafka(http_port):
+    r = rivulet("console", "-b", f"127.0.0.1:{http_port}", "--port", "0", timeout=25)
+    one_line_failure(r, f"rivulet console: 127.0.0.1:{http_port} is not a Kafka broker: it answered like an "
+                        "HTTP server (with an HTML page)")
+
+
+def test_missing_topic_is_named(strict_broker):
+    for action, extra in (("delete", []), ("alter", ["--partitions", "3"]), ("alter", ["--config", "retention.ms=1"])):
+        one_line_failure(rivulet("topics", action, "-b", strict_broker.bootstrap, "--topic", "nope", *extra),
+                         f"rivulet topics {action}: Topic 'nope' does not exist as expected")
+
+
+def test_banner_names_the_bound_and_the_advertised_address(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "rivulet", "broker",
+                             "--override", "listeners=PLAINTEXT://127.0.0.1:0",
+                             "--override", "advertised.listeners=PLAINTEXT://broker.example.com:19092",
+                             "--override", f"log.dirs={tmp_path}"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True)
+    try:
+        banner = proc.stdout.readline()  # type: ignore[union-attr]
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    assert banner.startswith("Rivulet broker 1 listening on 127.0.0.1:"), banner
+    bound_port = int(banner.split("127.0.0.1:", 1)[1].split(",", 1)[0])
+    assert bound_port > 0
+    assert ", advertised as broker.example.com:19092 (PLAINTEXT; cluster " in banner, banner
 
 
 def test_debug_shows_the_traceback():

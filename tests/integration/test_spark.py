@@ -104,9 +104,14 @@ def run_available_now(df, checkpoint: Path, sink: str = "parquet", path: Path | 
 
 
 @pytest.fixture(scope="module")
-def spark(tmp_path_factory):
-    root = tmp_path_factory.mktemp("spark")
-    s = spark_session(root)
+def spark_root(tmp_path_factory):
+    """The module's Spark directory; its spark.log gets Spark's and its Python workers' stderr."""
+    return tmp_path_factory.mktemp("spark")
+
+
+@pytest.fixture(scope="module")
+def spark(spark_root):
+    s = spark_session(spark_root)
     yield s
     s.stop()
 
@@ -441,7 +446,7 @@ def test_options_refused_as_by_spark_and_security_options(broker, spark, tmp_pat
         run_available_now(source(spark, broker.bootstrap, t, **{option: value}), tmp_path / "cp", sink="noop")
 
 
-def test_sink_refuses_serializers_and_security_options_and_ignores_unknown_ones(broker, spark):
+def test_sink_refuses_serializers_and_security_options_and_warns_of_unknown_ones(broker, spark, spark_root):
     t = create_topic(broker.bootstrap, topic_name("w"), 1)
     df = spark.createDataFrame([("k", "v")], "key string, value string")
     for option, value, said in (("kafka.value.serializer", "x", "'value.serializer' is not supported"),
@@ -453,10 +458,19 @@ def test_sink_refuses_serializers_and_security_options_and_ignores_unknown_ones(
             df.write.format("rivulet").option("kafka.bootstrap.servers", broker.bootstrap).option("topic", t) \
                 .option("kafka.security.protocol", "SSL" if option.startswith("kafka.ssl.") else "PLAINTEXT") \
                 .option(option, value).save()
-    # As Spark: options it does not know are ignored, and PLAINTEXT is what Rivulet speaks.
+    # Options it does not know are ignored as by Spark, but named in a warning (in the Python
+    # worker's stderr, which goes to the Spark log); PLAINTEXT is what Rivulet speaks.
     df.write.format("rivulet").option("kafka.bootstrap.servers", broker.bootstrap).option("topic", t) \
-        .option("kafka.security.protocol", "PLAINTEXT").option("kafka.linger.ms", "5").option("whatever", "1").save()
-    assert source(spark, broker.bootstrap, t, streaming=False, whatever="1").count() == 1
+        .option("kafka.security.protocol", "PLAINTEXT").option("kafka.linger.ms", "5").option("whatevr", "1").save()
+    assert source(spark, broker.bootstrap, t, streaming=False, subscrib="1").count() == 1
+    log = spark_root / "spark.log"
+    for said in ("option whatevr is not an option of Rivulet's sink or of Spark's Kafka sink: it has no effect",
+                 "option subscrib is not an option of Rivulet's source or of Spark's Kafka source: it has no effect",
+                 "option kafka.linger.ms has no effect on Rivulet's sink"):
+        deadline = time.monotonic() + 30
+        while said not in log.read_text(errors="replace"):
+            assert time.monotonic() < deadline, f"no warning {said!r} in {log}"
+            time.sleep(0.2)
 
 
 def test_read_and_write_over_mutual_tls(spark, tls_certs):

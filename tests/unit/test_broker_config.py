@@ -134,3 +134,22 @@ def test_inter_broker_listener():
                         "listener.security.protocol.map": "CLIENT:PLAINTEXT,REPLICATION:SSL",
                         "inter.broker.listener.name": "REPLICATION"})
     assert (cfg.inter_broker_listener, cfg.inter_broker_security_protocol()) == ("REPLICATION", "SSL")
+
+
+
+@pytest.mark.parametrize("listeners,advertised", [
+    ("PLAINTEXT://127.0.0.1:9092", "EXTERNAL://broker.example.com:9092"),
+    ("INTERNAL://127.0.0.1:9092", "INTERNAL://10.0.0.1:9092,EXTERNAL://broker.example.com:9092"),
+])
+def test_an_advertised_listener_that_is_not_opened_stops_start_up(listeners, advertised):
+    # As Kafka's KafkaConfig: advertised listener names must be among the listeners' names.
+    props = {"listeners": listeners, "advertised.listeners": advertised,
+             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT"}
+    with pytest.raises(ConfigError, match="advertised.listeners names listener EXTERNAL, which listeners does not"
+                       ) as refused:
+        BrokerConfig(props)
+    r = subprocess.run([sys.executable, "-m", "rivulet", "broker",
+                        *[arg for k, v in props.items() for arg in ("--override", f"{k}={v}")]],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [f"rivulet broker: {refused.value}"], r.stderr

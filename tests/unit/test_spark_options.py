@@ -41,6 +41,26 @@ def test_kafka_options_are_checked_as_spark_checks_them(caplog):
     assert [r.getMessage() for r in caplog.records] == ["option kafka.linger.ms has no effect on Rivulet's source"]
 
 
+def test_options_neither_spark_nor_rivulet_knows_are_named(caplog):
+    pytest.importorskip("pyspark")
+    from rivulet.spark.sink import SinkOptions
+    from rivulet.spark.source import SourceOptions
+    with caplog.at_level(logging.WARNING, "rivulet.spark"):
+        SourceOptions.parse({"kafka.bootstrap.servers": "b:9092", "subscrib": "t", "assign": '{"t": [0]}',
+                             "startingOffsets": "earliest", "fetchOffset.numRetries": "3", "commitOffsets": "true",
+                             "startingOfsets": "earliest", "_mockSystemTime": "1"}, streaming=True)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"option {name} is not an option of Rivulet's source or of Spark's Kafka source: it has no effect"
+        for name in ("subscrib", "startingOfsets")]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, "rivulet.spark"):
+        SinkOptions.parse({"kafka.bootstrap.servers": "b:9092", "topic": "t", "checkpointLocation": "/cp",
+                           "idempotencyKey": "k", "topik": "t", "subscribe": "t"})
+    assert [r.getMessage() for r in caplog.records] == [
+        f"option {name} is not an option of Rivulet's sink or of Spark's Kafka sink: it has no effect"
+        for name in ("topik", "subscribe")]
+
+
 def test_end_of_run_counts_the_windows_still_open():
     progress = {"eventTime": {"watermark": "2026-01-01T00:00:29.990Z"},
                 "stateOperators": [{"numRowsTotal": 4}]}

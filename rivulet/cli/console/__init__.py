@@ -10,9 +10,15 @@ import logging
 import os
 import signal
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rivulet.cli.common import CliError, add_connection_args, client_config, run_command
+from rivulet.client.connection import NotKafkaBroker
+from rivulet.client.errors import KafkaException
+from rivulet.protocol.errors import ApiError
+
+if TYPE_CHECKING:
+    from rivulet.cli.console.backend import ClusterView
 
 
 def console_main(args: argparse.Namespace) -> int:
@@ -28,14 +34,18 @@ def _serve(args: argparse.Namespace) -> int:
     conf = client_config(args)
     if not args.debug:
         logging.getLogger("waitress").setLevel(logging.WARNING)
+    view = ClusterView(conf)
     try:
+        _check_bootstrap(view)
         # Bound here rather than by waitress, which would log the failure as a traceback.
         sock = socket.create_server((args.host, args.port),
                                     family=socket.AF_INET6 if ":" in args.host else socket.AF_INET)
     except OSError as e:
+        view.close()
+        if isinstance(e, NotKafkaBroker):
+            raise
         why = os.strerror(e.errno) if e.errno else str(e)
         raise CliError(f"cannot serve on {args.host}:{args.port}: {why}") from None
-    view = ClusterView(conf)
     # Threads enough for a few open pages, each reloading its live parts every 2 s.
     server = waitress.create_server(create_app(view, conf["bootstrap.servers"]), sockets=[sock], threads=8,
                                     ident="rivulet-console")
@@ -54,6 +64,17 @@ def _serve(args: argparse.Namespace) -> int:
         sock.close()
         view.close()
     return 0
+
+
+def _check_bootstrap(view: ClusterView) -> None:
+    """Refuse to start on a port that answers but is not Kafka's; a cluster that is only away
+    is no reason not to start (the pages say it is away until it is back)."""
+    try:
+        view.cluster()
+    except NotKafkaBroker:
+        raise
+    except (OSError, KafkaException, ApiError):
+        pass
 
 
 def add_parser(sub: Any) -> None:

@@ -38,14 +38,6 @@ PHASES: tuple[str, ...] = ("requestqueuetime", "localtime", "remotetime", "throt
 _FETCH = 1
 
 
-def _api_name(api_key: int) -> str:
-    name = framing.request_class(api_key).NAME
-    return name[:-len("Request")] if name.endswith("Request") else name
-
-
-_NAMES: dict[int, str] = {}
-
-
 def request_name(api_key: int, body: object) -> str:
     """Kafka's ``request`` tag: the API's name, Fetch split into FetchConsumer and FetchFollower."""
     if api_key == _FETCH and isinstance(body, FetchRequest):
@@ -53,10 +45,7 @@ def request_name(api_key: int, body: object) -> str:
         if replica < 0 and body.replica_state is not None:
             replica = body.replica_state.replica_id
         return "FetchFollower" if replica >= 0 else "FetchConsumer"
-    name = _NAMES.get(api_key)
-    if name is None:
-        name = _NAMES[api_key] = _api_name(api_key)
-    return name
+    return framing.api_name(api_key)
 
 
 # Per response class, from its schema: a getter of its error_code and of its throttle_time_ms
