@@ -175,9 +175,14 @@ def _read_scalar(g: _Gen, ind: int, f: F, flex: bool, nullable: bool, target: st
         raise AssertionError(k)
 
 
+def _modes(f: F, flex: bool, version: int) -> tuple[bool, bool]:
+    """Whether ``f`` is encoded flexibly at ``version`` (its own flexibleVersions, else the
+    message's), and whether it may be null."""
+    return (_in(f.flex, version) if f.flex is not None else flex), _in(f.nullable, version)
+
+
 def _read_field(g: _Gen, ind: int, f: F, flex: bool, version: int, target: str) -> None:
-    fflex = _in(f.flex, version) if f.flex is not None else flex
-    nullable = _in(f.nullable, version)
+    fflex, nullable = _modes(f, flex, version)
     if not f.is_array:
         _read_scalar(g, ind, f, fflex, nullable, target, version)
         return
@@ -216,19 +221,29 @@ def _fixed_runs(fields: list[F]) -> list[list[F] | F]:
     return out
 
 
+def _body_and_tagged(cls: type, version: int, flex: bool) -> tuple[list[F], list[F]]:
+    """The fields ``cls`` has at ``version``: those in the body, in order, and the tagged ones."""
+    fields = [f for f in cls.FIELDS if _in(f.versions, version)]
+    tagged = [f for f in fields if flex and _in(f.tagged, version)]
+    return [f for f in fields if f not in tagged], tagged
+
+
+def _fixed_struct(g: _Gen, run: list[F]) -> str:
+    """The name of the struct.Struct that packs a run of fixed-width fields at once."""
+    return g.name("S", struct.Struct(">" + "".join(_FIXED[f.kind][0] for f in run)))
+
+
 def compile_reader(cls: type, version: int, flex: bool) -> Callable:
     g = _Gen()
     new = g.name("NEW", cls.__new__)
     klass = g.name("C", cls)
     g.emit(0, "def read(buf, pos, end):")
     g.emit(1, f"o = {new}({klass})")
-    present = [f for f in cls.FIELDS if _in(f.versions, version) and not (flex and _in(f.tagged, version))]
-    tagged = [f for f in cls.FIELDS if flex and _in(f.versions, version) and _in(f.tagged, version)]
+    present, tagged = _body_and_tagged(cls, version, flex)
     absent = [f for f in cls.FIELDS if f not in present]
     for item in _fixed_runs(present):
         if isinstance(item, list):
-            fmt = ">" + "".join(_FIXED[f.kind][0] for f in item)
-            s = g.name("S", struct.Struct(fmt))
+            s = _fixed_struct(g, item)
             names = ", ".join(f"o.{f.name}" for f in item)
             g.emit(1, f"{names}{',' if len(item) == 1 else ''} = {s}.unpack_from(buf, pos); pos += {s}.size")
             for f in item:
@@ -306,8 +321,7 @@ def _write_scalar(g: _Gen, ind: int, f: F, flex: bool, nullable: bool, val: str,
 
 
 def _write_field(g: _Gen, ind: int, f: F, flex: bool, version: int, val: str) -> None:
-    fflex = _in(f.flex, version) if f.flex is not None else flex
-    nullable = _in(f.nullable, version)
+    fflex, nullable = _modes(f, flex, version)
     if not f.is_array:
         _write_scalar(g, ind, f, fflex, nullable, val, version)
         return
@@ -332,12 +346,10 @@ def _write_field(g: _Gen, ind: int, f: F, flex: bool, version: int, val: str) ->
 def compile_writer(cls: type, version: int, flex: bool) -> Callable:
     g = _Gen()
     g.emit(0, "def write(o, out):")
-    present = [f for f in cls.FIELDS if _in(f.versions, version) and not (flex and _in(f.tagged, version))]
-    tagged = [f for f in cls.FIELDS if flex and _in(f.versions, version) and _in(f.tagged, version)]
+    present, tagged = _body_and_tagged(cls, version, flex)
     for item in _fixed_runs(present):
         if isinstance(item, list):
-            fmt = ">" + "".join(_FIXED[f.kind][0] for f in item)
-            s = g.name("S", struct.Struct(fmt))
+            s = _fixed_struct(g, item)
             args = ", ".join(f"o.{f.name}.bytes" if f.kind == "uuid" else f"o.{f.name}" for f in item)
             g.emit(1, f"out += {s}.pack({args})")
         else:
