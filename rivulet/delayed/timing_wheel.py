@@ -257,23 +257,7 @@ class TimingWheel:
             # Due, beyond the top wheel, during a pass, or shut down.
             self._add_slow(task, exp)
             return
-        # Hot path; _place() below is the same logic for the rare cases.
-        tick = self._ticks_i[i]
-        vid = exp // tick
-        bucket = self._slots_i[i][vid % self._wheel_size]
-        tail = bucket._prev
-        task._prev = tail
-        task._next = bucket
-        tail._next = task
-        bucket._prev = task
-        task._bucket = bucket
-        self._size += 1
-        vid *= tick
-        if bucket.expiration_ms != vid:
-            bucket.expiration_ms = vid
-            heappush(self._queue, (vid, i, bucket))
-            if vid < self._wake_at:
-                self._wake_for(vid)
+        self._insert(task, exp, i)
 
     def advance_to(self, now_ms: int) -> int:
         """Run every task due at ``now_ms``; returns how many ran.
@@ -354,6 +338,11 @@ class TimingWheel:
             return
         if i == self._top:
             i = self._grow(exp)
+        self._insert(task, exp, i)
+
+    def _insert(self, task: TimerTask, exp: int, i: int) -> None:
+        """Put ``task`` in its bucket of wheel ``i``; a bucket that starts a new expiration
+        goes into the queue (and may bring the next wake-up forward)."""
         tick = self._ticks_i[i]
         vid = exp // tick
         bucket = self._slots_i[i][vid % self._wheel_size]
