@@ -423,12 +423,7 @@ class TimingWheel:
                 tick = ticks_i[i]
                 vid = exp // tick
                 nb = slots_i[i][vid % ws]
-                tail = nb._prev
-                task._prev = tail
-                task._next = nb
-                tail._next = task
-                nb._prev = task
-                task._bucket = nb
+                nb._append(task)
                 vid *= tick
                 if nb.expiration_ms != vid:
                     nb.expiration_ms = vid
