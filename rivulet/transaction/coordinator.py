@@ -28,7 +28,7 @@ from rivulet.transaction.metadata import (
     is_epoch_exhausted,
 )
 from rivulet.transaction.producer_id_manager import ProducerIdGenerator
-from rivulet.transaction.state_manager import TransactionStateManager
+from rivulet.transaction.state_manager import CoordinatorEpochAndTxnMetadata, TransactionStateManager
 from rivulet.transaction.txn_log import TRANSACTION_STATE_TOPIC_NAME
 
 log = logging.getLogger(__name__)
@@ -243,18 +243,24 @@ class TransactionCoordinator:
         raise RuntimeError(f"Found transactionalId {transactional_id} with state {md.state}. This is illegal as we "
                            "should never have transitioned to this state.")
 
+    def _existing(self, transactional_id: str) -> tuple[ErrorCode, CoordinatorEpochAndTxnMetadata | None]:
+        """An id's state, or (without it) the error its request is answered with: INVALID_REQUEST
+        for an empty id, the state manager's (loading, not the coordinator), and
+        INVALID_PRODUCER_ID_MAPPING for an id this coordinator does not know."""
+        if not transactional_id:
+            return ErrorCode.INVALID_REQUEST, None
+        err, found = self.state_manager.get_transaction_state(transactional_id)
+        if err == ErrorCode.NONE and found is None:
+            err = ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        return err, found if err == ErrorCode.NONE else None
+
     # -- AddPartitionsToTxn / AddOffsetsToTxn -----------------------------------------------------------
 
     def handle_add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                               partitions: set[TopicPartition], callback: ErrorCallback) -> None:
-        if not transactional_id:
-            return callback(ErrorCode.INVALID_REQUEST)
-        sm = self.state_manager
-        err, found = sm.get_transaction_state(transactional_id)
-        if err != ErrorCode.NONE:
-            return callback(err)
+        err, found = self._existing(transactional_id)
         if found is None:
-            return callback(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+            return callback(err)
         md = found.metadata
         if md.producer_id != producer_id:
             return callback(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
@@ -265,7 +271,7 @@ class TransactionCoordinator:
         if md.state == S.ONGOING and partitions <= md.topic_partitions:
             return callback(ErrorCode.NONE)  # nothing new to record
         transit = md.prepare_add_partitions(partitions, self.clock.milliseconds())
-        sm.append_transaction_to_log(transactional_id, found.coordinator_epoch, transit, callback)
+        self.state_manager.append_transaction_to_log(transactional_id, found.coordinator_epoch, transit, callback)
 
     def verify_produce(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
                        tp: TopicPartition) -> ErrorCode:
@@ -279,12 +285,8 @@ class TransactionCoordinator:
     def handle_verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                                  partitions: set[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
         """AddPartitionsToTxn v4+ verify_only: is each partition part of the open transaction?"""
-        if not transactional_id:
-            return {tp: ErrorCode.INVALID_REQUEST for tp in partitions}
-        err, found = self.state_manager.get_transaction_state(transactional_id)
-        if err == ErrorCode.NONE and found is None:
-            err = ErrorCode.INVALID_PRODUCER_ID_MAPPING
-        if err == ErrorCode.NONE:
+        err, found = self._existing(transactional_id)
+        if found is not None:
             md = found.metadata
             if md.producer_id != producer_id:
                 err = ErrorCode.INVALID_PRODUCER_ID_MAPPING
@@ -306,14 +308,10 @@ class TransactionCoordinator:
 
     def _end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool, *,
                          from_client: bool, callback: ErrorCallback) -> None:
-        if not transactional_id:
-            return callback(ErrorCode.INVALID_REQUEST)
-        sm = self.state_manager
-        err, found = sm.get_transaction_state(transactional_id)
-        if err != ErrorCode.NONE:
-            return callback(err)
+        err, found = self._existing(transactional_id)
         if found is None:
-            return callback(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+            return callback(err)
+        sm = self.state_manager
         md, coordinator_epoch = found.metadata, found.coordinator_epoch
         is_epoch_fence = False
 
