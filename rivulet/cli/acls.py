@@ -18,18 +18,9 @@ from rivulet.cli.common import CliError, add_connection_args
 from rivulet.cli.output import Column, add_format_arg, print_table
 from rivulet.client.admin import AsyncAdminClient
 from rivulet.protocol.errors import ApiError
-from rivulet.security.acls import (
-    CLUSTER_NAME,
-    WILDCARD,
-    AccessControlEntry,
-    AclBinding,
-    AclBindingFilter,
-    AclOperation as Op,
-    AclPermissionType as Perm,
-    PatternType,
-    ResourcePattern,
-    ResourceType as RT,
-)
+from rivulet.security.acls import CLUSTER_NAME, WILDCARD, AccessControlEntry, AclBinding, AclBindingFilter
+from rivulet.security.acls import AclOperation as Op, AclPermissionType as Perm, ResourceType as RT
+from rivulet.security.acls import PatternType, ResourcePattern
 
 # kafka-acls' shortcuts: what a producer or a consumer needs
 PRODUCER_TOPIC_OPS = (Op.WRITE, Op.DESCRIBE, Op.CREATE)

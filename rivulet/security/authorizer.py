@@ -14,18 +14,9 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from rivulet.security.acls import (
-    WILDCARD,
-    AccessControlEntry,
-    AclBinding,
-    AclBindingFilter,
-    AclOperation as Op,
-    AclPermissionType as Perm,
-    PatternType,
-    ResourcePattern,
-    ResourceType,
-    SUPPORTED_OPERATIONS,
-)
+from rivulet.security.acls import SUPPORTED_OPERATIONS, WILDCARD, AccessControlEntry, AclBinding, AclBindingFilter
+from rivulet.security.acls import AclOperation as Op, AclPermissionType as Perm, PatternType, ResourcePattern
+from rivulet.security.acls import ResourceType
 from rivulet.security.principal import KafkaPrincipal
 
 # The class names Kafka's brokers take for ``authorizer.class.name``: either enables this one.
