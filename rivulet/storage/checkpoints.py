@@ -31,12 +31,25 @@ class CorruptCheckpointError(Exception):
     pass
 
 
-def fsync_dir(path: str) -> None:
+def _fsync_path(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_dir(path: str) -> None:
+    """Make the creations, renames and deletions in a directory durable."""
+    _fsync_path(path)
+
+
+def sync_file(path: str) -> None:
+    """fsync a file written through another descriptor; a file already gone needs none."""
+    try:
+        _fsync_path(path)
+    except FileNotFoundError:
+        return
 
 
 def write_atomic(path: str, text: str, *, sync: bool = True) -> None:

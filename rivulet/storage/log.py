@@ -24,7 +24,7 @@ from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.records import BatchHeader
 from rivulet.storage.batches import iter_headers
-from rivulet.storage.checkpoints import fsync_dir, read_partition_metadata, write_partition_metadata
+from rivulet.storage.checkpoints import fsync_dir, read_partition_metadata, sync_file, write_partition_metadata
 from rivulet.storage.config import LogConfig
 from rivulet.storage.epoch import LeaderEpochCache
 from rivulet.storage.log_dir_failure import KafkaStorageError, LogDirFailureChannel, discarding, writes_discarded
@@ -37,7 +37,6 @@ from rivulet.storage.producer_state import (
     ProducerBatch,
     ProducerStateEntry,
     ProducerStateManager,
-    sync_file,
 )
 from rivulet.storage.segment import (
     INDEX_SUFFIX,

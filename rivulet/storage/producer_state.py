@@ -588,17 +588,6 @@ def write_snapshot(path: str, entries: Iterable[ProducerStateEntry], *, sync: bo
     os.replace(tmp, path)
 
 
-def sync_file(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def read_snapshot(path: str) -> list[ProducerStateEntry]:
     with open(path, "rb") as f:
         buf = f.read()

@@ -19,6 +19,7 @@ from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.records import LOCATOR, LOG_OVERHEAD, MIN_BATCH_LENGTH, BatchHeader
 from rivulet.storage import log_dir_failure
+from rivulet.storage.checkpoints import sync_file
 from rivulet.storage.batches import InvalidBatch, iter_headers, iter_valid_batches
 from rivulet.storage.index import CorruptIndexError, OffsetIndex, TimeIndex, _write_all
 
@@ -135,14 +136,7 @@ class TransactionIndex:
             log_dir_failure.file_ops.fdatasync(self._fd)
         elif self.dirty:
             self.dirty = False
-            try:
-                fd = os.open(self.path, os.O_RDONLY)
-            except FileNotFoundError:
-                return
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            sync_file(self.path)
 
     def close(self) -> None:
         if self._fd >= 0:
