@@ -142,18 +142,8 @@ def _read_scalar(g: _Gen, ind: int, f: F, flex: bool, nullable: bool, target: st
         if k == "uuid":
             g.emit(ind, f"{target} = UUID(bytes={target})")
     elif k in ("string", "bytes", "records"):
-        if flex:
-            g.emit(ind, "n, pos = read_uvarint(buf, pos); n -= 1")
-        elif k == "string":
-            g.emit(ind, "n = I16.unpack_from(buf, pos)[0]; pos += 2")
-        else:
-            g.emit(ind, "n = I32.unpack_from(buf, pos)[0]; pos += 4")
-        g.emit(ind, "if n < 0:")
-        if nullable:
-            g.emit(ind + 1, f"{target} = None")
-        else:
-            g.emit(ind + 1, f"raise Err('null value for non-nullable field {f.name}')")
-        g.emit(ind, "else:")
+        _read_length(g, ind, "varint" if flex else "i16" if k == "string" else "i32", nullable, target,
+                     f"null value for non-nullable field {f.name}")
         g.emit(ind + 1, "if pos + n > end: raise Err('field {0} runs past the frame')".replace("{0}", f.name))
         if k == "string":
             g.emit(ind + 1, f"{target} = str(buf[pos:pos + n], 'utf-8'); pos += n")
@@ -175,6 +165,23 @@ def _read_scalar(g: _Gen, ind: int, f: F, flex: bool, nullable: bool, target: st
         raise AssertionError(k)
 
 
+_LENGTH_READS = {"varint": "n, pos = read_uvarint(buf, pos); n -= 1",
+                 "i16": "n = I16.unpack_from(buf, pos)[0]; pos += 2",
+                 "i32": "n = I32.unpack_from(buf, pos)[0]; pos += 4"}
+
+
+def _read_length(g: _Gen, ind: int, prefix: str, nullable: bool, target: str, null_error: str) -> None:
+    """Read a length into ``n``; a negative one is null (``target`` None, or ``null_error``
+    raised). The caller's code for a present value follows, under the ``else:`` emitted here."""
+    g.emit(ind, _LENGTH_READS[prefix])
+    g.emit(ind, "if n < 0:")
+    if nullable:
+        g.emit(ind + 1, f"{target} = None")
+    else:
+        g.emit(ind + 1, f"raise Err('{null_error}')")
+    g.emit(ind, "else:")
+
+
 def _modes(f: F, flex: bool, version: int) -> tuple[bool, bool]:
     """Whether ``f`` is encoded flexibly at ``version`` (its own flexibleVersions, else the
     message's), and whether it may be null."""
@@ -186,16 +193,8 @@ def _read_field(g: _Gen, ind: int, f: F, flex: bool, version: int, target: str) 
     if not f.is_array:
         _read_scalar(g, ind, f, fflex, nullable, target, version)
         return
-    if fflex:
-        g.emit(ind, "n, pos = read_uvarint(buf, pos); n -= 1")
-    else:
-        g.emit(ind, "n = I32.unpack_from(buf, pos)[0]; pos += 4")
-    g.emit(ind, "if n < 0:")
-    if nullable:
-        g.emit(ind + 1, f"{target} = None")
-    else:
-        g.emit(ind + 1, f"raise Err('null array for non-nullable field {f.name}')")
-    g.emit(ind, "else:")
+    _read_length(g, ind, "varint" if fflex else "i32", nullable, target,
+                 f"null array for non-nullable field {f.name}")
     g.emit(ind + 1, f"if n > end - pos: raise Err('array {f.name} longer than the frame')")
     g.emit(ind + 1, "lst = []")
     g.emit(ind + 1, "for _ in range(n):")
