@@ -71,18 +71,11 @@ class Faults(NamedTuple):
         return ApiError(self.code, message.format(n=n, i=i))
 
 
-class Fields(NamedTuple):
-    """One record as ``walk_records`` found it. A null key or value has length -1 and starts
-    right after its length varint, as an empty one does."""
-
-    timestamp_delta: int
-    offset_delta: int
-    key_at: int
-    key_length: int
-    value_at: int
-    value_length: int
-    headers: list[Header] | None
-    end: int
+# One record as walk_records yields it: (timestamp delta, offset delta, key start, key length,
+# value start, value length, headers (None unless kept), end). A null key or value has
+# length -1 and starts right after its length varint, as an empty one does. A plain tuple:
+# a NamedTuple's constructor would cost the walk a Python call per record.
+Fields = tuple[int, int, int, int, int, int, "list[Header] | None", int]
 
 
 def read_headers(buf: Buffer, p: int, rec_end: int, faults: Faults, i: int = 0, *, keep: bool = True,
@@ -121,18 +114,6 @@ def read_headers(buf: Buffer, p: int, rec_end: int, faults: Faults, i: int = 0, 
     return out, p
 
 
-def _length(buf: Buffer, p: int, rec_end: int, bounded: bool, message: str, faults: Faults,
-            i: int) -> tuple[int, int]:
-    """A key's or value's length at ``p`` -> (length, where its bytes start)."""
-    n, p = varint(buf, p, 5)
-    if n < 0:
-        if n != -1:
-            raise faults.error(message, n, i)
-    elif bounded and p + n > rec_end:
-        raise faults.error(message, n, i)
-    return n, p
-
-
 def walk_records(buf: Buffer, pos: int, end: int, count: int, faults: Faults, *, headers: bool = True,
                  bounded: bool = True, sequential: bool = False) -> Iterator[Fields]:
     """Yield the fields of each of ``count`` records that must fill exactly buf[pos:end].
@@ -143,25 +124,58 @@ def walk_records(buf: Buffer, pos: int, end: int, count: int, faults: Faults, *,
     refuses the record when its fields do not fill it), a read past ``buf``, bytes left
     after the last record. ``sequential`` refuses offset deltas other than 0, 1, ...
     (produced batches); ``headers=False`` walks the headers without keeping them.
+
+    Each varint's
+    one-byte form is read in line (nearly every length and the first 64 deltas) and longer
+    ones by ``varint``: a call per field would cost the Python walk half its speed.
     """
     try:
         for i in range(count):
-            size, pos = varint(buf, pos, 5)
+            b = buf[pos]
+            if b < 0x80:
+                size, pos = (b >> 1) ^ -(b & 1), pos + 1
+            else:
+                size, pos = varint(buf, pos, 5)
             rec_end = pos + size
             if size < 6 or rec_end > end:
                 raise faults.error(faults.size, size, i)
-            ts_delta, p = varint(buf, pos + 1, 10)  # past the attributes byte, unused in v2
-            offset_delta, p = varint(buf, p, 5)
+            b = buf[pos + 1]  # past the attributes byte, unused in v2
+            if b < 0x80:
+                ts_delta, p = (b >> 1) ^ -(b & 1), pos + 2
+            else:
+                ts_delta, p = varint(buf, pos + 1, 10)
+            b = buf[p]
+            if b < 0x80:
+                offset_delta, p = (b >> 1) ^ -(b & 1), p + 1
+            else:
+                offset_delta, p = varint(buf, p, 5)
             if sequential and offset_delta != i:
                 raise faults.error(faults.offset_delta, offset_delta, i)
-            key_length, key_at = _length(buf, p, rec_end, bounded, faults.key, faults, i)
-            value_length, value_at = _length(buf, key_at + max(key_length, 0), rec_end, bounded, faults.value,
-                                             faults, i)
-            hdrs, p = read_headers(buf, value_at + max(value_length, 0), rec_end, faults, i, keep=headers,
-                                   bounded=bounded)
+            # Key, then value: a length, then its bytes (none when null, -1).
+            lengths = []
+            for message in (faults.key, faults.value):
+                b = buf[p]
+                if b < 0x80:
+                    n, p = (b >> 1) ^ -(b & 1), p + 1
+                else:
+                    n, p = varint(buf, p, 5)
+                if n < 0:
+                    if n != -1:
+                        raise faults.error(message, n, i)
+                    lengths.append((p, n))
+                else:
+                    if bounded and p + n > rec_end:
+                        raise faults.error(message, n, i)
+                    lengths.append((p, n))
+                    p += n
+            if buf[p] == 0:  # no headers: the common case, without a call
+                hdrs, p = ([] if headers else None), p + 1
+            else:
+                hdrs, p = read_headers(buf, p, rec_end, faults, i, keep=headers, bounded=bounded)
             if p != rec_end:
                 raise faults.error(faults.unfilled, size, i)
-            yield Fields(ts_delta, offset_delta, key_at, key_length, value_at, value_length, hdrs, rec_end)
+            (key_at, key_length), (value_at, value_length) = lengths
+            yield ts_delta, offset_delta, key_at, key_length, value_at, value_length, hdrs, rec_end
             pos = rec_end
     except IndexError:
         raise faults.error(faults.past_end) from None

@@ -159,7 +159,7 @@ class Chunk:
         if self._done:
             return
         try:
-            self.vectorized = self.n >= VECTOR_MIN_RECORDS and self._vectorized()
+            self.vectorized = self._vectorized()
         except (IndexError, pa.ArrowException):  # e.g. a length pointing past the data
             self.vectorized = False
             self.headers = []
@@ -179,7 +179,7 @@ class Chunk:
 
     # ------------------------------------------------------------ vectorized decoding
     def _vectorized(self) -> bool:
-        if _record_layout is not None:
+        if _record_layout is not None and self.n >= LAYOUT_MIN_RECORDS:
             layout = _record_layout(self.data, self.batches, self.want_headers)
             if layout is not None:
                 pos, offsets, timestamps, with_headers = layout
@@ -189,7 +189,7 @@ class Chunk:
                 self.timestamps = pa.Array.from_buffers(i64, n, [None, pa.py_buffer(timestamps)])
                 self.headers = [(i, _headers(self.data, ve, end)) for i, ve, end in with_headers]
                 return True
-        return self._vectorized_arrow()
+        return self.n >= VECTOR_MIN_RECORDS and self._vectorized_arrow()
 
     def _vectorized_arrow(self) -> bool:
         data = self.data
@@ -350,6 +350,9 @@ class Chunk:
 
 
 VECTOR_MIN_RECORDS = 256
+# The C layout has no fixed cost to pay back: it takes chunks of any size, so the per-record
+# Python loop (the shared record walk) runs only without the accelerator or on odd data.
+LAYOUT_MIN_RECORDS = 1
 
 # The layout of a chunk's records in one C pass (rivulet.protocol._speedups), when built;
 # the pyarrow.compute path below is what it must agree with.
