@@ -14,10 +14,10 @@ broker may rewrite ``baseOffset`` and ``partitionLeaderEpoch`` without touching 
 Here: the header (``BatchHeader``, ``parse_batch_header``, ``LOCATOR``), framing
 (``iter_batches``), building batches (``encode_batch``, ``encode_control_batch``,
 ``encode_record`` + ``assemble_batch`` for the cleaner's rewritten batches), reading them
-(``decode_batch``, ``decode_records``, ``parse_control_record``), the record walk
-(``uvarint``/``varint``, ``record_starts``, ``record_offsets_and_timestamps``),
-the broker's produce-path check (``validate_produce_records``, which walks records without
-materialising them because the broker stores the client's bytes unchanged) and the one
+(``decode_batch``, ``decode_records``, ``parse_control_record``), partial walks
+(``record_starts``, ``record_offsets_and_timestamps``), the broker's produce-path check
+(``validate_produce_records``, which walks records without materialising them because the
+broker stores the client's bytes unchanged) and the one
 in-place rewrite of a produced batch (``patch_appended_batches``). Storage, the cleaner,
 the server and the Spark source take the layout from here. Every malformed input surfaces
 as a ``ApiError``; nothing reads past the blob.
@@ -25,7 +25,9 @@ as a ``ApiError``; nothing reads past the blob.
 Record decoding and encoding run in C when the optional extension
 ``rivulet.protocol._speedups`` is built (``SPEEDUPS``); ``_py_parse_records`` and
 ``_py_encode_batch`` are the references they are tested against, and the extension's
-header constants mirror the ones here.
+header constants mirror the ones here. The record layout itself, and the varints, are read
+by ``rivulet.protocol.record_walk`` (``walk_records``), in the decoder and the produce check
+here and in the Spark source.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from crc32c import crc32c
 
 from rivulet.protocol.compression import DEFAULT_MAX_DECOMPRESSED_SIZE, compress, decompress
 from rivulet.protocol.errors import ApiError, ErrorCode
+from rivulet.protocol.record_walk import Faults, varint, walk_records
 
 HEADER_SIZE = 61
 # Offsets of the fields inside a batch.
@@ -334,7 +337,7 @@ def _corrupt(message: str) -> ApiError:
 # --- varints ----------------------------------------------------------------------------
 # Record fields are zigzag varints. The encoder looks small values up in a table
 # (lengths, offset deltas and timestamp deltas are nearly always below 8192, two bytes);
-# the decoders inline the one-byte case and call uvarint for the rest.
+# the readers are record_walk's uvarint and varint.
 
 
 def _zigzag_varint(n: int) -> bytes:
@@ -353,35 +356,9 @@ _ZZ_NULL = _zigzag_varint(-1)
 _CHUNK_SIZE = 64 * 1024
 
 
-def uvarint(buf: bytes | bytearray | memoryview, pos: int, max_bytes: int) -> tuple[int, int]:
-    """Unsigned varint at ``pos`` of at most ``max_bytes`` bytes -> (value, next pos).
-
-    IndexError past the end of ``buf`` is left to the caller, which maps it once.
-    """
-    result = 0
-    shift = 0
-    stop = pos + max_bytes
-    while pos < stop:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-    raise _invalid("varint is too long")
-
-
-def varint(buf: bytes | bytearray | memoryview, pos: int, max_bytes: int = 10) -> tuple[int, int]:
-    """Zigzag varint at ``pos`` -> (value, next pos); see ``uvarint``."""
-    v, pos = uvarint(buf, pos, max_bytes)
-    return (v >> 1) ^ -(v & 1), pos
-
-
 # --- the record walk ---------------------------------------------------------------------
-# A record: length varint | attributes int8 | timestampDelta varint | offsetDelta varint |
-# key (length varint, bytes) | value (length varint, bytes) | header count varint | headers.
-# The decoder, the produce-path check and the Spark source's per-record loop unroll this walk
-# for speed; the helpers below are its plain form.
+# The record layout is read by record_walk.walk_records (the decoder, the produce check, the
+# Spark source's per-record loop); the helpers below read only the fields they need.
 
 
 def record_starts(buf: bytes | bytearray | memoryview, pos: int, count: int, out: array[int]) -> int:
@@ -390,17 +367,8 @@ def record_starts(buf: bytes | bytearray | memoryview, pos: int, count: int, out
     put = out.append
     for _ in range(count):
         put(pos)
-        b = buf[pos]
-        if b < 0x80:
-            pos += 1 + ((b >> 1) ^ -(b & 1))
-        else:
-            b1 = buf[pos + 1]
-            if b1 < 0x80:
-                v = (b & 0x7F) | (b1 << 7)
-                pos += 2 + ((v >> 1) ^ -(v & 1))
-            else:
-                v, q = uvarint(buf, pos, 5)
-                pos = q + ((v >> 1) ^ -(v & 1))
+        size, pos = varint(buf, pos, 5)
+        pos += size
     return pos
 
 
@@ -738,6 +706,22 @@ def _py_parse_records(
     return _parse_records_unbounded(buf[: max(end, 0)], pos, end, count, base_offset, base_timestamp, log_append_time)
 
 
+# What the decoder says of malformed records (INVALID_RECORD, as Kafka's DefaultRecord).
+_PARSE_FAULTS = Faults(
+    ErrorCode.INVALID_RECORD,
+    size="invalid record size {n}",
+    offset_delta="",  # not checked: any offset delta decodes
+    key="invalid key length {n}",
+    value="invalid value length {n}",
+    header_count="invalid header count {n}",
+    header_key="invalid header key length {n}",
+    header_value="invalid header value length {n}",
+    unfilled="record fields do not fill the record's declared size",
+    past_end="record runs past the end of the batch",
+    left_over="bytes left after the batch's declared record count",
+)
+
+
 def _parse_records_unbounded(
     buf: bytes,
     pos: int,
@@ -750,142 +734,16 @@ def _parse_records_unbounded(
     """``_py_parse_records``, except that varints and lengths are read up to len(buf)."""
     records: list[Record] = []
     append = records.append
-    read_uv = uvarint
-    try:
-        for _ in range(count):
-            b = buf[pos]
-            if b < 0x80:
-                v = b
-                pos += 1
-            else:
-                b1 = buf[pos + 1]
-                if b1 < 0x80:
-                    v = (b & 0x7F) | (b1 << 7)
-                    pos += 2
-                else:
-                    v, pos = read_uv(buf, pos, 5)
-            size = (v >> 1) ^ -(v & 1)
-            rec_end = pos + size
-            if size < 6 or rec_end > end:
-                raise _invalid(f"invalid record size {size}")
-            p = pos + 1  # attributes: unused
-            b = buf[p]
-            if b < 0x80:
-                v = b
-                p += 1
-            else:
-                b1 = buf[p + 1]
-                if b1 < 0x80:
-                    v = (b & 0x7F) | (b1 << 7)
-                    p += 2
-                else:
-                    v, p = read_uv(buf, p, 10)
-            ts_delta = (v >> 1) ^ -(v & 1)
-            b = buf[p]
-            if b < 0x80:
-                v = b
-                p += 1
-            else:
-                b1 = buf[p + 1]
-                if b1 < 0x80:
-                    v = (b & 0x7F) | (b1 << 7)
-                    p += 2
-                else:
-                    v, p = read_uv(buf, p, 5)
-            offset_delta = (v >> 1) ^ -(v & 1)
-
-            b = buf[p]
-            if b == 1:
-                key = None
-                p += 1
-            else:
-                if b < 0x80:
-                    v = b
-                    p += 1
-                else:
-                    v, p = read_uv(buf, p, 5)
-                n = (v >> 1) ^ -(v & 1)
-                q = p + n
-                if n == -1:
-                    key = None
-                elif n < 0 or q > rec_end:
-                    raise _invalid(f"invalid key length {n}")
-                else:
-                    key = buf[p:q]
-                    p = q
-
-            b = buf[p]
-            if b == 1:
-                value = None
-                p += 1
-            else:
-                if b < 0x80:
-                    v = b
-                    p += 1
-                else:
-                    b1 = buf[p + 1]
-                    if b1 < 0x80:
-                        v = (b & 0x7F) | (b1 << 7)
-                        p += 2
-                    else:
-                        v, p = read_uv(buf, p, 5)
-                n = (v >> 1) ^ -(v & 1)
-                q = p + n
-                if n == -1:
-                    value = None
-                elif n < 0 or q > rec_end:
-                    raise _invalid(f"invalid value length {n}")
-                else:
-                    value = buf[p:q]
-                    p = q
-
-            headers: list[tuple[str, bytes | None]] = []
-            b = buf[p]
-            if b == 0:
-                p += 1
-            else:
-                if b < 0x80:
-                    v = b
-                    p += 1
-                else:
-                    v, p = read_uv(buf, p, 5)
-                n = (v >> 1) ^ -(v & 1)
-                if n < 0:
-                    raise _invalid(f"invalid header count {n}")
-                for _ in range(n):
-                    v, p = read_uv(buf, p, 5)
-                    kl = (v >> 1) ^ -(v & 1)
-                    q = p + kl
-                    if kl < 0 or q > rec_end:
-                        raise _invalid(f"invalid header key length {kl}")
-                    # Java's client decodes header keys leniently as well.
-                    name = buf[p:q].decode("utf-8", "replace")
-                    v, p = read_uv(buf, q, 5)
-                    vl = (v >> 1) ^ -(v & 1)
-                    q = p + vl
-                    if vl == -1:
-                        headers.append((name, None))
-                    elif vl < 0 or q > rec_end:
-                        raise _invalid(f"invalid header value length {vl}")
-                    else:
-                        headers.append((name, buf[p:q]))
-                        p = q
-            if p != rec_end:
-                raise _invalid("record fields do not fill the record's declared size")
-            append(
-                Record(
-                    base_offset + offset_delta,
-                    base_timestamp + ts_delta if log_append_time is None else log_append_time,
-                    key,
-                    value,
-                    headers,
-                )
-            )
-            pos = rec_end
-    except IndexError:
-        raise _invalid("record runs past the end of the batch") from None
-    if pos != end:
-        raise _invalid("bytes left after the batch's declared record count")
+    for ts_delta, offset_delta, key_at, key_length, value_at, value_length, headers, _end in walk_records(
+        buf, pos, end, count, _PARSE_FAULTS
+    ):
+        append(Record(
+            base_offset + offset_delta,
+            base_timestamp + ts_delta if log_append_time is None else log_append_time,
+            None if key_length < 0 else buf[key_at:key_at + key_length],
+            None if value_length < 0 else buf[value_at:value_at + value_length],
+            headers,
+        ))
     return records
 
 
@@ -1039,6 +897,22 @@ def decode_records(
 # --- produce-path validation --------------------------------------------------------------
 
 
+# What the produce check says of malformed records.
+_CHECK_FAULTS = Faults(
+    ErrorCode.INVALID_RECORD,
+    size="invalid record size {n} at index {i}",
+    offset_delta="record {i} has offset delta {n}, expected {i}",
+    key="invalid key length {n} in record {i}",
+    value="invalid value length {n} in record {i}",
+    header_count="invalid header count {n} in record {i}",
+    header_key="invalid header key length {n} in record {i}",
+    header_value="invalid header value length {n} in record {i}",
+    unfilled="record {i}'s fields do not fill its declared size {n}",
+    past_end="record runs past the end of the batch",
+    left_over="bytes left after the batch's declared {n} records",
+)
+
+
 def _py_check_records(
     buf: bytes | bytearray | memoryview,
     pos: int,
@@ -1053,134 +927,23 @@ def _py_check_records(
     structure (raised at once), offset deltas 0..count-1, and the optional key and timestamp
     rules (appended to ``record_errors``, one per record). Returns the largest record
     timestamp (-1 when no record has one)."""
-    read_uv = uvarint
     check_ts = timestamp_bounds is not None
     lo, hi = timestamp_bounds if timestamp_bounds is not None else (0, 0)
     max_ts = NO_TIMESTAMP
-    try:
-        for i in range(count):
-            b = buf[pos]
-            if b < 0x80:
-                v = b
-                pos += 1
-            else:
-                b1 = buf[pos + 1]
-                if b1 < 0x80:
-                    v = (b & 0x7F) | (b1 << 7)
-                    pos += 2
-                else:
-                    v, pos = read_uv(buf, pos, 5)
-            size = (v >> 1) ^ -(v & 1)
-            rec_end = pos + size
-            if size < 6 or rec_end > end:
-                raise _invalid(f"invalid record size {size} at index {i}")
-            p = pos + 1  # attributes: unused
-            b = buf[p]
-            if b < 0x80:
-                v = b
-                p += 1
-            else:
-                b1 = buf[p + 1]
-                if b1 < 0x80:
-                    v = (b & 0x7F) | (b1 << 7)
-                    p += 2
-                else:
-                    v, p = read_uv(buf, p, 10)
-            ts = base_timestamp + ((v >> 1) ^ -(v & 1))
-            if ts > max_ts:
-                max_ts = ts
-            if check_ts and not lo <= ts <= hi and ts != NO_TIMESTAMP:
-                record_errors.append((i, f"timestamp {ts} of record {i} is outside the accepted range "
-                                         f"[{lo}, {hi}] (message.timestamp.before/after.max.ms)",
-                                      ErrorCode.INVALID_TIMESTAMP))
-            # Offset delta i is zigzag 2*i: one byte below 64, two below 8192.
-            b = buf[p]
-            if b < 0x80:
-                v = b
-                p += 1
-            else:
-                b1 = buf[p + 1]
-                if b1 < 0x80:
-                    v = (b & 0x7F) | (b1 << 7)
-                    p += 2
-                else:
-                    v, p = read_uv(buf, p, 5)
-            if v != i << 1:
-                raise _invalid(f"record {i} has offset delta {(v >> 1) ^ -(v & 1)}, expected {i}")
-            # Key and value: only their lengths matter; a length running past the record
-            # is caught by the p == rec_end check below.
-            b = buf[p]
-            if b == 1:
-                if require_keys and (not record_errors or record_errors[-1][0] != i):
-                    record_errors.append((i, "a compacted topic cannot accept a record without a key",
-                                          ErrorCode.INVALID_RECORD))
-                p += 1
-            else:
-                if b < 0x80:
-                    v = b
-                    p += 1
-                else:
-                    v, p = read_uv(buf, p, 5)
-                n = (v >> 1) ^ -(v & 1)
-                if n < 0:
-                    if n != -1:
-                        raise _invalid(f"invalid key length {n} in record {i}")
-                    if require_keys and (not record_errors or record_errors[-1][0] != i):
-                        record_errors.append((i, "a compacted topic cannot accept a record without a key",
-                                              ErrorCode.INVALID_RECORD))
-                else:
-                    p += n
-            b = buf[p]
-            if b == 1:
-                p += 1
-            else:
-                if b < 0x80:
-                    v = b
-                    p += 1
-                else:
-                    b1 = buf[p + 1]
-                    if b1 < 0x80:
-                        v = (b & 0x7F) | (b1 << 7)
-                        p += 2
-                    else:
-                        v, p = read_uv(buf, p, 5)
-                n = (v >> 1) ^ -(v & 1)
-                if n >= 0:
-                    p += n
-                elif n != -1:
-                    raise _invalid(f"invalid value length {n} in record {i}")
-            b = buf[p]
-            if b == 0:
-                p += 1
-            else:
-                if b < 0x80:
-                    v = b
-                    p += 1
-                else:
-                    v, p = read_uv(buf, p, 5)
-                n = (v >> 1) ^ -(v & 1)
-                if n < 0:
-                    raise _invalid(f"invalid header count {n} in record {i}")
-                for _ in range(n):
-                    v, p = read_uv(buf, p, 5)
-                    n = (v >> 1) ^ -(v & 1)
-                    if n < 0:
-                        raise _invalid(f"invalid header key length {n} in record {i}")
-                    v, p = read_uv(buf, p + n, 5)
-                    n = (v >> 1) ^ -(v & 1)
-                    if n >= 0:
-                        p += n
-                    elif n != -1:
-                        raise _invalid(f"invalid header value length {n} in record {i}")
-                    if p > rec_end:
-                        break  # reported below; stops a huge header count early
-            if p != rec_end:
-                raise _invalid(f"record {i}'s fields do not fill its declared size {size}")
-            pos = rec_end
-    except IndexError:
-        raise _invalid("record runs past the end of the batch") from None
-    if pos != end:
-        raise _invalid(f"bytes left after the batch's declared {count} records")
+    # Key and value: only their lengths matter; one running past its record is refused when
+    # the record's fields do not fill it (bounded=False).
+    walk = walk_records(buf, pos, end, count, _CHECK_FAULTS, headers=False, bounded=False, sequential=True)
+    for i, (ts_delta, _offset_delta, _key_at, key_length, _value_at, _value_length, _headers, _end) in enumerate(walk):
+        ts = base_timestamp + ts_delta
+        if ts > max_ts:
+            max_ts = ts
+        if check_ts and not lo <= ts <= hi and ts != NO_TIMESTAMP:
+            record_errors.append((i, f"timestamp {ts} of record {i} is outside the accepted range "
+                                     f"[{lo}, {hi}] (message.timestamp.before/after.max.ms)",
+                                  ErrorCode.INVALID_TIMESTAMP))
+        elif require_keys and key_length < 0:  # one error per record: the timestamp's first
+            record_errors.append((i, "a compacted topic cannot accept a record without a key",
+                                  ErrorCode.INVALID_RECORD))
     return max_ts
 
 
@@ -1188,6 +951,37 @@ _check_records = _py_check_records
 if SPEEDUPS and hasattr(_speedups, "check_records"):  # an extension built before the walker: Python
     _speedups.setup_checker(_py_check_records)
     _check_records = _speedups.check_records
+
+
+def _check_produced_header(header: BatchHeader, max_batch_size: int, view: memoryview, pos: int) -> None:
+    """The checks of a produced batch before its records, in Kafka's order."""
+    if header.base_offset != 0:
+        raise _invalid(f"the baseOffset of a produced record batch must be 0, not {header.base_offset}")
+    if header.size > max_batch_size:
+        raise ApiError(
+            ErrorCode.MESSAGE_TOO_LARGE,
+            f"record batch of {header.size} bytes exceeds the maximum of {max_batch_size}",
+        )
+    if crc32c(view[pos + ATTRIBUTES_OFFSET : pos + header.size]) != header.crc:
+        raise _corrupt("record batch CRC mismatch")
+    codec = header.attributes & COMPRESSION_MASK
+    if codec > 4:
+        raise ApiError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"unknown compression codec id {codec}")
+    count = header.records_count
+    if header.last_offset_delta < 0:
+        raise _invalid(f"record batch has an invalid last offset delta {header.last_offset_delta}")
+    if count <= 0:
+        raise _invalid(f"invalid record count {count}")
+    if header.last_offset_delta + 1 != count:
+        raise _invalid(
+            f"last offset delta {header.last_offset_delta} is inconsistent with the record count {count}"
+        )
+    if header.attributes & CONTROL_MASK:
+        raise _invalid("clients may not write control records")
+    if header.producer_id >= 0 and header.base_sequence < 0:
+        raise _invalid(f"invalid sequence number {header.base_sequence} for producer id {header.producer_id}")
+    if header.attributes & TRANSACTIONAL_MASK and header.producer_id < 0:
+        raise _invalid("a transactional record batch needs a producer id")
 
 
 def validate_produce_records(
@@ -1247,33 +1041,9 @@ def validate_produce_records(
     for pos in positions:
         header = parse_batch_header(view, pos)
         end = pos + header.size
-        if header.base_offset != 0:
-            raise _invalid(f"the baseOffset of a produced record batch must be 0, not {header.base_offset}")
-        if header.size > max_batch_size:
-            raise ApiError(
-                ErrorCode.MESSAGE_TOO_LARGE,
-                f"record batch of {header.size} bytes exceeds the maximum of {max_batch_size}",
-            )
-        if crc32c(view[pos + ATTRIBUTES_OFFSET : end]) != header.crc:
-            raise _corrupt("record batch CRC mismatch")
+        _check_produced_header(header, max_batch_size, view, pos)
         codec = header.attributes & COMPRESSION_MASK
-        if codec > 4:
-            raise ApiError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"unknown compression codec id {codec}")
         count = header.records_count
-        if header.last_offset_delta < 0:
-            raise _invalid(f"record batch has an invalid last offset delta {header.last_offset_delta}")
-        if count <= 0:
-            raise _invalid(f"invalid record count {count}")
-        if header.last_offset_delta + 1 != count:
-            raise _invalid(
-                f"last offset delta {header.last_offset_delta} is inconsistent with the record count {count}"
-            )
-        if header.attributes & CONTROL_MASK:
-            raise _invalid("clients may not write control records")
-        if header.producer_id >= 0 and header.base_sequence < 0:
-            raise _invalid(f"invalid sequence number {header.base_sequence} for producer id {header.producer_id}")
-        if header.attributes & TRANSACTIONAL_MASK and header.producer_id < 0:
-            raise _invalid("a transactional record batch needs a producer id")
         if codec:
             # Only walked, never kept: the thread's reusable buffer spares an allocation per batch.
             records_buf = decompress(codec, view[pos + HEADER_SIZE : end], max_decompressed_size,

@@ -22,7 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rivulet.protocol.compression import decompress
-from rivulet.protocol.errors import ErrorCode, ApiError
+from rivulet.protocol.errors import ApiError, ErrorCode
+from rivulet.protocol.record_walk import Faults, Header, read_headers, varint, walk_records
 from rivulet.protocol.records import (
     COMPRESSION_MASK,
     CONTROL_MASK,
@@ -35,8 +36,6 @@ from rivulet.protocol.records import (
     iter_batches,
     parse_control_record,
     record_starts,
-    uvarint,
-    varint,
 )
 
 HEADER_TYPE = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
@@ -62,21 +61,27 @@ def _corrupt(msg: str) -> ApiError:
     return ApiError(ErrorCode.CORRUPT_MESSAGE, msg)
 
 
-def _headers(buf: Any, q: int, end: int) -> list[tuple[str, bytes | None]]:
-    n, q = varint(buf, q)
-    out: list[tuple[str, bytes | None]] = []
-    for _ in range(n):
-        kl, q = varint(buf, q)
-        k = bytes(buf[q:q + kl]).decode("utf-8", "replace")
-        q += kl
-        vl, q = varint(buf, q)
-        if vl < 0:
-            out.append((k, None))
-        else:
-            out.append((k, bytes(buf[q:q + vl])))
-            q += vl
-    if q != end:
-        raise _corrupt("record headers do not fill the record")
+# What the source says of malformed records: the broker stored them, so they are corrupt.
+_FAULTS = Faults(
+    ErrorCode.CORRUPT_MESSAGE,
+    size="invalid record size {n}",
+    offset_delta="",  # not checked: a compacted batch has gaps
+    key="invalid key length {n}",
+    value="invalid value length {n}",
+    header_count="invalid header count {n}",
+    header_key="invalid header key length {n}",
+    header_value="invalid header value length {n}",
+    unfilled="record fields do not fill the record",
+    past_end="record runs past the end of its batch",
+    left_over="record batch holds more bytes than its records",
+)
+
+
+def _headers(buf: Any, q: int, end: int) -> list[Header]:
+    """The headers of the record ending at ``end`` whose header count is at ``q``."""
+    out, q = read_headers(buf, q, end, _FAULTS)
+    if q != end or out is None:
+        raise _FAULTS.error(_FAULTS.unfilled)
     return out
 
 
@@ -154,7 +159,7 @@ class Chunk:
         if self._done:
             return
         try:
-            self.vectorized = self.n >= VECTOR_MIN_RECORDS and self._vectorized()
+            self.vectorized = self._vectorized()
         except (IndexError, pa.ArrowException):  # e.g. a length pointing past the data
             self.vectorized = False
             self.headers = []
@@ -174,7 +179,7 @@ class Chunk:
 
     # ------------------------------------------------------------ vectorized decoding
     def _vectorized(self) -> bool:
-        if _record_layout is not None:
+        if _record_layout is not None and self.n >= LAYOUT_MIN_RECORDS:
             layout = _record_layout(self.data, self.batches, self.want_headers)
             if layout is not None:
                 pos, offsets, timestamps, with_headers = layout
@@ -184,7 +189,7 @@ class Chunk:
                 self.timestamps = pa.Array.from_buffers(i64, n, [None, pa.py_buffer(timestamps)])
                 self.headers = [(i, _headers(self.data, ve, end)) for i, ve, end in with_headers]
                 return True
-        return self._vectorized_arrow()
+        return self.n >= VECTOR_MIN_RECORDS and self._vectorized_arrow()
 
     def _vectorized_arrow(self) -> bool:
         data = self.data
@@ -260,12 +265,7 @@ class Chunk:
         self.headers = []
         done = 0
         for start, stop, count, bo, bt, contiguous, lat in self.batches:
-            try:
-                end = self._parse(data, start, count, bo, bt, contiguous, lat is None, done)
-            except IndexError:
-                raise _corrupt("record runs past the end of its batch") from None
-            if end != stop:
-                raise _corrupt("record batch holds more bytes than its records")
+            self._parse(data, start, stop, count, bo, bt, contiguous, lat is None, done)
             if contiguous:
                 self._offs.extend(range(bo, bo + count))
             if lat is not None:
@@ -278,100 +278,23 @@ class Chunk:
         self.offsets = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(self._offs)])
         self.timestamps = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(self._ts)])
 
-    def _parse(self, buf: bytearray, p: int, count: int, base_off: int, base_ts: int, contiguous: bool,
-               own_ts: bool, idx: int) -> int:
-        # Varints of up to 3 bytes are decoded inline (zigzag: (v >> 1) ^ -(v & 1)); longer
-        # ones go through uvarint. Timestamp and offset deltas of big batches take 2-3 bytes.
-        put = self._pos.append
+    def _parse(self, buf: Any, p: int, stop: int, count: int, base_off: int, base_ts: int, contiguous: bool,
+               own_ts: bool, idx: int) -> None:
+        put = self._pos.extend
         put_ts = self._ts.append
         put_off = self._offs.append
-        headers = self.headers if self.want_headers else None
-        for _ in range(count):
-            b = buf[p]
-            if b < 0x80:
-                p += 1
-                rec_end = p + ((b >> 1) ^ -(b & 1))
-            else:
-                b1 = buf[p + 1]
-                if b1 < 0x80:
-                    v = (b & 0x7F) | (b1 << 7)
-                    p += 2
-                else:
-                    v, p = uvarint(buf, p, 10)
-                rec_end = p + ((v >> 1) ^ -(v & 1))
-            q = p + 1  # attributes: unused in v2
+        headers = self.headers
+        for ts_delta, offset_delta, key_at, key_length, value_at, value_length, hdrs, _end in walk_records(
+                buf, p, stop, count, _FAULTS, headers=self.want_headers):
+            put((key_at, key_at + key_length if key_length > 0 else key_at,
+                 value_at, value_at + value_length if value_length > 0 else value_at))
             if own_ts:
-                b = buf[q]
-                if b < 0x80:
-                    q += 1
-                    put_ts(base_ts + ((b >> 1) ^ -(b & 1)))
-                else:
-                    b1 = buf[q + 1]
-                    if b1 < 0x80:
-                        v = (b & 0x7F) | (b1 << 7)
-                        q += 2
-                    else:
-                        b2 = buf[q + 2]
-                        if b2 < 0x80:
-                            v = (b & 0x7F) | ((b1 & 0x7F) << 7) | (b2 << 14)
-                            q += 3
-                        else:
-                            v, q = uvarint(buf, q, 10)
-                    put_ts(base_ts + ((v >> 1) ^ -(v & 1)))
-            else:
-                while buf[q] >= 0x80:
-                    q += 1
-                q += 1
-            if contiguous:
-                if buf[q] < 0x80:
-                    q += 1
-                elif buf[q + 1] < 0x80:
-                    q += 2
-                elif buf[q + 2] < 0x80:
-                    q += 3
-                else:
-                    _, q = uvarint(buf, q, 10)
-            else:
-                v, q = uvarint(buf, q, 10)
-                put_off(base_off + ((v >> 1) ^ -(v & 1)))
-            b = buf[q]
-            if b < 0x80:
-                q += 1
-                put(q)
-                if b > 1:
-                    q += b >> 1
-            else:
-                v, q = uvarint(buf, q, 10)
-                put(q)
-                q += v >> 1
-            put(q)
-            b = buf[q]
-            if b < 0x80:
-                q += 1
-                put(q)
-                if b > 1:
-                    q += b >> 1
-            else:
-                b1 = buf[q + 1]
-                if b1 < 0x80:
-                    q += 2
-                    put(q)
-                    q += ((b & 0x7F) | (b1 << 7)) >> 1
-                else:
-                    v, q = uvarint(buf, q, 10)
-                    put(q)
-                    if not v & 1:
-                        q += v >> 1
-            put(q)
-            if q >= rec_end:
-                if q > rec_end:
-                    raise _corrupt("record fields run past the record's size")
-                raise _corrupt("record has no header count")
-            if headers is not None and buf[q] != 0:
-                headers.append((idx, _headers(buf, q, rec_end)))
+                put_ts(base_ts + ts_delta)
+            if not contiguous:
+                put_off(base_off + offset_delta)
+            if hdrs:
+                headers.append((idx, hdrs))
             idx += 1
-            p = rec_end
-        return p
 
     # ------------------------------------------------------------ to Arrow
     def to_arrow(self, topic: str, partition: int, lo: int = 0, hi: int | None = None) -> pa.RecordBatch:
@@ -427,6 +350,9 @@ class Chunk:
 
 
 VECTOR_MIN_RECORDS = 256
+# The C layout has no fixed cost to pay back: it takes chunks of any size, so the per-record
+# Python loop (the shared record walk) runs only without the accelerator or on odd data.
+LAYOUT_MIN_RECORDS = 1
 
 # The layout of a chunk's records in one C pass (rivulet.protocol._speedups), when built;
 # the pyarrow.compute path below is what it must agree with.
@@ -465,18 +391,16 @@ def _uniform_starts(buf: Any, start: int, stop: int, count: int, starts: array, 
         if q >= stop:
             return None
         try:  # q may land inside a record, on anything
-            v, _ = uvarint(buf, q, 10)
+            return varint(buf, q, 10)[0]
         except (ApiError, IndexError):
             return None
-        return (v >> 1) ^ -(v & 1)
 
     while i < count:
         runs += 1
         try:
-            v, body = uvarint(buf, pos, 10)
+            size, body = varint(buf, pos, 10)
         except (ApiError, IndexError):
-            v, body = 0, pos
-        size = (v >> 1) ^ -(v & 1)
+            size, body = 0, pos
         stride = body - pos + size
         if runs > MAX_RUNS or size <= 0 or (runs > 3 and i < 16 * runs):  # not same-shaped
             del starts[mark:]

@@ -655,6 +655,7 @@ def test_decoder_matches_the_reference_decoder(shape, layout, monkeypatch):
         monkeypatch.setattr(_records, "_record_layout", None)
     if shape == "per-record loop":
         monkeypatch.setattr(_records, "VECTOR_MIN_RECORDS", 1 << 40)
+        monkeypatch.setattr(_records, "LAYOUT_MIN_RECORDS", 1 << 40)
     jumps = (0, 5, 300, 70_000, -400_000) + ((9_000_000,) if shape == "wide varints" else ())
     rng = random.Random(11)
     recs = []

@@ -167,3 +167,38 @@ def test_decoding_does_not_import_pandas() -> None:
     """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_per_record_loop_refuses_what_the_decoder_refuses() -> None:
+    # The source's per-record loop walks records with the decoder's walk (record_walk): a
+    # damaged record is refused (CORRUPT_MESSAGE) where the decoder refuses it, never made
+    # into a row nor an OverflowError, and an intact one gives the decoder's fields.
+    from rivulet.protocol import records
+    from rivulet.protocol.errors import ApiError, ErrorCode
+    rnd = random.Random(11)
+    refused = 0
+    for k in range(400):
+        recs = [Record(0, T0 + rnd.randint(-1000, 1000), None if rnd.random() < .2 else rnd.randbytes(rnd.randint(0, 30)),
+                       None if rnd.random() < .2 else rnd.randbytes(rnd.randint(0, 60)),
+                       [("h", None if rnd.random() < .5 else b"x")] * rnd.choice([0, 1, 2]))
+                for _ in range(rnd.randint(1, 8))]
+        sec = bytearray(encode_batch(recs, base_offset=0, base_timestamp=T0)[HEADER_SIZE:])
+        if k % 4:
+            at = rnd.randrange(len(sec))
+            sec[at] = rnd.choice([0x00, 0x01, 0x03, 0x7F, 0x80, 0xFF, sec[at] ^ 0x10])
+        try:
+            want = records._py_parse_records(bytes(sec), 0, len(sec), len(recs), 5, T0, None)
+        except ApiError:
+            want = None
+        chunk = Chunk(True)
+        chunk.add(sec, 5, T0, len(recs), False, None)
+        try:
+            got = chunk.to_arrow("t", 0).to_pylist()
+        except ApiError as exc:
+            assert want is None and exc.code in (ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD)
+            refused += 1
+            continue
+        assert want is not None, f"record section {k} became rows though the decoder refuses it"
+        assert [(r["offset"], r["key"], r["value"], r["headers"] or []) for r in got] == \
+            [(r.offset, r.key, r.value, [{"key": n, "value": v} for n, v in r.headers]) for r in want]
+    assert refused > 30
