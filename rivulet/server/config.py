@@ -386,8 +386,9 @@ BROKER_CONFIGS = ConfigDef([
        "before it is archived; a group's share.delivery.count.limit overrides it.", MEDIUM),
     _k("group.share.min.delivery.count.limit", I, 2, at_least(2), "Smallest share.delivery.count.limit.", MEDIUM),
     _k("group.share.max.delivery.count.limit", I, 10, at_least(2), "Largest share.delivery.count.limit.", MEDIUM),
-    _k("group.share.partition.max.record.locks", I, 2000, at_least(100), "Record locks per share-partition; a "
-       "group's share.partition.max.record.locks overrides it.", MEDIUM),
+    _k("group.share.partition.max.record.locks", I, 2000, at_least(100), "Record locks per share-partition: its "
+       "in-flight records never exceed it (a stored batch is cut at it; Kafka hands out the whole batch). "
+       "A group's share.partition.max.record.locks overrides it.", MEDIUM),
     _k("group.share.max.share.sessions", I, 2000, at_least(1), "The maximum number of share sessions per broker.",
        MEDIUM),
     _k("group.share.min.partition.max.record.locks", I, 100, at_least(100), "Smallest "

@@ -249,3 +249,35 @@ def test_read_committed_group_never_acquires_aborted_records(broker):
         assert {4, 5} <= got
     finally:
         c.close()
+
+
+def test_a_batch_larger_than_the_record_lock_limit_is_acquired_in_parts(broker):
+    """The group's share.partition.max.record.locks is 100 and the log holds one batch of 200:
+    a ShareFetch answers the whole stored batch with AcquiredRecords covering 0-99 only, the
+    window is then full for every member, and acknowledging frees room for the rest."""
+    bootstrap = f"127.0.0.1:{broker.port}"
+    topic = new_topic(bootstrap)
+    group = f"sg-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.partition.max.record.locks", "100", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(30)
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5000, "batch.num.messages": 1000})
+    for i in range(200):
+        p.produce(topic, b"%d" % i, partition=0)
+    assert p.flush(30) == 0
+    probe = Conn(broker.port)
+    tid = probe.request(mq.MetadataRequest(topics=[mq.MetadataRequestTopic(name=topic)]), 12).topics[0].topic_id
+    probe.close()
+    m1, m2 = Member(broker.port, group, tid), Member(broker.port, group, tid)
+    try:
+        resp = m1.fetch(max_wait_ms=30000)
+        assert acquired(resp) == [(0, 99, 1)]
+        assert [(h.base_offset, h.last_offset) for _, h in iter_batches(partition(resp).records)] == [(0, 199)]
+        assert acquired(m2.fetch()) == []
+        assert m1.ack([(0, 99, ACCEPT)]).responses[0].partitions[0].error_code == 0
+        assert acquired(m2.fetch()) == [(100, 199, 1)]
+    finally:
+        m1.conn.close()
+        m2.conn.close()
