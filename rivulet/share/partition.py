@@ -361,6 +361,17 @@ class SharePartition:
         self._timer.add(task)
         return task
 
+    def unacquire(self, member_id: str, acquired: Sequence[AcquiredRecords]) -> None:
+        """Take back an acquisition whose records never went out (a ShareFetch answered empty
+        because its client is over a quota): Available again, with the delivery count they had."""
+        for rec in acquired:
+            for batch in self._overlapping(rec.first_offset, rec.last_offset):
+                for st in batch.states_in(max(rec.first_offset, batch.first), min(rec.last_offset, batch.last)):
+                    if st.state is RecordState.ACQUIRED and st.member_id == member_id:
+                        st.delivery_count -= 1
+                        self._settle(st, RecordState.AVAILABLE)
+        self._after_change(released=True)
+
     # -- acknowledge -------------------------------------------------------------------
 
     def acknowledge(self, member_id: str, batches: Sequence[AcknowledgementBatch]) -> None:

@@ -121,6 +121,22 @@ def test_max_records_rounding_stops_at_the_lock_limit(timer):
     assert sp2.acquire("m1", [(0, 149)], max_records=10, record_limit=True) == [AcquiredRecords(0, 9, 1)]
 
 
+def test_unacquire_makes_records_available_with_their_old_delivery_count(timer):
+    """A throttled ShareFetch goes out without its records: they are as if never acquired."""
+    woken = []
+    sp = make(timer, on_available=lambda: woken.append(1))
+    sp.acquire("m1", [(0, 4)], 100)
+    sp.acknowledge("m1", [ack(0, 1, RELEASE)])
+    got = sp.acquire("m1", [(0, 4), (5, 9)], 100)
+    assert got == [AcquiredRecords(0, 1, 2), AcquiredRecords(5, 9, 1)]
+    woken.clear()
+    sp.unacquire("m1", got)
+    assert woken
+    assert [sp.state_of(o)[:2] for o in (0, 1, 2, 5, 9)] == [(A, 1), (A, 1), (Q, 1), (A, 0), (A, 0)]
+    assert sp.acquire("m2", [(0, 4), (5, 9)], 100) == [AcquiredRecords(0, 1, 2), AcquiredRecords(5, 9, 1)]
+    assert sp.state_of(9) == (Q, 1, "m2")
+
+
 def test_released_records_come_back_with_a_higher_delivery_count(timer):
     sp = make(timer)
     sp.acquire("m1", [(0, 9)], 100)
