@@ -250,7 +250,8 @@ BROKER_CONFIGS = ConfigDef([
     # -- network
     _k("socket.request.max.bytes", I, 104857600, _pos, "Largest request accepted; a larger one closes the "
        "connection.", HIGH),
-    _k("connections.max.idle.ms", L, 600000, _pos, "Idle connections are closed after this long.", MEDIUM),
+    _k("connections.max.idle.ms", L, 600000, _pos, "Idle connections are closed after this long, "
+       "also one whose request stopped arriving part-way.", MEDIUM),
     _k("max.request.partition.size.limit", I, 2000, _pos, "Most partitions a DescribeTopicPartitions "
        "answer holds; a larger request gets a cursor to the rest.", LOW),
     _k("max.connections", I, 2147483647, _nonneg, "Connections the broker keeps open at once; more are "
@@ -260,7 +261,8 @@ BROKER_CONFIGS = ConfigDef([
     _k("max.connections.per.ip.overrides", S, "", None, "Per-host or per-IP exceptions to "
        "max.connections.per.ip, as host:limit pairs, comma-separated.", MEDIUM, CLUSTER),
     _k("queued.max.request.bytes", L, -1, None, "Bytes that requests being received or processed may hold "
-       "at once; when reached, connections stop reading until memory returns. -1: no limit.", MEDIUM),
+       "at once, over all connections: a frame that does not fit in what is left waits, its connection not "
+       "reading, until memory returns (one larger than the limit gets in alone). -1: no limit.", MEDIUM),
     # -- SASL (per listener as listener.name.<listener>.<property>, per mechanism as
     #    listener.name.<listener>.<mechanism>.<property>)
     _k("sasl.enabled.mechanisms", LS, ("GSSAPI",), None, "SASL mechanisms a SASL listener offers: PLAIN, "
