@@ -143,9 +143,9 @@ SHARE_GROUP_APIS = frozenset({76, 77, 78, 79, 83, 84, 85, 86, 87, 90, 91, 92})
 # telemetry receiver is configured (metric.reporters), as Kafka's ApiVersionManager does.
 TELEMETRY_APIS = frozenset({71, 72})
 
-# Produce and Fetch weigh their request time against request_percentage themselves, with
-# their byte rates; brokers' own requests are never throttled (Kafka's sendResponseExemptThrottle).
-_OWN_THROTTLING = frozenset({0, 1})
+# Produce, Fetch and ShareFetch weigh their request time against request_percentage themselves,
+# with their byte rates; brokers' own requests are never throttled (Kafka's sendResponseExemptThrottle).
+_OWN_THROTTLING = frozenset({0, 1, 78})
 _EXEMPT_FROM_REQUEST_QUOTA = frozenset({27, 56, *INTER_BROKER_VERSIONS})
 
 _SOFTWARE_NAME = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
@@ -193,7 +193,7 @@ class KafkaApis:
                           metadata_cache, cluster),
             ConfigHandlers(topics, config, authz, client_metrics, group_configs, metadata_cache),
             TelemetryHandlers(client_metrics),
-            ShareHandlers(share_partitions, topics.topic_name, authz),
+            ShareHandlers(share_partitions, topics.topic_name, authz, quotas),
             ShareOffsetHandlers(group_coordinator, authz),
             ShareStateHandlers(share_coordinator, authz),
             GroupHandlers(group_coordinator, topics, clock, authz, metadata_cache),

@@ -251,7 +251,8 @@ BROKER_CONFIGS = ConfigDef([
     # -- network
     _k("socket.request.max.bytes", I, 104857600, _pos, "Largest request accepted; a larger one closes the "
        "connection.", HIGH),
-    _k("connections.max.idle.ms", L, 600000, _pos, "Idle connections are closed after this long.", MEDIUM),
+    _k("connections.max.idle.ms", L, 600000, _pos, "Idle connections are closed after this long, "
+       "also one whose request stopped arriving part-way.", MEDIUM),
     _k("max.request.partition.size.limit", I, 2000, _pos, "Most partitions a DescribeTopicPartitions "
        "answer holds; a larger request gets a cursor to the rest.", LOW),
     _k("max.connections", I, 2147483647, _nonneg, "Connections the broker keeps open at once; more are "
@@ -261,7 +262,8 @@ BROKER_CONFIGS = ConfigDef([
     _k("max.connections.per.ip.overrides", S, "", None, "Per-host or per-IP exceptions to "
        "max.connections.per.ip, as host:limit pairs, comma-separated.", MEDIUM, CLUSTER),
     _k("queued.max.request.bytes", L, -1, None, "Bytes that requests being received or processed may hold "
-       "at once; when reached, connections stop reading until memory returns. -1: no limit.", MEDIUM),
+       "at once, over all connections: a frame that does not fit in what is left waits, its connection not "
+       "reading, until memory returns (one larger than the limit gets in alone). -1: no limit.", MEDIUM),
     # -- SASL (per listener as listener.name.<listener>.<property>, per mechanism as
     #    listener.name.<listener>.<mechanism>.<property>)
     _k("sasl.enabled.mechanisms", LS, ("GSSAPI",), None, "SASL mechanisms a SASL listener offers: PLAIN, "
@@ -387,8 +389,9 @@ BROKER_CONFIGS = ConfigDef([
        "before it is archived; a group's share.delivery.count.limit overrides it.", MEDIUM),
     _k("group.share.min.delivery.count.limit", I, 2, at_least(2), "Smallest share.delivery.count.limit.", MEDIUM),
     _k("group.share.max.delivery.count.limit", I, 10, at_least(2), "Largest share.delivery.count.limit.", MEDIUM),
-    _k("group.share.partition.max.record.locks", I, 2000, at_least(100), "Record locks per share-partition; a "
-       "group's share.partition.max.record.locks overrides it.", MEDIUM),
+    _k("group.share.partition.max.record.locks", I, 2000, at_least(100), "Record locks per share-partition: its "
+       "in-flight records never exceed it (a stored batch is cut at it; Kafka hands out the whole batch). "
+       "A group's share.partition.max.record.locks overrides it.", MEDIUM),
     _k("group.share.max.share.sessions", I, 2000, at_least(1), "The maximum number of share sessions per broker.",
        MEDIUM),
     _k("group.share.min.partition.max.record.locks", I, 100, at_least(100), "Smallest "

@@ -101,7 +101,9 @@ class RequestMemory(Protocol):
 
     def exhausted(self) -> bool: ...
 
-    def reserve(self, n: int) -> None: ...
+    def try_reserve(self, conn: KafkaConnection, n: int) -> bool: ...
+
+    def queued(self, conn: KafkaConnection) -> bool: ...
 
     def release(self, n: int) -> None: ...
 
@@ -198,6 +200,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.frame: bytearray | None = None  # a frame still arriving
         self.frame_size = 0
         self.filled = 0
+        # Pool bytes granted to the frame at the start of ``held`` while it waited for memory.
+        self.granted = 0
         self.pending: deque[_Slot] = deque()
         self.closed = False
         self.counted = False
@@ -339,18 +343,45 @@ class KafkaConnection(asyncio.BufferedProtocol):
                             self.peer, size, self.max_request_bytes, extra={"kind": "oversized request"})
                 self.close()
                 return
+            if not self._admit(size):
+                # Nothing more is read until the pool grants the frame its memory.
+                self.held = bytes(view[pos:end])
+                return
             if avail - 4 >= size:
                 frame = bytearray(view[pos + 4:pos + 4 + size])
                 pos += 4 + size
-                self.server.pool.reserve(size)
                 self._on_frame(frame)
                 continue
             have = avail - 4
             frame = bytearray(min(size, max(FIRST_FRAME_CHUNK, 2 * have)))
             frame[:have] = view[pos + 4:end]
             self.frame, self.frame_size, self.filled = frame, size, have
-            self.server.pool.reserve(size)
             return
+
+    def _admit(self, size: int) -> bool:
+        """Reserve pool memory for a frame of ``size`` bytes about to be read."""
+        if self.granted:
+            assert self.granted == size, "a grant is for the frame that waited"
+            self.granted = 0
+            return True
+        return self.server.pool.try_reserve(self, size)
+
+    def memory_granted(self, size: int) -> None:
+        """The pool reserved ``size`` bytes for the frame this connection holds: read it, once
+        the loop is done with whatever connection is using the shared read buffer now."""
+        self.granted = size
+        asyncio.get_running_loop().call_soon(self._parse_held)
+
+    def _parse_held(self) -> None:
+        """Parse what was read and held back (while muted, or waiting for memory); the loop
+        runs one callback at a time, so the shared read buffer is free."""
+        if self.closed:
+            return
+        if len(self.held) >= 4 and self.frame is None and self._throttle is None:
+            held = self.held
+            self.server.stage[:len(held)] = held
+            self._stage_bytes(len(held))
+        self.update_reading()
 
     # ------------------------------------------------------------ request handling
     def _on_frame(self, frame: bytearray) -> None:
@@ -558,34 +589,30 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def _end_throttle(self) -> None:
         self._throttle = None
-        if self.closed:
-            return
-        if len(self.held) >= 4 and self.frame is None:
-            # Parse what arrived while muted; the loop runs one callback at a time, so the
-            # shared read buffer is free.
-            held = self.held
-            self.server.stage[:len(held)] = held
-            self._stage_bytes(len(held))
-        self.update_reading()
+        self._parse_held()
 
     @property
     def throttled(self) -> bool:
         return self._throttle is not None
 
     def idle(self) -> bool:
-        """Nothing being received and nothing waiting for an answer."""
-        return not self.pending and self.frame is None and self._sending is None
+        """Nothing waiting for an answer or for memory. A frame that stopped arriving does not
+        keep its connection (and the pool memory it holds), as in Kafka."""
+        return not self.pending and self._sending is None and not self.granted \
+            and not self.server.pool.queued(self)
 
     def update_reading(self) -> None:
         """Read only while the client's answers drain, it has room for more requests in
         flight, and the request memory pool has room."""
         if self.closed or self.transport is None:
             return
-        starved = self.frame is None and self.server.pool.exhausted()
-        should_pause = (self._writing_paused or len(self.pending) >= MAX_IN_FLIGHT or starved
+        pool = self.server.pool
+        waiting = self.granted > 0 or pool.queued(self)  # a frame of ours waits for memory
+        starved = self.frame is None and not waiting and pool.exhausted()
+        should_pause = (self._writing_paused or len(self.pending) >= MAX_IN_FLIGHT or starved or waiting
                         or self._throttle is not None)
         if starved:
-            self.server.pool.wait(self)
+            pool.wait(self)
         if should_pause and not self._reading_paused:
             self.transport.pause_reading()
             self._reading_paused = True
@@ -608,13 +635,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._throttle.cancel()
             self._throttle = None
         pool = self.server.pool
+        pool.forget(self)  # first: what it gives back goes to the others
         for slot in self.pending:
             pool.release(slot.reserved)
         self.pending.clear()
         if self.frame is not None:
             pool.release(self.frame_size)
             self.frame = None
-        pool.forget(self)
+        if self.granted:
+            pool.release(self.granted)
+            self.granted = 0
         listeners, self.close_listeners = self.close_listeners, []
         for listener in listeners:
             listener(self)

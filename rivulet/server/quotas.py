@@ -573,6 +573,22 @@ class ClientQuotas:
             for key, value in values.items():
                 self._apply(entity, key, float(value))
 
+    def consumer_max_bytes(self, user: str, client_id: str, max_bytes: int) -> int:
+        """A consumer's Fetch or ShareFetch never asks for more than its quota lets through at once."""
+        return int(min(max_bytes, self.fetch.max_value_in_quota_window(user, client_id)))
+
+    def consumer_throttle_ms(self, user: str, client_id: str, spent_ns: int, size: int) -> int:
+        """A consumer's Fetch or ShareFetch answer holding ``size`` bytes of records, judged as
+        Kafka judges it once it is ready: the request time against request_percentage, the bytes
+        against consumer_byte_rate (one sensor for both APIs), the longer throttle time. Over
+        either, the answer goes out empty, so its bytes are taken back off the rate."""
+        request_ms = self.request.record_request_time(user, client_id, spent_ns)
+        fetch_ms = self.fetch.maybe_record_and_get_throttle_time_ms(user, client_id, size)
+        ms = max(request_ms, fetch_ms)
+        if ms > 0 and self.fetch.quotas_enabled():
+            self.fetch.unrecord(user, client_id, size)
+        return ms
+
     def _manager(self, key: str) -> ClientQuotaManager | None:
         return {PRODUCER_BYTE_RATE: self.produce, CONSUMER_BYTE_RATE: self.fetch,
                 REQUEST_PERCENTAGE: self.request, CONTROLLER_MUTATION_RATE: self.controller_mutation}.get(key)

@@ -42,17 +42,24 @@ TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 
 class MemoryPool:
-    """Bytes held by requests being received or processed (``queued.max.request.bytes``).
+    """Bytes held by requests being received or processed (``queued.max.request.bytes``): one
+    pool for every connection of every listener, as Kafka's MemoryPool.
 
-    As Kafka's non-strict pool: a request is admitted whenever any memory is left, even if it
-    is larger than what is left, and while the pool is exhausted connections stop reading,
-    so memory is bounded and clients feel back-pressure instead of errors. A capacity of -1
-    is unbounded (Kafka's default)."""
+    A frame reserves the size its prefix announces when it starts, and gives it back once its
+    request is answered (or its connection closes). It is let in when it fits in what is left,
+    or when the pool is empty (so a frame larger than the whole pool overshoots it alone);
+    otherwise its connection stops reading and queues. Kafka's non-strict pool lets a frame in
+    whenever any memory is left; here a large frame waits instead, so small requests keep being
+    served while large ones wait. Returned memory goes to the queued frames first, oldest first,
+    each that fits. Connections that stopped reading because the pool is exhausted, before a
+    frame of theirs was seen, are woken once it is not. A capacity of -1 is unbounded (Kafka's
+    default)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.used = 0
-        self._waiting: set[KafkaConnection] = set()
+        self._queued: dict[KafkaConnection, int] = {}  # frames that did not fit, oldest first
+        self._waiting: set[KafkaConnection] = set()  # paused while the pool was exhausted
 
     @property
     def bounded(self) -> bool:
@@ -61,23 +68,40 @@ class MemoryPool:
     def exhausted(self) -> bool:
         return self.bounded and self.used >= self.capacity
 
-    def reserve(self, n: int) -> None:
-        self.used += n
+    def _fits(self, n: int) -> bool:
+        return not self.bounded or self.used == 0 or self.used + n <= self.capacity
+
+    def try_reserve(self, conn: KafkaConnection, n: int) -> bool:
+        """Reserve ``n`` bytes for a frame of ``conn``; False (and ``conn`` queued, keeping its
+        place if it was already) when it does not fit: ``conn.memory_granted`` tells it later."""
+        if conn not in self._queued and self._fits(n):
+            self.used += n
+            return True
+        self._queued.setdefault(conn, n)
+        return False
+
+    def queued(self, conn: KafkaConnection) -> bool:
+        return conn in self._queued
 
     def release(self, n: int) -> None:
-        was = self.exhausted()
         self.used -= n
-        if was and not self.exhausted():
+        for conn, size in list(self._queued.items()):
+            if self._fits(size):
+                del self._queued[conn]
+                self.used += size
+                conn.memory_granted(size)
+        if self._waiting and not self.exhausted():
             waiting, self._waiting = self._waiting, set()
             for conn in waiting:
                 conn.update_reading()
 
     def wait(self, conn: KafkaConnection) -> None:
-        """``conn`` stopped reading for want of memory; it is woken when some returns."""
+        """``conn`` stopped reading because the pool is exhausted; it is woken when it is not."""
         self._waiting.add(conn)
 
     def forget(self, conn: KafkaConnection) -> None:
         self._waiting.discard(conn)
+        self._queued.pop(conn, None)
 
 
 def parse_ip_overrides(spec: str) -> dict[str, int]:

@@ -379,6 +379,15 @@ class SharePartitionManager:
         res.records = bytes(data[start:end])
         res.acquired = acquired
 
+    def unsend(self, group_id: str, member_id: str, results: Mapping[TopicPartition, SharePartitionResult]) -> None:
+        """The answer of a fetch goes out without its records (its client is throttled): what
+        it acquired is Available again, as if never acquired, and the results hold no records."""
+        for tp, res in results.items():
+            sp = self.partitions.get((group_id, tp))
+            if sp is not None and res.acquired:
+                sp.unacquire(member_id, res.acquired)
+            res.records, res.acquired = b"", []
+
     # -- share partitions ----------------------------------------------------------------------
 
     def _share_partition(self, group_id: str, tp: TopicPartition) -> SharePartition | None:

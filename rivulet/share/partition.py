@@ -277,8 +277,8 @@ class SharePartition:
         """Acquire for ``member_id`` what the fetched log batches (base, last offsets, ascending)
         hold: Available offsets of the window and new offsets past ``end_offset``. At most
         ``max_records`` records, rounded up to the end of a log batch unless ``record_limit``
-        (ShareAcquireMode record_limit); new records only while the window is under
-        ``max_record_locks``, rounded the same way."""
+        (ShareAcquireMode record_limit); new records only up to ``max_record_locks`` in the
+        window, cutting a log batch if need be (Kafka hands out the whole batch)."""
         if max_records <= 0:
             return []
         acquired: list[AcquiredRecords] = []
@@ -295,10 +295,13 @@ class SharePartition:
                 first = self._end
             if first > last or budget <= 0:
                 continue
-            room = min(budget, self.max_record_locks - self.in_flight_count)
-            if room <= 0:
+            locks = self.max_record_locks - self.in_flight_count
+            if locks <= 0:
                 break
-            stop = last if not record_limit or last - first + 1 <= room else first + room - 1
+            # max_records may be rounded up to the batch's end, the lock limit never is: the
+            # rest of a batch cut at the limit is new records for a later fetch.
+            stop = last if not record_limit or last - first + 1 <= budget else first + budget - 1
+            stop = min(stop, first + locks - 1)
             budget -= stop - first + 1
             self._add_new(member_id, first, stop)
             acquired.append(AcquiredRecords(first, stop, 1))
@@ -357,6 +360,17 @@ class SharePartition:
         task = _LockTimeout(self.lock_duration_ms, self, batch)
         self._timer.add(task)
         return task
+
+    def unacquire(self, member_id: str, acquired: Sequence[AcquiredRecords]) -> None:
+        """Take back an acquisition whose records never went out (a ShareFetch answered empty
+        because its client is over a quota): Available again, with the delivery count they had."""
+        for rec in acquired:
+            for batch in self._overlapping(rec.first_offset, rec.last_offset):
+                for st in batch.states_in(max(rec.first_offset, batch.first), min(rec.last_offset, batch.last)):
+                    if st.state is RecordState.ACQUIRED and st.member_id == member_id:
+                        st.delivery_count -= 1
+                        self._settle(st, RecordState.AVAILABLE)
+        self._after_change(released=True)
 
     # -- acknowledge -------------------------------------------------------------------
 

@@ -281,3 +281,57 @@ def test_kafka_pythons_encoding_of_the_quota_apis(broker_factory, version):
         assert (refused.error_code, refused.error_message) == (35, "Unsupported entity type group")
     finally:
         admin.close()
+
+
+@pytest.mark.parametrize("client", ["confluent", "rivulet"])
+def test_share_consumer_over_its_quota_is_throttled(broker_factory, client):
+    """A share consumer under consumer_byte_rate=1 KiB/s: ShareFetch answers count against the
+    same fetch quota as Fetch's, so the consumer is throttled (librdkafka reports the throttle
+    time; the broker mutes the connection either way) and reads no faster than the quota lets
+    it, far from the 5,000 records (500 kB) waiting. An upper bound only: a slow machine just
+    reads less."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient as CkAdmin
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+    broker = broker_factory()
+    topic, group, n, size = "quota-share", f"quota-share-{client}", 5000, 100
+    ck = CkAdmin({"bootstrap.servers": broker.bootstrap})
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    ck.incremental_alter_configs([res])[res].result(30)
+    # Batches of 10 records, each well within what the quota lets through at once.
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "batch.num.messages": 10})
+    for _ in range(n):
+        p.produce(topic, b"s" * size, partition=0)
+        p.poll(0)
+    assert p.flush(30) == 0
+    quota = 1024
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    try:
+        alter(admin, {CLIENT_ID: "slow-share"}, {"consumer_byte_rate": quota})
+    finally:
+        admin.close()
+    if client == "confluent":
+        from confluent_kafka import ShareConsumer
+    else:
+        from rivulet import ShareConsumer
+    throttles: list[float] = []
+    c = ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "client.id": "slow-share",
+                       "throttle_cb": lambda ev: throttles.append(ev.throttle_time)})
+    c.subscribe([topic])
+    got = 0
+    start = time.monotonic()
+    try:
+        while time.monotonic() - start < 15 and not (client == "confluent" and throttles and got):
+            got += sum(1 for m in c.poll(0.5) if m.error() is None)
+        while time.monotonic() - start < 15:
+            got += sum(1 for m in c.poll(0.5) if m.error() is None)
+        elapsed = time.monotonic() - start
+    finally:
+        c.close()
+    assert got > 0
+    if client == "confluent":
+        assert throttles and max(throttles) > 0
+    # Kafka's rate lets one quota window (10 s of quota) through at once, then the quota: twice
+    # that, counting only the values, is far above what a throttled consumer can get.
+    assert got * size <= 2 * quota * (elapsed + 10), f"{got} records of {size} B in {elapsed:.1f} s"

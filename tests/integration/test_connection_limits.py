@@ -183,3 +183,90 @@ def test_bad_frames_do_not_flood_the_log(broker):
     time.sleep(0.2)
     lines = broker.output().count("closing") - before
     assert 1 <= lines <= 20, f"{lines} log lines for 300 bad frames"
+
+
+class PartialFrame:
+    """A connection that announces a frame of ``size`` bytes and sends ``sent`` of them from a
+    thread; ``done`` once the broker has taken them all (a connection that waits for memory
+    stops reading, so its sender stalls)."""
+
+    def __init__(self, port: int, size: int, sent: int) -> None:
+        import threading
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.error: BaseException | None = None
+        payload = struct.pack(">i", size) + b"\0" * sent
+        self.thread = threading.Thread(target=self._send, args=(payload,), daemon=True)
+        self.thread.start()
+
+    def _send(self, payload: bytes) -> None:
+        try:
+            self.sock.sendall(payload)
+        except OSError as e:  # closed by the test
+            self.error = e
+
+    def done(self, timeout: float = 0) -> bool:
+        self.thread.join(timeout)
+        return not self.thread.is_alive() and self.error is None
+
+    def close(self) -> None:
+        self.sock.close()
+        self.thread.join(30)
+
+
+def test_request_memory_pool_is_one_pool_for_all_connections():
+    """queued.max.request.bytes=64 MiB and eight connections at once, each announcing a 40 MB
+    frame and sending 20 MB of it, then stalling: one frame is let in, the others wait unread,
+    so the broker's RSS grows by what that frame holds, within the pool. A normal client is still served meanwhile, and once the connection holding the
+    memory closes mid-frame, a waiting frame is let in."""
+    pool, size, sent = 64 * 1024 * 1024, 40_000_000, 20_000_000
+    with BrokerProcess({"queued.max.request.bytes": str(pool)}) as b:
+        probe = socket.create_connection(("127.0.0.1", b.port))
+        assert answered(probe, 1)
+        before = rss_kib(b.proc.pid)
+        frames = [PartialFrame(b.port, size, sent) for _ in range(8)]
+        try:
+            deadline = time.monotonic() + 120
+            while not any(f.done() for f in frames):  # the broker has read all of one frame
+                assert time.monotonic() < deadline, "no frame was let in"
+                time.sleep(0.2)
+            # A normal client, on a new connection and on one opened before, is served while
+            # the big frames wait (which also lets the broker read whatever it would).
+            ck_produce(b.bootstrap, "pool-victims", records(5))
+            assert len(ck_consume(b.bootstrap, "pool-victims", 5)) == 5
+            assert answered(probe, 2)
+            grown_mib = (rss_kib(b.proc.pid) - before) / 1024
+            # The frames let in hold no more than the pool (RSS counts the 20 MB that arrived of
+            # the one let in: about 21 MiB); every connection reading its frame grew it by 160 MiB.
+            assert grown_mib < pool / 2**20, f"RSS grew by {grown_mib:.0f} MiB"
+            let_in = [f for f in frames if f.done()]
+            assert len(let_in) == 1, f"{len(let_in)} frames of 40 MB let into a pool of 64 MiB"
+            # The connection holding the memory closes mid-frame: its memory goes to a waiting frame.
+            let_in[0].close()
+            waiting = [f for f in frames if f is not let_in[0]]
+            deadline = time.monotonic() + 120
+            while not any(f.done() for f in waiting):
+                assert time.monotonic() < deadline, "no waiting frame was let in after the close"
+                time.sleep(0.2)
+            assert sum(f.done() for f in waiting) == 1
+            assert answered(probe, 3)
+        finally:
+            for f in frames:
+                f.close()
+            probe.close()
+
+
+def test_a_request_that_stops_arriving_expires_and_gives_its_memory_back():
+    """A connection whose frame stops arriving part-way is closed after connections.max.idle.ms
+    (it was kept for good, holding its pool memory), and the frame waiting for that memory
+    gets in."""
+    with BrokerProcess({"connections.max.idle.ms": "1000", "queued.max.request.bytes": str(8 * 1024 * 1024)}) as b:
+        stalled = socket.create_connection(("127.0.0.1", b.port))
+        stalled.sendall(struct.pack(">i", 6_000_000) + b"\0" * 1000)
+        assert answered(socket.create_connection(("127.0.0.1", b.port)), 1)  # it was read
+        waiting = PartialFrame(b.port, 6_000_000, 5_000_000)
+        try:
+            assert closed_by_broker(stalled, timeout=30)
+            assert waiting.done(timeout=60), "the waiting frame did not get the memory back"
+        finally:
+            waiting.close()
+            stalled.close()

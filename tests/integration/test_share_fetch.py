@@ -46,13 +46,14 @@ def broker():
 
 
 class Conn:
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, client_id: str = "share-test") -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
         self.cid = 0
+        self.client_id = client_id
 
     def send(self, body, version: int = V) -> int:
         self.cid += 1
-        self.sock.sendall(framing.encode_request(body, version, self.cid, "share-test"))
+        self.sock.sendall(framing.encode_request(body, version, self.cid, self.client_id))
         return self.cid
 
     def receive(self, api_key: int, cid: int, version: int = V):
@@ -122,8 +123,8 @@ def new_topic(bootstrap: str) -> str:
 class Member:
     """One share group member on its own connection, keeping its share session epoch."""
 
-    def __init__(self, port: int, group: str, topic_id: uuid.UUID) -> None:
-        self.conn = Conn(port)
+    def __init__(self, port: int, group: str, topic_id: uuid.UUID, client_id: str = "share-test") -> None:
+        self.conn = Conn(port, client_id)
         self.id = uuid.uuid4().hex
         self.group = group
         self.topic_id = topic_id
@@ -249,3 +250,118 @@ def test_read_committed_group_never_acquires_aborted_records(broker):
         assert {4, 5} <= got
     finally:
         c.close()
+
+
+def test_a_batch_larger_than_the_record_lock_limit_is_acquired_in_parts(broker):
+    """The group's share.partition.max.record.locks is 100 and the log holds one batch of 200:
+    a ShareFetch answers the whole stored batch with AcquiredRecords covering 0-99 only, the
+    window is then full for every member, and acknowledging frees room for the rest."""
+    bootstrap = f"127.0.0.1:{broker.port}"
+    topic = new_topic(bootstrap)
+    group = f"sg-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.partition.max.record.locks", "100", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(30)
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5000, "batch.num.messages": 1000})
+    for i in range(200):
+        p.produce(topic, b"%d" % i, partition=0)
+    assert p.flush(30) == 0
+    probe = Conn(broker.port)
+    tid = probe.request(mq.MetadataRequest(topics=[mq.MetadataRequestTopic(name=topic)]), 12).topics[0].topic_id
+    probe.close()
+    m1, m2 = Member(broker.port, group, tid), Member(broker.port, group, tid)
+    try:
+        resp = m1.fetch(max_wait_ms=30000)
+        assert acquired(resp) == [(0, 99, 1)]
+        assert [(h.base_offset, h.last_offset) for _, h in iter_batches(partition(resp).records)] == [(0, 199)]
+        assert acquired(m2.fetch()) == []
+        assert m1.ack([(0, 99, ACCEPT)]).responses[0].partitions[0].error_code == 0
+        assert acquired(m2.fetch()) == [(100, 199, 1)]
+    finally:
+        m1.conn.close()
+        m2.conn.close()
+
+
+def test_share_fetch_over_the_consumer_quota_is_answered_empty_and_throttled(broker):
+    """consumer_byte_rate counts ShareFetch answers as Fetch answers: over it, the answer
+    carries throttle_time_ms and no records, the connection is muted, and what the fetch had
+    acquired is Available again uncounted: every record is delivered once, with delivery count 1."""
+    from rivulet.admin import AdminClient as RivuletAdmin
+    from rivulet.admin import ClientQuotaAlteration, ClientQuotaAlterationOp, ClientQuotaEntity
+    bootstrap = f"127.0.0.1:{broker.port}"
+    topic = new_topic(bootstrap)
+    group = f"sg-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(30)
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 1})
+    n = 16
+    for i in range(n):
+        p.produce(topic, b"%04d" % i + b"x" * 996, partition=0)  # 16 batches of about 1 kB
+    assert p.flush(30) == 0
+    entity = ClientQuotaEntity({ClientQuotaEntity.CLIENT_ID: "share-slow"})
+    quotas = RivuletAdmin({"bootstrap.servers": bootstrap})
+    try:  # 1 KiB/s: about ten batches at once, then one a second
+        quotas.alter_client_quotas([ClientQuotaAlteration(entity, [
+            ClientQuotaAlterationOp("consumer_byte_rate", 1024)])])[entity].result(30)
+    finally:
+        quotas.close()
+    probe = Conn(broker.port)
+    tid = probe.request(mq.MetadataRequest(topics=[mq.MetadataRequestTopic(name=topic)]), 12).topics[0].topic_id
+    probe.close()
+    m = Member(broker.port, group, tid, client_id="share-slow")
+    delivered: dict[int, list[int]] = {}
+    throttled = 0
+    try:
+        acks: list[tuple[int, int, int]] = []
+        while len(delivered) < n:
+            assert throttled < 50, delivered
+            resp = m.fetch(acks=acks, max_wait_ms=1000)
+            got = acquired(resp)
+            if resp.throttle_time_ms > 0:
+                throttled += 1
+                assert got == [] and not partition(resp).records
+            for first, last, count in got:
+                for o in range(first, last + 1):
+                    delivered.setdefault(o, []).append(count)
+            acks = [(first, last, ACCEPT) for first, last, _ in got]
+        assert throttled > 0
+        assert delivered == {o: [1] for o in range(n)}
+    finally:
+        m.conn.close()
+
+
+def test_share_acknowledge_over_the_request_quota_is_throttled(broker):
+    """request_percentage applies to ShareAcknowledge as to other requests: over it, the
+    answer carries throttle_time_ms (the acknowledgement itself is done)."""
+    from rivulet.admin import AdminClient as RivuletAdmin
+    from rivulet.admin import ClientQuotaAlteration, ClientQuotaAlterationOp, ClientQuotaEntity
+    bootstrap = f"127.0.0.1:{broker.port}"
+    topic = new_topic(bootstrap)
+    group = f"sg-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(30)
+    produce(bootstrap, topic, [b"a%d" % i for i in range(5)])
+    probe = Conn(broker.port)
+    tid = probe.request(mq.MetadataRequest(topics=[mq.MetadataRequestTopic(name=topic)]), 12).topics[0].topic_id
+    probe.close()
+    m = Member(broker.port, group, tid, client_id="share-acker")
+    try:
+        got = m.acquire_through(4)
+        entity = ClientQuotaEntity({ClientQuotaEntity.CLIENT_ID: "share-acker"})
+        quotas = RivuletAdmin({"bootstrap.servers": bootstrap})
+        try:  # a millionth of a thread: any request is over it
+            quotas.alter_client_quotas([ClientQuotaAlteration(entity, [
+                ClientQuotaAlterationOp("request_percentage", 0.0001)])])[entity].result(30)
+        finally:
+            quotas.close()
+        resp = m.ack([(o, o, ACCEPT) for o in sorted(got)])
+        assert resp.error_code == 0 and resp.responses[0].partitions[0].error_code == 0
+        assert resp.throttle_time_ms > 0
+    finally:
+        m.conn.close()

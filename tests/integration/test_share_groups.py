@@ -719,3 +719,50 @@ def test_rivulet_share_consumer_acknowledgement_rules_renew_and_commit_async():
         for c in consumers:
             c.close()
         b.cleanup()
+
+
+@pytest.mark.parametrize("client", ["confluent", "rivulet"])
+def test_record_lock_limit_cuts_a_stored_batch(client):
+    """group.share.partition.max.record.locks=100 and 200 records stored as one batch: the
+    share consumer is never handed more than 100 records at a time (the broker acquires part
+    of the batch and answers with AcquiredRecords covering only that part, which the client
+    delivers alone); once they are acknowledged the rest of the batch follows, each record
+    once. Kafka 4.3 would hand out all 200 at once."""
+    from confluent_kafka import Producer
+
+    from rivulet.protocol.records import iter_batches
+    b = BrokerProcess({**HEARTBEATS, "group.share.partition.max.record.locks": "100"})
+    b.start()
+    consumers: list = []
+    try:
+        topic, group, n = "share-locks", f"share-locks-{client}", 200
+        share_topic(b.bootstrap, topic, group, 0, partitions=1)
+        p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5000, "batch.num.messages": 1000})
+        for i in range(n):
+            p.produce(topic, b"%d" % i, partition=0)
+        assert p.flush(30) == 0
+        stored = (Path(b.data_dir) / f"{topic}-0" / ("0" * 20 + ".log")).read_bytes()
+        assert [(h.base_offset, h.last_offset) for _, h in iter_batches(stored)] == [(0, n - 1)]
+
+        c = explicit_consumer(client, b.bootstrap, group, topic)
+        consumers.append(c)
+        polls: list[list[int]] = []
+        acknowledged = 0
+        deadline = time.monotonic() + 90
+        while acknowledged < n:
+            assert time.monotonic() < deadline, polls
+            got = c.poll(0.5)
+            if not got:
+                continue
+            assert all(m.error() is None for m in got), [m.error() for m in got]
+            polls.append([m.offset() for m in got])
+            for m in got:
+                c.acknowledge(m, ACCEPT)
+            assert all(v is None for v in c.commit_sync().values())
+            acknowledged += len(got)
+        assert sorted(o for offsets in polls for o in offsets) == list(range(n))
+        assert polls[0] == list(range(100)), polls
+    finally:
+        for c in consumers:
+            c.close()
+        b.cleanup()

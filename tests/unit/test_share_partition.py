@@ -86,13 +86,55 @@ def test_acquired_records_are_not_acquired_twice(timer):
 def test_max_record_locks_bounds_the_window(timer):
     sp = make(timer, max_record_locks=100)
     got = sp.acquire("m1", [(0, 59), (60, 119), (120, 139)], max_records=500)
-    # the batch that crosses the limit is taken whole (batch-optimized), then no more
-    assert got == [AcquiredRecords(0, 119, 1)]
-    assert not sp.can_acquire()
-    assert sp.acquire("m1", [(120, 139)], 500) == []
+    # the batch that crosses the limit is cut there: never more than 100 in flight
+    assert got == [AcquiredRecords(0, 99, 1)]
+    assert sp.end_offset == 100 and not sp.can_acquire()
+    assert sp.acquire("m1", [(60, 119), (120, 139)], 500) == []
     sp.acknowledge("m1", [ack(0, 29, ACCEPT)])
     assert sp.start_offset == 30 and sp.can_acquire()
-    assert sp.acquire("m1", [(120, 139)], 500) == [AcquiredRecords(120, 139, 1)]
+    # the fetch reads from the cut batch again: its rest, then the next batch up to the limit
+    assert sp.acquire("m1", [(60, 119), (120, 139)], 500) == [AcquiredRecords(100, 129, 1)]
+    assert sp.in_flight_count == 100
+
+
+def test_one_batch_larger_than_max_record_locks_is_acquired_in_parts(timer):
+    """A single stored batch of 200 records under a limit of 100: each fetch acquires at most
+    what keeps the window at 100 (Kafka 4.3 would hand out all 200 at once)."""
+    sp = make(timer, max_record_locks=100)
+    assert sp.acquire("m1", [(0, 199)], max_records=500) == [AcquiredRecords(0, 99, 1)]
+    assert sp.in_flight_count == 100
+    assert sp.acquire("m2", [(0, 199)], max_records=500) == []
+    sp.acknowledge("m1", [ack(0, 39, ACCEPT)])
+    assert sp.acquire("m2", [(0, 199)], max_records=500) == [AcquiredRecords(100, 139, 1)]
+    assert sp.state_of(139) == (Q, 1, "m2") and sp.state_of(140) is None
+    sp.acknowledge("m1", [ack(40, 99, ACCEPT)])
+    sp.acknowledge("m2", [ack(100, 139, ACCEPT)])
+    assert sp.acquire("m1", [(0, 199)], max_records=500) == [AcquiredRecords(140, 199, 1)]
+    assert sp.in_flight_count == 60
+
+
+def test_max_records_rounding_stops_at_the_lock_limit(timer):
+    sp = make(timer, max_record_locks=100)
+    # batch-optimized mode rounds max_records up to the batch's end, but not past the limit
+    assert sp.acquire("m1", [(0, 149)], max_records=10) == [AcquiredRecords(0, 99, 1)]
+    sp2 = make(timer, max_record_locks=100)
+    assert sp2.acquire("m1", [(0, 149)], max_records=10, record_limit=True) == [AcquiredRecords(0, 9, 1)]
+
+
+def test_unacquire_makes_records_available_with_their_old_delivery_count(timer):
+    """A throttled ShareFetch goes out without its records: they are as if never acquired."""
+    woken = []
+    sp = make(timer, on_available=lambda: woken.append(1))
+    sp.acquire("m1", [(0, 4)], 100)
+    sp.acknowledge("m1", [ack(0, 1, RELEASE)])
+    got = sp.acquire("m1", [(0, 4), (5, 9)], 100)
+    assert got == [AcquiredRecords(0, 1, 2), AcquiredRecords(5, 9, 1)]
+    woken.clear()
+    sp.unacquire("m1", got)
+    assert woken
+    assert [sp.state_of(o)[:2] for o in (0, 1, 2, 5, 9)] == [(A, 1), (A, 1), (Q, 1), (A, 0), (A, 0)]
+    assert sp.acquire("m2", [(0, 4), (5, 9)], 100) == [AcquiredRecords(0, 1, 2), AcquiredRecords(5, 9, 1)]
+    assert sp.state_of(9) == (Q, 1, "m2")
 
 
 def test_released_records_come_back_with_a_higher_delivery_count(timer):

@@ -16,30 +16,60 @@ pytestmark = pytest.mark.fast
 class FakeConn:
     def __init__(self) -> None:
         self.woken = 0
+        self.granted: list[int] = []
 
     def update_reading(self) -> None:
         self.woken += 1
 
+    def memory_granted(self, n: int) -> None:
+        self.granted.append(n)
 
-def test_memory_pool_is_non_strict_and_wakes_waiters_when_memory_returns():
+
+def test_memory_pool_lets_in_what_fits_and_queues_what_does_not():
     pool = MemoryPool(100)
-    assert not pool.exhausted()
-    pool.reserve(250)  # larger than the pool, admitted because some memory was left
-    assert pool.exhausted()
-    a, b = FakeConn(), FakeConn()
+    a, b, c, small = FakeConn(), FakeConn(), FakeConn(), FakeConn()
+    assert pool.try_reserve(a, 60)
+    assert not pool.try_reserve(b, 60) and pool.queued(b)  # does not fit in the 40 left
+    assert not pool.try_reserve(c, 70) and pool.queued(c)
+    assert pool.try_reserve(small, 30)  # a small frame still gets in while large ones wait
+    assert pool.used == 90 and not pool.exhausted()
+    assert not pool.try_reserve(b, 60)  # asking again keeps its place
+    pool.release(30)
+    assert (b.granted, c.granted) == ([], [])  # 60 used: neither fits yet
+    pool.release(60)
+    # The oldest queued frame first; the next one waits for more to come back.
+    assert (b.granted, c.granted) == ([60], []) and pool.used == 60
+    assert not pool.queued(b) and pool.queued(c)
+    pool.release(60)
+    assert c.granted == [70] and pool.used == 70
+
+
+def test_memory_pool_lets_a_frame_larger_than_itself_in_alone():
+    pool = MemoryPool(100)
+    a, big = FakeConn(), FakeConn()
+    assert pool.try_reserve(a, 10)
+    assert not pool.try_reserve(big, 250)
+    pool.release(10)
+    assert big.granted == [250] and pool.used == 250 and pool.exhausted()  # overshoots by one frame
+
+
+def test_memory_pool_wakes_waiters_when_it_stops_being_exhausted_and_forgets_closed_ones():
+    pool = MemoryPool(100)
+    holder, a, b, q = FakeConn(), FakeConn(), FakeConn(), FakeConn()
+    assert pool.try_reserve(holder, 100) and pool.exhausted()
     pool.wait(a)
     pool.wait(b)
+    assert not pool.try_reserve(q, 50)
     pool.forget(b)
-    pool.release(200)
-    assert not pool.exhausted() and pool.used == 50
-    assert (a.woken, b.woken) == (1, 0)
-    pool.release(50)
-    assert a.woken == 1  # woken once, when the pool stopped being exhausted
+    pool.forget(q)  # closed while queued: nothing is granted to it
+    pool.release(100)
+    assert (a.woken, b.woken, q.granted) == (1, 0, [])
+    assert pool.used == 0
 
 
 def test_unbounded_pool_never_exhausts():
     pool = MemoryPool(-1)
-    pool.reserve(10**12)
+    assert pool.try_reserve(FakeConn(), 10**12)
     assert not pool.exhausted()
 
 

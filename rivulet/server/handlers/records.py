@@ -205,7 +205,7 @@ class RecordHandlers:
         from_follower = replica_id >= 0
         max_bytes = req.max_bytes if v >= 3 else 2**31 - 1
         if not from_follower:  # never ask for more than the consumer's quota lets through at once
-            max_bytes = int(min(max_bytes, self.quotas.fetch.max_value_in_quota_window(user, client_id)))
+            max_bytes = self.quotas.consumer_max_bytes(user, client_id, max_bytes)
         params = FetchParams(replica_id=replica_id, max_wait_ms=req.max_wait_ms,
                              min_bytes=min(req.min_bytes, max_bytes), max_bytes=max_bytes,
                              isolation_level=req.isolation_level if v >= 4 else 0,
@@ -242,16 +242,10 @@ class RecordHandlers:
 
         def build(results: dict[TopicPartition, FetchResult]) -> fr.FetchResponse:
             if not from_follower:
-                # As Kafka: both quotas judged when the answer is ready; a throttled consumer gets
-                # an empty answer and its bytes are taken back off its rate.
                 # Kafka counts the whole response; its record sets are nearly all of it.
                 size = sum(len(r.records) for r in results.values() if r.records is not None)
-                request_ms = self.quotas.request.record_request_time(user, client_id, spent)
-                fetch_ms = self.quotas.fetch.maybe_record_and_get_throttle_time_ms(user, client_id, size)
-                ms = max(request_ms, fetch_ms)
+                ms = self.quotas.consumer_throttle_ms(user, client_id, spent, size)
                 if ms > 0:
-                    if self.quotas.fetch.quotas_enabled():
-                        self.quotas.fetch.unrecord(user, client_id, size)
                     conn.throttle(ms)
                     return fr.FetchResponse(throttle_time_ms=ms, error_code=0, session_id=0, responses=[])
             self._count_fetch(results, from_follower)

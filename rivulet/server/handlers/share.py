@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from typing import Callable
 
@@ -17,6 +18,7 @@ from rivulet.server.acls import Authz
 from rivulet.server.answer import Answer, then
 from rivulet.server.handlers import Handler
 from rivulet.server.network import KafkaConnection
+from rivulet.server.quotas import ClientQuotas
 from rivulet.share import AcknowledgementBatch
 from rivulet.share.manager import (
     FINAL_EPOCH,
@@ -32,10 +34,11 @@ _Named = tuple[uuid.UUID, int, "str | None"]
 
 class ShareHandlers:
     def __init__(self, manager: SharePartitionManager, topic_name: Callable[[uuid.UUID], str | None],
-                 authz: Authz) -> None:
+                 authz: Authz, quotas: ClientQuotas) -> None:
         self.manager = manager
         self.topic_name = topic_name
         self.authz = authz
+        self.quotas = quotas
         self._watched: set[int] = set()  # connections whose close ends the sessions they opened
 
     def handlers(self) -> dict[int, Handler]:
@@ -65,11 +68,16 @@ class ShareHandlers:
 
     # ------------------------------------------------------------ ShareFetch
     def handle_share_fetch(self, header: RequestHeader, req: ShareFetchRequest, conn: KafkaConnection) -> Answer:
+        # Throttled as a Fetch is (the handler judges both quotas itself, see KafkaApis).
+        t0 = time.perf_counter_ns()
         v = header.api_version
         group_id, member_id, epoch = req.group_id or "", req.member_id or "", req.share_session_epoch
+        user, client_id = conn.user, header.client_id or ""
 
         def fail(code: ErrorCode, message: str | None = None) -> sfr.ShareFetchResponse:
-            return sfr.ShareFetchResponse(throttle_time_ms=0, error_code=code, error_message=message, responses=[])
+            ms = self.quotas.request.record_request_time(user, client_id, time.perf_counter_ns() - t0)
+            conn.throttle(ms)
+            return sfr.ShareFetchResponse(throttle_time_ms=ms, error_code=code, error_message=message, responses=[])
 
         if not self.authz.group(conn, Op.READ, group_id):
             return fail(ErrorCode.GROUP_AUTHORIZATION_FAILED)
@@ -119,15 +127,24 @@ class ShareHandlers:
             session = self.manager.session_partitions(group_id, member_id)
             tp_ids.update(session)
             fetch_from = list(session)
-        request = ShareFetchRequestData(group_id, member_id, fetch_from, req.max_wait_ms, req.max_bytes,
+        max_bytes = self.quotas.consumer_max_bytes(user, client_id, req.max_bytes)
+        request = ShareFetchRequestData(group_id, member_id, fetch_from, req.max_wait_ms, max_bytes,
                                         req.max_records, record_limit=v >= 2 and req.share_acquire_mode == 1)
         writes = [r.persisted for r in acked.values() if r.persisted is not None]
         result = self.manager.fetch(request, acked)
+        spent = time.perf_counter_ns() - t0
         if writes:
             result = asyncio.ensure_future(_after_writes(writes, result))
         lock_ms = self._lock_ms(group_id)
 
         def build(results: dict[TopicPartition, SharePartitionResult]) -> sfr.ShareFetchResponse:
+            size = sum(len(r.records) for r in results.values())
+            throttle_ms = self.quotas.consumer_throttle_ms(user, client_id, spent, size)
+            if throttle_ms > 0:
+                # Kafka answers a throttled ShareFetch without records and leaves them acquired
+                # until their locks expire; here they are Available again at once, uncounted.
+                conn.throttle(throttle_ms)
+                self.manager.unsend(group_id, member_id, results)
             topics: dict[uuid.UUID, sfr.ShareFetchableTopicResponse] = {}
 
             def topic(tid: uuid.UUID) -> sfr.ShareFetchableTopicResponse:
@@ -143,8 +160,9 @@ class ShareHandlers:
                 r.acknowledge_error, r.acknowledge_error_message = ack.acknowledge_error, ack.acknowledge_error_message
             for tp, r in results.items():
                 topic(tp_ids[tp]).partitions.append(_fetch_partition(tp.partition, r))
-            return sfr.ShareFetchResponse(throttle_time_ms=0, error_code=0, acquisition_lock_timeout_ms=lock_ms,
-                                          responses=list(topics.values()), node_endpoints=[])
+            return sfr.ShareFetchResponse(throttle_time_ms=throttle_ms, error_code=0,
+                                          acquisition_lock_timeout_ms=lock_ms, responses=list(topics.values()),
+                                          node_endpoints=[])
 
         return then(result, build)
 
