@@ -24,9 +24,9 @@ from typing import Any, Callable, Coroutine
 
 from rivulet.client import errors as E
 from rivulet.client.config import resolve
-from rivulet.client.consumer import AIOConsumer
-from rivulet.client.producer import AIOProducer
-from rivulet.client.share_consumer import AIOShareConsumer
+from rivulet.client.consumer.consumer import AIOConsumer
+from rivulet.client.producer.producer import AIOProducer
+from rivulet.client.share.consumer import AIOShareConsumer
 from rivulet.client.stats import run_stats_cb
 from rivulet.client.types import ClusterMetadata, Message, TopicPartition
 

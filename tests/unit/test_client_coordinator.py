@@ -7,11 +7,11 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from rivulet.client.assignors import make_assignors
+from rivulet.client.consumer.assignors import make_assignors
 from rivulet.client.client import KafkaClient
 from rivulet.client.config import resolve
-from rivulet.client.coordinator import STABLE, UNJOINED, ConsumerCoordinator
-from rivulet.client.subscription import OffsetAndMetadata, SubscriptionState
+from rivulet.client.consumer.coordinator import STABLE, UNJOINED, ConsumerCoordinator
+from rivulet.client.consumer.subscription import OffsetAndMetadata, SubscriptionState
 from rivulet.protocol.errors import ErrorCode
 
 pytestmark = pytest.mark.fast

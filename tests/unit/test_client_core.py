@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rivulet.client import core
-from rivulet.client.admin import NewTopic
+from rivulet.client.admin.client import NewTopic
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode, ApiError

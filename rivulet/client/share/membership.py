@@ -20,8 +20,8 @@ from collections.abc import Callable
 from rivulet.client import core
 from rivulet.client import errors as E
 from rivulet.client.client import KafkaClient, cancel_and_wait, wait_event
-from rivulet.client.coordinator import NET_ERRORS
-from rivulet.client.membership import FATAL_ERRORS, LEAVE_EPOCH, topic_names
+from rivulet.client.consumer.coordinator import NET_ERRORS
+from rivulet.client.consumer.membership import FATAL_ERRORS, LEAVE_EPOCH, topic_names
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol.errors import ApiError, ErrorCode
 

@@ -31,7 +31,7 @@ from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.errors import ApiError as ProtocolError
 
 if TYPE_CHECKING:
-    from rivulet.client.producer import AIOProducer
+    from rivulet.client.producer.producer import AIOProducer
 
 log = logging.getLogger("rivulet.producer.txn")
 

@@ -27,14 +27,14 @@ from typing import Any, Callable
 
 from rivulet.client import core
 from rivulet.client import errors as E
-from rivulet.client.accumulator import RECORD_OVERHEAD, PendingRecord, ProducerBatch, RecordAccumulator
-from rivulet.client.accumulator import make_record as _make_record
-from rivulet.client.accumulator import new_record as _new_record
+from rivulet.client.producer.accumulator import RECORD_OVERHEAD, PendingRecord, ProducerBatch, RecordAccumulator
+from rivulet.client.producer.accumulator import make_record as _make_record
+from rivulet.client.producer.accumulator import new_record as _new_record
 from rivulet.client.client import KafkaClient, wait_event, wait_future
 from rivulet.client.config import Config, resolve
 from rivulet.client.connection import RequestTimedOut
 from rivulet.client.errors import KafkaError, KafkaException
-from rivulet.client.partitioner import PARTITIONERS, StickyPartitions
+from rivulet.client.producer.partitioner import PARTITIONERS, StickyPartitions
 from rivulet.client.stats import ClientStats, emit_every, run_stats_cb
 from rivulet.client.types import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, ClusterMetadata, Message
 from rivulet.common.types import TopicPartition as TP
@@ -206,7 +206,7 @@ class AIOProducer:
         self.transactional_id: str | None = c["transactional.id"]
         self.txn = None
         if self.transactional_id is not None:
-            from rivulet.client.transactions import TransactionManager
+            from rivulet.client.producer.transactions import TransactionManager
             self.txn = TransactionManager(self, self.transactional_id, c["transaction.timeout.ms"])
 
     def on_stats(self, doc: str) -> None:

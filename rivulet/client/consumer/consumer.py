@@ -28,14 +28,14 @@ from typing import Any, Callable, Iterable
 
 from rivulet.client import errors as E
 from rivulet.client.wakeup import Waker
-from rivulet.client.assignors import make_assignors
+from rivulet.client.consumer.assignors import make_assignors
 from rivulet.client.client import KafkaClient, wait_event, wait_future
 from rivulet.client.config import Config, resolve
-from rivulet.client.coordinator import STABLE, ConsumerCoordinator
-from rivulet.client.membership import ConsumerMembership
-from rivulet.client.fetcher import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchBuffer, Fetcher
+from rivulet.client.consumer.coordinator import STABLE, ConsumerCoordinator
+from rivulet.client.consumer.membership import ConsumerMembership
+from rivulet.client.consumer.fetcher import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchBuffer, Fetcher
 from rivulet.client.stats import ClientStats, emit_every, run_stats_cb
-from rivulet.client.subscription import OffsetAndMetadata, SubscriptionState, TopicPartitionState
+from rivulet.client.consumer.subscription import OffsetAndMetadata, SubscriptionState, TopicPartitionState
 from rivulet.client.types import (
     OFFSET_BEGINNING,
     OFFSET_END,
@@ -565,7 +565,7 @@ class AIOConsumer:
     def consumer_group_metadata(self) -> Any:
         """The group's id, generation and member id, for a transactional producer's
         send_offsets_to_transaction()."""
-        from rivulet.client.transactions import ConsumerGroupMetadata
+        from rivulet.client.producer.transactions import ConsumerGroupMetadata
         if not self.group_id:
             raise E.KafkaException(E.local("_INVALID_ARG", "consumer_group_metadata() needs group.id"))
         c = self.coordinator

@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 from rivulet.client import core
 from rivulet.client import errors as E
 from rivulet.client.client import KafkaClient, wait_event
-from rivulet.client.coordinator import NET_ERRORS, STABLE, UNJOINED, ConsumerCoordinator, RebalanceNeeded
-from rivulet.client.subscription import SubscriptionState
+from rivulet.client.consumer.coordinator import NET_ERRORS, STABLE, UNJOINED, ConsumerCoordinator, RebalanceNeeded
+from rivulet.client.consumer.subscription import SubscriptionState
 from rivulet.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from rivulet.client.consumer import AIOConsumer
+    from rivulet.client.consumer.consumer import AIOConsumer
 
 log = logging.getLogger("rivulet.consumer")
 

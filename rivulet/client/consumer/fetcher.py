@@ -31,7 +31,7 @@ from rivulet.client.wakeup import Waker
 from rivulet.client.client import KafkaClient, cancel_and_wait, wait_event
 from rivulet.client.connection import RequestTimedOut
 from rivulet.client.stats import ClientStats
-from rivulet.client.subscription import SubscriptionState, TopicPartitionState, Validation
+from rivulet.client.consumer.subscription import SubscriptionState, TopicPartitionState, Validation
 from rivulet.client.types import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Message
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import records as rec

@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 from rivulet.client import core
 from rivulet.client import errors as E
-from rivulet.client.assignors import Assignor, Member
+from rivulet.client.consumer.assignors import Assignor, Member
 from rivulet.client.client import KafkaClient, wait_event
 from rivulet.client.connection import RequestTimedOut
-from rivulet.client.subscription import OffsetAndMetadata, SubscriptionState
+from rivulet.client.consumer.subscription import OffsetAndMetadata, SubscriptionState
 from rivulet.protocol.consumer_protocol import (
     Subscription,
     decode_assignment,
@@ -42,7 +42,7 @@ from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.errors import ApiError as ProtocolError
 
 if TYPE_CHECKING:
-    from rivulet.client.consumer import AIOConsumer
+    from rivulet.client.consumer.consumer import AIOConsumer
 
 log = logging.getLogger("rivulet.consumer")
 
