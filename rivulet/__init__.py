@@ -38,7 +38,7 @@ _CLIENT_NAMES = {
     "murmur2": "rivulet.client.producer.partitioner:murmur2_of",
     "consistent": "rivulet.client.producer.partitioner:consistent_of",
     "fnv1a": "rivulet.client.producer.partitioner:fnv1a_of",
-    "ConsumerGroupMetadata": "rivulet.client.producer.transactions",
+    "ConsumerGroupMetadata": "rivulet.client.types",
     "SerializingProducer": "rivulet.client.serialization",
     "DeserializingConsumer": "rivulet.client.serialization",
 }

@@ -39,7 +39,7 @@ _PUBLIC = {
     "AcknowledgeType": "rivulet.client.share.session",
     "AsyncAdminClient": "rivulet.client.admin.client",
     "AdminClient": "rivulet.client.admin.client",
-    "ConsumerGroupMetadata": "rivulet.client.producer.transactions",
+    "ConsumerGroupMetadata": "rivulet.client.types",
     "TopicPartition": "rivulet.client.types",
     "Message": "rivulet.client.types",
     "ShareMessage": "rivulet.client.types",

@@ -18,8 +18,7 @@ import time
 from typing import Any, Callable, Iterable, Mapping
 
 from rivulet.client import core
-from rivulet.client.client import parse_bootstrap
-from rivulet.client.config import ssl_context
+from rivulet.client.config import parse_bootstrap, ssl_context
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import framing
 from rivulet.client.connection import AuthenticationFailed

@@ -12,13 +12,14 @@ import asyncio
 import logging
 import random
 import time
+import uuid
 from typing import Any, Callable, Iterable
 
 from rivulet.client import core
 from rivulet.client import errors as E
 from rivulet.client.errors import KafkaError
-from rivulet.client.config import ssl_context
-from rivulet.client.connection import AuthenticationFailed, BrokerConnection, ConnectionClosed
+from rivulet.client.config import parse_bootstrap, ssl_context
+from rivulet.client.connection import AuthenticationFailed, BrokerConnection, ConnectionClosed, RequestTimedOut
 from rivulet.client.core import Cluster, PartitionMeta, TopicMeta  # noqa: F401  (re-exported)
 from rivulet.protocol.errors import ErrorCode, ApiError
 from rivulet.security.client_config import sasl_credentials
@@ -27,28 +28,8 @@ log = logging.getLogger("rivulet.client")
 # Broker connection failures, on a logger of their own so that an application can route them.
 broker_log = logging.getLogger("rivulet.client.brokers")
 
-
-def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
-    out = []
-    for item in servers.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        if "://" in item:
-            item = item.split("://", 1)[1]
-        host, sep, port = item.rpartition(":")
-        if not sep:
-            host, port = item, "9092"
-        try:
-            port_n = int(port)
-        except ValueError:
-            raise ValueError(f"invalid port in {item!r}") from None
-        if not 0 < port_n < 65536:
-            raise ValueError(f"invalid port in {item!r}")
-        out.append((host.strip("[]") or "localhost", port_n))
-    if not out:
-        raise ValueError("bootstrap.servers is empty")
-    return out
+# What a request over this transport fails with when the connection, not the broker, failed.
+NET_ERRORS = (ConnectionError, OSError, asyncio.TimeoutError, RequestTimedOut)
 
 
 def _log_broker_error(err: KafkaError) -> None:
@@ -272,6 +253,20 @@ class KafkaClient:
             if attempts.expired():
                 raise ApiError(ErrorCode(code), f"{type(request).__name__} to the coordinator of {key!r}")
             await asyncio.sleep(attempts.next_delay())
+
+    async def topic_names(self, topic_ids: Iterable[uuid.UUID], subscription: Iterable[str]) -> dict[uuid.UUID, str]:
+        """Topic names for the ids a KIP-848 heartbeat assigned (called by the consumer's and the
+        share consumer's memberships); metadata is fetched when an id is not known yet."""
+        def known() -> dict[uuid.UUID, str]:
+            return {tm.topic_id: name for name, tm in self.cluster.topics.items() if tm.topic_id is not None}
+        names = known()
+        if any(t not in names for t in topic_ids):
+            try:
+                await self.fetch_metadata(set(subscription) | self.wanted_topics, allow_auto_create=False)
+            except NET_ERRORS as e:
+                log.debug("metadata for assigned topic ids failed: %s", e)
+            names = known()
+        return names
 
     async def any_connection(self) -> BrokerConnection:
         last: BaseException | None = None

@@ -623,6 +623,17 @@ class OffsetAndMetadata:
     leader_epoch: int | None = None
 
 
+# KIP-848's heartbeats (ConsumerGroupHeartbeat, ShareGroupHeartbeat): the epochs that leave
+# the group, and the errors after which a member may not go on.
+LEAVE_EPOCH, STATIC_LEAVE_EPOCH = -1, -2
+HEARTBEAT_FATAL_ERRORS: frozenset[int] = frozenset({
+    ErrorCode.GROUP_AUTHORIZATION_FAILED, ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.INVALID_REQUEST,
+    ErrorCode.UNSUPPORTED_ASSIGNOR, ErrorCode.UNSUPPORTED_VERSION, ErrorCode.GROUP_MAX_SIZE_REACHED,
+    ErrorCode.FENCED_INSTANCE_ID, ErrorCode.UNRELEASED_INSTANCE_ID, ErrorCode.INVALID_REGULAR_EXPRESSION,
+    ErrorCode.GROUP_ID_NOT_FOUND,
+})
+
+
 def consumer_group_heartbeat_request(group: str, member_id: str, epoch: int, instance_id: str | None,
                                      rack: str | None, rebalance_timeout_ms: int, topics: list[str],
                                      assignor: str | None, owned: list[tuple[uuid.UUID, list[int]]]

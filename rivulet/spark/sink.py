@@ -28,8 +28,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
 from rivulet.client import blocking, core
-from rivulet.client.producer.transactions import ConsumerGroupMetadata
-from rivulet.client.types import TopicPartition
+from rivulet.client.types import ConsumerGroupMetadata, TopicPartition
 from rivulet.protocol.compression import CODEC_IDS
 from rivulet.protocol.errors import ErrorCode
 from rivulet.spark._options import PRODUCER_REFUSED, SINK_KAFKA_OPTIONS, check_kafka_options, security_options

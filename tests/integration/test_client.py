@@ -76,7 +76,7 @@ def drain(c: Consumer, n: int, timeout: float = 30) -> list:
 
 
 def broker_supports(bootstrap: str, api_key: int) -> bool:
-    from rivulet.client.client import parse_bootstrap
+    from rivulet.client.config import parse_bootstrap
     from rivulet.client.connection import BrokerConnection
 
     async def probe() -> bool:

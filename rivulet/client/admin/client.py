@@ -18,8 +18,9 @@ from typing import Any, Iterable
 
 from rivulet.client import core
 from rivulet.client import errors as E
-from rivulet.client.client import KafkaClient, parse_bootstrap  # noqa: F401  (re-exported for older imports)
-from rivulet.client.config import resolve
+from rivulet.client.client import KafkaClient
+from rivulet.client.config import parse_bootstrap, resolve
+from rivulet.client.loop import LoopThread, stop_thread
 from rivulet.client.types import ClusterMetadata, TopicPartition
 from rivulet.common.types import TopicPartition as TP
 from rivulet.common.types import share_coordinator_key
@@ -752,10 +753,9 @@ class AdminClient:
     """
 
     def __init__(self, conf: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        from rivulet.client.sync import LoopThread, _stop_thread
         config = resolve(conf, "admin", kwargs)
         self._lt = LoopThread("rivulet-admin")
-        self._finalizer = weakref.finalize(self, _stop_thread, self._lt)
+        self._finalizer = weakref.finalize(self, stop_thread, self._lt)
         self._aio = AsyncAdminClient(dict(config))
 
     def _spawn(self, coro: Any) -> None:

@@ -26,8 +26,7 @@ from typing import Any
 
 from rivulet.client import core
 from rivulet.client import errors as E
-from rivulet.client.client import KafkaClient, cancel_and_wait, wait_event
-from rivulet.client.consumer.coordinator import NET_ERRORS
+from rivulet.client.client import NET_ERRORS, KafkaClient, cancel_and_wait, wait_event
 from rivulet.client.share.session import GAP, Acknowledgements, ShareSessionHandler, merge
 from rivulet.client.types import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, ShareMessage
 from rivulet.common.types import TopicPartition as TP
