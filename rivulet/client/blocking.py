@@ -268,33 +268,29 @@ class BlockingClient:
     # ------------------------------------------------------------ coordinators and groups
     def coordinator(self, key: str, key_type: int = core.GROUP) -> int:
         """Node id of the group (0) or transaction (1) coordinator for ``key``."""
-        attempts = self._attempts()
+        lookup = core.CoordinatorLookup(key, key_type, self._attempts(), self.cluster)
         while True:
-            code, found, msg = core.read_find_coordinator(self.send_any(core.find_coordinator_request(key, key_type)))
-            if found is not None:
-                self.cluster.brokers.setdefault(found.node_id, (found.host, found.port))
-                return found.node_id
-            if core.action(code) == core.Action.FAIL or attempts.expired():
-                raise ApiError(ErrorCode(code), msg or f"FindCoordinator {key!r}")
-            time.sleep(attempts.next_delay())
+            # A broker not answering is raised at once: send_any has tried fresh connections.
+            step = lookup.on_response(self.send_any(lookup.request()))
+            if isinstance(step, core.Coordinator):
+                return step.node_id
+            time.sleep(step.delay)
 
     def send_to_coordinator(self, key: str, key_type: int, req: Any, error_of: Callable[[Any], int]) -> Any:
         """``req`` to ``key``'s coordinator, retried while ``error_of(answer)`` says so."""
-        attempts = self._attempts()
+        call = core.CoordinatorCall(key, key_type, req, error_of, self._attempts(), answer_when_out_of_time=False)
         while True:
             node = self.coordinator(key, key_type)
             try:
                 resp = self.conn(node).request(req)
-                code = error_of(resp)
             except NET_ERRORS:
                 self.drop(node)
-                resp, code = None, ErrorCode.COORDINATOR_NOT_AVAILABLE
-            act = core.action(code)
-            if resp is not None and act not in (core.Action.RETRY, core.Action.FIND_COORDINATOR):
-                return resp
-            if attempts.expired():
-                raise ApiError(ErrorCode(code), f"{type(req).__name__} to the coordinator of {key!r}")
-            time.sleep(attempts.next_delay())
+                step = call.on_unreachable()
+            else:
+                step = call.on_response(resp)
+            if not isinstance(step, core.Retry):
+                return step
+            time.sleep(step.delay)
 
     def commit_offsets(self, group: str, offsets: Mapping[tuple[str, int], int], metadata: str = "") -> None:
         """A standalone commit (generation -1, no member), as a consumer with assign() does."""

@@ -21,7 +21,7 @@ from rivulet.client.errors import KafkaError
 from rivulet.client.config import parse_bootstrap, ssl_context
 from rivulet.client.connection import AuthenticationFailed, BrokerConnection, ConnectionClosed, RequestTimedOut
 from rivulet.client.core import Cluster, PartitionMeta, TopicMeta  # noqa: F401  (re-exported)
-from rivulet.protocol.errors import ErrorCode, ApiError
+from rivulet.protocol.errors import ErrorCode
 from rivulet.security.client_config import sasl_credentials
 
 log = logging.getLogger("rivulet.client")
@@ -205,54 +205,42 @@ class KafkaClient:
             raise last
         raise ConnectionClosed(f"no broker reachable: {last}")
 
-    async def find_coordinator(self, key: str, key_type: int) -> tuple[int, int, str | None]:
-        """One FindCoordinator for ``key`` (0: group, 1: transactional id): (error code, node id,
-        error message). A found coordinator's address is added to the cluster's brokers."""
-        code, found, msg = core.read_find_coordinator(await self.send_any(core.find_coordinator_request(key, key_type)))
-        if found is None:
-            return code, -1, msg
-        self.cluster.brokers.setdefault(found.node_id, (found.host, found.port))
-        return code, found.node_id, msg
+    def _attempts(self, deadline: float | None) -> core.Attempts:
+        return core.Attempts(self.backoff, deadline if deadline is not None else now() + self.request_timeout_ms / 1000)
 
     async def coordinator(self, key: str, key_type: int = core.GROUP, deadline: float | None = None
                           ) -> core.Coordinator:
-        """The coordinator of ``key``, asking again (with backoff) while none is available."""
-        attempts = core.Attempts(self.backoff, deadline if deadline is not None
-                                 else now() + self.request_timeout_ms / 1000)
+        """The coordinator of ``key``, asking again (with backoff) while none is available; called
+        by the consumer's coordinator, the transaction manager and the admin client."""
+        lookup = core.CoordinatorLookup(key, key_type, self._attempts(deadline), self.cluster)
         while True:
             try:
-                code, found, msg = core.read_find_coordinator(
-                    await self.send_any(core.find_coordinator_request(key, key_type)))
+                resp = await self.send_any(lookup.request())
             except (ConnectionError, OSError, asyncio.TimeoutError) as e:
-                code, found, msg = ErrorCode.COORDINATOR_NOT_AVAILABLE, None, str(e)
-            if found is not None:
-                self.cluster.brokers.setdefault(found.node_id, (found.host, found.port))
-                return found
-            if core.action(code) == core.Action.FAIL or attempts.expired():
-                raise ApiError(ErrorCode(code), msg or f"FindCoordinator for {key!r}")
-            await asyncio.sleep(attempts.next_delay())
+                step = lookup.on_unreachable(e)
+            else:
+                step = lookup.on_response(resp)
+            if isinstance(step, core.Coordinator):
+                return step
+            await asyncio.sleep(step.delay)
 
     async def send_to_coordinator(self, key: str, key_type: int, request: Any, error_of: Callable[[Any], int],
                                   deadline: float | None = None) -> Any:
         """Send ``request`` to ``key``'s coordinator; while ``error_of(answer)`` says to retry,
         retry (finding the coordinator again when it moved). Other errors, partition errors
         about leaders among them, are returned with the answer for the caller to read."""
-        attempts = core.Attempts(self.backoff, deadline if deadline is not None
-                                 else now() + self.request_timeout_ms / 1000)
+        call = core.CoordinatorCall(key, key_type, request, error_of, self._attempts(deadline))
         while True:
-            node = (await self.coordinator(key, key_type, attempts.deadline)).node_id
+            node = (await self.coordinator(key, key_type, call.attempts.deadline)).node_id
             try:
                 resp = await self.send(node, request)
-                code = error_of(resp)
             except (ConnectionError, OSError, asyncio.TimeoutError):
-                resp, code = None, ErrorCode.COORDINATOR_NOT_AVAILABLE
-            act = core.action(code)
-            if resp is not None and (act not in (core.Action.RETRY, core.Action.FIND_COORDINATOR)
-                                     or attempts.expired()):
-                return resp
-            if attempts.expired():
-                raise ApiError(ErrorCode(code), f"{type(request).__name__} to the coordinator of {key!r}")
-            await asyncio.sleep(attempts.next_delay())
+                step = call.on_unreachable()
+            else:
+                step = call.on_response(resp)
+            if not isinstance(step, core.Retry):
+                return step
+            await asyncio.sleep(step.delay)
 
     async def topic_names(self, topic_ids: Iterable[uuid.UUID], subscription: Iterable[str]) -> dict[uuid.UUID, str]:
         """Topic names for the ids a KIP-848 heartbeat assigned (called by the consumer's and the
