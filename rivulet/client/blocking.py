@@ -164,6 +164,7 @@ class BlockingClient:
 
     # ------------------------------------------------------------ connections
     def conn(self, node: int) -> BlockingConnection:
+        """The connection to broker ``node``, made on first use; called by the Spark source and sink."""
         c = self._conns.get(node)
         if c is None:
             host, port = self.cluster.brokers[node]
@@ -172,11 +173,13 @@ class BlockingClient:
         return c
 
     def drop(self, node: int) -> None:
+        """Called after a broken connection, so the next request reconnects."""
         c = self._conns.pop(node, None)
         if c is not None:
             c.close()
 
     def any_conn(self) -> BlockingConnection:
+        """A connection to any broker (an idle one, else a bootstrap server), for send_any()."""
         for c in self._conns.values():
             if not c.busy:
                 return c
@@ -195,6 +198,7 @@ class BlockingClient:
         raise ConnectionError(f"no bootstrap server reachable ({self.bootstrap}): {last}") from last
 
     def close(self) -> None:
+        """Called by discard() and the Spark source and sink when they are done."""
         for c in self._conns.values():
             c.close()
         self._conns.clear()
@@ -222,6 +226,7 @@ class BlockingClient:
         return self.cluster.partition_counts(names)
 
     def leader(self, tp: tuple[str, int]) -> int:
+        """The partition's leader, asking Metadata when unknown; for list_offsets and the Spark source."""
         node = self.cluster.leader(*tp)
         if node < 0:
             self.metadata([tp[0]])

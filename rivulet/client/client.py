@@ -107,6 +107,7 @@ class KafkaClient:
 
     # ------------------------------------------------------------ connections
     def address(self, node_id: int) -> tuple[str, int] | None:
+        """Where a broker (or, negative, a bootstrap server) listens; for connection()."""
         if node_id in self.cluster.brokers:
             return self.cluster.brokers[node_id]
         if node_id < 0 and -node_id - 1 < len(self.bootstrap):
@@ -114,6 +115,8 @@ class KafkaClient:
         return None
 
     async def connection(self, node_id: int, kind: str = "data") -> BrokerConnection:
+        """The connection of one kind to a broker, made on first use; called by send(),
+        any_connection() and the share fetcher."""
         key = (node_id, kind)
         c = self._conns.get(key)
         if c is not None and not c.closed:
@@ -171,6 +174,7 @@ class KafkaClient:
 
     async def send(self, node_id: int, request: Any, *, kind: str = "data", timeout: float | None = None,
                    max_version: int | None = None, expect_response: bool = True) -> Any:
+        """Called by every part that knows the broker to ask (leaders, coordinators)."""
         conn = await self.connection(node_id, kind)
         version = conn.version_for(request.API_KEY, max_version)
         return await conn.send(request, version, expect_response=expect_response, timeout=timeout)
@@ -257,6 +261,7 @@ class KafkaClient:
         return names
 
     async def any_connection(self) -> BrokerConnection:
+        """Called by the producer for InitProducerId, which any broker answers."""
         last: BaseException | None = None
         for node in self.candidate_nodes():
             try:
@@ -296,12 +301,14 @@ class KafkaClient:
         return bool(new)
 
     def set_topics(self, topics: Iterable[str]) -> None:
+        """Called by the share consumer: the topics whose metadata is wanted."""
         topics = set(topics)
         if topics != self.wanted_topics:
             self.wanted_topics = topics
             self.request_update()
 
     def request_update(self) -> None:
+        """Called when metadata is stale (a leader moved, a topic is new): refresh soon."""
         self._md_refresh_needed.set()
         if self._md_task is None and not self.closed:
             self._md_task = asyncio.get_running_loop().create_task(self._metadata_loop())
@@ -317,6 +324,7 @@ class KafkaClient:
             pass
 
     def start_metadata_refresh(self) -> None:
+        """Called by the producer and share consumer when they start."""
         if self._md_task is None and not self.closed:
             self._md_task = asyncio.get_running_loop().create_task(self._metadata_loop())
 
@@ -358,6 +366,7 @@ class KafkaClient:
         return t.error == 0 and len(t.available) < len(t.partitions)
 
     async def close(self) -> None:
+        """Called by each client's close()."""
         self.closed = True
         if self._md_task is not None:
             self._md_task.cancel()

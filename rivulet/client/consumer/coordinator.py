@@ -123,9 +123,11 @@ class ConsumerCoordinator:
 
     # ------------------------------------------------------------ coordinator discovery
     def coordinator_unknown(self) -> bool:
+        """Asked by the consumer's main task before it (re)joins."""
         return self.coordinator is None
 
     async def ensure_coordinator_ready(self, deadline: float | None = None) -> int:
+        """Called by ensure_active_group, commits and offset fetches: FindCoordinator until found."""
         while self.coordinator is None:
             if deadline is not None and time.monotonic() >= deadline:
                 raise E.KafkaException(E.local("_TIMED_OUT", "timed out looking up the group coordinator"))
@@ -143,6 +145,7 @@ class ConsumerCoordinator:
         return self.coordinator
 
     def coordinator_dead(self, why: str) -> None:
+        """Called on a failed request or heartbeat: forget the coordinator, look it up again."""
         if self.coordinator is not None:
             log.info("group %s: coordinator %d is unavailable (%s); looking it up again", self.group_id,
                      self.coordinator, why)
@@ -162,6 +165,7 @@ class ConsumerCoordinator:
 
     # ------------------------------------------------------------ membership
     def request_rejoin(self, reason: str) -> None:
+        """Called by the consumer (subscription or pattern matches changed) and the heartbeats."""
         if not self.rejoin_needed:
             log.debug("group %s: rejoin requested: %s", self.group_id, reason)
         self.rejoin_needed = True
@@ -181,6 +185,7 @@ class ConsumerCoordinator:
         self.request_rejoin(reason)
 
     def need_rejoin(self) -> bool:
+        """Asked by the consumer's main task on each step."""
         if not self.subs.partitions_auto_assigned:
             return False
         return self.rejoin_needed or self._metadata_changed()
@@ -430,6 +435,7 @@ class ConsumerCoordinator:
         self.state = UNJOINED
 
     async def close(self) -> None:
+        """Called by the consumer's close(): stop heartbeating and leave the group."""
         self.closing = True
         if self._hb_task is not None:
             self._hb_task.cancel()
@@ -482,6 +488,7 @@ class ConsumerCoordinator:
 
     async def fetch_committed(self, partitions: list[TP], deadline: float | None = None
                               ) -> dict[TP, OffsetAndMetadata | None]:
+        """Called by the consumer's updateFetchPositions and committed(): OffsetFetch."""
         req = core.offset_fetch_request(self.group_id, partitions, require_stable=True)
         while True:
             try:

@@ -39,6 +39,7 @@ class ConsumerMembership(ConsumerCoordinator):
 
     # ------------------------------------------------------------ joining
     def need_rejoin(self) -> bool:
+        """Asked by the consumer's main task on each step."""
         return self.subs.partitions_auto_assigned and (self.generation < 0 or self.rejoin_needed)
 
     async def ensure_active_group(self) -> None:

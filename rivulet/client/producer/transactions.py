@@ -127,9 +127,11 @@ class TransactionManager:
 
     # ------------------------------------------------------------ state
     def can_send(self, b: Any) -> bool:
+        """Asked by the producer's sender: may this batch go out in the transaction now?"""
         return (b.topic, b.partition) in self.added and self.state in (IN_TXN, COMMITTING)
 
     def set_abortable(self, err: KafkaError) -> None:
+        """Called by the producer when a batch of the transaction fails."""
         if self.state in (FATAL,):
             return
         if err.code() in FATAL_CODES or err.fatal():
@@ -141,6 +143,7 @@ class TransactionManager:
             self.state = ABORTABLE
 
     def set_fatal(self, err: KafkaError) -> None:
+        """Called by the producer when a batch is fenced (PRODUCER_FENCED and the like)."""
         e = err if isinstance(err, TxnError) and err.fatal() else fatal_error(err.code(), err.str())
         self.state = FATAL
         self.error = e
@@ -227,6 +230,7 @@ class TransactionManager:
 
     # ------------------------------------------------------------ the API
     async def init(self, deadline: float) -> None:
+        """Called by AIOProducer.init_transactions."""
         self._raise_fatal()
         if self.state not in (UNINIT, READY):
             raise KafkaException(TxnError(E.LOCAL_CODES["_STATE"],
@@ -248,6 +252,7 @@ class TransactionManager:
         log.debug("%s: producer id %d epoch %d", self.tid, pid.producer_id, pid.epoch)
 
     def begin(self) -> None:
+        """Called by AIOProducer.begin_transaction."""
         self._require(READY, what="begin_transaction")
         self.state = IN_TXN
         self.error = None
@@ -294,6 +299,7 @@ class TransactionManager:
             p.wake()
 
     async def send_offsets(self, offsets: list[Any], meta: ConsumerGroupMetadata, deadline: float) -> None:
+        """Called by AIOProducer.send_offsets_to_transaction."""
         self._require(IN_TXN, what="send_offsets_to_transaction")
         if not isinstance(meta, ConsumerGroupMetadata) and not hasattr(meta, "group_id"):
             raise KafkaException(TxnError(E.LOCAL_CODES["_INVALID_ARG"],
@@ -314,6 +320,7 @@ class TransactionManager:
             raise
 
     async def end(self, commit: bool, deadline: float) -> None:
+        """Called by AIOProducer.commit_transaction and abort_transaction."""
         p = self.p
         what = "commit_transaction" if commit else "abort_transaction"
         if commit:

@@ -46,6 +46,7 @@ class ShareMembership:
         self.closing = False
 
     def subscribe(self, topics: list[str]) -> None:
+        """Called by AIOShareConsumer.subscribe."""
         self.subscription = sorted(set(topics))
         self.fatal = None
         if self._task is None or self._task.done():
@@ -53,6 +54,7 @@ class ShareMembership:
         self._wake.set()
 
     async def unsubscribe(self) -> None:
+        """Called by AIOShareConsumer.unsubscribe: leave the group."""
         self.subscription = []
         await self._stop()
         await self.leave()
@@ -124,6 +126,7 @@ class ShareMembership:
         self.on_assignment(set())
 
     async def close(self) -> None:
+        """Called by AIOShareConsumer.close: leave the group."""
         self.closing = True
         await self._stop()
         await self.leave()
