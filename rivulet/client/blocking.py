@@ -239,36 +239,27 @@ class BlockingClient:
     def list_offsets(self, specs: Mapping[tuple[str, int], int], isolation_level: int = 0) -> dict[TP, int]:
         """{partition: offset} for timestamps (EARLIEST, LATEST or ms); -1 when nothing
         matches a time. Under read_committed, LATEST is the last stable offset."""
-        out: dict[TP, int] = {}
-        remaining = {TP(*tp): ts for tp, ts in specs.items()}
-        attempts = self._attempts()
+        retry: core.LeaderRetry[core.ListedOffset] = core.LeaderRetry(
+            {TP(*tp): ts for tp, ts in specs.items()}, "ListOffsets", self._attempts(), self.cluster)
         while True:
             by_node: dict[int, dict[TP, int]] = {}
-            for tp, ts in remaining.items():
+            for tp, ts in retry.remaining.items():
                 try:
                     by_node.setdefault(self.leader(tp), {})[tp] = ts
                 except ApiError:
-                    pass
+                    pass  # no leader yet: asked again next round
             for node, part in by_node.items():
                 try:
                     resp = self.conn(node).request(core.list_offsets_request(part, isolation_level))
                 except NET_ERRORS:
                     self.drop(node)
                     continue
-                res = core.read_list_offsets(resp)
-                for tp, found in res.ok.items():
-                    out[tp] = found.offset
-                    remaining.pop(tp, None)
-                for tp, code in res.errors.items():
-                    if core.action(code) in (core.Action.FAIL, core.Action.FIND_COORDINATOR):
-                        raise ApiError(ErrorCode(code), f"ListOffsets {tp[0]}-{tp[1]}")
-                    self.cluster.forget_leader(*tp)
-            if not remaining:
-                return out
-            if attempts.expired():
-                raise ApiError(ErrorCode.LEADER_NOT_AVAILABLE, f"cannot list offsets for {sorted(remaining)[:5]}")
-            time.sleep(attempts.next_delay())
-            self.metadata({t for t, _ in remaining})
+                retry.on_results(core.read_list_offsets(resp))
+            step = retry.next_round()
+            if step is None:
+                return {tp: found.offset for tp, found in retry.found.items()}
+            time.sleep(step.delay)
+            self.metadata({t for t, _ in retry.remaining})
 
     # ------------------------------------------------------------ coordinators and groups
     def coordinator(self, key: str, key_type: int = core.GROUP) -> int:

@@ -661,6 +661,43 @@ class CoordinatorCall:
         return Retry(self.attempts.next_delay())
 
 
+class LeaderRetry(Generic[T]):
+    """Requests to partitions' leaders (ListOffsets, DeleteRecords, ...), each partition asked
+    again while its answer says the leader moved or is not ready (its leader is forgotten, so the
+    transport refreshes metadata before the next round) and while it has no leader to ask. An
+    error that cannot be retried, a coordinator error among them, is raised for its partition.
+    Out of time, a round that leaves partitions unanswered raises LEADER_NOT_AVAILABLE for them;
+    with ``deadline_per_answer`` (the admin client's way) a retriable partition error is raised
+    as soon as it comes after the deadline."""
+
+    def __init__(self, items: Mapping[TP, Any], what: str, attempts: Attempts, cluster: Cluster,
+                 deadline_per_answer: bool = False) -> None:
+        self.remaining: dict[TP, Any] = dict(items)
+        self.found: dict[TP, T] = {}
+        self.what, self.attempts, self.cluster = what, attempts, cluster
+        self.deadline_per_answer = deadline_per_answer
+
+    def on_results(self, res: PartitionResults[T]) -> None:
+        """One leader's answer, as the request's reader sorted it."""
+        for tp, value in res.ok.items():
+            self.found[tp] = value
+            self.remaining.pop(tp, None)
+        for tp, code in res.errors.items():
+            if action(code) in (Action.FAIL, Action.FIND_COORDINATOR) or (
+                    self.deadline_per_answer and self.attempts.expired()):
+                raise ApiError(ErrorCode(code), f"{self.what} {tp[0]}-{tp[1]}")
+            self.cluster.forget_leader(*tp)
+
+    def next_round(self) -> Retry | None:
+        """None when every partition has its answer, else the wait before the next round."""
+        if not self.remaining:
+            return None
+        if self.attempts.expired():
+            raise ApiError(ErrorCode.LEADER_NOT_AVAILABLE,
+                           f"{self.what}: no leader answered for {sorted(self.remaining)[:5]}")
+        return Retry(self.attempts.next_delay())
+
+
 # ---------------------------------------------------------------------------- offsets
 
 

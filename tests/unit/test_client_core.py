@@ -245,6 +245,54 @@ def test_coordinator_call_out_of_time(answer_late):
         assert e.value.code == ErrorCode.NOT_COORDINATOR
 
 
+def partition_results(ok=(), errors=()) -> core.PartitionResults:
+    return core.PartitionResults(ok={TP("t", p): v for p, v in ok}, errors={TP("t", p): c for p, c in errors})
+
+
+def led_cluster() -> core.Cluster:
+    cluster = core.Cluster()
+    cluster.update(mr.MetadataResponse(brokers=[mr.MetadataResponseBroker(node_id=1, host="h", port=1)],
+                                       topics=[mr.MetadataResponseTopic(name="t", partitions=[
+                                           mr.MetadataResponsePartition(partition_index=p, leader_id=1)
+                                           for p in (0, 1)])]), None)
+    return cluster
+
+
+def test_leader_retry_asks_again_for_partitions_whose_leader_moved():
+    clock, cluster = Clock(), led_cluster()
+    retry = core.LeaderRetry({TP("t", 0): -1, TP("t", 1): -1}, "ListOffsets", attempts(clock), cluster)
+    retry.on_results(partition_results(ok=[(0, 7)], errors=[(1, ErrorCode.NOT_LEADER_OR_FOLLOWER)]))
+    assert retry.remaining == {TP("t", 1): -1} and cluster.leader("t", 1) < 0 and cluster.leader("t", 0) == 1
+    assert retry.next_round() == core.Retry(0.1)
+    retry.on_results(partition_results(ok=[(1, 9)]))
+    assert retry.next_round() is None and retry.found == {TP("t", 0): 7, TP("t", 1): 9}
+
+
+def test_leader_retry_raises_what_cannot_be_retried():
+    retry = core.LeaderRetry({TP("t", 0): -1}, "DeleteRecords", attempts(Clock()), led_cluster())
+    with pytest.raises(ApiError, match="DeleteRecords t-0") as e:
+        retry.on_results(partition_results(errors=[(0, ErrorCode.OFFSET_OUT_OF_RANGE)]))
+    assert e.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+@pytest.mark.parametrize("per_answer", [True, False])
+def test_leader_retry_out_of_time(per_answer):
+    clock = Clock()
+    retry = core.LeaderRetry({TP("t", 0): -1}, "ListOffsets", attempts(clock), led_cluster(),
+                             deadline_per_answer=per_answer)
+    clock.now = 1.0
+    late = partition_results(errors=[(0, ErrorCode.NOT_LEADER_OR_FOLLOWER)])
+    if per_answer:  # the admin client: the late error itself
+        with pytest.raises(ApiError) as e:
+            retry.on_results(late)
+        assert e.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    else:  # the blocking transport: the partitions still without an answer
+        retry.on_results(late)
+        with pytest.raises(ApiError) as e:
+            retry.next_round()
+        assert e.value.code == ErrorCode.LEADER_NOT_AVAILABLE
+
+
 # ---------------------------------------------------------------- offsets
 
 
