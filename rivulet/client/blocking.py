@@ -164,7 +164,7 @@ class BlockingClient:
 
     # ------------------------------------------------------------ connections
     def conn(self, node: int) -> BlockingConnection:
-        """The connection to broker ``node``, made on first use; called by the Spark source and sink."""
+        """The connection to broker ``node``, made on first use; called here and by the Spark source."""
         c = self._conns.get(node)
         if c is None:
             host, port = self.cluster.brokers[node]
@@ -198,7 +198,7 @@ class BlockingClient:
         raise ConnectionError(f"no bootstrap server reachable ({self.bootstrap}): {last}") from last
 
     def close(self) -> None:
-        """Called by discard() and the Spark source and sink when they are done."""
+        """Called by discard() and by the Spark source's driver when it is done."""
         for c in self._conns.values():
             c.close()
         self._conns.clear()
