@@ -30,7 +30,7 @@ import asyncio
 import time
 import uuid
 
-from rivulet.client.admin import parse_bootstrap
+from rivulet.client.config import parse_bootstrap
 from rivulet.client.connection import BrokerConnection
 from rivulet.protocol.messages import (
     consumer_protocol_assignment as cpa,

@@ -1,6 +1,6 @@
 """Admin client with confluent-kafka's shape (``from rivulet.admin import AdminClient, NewTopic``)."""
 
-from rivulet.client.admin import (
+from rivulet.client.admin.client import (
     AdminClient,
     AlterConfigOpType,
     AsyncAdminClient,

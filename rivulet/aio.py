@@ -11,12 +11,12 @@
             ...
 """
 
-from rivulet.client.admin import AsyncAdminClient as AIOAdminClient
-from rivulet.client.consumer import AIOConsumer, NoOffsetForPartitionError
+from rivulet.client.admin.client import AsyncAdminClient as AIOAdminClient
+from rivulet.client.consumer.consumer import AIOConsumer, NoOffsetForPartitionError
 from rivulet.client.errors import KafkaError, KafkaException
-from rivulet.client.producer import AIOProducer
-from rivulet.client.share_consumer import AIOShareConsumer
-from rivulet.client.share_session import AcknowledgeType
+from rivulet.client.producer.producer import AIOProducer
+from rivulet.client.share.consumer import AIOShareConsumer
+from rivulet.client.share.session import AcknowledgeType
 from rivulet.client.types import Message, TopicPartition
 
 __all__ = ["AIOProducer", "AIOConsumer", "AIOShareConsumer", "AcknowledgeType", "AIOAdminClient", "Message", "TopicPartition", "KafkaError",

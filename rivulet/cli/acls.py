@@ -16,7 +16,7 @@ from typing import Any
 from rivulet.cli.cluster import _run
 from rivulet.cli.common import CliError, add_connection_args
 from rivulet.cli.output import Column, add_format_arg, print_table
-from rivulet.client.admin import AsyncAdminClient
+from rivulet.client.admin.client import AsyncAdminClient
 from rivulet.protocol.errors import ApiError
 from rivulet.security.acls import CLUSTER_NAME, WILDCARD, AccessControlEntry, AclBinding, AclBindingFilter
 from rivulet.security.acls import AclOperation as Op, AclPermissionType as Perm, ResourceType as RT

@@ -14,7 +14,7 @@ from typing import Any, Awaitable, Callable
 from rivulet.cli.common import CliError, add_connection_args, client_config, parse_kv, run_command
 from rivulet.cli.groups import topic_partitions
 from rivulet.cli.output import Column, add_format_arg, print_json, print_table
-from rivulet.client.admin import (
+from rivulet.client.admin.client import (
     AsyncAdminClient,
     ClientQuotaAlteration,
     ClientQuotaAlterationOp,

@@ -149,7 +149,7 @@ def require_topics(conf: dict[str, Any], topics: list[str], allow_auto_create: b
     the group consumer would otherwise wait (silently) for metadata that never comes."""
     import asyncio
 
-    from rivulet.client.admin import AsyncAdminClient
+    from rivulet.client.admin.client import AsyncAdminClient
     from rivulet.client.config import BY_NAME
     from rivulet.protocol.errors import ErrorCode
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from rivulet.cli.common import CliError, add_connection_args, client_config, run_command
 from rivulet.cli.output import Column, add_format_arg, print_json, print_table, progress
-from rivulet.client.admin import AsyncAdminClient
+from rivulet.client.admin.client import AsyncAdminClient
 from rivulet.client.core import EARLIEST, LATEST
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol.consumer_protocol import decode_assignment

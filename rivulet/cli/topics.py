@@ -10,7 +10,7 @@ from typing import Any, Iterator
 
 from rivulet.cli.common import CliError, add_connection_args, client_config, parse_kv, run_command
 from rivulet.cli.output import add_format_arg, print_json
-from rivulet.client.admin import AsyncAdminClient
+from rivulet.client.admin.client import AsyncAdminClient
 from rivulet.protocol.errors import ApiError, ErrorCode
 
 

@@ -18,8 +18,7 @@ import time
 from typing import Any, Callable, Iterable, Mapping, NoReturn
 
 from rivulet.client import core
-from rivulet.client.client import parse_bootstrap
-from rivulet.client.config import ssl_context
+from rivulet.client.config import parse_bootstrap, ssl_context
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import framing
 from rivulet.client.connection import FIRST_ANSWER_MAX, AuthenticationFailed, describe_answer, not_kafka
@@ -187,6 +186,7 @@ class BlockingClient:
 
     # ------------------------------------------------------------ connections
     def conn(self, node: int) -> BlockingConnection:
+        """The connection to broker ``node``, made on first use; called here and by the Spark source."""
         c = self._conns.get(node)
         if c is None:
             host, port = self.cluster.brokers[node]
@@ -195,11 +195,13 @@ class BlockingClient:
         return c
 
     def drop(self, node: int) -> None:
+        """Called after a broken connection, so the next request reconnects."""
         c = self._conns.pop(node, None)
         if c is not None:
             c.close()
 
     def any_conn(self) -> BlockingConnection:
+        """A connection to any broker (an idle one, else a bootstrap server), for send_any()."""
         for c in self._conns.values():
             if not c.busy:
                 return c
@@ -218,6 +220,7 @@ class BlockingClient:
         raise ConnectionError(f"no bootstrap server reachable ({self.bootstrap}): {last}") from last
 
     def close(self) -> None:
+        """Called by discard() and by the Spark source's driver when it is done."""
         for c in self._conns.values():
             c.close()
         self._conns.clear()
@@ -245,6 +248,7 @@ class BlockingClient:
         return self.cluster.partition_counts(names)
 
     def leader(self, tp: tuple[str, int]) -> int:
+        """The partition's leader, asking Metadata when unknown; for list_offsets and the Spark source."""
         node = self.cluster.leader(*tp)
         if node < 0:
             self.metadata([tp[0]])
@@ -257,67 +261,54 @@ class BlockingClient:
     def list_offsets(self, specs: Mapping[tuple[str, int], int], isolation_level: int = 0) -> dict[TP, int]:
         """{partition: offset} for timestamps (EARLIEST, LATEST or ms); -1 when nothing
         matches a time. Under read_committed, LATEST is the last stable offset."""
-        out: dict[TP, int] = {}
-        remaining = {TP(*tp): ts for tp, ts in specs.items()}
-        attempts = self._attempts()
+        retry: core.LeaderRetry[core.ListedOffset] = core.LeaderRetry(
+            {TP(*tp): ts for tp, ts in specs.items()}, "ListOffsets", self._attempts(), self.cluster)
         while True:
             by_node: dict[int, dict[TP, int]] = {}
-            for tp, ts in remaining.items():
+            for tp, ts in retry.remaining.items():
                 try:
                     by_node.setdefault(self.leader(tp), {})[tp] = ts
                 except ApiError:
-                    pass
+                    pass  # no leader yet: asked again next round
             for node, part in by_node.items():
                 try:
                     resp = self.conn(node).request(core.list_offsets_request(part, isolation_level))
                 except NET_ERRORS:
                     self.drop(node)
                     continue
-                res = core.read_list_offsets(resp)
-                for tp, found in res.ok.items():
-                    out[tp] = found.offset
-                    remaining.pop(tp, None)
-                for tp, code in res.errors.items():
-                    if core.action(code) in (core.Action.FAIL, core.Action.FIND_COORDINATOR):
-                        raise ApiError(ErrorCode(code), f"ListOffsets {tp[0]}-{tp[1]}")
-                    self.cluster.forget_leader(*tp)
-            if not remaining:
-                return out
-            if attempts.expired():
-                raise ApiError(ErrorCode.LEADER_NOT_AVAILABLE, f"cannot list offsets for {sorted(remaining)[:5]}")
-            time.sleep(attempts.next_delay())
-            self.metadata({t for t, _ in remaining})
+                retry.on_results(core.read_list_offsets(resp))
+            step = retry.next_round()
+            if step is None:
+                return {tp: found.offset for tp, found in retry.found.items()}
+            time.sleep(step.delay)
+            self.metadata({t for t, _ in retry.remaining})
 
     # ------------------------------------------------------------ coordinators and groups
     def coordinator(self, key: str, key_type: int = core.GROUP) -> int:
         """Node id of the group (0) or transaction (1) coordinator for ``key``."""
-        attempts = self._attempts()
+        lookup = core.CoordinatorLookup(key, key_type, self._attempts(), self.cluster)
         while True:
-            code, found, msg = core.read_find_coordinator(self.send_any(core.find_coordinator_request(key, key_type)))
-            if found is not None:
-                self.cluster.brokers.setdefault(found.node_id, (found.host, found.port))
-                return found.node_id
-            if core.action(code) == core.Action.FAIL or attempts.expired():
-                raise ApiError(ErrorCode(code), msg or f"FindCoordinator {key!r}")
-            time.sleep(attempts.next_delay())
+            # A broker not answering is raised at once: send_any has tried fresh connections.
+            step = lookup.on_response(self.send_any(lookup.request()))
+            if isinstance(step, core.Coordinator):
+                return step.node_id
+            time.sleep(step.delay)
 
     def send_to_coordinator(self, key: str, key_type: int, req: Any, error_of: Callable[[Any], int]) -> Any:
         """``req`` to ``key``'s coordinator, retried while ``error_of(answer)`` says so."""
-        attempts = self._attempts()
+        call = core.CoordinatorCall(key, key_type, req, error_of, self._attempts(), answer_when_out_of_time=False)
         while True:
             node = self.coordinator(key, key_type)
             try:
                 resp = self.conn(node).request(req)
-                code = error_of(resp)
             except NET_ERRORS:
                 self.drop(node)
-                resp, code = None, ErrorCode.COORDINATOR_NOT_AVAILABLE
-            act = core.action(code)
-            if resp is not None and act not in (core.Action.RETRY, core.Action.FIND_COORDINATOR):
-                return resp
-            if attempts.expired():
-                raise ApiError(ErrorCode(code), f"{type(req).__name__} to the coordinator of {key!r}")
-            time.sleep(attempts.next_delay())
+                step = call.on_unreachable()
+            else:
+                step = call.on_response(resp)
+            if not isinstance(step, core.Retry):
+                return step
+            time.sleep(step.delay)
 
     def commit_offsets(self, group: str, offsets: Mapping[tuple[str, int], int], metadata: str = "") -> None:
         """A standalone commit (generation -1, no member), as a consumer with assign() does."""

@@ -12,43 +12,25 @@ import asyncio
 import logging
 import random
 import time
+import uuid
 from typing import Any, Callable, Iterable
 
 from rivulet.client import core
 from rivulet.client import errors as E
 from rivulet.client.errors import KafkaError
-from rivulet.client.config import ssl_context
-from rivulet.client.connection import AuthenticationFailed, BrokerConnection, ConnectionClosed, NotKafkaBroker
+from rivulet.client.config import parse_bootstrap, ssl_context
+from rivulet.client.connection import (AuthenticationFailed, BrokerConnection, ConnectionClosed, NotKafkaBroker,
+                                       RequestTimedOut)
 from rivulet.client.core import Cluster, PartitionMeta, TopicMeta  # noqa: F401  (re-exported)
-from rivulet.protocol.errors import ErrorCode, ApiError
+from rivulet.protocol.errors import ErrorCode
 from rivulet.security.client_config import sasl_credentials
 
 log = logging.getLogger("rivulet.client")
 # Broker connection failures, on a logger of their own so that an application can route them.
 broker_log = logging.getLogger("rivulet.client.brokers")
 
-
-def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
-    out = []
-    for item in servers.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        if "://" in item:
-            item = item.split("://", 1)[1]
-        host, sep, port = item.rpartition(":")
-        if not sep:
-            host, port = item, "9092"
-        try:
-            port_n = int(port)
-        except ValueError:
-            raise ValueError(f"invalid port in {item!r}") from None
-        if not 0 < port_n < 65536:
-            raise ValueError(f"invalid port in {item!r}")
-        out.append((host.strip("[]") or "localhost", port_n))
-    if not out:
-        raise ValueError("bootstrap.servers is empty")
-    return out
+# What a request over this transport fails with when the connection, not the broker, failed.
+NET_ERRORS = (ConnectionError, OSError, asyncio.TimeoutError, RequestTimedOut)
 
 
 def _log_broker_error(err: KafkaError) -> None:
@@ -126,6 +108,7 @@ class KafkaClient:
 
     # ------------------------------------------------------------ connections
     def address(self, node_id: int) -> tuple[str, int] | None:
+        """Where a broker (or, negative, a bootstrap server) listens; for connection()."""
         if node_id in self.cluster.brokers:
             return self.cluster.brokers[node_id]
         if node_id < 0 and -node_id - 1 < len(self.bootstrap):
@@ -133,6 +116,8 @@ class KafkaClient:
         return None
 
     async def connection(self, node_id: int, kind: str = "data") -> BrokerConnection:
+        """The connection of one kind to a broker, made on first use; called by send(),
+        any_connection() and the share fetcher."""
         key = (node_id, kind)
         c = self._conns.get(key)
         if c is not None and not c.closed:
@@ -190,6 +175,7 @@ class KafkaClient:
 
     async def send(self, node_id: int, request: Any, *, kind: str = "data", timeout: float | None = None,
                    max_version: int | None = None, expect_response: bool = True) -> Any:
+        """Called by every part that knows the broker to ask (leaders, coordinators)."""
         conn = await self.connection(node_id, kind)
         version = conn.version_for(request.API_KEY, max_version)
         return await conn.send(request, version, expect_response=expect_response, timeout=timeout)
@@ -224,56 +210,59 @@ class KafkaClient:
             raise last
         raise ConnectionClosed(f"no broker reachable: {last}")
 
-    async def find_coordinator(self, key: str, key_type: int) -> tuple[int, int, str | None]:
-        """One FindCoordinator for ``key`` (0: group, 1: transactional id): (error code, node id,
-        error message). A found coordinator's address is added to the cluster's brokers."""
-        code, found, msg = core.read_find_coordinator(await self.send_any(core.find_coordinator_request(key, key_type)))
-        if found is None:
-            return code, -1, msg
-        self.cluster.brokers.setdefault(found.node_id, (found.host, found.port))
-        return code, found.node_id, msg
+    def _attempts(self, deadline: float | None) -> core.Attempts:
+        return core.Attempts(self.backoff, deadline if deadline is not None else now() + self.request_timeout_ms / 1000)
 
     async def coordinator(self, key: str, key_type: int = core.GROUP, deadline: float | None = None
                           ) -> core.Coordinator:
-        """The coordinator of ``key``, asking again (with backoff) while none is available."""
-        attempts = core.Attempts(self.backoff, deadline if deadline is not None
-                                 else now() + self.request_timeout_ms / 1000)
+        """The coordinator of ``key``, asking again (with backoff) while none is available; called
+        by the consumer's coordinator, the transaction manager and the admin client."""
+        lookup = core.CoordinatorLookup(key, key_type, self._attempts(deadline), self.cluster)
         while True:
             try:
-                code, found, msg = core.read_find_coordinator(
-                    await self.send_any(core.find_coordinator_request(key, key_type)))
+                resp = await self.send_any(lookup.request())
             except (ConnectionError, OSError, asyncio.TimeoutError) as e:
-                code, found, msg = ErrorCode.COORDINATOR_NOT_AVAILABLE, None, str(e)
-            if found is not None:
-                self.cluster.brokers.setdefault(found.node_id, (found.host, found.port))
-                return found
-            if core.action(code) == core.Action.FAIL or attempts.expired():
-                raise ApiError(ErrorCode(code), msg or f"FindCoordinator for {key!r}")
-            await asyncio.sleep(attempts.next_delay())
+                step = lookup.on_unreachable(e)
+            else:
+                step = lookup.on_response(resp)
+            if isinstance(step, core.Coordinator):
+                return step
+            await asyncio.sleep(step.delay)
 
     async def send_to_coordinator(self, key: str, key_type: int, request: Any, error_of: Callable[[Any], int],
                                   deadline: float | None = None) -> Any:
         """Send ``request`` to ``key``'s coordinator; while ``error_of(answer)`` says to retry,
         retry (finding the coordinator again when it moved). Other errors, partition errors
         about leaders among them, are returned with the answer for the caller to read."""
-        attempts = core.Attempts(self.backoff, deadline if deadline is not None
-                                 else now() + self.request_timeout_ms / 1000)
+        call = core.CoordinatorCall(key, key_type, request, error_of, self._attempts(deadline))
         while True:
-            node = (await self.coordinator(key, key_type, attempts.deadline)).node_id
+            node = (await self.coordinator(key, key_type, call.attempts.deadline)).node_id
             try:
                 resp = await self.send(node, request)
-                code = error_of(resp)
             except (ConnectionError, OSError, asyncio.TimeoutError):
-                resp, code = None, ErrorCode.COORDINATOR_NOT_AVAILABLE
-            act = core.action(code)
-            if resp is not None and (act not in (core.Action.RETRY, core.Action.FIND_COORDINATOR)
-                                     or attempts.expired()):
-                return resp
-            if attempts.expired():
-                raise ApiError(ErrorCode(code), f"{type(request).__name__} to the coordinator of {key!r}")
-            await asyncio.sleep(attempts.next_delay())
+                step = call.on_unreachable()
+            else:
+                step = call.on_response(resp)
+            if not isinstance(step, core.Retry):
+                return step
+            await asyncio.sleep(step.delay)
+
+    async def topic_names(self, topic_ids: Iterable[uuid.UUID], subscription: Iterable[str]) -> dict[uuid.UUID, str]:
+        """Topic names for the ids a KIP-848 heartbeat assigned (called by the consumer's and the
+        share consumer's memberships); metadata is fetched when an id is not known yet."""
+        def known() -> dict[uuid.UUID, str]:
+            return {tm.topic_id: name for name, tm in self.cluster.topics.items() if tm.topic_id is not None}
+        names = known()
+        if any(t not in names for t in topic_ids):
+            try:
+                await self.fetch_metadata(set(subscription) | self.wanted_topics, allow_auto_create=False)
+            except NET_ERRORS as e:
+                log.debug("metadata for assigned topic ids failed: %s", e)
+            names = known()
+        return names
 
     async def any_connection(self) -> BrokerConnection:
+        """Called by the producer for InitProducerId, which any broker answers."""
         last: BaseException | None = None
         for node in self.candidate_nodes():
             try:
@@ -315,12 +304,14 @@ class KafkaClient:
         return bool(new)
 
     def set_topics(self, topics: Iterable[str]) -> None:
+        """Called by the share consumer: the topics whose metadata is wanted."""
         topics = set(topics)
         if topics != self.wanted_topics:
             self.wanted_topics = topics
             self.request_update()
 
     def request_update(self) -> None:
+        """Called when metadata is stale (a leader moved, a topic is new): refresh soon."""
         self._md_refresh_needed.set()
         if self._md_task is None and not self.closed:
             self._md_task = asyncio.get_running_loop().create_task(self._metadata_loop())
@@ -336,6 +327,7 @@ class KafkaClient:
             pass
 
     def start_metadata_refresh(self) -> None:
+        """Called by the producer and share consumer when they start."""
         if self._md_task is None and not self.closed:
             self._md_task = asyncio.get_running_loop().create_task(self._metadata_loop())
 
@@ -377,6 +369,7 @@ class KafkaClient:
         return t.error == 0 and len(t.available) < len(t.partitions)
 
     async def close(self) -> None:
+        """Called by each client's close()."""
         self.closed = True
         if self._md_task is not None:
             self._md_task.cancel()

@@ -330,6 +330,30 @@ def resolve(conf: Mapping[str, Any] | None, role: str, extra: Mapping[str, Any] 
     return out
 
 
+def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
+    """``bootstrap.servers`` as (host, port) pairs; called by both transports and the admin client."""
+    out = []
+    for item in servers.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if "://" in item:
+            item = item.split("://", 1)[1]
+        host, sep, port = item.rpartition(":")
+        if not sep:
+            host, port = item, "9092"
+        try:
+            port_n = int(port)
+        except ValueError:
+            raise ValueError(f"invalid port in {item!r}") from None
+        if not 0 < port_n < 65536:
+            raise ValueError(f"invalid port in {item!r}")
+        out.append((host.strip("[]") or "localhost", port_n))
+    if not out:
+        raise ValueError("bootstrap.servers is empty")
+    return out
+
+
 def _check(c: Config, role: str) -> None:
     if not c["bootstrap.servers"]:
         raise ConfigException("bootstrap.servers must be set")
@@ -337,7 +361,6 @@ def _check(c: Config, role: str) -> None:
         sasl_credentials({k: v for k, v in c.items() if k in c.explicit or k == "security.protocol"})
     except ValueError as e:
         raise ConfigException(str(e)) from None
-    from rivulet.client.client import parse_bootstrap
     try:
         parse_bootstrap(c["bootstrap.servers"])
     except ValueError as e:

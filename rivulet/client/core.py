@@ -588,6 +588,117 @@ def read_find_coordinator(resp: fcr.FindCoordinatorResponse) -> tuple[int, Coord
     return code, (Coordinator(node, host, port) if code == 0 else None), msg
 
 
+# ---------------------------------------------------------------------------- retry decisions
+# The retry loops both transports run, as state machines over answers (as h11 is over bytes): the
+# transport sends what the machine asks for, hands it the answer or its own failure to get one,
+# and gets back the result, a Retry (sleep its delay, then go round again), or the ApiError that
+# ends the operation. The asyncio transport (``client.py``) and the blocking one (``blocking.py``)
+# drive the same machines; only the sending and the sleeping are theirs.
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Go round again after ``delay`` seconds."""
+
+    delay: float
+
+
+class CoordinatorLookup:
+    """FindCoordinator for ``key`` until a broker names its coordinator, whose address goes into
+    ``cluster``. A retriable error (the coordinator loading or moving, no broker answering) waits
+    out the backoff; a fatal one, or any once the attempts' deadline has passed, is raised."""
+
+    def __init__(self, key: str, key_type: int, attempts: Attempts, cluster: Cluster) -> None:
+        self.key, self.key_type, self.attempts, self.cluster = key, key_type, attempts, cluster
+
+    def request(self) -> fcq.FindCoordinatorRequest:
+        return find_coordinator_request(self.key, self.key_type)
+
+    def on_response(self, resp: fcr.FindCoordinatorResponse) -> Coordinator | Retry:
+        code, found, msg = read_find_coordinator(resp)
+        if found is None:
+            return self._failed(code, msg)
+        self.cluster.brokers.setdefault(found.node_id, (found.host, found.port))
+        return found
+
+    def on_unreachable(self, exc: BaseException) -> Retry:
+        """No broker answered: the coordinator is as good as unavailable."""
+        return self._failed(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc))
+
+    def _failed(self, code: int, msg: str | None) -> Retry:
+        if action(code) == Action.FAIL or self.attempts.expired():
+            raise ApiError(ErrorCode(code), msg or f"FindCoordinator for {self.key!r}")
+        return Retry(self.attempts.next_delay())
+
+
+class CoordinatorCall:
+    """``request`` to ``key``'s coordinator, sent again (after looking the coordinator up again)
+    while ``error_of(answer)`` asks to retry or find the coordinator. Any other answer is the
+    caller's to read, partition errors included. Once out of time, a retriable answer is handed
+    back when ``answer_when_out_of_time`` (the caller reads its error), else raised."""
+
+    def __init__(self, key: str, key_type: int, request: Any, error_of: Callable[[Any], int], attempts: Attempts,
+                 answer_when_out_of_time: bool = True) -> None:
+        self.key, self.key_type, self.request, self.error_of = key, key_type, request, error_of
+        self.attempts = attempts
+        self.answer_when_out_of_time = answer_when_out_of_time
+
+    def on_response(self, resp: Any) -> Any:
+        """The answer to return, or a Retry."""
+        code = self.error_of(resp)
+        if action(code) not in (Action.RETRY, Action.FIND_COORDINATOR):
+            return resp
+        if self.answer_when_out_of_time and self.attempts.expired():
+            return resp
+        return self._again(code)
+
+    def on_unreachable(self) -> Retry:
+        """The coordinator did not answer (its connection failed)."""
+        return self._again(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+
+    def _again(self, code: int) -> Retry:
+        if self.attempts.expired():
+            raise ApiError(ErrorCode(code), f"{type(self.request).__name__} to the coordinator of {self.key!r}")
+        return Retry(self.attempts.next_delay())
+
+
+class LeaderRetry(Generic[T]):
+    """Requests to partitions' leaders (ListOffsets, DeleteRecords, ...), each partition asked
+    again while its answer says the leader moved or is not ready (its leader is forgotten, so the
+    transport refreshes metadata before the next round) and while it has no leader to ask. An
+    error that cannot be retried, a coordinator error among them, is raised for its partition.
+    Out of time, a round that leaves partitions unanswered raises LEADER_NOT_AVAILABLE for them;
+    with ``deadline_per_answer`` (the admin client's way) a retriable partition error is raised
+    as soon as it comes after the deadline."""
+
+    def __init__(self, items: Mapping[TP, Any], what: str, attempts: Attempts, cluster: Cluster,
+                 deadline_per_answer: bool = False) -> None:
+        self.remaining: dict[TP, Any] = dict(items)
+        self.found: dict[TP, T] = {}
+        self.what, self.attempts, self.cluster = what, attempts, cluster
+        self.deadline_per_answer = deadline_per_answer
+
+    def on_results(self, res: PartitionResults[T]) -> None:
+        """One leader's answer, as the request's reader sorted it."""
+        for tp, value in res.ok.items():
+            self.found[tp] = value
+            self.remaining.pop(tp, None)
+        for tp, code in res.errors.items():
+            if action(code) in (Action.FAIL, Action.FIND_COORDINATOR) or (
+                    self.deadline_per_answer and self.attempts.expired()):
+                raise ApiError(ErrorCode(code), f"{self.what} {tp[0]}-{tp[1]}")
+            self.cluster.forget_leader(*tp)
+
+    def next_round(self) -> Retry | None:
+        """None when every partition has its answer, else the wait before the next round."""
+        if not self.remaining:
+            return None
+        if self.attempts.expired():
+            raise ApiError(ErrorCode.LEADER_NOT_AVAILABLE,
+                           f"{self.what}: no leader answered for {sorted(self.remaining)[:5]}")
+        return Retry(self.attempts.next_delay())
+
+
 # ---------------------------------------------------------------------------- offsets
 
 
@@ -622,6 +733,17 @@ class OffsetAndMetadata:
     offset: int
     metadata: str | None = None
     leader_epoch: int | None = None
+
+
+# KIP-848's heartbeats (ConsumerGroupHeartbeat, ShareGroupHeartbeat): the epochs that leave
+# the group, and the errors after which a member may not go on.
+LEAVE_EPOCH, STATIC_LEAVE_EPOCH = -1, -2
+HEARTBEAT_FATAL_ERRORS: frozenset[int] = frozenset({
+    ErrorCode.GROUP_AUTHORIZATION_FAILED, ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.INVALID_REQUEST,
+    ErrorCode.UNSUPPORTED_ASSIGNOR, ErrorCode.UNSUPPORTED_VERSION, ErrorCode.GROUP_MAX_SIZE_REACHED,
+    ErrorCode.FENCED_INSTANCE_ID, ErrorCode.UNRELEASED_INSTANCE_ID, ErrorCode.INVALID_REGULAR_EXPRESSION,
+    ErrorCode.GROUP_ID_NOT_FOUND,
+})
 
 
 def consumer_group_heartbeat_request(group: str, member_id: str, epoch: int, instance_id: str | None,

@@ -49,6 +49,7 @@ class ClientStats:
         self.name = self.name or f"{self.client_id}#{self.kind}-{next(_instances)}"
 
     def sent(self, node: int, nbytes: int) -> None:
+        """Counted by the producer's sender for each request to a broker."""
         b = self.brokers[node]
         b.tx += 1
         b.txbytes += nbytes
@@ -56,6 +57,7 @@ class ClientStats:
         self.totals.txbytes += nbytes
 
     def received(self, node: int, nbytes: int = 0) -> None:
+        """Counted by the producer's sender for each answer."""
         b = self.brokers[node]
         b.rx += 1
         b.rxbytes += nbytes
@@ -63,15 +65,18 @@ class ClientStats:
         self.totals.rxbytes += nbytes
 
     def failed(self, node: int) -> None:
+        """Counted by the producer's sender for each failed request."""
         self.brokers[node].txerrs += 1
 
     def records_out(self, tp: TP, count: int, nbytes: int) -> None:
+        """Counted by the producer for records acknowledged."""
         p = self.partitions[tp]
         p.txmsgs += count
         p.txbytes += nbytes
         self.totals.txmsgs += count
 
     def records_in(self, tp: TP, count: int, nbytes: int) -> None:
+        """Counted by the consumer's Fetcher for records fetched."""
         p = self.partitions[tp]
         p.rxmsgs += count
         p.rxbytes += nbytes

@@ -24,80 +24,14 @@ from typing import Any, Callable, Coroutine
 
 from rivulet.client import errors as E
 from rivulet.client.config import resolve
-from rivulet.client.consumer import AIOConsumer
-from rivulet.client.producer import AIOProducer
-from rivulet.client.share_consumer import AIOShareConsumer
+from rivulet.client.loop import LoopThread, stop_thread
+from rivulet.client.consumer.consumer import AIOConsumer
+from rivulet.client.producer.producer import AIOProducer
+from rivulet.client.share.consumer import AIOShareConsumer
 from rivulet.client.stats import run_stats_cb
 from rivulet.client.types import ClusterMetadata, Message, TopicPartition
 
 log = logging.getLogger("rivulet.client")
-
-
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop  # type: ignore[import-not-found]
-        return uvloop.new_event_loop()
-    except ImportError:
-        return asyncio.new_event_loop()
-
-
-class LoopThread:
-    """An event loop running on its own daemon thread."""
-
-    def __init__(self, name: str) -> None:
-        self.loop = new_event_loop()
-        ready = threading.Event()
-        self.thread = threading.Thread(target=self._run, args=(ready,), name=name, daemon=True)
-        self.thread.start()
-        ready.wait()
-
-    def _run(self, ready: threading.Event) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.call_soon(ready.set)
-        try:
-            self.loop.run_forever()
-        finally:
-            try:
-                pending = [t for t in asyncio.all_tasks(self.loop) if not t.done()]
-                for t in pending:
-                    t.cancel()
-                if pending:
-                    self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            finally:
-                self.loop.close()
-
-    def submit(self, coro: Coroutine) -> concurrent.futures.Future:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
-
-    def run(self, coro: Coroutine, timeout: float | None = None) -> Any:
-        if threading.current_thread() is self.thread:
-            coro.close()
-            raise RuntimeError("a blocking client call was made from its own callback thread")
-        fut = self.submit(coro)
-        try:
-            return fut.result(timeout)
-        except concurrent.futures.TimeoutError:
-            fut.cancel()
-            raise E.KafkaException(E.local("_TIMED_OUT", "operation timed out")) from None
-
-    def call(self, fn: Callable, *args: Any) -> Any:
-        """Run a plain function on the loop's thread and return its result."""
-        async def _call() -> Any:
-            return fn(*args)
-        return self.run(_call())
-
-    def stop(self) -> None:
-        if self.thread.is_alive():
-            try:
-                self.loop.call_soon_threadsafe(self.loop.stop)
-            except RuntimeError:
-                pass
-            if threading.current_thread() is not self.thread:
-                self.thread.join(10)
-
-
-def _stop_thread(lt: LoopThread) -> None:
-    lt.stop()
 
 
 def _timeout(t: float | None) -> float | None:
@@ -117,7 +51,7 @@ class Producer:
     def __init__(self, conf: dict[str, Any] | None = None, **kwargs: Any) -> None:
         config = resolve(conf, "producer", kwargs)
         self._lt = LoopThread("rivulet-producer")
-        self._finalizer = weakref.finalize(self, _stop_thread, self._lt)
+        self._finalizer = weakref.finalize(self, stop_thread, self._lt)
         self._aio = AIOProducer(config)
         self._cond = threading.Condition()
         self._aio._done_cond = self._cond
@@ -299,7 +233,7 @@ class Consumer:
     def __init__(self, conf: dict[str, Any] | None = None, **kwargs: Any) -> None:
         config = resolve(conf, "consumer", kwargs)
         self._lt = LoopThread("rivulet-consumer")
-        self._finalizer = weakref.finalize(self, _stop_thread, self._lt)
+        self._finalizer = weakref.finalize(self, stop_thread, self._lt)
         aio = self._aio = AIOConsumer(config)
         aio.facade = self
         self._cond = threading.Condition()
@@ -523,7 +457,7 @@ class ShareConsumer:
 
     def __init__(self, conf: dict[str, Any] | None = None, **kwargs: Any) -> None:
         self._lt = LoopThread("rivulet-share-consumer")
-        self._finalizer = weakref.finalize(self, _stop_thread, self._lt)
+        self._finalizer = weakref.finalize(self, stop_thread, self._lt)
         try:
             self._aio = self._lt.run(_make_share_consumer(conf, kwargs))
         except BaseException:

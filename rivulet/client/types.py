@@ -151,6 +151,23 @@ def make_error_message(error: KafkaError, topic: str | None = None, partition: i
     return Message(topic, partition, offset, error=error)
 
 
+class ConsumerGroupMetadata:
+    """What ``Consumer.consumer_group_metadata()`` returns, for ``send_offsets_to_transaction``."""
+
+    __slots__ = ("group_id", "generation_id", "member_id", "group_instance_id")
+
+    def __init__(self, group_id: str, generation_id: int = -1, member_id: str = "",
+                 group_instance_id: str | None = None) -> None:
+        self.group_id = group_id
+        self.generation_id = generation_id
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+
+    def __repr__(self) -> str:
+        return (f"ConsumerGroupMetadata(group_id={self.group_id!r}, generation_id={self.generation_id}, "
+                f"member_id={self.member_id!r})")
+
+
 class BrokerMetadata:
     def __init__(self, id: int, host: str, port: int) -> None:
         self.id = id

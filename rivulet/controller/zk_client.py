@@ -53,12 +53,6 @@ class ControllerEpoch:
     zk_version: int
 
 
-@dataclass(frozen=True)
-class Versioned:
-    data: bytes
-    version: int
-
-
 class KafkaZkClient:
     def __init__(self, connect: str, session_timeout_ms: int = 18000, connection_timeout_ms: int | None = None
                  ) -> None:
@@ -260,14 +254,6 @@ class KafkaZkClient:
         except NoNodeError:
             return None
         return z.TopicAssignment.decode(topic, data)
-
-    def get_topic_assignments(self, topics: Iterable[str]) -> dict[str, z.TopicAssignment]:
-        out = {}
-        for t in topics:
-            a = self.get_topic_assignment(t)
-            if a is not None:
-                out[t] = a
-        return out
 
     def create_topic(self, assignment: z.TopicAssignment, configs: dict[str, str]) -> None:
         """Write the topic's config, then its assignment (which the controller watches), as Kafka's

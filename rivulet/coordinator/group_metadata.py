@@ -733,9 +733,6 @@ class GroupMetadata:
         r = self._offsets.get(tp)
         return None if r is None else r.offset_and_metadata
 
-    def offset_with_record_metadata(self, tp: TopicPartition) -> CommitRecordMetadataAndOffset | None:
-        return self._offsets.get(tp)
-
     @property
     def num_offsets(self) -> int:
         return len(self._offsets)

@@ -145,9 +145,6 @@ class GroupMetadataManager:
     def is_partition_owned(self, partition: int) -> bool:
         return partition in self.owned_partitions
 
-    def is_partition_loading(self, partition: int) -> bool:
-        return partition in self.loading_partitions
-
     def is_group_local(self, group_id: str) -> bool:
         return self.partition_for(group_id) in self.owned_partitions
 

@@ -269,6 +269,3 @@ class ShareCoordinatorShard:
     def _check_leader_epoch(self, key: SharePartitionKey, leader_epoch: int) -> None:
         if leader_epoch != -1 and self.leader_epochs.get(key, -1) > leader_epoch:
             raise ApiError(ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.FENCED_LEADER_EPOCH.name)
-
-    def keys_for_group(self, group_id: str) -> list[SharePartitionKey]:
-        return [k for k in self.states if k.group_id == group_id]

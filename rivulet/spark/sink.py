@@ -28,8 +28,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
 from rivulet.client import blocking, core
-from rivulet.client.transactions import ConsumerGroupMetadata
-from rivulet.client.types import TopicPartition
+from rivulet.client.types import ConsumerGroupMetadata, TopicPartition
 from rivulet.protocol.compression import CODEC_IDS
 from rivulet.protocol.errors import ErrorCode
 from rivulet.spark._options import (PRODUCER_REFUSED, SINK_KAFKA_OPTIONS, SINK_OPTIONS, check_kafka_options,
@@ -262,7 +261,7 @@ def delete_query_markers(bootstrap: str, query_id: str, security: Mapping[str, s
     """Delete the marker groups of a streaming query (its own writes and its foreachBatch
     writes). Safe only when no batch of the query can be replayed: every batch in its
     checkpoint's offset log is also in its commit log."""
-    from rivulet.client.admin import AdminClient
+    from rivulet.client.admin.client import AdminClient
     admin = AdminClient({"bootstrap.servers": bootstrap, **(security or {})})
     try:
         listed = admin.list_consumer_groups().result(30).valid

@@ -76,7 +76,7 @@ def drain(c: Consumer, n: int, timeout: float = 30) -> list:
 
 
 def broker_supports(bootstrap: str, api_key: int) -> bool:
-    from rivulet.client.client import parse_bootstrap
+    from rivulet.client.config import parse_bootstrap
     from rivulet.client.connection import BrokerConnection
 
     async def probe() -> bool:
@@ -123,7 +123,7 @@ def test_compression_round_trip(broker, codec):
 
 
 def test_keys_partition_by_their_partitioner_and_null_keys_stick(broker):
-    from rivulet.client.partitioner import murmur2_partition
+    from rivulet.client.producer.partitioner import murmur2_partition
     topic = name("keys")
     create(broker.bootstrap, topic, 5)
     msgs = produce(broker.bootstrap, topic, 200, key=lambda i: f"user-{i % 17}".encode(), partitioner="murmur2_random")

@@ -52,7 +52,7 @@ def kafka() -> Iterator[object]:
 
 def test_round_trip_with_idempotence(kafka):
     from rivulet import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-    from rivulet.client.partitioner import murmur2_partition
+    from rivulet.client.producer.partitioner import murmur2_partition
     topic = name("j-rt")
     p = Producer({"bootstrap.servers": kafka.bootstrap, "compression.type": "zstd", "partitioner": "murmur2_random"})
     reports = []

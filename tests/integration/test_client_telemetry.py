@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import pytest
 
-from rivulet.client.admin import AsyncAdminClient
+from rivulet.client.admin.client import AsyncAdminClient
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.server.broker import Broker
 from rivulet.server.client_metrics import LastPayloads

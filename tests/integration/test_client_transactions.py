@@ -166,7 +166,7 @@ def test_failed_delivery_requires_abort(broker):
 def test_asyncio_producer_transactions(broker):
     import asyncio
 
-    from rivulet.client.producer import AIOProducer
+    from rivulet.client.producer.producer import AIOProducer
     topic = topic_name("ctxn-aio")
     create_topic(broker.bootstrap, topic, 1)
 

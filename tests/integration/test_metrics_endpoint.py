@@ -227,7 +227,7 @@ def test_client_telemetry_is_exported_with_the_clients_labels(broker_factory):
     endpoint under Prometheus names, labelled with the client's id and software."""
     import asyncio
 
-    from rivulet.client.admin import AsyncAdminClient
+    from rivulet.client.admin.client import AsyncAdminClient
     from rivulet.server.config import PROMETHEUS_TELEMETRY
 
     mport = free_port()

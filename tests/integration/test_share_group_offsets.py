@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from rivulet.client.admin import AsyncAdminClient, SharePartitionOffsetInfo
+from rivulet.client.admin.client import AsyncAdminClient, SharePartitionOffsetInfo
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.testing import BrokerProcess

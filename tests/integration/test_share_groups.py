@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from rivulet.client.admin import AsyncAdminClient
+from rivulet.client.admin.client import AsyncAdminClient
 from rivulet.client.connection import BrokerConnection
 from rivulet.client.types import ShareMessage
 from rivulet.protocol.errors import ErrorCode

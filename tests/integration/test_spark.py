@@ -403,7 +403,7 @@ def test_batch_write_takes_spark_kafka_sink_columns(broker, spark):
         if i % 2 == 0 and i < 30:
             assert m.partition() == 2
     # A keyed row goes where Kafka's default partitioner puts it.
-    from rivulet.client.partitioner import murmur2_partition
+    from rivulet.client.producer.partitioner import murmur2_partition
     assert all(m.partition() == murmur2_partition(m.key(), 3) for i, m in by_key.items() if i % 2 == 0 and i >= 30)
 
 

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from rivulet.client.accumulator import RECORD_OVERHEAD, PendingRecord, RecordAccumulator
-from rivulet.client.producer import _Idempotence
+from rivulet.client.producer.accumulator import RECORD_OVERHEAD, PendingRecord, RecordAccumulator
+from rivulet.client.producer.producer import _Idempotence
 from rivulet.protocol import records as rec
 
 pytestmark = pytest.mark.fast

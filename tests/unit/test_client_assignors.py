@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from rivulet.client.assignors import (
+from rivulet.client.consumer.assignors import (
     CooperativeStickyAssignor,
     Member,
     RangeAssignor,

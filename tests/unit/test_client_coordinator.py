@@ -7,32 +7,40 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from rivulet.client.assignors import make_assignors
+from rivulet.client.consumer.assignors import make_assignors
 from rivulet.client.client import KafkaClient
 from rivulet.client.config import resolve
-from rivulet.client.coordinator import STABLE, UNJOINED, ConsumerCoordinator
-from rivulet.client.subscription import OffsetAndMetadata, SubscriptionState
+from rivulet.client.consumer.coordinator import STABLE, UNJOINED, ConsumerCoordinator, GroupConsumer
+from rivulet.client.consumer.subscription import OffsetAndMetadata, SubscriptionState
 from rivulet.protocol.errors import ErrorCode
 
 pytestmark = pytest.mark.fast
 
 
-class FakeConsumer:
+class FakeConsumer(GroupConsumer):
+    """The consumer as the coordinator sees it: what it was told."""
+
     def __init__(self) -> None:
         self.woken = 0
         self.fenced: list = []
         self.reports: list = []
-        self._in_poll = False
-        self._last_poll = 0.0
+        self.polling = False
+        self.polled_at = 0.0
 
     def wake(self) -> None:
         self.woken += 1
 
-    def _fence(self, tps) -> None:
+    def fence(self, tps) -> None:
         self.fenced.append(sorted(tps))
 
-    def _report(self, err) -> None:
+    def report(self, err) -> None:
         self.reports.append(err)
+
+    def in_poll(self) -> bool:
+        return self.polling
+
+    def last_poll(self) -> float:
+        return self.polled_at
 
 
 def coordinator(answer, **conf):
@@ -104,7 +112,7 @@ def test_session_timeout_without_answers_marks_the_coordinator_dead():
         await asyncio.sleep(0.3)
         coord.closing = True
         task.cancel()
-    consumer._in_poll = True  # the application is polling: only the session matters here
+    consumer.polling = True  # the application is polling: only the session matters here
     asyncio.run(one_round())
     assert coord.coordinator is None
 

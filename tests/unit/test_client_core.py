@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rivulet.client import core
-from rivulet.client.admin import NewTopic
+from rivulet.client.admin.client import NewTopic
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode, ApiError
@@ -172,6 +172,125 @@ def test_find_coordinator_answer_single_and_batched():
         key="g", node_id=-1, host="", port=-1, error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
         error_message="loading")])
     assert core.read_find_coordinator(batched) == (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, None, "loading")
+
+
+# ---------------------------------------------------------------- retry decisions (no sockets)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def attempts(clock: Clock, deadline: float = 1.0) -> core.Attempts:
+    return core.Attempts(core.Backoff(100, 1000, jitter=0), deadline=deadline, clock=clock)
+
+
+def coordinator_answer(code: int = 0, node: int = 2, message: str | None = None) -> fcr.FindCoordinatorResponse:
+    return fcr.FindCoordinatorResponse(coordinators=[fcr.Coordinator(
+        key="g", node_id=node if code == 0 else -1, host="h" if code == 0 else "", port=9 if code == 0 else -1,
+        error_code=code, error_message=message)])
+
+
+def test_coordinator_lookup_backs_off_until_found_and_records_the_broker():
+    clock, cluster = Clock(), core.Cluster()
+    lookup = core.CoordinatorLookup("g", core.GROUP, attempts(clock), cluster)
+    assert wire(lookup.request()).coordinator_keys == ["g"]
+    assert lookup.on_response(coordinator_answer(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)) == core.Retry(0.1)
+    assert lookup.on_unreachable(ConnectionError("refused")) == core.Retry(0.2)
+    assert lookup.on_response(coordinator_answer(ErrorCode.NOT_COORDINATOR)) == core.Retry(0.4)
+    assert lookup.on_response(coordinator_answer()) == core.Coordinator(2, "h", 9)
+    assert cluster.brokers[2] == ("h", 9)
+
+
+def test_coordinator_lookup_raises_a_fatal_error_at_once_and_any_when_out_of_time():
+    clock = Clock()
+    lookup = core.CoordinatorLookup("g", core.GROUP, attempts(clock), core.Cluster())
+    with pytest.raises(ApiError) as e:
+        lookup.on_response(coordinator_answer(ErrorCode.GROUP_AUTHORIZATION_FAILED, message="no"))
+    assert e.value.code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+    clock.now = 1.0
+    with pytest.raises(ApiError) as e:
+        lookup.on_unreachable(ConnectionError("refused"))
+    assert e.value.code == ErrorCode.COORDINATOR_NOT_AVAILABLE and "refused" in str(e.value)
+
+
+def test_coordinator_call_retries_what_the_core_says_and_hands_back_the_rest():
+    clock = Clock()
+    call = core.CoordinatorCall("g", core.GROUP, object(), lambda code: code, attempts(clock))
+    assert call.on_response(ErrorCode.NOT_COORDINATOR) == core.Retry(0.1)
+    assert call.on_response(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS) == core.Retry(0.2)
+    assert call.on_unreachable() == core.Retry(0.4)
+    assert call.on_response(ErrorCode.ILLEGAL_GENERATION) == ErrorCode.ILLEGAL_GENERATION
+    assert call.on_response(0) == 0
+
+
+@pytest.mark.parametrize("answer_late", [True, False])
+def test_coordinator_call_out_of_time(answer_late):
+    clock = Clock()
+    call = core.CoordinatorCall("g", core.GROUP, object(), lambda code: code, attempts(clock),
+                                answer_when_out_of_time=answer_late)
+    clock.now = 1.0
+    with pytest.raises(ApiError) as e:
+        call.on_unreachable()
+    assert e.value.code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if answer_late:  # the asyncio transport's callers read the error from the answer
+        assert call.on_response(ErrorCode.NOT_COORDINATOR) == ErrorCode.NOT_COORDINATOR
+    else:
+        with pytest.raises(ApiError) as e:
+            call.on_response(ErrorCode.NOT_COORDINATOR)
+        assert e.value.code == ErrorCode.NOT_COORDINATOR
+
+
+def partition_results(ok=(), errors=()) -> core.PartitionResults:
+    return core.PartitionResults(ok={TP("t", p): v for p, v in ok}, errors={TP("t", p): c for p, c in errors})
+
+
+def led_cluster() -> core.Cluster:
+    cluster = core.Cluster()
+    cluster.update(mr.MetadataResponse(brokers=[mr.MetadataResponseBroker(node_id=1, host="h", port=1)],
+                                       topics=[mr.MetadataResponseTopic(name="t", partitions=[
+                                           mr.MetadataResponsePartition(partition_index=p, leader_id=1)
+                                           for p in (0, 1)])]), None)
+    return cluster
+
+
+def test_leader_retry_asks_again_for_partitions_whose_leader_moved():
+    clock, cluster = Clock(), led_cluster()
+    retry = core.LeaderRetry({TP("t", 0): -1, TP("t", 1): -1}, "ListOffsets", attempts(clock), cluster)
+    retry.on_results(partition_results(ok=[(0, 7)], errors=[(1, ErrorCode.NOT_LEADER_OR_FOLLOWER)]))
+    assert retry.remaining == {TP("t", 1): -1} and cluster.leader("t", 1) < 0 and cluster.leader("t", 0) == 1
+    assert retry.next_round() == core.Retry(0.1)
+    retry.on_results(partition_results(ok=[(1, 9)]))
+    assert retry.next_round() is None and retry.found == {TP("t", 0): 7, TP("t", 1): 9}
+
+
+def test_leader_retry_raises_what_cannot_be_retried():
+    retry = core.LeaderRetry({TP("t", 0): -1}, "DeleteRecords", attempts(Clock()), led_cluster())
+    with pytest.raises(ApiError, match="DeleteRecords t-0") as e:
+        retry.on_results(partition_results(errors=[(0, ErrorCode.OFFSET_OUT_OF_RANGE)]))
+    assert e.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+@pytest.mark.parametrize("per_answer", [True, False])
+def test_leader_retry_out_of_time(per_answer):
+    clock = Clock()
+    retry = core.LeaderRetry({TP("t", 0): -1}, "ListOffsets", attempts(clock), led_cluster(),
+                             deadline_per_answer=per_answer)
+    clock.now = 1.0
+    late = partition_results(errors=[(0, ErrorCode.NOT_LEADER_OR_FOLLOWER)])
+    if per_answer:  # the admin client: the late error itself
+        with pytest.raises(ApiError) as e:
+            retry.on_results(late)
+        assert e.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    else:  # the blocking transport: the partitions still without an answer
+        retry.on_results(late)
+        with pytest.raises(ApiError) as e:
+            retry.next_round()
+        assert e.value.code == ErrorCode.LEADER_NOT_AVAILABLE
 
 
 # ---------------------------------------------------------------- offsets

@@ -9,8 +9,8 @@ import pytest
 from rivulet.client.config import resolve
 from rivulet.client.client import KafkaClient
 from rivulet.client.errors import KafkaError
-from rivulet.client.fetcher import FetchBuffer, Fetcher
-from rivulet.client.subscription import SubscriptionState
+from rivulet.client.consumer.fetcher import FetchBuffer, Fetcher
+from rivulet.client.consumer.subscription import SubscriptionState
 from rivulet.protocol import compression
 from rivulet.protocol import records as rec
 

@@ -10,7 +10,7 @@ import zlib
 
 import pytest
 
-from rivulet.client.partitioner import PARTITIONERS, StickyPartitions, fnv1a, murmur2, murmur2_partition, to_positive
+from rivulet.client.producer.partitioner import PARTITIONERS, StickyPartitions, fnv1a, murmur2, murmur2_partition, to_positive
 
 pytestmark = pytest.mark.fast
 

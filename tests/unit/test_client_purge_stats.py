@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from rivulet.client.accumulator import PendingRecord, ProducerBatch
+from rivulet.client.producer.accumulator import PendingRecord, ProducerBatch
 from rivulet.client.core import PartitionMeta, TopicMeta
-from rivulet.client.producer import AIOProducer
+from rivulet.client.producer.producer import AIOProducer
 
 pytestmark = pytest.mark.fast
 

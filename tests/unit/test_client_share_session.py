@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rivulet.client.share_session import (
+from rivulet.client.share.session import (
     FINAL_EPOCH,
     GAP,
     Acknowledgements,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rivulet.client.fetcher import Chunk, FetchBuffer
-from rivulet.client.subscription import OffsetAndMetadata, SubscriptionState, TopicPartitionState
+from rivulet.client.consumer.fetcher import Chunk, FetchBuffer
+from rivulet.client.consumer.subscription import OffsetAndMetadata, SubscriptionState, TopicPartitionState
 from rivulet.client.types import Message
 
 pytestmark = pytest.mark.fast
@@ -162,7 +162,7 @@ def test_buffer_returns_error_events_first():
 # ---------------------------------------------------------------- KIP-320 position validation
 
 from rivulet.client.core import EpochEndOffset  # noqa: E402
-from rivulet.client.subscription import Validation  # noqa: E402
+from rivulet.client.consumer.subscription import Validation  # noqa: E402
 
 
 def test_a_committed_position_with_an_epoch_awaits_validation():

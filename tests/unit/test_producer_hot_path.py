@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from rivulet.client import errors as E
 from rivulet.client.client import PartitionMeta, TopicMeta
-from rivulet.client.producer import AIOProducer
+from rivulet.client.producer.producer import AIOProducer
 
 pytestmark = pytest.mark.fast
 

@@ -22,8 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rivulet.client import partitioner
-from rivulet.client.accumulator import PendingRecord
+from rivulet.client.producer import partitioner
+from rivulet.client.producer.accumulator import PendingRecord
 from rivulet.protocol import records
 from rivulet.protocol.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD
 from rivulet.protocol.records import HEADER_SIZE, Record, decode_batch
@@ -442,7 +442,7 @@ def test_no_leaks() -> None:
 def test_env_var_forces_pure_python() -> None:
     """RIVULET_NO_SPEEDUPS=1: every C path (decoder, encoder, records, murmur2) is off."""
     code = (
-        "from rivulet.protocol import records as r; from rivulet.client import accumulator as a, partitioner as p; "
+        "from rivulet.protocol import records as r; from rivulet.client.producer import accumulator as a, partitioner as p; "
         "assert not r.SPEEDUPS and r._parse_records is r._py_parse_records; "
         "assert r._c_encode_records is None and a.make_record is None and p._c_murmur2 is None; "
         "b = r.encode_batch([r.Record(0, 5, b'k', b'v', [('h', None)])], base_offset=7); "

@@ -395,7 +395,7 @@ def test_decode_batch_pure_python(monkeypatch: pytest.MonkeyPatch) -> None:
 
 # --- straight to the consumer's Messages --------------------------------------------------------
 
-from rivulet.client import fetcher  # noqa: E402  (importing it binds Message to the accelerator)
+from rivulet.client.consumer import fetcher  # noqa: E402  (importing it binds Message to the accelerator)
 from rivulet.client.types import Message  # noqa: E402
 
 if _speedups is not None and fetcher._parse_messages is None:  # RIVULET_NO_SPEEDUPS=1
@@ -495,8 +495,8 @@ def _fetcher_outcome(data: bytes, position: int, aborted: Any = None) -> tuple:
 
     from rivulet.client.client import KafkaClient
     from rivulet.client.config import resolve
-    from rivulet.client.fetcher import FetchBuffer, Fetcher
-    from rivulet.client.subscription import SubscriptionState
+    from rivulet.client.consumer.fetcher import FetchBuffer, Fetcher
+    from rivulet.client.consumer.subscription import SubscriptionState
 
     tp = ("t", 0)
     conf = resolve({"bootstrap.servers": "127.0.0.1:1"}, "consumer")

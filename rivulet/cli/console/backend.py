@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 from rivulet.cli.console.render import LagHistory
 from rivulet.cli.groups import GroupInfo, committed, compute_reset, describe_group, describe_offsets_rows, \
     list_offsets
-from rivulet.client.admin import AsyncAdminClient, ConfigSource
-from rivulet.client.consumer import AIOConsumer
+from rivulet.client.admin.client import AsyncAdminClient, ConfigSource
+from rivulet.client.consumer.consumer import AIOConsumer
 from rivulet.client.core import EARLIEST, LATEST
 from rivulet.client.types import TopicPartition
 from rivulet.common.types import TopicPartition as TP

@@ -28,20 +28,21 @@ from typing import Any, Callable, Iterable
 
 from rivulet.client import errors as E
 from rivulet.client.wakeup import Waker
-from rivulet.client.assignors import make_assignors
+from rivulet.client.consumer.assignors import make_assignors
 from rivulet.client.client import KafkaClient, wait_event, wait_future
 from rivulet.client.config import Config, resolve
-from rivulet.client.coordinator import STABLE, ConsumerCoordinator
-from rivulet.client.membership import ConsumerMembership
-from rivulet.client.fetcher import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchBuffer, Fetcher
+from rivulet.client.consumer.coordinator import STABLE, ConsumerCoordinator, GroupConsumer
+from rivulet.client.consumer.membership import ConsumerMembership
+from rivulet.client.consumer.fetcher import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchBuffer, Fetcher
 from rivulet.client.stats import ClientStats, emit_every, run_stats_cb
-from rivulet.client.subscription import OffsetAndMetadata, SubscriptionState, TopicPartitionState
+from rivulet.client.consumer.subscription import OffsetAndMetadata, SubscriptionState, TopicPartitionState
 from rivulet.client.types import (
     OFFSET_BEGINNING,
     OFFSET_END,
     OFFSET_INVALID,
     OFFSET_STORED,
     ClusterMetadata,
+    ConsumerGroupMetadata,
     Message,
     TopicPartition,
 )
@@ -99,12 +100,6 @@ class AIOConsumer:
         self.stats = ClientStats(c["client.id"], "consumer")
         self.fetcher = Fetcher(self.client, self.subs, c, self.buffer, self.stats)
         self.fetcher.on_error = self._on_fetch_error
-        self.coordinator: ConsumerCoordinator | None = None
-        if self.group_id and c["group.protocol"] == "consumer":
-            self.coordinator = ConsumerMembership(self, self.client, self.subs, c)
-        elif self.group_id:
-            self.coordinator = ConsumerCoordinator(self, self.client, self.subs, c,
-                                                   make_assignors(c["partition.assignment.strategy"]))
         self.auto_commit: bool = c["enable.auto.commit"] and self.group_id is not None
         self.auto_store: bool = c["enable.auto.offset.store"]
         self.auto_commit_interval = c["auto.commit.interval.ms"] / 1000
@@ -124,6 +119,12 @@ class AIOConsumer:
         self._wake_ev = self._waker.event
         # Held while joining and syncing; close() waits for it so it commits as a member.
         self._rebalancing = asyncio.Lock()
+        self.coordinator: ConsumerCoordinator | None = None
+        if self.group_id and c["group.protocol"] == "consumer":
+            self.coordinator = ConsumerMembership(_GroupHooks(self), self.client, self.subs, c)
+        elif self.group_id:
+            self.coordinator = ConsumerCoordinator(_GroupHooks(self), self.client, self.subs, c,
+                                                   make_assignors(c["partition.assignment.strategy"]))
         self.loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task] = []
         self._started = False
@@ -562,10 +563,9 @@ class AIOConsumer:
         for p in _tps(offsets or []):
             self._stored[(p.topic, p.partition)] = OffsetAndMetadata(p.offset, p.metadata, p.leader_epoch)
 
-    def consumer_group_metadata(self) -> Any:
+    def consumer_group_metadata(self) -> ConsumerGroupMetadata:
         """The group's id, generation and member id, for a transactional producer's
         send_offsets_to_transaction()."""
-        from rivulet.client.transactions import ConsumerGroupMetadata
         if not self.group_id:
             raise E.KafkaException(E.local("_INVALID_ARG", "consumer_group_metadata() needs group.id"))
         c = self.coordinator
@@ -753,3 +753,40 @@ class AIOConsumer:
                 except BaseException:
                     pass
             await self.client.close()
+
+
+class _GroupHooks(GroupConsumer):
+    """The consumer as its group membership sees it (``coordinator.GroupConsumer``)."""
+
+    __slots__ = ("_c",)
+
+    def __init__(self, consumer: AIOConsumer) -> None:
+        self._c = consumer
+
+    @property
+    def rebalancing(self) -> asyncio.Lock:
+        return self._c._rebalancing
+
+    def wake(self) -> None:
+        self._c.wake()
+
+    def fence(self, tps: Iterable[TP]) -> None:
+        self._c._fence(tps)
+
+    async def partitions_assigned(self, tps: list[TP], incremental: bool) -> None:
+        await self._c._partitions_assigned(tps, incremental)
+
+    async def partitions_gone(self, tps: list[TP], lost: bool) -> None:
+        await self._c._partitions_gone(tps, lost)
+
+    async def commit_before_revoke(self, partitions: list[TP] | None = None) -> None:
+        await self._c._maybe_auto_commit_sync(partitions)
+
+    def report(self, err: E.KafkaError) -> None:
+        self._c._report(err)
+
+    def in_poll(self) -> bool:
+        return self._c._in_poll
+
+    def last_poll(self) -> float:
+        return self._c._last_poll

@@ -20,22 +20,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import Any, Callable, Coroutine, Iterable, Protocol
 
-from rivulet.client import core
+from rivulet.client import client, core
+from rivulet.client.client import KafkaClient
 from rivulet.client import errors as E
-from rivulet.client.connection import RequestTimedOut
 from rivulet.client.errors import KafkaError, KafkaException
+from rivulet.client.types import ConsumerGroupMetadata
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.errors import ApiError as ProtocolError
 
-if TYPE_CHECKING:
-    from rivulet.client.producer import AIOProducer
-
 log = logging.getLogger("rivulet.producer.txn")
 
-NET_ERRORS = (ConnectionError, OSError, asyncio.TimeoutError, RequestTimedOut, EOFError)
+NET_ERRORS = (*client.NET_ERRORS, EOFError)
 
 FATAL_CODES = core.TXN_FATAL_ERRORS
 
@@ -75,27 +73,47 @@ def _as_txn_error(err: KafkaError, abortable: bool) -> TxnError:
     return TxnError(err.code(), err.str(), retriable=err.retriable())
 
 
-class ConsumerGroupMetadata:
-    """What ``Consumer.consumer_group_metadata()`` returns, for ``send_offsets_to_transaction``."""
+class TxnProducer(Protocol):
+    """What the TransactionManager asks of the producer it serves. The producer hands it one at
+    construction, so that the manager neither imports the producer nor reads its private state."""
 
-    __slots__ = ("group_id", "generation_id", "member_id", "group_instance_id")
+    def fence(self, err: KafkaError) -> None:
+        """A fatal transaction error: the producer refuses everything from now on."""
 
-    def __init__(self, group_id: str, generation_id: int = -1, member_id: str = "",
-                 group_instance_id: str | None = None) -> None:
-        self.group_id = group_id
-        self.generation_id = generation_id
-        self.member_id = member_id
-        self.group_instance_id = group_instance_id
+    def accept_records(self, on: bool) -> None:
+        """Let produce() append (a transaction began) or not (it is ending)."""
 
-    def __repr__(self) -> str:
-        return (f"ConsumerGroupMetadata(group_id={self.group_id!r}, generation_id={self.generation_id}, "
-                f"member_id={self.member_id!r})")
+    def new_producer_id(self, pid: core.ProducerIdAndEpoch) -> None:
+        """InitProducerId's answer: number everything queued afresh under it."""
+
+    def producer_id(self) -> core.ProducerIdAndEpoch: ...
+
+    def epoch_bump_needed(self) -> bool:
+        """Sequences of a partition could not be reconciled: a new epoch is needed."""
+
+    def create_task(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task: ...
+
+    def fail_partitions(self, tps: set[TP], err: KafkaError) -> None:
+        """Fail the queued batches of partitions that cannot join the transaction."""
+
+    def wake(self) -> None:
+        """Let the sender look again (a partition joined the transaction, or could not)."""
+
+    async def flush(self, timeout: float) -> int:
+        """Send what is queued and wait for it; what is left unsent."""
+
+    def purge_queued(self, err: KafkaError) -> None:
+        """Fail every record still queued (the transaction aborts)."""
+
+    def requests_in_flight(self) -> bool: ...
 
 
 class TransactionManager:
-    def __init__(self, producer: AIOProducer, transactional_id: str, timeout_ms: int) -> None:
+    def __init__(self, producer: TxnProducer, client: KafkaClient, request_timeout_ms: int,
+                 transactional_id: str, timeout_ms: int) -> None:
         self.p = producer
-        self.client = producer.client
+        self.client = client
+        self.request_timeout_ms = request_timeout_ms
         self.tid = transactional_id
         self.timeout_ms = timeout_ms
         self.state = UNINIT
@@ -109,9 +127,11 @@ class TransactionManager:
 
     # ------------------------------------------------------------ state
     def can_send(self, b: Any) -> bool:
+        """Asked by the producer's sender: may this batch go out in the transaction now?"""
         return (b.topic, b.partition) in self.added and self.state in (IN_TXN, COMMITTING)
 
     def set_abortable(self, err: KafkaError) -> None:
+        """Called by the producer when a batch of the transaction fails."""
         if self.state in (FATAL,):
             return
         if err.code() in FATAL_CODES or err.fatal():
@@ -123,11 +143,11 @@ class TransactionManager:
             self.state = ABORTABLE
 
     def set_fatal(self, err: KafkaError) -> None:
+        """Called by the producer when a batch is fenced (PRODUCER_FENCED and the like)."""
         e = err if isinstance(err, TxnError) and err.fatal() else fatal_error(err.code(), err.str())
         self.state = FATAL
         self.error = e
-        self.p._fatal = e
-        self.p._accepting = False
+        self.p.fence(e)
 
     def _raise_fatal(self) -> None:
         if self.state == FATAL:
@@ -175,7 +195,7 @@ class TransactionManager:
             code: int
             try:
                 left = max(0.1, deadline - time.monotonic())
-                resp = await self.client.send(node, req, timeout=min(left, self.p.request_timeout_ms / 1000) + 1,
+                resp = await self.client.send(node, req, timeout=min(left, self.request_timeout_ms / 1000) + 1,
                                               max_version=max_version)
                 code = error_of(resp)
             except ProtocolError as e:
@@ -210,6 +230,7 @@ class TransactionManager:
 
     # ------------------------------------------------------------ the API
     async def init(self, deadline: float) -> None:
+        """Called by AIOProducer.init_transactions."""
         self._raise_fatal()
         if self.state not in (UNINIT, READY):
             raise KafkaException(TxnError(E.LOCAL_CODES["_STATE"],
@@ -225,22 +246,20 @@ class TransactionManager:
             if e.error.fatal():
                 self.set_fatal(e.error)
             raise
-        p = self.p
-        with p.acc.lock:
-            p.idem.reset(resp.producer_id, resp.producer_epoch)
-            p.idem.enabled = True
-            for b in p.acc.all_batches():
-                b.reset_sequence()
-        log.debug("%s: producer id %d epoch %d", self.tid, resp.producer_id, resp.producer_epoch)
+        _, pid = core.read_init_producer_id(resp)
+        assert pid is not None  # _call returns only an answer without error
+        self.p.new_producer_id(pid)
+        log.debug("%s: producer id %d epoch %d", self.tid, pid.producer_id, pid.epoch)
 
     def begin(self) -> None:
+        """Called by AIOProducer.begin_transaction."""
         self._require(READY, what="begin_transaction")
         self.state = IN_TXN
         self.error = None
         self.added.clear()
         self.pending.clear()
         self.offsets_added = False
-        self.p._accepting = not self.p._closed
+        self.p.accept_records(True)
 
     def partitions_to_add(self, keys: Iterable[TP]) -> None:
         """Called by the sender under the accumulator's lock: start AddPartitionsToTxn for new ones."""
@@ -252,10 +271,10 @@ class TransactionManager:
         if not new:
             return
         self.pending = set(new)
-        self.adding = self.p.loop.create_task(self._add_partitions(sorted(self.pending)))
+        self.adding = self.p.create_task(self._add_partitions(sorted(self.pending)))
 
     def _pid(self) -> core.ProducerIdAndEpoch:
-        return core.ProducerIdAndEpoch(self.p.idem.producer_id, self.p.idem.epoch)
+        return self.p.producer_id()
 
     async def _add_partitions(self, tps: list[TP]) -> None:
         p = self.p
@@ -268,24 +287,24 @@ class TransactionManager:
             if not e.error.fatal():
                 self.set_abortable(e.error)
             # The batches of these partitions can never go out in this transaction.
-            p._fail_partitions(set(tps), self.error or e.error)
+            p.fail_partitions(set(tps), self.error or e.error)
         except asyncio.CancelledError:
             raise
         except Exception as e:
             log.exception("AddPartitionsToTxn failed")
             self.set_abortable(KafkaError.from_exception(e))
-            p._fail_partitions(set(tps), self.error)
+            p.fail_partitions(set(tps), self.error)
         finally:
             self.pending = set()
-            p._wake()
+            p.wake()
 
     async def send_offsets(self, offsets: list[Any], meta: ConsumerGroupMetadata, deadline: float) -> None:
+        """Called by AIOProducer.send_offsets_to_transaction."""
         self._require(IN_TXN, what="send_offsets_to_transaction")
         if not isinstance(meta, ConsumerGroupMetadata) and not hasattr(meta, "group_id"):
             raise KafkaException(TxnError(E.LOCAL_CODES["_INVALID_ARG"],
                                           "group_metadata must come from Consumer.consumer_group_metadata()",
                                           retriable=False))
-        p = self.p
         try:
             if not self.offsets_added or self.offsets_added != meta.group_id:
                 await self._call(core.add_offsets_to_txn_request(self.tid, self._pid(), meta.group_id),
@@ -301,17 +320,18 @@ class TransactionManager:
             raise
 
     async def end(self, commit: bool, deadline: float) -> None:
+        """Called by AIOProducer.commit_transaction and abort_transaction."""
         p = self.p
         what = "commit_transaction" if commit else "abort_transaction"
         if commit:
             self._require(IN_TXN, COMMITTING, what=what)
         else:
             self._require(IN_TXN, COMMITTING, ABORTING, ABORTABLE, what=what)
-        p._accepting = False
+        p.accept_records(False)
         if commit:
             self.state = COMMITTING
-            await p.flush(max(0.0, deadline - time.monotonic()))
-            if p.outstanding > 0 and self.state == COMMITTING:
+            left = await p.flush(max(0.0, deadline - time.monotonic()))
+            if left > 0 and self.state == COMMITTING:
                 raise KafkaException(TxnError(E.LOCAL_CODES["_TIMED_OUT"],
                                               "commit_transaction: timed out flushing", retriable=True))
             self._raise_fatal()
@@ -319,8 +339,8 @@ class TransactionManager:
                 raise KafkaException(self.error)
         else:
             self.state = ABORTING
-            p._fail_queued(E.local("_PURGE_QUEUE", "Local: Purged in queue (transaction aborted)"))
-            while p._requests_in_flight() or (self.adding is not None and not self.adding.done()):
+            p.purge_queued(E.local("_PURGE_QUEUE", "Local: Purged in queue (transaction aborted)"))
+            while p.requests_in_flight() or (self.adding is not None and not self.adding.done()):
                 self._check_deadline(deadline, "waiting for requests in flight before aborting")
                 await asyncio.sleep(0.005)
             self._raise_fatal()
@@ -331,7 +351,7 @@ class TransactionManager:
             except KafkaException as e:
                 self._fail(e)
                 raise
-        if p.idem.reset_needed:
+        if p.epoch_bump_needed():
             # Sequences of an aborted partition could not be reconciled: bump the epoch.
             await self._init_pid(deadline)
         self.state = READY

@@ -16,46 +16,19 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rivulet.client import core
 from rivulet.client import errors as E
-from rivulet.client.client import KafkaClient, wait_event
-from rivulet.client.coordinator import NET_ERRORS, STABLE, UNJOINED, ConsumerCoordinator, RebalanceNeeded
-from rivulet.client.subscription import SubscriptionState
+from rivulet.client.client import NET_ERRORS, KafkaClient, wait_event
+from rivulet.client.consumer.coordinator import STABLE, UNJOINED, ConsumerCoordinator, GroupConsumer, RebalanceNeeded
+from rivulet.client.consumer.subscription import SubscriptionState
 from rivulet.protocol.errors import ErrorCode
-
-if TYPE_CHECKING:
-    from rivulet.client.consumer import AIOConsumer
 
 log = logging.getLogger("rivulet.consumer")
 
-LEAVE_EPOCH, STATIC_LEAVE_EPOCH = -1, -2
-FATAL_ERRORS = frozenset({ErrorCode.GROUP_AUTHORIZATION_FAILED, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                    ErrorCode.INVALID_REQUEST, ErrorCode.UNSUPPORTED_ASSIGNOR, ErrorCode.UNSUPPORTED_VERSION,
-                    ErrorCode.GROUP_MAX_SIZE_REACHED, ErrorCode.FENCED_INSTANCE_ID,
-                    ErrorCode.UNRELEASED_INSTANCE_ID, ErrorCode.INVALID_REGULAR_EXPRESSION,
-                    ErrorCode.GROUP_ID_NOT_FOUND})
-
-
-async def topic_names(client: KafkaClient, topic_ids: list[uuid.UUID], subscription: Iterable[str]
-                      ) -> dict[uuid.UUID, str]:
-    """Topic names for the ids the broker assigned; metadata is fetched for ids not known yet."""
-    def known() -> dict[uuid.UUID, str]:
-        return {tm.topic_id: name for name, tm in client.cluster.topics.items() if tm.topic_id is not None}
-    names = known()
-    if any(t not in names for t in topic_ids):
-        try:
-            await client.fetch_metadata(set(subscription) | client.wanted_topics, allow_auto_create=False)
-        except NET_ERRORS as e:
-            log.debug("metadata for assigned topic ids failed: %s", e)
-        names = known()
-    return names
-
-
 class ConsumerMembership(ConsumerCoordinator):
-    def __init__(self, consumer: AIOConsumer, client: KafkaClient, subs: SubscriptionState,
+    def __init__(self, consumer: GroupConsumer, client: KafkaClient, subs: SubscriptionState,
                  conf: dict[str, Any]) -> None:
         super().__init__(consumer, client, subs, conf, [])
         self.member_id = str(uuid.uuid4())
@@ -66,6 +39,7 @@ class ConsumerMembership(ConsumerCoordinator):
 
     # ------------------------------------------------------------ joining
     def need_rejoin(self) -> bool:
+        """Asked by the consumer's main task on each step."""
         return self.subs.partitions_auto_assigned and (self.generation < 0 or self.rejoin_needed)
 
     async def ensure_active_group(self) -> None:
@@ -75,7 +49,7 @@ class ConsumerMembership(ConsumerCoordinator):
         self._start_heartbeat()
         owned = self.subs.assigned_partitions()
         if self.partitions_lost and owned:
-            await self.consumer._partitions_gone(owned, lost=True)
+            await self.consumer.partitions_gone(owned, lost=True)
         self.partitions_lost = False
         if self.need_rejoin() and not self.closing:
             self.rejoin_needed = False
@@ -96,7 +70,7 @@ class ConsumerMembership(ConsumerCoordinator):
                 self._next_beat = time.monotonic() + self.heartbeat_interval
                 continue
             try:
-                async with self.consumer._rebalancing:
+                async with self.consumer.rebalancing:
                     await self._heartbeat_once()
             except asyncio.CancelledError:
                 raise
@@ -155,10 +129,10 @@ class ConsumerMembership(ConsumerCoordinator):
         elif code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
             if self.generation < 0:
                 self.request_rejoin(name)  # the join is tried again on the next step
-        elif code in FATAL_ERRORS:
+        elif code in core.HEARTBEAT_FATAL_ERRORS:
             self.fatal = E.KafkaError(code, f"ConsumerGroupHeartbeat failed: {name}: {message or ''}".rstrip(": "),
                                       fatal=True)
-            self.consumer._report(self.fatal)
+            self.consumer.report(self.fatal)
         else:
             log.warning("group %s: heartbeat error %s %s", self.group_id, name, message or "")
 
@@ -168,10 +142,10 @@ class ConsumerMembership(ConsumerCoordinator):
         owned = set(self.subs.assignment)
         revoked, added = sorted(owned - target), sorted(target - owned)
         if revoked:
-            await self.consumer._maybe_auto_commit_sync(revoked)
-            await self.consumer._partitions_gone(revoked, lost=False)
+            await self.consumer.commit_before_revoke(revoked)
+            await self.consumer.partitions_gone(revoked, lost=False)
         if added or not owned:
-            await self.consumer._partitions_assigned(added, incremental=True)
+            await self.consumer.partitions_assigned(added, incremental=True)
         if revoked or added:
             self._ack_now = True  # tell the broker at once what we own now
             self._hb_wake.set()
@@ -179,13 +153,13 @@ class ConsumerMembership(ConsumerCoordinator):
                      self.member_id, len(self.subs.assignment))
 
     async def _names(self, topic_ids: list[uuid.UUID]) -> dict[uuid.UUID, str]:
-        return await topic_names(self.client, topic_ids, self.subs.subscription)
+        return await self.client.topic_names(topic_ids, self.subs.subscription)
 
     # ------------------------------------------------------------ leaving
     async def maybe_leave_group(self, reason: str) -> None:
         """A heartbeat at epoch -1 (-2 for a static member, which keeps its place)."""
         if self.coordinator is not None and self.generation >= 0:
-            epoch = STATIC_LEAVE_EPOCH if self.instance_id is not None else LEAVE_EPOCH
+            epoch = core.STATIC_LEAVE_EPOCH if self.instance_id is not None else core.LEAVE_EPOCH
             try:
                 await self._send(self._request(epoch), timeout=min(self.request_timeout, 5.0))
             except (RebalanceNeeded, *NET_ERRORS) as e:

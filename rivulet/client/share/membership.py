@@ -19,9 +19,7 @@ from collections.abc import Callable
 
 from rivulet.client import core
 from rivulet.client import errors as E
-from rivulet.client.client import KafkaClient, cancel_and_wait, wait_event
-from rivulet.client.coordinator import NET_ERRORS
-from rivulet.client.membership import FATAL_ERRORS, LEAVE_EPOCH, topic_names
+from rivulet.client.client import NET_ERRORS, KafkaClient, cancel_and_wait, wait_event
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol.errors import ApiError, ErrorCode
 
@@ -48,6 +46,7 @@ class ShareMembership:
         self.closing = False
 
     def subscribe(self, topics: list[str]) -> None:
+        """Called by AIOShareConsumer.subscribe."""
         self.subscription = sorted(set(topics))
         self.fatal = None
         if self._task is None or self._task.done():
@@ -55,6 +54,7 @@ class ShareMembership:
         self._wake.set()
 
     async def unsubscribe(self) -> None:
+        """Called by AIOShareConsumer.unsubscribe: leave the group."""
         self.subscription = []
         await self._stop()
         await self.leave()
@@ -95,7 +95,7 @@ class ShareMembership:
                   (time.monotonic() - started) * 1000)
         if resp.assignment is not None:
             wanted = [(tp.topic_id, list(tp.partitions)) for tp in resp.assignment.topic_partitions]
-            names = await topic_names(self.client, [t for t, _ in wanted], self.subscription)
+            names = await self.client.topic_names([t for t, _ in wanted], self.subscription)
             self.assignment = {(names[t], p) for t, ps in wanted if t in names for p in ps}
             self.on_assignment(self.assignment)
 
@@ -104,7 +104,7 @@ class ShareMembership:
             log.info("share group %s: heartbeat says %s; joining again", self.group_id, code.name)
             self.epoch = 0
             self._wake.set()
-        elif code in FATAL_ERRORS:
+        elif code in core.HEARTBEAT_FATAL_ERRORS:
             self.fatal = E.KafkaError(code, f"ShareGroupHeartbeat failed: {code.name}: {message or ''}".rstrip(": "),
                                       fatal=True)
             self.on_fatal(self.fatal)
@@ -114,7 +114,7 @@ class ShareMembership:
     async def leave(self) -> None:
         """Epoch -1: the group gives this member's partitions to the others at once."""
         if self.epoch > 0:
-            req = core.share_group_heartbeat_request(self.group_id, self.member_id, LEAVE_EPOCH, self.rack, None)
+            req = core.share_group_heartbeat_request(self.group_id, self.member_id, core.LEAVE_EPOCH, self.rack, None)
             try:
                 await self.client.send_to_coordinator(self.group_id, core.GROUP, req, lambda r: r.error_code,
                                                       deadline=time.monotonic() + 5.0)
@@ -126,6 +126,7 @@ class ShareMembership:
         self.on_assignment(set())
 
     async def close(self) -> None:
+        """Called by AIOShareConsumer.close: leave the group."""
         self.closing = True
         await self._stop()
         await self.leave()

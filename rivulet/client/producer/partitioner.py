@@ -211,6 +211,7 @@ class StickyPartitions:
         self.open: dict[str, tuple[Any, Any]] = {}
 
     def partition(self, topic: str, num_partitions: int, available: Sequence[int]) -> int:
+        """Called by the producer for a record without a key."""
         p = self._current.get(topic)
         if p is None or p >= num_partitions:
             p = self._choose(num_partitions, available, None)
@@ -219,6 +220,7 @@ class StickyPartitions:
         return p
 
     def batch_closed(self, topic: str, partition: int, num_partitions: int, available: Sequence[int]) -> None:
+        """Called by the producer's sender when a batch of the sticky partition closes."""
         if self._current.get(topic) == partition:
             self._current[topic] = self._choose(num_partitions, available, partition)
             self.open.pop(topic, None)

@@ -31,7 +31,7 @@ from rivulet.client.wakeup import Waker
 from rivulet.client.client import KafkaClient, cancel_and_wait, wait_event
 from rivulet.client.connection import RequestTimedOut
 from rivulet.client.stats import ClientStats
-from rivulet.client.subscription import SubscriptionState, TopicPartitionState, Validation
+from rivulet.client.consumer.subscription import SubscriptionState, TopicPartitionState, Validation
 from rivulet.client.types import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Message
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import records as rec
@@ -97,11 +97,13 @@ class FetchBuffer:
         return self.added - self.removed
 
     def put(self, chunk: Chunk) -> None:
+        """Called by the Fetcher with an answer's records for one partition."""
         self.added += chunk.nbytes
         self.chunks.append(chunk)
         self.notify()
 
     def put_error(self, m: Message) -> None:
+        """Called by the Fetcher and the consumer: an error event for the next poll()."""
         self.errors.append(m)
         self.notify()
 
@@ -167,6 +169,7 @@ class FetchBuffer:
             st.rewind()
 
     def clear(self) -> None:
+        """Called by the consumer's unsubscribe: drop what is buffered."""
         with self.lock:
             while self.chunks:
                 self.removed += self.chunks.popleft().nbytes
@@ -203,11 +206,13 @@ class Fetcher:
         self.on_error: Callable[[TP | None, E.KafkaError | None], None] = lambda tp, err: None
 
     def start(self) -> None:
+        """Called by the consumer's start()."""
         self.loop = asyncio.get_running_loop()
         self._waker.bind(self.loop)
         self._task = self.loop.create_task(self._run())
 
     async def stop(self) -> None:
+        """Called by the consumer's close()."""
         await cancel_and_wait(self._task)
         for t in list(self._tasks):
             t.cancel()

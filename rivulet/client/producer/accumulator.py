@@ -157,6 +157,7 @@ class RecordAccumulator:
         return not b.full and not b.attempts
 
     def add_unpartitioned(self, topic: str, partition: int, record: PendingRecord, size: int) -> None:
+        """Called by AIOProducer.produce for a record the sender partitions later."""
         self.unpartitioned.setdefault(topic, []).append((partition, record, size))
         self.queued_messages += 1
         self.queued_bytes += size
@@ -245,6 +246,7 @@ class RecordAccumulator:
         return out
 
     def release(self, batch: ProducerBatch) -> None:
+        """Called by the producer when a batch is done, to free its bytes."""
         self.queued_messages -= len(batch.records)
         self.queued_bytes -= batch.size - BATCH_OVERHEAD
 
@@ -253,6 +255,7 @@ class RecordAccumulator:
         return bool(dq)
 
     def all_batches(self) -> Iterable[ProducerBatch]:
+        """Read by the producer under the lock: every batch queued (retries included)."""
         for dq in self.batches.values():
             yield from dq
 

@@ -23,18 +23,19 @@ import threading
 import time
 from collections import defaultdict, deque
 from time import time_ns as _time_ns
-from typing import Any, Callable
+from typing import Any, Callable, Coroutine
 
 from rivulet.client import core
 from rivulet.client import errors as E
-from rivulet.client.accumulator import RECORD_OVERHEAD, PendingRecord, ProducerBatch, RecordAccumulator
-from rivulet.client.accumulator import make_record as _make_record
-from rivulet.client.accumulator import new_record as _new_record
+from rivulet.client.producer.accumulator import RECORD_OVERHEAD, PendingRecord, ProducerBatch, RecordAccumulator
+from rivulet.client.producer.accumulator import make_record as _make_record
+from rivulet.client.producer.accumulator import new_record as _new_record
 from rivulet.client.client import KafkaClient, wait_event, wait_future
 from rivulet.client.config import Config, resolve
 from rivulet.client.connection import RequestTimedOut
 from rivulet.client.errors import KafkaError, KafkaException
-from rivulet.client.partitioner import PARTITIONERS, StickyPartitions
+from rivulet.client.producer.partitioner import PARTITIONERS, StickyPartitions
+from rivulet.client.producer.transactions import TransactionManager
 from rivulet.client.stats import ClientStats, emit_every, run_stats_cb
 from rivulet.client.types import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, ClusterMetadata, Message
 from rivulet.common.types import TopicPartition as TP
@@ -204,10 +205,10 @@ class AIOProducer:
         if self.error_cb is not None:
             self.client.on_broker_error = self.on_error
         self.transactional_id: str | None = c["transactional.id"]
-        self.txn = None
+        self.txn: TransactionManager | None = None
         if self.transactional_id is not None:
-            from rivulet.client.transactions import TransactionManager
-            self.txn = TransactionManager(self, self.transactional_id, c["transaction.timeout.ms"])
+            self.txn = TransactionManager(_TxnHooks(self), self.client, self.request_timeout_ms,
+                                          self.transactional_id, c["transaction.timeout.ms"])
 
     def on_stats(self, doc: str) -> None:
         """Run stats_cb; the sync Producer defers it to poll()."""
@@ -443,7 +444,7 @@ class AIOProducer:
                 self.acc.flushing -= 1
 
     # ------------------------------------------------------------ transactions
-    def _txn_manager(self) -> Any:
+    def _txn_manager(self) -> TransactionManager:
         if self.txn is None:
             raise KafkaException(E.local("_NOT_CONFIGURED", "transactions need transactional.id to be set"))
         if self._closed:
@@ -533,21 +534,26 @@ class AIOProducer:
         except (ConnectionError, OSError, asyncio.TimeoutError) as e:
             log.debug("InitProducerId failed: %s", e)
             return False
-        if resp.error_code:
-            err = ErrorCode(resp.error_code)
+        code, pid = core.read_init_producer_id(resp)
+        if pid is None:
+            err = ErrorCode(code)
             if err.value in E.RETRIABLE_CODES:
                 return False
             self._fatal = E.broker_error(err, f"InitProducerId failed: {err.name}")
             self._accepting = False
             raise KafkaException(self._fatal)
+        self._new_producer_id(pid)
+        log.debug("producer id %d epoch %d", pid.producer_id, pid.epoch)
+        return True
+
+    def _new_producer_id(self, pid: core.ProducerIdAndEpoch) -> None:
+        """InitProducerId's answer, for idempotence here or from the TransactionManager."""
         with self.acc.lock:
-            self.idem.reset(resp.producer_id, resp.producer_epoch)
+            self.idem.reset(pid.producer_id, pid.epoch)
             self.idem.enabled = True
             # Everything queued (retries included) is numbered afresh under the new id.
             for b in self.acc.all_batches():
                 b.reset_sequence()
-        log.debug("producer id %d epoch %d", resp.producer_id, resp.producer_epoch)
-        return True
 
     async def _run(self) -> None:
         acc = self.acc
@@ -933,3 +939,47 @@ def _single(topic: str, partition: int, record: PendingRecord, size: int) -> Pro
     b.size += size
     b.has_callbacks = True
     return b
+
+
+class _TxnHooks:
+    """The producer as its TransactionManager sees it (``transactions.TxnProducer``)."""
+
+    __slots__ = ("_p",)
+
+    def __init__(self, producer: AIOProducer) -> None:
+        self._p = producer
+
+    def fence(self, err: KafkaError) -> None:
+        self._p._fatal = err
+        self._p._accepting = False
+
+    def accept_records(self, on: bool) -> None:
+        self._p._accepting = on and not self._p._closed
+
+    def new_producer_id(self, pid: core.ProducerIdAndEpoch) -> None:
+        self._p._new_producer_id(pid)
+
+    def producer_id(self) -> core.ProducerIdAndEpoch:
+        return core.ProducerIdAndEpoch(self._p.idem.producer_id, self._p.idem.epoch)
+
+    def epoch_bump_needed(self) -> bool:
+        return self._p.idem.reset_needed
+
+    def create_task(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task:
+        assert self._p.loop is not None  # transactions start after the producer
+        return self._p.loop.create_task(coro)
+
+    def fail_partitions(self, tps: set[TP], err: KafkaError) -> None:
+        self._p._fail_partitions(tps, err)
+
+    def wake(self) -> None:
+        self._p._wake()
+
+    async def flush(self, timeout: float) -> int:
+        return await self._p.flush(timeout)
+
+    def purge_queued(self, err: KafkaError) -> None:
+        self._p._fail_queued(err)
+
+    def requests_in_flight(self) -> bool:
+        return self._p._requests_in_flight()

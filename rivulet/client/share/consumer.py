@@ -20,9 +20,9 @@ from typing import Any
 from rivulet.client import errors as E
 from rivulet.client.client import KafkaClient, wait_event
 from rivulet.client.config import resolve
-from rivulet.client.share_fetcher import AckResult, ShareFetcher
-from rivulet.client.share_membership import ShareMembership
-from rivulet.client.share_session import Acknowledgements, AcknowledgeType
+from rivulet.client.share.fetcher import AckResult, ShareFetcher
+from rivulet.client.share.membership import ShareMembership
+from rivulet.client.share.session import Acknowledgements, AcknowledgeType
 from rivulet.client.types import Message, ShareMessage, TopicPartition
 from rivulet.common.types import TopicPartition as TP
 

@@ -26,9 +26,8 @@ from typing import Any
 
 from rivulet.client import core
 from rivulet.client import errors as E
-from rivulet.client.client import KafkaClient, cancel_and_wait, wait_event
-from rivulet.client.coordinator import NET_ERRORS
-from rivulet.client.share_session import GAP, Acknowledgements, ShareSessionHandler, merge
+from rivulet.client.client import NET_ERRORS, KafkaClient, cancel_and_wait, wait_event
+from rivulet.client.share.session import GAP, Acknowledgements, ShareSessionHandler, merge
 from rivulet.client.types import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, ShareMessage
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import records as rec
@@ -70,17 +69,21 @@ class ShareFetcher:
 
     # ------------------------------------------------------------ driving
     def start(self) -> None:
+        """Called by the share consumer's start()."""
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     def wake(self) -> None:
+        """Called by the share consumer when acknowledgements or a poll may let a ShareFetch go."""
         self._wake.set()
 
     def assign(self, partitions: Iterable[TP]) -> None:
+        """Called by the share consumer when the membership's assignment changes."""
         self.assigned = set(partitions)
         self.wake()
 
     def add_acks(self, acks: dict[TP, Acknowledgements]) -> None:
+        """Called by the share consumer's poll and commits with the acknowledgements made."""
         merge(self.pending, acks)
         self.wake()
 
@@ -301,6 +304,7 @@ class ShareFetcher:
         return out
 
     async def close(self) -> None:
+        """Called by the share consumer's close(): last acknowledgements at session epoch -1."""
         self.closed = True
         self.wake()
         await cancel_and_wait(self._task)

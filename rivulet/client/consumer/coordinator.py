@@ -22,14 +22,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 from rivulet.client import core
 from rivulet.client import errors as E
-from rivulet.client.assignors import Assignor, Member
-from rivulet.client.client import KafkaClient, wait_event
-from rivulet.client.connection import RequestTimedOut
-from rivulet.client.subscription import OffsetAndMetadata, SubscriptionState
+from rivulet.client.consumer.assignors import Assignor, Member
+from rivulet.client.client import NET_ERRORS, KafkaClient, wait_event
+from rivulet.client.consumer.subscription import OffsetAndMetadata, SubscriptionState
 from rivulet.protocol.consumer_protocol import (
     Subscription,
     decode_assignment,
@@ -41,12 +41,8 @@ from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.errors import ApiError as ProtocolError
 
-if TYPE_CHECKING:
-    from rivulet.client.consumer import AIOConsumer
-
 log = logging.getLogger("rivulet.consumer")
 
-NET_ERRORS = (ConnectionError, OSError, asyncio.TimeoutError, RequestTimedOut)
 _COORDINATOR_ERRORS = core.COORDINATOR_ERRORS
 
 UNJOINED, REBALANCING, STABLE = "unjoined", "rebalancing", "stable"
@@ -56,8 +52,42 @@ class RebalanceNeeded(Exception):
     """The join or sync has to start over (after whatever fixed the cause)."""
 
 
+class GroupConsumer(Protocol):
+    """What group membership (ConsumerCoordinator, ConsumerMembership) asks of the consumer it
+    serves. The consumer hands one over at construction, so the membership neither imports the
+    consumer nor reads its private state."""
+
+    @property
+    def rebalancing(self) -> asyncio.Lock:
+        """Held while the membership changes the assignment; close() waits for it."""
+
+    def wake(self) -> None:
+        """Let the consumer's main task look again (coordinator, joins, positions)."""
+
+    def fence(self, tps: Iterable[TP]) -> None:
+        """Hand out no more records of these partitions: others may own them already."""
+
+    async def partitions_assigned(self, tps: list[TP], incremental: bool) -> None:
+        """Take on partitions (on_assign first); ``incremental`` adds to what is owned."""
+
+    async def partitions_gone(self, tps: list[TP], lost: bool) -> None:
+        """Give partitions up: on_lost when the membership was lost, else on_revoke."""
+
+    async def commit_before_revoke(self, partitions: list[TP] | None = None) -> None:
+        """With auto-commit, commit the positions of partitions about to be given up (None: all)."""
+
+    def report(self, err: E.KafkaError) -> None:
+        """An error event for the application's next poll()."""
+
+    def in_poll(self) -> bool:
+        """A poll() is running now."""
+
+    def last_poll(self) -> float:
+        """When poll() was last called (monotonic seconds), for max.poll.interval.ms."""
+
+
 class ConsumerCoordinator:
-    def __init__(self, consumer: AIOConsumer, client: KafkaClient, subs: SubscriptionState,
+    def __init__(self, consumer: GroupConsumer, client: KafkaClient, subs: SubscriptionState,
                  conf: dict[str, Any], assignors: list[Assignor]) -> None:
         self.consumer = consumer
         self.client = client
@@ -93,9 +123,11 @@ class ConsumerCoordinator:
 
     # ------------------------------------------------------------ coordinator discovery
     def coordinator_unknown(self) -> bool:
+        """Asked by the consumer's main task before it (re)joins."""
         return self.coordinator is None
 
     async def ensure_coordinator_ready(self, deadline: float | None = None) -> int:
+        """Called by ensure_active_group, commits and offset fetches: FindCoordinator until found."""
         while self.coordinator is None:
             if deadline is not None and time.monotonic() >= deadline:
                 raise E.KafkaException(E.local("_TIMED_OUT", "timed out looking up the group coordinator"))
@@ -113,6 +145,7 @@ class ConsumerCoordinator:
         return self.coordinator
 
     def coordinator_dead(self, why: str) -> None:
+        """Called on a failed request or heartbeat: forget the coordinator, look it up again."""
         if self.coordinator is not None:
             log.info("group %s: coordinator %d is unavailable (%s); looking it up again", self.group_id,
                      self.coordinator, why)
@@ -132,6 +165,7 @@ class ConsumerCoordinator:
 
     # ------------------------------------------------------------ membership
     def request_rejoin(self, reason: str) -> None:
+        """Called by the consumer (subscription or pattern matches changed) and the heartbeats."""
         if not self.rejoin_needed:
             log.debug("group %s: rejoin requested: %s", self.group_id, reason)
         self.rejoin_needed = True
@@ -147,10 +181,11 @@ class ConsumerCoordinator:
         if self.subs.assignment:
             self.partitions_lost = True
             # Others may own them already: hand out nothing more of them.
-            self.consumer._fence(self.subs.assignment)
+            self.consumer.fence(self.subs.assignment)
         self.request_rejoin(reason)
 
     def need_rejoin(self) -> bool:
+        """Asked by the consumer's main task on each step."""
         if not self.subs.partitions_auto_assigned:
             return False
         return self.rejoin_needed or self._metadata_changed()
@@ -199,11 +234,11 @@ class ConsumerCoordinator:
         owned = self.subs.assigned_partitions()
         if self.partitions_lost and owned:
             self.partitions_lost = False
-            await self.consumer._partitions_gone(owned, lost=True)
+            await self.consumer.partitions_gone(owned, lost=True)
         elif not self.cooperative and owned and self.generation >= 0:
             # Eager: commit and give everything up before the group reshuffles it.
-            await self.consumer._maybe_auto_commit_sync()
-            await self.consumer._partitions_gone(owned, lost=False)
+            await self.consumer.commit_before_revoke()
+            await self.consumer.partitions_gone(owned, lost=False)
         self.partitions_lost = False
         self.state = REBALANCING
 
@@ -303,13 +338,13 @@ class ConsumerCoordinator:
             revoked = sorted(owned - assigned_set)
             added = sorted(assigned_set - owned)
             if revoked:
-                await self.consumer._maybe_auto_commit_sync(revoked)
-                await self.consumer._partitions_gone(revoked, lost=False)
+                await self.consumer.commit_before_revoke(revoked)
+                await self.consumer.partitions_gone(revoked, lost=False)
                 # The partitions we let go can now move: one more round hands them over.
                 self.request_rejoin("partitions revoked in a cooperative rebalance")
-            await self.consumer._partitions_assigned(added, incremental=True)
+            await self.consumer.partitions_assigned(added, incremental=True)
         else:
-            await self.consumer._partitions_assigned(sorted(assigned_set), incremental=False)
+            await self.consumer.partitions_assigned(sorted(assigned_set), incremental=False)
         log.info("group %s generation %d: member %s assigned %d partition(s)", self.group_id, self.generation,
                  self.member_id, len(self.subs.assignment))
 
@@ -341,21 +376,21 @@ class ConsumerCoordinator:
 
     def _poll_timed_out(self, now: float) -> bool:
         c = self.consumer
-        if self.poll_expired or c._in_poll or self.generation < 0:
+        if self.poll_expired or c.in_poll() or self.generation < 0:
             return self.poll_expired
-        if now - c._last_poll > self.max_poll_interval:
+        if now - c.last_poll() > self.max_poll_interval:
             log.warning("group %s: max.poll.interval.ms (%d ms) exceeded: poll() was not called in time; "
                         "leaving the group", self.group_id, int(self.max_poll_interval * 1000))
             self.poll_expired = True
-            c._report(E.local("_MAX_POLL_EXCEEDED",
+            c.report(E.local("_MAX_POLL_EXCEEDED",
                               f"Application maximum poll interval ({int(self.max_poll_interval * 1000)}ms) "
-                              f"exceeded by {int((now - c._last_poll - self.max_poll_interval) * 1000)}ms"))
+                              f"exceeded by {int((now - c.last_poll() - self.max_poll_interval) * 1000)}ms"))
             asyncio.get_running_loop().create_task(self._leave_after_poll_timeout())
             return True
         return False
 
     async def _leave_after_poll_timeout(self) -> None:
-        self.consumer._fence(self.subs.assignment)
+        self.consumer.fence(self.subs.assignment)
         await self.maybe_leave_group("consumer poll timeout has expired")
         self.reset_generation(True, "poll timeout expired")
 
@@ -383,7 +418,7 @@ class ConsumerCoordinator:
             self.coordinator_dead(name)
         elif code == ErrorCode.FENCED_INSTANCE_ID:
             self.fatal = E.KafkaError(code, "another consumer with this group.instance.id joined", fatal=True)
-            self.consumer._report(self.fatal)
+            self.consumer.report(self.fatal)
         else:
             log.warning("group %s: heartbeat error %s", self.group_id, name)
 
@@ -400,6 +435,7 @@ class ConsumerCoordinator:
         self.state = UNJOINED
 
     async def close(self) -> None:
+        """Called by the consumer's close(): stop heartbeating and leave the group."""
         self.closing = True
         if self._hb_task is not None:
             self._hb_task.cancel()
@@ -452,6 +488,7 @@ class ConsumerCoordinator:
 
     async def fetch_committed(self, partitions: list[TP], deadline: float | None = None
                               ) -> dict[TP, OffsetAndMetadata | None]:
+        """Called by the consumer's updateFetchPositions and committed(): OffsetFetch."""
         req = core.offset_fetch_request(self.group_id, partitions, require_stable=True)
         while True:
             try:

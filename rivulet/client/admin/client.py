@@ -18,8 +18,9 @@ from typing import Any, Iterable
 
 from rivulet.client import core
 from rivulet.client import errors as E
-from rivulet.client.client import KafkaClient, parse_bootstrap  # noqa: F401  (re-exported for older imports)
-from rivulet.client.config import resolve
+from rivulet.client.client import KafkaClient
+from rivulet.client.config import parse_bootstrap, resolve
+from rivulet.client.loop import LoopThread, stop_thread
 from rivulet.client.types import ClusterMetadata, TopicPartition
 from rivulet.common.types import TopicPartition as TP
 from rivulet.common.types import share_coordinator_key
@@ -531,23 +532,16 @@ class AsyncAdminClient:
     async def _per_leader(self, items: dict[TP, Any], build: Any, read: Any, what: str) -> dict[TP, Any]:
         """Send ``build(part of items)`` to each partition's leader and merge what ``read``
         finds, retrying partitions whose leader moved."""
-        out: dict[TP, Any] = {}
-        remaining = dict(items)
-        attempts = core.Attempts(self.client.backoff, time.monotonic() + self.request_timeout_ms / 1000)
+        retry: core.LeaderRetry[Any] = core.LeaderRetry(
+            items, what, core.Attempts(self.client.backoff, time.monotonic() + self.request_timeout_ms / 1000),
+            self.client.cluster, deadline_per_answer=True)
         while True:
-            retry: dict[TP, int] = {}
-            for node, tps in (await self._by_leader(remaining)).items():
-                res = read(await self.client.send(node, build({tp: remaining[tp] for tp in tps})))
-                out.update(res.ok)
-                for tp, code in res.errors.items():
-                    if core.action(code) in (core.Action.FAIL, core.Action.FIND_COORDINATOR) or attempts.expired():
-                        raise ApiError(ErrorCode(code), f"{what} {tp[0]}-{tp[1]}")
-                    retry[tp] = code
-                    self.client.cluster.forget_leader(*tp)
-            if not retry:
-                return out
-            remaining = {tp: items[tp] for tp in retry}
-            await asyncio.sleep(attempts.next_delay())
+            for node, tps in (await self._by_leader(retry.remaining)).items():
+                retry.on_results(read(await self.client.send(node, build({tp: items[tp] for tp in tps}))))
+            step = retry.next_round()
+            if step is None:
+                return retry.found
+            await asyncio.sleep(step.delay)
 
     async def list_offsets(self, specs: dict[TP, int], isolation_level: int = 0) -> dict[TP, tuple[int, int]]:
         """{(topic, partition): timestamp or -1 latest / -2 earliest / -3 max timestamp} ->
@@ -752,10 +746,9 @@ class AdminClient:
     """
 
     def __init__(self, conf: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        from rivulet.client.sync import LoopThread, _stop_thread
         config = resolve(conf, "admin", kwargs)
         self._lt = LoopThread("rivulet-admin")
-        self._finalizer = weakref.finalize(self, _stop_thread, self._lt)
+        self._finalizer = weakref.finalize(self, stop_thread, self._lt)
         self._aio = AsyncAdminClient(dict(config))
 
     def _spawn(self, coro: Any) -> None:

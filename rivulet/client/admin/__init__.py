@@ -1,0 +1,1 @@
+"""The admin clients: ``client.AsyncAdminClient`` and confluent-kafka's ``client.AdminClient``."""
