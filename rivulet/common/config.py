@@ -44,6 +44,7 @@ class ConfigSource(IntEnum):
     """Where a value comes from; the values are DescribeConfigs' ``config_source`` codes."""
 
     UNKNOWN = 0
+    UNKNOWN_CONFIG = 0  # confluent-kafka's name for it, which Rivulet's admin client keeps
     DYNAMIC_TOPIC_CONFIG = 1
     DYNAMIC_BROKER_CONFIG = 2
     DYNAMIC_DEFAULT_BROKER_CONFIG = 3

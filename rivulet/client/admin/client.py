@@ -22,6 +22,7 @@ from rivulet.client.client import KafkaClient
 from rivulet.client.config import parse_bootstrap, resolve
 from rivulet.client.loop import LoopThread, stop_thread
 from rivulet.client.types import ClusterMetadata, TopicPartition
+from rivulet.common.config import ConfigSource  # re-exported: DescribeConfigs' config_source codes
 from rivulet.common.types import TopicPartition as TP
 from rivulet.common.types import share_coordinator_key
 from rivulet.protocol.consumer_protocol import decode_assignment
@@ -65,16 +66,6 @@ class AlterConfigOpType(IntEnum):
     DELETE = 1
     APPEND = 2
     SUBTRACT = 3
-
-
-class ConfigSource(IntEnum):
-    UNKNOWN_CONFIG = 0
-    DYNAMIC_TOPIC_CONFIG = 1
-    DYNAMIC_BROKER_CONFIG = 2
-    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
-    STATIC_BROKER_CONFIG = 4
-    DEFAULT_CONFIG = 5
-    DYNAMIC_BROKER_LOGGER_CONFIG = 6
 
 
 class ConsumerGroupState(Enum):
