@@ -14,17 +14,9 @@ from typing import Any, Awaitable, Callable
 from rivulet.cli.common import CliError, add_connection_args, client_config, parse_kv, run_command
 from rivulet.cli.groups import topic_partitions
 from rivulet.cli.output import Column, add_format_arg, print_json, print_table
-from rivulet.client.admin.client import (
-    AsyncAdminClient,
-    ClientQuotaAlteration,
-    ClientQuotaAlterationOp,
-    ClientQuotaEntity,
-    ClientQuotaFilter,
-    ClientQuotaFilterComponent,
-    RESOURCE_CLIENT_METRICS,
-    RESOURCE_GROUP_CONFIG,
-    ResourceType,
-)
+from rivulet.client.admin.client import RESOURCE_CLIENT_METRICS, RESOURCE_GROUP_CONFIG, AsyncAdminClient, ResourceType
+from rivulet.client.admin.client import ClientQuotaAlteration, ClientQuotaAlterationOp, ClientQuotaEntity
+from rivulet.client.admin.client import ClientQuotaFilter, ClientQuotaFilterComponent
 from rivulet.client.core import EARLIEST, LATEST
 from rivulet.common.config import ConfigSource
 from rivulet.common.logs import LOG_FORMATS
