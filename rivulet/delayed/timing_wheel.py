@@ -355,6 +355,14 @@ class TimingWheel:
             if vid < self._wake_at:
                 self._wake_for(vid)
 
+    def _run(self, task: TimerTask) -> None:
+        """Run a task taken off the wheel; what it raises is reported, not propagated."""
+        self._size -= 1
+        try:
+            task.run()
+        except Exception as exc:
+            self._report(task, exc)
+
     def _run_due(self) -> int:
         # Swap the list first: tasks made due while draining wait a pass.
         due = self._draining = self._due
@@ -365,12 +373,8 @@ class TimingWheel:
                 task = due._pop_first()
                 if task is None:
                     return ran
-                self._size -= 1
                 ran += 1
-                try:
-                    task.run()
-                except Exception as exc:
-                    self._report(task, exc)
+                self._run(task)
         finally:
             self._draining = None
 
@@ -410,12 +414,8 @@ class TimingWheel:
                 if exp < due_before:
                     task._prev = task._next = None
                     task._bucket = None
-                    self._size -= 1
                     ran += 1
-                    try:
-                        task.run()
-                    except Exception as exc:
-                        self._report(task, exc)
+                    self._run(task)
                     continue
                 # Cascade to a finer level (never a coarser one); the links
                 # are overwritten below, so they were not cleared above.
