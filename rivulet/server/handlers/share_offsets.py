@@ -4,6 +4,7 @@ Kafka's authorization and response shapes around the group coordinator's share-o
 from __future__ import annotations
 
 import asyncio
+from typing import TypeVar
 
 from rivulet.coordinator.group_coordinator import GroupCoordinator
 from rivulet.coordinator.share_offsets import ShareOffsetsPartition, ShareOffsetsResult, ShareOffsetsTopic
@@ -80,9 +81,7 @@ class ShareOffsetHandlers:
     def handle_alter(self, header: RequestHeader, req: AlterShareGroupOffsetsRequest,
                      conn: KafkaConnection) -> Answer:
         if not self.authz.group(conn, Op.READ, req.group_id):
-            return asgor.AlterShareGroupOffsetsResponse(
-                throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
-                error_message=GROUP_AUTHORIZATION_MESSAGE)
+            return _group_refused(asgor.AlterShareGroupOffsetsResponse)
         readable = self.authz.allowed(conn, Op.READ, ResourceType.TOPIC, (t.topic_name for t in req.topics))
         refused = [ShareOffsetsTopic(t.topic_name, partitions=[
             ShareOffsetsPartition(p.partition_index, error=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
@@ -107,9 +106,7 @@ class ShareOffsetHandlers:
     def handle_delete(self, header: RequestHeader, req: DeleteShareGroupOffsetsRequest,
                       conn: KafkaConnection) -> Answer:
         if not self.authz.group(conn, Op.DELETE, req.group_id):
-            return dsgor.DeleteShareGroupOffsetsResponse(
-                throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
-                error_message=GROUP_AUTHORIZATION_MESSAGE)
+            return _group_refused(dsgor.DeleteShareGroupOffsetsResponse)
         names = list(dict.fromkeys(t.topic_name for t in req.topics))
         readable = self.authz.allowed(conn, Op.READ, ResourceType.TOPIC, names)
         refused = [ShareOffsetsTopic(n, error=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
@@ -136,3 +133,12 @@ def _described(group_id: str, result: ShareOffsetsResult, refused: list[ShareOff
                     partition_index=p.partition, start_offset=p.start_offset, leader_epoch=p.leader_epoch,
                     lag=p.lag, error_code=p.error, error_message=p.error_message)
                 for p in t.partitions]) for t in result.topics + refused])
+
+
+R = TypeVar("R", asgor.AlterShareGroupOffsetsResponse, dsgor.DeleteShareGroupOffsetsResponse)
+
+
+def _group_refused(response: type[R]) -> R:
+    """Alter/DeleteShareGroupOffsets' answer when the group itself is refused."""
+    return response(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                    error_message=GROUP_AUTHORIZATION_MESSAGE)
