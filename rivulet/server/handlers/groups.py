@@ -9,7 +9,7 @@ a ``Reply``.
 from __future__ import annotations
 
 import uuid
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 from rivulet.common.cluster import MetadataView
 from rivulet.common.time import Clock
@@ -71,6 +71,8 @@ from rivulet.server.answer import Answer, Reply
 from rivulet.server.handlers import Handler, partition_count
 from rivulet.server.network import KafkaConnection
 
+D = TypeVar("D")  # a DescribedGroup of ConsumerGroupDescribe or ShareGroupDescribe
+G = TypeVar("G")  # the group it describes
 
 
 def _by_topic_id(assignment: Mapping[uuid.UUID, Iterable[int]]) -> list[tuple[uuid.UUID, list[int]]]:
@@ -477,55 +479,54 @@ class GroupHandlers:
                 if include_ops and err == ErrorCode.NONE else OPERATIONS_NOT_REQUESTED))
         return dsr.DescribeGroupsResponse(throttle_time_ms=0, groups=out)
 
+    def _describe_each(self, conn: KafkaConnection, group_ids: list[str], described: Callable[..., D],
+                       lookup: Callable[[str], tuple[ErrorCode, str | None, G | None]],
+                       build: Callable[[str, G], D]) -> list[D]:
+        """Consumer/ShareGroupDescribe: each group the caller may describe, found by ``lookup``
+        and answered by ``build``; the others answered with their error."""
+        out = []
+        for gid in group_ids:
+            if not self.authz.group(conn, Op.DESCRIBE, gid):
+                out.append(described(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, group_id=gid))
+                continue
+            err, message, group = lookup(gid)
+            out.append(described(error_code=err, error_message=message, group_id=gid) if group is None
+                       else build(gid, group))
+        return out
+
     def handle_consumer_group_describe(self, header: RequestHeader, req: ConsumerGroupDescribeRequest,
                                        conn: KafkaConnection) -> cgdr.ConsumerGroupDescribeResponse:
-        out = []
-        for gid in req.group_ids:
-            if not self.authz.group(conn, Op.DESCRIBE, gid):
-                out.append(cgdr.DescribedGroup(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, group_id=gid))
-                continue
-            err, message, group = self.c.handle_consumer_group_describe(gid)
-            if group is None:
-                out.append(cgdr.DescribedGroup(error_code=err, error_message=message, group_id=gid))
-                continue
+        def assignment(parts: Any) -> cgdr.Assignment:
+            return cgdr.Assignment(topic_partitions=[
+                cgdr.TopicPartitions(topic_id=t, topic_name=self.metadata.topic_name(t) or "", partitions=ps)
+                for t, ps in _by_topic_id(parts)])
 
-            def assignment(parts: Any) -> cgdr.Assignment:
-                return cgdr.Assignment(topic_partitions=[
-                    cgdr.TopicPartitions(topic_id=t, topic_name=self.metadata.topic_name(t) or "", partitions=ps)
-                    for t, ps in _by_topic_id(parts)])
+        def build(gid: str, group: Any) -> cgdr.DescribedGroup:
             members = [cgdr.Member(
                 member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
                 client_id=m.client_id, client_host=m.client_host,
                 subscribed_topic_names=list(m.subscribed_topic_names), subscribed_topic_regex=m.subscribed_topic_regex,
                 assignment=assignment(m.assigned), target_assignment=assignment(group.target_assignment.get(
                     m.member_id, {})), member_type=0 if m.classic is not None else 1) for m in group.members.values()]
-            out.append(cgdr.DescribedGroup(
+            return cgdr.DescribedGroup(
                 error_code=ErrorCode.NONE, group_id=gid, group_state=group.state().value,
                 group_epoch=group.group_epoch, assignment_epoch=group.target_assignment_epoch,
                 assignor_name=preferred_assignor(group.members.values(), self.c.consumer_group_config),
                 members=members, authorized_operations=self.authz.operations(conn, ResourceType.GROUP, gid)
-                if req.include_authorized_operations else OPERATIONS_NOT_REQUESTED))
-        return cgdr.ConsumerGroupDescribeResponse(throttle_time_ms=0, groups=out)
+                if req.include_authorized_operations else OPERATIONS_NOT_REQUESTED)
+        return cgdr.ConsumerGroupDescribeResponse(throttle_time_ms=0, groups=self._describe_each(
+            conn, req.group_ids, cgdr.DescribedGroup, self.c.handle_consumer_group_describe, build))
 
     def handle_share_group_describe(self, header: RequestHeader, req: ShareGroupDescribeRequest,
                                     conn: KafkaConnection) -> sgdr.ShareGroupDescribeResponse:
-        out = []
-        for gid in req.group_ids:
-            if not self.authz.group(conn, Op.DESCRIBE, gid):
-                out.append(sgdr.DescribedGroup(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, group_id=gid))
-                continue
-            err, message, group = self.c.handle_share_group_describe(gid)
-            if group is None:
-                out.append(sgdr.DescribedGroup(error_code=err, error_message=message, group_id=gid))
-                continue
+        def build(gid: str, group: Any) -> sgdr.DescribedGroup:
             names = {t: self.metadata.topic_name(t) or "" for m in group.members.values() for t in m.assigned}
             if len(self.authz.allowed(conn, Op.DESCRIBE, ResourceType.TOPIC, set(names.values()))) < \
                     len(set(names.values())):
                 # As Kafka: the group is not shown with topics the caller may not describe.
-                out.append(sgdr.DescribedGroup(
+                return sgdr.DescribedGroup(
                     error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, group_id=gid,
-                    error_message="The group has described topic(s) that the client is not authorized to describe."))
-                continue
+                    error_message="The group has described topic(s) that the client is not authorized to describe.")
             members = [sgdr.Member(
                 member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.member_epoch, client_id=m.client_id,
                 client_host=m.client_host, subscribed_topic_names=list(m.subscribed_topic_names),
@@ -533,13 +534,14 @@ class GroupHandlers:
                     sgdr.TopicPartitions(topic_id=t, topic_name=names[t], partitions=ps)
                     for t, ps in _by_topic_id(m.assigned)]))
                 for m in group.members.values()]
-            out.append(sgdr.DescribedGroup(
+            return sgdr.DescribedGroup(
                 error_code=ErrorCode.NONE, group_id=gid, group_state=group.state().value,
                 group_epoch=group.group_epoch, assignment_epoch=group.target_assignment_epoch,
                 assignor_name=SHARE_ASSIGNOR.name, members=members,
                 authorized_operations=self.authz.operations(conn, ResourceType.GROUP, gid)
-                if req.include_authorized_operations else OPERATIONS_NOT_REQUESTED))
-        return sgdr.ShareGroupDescribeResponse(throttle_time_ms=0, groups=out)
+                if req.include_authorized_operations else OPERATIONS_NOT_REQUESTED)
+        return sgdr.ShareGroupDescribeResponse(throttle_time_ms=0, groups=self._describe_each(
+            conn, req.group_ids, sgdr.DescribedGroup, self.c.handle_share_group_describe, build))
 
     def handle_list_groups(
         self, header: RequestHeader, req: ListGroupsRequest, conn: KafkaConnection
