@@ -4,10 +4,28 @@ import itertools
 import sys
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from rivulet.testing import BrokerProcess
+
+_TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test by where it lives, so none is left unmarked: tests/unit are `fast`
+    unless marked `integration` themselves, tests/integration are `integration`."""
+    for item in items:
+        try:
+            area = item.path.resolve().relative_to(_TESTS).parts[0]
+        except ValueError:
+            continue
+        marked = {m.name for m in item.iter_markers()}
+        if area == "unit" and not marked & {"fast", "integration"}:
+            item.add_marker(pytest.mark.fast)
+        elif area == "integration" and "integration" not in marked:
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture(scope="module")
