@@ -17,7 +17,7 @@ _TESTS = Path(__file__).resolve().parent
 # heavy (CPU, memory, JVMs) or long and would slow their neighbours.
 _ALONE_MARKS = {"spark", "java", "go", "browser"}
 _ALONE_MODULES = {"test_replication_faults", "test_disk_full", "test_durability", "test_data_safety",
-                  "test_zk_broker_session", "test_cluster_coordinators"}
+                  "test_zk_broker_session", "test_cluster_coordinators", "test_network_partitions"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
