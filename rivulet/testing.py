@@ -49,7 +49,7 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
 
-    def start(self, timeout: float = 30.0) -> "BrokerProcess":
+    def start(self, timeout: float = 90.0) -> "BrokerProcess":
         args = [*self.prefix, sys.executable, "-m", "rivulet", "broker", "--log-level", os.environ.get("RIVULET_LOG", "warning")]
         for k, v in self.overrides.items():
             args += ["--override", f"{k}={v}"]

@@ -63,8 +63,7 @@ if [ ! -x .venv/bin/python ]; then
   fi
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
-# compat mode puts the checkout itself on sys.path, so Spark's discovery of data sources
-# (pkgutil.iter_modules) finds pyspark_rivulet, which an import-hook editable install hides.
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$extras]" \
-  --config-settings editable_mode=compat
+# A plain editable install: pyproject.toml's package-dir makes it a .pth line with the checkout,
+# so Spark's discovery of data sources (pkgutil.iter_modules) finds pyspark_rivulet.
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$extras]"
 echo "set up: .venv (activate it with '. .venv/bin/activate')"

@@ -4,10 +4,38 @@ import itertools
 import sys
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from rivulet.testing import BrokerProcess
+
+_TESTS = Path(__file__).resolve().parent
+# Tests that want the machine to themselves, run one at a time after the rest (.ci/run): Spark,
+# Kafka's JVM tools, franz-go's suite, the browser, and the fault tests whose kills and
+# stalls wait out session and request timeouts. They pass side by side too; they are only
+# heavy (CPU, memory, JVMs) or long and would slow their neighbours.
+_ALONE_MARKS = {"spark", "java", "go", "browser"}
+_ALONE_MODULES = {"test_replication_faults", "test_disk_full", "test_durability", "test_data_safety",
+                  "test_zk_broker_session", "test_cluster_coordinators", "test_network_partitions"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test by where it lives, so none is left unmarked: tests/unit are `fast`
+    unless marked `integration` themselves, tests/integration are `integration`; and `alone`
+    the ones .ci/run keeps to themselves."""
+    for item in items:
+        try:
+            area = item.path.resolve().relative_to(_TESTS).parts[0]
+        except ValueError:
+            continue
+        marked = {m.name for m in item.iter_markers()}
+        if marked & _ALONE_MARKS or item.path.stem in _ALONE_MODULES:
+            item.add_marker(pytest.mark.alone)
+        if area == "unit" and not marked & {"fast", "integration"}:
+            item.add_marker(pytest.mark.fast)
+        elif area == "integration" and "integration" not in marked:
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,6 @@ import asyncio
 import datetime as dt
 import re
 import sys
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +24,7 @@ from rivulet.cli.common import CliError, add_connection_args, client_config, run
 from rivulet.cli.output import Column, add_format_arg, print_json, print_table, progress
 from rivulet.client.admin.client import AsyncAdminClient
 from rivulet.client.core import EARLIEST, LATEST
+from rivulet.common.time import now_ms
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol.consumer_protocol import decode_assignment
 from rivulet.protocol.errors import ErrorCode, ApiError
@@ -243,7 +243,7 @@ async def compute_reset(admin: AsyncAdminClient, group: str, args: argparse.Name
                            "offset")
         return {tp: clamp(tp, current[tp] + args.shift_by) for tp in tps}
     if args.by_duration is not None:
-        ts = int(time.time() * 1000) - parse_duration_ms(args.by_duration)
+        ts = now_ms() - parse_duration_ms(args.by_duration)
     else:
         ts = parse_datetime(args.to_datetime)
     found = await list_offsets(admin, tps, ts)

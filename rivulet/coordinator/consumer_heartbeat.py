@@ -134,7 +134,6 @@ def heartbeat(group: ConsumerGroup, req: HeartbeatRequest, topics: MetadataView,
               now_ms: int) -> HeartbeatResult:
     """Answer a validated heartbeat of a member that is not leaving. ``group`` is the group as it
     stands (a new, empty one when it did not exist); nothing in it changes here."""
-    records: list[Record] = []
     member = group.members.get(req.member_id)
     # A static member (group.instance.id) that comes back under a new member id takes over its
     # old self: its assignment, without a rebalance.

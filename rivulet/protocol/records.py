@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import os
 import struct
-import time
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -43,6 +42,7 @@ from typing import Protocol
 
 from crc32c import crc32c
 
+from rivulet.common.time import now_ms
 from rivulet.protocol.compression import DEFAULT_MAX_DECOMPRESSED_SIZE, compress, decompress
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.record_walk import Faults, varint, walk_records
@@ -451,7 +451,7 @@ def _py_encode_batch(
     if base_timestamp is None:
         base_timestamp = records[0].timestamp
         if base_timestamp is None:
-            base_timestamp = int(time.time() * 1000)
+            base_timestamp = now_ms()
     base = base_timestamp
     max_ts = -(1 << 63)
     zz = _ZZ
@@ -553,7 +553,7 @@ def encode_batch(
     if base_timestamp is None:
         base_timestamp = records[0].timestamp
         if base_timestamp is None:
-            base_timestamp = int(time.time() * 1000)
+            base_timestamp = now_ms()
     if _c_encode_records is not None:
         try:
             attributes = compression | (TIMESTAMP_TYPE_MASK if timestamp_type == LOG_APPEND_TIME else 0)

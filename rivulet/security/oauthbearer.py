@@ -20,6 +20,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from rivulet.common.time import SYSTEM_CLOCK
 from rivulet.security.principal import USER_TYPE, KafkaPrincipal
 from rivulet.security.sasl import SaslAuthenticationError, SaslError
 
@@ -74,7 +75,7 @@ class UnsecuredValidator:
     scope_claim: str = "scope"
     required_scopes: frozenset[str] = frozenset()
     clock_skew_ms: int = 0
-    now_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
+    now_ms: Callable[[], int] = field(default=SYSTEM_CLOCK.milliseconds)
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], now_ms: Callable[[], int] | None = None) -> UnsecuredValidator:
@@ -146,7 +147,7 @@ class JwtValidator:
     scope_claim: str = "scope"
     clock_skew_s: int = 30
     refresh_ms: int = 3600000
-    now_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
+    now_ms: Callable[[], int] = field(default=SYSTEM_CLOCK.milliseconds)
     _keys: dict[str, Any] = field(default_factory=dict)
     _fetched_ms: int = -1
 

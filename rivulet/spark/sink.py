@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 import uuid
 from dataclasses import dataclass, field
 from itertools import chain
@@ -29,6 +28,7 @@ from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, St
 
 from rivulet.client import blocking, core
 from rivulet.client.types import ConsumerGroupMetadata, TopicPartition
+from rivulet.common.time import now_ms
 from rivulet.protocol.compression import CODEC_IDS
 from rivulet.protocol.errors import ErrorCode
 from rivulet.spark._options import (PRODUCER_REFUSED, SINK_KAFKA_OPTIONS, SINK_OPTIONS, check_kafka_options,
@@ -129,7 +129,7 @@ def _as_bytes(v: Any) -> bytes | None:
 
 def iter_rows(batches: Iterator[Any], default_topic: str | None) -> Iterator[tuple[str, int | None, Record]]:
     """(topic, partition or None, record) for each row of Arrow record batches."""
-    now = int(time.time() * 1000)
+    now = now_ms()
     for rb in batches:
         n = rb.num_rows
         if n == 0:

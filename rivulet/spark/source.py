@@ -33,6 +33,7 @@ from rivulet.client.blocking import BlockingClient, BlockingConnection
 from rivulet.client.connection import AuthenticationFailed, NotKafkaBroker
 from rivulet.security.client_config import sasl_credentials
 from rivulet.client.core import EARLIEST, LATEST
+from rivulet.common.time import SYSTEM_CLOCK
 from rivulet.common.types import TopicPartition as TP
 from rivulet.client.config import ssl_context
 from rivulet.spark._options import (CONSUMER_REFUSED, SOURCE_KAFKA_OPTIONS, SOURCE_OPTIONS, check_kafka_options,
@@ -477,7 +478,7 @@ class RivuletStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now: OffsetMap | None = None
         self._latest: OffsetMap = {}
         self._reported: OffsetMap = {}
-        self._last_trigger_ms = time.monotonic() * 1000  # for minOffsetsPerTrigger's maxTriggerDelay
+        self._last_trigger_ms = SYSTEM_CLOCK.monotonic_ms()  # for minOffsetsPerTrigger's maxTriggerDelay
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors get only the options: no sockets, no driver state.
@@ -520,7 +521,7 @@ class RivuletStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = rate_limit(limit.max_rows, begin, latest, new_start)
         else:
             end = latest
-        self._last_trigger_ms = time.monotonic() * 1000
+        self._last_trigger_ms = SYSTEM_CLOCK.monotonic_ms()
         return offsets_to_json(end)
 
     def _should_wait(self, begin: OffsetMap, latest: OffsetMap, new_start: OffsetMap, limit: ReadLimit) -> bool:
@@ -532,7 +533,7 @@ class RivuletStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         waiting = sum(max(0, end - begin.get(tp, new_start.get(tp, end))) for tp, end in latest.items())
         if waiting >= wanted:
             return False
-        return time.monotonic() * 1000 - self._last_trigger_ms < self.opts.max_trigger_delay_ms
+        return SYSTEM_CLOCK.monotonic_ms() - self._last_trigger_ms < self.opts.max_trigger_delay_ms
 
     def reportLatestOffset(self) -> dict | None:
         return offsets_to_json(self._latest) if self._latest else None

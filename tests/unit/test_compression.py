@@ -217,7 +217,8 @@ def test_zstd_without_declared_content_size() -> None:
 
 
 @pytest.mark.parametrize("codec", COMPRESSING)
-@pytest.mark.parametrize("bad", [b"", b"\x00", b"garbage", os.urandom(64), bytes(64)])
+@pytest.mark.parametrize("bad", [b"", b"\x00", b"garbage", os.urandom(64), bytes(64)],
+                         ids=["empty", "zero", "word", "random", "zeros"])
 def test_garbage_is_corrupt_message(codec: int, bad: bytes) -> None:
     if codec == SNAPPY and bad in (b"\x00",):
         # A raw snappy block for the empty string is exactly b"\x00".

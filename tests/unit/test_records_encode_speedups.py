@@ -204,7 +204,7 @@ encode_kwargs = st.fixed_dictionaries(
 
 def outcome(fn: Any, recs: Any, kw: dict[str, Any]) -> Any:
     # A batch without any timestamp takes "now": the same now for both encoders.
-    with mock.patch.object(records.time, "time", return_value=1_234_567.891):
+    with mock.patch.object(records, "now_ms", return_value=1_234_567_891):
         try:
             return ("ok", fn(recs, **kw))
         except Exception as exc:  # noqa: BLE001 - every exception must match

@@ -5,7 +5,6 @@ python records pip's calls, so nothing is installed."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path

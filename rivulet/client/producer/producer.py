@@ -22,7 +22,6 @@ import logging
 import threading
 import time
 from collections import defaultdict, deque
-from time import time_ns as _time_ns
 from typing import Any, Callable, Coroutine
 
 from rivulet.client import core
@@ -38,6 +37,7 @@ from rivulet.client.producer.partitioner import PARTITIONERS, StickyPartitions
 from rivulet.client.producer.transactions import TransactionManager
 from rivulet.client.stats import ClientStats, emit_every, run_stats_cb
 from rivulet.client.types import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, ClusterMetadata, Message
+from rivulet.common.time import now_ms
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import compression
 from rivulet.protocol.errors import ErrorCode
@@ -310,7 +310,7 @@ class AIOProducer:
             hdrs, hsize = _headers(headers)
             size += hsize
         if not timestamp:
-            timestamp = _time_ns() // 1_000_000
+            timestamp = now_ms()
         cb = on_delivery or callback or self.default_cb
         if _make_record is not None:
             record = _make_record(PendingRecord, key, value, hdrs, timestamp, cb, _future)
