@@ -9,14 +9,19 @@ there first; the loser's call returns False and does nothing.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .timing_wheel import TimerTask
 
-if TYPE_CHECKING:
-    from .purgatory import DelayedOperationPurgatory
+__all__ = ["DelayedOperation", "OperationCounts"]
 
-__all__ = ["DelayedOperation"]
+
+class OperationCounts(Protocol):
+    """What an operation tells the purgatory that counts it among its delayed ones."""
+
+    def _record_expiration(self) -> None: ...
+
+    def _left_timer(self) -> None: ...
 
 
 class DelayedOperation(TimerTask):
@@ -33,7 +38,7 @@ class DelayedOperation(TimerTask):
         super().__init__(int(delay_ms))
         self._completed = False
         # Set while the operation is counted in a purgatory's delayed().
-        self._purgatory: DelayedOperationPurgatory | None = None
+        self._purgatory: OperationCounts | None = None
 
     # -- to implement ---------------------------------------------------------
 
