@@ -223,17 +223,40 @@ def test_admin_apis(broker):
 # -------------------------------------------------------------- consume-transform-produce
 
 # librdkafka's exactly-once loop, run as its own process so the test can crash it with kill -9
-# like any application. It prints the size of every committed transaction.
+# like any application. It prints the size of every committed transaction, and "call NAME"
+# before / "done NAME" after each blocking transactional call so that the test can see one that
+# overruns its timeout. A fifth argument turns librdkafka's debug log on (to the worker's stderr).
 CTP_WORKER = r"""
-import sys
+import sys, time
 from confluent_kafka import Consumer, KafkaException, Producer
 bootstrap, source, sink, group = sys.argv[1:5]
-producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "ctp-" + group, "linger.ms": 5,
-                     "transaction.timeout.ms": 10000})
-producer.init_transactions(60)
+debug = {"debug": "eos,protocol,broker,cgrp,topic"} if len(sys.argv) > 5 else {}
 consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
                      "auto.offset.reset": "earliest", "isolation.level": "read_committed",
-                     "session.timeout.ms": 6000, "fetch.wait.max.ms": 100})
+                     "session.timeout.ms": 6000, "fetch.wait.max.ms": 100, **debug})
+
+def call(name, fn, *args):  # traced; a retriable error (a timeout) is retried, as the API asks
+    while True:
+        print("call", name, flush=True)
+        t = time.monotonic()
+        try:
+            return fn(*args)
+        except KafkaException as e:
+            if not e.args[0].retriable() or e.args[0].txn_requires_abort():
+                raise
+        finally:
+            print("done", name, round(time.monotonic() - t, 1), flush=True)
+
+def new_producer():
+    # With its only broker down, librdkafka >= 2.10 re-bootstraps and decommissions the broker; a
+    # group coordinator cached on it then holds send_offsets_to_transaction past its timeout, with no
+    # request sent (librdkafka issues 5511 and 5456, client-side; Kafka's single broker alike).
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": "ctp-" + group, "linger.ms": 5,
+                  "transaction.timeout.ms": 10000, "metadata.recovery.strategy": "none", **debug})
+    call("init_transactions", p.init_transactions, 60)
+    return p
+
+producer = new_producer()
 consumer.subscribe([source])
 while True:
     msgs = [m for m in consumer.consume(25, 0.5) if not m.error()]
@@ -243,15 +266,23 @@ while True:
     try:
         for m in msgs:
             producer.produce(sink, key=m.key(), value=m.value() + b"-out", partition=m.partition())
-        producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
-                                             consumer.consumer_group_metadata(), 30)
-        producer.commit_transaction(30)
+        call("send_offsets_to_transaction", producer.send_offsets_to_transaction,
+             consumer.position(consumer.assignment()), consumer.consumer_group_metadata(), 30)
+        call("commit_transaction", producer.commit_transaction, 30)
     except KafkaException as e:
-        if not e.args[0].txn_requires_abort():
-            raise
-        producer.abort_transaction(30)
+        try:
+            if not e.args[0].txn_requires_abort():
+                raise
+            call("abort_transaction", producer.abort_transaction, 30)
+        except KafkaException as f:
+            if not f.args[0].fatal():
+                raise
+            # Fenced: the broker aborted the transaction with a new epoch, for instance when it
+            # outlived transaction.timeout.ms while the broker was down. A new producer takes over.
+            print("fatal", f.args[0], flush=True)
+            producer = new_producer()
         # Rewind to the committed offsets: the aborted records will be read again.
-        for tp in consumer.committed(consumer.assignment(), 30):
+        for tp in call("committed", consumer.committed, consumer.assignment(), 30):
             consumer.seek(tp)
         continue
     print(len(msgs), flush=True)
@@ -259,22 +290,45 @@ while True:
 
 
 class CtpWorker:
-    def __init__(self, bootstrap: str, source: str, sink: str, group: str, progress: list[int]) -> None:
+    def __init__(self, bootstrap: str, source: str, sink: str, group: str, progress: list[int],
+                 debug_log: str | None = None) -> None:
         import subprocess
         import sys
-        self.proc = subprocess.Popen([sys.executable, "-c", CTP_WORKER, bootstrap, source, sink, group],
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.calls: list[tuple[str, float, float | None]] = []  # (name, started, seconds or None)
+        self.fatal: list[str] = []
+        args = [sys.executable, "-c", CTP_WORKER, bootstrap, source, sink, group]
+        self.stderr = open(debug_log, "a") if debug_log else None
+        self.proc = subprocess.Popen(args + (["debug"] if debug_log else []), stdout=subprocess.PIPE,
+                                     stderr=self.stderr or subprocess.DEVNULL, text=True)
         self.reader = threading.Thread(target=self._read, args=(progress,), daemon=True)
         self.reader.start()
 
     def _read(self, progress: list[int]) -> None:
         for line in self.proc.stdout:
-            if line.strip().isdigit():
-                progress.append(int(line))
+            word, _, rest = line.strip().partition(" ")
+            if word.isdigit():
+                progress.append(int(word))
+            elif word == "call":
+                self.calls.append((rest, time.monotonic(), None))
+            elif word == "done" and self.calls:
+                name, started, _ = self.calls[-1]
+                self.calls[-1] = (name, started, time.monotonic() - started)
+            elif word == "fatal":
+                self.fatal.append(rest)
+
+    def overrun(self, limit: float) -> str | None:
+        """The call that has been (or was) blocked longer than ``limit`` seconds, if any."""
+        for name, started, took in list(self.calls):
+            took = time.monotonic() - started if took is None else took
+            if took > limit:
+                return f"{name} blocked for {took:.0f} s"
+        return None
 
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait()
+        if self.stderr:
+            self.stderr.close()
 
 
 def _supports_txn_offset_commit(broker) -> bool:
@@ -323,6 +377,78 @@ def test_consume_transform_produce_exactly_once_across_kill9(broker_factory):
     assert sorted(out) == sorted(b"m%04d-out" % i for i in range(n)), (len(out), len(set(out)))
     # Transactions cut short left their records in the log: only read_uncommitted sees them.
     assert len(consume(b.bootstrap, sink, "read_uncommitted", 2)) >= len(out)
+
+
+class _Load:
+    """Other clients keeping the broker busy: an idempotent producer writing as fast as it can."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.bootstrap, self.topic = bootstrap, topic
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        from confluent_kafka import Producer
+        p = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "linger.ms": 2,
+                      "message.timeout.ms": 600000, "queue.buffering.max.messages": 20000})
+        while not self.stopping.is_set():
+            try:
+                p.produce(self.topic, value=b"x" * 200)
+            except BufferError:
+                p.poll(0.05)
+            p.poll(0)
+        p.flush(5)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(30)
+
+
+def test_consume_transform_produce_keeps_its_timeouts_across_broker_kill9s(broker_factory, tmp_path):
+    """The loop stays alive while the broker is killed five times under load, sometimes for longer
+    than the group's session or the transaction's timeout: every transactional call returns within
+    its timeout (with a margin for the busy machine) and the output holds each input once."""
+    from confluent_kafka import Producer
+    b = broker_factory({"log.flush.interval.messages": "1",
+                        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"})
+    source, sink = "ctpl-in", "ctpl-out"
+    for t in (source, sink, "ctpl-load"):
+        create_topic(b.bootstrap, t, 2)
+    n = 1200
+    p = Producer({"bootstrap.servers": b.bootstrap, "enable.idempotence": True})
+    for i in range(n):
+        p.produce(source, value=b"m%04d" % i, partition=i % 2)
+    assert p.flush(30) == 0
+
+    debug_log = tmp_path / "librdkafka.log"
+    progress: list[int] = []
+    load = _Load(b.bootstrap, "ctpl-load")
+    worker = CtpWorker(b.bootstrap, source, sink, "ctpl", progress, str(debug_log))
+
+    def healthy() -> bool:
+        stuck = worker.overrun(90)  # every call has a 30 s timeout (init_transactions 60 s)
+        assert stuck is None, f"{stuck}; librdkafka's log: {debug_log}"
+        assert worker.proc.poll() is None, (worker.fatal, worker.proc.returncode)
+        return True
+
+    def read_all() -> bool:
+        return healthy() and len(consume(b.bootstrap, sink, "read_committed", 2, timeout=30)) >= n
+
+    try:
+        # Down for less and for more than session.timeout.ms (6 s) and transaction.timeout.ms (10 s).
+        for down in (3, 8, 13, 5, 11):
+            target = sum(progress) + 50
+            wait_for(lambda: healthy() and sum(progress) >= target, timeout=240)
+            b.kill()
+            time.sleep(down)
+            b.start()
+        wait_for(read_all, timeout=300)
+    finally:
+        worker.kill()
+        load.stop()
+    out = consume(b.bootstrap, sink, "read_committed", 2)
+    assert sorted(out) == sorted(b"m%04d-out" % i for i in range(n)), (len(out), len(set(out)))
 
 
 def test_compacted_offsets_keep_the_committed_transaction_not_the_aborted_one(broker_factory):
