@@ -10,7 +10,8 @@ conditions use librdkafka's negative codes (``_PARTITION_EOF``, ``_MSG_TIMED_OUT
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import Any, Callable
 
 from rivulet.client import core
 from rivulet.protocol.errors import ErrorCode
@@ -169,3 +170,12 @@ def local(name: str, reason: str | None = None, **kw: Any) -> KafkaError:
 
 def broker_error(code: int, message: str | None = None) -> KafkaError:
     return KafkaError(code, message or _NAMES.get(int(code)))
+
+
+def call_error_cb(error_cb: Callable[[KafkaError], object], err: KafkaError) -> None:
+    """Hand ``err`` to the application's error_cb; what the callback raises is logged, never
+    propagated into the client."""
+    try:
+        error_cb(err)
+    except Exception:
+        logging.getLogger("rivulet.client").exception("error_cb raised")

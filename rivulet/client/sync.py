@@ -79,10 +79,7 @@ class Producer:
             self._cond.notify_all()
 
     def _call_error_cb(self, err: E.KafkaError) -> int:
-        try:
-            self._aio.error_cb(err)
-        except Exception:
-            log.exception("error_cb raised")
+        E.call_error_cb(self._aio.error_cb, err)
         return 1
 
     def produce(self, topic: str, value: Any = None, key: Any = None, partition: int | None = -1,

@@ -161,10 +161,7 @@ class AIOConsumer:
 
     def on_error(self, err: E.KafkaError) -> None:
         """Run error_cb; the sync Consumer defers it to poll()."""
-        try:
-            self.error_cb(err)
-        except Exception:
-            log.exception("error_cb raised")
+        E.call_error_cb(self.error_cb, err)
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:

@@ -228,10 +228,7 @@ class AIOProducer:
 
     def on_error(self, err: KafkaError) -> None:
         """Run error_cb; the sync Producer defers it to poll()."""
-        try:
-            self.error_cb(err)
-        except Exception:
-            log.exception("error_cb raised")
+        E.call_error_cb(self.error_cb, err)
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:

@@ -81,10 +81,7 @@ class AIOShareConsumer:
     def _report(self, err: E.KafkaError) -> None:
         self._errors.append(Message(None, -1, error=err))
         if self.error_cb is not None:
-            try:
-                self.error_cb(err)
-            except Exception:
-                log.exception("error_cb raised")
+            E.call_error_cb(self.error_cb, err)
         self.fetcher.arrived.set()
 
     # ------------------------------------------------------------ subscription
