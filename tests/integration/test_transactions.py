@@ -439,7 +439,7 @@ def test_consume_transform_produce_keeps_its_timeouts_across_broker_kill9s(broke
         # Down for less and for more than session.timeout.ms (6 s) and transaction.timeout.ms (10 s).
         for down in (3, 8, 13, 5, 11):
             target = sum(progress) + 50
-            wait_for(lambda: healthy() and sum(progress) >= target, timeout=240)
+            wait_for(lambda target=target: healthy() and sum(progress) >= target, timeout=240)
             b.kill()
             time.sleep(down)
             b.start()
