@@ -44,6 +44,18 @@ def create_topic(cluster: ZkCluster, topic: str, partitions: int = 1, **config: 
     for p in range(partitions):
         eventually(lambda p=p: cluster.zk.exists(f"/brokers/topics/{topic}/partitions/{p}/state")
                    and sorted(cluster.partition_state(topic, p)["isr"]) == [1, 2, 3], what="a leader and full ISR")
+    # The controller's UpdateMetadata reaches each broker a moment after ZooKeeper has the
+    # state, as in Kafka: wait until every broker answers Metadata with the topic's leaders.
+    for b in cluster.brokers.values():
+        eventually(lambda b=b: _leaders_known(b.bootstrap, topic, partitions),
+                   what=f"broker at {b.bootstrap} to know {topic}'s leaders")
+
+
+def _leaders_known(bootstrap: str, topic: str, partitions: int) -> bool:
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    t = md.topics.get(topic)
+    return (t is not None and t.error is None and len(t.partitions) == partitions
+            and all(p.leader >= 0 for p in t.partitions.values()))
 
 
 class Writer(threading.Thread):
