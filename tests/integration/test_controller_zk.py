@@ -179,6 +179,8 @@ def test_election_new_topic_broker_loss_and_failover(run):
         await cl.stop_controller(1)  # the controller dies (kill -9): 2 takes over with epoch 2
         await eventually(lambda: c2.is_active)
         assert c2.epoch == 2 and cl.admin.get_controller_epoch().epoch == 2
+        # Active first, then it reads the topics from ZooKeeper: wait for them to be loaded.
+        await eventually(lambda: TP in c2.ctx.leadership)
         assert c2.ctx.leadership[TP] == cl.state()
         await eventually(lambda: rec2.of(UpdateMetadataRequest, broker=3))
     run(scenario)
