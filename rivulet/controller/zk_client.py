@@ -119,6 +119,26 @@ class KafkaZkClient:
         self.zk.ensure_path(z.SEQID)
         return self.zk.set(z.SEQID, b"", version=-1).version
 
+    # ------------------------------------------------------------ finalized features
+    def get_or_create_features(self, defaults: dict[str, int]) -> tuple[dict[str, int], int]:
+        """/feature's levels and znode version, created with ``defaults`` when absent."""
+        try:
+            self.zk.create(z.FEATURE, z.encode_features(defaults))
+        except NodeExistsError:
+            pass
+        return self.get_features()
+
+    def get_features(self, watch: Watcher | None = None) -> tuple[dict[str, int], int]:
+        data, stat = self.zk.get(z.FEATURE, watch=watch)
+        return z.decode_features(data), stat.version
+
+    def set_features(self, levels: dict[str, int], expected_version: int) -> int | None:
+        """Write /feature if its version is still ``expected_version``: the new version, or None."""
+        try:
+            return self.zk.set(z.FEATURE, z.encode_features(levels), version=expected_version).version
+        except BadVersionError:
+            return None
+
     # ------------------------------------------------------------ brokers
     def register_broker(self, info: z.BrokerRegistration, wait_s: float = 0.0) -> int:
         """Create the ephemeral /brokers/ids/<id>; returns the broker epoch (its czxid).

@@ -38,6 +38,7 @@ LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
 CLUSTER_ID = "/cluster/id"
 LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 CONSUMERS = "/consumers"  # the pre-0.9 consumers' root, still created by every broker
+FEATURE = "/feature"  # the cluster's finalized feature levels (KIP-584's FeatureZNode)
 CONFIG_ENTITY_TYPES = ("topics", "clients", "users", "brokers", "ips")
 # Group configs (Kafka keeps them in KRaft's metadata only): /config/groups/<group>, beside the others.
 GROUP_CONFIG_ENTITY = "groups"
@@ -150,6 +151,20 @@ class BrokerRegistration:
                     for name, v in (doc.get("features") or {}).items()}
         return cls(broker_id, endpoints, doc.get("rack"), int(doc.get("jmx_port", -1)),
                    int(doc.get("timestamp", 0)), epoch, features)
+
+
+def encode_features(levels: dict[str, int]) -> bytes:
+    """The FeatureZNode: status 1 (enabled), each finalized feature's level as its max."""
+    return _dump({"version": 1, "status": 1, "features": {
+        name: {"min_version_level": 1, "max_version_level": level} for name, level in sorted(levels.items())}})
+
+
+def decode_features(data: bytes) -> dict[str, int]:
+    doc = _load(data)
+    if doc.get("status", 1) != 1:  # a disabled FeatureZNode finalizes nothing
+        return {}
+    return {name: int(v["max_version_level"]) for name, v in (doc.get("features") or {}).items()
+            if int(v["max_version_level"]) > 0}
 
 
 def _parse_endpoint(s: str, protocols: dict[str, str]) -> EndPoint:

@@ -34,6 +34,7 @@ from rivulet.server.coordinator_leadership import CoordinatorLeadership
 from rivulet.server.acls import AclManager, Authz, build_authorizer
 from rivulet.server.client_metrics import ClientMetricsManager, EveryReceiver, LastPayloads, TelemetryReceiver
 from rivulet.server.dynamic_config import DynamicBrokerConfig
+from rivulet.server.features import FeatureLevels, supported_features
 from rivulet.server.fd_limit import describe as describe_fd_limit
 from rivulet.server.fd_limit import raise_open_file_limit
 from rivulet.server.metadata import MetadataStore
@@ -161,6 +162,11 @@ class Broker:
         # Group configs (GROUP config resources): in ZooKeeper in a cluster, else beside the dynamic configs.
         self.group_configs = GroupConfigs(config.items(),
                                           self.cluster if self.cluster is not None else self.dynamic_config)
+        # Finalized feature levels: ZooKeeper's /feature in a cluster, this broker's metadata otherwise.
+        self.features = FeatureLevels(
+            self.node_id, supported_features(config["group.share.enable"]),
+            self.cluster if self.cluster is not None else self.dynamic_config,
+            self.cluster.supported_features if self.cluster is not None else dict)
         # Built before anything binds, so that a SASL set-up Rivulet cannot serve stops start-up.
         self.sasl_listeners: dict[str, SaslListenerConfig] = {
             name: sasl_listener_config(config, name, self.scram.lookup) for name, protocol in config.security_protocols.items()
@@ -273,7 +279,7 @@ class Broker:
                               quotas=self.quotas, cluster=self.cluster, log_dir_mover=self.log_dir_mover,
                               authz=Authz(authorizer), acls=self.acls, scram=self.scram,
                               client_metrics=self.client_metrics, group_configs=self.group_configs,
-                              share_partitions=share, share_coordinator=shares)
+                              share_partitions=share, share_coordinator=shares, features=self.features)
         if self.metrics is not None:
             self._add_collectors(rm, groups)
         if self.cluster is not None:
@@ -283,7 +289,8 @@ class Broker:
                 topic_config=topics.apply_topic_config, user_config=self.scram.set_user,
                 client_metrics=self.client_metrics.set_subscription, group_config=self.group_configs.set_group,
                 acls=authorizer.replace if authorizer is not None else ClusterChangeListeners.acls,
-                session_health=self._on_session_health))
+                session_health=self._on_session_health, features=self.features.set_finalized),
+                self.features.supported)
         await self.socket_server.start_serving(self.apis)
         if self.cluster is not None:
             self.cluster.start_controller()
