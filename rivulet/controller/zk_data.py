@@ -38,6 +38,9 @@ LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
 CLUSTER_ID = "/cluster/id"
 LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 CONSUMERS = "/consumers"  # the pre-0.9 consumers' root, still created by every broker
+DELEGATION_TOKENS = "/delegation_token/tokens"  # <token id>: the token's information
+TOKEN_CHANGES = "/delegation_token/token_changes"  # sequential notifications naming a changed token
+TOKEN_CHANGE_PREFIX = "token_change_"
 FEATURE = "/feature"  # the cluster's finalized feature levels (KIP-584's FeatureZNode)
 CONFIG_ENTITY_TYPES = ("topics", "clients", "users", "brokers", "ips")
 # Group configs (Kafka keeps them in KRaft's metadata only): /config/groups/<group>, beside the others.

@@ -35,6 +35,8 @@ from rivulet.server.config import BrokerConfig
 from rivulet.server.handlers import Handler
 from rivulet.server.handlers.acls import AclHandlers
 from rivulet.server.handlers.configs import ConfigHandlers
+from rivulet.server.delegation_tokens import DelegationTokens
+from rivulet.server.handlers.delegation_tokens import DelegationTokenHandlers
 from rivulet.server.features import GROUP_VERSION, SHARE_VERSION, FeatureLevels
 from rivulet.server.handlers.features import FeatureHandlers
 from rivulet.server.handlers.controller import CLUSTER_MODE_VERSIONS, ControllerHandlers, PartitionAdmin, \
@@ -103,6 +105,10 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     35: (0, 5),   # DescribeLogDirs
     36: (0, 2),   # SaslAuthenticate
     37: (0, 3),   # CreatePartitions
+    38: (1, 3),   # CreateDelegationToken (v0 left in Kafka 4.0, KIP-896)
+    39: (1, 2),   # RenewDelegationToken
+    40: (1, 2),   # ExpireDelegationToken
+    41: (1, 3),   # DescribeDelegationToken
     42: (0, 2),   # DeleteGroups
     43: (0, 2),   # ElectLeaders
     44: (0, 1),   # IncrementalAlterConfigs
@@ -167,6 +173,7 @@ class KafkaApis:
                  client_metrics: ClientMetricsManager,
                  group_configs: GroupConfigs, share_partitions: SharePartitionManager,
                  share_coordinator: ShareCoordinator, features: FeatureLevels,
+                 delegation_tokens: DelegationTokens,
                  metadata_cache: MetadataCache | None = None, broker_epoch: Callable[[], int] | None = None,
                  cluster: ZkClusterMember | None = None) -> None:
         """``metadata_cache`` (with ``broker_epoch``, this broker's registration epoch) is given in
@@ -197,6 +204,7 @@ class KafkaApis:
             AclHandlers(acls, authz),
             ScramHandlers(scram, authz),
             FeatureHandlers(features, authz),
+            DelegationTokenHandlers(delegation_tokens, authz),
             SaslHandlers(),
             LogDirHandlers(topics.log_manager, log_dir_mover, authz),
             TopicHandlers(topics, replica_manager, config, node, cluster_id, quotas.controller_mutation, authz,

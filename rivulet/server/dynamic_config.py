@@ -23,7 +23,8 @@ file, under ``client-quotas``: Kafka keeps them beside the dynamic configs too; 
 single node's ACLs, under ``acls``, and its users' SCRAM credentials, under
 ``scram-credentials``, its KIP-714 subscriptions (CLIENT_METRICS resources), under
 ``client-metrics``, its groups' configs, under ``group-configs``, and its finalized feature
-levels, under ``finalized-features`` (a cluster keeps these in ZooKeeper).
+levels, under ``finalized-features``, and its delegation tokens, under ``delegation-tokens`` (a
+cluster keeps these in ZooKeeper).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from rivulet.common.config import ConfigEntry, ConfigError, ConfigSource, Config
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.security.acls import AclBinding, AclChange, ResourcePattern, bindings_from_json, bindings_to_json
 from rivulet.server.config import BROKER_CONFIGS, BrokerConfig, synonyms_of
+from rivulet.server.delegation_tokens import TokenInformation
 from rivulet.server.features import FinalizedFeatures
 from rivulet.storage.checkpoints import write_atomic
 
@@ -50,6 +52,7 @@ SCRAM_CREDENTIALS = "scram-credentials"
 CLIENT_METRICS = "client-metrics"
 GROUP_CONFIGS = "group-configs"
 FINALIZED_FEATURES = "finalized-features"
+DELEGATION_TOKENS = "delegation-tokens"
 
 MIN_ISR = "min.insync.replicas"
 
@@ -80,6 +83,7 @@ class DynamicBrokerConfig:
         self.client_metrics: dict[str, dict[str, str]] = {}
         self.group_configs: dict[str, dict[str, str]] = {}
         self.finalized_features: FinalizedFeatures | None = None
+        self.delegation_tokens: dict[str, TokenInformation] = {}
         try:
             with open(self.path, encoding="utf-8") as f:
                 saved = json.load(f)
@@ -99,6 +103,8 @@ class DynamicBrokerConfig:
                 features = saved[FINALIZED_FEATURES]
                 self.finalized_features = FinalizedFeatures(
                     {str(n): int(v) for n, v in features["levels"].items()}, int(features["epoch"]))
+            self.delegation_tokens = {str(i): TokenInformation.from_json(str(i), t)
+                                      for i, t in saved.get(DELEGATION_TOKENS, {}).items()}
         except FileNotFoundError:
             pass
         except (ValueError, AttributeError, KeyError, TypeError) as e:  # losing them beats refusing to start
@@ -253,6 +259,18 @@ class DynamicBrokerConfig:
         self._save()
         return self.finalized_features
 
+    def load_delegation_tokens(self) -> list[TokenInformation]:
+        return list(self.delegation_tokens.values())
+
+    async def store_delegation_token(self, token: TokenInformation) -> None:
+        """One node keeps its delegation tokens here (a ``TokenStore``)."""
+        self.delegation_tokens[token.token_id] = token
+        self._save()
+
+    async def remove_delegation_token(self, token_id: str) -> None:
+        if self.delegation_tokens.pop(token_id, None) is not None:
+            self._save()
+
     def load_acls(self) -> list[AclBinding]:
         return list(self.acls)
 
@@ -273,6 +291,8 @@ class DynamicBrokerConfig:
             doc[CLIENT_METRICS] = self.client_metrics
         if self.group_configs:
             doc[GROUP_CONFIGS] = self.group_configs
+        if self.delegation_tokens:
+            doc[DELEGATION_TOKENS] = {i: t.to_json() for i, t in self.delegation_tokens.items()}
         if self.finalized_features is not None:
             doc[FINALIZED_FEATURES] = {"levels": dict(self.finalized_features.levels),
                                        "epoch": self.finalized_features.epoch}

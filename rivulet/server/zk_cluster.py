@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import json
 import logging
 import os
 import uuid
@@ -41,6 +42,7 @@ from rivulet.protocol.messages.controlled_shutdown_request import ControlledShut
 from rivulet.security.acls import AccessControlEntry, AclBinding, AclChange, ResourcePattern
 from rivulet.security.scram import SCRAM_MECHANISM_NAMES
 from rivulet.server.config import BrokerConfig, ConfigError
+from rivulet.server.delegation_tokens import TokenInformation
 from rivulet.server.features import FinalizedFeatures
 from rivulet.storage.checkpoints import random_kafka_uuid
 
@@ -92,6 +94,8 @@ class ClusterChangeListeners:
     group_config: Callable[[str, dict[str, str]], object] = _ignore
     acls: Callable[[ResourcePattern, set[AccessControlEntry]], object] = lambda _p, _e: None
     features: Callable[[FinalizedFeatures], object] = lambda _f: None  # /feature changed
+    # a delegation token created, renewed or expired (None: removed)
+    delegation_token: Callable[[str, TokenInformation | None], object] = lambda _i, _t: None
     # The session expired, is presumed expired (out of reach for its timeout), or resumed.
     session_health: Callable[[SessionHealth], object] = lambda _h: None
 
@@ -130,6 +134,10 @@ class ZkClusterMember:
             self._last_acl_change = {path: max((n for n, _ in self.client.get_acl_changes(path)), default="")
                                      for path in ACL_CHANGE_PATHS}
             self.acls = self.client.get_all_acls()
+            # Delegation tokens, kept current by their change notifications.
+            self._last_token_change = max((n for n, _ in self.client.get_token_changes()), default="")
+            self.delegation_tokens = [t for t in (self._read_token(i) for i in self.client.get_delegation_token_ids())
+                                      if t is not None]
         except BaseException:
             self.client.close()
             raise
@@ -212,6 +220,7 @@ class ZkClusterMember:
         for path in ACL_CHANGE_PATHS:
             await self._on_acl_changes(path)
         await self._on_feature_change()
+        await self._on_token_changes()
 
     def start_controller(self) -> None:
         """Once the listeners serve: the controller's first requests go to this broker too."""
@@ -359,6 +368,37 @@ class ZkClusterMember:
         else:
             self.acls.pop(pattern, None)
         self.changes.acls(pattern, entries)
+
+    def _read_token(self, token_id: str) -> TokenInformation | None:
+        data = self.client.get_delegation_token(token_id)
+        try:
+            return None if data is None else TokenInformation.from_json(token_id, json.loads(data))
+        except (ValueError, KeyError, TypeError) as e:
+            log.warning("ignoring unreadable delegation token %s: %s", token_id, e)
+            return None
+
+    async def _on_token_changes(self) -> None:
+        assert self.bridge is not None
+        changes = await self.bridge.run(self.client.get_token_changes,
+                                        self.bridge.on_loop(lambda: self._spawn(self._on_token_changes())))
+        for name, token_id in changes:
+            if name <= self._last_token_change:
+                continue
+            self._last_token_change = name
+            self.changes.delegation_token(token_id, await self.bridge.run(self._read_token, token_id))
+
+    def load_delegation_tokens(self) -> list[TokenInformation]:
+        return list(self.delegation_tokens)
+
+    async def store_delegation_token(self, token: TokenInformation) -> None:
+        """A token into /delegation_token/tokens/<id>, with the change notification that makes
+        every broker re-read it (a ``TokenStore``)."""
+        assert self.bridge is not None
+        await self.bridge.run(self.client.set_delegation_token, token.token_id, json.dumps(token.to_json()).encode())
+
+    async def remove_delegation_token(self, token_id: str) -> None:
+        assert self.bridge is not None
+        await self.bridge.run(self.client.set_delegation_token, token_id, None)
 
     async def _on_feature_change(self) -> None:
         assert self.bridge is not None
