@@ -377,8 +377,8 @@ BROKER_CONFIGS = ConfigDef([
        "assignment computations of a streams group.", MEDIUM, ignored=True),
     _k("group.share.enable", B, True, None, "Serve share groups (KIP-932: ShareGroupHeartbeat, "
        "ShareGroupDescribe). Kafka serves them once the share.version feature is 1, as it is in a new 4.2+ "
-       "cluster; Rivulet has no finalized features, so this switch (Kafka's own, internal) stands for it: "
-       "false is share.version=0, and the share APIs are neither listed nor served.", MEDIUM),
+       "cluster, and so does Rivulet; false (Kafka's own, internal switch) takes share.version 1 out of what "
+       "this broker supports, and the share APIs are neither listed nor served.", MEDIUM),
     _k("group.share.max.size", I, 200, between(1, 1000), "Most members in one share group.", MEDIUM),
     _k("group.share.assignors", LS, ("simple",),
        each_of("simple", "org.apache.kafka.coordinator.group.assignor.SimpleAssignor"),
