@@ -222,14 +222,16 @@ class ScramClient:
     """A client's side; checks the server's signature, so a broker that does not hold the
     credential cannot pass itself off."""
 
-    def __init__(self, mechanism: str, username: str, password: str) -> None:
+    def __init__(self, mechanism: str, username: str, password: str, token_auth: bool = False) -> None:
+        """``token_auth``: ``username`` is a delegation token's id and ``password`` its base64
+        HMAC (the ``tokenauth=true`` extension)."""
         if mechanism not in MECHANISMS:
             raise ValueError(f"unknown SCRAM mechanism {mechanism}")
         self.mechanism = mechanism
         self._mech = MECHANISMS[mechanism]
         self._username, self._password = username, password
         self._nonce = _nonce()
-        self._client_first_bare = f"n={_sasl_name(username)},r={self._nonce}"
+        self._client_first_bare = f"n={_sasl_name(username)},r={self._nonce}" + (",tokenauth=true" if token_auth else "")
         self._server_signature = b""
         self._state = "first"
 

@@ -148,8 +148,9 @@ class FeatureLevels:
                     levels.pop(u.feature, None)
                 else:
                     levels[u.feature] = u.level
-            if validate_only or levels == dict(current.levels):
+            if validate_only:
                 return None
+            # Written even when nothing seems to change: this broker's view may be behind the store.
             stored = await self.store.write_finalized_features(levels, current.epoch)
             if stored is not None:
                 log.info("finalized features now %s (epoch %d)", dict(sorted(stored.levels.items())), stored.epoch)
