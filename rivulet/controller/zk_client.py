@@ -121,8 +121,6 @@ class KafkaZkClient:
 
     # ------------------------------------------------------------ delegation tokens
     def get_delegation_token_ids(self) -> list[str]:
-        self.zk.ensure_path(z.DELEGATION_TOKENS)
-        self.zk.ensure_path(z.TOKEN_CHANGES)
         return self.zk.get_children(z.DELEGATION_TOKENS)
 
     def get_delegation_token(self, token_id: str) -> bytes | None:

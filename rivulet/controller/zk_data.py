@@ -49,6 +49,7 @@ GROUP_CONFIG_ENTITY = "groups"
 # Created at start-up by every broker, as Kafka's KafkaZkClient.createTopLevelPaths does.
 PERSISTENT_PATHS = (CONSUMERS, BROKER_IDS, TOPICS, CONFIG_CHANGES, DELETE_TOPICS, SEQID,
                     ISR_CHANGE_NOTIFICATION, LATEST_PRODUCER_ID_BLOCK, LOG_DIR_EVENT_NOTIFICATION,
+                    DELEGATION_TOKENS, TOKEN_CHANGES,
                     *(f"{CONFIG}/{t}" for t in CONFIG_ENTITY_TYPES))
 
 
