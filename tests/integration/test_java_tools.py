@@ -303,11 +303,51 @@ def _props(path: Path, **props: str) -> str:
     return str(path)
 
 
-def test_delegation_token_command_and_token_authentication(java, broker_factory, tmp_path) -> None:
+def check_delegation_token_command(bootstrap: str, tmp_path: Path) -> None:
     """kafka-delegation-tokens creates, describes, renews and expires a token (as the PLAIN
-    admin, over SASL_PLAINTEXT); a Java client authenticates with it over SCRAM
+    admin, over SASL_PLAINTEXT at ``bootstrap``); a Java client authenticates with it over SCRAM
     (tokenauth=true) as the token's owner, may not ask for tokens with it, and is refused once
     the token is expired."""
+    admin = _props(tmp_path / "admin.properties", **{
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+        "sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule required '
+                            'username="admin" password="admin-secret";'})
+
+    def tokens(*args: str, config: str = admin, check: bool = True) -> jt.ToolRun:
+        return jt.delegation_token_command(bootstrap, list(args), config, check=check, timeout=TOOL_TIMEOUT)
+
+    created = tokens("--create", "--max-life-time-period", "-1", "--renewer-principal", "User:alice").stdout
+    m = re.search(r"^(\S+)\s+(\S+)\s+User:admin\s+User:admin\s+\[User:alice\]", created, re.M)
+    assert m, created
+    token_id, hmac = m.groups()
+    described = tokens("--describe", "--owner-principal", "User:admin").stdout
+    assert "Total number of tokens : 1" in described and token_id in described
+    # Without an owner the tool sends an empty owner list, which describes nothing.
+    assert "Total number of tokens : 0" in tokens("--describe").stdout
+    assert "Completed renew operation." in tokens("--renew", "--hmac", hmac, "--renew-time-period", "-1").stdout
+
+    with_token = _props(tmp_path / "token.properties", **{
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.jaas.config": f'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                            f'username="{token_id}" password="{hmac}" tokenauth=true;'})
+    listed = jt.run_tool(jt.TOPIC_COMMAND, ["--bootstrap-server", bootstrap, "--command-config", with_token,
+                                            "--list"], timeout=TOOL_TIMEOUT, jvm_args=jt._ADMIN_JVM)
+    assert listed.returncode == 0
+    refused = tokens("--describe", "--owner-principal", "User:admin", config=with_token, check=False)
+    assert refused.returncode != 0
+    assert "not allowed on PLAINTEXT/1-way SSL channels and on delegation token authenticated channels" \
+        in refused.stdout + refused.stderr
+
+    assert "Completed expire operation." in tokens("--expire", "--hmac", hmac, "--expiry-time-period", "-1").stdout
+    assert "Total number of tokens : 0" in tokens("--describe", "--owner-principal", "User:admin").stdout
+    gone = jt.run_tool(jt.TOPIC_COMMAND, ["--bootstrap-server", bootstrap, "--command-config", with_token,
+                                          "--list"], check=False, timeout=TOOL_TIMEOUT, jvm_args=jt._ADMIN_JVM)
+    assert gone.returncode != 0 and "invalid credentials" in gone.stdout + gone.stderr
+    renew_gone = tokens("--renew", "--hmac", hmac, "--renew-time-period", "-1", check=False)
+    assert renew_gone.returncode != 0 and "DelegationTokenNotFoundException" in renew_gone.stdout + renew_gone.stderr
+
+
+def test_delegation_token_command_and_token_authentication(java, tmp_path) -> None:
     from rivulet.testing import BrokerProcess
     from tests.integration.test_sasl import sasl_overrides
 
@@ -315,43 +355,36 @@ def test_delegation_token_command_and_token_authentication(java, broker_factory,
     b.overrides.update({**sasl_overrides(b.port), "delegation.token.secret.key": "token-secret"})
     b.start()
     try:
-        admin = _props(tmp_path / "admin.properties", **{
-            "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
-            "sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule required '
-                                'username="admin" password="admin-secret";'})
-
-        def tokens(*args: str, config: str = admin, check: bool = True) -> jt.ToolRun:
-            return jt.delegation_token_command(b.bootstrap, list(args), config, check=check, timeout=TOOL_TIMEOUT)
-
-        created = tokens("--create", "--max-life-time-period", "-1", "--renewer-principal", "User:alice").stdout
-        m = re.search(r"^(\S+)\s+(\S+)\s+User:admin\s+User:admin\s+\[User:alice\]", created, re.M)
-        assert m, created
-        token_id, hmac = m.groups()
-        assert "Total number of tokens : 1" in tokens("--describe", "--owner-principal", "User:admin").stdout
-        assert token_id in tokens("--describe", "--owner-principal", "User:admin").stdout
-        assert "Completed renew operation." in tokens("--renew", "--hmac", hmac, "--renew-time-period", "-1").stdout
-
-        with_token = _props(tmp_path / "token.properties", **{
-            "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
-            "sasl.jaas.config": f'org.apache.kafka.common.security.scram.ScramLoginModule required '
-                                f'username="{token_id}" password="{hmac}" tokenauth=true;'})
-        listed = jt.run_tool(jt.TOPIC_COMMAND, ["--bootstrap-server", b.bootstrap, "--command-config", with_token,
-                                                "--list"], timeout=TOOL_TIMEOUT, jvm_args=jt._ADMIN_JVM)
-        assert listed.returncode == 0
-        refused = tokens("--describe", "--owner-principal", "User:admin", config=with_token, check=False)
-        assert refused.returncode != 0
-        assert "not allowed on PLAINTEXT/1-way SSL channels and on delegation token authenticated channels" \
-            in refused.stdout + refused.stderr
-
-        assert "Completed expire operation." in tokens("--expire", "--hmac", hmac, "--expiry-time-period", "-1").stdout
-        assert "Total number of tokens : 0" in tokens("--describe", "--owner-principal", "User:admin").stdout
-        gone = jt.run_tool(jt.TOPIC_COMMAND, ["--bootstrap-server", b.bootstrap, "--command-config", with_token,
-                                              "--list"], check=False, timeout=TOOL_TIMEOUT, jvm_args=jt._ADMIN_JVM)
-        assert gone.returncode != 0 and "invalid credentials" in gone.stdout + gone.stderr
-        renew_gone = tokens("--renew", "--hmac", hmac, "--renew-time-period", "-1", check=False)
-        assert renew_gone.returncode != 0 and "DelegationTokenNotFoundException" in renew_gone.stdout + renew_gone.stderr
+        check_delegation_token_command(b.bootstrap, tmp_path)
     finally:
         b.cleanup()
+
+
+def test_delegation_token_command_against_apache_kafka(java, tmp_path) -> None:
+    """The same commands against Kafka 4.3.1 with the same SASL set-up, so that the checks
+    above are Kafka's answers."""
+    from benchmarks.reference.kafka import KafkaReference
+    from rivulet.testing import free_port
+    from tests.integration.test_sasl import PLAIN_JAAS, SCRAM_JAAS
+
+    sasl_port = free_port()
+    ref = KafkaReference(overrides={})
+    ref.properties.update({
+        "listeners": f"{ref.properties['listeners']},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+        "advertised.listeners": f"{ref.properties['advertised.listeners']},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+        "listener.security.protocol.map": f"{ref.properties['listener.security.protocol.map']},"
+                                          "SASL_PLAINTEXT:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+        "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": SCRAM_JAAS,
+        "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": SCRAM_JAAS,
+        "delegation.token.secret.key": "token-secret"})
+    try:
+        ref.start()
+        check_delegation_token_command(f"127.0.0.1:{sasl_port}", tmp_path)
+    finally:
+        ref.stop()
+        ref.cleanup()
 
 
 # ---------------------------------------------------------------------------- against a 3-broker cluster
