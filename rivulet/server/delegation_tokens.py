@@ -14,7 +14,6 @@ import base64
 import hashlib
 import hmac as hmac_lib
 import logging
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -23,6 +22,7 @@ from rivulet.common.time import Clock
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.security.principal import USER_TYPE, KafkaPrincipal
 from rivulet.security.scram import MECHANISMS, ScramCredential
+from rivulet.storage.checkpoints import random_kafka_uuid
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ class DelegationTokens:
         if max_lifetime_ms > 0:
             lifetime = min(lifetime, max_lifetime_ms)
         max_ms = now + lifetime
-        token = TokenInformation(str(uuid.uuid4()), owner or requester, requester, tuple(renewers), now, max_ms,
+        token = TokenInformation(random_kafka_uuid(), owner or requester, requester, tuple(renewers), now, max_ms,
                                  min(max_ms, now + self.settings.expiry_time_ms))
         await self._put(token)
         return token, self.hmac(token.token_id)

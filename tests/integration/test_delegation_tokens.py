@@ -133,7 +133,12 @@ def test_token_requests_kafka_refuses(broker):
         renewers=[cq.CreatableRenewers(principal_type="Group", principal_name="g")], max_lifetime_ms=-1))
     assert bad.error_code == ErrorCode.INVALID_PRINCIPAL_TYPE
     gone = send(broker.sasl_port, rq.RenewDelegationTokenRequest(hmac=b"no such token", renew_period_ms=-1))
-    assert gone.error_code == ErrorCode.DELEGATION_TOKEN_NOT_FOUND
+    # Kafka 4.3.1's answers: expiry 0 when the tokens refuse, -1 when refused before.
+    assert (gone.error_code, gone.expiry_timestamp_ms) == (ErrorCode.DELEGATION_TOKEN_NOT_FOUND, 0)
+    anonymous = send(broker.port, rq.RenewDelegationTokenRequest(hmac=owned.hmac, renew_period_ms=-1), None)
+    assert (anonymous.error_code, anonymous.expiry_timestamp_ms) == (ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, -1)
+    # Token ids are Kafka's Uuids: 22 characters of URL-safe base64.
+    assert len(owned.token_id) == 22 and "=" not in owned.token_id
 
 
 def test_tokens_survive_a_restart_and_need_a_secret(tls_certs):

@@ -31,7 +31,10 @@ from rivulet.server.handlers import Handler
 from rivulet.server.network import KafkaConnection
 
 R = TypeVar("R")
-_ERROR_TIMESTAMP = -1  # the timestamps of a refused request, as Kafka's
+# A request refused here has timestamps -1, one the tokens refuse 0 (Kafka's broker and
+# controller answers).
+_ERROR_TIMESTAMP = -1
+_TOKEN_ERROR_TIMESTAMP = 0
 
 
 def _token_requests_allowed(conn: KafkaConnection) -> bool:
@@ -42,12 +45,13 @@ def _token_requests_allowed(conn: KafkaConnection) -> bool:
                 (protocol == "SSL" and conn.principal == KafkaPrincipal.ANONYMOUS))
 
 
-def _answer(work: Awaitable[R], on_error: Callable[[ErrorCode], R]) -> asyncio.Future[R]:
+def _answer(work: Awaitable[R], on_error: Callable[[ErrorCode, int], R], error_timestamp: int
+            ) -> asyncio.Future[R]:
     async def run() -> R:
         try:
             return await work
         except ApiError as e:
-            return on_error(e.code)
+            return on_error(e.code, error_timestamp)
     return asyncio.ensure_future(run())
 
 
@@ -65,7 +69,7 @@ class DelegationTokenHandlers:
         owner = KafkaPrincipal(req.owner_principal_type or "User", req.owner_principal_name) \
             if req.owner_principal_name else requester
 
-        def refused(code: ErrorCode) -> cdr.CreateDelegationTokenResponse:
+        def refused(code: ErrorCode, _timestamp: int = _ERROR_TIMESTAMP) -> cdr.CreateDelegationTokenResponse:
             return cdr.CreateDelegationTokenResponse(
                 error_code=code, principal_type=owner.principal_type, principal_name=owner.name,
                 token_requester_principal_type=requester.principal_type, token_requester_principal_name=requester.name,
@@ -85,12 +89,12 @@ class DelegationTokenHandlers:
                 token_requester_principal_type=requester.principal_type, token_requester_principal_name=requester.name,
                 issue_timestamp_ms=token.issue_ms, expiry_timestamp_ms=token.expiry_ms, max_timestamp_ms=token.max_ms,
                 token_id=token.token_id, hmac=mac, throttle_time_ms=0)
-        return _answer(create(), refused)
+        return _answer(create(), refused, _ERROR_TIMESTAMP)
 
     def handle_renew(self, header: RequestHeader, req: RenewDelegationTokenRequest, conn: KafkaConnection
                      ) -> rdr.RenewDelegationTokenResponse | asyncio.Future[rdr.RenewDelegationTokenResponse]:
-        def refused(code: ErrorCode) -> rdr.RenewDelegationTokenResponse:
-            return rdr.RenewDelegationTokenResponse(error_code=code, expiry_timestamp_ms=_ERROR_TIMESTAMP,
+        def refused(code: ErrorCode, timestamp: int = _ERROR_TIMESTAMP) -> rdr.RenewDelegationTokenResponse:
+            return rdr.RenewDelegationTokenResponse(error_code=code, expiry_timestamp_ms=timestamp,
                                                     throttle_time_ms=0)
         if not _token_requests_allowed(conn):
             return refused(ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED)
@@ -98,12 +102,12 @@ class DelegationTokenHandlers:
         async def renew() -> rdr.RenewDelegationTokenResponse:
             expiry = await self.tokens.renew(conn.principal, bytes(req.hmac), req.renew_period_ms)
             return rdr.RenewDelegationTokenResponse(error_code=0, expiry_timestamp_ms=expiry, throttle_time_ms=0)
-        return _answer(renew(), refused)
+        return _answer(renew(), refused, _TOKEN_ERROR_TIMESTAMP)
 
     def handle_expire(self, header: RequestHeader, req: ExpireDelegationTokenRequest, conn: KafkaConnection
                       ) -> edr.ExpireDelegationTokenResponse | asyncio.Future[edr.ExpireDelegationTokenResponse]:
-        def refused(code: ErrorCode) -> edr.ExpireDelegationTokenResponse:
-            return edr.ExpireDelegationTokenResponse(error_code=code, expiry_timestamp_ms=_ERROR_TIMESTAMP,
+        def refused(code: ErrorCode, timestamp: int = _ERROR_TIMESTAMP) -> edr.ExpireDelegationTokenResponse:
+            return edr.ExpireDelegationTokenResponse(error_code=code, expiry_timestamp_ms=timestamp,
                                                      throttle_time_ms=0)
         if not _token_requests_allowed(conn):
             return refused(ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED)
@@ -111,7 +115,7 @@ class DelegationTokenHandlers:
         async def expire() -> edr.ExpireDelegationTokenResponse:
             expiry = await self.tokens.expire(conn.principal, bytes(req.hmac), req.expiry_time_period_ms)
             return edr.ExpireDelegationTokenResponse(error_code=0, expiry_timestamp_ms=expiry, throttle_time_ms=0)
-        return _answer(expire(), refused)
+        return _answer(expire(), refused, _TOKEN_ERROR_TIMESTAMP)
 
     def handle_describe(self, header: RequestHeader, req: DescribeDelegationTokenRequest, conn: KafkaConnection
                         ) -> ddr.DescribeDelegationTokenResponse:
