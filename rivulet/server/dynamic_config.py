@@ -241,10 +241,10 @@ class DynamicBrokerConfig:
         self._save()
 
     def init_finalized_features(self, defaults: Mapping[str, int]) -> FinalizedFeatures:
-        """One node keeps its finalized feature levels here (a ``FeatureStore``)."""
+        """One node keeps its finalized feature levels here (a ``FeatureStore``); the defaults
+        are written with the first change, so that starting writes nothing (a full disk)."""
         if self.finalized_features is None:
             self.finalized_features = FinalizedFeatures(dict(defaults), 0)
-            self._save()
         return self.finalized_features
 
     async def read_finalized_features(self) -> FinalizedFeatures:
@@ -293,7 +293,7 @@ class DynamicBrokerConfig:
             doc[GROUP_CONFIGS] = self.group_configs
         if self.delegation_tokens:
             doc[DELEGATION_TOKENS] = {i: t.to_json() for i, t in self.delegation_tokens.items()}
-        if self.finalized_features is not None:
+        if self.finalized_features is not None and self.finalized_features.epoch > 0:
             doc[FINALIZED_FEATURES] = {"levels": dict(self.finalized_features.levels),
                                        "epoch": self.finalized_features.epoch}
         write_atomic(self.path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
