@@ -41,6 +41,6 @@ class FeatureHandlers:
                 return ufr.UpdateFeaturesResponse(throttle_time_ms=0, error_code=error.code,
                                                   error_message=error.message, results=[])
             return ufr.UpdateFeaturesResponse(throttle_time_ms=0, error_code=0, error_message=None, results=[
-                ufr.UpdatableFeatureResult(feature=f, error_code=0, error_message=None)
+                ufr.UpdatableFeatureResult(feature=f, error_code=0, error_message="NONE")  # Kafka's, v0-1
                 for f in sorted({u.feature for u in updates})])
         return asyncio.ensure_future(update())
