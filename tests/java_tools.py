@@ -47,6 +47,8 @@ CONFIG_COMMAND = "kafka.admin.ConfigCommand"  # kafka-configs.sh
 CONSUMER_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 SHARE_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
 ACL_COMMAND = "org.apache.kafka.tools.AclCommand"  # kafka-acls.sh
+FEATURE_COMMAND = "org.apache.kafka.tools.FeatureCommand"  # kafka-features.sh
+DELEGATION_TOKEN_COMMAND = "org.apache.kafka.tools.DelegationTokenCommand"  # kafka-delegation-tokens.sh
 
 # What kafka-*-perf-test.sh give their JVMs; the G1 flags match the reference broker's.
 _TOOL_JVM = ["-Xmx512m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true"]
@@ -371,6 +373,44 @@ def acl_command(bootstrap: str, args: Sequence[str], *, admin_props: Mapping[str
     with _ConfigFile(admin_props) as cfg:
         return run_tool(ACL_COMMAND, ["--bootstrap-server", bootstrap, *args, *cfg], timeout=timeout,
                         jvm_args=_ADMIN_JVM)
+
+
+def feature_command(bootstrap: str, args: Sequence[str], *, check: bool = True, timeout: float = 60.0) -> ToolRun:
+    """kafka-features with ``args`` (describe, upgrade, downgrade ...)."""
+    return run_tool(FEATURE_COMMAND, ["--bootstrap-server", bootstrap, *args], check=check, timeout=timeout,
+                    jvm_args=_ADMIN_JVM)
+
+
+@dataclass(frozen=True)
+class FeatureDescription:
+    supported_min: int
+    supported_max: int
+    finalized: int
+    epoch: int
+
+
+def describe_features(bootstrap: str, *, timeout: float = 60.0) -> dict[str, FeatureDescription]:
+    """kafka-features describe, parsed: feature -> its supported range, finalized level, epoch."""
+    run = feature_command(bootstrap, ["describe"], timeout=timeout)
+    out = {}
+    for line in run.stdout.splitlines():
+        f = dict(re.findall(r"(\w+):\s+(\S+)", line))
+        if "Feature" in f and "FinalizedVersionLevel" in f:
+            if not f["SupportedMaxVersion"].lstrip("-").isdigit():  # metadata.version prints names (4.3-IV0)
+                continue
+            out[f["Feature"]] = FeatureDescription(int(f["SupportedMinVersion"]), int(f["SupportedMaxVersion"]),
+                                                   int(f["FinalizedVersionLevel"]), int(f["Epoch"]))
+    if not out:
+        raise JavaToolError("FeatureCommand describe output not understood", run)
+    return out
+
+
+def delegation_token_command(bootstrap: str, args: Sequence[str], command_config: str, *, check: bool = True,
+                             timeout: float = 60.0) -> ToolRun:
+    """kafka-delegation-tokens with ``args`` (--create, --describe, --renew, --expire), as the
+    client that ``command_config`` (a properties file) makes."""
+    return run_tool(DELEGATION_TOKEN_COMMAND, ["--bootstrap-server", bootstrap, "--command-config", command_config,
+                                               *args], check=check, timeout=timeout, jvm_args=_ADMIN_JVM)
 
 
 # ---------------------------------------------------------------------------- TopicCommand

@@ -119,6 +119,61 @@ class KafkaZkClient:
         self.zk.ensure_path(z.SEQID)
         return self.zk.set(z.SEQID, b"", version=-1).version
 
+    # ------------------------------------------------------------ delegation tokens
+    def get_delegation_token_ids(self) -> list[str]:
+        return self.zk.get_children(z.DELEGATION_TOKENS)
+
+    def get_delegation_token(self, token_id: str) -> bytes | None:
+        try:
+            return self.zk.get(f"{z.DELEGATION_TOKENS}/{token_id}")[0]
+        except NoNodeError:
+            return None
+
+    def set_delegation_token(self, token_id: str, data: bytes | None) -> None:
+        """Write (None: delete) a token's znode, then the notification that makes every broker re-read it."""
+        path = f"{z.DELEGATION_TOKENS}/{token_id}"
+        try:
+            if data is None:
+                self.zk.delete(path)
+            else:
+                try:
+                    self.zk.set(path, data)
+                except NoNodeError:
+                    self.zk.create(path, data, makepath=True)
+        except NoNodeError:  # already deleted (another broker's expiry check)
+            pass
+        self.zk.create(f"{z.TOKEN_CHANGES}/{z.TOKEN_CHANGE_PREFIX}", token_id.encode(), sequence=True, makepath=True)
+
+    def get_token_changes(self, watch: Watcher | None = None) -> list[tuple[str, str]]:
+        """(sequence znode name, token id) of every pending token change notification, oldest first."""
+        out = []
+        for child in sorted(self.zk.get_children(z.TOKEN_CHANGES, watch=watch)):
+            try:
+                out.append((child, self.zk.get(f"{z.TOKEN_CHANGES}/{child}")[0].decode()))
+            except NoNodeError:
+                continue
+        return out
+
+    # ------------------------------------------------------------ finalized features
+    def get_or_create_features(self, defaults: dict[str, int]) -> tuple[dict[str, int], int]:
+        """/feature's levels and znode version, created with ``defaults`` when absent."""
+        try:
+            self.zk.create(z.FEATURE, z.encode_features(defaults))
+        except NodeExistsError:
+            pass
+        return self.get_features()
+
+    def get_features(self, watch: Watcher | None = None) -> tuple[dict[str, int], int]:
+        data, stat = self.zk.get(z.FEATURE, watch=watch)
+        return z.decode_features(data), stat.version
+
+    def set_features(self, levels: dict[str, int], expected_version: int) -> int | None:
+        """Write /feature if its version is still ``expected_version``: the new version, or None."""
+        try:
+            return self.zk.set(z.FEATURE, z.encode_features(levels), version=expected_version).version
+        except BadVersionError:
+            return None
+
     # ------------------------------------------------------------ brokers
     def register_broker(self, info: z.BrokerRegistration, wait_s: float = 0.0) -> int:
         """Create the ephemeral /brokers/ids/<id>; returns the broker epoch (its czxid).

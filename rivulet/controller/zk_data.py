@@ -38,6 +38,10 @@ LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
 CLUSTER_ID = "/cluster/id"
 LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 CONSUMERS = "/consumers"  # the pre-0.9 consumers' root, still created by every broker
+DELEGATION_TOKENS = "/delegation_token/tokens"  # <token id>: the token's information
+TOKEN_CHANGES = "/delegation_token/token_changes"  # sequential notifications naming a changed token
+TOKEN_CHANGE_PREFIX = "token_change_"
+FEATURE = "/feature"  # the cluster's finalized feature levels (KIP-584's FeatureZNode)
 CONFIG_ENTITY_TYPES = ("topics", "clients", "users", "brokers", "ips")
 # Group configs (Kafka keeps them in KRaft's metadata only): /config/groups/<group>, beside the others.
 GROUP_CONFIG_ENTITY = "groups"
@@ -45,6 +49,7 @@ GROUP_CONFIG_ENTITY = "groups"
 # Created at start-up by every broker, as Kafka's KafkaZkClient.createTopLevelPaths does.
 PERSISTENT_PATHS = (CONSUMERS, BROKER_IDS, TOPICS, CONFIG_CHANGES, DELETE_TOPICS, SEQID,
                     ISR_CHANGE_NOTIFICATION, LATEST_PRODUCER_ID_BLOCK, LOG_DIR_EVENT_NOTIFICATION,
+                    DELEGATION_TOKENS, TOKEN_CHANGES,
                     *(f"{CONFIG}/{t}" for t in CONFIG_ENTITY_TYPES))
 
 
@@ -150,6 +155,20 @@ class BrokerRegistration:
                     for name, v in (doc.get("features") or {}).items()}
         return cls(broker_id, endpoints, doc.get("rack"), int(doc.get("jmx_port", -1)),
                    int(doc.get("timestamp", 0)), epoch, features)
+
+
+def encode_features(levels: dict[str, int]) -> bytes:
+    """The FeatureZNode: status 1 (enabled), each finalized feature's level as its max."""
+    return _dump({"version": 1, "status": 1, "features": {
+        name: {"min_version_level": 1, "max_version_level": level} for name, level in sorted(levels.items())}})
+
+
+def decode_features(data: bytes) -> dict[str, int]:
+    doc = _load(data)
+    if doc.get("status", 1) != 1:  # a disabled FeatureZNode finalizes nothing
+        return {}
+    return {name: int(v["max_version_level"]) for name, v in (doc.get("features") or {}).items()
+            if int(v["max_version_level"]) > 0}
 
 
 def _parse_endpoint(s: str, protocols: dict[str, str]) -> EndPoint:

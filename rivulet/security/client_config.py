@@ -45,7 +45,8 @@ class SaslCredentials:
         if self.mechanism == PLAIN:
             return PlainClient(self.username, self.password)
         if self.mechanism in SCRAM_MECHANISMS:
-            return ScramClient(self.mechanism, self.username, self.password)
+            return ScramClient(self.mechanism, self.username, self.password,
+                               token_auth=self.extensions.get("tokenauth", "").lower() == "true")
         assert self.token is not None
         return OAuthBearerClient(self.token, self.extensions)
 
@@ -129,5 +130,7 @@ def sasl_credentials(props: Mapping[str, Any]) -> SaslCredentials | None:
     if not username or not password:
         raise ValueError(f"sasl.mechanism {mechanism} needs sasl.username and sasl.password (or username and "
                          "password in sasl.jaas.config)")
-    return SaslCredentials(mechanism, str(username), str(password))
+    # Java's ScramLoginModule option tokenauth=true: the user name and password are a delegation token's.
+    token_auth = {"tokenauth": "true"} if options.get("tokenauth", "").lower() == "true" else {}
+    return SaslCredentials(mechanism, str(username), str(password), extensions=token_auth)
 

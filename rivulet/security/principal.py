@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 
@@ -10,6 +10,9 @@ from typing import ClassVar
 class KafkaPrincipal:
     principal_type: str
     name: str
+    # Authenticated with a delegation token: such a connection may not ask for tokens (Kafka's
+    # tokenAuthenticated, left out of equality as Kafka's).
+    token_authenticated: bool = field(default=False, compare=False)
 
     ANONYMOUS: ClassVar[KafkaPrincipal]
 

@@ -13,7 +13,7 @@ import hmac
 import os
 import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Protocol
 
 from rivulet.security.principal import USER_TYPE, KafkaPrincipal
 from rivulet.security.sasl import SaslAuthenticationError, SaslError
@@ -113,13 +113,26 @@ def _attributes(message: str) -> dict[str, str]:
 _CLIENT_FIRST = re.compile(r"^n,(?:a=(?P<authzid>[^,]*))?,(?P<bare>n=(?P<name>[^,]*),r=(?P<nonce>[^,]+)(?P<ext>(?:,[^,]+)*))$")
 
 
-class ScramServer:
-    """The broker's side: client-first -> server-first, client-final -> server-final."""
+class TokenLookup(Protocol):
+    """A delegation token's credential by token id and mechanism name: (credential, owner name,
+    expiry ms), or None for no live token."""
 
-    def __init__(self, mech: ScramMechanism, lookup: Callable[[str, str], ScramCredential | None]) -> None:
+    def __call__(self, token_id: str, mechanism: str) -> tuple[ScramCredential, str, int] | None: ...
+
+
+class ScramServer:
+    """The broker's side: client-first -> server-first, client-final -> server-final. With
+    ``tokens``, a client-first message carrying the ``tokenauth=true`` extension authenticates a
+    delegation token (its id as user name) and the client is the token's owner."""
+
+    def __init__(self, mech: ScramMechanism, lookup: Callable[[str, str], ScramCredential | None],
+                 tokens: TokenLookup | None = None) -> None:
         self.mechanism = mech.name
         self._mech = mech
         self._lookup = lookup
+        self._tokens = tokens
+        self._token_owner: str | None = None
+        self._token_expiry_ms: int | None = None
         self._state = "first"
         self._user: str | None = None
         self._credential: ScramCredential | None = None
@@ -144,7 +157,14 @@ class ScramServer:
         if m is None:
             raise SaslError("Invalid SCRAM client first message")
         user = _user(m["name"])
-        credential = self._lookup(user, self.mechanism)
+        extensions = dict(e.partition("=")[::2] for e in m["ext"].split(",") if e)
+        if extensions.get("tokenauth", "").lower() == "true":
+            found = self._tokens(user, self.mechanism) if self._tokens is not None else None
+            if found is None:
+                raise SaslError("Authentication failed: Invalid user credentials")
+            credential, self._token_owner, self._token_expiry_ms = found
+        else:
+            credential = self._lookup(user, self.mechanism)
         if credential is None:
             raise SaslError("Authentication failed: Invalid user credentials")
         if m["authzid"] and m["authzid"] != user:
@@ -189,24 +209,29 @@ class ScramServer:
 
     def principal(self) -> KafkaPrincipal:
         assert self._user is not None
+        if self._token_owner is not None:
+            return KafkaPrincipal(USER_TYPE, self._token_owner, token_authenticated=True)
         return KafkaPrincipal(USER_TYPE, self._user)
 
     def credential_expiry_ms(self) -> int | None:
-        return None
+        """A token's session ends when the token expires (KIP-368's credential lifetime)."""
+        return self._token_expiry_ms
 
 
 class ScramClient:
     """A client's side; checks the server's signature, so a broker that does not hold the
     credential cannot pass itself off."""
 
-    def __init__(self, mechanism: str, username: str, password: str) -> None:
+    def __init__(self, mechanism: str, username: str, password: str, token_auth: bool = False) -> None:
+        """``token_auth``: ``username`` is a delegation token's id and ``password`` its base64
+        HMAC (the ``tokenauth=true`` extension)."""
         if mechanism not in MECHANISMS:
             raise ValueError(f"unknown SCRAM mechanism {mechanism}")
         self.mechanism = mechanism
         self._mech = MECHANISMS[mechanism]
         self._username, self._password = username, password
         self._nonce = _nonce()
-        self._client_first_bare = f"n={_sasl_name(username)},r={self._nonce}"
+        self._client_first_bare = f"n={_sasl_name(username)},r={self._nonce}" + (",tokenauth=true" if token_auth else "")
         self._server_signature = b""
         self._state = "first"
 

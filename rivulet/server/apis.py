@@ -35,6 +35,10 @@ from rivulet.server.config import BrokerConfig
 from rivulet.server.handlers import Handler
 from rivulet.server.handlers.acls import AclHandlers
 from rivulet.server.handlers.configs import ConfigHandlers
+from rivulet.server.delegation_tokens import DelegationTokens
+from rivulet.server.handlers.delegation_tokens import DelegationTokenHandlers
+from rivulet.server.features import GROUP_VERSION, SHARE_VERSION, FeatureLevels
+from rivulet.server.handlers.features import FeatureHandlers
 from rivulet.server.handlers.controller import CLUSTER_MODE_VERSIONS, ControllerHandlers, PartitionAdmin, \
     PartitionAdminHandlers
 from rivulet.server.handlers.find_coordinator import FindCoordinatorHandler
@@ -101,6 +105,10 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     35: (0, 5),   # DescribeLogDirs
     36: (0, 2),   # SaslAuthenticate
     37: (0, 3),   # CreatePartitions
+    38: (1, 3),   # CreateDelegationToken (v0 left in Kafka 4.0, KIP-896)
+    39: (1, 2),   # RenewDelegationToken
+    40: (1, 2),   # ExpireDelegationToken
+    41: (1, 3),   # DescribeDelegationToken
     42: (0, 2),   # DeleteGroups
     43: (0, 2),   # ElectLeaders
     44: (0, 1),   # IncrementalAlterConfigs
@@ -111,6 +119,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     49: (0, 1),   # AlterClientQuotas
     50: (0, 0),   # DescribeUserScramCredentials
     51: (0, 0),   # AlterUserScramCredentials
+    57: (0, 2),   # UpdateFeatures
     60: (0, 2),   # DescribeCluster
     61: (0, 0),   # DescribeProducers
     65: (0, 0),   # DescribeTransactions
@@ -139,6 +148,11 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
 # standing for Kafka's share.version=1, which gates them all: isShareGroupProtocolEnabled).
 SHARE_GROUP_APIS = frozenset({76, 77, 78, 79, 83, 84, 85, 86, 87, 90, 91, 92})
 
+# APIs served only while their feature is finalized at level 1 or more (Kafka's
+# isConsumerGroupProtocolEnabled and isShareGroupProtocolEnabled); below it they are not listed.
+FEATURE_GATED_APIS: dict[int, str] = {68: GROUP_VERSION, 69: GROUP_VERSION,
+                                      **{k: SHARE_VERSION for k in SHARE_GROUP_APIS}}
+
 # GetTelemetrySubscriptions and PushTelemetry: served always, listed in ApiVersions only when a
 # telemetry receiver is configured (metric.reporters), as Kafka's ApiVersionManager does.
 TELEMETRY_APIS = frozenset({71, 72})
@@ -158,7 +172,8 @@ class KafkaApis:
                  log_dir_mover: ReplicaAlterLogDirsManager, authz: Authz, acls: AclManager, scram: ScramCredentials,
                  client_metrics: ClientMetricsManager,
                  group_configs: GroupConfigs, share_partitions: SharePartitionManager,
-                 share_coordinator: ShareCoordinator,
+                 share_coordinator: ShareCoordinator, features: FeatureLevels,
+                 delegation_tokens: DelegationTokens,
                  metadata_cache: MetadataCache | None = None, broker_epoch: Callable[[], int] | None = None,
                  cluster: ZkClusterMember | None = None) -> None:
         """``metadata_cache`` (with ``broker_epoch``, this broker's registration epoch) is given in
@@ -167,6 +182,7 @@ class KafkaApis:
         AlterPartition and ControlledShutdown, and takes topic creations and deletions."""
         self.quotas = quotas
         self.client_metrics = client_metrics
+        self.features = features
         self.handlers: dict[int, Handler] = {18: self.handle_api_versions}
         self.versions = dict(SUPPORTED_VERSIONS)
         if metadata_cache is not None:
@@ -187,6 +203,8 @@ class KafkaApis:
             QuotaHandlers(quotas, authz),
             AclHandlers(acls, authz),
             ScramHandlers(scram, authz),
+            FeatureHandlers(features, authz),
+            DelegationTokenHandlers(delegation_tokens, authz),
             SaslHandlers(),
             LogDirHandlers(topics.log_manager, log_dir_mover, authz),
             TopicHandlers(topics, replica_manager, config, node, cluster_id, quotas.controller_mutation, authz,
@@ -211,7 +229,7 @@ class KafkaApis:
 
     def handle(self, header: framing.RequestHeader, body: Any, conn: KafkaConnection) -> Answer:
         rng = self.versions.get(header.api_key)
-        if rng is None or not rng[0] <= header.api_version <= rng[1]:
+        if rng is None or not rng[0] <= header.api_version <= rng[1] or self._feature_off(header.api_key):
             if header.api_key == framing.API_VERSIONS_KEY:
                 return self.api_versions_error(ErrorCode.UNSUPPORTED_VERSION)
             name = framing.request_class(header.api_key).NAME
@@ -239,10 +257,14 @@ class KafkaApis:
         return response
 
     # ------------------------------------------------------------ ApiVersions
+    def _feature_off(self, api_key: int) -> bool:
+        feature = FEATURE_GATED_APIS.get(api_key)
+        return feature is not None and self.features.level(feature) < 1
+
     def _api_keys(self) -> list[avr.ApiVersion]:
         hidden = () if self.client_metrics.receiver_configured else TELEMETRY_APIS
         return [avr.ApiVersion(api_key=k, min_version=lo, max_version=hi)
-                for k, (lo, hi) in sorted(self.versions.items()) if k not in hidden]
+                for k, (lo, hi) in sorted(self.versions.items()) if k not in hidden and not self._feature_off(k)]
 
     def api_versions_error(self, code: ErrorCode) -> avr.ApiVersionsResponse:
         return avr.ApiVersionsResponse(error_code=code, api_keys=self._api_keys())
@@ -258,5 +280,13 @@ class KafkaApis:
             else:
                 conn.client_software_name = req.client_software_name
                 conn.client_software_version = req.client_software_version
-        resp.finalized_features_epoch = -1
+        if header.api_version >= 3:
+            # KAFKA-17011: before v4 a supported range starting at 0 could not be sent, so it is left out.
+            resp.supported_features = [
+                avr.SupportedFeatureKey(name=n, min_version=lo, max_version=hi)
+                for n, (lo, hi) in sorted(self.features.supported.items()) if header.api_version >= 4 or lo > 0]
+            finalized = self.features.finalized
+            resp.finalized_features_epoch = finalized.epoch
+            resp.finalized_features = [avr.FinalizedFeatureKey(name=n, max_version_level=v, min_version_level=v)
+                                       for n, v in sorted(finalized.levels.items()) if v > 0]
         return resp

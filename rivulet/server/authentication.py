@@ -53,7 +53,7 @@ from rivulet.security.sasl import (
     plain_users,
 )
 from rivulet.security.scram import MECHANISMS as SCRAM_MECHANISMS
-from rivulet.security.scram import ScramCredential, ScramServer
+from rivulet.security.scram import ScramCredential, ScramServer, TokenLookup
 from rivulet.server.config import BrokerConfig
 
 log = logging.getLogger("rivulet.server.authentication")
@@ -282,9 +282,11 @@ def inter_broker_sasl(config: BrokerConfig, listener: str) -> SaslCredentials:
 
 
 def sasl_listener_config(config: BrokerConfig, listener: str,
-                         scram: Callable[[str, str], ScramCredential | None]) -> SaslListenerConfig:
+                         scram: Callable[[str, str], ScramCredential | None],
+                         tokens: TokenLookup | None = None) -> SaslListenerConfig:
     """A SASL listener's mechanisms from the broker's properties; ConfigError (start-up stops)
-    for a mechanism Rivulet lacks or one without its JAAS configuration."""
+    for a mechanism Rivulet lacks or one without its JAAS configuration. ``tokens``: delegation
+    tokens' SCRAM credentials (``tokenauth=true``)."""
     mechanisms = tuple(config.listener_value(listener, "sasl.enabled.mechanisms"))
     servers: dict[str, Callable[[], SaslServer]] = {}
     reauth: dict[str, int] = {}
@@ -298,7 +300,7 @@ def sasl_listener_config(config: BrokerConfig, listener: str,
             servers[mechanism] = lambda users=users: PlainServer(
                 lambda u, p: u in users and hmac.compare_digest(users[u].encode(), p.encode()))
         elif mechanism in SCRAM_MECHANISMS:
-            servers[mechanism] = lambda m=SCRAM_MECHANISMS[mechanism]: ScramServer(m, scram)
+            servers[mechanism] = lambda m=SCRAM_MECHANISMS[mechanism]: ScramServer(m, scram, tokens)
         else:
             validate = _token_validator(config, listener, options)
             servers[mechanism] = lambda v=validate: OAuthBearerServer(v)

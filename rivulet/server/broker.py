@@ -34,6 +34,8 @@ from rivulet.server.coordinator_leadership import CoordinatorLeadership
 from rivulet.server.acls import AclManager, Authz, build_authorizer
 from rivulet.server.client_metrics import ClientMetricsManager, EveryReceiver, LastPayloads, TelemetryReceiver
 from rivulet.server.dynamic_config import DynamicBrokerConfig
+from rivulet.server.delegation_tokens import DelegationTokens, TokenSettings
+from rivulet.server.features import FeatureLevels, supported_features
 from rivulet.server.fd_limit import describe as describe_fd_limit
 from rivulet.server.fd_limit import raise_open_file_limit
 from rivulet.server.metadata import MetadataStore
@@ -161,9 +163,19 @@ class Broker:
         # Group configs (GROUP config resources): in ZooKeeper in a cluster, else beside the dynamic configs.
         self.group_configs = GroupConfigs(config.items(),
                                           self.cluster if self.cluster is not None else self.dynamic_config)
+        # Finalized feature levels: ZooKeeper's /feature in a cluster, this broker's metadata otherwise.
+        self.features = FeatureLevels(
+            self.node_id, supported_features(config["group.share.enable"]),
+            self.cluster if self.cluster is not None else self.dynamic_config,
+            self.cluster.supported_features if self.cluster is not None else dict)
+        # Delegation tokens: in ZooKeeper in a cluster, in this broker's metadata otherwise.
+        self.delegation_tokens = DelegationTokens(
+            TokenSettings(config["delegation.token.secret.key"] or config["delegation.token.master.key"],
+                          config["delegation.token.max.lifetime.ms"], config["delegation.token.expiry.time.ms"]),
+            self.cluster if self.cluster is not None else self.dynamic_config, clock)
         # Built before anything binds, so that a SASL set-up Rivulet cannot serve stops start-up.
         self.sasl_listeners: dict[str, SaslListenerConfig] = {
-            name: sasl_listener_config(config, name, self.scram.lookup) for name, protocol in config.security_protocols.items()
+            name: sasl_listener_config(config, name, self.scram.lookup, self.delegation_tokens.lookup) for name, protocol in config.security_protocols.items()
             if protocol in SASL_PROTOCOLS and name not in config["controller.listener.names"]}
         # Built here so that a TLS setting that cannot work stops the broker before it binds.
         self.listeners = self._build_listeners()
@@ -273,7 +285,8 @@ class Broker:
                               quotas=self.quotas, cluster=self.cluster, log_dir_mover=self.log_dir_mover,
                               authz=Authz(authorizer), acls=self.acls, scram=self.scram,
                               client_metrics=self.client_metrics, group_configs=self.group_configs,
-                              share_partitions=share, share_coordinator=shares)
+                              share_partitions=share, share_coordinator=shares, features=self.features,
+                              delegation_tokens=self.delegation_tokens)
         if self.metrics is not None:
             self._add_collectors(rm, groups)
         if self.cluster is not None:
@@ -283,11 +296,15 @@ class Broker:
                 topic_config=topics.apply_topic_config, user_config=self.scram.set_user,
                 client_metrics=self.client_metrics.set_subscription, group_config=self.group_configs.set_group,
                 acls=authorizer.replace if authorizer is not None else ClusterChangeListeners.acls,
-                session_health=self._on_session_health))
+                session_health=self._on_session_health, features=self.features.set_finalized,
+                delegation_token=self.delegation_tokens.set_token),
+                self.features.supported)
         await self.socket_server.start_serving(self.apis)
         if self.cluster is not None:
             self.cluster.start_controller()
         self._tasks.append(loop.create_task(self._housekeeping()))
+        if self.delegation_tokens.enabled:
+            self._tasks.append(loop.create_task(self._expire_delegation_tokens()))
         self.started = True
         log.info("started in %.0f ms", (time.monotonic() - t0) * 1000)
 
@@ -402,6 +419,16 @@ class Broker:
         if self.cluster is not None:
             return ZkProducerIdManager(self.cluster.client, self.node_id)
         return ProducerIdManager(self.config.log_dirs[0])
+
+    async def _expire_delegation_tokens(self) -> None:
+        # As Kafka's delegation-token-expiry task: every delegation.token.expiry.check.interval.ms.
+        every = self.config["delegation.token.expiry.check.interval.ms"] / 1000
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await self.delegation_tokens.remove_expired()
+            except Exception:
+                log.exception("removing expired delegation tokens failed; will retry")
 
     async def _isr_expiration(self, rm: ReplicaManager) -> None:
         # As Kafka's isr-expiration task: every half of replica.lag.time.max.ms.

@@ -277,6 +277,18 @@ BROKER_CONFIGS = ConfigDef([
     _k("sasl.server.callback.handler.class", CL, None, None, "The broker's SASL callback handler; "
        "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler validates "
        "OAUTHBEARER tokens as JWTs against sasl.oauthbearer.jwks.endpoint.url.", MEDIUM),
+    # -- delegation tokens (KIP-48): served once a secret key is set
+    _k("delegation.token.secret.key", PW, None, None, "Secret that signs delegation tokens (their HMAC); the "
+       "same on every broker of a cluster. Not set: the token APIs answer DELEGATION_TOKEN_AUTH_DISABLED.",
+       MEDIUM),
+    _k("delegation.token.master.key", PW, None, None, "The secret key's earlier name, used when "
+       "delegation.token.secret.key is not set.", LOW),
+    _k("delegation.token.max.lifetime.ms", L, 604800000, _pos, "Longest life of a token, renewals "
+       "included.", MEDIUM),
+    _k("delegation.token.expiry.time.ms", L, 86400000, _pos, "How long a token lives before it must be "
+       "renewed, and a renewal's longest period.", MEDIUM),
+    _k("delegation.token.expiry.check.interval.ms", L, 3600000, _pos, "How often expired tokens are "
+       "removed.", LOW),
     _k("sasl.server.max.receive.size", I, 524288, _pos, "Largest SASL token before authentication.", LOW),
     _k("sasl.oauthbearer.jwks.endpoint.url", S, None, None, "Where the JWT signing keys are: https://, "
        "http:// or file://.", MEDIUM),
@@ -365,8 +377,8 @@ BROKER_CONFIGS = ConfigDef([
        "assignment computations of a streams group.", MEDIUM, ignored=True),
     _k("group.share.enable", B, True, None, "Serve share groups (KIP-932: ShareGroupHeartbeat, "
        "ShareGroupDescribe). Kafka serves them once the share.version feature is 1, as it is in a new 4.2+ "
-       "cluster; Rivulet has no finalized features, so this switch (Kafka's own, internal) stands for it: "
-       "false is share.version=0, and the share APIs are neither listed nor served.", MEDIUM),
+       "cluster, and so does Rivulet; false (Kafka's own, internal switch) takes share.version 1 out of what "
+       "this broker supports, and the share APIs are neither listed nor served.", MEDIUM),
     _k("group.share.max.size", I, 200, between(1, 1000), "Most members in one share group.", MEDIUM),
     _k("group.share.assignors", LS, ("simple",),
        each_of("simple", "org.apache.kafka.coordinator.group.assignor.SimpleAssignor"),

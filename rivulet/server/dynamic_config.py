@@ -22,8 +22,9 @@ The client quotas that AlterClientQuotas sets (``server/quotas.py``) are kept in
 file, under ``client-quotas``: Kafka keeps them beside the dynamic configs too; so are a
 single node's ACLs, under ``acls``, and its users' SCRAM credentials, under
 ``scram-credentials``, its KIP-714 subscriptions (CLIENT_METRICS resources), under
-``client-metrics``, and its groups' configs, under ``group-configs`` (a cluster keeps these
-in ZooKeeper).
+``client-metrics``, its groups' configs, under ``group-configs``, and its finalized feature
+levels, under ``finalized-features``, and its delegation tokens, under ``delegation-tokens`` (a
+cluster keeps these in ZooKeeper).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from rivulet.common.config import ConfigEntry, ConfigError, ConfigSource, Config
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.security.acls import AclBinding, AclChange, ResourcePattern, bindings_from_json, bindings_to_json
 from rivulet.server.config import BROKER_CONFIGS, BrokerConfig, synonyms_of
+from rivulet.server.delegation_tokens import TokenInformation
+from rivulet.server.features import FinalizedFeatures
 from rivulet.storage.checkpoints import write_atomic
 
 log = logging.getLogger(__name__)
@@ -48,6 +51,8 @@ ACLS = "acls"
 SCRAM_CREDENTIALS = "scram-credentials"
 CLIENT_METRICS = "client-metrics"
 GROUP_CONFIGS = "group-configs"
+FINALIZED_FEATURES = "finalized-features"
+DELEGATION_TOKENS = "delegation-tokens"
 
 MIN_ISR = "min.insync.replicas"
 
@@ -77,6 +82,8 @@ class DynamicBrokerConfig:
         self.scram_credentials: dict[str, dict[str, str]] = {}
         self.client_metrics: dict[str, dict[str, str]] = {}
         self.group_configs: dict[str, dict[str, str]] = {}
+        self.finalized_features: FinalizedFeatures | None = None
+        self.delegation_tokens: dict[str, TokenInformation] = {}
         try:
             with open(self.path, encoding="utf-8") as f:
                 saved = json.load(f)
@@ -92,6 +99,12 @@ class DynamicBrokerConfig:
                                    for n, c in saved.get(CLIENT_METRICS, {}).items()}
             self.group_configs = {str(g): {str(n): str(v) for n, v in configs.items()}
                                   for g, configs in saved.get(GROUP_CONFIGS, {}).items()}
+            if FINALIZED_FEATURES in saved:
+                features = saved[FINALIZED_FEATURES]
+                self.finalized_features = FinalizedFeatures(
+                    {str(n): int(v) for n, v in features["levels"].items()}, int(features["epoch"]))
+            self.delegation_tokens = {str(i): TokenInformation.from_json(str(i), t)
+                                      for i, t in saved.get(DELEGATION_TOKENS, {}).items()}
         except FileNotFoundError:
             pass
         except (ValueError, AttributeError, KeyError, TypeError) as e:  # losing them beats refusing to start
@@ -227,6 +240,37 @@ class DynamicBrokerConfig:
             self.group_configs.pop(group_id, None)
         self._save()
 
+    def init_finalized_features(self, defaults: Mapping[str, int]) -> FinalizedFeatures:
+        """One node keeps its finalized feature levels here (a ``FeatureStore``); the defaults
+        are written with the first change, so that starting writes nothing (a full disk)."""
+        if self.finalized_features is None:
+            self.finalized_features = FinalizedFeatures(dict(defaults), 0)
+        return self.finalized_features
+
+    async def read_finalized_features(self) -> FinalizedFeatures:
+        assert self.finalized_features is not None
+        return self.finalized_features
+
+    async def write_finalized_features(self, levels: Mapping[str, int], expected_epoch: int
+                                       ) -> FinalizedFeatures | None:
+        if self.finalized_features is not None and self.finalized_features.epoch != expected_epoch:
+            return None
+        self.finalized_features = FinalizedFeatures(dict(levels), expected_epoch + 1)
+        self._save()
+        return self.finalized_features
+
+    def load_delegation_tokens(self) -> list[TokenInformation]:
+        return list(self.delegation_tokens.values())
+
+    async def store_delegation_token(self, token: TokenInformation) -> None:
+        """One node keeps its delegation tokens here (a ``TokenStore``)."""
+        self.delegation_tokens[token.token_id] = token
+        self._save()
+
+    async def remove_delegation_token(self, token_id: str) -> None:
+        if self.delegation_tokens.pop(token_id, None) is not None:
+            self._save()
+
     def load_acls(self) -> list[AclBinding]:
         return list(self.acls)
 
@@ -247,6 +291,11 @@ class DynamicBrokerConfig:
             doc[CLIENT_METRICS] = self.client_metrics
         if self.group_configs:
             doc[GROUP_CONFIGS] = self.group_configs
+        if self.delegation_tokens:
+            doc[DELEGATION_TOKENS] = {i: t.to_json() for i, t in self.delegation_tokens.items()}
+        if self.finalized_features is not None and self.finalized_features.epoch > 0:
+            doc[FINALIZED_FEATURES] = {"levels": dict(self.finalized_features.levels),
+                                       "epoch": self.finalized_features.epoch}
         write_atomic(self.path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import json
 import logging
 import os
 import uuid
@@ -41,6 +42,8 @@ from rivulet.protocol.messages.controlled_shutdown_request import ControlledShut
 from rivulet.security.acls import AccessControlEntry, AclBinding, AclChange, ResourcePattern
 from rivulet.security.scram import SCRAM_MECHANISM_NAMES
 from rivulet.server.config import BrokerConfig, ConfigError
+from rivulet.server.delegation_tokens import TokenInformation
+from rivulet.server.features import FinalizedFeatures
 from rivulet.storage.checkpoints import random_kafka_uuid
 
 CLIENT_METRICS = "client-metrics"  # Kafka's config entity type for KIP-714 subscriptions
@@ -90,6 +93,9 @@ class ClusterChangeListeners:
     client_metrics: Callable[[str, dict[str, str]], object] = _ignore  # KIP-714 subscriptions
     group_config: Callable[[str, dict[str, str]], object] = _ignore
     acls: Callable[[ResourcePattern, set[AccessControlEntry]], object] = lambda _p, _e: None
+    features: Callable[[FinalizedFeatures], object] = lambda _f: None  # /feature changed
+    # a delegation token created, renewed or expired (None: removed)
+    delegation_token: Callable[[str, TokenInformation | None], object] = lambda _i, _t: None
     # The session expired, is presumed expired (out of reach for its timeout), or resumed.
     session_health: Callable[[SessionHealth], object] = lambda _h: None
 
@@ -128,6 +134,10 @@ class ZkClusterMember:
             self._last_acl_change = {path: max((n for n, _ in self.client.get_acl_changes(path)), default="")
                                      for path in ACL_CHANGE_PATHS}
             self.acls = self.client.get_all_acls()
+            # Delegation tokens, kept current by their change notifications.
+            self._last_token_change = max((n for n, _ in self.client.get_token_changes()), default="")
+            self.delegation_tokens = [t for t in (self._read_token(i) for i in self.client.get_delegation_token_ids())
+                                      if t is not None]
         except BaseException:
             self.client.close()
             raise
@@ -186,19 +196,21 @@ class ZkClusterMember:
         return self.controller
 
     async def start(self, endpoints: list[EndPoint], on_registered: Callable[[int], object],
-                    changes: ClusterChangeListeners) -> None:
+                    changes: ClusterChangeListeners, supported_features: Mapping[str, tuple[int, int]]) -> None:
         """Register this broker and read the cluster (brokers, controller, topics' configs, ACLs),
         before the listeners serve anyone, as Kafka's KafkaServer registers before it processes
         requests; ``start_controller`` then starts its candidate controller. ``on_registered``
         gets the broker epoch of each registration (again after a lost session); ``changes`` is
-        told of what the watches armed here bring."""
+        told of what the watches armed here bring. The registration carries the
+        ``supported_features``, which an UpdateFeatures on any broker checks."""
         self._on_registered = on_registered
         self.changes = changes
         assert self.bridge is not None and self.controller is not None, "prepare() first"
         # The inter-broker listener first: where the controller and followers reach this broker.
         endpoints = sorted(endpoints, key=lambda e: e.listener != self.listener)
         self.registration = BrokerRegistration(self.broker_id, tuple(endpoints), self.config["broker.rack"],
-                                               timestamp_ms=self.clock.milliseconds())
+                                               timestamp_ms=self.clock.milliseconds(),
+                                               features=dict(supported_features))
         await self._register()
         self.bridge.on_state(self._on_session_state)
         await self.refresh_brokers()
@@ -207,6 +219,8 @@ class ZkClusterMember:
         await self._on_config_changes()
         for path in ACL_CHANGE_PATHS:
             await self._on_acl_changes(path)
+        await self._on_feature_change()
+        await self._on_token_changes()
 
     def start_controller(self) -> None:
         """Once the listeners serve: the controller's first requests go to this broker too."""
@@ -354,6 +368,64 @@ class ZkClusterMember:
         else:
             self.acls.pop(pattern, None)
         self.changes.acls(pattern, entries)
+
+    def _read_token(self, token_id: str) -> TokenInformation | None:
+        data = self.client.get_delegation_token(token_id)
+        try:
+            return None if data is None else TokenInformation.from_json(token_id, json.loads(data))
+        except (ValueError, KeyError, TypeError) as e:
+            log.warning("ignoring unreadable delegation token %s: %s", token_id, e)
+            return None
+
+    async def _on_token_changes(self) -> None:
+        assert self.bridge is not None
+        changes = await self.bridge.run(self.client.get_token_changes,
+                                        self.bridge.on_loop(lambda: self._spawn(self._on_token_changes())))
+        for name, token_id in changes:
+            if name <= self._last_token_change:
+                continue
+            self._last_token_change = name
+            self.changes.delegation_token(token_id, await self.bridge.run(self._read_token, token_id))
+
+    def load_delegation_tokens(self) -> list[TokenInformation]:
+        return list(self.delegation_tokens)
+
+    async def store_delegation_token(self, token: TokenInformation) -> None:
+        """A token into /delegation_token/tokens/<id>, with the change notification that makes
+        every broker re-read it (a ``TokenStore``)."""
+        assert self.bridge is not None
+        await self.bridge.run(self.client.set_delegation_token, token.token_id, json.dumps(token.to_json()).encode())
+
+    async def remove_delegation_token(self, token_id: str) -> None:
+        assert self.bridge is not None
+        await self.bridge.run(self.client.set_delegation_token, token_id, None)
+
+    async def _on_feature_change(self) -> None:
+        assert self.bridge is not None
+        levels, version = await self.bridge.run(self.client.get_features,
+                                                self.bridge.on_loop(lambda: self._spawn(self._on_feature_change())))
+        self.changes.features(FinalizedFeatures(levels, version))
+
+    def init_finalized_features(self, defaults: Mapping[str, int]) -> FinalizedFeatures:
+        """/feature's levels, created with ``defaults`` by the first broker of a new cluster (a
+        ``FeatureStore``; blocking, at construction); its znode version is the epoch."""
+        levels, version = self.client.get_or_create_features(dict(defaults))
+        return FinalizedFeatures(levels, version)
+
+    async def read_finalized_features(self) -> FinalizedFeatures:
+        assert self.bridge is not None
+        levels, version = await self.bridge.run(self.client.get_features)
+        return FinalizedFeatures(levels, version)
+
+    async def write_finalized_features(self, levels: Mapping[str, int], expected_epoch: int
+                                       ) -> FinalizedFeatures | None:
+        assert self.bridge is not None
+        version = await self.bridge.run(self.client.set_features, dict(levels), expected_epoch)
+        return None if version is None else FinalizedFeatures(dict(levels), version)
+
+    def supported_features(self) -> dict[int, dict[str, tuple[int, int]]]:
+        """Each live broker's supported features, as registered."""
+        return {b: dict(r.features) for b, r in self._brokers.items()}
 
     def load_acls(self) -> list[AclBinding]:
         return [AclBinding(p, e) for p, entries in self.acls.items() for e in entries]

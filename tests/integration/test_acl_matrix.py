@@ -77,6 +77,9 @@ from rivulet.protocol.messages import controlled_shutdown_request as csq
 from rivulet.protocol.messages import elect_leaders_request as elq
 from rivulet.protocol.messages import list_partition_reassignments_request as lpraq
 from rivulet.protocol.messages import describe_user_scram_credentials_request as dusq
+from rivulet.protocol.messages import create_delegation_token_request as cdtq
+from rivulet.protocol.messages import describe_delegation_token_request as ddtq
+from rivulet.protocol.messages import update_features_request as ufq
 from rivulet.protocol.messages.api_versions_request import ApiVersionsRequest
 from rivulet.security.acls import (
     AccessControlEntry,
@@ -519,6 +522,27 @@ async def alter_scram(c: Ctx) -> str:
     return name(r.results[0].error_code)
 
 
+async def update_features(c: Ctx) -> str:
+    r = await c.user.send(ufq.UpdateFeaturesRequest(timeout_ms=5000, validate_only=True, feature_updates=[
+        ufq.FeatureUpdateKey(feature="group.version", max_version_level=1, upgrade_type=1)]))
+    return name(r.error_code)
+
+
+async def create_token_for_another(c: Ctx) -> str:
+    r = await c.user.send(cdtq.CreateDelegationTokenRequest(
+        owner_principal_type="User", owner_principal_name="bob", renewers=[], max_lifetime_ms=-1))
+    return name(r.error_code)
+
+
+async def describe_others_tokens(c: Ctx) -> str:
+    admins = [ddtq.DescribeDelegationTokenOwner(principal_type="User", principal_name="admin")]
+    if not (await c.admin.send(ddtq.DescribeDelegationTokenRequest(owners=admins))).tokens:
+        r = await c.admin.send(cdtq.CreateDelegationTokenRequest(renewers=[], max_lifetime_ms=-1))
+        assert r.error_code == 0
+    r = await c.user.send(ddtq.DescribeDelegationTokenRequest(owners=admins))
+    return "listed" if r.tokens else "hidden"
+
+
 # ---- brokers' and the controller's requests (cluster mode); stale epochs, so that granted
 # requests are refused for what they carry and change nothing either
 async def leader_and_isr(c: Ctx) -> str:
@@ -703,6 +727,11 @@ MATRIX: list[Row] = [
     Row("DescribeUserScramCredentials", (need(RT.CLUSTER, Op.DESCRIBE),), "CLUSTER_AUTHORIZATION_FAILED",
         describe_scram),
     Row("AlterUserScramCredentials", (need(RT.CLUSTER, Op.ALTER),), "CLUSTER_AUTHORIZATION_FAILED", alter_scram),
+    Row("UpdateFeatures", (need(RT.CLUSTER, Op.ALTER),), "CLUSTER_AUTHORIZATION_FAILED", update_features),
+    Row("CreateDelegationToken (another owner)", (Need(RT.USER, Op.CREATE_TOKENS, "User:bob"),),
+        "DELEGATION_TOKEN_AUTHORIZATION_FAILED", create_token_for_another),
+    Row("DescribeDelegationToken (another's)", (Need(RT.USER, Op.DESCRIBE_TOKENS, "User:admin"),), "hidden",
+        describe_others_tokens, allowed="listed"),
     Row("LeaderAndIsr", (CLUSTER_ACTION,), "CLUSTER_AUTHORIZATION_FAILED", leader_and_isr, ANY_OTHER, cluster=True),
     Row("UpdateMetadata", (CLUSTER_ACTION,), "CLUSTER_AUTHORIZATION_FAILED", update_metadata, ANY_OTHER,
         cluster=True),
@@ -733,7 +762,8 @@ def _binding(n: Need) -> AclBinding:
 def secured_broker():
     b = BrokerProcess({"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
                        "super.users": "User:admin", "num.partitions": "2", "sasl.enabled.mechanisms": "PLAIN",
-                       "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS})
+                       "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+                       "delegation.token.secret.key": "acl-matrix"})
     b.overrides["listeners"] = f"SASL_PLAINTEXT://127.0.0.1:{b.port}"
     yield b.start()
     b.cleanup()

@@ -11,7 +11,9 @@ so a parsing bug in tests/java_tools.py cannot pass for a Rivulet bug (or hide o
 
 from __future__ import annotations
 
+import re
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -213,6 +215,22 @@ def check_config_command_quotas(bootstrap: str) -> None:
     configs("--alter", "--entity-type", "clients", "--entity-name", client, "--delete-config", "producer_byte_rate")
 
 
+def check_feature_command(bootstrap: str) -> None:
+    """kafka-features describe (ApiVersions' features) and upgrade with Kafka's validation
+    (UpdateFeatures), what Kafka 4.3.1 and Rivulet have in common: group.version 0-1 finalized
+    at 1 in a new cluster, a dry run, a level no broker supports."""
+    features = jt.describe_features(bootstrap, timeout=TOOL_TIMEOUT)
+    group = features["group.version"]
+    assert (group.supported_min, group.supported_max, group.finalized) == (0, 1, 1)
+    assert group.epoch >= 0
+    dry = jt.feature_command(bootstrap, ["upgrade", "--feature", "group.version=1", "--dry-run"], timeout=TOOL_TIMEOUT)
+    assert "group.version can be upgraded to 1." in dry.stdout
+    bad = jt.feature_command(bootstrap, ["upgrade", "--feature", "transaction.version=99"], check=False,
+                             timeout=TOOL_TIMEOUT)
+    assert bad.returncode != 0
+    assert "Invalid update version 99 for feature transaction.version." in bad.stdout + bad.stderr, bad.stdout
+
+
 # ---------------------------------------------------------------------------- against Rivulet
 
 
@@ -262,6 +280,113 @@ def test_acl_command_add_list_remove(java, broker_factory) -> None:
     assert "User:app" in acls("--list", "--principal", "User:app")
 
 
+def test_feature_command_describe_upgrade_downgrade(java, broker_factory) -> None:
+    check_feature_command(broker_factory().bootstrap)
+    b = broker_factory()
+    before = jt.describe_features(b.bootstrap, timeout=TOOL_TIMEOUT)
+    assert before["share.version"].finalized == 1
+    assert before["transaction.version"].supported_max == 0  # KIP-890 part 2 is not implemented
+    out = jt.feature_command(b.bootstrap, ["downgrade", "--feature", "group.version=0"], timeout=TOOL_TIMEOUT)
+    assert "group.version was downgraded to 0." in out.stdout
+    after = jt.describe_features(b.bootstrap, timeout=TOOL_TIMEOUT)
+    assert after["group.version"].finalized == 0 and after["group.version"].epoch == before["group.version"].epoch + 1
+    # The finalized levels are the broker's metadata: they survive a restart.
+    b.stop()
+    b.start()
+    assert jt.describe_features(b.bootstrap, timeout=TOOL_TIMEOUT)["group.version"].finalized == 0
+    jt.feature_command(b.bootstrap, ["upgrade", "--feature", "group.version=1"], timeout=TOOL_TIMEOUT)
+    assert jt.describe_features(b.bootstrap, timeout=TOOL_TIMEOUT)["group.version"].finalized == 1
+
+
+def _props(path: Path, **props: str) -> str:
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    return str(path)
+
+
+def check_delegation_token_command(bootstrap: str, tmp_path: Path) -> None:
+    """kafka-delegation-tokens creates, describes, renews and expires a token (as the PLAIN
+    admin, over SASL_PLAINTEXT at ``bootstrap``); a Java client authenticates with it over SCRAM
+    (tokenauth=true) as the token's owner, may not ask for tokens with it, and is refused once
+    the token is expired."""
+    admin = _props(tmp_path / "admin.properties", **{
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+        "sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule required '
+                            'username="admin" password="admin-secret";'})
+
+    def tokens(*args: str, config: str = admin, check: bool = True) -> jt.ToolRun:
+        return jt.delegation_token_command(bootstrap, list(args), config, check=check, timeout=TOOL_TIMEOUT)
+
+    created = tokens("--create", "--max-life-time-period", "-1", "--renewer-principal", "User:alice").stdout
+    m = re.search(r"^(\S+)\s+(\S+)\s+User:admin\s+User:admin\s+\[User:alice\]", created, re.M)
+    assert m, created
+    token_id, hmac = m.groups()
+    described = tokens("--describe", "--owner-principal", "User:admin").stdout
+    assert "Total number of tokens : 1" in described and token_id in described
+    # Without an owner the tool sends an empty owner list, which describes nothing.
+    assert "Total number of tokens : 0" in tokens("--describe").stdout
+    assert "Completed renew operation." in tokens("--renew", "--hmac", hmac, "--renew-time-period", "-1").stdout
+
+    with_token = _props(tmp_path / "token.properties", **{
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.jaas.config": f'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                            f'username="{token_id}" password="{hmac}" tokenauth=true;'})
+    listed = jt.run_tool(jt.TOPIC_COMMAND, ["--bootstrap-server", bootstrap, "--command-config", with_token,
+                                            "--list"], timeout=TOOL_TIMEOUT, jvm_args=jt._ADMIN_JVM)
+    assert listed.returncode == 0
+    refused = tokens("--describe", "--owner-principal", "User:admin", config=with_token, check=False)
+    assert refused.returncode != 0
+    assert "not allowed on PLAINTEXT/1-way SSL channels and on delegation token authenticated channels" \
+        in refused.stdout + refused.stderr
+
+    assert "Completed expire operation." in tokens("--expire", "--hmac", hmac, "--expiry-time-period", "-1").stdout
+    assert "Total number of tokens : 0" in tokens("--describe", "--owner-principal", "User:admin").stdout
+    gone = jt.run_tool(jt.TOPIC_COMMAND, ["--bootstrap-server", bootstrap, "--command-config", with_token,
+                                          "--list"], check=False, timeout=TOOL_TIMEOUT, jvm_args=jt._ADMIN_JVM)
+    assert gone.returncode != 0 and "invalid credentials" in gone.stdout + gone.stderr
+    renew_gone = tokens("--renew", "--hmac", hmac, "--renew-time-period", "-1", check=False)
+    assert renew_gone.returncode != 0 and "DelegationTokenNotFoundException" in renew_gone.stdout + renew_gone.stderr
+
+
+def test_delegation_token_command_and_token_authentication(java, tmp_path) -> None:
+    from rivulet.testing import BrokerProcess
+    from tests.integration.test_sasl import sasl_overrides
+
+    b = BrokerProcess()
+    b.overrides.update({**sasl_overrides(b.port), "delegation.token.secret.key": "token-secret"})
+    b.start()
+    try:
+        check_delegation_token_command(b.bootstrap, tmp_path)
+    finally:
+        b.cleanup()
+
+
+def test_delegation_token_command_against_apache_kafka(java, tmp_path) -> None:
+    """The same commands against Kafka 4.3.1 with the same SASL set-up, so that the checks
+    above are Kafka's answers."""
+    from benchmarks.reference.kafka import KafkaReference
+    from rivulet.testing import free_port
+    from tests.integration.test_sasl import PLAIN_JAAS, SCRAM_JAAS
+
+    sasl_port = free_port()
+    ref = KafkaReference(overrides={})
+    ref.properties.update({
+        "listeners": f"{ref.properties['listeners']},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+        "advertised.listeners": f"{ref.properties['advertised.listeners']},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+        "listener.security.protocol.map": f"{ref.properties['listener.security.protocol.map']},"
+                                          "SASL_PLAINTEXT:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+        "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": SCRAM_JAAS,
+        "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": SCRAM_JAAS,
+        "delegation.token.secret.key": "token-secret"})
+    try:
+        ref.start()
+        check_delegation_token_command(f"127.0.0.1:{sasl_port}", tmp_path)
+    finally:
+        ref.stop()
+        ref.cleanup()
+
+
 # ---------------------------------------------------------------------------- against a 3-broker cluster
 
 
@@ -295,6 +420,22 @@ def test_consumer_group_command_on_a_cluster(cluster_bootstrap: str) -> None:
     check_consumer_group_command(cluster_bootstrap)
 
 
+@pytest.mark.cluster
+def test_feature_levels_on_a_cluster(cluster_bootstrap: str) -> None:
+    """/feature in ZooKeeper: a downgrade through one broker is what every broker reports."""
+    check_feature_command(cluster_bootstrap)
+    brokers = cluster_bootstrap.split(",")
+    jt.feature_command(brokers[0], ["downgrade", "--feature", "group.version=0"], timeout=TOOL_TIMEOUT)
+    try:
+        for one in brokers:
+            deadline = time.monotonic() + 30
+            while jt.describe_features(one, timeout=TOOL_TIMEOUT)["group.version"].finalized != 0:
+                assert time.monotonic() < deadline, f"{one} still reports group.version 1"
+                time.sleep(0.5)
+    finally:
+        jt.feature_command(brokers[-1], ["upgrade", "--feature", "group.version=1"], timeout=TOOL_TIMEOUT)
+
+
 # ---------------------------------------------------------------------------- the harness itself
 
 
@@ -306,3 +447,4 @@ def test_runners_against_apache_kafka(kafka_ref: str) -> None:
     check_end_to_end_latency(kafka_ref)
     check_consumer_group_command(kafka_ref)
     check_config_command_quotas(kafka_ref)
+    check_feature_command(kafka_ref)
