@@ -219,6 +219,15 @@ def filter_of(resource_type: int, name: str | None, pattern_type: int, principal
                             AclOperation.of(operation), AclPermissionType.of(permission_type))
 
 
+def unbuildable(b: AclBinding) -> bool:
+    """A creation Kafka cannot even make a binding of (its ResourcePattern and AccessControlEntry
+    refuse ANY, and MATCH): it fails the whole CreateAcls request, UNKNOWN_SERVER_ERROR for
+    every creation, before any is validated."""
+    p, e = b.pattern, b.entry
+    return p.resource_type is ResourceType.ANY or p.pattern_type in (PatternType.ANY, PatternType.MATCH) or \
+        e.operation is Op.ANY or e.permission_type is AclPermissionType.ANY
+
+
 def names_unknown(resource_type: int, pattern_type: int, operation: int, permission_type: int) -> bool:
     """An ACL request element spelled with the code of UNKNOWN (0): Kafka cannot parse such a
     Create/Describe/DeleteAcls request and closes the connection. Other codes it does not know
