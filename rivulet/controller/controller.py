@@ -269,7 +269,7 @@ class KafkaController:
             return
         topics = set(await self.zk.run(self.client.get_all_topics, self._watch(self._on_topic_change)))
         for gone in set(ctx.assignments) - topics:
-            ctx.remove_topic(gone)
+            self._forget_topic(ctx, gone)
         new: list[TopicPartition] = []
         for t in sorted(topics - set(ctx.assignments)):
             new += await self._load_topic(t)
@@ -277,6 +277,10 @@ class KafkaController:
             batch = self._batch()
             await self._init_partitions(new, batch)
             self._send(batch)
+
+    def _forget_topic(self, ctx: ControllerContext, topic: str) -> None:
+        ctx.remove_topic(topic)
+        self._watchers.pop(("partitions", topic), None)  # a topic made again later gets a new one
 
     async def _on_partition_modification(self, topic: str) -> None:
         ctx = self.ctx
@@ -359,7 +363,7 @@ class KafkaController:
         ctx = self.ctx
         assert ctx is not None
         await self.zk.run(self.client.delete_topic_znodes, topic, ctx.epoch)
-        ctx.remove_topic(topic)
+        self._forget_topic(ctx, topic)
         log.info("deleted topic %s", topic)
 
     # ------------------------------------------------------------ brokers
