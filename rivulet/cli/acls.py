@@ -18,7 +18,9 @@ from rivulet.cli.common import CliError, add_connection_args
 from rivulet.cli.output import Column, add_format_arg, print_table
 from rivulet.client.admin.client import AsyncAdminClient
 from rivulet.protocol.errors import ApiError
-from rivulet.security.acls import CLUSTER_NAME, WILDCARD, AccessControlEntry, AclBinding, AclBindingFilter
+from rivulet.security.acls import (
+    CLUSTER_NAME, SUPPORTED_OPERATIONS, WILDCARD, AccessControlEntry, AclBinding, AclBindingFilter,
+)
 from rivulet.security.acls import AclOperation as Op, AclPermissionType as Perm, ResourceType as RT
 from rivulet.security.acls import PatternType, ResourcePattern
 
@@ -82,6 +84,12 @@ def bindings_to_add(args: argparse.Namespace) -> list[AclBinding]:
         wanted = [(rt, name, ops) for rt, name in _resources(args)]
     if not wanted:
         raise CliError("name a resource: --topic, --group, --cluster, --transactional-id, --user or --delegation-token")
+    for rt, _name, ops in wanted:
+        # As kafka-acls: the broker takes any operation on any resource type, the command only those that mean something.
+        valid = SUPPORTED_OPERATIONS[rt] | {Op.ALL}
+        if not set(ops) <= valid:
+            raise CliError(f"ResourceType {rt.pascal} only supports operations "
+                           f"{', '.join(op.pascal for op in sorted(valid))}")
     return [AclBinding(ResourcePattern(rt, name, pattern_type), AccessControlEntry(p, h, op, perm))
             for rt, name, ops in wanted for p, h, op, perm in _entries(args, ops)]
 

@@ -76,6 +76,7 @@ class KafkaController:
         self._rebalancer: asyncio.Task | None = None
         self._rebalance_soon: asyncio.TimerHandle | None = None
         self._lost_session = False
+        self._watchers: dict[object, Callable[..., object]] = {}
 
     # ------------------------------------------------------------ lifecycle
     @property
@@ -132,9 +133,14 @@ class KafkaController:
             except Exception:
                 log.exception("controller event failed")
 
-    def _watch(self, event: Callable[[], Awaitable[None]]) -> Callable[..., object]:
-        """A ZooKeeper watch that queues ``event``."""
-        return self.zk.on_loop(lambda: self.enqueue(event))
+    def _watch(self, event: Callable[[], Awaitable[None]], key: object = None) -> Callable[..., object]:
+        """The ZooKeeper watch that queues ``event``, one per ``key`` (default: the event): kazoo
+        keeps a path's watchers in a set, so arming it again never doubles its events."""
+        key = event if key is None else key
+        watcher = self._watchers.get(key)
+        if watcher is None:
+            watcher = self._watchers[key] = self.zk.on_loop(lambda: self.enqueue(event))
+        return watcher
 
     def _on_session_state(self, state: KazooState) -> None:
         if state == KazooState.LOST:
@@ -143,6 +149,21 @@ class KafkaController:
         elif state == KazooState.CONNECTED and self._lost_session:
             self._lost_session = False
             self.enqueue(self._elect)
+        elif state == KazooState.CONNECTED:
+            self.enqueue(self._on_reconnected)
+
+    async def _on_reconnected(self) -> None:
+        """Back within the session: kazoo fired every watch when the connection dropped, and a
+        re-read that failed then left its watch unarmed; read everything watched again."""
+        await self._elect()
+        ctx = self.ctx
+        if ctx is None:
+            return
+        await self._on_broker_change()
+        await self._on_topic_change()
+        for topic in sorted(ctx.assignments):
+            await self._on_partition_modification(topic)
+        await self._on_topic_deletion()
 
     async def _on_session_lost(self) -> None:
         if self.is_active:
@@ -232,7 +253,7 @@ class KafkaController:
         ctx = self.ctx
         assert ctx is not None
         a = await self.zk.run(self.client.get_topic_assignment, topic,
-                              self._watch(lambda: self._on_partition_modification(topic)))
+                              self._watch(lambda: self._on_partition_modification(topic), ("partitions", topic)))
         if a is None:
             return []
         if a.topic_id is None:  # a topic written by an older tool: give it an id, as Kafka does
@@ -248,7 +269,7 @@ class KafkaController:
             return
         topics = set(await self.zk.run(self.client.get_all_topics, self._watch(self._on_topic_change)))
         for gone in set(ctx.assignments) - topics:
-            ctx.remove_topic(gone)
+            self._forget_topic(ctx, gone)
         new: list[TopicPartition] = []
         for t in sorted(topics - set(ctx.assignments)):
             new += await self._load_topic(t)
@@ -256,6 +277,10 @@ class KafkaController:
             batch = self._batch()
             await self._init_partitions(new, batch)
             self._send(batch)
+
+    def _forget_topic(self, ctx: ControllerContext, topic: str) -> None:
+        ctx.remove_topic(topic)
+        self._watchers.pop(("partitions", topic), None)  # a topic made again later gets a new one
 
     async def _on_partition_modification(self, topic: str) -> None:
         ctx = self.ctx
@@ -338,7 +363,7 @@ class KafkaController:
         ctx = self.ctx
         assert ctx is not None
         await self.zk.run(self.client.delete_topic_znodes, topic, ctx.epoch)
-        ctx.remove_topic(topic)
+        self._forget_topic(ctx, topic)
         log.info("deleted topic %s", topic)
 
     # ------------------------------------------------------------ brokers

@@ -10,7 +10,6 @@ from typing import Iterable, Mapping, TypeVar
 
 from rivulet.protocol.errors import ApiError, ErrorCode
 
-from rivulet.security.principal import KafkaPrincipal
 
 WILDCARD = "*"
 _E = TypeVar("_E", bound="_Named")
@@ -127,31 +126,26 @@ class AclBinding:
     entry: AccessControlEntry
 
     def validate(self) -> None:
-        """Refuse, as Kafka's CreateAcls does, what could never match a request (INVALID_REQUEST)."""
+        """Refuse what Kafka 4.3's CreateAcls refuses (INVALID_REQUEST), in its order: the
+        broker's checks of the resource name, then its controller's of the binding. Kafka
+        accepts any operation on any resource type, any host, and any principal with a colon."""
         p, e = self.pattern, self.entry
-        if p.resource_type in (ResourceType.ANY, ResourceType.UNKNOWN):
-            raise ApiError(ErrorCode.INVALID_REQUEST, f"Invalid resource type {p.resource_type.name}")
-        if p.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
-            raise ApiError(ErrorCode.INVALID_REQUEST, f"Invalid pattern type {p.pattern_type.name}")
-        if e.operation in (Op.ANY, Op.UNKNOWN):
-            raise ApiError(ErrorCode.INVALID_REQUEST, f"Invalid operation {e.operation.name}")
-        if e.permission_type in (AclPermissionType.ANY, AclPermissionType.UNKNOWN):
-            raise ApiError(ErrorCode.INVALID_REQUEST, f"Invalid permission type {e.permission_type.name}")
-        if not p.name:
-            raise ApiError(ErrorCode.INVALID_REQUEST, "Resource name should not be empty")
         if p.resource_type is ResourceType.CLUSTER and p.name != CLUSTER_NAME:
             raise ApiError(ErrorCode.INVALID_REQUEST,
                            f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}")
-        if e.operation is not Op.ALL and e.operation not in SUPPORTED_OPERATIONS[p.resource_type]:
-            raise ApiError(ErrorCode.INVALID_REQUEST,
-                           f"Operation {e.operation.name} is not supported on resource type "
-                           f"{p.resource_type.name}")
-        try:
-            KafkaPrincipal.parse(e.principal)
-        except ValueError as err:
-            raise ApiError(ErrorCode.INVALID_REQUEST, str(err)) from None
-        if not e.host:
-            raise ApiError(ErrorCode.INVALID_REQUEST, "Host should not be empty")
+        if not p.name:
+            raise ApiError(ErrorCode.INVALID_REQUEST, "Invalid empty resource name")
+        if p.resource_type in (ResourceType.ANY, ResourceType.UNKNOWN):
+            raise ApiError(ErrorCode.INVALID_REQUEST, f"Invalid resourceType {p.resource_type.name}")
+        if p.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
+            raise ApiError(ErrorCode.INVALID_REQUEST, f"Invalid patternType {p.pattern_type.name}")
+        if e.operation in (Op.ANY, Op.UNKNOWN):
+            raise ApiError(ErrorCode.INVALID_REQUEST, f"Invalid operation {e.operation.name}")
+        if e.permission_type not in (AclPermissionType.ALLOW, AclPermissionType.DENY):
+            raise ApiError(ErrorCode.INVALID_REQUEST, f"Invalid permissionType {e.permission_type.name}")
+        if ":" not in e.principal:
+            raise ApiError(ErrorCode.INVALID_REQUEST, f"Could not parse principal from `{e.principal}` (no colon "
+                           "is present separating the principal type from the principal name)")
 
     def to_filter(self) -> AclBindingFilter:
         """The filter that matches this binding alone (Kafka's ``AclBinding.toFilter``)."""
@@ -223,6 +217,15 @@ def filter_of(resource_type: int, name: str | None, pattern_type: int, principal
     """A filter as DescribeAcls and DeleteAcls carry it."""
     return AclBindingFilter(ResourceType.of(resource_type), name, PatternType.of(pattern_type), principal, host,
                             AclOperation.of(operation), AclPermissionType.of(permission_type))
+
+
+def unbuildable(b: AclBinding) -> bool:
+    """A creation Kafka cannot even make a binding of (its ResourcePattern and AccessControlEntry
+    refuse ANY, and MATCH): it fails the whole CreateAcls request, UNKNOWN_SERVER_ERROR for
+    every creation, before any is validated."""
+    p, e = b.pattern, b.entry
+    return p.resource_type is ResourceType.ANY or p.pattern_type in (PatternType.ANY, PatternType.MATCH) or \
+        e.operation is Op.ANY or e.permission_type is AclPermissionType.ANY
 
 
 def names_unknown(resource_type: int, pattern_type: int, operation: int, permission_type: int) -> bool:

@@ -11,7 +11,7 @@ node needs its own (``node.id``, ``listeners``, ``log.dir``, ``process.roles``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Collection
+from typing import Any, Collection, Iterator
 from urllib.parse import urlsplit
 
 from rivulet.common.config import (
@@ -559,6 +559,31 @@ def synonyms_of(name: str) -> tuple[str, ...]:
     return next((g for g in _SYNONYM_GROUPS if name in g), (name,))
 
 
+def _kafka_relations(cfg: BrokerConfig) -> Iterator[tuple[bool, str]]:
+    """Kafka's start-up rules between properties, in its order and words: its group
+    coordinator's config first, then KafkaConfig's. Lazy: a rule is checked once those before hold."""
+    for kind in ("consumer", "share", "streams"):
+        hb, session = f"group.{kind}.heartbeat.interval.ms", f"group.{kind}.session.timeout.ms"
+        for value, lo, hi in ((hb, f"group.{kind}.min.heartbeat.interval.ms", f"group.{kind}.max.heartbeat.interval.ms"),
+                              (session, f"group.{kind}.min.session.timeout.ms", f"group.{kind}.max.session.timeout.ms")):
+            yield cfg[hi] >= cfg[lo], f"{hi} must be greater than or equal to {lo}"
+            yield cfg[value] >= cfg[lo], f"{value} must be greater than or equal to {lo}"
+            yield cfg[value] <= cfg[hi], f"{value} must be less than or equal to {hi}"
+        yield cfg[hb] < cfg[session], f"{hb} must be less than {session}"
+    yield (cfg["group.streams.num.standby.replicas"] <= cfg["group.streams.max.standby.replicas"],
+           "group.streams.num.standby.replicas must be less than or equal to group.streams.max.standby.replicas")
+    fetch_wait = cfg["replica.fetch.wait.max.ms"]
+    yield (fetch_wait <= cfg["replica.socket.timeout.ms"], "replica.socket.timeout.ms should always be at least "
+           "replica.fetch.wait.max.ms to prevent unnecessary socket timeouts")
+    yield (fetch_wait <= cfg["replica.lag.time.max.ms"], "replica.fetch.wait.max.ms should always be less than or "
+           "equal to replica.lag.time.max.ms to prevent frequent changes in ISR")
+    queued = cfg["queued.max.request.bytes"]
+    yield (queued <= 0 or queued >= cfg["socket.request.max.bytes"],
+           "queued.max.request.bytes must be larger or equal to socket.request.max.bytes")
+    yield (cfg["max.connections.per.ip"] != 0 or bool(cfg["max.connections.per.ip.overrides"]),
+           "max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides property is set.")
+
+
 class BrokerConfig:
     """Typed access to broker properties: ``cfg["log.segment.bytes"]``."""
 
@@ -606,6 +631,9 @@ class BrokerConfig:
                                   f"advertised.listeners: {self.inter_broker_listener} is not")
         if PROMETHEUS_TELEMETRY in self["metric.reporters"] and not self["metrics.listener"]:
             raise ConfigError(f"metric.reporters: {PROMETHEUS_TELEMETRY} needs metrics.listener")
+        for holds, rule in _kafka_relations(self):
+            if not holds:
+                raise ConfigError(rule)
 
     def _listener_override(self, name: str, raw: Any) -> None:
         listener, _, rest = name[len(LISTENER_PREFIX):].partition(".")

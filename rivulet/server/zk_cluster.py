@@ -33,7 +33,7 @@ from rivulet.common.time import SYSTEM_CLOCK, Clock
 from rivulet.controller.channel import ControllerChannelManager, inter_broker_endpoint
 from rivulet.controller.controller import ControllerConfig, KafkaController
 from rivulet.controller.placement import BrokerRack, assign_replicas_to_brokers
-from rivulet.controller.zk_client import BrokerIdInUseError, KafkaZkClient, ZkBridge
+from rivulet.controller.zk_client import BrokerIdInUseError, KafkaZkClient, Watcher, ZkBridge
 from rivulet.controller.zk_data import (
     ACL_CHANGE_PATHS, GROUP_CONFIG_ENTITY, BrokerRegistration, EndPoint, TopicAssignment,
 )
@@ -151,6 +151,7 @@ class ZkClusterMember:
         self._on_registered: Callable[[int], object] = lambda _epoch: None
         self._presumed_expiry: asyncio.TimerHandle | None = None
         self._presumed_expired = False
+        self._watchers: dict[str, Watcher] = {}
         self.changes = ClusterChangeListeners()
 
     def _resolve_identity(self) -> tuple[int, str]:
@@ -213,6 +214,13 @@ class ZkClusterMember:
                                                features=dict(supported_features))
         await self._register()
         self.bridge.on_state(self._on_session_state)
+        await self._read_cluster()
+
+    async def _read_cluster(self) -> None:
+        """Read the cluster and arm every watch: at start, and again whenever the connection
+        comes back, as Kafka's brokers re-read on a new session. kazoo keeps no watch over a
+        lost connection (it fires them all then, and a re-read that fails, as every one does
+        when the session expired, leaves its watch unarmed); what changed meanwhile is read here."""
         await self.refresh_brokers()
         await self._refresh_controller()
         await self._watch_topics()
@@ -221,6 +229,15 @@ class ZkClusterMember:
             await self._on_acl_changes(path)
         await self._on_feature_change()
         await self._on_token_changes()
+
+    def _watcher(self, key: str, event: Callable[[], Coroutine[Any, Any, None]]) -> Watcher:
+        """The one watcher of ``key``: kazoo keeps a path's watchers in a set, so arming it again
+        (after a reconnection, beside the re-read its firing started) never doubles its events."""
+        assert self.bridge is not None
+        watcher = self._watchers.get(key)
+        if watcher is None:
+            watcher = self._watchers[key] = self.bridge.on_loop(lambda: self._spawn(event()))
+        return watcher
 
     def start_controller(self) -> None:
         """Once the listeners serve: the controller's first requests go to this broker too."""
@@ -247,11 +264,13 @@ class ZkClusterMember:
         elif state == KazooState.CONNECTED and self._session_lost:
             self._session_lost = False
             asyncio.get_running_loop().create_task(self._after_new_session())
-        elif state == KazooState.CONNECTED and self._presumed_expired:
-            self._presumed_expired = False
-            log.warning("broker %d reconnected to ZooKeeper within its session: it leads its partitions again",
-                        self.broker_id)
-            self.changes.session_health(SessionHealth.RESUMED)
+        elif state == KazooState.CONNECTED:
+            self._spawn(self._read_cluster())
+            if self._presumed_expired:
+                self._presumed_expired = False
+                log.warning("broker %d reconnected to ZooKeeper within its session: it leads its partitions again",
+                            self.broker_id)
+                self.changes.session_health(SessionHealth.RESUMED)
 
     def _watch_suspension(self, state: KazooState) -> None:
         """A broker cut off from ZooKeeper learns that its session expired only when it gets
@@ -276,8 +295,7 @@ class ZkClusterMember:
     async def _after_new_session(self) -> None:
         try:
             await self._register()
-            await self.refresh_brokers()
-            await self._refresh_controller()
+            await self._read_cluster()
         except (KazooException, BrokerIdInUseError) as e:
             # Expected when ZooKeeper goes again (the new session expired or was cut): one line.
             log.warning("re-registration after a new ZooKeeper session failed: %s", cause(e))
@@ -288,15 +306,14 @@ class ZkClusterMember:
         """Read the live brokers again; ``watch`` re-arms the watch that calls this on a change
         (a request that only wants a current view leaves the armed one alone)."""
         assert self.bridge is not None
-        watcher = self.bridge.on_loop(lambda: self._spawn(self.refresh_brokers())) if watch else None
+        watcher = self._watcher("brokers", self.refresh_brokers) if watch else None
         self._brokers = await self.bridge.run(self.client.get_all_brokers, watcher)
 
     async def _watch_topics(self) -> None:
         """New topics: read their configs as soon as they appear, before the controller's
         LeaderAndIsr makes their replicas here (it reads and writes more first)."""
         assert self.bridge is not None
-        topics = await self.bridge.run(self.client.get_all_topics,
-                                       self.bridge.on_loop(lambda: self._spawn(self._watch_topics())))
+        topics = await self.bridge.run(self.client.get_all_topics, self._watcher("topics", self._watch_topics))
         for t in topics:
             if t not in self.topic_configs:
                 self._set_topic_config(t, await self.bridge.run(self.client.get_entity_config, "topics", t))
@@ -307,7 +324,7 @@ class ZkClusterMember:
         """Kafka's config change notifications: re-read each entity named after the last one seen."""
         assert self.bridge is not None
         changes = await self.bridge.run(self.client.get_config_changes,
-                                        self.bridge.on_loop(lambda: self._spawn(self._on_config_changes())))
+                                        self._watcher("config changes", self._on_config_changes))
         for name, entity in changes:
             if name <= self._last_change:
                 continue
@@ -353,8 +370,8 @@ class ZkClusterMember:
     async def _on_acl_changes(self, change_path: str) -> None:
         """Kafka's ACL change notifications: re-read each pattern named after the last one seen."""
         assert self.bridge is not None
-        changes = await self.bridge.run(self.client.get_acl_changes, change_path, self.bridge.on_loop(
-            lambda: self._spawn(self._on_acl_changes(change_path))))
+        changes = await self.bridge.run(self.client.get_acl_changes, change_path, self._watcher(
+            change_path, lambda: self._on_acl_changes(change_path)))
         for name, pattern in changes:
             if name <= self._last_acl_change[change_path]:
                 continue
@@ -474,8 +491,8 @@ class ZkClusterMember:
 
     async def _refresh_controller(self) -> None:
         assert self.bridge is not None
-        cid = await self.bridge.run(
-            self.client.get_controller_id, self.bridge.on_loop(lambda: self._spawn(self._refresh_controller())))
+        cid = await self.bridge.run(self.client.get_controller_id,
+                                    self._watcher("controller", self._refresh_controller))
         self._controller_id = -1 if cid is None else cid
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:

@@ -98,6 +98,32 @@ def test_invalid_bindings_refused(broker_factory):
     assert admin.describe_acls(EVERYTHING).result(30) == []
 
 
+def test_create_acls_accepts_and_refuses_what_kafka_does(broker_factory):
+    """As Kafka 4.3 (the broker's checks of the name, then its controller's of the binding): any
+    operation on any resource type, a principal that only needs its colon (User: and :bob are
+    principals) and any host are accepted; a principal without a colon and an empty resource
+    name are refused with Kafka's messages."""
+    admin = AdminClient({"bootstrap.servers": broker_factory(AUTHZ).bootstrap})
+
+    def acl(name: str, principal: str = "User:a", host: str = "*", op: AclOperation = AclOperation.READ,
+            rt: ResourceType = ResourceType.TOPIC) -> AclBinding:
+        return AclBinding(rt, name, ResourcePatternType.LITERAL, principal, host, op, AclPermissionType.ALLOW)
+
+    accepted = [acl("g", op=AclOperation.WRITE, rt=ResourceType.GROUP), acl("t", principal="User:"),
+                acl("t", principal=":bob"), acl("t", host="")]
+    for binding, future in admin.create_acls(accepted).items():
+        assert future.result(30) is None, binding
+    assert set(admin.describe_acls(EVERYTHING).result(30)) == set(accepted)
+    refused = {acl("t", principal="alice"): "Could not parse principal from `alice` (no colon is present "
+               "separating the principal type from the principal name)",
+               acl(""): "Invalid empty resource name"}
+    for binding, future in admin.create_acls(list(refused)).items():
+        with pytest.raises(KafkaException) as e:
+            future.result(30)
+        assert (e.value.args[0].name(), e.value.args[0].str()) == ("INVALID_REQUEST", refused[binding])
+    assert set(admin.describe_acls(EVERYTHING).result(30)) == set(accepted)
+
+
 def _rivulet(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "rivulet", *args], capture_output=True, text=True, timeout=60)
 
@@ -135,7 +161,7 @@ def test_cli_add_list_remove(broker_factory):
     assert len(admin.describe_acls(EVERYTHING).result(30)) == 2
     refused = _rivulet("acls", "add", *b, "--allow-principal", "User:x", "--operation", "read", "--cluster")
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
-    assert "INVALID_REQUEST" in refused.stderr or "not supported" in refused.stderr, refused.stderr
+    assert "ResourceType Cluster only supports operations" in refused.stderr, refused.stderr
 
 
 def test_kafka_python_admin(broker_factory):

@@ -166,9 +166,14 @@ def test_idle_connections_expire():
 def test_request_memory_pool_applies_back_pressure_not_errors():
     """With queued.max.request.bytes far below what producers send at once, every record is
     still acknowledged: connections wait for memory instead of failing."""
-    with BrokerProcess({"queued.max.request.bytes": str(256 * 1024), "num.partitions": "1"}) as b:
+    # Kafka refuses a pool smaller than the largest request: both 256 KiB, and the producer's
+    # requests kept under that, five in flight.
+    pool = 256 * 1024
+    with BrokerProcess({"queued.max.request.bytes": str(pool), "socket.request.max.bytes": str(pool),
+                        "num.partitions": "1"}) as b:
         for i in range(3):
-            ck_produce(b.bootstrap, "pooled", records(200, size=4000), **{"batch.size": 500_000, "linger.ms": 50})
+            ck_produce(b.bootstrap, "pooled", records(200, size=4000),
+                       **{"batch.size": 200_000, "message.max.bytes": 200_000, "linger.ms": 50})
         got = ck_consume(b.bootstrap, "pooled", 600)
         assert [r["value"] for r in got] == [r["value"] for r in records(200, size=4000)] * 3
 
@@ -219,7 +224,7 @@ def test_request_memory_pool_is_one_pool_for_all_connections():
     so the broker's RSS grows by what that frame holds, within the pool. A normal client is still served meanwhile, and once the connection holding the
     memory closes mid-frame, a waiting frame is let in."""
     pool, size, sent = 64 * 1024 * 1024, 40_000_000, 20_000_000
-    with BrokerProcess({"queued.max.request.bytes": str(pool)}) as b:
+    with BrokerProcess({"queued.max.request.bytes": str(pool), "socket.request.max.bytes": str(pool)}) as b:
         probe = socket.create_connection(("127.0.0.1", b.port))
         assert answered(probe, 1)
         before = rss_kib(b.proc.pid)
@@ -259,7 +264,9 @@ def test_a_request_that_stops_arriving_expires_and_gives_its_memory_back():
     """A connection whose frame stops arriving part-way is closed after connections.max.idle.ms
     (it was kept for good, holding its pool memory), and the frame waiting for that memory
     gets in."""
-    with BrokerProcess({"connections.max.idle.ms": "1000", "queued.max.request.bytes": str(8 * 1024 * 1024)}) as b:
+    pool = 8 * 1024 * 1024
+    with BrokerProcess({"connections.max.idle.ms": "1000", "queued.max.request.bytes": str(pool),
+                        "socket.request.max.bytes": str(pool)}) as b:
         stalled = socket.create_connection(("127.0.0.1", b.port))
         stalled.sendall(struct.pack(">i", 6_000_000) + b"\0" * 1000)
         assert answered(socket.create_connection(("127.0.0.1", b.port)), 1)  # it was read

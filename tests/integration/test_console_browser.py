@@ -403,11 +403,12 @@ def test_acls_page(broker, broker_factory, console: str, browser: webdriver.Chro
 
         # One the broker refuses: its reason is on the page, and nothing changed.
         form = d.find_element(By.ID, "create-acl")
-        form.find_element(By.NAME, "principal").send_keys("User:alice")
+        form.find_element(By.NAME, "principal").send_keys("alice")  # no Type: part
         Select(form.find_element(By.NAME, "operation")).select_by_visible_text("READ")
-        Select(form.find_element(By.NAME, "resource_type")).select_by_visible_text("CLUSTER")
+        Select(form.find_element(By.NAME, "resource_type")).select_by_visible_text("TOPIC")
+        form.find_element(By.NAME, "name").send_keys("orders")
         click_to_load(d, form.find_element(By.CSS_SELECTOR, "button[type=submit]"))
-        assert text_of(d, "error").startswith("INVALID_REQUEST:")
+        assert text_of(d, "error").startswith("INVALID_REQUEST: Could not parse principal from `alice`")
         assert acl_rows(d) == [mallory, payments]
 
         # Delete alice's through its button.

@@ -174,21 +174,33 @@ def test_filters_match_as_kafka() -> None:
     assert set(a.matching(AclBindingFilter(permission_type=Perm.DENY))) == set()
 
 
-@pytest.mark.parametrize("binding", [
-    acl(RT.ANY, "t", Op.READ), acl(RT.UNKNOWN, "t", Op.READ), acl(RT.TOPIC, "t", Op.READ, pt=PT.MATCH),
-    acl(RT.TOPIC, "t", Op.READ, pt=PT.ANY), acl(RT.TOPIC, "t", Op.ANY), acl(RT.TOPIC, "t", Op.READ, Perm.ANY),
-    acl(RT.TOPIC, "", Op.READ), acl(RT.CLUSTER, "other", Op.ALTER), acl(RT.CLUSTER, "kafka-cluster", Op.READ),
-    acl(RT.TOPIC, "t", Op.READ, principal="alice"), acl(RT.GROUP, "g", Op.WRITE),
+@pytest.mark.parametrize("binding,message", [
+    # Kafka 4.3's order: the broker checks the name, then its controller the binding
+    (acl(RT.CLUSTER, "other", Op.ANY), "The only valid name for the CLUSTER resource is kafka-cluster"),
+    (acl(RT.ANY, "", Op.READ), "Invalid empty resource name"),
+    (acl(RT.ANY, "t", Op.READ), "Invalid resourceType ANY"), (acl(RT.UNKNOWN, "t", Op.READ), "Invalid resourceType UNKNOWN"),
+    (acl(RT.TOPIC, "t", Op.READ, pt=PT.MATCH), "Invalid patternType MATCH"),
+    (acl(RT.TOPIC, "t", Op.READ, pt=PT.ANY), "Invalid patternType ANY"),
+    (acl(RT.TOPIC, "t", Op.ANY), "Invalid operation ANY"),
+    (acl(RT.TOPIC, "t", Op.READ, Perm.ANY), "Invalid permissionType ANY"),
+    (acl(RT.TOPIC, "t", Op.READ, principal="alice"), "Could not parse principal from `alice` (no colon is present "
+     "separating the principal type from the principal name)"),
 ])
-def test_invalid_bindings(binding: AclBinding) -> None:
+def test_invalid_bindings(binding: AclBinding, message: str) -> None:
     with pytest.raises(ApiError) as e:
         binding.validate()
-    assert e.value.code == ErrorCode.INVALID_REQUEST
+    assert (e.value.code, e.value.message) == (ErrorCode.INVALID_REQUEST, message)
 
 
 def test_valid_bindings_and_filters() -> None:
     acl(RT.CLUSTER, "kafka-cluster", Op.ALTER).validate()
     acl(RT.TOPIC, "p", Op.ALL, pt=PT.PREFIXED).validate()
+    # Kafka takes any operation on any resource type, any host and any principal with a colon
+    acl(RT.CLUSTER, "kafka-cluster", Op.READ).validate()
+    acl(RT.GROUP, "g", Op.WRITE).validate()
+    acl(RT.TOPIC, "t", Op.READ, principal="User:").validate()
+    acl(RT.TOPIC, "t", Op.READ, principal=":bob").validate()
+    acl(RT.TOPIC, "t", Op.READ, host="").validate()
     AclBindingFilter(pattern_type=PT.MATCH).validate()
     # Kafka's DeleteAcls checks: codes it does not know; a principal is compared as it is
     AclBindingFilter(principal="nobody").validate()

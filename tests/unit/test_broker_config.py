@@ -153,3 +153,49 @@ def test_an_advertised_listener_that_is_not_opened_stops_start_up(listeners, adv
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [f"rivulet broker: {refused.value}"], r.stderr
+
+
+@pytest.mark.parametrize("props,rule", [
+    ({"queued.max.request.bytes": "1048576"},
+     "queued.max.request.bytes must be larger or equal to socket.request.max.bytes"),
+    ({"group.consumer.heartbeat.interval.ms": "20000"},
+     "group.consumer.heartbeat.interval.ms must be less than or equal to group.consumer.max.heartbeat.interval.ms"),
+    ({"group.consumer.min.heartbeat.interval.ms": "20000"},
+     "group.consumer.max.heartbeat.interval.ms must be greater than or equal to "
+     "group.consumer.min.heartbeat.interval.ms"),
+    ({"group.consumer.session.timeout.ms": "30000"},
+     "group.consumer.session.timeout.ms must be greater than or equal to group.consumer.min.session.timeout.ms"),
+    ({"group.consumer.min.session.timeout.ms": "1000", "group.consumer.session.timeout.ms": "5000"},
+     "group.consumer.heartbeat.interval.ms must be less than group.consumer.session.timeout.ms"),
+    ({"group.share.session.timeout.ms": "90000"},
+     "group.share.session.timeout.ms must be less than or equal to group.share.max.session.timeout.ms"),
+    ({"group.share.heartbeat.interval.ms": "1000"},
+     "group.share.heartbeat.interval.ms must be greater than or equal to group.share.min.heartbeat.interval.ms"),
+    ({"group.streams.max.session.timeout.ms": "40000"},
+     "group.streams.max.session.timeout.ms must be greater than or equal to group.streams.min.session.timeout.ms"),
+    ({"group.streams.num.standby.replicas": "3"},
+     "group.streams.num.standby.replicas must be less than or equal to group.streams.max.standby.replicas"),
+    ({"replica.fetch.wait.max.ms": "31000"}, "replica.socket.timeout.ms should always be at least "
+     "replica.fetch.wait.max.ms to prevent unnecessary socket timeouts"),
+    ({"replica.lag.time.max.ms": "400"}, "replica.fetch.wait.max.ms should always be less than or equal to "
+     "replica.lag.time.max.ms to prevent frequent changes in ISR"),
+    ({"max.connections.per.ip": "0"},
+     "max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides property is set."),
+])
+def test_kafka_rules_between_properties_stop_start_up(props, rule):
+    # As Kafka's KafkaConfig and GroupCoordinatorConfig: the broker refuses to start.
+    with pytest.raises(ConfigError) as refused:
+        BrokerConfig(props)
+    assert str(refused.value) == rule
+
+
+@pytest.mark.parametrize("props", [
+    {"queued.max.request.bytes": "104857600"},  # equal is enough
+    {"queued.max.request.bytes": "0"},  # zero or less: unbounded
+    {"group.consumer.min.session.timeout.ms": "1000", "group.consumer.session.timeout.ms": "5001",
+     "group.consumer.min.heartbeat.interval.ms": "1000", "group.consumer.heartbeat.interval.ms": "5000"},
+    {"max.connections.per.ip": "0", "max.connections.per.ip.overrides": "127.0.0.1:10"},
+    {"replica.fetch.wait.max.ms": "30000", "replica.lag.time.max.ms": "30000"},
+])
+def test_kafka_rules_between_properties_accept_their_bounds(props):
+    assert BrokerConfig(props).is_set(next(iter(props)))

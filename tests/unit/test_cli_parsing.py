@@ -64,11 +64,12 @@ def test_acls_add_bindings():
     from rivulet.cli.acls import bindings_to_add
     from rivulet.security.acls import AclOperation as Op, AclPermissionType as Perm, PatternType, ResourceType as RT
 
-    made = bindings_to_add(_acl_args("add", "--allow-principal", "User:a", "--operation", "read", "--operation",
-                                     "describe-configs", "--topic", "t", "--cluster"))
+    made = bindings_to_add(_acl_args("add", "--allow-principal", "User:a", "--operation", "alter-configs",
+                                     "--operation", "describe-configs", "--topic", "t", "--cluster"))
     assert {(b.pattern.resource_type, b.pattern.name, b.entry.operation, b.entry.permission_type, b.entry.host)
-            for b in made} == {(RT.TOPIC, "t", Op.READ, Perm.ALLOW, "*"), (RT.TOPIC, "t", Op.DESCRIBE_CONFIGS, Perm.ALLOW, "*"),
-                               (RT.CLUSTER, "kafka-cluster", Op.READ, Perm.ALLOW, "*"),
+            for b in made} == {(RT.TOPIC, "t", Op.ALTER_CONFIGS, Perm.ALLOW, "*"),
+                               (RT.TOPIC, "t", Op.DESCRIBE_CONFIGS, Perm.ALLOW, "*"),
+                               (RT.CLUSTER, "kafka-cluster", Op.ALTER_CONFIGS, Perm.ALLOW, "*"),
                                (RT.CLUSTER, "kafka-cluster", Op.DESCRIBE_CONFIGS, Perm.ALLOW, "*")}
     producer = bindings_to_add(_acl_args("add", "--deny-principal", "User:p", "--deny-host", "10.0.0.1", "--producer",
                                          "--idempotent", "--topic", "x-", "--resource-pattern-type", "prefixed"))
@@ -78,7 +79,9 @@ def test_acls_add_bindings():
     assert {b.pattern.pattern_type for b in producer} == {PatternType.PREFIXED}
     for bad in (("add", "--operation", "read", "--topic", "t"), ("add", "--allow-principal", "User:a", "--topic", "t"),
                 ("add", "--allow-principal", "User:a", "--operation", "read"),
-                ("add", "--allow-principal", "User:a", "--operation", "fly", "--topic", "t")):
+                ("add", "--allow-principal", "User:a", "--operation", "fly", "--topic", "t"),
+                # as kafka-acls: an operation that means nothing on the resource type (the broker would take it)
+                ("add", "--allow-principal", "User:a", "--operation", "read", "--cluster")):
         with pytest.raises(CliError):
             bindings_to_add(_acl_args(*bad))
 

@@ -24,6 +24,7 @@ from rivulet.security.acls import (
     binding_of,
     filter_of,
     names_unknown,
+    unbuildable,
 )
 from rivulet.server.acls import NO_AUTHORIZER, AclManager, Authz
 from rivulet.server.handlers import Handler
@@ -95,6 +96,10 @@ class AclHandlers:
                 for _ in req.creations])
         bindings = [binding_of(c.resource_type, c.resource_name, c.resource_pattern_type, c.principal, c.host,
                                c.operation, c.permission_type) for c in req.creations]
+        if any(unbuildable(b) for b in bindings):
+            return car.CreateAclsResponse(throttle_time_ms=0, results=[
+                car.AclCreationResult(error_code=ErrorCode.UNKNOWN_SERVER_ERROR, error_message=None)
+                for _ in req.creations])
 
         async def create() -> car.CreateAclsResponse:
             results = await self.acls.create(bindings)
