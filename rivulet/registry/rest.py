@@ -1,0 +1,194 @@
+"""Confluent Schema Registry's REST API over ``SchemaRegistry`` (Flask, as the web console):
+its paths and query parameters, its content types and its error bodies."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException
+
+from rivulet.registry.errors import RestError
+from rivulet.registry.service import SchemaRegistry
+
+CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+# The request bodies Confluent's registry takes.
+ACCEPTED_BODIES = ("application/vnd.schemaregistry.v1+json", "application/vnd.schemaregistry+json",
+                   "application/json", "application/octet-stream")
+MAX_BODY_BYTES = 16 << 20
+
+
+def _flag(name: str) -> bool:
+    return request.args.get(name, "false").lower() == "true"
+
+
+def _reply(doc: object, status: int = 200) -> Response:
+    accept = request.headers.get("Accept", "")
+    # A client that asks for plain JSON only gets it; every other gets Confluent's own type.
+    ctype = "application/json" if accept.strip() == "application/json" else CONTENT_TYPE
+    return Response(json.dumps(doc), status=status, content_type=ctype)
+
+
+def _body() -> object:
+    ctype = (request.mimetype or "").lower()
+    if ctype and ctype not in ACCEPTED_BODIES:
+        raise RestError(415, 415, "HTTP 415 Unsupported Media Type")
+    raw = request.get_data(cache=False)
+    try:
+        return json.loads(raw)
+    except ValueError as e:
+        raise RestError(400, 400, f"Unexpected character in the request body: {e}") from None
+
+
+def create_app(registry: SchemaRegistry) -> Flask:
+    app = Flask("rivulet.registry")
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+    r = registry
+
+    def route(rule: str, methods: list[str]) -> Callable[[Callable[..., object]], Callable[..., Response]]:
+        def wrap(fn: Callable[..., object]) -> Callable[..., Response]:
+            def view(**kw: Any) -> Response:
+                return _reply(fn(**kw))
+            view.__name__ = f"{fn.__name__}_{'_'.join(methods)}"
+            app.add_url_rule(rule, view.__name__, view, methods=methods, strict_slashes=False)
+            return view
+        return wrap
+
+    @app.errorhandler(RestError)
+    def rest_error(e: RestError) -> Response:
+        return _reply(e.body(), e.status)
+
+    @app.errorhandler(HTTPException)
+    def http_error(e: HTTPException) -> Response:
+        status = e.code or 500
+        return _reply({"error_code": status, "message": f"HTTP {status} {e.name}"}, status)
+
+    @app.errorhandler(Exception)
+    def failure(e: Exception) -> Response:
+        app.logger.exception("schema registry request failed")
+        return _reply({"error_code": 500, "message": str(e) or type(e).__name__}, 500)
+
+    @route("/", ["GET"])
+    def root() -> object:
+        return {}
+
+    # -- schemas by id
+    @route("/schemas/types", ["GET"])
+    def types() -> object:
+        return r.types()
+
+    @route("/schemas", ["GET"])
+    def schemas() -> object:
+        return r.schemas(_flag("deleted"))
+
+    @route("/schemas/ids/<int:schema_id>", ["GET"])
+    def by_id(schema_id: int) -> object:
+        return r.schema_by_id(schema_id, request.args.get("subject"))
+
+    @app.route("/schemas/ids/<int:schema_id>/schema", methods=["GET"])
+    def by_id_raw(schema_id: int) -> Response:
+        return Response(str(r.schema_by_id(schema_id, request.args.get("subject"))["schema"]),
+                        content_type=CONTENT_TYPE)
+
+    @route("/schemas/ids/<int:schema_id>/versions", ["GET"])
+    def id_versions(schema_id: int) -> object:
+        return r.id_versions(schema_id, _flag("deleted"))
+
+    @route("/schemas/ids/<int:schema_id>/subjects", ["GET"])
+    def id_subjects(schema_id: int) -> object:
+        return r.id_subjects(schema_id, _flag("deleted"))
+
+    # -- subjects
+    @route("/subjects", ["GET"])
+    def subjects() -> object:
+        return r.subjects(_flag("deleted"), request.args.get("subjectPrefix", ""))
+
+    @route("/subjects/<path:subject>/versions", ["GET"])
+    def versions(subject: str) -> object:
+        return r.versions(subject, _flag("deleted"))
+
+    @route("/subjects/<path:subject>/versions", ["POST"])
+    def register(subject: str) -> object:
+        return r.register(subject, _body(), _flag("normalize"))
+
+    @route("/subjects/<path:subject>/versions/<version>", ["GET"])
+    def get_version(subject: str, version: str) -> object:
+        return r.get_version(subject, version, _flag("deleted"))
+
+    @app.route("/subjects/<path:subject>/versions/<version>/schema", methods=["GET"])
+    def get_version_raw(subject: str, version: str) -> Response:
+        return Response(r.get_version_schema(subject, version, _flag("deleted")), content_type=CONTENT_TYPE)
+
+    @route("/subjects/<path:subject>/versions/<version>/referencedby", ["GET"])
+    def referenced_by(subject: str, version: str) -> object:
+        return r.referenced_by(subject, version)
+
+    @route("/subjects/<path:subject>/versions/<version>", ["DELETE"])
+    def delete_version(subject: str, version: str) -> object:
+        return r.delete_version(subject, version, _flag("permanent"))
+
+    @route("/subjects/<path:subject>", ["POST"])
+    def lookup(subject: str) -> object:
+        return r.lookup(subject, _body(), _flag("deleted"), _flag("normalize"))
+
+    @route("/subjects/<path:subject>", ["DELETE"])
+    def delete_subject(subject: str) -> object:
+        return r.delete_subject(subject, _flag("permanent"))
+
+    # -- compatibility
+    @route("/compatibility/subjects/<path:subject>/versions/<version>", ["POST"])
+    def compatible_with(subject: str, version: str) -> object:
+        return r.check_compatibility(subject, version, _body(), _flag("verbose"))
+
+    @route("/compatibility/subjects/<path:subject>/versions", ["POST"])
+    def compatible_with_all(subject: str) -> object:
+        return r.check_compatibility(subject, None, _body(), _flag("verbose"))
+
+    # -- configs and modes
+    @route("/config", ["GET"])
+    def get_global_config() -> object:
+        return r.get_config(None)
+
+    @route("/config", ["PUT"])
+    def set_global_config() -> object:
+        return r.set_config(None, _body())
+
+    @route("/config", ["DELETE"])
+    def delete_global_config() -> object:
+        return r.delete_config(None)
+
+    @route("/config/<path:subject>", ["GET"])
+    def get_config(subject: str) -> object:
+        return r.get_config(subject, _flag("defaultToGlobal"))
+
+    @route("/config/<path:subject>", ["PUT"])
+    def set_config(subject: str) -> object:
+        return r.set_config(subject, _body())
+
+    @route("/config/<path:subject>", ["DELETE"])
+    def delete_config(subject: str) -> object:
+        return r.delete_config(subject)
+
+    @route("/mode", ["GET"])
+    def get_global_mode() -> object:
+        return r.get_mode(None)
+
+    @route("/mode", ["PUT"])
+    def set_global_mode() -> object:
+        return r.set_mode(None, _body(), _flag("force"))
+
+    @route("/mode/<path:subject>", ["GET"])
+    def get_mode(subject: str) -> object:
+        return r.get_mode(subject, _flag("defaultToGlobal"))
+
+    @route("/mode/<path:subject>", ["PUT"])
+    def set_mode(subject: str) -> object:
+        return r.set_mode(subject, _body(), _flag("force"))
+
+    @route("/mode/<path:subject>", ["DELETE"])
+    def delete_mode(subject: str) -> object:
+        return r.delete_mode(subject)
+
+    return app
