@@ -8,7 +8,6 @@ import logging
 import socket
 import threading
 from typing import Any
-from urllib.parse import urlsplit
 
 import waitress
 from waitress.server import BaseWSGIServer, MultiSocketServer
@@ -22,27 +21,16 @@ from rivulet.registry.service import SchemaRegistry
 log = logging.getLogger("rivulet.registry")
 
 
-def parse_listener(url: str) -> tuple[str, int]:
-    """One of ``schema.registry.listeners``, ``http://host:port``, into (host, port); an empty
-    host listens on every address."""
-    parts = urlsplit(url.strip())
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    if parts.scheme != "http" or port is None or parts.path not in ("", "/"):
-        raise ValueError(f"schema.registry.listeners must be http://host:port, not {url!r}")
-    return parts.hostname or "", port
-
-
 class SchemaRegistryServer:
-    """``bind`` (a port in use fails here, before anything is read), ``start``, ``close``."""
+    """``bind`` (a port in use fails here, before anything is read), ``start`` with the
+    clients' properties (``bootstrap.servers``...), ``close``. ``host`` empty listens on every
+    address."""
 
-    def __init__(self, listener: str, client_config: dict[str, Any], topic: str = DEFAULT_TOPIC,
-                 replication_factor: int = 3) -> None:
-        self.host, self.port = parse_listener(listener)
-        self.store = KafkaStore(client_config, topic, replication_factor=replication_factor)
-        self.registry = SchemaRegistry(self.store, {AVRO: AvroProvider()})
+    def __init__(self, host: str, port: int, topic: str = DEFAULT_TOPIC, replication_factor: int = 3) -> None:
+        self.host, self.port = host, port
+        self.topic = topic
+        self.replication_factor = replication_factor
+        self.store: KafkaStore | None = None
         self._sock: socket.socket | None = None
         self._server: BaseWSGIServer | MultiSocketServer | None = None
         self._thread: threading.Thread | None = None
@@ -54,11 +42,13 @@ class SchemaRegistryServer:
         self.port = self._sock.getsockname()[1]
         return self.port
 
-    def start(self) -> None:
+    def start(self, client_config: dict[str, Any]) -> None:
         assert self._sock is not None, "bind first"
         logging.getLogger("waitress").setLevel(logging.WARNING)
-        self.store.start()
-        self._server = waitress.create_server(create_app(self.registry), sockets=[self._sock], threads=8,
+        store = self.store = KafkaStore(client_config, self.topic, replication_factor=self.replication_factor)
+        store.start()
+        registry = SchemaRegistry(store, {AVRO: AvroProvider()})
+        self._server = waitress.create_server(create_app(registry), sockets=[self._sock], threads=8,
                                               ident="rivulet-schema-registry")
         self._thread = threading.Thread(target=self._server.run, name="rivulet-schema-registry", daemon=True)
         self._thread.start()
@@ -71,4 +61,5 @@ class SchemaRegistryServer:
             self._thread.join(5)
         if self._sock is not None:
             self._sock.close()
-        self.store.close()
+        if self.store is not None:
+            self.store.close()

@@ -29,7 +29,8 @@ from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.server.apis import KafkaApis
 from rivulet.security import tls
 from rivulet.security.ssl_principal import SslPrincipalMapper
-from rivulet.server.config import LAST_PUSH_RECEIVER, PROMETHEUS_TELEMETRY, BrokerConfig, ConfigError
+from rivulet.server.config import (LAST_PUSH_RECEIVER, PROMETHEUS_TELEMETRY, BrokerConfig, ConfigError,
+                                   parse_metrics_listener)
 from rivulet.server.coordinator_leadership import CoordinatorLeadership
 from rivulet.server.acls import AclManager, Authz, build_authorizer
 from rivulet.server.client_metrics import ClientMetricsManager, EveryReceiver, LastPayloads, TelemetryReceiver
@@ -39,6 +40,7 @@ from rivulet.server.fd_limit import raise_open_file_limit
 from rivulet.server.metadata import MetadataStore
 from rivulet.server.metrics.collectors import BrokerCollector, GroupLagCollector, RequestCollector
 from rivulet.server.metrics.exporter import MetricsExporter
+from rivulet.registry.server import SchemaRegistryServer
 from rivulet.server.metrics.requests import RequestMetrics
 from rivulet.server.metrics.telemetry import ClientTelemetryExporter
 from rivulet.server.authentication import SaslListenerConfig, SaslSession, inter_broker_sasl, sasl_listener_config
@@ -131,6 +133,11 @@ class Broker:
         self.apis: KafkaApis | None = None
         # metrics.listener: the Prometheus endpoint, and the request timings it shows.
         self.metrics = MetricsExporter(config["metrics.listener"]) if config["metrics.listener"] else None
+        # schema.registry.listeners: the schema registry, a client of this broker (bound with the listeners).
+        self.schema_registry: SchemaRegistryServer | None = None
+        if config["schema.registry.listeners"]:
+            host, port = parse_metrics_listener(config["schema.registry.listeners"][0], "schema.registry.listeners")
+            self.schema_registry = SchemaRegistryServer(host, port, config["schema.registry.kafkastore.topic"])
         request_log = RequestLog(config["request.log.threshold.ms"])
         self.socket_server = SocketServer(SocketServerConfig(
             max_request_bytes=config["socket.request.max.bytes"],
@@ -287,6 +294,8 @@ class Broker:
         await self.socket_server.start_serving(self.apis)
         if self.cluster is not None:
             self.cluster.start_controller()
+        if self.schema_registry is not None:
+            self.schema_registry.start({"bootstrap.servers": self._registry_bootstrap()})
         self._tasks.append(loop.create_task(self._housekeeping()))
         self.started = True
         log.info("started in %.0f ms", (time.monotonic() - t0) * 1000)
@@ -301,6 +310,8 @@ class Broker:
                 listener.advertised.port = bound
         if self.metrics is not None:
             self.metrics_port = await self.metrics.bind()
+        if self.schema_registry is not None:
+            self.schema_registry.bind()
         cfg = self.config
         if self.bound_ports and cfg.advertised_listeners is cfg.listeners and self.node.port == 0:
             self.node.port = self.bound_ports[0]
@@ -435,6 +446,12 @@ class Broker:
             log.warning("ZooKeeper session %s: %s %d partition(s) here", health.value,
                         "leading again" if health == SessionHealth.RESUMED else "no longer leading", len(changed))
 
+    def _registry_bootstrap(self) -> str:
+        """This broker's address on the listener the schema registry's clients use."""
+        name = self.config.registry_client_listener()
+        ep = next(e for e in self._endpoints() if e.listener == name)
+        return f"[{ep.host}]:{ep.port}" if ":" in ep.host else f"{ep.host}:{ep.port}"
+
     def _endpoints(self) -> list[EndPoint]:
         """The advertised listeners as registered in ZooKeeper, with the ports actually bound."""
         cfg = self.config
@@ -448,6 +465,9 @@ class Broker:
                 self.config["controlled.shutdown.enable"]:
             # While still serving: this broker may be the controller that answers it.
             await self.cluster.controlled_shutdown()
+        if self.schema_registry is not None:
+            # Its clients need this broker while they close: before the listeners.
+            await asyncio.get_running_loop().run_in_executor(None, self.schema_registry.close)
         self.socket_server.close()
         if self.metrics is not None:
             await self.metrics.close()
