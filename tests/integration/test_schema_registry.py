@@ -1,0 +1,162 @@
+"""The schema registry a broker serves on schema.registry.listeners, driven by confluent-kafka's
+SchemaRegistryClient, AvroSerializer and AvroDeserializer unchanged, and by plain HTTP for
+Confluent's error bodies and content types."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import httpx
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from rivulet.testing import BrokerProcess, free_port
+
+pytestmark = pytest.mark.integration
+
+V1 = {"type": "record", "name": "Reading", "namespace": "rivulet.test",
+      "fields": [{"name": "sensor", "type": "string"}, {"name": "value", "type": "double"}]}
+V2 = {**V1, "fields": V1["fields"] + [{"name": "unit", "type": "string", "default": "C"}]}
+BAD = {**V1, "fields": V1["fields"] + [{"name": "site", "type": "string"}]}  # no default: not BACKWARD
+
+
+def _wait_ready(url: str) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{url}/subjects", timeout=30).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "the schema registry did not answer"
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def registry_broker():
+    port = free_port()
+    b = BrokerProcess({"schema.registry.listeners": f"http://127.0.0.1:{port}"}).start()
+    url = f"http://127.0.0.1:{port}"
+    _wait_ready(url)
+    yield b, url
+    b.cleanup()
+
+
+def test_serializers_round_trip_and_evolve(registry_broker):
+    broker, url = registry_broker
+    topic = f"readings-{uuid.uuid4().hex[:6]}"
+    client = SchemaRegistryClient({"url": url})
+    ser1 = AvroSerializer(client, json.dumps(V1))
+    ser2 = AvroSerializer(client, json.dumps(V2))
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    p.produce(topic, ser1({"sensor": "s1", "value": 1.5}, ctx))
+    p.produce(topic, ser2({"sensor": "s2", "value": 2.5, "unit": "F"}, ctx))
+    assert p.flush(30) == 0
+    subject = f"{topic}-value"
+    assert client.get_subjects().count(subject) == 1
+    assert client.get_versions(subject) == [1, 2]
+    latest = client.get_latest_version(subject)
+    assert latest.version == 2 and json.loads(latest.schema.schema_str)["fields"][2]["name"] == "unit"
+
+    # A consumer with no schema of its own reads each record with the writer's schema by id.
+    de = AvroDeserializer(client)
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+    c.subscribe([topic])
+    got = []
+    deadline = time.monotonic() + 60
+    while len(got) < 2 and time.monotonic() < deadline:
+        m = c.poll(1)
+        if m is not None and m.error() is None:
+            got.append(de(m.value(), ctx))
+    c.close()
+    assert got == [{"sensor": "s1", "value": 1.5}, {"sensor": "s2", "value": 2.5, "unit": "F"}]
+
+    # An incompatible change is refused with 409, and nothing changes.
+    with pytest.raises(SchemaRegistryError) as e:
+        client.register_schema(subject, Schema(json.dumps(BAD), "AVRO"))
+    assert e.value.http_status_code == 409 and e.value.error_code == 409
+    assert "READER_FIELD_MISSING_DEFAULT_VALUE" in e.value.error_message
+    assert client.get_versions(subject) == [1, 2]
+    assert client.test_compatibility(subject, Schema(json.dumps(BAD), "AVRO")) is False
+    assert client.test_compatibility(subject, Schema(json.dumps(V2), "AVRO")) is True
+
+
+def test_lookup_deletes_and_config_through_the_client(registry_broker):
+    _broker, url = registry_broker
+    client = SchemaRegistryClient({"url": url})
+    subject = f"s-{uuid.uuid4().hex[:6]}"
+    sid = client.register_schema(subject, Schema(json.dumps(V1), "AVRO"))
+    assert client.get_schema(sid).schema_str == json.dumps(V1, separators=(",", ":"))
+    found = client.lookup_schema(subject, Schema(json.dumps(V1), "AVRO"))
+    assert found.schema_id == sid and found.version == 1
+    assert client.set_compatibility(subject, "FULL_TRANSITIVE") == {"compatibility": "FULL_TRANSITIVE"}
+    assert client.get_compatibility(subject) == "FULL_TRANSITIVE"
+    client.register_schema(subject, Schema(json.dumps(V2), "AVRO"))
+    assert client.delete_version(subject, 1) == 1
+    assert client.get_versions(subject) == [2]
+    assert sorted(client.delete_subject(subject)) == [2]
+    assert subject not in client.get_subjects()
+    assert sorted(client.delete_subject(subject, permanent=True)) == [1, 2]
+    with pytest.raises(SchemaRegistryError) as e:
+        client.get_versions(subject)
+    assert e.value.error_code == 40401
+
+
+def test_references(registry_broker):
+    _broker, url = registry_broker
+    client = SchemaRegistryClient({"url": url})
+    tag = uuid.uuid4().hex[:6]
+    addr = {"type": "record", "name": "Addr", "namespace": f"t{tag}", "fields": [{"name": "city", "type": "string"}]}
+    client.register_schema(f"addr-{tag}", Schema(json.dumps(addr), "AVRO"))
+    user = {"type": "record", "name": "User", "namespace": f"t{tag}",
+            "fields": [{"name": "home", "type": f"t{tag}.Addr"}]}
+    refs = [SchemaReference(f"t{tag}.Addr", f"addr-{tag}", 1)]
+    uid = client.register_schema(f"user-{tag}", Schema(json.dumps(user), "AVRO", refs))
+    got = client.get_schema(uid)
+    assert [(r.name, r.subject, r.version) for r in got.references] == [(f"t{tag}.Addr", f"addr-{tag}", 1)]
+    r = httpx.get(f"{url}/subjects/addr-{tag}/versions/1/referencedby")
+    assert r.json() == [uid]
+    r = httpx.delete(f"{url}/subjects/addr-{tag}/versions/1")
+    assert r.status_code == 422 and r.json()["error_code"] == 42206
+
+
+def test_error_bodies_and_content_types(registry_broker):
+    _broker, url = registry_broker
+    r = httpx.get(f"{url}/subjects/none-such/versions")
+    assert r.status_code == 404 and r.json() == {"error_code": 40401, "message": "Subject 'none-such' not found."}
+    assert r.headers["content-type"] == "application/vnd.schemaregistry.v1+json"
+    r = httpx.get(f"{url}/schemas/ids/987654")
+    assert r.status_code == 404 and r.json() == {"error_code": 40403, "message": "Schema 987654 not found"}
+    r = httpx.post(f"{url}/subjects/x/versions", content=json.dumps({"schema": "{not avro"}),
+                   headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
+    assert r.status_code == 422 and r.json()["error_code"] == 42201
+    r = httpx.put(f"{url}/config", json={"compatibility": "SOMETIMES"})
+    assert r.status_code == 422 and r.json()["error_code"] == 42203
+    r = httpx.get(f"{url}/subjects/x/versions/zero")
+    assert r.status_code == 422 and r.json()["error_code"] == 42202
+    r = httpx.post(f"{url}/subjects/x/versions", content=b"<xml/>", headers={"Content-Type": "text/xml"})
+    assert r.status_code == 415
+    assert httpx.get(f"{url}/schemas/types").json() == ["AVRO"]
+
+
+def test_schemas_survive_a_restart_and_ids_continue(tmp_path):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with BrokerProcess({"schema.registry.listeners": url}, data_dir=str(tmp_path)) as b:
+        _wait_ready(url)
+        client = SchemaRegistryClient({"url": url})
+        first = client.register_schema("kept", Schema(json.dumps(V1), "AVRO"))
+        b.kill()  # kill -9: what was answered is in the topic, acknowledged by acks=all
+        b.start()
+        _wait_ready(url)
+        client = SchemaRegistryClient({"url": url})
+        assert client.get_schema(first).schema_str == json.dumps(V1, separators=(",", ":"))
+        second = client.register_schema("other", Schema(json.dumps(V2), "AVRO"))
+        assert second > first
