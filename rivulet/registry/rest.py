@@ -42,12 +42,15 @@ def _body() -> object:
         raise RestError(400, 400, f"Unexpected character in the request body: {e}") from None
 
 
+Route = Callable[[str, list[str]], Callable[[Callable[..., object]], Callable[..., Response]]]
+
+
 def create_app(registry: SchemaRegistry) -> Flask:
     app = Flask("rivulet.registry")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
-    r = registry
 
     def route(rule: str, methods: list[str]) -> Callable[[Callable[..., object]], Callable[..., Response]]:
+        """A view answering what ``fn`` returns as Confluent's JSON."""
         def wrap(fn: Callable[..., object]) -> Callable[..., Response]:
             def view(**kw: Any) -> Response:
                 return _reply(fn(**kw))
@@ -56,6 +59,14 @@ def create_app(registry: SchemaRegistry) -> Flask:
             return view
         return wrap
 
+    _error_handlers(app)
+    _schema_routes(app, route, registry)
+    _subject_routes(app, route, registry)
+    _config_routes(route, registry)
+    return app
+
+
+def _error_handlers(app: Flask) -> None:
     @app.errorhandler(RestError)
     def rest_error(e: RestError) -> Response:
         return _reply(e.body(), e.status)
@@ -70,6 +81,9 @@ def create_app(registry: SchemaRegistry) -> Flask:
         app.logger.exception("schema registry request failed")
         return _reply({"error_code": 500, "message": str(e) or type(e).__name__}, 500)
 
+
+
+def _schema_routes(app: Flask, route: Route, r: SchemaRegistry) -> None:
     @route("/", ["GET"])
     def root() -> object:
         return {}
@@ -100,7 +114,9 @@ def create_app(registry: SchemaRegistry) -> Flask:
     def id_subjects(schema_id: int) -> object:
         return r.id_subjects(schema_id, _flag("deleted"))
 
-    # -- subjects
+
+
+def _subject_routes(app: Flask, route: Route, r: SchemaRegistry) -> None:
     @route("/subjects", ["GET"])
     def subjects() -> object:
         return r.subjects(_flag("deleted"), request.args.get("subjectPrefix", ""))
@@ -146,7 +162,9 @@ def create_app(registry: SchemaRegistry) -> Flask:
     def compatible_with_all(subject: str) -> object:
         return r.check_compatibility(subject, None, _body(), _flag("verbose"))
 
-    # -- configs and modes
+
+
+def _config_routes(route: Route, r: SchemaRegistry) -> None:
     @route("/config", ["GET"])
     def get_global_config() -> object:
         return r.get_config(None)
@@ -190,5 +208,3 @@ def create_app(registry: SchemaRegistry) -> Flask:
     @route("/mode/<path:subject>", ["DELETE"])
     def delete_mode(subject: str) -> object:
         return r.delete_mode(subject)
-
-    return app

@@ -49,14 +49,20 @@ def parse_version(version: str, allow_negative_one: bool = True) -> int | None:
     return n
 
 
-def _version_json(sv: SchemaVersion) -> dict[str, object]:
-    doc: dict[str, object] = {"subject": sv.subject, "version": sv.version, "id": sv.schema_id}
+def _schema_json(sv: SchemaVersion) -> dict[str, object]:
+    """A schema as Confluent answers it: ``schemaType`` only when not Avro, ``references``
+    only when there are some."""
+    doc: dict[str, object] = {}
     if sv.schema_type != AVRO:
         doc["schemaType"] = sv.schema_type
     if sv.references:
         doc["references"] = [r.to_json() for r in sv.references]
     doc["schema"] = sv.schema
     return doc
+
+
+def _version_json(sv: SchemaVersion) -> dict[str, object]:
+    return {"subject": sv.subject, "version": sv.version, "id": sv.schema_id, **_schema_json(sv)}
 
 
 class SchemaRegistry:
@@ -401,13 +407,7 @@ class SchemaRegistry:
                 sv = holders[0] if holders else None
             if sv is None:
                 raise E.schema_not_found(schema_id)
-            doc: dict[str, object] = {}
-            if sv.schema_type != AVRO:
-                doc["schemaType"] = sv.schema_type
-            if sv.references:
-                doc["references"] = [r.to_json() for r in sv.references]
-            doc["schema"] = sv.schema
-            return doc
+            return _schema_json(sv)
 
     def id_versions(self, schema_id: int, deleted: bool = False) -> list[dict[str, object]]:
         with self.store.reading():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from rivulet.common.cluster import NodeEndpoint
 from rivulet.common.time import SYSTEM_CLOCK, Clock
@@ -40,7 +40,6 @@ from rivulet.server.fd_limit import raise_open_file_limit
 from rivulet.server.metadata import MetadataStore
 from rivulet.server.metrics.collectors import BrokerCollector, GroupLagCollector, RequestCollector
 from rivulet.server.metrics.exporter import MetricsExporter
-from rivulet.registry.server import SchemaRegistryServer
 from rivulet.server.metrics.requests import RequestMetrics
 from rivulet.server.metrics.telemetry import ClientTelemetryExporter
 from rivulet.server.authentication import SaslListenerConfig, SaslSession, inter_broker_sasl, sasl_listener_config
@@ -67,6 +66,9 @@ from rivulet.transaction.marker_channel import InterBrokerMarkerChannel
 from rivulet.transaction.remote_verifier import ClusterTxnVerifier
 from rivulet.transaction.producer_id_manager import ProducerIdGenerator, ProducerIdManager
 
+if TYPE_CHECKING:  # the registry is imported only when configured (_schema_registry)
+    from rivulet.registry.server import SchemaRegistryServer
+
 log = logging.getLogger(__name__)
 
 # Logs given retention between two turns of the event loop.
@@ -83,6 +85,18 @@ def inter_broker_connector(config: BrokerConfig) -> BrokerConnector:
     if protocol not in ("SSL", "SASL_SSL"):
         return PLAINTEXT_CONNECTOR if sasl is None else BrokerConnector(sasl=sasl)
     return BrokerConnector(tls.client_context(tls.ssl_config(config.listener_props(listener))), sasl)
+
+
+
+def _schema_registry() -> type[SchemaRegistryServer]:
+    """The registry's class, imported only when configured: its schema libraries are an
+    extra (``pip install 'rivulet[registry]'``)."""
+    try:
+        from rivulet.registry.server import SchemaRegistryServer
+    except ImportError as e:
+        raise ConfigError(f"schema.registry.listeners needs the registry extra (pip install 'rivulet[registry]'): "
+                          f"{e}") from None
+    return SchemaRegistryServer
 
 
 class Broker:
@@ -137,7 +151,7 @@ class Broker:
         self.schema_registry: SchemaRegistryServer | None = None
         if config["schema.registry.listeners"]:
             host, port = parse_metrics_listener(config["schema.registry.listeners"][0], "schema.registry.listeners")
-            self.schema_registry = SchemaRegistryServer(host, port, config["schema.registry.kafkastore.topic"])
+            self.schema_registry = _schema_registry()(host, port, config["schema.registry.kafkastore.topic"])
         request_log = RequestLog(config["request.log.threshold.ms"])
         self.socket_server = SocketServer(SocketServerConfig(
             max_request_bytes=config["socket.request.max.bytes"],
