@@ -13,10 +13,12 @@ from contextlib import contextmanager
 from typing import Any
 
 from rivulet.client.admin.client import AdminClient, NewTopic
+from rivulet.client.errors import KafkaException
 from rivulet.client.sync import Consumer, Producer
 from rivulet.client.types import OFFSET_BEGINNING, TopicPartition
+from rivulet.protocol.errors import ErrorCode
 from rivulet.registry import errors as E
-from rivulet.registry.state import RegistryState
+from rivulet.registry.state import RegistryState, noop_key
 
 log = logging.getLogger("rivulet.registry")
 
@@ -62,14 +64,15 @@ class KafkaStore:
     def _run(self) -> None:
         consumer: Consumer | None = None
         try:
-            self._ensure_topic()
-            self._producer = Producer({**self.client_config, "acks": "all", "linger.ms": 0,
-                                       "enable.idempotence": True})
-            consumer = Consumer({**self.client_config, "enable.auto.commit": False, "fetch.wait.max.ms": 100})
-            tp = TopicPartition(self.topic, 0)
-            _low, high = consumer.get_watermark_offsets(tp, timeout=self.timeout_s)
-            consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
-            self._follow(consumer, tp, high)
+            # A cluster still forming (the topic's leader not elected yet...): try again.
+            while consumer is None and not self._stopping.is_set():
+                try:
+                    consumer, tp, high = self._open()
+                except Exception as e:
+                    log.warning("schema registry store: %s; trying again", e)
+                    self._stopping.wait(2.0)
+            if consumer is not None:
+                self._follow(consumer, tp, high)
         except Exception as e:  # the registry answers 50001 with it rather than dying unseen
             log.exception("schema registry store stopped")
             with self._lock:
@@ -80,19 +83,44 @@ class KafkaStore:
             if consumer is not None:
                 consumer.close()
 
+    def _open(self) -> tuple[Consumer, TopicPartition, int]:
+        """The topic made if need be, the producer, and a consumer at its start; the end
+        offset to replay up to before answering."""
+        self._ensure_topic()
+        if self._producer is None:
+            self._producer = Producer({**self.client_config, "acks": "all", "linger.ms": 0,
+                                       "enable.idempotence": True})
+        consumer = Consumer({**self.client_config, "enable.auto.commit": False, "fetch.wait.max.ms": 100})
+        try:
+            tp = TopicPartition(self.topic, 0)
+            _low, high = consumer.get_watermark_offsets(tp, timeout=self.timeout_s)
+            consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
+        except Exception:
+            consumer.close()
+            raise
+        return consumer, tp, high
+
     def _ensure_topic(self) -> None:
         admin = AdminClient(self.client_config)
         try:
             md = admin.list_topics(timeout=self.timeout_s)
+            deadline = time.monotonic() + self.timeout_s
+            # Brokers of a cluster starting one by one: wait for enough to hold every replica.
+            while self.topic not in md.topics and len(md.brokers) < self.replication_factor and \
+                    time.monotonic() < deadline and not self._stopping.is_set():
+                self._stopping.wait(1.0)
+                md = admin.list_topics(timeout=self.timeout_s)
             if self.topic in md.topics:
                 return
             rf = max(1, min(self.replication_factor, len(md.brokers)))
+            if rf < self.replication_factor:
+                log.warning("creating %s with %d replica(s): only %d broker(s) are up", self.topic, rf, rf)
             futures = admin.create_topics([NewTopic(self.topic, 1, rf, config={"cleanup.policy": "compact"})])
             try:
                 futures[self.topic].result(self.timeout_s)
-            except Exception:
-                # Another instance may have made it meanwhile.
-                if self.topic not in admin.list_topics(timeout=self.timeout_s).topics:
+            except KafkaException as e:
+                # Another broker's registry made it meanwhile.
+                if e.error.code() != ErrorCode.TOPIC_ALREADY_EXISTS:
                     raise
         finally:
             admin.close()
@@ -126,6 +154,10 @@ class KafkaStore:
         self._wait_ready()
         with self._lock:
             yield self.state
+
+    def sync(self) -> None:
+        """A NOOP record written and read back (Confluent's way to learn the topic's end)."""
+        self.write([(noop_key(), None)])
 
     def write(self, records: list[tuple[bytes, bytes | None]]) -> None:
         self._wait_ready()

@@ -4,12 +4,16 @@ its paths and query parameters, its content types and its error bodies."""
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
+from rivulet.registry import errors as E
+from rivulet.registry.election import WriterElection
 from rivulet.registry.errors import RestError
 from rivulet.registry.service import SchemaRegistry
 
@@ -18,6 +22,8 @@ CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 ACCEPTED_BODIES = ("application/vnd.schemaregistry.v1+json", "application/vnd.schemaregistry+json",
                    "application/json", "application/octet-stream")
 MAX_BODY_BYTES = 16 << 20
+FORWARDED = "X-Rivulet-Forwarded"
+FORWARD_TIMEOUT_S = 60.0
 
 
 def _flag(name: str) -> bool:
@@ -43,16 +49,45 @@ def _body() -> object:
 
 
 Route = Callable[[str, list[str]], Callable[[Callable[..., object]], Callable[..., Response]]]
+CHANGES = ("POST", "PUT", "DELETE")
+# POSTs that only read: a look-up and the compatibility checks, answered where they arrive.
+READING_POSTS = {("/subjects/<path:subject>", ("POST",)),
+                 ("/compatibility/subjects/<path:subject>/versions/<version>", ("POST",)),
+                 ("/compatibility/subjects/<path:subject>/versions", ("POST",))}
 
 
-def create_app(registry: SchemaRegistry) -> Flask:
+def _forward(election: WriterElection) -> Response:
+    """Hand a change to the writer and its answer back, as Confluent's followers do."""
+    writer = election.writer_url()
+    if writer is None or request.headers.get(FORWARDED):
+        raise E.unknown_leader("Request failed since leader is unknown")
+    url = writer + request.full_path.rstrip("?")
+    headers = {k: v for k, v in request.headers.items() if k.lower() in ("content-type", "accept", "authorization")}
+    headers[FORWARDED] = "true"
+    req = urllib.request.Request(url, data=request.get_data() if request.method != "DELETE" else None,
+                                 headers=headers, method=request.method)
+    try:
+        with urllib.request.urlopen(req, timeout=FORWARD_TIMEOUT_S) as answer:
+            return Response(answer.read(), status=answer.status, content_type=answer.headers.get("Content-Type"))
+    except urllib.error.HTTPError as e:
+        return Response(e.read(), status=e.code, content_type=e.headers.get("Content-Type"))
+    except OSError as e:
+        raise E.request_forwarding_failed(f"Error while forwarding the request to the leader {writer}: {e}") from None
+
+
+def create_app(registry: SchemaRegistry, election: WriterElection) -> Flask:
     app = Flask("rivulet.registry")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
 
     def route(rule: str, methods: list[str]) -> Callable[[Callable[..., object]], Callable[..., Response]]:
-        """A view answering what ``fn`` returns as Confluent's JSON."""
+        """A view answering what ``fn`` returns as Confluent's JSON; a change reaches ``fn``
+        only on the writer (POST /subjects/{s} and the compatibility checks only read)."""
+        changes = any(m in CHANGES for m in methods) and (rule, tuple(methods)) not in READING_POSTS
+
         def wrap(fn: Callable[..., object]) -> Callable[..., Response]:
             def view(**kw: Any) -> Response:
+                if changes and not election.is_writer():
+                    return _forward(election)
                 return _reply(fn(**kw))
             view.__name__ = f"{fn.__name__}_{'_'.join(methods)}"
             app.add_url_rule(rule, view.__name__, view, methods=methods, strict_slashes=False)

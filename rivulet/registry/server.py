@@ -13,6 +13,7 @@ import waitress
 from waitress.server import BaseWSGIServer, MultiSocketServer
 
 from rivulet.registry.avro_schema import AvroProvider
+from rivulet.registry.election import SoleWriter, WriterElection, ZkWriterElection
 from rivulet.registry.kafka_store import DEFAULT_TOPIC, KafkaStore
 from rivulet.registry.rest import create_app
 from rivulet.registry.schema_types import AVRO
@@ -31,6 +32,7 @@ class SchemaRegistryServer:
         self.topic = topic
         self.replication_factor = replication_factor
         self.store: KafkaStore | None = None
+        self.election: WriterElection | None = None
         self._sock: socket.socket | None = None
         self._server: BaseWSGIServer | MultiSocketServer | None = None
         self._thread: threading.Thread | None = None
@@ -42,13 +44,18 @@ class SchemaRegistryServer:
         self.port = self._sock.getsockname()[1]
         return self.port
 
-    def start(self, client_config: dict[str, Any]) -> None:
+    def start(self, client_config: dict[str, Any], advertised_host: str = "", zookeeper_connect: str = "") -> None:
+        """``advertised_host``: how the other brokers' registries reach this one;
+        ``zookeeper_connect``: a cluster's, where its registries elect their writer (else this
+        one writes alone)."""
         assert self._sock is not None, "bind first"
         logging.getLogger("waitress").setLevel(logging.WARNING)
         store = self.store = KafkaStore(client_config, self.topic, replication_factor=self.replication_factor)
         store.start()
-        registry = SchemaRegistry(store, {AVRO: AvroProvider()})
-        self._server = waitress.create_server(create_app(registry), sockets=[self._sock], threads=8,
+        url = f"http://{advertised_host or self.host or '127.0.0.1'}:{self.port}"
+        election = self.election = ZkWriterElection(zookeeper_connect, url) if zookeeper_connect else SoleWriter(url)
+        registry = SchemaRegistry(store, {AVRO: AvroProvider()}, shared=election.shared())
+        self._server = waitress.create_server(create_app(registry, election), sockets=[self._sock], threads=8,
                                               ident="rivulet-schema-registry")
         self._thread = threading.Thread(target=self._server.run, name="rivulet-schema-registry", daemon=True)
         self._thread.start()
@@ -61,5 +68,7 @@ class SchemaRegistryServer:
             self._thread.join(5)
         if self._sock is not None:
             self._sock.close()
+        if self.election is not None:
+            self.election.close()
         if self.store is not None:
             self.store.close()

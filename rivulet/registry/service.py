@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol
 
 from rivulet.registry import compatibility as C
@@ -33,6 +34,10 @@ class Store(Protocol):
         ...
 
     def write(self, records: list[Record]) -> None:
+        ...
+
+    def sync(self) -> None:
+        """Return once everything written to the topic so far is replayed."""
         ...
 
 
@@ -69,14 +74,24 @@ class SchemaRegistry:
     """The operations. ``providers`` are the schema types served, by name."""
 
     def __init__(self, store: Store, providers: Mapping[str, SchemaProvider], default_level: str = C.DEFAULT_LEVEL,
-                 max_schema_bytes: int = 1 << 20) -> None:
+                 max_schema_bytes: int = 1 << 20, shared: bool = False) -> None:
+        """``shared``: other instances may have written to the topic (a cluster's former
+        writer): each change then first reads the topic to its end, as Confluent's writer does."""
         self.store = store
+        self.shared = shared
         self.providers = dict(providers)
         self.default_level = default_level
         self.max_schema_bytes = max_schema_bytes
         # One change at a time: a check and the write it decides stay together.
         self._writing = threading.Lock()
         self._parsed: dict[tuple[str, str, tuple[Reference, ...]], ParsedSchema] = {}
+
+    @contextmanager
+    def _change(self) -> Iterator[None]:
+        with self._writing:
+            if self.shared:
+                self.store.sync()
+            yield
 
     @property
     def state(self) -> RegistryState:
@@ -206,12 +221,12 @@ class SchemaRegistry:
         if not isinstance(level, str) or level.upper() not in C.LEVELS:
             raise E.invalid_compatibility_level()
         self._check_writable(subject)
-        with self._writing:
+        with self._change():
             self.store.write([(S.config_key(subject), S.config_value(level.upper()))])
         return {"compatibility": level.upper()}
 
     def delete_config(self, subject: str | None) -> dict[str, object]:
-        with self._writing:
+        with self._change():
             with self.store.reading():
                 if subject is not None and subject not in self.state.subject_levels:
                     raise E.subject_compatibility_not_configured(subject)
@@ -236,7 +251,7 @@ class SchemaRegistry:
         if not isinstance(mode, str) or mode.upper() not in MODES:
             raise E.invalid_mode()
         mode = mode.upper()
-        with self._writing:
+        with self._change():
             with self.store.reading():
                 if mode == IMPORT and not force and (
                         self.state.subject_versions(subject) if subject is not None else self.state.versions):
@@ -245,7 +260,7 @@ class SchemaRegistry:
         return {"mode": mode}
 
     def delete_mode(self, subject: str) -> dict[str, object]:
-        with self._writing:
+        with self._change():
             with self.store.reading():
                 if subject not in self.state.subject_modes:
                     raise E.subject_mode_not_configured(subject)
@@ -297,7 +312,7 @@ class SchemaRegistry:
         schema_type, text, refs = self._request_schema(body)
         assert isinstance(body, dict)
         wanted_id, wanted_version = body.get("id"), body.get("version")
-        with self._writing:
+        with self._change():
             with self.store.reading():
                 st = self.state
                 mode = self.mode(subject)
@@ -343,7 +358,7 @@ class SchemaRegistry:
         return wanted_id, version
 
     def delete_version(self, subject: str, version: str, permanent: bool = False) -> int:
-        with self._writing:
+        with self._change():
             with self.store.reading():
                 self._check_writable(subject)
                 n = parse_version(version)
@@ -373,7 +388,7 @@ class SchemaRegistry:
         return sv.version
 
     def delete_subject(self, subject: str, permanent: bool = False) -> list[int]:
-        with self._writing:
+        with self._change():
             with self.store.reading():
                 self._check_writable(subject)
                 every = self.state.subject_versions(subject, deleted=True)

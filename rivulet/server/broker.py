@@ -151,7 +151,9 @@ class Broker:
         self.schema_registry: SchemaRegistryServer | None = None
         if config["schema.registry.listeners"]:
             host, port = parse_metrics_listener(config["schema.registry.listeners"][0], "schema.registry.listeners")
-            self.schema_registry = _schema_registry()(host, port, config["schema.registry.kafkastore.topic"])
+            self.schema_registry = _schema_registry()(
+                host, port, config["schema.registry.kafkastore.topic"],
+                config["schema.registry.kafkastore.topic.replication.factor"] if self.cluster_mode else 1)
         request_log = RequestLog(config["request.log.threshold.ms"])
         self.socket_server = SocketServer(SocketServerConfig(
             max_request_bytes=config["socket.request.max.bytes"],
@@ -309,7 +311,8 @@ class Broker:
         if self.cluster is not None:
             self.cluster.start_controller()
         if self.schema_registry is not None:
-            self.schema_registry.start({"bootstrap.servers": self._registry_bootstrap()})
+            self.schema_registry.start({"bootstrap.servers": self._registry_bootstrap()}, self.node.host,
+                                       cfg["zookeeper.connect"] or "")
         self._tasks.append(loop.create_task(self._housekeeping()))
         self.started = True
         log.info("started in %.0f ms", (time.monotonic() - t0) * 1000)

@@ -319,6 +319,9 @@ BROKER_CONFIGS = ConfigDef([
        "through this broker's first PLAINTEXT listener.", LOW),
     _k("schema.registry.kafkastore.topic", S, "_schemas", None, "The compacted topic holding the "
        "schema registry's schemas, configs and modes (Confluent's kafkastore.topic).", LOW),
+    _k("schema.registry.kafkastore.topic.replication.factor", I, 3, _pos, "Replicas of the schema registry's "
+       "topic in a cluster (Confluent's kafkastore.topic.replication.factor); its creation waits up to a minute "
+       "for that many brokers, then makes do with those there. A single broker keeps one.", LOW),
     _k("telemetry.max.bytes", I, 1048576, _pos, "Largest client telemetry push the broker accepts, compressed or "
        "not.", LOW),
     _k("replica.fetch.max.bytes", I, 1048576, _nonneg, "Bytes fetched per partition by a follower.", MEDIUM),

@@ -32,6 +32,9 @@ class LogStore:
         with self.lock:
             yield self.state
 
+    def sync(self) -> None:
+        pass
+
     def write(self, records: list[tuple[bytes, bytes | None]]) -> None:
         for k, v in records:
             self.log.append((k, v))
