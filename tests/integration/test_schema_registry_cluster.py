@@ -40,7 +40,7 @@ def test_writes_through_any_broker_and_the_writer_killed(zk_connect):
             eventually(lambda url=url: _answers(url), 90, f"the registry at {url}")
         ids = []
         # Each broker takes a registration: the followers forward theirs to the writer.
-        for n, (i, url) in enumerate(urls.items(), start=1):
+        for n, url in enumerate(urls.values(), start=1):
             ids.append(SchemaRegistryClient({"url": url}).register_schema("evolving", schema(n)))
         assert ids == [1, 2, 3]
         for url in urls.values():
