@@ -31,11 +31,14 @@ class KafkaStore:
     ``kafkastore.timeout.ms``)."""
 
     def __init__(self, client_config: dict[str, Any], topic: str = DEFAULT_TOPIC, timeout_s: float = 60.0,
-                 replication_factor: int = 3) -> None:
+                 replication_factor: int = 3, wait_for_replicas: bool = False) -> None:
         self.client_config = dict(client_config)
         self.topic = topic
         self.timeout_s = timeout_s
         self.replication_factor = replication_factor
+        # A cluster's brokers starting one by one: wait (up to timeout_s) for enough to hold
+        # every replica before making the topic; otherwise make it with the brokers there are.
+        self.wait_for_replicas = wait_for_replicas
         self.state = RegistryState()
         self._lock = threading.RLock()
         self._replayed = threading.Condition(self._lock)
@@ -105,8 +108,8 @@ class KafkaStore:
         try:
             md = admin.list_topics(timeout=self.timeout_s)
             deadline = time.monotonic() + self.timeout_s
-            # Brokers of a cluster starting one by one: wait for enough to hold every replica.
-            while self.topic not in md.topics and len(md.brokers) < self.replication_factor and \
+            while self.wait_for_replicas and self.topic not in md.topics and \
+                    len(md.brokers) < self.replication_factor and \
                     time.monotonic() < deadline and not self._stopping.is_set():
                 self._stopping.wait(1.0)
                 md = admin.list_topics(timeout=self.timeout_s)

@@ -27,8 +27,10 @@ class SchemaRegistryServer:
     clients' properties (``bootstrap.servers``...), ``close``. ``host`` empty listens on every
     address."""
 
-    def __init__(self, host: str, port: int, topic: str = DEFAULT_TOPIC, replication_factor: int = 3) -> None:
+    def __init__(self, host: str, port: int, topic: str = DEFAULT_TOPIC, replication_factor: int = 3,
+                 wait_for_replicas: bool = False) -> None:
         self.host, self.port = host, port
+        self.wait_for_replicas = wait_for_replicas
         self.topic = topic
         self.replication_factor = replication_factor
         self.store: KafkaStore | None = None
@@ -50,7 +52,8 @@ class SchemaRegistryServer:
         one writes alone)."""
         assert self._sock is not None, "bind first"
         logging.getLogger("waitress").setLevel(logging.WARNING)
-        store = self.store = KafkaStore(client_config, self.topic, replication_factor=self.replication_factor)
+        store = self.store = KafkaStore(client_config, self.topic, replication_factor=self.replication_factor,
+                                        wait_for_replicas=self.wait_for_replicas)
         store.start()
         url = f"http://{advertised_host or self.host or '127.0.0.1'}:{self.port}"
         election = self.election = ZkWriterElection(zookeeper_connect, url) if zookeeper_connect else SoleWriter(url)

@@ -153,7 +153,8 @@ class Broker:
             host, port = parse_metrics_listener(config["schema.registry.listeners"][0], "schema.registry.listeners")
             self.schema_registry = _schema_registry()(
                 host, port, config["schema.registry.kafkastore.topic"],
-                config["schema.registry.kafkastore.topic.replication.factor"] if self.cluster_mode else 1)
+                config["schema.registry.kafkastore.topic.replication.factor"] if self.cluster_mode else 1,
+                wait_for_replicas=self.cluster_mode)
         request_log = RequestLog(config["request.log.threshold.ms"])
         self.socket_server = SocketServer(SocketServerConfig(
             max_request_bytes=config["socket.request.max.bytes"],

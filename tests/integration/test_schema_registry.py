@@ -160,3 +160,25 @@ def test_schemas_survive_a_restart_and_ids_continue(tmp_path):
         assert client.get_schema(first).schema_str == json.dumps(V1, separators=(",", ":"))
         second = client.register_schema("other", Schema(json.dumps(V2), "AVRO"))
         assert second > first
+
+
+def test_rivulet_registry_command_against_a_cluster(broker_factory, tmp_path):
+    """``rivulet registry -b ...``: the registry on its own, beside a broker that serves none."""
+    import subprocess
+    import sys
+    b = broker_factory()
+    port = free_port()
+    log = open(tmp_path / "registry.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "rivulet", "registry", "-b", b.bootstrap, "--port", str(port)],
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_ready(url)
+        client = SchemaRegistryClient({"url": url})
+        sid = client.register_schema("standalone", Schema(json.dumps(V1), "AVRO"))
+        assert client.get_schema(sid).schema_str == json.dumps(V1, separators=(",", ":"))
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0
+        log.close()
+    assert "Rivulet schema registry on http://127.0.0.1:" in (tmp_path / "registry.log").read_text()
