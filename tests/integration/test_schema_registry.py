@@ -143,7 +143,7 @@ def test_error_bodies_and_content_types(registry_broker):
     assert r.status_code == 422 and r.json()["error_code"] == 42202
     r = httpx.post(f"{url}/subjects/x/versions", content=b"<xml/>", headers={"Content-Type": "text/xml"})
     assert r.status_code == 415
-    assert httpx.get(f"{url}/schemas/types").json() == ["AVRO"]
+    assert httpx.get(f"{url}/schemas/types").json() == ["AVRO", "JSON"]
 
 
 def test_schemas_survive_a_restart_and_ids_continue(tmp_path):
@@ -182,3 +182,26 @@ def test_rivulet_registry_command_against_a_cluster(broker_factory, tmp_path):
         assert proc.wait(30) == 0
         log.close()
     assert "Rivulet schema registry on http://127.0.0.1:" in (tmp_path / "registry.log").read_text()
+
+
+def test_json_schema_serializers(registry_broker):
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+    _broker, url = registry_broker
+    client = SchemaRegistryClient({"url": url})
+    topic = f"json-{uuid.uuid4().hex[:6]}"
+    v1 = {"type": "object", "title": "Reading", "properties": {"sensor": {"type": "string"}},
+          "required": ["sensor"], "additionalProperties": False}
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    data = JSONSerializer(json.dumps(v1), client)({"sensor": "s1"}, ctx)
+    assert JSONDeserializer(None, schema_registry_client=client)(data, ctx) == {"sensor": "s1"}
+    subject = f"{topic}-value"
+    assert client.get_latest_version(subject).schema.schema_type == "JSON"
+    # Closed content model: an optional property may be added, a required one may not.
+    v2 = {**v1, "properties": {**v1["properties"], "unit": {"type": "string"}}}
+    client.register_schema(subject, Schema(json.dumps(v2), "JSON"))
+    v3 = {**v2, "required": ["sensor", "site"], "properties": {**v2["properties"], "site": {"type": "string"}}}
+    with pytest.raises(SchemaRegistryError) as e:
+        client.register_schema(subject, Schema(json.dumps(v3), "JSON"))
+    assert e.value.error_code == 409 and "REQUIRED_PROPERTY_ADDED_TO_UNOPEN_CONTENT_MODEL" in e.value.error_message
+    r = httpx.get(f"{url}/subjects/{subject}/versions/latest")
+    assert r.json()["schemaType"] == "JSON" and r.json()["version"] == 2
