@@ -12,7 +12,7 @@ import avro.errors
 import avro.name
 import avro.schema
 
-from rivulet.registry.schema_types import AVRO, ParsedSchema, ResolvedReference
+from rivulet.registry.schema_types import AVRO, CanonicalText, ParsedSchema, ResolvedReference
 
 # Avro Java writes a schema's attributes in this order; the rest follow as given.
 _KEY_ORDER = ("type", "name", "namespace", "doc", "fields", "symbols", "items", "values", "size", "default",
@@ -54,18 +54,12 @@ def _ordered(node: object, in_fields: bool = False) -> object:
     return out
 
 
-class AvroSchema:
+class AvroSchema(CanonicalText):
     schema_type = AVRO
 
     def __init__(self, schema: avro.schema.Schema, text: str) -> None:
+        super().__init__(text)
         self.schema = schema
-        self._canonical = text
-
-    def canonical(self) -> str:
-        return self._canonical
-
-    def normalized(self) -> str:
-        return self._canonical
 
     def read_errors(self, writer: ParsedSchema, reader_name: str = "new", writer_name: str = "old") -> list[str]:
         assert isinstance(writer, AvroSchema)

@@ -18,7 +18,7 @@ import jsonschema
 import jsonschema.exceptions
 import jsonschema.validators
 
-from rivulet.registry.schema_types import JSON, ParsedSchema, ResolvedReference
+from rivulet.registry.schema_types import JSON, CanonicalText, ParsedSchema, ResolvedReference
 
 # Limits whose tightening refuses data the looser one allowed: (keyword, larger is looser).
 _LIMITS = (("maxLength", True), ("minLength", False), ("maximum", True), ("minimum", False),
@@ -134,15 +134,12 @@ def _describe(kind: str, path: str, reader: str, writer: str) -> str:
     return f"A change ({words}) at path '{path}' in the {reader} schema makes it unable to read the {writer} schema's data"
 
 
-class JsonSchema:
+class JsonSchema(CanonicalText):
     schema_type = JSON
 
     def __init__(self, doc: object, text: str) -> None:
+        super().__init__(text)
         self.doc = doc
-        self._canonical = text
-
-    def canonical(self) -> str:
-        return self._canonical
 
     def normalized(self) -> str:
         return json.dumps(self.doc, separators=(",", ":"), sort_keys=True)

@@ -134,7 +134,7 @@ def _schema_routes(app: Flask, route: Route, r: SchemaRegistry) -> None:
 
     @route("/schemas/ids/<int:schema_id>", ["GET"])
     def by_id(schema_id: int) -> object:
-        return r.schema_by_id(schema_id, request.args.get("subject"))
+        return r.schema_by_id(schema_id, request.args.get("subject"), request.args.get("format"))
 
     @app.route("/schemas/ids/<int:schema_id>/schema", methods=["GET"])
     def by_id_raw(schema_id: int) -> Response:
@@ -166,7 +166,7 @@ def _subject_routes(app: Flask, route: Route, r: SchemaRegistry) -> None:
 
     @route("/subjects/<path:subject>/versions/<version>", ["GET"])
     def get_version(subject: str, version: str) -> object:
-        return r.get_version(subject, version, _flag("deleted"))
+        return r.get_version(subject, version, _flag("deleted"), request.args.get("format"))
 
     @app.route("/subjects/<path:subject>/versions/<version>/schema", methods=["GET"])
     def get_version_raw(subject: str, version: str) -> Response:

@@ -44,6 +44,11 @@ class ParsedSchema(Protocol):
         """The text the registry stores and answers, and compares to find a schema again."""
         ...
 
+    def formatted(self, fmt: str) -> str:
+        """The text in the ``format`` a GET asks for (Protobuf's ``serialized``); the
+        canonical text for a format the type does not have."""
+        ...
+
     def normalized(self) -> str:
         """The canonical text with what does not change the schema's meaning taken out
         (``normalize=true``)."""
@@ -54,6 +59,23 @@ class ParsedSchema(Protocol):
         ``{errorType:..., description:..., additionalInfo:...}`` form (the two schemas called
         ``reader_name`` and ``writer_name`` in it); empty if it can."""
         ...
+
+
+class CanonicalText:
+    """What a schema type whose only text is its canonical one shares: that text for every
+    format and, unless the type says otherwise, when normalized."""
+
+    def __init__(self, text: str) -> None:
+        self._canonical = text
+
+    def canonical(self) -> str:
+        return self._canonical
+
+    def formatted(self, fmt: str) -> str:
+        return self._canonical
+
+    def normalized(self) -> str:
+        return self._canonical
 
 
 class SchemaProvider(Protocol):

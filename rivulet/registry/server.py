@@ -14,10 +14,11 @@ from waitress.server import BaseWSGIServer, MultiSocketServer
 
 from rivulet.registry.avro_schema import AvroProvider
 from rivulet.registry.json_schema import JsonSchemaProvider
+from rivulet.registry.protobuf_schema import ProtobufProvider
 from rivulet.registry.election import SoleWriter, WriterElection, ZkWriterElection
 from rivulet.registry.kafka_store import DEFAULT_TOPIC, KafkaStore
 from rivulet.registry.rest import create_app
-from rivulet.registry.schema_types import AVRO, JSON
+from rivulet.registry.schema_types import AVRO, JSON, PROTOBUF
 from rivulet.registry.service import SchemaRegistry
 
 log = logging.getLogger("rivulet.registry")
@@ -58,7 +59,8 @@ class SchemaRegistryServer:
         store.start()
         url = f"http://{advertised_host or self.host or '127.0.0.1'}:{self.port}"
         election = self.election = ZkWriterElection(zookeeper_connect, url) if zookeeper_connect else SoleWriter(url)
-        registry = SchemaRegistry(store, {AVRO: AvroProvider(), JSON: JsonSchemaProvider()}, shared=election.shared())
+        providers = {AVRO: AvroProvider(), JSON: JsonSchemaProvider(), PROTOBUF: ProtobufProvider()}
+        registry = SchemaRegistry(store, providers, shared=election.shared())
         self._server = waitress.create_server(create_app(registry, election), sockets=[self._sock], threads=8,
                                               ident="rivulet-schema-registry")
         self._thread = threading.Thread(target=self._server.run, name="rivulet-schema-registry", daemon=True)

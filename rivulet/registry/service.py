@@ -54,20 +54,20 @@ def parse_version(version: str, allow_negative_one: bool = True) -> int | None:
     return n
 
 
-def _schema_json(sv: SchemaVersion) -> dict[str, object]:
+def _schema_json(sv: SchemaVersion, text: str | None = None) -> dict[str, object]:
     """A schema as Confluent answers it: ``schemaType`` only when not Avro, ``references``
-    only when there are some."""
+    only when there are some; ``text`` in place of the stored one (another ``format``)."""
     doc: dict[str, object] = {}
     if sv.schema_type != AVRO:
         doc["schemaType"] = sv.schema_type
     if sv.references:
         doc["references"] = [r.to_json() for r in sv.references]
-    doc["schema"] = sv.schema
+    doc["schema"] = sv.schema if text is None else text
     return doc
 
 
-def _version_json(sv: SchemaVersion) -> dict[str, object]:
-    return {"subject": sv.subject, "version": sv.version, "id": sv.schema_id, **_schema_json(sv)}
+def _version_json(sv: SchemaVersion, text: str | None = None) -> dict[str, object]:
+    return {"subject": sv.subject, "version": sv.version, "id": sv.schema_id, **_schema_json(sv, text)}
 
 
 class SchemaRegistry:
@@ -178,9 +178,14 @@ class SchemaRegistry:
                 return sv
         raise E.version_not_found(n)
 
-    def get_version(self, subject: str, version: str, deleted: bool = False) -> dict[str, object]:
+    def _formatted(self, sv: SchemaVersion, fmt: str | None) -> str | None:
+        return self._parse_version(sv).formatted(fmt) if fmt else None
+
+    def get_version(self, subject: str, version: str, deleted: bool = False,
+                    fmt: str | None = None) -> dict[str, object]:
         with self.store.reading():
-            return _version_json(self._find_version(subject, version, deleted))
+            sv = self._find_version(subject, version, deleted)
+            return _version_json(sv, self._formatted(sv, fmt))
 
     def get_version_schema(self, subject: str, version: str, deleted: bool = False) -> str:
         with self.store.reading():
@@ -414,7 +419,7 @@ class SchemaRegistry:
 
     # -- ids
 
-    def schema_by_id(self, schema_id: int, subject: str | None = None) -> dict[str, object]:
+    def schema_by_id(self, schema_id: int, subject: str | None = None, fmt: str | None = None) -> dict[str, object]:
         with self.store.reading():
             sv = self.state.by_id.get(schema_id)
             if sv is not None and subject:
@@ -422,7 +427,7 @@ class SchemaRegistry:
                 sv = holders[0] if holders else None
             if sv is None:
                 raise E.schema_not_found(schema_id)
-            return _schema_json(sv)
+            return _schema_json(sv, self._formatted(sv, fmt))
 
     def id_versions(self, schema_id: int, deleted: bool = False) -> list[dict[str, object]]:
         with self.store.reading():

@@ -143,7 +143,7 @@ def test_error_bodies_and_content_types(registry_broker):
     assert r.status_code == 422 and r.json()["error_code"] == 42202
     r = httpx.post(f"{url}/subjects/x/versions", content=b"<xml/>", headers={"Content-Type": "text/xml"})
     assert r.status_code == 415
-    assert httpx.get(f"{url}/schemas/types").json() == ["AVRO", "JSON"]
+    assert httpx.get(f"{url}/schemas/types").json() == ["AVRO", "JSON", "PROTOBUF"]
 
 
 def test_schemas_survive_a_restart_and_ids_continue(tmp_path):
@@ -205,3 +205,32 @@ def test_json_schema_serializers(registry_broker):
     assert e.value.error_code == 409 and "REQUIRED_PROPERTY_ADDED_TO_UNOPEN_CONTENT_MODEL" in e.value.error_message
     r = httpx.get(f"{url}/subjects/{subject}/versions/latest")
     assert r.json()["schemaType"] == "JSON" and r.json()["version"] == 2
+
+
+def test_protobuf_serializers(registry_broker):
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    _broker, url = registry_broker
+    client = SchemaRegistryClient({"url": url})
+    topic = f"proto-{uuid.uuid4().hex[:6]}"
+    fdp = descriptor_pb2.FileDescriptorProto(name=f"{topic}.proto", package="rivulet.test", syntax="proto3")
+    m = fdp.message_type.add(name="Reading")
+    m.field.add(name="sensor", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
+                label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    Reading = message_factory.GetMessageClass(pool.FindMessageTypeByName("rivulet.test.Reading"))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    ser = ProtobufSerializer(Reading, client, {"use.deprecated.format": False})
+    data = ser(Reading(sensor="s1"), ctx)
+    got = ProtobufDeserializer(Reading, {"use.deprecated.format": False})(data, ctx)
+    assert got.sensor == "s1"
+    latest = client.get_latest_version(f"{topic}-value")
+    assert latest.schema.schema_type == "PROTOBUF"
+    # A .proto text as other clients send it: a field's type changed is refused.
+    bad = 'syntax = "proto3";\npackage rivulet.test;\nmessage Reading { int64 sensor = 1; }\n'
+    with pytest.raises(SchemaRegistryError) as e:
+        client.register_schema(f"{topic}-value", Schema(bad, "PROTOBUF"))
+    assert e.value.error_code == 409 and "FIELD_SCALAR_KIND_CHANGED" in e.value.error_message
+    good = 'syntax = "proto3";\npackage rivulet.test;\nmessage Reading { string sensor = 1; double value = 2; }\n'
+    assert client.register_schema(f"{topic}-value", Schema(good, "PROTOBUF")) > latest.schema_id
