@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from typing import Any
@@ -51,9 +52,9 @@ def _body() -> object:
 Route = Callable[[str, list[str]], Callable[[Callable[..., object]], Callable[..., Response]]]
 CHANGES = ("POST", "PUT", "DELETE")
 # POSTs that only read: a look-up and the compatibility checks, answered where they arrive.
-READING_POSTS = {("/subjects/<path:subject>", ("POST",)),
-                 ("/compatibility/subjects/<path:subject>/versions/<version>", ("POST",)),
-                 ("/compatibility/subjects/<path:subject>/versions", ("POST",))}
+READING_POSTS = {("/subjects/<subject>", ("POST",)),
+                 ("/compatibility/subjects/<subject>/versions/<version>", ("POST",)),
+                 ("/compatibility/subjects/<subject>/versions", ("POST",))}
 
 
 def _forward(election: WriterElection) -> Response:
@@ -61,7 +62,8 @@ def _forward(election: WriterElection) -> Response:
     writer = election.writer_url()
     if writer is None or request.headers.get(FORWARDED):
         raise E.unknown_leader("Request failed since leader is unknown")
-    url = writer + request.full_path.rstrip("?")
+    # As sent: the subject's encoded slashes stay encoded.
+    url = writer + (request.environ.get("REQUEST_URI") or request.full_path.rstrip("?"))
     headers = {k: v for k, v in request.headers.items() if k.lower() in ("content-type", "accept", "authorization")}
     headers[FORWARDED] = "true"
     req = urllib.request.Request(url, data=request.get_data() if request.method != "DELETE" else None,
@@ -73,6 +75,37 @@ def _forward(election: WriterElection) -> Response:
         return Response(e.read(), status=e.code, content_type=e.headers.get("Content-Type"))
     except OSError as e:
         raise E.request_forwarding_failed(f"Error while forwarding the request to the leader {writer}: {e}") from None
+
+
+# A subject's encoded slash (%2F) stands for this character while the path is routed, so that
+# "a/versions" is one subject and not a subject and a path segment (Confluent's JAX-RS routes
+# match an encoded slash inside a path parameter the same way).
+SLASH = "\ue000"
+
+
+class _EncodedSlashes:
+    """WSGI middleware: the path as sent (waitress's REQUEST_URI), decoded but for its %2F."""
+
+    def __init__(self, app: Callable[..., Any]) -> None:
+        self.app = app
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        raw = environ.get("REQUEST_URI", "").split("?", 1)[0]
+        if "%2f" in raw.lower():
+            path = urllib.parse.unquote(raw.replace("%2F", SLASH).replace("%2f", SLASH))
+            environ["PATH_INFO"] = path.encode().decode("latin-1")  # WSGI's str of bytes
+        return self.app(environ, start_response)
+
+
+def _subject(kw: dict[str, Any]) -> dict[str, Any]:
+    if "subject" in kw:
+        kw["subject"] = kw["subject"].replace(SLASH, "/")
+    return kw
+
+
+def create_wsgi(registry: SchemaRegistry, election: WriterElection) -> Callable[..., Any]:
+    """The registry's WSGI application, for waitress."""
+    return _EncodedSlashes(create_app(registry, election))
 
 
 def create_app(registry: SchemaRegistry, election: WriterElection) -> Flask:
@@ -88,7 +121,7 @@ def create_app(registry: SchemaRegistry, election: WriterElection) -> Flask:
             def view(**kw: Any) -> Response:
                 if changes and not election.is_writer():
                     return _forward(election)
-                return _reply(fn(**kw))
+                return _reply(fn(**_subject(kw)))
             view.__name__ = f"{fn.__name__}_{'_'.join(methods)}"
             app.add_url_rule(rule, view.__name__, view, methods=methods, strict_slashes=False)
             return view
@@ -156,44 +189,45 @@ def _subject_routes(app: Flask, route: Route, r: SchemaRegistry) -> None:
     def subjects() -> object:
         return r.subjects(_flag("deleted"), request.args.get("subjectPrefix", ""))
 
-    @route("/subjects/<path:subject>/versions", ["GET"])
+    @route("/subjects/<subject>/versions", ["GET"])
     def versions(subject: str) -> object:
         return r.versions(subject, _flag("deleted"))
 
-    @route("/subjects/<path:subject>/versions", ["POST"])
+    @route("/subjects/<subject>/versions", ["POST"])
     def register(subject: str) -> object:
         return r.register(subject, _body(), _flag("normalize"))
 
-    @route("/subjects/<path:subject>/versions/<version>", ["GET"])
+    @route("/subjects/<subject>/versions/<version>", ["GET"])
     def get_version(subject: str, version: str) -> object:
         return r.get_version(subject, version, _flag("deleted"), request.args.get("format"))
 
-    @app.route("/subjects/<path:subject>/versions/<version>/schema", methods=["GET"])
+    @app.route("/subjects/<subject>/versions/<version>/schema", methods=["GET"])
     def get_version_raw(subject: str, version: str) -> Response:
-        return Response(r.get_version_schema(subject, version, _flag("deleted")), content_type=CONTENT_TYPE)
+        return Response(r.get_version_schema(subject.replace(SLASH, "/"), version, _flag("deleted")),
+                        content_type=CONTENT_TYPE)
 
-    @route("/subjects/<path:subject>/versions/<version>/referencedby", ["GET"])
+    @route("/subjects/<subject>/versions/<version>/referencedby", ["GET"])
     def referenced_by(subject: str, version: str) -> object:
         return r.referenced_by(subject, version)
 
-    @route("/subjects/<path:subject>/versions/<version>", ["DELETE"])
+    @route("/subjects/<subject>/versions/<version>", ["DELETE"])
     def delete_version(subject: str, version: str) -> object:
         return r.delete_version(subject, version, _flag("permanent"))
 
-    @route("/subjects/<path:subject>", ["POST"])
+    @route("/subjects/<subject>", ["POST"])
     def lookup(subject: str) -> object:
         return r.lookup(subject, _body(), _flag("deleted"), _flag("normalize"))
 
-    @route("/subjects/<path:subject>", ["DELETE"])
+    @route("/subjects/<subject>", ["DELETE"])
     def delete_subject(subject: str) -> object:
         return r.delete_subject(subject, _flag("permanent"))
 
     # -- compatibility
-    @route("/compatibility/subjects/<path:subject>/versions/<version>", ["POST"])
+    @route("/compatibility/subjects/<subject>/versions/<version>", ["POST"])
     def compatible_with(subject: str, version: str) -> object:
         return r.check_compatibility(subject, version, _body(), _flag("verbose"))
 
-    @route("/compatibility/subjects/<path:subject>/versions", ["POST"])
+    @route("/compatibility/subjects/<subject>/versions", ["POST"])
     def compatible_with_all(subject: str) -> object:
         return r.check_compatibility(subject, None, _body(), _flag("verbose"))
 
@@ -212,15 +246,15 @@ def _config_routes(route: Route, r: SchemaRegistry) -> None:
     def delete_global_config() -> object:
         return r.delete_config(None)
 
-    @route("/config/<path:subject>", ["GET"])
+    @route("/config/<subject>", ["GET"])
     def get_config(subject: str) -> object:
         return r.get_config(subject, _flag("defaultToGlobal"))
 
-    @route("/config/<path:subject>", ["PUT"])
+    @route("/config/<subject>", ["PUT"])
     def set_config(subject: str) -> object:
         return r.set_config(subject, _body())
 
-    @route("/config/<path:subject>", ["DELETE"])
+    @route("/config/<subject>", ["DELETE"])
     def delete_config(subject: str) -> object:
         return r.delete_config(subject)
 
@@ -232,14 +266,14 @@ def _config_routes(route: Route, r: SchemaRegistry) -> None:
     def set_global_mode() -> object:
         return r.set_mode(None, _body(), _flag("force"))
 
-    @route("/mode/<path:subject>", ["GET"])
+    @route("/mode/<subject>", ["GET"])
     def get_mode(subject: str) -> object:
         return r.get_mode(subject, _flag("defaultToGlobal"))
 
-    @route("/mode/<path:subject>", ["PUT"])
+    @route("/mode/<subject>", ["PUT"])
     def set_mode(subject: str) -> object:
         return r.set_mode(subject, _body(), _flag("force"))
 
-    @route("/mode/<path:subject>", ["DELETE"])
+    @route("/mode/<subject>", ["DELETE"])
     def delete_mode(subject: str) -> object:
         return r.delete_mode(subject)

@@ -17,7 +17,7 @@ from rivulet.registry.json_schema import JsonSchemaProvider
 from rivulet.registry.protobuf_schema import ProtobufProvider
 from rivulet.registry.election import SoleWriter, WriterElection, ZkWriterElection
 from rivulet.registry.kafka_store import DEFAULT_TOPIC, KafkaStore
-from rivulet.registry.rest import create_app
+from rivulet.registry.rest import create_wsgi
 from rivulet.registry.schema_types import AVRO, JSON, PROTOBUF
 from rivulet.registry.service import SchemaRegistry
 
@@ -61,7 +61,7 @@ class SchemaRegistryServer:
         election = self.election = ZkWriterElection(zookeeper_connect, url) if zookeeper_connect else SoleWriter(url)
         providers = {AVRO: AvroProvider(), JSON: JsonSchemaProvider(), PROTOBUF: ProtobufProvider()}
         registry = SchemaRegistry(store, providers, shared=election.shared())
-        self._server = waitress.create_server(create_app(registry, election), sockets=[self._sock], threads=8,
+        self._server = waitress.create_server(create_wsgi(registry, election), sockets=[self._sock], threads=8,
                                               ident="rivulet-schema-registry")
         self._thread = threading.Thread(target=self._server.run, name="rivulet-schema-registry", daemon=True)
         self._thread.start()

@@ -234,3 +234,25 @@ def test_protobuf_serializers(registry_broker):
     assert e.value.error_code == 409 and "FIELD_SCALAR_KIND_CHANGED" in e.value.error_message
     good = 'syntax = "proto3";\npackage rivulet.test;\nmessage Reading { string sensor = 1; double value = 2; }\n'
     assert client.register_schema(f"{topic}-value", Schema(good, "PROTOBUF")) > latest.schema_id
+
+
+def test_odd_subjects_and_oversized_bodies(registry_broker):
+    _broker, url = registry_broker
+    client = SchemaRegistryClient({"url": url})
+    tag = uuid.uuid4().hex[:6]
+    odd = [f"{tag}/versions", f"{tag} spa ce", f"{tag}ünï", f"{tag}%x", f"{tag}:.:"]
+    for s in odd:
+        client.register_schema(s, Schema('"string"', "AVRO"))
+        assert client.get_versions(s) == [1] and client.get_latest_version(s).subject == s
+    assert set(odd) <= set(client.get_subjects())
+    r = httpx.post(f"{url}/subjects/{tag}-big/versions", content=b'{"schema":"' + b"x" * (17 << 20) + b'"}',
+                   headers={"Content-Type": "application/json"})
+    assert r.status_code == 413
+    big = json.dumps({"type": "record", "name": "R", "doc": "x" * (2 << 20), "fields": []})
+    r = httpx.post(f"{url}/subjects/{tag}-big/versions", json={"schema": big})
+    assert r.json()["error_code"] == 42209
+    r = httpx.post(f"{url}/subjects/{tag}-bad/versions", json={"schema": '"int"', "schemaType": "XML"})
+    assert r.status_code == 422 and r.json()["error_code"] == 42201
+    r = httpx.post(f"{url}/subjects/{tag}-ctl%01/versions", json={"schema": '"int"'})
+    assert r.status_code == 422 and r.json()["error_code"] == 42208
+    assert not [s for s in client.get_subjects() if s.startswith(f"{tag}-")]  # nothing refused was stored
