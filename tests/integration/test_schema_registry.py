@@ -256,3 +256,40 @@ def test_odd_subjects_and_oversized_bodies(registry_broker):
     r = httpx.post(f"{url}/subjects/{tag}-ctl%01/versions", json={"schema": '"int"'})
     assert r.status_code == 422 and r.json()["error_code"] == 42208
     assert not [s for s in client.get_subjects() if s.startswith(f"{tag}-")]  # nothing refused was stored
+
+
+def test_rivulet_consume_decodes_the_wire_format(registry_broker):
+    """``rivulet consume --value-format``: values the serializers wrote, printed as JSON."""
+    import subprocess
+    import sys
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    broker, url = registry_broker
+    client = SchemaRegistryClient({"url": url})
+    tag = uuid.uuid4().hex[:6]
+    fdp = descriptor_pb2.FileDescriptorProto(name=f"c{tag}.proto", package=f"c{tag}", syntax="proto3")
+    msg = fdp.message_type.add(name="Outer")
+    msg.nested_type.add(name="Inner").field.add(name="n", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_INT64,
+                                                 label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    Inner = message_factory.GetMessageClass(pool.FindMessageTypeByName(f"c{tag}.Outer.Inner"))
+    cases = {
+        "avro": (AvroSerializer(client, json.dumps(V1)), {"sensor": "s1", "value": 1.5}),
+        "json-schema": (JSONSerializer(json.dumps({"type": "object", "properties": {"a": {"type": "string"}}}),
+                                       client), {"a": "x"}),
+        "protobuf": (ProtobufSerializer(Inner, client, {"use.deprecated.format": False}), Inner(n=7)),
+    }
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    for fmt, (ser, value) in cases.items():
+        topic = f"wire-{fmt}-{tag}"
+        p.produce(topic, ser(value, SerializationContext(topic, MessageField.VALUE)))
+    assert p.flush(30) == 0
+    expected = {"avro": {"sensor": "s1", "value": 1.5}, "json-schema": {"a": "x"}, "protobuf": {"n": "7"}}
+    for fmt, want in expected.items():
+        r = subprocess.run([sys.executable, "-m", "rivulet", "consume", "-b", broker.bootstrap, "-t",
+                            f"wire-{fmt}-{tag}", "-e", "-q", "--value-format", fmt, "-r", url],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert [json.loads(line) for line in r.stdout.splitlines()] == [want], (fmt, r.stdout, r.stderr)
