@@ -153,3 +153,19 @@ def test_an_advertised_listener_that_is_not_opened_stops_start_up(listeners, adv
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [f"rivulet broker: {refused.value}"], r.stderr
+
+
+@pytest.mark.fast
+def test_schema_registry_properties():
+    cfg = BrokerConfig({"schema.registry.listeners": "http://127.0.0.1:8081"})
+    assert list(cfg["schema.registry.listeners"]) == ["http://127.0.0.1:8081"]
+    assert cfg["schema.registry.kafkastore.topic"] == "_schemas"
+    assert cfg["schema.registry.kafkastore.topic.replication.factor"] == 3
+    assert cfg.registry_client_listener() == "PLAINTEXT"
+    assert not BrokerConfig({})["schema.registry.listeners"]  # off by default
+    with pytest.raises(ConfigError, match="schema.registry.listeners must be http://host:port"):
+        BrokerConfig({"schema.registry.listeners": "https://127.0.0.1:8081/x"})
+    # Its clients need a PLAINTEXT listener of the broker.
+    with pytest.raises(ConfigError, match="PLAINTEXT listener"):
+        BrokerConfig({"schema.registry.listeners": "http://127.0.0.1:8081",
+                      "listeners": "SASL_PLAINTEXT://127.0.0.1:9092", "sasl.enabled.mechanisms": "PLAIN"})
