@@ -117,16 +117,26 @@ class SchemaRegistry:
             out.append(ResolvedReference(r.name, sv.schema, tuple(deps)))
         return out
 
-    def _parse(self, schema_type: str, text: str, refs: tuple[Reference, ...]) -> ParsedSchema:
+    def _parse(self, schema_type: str, text: str, refs: tuple[Reference, ...],
+               resolved: list[ResolvedReference] | None = None) -> ParsedSchema:
         key = (schema_type, text, refs)
         parsed = self._parsed.get(key)
         if parsed is None:
             try:
-                parsed = self._provider(schema_type).parse(text, self._resolve(refs))
+                parsed = self._provider(schema_type).parse(text, self._resolve(refs) if resolved is None else resolved)
             except ValueError as e:
                 raise E.invalid_schema(str(e)) from None
             self._parsed[key] = parsed
         return parsed
+
+    def _parse_request(self, schema_type: str, text: str, refs: tuple[Reference, ...]) -> ParsedSchema:
+        """A request's schema, parsed outside the state's lock (protoc takes a while, and the
+        topic's replay waits on that lock): only its references are read under it."""
+        if (schema_type, text, refs) not in self._parsed:
+            with self.store.reading():
+                resolved = self._resolve(refs)
+            return self._parse(schema_type, text, refs, resolved)
+        return self._parsed[(schema_type, text, refs)]
 
     def _parse_version(self, sv: SchemaVersion) -> ParsedSchema:
         return self._parse(sv.schema_type, sv.schema, sv.references)
@@ -200,9 +210,10 @@ class SchemaRegistry:
         """POST /subjects/{subject}: the version holding this schema."""
         schema_type, text, refs = self._request_schema(body)
         with self.store.reading():
-            versions = self._live_or_404(subject, deleted)
-            parsed = self._parse(schema_type, text, refs)
-            for sv in reversed(versions):
+            self._live_or_404(subject, deleted)
+        parsed = self._parse_request(schema_type, text, refs)
+        with self.store.reading():
+            for sv in reversed(self._live_or_404(subject, deleted)):
                 if sv.content_key() == (schema_type, parsed.canonical(), refs):
                     return _version_json(sv)
             raise E.schema_not_found()
@@ -288,8 +299,8 @@ class SchemaRegistry:
                             verbose: bool = False) -> dict[str, object]:
         """POST /compatibility/subjects/{subject}/versions[/{version}]."""
         schema_type, text, refs = self._request_schema(body)
+        parsed = self._parse_request(schema_type, text, refs)
         with self.store.reading():
-            parsed = self._parse(schema_type, text, refs)
             level = self.level(subject)
             if version is None:
                 against = self._previous(subject)
@@ -317,13 +328,15 @@ class SchemaRegistry:
         schema_type, text, refs = self._request_schema(body)
         assert isinstance(body, dict)
         wanted_id, wanted_version = body.get("id"), body.get("version")
+        if self.mode(subject) == READONLY:
+            raise E.operation_not_permitted(f"Subject {subject} is in read-only mode")
+        parsed = self._parse_request(schema_type, text, refs)
         with self._change():
             with self.store.reading():
                 st = self.state
                 mode = self.mode(subject)
                 if mode == READONLY:
                     raise E.operation_not_permitted(f"Subject {subject} is in read-only mode")
-                parsed = self._parse(schema_type, text, refs)
                 canonical = parsed.normalized() if normalize else parsed.canonical()
                 content = (schema_type, canonical, refs)
                 for sv in reversed(st.subject_versions(subject)):
