@@ -87,7 +87,6 @@ def inter_broker_connector(config: BrokerConfig) -> BrokerConnector:
     return BrokerConnector(tls.client_context(tls.ssl_config(config.listener_props(listener))), sasl)
 
 
-
 def _schema_registry() -> type[SchemaRegistryServer]:
     """The registry's class, imported only when configured: its schema libraries are an
     extra (``pip install 'rivulet[registry]'``)."""
@@ -312,8 +311,9 @@ class Broker:
         if self.cluster is not None:
             self.cluster.start_controller()
         if self.schema_registry is not None:
-            self.schema_registry.start({"bootstrap.servers": self._registry_bootstrap()}, self.node.host,
-                                       cfg["zookeeper.connect"] or "")
+            # Off the loop: in a cluster it opens a ZooKeeper session of its own (its writer's election).
+            await loop.run_in_executor(None, self.schema_registry.start, {"bootstrap.servers": self._registry_bootstrap()},
+                                       self.node.host, cfg["zookeeper.connect"] or "")
         self._tasks.append(loop.create_task(self._housekeeping()))
         self.started = True
         log.info("started in %.0f ms", (time.monotonic() - t0) * 1000)
