@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from typing import Any, Callable
 
-from rivulet.cli.common import (EXIT_INTERRUPTED, add_connection_args, client_config, require_topics,
+from rivulet.cli.common import (EXIT_INTERRUPTED, CliError, add_connection_args, client_config, require_topics,
                                 run_command)
 from rivulet.cli.produce import props, unescape
 from rivulet.client.errors import KafkaError, KafkaException
@@ -109,6 +110,27 @@ def parse_offset(s: str) -> tuple[str, int]:
     return ("rel", n) if n < 0 else ("abs", n)
 
 
+def _decoding(args: argparse.Namespace, render: Callable[[Message], bytes]) -> Callable[[Message], bytes]:
+    """Values in the schema registry's wire format printed as JSON, decoded with the schema
+    the registry holds for their id."""
+    try:
+        from rivulet.registry.wire import WireDecoder, WireFormatError
+    except ImportError as e:
+        raise CliError(f"--value-format needs the registry extra (pip install 'rivulet[registry]'): {e}", 2) \
+            from None
+    decoder = WireDecoder(args.schema_registry or os.environ.get("RIVULET_SCHEMA_REGISTRY")
+                          or "http://127.0.0.1:8081", args.value_format)
+
+    def decoded(m: Message) -> bytes:
+        try:
+            m.set_value(decoder.decode(m.value()))
+        except (WireFormatError, ValueError) as e:
+            print(f"% ERROR: {m.topic()} [{m.partition()}] at offset {m.offset()}: {e}", file=sys.stderr)
+            return b""
+        return render(m)
+    return decoded
+
+
 def consume_main(args: argparse.Namespace) -> int:
     return run_command("consume", args, lambda: _consume(args))
 
@@ -154,6 +176,8 @@ def _consume(args: argparse.Namespace) -> int:
             render = lambda m: _null(m.key(), null) + kd + _null(m.value(), null) + d  # noqa: E731
         else:
             render = lambda m: _null(m.value(), null) + d  # noqa: E731
+    if args.value_format:
+        render = _decoding(args, render)
     try:
         c = Consumer(conf)
     except KafkaException as e:
@@ -258,5 +282,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-c", "--count", type=int, default=0, help="exit after this many records")
     p.add_argument("-Z", "--null", action="store_true", help="print NULL for null keys and values")
     p.add_argument("-X", "--property", action="append", metavar="PROP=VALUE", help="a client property")
+    p.add_argument("--value-format", choices=["avro", "json-schema", "protobuf"],
+                   help="decode values in the schema registry's wire format (magic byte, schema id) to JSON")
+    p.add_argument("-r", "--schema-registry", metavar="URL", help="the schema registry for --value-format "
+                   "(default: $RIVULET_SCHEMA_REGISTRY, else http://127.0.0.1:8081)")
     p.add_argument("-q", "--quiet", action="store_true", help="print no progress or end-of-partition notes")
     p.set_defaults(func=consume_main)

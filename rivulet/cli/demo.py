@@ -210,11 +210,17 @@ def _demo(args: argparse.Namespace, stop: StopSignal) -> int:
         return 2
     port = args.port or (9092 if _port_free(9092) else free_port())
     data_dir = tempfile.mkdtemp(prefix="rivulet-demo-")
-    broker = BrokerProcess({"listeners": f"PLAINTEXT://127.0.0.1:{port}", "num.partitions": "4",
-                            "offsets.topic.num.partitions": "4"}, data_dir=data_dir)
+    props = {"listeners": f"PLAINTEXT://127.0.0.1:{port}", "num.partitions": "4", "offsets.topic.num.partitions": "4"}
+    from rivulet.cli.local_cluster import registry_installed
+    registry = ""
+    if registry_installed():
+        registry = f"http://127.0.0.1:{8081 if _port_free(8081) else free_port()}"
+        props["schema.registry.listeners"] = registry
+    broker = BrokerProcess(props, data_dir=data_dir)
     broker.port = port
     say = print
-    say(f"▶ starting a Rivulet broker on 127.0.0.1:{port} (data in {data_dir})", flush=True)
+    say(f"▶ starting a Rivulet broker on 127.0.0.1:{port} (data in {data_dir})"
+        + (f", its schema registry on {registry}" if registry else ""), flush=True)
     broker.start()
     gen: OrderGenerator | None = None
     spark = None

@@ -36,6 +36,7 @@ class Member:
     port: int
     log: str
     metrics_port: int = 0  # a broker's Prometheus endpoint (metrics.listener), 0 for none
+    registry_port: int = 0  # a broker's schema registry (schema.registry.listeners), 0 for none
 
 
 @dataclass
@@ -57,6 +58,12 @@ class ClusterState:
             raise CliError(f"no cluster in {root} (no {STATE_FILE}; start one with `rivulet cluster up`)")
         doc = json.loads(path.read_text())
         return cls(Member(**doc["zookeeper"]), [Member(**b) for b in doc["brokers"]])
+
+
+def registry_installed() -> bool:
+    """Whether the schema registry's libraries are there (the registry extra)."""
+    import importlib.util
+    return all(importlib.util.find_spec(m) is not None for m in ("avro", "jsonschema"))
 
 
 def alive(pid: int) -> bool:
@@ -112,6 +119,11 @@ def up(args: argparse.Namespace) -> int:
         if args.racks:
             props["broker.rack"] = f"rack-{(i - 1) % args.racks + 1}"
         props["metrics.listener"] = f"http://127.0.0.1:{metrics_port}"
+        registry_port = 0
+        if args.registry_port >= 0 and registry_installed():
+            registry_port = _port(args.registry_port + i - 1 if args.registry_port > 0 else 0)
+            props["schema.registry.listeners"] = f"http://127.0.0.1:{registry_port}"
+            props["schema.registry.kafkastore.topic.replication.factor"] = str(min(3, args.brokers))
         props.update(overrides)
         cmd = [sys.executable, "-m", "rivulet", "broker", "--log-level", args.log_level, "--log-format",
                args.log_format]
@@ -121,7 +133,8 @@ def up(args: argparse.Namespace) -> int:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
         state.brokers.append(Member(f"broker-{i}", proc.pid, port, str(log_path),
-                                    metrics_port if "metrics.listener" not in overrides else 0))
+                                    metrics_port if "metrics.listener" not in overrides else 0,
+                                    registry_port if "schema.registry.listeners" not in overrides else 0))
         state.save(root)
     _wait_registered(state, args.timeout)
     print(f"ZooKeeper and {args.brokers} broker(s) started in {root}")
@@ -129,6 +142,9 @@ def up(args: argparse.Namespace) -> int:
     scraped = [f"http://127.0.0.1:{b.metrics_port}/metrics" for b in state.brokers if b.metrics_port]
     if scraped:
         print(f"Prometheus metrics: {' '.join(scraped)}")
+    registries = [f"http://127.0.0.1:{b.registry_port}" for b in state.brokers if b.registry_port]
+    if registries:
+        print(f"schema registry: {' '.join(registries)}")
     print()
     return print_status(state)
 

@@ -112,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     from rivulet.cli import pipeline; pipeline.add_parser(sub)  # noqa: E702
     from rivulet.cli import demo; demo.add_parser(sub)  # noqa: E702
     from rivulet.cli import console; console.add_parser(sub)  # noqa: E702
+    from rivulet.cli import registry; registry.add_parser(sub)  # noqa: E702
     return p
 
 

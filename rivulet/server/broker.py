@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from rivulet.common.cluster import NodeEndpoint
 from rivulet.common.time import SYSTEM_CLOCK, Clock
@@ -29,7 +29,8 @@ from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.server.apis import KafkaApis
 from rivulet.security import tls
 from rivulet.security.ssl_principal import SslPrincipalMapper
-from rivulet.server.config import LAST_PUSH_RECEIVER, PROMETHEUS_TELEMETRY, BrokerConfig, ConfigError
+from rivulet.server.config import (LAST_PUSH_RECEIVER, PROMETHEUS_TELEMETRY, BrokerConfig, ConfigError,
+                                   parse_metrics_listener)
 from rivulet.server.coordinator_leadership import CoordinatorLeadership
 from rivulet.server.acls import AclManager, Authz, build_authorizer
 from rivulet.server.client_metrics import ClientMetricsManager, EveryReceiver, LastPayloads, TelemetryReceiver
@@ -67,6 +68,9 @@ from rivulet.transaction.marker_channel import InterBrokerMarkerChannel
 from rivulet.transaction.remote_verifier import ClusterTxnVerifier
 from rivulet.transaction.producer_id_manager import ProducerIdGenerator, ProducerIdManager
 
+if TYPE_CHECKING:  # the registry is imported only when configured (_schema_registry)
+    from rivulet.registry.server import SchemaRegistryServer
+
 log = logging.getLogger(__name__)
 
 # Logs given retention between two turns of the event loop.
@@ -83,6 +87,17 @@ def inter_broker_connector(config: BrokerConfig) -> BrokerConnector:
     if protocol not in ("SSL", "SASL_SSL"):
         return PLAINTEXT_CONNECTOR if sasl is None else BrokerConnector(sasl=sasl)
     return BrokerConnector(tls.client_context(tls.ssl_config(config.listener_props(listener))), sasl)
+
+
+def _schema_registry() -> type[SchemaRegistryServer]:
+    """The registry's class, imported only when configured: its schema libraries are an
+    extra (``pip install 'rivulet[registry]'``)."""
+    try:
+        from rivulet.registry.server import SchemaRegistryServer
+    except ImportError as e:
+        raise ConfigError(f"schema.registry.listeners needs the registry extra (pip install 'rivulet[registry]'): "
+                          f"{e}") from None
+    return SchemaRegistryServer
 
 
 class Broker:
@@ -133,6 +148,14 @@ class Broker:
         self.apis: KafkaApis | None = None
         # metrics.listener: the Prometheus endpoint, and the request timings it shows.
         self.metrics = MetricsExporter(config["metrics.listener"]) if config["metrics.listener"] else None
+        # schema.registry.listeners: the schema registry, a client of this broker (bound with the listeners).
+        self.schema_registry: SchemaRegistryServer | None = None
+        if config["schema.registry.listeners"]:
+            host, port = parse_metrics_listener(config["schema.registry.listeners"][0], "schema.registry.listeners")
+            self.schema_registry = _schema_registry()(
+                host, port, config["schema.registry.kafkastore.topic"],
+                config["schema.registry.kafkastore.topic.replication.factor"] if self.cluster_mode else 1,
+                wait_for_replicas=self.cluster_mode)
         request_log = RequestLog(config["request.log.threshold.ms"])
         self.socket_server = SocketServer(SocketServerConfig(
             max_request_bytes=config["socket.request.max.bytes"],
@@ -302,6 +325,10 @@ class Broker:
         await self.socket_server.start_serving(self.apis)
         if self.cluster is not None:
             self.cluster.start_controller()
+        if self.schema_registry is not None:
+            # Off the loop: in a cluster it opens a ZooKeeper session of its own (its writer's election).
+            await loop.run_in_executor(None, self.schema_registry.start, {"bootstrap.servers": self._registry_bootstrap()},
+                                       self.node.host, cfg["zookeeper.connect"] or "")
         self._tasks.append(loop.create_task(self._housekeeping()))
         if self.delegation_tokens.enabled:
             self._tasks.append(loop.create_task(self._expire_delegation_tokens()))
@@ -318,6 +345,8 @@ class Broker:
                 listener.advertised.port = bound
         if self.metrics is not None:
             self.metrics_port = await self.metrics.bind()
+        if self.schema_registry is not None:
+            self.schema_registry.bind()
         cfg = self.config
         if self.bound_ports and cfg.advertised_listeners is cfg.listeners and self.node.port == 0:
             self.node.port = self.bound_ports[0]
@@ -462,6 +491,12 @@ class Broker:
             log.warning("ZooKeeper session %s: %s %d partition(s) here", health.value,
                         "leading again" if health == SessionHealth.RESUMED else "no longer leading", len(changed))
 
+    def _registry_bootstrap(self) -> str:
+        """This broker's address on the listener the schema registry's clients use."""
+        name = self.config.registry_client_listener()
+        ep = next(e for e in self._endpoints() if e.listener == name)
+        return f"[{ep.host}]:{ep.port}" if ":" in ep.host else f"{ep.host}:{ep.port}"
+
     def _endpoints(self) -> list[EndPoint]:
         """The advertised listeners as registered in ZooKeeper, with the ports actually bound."""
         cfg = self.config
@@ -475,6 +510,9 @@ class Broker:
                 self.config["controlled.shutdown.enable"]:
             # While still serving: this broker may be the controller that answers it.
             await self.cluster.controlled_shutdown()
+        if self.schema_registry is not None:
+            # Its clients need this broker while they close: before the listeners.
+            await asyncio.get_running_loop().run_in_executor(None, self.schema_registry.close)
         self.socket_server.close()
         if self.metrics is not None:
             await self.metrics.close()

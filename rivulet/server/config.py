@@ -60,16 +60,16 @@ def _authorizer(v: str | None) -> str | None:
         f"Unknown authorizer {v}; known: {', '.join(sorted(AUTHORIZER_CLASS_NAMES))}"
 
 
-def parse_metrics_listener(url: str) -> tuple[str, int]:
-    """``metrics.listener``, ``http://host:port``, into (host, port); an empty host listens on
-    every address."""
+def parse_metrics_listener(url: str, prop: str = "metrics.listener") -> tuple[str, int]:
+    """``metrics.listener`` (or another ``prop`` of that form), ``http://host:port``, into
+    (host, port); an empty host listens on every address."""
     parts = urlsplit(url)
     try:
         port = parts.port
     except ValueError:
         port = None
     if parts.scheme != "http" or port is None or parts.path not in ("", "/"):
-        raise ValueError(f"metrics.listener must be http://host:port, not {url!r}")
+        raise ValueError(f"{prop} must be http://host:port, not {url!r}")
     return parts.hostname or "", port
 
 
@@ -78,6 +78,15 @@ def _metrics_listener(v: str | None) -> str | None:
         return None
     try:
         parse_metrics_listener(v)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def _registry_listeners(v: Collection[str] | None) -> str | None:
+    try:
+        for url in v or ():
+            parse_metrics_listener(url, "schema.registry.listeners")
     except ValueError as e:
         return str(e)
     return None
@@ -315,6 +324,16 @@ BROKER_CONFIGS = ConfigDef([
     _k("metrics.listener", S, "", _metrics_listener, "Where the broker serves its Prometheus metrics, as "
        "http://host:port (Rivulet's; Kafka's are JMX MBeans). Empty: no metrics endpoint, and requests are not "
        "timed.", LOW),
+    # -- the schema registry (Confluent's REST API; docs/schema-registry.md)
+    _k("schema.registry.listeners", LS, (), _registry_listeners, "Where the broker serves a schema registry with "
+       "Confluent Schema Registry's REST API, as http://host:port (Confluent's listeners; the first one is "
+       "served). Empty: no registry. It keeps its schemas in schema.registry.kafkastore.topic, read and written "
+       "through this broker's first PLAINTEXT listener.", LOW),
+    _k("schema.registry.kafkastore.topic", S, "_schemas", None, "The compacted topic holding the "
+       "schema registry's schemas, configs and modes (Confluent's kafkastore.topic).", LOW),
+    _k("schema.registry.kafkastore.topic.replication.factor", I, 3, _pos, "Replicas of the schema registry's "
+       "topic in a cluster (Confluent's kafkastore.topic.replication.factor); its creation waits up to a minute "
+       "for that many brokers, then makes do with those there. A single broker keeps one.", LOW),
     _k("telemetry.max.bytes", I, 1048576, _pos, "Largest client telemetry push the broker accepts, compressed or "
        "not.", LOW),
     _k("replica.fetch.max.bytes", I, 1048576, _nonneg, "Bytes fetched per partition by a follower.", MEDIUM),
@@ -629,6 +648,9 @@ class BrokerConfig:
                     self["zookeeper.connect"]:
                 raise ConfigError(f"inter.broker.listener.name must be a listener name defined in "
                                   f"advertised.listeners: {self.inter_broker_listener} is not")
+        if self["schema.registry.listeners"] and self.registry_client_listener() is None:
+            raise ConfigError("schema.registry.listeners: the schema registry reads and writes its topic through a "
+                              "PLAINTEXT listener, and listeners opens none")
         if PROMETHEUS_TELEMETRY in self["metric.reporters"] and not self["metrics.listener"]:
             raise ConfigError(f"metric.reporters: {PROMETHEUS_TELEMETRY} needs metrics.listener")
         for holds, rule in _kafka_relations(self):
@@ -660,6 +682,12 @@ class BrokerConfig:
         """The listener other brokers reach this one on (Kafka's interBrokerListenerName)."""
         name = self["inter.broker.listener.name"]
         return name.strip() if name else self["security.inter.broker.protocol"]
+
+    def registry_client_listener(self) -> str | None:
+        """The listener the schema registry's own clients use: the first PLAINTEXT one."""
+        controller = set(self["controller.listener.names"])
+        return next((n for n, _, _ in self.advertised_listeners
+                     if n not in controller and self.security_protocols.get(n) == "PLAINTEXT"), None)
 
     def inter_broker_security_protocol(self) -> str:
         name = self.inter_broker_listener

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import urllib.request
 
@@ -23,12 +24,33 @@ def rivulet(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 def test_up_status_down(tmp_path):
     d = str(tmp_path / "c")
     r = rivulet("cluster", "up", "--brokers", "2", "--dir", d, "--port", "0", "--zookeeper-port", "0",
-                "--metrics-port", "0", "--override", "min.insync.replicas=2", "--log-format", "json")
+                "--metrics-port", "0", "--registry-port", "0", "--override", "min.insync.replicas=2",
+                "--log-format", "json")
     try:
         assert r.returncode == 0, r.stdout + r.stderr
         assert "ZooKeeper and 2 broker(s) started" in r.stdout
         state = json.loads((tmp_path / "c" / "cluster.json").read_text())
         assert [b["name"] for b in state["brokers"]] == ["broker-1", "broker-2"]
+        # Each broker serves the schema registry; a registration through either is seen by both.
+        registries = [f"http://127.0.0.1:{b['registry_port']}" for b in state["brokers"]]
+        assert f"schema registry: {' '.join(registries)}" in r.stdout
+        import httpx
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                reg = httpx.post(f"{registries[1]}/subjects/up-value/versions", json={"schema": '"string"'},
+                                 timeout=30)
+                if reg.status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "no schema registry answered"
+            time.sleep(0.2)
+        assert reg.json() == {"id": 1}
+        eventually_seen = time.monotonic() + 30
+        while httpx.get(f"{registries[0]}/subjects").json() != ["up-value"]:
+            assert time.monotonic() < eventually_seen
+            time.sleep(0.1)
         lines = rivulet("cluster", "status", "--dir", d).stdout.splitlines()
         assert lines[0].split() == ["NODE", "ADDRESS", "PID", "STATE", "LOG"]
         states = {ln.split()[0]: ln.split()[-2] for ln in lines[1:]}

@@ -199,3 +199,19 @@ def test_kafka_rules_between_properties_stop_start_up(props, rule):
 ])
 def test_kafka_rules_between_properties_accept_their_bounds(props):
     assert BrokerConfig(props).is_set(next(iter(props)))
+
+
+@pytest.mark.fast
+def test_schema_registry_properties():
+    cfg = BrokerConfig({"schema.registry.listeners": "http://127.0.0.1:8081"})
+    assert list(cfg["schema.registry.listeners"]) == ["http://127.0.0.1:8081"]
+    assert cfg["schema.registry.kafkastore.topic"] == "_schemas"
+    assert cfg["schema.registry.kafkastore.topic.replication.factor"] == 3
+    assert cfg.registry_client_listener() == "PLAINTEXT"
+    assert not BrokerConfig({})["schema.registry.listeners"]  # off by default
+    with pytest.raises(ConfigError, match="schema.registry.listeners must be http://host:port"):
+        BrokerConfig({"schema.registry.listeners": "https://127.0.0.1:8081/x"})
+    # Its clients need a PLAINTEXT listener of the broker.
+    with pytest.raises(ConfigError, match="PLAINTEXT listener"):
+        BrokerConfig({"schema.registry.listeners": "http://127.0.0.1:8081",
+                      "listeners": "SASL_PLAINTEXT://127.0.0.1:9092", "sasl.enabled.mechanisms": "PLAIN"})

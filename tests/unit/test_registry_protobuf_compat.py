@@ -1,0 +1,77 @@
+"""The schema registry's Protobuf compatibility table (Confluent's protobuf diff rules), .proto
+texts compiled by protoc, and serialized descriptors as confluent-kafka registers them."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from rivulet.registry import compatibility as C
+from rivulet.registry.protobuf_schema import ProtobufProvider
+from rivulet.registry.schema_types import ResolvedReference
+
+pytestmark = pytest.mark.fast
+
+P = ProtobufProvider()
+# Each text compiled once (protoc runs as a child process).
+parse = functools.lru_cache(maxsize=None)(lambda text: P.parse(text, []))
+
+
+def proto(body: str, package: str = "t") -> str:
+    return f'syntax = "proto3";\npackage {package};\n{body}\n'
+
+
+BASE = proto("message M { string a = 1; int32 b = 2; }")
+TABLE = [
+    ("field added", BASE, proto("message M { string a = 1; int32 b = 2; int64 c = 3; }"), True, True),
+    ("field removed", BASE, proto("message M { string a = 1; }"), True, True),
+    ("field renamed", BASE, proto("message M { string a = 1; int32 bee = 2; }"), True, True),
+    ("string to bytes", BASE, proto("message M { bytes a = 1; int32 b = 2; }"), True, True),
+    ("scalar type changed", BASE, proto("message M { string a = 1; double b = 2; }"), False, False),
+    ("scalar to message", BASE, proto("message N { }\nmessage M { string a = 1; N b = 2; }"), False, False),
+    ("made repeated", BASE, proto("message M { string a = 1; repeated int32 b = 2; }"), False, False),
+    ("message added", BASE, BASE + "message N { string x = 1; }\n", True, False),
+    ("message removed", BASE + "message N { string x = 1; }\n", BASE, False, True),
+    ("package changed", BASE, proto("message M { string a = 1; int32 b = 2; }", package="u"), False, False),
+    ("enum value added", proto("enum E { X = 0; }\nmessage M { E e = 1; }"),
+     proto("enum E { X = 0; Y = 1; }\nmessage M { E e = 1; }"), True, True),
+    ("oneof added with a new field", BASE, proto("message M { string a = 1; int32 b = 2; oneof o { int32 c = 3; } }"),
+     True, False),
+    ("two fields moved into a oneof", BASE, proto("message M { oneof o { string a = 1; int32 b = 2; } }"), False, False),
+    ("field moved out of a oneof", proto("message M { oneof o { string a = 1; int32 b = 2; } }"),
+     proto("message M { string a = 1; oneof o { int32 b = 2; } }"), False, False),
+    ("nested message field changed", proto("message M { message I { int32 x = 1; } I i = 1; }"),
+     proto("message M { message I { string x = 1; } I i = 1; }"), False, False),
+]
+
+
+@pytest.mark.parametrize("case,old,new,backward,forward", TABLE, ids=[t[0] for t in TABLE])
+def test_protobuf_compatibility_table(case, old, new, backward, forward):
+    previous = [C.Previous(1, parse(old))]
+    expected = {"BACKWARD": backward, "BACKWARD_TRANSITIVE": backward, "FORWARD": forward,
+                "FORWARD_TRANSITIVE": forward, "FULL": backward and forward}
+    for level, compatible in expected.items():
+        errors = C.check(parse(new), previous, level)
+        assert (not errors) == compatible, (case, level, errors)
+    assert C.check(parse(new), previous, "NONE") == []
+
+
+def test_serialized_descriptors_and_references():
+    dep = proto("message Addr { string city = 1; }", package="common")
+    user = proto('import "common/addr.proto";\nmessage User { common.Addr home = 1; }')
+    refs = [ResolvedReference("common/addr.proto", dep)]
+    parsed = P.parse(user, refs)
+    serialized = parsed.formatted("serialized")
+    again = P.parse(serialized, refs)
+    assert again.descriptor.message_type[0].name == "User"
+    assert C.check(again, [C.Previous(1, parsed)], "FULL") == []
+    assert parsed.formatted("") == user.strip()
+
+
+@pytest.mark.parametrize("text", ['syntax = "proto3"; message M { strng a = 1; }', "message {",
+                                  'syntax = "proto3"; message M { int32 a = 1; int32 b = 1; }'])
+def test_malformed_protos_are_refused_with_protocs_reason(text):
+    with pytest.raises(ValueError, match="Invalid schema") as e:
+        P.parse(text, [])
+    assert "rivulet-proto-" not in str(e.value)  # no temporary paths in the message
