@@ -5,6 +5,7 @@ broker, client metrics (KIP-714 subscriptions, ``server/client_metrics.py``) and
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Callable, TypeVar
 
 from rivulet.common.config import ConfigEntry, ConfigSource
@@ -49,17 +50,15 @@ LISTABLE_V0 = frozenset({RESOURCE_CLIENT_METRICS})
 LISTABLE = frozenset({RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_CLIENT_METRICS, RESOURCE_GROUP})
 
 
+@dataclass(eq=False)
 class ConfigHandlers:
-    def __init__(self, topics: TopicManager, config: BrokerConfig, authz: Authz,
-                 client_metrics: ClientMetricsManager, groups: GroupConfigs,
-                 metadata_cache: MetadataCache | None = None) -> None:
-        """``metadata_cache`` (cluster mode): the live brokers ListConfigResources lists."""
-        self.topics = topics
-        self.config = config
-        self.authz = authz
-        self.client_metrics = client_metrics
-        self.groups = groups
-        self.metadata_cache = metadata_cache
+    topics: TopicManager
+    config: BrokerConfig
+    authz: Authz
+    client_metrics: ClientMetricsManager
+    groups: GroupConfigs
+    # Cluster mode: the live brokers ListConfigResources lists.
+    metadata_cache: MetadataCache | None = None
 
     def _authorize(self, conn: KafkaConnection, op: AclOperation, rtype: int, name: str) -> None:
         """As Kafka: a broker, its loggers or client metrics need ``op`` on the cluster, a topic or
