@@ -1,18 +1,37 @@
-"""A coordinator's internal partition (``__transaction_state``, ``__share_group_state``): how
-a failed append of its records is answered, and replaying the partition into memory when the
-coordinator becomes its leader."""
+"""A coordinator's internal partitions (``__consumer_offsets``, ``__transaction_state``,
+``__share_group_state``): what the coordinator works with, how a failed append of its records is
+answered, and replaying a partition into memory when the coordinator becomes its leader."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
+from rivulet.common.cluster import InternalTopicCreator, MetadataView, NodeEndpoint
+from rivulet.common.time import Clock
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.storage import Log
 
+if TYPE_CHECKING:
+    from rivulet.replication.replica_manager import ReplicaManager
+
 log = logging.getLogger(__name__)
+
+
+class InternalTopicCoordinator:
+    """The collaborators of a coordinator whose state lives in an internal topic's partitions:
+    it appends to and reads them through the replica manager, has the topic created when first
+    needed, and answers FindCoordinator for the partitions it leads."""
+
+    def __init__(self, replica_manager: ReplicaManager, metadata: MetadataView, topic_creator: InternalTopicCreator,
+                 node: NodeEndpoint, clock: Clock) -> None:
+        self.replica_manager = replica_manager
+        self.metadata = metadata
+        self.topic_creator = topic_creator
+        self.node = node
+        self.clock = clock
 
 
 def coordinator_append_error(code: ErrorCode) -> ErrorCode:
