@@ -142,14 +142,10 @@ class GroupCoordinator(InternalTopicCoordinator):
                 "compression.type": "producer"}
 
     def startup(self, *, lead_all: bool = True) -> None:
-        """``lead_all``: this node leads every __consumer_offsets partition (single-node mode),
-        and creates the topic now. In cluster mode the first FindCoordinator has the controller
-        create it, and the partitions this node leads come through ``on_become_leader``."""
+        """``lead_all``: single-node mode, this node leads every __consumer_offsets partition."""
         cfg = self.config
-        n = cfg["offsets.topic.num.partitions"]
-        if lead_all:
-            n = self.topic_creator.ensure_internal_topic(GROUP_METADATA_TOPIC_NAME, n,
-                                                         self.offsets_topic_configs()).num_partitions
+        n = self._partition_count(GROUP_METADATA_TOPIC_NAME, cfg["offsets.topic.num.partitions"],
+                                  self.offsets_topic_configs(), lead_all)
         self.manager = GroupMetadataManager(cfg, self.replica_manager, clock=self.clock.milliseconds,
                                             num_partitions=n)
         self.consumer_groups = ConsumerGroupService(self.consumer_group_config, self.manager, self.metadata,

@@ -33,6 +33,15 @@ class InternalTopicCoordinator:
         self.node = node
         self.clock = clock
 
+    def _partition_count(self, topic: str, configured: int, configs: dict[str, str], lead_all: bool) -> int:
+        """How many partitions the coordinator's topic has. ``lead_all`` (single-node mode): this
+        node leads them all, and the topic is created now unless it exists. In cluster mode the
+        first FindCoordinator has the controller create it, and the partitions this node leads
+        come through ``on_become_leader``."""
+        if not lead_all:
+            return configured
+        return self.topic_creator.ensure_internal_topic(topic, configured, configs).num_partitions
+
 
 def coordinator_append_error(code: ErrorCode) -> ErrorCode:
     """How a coordinator answers a failed append of its records (Kafka's mapping)."""

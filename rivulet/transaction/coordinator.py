@@ -68,14 +68,10 @@ class TransactionCoordinator(InternalTopicCoordinator):
                 "unclean.leader.election.enable": "false"}
 
     def startup(self, *, lead_all: bool = True) -> None:
-        """``lead_all``: this node leads every __transaction_state partition (single-node mode),
-        and creates the topic now. In cluster mode the first FindCoordinator has the controller
-        create it, and the partitions this node leads come through ``on_become_leader``."""
+        """``lead_all``: single-node mode, this node leads every __transaction_state partition."""
         cfg = self.config
-        n = cfg["transaction.state.log.num.partitions"]
-        if lead_all:
-            n = self.topic_creator.ensure_internal_topic(TRANSACTION_STATE_TOPIC_NAME, n,
-                                                         self.state_topic_configs(1)).num_partitions
+        n = self._partition_count(TRANSACTION_STATE_TOPIC_NAME, cfg["transaction.state.log.num.partitions"],
+                                  self.state_topic_configs(1), lead_all)
         sm = self.state_manager
         sm.num_partitions = n
         loop = asyncio.get_running_loop()
