@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from rivulet.common.cluster import InternalTopicCreator, MetadataView, NodeEndpoint
@@ -20,18 +21,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+@dataclass(eq=False, repr=False)  # identity, as any coordinator
 class InternalTopicCoordinator:
     """The collaborators of a coordinator whose state lives in an internal topic's partitions:
     it appends to and reads them through the replica manager, has the topic created when first
     needed, and answers FindCoordinator for the partitions it leads."""
 
-    def __init__(self, replica_manager: ReplicaManager, metadata: MetadataView, topic_creator: InternalTopicCreator,
-                 node: NodeEndpoint, clock: Clock) -> None:
-        self.replica_manager = replica_manager
-        self.metadata = metadata
-        self.topic_creator = topic_creator
-        self.node = node
-        self.clock = clock
+    replica_manager: ReplicaManager
+    metadata: MetadataView
+    topic_creator: InternalTopicCreator
+    node: NodeEndpoint
+    clock: Clock
 
     def _partition_count(self, topic: str, configured: int, configs: dict[str, str], lead_all: bool) -> int:
         """How many partitions the coordinator's topic has. ``lead_all`` (single-node mode): this
