@@ -195,13 +195,7 @@ def demo_main(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace, stop: StopSignal) -> int:
-    from rivulet.cli.pipeline import spark_missing
     from rivulet.testing import BrokerProcess, free_port
-
-    missing = spark_missing()
-    if missing:
-        print(f"rivulet demo: {missing}", file=sys.stderr)
-        return 2
 
     out = Path(args.output).resolve()
     problem = _prepare_output(out)

@@ -327,7 +327,12 @@ class StopSignal:
 
 
 def run_interruptibly(name: str, body: Callable[[StopSignal], int]) -> int:
-    """Run a Spark command; a Ctrl-C ends it with one line and 130 (SIGTERM: 143), no traceback."""
+    """Run a Spark command; a Ctrl-C ends it with one line and 130 (SIGTERM: 143), no traceback.
+    Without a usable Spark (PySpark, pyarrow, Java) it says why and returns 2."""
+    missing = spark_missing()
+    if missing:
+        print(f"rivulet {name}: {missing}", file=sys.stderr)
+        return 2
     stop = StopSignal()
     stop.install()
     # Py4J reports a call broken by the shutdown through logging; the user asked for it.
@@ -413,10 +418,6 @@ def run_main(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, stop: StopSignal) -> int:
-    missing = spark_missing()
-    if missing:
-        print(f"rivulet pipeline: {missing}", file=sys.stderr)
-        return 2
     try:
         cfg = PipelineConfig.load(args.config)
     except ConfigError as e:

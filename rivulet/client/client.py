@@ -57,14 +57,17 @@ async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
         return False
 
 
-async def cancel_and_wait(task: asyncio.Task | None) -> None:
-    """Cancel a task and wait until it has stopped, whatever it ends with."""
-    if task is not None:
-        task.cancel()
-        try:
-            await task
-        except BaseException:
-            pass
+async def cancel_and_wait(*tasks: asyncio.Task | None) -> None:
+    """Cancel the tasks and wait until they have stopped, whatever they end with."""
+    for task in tasks:
+        if task is not None:
+            task.cancel()
+    for task in tasks:
+        if task is not None:
+            try:
+                await task
+            except BaseException:
+                pass
 
 
 async def wait_future(fut: Any, timeout: float | None) -> Any:
@@ -371,13 +374,8 @@ class KafkaClient:
     async def close(self) -> None:
         """Called by each client's close()."""
         self.closed = True
-        if self._md_task is not None:
-            self._md_task.cancel()
-            try:
-                await self._md_task
-            except BaseException:
-                pass
-            self._md_task = None
+        await cancel_and_wait(self._md_task)
+        self._md_task = None
         self._wake_md_waiters()
         conns = list(self._conns.values())
         self._conns.clear()

@@ -339,14 +339,19 @@ class Consumer:
             raise RuntimeError("Consumer closed")
         aio = self._aio
         buf = aio.buffer
-        if self._events:
-            self._serve_events()
-        aio._raise_pending()
-        aio._mark_poll()
-        if buf:
-            out = buf.take(num_messages)
-            if out:
-                return out
+
+        def take(first: bool) -> list[Message]:
+            """Serve the callbacks due, raise a pending error, then take what is buffered."""
+            if self._events:
+                self._serve_events()
+            aio._raise_pending()
+            if first:
+                aio._mark_poll()
+            return buf.take(num_messages) if buf else []
+
+        out = take(True)
+        if out:
+            return out
         timeout = _timeout(timeout)
         if timeout == 0:
             return []
@@ -360,13 +365,9 @@ class Consumer:
                         if left is not None and left <= 0:
                             return []
                         self._cond.wait(left if left is not None else 1.0)
-                if self._events:
-                    self._serve_events()
-                aio._raise_pending()
-                if buf:
-                    out = buf.take(num_messages)
-                    if out:
-                        return out
+                out = take(False)
+                if out:
+                    return out
                 if deadline is not None and time.monotonic() >= deadline:
                     return []
         finally:

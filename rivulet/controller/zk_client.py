@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Callable, Iterable, ParamSpec, TypeVar
 
@@ -212,10 +213,8 @@ class KafkaZkClient:
         return stat.czxid
 
     def deregister_broker(self, broker_id: int) -> None:
-        try:
+        with suppress(NoNodeError):
             self.zk.delete(z.broker_path(broker_id))
-        except NoNodeError:
-            pass
 
     def get_broker_ids(self, watch: Watcher | None = None) -> list[int]:
         return sorted(int(c) for c in self.zk.get_children(z.BROKER_IDS, watch=watch))
@@ -366,10 +365,8 @@ class KafkaZkClient:
             pass
 
     def drop_topic_deletion_request(self, topic: str) -> None:
-        try:
+        with suppress(NoNodeError):
             self.zk.delete(z.delete_topic_path(topic))
-        except NoNodeError:
-            pass
 
     def get_topic_deletions(self, watch: Watcher | None = None) -> list[str]:
         return sorted(self.zk.get_children(z.DELETE_TOPICS, watch=watch))
@@ -462,10 +459,8 @@ class KafkaZkClient:
 
     def delete_config_changes(self, names: Iterable[str]) -> None:
         for child in names:
-            try:
+            with suppress(NoNodeError):
                 self.zk.delete(f"{z.CONFIG_CHANGES}/{child}")
-            except NoNodeError:
-                pass
 
     # ------------------------------------------------------------ ACLs
     def create_acl_paths(self) -> None:

@@ -93,9 +93,7 @@ class ConsumerGroupService:
         """Called by the group coordinator once the request is valid and the group is local;
         answers through ``callback`` once the records of the change are acknowledged."""
         try:
-            group = self._group_for(req)
-            consumer = group.consumer
-            assert consumer is not None
+            group, consumer = self._group_for(req)
             if req.member_epoch < 0 and req.member_epoch != -2 and \
                     downgrades(consumer, req.member_id, self.config_of(req.group_id)):
                 self._downgrade(group, req.member_id, lambda error: callback(
@@ -122,7 +120,13 @@ class ConsumerGroupService:
                 callback(result)
         self.manager.store_consumer_group_records(group.group_id, result.records, stored)
 
-    def _group_for(self, req: HeartbeatRequest) -> GroupMetadata:
+    def _group_for(self, req: HeartbeatRequest) -> tuple[GroupMetadata, ConsumerGroup]:
+        """The group the heartbeat is for, made a consumer group if it may be, and its state."""
+        group = self._find_or_make(req)
+        assert group.consumer is not None
+        return group, group.consumer
+
+    def _find_or_make(self, req: HeartbeatRequest) -> GroupMetadata:
         group = self.manager.get_group(req.group_id)
         if group is None:
             if req.member_epoch != 0:

@@ -155,12 +155,7 @@ def heartbeat(group: ConsumerGroup, req: HeartbeatRequest, topics: MetadataView,
             member = ConsumerGroupMember(req.member_id)
     else:
         if req.instance_id is not None:
-            if static is None:
-                raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
-            if static.member_id != req.member_id:
-                raise HeartbeatError(ErrorCode.FENCED_INSTANCE_ID,
-                                     f"Static member {req.member_id} with instance id {req.instance_id} "
-                                     f"was fenced by member {static.member_id}.")
+            _check_static(static, req.member_id, req.instance_id)
         if member is None:
             raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
                                  f"Member {req.member_id} is not a member of group {group.group_id}.")
@@ -284,18 +279,22 @@ def resolve_regexes(group: ConsumerGroup, members: Iterable[ConsumerGroupMember]
     return resolved, records
 
 
+def _check_static(static: ConsumerGroupMember | None, member_id: str, instance_id: str) -> ConsumerGroupMember:
+    """The member that holds ``instance_id``, which must be ``member_id`` (else it was fenced)."""
+    if static is None:
+        raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
+    if static.member_id != member_id:
+        raise HeartbeatError(ErrorCode.FENCED_INSTANCE_ID, f"Static member {member_id} with instance id "
+                             f"{instance_id} was fenced by member {static.member_id}.")
+    return static
+
+
 def leave(group: ConsumerGroup, req: HeartbeatRequest) -> HeartbeatResult:
     """A member leaving (epoch -1), or a static member leaving for now (epoch -2: it keeps its
     assignment until its session expires, so that it finds it again when it comes back)."""
     member = group.members.get(req.member_id)
     if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH and req.instance_id is not None:
-        member = group.member_by_instance(req.instance_id)
-        if member is None:
-            raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
-        if member.member_id != req.member_id:
-            raise HeartbeatError(ErrorCode.FENCED_INSTANCE_ID,
-                                 f"Static member {req.member_id} with instance id {req.instance_id} "
-                                 f"was fenced by member {member.member_id}.")
+        member = _check_static(group.member_by_instance(req.instance_id), req.member_id, req.instance_id)
         left = dataclasses.replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation={})
         return HeartbeatResult(member_id=member.member_id, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH,
                                records=[group.current_assignment_record(left)], cancel_revocation=True)

@@ -68,6 +68,7 @@ from rivulet.coordinator.share_group_service import ShareGroupService, spawn
 from rivulet.coordinator.share_offsets import PartitionEndsView, ShareOffsetsResult, ShareStateStore
 from rivulet.delayed import DelayedOperationPurgatory, Timer
 from rivulet.protocol.errors import ErrorCode
+from rivulet.replication.internal_log import InternalTopicCoordinator
 from rivulet.replication.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,7 @@ LeaveMember = tuple[str, str | None, str | None]  # (member id, group.instance.i
 LeaveResult = tuple[str, str | None, ErrorCode]
 
 
-class GroupCoordinator:
+class GroupCoordinator(InternalTopicCoordinator):
     """Owns every group whose __consumer_offsets partition this node leads."""
 
     def __init__(self, config: ConfigValues, replica_manager: ReplicaManager, metadata: MetadataView,
@@ -99,12 +100,8 @@ class GroupCoordinator:
         offset APIs read and change; ``partition_ends``: the partitions' latest offsets, for
         the lag; ``on_share_group_deleted`` is told of each share group DeleteGroups removes,
         with the partitions it recorded state for."""
+        super().__init__(replica_manager, metadata, topic_creator, node, clock)
         self.config = config
-        self.replica_manager = replica_manager
-        self.metadata = metadata
-        self.topic_creator = topic_creator
-        self.node = node
-        self.clock = clock
         self.min_session_timeout_ms: int = config["group.min.session.timeout.ms"]
         self.max_session_timeout_ms: int = config["group.max.session.timeout.ms"]
         self.max_group_size: int = config["group.max.size"]
@@ -145,14 +142,10 @@ class GroupCoordinator:
                 "compression.type": "producer"}
 
     def startup(self, *, lead_all: bool = True) -> None:
-        """``lead_all``: this node leads every __consumer_offsets partition (single-node mode),
-        and creates the topic now. In cluster mode the first FindCoordinator has the controller
-        create it, and the partitions this node leads come through ``on_become_leader``."""
+        """``lead_all``: single-node mode, this node leads every __consumer_offsets partition."""
         cfg = self.config
-        n = cfg["offsets.topic.num.partitions"]
-        if lead_all:
-            n = self.topic_creator.ensure_internal_topic(GROUP_METADATA_TOPIC_NAME, n,
-                                                         self.offsets_topic_configs()).num_partitions
+        n = self._partition_count(GROUP_METADATA_TOPIC_NAME, cfg["offsets.topic.num.partitions"],
+                                  self.offsets_topic_configs(), lead_all)
         self.manager = GroupMetadataManager(cfg, self.replica_manager, clock=self.clock.milliseconds,
                                             num_partitions=n)
         self.consumer_groups = ConsumerGroupService(self.consumer_group_config, self.manager, self.metadata,
@@ -882,16 +875,23 @@ class GroupCoordinator:
         if not self._active or self.manager is None or self.consumer_groups is None:
             callback(HeartbeatResult(error=ErrorCode.COORDINATOR_NOT_AVAILABLE))
             return
+        refused = self._heartbeat_refusal(req.group_id, CONSUMER_HEARTBEAT,
+                                          lambda: validate_heartbeat(req, version, self.consumer_group_config))
+        if refused is not None:
+            callback(HeartbeatResult(error=refused[0], error_message=refused[1]))
+        else:
+            self.consumer_groups.heartbeat(req, callback)
+
+    def _heartbeat_refusal(self, group_id: str, api: str,
+                           validate: Callable[[], None]) -> tuple[ErrorCode, str | None] | None:
+        """(error, message) when a KIP-848 or KIP-932 heartbeat fails ``validate`` (Kafka's checks
+        of the request itself) or the group's status; None when its group service takes it."""
         try:
-            validate_heartbeat(req, version, self.consumer_group_config)
+            validate()
         except HeartbeatError as e:
-            callback(HeartbeatResult(error=e.code, error_message=e.message))
-            return
-        err = self._validate_group_status(req.group_id, CONSUMER_HEARTBEAT)
-        if err is not None:
-            callback(HeartbeatResult(error=err))
-            return
-        self.consumer_groups.heartbeat(req, callback)
+            return e.code, e.message
+        err = self._validate_group_status(group_id, api)
+        return None if err is None else (err, None)
 
     # ------------------------------------------------------------ ShareGroupHeartbeat (KIP-932)
     def handle_share_group_heartbeat(self, req: ShareHeartbeatRequest,
@@ -899,16 +899,11 @@ class GroupCoordinator:
         if not self._active or self.manager is None or self.share_groups is None:
             callback(ShareHeartbeatResult(error=ErrorCode.COORDINATOR_NOT_AVAILABLE))
             return
-        try:
-            validate_share_heartbeat(req)
-        except HeartbeatError as e:
-            callback(ShareHeartbeatResult(error=e.code, error_message=e.message))
-            return
-        err = self._validate_group_status(req.group_id, SHARE_HEARTBEAT)
-        if err is not None:
-            callback(ShareHeartbeatResult(error=err))
-            return
-        self.share_groups.heartbeat(req, callback)
+        refused = self._heartbeat_refusal(req.group_id, SHARE_HEARTBEAT, lambda: validate_share_heartbeat(req))
+        if refused is not None:
+            callback(ShareHeartbeatResult(error=refused[0], error_message=refused[1]))
+        else:
+            self.share_groups.heartbeat(req, callback)
 
     # ------------------------------------------------------------ Heartbeat
     def handle_heartbeat(self, group_id: str, member_id: str, group_instance_id: str | None,

@@ -73,30 +73,28 @@ def config_value(config: ConfigValues, name: str, default: Any) -> Any:
     return default if value is None else value
 
 
+# How a failed append to __consumer_offsets is reported (an error not listed stays as it is).
+_APPEND_ERRORS = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+}
+_TOO_LARGE = (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE)
+_STORE_GROUP_ERRORS = {**_APPEND_ERRORS, ErrorCode.REQUEST_TIMED_OUT: ErrorCode.REBALANCE_IN_PROGRESS,
+                       **dict.fromkeys(_TOO_LARGE, ErrorCode.UNKNOWN_SERVER_ERROR)}
+_OFFSET_COMMIT_ERRORS = {**_APPEND_ERRORS, **dict.fromkeys(_TOO_LARGE, ErrorCode.INVALID_COMMIT_OFFSET_SIZE)}
+
+
 def convert_store_group_error(error: ErrorCode) -> ErrorCode:
     """How a failed GroupMetadata append is reported to the group's members."""
-    if error in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
-                 ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND):
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE
-    if error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
-        return ErrorCode.NOT_COORDINATOR
-    if error == ErrorCode.REQUEST_TIMED_OUT:
-        return ErrorCode.REBALANCE_IN_PROGRESS
-    if error in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
-        return ErrorCode.UNKNOWN_SERVER_ERROR
-    return error
+    return _STORE_GROUP_ERRORS.get(error, error)
 
 
 def convert_offset_commit_error(error: ErrorCode) -> ErrorCode:
     """How a failed offset commit append is reported to the committer."""
-    if error in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
-                 ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND):
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE
-    if error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
-        return ErrorCode.NOT_COORDINATOR
-    if error in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
-        return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
-    return error
+    return _OFFSET_COMMIT_ERRORS.get(error, error)
 
 
 def java_string_length(s: str) -> int:

@@ -217,11 +217,7 @@ def read_message_key(data: bytes) -> OffsetKey | GroupKey | ConsumerGroupRecordK
 def read_offset_message_value(data: bytes | None) -> OffsetAndMetadata | None:
     if data is None:
         return None
-    (version,) = _VERSION.unpack_from(data, 0)
-    lo, hi = OffsetCommitValue.VALID_VERSIONS
-    if not lo <= version <= hi:
-        raise ValueError(f"Unknown offset message version: {version}")
-    v = OffsetCommitValue.decode(data, version, 2)
+    _, v = OffsetCommitValue.decode_versioned(data, "Unknown offset message version: {}")
     return OffsetAndMetadata(
         committed_offset=v.offset,
         leader_epoch=None if v.leader_epoch == NO_PARTITION_LEADER_EPOCH else v.leader_epoch,
@@ -235,11 +231,7 @@ def read_group_message_value(group_id: str, data: bytes | None,
     """The group as the record describes it: Stable with its members, or Empty."""
     if data is None:
         return None
-    (version,) = _VERSION.unpack_from(data, 0)
-    lo, hi = GroupMetadataValue.VALID_VERSIONS
-    if not lo <= version <= hi:
-        raise ValueError(f"Unknown group metadata message version: {version}")
-    v = GroupMetadataValue.decode(data, version, 2)
+    version, v = GroupMetadataValue.decode_versioned(data, "Unknown group metadata message version: {}")
     members = [MemberMetadata(
         member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
         client_host=m.client_host,

@@ -66,9 +66,7 @@ class ShareGroupService:
         """Called by the group coordinator once the request is valid and the group is local;
         answers through ``callback`` once the records of the change are acknowledged."""
         try:
-            group = self._group_for(req)
-            share = group.share
-            assert share is not None
+            group, share = self._group_for(req)
             if req.member_epoch < 0:
                 result = leave(share, req)
             else:
@@ -91,7 +89,8 @@ class ShareGroupService:
             callback(result if error == ErrorCode.NONE else ShareHeartbeatResult(error=error, member_id=member_id))
         self.manager.store_consumer_group_records(group.group_id, result.records, stored)
 
-    def _group_for(self, req: ShareHeartbeatRequest) -> GroupMetadata:
+    def _group_for(self, req: ShareHeartbeatRequest) -> tuple[GroupMetadata, ShareGroup]:
+        """The share group the heartbeat is for (a new one for a joining member), and its state."""
         group = self.manager.get_group(req.group_id)
         if group is None:
             if req.member_epoch != 0:
@@ -102,7 +101,7 @@ class ShareGroupService:
         if group.share is None:
             # Kafka does not convert between share groups and other kinds.
             raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {req.group_id} is not a share group.")
-        return group
+        return group, group.share
 
     def _apply(self, group: GroupMetadata, records: list[Record]) -> None:
         assert group.share is not None

@@ -17,7 +17,7 @@
  * module keeps references to those three objects.
  *
  * encode_records(records, base_timestamp, header) writes a batch's records section as
- * records._py_encode_batch does, byte for byte, for the usual kinds of records, and returns
+ * records._py_encode_records does, byte for byte, for the usual kinds of records, and returns
  * None for anything else so that the Python encoder handles it (and raises its errors); see
  * the "encoding" section. records.py calls setup_encoder(crc32c) once after import.
  *
@@ -401,6 +401,29 @@ as_i64(PyObject *o, long long *out)
     return 1;
 }
 
+/* A key or a value: a varint length, then that many bytes, which must end by rec_end; -1 is
+ * null and leaves *at at -1. Returns a VARINT_* status, or -1 with bad_length raised. */
+static inline int
+read_nullable(const unsigned char *buf, Py_ssize_t limit, Py_ssize_t *pp, long long rec_end, const char *bad_length,
+              Py_ssize_t *at, Py_ssize_t *len)
+{
+    uint64_t v;
+    int st = read_uvarint(buf, limit, pp, 5, &v);
+    if (st)
+        return st;
+    int64_t n = zigzag(v);
+    if (n != -1) {
+        if (n < 0 || *pp + n > rec_end) {
+            raise_invalid_num(bad_length, n);
+            return -1;
+        }
+        *at = *pp;
+        *len = (Py_ssize_t)n;
+        *pp += *len;
+    }
+    return VARINT_OK;
+}
+
 /* The decoder proper, for both entry points: Records when mc is NULL, else Messages of the
  * records at or after mc->min_offset (empty header lists become None, as the consumer
  * wants them). Validation is the same either way: all records are checked. */
@@ -453,40 +476,19 @@ parse(const unsigned char *buf, Py_ssize_t len, Py_ssize_t pos, long long end, l
             goto varint_error;
         int64_t offset_delta = zigzag(v);
 
-        int64_t n;
         Py_ssize_t key_at = -1, key_len = 0, value_at = -1, value_len = 0;
-        st = read_uvarint(buf, limit, &p, 5, &v);
+        st = read_nullable(buf, limit, &p, rec_end, "invalid key length %lld", &key_at, &key_len);
+        if (st == 0)
+            st = read_nullable(buf, limit, &p, rec_end, "invalid value length %lld", &value_at, &value_len);
+        if (st < 0)
+            goto error;
         if (st)
             goto varint_error;
-        n = zigzag(v);
-        if (n != -1) {
-            if (n < 0 || p + n > rec_end) {
-                raise_invalid_num("invalid key length %lld", n);
-                goto error;
-            }
-            key_at = p;
-            key_len = (Py_ssize_t)n;
-            p += key_len;
-        }
 
         st = read_uvarint(buf, limit, &p, 5, &v);
         if (st)
             goto varint_error;
-        n = zigzag(v);
-        if (n != -1) {
-            if (n < 0 || p + n > rec_end) {
-                raise_invalid_num("invalid value length %lld", n);
-                goto error;
-            }
-            value_at = p;
-            value_len = (Py_ssize_t)n;
-            p += value_len;
-        }
-
-        st = read_uvarint(buf, limit, &p, 5, &v);
-        if (st)
-            goto varint_error;
-        n = zigzag(v);
+        int64_t n = zigzag(v);
         if (n < 0) {
             raise_invalid_num("invalid header count %lld", n);
             goto error;

@@ -24,7 +24,7 @@ as a ``ApiError``; nothing reads past the blob.
 
 Record decoding and encoding run in C when the optional extension
 ``rivulet.protocol._speedups`` is built (``SPEEDUPS``); ``_py_parse_records`` and
-``_py_encode_batch`` are the references they are tested against, and the extension's
+``_py_encode_records`` are the references they are tested against, and the extension's
 header constants mirror the ones here. The record layout itself, and the varints, are read
 by ``rivulet.protocol.record_walk`` (``walk_records``), in the decoder and the produce check
 here and in the Spark source.
@@ -426,33 +426,19 @@ def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None, va
 # --- encoding ---------------------------------------------------------------------------
 
 
-def _py_encode_batch(
-    records: Sequence[RecordLike],
-    *,
-    base_offset: int = 0,
-    compression: int = 0,
-    timestamp_type: int = CREATE_TIME,
-    producer_id: int = NO_PRODUCER_ID,
-    producer_epoch: int = -1,
-    base_sequence: int = NO_SEQUENCE,
-    transactional: bool = False,
-    control: bool = False,
-    partition_leader_epoch: int = -1,
-    base_timestamp: int | None = None,
-    compression_level: int | None = None,
-) -> bytes:
-    """``encode_batch`` in pure Python: the reference the C encoder is tested against, and
-    what runs for any input the C encoder does not take."""
-    count = len(records)
-    if count == 0:
-        raise ValueError("a record batch needs at least one record")
-    if timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
-        raise ValueError(f"invalid timestamp type {timestamp_type}")
-    if base_timestamp is None:
-        base_timestamp = records[0].timestamp
-        if base_timestamp is None:
-            base_timestamp = now_ms()
-    base = base_timestamp
+def _batch_attributes(compression: int, timestamp_type: int, transactional: bool, control: bool) -> int:
+    attributes = compression | (TIMESTAMP_TYPE_MASK if timestamp_type == LOG_APPEND_TIME else 0)
+    if transactional:
+        attributes |= TRANSACTIONAL_MASK
+    if control:
+        attributes |= CONTROL_MASK
+    return attributes
+
+
+def _py_encode_records(records: Sequence[RecordLike], base: int) -> tuple[list[bytearray], int]:
+    """A batch's records section in pure Python, in chunks, and its max timestamp: the
+    reference the C encoder (``_speedups.encode_records``) is tested against, and what runs
+    for any input the C encoder does not take."""
     max_ts = -(1 << 63)
     zz = _ZZ
     table = _ZZ_TABLE_SIZE
@@ -505,19 +491,7 @@ def _py_encode_batch(
             chunks.append(body)
             body = bytearray()
     chunks.append(body)
-
-    attributes = compression | (TIMESTAMP_TYPE_MASK if timestamp_type == LOG_APPEND_TIME else 0)
-    if transactional:
-        attributes |= TRANSACTIONAL_MASK
-    if control:
-        attributes |= CONTROL_MASK
-    payload: list[bytes | bytearray] = chunks
-    if compression:
-        payload = [compress(compression, chunks[0] if len(chunks) == 1 else b"".join(chunks), compression_level)]
-    return assemble_batch(
-        payload, base_offset=base_offset, partition_leader_epoch=partition_leader_epoch, attributes=attributes,
-        last_offset_delta=count - 1, base_timestamp=base, max_timestamp=max_ts, producer_id=producer_id,
-        producer_epoch=producer_epoch, base_sequence=base_sequence, records_count=count)
+    return chunks, max_ts
 
 
 def encode_batch(
@@ -542,7 +516,7 @@ def encode_batch(
 
     With the C accelerator (``SPEEDUPS``) the records are written in C when they are of the
     usual kinds (bytes or None keys and values, int or None timestamps, headers of str or
-    bytes names and bytes or None values); anything else goes to ``_py_encode_batch``, the
+    bytes names and bytes or None values); anything else goes to ``_py_encode_records``, the
     pure-Python encoder, which also raises every error. Both give the same bytes.
     """
     count = len(records)
@@ -554,13 +528,10 @@ def encode_batch(
         base_timestamp = records[0].timestamp
         if base_timestamp is None:
             base_timestamp = now_ms()
+    section = None
     if _c_encode_records is not None:
         try:
-            attributes = compression | (TIMESTAMP_TYPE_MASK if timestamp_type == LOG_APPEND_TIME else 0)
-            if transactional:
-                attributes |= TRANSACTIONAL_MASK
-            if control:
-                attributes |= CONTROL_MASK
+            attributes = _batch_attributes(compression, timestamp_type, transactional, control)
             # maxTimestamp, batchLength and the CRC are filled in once the records are written.
             header = _HEADER.pack(base_offset, 0, partition_leader_epoch, MAGIC_V2, 0, attributes, count - 1,
                                   base_timestamp, 0, producer_id, producer_epoch, base_sequence, count)
@@ -573,28 +544,20 @@ def encode_batch(
                     return batch  # type: ignore[no-any-return]
             else:
                 section = _c_encode_records(records, base_timestamp, None)
-                if section is not None:
-                    body, max_ts = section
-                    return assemble_batch(
-                        [compress(compression, body, compression_level)], base_offset=base_offset,
-                        partition_leader_epoch=partition_leader_epoch, attributes=attributes,
-                        last_offset_delta=count - 1, base_timestamp=base_timestamp, max_timestamp=max_ts,
-                        producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
-                        records_count=count)
-    return _py_encode_batch(
-        records,
-        base_offset=base_offset,
-        compression=compression,
-        timestamp_type=timestamp_type,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=base_sequence,
-        transactional=transactional,
-        control=control,
-        partition_leader_epoch=partition_leader_epoch,
-        base_timestamp=base_timestamp,
-        compression_level=compression_level,
-    )
+    if section is not None:
+        body, max_ts = section
+        chunks = [body]
+    else:
+        chunks, max_ts = _py_encode_records(records, base_timestamp)
+        # Computed after the records, so that a bad record's error comes first.
+        attributes = _batch_attributes(compression, timestamp_type, transactional, control)
+    payload: list[bytes | bytearray] = chunks
+    if compression:
+        payload = [compress(compression, chunks[0] if len(chunks) == 1 else b"".join(chunks), compression_level)]
+    return assemble_batch(
+        payload, base_offset=base_offset, partition_leader_epoch=partition_leader_epoch, attributes=attributes,
+        last_offset_delta=count - 1, base_timestamp=base_timestamp, max_timestamp=max_ts, producer_id=producer_id,
+        producer_epoch=producer_epoch, base_sequence=base_sequence, records_count=count)
 
 
 # --- control records --------------------------------------------------------------------
@@ -677,6 +640,22 @@ def parse_control_record(record: Record) -> ControlRecord:
 # --- decoding ---------------------------------------------------------------------------
 
 
+# What the decoder says of malformed records (INVALID_RECORD, as Kafka's DefaultRecord).
+_PARSE_FAULTS = Faults(
+    ErrorCode.INVALID_RECORD,
+    size="invalid record size {n}",
+    offset_delta="",  # not checked: any offset delta decodes
+    key="invalid key length {n}",
+    value="invalid value length {n}",
+    header_count="invalid header count {n}",
+    header_key="invalid header key length {n}",
+    header_value="invalid header value length {n}",
+    unfilled="record fields do not fill the record's declared size",
+    past_end="record runs past the end of the batch",
+    left_over="bytes left after the batch's declared record count",
+)
+
+
 def _py_parse_records(
     buf: bytes,
     pos: int,
@@ -694,57 +673,33 @@ def _py_parse_records(
     """
     if end > len(buf):
         raise _invalid("record runs past the end of the batch")
+
+    def decode(data: bytes) -> list[Record]:
+        """Varints and lengths are read up to len(data)."""
+        records: list[Record] = []
+        append = records.append
+        for ts_delta, offset_delta, key_at, key_length, value_at, value_length, headers, _end in walk_records(
+            data, pos, end, count, _PARSE_FAULTS
+        ):
+            append(Record(
+                base_offset + offset_delta,
+                base_timestamp + ts_delta if log_append_time is None else log_append_time,
+                None if key_length < 0 else data[key_at:key_at + key_length],
+                None if value_length < 0 else data[value_at:value_at + value_length],
+                headers,
+            ))
+        return records
+
     try:
-        return _parse_records_unbounded(buf, pos, end, count, base_offset, base_timestamp, log_append_time)
+        return decode(buf)
     except ApiError:
         if end == len(buf):
             raise
-    # _parse_records_unbounded reads up to len(buf), which can lie past ``end`` (decode_batch
-    # passes a whole Fetch response). A success never reads past ``end`` (every record must end by
-    # it), so only a failure can have seen those bytes: running again on a copy cut at
-    # ``end`` gives the error that depends on buf[:end] alone.
-    return _parse_records_unbounded(buf[: max(end, 0)], pos, end, count, base_offset, base_timestamp, log_append_time)
-
-
-# What the decoder says of malformed records (INVALID_RECORD, as Kafka's DefaultRecord).
-_PARSE_FAULTS = Faults(
-    ErrorCode.INVALID_RECORD,
-    size="invalid record size {n}",
-    offset_delta="",  # not checked: any offset delta decodes
-    key="invalid key length {n}",
-    value="invalid value length {n}",
-    header_count="invalid header count {n}",
-    header_key="invalid header key length {n}",
-    header_value="invalid header value length {n}",
-    unfilled="record fields do not fill the record's declared size",
-    past_end="record runs past the end of the batch",
-    left_over="bytes left after the batch's declared record count",
-)
-
-
-def _parse_records_unbounded(
-    buf: bytes,
-    pos: int,
-    end: int,
-    count: int,
-    base_offset: int,
-    base_timestamp: int,
-    log_append_time: int | None,
-) -> list[Record]:
-    """``_py_parse_records``, except that varints and lengths are read up to len(buf)."""
-    records: list[Record] = []
-    append = records.append
-    for ts_delta, offset_delta, key_at, key_length, value_at, value_length, headers, _end in walk_records(
-        buf, pos, end, count, _PARSE_FAULTS
-    ):
-        append(Record(
-            base_offset + offset_delta,
-            base_timestamp + ts_delta if log_append_time is None else log_append_time,
-            None if key_length < 0 else buf[key_at:key_at + key_length],
-            None if value_length < 0 else buf[value_at:value_at + value_length],
-            headers,
-        ))
-    return records
+    # decode reads up to len(buf), which can lie past ``end`` (decode_batch passes a whole
+    # Fetch response). A success never reads past ``end`` (every record must end by it), so
+    # only a failure can have seen those bytes: running again on a copy cut at ``end`` gives
+    # the error that depends on buf[:end] alone.
+    return decode(buf[: max(end, 0)])
 
 
 _parse_records = _py_parse_records
@@ -754,7 +709,7 @@ SPEEDUPS = False
 
 It is built by ``pip install`` when a C compiler is present; without it, or with
 RIVULET_NO_SPEEDUPS=1 in the environment, the pure-Python ``_py_parse_records`` and
-``_py_encode_batch`` are used. Both give the same records (and batch bytes) and raise the
+``_py_encode_records`` are used. Both give the same records (and batch bytes) and raise the
 same errors for every input."""
 if os.environ.get("RIVULET_NO_SPEEDUPS", "") in ("", "0"):
     try:

@@ -37,6 +37,9 @@ class F(NamedTuple):
     flex: tuple[int, int] | None  # field-level override of the message's flexible versions
 
 
+_VERSION_PREFIX = struct.Struct(">h")
+
+
 def _in(rng: tuple[int, int] | None, v: int) -> bool:
     return rng is not None and rng[0] <= v <= rng[1]
 
@@ -506,6 +509,16 @@ class Struct:
             raise
         except _DECODE_ERRORS as e:
             raise ProtocolDecodeError(f"malformed {cls.NAME or cls.__name__} v{version}: {e}") from None
+
+    @classmethod
+    def decode_versioned(cls, data: bytes, unknown: str) -> tuple[int, Any]:
+        """(version, message) of a coordinator log's record value: an int16 version, then the
+        message at that version. A version outside VALID_VERSIONS raises ValueError(``unknown``
+        formatted with it)."""
+        (version,) = _VERSION_PREFIX.unpack_from(data, 0)
+        if not _in(cls.VALID_VERSIONS, version):
+            raise ValueError(unknown.format(version))
+        return version, cls.decode(data, version, 2)
 
     def encode_into(self, out: bytearray, version: int) -> bytearray:
         return self._writer(version, self.is_flexible(version))(self, out)

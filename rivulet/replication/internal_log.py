@@ -1,18 +1,46 @@
-"""A coordinator's internal partition (``__transaction_state``, ``__share_group_state``): how
-a failed append of its records is answered, and replaying the partition into memory when the
-coordinator becomes its leader."""
+"""A coordinator's internal partitions (``__consumer_offsets``, ``__transaction_state``,
+``__share_group_state``): what the coordinator works with, how a failed append of its records is
+answered, and replaying a partition into memory when the coordinator becomes its leader."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
 
+from rivulet.common.cluster import InternalTopicCreator, MetadataView, NodeEndpoint
+from rivulet.common.time import Clock
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.storage import Log
 
+if TYPE_CHECKING:
+    from rivulet.replication.replica_manager import ReplicaManager
+
 log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False, repr=False)  # identity, as any coordinator
+class InternalTopicCoordinator:
+    """The collaborators of a coordinator whose state lives in an internal topic's partitions:
+    it appends to and reads them through the replica manager, has the topic created when first
+    needed, and answers FindCoordinator for the partitions it leads."""
+
+    replica_manager: ReplicaManager
+    metadata: MetadataView
+    topic_creator: InternalTopicCreator
+    node: NodeEndpoint
+    clock: Clock
+
+    def _partition_count(self, topic: str, configured: int, configs: dict[str, str], lead_all: bool) -> int:
+        """How many partitions the coordinator's topic has. ``lead_all`` (single-node mode): this
+        node leads them all, and the topic is created now unless it exists. In cluster mode the
+        first FindCoordinator has the controller create it, and the partitions this node leads
+        come through ``on_become_leader``."""
+        if not lead_all:
+            return configured
+        return self.topic_creator.ensure_internal_topic(topic, configured, configs).num_partitions
 
 
 def coordinator_append_error(code: ErrorCode) -> ErrorCode:

@@ -518,16 +518,10 @@ class Broker:
             await self.metrics.close()
         if self.replica_fetchers is not None:
             await self.replica_fetchers.shutdown()
-        if self.alter_partition is not None:
-            await self.alter_partition.close()
-        if self.marker_channel is not None:
-            await self.marker_channel.close()
-        if self.txn_verifier is not None:
-            await self.txn_verifier.close()
-        if self.share_persister is not None:
-            await self.share_persister.close()
-        if self.partition_ends is not None:
-            await self.partition_ends.close()
+        for channel in (self.alter_partition, self.marker_channel, self.txn_verifier, self.share_persister,
+                        self.partition_ends):
+            if channel is not None:
+                await channel.close()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -535,20 +529,10 @@ class Broker:
                 await t
             except (asyncio.CancelledError, Exception):
                 pass
-        if self.transaction_coordinator is not None:
-            self.transaction_coordinator.shutdown()
-        if self.share_coordinator is not None:
-            self.share_coordinator.shutdown()
-        if self.log_cleaner is not None:
-            self.log_cleaner.shutdown()
-        if self.log_dir_mover is not None:
-            self.log_dir_mover.shutdown()
-        if self.group_coordinator is not None:
-            self.group_coordinator.shutdown()
-        if self.replica_manager is not None:
-            self.replica_manager.shutdown()
-        if self.timer is not None:
-            self.timer.shutdown()
+        for part in (self.transaction_coordinator, self.share_coordinator, self.log_cleaner, self.log_dir_mover,
+                     self.group_coordinator, self.replica_manager, self.timer):
+            if part is not None:
+                part.shutdown()
         if self.cluster is not None:
             await self.cluster.stop()
         if self.topics is not None:

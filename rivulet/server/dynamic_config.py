@@ -212,32 +212,28 @@ class DynamicBrokerConfig:
 
     async def store_scram_credentials(self, user: str, credentials: Mapping[str, str]) -> None:
         """One node keeps its users' SCRAM credentials here (a ``ScramStore``)."""
-        if credentials:
-            self.scram_credentials[user] = dict(credentials)
-        else:
-            self.scram_credentials.pop(user, None)
-        self._save()
+        self._store_entry(self.scram_credentials, user, credentials)
 
     def load_client_metrics(self) -> dict[str, dict[str, str]]:
         return {n: dict(c) for n, c in self.client_metrics.items()}
 
     def store_client_metrics(self, name: str, configs: Mapping[str, str]) -> None:
         """One node keeps its client metrics subscriptions here (a ``ClientMetricsStore``)."""
-        if configs:
-            self.client_metrics[name] = dict(configs)
-        else:
-            self.client_metrics.pop(name, None)
-        self._save()
+        self._store_entry(self.client_metrics, name, configs)
 
     def load_group_configs(self) -> dict[str, dict[str, str]]:
         return {g: dict(c) for g, c in self.group_configs.items()}
 
     async def store_group_config(self, group_id: str, configs: Mapping[str, str]) -> None:
         """One node keeps its groups' configs here (a ``GroupConfigStore``)."""
-        if configs:
-            self.group_configs[group_id] = dict(configs)
+        self._store_entry(self.group_configs, group_id, configs)
+
+    def _store_entry(self, entries: dict[str, dict[str, str]], name: str, values: Mapping[str, str]) -> None:
+        """Set ``name``'s values, or remove it when they are empty, and save."""
+        if values:
+            entries[name] = dict(values)
         else:
-            self.group_configs.pop(group_id, None)
+            entries.pop(name, None)
         self._save()
 
     def init_finalized_features(self, defaults: Mapping[str, int]) -> FinalizedFeatures:

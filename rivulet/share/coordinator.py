@@ -22,7 +22,7 @@ from rivulet.common.time import Clock
 from rivulet.common.types import TopicPartition
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ApiError, ErrorCode
-from rivulet.replication.internal_log import coordinator_append_error, replay_log
+from rivulet.replication.internal_log import InternalTopicCoordinator, coordinator_append_error, replay_log
 from rivulet.replication.replica_manager import ReplicaManager
 
 from .coordinator_shard import ShareCoordinatorShard, StateRecord
@@ -69,7 +69,7 @@ class ShareCoordinatorConfig:
                    compression_codec=int(get("state.topic.compression.codec", d.compression_codec)))
 
 
-class ShareCoordinator:
+class ShareCoordinator(InternalTopicCoordinator):
     """Serves the share-partition states of the ``__share_group_state`` partitions this broker
     leads. Its coroutines are the ``SharePersister`` contract, answered locally; they raise
     NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS or COORDINATOR_NOT_AVAILABLE when the key
@@ -78,12 +78,8 @@ class ShareCoordinator:
     def __init__(self, config: ShareCoordinatorConfig, replica_manager: ReplicaManager,
                  metadata: MetadataView, topic_creator: InternalTopicCreator, node: NodeEndpoint,
                  clock: Clock) -> None:
+        super().__init__(replica_manager, metadata, topic_creator, node, clock)
         self.config = config
-        self.replica_manager = replica_manager
-        self.metadata = metadata
-        self.topic_creator = topic_creator
-        self.node = node
-        self.clock = clock
         self.shards: dict[int, ShareCoordinatorShard] = {}
         self.loading: dict[int, asyncio.Task] = {}
         self._lead_all = False

@@ -132,11 +132,10 @@ class InMemorySharePersister:
         self._states: dict[SharePartitionKey, tuple[SharePartitionSnapshot, int]] = {}  # with the leader epoch
 
     async def read_state(self, key: SharePartitionKey, leader_epoch: int = -1) -> SharePartitionSnapshot | None:
-        found = self._states.get(key)
+        found = self._found(key, leader_epoch)
         if found is None:
             return None
         snapshot, recorded = found
-        self._check_leader_epoch(leader_epoch, recorded)
         if leader_epoch > recorded:
             self._states[key] = (snapshot, leader_epoch)
         return snapshot
@@ -161,15 +160,18 @@ class InMemorySharePersister:
         self._states[key] = (SharePartitionSnapshot(start_offset, (), state_epoch), -1)
 
     async def read_summary(self, key: SharePartitionKey, leader_epoch: int = -1) -> ShareStateSummary | None:
-        found = self._states.get(key)
-        if found is None:
-            return None
-        snapshot, recorded = found
-        self._check_leader_epoch(leader_epoch, recorded)
-        return summarize(snapshot, recorded)
+        found = self._found(key, leader_epoch)
+        return None if found is None else summarize(*found)
 
     async def delete_state(self, key: SharePartitionKey) -> None:
         self._states.pop(key, None)
+
+    def _found(self, key: SharePartitionKey, leader_epoch: int) -> tuple[SharePartitionSnapshot, int] | None:
+        """The partition's (snapshot, recorded leader epoch), if any, once ``leader_epoch`` is checked."""
+        found = self._states.get(key)
+        if found is not None:
+            self._check_leader_epoch(leader_epoch, found[1])
+        return found
 
     @staticmethod
     def _check_leader_epoch(leader_epoch: int, recorded: int) -> None:

@@ -124,7 +124,23 @@ class _IndexFile:
             self._count = keep
             self.dirty = True
 
-    # subclasses
+    def ensure_loaded(self) -> None:
+        if not self._loaded:
+            self._load()
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove entries whose offset is >= ``offset``."""
+        if self._count == 0:
+            return
+        self.ensure_loaded()
+        self._truncate_entries(bisect.bisect_left(self._rel, offset - self.base_offset))
+
+    # subclasses: both keep the entries' offsets relative to base_offset, ascending, in _rel
+    _rel: array.array
+
+    def _load(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
     def _clear_arrays(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -174,10 +190,6 @@ class OffsetIndex(_IndexFile):
         self._rel, self._pos = rel, pos
         self._loaded = True
 
-    def ensure_loaded(self) -> None:
-        if not self._loaded:
-            self._load()
-
     def _clear_arrays(self) -> None:
         self._rel = array.array("i")
         self._pos = array.array("i")
@@ -218,13 +230,6 @@ class OffsetIndex(_IndexFile):
         self.ensure_loaded()
         i = bisect.bisect_right(self._rel, rel) - 1
         return self._pos[i] if i >= 0 else 0
-
-    def truncate_to(self, offset: int) -> None:
-        """Remove entries whose offset is >= ``offset``."""
-        if self._count == 0:
-            return
-        self.ensure_loaded()
-        self._truncate_entries(bisect.bisect_left(self._rel, offset - self.base_offset))
 
     def can_append_offset(self, offset: int) -> bool:
         return 0 <= offset - self.base_offset <= _INT32_MAX
@@ -272,10 +277,6 @@ class TimeIndex(_IndexFile):
         self._ts, self._rel = ts, rel
         self._loaded = True
 
-    def ensure_loaded(self) -> None:
-        if not self._loaded:
-            self._load()
-
     def _clear_arrays(self) -> None:
         self._ts = array.array("q")
         self._rel = array.array("i")
@@ -322,10 +323,3 @@ class TimeIndex(_IndexFile):
         if i < 0:
             return -1, self.base_offset
         return self._ts[i], self.base_offset + self._rel[i]
-
-    def truncate_to(self, offset: int) -> None:
-        """Remove entries whose offset is >= ``offset``."""
-        if self._count == 0:
-            return
-        self.ensure_loaded()
-        self._truncate_entries(bisect.bisect_left(self._rel, offset - self.base_offset))

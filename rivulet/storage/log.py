@@ -661,8 +661,7 @@ class Log:
             return self._empty_append_info()
         writable = isinstance(records, bytearray) or (isinstance(records, memoryview) and not records.readonly)
         buf = records if writable else bytearray(records)
-        cfg = self.config
-        max_message_bytes = cfg.max_message_bytes
+        max_message_bytes = self.config.max_message_bytes
         with self._lock:
             self._check_writable()
             first = self._leo
@@ -712,21 +711,8 @@ class Log:
                     duplicate=True,
                 )
             self._epochs.assign(leader_epoch, first)
-            rolled = self._append_locked(buf, entries, first, offset - 1, max_ts, now_ms)
-            self._apply_producer_state(infos, completed, offset)
-            return LogAppendInfo(
-                first_offset=first,
-                last_offset=offset - 1,
-                log_append_time=now_ms if log_append_time else -1,
-                log_start_offset=self._log_start,
-                max_timestamp=max_ts,
-                offset_of_max_timestamp=off_max,
-                num_batches=len(entries),
-                num_records=num_records,
-                valid_bytes=pos,
-                flush_needed=self._leo - self._recovery_point >= cfg.flush_messages,
-                rolled=rolled,
-            )
+            return self._finish_append(buf, entries, infos, completed, first, offset, max_ts, off_max, now_ms,
+                                       now_ms if log_append_time else -1, num_records, pos)
 
     def append_as_follower(
         self,
@@ -772,21 +758,40 @@ class Log:
             for h in headers:
                 if h.partition_leader_epoch >= 0:
                     self._epochs.assign(h.partition_leader_epoch, h.base_offset)
-            rolled = self._append_locked(records, entries, first, expected - 1, max_ts, now_ms)
-            self._apply_producer_state(infos, completed, expected)
-            return LogAppendInfo(
-                first_offset=first,
-                last_offset=expected - 1,
-                log_append_time=-1,
-                log_start_offset=self._log_start,
-                max_timestamp=max_ts,
-                offset_of_max_timestamp=off_max,
-                num_batches=len(entries),
-                num_records=num_records,
-                valid_bytes=pos,
-                flush_needed=self._leo - self._recovery_point >= self.config.flush_messages,
-                rolled=rolled,
-            )
+            return self._finish_append(records, entries, infos, completed, first, expected, max_ts, off_max, now_ms,
+                                       -1, num_records, pos)
+
+    def _finish_append(
+        self,
+        buf: bytes | bytearray | memoryview,
+        entries: list[tuple[int, int, int, int]],
+        infos: dict[int, ProducerAppendInfo],
+        completed: list[CompletedTxn],
+        first: int,
+        next_offset: int,
+        max_ts: int,
+        off_max: int,
+        now_ms: int,
+        log_append_time: int,
+        num_records: int,
+        valid_bytes: int,
+    ) -> LogAppendInfo:
+        """Write validated batches (offsets ``first`` to ``next_offset - 1``) and their producer state."""
+        rolled = self._append_locked(buf, entries, first, next_offset - 1, max_ts, now_ms)
+        self._apply_producer_state(infos, completed, next_offset)
+        return LogAppendInfo(
+            first_offset=first,
+            last_offset=next_offset - 1,
+            log_append_time=log_append_time,
+            log_start_offset=self._log_start,
+            max_timestamp=max_ts,
+            offset_of_max_timestamp=off_max,
+            num_batches=len(entries),
+            num_records=num_records,
+            valid_bytes=valid_bytes,
+            flush_needed=self._leo - self._recovery_point >= self.config.flush_messages,
+            rolled=rolled,
+        )
 
     def _empty_append_info(self) -> LogAppendInfo:
         return LogAppendInfo(-1, -1, -1, self._log_start, -1, -1, 0, 0, 0, False, False)

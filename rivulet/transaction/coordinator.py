@@ -17,6 +17,7 @@ from rivulet.common.cluster import ConfigValues, InternalTopicCreator, MetadataV
 from rivulet.common.time import SYSTEM_CLOCK, Clock
 from rivulet.common.types import TopicPartition
 from rivulet.protocol.errors import ApiError, ErrorCode
+from rivulet.replication.internal_log import InternalTopicCoordinator
 from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.transaction.markers import MarkerChannel, TransactionMarkerWriter, TxnOffsetsListener
 from rivulet.transaction.metadata import (
@@ -38,19 +39,14 @@ InitCallback = Callable[[ErrorCode, int, int], None]  # (error, producer id, epo
 ErrorCallback = Callable[[ErrorCode], None]
 
 
-class TransactionCoordinator:
+class TransactionCoordinator(InternalTopicCoordinator):
     def __init__(self, config: ConfigValues, replica_manager: ReplicaManager, metadata: MetadataView,
                  topic_creator: InternalTopicCreator, node: NodeEndpoint, producer_ids: ProducerIdGenerator,
                  offsets_listener: TxnOffsetsListener, clock: Clock = SYSTEM_CLOCK,
                  marker_channel: MarkerChannel | None = None) -> None:
         """``marker_channel`` (cluster mode): how markers reach partitions other brokers lead."""
-        cfg = config
-        self.config = cfg
-        self.replica_manager = replica_manager
-        self.metadata = metadata
-        self.topic_creator = topic_creator
-        self.node = node
-        self.clock = clock
+        super().__init__(replica_manager, metadata, topic_creator, node, clock)
+        cfg = self.config = config
         self.producer_ids = producer_ids
         self.state_manager = TransactionStateManager(cfg, replica_manager, clock)
         self.markers = TransactionMarkerWriter(self.state_manager, replica_manager, metadata, offsets_listener,
@@ -72,14 +68,10 @@ class TransactionCoordinator:
                 "unclean.leader.election.enable": "false"}
 
     def startup(self, *, lead_all: bool = True) -> None:
-        """``lead_all``: this node leads every __transaction_state partition (single-node mode),
-        and creates the topic now. In cluster mode the first FindCoordinator has the controller
-        create it, and the partitions this node leads come through ``on_become_leader``."""
+        """``lead_all``: single-node mode, this node leads every __transaction_state partition."""
         cfg = self.config
-        n = cfg["transaction.state.log.num.partitions"]
-        if lead_all:
-            n = self.topic_creator.ensure_internal_topic(TRANSACTION_STATE_TOPIC_NAME, n,
-                                                         self.state_topic_configs(1)).num_partitions
+        n = self._partition_count(TRANSACTION_STATE_TOPIC_NAME, cfg["transaction.state.log.num.partitions"],
+                                  self.state_topic_configs(1), lead_all)
         sm = self.state_manager
         sm.num_partitions = n
         loop = asyncio.get_running_loop()

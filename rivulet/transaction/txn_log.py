@@ -69,11 +69,7 @@ def read_value(transactional_id: str, data: bytes | None) -> TransactionMetadata
     """The metadata a value describes; None for a tombstone."""
     if data is None:
         return None
-    (version,) = _VERSION.unpack_from(data, 0)
-    lo, hi = TransactionLogValue.VALID_VERSIONS
-    if not lo <= version <= hi:
-        raise ValueError(f"Unknown version {version} from the transaction log message value")
-    v = TransactionLogValue.decode(data, version, 2)
+    _, v = TransactionLogValue.decode_versioned(data, "Unknown version {} from the transaction log message value")
     state = TxnState.from_id(v.transaction_status)
     partitions = set()
     for p in v.transaction_partitions or ():

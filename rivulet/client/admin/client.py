@@ -14,7 +14,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
-from typing import Any, Iterable
+from typing import Any, Awaitable, Callable, Iterable
 
 from rivulet.client import core
 from rivulet.client import errors as E
@@ -745,6 +745,20 @@ class AdminClient:
     def _spawn(self, coro: Any) -> None:
         self._lt.submit(coro)
 
+    def _per_resource(self, resources: list[ConfigResource], one: Callable[[ConfigResource], Awaitable[Any]]
+                      ) -> dict[ConfigResource, concurrent.futures.Future]:
+        """``_per_key`` for config work done resource by resource, in order: what ``one(resource)``
+        returns, or the ApiError it raises."""
+        async def work() -> dict:
+            out: dict[ConfigResource, Any] = {}
+            for r in resources:
+                try:
+                    out[r] = await one(r)
+                except ApiError as e:
+                    out[r] = e
+            return out
+        return self._per_key(list(resources), work)
+
     def _per_key(self, keys: list[Any], work: Any) -> dict[Any, concurrent.futures.Future]:
         """Run ``work()`` -> {key: result or exception} once; one future per key."""
         futs = {k: _future() for k in keys}
@@ -794,48 +808,28 @@ class AdminClient:
 
     def describe_configs(self, resources: list[ConfigResource], request_timeout: float = 30
                          ) -> dict[ConfigResource, concurrent.futures.Future]:
-        async def work() -> dict:
-            out: dict[ConfigResource, Any] = {}
-            for r in resources:
-                try:
-                    configs = await self._aio.describe_configs(r.config_resource_type, r.name)
-                    out[r] = {c.name: ConfigEntry(
-                        c.name, c.value, c.config_source, c.read_only, c.config_source == ConfigSource.DEFAULT_CONFIG,
-                        c.is_sensitive, False,
-                        {s.name: ConfigEntry(s.name, s.value, s.source, is_synonym=True) for s in c.synonyms or []})
-                        for c in configs}
-                except ApiError as e:
-                    out[r] = e
-            return out
-        return self._per_key(list(resources), work)
+        async def one(r: ConfigResource) -> dict[str, ConfigEntry]:
+            configs = await self._aio.describe_configs(r.config_resource_type, r.name)
+            return {c.name: ConfigEntry(
+                c.name, c.value, c.config_source, c.read_only, c.config_source == ConfigSource.DEFAULT_CONFIG,
+                c.is_sensitive, False,
+                {s.name: ConfigEntry(s.name, s.value, s.source, is_synonym=True) for s in c.synonyms or []})
+                for c in configs}
+        return self._per_resource(resources, one)
 
     def alter_configs(self, resources: list[ConfigResource], request_timeout: float = 30,
                       validate_only: bool = False) -> dict[ConfigResource, concurrent.futures.Future]:
-        async def work() -> dict:
-            out: dict[ConfigResource, Any] = {}
-            for r in resources:
-                try:
-                    await self._aio.alter_configs(r.config_resource_type, r.name, r.set_config_dict, validate_only)
-                    out[r] = None
-                except ApiError as e:
-                    out[r] = e
-            return out
-        return self._per_key(list(resources), work)
+        async def one(r: ConfigResource) -> None:
+            await self._aio.alter_configs(r.config_resource_type, r.name, r.set_config_dict, validate_only)
+        return self._per_resource(resources, one)
 
     def incremental_alter_configs(self, resources: list[ConfigResource], request_timeout: float = 30,
                                   validate_only: bool = False) -> dict[ConfigResource, concurrent.futures.Future]:
-        async def work() -> dict:
-            out: dict[ConfigResource, Any] = {}
-            for r in resources:
-                ops = [(c.name, c.incremental_operation if c.incremental_operation is not None
-                        else AlterConfigOpType.SET, c.value) for c in r.incremental_configs]
-                try:
-                    await self._aio.incremental_alter_configs(r.config_resource_type, r.name, ops, validate_only)
-                    out[r] = None
-                except ApiError as e:
-                    out[r] = e
-            return out
-        return self._per_key(list(resources), work)
+        async def one(r: ConfigResource) -> None:
+            ops = [(c.name, c.incremental_operation if c.incremental_operation is not None
+                    else AlterConfigOpType.SET, c.value) for c in r.incremental_configs]
+            await self._aio.incremental_alter_configs(r.config_resource_type, r.name, ops, validate_only)
+        return self._per_resource(resources, one)
 
     def describe_client_quotas(self, quota_filter: ClientQuotaFilter | None = None, request_timeout: float = 30
                                ) -> concurrent.futures.Future:

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable
 from rivulet.client import errors as E
 from rivulet.client.wakeup import Waker
 from rivulet.client.consumer.assignors import make_assignors
-from rivulet.client.client import KafkaClient, wait_event, wait_future
+from rivulet.client.client import KafkaClient, cancel_and_wait, wait_event, wait_future
 from rivulet.client.config import Config, resolve
 from rivulet.client.consumer.coordinator import STABLE, ConsumerCoordinator, GroupConsumer
 from rivulet.client.consumer.membership import ConsumerMembership
@@ -742,13 +742,7 @@ class AIOConsumer:
             if c is not None:
                 await c.close()
             await self.fetcher.stop()
-            for t in self._tasks:
-                t.cancel()
-            for t in self._tasks:
-                try:
-                    await t
-                except BaseException:
-                    pass
+            await cancel_and_wait(*self._tasks)
             await self.client.close()
 
 

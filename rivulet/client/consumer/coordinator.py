@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from rivulet.client import core
 from rivulet.client import errors as E
 from rivulet.client.consumer.assignors import Assignor, Member
-from rivulet.client.client import NET_ERRORS, KafkaClient, wait_event
+from rivulet.client.client import NET_ERRORS, KafkaClient, cancel_and_wait, wait_event
 from rivulet.client.consumer.subscription import OffsetAndMetadata, SubscriptionState
 from rivulet.protocol.consumer_protocol import (
     Subscription,
@@ -437,12 +437,7 @@ class ConsumerCoordinator:
     async def close(self) -> None:
         """Called by the consumer's close(): stop heartbeating and leave the group."""
         self.closing = True
-        if self._hb_task is not None:
-            self._hb_task.cancel()
-            try:
-                await self._hb_task
-            except BaseException:
-                pass
+        await cancel_and_wait(self._hb_task)
 
     # ------------------------------------------------------------ offsets
     async def commit(self, offsets: dict[TP, OffsetAndMetadata], retry_until: float | None = None) -> None:

@@ -5,6 +5,7 @@ them ALTER; without an authorizer every answer is SECURITY_DISABLED."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from rivulet.protocol.errors import ApiError, ErrorCode, ProtocolDecodeError
 from rivulet.protocol.framing import RequestHeader
@@ -47,10 +48,10 @@ def _cluster_denied() -> ApiError:
     return ApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
 
 
+@dataclass(eq=False)
 class AclHandlers:
-    def __init__(self, acls: AclManager, authz: Authz) -> None:
-        self.acls = acls
-        self.authz = authz
+    acls: AclManager
+    authz: Authz
 
     def handlers(self) -> dict[int, Handler]:
         return {29: self.handle_describe_acls, 30: self.handle_create_acls, 31: self.handle_delete_acls}

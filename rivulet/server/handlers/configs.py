@@ -5,6 +5,7 @@ broker, client metrics (KIP-714 subscriptions, ``server/client_metrics.py``) and
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Callable, TypeVar
 
 from rivulet.common.config import ConfigEntry, ConfigSource
@@ -19,9 +20,12 @@ from rivulet.protocol.messages import (
     incremental_alter_configs_response as iacr,
     list_config_resources_response as lcrr,
 )
-from rivulet.protocol.messages.alter_configs_request import AlterConfigsRequest
+from rivulet.protocol.messages.alter_configs_request import AlterConfigsRequest, AlterConfigsResource
 from rivulet.protocol.messages.describe_configs_request import DescribeConfigsRequest
-from rivulet.protocol.messages.incremental_alter_configs_request import IncrementalAlterConfigsRequest
+from rivulet.protocol.messages.incremental_alter_configs_request import (
+    AlterConfigsResource as IncrementalAlterConfigsResource,
+    IncrementalAlterConfigsRequest,
+)
 from rivulet.protocol.messages.list_config_resources_request import ListConfigResourcesRequest
 from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.security.acls import AclOperation
@@ -37,6 +41,8 @@ from rivulet.server.topics import TopicManager
 from rivulet.storage.config import TOPIC_LIST_CONFIGS
 
 T = TypeVar("T")
+R = TypeVar("R", AlterConfigsResource, IncrementalAlterConfigsResource)
+A = TypeVar("A", acr.AlterConfigsResourceResponse, iacr.AlterConfigsResourceResponse)
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -49,17 +55,15 @@ LISTABLE_V0 = frozenset({RESOURCE_CLIENT_METRICS})
 LISTABLE = frozenset({RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_CLIENT_METRICS, RESOURCE_GROUP})
 
 
+@dataclass(eq=False)
 class ConfigHandlers:
-    def __init__(self, topics: TopicManager, config: BrokerConfig, authz: Authz,
-                 client_metrics: ClientMetricsManager, groups: GroupConfigs,
-                 metadata_cache: MetadataCache | None = None) -> None:
-        """``metadata_cache`` (cluster mode): the live brokers ListConfigResources lists."""
-        self.topics = topics
-        self.config = config
-        self.authz = authz
-        self.client_metrics = client_metrics
-        self.groups = groups
-        self.metadata_cache = metadata_cache
+    topics: TopicManager
+    config: BrokerConfig
+    authz: Authz
+    client_metrics: ClientMetricsManager
+    groups: GroupConfigs
+    # Cluster mode: the live brokers ListConfigResources lists.
+    metadata_cache: MetadataCache | None = None
 
     def _authorize(self, conn: KafkaConnection, op: AclOperation, rtype: int, name: str) -> None:
         """As Kafka: a broker, its loggers or client metrics need ``op`` on the cluster, a topic or
@@ -120,76 +124,72 @@ class ConfigHandlers:
 
     def handle_alter_configs(
         self, header: RequestHeader, req: AlterConfigsRequest, conn: KafkaConnection
-    ) -> acr.AlterConfigsResponse:
-        b = self.topics
-        out = []
-        staged: dict[str, dict[str, str]] = {}
-        for res in req.resources:
-            r = acr.AlterConfigsResourceResponse(error_code=0, error_message=None, resource_type=res.resource_type,
-                                                 resource_name=res.resource_name)
-            try:
-                self._authorize(conn, AclOperation.ALTER_CONFIGS, res.resource_type, res.resource_name)
-                if res.resource_type == RESOURCE_GROUP:
-                    self._stage_group(res.resource_name, {c.name: c.value for c in res.configs}, staged)
-                    out.append(r)
-                    continue
-                new = {c.name: c.value for c in res.configs if c.value is not None}
-                if res.resource_type == RESOURCE_BROKER:
-                    b.alter_broker_configs(res.resource_name, new, validate_only=req.validate_only)
-                    out.append(r)
-                    continue
-                if res.resource_type == RESOURCE_CLIENT_METRICS:
-                    self.client_metrics.alter(res.resource_name, new, validate_only=req.validate_only)
-                    out.append(r)
-                    continue
+    ) -> acr.AlterConfigsResponse | asyncio.Future[acr.AlterConfigsResponse]:
+        def values(res: AlterConfigsResource) -> dict[str, str | None]:
+            """A whole new set of configs; a group's keeps its null values for the validation."""
+            if res.resource_type == RESOURCE_GROUP:
+                return {c.name: c.value for c in res.configs}
+            if res.resource_type not in (RESOURCE_BROKER, RESOURCE_CLIENT_METRICS):
                 self._check_topic_resource(res.resource_type, res.resource_name)
-                b.alter_topic_configs(res.resource_name, new, validate_only=req.validate_only)
-            except ApiError as e:
-                r.error_code, r.error_message = e.code, e.message
-            out.append(r)
-        return self._commit_groups(staged, req.validate_only, out,
-                                   lambda: acr.AlterConfigsResponse(throttle_time_ms=0, responses=out))
+            return {c.name: c.value for c in res.configs if c.value is not None}
+
+        return self._alter(conn, req.resources, req.validate_only, values, acr.AlterConfigsResourceResponse,
+                           lambda out: acr.AlterConfigsResponse(throttle_time_ms=0, responses=out))
 
     def handle_incremental_alter_configs(
         self, header: RequestHeader, req: IncrementalAlterConfigsRequest, conn: KafkaConnection
-    ) -> iacr.IncrementalAlterConfigsResponse:
+    ) -> iacr.IncrementalAlterConfigsResponse | asyncio.Future[iacr.IncrementalAlterConfigsResponse]:
+        b = self.topics
+
+        def values(res: IncrementalAlterConfigsResource) -> dict[str, str | None]:
+            """The resource's configs with the operations applied."""
+            name = res.resource_name
+            if res.resource_type == RESOURCE_GROUP:
+                return dict(apply_incremental(self.groups.configs_of(name), res.configs))
+            if res.resource_type == RESOURCE_BROKER:
+                level = b.dynamic_config.level(name)
+                in_force = broker_values_in_force(self.config, b.dynamic_config)
+                return dict(apply_incremental(b.dynamic_config.levels[level], res.configs, in_force, LIST_PROPERTIES))
+            if res.resource_type == RESOURCE_CLIENT_METRICS:
+                # Kafka 4.3's controller knows no config types for client metrics, so it refuses
+                # APPEND and SUBTRACT on every one of them (INVALID_CONFIG), lists included.
+                return dict(apply_incremental(self.client_metrics.current(name), res.configs))
+            self._check_topic_resource(res.resource_type, name)
+            return dict(apply_incremental(b.get(name).configs, res.configs, b.topic_config_values(name),
+                                          TOPIC_LIST_CONFIGS))
+
+        return self._alter(conn, req.resources, req.validate_only, values, iacr.AlterConfigsResourceResponse,
+                           lambda out: iacr.IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=out))
+
+    def _alter(self, conn: KafkaConnection, resources: list[R], validate_only: bool,
+               values: Callable[[R], dict[str, str | None]], result: Callable[..., A],
+               respond: Callable[[list[A]], T]) -> T | asyncio.Future[T]:
+        """AlterConfigs and IncrementalAlterConfigs: each resource authorized, its new configs
+        (``values``) validated, then set, or for a group staged and stored after the loop."""
         b = self.topics
         out = []
         staged: dict[str, dict[str, str]] = {}
-        for res in req.resources:
-            r = iacr.AlterConfigsResourceResponse(error_code=0, error_message=None, resource_type=res.resource_type,
-                                                  resource_name=res.resource_name)
+        for res in resources:
+            rtype, name = res.resource_type, res.resource_name
+            r = result(error_code=0, error_message=None, resource_type=rtype, resource_name=name)
             try:
-                self._authorize(conn, AclOperation.ALTER_CONFIGS, res.resource_type, res.resource_name)
-                if res.resource_type == RESOURCE_GROUP:
-                    self._stage_group(res.resource_name, apply_incremental(
-                        self.groups.configs_of(res.resource_name), res.configs), staged)
+                self._authorize(conn, AclOperation.ALTER_CONFIGS, rtype, name)
+                new = values(res)
+                if rtype == RESOURCE_GROUP:
+                    self._stage_group(name, new, staged)
                     out.append(r)
                     continue
-                if res.resource_type == RESOURCE_BROKER:
-                    level = b.dynamic_config.level(res.resource_name)
-                    in_force = broker_values_in_force(self.config, b.dynamic_config)
-                    new = apply_incremental(b.dynamic_config.levels[level], res.configs, in_force, LIST_PROPERTIES)
-                    b.alter_broker_configs(res.resource_name, new, validate_only=req.validate_only)
-                    out.append(r)
-                    continue
-                if res.resource_type == RESOURCE_CLIENT_METRICS:
-                    cm = self.client_metrics
-                    # Kafka 4.3's controller knows no config types for client metrics, so it refuses
-                    # APPEND and SUBTRACT on every one of them (INVALID_CONFIG), lists included.
-                    new = apply_incremental(cm.current(res.resource_name), res.configs)
-                    cm.alter(res.resource_name, new, validate_only=req.validate_only)
-                    out.append(r)
-                    continue
-                self._check_topic_resource(res.resource_type, res.resource_name)
-                current = apply_incremental(b.get(res.resource_name).configs, res.configs,
-                                            b.topic_config_values(res.resource_name), TOPIC_LIST_CONFIGS)
-                b.alter_topic_configs(res.resource_name, current, validate_only=req.validate_only)
+                set_values = {n: v for n, v in new.items() if v is not None}
+                if rtype == RESOURCE_BROKER:
+                    b.alter_broker_configs(name, set_values, validate_only=validate_only)
+                elif rtype == RESOURCE_CLIENT_METRICS:
+                    self.client_metrics.alter(name, set_values, validate_only=validate_only)
+                else:
+                    b.alter_topic_configs(name, set_values, validate_only=validate_only)
             except ApiError as e:
                 r.error_code, r.error_message = e.code, e.message
             out.append(r)
-        return self._commit_groups(staged, req.validate_only, out,
-                                   lambda: iacr.IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=out))
+        return self._commit_groups(staged, validate_only, out, lambda: respond(out))
 
     def _check_topic_resource(self, rtype: int, name: str) -> None:
         if rtype != RESOURCE_TOPIC:

@@ -7,6 +7,7 @@ ElectLeaders and the reassignment APIs itself, as a one-node Kafka's controller 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Protocol
 
 from rivulet.common.types import TopicPartition
@@ -64,12 +65,12 @@ def _refused(authz: Authz, conn: KafkaConnection, op: AclOperation) -> bool:
     return not authz.cluster(conn, op)
 
 
+@dataclass(eq=False)
 class ControllerHandlers:
     """The brokers' requests to the controller, in ZooKeeper mode."""
 
-    def __init__(self, controller: KafkaController, authz: Authz) -> None:
-        self.controller = controller
-        self.authz = authz
+    controller: KafkaController
+    authz: Authz
 
     def _refused(self, conn: KafkaConnection, op: AclOperation) -> bool:
         return _refused(self.authz, conn, op)
@@ -92,13 +93,13 @@ class ControllerHandlers:
         return asyncio.ensure_future(self.controller.controlled_shutdown(req.broker_id, req.broker_epoch))
 
 
+@dataclass(eq=False)
 class PartitionAdminHandlers:
     """ElectLeaders, AlterPartitionReassignments and ListPartitionReassignments, in front of
     the cluster's controller or of the one node."""
 
-    def __init__(self, controller: PartitionAdmin, authz: Authz) -> None:
-        self.controller = controller
-        self.authz = authz
+    controller: PartitionAdmin
+    authz: Authz
 
     def _refused(self, conn: KafkaConnection, op: AclOperation) -> bool:
         return _refused(self.authz, conn, op)

@@ -73,6 +73,7 @@ from rivulet.server.network import KafkaConnection
 
 D = TypeVar("D")  # a DescribedGroup of ConsumerGroupDescribe or ShareGroupDescribe
 G = TypeVar("G")  # the group it describes
+H = TypeVar("H", HeartbeatResult, ShareHeartbeatResult)
 
 
 def _by_topic_id(assignment: Mapping[uuid.UUID, Iterable[int]]) -> list[tuple[uuid.UUID, list[int]]]:
@@ -213,14 +214,20 @@ class GroupHandlers:
                                       req.generation_id)
         return hbr.HeartbeatResponse(throttle_time_ms=0, error_code=err)
 
-    def _heartbeat_refusal(self, conn: KafkaConnection, group_id: str, names: list[str] | None) -> ErrorCode | None:
-        """As Kafka checks a consumer or share group heartbeat: READ on the group, then DESCRIBE
-        on every subscribed topic."""
+    def _group_heartbeat(self, conn: KafkaConnection, group_id: str, names: list[str] | None,
+                         build: Callable[[H], object], refusal: Callable[..., H],
+                         submit: Callable[[Reply[H]], None]) -> Answer:
+        """A consumer or share group heartbeat, authorized as Kafka does (READ on the group, then
+        DESCRIBE on every subscribed topic) before ``submit`` hands it to the coordinator;
+        ``refusal(error=code)`` is the result a refused one gets."""
+        reply: Reply[H] = Reply(build)
         if not self.authz.group(conn, Op.READ, group_id):
-            return ErrorCode.GROUP_AUTHORIZATION_FAILED
-        if names and len(self.authz.allowed(conn, Op.DESCRIBE, ResourceType.TOPIC, names)) < len(set(names)):
-            return ErrorCode.TOPIC_AUTHORIZATION_FAILED
-        return None
+            reply(refusal(error=ErrorCode.GROUP_AUTHORIZATION_FAILED))
+        elif names and len(self.authz.allowed(conn, Op.DESCRIBE, ResourceType.TOPIC, names)) < len(set(names)):
+            reply(refusal(error=ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+        else:
+            submit(reply)
+        return reply.answer()
 
     # ------------------------------------------------------------ ConsumerGroupHeartbeat (KIP-848)
     def handle_consumer_group_heartbeat(self, header: RequestHeader, req: ConsumerGroupHeartbeatRequest,
@@ -228,22 +235,19 @@ class GroupHandlers:
         def build(r: HeartbeatResult) -> cghr.ConsumerGroupHeartbeatResponse:
             return cghr.ConsumerGroupHeartbeatResponse(**_heartbeat_fields(r, cghr.Assignment, cghr.TopicPartitions))
 
-        reply = Reply(build)
         names = req.subscribed_topic_names
-        refused = self._heartbeat_refusal(conn, req.group_id, names)
-        if refused is not None:
-            reply(HeartbeatResult(error=refused))
-            return reply.answer()
         owned = None if req.topic_partitions is None else \
             [(tp.topic_id, list(tp.partitions)) for tp in req.topic_partitions]
-        self.c.handle_consumer_group_heartbeat(ConsumerHeartbeat(
-            group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch,
-            instance_id=req.instance_id, rack_id=req.rack_id, rebalance_timeout_ms=req.rebalance_timeout_ms,
-            subscribed_topic_names=None if names is None else list(names),
-            subscribed_topic_regex=req.subscribed_topic_regex if header.api_version >= 1 else None,
-            server_assignor=req.server_assignor, owned=owned, client_id=header.client_id or "",
-            client_host=client_host(conn)), header.api_version, reply)
-        return reply.answer()
+
+        def submit(reply: Reply[HeartbeatResult]) -> None:
+            self.c.handle_consumer_group_heartbeat(ConsumerHeartbeat(
+                group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch,
+                instance_id=req.instance_id, rack_id=req.rack_id, rebalance_timeout_ms=req.rebalance_timeout_ms,
+                subscribed_topic_names=None if names is None else list(names),
+                subscribed_topic_regex=req.subscribed_topic_regex if header.api_version >= 1 else None,
+                server_assignor=req.server_assignor, owned=owned, client_id=header.client_id or "",
+                client_host=client_host(conn)), header.api_version, reply)
+        return self._group_heartbeat(conn, req.group_id, names, build, HeartbeatResult, submit)
 
     # ------------------------------------------------------------ ShareGroupHeartbeat (KIP-932)
     def handle_share_group_heartbeat(self, header: RequestHeader, req: ShareGroupHeartbeatRequest,
@@ -251,17 +255,14 @@ class GroupHandlers:
         def build(r: ShareHeartbeatResult) -> sghr.ShareGroupHeartbeatResponse:
             return sghr.ShareGroupHeartbeatResponse(**_heartbeat_fields(r, sghr.Assignment, sghr.TopicPartitions))
 
-        reply = Reply(build)
         names = req.subscribed_topic_names
-        refused = self._heartbeat_refusal(conn, req.group_id, names)
-        if refused is not None:
-            reply(ShareHeartbeatResult(error=refused))
-            return reply.answer()
-        self.c.handle_share_group_heartbeat(ShareHeartbeatRequest(
-            group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch, rack_id=req.rack_id,
-            subscribed_topic_names=None if names is None else list(names), client_id=header.client_id or "",
-            client_host=client_host(conn)), reply)
-        return reply.answer()
+
+        def submit(reply: Reply[ShareHeartbeatResult]) -> None:
+            self.c.handle_share_group_heartbeat(ShareHeartbeatRequest(
+                group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch, rack_id=req.rack_id,
+                subscribed_topic_names=None if names is None else list(names), client_id=header.client_id or "",
+                client_host=client_host(conn)), reply)
+        return self._group_heartbeat(conn, req.group_id, names, build, ShareHeartbeatResult, submit)
 
     # ------------------------------------------------------------ LeaveGroup
     def handle_leave_group(self, header: RequestHeader, req: LeaveGroupRequest, conn: KafkaConnection) -> Answer:

@@ -2,6 +2,7 @@
 ``ClientQuotas`` (``server/quotas.py``)."""
 
 from __future__ import annotations
+from dataclasses import dataclass
 
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.framing import RequestHeader
@@ -15,10 +16,10 @@ from rivulet.server.network import KafkaConnection
 from rivulet.server.quotas import ClientQuotas, QuotaOp
 
 
+@dataclass(eq=False)
 class QuotaHandlers:
-    def __init__(self, quotas: ClientQuotas, authz: Authz) -> None:
-        self.quotas = quotas
-        self.authz = authz
+    quotas: ClientQuotas
+    authz: Authz
 
     def handlers(self) -> dict[int, Handler]:
         return {48: self.handle_describe_client_quotas, 49: self.handle_alter_client_quotas}

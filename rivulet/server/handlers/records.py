@@ -2,6 +2,7 @@
 DeleteRecords, in front of the ReplicaManager."""
 
 from __future__ import annotations
+from dataclasses import dataclass
 
 import time
 from typing import Any
@@ -56,15 +57,14 @@ _LIST_OFFSETS_MIN_VERSION = {LIST_OFFSETS_MAX_TIMESTAMP: 7, LIST_OFFSETS_EARLIES
 DEBUGGING_REPLICA_ID = -2
 
 
+@dataclass(eq=False)
 class RecordHandlers:
-    def __init__(self, replica_manager: ReplicaManager, metadata: TopicManager, quotas: ClientQuotas,
-                 authz: Authz, metadata_cache: MetadataCache | None = None) -> None:
-        self.replica_manager = replica_manager
-        self.authz = authz
-        self.metadata = metadata
-        self.quotas = quotas
-        # Cluster mode: where a partition's leader is, for the KIP-951 hints of NOT_LEADER_OR_FOLLOWER.
-        self.metadata_cache = metadata_cache
+    replica_manager: ReplicaManager
+    metadata: TopicManager
+    quotas: ClientQuotas
+    authz: Authz
+    # Cluster mode: where a partition's leader is, for the KIP-951 hints of NOT_LEADER_OR_FOLLOWER.
+    metadata_cache: MetadataCache | None = None
 
     def handlers(self) -> dict[int, Handler]:
         return {0: self.handle_produce, 1: self.handle_fetch, 2: self.handle_list_offsets,

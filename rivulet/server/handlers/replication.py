@@ -9,6 +9,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from rivulet.common.types import TopicPartition
@@ -55,19 +56,17 @@ class TopicConfigSource(Protocol):
     async def read_topic_configs(self, topics: Iterable[str]) -> None: ...
 
 
+@dataclass(eq=False)
 class ReplicationHandlers:
-    def __init__(self, replica_manager: ReplicaManager, metadata_cache: MetadataCache,
-                 broker_epoch: Callable[[], int], off_loop: Callable[..., asyncio.Future], authz: Authz,
-                 topic_configs: TopicConfigSource | None = None) -> None:
-        """``off_loop(fn, *args)`` runs file work on a worker thread that shutdown waits for."""
-        self.replica_manager = replica_manager
-        self.topic_configs = topic_configs
-        self.off_loop = off_loop
-        self.authz = authz
-        self.metadata_cache = metadata_cache
-        # The czxid of this broker's registration znode: requests meant for an earlier
-        # registration of the same id carry a smaller one.
-        self.broker_epoch = broker_epoch
+    replica_manager: ReplicaManager
+    metadata_cache: MetadataCache
+    # The czxid of this broker's registration znode: requests meant for an earlier
+    # registration of the same id carry a smaller one.
+    broker_epoch: Callable[[], int]
+    # ``off_loop(fn, *args)`` runs file work on a worker thread that shutdown waits for.
+    off_loop: Callable[..., asyncio.Future]
+    authz: Authz
+    topic_configs: TopicConfigSource | None = None
 
     def handlers(self) -> dict[int, Handler]:
         return {4: self.handle_leader_and_isr, 5: self.handle_stop_replica, 6: self.handle_update_metadata}

@@ -5,6 +5,7 @@ altering ALTER, as Kafka's."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.framing import RequestHeader
@@ -21,10 +22,10 @@ from rivulet.server.network import KafkaConnection
 from rivulet.server.scram import ScramCredentials, Upsertion
 
 
+@dataclass(eq=False)
 class ScramHandlers:
-    def __init__(self, credentials: ScramCredentials, authz: Authz) -> None:
-        self.credentials = credentials
-        self.authz = authz
+    credentials: ScramCredentials
+    authz: Authz
 
     def handlers(self) -> dict[int, Handler]:
         return {50: self.handle_describe, 51: self.handle_alter}

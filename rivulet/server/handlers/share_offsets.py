@@ -4,6 +4,7 @@ Kafka's authorization and response shapes around the group coordinator's share-o
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import TypeVar
 
 from rivulet.coordinator.group_coordinator import GroupCoordinator
@@ -28,10 +29,10 @@ GROUP_AUTHORIZATION_MESSAGE = "Group authorization failed."
 TOPIC_AUTHORIZATION_MESSAGE = "Topic authorization failed."
 
 
+@dataclass(eq=False)
 class ShareOffsetHandlers:
-    def __init__(self, coordinator: GroupCoordinator, authz: Authz) -> None:
-        self.c = coordinator
-        self.authz = authz
+    coordinator: GroupCoordinator
+    authz: Authz
 
     def handlers(self) -> dict[int, Handler]:
         return {90: self.handle_describe, 91: self.handle_alter, 92: self.handle_delete}
@@ -71,7 +72,7 @@ class ShareOffsetHandlers:
             if wanted == []:  # no topics named: nothing to describe
                 done(ShareOffsetsResult())
             else:
-                self.c.handle_describe_share_group_offsets(g.group_id, wanted, done)
+                self.coordinator.handle_describe_share_group_offsets(g.group_id, wanted, done)
 
         async def response() -> dscr.DescribeShareGroupOffsetsResponse:
             return dscr.DescribeShareGroupOffsetsResponse(throttle_time_ms=0, groups=list(await asyncio.gather(*answers)))
@@ -97,7 +98,7 @@ class ShareOffsetHandlers:
                             partition_index=p.partition, error_code=p.error, error_message=p.error_message)
                         for p in t.partitions]) for t in result.topics + refused])
         reply: Reply[ShareOffsetsResult] = Reply(build)
-        self.c.handle_alter_share_group_offsets(
+        self.coordinator.handle_alter_share_group_offsets(
             req.group_id, [(t.topic_name, [(p.partition_index, p.start_offset) for p in t.partitions])
                            for t in req.topics if t.topic_name in readable], reply)
         return reply.answer()
@@ -119,7 +120,7 @@ class ShareOffsetHandlers:
                     topic_name=t.name, topic_id=t.topic_id, error_code=t.error, error_message=t.error_message)
                     for t in result.topics + refused])
         reply: Reply[ShareOffsetsResult] = Reply(build)
-        self.c.handle_delete_share_group_offsets(req.group_id, [n for n in names if n in readable], reply)
+        self.coordinator.handle_delete_share_group_offsets(req.group_id, [n for n in names if n in readable], reply)
         return reply.answer()
 
 

@@ -8,6 +8,7 @@ serves it)."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 import uuid
 from typing import Any, Awaitable, Callable, Sequence
 
@@ -57,10 +58,10 @@ def _by_topic(outcomes: list[tuple[uuid.UUID, int, _Outcome]], part: Callable[[i
     return [topic(tid, parts) for tid, parts in grouped.items()]
 
 
+@dataclass(eq=False)
 class ShareStateHandlers:
-    def __init__(self, coordinator: ShareCoordinator, authz: Authz) -> None:
-        self.coordinator = coordinator
-        self.authz = authz
+    coordinator: ShareCoordinator
+    authz: Authz
 
     def handlers(self) -> dict[int, Handler]:
         return {83: self.handle_initialize, 84: self.handle_read, 85: self.handle_write, 86: self.handle_delete,

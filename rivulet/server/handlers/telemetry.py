@@ -6,6 +6,7 @@ is answered INVALID_REQUEST."""
 from __future__ import annotations
 
 import logging
+from typing import Callable, TypeVar
 
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.framing import RequestHeader
@@ -18,6 +19,8 @@ from rivulet.server.handlers import Handler
 from rivulet.server.network import KafkaConnection
 
 log = logging.getLogger(__name__)
+
+R = TypeVar("R", GetTelemetrySubscriptionsResponse, PushTelemetryResponse)
 
 
 class TelemetryHandlers:
@@ -36,16 +39,19 @@ class TelemetryHandlers:
 
     def handle_get_telemetry_subscriptions(self, header: RequestHeader, req: GetTelemetrySubscriptionsRequest,
                                            conn: KafkaConnection) -> GetTelemetrySubscriptionsResponse:
-        try:
-            return self.manager.get_subscriptions(req, self._context(header, conn))
-        except Exception:
-            log.exception("GetTelemetrySubscriptions from %s failed", conn.peer)
-            return GetTelemetrySubscriptionsResponse(throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST)
+        return self._serve("GetTelemetrySubscriptions", header, conn, lambda context: self.manager.get_subscriptions(
+            req, context), GetTelemetrySubscriptionsResponse)
 
     def handle_push_telemetry(self, header: RequestHeader, req: PushTelemetryRequest,
                               conn: KafkaConnection) -> PushTelemetryResponse:
+        return self._serve("PushTelemetry", header, conn, lambda context: self.manager.push(req, context),
+                           PushTelemetryResponse)
+
+    def _serve(self, api: str, header: RequestHeader, conn: KafkaConnection, serve: Callable[[ClientContext], R],
+               failed: Callable[..., R]) -> R:
+        """The manager's answer; INVALID_REQUEST (``failed``) when it fails, as Kafka's handler."""
         try:
-            return self.manager.push(req, self._context(header, conn))
+            return serve(self._context(header, conn))
         except Exception:
-            log.exception("PushTelemetry from %s failed", conn.peer)
-            return PushTelemetryResponse(throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST)
+            log.exception("%s from %s failed", api, conn.peer)
+            return failed(throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST)

@@ -90,23 +90,20 @@ def _requested_partitions(req: CreateTopicsRequest, default_partitions: int) -> 
     return total
 
 
+@dataclass(eq=False)
 class TopicHandlers:
-    def __init__(self, topics: TopicManager, replica_manager: ReplicaManager, config: BrokerConfig,
-                 node: NodeEndpoint, cluster_id: str, mutation_quotas: ControllerMutationQuotaManager,
-                 authz: Authz, metadata_cache: MetadataCache | None = None,
-                 cluster: ZkClusterMember | None = None) -> None:
-        """``cluster`` (ZooKeeper mode): topic creations and deletions are written to ZooKeeper,
-        for the controller to carry out, as Kafka 2.x's brokers do."""
-        self.topics = topics
-        self.replica_manager = replica_manager
-        self.config = config
-        self.node = node
-        self.cluster_id = cluster_id
-        self.mutation_quotas = mutation_quotas
-        self.authz = authz
-        # Cluster mode: brokers, leaders and ISRs as the controller's UpdateMetadata stated them.
-        self.metadata_cache = metadata_cache
-        self.cluster = cluster
+    topics: TopicManager
+    replica_manager: ReplicaManager
+    config: BrokerConfig
+    node: NodeEndpoint
+    cluster_id: str
+    mutation_quotas: ControllerMutationQuotaManager
+    authz: Authz
+    # Cluster mode: brokers, leaders and ISRs as the controller's UpdateMetadata stated them.
+    metadata_cache: MetadataCache | None = None
+    # ZooKeeper mode: topic creations and deletions are written to ZooKeeper, for the controller
+    # to carry out, as Kafka 2.x's brokers do.
+    cluster: ZkClusterMember | None = None
 
     def handlers(self) -> dict[int, Handler]:
         return {3: self.handle_metadata, 19: self.handle_create_topics, 20: self.handle_delete_topics,

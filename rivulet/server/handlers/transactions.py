@@ -8,6 +8,7 @@ DescribeProducers. Error codes older clients cannot read are mapped as Kafka map
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from rivulet.common.cluster import ConfigValues, MetadataView
@@ -60,18 +61,16 @@ def _respond(run: Callable[[Callable[[Any], None]], None]) -> Answer:
     return reply.answer()
 
 
+@dataclass(eq=False)
 class TransactionHandlers:
-    def __init__(self, coordinator: TransactionCoordinator, groups: GroupCoordinator,
-                 replica_manager: ReplicaManager, metadata: MetadataView, config: ConfigValues, authz: Authz,
-                 metadata_cache: MetadataCache | None = None) -> None:
-        self.c = coordinator
-        self.authz = authz
-        self.groups = groups
-        self.replica_manager = replica_manager
-        self.metadata = metadata
-        self.config = config
-        # Cluster mode: which partitions exist is the controller's word (UpdateMetadata).
-        self.metadata_cache = metadata_cache
+    coordinator: TransactionCoordinator
+    groups: GroupCoordinator
+    replica_manager: ReplicaManager
+    metadata: MetadataView
+    config: ConfigValues
+    authz: Authz
+    # Cluster mode: which partitions exist is the controller's word (UpdateMetadata).
+    metadata_cache: MetadataCache | None = None
 
     def handlers(self) -> dict[int, Handler]:
         return {
@@ -107,7 +106,7 @@ class TransactionHandlers:
             return response(ErrorCode.INVALID_REQUEST, NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
         else:
             expected = (pid, epoch)
-        return _respond(lambda cb: self.c.handle_init_producer_id(
+        return _respond(lambda cb: self.coordinator.handle_init_producer_id(
             req.transactional_id, req.transaction_timeout_ms, expected,
             lambda err, p, e: cb(response(err, p, e))))
 
@@ -155,9 +154,9 @@ class TransactionHandlers:
             done({**errors, **{tp: ErrorCode.OPERATION_NOT_ATTEMPTED for tp in ok}})
             return
         if verify_only:
-            done(self.c.handle_verify_partitions(tid, pid, epoch, ok))
+            done(self.coordinator.handle_verify_partitions(tid, pid, epoch, ok))
             return
-        self.c.handle_add_partitions(tid, pid, epoch, ok,
+        self.coordinator.handle_add_partitions(tid, pid, epoch, ok,
                                      lambda err: done({tp: _fenced_for(version, 2, err) for tp in ok}))
 
     def handle_add_partitions_to_txn(
@@ -217,7 +216,7 @@ class TransactionHandlers:
         if not self.authz.group(conn, Op.READ, req.group_id):
             return aotr.AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
         tp = TopicPartition(GROUP_METADATA_TOPIC_NAME, self._offsets_partition(req.group_id))
-        return _respond(lambda cb: self.c.handle_add_partitions(
+        return _respond(lambda cb: self.coordinator.handle_add_partitions(
             req.transactional_id, req.producer_id, req.producer_epoch, {tp},
             lambda err: cb(aotr.AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=_fenced_for(v, 2, err)))))
 
@@ -227,7 +226,7 @@ class TransactionHandlers:
         v = header.api_version
         if not self.authz.transactional_id(conn, Op.WRITE, req.transactional_id):
             return etr.EndTxnResponse(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-        return _respond(lambda cb: self.c.handle_end_transaction(
+        return _respond(lambda cb: self.coordinator.handle_end_transaction(
             req.transactional_id, req.producer_id, req.producer_epoch, req.committed,
             # v5 (transaction.version 2, not finalised here) also names the producer, unchanged.
             lambda err: cb(etr.EndTxnResponse(throttle_time_ms=0, error_code=_fenced_for(v, 2, err),
@@ -257,7 +256,7 @@ class TransactionHandlers:
                        and tp.topic == GROUP_METADATA_TOPIC_NAME]
             if offsets:
                 # Offsets committed in the transaction become visible (or vanish) with the marker.
-                self.c.markers.notify_offsets_completed(m.producer_id, offsets, m.transaction_result)
+                self.coordinator.markers.notify_offsets_completed(m.producer_id, offsets, m.transaction_result)
             by_topic: dict[str, list[wtmr.WritableTxnMarkerPartitionResult]] = {}
             for tp, e in errs.items():
                 by_topic.setdefault(tp.topic, []).append(
@@ -305,7 +304,7 @@ class TransactionHandlers:
                 st.error_code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
                 states.append(st)
                 continue
-            err, md = self.c.describe(tid)
+            err, md = self.coordinator.describe(tid)
             st.error_code = err
             if md is not None:
                 by_topic: dict[str, list[int]] = {}
@@ -327,12 +326,12 @@ class TransactionHandlers:
     def handle_list_transactions(
         self, header: RequestHeader, req: ListTransactionsRequest, conn: KafkaConnection
     ) -> ltr.ListTransactionsResponse:
-        if not self.c.active:
+        if not self.coordinator.active:
             return ltr.ListTransactionsResponse(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                                 unknown_state_filters=[], transaction_states=[])
         duration = req.duration_filter if header.api_version >= 1 else -1
         pattern = req.transactional_id_pattern if header.api_version >= 2 else None
-        err, unknown, found = self.c.state_manager.list_transaction_states(
+        err, unknown, found = self.coordinator.state_manager.list_transaction_states(
             set(req.producer_id_filters), set(req.state_filters), duration, pattern)
         visible = self.authz.allowed(conn, Op.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
                                      (md.transactional_id for md in found))
