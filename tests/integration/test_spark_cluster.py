@@ -195,7 +195,7 @@ def test_exactly_once_through_executor_leader_and_driver_kills(brokers, spark_st
         if child.poll() is None and "driver" not in faults:
             os.killpg(child.pid, signal.SIGKILL)
         child.wait()
-    assert set(faults) == {"executor", "leader", "leader_id", "driver"}, (faults, tail())
+    assert set(faults) == {"executor", "leader", "leader_id", "driver"}, f"faults {faults}; the driver's log:\n{tail()}"
     assert not (cp / "topic" / "commits" / str(faults["driver"])).exists(), "the batch finished before the kill"
 
     # Restarted from the checkpoints, on a new application; the killed broker rejoins meanwhile.
