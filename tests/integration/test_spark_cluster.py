@@ -121,6 +121,16 @@ def parquet_rows(out: Path) -> list[tuple[str, int, int]]:
                     table.column("offset").to_pylist()))
 
 
+def errors_and_tail(log: str) -> str:
+    """A failed driver's log for an assertion message: its error lines (log4j ERRORs, each
+    exception and every "Caused by" of its chain, the serialization stack Spark adds to a
+    NotSerializableException), then its last 3000 characters. The end alone can miss the root
+    cause: a deep Java stack puts it thousands of characters above the end."""
+    wanted = re.compile(r" ERROR |^\S+(Exception|Error)\b|^Caused by: |Serialization stack:|^\t- ")
+    errors = [line for line in log.splitlines() if wanted.search(line)]
+    return "\n".join(dict.fromkeys(errors)) + "\n--- the log's end:\n" + log[-3000:]
+
+
 def exactly_once_so_far(brokers, out: Path, dst: str) -> tuple[int, int]:
     """Check both outputs as they stand between faults: Parquet holds each offset once and, per
     partition, every offset below the highest one (committed batches are whole); the topic, read
@@ -152,7 +162,7 @@ def test_exactly_once_through_executor_leader_and_driver_kills(brokers, spark_st
     after: dict[str, tuple[int, int]] = {}  # fault -> (Parquet rows, topic records) checked after it
 
     def tail() -> str:
-        return log_path.read_text(errors="replace")[-4000:]
+        return errors_and_tail(log_path.read_text(errors="replace"))
 
     child = subprocess.Popen(args, env=spark_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -185,7 +195,7 @@ def test_exactly_once_through_executor_leader_and_driver_kills(brokers, spark_st
         if child.poll() is None and "driver" not in faults:
             os.killpg(child.pid, signal.SIGKILL)
         child.wait()
-    assert set(faults) == {"executor", "leader", "leader_id", "driver"}, (faults, tail())
+    assert set(faults) == {"executor", "leader", "leader_id", "driver"}, f"faults {faults}; the driver's log:\n{tail()}"
     assert not (cp / "topic" / "commits" / str(faults["driver"])).exists(), "the batch finished before the kill"
 
     # Restarted from the checkpoints, on a new application; the killed broker rejoins meanwhile.
