@@ -13,6 +13,7 @@ in every third batch is slow, for speculation to start a copy of it.
 from __future__ import annotations
 
 import sys
+import time
 
 PER_ROW_S = 0.002
 SLOW_FIRST_ATTEMPT_S = 2.5
@@ -60,6 +61,12 @@ def main() -> None:
     to_topic = (df.select("key", "value").writeStream.format("rivulet").queryName("to_topic")
                 .option("kafka.bootstrap.servers", bootstrap).option("topic", dst)
                 .option("checkpointLocation", f"{cp}/topic").trigger(availableNow=True).start())
+    # The second query starts once the first has its sources: both start a Python source runner,
+    # which fills an environment map Spark shares between them without a lock (a suspect, never
+    # reproduced, of one CI run's "Task not serializable").
+    deadline = time.monotonic() + 60
+    while to_topic.isActive and to_topic.status["message"] == "Initializing sources" and time.monotonic() < deadline:
+        time.sleep(0.05)
     to_parquet = (df.select("topic", "partition", "offset", "value").writeStream.format("parquet")
                   .queryName("to_parquet").option("path", out).option("checkpointLocation", f"{cp}/parquet")
                   .trigger(availableNow=True).start())
