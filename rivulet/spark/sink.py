@@ -2,12 +2,15 @@
 
 Each Spark task writes its rows in one Kafka transaction, with Rivulet's transactional
 producer, whose transactional id is derived from (query id, partition id) and stays the same
-across retries and restarts. Before writing, the task's init_transactions (InitProducerId)
-fences any earlier attempt and aborts what that attempt left open; it then reads its marker, the offsets group "<transactional id>" has committed,
-which hold the next batch id this task has not yet written. If the marker says batch N is
-done, the replay writes nothing. Otherwise the task produces its rows,
-commits ``N + 1`` to the marker inside the same transaction (TxnOffsetCommit), and commits:
-the rows and the marker become visible together, or not at all. See docs/spark.md.
+across batches, retries and restarts. The marker, the offsets group "<transactional id>" has
+committed, holds the next batch id the id has not yet written. A worker's first task of a
+partition calls init_transactions (InitProducerId), which fences any other producer of the id
+and ends what it left open, then reads the marker. If the marker says batch N is done, the
+replay writes nothing. Otherwise the task commits ``N + 1`` to the marker inside its
+transaction (TxnOffsetCommit), produces its rows and commits: rows and marker become visible
+together, or not at all. The worker keeps the producer, and what it knows of the marker, for
+its next task of the partition: as long as no other InitProducerId fenced it, no one else has
+written since (its epoch is checked before it takes a row). See docs/spark.md.
 
 Readers of the output topic must read committed data (isolation.level=read_committed,
 librdkafka's default; this source and Spark's take ``kafka.isolation.level``) to not see
@@ -18,7 +21,9 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any, Iterator, Mapping
@@ -177,8 +182,7 @@ def transactional_id(write_id: str, partition_id: int) -> str:
     return f"rivulet-spark-{write_id}-{partition_id}"
 
 
-def _producer(opts: SinkOptions, transactional: str | None) -> Any:
-    from rivulet import Producer
+def _producer_conf(opts: SinkOptions, transactional: str | None) -> dict[str, Any]:
     conf: dict[str, Any] = {
         **opts.security, "bootstrap.servers": opts.bootstrap, "client.id": "rivulet-spark", "enable.idempotence": True,
         "acks": "all", "linger.ms": 5, "batch.size": opts.batch_bytes,
@@ -188,7 +192,77 @@ def _producer(opts: SinkOptions, transactional: str | None) -> Any:
     if transactional is not None:
         conf["transactional.id"] = transactional
         conf["transaction.timeout.ms"] = opts.transaction_timeout_ms
+    return conf
+
+
+@dataclass
+class KeptProducer:
+    """A producer a worker keeps, with what it knows of its marker: the next batch id its
+    transactional id has not written (-1: none written; unused without a transactional id).
+    Only the producer holding the transactional id's latest epoch can have committed since it
+    read the marker, so this stays true until another InitProducerId for the id fences it."""
+
+    producer: Any
+    written_up_to: int = -1
+
+
+class WorkerProducers:
+    """The producers a Python worker keeps between tasks, by their whole configuration
+    (transactional id included), so that the next micro-batch's task for the same partition
+    reuses its producer: no InitProducerId, no marker read, no new connections. PySpark runs
+    one task at a time in a worker and keeps the worker for later tasks
+    (spark.python.worker.reuse).
+
+    Only a producer that ended its last task cleanly (committed, or found the batch written)
+    is given back; any failure closes it. Whether a kept transactional producer may still
+    write is the coordinator's to say: ``write_partition`` has its epoch checked before it
+    takes a row."""
+
+    def __init__(self, limit: int = 16) -> None:
+        self.limit = limit  # idle producers kept; the least recently used beyond it are closed
+        self._idle: OrderedDict[tuple[tuple[str, Any], ...], KeptProducer] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _key(conf: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+        return tuple(sorted(conf.items()))
+
+    def take(self, conf: dict[str, Any]) -> KeptProducer | None:
+        """The kept producer of this configuration, if any (it is no longer kept)."""
+        with self._lock:
+            return self._idle.pop(self._key(conf), None)
+
+    def give_back(self, conf: dict[str, Any], kept: KeptProducer) -> None:
+        with self._lock:
+            old = self._idle.pop(self._key(conf), None)
+            self._idle[self._key(conf)] = kept
+            evicted = [old] if old is not None else []
+            while len(self._idle) > self.limit:
+                evicted.append(self._idle.popitem(last=False)[1])
+        for e in evicted:
+            _close_quietly(e.producer)
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = list(self._idle.values()), OrderedDict()
+        for k in idle:
+            _close_quietly(k.producer)
+
+
+def _new_producer(conf: dict[str, Any]) -> Any:
+    from rivulet import Producer
     return Producer(conf)
+
+
+def _close_quietly(p: Any) -> None:
+    try:
+        p.close(5)
+    except Exception as e:
+        log.warning("could not close a producer: %s", e)
+
+
+# This process's producers: a Python worker's, kept from task to task.
+PRODUCERS = WorkerProducers()
 
 
 def _produce_rows(p: Any, batches: Iterator[Any], topic: str | None, errors: list[Any]) -> int:
@@ -209,47 +283,78 @@ def _produce_rows(p: Any, batches: Iterator[Any], topic: str | None, errors: lis
     return rows
 
 
+def _written_up_to(opts: SinkOptions, tid: str) -> int:
+    """The marker: the next batch id the task of ``tid`` has not written (-1: none written)."""
+    # Every marker the group holds: the rows' first topic may differ between attempts.
+    marks = blocking.pooled(opts.bootstrap, "rivulet-spark", opts.security).committed(tid, None, require_stable=True)
+    return max([om.offset for om in marks.values()] or [-1])
+
+
 def write_partition(opts: SinkOptions, batches: Iterator[Any], write_id: str, batch_id: int,
-                    partition_id: int) -> SinkCommit:
-    """Write one task's rows once per (write id, batch id, partition id), whatever the retries."""
+                    partition_id: int, producers: WorkerProducers | None = PRODUCERS) -> SinkCommit:
+    """Write one task's rows once per (write id, batch id, partition id), whatever the retries.
+    ``producers``: where the producer is kept for the next batch (None: closed at the end, for
+    a write id no later task uses)."""
     first, batches = _peek(iter(batches))
     if first is None:
         return SinkCommit(partition_id, 0, False)
     if not opts.transactional:
-        return _write_plain(opts, batches, partition_id)
+        return _write_plain(opts, batches, partition_id, producers)
     tid = transactional_id(write_id, partition_id)
     marker_topic = _first_topic(first, opts.topic)
     timeout = opts.transaction_timeout_ms / 1000
-    p = _producer(opts, tid)
+    conf = _producer_conf(opts, tid)
+    kept = producers.take(conf) if producers is not None else None
+    k = kept or KeptProducer(_new_producer(conf))
     errors: list[Any] = []
     try:
-        p.init_transactions(timeout)  # fences earlier attempts and ends what they left open
-        # Every marker the group holds: the rows' first topic may differ between attempts.
-        marks = blocking.pooled(opts.bootstrap, "rivulet-spark", opts.security).committed(
-            tid, None, require_stable=True)
-        done = max([om.offset for om in marks.values()] or [-1])
-        if done >= batch_id + 1:
-            skipped = sum(rb.num_rows for rb in batches)
-            log.info("%s: batch %d was already written; skipping %d rows", tid, batch_id, skipped)
-            return SinkCommit(partition_id, 0, True, tid)
-        p.begin_transaction()
-        rows = _produce_rows(p, batches, opts.topic, errors)
-        meta = json.dumps({"batch": batch_id, "rows": rows})
-        p.send_offsets_to_transaction([TopicPartition(marker_topic, 0, batch_id + 1, meta)],
-                                      ConsumerGroupMetadata(tid), timeout)
-        p.commit_transaction(timeout)
+        while True:
+            if kept is None:
+                k.producer.init_transactions(timeout)  # fences earlier attempts and ends what they left open
+                k.written_up_to = _written_up_to(opts, tid)
+            if k.written_up_to >= batch_id + 1:
+                skipped = sum(rb.num_rows for rb in batches)
+                log.info("%s: batch %d was already written; skipping %d rows", tid, batch_id, skipped)
+                _keep(producers, conf, k)
+                return SinkCommit(partition_id, 0, True, tid)
+            k.producer.begin_transaction()
+            try:
+                # The marker goes first: its AddOffsetsToTxn has the coordinator check the
+                # producer's epoch before a row is taken, so a kept producer that another
+                # attempt's InitProducerId fenced is found out while the task can start afresh.
+                k.producer.send_offsets_to_transaction(
+                    [TopicPartition(marker_topic, 0, batch_id + 1, json.dumps({"batch": batch_id}))],
+                    ConsumerGroupMetadata(tid), timeout)
+                break
+            except Exception as e:
+                if kept is None:
+                    raise
+                log.info("%s: the producer kept from an earlier task cannot write (%s); initializing a new one",
+                         tid, e)
+                _close_quietly(k.producer)
+                kept, k = None, KeptProducer(_new_producer(conf))
+        rows = _produce_rows(k.producer, batches, opts.topic, errors)
+        k.producer.commit_transaction(timeout)
         if errors:  # a failed record fails the commit; this is a second guard
             raise RuntimeError(f"{len(errors)} records failed: {errors[:3]}")
+        k.written_up_to = batch_id + 1
+        _keep(producers, conf, k)
         return SinkCommit(partition_id, rows, False, tid)
     except BaseException:
         try:
-            p.abort_transaction(30)
+            k.producer.abort_transaction(30)
         except Exception as e:  # the next attempt's InitProducerId aborts it anyway
             log.warning("could not abort transaction %s: %s", tid, e)
+        _close_quietly(k.producer)
         blocking.discard(opts.bootstrap, opts.security)
         raise
-    finally:
-        p.close(30)
+
+
+def _keep(producers: WorkerProducers | None, conf: dict[str, Any], k: KeptProducer) -> None:
+    if producers is not None:
+        producers.give_back(conf, k)
+    else:
+        k.producer.close(30)
 
 
 def marker_prefix(write_id: str) -> str:
@@ -287,17 +392,21 @@ def delete_markers(bootstrap: str, groups: list[str], security: Mapping[str, str
             log.warning("could not delete marker group %s: %s", g, ErrorCode(code).name)
 
 
-def _write_plain(opts: SinkOptions, batches: Iterator[Any], partition_id: int) -> SinkCommit:
+def _write_plain(opts: SinkOptions, batches: Iterator[Any], partition_id: int,
+                 producers: WorkerProducers | None) -> SinkCommit:
     """At-least-once, through Rivulet's idempotent producer (transactional=false)."""
     errors: list[Any] = []
-    p = _producer(opts, None)
+    conf = _producer_conf(opts, None)
+    k = (producers.take(conf) if producers is not None else None) or KeptProducer(_new_producer(conf))
     try:
-        rows = _produce_rows(p, batches, opts.topic, errors)
-        left = p.flush(120)
-    finally:
-        p.close(30)
-    if errors or left:
-        raise RuntimeError(f"{len(errors)} records failed, {left} undelivered: {errors[:3]}")
+        rows = _produce_rows(k.producer, batches, opts.topic, errors)
+        left = k.producer.flush(120)
+        if errors or left:
+            raise RuntimeError(f"{len(errors)} records failed, {left} undelivered: {errors[:3]}")
+    except BaseException:
+        _close_quietly(k.producer)
+        raise
+    _keep(producers, conf, k)
     return SinkCommit(partition_id, rows, False)
 
 
@@ -353,7 +462,8 @@ class RivuletBatchWriter(DataSourceArrowWriter):
         if qid is not None and bid is not None:
             write_id = f"{qid}-fb-{key}" if key else f"{qid}-fb"
             return write_partition(self.opts, iterator, write_id, bid, pid)
-        return write_partition(self.opts, iterator, self.job_id, 0, pid)
+        # A job's own write id: no later task will use its producers.
+        return write_partition(self.opts, iterator, self.job_id, 0, pid, producers=None)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         # A plain batch job is never replayed once it has committed (a new job is a new write
