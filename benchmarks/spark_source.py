@@ -535,7 +535,7 @@ def sink_rows(spark, bootstrap: str, topic: str, args: argparse.Namespace, tmp: 
     for _, fn in jobs:  # warm-up
         fn()
     alternate(jobs, args.repeat)
-    for (row, _), name in zip(jobs, ("exactly", "plain", "kafka")):
+    for (row, _), name in zip(jobs, ("exactly", "plain", "kafka")[:len(jobs)], strict=True):
         if name in inits:
             row.note = "; ".join(x for x in (row.note, f"{args.sink_batches} batches of {per_batch:,}, "
                                              f"{inits[name]} InitProducerId") if x)

@@ -204,6 +204,7 @@ class KeptProducer:
 
     producer: Any
     written_up_to: int = -1
+    marker_topic: str = ""  # where its last marker went: a topic that exists
 
 
 class WorkerProducers:
@@ -265,29 +266,63 @@ def _close_quietly(p: Any) -> None:
 PRODUCERS = WorkerProducers()
 
 
-def _produce_rows(p: Any, batches: Iterator[Any], topic: str | None, errors: list[Any]) -> int:
-    def on_delivery(err: Any, msg: Any) -> None:
-        if err is not None:
-            errors.append(err)
+def _bytes_column(col: Any) -> list[bytes | None]:
+    """A string or binary Arrow column as bytes (strings re-typed in Arrow, not per row)."""
+    import pyarrow as pa
+    if pa.types.is_string(col.type):
+        col = col.cast(pa.binary())
+    elif pa.types.is_large_string(col.type):
+        col = col.cast(pa.large_binary())
+    return col.to_pylist()
 
+
+def _produce_rows(p: Any, batches: Iterator[Any], topic: str | None, on_delivery: Any = None) -> int:
+    """Queue every row; ``on_delivery`` is called per record (a transaction needs none: a
+    record that fails makes its commit fail)."""
+    produce = p.produce
     rows = 0
-    for t, part, rec in iter_rows(batches, topic):
-        while True:
+    for rb in batches:
+        n = rb.num_rows
+        if n == 0:
+            continue
+        names = {name.lower(): i for i, name in enumerate(rb.schema.names)}
+        if topic is None or "partition" in names or "headers" in names:
+            for t, part, rec in iter_rows([rb], topic):  # rows that choose their own topic, partition or headers
+                _produce(p, t, rec.value, rec.key, -1 if part is None else part, on_delivery, rec.timestamp,
+                         rec.headers or None)
+            rows += n
+            continue
+        # The common case: the topic option, keys and values only; one loop, no object per row.
+        now = now_ms()
+        values = _bytes_column(rb.column(names["value"]))
+        keys = _bytes_column(rb.column(names["key"])) if "key" in names else [None] * n
+        for k, v in zip(keys, values, strict=True):
             try:
-                p.produce(t, rec.value, rec.key, -1 if part is None else part, on_delivery=on_delivery,
-                          headers=rec.headers or None)
-                break
+                produce(topic, v, k, -1, on_delivery, now)
             except BufferError:
-                p.poll(0.1)
-        rows += 1
+                _produce(p, topic, v, k, -1, on_delivery, now, None)
+        rows += n
     return rows
 
 
-def _written_up_to(opts: SinkOptions, tid: str) -> int:
-    """The marker: the next batch id the task of ``tid`` has not written (-1: none written)."""
+def _produce(p: Any, topic: str, value: bytes | None, key: bytes | None, partition: int, on_delivery: Any,
+             timestamp: int, headers: Any) -> None:
+    """One record, waiting for room in the producer's queue when it is full."""
+    while True:
+        try:
+            p.produce(topic, value, key, partition, on_delivery, timestamp, headers)
+            return
+        except BufferError:
+            p.poll(0.1)
+
+
+def _written_up_to(opts: SinkOptions, tid: str) -> tuple[int, str]:
+    """The marker: the next batch id the task of ``tid`` has not written (-1: none written),
+    and the topic it is kept on ("" if none)."""
     # Every marker the group holds: the rows' first topic may differ between attempts.
     marks = blocking.pooled(opts.bootstrap, "rivulet-spark", opts.security).committed(tid, None, require_stable=True)
-    return max([om.offset for om in marks.values()] or [-1])
+    best = max(marks.items(), key=lambda m: m[1].offset, default=None)
+    return (best[1].offset, best[0].topic) if best is not None else (-1, "")
 
 
 def write_partition(opts: SinkOptions, batches: Iterator[Any], write_id: str, batch_id: int,
@@ -306,37 +341,35 @@ def write_partition(opts: SinkOptions, batches: Iterator[Any], write_id: str, ba
     conf = _producer_conf(opts, tid)
     kept = producers.take(conf) if producers is not None else None
     k = kept or KeptProducer(_new_producer(conf))
-    errors: list[Any] = []
     try:
-        while True:
-            if kept is None:
-                k.producer.init_transactions(timeout)  # fences earlier attempts and ends what they left open
-                k.written_up_to = _written_up_to(opts, tid)
-            if k.written_up_to >= batch_id + 1:
-                skipped = sum(rb.num_rows for rb in batches)
-                log.info("%s: batch %d was already written; skipping %d rows", tid, batch_id, skipped)
-                _keep(producers, conf, k)
-                return SinkCommit(partition_id, 0, True, tid)
+        if kept is not None and k.written_up_to < batch_id + 1:
             k.producer.begin_transaction()
             try:
-                # The marker goes first: its AddOffsetsToTxn has the coordinator check the
-                # producer's epoch before a row is taken, so a kept producer that another
+                # A kept producer's marker goes first: its AddOffsetsToTxn has the coordinator
+                # check the producer's epoch before a row is taken, so a producer that another
                 # attempt's InitProducerId fenced is found out while the task can start afresh.
-                k.producer.send_offsets_to_transaction(
-                    [TopicPartition(marker_topic, 0, batch_id + 1, json.dumps({"batch": batch_id}))],
-                    ConsumerGroupMetadata(tid), timeout)
-                break
+                # (To the topic of its last marker: this batch's may not exist yet.)
+                _add_marker(k.producer, k.marker_topic, tid, batch_id, timeout)
             except Exception as e:
-                if kept is None:
-                    raise
                 log.info("%s: the producer kept from an earlier task cannot write (%s); initializing a new one",
                          tid, e)
                 _close_quietly(k.producer)
                 kept, k = None, KeptProducer(_new_producer(conf))
-        rows = _produce_rows(k.producer, batches, opts.topic, errors)
-        k.producer.commit_transaction(timeout)
-        if errors:  # a failed record fails the commit; this is a second guard
-            raise RuntimeError(f"{len(errors)} records failed: {errors[:3]}")
+        if kept is None:
+            k.producer.init_transactions(timeout)  # fences earlier attempts and ends what they left open
+            k.written_up_to, k.marker_topic = _written_up_to(opts, tid)
+        if k.written_up_to >= batch_id + 1:  # a kept producer's own commit, or the marker read
+            skipped = sum(rb.num_rows for rb in batches)
+            log.info("%s: batch %d was already written; skipping %d rows", tid, batch_id, skipped)
+            _keep(producers, conf, k)
+            return SinkCommit(partition_id, 0, True, tid)
+        if kept is None:
+            k.producer.begin_transaction()
+        rows = _produce_rows(k.producer, batches, opts.topic)
+        if kept is None:  # after the rows, which create the topic if it is new
+            _add_marker(k.producer, marker_topic, tid, batch_id, timeout)
+            k.marker_topic = marker_topic
+        k.producer.commit_transaction(timeout)  # fails if a record failed
         k.written_up_to = batch_id + 1
         _keep(producers, conf, k)
         return SinkCommit(partition_id, rows, False, tid)
@@ -348,6 +381,12 @@ def write_partition(opts: SinkOptions, batches: Iterator[Any], write_id: str, ba
         _close_quietly(k.producer)
         blocking.discard(opts.bootstrap, opts.security)
         raise
+
+
+def _add_marker(p: Any, topic: str, tid: str, batch_id: int, timeout: float) -> None:
+    """The marker ``batch_id + 1`` into the transaction (AddOffsetsToTxn, TxnOffsetCommit)."""
+    p.send_offsets_to_transaction([TopicPartition(topic, 0, batch_id + 1, json.dumps({"batch": batch_id}))],
+                                  ConsumerGroupMetadata(tid), timeout)
 
 
 def _keep(producers: WorkerProducers | None, conf: dict[str, Any], k: KeptProducer) -> None:
@@ -396,10 +435,15 @@ def _write_plain(opts: SinkOptions, batches: Iterator[Any], partition_id: int,
                  producers: WorkerProducers | None) -> SinkCommit:
     """At-least-once, through Rivulet's idempotent producer (transactional=false)."""
     errors: list[Any] = []
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+
     conf = _producer_conf(opts, None)
     k = (producers.take(conf) if producers is not None else None) or KeptProducer(_new_producer(conf))
     try:
-        rows = _produce_rows(k.producer, batches, opts.topic, errors)
+        rows = _produce_rows(k.producer, batches, opts.topic, on_delivery)
         left = k.producer.flush(120)
         if errors or left:
             raise RuntimeError(f"{len(errors)} records failed, {left} undelivered: {errors[:3]}")
