@@ -322,7 +322,7 @@ def same_windows(spark, outputs: list[tuple[str, str]]) -> str:
 # ---------------------------------------------------------------- main
 
 
-SECTIONS = ("source", "pipeline", "cluster")
+SECTIONS = ("source", "sink", "pipeline", "cluster")
 
 
 def main() -> None:
@@ -334,6 +334,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="rounds of each path, alternated")
     ap.add_argument("--events", type=int, default=400_000, help="order events for the pipeline")
     ap.add_argument("--batch", type=int, default=100_000, help="the pipeline's maxOffsetsPerTrigger")
+    ap.add_argument("--sink-batches", type=int, default=8, help="micro-batches of the sink's streaming copy")
     ap.add_argument("--only", default=",".join(SECTIONS),
                     help=f"comma-separated sections to run, of {', '.join(SECTIONS)}")
     ap.add_argument("--skip-kafka", action="store_true", help="do not fetch and run Spark's Kafka connector")
@@ -343,10 +344,13 @@ def main() -> None:
         ap.error(f"--only: unknown sections {sorted(only - set(SECTIONS))}")
 
     broker = None
+    metrics_port: int | None = None
     if args.bootstrap:
         bootstrap = args.bootstrap
     else:
-        broker = BrokerProcess().start()
+        from rivulet.testing import free_port
+        metrics_port = free_port()
+        broker = BrokerProcess({"metrics.listener": f"http://127.0.0.1:{metrics_port}"}).start()
         bootstrap = broker.bootstrap
     tmp = tempfile.mkdtemp(prefix="rivulet-spark-bench-")
     tables: list[tuple[str, list[Row]]] = []
@@ -360,7 +364,7 @@ def main() -> None:
             new.append(NewTopic(orders, args.partitions, 1))
         for f in admin.create_topics(new).values():
             f.result(30)
-        if only & {"source", "cluster"}:
+        if only & {"source", "sink", "cluster"}:
             secs = produce(bootstrap, topic, args.records, args.size)
             print(f"produced {args.records:,} x {args.size} B into {topic} ({args.partitions} partitions) "
                   f"in {secs:.1f} s", flush=True)
@@ -372,7 +376,7 @@ def main() -> None:
         from rivulet.spark.session import quiet_session
         conf = {"spark.sql.shuffle.partitions": 2, "spark.driver.memory": "2g"}
         kafka_note = ""
-        use_kafka = not args.skip_kafka and bool(only & {"source", "pipeline"})
+        use_kafka = not args.skip_kafka and bool(only & {"source", "sink", "pipeline"})
         if use_kafka:
             try:
                 jars, version = kafka_connector_jars(pyspark.__version__)
@@ -383,13 +387,16 @@ def main() -> None:
             except RuntimeError as e:
                 print(f"skipping Spark's Kafka connector: {e}", flush=True)
                 use_kafka = False
-        if only & {"source", "pipeline"}:
+        if only & {"source", "sink", "pipeline"}:
             print(f"starting Spark {pyspark.__version__} local[2]" + (f" with {kafka_note}" if kafka_note else ""),
                   flush=True)
             spark = quiet_session("local[2]", "rivulet-spark-bench", conf, log_path=os.path.join(tmp, "spark.log"))
             if "source" in only:
                 tables.append(("the source on local[2]", source_rows(spark, bootstrap, topic, args, tmp,
                                                                      use_kafka, kafka_note)))
+            if "sink" in only:
+                tables.append(("the sink on local[2]", sink_rows(spark, bootstrap, topic, args, tmp, use_kafka,
+                                                                 kafka_note, metrics_port)))
             if "pipeline" in only:
                 tables.append(("the pipeline on local[2]", pipeline_rows(spark, bootstrap, orders, args, tmp,
                                                                          use_kafka, kafka_note)))
@@ -469,6 +476,70 @@ def source_rows(spark, bootstrap: str, topic: str, args: argparse.Namespace, tmp
     rows[0].note = (f"{rows[0].rps / rows[1].rps:.0%} of the ceiling's rate, "
                     f"{rows[0].cpu_per_million / rows[1].cpu_per_million:.2f}x its CPU (medians)")
     return rows
+
+
+def init_producer_ids(metrics_port: int | None) -> int | None:
+    """InitProducerId requests the benchmark's broker has answered (None: not our broker)."""
+    if metrics_port is None:
+        return None
+    import urllib.request
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("kafka_network_requestmetrics_requests_total{")
+                   and 'request="InitProducerId"' in line))
+
+
+def sink_rows(spark, bootstrap: str, topic: str, args: argparse.Namespace, tmp: str, use_kafka: bool,
+              kafka_note: str, metrics_port: int | None) -> list[Row]:
+    """A streaming copy of the whole topic into a new topic of as many partitions, in
+    ``--sink-batches`` micro-batches (AvailableNow): through Rivulet's sink exactly once, at
+    least once (transactional=false), and through Spark's Kafka source and sink (at least once).
+    Each row's note gives the InitProducerId requests per micro-batch of the last round."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+    n = args.records
+    per_batch = -(-n // args.sink_batches)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    inits: dict[str, int] = {}
+
+    def copy(name: str, fmt: str, **sink_options: str) -> Callable[[], None]:
+        def run() -> None:
+            out = f"{topic}-copy-{uuid.uuid4().hex[:6]}"
+            admin.create_topics([NewTopic(out, args.partitions, 1)])[out].result(30)
+            before = init_producer_ids(metrics_port)
+            w = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+                 .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", per_batch).load()
+                 .select("key", "value").writeStream.format(fmt).option("kafka.bootstrap.servers", bootstrap)
+                 .option("topic", out).option("checkpointLocation", os.path.join(tmp, f"cp-{out}"))
+                 .trigger(availableNow=True))
+            for k, v in sink_options.items():
+                w = w.option(k, v)
+            q = w.start()
+            q.awaitTermination()
+            if q.exception() is not None:
+                raise RuntimeError(f"the copy failed: {q.exception()}")
+            progress = [p for p in q.recentProgress if p["numInputRows"]]
+            copied = sum(p["numInputRows"] for p in progress)
+            if copied != n:
+                raise RuntimeError(f"the copy read {copied:,} rows, not {n:,}")
+            after = init_producer_ids(metrics_port)
+            if before is not None and after is not None:
+                inits[name] = after - before
+                print(f"    {after - before} InitProducerId requests for {len(progress)} micro-batches", flush=True)
+        return run
+
+    jobs = [(Row("rivulet -> rivulet sink (exactly once)", n), copy("exactly", "rivulet")),
+            (Row("rivulet -> rivulet sink (transactional=false)", n), copy("plain", "rivulet", transactional="false"))]
+    if use_kafka:
+        jobs.append((Row("spark-sql-kafka -> spark-sql-kafka sink", n, note=kafka_note), copy("kafka", "kafka")))
+    for _, fn in jobs:  # warm-up
+        fn()
+    alternate(jobs, args.repeat)
+    for (row, _), name in zip(jobs, ("exactly", "plain", "kafka")[:len(jobs)], strict=True):
+        if name in inits:
+            row.note = "; ".join(x for x in (row.note, f"{args.sink_batches} batches of {per_batch:,}, "
+                                             f"{inits[name]} InitProducerId") if x)
+    return [r for r, _ in jobs]
 
 
 def pipeline_rows(spark, bootstrap: str, orders: str, args: argparse.Namespace, tmp: str, use_kafka: bool,

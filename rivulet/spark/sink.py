@@ -2,12 +2,15 @@
 
 Each Spark task writes its rows in one Kafka transaction, with Rivulet's transactional
 producer, whose transactional id is derived from (query id, partition id) and stays the same
-across retries and restarts. Before writing, the task's init_transactions (InitProducerId)
-fences any earlier attempt and aborts what that attempt left open; it then reads its marker, the offsets group "<transactional id>" has committed,
-which hold the next batch id this task has not yet written. If the marker says batch N is
-done, the replay writes nothing. Otherwise the task produces its rows,
-commits ``N + 1`` to the marker inside the same transaction (TxnOffsetCommit), and commits:
-the rows and the marker become visible together, or not at all. See docs/spark.md.
+across batches, retries and restarts. The marker, the offsets group "<transactional id>" has
+committed, holds the next batch id the id has not yet written. A worker's first task of a
+partition calls init_transactions (InitProducerId), which fences any other producer of the id
+and ends what it left open, then reads the marker. If the marker says batch N is done, the
+replay writes nothing. Otherwise the task commits ``N + 1`` to the marker inside its
+transaction (TxnOffsetCommit), produces its rows and commits: rows and marker become visible
+together, or not at all. The worker keeps the producer, and what it knows of the marker, for
+its next task of the partition: as long as no other InitProducerId fenced it, no one else has
+written since (its epoch is checked before it takes a row). See docs/spark.md.
 
 Readers of the output topic must read committed data (isolation.level=read_committed,
 librdkafka's default; this source and Spark's take ``kafka.isolation.level``) to not see
@@ -18,7 +21,9 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any, Iterator, Mapping
@@ -177,8 +182,7 @@ def transactional_id(write_id: str, partition_id: int) -> str:
     return f"rivulet-spark-{write_id}-{partition_id}"
 
 
-def _producer(opts: SinkOptions, transactional: str | None) -> Any:
-    from rivulet import Producer
+def _producer_conf(opts: SinkOptions, transactional: str | None) -> dict[str, Any]:
     conf: dict[str, Any] = {
         **opts.security, "bootstrap.servers": opts.bootstrap, "client.id": "rivulet-spark", "enable.idempotence": True,
         "acks": "all", "linger.ms": 5, "batch.size": opts.batch_bytes,
@@ -188,68 +192,208 @@ def _producer(opts: SinkOptions, transactional: str | None) -> Any:
     if transactional is not None:
         conf["transactional.id"] = transactional
         conf["transaction.timeout.ms"] = opts.transaction_timeout_ms
+    return conf
+
+
+@dataclass
+class KeptProducer:
+    """A producer a worker keeps, with what it knows of its marker: the next batch id its
+    transactional id has not written (-1: none written; unused without a transactional id).
+    Only the producer holding the transactional id's latest epoch can have committed since it
+    read the marker, so this stays true until another InitProducerId for the id fences it."""
+
+    producer: Any
+    written_up_to: int = -1
+    marker_topic: str = ""  # where its last marker went: a topic that exists
+
+
+class WorkerProducers:
+    """The producers a Python worker keeps between tasks, by their whole configuration
+    (transactional id included), so that the next micro-batch's task for the same partition
+    reuses its producer: no InitProducerId, no marker read, no new connections. PySpark runs
+    one task at a time in a worker and keeps the worker for later tasks
+    (spark.python.worker.reuse).
+
+    Only a producer that ended its last task cleanly (committed, or found the batch written)
+    is given back; any failure closes it. Whether a kept transactional producer may still
+    write is the coordinator's to say: ``write_partition`` has its epoch checked before it
+    takes a row."""
+
+    def __init__(self, limit: int = 16) -> None:
+        self.limit = limit  # idle producers kept; the least recently used beyond it are closed
+        self._idle: OrderedDict[tuple[tuple[str, Any], ...], KeptProducer] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _key(conf: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+        return tuple(sorted(conf.items()))
+
+    def take(self, conf: dict[str, Any]) -> KeptProducer | None:
+        """The kept producer of this configuration, if any (it is no longer kept)."""
+        with self._lock:
+            return self._idle.pop(self._key(conf), None)
+
+    def give_back(self, conf: dict[str, Any], kept: KeptProducer) -> None:
+        with self._lock:
+            old = self._idle.pop(self._key(conf), None)
+            self._idle[self._key(conf)] = kept
+            evicted = [old] if old is not None else []
+            while len(self._idle) > self.limit:
+                evicted.append(self._idle.popitem(last=False)[1])
+        for e in evicted:
+            _close_quietly(e.producer)
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = list(self._idle.values()), OrderedDict()
+        for k in idle:
+            _close_quietly(k.producer)
+
+
+def _new_producer(conf: dict[str, Any]) -> Any:
+    from rivulet import Producer
     return Producer(conf)
 
 
-def _produce_rows(p: Any, batches: Iterator[Any], topic: str | None, errors: list[Any]) -> int:
-    def on_delivery(err: Any, msg: Any) -> None:
-        if err is not None:
-            errors.append(err)
+def _close_quietly(p: Any) -> None:
+    try:
+        p.close(5)
+    except Exception as e:
+        log.warning("could not close a producer: %s", e)
 
+
+# This process's producers: a Python worker's, kept from task to task.
+PRODUCERS = WorkerProducers()
+
+
+def _bytes_column(col: Any) -> list[bytes | None]:
+    """A string or binary Arrow column as bytes (strings re-typed in Arrow, not per row)."""
+    import pyarrow as pa
+    if pa.types.is_string(col.type):
+        col = col.cast(pa.binary())
+    elif pa.types.is_large_string(col.type):
+        col = col.cast(pa.large_binary())
+    return col.to_pylist()
+
+
+def _produce_rows(p: Any, batches: Iterator[Any], topic: str | None, on_delivery: Any = None) -> int:
+    """Queue every row; ``on_delivery`` is called per record (a transaction needs none: a
+    record that fails makes its commit fail)."""
+    produce = p.produce
     rows = 0
-    for t, part, rec in iter_rows(batches, topic):
-        while True:
+    for rb in batches:
+        n = rb.num_rows
+        if n == 0:
+            continue
+        names = {name.lower(): i for i, name in enumerate(rb.schema.names)}
+        if topic is None or "partition" in names or "headers" in names:
+            for t, part, rec in iter_rows([rb], topic):  # rows that choose their own topic, partition or headers
+                _produce(p, t, rec.value, rec.key, -1 if part is None else part, on_delivery, rec.timestamp,
+                         rec.headers or None)
+            rows += n
+            continue
+        # The common case: the topic option, keys and values only; one loop, no object per row.
+        now = now_ms()
+        values = _bytes_column(rb.column(names["value"]))
+        keys = _bytes_column(rb.column(names["key"])) if "key" in names else [None] * n
+        for k, v in zip(keys, values, strict=True):
             try:
-                p.produce(t, rec.value, rec.key, -1 if part is None else part, on_delivery=on_delivery,
-                          headers=rec.headers or None)
-                break
+                produce(topic, v, k, -1, on_delivery, now)
             except BufferError:
-                p.poll(0.1)
-        rows += 1
+                _produce(p, topic, v, k, -1, on_delivery, now, None)
+        rows += n
     return rows
 
 
+def _produce(p: Any, topic: str, value: bytes | None, key: bytes | None, partition: int, on_delivery: Any,
+             timestamp: int, headers: Any) -> None:
+    """One record, waiting for room in the producer's queue when it is full."""
+    while True:
+        try:
+            p.produce(topic, value, key, partition, on_delivery, timestamp, headers)
+            return
+        except BufferError:
+            p.poll(0.1)
+
+
+def _written_up_to(opts: SinkOptions, tid: str) -> tuple[int, str]:
+    """The marker: the next batch id the task of ``tid`` has not written (-1: none written),
+    and the topic it is kept on ("" if none)."""
+    # Every marker the group holds: the rows' first topic may differ between attempts.
+    marks = blocking.pooled(opts.bootstrap, "rivulet-spark", opts.security).committed(tid, None, require_stable=True)
+    best = max(marks.items(), key=lambda m: m[1].offset, default=None)
+    return (best[1].offset, best[0].topic) if best is not None else (-1, "")
+
+
 def write_partition(opts: SinkOptions, batches: Iterator[Any], write_id: str, batch_id: int,
-                    partition_id: int) -> SinkCommit:
-    """Write one task's rows once per (write id, batch id, partition id), whatever the retries."""
+                    partition_id: int, producers: WorkerProducers | None = PRODUCERS) -> SinkCommit:
+    """Write one task's rows once per (write id, batch id, partition id), whatever the retries.
+    ``producers``: where the producer is kept for the next batch (None: closed at the end, for
+    a write id no later task uses)."""
     first, batches = _peek(iter(batches))
     if first is None:
         return SinkCommit(partition_id, 0, False)
     if not opts.transactional:
-        return _write_plain(opts, batches, partition_id)
+        return _write_plain(opts, batches, partition_id, producers)
     tid = transactional_id(write_id, partition_id)
     marker_topic = _first_topic(first, opts.topic)
     timeout = opts.transaction_timeout_ms / 1000
-    p = _producer(opts, tid)
-    errors: list[Any] = []
+    conf = _producer_conf(opts, tid)
+    kept = producers.take(conf) if producers is not None else None
+    k = kept or KeptProducer(_new_producer(conf))
     try:
-        p.init_transactions(timeout)  # fences earlier attempts and ends what they left open
-        # Every marker the group holds: the rows' first topic may differ between attempts.
-        marks = blocking.pooled(opts.bootstrap, "rivulet-spark", opts.security).committed(
-            tid, None, require_stable=True)
-        done = max([om.offset for om in marks.values()] or [-1])
-        if done >= batch_id + 1:
+        if kept is not None and k.written_up_to < batch_id + 1:
+            k.producer.begin_transaction()
+            try:
+                # A kept producer's marker goes first: its AddOffsetsToTxn has the coordinator
+                # check the producer's epoch before a row is taken, so a producer that another
+                # attempt's InitProducerId fenced is found out while the task can start afresh.
+                # (To the topic of its last marker: this batch's may not exist yet.)
+                _add_marker(k.producer, k.marker_topic, tid, batch_id, timeout)
+            except Exception as e:
+                log.info("%s: the producer kept from an earlier task cannot write (%s); initializing a new one",
+                         tid, e)
+                _close_quietly(k.producer)
+                kept, k = None, KeptProducer(_new_producer(conf))
+        if kept is None:
+            k.producer.init_transactions(timeout)  # fences earlier attempts and ends what they left open
+            k.written_up_to, k.marker_topic = _written_up_to(opts, tid)
+        if k.written_up_to >= batch_id + 1:  # a kept producer's own commit, or the marker read
             skipped = sum(rb.num_rows for rb in batches)
             log.info("%s: batch %d was already written; skipping %d rows", tid, batch_id, skipped)
+            _keep(producers, conf, k)
             return SinkCommit(partition_id, 0, True, tid)
-        p.begin_transaction()
-        rows = _produce_rows(p, batches, opts.topic, errors)
-        meta = json.dumps({"batch": batch_id, "rows": rows})
-        p.send_offsets_to_transaction([TopicPartition(marker_topic, 0, batch_id + 1, meta)],
-                                      ConsumerGroupMetadata(tid), timeout)
-        p.commit_transaction(timeout)
-        if errors:  # a failed record fails the commit; this is a second guard
-            raise RuntimeError(f"{len(errors)} records failed: {errors[:3]}")
+        if kept is None:
+            k.producer.begin_transaction()
+        rows = _produce_rows(k.producer, batches, opts.topic)
+        if kept is None:  # after the rows, which create the topic if it is new
+            _add_marker(k.producer, marker_topic, tid, batch_id, timeout)
+            k.marker_topic = marker_topic
+        k.producer.commit_transaction(timeout)  # fails if a record failed
+        k.written_up_to = batch_id + 1
+        _keep(producers, conf, k)
         return SinkCommit(partition_id, rows, False, tid)
     except BaseException:
         try:
-            p.abort_transaction(30)
+            k.producer.abort_transaction(30)
         except Exception as e:  # the next attempt's InitProducerId aborts it anyway
             log.warning("could not abort transaction %s: %s", tid, e)
+        _close_quietly(k.producer)
         blocking.discard(opts.bootstrap, opts.security)
         raise
-    finally:
-        p.close(30)
+
+
+def _add_marker(p: Any, topic: str, tid: str, batch_id: int, timeout: float) -> None:
+    """The marker ``batch_id + 1`` into the transaction (AddOffsetsToTxn, TxnOffsetCommit)."""
+    p.send_offsets_to_transaction([TopicPartition(topic, 0, batch_id + 1, json.dumps({"batch": batch_id}))],
+                                  ConsumerGroupMetadata(tid), timeout)
+
+
+def _keep(producers: WorkerProducers | None, conf: dict[str, Any], k: KeptProducer) -> None:
+    if producers is not None:
+        producers.give_back(conf, k)
+    else:
+        k.producer.close(30)
 
 
 def marker_prefix(write_id: str) -> str:
@@ -287,17 +431,26 @@ def delete_markers(bootstrap: str, groups: list[str], security: Mapping[str, str
             log.warning("could not delete marker group %s: %s", g, ErrorCode(code).name)
 
 
-def _write_plain(opts: SinkOptions, batches: Iterator[Any], partition_id: int) -> SinkCommit:
+def _write_plain(opts: SinkOptions, batches: Iterator[Any], partition_id: int,
+                 producers: WorkerProducers | None) -> SinkCommit:
     """At-least-once, through Rivulet's idempotent producer (transactional=false)."""
     errors: list[Any] = []
-    p = _producer(opts, None)
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+
+    conf = _producer_conf(opts, None)
+    k = (producers.take(conf) if producers is not None else None) or KeptProducer(_new_producer(conf))
     try:
-        rows = _produce_rows(p, batches, opts.topic, errors)
-        left = p.flush(120)
-    finally:
-        p.close(30)
-    if errors or left:
-        raise RuntimeError(f"{len(errors)} records failed, {left} undelivered: {errors[:3]}")
+        rows = _produce_rows(k.producer, batches, opts.topic, on_delivery)
+        left = k.producer.flush(120)
+        if errors or left:
+            raise RuntimeError(f"{len(errors)} records failed, {left} undelivered: {errors[:3]}")
+    except BaseException:
+        _close_quietly(k.producer)
+        raise
+    _keep(producers, conf, k)
     return SinkCommit(partition_id, rows, False)
 
 
@@ -353,7 +506,8 @@ class RivuletBatchWriter(DataSourceArrowWriter):
         if qid is not None and bid is not None:
             write_id = f"{qid}-fb-{key}" if key else f"{qid}-fb"
             return write_partition(self.opts, iterator, write_id, bid, pid)
-        return write_partition(self.opts, iterator, self.job_id, 0, pid)
+        # A job's own write id: no later task will use its producers.
+        return write_partition(self.opts, iterator, self.job_id, 0, pid, producers=None)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         # A plain batch job is never replayed once it has committed (a new job is a new write

@@ -577,7 +577,7 @@ def test_sink_task_retry_after_a_partial_write(broker):
     retry writes every row once. A retry of a committed task writes nothing."""
     import pyarrow as pa
     from rivulet import Producer
-    from rivulet.spark.sink import SinkOptions, iter_rows, transactional_id, write_partition
+    from rivulet.spark.sink import SinkOptions, WorkerProducers, iter_rows, transactional_id, write_partition
     dst = create_topic(broker.bootstrap, topic_name("retry"), 2)
     opts = SinkOptions(bootstrap=broker.bootstrap, topic=dst)
 
@@ -594,15 +594,118 @@ def test_sink_task_retry_after_a_partial_write(broker):
     assert dying.flush(30) == 0  # produced, never committed: the task "dies" here
     assert len(consume_all(broker.bootstrap, dst, 2, "read_uncommitted")) == 500
 
-    first = write_partition(opts, rows(), "q1", 3, 7)
+    worker = WorkerProducers()
+    first = write_partition(opts, rows(), "q1", 3, 7, worker)
     assert (first.rows, first.skipped) == (500, False)
-    again = write_partition(opts, rows(), "q1", 3, 7)
+    again = write_partition(opts, rows(), "q1", 3, 7, worker)
     assert again.skipped and again.rows == 0
     assert sorted(m.value() for m in consume_all(broker.bootstrap, dst, 2)) == sorted(f"v{i}".encode()
                                                                                       for i in range(500))
-    nxt = write_partition(opts, rows(), "q1", 4, 7)  # the next batch is written
+    nxt = write_partition(opts, rows(), "q1", 4, 7, worker)  # the next batch is written
     assert nxt.rows == 500 and len(consume_all(broker.bootstrap, dst, 2)) == 1000
+    worker.close()
     dying.close(10)
+
+
+def init_producer_ids(metrics_port: int) -> int:
+    """InitProducerId requests the broker has answered, from its Prometheus endpoint."""
+    import urllib.request
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=30) as r:
+        lines = r.read().decode().splitlines()
+    return int(sum(float(x.rsplit(" ", 1)[1]) for x in lines
+                   if x.startswith("kafka_network_requestmetrics_requests_total{") and 'request="InitProducerId"' in x))
+
+
+def producer_id_and_epoch(bootstrap: str, tid: str) -> tuple[int, int]:
+    """What the transaction coordinator holds for a transactional id (DescribeTransactions)."""
+    from rivulet.client.blocking import BlockingClient
+    from rivulet.protocol.messages import describe_transactions_request as dtq
+    c = BlockingClient(bootstrap)
+    try:
+        (st,) = c.send_any(dtq.DescribeTransactionsRequest(transactional_ids=[tid])).transaction_states
+    finally:
+        c.close()
+    assert st.error_code == 0, st
+    return st.producer_id, st.producer_epoch
+
+
+@pytest.fixture(scope="module")
+def metered_broker():
+    """A broker, and the port of its Prometheus endpoint, which counts the requests it answers."""
+    from rivulet.testing import BrokerProcess, free_port
+    port = free_port()
+    b = BrokerProcess({"metrics.listener": f"http://127.0.0.1:{port}"}).start()
+    yield b, port
+    b.cleanup()
+
+
+def test_sink_keeps_its_producer_across_batches_and_fences_zombies(metered_broker):
+    """A worker's producer writes batch after batch of its partition under one producer id and
+    epoch, with one InitProducerId. Another worker's attempt at the partition fences it: the
+    kept producer finds out before it takes a row and starts afresh. An attempt fenced in the
+    middle of its write commits nothing, and every batch lands once."""
+    import pyarrow as pa
+    from rivulet.spark.sink import SinkOptions, WorkerProducers, transactional_id, write_partition
+    b, metrics_port = metered_broker
+    dst = create_topic(b.bootstrap, topic_name("kept"), 2)
+    opts = SinkOptions(bootstrap=b.bootstrap, topic=dst)
+    tid = transactional_id("q2", 3)
+
+    def rows(batch: int, n: int = 200):
+        return iter([pa.RecordBatch.from_pydict({"value": [f"b{batch}-{i}" for i in range(n)]})])
+
+    worker, other = WorkerProducers(), WorkerProducers()
+    inits = init_producer_ids(metrics_port)
+    seen = []
+    for batch in range(3):
+        assert write_partition(opts, rows(batch), "q2", batch, 3, worker).rows == 200
+        seen.append(producer_id_and_epoch(b.bootstrap, tid))
+    assert seen[0] == seen[1] == seen[2]
+    assert init_producer_ids(metrics_port) - inits == 1
+
+    # Batch 3's task runs in another worker: its InitProducerId fences the kept producer.
+    assert write_partition(opts, rows(3), "q2", 3, 3, other).rows == 200
+    pid, epoch = producer_id_and_epoch(b.bootstrap, tid)
+    assert (pid, epoch) == (seen[0][0], seen[0][1] + 1)
+    # Batch 4 back in the first worker: its fenced producer is replaced before a row is taken.
+    assert write_partition(opts, rows(4), "q2", 4, 3, worker).rows == 200
+    assert producer_id_and_epoch(b.bootstrap, tid) == (pid, epoch + 1)
+
+    # A zombie: batch 5's attempt in the first worker is writing when a speculative copy in the
+    # other worker starts, fences it (aborting its open transaction) and commits.
+    def rows_then_speculative_copy():
+        yield from rows(5, 100)
+        assert write_partition(opts, rows(5), "q2", 5, 3, other).rows == 200
+        yield from rows(5, 200)
+    with pytest.raises(Exception, match="(?i)fenced|epoch"):
+        write_partition(opts, rows_then_speculative_copy(), "q2", 5, 3, worker)
+    again = write_partition(opts, rows(5), "q2", 5, 3, worker)  # a retry finds the batch written
+    assert again.skipped and again.rows == 0
+
+    got = [m.value().decode() for m in consume_all(b.bootstrap, dst, 2)]
+    assert sorted(got) == sorted(f"b{batch}-{i}" for batch in range(6) for i in range(200))
+    worker.close()
+    other.close()
+
+
+def test_stream_to_the_sink_with_kept_producers_writes_each_record_once(metered_broker, spark, tmp_path):
+    """A streaming copy of a 4-partition topic in 8 micro-batches through Python workers that
+    keep their producers: each record lands once, with at most one InitProducerId per task
+    (a worker's kept producer that another worker's InitProducerId fenced costs no extra one).
+    How many fewer depends on which worker Spark hands each task."""
+    b, metrics_port = metered_broker
+    src = create_topic(b.bootstrap, topic_name("src"), 4)
+    dst = create_topic(b.bootstrap, topic_name("dst"), 4)
+    produce(b.bootstrap, src, [{"value": f"e{i}".encode(), "partition": i % 4} for i in range(8000)])
+    inits = init_producer_ids(metrics_port)
+    df = source(spark, b.bootstrap, src, startingOffsets="earliest", maxOffsetsPerTrigger=1000)
+    q = run_available_now(df.select("value"), tmp_path / "cp", sink="rivulet", topic=dst,
+                          **{"kafka.bootstrap.servers": b.bootstrap})
+    assert len([p for p in q.recentProgress if p["numInputRows"]]) == 8
+    used = init_producer_ids(metrics_port) - inits
+    assert 4 <= used <= 32, f"{used} InitProducerId requests for 8 micro-batches of 4 tasks"
+    values = sorted(m.value() for m in consume_all(b.bootstrap, dst, 4))
+    assert values == sorted(f"e{i}".encode() for i in range(8000))
 
 
 def test_read_committed_hides_aborted_transactions(broker, spark):
