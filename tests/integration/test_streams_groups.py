@@ -1,0 +1,163 @@
+"""KIP-1071 streams groups against a real broker, with raw StreamsGroupHeartbeat and
+StreamsGroupDescribe requests through Rivulet's own connection: a member's topology gets its
+internal topics created, a second member gets tasks once the first revoked them, a silent member's
+session expires and its tasks move, and the group is listed with its type."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from rivulet.client.connection import BrokerConnection
+from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.messages import create_topics_request as ctq
+from rivulet.protocol.messages import join_group_request as jgq
+from rivulet.protocol.messages import list_groups_request as lgq
+from rivulet.protocol.messages import metadata_request as mq
+from rivulet.protocol.messages import streams_group_describe_request as sgdq
+from rivulet.protocol.messages import streams_group_heartbeat_request as sghq
+from rivulet.testing import BrokerProcess
+
+pytestmark = pytest.mark.integration
+
+# Short sessions so that a silent member is fenced within seconds (the bounds allow it).
+BROKER = {"group.streams.min.session.timeout.ms": "2000", "group.streams.session.timeout.ms": "3000",
+          "group.streams.min.heartbeat.interval.ms": "500", "group.streams.heartbeat.interval.ms": "500"}
+GROUP, TOPIC = "wordcount", "streams-it-input"
+REPARTITION, CHANGELOG = "wordcount-counts-repartition", "wordcount-counts-changelog"
+
+TOPOLOGY = sghq.Topology(epoch=1, subtopologies=[
+    sghq.Subtopology(subtopology_id="0", source_topics=[TOPIC], source_topic_regex=[], state_changelog_topics=[],
+                     repartition_sink_topics=[REPARTITION], repartition_source_topics=[], copartition_groups=[]),
+    sghq.Subtopology(subtopology_id="1", source_topics=[], source_topic_regex=[],
+                     state_changelog_topics=[sghq.TopicInfo(name=CHANGELOG, topic_configs=[])],
+                     repartition_sink_topics=[],
+                     repartition_source_topics=[sghq.TopicInfo(name=REPARTITION, topic_configs=[])],
+                     copartition_groups=[]),
+])
+
+
+def tasks(ids: list[Any] | None) -> set[tuple[str, int]] | None:
+    return None if ids is None else {(t.subtopology_id, p) for t in ids for p in t.partitions}
+
+
+def ids(held: set[tuple[str, int]]) -> list[sghq.TaskIds]:
+    subs = sorted({s for s, _ in held})
+    return [sghq.TaskIds(subtopology_id=s, partitions=sorted(p for t, p in held if t == s)) for s in subs]
+
+
+class Member:
+    """A member as Kafka Streams runs one: it reports the tasks it holds, and takes what it is given."""
+
+    def __init__(self, conn: BrokerConnection, member_id: str) -> None:
+        self.conn, self.member_id, self.epoch = conn, member_id, 0
+        self.active: set[tuple[str, int]] = set()
+
+    async def beat(self) -> Any:
+        joining = self.epoch == 0
+        r = await self.conn.send(sghq.StreamsGroupHeartbeatRequest(
+            group_id=GROUP, member_id=self.member_id, member_epoch=self.epoch, endpoint_information_epoch=0,
+            rebalance_timeout_ms=30000 if joining else -1, topology=TOPOLOGY if joining else None,
+            active_tasks=ids(self.active), standby_tasks=[], warmup_tasks=[], process_id=self.member_id + "-p",
+            client_tags=[], task_offsets=[], task_end_offsets=[], shutdown_application=False))
+        assert r.error_code == 0, (r.error_code, r.error_message)
+        self.epoch = r.member_epoch
+        if r.active_tasks is not None:
+            self.active = tasks(r.active_tasks) or set()
+        return r
+
+
+async def until(check, what: str, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = await check()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.2)
+
+
+def test_streams_group_lifecycle():
+    b = BrokerProcess(BROKER)
+    b.start()
+    try:
+        asyncio.run(_lifecycle(b))
+    finally:
+        b.cleanup()
+
+
+async def _lifecycle(b: BrokerProcess) -> None:
+    conn = await BrokerConnection("127.0.0.1", b.port, client_id="streams-it").connect(10)
+    try:
+        assert conn.has_api(88) and conn.has_api(89)
+        r = await conn.send(ctq.CreateTopicsRequest(topics=[ctq.CreatableTopic(
+            name=TOPIC, num_partitions=2, replication_factor=1, assignments=[], configs=[])], timeout_ms=10000,
+            validate_only=False))
+        assert r.topics[0].error_code == 0
+
+        # The first member: its internal topics are missing, then created, then it has every task.
+        a = Member(conn, "a")
+        first = await a.beat()
+        assert (first.member_epoch, first.heartbeat_interval_ms) == (1, 500)
+        assert [s.status_code for s in first.status] == [3]  # MISSING_INTERNAL_TOPICS
+        assert first.active_tasks == []
+
+        async def all_tasks() -> bool:
+            r = await a.beat()
+            return not r.status and len(a.active) == 4
+        await until(all_tasks, "the internal topics and the tasks")
+        assert a.active == {("0", 0), ("0", 1), ("1", 0), ("1", 1)}
+        md = await conn.send(mq.MetadataRequest(topics=[mq.MetadataRequestTopic(name=REPARTITION),
+                                                        mq.MetadataRequestTopic(name=CHANGELOG)],
+                                                allow_auto_topic_creation=False))
+        assert {t.name: len(t.partitions) for t in md.topics} == {REPARTITION: 2, CHANGELOG: 2}
+
+        # A second member: a gives up half its tasks first, then b has them.
+        b_member = Member(conn, "b")
+        await b_member.beat()
+        assert b_member.active == set()
+
+        async def shared() -> bool:
+            await a.beat()
+            await b_member.beat()
+            return len(a.active) == 2 and len(b_member.active) == 2
+        await until(shared, "the tasks shared")
+        assert a.active.isdisjoint(b_member.active) and a.epoch == b_member.epoch
+
+        d = (await conn.send(sgdq.StreamsGroupDescribeRequest(group_ids=[GROUP],
+                                                              include_authorized_operations=False))).groups[0]
+        assert (d.error_code, d.group_state, d.topology.epoch) == (0, "Stable", 1)
+        assert sorted(m.member_id for m in d.members) == ["a", "b"]
+        assert {m.member_id: m.process_id for m in d.members} == {"a": "a-p", "b": "b-p"}
+        listed = await conn.send(lgq.ListGroupsRequest(states_filter=[], types_filter=["streams"]))
+        assert [(g.group_id, g.group_type, g.protocol_type, g.group_state) for g in listed.groups] == \
+            [(GROUP, "streams", "streams", "Stable")]
+        # A classic member cannot take its id.
+        j = await conn.send(jgq.JoinGroupRequest(group_id=GROUP, session_timeout_ms=10000,
+                                                 rebalance_timeout_ms=10000, member_id="", protocol_type="consumer",
+                                                 protocols=[jgq.JoinGroupRequestProtocol(name="range",
+                                                                                         metadata=b"")]))
+        assert j.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+
+        # b falls silent: its session expires and a takes every task back.
+        async def took_over() -> bool:
+            await a.beat()
+            return len(a.active) == 4
+        await until(took_over, "b's session to expire")
+        d = (await conn.send(sgdq.StreamsGroupDescribeRequest(group_ids=[GROUP],
+                                                              include_authorized_operations=False))).groups[0]
+        assert [m.member_id for m in d.members] == ["a"]
+
+        # A member that leaves ends the group's membership.
+        gone = await conn.send(sghq.StreamsGroupHeartbeatRequest(
+            group_id=GROUP, member_id="a", member_epoch=-1, endpoint_information_epoch=0, rebalance_timeout_ms=-1,
+            shutdown_application=False))
+        assert (gone.error_code, gone.member_epoch) == (0, -1)
+        d = (await conn.send(sgdq.StreamsGroupDescribeRequest(group_ids=[GROUP],
+                                                              include_authorized_operations=False))).groups[0]
+        assert (d.group_state, d.members) == ("Empty", [])
+    finally:
+        await conn.close()
