@@ -1,7 +1,8 @@
 """KIP-1071 streams groups against a real broker, with raw StreamsGroupHeartbeat and
 StreamsGroupDescribe requests through Rivulet's own connection: a member's topology gets its
 internal topics created, a second member gets tasks once the first revoked them, a silent member's
-session expires and its tasks move, and the group is listed with its type."""
+session expires and its tasks move, and the group is listed with its type; Kafka's
+kafka-streams-groups.sh lists and describes it."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from rivulet.protocol.messages import metadata_request as mq
 from rivulet.protocol.messages import streams_group_describe_request as sgdq
 from rivulet.protocol.messages import streams_group_heartbeat_request as sghq
 from rivulet.testing import BrokerProcess
+from tests import java_tools as jt
 
 pytestmark = pytest.mark.integration
 
@@ -159,5 +161,48 @@ async def _lifecycle(b: BrokerProcess) -> None:
         d = (await conn.send(sgdq.StreamsGroupDescribeRequest(group_ids=[GROUP],
                                                               include_authorized_operations=False))).groups[0]
         assert (d.group_state, d.members) == ("Empty", [])
+    finally:
+        await conn.close()
+
+
+@pytest.mark.java
+def test_kafka_streams_groups_tool_describes_a_streams_group(java):
+    b = BrokerProcess()  # Kafka's 45 s session: a tool's JVM may take seconds to start
+    b.start()
+    try:
+        asyncio.run(_tool(b))
+    finally:
+        b.cleanup()
+
+
+async def _tool(b: BrokerProcess) -> None:
+    conn = await BrokerConnection("127.0.0.1", b.port, client_id="streams-it").connect(10)
+    try:
+        r = await conn.send(ctq.CreateTopicsRequest(topics=[ctq.CreatableTopic(
+            name=TOPIC, num_partitions=2, replication_factor=1, assignments=[], configs=[])], timeout_ms=10000,
+            validate_only=False))
+        assert r.topics[0].error_code == 0
+        a = Member(conn, "a")
+
+        async def all_tasks() -> bool:
+            await a.beat()
+            return len(a.active) == 4
+        await until(all_tasks, "the tasks")
+
+        def tool(*args: str) -> str:
+            return jt.run_tool(jt.STREAMS_GROUP_COMMAND, ["--bootstrap-server", b.bootstrap, *args], timeout=60).stdout
+        assert (await asyncio.to_thread(tool, "--list")).split() == [GROUP]
+        await a.beat()
+        state = await asyncio.to_thread(jt.streams_group_command, b.bootstrap,
+                                        ["--describe", "--group", GROUP, "--state"])
+        assert [(s["GROUP"], s["STATE"], s["#MEMBERS"]) for s in state] == [(GROUP, "Stable", "1")]
+        await a.beat()
+        # The assignments column has spaces: the fields before it are read.
+        members = (await asyncio.to_thread(tool, "--describe", "--group", GROUP, "--members", "--verbose")).splitlines()
+        assert members[0].split()[:8] == ["GROUP", "TARGET-ASSIGNMENT-EPOCH", "TOPOLOGY-EPOCH", "MEMBER",
+                                          "MEMBER-PROTOCOL", "MEMBER-EPOCH", "PROCESS", "CLIENT-ID"]
+        row = members[1].split()
+        assert (row[0], row[2], row[3], row[4], row[6], row[7]) == (GROUP, "1", "a", "streams", "a-p", "streams-it")
+        assert "ACTIVE: 0:[0,1]; 1:[0,1];" in members[1]
     finally:
         await conn.close()
