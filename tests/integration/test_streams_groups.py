@@ -7,7 +7,12 @@ kafka-streams-groups.sh lists and describes it."""
 from __future__ import annotations
 
 import asyncio
+import re
+import shutil
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -206,3 +211,130 @@ async def _tool(b: BrokerProcess) -> None:
         assert "ACTIVE: 0:[0,1]; 1:[0,1];" in members[1]
     finally:
         await conn.close()
+
+
+# ---------------------------------------------------------------- Kafka Streams 4.3.1 itself
+
+STREAMS_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>
+<groupId>dev.rivulet</groupId><artifactId>kafka-streams-reference</artifactId><version>1</version>
+<packaging>pom</packaging><dependencies><dependency><groupId>org.apache.kafka</groupId>
+<artifactId>kafka-streams</artifactId><version>{version}</version></dependency></dependencies></project>"""
+WORD_COUNT = Path(__file__).resolve().parents[1] / "java" / "StreamsWordCount.java"
+
+
+def streams_classpath() -> str:
+    """Kafka Streams and what it needs (kafka-clients, RocksDB), resolved once by Maven into the
+    cache beside Kafka's own jars."""
+    from benchmarks.reference.kafka import KAFKA_VERSION, cache_root
+    libs = cache_root() / f"kafka-streams-{KAFKA_VERSION}"
+    if not any(libs.glob("kafka-streams-*.jar")):
+        scratch = Path(tempfile.mkdtemp(prefix=libs.name + ".partial-", dir=cache_root()))
+        (scratch / "pom.xml").write_text(STREAMS_POM.format(version=KAFKA_VERSION))
+        done = subprocess.run(["mvn", "-B", "-q", "-Dstyle.color=never", "-f", str(scratch / "pom.xml"),
+                               "org.apache.maven.plugins:maven-dependency-plugin:copy-dependencies",
+                               f"-DoutputDirectory={scratch / 'libs'}"], capture_output=True, text=True,
+                              timeout=900)
+        assert done.returncode == 0, done.stdout[-3000:]
+        if not any(libs.glob("kafka-streams-*.jar")):
+            shutil.rmtree(libs, ignore_errors=True)
+            (scratch / "libs").rename(libs)
+        shutil.rmtree(scratch, ignore_errors=True)
+    return str(libs / "*")
+
+
+def word_counts(lines: list[str]) -> dict[str, int]:
+    """The batch recount: what the application's last count of each word must be."""
+    counts: dict[str, int] = {}
+    for line in lines:
+        for w in re.split(r"\W+", line.lower()):
+            counts[w] = counts.get(w, 0) + 1
+    return counts
+
+
+@pytest.mark.java
+def test_kafka_streams_word_count_with_the_streams_protocol(java, tmp_path):
+    """Kafka Streams 4.3.1's word count with group.protocol=streams: two instances share the
+    tasks; one is killed with kill -9 and the other takes its tasks over; the last count of
+    each word equals a batch recount (exactly-once, so nothing is counted twice)."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    b = BrokerProcess({"group.streams.min.session.timeout.ms": "2000", "group.streams.session.timeout.ms": "6000",
+                       "group.streams.min.heartbeat.interval.ms": "500",
+                       "group.streams.heartbeat.interval.ms": "500",
+                       "transaction.state.log.replication.factor": "1", "transaction.state.log.min.isr": "1"})
+    b.start()
+    apps: list[subprocess.Popen] = []
+    try:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        for t in ("wc-input", "wc-output"):
+            admin.create_topics([NewTopic(t, 4, 1)])[t].result(30)
+        cp = streams_classpath()
+
+        def start(name: str) -> subprocess.Popen:
+            app = subprocess.Popen(["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", cp, str(WORD_COUNT),
+                                    b.bootstrap, "wc-app", "wc-input", "wc-output", str(tmp_path / name),
+                                    "exactly_once_v2"],
+                                   stdout=open(tmp_path / f"{name}.log", "wb"), stderr=subprocess.STDOUT)
+            apps.append(app)
+            return app
+
+        first, second = start("one"), start("two")
+        producer = Producer({"bootstrap.servers": b.bootstrap})
+        words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
+        lines = [" ".join(words[(i * 3 + j) % len(words)] for j in range(1 + i % 4)) for i in range(400)]
+
+        def produce(batch: list[str]) -> None:
+            for i, line in enumerate(batch):
+                producer.produce("wc-input", line.encode(), key=str(i).encode())
+            assert producer.flush(30) == 0
+
+        async def described():
+            conn = await BrokerConnection("127.0.0.1", b.port).connect(10)
+            try:
+                return (await conn.send(sgdq.StreamsGroupDescribeRequest(
+                    group_ids=["wc-app"], include_authorized_operations=False))).groups[0]
+            finally:
+                await conn.close()
+
+        async def both_working():
+            d = await described()
+            return d.error_code == 0 and d.group_state == "Stable" and len(d.members) == 2 and \
+                all(m.assignment.active_tasks for m in d.members)
+        asyncio.run(until(both_working, "two instances sharing the tasks", timeout=120))
+        produce(lines[:200])
+
+        reader = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "wc-reader",
+                           "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+        reader.subscribe(["wc-output"])
+        last: dict[str, int] = {}
+
+        def read_until(expected: dict[str, int], timeout: float = 180) -> None:
+            deadline = time.monotonic() + timeout
+            while last != expected:
+                assert time.monotonic() < deadline, f"counts {last} never reached {expected}"
+                m = reader.poll(0.5)
+                if m is not None and not m.error():
+                    last[m.key().decode()] = int(m.value().decode())
+        read_until(word_counts(lines[:200]))
+
+        second.kill()  # kill -9: no leave, its session must expire
+        second.wait(30)
+        produce(lines[200:])
+
+        async def one_left():
+            d = await described()
+            return len(d.members) == 1 and d.group_state == "Stable"
+        asyncio.run(until(one_left, "the killed instance's session to expire", timeout=120))
+        read_until(word_counts(lines))
+        assert first.poll() is None, "the surviving instance stopped"
+        reader.close()
+    finally:
+        for app in apps:
+            if app.poll() is None:
+                app.terminate()
+                try:
+                    app.wait(30)
+                except subprocess.TimeoutExpired:
+                    app.kill()
+        b.cleanup()
