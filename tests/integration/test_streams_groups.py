@@ -23,6 +23,7 @@ from rivulet.protocol.messages import create_topics_request as ctq
 from rivulet.protocol.messages import join_group_request as jgq
 from rivulet.protocol.messages import list_groups_request as lgq
 from rivulet.protocol.messages import metadata_request as mq
+from rivulet.protocol.messages import offset_commit_request as ocq
 from rivulet.protocol.messages import streams_group_describe_request as sgdq
 from rivulet.protocol.messages import streams_group_heartbeat_request as sghq
 from rivulet.testing import BrokerProcess
@@ -133,6 +134,17 @@ async def _lifecycle(b: BrokerProcess) -> None:
             return len(a.active) == 2 and len(b_member.active) == 2
         await until(shared, "the tasks shared")
         assert a.active.isdisjoint(b_member.active) and a.epoch == b_member.epoch
+
+        # Members commit offsets at their current epoch (Kafka Streams' OffsetCommit).
+        async def commit(member: str, epoch: int) -> int:
+            r = await conn.send(ocq.OffsetCommitRequest(
+                group_id=GROUP, generation_id_or_member_epoch=epoch, member_id=member, topics=[
+                    ocq.OffsetCommitRequestTopic(name=TOPIC, partitions=[ocq.OffsetCommitRequestPartition(
+                        partition_index=0, committed_offset=0)])]), version=9)
+            return r.topics[0].partitions[0].error_code
+        assert await commit("a", a.epoch) == 0
+        assert await commit("a", a.epoch - 1) == ErrorCode.STALE_MEMBER_EPOCH
+        assert await commit("ghost", a.epoch) == ErrorCode.UNKNOWN_MEMBER_ID
 
         d = (await conn.send(sgdq.StreamsGroupDescribeRequest(group_ids=[GROUP],
                                                               include_authorized_operations=False))).groups[0]
