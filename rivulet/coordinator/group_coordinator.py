@@ -273,6 +273,8 @@ class GroupCoordinator:
             self.consumer_groups.on_group_loaded(group)
         if self.share_groups is not None:
             self.share_groups.on_group_loaded(group)
+        if self.streams_groups is not None:
+            self.streams_groups.on_group_loaded(group)
 
     def _on_group_unloaded(self, group: GroupMetadata) -> None:
         log.info("Unloading group metadata for %s with generation %d", group.group_id, group.generation_id)

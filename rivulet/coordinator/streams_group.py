@@ -9,8 +9,9 @@ tasks. As in a KIP-848 consumer group an active task moves only once its old own
 the old owner keeps its epoch until it reports the task gone, and the new one is given the task
 only after that.
 
-The group's state lives in memory here (not yet in ``__consumer_offsets`` records); the service
-(``streams_group_service``) keeps the sessions and creates the internal topics.
+The state changes in memory; the service (``streams_group_service``) writes the ``StreamsGroup*``
+records of ``__consumer_offsets`` that changed (``snapshot``), which a coordinator taking the
+group over replays, keeps the sessions and creates the internal topics.
 """
 
 from __future__ import annotations
@@ -24,13 +25,46 @@ from rivulet.common.cluster import MetadataView
 from rivulet.coordinator.consumer_group import LEAVE_GROUP_MEMBER_EPOCH
 from rivulet.coordinator.consumer_heartbeat import HeartbeatError
 from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.messages import (
+    streams_group_current_member_assignment_value as cav,
+    streams_group_heartbeat_request as rq,
+    streams_group_member_metadata_value as mv,
+    streams_group_target_assignment_member_value as tav,
+    streams_group_topology_value as tv,
+)
+from rivulet.protocol.messages.streams_group_current_member_assignment_key import (
+    StreamsGroupCurrentMemberAssignmentKey,
+)
+from rivulet.protocol.messages.streams_group_current_member_assignment_value import (
+    StreamsGroupCurrentMemberAssignmentValue,
+)
 from rivulet.protocol.messages.streams_group_heartbeat_request import Topology
+from rivulet.protocol.messages.streams_group_member_metadata_key import StreamsGroupMemberMetadataKey
+from rivulet.protocol.messages.streams_group_member_metadata_value import StreamsGroupMemberMetadataValue
+from rivulet.protocol.messages.streams_group_metadata_key import StreamsGroupMetadataKey
+from rivulet.protocol.messages.streams_group_metadata_value import StreamsGroupMetadataValue
+from rivulet.protocol.messages.streams_group_target_assignment_member_key import (
+    StreamsGroupTargetAssignmentMemberKey,
+)
+from rivulet.protocol.messages.streams_group_target_assignment_member_value import (
+    StreamsGroupTargetAssignmentMemberValue,
+)
+from rivulet.protocol.messages.streams_group_target_assignment_metadata_key import (
+    StreamsGroupTargetAssignmentMetadataKey,
+)
+from rivulet.protocol.messages.streams_group_target_assignment_metadata_value import (
+    StreamsGroupTargetAssignmentMetadataValue,
+)
+from rivulet.protocol.messages.streams_group_topology_key import StreamsGroupTopologyKey
+from rivulet.protocol.messages.streams_group_topology_value import StreamsGroupTopologyValue
 
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
 STREAMS_PROTOCOL_TYPE = "streams"
 ASSIGNOR_NAME = "sticky"  # Kafka 4.3's only server-side streams assignor
 
 T = TypeVar("T")
+Record = tuple[object, object]
+"""A ``__consumer_offsets`` record of a streams group: its key struct, and its value or None."""
 Tasks = Mapping[str, frozenset[int]]
 """Tasks by subtopology id: the partitions of each."""
 
@@ -138,6 +172,7 @@ class StreamsGroup:
         self.target_epoch = 0
         self.endpoint_information_epoch = 0
         self.shutdown_requested = False
+        self.gone_members: set[str] = set()  # removed since their tombstones were last written
 
     def state(self) -> StreamsGroupState:
         if not self.members:
@@ -150,6 +185,17 @@ class StreamsGroup:
                for m in self.members.values()):
             return StreamsGroupState.RECONCILING
         return StreamsGroupState.STABLE
+
+    def replay(self, key: object, value: object) -> None:
+        """Apply one ``StreamsGroup*`` record loaded from ``__consumer_offsets``."""
+        _replay(self, key, value)
+
+    def delete_records(self) -> list[Record]:
+        """Removing the group (it must be empty): its records' tombstones, the group's last."""
+        gid = self.group_id
+        records: list[Record] = [r for m in self.members for r in member_tombstones(gid, m)]
+        return records + [(StreamsGroupTargetAssignmentMetadataKey(group_id=gid), None),
+                          (StreamsGroupTopologyKey(group_id=gid), None), (StreamsGroupMetadataKey(group_id=gid), None)]
 
     def owners_of_active(self, exclude: str) -> dict[tuple[str, int], str]:
         """Active tasks owned, or still being revoked, by members other than ``exclude``."""
@@ -395,6 +441,7 @@ def heartbeat(group: StreamsGroup, req: StreamsHeartbeatRequest, topics: Metadat
         old_id = group.static_members.get(req.instance_id)
         old = group.members.pop(old_id, None) if old_id is not None else None
         if old is not None:
+            group.gone_members.add(old.member_id)
             member = dataclasses.replace(old, member_id=req.member_id)
             group.target[req.member_id] = group.target.pop(old.member_id, Assignment())
     if member is None:
@@ -522,6 +569,7 @@ def fence(group: StreamsGroup, member_id: str) -> None:
     target assignment is computed again without it."""
     member = group.members.pop(member_id, None)
     group.target.pop(member_id, None)
+    group.gone_members.add(member_id)
     if member is not None and member.instance_id is not None and \
             group.static_members.get(member.instance_id) == member_id:
         del group.static_members[member.instance_id]
@@ -547,3 +595,135 @@ def _check_epoch(member: StreamsGroupMember, received: int, owned: Tasks | None)
                                  f"The streams group member has a smaller member epoch ({received}) than the one "
                                  f"known by the group coordinator ({member.member_epoch}). The member must abandon "
                                  "all its tasks and rejoin.")
+
+
+# ---------------------------------------------------------------- records of __consumer_offsets
+
+
+def _task_ids(cls: type, tasks: Tasks) -> list:
+    return [cls(subtopology_id=s, partitions=sorted(ps)) for s, ps in sorted(tasks.items()) if ps]
+
+
+def _tasks_of(ids: list) -> dict[str, frozenset[int]]:
+    return {t.subtopology_id: frozenset(t.partitions) for t in ids if t.partitions}
+
+
+def _topic_infos(cls: type, kv: type, infos: list) -> list:
+    return [cls(name=t.name, partitions=t.partitions, replication_factor=t.replication_factor,
+                topic_configs=[kv(key=c.key, value=c.value) for c in t.topic_configs]) for t in infos]
+
+
+def _copy_topology(topology: object, top: type, sub: type, info: type, kv: type, copart: type) -> object:
+    """The topology as another of the schemas' identical shapes (request <-> record)."""
+    return top(epoch=topology.epoch, subtopologies=[sub(  # type: ignore[attr-defined]
+        subtopology_id=s.subtopology_id, source_topics=list(s.source_topics),
+        source_topic_regex=list(s.source_topic_regex),
+        state_changelog_topics=_topic_infos(info, kv, s.state_changelog_topics),
+        repartition_sink_topics=list(s.repartition_sink_topics),
+        repartition_source_topics=_topic_infos(info, kv, s.repartition_source_topics),
+        copartition_groups=[copart(source_topics=list(c.source_topics), source_topic_regex=list(c.source_topic_regex),
+                                   repartition_source_topics=list(c.repartition_source_topics))
+                            for c in s.copartition_groups])
+        for s in topology.subtopologies])  # type: ignore[attr-defined]
+
+
+def snapshot(group: StreamsGroup) -> list[Record]:
+    """The group's state as the ``StreamsGroup*`` records: written where they differ from the
+    last ones written, and replayed (``StreamsGroup.replay``) when a coordinator loads the group."""
+    gid = group.group_id
+    records: list[Record] = [(StreamsGroupMetadataKey(group_id=gid), StreamsGroupMetadataValue(
+        epoch=group.group_epoch, metadata_hash=0,  # the partition hash is worked out again on load
+        validated_topology_epoch=group.topology.epoch if group.topology is not None else -1))]
+    if group.topology is not None:
+        records.append((StreamsGroupTopologyKey(group_id=gid), _copy_topology(
+            group.topology, StreamsGroupTopologyValue, tv.Subtopology, tv.TopicInfo, tv.TopicConfig,
+            tv.CopartitionGroup)))
+    for m in group.members.values():
+        records.append((StreamsGroupMemberMetadataKey(group_id=gid, member_id=m.member_id),
+                        StreamsGroupMemberMetadataValue(
+                            instance_id=m.instance_id, rack_id=m.rack_id, client_id=m.client_id,
+                            client_host=m.client_host, rebalance_timeout_ms=m.rebalance_timeout_ms,
+                            topology_epoch=m.topology_epoch, process_id=m.process_id,
+                            user_endpoint=None if m.user_endpoint is None
+                            else mv.Endpoint(host=m.user_endpoint[0], port=m.user_endpoint[1]),
+                            client_tags=[mv.KeyValue(key=k, value=v) for k, v in m.client_tags])))
+        target = group.target.get(m.member_id, Assignment())
+        records.append((StreamsGroupTargetAssignmentMemberKey(group_id=gid, member_id=m.member_id),
+                        StreamsGroupTargetAssignmentMemberValue(
+                            active_tasks=_task_ids(tav.TaskIds, target.active),
+                            standby_tasks=_task_ids(tav.TaskIds, target.standby),
+                            warmup_tasks=_task_ids(tav.TaskIds, target.warmup))))
+        records.append((StreamsGroupCurrentMemberAssignmentKey(group_id=gid, member_id=m.member_id),
+                        StreamsGroupCurrentMemberAssignmentValue(
+                            member_epoch=m.member_epoch, previous_member_epoch=m.previous_member_epoch,
+                            state=_STATE_CODES[m.state], active_tasks=_task_ids(cav.TaskIds, m.assigned.active),
+                            standby_tasks=_task_ids(cav.TaskIds, m.assigned.standby),
+                            warmup_tasks=_task_ids(cav.TaskIds, m.assigned.warmup),
+                            active_tasks_pending_revocation=_task_ids(cav.TaskIds, m.pending_revocation),
+                            standby_tasks_pending_revocation=[], warmup_tasks_pending_revocation=[])))
+    records.append((StreamsGroupTargetAssignmentMetadataKey(group_id=gid),
+                    StreamsGroupTargetAssignmentMetadataValue(assignment_epoch=group.target_epoch)))
+    return records
+
+
+def member_tombstones(group_id: str, member_id: str) -> list[Record]:
+    return [(StreamsGroupCurrentMemberAssignmentKey(group_id=group_id, member_id=member_id), None),
+            (StreamsGroupTargetAssignmentMemberKey(group_id=group_id, member_id=member_id), None),
+            (StreamsGroupMemberMetadataKey(group_id=group_id, member_id=member_id), None)]
+
+
+# Kafka's MemberState codes in StreamsGroupCurrentMemberAssignmentValue.
+_STATE_CODES = {StreamsMemberState.STABLE: 0, StreamsMemberState.UNREVOKED_TASKS: 1,
+                StreamsMemberState.UNRELEASED_TASKS: 2}
+_STATES = {v: k for k, v in _STATE_CODES.items()}
+
+
+def _replay(self: StreamsGroup, key: object, value: object) -> None:
+    """Apply one loaded record (``value`` None: a tombstone)."""
+    if isinstance(key, StreamsGroupMetadataKey):
+        if isinstance(value, StreamsGroupMetadataValue):
+            self.group_epoch = value.epoch
+    elif isinstance(key, StreamsGroupTopologyKey):
+        self.topology = None if value is None else _copy_topology(  # type: ignore[assignment]
+            value, Topology, rq.Subtopology, rq.TopicInfo, rq.KeyValue, rq.CopartitionGroup)
+        self.configured = None
+    elif isinstance(key, StreamsGroupMemberMetadataKey):
+        if value is None:
+            self.members.pop(key.member_id, None)
+            self.target.pop(key.member_id, None)
+            return
+        assert isinstance(value, StreamsGroupMemberMetadataValue)
+        old = self.members.get(key.member_id) or StreamsGroupMember(key.member_id)
+        endpoint = value.user_endpoint
+        self.members[key.member_id] = dataclasses.replace(
+            old, instance_id=value.instance_id, rack_id=value.rack_id, client_id=value.client_id,
+            client_host=value.client_host, rebalance_timeout_ms=value.rebalance_timeout_ms,
+            topology_epoch=value.topology_epoch, process_id=value.process_id,
+            user_endpoint=None if endpoint is None else (endpoint.host, endpoint.port),
+            client_tags=tuple((t.key, t.value) for t in value.client_tags))
+        if value.instance_id is not None:
+            self.static_members[value.instance_id] = key.member_id
+    elif isinstance(key, StreamsGroupCurrentMemberAssignmentKey):
+        if value is None or key.member_id not in self.members and not isinstance(
+                value, StreamsGroupCurrentMemberAssignmentValue):
+            return
+        assert isinstance(value, StreamsGroupCurrentMemberAssignmentValue)
+        old = self.members.get(key.member_id) or StreamsGroupMember(key.member_id)
+        self.members[key.member_id] = dataclasses.replace(
+            old, member_epoch=value.member_epoch, previous_member_epoch=value.previous_member_epoch,
+            state=_STATES.get(value.state, StreamsMemberState.STABLE),
+            assigned=Assignment(active=_tasks_of(value.active_tasks), standby=_tasks_of(value.standby_tasks),
+                                warmup=_tasks_of(value.warmup_tasks)),
+            pending_revocation=_tasks_of(value.active_tasks_pending_revocation))
+    elif isinstance(key, StreamsGroupTargetAssignmentMemberKey):
+        if value is None:
+            self.target.pop(key.member_id, None)
+        else:
+            assert isinstance(value, StreamsGroupTargetAssignmentMemberValue)
+            self.target[key.member_id] = Assignment(active=_tasks_of(value.active_tasks),
+                                                    standby=_tasks_of(value.standby_tasks),
+                                                    warmup=_tasks_of(value.warmup_tasks))
+    elif isinstance(key, StreamsGroupTargetAssignmentMetadataKey):
+        if isinstance(value, StreamsGroupTargetAssignmentMetadataValue):
+            self.target_epoch = value.assignment_epoch
+

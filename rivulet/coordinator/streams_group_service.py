@@ -23,10 +23,15 @@ from rivulet.coordinator.streams_group import (
     StreamsHeartbeatRequest,
     StreamsHeartbeatResult,
     TopicNeed,
+    configure_topology,
     fence,
     heartbeat,
     leave,
+    member_tombstones,
+    partition_hash,
+    snapshot,
 )
+from rivulet.coordinator.offsets_topic import consumer_group_record
 from rivulet.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -46,6 +51,8 @@ class StreamsGroupService:
         self.clock = clock
         self.group_configs = group_configs
         self._creating: set[str] = set()
+        # Per group, the records last written (encoded key -> encoded value): only changes are appended.
+        self._written: dict[str, dict[bytes, bytes | None]] = {}
 
     def config_of(self, group_id: str) -> StreamsGroupConfig:
         """The broker's settings with the group's own session timeout, heartbeat interval and
@@ -77,7 +84,34 @@ class StreamsGroupService:
             self._schedule_session(group, req.member_id, result.session_timeout_ms)
         if result.missing_internal_topics:
             self._create_internal_topics(result.missing_internal_topics)
-        callback(result)
+
+        def stored(error: ErrorCode) -> None:
+            callback(result if error == ErrorCode.NONE else StreamsHeartbeatResult(error=error))
+        self._store(group, stored)
+
+    def _store(self, group: GroupMetadata, callback: Callable[[ErrorCode], None]) -> None:
+        """Append the group's records that changed since the last ones written (a member gone:
+        its tombstones), so that a coordinator taking the group over finds it as it is."""
+        streams = group.streams
+        assert streams is not None
+        written = self._written.setdefault(group.group_id, {})
+        now = {consumer_group_record(k, v)[0]: (k, v) for k, v in snapshot(streams)}
+        changes = []
+        for key_bytes, (k, v) in now.items():
+            encoded = consumer_group_record(k, v)[1]
+            if written.get(key_bytes, b"") != encoded:
+                changes.append((k, v))
+                written[key_bytes] = encoded
+        gone = {m for m in streams.gone_members}
+        streams.gone_members.clear()
+        for member_id in gone:
+            for k, v in member_tombstones(group.group_id, member_id):
+                changes.insert(0, (k, v))
+                written.pop(consumer_group_record(k, v)[0], None)
+        if not changes:
+            callback(ErrorCode.NONE)
+            return
+        self.manager.store_consumer_group_records(group.group_id, changes, callback)
 
     def _group_for(self, req: StreamsHeartbeatRequest) -> GroupMetadata:
         group = self.manager.get_group(req.group_id)
@@ -127,8 +161,25 @@ class StreamsGroupService:
         fence(streams, member_id)
         log.info("[GroupId %s] Member %s fenced from the group because its session expired.",
                  group.group_id, member_id)
+        self._store(group, lambda _error: None)
+
+    def on_group_loaded(self, group: GroupMetadata) -> None:
+        """A loaded group's members each get a full session to heartbeat to the new coordinator."""
+        if group.streams is None:
+            return
+        streams = group.streams
+        if streams.topology is not None:
+            # Not recorded (Python's hashes differ between processes): worked out again here.
+            streams.partition_hash = partition_hash(streams.topology, self.metadata)
+            streams.configured = configure_topology(streams.topology, self.metadata)
+        self._written[group.group_id] = {consumer_group_record(k, v)[0]: consumer_group_record(k, v)[1]
+                                         for k, v in snapshot(group.streams)}
+        timeout = self.config_of(group.group_id).session_timeout_ms
+        for member_id in group.streams.members:
+            self._schedule_session(group, member_id, timeout)
 
     def on_group_unloaded(self, group: GroupMetadata) -> None:
+        self._written.pop(group.group_id, None)
         if group.streams is None:
             return
         for member_id in group.streams.members:

@@ -1,6 +1,7 @@
 """KIP-1071 streams groups against a real broker, with raw StreamsGroupHeartbeat and
 StreamsGroupDescribe requests through Rivulet's own connection: a member's topology gets its
-internal topics created, a second member gets tasks once the first revoked them, a silent member's
+internal topics created, a second member gets tasks once the first revoked them, the group survives a
+broker restart, a silent member's
 session expires and its tasks move, and the group is listed with its type; Kafka's
 kafka-streams-groups.sh lists and describes it."""
 
@@ -160,6 +161,23 @@ async def _lifecycle(b: BrokerProcess) -> None:
                                                  protocols=[jgq.JoinGroupRequestProtocol(name="range",
                                                                                          metadata=b"")]))
         assert j.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+
+        # A restart keeps the group: members, epochs, tasks and topology come back from __consumer_offsets.
+        before = {m.member_id: (m.member_epoch, m.assignment) for m in d.members}
+        await conn.close()
+        b.restart()
+        conn = await BrokerConnection("127.0.0.1", b.port, client_id="streams-it").connect(10)
+        a.conn = b_member.conn = conn
+
+        async def reloaded():
+            r = await conn.send(sgdq.StreamsGroupDescribeRequest(group_ids=[GROUP], include_authorized_operations=False))
+            return r.groups[0] if r.groups[0].error_code == 0 else None
+        d = await until(reloaded, "the group loaded again")
+        assert {m.member_id: (m.member_epoch, m.assignment) for m in d.members} == before
+        assert (d.group_state, d.topology.epoch) == ("Stable", 1)
+        held = set(a.active)
+        r = await a.beat()
+        assert r.member_epoch == a.epoch and a.active == held
 
         # b falls silent: its session expires and a takes every task back.
         async def took_over() -> bool:

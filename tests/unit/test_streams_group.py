@@ -181,3 +181,29 @@ def test_the_assignor_is_sticky_and_places_standbys_on_other_processes():
     assert sorted(count(x.active) for x in second.values()) == [2, 2, 2]
     for m in ("a", "b"):  # what a and b keep, they had before
         assert second[m].active["0"] <= first[m].active["0"]
+
+
+def test_the_records_bring_the_group_back_as_it_was():
+    """What a coordinator taking the group over loads: every record encoded and decoded as
+    __consumer_offsets holds them, replayed into a new group."""
+    from rivulet.coordinator.offsets_topic import consumer_group_record, read_consumer_group_value, read_message_key
+    from rivulet.coordinator.streams_group import snapshot
+
+    group = StreamsGroup("g")
+    topics = ready_topics()
+    a = join(group, topics, "a")
+    join(group, topics, "b")
+    beat(group, topics, "a", 1, active=a.assignment.active)  # a revoking: tasks pending revocation
+    loaded = StreamsGroup("g")
+    for k, v in snapshot(group):
+        key_bytes, value_bytes = consumer_group_record(k, v)
+        key = read_message_key(key_bytes)
+        loaded.replay(key.key, read_consumer_group_value(key, value_bytes))
+    assert (loaded.group_epoch, loaded.target_epoch) == (group.group_epoch, group.target_epoch)
+    assert loaded.members == group.members and loaded.target == group.target
+    assert loaded.topology == group.topology
+    assert group.members["a"].pending_revocation and group.members["a"].state == StreamsMemberState.UNREVOKED_TASKS
+    # Tombstones remove a member.
+    for k, v in loaded.delete_records()[:3]:
+        loaded.replay(k, v)
+    assert list(loaded.members) == ["b"]
