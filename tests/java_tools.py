@@ -46,6 +46,7 @@ TOPIC_COMMAND = "org.apache.kafka.tools.TopicCommand"  # kafka.admin.TopicComman
 CONFIG_COMMAND = "kafka.admin.ConfigCommand"  # kafka-configs.sh
 CONSUMER_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 SHARE_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
+STREAMS_GROUP_COMMAND = "org.apache.kafka.tools.streams.StreamsGroupCommand"  # kafka-streams-groups.sh
 ACL_COMMAND = "org.apache.kafka.tools.AclCommand"  # kafka-acls.sh
 FEATURE_COMMAND = "org.apache.kafka.tools.FeatureCommand"  # kafka-features.sh
 DELEGATION_TOKEN_COMMAND = "org.apache.kafka.tools.DelegationTokenCommand"  # kafka-delegation-tokens.sh
@@ -572,6 +573,16 @@ def share_group_command(bootstrap: str, args: Sequence[str], *, timeout: float =
                    jvm_args=_ADMIN_JVM)
     if "Error:" in run.stdout:
         raise JavaToolError("ShareGroupCommand reported an error", run)
+    return [r for t in _tables(run.stdout) for r in t]
+
+
+def streams_group_command(bootstrap: str, args: Sequence[str], *, timeout: float = 60.0) -> list[dict[str, str]]:
+    """kafka-streams-groups with ``args``: the rows of the tables it prints (headed GROUP);
+    "Error:" lines, which it reports with exit code 0, raise."""
+    run = run_tool(STREAMS_GROUP_COMMAND, ["--bootstrap-server", bootstrap, *args], timeout=timeout,
+                   jvm_args=_ADMIN_JVM)
+    if "Error:" in run.stdout or run.returncode != 0:
+        raise JavaToolError("StreamsGroupCommand reported an error", run)
     return [r for t in _tables(run.stdout) for r in t]
 
 

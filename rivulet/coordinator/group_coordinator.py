@@ -65,6 +65,14 @@ from rivulet.coordinator.share_group import (
     validate as validate_share_heartbeat,
 )
 from rivulet.coordinator.share_group_service import ShareGroupService, spawn
+from rivulet.coordinator.streams_group import (
+    StreamsGroup,
+    StreamsGroupConfig,
+    StreamsHeartbeatRequest,
+    StreamsHeartbeatResult,
+    validate as validate_streams_heartbeat,
+)
+from rivulet.coordinator.streams_group_service import StreamsGroupService
 from rivulet.coordinator.share_offsets import PartitionEndsView, ShareOffsetsResult, ShareStateStore
 from rivulet.delayed import DelayedOperationPurgatory, Timer
 from rivulet.protocol.errors import ErrorCode
@@ -81,6 +89,7 @@ TXN_OFFSET_COMMIT = "txn_offset_commit"
 DESCRIBE, DELETE = "describe", "delete"
 CONSUMER_HEARTBEAT = "consumer_group_heartbeat"
 SHARE_HEARTBEAT = "share_group_heartbeat"
+STREAMS_HEARTBEAT = "streams_group_heartbeat"
 SHARE_OFFSETS = "share_group_offsets"  # Alter/DeleteShareGroupOffsets: an empty group id is INVALID_GROUP_ID
 _EMPTY_ID_OK = frozenset({OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE, DELETE})
 
@@ -111,6 +120,7 @@ class GroupCoordinator(InternalTopicCoordinator):
         self.manager: GroupMetadataManager | None = None
         self.consumer_groups: ConsumerGroupService | None = None
         self.share_groups: ShareGroupService | None = None
+        self.streams_groups: StreamsGroupService | None = None
         self.on_share_group_deleted = on_share_group_deleted
         self.share_state = share_state
         self.partition_ends = partition_ends
@@ -129,6 +139,10 @@ class GroupCoordinator(InternalTopicCoordinator):
             heartbeat_interval_ms=config_value(config, "group.share.heartbeat.interval.ms", 5000),
             session_timeout_ms=config_value(config, "group.share.session.timeout.ms", 45000),
             max_size=config_value(config, "group.share.max.size", 200))
+        self.streams_group_config = StreamsGroupConfig(
+            heartbeat_interval_ms=config_value(config, "group.streams.heartbeat.interval.ms", 5000),
+            session_timeout_ms=config_value(config, "group.streams.session.timeout.ms", 45000),
+            num_standby_replicas=config_value(config, "group.streams.num.standby.replicas", 0))
         self._active = False
         self._load_queue: deque[int] = deque()
         self._loader: asyncio.Task | None = None
@@ -154,6 +168,9 @@ class GroupCoordinator(InternalTopicCoordinator):
         self.share_groups = ShareGroupService(self.share_group_config, self.manager, self.metadata,
                                               MemberDeadlines(self.heartbeat_purgatory), self.clock,
                                               self.group_configs)
+        self.streams_groups = StreamsGroupService(self.streams_group_config, self.manager, self.metadata,
+                                                  self.topic_creator, MemberDeadlines(self.heartbeat_purgatory),
+                                                  self.clock, self.group_configs)
         self._active = True
         for p in range(n if lead_all else 0):
             self.on_become_leader(p)
@@ -249,6 +266,8 @@ class GroupCoordinator(InternalTopicCoordinator):
             self.consumer_groups.on_group_loaded(group)
         if self.share_groups is not None:
             self.share_groups.on_group_loaded(group)
+        if self.streams_groups is not None:
+            self.streams_groups.on_group_loaded(group)
 
     def _on_group_unloaded(self, group: GroupMetadata) -> None:
         log.info("Unloading group metadata for %s with generation %d", group.group_id, group.generation_id)
@@ -256,6 +275,8 @@ class GroupCoordinator(InternalTopicCoordinator):
             self.consumer_groups.on_group_unloaded(group)
         if self.share_groups is not None:
             self.share_groups.on_group_unloaded(group)
+        if self.streams_groups is not None:
+            self.streams_groups.on_group_unloaded(group)
         previous = group.state
         group.transition_to(DEAD)
         if previous is PREPARING_REBALANCE:
@@ -339,7 +360,7 @@ class GroupCoordinator(InternalTopicCoordinator):
         if group is None:
             callback(JoinGroupResult(member_id, ErrorCode.UNKNOWN_MEMBER_ID))
             return
-        if group.share is not None:
+        if group.share is not None or group.streams is not None:
             # As Kafka: a group of another kind that a classic member cannot join.
             callback(JoinGroupResult(UNKNOWN_MEMBER_ID, ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
             return
@@ -666,7 +687,7 @@ class GroupCoordinator(InternalTopicCoordinator):
             callback(SyncGroupResult(err))
             return
         group = self.manager.get_group(group_id)
-        if group is not None and group.share is not None:
+        if group is not None and (group.share is not None or group.streams is not None):
             callback(SyncGroupResult(ErrorCode.GROUP_ID_NOT_FOUND))
             return
         if group is None or (group.consumer is not None and not group.consumer.members):
@@ -826,7 +847,7 @@ class GroupCoordinator(InternalTopicCoordinator):
         if group is None:
             callback(ErrorCode.NONE, [(mid, iid, ErrorCode.UNKNOWN_MEMBER_ID) for mid, iid, _ in leaving])
             return
-        if group.share is not None:
+        if group.share is not None or group.streams is not None:
             callback(ErrorCode.GROUP_ID_NOT_FOUND, [])
             return
         if group.consumer is not None:
@@ -905,6 +926,23 @@ class GroupCoordinator(InternalTopicCoordinator):
         else:
             self.share_groups.heartbeat(req, callback)
 
+    # ------------------------------------------------------------ StreamsGroupHeartbeat (KIP-1071)
+    def handle_streams_group_heartbeat(self, req: StreamsHeartbeatRequest,
+                                       callback: Callable[[StreamsHeartbeatResult], None]) -> None:
+        if not self._active or self.manager is None or self.streams_groups is None:
+            callback(StreamsHeartbeatResult(error=ErrorCode.COORDINATOR_NOT_AVAILABLE))
+            return
+        try:
+            validate_streams_heartbeat(req)
+        except HeartbeatError as e:
+            callback(StreamsHeartbeatResult(error=e.code, error_message=e.message))
+            return
+        err = self._validate_group_status(req.group_id, STREAMS_HEARTBEAT)
+        if err is not None:
+            callback(StreamsHeartbeatResult(error=err))
+            return
+        self.streams_groups.heartbeat(req, callback)
+
     # ------------------------------------------------------------ Heartbeat
     def handle_heartbeat(self, group_id: str, member_id: str, group_instance_id: str | None,
                          generation_id: int) -> ErrorCode:
@@ -915,7 +953,7 @@ class GroupCoordinator(InternalTopicCoordinator):
         group = self.manager.get_group(group_id)
         if group is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
-        if group.share is not None:
+        if group.share is not None or group.streams is not None:
             return ErrorCode.GROUP_ID_NOT_FOUND
         if group.consumer is not None:
             assert self.consumer_groups is not None
@@ -1058,6 +1096,8 @@ class GroupCoordinator(InternalTopicCoordinator):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if group.share is not None:
             return ErrorCode.GROUP_ID_NOT_FOUND  # a share group keeps no committed offsets here
+        if group.streams is not None:
+            return _validate_streams_member_epoch(group.streams, generation_id, member_id)
         if group.consumer is not None:
             return _validate_consumer_member_epoch(group, generation_id, member_id, transactional, api_version)
         if generation_id < 0 and group.is_(EMPTY):
@@ -1178,7 +1218,7 @@ class GroupCoordinator(InternalTopicCoordinator):
         if err is not None:
             return err, ("", "", "", [])
         group = self.manager.get_group(group_id)
-        if group is None or group.consumer is not None or group.share is not None:
+        if group is None or group.consumer is not None or group.share is not None or group.streams is not None:
             return ErrorCode.NONE, (DEAD.value, "", "", [])
         return ErrorCode.NONE, group.summary()
 
@@ -1192,6 +1232,11 @@ class GroupCoordinator(InternalTopicCoordinator):
         """ShareGroupDescribe: (error, its message, the group)."""
         err, message, group = self._modern_group(group_id, "share")
         return err, message, group.share if group is not None else None
+
+    def handle_streams_group_describe(self, group_id: str) -> tuple[ErrorCode, str | None, StreamsGroup | None]:
+        """StreamsGroupDescribe: (error, its message, the group)."""
+        err, message, group = self._modern_group(group_id, "streams")
+        return err, message, group.streams if group is not None else None
 
     # ------------------------------------------------------------ share-group offsets
     def _share_offsets_refusal(self, group_id: str, api: str = SHARE_OFFSETS) -> ShareOffsetsResult | None:
@@ -1266,6 +1311,17 @@ def _validate_consumer_member_epoch(group: GroupMetadata, epoch: int, member_id:
         return ErrorCode.ILLEGAL_GENERATION if epoch != member.member_epoch else None
     if not transactional and api_version < 9:
         return ErrorCode.UNSUPPORTED_VERSION  # members of the new protocol commit with v9 or later
+    return ErrorCode.STALE_MEMBER_EPOCH if epoch != member.member_epoch else None
+
+
+def _validate_streams_member_epoch(streams: StreamsGroup, epoch: int, member_id: str) -> ErrorCode | None:
+    """A streams group takes offsets from its members at their current epoch, and from anyone
+    while it has no members."""
+    if epoch < 0 and not streams.members:
+        return None
+    member = streams.members.get(member_id)
+    if member is None:
+        return ErrorCode.UNKNOWN_MEMBER_ID
     return ErrorCode.STALE_MEMBER_EPOCH if epoch != member.member_epoch else None
 
 

@@ -14,6 +14,7 @@ from typing import Callable, Iterable
 
 from rivulet.coordinator.consumer_group import ConsumerGroup
 from rivulet.coordinator.share_group import ShareGroup
+from rivulet.coordinator.streams_group import StreamsGroup
 from rivulet.common.placement import (  # noqa: F401 (java_abs, java_string_hashcode re-exported)
     java_abs,
     java_string_hashcode,
@@ -259,6 +260,9 @@ class GroupMetadata:
         self.consumer: ConsumerGroup | None = None
         # A KIP-932 share group (protocol type "share"): likewise its own state, no offsets.
         self.share: ShareGroup | None = None
+        # A KIP-1071 streams group (protocol type "streams"): its own members and tasks; its
+        # offsets are the classic ones above.
+        self.streams: StreamsGroup | None = None
 
     # ------------------------------------------------------------ state
     @property
@@ -288,18 +292,22 @@ class GroupMetadata:
         """As ListGroups names it: a modern group's own state, else the classic one."""
         if self.share is not None:
             return self.share.state().value
+        if self.streams is not None:
+            return self.streams.state().value
         return self.consumer.state().value if self.consumer is not None else self._state.value
 
     @property
     def is_empty(self) -> bool:
         """No members under any protocol."""
         return self.is_(EMPTY) and (self.consumer is None or not self.consumer.members) and \
-            (self.share is None or not self.share.members)
+            (self.share is None or not self.share.members) and (self.streams is None or not self.streams.members)
 
     @property
     def group_type(self) -> str:
         if self.share is not None:
             return "share"
+        if self.streams is not None:
+            return "streams"
         return "consumer" if self.consumer is not None else "classic"
 
     @property

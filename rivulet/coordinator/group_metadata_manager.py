@@ -18,6 +18,7 @@ from rivulet.common.time import SYSTEM_CLOCK
 from rivulet.common.types import TopicPartition
 from rivulet.coordinator.consumer_group import ConsumerGroup, Record as ConsumerGroupRecord
 from rivulet.coordinator.share_group import ShareGroup, Record as ShareGroupRecord
+from rivulet.coordinator.streams_group import Record as StreamsGroupRecord, StreamsGroup
 from rivulet.coordinator.group_metadata import (
     DEAD,
     EMPTY,
@@ -30,6 +31,7 @@ from rivulet.coordinator.offsets_topic import (
     GROUP_METADATA_TOPIC_NAME,
     ConsumerGroupRecordKey,
     ShareGroupRecordKey,
+    StreamsGroupRecordKey,
     GroupKey,
     OffsetKey,
     UnknownKey,
@@ -46,6 +48,7 @@ from rivulet.coordinator.offsets_topic import (
 from rivulet.protocol import records as rec
 from rivulet.protocol.messages.consumer_group_metadata_key import ConsumerGroupMetadataKey
 from rivulet.protocol.messages.share_group_metadata_key import ShareGroupMetadataKey
+from rivulet.protocol.messages.streams_group_metadata_key import StreamsGroupMetadataKey
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.replication.replica_manager import ProduceResult, ReplicaManager
 
@@ -102,8 +105,9 @@ def java_string_length(s: str) -> int:
     return len(s.encode("utf-16-le", "surrogatepass")) // 2
 
 
-def _replay_modern(key: ConsumerGroupRecordKey | ShareGroupRecordKey, data: bytes | None, loaded: dict,
-                   metadata_key: type, group_type: Callable[[str], ConsumerGroup | ShareGroup]) -> None:
+def _replay_modern(key: ConsumerGroupRecordKey | ShareGroupRecordKey | StreamsGroupRecordKey, data: bytes | None,
+                   loaded: dict, metadata_key: type,
+                   group_type: Callable[[str], ConsumerGroup | ShareGroup | StreamsGroup]) -> None:
     """Replay a consumer or share group record into the groups loaded so far; the group
     record's tombstone means the group was deleted (None until it is made again)."""
     gid = key.key.group_id
@@ -221,7 +225,9 @@ class GroupMetadataManager:
 
         self._append(partition, [(group_metadata_key(group.group_id), value)], -1, on_append)
 
-    def store_consumer_group_records(self, group_id: str, records: list[ConsumerGroupRecord] | list[ShareGroupRecord],
+    def store_consumer_group_records(self, group_id: str,
+                                     records: list[ConsumerGroupRecord] | list[ShareGroupRecord]
+                                     | list[StreamsGroupRecord],
                                      callback: Callable[[ErrorCode], None]) -> None:
         """Append a KIP-848 consumer group's or a KIP-932 share group's records (already replayed
         into its state); callback(error) once they are acknowledged."""
@@ -380,6 +386,8 @@ class GroupMetadataManager:
                     tombstones += [consumer_group_record(k, v) for k, v in group.consumer.delete_records()]
                 if group.share is not None:
                     tombstones += [consumer_group_record(k, v) for k, v in group.share.delete_records()]
+                if group.streams is not None:
+                    tombstones += [consumer_group_record(k, v) for k, v in group.streams.delete_records()]
             if tombstones:
                 self._append(partition, tombstones, 0, None)
                 removed_total += len(removed)
@@ -413,6 +421,7 @@ class GroupMetadataManager:
             loaded_groups: dict[str, GroupMetadata | None] = {}
             loaded_consumer_groups: dict[str, ConsumerGroup | None] = {}
             loaded_share_groups: dict[str, ShareGroup | None] = {}
+            loaded_streams_groups: dict[str, StreamsGroup | None] = {}
             while offset < end and not self.shutting_down:
                 try:
                     data = lg.read(offset, self.load_buffer_size, max_offset=end, min_one_batch=True).records
@@ -434,7 +443,7 @@ class GroupMetadataManager:
                             if r.offset < offset:
                                 continue
                             self._load_record(batch, r, loaded_offsets, pending_offsets, loaded_groups,
-                                              loaded_consumer_groups, loaded_share_groups)
+                                              loaded_consumer_groups, loaded_share_groups, loaded_streams_groups)
                     offset = max(offset, h.last_offset + 1)
                 yield None
             if self.shutting_down:
@@ -458,6 +467,12 @@ class GroupMetadataManager:
                 if share is not None:
                     group = GroupMetadata(gid, EMPTY, self.clock)
                     group.share = share
+                    loaded_groups[gid] = group
+            for gid, streams in loaded_streams_groups.items():
+                if streams is not None:
+                    group = GroupMetadata(gid, EMPTY, self.clock)
+                    group.streams = streams
+                    group.protocol_type = "streams"
                     loaded_groups[gid] = group
             for gid, group in loaded_groups.items():
                 if group is None:
@@ -485,7 +500,8 @@ class GroupMetadataManager:
 
     def _load_record(self, batch: rec.DecodedBatch, r: rec.Record, loaded_offsets: dict, pending_offsets: dict,
                      loaded_groups: dict, loaded_consumer_groups: dict[str, ConsumerGroup | None],
-                     loaded_share_groups: dict[str, ShareGroup | None]) -> None:
+                     loaded_share_groups: dict[str, ShareGroup | None],
+                     loaded_streams_groups: dict[str, StreamsGroup | None]) -> None:
         if r.key is None:
             log.warning("skipping keyless record at offset %d of %s", r.offset, GROUP_METADATA_TOPIC_NAME)
             return
@@ -514,6 +530,8 @@ class GroupMetadataManager:
             _replay_modern(key, r.value, loaded_consumer_groups, ConsumerGroupMetadataKey, ConsumerGroup)
         elif isinstance(key, ShareGroupRecordKey):
             _replay_modern(key, r.value, loaded_share_groups, ShareGroupMetadataKey, ShareGroup)
+        elif isinstance(key, StreamsGroupRecordKey):
+            _replay_modern(key, r.value, loaded_streams_groups, StreamsGroupMetadataKey, StreamsGroup)
         elif isinstance(key, UnknownKey):
             log.debug("ignoring record with key version %d at offset %d", key.version, r.offset)
 

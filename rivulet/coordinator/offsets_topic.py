@@ -1,8 +1,8 @@
 """Record formats of __consumer_offsets: version-prefixed keys and values, as Kafka writes them.
 
 Key versions 0 and 1 are offset commits, 2 is group metadata, 3 to 9 the records of KIP-848
-consumer groups, 10 to 15 those of KIP-932 share groups (Kafka 4's coordinator record types;
-other types, streams groups' among them, are skipped on load). A
+consumer groups, 10 to 15 those of KIP-932 share groups, 17 to 23 those of KIP-1071 streams groups
+(Kafka 4's coordinator record types; other types are skipped on load). A
 record with a null value is a tombstone.
 Values are written at the highest non-flexible version Kafka writes: OffsetCommitValue v3
 (v1 when the commit carries an explicit expire timestamp), GroupMetadataValue v3.
@@ -75,6 +75,18 @@ from rivulet.protocol.messages.share_group_target_assignment_metadata_key import
 from rivulet.protocol.messages.share_group_target_assignment_metadata_value import (
     ShareGroupTargetAssignmentMetadataValue,
 )
+from rivulet.protocol.messages.streams_group_metadata_key import StreamsGroupMetadataKey
+from rivulet.protocol.messages.streams_group_metadata_value import StreamsGroupMetadataValue
+from rivulet.protocol.messages.streams_group_topology_key import StreamsGroupTopologyKey
+from rivulet.protocol.messages.streams_group_topology_value import StreamsGroupTopologyValue
+from rivulet.protocol.messages.streams_group_member_metadata_key import StreamsGroupMemberMetadataKey
+from rivulet.protocol.messages.streams_group_member_metadata_value import StreamsGroupMemberMetadataValue
+from rivulet.protocol.messages.streams_group_target_assignment_metadata_key import StreamsGroupTargetAssignmentMetadataKey
+from rivulet.protocol.messages.streams_group_target_assignment_metadata_value import StreamsGroupTargetAssignmentMetadataValue
+from rivulet.protocol.messages.streams_group_target_assignment_member_key import StreamsGroupTargetAssignmentMemberKey
+from rivulet.protocol.messages.streams_group_target_assignment_member_value import StreamsGroupTargetAssignmentMemberValue
+from rivulet.protocol.messages.streams_group_current_member_assignment_key import StreamsGroupCurrentMemberAssignmentKey
+from rivulet.protocol.messages.streams_group_current_member_assignment_value import StreamsGroupCurrentMemberAssignmentValue
 
 GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
 OFFSET_COMMIT_VALUE_VERSION = 3
@@ -119,6 +131,14 @@ class ShareGroupRecordKey:
     value_type: type
 
 
+@dataclass(frozen=True, slots=True)
+class StreamsGroupRecordKey:
+    """A KIP-1071 streams group record: its decoded key, and how to decode its value."""
+
+    key: Any
+    value_type: type
+
+
 # Record type -> (key struct, value struct) of the consumer group records; type 4 (partition
 # metadata) is no longer written by Kafka 4.1+ and is read for nothing.
 _CONSUMER_GROUP_RECORDS = {k.API_KEY: (k, v) for k, v in (
@@ -135,6 +155,14 @@ _SHARE_GROUP_RECORDS = {k.API_KEY: (k, v) for k, v in (
     (ShareGroupTargetAssignmentMemberKey, ShareGroupTargetAssignmentMemberValue),
     (ShareGroupCurrentMemberAssignmentKey, ShareGroupCurrentMemberAssignmentValue),
     (ShareGroupStatePartitionMetadataKey, ShareGroupStatePartitionMetadataValue))}
+
+_STREAMS_GROUP_RECORDS = {k.API_KEY: (k, v) for k, v in (
+    (StreamsGroupMetadataKey, StreamsGroupMetadataValue),
+    (StreamsGroupTopologyKey, StreamsGroupTopologyValue),
+    (StreamsGroupMemberMetadataKey, StreamsGroupMemberMetadataValue),
+    (StreamsGroupTargetAssignmentMetadataKey, StreamsGroupTargetAssignmentMetadataValue),
+    (StreamsGroupTargetAssignmentMemberKey, StreamsGroupTargetAssignmentMemberValue),
+    (StreamsGroupCurrentMemberAssignmentKey, StreamsGroupCurrentMemberAssignmentValue))}
 
 
 def _prefixed(version: int, struct_obj) -> bytes:
@@ -191,15 +219,20 @@ def consumer_group_record(key: Any, value: Any) -> tuple[bytes, bytes | None]:
     return _key(key), None if value is None else _prefixed(0, value)
 
 
-def read_consumer_group_value(key: ConsumerGroupRecordKey | ShareGroupRecordKey, data: bytes | None) -> Any:
+def read_consumer_group_value(key: ConsumerGroupRecordKey | ShareGroupRecordKey | StreamsGroupRecordKey,
+                              data: bytes | None) -> Any:
     if data is None:
         return None
     (version,) = _VERSION.unpack_from(data, 0)
     return key.value_type.decode(data, version, 2)
 
 
-def read_message_key(data: bytes) -> OffsetKey | GroupKey | ConsumerGroupRecordKey | ShareGroupRecordKey | UnknownKey:
+def read_message_key(data: bytes) -> (OffsetKey | GroupKey | ConsumerGroupRecordKey | ShareGroupRecordKey
+                                      | StreamsGroupRecordKey | UnknownKey):
     (record_type,) = _VERSION.unpack_from(data, 0)
+    if record_type in _STREAMS_GROUP_RECORDS:
+        key_type, value_type = _STREAMS_GROUP_RECORDS[record_type]
+        return StreamsGroupRecordKey(key_type.decode(data, 0, 2), value_type)
     if record_type in _SHARE_GROUP_RECORDS:
         key_type, value_type = _SHARE_GROUP_RECORDS[record_type]
         return ShareGroupRecordKey(key_type.decode(data, 0, 2), value_type)

@@ -37,7 +37,7 @@ from rivulet.server.handlers.acls import AclHandlers
 from rivulet.server.handlers.configs import ConfigHandlers
 from rivulet.server.delegation_tokens import DelegationTokens
 from rivulet.server.handlers.delegation_tokens import DelegationTokenHandlers
-from rivulet.server.features import GROUP_VERSION, SHARE_VERSION, FeatureLevels
+from rivulet.server.features import GROUP_VERSION, SHARE_VERSION, STREAMS_VERSION, FeatureLevels
 from rivulet.server.handlers.features import FeatureHandlers
 from rivulet.server.handlers.controller import CLUSTER_MODE_VERSIONS, ControllerHandlers, PartitionAdmin, \
     PartitionAdminHandlers
@@ -52,6 +52,7 @@ from rivulet.server.handlers.scram import ScramHandlers
 from rivulet.server.handlers.share import ShareHandlers
 from rivulet.server.handlers.share_offsets import ShareOffsetHandlers
 from rivulet.server.handlers.share_state import ShareStateHandlers
+from rivulet.server.handlers.streams_groups import StreamsGroupHandlers
 from rivulet.server.handlers.replication import INTER_BROKER_VERSIONS, ReplicationHandlers
 from rivulet.server.handlers.topics import TopicHandlers
 from rivulet.server.handlers.transactions import TransactionHandlers
@@ -139,6 +140,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     85: (0, 1),   # WriteShareGroupState
     86: (0, 0),   # DeleteShareGroupState
     87: (0, 1),   # ReadShareGroupStateSummary
+    88: (0, 0),   # StreamsGroupHeartbeat
+    89: (0, 0),   # StreamsGroupDescribe
     90: (0, 1),   # DescribeShareGroupOffsets (v1 adds the lag)
     91: (0, 0),   # AlterShareGroupOffsets
     92: (0, 0),   # DeleteShareGroupOffsets
@@ -151,7 +154,8 @@ SHARE_GROUP_APIS = frozenset({76, 77, 78, 79, 83, 84, 85, 86, 87, 90, 91, 92})
 # APIs served only while their feature is finalized at level 1 or more (Kafka's
 # isConsumerGroupProtocolEnabled and isShareGroupProtocolEnabled); below it they are not listed.
 FEATURE_GATED_APIS: dict[int, str] = {68: GROUP_VERSION, 69: GROUP_VERSION,
-                                      **{k: SHARE_VERSION for k in SHARE_GROUP_APIS}}
+                                      **{k: SHARE_VERSION for k in SHARE_GROUP_APIS},
+                                      88: STREAMS_VERSION, 89: STREAMS_VERSION}
 
 # GetTelemetrySubscriptions and PushTelemetry: served always, listed in ApiVersions only when a
 # telemetry receiver is configured (metric.reporters), as Kafka's ApiVersionManager does.
@@ -213,6 +217,7 @@ class KafkaApis:
             TelemetryHandlers(client_metrics),
             ShareHandlers(share_partitions, topics.topic_name, authz, quotas),
             ShareOffsetHandlers(group_coordinator, authz),
+            StreamsGroupHandlers(group_coordinator, authz),
             ShareStateHandlers(share_coordinator, authz),
             GroupHandlers(group_coordinator, topics, clock, authz, metadata_cache),
             FindCoordinatorHandler(group_coordinator, txn_coordinator, config, authz, metadata_cache, cluster,

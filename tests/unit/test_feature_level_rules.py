@@ -43,10 +43,10 @@ def update(f: FeatureLevels, *updates: tuple[str, int, int], validate_only: bool
 
 def test_a_new_cluster_finalizes_what_rivulet_implements():
     f = FeatureLevels(1, supported_features(True), MemoryStore())
-    assert dict(f.finalized.levels) == {"group.version": 1, "share.version": 1}
+    assert dict(f.finalized.levels) == {"group.version": 1, "share.version": 1, "streams.version": 1}
     assert f.finalized.epoch == 0
     off = FeatureLevels(1, supported_features(False), MemoryStore())
-    assert dict(off.finalized.levels) == {"group.version": 1}
+    assert dict(off.finalized.levels) == {"group.version": 1, "streams.version": 1}
     assert off.level("share.version") == 0
 
 
@@ -61,7 +61,7 @@ def test_downgrade_and_upgrade_need_the_right_type_and_persist():
     assert update(f, ("group.version", 0, SAFE), validate_only=True) is None
     assert f.level("group.version") == 1 and store.writes == 0
     assert update(f, ("group.version", 0, UNSAFE)) is None
-    assert f.level("group.version") == 0 and store.stored == FinalizedFeatures({"share.version": 1}, 1)
+    assert f.level("group.version") == 0 and store.stored == FinalizedFeatures({"share.version": 1, "streams.version": 1}, 1)
     e = update(f, ("group.version", 1, SAFE))
     assert e is not None and "Can't downgrade to a newer version." in (e.message or "")
     assert update(f, ("group.version", 1, UP)) is None

@@ -1,0 +1,729 @@
+"""KIP-1071 streams groups as the coordinator keeps them (Kafka's StreamsGroup and
+StreamsGroupMember), and StreamsGroupHeartbeat's steps.
+
+A streams group is a modern group whose unit of work is a task (a subtopology and a partition)
+rather than a partition: the members send the application's topology when they join, the
+coordinator works out the internal topics it needs (repartition topics sized from their writers,
+changelogs one partition per task), and a server-side assignor hands out active and standby
+tasks. As in a KIP-848 consumer group an active task moves only once its old owner revoked it:
+the old owner keeps its epoch until it reports the task gone, and the new one is given the task
+only after that.
+
+The state changes in memory; the service (``streams_group_service``) writes the ``StreamsGroup*``
+records of ``__consumer_offsets`` that changed (``snapshot``), which a coordinator taking the
+group over replays, keeps the sessions and creates the internal topics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from typing import Mapping, TypeVar
+
+from rivulet.common.cluster import MetadataView
+from rivulet.coordinator.consumer_group import LEAVE_GROUP_MEMBER_EPOCH
+from rivulet.coordinator.consumer_heartbeat import HeartbeatError
+from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.messages import (
+    streams_group_current_member_assignment_value as cav,
+    streams_group_heartbeat_request as rq,
+    streams_group_member_metadata_value as mv,
+    streams_group_target_assignment_member_value as tav,
+    streams_group_topology_value as tv,
+)
+from rivulet.protocol.messages.streams_group_current_member_assignment_key import (
+    StreamsGroupCurrentMemberAssignmentKey,
+)
+from rivulet.protocol.messages.streams_group_current_member_assignment_value import (
+    StreamsGroupCurrentMemberAssignmentValue,
+)
+from rivulet.protocol.messages.streams_group_heartbeat_request import Topology
+from rivulet.protocol.messages.streams_group_member_metadata_key import StreamsGroupMemberMetadataKey
+from rivulet.protocol.messages.streams_group_member_metadata_value import StreamsGroupMemberMetadataValue
+from rivulet.protocol.messages.streams_group_metadata_key import StreamsGroupMetadataKey
+from rivulet.protocol.messages.streams_group_metadata_value import StreamsGroupMetadataValue
+from rivulet.protocol.messages.streams_group_target_assignment_member_key import (
+    StreamsGroupTargetAssignmentMemberKey,
+)
+from rivulet.protocol.messages.streams_group_target_assignment_member_value import (
+    StreamsGroupTargetAssignmentMemberValue,
+)
+from rivulet.protocol.messages.streams_group_target_assignment_metadata_key import (
+    StreamsGroupTargetAssignmentMetadataKey,
+)
+from rivulet.protocol.messages.streams_group_target_assignment_metadata_value import (
+    StreamsGroupTargetAssignmentMetadataValue,
+)
+from rivulet.protocol.messages.streams_group_topology_key import StreamsGroupTopologyKey
+from rivulet.protocol.messages.streams_group_topology_value import StreamsGroupTopologyValue
+
+LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
+STREAMS_PROTOCOL_TYPE = "streams"
+ASSIGNOR_NAME = "sticky"  # Kafka 4.3's only server-side streams assignor
+
+T = TypeVar("T")
+Record = tuple[object, object]
+"""A ``__consumer_offsets`` record of a streams group: its key struct, and its value or None."""
+Tasks = Mapping[str, frozenset[int]]
+"""Tasks by subtopology id: the partitions of each."""
+
+
+class StatusCode(enum.IntEnum):
+    """The status codes of StreamsGroupHeartbeatResponse (KIP-1071)."""
+
+    STALE_TOPOLOGY = 0
+    MISSING_SOURCE_TOPICS = 1
+    INCORRECTLY_PARTITIONED_TOPICS = 2
+    MISSING_INTERNAL_TOPICS = 3
+    SHUTDOWN_APPLICATION = 4
+    ASSIGNMENT_DELAYED = 5
+
+
+class StreamsGroupState(str, enum.Enum):
+    EMPTY = "Empty"
+    NOT_READY = "NotReady"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+class StreamsMemberState(str, enum.Enum):
+    STABLE = "STABLE"
+    UNREVOKED_TASKS = "UNREVOKED_TASKS"
+    UNRELEASED_TASKS = "UNRELEASED_TASKS"
+
+
+@dataclass(frozen=True)
+class StreamsGroupConfig:
+    """The broker's ``group.streams.*`` settings (a group's own configs override the first three)."""
+
+    heartbeat_interval_ms: int = 5000
+    session_timeout_ms: int = 45000
+    num_standby_replicas: int = 0
+    # Kafka Streams' defaults, which the coordinator hands to its members.
+    acceptable_recovery_lag: int = 10000
+    task_offset_interval_ms: int = 60000
+
+
+@dataclass(frozen=True)
+class Assignment:
+    active: Tasks = field(default_factory=dict)
+    standby: Tasks = field(default_factory=dict)
+    warmup: Tasks = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StreamsGroupMember:
+    member_id: str
+    member_epoch: int = 0
+    previous_member_epoch: int = 0
+    state: StreamsMemberState = StreamsMemberState.STABLE
+    instance_id: str | None = None
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    rebalance_timeout_ms: int = -1
+    topology_epoch: int = 0
+    process_id: str = ""
+    user_endpoint: tuple[str, int] | None = None
+    client_tags: tuple[tuple[str, str], ...] = ()
+    assigned: Assignment = field(default_factory=Assignment)
+    # Active tasks the member was told to give up and has not yet reported gone.
+    pending_revocation: Tasks = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TopicNeed:
+    """An internal topic the topology needs: its partitions and configs."""
+
+    name: str
+    partitions: int
+    configs: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass
+class ConfiguredTopology:
+    """The topology checked against the cluster (Kafka's ConfiguredTopology): how many tasks each
+    subtopology has, the internal topics that do not exist yet, and why it cannot run if not."""
+
+    tasks: dict[str, int] = field(default_factory=dict)
+    missing_internal: list[TopicNeed] = field(default_factory=list)
+    status: list[tuple[StatusCode, str]] = field(default_factory=list)
+
+    @property
+    def ready(self) -> bool:
+        return not self.status and not self.missing_internal
+
+
+class StreamsGroup:
+    """One streams group's state."""
+
+    def __init__(self, group_id: str) -> None:
+        self.group_id = group_id
+        self.group_epoch = 0
+        self.members: dict[str, StreamsGroupMember] = {}
+        self.static_members: dict[str, str] = {}  # instance id -> member id
+        self.topology: Topology | None = None
+        self.configured: ConfiguredTopology | None = None
+        self.partition_hash = 0  # the partition counts of the topics the topology reads
+        self.target: dict[str, Assignment] = {}
+        self.target_epoch = 0
+        self.endpoint_information_epoch = 0
+        self.shutdown_requested = False
+        self.gone_members: set[str] = set()  # removed since their tombstones were last written
+
+    def state(self) -> StreamsGroupState:
+        if not self.members:
+            return StreamsGroupState.EMPTY
+        if self.configured is None or not self.configured.ready:
+            return StreamsGroupState.NOT_READY
+        if self.target_epoch != self.group_epoch:
+            return StreamsGroupState.ASSIGNING
+        if any(m.member_epoch != self.target_epoch or m.state != StreamsMemberState.STABLE
+               for m in self.members.values()):
+            return StreamsGroupState.RECONCILING
+        return StreamsGroupState.STABLE
+
+    def replay(self, key: object, value: object) -> None:
+        """Apply one ``StreamsGroup*`` record loaded from ``__consumer_offsets``."""
+        _replay(self, key, value)
+
+    def delete_records(self) -> list[Record]:
+        """Removing the group (it must be empty): its records' tombstones, the group's last."""
+        gid = self.group_id
+        records: list[Record] = [r for m in self.members for r in member_tombstones(gid, m)]
+        return records + [(StreamsGroupTargetAssignmentMetadataKey(group_id=gid), None),
+                          (StreamsGroupTopologyKey(group_id=gid), None), (StreamsGroupMetadataKey(group_id=gid), None)]
+
+    def owners_of_active(self, exclude: str) -> dict[tuple[str, int], str]:
+        """Active tasks owned, or still being revoked, by members other than ``exclude``."""
+        owners: dict[tuple[str, int], str] = {}
+        for m in self.members.values():
+            if m.member_id == exclude:
+                continue
+            for tasks in (m.assigned.active, m.pending_revocation):
+                for sub, ps in tasks.items():
+                    for p in ps:
+                        owners[(sub, p)] = m.member_id
+        return owners
+
+
+# ---------------------------------------------------------------- topology
+
+
+def configure_topology(topology: Topology, topics: MetadataView) -> ConfiguredTopology:
+    """Kafka's InternalTopicManager.configureTopics: the source topics must exist; a repartition
+    topic without a fixed count gets the most partitions of the subtopologies writing to it; a
+    changelog gets one partition per task of its subtopology."""
+    out = ConfiguredTopology()
+    missing_sources = sorted({t for s in topology.subtopologies for t in s.source_topics if topics.get(t) is None})
+    if missing_sources:
+        out.status.append((StatusCode.MISSING_SOURCE_TOPICS, f"Source topics {', '.join(missing_sources)} are missing."))
+        return out
+    repartition: dict[str, int] = {}
+    fixed = {r.name: r.partitions for s in topology.subtopologies for r in s.repartition_source_topics
+             if r.partitions > 0}
+    repartition.update(fixed)
+
+    def count_of(sub_id: str) -> int | None:
+        sub = next(s for s in topology.subtopologies if s.subtopology_id == sub_id)
+        counts = []
+        for t in sub.source_topics:
+            info = topics.get(t)
+            counts.append(info.num_partitions if info is not None else 0)
+        for r in sub.repartition_source_topics:
+            if r.name not in repartition:
+                return None
+            counts.append(repartition[r.name])
+        return max(counts) if counts else None
+
+    # Repartition topics: sized from their writers, until nothing changes.
+    changed = True
+    while changed:
+        changed = False
+        for s in topology.subtopologies:
+            n = count_of(s.subtopology_id)
+            if n is None:
+                continue
+            for sink in s.repartition_sink_topics:
+                if sink not in fixed and repartition.get(sink, 0) < n:
+                    repartition[sink] = n
+                    changed = True
+    for s in topology.subtopologies:
+        n = count_of(s.subtopology_id)
+        if n is None:
+            out.status.append((StatusCode.INCORRECTLY_PARTITIONED_TOPICS,
+                               f"The partition count of the repartition topics of subtopology {s.subtopology_id} "
+                               "could not be determined."))
+            return out
+        out.tasks[s.subtopology_id] = n
+    needs: list[TopicNeed] = []
+    for s in topology.subtopologies:
+        for r in s.repartition_source_topics:
+            needs.append(TopicNeed(r.name, repartition[r.name], tuple((c.key, c.value) for c in r.topic_configs)))
+        for c in s.state_changelog_topics:
+            needs.append(TopicNeed(c.name, out.tasks[s.subtopology_id],
+                                   tuple((k.key, k.value) for k in c.topic_configs)))
+    for need in needs:
+        info = topics.get(need.name)
+        if info is None:
+            if need not in out.missing_internal:
+                out.missing_internal.append(need)
+        elif info.num_partitions != need.partitions:
+            out.status.append((StatusCode.INCORRECTLY_PARTITIONED_TOPICS,
+                               f"Existing internal topic {need.name} has invalid number of partitions: expected "
+                               f"{need.partitions}, but found {info.num_partitions}."))
+    return out
+
+
+def partition_hash(topology: Topology | None, topics: MetadataView) -> int:
+    """What moves the group epoch when a topic the topology reads changes."""
+    if topology is None:
+        return 0
+    names = sorted({t for s in topology.subtopologies for t in s.source_topics}
+                   | {r.name for s in topology.subtopologies for r in s.repartition_source_topics}
+                   | {c.name for s in topology.subtopologies for c in s.state_changelog_topics})
+    counts = []
+    for n in names:
+        info = topics.get(n)
+        counts.append((n, info.num_partitions if info is not None else -1))
+    return hash(tuple(counts))
+
+
+# ---------------------------------------------------------------- assignor
+
+
+def assign(members: Mapping[str, StreamsGroupMember], tasks: Mapping[str, int],
+           previous: Mapping[str, Assignment], num_standby_replicas: int) -> dict[str, Assignment]:
+    """A sticky assignor (after Kafka's StickyTaskAssignor): every active task stays with the
+    member that has it in the previous target while that member stays under its fair share;
+    the rest go to the least loaded members. Standby replicas go to the least loaded members of
+    other processes than the task's active one."""
+    ids = sorted(members)
+    if not ids:
+        return {}
+    all_tasks = [(sub, p) for sub in sorted(tasks) for p in range(tasks[sub])]
+    active: dict[str, set[tuple[str, int]]] = {m: set() for m in ids}
+    fair = -(-len(all_tasks) // len(ids))  # ceil
+    unassigned = []
+    owner_of = {(sub, p): m for m, a in previous.items() if m in active
+                for sub, ps in a.active.items() for p in ps}
+    for task in all_tasks:
+        m = owner_of.get(task)
+        if m is not None and len(active[m]) < fair:
+            active[m].add(task)
+        else:
+            unassigned.append(task)
+    for task in unassigned:
+        m = min(ids, key=lambda i: (len(active[i]), i))
+        active[m].add(task)
+
+    standby: dict[str, set[tuple[str, int]]] = {m: set() for m in ids}
+    if num_standby_replicas > 0:
+        active_owner = {t: m for m, ts in active.items() for t in ts}
+        prev_standby = {m: {(sub, p) for sub, ps in a.standby.items() for p in ps} for m, a in previous.items()}
+        for task in all_tasks:
+            used = {members[active_owner[task]].process_id}
+            for _ in range(num_standby_replicas):
+                candidates = [m for m in ids if members[m].process_id not in used]
+                if not candidates:
+                    break
+                # Sticky: a member that had the standby before keeps it.
+                m = min(candidates, key=lambda i: (task not in prev_standby.get(i, set()),
+                                                   len(active[i]) + len(standby[i]), i))
+                standby[m].add(task)
+                used.add(members[m].process_id)
+    return {m: Assignment(active=_tasks(active[m]), standby=_tasks(standby[m])) for m in ids}
+
+
+def _tasks(pairs: set[tuple[str, int]]) -> dict[str, frozenset[int]]:
+    out: dict[str, set[int]] = {}
+    for sub, p in pairs:
+        out.setdefault(sub, set()).add(p)
+    return {sub: frozenset(ps) for sub, ps in out.items()}
+
+
+def _minus(a: Tasks, b: Tasks) -> dict[str, frozenset[int]]:
+    return {sub: ps - b.get(sub, frozenset()) for sub, ps in a.items() if ps - b.get(sub, frozenset())}
+
+
+def _intersects(a: Tasks, b: Tasks) -> bool:
+    return any(ps & b.get(sub, frozenset()) for sub, ps in a.items())
+
+
+# ---------------------------------------------------------------- StreamsGroupHeartbeat
+
+
+@dataclass
+class StreamsHeartbeatRequest:
+    """StreamsGroupHeartbeat's fields, None where the member sent no change."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    rebalance_timeout_ms: int = -1
+    instance_id: str | None = None
+    rack_id: str | None = None
+    topology: Topology | None = None
+    active_tasks: Tasks | None = None
+    standby_tasks: Tasks | None = None
+    warmup_tasks: Tasks | None = None
+    process_id: str | None = None
+    user_endpoint: tuple[str, int] | None = None
+    client_tags: tuple[tuple[str, str], ...] | None = None
+    shutdown_application: bool = False
+    client_id: str = ""
+    client_host: str = ""
+
+
+@dataclass
+class StreamsHeartbeatResult:
+    error: ErrorCode = ErrorCode.NONE
+    error_message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    acceptable_recovery_lag: int = 0
+    task_offset_interval_ms: int = 0
+    status: list[tuple[StatusCode, str]] = field(default_factory=list)
+    assignment: Assignment | None = None  # None: unchanged since the member's last heartbeat
+    endpoint_information_epoch: int = 0
+    session_timeout_ms: int | None = None
+    cancel_session: bool = False
+    missing_internal_topics: list[TopicNeed] = field(default_factory=list)
+
+
+def validate(req: StreamsHeartbeatRequest) -> None:
+    """Kafka's checks of a StreamsGroupHeartbeat before it looks at the group (INVALID_REQUEST)."""
+    def invalid(message: str) -> HeartbeatError:
+        return HeartbeatError(ErrorCode.INVALID_REQUEST, message)
+    if req.topology is not None and any(s.source_topic_regex for s in req.topology.subtopologies):
+        raise invalid("Regular expressions for source topics are not supported yet.")
+    for value, what in ((req.member_id, "MemberId"), (req.group_id, "GroupId"), (req.instance_id, "InstanceId"),
+                        (req.rack_id, "RackId")):
+        if value is not None and not value.strip():
+            raise invalid(f"{what} can't be empty.")
+    if req.member_epoch == 0:
+        if req.rebalance_timeout_ms == -1:
+            raise invalid("RebalanceTimeoutMs must be provided in first request.")
+        for tasks, what in ((req.active_tasks, "ActiveTasks"), (req.standby_tasks, "StandbyTasks"),
+                            (req.warmup_tasks, "WarmupTasks")):
+            if tasks:
+                raise invalid(f"{what} must be empty when (re-)joining.")
+        if req.topology is None:
+            raise invalid("Topology must be non-null when (re-)joining.")
+        for s in req.topology.subtopologies:
+            for c in s.state_changelog_topics:
+                if c.partitions != 0:
+                    raise HeartbeatError(ErrorCode.STREAMS_INVALID_TOPOLOGY,
+                                         f"Changelog topic {c.name} must have an undefined partition count, "
+                                         f"but it is set to {c.partitions}.")
+    elif req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        if req.instance_id is None:
+            raise invalid("InstanceId can't be null.")
+    elif req.member_epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        raise invalid(f"MemberEpoch is {req.member_epoch}, but must be greater than or equal to -2.")
+    given = [t is not None for t in (req.active_tasks, req.standby_tasks, req.warmup_tasks)]
+    if any(given) and not all(given):
+        raise invalid("If one task-type is non-null, all must be non-null.")
+    if req.member_epoch != 0 and req.topology is not None:
+        raise invalid("Topology can only be provided when (re-)joining.")
+
+
+def heartbeat(group: StreamsGroup, req: StreamsHeartbeatRequest, topics: MetadataView,
+              config: StreamsGroupConfig) -> StreamsHeartbeatResult:
+    """Answer a validated heartbeat of a member that is not leaving, changing ``group``."""
+    member = group.members.get(req.member_id)
+    if req.instance_id is not None and member is None and req.member_epoch == 0:
+        # A static member rejoining under a new member id takes its predecessor's place.
+        old_id = group.static_members.get(req.instance_id)
+        old = group.members.pop(old_id, None) if old_id is not None else None
+        if old is not None:
+            group.gone_members.add(old.member_id)
+            member = dataclasses.replace(old, member_id=req.member_id)
+            group.target[req.member_id] = group.target.pop(old.member_id, Assignment())
+    if member is None:
+        if req.member_epoch != 0:
+            raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                 f"Member {req.member_id} is not a member of group {group.group_id}.")
+        member = StreamsGroupMember(req.member_id)
+    elif req.member_epoch != 0 or req.member_id in group.members:
+        _check_epoch(member, req.member_epoch, req.active_tasks)
+    joined = req.member_id not in group.members
+
+    status: list[tuple[StatusCode, str]] = []
+    bump = joined
+    if req.topology is not None:
+        if group.topology is None or not group.members or (len(group.members) == 1 and not joined):
+            if group.topology is None or group.topology.epoch != req.topology.epoch:
+                group.topology = req.topology
+                bump = True
+        elif req.topology.epoch != group.topology.epoch:
+            status.append((StatusCode.STALE_TOPOLOGY,
+                           f"The member's topology epoch {req.topology.epoch} does not match the broker's "
+                           f"topology epoch {group.topology.epoch}."))
+    # Fields the member did not send (None; -1 for the rebalance timeout) stay as they were.
+    updated = dataclasses.replace(
+        member, instance_id=_or(req.instance_id, member.instance_id), rack_id=_or(req.rack_id, member.rack_id),
+        rebalance_timeout_ms=_or(None if req.rebalance_timeout_ms == -1 else req.rebalance_timeout_ms,
+                                 member.rebalance_timeout_ms),
+        topology_epoch=_or(req.topology.epoch if req.topology is not None else None, member.topology_epoch),
+        process_id=_or(req.process_id, member.process_id), user_endpoint=_or(req.user_endpoint, member.user_endpoint),
+        client_tags=_or(req.client_tags, member.client_tags), client_id=req.client_id, client_host=req.client_host)
+    if updated.user_endpoint != member.user_endpoint or joined:
+        group.endpoint_information_epoch += 1
+    if updated.process_id != member.process_id or updated.client_tags != member.client_tags:
+        bump = True
+    group.members[req.member_id] = updated
+    if updated.instance_id is not None:
+        group.static_members[updated.instance_id] = req.member_id
+    if req.shutdown_application:
+        group.shutdown_requested = True
+
+    hashed = partition_hash(group.topology, topics)
+    if hashed != group.partition_hash:
+        group.partition_hash = hashed
+        bump = True
+    if bump or group.configured is None:
+        group.configured = configure_topology(group.topology, topics) if group.topology is not None else None
+    if bump:
+        group.group_epoch += 1
+    configured = group.configured
+    if configured is not None:
+        status += configured.status
+        if configured.missing_internal:
+            status.append((StatusCode.MISSING_INTERNAL_TOPICS, "Internal topics are missing: "
+                           f"[{', '.join(t.name for t in configured.missing_internal)}]"))
+    if group.shutdown_requested:
+        status.append((StatusCode.SHUTDOWN_APPLICATION,
+                       "A KafkaStreams instance encountered a fatal error and requested a shutdown for the entire "
+                       "application."))
+
+    if group.group_epoch > group.target_epoch:
+        tasks = configured.tasks if configured is not None and configured.ready else {}
+        group.target = assign(group.members, tasks, group.target, config.num_standby_replicas)
+        group.target_epoch = group.group_epoch
+
+    before = updated.assigned
+    updated = _reconcile(group, updated, req.active_tasks)
+    group.members[req.member_id] = updated
+    result = StreamsHeartbeatResult(
+        member_id=req.member_id, member_epoch=updated.member_epoch, heartbeat_interval_ms=config.heartbeat_interval_ms,
+        acceptable_recovery_lag=config.acceptable_recovery_lag,
+        task_offset_interval_ms=config.task_offset_interval_ms, status=status,
+        endpoint_information_epoch=group.endpoint_information_epoch,
+        session_timeout_ms=config.session_timeout_ms,
+        missing_internal_topics=list(configured.missing_internal) if configured is not None else [])
+    if req.member_epoch == 0 or updated.assigned != before or req.active_tasks is None and joined:
+        result.assignment = updated.assigned
+    return result
+
+
+def _or(given: T | None, current: T) -> T:
+    return current if given is None else given
+
+
+def _reconcile(group: StreamsGroup, member: StreamsGroupMember, owned: Tasks | None) -> StreamsGroupMember:
+    """Move the member towards its target: active tasks it must give up first (it keeps its
+    epoch until it reports them gone), then the target's tasks no other member still holds."""
+    target = group.target.get(member.member_id, Assignment())
+    if member.pending_revocation:
+        if owned is None or _intersects(owned, member.pending_revocation):
+            return member  # still revoking (a member reports its tasks once they change)
+        member = dataclasses.replace(member, pending_revocation={})
+    revoke = _minus(member.assigned.active, target.active)
+    if revoke and member.member_epoch != 0:
+        return dataclasses.replace(
+            member, state=StreamsMemberState.UNREVOKED_TASKS, pending_revocation=revoke,
+            assigned=dataclasses.replace(member.assigned, active=_minus(member.assigned.active, revoke)))
+    held = group.owners_of_active(member.member_id)
+    active = {sub: frozenset(p for p in ps if (sub, p) not in held) for sub, ps in target.active.items()}
+    active = {sub: ps for sub, ps in active.items() if ps}
+    standby = dict(target.standby)  # the assignor never puts a standby in its active task's process
+    state = StreamsMemberState.STABLE if active == dict(target.active) else StreamsMemberState.UNRELEASED_TASKS
+    epoch = group.target_epoch
+    return dataclasses.replace(
+        member, member_epoch=epoch,
+        previous_member_epoch=member.member_epoch if epoch != member.member_epoch else member.previous_member_epoch,
+        state=state, assigned=Assignment(active=active, standby=standby, warmup={}))
+
+
+def leave(group: StreamsGroup, member_id: str, instance_id: str | None, epoch: int) -> StreamsHeartbeatResult:
+    """A member leaving (epoch -1), or a static member's temporary leave (-2: it keeps its
+    place and tasks until its session runs out)."""
+    if member_id not in group.members:
+        raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
+                             f"Member {member_id} is not a member of group {group.group_id}.")
+    if epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        group.members[member_id] = dataclasses.replace(group.members[member_id],
+                                                       member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH)
+        return StreamsHeartbeatResult(member_id=member_id, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH)
+    fence(group, member_id)
+    return StreamsHeartbeatResult(member_id=member_id, member_epoch=LEAVE_GROUP_MEMBER_EPOCH, cancel_session=True)
+
+
+def fence(group: StreamsGroup, member_id: str) -> None:
+    """Remove a member (it left, or its session expired); the group epoch moves so that the
+    target assignment is computed again without it."""
+    member = group.members.pop(member_id, None)
+    group.target.pop(member_id, None)
+    group.gone_members.add(member_id)
+    if member is not None and member.instance_id is not None and \
+            group.static_members.get(member.instance_id) == member_id:
+        del group.static_members[member.instance_id]
+    group.group_epoch += 1
+    group.endpoint_information_epoch += 1
+    if not group.members:
+        group.shutdown_requested = False
+
+
+def _check_epoch(member: StreamsGroupMember, received: int, owned: Tasks | None) -> None:
+    if received > member.member_epoch:
+        raise HeartbeatError(ErrorCode.FENCED_MEMBER_EPOCH,
+                             f"The streams group member has a greater member epoch ({received}) than the one known "
+                             f"by the group coordinator ({member.member_epoch}). The member must abandon all its "
+                             "tasks and rejoin.")
+    if received < member.member_epoch:
+        # The previous epoch is accepted while the member owns no more than it was given:
+        # the response that carried the new one may have been lost.
+        allowed = received == member.previous_member_epoch and (
+            owned is None or not _minus(owned, member.assigned.active))
+        if not allowed:
+            raise HeartbeatError(ErrorCode.FENCED_MEMBER_EPOCH,
+                                 f"The streams group member has a smaller member epoch ({received}) than the one "
+                                 f"known by the group coordinator ({member.member_epoch}). The member must abandon "
+                                 "all its tasks and rejoin.")
+
+
+# ---------------------------------------------------------------- records of __consumer_offsets
+
+
+def _task_ids(cls: type, tasks: Tasks) -> list:
+    return [cls(subtopology_id=s, partitions=sorted(ps)) for s, ps in sorted(tasks.items()) if ps]
+
+
+def _tasks_of(ids: list) -> dict[str, frozenset[int]]:
+    return {t.subtopology_id: frozenset(t.partitions) for t in ids if t.partitions}
+
+
+def _topic_infos(cls: type, kv: type, infos: list) -> list:
+    return [cls(name=t.name, partitions=t.partitions, replication_factor=t.replication_factor,
+                topic_configs=[kv(key=c.key, value=c.value) for c in t.topic_configs]) for t in infos]
+
+
+def _copy_topology(topology: object, top: type, sub: type, info: type, kv: type, copart: type) -> object:
+    """The topology as another of the schemas' identical shapes (request <-> record)."""
+    return top(epoch=topology.epoch, subtopologies=[sub(  # type: ignore[attr-defined]
+        subtopology_id=s.subtopology_id, source_topics=list(s.source_topics),
+        source_topic_regex=list(s.source_topic_regex),
+        state_changelog_topics=_topic_infos(info, kv, s.state_changelog_topics),
+        repartition_sink_topics=list(s.repartition_sink_topics),
+        repartition_source_topics=_topic_infos(info, kv, s.repartition_source_topics),
+        copartition_groups=[copart(source_topics=list(c.source_topics), source_topic_regex=list(c.source_topic_regex),
+                                   repartition_source_topics=list(c.repartition_source_topics))
+                            for c in s.copartition_groups])
+        for s in topology.subtopologies])  # type: ignore[attr-defined]
+
+
+def snapshot(group: StreamsGroup) -> list[Record]:
+    """The group's state as the ``StreamsGroup*`` records: written where they differ from the
+    last ones written, and replayed (``StreamsGroup.replay``) when a coordinator loads the group."""
+    gid = group.group_id
+    records: list[Record] = [(StreamsGroupMetadataKey(group_id=gid), StreamsGroupMetadataValue(
+        epoch=group.group_epoch, metadata_hash=0,  # the partition hash is worked out again on load
+        validated_topology_epoch=group.topology.epoch if group.topology is not None else -1))]
+    if group.topology is not None:
+        records.append((StreamsGroupTopologyKey(group_id=gid), _copy_topology(
+            group.topology, StreamsGroupTopologyValue, tv.Subtopology, tv.TopicInfo, tv.TopicConfig,
+            tv.CopartitionGroup)))
+    for m in group.members.values():
+        records.append((StreamsGroupMemberMetadataKey(group_id=gid, member_id=m.member_id),
+                        StreamsGroupMemberMetadataValue(
+                            instance_id=m.instance_id, rack_id=m.rack_id, client_id=m.client_id,
+                            client_host=m.client_host, rebalance_timeout_ms=m.rebalance_timeout_ms,
+                            topology_epoch=m.topology_epoch, process_id=m.process_id,
+                            user_endpoint=None if m.user_endpoint is None
+                            else mv.Endpoint(host=m.user_endpoint[0], port=m.user_endpoint[1]),
+                            client_tags=[mv.KeyValue(key=k, value=v) for k, v in m.client_tags])))
+        target = group.target.get(m.member_id, Assignment())
+        records.append((StreamsGroupTargetAssignmentMemberKey(group_id=gid, member_id=m.member_id),
+                        StreamsGroupTargetAssignmentMemberValue(
+                            active_tasks=_task_ids(tav.TaskIds, target.active),
+                            standby_tasks=_task_ids(tav.TaskIds, target.standby),
+                            warmup_tasks=_task_ids(tav.TaskIds, target.warmup))))
+        records.append((StreamsGroupCurrentMemberAssignmentKey(group_id=gid, member_id=m.member_id),
+                        StreamsGroupCurrentMemberAssignmentValue(
+                            member_epoch=m.member_epoch, previous_member_epoch=m.previous_member_epoch,
+                            state=_STATE_CODES[m.state], active_tasks=_task_ids(cav.TaskIds, m.assigned.active),
+                            standby_tasks=_task_ids(cav.TaskIds, m.assigned.standby),
+                            warmup_tasks=_task_ids(cav.TaskIds, m.assigned.warmup),
+                            active_tasks_pending_revocation=_task_ids(cav.TaskIds, m.pending_revocation),
+                            standby_tasks_pending_revocation=[], warmup_tasks_pending_revocation=[])))
+    records.append((StreamsGroupTargetAssignmentMetadataKey(group_id=gid),
+                    StreamsGroupTargetAssignmentMetadataValue(assignment_epoch=group.target_epoch)))
+    return records
+
+
+def member_tombstones(group_id: str, member_id: str) -> list[Record]:
+    return [(StreamsGroupCurrentMemberAssignmentKey(group_id=group_id, member_id=member_id), None),
+            (StreamsGroupTargetAssignmentMemberKey(group_id=group_id, member_id=member_id), None),
+            (StreamsGroupMemberMetadataKey(group_id=group_id, member_id=member_id), None)]
+
+
+# Kafka's MemberState codes in StreamsGroupCurrentMemberAssignmentValue.
+_STATE_CODES = {StreamsMemberState.STABLE: 0, StreamsMemberState.UNREVOKED_TASKS: 1,
+                StreamsMemberState.UNRELEASED_TASKS: 2}
+_STATES = {v: k for k, v in _STATE_CODES.items()}
+
+
+def _replay(self: StreamsGroup, key: object, value: object) -> None:
+    """Apply one loaded record (``value`` None: a tombstone)."""
+    if isinstance(key, StreamsGroupMetadataKey):
+        if isinstance(value, StreamsGroupMetadataValue):
+            self.group_epoch = value.epoch
+    elif isinstance(key, StreamsGroupTopologyKey):
+        self.topology = None if value is None else _copy_topology(  # type: ignore[assignment]
+            value, Topology, rq.Subtopology, rq.TopicInfo, rq.KeyValue, rq.CopartitionGroup)
+        self.configured = None
+    elif isinstance(key, StreamsGroupMemberMetadataKey):
+        if value is None:
+            self.members.pop(key.member_id, None)
+            self.target.pop(key.member_id, None)
+            return
+        assert isinstance(value, StreamsGroupMemberMetadataValue)
+        old = self.members.get(key.member_id) or StreamsGroupMember(key.member_id)
+        endpoint = value.user_endpoint
+        self.members[key.member_id] = dataclasses.replace(
+            old, instance_id=value.instance_id, rack_id=value.rack_id, client_id=value.client_id,
+            client_host=value.client_host, rebalance_timeout_ms=value.rebalance_timeout_ms,
+            topology_epoch=value.topology_epoch, process_id=value.process_id,
+            user_endpoint=None if endpoint is None else (endpoint.host, endpoint.port),
+            client_tags=tuple((t.key, t.value) for t in value.client_tags))
+        if value.instance_id is not None:
+            self.static_members[value.instance_id] = key.member_id
+    elif isinstance(key, StreamsGroupCurrentMemberAssignmentKey):
+        if value is None or key.member_id not in self.members and not isinstance(
+                value, StreamsGroupCurrentMemberAssignmentValue):
+            return
+        assert isinstance(value, StreamsGroupCurrentMemberAssignmentValue)
+        old = self.members.get(key.member_id) or StreamsGroupMember(key.member_id)
+        self.members[key.member_id] = dataclasses.replace(
+            old, member_epoch=value.member_epoch, previous_member_epoch=value.previous_member_epoch,
+            state=_STATES.get(value.state, StreamsMemberState.STABLE),
+            assigned=Assignment(active=_tasks_of(value.active_tasks), standby=_tasks_of(value.standby_tasks),
+                                warmup=_tasks_of(value.warmup_tasks)),
+            pending_revocation=_tasks_of(value.active_tasks_pending_revocation))
+    elif isinstance(key, StreamsGroupTargetAssignmentMemberKey):
+        if value is None:
+            self.target.pop(key.member_id, None)
+        else:
+            assert isinstance(value, StreamsGroupTargetAssignmentMemberValue)
+            self.target[key.member_id] = Assignment(active=_tasks_of(value.active_tasks),
+                                                    standby=_tasks_of(value.standby_tasks),
+                                                    warmup=_tasks_of(value.warmup_tasks))
+    elif isinstance(key, StreamsGroupTargetAssignmentMetadataKey):
+        if isinstance(value, StreamsGroupTargetAssignmentMetadataValue):
+            self.target_epoch = value.assignment_epoch
+

@@ -1,0 +1,370 @@
+"""KIP-1071 streams groups against a real broker, with raw StreamsGroupHeartbeat and
+StreamsGroupDescribe requests through Rivulet's own connection: a member's topology gets its
+internal topics created, a second member gets tasks once the first revoked them, the group survives a
+broker restart, a silent member's
+session expires and its tasks move, and the group is listed with its type; Kafka's
+kafka-streams-groups.sh lists and describes it."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rivulet.client.connection import BrokerConnection
+from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.messages import create_topics_request as ctq
+from rivulet.protocol.messages import join_group_request as jgq
+from rivulet.protocol.messages import list_groups_request as lgq
+from rivulet.protocol.messages import metadata_request as mq
+from rivulet.protocol.messages import offset_commit_request as ocq
+from rivulet.protocol.messages import streams_group_describe_request as sgdq
+from rivulet.protocol.messages import streams_group_heartbeat_request as sghq
+from rivulet.testing import BrokerProcess
+from tests import java_tools as jt
+
+pytestmark = pytest.mark.integration
+
+# Short sessions so that a silent member is fenced within seconds (the bounds allow it).
+BROKER = {"group.streams.min.session.timeout.ms": "2000", "group.streams.session.timeout.ms": "3000",
+          "group.streams.min.heartbeat.interval.ms": "500", "group.streams.heartbeat.interval.ms": "500"}
+GROUP, TOPIC = "wordcount", "streams-it-input"
+REPARTITION, CHANGELOG = "wordcount-counts-repartition", "wordcount-counts-changelog"
+
+TOPOLOGY = sghq.Topology(epoch=1, subtopologies=[
+    sghq.Subtopology(subtopology_id="0", source_topics=[TOPIC], source_topic_regex=[], state_changelog_topics=[],
+                     repartition_sink_topics=[REPARTITION], repartition_source_topics=[], copartition_groups=[]),
+    sghq.Subtopology(subtopology_id="1", source_topics=[], source_topic_regex=[],
+                     state_changelog_topics=[sghq.TopicInfo(name=CHANGELOG, topic_configs=[])],
+                     repartition_sink_topics=[],
+                     repartition_source_topics=[sghq.TopicInfo(name=REPARTITION, topic_configs=[])],
+                     copartition_groups=[]),
+])
+
+
+def tasks(ids: list[Any] | None) -> set[tuple[str, int]] | None:
+    return None if ids is None else {(t.subtopology_id, p) for t in ids for p in t.partitions}
+
+
+def ids(held: set[tuple[str, int]]) -> list[sghq.TaskIds]:
+    subs = sorted({s for s, _ in held})
+    return [sghq.TaskIds(subtopology_id=s, partitions=sorted(p for t, p in held if t == s)) for s in subs]
+
+
+class Member:
+    """A member as Kafka Streams runs one: it reports the tasks it holds, and takes what it is given."""
+
+    def __init__(self, conn: BrokerConnection, member_id: str) -> None:
+        self.conn, self.member_id, self.epoch = conn, member_id, 0
+        self.active: set[tuple[str, int]] = set()
+
+    async def beat(self) -> Any:
+        joining = self.epoch == 0
+        r = await self.conn.send(sghq.StreamsGroupHeartbeatRequest(
+            group_id=GROUP, member_id=self.member_id, member_epoch=self.epoch, endpoint_information_epoch=0,
+            rebalance_timeout_ms=30000 if joining else -1, topology=TOPOLOGY if joining else None,
+            active_tasks=ids(self.active), standby_tasks=[], warmup_tasks=[], process_id=self.member_id + "-p",
+            client_tags=[], task_offsets=[], task_end_offsets=[], shutdown_application=False))
+        assert r.error_code == 0, (r.error_code, r.error_message)
+        self.epoch = r.member_epoch
+        if r.active_tasks is not None:
+            self.active = tasks(r.active_tasks) or set()
+        return r
+
+
+async def until(check, what: str, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = await check()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.2)
+
+
+def test_streams_group_lifecycle():
+    b = BrokerProcess(BROKER)
+    b.start()
+    try:
+        asyncio.run(_lifecycle(b))
+    finally:
+        b.cleanup()
+
+
+async def _lifecycle(b: BrokerProcess) -> None:
+    conn = await BrokerConnection("127.0.0.1", b.port, client_id="streams-it").connect(10)
+    try:
+        assert conn.has_api(88) and conn.has_api(89)
+        r = await conn.send(ctq.CreateTopicsRequest(topics=[ctq.CreatableTopic(
+            name=TOPIC, num_partitions=2, replication_factor=1, assignments=[], configs=[])], timeout_ms=10000,
+            validate_only=False))
+        assert r.topics[0].error_code == 0
+
+        # The first member: its internal topics are missing, then created, then it has every task.
+        a = Member(conn, "a")
+        first = await a.beat()
+        assert (first.member_epoch, first.heartbeat_interval_ms) == (1, 500)
+        assert [s.status_code for s in first.status] == [3]  # MISSING_INTERNAL_TOPICS
+        assert first.active_tasks == []
+
+        async def all_tasks() -> bool:
+            r = await a.beat()
+            return not r.status and len(a.active) == 4
+        await until(all_tasks, "the internal topics and the tasks")
+        assert a.active == {("0", 0), ("0", 1), ("1", 0), ("1", 1)}
+        md = await conn.send(mq.MetadataRequest(topics=[mq.MetadataRequestTopic(name=REPARTITION),
+                                                        mq.MetadataRequestTopic(name=CHANGELOG)],
+                                                allow_auto_topic_creation=False))
+        assert {t.name: len(t.partitions) for t in md.topics} == {REPARTITION: 2, CHANGELOG: 2}
+
+        # A second member: a gives up half its tasks first, then b has them.
+        b_member = Member(conn, "b")
+        await b_member.beat()
+        assert b_member.active == set()
+
+        async def shared() -> bool:
+            await a.beat()
+            await b_member.beat()
+            return len(a.active) == 2 and len(b_member.active) == 2
+        await until(shared, "the tasks shared")
+        assert a.active.isdisjoint(b_member.active) and a.epoch == b_member.epoch
+
+        # Members commit offsets at their current epoch (Kafka Streams' OffsetCommit).
+        async def commit(member: str, epoch: int) -> int:
+            r = await conn.send(ocq.OffsetCommitRequest(
+                group_id=GROUP, generation_id_or_member_epoch=epoch, member_id=member, topics=[
+                    ocq.OffsetCommitRequestTopic(name=TOPIC, partitions=[ocq.OffsetCommitRequestPartition(
+                        partition_index=0, committed_offset=0)])]), version=9)
+            return r.topics[0].partitions[0].error_code
+        assert await commit("a", a.epoch) == 0
+        assert await commit("a", a.epoch - 1) == ErrorCode.STALE_MEMBER_EPOCH
+        assert await commit("ghost", a.epoch) == ErrorCode.UNKNOWN_MEMBER_ID
+
+        d = (await conn.send(sgdq.StreamsGroupDescribeRequest(group_ids=[GROUP],
+                                                              include_authorized_operations=False))).groups[0]
+        assert (d.error_code, d.group_state, d.topology.epoch) == (0, "Stable", 1)
+        assert sorted(m.member_id for m in d.members) == ["a", "b"]
+        assert {m.member_id: m.process_id for m in d.members} == {"a": "a-p", "b": "b-p"}
+        listed = await conn.send(lgq.ListGroupsRequest(states_filter=[], types_filter=["streams"]))
+        assert [(g.group_id, g.group_type, g.protocol_type, g.group_state) for g in listed.groups] == \
+            [(GROUP, "streams", "streams", "Stable")]
+        # A classic member cannot take its id.
+        j = await conn.send(jgq.JoinGroupRequest(group_id=GROUP, session_timeout_ms=10000,
+                                                 rebalance_timeout_ms=10000, member_id="", protocol_type="consumer",
+                                                 protocols=[jgq.JoinGroupRequestProtocol(name="range",
+                                                                                         metadata=b"")]))
+        assert j.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+
+        # A restart keeps the group: members, epochs, tasks and topology come back from __consumer_offsets.
+        before = {m.member_id: (m.member_epoch, m.assignment) for m in d.members}
+        await conn.close()
+        b.restart()
+        conn = await BrokerConnection("127.0.0.1", b.port, client_id="streams-it").connect(10)
+        a.conn = b_member.conn = conn
+
+        async def reloaded():
+            r = await conn.send(sgdq.StreamsGroupDescribeRequest(group_ids=[GROUP], include_authorized_operations=False))
+            return r.groups[0] if r.groups[0].error_code == 0 else None
+        d = await until(reloaded, "the group loaded again")
+        assert {m.member_id: (m.member_epoch, m.assignment) for m in d.members} == before
+        assert (d.group_state, d.topology.epoch) == ("Stable", 1)
+        held = set(a.active)
+        r = await a.beat()
+        assert r.member_epoch == a.epoch and a.active == held
+
+        # b falls silent: its session expires and a takes every task back.
+        async def took_over() -> bool:
+            await a.beat()
+            return len(a.active) == 4
+        await until(took_over, "b's session to expire")
+        d = (await conn.send(sgdq.StreamsGroupDescribeRequest(group_ids=[GROUP],
+                                                              include_authorized_operations=False))).groups[0]
+        assert [m.member_id for m in d.members] == ["a"]
+
+        # A member that leaves ends the group's membership.
+        gone = await conn.send(sghq.StreamsGroupHeartbeatRequest(
+            group_id=GROUP, member_id="a", member_epoch=-1, endpoint_information_epoch=0, rebalance_timeout_ms=-1,
+            shutdown_application=False))
+        assert (gone.error_code, gone.member_epoch) == (0, -1)
+        d = (await conn.send(sgdq.StreamsGroupDescribeRequest(group_ids=[GROUP],
+                                                              include_authorized_operations=False))).groups[0]
+        assert (d.group_state, d.members) == ("Empty", [])
+    finally:
+        await conn.close()
+
+
+@pytest.mark.java
+def test_kafka_streams_groups_tool_describes_a_streams_group(java):
+    b = BrokerProcess()  # Kafka's 45 s session: a tool's JVM may take seconds to start
+    b.start()
+    try:
+        asyncio.run(_tool(b))
+    finally:
+        b.cleanup()
+
+
+async def _tool(b: BrokerProcess) -> None:
+    conn = await BrokerConnection("127.0.0.1", b.port, client_id="streams-it").connect(10)
+    try:
+        r = await conn.send(ctq.CreateTopicsRequest(topics=[ctq.CreatableTopic(
+            name=TOPIC, num_partitions=2, replication_factor=1, assignments=[], configs=[])], timeout_ms=10000,
+            validate_only=False))
+        assert r.topics[0].error_code == 0
+        a = Member(conn, "a")
+
+        async def all_tasks() -> bool:
+            await a.beat()
+            return len(a.active) == 4
+        await until(all_tasks, "the tasks")
+
+        def tool(*args: str) -> str:
+            return jt.run_tool(jt.STREAMS_GROUP_COMMAND, ["--bootstrap-server", b.bootstrap, *args], timeout=60).stdout
+        assert (await asyncio.to_thread(tool, "--list")).split() == [GROUP]
+        await a.beat()
+        state = await asyncio.to_thread(jt.streams_group_command, b.bootstrap,
+                                        ["--describe", "--group", GROUP, "--state"])
+        assert [(s["GROUP"], s["STATE"], s["#MEMBERS"]) for s in state] == [(GROUP, "Stable", "1")]
+        await a.beat()
+        # The assignments column has spaces: the fields before it are read.
+        members = (await asyncio.to_thread(tool, "--describe", "--group", GROUP, "--members", "--verbose")).splitlines()
+        assert members[0].split()[:8] == ["GROUP", "TARGET-ASSIGNMENT-EPOCH", "TOPOLOGY-EPOCH", "MEMBER",
+                                          "MEMBER-PROTOCOL", "MEMBER-EPOCH", "PROCESS", "CLIENT-ID"]
+        row = members[1].split()
+        assert (row[0], row[2], row[3], row[4], row[6], row[7]) == (GROUP, "1", "a", "streams", "a-p", "streams-it")
+        assert "ACTIVE: 0:[0,1]; 1:[0,1];" in members[1]
+    finally:
+        await conn.close()
+
+
+# ---------------------------------------------------------------- Kafka Streams 4.3.1 itself
+
+STREAMS_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>
+<groupId>dev.rivulet</groupId><artifactId>kafka-streams-reference</artifactId><version>1</version>
+<packaging>pom</packaging><dependencies><dependency><groupId>org.apache.kafka</groupId>
+<artifactId>kafka-streams</artifactId><version>{version}</version></dependency></dependencies></project>"""
+WORD_COUNT = Path(__file__).resolve().parents[1] / "java" / "StreamsWordCount.java"
+
+
+def streams_classpath() -> str:
+    """Kafka Streams and what it needs (kafka-clients, RocksDB), resolved once by Maven into the
+    cache beside Kafka's own jars."""
+    from benchmarks.reference.kafka import KAFKA_VERSION, cache_root
+    libs = cache_root() / f"kafka-streams-{KAFKA_VERSION}"
+    if not any(libs.glob("kafka-streams-*.jar")):
+        scratch = Path(tempfile.mkdtemp(prefix=libs.name + ".partial-", dir=cache_root()))
+        (scratch / "pom.xml").write_text(STREAMS_POM.format(version=KAFKA_VERSION))
+        done = subprocess.run(["mvn", "-B", "-q", "-Dstyle.color=never", "-f", str(scratch / "pom.xml"),
+                               "org.apache.maven.plugins:maven-dependency-plugin:copy-dependencies",
+                               f"-DoutputDirectory={scratch / 'libs'}"], capture_output=True, text=True,
+                              timeout=900)
+        assert done.returncode == 0, done.stdout[-3000:]
+        if not any(libs.glob("kafka-streams-*.jar")):
+            shutil.rmtree(libs, ignore_errors=True)
+            (scratch / "libs").rename(libs)
+        shutil.rmtree(scratch, ignore_errors=True)
+    return str(libs / "*")
+
+
+def word_counts(lines: list[str]) -> dict[str, int]:
+    """The batch recount: what the application's last count of each word must be."""
+    counts: dict[str, int] = {}
+    for line in lines:
+        for w in re.split(r"\W+", line.lower()):
+            counts[w] = counts.get(w, 0) + 1
+    return counts
+
+
+@pytest.mark.java
+def test_kafka_streams_word_count_with_the_streams_protocol(java, tmp_path):
+    """Kafka Streams 4.3.1's word count with group.protocol=streams: two instances share the
+    tasks; one is killed with kill -9 and the other takes its tasks over; the last count of
+    each word equals a batch recount (exactly-once, so nothing is counted twice)."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    b = BrokerProcess({"group.streams.min.session.timeout.ms": "2000", "group.streams.session.timeout.ms": "6000",
+                       "group.streams.min.heartbeat.interval.ms": "500",
+                       "group.streams.heartbeat.interval.ms": "500",
+                       "transaction.state.log.replication.factor": "1", "transaction.state.log.min.isr": "1"})
+    b.start()
+    apps: list[subprocess.Popen] = []
+    try:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        for t in ("wc-input", "wc-output"):
+            admin.create_topics([NewTopic(t, 4, 1)])[t].result(30)
+        cp = streams_classpath()
+
+        def start(name: str) -> subprocess.Popen:
+            app = subprocess.Popen(["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", cp, str(WORD_COUNT),
+                                    b.bootstrap, "wc-app", "wc-input", "wc-output", str(tmp_path / name),
+                                    "exactly_once_v2"],
+                                   stdout=open(tmp_path / f"{name}.log", "wb"), stderr=subprocess.STDOUT)
+            apps.append(app)
+            return app
+
+        first, second = start("one"), start("two")
+        producer = Producer({"bootstrap.servers": b.bootstrap})
+        words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
+        lines = [" ".join(words[(i * 3 + j) % len(words)] for j in range(1 + i % 4)) for i in range(400)]
+
+        def produce(batch: list[str]) -> None:
+            for i, line in enumerate(batch):
+                producer.produce("wc-input", line.encode(), key=str(i).encode())
+            assert producer.flush(30) == 0
+
+        async def described():
+            conn = await BrokerConnection("127.0.0.1", b.port).connect(10)
+            try:
+                return (await conn.send(sgdq.StreamsGroupDescribeRequest(
+                    group_ids=["wc-app"], include_authorized_operations=False))).groups[0]
+            finally:
+                await conn.close()
+
+        async def both_working():
+            d = await described()
+            return d.error_code == 0 and d.group_state == "Stable" and len(d.members) == 2 and \
+                all(m.assignment.active_tasks for m in d.members)
+        asyncio.run(until(both_working, "two instances sharing the tasks", timeout=120))
+        produce(lines[:200])
+
+        reader = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "wc-reader",
+                           "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+        reader.subscribe(["wc-output"])
+        last: dict[str, int] = {}
+
+        def read_until(expected: dict[str, int], timeout: float = 180) -> None:
+            deadline = time.monotonic() + timeout
+            while last != expected:
+                assert time.monotonic() < deadline, f"counts {last} never reached {expected}"
+                m = reader.poll(0.5)
+                if m is not None and not m.error():
+                    last[m.key().decode()] = int(m.value().decode())
+        read_until(word_counts(lines[:200]))
+
+        second.kill()  # kill -9: no leave, its session must expire
+        second.wait(30)
+        produce(lines[200:])
+
+        async def one_left():
+            d = await described()
+            return len(d.members) == 1 and d.group_state == "Stable"
+        asyncio.run(until(one_left, "the killed instance's session to expire", timeout=120))
+        read_until(word_counts(lines))
+        assert first.poll() is None, "the surviving instance stopped"
+        reader.close()
+    finally:
+        for app in apps:
+            if app.poll() is None:
+                app.terminate()
+                try:
+                    app.wait(30)
+                except subprocess.TimeoutExpired:
+                    app.kill()
+        b.cleanup()
