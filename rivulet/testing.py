@@ -7,17 +7,62 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+# Ports are handed out below the kernel's ephemeral range. A port that bind(0) chose is one
+# the kernel may give any outgoing connection (or another process's bind(0)) while its broker
+# restarts, and the restart then finds it taken. Each pytest-xdist worker walks a slice of its
+# own, from a random point, so workers never hand out the same port.
+_PORTS_LOW = 20000
+_PORTS_HIGH = max(_PORTS_LOW + 800, min(_ephemeral_low(), 65536))
+_SLICES = 8
+
+
+def _port_walk() -> Iterator[int]:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    span = _PORTS_HIGH - _PORTS_LOW
+    if worker.startswith("gw") and worker[2:].isdigit():
+        size = span // _SLICES
+        low = _PORTS_LOW + int(worker[2:]) % _SLICES * size
+    else:
+        size, low = span, _PORTS_LOW
+    start = random.randrange(size)
+    while True:
+        for i in range(size):
+            yield low + (start + i) % size
+
+
+_ports = _port_walk()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A loopback port nothing listens on, outside the ephemeral range, not handed out before
+    by this process (until its slice wraps)."""
+    for _ in range(_PORTS_HIGH - _PORTS_LOW):
+        port = next(_ports)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # the range is full: let the kernel choose
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
@@ -61,10 +106,14 @@ class BrokerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}: {self.output()[-3000:]}")
             try:
-                with socket.create_connection((self.host, self.port), timeout=0.5):
-                    return self
+                with socket.create_connection((self.host, self.port), timeout=0.5) as s:
+                    # A connection to a free port can land on itself (TCP's simultaneous
+                    # open) when the kernel picks that port as its source.
+                    if s.getsockname() != s.getpeername():
+                        return self
             except OSError:
-                time.sleep(0.05)
+                pass
+            time.sleep(0.05)
         self.kill()
         raise RuntimeError(f"broker did not start listening: {self.output()[-3000:]}")
 

@@ -11,26 +11,33 @@ import pytest
 from rivulet.testing import BrokerProcess
 
 _TESTS = Path(__file__).resolve().parent
-# Tests that want the machine to themselves, run one at a time after the rest (.ci/run): Spark,
-# Kafka's JVM tools, franz-go's suite, the browser, and the fault tests whose kills and
-# stalls wait out session and request timeouts. They pass side by side too; they are only
-# heavy (CPU, memory, JVMs) or long and would slow their neighbours.
-_ALONE_MARKS = {"spark", "java", "go", "browser"}
+# .ci/run runs the suite in three parts. First the light tests, several side by side. Then the
+# `heavy` ones, two at a time: Spark, Kafka's JVM tools, franz-go's suite, the browser (CPU,
+# memory, JVMs; beside the light ones they would slow them all). Last the `alone` ones, one at
+# a time: the fault tests whose kills, stalls and partitions wait out session and request
+# timeouts, and Spark's standalone cluster (its two workers want both cores; the session
+# starts it once, for its tests and Spark Connect's). All of them pass side by side too; the
+# parts only keep the run short and its waits honest.
+_HEAVY_MARKS = {"spark", "java", "go", "browser"}
 _ALONE_MODULES = {"test_replication_faults", "test_disk_full", "test_durability", "test_data_safety",
-                  "test_zk_broker_session", "test_cluster_coordinators", "test_network_partitions"}
+                  "test_zk_broker_session", "test_cluster_coordinators", "test_network_partitions",
+                  "test_spark_cluster", "test_spark_connect"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test by where it lives, so none is left unmarked: tests/unit are `fast`
-    unless marked `integration` themselves, tests/integration are `integration`; and `alone`
-    the ones .ci/run keeps to themselves."""
+    unless marked `integration` themselves, tests/integration are `integration`; and `heavy`
+    and `alone` the ones .ci/run keeps apart."""
     for item in items:
         try:
             area = item.path.resolve().relative_to(_TESTS).parts[0]
         except ValueError:
             continue
         marked = {m.name for m in item.iter_markers()}
-        if marked & _ALONE_MARKS or item.path.stem in _ALONE_MODULES:
+        module = item.path.stem
+        if marked & _HEAVY_MARKS or module in _ALONE_MODULES:
+            item.add_marker(pytest.mark.heavy)
+        if module in _ALONE_MODULES:
             item.add_marker(pytest.mark.alone)
         if area == "unit" and not marked & {"fast", "integration"}:
             item.add_marker(pytest.mark.fast)

@@ -9,11 +9,12 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from rivulet.testing import free_port
 
 REPO_ROOT = str(Path(__file__).resolve().parents[1])
 
@@ -21,12 +22,6 @@ REPO_ROOT = str(Path(__file__).resolve().parents[1])
 def spark_home() -> str:
     import pyspark
     return os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def spark_env(**extra: str) -> dict[str, str]:

@@ -33,6 +33,8 @@ import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from rivulet.testing import free_port
+
 # The one place the reference version is pinned. 4.3.1 is the newest release for which both
 # kafka_2.13 and kafka-tools resolve on Maven Central (4.4.0 has the broker but no tools yet).
 KAFKA_VERSION = "4.3.1"
@@ -194,12 +196,6 @@ def write_log4j2_config(path: Path, *, level: str = "INFO", log_file: Path | Non
     ]
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def random_cluster_id() -> str:
