@@ -67,6 +67,7 @@ def _fresh_copy(dst: Path) -> None:
             shutil.copy2(ROOT / rel, dst / rel)
 
 
+@pytest.mark.timeout(1200)  # a fresh venv (PySpark, the registry's libraries) and the demo
 def test_readme_commands_run_as_written(tmp_path):
     if _port_open(PORT):
         pytest.fail(f"port {PORT} is in use; the README's commands need Kafka's default port free")
