@@ -192,10 +192,17 @@ def test_ctrl_c_ends_consume_quietly(strict_broker, group):
     cmd = [sys.executable, "-m", "rivulet", "consume", "-b", strict_broker.bootstrap, "-t", t, "-q"]
     if group:
         cmd += ["-G", f"g-{uuid.uuid4().hex[:6]}"]
+    assert rivulet("produce", "-b", strict_broker.bootstrap, "-t", t, "-q", stdin="ready\n").returncode == 0
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(3)  # let it reach its poll loop
-    p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=60)
+    try:
+        # In its poll loop once it has printed the record (a fixed sleep was too short under load).
+        assert p.stdout is not None and p.stdout.readline() == "ready\n"
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:  # never leave a group member behind for the next test
+            p.kill()
+            p.wait()
     assert p.returncode == 130, err
     assert err == "", err
 
