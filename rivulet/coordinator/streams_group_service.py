@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from dataclasses import dataclass, field
 from typing import Callable
 
 from rivulet.common.cluster import InternalTopicCreator, MetadataView
@@ -39,20 +40,18 @@ log = logging.getLogger(__name__)
 _SESSION = "streams-session"
 
 
+@dataclass(eq=False)
 class StreamsGroupService:
-    def __init__(self, config: StreamsGroupConfig, manager: GroupMetadataManager, metadata: MetadataView,
-                 topic_creator: InternalTopicCreator, deadlines: MemberDeadlines, clock: Clock,
-                 group_configs: GroupConfigs | None = None) -> None:
-        self.config = config
-        self.manager = manager
-        self.metadata = metadata
-        self.topic_creator = topic_creator
-        self.deadlines = deadlines
-        self.clock = clock
-        self.group_configs = group_configs
-        self._creating: set[str] = set()
-        # Per group, the records last written (encoded key -> encoded value): only changes are appended.
-        self._written: dict[str, dict[bytes, bytes | None]] = {}
+    config: StreamsGroupConfig
+    manager: GroupMetadataManager
+    metadata: MetadataView
+    topic_creator: InternalTopicCreator
+    deadlines: MemberDeadlines
+    clock: Clock
+    group_configs: GroupConfigs | None = None
+    _creating: set[str] = field(default_factory=set, init=False)
+    # Per group, the records last written (encoded key -> encoded value): only changes are appended.
+    _written: dict[str, dict[bytes, bytes | None]] = field(default_factory=dict, init=False)
 
     def config_of(self, group_id: str) -> StreamsGroupConfig:
         """The broker's settings with the group's own session timeout, heartbeat interval and

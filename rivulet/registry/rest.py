@@ -61,7 +61,7 @@ def _forward(election: WriterElection) -> Response:
     """Hand a change to the writer and its answer back, as Confluent's followers do."""
     writer = election.writer_url()
     if writer is None or request.headers.get(FORWARDED):
-        raise E.unknown_leader("Request failed since leader is unknown")
+        raise E.error(E.UNKNOWN_LEADER, "Request failed since leader is unknown")
     # As sent: the subject's encoded slashes stay encoded.
     url = writer + (request.environ.get("REQUEST_URI") or request.full_path.rstrip("?"))
     headers = {k: v for k, v in request.headers.items() if k.lower() in ("content-type", "accept", "authorization")}
@@ -74,7 +74,8 @@ def _forward(election: WriterElection) -> Response:
     except urllib.error.HTTPError as e:
         return Response(e.read(), status=e.code, content_type=e.headers.get("Content-Type"))
     except OSError as e:
-        raise E.request_forwarding_failed(f"Error while forwarding the request to the leader {writer}: {e}") from None
+        raise E.error(E.REQUEST_FORWARDING_FAILED,
+                      f"Error while forwarding the request to the leader {writer}: {e}") from None
 
 
 # A subject's encoded slash (%2F) stands for this character while the path is routed, so that
