@@ -11,11 +11,10 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from rivulet.common.cluster import InternalTopicCreator, MetadataView
-from rivulet.common.time import Clock
 from rivulet.coordinator.consumer_heartbeat import HeartbeatError
 from rivulet.coordinator.delayed_ops import MemberDeadlines
 from rivulet.coordinator.group_config import GroupConfigs
-from rivulet.coordinator.group_metadata import EMPTY, GroupMetadata
+from rivulet.coordinator.group_metadata import GroupMetadata
 from rivulet.coordinator.group_metadata_manager import GroupMetadataManager
 from rivulet.coordinator.streams_group import (
     STREAMS_PROTOCOL_TYPE,
@@ -47,7 +46,6 @@ class StreamsGroupService:
     metadata: MetadataView
     topic_creator: InternalTopicCreator
     deadlines: MemberDeadlines
-    clock: Clock
     group_configs: GroupConfigs | None = None
     _creating: set[str] = field(default_factory=set, init=False)
     # Per group, the records last written (encoded key -> encoded value): only changes are appended.
@@ -113,16 +111,12 @@ class StreamsGroupService:
         self.manager.store_consumer_group_records(group.group_id, changes, callback)
 
     def _group_for(self, req: StreamsHeartbeatRequest) -> GroupMetadata:
-        group = self.manager.get_group(req.group_id)
+        group = self.manager.get_or_maybe_create_group(req.group_id, create=req.member_epoch == 0)
         if group is None:
-            if req.member_epoch != 0:
-                raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Streams group {req.group_id} not found.")
-            group = self.manager.add_group(GroupMetadata(req.group_id, EMPTY, self.clock.milliseconds))
-            group.streams = StreamsGroup(req.group_id)
-            group.protocol_type = STREAMS_PROTOCOL_TYPE
+            raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Streams group {req.group_id} not found.")
         if group.streams is None:
             if group.is_empty and group.consumer is None and group.share is None:
-                # An empty classic group becomes a streams group, keeping its offsets.
+                # A new group, or an empty classic one (which keeps its offsets), becomes a streams group.
                 group.streams = StreamsGroup(req.group_id)
                 group.protocol_type = STREAMS_PROTOCOL_TYPE
             else:
