@@ -99,15 +99,21 @@ class ClassicMember:
 
 
 @dataclass(frozen=True)
-class ConsumerGroupMember:
+class GroupMember:
+    """What a member of a consumer, share or streams group has whatever its kind."""
+
     member_id: str
     member_epoch: int = 0
     previous_member_epoch: int = 0
-    state: MemberState = MemberState.STABLE
-    instance_id: str | None = None
     rack_id: str | None = None
     client_id: str = ""
     client_host: str = ""
+
+
+@dataclass(frozen=True)
+class ConsumerGroupMember(GroupMember):
+    state: MemberState = MemberState.STABLE
+    instance_id: str | None = None
     subscribed_topic_names: tuple[str, ...] = ()
     subscribed_topic_regex: str | None = None
     rebalance_timeout_ms: int = -1

@@ -34,11 +34,18 @@ from rivulet.protocol.errors import ErrorCode
 
 
 @dataclass(frozen=True)
-class ConsumerGroupConfig:
-    """The broker's ``group.consumer.*`` settings (a group's own configs override the first two)."""
+class GroupSessionConfig:
+    """The member session settings of a consumer, share or streams group, which a group's own
+    configs override."""
 
     heartbeat_interval_ms: int = 5000
     session_timeout_ms: int = 45000
+
+
+@dataclass(frozen=True)
+class ConsumerGroupConfig(GroupSessionConfig):
+    """The broker's ``group.consumer.*`` settings."""
+
     max_size: int = 2**31 - 1
     assignors: tuple[str, ...] = ("uniform", "range")
     migration_policy: str = "bidirectional"  # group.consumer.migration.policy, lower-cased
@@ -90,6 +97,15 @@ class HeartbeatError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+def fenced_epoch(kind: str, received: int, known: int, owned: str) -> HeartbeatError:
+    """FENCED_MEMBER_EPOCH for a ``kind`` ("consumer", "share", "streams") group member whose
+    epoch is not the coordinator's; ``owned`` names what it must give up."""
+    relation = "greater" if received > known else "smaller"
+    return HeartbeatError(ErrorCode.FENCED_MEMBER_EPOCH,
+                          f"The {kind} group member has a {relation} member epoch ({received}) than the one known by "
+                          f"the group coordinator ({known}). The member must abandon all its {owned} and rejoin.")
 
 
 def validate(req: HeartbeatRequest, version: int, config: ConsumerGroupConfig) -> None:
@@ -359,18 +375,12 @@ def subscription_hash(names: set[str], topics: MetadataView) -> int:
 
 def _check_epoch(member: ConsumerGroupMember, received: int, owned: OwnedPartitions | None) -> None:
     if received > member.member_epoch:
-        raise HeartbeatError(ErrorCode.FENCED_MEMBER_EPOCH,
-                             f"The consumer group member has a greater member epoch ({received}) than the one "
-                             f"known by the group coordinator ({member.member_epoch}). The member must abandon "
-                             "all its partitions and rejoin.")
+        raise fenced_epoch("consumer", received, member.member_epoch, "partitions")
     if received < member.member_epoch:
         # The response that carried the new epoch may have been lost.
         subset = owned is not None and all(p in member.assigned.get(t, {}) for t, ps in owned for p in ps)
         if received != member.previous_member_epoch or not subset:
-            raise HeartbeatError(ErrorCode.FENCED_MEMBER_EPOCH,
-                                 f"The consumer group member has a smaller member epoch ({received}) than the one "
-                                 f"known by the group coordinator ({member.member_epoch}). The member must abandon "
-                                 "all its partitions and rejoin.")
+            raise fenced_epoch("consumer", received, member.member_epoch, "partitions")
 
 
 Resolved = Mapping[str, frozenset[str]]

@@ -170,7 +170,7 @@ class GroupCoordinator(InternalTopicCoordinator):
                                               self.group_configs)
         self.streams_groups = StreamsGroupService(self.streams_group_config, self.manager, self.metadata,
                                                   self.topic_creator, MemberDeadlines(self.heartbeat_purgatory),
-                                                  self.clock, self.group_configs)
+                                                  self.group_configs)
         self._active = True
         for p in range(n if lead_all else 0):
             self.on_become_leader(p)

@@ -22,8 +22,14 @@ from typing import Iterable, Mapping, Union
 
 from rivulet.common.cluster import MetadataView
 from rivulet.coordinator.assignors import SHARE_ASSIGNORS, MemberSpec
-from rivulet.coordinator.consumer_group import LEAVE_GROUP_MEMBER_EPOCH, MemberState
-from rivulet.coordinator.consumer_heartbeat import GroupHeartbeatAnswer, HeartbeatError, subscription_hash
+from rivulet.coordinator.consumer_group import LEAVE_GROUP_MEMBER_EPOCH, GroupMember, MemberState
+from rivulet.coordinator.consumer_heartbeat import (
+    GroupHeartbeatAnswer,
+    GroupSessionConfig,
+    HeartbeatError,
+    fenced_epoch,
+    subscription_hash,
+)
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages.share_group_current_member_assignment_key import (
     ShareGroupCurrentMemberAssignmentKey,
@@ -71,23 +77,15 @@ class ShareGroupState(str, enum.Enum):
 
 
 @dataclass(frozen=True)
-class ShareGroupConfig:
-    """The broker's ``group.share.*`` settings (a group's own configs override the first two)."""
+class ShareGroupConfig(GroupSessionConfig):
+    """The broker's ``group.share.*`` settings."""
 
-    heartbeat_interval_ms: int = 5000
-    session_timeout_ms: int = 45000
     max_size: int = 200
 
 
 @dataclass(frozen=True)
-class ShareGroupMember:
-    member_id: str
-    member_epoch: int = 0
-    previous_member_epoch: int = 0
+class ShareGroupMember(GroupMember):
     state: MemberState = MemberState.STABLE
-    rack_id: str | None = None
-    client_id: str = ""
-    client_host: str = ""
     subscribed_topic_names: tuple[str, ...] = ()
     assigned: Mapping[uuid.UUID, frozenset[int]] = field(default_factory=dict)
 
@@ -397,10 +395,7 @@ def _initialize_state(group: ShareGroup, target: Mapping[str, Mapping[uuid.UUID,
 
 def _check_epoch(member: ShareGroupMember, received: int) -> None:
     if received > member.member_epoch:
-        raise HeartbeatError(ErrorCode.FENCED_MEMBER_EPOCH,
-                             f"The share group member has a greater member epoch ({received}) than the one known "
-                             f"by the group coordinator ({member.member_epoch}). The member must abandon all its "
-                             "partitions and rejoin.")
+        raise fenced_epoch("share", received, member.member_epoch, "partitions")
     if received < member.member_epoch and received != member.previous_member_epoch:
         # The previous epoch is accepted: the response that carried the new one may have been lost.
         raise HeartbeatError(ErrorCode.FENCED_MEMBER_EPOCH,

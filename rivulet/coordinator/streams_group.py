@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Mapping, TypeVar
 
 from rivulet.common.cluster import MetadataView
-from rivulet.coordinator.consumer_group import LEAVE_GROUP_MEMBER_EPOCH
-from rivulet.coordinator.consumer_heartbeat import HeartbeatError
+from rivulet.coordinator.consumer_group import LEAVE_GROUP_MEMBER_EPOCH, GroupMember
+from rivulet.coordinator.consumer_heartbeat import GroupSessionConfig, HeartbeatError, fenced_epoch
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages import (
     streams_group_current_member_assignment_value as cav,
@@ -61,6 +61,9 @@ from rivulet.protocol.messages.streams_group_topology_value import StreamsGroupT
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
 STREAMS_PROTOCOL_TYPE = "streams"
 ASSIGNOR_NAME = "sticky"  # Kafka 4.3's only server-side streams assignor
+# Kafka Streams' defaults, which the coordinator hands to its members.
+ACCEPTABLE_RECOVERY_LAG = 10000
+TASK_OFFSET_INTERVAL_MS = 60000
 
 T = TypeVar("T")
 Record = tuple[object, object]
@@ -96,15 +99,10 @@ class StreamsMemberState(str, enum.Enum):
 
 
 @dataclass(frozen=True)
-class StreamsGroupConfig:
-    """The broker's ``group.streams.*`` settings (a group's own configs override the first three)."""
+class StreamsGroupConfig(GroupSessionConfig):
+    """The broker's ``group.streams.*`` settings (a group's own configs override them all)."""
 
-    heartbeat_interval_ms: int = 5000
-    session_timeout_ms: int = 45000
     num_standby_replicas: int = 0
-    # Kafka Streams' defaults, which the coordinator hands to its members.
-    acceptable_recovery_lag: int = 10000
-    task_offset_interval_ms: int = 60000
 
 
 @dataclass(frozen=True)
@@ -115,15 +113,9 @@ class Assignment:
 
 
 @dataclass(frozen=True)
-class StreamsGroupMember:
-    member_id: str
-    member_epoch: int = 0
-    previous_member_epoch: int = 0
+class StreamsGroupMember(GroupMember):
     state: StreamsMemberState = StreamsMemberState.STABLE
     instance_id: str | None = None
-    rack_id: str | None = None
-    client_id: str = ""
-    client_host: str = ""
     rebalance_timeout_ms: int = -1
     topology_epoch: int = 0
     process_id: str = ""
@@ -511,8 +503,8 @@ def heartbeat(group: StreamsGroup, req: StreamsHeartbeatRequest, topics: Metadat
     group.members[req.member_id] = updated
     result = StreamsHeartbeatResult(
         member_id=req.member_id, member_epoch=updated.member_epoch, heartbeat_interval_ms=config.heartbeat_interval_ms,
-        acceptable_recovery_lag=config.acceptable_recovery_lag,
-        task_offset_interval_ms=config.task_offset_interval_ms, status=status,
+        acceptable_recovery_lag=ACCEPTABLE_RECOVERY_LAG, task_offset_interval_ms=TASK_OFFSET_INTERVAL_MS,
+        status=status,
         endpoint_information_epoch=group.endpoint_information_epoch,
         session_timeout_ms=config.session_timeout_ms,
         missing_internal_topics=list(configured.missing_internal) if configured is not None else [])
@@ -581,20 +573,14 @@ def fence(group: StreamsGroup, member_id: str) -> None:
 
 def _check_epoch(member: StreamsGroupMember, received: int, owned: Tasks | None) -> None:
     if received > member.member_epoch:
-        raise HeartbeatError(ErrorCode.FENCED_MEMBER_EPOCH,
-                             f"The streams group member has a greater member epoch ({received}) than the one known "
-                             f"by the group coordinator ({member.member_epoch}). The member must abandon all its "
-                             "tasks and rejoin.")
+        raise fenced_epoch("streams", received, member.member_epoch, "tasks")
     if received < member.member_epoch:
         # The previous epoch is accepted while the member owns no more than it was given:
         # the response that carried the new one may have been lost.
         allowed = received == member.previous_member_epoch and (
             owned is None or not _minus(owned, member.assigned.active))
         if not allowed:
-            raise HeartbeatError(ErrorCode.FENCED_MEMBER_EPOCH,
-                                 f"The streams group member has a smaller member epoch ({received}) than the one "
-                                 f"known by the group coordinator ({member.member_epoch}). The member must abandon "
-                                 "all its tasks and rejoin.")
+            raise fenced_epoch("streams", received, member.member_epoch, "tasks")
 
 
 # ---------------------------------------------------------------- records of __consumer_offsets

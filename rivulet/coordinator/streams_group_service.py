@@ -7,14 +7,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from dataclasses import dataclass, field
 from typing import Callable
 
 from rivulet.common.cluster import InternalTopicCreator, MetadataView
-from rivulet.common.time import Clock
 from rivulet.coordinator.consumer_heartbeat import HeartbeatError
 from rivulet.coordinator.delayed_ops import MemberDeadlines
 from rivulet.coordinator.group_config import GroupConfigs
-from rivulet.coordinator.group_metadata import EMPTY, GroupMetadata
+from rivulet.coordinator.group_metadata import GroupMetadata
 from rivulet.coordinator.group_metadata_manager import GroupMetadataManager
 from rivulet.coordinator.streams_group import (
     STREAMS_PROTOCOL_TYPE,
@@ -39,20 +39,17 @@ log = logging.getLogger(__name__)
 _SESSION = "streams-session"
 
 
+@dataclass(eq=False)
 class StreamsGroupService:
-    def __init__(self, config: StreamsGroupConfig, manager: GroupMetadataManager, metadata: MetadataView,
-                 topic_creator: InternalTopicCreator, deadlines: MemberDeadlines, clock: Clock,
-                 group_configs: GroupConfigs | None = None) -> None:
-        self.config = config
-        self.manager = manager
-        self.metadata = metadata
-        self.topic_creator = topic_creator
-        self.deadlines = deadlines
-        self.clock = clock
-        self.group_configs = group_configs
-        self._creating: set[str] = set()
-        # Per group, the records last written (encoded key -> encoded value): only changes are appended.
-        self._written: dict[str, dict[bytes, bytes | None]] = {}
+    config: StreamsGroupConfig
+    manager: GroupMetadataManager
+    metadata: MetadataView
+    topic_creator: InternalTopicCreator
+    deadlines: MemberDeadlines
+    group_configs: GroupConfigs | None = None
+    _creating: set[str] = field(default_factory=set, init=False)
+    # Per group, the records last written (encoded key -> encoded value): only changes are appended.
+    _written: dict[str, dict[bytes, bytes | None]] = field(default_factory=dict, init=False)
 
     def config_of(self, group_id: str) -> StreamsGroupConfig:
         """The broker's settings with the group's own session timeout, heartbeat interval and
@@ -114,16 +111,12 @@ class StreamsGroupService:
         self.manager.store_consumer_group_records(group.group_id, changes, callback)
 
     def _group_for(self, req: StreamsHeartbeatRequest) -> GroupMetadata:
-        group = self.manager.get_group(req.group_id)
+        group = self.manager.get_or_maybe_create_group(req.group_id, create=req.member_epoch == 0)
         if group is None:
-            if req.member_epoch != 0:
-                raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Streams group {req.group_id} not found.")
-            group = self.manager.add_group(GroupMetadata(req.group_id, EMPTY, self.clock.milliseconds))
-            group.streams = StreamsGroup(req.group_id)
-            group.protocol_type = STREAMS_PROTOCOL_TYPE
+            raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Streams group {req.group_id} not found.")
         if group.streams is None:
             if group.is_empty and group.consumer is None and group.share is None:
-                # An empty classic group becomes a streams group, keeping its offsets.
+                # A new group, or an empty classic one (which keeps its offsets), becomes a streams group.
                 group.streams = StreamsGroup(req.group_id)
                 group.protocol_type = STREAMS_PROTOCOL_TYPE
             else:

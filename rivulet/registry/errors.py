@@ -49,6 +49,16 @@ class RestError(Exception):
         return {"error_code": self.error_code, "message": self.message}
 
 
+# The status of a code, where it is not the code's first three digits.
+_STATUS = {INCOMPATIBLE_SCHEMA: 409,
+           SCHEMA_TOO_LARGE: 500}  # a server error in Confluent's (RestServerErrorException)
+
+
+def error(code: int, message: str) -> RestError:
+    """The error of ``code`` with a message of the caller's."""
+    return RestError(_STATUS.get(code, code // 100), code, message)
+
+
 def subject_not_found(subject: str) -> RestError:
     return RestError(404, SUBJECT_NOT_FOUND, f"Subject '{subject}' not found.")
 
@@ -61,43 +71,30 @@ def schema_not_found(schema_id: int | None = None) -> RestError:
     return RestError(404, SCHEMA_NOT_FOUND, "Schema not found" if schema_id is None else f"Schema {schema_id} not found")
 
 
-def subject_soft_deleted(subject: str) -> RestError:
+def _deleted_target(subject: str, version: int | None) -> str:
+    return f"Subject '{subject}'" if version is None else f"Subject '{subject}' Version {version}"
+
+
+def soft_deleted(subject: str, version: int | None = None) -> RestError:
+    """A soft delete of what is already soft deleted: the subject, or one version of it."""
     # Confluent's message has no space after the first sentence.
-    return RestError(404, SUBJECT_SOFT_DELETED, f"Subject '{subject}' was soft deleted.Set permanent=true to delete "
-                     "permanently")
+    return RestError(404, SUBJECT_SOFT_DELETED if version is None else SCHEMAVERSION_SOFT_DELETED,
+                     f"{_deleted_target(subject, version)} was soft deleted.Set permanent=true to delete permanently")
 
 
-def subject_not_soft_deleted(subject: str) -> RestError:
-    return RestError(404, SUBJECT_NOT_SOFT_DELETED, f"Subject '{subject}' was not deleted first before being "
+def not_soft_deleted(subject: str, version: int | None = None) -> RestError:
+    """A permanent delete of what was not soft deleted first: the subject, or one version of it."""
+    return RestError(404, SUBJECT_NOT_SOFT_DELETED if version is None else SCHEMAVERSION_NOT_SOFT_DELETED,
+                     f"{_deleted_target(subject, version)} was not deleted first before being "
                      "permanently deleted")
 
 
-def version_soft_deleted(subject: str, version: int) -> RestError:
-    return RestError(404, SCHEMAVERSION_SOFT_DELETED, f"Subject '{subject}' Version {version} was soft deleted.Set "
-                     "permanent=true to delete permanently")
+def not_configured(subject: str, setting: str) -> RestError:
+    """No subject-level ``setting`` ("compatibility" or "mode") for the subject."""
+    code = SUBJECT_COMPATIBILITY_NOT_CONFIGURED if setting == "compatibility" else SUBJECT_MODE_NOT_CONFIGURED
+    return RestError(404, code, f"Subject '{subject}' does not have subject-level {setting} configured")
 
 
-def version_not_soft_deleted(subject: str, version: int) -> RestError:
-    return RestError(404, SCHEMAVERSION_NOT_SOFT_DELETED, f"Subject '{subject}' Version {version} was not deleted "
-                     "first before being permanently deleted")
-
-
-def subject_compatibility_not_configured(subject: str) -> RestError:
-    return RestError(404, SUBJECT_COMPATIBILITY_NOT_CONFIGURED, f"Subject '{subject}' does not have subject-level "
-                     "compatibility configured")
-
-
-def subject_mode_not_configured(subject: str) -> RestError:
-    return RestError(404, SUBJECT_MODE_NOT_CONFIGURED, f"Subject '{subject}' does not have subject-level mode "
-                     "configured")
-
-
-def incompatible_schema(message: str) -> RestError:
-    return RestError(409, INCOMPATIBLE_SCHEMA, message)
-
-
-def invalid_schema(message: str) -> RestError:
-    return RestError(422, INVALID_SCHEMA, message)
 
 
 def invalid_version(version: str) -> RestError:
@@ -114,9 +111,6 @@ def invalid_mode(message: str = "Invalid mode. Valid values are READWRITE, READO
     return RestError(422, INVALID_MODE, message)
 
 
-def operation_not_permitted(message: str) -> RestError:
-    return RestError(422, OPERATION_NOT_PERMITTED, message)
-
 
 def reference_exists(schema_key: str) -> RestError:
     return RestError(422, REFERENCE_EXISTS, f"One or more references exist to the schema {schema_key}.")
@@ -124,24 +118,3 @@ def reference_exists(schema_key: str) -> RestError:
 
 def invalid_subject(subject: str) -> RestError:
     return RestError(422, INVALID_SUBJECT, f"The specified subject '{subject}' is not a valid.")
-
-
-def schema_too_large(message: str) -> RestError:
-    # A server error in Confluent's (RestServerErrorException), with a 422-range code.
-    return RestError(500, SCHEMA_TOO_LARGE, message)
-
-
-def store_error(message: str) -> RestError:
-    return RestError(500, STORE_ERROR, message)
-
-
-def operation_timeout(message: str) -> RestError:
-    return RestError(500, OPERATION_TIMEOUT, message)
-
-
-def unknown_leader(message: str) -> RestError:
-    return RestError(500, UNKNOWN_LEADER, message)
-
-
-def request_forwarding_failed(message: str) -> RestError:
-    return RestError(500, REQUEST_FORWARDING_FAILED, message)

@@ -148,9 +148,9 @@ class KafkaStore:
 
     def _wait_ready(self) -> None:
         if not self._ready.wait(self.timeout_s):
-            raise E.operation_timeout(f"Timed out while reading {self.topic} to its end")
+            raise E.error(E.OPERATION_TIMEOUT, f"Timed out while reading {self.topic} to its end")
         if self._failure is not None:
-            raise E.store_error(self._failure)
+            raise E.error(E.STORE_ERROR, self._failure)
 
     @contextmanager
     def reading(self) -> Iterator[object]:
@@ -177,12 +177,13 @@ class KafkaStore:
         for key, value in records:
             producer.produce(self.topic, value, key, partition=0, on_delivery=delivered)
         if producer.flush(self.timeout_s) or failures:
-            raise E.store_error(f"Error while writing to {self.topic}: {failures or 'timed out'}")
+            raise E.error(E.STORE_ERROR, f"Error while writing to {self.topic}: {failures or 'timed out'}")
         last = max(offsets)
         deadline = time.monotonic() + self.timeout_s
         with self._lock:
             while self._next_offset <= last:
                 left = deadline - time.monotonic()
                 if left <= 0 or self._failure is not None:
-                    raise E.operation_timeout(f"Write to {self.topic} at offset {last} was not read back in time")
+                    raise E.error(E.OPERATION_TIMEOUT,
+                                  f"Write to {self.topic} at offset {last} was not read back in time")
                 self._replayed.wait(left)

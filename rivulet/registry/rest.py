@@ -49,7 +49,7 @@ def _body() -> object:
         raise RestError(400, 400, f"Unexpected character in the request body: {e}") from None
 
 
-Route = Callable[[str, list[str]], Callable[[Callable[..., object]], Callable[..., Response]]]
+Route = Callable[[str | tuple[str, ...], list[str]], Callable[[Callable[..., object]], Callable[..., Response]]]
 CHANGES = ("POST", "PUT", "DELETE")
 # POSTs that only read: a look-up and the compatibility checks, answered where they arrive.
 READING_POSTS = {("/subjects/<subject>", ("POST",)),
@@ -61,7 +61,7 @@ def _forward(election: WriterElection) -> Response:
     """Hand a change to the writer and its answer back, as Confluent's followers do."""
     writer = election.writer_url()
     if writer is None or request.headers.get(FORWARDED):
-        raise E.unknown_leader("Request failed since leader is unknown")
+        raise E.error(E.UNKNOWN_LEADER, "Request failed since leader is unknown")
     # As sent: the subject's encoded slashes stay encoded.
     url = writer + (request.environ.get("REQUEST_URI") or request.full_path.rstrip("?"))
     headers = {k: v for k, v in request.headers.items() if k.lower() in ("content-type", "accept", "authorization")}
@@ -74,7 +74,8 @@ def _forward(election: WriterElection) -> Response:
     except urllib.error.HTTPError as e:
         return Response(e.read(), status=e.code, content_type=e.headers.get("Content-Type"))
     except OSError as e:
-        raise E.request_forwarding_failed(f"Error while forwarding the request to the leader {writer}: {e}") from None
+        raise E.error(E.REQUEST_FORWARDING_FAILED,
+                      f"Error while forwarding the request to the leader {writer}: {e}") from None
 
 
 # A subject's encoded slash (%2F) stands for this character while the path is routed, so that
@@ -112,10 +113,14 @@ def create_app(registry: SchemaRegistry, election: WriterElection) -> Flask:
     app = Flask("rivulet.registry")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
 
-    def route(rule: str, methods: list[str]) -> Callable[[Callable[..., object]], Callable[..., Response]]:
-        """A view answering what ``fn`` returns as Confluent's JSON; a change reaches ``fn``
-        only on the writer (POST /subjects/{s} and the compatibility checks only read)."""
-        changes = any(m in CHANGES for m in methods) and (rule, tuple(methods)) not in READING_POSTS
+    def route(rules: str | tuple[str, ...], methods: list[str]
+              ) -> Callable[[Callable[..., object]], Callable[..., Response]]:
+        """A view of one rule or several answering what ``fn`` returns as Confluent's JSON; a
+        change reaches ``fn`` only on the writer (POST /subjects/{s} and the compatibility
+        checks only read)."""
+        rules = (rules,) if isinstance(rules, str) else rules
+        changes = any(m in CHANGES for m in methods) and \
+            not any((rule, tuple(methods)) in READING_POSTS for rule in rules)
 
         def wrap(fn: Callable[..., object]) -> Callable[..., Response]:
             def view(**kw: Any) -> Response:
@@ -123,7 +128,8 @@ def create_app(registry: SchemaRegistry, election: WriterElection) -> Flask:
                     return _forward(election)
                 return _reply(fn(**_subject(kw)))
             view.__name__ = f"{fn.__name__}_{'_'.join(methods)}"
-            app.add_url_rule(rule, view.__name__, view, methods=methods, strict_slashes=False)
+            for rule in rules:
+                app.add_url_rule(rule, view.__name__, view, methods=methods, strict_slashes=False)
             return view
         return wrap
 
@@ -234,44 +240,28 @@ def _subject_routes(app: Flask, route: Route, r: SchemaRegistry) -> None:
 
 
 def _config_routes(route: Route, r: SchemaRegistry) -> None:
-    @route("/config", ["GET"])
-    def get_global_config() -> object:
-        return r.get_config(None)
+    # The registry's own setting and a subject's are one view each: no subject means the registry.
+    config = ("/config", "/config/<subject>")
+    mode = ("/mode", "/mode/<subject>")
 
-    @route("/config", ["PUT"])
-    def set_global_config() -> object:
-        return r.set_config(None, _body())
-
-    @route("/config", ["DELETE"])
-    def delete_global_config() -> object:
-        return r.delete_config(None)
-
-    @route("/config/<subject>", ["GET"])
-    def get_config(subject: str) -> object:
+    @route(config, ["GET"])
+    def get_config(subject: str | None = None) -> object:
         return r.get_config(subject, _flag("defaultToGlobal"))
 
-    @route("/config/<subject>", ["PUT"])
-    def set_config(subject: str) -> object:
+    @route(config, ["PUT"])
+    def set_config(subject: str | None = None) -> object:
         return r.set_config(subject, _body())
 
-    @route("/config/<subject>", ["DELETE"])
-    def delete_config(subject: str) -> object:
+    @route(config, ["DELETE"])
+    def delete_config(subject: str | None = None) -> object:
         return r.delete_config(subject)
 
-    @route("/mode", ["GET"])
-    def get_global_mode() -> object:
-        return r.get_mode(None)
-
-    @route("/mode", ["PUT"])
-    def set_global_mode() -> object:
-        return r.set_mode(None, _body(), _flag("force"))
-
-    @route("/mode/<subject>", ["GET"])
-    def get_mode(subject: str) -> object:
+    @route(mode, ["GET"])
+    def get_mode(subject: str | None = None) -> object:
         return r.get_mode(subject, _flag("defaultToGlobal"))
 
-    @route("/mode/<subject>", ["PUT"])
-    def set_mode(subject: str) -> object:
+    @route(mode, ["PUT"])
+    def set_mode(subject: str | None = None) -> object:
         return r.set_mode(subject, _body(), _flag("force"))
 
     @route("/mode/<subject>", ["DELETE"])

@@ -102,7 +102,7 @@ class SchemaRegistry:
     def _provider(self, schema_type: str) -> SchemaProvider:
         provider = self.providers.get(schema_type.upper())
         if provider is None:
-            raise E.invalid_schema(f"Invalid schema type {schema_type}")
+            raise E.error(E.INVALID_SCHEMA, f"Invalid schema type {schema_type}")
         return provider
 
     def _resolve(self, refs: tuple[Reference, ...], seen: frozenset[tuple[str, int]] = frozenset()
@@ -111,8 +111,8 @@ class SchemaRegistry:
         for r in refs:
             sv = self.state.versions.get(r.subject, {}).get(r.version)
             if sv is None or (r.subject, r.version) in seen:
-                raise E.invalid_schema(f"Invalid schema: no schema reference found for subject \"{r.subject}\" and "
-                                       f"version {r.version}")
+                raise E.error(E.INVALID_SCHEMA, f"Invalid schema: no schema reference found for subject "
+                                                f"\"{r.subject}\" and version {r.version}")
             deps = self._resolve(sv.references, seen | {(r.subject, r.version)})
             out.append(ResolvedReference(r.name, sv.schema, tuple(deps)))
         return out
@@ -125,7 +125,7 @@ class SchemaRegistry:
             try:
                 parsed = self._provider(schema_type).parse(text, self._resolve(refs) if resolved is None else resolved)
             except ValueError as e:
-                raise E.invalid_schema(str(e)) from None
+                raise E.error(E.INVALID_SCHEMA, str(e)) from None
             self._parsed[key] = parsed
         return parsed
 
@@ -147,18 +147,18 @@ class SchemaRegistry:
             raise E.RestError(422, 422, "Unrecognized request body: a JSON object is expected")
         text = body.get("schema")
         if not isinstance(text, str) or not text:
-            raise E.invalid_schema("Empty schema")
+            raise E.error(E.INVALID_SCHEMA, "Empty schema")
         if len(text.encode()) > self.max_schema_bytes:
-            raise E.schema_too_large(f"Schema size {len(text.encode())} exceeds the maximum of "
-                                     f"{self.max_schema_bytes} bytes")
+            raise E.error(E.SCHEMA_TOO_LARGE, f"Schema size {len(text.encode())} exceeds the maximum of "
+                                              f"{self.max_schema_bytes} bytes")
         schema_type = body.get("schemaType") or AVRO
         if not isinstance(schema_type, str):
-            raise E.invalid_schema(f"Invalid schema type {schema_type}")
+            raise E.error(E.INVALID_SCHEMA, f"Invalid schema type {schema_type}")
         raw_refs = body.get("references") or []
         try:
             refs = tuple(Reference(str(r["name"]), str(r["subject"]), int(r["version"])) for r in raw_refs)
         except (KeyError, TypeError, ValueError):
-            raise E.invalid_schema(f"Invalid schema references {raw_refs}") from None
+            raise E.error(E.INVALID_SCHEMA, f"Invalid schema references {raw_refs}") from None
         return schema_type.upper(), text, refs
 
     # -- subjects
@@ -229,7 +229,7 @@ class SchemaRegistry:
     def get_config(self, subject: str | None, default_to_global: bool = False) -> dict[str, object]:
         with self.store.reading():
             if subject is not None and subject not in self.state.subject_levels and not default_to_global:
-                raise E.subject_compatibility_not_configured(subject)
+                raise E.not_configured(subject, "compatibility")
             return {"compatibilityLevel": self.level(subject)}
 
     def set_config(self, subject: str | None, body: object) -> dict[str, object]:
@@ -245,7 +245,7 @@ class SchemaRegistry:
         with self._change():
             with self.store.reading():
                 if subject is not None and subject not in self.state.subject_levels:
-                    raise E.subject_compatibility_not_configured(subject)
+                    raise E.not_configured(subject, "compatibility")
                 before = self.level(subject)
             self.store.write([(S.config_key(subject), None)])
         return {"compatibilityLevel": before}
@@ -259,7 +259,7 @@ class SchemaRegistry:
     def get_mode(self, subject: str | None, default_to_global: bool = False) -> dict[str, object]:
         with self.store.reading():
             if subject is not None and subject not in self.state.subject_modes and not default_to_global:
-                raise E.subject_mode_not_configured(subject)
+                raise E.not_configured(subject, "mode")
             return {"mode": self.mode(subject)}
 
     def set_mode(self, subject: str | None, body: object, force: bool = False) -> dict[str, object]:
@@ -271,7 +271,7 @@ class SchemaRegistry:
             with self.store.reading():
                 if mode == IMPORT and not force and (
                         self.state.subject_versions(subject) if subject is not None else self.state.versions):
-                    raise E.operation_not_permitted("Cannot import since found existing subjects")
+                    raise E.error(E.OPERATION_NOT_PERMITTED, "Cannot import since found existing subjects")
             self.store.write([(S.mode_key(subject), S.mode_value(mode))])
         return {"mode": mode}
 
@@ -279,15 +279,15 @@ class SchemaRegistry:
         with self._change():
             with self.store.reading():
                 if subject not in self.state.subject_modes:
-                    raise E.subject_mode_not_configured(subject)
+                    raise E.not_configured(subject, "mode")
                 before = self.state.subject_modes[subject]
             self.store.write([(S.mode_key(subject), None)])
         return {"mode": before}
 
     def _check_writable(self, subject: str | None) -> None:
         if self.mode(subject) == READONLY:
-            raise E.operation_not_permitted(f"Subject {subject} is in read-only mode" if subject is not None
-                                            else "The registry is in read-only mode")
+            raise E.error(E.OPERATION_NOT_PERMITTED, f"Subject {subject} is in read-only mode"
+                          if subject is not None else "The registry is in read-only mode")
 
     # -- compatibility
 
@@ -329,14 +329,14 @@ class SchemaRegistry:
         assert isinstance(body, dict)
         wanted_id, wanted_version = body.get("id"), body.get("version")
         if self.mode(subject) == READONLY:
-            raise E.operation_not_permitted(f"Subject {subject} is in read-only mode")
+            raise E.error(E.OPERATION_NOT_PERMITTED, f"Subject {subject} is in read-only mode")
         parsed = self._parse_request(schema_type, text, refs)
         with self._change():
             with self.store.reading():
                 st = self.state
                 mode = self.mode(subject)
                 if mode == READONLY:
-                    raise E.operation_not_permitted(f"Subject {subject} is in read-only mode")
+                    raise E.error(E.OPERATION_NOT_PERMITTED, f"Subject {subject} is in read-only mode")
                 canonical = parsed.normalized() if normalize else parsed.canonical()
                 content = (schema_type, canonical, refs)
                 for sv in reversed(st.subject_versions(subject)):
@@ -347,11 +347,11 @@ class SchemaRegistry:
                     schema_id, version = self._import_target(subject, wanted_id, wanted_version, content)
                 else:
                     if wanted_id not in (None, -1, 0) and wanted_id != existing_id:
-                        raise E.operation_not_permitted(f"Subject {subject} is not in import mode")
+                        raise E.error(E.OPERATION_NOT_PERMITTED, f"Subject {subject} is not in import mode")
                     messages = C.check(parsed, self._previous(subject), self.level(subject))
                     if messages:
-                        raise E.incompatible_schema(
-                            f"Schema being registered is incompatible with an earlier schema for subject "
+                        raise E.error(
+                            E.INCOMPATIBLE_SCHEMA, f"Schema being registered is incompatible with an earlier schema for subject "
                             f"\"{subject}\", details: [{', '.join(messages)}]")
                     schema_id = existing_id if existing_id is not None else st.max_id + 1
                     every = st.subject_versions(subject, deleted=True)
@@ -365,7 +365,7 @@ class SchemaRegistry:
         """IMPORT mode keeps the id (and version) the request names, as a migration does."""
         st = self.state
         if not isinstance(wanted_id, int) or wanted_id < 1:
-            raise E.operation_not_permitted("Subject " + subject + " is in import mode: an id is required")
+            raise E.error(E.OPERATION_NOT_PERMITTED, "Subject " + subject + " is in import mode: an id is required")
         holder = st.by_id.get(wanted_id)
         if holder is not None and holder.content_key() != content:
             raise E.RestError(422, E.ID_DOES_NOT_MATCH, f"Schema already registered with id {wanted_id} "
@@ -394,9 +394,9 @@ class SchemaRegistry:
                         raise E.version_not_found(n)
                     sv = found[0]
                 if permanent and not sv.deleted:
-                    raise E.version_not_soft_deleted(subject, sv.version)
+                    raise E.not_soft_deleted(subject, sv.version)
                 if not permanent and sv.deleted:
-                    raise E.version_soft_deleted(subject, sv.version)
+                    raise E.soft_deleted(subject, sv.version)
                 if self.state.referenced_by(subject, sv.version):
                     raise E.reference_exists(f"{{subject={subject},version={sv.version}}}")
             if permanent:
@@ -414,9 +414,9 @@ class SchemaRegistry:
                     raise E.subject_not_found(subject)
                 live = [sv for sv in every if not sv.deleted]
                 if permanent and live:
-                    raise E.subject_not_soft_deleted(subject)
+                    raise E.not_soft_deleted(subject)
                 if not permanent and not live:
-                    raise E.subject_soft_deleted(subject)
+                    raise E.soft_deleted(subject)
                 for sv in live:
                     if self.state.referenced_by(subject, sv.version):
                         raise E.reference_exists(f"{{subject={subject},version={sv.version}}}")

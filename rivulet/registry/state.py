@@ -133,18 +133,8 @@ class RegistryState:
             kind = k.get("keytype")
             if kind == SCHEMA:
                 self._apply_schema(k, v)
-            elif kind == CONFIG:
-                level = None if v is None else str(v["compatibilityLevel"])
-                if k.get("subject") is None:
-                    self.global_level = level
-                else:
-                    _set(self.subject_levels, str(k["subject"]), level)
-            elif kind == MODE:
-                mode = None if v is None else str(v["mode"])
-                if k.get("subject") is None:
-                    self.global_mode = mode
-                else:
-                    _set(self.subject_modes, str(k["subject"]), mode)
+            elif kind in (CONFIG, MODE):
+                self._apply_setting(kind == CONFIG, k.get("subject"), v)
             elif kind == DELETE_SUBJECT and v is not None:
                 self._soft_delete_subject(v["subject"], int(v["version"]))
             elif kind in (NOOP, CLEAR_SUBJECT):
@@ -153,6 +143,16 @@ class RegistryState:
                 self.skipped += 1
         except (ValueError, KeyError, TypeError):
             self.skipped += 1
+
+    def _apply_setting(self, compatibility: bool, subject: object, v: dict | None) -> None:
+        """A CONFIG (compatibility level) or MODE record, for the whole registry or one subject."""
+        value = None if v is None else str(v["compatibilityLevel" if compatibility else "mode"])
+        if subject is not None:
+            _set(self.subject_levels if compatibility else self.subject_modes, str(subject), value)
+        elif compatibility:
+            self.global_level = value
+        else:
+            self.global_mode = value
 
     def _apply_schema(self, k: dict, v: dict | None) -> None:
         subject, version = str(k["subject"]), int(k["version"])

@@ -55,6 +55,22 @@ def _answer(work: Awaitable[R], on_error: Callable[[ErrorCode, int], R], error_t
     return asyncio.ensure_future(run())
 
 
+# Renew and expire answer alike: the token's new expiry, or an error with its timestamp.
+E = TypeVar("E", rdr.RenewDelegationTokenResponse, edr.ExpireDelegationTokenResponse)
+
+
+def _expiry_change(conn: KafkaConnection, response: type[E], change: Callable[[], Awaitable[int]]
+                   ) -> E | asyncio.Future[E]:
+    def refused(code: ErrorCode, timestamp: int = _ERROR_TIMESTAMP) -> E:
+        return response(error_code=code, expiry_timestamp_ms=timestamp, throttle_time_ms=0)
+    if not _token_requests_allowed(conn):
+        return refused(ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED)
+
+    async def changed() -> E:
+        return response(error_code=0, expiry_timestamp_ms=await change(), throttle_time_ms=0)
+    return _answer(changed(), refused, _TOKEN_ERROR_TIMESTAMP)
+
+
 class DelegationTokenHandlers:
     def __init__(self, tokens: DelegationTokens, authz: Authz) -> None:
         self.tokens = tokens
@@ -93,29 +109,13 @@ class DelegationTokenHandlers:
 
     def handle_renew(self, header: RequestHeader, req: RenewDelegationTokenRequest, conn: KafkaConnection
                      ) -> rdr.RenewDelegationTokenResponse | asyncio.Future[rdr.RenewDelegationTokenResponse]:
-        def refused(code: ErrorCode, timestamp: int = _ERROR_TIMESTAMP) -> rdr.RenewDelegationTokenResponse:
-            return rdr.RenewDelegationTokenResponse(error_code=code, expiry_timestamp_ms=timestamp,
-                                                    throttle_time_ms=0)
-        if not _token_requests_allowed(conn):
-            return refused(ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED)
-
-        async def renew() -> rdr.RenewDelegationTokenResponse:
-            expiry = await self.tokens.renew(conn.principal, bytes(req.hmac), req.renew_period_ms)
-            return rdr.RenewDelegationTokenResponse(error_code=0, expiry_timestamp_ms=expiry, throttle_time_ms=0)
-        return _answer(renew(), refused, _TOKEN_ERROR_TIMESTAMP)
+        return _expiry_change(conn, rdr.RenewDelegationTokenResponse,
+                              lambda: self.tokens.renew(conn.principal, bytes(req.hmac), req.renew_period_ms))
 
     def handle_expire(self, header: RequestHeader, req: ExpireDelegationTokenRequest, conn: KafkaConnection
                       ) -> edr.ExpireDelegationTokenResponse | asyncio.Future[edr.ExpireDelegationTokenResponse]:
-        def refused(code: ErrorCode, timestamp: int = _ERROR_TIMESTAMP) -> edr.ExpireDelegationTokenResponse:
-            return edr.ExpireDelegationTokenResponse(error_code=code, expiry_timestamp_ms=timestamp,
-                                                     throttle_time_ms=0)
-        if not _token_requests_allowed(conn):
-            return refused(ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED)
-
-        async def expire() -> edr.ExpireDelegationTokenResponse:
-            expiry = await self.tokens.expire(conn.principal, bytes(req.hmac), req.expiry_time_period_ms)
-            return edr.ExpireDelegationTokenResponse(error_code=0, expiry_timestamp_ms=expiry, throttle_time_ms=0)
-        return _answer(expire(), refused, _TOKEN_ERROR_TIMESTAMP)
+        return _expiry_change(conn, edr.ExpireDelegationTokenResponse,
+                              lambda: self.tokens.expire(conn.principal, bytes(req.hmac), req.expiry_time_period_ms))
 
     def handle_describe(self, header: RequestHeader, req: DescribeDelegationTokenRequest, conn: KafkaConnection
                         ) -> ddr.DescribeDelegationTokenResponse:
