@@ -182,9 +182,12 @@ class SharePartitionManager:
         else:
             session = self._session(key, epoch)
             session.epoch = _next_epoch(epoch)
+        # Added first, then forgotten, as Kafka's ShareSession.update: a partition listed only to
+        # carry acknowledgements and forgotten in the same request leaves the session, so later
+        # answers do not hold a partition the member no longer asks for.
+        session.partitions.update(added)
         for tp in forgotten:
             session.partitions.pop(tp, None)
-        session.partitions.update(added)
 
     def session_partitions(self, group_id: str, member_id: str) -> dict[TopicPartition, uuid.UUID]:
         """The partitions of the member's share session, with their topic ids."""

@@ -365,3 +365,34 @@ def test_share_acknowledge_over_the_request_quota_is_throttled(broker):
         assert resp.throttle_time_ms > 0
     finally:
         m.conn.close()
+
+
+def test_a_partition_forgotten_in_the_request_carrying_its_acknowledgements_leaves_the_session(broker):
+    """A member that lost a partition sends its last acknowledgements for it and forgets it in
+    the same ShareFetch (as franz-go does). Kafka adds the request's partitions to the session
+    before removing the forgotten ones, so the partition is gone: later answers of the session
+    hold no partition, and acquire none of the records produced since."""
+    bootstrap = f"127.0.0.1:{broker.port}"
+    topic = new_topic(bootstrap)
+    c = Conn(broker.port)
+    tid = c.request(mq.MetadataRequest(topics=[mq.MetadataRequestTopic(name=topic)]), 12).topics[0].topic_id
+    c.close()
+    m = Member(broker.port, f"sg-{uuid.uuid4().hex[:6]}", tid)
+    try:
+        assert acquired(m.fetch()) == []  # epoch 0 opens the session on partition 0
+        produce(bootstrap, topic, [b"v%d" % i for i in range(3)])
+        assert m.acquire_through(2) == {0: 1, 1: 1, 2: 1}
+        req = share_fetch(m.group, m.id, m.epoch, tid, acks=[(0, 2, ACCEPT)])
+        req.forgotten_topics_data = [sfq.ForgottenTopic(topic_id=tid, partitions=[0])]
+        p = partition(m.conn.request(req))
+        m.epoch += 1
+        assert p.acknowledge_error_code == 0 and p.acquired_records == []
+        produce(bootstrap, topic, [b"w%d" % i for i in range(3)])
+        empty = sfq.ShareFetchRequest(group_id=m.group, member_id=m.id, share_session_epoch=m.epoch,
+                                      max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, max_records=500,
+                                      batch_size=500, topics=[], forgotten_topics_data=[])
+        resp = m.conn.request(empty)
+        assert resp.error_code == 0, resp.error_message
+        assert resp.responses == []
+    finally:
+        m.conn.close()

@@ -342,3 +342,13 @@ def test_a_closed_connections_long_poll_takes_nothing(tmp_path) -> None:
         assert ranges(await env.fetch("m2")) == [(0, 2, 2)]
 
     run(tmp_path, body)
+
+
+def test_a_partition_both_listed_and_forgotten_leaves_the_session(tmp_path) -> None:
+    async def body(env: Env) -> None:
+        env.open("m1")
+        # Listed to carry acknowledgements and forgotten in the same request: added, then removed.
+        env.manager.update_session("g", "m1", 1, {TP: TID}, forgotten=[TP])
+        assert env.manager.session_partitions("g", "m1") == {}
+
+    run(tmp_path, body)
