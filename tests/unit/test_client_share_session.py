@@ -131,3 +131,16 @@ def test_share_consumer_shape_matches_confluent_kafka():
     from rivulet.client.types import Message, ShareMessage
     assert Message("t").delivery_count() is None
     assert ShareMessage("t", 0, 5, None, b"v", None, 1, 0, 0, 3).delivery_count() == 3
+
+
+def test_a_partition_no_longer_wanted_is_forgotten_with_its_last_acknowledgements():
+    s = ShareSessionHandler("g", "m")
+    s.fetch_request([("a", 0), ("a", 1)], {}, IDS, **KW)
+    assert s.handle_response(0, s.generation)
+    s.fetch_request([("a", 0)], {}, IDS, **KW)  # a-1 forgotten
+    assert s.handle_response(1, s.generation)
+    # Acknowledgements for a-1, out of the session now: listed for them and forgotten again.
+    req = s.fetch_request([("a", 0)], {("a", 1): acks(o7=1)}, IDS, **KW)
+    assert [(t.topic_id, [p.partition_index for p in t.partitions]) for t in req.topics] == [(A, [1])]
+    assert [(t.topic_id, t.partitions) for t in req.forgotten_topics_data] == [(A, [1])]
+    assert s.partitions == {("a", 0)}

@@ -137,7 +137,9 @@ class ShareSessionHandler:
         else:
             listed = {tp: None for tp in want - self.partitions}
             listed.update((tp, None) for tp, a in acks.items() if a and tp[0] in topic_ids)
-            forgotten = {tp for tp in self.partitions - want if tp[0] in topic_ids}
+            # Listed only for its acknowledgements: forgotten too, else the broker (which adds
+            # the listed partitions before removing the forgotten) keeps fetching it for us.
+            forgotten = {tp for tp in (self.partitions | set(listed)) - want if tp[0] in topic_ids}
         self.partitions = want
         topics: dict[str, list[sfq.FetchPartition]] = {}
         for tp in sorted(listed):
