@@ -11,11 +11,17 @@ coordinator that loads the partition replays the same records, so both reach the
 from __future__ import annotations
 
 import dataclasses
-import enum
 import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Union
 
+from rivulet.coordinator.modern_group import (
+    LEAVE_GROUP_MEMBER_EPOCH,
+    GroupState,
+    MemberState,
+    RevokingMember,
+    reconciliation_state,
+)
 from rivulet.protocol.messages.consumer_group_current_member_assignment_key import (
     ConsumerGroupCurrentMemberAssignmentKey,
 )
@@ -47,9 +53,6 @@ from rivulet.protocol.messages.consumer_group_target_assignment_metadata_value i
     ConsumerGroupTargetAssignmentMetadataValue,
 )
 
-LEAVE_GROUP_MEMBER_EPOCH = -1
-LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
-
 Assignment = dict[uuid.UUID, set[int]]
 """Partitions by topic id."""
 EpochAssignment = dict[uuid.UUID, dict[int, int]]
@@ -60,25 +63,6 @@ RecordKey = Union[ConsumerGroupMetadataKey, ConsumerGroupMemberMetadataKey, Cons
                   ConsumerGroupRegularExpressionKey]
 Record = tuple[RecordKey, object]
 """A ``__consumer_offsets`` record of a consumer group: its key, and its value or None (a tombstone)."""
-
-
-class MemberState(enum.IntEnum):
-    STABLE = 0
-    UNREVOKED_PARTITIONS = 1
-    UNRELEASED_PARTITIONS = 2
-    UNKNOWN = 127
-
-    @classmethod
-    def of(cls, value: int) -> MemberState:
-        return cls(value) if value in cls._value2member_map_ else cls.UNKNOWN
-
-
-class ConsumerGroupState(str, enum.Enum):
-    EMPTY = "Empty"
-    ASSIGNING = "Assigning"
-    RECONCILING = "Reconciling"
-    STABLE = "Stable"
-    DEAD = "Dead"
 
 
 @dataclass(frozen=True)
@@ -99,24 +83,9 @@ class ClassicMember:
 
 
 @dataclass(frozen=True)
-class GroupMember:
-    """What a member of a consumer, share or streams group has whatever its kind."""
-
-    member_id: str
-    member_epoch: int = 0
-    previous_member_epoch: int = 0
-    rack_id: str | None = None
-    client_id: str = ""
-    client_host: str = ""
-
-
-@dataclass(frozen=True)
-class ConsumerGroupMember(GroupMember):
-    state: MemberState = MemberState.STABLE
-    instance_id: str | None = None
+class ConsumerGroupMember(RevokingMember):
     subscribed_topic_names: tuple[str, ...] = ()
     subscribed_topic_regex: str | None = None
-    rebalance_timeout_ms: int = -1
     server_assignor: str | None = None
     assigned: Mapping[uuid.UUID, Mapping[int, int]] = field(default_factory=dict)
     pending_revocation: Mapping[uuid.UUID, Mapping[int, int]] = field(default_factory=dict)
@@ -269,15 +238,10 @@ class ConsumerGroup:
 
     # -- reads
 
-    def state(self) -> ConsumerGroupState:
+    def state(self) -> GroupState:
         if not self.members:
-            return ConsumerGroupState.EMPTY
-        if self.group_epoch > self.target_assignment_epoch:
-            return ConsumerGroupState.ASSIGNING
-        for m in self.members.values():
-            if m.state != MemberState.STABLE or m.member_epoch != self.target_assignment_epoch:
-                return ConsumerGroupState.RECONCILING
-        return ConsumerGroupState.STABLE
+            return GroupState.EMPTY
+        return reconciliation_state(self.members.values(), self.group_epoch, self.target_assignment_epoch)
 
     def partition_epoch(self, topic_id: uuid.UUID, partition: int) -> int:
         return self._partition_epochs.get((topic_id, partition), -1)

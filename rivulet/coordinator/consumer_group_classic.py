@@ -21,11 +21,11 @@ from rivulet.coordinator.consumer_group import (
     ClassicMember,
     ConsumerGroup,
     ConsumerGroupMember,
-    MemberState,
     OwnedPartitions,
     Record,
 )
-from rivulet.coordinator.consumer_heartbeat import ConsumerGroupConfig, HeartbeatError, Step, advance
+from rivulet.coordinator.modern_group import HeartbeatError, MemberState
+from rivulet.coordinator.consumer_heartbeat import ConsumerGroupConfig, Step, advance
 from rivulet.coordinator.group_metadata import CONSUMER_PROTOCOL_TYPE
 from rivulet.coordinator.group_migration import named_partitions, new_member_id
 from rivulet.protocol.consumer_protocol import decode_subscription, encode_assignment, version_of

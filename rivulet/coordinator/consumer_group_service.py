@@ -14,12 +14,13 @@ from rivulet.common.time import Clock
 from rivulet.coordinator import consumer_group_classic as classic
 from rivulet.coordinator.consumer_group import (
     ConsumerGroup,
-    MemberState,
+    ConsumerGroupMember,
     Record,
 )
+from rivulet.coordinator.modern_group import GroupMember, HeartbeatError, MemberState
+from rivulet.coordinator.modern_group_service import ModernGroupService
 from rivulet.coordinator.consumer_heartbeat import (
     ConsumerGroupConfig,
-    HeartbeatError,
     HeartbeatRequest,
     HeartbeatResult,
     Step,
@@ -55,7 +56,6 @@ log = logging.getLogger(__name__)
 
 
 LeaveResult = tuple[str, "str | None", ErrorCode]
-_KINDS = ("session", "revocation", "join", "sync")
 
 
 class ClassicGroupControl(Protocol):
@@ -69,18 +69,20 @@ class ClassicGroupControl(Protocol):
         """``group`` is classic again, Stable with its members: start their sessions and a rebalance."""
 
 
-class ConsumerGroupService:
+class ConsumerGroupService(ModernGroupService[ConsumerGroup]):
+    KINDS = ("session", "revocation", "join", "sync")  # a classic member's rejoin and sync too
+    REVOKED = "partitions"
+
     def __init__(self, config: ConsumerGroupConfig, manager: GroupMetadataManager, metadata: MetadataView,
                  purgatory: DelayedOperationPurgatory, clock: Clock, group_configs: GroupConfigs | None = None,
                  classic_control: ClassicGroupControl | None = None) -> None:
+        super().__init__(manager, MemberDeadlines(purgatory))
         self.config = config
         self.classic_control = classic_control
         self.group_configs = group_configs
-        self.manager = manager
         self.metadata = metadata
         self.purgatory = purgatory
         self.clock = clock
-        self._deadlines = MemberDeadlines(purgatory)
 
     def config_of(self, group_id: str) -> ConsumerGroupConfig:
         """The broker's settings with the group's own session timeout and heartbeat interval."""
@@ -276,7 +278,7 @@ class ConsumerGroupService:
     def _await_rejoin(self, group: GroupMetadata, member_id: str) -> None:
         """A classic member told to rejoin has its rebalance timeout to do it."""
         member = group.consumer.members.get(member_id) if group.consumer is not None else None
-        if member is not None and ("join", group.group_id, member_id) not in self._deadlines:
+        if member is not None and ("join", group.group_id, member_id) not in self.deadlines:
             self._schedule("join", group, member_id, max(member.rebalance_timeout_ms, 0), self._join_expired)
 
     def _arm_step(self, group: GroupMetadata, step: Step) -> None:
@@ -302,68 +304,36 @@ class ConsumerGroupService:
         elif result.cancel_revocation:
             self._cancel("revocation", group.group_id, member_id)
 
-    def on_group_loaded(self, group: GroupMetadata) -> None:
-        """A loaded group's members each get a full session to heartbeat to the new coordinator."""
-        if group.consumer is None:
-            return
-        for member in group.consumer.members.values():
-            timeout = member.classic.session_timeout_ms if member.classic is not None \
-                else self.config_of(group.group_id).session_timeout_ms
-            self._schedule("session", group, member.member_id, timeout, self._session_expired)
-            if member.state == MemberState.UNREVOKED_PARTITIONS:
-                self._schedule("revocation", group, member.member_id, max(member.rebalance_timeout_ms, 0),
-                               self._revocation_expired)
+    def _state(self, group: GroupMetadata) -> ConsumerGroup | None:
+        return group.consumer
 
-    def on_group_unloaded(self, group: GroupMetadata) -> None:
-        if group.consumer is None:
-            return
-        for member_id in list(group.consumer.members):
-            self._cancel_all(group.group_id, member_id)
+    def _session_timeout(self, group: GroupMetadata, member: GroupMember) -> int:
+        if isinstance(member, ConsumerGroupMember) and member.classic is not None:
+            return member.classic.session_timeout_ms
+        return self.config_of(group.group_id).session_timeout_ms
 
-    def _cancel_all(self, group_id: str, member_id: str) -> None:
-        for kind in _KINDS:
-            self._cancel(kind, group_id, member_id)
-
-    def _schedule(self, kind: str, group: GroupMetadata, member_id: str, timeout_ms: int,
-                  expired: Callable[[GroupMetadata, str, int], None]) -> None:
-        assert group.consumer is not None
-        epoch = group.consumer.members[member_id].member_epoch if member_id in group.consumer.members else -1
-        self._deadlines.schedule(kind, group.group_id, member_id, timeout_ms, lambda: expired(group, member_id, epoch))
-
-    def _cancel(self, kind: str, group_id: str, member_id: str) -> None:
-        self._deadlines.cancel(kind, group_id, member_id)
-
-    def _session_expired(self, group: GroupMetadata, member_id: str, _epoch: int) -> None:
-        if self._fence(group, member_id):
-            log.info("[GroupId %s] Member %s fenced from the group because its session expired.",
-                     group.group_id, member_id)
-
-    def _revocation_expired(self, group: GroupMetadata, member_id: str, epoch: int) -> None:
-        member = group.consumer.members.get(member_id) if group.consumer is not None else None
-        if member is not None and member.state == MemberState.UNREVOKED_PARTITIONS and member.member_epoch == epoch:
-            self._fence(group, member_id)
-            log.info("[GroupId %s] Member %s fenced from the group because it failed to revoke partitions "
-                     "within its rebalance timeout.", group.group_id, member_id)
+    def _revoking(self, member: GroupMember) -> bool:
+        return isinstance(member, ConsumerGroupMember) and member.state == MemberState.UNREVOKED_PARTITIONS
 
     def _join_expired(self, group: GroupMetadata, member_id: str, _epoch: int) -> None:
-        if self._fence(group, member_id):
+        if self._live(group, member_id) is not None:
+            self._fence(group, member_id)
             log.info("[GroupId %s] Member %s fenced from the group because it did not rejoin within its "
                      "rebalance timeout.", group.group_id, member_id)
 
     def _sync_expired(self, group: GroupMetadata, member_id: str, _epoch: int) -> None:
-        if self._fence(group, member_id):
+        if self._live(group, member_id) is not None:
+            self._fence(group, member_id)
             log.info("[GroupId %s] Member %s fenced from the group because it did not sync within its "
                      "rebalance timeout.", group.group_id, member_id)
 
-    def _fence(self, group: GroupMetadata, member_id: str) -> bool:
+    def _fence(self, group: GroupMetadata, member_id: str) -> None:
         consumer = group.consumer
-        if consumer is None or member_id not in consumer.members or self.manager.get_group(group.group_id) is not group:
-            return False
+        assert consumer is not None
         if downgrades(consumer, member_id, self.config_of(group.group_id)):
             self._downgrade(group, member_id, lambda _error: None)
-            return True
+            return
         records = fence(consumer, member_id)
         self._apply(group, records)
         self._cancel_all(group.group_id, member_id)
         self.manager.store_consumer_group_records(group.group_id, records, lambda _error: None)
-        return True

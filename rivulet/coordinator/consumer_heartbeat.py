@@ -18,28 +18,24 @@ from rivulet.common.cluster import MetadataView
 from rivulet.common.regex import InvalidRegex, compile_re2
 from rivulet.coordinator.assignors import ASSIGNORS, MemberSpec, PartitionAssignor
 from rivulet.coordinator.consumer_group import (
-    LEAVE_GROUP_MEMBER_EPOCH,
-    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
     Assignment,
     ConsumerGroup,
     ConsumerGroupMember,
     FencedMemberEpoch,
-    MemberState,
     OwnedPartitions,
     Record,
     member_topic_names,
     reconcile,
 )
+from rivulet.coordinator.modern_group import (
+    LEAVE_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    GroupSessionConfig,
+    HeartbeatError,
+    MemberState,
+    fenced_epoch,
+)
 from rivulet.protocol.errors import ErrorCode
-
-
-@dataclass(frozen=True)
-class GroupSessionConfig:
-    """The member session settings of a consumer, share or streams group, which a group's own
-    configs override."""
-
-    heartbeat_interval_ms: int = 5000
-    session_timeout_ms: int = 45000
 
 
 @dataclass(frozen=True)
@@ -90,22 +86,6 @@ class HeartbeatResult(GroupHeartbeatAnswer):
     records: list[Record] = field(default_factory=list)
     revocation_timeout_ms: int | None = None  # arm the revocation timer at this member epoch
     cancel_revocation: bool = False
-
-
-class HeartbeatError(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-def fenced_epoch(kind: str, received: int, known: int, owned: str) -> HeartbeatError:
-    """FENCED_MEMBER_EPOCH for a ``kind`` ("consumer", "share", "streams") group member whose
-    epoch is not the coordinator's; ``owned`` names what it must give up."""
-    relation = "greater" if received > known else "smaller"
-    return HeartbeatError(ErrorCode.FENCED_MEMBER_EPOCH,
-                          f"The {kind} group member has a {relation} member epoch ({received}) than the one known by "
-                          f"the group coordinator ({known}). The member must abandon all its {owned} and rejoin.")
 
 
 def validate(req: HeartbeatRequest, version: int, config: ConsumerGroupConfig) -> None:

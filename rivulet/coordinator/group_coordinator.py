@@ -24,11 +24,11 @@ from rivulet.coordinator.consumer_group_service import ConsumerGroupService
 from rivulet.coordinator.group_config import GroupConfigs
 from rivulet.coordinator.consumer_heartbeat import (
     ConsumerGroupConfig,
-    HeartbeatError,
     HeartbeatRequest,
     HeartbeatResult,
     validate as validate_heartbeat,
 )
+from rivulet.coordinator.modern_group import HeartbeatError
 from rivulet.coordinator.delayed_ops import (
     DelayedHeartbeat,
     DelayedJoin,

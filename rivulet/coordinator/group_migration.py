@@ -18,9 +18,9 @@ from rivulet.coordinator.consumer_group import (
     ClassicMember,
     ConsumerGroup,
     ConsumerGroupMember,
-    MemberState,
     Record,
 )
+from rivulet.coordinator.modern_group import MemberState
 from rivulet.coordinator.consumer_heartbeat import ConsumerGroupConfig
 from rivulet.coordinator.group_metadata import CONSUMER_PROTOCOL_TYPE, GroupMetadata, MemberMetadata
 from rivulet.protocol.consumer_protocol import decode_assignment, decode_subscription, encode_assignment, version_of

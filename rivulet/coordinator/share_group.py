@@ -15,20 +15,21 @@ and appends, and whether the member's session goes on or ends.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import uuid
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Union
 
 from rivulet.common.cluster import MetadataView
 from rivulet.coordinator.assignors import SHARE_ASSIGNORS, MemberSpec
-from rivulet.coordinator.consumer_group import LEAVE_GROUP_MEMBER_EPOCH, GroupMember, MemberState
-from rivulet.coordinator.consumer_heartbeat import (
-    GroupHeartbeatAnswer,
+from rivulet.coordinator.consumer_heartbeat import GroupHeartbeatAnswer, subscription_hash
+from rivulet.coordinator.modern_group import (
+    LEAVE_GROUP_MEMBER_EPOCH,
+    GroupMember,
     GroupSessionConfig,
+    GroupState,
     HeartbeatError,
+    MemberState,
     fenced_epoch,
-    subscription_hash,
 )
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages.share_group_current_member_assignment_key import (
@@ -68,12 +69,6 @@ RecordKey = Union[ShareGroupMetadataKey, ShareGroupMemberMetadataKey, ShareGroup
                   ShareGroupStatePartitionMetadataKey]
 Record = tuple[RecordKey, object]
 """A ``__consumer_offsets`` record of a share group: its key, and its value or None (a tombstone)."""
-
-
-class ShareGroupState(str, enum.Enum):
-    EMPTY = "Empty"
-    STABLE = "Stable"
-    DEAD = "Dead"
 
 
 @dataclass(frozen=True)
@@ -125,8 +120,8 @@ class ShareGroup:
 
     # -- reads
 
-    def state(self) -> ShareGroupState:
-        return ShareGroupState.STABLE if self.members else ShareGroupState.EMPTY
+    def state(self) -> GroupState:
+        return GroupState.STABLE if self.members else GroupState.EMPTY
 
     def subscribed_topic_names(self) -> set[str]:
         return {n for m in self.members.values() for n in m.subscribed_topic_names}

@@ -12,7 +12,8 @@ from typing import Any, Callable, Coroutine
 from rivulet.common.cluster import MetadataView
 from rivulet.common.time import Clock
 from rivulet.common.types import TopicPartition
-from rivulet.coordinator.consumer_heartbeat import HeartbeatError
+from rivulet.coordinator.modern_group import GroupMember, HeartbeatError
+from rivulet.coordinator.modern_group_service import ModernGroupService
 from rivulet.coordinator.delayed_ops import MemberDeadlines
 from rivulet.coordinator.group_config import GroupConfigs
 from rivulet.coordinator.group_metadata import DEAD, EMPTY, GroupMetadata
@@ -40,16 +41,14 @@ from rivulet.protocol.errors import ApiError, ErrorCode
 
 log = logging.getLogger(__name__)
 
-_SESSION = "share-session"
+class ShareGroupService(ModernGroupService[ShareGroup]):
+    KINDS = ("session",)  # members share partitions: nothing is revoked
 
-
-class ShareGroupService:
     def __init__(self, config: ShareGroupConfig, manager: GroupMetadataManager, metadata: MetadataView,
                  deadlines: MemberDeadlines, clock: Clock, group_configs: GroupConfigs | None = None) -> None:
+        super().__init__(manager, deadlines)
         self.config = config
-        self.manager = manager
         self.metadata = metadata
-        self.deadlines = deadlines
         self.clock = clock
         self.group_configs = group_configs
 
@@ -77,7 +76,7 @@ class ShareGroupService:
         self._apply(group, result.records)
         member_id = result.member_id or req.member_id
         if result.cancel_session:
-            self.deadlines.cancel(_SESSION, group.group_id, member_id)
+            self._cancel_all(group.group_id, member_id)
             log.info("[GroupId %s] Member %s has left group.", group.group_id, member_id)
         elif result.session_timeout_ms is not None:
             self._schedule_session(group, member_id, result.session_timeout_ms)
@@ -108,35 +107,23 @@ class ShareGroupService:
         for key, value in records:
             group.share.replay(key, value)
 
-    # ------------------------------------------------------------ sessions
-    def _schedule_session(self, group: GroupMetadata, member_id: str, timeout_ms: int) -> None:
-        self.deadlines.schedule(_SESSION, group.group_id, member_id, timeout_ms,
-                                lambda: self._session_expired(group, member_id))
+    # ------------------------------------------------------------ deadlines
+    def _state(self, group: GroupMetadata) -> ShareGroup | None:
+        return group.share
 
-    def _session_expired(self, group: GroupMetadata, member_id: str) -> None:
-        share = group.share
-        if share is None or member_id not in share.members or self.manager.get_group(group.group_id) is not group:
-            return
-        records = fence(share, member_id)
+    def _session_timeout(self, group: GroupMetadata, member: GroupMember) -> int:
+        return self.config_of(group.group_id).session_timeout_ms
+
+    def _fence(self, group: GroupMetadata, member_id: str) -> None:
+        assert group.share is not None
+        records = fence(group.share, member_id)
         self._apply(group, records)
-        log.info("[GroupId %s] Member %s fenced from the group because its session expired.",
-                 group.group_id, member_id)
         self.manager.store_consumer_group_records(group.group_id, records, lambda _error: None)
 
     def on_group_loaded(self, group: GroupMetadata) -> None:
-        """A loaded group's members each get a full session to heartbeat to the new coordinator."""
-        if group.share is None:
-            return
-        group.protocol_type = SHARE_PROTOCOL_TYPE
-        timeout = self.config_of(group.group_id).session_timeout_ms
-        for member_id in group.share.members:
-            self._schedule_session(group, member_id, timeout)
-
-    def on_group_unloaded(self, group: GroupMetadata) -> None:
-        if group.share is None:
-            return
-        for member_id in group.share.members:
-            self.deadlines.cancel(_SESSION, group.group_id, member_id)
+        if group.share is not None:
+            group.protocol_type = SHARE_PROTOCOL_TYPE
+        super().on_group_loaded(group)
 
     # ------------------------------------------------------------ share-group offsets
     async def describe_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,

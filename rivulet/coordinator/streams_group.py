@@ -22,8 +22,17 @@ from dataclasses import dataclass, field
 from typing import Mapping, TypeVar
 
 from rivulet.common.cluster import MetadataView
-from rivulet.coordinator.consumer_group import LEAVE_GROUP_MEMBER_EPOCH, GroupMember
-from rivulet.coordinator.consumer_heartbeat import GroupSessionConfig, HeartbeatError, fenced_epoch
+from rivulet.coordinator.modern_group import (
+    LEAVE_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    GroupSessionConfig,
+    GroupState,
+    HeartbeatError,
+    MemberState,
+    RevokingMember,
+    fenced_epoch,
+    reconciliation_state,
+)
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages import (
     streams_group_current_member_assignment_value as cav,
@@ -58,7 +67,6 @@ from rivulet.protocol.messages.streams_group_target_assignment_metadata_value im
 from rivulet.protocol.messages.streams_group_topology_key import StreamsGroupTopologyKey
 from rivulet.protocol.messages.streams_group_topology_value import StreamsGroupTopologyValue
 
-LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
 STREAMS_PROTOCOL_TYPE = "streams"
 ASSIGNOR_NAME = "sticky"  # Kafka 4.3's only server-side streams assignor
 # Kafka Streams' defaults, which the coordinator hands to its members.
@@ -83,21 +91,6 @@ class StatusCode(enum.IntEnum):
     ASSIGNMENT_DELAYED = 5
 
 
-class StreamsGroupState(str, enum.Enum):
-    EMPTY = "Empty"
-    NOT_READY = "NotReady"
-    ASSIGNING = "Assigning"
-    RECONCILING = "Reconciling"
-    STABLE = "Stable"
-    DEAD = "Dead"
-
-
-class StreamsMemberState(str, enum.Enum):
-    STABLE = "STABLE"
-    UNREVOKED_TASKS = "UNREVOKED_TASKS"
-    UNRELEASED_TASKS = "UNRELEASED_TASKS"
-
-
 @dataclass(frozen=True)
 class StreamsGroupConfig(GroupSessionConfig):
     """The broker's ``group.streams.*`` settings (a group's own configs override them all)."""
@@ -113,10 +106,7 @@ class Assignment:
 
 
 @dataclass(frozen=True)
-class StreamsGroupMember(GroupMember):
-    state: StreamsMemberState = StreamsMemberState.STABLE
-    instance_id: str | None = None
-    rebalance_timeout_ms: int = -1
+class StreamsGroupMember(RevokingMember):
     topology_epoch: int = 0
     process_id: str = ""
     user_endpoint: tuple[str, int] | None = None
@@ -166,17 +156,12 @@ class StreamsGroup:
         self.shutdown_requested = False
         self.gone_members: set[str] = set()  # removed since their tombstones were last written
 
-    def state(self) -> StreamsGroupState:
+    def state(self) -> GroupState:
         if not self.members:
-            return StreamsGroupState.EMPTY
+            return GroupState.EMPTY
         if self.configured is None or not self.configured.ready:
-            return StreamsGroupState.NOT_READY
-        if self.target_epoch != self.group_epoch:
-            return StreamsGroupState.ASSIGNING
-        if any(m.member_epoch != self.target_epoch or m.state != StreamsMemberState.STABLE
-               for m in self.members.values()):
-            return StreamsGroupState.RECONCILING
-        return StreamsGroupState.STABLE
+            return GroupState.NOT_READY
+        return reconciliation_state(self.members.values(), self.group_epoch, self.target_epoch)
 
     def replay(self, key: object, value: object) -> None:
         """Apply one ``StreamsGroup*`` record loaded from ``__consumer_offsets``."""
@@ -528,13 +513,13 @@ def _reconcile(group: StreamsGroup, member: StreamsGroupMember, owned: Tasks | N
     revoke = _minus(member.assigned.active, target.active)
     if revoke and member.member_epoch != 0:
         return dataclasses.replace(
-            member, state=StreamsMemberState.UNREVOKED_TASKS, pending_revocation=revoke,
+            member, state=MemberState.UNREVOKED_TASKS, pending_revocation=revoke,
             assigned=dataclasses.replace(member.assigned, active=_minus(member.assigned.active, revoke)))
     held = group.owners_of_active(member.member_id)
     active = {sub: frozenset(p for p in ps if (sub, p) not in held) for sub, ps in target.active.items()}
     active = {sub: ps for sub, ps in active.items() if ps}
     standby = dict(target.standby)  # the assignor never puts a standby in its active task's process
-    state = StreamsMemberState.STABLE if active == dict(target.active) else StreamsMemberState.UNRELEASED_TASKS
+    state = MemberState.STABLE if active == dict(target.active) else MemberState.UNRELEASED_TASKS
     epoch = group.target_epoch
     return dataclasses.replace(
         member, member_epoch=epoch,
@@ -642,7 +627,7 @@ def snapshot(group: StreamsGroup) -> list[Record]:
         records.append((StreamsGroupCurrentMemberAssignmentKey(group_id=gid, member_id=m.member_id),
                         StreamsGroupCurrentMemberAssignmentValue(
                             member_epoch=m.member_epoch, previous_member_epoch=m.previous_member_epoch,
-                            state=_STATE_CODES[m.state], active_tasks=_task_ids(cav.TaskIds, m.assigned.active),
+                            state=int(m.state), active_tasks=_task_ids(cav.TaskIds, m.assigned.active),
                             standby_tasks=_task_ids(cav.TaskIds, m.assigned.standby),
                             warmup_tasks=_task_ids(cav.TaskIds, m.assigned.warmup),
                             active_tasks_pending_revocation=_task_ids(cav.TaskIds, m.pending_revocation),
@@ -656,12 +641,6 @@ def member_tombstones(group_id: str, member_id: str) -> list[Record]:
     return [(StreamsGroupCurrentMemberAssignmentKey(group_id=group_id, member_id=member_id), None),
             (StreamsGroupTargetAssignmentMemberKey(group_id=group_id, member_id=member_id), None),
             (StreamsGroupMemberMetadataKey(group_id=group_id, member_id=member_id), None)]
-
-
-# Kafka's MemberState codes in StreamsGroupCurrentMemberAssignmentValue.
-_STATE_CODES = {StreamsMemberState.STABLE: 0, StreamsMemberState.UNREVOKED_TASKS: 1,
-                StreamsMemberState.UNRELEASED_TASKS: 2}
-_STATES = {v: k for k, v in _STATE_CODES.items()}
 
 
 def _replay(self: StreamsGroup, key: object, value: object) -> None:
@@ -697,7 +676,7 @@ def _replay(self: StreamsGroup, key: object, value: object) -> None:
         old = self.members.get(key.member_id) or StreamsGroupMember(key.member_id)
         self.members[key.member_id] = dataclasses.replace(
             old, member_epoch=value.member_epoch, previous_member_epoch=value.previous_member_epoch,
-            state=_STATES.get(value.state, StreamsMemberState.STABLE),
+            state=MemberState.of(value.state),
             assigned=Assignment(active=_tasks_of(value.active_tasks), standby=_tasks_of(value.standby_tasks),
                                 warmup=_tasks_of(value.warmup_tasks)),
             pending_revocation=_tasks_of(value.active_tasks_pending_revocation))

@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from dataclasses import dataclass, field
 from typing import Callable
 
 from rivulet.common.cluster import InternalTopicCreator, MetadataView
-from rivulet.coordinator.consumer_heartbeat import HeartbeatError
+from rivulet.coordinator.modern_group import GroupMember, HeartbeatError, MemberState
+from rivulet.coordinator.modern_group_service import ModernGroupService
 from rivulet.coordinator.delayed_ops import MemberDeadlines
 from rivulet.coordinator.group_config import GroupConfigs
 from rivulet.coordinator.group_metadata import GroupMetadata
@@ -20,6 +20,7 @@ from rivulet.coordinator.streams_group import (
     STREAMS_PROTOCOL_TYPE,
     StreamsGroup,
     StreamsGroupConfig,
+    StreamsGroupMember,
     StreamsHeartbeatRequest,
     StreamsHeartbeatResult,
     TopicNeed,
@@ -36,20 +37,20 @@ from rivulet.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
-_SESSION = "streams-session"
+class StreamsGroupService(ModernGroupService[StreamsGroup]):
+    REVOKED = "tasks"
 
-
-@dataclass(eq=False)
-class StreamsGroupService:
-    config: StreamsGroupConfig
-    manager: GroupMetadataManager
-    metadata: MetadataView
-    topic_creator: InternalTopicCreator
-    deadlines: MemberDeadlines
-    group_configs: GroupConfigs | None = None
-    _creating: set[str] = field(default_factory=set, init=False)
-    # Per group, the records last written (encoded key -> encoded value): only changes are appended.
-    _written: dict[str, dict[bytes, bytes | None]] = field(default_factory=dict, init=False)
+    def __init__(self, config: StreamsGroupConfig, manager: GroupMetadataManager, metadata: MetadataView,
+                 topic_creator: InternalTopicCreator, deadlines: MemberDeadlines,
+                 group_configs: GroupConfigs | None = None) -> None:
+        super().__init__(manager, deadlines)
+        self.config = config
+        self.metadata = metadata
+        self.topic_creator = topic_creator
+        self.group_configs = group_configs
+        self._creating: set[str] = set()
+        # Per group, the records last written (encoded key -> encoded value): only changes are appended.
+        self._written: dict[str, dict[bytes, bytes | None]] = {}
 
     def config_of(self, group_id: str) -> StreamsGroupConfig:
         """The broker's settings with the group's own session timeout, heartbeat interval and
@@ -75,7 +76,7 @@ class StreamsGroupService:
             callback(StreamsHeartbeatResult(error=e.code, error_message=e.message, member_id=req.member_id))
             return
         if result.cancel_session:
-            self.deadlines.cancel(_SESSION, group.group_id, req.member_id)
+            self._cancel_all(group.group_id, req.member_id)
             log.info("[GroupId %s] Member %s has left group.", group.group_id, req.member_id)
         elif result.session_timeout_ms is not None:
             self._schedule_session(group, req.member_id, result.session_timeout_ms)
@@ -142,39 +143,34 @@ class StreamsGroupService:
                     self._creating.discard(n.name)
             asyncio.ensure_future(create())
 
-    # ------------------------------------------------------------ sessions
-    def _schedule_session(self, group: GroupMetadata, member_id: str, timeout_ms: int) -> None:
-        self.deadlines.schedule(_SESSION, group.group_id, member_id, timeout_ms,
-                                lambda: self._session_expired(group, member_id))
+    # ------------------------------------------------------------ deadlines
+    def _state(self, group: GroupMetadata) -> StreamsGroup | None:
+        return group.streams
 
-    def _session_expired(self, group: GroupMetadata, member_id: str) -> None:
-        streams = group.streams
-        if streams is None or member_id not in streams.members or self.manager.get_group(group.group_id) is not group:
-            return
-        fence(streams, member_id)
-        log.info("[GroupId %s] Member %s fenced from the group because its session expired.",
-                 group.group_id, member_id)
+    def _session_timeout(self, group: GroupMetadata, member: GroupMember) -> int:
+        return self.config_of(group.group_id).session_timeout_ms
+
+    def _revoking(self, member: GroupMember) -> bool:
+        return isinstance(member, StreamsGroupMember) and member.state == MemberState.UNREVOKED_TASKS
+
+    def _fence(self, group: GroupMetadata, member_id: str) -> None:
+        assert group.streams is not None
+        fence(group.streams, member_id)
+        self._cancel_all(group.group_id, member_id)
         self._store(group, lambda _error: None)
 
     def on_group_loaded(self, group: GroupMetadata) -> None:
-        """A loaded group's members each get a full session to heartbeat to the new coordinator."""
-        if group.streams is None:
-            return
         streams = group.streams
+        if streams is None:
+            return
         if streams.topology is not None:
             # Not recorded (Python's hashes differ between processes): worked out again here.
             streams.partition_hash = partition_hash(streams.topology, self.metadata)
             streams.configured = configure_topology(streams.topology, self.metadata)
         self._written[group.group_id] = {consumer_group_record(k, v)[0]: consumer_group_record(k, v)[1]
-                                         for k, v in snapshot(group.streams)}
-        timeout = self.config_of(group.group_id).session_timeout_ms
-        for member_id in group.streams.members:
-            self._schedule_session(group, member_id, timeout)
+                                         for k, v in snapshot(streams)}
+        super().on_group_loaded(group)
 
     def on_group_unloaded(self, group: GroupMetadata) -> None:
         self._written.pop(group.group_id, None)
-        if group.streams is None:
-            return
-        for member_id in group.streams.members:
-            self.deadlines.cancel(_SESSION, group.group_id, member_id)
-
+        super().on_group_unloaded(group)

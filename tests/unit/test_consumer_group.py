@@ -14,10 +14,9 @@ from rivulet.coordinator.assignors import MemberSpec, RangeAssignor, UniformAssi
 from rivulet.coordinator.consumer_group import (
     ConsumerGroup,
     ConsumerGroupMember,
-    ConsumerGroupState,
-    MemberState,
     reconcile,
 )
+from rivulet.coordinator.modern_group import GroupState, MemberState
 from rivulet.coordinator.consumer_heartbeat import (
     ConsumerGroupConfig,
     HeartbeatError,
@@ -159,11 +158,11 @@ def test_two_members_hand_over_partitions_in_order():
     c = Coordinator(Topics(t=4))
     r = c.beat("a", 0, topics=["t"])
     assert (r.member_epoch, r.assignment) == (1, {T1: {0, 1, 2, 3}})
-    assert c.group.state() == ConsumerGroupState.STABLE
+    assert c.group.state() == GroupState.STABLE
     r = c.beat("b", 0, topics=["t"])
     assert r.member_epoch == 2 and r.assignment == {}  # its partitions are still a's
     assert c.group.members["b"].state == MemberState.UNRELEASED_PARTITIONS
-    assert c.group.state() == ConsumerGroupState.RECONCILING
+    assert c.group.state() == GroupState.RECONCILING
     r = c.beat("a", 1)  # a is told to give two up, and stays at epoch 1 until it has
     assert r.member_epoch == 1 and len(r.assignment[T1]) == 2
     kept = r.assignment
@@ -173,7 +172,7 @@ def test_two_members_hand_over_partitions_in_order():
     assert r.member_epoch == 2 and r.assignment == kept
     r = c.beat("b", 2, owned=[])
     assert r.assignment == {T1: {0, 1, 2, 3} - kept[T1]}
-    assert c.group.state() == ConsumerGroupState.STABLE
+    assert c.group.state() == GroupState.STABLE
 
 
 def test_epochs_are_checked_and_a_lost_response_is_forgiven():
@@ -208,7 +207,7 @@ def test_leaving_and_fencing_give_partitions_back():
     r = c.beat("b", 2, owned=owned_list(c.group.members["b"].assigned_sets()))
     assert r.assignment == {T1: {0, 1}} and r.member_epoch == c.group.group_epoch
     c.apply(fence(c.group, "b"))
-    assert c.group.state() == ConsumerGroupState.EMPTY and c.group.partition_epoch(T1, 0) == -1
+    assert c.group.state() == GroupState.EMPTY and c.group.partition_epoch(T1, 0) == -1
 
 
 def test_a_new_partition_moves_the_group_epoch():
@@ -334,7 +333,7 @@ def test_randomized_members_never_share_a_partition(seed):
             r = c.beat(member_id, epochs[member_id], owned=owned_list(usable.get(member_id, {})))
             epochs[member_id] = r.member_epoch
             usable[member_id] = r.assignment
-    assert c.group.state() in (ConsumerGroupState.STABLE, ConsumerGroupState.EMPTY)
+    assert c.group.state() in (GroupState.STABLE, GroupState.EMPTY)
     subscribed = {n for m in c.group.members.values() for n in m.subscribed_topic_names}
     want = {(c.topics.get(n).topic_id, p) for n in subscribed for p in range(c.topics.get(n).num_partitions)}
     got = {(t, p) for a in usable.values() for t, ps in a.items() for p in ps}
@@ -388,7 +387,7 @@ def test_a_classic_member_of_a_consumer_group_reconciles_through_its_rejoins():
     r = classic_join(c, "old")
     got = decode_assignment(classic.sync(c.group, "old", None, r.generation_id, None, None, c.topics))[0]
     assert sorted(p for _, p in got) == sorted({0, 1, 2, 3} - kept[T1])
-    assert c.group.state() == ConsumerGroupState.STABLE
+    assert c.group.state() == GroupState.STABLE
     assert classic.heartbeat(c.group, "old", None, r.generation_id) == ErrorCode.NONE
 
 

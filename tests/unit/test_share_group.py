@@ -9,12 +9,12 @@ import uuid
 import pytest
 
 from rivulet.coordinator.assignors import MemberSpec, SimpleAssignor
-from rivulet.coordinator.consumer_heartbeat import HeartbeatError, HeartbeatRequest, HeartbeatResult
+from rivulet.coordinator.consumer_heartbeat import HeartbeatRequest, HeartbeatResult
+from rivulet.coordinator.modern_group import GroupState, HeartbeatError
 from rivulet.coordinator.group_coordinator import GroupCoordinator
 from rivulet.coordinator.share_group import (
     ShareGroup,
     ShareGroupConfig,
-    ShareGroupState,
     ShareHeartbeatRequest,
     ShareHeartbeatResult,
     heartbeat,
@@ -145,7 +145,7 @@ def test_join_gets_every_partition_and_the_group_epoch():
     r = g.beat("m1", 0, ["t"])
     assert (r.error, r.member_epoch, r.heartbeat_interval_ms, r.session_timeout_ms) == (ErrorCode.NONE, 1, 5000, 45000)
     assert r.assignment == {T1: {0, 1, 2}}
-    assert g.group.state() == ShareGroupState.STABLE
+    assert g.group.state() == GroupState.STABLE
     assert (g.group.group_epoch, g.group.target_assignment_epoch) == (1, 1)
     assert g.group.initialized == {T1: ("t", frozenset({0, 1, 2}))}
 
@@ -258,7 +258,7 @@ def test_leave_removes_the_member_and_bumps_the_epoch():
         g.beat("m2", -1)
     assert e.value.code == ErrorCode.UNKNOWN_MEMBER_ID
     g.beat("m1", -1)
-    assert g.group.state() == ShareGroupState.EMPTY
+    assert g.group.state() == GroupState.EMPTY
 
 
 def test_group_max_size():

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from rivulet.coordinator.consumer_heartbeat import HeartbeatError
+from rivulet.coordinator.modern_group import GroupState, HeartbeatError, MemberState
 from rivulet.coordinator.streams_group import (
     Assignment,
     StatusCode,
     StreamsGroup,
     StreamsGroupConfig,
     StreamsGroupMember,
-    StreamsGroupState,
     StreamsHeartbeatRequest,
-    StreamsMemberState,
     TopicNeed,
     assign,
     configure_topology,
@@ -82,7 +80,7 @@ def test_a_member_without_its_source_topics_gets_no_tasks_and_the_status():
     assert r.error == ErrorCode.NONE and r.member_epoch == 1
     assert (StatusCode.MISSING_SOURCE_TOPICS, "Source topics input are missing.") in r.status
     assert r.assignment == Assignment()
-    assert group.state() == StreamsGroupState.NOT_READY
+    assert group.state() == GroupState.NOT_READY
 
 
 def test_missing_internal_topics_are_reported_then_the_tasks_given():
@@ -97,7 +95,7 @@ def test_missing_internal_topics_are_reported_then_the_tasks_given():
     r = beat(group, topics, "a", r.member_epoch, active={})
     assert r.status == [] and r.member_epoch == 2
     assert r.assignment.active == {"0": frozenset({0, 1}), "1": frozenset({0, 1})}
-    assert group.state() == StreamsGroupState.STABLE
+    assert group.state() == GroupState.STABLE
 
 
 def ready_topics() -> Topics:
@@ -111,20 +109,20 @@ def test_a_second_member_gets_its_tasks_only_after_the_first_revoked_them():
     assert count(a.assignment.active) == 8
     b = join(group, topics, "b")
     assert b.member_epoch == 2 and count(b.assignment.active) == 0  # a still holds them all
-    assert group.members["b"].state == StreamsMemberState.UNRELEASED_TASKS
+    assert group.members["b"].state == MemberState.UNRELEASED_TASKS
     # a is told to give up half; it keeps its epoch until it reports them gone.
     owned_a = a.assignment.active
     r = beat(group, topics, "a", 1, active=owned_a)
     assert r.member_epoch == 1 and count(r.assignment.active) == 4
-    assert group.members["a"].state == StreamsMemberState.UNREVOKED_TASKS
-    assert group.state() == StreamsGroupState.RECONCILING
+    assert group.members["a"].state == MemberState.UNREVOKED_TASKS
+    assert group.state() == GroupState.RECONCILING
     r = beat(group, topics, "a", 1, active=r.assignment.active)
     assert r.member_epoch == 2 and r.assignment is None  # nothing new for it
     r = beat(group, topics, "b", 2, active={})
     assert count(r.assignment.active) == 4
     both = [group.members[m].assigned.active for m in ("a", "b")]
     assert not any(both[0].get(s, frozenset()) & both[1].get(s, frozenset()) for s in ("0", "1"))
-    assert group.state() == StreamsGroupState.STABLE
+    assert group.state() == GroupState.STABLE
 
 
 def test_epochs_are_fenced_and_unknown_members_refused():
@@ -150,7 +148,7 @@ def test_leaving_and_expiry_move_the_tasks_to_the_others():
     r = beat(group, topics, "b", 2, active={})
     assert count(r.assignment.active) == 8
     fence(group, "b")
-    assert group.state() == StreamsGroupState.EMPTY
+    assert group.state() == GroupState.EMPTY
 
 
 def test_validation_follows_kafka():
@@ -202,7 +200,7 @@ def test_the_records_bring_the_group_back_as_it_was():
     assert (loaded.group_epoch, loaded.target_epoch) == (group.group_epoch, group.target_epoch)
     assert loaded.members == group.members and loaded.target == group.target
     assert loaded.topology == group.topology
-    assert group.members["a"].pending_revocation and group.members["a"].state == StreamsMemberState.UNREVOKED_TASKS
+    assert group.members["a"].pending_revocation and group.members["a"].state == MemberState.UNREVOKED_TASKS
     # Tombstones remove a member.
     for k, v in loaded.delete_records()[:3]:
         loaded.replay(k, v)
