@@ -29,6 +29,7 @@ from rivulet.protocol.messages import metadata_request as mq
 from rivulet.protocol.messages import share_group_describe_request as sgdq
 from rivulet.protocol.messages import share_group_heartbeat_request as sghq
 from rivulet.testing import BrokerProcess
+from tests.group_members import until
 
 pytestmark = pytest.mark.integration
 
@@ -66,17 +67,6 @@ def parts(resp) -> set[int]:
 def run_cli(bootstrap: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "rivulet", "groups", *args, "--bootstrap-server", bootstrap],
                           capture_output=True, text=True, timeout=60)
-
-
-async def until(check, what: str, timeout: float = 60.0):
-    """Poll ``check`` (a coroutine function) until it returns a true value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = await check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.2)
 
 
 def test_share_group_lifecycle():

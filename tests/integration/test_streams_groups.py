@@ -29,6 +29,7 @@ from rivulet.protocol.messages import streams_group_describe_request as sgdq
 from rivulet.protocol.messages import streams_group_heartbeat_request as sghq
 from rivulet.testing import BrokerProcess
 from tests import java_tools as jt
+from tests.group_members import RawMember, beat_until, until
 
 pytestmark = pytest.mark.integration
 
@@ -58,35 +59,24 @@ def ids(held: set[tuple[str, int]]) -> list[sghq.TaskIds]:
     return [sghq.TaskIds(subtopology_id=s, partitions=sorted(p for t, p in held if t == s)) for s in subs]
 
 
-class Member:
+class Member(RawMember):
     """A member as Kafka Streams runs one: it reports the tasks it holds, and takes what it is given."""
 
     def __init__(self, conn: BrokerConnection, member_id: str) -> None:
-        self.conn, self.member_id, self.epoch = conn, member_id, 0
+        super().__init__(conn, member_id)
         self.active: set[tuple[str, int]] = set()
 
-    async def beat(self) -> Any:
+    def request(self) -> sghq.StreamsGroupHeartbeatRequest:
         joining = self.epoch == 0
-        r = await self.conn.send(sghq.StreamsGroupHeartbeatRequest(
+        return sghq.StreamsGroupHeartbeatRequest(
             group_id=GROUP, member_id=self.member_id, member_epoch=self.epoch, endpoint_information_epoch=0,
             rebalance_timeout_ms=30000 if joining else -1, topology=TOPOLOGY if joining else None,
             active_tasks=ids(self.active), standby_tasks=[], warmup_tasks=[], process_id=self.member_id + "-p",
-            client_tags=[], task_offsets=[], task_end_offsets=[], shutdown_application=False))
-        assert r.error_code == 0, (r.error_code, r.error_message)
-        self.epoch = r.member_epoch
-        if r.active_tasks is not None:
-            self.active = tasks(r.active_tasks) or set()
-        return r
+            client_tags=[], task_offsets=[], task_end_offsets=[], shutdown_application=False)
 
-
-async def until(check, what: str, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = await check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.2)
+    def took(self, response: Any) -> None:
+        if response.active_tasks is not None:
+            self.active = tasks(response.active_tasks) or set()
 
 
 def test_streams_group_lifecycle():
@@ -114,10 +104,8 @@ async def _lifecycle(b: BrokerProcess) -> None:
         assert [s.status_code for s in first.status] == [3]  # MISSING_INTERNAL_TOPICS
         assert first.active_tasks == []
 
-        async def all_tasks() -> bool:
-            r = await a.beat()
-            return not r.status and len(a.active) == 4
-        await until(all_tasks, "the internal topics and the tasks")
+        await beat_until([a], lambda: len(a.active) == 4, "the internal topics and the tasks")
+        assert not (await a.beat()).status
         assert a.active == {("0", 0), ("0", 1), ("1", 0), ("1", 1)}
         md = await conn.send(mq.MetadataRequest(topics=[mq.MetadataRequestTopic(name=REPARTITION),
                                                         mq.MetadataRequestTopic(name=CHANGELOG)],
@@ -129,11 +117,7 @@ async def _lifecycle(b: BrokerProcess) -> None:
         await b_member.beat()
         assert b_member.active == set()
 
-        async def shared() -> bool:
-            await a.beat()
-            await b_member.beat()
-            return len(a.active) == 2 and len(b_member.active) == 2
-        await until(shared, "the tasks shared")
+        await beat_until([a, b_member], lambda: len(a.active) == 2 and len(b_member.active) == 2, "the tasks shared")
         assert a.active.isdisjoint(b_member.active) and a.epoch == b_member.epoch
 
         # Members commit offsets at their current epoch (Kafka Streams' OffsetCommit).
@@ -180,10 +164,7 @@ async def _lifecycle(b: BrokerProcess) -> None:
         assert r.member_epoch == a.epoch and a.active == held
 
         # b falls silent: its session expires and a takes every task back.
-        async def took_over() -> bool:
-            await a.beat()
-            return len(a.active) == 4
-        await until(took_over, "b's session to expire")
+        await beat_until([a], lambda: len(a.active) == 4, "b's session to expire")
         d = (await conn.send(sgdq.StreamsGroupDescribeRequest(group_ids=[GROUP],
                                                               include_authorized_operations=False))).groups[0]
         assert [m.member_id for m in d.members] == ["a"]
@@ -219,10 +200,7 @@ async def _tool(b: BrokerProcess) -> None:
         assert r.topics[0].error_code == 0
         a = Member(conn, "a")
 
-        async def all_tasks() -> bool:
-            await a.beat()
-            return len(a.active) == 4
-        await until(all_tasks, "the tasks")
+        await beat_until([a], lambda: len(a.active) == 4, "the tasks")
 
         def tool(*args: str) -> str:
             return jt.run_tool(jt.STREAMS_GROUP_COMMAND, ["--bootstrap-server", b.bootstrap, *args], timeout=60).stdout

@@ -1,0 +1,53 @@
+"""Members of modern groups (share, streams) driven by raw heartbeats through Rivulet's own
+connection, for the integration tests that check the coordinator's answers field by field."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Awaitable, Callable, Sequence
+
+from rivulet.client.connection import BrokerConnection
+
+
+async def until(check: Callable[[], Awaitable[Any]], what: str, timeout: float = 60.0) -> Any:
+    """Poll ``check`` (a coroutine function) until it returns a true value, and return it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = await check()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.2)
+
+
+class RawMember:
+    """A member that sends its epoch in each heartbeat, takes the one answered, and keeps what it
+    was last given (an answer without an assignment leaves that unchanged). A kind of group
+    says what its request is (``request``) and what an answer gives the member (``took``)."""
+
+    def __init__(self, conn: BrokerConnection, member_id: str) -> None:
+        self.conn, self.member_id, self.epoch = conn, member_id, 0
+
+    def request(self) -> Any:
+        raise NotImplementedError
+
+    def took(self, response: Any) -> None:
+        raise NotImplementedError
+
+    async def beat(self) -> Any:
+        r = await self.conn.send(self.request())
+        assert r.error_code == 0, (r.error_code, r.error_message)
+        self.epoch = r.member_epoch
+        self.took(r)
+        return r
+
+
+async def beat_until(members: Sequence[RawMember], done: Callable[[], bool], what: str,
+                     timeout: float = 60.0) -> None:
+    """Every member heartbeats, again and again, until ``done()`` holds."""
+    async def step() -> bool:
+        for m in members:
+            await m.beat()
+        return done()
+    await until(step, what, timeout)
