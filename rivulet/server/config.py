@@ -10,8 +10,9 @@ node needs its own (``node.id``, ``listeners``, ``log.dir``, ``process.roles``).
 
 from __future__ import annotations
 
+import operator
 from pathlib import Path
-from typing import Any, Collection, Iterator
+from typing import Any, Callable, Collection, Iterator
 from urllib.parse import urlsplit
 
 from rivulet.common.config import (
@@ -576,24 +577,38 @@ def synonyms_of(name: str) -> tuple[str, ...]:
     return next((g for g in _SYNONYM_GROUPS if name in g), (name,))
 
 
+def _bounds(kind: str) -> list[tuple[str, Callable[[Any, Any], bool], str, str]]:
+    """A ``group.<kind>.*`` heartbeat interval and session timeout within their bounds, the
+    interval below the session, as Kafka's GroupCoordinatorConfig words them."""
+    hb, session = f"group.{kind}.heartbeat.interval.ms", f"group.{kind}.session.timeout.ms"
+    rows: list[tuple[str, Callable[[Any, Any], bool], str, str]] = []
+    for value in (hb, session):
+        name = value.removeprefix(f"group.{kind}.")
+        lo, hi = f"group.{kind}.min.{name}", f"group.{kind}.max.{name}"
+        rows += [(hi, operator.ge, lo, f"{hi} must be greater than or equal to {lo}"),
+                 (value, operator.ge, lo, f"{value} must be greater than or equal to {lo}"),
+                 (value, operator.le, hi, f"{value} must be less than or equal to {hi}")]
+    return rows + [(hb, operator.lt, session, f"{hb} must be less than {session}")]
+
+
+# Kafka's start-up rules between two properties, in its order and words: its group coordinator's
+# config first, then KafkaConfig's. (property, comparison, the property bounding it, message).
+_RELATIONS: tuple[tuple[str, Callable[[Any, Any], bool], str, str], ...] = (
+    *_bounds("consumer"), *_bounds("share"), *_bounds("streams"),
+    ("group.streams.num.standby.replicas", operator.le, "group.streams.max.standby.replicas",
+     "group.streams.num.standby.replicas must be less than or equal to group.streams.max.standby.replicas"),
+    ("replica.fetch.wait.max.ms", operator.le, "replica.socket.timeout.ms", "replica.socket.timeout.ms should "
+     "always be at least replica.fetch.wait.max.ms to prevent unnecessary socket timeouts"),
+    ("replica.fetch.wait.max.ms", operator.le, "replica.lag.time.max.ms", "replica.fetch.wait.max.ms should "
+     "always be less than or equal to replica.lag.time.max.ms to prevent frequent changes in ISR"),
+)
+
+
 def _kafka_relations(cfg: BrokerConfig) -> Iterator[tuple[bool, str]]:
-    """Kafka's start-up rules between properties, in its order and words: its group
-    coordinator's config first, then KafkaConfig's. Lazy: a rule is checked once those before hold."""
-    for kind in ("consumer", "share", "streams"):
-        hb, session = f"group.{kind}.heartbeat.interval.ms", f"group.{kind}.session.timeout.ms"
-        for value, lo, hi in ((hb, f"group.{kind}.min.heartbeat.interval.ms", f"group.{kind}.max.heartbeat.interval.ms"),
-                              (session, f"group.{kind}.min.session.timeout.ms", f"group.{kind}.max.session.timeout.ms")):
-            yield cfg[hi] >= cfg[lo], f"{hi} must be greater than or equal to {lo}"
-            yield cfg[value] >= cfg[lo], f"{value} must be greater than or equal to {lo}"
-            yield cfg[value] <= cfg[hi], f"{value} must be less than or equal to {hi}"
-        yield cfg[hb] < cfg[session], f"{hb} must be less than {session}"
-    yield (cfg["group.streams.num.standby.replicas"] <= cfg["group.streams.max.standby.replicas"],
-           "group.streams.num.standby.replicas must be less than or equal to group.streams.max.standby.replicas")
-    fetch_wait = cfg["replica.fetch.wait.max.ms"]
-    yield (fetch_wait <= cfg["replica.socket.timeout.ms"], "replica.socket.timeout.ms should always be at least "
-           "replica.fetch.wait.max.ms to prevent unnecessary socket timeouts")
-    yield (fetch_wait <= cfg["replica.lag.time.max.ms"], "replica.fetch.wait.max.ms should always be less than or "
-           "equal to replica.lag.time.max.ms to prevent frequent changes in ISR")
+    """Kafka's start-up rules between properties: the table's, then the two that are not one
+    property against another. Lazy: a rule is checked once those before hold."""
+    for prop, holds, bound, message in _RELATIONS:
+        yield holds(cfg[prop], cfg[bound]), message
     queued = cfg["queued.max.request.bytes"]
     yield (queued <= 0 or queued >= cfg["socket.request.max.bytes"],
            "queued.max.request.bytes must be larger or equal to socket.request.max.bytes")
