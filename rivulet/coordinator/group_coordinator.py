@@ -1290,9 +1290,11 @@ class GroupCoordinator(InternalTopicCoordinator):
         return ErrorCode.NONE, None, group
 
     def is_modern_group(self, group_id: str) -> bool:
-        """A KIP-848 consumer group or a KIP-932 share group that this node coordinates."""
+        """A KIP-848 consumer group, a KIP-932 share group or a KIP-1071 streams group that this
+        node coordinates."""
         group = self.manager.get_group(group_id) if self.manager is not None else None
-        return group is not None and (group.consumer is not None or group.share is not None)
+        return group is not None and (group.consumer is not None or group.share is not None
+                                      or group.streams is not None)
 
 
 def _validate_consumer_member_epoch(group: GroupMetadata, epoch: int, member_id: str, transactional: bool,

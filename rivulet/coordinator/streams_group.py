@@ -47,7 +47,7 @@ from rivulet.protocol.messages.streams_group_current_member_assignment_key impor
 from rivulet.protocol.messages.streams_group_current_member_assignment_value import (
     StreamsGroupCurrentMemberAssignmentValue,
 )
-from rivulet.protocol.messages.streams_group_heartbeat_request import Topology
+from rivulet.protocol.messages.streams_group_heartbeat_request import Subtopology, Topology
 from rivulet.protocol.messages.streams_group_member_metadata_key import StreamsGroupMemberMetadataKey
 from rivulet.protocol.messages.streams_group_member_metadata_value import StreamsGroupMemberMetadataValue
 from rivulet.protocol.messages.streams_group_metadata_key import StreamsGroupMetadataKey
@@ -117,6 +117,39 @@ class StreamsGroupMember(RevokingMember):
 
 
 @dataclass(frozen=True)
+class TaskOffsets:
+    """A member's report of its tasks' changelogs (KIP-1071): how far it has restored each task
+    (``offsets``, the sum over the task's changelog partitions) and, for its active tasks, where
+    those changelogs end (``end_offsets``); the difference is the task's lag."""
+
+    offsets: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    end_offsets: Mapping[tuple[str, int], int] = field(default_factory=dict)
+
+    def updated(self, offsets: Mapping[tuple[str, int], int] | None,
+                end_offsets: Mapping[tuple[str, int], int] | None) -> TaskOffsets:
+        """These offsets with a heartbeat's report over them (None: that list unchanged)."""
+        return TaskOffsets(self.offsets if offsets is None else dict(offsets),
+                           self.end_offsets if end_offsets is None else dict(end_offsets))
+
+    def lag(self, task: tuple[str, int]) -> int | None:
+        """How far the member is behind on ``task``, if it reported both offsets."""
+        if task not in self.offsets or task not in self.end_offsets:
+            return None
+        return max(self.end_offsets[task] - self.offsets[task], 0)
+
+
+@dataclass(frozen=True)
+class EndpointPartitions:
+    """What a member with an application endpoint holds, as the topic partitions Interactive
+    Queries route by: its active and standby tasks' source and repartition-source partitions."""
+
+    host: str
+    port: int
+    active: list[tuple[str, list[int]]]
+    standby: list[tuple[str, list[int]]]
+
+
+@dataclass(frozen=True)
 class TopicNeed:
     """An internal topic the topology needs: its partitions and configs."""
 
@@ -155,6 +188,9 @@ class StreamsGroup:
         self.endpoint_information_epoch = 0
         self.shutdown_requested = False
         self.gone_members: set[str] = set()  # removed since their tombstones were last written
+        # What each member last reported of its tasks' changelogs: kept in memory only, as Kafka
+        # does (they change all the time; a member reports them again every task offset interval).
+        self.task_offsets: dict[str, TaskOffsets] = {}
 
     def state(self) -> GroupState:
         if not self.members:
@@ -228,6 +264,14 @@ def configure_topology(topology: Topology, topics: MetadataView) -> ConfiguredTo
                 if sink not in fixed and repartition.get(sink, 0) < n:
                     repartition[sink] = n
                     changed = True
+    if repartition:
+        try:
+            for s in topology.subtopologies:
+                for group in copartition_groups(s):
+                    _copartition(group, repartition, set(fixed), topics)
+        except _Incorrect as e:
+            out.status.append((StatusCode.INCORRECTLY_PARTITIONED_TOPICS, str(e)))
+            return out
     for s in topology.subtopologies:
         n = count_of(s.subtopology_id)
         if n is None:
@@ -253,6 +297,49 @@ def configure_topology(topology: Topology, topics: MetadataView) -> ConfiguredTo
                                f"Existing internal topic {need.name} has invalid number of partitions: expected "
                                f"{need.partitions}, but found {info.num_partitions}."))
     return out
+
+
+class _Incorrect(Exception):
+    """A copartition group whose topics cannot have one partition count."""
+
+
+def copartition_groups(sub: Subtopology) -> list[set[str]]:
+    """A subtopology's copartition groups by topic name (the request names them by index into
+    its source and repartition source topics)."""
+    return [{sub.source_topics[i] for i in g.source_topics}
+            | {sub.repartition_source_topics[i].name for i in g.repartition_source_topics}
+            for g in sub.copartition_groups]
+
+
+def _copartition(group: set[str], repartition: dict[str, int], fixed: set[str], topics: MetadataView) -> None:
+    """Kafka's CopartitionedTopicsEnforcer: the topics of a copartition group get one partition
+    count. With external topics among them it is theirs (which must agree); of repartition topics
+    alone, that of the fixed ones (which must agree) or else the largest. A flexible repartition
+    topic takes it; a fixed one that differs is an error."""
+    def show(counts: Mapping[str, int]) -> str:  # as Java prints a TreeMap
+        return "{" + ", ".join(f"{t}={n}" for t, n in sorted(counts.items())) + "}"
+    inner = {t: repartition[t] for t in group if t in repartition}
+    external = {}
+    for t in group - set(inner):
+        info = topics.get(t)
+        external[t] = info.num_partitions if info is not None else 0
+    if not external:
+        if fixed:
+            counts = {repartition[t] for t in fixed if t in repartition}
+            if len(counts) > 1:
+                raise _Incorrect(f"Following topics do not have the same number of partitions: [{show(inner)}]")
+            n = counts.pop() if counts else max(inner.values())
+        else:
+            n = max(inner.values())
+    else:
+        if len(set(external.values())) > 1:
+            raise _Incorrect(f"Following topics do not have the same number of partitions: [{show(external)}]")
+        n = next(iter(external.values()))
+    for t, had in inner.items():
+        if t in fixed and had != n:
+            raise _Incorrect(f"Number of partitions [{had}] of repartition topic [{t}] doesn't match number of "
+                             f"partitions [{n}] of the source topic.")
+        repartition[t] = n
 
 
 def partition_hash(topology: Topology | None, topics: MetadataView) -> int:
@@ -353,6 +440,9 @@ class StreamsHeartbeatRequest:
     shutdown_application: bool = False
     client_id: str = ""
     client_host: str = ""
+    endpoint_information_epoch: int = -1  # the latest the member received
+    task_offsets: Mapping[tuple[str, int], int] | None = None
+    task_end_offsets: Mapping[tuple[str, int], int] | None = None
 
 
 @dataclass
@@ -370,6 +460,10 @@ class StreamsHeartbeatResult:
     session_timeout_ms: int | None = None
     cancel_session: bool = False
     missing_internal_topics: list[TopicNeed] = field(default_factory=list)
+    # None: the member has the group's endpoint information epoch already.
+    partitions_by_user_endpoint: list[EndpointPartitions] | None = None
+    revocation_timeout_ms: int | None = None  # the member must revoke within it (re)arm
+    cancel_revocation: bool = False
 
 
 def validate(req: StreamsHeartbeatRequest) -> None:
@@ -412,22 +506,7 @@ def validate(req: StreamsHeartbeatRequest) -> None:
 def heartbeat(group: StreamsGroup, req: StreamsHeartbeatRequest, topics: MetadataView,
               config: StreamsGroupConfig) -> StreamsHeartbeatResult:
     """Answer a validated heartbeat of a member that is not leaving, changing ``group``."""
-    member = group.members.get(req.member_id)
-    if req.instance_id is not None and member is None and req.member_epoch == 0:
-        # A static member rejoining under a new member id takes its predecessor's place.
-        old_id = group.static_members.get(req.instance_id)
-        old = group.members.pop(old_id, None) if old_id is not None else None
-        if old is not None:
-            group.gone_members.add(old.member_id)
-            member = dataclasses.replace(old, member_id=req.member_id)
-            group.target[req.member_id] = group.target.pop(old.member_id, Assignment())
-    if member is None:
-        if req.member_epoch != 0:
-            raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
-                                 f"Member {req.member_id} is not a member of group {group.group_id}.")
-        member = StreamsGroupMember(req.member_id)
-    elif req.member_epoch != 0 or req.member_id in group.members:
-        _check_epoch(member, req.member_epoch, req.active_tasks)
+    member = _member_for(group, req)
     joined = req.member_id not in group.members
 
     status: list[tuple[StatusCode, str]] = []
@@ -468,24 +547,21 @@ def heartbeat(group: StreamsGroup, req: StreamsHeartbeatRequest, topics: Metadat
     if bump:
         group.group_epoch += 1
     configured = group.configured
-    if configured is not None:
-        status += configured.status
-        if configured.missing_internal:
-            status.append((StatusCode.MISSING_INTERNAL_TOPICS, "Internal topics are missing: "
-                           f"[{', '.join(t.name for t in configured.missing_internal)}]"))
-    if group.shutdown_requested:
-        status.append((StatusCode.SHUTDOWN_APPLICATION,
-                       "A KafkaStreams instance encountered a fatal error and requested a shutdown for the entire "
-                       "application."))
+    status += _group_status(group)
 
     if group.group_epoch > group.target_epoch:
         tasks = configured.tasks if configured is not None and configured.ready else {}
         group.target = assign(group.members, tasks, group.target, config.num_standby_replicas)
         group.target_epoch = group.group_epoch
 
-    before = updated.assigned
+    before, was_revoking = updated.assigned, updated.state == MemberState.UNREVOKED_TASKS
     updated = _reconcile(group, updated, req.active_tasks)
     group.members[req.member_id] = updated
+    if updated.assigned != before and updated.user_endpoint is not None and not joined:
+        group.endpoint_information_epoch += 1  # where its partitions are served from moved
+    if req.task_offsets is not None or req.task_end_offsets is not None:
+        group.task_offsets[req.member_id] = group.task_offsets.get(req.member_id, TaskOffsets()).updated(
+            req.task_offsets, req.task_end_offsets)
     result = StreamsHeartbeatResult(
         member_id=req.member_id, member_epoch=updated.member_epoch, heartbeat_interval_ms=config.heartbeat_interval_ms,
         acceptable_recovery_lag=ACCEPTABLE_RECOVERY_LAG, task_offset_interval_ms=TASK_OFFSET_INTERVAL_MS,
@@ -495,7 +571,75 @@ def heartbeat(group: StreamsGroup, req: StreamsHeartbeatRequest, topics: Metadat
         missing_internal_topics=list(configured.missing_internal) if configured is not None else [])
     if req.member_epoch == 0 or updated.assigned != before or req.active_tasks is None and joined:
         result.assignment = updated.assigned
+    revoking = updated.state == MemberState.UNREVOKED_TASKS
+    if revoking and not was_revoking:
+        result.revocation_timeout_ms = max(updated.rebalance_timeout_ms, 0)
+    elif was_revoking and not revoking:
+        result.cancel_revocation = True
+    if req.endpoint_information_epoch != group.endpoint_information_epoch:
+        result.partitions_by_user_endpoint = endpoint_partitions(group, topics)
     return result
+
+
+def _member_for(group: StreamsGroup, req: StreamsHeartbeatRequest) -> StreamsGroupMember:
+    """The member the heartbeat is from, its epoch checked; a new one for a member joining (a
+    static member rejoining under a new member id takes its predecessor's place)."""
+    member = group.members.get(req.member_id)
+    if req.instance_id is not None and member is None and req.member_epoch == 0:
+        old_id = group.static_members.get(req.instance_id)
+        old = group.members.pop(old_id, None) if old_id is not None else None
+        if old is not None:
+            group.gone_members.add(old.member_id)
+            member = dataclasses.replace(old, member_id=req.member_id)
+            group.target[req.member_id] = group.target.pop(old.member_id, Assignment())
+    if member is None:
+        if req.member_epoch != 0:
+            raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                 f"Member {req.member_id} is not a member of group {group.group_id}.")
+        return StreamsGroupMember(req.member_id)
+    if req.member_epoch != 0 or req.member_id in group.members:
+        _check_epoch(member, req.member_epoch, req.active_tasks)
+    return member
+
+
+def _group_status(group: StreamsGroup) -> list[tuple[StatusCode, str]]:
+    """Why the group's topology cannot run (yet), and a requested shutdown."""
+    status: list[tuple[StatusCode, str]] = []
+    configured = group.configured
+    if configured is not None:
+        status += configured.status
+        if configured.missing_internal:
+            status.append((StatusCode.MISSING_INTERNAL_TOPICS, "Internal topics are missing: "
+                           f"[{', '.join(t.name for t in configured.missing_internal)}]"))
+    if group.shutdown_requested:
+        status.append((StatusCode.SHUTDOWN_APPLICATION,
+                       "A KafkaStreams instance encountered a fatal error and requested a shutdown for the entire "
+                       "application."))
+    return status
+
+
+def endpoint_partitions(group: StreamsGroup, topics: MetadataView) -> list[EndpointPartitions]:
+    """Kafka's EndpointToPartitionsManager for every member with an application endpoint: a
+    task's partition of each of its subtopology's source and repartition-source topics (a topic
+    with fewer partitions than the task's ids has only those it has)."""
+    if group.topology is None or group.configured is None or not group.configured.ready:
+        return []
+    subs = {s.subtopology_id: s for s in group.topology.subtopologies}
+
+    def partitions(tasks: Tasks) -> list[tuple[str, list[int]]]:
+        out = []
+        for sub_id, ps in sorted(tasks.items()):
+            sub = subs.get(sub_id)
+            if sub is None:
+                continue
+            for topic in sorted({*sub.source_topics, *(r.name for r in sub.repartition_source_topics)}):
+                info = topics.get(topic)
+                count = info.num_partitions if info is not None else 0
+                out.append((topic, sorted(ps)[:count]))
+        return out
+    return [EndpointPartitions(m.user_endpoint[0], m.user_endpoint[1], partitions(m.assigned.active),
+                               partitions(m.assigned.standby))
+            for m in group.members.values() if m.user_endpoint is not None]
 
 
 def _or(given: T | None, current: T) -> T:
@@ -546,6 +690,7 @@ def fence(group: StreamsGroup, member_id: str) -> None:
     target assignment is computed again without it."""
     member = group.members.pop(member_id, None)
     group.target.pop(member_id, None)
+    group.task_offsets.pop(member_id, None)
     group.gone_members.add(member_id)
     if member is not None and member.instance_id is not None and \
             group.static_members.get(member.instance_id) == member_id:

@@ -80,6 +80,10 @@ class StreamsGroupService(ModernGroupService[StreamsGroup]):
             log.info("[GroupId %s] Member %s has left group.", group.group_id, req.member_id)
         elif result.session_timeout_ms is not None:
             self._schedule_session(group, req.member_id, result.session_timeout_ms)
+        if result.revocation_timeout_ms is not None:
+            self._schedule_revocation(group, req.member_id, result.revocation_timeout_ms)
+        elif result.cancel_revocation:
+            self._cancel("revocation", group.group_id, req.member_id)
         if result.missing_internal_topics:
             self._create_internal_topics(result.missing_internal_topics)
 

@@ -21,6 +21,7 @@ import pytest
 from rivulet.client.connection import BrokerConnection
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages import create_topics_request as ctq
+from rivulet.protocol.messages import describe_groups_request as dgrq
 from rivulet.protocol.messages import join_group_request as jgq
 from rivulet.protocol.messages import list_groups_request as lgq
 from rivulet.protocol.messages import metadata_request as mq
@@ -60,23 +61,33 @@ def ids(held: set[tuple[str, int]]) -> list[sghq.TaskIds]:
 
 
 class Member(RawMember):
-    """A member as Kafka Streams runs one: it reports the tasks it holds, and takes what it is given."""
+    """A member as Kafka Streams runs one: it reports the tasks it holds, and takes what it is given
+    (``revokes`` False: it never gives a task up, as a member stuck in its revocation)."""
 
-    def __init__(self, conn: BrokerConnection, member_id: str) -> None:
+    def __init__(self, conn: BrokerConnection, member_id: str, rebalance_timeout_ms: int = 30000,
+                 endpoint: tuple[str, int] | None = None, revokes: bool = True) -> None:
         super().__init__(conn, member_id)
         self.active: set[tuple[str, int]] = set()
+        self.rebalance_timeout_ms, self.endpoint, self.revokes = rebalance_timeout_ms, endpoint, revokes
+        self.endpoint_epoch = -1
+        self.offsets: list[sghq.TaskOffset] = []
 
     def request(self) -> sghq.StreamsGroupHeartbeatRequest:
         joining = self.epoch == 0
         return sghq.StreamsGroupHeartbeatRequest(
-            group_id=GROUP, member_id=self.member_id, member_epoch=self.epoch, endpoint_information_epoch=0,
-            rebalance_timeout_ms=30000 if joining else -1, topology=TOPOLOGY if joining else None,
+            group_id=GROUP, member_id=self.member_id, member_epoch=self.epoch,
+            endpoint_information_epoch=self.endpoint_epoch,
+            rebalance_timeout_ms=self.rebalance_timeout_ms if joining else -1, topology=TOPOLOGY if joining else None,
             active_tasks=ids(self.active), standby_tasks=[], warmup_tasks=[], process_id=self.member_id + "-p",
-            client_tags=[], task_offsets=[], task_end_offsets=[], shutdown_application=False)
+            user_endpoint=None if self.endpoint is None else sghq.Endpoint(host=self.endpoint[0],
+                                                                          port=self.endpoint[1]),
+            client_tags=[], task_offsets=self.offsets, task_end_offsets=self.offsets, shutdown_application=False)
 
     def took(self, response: Any) -> None:
+        self.endpoint_epoch = response.endpoint_information_epoch
         if response.active_tasks is not None:
-            self.active = tasks(response.active_tasks) or set()
+            given = tasks(response.active_tasks) or set()
+            self.active = given if self.revokes else self.active | given
 
 
 def test_streams_group_lifecycle():
@@ -139,6 +150,12 @@ async def _lifecycle(b: BrokerProcess) -> None:
         listed = await conn.send(lgq.ListGroupsRequest(states_filter=[], types_filter=["streams"]))
         assert [(g.group_id, g.group_type, g.protocol_type, g.group_state) for g in listed.groups] == \
             [(GROUP, "streams", "streams", "Stable")]
+        # DescribeGroups, the classic API: v6 says what the group is (KIP-1043), older versions a Dead group.
+        for version, expected in ((5, (0, "Dead", None)),
+                                  (6, (ErrorCode.GROUP_ID_NOT_FOUND, "", f"Group {GROUP} is not a classic group."))):
+            g = (await conn.send(dgrq.DescribeGroupsRequest(groups=[GROUP], include_authorized_operations=False),
+                                 version=version)).groups[0]
+            assert (g.error_code, g.group_state, g.error_message if version >= 6 else None) == expected
         # A classic member cannot take its id.
         j = await conn.send(jgq.JoinGroupRequest(group_id=GROUP, session_timeout_ms=10000,
                                                  rebalance_timeout_ms=10000, member_id="", protocol_type="consumer",
@@ -177,6 +194,57 @@ async def _lifecycle(b: BrokerProcess) -> None:
         d = (await conn.send(sgdq.StreamsGroupDescribeRequest(group_ids=[GROUP],
                                                               include_authorized_operations=False))).groups[0]
         assert (d.group_state, d.members) == ("Empty", [])
+    finally:
+        await conn.close()
+
+
+def test_a_member_that_does_not_revoke_in_its_rebalance_timeout_is_fenced():
+    b = BrokerProcess(BROKER)
+    b.start()
+    try:
+        asyncio.run(_revocation(b))
+    finally:
+        b.cleanup()
+
+
+async def _revocation(b: BrokerProcess) -> None:
+    conn = await BrokerConnection("127.0.0.1", b.port, client_id="streams-it").connect(10)
+    try:
+        r = await conn.send(ctq.CreateTopicsRequest(topics=[ctq.CreatableTopic(
+            name=TOPIC, num_partitions=2, replication_factor=1, assignments=[], configs=[])], timeout_ms=10000,
+            validate_only=False))
+        assert r.topics[0].error_code == 0
+        # a serves Interactive Queries at an endpoint; it is told which partitions it holds there.
+        a = Member(conn, "a", rebalance_timeout_ms=3000, endpoint=("a-host", 7001), revokes=False)
+        await beat_until([a], lambda: len(a.active) == 4, "the tasks")
+        a.endpoint_epoch = -1
+        r = await a.beat()
+        assert [(e.user_endpoint.host, e.user_endpoint.port, sorted((t.topic, tuple(t.partitions))
+                                                                    for t in e.active_partitions))
+                for e in r.partitions_by_user_endpoint] == \
+            [("a-host", 7001, [(TOPIC, (0, 1)), (REPARTITION, (0, 1))])]
+        assert (await a.beat()).partitions_by_user_endpoint is None  # up to date
+        # Its restore progress shows in StreamsGroupDescribe.
+        a.offsets = [sghq.TaskOffset(subtopology_id="1", partition=0, offset=5)]
+        await a.beat()
+        d = (await conn.send(sgdq.StreamsGroupDescribeRequest(group_ids=[GROUP],
+                                                              include_authorized_operations=False))).groups[0]
+        assert [(o.subtopology_id, o.partition, o.offset) for o in d.members[0].task_offsets] == [("1", 0, 5)]
+
+        # b joins; a is told to give half its tasks up and never does: after its rebalance
+        # timeout (3 s) it is fenced, though it keeps heartbeating, and b has every task.
+        b_member = Member(conn, "b")
+        await b_member.beat()
+
+        async def a_fenced() -> bool:
+            r = await conn.send(a.request())
+            if r.error_code != 0:
+                return r.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+            a.took(r)
+            await b_member.beat()
+            return False
+        await until(a_fenced, "a fenced for not revoking")
+        await beat_until([b_member], lambda: len(b_member.active) == 4, "b to take every task")
     finally:
         await conn.close()
 

@@ -22,7 +22,7 @@ from rivulet.coordinator.streams_group import (
     validate,
 )
 from rivulet.protocol.errors import ErrorCode
-from rivulet.protocol.messages.streams_group_heartbeat_request import Subtopology, TopicInfo, Topology
+from rivulet.protocol.messages.streams_group_heartbeat_request import CopartitionGroup, Subtopology, TopicInfo, Topology
 from test_consumer_group import Topics
 
 CONFIG = StreamsGroupConfig()
@@ -205,3 +205,84 @@ def test_the_records_bring_the_group_back_as_it_was():
     for k, v in loaded.delete_records()[:3]:
         loaded.replay(k, v)
     assert list(loaded.members) == ["b"]
+
+
+def joined_topology(copartition: list[CopartitionGroup], repartition_partitions: int = 0) -> Topology:
+    """A join: subtopology 0 reads ``left`` and ``right`` (and the repartition topic) together."""
+    return Topology(epoch=1, subtopologies=[
+        Subtopology(subtopology_id="0", source_topics=["left", "right"],
+                    repartition_source_topics=[TopicInfo(name="app-rekeyed", partitions=repartition_partitions)],
+                    copartition_groups=copartition),
+        Subtopology(subtopology_id="1", source_topics=["other"], repartition_sink_topics=["app-rekeyed"]),
+    ])
+
+
+def test_copartitioned_source_topics_must_agree_and_a_flexible_repartition_topic_follows_them():
+    both = [CopartitionGroup(source_topics=[0, 1], repartition_source_topics=[0])]
+    # The repartition topic would take its writer's 6 partitions; copartitioned with 3-partition
+    # sources it takes theirs, and so do the tasks reading it.
+    ok = configure_topology(joined_topology(both), Topics(left=3, right=3, other=6))
+    assert ok.status == [] and ok.tasks == {"0": 3, "1": 6}
+    assert ok.missing_internal == [TopicNeed("app-rekeyed", 3)]
+    bad = configure_topology(joined_topology(both), Topics(left=3, right=4, other=6))
+    assert bad.status == [(StatusCode.INCORRECTLY_PARTITIONED_TOPICS,
+                           "Following topics do not have the same number of partitions: [{left=3, right=4}]")]
+    # A repartition topic whose count the topology fixes cannot be coerced.
+    fixed = configure_topology(joined_topology(both, repartition_partitions=5), Topics(left=3, right=3, other=6))
+    assert fixed.status == [(StatusCode.INCORRECTLY_PARTITIONED_TOPICS,
+                             "Number of partitions [5] of repartition topic [app-rekeyed] doesn't match number of "
+                             "partitions [3] of the source topic.")]
+    # Not copartitioned: nothing to agree on.
+    assert configure_topology(joined_topology([]), Topics(left=3, right=4, other=6)).status == []
+
+
+def test_a_member_revoking_tasks_gets_its_rebalance_timeout_and_it_ends_once_revoked():
+    group = StreamsGroup("g")
+    topics = ready_topics()
+    a = join(group, topics, "a")
+    assert a.revocation_timeout_ms is None
+    join(group, topics, "b")
+    r = beat(group, topics, "a", 1, active=a.assignment.active)
+    assert r.revocation_timeout_ms == 30000 and not r.cancel_revocation  # the joining request's timeout
+    r2 = beat(group, topics, "a", 1, active=a.assignment.active)  # still revoking: the deadline runs on
+    assert r2.revocation_timeout_ms is None and not r2.cancel_revocation
+    r = beat(group, topics, "a", 1, active=r.assignment.active)
+    assert r.cancel_revocation and r.member_epoch == 2
+
+
+def test_members_with_an_endpoint_are_told_where_the_partitions_are_when_their_epoch_is_behind():
+    group = StreamsGroup("g")
+    topics = ready_topics()
+
+    def with_endpoint(member_id: str, port: int):
+        req = StreamsHeartbeatRequest(group_id="g", member_id=member_id, member_epoch=0, rebalance_timeout_ms=30000,
+                                      topology=word_count(), process_id=member_id, user_endpoint=("h", port),
+                                      active_tasks={}, standby_tasks={}, warmup_tasks={})
+        return heartbeat(group, req, topics, CONFIG)
+    a = with_endpoint("a", 1)
+    assert [(e.host, e.port) for e in a.partitions_by_user_endpoint] == [("h", 1)]
+    # Every task's partition of the subtopology's input and repartition topics.
+    assert a.partitions_by_user_endpoint[0].active == [("input", [0, 1, 2, 3]), ("app-repartition", [0, 1, 2, 3])]
+    # Up to date: nothing sent.
+    req = StreamsHeartbeatRequest(group_id="g", member_id="a", member_epoch=1,
+                                  endpoint_information_epoch=a.endpoint_information_epoch)
+    assert heartbeat(group, req, topics, CONFIG).partitions_by_user_endpoint is None
+    b = with_endpoint("b", 2)
+    assert b.endpoint_information_epoch > a.endpoint_information_epoch
+    assert sorted(e.port for e in b.partitions_by_user_endpoint) == [1, 2]
+
+
+def test_task_offsets_are_kept_in_memory_with_their_lag():
+    group = StreamsGroup("g")
+    topics = ready_topics()
+    join(group, topics, "a")
+    req = StreamsHeartbeatRequest(group_id="g", member_id="a", member_epoch=1,
+                                  task_offsets={("1", 0): 40}, task_end_offsets={("1", 0): 100})
+    heartbeat(group, req, topics, CONFIG)
+    assert group.task_offsets["a"].lag(("1", 0)) == 60
+    # A list not sent is unchanged; one sent replaces it.
+    req = StreamsHeartbeatRequest(group_id="g", member_id="a", member_epoch=1, task_offsets={("1", 0): 90})
+    heartbeat(group, req, topics, CONFIG)
+    assert group.task_offsets["a"].lag(("1", 0)) == 10 and group.task_offsets["a"].lag(("1", 1)) is None
+    fence(group, "a")
+    assert "a" not in group.task_offsets

@@ -3,8 +3,16 @@ shapes around the group coordinator's streams groups."""
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from rivulet.coordinator.group_coordinator import GroupCoordinator
-from rivulet.coordinator.streams_group import StreamsGroup, StreamsHeartbeatRequest, StreamsHeartbeatResult, Tasks
+from rivulet.coordinator.streams_group import (
+    StreamsGroup,
+    StreamsHeartbeatRequest,
+    StreamsHeartbeatResult,
+    TaskOffsets,
+    Tasks,
+)
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.framing import RequestHeader
 from rivulet.protocol.messages import (
@@ -12,7 +20,12 @@ from rivulet.protocol.messages import (
     streams_group_heartbeat_response as sghr,
 )
 from rivulet.protocol.messages.streams_group_describe_request import StreamsGroupDescribeRequest
-from rivulet.protocol.messages.streams_group_heartbeat_request import StreamsGroupHeartbeatRequest, TaskIds, TopicInfo
+from rivulet.protocol.messages.streams_group_heartbeat_request import (
+    StreamsGroupHeartbeatRequest,
+    TaskIds,
+    TaskOffset,
+    TopicInfo,
+)
 from rivulet.security.acls import AclOperation as Op, ResourceType
 from rivulet.server.acls import OPERATIONS_NOT_REQUESTED, Authz
 from rivulet.server.answer import Answer, Reply
@@ -22,6 +35,14 @@ from rivulet.server.network import KafkaConnection
 
 def _tasks_in(ids: list[TaskIds] | None) -> Tasks | None:
     return None if ids is None else {t.subtopology_id: frozenset(t.partitions) for t in ids}
+
+
+def _offsets_in(offsets: list[TaskOffset] | None) -> dict[tuple[str, int], int] | None:
+    return None if offsets is None else {(o.subtopology_id, o.partition): o.offset for o in offsets}
+
+
+def _offsets_out(offsets: Mapping[tuple[str, int], int]) -> list[sgdr.TaskOffset]:
+    return [sgdr.TaskOffset(subtopology_id=s, partition=p, offset=o) for (s, p), o in sorted(offsets.items())]
 
 
 def _sorted(tasks: Tasks) -> list[tuple[str, list[int]]]:
@@ -55,7 +76,13 @@ class StreamsGroupHandlers:
                 active_tasks=ids(a.active if a is not None else None),
                 standby_tasks=ids(a.standby if a is not None else None),
                 warmup_tasks=ids(a.warmup if a is not None else None),
-                endpoint_information_epoch=r.endpoint_information_epoch, partitions_by_user_endpoint=None)
+                endpoint_information_epoch=r.endpoint_information_epoch,
+                partitions_by_user_endpoint=None if r.partitions_by_user_endpoint is None else [
+                    sghr.EndpointToPartitions(
+                        user_endpoint=sghr.Endpoint(host=e.host, port=e.port),
+                        active_partitions=[sghr.TopicPartition(topic=t, partitions=ps) for t, ps in e.active],
+                        standby_partitions=[sghr.TopicPartition(topic=t, partitions=ps) for t, ps in e.standby])
+                    for e in r.partitions_by_user_endpoint])
 
         reply = Reply(build)
         if not self.authz.group(conn, Op.READ, req.group_id):
@@ -75,7 +102,8 @@ class StreamsGroupHandlers:
             process_id=req.process_id, user_endpoint=None if endpoint is None else (endpoint.host, endpoint.port),
             client_tags=None if req.client_tags is None else tuple((t.key, t.value) for t in req.client_tags),
             shutdown_application=req.shutdown_application, client_id=header.client_id or "",
-            client_host="/" + str(conn.peer[0])), reply)
+            client_host="/" + str(conn.peer[0]), endpoint_information_epoch=req.endpoint_information_epoch,
+            task_offsets=_offsets_in(req.task_offsets), task_end_offsets=_offsets_in(req.task_end_offsets)), reply)
         return reply.answer()
 
     # ------------------------------------------------------------ StreamsGroupDescribe
@@ -90,6 +118,7 @@ class StreamsGroupHandlers:
             members = []
             for m in group.members.values():
                 target = group.target.get(m.member_id)
+                offsets = group.task_offsets.get(m.member_id, TaskOffsets())
                 members.append(sgdr.Member(
                     member_id=m.member_id, member_epoch=m.member_epoch, instance_id=m.instance_id, rack_id=m.rack_id,
                     client_id=m.client_id, client_host=m.client_host, topology_epoch=m.topology_epoch,
@@ -97,7 +126,7 @@ class StreamsGroupHandlers:
                     user_endpoint=None if m.user_endpoint is None else sgdr.Endpoint(host=m.user_endpoint[0],
                                                                                       port=m.user_endpoint[1]),
                     client_tags=[sgdr.KeyValue(key=k, value=v) for k, v in m.client_tags],
-                    task_offsets=[], task_end_offsets=[],
+                    task_offsets=_offsets_out(offsets.offsets), task_end_offsets=_offsets_out(offsets.end_offsets),
                     assignment=assignment(m.assigned.active, m.assigned.standby, m.assigned.warmup),
                     target_assignment=assignment(target.active, target.standby, target.warmup) if target is not None
                     else assignment({}, {}, {}), is_classic=False))
