@@ -71,6 +71,8 @@ from rivulet.protocol.messages import consumer_group_describe_request as cgdq
 from rivulet.protocol.messages import consumer_group_heartbeat_request as cghq
 from rivulet.protocol.messages import share_group_describe_request as sgdq
 from rivulet.protocol.messages import share_group_heartbeat_request as sghq
+from rivulet.protocol.messages import streams_group_describe_request as stdq
+from rivulet.protocol.messages import streams_group_heartbeat_request as sthq
 from rivulet.protocol.messages import alter_partition_request as apaq
 from rivulet.protocol.messages import alter_user_scram_credentials_request as ausq
 from rivulet.protocol.messages import controlled_shutdown_request as csq
@@ -103,6 +105,7 @@ T, DOOMED, NEW, AUTO = "acl-topic", "acl-doomed", "acl-new", "acl-auto"
 G, DOOMED_GROUP, JOIN_GROUP = "acl-group", "acl-doomed-group", "acl-join-group"
 CONSUMER_GROUP = "acl-consumer-group"  # joined with ConsumerGroupHeartbeat (KIP-848)
 SHARE_GROUP = "acl-share-group"  # joined with ShareGroupHeartbeat (KIP-932)
+STREAMS_GROUP = "acl-streams-group"  # joined with StreamsGroupHeartbeat (KIP-1071)
 TX, TX_INIT = "acl-tx", "acl-tx-init"
 AUTH_ERRORS = {"TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED",
                "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"}
@@ -260,6 +263,23 @@ async def share_group_heartbeat(c: Ctx) -> str:
 
 async def share_group_describe(c: Ctx) -> str:
     r = await c.user.send(sgdq.ShareGroupDescribeRequest(group_ids=[G], include_authorized_operations=True))
+    return name(r.groups[0].error_code)
+
+
+async def streams_group_heartbeat(c: Ctx) -> str:
+    """A member joining with a topology that reads the topic (and needs no internal topic)."""
+    r = await c.user.send(sthq.StreamsGroupHeartbeatRequest(
+        group_id=STREAMS_GROUP, member_id="acl-streams-member-0123456789", member_epoch=0,
+        endpoint_information_epoch=-1, rebalance_timeout_ms=30000, topology=sthq.Topology(epoch=1, subtopologies=[
+            sthq.Subtopology(subtopology_id="0", source_topics=[T], source_topic_regex=[], state_changelog_topics=[],
+                             repartition_sink_topics=[], repartition_source_topics=[], copartition_groups=[])]),
+        active_tasks=[], standby_tasks=[], warmup_tasks=[], process_id="acl-process", client_tags=[],
+        task_offsets=[], task_end_offsets=[], shutdown_application=False))
+    return name(r.error_code)
+
+
+async def streams_group_describe(c: Ctx) -> str:
+    r = await c.user.send(stdq.StreamsGroupDescribeRequest(group_ids=[G], include_authorized_operations=True))
     return name(r.groups[0].error_code)
 
 
@@ -655,6 +675,12 @@ MATRIX: list[Row] = [
         share_group_heartbeat, given=(need(RT.GROUP, Op.READ, SHARE_GROUP),)),
     Row("ShareGroupDescribe", (need(RT.GROUP, Op.DESCRIBE),), "GROUP_AUTHORIZATION_FAILED",
         share_group_describe, allowed="GROUP_ID_NOT_FOUND"),
+    Row("StreamsGroupHeartbeat", (need(RT.GROUP, Op.READ, STREAMS_GROUP), TOPIC_DESCRIBE),
+        "GROUP_AUTHORIZATION_FAILED", streams_group_heartbeat),
+    Row("StreamsGroupHeartbeat (source topics)", (TOPIC_DESCRIBE,), "TOPIC_AUTHORIZATION_FAILED",
+        streams_group_heartbeat, given=(need(RT.GROUP, Op.READ, STREAMS_GROUP),)),
+    Row("StreamsGroupDescribe", (need(RT.GROUP, Op.DESCRIBE),), "GROUP_AUTHORIZATION_FAILED",
+        streams_group_describe, allowed="GROUP_ID_NOT_FOUND"),
     Row("ListGroups", (need(RT.GROUP, Op.DESCRIBE),), "hidden", list_groups, allowed="listed"),
     Row("CreateTopics", (need(RT.TOPIC, Op.CREATE, NEW),), "TOPIC_AUTHORIZATION_FAILED", create_topics),
     Row("DeleteTopics", (need(RT.TOPIC, Op.DELETE, DOOMED),), "TOPIC_AUTHORIZATION_FAILED", delete_topics),
