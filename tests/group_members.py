@@ -43,6 +43,27 @@ class RawMember:
         return r
 
 
+async def while_beating(members: Sequence[RawMember], call: Callable[[], Any]) -> Any:
+    """Run the blocking ``call`` (a tool, say) in a thread while the members keep heartbeating,
+    so that their sessions outlive it however long it takes; its result."""
+    done = asyncio.Event()
+
+    async def keep_alive() -> None:
+        while not done.is_set():
+            for m in members:
+                await m.beat()
+            try:
+                await asyncio.wait_for(done.wait(), 0.3)
+            except asyncio.TimeoutError:
+                pass
+    beating = asyncio.ensure_future(keep_alive())
+    try:
+        return await asyncio.to_thread(call)
+    finally:
+        done.set()
+        await beating
+
+
 async def beat_until(members: Sequence[RawMember], done: Callable[[], bool], what: str,
                      timeout: float = 60.0) -> None:
     """Every member heartbeats, again and again, until ``done()`` holds."""

@@ -1,5 +1,6 @@
 """`rivulet groups list|describe|delete|reset-offsets|delete-offsets`: Kafka's
-kafka-consumer-groups tool, and kafka-share-groups for share groups (KIP-932).
+kafka-consumer-groups tool, kafka-share-groups for share groups (KIP-932), and kafka-streams-groups
+for streams groups (KIP-1071: StreamsGroupDescribe, --verbose for its wider layouts).
 
 Like Kafka's tools it is a user of the admin client: DescribeGroups, OffsetFetch and ListOffsets
 for describe (offsets and lag), DeleteGroups, and a standalone offset commit (allowed only
@@ -28,6 +29,7 @@ from rivulet.common.time import now_ms
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol.consumer_protocol import decode_assignment
 from rivulet.protocol.errors import ErrorCode, ApiError
+from rivulet.protocol.messages import streams_group_describe_response as sgdr
 from rivulet.share.persister import in_flight_count, snapshot_of_read
 
 
@@ -48,6 +50,7 @@ class GroupInfo:
     protocol: str
     members: list[MemberInfo]
     coordinator: tuple[int, str, int]
+    streams: sgdr.DescribedGroup | None = None  # a streams group's StreamsGroupDescribe entry
 
 
 async def describe_group(admin: AsyncAdminClient, group_id: str) -> GroupInfo:
@@ -71,6 +74,13 @@ async def describe_group(admin: AsyncAdminClient, group_id: str) -> GroupInfo:
                 MemberInfo(m.member_id, None, m.client_id, m.client_host,
                            [(tp.topic_name, p) for tp in m.assignment.topic_partitions for p in tp.partitions])
                 for m in sg.members], (coordinator.node_id, coordinator.host, coordinator.port))
+    if g.group_state == "Dead" and admin.client.api_version(coordinator.node_id, 89) is not None:
+        # Or a KIP-1071 streams group, which StreamsGroupDescribe describes.
+        st = await admin.streams_group_describe(group_id)
+        if not st.error_code:
+            return GroupInfo(group_id, st.group_state, "streams", "", [
+                MemberInfo(m.member_id, m.instance_id, m.client_id, m.client_host) for m in st.members],
+                (coordinator.node_id, coordinator.host, coordinator.port), streams=st)
     members = []
     for m in g.members:
         assignment: list[TP] = []
@@ -131,6 +141,22 @@ SHARE_MEMBER_COLUMNS = [Column("GROUP", "group"), Column("CONSUMER-ID", "consume
                         Column("ASSIGNMENT", "assignment")]
 SHARE_STATE_COLUMNS = [Column("GROUP", "group"), Column("COORDINATOR (ID)", "coordinator"),
                        Column("STATE", "state"), Column("#MEMBERS", "members")]
+# kafka-streams-groups' layouts for streams groups (--verbose: the wider ones).
+STREAMS_OFFSET_COLUMNS = [Column("GROUP", "group"), Column("TOPIC", "topic"), Column("PARTITION", "partition"),
+                          Column("OFFSET-LAG", "offset_lag")]
+STREAMS_OFFSET_COLUMNS_VERBOSE = [*STREAMS_OFFSET_COLUMNS[:3], Column("CURRENT-OFFSET", "current_offset"),
+                                  Column("LEADER-EPOCH", "leader_epoch"), Column("LOG-END-OFFSET", "log_end_offset"),
+                                  STREAMS_OFFSET_COLUMNS[3]]
+STREAMS_MEMBER_COLUMNS = [Column("GROUP", "group"), Column("MEMBER", "member"), Column("PROCESS", "process"),
+                          Column("CLIENT-ID", "client_id"), Column("ASSIGNMENTS", "assignments")]
+STREAMS_MEMBER_COLUMNS_VERBOSE = [Column("GROUP", "group"), Column("TARGET-ASSIGNMENT-EPOCH", "target_assignment_epoch"),
+                                  Column("TOPOLOGY-EPOCH", "topology_epoch"), Column("MEMBER", "member"),
+                                  Column("MEMBER-PROTOCOL", "member_protocol"), Column("MEMBER-EPOCH", "member_epoch"),
+                                  *STREAMS_MEMBER_COLUMNS[2:]]
+STREAMS_STATE_COLUMNS = [Column("GROUP", "group"), Column("COORDINATOR (ID)", "coordinator"),
+                         Column("STATE", "state"), Column("#MEMBERS", "members")]
+STREAMS_STATE_COLUMNS_VERBOSE = [*STREAMS_STATE_COLUMNS[:3], Column("GROUP-EPOCH", "group_epoch"),
+                                 Column("TARGET-ASSIGNMENT-EPOCH", "target_assignment_epoch"), STREAMS_STATE_COLUMNS[3]]
 RESET_COLUMNS = [Column("GROUP", "group"), Column("TOPIC", "topic"), Column("PARTITION", "partition"),
                  Column("NEW-OFFSET", "new_offset")]
 
@@ -258,7 +284,7 @@ async def _run(args: argparse.Namespace) -> int:
     admin = AsyncAdminClient(client_config(args, **{"client.id": "rivulet-groups"}))
     try:
         if args.action == "list":
-            found = sorted(set(await admin.list_groups()))
+            found = sorted(g for g in set(await admin.list_groups()) if args.type in (None, g[1]))
             if args.format == "json":
                 print_json([{"group": gid, "protocol_type": ptype, "state": state} for gid, ptype, state in found])
                 return 0
@@ -295,6 +321,8 @@ async def _describe(admin: AsyncAdminClient, info: GroupInfo, args: argparse.Nam
     """Kafka's layouts in text, the same columns as JSON objects with --format json."""
     if info.protocol_type == "share":
         return await _describe_share(admin, info, args)
+    if info.streams is not None:
+        return await _describe_streams(admin, info, info.streams, args)
     text = args.format == "text"
     if args.state:
         _print_state(info, text)
@@ -382,6 +410,73 @@ async def _describe_share(admin: AsyncAdminClient, info: GroupInfo, args: argpar
     if text:
         print()
     print_table(SHARE_OFFSET_COLUMNS, rows, args.format, kafka=True)
+    return 0
+
+
+def _task_text(kind: str, tasks: list[sgdr.TaskIds]) -> str:
+    """kafka-streams-groups' assignment cell part: ``ACTIVE: 0:[0,1]; 1:[0,1];`` (none: nothing)."""
+    parts = [f"{t.subtopology_id}:[{','.join(str(p) for p in sorted(t.partitions))}];"
+             for t in sorted(tasks, key=lambda t: t.subtopology_id) if t.partitions]
+    return f"{kind}: {' '.join(parts)}" if parts else ""
+
+
+def _assignments(m: sgdr.Member, verbose: bool) -> str:
+    kinds = [("ACTIVE", m.assignment.active_tasks), ("STANDBY", m.assignment.standby_tasks),
+             ("WARMUP", m.assignment.warmup_tasks)]
+    if verbose:
+        kinds += [("TARGET-ACTIVE", m.target_assignment.active_tasks),
+                  ("TARGET-STANDBY", m.target_assignment.standby_tasks),
+                  ("TARGET-WARMUP", m.target_assignment.warmup_tasks)]
+    return " ".join(t for t in (_task_text(k, tasks) for k, tasks in kinds) if t)
+
+
+def _streams_partitions(d: sgdr.DescribedGroup) -> list[TP]:
+    """The partitions the members' active tasks read: each task's partition of its subtopology's
+    source and repartition-source topics, as kafka-streams-groups lists them."""
+    reads = {s.subtopology_id: [*s.source_topics, *(r.name for r in s.repartition_source_topics)]
+             for s in (d.topology.subtopologies if d.topology is not None else [])}
+    return sorted({TP(t, p) for m in d.members for task in m.assignment.active_tasks
+                   for t in reads.get(task.subtopology_id, []) for p in task.partitions})
+
+
+async def _describe_streams(admin: AsyncAdminClient, info: GroupInfo, d: sgdr.DescribedGroup,
+                            args: argparse.Namespace) -> int:
+    """kafka-streams-groups --describe: the offset lag of the partitions the active tasks read
+    (--verbose: the committed and end offsets too), --members with their tasks, or --state."""
+    text, verbose = args.format == "text", args.verbose
+    if args.state:
+        node, host, port = info.coordinator
+        row = [info.group_id, f"{host}:{port} ({node})", info.state, len(d.members)]
+        if verbose:
+            row[3:3] = [d.group_epoch, d.assignment_epoch]
+        print_table(STREAMS_STATE_COLUMNS_VERBOSE if verbose else STREAMS_STATE_COLUMNS, [row], args.format,
+                    kafka=True)
+        return 0
+    if text and not d.members:
+        print(f"\nStreams group '{args.group}' has no active members.", file=sys.stderr)
+        return 0
+    if args.members:
+        rows: list[list[Any]] = []
+        for m in d.members:
+            row: list[Any] = [info.group_id, m.member_id, m.process_id, m.client_id, _assignments(m, verbose)]
+            if verbose:
+                row[1:2] = [d.assignment_epoch, d.topology.epoch if d.topology is not None else None, m.member_id,
+                            "classic" if m.is_classic else "streams", m.member_epoch]
+            rows.append(row)
+        print_table(STREAMS_MEMBER_COLUMNS_VERBOSE if verbose else STREAMS_MEMBER_COLUMNS, rows, args.format,
+                    kafka=True)
+        return 0
+    tps = _streams_partitions(d)
+    positions = await committed(admin, info.group_id)
+    ends = await list_offsets(admin, tps, LATEST, _isolation(args))
+    starts = await list_offsets(admin, tps, EARLIEST)
+    rows = []
+    for tp in tps:
+        end, cur = ends.get(tp, -1), positions.get(tp)
+        lag = None if end < 0 else max(end - (cur if cur is not None else max(starts.get(tp, 0), 0)), 0)
+        rows.append([info.group_id, tp[0], tp[1], cur, None, None if end < 0 else end, lag] if verbose
+                    else [info.group_id, tp[0], tp[1], lag])
+    print_table(STREAMS_OFFSET_COLUMNS_VERBOSE if verbose else STREAMS_OFFSET_COLUMNS, rows, args.format, kafka=True)
     return 0
 
 
@@ -524,6 +619,10 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--group", help="the consumer group (describe, delete, reset-offsets)")
     g.add_argument("--members", action="store_true", help="describe: members and their assignments")
     g.add_argument("--state", action="store_true", help="describe: state, coordinator and strategy")
+    g.add_argument("--verbose", action="store_true",
+                   help="describe of a streams group: kafka-streams-groups' wider layouts (epochs, offsets)")
+    g.add_argument("--type", choices=["consumer", "share", "streams"],
+                   help="list: only the groups of this protocol type (streams: as kafka-streams-groups --list)")
     g.add_argument("--topic", action="append", metavar="TOPIC[:P,P...]", help="reset-offsets, delete-offsets: the topics (and partitions)")
     g.add_argument("--all-topics", action="store_true", help="reset-offsets: every topic the group committed")
     g.add_argument("--to-earliest", action="store_true", help="reset-offsets: to each partition's log start")

@@ -89,6 +89,7 @@ from rivulet.protocol.messages import (
     offset_for_leader_epoch_response as oler,
     produce_request as prq,
     share_group_describe_request as sgdq,
+    streams_group_describe_request as stgdq,
     sync_group_request as sgq,
     txn_offset_commit_request as tocq,
     txn_offset_commit_response as tocr,
@@ -1136,6 +1137,10 @@ def consumer_group_describe_request(group_ids: Iterable[str]) -> cgdq.ConsumerGr
 
 def share_group_describe_request(group_ids: Iterable[str]) -> sgdq.ShareGroupDescribeRequest:
     return sgdq.ShareGroupDescribeRequest(group_ids=list(group_ids), include_authorized_operations=False)
+
+
+def streams_group_describe_request(group_ids: Iterable[str]) -> stgdq.StreamsGroupDescribeRequest:
+    return stgdq.StreamsGroupDescribeRequest(group_ids=list(group_ids), include_authorized_operations=False)
 
 
 def describe_groups_request(group_ids: Iterable[str]) -> dgrq.DescribeGroupsRequest:

@@ -8,9 +8,11 @@ kafka-streams-groups.sh lists and describes it."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,7 +32,7 @@ from rivulet.protocol.messages import streams_group_describe_request as sgdq
 from rivulet.protocol.messages import streams_group_heartbeat_request as sghq
 from rivulet.testing import BrokerProcess
 from tests import java_tools as jt
-from tests.group_members import RawMember, beat_until, until
+from tests.group_members import RawMember, beat_until, until, while_beating
 
 pytestmark = pytest.mark.integration
 
@@ -150,6 +152,27 @@ async def _lifecycle(b: BrokerProcess) -> None:
         listed = await conn.send(lgq.ListGroupsRequest(states_filter=[], types_filter=["streams"]))
         assert [(g.group_id, g.group_type, g.protocol_type, g.group_state) for g in listed.groups] == \
             [(GROUP, "streams", "streams", "Stable")]
+        # `rivulet groups` shows the streams group as kafka-streams-groups does.
+        def cli(*args: str) -> str:
+            r = subprocess.run([sys.executable, "-m", "rivulet", "groups", *args, "--bootstrap-server", b.bootstrap],
+                               capture_output=True, text=True, timeout=120)
+            assert r.returncode == 0, r.stderr
+            return r.stdout
+        assert (await while_beating([a, b_member], lambda: cli("list", "--type", "streams"))).split() == [GROUP]
+        members = (await while_beating([a, b_member], lambda: cli("describe", "--group", GROUP, "--members")))
+        lines = members.splitlines()
+        assert lines[0].split() == ["GROUP", "MEMBER", "PROCESS", "CLIENT-ID", "ASSIGNMENTS"]
+        rows = sorted(line.split(None, 4) for line in lines[1:] if line.strip())
+        assert [r[:4] for r in rows] == [[GROUP, "a", "a-p", "streams-it"], [GROUP, "b", "b-p", "streams-it"]]
+        assert all(r[4].startswith("ACTIVE: ") for r in rows)
+        state = json.loads(await while_beating([a, b_member], lambda: cli(
+            "describe", "--group", GROUP, "--state", "--verbose", "--format", "json")))
+        assert [(s["group"], s["state"], s["group_epoch"] == s["target_assignment_epoch"], s["members"])
+                for s in state] == [(GROUP, "Stable", True, 2)]
+        lag = json.loads(await while_beating([a, b_member], lambda: cli(
+            "describe", "--group", GROUP, "--verbose", "--format", "json")))
+        assert sorted((r["topic"], r["partition"], r["current_offset"]) for r in lag) == [
+            (TOPIC, 0, 0), (TOPIC, 1, None), (REPARTITION, 0, None), (REPARTITION, 1, None)]
         # DescribeGroups, the classic API: v6 says what the group is (KIP-1043), older versions a Dead group.
         for version, expected in ((5, (0, "Dead", None)),
                                   (6, (ErrorCode.GROUP_ID_NOT_FOUND, "", f"Group {GROUP} is not a classic group."))):

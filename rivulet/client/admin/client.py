@@ -588,6 +588,13 @@ class AsyncAdminClient:
             group_id, core.GROUP, core.share_group_describe_request([group_id]), lambda r: r.groups[0].error_code)
         return resp.groups[0]
 
+    async def streams_group_describe(self, group_id: str) -> Any:
+        """StreamsGroupDescribe of a KIP-1071 streams group (its described-group entry; another
+        kind of group answers GROUP_ID_NOT_FOUND in it)."""
+        resp = await self.client.send_to_coordinator(
+            group_id, core.GROUP, core.streams_group_describe_request([group_id]), lambda r: r.groups[0].error_code)
+        return resp.groups[0]
+
     async def delete_groups(self, group_ids: list[str]) -> dict[str, ApiError | None]:
         out: dict[str, ApiError | None] = {}
         for gid in group_ids:
