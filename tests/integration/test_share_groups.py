@@ -29,7 +29,7 @@ from rivulet.protocol.messages import metadata_request as mq
 from rivulet.protocol.messages import share_group_describe_request as sgdq
 from rivulet.protocol.messages import share_group_heartbeat_request as sghq
 from rivulet.testing import BrokerProcess
-from tests.group_members import until
+from tests.group_members import RawMember, until, while_beating
 
 pytestmark = pytest.mark.integration
 
@@ -62,6 +62,20 @@ def parts(resp) -> set[int]:
     if resp.assignment is not None:
         HELD[resp.member_id] = {p for tp in resp.assignment.topic_partitions for p in tp.partitions}
     return HELD[resp.member_id]
+
+
+class ShareMember(RawMember):
+    """A member that keeps its epoch and subscription, for heartbeats while something else runs."""
+
+    def __init__(self, conn: BrokerConnection, member_id: str, epoch: int) -> None:
+        super().__init__(conn, member_id)
+        self.epoch = epoch
+
+    def request(self) -> sghq.ShareGroupHeartbeatRequest:
+        return sghq.ShareGroupHeartbeatRequest(group_id=GROUP, member_id=self.member_id, member_epoch=self.epoch)
+
+    def took(self, response: Any) -> None:
+        parts(response)
 
 
 def run_cli(bootstrap: str, *args: str) -> subprocess.CompletedProcess:
@@ -126,12 +140,15 @@ async def _lifecycle(b: BrokerProcess) -> None:
         assert sorted(m.member_id for m in d.members) == ["m1", "m2", "m3"]
         assert all(m.subscribed_topic_names == [TOPIC] and m.client_id == "share-it" for m in d.members)
         assert {tp.topic_name for m in d.members for tp in m.assignment.topic_partitions} == {TOPIC}
-        # `rivulet groups describe` shows the share group's members and state.
-        members = run_cli(b.bootstrap, "describe", "--group", GROUP, "--members")
+        # `rivulet groups describe` shows the share group's members and state (they keep
+        # heartbeating meanwhile: a slow CLI start must not outlast their sessions).
+        alive = [ShareMember(conn, m, r.member_epoch) for m, r in (("m1", r1), ("m2", r2), ("m3", r3))]
+        members = await while_beating(alive, lambda: run_cli(b.bootstrap, "describe", "--group", GROUP, "--members"))
         assert members.returncode == 0, members.stderr
         assert sorted(line.split()[1] for line in members.stdout.splitlines()[2:] if line.strip()) == \
             ["m1", "m2", "m3"]
-        state = run_cli(b.bootstrap, "describe", "--group", GROUP, "--state", "--format", "json")
+        state = await while_beating(alive, lambda: run_cli(b.bootstrap, "describe", "--group", GROUP, "--state",
+                                                           "--format", "json"))
         assert state.returncode == 0, state.stderr
         assert (json.loads(state.stdout)["state"], json.loads(state.stdout)["assignment_strategy"],
                 json.loads(state.stdout)["members"]) == ("Stable", "simple", 3)
