@@ -528,8 +528,6 @@ def heartbeat(group: StreamsGroup, req: StreamsHeartbeatRequest, topics: Metadat
         topology_epoch=_or(req.topology.epoch if req.topology is not None else None, member.topology_epoch),
         process_id=_or(req.process_id, member.process_id), user_endpoint=_or(req.user_endpoint, member.user_endpoint),
         client_tags=_or(req.client_tags, member.client_tags), client_id=req.client_id, client_host=req.client_host)
-    if updated.user_endpoint != member.user_endpoint or joined:
-        group.endpoint_information_epoch += 1
     if updated.process_id != member.process_id or updated.client_tags != member.client_tags:
         bump = True
     group.members[req.member_id] = updated
@@ -557,8 +555,9 @@ def heartbeat(group: StreamsGroup, req: StreamsHeartbeatRequest, topics: Metadat
     before, was_revoking = updated.assigned, updated.state == MemberState.UNREVOKED_TASKS
     updated = _reconcile(group, updated, req.active_tasks)
     group.members[req.member_id] = updated
-    if updated.assigned != before and updated.user_endpoint is not None and not joined:
-        group.endpoint_information_epoch += 1  # where its partitions are served from moved
+    if (req.member_epoch == 0 or updated.assigned != before) and updated.user_endpoint is not None:
+        # As Kafka: what an endpoint serves moved, so every member learns the partitions again.
+        group.endpoint_information_epoch += 1
     if req.task_offsets is not None or req.task_end_offsets is not None:
         group.task_offsets[req.member_id] = group.task_offsets.get(req.member_id, TaskOffsets()).updated(
             req.task_offsets, req.task_end_offsets)
@@ -696,7 +695,6 @@ def fence(group: StreamsGroup, member_id: str) -> None:
             group.static_members.get(member.instance_id) == member_id:
         del group.static_members[member.instance_id]
     group.group_epoch += 1
-    group.endpoint_information_epoch += 1
     if not group.members:
         group.shutdown_requested = False
 

@@ -270,6 +270,11 @@ def test_members_with_an_endpoint_are_told_where_the_partitions_are_when_their_e
     b = with_endpoint("b", 2)
     assert b.endpoint_information_epoch > a.endpoint_information_epoch
     assert sorted(e.port for e in b.partitions_by_user_endpoint) == [1, 2]
+    # A member without an endpoint joining, or one leaving, moves nothing an endpoint serves yet.
+    c = join(group, topics, "c")
+    assert c.endpoint_information_epoch == b.endpoint_information_epoch
+    fence(group, "c")
+    assert group.endpoint_information_epoch == b.endpoint_information_epoch
 
 
 def test_task_offsets_are_kept_in_memory_with_their_lag():
