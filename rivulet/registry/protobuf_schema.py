@@ -79,6 +79,22 @@ def _flatten(refs: list[ResolvedReference] | tuple[ResolvedReference, ...]) -> I
         yield r
 
 
+def _reference_files(references: list[ResolvedReference] | tuple[ResolvedReference, ...]) -> list[FDP]:
+    """The files of the references, depth first, each named as its reference."""
+    files = []
+    for ref in _flatten(references):
+        dep = _decode_serialized(ref.schema.strip()) or _compile(ref.schema, list(ref.dependencies))
+        dep.name = ref.name
+        files.append(dep)
+    return files
+
+
+def file_descriptors(text: str, references: list[ResolvedReference] | tuple[ResolvedReference, ...]) -> list[FDP]:
+    """A schema's files, its references' first, as a descriptor pool that decodes its data
+    takes them; ``ValueError`` if one does not compile."""
+    return _reference_files(references) + [_decode_serialized(text.strip()) or _compile(text, list(references))]
+
+
 class _Diff:
     def __init__(self, original: FDP, update: FDP) -> None:
         self.found: list[tuple[str, str]] = []
@@ -226,9 +242,7 @@ class ProtobufProvider:
     def _check(self, descriptor: FDP, references: list[ResolvedReference]) -> None:
         """A serialized descriptor must build, with its references' files."""
         pool = descriptor_pool.DescriptorPool()
-        for ref in _flatten(references):
-            dep = _decode_serialized(ref.schema) or _compile(ref.schema, list(ref.dependencies))
-            dep.name = ref.name
+        for dep in _reference_files(references):
             pool.Add(dep)
         pool.Add(descriptor)
         pool.FindFileByName(descriptor.name)
