@@ -8,11 +8,13 @@ a change notification so that every broker re-reads the user)."""
 
 from __future__ import annotations
 
+import hmac
 from dataclasses import dataclass
 from typing import Mapping, Protocol, Sequence
 
 from rivulet.protocol.errors import ApiError, ErrorCode
-from rivulet.security.scram import BY_TYPE, MAX_ITERATIONS, MECHANISMS, ScramCredential, ScramMechanism
+from rivulet.security.scram import (BY_TYPE, MAX_ITERATIONS, MECHANISMS, ScramCredential, ScramMechanism,
+                                    salted_password)
 
 
 class ScramStore(Protocol):
@@ -48,6 +50,17 @@ class ScramCredentials:
 
     def lookup(self, user: str, mechanism: str) -> ScramCredential | None:
         return self.users.get(user, {}).get(mechanism)
+
+    def verify_password(self, user: str, password: str) -> bool:
+        """Whether ``password`` is ``user``'s under one of its SCRAM mechanisms (the schema
+        registry's HTTP basic authentication)."""
+        for name, cred in self.users.get(user, {}).items():
+            mech = MECHANISMS[name]
+            derived = ScramCredential.from_salted_password(
+                mech, salted_password(mech, password, cred.salt, cred.iterations), cred.salt, cred.iterations)
+            if hmac.compare_digest(derived.stored_key, cred.stored_key):
+                return True
+        return False
 
     def set_user(self, user: str, credentials: Mapping[str, str]) -> None:
         """``user``'s credentials as stored (a change made here or, in a cluster, elsewhere);
