@@ -4,6 +4,7 @@ its paths and query parameters, its content types and its error bodies."""
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -60,7 +61,7 @@ READING_POSTS = {("/subjects/<subject>", ("POST",)),
                  ("/compatibility/subjects/<subject>/versions", ("POST",))}
 
 
-def _forward(election: WriterElection) -> Response:
+def _forward(election: WriterElection, tls: ssl.SSLContext | None) -> Response:
     """Hand a change to the writer and its answer back, as Confluent's followers do."""
     writer = election.writer_url()
     if writer is None or request.headers.get(FORWARDED):
@@ -72,7 +73,7 @@ def _forward(election: WriterElection) -> Response:
     req = urllib.request.Request(url, data=request.get_data() if request.method != "DELETE" else None,
                                  headers=headers, method=request.method)
     try:
-        with urllib.request.urlopen(req, timeout=FORWARD_TIMEOUT_S) as answer:
+        with urllib.request.urlopen(req, timeout=FORWARD_TIMEOUT_S, context=tls) as answer:
             return Response(answer.read(), status=answer.status, content_type=answer.headers.get("Content-Type"))
     except urllib.error.HTTPError as e:
         return Response(e.read(), status=e.code, content_type=e.headers.get("Content-Type"))
@@ -107,10 +108,10 @@ def _subject(kw: dict[str, Any]) -> dict[str, Any]:
     return kw
 
 
-def create_wsgi(registry: SchemaRegistry, election: WriterElection,
-                security: RegistrySecurity | None = None) -> Callable[..., Any]:
-    """The registry's WSGI application, for waitress."""
-    return _EncodedSlashes(create_app(registry, election, security))
+def create_wsgi(registry: SchemaRegistry, election: WriterElection, security: RegistrySecurity | None = None,
+                forward_tls: ssl.SSLContext | None = None) -> Callable[..., Any]:
+    """The registry's WSGI application. ``forward_tls``: how to reach the writer over https."""
+    return _EncodedSlashes(create_app(registry, election, security, forward_tls))
 
 
 # Lists whose entries name a subject: each is answered with those the caller may read.
@@ -147,7 +148,8 @@ def _readable(security: RegistrySecurity | None, rule: str, doc: object) -> obje
     return [d for d, name in zip(doc, names, strict=True) if name in keep]
 
 
-def create_app(registry: SchemaRegistry, election: WriterElection, security: RegistrySecurity | None = None) -> Flask:
+def create_app(registry: SchemaRegistry, election: WriterElection, security: RegistrySecurity | None = None,
+               forward_tls: ssl.SSLContext | None = None) -> Flask:
     app = Flask("rivulet.registry")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     if security is not None:
@@ -165,7 +167,7 @@ def create_app(registry: SchemaRegistry, election: WriterElection, security: Reg
         def wrap(fn: Callable[..., object]) -> Callable[..., Response]:
             def view(**kw: Any) -> Response:
                 if changes and not election.is_writer():
-                    return _forward(election)
+                    return _forward(election, forward_tls)
                 return _reply(_readable(security, request.url_rule.rule if request.url_rule else "",
                                         fn(**_subject(kw))))
             view.__name__ = f"{fn.__name__}_{'_'.join(methods)}"

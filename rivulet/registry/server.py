@@ -81,10 +81,13 @@ class SchemaRegistryServer:
     address."""
 
     def __init__(self, host: str, port: int, topic: str = DEFAULT_TOPIC, replication_factor: int = 3,
-                 wait_for_replicas: bool = False, tls: ssl.SSLContext | None = None) -> None:
-        """``tls``: serve https with this context (its client certificates as it asks for them)."""
+                 wait_for_replicas: bool = False, tls: ssl.SSLContext | None = None,
+                 forward_tls: ssl.SSLContext | None = None) -> None:
+        """``tls``: serve https with this context (its client certificates as it asks for them);
+        ``forward_tls``: the client context that reaches the other brokers' https registries."""
         self.host, self.port = host, port
         self.tls = tls
+        self.forward_tls = forward_tls
         self.wait_for_replicas = wait_for_replicas
         self.topic = topic
         self.replication_factor = replication_factor
@@ -116,7 +119,7 @@ class SchemaRegistryServer:
         election = self.election = ZkWriterElection(zookeeper_connect, url) if zookeeper_connect else SoleWriter(url)
         providers = {AVRO: AvroProvider(), JSON: JsonSchemaProvider(), PROTOBUF: ProtobufProvider()}
         registry = SchemaRegistry(store, providers, shared=election.shared())
-        app = create_wsgi(registry, election, security)
+        app = create_wsgi(registry, election, security, self.forward_tls)
         if self.tls is not None:
             server = self._server = _TlsServer(self._sock, self.tls, app)
             run: Callable[[], None] = server.serve_forever

@@ -116,6 +116,12 @@ def _registry_tls(config: BrokerConfig) -> ssl.SSLContext:
         raise ConfigError(f"schema.registry.listeners (https): {e}") from None
 
 
+def _registry_forward_tls(config: BrokerConfig) -> ssl.SSLContext:
+    """How a registry forwards a change to the writer's https listener: trusting the broker's
+    trust store, presenting its key store."""
+    return tls.client_context(tls.ssl_config({k.name: config[k.name] for k in BROKER_CONFIGS}))
+
+
 def _registry_security(config: BrokerConfig, scram: ScramCredentials,
                        authorizer: StandardAuthorizer | None) -> RegistrySecurity | None:
     """The registry's callers authenticated as the broker's (its SASL users, its certificate
@@ -196,7 +202,8 @@ class Broker:
             self.schema_registry = _schema_registry()(
                 host, port, config["schema.registry.kafkastore.topic"],
                 config["schema.registry.kafkastore.topic.replication.factor"] if self.cluster_mode else 1,
-                wait_for_replicas=self.cluster_mode, tls=_registry_tls(config) if scheme == "https" else None)
+                wait_for_replicas=self.cluster_mode, tls=_registry_tls(config) if scheme == "https" else None,
+                forward_tls=_registry_forward_tls(config) if scheme == "https" else None)
         request_log = RequestLog(config["request.log.threshold.ms"])
         self.socket_server = SocketServer(SocketServerConfig(
             max_request_bytes=config["socket.request.max.bytes"],
