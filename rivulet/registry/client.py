@@ -66,6 +66,21 @@ class RegistryClient:
         doc = self._get(f"/subjects/{urllib.parse.quote(subject, safe='')}/versions/latest?format=serialized")
         return self._registered(int(doc["id"]), doc)
 
+    def subjects(self) -> list[str]:
+        return [str(s) for s in self._get_any("/subjects")]
+
+    def versions(self, subject: str) -> list[int]:
+        return [int(v) for v in self._get_any(f"/subjects/{urllib.parse.quote(subject, safe='')}/versions")]
+
+    def version(self, subject: str, version: int | str = "latest") -> dict:
+        """A version as the API answers it: subject, version, id, schemaType, schema, references."""
+        return self._get(f"/subjects/{urllib.parse.quote(subject, safe='')}/versions/{version}")
+
+    def compatibility(self, subject: str | None = None) -> str:
+        """The subject's compatibility level (the registry's where it has none of its own)."""
+        path = "/config" if subject is None else f"/config/{urllib.parse.quote(subject, safe='')}?defaultToGlobal=true"
+        return str(self._get(path).get("compatibilityLevel", ""))
+
     def _registered(self, schema_id: int, doc: dict) -> RegisteredSchema:
         schema_type = str(doc.get("schemaType") or AVRO)
         refs = tuple(self._resolve(r, schema_type, set()) for r in doc.get("references") or [])
@@ -81,6 +96,12 @@ class RegistryClient:
         return ResolvedReference(str(ref["name"]), str(doc["schema"]), deps)
 
     def _get(self, path: str) -> dict:
+        doc = self._get_any(path)
+        if not isinstance(doc, dict):
+            raise RegistryError(f"schema registry {self.url}{path}: not a JSON object")
+        return doc
+
+    def _get_any(self, path: str) -> object:
         req = urllib.request.Request(self.url + path, headers={"Accept": "application/vnd.schemaregistry.v1+json"})
         if self._auth:
             req.add_header("Authorization", self._auth)
