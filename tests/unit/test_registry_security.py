@@ -86,3 +86,8 @@ def test_scram_passwords_verify_against_stored_credentials():
     assert creds.verify_password("sue", "sue-secret")
     assert not creds.verify_password("sue", "sue-secreT")
     assert not creds.verify_password("nobody", "sue-secret")
+    assert creds.verify_password("sue", "sue-secret")  # remembered
+    # A new password replaces the credential: the old one is right no more.
+    creds.set_user("sue", {"SCRAM-SHA-512": ScramCredential.from_password(SCRAM_SHA_512, "new", 4096).to_text()})
+    assert not creds.verify_password("sue", "sue-secret")
+    assert creds.verify_password("sue", "new")
