@@ -234,8 +234,11 @@ class _AvroSchema:
                     seen.add(ref.name)
                     add(ref.dependencies)
                     fastavro.schema.parse_schema(json.loads(ref.schema), named_schemas=named)
-        add(registered.references)
-        self.parsed = fastavro.schema.parse_schema(json.loads(registered.schema), named_schemas=named)
+        try:
+            add(registered.references)
+            self.parsed = fastavro.schema.parse_schema(json.loads(registered.schema), named_schemas=named)
+        except fastavro.schema.SchemaParseException as e:  # no ValueError
+            raise ValueError(str(e)) from None
         self.arrow_type, self.convert = _avro_type(self.parsed, named, "", ())
 
 
@@ -491,10 +494,17 @@ FORMATS = {"avro": AVRO, "protobuf": PROTOBUF, "json-schema": JSON}
 
 
 def _parse(registered: RegisteredSchema, message_name: str | None) -> _Parsed:
-    if registered.schema_type == AVRO:
-        return _AvroSchema(registered)
-    if registered.schema_type == PROTOBUF:
-        return _ProtobufSchema(registered, message_name)
+    try:
+        if registered.schema_type == AVRO:
+            return _AvroSchema(registered)
+        if registered.schema_type == PROTOBUF:
+            return _ProtobufSchema(registered, message_name)
+    except ImportError as e:  # fastavro, protobuf: the registry extra
+        raise ValueError(f"decoding {registered.schema_type} values needs the registry extra "
+                         f"(pip install 'rivulet[registry]'): {e}") from None
+    except (ValueError, TypeError, KeyError) as e:  # protobuf's pool refuses with TypeError
+        raise ValueError(f"schema {registered.schema_id} cannot be read: {e}") from None
+
     if registered.schema_type == JSON:
         return _JsonSchema(registered)
     raise ValueError(f"unknown schema type {registered.schema_type}")

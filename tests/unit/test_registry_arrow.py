@@ -239,3 +239,12 @@ def test_json_schema_values_decode_into_typed_columns():
     assert rows[0] == {"name": "a", "n": 1, "score": 2.0, "tags": ["t"], "extra": "7", "pos": {"x": 1}}
     assert rows[1] is None and rows[2] is None
     assert [(f.index, f.kind) for f in out.faults] == [(1, UNDECODABLE), (2, UNDECODABLE)]
+
+
+def test_a_writer_schema_that_does_not_parse_is_a_fault_of_its_values():
+    v1 = RegisteredSchema(1, AVRO, json.dumps(USER_V1))
+    broken = RegisteredSchema(2, AVRO, json.dumps({"type": "record", "name": "X", "fields": [{"name": "a"}]}))
+    good = wire(1, avro_value(USER_V1, user(1)))
+    out = ArrowDecoder(Schemas(v1, broken), v1).decode([wire(2, b"\x02"), good])
+    assert [(f.index, f.kind, f.schema_id) for f in out.faults] == [(0, UNDECODABLE, 2)]
+    assert out.column.to_pylist()[1]["name"] == "u1"
