@@ -240,6 +240,33 @@ class _AvroSchema:
         except fastavro.schema.SchemaParseException as e:  # no ValueError
             raise ValueError(str(e)) from None
         self.arrow_type, self.convert = _avro_type(self.parsed, named, "", ())
+        # Only a union of records needs their names to tell its branches apart (and asking
+        # fastavro for them costs it a third more time).
+        self.record_unions = _record_unions(self.parsed, named, set())
+
+
+def _record_unions(node: object, named: dict[str, object], seen: set[str]) -> bool:
+    if isinstance(node, str):
+        if node in named and node not in seen:
+            seen.add(node)
+            return _record_unions(named[node], named, seen)
+        return False
+    if isinstance(node, list):
+        records = [m for m in node if isinstance(_avro_named(m, named), dict)
+                   and _avro_named(m, named).get("type") in ("record", "error")]  # type: ignore[union-attr]
+        return len(records) > 1 or any(_record_unions(m, named, seen) for m in node)
+    if not isinstance(node, dict):
+        return False
+    if "name" in node:
+        seen.add(str(node["name"]))
+    children = [f["type"] for f in node.get("fields", [])] + [node[k] for k in ("items", "values") if k in node]
+    if not isinstance(node.get("type"), str):
+        children.append(node.get("type"))
+    return any(_record_unions(c, named, seen) for c in children)
+
+
+def _avro_named(node: object, named: dict[str, object]) -> object:
+    return named.get(node, node) if isinstance(node, str) else node
 
 
 class _AvroReader:
@@ -251,10 +278,11 @@ class _AvroReader:
         self.writer = writer.parsed
         self.reader = None if reader is writer else reader.parsed
         self.convert = reader.convert
+        self.names = reader.record_unions
 
     def __call__(self, payload: memoryview) -> object:
-        v = self._read(io.BytesIO(payload), self.writer, self.reader, return_record_name=True,
-                       return_record_name_override=True)
+        v = self._read(io.BytesIO(payload), self.writer, self.reader, return_record_name=self.names,
+                       return_record_name_override=self.names)
         return self.convert(v) if self.convert else v
 
 

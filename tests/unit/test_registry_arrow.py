@@ -248,3 +248,16 @@ def test_a_writer_schema_that_does_not_parse_is_a_fault_of_its_values():
     out = ArrowDecoder(Schemas(v1, broken), v1).decode([wire(2, b"\x02"), good])
     assert [(f.index, f.kind, f.schema_id) for f in out.faults] == [(0, UNDECODABLE, 2)]
     assert out.column.to_pylist()[1]["name"] == "u1"
+
+
+def test_a_union_of_records_is_told_apart_by_name():
+    a = {"type": "record", "name": "A", "fields": [{"name": "x", "type": "int"}]}
+    b = {"type": "record", "name": "B", "fields": [{"name": "x", "type": "int"}]}
+    holder = {"type": "record", "name": "H", "fields": [{"name": "u", "type": ["null", a, b]}]}
+    reg = RegisteredSchema(1, AVRO, json.dumps(holder))
+    out = ArrowDecoder(Schemas(reg), reg).decode([wire(1, avro_value(holder, {"u": ("B", {"x": 2})})),
+                                                  wire(1, avro_value(holder, {"u": ("A", {"x": 1})})),
+                                                  wire(1, avro_value(holder, {"u": None}))])
+    assert out.faults == ()
+    assert [r["u"] for r in out.column.to_pylist()] == [
+        {"member0": None, "member1": {"x": 2}}, {"member0": {"x": 1}, "member1": None}, None]
