@@ -304,52 +304,10 @@ def _zigzag(buf: memoryview, at: int) -> tuple[int, int]:
 
 class _ProtobufSchema:
     def __init__(self, registered: RegisteredSchema, message_name: str | None = None) -> None:
-        from google.protobuf import descriptor_pool
-
-        from rivulet.registry.protobuf_schema import file_descriptors
-        pool = descriptor_pool.DescriptorPool()
-        files = file_descriptors(registered.schema, registered.references)
-        added: set[str] = set()
-        for fdp in files:
-            _add_well_known(pool, list(fdp.dependency), added)
-            pool.Add(fdp)
-            added.add(fdp.name)
-        self._pool = pool
-        self._file = files[-1]
-        prefix = f"{self._file.package}." if self._file.package else ""
-        if message_name:
-            self.message = pool.FindMessageTypeByName(message_name if "." in message_name else prefix + message_name)
-        else:
-            if not self._file.message_type:
-                raise ValueError("the Protobuf schema defines no message")
-            self.message = self.message_at([0])
+        from rivulet.registry.protobuf_schema import SchemaFiles
+        self.files = SchemaFiles(registered.schema, registered.references)
+        self.message = self.files.message_named(message_name) if message_name else self.files.message_at([0])
         self.arrow_type, self.to_python = _proto_type(self.message, ())
-
-    def message_at(self, indexes: list[int]):  # type: ignore[no-untyped-def]
-        """The message the wire format's indexes name: the file's, then nested ones."""
-        prefix = f"{self._file.package}." if self._file.package else ""
-        message = self._pool.FindMessageTypeByName(prefix + self._file.message_type[indexes[0]].name)
-        for i in indexes[1:]:
-            message = message.nested_types[i]
-        return message
-
-
-def _add_well_known(pool, names: list[str], added: set[str]) -> None:  # type: ignore[no-untyped-def]
-    """Google's well-known types a file imports (never registered as references: every
-    registry has them built in), from the library's own copies."""
-    import importlib
-
-    from google.protobuf import descriptor_pb2, descriptor_pool
-    for name in names:
-        if name in added or not name.startswith("google/protobuf/"):
-            continue
-        importlib.import_module("google.protobuf." + name[len("google/protobuf/"):-len(".proto")] + "_pb2")
-        fd = descriptor_pool.Default().FindFileByName(name)
-        _add_well_known(pool, [d.name for d in fd.dependencies], added)
-        proto = descriptor_pb2.FileDescriptorProto()
-        fd.CopyToProto(proto)
-        pool.Add(proto)
-        added.add(name)
 
 
 _PROTO_TIME = {"google.protobuf.Timestamp": pa.timestamp("us", "UTC"), "google.protobuf.Duration": pa.duration("us")}
@@ -434,7 +392,7 @@ class _ProtobufReader:
         key = tuple(indexes or [0])
         found = self._classes.get(key)
         if found is None:
-            message = self.writer.message_at(list(key))
+            message = self.writer.files.message_at(list(key))
             if message.full_name != self.reader.message.full_name:
                 raise ValueError(f"a message {message.full_name}, not the column's {self.reader.message.full_name}")
             # Read as the reader's message: Protobuf matches the fields by number, so a field

@@ -8,12 +8,9 @@ import struct
 import threading
 from dataclasses import dataclass
 
-from rivulet.registry.client import RegistryClient, RegistryError
-from rivulet.registry.schema_types import AVRO, JSON, PROTOBUF
+from rivulet.registry.client import RegistryClient
+from rivulet.registry.schema_types import AVRO
 from rivulet.registry.wire import WireDecoder, WireFormatError
-
-# The schema types as ``rivulet.registry.wire`` names its formats.
-_WIRE_FORMATS = {AVRO: "avro", JSON: "json-schema", PROTOBUF: "protobuf"}
 
 
 @dataclass(frozen=True)
@@ -33,13 +30,12 @@ class SubjectDetail:
 
 
 class RegistryView:
-    """``client`` reads the registry; values are decoded through a registry at the same URL."""
+    """``client`` reads the registry: its subjects, and the schemas values are decoded with."""
 
     def __init__(self, client: RegistryClient) -> None:
         self.client = client
         self.url = client.url
-        self._types: dict[int, str] = {}
-        self._decoders: dict[str, WireDecoder] = {}
+        self._decoder = WireDecoder(client)
         self._lock = threading.Lock()
 
     def subjects(self) -> list[SubjectSummary]:
@@ -66,18 +62,8 @@ class RegistryView:
             return "(not in the schema registry's wire format)"
         (schema_id,) = struct.unpack_from(">I", data, 1)
         try:
-            with self._lock:
-                schema_type = self._types.get(schema_id)
-                if schema_type is None:
-                    schema_type = self._types[schema_id] = self.client.schema_by_id(schema_id).schema_type
-                fmt = _WIRE_FORMATS.get(schema_type, "")
-                decoder = self._decoders.get(fmt)
-                if decoder is None:
-                    decoder = self._decoders[fmt] = WireDecoder(self.url, fmt)
-        except RegistryError as e:
-            return f"(schema {schema_id}: {e})"
-        try:
-            decoded = decoder.decode(data)
+            with self._lock:  # the decoder keeps what it fetched; pages are served on threads
+                decoded = self._decoder.decode(data)
         except WireFormatError as e:
             return f"(schema {schema_id}: {e})"
         except Exception as e:  # each schema library raises its own for data it cannot read
