@@ -47,12 +47,19 @@ class RegisteredSchema:
 
 
 class RegistryClient:
-    """``url``: the registry's base URL; ``user_info``: ``user:password`` for HTTP basic
-    authentication (Confluent's ``basic.auth.user.info``); ``ssl_context`` for https URLs
-    (with a client certificate for mutual TLS)."""
+    """``url``: the registry's base URL (``https://user:password@host:port`` gives the
+    credentials too); ``user_info``: ``user:password`` for HTTP basic authentication
+    (Confluent's ``basic.auth.user.info``); ``ssl_context`` for https URLs (with a client
+    certificate for mutual TLS; else the system's trust, or ``$SSL_CERT_FILE``)."""
 
     def __init__(self, url: str, user_info: str = "", ssl_context: ssl.SSLContext | None = None,
                  timeout_s: float = TIMEOUT_S) -> None:
+        parts = urllib.parse.urlsplit(url)
+        if parts.username is not None:
+            # Credentials in the URL (Confluent's basic.auth.credentials.source=URL).
+            user_info = user_info or (f"{urllib.parse.unquote(parts.username)}:"
+                                      f"{urllib.parse.unquote(parts.password or '')}")
+            url = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
         self.url = url.rstrip("/")
         self._auth = "Basic " + base64.b64encode(user_info.encode()).decode() if user_info else ""
         self._ssl = ssl_context

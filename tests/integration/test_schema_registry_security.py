@@ -96,6 +96,13 @@ def test_basic_auth_and_subject_acls(secured):
     assert refused(alice.register_schema, "other-value", Schema(json.dumps(V1), "AVRO")) == (403, 40301)
     assert sorted(admin.get_subjects()) == ["orders-value", "secret-value"]
 
+    # Rivulet's own client (the Spark source's, the console's) with the credentials in its URL.
+    import ssl
+    from rivulet.registry.client import RegistryClient
+    own = RegistryClient(url.replace("https://", "https://alice:alice-secret@"),
+                         ssl_context=ssl.create_default_context(cafile=ca))
+    assert own.subjects() == ["orders-value"] and own.latest("orders-value").schema_id == first + 1
+
     # The body is Confluent's.
     r = httpx.get(f"{url}/subjects/secret-value/versions", verify=ca, auth=("alice", "alice-secret"))
     assert (r.status_code, r.json()) == (403, {"error_code": 40301, "message": "User alice is denied operation "

@@ -91,3 +91,9 @@ def test_scram_passwords_verify_against_stored_credentials():
     creds.set_user("sue", {"SCRAM-SHA-512": ScramCredential.from_password(SCRAM_SHA_512, "new", 4096).to_text()})
     assert not creds.verify_password("sue", "sue-secret")
     assert creds.verify_password("sue", "new")
+
+
+def test_registry_client_takes_credentials_from_its_url():
+    from rivulet.registry.client import RegistryClient
+    c = RegistryClient("https://alice:s%40cret@registry.example:8081/")
+    assert c.url == "https://registry.example:8081"  # the credentials are sent, not shown
