@@ -96,7 +96,7 @@ _AVRO_LOGICAL: dict[str, pa.DataType] = {
 }
 
 
-def _avro_type(node: object, named: dict[str, object], namespace: str, stack: tuple[str, ...]) -> tuple[
+def _avro_type(node: object, named: dict[str, object], stack: tuple[str, ...]) -> tuple[
         pa.DataType, Convert | None]:
     """The Arrow type of an Avro schema node (as fastavro parsed it: names fully qualified),
     and what turns fastavro's value for it into one Arrow takes (None: as it is)."""
@@ -107,15 +107,16 @@ def _avro_type(node: object, named: dict[str, object], namespace: str, stack: tu
             raise ValueError(f"Avro type {node} is recursive: it has no Arrow type")
         if node not in named:
             raise ValueError(f"Avro type {node} is not defined")
-        return _avro_type(named[node], named, namespace, stack)
+        return _avro_type(named[node], named, stack)
     if isinstance(node, list):
-        return _avro_union(node, named, namespace, stack)
+        return _avro_union(node, named, stack)
     if not isinstance(node, dict):
         raise ValueError(f"not an Avro schema: {node!r}")
     t = node["type"]
     logical = node.get("logicalType")
-    if logical == "decimal" and t in ("bytes", "fixed") and int(node.get("precision", 0)) <= 38:
-        return pa.decimal128(int(node["precision"]), int(node.get("scale", 0))), None
+    if logical == "decimal" and t in ("bytes", "fixed"):
+        precision, scale = int(node.get("precision", 0)), int(node.get("scale", 0))
+        return (pa.decimal128 if precision <= 38 else pa.decimal256)(precision, scale), None
     if isinstance(logical, str) and logical in _AVRO_LOGICAL:
         return _AVRO_LOGICAL[logical], (str if logical == "uuid" else None)
     if t == "record" or t == "error":
@@ -123,7 +124,7 @@ def _avro_type(node: object, named: dict[str, object], namespace: str, stack: tu
         fields = []
         converts: list[tuple[str, Convert]] = []
         for f in node["fields"]:
-            ftype, fconv = _avro_type(f["type"], named, namespace, stack + (name,))
+            ftype, fconv = _avro_type(f["type"], named, stack + (name,))
             fields.append(pa.field(f["name"], ftype))
             if fconv is not None:
                 converts.append((f["name"], fconv))
@@ -133,22 +134,22 @@ def _avro_type(node: object, named: dict[str, object], namespace: str, stack: tu
     if t == "fixed":
         return pa.binary(), None
     if t == "array":
-        item, conv = _avro_type(node["items"], named, namespace, stack)
+        item, conv = _avro_type(node["items"], named, stack)
         return pa.list_(item), (_convert_items(conv) if conv else None)
     if t == "map":
-        value, conv = _avro_type(node["values"], named, namespace, stack)
+        value, conv = _avro_type(node["values"], named, stack)
         return pa.map_(pa.string(), value), (_convert_values(conv) if conv else None)
-    return _avro_type(t, named, namespace, stack)
+    return _avro_type(t, named, stack)
 
 
-def _avro_union(members: list, named: dict[str, object], namespace: str, stack: tuple[str, ...]) -> tuple[
+def _avro_union(members: list, named: dict[str, object], stack: tuple[str, ...]) -> tuple[
         pa.DataType, Convert | None]:
     others = [m for m in members if m != "null"]
     if len(others) == 1:
-        return _avro_type(others[0], named, namespace, stack)
+        return _avro_type(others[0], named, stack)
     if not others:
         return pa.null(), None
-    typed = [_avro_type(m, named, namespace, stack) for m in others]
+    typed = [_avro_type(m, named, stack) for m in others]
     checks = [_avro_branch_check(m, named) for m in others]
     struct_type = pa.struct([pa.field(f"member{i}", t) for i, (t, _) in enumerate(typed)])
 
@@ -239,7 +240,7 @@ class _AvroSchema:
             self.parsed = fastavro.schema.parse_schema(json.loads(registered.schema), named_schemas=named)
         except fastavro.schema.SchemaParseException as e:  # no ValueError
             raise ValueError(str(e)) from None
-        self.arrow_type, self.convert = _avro_type(self.parsed, named, "", ())
+        self.arrow_type, self.convert = _avro_type(self.parsed, named, ())
         # Only a union of records needs their names to tell its branches apart (and asking
         # fastavro for them costs it a third more time).
         self.record_unions = _record_unions(self.parsed, named, set())
@@ -476,7 +477,6 @@ class _JsonReader:
 
 _Parsed = _AvroSchema | _ProtobufSchema | _JsonSchema
 _Reader = Callable[[memoryview], object]
-FORMATS = {"avro": AVRO, "protobuf": PROTOBUF, "json-schema": JSON}
 
 
 def _parse(registered: RegisteredSchema, message_name: str | None) -> _Parsed:

@@ -15,10 +15,7 @@ import avro.name
 import avro.schema
 
 from rivulet.registry.client import RegisteredSchema, RegistryClient, RegistryError
-from rivulet.registry.schema_types import AVRO, JSON, PROTOBUF, ResolvedReference
-
-FORMATS = ("avro", "json-schema", "protobuf")
-_TYPES = {"avro": AVRO, "json-schema": JSON, "protobuf": PROTOBUF}
+from rivulet.registry.schema_types import AVRO, FORMAT_TYPES, JSON, PROTOBUF, ResolvedReference
 
 
 class WireFormatError(ValueError):
@@ -44,12 +41,12 @@ def _json_default(v: object) -> object:
 
 
 class WireDecoder:
-    """``fmt``: one of ``FORMATS``, the only type decoded (a value of another is an error);
+    """``fmt``: one of ``FORMAT_TYPES``, the only type decoded (a value of another is an error);
     None decodes each value as its schema's type."""
 
     def __init__(self, client: RegistryClient, fmt: str | None = None) -> None:
-        if fmt is not None and fmt not in FORMATS:
-            raise ValueError(f"value format {fmt!r}: one of {', '.join(FORMATS)}")
+        if fmt is not None and fmt not in FORMAT_TYPES:
+            raise ValueError(f"value format {fmt!r}: one of {', '.join(FORMAT_TYPES)}")
         self.client = client
         self.fmt = fmt
         self._readers: dict[int, Callable[[io.BytesIO], object]] = {}
@@ -71,7 +68,7 @@ class WireDecoder:
             registered = self.client.schema_by_id(schema_id)
         except RegistryError as e:
             raise WireFormatError(str(e)) from None
-        if self.fmt is not None and registered.schema_type != _TYPES[self.fmt]:
+        if self.fmt is not None and registered.schema_type != FORMAT_TYPES[self.fmt]:
             raise WireFormatError(f"schema {schema_id} is a {registered.schema_type} schema, not {self.fmt}")
         if registered.schema_type == JSON:
             return lambda buf: json.loads(buf.read())

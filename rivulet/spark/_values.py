@@ -11,8 +11,9 @@ from typing import Mapping
 
 import pyarrow as pa
 
-from rivulet.registry.arrow import FORMATS, ArrowDecoder, arrow_type
+from rivulet.registry.arrow import ArrowDecoder, arrow_type
 from rivulet.registry.client import RegisteredSchema, RegistryClient, RegistryError
+from rivulet.registry.schema_types import FORMAT_TYPES
 
 # The source's options for it, lower-case (Spark's options are case-insensitive). The
 # schema.registry.* names are those of Confluent's serializers and SchemaRegistryClient.
@@ -54,8 +55,8 @@ class ValueFormat:
                 if key in o:
                     raise ValueError(f"option {key} needs valueFormat (avro, protobuf or json-schema)")
             return None
-        if fmt not in FORMATS:
-            raise ValueError(f"option valueFormat must be one of {', '.join(FORMATS)}, got {fmt!r}")
+        if fmt not in FORMAT_TYPES:
+            raise ValueError(f"option valueFormat must be one of {', '.join(FORMAT_TYPES)}, got {fmt!r}")
         url = o.get("schema.registry.url", "").strip()
         if not url:
             raise ValueError(f"valueFormat={fmt} needs the option schema.registry.url")
@@ -87,7 +88,7 @@ class ValueFormat:
             latest = self.client().latest(self.subject)
         except RegistryError as e:
             raise ValueError(f"valueFormat={self.fmt}: the schema of subject {self.subject}: {e}") from None
-        if latest.schema_type != FORMATS[self.fmt]:
+        if latest.schema_type != FORMAT_TYPES[self.fmt]:
             raise ValueError(f"valueFormat={self.fmt}, but subject {self.subject} holds {latest.schema_type} "
                              f"schemas")
         return ValueFormat(self.fmt, self.url, self.subject, self.message_name, self.permissive, self.user_info,
