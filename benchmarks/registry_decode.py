@@ -89,7 +89,7 @@ def main() -> None:
         return [fastavro.schemaless_reader(io.BytesIO(memoryview(v)[5:]), parsed) for v in values]
 
     from rivulet.registry.wire import WireDecoder
-    wire = WireDecoder("http://unused", "json-schema")
+    wire = WireDecoder(Dict(js), "json-schema")
     rows = [
         ("Avro: ArrowDecoder (Arrow struct column)", avro_values, ArrowDecoder(Dict(avro), avro).decode),
         ("Avro: fastavro schemaless_reader alone (dicts)", avro_values, fastavro_only),

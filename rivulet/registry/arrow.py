@@ -39,11 +39,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Protocol
 
 import pyarrow as pa
 
-from rivulet.registry.client import RegisteredSchema, RegistryError
+from rivulet.registry.client import RegisteredSchema, RegistryError, SchemaLookup
 from rivulet.registry.schema_types import AVRO, JSON, PROTOBUF
 
 MAGIC = 0
@@ -55,14 +54,6 @@ UNKNOWN_ID = "unknown-schema-id"
 UNDECODABLE = "undecodable"
 
 Convert = Callable[[object], object]
-
-
-class SchemaLookup(Protocol):
-    """Where the decoder finds the writers' schemas: ``rivulet.registry.client.RegistryClient``.
-    ``schema_by_id`` raises ``RegistryError`` (``not_found`` for an unknown id)."""
-
-    def schema_by_id(self, schema_id: int) -> RegisteredSchema:
-        ...
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
+from typing import Protocol
 
 from rivulet.registry.schema_types import AVRO, PROTOBUF, ResolvedReference
 
@@ -44,6 +45,14 @@ class RegisteredSchema:
     schema_type: str
     schema: str
     references: tuple[ResolvedReference, ...] = ()
+
+
+class SchemaLookup(Protocol):
+    """Where decoders find the writers' schemas (a ``RegistryClient``). ``schema_by_id``
+    raises ``RegistryError`` (``not_found`` for an unknown id)."""
+
+    def schema_by_id(self, schema_id: int) -> RegisteredSchema:
+        ...
 
 
 class RegistryClient:

@@ -1,6 +1,6 @@
 """Values in the registry's wire format (magic byte 0, a 4-byte big-endian schema id, then the
 data; Protobuf puts its message indexes first) decoded to JSON text with the writer's schema,
-fetched by id through a ``RegistryClient`` and kept. For ``rivulet consume --value-format``
+fetched by id (through a ``RegistryClient``) and kept. For ``rivulet consume --value-format``
 and the console's message browser (``rivulet.registry.arrow`` decodes into Arrow columns)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import avro.io
 import avro.name
 import avro.schema
 
-from rivulet.registry.client import RegisteredSchema, RegistryClient, RegistryError
+from rivulet.registry.client import RegisteredSchema, RegistryError, SchemaLookup
 from rivulet.registry.schema_types import AVRO, FORMAT_TYPES, JSON, PROTOBUF, ResolvedReference
 
 
@@ -44,7 +44,7 @@ class WireDecoder:
     """``fmt``: one of ``FORMAT_TYPES``, the only type decoded (a value of another is an error);
     None decodes each value as its schema's type."""
 
-    def __init__(self, client: RegistryClient, fmt: str | None = None) -> None:
+    def __init__(self, client: SchemaLookup, fmt: str | None = None) -> None:
         if fmt is not None and fmt not in FORMAT_TYPES:
             raise ValueError(f"value format {fmt!r}: one of {', '.join(FORMAT_TYPES)}")
         self.client = client
