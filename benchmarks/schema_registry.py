@@ -62,25 +62,60 @@ def produce_rate(bootstrap: str, topic: str, serialize, records: int) -> float:
     return records / (time.perf_counter() - t0)
 
 
+ADMIN, READER = ("admin", "admin-secret"), ("sam", "sam-secret")
+AUTH = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:admin;User:ANONYMOUS", "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+            'org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+            'password="admin-secret" user_admin="admin-secret";',
+        "schema.registry.authentication.method": "BASIC"}
+
+
+def add_reader(bootstrap: str) -> None:
+    """READER as a SCRAM user allowed to READ the topic bench (so its subjects)."""
+    from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient,
+                                       ResourcePatternType, ResourceType, ScramCredentialInfo, ScramMechanism,
+                                       UserScramCredentialUpsertion)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+            READER[0], ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), READER[1].encode())]).values():
+        f.result(30)
+    for f in admin.create_acls([AclBinding(ResourceType.TOPIC, "bench", ResourcePatternType.LITERAL,
+                                           f"User:{READER[0]}", "*", AclOperation.READ,
+                                           AclPermissionType.ALLOW)]).values():
+        f.result(30)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--registers", type=int, default=200)
     ap.add_argument("--lookups", type=int, default=500)
     ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--auth", action="store_true", help="HTTP basic authentication and ACLs: registers as a PLAIN "
+                    "super user, looks up as a SCRAM user with a READ ACL on the subject's topic")
     args = ap.parse_args()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    with BrokerProcess({"schema.registry.listeners": url}) as b:
+    overrides = {"schema.registry.listeners": url}
+    if args.auth:
+        overrides.update(AUTH)
+    b = BrokerProcess(overrides)
+    if args.auth:  # PLAIN's JAAS users on a SASL listener of their own
+        b.overrides["listeners"] = f"PLAINTEXT://127.0.0.1:{b.port},SASL_PLAINTEXT://127.0.0.1:{free_port()}"
+    with b:
+        if args.auth:
+            add_reader(b.bootstrap)
         deadline = time.monotonic() + 60
         while True:
             try:
-                if httpx.get(f"{url}/subjects").status_code == 200:
+                if httpx.get(f"{url}/subjects", auth=ADMIN if args.auth else None).status_code == 200:
                     break
             except httpx.TransportError:
                 pass
             assert time.monotonic() < deadline
             time.sleep(0.1)
-        client = SchemaRegistryClient({"url": url})
+        conf = {"url": url, **({"basic.auth.user.info": ":".join(ADMIN)} if args.auth else {})}
+        client = SchemaRegistryClient(conf)
         reg = []
         for n in range(args.registers):
             t0 = time.perf_counter()
@@ -88,7 +123,7 @@ def main() -> None:
             reg.append((time.perf_counter() - t0) * 1000)
         ids = list(range(1, args.registers + 1))
         look = []
-        with httpx.Client() as http:
+        with httpx.Client(auth=READER if args.auth else None) as http:
             for i in range(args.lookups):
                 t0 = time.perf_counter()
                 r = http.get(f"{url}/schemas/ids/{ids[i % len(ids)]}")
@@ -104,7 +139,7 @@ def main() -> None:
             buf = io.BytesIO()
             fastavro.schemaless_writer(buf, parsed, value)
             return buf.getvalue()
-        with_registry = AvroSerializer(SchemaRegistryClient({"url": url}), json.dumps(BASE))
+        with_registry = AvroSerializer(SchemaRegistryClient(conf), json.dumps(BASE))
         without = produce_rate(b.bootstrap, "bench-plain", plain, args.records)
         through = produce_rate(b.bootstrap, "bench-registry", with_registry, args.records)
         print(f"\nproducer, {args.records} records: without a registry {without:,.0f} records/s, "

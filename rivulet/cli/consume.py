@@ -114,12 +114,13 @@ def _decoding(args: argparse.Namespace, render: Callable[[Message], bytes]) -> C
     """Values in the schema registry's wire format printed as JSON, decoded with the schema
     the registry holds for their id."""
     try:
+        from rivulet.registry.client import RegistryClient
         from rivulet.registry.wire import WireDecoder, WireFormatError
     except ImportError as e:
         raise CliError(f"--value-format needs the registry extra (pip install 'rivulet[registry]'): {e}", 2) \
             from None
-    decoder = WireDecoder(args.schema_registry or os.environ.get("RIVULET_SCHEMA_REGISTRY")
-                          or "http://127.0.0.1:8081", args.value_format)
+    decoder = WireDecoder(RegistryClient(args.schema_registry or os.environ.get("RIVULET_SCHEMA_REGISTRY")
+                                         or "http://127.0.0.1:8081"), args.value_format)
 
     def decoded(m: Message) -> bytes:
         try:

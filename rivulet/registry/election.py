@@ -28,7 +28,7 @@ class WriterElection(Protocol):
         ...
 
     def writer_url(self) -> str | None:
-        """Where the writer listens, ``http://host:port``; None while none is known."""
+        """Where the writer listens, ``http://host:port`` (or https); None while none is known."""
         ...
 
     def shared(self) -> bool:
@@ -89,8 +89,9 @@ class ZkWriterElection:
             self._vacant.set()
 
     def _race(self) -> None:
-        host, port = self.url.removeprefix("http://").rsplit(":", 1)
-        claim = json.dumps({"host": host, "port": int(port), "master_eligibility": True, "scheme": "http",
+        scheme, _, address = self.url.partition("://")
+        host, port = address.rsplit(":", 1)
+        claim = json.dumps({"host": host, "port": int(port), "master_eligibility": True, "scheme": scheme,
                             "version": 1}).encode()
         while not self._closing.is_set():
             if not self._vacant.wait(1.0):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import importlib
 import os
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import tempfile
 from collections.abc import Iterator
 
 from google.protobuf import descriptor_pb2, descriptor_pool
+from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import DecodeError
 
 from rivulet.registry.schema_types import PROTOBUF, ParsedSchema, ResolvedReference
@@ -77,6 +79,69 @@ def _flatten(refs: list[ResolvedReference] | tuple[ResolvedReference, ...]) -> I
     for r in refs:
         yield from _flatten(r.dependencies)
         yield r
+
+
+def _reference_files(references: list[ResolvedReference] | tuple[ResolvedReference, ...]) -> list[FDP]:
+    """The files of the references, depth first, each named as its reference."""
+    files = []
+    for ref in _flatten(references):
+        dep = _decode_serialized(ref.schema.strip()) or _compile(ref.schema, list(ref.dependencies))
+        dep.name = ref.name
+        files.append(dep)
+    return files
+
+
+def file_descriptors(text: str, references: list[ResolvedReference] | tuple[ResolvedReference, ...]) -> list[FDP]:
+    """A schema's files, its references' first, as a descriptor pool that decodes its data
+    takes them; ``ValueError`` if one does not compile."""
+    return _reference_files(references) + [_decode_serialized(text.strip()) or _compile(text, list(references))]
+
+
+class SchemaFiles:
+    """A registered schema's files in a descriptor pool of their own (with Google's well-known
+    types they import: never registered as references, every registry has them built in), to
+    decode data: its messages by the wire format's message indexes, or by name."""
+
+    def __init__(self, text: str, references: list[ResolvedReference] | tuple[ResolvedReference, ...]) -> None:
+        self.pool = descriptor_pool.DescriptorPool()
+        files = file_descriptors(text, references)
+        added: set[str] = set()
+        for fdp in files:
+            self._add_well_known(list(fdp.dependency), added)
+            self.pool.Add(fdp)
+            added.add(fdp.name)
+        self.file = files[-1]
+        self._prefix = f"{self.file.package}." if self.file.package else ""
+
+    def message_at(self, indexes: list[int]) -> Descriptor:
+        """The message the indexes name: the file's, then nested ones ([0]: the first)."""
+        if not indexes or not 0 <= indexes[0] < len(self.file.message_type):
+            raise ValueError(f"no message at index {indexes[:1]} of the schema")
+        message = self.pool.FindMessageTypeByName(self._prefix + self.file.message_type[indexes[0]].name)
+        for i in indexes[1:]:
+            if not 0 <= i < len(message.nested_types):
+                raise ValueError(f"no nested message at index {i} of {message.full_name}")
+            message = message.nested_types[i]
+        return message
+
+    def message_named(self, name: str) -> Descriptor:
+        """A message by its full name, or by its name in the file's package."""
+        try:
+            return self.pool.FindMessageTypeByName(name if "." in name else self._prefix + name)
+        except KeyError:
+            raise ValueError(f"the schema has no message {name}") from None
+
+    def _add_well_known(self, names: list[str], added: set[str]) -> None:
+        for name in names:
+            if name in added or not name.startswith("google/protobuf/"):
+                continue
+            importlib.import_module("google.protobuf." + name[len("google/protobuf/"):-len(".proto")] + "_pb2")
+            fd = descriptor_pool.Default().FindFileByName(name)
+            self._add_well_known([d.name for d in fd.dependencies], added)
+            proto = FDP()
+            fd.CopyToProto(proto)
+            self.pool.Add(proto)
+            added.add(name)
 
 
 class _Diff:
@@ -226,9 +291,7 @@ class ProtobufProvider:
     def _check(self, descriptor: FDP, references: list[ResolvedReference]) -> None:
         """A serialized descriptor must build, with its references' files."""
         pool = descriptor_pool.DescriptorPool()
-        for ref in _flatten(references):
-            dep = _decode_serialized(ref.schema) or _compile(ref.schema, list(ref.dependencies))
-            dep.name = ref.name
+        for dep in _reference_files(references):
             pool.Add(dep)
         pool.Add(descriptor)
         pool.FindFileByName(descriptor.name)

@@ -4,18 +4,20 @@ its paths and query parameters, its content types and its error bodies."""
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from flask import Flask, Response, request
+from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException
 
 from rivulet.registry import errors as E
 from rivulet.registry.election import WriterElection
 from rivulet.registry.errors import RestError
+from rivulet.registry.security import UNAUTHORIZED, Caller, RegistrySecurity, required
 from rivulet.registry.service import SchemaRegistry
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
@@ -24,6 +26,8 @@ ACCEPTED_BODIES = ("application/vnd.schemaregistry.v1+json", "application/vnd.sc
                    "application/json", "application/octet-stream")
 MAX_BODY_BYTES = 16 << 20
 FORWARDED = "X-Rivulet-Forwarded"
+# The WSGI environ key where a TLS listener puts the subject of the client's certificate.
+PEER_DN = "rivulet.peer_dn"
 FORWARD_TIMEOUT_S = 60.0
 
 
@@ -57,7 +61,7 @@ READING_POSTS = {("/subjects/<subject>", ("POST",)),
                  ("/compatibility/subjects/<subject>/versions", ("POST",))}
 
 
-def _forward(election: WriterElection) -> Response:
+def _forward(election: WriterElection, tls: ssl.SSLContext | None) -> Response:
     """Hand a change to the writer and its answer back, as Confluent's followers do."""
     writer = election.writer_url()
     if writer is None or request.headers.get(FORWARDED):
@@ -69,7 +73,7 @@ def _forward(election: WriterElection) -> Response:
     req = urllib.request.Request(url, data=request.get_data() if request.method != "DELETE" else None,
                                  headers=headers, method=request.method)
     try:
-        with urllib.request.urlopen(req, timeout=FORWARD_TIMEOUT_S) as answer:
+        with urllib.request.urlopen(req, timeout=FORWARD_TIMEOUT_S, context=tls) as answer:
             return Response(answer.read(), status=answer.status, content_type=answer.headers.get("Content-Type"))
     except urllib.error.HTTPError as e:
         return Response(e.read(), status=e.code, content_type=e.headers.get("Content-Type"))
@@ -104,14 +108,52 @@ def _subject(kw: dict[str, Any]) -> dict[str, Any]:
     return kw
 
 
-def create_wsgi(registry: SchemaRegistry, election: WriterElection) -> Callable[..., Any]:
-    """The registry's WSGI application, for waitress."""
-    return _EncodedSlashes(create_app(registry, election))
+def create_wsgi(registry: SchemaRegistry, election: WriterElection, security: RegistrySecurity | None = None,
+                forward_tls: ssl.SSLContext | None = None) -> Callable[..., Any]:
+    """The registry's WSGI application. ``forward_tls``: how to reach the writer over https."""
+    return _EncodedSlashes(create_app(registry, election, security, forward_tls))
 
 
-def create_app(registry: SchemaRegistry, election: WriterElection) -> Flask:
+# Lists whose entries name a subject: each is answered with those the caller may read.
+_LISTS = {"/subjects", "/schemas", "/schemas/ids/<int:schema_id>/versions", "/schemas/ids/<int:schema_id>/subjects"}
+
+
+def _guard(app: Flask, registry: SchemaRegistry, security: RegistrySecurity) -> None:
+    """Authenticate every request, and authorize it on its subject (or the registry)."""
+    @app.before_request
+    def guard() -> None:
+        caller = security.authenticator.caller(request.headers.get("Authorization"), request.environ.get(PEER_DN),
+                                               request.remote_addr or "")
+        g.caller = caller
+        authorizer = security.authorizer
+        if authorizer is None or request.url_rule is None:
+            return
+        rule, args = request.url_rule.rule, request.view_args or {}
+        need = required(rule, request.method)
+        subject = str(args["subject"]).replace(SLASH, "/") if "subject" in args else None
+        if need is not None:
+            op, on_subject = need
+            authorizer.check(caller, op, subject if on_subject else None)
+        elif rule.startswith("/schemas/ids/<int:schema_id>") and rule not in _LISTS:
+            authorizer.check_any(caller, registry.id_subjects(args["schema_id"], True), f"Schema: {args['schema_id']}")
+
+
+def _readable(security: RegistrySecurity | None, rule: str, doc: object) -> object:
+    """A list answer with only the subjects the caller may read."""
+    if security is None or security.authorizer is None or rule not in _LISTS or not isinstance(doc, list):
+        return doc
+    caller: Caller = g.caller
+    names = [str(d["subject"]) if isinstance(d, dict) else str(d) for d in doc]
+    keep = security.authorizer.readable(caller, names)
+    return [d for d, name in zip(doc, names, strict=True) if name in keep]
+
+
+def create_app(registry: SchemaRegistry, election: WriterElection, security: RegistrySecurity | None = None,
+               forward_tls: ssl.SSLContext | None = None) -> Flask:
     app = Flask("rivulet.registry")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+    if security is not None:
+        _guard(app, registry, security)
 
     def route(rules: str | tuple[str, ...], methods: list[str]
               ) -> Callable[[Callable[..., object]], Callable[..., Response]]:
@@ -125,8 +167,9 @@ def create_app(registry: SchemaRegistry, election: WriterElection) -> Flask:
         def wrap(fn: Callable[..., object]) -> Callable[..., Response]:
             def view(**kw: Any) -> Response:
                 if changes and not election.is_writer():
-                    return _forward(election)
-                return _reply(fn(**_subject(kw)))
+                    return _forward(election, forward_tls)
+                return _reply(_readable(security, request.url_rule.rule if request.url_rule else "",
+                                        fn(**_subject(kw))))
             view.__name__ = f"{fn.__name__}_{'_'.join(methods)}"
             for rule in rules:
                 app.add_url_rule(rule, view.__name__, view, methods=methods, strict_slashes=False)
@@ -143,7 +186,10 @@ def create_app(registry: SchemaRegistry, election: WriterElection) -> Flask:
 def _error_handlers(app: Flask) -> None:
     @app.errorhandler(RestError)
     def rest_error(e: RestError) -> Response:
-        return _reply(e.body(), e.status)
+        answer = _reply(e.body(), e.status)
+        if e.error_code == UNAUTHORIZED:
+            answer.headers["WWW-Authenticate"] = 'Basic realm="SchemaRegistry"'
+        return answer
 
     @app.errorhandler(HTTPException)
     def http_error(e: HTTPException) -> Response:

@@ -10,6 +10,9 @@ from typing import Protocol
 AVRO = "AVRO"
 JSON = "JSON"
 PROTOBUF = "PROTOBUF"
+# The names readers of topics give the types (rivulet consume --value-format, the Spark
+# source's valueFormat), as the serializers are called.
+FORMAT_TYPES = {"avro": AVRO, "json-schema": JSON, "protobuf": PROTOBUF}
 
 
 @dataclass(frozen=True)

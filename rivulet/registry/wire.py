@@ -1,37 +1,25 @@
 """Values in the registry's wire format (magic byte 0, a 4-byte big-endian schema id, then the
 data; Protobuf puts its message indexes first) decoded to JSON text with the writer's schema,
-fetched by id from a registry's REST API and kept. For ``rivulet consume --value-format``."""
+fetched by id (through a ``RegistryClient``) and kept. For ``rivulet consume --value-format``
+and the console's message browser (``rivulet.registry.arrow`` decodes into Arrow columns)."""
 
 from __future__ import annotations
 
-import base64
 import io
 import json
 import struct
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable
 
 import avro.io
+import avro.name
 import avro.schema
 
-FORMATS = ("avro", "json-schema", "protobuf")
-TIMEOUT_S = 30.0
+from rivulet.registry.client import RegisteredSchema, RegistryError, SchemaLookup
+from rivulet.registry.schema_types import AVRO, FORMAT_TYPES, JSON, PROTOBUF, ResolvedReference
 
 
 class WireFormatError(ValueError):
     pass
-
-
-def _get_json(url: str) -> dict:
-    try:
-        with urllib.request.urlopen(url, timeout=TIMEOUT_S) as r:
-            return json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        raise WireFormatError(f"schema registry {url}: HTTP {e.code} {e.read().decode(errors='replace')}") from None
-    except OSError as e:
-        raise WireFormatError(f"schema registry {url}: {e}") from None
 
 
 def _zigzag_varint(buf: io.BytesIO) -> int:
@@ -53,12 +41,13 @@ def _json_default(v: object) -> object:
 
 
 class WireDecoder:
-    """``registry``: the registry's base URL; ``fmt``: one of ``FORMATS``."""
+    """``fmt``: one of ``FORMAT_TYPES``, the only type decoded (a value of another is an error);
+    None decodes each value as its schema's type."""
 
-    def __init__(self, registry: str, fmt: str) -> None:
-        if fmt not in FORMATS:
-            raise ValueError(f"value format {fmt!r}: one of {', '.join(FORMATS)}")
-        self.registry = registry.rstrip("/")
+    def __init__(self, client: SchemaLookup, fmt: str | None = None) -> None:
+        if fmt is not None and fmt not in FORMAT_TYPES:
+            raise ValueError(f"value format {fmt!r}: one of {', '.join(FORMAT_TYPES)}")
+        self.client = client
         self.fmt = fmt
         self._readers: dict[int, Callable[[io.BytesIO], object]] = {}
 
@@ -75,55 +64,45 @@ class WireDecoder:
         return json.dumps(reader(io.BytesIO(value[5:])), default=_json_default).encode()
 
     def _reader(self, schema_id: int) -> Callable[[io.BytesIO], object]:
-        if self.fmt == "json-schema":
+        try:
+            registered = self.client.schema_by_id(schema_id)
+        except RegistryError as e:
+            raise WireFormatError(str(e)) from None
+        if self.fmt is not None and registered.schema_type != FORMAT_TYPES[self.fmt]:
+            raise WireFormatError(f"schema {schema_id} is a {registered.schema_type} schema, not {self.fmt}")
+        if registered.schema_type == JSON:
             return lambda buf: json.loads(buf.read())
-        if self.fmt == "avro":
-            doc = _get_json(f"{self.registry}/schemas/ids/{schema_id}")
-            names = avro.name.Names()
-            for ref in doc.get("references") or []:
-                self._avro_reference(ref, names, set())
-            schema = avro.schema.make_avsc_object(json.loads(doc["schema"]), names)
-            datum = avro.io.DatumReader(schema)
-            return lambda buf: datum.read(avro.io.BinaryDecoder(buf))
-        return self._protobuf_reader(schema_id)
+        if registered.schema_type == AVRO:
+            return _avro_reader(registered)
+        if registered.schema_type == PROTOBUF:
+            return _protobuf_reader(registered)
+        raise WireFormatError(f"schema {schema_id} has the unknown type {registered.schema_type}")
 
-    def _avro_reference(self, ref: dict, names: avro.name.Names, seen: set[str]) -> None:
-        if ref["name"] in seen:
-            return
-        seen.add(ref["name"])
-        doc = _get_json(f"{self.registry}/subjects/{urllib.parse.quote(ref['subject'], safe='')}/versions/"
-                        f"{ref['version']}")
-        for dep in doc.get("references") or []:
-            self._avro_reference(dep, names, seen)
-        avro.schema.make_avsc_object(json.loads(doc["schema"]), names)
 
-    def _protobuf_reader(self, schema_id: int) -> Callable[[io.BytesIO], object]:
-        from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
-        pool = descriptor_pool.DescriptorPool()
+def _avro_reader(registered: RegisteredSchema) -> Callable[[io.BytesIO], object]:
+    names = avro.name.Names()
+    seen: set[str] = set()
 
-        def add(doc: dict, name: str, seen: set[str]) -> descriptor_pb2.FileDescriptorProto:
-            for ref in doc.get("references") or []:
-                if ref["name"] not in seen:
-                    seen.add(ref["name"])
-                    dep = _get_json(f"{self.registry}/subjects/{urllib.parse.quote(ref['subject'], safe='')}/"
-                                    f"versions/{ref['version']}?format=serialized")
-                    add(dep, ref["name"], seen)
-            fdp = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(doc["schema"]))
-            fdp.name = name
-            pool.Add(fdp)
-            return fdp
-        main = add(_get_json(f"{self.registry}/schemas/ids/{schema_id}?format=serialized"), f"schema-{schema_id}",
-                   set())
+    def add(refs: tuple[ResolvedReference, ...]) -> None:  # named types, depth first
+        for ref in refs:
+            if ref.name not in seen:
+                seen.add(ref.name)
+                add(ref.dependencies)
+                avro.schema.make_avsc_object(json.loads(ref.schema), names)
+    add(registered.references)
+    datum = avro.io.DatumReader(avro.schema.make_avsc_object(json.loads(registered.schema), names))
+    return lambda buf: datum.read(avro.io.BinaryDecoder(buf))
 
-        def read(buf: io.BytesIO) -> object:
-            count = _zigzag_varint(buf)
-            indexes = [_zigzag_varint(buf) for _ in range(count)] or [0]
-            message = main.message_type[indexes[0]]
-            path = [message.name]
-            for i in indexes[1:]:
-                message = message.nested_type[i]
-                path.append(message.name)
-            full = ".".join(([main.package] if main.package else []) + path)
-            cls = message_factory.GetMessageClass(pool.FindMessageTypeByName(full))
-            return json_format.MessageToDict(cls.FromString(buf.read()))
-        return read
+
+def _protobuf_reader(registered: RegisteredSchema) -> Callable[[io.BytesIO], object]:
+    from google.protobuf import json_format, message_factory
+
+    from rivulet.registry.protobuf_schema import SchemaFiles
+    files = SchemaFiles(registered.schema, registered.references)
+
+    def read(buf: io.BytesIO) -> object:
+        count = _zigzag_varint(buf)
+        indexes = [_zigzag_varint(buf) for _ in range(count)] or [0]
+        cls = message_factory.GetMessageClass(files.message_at(indexes))
+        return json_format.MessageToDict(cls.FromString(buf.read()))
+    return read

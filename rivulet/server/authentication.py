@@ -54,7 +54,7 @@ from rivulet.security.sasl import (
 )
 from rivulet.security.scram import MECHANISMS as SCRAM_MECHANISMS
 from rivulet.security.scram import ScramCredential, ScramServer, TokenLookup
-from rivulet.server.config import BrokerConfig
+from rivulet.server.config import SASL_PROTOCOLS, BrokerConfig
 
 log = logging.getLogger("rivulet.server.authentication")
 # A client retrying bad credentials in a loop gets one line per interval, with a count.
@@ -279,6 +279,16 @@ def inter_broker_sasl(config: BrokerConfig, listener: str) -> SaslCredentials:
         raise ConfigError(f"inter-broker SASL on listener {listener}: {e}") from None
     assert credentials is not None
     return credentials
+
+
+def plain_users_of(config: BrokerConfig) -> dict[str, str]:
+    """The PLAIN users (and passwords) of every SASL listener that enables PLAIN: whom the
+    schema registry's HTTP basic authentication also knows."""
+    users: dict[str, str] = {}
+    for listener, protocol in config.security_protocols.items():
+        if protocol in SASL_PROTOCOLS and PLAIN in config.listener_value(listener, "sasl.enabled.mechanisms"):
+            users.update(plain_users(_jaas_options(config, listener, PLAIN)))
+    return users
 
 
 def sasl_listener_config(config: BrokerConfig, listener: str,

@@ -9,7 +9,9 @@ completes pending delayed operations, flushes the logs and writes the checkpoint
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
+import ssl
 import time
 from typing import TYPE_CHECKING, Callable
 
@@ -28,9 +30,10 @@ from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.server.apis import KafkaApis
 from rivulet.security import tls
-from rivulet.security.ssl_principal import SslPrincipalMapper
-from rivulet.server.config import (LAST_PUSH_RECEIVER, PROMETHEUS_TELEMETRY, BrokerConfig, ConfigError,
-                                   parse_metrics_listener)
+from rivulet.security.authorizer import StandardAuthorizer
+from rivulet.security.ssl_principal import SslPrincipalMapper, principal_from_dn
+from rivulet.server.config import (BROKER_CONFIGS, LAST_PUSH_RECEIVER, PROMETHEUS_TELEMETRY, BrokerConfig,
+                                   ConfigError, parse_registry_listener)
 from rivulet.server.coordinator_leadership import CoordinatorLeadership
 from rivulet.server.acls import AclManager, Authz, build_authorizer
 from rivulet.server.client_metrics import ClientMetricsManager, EveryReceiver, LastPayloads, TelemetryReceiver
@@ -44,7 +47,8 @@ from rivulet.server.metrics.collectors import BrokerCollector, GroupLagCollector
 from rivulet.server.metrics.exporter import MetricsExporter
 from rivulet.server.metrics.requests import RequestMetrics
 from rivulet.server.metrics.telemetry import ClientTelemetryExporter
-from rivulet.server.authentication import SaslListenerConfig, SaslSession, inter_broker_sasl, sasl_listener_config
+from rivulet.server.authentication import (SaslListenerConfig, SaslSession, inter_broker_sasl, plain_users_of,
+                                           sasl_listener_config)
 from rivulet.server.config import SASL_PROTOCOLS
 from rivulet.server.quotas import ClientQuotas
 from rivulet.client.connection import PLAINTEXT_CONNECTOR, BrokerConnector
@@ -69,6 +73,7 @@ from rivulet.transaction.remote_verifier import ClusterTxnVerifier
 from rivulet.transaction.producer_id_manager import ProducerIdGenerator, ProducerIdManager
 
 if TYPE_CHECKING:  # the registry is imported only when configured (_schema_registry)
+    from rivulet.registry.security import RegistrySecurity
     from rivulet.registry.server import SchemaRegistryServer
 
 log = logging.getLogger(__name__)
@@ -98,6 +103,48 @@ def _schema_registry() -> type[SchemaRegistryServer]:
         raise ConfigError(f"schema.registry.listeners needs the registry extra (pip install 'rivulet[registry]'): "
                           f"{e}") from None
     return SchemaRegistryServer
+
+
+def _registry_tls(config: BrokerConfig) -> ssl.SSLContext:
+    """An https registry listener's context: the broker-wide ssl.* key and trust stores, client
+    certificates per schema.registry.ssl.client.authentication."""
+    props = {k.name: config[k.name] for k in BROKER_CONFIGS}
+    props["ssl.client.auth"] = config["schema.registry.ssl.client.authentication"].lower()
+    try:
+        return tls.server_context(tls.ssl_config(props))
+    except tls.TlsError as e:
+        raise ConfigError(f"schema.registry.listeners (https): {e}") from None
+
+
+def _registry_forward_tls(config: BrokerConfig) -> ssl.SSLContext:
+    """How a registry forwards a change to the writer's https listener: trusting the broker's
+    trust store, presenting its key store."""
+    return tls.client_context(tls.ssl_config({k.name: config[k.name] for k in BROKER_CONFIGS}))
+
+
+def _registry_security(config: BrokerConfig, scram: ScramCredentials,
+                       authorizer: StandardAuthorizer | None) -> RegistrySecurity | None:
+    """The registry's callers authenticated as the broker's (its SASL users, its certificate
+    principals) and authorized with its ACLs; None when it asks nothing of them."""
+    from rivulet.registry.security import RegistryAuthenticator, RegistrySecurity, SubjectAuthorizer
+    basic = config["schema.registry.authentication.method"].upper() == "BASIC"
+    certificates = config["schema.registry.ssl.client.authentication"].upper() != "NONE" and \
+        parse_registry_listener(config["schema.registry.listeners"][0])[0] == "https"
+    if not basic and not certificates and authorizer is None:
+        return None
+    passwords = None
+    if basic:
+        plain = plain_users_of(config)
+
+        def passwords(user: str, password: str) -> bool:
+            known = plain.get(user)
+            if known is not None and hmac.compare_digest(known.encode(), password.encode()):
+                return True
+            return scram.verify_password(user, password)
+    mapper = SslPrincipalMapper(config["ssl.principal.mapping.rules"]) if certificates else None
+    certificate = (lambda dn: principal_from_dn(dn, mapper)) if mapper is not None else None
+    return RegistrySecurity(RegistryAuthenticator(passwords, certificate),
+                            SubjectAuthorizer(authorizer.authorize) if authorizer is not None else None)
 
 
 class Broker:
@@ -151,11 +198,12 @@ class Broker:
         # schema.registry.listeners: the schema registry, a client of this broker (bound with the listeners).
         self.schema_registry: SchemaRegistryServer | None = None
         if config["schema.registry.listeners"]:
-            host, port = parse_metrics_listener(config["schema.registry.listeners"][0], "schema.registry.listeners")
+            scheme, host, port = parse_registry_listener(config["schema.registry.listeners"][0])
             self.schema_registry = _schema_registry()(
                 host, port, config["schema.registry.kafkastore.topic"],
                 config["schema.registry.kafkastore.topic.replication.factor"] if self.cluster_mode else 1,
-                wait_for_replicas=self.cluster_mode)
+                wait_for_replicas=self.cluster_mode, tls=_registry_tls(config) if scheme == "https" else None,
+                forward_tls=_registry_forward_tls(config) if scheme == "https" else None)
         request_log = RequestLog(config["request.log.threshold.ms"])
         self.socket_server = SocketServer(SocketServerConfig(
             max_request_bytes=config["socket.request.max.bytes"],
@@ -328,7 +376,8 @@ class Broker:
         if self.schema_registry is not None:
             # Off the loop: in a cluster it opens a ZooKeeper session of its own (its writer's election).
             await loop.run_in_executor(None, self.schema_registry.start, {"bootstrap.servers": self._registry_bootstrap()},
-                                       self.node.host, cfg["zookeeper.connect"] or "")
+                                       self.node.host, cfg["zookeeper.connect"] or "",
+                                       _registry_security(cfg, self.scram, authorizer))
         self._tasks.append(loop.create_task(self._housekeeping()))
         if self.delegation_tokens.enabled:
             self._tasks.append(loop.create_task(self._expire_delegation_tokens()))

@@ -84,12 +84,22 @@ def _metrics_listener(v: str | None) -> str | None:
     return None
 
 
+def parse_registry_listener(url: str) -> tuple[str, str, int]:
+    """``schema.registry.listeners``' ``http://host:port`` or ``https://host:port`` into
+    (scheme, host, port)."""
+    parts = urlsplit(url)
+    scheme = (parts.scheme or "").lower()
+    host, port = parse_metrics_listener(url.replace(parts.scheme + "://", "http://", 1) if scheme == "https" else url,
+                                        "schema.registry.listeners")
+    return scheme, host, port
+
+
 def _registry_listeners(v: Collection[str] | None) -> str | None:
     try:
         for url in v or ():
-            parse_metrics_listener(url, "schema.registry.listeners")
+            parse_registry_listener(url)
     except ValueError as e:
-        return str(e)
+        return str(e).replace("must be http://host:port", "must be http://host:port or https://host:port")
     return None
 
 
@@ -327,9 +337,20 @@ BROKER_CONFIGS = ConfigDef([
        "timed.", LOW),
     # -- the schema registry (Confluent's REST API; docs/schema-registry.md)
     _k("schema.registry.listeners", LS, (), _registry_listeners, "Where the broker serves a schema registry with "
-       "Confluent Schema Registry's REST API, as http://host:port (Confluent's listeners; the first one is "
-       "served). Empty: no registry. It keeps its schemas in schema.registry.kafkastore.topic, read and written "
-       "through this broker's first PLAINTEXT listener.", LOW),
+       "Confluent Schema Registry's REST API, as http://host:port or https://host:port (Confluent's listeners; "
+       "the first one is served). Empty: no registry. It keeps its schemas in schema.registry.kafkastore.topic, "
+       "read and written through this broker's first PLAINTEXT listener. Its callers are authorized with the "
+       "broker's ACLs when the broker has an authorizer (docs/schema-registry.md).", LOW),
+    _k("schema.registry.authentication.method", S, "NONE", one_of_ignoring_case("NONE", "BASIC"), "How the schema registry "
+       "authenticates its callers (Confluent's authentication.method): BASIC takes HTTP basic credentials checked "
+       "against the broker's SASL users (its SCRAM credentials and the PLAIN users of its listeners' JAAS "
+       "configuration) and refuses a request without them (401), unless it came with a client certificate; NONE "
+       "takes every caller as ANONYMOUS (or its client certificate's principal).", LOW),
+    _k("schema.registry.ssl.client.authentication", S, "NONE", one_of_ignoring_case("NONE", "REQUESTED", "REQUIRED"),
+       "An https schema registry listener's client certificates (Confluent's ssl.client.authentication): "
+       "REQUIRED refuses a connection without one, REQUESTED asks; a certificate's principal is named by "
+       "ssl.principal.mapping.rules. The listener's own key and trust stores are the broker's ssl.* settings.",
+       LOW),
     _k("schema.registry.kafkastore.topic", S, "_schemas", None, "The compacted topic holding the "
        "schema registry's schemas, configs and modes (Confluent's kafkastore.topic).", LOW),
     _k("schema.registry.kafkastore.topic.replication.factor", I, 3, _pos, "Replicas of the schema registry's "

@@ -8,11 +8,14 @@ a change notification so that every broker re-reads the user)."""
 
 from __future__ import annotations
 
+import hmac
+import os
 from dataclasses import dataclass
 from typing import Mapping, Protocol, Sequence
 
 from rivulet.protocol.errors import ApiError, ErrorCode
-from rivulet.security.scram import BY_TYPE, MAX_ITERATIONS, MECHANISMS, ScramCredential, ScramMechanism
+from rivulet.security.scram import (BY_TYPE, MAX_ITERATIONS, MECHANISMS, ScramCredential, ScramMechanism,
+                                    salted_password)
 
 
 class ScramStore(Protocol):
@@ -43,11 +46,33 @@ class ScramCredentials:
     def __init__(self, store: ScramStore | None = None) -> None:
         self.store = store
         self.users: dict[str, dict[str, ScramCredential]] = {}
+        # verify_password's: per user, the credential a password was right for and its tag.
+        self._secret = os.urandom(32)
+        self._verified: dict[str, tuple[ScramCredential, bytes]] = {}
         for user, creds in (store.load_scram_credentials() if store is not None else {}).items():
             self.set_user(user, creds)
 
     def lookup(self, user: str, mechanism: str) -> ScramCredential | None:
         return self.users.get(user, {}).get(mechanism)
+
+    def verify_password(self, user: str, password: str) -> bool:
+        """Whether ``password`` is ``user``'s under one of its SCRAM mechanisms (the schema
+        registry's HTTP basic authentication). A password found right is remembered, keyed
+        with a secret of this process, for as long as the credential stays the same: HTTP
+        sends it with every request, and deriving the key costs thousands of iterations."""
+        creds = self.users.get(user, {})
+        tag = hmac.digest(self._secret, password.encode(), "sha256")
+        known = self._verified.get(user)
+        if known is not None and known[0] in creds.values() and hmac.compare_digest(known[1], tag):
+            return True
+        for name, cred in creds.items():
+            mech = MECHANISMS[name]
+            derived = ScramCredential.from_salted_password(
+                mech, salted_password(mech, password, cred.salt, cred.iterations), cred.salt, cred.iterations)
+            if hmac.compare_digest(derived.stored_key, cred.stored_key):
+                self._verified[user] = (cred, tag)
+                return True
+        return False
 
     def set_user(self, user: str, credentials: Mapping[str, str]) -> None:
         """``user``'s credentials as stored (a change made here or, in a cluster, elsewhere);

@@ -27,6 +27,7 @@ except ImportError as e:  # pragma: no cover
 
 from rivulet.spark.sink import RivuletBatchWriter, RivuletStreamWriter, SinkOptions, validate_schema
 from rivulet.spark.source import DataLossError, RivuletBatchReader, RivuletStreamReader, SourceOptions
+from rivulet.spark._values import ERROR_COLUMN, RAW_COLUMN, ValueFormat, spark_value_type
 
 HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 
@@ -52,13 +53,36 @@ class RivuletDataSource(DataSource):
     def schema(self) -> StructType:
         # Spark's Kafka source: headers only with includeHeaders=true.
         include = {str(k).lower(): str(v) for k, v in self.options.items()}.get("includeheaders", "false")
-        return SCHEMA if include.strip().lower() == "true" else SCHEMA_NO_HEADERS
+        schema = SCHEMA if include.strip().lower() == "true" else SCHEMA_NO_HEADERS
+        vf = self._value_format()
+        if vf is None:
+            return schema
+        return value_schema(schema, vf)
+
+    def _value_format(self) -> ValueFormat | None:
+        """valueFormat's options with the subject's latest schema, asked once per data source:
+        Spark plans with the schema() of the instance it then asks for a reader."""
+        if "_planned" not in self.__dict__:
+            o = {str(k).lower(): str(v) for k, v in self.options.items()}
+            vf = ValueFormat.parse(o, sorted({t.strip() for t in o.get("subscribe", "").split(",") if t.strip()}))
+            self._planned = vf.planned() if vf is not None else None
+        return self._planned
+
+    def _source_options(self, schema: StructType, streaming: bool) -> SourceOptions:
+        opts = SourceOptions.parse(self.options, streaming=streaming)
+        if opts.value_format is not None:
+            vf = opts.value_format = self._value_format()
+            assert vf is not None
+            if "value" in schema.fieldNames() and schema["value"].dataType != spark_value_type(vf):
+                raise ValueError(f"subject {vf.subject} has a new latest schema since the query was planned: "
+                                 "plan it again")
+        return opts
 
     def reader(self, schema: StructType) -> RivuletBatchReader:
-        return RivuletBatchReader(SourceOptions.parse(self.options, streaming=False))
+        return RivuletBatchReader(self._source_options(schema, streaming=False))
 
     def streamReader(self, schema: StructType) -> RivuletStreamReader:
-        return RivuletStreamReader(SourceOptions.parse(self.options, streaming=True))
+        return RivuletStreamReader(self._source_options(schema, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> RivuletBatchWriter:
         refuse_overwrite(overwrite)
@@ -70,6 +94,14 @@ class RivuletDataSource(DataSource):
         opts = SinkOptions.parse(self.options)
         validate_schema(schema, opts)
         return RivuletStreamWriter(opts)
+
+
+def value_schema(schema: StructType, vf: ValueFormat) -> StructType:
+    """The source's schema with ``value`` of the registry's type (and PERMISSIVE's columns)."""
+    fields = [StructField("value", spark_value_type(vf)) if f.name == "value" else f for f in schema.fields]
+    if vf.permissive:
+        fields += [StructField(ERROR_COLUMN, StringType()), StructField(RAW_COLUMN, BinaryType())]
+    return StructType(fields)
 
 
 def refuse_overwrite(overwrite: bool) -> None:

@@ -8,6 +8,7 @@ from typing import Mapping
 from rivulet.security.client_config import SASL_PROPERTIES, sasl_credentials
 from rivulet.client.config import ssl_context
 from rivulet.client.errors import ConfigException
+from rivulet.spark._values import OPTIONS as VALUE_FORMAT_OPTIONS
 
 log = logging.getLogger("rivulet.spark")
 
@@ -16,7 +17,8 @@ CONSUMER_REFUSED = {
     "auto.offset.reset": "set the source option startingOffsets to earliest or latest instead; the query "
                          "tracks its own offsets, and a restarted query resumes from its checkpoint",
     "key.deserializer": "keys are always read as bytes; deserialize them with DataFrame operations",
-    "value.deserializer": "values are always read as bytes; deserialize them with DataFrame operations",
+    "value.deserializer": "values are read as bytes; deserialize them with DataFrame operations, or set "
+                          "valueFormat to decode them through a schema registry",
     "enable.auto.commit": "the query commits no offsets to Kafka",
     "interceptor.classes": "interceptors could change the records",
 }
@@ -44,7 +46,7 @@ SOURCE_OPTIONS = frozenset({
     "maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay", "fetchoffset.numretries",
     "fetchoffset.retryintervalms", "kafkaconsumer.polltimeoutms", "groupidprefix", "includeheaders", "path",
     "bootstrap.servers", "commitoffsets",
-})
+}) | VALUE_FORMAT_OPTIONS
 # The sink's: Spark's Kafka sink's (and save(path)'s, writeStream's checkpointLocation), then Rivulet's.
 SINK_OPTIONS = frozenset({"topic", "path", "checkpointlocation", "bootstrap.servers", "transactional",
                           "idempotencykey"})

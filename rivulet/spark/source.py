@@ -39,6 +39,7 @@ from rivulet.client.config import ssl_context
 from rivulet.spark._options import (CONSUMER_REFUSED, SOURCE_KAFKA_OPTIONS, SOURCE_OPTIONS, check_kafka_options,
                                     security_options, warn_unknown_options)
 from rivulet.spark._records import Chunk, decode_into, next_offset_after
+from rivulet.spark._values import ValueFormat, decode_batch
 
 log = logging.getLogger("rivulet.spark")
 
@@ -165,6 +166,8 @@ class SourceOptions:
     poll_timeout_ms: int = 120_000
     extra: dict[str, str] = field(default_factory=dict)
     security: dict[str, str] = field(default_factory=dict)  # security.protocol, sasl.* and ssl.*
+    # valueFormat: values decoded through a schema registry (its reader schema set at planning)
+    value_format: ValueFormat | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> "SourceOptions":
@@ -244,6 +247,7 @@ class SourceOptions:
             opts.fetch_max_wait_ms = int(o["kafka.fetch.max.wait.ms"])
         if "kafkaconsumer.polltimeoutms" in o:
             opts.poll_timeout_ms = int(o["kafkaconsumer.polltimeoutms"])
+        opts.value_format = ValueFormat.parse(o, opts.subscribe)
         # Only commitOffsets=true uses a group (Spark's source commits nothing): kafka.group.id
         # if given, else a group named after what the query reads, stable across restarts.
         opts.group_id = o.get("kafka.group.id", "")
@@ -749,7 +753,8 @@ def read_range(opts: SourceOptions, rp: RangePartition) -> Iterator[Any]:
                 lo, hi = chunk.bounds(offset, end)
                 f.bytes_per_record = max(16.0, len(records) / chunk.n)
                 if hi > lo:
-                    yield chunk.to_arrow(tp[0], tp[1], lo, hi)
+                    batch = chunk.to_arrow(tp[0], tp[1], lo, hi)
+                    yield batch if opts.value_format is None else decode_batch(opts.value_format, batch)
             if dec.next_offset <= offset:
                 raise ApiError(ErrorCode.CORRUPT_MESSAGE, f"{tp[0]}-{tp[1]}: no complete batch at offset {offset}")
             if dec.next_offset != nxt and f.ahead is not None:

@@ -293,3 +293,39 @@ def test_rivulet_consume_decodes_the_wire_format(registry_broker):
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
         assert [json.loads(line) for line in r.stdout.splitlines()] == [want], (fmt, r.stdout, r.stderr)
+
+
+def test_console_shows_subjects_versions_and_decoded_records(registry_broker):
+    """The web console given the registry: its subjects, a subject's versions and schema, and a
+    topic's values decoded with their writers' schemas in the message browser."""
+    from rivulet.cli.console.app import create_app
+    from rivulet.cli.console.backend import ClusterView
+    from rivulet.cli.console.registry import RegistryView
+    from rivulet.registry.client import RegistryClient
+    broker, url = registry_broker
+    topic = f"console-{uuid.uuid4().hex[:6]}"
+    client = SchemaRegistryClient({"url": url})
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    p.produce(topic, AvroSerializer(client, json.dumps(V1))({"sensor": "s1", "value": 1.5}, ctx))
+    p.produce(topic, AvroSerializer(client, json.dumps(V2))({"sensor": "s2", "value": 2.5, "unit": "F"}, ctx))
+    p.produce(topic, b"plain bytes")
+    assert p.flush(30) == 0
+    view = ClusterView({"bootstrap.servers": broker.bootstrap})
+    try:
+        app = create_app(view, broker.bootstrap, RegistryView(RegistryClient(url))).test_client()
+        page = app.get("/schemas")
+        assert page.status_code == 200 and f'data-subject="{topic}-value"' in page.text
+        page = app.get(f"/schemas/{topic}-value")
+        assert page.status_code == 200 and "Version 2," in page.text and "&#34;unit&#34;" in page.text
+        assert "compatibility BACKWARD" in page.text
+        page = app.get(f"/schemas/{topic}-value?version=1")
+        assert "Version 1," in page.text and "&#34;unit&#34;" not in page.text
+        assert app.get(f"/schemas/no-such-{topic}").status_code == 404
+        page = app.get(f"/topics/{topic}/messages?offset=0&view=registry")
+        assert page.status_code == 200
+        assert "&#34;sensor&#34;: &#34;s1&#34;" in page.text and "&#34;unit&#34;: &#34;F&#34;" in page.text
+        assert "(not in the schema registry&#39;s wire format)" in page.text
+        assert "<option selected>registry</option>" in page.text
+    finally:
+        view.close()

@@ -68,3 +68,44 @@ def test_writes_through_any_broker_and_the_writer_killed(zk_connect):
             assert SchemaRegistryClient({"url": url}).get_schema(1).schema_str == schema(1).schema_str.replace(" ", "")
     finally:
         cluster.close()
+
+
+def test_https_and_basic_auth_forwarded_to_the_writer(zk_connect, tls_certs):
+    """Registries on https with HTTP basic authentication (a SCRAM user, kept in ZooKeeper for
+    every broker): a follower forwards a registration to the writer over TLS, with the
+    caller's credentials, and a wrong password is refused on every broker."""
+    from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+    cluster = ZkCluster(zk_connect)
+    urls: dict[int, str] = {}
+    try:
+        for i in (1, 2, 3):
+            urls[i] = f"https://127.0.0.1:{free_port()}"
+            cluster.start(i, **{"schema.registry.listeners": urls[i], "schema.registry.authentication.method": "BASIC",
+                                **tls_certs.broker_ssl_props()})
+        cluster.wait_for_brokers([1, 2, 3])
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        for f in admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+                "sam", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"sam-secret")]).values():
+            f.result(30)
+        ca = str(tls_certs.ca.pem)
+
+        def client(url: str, password: str = "sam-secret") -> SchemaRegistryClient:
+            return SchemaRegistryClient({"url": url, "ssl.ca.location": ca, "basic.auth.user.info": f"sam:{password}"})
+
+        def answers(url: str) -> bool:
+            try:
+                return client(url).get_subjects() is not None
+            except Exception:
+                return False
+        for url in urls.values():
+            eventually(lambda url=url: answers(url), 90, f"the registry at {url} (and sam's credential there)")
+        ids = [client(url).register_schema("secured", schema(n)) for n, url in enumerate(urls.values(), start=1)]
+        assert ids == [1, 2, 3]
+        for url in urls.values():
+            eventually(lambda url=url: client(url).get_versions("secured") == [1, 2, 3], 30, f"{url} to see them")
+            with pytest.raises(Exception, match="40101|Unauthorized"):
+                client(url, "wrong").register_schema("secured", schema(9))
+        writer = json.loads(cluster.zk.get("/schema_registry/schema_registry_master")[0])
+        assert writer["scheme"] == "https"
+    finally:
+        cluster.close()

@@ -97,3 +97,41 @@ def test_pipeline_source_and_sink_format_is_rivulet_or_spark_kafka():
     assert (cfg.source_format, cfg.output_format) == ("kafka", "kafka")
     with pytest.raises(ConfigError, match=r"\[source\] format must be one of \['kafka', 'rivulet'\], got 'kafka-0-10'"):
         PipelineConfig.from_dict({**doc, "source": {"topic": "in", "format": "kafka-0-10"}})
+
+
+def test_value_format_options():
+    pytest.importorskip("pyspark")
+    from rivulet.spark.source import SourceOptions
+    base = {"kafka.bootstrap.servers": "b:9092", "subscribe": "orders"}
+    vf = SourceOptions.parse({**base, "valueFormat": "Avro", "schema.registry.url": "http://r:8081"},
+                             streaming=False).value_format
+    assert vf is not None and (vf.fmt, vf.subject, vf.permissive) == ("avro", "orders-value", False)
+    assert SourceOptions.parse(base, streaming=False).value_format is None
+    for extra, said in (({"valueFormat": "thrift", "schema.registry.url": "u"}, "valueFormat must be one of"),
+                        ({"valueFormat": "avro"}, "needs the option schema.registry.url"),
+                        ({"schema.registry.url": "u"}, "needs valueFormat"),
+                        ({"valueFormat": "avro", "schema.registry.url": "u", "mode": "DROP"}, "FAILFAST or PERMISSIVE"),
+                        ({"valueFormat": "avro", "schema.registry.url": "u", "subscribe": "a,b"},
+                         "valueSubject must be set")):
+        with pytest.raises(ValueError, match=said):
+            SourceOptions.parse({**base, **extra}, streaming=False)
+
+
+def test_value_format_failfast_names_the_record_and_permissive_keeps_it():
+    pytest.importorskip("pyspark")
+    import pyarrow as pa
+
+    from rivulet.registry.client import RegisteredSchema
+    from rivulet.spark._values import ValueDecodeError, ValueFormat, decode_batch
+    reader = RegisteredSchema(1, "AVRO", '"string"')
+    batch = pa.RecordBatch.from_pydict({"key": pa.array([None, None], pa.binary()),
+                                        "value": pa.array([b"\x00\x00\x00\x00\x01\x04ab", b"junk"]),
+                                        "topic": ["t", "t"], "partition": pa.array([3, 3], pa.int32()),
+                                        "offset": pa.array([7, 8], pa.int64())})
+    vf = ValueFormat("avro", "http://127.0.0.1:9", "t-value", reader=reader)  # id 1 needs no look-up
+    with pytest.raises(ValueDecodeError, match="t-3 offset 8: cannot decode the value \\(bad-magic\\)"):
+        decode_batch(vf, batch)
+    out = decode_batch(ValueFormat("avro", "http://127.0.0.1:9", "t-value", permissive=True, reader=reader), batch)
+    assert out.column("value").to_pylist() == ["ab", None]
+    assert out.column("rawValue").to_pylist() == [None, b"junk"]
+    assert out.column("valueError").to_pylist()[0] is None

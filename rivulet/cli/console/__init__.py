@@ -19,6 +19,8 @@ from rivulet.protocol.errors import ApiError
 
 if TYPE_CHECKING:
     from rivulet.cli.console.backend import ClusterView
+    from rivulet.cli.console.registry import RegistryView
+    from rivulet.registry.client import RegistryClient
 
 
 def console_main(args: argparse.Namespace) -> int:
@@ -35,6 +37,7 @@ def _serve(args: argparse.Namespace) -> int:
     if not args.debug:
         logging.getLogger("waitress").setLevel(logging.WARNING)
     view = ClusterView(conf)
+    registry = RegistryView(RegistryClient(args.schema_registry)) if args.schema_registry else None
     try:
         _check_bootstrap(view)
         # Bound here rather than by waitress, which would log the failure as a traceback.
@@ -47,7 +50,7 @@ def _serve(args: argparse.Namespace) -> int:
         why = os.strerror(e.errno) if e.errno else str(e)
         raise CliError(f"cannot serve on {args.host}:{args.port}: {why}") from None
     # Threads enough for a few open pages, each reloading its live parts every 2 s.
-    server = waitress.create_server(create_app(view, conf["bootstrap.servers"]), sockets=[sock], threads=8,
+    server = waitress.create_server(create_app(view, conf["bootstrap.servers"], registry), sockets=[sock], threads=8,
                                     ident="rivulet-console")
 
     def stop(*_: Any) -> None:
@@ -82,4 +85,7 @@ def add_parser(sub: Any) -> None:
     add_connection_args(c)
     c.add_argument("--host", default="127.0.0.1", help="address to serve on (default: 127.0.0.1)")
     c.add_argument("--port", type=int, default=8080, help="port to serve on (default: 8080; 0 picks a free one)")
+    c.add_argument("-r", "--schema-registry", metavar="URL", default=os.environ.get("RIVULET_SCHEMA_REGISTRY"),
+                   help="a schema registry to show the subjects of and to decode values through "
+                        "(default: $RIVULET_SCHEMA_REGISTRY; none if unset)")
     c.set_defaults(func=console_main)

@@ -4,6 +4,7 @@ Live parts of a page (the lag table and chart) are fragments that htmx reloads."
 from __future__ import annotations
 
 import datetime as dt
+import json
 from urllib.parse import urlsplit
 from typing import Any
 
@@ -22,9 +23,12 @@ from rivulet.cli.console.backend import (
     acl_binding,
     show_acl,
 )
-from rivulet.cli.console.render import VIEWS, lag_chart, show_bytes
+from rivulet.cli.console.registry import RegistryView
+from rivulet.cli.console.render import REGISTRY_VIEW, VIEWS, lag_chart, show_bytes
 from rivulet.client.errors import KafkaException
 from rivulet.protocol.errors import ApiError
+from rivulet.registry.client import RegistryError
+from rivulet.registry.security import subject_topic
 from rivulet.security.acls import AclBinding
 
 # What a page reports as a message instead of a failure.
@@ -48,9 +52,44 @@ def _int(name: str) -> int | None:
         abort(400, f"{name} must be a whole number")
 
 
-def create_app(view: ClusterView, bootstrap: str) -> Flask:
+def _registry_pages(app: Flask, registry: RegistryView) -> None:
+    @app.get("/schemas")
+    def subjects() -> str:
+        try:
+            return render_template("subjects.html", subjects=registry.subjects(),
+                                   compatibility=registry.compatibility())
+        except RegistryError as e:
+            return render_template("subjects.html", subjects=[], compatibility="", error=str(e))
+
+    @app.get("/schemas/<path:subject>")
+    def subject(subject: str) -> str:
+        try:
+            detail = registry.subject(subject, _int("version"))
+        except RegistryError as e:
+            if e.not_found:
+                abort(404, f"no subject {subject} (or no such version)")
+            return render_template("subjects.html", subjects=[], compatibility="", error=str(e))
+        schema = str(detail.shown.get("schema", ""))
+        try:
+            schema = json.dumps(json.loads(schema), indent=2)
+        except ValueError:
+            pass  # Protobuf's text
+        return render_template("subject.html", detail=detail, schema=schema,
+                               topic=subject_topic(subject))
+
+
+def create_app(view: ClusterView, bootstrap: str, registry: RegistryView | None = None) -> Flask:
+    """``registry``: the schema registry whose subjects the console shows and through which
+    its message browser decodes values (the ``registry`` view)."""
     app = Flask(__name__)
-    app.jinja_env.globals.update(bootstrap=bootstrap, show_bytes=show_bytes, show_time=_when, views=VIEWS)
+    views = VIEWS + (REGISTRY_VIEW,) if registry is not None else VIEWS
+
+    def show(data: bytes | None, chosen: str) -> str:
+        if chosen == REGISTRY_VIEW and registry is not None:
+            return registry.decode(data)
+        return show_bytes(data, chosen)
+    app.jinja_env.globals.update(bootstrap=bootstrap, show_bytes=show, show_time=_when, views=views,
+                                 registry_url=registry.url if registry is not None else None)
 
     @app.before_request
     def same_origin_only() -> None:
@@ -136,7 +175,7 @@ def create_app(view: ClusterView, bootstrap: str) -> Flask:
             records, error = [], str(e)
         (t,) = view.topics(names=[name])
         return dict(topic=t, partition=partition, offset=offset, when=when, tail=tail, records=records,
-                    view=chosen if chosen in VIEWS else "text", error=error)
+                    view=chosen if chosen in views else "text", error=error)
 
     @app.get("/topics/<name>/messages")
     def messages(name: str) -> str:
@@ -177,6 +216,9 @@ def create_app(view: ClusterView, bootstrap: str) -> Flask:
             return redirect(url_for("acls", error=str(e)))
         done = "Deleted ACL" if deleted else "No such ACL (already deleted?)"
         return redirect(url_for("acls", notice=f"{done}: {show_acl(binding)}."))
+
+    if registry is not None:
+        _registry_pages(app, registry)
 
     @app.get("/groups")
     def groups() -> str:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from rivulet.common.types import TopicPartition
 
 VIEWS = ("text", "json", "hex")
+# The message browser's view decoding the schema registry's wire format, when it has a registry.
+REGISTRY_VIEW = "registry"
 
 
 def show_bytes(data: bytes | None, view: str) -> str:
