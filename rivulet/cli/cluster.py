@@ -223,9 +223,9 @@ def add_parser(sub: Any) -> None:
                    "(default 9092; 0 picks free ports)")
     c.add_argument("--metrics-port", type=int, default=9404, help="up: the first broker's Prometheus metrics "
                    "port (metrics.listener), the next ones follow (default 9404; 0 picks free ports)")
-    c.add_argument("--registry-port", type=int, default=8081, help="up: the first broker's schema registry port "
-                   "(schema.registry.listeners), the next ones follow (default 8081; 0 picks free ports; -1 for "
-                   "none; none either without the registry extra)")
+    c.add_argument("--registry-port", type=int, default=None, help="up: the first broker's schema registry port "
+                   "(schema.registry.listeners), the next ones follow (default 8081, or free ports when taken; 0 "
+                   "picks free ports; -1 for none; none either without the registry extra)")
     c.add_argument("--zookeeper-port", type=int, default=2181, help="up: ZooKeeper's port (default 2181; 0 "
                    "picks a free one)")
     c.add_argument("--replication-factor", type=int, default=3, help="up: default.replication.factor of the "

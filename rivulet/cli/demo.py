@@ -14,7 +14,6 @@ import argparse
 import json
 import random
 import shutil
-import socket
 import sys
 import tempfile
 import threading
@@ -41,15 +40,6 @@ CATEGORY_WEIGHTS = {"books": 2, "electronics": 3, "garden": 1, "grocery": 5, "to
 
 SCHEMA = ("order_id STRING, customer_id STRING, product STRING, category STRING, quantity INT, "
           "price DOUBLE, currency STRING, event_time TIMESTAMP")
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
 
 
 class OrderGenerator(threading.Thread):
@@ -202,13 +192,13 @@ def _demo(args: argparse.Namespace, stop: StopSignal) -> int:
     if problem:
         print(f"rivulet demo: {problem}", file=sys.stderr)
         return 2
-    port = args.port or (9092 if _port_free(9092) else free_port())
+    from rivulet.cli.local_cluster import port_free, registry_base_port, registry_installed
+    port = args.port or (9092 if port_free(9092) else free_port())
     data_dir = tempfile.mkdtemp(prefix="rivulet-demo-")
     props = {"listeners": f"PLAINTEXT://127.0.0.1:{port}", "num.partitions": "4", "offsets.topic.num.partitions": "4"}
-    from rivulet.cli.local_cluster import registry_installed
     registry = ""
     if registry_installed():
-        registry = f"http://127.0.0.1:{8081 if _port_free(8081) else free_port()}"
+        registry = f"http://127.0.0.1:{registry_base_port(None, 1) or free_port()}"
         props["schema.registry.listeners"] = registry
     broker = BrokerProcess(props, data_dir=data_dir)
     broker.port = port

@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -84,6 +85,29 @@ def _port(wanted: int) -> int:
     return wanted if wanted > 0 else free_port()
 
 
+def port_free(port: int) -> bool:
+    """Whether nothing listens on (or holds) 127.0.0.1:``port`` now."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+DEFAULT_REGISTRY_PORT = 8081  # Confluent's
+
+
+def registry_base_port(wanted: int | None, brokers: int) -> int:
+    """The first broker's registry port: as asked, or by default 8081 and up when all of them
+    are free, else free ports (a registry already on 8081 should not stop the cluster)."""
+    if wanted is not None:
+        return wanted
+    if all(port_free(DEFAULT_REGISTRY_PORT + j) for j in range(brokers)):
+        return DEFAULT_REGISTRY_PORT
+    return 0
+
+
 def up(args: argparse.Namespace) -> int:
     root = Path(args.dir).resolve()
     if (root / STATE_FILE).exists():
@@ -105,6 +129,7 @@ def up(args: argparse.Namespace) -> int:
         raise CliError(str(e)) from None
     assert zk.proc is not None
     state = ClusterState(Member("zookeeper", zk.proc.pid, zk.port, str(zk.log_path)), [])
+    registry_base = registry_base_port(args.registry_port, args.brokers)
     for i in range(1, args.brokers + 1):
         port = _port(args.port + i - 1 if args.port > 0 else 0)
         metrics_port = _port(args.metrics_port + i - 1 if args.metrics_port > 0 else 0)
@@ -120,8 +145,8 @@ def up(args: argparse.Namespace) -> int:
             props["broker.rack"] = f"rack-{(i - 1) % args.racks + 1}"
         props["metrics.listener"] = f"http://127.0.0.1:{metrics_port}"
         registry_port = 0
-        if args.registry_port >= 0 and registry_installed():
-            registry_port = _port(args.registry_port + i - 1 if args.registry_port > 0 else 0)
+        if registry_base >= 0 and registry_installed():
+            registry_port = _port(registry_base + i - 1 if registry_base > 0 else 0)
             props["schema.registry.listeners"] = f"http://127.0.0.1:{registry_port}"
             props["schema.registry.kafkastore.topic.replication.factor"] = str(min(3, args.brokers))
         props.update(overrides)
