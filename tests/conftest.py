@@ -11,23 +11,34 @@ import pytest
 from rivulet.testing import BrokerProcess
 
 _TESTS = Path(__file__).resolve().parent
-# .ci/run runs the suite in three parts. First the light tests, several side by side. Then the
-# `heavy` ones, two at a time: Spark, Kafka's JVM tools, franz-go's suite, the browser (CPU,
-# memory, JVMs; beside the light ones they would slow them all). Last the `alone` ones, one at
-# a time: the fault tests whose kills, stalls and partitions wait out session and request
-# timeouts, and Spark's standalone cluster (its two workers want both cores; the session
-# starts it once, for its tests and Spark Connect's). All of them pass side by side too; the
-# parts only keep the run short and its waits honest.
+# .ci/run runs the suite in two parts, each on pytest-xdist workers with `--dist loadgroup`.
+# Every test carries an xdist group, its module's name by default, so a module (and its
+# module-scoped broker) stays on one worker. The fault modules share the group `faults`: one
+# worker runs them one after another while the others take light tests (their kills, stalls and
+# partitions mostly wait out session and request timeouts, so they cost little CPU). Then the
+# `heavy` tests: Spark, Kafka's JVM tools, franz-go's suite, the browser, and Spark's standalone
+# cluster with Spark Connect in the group `spark-cluster` (the session starts the cluster once
+# for both). Every test passes beside any other; the parts only keep the run short.
 _HEAVY_MARKS = {"spark", "java", "go", "browser"}
-_ALONE_MODULES = {"test_replication_faults", "test_disk_full", "test_durability", "test_data_safety",
-                  "test_zk_broker_session", "test_cluster_coordinators", "test_network_partitions",
-                  "test_spark_cluster", "test_spark_connect"}
+_GROUPS = {**{m: "faults" for m in (
+    "test_replication_faults", "test_disk_full", "test_durability", "test_data_safety",
+    "test_zk_broker_session", "test_cluster_coordinators", "test_network_partitions")},
+    "test_spark_cluster": "spark-cluster", "test_spark_connect": "spark-cluster"}
+# The longest groups first (.ci/run turns off xdist's own ordering by test count), so that none
+# of them starts last and keeps one worker busy while the others idle: about 8 to 3 minutes
+# each on a quiet 2-core machine. The rest follow in collection order.
+_LONGEST_FIRST = ("faults", "spark-cluster", "test_franz_go_suite", "test_readme", "test_spark_declarative",
+                  "test_java_tools", "test_spark_pipeline", "test_spark", "test_transactions",
+                  "test_client_quotas", "test_share_groups", "test_cli", "test_consumer_protocol",
+                  "test_fuzz_frames", "test_topic_admin_off_loop", "test_zk_outages", "test_share_state")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test by where it lives, so none is left unmarked: tests/unit are `fast`
-    unless marked `integration` themselves, tests/integration are `integration`; and `heavy`
-    and `alone` the ones .ci/run keeps apart."""
+    unless marked `integration` themselves, tests/integration are `integration`; `heavy` and
+    `faults` the ones .ci/run schedules apart; each with its xdist group, longest groups first."""
+    groups: dict[int, str] = {}
     for item in items:
         try:
             area = item.path.resolve().relative_to(_TESTS).parts[0]
@@ -35,14 +46,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         marked = {m.name for m in item.iter_markers()}
         module = item.path.stem
-        if marked & _HEAVY_MARKS or module in _ALONE_MODULES:
+        group = _GROUPS.get(module, module)
+        if marked & _HEAVY_MARKS or group == "spark-cluster":
             item.add_marker(pytest.mark.heavy)
-        if module in _ALONE_MODULES:
-            item.add_marker(pytest.mark.alone)
+        if group == "faults":
+            item.add_marker(pytest.mark.faults)
         if area == "unit" and not marked & {"fast", "integration"}:
             item.add_marker(pytest.mark.fast)
         elif area == "integration" and "integration" not in marked:
             item.add_marker(pytest.mark.integration)
+        item.add_marker(pytest.mark.xdist_group(group))
+        groups[id(item)] = group
+    rank = {g: i for i, g in enumerate(_LONGEST_FIRST)}
+    items.sort(key=lambda it: rank.get(groups.get(id(it), ""), len(rank)))  # stable: modules stay whole
 
 
 @pytest.fixture(scope="module")

@@ -145,6 +145,7 @@ def exactly_once_so_far(brokers, out: Path, dst: str) -> tuple[int, int]:
     return len(rows), sum(committed.values())
 
 
+@pytest.mark.timeout(900)  # Spark JVMs and restarts: far slower on a busy machine
 def test_exactly_once_through_executor_leader_and_driver_kills(brokers, spark_standalone, tmp_path):
     src = topic_name("f-in")
     dst = topic_name("f-out")

@@ -27,6 +27,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "declarative-pipeline"
 
 
+@pytest.mark.timeout(900)  # Spark JVMs and restarts: far slower on a busy machine
 def test_demo_pipeline_runs_with_spark_pipelines(broker, tmp_path):
     from spark_cluster import spark_env, spark_home
     src = create_topic(broker.bootstrap, topic_name("sdp-orders"), 2)
