@@ -161,7 +161,13 @@ def up(args: argparse.Namespace) -> int:
                                     metrics_port if "metrics.listener" not in overrides else 0,
                                     registry_port if "schema.registry.listeners" not in overrides else 0))
         state.save(root)
-    _wait_registered(state, args.timeout)
+    try:
+        _wait_registered(state, args.timeout)
+    except CliError:
+        # A half-started cluster is not left running: what did start is stopped, so the ports
+        # are free for the next attempt.
+        _stop(state, root, args.timeout)
+        raise
     print(f"ZooKeeper and {args.brokers} broker(s) started in {root}")
     print(f"bootstrap servers: {','.join(f'127.0.0.1:{b.port}' for b in state.brokers)}")
     scraped = [f"http://127.0.0.1:{b.metrics_port}/metrics" for b in state.brokers if b.metrics_port]
@@ -254,16 +260,19 @@ def _terminate(m: Member, timeout: float) -> None:
         time.sleep(0.1)
 
 
-def down(args: argparse.Namespace) -> int:
-    root = Path(args.dir).resolve()
-    state = ClusterState.load(root)
+def _stop(state: ClusterState, root: Path, timeout: float) -> None:
     # One broker at a time, each with a controlled shutdown, then ZooKeeper.
     for b in reversed(state.brokers):
         print(f"stopping {b.name} (pid {b.pid})", flush=True)
-        _terminate(b, args.timeout)
+        _terminate(b, timeout)
     print(f"stopping zookeeper (pid {state.zookeeper.pid})", flush=True)
-    _terminate(state.zookeeper, args.timeout)
-    (root / STATE_FILE).unlink()
+    _terminate(state.zookeeper, timeout)
+    (root / STATE_FILE).unlink(missing_ok=True)
+
+
+def down(args: argparse.Namespace) -> int:
+    root = Path(args.dir).resolve()
+    _stop(ClusterState.load(root), root, args.timeout)
     if args.purge:
         shutil.rmtree(root)
         print(f"removed {root}")

@@ -90,3 +90,50 @@ def test_up_status_down(tmp_path):
     assert "stopping zookeeper" in r.stdout and not (tmp_path / "c" / "cluster.json").exists()
     gone = rivulet("cluster", "status", "--dir", d)
     assert gone.returncode != 0 and "no cluster" in gone.stderr
+
+
+def test_up_that_fails_leaves_nothing_running_and_a_taken_default_registry_port_is_skipped(tmp_path):
+    """A broker that cannot bind stops `up` with its log's end, and what had started (ZooKeeper,
+    the other broker) is stopped too; a registry already on 8081 only moves the cluster's
+    registries to free ports."""
+    import socket
+
+    from rivulet.cli.local_cluster import alive
+    from rivulet.testing import free_port
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    first = taken.getsockname()[1] - 1  # broker-2's port is the taken one
+    d = tmp_path / "c"
+    try:
+        r = rivulet("cluster", "up", "--brokers", "2", "--dir", str(d), "--port", str(first), "--zookeeper-port", "0",
+                    "--metrics-port", "0", "--registry-port", "-1")
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "broker-2 exited during start-up" in r.stderr and "address already in use" in r.stderr
+        assert "stopping zookeeper" in r.stdout
+        pids = [int(ln.split("pid ")[1].rstrip(")")) for ln in r.stdout.splitlines() if "(pid " in ln]
+        assert len(pids) == 3 and not any(alive(p) for p in pids)
+        assert not (d / "cluster.json").exists()
+    finally:
+        taken.close()
+    registry = socket.socket()
+    try:
+        registry.bind(("127.0.0.1", 8081))
+        registry.listen()
+    except OSError:
+        registry.close()
+        registry = None  # someone else holds 8081 already: the same case
+    try:
+        r = rivulet("cluster", "up", "--brokers", "1", "--dir", str(d), "--port", str(free_port()),
+                    "--zookeeper-port", "0", "--metrics-port", "0")
+        try:
+            assert r.returncode == 0, r.stdout + r.stderr
+            state = json.loads((d / "cluster.json").read_text())
+            port = state["brokers"][0]["registry_port"]  # the test set-up installs the registry extra
+            assert port not in (0, 8081) and f"schema registry: http://127.0.0.1:{port}" in r.stdout
+        finally:
+            assert rivulet("cluster", "down", "--dir", str(d)).returncode == 0
+    finally:
+        if registry is not None:
+            registry.close()
