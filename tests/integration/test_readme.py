@@ -1,5 +1,6 @@
 """The README's shell commands, run as written, in order, in a fresh copy of the checkout
-with a fresh virtual environment: the set-up a new user follows must work."""
+with a fresh virtual environment: the set-up a new user follows must work, and its plain
+editable install leaves format("rivulet") visible to a plain SparkSession."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import shutil
 import signal
 import socket
 import subprocess
+import textwrap
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -67,6 +70,46 @@ def _fresh_copy(dst: Path) -> None:
             shutil.copy2(ROOT / rel, dst / rel)
 
 
+READ = textwrap.dedent("""
+    import sys
+    from pyspark.sql import SparkSession
+    spark = SparkSession.builder.master("local[1]").appName("plain").getOrCreate()
+    try:
+        df = spark.read.format("rivulet").option("kafka.bootstrap.servers", sys.argv[1]) \\
+            .option("subscribe", sys.argv[2]).load()
+        print("VALUES", sorted(r.value.decode() for r in df.select("value").collect()))
+    finally:
+        spark.stop()
+""")
+
+
+def _plain_spark_reads_a_topic(python: Path, work: Path, env: dict[str, str], tmp_path: Path) -> None:
+    """The README's set-up is a plain editable install (`pip install -e '.[...]'`, no config
+    settings): Rivulet comes from the checkout, and Spark finds its data source unregistered."""
+    from confluent_kafka import Producer
+
+    from rivulet.admin import AdminClient, NewTopic
+    topic = f"plain-{uuid.uuid4().hex[:8]}"
+    bootstrap = f"127.0.0.1:{PORT}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        admin.create_topics([NewTopic(topic, 1)])[topic].result(30)
+    finally:
+        admin.close()
+    p = Producer({"bootstrap.servers": bootstrap})
+    for i in range(3):
+        p.produce(topic, f"v{i}".encode())
+    assert p.flush(60) == 0
+    where = subprocess.run([str(python), "-c", "import rivulet; print(rivulet.__file__)"], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120)
+    assert where.stdout.strip() == str(work / "rivulet" / "__init__.py"), where.stdout + where.stderr
+    script = tmp_path / "read.py"
+    script.write_text(READ)
+    run = subprocess.run([str(python), str(script), bootstrap, topic], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=600)
+    assert "VALUES ['v0', 'v1', 'v2']" in run.stdout, run.stdout[-3000:] + run.stderr[-5000:]
+
+
 @pytest.mark.timeout(1200)  # a fresh venv (PySpark, the registry's libraries) and the demo
 def test_readme_commands_run_as_written(tmp_path):
     if _port_open(PORT):
@@ -114,6 +157,9 @@ def test_readme_commands_run_as_written(tmp_path):
                                 "pkgutil.iter_modules() if m.name.startswith('pyspark_')))"],
                                cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
         assert "pyspark_rivulet" in found.stdout, (found.stdout, found.stderr)
+        # And so a plain SparkSession in that venv reads a topic with format("rivulet"), no
+        # registration call: the README's broker is still up.
+        _plain_spark_reads_a_topic(venv_bin / "python", work, env, tmp_path)
     finally:
         for cmd, proc in background:
             proc.send_signal(signal.SIGTERM)
