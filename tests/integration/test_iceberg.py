@@ -208,26 +208,40 @@ def test_metrics_show_translation(broker_factory) -> None:
     assert 'rivulet_iceberg_commits_total{topic="metered"}' in text
 
 
+def _snapshots(data_dir: str, topic: str) -> int:
+    try:
+        return len(open_catalog(CatalogSettings.resolve("", "", data_dir)).load_table(("rivulet", topic)).history())
+    except Exception:  # not made yet
+        return 0
+
+
 @pytest.mark.parametrize("run", range(3))
 def test_kill_9_while_translating_adds_each_record_once(run: int, tmp_path) -> None:
-    """Small commits (16 KiB of records each) over a backlog keep translation busy; the broker
-    is killed at random moments, restarted on the same data, and the table ends up holding
-    each record the topic holds, once."""
+    """Small commits (64 KiB of records each) over a backlog of small batches keep translation
+    busy; each time the broker has committed again since its restart, it is killed with
+    kill -9 at a random moment (writing Parquet, committing, or between), restarted on the same
+    data, and more records produced. The table ends up holding each record the topic holds,
+    once."""
     rng = random.Random(run)
     (tmp_path / "data").mkdir()
-    b = BrokerProcess({"num.partitions": "1", "iceberg.translation.max.bytes": "16384"},
+    b = BrokerProcess({"num.partitions": "1", "iceberg.translation.max.bytes": "65536"},
                       data_dir=str(tmp_path / "data"))
     b.start()
     try:
         _create(b.bootstrap, "clicks", 2, {"iceberg.mode": "key_value", "iceberg.target.lag.ms": "100"})
         n = 0
         for _kill in range(4):
-            p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 20, "enable.idempotence": True})
+            p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5, "batch.size": 4096,
+                          "enable.idempotence": True})
             for _ in range(3000):
                 p.produce("clicks", value=f"click-{n}-{'x' * 60}".encode(), key=str(n % 13).encode())
                 n += 1
             assert p.flush(30) == 0
-            time.sleep(rng.uniform(0.05, 1.5))
+            seen = _snapshots(b.data_dir, "clicks")
+            deadline = time.monotonic() + 60
+            while _snapshots(b.data_dir, "clicks") == seen and time.monotonic() < deadline:
+                time.sleep(0.05)  # translating again since the restart
+            time.sleep(rng.uniform(0, 0.4))
             b.kill()
             b.start()
         ends = _ends(b.bootstrap, "clicks", 2)
