@@ -208,7 +208,12 @@ class IcebergTranslator:
     def _open_table(self, topic: str, topic_id: uuid.UUID, spec: str) -> TopicTable:
         """On the thread: the catalog (first use) and the topic's table, made if missing."""
         from rivulet.iceberg.catalog import open_catalog
-        from rivulet.iceberg.table import TopicTable
+
+        try:
+            from rivulet.iceberg.table import TopicTable
+        except ImportError as e:
+            raise RuntimeError(f"topic {topic} has iceberg.mode set, and tables need the iceberg extra "
+                               f"(pip install 'rivulet[iceberg]'): {e}") from None
 
         if self._catalog is None:
             self._catalog = open_catalog(self._settings)
