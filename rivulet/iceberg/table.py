@@ -175,10 +175,7 @@ class TopicTable:
     def state(self) -> TableState:
         """The current snapshot and its offsets, read again from the catalog."""
         self._table.refresh()
-        snap = self._table.current_snapshot()
-        if snap is None:
-            return TableState(None, {})
-        return TableState(snap.snapshot_id, next_offsets(snap.summary.additional_properties if snap.summary else {}))
+        return _state_of(self._table)
 
     def commit(self, slices: Sequence[PartitionSlice], base: TableState) -> tuple[TableState, int]:
         """Add the rows of ``slices`` and move their partitions' offsets on, in one snapshot
@@ -196,6 +193,22 @@ class TopicTable:
         snap = self._table.current_snapshot()
         assert snap is not None
         return TableState(snap.snapshot_id, {**base.next_offsets, **advanced}), rows.num_rows
+
+
+def read_state(catalog: Catalog, topic: str) -> TableState | None:
+    """The topic's table's current snapshot and offsets, None while there is no table; reads
+    only (``rivulet topics describe``)."""
+    try:
+        return _state_of(catalog.load_table(table_identifier(topic)))
+    except NoSuchTableError:
+        return None
+
+
+def _state_of(table: Table) -> TableState:
+    snap = table.current_snapshot()
+    if snap is None:
+        return TableState(None, {})
+    return TableState(snap.snapshot_id, next_offsets(snap.summary.additional_properties if snap.summary else {}))
 
 
 class ForeignTableError(Exception):

@@ -5,7 +5,10 @@ restart, every committed record in the table exactly once."""
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
 import time
 import urllib.request
 from collections import Counter
@@ -124,6 +127,22 @@ def test_key_value_table_holds_the_topics_records(iceberg_broker) -> None:
     ends = _ends(b.bootstrap, "orders.eu", 3)
     _wait_for_table(b.data_dir, "orders.eu", ends)
     assert _table_rows(b.data_dir, "orders.eu") == _topic_rows(b.bootstrap, "orders.eu", 3)
+    # rivulet topics describe shows the table, its snapshot and the lag per partition.
+    snapshot = open_catalog(CatalogSettings.resolve("", "", b.data_dir)).load_table(
+        ("rivulet", "orders.eu")).current_snapshot().snapshot_id
+    text = _cli("topics", "describe", "--topic", "orders.eu", "-b", b.bootstrap)
+    assert f"\tIcebergTable: rivulet.orders.eu\tSnapshot: {snapshot}\tLag: 0:0,1:0,2:0" in text
+    described = json.loads(_cli("topics", "describe", "--topic", "orders.eu", "-b", b.bootstrap, "--format", "json"))
+    assert described[0]["iceberg"] == {"table": "rivulet.orders.eu", "snapshot_id": snapshot,
+                                       "lag": {"0": 0, "1": 0, "2": 0}}
+    plain = _cli("topics", "describe", "--topic", "__consumer_offsets", "-b", b.bootstrap)
+    assert "IcebergTable" not in plain
+
+
+def _cli(*args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "rivulet", *args], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def test_aborted_transactions_never_reach_the_table(iceberg_broker) -> None:
