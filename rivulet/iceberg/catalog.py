@@ -10,7 +10,9 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
 NAMESPACE = "rivulet"
-CATALOG_NAME = "rivulet"
+# The SQL catalog's name, stored in its rows: a JDBC catalog that reads them (Spark's) must be
+# given this name, and one other than the namespace keeps `rivulet.<topic>` unambiguous in Spark.
+CATALOG_NAME = "iceberg"
 
 
 @dataclass(frozen=True, slots=True)
