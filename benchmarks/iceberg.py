@@ -72,7 +72,7 @@ def main() -> None:
     args = ap.parse_args()
     off, _ = run("none", args.records, args.partitions, args.lag_ms)
     on, catch_up = run("key_value", args.records, args.partitions, args.lag_ms)
-    print(f"| iceberg.mode | produce records/s | table complete after the last ack |")
+    print("| iceberg.mode | produce records/s | table complete after the last ack |")
     print("| --- | --- | --- |")
     print(f"| none | {off:,.0f} | - |")
     print(f"| key_value (iceberg.target.lag.ms={args.lag_ms}) | {on:,.0f} ({on / off - 1:+.0%}) | {catch_up:.1f} s |")
