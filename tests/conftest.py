@@ -21,7 +21,7 @@ _TESTS = Path(__file__).resolve().parent
 _HEAVY_MARKS = {"spark", "java", "go", "browser"}
 _ALONE_MODULES = {"test_replication_faults", "test_disk_full", "test_durability", "test_data_safety",
                   "test_zk_broker_session", "test_cluster_coordinators", "test_network_partitions",
-                  "test_spark_cluster", "test_spark_connect"}
+                  "test_spark_cluster", "test_spark_connect", "test_iceberg_cluster"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

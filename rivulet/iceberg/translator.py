@@ -258,7 +258,7 @@ class IcebergTranslator:
                     position = last
                     await asyncio.sleep(0)  # the loop serves between reads
             except ApiError as e:  # the log moved under the read (truncated, deleted)
-                log.info("topic %s partition %d: read stopped at %d: %s", t.topic, p.tp.partition, position, e)
+                log.warning("topic %s partition %d: read stopped at %d: %s", t.topic, p.tp.partition, position, e)
             sl.end = min(position, lso)
             if sl.end > sl.start:
                 sl.aborted = lg.collect_aborted_transactions(sl.start, sl.end)

@@ -32,6 +32,11 @@ from rivulet.testing import BrokerProcess, free_port  # noqa: E402
 Row = tuple[int, int, bytes | None, bytes | None, int, tuple[tuple[str, bytes | None], ...]]
 
 
+def _settings(where: str | CatalogSettings) -> CatalogSettings:
+    """A broker's default catalog under its data dir, or the one given."""
+    return where if isinstance(where, CatalogSettings) else CatalogSettings.resolve("", "", where)
+
+
 def _create(bootstrap: str, topic: str, partitions: int, configs: dict[str, str]) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, partitions, 1, config=configs)])[topic].result(30)
@@ -66,20 +71,20 @@ def _topic_rows(bootstrap: str, topic: str, partitions: int) -> list[Row]:
     return sorted(rows)
 
 
-def _table_rows(data_dir: str, topic: str) -> list[Row]:
-    table = open_catalog(CatalogSettings.resolve("", "", data_dir)).load_table(("rivulet", topic))
+def _table_rows(data_dir: str | CatalogSettings, topic: str) -> list[Row]:
+    table = open_catalog(_settings(data_dir)).load_table(("rivulet", topic))
     return sorted((r["partition"], r["offset"], r["key"], r["value"], int(r["timestamp"].timestamp() * 1000),
                    tuple((h["key"], h["value"]) for h in r["headers"] or []))
                   for r in table.scan().to_arrow().to_pylist())
 
 
-def _wait_for_table(data_dir: str, topic: str, ends: dict[int, int], timeout: float = 90) -> dict[int, int]:
+def _wait_for_table(data_dir: str | CatalogSettings, topic: str, ends: dict[int, int], timeout: float = 90) -> dict[int, int]:
     """Until the table's offsets reach ``ends`` (per partition); returns its offsets."""
     deadline = time.monotonic() + timeout
     offsets: dict[int, int] = {}
     while time.monotonic() < deadline:
         try:
-            table = open_catalog(CatalogSettings.resolve("", "", data_dir)).load_table(("rivulet", topic))
+            table = open_catalog(_settings(data_dir)).load_table(("rivulet", topic))
         except Exception:  # not made yet
             time.sleep(0.2)
             continue
@@ -227,9 +232,9 @@ def test_metrics_show_translation(broker_factory) -> None:
     assert 'rivulet_iceberg_commits_total{topic="metered"}' in text
 
 
-def _snapshots(data_dir: str, topic: str) -> int:
+def _snapshots(data_dir: str | CatalogSettings, topic: str) -> int:
     try:
-        return len(open_catalog(CatalogSettings.resolve("", "", data_dir)).load_table(("rivulet", topic)).history())
+        return len(open_catalog(_settings(data_dir)).load_table(("rivulet", topic)).history())
     except Exception:  # not made yet
         return 0
 
