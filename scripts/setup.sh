@@ -3,14 +3,15 @@
 # environment in .venv with Rivulet installed in it (Debian's own pip is externally managed,
 # so nothing is installed into the system Python).
 #
-#   bash scripts/setup.sh            # Rivulet with PySpark and the schema registry's Avro: enough
-#                                    # for `rivulet demo`, and kcat for the README's examples
+#   bash scripts/setup.sh            # Rivulet with PySpark, the schema registry's Avro and Iceberg
+#                                    # tables (pyiceberg): enough for `rivulet demo`, and kcat for
+#                                    # the README's examples
 #   bash scripts/setup.sh test,spark,spark-connect # also the test clients and Spark Connect's
 #                                                  # client (what .ci/run uses)
 #   bash scripts/setup.sh cluster    # also a ZooKeeper server, for `rivulet cluster up`
 set -euo pipefail
 cd "$(dirname "$0")/.."
-extras="${1:-spark,registry}"
+extras="${1:-spark,registry,iceberg}"
 
 if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
 apt_updated=""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -11,6 +12,8 @@ from typing import Any, Iterator
 from rivulet.cli.common import CliError, add_connection_args, client_config, parse_kv, run_command
 from rivulet.cli.output import add_format_arg, print_json
 from rivulet.client.admin.client import AsyncAdminClient
+from rivulet.common.types import TopicPartition as TP
+from rivulet.iceberg.catalog import CatalogSettings
 from rivulet.protocol.errors import ApiError, ErrorCode
 
 
@@ -46,6 +49,8 @@ async def _run(args: argparse.Namespace) -> int:
                     continue
                 cfgs = await admin.describe_topic_configs(t.name)
                 partitions = sorted(t.partitions, key=lambda p: p.partition_index)
+                mode = next((c.value for c in cfgs if c.name == "iceberg.mode"), "none")
+                iceberg = None if mode in (None, "none") else await _iceberg_status(admin, t.name, partitions)
                 if args.format == "json":
                     described.append({
                         "name": t.name, "topic_id": str(t.topic_id), "partition_count": len(partitions),
@@ -54,11 +59,17 @@ async def _run(args: argparse.Namespace) -> int:
                         "partitions": [{"partition": p.partition_index, "leader": p.leader_id,
                                         "replicas": list(p.replica_nodes), "isr": list(p.isr_nodes)}
                                        for p in partitions]})
+                    if iceberg is not None:
+                        described[-1]["iceberg"] = iceberg
                     continue
                 overrides = ",".join(f"{c.name}={c.value}" for c in cfgs if c.config_source == 1)
                 print(f"Topic: {t.name}\tTopicId: {t.topic_id}\tPartitionCount: {len(t.partitions)}\t"
                       f"ReplicationFactor: {len(t.partitions[0].replica_nodes) if t.partitions else 0}\t"
                       f"Configs: {overrides}")
+                if iceberg is not None:
+                    lags = ",".join(f"{p}:{n}" for p, n in iceberg["lag"].items()) if iceberg["lag"] else "-"
+                    print(f"\tIcebergTable: {iceberg['table']}\tSnapshot: {iceberg['snapshot_id']}\tLag: {lags}"
+                          + (f"\tError: {iceberg['error']}" if iceberg.get("error") else ""))
                 for p in partitions:
                     print(f"\tTopic: {t.name}\tPartition: {p.partition_index}\tLeader: {p.leader_id}\t"
                           f"Replicas: {','.join(map(str, p.replica_nodes))}\tIsr: {','.join(map(str, p.isr_nodes))}")
@@ -80,6 +91,41 @@ async def _run(args: argparse.Namespace) -> int:
         return 0
     finally:
         await admin.close()
+
+
+async def _iceberg_status(admin: AsyncAdminClient, topic: str, partitions: list[Any]) -> dict[str, Any]:
+    """A topic's table as its catalog records it: name, current snapshot, and per partition the
+    records committed to the log (up to the last stable offset) and not yet to the table. The
+    catalog is the one the first partition's leader is configured with, read from here."""
+    node = next((p.leader_id for p in partitions if p.leader_id >= 0), -1)
+    out: dict[str, Any] = {"table": f"rivulet.{topic}", "snapshot_id": None, "lag": {}}
+    if node < 0:
+        return {**out, "error": "no partition has a leader"}
+    broker = {c.name: c.value for c in await admin.describe_configs(
+        4, str(node), ["iceberg.catalog.uri", "iceberg.catalog.warehouse", "log.dirs", "log.dir"])}
+    dirs = broker.get("log.dirs") or broker.get("log.dir") or ""
+    settings = CatalogSettings.resolve(broker.get("iceberg.catalog.uri") or "",
+                                       broker.get("iceberg.catalog.warehouse") or "", dirs.split(",")[0])
+    try:
+        state = await asyncio.get_running_loop().run_in_executor(None, _read_table, settings, topic)
+    except Exception as e:  # the extra missing, a catalog this machine cannot reach
+        return {**out, "error": f"{type(e).__name__}: {e}"}
+    if state is None:
+        return {**out, "error": "no table yet"}
+    ends = await admin.list_offsets({TP(topic, p.partition_index): -1 for p in partitions}, isolation_level=1)
+    out["snapshot_id"] = state.snapshot_id
+    out["lag"] = {tp.partition: max(0, end - state.next_offsets.get(tp.partition, 0))
+                  for tp, (end, _) in sorted(ends.items(), key=lambda kv: kv[0].partition)}
+    return out
+
+
+def _read_table(settings: CatalogSettings, topic: str) -> Any:
+    from rivulet.iceberg.catalog import open_catalog
+    from rivulet.iceberg.table import read_state
+
+    if settings.uri.startswith("sqlite:///") and not os.path.exists(settings.uri[len("sqlite:///"):]):
+        return None  # no table made yet, and describing makes no catalog
+    return read_state(open_catalog(settings), topic)
 
 
 @contextmanager

@@ -771,6 +771,25 @@ def iter_batches(data: bytes | bytearray | memoryview) -> Iterator[tuple[int, Ba
         pos += batch_size
 
 
+def aborted_batches(headers: Sequence[BatchHeader], aborted: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(first, last) offsets of the data batches of aborted transactions, found as a
+    read_committed consumer finds them: a producer's aborted transaction is open from its
+    first offset until that producer's next control batch (its marker)."""
+    pending = sorted(aborted, key=lambda a: a[1])
+    open_producers: set[int] = set()
+    out: list[tuple[int, int]] = []
+    i = 0
+    for h in headers:
+        while i < len(pending) and pending[i][1] <= h.last_offset:
+            open_producers.add(pending[i][0])
+            i += 1
+        if h.is_control:
+            open_producers.discard(h.producer_id)
+        elif h.is_transactional and h.producer_id in open_producers:
+            out.append((h.base_offset, h.last_offset))
+    return out
+
+
 def count_records(data: bytes | bytearray | memoryview) -> int:
     """Records in the complete v2 batches of ``data``, read from their headers alone (the
     broker's messages-out count: one step per batch, none per record)."""

@@ -22,6 +22,8 @@ from rivulet.controller.zk_data import EndPoint
 from rivulet.coordinator.group_config import GroupConfigs
 from rivulet.coordinator.group_coordinator import GroupCoordinator
 from rivulet.delayed import Timer
+from rivulet.iceberg.catalog import CatalogSettings
+from rivulet.iceberg.translator import IcebergTranslator
 from rivulet.replication.alter_partition import ControllerAlterPartitionManager
 from rivulet.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from rivulet.replication.link import BrokerLinks
@@ -43,7 +45,7 @@ from rivulet.server.features import FeatureLevels, supported_features
 from rivulet.server.fd_limit import describe as describe_fd_limit
 from rivulet.server.fd_limit import raise_open_file_limit
 from rivulet.server.metadata import MetadataStore
-from rivulet.server.metrics.collectors import BrokerCollector, GroupLagCollector, RequestCollector
+from rivulet.server.metrics.collectors import BrokerCollector, GroupLagCollector, IcebergCollector, RequestCollector
 from rivulet.server.metrics.exporter import MetricsExporter
 from rivulet.server.metrics.requests import RequestMetrics
 from rivulet.server.metrics.telemetry import ClientTelemetryExporter
@@ -193,6 +195,7 @@ class Broker:
         self.partition_ends: PartitionEnds | None = None
         self.share_partitions: SharePartitionManager | None = None
         self.apis: KafkaApis | None = None
+        self.iceberg: IcebergTranslator | None = None
         # metrics.listener: the Prometheus endpoint, and the request timings it shows.
         self.metrics = MetricsExporter(config["metrics.listener"]) if config["metrics.listener"] else None
         # schema.registry.listeners: the schema registry, a client of this broker (bound with the listeners).
@@ -358,8 +361,13 @@ class Broker:
                               client_metrics=self.client_metrics, group_configs=self.group_configs,
                               share_partitions=share, share_coordinator=shares, features=self.features,
                               delegation_tokens=self.delegation_tokens)
+        # Topics with iceberg.mode: their leaders here translate them into their tables.
+        self.iceberg = IcebergTranslator(
+            lambda: rm.partitions.values(),
+            CatalogSettings.resolve(cfg["iceberg.catalog.uri"], cfg["iceberg.catalog.warehouse"], cfg.log_dirs[0]),
+            cfg["iceberg.translation.max.bytes"], self.clock)
         if self.metrics is not None:
-            self._add_collectors(rm, groups)
+            self._add_collectors(rm, groups, self.iceberg)
         if self.cluster is not None:
             # As Kafka's KafkaServer: registered before any request is read, so that a broker
             # that cannot register (yet) answers nobody; the listeners are bound, not listening.
@@ -379,6 +387,7 @@ class Broker:
                                        self.node.host, cfg["zookeeper.connect"] or "",
                                        _registry_security(cfg, self.scram, authorizer))
         self._tasks.append(loop.create_task(self._housekeeping()))
+        self.iceberg.start()
         if self.delegation_tokens.enabled:
             self._tasks.append(loop.create_task(self._expire_delegation_tokens()))
         self.started = True
@@ -449,13 +458,13 @@ class Broker:
             broker_epoch=lambda: self.broker_epoch, connector=self.connector)
         return self.replica_fetchers
 
-    def _add_collectors(self, rm: ReplicaManager, groups: GroupCoordinator) -> None:
+    def _add_collectors(self, rm: ReplicaManager, groups: GroupCoordinator, iceberg: IcebergTranslator) -> None:
         assert self.metrics is not None and self.socket_server.request_metrics is not None
         purgatories = [rm.produce_purgatory, rm.fetch_purgatory, groups.heartbeat_purgatory,
                        groups.rebalance_purgatory]
         self.metrics.add([RequestCollector(self.socket_server.request_metrics),
                           BrokerCollector(rm, self.socket_server, purgatories, self.cluster),
-                          GroupLagCollector(groups, rm)])
+                          GroupLagCollector(groups, rm), IcebergCollector(iceberg)])
         if self.client_telemetry is not None:
             self.metrics.add([self.client_telemetry])
 
@@ -571,6 +580,8 @@ class Broker:
                         self.partition_ends):
             if channel is not None:
                 await channel.close()
+        if self.iceberg is not None:
+            await self.iceberg.close()  # before the logs close: a translation reads them
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:

@@ -356,6 +356,16 @@ BROKER_CONFIGS = ConfigDef([
     _k("schema.registry.kafkastore.topic.replication.factor", I, 3, _pos, "Replicas of the schema registry's "
        "topic in a cluster (Confluent's kafkastore.topic.replication.factor); its creation waits up to a minute "
        "for that many brokers, then makes do with those there. A single broker keeps one.", LOW),
+    # -- topics as Iceberg tables (a topic's iceberg.mode; docs/iceberg.md)
+    _k("iceberg.catalog.uri", S, "", None, "The Iceberg SQL catalog the tables of topics with iceberg.mode are "
+       "registered in, as an SQLAlchemy URI (sqlite:////path/catalog.db, postgresql+psycopg2://...). Empty: "
+       "SQLite in iceberg/catalog.db under the first log dir. Brokers of a cluster must share one.", LOW),
+    _k("iceberg.catalog.warehouse", S, "", None, "Where the tables' data and metadata files are written (a path "
+       "or a file:// URL). Empty: iceberg/warehouse under the first log dir.", LOW),
+    _k("iceberg.translation.max.bytes", I, 16 * 1024 * 1024, _pos, "The most record bytes of a topic one "
+       "translation reads from its partitions' logs into one commit; what bounds the memory a table's "
+       "translation takes. A backlog larger than this is committed in several snapshots, one after another.",
+       LOW),
     _k("telemetry.max.bytes", I, 1048576, _pos, "Largest client telemetry push the broker accepts, compressed or "
        "not.", LOW),
     _k("replica.fetch.max.bytes", I, 1048576, _nonneg, "Bytes fetched per partition by a follower.", MEDIUM),

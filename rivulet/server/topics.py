@@ -140,13 +140,17 @@ class TopicManager:
 
     # ------------------------------------------------------------ replicas (cluster mode)
     def log_for_replica(self, tp: TopicPartition, topic_id: uuid.UUID) -> Log:
-        """The replica's log, created with its topic's config when this node has none yet."""
+        """The replica's log with its topic's config: created when this node has none yet; one
+        recovered at start-up was loaded with the defaults (the topic configs come from
+        ZooKeeper after the logs), so it takes the topic's now."""
+        cfg = self._log_configs.get(tp.topic, self.log_defaults)
         lg = self.log_manager.get_log(tp.topic, tp.partition)
         if lg is not None:
+            if lg.config is not cfg:
+                lg.update_config(cfg)
             return lg
         if self.log_manager.is_offline_partition(tp):
             raise KafkaStorageError(f"the log directory of {tp.topic}-{tp.partition} is offline")
-        cfg = self._log_configs.get(tp.topic, self.log_defaults)
         return self.log_manager.create_log(tp.topic, tp.partition, cfg, topic_id)
 
     def delete_replica_log(self, tp: TopicPartition) -> None:

@@ -21,7 +21,7 @@ from rivulet.common.time import Clock
 from rivulet.common.types import TopicPartition
 from rivulet.delayed import DelayedOperation, DelayedOperationPurgatory, Timer
 from rivulet.protocol.errors import ApiError, ErrorCode
-from rivulet.protocol.records import BatchHeader, iter_batches
+from rivulet.protocol.records import aborted_batches, iter_batches
 from rivulet.replication.partition import Partition
 from rivulet.replication.replica_manager import FetchParams, FetchRequestPartition, ReplicaManager
 
@@ -639,25 +639,6 @@ def _retrieve(task: asyncio.Future) -> None:
     # A persister's ApiError is the answer's business (or logged where it fails); others are bugs.
     if not task.cancelled() and (e := task.exception()) is not None and not isinstance(e, ApiError):
         log.error("a share state write or delete failed", exc_info=e)
-
-
-def aborted_batches(headers: Sequence[BatchHeader], aborted: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-    """(first, last) offsets of the data batches of aborted transactions, found as a
-    read_committed consumer finds them: a producer's aborted transaction is open from its
-    first offset until that producer's next control batch (its marker)."""
-    pending = sorted(aborted, key=lambda a: a[1])
-    open_producers: set[int] = set()
-    out: list[tuple[int, int]] = []
-    i = 0
-    for h in headers:
-        while i < len(pending) and pending[i][1] <= h.last_offset:
-            open_producers.add(pending[i][0])
-            i += 1
-        if h.is_control:
-            open_producers.discard(h.producer_id)
-        elif h.is_transactional and h.producer_id in open_producers:
-            out.append((h.base_offset, h.last_offset))
-    return out
 
 
 def subtract_ranges(acquired: list[AcquiredRecords], ranges: Sequence[tuple[int, int]]) -> list[AcquiredRecords]:

@@ -34,6 +34,84 @@ __all__ = ["ConfigEntry", "ConfigSource", "ConfigType", "LogConfig", "TOPIC_CONF
 CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+ICEBERG_MODE_NONE = "none"
+ICEBERG_KEY_VALUE = "key_value"
+ICEBERG_MODES = (ICEBERG_MODE_NONE, ICEBERG_KEY_VALUE, "value_schema_id_prefix", "value_schema_latest")
+# The columns of a key_value table that a partition spec may name, with their Iceberg types.
+ICEBERG_SPEC_COLUMNS = {"key": "binary", "partition": "int", "offset": "long", "timestamp": "timestamptz"}
+_TIME_TRANSFORMS = ("year", "month", "day", "hour")
+
+
+@dataclass(frozen=True, slots=True)
+class SpecField:
+    """One field of ``iceberg.partition.spec``: a transform of a column (``width`` is bucket's
+    count or truncate's width, else 0)."""
+
+    transform: str  # identity, year, month, day, hour, bucket or truncate
+    column: str
+    width: int = 0
+
+
+def parse_partition_spec(text: str) -> tuple[SpecField, ...]:
+    """``iceberg.partition.spec``, as Redpanda writes it: ``(hour(timestamp), bucket(16, key))``,
+    a column alone for identity, ``()`` for an unpartitioned table. Raises ValueError."""
+    body = text.strip()
+    if not (body.startswith("(") and body.endswith(")")):
+        raise ValueError("a partition spec is a parenthesized list such as (hour(timestamp)); () for none")
+    body = body[1:-1].strip()
+    fields: list[SpecField] = []
+    for item in _split_top_level(body) if body else []:
+        fields.append(_spec_field(item.strip()))
+    columns = [f.column for f in fields]
+    if len(set(columns)) != len(columns):
+        raise ValueError("each column may be partitioned by one transform only")
+    return tuple(fields)
+
+
+def _split_top_level(body: str) -> list[str]:
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(body):
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth < 0:
+                raise ValueError("unbalanced parentheses")
+        elif c == "," and depth == 0:
+            parts.append(body[start:i])
+            start = i + 1
+    if depth:
+        raise ValueError("unbalanced parentheses")
+    parts.append(body[start:])
+    return parts
+
+
+def _spec_field(item: str) -> SpecField:
+    if "(" not in item:
+        column, transform, args = item, "identity", []
+    else:
+        transform, _, rest = item.partition("(")
+        transform = transform.strip()
+        if not rest.endswith(")"):
+            raise ValueError(f"{item!r} is not transform(column)")
+        args = [a.strip() for a in rest[:-1].split(",")]
+        column = args[-1]
+    if column not in ICEBERG_SPEC_COLUMNS:
+        raise ValueError(f"unknown column {column!r}; a partition spec may name {', '.join(ICEBERG_SPEC_COLUMNS)}")
+    if transform in _TIME_TRANSFORMS or transform == "identity":
+        if transform != "identity" and column != "timestamp":
+            raise ValueError(f"{transform} applies to timestamp only")
+        if transform != "identity" and len(args) != 1:
+            raise ValueError(f"{transform} takes one column")
+        return SpecField(transform, column)
+    if transform in ("bucket", "truncate"):
+        if len(args) != 2 or not args[0].isdigit() or int(args[0]) < 1:
+            raise ValueError(f"{transform} takes a positive width and a column: {transform}(16, key)")
+        if column == "timestamp":
+            raise ValueError(f"{transform} does not apply to timestamp")
+        return SpecField(transform, column, int(args[0]))
+    raise ValueError(f"unknown transform {transform!r}; known: identity, {', '.join(_TIME_TRANSFORMS)}, "
+                     "bucket, truncate")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +153,11 @@ class LogConfig:
     local_retention_bytes: int = -2  # -2: follow retention.bytes
     remote_log_copy_disable: bool = False
     remote_log_delete_on_disable: bool = False
+    # Topics as Iceberg tables (rivulet/iceberg, docs/iceberg.md).
+    iceberg_mode: str = ICEBERG_MODE_NONE
+    iceberg_target_lag_ms: int = 60_000
+    iceberg_partition_spec: str = "(hour(timestamp))"
+    iceberg_invalid_record_action: str = "drop"
 
     @property
     def log_append_time(self) -> bool:
@@ -136,6 +219,23 @@ def _no_tiered_storage(enabled: bool) -> str | None:
     if enabled:
         return ("Tiered Storage functionality is disabled in the broker. Topic cannot be configured with "
                 "remote log storage.")
+    return None
+
+
+def _iceberg_mode(mode: str) -> str | None:
+    if mode not in ICEBERG_MODES:
+        return f"String must be one of: {', '.join(ICEBERG_MODES)}"
+    if mode not in (ICEBERG_MODE_NONE, ICEBERG_KEY_VALUE):
+        # The schema modes need the registry's schemas as Arrow schemas; key_value needs nothing.
+        return f"{mode} is not yet supported; none and key_value are"
+    return None
+
+
+def _partition_spec(text: str) -> str | None:
+    try:
+        parse_partition_spec(text)
+    except ValueError as e:
+        return str(e)
     return None
 
 
@@ -222,6 +322,20 @@ _DEFS = [
     _t("remote.log.copy.disable", _B, None, (), "Stop copying segments to remote storage (accepted; no effect)."),
     _t("remote.log.delete.on.disable", _B, None, (),
        "Delete remote data when remote storage is turned off (accepted; no effect)."),
+    # Topics as Iceberg tables (Redpanda's redpanda.iceberg.* without the prefix; docs/iceberg.md).
+    _t("iceberg.mode", _S, _iceberg_mode, (),
+       "Whether the topic is also an Iceberg table (rivulet.<topic> in the broker's catalog): none, or "
+       "key_value (key and value as bytes with partition, offset, timestamp and headers). "
+       "value_schema_id_prefix and value_schema_latest are not yet supported."),
+    _t("iceberg.target.lag.ms", _L, at_least(1), (),
+       "How stale the table may get: records are committed to it within about this long of being committed "
+       "to the log."),
+    _t("iceberg.partition.spec", _S, _partition_spec, (),
+       "The table's partitioning: transforms of its columns in parentheses, such as (hour(timestamp)), "
+       "(day(timestamp), bucket(16, key)) or () for none; read when the table is created."),
+    _t("iceberg.invalid.record.action", _S, one_of("drop", "dlq"), (),
+       "What happens to a record the table's schema cannot hold (the schema modes): drop it, or dlq, put it "
+       "in the dead-letter table with the reason. key_value holds every record."),
 ]
 
 TOPIC_CONFIGS = ConfigDef(key for key, _ in _DEFS)

@@ -17,7 +17,8 @@ from rivulet.replication.partition import Partition
 from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.share import AcknowledgementBatch, AcquiredRecords, InMemorySharePersister
 from rivulet.share.persister import SharePartitionKey
-from rivulet.share.manager import ShareFetchRequestData, SharePartitionManager, subtract_ranges, aborted_batches
+from rivulet.protocol.records import aborted_batches
+from rivulet.share.manager import ShareFetchRequestData, SharePartitionManager, subtract_ranges
 from rivulet.storage import Log, LogConfig
 
 pytestmark = pytest.mark.fast

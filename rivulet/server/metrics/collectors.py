@@ -22,13 +22,14 @@ from prometheus_client.registry import Collector
 
 from rivulet.coordinator.group_coordinator import GroupCoordinator
 from rivulet.delayed.purgatory import DelayedOperationPurgatory
+from rivulet.iceberg.translator import IcebergTranslator
 from rivulet.replication.partition import PartitionStats
 from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.server.metrics.requests import BUCKETS, PHASES, Histogram, RequestMetrics, error_name
 from rivulet.server.socket_server import SocketServer
 from rivulet.server.zk_cluster import ZkClusterMember
 
-__all__ = ["BrokerCollector", "GroupLagCollector", "RequestCollector", "histogram_buckets"]
+__all__ = ["BrokerCollector", "GroupLagCollector", "IcebergCollector", "RequestCollector", "histogram_buckets"]
 
 _LE = [*(repr(b) for b in BUCKETS), "+Inf"]
 
@@ -245,3 +246,32 @@ class GroupLagCollector(Collector):
                     lag.add_metric(values, max(0, p.high_watermark - om.committed_offset))
         yield current
         yield lag
+
+
+class IcebergCollector(Collector):
+    """Topics as Iceberg tables (Rivulet's): per partition this broker leads, the records not in
+    the table yet and those it translated; per table, its snapshots committed here."""
+
+    def __init__(self, translator: IcebergTranslator) -> None:
+        self.translator = translator
+
+    def collect(self) -> Iterator[Metric]:
+        lag = GaugeMetricFamily("rivulet_iceberg_translation_lag", "Records committed to the log and not yet to "
+                                "the topic's Iceberg table (the last stable offset less the table's next offset).",
+                                labels=["topic", "partition"])
+        translated = CounterMetricFamily("rivulet_iceberg_records_translated", "Offsets added to the topic's "
+                                         "Iceberg table by this broker (control records and aborted transactions "
+                                         "included, as consumer lag counts them).", labels=["topic", "partition"])
+        skipped = CounterMetricFamily("rivulet_iceberg_records_skipped", "Offsets removed from the log "
+                                      "(retention, DeleteRecords) before they reached the table.",
+                                      labels=["topic", "partition"])
+        commits = CounterMetricFamily("rivulet_iceberg_commits", "Snapshots committed to the topic's table by "
+                                      "this broker.", labels=["topic"])
+        for topic, t in list(self.translator.topics.items()):
+            commits.add_metric([topic], t.commits)
+            for partition, pt in list(t.partitions.items()):
+                labels = [topic, str(partition)]
+                lag.add_metric(labels, pt.lag)
+                translated.add_metric(labels, pt.translated)
+                skipped.add_metric(labels, pt.skipped)
+        yield from (lag, translated, skipped, commits)

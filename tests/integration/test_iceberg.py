@@ -1,0 +1,279 @@
+"""Topics as Iceberg tables (key_value mode): records produced with a real client reach the
+topic's table once each, aborted transactions never; the configs are validated as Kafka
+validates topic configs; and a broker killed with kill -9 while it translates leaves, after a
+restart, every committed record in the table exactly once."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+
+import pytest
+
+pytest.importorskip("pyiceberg", reason="the iceberg extra: pip install -e '.[iceberg]'")
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import (  # noqa: E402
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
+
+from rivulet.iceberg.catalog import CatalogSettings, open_catalog  # noqa: E402
+from rivulet.iceberg.offsets import next_offsets  # noqa: E402
+from rivulet.testing import BrokerProcess, free_port  # noqa: E402
+
+Row = tuple[int, int, bytes | None, bytes | None, int, tuple[tuple[str, bytes | None], ...]]
+
+
+def _settings(where: str | CatalogSettings) -> CatalogSettings:
+    """A broker's default catalog under its data dir, or the one given."""
+    return where if isinstance(where, CatalogSettings) else CatalogSettings.resolve("", "", where)
+
+
+def _create(bootstrap: str, topic: str, partitions: int, configs: dict[str, str]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1, config=configs)])[topic].result(30)
+
+
+def _topic_rows(bootstrap: str, topic: str, partitions: int) -> list[Row]:
+    """Every committed record of the topic, read back with read_committed."""
+    ends = {}
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.monotonic_ns()}",
+                  "isolation.level": "read_committed", "enable.auto.commit": False})
+    for p in range(partitions):
+        ends[p] = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    rows: list[Row] = []
+    deadline = time.monotonic() + 60
+    done: set[int] = {p for p, end in ends.items() if end == 0}
+    while len(done) < partitions and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is None or m.error() is not None:
+            if m is None:  # past the records: read_committed stops before the end markers
+                for p in range(partitions):
+                    pos = c.position([TopicPartition(topic, p)])[0].offset
+                    if pos >= ends[p]:
+                        done.add(p)
+            continue
+        rows.append((m.partition(), m.offset(), m.key(), m.value(), m.timestamp()[1],
+                     tuple((k, v) for k, v in m.headers() or [])))
+        if m.offset() + 1 >= ends[m.partition()]:
+            done.add(m.partition())
+    c.close()
+    assert len(done) == partitions, f"read back {len(rows)} records; partitions done {done} of {ends}"
+    return sorted(rows)
+
+
+def _table_rows(data_dir: str | CatalogSettings, topic: str) -> list[Row]:
+    table = open_catalog(_settings(data_dir)).load_table(("rivulet", topic))
+    return sorted((r["partition"], r["offset"], r["key"], r["value"], int(r["timestamp"].timestamp() * 1000),
+                   tuple((h["key"], h["value"]) for h in r["headers"] or []))
+                  for r in table.scan().to_arrow().to_pylist())
+
+
+def _wait_for_table(data_dir: str | CatalogSettings, topic: str, ends: dict[int, int], timeout: float = 90) -> dict[int, int]:
+    """Until the table's offsets reach ``ends`` (per partition); returns its offsets."""
+    deadline = time.monotonic() + timeout
+    offsets: dict[int, int] = {}
+    while time.monotonic() < deadline:
+        try:
+            table = open_catalog(_settings(data_dir)).load_table(("rivulet", topic))
+        except Exception:  # not made yet
+            time.sleep(0.2)
+            continue
+        snap = table.current_snapshot()
+        offsets = next_offsets(snap.summary.additional_properties if snap and snap.summary else {})
+        if all(offsets.get(p, 0) >= end for p, end in ends.items()):
+            return offsets
+        time.sleep(0.2)
+    raise AssertionError(f"the table's offsets {offsets} did not reach {ends}")
+
+
+def _ends(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "ends"})
+    out = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
+    c.close()
+    return out
+
+
+@pytest.fixture
+def iceberg_broker(broker_factory):
+    return broker_factory({"num.partitions": "1"})
+
+
+def test_key_value_table_holds_the_topics_records(iceberg_broker) -> None:
+    b = iceberg_broker
+    _create(b.bootstrap, "orders.eu", 3, {"iceberg.mode": "key_value", "iceberg.target.lag.ms": "500"})
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5})
+    for i in range(600):
+        p.produce("orders.eu", value=None if i % 50 == 7 else f"order-{i}".encode(),
+                  key=None if i % 10 == 3 else f"customer-{i % 17}".encode(),
+                  headers=[("source", b"web"), ("n", str(i).encode())] if i % 4 == 0 else None)
+    p.flush(30)
+    ends = _ends(b.bootstrap, "orders.eu", 3)
+    assert sum(ends.values()) == 600
+    offsets = _wait_for_table(b.data_dir, "orders.eu", ends)
+    assert offsets == ends
+    table = _table_rows(b.data_dir, "orders.eu")
+    topic = _topic_rows(b.bootstrap, "orders.eu", 3)
+    assert len(topic) == 600
+    assert table == topic
+    # More records later go into later snapshots, after the first ones.
+    for i in range(100):
+        p.produce("orders.eu", value=f"late-{i}".encode(), partition=i % 3)
+    p.flush(30)
+    ends = _ends(b.bootstrap, "orders.eu", 3)
+    _wait_for_table(b.data_dir, "orders.eu", ends)
+    assert _table_rows(b.data_dir, "orders.eu") == _topic_rows(b.bootstrap, "orders.eu", 3)
+    # rivulet topics describe shows the table, its snapshot and the lag per partition.
+    snapshot = open_catalog(CatalogSettings.resolve("", "", b.data_dir)).load_table(
+        ("rivulet", "orders.eu")).current_snapshot().snapshot_id
+    text = _cli("topics", "describe", "--topic", "orders.eu", "-b", b.bootstrap)
+    assert f"\tIcebergTable: rivulet.orders.eu\tSnapshot: {snapshot}\tLag: 0:0,1:0,2:0" in text
+    described = json.loads(_cli("topics", "describe", "--topic", "orders.eu", "-b", b.bootstrap, "--format", "json"))
+    assert described[0]["iceberg"] == {"table": "rivulet.orders.eu", "snapshot_id": snapshot,
+                                       "lag": {"0": 0, "1": 0, "2": 0}}
+    plain = _cli("topics", "describe", "--topic", "__consumer_offsets", "-b", b.bootstrap)
+    assert "IcebergTable" not in plain
+
+
+def _cli(*args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "rivulet", *args], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_aborted_transactions_never_reach_the_table(iceberg_broker) -> None:
+    b = iceberg_broker
+    _create(b.bootstrap, "payments", 2, {"iceberg.mode": "key_value", "iceberg.target.lag.ms": "300"})
+    p = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": "payments-writer"})
+    p.init_transactions(30)
+    for n, commit in enumerate([True, False, True, False, True]):
+        p.begin_transaction()
+        for i in range(20):
+            p.produce("payments", value=f"{'kept' if commit else 'aborted'}-{n}-{i}".encode(), key=str(i).encode())
+        p.flush(30)
+        if commit:
+            p.commit_transaction(30)
+        else:
+            p.abort_transaction(30)
+    # A plain record after the last marker too.
+    plain = Producer({"bootstrap.servers": b.bootstrap})
+    plain.produce("payments", value=b"plain", partition=0)
+    plain.flush(30)
+    ends = _ends(b.bootstrap, "payments", 2)
+    _wait_for_table(b.data_dir, "payments", ends)
+    table = _table_rows(b.data_dir, "payments")
+    assert len(table) == 61
+    assert not [r for r in table if r[3] is not None and r[3].startswith(b"aborted")]
+    assert table == _topic_rows(b.bootstrap, "payments", 2)
+
+
+def test_configs_are_validated_and_described_as_kafkas(iceberg_broker) -> None:
+    b = iceberg_broker
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    bad = admin.create_topics([NewTopic("bad-mode", 1, 1, config={"iceberg.mode": "rows"})])["bad-mode"]
+    with pytest.raises(KafkaException) as e:
+        bad.result(30)
+    assert e.value.args[0].name() == "INVALID_CONFIG"
+    assert "Invalid value 'rows' for configuration iceberg.mode" in e.value.args[0].str()
+    schema = admin.create_topics([NewTopic("bad-schema", 1, 1, config={"iceberg.mode": "value_schema_latest"})])
+    with pytest.raises(KafkaException, match="not yet supported"):
+        schema["bad-schema"].result(30)
+    _create(b.bootstrap, "plain", 1, {})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "plain", incremental_configs=[
+        ConfigEntry("iceberg.partition.spec", "(bucket(16, value))", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(KafkaException) as e:
+        admin.incremental_alter_configs([resource])[resource].result(30)
+    assert e.value.args[0].name() == "INVALID_CONFIG" and "unknown column 'value'" in e.value.args[0].str()
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "plain", incremental_configs=[
+        ConfigEntry("iceberg.mode", "key_value", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("iceberg.target.lag.ms", "200", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "plain")])
+    entries = next(iter(described.values())).result(30)
+    assert entries["iceberg.mode"].value == "key_value" and not entries["iceberg.mode"].is_default
+    assert entries["iceberg.partition.spec"].value == "(hour(timestamp))" and entries["iceberg.partition.spec"].is_default
+    assert entries["iceberg.invalid.record.action"].value == "drop"
+    # Set afterwards, the mode takes the records already in the topic too.
+    p = Producer({"bootstrap.servers": b.bootstrap})
+    p.produce("plain", value=b"after")
+    p.flush(30)
+    _wait_for_table(b.data_dir, "plain", _ends(b.bootstrap, "plain", 1))
+    assert [r[3] for r in _table_rows(b.data_dir, "plain")] == [b"after"]
+
+
+def test_metrics_show_translation(broker_factory) -> None:
+    port = free_port()
+    b = broker_factory({"metrics.listener": f"http://127.0.0.1:{port}"})
+    _create(b.bootstrap, "metered", 1, {"iceberg.mode": "key_value", "iceberg.target.lag.ms": "200"})
+    p = Producer({"bootstrap.servers": b.bootstrap})
+    for i in range(25):
+        p.produce("metered", value=str(i).encode())
+    p.flush(30)
+    _wait_for_table(b.data_dir, "metered", {0: 25})
+    deadline = time.monotonic() + 30
+    text = ""
+    while time.monotonic() < deadline:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        if 'rivulet_iceberg_records_translated_total{partition="0",topic="metered"} 25.0' in text and \
+                'rivulet_iceberg_translation_lag{partition="0",topic="metered"} 0.0' in text:
+            break
+        time.sleep(0.3)
+    assert 'rivulet_iceberg_records_translated_total{partition="0",topic="metered"} 25.0' in text
+    assert 'rivulet_iceberg_translation_lag{partition="0",topic="metered"} 0.0' in text
+    assert 'rivulet_iceberg_commits_total{topic="metered"}' in text
+
+
+def _snapshots(data_dir: str | CatalogSettings, topic: str) -> int:
+    try:
+        return len(open_catalog(_settings(data_dir)).load_table(("rivulet", topic)).history())
+    except Exception:  # not made yet
+        return 0
+
+
+@pytest.mark.parametrize("run", range(3))
+def test_kill_9_while_translating_adds_each_record_once(run: int, tmp_path) -> None:
+    """Small commits (64 KiB of records each) over a backlog of small batches keep translation
+    busy; each time the broker has committed again since its restart, it is killed with
+    kill -9 at a random moment (writing Parquet, committing, or between), restarted on the same
+    data, and more records produced. The table ends up holding each record the topic holds,
+    once."""
+    rng = random.Random(run)
+    (tmp_path / "data").mkdir()
+    b = BrokerProcess({"num.partitions": "1", "iceberg.translation.max.bytes": "65536"},
+                      data_dir=str(tmp_path / "data"))
+    b.start()
+    try:
+        _create(b.bootstrap, "clicks", 2, {"iceberg.mode": "key_value", "iceberg.target.lag.ms": "100"})
+        n = 0
+        for _kill in range(4):
+            p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5, "batch.size": 4096,
+                          "enable.idempotence": True})
+            for _ in range(3000):
+                p.produce("clicks", value=f"click-{n}-{'x' * 60}".encode(), key=str(n % 13).encode())
+                n += 1
+            assert p.flush(30) == 0
+            seen = _snapshots(b.data_dir, "clicks")
+            deadline = time.monotonic() + 60
+            while _snapshots(b.data_dir, "clicks") == seen and time.monotonic() < deadline:
+                time.sleep(0.05)  # translating again since the restart
+            time.sleep(rng.uniform(0, 0.4))
+            b.kill()
+            b.start()
+        ends = _ends(b.bootstrap, "clicks", 2)
+        assert sum(ends.values()) == n
+        _wait_for_table(b.data_dir, "clicks", ends, timeout=180)
+        table = _table_rows(b.data_dir, "clicks")
+        twice = [k for k, c in Counter((r[0], r[1]) for r in table).items() if c > 1]
+        assert not twice, f"records in the table more than once: {twice[:10]}"
+        assert table == _topic_rows(b.bootstrap, "clicks", 2)
+    finally:
+        b.cleanup()
