@@ -151,11 +151,13 @@ class EndpointPartitions:
 
 @dataclass(frozen=True)
 class TopicNeed:
-    """An internal topic the topology needs: its partitions and configs."""
+    """An internal topic the topology needs: its partitions, replication factor (0: the
+    broker's default.replication.factor) and configs."""
 
     name: str
     partitions: int
     configs: tuple[tuple[str, str], ...] = ()
+    replication_factor: int = 0
 
 
 @dataclass
@@ -283,10 +285,11 @@ def configure_topology(topology: Topology, topics: MetadataView) -> ConfiguredTo
     needs: list[TopicNeed] = []
     for s in topology.subtopologies:
         for r in s.repartition_source_topics:
-            needs.append(TopicNeed(r.name, repartition[r.name], tuple((c.key, c.value) for c in r.topic_configs)))
+            needs.append(TopicNeed(r.name, repartition[r.name], tuple((c.key, c.value) for c in r.topic_configs),
+                                   r.replication_factor))
         for c in s.state_changelog_topics:
             needs.append(TopicNeed(c.name, out.tasks[s.subtopology_id],
-                                   tuple((k.key, k.value) for k in c.topic_configs)))
+                                   tuple((k.key, k.value) for k in c.topic_configs), c.replication_factor))
     for need in needs:
         info = topics.get(need.name)
         if info is None:

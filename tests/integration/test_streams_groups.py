@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,9 @@ from rivulet.protocol.messages import streams_group_describe_request as sgdq
 from rivulet.protocol.messages import streams_group_heartbeat_request as sghq
 from rivulet.testing import BrokerProcess
 from tests import java_tools as jt
+from tests.cluster import three_brokers
 from tests.group_members import RawMember, beat_until, until, while_beating
+from tests.integration.test_replication_faults import BROKER_CONFIG, create_topic
 
 pytestmark = pytest.mark.integration
 
@@ -350,84 +353,106 @@ def word_counts(lines: list[str]) -> dict[str, int]:
     return counts
 
 
-@pytest.mark.java
-def test_kafka_streams_word_count_with_the_streams_protocol(java, tmp_path):
-    """Kafka Streams 4.3.1's word count with group.protocol=streams: two instances share the
-    tasks; one is killed with kill -9 and the other takes its tasks over; the last count of
-    each word equals a batch recount (exactly-once, so nothing is counted twice)."""
+# Short streams sessions, on Rivulet and on Kafka alike, so that a killed instance's tasks move
+# within seconds rather than after Kafka's 45 s.
+STREAMS_SESSIONS = {"group.streams.min.session.timeout.ms": "2000", "group.streams.session.timeout.ms": "6000",
+                    "group.streams.min.heartbeat.interval.ms": "500", "group.streams.heartbeat.interval.ms": "500"}
+WC_APP, WC_INPUT, WC_OUTPUT = "wc-app", "wc-input", "wc-output"
+WC_PARTITIONS = 4  # of the input, hence of the repartition and changelog topics: 4 tasks per subtopology
+WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
+LINES = [" ".join(WORDS[(i * 3 + j) % len(WORDS)] for j in range(1 + i % 4)) for i in range(300)]
+
+
+def describe_streams_group(bootstrap: str, group: str) -> Any:
+    """StreamsGroupDescribe of ``group``, from whichever of the brokers coordinates it."""
+    async def ask() -> Any:
+        found = None
+        for address in bootstrap.split(","):
+            host, port = address.rsplit(":", 1)
+            conn = await BrokerConnection(host, int(port)).connect(10)
+            try:
+                found = (await conn.send(sgdq.StreamsGroupDescribeRequest(
+                    group_ids=[group], include_authorized_operations=False))).groups[0]
+            finally:
+                await conn.close()
+            if found.error_code != ErrorCode.NOT_COORDINATOR:
+                return found
+        return found
+    return asyncio.run(ask())
+
+
+def active_tasks(member: Any) -> set[tuple[str, int]]:
+    return tasks(member.assignment.active_tasks) or set()
+
+
+def run_word_count(bootstrap: str, tmp_path: Path, replication_factor: int | None = None) -> dict[str, list[int]]:
+    """Kafka Streams 4.3.1's word count with group.protocol=streams (exactly-once) on the brokers
+    at ``bootstrap``, whose input and output topics exist: two instances share the tasks; one is
+    killed with kill -9 and the other takes its tasks over. Each word's counts in the order the
+    (read_committed) output has them; checked against a batch recount."""
     from confluent_kafka import Consumer, Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
 
-    b = BrokerProcess({"group.streams.min.session.timeout.ms": "2000", "group.streams.session.timeout.ms": "6000",
-                       "group.streams.min.heartbeat.interval.ms": "500",
-                       "group.streams.heartbeat.interval.ms": "500",
-                       "transaction.state.log.replication.factor": "1", "transaction.state.log.min.isr": "1"})
-    b.start()
+    cp = streams_classpath()
+    work = tmp_path / bootstrap.split(",")[0].replace(":", "-")
     apps: list[subprocess.Popen] = []
+
+    def start(name: str) -> subprocess.Popen:
+        args = [bootstrap, WC_APP, WC_INPUT, WC_OUTPUT, str(work / name), "exactly_once_v2"]
+        app = subprocess.Popen(["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", cp, str(WORD_COUNT), *args,
+                                *([] if replication_factor is None else [str(replication_factor)])],
+                               stdout=open(tmp_path / f"{work.name}-{name}.log", "wb"), stderr=subprocess.STDOUT)
+        apps.append(app)
+        return app
+
+    work.mkdir()
     try:
-        admin = AdminClient({"bootstrap.servers": b.bootstrap})
-        for t in ("wc-input", "wc-output"):
-            admin.create_topics([NewTopic(t, 4, 1)])[t].result(30)
-        cp = streams_classpath()
-
-        def start(name: str) -> subprocess.Popen:
-            app = subprocess.Popen(["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", cp, str(WORD_COUNT),
-                                    b.bootstrap, "wc-app", "wc-input", "wc-output", str(tmp_path / name),
-                                    "exactly_once_v2"],
-                                   stdout=open(tmp_path / f"{name}.log", "wb"), stderr=subprocess.STDOUT)
-            apps.append(app)
-            return app
-
         first, second = start("one"), start("two")
-        producer = Producer({"bootstrap.servers": b.bootstrap})
-        words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
-        lines = [" ".join(words[(i * 3 + j) % len(words)] for j in range(1 + i % 4)) for i in range(400)]
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
 
         def produce(batch: list[str]) -> None:
             for i, line in enumerate(batch):
-                producer.produce("wc-input", line.encode(), key=str(i).encode())
+                producer.produce(WC_INPUT, line.encode(), key=str(i).encode())
             assert producer.flush(30) == 0
 
-        async def described():
-            conn = await BrokerConnection("127.0.0.1", b.port).connect(10)
-            try:
-                return (await conn.send(sgdq.StreamsGroupDescribeRequest(
-                    group_ids=["wc-app"], include_authorized_operations=False))).groups[0]
-            finally:
-                await conn.close()
+        all_tasks = {(s, p) for s in ("0", "1") for p in range(WC_PARTITIONS)}
 
-        async def both_working():
-            d = await described()
-            return d.error_code == 0 and d.group_state == "Stable" and len(d.members) == 2 and \
-                all(m.assignment.active_tasks for m in d.members)
-        asyncio.run(until(both_working, "two instances sharing the tasks", timeout=120))
-        produce(lines[:200])
+        async def shared() -> Any:
+            d = await asyncio.to_thread(describe_streams_group, bootstrap, WC_APP)
+            held = [active_tasks(m) for m in d.members] if d.error_code == 0 else []
+            return d if d.group_state == "Stable" and len(held) == 2 and all(held) and \
+                set().union(*held) == all_tasks and sum(map(len, held)) == len(all_tasks) else None
+        d = asyncio.run(until(shared, "two instances sharing the tasks", timeout=120))
+        owner = {m.process_id: active_tasks(m) for m in d.members}
+        produce(LINES[:150])
 
-        reader = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "wc-reader",
+        reader = Consumer({"bootstrap.servers": bootstrap, "group.id": "wc-reader",
                            "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
-        reader.subscribe(["wc-output"])
-        last: dict[str, int] = {}
+        reader.subscribe([WC_OUTPUT])
+        seen: dict[str, list[int]] = {}
 
         def read_until(expected: dict[str, int], timeout: float = 180) -> None:
             deadline = time.monotonic() + timeout
-            while last != expected:
-                assert time.monotonic() < deadline, f"counts {last} never reached {expected}"
+            while {w: c[-1] for w, c in seen.items()} != expected:
+                assert time.monotonic() < deadline, f"counts {seen} never reached {expected}"
                 m = reader.poll(0.5)
                 if m is not None and not m.error():
-                    last[m.key().decode()] = int(m.value().decode())
-        read_until(word_counts(lines[:200]))
+                    seen.setdefault(m.key().decode(), []).append(int(m.value().decode()))
+        read_until(word_counts(LINES[:150]))
 
         second.kill()  # kill -9: no leave, its session must expire
         second.wait(30)
-        produce(lines[200:])
+        produce(LINES[150:])
 
-        async def one_left():
-            d = await described()
-            return len(d.members) == 1 and d.group_state == "Stable"
-        asyncio.run(until(one_left, "the killed instance's session to expire", timeout=120))
-        read_until(word_counts(lines))
+        async def taken_over() -> Any:
+            d = await asyncio.to_thread(describe_streams_group, bootstrap, WC_APP)
+            return d if d.group_state == "Stable" and len(d.members) == 1 and \
+                active_tasks(d.members[0]) == all_tasks else None
+        survivor = asyncio.run(until(taken_over, "the survivor to take the killed instance's tasks", timeout=120))
+        assert owner[survivor.members[0].process_id] < all_tasks  # it had only its share before
+        read_until(word_counts(LINES))
         assert first.poll() is None, "the surviving instance stopped"
         reader.close()
+        return seen
     finally:
         for app in apps:
             if app.poll() is None:
@@ -436,4 +461,69 @@ def test_kafka_streams_word_count_with_the_streams_protocol(java, tmp_path):
                     app.wait(30)
                 except subprocess.TimeoutExpired:
                     app.kill()
+
+
+@pytest.fixture(scope="module")
+def kafka_streams_ref(java) -> Iterator[str]:
+    """Kafka 4.3.1 (one KRaft node) with the streams sessions of these tests; its streams.version
+    is 1 on a new cluster, so the streams rebalance protocol needs no other setting."""
+    from benchmarks.reference.kafka import KafkaReference
+
+    ref = KafkaReference(overrides=STREAMS_SESSIONS, heap="512m")
+    try:
+        ref.start()
+        yield ref.bootstrap
+    finally:
+        ref.stop()
+        ref.cleanup()
+
+
+@pytest.mark.java
+@pytest.mark.cluster
+@pytest.mark.timeout(600)
+def test_kafka_streams_word_count_on_three_brokers_and_on_kafka(java, zk_connect, kafka_streams_ref, tmp_path):
+    """The word count on three Rivulet brokers (RF 3, min.insync.replicas 2, its internal topics
+    too), then on Kafka 4.3.1 with the same input: each has each word's counts 1, 2, ... n in
+    order (exactly-once: nothing counted twice across the kill), n the batch recount."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    expected = {w: list(range(1, n + 1)) for w, n in word_counts(LINES).items()}
+    with three_brokers(zk_connect, **BROKER_CONFIG, **STREAMS_SESSIONS, **{
+            "min.insync.replicas": "2", "group.initial.rebalance.delay.ms": "0",
+            "transaction.state.log.replication.factor": "3", "transaction.state.log.min.isr": "2",
+            "transaction.state.log.num.partitions": "3"}) as cluster:
+        for t in (WC_INPUT, WC_OUTPUT):
+            create_topic(cluster, t, WC_PARTITIONS)
+        ours = run_word_count(cluster.bootstrap, tmp_path, replication_factor=3)
+        topology = describe_streams_group(cluster.bootstrap, WC_APP).topology
+        internal = {t.name for s in topology.subtopologies
+                    for t in [*s.repartition_source_topics, *s.state_changelog_topics]}
+        assert len(internal) == 2
+        # Created by the controller with the replication factor the application asked for.
+        assert {t: sorted(len(cluster.json(f"/brokers/topics/{t}")["partitions"][str(p)]) for p in range(WC_PARTITIONS))
+                for t in internal} == {t: [3] * WC_PARTITIONS for t in internal}
+    assert ours == expected
+
+    admin = AdminClient({"bootstrap.servers": kafka_streams_ref})
+    for t in (WC_INPUT, WC_OUTPUT):
+        admin.create_topics([NewTopic(t, WC_PARTITIONS, 1)])[t].result(30)
+    theirs = run_word_count(kafka_streams_ref, tmp_path)
+    assert theirs == ours
+
+
+@pytest.mark.java
+def test_kafka_streams_word_count_with_the_streams_protocol(java, tmp_path):
+    """The same on one Rivulet broker, its internal topics created on the node itself."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    b = BrokerProcess({**STREAMS_SESSIONS, "transaction.state.log.replication.factor": "1",
+                       "transaction.state.log.min.isr": "1"})
+    b.start()
+    try:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        for t in (WC_INPUT, WC_OUTPUT):
+            admin.create_topics([NewTopic(t, WC_PARTITIONS, 1)])[t].result(30)
+        assert run_word_count(b.bootstrap, tmp_path) == {w: list(range(1, n + 1)) for w, n in
+                                                         word_counts(LINES).items()}
+    finally:
         b.cleanup()
