@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from rivulet.client import core
 from rivulet.client.connection import BrokerConnection
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages import create_topics_request as ctq
@@ -86,7 +87,8 @@ class Member(RawMember):
             active_tasks=ids(self.active), standby_tasks=[], warmup_tasks=[], process_id=self.member_id + "-p",
             user_endpoint=None if self.endpoint is None else sghq.Endpoint(host=self.endpoint[0],
                                                                           port=self.endpoint[1]),
-            client_tags=[], task_offsets=self.offsets, task_end_offsets=self.offsets, shutdown_application=False)
+            client_tags=[], task_offsets=self.offsets or None, task_end_offsets=self.offsets or None,
+            shutdown_application=False)
 
     def took(self, response: Any) -> None:
         self.endpoint_epoch = response.endpoint_information_epoch
@@ -276,17 +278,29 @@ async def _revocation(b: BrokerProcess) -> None:
 
 
 @pytest.mark.java
-def test_kafka_streams_groups_tool_describes_a_streams_group(java):
-    b = BrokerProcess()  # Kafka's 45 s session: a tool's JVM may take seconds to start
+@pytest.mark.timeout(600)
+def test_kafka_streams_groups_tool_describes_a_streams_group(java, kafka_streams_ref):
+    """kafka-streams-groups.sh's list and describe (state, members, offsets) against Rivulet and
+    against Kafka 4.3.1, each with one member holding every task: the same columns, group state,
+    members, assignments and offsets."""
+    b = BrokerProcess(STREAMS_SESSIONS)
     b.start()
     try:
-        asyncio.run(_tool(b))
+        ours = asyncio.run(_tool(b.bootstrap))
     finally:
         b.cleanup()
+    theirs = asyncio.run(_tool(kafka_streams_ref))
+    assert ours == theirs
+    assert ours["list"] == [GROUP]
+    assert [(s["STATE"], s["#MEMBERS"]) for s in ours["state"]] == [("Stable", "1")]
+    assert ours["members"][2] == [["ACTIVE:", "0:[0,1];", "1:[0,1];", "TARGET-ACTIVE:", "0:[0,1];", "1:[0,1];"]]
 
 
-async def _tool(b: BrokerProcess) -> None:
-    conn = await BrokerConnection("127.0.0.1", b.port, client_id="streams-it").connect(10)
+async def _tool(bootstrap: str) -> dict[str, Any]:
+    """What kafka-streams-groups.sh shows of the group with one member ("a") that holds every
+    task, less what differs by broker (hosts, ids)."""
+    host, port = bootstrap.rsplit(":", 1)
+    conn = await BrokerConnection(host, int(port), client_id="streams-it").connect(10)
     try:
         r = await conn.send(ctq.CreateTopicsRequest(topics=[ctq.CreatableTopic(
             name=TOPIC, num_partitions=2, replication_factor=1, assignments=[], configs=[])], timeout_ms=10000,
@@ -294,23 +308,39 @@ async def _tool(b: BrokerProcess) -> None:
         assert r.topics[0].error_code == 0
         a = Member(conn, "a")
 
+        async def coordinator() -> bool:
+            # Kafka creates __consumer_offsets when a coordinator is first looked for, then loads it.
+            if core.read_find_coordinator(await conn.send(core.find_coordinator_request(GROUP, 0)))[0] != 0:
+                return False
+            d = await conn.send(sgdq.StreamsGroupDescribeRequest(group_ids=[GROUP], include_authorized_operations=False))
+            return d.groups[0].error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        await until(coordinator, "the group's coordinator")
         await beat_until([a], lambda: len(a.active) == 4, "the tasks")
 
         def tool(*args: str) -> str:
-            return jt.run_tool(jt.STREAMS_GROUP_COMMAND, ["--bootstrap-server", b.bootstrap, *args], timeout=60).stdout
-        assert (await asyncio.to_thread(tool, "--list")).split() == [GROUP]
-        await a.beat()
-        state = await asyncio.to_thread(jt.streams_group_command, b.bootstrap,
-                                        ["--describe", "--group", GROUP, "--state"])
-        assert [(s["GROUP"], s["STATE"], s["#MEMBERS"]) for s in state] == [(GROUP, "Stable", "1")]
-        await a.beat()
-        # The assignments column has spaces: the fields before it are read.
-        members = (await asyncio.to_thread(tool, "--describe", "--group", GROUP, "--members", "--verbose")).splitlines()
-        assert members[0].split()[:8] == ["GROUP", "TARGET-ASSIGNMENT-EPOCH", "TOPOLOGY-EPOCH", "MEMBER",
-                                          "MEMBER-PROTOCOL", "MEMBER-EPOCH", "PROCESS", "CLIENT-ID"]
-        row = members[1].split()
-        assert (row[0], row[2], row[3], row[4], row[6], row[7]) == (GROUP, "1", "a", "streams", "a-p", "streams-it")
-        assert "ACTIVE: 0:[0,1]; 1:[0,1];" in members[1]
+            return jt.run_tool(jt.STREAMS_GROUP_COMMAND, ["--bootstrap-server", bootstrap, *args], timeout=60).stdout
+        shown: dict[str, Any] = {"list": (await while_beating([a], lambda: tool("--list"))).split()}
+        state = await while_beating([a], lambda: jt.streams_group_command(
+            bootstrap, ["--describe", "--group", GROUP, "--state", "--verbose"]))
+        # Epochs are counted differently (Kafka 4.3.1 is at 3 here, Rivulet at 2): each tool run
+        # must agree with itself, the values are left out of the comparison.
+        epochs = {s["GROUP-EPOCH"] for s in state} | {s["TARGET-ASSIGNMENT-EPOCH"] for s in state}
+        shown["state"] = [{k: v for k, v in s.items() if not k.endswith("EPOCH") and k != "COORDINATOR"}
+                          for s in state]
+        # The assignments column has spaces: the fields before it are read, and it whole.
+        members = (await while_beating([a], lambda: tool("--describe", "--group", GROUP, "--members",
+                                                         "--verbose"))).splitlines()
+        header = members[0].split()
+        rows = [dict(zip(header[:8], line.split()[:8])) for line in members[1:] if line.strip()]
+        epochs |= {r[k] for r in rows for k in ("TARGET-ASSIGNMENT-EPOCH", "MEMBER-EPOCH")}
+        assert len(epochs) == 1, epochs  # the group, its target assignment and the member agree
+        shown["members"] = [header, [{k: v for k, v in r.items() if k != "TARGET-ASSIGNMENT-EPOCH"
+                                      and k != "MEMBER-EPOCH"} for r in rows],
+                            [line[line.index("ACTIVE:"):].split() for line in members[1:] if "ACTIVE:" in line]]
+        offsets = await while_beating([a], lambda: jt.streams_group_command(
+            bootstrap, ["--describe", "--group", GROUP, "--offsets", "--verbose"]))
+        shown["offsets"] = sorted(tuple(sorted(o.items())) for o in offsets)
+        return shown
     finally:
         await conn.close()
 
@@ -354,9 +384,11 @@ def word_counts(lines: list[str]) -> dict[str, int]:
 
 
 # Short streams sessions, on Rivulet and on Kafka alike, so that a killed instance's tasks move
-# within seconds rather than after Kafka's 45 s.
+# within seconds rather than after Kafka's 45 s. No initial rebalance delay on Kafka (Rivulet has
+# none: the setting is accepted, without effect).
 STREAMS_SESSIONS = {"group.streams.min.session.timeout.ms": "2000", "group.streams.session.timeout.ms": "6000",
-                    "group.streams.min.heartbeat.interval.ms": "500", "group.streams.heartbeat.interval.ms": "500"}
+                    "group.streams.min.heartbeat.interval.ms": "500", "group.streams.heartbeat.interval.ms": "500",
+                    "group.streams.initial.rebalance.delay.ms": "0"}
 WC_APP, WC_INPUT, WC_OUTPUT = "wc-app", "wc-input", "wc-output"
 WC_PARTITIONS = 4  # of the input, hence of the repartition and changelog topics: 4 tasks per subtopology
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
