@@ -331,7 +331,7 @@ async def _tool(bootstrap: str) -> dict[str, Any]:
         members = (await while_beating([a], lambda: tool("--describe", "--group", GROUP, "--members",
                                                          "--verbose"))).splitlines()
         header = members[0].split()
-        rows = [dict(zip(header[:8], line.split()[:8])) for line in members[1:] if line.strip()]
+        rows = [dict(zip(header[:8], line.split()[:8], strict=True)) for line in members[1:] if line.strip()]
         epochs |= {r[k] for r in rows for k in ("TARGET-ASSIGNMENT-EPOCH", "MEMBER-EPOCH")}
         assert len(epochs) == 1, epochs  # the group, its target assignment and the member agree
         shown["members"] = [header, [{k: v for k, v in r.items() if k != "TARGET-ASSIGNMENT-EPOCH"
