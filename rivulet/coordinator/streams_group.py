@@ -473,6 +473,15 @@ def validate(req: StreamsHeartbeatRequest) -> None:
     """Kafka's checks of a StreamsGroupHeartbeat before it looks at the group (INVALID_REQUEST)."""
     def invalid(message: str) -> HeartbeatError:
         return HeartbeatError(ErrorCode.INVALID_REQUEST, message)
+    # What Kafka 4.3.1's coordinator does not support yet, refused first, as it refuses them.
+    if req.instance_id is not None:
+        raise invalid("Static membership is not yet supported.")
+    if req.task_offsets is not None:
+        raise invalid("TaskOffsets are not supported yet.")
+    if req.task_end_offsets is not None:
+        raise invalid("TaskEndOffsets are not supported yet.")
+    if req.warmup_tasks:
+        raise invalid("WarmupTasks are not supported yet.")
     if req.topology is not None and any(s.source_topic_regex for s in req.topology.subtopologies):
         raise invalid("Regular expressions for source topics are not supported yet.")
     for value, what in ((req.member_id, "MemberId"), (req.group_id, "GroupId"), (req.instance_id, "InstanceId"),
