@@ -3,7 +3,9 @@ StreamsGroupDescribe requests through Rivulet's own connection: a member's topol
 internal topics created, a second member gets tasks once the first revoked them, the group survives a
 broker restart, a silent member's
 session expires and its tasks move, and the group is listed with its type; Kafka's
-kafka-streams-groups.sh lists and describes it."""
+kafka-streams-groups.sh lists and describes it as it does a group on Kafka 4.3.1. Kafka Streams
+4.3.1's word count on one broker, on three (ZooKeeper mode, RF 3) and on Kafka 4.3.1, through
+the kill -9 of one of its two instances, with the same output."""
 
 from __future__ import annotations
 
