@@ -48,6 +48,15 @@ class InternalTopicCreator(Protocol):
                                              configs: dict[str, str]) -> TopicView: ...
 
 
+class GroupTopicCreator(Protocol):
+    """Creates the topics a streams group's topology needs (repartition and changelog topics) as
+    CreateTopics would, as Kafka's coordinator has them created: ``replication_factor`` 0 or -1
+    is the broker's default.replication.factor."""
+
+    async def create_group_topic(self, name: str, num_partitions: int, replication_factor: int,
+                                 configs: dict[str, str]) -> None: ...
+
+
 @dataclass(slots=True)
 class NodeEndpoint:
     """This node's id and advertised address. One shared instance: the broker fills in the

@@ -15,7 +15,7 @@ import logging
 from collections import deque
 from typing import Awaitable, Callable, Iterable, Iterator
 
-from rivulet.common.cluster import ConfigValues, InternalTopicCreator, MetadataView, NodeEndpoint
+from rivulet.common.cluster import ConfigValues, GroupTopicCreator, InternalTopicCreator, MetadataView, NodeEndpoint
 from rivulet.common.time import SYSTEM_CLOCK, Clock
 from rivulet.common.types import TopicPartition
 from rivulet.coordinator.consumer_group import ConsumerGroup
@@ -103,10 +103,12 @@ class GroupCoordinator(InternalTopicCoordinator):
     def __init__(self, config: ConfigValues, replica_manager: ReplicaManager, metadata: MetadataView,
                  topic_creator: InternalTopicCreator, node: NodeEndpoint, timer: Timer,
                  clock: Clock = SYSTEM_CLOCK, group_configs: GroupConfigs | None = None, *,
-                 share_state: ShareStateStore | None = None, partition_ends: PartitionEndsView | None = None,
+                 streams_topics: GroupTopicCreator, share_state: ShareStateStore | None = None,
+                 partition_ends: PartitionEndsView | None = None,
                  on_share_group_deleted: Callable[[str, list[TopicPartition]], None] | None = None) -> None:
-        """``share_state``: the share partitions' state (Kafka's Persister), which the share-group
-        offset APIs read and change; ``partition_ends``: the partitions' latest offsets, for
+        """``streams_topics`` creates the topics streams groups' topologies need; ``share_state``:
+        the share partitions' state (Kafka's Persister), which the share-group offset APIs read
+        and change; ``partition_ends``: the partitions' latest offsets, for
         the lag; ``on_share_group_deleted`` is told of each share group DeleteGroups removes,
         with the partitions it recorded state for."""
         super().__init__(replica_manager, metadata, topic_creator, node, clock)
@@ -123,6 +125,7 @@ class GroupCoordinator(InternalTopicCoordinator):
         self.streams_groups: StreamsGroupService | None = None
         self.on_share_group_deleted = on_share_group_deleted
         self.share_state = share_state
+        self.streams_topics = streams_topics
         self.partition_ends = partition_ends
         self.group_configs = group_configs
         self.consumer_group_config = ConsumerGroupConfig(
@@ -169,7 +172,7 @@ class GroupCoordinator(InternalTopicCoordinator):
                                               MemberDeadlines(self.heartbeat_purgatory), self.clock,
                                               self.group_configs)
         self.streams_groups = StreamsGroupService(self.streams_group_config, self.manager, self.metadata,
-                                                  self.topic_creator, MemberDeadlines(self.heartbeat_purgatory),
+                                                  self.streams_topics, MemberDeadlines(self.heartbeat_purgatory),
                                                   self.group_configs)
         self._active = True
         for p in range(n if lead_all else 0):

@@ -151,11 +151,13 @@ class EndpointPartitions:
 
 @dataclass(frozen=True)
 class TopicNeed:
-    """An internal topic the topology needs: its partitions and configs."""
+    """An internal topic the topology needs: its partitions, replication factor (0: the
+    broker's default.replication.factor) and configs."""
 
     name: str
     partitions: int
     configs: tuple[tuple[str, str], ...] = ()
+    replication_factor: int = 0
 
 
 @dataclass
@@ -283,10 +285,11 @@ def configure_topology(topology: Topology, topics: MetadataView) -> ConfiguredTo
     needs: list[TopicNeed] = []
     for s in topology.subtopologies:
         for r in s.repartition_source_topics:
-            needs.append(TopicNeed(r.name, repartition[r.name], tuple((c.key, c.value) for c in r.topic_configs)))
+            needs.append(TopicNeed(r.name, repartition[r.name], tuple((c.key, c.value) for c in r.topic_configs),
+                                   r.replication_factor))
         for c in s.state_changelog_topics:
             needs.append(TopicNeed(c.name, out.tasks[s.subtopology_id],
-                                   tuple((k.key, k.value) for k in c.topic_configs)))
+                                   tuple((k.key, k.value) for k in c.topic_configs), c.replication_factor))
     for need in needs:
         info = topics.get(need.name)
         if info is None:
@@ -470,6 +473,15 @@ def validate(req: StreamsHeartbeatRequest) -> None:
     """Kafka's checks of a StreamsGroupHeartbeat before it looks at the group (INVALID_REQUEST)."""
     def invalid(message: str) -> HeartbeatError:
         return HeartbeatError(ErrorCode.INVALID_REQUEST, message)
+    # What Kafka 4.3.1's coordinator does not support yet, refused first, as it refuses them.
+    if req.instance_id is not None:
+        raise invalid("Static membership is not yet supported.")
+    if req.task_offsets is not None:
+        raise invalid("TaskOffsets are not supported yet.")
+    if req.task_end_offsets is not None:
+        raise invalid("TaskEndOffsets are not supported yet.")
+    if req.warmup_tasks:
+        raise invalid("WarmupTasks are not supported yet.")
     if req.topology is not None and any(s.source_topic_regex for s in req.topology.subtopologies):
         raise invalid("Regular expressions for source topics are not supported yet.")
     for value, what in ((req.member_id, "MemberId"), (req.group_id, "GroupId"), (req.instance_id, "InstanceId"),

@@ -9,7 +9,7 @@ import dataclasses
 import logging
 from typing import Callable
 
-from rivulet.common.cluster import InternalTopicCreator, MetadataView
+from rivulet.common.cluster import GroupTopicCreator, MetadataView
 from rivulet.coordinator.modern_group import GroupMember, HeartbeatError, MemberState
 from rivulet.coordinator.modern_group_service import ModernGroupService
 from rivulet.coordinator.delayed_ops import MemberDeadlines
@@ -33,7 +33,7 @@ from rivulet.coordinator.streams_group import (
     snapshot,
 )
 from rivulet.coordinator.offsets_topic import consumer_group_record
-from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.errors import ApiError, ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class StreamsGroupService(ModernGroupService[StreamsGroup]):
     REVOKED = "tasks"
 
     def __init__(self, config: StreamsGroupConfig, manager: GroupMetadataManager, metadata: MetadataView,
-                 topic_creator: InternalTopicCreator, deadlines: MemberDeadlines,
+                 topic_creator: GroupTopicCreator, deadlines: MemberDeadlines,
                  group_configs: GroupConfigs | None = None) -> None:
         super().__init__(manager, deadlines)
         self.config = config
@@ -139,8 +139,12 @@ class StreamsGroupService(ModernGroupService[StreamsGroup]):
 
             async def create(n: TopicNeed = need) -> None:
                 try:
-                    await self.topic_creator.ensure_internal_topic_off_loop(n.name, n.partitions, dict(n.configs))
+                    await self.topic_creator.create_group_topic(n.name, n.partitions, n.replication_factor,
+                                                                dict(n.configs))
                     log.info("Created internal topic %s with %d partitions for a streams group.", n.name, n.partitions)
+                except ApiError as e:
+                    if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:  # else another coordinator's creation won
+                        log.warning("Could not create internal topic %s: %s", n.name, e)
                 except Exception:  # noqa: BLE001 - logged; the next heartbeat asks again
                     log.warning("Could not create internal topic %s", n.name, exc_info=True)
                 finally:

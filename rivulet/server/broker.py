@@ -43,6 +43,7 @@ from rivulet.server.dynamic_config import DynamicBrokerConfig
 from rivulet.server.delegation_tokens import DelegationTokens, TokenSettings
 from rivulet.server.features import FeatureLevels, supported_features
 from rivulet.server.fd_limit import describe as describe_fd_limit
+from rivulet.server.group_topics import GroupTopicCreation
 from rivulet.server.fd_limit import raise_open_file_limit
 from rivulet.server.metadata import MetadataStore
 from rivulet.server.metrics.collectors import BrokerCollector, GroupLagCollector, IcebergCollector, RequestCollector
@@ -332,8 +333,9 @@ class Broker:
         self.partition_ends = PartitionEnds(rm, self._links("partition-ends"))
         # A deleted share group takes its share partitions' state with it (Kafka's DeleteShareGroupState).
         groups = self.group_coordinator = GroupCoordinator(
-            cfg, rm, topics, topics, self.node, timer, self.clock, self.group_configs, share_state=share,
-            partition_ends=self.partition_ends, on_share_group_deleted=share.delete_group_state)
+            cfg, rm, topics, topics, self.node, timer, self.clock, self.group_configs,
+            streams_topics=GroupTopicCreation(topics, self.cluster, cfg["default.replication.factor"]),
+            share_state=share, partition_ends=self.partition_ends, on_share_group_deleted=share.delete_group_state)
         # Markers on __consumer_offsets complete the producer's pending offsets in the group coordinator.
         txns = self.transaction_coordinator = TransactionCoordinator(
             cfg, rm, topics, topics, self.node, self._producer_ids(), offsets_listener=groups,

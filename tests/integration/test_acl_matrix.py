@@ -274,7 +274,7 @@ async def streams_group_heartbeat(c: Ctx) -> str:
             sthq.Subtopology(subtopology_id="0", source_topics=[T], source_topic_regex=[], state_changelog_topics=[],
                              repartition_sink_topics=[], repartition_source_topics=[], copartition_groups=[])]),
         active_tasks=[], standby_tasks=[], warmup_tasks=[], process_id="acl-process", client_tags=[],
-        task_offsets=[], task_end_offsets=[], shutdown_application=False))
+        task_offsets=None, task_end_offsets=None, shutdown_application=False))
     return name(r.error_code)
 
 

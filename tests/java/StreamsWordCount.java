@@ -10,7 +10,8 @@ import org.apache.kafka.streams.kstream.Produced;
 
 /**
  * Kafka Streams' word count with the streams rebalance protocol (KIP-1071).
- * Args: bootstrap application-id input-topic output-topic state-dir processing-guarantee.
+ * Args: bootstrap application-id input-topic output-topic state-dir processing-guarantee
+ * [replication-factor of the internal topics, else the broker's default].
  * Prints "STATE old -> new" on each state change; runs until killed.
  */
 public class StreamsWordCount {
@@ -21,6 +22,9 @@ public class StreamsWordCount {
         p.put(StreamsConfig.STATE_DIR_CONFIG, args[4]);
         p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, args[5]);
         p.put("group.protocol", "streams");
+        if (args.length > 6) {
+            p.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, Integer.parseInt(args[6]));
+        }
         p.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 200);
         p.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
         p.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);

@@ -141,7 +141,7 @@ class FakeMetadata:
 
 class FakeCluster:
     """The group coordinator's collaborators: config, replica manager, metadata view, this
-    node, timer and clock; it is also the internal-topic creator."""
+    node, timer and clock; it is also the internal-topic creator and the streams groups' topic creator."""
 
     def __init__(self, **overrides: Any) -> None:
         self.config = {**CONFIG, **overrides}
@@ -167,6 +167,10 @@ class FakeCluster:
     def add_topic(self, name: str, partitions: int) -> None:
         self.metadata.topics[name] = TopicInfo(name, partitions)
 
+    async def create_group_topic(self, name: str, partitions: int, replication_factor: int,
+                                 configs: dict[str, str]) -> None:
+        self.metadata.topics[name] = TopicInfo(name, partitions, configs)
+
     def advance(self, ms: int) -> None:
         """Move both clocks: the timer's (sessions, rebalances) and the wall clock (offsets)."""
         self.clock.sleep(ms)
@@ -177,7 +181,7 @@ def new_coordinator(b: FakeCluster, on_share_group_deleted: Callable[[str, list[
                     ) -> GroupCoordinator:
     """A coordinator (not started) over ``b``'s collaborators, e.g. the same log after a restart."""
     return GroupCoordinator(b.config, b.replica_manager, b.metadata, b, b.node, b.timer, b.clock,
-                            on_share_group_deleted=on_share_group_deleted)
+                            streams_topics=b, on_share_group_deleted=on_share_group_deleted)
 
 
 def make_coordinator(on_share_group_deleted: Callable[[str, list[TopicPartition]], None] | None = None,

@@ -348,7 +348,8 @@ def test_group_config_sets_the_interval_and_the_session():
     b = FakeCluster()
     configs = GroupConfigs(BrokerConfig({}).items())
     configs.set_group("sg", {"share.heartbeat.interval.ms": "7000", "share.session.timeout.ms": "50000"})
-    c = GroupCoordinator(b.config, b.replica_manager, b.metadata, b, b.node, b.timer, b.clock, configs)
+    c = GroupCoordinator(b.config, b.replica_manager, b.metadata, b, b.node, b.timer, b.clock, configs,
+                         streams_topics=b)
     c.startup()
     b.add_topic("t", 1)
     assert share_beat(c, "m1", 0, ["t"]).heartbeat_interval_ms == 7000
