@@ -234,8 +234,8 @@ def summary(runs: list[Run]) -> None:
     by: dict[str, list[Run]] = {}
     for r in runs:
         by.setdefault(r.name, []).append(r)
-    print(f"\n| pipeline (default trigger unless said) | orders | per order p50 / p99 s | after close p50 / p99 s "
-          f"| CPU s / M | load |")
+    print("\n| pipeline (default trigger unless said) | orders | per order p50 / p99 s | after close p50 / p99 s "
+          "| CPU s / M | load |")
     print("|---|---|---|---|---|---|")
     for name, rs in by.items():
         per = [x for r in rs for x in r.per_order]
