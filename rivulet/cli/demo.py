@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from rivulet.cli.pipeline import StopSignal, run_interruptibly
+from rivulet.cli.pipeline import PipelineConfig, StopSignal, run_interruptibly
 
 INPUT_TOPIC = "orders"
 OUTPUT_TOPIC = "orders-by-window"
@@ -205,7 +205,7 @@ def watermark_at(progress: dict[str, Any] | None) -> float:
     return datetime.fromisoformat(wm.replace("Z", "+00:00")).timestamp() if wm else 0.0
 
 
-def warm_up(spark: Any, cfg: Any) -> None:
+def warm_up(spark: Any, cfg: PipelineConfig) -> None:
     """Run the pipeline once, to its end, over a second of orders in scratch topics: Spark's
     Python workers start and import the connectors, the sink's producers start, the JVM loads
     and compiles the job's code. Without it the demo's first two micro-batches paid for all of
@@ -282,7 +282,7 @@ def _demo(args: argparse.Namespace, stop: StopSignal) -> int:
             f.result(30)
         admin.close()
 
-        from rivulet.cli.pipeline import PipelineConfig, PipelineStats, session_for, start
+        from rivulet.cli.pipeline import PipelineStats, session_for, start
         window_s, watermark_s = 10.0, 5.0
         cfg = PipelineConfig(
             bootstrap_servers=broker.bootstrap, input_topic=INPUT_TOPIC, starting_offsets="earliest",
