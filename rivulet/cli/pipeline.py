@@ -58,8 +58,12 @@ class PipelineConfig:
     output_format: str = "rivulet"
     parquet_path: str | None = None
     checkpoint: str = "pipeline-checkpoint"
+    # "" runs Spark's default trigger: the next micro-batch as soon as the last one is done
     trigger_interval: str = "5 seconds"
     available_now: bool = False
+    # Spark's Real-time Mode, with this batch duration (e.g. "5 minutes"): only on Spark's
+    # Kafka connector (a Python data source cannot take part), to the topic only, in update mode
+    real_time: str | None = None
     master: str = "local[2]"
     app_name: str = "rivulet-pipeline"
     shuffle_partitions: int = 2
@@ -139,6 +143,7 @@ class PipelineConfig:
         tr = dict(doc.get("trigger", {}))
         c.trigger_interval = tr.pop("processing_time", c.trigger_interval)
         c.available_now = bool(tr.pop("available_now", False))
+        c.real_time = tr.pop("real_time", None) or None
         if tr:
             raise ConfigError(f"[trigger]: unknown key(s) {sorted(tr)}")
         sp = dict(doc.get("spark", {}))
@@ -150,7 +155,23 @@ class PipelineConfig:
         c.query_name = sp.pop("query_name", c.query_name)
         if sp:
             raise ConfigError(f"[spark]: unknown key(s) {sorted(sp)}")
+        c.check_real_time()
         return c
+
+    def check_real_time(self) -> None:
+        """What Spark's Real-time Mode allows: its Kafka source and sink (Python data sources are
+        refused, STREAMING_REAL_TIME_MODE.INPUT_STREAM_NOT_SUPPORTED), no foreachBatch, so no
+        Parquet, and update mode: a window's row is written again at every change."""
+        if not self.real_time:
+            return
+        if self.source_format != "kafka" or self.output_format != "kafka":
+            raise ConfigError("[trigger] real_time needs format = \"kafka\" under [source] and [output.topic]: "
+                              "Spark's Real-time Mode takes only its own Kafka connector")
+        if self.parquet_path or not self.output_topic:
+            raise ConfigError("[trigger] real_time writes to [output.topic] only: Real-time Mode has no file "
+                              "sink and no foreachBatch; remove [output.parquet]")
+        if self.available_now:
+            raise ConfigError("[trigger] real_time and available_now exclude each other")
 
 
 def _connector(name: str, where: str) -> str:
@@ -199,9 +220,16 @@ def aggregate(events: Any, cfg: PipelineConfig) -> Any:
                       *cfg.group_by, *cfg.metrics)
 
 
-def batch_writer(cfg: PipelineConfig, stats: PipelineStats) -> Callable[[Any, int], None]:
+def topic_rows(df: Any, cfg: PipelineConfig) -> Any:
+    """The windows as the output topic holds them: JSON values keyed by the group-by columns."""
     from pyspark.sql import functions as F
+    key = F.col(cfg.output_key).cast("string") if cfg.output_key else \
+        F.concat_ws("|", *[F.col(c).cast("string") for c in cfg.group_by]) if cfg.group_by \
+        else F.lit(None).cast("string")
+    return df.select(key.alias("key"), F.to_json(F.struct(*df.columns)).alias("value"))
 
+
+def batch_writer(cfg: PipelineConfig, stats: PipelineStats) -> Callable[[Any, int], None]:
     def write(df: Any, batch_id: int) -> None:
         df = df.persist()
         try:
@@ -211,10 +239,7 @@ def batch_writer(cfg: PipelineConfig, stats: PipelineStats) -> Callable[[Any, in
                     # One directory per batch, overwritten if the batch is replayed.
                     df.write.mode("overwrite").parquet(f"{cfg.parquet_path}/batch_id={batch_id}")
                 if cfg.output_topic:
-                    key = F.col(cfg.output_key).cast("string") if cfg.output_key else \
-                        F.concat_ws("|", *[F.col(c).cast("string") for c in cfg.group_by]) if cfg.group_by \
-                        else F.lit(None).cast("string")
-                    out = df.select(key.alias("key"), F.to_json(F.struct(*df.columns)).alias("value"))
+                    out = topic_rows(df, cfg)
                     (out.write.format(cfg.output_format).mode("append")
                      .option("kafka.bootstrap.servers", cfg.output_bootstrap_servers or cfg.bootstrap_servers)
                      .option("topic", cfg.output_topic).save())
@@ -230,12 +255,28 @@ def batch_writer(cfg: PipelineConfig, stats: PipelineStats) -> Callable[[Any, in
 def start(spark: Any, cfg: PipelineConfig, stats: PipelineStats | None = None) -> Any:
     """Start the streaming query (resuming from the checkpoint if there is one)."""
     stats = stats or PipelineStats()
+    cfg.check_real_time()
     agg = aggregate(events_frame(spark, cfg), cfg)
+    if cfg.real_time:
+        return real_time_query(agg, cfg)
     writer = (agg.writeStream.outputMode("append").queryName(cfg.query_name)
               .foreachBatch(batch_writer(cfg, stats)).option("checkpointLocation", cfg.checkpoint))
-    writer = writer.trigger(availableNow=True) if cfg.available_now else \
-        writer.trigger(processingTime=cfg.trigger_interval)
+    if cfg.available_now:
+        writer = writer.trigger(availableNow=True)
+    elif cfg.trigger_interval:
+        writer = writer.trigger(processingTime=cfg.trigger_interval)
     return writer.start()
+
+
+def real_time_query(agg: Any, cfg: PipelineConfig) -> Any:
+    """The pipeline in Spark's Real-time Mode: every change of a window goes to the topic as it
+    happens (update mode), through Spark's Kafka sink (at least once). Every task of the query
+    runs at once, so Spark needs a slot for each source partition and each shuffle partition."""
+    assert cfg.output_topic is not None
+    return (topic_rows(agg, cfg).writeStream.format("kafka").outputMode("update").queryName(cfg.query_name)
+            .option("kafka.bootstrap.servers", cfg.output_bootstrap_servers or cfg.bootstrap_servers)
+            .option("topic", cfg.output_topic).option("checkpointLocation", cfg.checkpoint)
+            .trigger(realTime=cfg.real_time).start())
 
 
 def nothing_to_replay(checkpoint: str) -> bool:
@@ -249,7 +290,7 @@ def nothing_to_replay(checkpoint: str) -> bool:
 def release_markers(cfg: PipelineConfig, query_id: str) -> None:
     """Delete the topic write's marker groups once no batch can be replayed: a resumed query
     starts with a new batch, which needs no marker, so a stopped pipeline leaves no groups."""
-    if not cfg.output_topic or not nothing_to_replay(cfg.checkpoint):
+    if not cfg.output_topic or cfg.output_format != "rivulet" or not nothing_to_replay(cfg.checkpoint):
         return
     from rivulet.spark.sink import delete_query_markers
     try:

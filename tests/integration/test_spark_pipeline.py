@@ -270,3 +270,84 @@ def test_ctrl_c_ends_quietly_with_130(broker, tmp_path, command):
             proc.wait()
     assert proc.returncode == 130, err
     assert err.strip() == f"rivulet {command}: interrupted", err
+
+
+def test_real_time_mode_through_spark_kafka_connector_on_rivulet(broker, tmp_path):
+    """Spark's Real-time Mode takes no Python data source, so `real_time` runs the pipeline
+    through spark-sql-kafka against the broker: every order of a window shows in that window's
+    rows (update mode) while the query runs, without a micro-batch ever ending."""
+    from benchmarks.spark_source import kafka_connector_jars
+    from rivulet.spark.session import worker_pythonpath
+    import pyspark
+    worker_pythonpath()
+    jars, _ = kafka_connector_jars(pyspark.__version__)  # cached after the first fetch
+    src = create_topic(broker.bootstrap, topic_name("rtm-in"), 2)
+    out = create_topic(broker.bootstrap, topic_name("rtm-out"), 1)
+    conf = tmp_path / "p.toml"
+    conf.write_text(textwrap.dedent(f"""
+        [source]
+        bootstrap_servers = "{broker.bootstrap}"
+        topic = "{src}"
+        starting_offsets = "earliest"
+        format = "kafka"
+        [events]
+        schema = "{SCHEMA}"
+        event_time = "event_time"
+        [aggregate]
+        window = "10 seconds"
+        watermark = "10 seconds"
+        group_by = ["category"]
+        [aggregate.metrics]
+        orders = "count(*)"
+        items = "sum(quantity)"
+        [output.topic]
+        topic = "{out}"
+        format = "kafka"
+        [checkpoint]
+        location = "{tmp_path / 'cp'}"
+        [trigger]
+        real_time = "5 minutes"
+        [spark]
+        master = "local[4]"    # a task slot for each of the 2 source and 2 shuffle partitions
+        log = "{tmp_path / 'spark.log'}"
+        conf = {{ "spark.jars" = "{','.join(jars)}" }}
+        """))
+    proc = subprocess.Popen([sys.executable, "-m", "rivulet", "pipeline", "run", "--config", str(conf)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _wait_for_line(proc, "pipeline running", 240)
+        produce(broker.bootstrap, src, [order(i, 1.0 + i / 100, ("books", "toys")[i % 2], 1 + i % 3)
+                                        for i in range(40)])
+        want = {"books": (20, sum(1 + i % 3 for i in range(0, 40, 2))),
+                "toys": (20, sum(1 + i % 3 for i in range(1, 40, 2)))}
+        latest: dict[str, tuple[int, int]] = {}
+        deadline = time.monotonic() + 180
+        while latest != want and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(1)
+            for rec in consume_all(broker.bootstrap, out, 1):
+                row = json.loads(rec.value())
+                assert row["window_start"].startswith("2026-01-01T00:00:00"), row
+                latest[row["category"]] = max(latest.get(row["category"], (0, 0)), (row["orders"], row["items"]))
+        assert proc.poll() is None, proc.communicate()[1]
+        assert latest == want
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, err
+
+
+def test_demo_checks_every_order_it_produced(tmp_path):
+    """The demo's end mark moves the watermark past the last orders' windows, so its checks
+    cover every order, not only those of the windows a 20 s run had closed (about half)."""
+    from rivulet.spark.session import worker_pythonpath
+    worker_pythonpath()
+    proc = subprocess.run([sys.executable, "-m", "rivulet", "demo", "--output", str(tmp_path / "out"),
+                           "--duration", "20"], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    held = [line for line in proc.stdout.splitlines() if "closed windows hold" in line]
+    assert len(held) == 1 and "✓" in held[0], proc.stdout
+    covered, produced = (int(x.replace(",", "")) for x in held[0].split("hold ")[1].split(" orders")[0].split(" of "))
+    assert produced > 0 and covered >= 0.95 * produced, held[0]

@@ -49,3 +49,10 @@ def test_caught_up_is_not_forgotten_when_the_lag_query_fails_once():
     c = CatchUp(1000, started=0.0, settle=4)
     assert run(c, [(1, 1000, 1), (2, None, 1), (3, 1000, 1)]) == ["wait"] * 3
     assert c.observe(5, None, 1) == CatchUp.DONE
+
+
+def test_caught_up_is_not_done_until_the_watermark_closed_every_window():
+    # The end mark's batch is read, but the batch that writes the last windows has not run yet.
+    c = CatchUp(1000, started=0.0, settle=4)
+    assert [c.observe(t, 1001, 1, closed=False) for t in (1, 6, 7)] == ["wait"] * 3
+    assert c.observe(8, 1001, 2, closed=True) == CatchUp.DONE

@@ -135,3 +135,22 @@ def test_value_format_failfast_names_the_record_and_permissive_keeps_it():
     assert out.column("value").to_pylist() == ["ab", None]
     assert out.column("rawValue").to_pylist() == [None, b"junk"]
     assert out.column("valueError").to_pylist()[0] is None
+
+
+def test_pipeline_real_time_trigger_takes_spark_kafka_connector_and_the_topic_only():
+    from rivulet.cli.pipeline import PipelineConfig
+    from rivulet.common.config import ConfigError
+    kafka = {"source": {"topic": "in", "format": "kafka"}, "events": {"schema": "t TIMESTAMP"},
+             "output": {"topic": {"topic": "out", "format": "kafka"}}, "checkpoint": {"location": "cp"},
+             "trigger": {"real_time": "5 minutes"}}
+    assert PipelineConfig.from_dict(kafka).real_time == "5 minutes"
+    with pytest.raises(ConfigError, match="Real-time Mode takes only its own Kafka connector"):
+        PipelineConfig.from_dict({**kafka, "source": {"topic": "in"}})
+    with pytest.raises(ConfigError, match="remove \\[output.parquet\\]"):
+        PipelineConfig.from_dict({**kafka, "output": {"topic": {"topic": "out", "format": "kafka"},
+                                                      "parquet": {"path": "pq"}}})
+    with pytest.raises(ConfigError, match="exclude each other"):
+        PipelineConfig.from_dict({**kafka, "trigger": {"real_time": "5 minutes", "available_now": True}})
+    # Spark's default trigger: each micro-batch as soon as the last one is done
+    assert PipelineConfig.from_dict({**kafka, "trigger": {"processing_time": ""}}).trigger_interval == ""
+    assert PipelineConfig.load("examples/pipeline.toml").real_time is None
