@@ -5,6 +5,7 @@ informational commits, and the sink's no-duplicates guarantee on replay."""
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from pathlib import Path
@@ -101,6 +102,13 @@ def run_available_now(df, checkpoint: Path, sink: str = "parquet", path: Path | 
     if q.exception() is not None:
         raise q.exception()
     return q
+
+
+def jvm_stderr(spark) -> Path:
+    """The file the Spark JVM's stderr (and its Python workers') goes to: the log of the first
+    session made in this process, since later sessions reuse its JVM."""
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    return Path(os.readlink(f"/proc/{pid}/fd/2"))
 
 
 @pytest.fixture(scope="module")
@@ -446,7 +454,7 @@ def test_options_refused_as_by_spark_and_security_options(broker, spark, tmp_pat
         run_available_now(source(spark, broker.bootstrap, t, **{option: value}), tmp_path / "cp", sink="noop")
 
 
-def test_sink_refuses_serializers_and_security_options_and_warns_of_unknown_ones(broker, spark, spark_root):
+def test_sink_refuses_serializers_and_security_options_and_warns_of_unknown_ones(broker, spark):
     t = create_topic(broker.bootstrap, topic_name("w"), 1)
     df = spark.createDataFrame([("k", "v")], "key string, value string")
     for option, value, said in (("kafka.value.serializer", "x", "'value.serializer' is not supported"),
@@ -463,7 +471,7 @@ def test_sink_refuses_serializers_and_security_options_and_warns_of_unknown_ones
     df.write.format("rivulet").option("kafka.bootstrap.servers", broker.bootstrap).option("topic", t) \
         .option("kafka.security.protocol", "PLAINTEXT").option("kafka.linger.ms", "5").option("whatevr", "1").save()
     assert source(spark, broker.bootstrap, t, streaming=False, subscrib="1").count() == 1
-    log = spark_root / "spark.log"
+    log = jvm_stderr(spark)
     for said in ("option whatevr is not an option of Rivulet's sink or of Spark's Kafka sink: it has no effect",
                  "option subscrib is not an option of Rivulet's source or of Spark's Kafka source: it has no effect",
                  "option kafka.linger.ms has no effect on Rivulet's sink"):
