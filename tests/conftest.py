@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import itertools
 import sys
 import warnings
@@ -154,18 +155,25 @@ def java() -> None:
         pytest.skip(f"Kafka Java tools unavailable: {reason}")
 
 
-@pytest.fixture(scope="module")
-def kafka_ref(java: None) -> Iterator[str]:
-    """A real Apache Kafka broker; failing to start it is a harness failure, not a skip."""
+@contextlib.contextmanager
+def running_kafka(overrides: dict[str, str] | None = None, heap: str = "1g") -> Iterator[str]:
+    """A real Apache Kafka broker (benchmarks/reference), stopped and removed afterwards; its
+    bootstrap address. Failing to start it is a harness failure, not a skip."""
     from benchmarks.reference.kafka import KafkaReference
 
-    ref = KafkaReference()
+    ref = KafkaReference(overrides=overrides, heap=heap)
     try:
         ref.start()
         yield ref.bootstrap
     finally:
         ref.stop()
         ref.cleanup()
+
+
+@pytest.fixture(scope="module")
+def kafka_ref(java: None) -> Iterator[str]:
+    with running_kafka() as bootstrap:
+        yield bootstrap
 
 
 @pytest.fixture(scope="session")

@@ -503,15 +503,10 @@ def run_word_count(bootstrap: str, tmp_path: Path, replication_factor: int | Non
 def kafka_streams_ref(java) -> Iterator[str]:
     """Kafka 4.3.1 (one KRaft node) with the streams sessions of these tests; its streams.version
     is 1 on a new cluster, so the streams rebalance protocol needs no other setting."""
-    from benchmarks.reference.kafka import KafkaReference
+    from conftest import running_kafka
 
-    ref = KafkaReference(overrides=STREAMS_SESSIONS, heap="512m")
-    try:
-        ref.start()
-        yield ref.bootstrap
-    finally:
-        ref.stop()
-        ref.cleanup()
+    with running_kafka(STREAMS_SESSIONS, heap="512m") as bootstrap:
+        yield bootstrap
 
 
 @pytest.mark.java
