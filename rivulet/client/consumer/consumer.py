@@ -127,6 +127,9 @@ class AIOConsumer:
                                                    make_assignors(c["partition.assignment.strategy"]))
         self.loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task] = []
+        # Asynchronous commits still in flight: a synchronous commit waits for them first, so an
+        # older commit can never land after a newer one.
+        self._async_commits: set[asyncio.Task] = set()
         self._started = False
         self._closed = False
         self.buffer.notify = self._ready.set
@@ -603,15 +606,27 @@ class AIOConsumer:
         if not targets:
             raise E.KafkaException(E.local("_NO_OFFSET", "no offsets to commit"))
         if asynchronous:
-            self.loop.create_task(self._commit_reporting(targets))
+            task = self.loop.create_task(self._commit_reporting(targets))
+            self._async_commits.add(task)
+            task.add_done_callback(self._async_commits.discard)
             return None
-        await self.coordinator.commit(targets, time.monotonic() + self.conf["request.timeout.ms"] / 1000)
+        deadline = time.monotonic() + self.conf["request.timeout.ms"] / 1000
+        await self._await_async_commits(deadline)
+        await self.coordinator.commit(targets, deadline)
         return _partitions(targets)
 
+    async def _await_async_commits(self, deadline: float) -> None:
+        """Called before a synchronous commit: the asynchronous ones issued earlier complete first."""
+        if self._async_commits:
+            await asyncio.wait(set(self._async_commits), timeout=max(0.0, deadline - time.monotonic()))
+
     async def _commit_reporting(self, targets: dict[TP, OffsetAndMetadata]) -> None:
+        """An asynchronous commit (commit(asynchronous=True), auto-commit): it waits for a coordinator
+        but is sent once, as Kafka's commitAsync; a retried copy could land after a newer commit."""
         err = None
         try:
-            await self.coordinator.commit(targets, time.monotonic() + self.conf["request.timeout.ms"] / 1000)
+            await self.coordinator.commit(targets, time.monotonic() + self.conf["request.timeout.ms"] / 1000,
+                                          retry=False)
         except E.KafkaException as e:
             err = e.error
         except Exception as e:
@@ -640,7 +655,9 @@ class AIOConsumer:
         if not offsets:
             return
         try:
-            await self.coordinator.commit(offsets, time.monotonic() + self.conf["request.timeout.ms"] / 1000)
+            deadline = time.monotonic() + self.conf["request.timeout.ms"] / 1000
+            await self._await_async_commits(deadline)
+            await self.coordinator.commit(offsets, deadline)
             self._commit_done(None, _partitions(offsets))
         except E.KafkaException as e:
             log.warning("auto-commit before rebalance failed: %s", e)
@@ -728,6 +745,7 @@ class AIOConsumer:
                     pass
                 for t in self._tasks:
                     t.cancel()
+                await self._await_async_commits(time.monotonic() + c.request_timeout)
                 member = c.generation >= 0 or not self.subs.partitions_auto_assigned
                 if self.subs.assignment and member:
                     await self._maybe_auto_commit_sync()

@@ -440,8 +440,10 @@ class ConsumerCoordinator:
         await cancel_and_wait(self._hb_task)
 
     # ------------------------------------------------------------ offsets
-    async def commit(self, offsets: dict[TP, OffsetAndMetadata], retry_until: float | None = None) -> None:
-        """OffsetCommit; retries coordinator moves until ``retry_until`` (monotonic), if given."""
+    async def commit(self, offsets: dict[TP, OffsetAndMetadata], retry_until: float | None = None,
+                     retry: bool = True) -> None:
+        """OffsetCommit; waits for a coordinator until ``retry_until`` (monotonic), if given, and
+        retries coordinator moves until then unless ``retry`` is false (asynchronous commits)."""
         if not offsets:
             return
         while True:
@@ -450,7 +452,7 @@ class ConsumerCoordinator:
                 await self._commit_once(offsets)
                 return
             except RebalanceNeeded as e:
-                if retry_until is None or time.monotonic() >= retry_until:
+                if not retry or retry_until is None or time.monotonic() >= retry_until:
                     raise E.KafkaException(E.local("_TRANSPORT", f"commit failed: {e}")) from None
                 await asyncio.sleep(self.backoff)
 
