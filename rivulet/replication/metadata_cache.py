@@ -9,6 +9,7 @@ Pure data: the request handler turns UpdateMetadata into ``MetadataUpdate`` and 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rivulet.common.types import TopicPartition
@@ -74,6 +75,9 @@ class MetadataCache:
         self._topic_ids: dict[str, uuid.UUID] = {}
         self._topic_names: dict[uuid.UUID, str] = {}
         self._fenced_self: LiveBroker | None = None
+        # Until the controller's first UpdateMetadata this view knows no broker, not even this one.
+        self.initialized = False
+        self._first_update_waiters: list[Callable[[], None]] = []
 
     # ------------------------------------------------------------ updates
     def set_self_fenced(self, fenced: bool) -> None:
@@ -90,6 +94,8 @@ class MetadataCache:
     def update(self, u: MetadataUpdate) -> list[TopicPartition]:
         """Apply an UpdateMetadata; returns the partitions it deleted."""
         self._fenced_self = None
+        first = not self.initialized
+        self.initialized = True
         self.controller_id = u.controller_id if u.controller_id >= 0 else None
         self.controller_epoch = u.controller_epoch
         self.brokers = {b.broker_id: b for b in u.live_brokers}
@@ -110,7 +116,18 @@ class MetadataCache:
                         self._topic_names.pop(tid, None)
                 continue
             self._partitions.setdefault(tp.topic, {})[tp.partition] = state
+        if first:
+            waiters, self._first_update_waiters = self._first_update_waiters, []
+            for fn in waiters:
+                fn()
         return deleted
+
+    def on_first_update(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` once the first UpdateMetadata is applied (at once if it was)."""
+        if self.initialized:
+            fn()
+        else:
+            self._first_update_waiters.append(fn)
 
     # ------------------------------------------------------------ queries
     def alive_broker(self, broker_id: int) -> LiveBroker | None:

@@ -295,3 +295,33 @@ def test_reassignment_end_to_end(cluster):
     assert listed.error_code == 0 and listed.topics == []
     end = admin.list_topics("moving", timeout=10).topics["moving"].partitions[0]
     assert sorted(end.replicas) == [2, 3]
+
+
+def test_a_new_broker_answers_metadata_only_once_the_controller_has_told_it(cluster):
+    """As a Kafka 4.3 broker serves nobody before it has caught up with the metadata, a
+    Metadata request to a just-started broker waits for the controller's first UpdateMetadata
+    rather than answer with no broker at all (librdkafka lost a consumer's join over that)."""
+    from rivulet.protocol.messages import metadata_request as mq
+
+    slow = {"zookeeper.session.timeout.ms": "20000"}  # the paused controller keeps its session
+    cluster.start(1, **slow)
+    cluster.wait_for_brokers([1])
+    cluster.brokers[1].pause()  # the controller: nobody tells the new broker anything meanwhile
+    try:
+        b2 = cluster.start(2, **slow)
+
+        async def ask() -> list[int]:
+            conn = await BrokerConnection("127.0.0.1", b2.port, client_id="md").connect(10)
+            try:
+                asking = asyncio.ensure_future(conn.send(mq.MetadataRequest(topics=None)))
+                await asyncio.sleep(1.5)
+                assert not asking.done(), f"answered before the controller spoke: {asking.result()}"
+                cluster.brokers[1].resume()
+                response = await asyncio.wait_for(asking, 30)
+                return sorted(b.node_id for b in response.brokers)
+            finally:
+                await conn.close()
+
+        assert asyncio.run(ask()) == [1, 2]
+    finally:
+        cluster.brokers[1].resume()

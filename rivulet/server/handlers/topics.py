@@ -49,6 +49,9 @@ log = logging.getLogger(__name__)
 # Kafka's controller refuses a request that would create more partitions than this at once:
 # such batches ran it out of memory.
 MAX_PARTITIONS_PER_BATCH = 10_000
+# How long a Metadata request that reaches a just-started cluster broker waits for the controller's
+# first UpdateMetadata before it is answered from the empty view.
+FIRST_METADATA_WAIT_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,9 +217,24 @@ class TopicHandlers:
             mr.MetadataResponseTopic(name=t.name or "", topic_id=t.topic_id, is_internal=False, partitions=[],
                                      error_code=code) for t in req.topics or ()])
 
-    def handle_metadata(
-        self, header: RequestHeader, req: MetadataRequest, conn: KafkaConnection
-    ) -> mr.MetadataResponse:
+    def handle_metadata(self, header: RequestHeader, req: MetadataRequest, conn: KafkaConnection) -> Answer:
+        cache = self.metadata_cache
+        if cache is None or cache.initialized:
+            return self._metadata(header, req, conn)
+        # A Kafka 4.3 broker serves no request before it has caught up with the cluster's metadata;
+        # answered now, the response would name no broker at all (librdkafka was seen to lose a
+        # consumer's join over one). So it waits for the controller's first UpdateMetadata.
+        answer: asyncio.Future[mr.MetadataResponse] = asyncio.get_running_loop().create_future()
+
+        def respond() -> None:
+            if not answer.done():
+                answer.set_result(self._metadata(header, req, conn))
+
+        cache.on_first_update(respond)
+        asyncio.get_running_loop().call_later(FIRST_METADATA_WAIT_S, respond)
+        return answer
+
+    def _metadata(self, header: RequestHeader, req: MetadataRequest, conn: KafkaConnection) -> mr.MetadataResponse:
         v = header.api_version
         topics = self.topics
         topics_out: list[mr.MetadataResponseTopic] = []
