@@ -3,13 +3,16 @@ from __future__ import annotations
 import contextlib
 import itertools
 import sys
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
-from rivulet.testing import BrokerProcess
+from rivulet.testing import BrokerProcess, free_port
 
 _TESTS = Path(__file__).resolve().parent
 # .ci/run runs the suite in two parts, each on pytest-xdist workers with `--dist loadgroup`.
@@ -69,6 +72,33 @@ def broker():
     b = BrokerProcess().start()
     yield b
     b.cleanup()
+
+
+def wait_for_registry(url: str, **get: Any) -> None:
+    """Wait (60 s at most) until the schema registry at ``url`` answers GET /subjects; ``get``
+    goes to httpx.get (verify, auth) for a secured one."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{url}/subjects", timeout=30, **get).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "the schema registry did not answer"
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def registry_broker() -> Iterator[tuple[BrokerProcess, str]]:
+    """One broker per test module serving the schema registry on a port of its own, once the
+    registry answers: (the broker, the registry's URL)."""
+    url = f"http://127.0.0.1:{free_port()}"
+    b = BrokerProcess({"schema.registry.listeners": url}).start()
+    try:
+        wait_for_registry(url)
+        yield b, url
+    finally:
+        b.cleanup()
 
 
 @pytest.fixture

@@ -30,7 +30,10 @@ def worker_pythonpath() -> None:
 
 def quiet_session(master: str = "local[2]", app_name: str = "rivulet", conf: Mapping[str, Any] | None = None,
                   log_path: str | os.PathLike | None = None, log_level: str = "ERROR") -> Any:
-    """Build (or get) a SparkSession with the UI and progress bar off and the logs in ``log_path``."""
+    """Build (or get) a SparkSession with the UI and progress bar off and the logs in ``log_path``.
+
+    Only the session that starts the JVM (the first in this process) sends the JVM's output to
+    its ``log_path``; a later one reuses that JVM, whose output stays there (``jvm_stderr``)."""
     from pyspark.sql import SparkSession
 
     import rivulet.spark
@@ -68,3 +71,10 @@ def quiet_session(master: str = "local[2]", app_name: str = "rivulet", conf: Map
     spark.sparkContext.setLogLevel(log_level)
     rivulet.spark.register(spark)
     return spark
+
+
+def jvm_stderr(spark: Any) -> Path:
+    """The file the Spark JVM's stderr goes to, its Python workers' too: the ``log_path`` of the
+    session that started the JVM, whichever session asks (Linux: read from /proc)."""
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    return Path(os.readlink(f"/proc/{pid}/fd/2"))

@@ -16,6 +16,7 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from conftest import wait_for_registry
 from rivulet.testing import BrokerProcess, free_port
 
 pytestmark = pytest.mark.integration
@@ -24,28 +25,6 @@ V1 = {"type": "record", "name": "Reading", "namespace": "rivulet.test",
       "fields": [{"name": "sensor", "type": "string"}, {"name": "value", "type": "double"}]}
 V2 = {**V1, "fields": V1["fields"] + [{"name": "unit", "type": "string", "default": "C"}]}
 BAD = {**V1, "fields": V1["fields"] + [{"name": "site", "type": "string"}]}  # no default: not BACKWARD
-
-
-def _wait_ready(url: str) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{url}/subjects", timeout=30).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, "the schema registry did not answer"
-        time.sleep(0.1)
-
-
-@pytest.fixture(scope="module")
-def registry_broker():
-    port = free_port()
-    b = BrokerProcess({"schema.registry.listeners": f"http://127.0.0.1:{port}"}).start()
-    url = f"http://127.0.0.1:{port}"
-    _wait_ready(url)
-    yield b, url
-    b.cleanup()
 
 
 def test_serializers_round_trip_and_evolve(registry_broker):
@@ -150,12 +129,12 @@ def test_schemas_survive_a_restart_and_ids_continue(tmp_path):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with BrokerProcess({"schema.registry.listeners": url}, data_dir=str(tmp_path)) as b:
-        _wait_ready(url)
+        wait_for_registry(url)
         client = SchemaRegistryClient({"url": url})
         first = client.register_schema("kept", Schema(json.dumps(V1), "AVRO"))
         b.kill()  # kill -9: what was answered is in the topic, acknowledged by acks=all
         b.start()
-        _wait_ready(url)
+        wait_for_registry(url)
         client = SchemaRegistryClient({"url": url})
         assert client.get_schema(first).schema_str == json.dumps(V1, separators=(",", ":"))
         second = client.register_schema("other", Schema(json.dumps(V2), "AVRO"))
@@ -173,7 +152,7 @@ def test_rivulet_registry_command_against_a_cluster(broker_factory, tmp_path):
                             stdout=log, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
-        _wait_ready(url)
+        wait_for_registry(url)
         client = SchemaRegistryClient({"url": url})
         sid = client.register_schema("standalone", Schema(json.dumps(V1), "AVRO"))
         assert client.get_schema(sid).schema_str == json.dumps(V1, separators=(",", ":"))

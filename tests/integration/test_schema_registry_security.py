@@ -6,7 +6,6 @@ broker's topic ACLs guarding each topic's subjects, with Confluent's 401 and 403
 from __future__ import annotations
 
 import json
-import time
 import uuid
 
 import httpx
@@ -16,6 +15,7 @@ from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, 
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+from conftest import wait_for_registry
 from rivulet.testing import BrokerProcess, free_port
 
 pytestmark = pytest.mark.integration
@@ -53,15 +53,7 @@ def secured(tls_certs):
             for principal, op in (("User:alice", AclOperation.WRITE), ("User:app", AclOperation.READ))]
     for f in admin.create_acls(acls).values():
         f.result(30)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{url}/subjects", verify=ca, auth=("admin", "admin-secret"), timeout=30).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, "the schema registry did not answer"
-        time.sleep(0.1)
+    wait_for_registry(url, verify=ca, auth=("admin", "admin-secret"))
     yield url, ca, b
     b.cleanup()
 

@@ -5,7 +5,6 @@ informational commits, and the sink's no-duplicates guarantee on replay."""
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from pathlib import Path
@@ -102,13 +101,6 @@ def run_available_now(df, checkpoint: Path, sink: str = "parquet", path: Path | 
     if q.exception() is not None:
         raise q.exception()
     return q
-
-
-def jvm_stderr(spark) -> Path:
-    """The file the Spark JVM's stderr (and its Python workers') goes to: the log of the first
-    session made in this process, since later sessions reuse its JVM."""
-    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
-    return Path(os.readlink(f"/proc/{pid}/fd/2"))
 
 
 @pytest.fixture(scope="module")
@@ -471,6 +463,7 @@ def test_sink_refuses_serializers_and_security_options_and_warns_of_unknown_ones
     df.write.format("rivulet").option("kafka.bootstrap.servers", broker.bootstrap).option("topic", t) \
         .option("kafka.security.protocol", "PLAINTEXT").option("kafka.linger.ms", "5").option("whatevr", "1").save()
     assert source(spark, broker.bootstrap, t, streaming=False, subscrib="1").count() == 1
+    from rivulet.spark.session import jvm_stderr
     log = jvm_stderr(spark)
     for said in ("option whatevr is not an option of Rivulet's sink or of Spark's Kafka sink: it has no effect",
                  "option subscrib is not an option of Rivulet's source or of Spark's Kafka source: it has no effect",

@@ -4,6 +4,7 @@ duplicates nor gaps after the crash."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -12,6 +13,7 @@ import sys
 import textwrap
 import time
 from collections import Counter
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -228,6 +230,27 @@ def _wait_for_line(proc: subprocess.Popen, text: str, timeout: float) -> str:
     raise AssertionError(f"no {text!r} in:\n{seen}")
 
 
+@contextlib.contextmanager
+def rivulet_running(args: list[str], ready: str) -> Iterator[subprocess.Popen]:
+    """``python -m rivulet *args`` in a session of its own (so that signals reach its Spark
+    JVM too), once it printed ``ready``; its whole group killed afterwards if still running."""
+    proc = subprocess.Popen([sys.executable, "-m", "rivulet", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _wait_for_line(proc, ready, 240)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def ctrl_c(proc: subprocess.Popen) -> str:
+    """SIGINT to the whole group, as the terminal sends Ctrl-C; what the process wrote to stderr."""
+    os.killpg(proc.pid, signal.SIGINT)
+    return proc.communicate(timeout=120)[1]
+
+
 @pytest.mark.parametrize("command", ["pipeline", "demo"])
 def test_ctrl_c_ends_quietly_with_130(broker, tmp_path, command):
     from rivulet.spark.session import worker_pythonpath
@@ -257,17 +280,9 @@ def test_ctrl_c_ends_quietly_with_130(broker, tmp_path, command):
         args, ready = ["pipeline", "run", "--config", str(conf)], "pipeline running"
     else:
         args, ready = ["demo", "--output", str(tmp_path / "out"), "--duration", "300"], "generating"
-    proc = subprocess.Popen([sys.executable, "-m", "rivulet", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        _wait_for_line(proc, ready, 240)
+    with rivulet_running(args, ready) as proc:
         time.sleep(3)  # a batch under way
-        os.killpg(proc.pid, signal.SIGINT)  # as the terminal sends Ctrl-C, to the whole group
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        err = ctrl_c(proc)
     assert proc.returncode == 130, err
     assert err.strip() == f"rivulet {command}: interrupted", err
 
@@ -312,10 +327,7 @@ def test_real_time_mode_through_spark_kafka_connector_on_rivulet(broker, tmp_pat
         log = "{tmp_path / 'spark.log'}"
         conf = {{ "spark.jars" = "{','.join(jars)}" }}
         """))
-    proc = subprocess.Popen([sys.executable, "-m", "rivulet", "pipeline", "run", "--config", str(conf)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        _wait_for_line(proc, "pipeline running", 240)
+    with rivulet_running(["pipeline", "run", "--config", str(conf)], "pipeline running") as proc:
         produce(broker.bootstrap, src, [order(i, 1.0 + i / 100, ("books", "toys")[i % 2], 1 + i % 3)
                                         for i in range(40)])
         want = {"books": (20, sum(1 + i % 3 for i in range(0, 40, 2))),
@@ -330,12 +342,7 @@ def test_real_time_mode_through_spark_kafka_connector_on_rivulet(broker, tmp_pat
                 latest[row["category"]] = max(latest.get(row["category"], (0, 0)), (row["orders"], row["items"]))
         assert proc.poll() is None, proc.communicate()[1]
         assert latest == want
-        os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        err = ctrl_c(proc)
     assert proc.returncode == 130, err
 
 

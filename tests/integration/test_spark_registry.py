@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import datetime
 import json
-import time
 import uuid
 
-import httpx
 import pytest
 
 pytest.importorskip("pyspark")
@@ -19,7 +17,6 @@ from confluent_kafka.schema_registry import SchemaRegistryClient  # noqa: E402
 from confluent_kafka.schema_registry.avro import AvroSerializer  # noqa: E402
 from confluent_kafka.serialization import MessageField, SerializationContext  # noqa: E402
 
-from rivulet.testing import BrokerProcess, free_port  # noqa: E402
 from test_spark import create_topic, produce, spark_session  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -31,24 +28,6 @@ V1 = {"type": "record", "name": "Reading", "namespace": "rivulet.test", "fields"
     {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}}]}
 V2 = {**V1, "fields": V1["fields"] + [{"name": "unit", "type": ["null", "string"], "default": None}]}
 AT = datetime.datetime(2026, 11, 29, 9, 0, tzinfo=datetime.timezone.utc)
-
-
-@pytest.fixture(scope="module")
-def registry_broker():
-    port = free_port()
-    b = BrokerProcess({"schema.registry.listeners": f"http://127.0.0.1:{port}"}).start()
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{url}/subjects", timeout=30).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, "the schema registry did not answer"
-        time.sleep(0.1)
-    yield b, url
-    b.cleanup()
 
 
 @pytest.fixture(scope="module")
