@@ -145,7 +145,8 @@ class GroupCoordinator(InternalTopicCoordinator):
         self.streams_group_config = StreamsGroupConfig(
             heartbeat_interval_ms=config_value(config, "group.streams.heartbeat.interval.ms", 5000),
             session_timeout_ms=config_value(config, "group.streams.session.timeout.ms", 45000),
-            num_standby_replicas=config_value(config, "group.streams.num.standby.replicas", 0))
+            num_standby_replicas=config_value(config, "group.streams.num.standby.replicas", 0),
+            initial_rebalance_delay_ms=config_value(config, "group.streams.initial.rebalance.delay.ms", 3000))
         self._active = False
         self._load_queue: deque[int] = deque()
         self._loader: asyncio.Task | None = None

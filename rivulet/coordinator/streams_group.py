@@ -96,6 +96,9 @@ class StreamsGroupConfig(GroupSessionConfig):
     """The broker's ``group.streams.*`` settings (a group's own configs override them all)."""
 
     num_standby_replicas: int = 0
+    # How long a new group waits for more members before its first assignment (Kafka's
+    # group.streams.initial.rebalance.delay.ms, and a group's streams.initial.rebalance.delay.ms).
+    initial_rebalance_delay_ms: int = 3000
 
 
 @dataclass(frozen=True)
@@ -114,28 +117,6 @@ class StreamsGroupMember(RevokingMember):
     assigned: Assignment = field(default_factory=Assignment)
     # Active tasks the member was told to give up and has not yet reported gone.
     pending_revocation: Tasks = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class TaskOffsets:
-    """A member's report of its tasks' changelogs (KIP-1071): how far it has restored each task
-    (``offsets``, the sum over the task's changelog partitions) and, for its active tasks, where
-    those changelogs end (``end_offsets``); the difference is the task's lag."""
-
-    offsets: Mapping[tuple[str, int], int] = field(default_factory=dict)
-    end_offsets: Mapping[tuple[str, int], int] = field(default_factory=dict)
-
-    def updated(self, offsets: Mapping[tuple[str, int], int] | None,
-                end_offsets: Mapping[tuple[str, int], int] | None) -> TaskOffsets:
-        """These offsets with a heartbeat's report over them (None: that list unchanged)."""
-        return TaskOffsets(self.offsets if offsets is None else dict(offsets),
-                           self.end_offsets if end_offsets is None else dict(end_offsets))
-
-    def lag(self, task: tuple[str, int]) -> int | None:
-        """How far the member is behind on ``task``, if it reported both offsets."""
-        if task not in self.offsets or task not in self.end_offsets:
-            return None
-        return max(self.end_offsets[task] - self.offsets[task], 0)
 
 
 @dataclass(frozen=True)
@@ -181,7 +162,6 @@ class StreamsGroup:
         self.group_id = group_id
         self.group_epoch = 0
         self.members: dict[str, StreamsGroupMember] = {}
-        self.static_members: dict[str, str] = {}  # instance id -> member id
         self.topology: Topology | None = None
         self.configured: ConfiguredTopology | None = None
         self.partition_hash = 0  # the partition counts of the topics the topology reads
@@ -190,9 +170,9 @@ class StreamsGroup:
         self.endpoint_information_epoch = 0
         self.shutdown_requested = False
         self.gone_members: set[str] = set()  # removed since their tombstones were last written
-        # What each member last reported of its tasks' changelogs: kept in memory only, as Kafka
-        # does (they change all the time; a member reports them again every task offset interval).
-        self.task_offsets: dict[str, TaskOffsets] = {}
+        # The initial rebalance delay of a group a first member joined is running (in memory only:
+        # as Kafka's timer, it is not in the records, so a coordinator loading the group assigns at once).
+        self.initial_delay_running = False
 
     def state(self) -> GroupState:
         if not self.members:
@@ -467,6 +447,7 @@ class StreamsHeartbeatResult:
     partitions_by_user_endpoint: list[EndpointPartitions] | None = None
     revocation_timeout_ms: int | None = None  # the member must revoke within it (re)arm
     cancel_revocation: bool = False
+    initial_delay_ms: int | None = None  # the group's initial rebalance delay started: ``assign_delayed`` after it
 
 
 def validate(req: StreamsHeartbeatRequest) -> None:
@@ -484,8 +465,7 @@ def validate(req: StreamsHeartbeatRequest) -> None:
         raise invalid("WarmupTasks are not supported yet.")
     if req.topology is not None and any(s.source_topic_regex for s in req.topology.subtopologies):
         raise invalid("Regular expressions for source topics are not supported yet.")
-    for value, what in ((req.member_id, "MemberId"), (req.group_id, "GroupId"), (req.instance_id, "InstanceId"),
-                        (req.rack_id, "RackId")):
+    for value, what in ((req.member_id, "MemberId"), (req.group_id, "GroupId"), (req.rack_id, "RackId")):
         if value is not None and not value.strip():
             raise invalid(f"{what} can't be empty.")
     if req.member_epoch == 0:
@@ -504,8 +484,7 @@ def validate(req: StreamsHeartbeatRequest) -> None:
                                          f"Changelog topic {c.name} must have an undefined partition count, "
                                          f"but it is set to {c.partitions}.")
     elif req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-        if req.instance_id is None:
-            raise invalid("InstanceId can't be null.")
+        raise invalid("InstanceId can't be null.")  # a static member's leave, without one (they are refused)
     elif req.member_epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
         raise invalid(f"MemberEpoch is {req.member_epoch}, but must be greater than or equal to -2.")
     given = [t is not None for t in (req.active_tasks, req.standby_tasks, req.warmup_tasks)]
@@ -520,6 +499,7 @@ def heartbeat(group: StreamsGroup, req: StreamsHeartbeatRequest, topics: Metadat
     """Answer a validated heartbeat of a member that is not leaving, changing ``group``."""
     member = _member_for(group, req)
     joined = req.member_id not in group.members
+    first = not group.members  # the first member of a new (or emptied) group
 
     status: list[tuple[StatusCode, str]] = []
     bump = joined
@@ -534,7 +514,7 @@ def heartbeat(group: StreamsGroup, req: StreamsHeartbeatRequest, topics: Metadat
                            f"topology epoch {group.topology.epoch}."))
     # Fields the member did not send (None; -1 for the rebalance timeout) stay as they were.
     updated = dataclasses.replace(
-        member, instance_id=_or(req.instance_id, member.instance_id), rack_id=_or(req.rack_id, member.rack_id),
+        member, rack_id=_or(req.rack_id, member.rack_id),
         rebalance_timeout_ms=_or(None if req.rebalance_timeout_ms == -1 else req.rebalance_timeout_ms,
                                  member.rebalance_timeout_ms),
         topology_epoch=_or(req.topology.epoch if req.topology is not None else None, member.topology_epoch),
@@ -543,8 +523,6 @@ def heartbeat(group: StreamsGroup, req: StreamsHeartbeatRequest, topics: Metadat
     if updated.process_id != member.process_id or updated.client_tags != member.client_tags:
         bump = True
     group.members[req.member_id] = updated
-    if updated.instance_id is not None:
-        group.static_members[updated.instance_id] = req.member_id
     if req.shutdown_application:
         group.shutdown_requested = True
 
@@ -555,14 +533,24 @@ def heartbeat(group: StreamsGroup, req: StreamsHeartbeatRequest, topics: Metadat
     if bump or group.configured is None:
         group.configured = configure_topology(group.topology, topics) if group.topology is not None else None
     if bump:
-        group.group_epoch += 1
+        # As Kafka 4.3.1: a new group's first epoch is 2, so that members waiting out the initial
+        # rebalance delay (at epoch 1, with no tasks) are behind it.
+        group.group_epoch = 2 if group.group_epoch == 0 else group.group_epoch + 1
     configured = group.configured
-    status += _group_status(group)
+    start_delay_ms = None
+    if first and config.initial_rebalance_delay_ms > 0 and not group.initial_delay_running:
+        group.initial_delay_running = True
+        start_delay_ms = config.initial_rebalance_delay_ms
 
     if group.group_epoch > group.target_epoch:
-        tasks = configured.tasks if configured is not None and configured.ready else {}
-        group.target = assign(group.members, tasks, group.target, config.num_standby_replicas)
-        group.target_epoch = group.group_epoch
+        if group.initial_delay_running:
+            # No assignment before the delay ends (``assign_delayed``): the members joined so far wait at epoch 1.
+            status.append((StatusCode.ASSIGNMENT_DELAYED,
+                           "Assignment delayed due to the configured initial rebalance delay."))
+            group.target_epoch = max(group.target_epoch, 1)
+        else:
+            _assign_target(group, config)
+    status += _group_status(group)
 
     before, was_revoking = updated.assigned, updated.state == MemberState.UNREVOKED_TASKS
     updated = _reconcile(group, updated, req.active_tasks)
@@ -570,16 +558,14 @@ def heartbeat(group: StreamsGroup, req: StreamsHeartbeatRequest, topics: Metadat
     if (req.member_epoch == 0 or updated.assigned != before) and updated.user_endpoint is not None:
         # As Kafka: what an endpoint serves moved, so every member learns the partitions again.
         group.endpoint_information_epoch += 1
-    if req.task_offsets is not None or req.task_end_offsets is not None:
-        group.task_offsets[req.member_id] = group.task_offsets.get(req.member_id, TaskOffsets()).updated(
-            req.task_offsets, req.task_end_offsets)
     result = StreamsHeartbeatResult(
         member_id=req.member_id, member_epoch=updated.member_epoch, heartbeat_interval_ms=config.heartbeat_interval_ms,
         acceptable_recovery_lag=ACCEPTABLE_RECOVERY_LAG, task_offset_interval_ms=TASK_OFFSET_INTERVAL_MS,
         status=status,
         endpoint_information_epoch=group.endpoint_information_epoch,
         session_timeout_ms=config.session_timeout_ms,
-        missing_internal_topics=list(configured.missing_internal) if configured is not None else [])
+        missing_internal_topics=list(configured.missing_internal) if configured is not None else [],
+        initial_delay_ms=start_delay_ms)
     if req.member_epoch == 0 or updated.assigned != before or req.active_tasks is None and joined:
         result.assignment = updated.assigned
     revoking = updated.state == MemberState.UNREVOKED_TASKS
@@ -592,17 +578,27 @@ def heartbeat(group: StreamsGroup, req: StreamsHeartbeatRequest, topics: Metadat
     return result
 
 
+def _assign_target(group: StreamsGroup, config: StreamsGroupConfig) -> None:
+    """A new target assignment for every member, at the group epoch."""
+    configured = group.configured
+    tasks = configured.tasks if configured is not None and configured.ready else {}
+    group.target = assign(group.members, tasks, group.target, config.num_standby_replicas)
+    group.target_epoch = group.group_epoch
+
+
+def assign_delayed(group: StreamsGroup, config: StreamsGroupConfig) -> bool:
+    """The initial rebalance delay ended: one target assignment for all the members that joined
+    meanwhile (they take it at their next heartbeat). Whether the target changed."""
+    group.initial_delay_running = False
+    if not group.members or group.group_epoch <= group.target_epoch:
+        return False
+    _assign_target(group, config)
+    return True
+
+
 def _member_for(group: StreamsGroup, req: StreamsHeartbeatRequest) -> StreamsGroupMember:
-    """The member the heartbeat is from, its epoch checked; a new one for a member joining (a
-    static member rejoining under a new member id takes its predecessor's place)."""
+    """The member the heartbeat is from, its epoch checked; a new one for a member joining."""
     member = group.members.get(req.member_id)
-    if req.instance_id is not None and member is None and req.member_epoch == 0:
-        old_id = group.static_members.get(req.instance_id)
-        old = group.members.pop(old_id, None) if old_id is not None else None
-        if old is not None:
-            group.gone_members.add(old.member_id)
-            member = dataclasses.replace(old, member_id=req.member_id)
-            group.target[req.member_id] = group.target.pop(old.member_id, Assignment())
     if member is None:
         if req.member_epoch != 0:
             raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
@@ -621,7 +617,7 @@ def _group_status(group: StreamsGroup) -> list[tuple[StatusCode, str]]:
         status += configured.status
         if configured.missing_internal:
             status.append((StatusCode.MISSING_INTERNAL_TOPICS, "Internal topics are missing: "
-                           f"[{', '.join(t.name for t in configured.missing_internal)}]"))
+                           f"{', '.join(t.name for t in configured.missing_internal)}"))
     if group.shutdown_requested:
         status.append((StatusCode.SHUTDOWN_APPLICATION,
                        "A KafkaStreams instance encountered a fatal error and requested a shutdown for the entire "
@@ -682,16 +678,12 @@ def _reconcile(group: StreamsGroup, member: StreamsGroupMember, owned: Tasks | N
         state=state, assigned=Assignment(active=active, standby=standby, warmup={}))
 
 
-def leave(group: StreamsGroup, member_id: str, instance_id: str | None, epoch: int) -> StreamsHeartbeatResult:
-    """A member leaving (epoch -1), or a static member's temporary leave (-2: it keeps its
-    place and tasks until its session runs out)."""
+def leave(group: StreamsGroup, member_id: str) -> StreamsHeartbeatResult:
+    """A member leaving (epoch -1; static members, hence the temporary leave of -2, are refused
+    by ``validate`` as Kafka 4.3.1 refuses them)."""
     if member_id not in group.members:
         raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
                              f"Member {member_id} is not a member of group {group.group_id}.")
-    if epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-        group.members[member_id] = dataclasses.replace(group.members[member_id],
-                                                       member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH)
-        return StreamsHeartbeatResult(member_id=member_id, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH)
     fence(group, member_id)
     return StreamsHeartbeatResult(member_id=member_id, member_epoch=LEAVE_GROUP_MEMBER_EPOCH, cancel_session=True)
 
@@ -699,13 +691,9 @@ def leave(group: StreamsGroup, member_id: str, instance_id: str | None, epoch: i
 def fence(group: StreamsGroup, member_id: str) -> None:
     """Remove a member (it left, or its session expired); the group epoch moves so that the
     target assignment is computed again without it."""
-    member = group.members.pop(member_id, None)
+    group.members.pop(member_id, None)
     group.target.pop(member_id, None)
-    group.task_offsets.pop(member_id, None)
     group.gone_members.add(member_id)
-    if member is not None and member.instance_id is not None and \
-            group.static_members.get(member.instance_id) == member_id:
-        del group.static_members[member.instance_id]
     group.group_epoch += 1
     if not group.members:
         group.shutdown_requested = False
@@ -821,8 +809,6 @@ def _replay(self: StreamsGroup, key: object, value: object) -> None:
             topology_epoch=value.topology_epoch, process_id=value.process_id,
             user_endpoint=None if endpoint is None else (endpoint.host, endpoint.port),
             client_tags=tuple((t.key, t.value) for t in value.client_tags))
-        if value.instance_id is not None:
-            self.static_members[value.instance_id] = key.member_id
     elif isinstance(key, StreamsGroupCurrentMemberAssignmentKey):
         if value is None or key.member_id not in self.members and not isinstance(
                 value, StreamsGroupCurrentMemberAssignmentValue):

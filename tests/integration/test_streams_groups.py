@@ -28,6 +28,7 @@ from rivulet.client.connection import BrokerConnection
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages import create_topics_request as ctq
 from rivulet.protocol.messages import describe_groups_request as dgrq
+from rivulet.protocol.messages import incremental_alter_configs_request as iacq
 from rivulet.protocol.messages import join_group_request as jgq
 from rivulet.protocol.messages import list_groups_request as lgq
 from rivulet.protocol.messages import metadata_request as mq
@@ -73,18 +74,21 @@ class Member(RawMember):
     (``revokes`` False: it never gives a task up, as a member stuck in its revocation)."""
 
     def __init__(self, conn: BrokerConnection, member_id: str, rebalance_timeout_ms: int = 30000,
-                 endpoint: tuple[str, int] | None = None, revokes: bool = True) -> None:
+                 endpoint: tuple[str, int] | None = None, revokes: bool = True, group: str = GROUP,
+                 topology: sghq.Topology = TOPOLOGY) -> None:
         super().__init__(conn, member_id)
         self.active: set[tuple[str, int]] = set()
         self.rebalance_timeout_ms, self.endpoint, self.revokes = rebalance_timeout_ms, endpoint, revokes
+        self.group, self.topology = group, topology
         self.endpoint_epoch = -1
 
     def request(self) -> sghq.StreamsGroupHeartbeatRequest:
         joining = self.epoch == 0
         return sghq.StreamsGroupHeartbeatRequest(
-            group_id=GROUP, member_id=self.member_id, member_epoch=self.epoch,
+            group_id=self.group, member_id=self.member_id, member_epoch=self.epoch,
             endpoint_information_epoch=self.endpoint_epoch,
-            rebalance_timeout_ms=self.rebalance_timeout_ms if joining else -1, topology=TOPOLOGY if joining else None,
+            rebalance_timeout_ms=self.rebalance_timeout_ms if joining else -1,
+            topology=self.topology if joining else None,
             active_tasks=ids(self.active), standby_tasks=[], warmup_tasks=[], process_id=self.member_id + "-p",
             user_endpoint=None if self.endpoint is None else sghq.Endpoint(host=self.endpoint[0],
                                                                           port=self.endpoint[1]),
@@ -115,11 +119,14 @@ async def _lifecycle(b: BrokerProcess) -> None:
             validate_only=False))
         assert r.topics[0].error_code == 0
 
-        # The first member: its internal topics are missing, then created, then it has every task.
+        # The first member: the group's initial rebalance delay runs (the broker's default, 3 s; it
+        # waits at epoch 1) and its internal topics are missing, then created, then it has every task.
         a = Member(conn, "a")
         first = await a.beat()
         assert (first.member_epoch, first.heartbeat_interval_ms) == (1, 500)
-        assert [s.status_code for s in first.status] == [3]  # MISSING_INTERNAL_TOPICS
+        assert [(s.status_code, s.status_detail) for s in first.status] == [
+            (5, "Assignment delayed due to the configured initial rebalance delay."),  # ASSIGNMENT_DELAYED
+            (3, f"Internal topics are missing: {REPARTITION}, {CHANGELOG}")]  # MISSING_INTERNAL_TOPICS
         assert first.active_tasks == []
 
         await beat_until([a], lambda: len(a.active) == 4, "the internal topics and the tasks")
@@ -286,7 +293,7 @@ async def _revocation(b: BrokerProcess) -> None:
 def test_kafka_streams_groups_tool_describes_a_streams_group(java, kafka_streams_ref):
     """kafka-streams-groups.sh's list and describe (state, members, offsets) against Rivulet and
     against Kafka 4.3.1, each with one member holding every task: the same columns, group state,
-    members, assignments and offsets."""
+    epochs, members, assignments and offsets."""
     b = BrokerProcess(STREAMS_SESSIONS)
     b.start()
     try:
@@ -296,7 +303,8 @@ def test_kafka_streams_groups_tool_describes_a_streams_group(java, kafka_streams
     theirs = asyncio.run(_tool(kafka_streams_ref))
     assert ours == theirs
     assert ours["list"] == [GROUP]
-    assert [(s["STATE"], s["#MEMBERS"]) for s in ours["state"]] == [("Stable", "1")]
+    # A new group's first epoch is 2, the internal topics' creation moves it to 3 (as Kafka 4.3.1 counts).
+    assert [(s["STATE"], s["#MEMBERS"], s["GROUP-EPOCH"]) for s in ours["state"]] == [("Stable", "1", "3")]
     assert ours["members"][2] == [["ACTIVE:", "0:[0,1];", "1:[0,1];", "TARGET-ACTIVE:", "0:[0,1];", "1:[0,1];"]]
 
 
@@ -326,11 +334,8 @@ async def _tool(bootstrap: str) -> dict[str, Any]:
         shown: dict[str, Any] = {"list": (await while_beating([a], lambda: tool("--list"))).split()}
         state = await while_beating([a], lambda: jt.streams_group_command(
             bootstrap, ["--describe", "--group", GROUP, "--state", "--verbose"]))
-        # Epochs are counted differently (Kafka 4.3.1 is at 3 here, Rivulet at 2): each tool run
-        # must agree with itself, the values are left out of the comparison.
         epochs = {s["GROUP-EPOCH"] for s in state} | {s["TARGET-ASSIGNMENT-EPOCH"] for s in state}
-        shown["state"] = [{k: v for k, v in s.items() if not k.endswith("EPOCH") and k != "COORDINATOR"}
-                          for s in state]
+        shown["state"] = [{k: v for k, v in s.items() if k != "COORDINATOR"} for s in state]
         # The assignments column has spaces: the fields before it are read, and it whole.
         members = (await while_beating([a], lambda: tool("--describe", "--group", GROUP, "--members",
                                                          "--verbose"))).splitlines()
@@ -338,12 +343,90 @@ async def _tool(bootstrap: str) -> dict[str, Any]:
         rows = [dict(zip(header[:8], line.split()[:8], strict=True)) for line in members[1:] if line.strip()]
         epochs |= {r[k] for r in rows for k in ("TARGET-ASSIGNMENT-EPOCH", "MEMBER-EPOCH")}
         assert len(epochs) == 1, epochs  # the group, its target assignment and the member agree
-        shown["members"] = [header, [{k: v for k, v in r.items() if k != "TARGET-ASSIGNMENT-EPOCH"
-                                      and k != "MEMBER-EPOCH"} for r in rows],
+        shown["members"] = [header, rows,
                             [line[line.index("ACTIVE:"):].split() for line in members[1:] if "ACTIVE:" in line]]
         offsets = await while_beating([a], lambda: jt.streams_group_command(
             bootstrap, ["--describe", "--group", GROUP, "--offsets", "--verbose"]))
         shown["offsets"] = sorted(tuple(sorted(o.items())) for o in offsets)
+        return shown
+    finally:
+        await conn.close()
+
+
+DELAYED_GROUP, DELAYED_INPUT = "delayed-app", "delayed-input"
+DELAYED_TOPOLOGY = sghq.Topology(epoch=1, subtopologies=[
+    sghq.Subtopology(subtopology_id="0", source_topics=[DELAYED_INPUT], source_topic_regex=[],
+                     state_changelog_topics=[sghq.TopicInfo(name=f"{DELAYED_GROUP}-store-changelog", topic_configs=[])],
+                     repartition_sink_topics=[], repartition_source_topics=[], copartition_groups=[])])
+
+
+@pytest.mark.java
+@pytest.mark.timeout(600)
+def test_the_initial_rebalance_delay_as_kafka(java, kafka_streams_ref):
+    """A group's streams.initial.rebalance.delay.ms (a group config over the brokers' 0): two members
+    joining within it wait at epoch 1 with no tasks and ASSIGNMENT_DELAYED, then one assignment gives
+    both their tasks at the group epoch; Rivulet and Kafka 4.3.1 answer alike."""
+    b = BrokerProcess(STREAMS_SESSIONS)
+    b.start()
+    try:
+        ours = asyncio.run(_delayed(b.bootstrap))
+    finally:
+        b.cleanup()
+    theirs = asyncio.run(_delayed(kafka_streams_ref))
+    assert ours == theirs
+    assert ours["joined"] == [(1, [5], 0), (1, [5], 0)]
+    assert ours["waiting"] == ("Assigning", 3, 1)
+    assert ours["assigned"] == ((3, 3), [1, 1], ("Stable", 3, 3))  # two tasks, one each
+
+
+async def _delayed(bootstrap: str) -> dict[str, Any]:
+    """What two members joining a group with a 2 s initial rebalance delay are answered: their
+    join (epoch, status codes, tasks), the group while they wait (state, group and target epochs),
+    and the first answers that give them tasks. The group's topics exist beforehand, so that only
+    the delay holds the assignment back."""
+    host, port = bootstrap.rsplit(":", 1)
+    conn = await BrokerConnection(host, int(port), client_id="streams-it").connect(10)
+    try:
+        r = await conn.send(ctq.CreateTopicsRequest(topics=[ctq.CreatableTopic(
+            name=name, num_partitions=2, replication_factor=1, assignments=[], configs=[])
+            for name in (DELAYED_INPUT, f"{DELAYED_GROUP}-store-changelog")], timeout_ms=10000, validate_only=False))
+        assert [t.error_code for t in r.topics] == [0, 0]
+        r = await conn.send(iacq.IncrementalAlterConfigsRequest(resources=[iacq.AlterConfigsResource(
+            resource_type=32, resource_name=DELAYED_GROUP, configs=[iacq.AlterableConfig(
+                name="streams.initial.rebalance.delay.ms", config_operation=0, value="2000")])], validate_only=False))
+        assert r.responses[0].error_code == 0
+
+        async def describe() -> Any:
+            return (await conn.send(sgdq.StreamsGroupDescribeRequest(group_ids=[DELAYED_GROUP],
+                                                                     include_authorized_operations=False))).groups[0]
+
+        async def coordinator() -> bool:
+            if core.read_find_coordinator(await conn.send(core.find_coordinator_request(DELAYED_GROUP, 0)))[0] != 0:
+                return False
+            return (await describe()).error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        await until(coordinator, "the group's coordinator")
+        members = [Member(conn, m, group=DELAYED_GROUP, topology=DELAYED_TOPOLOGY) for m in ("a", "b")]
+        shown: dict[str, Any] = {"joined": []}
+        for m in members:
+            r = await m.beat()
+            shown["joined"].append((r.member_epoch, [s.status_code for s in r.status], len(tasks(r.active_tasks))))
+        d = await describe()
+        shown["waiting"] = (d.group_state, d.group_epoch, d.assignment_epoch)
+        statuses: set[int] = set()
+        first_tasks: dict[str, tuple[int, int]] = {}  # member -> (epoch, tasks) of its first answer with tasks
+
+        async def step() -> bool:
+            for m in members:
+                r = await m.beat()
+                statuses.update(s.status_code for s in r.status)
+                if m.active and m.member_id not in first_tasks:
+                    first_tasks[m.member_id] = (r.member_epoch, len(m.active))
+            return len(first_tasks) == 2
+        await until(step, "the delayed assignment")
+        assert statuses <= {5}, statuses  # nothing but the delay held them back
+        d = await describe()
+        shown["assigned"] = (tuple(first_tasks[m][0] for m in ("a", "b")), [first_tasks[m][1] for m in ("a", "b")],
+                             (d.group_state, d.group_epoch, d.assignment_epoch))
         return shown
     finally:
         await conn.close()
@@ -388,8 +471,8 @@ def word_counts(lines: list[str]) -> dict[str, int]:
 
 
 # Short streams sessions, on Rivulet and on Kafka alike, so that a killed instance's tasks move
-# within seconds rather than after Kafka's 45 s. No initial rebalance delay on Kafka (Rivulet has
-# none: the setting is accepted, without effect).
+# within seconds rather than after Kafka's 45 s. No initial rebalance delay on either (a group's own
+# streams.initial.rebalance.delay.ms sets one: test_the_initial_rebalance_delay_as_kafka).
 STREAMS_SESSIONS = {"group.streams.min.session.timeout.ms": "2000", "group.streams.session.timeout.ms": "6000",
                     "group.streams.min.heartbeat.interval.ms": "500", "group.streams.heartbeat.interval.ms": "500",
                     "group.streams.initial.rebalance.delay.ms": "0"}

@@ -8,6 +8,7 @@ import pytest
 from rivulet.coordinator.modern_group import GroupState, HeartbeatError, MemberState
 from rivulet.coordinator.streams_group import (
     Assignment,
+    assign_delayed,
     StatusCode,
     StreamsGroup,
     StreamsGroupConfig,
@@ -25,7 +26,7 @@ from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages.streams_group_heartbeat_request import CopartitionGroup, Subtopology, TopicInfo, Topology
 from test_consumer_group import Topics
 
-CONFIG = StreamsGroupConfig()
+CONFIG = StreamsGroupConfig(initial_rebalance_delay_ms=0)  # the delay's own tests set it
 
 
 def word_count(epoch: int = 1) -> Topology:
@@ -77,7 +78,7 @@ def test_internal_topics_are_sized_from_the_topology():
 def test_a_member_without_its_source_topics_gets_no_tasks_and_the_status():
     group = StreamsGroup("g")
     r = join(group, Topics(), "a")
-    assert r.error == ErrorCode.NONE and r.member_epoch == 1
+    assert r.error == ErrorCode.NONE and r.member_epoch == 2  # a new group's first epoch, as Kafka's
     assert (StatusCode.MISSING_SOURCE_TOPICS, "Source topics input are missing.") in r.status
     assert r.assignment == Assignment()
     assert group.state() == GroupState.NOT_READY
@@ -90,10 +91,11 @@ def test_missing_internal_topics_are_reported_then_the_tasks_given():
     assert [c for c, _ in r.status] == [StatusCode.MISSING_INTERNAL_TOPICS]
     assert [t.name for t in r.missing_internal_topics] == ["app-repartition", "app-store-changelog"]
     assert count(r.assignment.active) == 0
+    assert (group.group_epoch, r.member_epoch) == (2, 2)  # as Kafka 4.3.1: a new group starts at 2
     # The coordinator created them: the group epoch moves and the member gets every task.
     topics = Topics(input=2, **{"app-repartition": 2, "app-store-changelog": 2})
     r = beat(group, topics, "a", r.member_epoch, active={})
-    assert r.status == [] and r.member_epoch == 2
+    assert r.status == [] and (group.group_epoch, r.member_epoch) == (3, 3)
     assert r.assignment.active == {"0": frozenset({0, 1}), "1": frozenset({0, 1})}
     assert group.state() == GroupState.STABLE
 
@@ -108,17 +110,17 @@ def test_a_second_member_gets_its_tasks_only_after_the_first_revoked_them():
     a = join(group, topics, "a")
     assert count(a.assignment.active) == 8
     b = join(group, topics, "b")
-    assert b.member_epoch == 2 and count(b.assignment.active) == 0  # a still holds them all
+    assert b.member_epoch == 3 and count(b.assignment.active) == 0  # a still holds them all
     assert group.members["b"].state == MemberState.UNRELEASED_TASKS
     # a is told to give up half; it keeps its epoch until it reports them gone.
     owned_a = a.assignment.active
-    r = beat(group, topics, "a", 1, active=owned_a)
-    assert r.member_epoch == 1 and count(r.assignment.active) == 4
+    r = beat(group, topics, "a", 2, active=owned_a)
+    assert r.member_epoch == 2 and count(r.assignment.active) == 4
     assert group.members["a"].state == MemberState.UNREVOKED_TASKS
     assert group.state() == GroupState.RECONCILING
-    r = beat(group, topics, "a", 1, active=r.assignment.active)
-    assert r.member_epoch == 2 and r.assignment is None  # nothing new for it
-    r = beat(group, topics, "b", 2, active={})
+    r = beat(group, topics, "a", 2, active=r.assignment.active)
+    assert r.member_epoch == 3 and r.assignment is None  # nothing new for it
+    r = beat(group, topics, "b", 3, active={})
     assert count(r.assignment.active) == 4
     both = [group.members[m].assigned.active for m in ("a", "b")]
     assert not any(both[0].get(s, frozenset()) & both[1].get(s, frozenset()) for s in ("0", "1"))
@@ -133,7 +135,7 @@ def test_epochs_are_fenced_and_unknown_members_refused():
         beat(group, topics, "a", 5)
     assert e.value.code == ErrorCode.FENCED_MEMBER_EPOCH
     with pytest.raises(HeartbeatError) as e:
-        beat(group, topics, "nobody", 1)
+        beat(group, topics, "nobody", 2)
     assert e.value.code == ErrorCode.UNKNOWN_MEMBER_ID
 
 
@@ -142,10 +144,10 @@ def test_leaving_and_expiry_move_the_tasks_to_the_others():
     topics = ready_topics()
     a = join(group, topics, "a")
     join(group, topics, "b")
-    beat(group, topics, "a", 1, active=a.assignment.active)
-    r = leave(group, "a", None, -1)
+    beat(group, topics, "a", 2, active=a.assignment.active)
+    r = leave(group, "a")
     assert r.member_epoch == -1 and r.cancel_session and "a" not in group.members
-    r = beat(group, topics, "b", 2, active={})
+    r = beat(group, topics, "b", 3, active={})
     assert count(r.assignment.active) == 8
     fence(group, "b")
     assert group.state() == GroupState.EMPTY
@@ -191,7 +193,7 @@ def test_the_records_bring_the_group_back_as_it_was():
     topics = ready_topics()
     a = join(group, topics, "a")
     join(group, topics, "b")
-    beat(group, topics, "a", 1, active=a.assignment.active)  # a revoking: tasks pending revocation
+    beat(group, topics, "a", 2, active=a.assignment.active)  # a revoking: tasks pending revocation
     loaded = StreamsGroup("g")
     for k, v in snapshot(group):
         key_bytes, value_bytes = consumer_group_record(k, v)
@@ -242,12 +244,12 @@ def test_a_member_revoking_tasks_gets_its_rebalance_timeout_and_it_ends_once_rev
     a = join(group, topics, "a")
     assert a.revocation_timeout_ms is None
     join(group, topics, "b")
-    r = beat(group, topics, "a", 1, active=a.assignment.active)
+    r = beat(group, topics, "a", 2, active=a.assignment.active)
     assert r.revocation_timeout_ms == 30000 and not r.cancel_revocation  # the joining request's timeout
-    r2 = beat(group, topics, "a", 1, active=a.assignment.active)  # still revoking: the deadline runs on
+    r2 = beat(group, topics, "a", 2, active=a.assignment.active)  # still revoking: the deadline runs on
     assert r2.revocation_timeout_ms is None and not r2.cancel_revocation
-    r = beat(group, topics, "a", 1, active=r.assignment.active)
-    assert r.cancel_revocation and r.member_epoch == 2
+    r = beat(group, topics, "a", 2, active=r.assignment.active)
+    assert r.cancel_revocation and r.member_epoch == 3
 
 
 def test_members_with_an_endpoint_are_told_where_the_partitions_are_when_their_epoch_is_behind():
@@ -264,7 +266,7 @@ def test_members_with_an_endpoint_are_told_where_the_partitions_are_when_their_e
     # Every task's partition of the subtopology's input and repartition topics.
     assert a.partitions_by_user_endpoint[0].active == [("input", [0, 1, 2, 3]), ("app-repartition", [0, 1, 2, 3])]
     # Up to date: nothing sent.
-    req = StreamsHeartbeatRequest(group_id="g", member_id="a", member_epoch=1,
+    req = StreamsHeartbeatRequest(group_id="g", member_id="a", member_epoch=2,
                                   endpoint_information_epoch=a.endpoint_information_epoch)
     assert heartbeat(group, req, topics, CONFIG).partitions_by_user_endpoint is None
     b = with_endpoint("b", 2)
@@ -277,17 +279,42 @@ def test_members_with_an_endpoint_are_told_where_the_partitions_are_when_their_e
     assert group.endpoint_information_epoch == b.endpoint_information_epoch
 
 
-def test_task_offsets_are_kept_in_memory_with_their_lag():
+DELAYED = "Assignment delayed due to the configured initial rebalance delay."
+
+
+def test_a_new_group_waits_out_its_initial_rebalance_delay_then_assigns_once_to_all():
+    """As Kafka 4.3.1 answers (checked against it): members joining during the delay wait at epoch 1
+    with no tasks and ASSIGNMENT_DELAYED; when it ends, one assignment at the group epoch for all."""
+    config = StreamsGroupConfig(initial_rebalance_delay_ms=3000)
     group = StreamsGroup("g")
     topics = ready_topics()
-    join(group, topics, "a")
-    req = StreamsHeartbeatRequest(group_id="g", member_id="a", member_epoch=1,
-                                  task_offsets={("1", 0): 40}, task_end_offsets={("1", 0): 100})
-    heartbeat(group, req, topics, CONFIG)
-    assert group.task_offsets["a"].lag(("1", 0)) == 60
-    # A list not sent is unchanged; one sent replaces it.
-    req = StreamsHeartbeatRequest(group_id="g", member_id="a", member_epoch=1, task_offsets={("1", 0): 90})
-    heartbeat(group, req, topics, CONFIG)
-    assert group.task_offsets["a"].lag(("1", 0)) == 10 and group.task_offsets["a"].lag(("1", 1)) is None
+    a = join(group, topics, "a", config=config)
+    assert a.initial_delay_ms == 3000  # the coordinator arms the delay
+    assert (a.member_epoch, a.status, a.assignment) == (1, [(StatusCode.ASSIGNMENT_DELAYED, DELAYED)], Assignment())
+    assert (group.group_epoch, group.target_epoch, group.state()) == (2, 1, GroupState.ASSIGNING)
+    b = join(group, topics, "b", config=config)
+    assert b.initial_delay_ms is None  # one delay per group
+    assert (b.member_epoch, b.status, count(b.assignment.active)) == (1, [(StatusCode.ASSIGNMENT_DELAYED, DELAYED)], 0)
+    r = beat(group, topics, "a", 1, active={})
+    assert (r.member_epoch, r.status, r.assignment) == (1, [(StatusCode.ASSIGNMENT_DELAYED, DELAYED)], None)
+
+    assert assign_delayed(group, config)
+    assert (group.group_epoch, group.target_epoch) == (3, 3)
+    ra, rb = beat(group, topics, "a", 1, active={}), beat(group, topics, "b", 1, active={})
+    assert (ra.member_epoch, rb.member_epoch, ra.status, rb.status) == (3, 3, [], [])
+    assert count(ra.assignment.active) == count(rb.assignment.active) == 4
+    assert group.state() == GroupState.STABLE
+
+
+def test_the_initial_rebalance_delay_starts_again_once_the_group_emptied_and_is_off_at_zero():
+    config = StreamsGroupConfig(initial_rebalance_delay_ms=3000)
+    group = StreamsGroup("g")
+    topics = ready_topics()
+    join(group, topics, "a", config=config)
     fence(group, "a")
-    assert "a" not in group.task_offsets
+    assert not assign_delayed(group, config)  # ended with nobody left: nothing to assign
+    again = join(group, topics, "b", config=config)
+    assert again.initial_delay_ms == 3000 and again.member_epoch == 1
+    # Without a delay a new group assigns at once.
+    now = join(StreamsGroup("h"), topics, "a")
+    assert (now.initial_delay_ms, now.member_epoch, now.status, count(now.assignment.active)) == (None, 2, [], 8)
