@@ -99,6 +99,9 @@ class StreamsGroupConfig(GroupSessionConfig):
     # How long a new group waits for more members before its first assignment (Kafka's
     # group.streams.initial.rebalance.delay.ms, and a group's streams.initial.rebalance.delay.ms).
     initial_rebalance_delay_ms: int = 3000
+    # The shortest time between two target assignments (group.streams.assignment.interval.ms, and a
+    # group's streams.assignment.interval.ms): a change sooner is assigned once it has passed.
+    assignment_interval_ms: int = 1000
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,7 @@ class StreamsGroup:
         # The initial rebalance delay of a group a first member joined is running (in memory only:
         # as Kafka's timer, it is not in the records, so a coordinator loading the group assigns at once).
         self.initial_delay_running = False
+        self.assigned_at_ms: float | None = None  # when the target was last computed (monotonic; in memory only)
 
     def state(self) -> GroupState:
         if not self.members:
@@ -495,8 +499,9 @@ def validate(req: StreamsHeartbeatRequest) -> None:
 
 
 def heartbeat(group: StreamsGroup, req: StreamsHeartbeatRequest, topics: MetadataView,
-              config: StreamsGroupConfig) -> StreamsHeartbeatResult:
-    """Answer a validated heartbeat of a member that is not leaving, changing ``group``."""
+              config: StreamsGroupConfig, now_ms: float) -> StreamsHeartbeatResult:
+    """Answer a validated heartbeat of a member that is not leaving, changing ``group``
+    (``now_ms``: the coordinator's monotonic clock)."""
     member = _member_for(group, req)
     joined = req.member_id not in group.members
     first = not group.members  # the first member of a new (or emptied) group
@@ -548,8 +553,12 @@ def heartbeat(group: StreamsGroup, req: StreamsHeartbeatRequest, topics: Metadat
             status.append((StatusCode.ASSIGNMENT_DELAYED,
                            "Assignment delayed due to the configured initial rebalance delay."))
             group.target_epoch = max(group.target_epoch, 1)
+        elif group.assigned_at_ms is not None and now_ms < group.assigned_at_ms + config.assignment_interval_ms:
+            # Too soon after the last one: the members keep the present target until a heartbeat after it.
+            status.append((StatusCode.ASSIGNMENT_DELAYED, "Assignment delayed due to the configured assignment "
+                                                          "interval."))
         else:
-            _assign_target(group, config)
+            _assign_target(group, config, now_ms)
     status += _group_status(group)
 
     before, was_revoking = updated.assigned, updated.state == MemberState.UNREVOKED_TASKS
@@ -578,21 +587,22 @@ def heartbeat(group: StreamsGroup, req: StreamsHeartbeatRequest, topics: Metadat
     return result
 
 
-def _assign_target(group: StreamsGroup, config: StreamsGroupConfig) -> None:
+def _assign_target(group: StreamsGroup, config: StreamsGroupConfig, now_ms: float) -> None:
     """A new target assignment for every member, at the group epoch."""
     configured = group.configured
     tasks = configured.tasks if configured is not None and configured.ready else {}
     group.target = assign(group.members, tasks, group.target, config.num_standby_replicas)
     group.target_epoch = group.group_epoch
+    group.assigned_at_ms = now_ms
 
 
-def assign_delayed(group: StreamsGroup, config: StreamsGroupConfig) -> bool:
+def assign_delayed(group: StreamsGroup, config: StreamsGroupConfig, now_ms: float) -> bool:
     """The initial rebalance delay ended: one target assignment for all the members that joined
     meanwhile (they take it at their next heartbeat). Whether the target changed."""
     group.initial_delay_running = False
     if not group.members or group.group_epoch <= group.target_epoch:
         return False
-    _assign_target(group, config)
+    _assign_target(group, config, now_ms)
     return True
 
 

@@ -10,6 +10,7 @@ import logging
 from typing import Callable
 
 from rivulet.common.cluster import GroupTopicCreator, MetadataView
+from rivulet.common.time import Clock
 from rivulet.coordinator.modern_group import GroupMember, HeartbeatError, MemberState
 from rivulet.coordinator.modern_group_service import ModernGroupService
 from rivulet.coordinator.delayed_ops import MemberDeadlines
@@ -43,9 +44,10 @@ class StreamsGroupService(ModernGroupService[StreamsGroup]):
     REVOKED = "tasks"
 
     def __init__(self, config: StreamsGroupConfig, manager: GroupMetadataManager, metadata: MetadataView,
-                 topic_creator: GroupTopicCreator, deadlines: MemberDeadlines,
+                 topic_creator: GroupTopicCreator, deadlines: MemberDeadlines, clock: Clock,
                  group_configs: GroupConfigs | None = None) -> None:
         super().__init__(manager, deadlines)
+        self.clock = clock
         self.config = config
         self.metadata = metadata
         self.topic_creator = topic_creator
@@ -56,14 +58,15 @@ class StreamsGroupService(ModernGroupService[StreamsGroup]):
 
     def config_of(self, group_id: str) -> StreamsGroupConfig:
         """The broker's settings with the group's own session timeout, heartbeat interval,
-        standby replicas and initial rebalance delay."""
+        standby replicas, initial rebalance delay and assignment interval."""
         if self.group_configs is None:
             return self.config
         own = self.group_configs.get(group_id)
         return dataclasses.replace(self.config, session_timeout_ms=own.streams_session_timeout_ms,
                                    heartbeat_interval_ms=own.streams_heartbeat_interval_ms,
                                    num_standby_replicas=own.streams_num_standby_replicas,
-                                   initial_rebalance_delay_ms=own.streams_initial_rebalance_delay_ms)
+                                   initial_rebalance_delay_ms=own.streams_initial_rebalance_delay_ms,
+                                   assignment_interval_ms=own.streams_assignment_interval_ms)
 
     def heartbeat(self, req: StreamsHeartbeatRequest, callback: Callable[[StreamsHeartbeatResult], None]) -> None:
         """Called by the group coordinator once the request is valid and the group is local."""
@@ -74,7 +77,7 @@ class StreamsGroupService(ModernGroupService[StreamsGroup]):
             if req.member_epoch < 0:
                 result = leave(streams, req.member_id)
             else:
-                result = heartbeat(streams, req, self.metadata, self.config_of(req.group_id))
+                result = heartbeat(streams, req, self.metadata, self.config_of(req.group_id), self.clock.monotonic_ms())
         except HeartbeatError as e:
             callback(StreamsHeartbeatResult(error=e.code, error_message=e.message, member_id=req.member_id))
             return
@@ -164,7 +167,7 @@ class StreamsGroupService(ModernGroupService[StreamsGroup]):
         streams = group.streams
         if streams is None or self.manager.get_group(group.group_id) is not group:
             return  # the group moved to another coordinator, or is gone
-        if assign_delayed(streams, self.config_of(group.group_id)):
+        if assign_delayed(streams, self.config_of(group.group_id), self.clock.monotonic_ms()):
             log.info("[GroupId %s] Computed the target assignment at epoch %d after the initial rebalance delay.",
                      group.group_id, streams.target_epoch)
             self._store(group, lambda _error: None)

@@ -425,7 +425,8 @@ BROKER_CONFIGS = ConfigDef([
     _k("group.share.assignment.interval.ms", I, 1000, _nonneg, "Minimum interval between two target "
        "assignment computations of a share group.", MEDIUM, ignored=True),
     _k("group.streams.assignment.interval.ms", I, 1000, _nonneg, "Minimum interval between two target "
-       "assignment computations of a streams group.", MEDIUM, ignored=True),
+       "assignment computations of a streams group: a change sooner waits for it, its members answered "
+       "ASSIGNMENT_DELAYED meanwhile. A group's streams.assignment.interval.ms overrides it.", MEDIUM),
     _k("group.share.enable", B, True, None, "Serve share groups (KIP-932: ShareGroupHeartbeat, "
        "ShareGroupDescribe). Kafka serves them once the share.version feature is 1, as it is in a new 4.2+ "
        "cluster, and so does Rivulet; false (Kafka's own, internal switch) takes share.version 1 out of what "

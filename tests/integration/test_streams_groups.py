@@ -353,59 +353,84 @@ async def _tool(bootstrap: str) -> dict[str, Any]:
         await conn.close()
 
 
-DELAYED_GROUP, DELAYED_INPUT = "delayed-app", "delayed-input"
-DELAYED_TOPOLOGY = sghq.Topology(epoch=1, subtopologies=[
-    sghq.Subtopology(subtopology_id="0", source_topics=[DELAYED_INPUT], source_topic_regex=[],
-                     state_changelog_topics=[sghq.TopicInfo(name=f"{DELAYED_GROUP}-store-changelog", topic_configs=[])],
-                     repartition_sink_topics=[], repartition_source_topics=[], copartition_groups=[])])
+def one_store(app: str) -> sghq.Topology:
+    """An application reading ``<app>-input`` into a store: one subtopology, whose changelog is
+    ``<app>-store-changelog``."""
+    return sghq.Topology(epoch=1, subtopologies=[sghq.Subtopology(
+        subtopology_id="0", source_topics=[f"{app}-input"], source_topic_regex=[],
+        state_changelog_topics=[sghq.TopicInfo(name=f"{app}-store-changelog", topic_configs=[])],
+        repartition_sink_topics=[], repartition_source_topics=[], copartition_groups=[])])
 
 
 @pytest.mark.java
 @pytest.mark.timeout(600)
-def test_the_initial_rebalance_delay_as_kafka(java, kafka_streams_ref):
-    """A group's streams.initial.rebalance.delay.ms (a group config over the brokers' 0): two members
-    joining within it wait at epoch 1 with no tasks and ASSIGNMENT_DELAYED, then one assignment gives
-    both their tasks at the group epoch; Rivulet and Kafka 4.3.1 answer alike."""
+def test_the_initial_rebalance_delay_and_the_assignment_interval_as_kafka(java, kafka_streams_ref):
+    """Two members joining one after the other, answered alike by Rivulet and Kafka 4.3.1. With a
+    group's streams.initial.rebalance.delay.ms (2 s, a group config over the brokers' 0) both wait at
+    epoch 1 with no tasks and ASSIGNMENT_DELAYED, then one assignment gives both their tasks at the
+    group epoch. Without it (group.streams.assignment.interval.ms, 1 s by default) the first has
+    every task at once and the second waits for the interval, ASSIGNMENT_DELAYED meanwhile."""
+    def both(bootstrap: str) -> list[dict[str, Any]]:
+        return [asyncio.run(_two_join(bootstrap, "delayed-app", {"streams.initial.rebalance.delay.ms": "2000"})),
+                asyncio.run(_two_join(bootstrap, "interval-app", {}))]
     b = BrokerProcess(STREAMS_SESSIONS)
     b.start()
     try:
-        ours = asyncio.run(_delayed(b.bootstrap))
+        ours = both(b.bootstrap)
     finally:
         b.cleanup()
-    theirs = asyncio.run(_delayed(kafka_streams_ref))
+    theirs = both(kafka_streams_ref)
     assert ours == theirs
-    assert ours["joined"] == [(1, [5], 0), (1, [5], 0)]
-    assert ours["waiting"] == ("Assigning", 3, 1)
-    assert ours["assigned"] == ((3, 3), [1, 1], ("Stable", 3, 3))  # two tasks, one each
+    delayed, interval = ours
+    assert delayed["joined"] == [(1, [5], 0), (1, [5], 0)]
+    assert delayed["waiting"] == ("Assigning", 3, 1)
+    assert delayed["assigned"] == ((3, 3), [1, 1], ("Stable", 3, 3))  # two tasks, one each
+    assert interval["joined"] == [(2, [], 2), (2, [5], 0)]
+    assert interval["waiting"] == ("Assigning", 3, 2)
+    assert interval["assigned"] == ((2, 3), [2, 1], ("Stable", 3, 3))  # a had both; b's came once a gave one up
 
 
-async def _delayed(bootstrap: str) -> dict[str, Any]:
-    """What two members joining a group with a 2 s initial rebalance delay are answered: their
-    join (epoch, status codes, tasks), the group while they wait (state, group and target epochs),
-    and the first answers that give them tasks. The group's topics exist beforehand, so that only
-    the delay holds the assignment back."""
+async def _two_join(bootstrap: str, app: str, group_configs: dict[str, str]) -> dict[str, Any]:
+    """What two members joining ``app`` (with these group configs) are answered: their joins
+    (epoch, status codes, tasks), the group just after (state, group and target epochs), and each
+    one's first answer with tasks (epoch, tasks) and the group then. The group's topics exist
+    beforehand, so that only the delays hold an assignment back."""
     host, port = bootstrap.rsplit(":", 1)
     conn = await BrokerConnection(host, int(port), client_id="streams-it").connect(10)
     try:
         r = await conn.send(ctq.CreateTopicsRequest(topics=[ctq.CreatableTopic(
             name=name, num_partitions=2, replication_factor=1, assignments=[], configs=[])
-            for name in (DELAYED_INPUT, f"{DELAYED_GROUP}-store-changelog")], timeout_ms=10000, validate_only=False))
+            for name in (f"{app}-input", f"{app}-store-changelog")], timeout_ms=10000, validate_only=False))
         assert [t.error_code for t in r.topics] == [0, 0]
-        r = await conn.send(iacq.IncrementalAlterConfigsRequest(resources=[iacq.AlterConfigsResource(
-            resource_type=32, resource_name=DELAYED_GROUP, configs=[iacq.AlterableConfig(
-                name="streams.initial.rebalance.delay.ms", config_operation=0, value="2000")])], validate_only=False))
-        assert r.responses[0].error_code == 0
+
+        async def known() -> bool:
+            # Kafka's coordinator learns of new topics a while after they are created: a member of
+            # another group finds the source topic before the test's members join.
+            probe = Member(conn, "probe", group=f"{app}-probe", topology=one_store(app))
+            r = await conn.send(probe.request())
+            if r.error_code != 0:
+                return False
+            await conn.send(sghq.StreamsGroupHeartbeatRequest(
+                group_id=probe.group, member_id="probe", member_epoch=-1, endpoint_information_epoch=0,
+                rebalance_timeout_ms=-1, shutdown_application=False))
+            return all(s.status_code != 1 for s in r.status)  # no MISSING_SOURCE_TOPICS
+        await until(known, "the topics known to the group coordinator")
+        if group_configs:
+            r = await conn.send(iacq.IncrementalAlterConfigsRequest(resources=[iacq.AlterConfigsResource(
+                resource_type=32, resource_name=app, configs=[iacq.AlterableConfig(
+                    name=k, config_operation=0, value=v) for k, v in group_configs.items()])], validate_only=False))
+            assert r.responses[0].error_code == 0
 
         async def describe() -> Any:
-            return (await conn.send(sgdq.StreamsGroupDescribeRequest(group_ids=[DELAYED_GROUP],
+            return (await conn.send(sgdq.StreamsGroupDescribeRequest(group_ids=[app],
                                                                      include_authorized_operations=False))).groups[0]
 
         async def coordinator() -> bool:
-            if core.read_find_coordinator(await conn.send(core.find_coordinator_request(DELAYED_GROUP, 0)))[0] != 0:
+            if core.read_find_coordinator(await conn.send(core.find_coordinator_request(app, 0)))[0] != 0:
                 return False
             return (await describe()).error_code == ErrorCode.GROUP_ID_NOT_FOUND
         await until(coordinator, "the group's coordinator")
-        members = [Member(conn, m, group=DELAYED_GROUP, topology=DELAYED_TOPOLOGY) for m in ("a", "b")]
+        members = [Member(conn, m, group=app, topology=one_store(app)) for m in ("a", "b")]
         shown: dict[str, Any] = {"joined": []}
         for m in members:
             r = await m.beat()
@@ -414,6 +439,9 @@ async def _delayed(bootstrap: str) -> dict[str, Any]:
         shown["waiting"] = (d.group_state, d.group_epoch, d.assignment_epoch)
         statuses: set[int] = set()
         first_tasks: dict[str, tuple[int, int]] = {}  # member -> (epoch, tasks) of its first answer with tasks
+        for m in members:
+            if m.active:
+                first_tasks[m.member_id] = (m.epoch, len(m.active))
 
         async def step() -> bool:
             for m in members:
@@ -421,9 +449,10 @@ async def _delayed(bootstrap: str) -> dict[str, Any]:
                 statuses.update(s.status_code for s in r.status)
                 if m.active and m.member_id not in first_tasks:
                     first_tasks[m.member_id] = (r.member_epoch, len(m.active))
-            return len(first_tasks) == 2
-        await until(step, "the delayed assignment")
-        assert statuses <= {5}, statuses  # nothing but the delay held them back
+            return len(first_tasks) == 2 and len({m.epoch for m in members}) == 1 and \
+                (await describe()).group_state == "Stable"
+        await until(step, "the assignment")
+        assert statuses <= {5}, (bootstrap, app, statuses, shown)  # nothing but the delays held them back
         d = await describe()
         shown["assigned"] = (tuple(first_tasks[m][0] for m in ("a", "b")), [first_tasks[m][1] for m in ("a", "b")],
                              (d.group_state, d.group_epoch, d.assignment_epoch))

@@ -26,7 +26,7 @@ from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages.streams_group_heartbeat_request import CopartitionGroup, Subtopology, TopicInfo, Topology
 from test_consumer_group import Topics
 
-CONFIG = StreamsGroupConfig(initial_rebalance_delay_ms=0)  # the delay's own tests set it
+CONFIG = StreamsGroupConfig(initial_rebalance_delay_ms=0, assignment_interval_ms=0)  # the delays' own tests set them
 
 
 def word_count(epoch: int = 1) -> Topology:
@@ -47,7 +47,7 @@ def join(group: StreamsGroup, topics: Topics, member_id: str, process: str | Non
                                   topology=topology or word_count(), process_id=process or member_id,
                                   active_tasks={}, standby_tasks={}, warmup_tasks={})
     validate(req)
-    return heartbeat(group, req, topics, config)
+    return heartbeat(group, req, topics, config, 0.0)
 
 
 def beat(group: StreamsGroup, topics: Topics, member_id: str, epoch: int, active=None):
@@ -55,7 +55,7 @@ def beat(group: StreamsGroup, topics: Topics, member_id: str, epoch: int, active
                                   active_tasks=active, standby_tasks=None if active is None else {},
                                   warmup_tasks=None if active is None else {})
     validate(req)
-    return heartbeat(group, req, topics, CONFIG)
+    return heartbeat(group, req, topics, CONFIG, 0.0)
 
 
 def count(tasks) -> int:
@@ -260,7 +260,7 @@ def test_members_with_an_endpoint_are_told_where_the_partitions_are_when_their_e
         req = StreamsHeartbeatRequest(group_id="g", member_id=member_id, member_epoch=0, rebalance_timeout_ms=30000,
                                       topology=word_count(), process_id=member_id, user_endpoint=("h", port),
                                       active_tasks={}, standby_tasks={}, warmup_tasks={})
-        return heartbeat(group, req, topics, CONFIG)
+        return heartbeat(group, req, topics, CONFIG, 0.0)
     a = with_endpoint("a", 1)
     assert [(e.host, e.port) for e in a.partitions_by_user_endpoint] == [("h", 1)]
     # Every task's partition of the subtopology's input and repartition topics.
@@ -268,7 +268,7 @@ def test_members_with_an_endpoint_are_told_where_the_partitions_are_when_their_e
     # Up to date: nothing sent.
     req = StreamsHeartbeatRequest(group_id="g", member_id="a", member_epoch=2,
                                   endpoint_information_epoch=a.endpoint_information_epoch)
-    assert heartbeat(group, req, topics, CONFIG).partitions_by_user_endpoint is None
+    assert heartbeat(group, req, topics, CONFIG, 0.0).partitions_by_user_endpoint is None
     b = with_endpoint("b", 2)
     assert b.endpoint_information_epoch > a.endpoint_information_epoch
     assert sorted(e.port for e in b.partitions_by_user_endpoint) == [1, 2]
@@ -285,7 +285,7 @@ DELAYED = "Assignment delayed due to the configured initial rebalance delay."
 def test_a_new_group_waits_out_its_initial_rebalance_delay_then_assigns_once_to_all():
     """As Kafka 4.3.1 answers (checked against it): members joining during the delay wait at epoch 1
     with no tasks and ASSIGNMENT_DELAYED; when it ends, one assignment at the group epoch for all."""
-    config = StreamsGroupConfig(initial_rebalance_delay_ms=3000)
+    config = StreamsGroupConfig(initial_rebalance_delay_ms=3000, assignment_interval_ms=0)
     group = StreamsGroup("g")
     topics = ready_topics()
     a = join(group, topics, "a", config=config)
@@ -298,7 +298,7 @@ def test_a_new_group_waits_out_its_initial_rebalance_delay_then_assigns_once_to_
     r = beat(group, topics, "a", 1, active={})
     assert (r.member_epoch, r.status, r.assignment) == (1, [(StatusCode.ASSIGNMENT_DELAYED, DELAYED)], None)
 
-    assert assign_delayed(group, config)
+    assert assign_delayed(group, config, 0.0)
     assert (group.group_epoch, group.target_epoch) == (3, 3)
     ra, rb = beat(group, topics, "a", 1, active={}), beat(group, topics, "b", 1, active={})
     assert (ra.member_epoch, rb.member_epoch, ra.status, rb.status) == (3, 3, [], [])
@@ -307,14 +307,41 @@ def test_a_new_group_waits_out_its_initial_rebalance_delay_then_assigns_once_to_
 
 
 def test_the_initial_rebalance_delay_starts_again_once_the_group_emptied_and_is_off_at_zero():
-    config = StreamsGroupConfig(initial_rebalance_delay_ms=3000)
+    config = StreamsGroupConfig(initial_rebalance_delay_ms=3000, assignment_interval_ms=0)
     group = StreamsGroup("g")
     topics = ready_topics()
     join(group, topics, "a", config=config)
     fence(group, "a")
-    assert not assign_delayed(group, config)  # ended with nobody left: nothing to assign
+    assert not assign_delayed(group, config, 0.0)  # ended with nobody left: nothing to assign
     again = join(group, topics, "b", config=config)
     assert again.initial_delay_ms == 3000 and again.member_epoch == 1
     # Without a delay a new group assigns at once.
     now = join(StreamsGroup("h"), topics, "a")
     assert (now.initial_delay_ms, now.member_epoch, now.status, count(now.assignment.active)) == (None, 2, [], 8)
+
+
+def test_a_change_within_the_assignment_interval_is_assigned_once_it_has_passed():
+    """As Kafka 4.3.1 answers (checked against it, assignment interval 1 s): b joining just after
+    a's assignment waits at the present target epoch with ASSIGNMENT_DELAYED, and a keeps its tasks;
+    the first heartbeat after the interval computes the new target."""
+    config = StreamsGroupConfig(initial_rebalance_delay_ms=0, assignment_interval_ms=1000)
+    group = StreamsGroup("g")
+    topics = ready_topics()
+
+    def at(now_ms: float, member_id: str, epoch: int, active=None):
+        req = StreamsHeartbeatRequest(group_id="g", member_id=member_id, member_epoch=epoch, rebalance_timeout_ms=30000,
+                                      topology=word_count() if epoch == 0 else None, process_id=member_id,
+                                      active_tasks={} if active is None else active, standby_tasks={}, warmup_tasks={})
+        validate(req)
+        return heartbeat(group, req, topics, config, now_ms)
+    a = at(0, "a", 0)
+    assert (a.member_epoch, a.status, count(a.assignment.active)) == (2, [], 8)  # the first assignment: at once
+    interval = [(StatusCode.ASSIGNMENT_DELAYED, "Assignment delayed due to the configured assignment interval.")]
+    b = at(100, "b", 0)
+    assert (b.member_epoch, b.status, count(b.assignment.active)) == (2, interval, 0)
+    assert (group.group_epoch, group.target_epoch, group.state()) == (3, 2, GroupState.ASSIGNING)
+    r = at(900, "a", 2, a.assignment.active)
+    assert (r.member_epoch, r.status, r.assignment) == (2, interval, None)
+    r = at(1000, "a", 2, a.assignment.active)  # the interval has passed: a gives half up
+    assert (r.member_epoch, r.status, count(r.assignment.active)) == (2, [], 4)
+    assert group.target_epoch == 3
