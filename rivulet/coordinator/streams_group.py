@@ -38,6 +38,7 @@ from rivulet.protocol.messages import (
     streams_group_current_member_assignment_value as cav,
     streams_group_heartbeat_request as rq,
     streams_group_member_metadata_value as mv,
+    streams_group_metadata_value as mdv,
     streams_group_target_assignment_member_value as tav,
     streams_group_topology_value as tv,
 )
@@ -171,7 +172,10 @@ class StreamsGroup:
         self.target: dict[str, Assignment] = {}
         self.target_epoch = 0
         self.endpoint_information_epoch = 0
-        self.shutdown_requested = False
+        self.shutdown_requested_by: str | None = None  # the first member asking, until the group empties
+        # The assignment settings of the last group epoch (Kafka's LastAssignmentConfigs): another
+        # value at a heartbeat moves the group epoch, so that the tasks are assigned again with it.
+        self.assignment_configs: dict[str, str] = {}
         self.gone_members: set[str] = set()  # removed since their tombstones were last written
         # The initial rebalance delay of a group a first member joined is running (in memory only:
         # as Kafka's timer, it is not in the records, so a coordinator loading the group assigns at once).
@@ -509,14 +513,13 @@ def heartbeat(group: StreamsGroup, req: StreamsHeartbeatRequest, topics: Metadat
     status: list[tuple[StatusCode, str]] = []
     bump = joined
     if req.topology is not None:
-        if group.topology is None or not group.members or (len(group.members) == 1 and not joined):
-            if group.topology is None or group.topology.epoch != req.topology.epoch:
-                group.topology = req.topology
-                bump = True
-        elif req.topology.epoch != group.topology.epoch:
-            status.append((StatusCode.STALE_TOPOLOGY,
-                           f"The member's topology epoch {req.topology.epoch} does not match the broker's "
-                           f"topology epoch {group.topology.epoch}."))
+        # As Kafka 4.3.1: the first topology is the group's for good; an older one is stale (said
+        # below), any other change is refused, even by the only member of the group.
+        if group.topology is None:
+            group.topology = req.topology
+            bump = True
+        elif req.topology.epoch >= group.topology.epoch and not _same_topology(req.topology, group.topology):
+            raise HeartbeatError(ErrorCode.INVALID_REQUEST, "Topology updates are not supported yet.")
     # Fields the member did not send (None; -1 for the rebalance timeout) stay as they were.
     updated = dataclasses.replace(
         member, rack_id=_or(req.rack_id, member.rack_id),
@@ -528,8 +531,11 @@ def heartbeat(group: StreamsGroup, req: StreamsHeartbeatRequest, topics: Metadat
     if updated.process_id != member.process_id or updated.client_tags != member.client_tags:
         bump = True
     group.members[req.member_id] = updated
-    if req.shutdown_application:
-        group.shutdown_requested = True
+    if group.topology is not None and updated.topology_epoch < group.topology.epoch:
+        status.append((StatusCode.STALE_TOPOLOGY, f"The member's topology epoch {updated.topology_epoch} is behind "
+                                                  f"the group's topology epoch {group.topology.epoch}."))
+    if req.shutdown_application and group.shutdown_requested_by is None:
+        group.shutdown_requested_by = req.member_id
 
     hashed = partition_hash(group.topology, topics)
     if hashed != group.partition_hash:
@@ -537,6 +543,10 @@ def heartbeat(group: StreamsGroup, req: StreamsHeartbeatRequest, topics: Metadat
         bump = True
     if bump or group.configured is None:
         group.configured = configure_topology(group.topology, topics) if group.topology is not None else None
+    configs = assignment_configs(config)
+    if configs != group.assignment_configs:
+        group.assignment_configs = configs
+        bump = True
     if bump:
         # As Kafka 4.3.1: a new group's first epoch is 2, so that members waiting out the initial
         # rebalance delay (at epoch 1, with no tasks) are behind it.
@@ -587,6 +597,17 @@ def heartbeat(group: StreamsGroup, req: StreamsHeartbeatRequest, topics: Metadat
     return result
 
 
+def assignment_configs(config: StreamsGroupConfig) -> dict[str, str]:
+    """The settings the assignment depends on, as Kafka 4.3.1 records them."""
+    return {"num.standby.replicas": str(config.num_standby_replicas)}
+
+
+def _same_topology(a: Topology, b: Topology) -> bool:
+    """Whether two topologies are the same (their subtopologies in any order)."""
+    return a.epoch == b.epoch and {s.subtopology_id: s for s in a.subtopologies} == \
+        {s.subtopology_id: s for s in b.subtopologies}
+
+
 def _assign_target(group: StreamsGroup, config: StreamsGroupConfig, now_ms: float) -> None:
     """A new target assignment for every member, at the group epoch."""
     configured = group.configured
@@ -628,10 +649,10 @@ def _group_status(group: StreamsGroup) -> list[tuple[StatusCode, str]]:
         if configured.missing_internal:
             status.append((StatusCode.MISSING_INTERNAL_TOPICS, "Internal topics are missing: "
                            f"{', '.join(t.name for t in configured.missing_internal)}"))
-    if group.shutdown_requested:
+    if group.shutdown_requested_by is not None:
         status.append((StatusCode.SHUTDOWN_APPLICATION,
-                       "A KafkaStreams instance encountered a fatal error and requested a shutdown for the entire "
-                       "application."))
+                       f"Streams group member {group.shutdown_requested_by} encountered a fatal error and requested a "
+                       "shutdown for the entire application."))
     return status
 
 
@@ -688,12 +709,14 @@ def _reconcile(group: StreamsGroup, member: StreamsGroupMember, owned: Tasks | N
         state=state, assigned=Assignment(active=active, standby=standby, warmup={}))
 
 
-def leave(group: StreamsGroup, member_id: str) -> StreamsHeartbeatResult:
+def leave(group: StreamsGroup, member_id: str, shutdown_application: bool = False) -> StreamsHeartbeatResult:
     """A member leaving (epoch -1; static members, hence the temporary leave of -2, are refused
-    by ``validate`` as Kafka 4.3.1 refuses them)."""
+    by ``validate`` as Kafka 4.3.1 refuses them), perhaps asking the others to shut down."""
     if member_id not in group.members:
         raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
                              f"Member {member_id} is not a member of group {group.group_id}.")
+    if shutdown_application and group.shutdown_requested_by is None:
+        group.shutdown_requested_by = member_id
     fence(group, member_id)
     return StreamsHeartbeatResult(member_id=member_id, member_epoch=LEAVE_GROUP_MEMBER_EPOCH, cancel_session=True)
 
@@ -706,7 +729,7 @@ def fence(group: StreamsGroup, member_id: str) -> None:
     group.gone_members.add(member_id)
     group.group_epoch += 1
     if not group.members:
-        group.shutdown_requested = False
+        group.shutdown_requested_by = None
 
 
 def _check_epoch(member: StreamsGroupMember, received: int, owned: Tasks | None) -> None:
@@ -757,7 +780,9 @@ def snapshot(group: StreamsGroup) -> list[Record]:
     gid = group.group_id
     records: list[Record] = [(StreamsGroupMetadataKey(group_id=gid), StreamsGroupMetadataValue(
         epoch=group.group_epoch, metadata_hash=0,  # the partition hash is worked out again on load
-        validated_topology_epoch=group.topology.epoch if group.topology is not None else -1))]
+        validated_topology_epoch=group.topology.epoch if group.topology is not None else -1,
+        last_assignment_configs=[mdv.LastAssignmentConfig(key=k, value=v)
+                                 for k, v in sorted(group.assignment_configs.items())]))]
     if group.topology is not None:
         records.append((StreamsGroupTopologyKey(group_id=gid), _copy_topology(
             group.topology, StreamsGroupTopologyValue, tv.Subtopology, tv.TopicInfo, tv.TopicConfig,
@@ -801,6 +826,7 @@ def _replay(self: StreamsGroup, key: object, value: object) -> None:
     if isinstance(key, StreamsGroupMetadataKey):
         if isinstance(value, StreamsGroupMetadataValue):
             self.group_epoch = value.epoch
+            self.assignment_configs = {c.key: c.value for c in value.last_assignment_configs or []}
     elif isinstance(key, StreamsGroupTopologyKey):
         self.topology = None if value is None else _copy_topology(  # type: ignore[assignment]
             value, Topology, rq.Subtopology, rq.TopicInfo, rq.KeyValue, rq.CopartitionGroup)

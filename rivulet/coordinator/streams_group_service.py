@@ -75,7 +75,7 @@ class StreamsGroupService(ModernGroupService[StreamsGroup]):
             streams = group.streams
             assert streams is not None
             if req.member_epoch < 0:
-                result = leave(streams, req.member_id)
+                result = leave(streams, req.member_id, req.shutdown_application)
             else:
                 result = heartbeat(streams, req, self.metadata, self.config_of(req.group_id), self.clock.monotonic_ms())
         except HeartbeatError as e:

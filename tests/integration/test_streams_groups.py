@@ -407,6 +407,8 @@ async def _two_join(bootstrap: str, app: str, group_configs: dict[str, str]) -> 
             # Kafka's coordinator learns of new topics a while after they are created: a member of
             # another group finds the source topic before the test's members join.
             probe = Member(conn, "probe", group=f"{app}-probe", topology=one_store(app))
+            if core.read_find_coordinator(await conn.send(core.find_coordinator_request(probe.group, 0)))[0] != 0:
+                return False  # Kafka creates __consumer_offsets when a coordinator is first looked for
             r = await conn.send(probe.request())
             if r.error_code != 0:
                 return False
@@ -456,6 +458,77 @@ async def _two_join(bootstrap: str, app: str, group_configs: dict[str, str]) -> 
         d = await describe()
         shown["assigned"] = (tuple(first_tasks[m][0] for m in ("a", "b")), [first_tasks[m][1] for m in ("a", "b")],
                              (d.group_state, d.group_epoch, d.assignment_epoch))
+        return shown
+    finally:
+        await conn.close()
+
+
+@pytest.mark.java
+@pytest.mark.timeout(600)
+def test_stale_and_changed_topologies_standbys_and_shutdown_as_kafka(java, kafka_streams_ref):
+    """What Kafka 4.3.1 answers, and Rivulet alike: a member with an older topology is told it is
+    stale at every heartbeat; a newer topology is INVALID_REQUEST, even in an emptied group; a
+    changed streams.num.standby.replicas moves the group epoch; a shutdown request names the member."""
+    b = BrokerProcess(STREAMS_SESSIONS)
+    b.start()
+    try:
+        ours = asyncio.run(_topology_answers(b.bootstrap))
+    finally:
+        b.cleanup()
+    theirs = asyncio.run(_topology_answers(kafka_streams_ref))
+    assert ours == theirs
+    assert ours["stale"][1] == [(0, "The member's topology epoch 0 is behind the group's topology epoch 1.")]
+    assert ours["newer"] == ours["newer when empty"] == (ErrorCode.INVALID_REQUEST,
+                                                           "Topology updates are not supported yet.")
+    assert ours["standby epochs"][1] == ours["standby epochs"][0] + 1
+
+
+async def _topology_answers(bootstrap: str) -> dict[str, Any]:
+    app = "topology-app"
+    shown: dict[str, Any] = {"joined": await _two_join(bootstrap, app, {"streams.assignment.interval.ms": "0"})}
+    host, port = bootstrap.rsplit(":", 1)
+    conn = await BrokerConnection(host, int(port), client_id="streams-it").connect(10)
+    try:
+        def answer(r: Any) -> tuple[int, list[tuple[int, str]]]:
+            assert r.error_code == 0, (r.error_code, r.error_message)
+            return r.member_epoch, [(s.status_code, s.status_detail) for s in r.status]
+
+        async def leave(member_id: str) -> None:
+            r = await conn.send(sghq.StreamsGroupHeartbeatRequest(
+                group_id=app, member_id=member_id, member_epoch=-1, endpoint_information_epoch=0,
+                rebalance_timeout_ms=-1, shutdown_application=False))
+            assert r.error_code == 0
+
+        async def group_epoch() -> int:
+            return (await conn.send(sgdq.StreamsGroupDescribeRequest(
+                group_ids=[app], include_authorized_operations=False))).groups[0].group_epoch
+
+        def with_epoch(epoch: int) -> sghq.Topology:
+            topology = one_store(app)
+            topology.epoch = epoch
+            return topology
+        for m in ("a", "b"):  # the two members of _two_join, silent now
+            await leave(m)
+        old = Member(conn, "old", group=app, topology=with_epoch(0))
+        shown["stale"] = [answer(await conn.send(old.request())), None]
+        old.epoch = shown["stale"][0][0]
+        shown["stale"][1] = answer(await conn.send(old.request()))[1]
+        newer = await conn.send(Member(conn, "new", group=app, topology=with_epoch(2)).request())
+        shown["newer"] = (newer.error_code, newer.error_message)
+
+        before = await group_epoch()
+        r = await conn.send(iacq.IncrementalAlterConfigsRequest(resources=[iacq.AlterConfigsResource(
+            resource_type=32, resource_name=app, configs=[iacq.AlterableConfig(
+                name="streams.num.standby.replicas", config_operation=0, value="1")])], validate_only=False))
+        assert r.responses[0].error_code == 0
+        await old.beat()
+        shown["standby epochs"] = (before, await group_epoch())
+        request = old.request()
+        request.shutdown_application = True
+        shown["shutdown"] = answer(await conn.send(request))[1]
+        await leave("old")
+        newer = await conn.send(Member(conn, "new", group=app, topology=with_epoch(2)).request())
+        shown["newer when empty"] = (newer.error_code, newer.error_message)
         return shown
     finally:
         await conn.close()

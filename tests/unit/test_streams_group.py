@@ -345,3 +345,69 @@ def test_a_change_within_the_assignment_interval_is_assigned_once_it_has_passed(
     r = at(1000, "a", 2, a.assignment.active)  # the interval has passed: a gives half up
     assert (r.member_epoch, r.status, count(r.assignment.active)) == (2, [], 4)
     assert group.target_epoch == 3
+
+
+def test_an_older_topology_is_stale_at_every_heartbeat_and_another_one_refused():
+    """As Kafka 4.3.1 answers (checked against it): a member with an older topology epoch is told
+    so at each heartbeat; a newer or different topology is INVALID_REQUEST, even when the group is
+    empty or the member is its only one."""
+    group = StreamsGroup("g")
+    topics = ready_topics()
+    join(group, topics, "a")
+    stale = (StatusCode.STALE_TOPOLOGY, "The member's topology epoch 0 is behind the group's topology epoch 1.")
+    r = join(group, topics, "old", topology=word_count(epoch=0))
+    assert stale in r.status
+    assert stale in beat(group, topics, "old", r.member_epoch, active={}).status
+    fence(group, "old")
+
+    def refused(member_id: str) -> tuple[ErrorCode, str]:
+        with pytest.raises(HeartbeatError) as e:
+            join(group, topics, member_id, topology=word_count(epoch=2))
+        return e.value.code, e.value.message
+    updates = (ErrorCode.INVALID_REQUEST, "Topology updates are not supported yet.")
+    assert refused("a") == updates  # the only member, rejoining
+    assert refused("new") == updates
+    fence(group, "a")
+    assert refused("b") == updates  # the group is empty
+    assert join(group, topics, "b").error == ErrorCode.NONE and group.topology.epoch == 1
+
+
+def test_a_changed_standby_setting_moves_the_group_epoch_and_is_recorded():
+    """As Kafka 4.3.1: num.standby.replicas (a group config) changing between heartbeats moves the
+    group epoch, so the tasks are assigned again with it; the setting is in the group's record."""
+    from rivulet.coordinator.streams_group import snapshot
+    from rivulet.protocol.messages.streams_group_metadata_key import StreamsGroupMetadataKey
+
+    group = StreamsGroup("g")
+    topics = ready_topics()
+    join(group, topics, "a", process="p1")
+    join(group, topics, "b", process="p2")
+    before = group.group_epoch
+    beat(group, topics, "a", group.members["a"].member_epoch)
+    assert group.group_epoch == before  # nothing changed
+    with_standby = StreamsGroupConfig(initial_rebalance_delay_ms=0, assignment_interval_ms=0, num_standby_replicas=1)
+    req = StreamsHeartbeatRequest(group_id="g", member_id="a", member_epoch=group.members["a"].member_epoch)
+    heartbeat(group, req, topics, with_standby, 0.0)
+    assert group.group_epoch == before + 1 and count(group.target["a"].standby) > 0
+    metadata = next(v for k, v in snapshot(group) if isinstance(k, StreamsGroupMetadataKey))
+    assert [(c.key, c.value) for c in metadata.last_assignment_configs] == [("num.standby.replicas", "1")]
+    loaded = StreamsGroup("g")
+    loaded.replay(StreamsGroupMetadataKey(group_id="g"), metadata)
+    assert loaded.assignment_configs == {"num.standby.replicas": "1"}
+
+
+def test_a_shutdown_request_names_the_first_member_that_asked_until_the_group_empties():
+    group = StreamsGroup("g")
+    topics = ready_topics()
+    join(group, topics, "a")
+    join(group, topics, "b")
+    for member in ("b", "a"):
+        req = StreamsHeartbeatRequest(group_id="g", member_id=member, member_epoch=group.members[member].member_epoch,
+                                      shutdown_application=True)
+        r = heartbeat(group, req, topics, CONFIG, 0.0)
+    assert (StatusCode.SHUTDOWN_APPLICATION, "Streams group member b encountered a fatal error and requested a "
+            "shutdown for the entire application.") in r.status
+    leave(group, "a")
+    leave(group, "b")
+    assert group.shutdown_requested_by is None
+    assert not [c for c, _ in join(group, topics, "c").status if c == StatusCode.SHUTDOWN_APPLICATION]
