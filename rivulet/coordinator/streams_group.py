@@ -780,7 +780,8 @@ def snapshot(group: StreamsGroup) -> list[Record]:
     gid = group.group_id
     records: list[Record] = [(StreamsGroupMetadataKey(group_id=gid), StreamsGroupMetadataValue(
         epoch=group.group_epoch, metadata_hash=0,  # the partition hash is worked out again on load
-        validated_topology_epoch=group.topology.epoch if group.topology is not None else -1,
+        validated_topology_epoch=group.topology.epoch  # -1 until the topology can run, as Kafka records it
+        if group.topology is not None and group.configured is not None and group.configured.ready else -1,
         last_assignment_configs=[mdv.LastAssignmentConfig(key=k, value=v)
                                  for k, v in sorted(group.assignment_configs.items())]))]
     if group.topology is not None:
