@@ -145,7 +145,9 @@ class GroupCoordinator(InternalTopicCoordinator):
         self.streams_group_config = StreamsGroupConfig(
             heartbeat_interval_ms=config_value(config, "group.streams.heartbeat.interval.ms", 5000),
             session_timeout_ms=config_value(config, "group.streams.session.timeout.ms", 45000),
-            num_standby_replicas=config_value(config, "group.streams.num.standby.replicas", 0))
+            num_standby_replicas=config_value(config, "group.streams.num.standby.replicas", 0),
+            initial_rebalance_delay_ms=config_value(config, "group.streams.initial.rebalance.delay.ms", 3000),
+            assignment_interval_ms=config_value(config, "group.streams.assignment.interval.ms", 1000))
         self._active = False
         self._load_queue: deque[int] = deque()
         self._loader: asyncio.Task | None = None
@@ -173,7 +175,7 @@ class GroupCoordinator(InternalTopicCoordinator):
                                               self.group_configs)
         self.streams_groups = StreamsGroupService(self.streams_group_config, self.manager, self.metadata,
                                                   self.streams_topics, MemberDeadlines(self.heartbeat_purgatory),
-                                                  self.group_configs)
+                                                  self.clock, self.group_configs)
         self._active = True
         for p in range(n if lead_all else 0):
             self.on_become_leader(p)

@@ -38,6 +38,7 @@ from rivulet.protocol.messages import (
     streams_group_current_member_assignment_value as cav,
     streams_group_heartbeat_request as rq,
     streams_group_member_metadata_value as mv,
+    streams_group_metadata_value as mdv,
     streams_group_target_assignment_member_value as tav,
     streams_group_topology_value as tv,
 )
@@ -96,6 +97,12 @@ class StreamsGroupConfig(GroupSessionConfig):
     """The broker's ``group.streams.*`` settings (a group's own configs override them all)."""
 
     num_standby_replicas: int = 0
+    # How long a new group waits for more members before its first assignment (Kafka's
+    # group.streams.initial.rebalance.delay.ms, and a group's streams.initial.rebalance.delay.ms).
+    initial_rebalance_delay_ms: int = 3000
+    # The shortest time between two target assignments (group.streams.assignment.interval.ms, and a
+    # group's streams.assignment.interval.ms): a change sooner is assigned once it has passed.
+    assignment_interval_ms: int = 1000
 
 
 @dataclass(frozen=True)
@@ -114,28 +121,6 @@ class StreamsGroupMember(RevokingMember):
     assigned: Assignment = field(default_factory=Assignment)
     # Active tasks the member was told to give up and has not yet reported gone.
     pending_revocation: Tasks = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class TaskOffsets:
-    """A member's report of its tasks' changelogs (KIP-1071): how far it has restored each task
-    (``offsets``, the sum over the task's changelog partitions) and, for its active tasks, where
-    those changelogs end (``end_offsets``); the difference is the task's lag."""
-
-    offsets: Mapping[tuple[str, int], int] = field(default_factory=dict)
-    end_offsets: Mapping[tuple[str, int], int] = field(default_factory=dict)
-
-    def updated(self, offsets: Mapping[tuple[str, int], int] | None,
-                end_offsets: Mapping[tuple[str, int], int] | None) -> TaskOffsets:
-        """These offsets with a heartbeat's report over them (None: that list unchanged)."""
-        return TaskOffsets(self.offsets if offsets is None else dict(offsets),
-                           self.end_offsets if end_offsets is None else dict(end_offsets))
-
-    def lag(self, task: tuple[str, int]) -> int | None:
-        """How far the member is behind on ``task``, if it reported both offsets."""
-        if task not in self.offsets or task not in self.end_offsets:
-            return None
-        return max(self.end_offsets[task] - self.offsets[task], 0)
 
 
 @dataclass(frozen=True)
@@ -181,18 +166,21 @@ class StreamsGroup:
         self.group_id = group_id
         self.group_epoch = 0
         self.members: dict[str, StreamsGroupMember] = {}
-        self.static_members: dict[str, str] = {}  # instance id -> member id
         self.topology: Topology | None = None
         self.configured: ConfiguredTopology | None = None
         self.partition_hash = 0  # the partition counts of the topics the topology reads
         self.target: dict[str, Assignment] = {}
         self.target_epoch = 0
         self.endpoint_information_epoch = 0
-        self.shutdown_requested = False
+        self.shutdown_requested_by: str | None = None  # the first member asking, until the group empties
+        # The assignment settings of the last group epoch (Kafka's LastAssignmentConfigs): another
+        # value at a heartbeat moves the group epoch, so that the tasks are assigned again with it.
+        self.assignment_configs: dict[str, str] = {}
         self.gone_members: set[str] = set()  # removed since their tombstones were last written
-        # What each member last reported of its tasks' changelogs: kept in memory only, as Kafka
-        # does (they change all the time; a member reports them again every task offset interval).
-        self.task_offsets: dict[str, TaskOffsets] = {}
+        # The initial rebalance delay of a group a first member joined is running (in memory only:
+        # as Kafka's timer, it is not in the records, so a coordinator loading the group assigns at once).
+        self.initial_delay_running = False
+        self.assigned_at_ms: float | None = None  # when the target was last computed (monotonic; in memory only)
 
     def state(self) -> GroupState:
         if not self.members:
@@ -467,6 +455,7 @@ class StreamsHeartbeatResult:
     partitions_by_user_endpoint: list[EndpointPartitions] | None = None
     revocation_timeout_ms: int | None = None  # the member must revoke within it (re)arm
     cancel_revocation: bool = False
+    initial_delay_ms: int | None = None  # the group's initial rebalance delay started: ``assign_delayed`` after it
 
 
 def validate(req: StreamsHeartbeatRequest) -> None:
@@ -484,8 +473,7 @@ def validate(req: StreamsHeartbeatRequest) -> None:
         raise invalid("WarmupTasks are not supported yet.")
     if req.topology is not None and any(s.source_topic_regex for s in req.topology.subtopologies):
         raise invalid("Regular expressions for source topics are not supported yet.")
-    for value, what in ((req.member_id, "MemberId"), (req.group_id, "GroupId"), (req.instance_id, "InstanceId"),
-                        (req.rack_id, "RackId")):
+    for value, what in ((req.member_id, "MemberId"), (req.group_id, "GroupId"), (req.rack_id, "RackId")):
         if value is not None and not value.strip():
             raise invalid(f"{what} can't be empty.")
     if req.member_epoch == 0:
@@ -504,8 +492,7 @@ def validate(req: StreamsHeartbeatRequest) -> None:
                                          f"Changelog topic {c.name} must have an undefined partition count, "
                                          f"but it is set to {c.partitions}.")
     elif req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-        if req.instance_id is None:
-            raise invalid("InstanceId can't be null.")
+        raise invalid("InstanceId can't be null.")  # a static member's leave, without one (they are refused)
     elif req.member_epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
         raise invalid(f"MemberEpoch is {req.member_epoch}, but must be greater than or equal to -2.")
     given = [t is not None for t in (req.active_tasks, req.standby_tasks, req.warmup_tasks)]
@@ -516,25 +503,26 @@ def validate(req: StreamsHeartbeatRequest) -> None:
 
 
 def heartbeat(group: StreamsGroup, req: StreamsHeartbeatRequest, topics: MetadataView,
-              config: StreamsGroupConfig) -> StreamsHeartbeatResult:
-    """Answer a validated heartbeat of a member that is not leaving, changing ``group``."""
+              config: StreamsGroupConfig, now_ms: float) -> StreamsHeartbeatResult:
+    """Answer a validated heartbeat of a member that is not leaving, changing ``group``
+    (``now_ms``: the coordinator's monotonic clock)."""
     member = _member_for(group, req)
     joined = req.member_id not in group.members
+    first = not group.members  # the first member of a new (or emptied) group
 
     status: list[tuple[StatusCode, str]] = []
     bump = joined
     if req.topology is not None:
-        if group.topology is None or not group.members or (len(group.members) == 1 and not joined):
-            if group.topology is None or group.topology.epoch != req.topology.epoch:
-                group.topology = req.topology
-                bump = True
-        elif req.topology.epoch != group.topology.epoch:
-            status.append((StatusCode.STALE_TOPOLOGY,
-                           f"The member's topology epoch {req.topology.epoch} does not match the broker's "
-                           f"topology epoch {group.topology.epoch}."))
+        # As Kafka 4.3.1: the first topology is the group's for good; an older one is stale (said
+        # below), any other change is refused, even by the only member of the group.
+        if group.topology is None:
+            group.topology = req.topology
+            bump = True
+        elif req.topology.epoch >= group.topology.epoch and not _same_topology(req.topology, group.topology):
+            raise HeartbeatError(ErrorCode.INVALID_REQUEST, "Topology updates are not supported yet.")
     # Fields the member did not send (None; -1 for the rebalance timeout) stay as they were.
     updated = dataclasses.replace(
-        member, instance_id=_or(req.instance_id, member.instance_id), rack_id=_or(req.rack_id, member.rack_id),
+        member, rack_id=_or(req.rack_id, member.rack_id),
         rebalance_timeout_ms=_or(None if req.rebalance_timeout_ms == -1 else req.rebalance_timeout_ms,
                                  member.rebalance_timeout_ms),
         topology_epoch=_or(req.topology.epoch if req.topology is not None else None, member.topology_epoch),
@@ -543,10 +531,11 @@ def heartbeat(group: StreamsGroup, req: StreamsHeartbeatRequest, topics: Metadat
     if updated.process_id != member.process_id or updated.client_tags != member.client_tags:
         bump = True
     group.members[req.member_id] = updated
-    if updated.instance_id is not None:
-        group.static_members[updated.instance_id] = req.member_id
-    if req.shutdown_application:
-        group.shutdown_requested = True
+    if group.topology is not None and updated.topology_epoch < group.topology.epoch:
+        status.append((StatusCode.STALE_TOPOLOGY, f"The member's topology epoch {updated.topology_epoch} is behind "
+                                                  f"the group's topology epoch {group.topology.epoch}."))
+    if req.shutdown_application and group.shutdown_requested_by is None:
+        group.shutdown_requested_by = req.member_id
 
     hashed = partition_hash(group.topology, topics)
     if hashed != group.partition_hash:
@@ -554,15 +543,33 @@ def heartbeat(group: StreamsGroup, req: StreamsHeartbeatRequest, topics: Metadat
         bump = True
     if bump or group.configured is None:
         group.configured = configure_topology(group.topology, topics) if group.topology is not None else None
+    configs = assignment_configs(config)
+    if configs != group.assignment_configs:
+        group.assignment_configs = configs
+        bump = True
     if bump:
-        group.group_epoch += 1
+        # As Kafka 4.3.1: a new group's first epoch is 2, so that members waiting out the initial
+        # rebalance delay (at epoch 1, with no tasks) are behind it.
+        group.group_epoch = 2 if group.group_epoch == 0 else group.group_epoch + 1
     configured = group.configured
-    status += _group_status(group)
+    start_delay_ms = None
+    if first and config.initial_rebalance_delay_ms > 0 and not group.initial_delay_running:
+        group.initial_delay_running = True
+        start_delay_ms = config.initial_rebalance_delay_ms
 
     if group.group_epoch > group.target_epoch:
-        tasks = configured.tasks if configured is not None and configured.ready else {}
-        group.target = assign(group.members, tasks, group.target, config.num_standby_replicas)
-        group.target_epoch = group.group_epoch
+        if group.initial_delay_running:
+            # No assignment before the delay ends (``assign_delayed``): the members joined so far wait at epoch 1.
+            status.append((StatusCode.ASSIGNMENT_DELAYED,
+                           "Assignment delayed due to the configured initial rebalance delay."))
+            group.target_epoch = max(group.target_epoch, 1)
+        elif group.assigned_at_ms is not None and now_ms < group.assigned_at_ms + config.assignment_interval_ms:
+            # Too soon after the last one: the members keep the present target until a heartbeat after it.
+            status.append((StatusCode.ASSIGNMENT_DELAYED, "Assignment delayed due to the configured assignment "
+                                                          "interval."))
+        else:
+            _assign_target(group, config, now_ms)
+    status += _group_status(group)
 
     before, was_revoking = updated.assigned, updated.state == MemberState.UNREVOKED_TASKS
     updated = _reconcile(group, updated, req.active_tasks)
@@ -570,16 +577,14 @@ def heartbeat(group: StreamsGroup, req: StreamsHeartbeatRequest, topics: Metadat
     if (req.member_epoch == 0 or updated.assigned != before) and updated.user_endpoint is not None:
         # As Kafka: what an endpoint serves moved, so every member learns the partitions again.
         group.endpoint_information_epoch += 1
-    if req.task_offsets is not None or req.task_end_offsets is not None:
-        group.task_offsets[req.member_id] = group.task_offsets.get(req.member_id, TaskOffsets()).updated(
-            req.task_offsets, req.task_end_offsets)
     result = StreamsHeartbeatResult(
         member_id=req.member_id, member_epoch=updated.member_epoch, heartbeat_interval_ms=config.heartbeat_interval_ms,
         acceptable_recovery_lag=ACCEPTABLE_RECOVERY_LAG, task_offset_interval_ms=TASK_OFFSET_INTERVAL_MS,
         status=status,
         endpoint_information_epoch=group.endpoint_information_epoch,
         session_timeout_ms=config.session_timeout_ms,
-        missing_internal_topics=list(configured.missing_internal) if configured is not None else [])
+        missing_internal_topics=list(configured.missing_internal) if configured is not None else [],
+        initial_delay_ms=start_delay_ms)
     if req.member_epoch == 0 or updated.assigned != before or req.active_tasks is None and joined:
         result.assignment = updated.assigned
     revoking = updated.state == MemberState.UNREVOKED_TASKS
@@ -592,17 +597,39 @@ def heartbeat(group: StreamsGroup, req: StreamsHeartbeatRequest, topics: Metadat
     return result
 
 
+def assignment_configs(config: StreamsGroupConfig) -> dict[str, str]:
+    """The settings the assignment depends on, as Kafka 4.3.1 records them."""
+    return {"num.standby.replicas": str(config.num_standby_replicas)}
+
+
+def _same_topology(a: Topology, b: Topology) -> bool:
+    """Whether two topologies are the same (their subtopologies in any order)."""
+    return a.epoch == b.epoch and {s.subtopology_id: s for s in a.subtopologies} == \
+        {s.subtopology_id: s for s in b.subtopologies}
+
+
+def _assign_target(group: StreamsGroup, config: StreamsGroupConfig, now_ms: float) -> None:
+    """A new target assignment for every member, at the group epoch."""
+    configured = group.configured
+    tasks = configured.tasks if configured is not None and configured.ready else {}
+    group.target = assign(group.members, tasks, group.target, config.num_standby_replicas)
+    group.target_epoch = group.group_epoch
+    group.assigned_at_ms = now_ms
+
+
+def assign_delayed(group: StreamsGroup, config: StreamsGroupConfig, now_ms: float) -> bool:
+    """The initial rebalance delay ended: one target assignment for all the members that joined
+    meanwhile (they take it at their next heartbeat). Whether the target changed."""
+    group.initial_delay_running = False
+    if not group.members or group.group_epoch <= group.target_epoch:
+        return False
+    _assign_target(group, config, now_ms)
+    return True
+
+
 def _member_for(group: StreamsGroup, req: StreamsHeartbeatRequest) -> StreamsGroupMember:
-    """The member the heartbeat is from, its epoch checked; a new one for a member joining (a
-    static member rejoining under a new member id takes its predecessor's place)."""
+    """The member the heartbeat is from, its epoch checked; a new one for a member joining."""
     member = group.members.get(req.member_id)
-    if req.instance_id is not None and member is None and req.member_epoch == 0:
-        old_id = group.static_members.get(req.instance_id)
-        old = group.members.pop(old_id, None) if old_id is not None else None
-        if old is not None:
-            group.gone_members.add(old.member_id)
-            member = dataclasses.replace(old, member_id=req.member_id)
-            group.target[req.member_id] = group.target.pop(old.member_id, Assignment())
     if member is None:
         if req.member_epoch != 0:
             raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
@@ -621,11 +648,11 @@ def _group_status(group: StreamsGroup) -> list[tuple[StatusCode, str]]:
         status += configured.status
         if configured.missing_internal:
             status.append((StatusCode.MISSING_INTERNAL_TOPICS, "Internal topics are missing: "
-                           f"[{', '.join(t.name for t in configured.missing_internal)}]"))
-    if group.shutdown_requested:
+                           f"{', '.join(t.name for t in configured.missing_internal)}"))
+    if group.shutdown_requested_by is not None:
         status.append((StatusCode.SHUTDOWN_APPLICATION,
-                       "A KafkaStreams instance encountered a fatal error and requested a shutdown for the entire "
-                       "application."))
+                       f"Streams group member {group.shutdown_requested_by} encountered a fatal error and requested a "
+                       "shutdown for the entire application."))
     return status
 
 
@@ -682,16 +709,14 @@ def _reconcile(group: StreamsGroup, member: StreamsGroupMember, owned: Tasks | N
         state=state, assigned=Assignment(active=active, standby=standby, warmup={}))
 
 
-def leave(group: StreamsGroup, member_id: str, instance_id: str | None, epoch: int) -> StreamsHeartbeatResult:
-    """A member leaving (epoch -1), or a static member's temporary leave (-2: it keeps its
-    place and tasks until its session runs out)."""
+def leave(group: StreamsGroup, member_id: str, shutdown_application: bool = False) -> StreamsHeartbeatResult:
+    """A member leaving (epoch -1; static members, hence the temporary leave of -2, are refused
+    by ``validate`` as Kafka 4.3.1 refuses them), perhaps asking the others to shut down."""
     if member_id not in group.members:
         raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
                              f"Member {member_id} is not a member of group {group.group_id}.")
-    if epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-        group.members[member_id] = dataclasses.replace(group.members[member_id],
-                                                       member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH)
-        return StreamsHeartbeatResult(member_id=member_id, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH)
+    if shutdown_application and group.shutdown_requested_by is None:
+        group.shutdown_requested_by = member_id
     fence(group, member_id)
     return StreamsHeartbeatResult(member_id=member_id, member_epoch=LEAVE_GROUP_MEMBER_EPOCH, cancel_session=True)
 
@@ -699,16 +724,12 @@ def leave(group: StreamsGroup, member_id: str, instance_id: str | None, epoch: i
 def fence(group: StreamsGroup, member_id: str) -> None:
     """Remove a member (it left, or its session expired); the group epoch moves so that the
     target assignment is computed again without it."""
-    member = group.members.pop(member_id, None)
+    group.members.pop(member_id, None)
     group.target.pop(member_id, None)
-    group.task_offsets.pop(member_id, None)
     group.gone_members.add(member_id)
-    if member is not None and member.instance_id is not None and \
-            group.static_members.get(member.instance_id) == member_id:
-        del group.static_members[member.instance_id]
     group.group_epoch += 1
     if not group.members:
-        group.shutdown_requested = False
+        group.shutdown_requested_by = None
 
 
 def _check_epoch(member: StreamsGroupMember, received: int, owned: Tasks | None) -> None:
@@ -759,7 +780,10 @@ def snapshot(group: StreamsGroup) -> list[Record]:
     gid = group.group_id
     records: list[Record] = [(StreamsGroupMetadataKey(group_id=gid), StreamsGroupMetadataValue(
         epoch=group.group_epoch, metadata_hash=0,  # the partition hash is worked out again on load
-        validated_topology_epoch=group.topology.epoch if group.topology is not None else -1))]
+        validated_topology_epoch=group.topology.epoch  # -1 until the topology can run, as Kafka records it
+        if group.topology is not None and group.configured is not None and group.configured.ready else -1,
+        last_assignment_configs=[mdv.LastAssignmentConfig(key=k, value=v)
+                                 for k, v in sorted(group.assignment_configs.items())]))]
     if group.topology is not None:
         records.append((StreamsGroupTopologyKey(group_id=gid), _copy_topology(
             group.topology, StreamsGroupTopologyValue, tv.Subtopology, tv.TopicInfo, tv.TopicConfig,
@@ -803,6 +827,7 @@ def _replay(self: StreamsGroup, key: object, value: object) -> None:
     if isinstance(key, StreamsGroupMetadataKey):
         if isinstance(value, StreamsGroupMetadataValue):
             self.group_epoch = value.epoch
+            self.assignment_configs = {c.key: c.value for c in value.last_assignment_configs or []}
     elif isinstance(key, StreamsGroupTopologyKey):
         self.topology = None if value is None else _copy_topology(  # type: ignore[assignment]
             value, Topology, rq.Subtopology, rq.TopicInfo, rq.KeyValue, rq.CopartitionGroup)
@@ -821,8 +846,6 @@ def _replay(self: StreamsGroup, key: object, value: object) -> None:
             topology_epoch=value.topology_epoch, process_id=value.process_id,
             user_endpoint=None if endpoint is None else (endpoint.host, endpoint.port),
             client_tags=tuple((t.key, t.value) for t in value.client_tags))
-        if value.instance_id is not None:
-            self.static_members[value.instance_id] = key.member_id
     elif isinstance(key, StreamsGroupCurrentMemberAssignmentKey):
         if value is None or key.member_id not in self.members and not isinstance(
                 value, StreamsGroupCurrentMemberAssignmentValue):

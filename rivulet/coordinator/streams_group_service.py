@@ -10,6 +10,7 @@ import logging
 from typing import Callable
 
 from rivulet.common.cluster import GroupTopicCreator, MetadataView
+from rivulet.common.time import Clock
 from rivulet.coordinator.modern_group import GroupMember, HeartbeatError, MemberState
 from rivulet.coordinator.modern_group_service import ModernGroupService
 from rivulet.coordinator.delayed_ops import MemberDeadlines
@@ -24,6 +25,7 @@ from rivulet.coordinator.streams_group import (
     StreamsHeartbeatRequest,
     StreamsHeartbeatResult,
     TopicNeed,
+    assign_delayed,
     configure_topology,
     fence,
     heartbeat,
@@ -36,14 +38,16 @@ from rivulet.coordinator.offsets_topic import consumer_group_record
 from rivulet.protocol.errors import ApiError, ErrorCode
 
 log = logging.getLogger(__name__)
+INITIAL_REBALANCE = "initial-rebalance"  # the deadline of a new group's initial rebalance delay
 
 class StreamsGroupService(ModernGroupService[StreamsGroup]):
     REVOKED = "tasks"
 
     def __init__(self, config: StreamsGroupConfig, manager: GroupMetadataManager, metadata: MetadataView,
-                 topic_creator: GroupTopicCreator, deadlines: MemberDeadlines,
+                 topic_creator: GroupTopicCreator, deadlines: MemberDeadlines, clock: Clock,
                  group_configs: GroupConfigs | None = None) -> None:
         super().__init__(manager, deadlines)
+        self.clock = clock
         self.config = config
         self.metadata = metadata
         self.topic_creator = topic_creator
@@ -53,14 +57,16 @@ class StreamsGroupService(ModernGroupService[StreamsGroup]):
         self._written: dict[str, dict[bytes, bytes | None]] = {}
 
     def config_of(self, group_id: str) -> StreamsGroupConfig:
-        """The broker's settings with the group's own session timeout, heartbeat interval and
-        standby replicas."""
+        """The broker's settings with the group's own session timeout, heartbeat interval,
+        standby replicas, initial rebalance delay and assignment interval."""
         if self.group_configs is None:
             return self.config
         own = self.group_configs.get(group_id)
         return dataclasses.replace(self.config, session_timeout_ms=own.streams_session_timeout_ms,
                                    heartbeat_interval_ms=own.streams_heartbeat_interval_ms,
-                                   num_standby_replicas=own.streams_num_standby_replicas)
+                                   num_standby_replicas=own.streams_num_standby_replicas,
+                                   initial_rebalance_delay_ms=own.streams_initial_rebalance_delay_ms,
+                                   assignment_interval_ms=own.streams_assignment_interval_ms)
 
     def heartbeat(self, req: StreamsHeartbeatRequest, callback: Callable[[StreamsHeartbeatResult], None]) -> None:
         """Called by the group coordinator once the request is valid and the group is local."""
@@ -69,9 +75,9 @@ class StreamsGroupService(ModernGroupService[StreamsGroup]):
             streams = group.streams
             assert streams is not None
             if req.member_epoch < 0:
-                result = leave(streams, req.member_id, req.instance_id, req.member_epoch)
+                result = leave(streams, req.member_id, req.shutdown_application)
             else:
-                result = heartbeat(streams, req, self.metadata, self.config_of(req.group_id))
+                result = heartbeat(streams, req, self.metadata, self.config_of(req.group_id), self.clock.monotonic_ms())
         except HeartbeatError as e:
             callback(StreamsHeartbeatResult(error=e.code, error_message=e.message, member_id=req.member_id))
             return
@@ -86,6 +92,9 @@ class StreamsGroupService(ModernGroupService[StreamsGroup]):
             self._cancel("revocation", group.group_id, req.member_id)
         if result.missing_internal_topics:
             self._create_internal_topics(result.missing_internal_topics)
+        if result.initial_delay_ms is not None:
+            self.deadlines.schedule(INITIAL_REBALANCE, group.group_id, "", result.initial_delay_ms,
+                                    lambda: self._initial_delay_ended(group))
 
         def stored(error: ErrorCode) -> None:
             callback(result if error == ErrorCode.NONE else StreamsHeartbeatResult(error=error))
@@ -152,6 +161,17 @@ class StreamsGroupService(ModernGroupService[StreamsGroup]):
             asyncio.ensure_future(create())
 
     # ------------------------------------------------------------ deadlines
+    def _initial_delay_ended(self, group: GroupMetadata) -> None:
+        """The first assignment of a group, for every member that joined during its initial
+        rebalance delay, stored as Kafka's timer does; the members take it at their next heartbeat."""
+        streams = group.streams
+        if streams is None or self.manager.get_group(group.group_id) is not group:
+            return  # the group moved to another coordinator, or is gone
+        if assign_delayed(streams, self.config_of(group.group_id), self.clock.monotonic_ms()):
+            log.info("[GroupId %s] Computed the target assignment at epoch %d after the initial rebalance delay.",
+                     group.group_id, streams.target_epoch)
+            self._store(group, lambda _error: None)
+
     def _state(self, group: GroupMetadata) -> StreamsGroup | None:
         return group.streams
 
@@ -181,4 +201,5 @@ class StreamsGroupService(ModernGroupService[StreamsGroup]):
 
     def on_group_unloaded(self, group: GroupMetadata) -> None:
         self._written.pop(group.group_id, None)
+        self.deadlines.cancel(INITIAL_REBALANCE, group.group_id, "")
         super().on_group_unloaded(group)

@@ -425,7 +425,8 @@ BROKER_CONFIGS = ConfigDef([
     _k("group.share.assignment.interval.ms", I, 1000, _nonneg, "Minimum interval between two target "
        "assignment computations of a share group.", MEDIUM, ignored=True),
     _k("group.streams.assignment.interval.ms", I, 1000, _nonneg, "Minimum interval between two target "
-       "assignment computations of a streams group.", MEDIUM, ignored=True),
+       "assignment computations of a streams group: a change sooner waits for it, its members answered "
+       "ASSIGNMENT_DELAYED meanwhile. A group's streams.assignment.interval.ms overrides it.", MEDIUM),
     _k("group.share.enable", B, True, None, "Serve share groups (KIP-932: ShareGroupHeartbeat, "
        "ShareGroupDescribe). Kafka serves them once the share.version feature is 1, as it is in a new 4.2+ "
        "cluster, and so does Rivulet; false (Kafka's own, internal switch) takes share.version 1 out of what "
@@ -472,8 +473,9 @@ BROKER_CONFIGS = ConfigDef([
        MEDIUM),
     _k("group.streams.num.standby.replicas", I, 0, _nonneg, "Standby replicas of each streams task.", MEDIUM),
     _k("group.streams.max.standby.replicas", I, 2, _nonneg, "Largest streams.num.standby.replicas.", MEDIUM),
-    _k("group.streams.initial.rebalance.delay.ms", I, 3000, _nonneg, "Wait for more streams clients before the "
-       "first rebalance of a new streams group.", MEDIUM, ignored=True),
+    _k("group.streams.initial.rebalance.delay.ms", I, 3000, _nonneg, "How long a new (or emptied) streams group "
+       "waits for more members before its first assignment; meanwhile its members get no tasks and the status "
+       "ASSIGNMENT_DELAYED. A group's streams.initial.rebalance.delay.ms overrides it; 0: no delay.", MEDIUM),
     _k("offsets.topic.num.partitions", I, 50, _pos, "Partitions of __consumer_offsets.", HIGH),
     _k("offsets.topic.replication.factor", SH, 3, _pos, "Replication factor of __consumer_offsets.", HIGH),
     _k("offsets.topic.segment.bytes", I, 104857600, _pos, "Segment size of __consumer_offsets.", HIGH),

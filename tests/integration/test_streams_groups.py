@@ -28,6 +28,7 @@ from rivulet.client.connection import BrokerConnection
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages import create_topics_request as ctq
 from rivulet.protocol.messages import describe_groups_request as dgrq
+from rivulet.protocol.messages import incremental_alter_configs_request as iacq
 from rivulet.protocol.messages import join_group_request as jgq
 from rivulet.protocol.messages import list_groups_request as lgq
 from rivulet.protocol.messages import metadata_request as mq
@@ -73,18 +74,21 @@ class Member(RawMember):
     (``revokes`` False: it never gives a task up, as a member stuck in its revocation)."""
 
     def __init__(self, conn: BrokerConnection, member_id: str, rebalance_timeout_ms: int = 30000,
-                 endpoint: tuple[str, int] | None = None, revokes: bool = True) -> None:
+                 endpoint: tuple[str, int] | None = None, revokes: bool = True, group: str = GROUP,
+                 topology: sghq.Topology = TOPOLOGY) -> None:
         super().__init__(conn, member_id)
         self.active: set[tuple[str, int]] = set()
         self.rebalance_timeout_ms, self.endpoint, self.revokes = rebalance_timeout_ms, endpoint, revokes
+        self.group, self.topology = group, topology
         self.endpoint_epoch = -1
 
     def request(self) -> sghq.StreamsGroupHeartbeatRequest:
         joining = self.epoch == 0
         return sghq.StreamsGroupHeartbeatRequest(
-            group_id=GROUP, member_id=self.member_id, member_epoch=self.epoch,
+            group_id=self.group, member_id=self.member_id, member_epoch=self.epoch,
             endpoint_information_epoch=self.endpoint_epoch,
-            rebalance_timeout_ms=self.rebalance_timeout_ms if joining else -1, topology=TOPOLOGY if joining else None,
+            rebalance_timeout_ms=self.rebalance_timeout_ms if joining else -1,
+            topology=self.topology if joining else None,
             active_tasks=ids(self.active), standby_tasks=[], warmup_tasks=[], process_id=self.member_id + "-p",
             user_endpoint=None if self.endpoint is None else sghq.Endpoint(host=self.endpoint[0],
                                                                           port=self.endpoint[1]),
@@ -115,11 +119,14 @@ async def _lifecycle(b: BrokerProcess) -> None:
             validate_only=False))
         assert r.topics[0].error_code == 0
 
-        # The first member: its internal topics are missing, then created, then it has every task.
+        # The first member: the group's initial rebalance delay runs (the broker's default, 3 s; it
+        # waits at epoch 1) and its internal topics are missing, then created, then it has every task.
         a = Member(conn, "a")
         first = await a.beat()
         assert (first.member_epoch, first.heartbeat_interval_ms) == (1, 500)
-        assert [s.status_code for s in first.status] == [3]  # MISSING_INTERNAL_TOPICS
+        assert [(s.status_code, s.status_detail) for s in first.status] == [
+            (5, "Assignment delayed due to the configured initial rebalance delay."),  # ASSIGNMENT_DELAYED
+            (3, f"Internal topics are missing: {REPARTITION}, {CHANGELOG}")]  # MISSING_INTERNAL_TOPICS
         assert first.active_tasks == []
 
         await beat_until([a], lambda: len(a.active) == 4, "the internal topics and the tasks")
@@ -286,7 +293,7 @@ async def _revocation(b: BrokerProcess) -> None:
 def test_kafka_streams_groups_tool_describes_a_streams_group(java, kafka_streams_ref):
     """kafka-streams-groups.sh's list and describe (state, members, offsets) against Rivulet and
     against Kafka 4.3.1, each with one member holding every task: the same columns, group state,
-    members, assignments and offsets."""
+    epochs, members, assignments and offsets."""
     b = BrokerProcess(STREAMS_SESSIONS)
     b.start()
     try:
@@ -296,7 +303,8 @@ def test_kafka_streams_groups_tool_describes_a_streams_group(java, kafka_streams
     theirs = asyncio.run(_tool(kafka_streams_ref))
     assert ours == theirs
     assert ours["list"] == [GROUP]
-    assert [(s["STATE"], s["#MEMBERS"]) for s in ours["state"]] == [("Stable", "1")]
+    # A new group's first epoch is 2, the internal topics' creation moves it to 3 (as Kafka 4.3.1 counts).
+    assert [(s["STATE"], s["#MEMBERS"], s["GROUP-EPOCH"]) for s in ours["state"]] == [("Stable", "1", "3")]
     assert ours["members"][2] == [["ACTIVE:", "0:[0,1];", "1:[0,1];", "TARGET-ACTIVE:", "0:[0,1];", "1:[0,1];"]]
 
 
@@ -326,11 +334,8 @@ async def _tool(bootstrap: str) -> dict[str, Any]:
         shown: dict[str, Any] = {"list": (await while_beating([a], lambda: tool("--list"))).split()}
         state = await while_beating([a], lambda: jt.streams_group_command(
             bootstrap, ["--describe", "--group", GROUP, "--state", "--verbose"]))
-        # Epochs are counted differently (Kafka 4.3.1 is at 3 here, Rivulet at 2): each tool run
-        # must agree with itself, the values are left out of the comparison.
         epochs = {s["GROUP-EPOCH"] for s in state} | {s["TARGET-ASSIGNMENT-EPOCH"] for s in state}
-        shown["state"] = [{k: v for k, v in s.items() if not k.endswith("EPOCH") and k != "COORDINATOR"}
-                          for s in state]
+        shown["state"] = [{k: v for k, v in s.items() if k != "COORDINATOR"} for s in state]
         # The assignments column has spaces: the fields before it are read, and it whole.
         members = (await while_beating([a], lambda: tool("--describe", "--group", GROUP, "--members",
                                                          "--verbose"))).splitlines()
@@ -338,12 +343,192 @@ async def _tool(bootstrap: str) -> dict[str, Any]:
         rows = [dict(zip(header[:8], line.split()[:8], strict=True)) for line in members[1:] if line.strip()]
         epochs |= {r[k] for r in rows for k in ("TARGET-ASSIGNMENT-EPOCH", "MEMBER-EPOCH")}
         assert len(epochs) == 1, epochs  # the group, its target assignment and the member agree
-        shown["members"] = [header, [{k: v for k, v in r.items() if k != "TARGET-ASSIGNMENT-EPOCH"
-                                      and k != "MEMBER-EPOCH"} for r in rows],
+        shown["members"] = [header, rows,
                             [line[line.index("ACTIVE:"):].split() for line in members[1:] if "ACTIVE:" in line]]
         offsets = await while_beating([a], lambda: jt.streams_group_command(
             bootstrap, ["--describe", "--group", GROUP, "--offsets", "--verbose"]))
         shown["offsets"] = sorted(tuple(sorted(o.items())) for o in offsets)
+        return shown
+    finally:
+        await conn.close()
+
+
+def one_store(app: str) -> sghq.Topology:
+    """An application reading ``<app>-input`` into a store: one subtopology, whose changelog is
+    ``<app>-store-changelog``."""
+    return sghq.Topology(epoch=1, subtopologies=[sghq.Subtopology(
+        subtopology_id="0", source_topics=[f"{app}-input"], source_topic_regex=[],
+        state_changelog_topics=[sghq.TopicInfo(name=f"{app}-store-changelog", topic_configs=[])],
+        repartition_sink_topics=[], repartition_source_topics=[], copartition_groups=[])])
+
+
+@pytest.mark.java
+@pytest.mark.timeout(600)
+def test_the_initial_rebalance_delay_and_the_assignment_interval_as_kafka(java, kafka_streams_ref):
+    """Two members joining one after the other, answered alike by Rivulet and Kafka 4.3.1. With a
+    group's streams.initial.rebalance.delay.ms (2 s, a group config over the brokers' 0) both wait at
+    epoch 1 with no tasks and ASSIGNMENT_DELAYED, then one assignment gives both their tasks at the
+    group epoch. Without it (group.streams.assignment.interval.ms, 1 s by default) the first has
+    every task at once and the second waits for the interval, ASSIGNMENT_DELAYED meanwhile."""
+    def both(bootstrap: str) -> list[dict[str, Any]]:
+        return [asyncio.run(_two_join(bootstrap, "delayed-app", {"streams.initial.rebalance.delay.ms": "2000"})),
+                asyncio.run(_two_join(bootstrap, "interval-app", {}))]
+    b = BrokerProcess(STREAMS_SESSIONS)
+    b.start()
+    try:
+        ours = both(b.bootstrap)
+    finally:
+        b.cleanup()
+    theirs = both(kafka_streams_ref)
+    assert ours == theirs
+    delayed, interval = ours
+    assert delayed["joined"] == [(1, [5], 0), (1, [5], 0)]
+    assert delayed["waiting"] == ("Assigning", 3, 1)
+    assert delayed["assigned"] == ((3, 3), [1, 1], ("Stable", 3, 3))  # two tasks, one each
+    assert interval["joined"] == [(2, [], 2), (2, [5], 0)]
+    assert interval["waiting"] == ("Assigning", 3, 2)
+    assert interval["assigned"] == ((2, 3), [2, 1], ("Stable", 3, 3))  # a had both; b's came once a gave one up
+
+
+async def _two_join(bootstrap: str, app: str, group_configs: dict[str, str]) -> dict[str, Any]:
+    """What two members joining ``app`` (with these group configs) are answered: their joins
+    (epoch, status codes, tasks), the group just after (state, group and target epochs), and each
+    one's first answer with tasks (epoch, tasks) and the group then. The group's topics exist
+    beforehand, so that only the delays hold an assignment back."""
+    host, port = bootstrap.rsplit(":", 1)
+    conn = await BrokerConnection(host, int(port), client_id="streams-it").connect(10)
+    try:
+        r = await conn.send(ctq.CreateTopicsRequest(topics=[ctq.CreatableTopic(
+            name=name, num_partitions=2, replication_factor=1, assignments=[], configs=[])
+            for name in (f"{app}-input", f"{app}-store-changelog")], timeout_ms=10000, validate_only=False))
+        assert [t.error_code for t in r.topics] == [0, 0]
+
+        async def known() -> bool:
+            # Kafka's coordinator learns of new topics a while after they are created: a member of
+            # another group finds the source topic before the test's members join.
+            probe = Member(conn, "probe", group=f"{app}-probe", topology=one_store(app))
+            if core.read_find_coordinator(await conn.send(core.find_coordinator_request(probe.group, 0)))[0] != 0:
+                return False  # Kafka creates __consumer_offsets when a coordinator is first looked for
+            r = await conn.send(probe.request())
+            if r.error_code != 0:
+                return False
+            await conn.send(sghq.StreamsGroupHeartbeatRequest(
+                group_id=probe.group, member_id="probe", member_epoch=-1, endpoint_information_epoch=0,
+                rebalance_timeout_ms=-1, shutdown_application=False))
+            return all(s.status_code != 1 for s in r.status)  # no MISSING_SOURCE_TOPICS
+        await until(known, "the topics known to the group coordinator")
+        if group_configs:
+            r = await conn.send(iacq.IncrementalAlterConfigsRequest(resources=[iacq.AlterConfigsResource(
+                resource_type=32, resource_name=app, configs=[iacq.AlterableConfig(
+                    name=k, config_operation=0, value=v) for k, v in group_configs.items()])], validate_only=False))
+            assert r.responses[0].error_code == 0
+
+        async def describe() -> Any:
+            return (await conn.send(sgdq.StreamsGroupDescribeRequest(group_ids=[app],
+                                                                     include_authorized_operations=False))).groups[0]
+
+        async def coordinator() -> bool:
+            if core.read_find_coordinator(await conn.send(core.find_coordinator_request(app, 0)))[0] != 0:
+                return False
+            return (await describe()).error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        await until(coordinator, "the group's coordinator")
+        members = [Member(conn, m, group=app, topology=one_store(app)) for m in ("a", "b")]
+        shown: dict[str, Any] = {"joined": []}
+        for m in members:
+            r = await m.beat()
+            shown["joined"].append((r.member_epoch, [s.status_code for s in r.status], len(tasks(r.active_tasks))))
+        d = await describe()
+        shown["waiting"] = (d.group_state, d.group_epoch, d.assignment_epoch)
+        statuses: set[int] = set()
+        first_tasks: dict[str, tuple[int, int]] = {}  # member -> (epoch, tasks) of its first answer with tasks
+        for m in members:
+            if m.active:
+                first_tasks[m.member_id] = (m.epoch, len(m.active))
+
+        async def step() -> bool:
+            for m in members:
+                r = await m.beat()
+                statuses.update(s.status_code for s in r.status)
+                if m.active and m.member_id not in first_tasks:
+                    first_tasks[m.member_id] = (r.member_epoch, len(m.active))
+            return len(first_tasks) == 2 and len({m.epoch for m in members}) == 1 and \
+                (await describe()).group_state == "Stable"
+        await until(step, "the assignment")
+        assert statuses <= {5}, (bootstrap, app, statuses, shown)  # nothing but the delays held them back
+        d = await describe()
+        shown["assigned"] = (tuple(first_tasks[m][0] for m in ("a", "b")), [first_tasks[m][1] for m in ("a", "b")],
+                             (d.group_state, d.group_epoch, d.assignment_epoch))
+        return shown
+    finally:
+        await conn.close()
+
+
+@pytest.mark.java
+@pytest.mark.timeout(600)
+def test_stale_and_changed_topologies_standbys_and_shutdown_as_kafka(java, kafka_streams_ref):
+    """What Kafka 4.3.1 answers, and Rivulet alike: a member with an older topology is told it is
+    stale at every heartbeat; a newer topology is INVALID_REQUEST, even in an emptied group; a
+    changed streams.num.standby.replicas moves the group epoch; a shutdown request names the member."""
+    b = BrokerProcess(STREAMS_SESSIONS)
+    b.start()
+    try:
+        ours = asyncio.run(_topology_answers(b.bootstrap))
+    finally:
+        b.cleanup()
+    theirs = asyncio.run(_topology_answers(kafka_streams_ref))
+    assert ours == theirs
+    assert ours["stale"][1] == [(0, "The member's topology epoch 0 is behind the group's topology epoch 1.")]
+    assert ours["newer"] == ours["newer when empty"] == (ErrorCode.INVALID_REQUEST,
+                                                           "Topology updates are not supported yet.")
+    assert ours["standby epochs"][1] == ours["standby epochs"][0] + 1
+
+
+async def _topology_answers(bootstrap: str) -> dict[str, Any]:
+    app = "topology-app"
+    shown: dict[str, Any] = {"joined": await _two_join(bootstrap, app, {"streams.assignment.interval.ms": "0"})}
+    host, port = bootstrap.rsplit(":", 1)
+    conn = await BrokerConnection(host, int(port), client_id="streams-it").connect(10)
+    try:
+        def answer(r: Any) -> tuple[int, list[tuple[int, str]]]:
+            assert r.error_code == 0, (r.error_code, r.error_message)
+            return r.member_epoch, [(s.status_code, s.status_detail) for s in r.status]
+
+        async def leave(member_id: str) -> None:
+            r = await conn.send(sghq.StreamsGroupHeartbeatRequest(
+                group_id=app, member_id=member_id, member_epoch=-1, endpoint_information_epoch=0,
+                rebalance_timeout_ms=-1, shutdown_application=False))
+            assert r.error_code == 0
+
+        async def group_epoch() -> int:
+            return (await conn.send(sgdq.StreamsGroupDescribeRequest(
+                group_ids=[app], include_authorized_operations=False))).groups[0].group_epoch
+
+        def with_epoch(epoch: int) -> sghq.Topology:
+            topology = one_store(app)
+            topology.epoch = epoch
+            return topology
+        for m in ("a", "b"):  # the two members of _two_join, silent now
+            await leave(m)
+        old = Member(conn, "old", group=app, topology=with_epoch(0))
+        shown["stale"] = [answer(await conn.send(old.request())), None]
+        old.epoch = shown["stale"][0][0]
+        shown["stale"][1] = answer(await conn.send(old.request()))[1]
+        newer = await conn.send(Member(conn, "new", group=app, topology=with_epoch(2)).request())
+        shown["newer"] = (newer.error_code, newer.error_message)
+
+        before = await group_epoch()
+        r = await conn.send(iacq.IncrementalAlterConfigsRequest(resources=[iacq.AlterConfigsResource(
+            resource_type=32, resource_name=app, configs=[iacq.AlterableConfig(
+                name="streams.num.standby.replicas", config_operation=0, value="1")])], validate_only=False))
+        assert r.responses[0].error_code == 0
+        await old.beat()
+        shown["standby epochs"] = (before, await group_epoch())
+        request = old.request()
+        request.shutdown_application = True
+        shown["shutdown"] = answer(await conn.send(request))[1]
+        await leave("old")
+        newer = await conn.send(Member(conn, "new", group=app, topology=with_epoch(2)).request())
+        shown["newer when empty"] = (newer.error_code, newer.error_message)
         return shown
     finally:
         await conn.close()
@@ -388,8 +573,8 @@ def word_counts(lines: list[str]) -> dict[str, int]:
 
 
 # Short streams sessions, on Rivulet and on Kafka alike, so that a killed instance's tasks move
-# within seconds rather than after Kafka's 45 s. No initial rebalance delay on Kafka (Rivulet has
-# none: the setting is accepted, without effect).
+# within seconds rather than after Kafka's 45 s. No initial rebalance delay on either (a group's own
+# streams.initial.rebalance.delay.ms sets one: test_the_initial_rebalance_delay_as_kafka).
 STREAMS_SESSIONS = {"group.streams.min.session.timeout.ms": "2000", "group.streams.session.timeout.ms": "6000",
                     "group.streams.min.heartbeat.interval.ms": "500", "group.streams.heartbeat.interval.ms": "500",
                     "group.streams.initial.rebalance.delay.ms": "0"}

@@ -8,6 +8,7 @@ import pytest
 from rivulet.coordinator.modern_group import GroupState, HeartbeatError, MemberState
 from rivulet.coordinator.streams_group import (
     Assignment,
+    assign_delayed,
     StatusCode,
     StreamsGroup,
     StreamsGroupConfig,
@@ -25,7 +26,7 @@ from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages.streams_group_heartbeat_request import CopartitionGroup, Subtopology, TopicInfo, Topology
 from test_consumer_group import Topics
 
-CONFIG = StreamsGroupConfig()
+CONFIG = StreamsGroupConfig(initial_rebalance_delay_ms=0, assignment_interval_ms=0)  # the delays' own tests set them
 
 
 def word_count(epoch: int = 1) -> Topology:
@@ -46,7 +47,7 @@ def join(group: StreamsGroup, topics: Topics, member_id: str, process: str | Non
                                   topology=topology or word_count(), process_id=process or member_id,
                                   active_tasks={}, standby_tasks={}, warmup_tasks={})
     validate(req)
-    return heartbeat(group, req, topics, config)
+    return heartbeat(group, req, topics, config, 0.0)
 
 
 def beat(group: StreamsGroup, topics: Topics, member_id: str, epoch: int, active=None):
@@ -54,7 +55,7 @@ def beat(group: StreamsGroup, topics: Topics, member_id: str, epoch: int, active
                                   active_tasks=active, standby_tasks=None if active is None else {},
                                   warmup_tasks=None if active is None else {})
     validate(req)
-    return heartbeat(group, req, topics, CONFIG)
+    return heartbeat(group, req, topics, CONFIG, 0.0)
 
 
 def count(tasks) -> int:
@@ -77,7 +78,7 @@ def test_internal_topics_are_sized_from_the_topology():
 def test_a_member_without_its_source_topics_gets_no_tasks_and_the_status():
     group = StreamsGroup("g")
     r = join(group, Topics(), "a")
-    assert r.error == ErrorCode.NONE and r.member_epoch == 1
+    assert r.error == ErrorCode.NONE and r.member_epoch == 2  # a new group's first epoch, as Kafka's
     assert (StatusCode.MISSING_SOURCE_TOPICS, "Source topics input are missing.") in r.status
     assert r.assignment == Assignment()
     assert group.state() == GroupState.NOT_READY
@@ -90,10 +91,11 @@ def test_missing_internal_topics_are_reported_then_the_tasks_given():
     assert [c for c, _ in r.status] == [StatusCode.MISSING_INTERNAL_TOPICS]
     assert [t.name for t in r.missing_internal_topics] == ["app-repartition", "app-store-changelog"]
     assert count(r.assignment.active) == 0
+    assert (group.group_epoch, r.member_epoch) == (2, 2)  # as Kafka 4.3.1: a new group starts at 2
     # The coordinator created them: the group epoch moves and the member gets every task.
     topics = Topics(input=2, **{"app-repartition": 2, "app-store-changelog": 2})
     r = beat(group, topics, "a", r.member_epoch, active={})
-    assert r.status == [] and r.member_epoch == 2
+    assert r.status == [] and (group.group_epoch, r.member_epoch) == (3, 3)
     assert r.assignment.active == {"0": frozenset({0, 1}), "1": frozenset({0, 1})}
     assert group.state() == GroupState.STABLE
 
@@ -108,17 +110,17 @@ def test_a_second_member_gets_its_tasks_only_after_the_first_revoked_them():
     a = join(group, topics, "a")
     assert count(a.assignment.active) == 8
     b = join(group, topics, "b")
-    assert b.member_epoch == 2 and count(b.assignment.active) == 0  # a still holds them all
+    assert b.member_epoch == 3 and count(b.assignment.active) == 0  # a still holds them all
     assert group.members["b"].state == MemberState.UNRELEASED_TASKS
     # a is told to give up half; it keeps its epoch until it reports them gone.
     owned_a = a.assignment.active
-    r = beat(group, topics, "a", 1, active=owned_a)
-    assert r.member_epoch == 1 and count(r.assignment.active) == 4
+    r = beat(group, topics, "a", 2, active=owned_a)
+    assert r.member_epoch == 2 and count(r.assignment.active) == 4
     assert group.members["a"].state == MemberState.UNREVOKED_TASKS
     assert group.state() == GroupState.RECONCILING
-    r = beat(group, topics, "a", 1, active=r.assignment.active)
-    assert r.member_epoch == 2 and r.assignment is None  # nothing new for it
-    r = beat(group, topics, "b", 2, active={})
+    r = beat(group, topics, "a", 2, active=r.assignment.active)
+    assert r.member_epoch == 3 and r.assignment is None  # nothing new for it
+    r = beat(group, topics, "b", 3, active={})
     assert count(r.assignment.active) == 4
     both = [group.members[m].assigned.active for m in ("a", "b")]
     assert not any(both[0].get(s, frozenset()) & both[1].get(s, frozenset()) for s in ("0", "1"))
@@ -133,7 +135,7 @@ def test_epochs_are_fenced_and_unknown_members_refused():
         beat(group, topics, "a", 5)
     assert e.value.code == ErrorCode.FENCED_MEMBER_EPOCH
     with pytest.raises(HeartbeatError) as e:
-        beat(group, topics, "nobody", 1)
+        beat(group, topics, "nobody", 2)
     assert e.value.code == ErrorCode.UNKNOWN_MEMBER_ID
 
 
@@ -142,10 +144,10 @@ def test_leaving_and_expiry_move_the_tasks_to_the_others():
     topics = ready_topics()
     a = join(group, topics, "a")
     join(group, topics, "b")
-    beat(group, topics, "a", 1, active=a.assignment.active)
-    r = leave(group, "a", None, -1)
+    beat(group, topics, "a", 2, active=a.assignment.active)
+    r = leave(group, "a")
     assert r.member_epoch == -1 and r.cancel_session and "a" not in group.members
-    r = beat(group, topics, "b", 2, active={})
+    r = beat(group, topics, "b", 3, active={})
     assert count(r.assignment.active) == 8
     fence(group, "b")
     assert group.state() == GroupState.EMPTY
@@ -191,7 +193,7 @@ def test_the_records_bring_the_group_back_as_it_was():
     topics = ready_topics()
     a = join(group, topics, "a")
     join(group, topics, "b")
-    beat(group, topics, "a", 1, active=a.assignment.active)  # a revoking: tasks pending revocation
+    beat(group, topics, "a", 2, active=a.assignment.active)  # a revoking: tasks pending revocation
     loaded = StreamsGroup("g")
     for k, v in snapshot(group):
         key_bytes, value_bytes = consumer_group_record(k, v)
@@ -242,12 +244,12 @@ def test_a_member_revoking_tasks_gets_its_rebalance_timeout_and_it_ends_once_rev
     a = join(group, topics, "a")
     assert a.revocation_timeout_ms is None
     join(group, topics, "b")
-    r = beat(group, topics, "a", 1, active=a.assignment.active)
+    r = beat(group, topics, "a", 2, active=a.assignment.active)
     assert r.revocation_timeout_ms == 30000 and not r.cancel_revocation  # the joining request's timeout
-    r2 = beat(group, topics, "a", 1, active=a.assignment.active)  # still revoking: the deadline runs on
+    r2 = beat(group, topics, "a", 2, active=a.assignment.active)  # still revoking: the deadline runs on
     assert r2.revocation_timeout_ms is None and not r2.cancel_revocation
-    r = beat(group, topics, "a", 1, active=r.assignment.active)
-    assert r.cancel_revocation and r.member_epoch == 2
+    r = beat(group, topics, "a", 2, active=r.assignment.active)
+    assert r.cancel_revocation and r.member_epoch == 3
 
 
 def test_members_with_an_endpoint_are_told_where_the_partitions_are_when_their_epoch_is_behind():
@@ -258,15 +260,15 @@ def test_members_with_an_endpoint_are_told_where_the_partitions_are_when_their_e
         req = StreamsHeartbeatRequest(group_id="g", member_id=member_id, member_epoch=0, rebalance_timeout_ms=30000,
                                       topology=word_count(), process_id=member_id, user_endpoint=("h", port),
                                       active_tasks={}, standby_tasks={}, warmup_tasks={})
-        return heartbeat(group, req, topics, CONFIG)
+        return heartbeat(group, req, topics, CONFIG, 0.0)
     a = with_endpoint("a", 1)
     assert [(e.host, e.port) for e in a.partitions_by_user_endpoint] == [("h", 1)]
     # Every task's partition of the subtopology's input and repartition topics.
     assert a.partitions_by_user_endpoint[0].active == [("input", [0, 1, 2, 3]), ("app-repartition", [0, 1, 2, 3])]
     # Up to date: nothing sent.
-    req = StreamsHeartbeatRequest(group_id="g", member_id="a", member_epoch=1,
+    req = StreamsHeartbeatRequest(group_id="g", member_id="a", member_epoch=2,
                                   endpoint_information_epoch=a.endpoint_information_epoch)
-    assert heartbeat(group, req, topics, CONFIG).partitions_by_user_endpoint is None
+    assert heartbeat(group, req, topics, CONFIG, 0.0).partitions_by_user_endpoint is None
     b = with_endpoint("b", 2)
     assert b.endpoint_information_epoch > a.endpoint_information_epoch
     assert sorted(e.port for e in b.partitions_by_user_endpoint) == [1, 2]
@@ -277,17 +279,135 @@ def test_members_with_an_endpoint_are_told_where_the_partitions_are_when_their_e
     assert group.endpoint_information_epoch == b.endpoint_information_epoch
 
 
-def test_task_offsets_are_kept_in_memory_with_their_lag():
+DELAYED = "Assignment delayed due to the configured initial rebalance delay."
+
+
+def test_a_new_group_waits_out_its_initial_rebalance_delay_then_assigns_once_to_all():
+    """As Kafka 4.3.1 answers (checked against it): members joining during the delay wait at epoch 1
+    with no tasks and ASSIGNMENT_DELAYED; when it ends, one assignment at the group epoch for all."""
+    config = StreamsGroupConfig(initial_rebalance_delay_ms=3000, assignment_interval_ms=0)
+    group = StreamsGroup("g")
+    topics = ready_topics()
+    a = join(group, topics, "a", config=config)
+    assert a.initial_delay_ms == 3000  # the coordinator arms the delay
+    assert (a.member_epoch, a.status, a.assignment) == (1, [(StatusCode.ASSIGNMENT_DELAYED, DELAYED)], Assignment())
+    assert (group.group_epoch, group.target_epoch, group.state()) == (2, 1, GroupState.ASSIGNING)
+    b = join(group, topics, "b", config=config)
+    assert b.initial_delay_ms is None  # one delay per group
+    assert (b.member_epoch, b.status, count(b.assignment.active)) == (1, [(StatusCode.ASSIGNMENT_DELAYED, DELAYED)], 0)
+    r = beat(group, topics, "a", 1, active={})
+    assert (r.member_epoch, r.status, r.assignment) == (1, [(StatusCode.ASSIGNMENT_DELAYED, DELAYED)], None)
+
+    assert assign_delayed(group, config, 0.0)
+    assert (group.group_epoch, group.target_epoch) == (3, 3)
+    ra, rb = beat(group, topics, "a", 1, active={}), beat(group, topics, "b", 1, active={})
+    assert (ra.member_epoch, rb.member_epoch, ra.status, rb.status) == (3, 3, [], [])
+    assert count(ra.assignment.active) == count(rb.assignment.active) == 4
+    assert group.state() == GroupState.STABLE
+
+
+def test_the_initial_rebalance_delay_starts_again_once_the_group_emptied_and_is_off_at_zero():
+    config = StreamsGroupConfig(initial_rebalance_delay_ms=3000, assignment_interval_ms=0)
+    group = StreamsGroup("g")
+    topics = ready_topics()
+    join(group, topics, "a", config=config)
+    fence(group, "a")
+    assert not assign_delayed(group, config, 0.0)  # ended with nobody left: nothing to assign
+    again = join(group, topics, "b", config=config)
+    assert again.initial_delay_ms == 3000 and again.member_epoch == 1
+    # Without a delay a new group assigns at once.
+    now = join(StreamsGroup("h"), topics, "a")
+    assert (now.initial_delay_ms, now.member_epoch, now.status, count(now.assignment.active)) == (None, 2, [], 8)
+
+
+def test_a_change_within_the_assignment_interval_is_assigned_once_it_has_passed():
+    """As Kafka 4.3.1 answers (checked against it, assignment interval 1 s): b joining just after
+    a's assignment waits at the present target epoch with ASSIGNMENT_DELAYED, and a keeps its tasks;
+    the first heartbeat after the interval computes the new target."""
+    config = StreamsGroupConfig(initial_rebalance_delay_ms=0, assignment_interval_ms=1000)
+    group = StreamsGroup("g")
+    topics = ready_topics()
+
+    def at(now_ms: float, member_id: str, epoch: int, active=None):
+        req = StreamsHeartbeatRequest(group_id="g", member_id=member_id, member_epoch=epoch, rebalance_timeout_ms=30000,
+                                      topology=word_count() if epoch == 0 else None, process_id=member_id,
+                                      active_tasks={} if active is None else active, standby_tasks={}, warmup_tasks={})
+        validate(req)
+        return heartbeat(group, req, topics, config, now_ms)
+    a = at(0, "a", 0)
+    assert (a.member_epoch, a.status, count(a.assignment.active)) == (2, [], 8)  # the first assignment: at once
+    interval = [(StatusCode.ASSIGNMENT_DELAYED, "Assignment delayed due to the configured assignment interval.")]
+    b = at(100, "b", 0)
+    assert (b.member_epoch, b.status, count(b.assignment.active)) == (2, interval, 0)
+    assert (group.group_epoch, group.target_epoch, group.state()) == (3, 2, GroupState.ASSIGNING)
+    r = at(900, "a", 2, a.assignment.active)
+    assert (r.member_epoch, r.status, r.assignment) == (2, interval, None)
+    r = at(1000, "a", 2, a.assignment.active)  # the interval has passed: a gives half up
+    assert (r.member_epoch, r.status, count(r.assignment.active)) == (2, [], 4)
+    assert group.target_epoch == 3
+
+
+def test_an_older_topology_is_stale_at_every_heartbeat_and_another_one_refused():
+    """As Kafka 4.3.1 answers (checked against it): a member with an older topology epoch is told
+    so at each heartbeat; a newer or different topology is INVALID_REQUEST, even when the group is
+    empty or the member is its only one."""
     group = StreamsGroup("g")
     topics = ready_topics()
     join(group, topics, "a")
-    req = StreamsHeartbeatRequest(group_id="g", member_id="a", member_epoch=1,
-                                  task_offsets={("1", 0): 40}, task_end_offsets={("1", 0): 100})
-    heartbeat(group, req, topics, CONFIG)
-    assert group.task_offsets["a"].lag(("1", 0)) == 60
-    # A list not sent is unchanged; one sent replaces it.
-    req = StreamsHeartbeatRequest(group_id="g", member_id="a", member_epoch=1, task_offsets={("1", 0): 90})
-    heartbeat(group, req, topics, CONFIG)
-    assert group.task_offsets["a"].lag(("1", 0)) == 10 and group.task_offsets["a"].lag(("1", 1)) is None
+    stale = (StatusCode.STALE_TOPOLOGY, "The member's topology epoch 0 is behind the group's topology epoch 1.")
+    r = join(group, topics, "old", topology=word_count(epoch=0))
+    assert stale in r.status
+    assert stale in beat(group, topics, "old", r.member_epoch, active={}).status
+    fence(group, "old")
+
+    def refused(member_id: str) -> tuple[ErrorCode, str]:
+        with pytest.raises(HeartbeatError) as e:
+            join(group, topics, member_id, topology=word_count(epoch=2))
+        return e.value.code, e.value.message
+    updates = (ErrorCode.INVALID_REQUEST, "Topology updates are not supported yet.")
+    assert refused("a") == updates  # the only member, rejoining
+    assert refused("new") == updates
     fence(group, "a")
-    assert "a" not in group.task_offsets
+    assert refused("b") == updates  # the group is empty
+    assert join(group, topics, "b").error == ErrorCode.NONE and group.topology.epoch == 1
+
+
+def test_a_changed_standby_setting_moves_the_group_epoch_and_is_recorded():
+    """As Kafka 4.3.1: num.standby.replicas (a group config) changing between heartbeats moves the
+    group epoch, so the tasks are assigned again with it; the setting is in the group's record."""
+    from rivulet.coordinator.streams_group import snapshot
+    from rivulet.protocol.messages.streams_group_metadata_key import StreamsGroupMetadataKey
+
+    group = StreamsGroup("g")
+    topics = ready_topics()
+    join(group, topics, "a", process="p1")
+    join(group, topics, "b", process="p2")
+    before = group.group_epoch
+    beat(group, topics, "a", group.members["a"].member_epoch)
+    assert group.group_epoch == before  # nothing changed
+    with_standby = StreamsGroupConfig(initial_rebalance_delay_ms=0, assignment_interval_ms=0, num_standby_replicas=1)
+    req = StreamsHeartbeatRequest(group_id="g", member_id="a", member_epoch=group.members["a"].member_epoch)
+    heartbeat(group, req, topics, with_standby, 0.0)
+    assert group.group_epoch == before + 1 and count(group.target["a"].standby) > 0
+    metadata = next(v for k, v in snapshot(group) if isinstance(k, StreamsGroupMetadataKey))
+    assert [(c.key, c.value) for c in metadata.last_assignment_configs] == [("num.standby.replicas", "1")]
+    loaded = StreamsGroup("g")
+    loaded.replay(StreamsGroupMetadataKey(group_id="g"), metadata)
+    assert loaded.assignment_configs == {"num.standby.replicas": "1"}
+
+
+def test_a_shutdown_request_names_the_first_member_that_asked_until_the_group_empties():
+    group = StreamsGroup("g")
+    topics = ready_topics()
+    join(group, topics, "a")
+    join(group, topics, "b")
+    for member in ("b", "a"):
+        req = StreamsHeartbeatRequest(group_id="g", member_id=member, member_epoch=group.members[member].member_epoch,
+                                      shutdown_application=True)
+        r = heartbeat(group, req, topics, CONFIG, 0.0)
+    assert (StatusCode.SHUTDOWN_APPLICATION, "Streams group member b encountered a fatal error and requested a "
+            "shutdown for the entire application.") in r.status
+    leave(group, "a")
+    leave(group, "b")
+    assert group.shutdown_requested_by is None
+    assert not [c for c, _ in join(group, topics, "c").status if c == StatusCode.SHUTDOWN_APPLICATION]

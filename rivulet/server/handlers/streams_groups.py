@@ -3,14 +3,12 @@ shapes around the group coordinator's streams groups."""
 
 from __future__ import annotations
 
-from typing import Mapping
 
 from rivulet.coordinator.group_coordinator import GroupCoordinator
 from rivulet.coordinator.streams_group import (
     StreamsGroup,
     StreamsHeartbeatRequest,
     StreamsHeartbeatResult,
-    TaskOffsets,
     Tasks,
 )
 from rivulet.protocol.errors import ErrorCode
@@ -39,10 +37,6 @@ def _tasks_in(ids: list[TaskIds] | None) -> Tasks | None:
 
 def _offsets_in(offsets: list[TaskOffset] | None) -> dict[tuple[str, int], int] | None:
     return None if offsets is None else {(o.subtopology_id, o.partition): o.offset for o in offsets}
-
-
-def _offsets_out(offsets: Mapping[tuple[str, int], int]) -> list[sgdr.TaskOffset]:
-    return [sgdr.TaskOffset(subtopology_id=s, partition=p, offset=o) for (s, p), o in sorted(offsets.items())]
 
 
 def _sorted(tasks: Tasks) -> list[tuple[str, list[int]]]:
@@ -118,7 +112,6 @@ class StreamsGroupHandlers:
             members = []
             for m in group.members.values():
                 target = group.target.get(m.member_id)
-                offsets = group.task_offsets.get(m.member_id, TaskOffsets())
                 members.append(sgdr.Member(
                     member_id=m.member_id, member_epoch=m.member_epoch, instance_id=m.instance_id, rack_id=m.rack_id,
                     client_id=m.client_id, client_host=m.client_host, topology_epoch=m.topology_epoch,
@@ -126,7 +119,7 @@ class StreamsGroupHandlers:
                     user_endpoint=None if m.user_endpoint is None else sgdr.Endpoint(host=m.user_endpoint[0],
                                                                                       port=m.user_endpoint[1]),
                     client_tags=[sgdr.KeyValue(key=k, value=v) for k, v in m.client_tags],
-                    task_offsets=_offsets_out(offsets.offsets), task_end_offsets=_offsets_out(offsets.end_offsets),
+                    task_offsets=[], task_end_offsets=[],  # members cannot report them (refused as by Kafka 4.3.1)
                     assignment=assignment(m.assigned.active, m.assigned.standby, m.assigned.warmup),
                     target_assignment=assignment(target.active, target.standby, target.warmup) if target is not None
                     else assignment({}, {}, {}), is_classic=False))
