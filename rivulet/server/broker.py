@@ -365,7 +365,7 @@ class Broker:
                               delegation_tokens=self.delegation_tokens)
         # Topics with iceberg.mode: their leaders here translate them into their tables.
         self.iceberg = IcebergTranslator(
-            lambda: rm.partitions.values(),
+            topics.table_partitions,
             CatalogSettings.resolve(cfg["iceberg.catalog.uri"], cfg["iceberg.catalog.warehouse"], cfg.log_dirs[0]),
             cfg["iceberg.translation.max.bytes"], self.clock)
         if self.metrics is not None:
