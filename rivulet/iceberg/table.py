@@ -148,10 +148,7 @@ class TopicTable:
         self.identifier = table_identifier(topic)
         self._table = self._load_or_create(catalog, topic_id, spec)
         self._arrow_schema = schema_to_pyarrow(self._table.schema())
-        owner = self._table.properties.get(TOPIC_ID)
-        if topic_id is not None and owner is not None and owner != str(topic_id):
-            raise ForeignTableError(f"table {'.'.join(self.identifier)} was made for topic id {owner}, not this "
-                                    f"topic's {topic_id} (a deleted topic of the same name); drop or rename it")
+        self._topic_id = None if topic_id is None else str(topic_id)
 
     @property
     def name(self) -> str:
@@ -183,7 +180,7 @@ class TopicTable:
         commit made meanwhile (another leader's) fails this one with CommitFailedException
         and nothing is added. Returns the new state and the rows added."""
         advanced = {sl.partition: sl.end for sl in slices}
-        props = summary_after(base.next_offsets, advanced)
+        props = summary_after(base.next_offsets, advanced, self._topic_id)
         rows = to_arrow(slices, self._arrow_schema)
         txn = self._table.transaction()
         if txn.table_metadata.current_snapshot_id != base.snapshot_id:
@@ -192,7 +189,7 @@ class TopicTable:
         txn.commit_transaction()
         snap = self._table.current_snapshot()
         assert snap is not None
-        return TableState(snap.snapshot_id, {**base.next_offsets, **advanced}), rows.num_rows
+        return TableState(snap.snapshot_id, {**base.next_offsets, **advanced}, self._topic_id), rows.num_rows
 
 
 def read_state(catalog: Catalog, topic: str) -> TableState | None:
@@ -206,13 +203,11 @@ def read_state(catalog: Catalog, topic: str) -> TableState | None:
 
 def _state_of(table: Table) -> TableState:
     snap = table.current_snapshot()
+    made_for = table.properties.get(TOPIC_ID)
     if snap is None:
-        return TableState(None, {})
-    return TableState(snap.snapshot_id, next_offsets(snap.summary.additional_properties if snap.summary else {}))
-
-
-class ForeignTableError(Exception):
-    """The table of this topic's name belongs to another topic id."""
+        return TableState(None, {}, made_for)
+    summary = snap.summary.additional_properties if snap.summary else {}
+    return TableState(snap.snapshot_id, next_offsets(summary), summary.get(TOPIC_ID, made_for))
 
 
 class StaleStateError(Exception):

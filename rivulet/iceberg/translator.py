@@ -86,6 +86,7 @@ class TopicTranslation:
     partitions: dict[int, PartitionTranslation] = field(default_factory=dict)
     # Loop-side state: the open table (made on the thread), its state as last read, when
     # untranslated records were first seen, whether the last read stopped at the byte cap.
+    _topic_id: uuid.UUID | None = None
     _table: TopicTable | None = None
     _state: TableState | None = None
     _pending_since_ms: int | None = None
@@ -139,7 +140,11 @@ class IcebergTranslator:
         for topic in [t for t, tt in self.topics.items() if t not in led and not tt._busy]:
             del self.topics[topic]  # no longer led here, deleted, or its mode set back to none
         for topic, parts in led.items():
-            t = self.topics.setdefault(topic, TopicTranslation(topic))
+            t = self.topics.get(topic)
+            if t is not None and t._topic_id != parts[0].topic_id and not t._busy:
+                t = None  # deleted and made again between two ticks: another topic
+            if t is None:
+                t = self.topics[topic] = TopicTranslation(topic, _topic_id=parts[0].topic_id)
             if t._busy or now < t._retry_at_ms:
                 continue
             if t._state is None or self._pending(t, parts, now):
@@ -177,7 +182,7 @@ class IcebergTranslator:
                                             p.log.config.iceberg_partition_spec)
                 t.table_name = t._table.name
             if t._state is None:
-                t._state = await self._call(t._table.state)
+                t._state = _resumable(t.topic, parts, await self._call(t._table.state))
                 t.snapshot_id = t._state.snapshot_id
                 return  # the lags and whether it is due, next tick
             slices, capped = await self._read(t, parts, t._state)
@@ -264,3 +269,28 @@ class IcebergTranslator:
                 sl.aborted = lg.collect_aborted_transactions(sl.start, sl.end)
                 slices.append(sl)
         return slices, budget <= 0
+
+
+def _resumable(topic: str, parts: list[LedPartition], state: TableState) -> TableState:
+    """Where translation goes on from, as a consumer's position would: the table's offsets,
+    unless they belong to another topic of the same name (deleted and made again: its records
+    are translated from its log start into the same table, the new topic id recorded in the
+    snapshots from then on) or lie past the log end (the log lost records the table holds: an
+    unclean leader election, a lost log dir; translation goes on from the log end, as a consumer
+    whose offset is out of range resets to it)."""
+    topic_id = str(parts[0].topic_id)
+    offsets = dict(state.next_offsets)
+    if state.topic_id is not None and state.topic_id != topic_id:
+        log.warning("topic %s (id %s) is not the topic whose records its Iceberg table holds so far (id %s, deleted "
+                    "and made again under this name): translating it from its log start into the same table",
+                    topic, topic_id, state.topic_id, extra={"kind": f"iceberg-id-{topic}"})
+        offsets = {}
+    for p in parts:
+        end = p.log.log_end_offset
+        at = offsets.get(p.tp.partition, 0)
+        if at > end:
+            log.warning("topic %s partition %d: its Iceberg table's next offset %d is past the log end offset %d (the "
+                        "log lost offsets %d-%d, which the table holds): translating from %d on", topic,
+                        p.tp.partition, at, end, end, at - 1, end, extra={"kind": f"iceberg-end-{p.tp}"})
+            offsets[p.tp.partition] = end
+    return TableState(state.snapshot_id, offsets, topic_id)

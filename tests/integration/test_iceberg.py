@@ -233,6 +233,86 @@ def test_metrics_show_translation(broker_factory) -> None:
     assert 'rivulet_iceberg_commits_total{topic="metered"}' in text
 
 
+def _summary(data_dir: str | CatalogSettings, topic: str) -> dict[str, str]:
+    snap = open_catalog(_settings(data_dir)).load_table(("rivulet", topic)).current_snapshot()
+    return dict(snap.summary.additional_properties) if snap is not None and snap.summary else {}
+
+
+def _eventually(check, timeout: float = 90, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def test_a_topic_made_again_under_its_name_is_translated_from_its_log_start(iceberg_broker) -> None:
+    """A topic deleted and created again is another topic (another id): its records go into
+    the same table from offset 0 on, the snapshots recording the new topic id, the old rows kept."""
+    b = iceberg_broker
+    configs = {"iceberg.mode": "key_value", "iceberg.target.lag.ms": "200"}
+    _create(b.bootstrap, "reborn", 1, configs)
+    p = Producer({"bootstrap.servers": b.bootstrap})
+    for i in range(30):
+        p.produce("reborn", value=f"old-{i}".encode())
+    p.flush(30)
+    _wait_for_table(b.data_dir, "reborn", {0: 30})
+    old_id = _summary(b.data_dir, "reborn")["rivulet.topic-id"]
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.delete_topics(["reborn"])["reborn"].result(30)
+    _eventually(lambda: "reborn" not in admin.list_topics(timeout=10).topics, 30, "the deletion")
+    _create(b.bootstrap, "reborn", 1, configs)
+    p = Producer({"bootstrap.servers": b.bootstrap})
+    for i in range(10):
+        p.produce("reborn", value=f"new-{i}".encode())
+    p.flush(30)
+    _eventually(lambda: _summary(b.data_dir, "reborn").get("rivulet.topic-id") not in (None, old_id)
+                and _summary(b.data_dir, "reborn").get("rivulet.next-offset.0") == "10", 90, "the new topic's rows")
+    rows = _table_rows(b.data_dir, "reborn")
+    assert len(rows) == 40
+    assert [(r[1], r[3]) for r in rows if r[3].startswith(b"new")] == [(i, f"new-{i}".encode()) for i in range(10)]
+    assert "translating it from its log start into the same table" in b.output()
+
+
+def test_a_table_past_the_log_end_goes_on_from_the_log_end(tmp_path) -> None:
+    """A table whose next offset is past the log's end (the log lost records the table holds)
+    goes on from the log end, as a consumer out of range does with Kafka's default
+    auto.offset.reset=latest, and says so once; before, it waited for offsets the log would
+    never reach again."""
+    import pyarrow as pa
+
+    (tmp_path / "data").mkdir()
+    b = BrokerProcess({"num.partitions": "1"}, data_dir=str(tmp_path / "data"))
+    b.start()
+    try:
+        _create(b.bootstrap, "cut", 1, {"iceberg.mode": "key_value", "iceberg.target.lag.ms": "200"})
+        p = Producer({"bootstrap.servers": b.bootstrap})
+        for i in range(10):
+            p.produce("cut", value=f"before-{i}".encode())
+        p.flush(30)
+        _wait_for_table(b.data_dir, "cut", {0: 10})
+        b.stop()
+        # The table holds offsets up to 999 (as if the log had lost 10-999 since).
+        table = open_catalog(_settings(b.data_dir)).load_table(("rivulet", "cut"))
+        summary = {k: v for k, v in _summary(b.data_dir, "cut").items() if k.startswith("rivulet.")}
+        row = pa.Table.from_pylist([{"key": None, "value": b"lost", "partition": 0, "offset": 999,
+                                     "timestamp": 0, "headers": []}], schema=table.schema().as_arrow())
+        table.append(row, snapshot_properties={**summary, "rivulet.next-offset.0": "1000"})
+        b.start()
+        _eventually(lambda: "is past the log end offset 10" in b.output(), 60, "the translator to read the table")
+        p = Producer({"bootstrap.servers": b.bootstrap})
+        for i in range(5):
+            p.produce("cut", value=f"after-{i}".encode())
+        p.flush(30)
+        _eventually(lambda: _summary(b.data_dir, "cut").get("rivulet.next-offset.0") == "15", 90,
+                    "the table to go on from the log end")
+        rows = _table_rows(b.data_dir, "cut")
+        assert [(r[1], r[3]) for r in rows] == [(i, f"before-{i}".encode()) for i in range(10)] + \
+            [(10 + i, f"after-{i}".encode()) for i in range(5)] + [(999, b"lost")]
+        assert b.output().count("is past the log end offset 10") == 1
+    finally:
+        b.cleanup()
+
+
 def _snapshots(data_dir: str | CatalogSettings, topic: str) -> int:
     try:
         return len(open_catalog(_settings(data_dir)).load_table(("rivulet", topic)).history())
