@@ -35,7 +35,8 @@ from rivulet.iceberg.catalog import CatalogSettings
 from rivulet.iceberg.offsets import PartitionSlice, TableState
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ApiError
-from rivulet.storage.config import ICEBERG_MODE_NONE, parse_partition_spec
+from rivulet.registry.client import SubjectLookup
+from rivulet.storage.config import ICEBERG_DLQ, ICEBERG_KEY_VALUE, ICEBERG_MODE_NONE, parse_partition_spec
 from rivulet.storage.log import Log
 
 if TYPE_CHECKING:
@@ -72,6 +73,8 @@ class PartitionTranslation:
     lag: int = 0  # records between the table's next offset and the last stable offset
     translated: int = 0  # records (offsets) added to the table by this broker
     skipped: int = 0  # offsets removed from the log (retention, DeleteRecords) before translation
+    dead_lettered: int = 0  # records the table could not hold, added to its dead-letter table by this broker
+    dropped: int = 0  # records the table could not hold, dropped (iceberg.invalid.record.action=drop)
 
 
 @dataclass(slots=True)
@@ -87,6 +90,7 @@ class TopicTranslation:
     # Loop-side state: the open table (made on the thread), its state as last read, when
     # untranslated records were first seen, whether the last read stopped at the byte cap.
     _topic_id: uuid.UUID | None = None
+    _mode: str = ICEBERG_KEY_VALUE
     _table: TopicTable | None = None
     _state: TableState | None = None
     _pending_since_ms: int | None = None
@@ -99,8 +103,11 @@ class IcebergTranslator:
     """Every topic table this broker's leaders write into (docs/iceberg.md)."""
 
     def __init__(self, partitions: Callable[[], Iterable[LedPartition]], settings: CatalogSettings,
-                 max_bytes: int, clock: Clock, tick_ms: int = 250) -> None:
+                 max_bytes: int, clock: Clock, schemas: SubjectLookup | None = None, tick_ms: int = 250) -> None:
+        """``schemas``: where the schema modes find the registered schemas (the broker's own
+        registry; None: it runs none, and those modes cannot translate)."""
         self._partitions = partitions
+        self._schemas = schemas
         self._settings = settings
         self._max_bytes = max_bytes
         self._clock = clock
@@ -141,10 +148,11 @@ class IcebergTranslator:
             del self.topics[topic]  # no longer led here, deleted, or its mode set back to none
         for topic, parts in led.items():
             t = self.topics.get(topic)
-            if t is not None and t._topic_id != parts[0].topic_id and not t._busy:
-                t = None  # deleted and made again between two ticks: another topic
+            mode = parts[0].log.config.iceberg_mode
+            if t is not None and (t._topic_id != parts[0].topic_id or t._mode != mode) and not t._busy:
+                t = None  # deleted and made again between two ticks (another topic), or another mode
             if t is None:
-                t = self.topics[topic] = TopicTranslation(topic, _topic_id=parts[0].topic_id)
+                t = self.topics[topic] = TopicTranslation(topic, _topic_id=parts[0].topic_id, _mode=mode)
             if t._busy or now < t._retry_at_ms:
                 continue
             if t._state is None or self._pending(t, parts, now):
@@ -179,7 +187,7 @@ class IcebergTranslator:
             if t._table is None:
                 p = parts[0]
                 t._table = await self._call(self._open_table, t.topic, p.topic_id,
-                                            p.log.config.iceberg_partition_spec)
+                                            p.log.config.iceberg_partition_spec, t._mode)
                 t.table_name = t._table.name
             if t._state is None:
                 t._state = _resumable(t.topic, parts, await self._call(t._table.state))
@@ -189,7 +197,8 @@ class IcebergTranslator:
             t._backlog = capped
             if not slices:
                 return
-            t._state, _rows = await self._call(t._table.commit, slices, t._state)
+            action = parts[0].log.config.iceberg_invalid_record_action
+            t._state, outcome = await self._call(t._table.commit, slices, t._state, action)
             t.snapshot_id = t._state.snapshot_id
             t.commits += 1
             t._pending_since_ms = None
@@ -198,6 +207,13 @@ class IcebergTranslator:
                 pt = t.partitions.setdefault(sl.partition, PartitionTranslation())
                 pt.translated += sl.end - sl.start
                 pt.next_offset = sl.end
+                pt.dead_lettered += outcome.dead_lettered.get(sl.partition, 0)
+                pt.dropped += outcome.dropped.get(sl.partition, 0)
+            if outcome.example:
+                log.warning("topic %s: %d record(s) its Iceberg table cannot hold %s, such as %s", t.topic,
+                            sum(outcome.dropped.values()) or sum(outcome.dead_lettered.values()),
+                            "were dropped" if action != ICEBERG_DLQ else f"went to {t.table_name}~dlq",
+                            outcome.example, extra={"kind": f"iceberg-invalid-{t.topic}"})
         except Exception as e:
             # Whatever failed (a commit lost to another leader, the catalog, a full disk), the
             # table's own offsets are the only truth: read them again before going on.
@@ -210,19 +226,26 @@ class IcebergTranslator:
         finally:
             t._busy = False
 
-    def _open_table(self, topic: str, topic_id: uuid.UUID, spec: str) -> TopicTable:
+    def _open_table(self, topic: str, topic_id: uuid.UUID, spec: str, mode: str) -> TopicTable:
         """On the thread: the catalog (first use) and the topic's table, made if missing."""
         from rivulet.iceberg.catalog import open_catalog
 
         try:
             from rivulet.iceberg.table import TopicTable
+            from rivulet.iceberg.values import TypedValues
         except ImportError as e:
             raise RuntimeError(f"topic {topic} has iceberg.mode set, and tables need the iceberg extra "
                                f"(pip install 'rivulet[iceberg]'): {e}") from None
 
+        values = None
+        if mode != ICEBERG_KEY_VALUE:
+            if self._schemas is None:
+                raise RuntimeError(f"topic {topic} has iceberg.mode={mode}, which reads the schema registry, and this "
+                                   f"broker runs none (schema.registry.listeners)")
+            values = TypedValues(self._schemas, mode, topic)
         if self._catalog is None:
             self._catalog = open_catalog(self._settings)
-        return TopicTable(self._catalog, topic, topic_id, parse_partition_spec(spec))
+        return TopicTable(self._catalog, topic, topic_id, parse_partition_spec(spec), values)
 
     async def _read(self, t: TopicTranslation, parts: list[LedPartition],
                     state: TableState) -> tuple[list[PartitionSlice], bool]:

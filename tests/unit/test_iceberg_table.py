@@ -63,7 +63,8 @@ def test_commit_adds_committed_records_once_and_records_offsets(catalog) -> None
                       _marker(rec.ControlRecordType.ABORT, 5, 7),
                       _batch(6, 2, producer_id=8, producer_epoch=0, transactional=True),
                       _marker(rec.ControlRecordType.COMMIT, 8, 8)])
-    state, rows = table.commit([PartitionSlice(0, 1, 9, [chunk], [(7, 3)]), PartitionSlice(2, 0, 0, [], [])], base)
+    state, outcome = table.commit([PartitionSlice(0, 1, 9, [chunk], [(7, 3)]), PartitionSlice(2, 0, 0, [], [])], base)
+    rows = outcome.rows
     assert rows == 4 and state.next_offsets == {0: 9, 2: 0} and state.topic_id == str(topic_id)
     again = TopicTable(catalog, "orders.eu", topic_id, ())
     assert again.state() == state
@@ -105,6 +106,7 @@ def test_snapshots_record_the_topic_id_their_offsets_belong_to(catalog) -> None:
     state = again.state()
     assert state.topic_id == str(old) and state.next_offsets == {0: 3}
     fresh = state.__class__(state.snapshot_id, {}, str(new))
-    after, rows = again.commit([PartitionSlice(0, 0, 2, [_batch(0, 2)], [])], fresh)
+    after, outcome = again.commit([PartitionSlice(0, 0, 2, [_batch(0, 2)], [])], fresh)
+    rows = outcome.rows
     assert rows == 2 and again.state() == after == state.__class__(after.snapshot_id, {0: 2}, str(new))
     assert len(catalog.load_table(("rivulet", "t")).scan().to_arrow()) == 5
