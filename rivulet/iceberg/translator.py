@@ -1,4 +1,4 @@
-"""The leaders' translation of topics into their tables (key_value mode), exactly once.
+"""The leaders' translation of topics into their tables (every mode), exactly once.
 
 A task on the event loop looks, every tick, at the partitions this broker leads whose topic's
 ``iceberg.mode`` is not ``none``. A topic is due once records have waited half its
@@ -6,8 +6,9 @@ A task on the event loop looks, every tick, at the partitions this broker leads 
 loop reads its partitions' logs from the table's next offsets up to their last stable offsets
 (whole batches, 1 MiB at a time with the loop free between reads, at most
 ``iceberg.translation.max.bytes`` in all), and hands them to the translation thread, which
-decodes them (control records and aborted transactions dropped), writes Parquet and commits
-one snapshot whose summary moves those partitions' offsets on.
+decodes them (control records and aborted transactions dropped; in the schema modes the values
+through the registry's schemas, the invalid ones dead-lettered first), writes Parquet and
+commits one snapshot whose summary moves those partitions' offsets on.
 
 Exactly once: the offsets come from the table's current snapshot, never from local state, and
 a commit succeeds only on the snapshot it started from. A crash after the files are written
