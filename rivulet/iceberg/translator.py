@@ -210,9 +210,9 @@ class IcebergTranslator:
                 pt.next_offset = sl.end
                 pt.dead_lettered += outcome.dead_lettered.get(sl.partition, 0)
                 pt.dropped += outcome.dropped.get(sl.partition, 0)
-            if outcome.example:
-                log.warning("topic %s: %d record(s) its Iceberg table cannot hold %s, such as %s", t.topic,
-                            sum(outcome.dropped.values()) or sum(outcome.dead_lettered.values()),
+            invalid = sum(outcome.dropped.values()) + sum(outcome.dead_lettered.values())
+            if invalid:
+                log.warning("topic %s: %d record(s) its Iceberg table cannot hold %s, such as %s", t.topic, invalid,
                             "were dropped" if action != ICEBERG_DLQ else f"went to {t.table_name}~dlq",
                             outcome.example, extra={"kind": f"iceberg-invalid-{t.topic}"})
         except Exception as e:

@@ -254,7 +254,7 @@ def test_a_topic_made_again_under_its_name_is_translated_from_its_log_start(iceb
         p.produce("reborn", value=f"old-{i}".encode())
     p.flush(30)
     _wait_for_table(b.data_dir, "reborn", {0: 30})
-    old_id = _summary(b.data_dir, "reborn")["rivulet.topic-id"]
+    old_id = _summary(b.data_dir, "reborn").get("rivulet.topic-id")
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
     admin.delete_topics(["reborn"])["reborn"].result(30)
     _eventually(lambda: "reborn" not in admin.list_topics(timeout=10).topics, 30, "the deletion")
@@ -263,8 +263,9 @@ def test_a_topic_made_again_under_its_name_is_translated_from_its_log_start(iceb
     for i in range(10):
         p.produce("reborn", value=f"new-{i}".encode())
     p.flush(30)
-    _eventually(lambda: _summary(b.data_dir, "reborn").get("rivulet.topic-id") not in (None, old_id)
-                and _summary(b.data_dir, "reborn").get("rivulet.next-offset.0") == "10", 90, "the new topic's rows")
+    _eventually(lambda: len(_table_rows(b.data_dir, "reborn")) == 40, 90, "the new topic's rows")
+    assert _summary(b.data_dir, "reborn")["rivulet.topic-id"] != old_id
+    assert _summary(b.data_dir, "reborn")["rivulet.next-offset.0"] == "10"
     rows = _table_rows(b.data_dir, "reborn")
     assert len(rows) == 40
     assert [(r[1], r[3]) for r in rows if r[3].startswith(b"new")] == [(i, f"new-{i}".encode()) for i in range(10)]
