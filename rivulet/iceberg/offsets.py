@@ -12,6 +12,9 @@ NEXT_OFFSET = "rivulet.next-offset."
 # snapshots carried it have it as a table property): a topic deleted and made again under the
 # same name is another topic, whose offsets start over.
 TOPIC_ID = "rivulet.topic-id"
+# The schema modes: the registered schema (and Protobuf message) the value column followed.
+VALUE_SCHEMA_ID = "rivulet.value-schema-id"
+VALUE_MESSAGE = "rivulet.value-message"
 
 
 def next_offsets(summary: Mapping[str, str] | None) -> dict[int, int]:

@@ -43,7 +43,15 @@ from pyiceberg.types import (
 )
 
 from rivulet.iceberg.catalog import NAMESPACE
-from rivulet.iceberg.offsets import TOPIC_ID, PartitionSlice, TableState, next_offsets, summary_after
+from rivulet.iceberg.offsets import (
+    TOPIC_ID,
+    VALUE_MESSAGE,
+    VALUE_SCHEMA_ID,
+    PartitionSlice,
+    TableState,
+    next_offsets,
+    summary_after,
+)
 from rivulet.iceberg.values import Invalid, TypedValues
 from rivulet.protocol import records as rec
 from rivulet.storage.config import ICEBERG_DLQ, SpecField
@@ -287,6 +295,7 @@ class TopicTable:
                 rows = _arrow_table(cols.arrays(), self._arrow_schema)
             else:
                 rows = self._typed_rows(txn, cols, advanced, invalid_action, outcome)
+                props.update(self._values.recorded())
             txn.append(rows, snapshot_properties=props)
             txn.commit_transaction()
         except Exception:
@@ -302,6 +311,10 @@ class TopicTable:
                     outcome: Outcome) -> pa.Table:
         values = self._values
         assert values is not None and self._dead_letters is not None
+        snap = txn.table_metadata.current_snapshot()
+        summary = snap.summary.additional_properties if snap is not None and snap.summary else {}
+        if values.reader is None and summary.get(VALUE_SCHEMA_ID, "").isdigit():
+            values.resume(int(summary[VALUE_SCHEMA_ID]), summary.get(VALUE_MESSAGE))
         reader = values.candidate(cols.values)
         if reader is not None and reader != values.reader:
             try:

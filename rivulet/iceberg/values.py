@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from rivulet.iceberg.offsets import VALUE_MESSAGE, VALUE_SCHEMA_ID
 from rivulet.registry.arrow import (
     BAD_MAGIC,
     HEADER_BYTES,
@@ -118,6 +119,25 @@ class TypedValues:
         if reader != self.reader:
             self.reader = reader
             self._decoder = ArrowDecoder(self._lookup, reader.registered, reader.message)
+
+    def resume(self, schema_id: int, message: str | None) -> None:
+        """Follow the schema the table's last snapshot recorded (the table has its type), so
+        that a new leader reads values as the last one did; one the registry no longer has is
+        left for ``candidate`` to replace."""
+        try:
+            self.follow(ValueSchema(self._lookup.schema_by_id(schema_id), message))
+        except RegistryError as e:
+            if not e.not_found:
+                raise
+
+    def recorded(self) -> dict[str, str]:
+        """The snapshot summary entries naming the schema followed (none while there is none)."""
+        if self.reader is None:
+            return {}
+        out = {VALUE_SCHEMA_ID: str(self.reader.schema_id)}
+        if self.reader.message is not None:
+            out[VALUE_MESSAGE] = self.reader.message
+        return out
 
     def forget(self) -> None:
         """A commit failed: the table may not have the reader's type; the next one finds out."""

@@ -100,6 +100,22 @@ def test_typed_values_evolve_and_invalid_ones_are_dead_lettered(catalog) -> None
     assert "schema 3 cannot evolve the table" in reason and "undecodable" in reason
 
 
+def test_a_new_leader_reads_values_with_the_schema_the_table_followed(catalog) -> None:
+    registry = Registry()
+    registry.register(1, V1)
+    registry.register(2, V2)
+    first = TopicTable(catalog, "orders", None, (), TypedValues(registry, "value_schema_id_prefix", "orders"))
+    state, _ = first.commit([_slice(0, 0, [wire(2, avro_value(V2, {"id": 1, "item": "pen", "qty": 3}))])],
+                            first.state())
+    summary = catalog.load_table(("rivulet", "orders")).current_snapshot().summary.additional_properties
+    assert summary["rivulet.value-schema-id"] == "2"
+    # The next leader sees only V1 values: it reads them as V2 (qty's default), as the first would.
+    second = TopicTable(catalog, "orders", None, (), TypedValues(registry, "value_schema_id_prefix", "orders"))
+    second.commit([_slice(0, 1, [wire(1, avro_value(V1, {"id": 2, "item": "ink"}))])], second.state())
+    assert [r["value"] for r in _rows(catalog, "orders")] == [{"id": 1, "item": "pen", "qty": 3},
+                                                              {"id": 2, "item": "ink", "qty": 1}]
+
+
 def test_dead_letters_are_added_once_when_the_table_commit_fails(catalog) -> None:
     registry = Registry()
     registry.register(1, V1)
