@@ -8,9 +8,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 NEXT_OFFSET = "rivulet.next-offset."
-# Table property naming the topic id the table was made for: a topic deleted and made again
-# under the same name is another topic, whose offsets start over.
+# The id of the topic whose offsets a snapshot records (in its summary; tables made before
+# snapshots carried it have it as a table property): a topic deleted and made again under the
+# same name is another topic, whose offsets start over.
 TOPIC_ID = "rivulet.topic-id"
+# The schema modes: the registered schema (and Protobuf message) the value column followed.
+VALUE_SCHEMA_ID = "rivulet.value-schema-id"
+VALUE_MESSAGE = "rivulet.value-message"
 
 
 def next_offsets(summary: Mapping[str, str] | None) -> dict[int, int]:
@@ -22,15 +26,19 @@ def next_offsets(summary: Mapping[str, str] | None) -> dict[int, int]:
     return out
 
 
-def summary_after(previous: Mapping[int, int], advanced: Mapping[int, int]) -> dict[str, str]:
+def summary_after(previous: Mapping[int, int], advanced: Mapping[int, int], topic_id: str | None = None
+                  ) -> dict[str, str]:
     """The summary properties of a snapshot that moves ``advanced``'s partitions on from the
-    parent snapshot's ``previous`` offsets (the others carried as they were). An offset never
-    goes back: that would translate records twice."""
+    parent snapshot's ``previous`` offsets (the others carried as they were), for the topic
+    ``topic_id``. An offset never goes back: that would translate records twice."""
     for p, offset in advanced.items():
         if offset < previous.get(p, 0):
             raise ValueError(f"partition {p} would go back from {previous[p]} to {offset}")
     merged = {**previous, **advanced}
-    return {f"{NEXT_OFFSET}{p}": str(offset) for p, offset in sorted(merged.items())}
+    out = {f"{NEXT_OFFSET}{p}": str(offset) for p, offset in sorted(merged.items())}
+    if topic_id is not None:
+        out[TOPIC_ID] = topic_id
+    return out
 
 
 @dataclass(slots=True)
@@ -53,7 +61,9 @@ class PartitionSlice:
 
 @dataclass(frozen=True, slots=True)
 class TableState:
-    """The table's current snapshot and the offsets its summary records."""
+    """The table's current snapshot, the offsets its summary records, and the id of the topic
+    they are offsets of (None: not recorded)."""
 
     snapshot_id: int | None
     next_offsets: dict[int, int]
+    topic_id: str | None = None

@@ -1,5 +1,8 @@
-"""A topic's table in key_value mode: its schema and partition spec, records into Arrow, and the
-commit that adds a translation's rows and moves the table's offsets on in one snapshot.
+"""A topic's table: its schema and partition spec, records into Arrow, and the commit that adds
+a translation's rows and moves the table's offsets on in one snapshot. In the schema modes the
+value is a typed column (``values.TypedValues``) whose schema evolves with the registry's, and
+the records it cannot hold go to the dead-letter table ``<topic>~dlq`` (Redpanda's name), or
+are dropped.
 
 Everything here runs on the translation thread and imports pyiceberg and pyarrow.
 """
@@ -7,15 +10,17 @@ Everything here runs on the translation thread and imports pyiceberg and pyarrow
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.table import Table
+from pyiceberg.table import Table, Transaction
 from pyiceberg.transforms import (
     BucketTransform,
     DayTransform,
@@ -38,9 +43,18 @@ from pyiceberg.types import (
 )
 
 from rivulet.iceberg.catalog import NAMESPACE
-from rivulet.iceberg.offsets import TOPIC_ID, PartitionSlice, TableState, next_offsets, summary_after
+from rivulet.iceberg.offsets import (
+    TOPIC_ID,
+    VALUE_MESSAGE,
+    VALUE_SCHEMA_ID,
+    PartitionSlice,
+    TableState,
+    next_offsets,
+    summary_after,
+)
+from rivulet.iceberg.values import Invalid, TypedValues
 from rivulet.protocol import records as rec
-from rivulet.storage.config import SpecField
+from rivulet.storage.config import ICEBERG_DLQ, SpecField
 
 # pyiceberg retries a failed commit on the new current snapshot by default; a translation's
 # commit is only right on the snapshot whose offsets it started from, so it must fail instead.
@@ -56,7 +70,12 @@ KEY_VALUE_SCHEMA = Schema(
         NestedField(8, "key", StringType(), required=False),
         NestedField(9, "value", BinaryType(), required=False)), element_required=True), required=False),
 )
+# The schema modes' table before its first schema is known: the record's metadata; the typed
+# ``value`` column is added by the first schema update (and evolves with the registry's).
+METADATA_SCHEMA = Schema(*[f for f in KEY_VALUE_SCHEMA.fields if f.name != "value"])
+DEAD_LETTER_SCHEMA = Schema(*KEY_VALUE_SCHEMA.fields, NestedField(10, "reason", StringType(), required=True))
 _COLUMN_IDS = {"key": 1, "partition": 3, "offset": 4, "timestamp": 5}
+_METADATA = ("key", "partition", "offset", "timestamp", "headers")
 _HEADER_TYPE = pa.list_(pa.field("element", pa.struct([("key", pa.string()), ("value", pa.binary())]),
                                  nullable=False))
 
@@ -64,6 +83,11 @@ _HEADER_TYPE = pa.list_(pa.field("element", pa.struct([("key", pa.string()), ("v
 def table_identifier(topic: str) -> tuple[str, str]:
     """``rivulet.<topic>``, as a tuple: a topic name's dots are not namespaces."""
     return NAMESPACE, topic
+
+
+def dead_letter_identifier(topic: str) -> tuple[str, str]:
+    """``rivulet.<topic>~dlq`` (no topic name has a ``~``)."""
+    return NAMESPACE, f"{topic}~dlq"
 
 
 def partition_spec(fields: Sequence[SpecField]) -> PartitionSpec:
@@ -85,7 +109,7 @@ def partition_spec(fields: Sequence[SpecField]) -> PartitionSpec:
 
 
 class _Columns:
-    """The key_value columns, filled record by record."""
+    """The records' columns (the value as bytes), filled record by record."""
 
     def __init__(self) -> None:
         self.keys: list[bytes | None] = []
@@ -120,79 +144,214 @@ class _Columns:
             self.header_values.append(v)
         self.header_ends.append(len(self.header_keys))
 
-    def table(self, schema: pa.Schema) -> pa.Table:
+    def arrays(self) -> dict[str, pa.Array]:
         headers = pa.ListArray.from_arrays(
             pa.array(self.header_ends, pa.int32()),
             pa.StructArray.from_arrays([pa.array(self.header_keys, pa.string()),
                                         pa.array(self.header_values, pa.binary())], names=["key", "value"]),
             type=_HEADER_TYPE)
-        arrays = [pa.array(self.keys, pa.binary()), pa.array(self.values, pa.binary()),
-                  pa.array(self.partitions, pa.int32()), pa.array(self.offsets, pa.int64()),
-                  pa.array(self.timestamps, pa.timestamp("us", tz="UTC")), headers]
-        return pa.Table.from_arrays(arrays, names=[f.name for f in schema]).cast(schema)
+        return {"key": pa.array(self.keys, pa.binary()), "value": pa.array(self.values, pa.binary()),
+                "partition": pa.array(self.partitions, pa.int32()), "offset": pa.array(self.offsets, pa.int64()),
+                "timestamp": pa.array(self.timestamps, pa.timestamp("us", tz="UTC")), "headers": headers}
+
+
+def _arrow_table(columns: Mapping[str, pa.Array], schema: pa.Schema, as_is: str = "") -> pa.Table:
+    """The columns as ``schema``'s fields (in its order; those it has that are not given left
+    out: optional ones), cast to their types but ``as_is`` (a typed value, whose struct may be a
+    part of the table's)."""
+    fields, arrays = [], []
+    for f in schema:
+        if f.name not in columns:
+            continue
+        column = columns[f.name]
+        if f.name == as_is:
+            fields.append(pa.field(f.name, column.type, nullable=True, metadata=f.metadata))
+        else:
+            fields.append(f)
+            column = column.cast(f.type)
+        arrays.append(column)
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
 def to_arrow(slices: Sequence[PartitionSlice], schema: pa.Schema) -> pa.Table:
-    """The rows of ``slices``: committed records only, as a read_committed consumer sees them."""
+    """The key_value rows of ``slices``: committed records only, as a read_committed consumer sees them."""
     cols = _Columns()
     for sl in slices:
         cols.add(sl)
-    return cols.table(schema)
+    return _arrow_table(cols.arrays(), schema)
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What a commit did: rows added, and per partition the records the table could not hold,
+    dead-lettered or dropped (``example``: the first, with its reason)."""
+
+    rows: int = 0
+    dead_lettered: dict[int, int] = field(default_factory=dict)
+    dropped: dict[int, int] = field(default_factory=dict)
+    example: str = ""
+
+
+def _load_or_create(catalog: Catalog, identifier: tuple[str, str], schema: Schema, topic_id: uuid.UUID | None,
+                    spec: Sequence[SpecField]) -> Table:
+    try:
+        table = catalog.load_table(identifier)
+    except NoSuchTableError:
+        props = {**_NO_COMMIT_RETRIES, **({TOPIC_ID: str(topic_id)} if topic_id is not None else {})}
+        try:
+            return catalog.create_table(identifier, schema, partition_spec=partition_spec(spec), properties=props)
+        except TableAlreadyExistsError:  # another broker made it first
+            table = catalog.load_table(identifier)
+    if table.properties.get("commit.retry.num-retries") != "0":
+        with table.transaction() as txn:
+            txn.set_properties(_NO_COMMIT_RETRIES)
+    return table
+
+
+class _DeadLetters:
+    """``<topic>~dlq``: the records the topic's table cannot hold, as key_value rows with the
+    reason. Its snapshots record next offsets of their own: every invalid record below them is
+    in it. It is committed before the topic's table, so a crash between the two leaves records
+    the table will translate again, and the offsets keep them from being dead-lettered twice."""
+
+    def __init__(self, catalog: Catalog, topic: str, topic_id: str | None, spec: Sequence[SpecField]) -> None:
+        self._catalog = catalog
+        self._topic = topic
+        self._topic_id = topic_id
+        self._spec = spec
+        self._table: Table | None = None
+
+    def add(self, rows: pa.Table, ends: Mapping[int, int]) -> dict[int, int]:
+        """Add ``rows`` (with their ``reason``) but those already in, moving the offsets of
+        ``ends``' partitions on; the rows added per partition."""
+        if self._table is None:
+            self._table = _load_or_create(self._catalog, dead_letter_identifier(self._topic), DEAD_LETTER_SCHEMA,
+                                          None if self._topic_id is None else uuid.UUID(self._topic_id), self._spec)
+        table = self._table
+        table.refresh()
+        state = _state_of(table)
+        previous = state.next_offsets if state.topic_id in (None, self._topic_id) else {}
+        floor = pa.array([previous.get(p, 0) for p in rows["partition"].to_pylist()], pa.int64())
+        rows = rows.filter(pc.greater_equal(rows["offset"], floor))
+        if rows.num_rows == 0:
+            return {}
+        advanced = {p: max(previous.get(p, 0), end) for p, end in ends.items()}
+        txn = table.transaction()
+        if txn.table_metadata.current_snapshot_id != state.snapshot_id:
+            raise StaleStateError(f"{'.'.join(dead_letter_identifier(self._topic))} moved on")
+        txn.append(_arrow_table({n: rows[n].combine_chunks() for n in rows.column_names},
+                                schema_to_pyarrow(table.schema())),
+                   snapshot_properties=summary_after(previous, advanced, self._topic_id))
+        txn.commit_transaction()
+        added: dict[int, int] = {}
+        for p in rows["partition"].to_pylist():
+            added[p] = added.get(p, 0) + 1
+        return added
 
 
 class TopicTable:
-    """One topic's table in the catalog. Not thread-safe: the translation thread alone uses it."""
+    """One topic's table in the catalog. Not thread-safe: the translation thread alone uses it.
+    ``values``: the typed value column of a schema mode (None: key_value)."""
 
-    def __init__(self, catalog: Catalog, topic: str, topic_id: uuid.UUID | None, spec: Sequence[SpecField]) -> None:
+    def __init__(self, catalog: Catalog, topic: str, topic_id: uuid.UUID | None, spec: Sequence[SpecField],
+                 values: TypedValues | None = None) -> None:
         self.topic = topic
         self.identifier = table_identifier(topic)
-        self._table = self._load_or_create(catalog, topic_id, spec)
+        self._table = _load_or_create(catalog, self.identifier, KEY_VALUE_SCHEMA if values is None else METADATA_SCHEMA,
+                                      topic_id, spec)
         self._arrow_schema = schema_to_pyarrow(self._table.schema())
-        owner = self._table.properties.get(TOPIC_ID)
-        if topic_id is not None and owner is not None and owner != str(topic_id):
-            raise ForeignTableError(f"table {'.'.join(self.identifier)} was made for topic id {owner}, not this "
-                                    f"topic's {topic_id} (a deleted topic of the same name); drop or rename it")
+        self._topic_id = None if topic_id is None else str(topic_id)
+        self._values = values
+        self._dead_letters = None if values is None else _DeadLetters(catalog, topic, self._topic_id, spec)
 
     @property
     def name(self) -> str:
         return ".".join(self.identifier)
-
-    def _load_or_create(self, catalog: Catalog, topic_id: uuid.UUID | None, spec: Sequence[SpecField]) -> Table:
-        try:
-            table = catalog.load_table(self.identifier)
-        except NoSuchTableError:
-            props = {**_NO_COMMIT_RETRIES, **({TOPIC_ID: str(topic_id)} if topic_id is not None else {})}
-            try:
-                return catalog.create_table(self.identifier, KEY_VALUE_SCHEMA, partition_spec=partition_spec(spec),
-                                            properties=props)
-            except TableAlreadyExistsError:  # another broker made it first
-                table = catalog.load_table(self.identifier)
-        if table.properties.get("commit.retry.num-retries") != "0":
-            with table.transaction() as txn:
-                txn.set_properties(_NO_COMMIT_RETRIES)
-        return table
 
     def state(self) -> TableState:
         """The current snapshot and its offsets, read again from the catalog."""
         self._table.refresh()
         return _state_of(self._table)
 
-    def commit(self, slices: Sequence[PartitionSlice], base: TableState) -> tuple[TableState, int]:
+    def commit(self, slices: Sequence[PartitionSlice], base: TableState,
+               invalid_action: str = ICEBERG_DLQ) -> tuple[TableState, Outcome]:
         """Add the rows of ``slices`` and move their partitions' offsets on, in one snapshot
         whose parent must be ``base``'s: pyiceberg asserts the branch's snapshot id, so a
         commit made meanwhile (another leader's) fails this one with CommitFailedException
-        and nothing is added. Returns the new state and the rows added."""
+        and nothing is added. In a schema mode the same snapshot's schema update evolves the
+        value column, and the invalid records go (``invalid_action``) to the dead-letter table
+        first, or nowhere."""
         advanced = {sl.partition: sl.end for sl in slices}
-        props = summary_after(base.next_offsets, advanced)
-        rows = to_arrow(slices, self._arrow_schema)
+        props = summary_after(base.next_offsets, advanced, self._topic_id)
+        cols = _Columns()
+        for sl in slices:
+            cols.add(sl)
+        outcome = Outcome()
         txn = self._table.transaction()
         if txn.table_metadata.current_snapshot_id != base.snapshot_id:
             raise StaleStateError(f"{self.name} moved on from snapshot {base.snapshot_id}")
-        txn.append(rows, snapshot_properties=props)
-        txn.commit_transaction()
+        try:
+            if self._values is None:
+                rows = _arrow_table(cols.arrays(), self._arrow_schema)
+            else:
+                rows = self._typed_rows(txn, cols, advanced, invalid_action, outcome)
+                props.update(self._values.recorded())
+            txn.append(rows, snapshot_properties=props)
+            txn.commit_transaction()
+        except Exception:
+            if self._values is not None:
+                self._values.forget()  # the schema update may not have been committed
+            raise
         snap = self._table.current_snapshot()
         assert snap is not None
-        return TableState(snap.snapshot_id, {**base.next_offsets, **advanced}), rows.num_rows
+        outcome.rows = rows.num_rows
+        return TableState(snap.snapshot_id, {**base.next_offsets, **advanced}, self._topic_id), outcome
+
+    def _typed_rows(self, txn: Transaction, cols: _Columns, advanced: Mapping[int, int], invalid_action: str,
+                    outcome: Outcome) -> pa.Table:
+        values = self._values
+        assert values is not None and self._dead_letters is not None
+        snap = txn.table_metadata.current_snapshot()
+        summary = snap.summary.additional_properties if snap is not None and snap.summary else {}
+        if values.reader is None and summary.get(VALUE_SCHEMA_ID, "").isdigit():
+            values.resume(int(summary[VALUE_SCHEMA_ID]), summary.get(VALUE_MESSAGE))
+        reader = values.candidate(cols.values)
+        if reader is not None and reader != values.reader:
+            try:
+                value_type = reader.arrow_type()
+                with txn.update_schema() as update:
+                    update.union_by_name(pa.schema([pa.field("value", value_type)]))
+                values.follow(reader)
+            except Exception as e:  # no Arrow type, no Iceberg type, or a change Iceberg refuses
+                values.refuse(reader.schema_id, f"schema {reader.schema_id} cannot evolve the table: {e}")
+        column, invalid = values.decode(cols.values)
+        arrays = cols.arrays()
+        columns = {n: arrays[n] for n in _METADATA}
+        if column is not None:
+            columns["value"] = column
+        rows = _arrow_table(columns, schema_to_pyarrow(txn.table_metadata.schema()), as_is="value")
+        if not invalid:
+            return rows
+        self._invalid(arrays, invalid, advanced, invalid_action, outcome)
+        keep = [True] * rows.num_rows
+        for i, _ in invalid:
+            keep[i] = False
+        return rows.filter(pa.array(keep))
+
+    def _invalid(self, arrays: Mapping[str, pa.Array], invalid: Sequence[Invalid], advanced: Mapping[int, int],
+                 action: str, outcome: Outcome) -> None:
+        first, reason = invalid[0]
+        outcome.example = (f"partition {arrays['partition'][first].as_py()} offset {arrays['offset'][first].as_py()}: "
+                           f"{reason}")
+        at = pa.array([i for i, _ in invalid], pa.int64())
+        if action == ICEBERG_DLQ:
+            assert self._dead_letters is not None
+            rows = pa.Table.from_arrays([arrays[n].take(at) for n in arrays] + [pa.array([r for _, r in invalid])],
+                                        names=[*arrays, "reason"])
+            outcome.dead_lettered = self._dead_letters.add(rows, advanced)
+            return
+        for p in arrays["partition"].take(at).to_pylist():
+            outcome.dropped[p] = outcome.dropped.get(p, 0) + 1
 
 
 def read_state(catalog: Catalog, topic: str) -> TableState | None:
@@ -206,13 +365,11 @@ def read_state(catalog: Catalog, topic: str) -> TableState | None:
 
 def _state_of(table: Table) -> TableState:
     snap = table.current_snapshot()
+    made_for = table.properties.get(TOPIC_ID)
     if snap is None:
-        return TableState(None, {})
-    return TableState(snap.snapshot_id, next_offsets(snap.summary.additional_properties if snap.summary else {}))
-
-
-class ForeignTableError(Exception):
-    """The table of this topic's name belongs to another topic id."""
+        return TableState(None, {}, made_for)
+    summary = snap.summary.additional_properties if snap.summary else {}
+    return TableState(snap.snapshot_id, next_offsets(summary), summary.get(TOPIC_ID, made_for))
 
 
 class StaleStateError(Exception):

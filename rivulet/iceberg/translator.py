@@ -1,4 +1,4 @@
-"""The leaders' translation of topics into their tables (key_value mode), exactly once.
+"""The leaders' translation of topics into their tables (every mode), exactly once.
 
 A task on the event loop looks, every tick, at the partitions this broker leads whose topic's
 ``iceberg.mode`` is not ``none``. A topic is due once records have waited half its
@@ -6,8 +6,9 @@ A task on the event loop looks, every tick, at the partitions this broker leads 
 loop reads its partitions' logs from the table's next offsets up to their last stable offsets
 (whole batches, 1 MiB at a time with the loop free between reads, at most
 ``iceberg.translation.max.bytes`` in all), and hands them to the translation thread, which
-decodes them (control records and aborted transactions dropped), writes Parquet and commits
-one snapshot whose summary moves those partitions' offsets on.
+decodes them (control records and aborted transactions dropped; in the schema modes the values
+through the registry's schemas, the invalid ones dead-lettered first), writes Parquet and
+commits one snapshot whose summary moves those partitions' offsets on.
 
 Exactly once: the offsets come from the table's current snapshot, never from local state, and
 a commit succeeds only on the snapshot it started from. A crash after the files are written
@@ -35,7 +36,8 @@ from rivulet.iceberg.catalog import CatalogSettings
 from rivulet.iceberg.offsets import PartitionSlice, TableState
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ApiError
-from rivulet.storage.config import ICEBERG_MODE_NONE, parse_partition_spec
+from rivulet.registry.client import SubjectLookup
+from rivulet.storage.config import ICEBERG_DLQ, ICEBERG_KEY_VALUE, ICEBERG_MODE_NONE, parse_partition_spec
 from rivulet.storage.log import Log
 
 if TYPE_CHECKING:
@@ -72,6 +74,8 @@ class PartitionTranslation:
     lag: int = 0  # records between the table's next offset and the last stable offset
     translated: int = 0  # records (offsets) added to the table by this broker
     skipped: int = 0  # offsets removed from the log (retention, DeleteRecords) before translation
+    dead_lettered: int = 0  # records the table could not hold, added to its dead-letter table by this broker
+    dropped: int = 0  # records the table could not hold, dropped (iceberg.invalid.record.action=drop)
 
 
 @dataclass(slots=True)
@@ -86,6 +90,8 @@ class TopicTranslation:
     partitions: dict[int, PartitionTranslation] = field(default_factory=dict)
     # Loop-side state: the open table (made on the thread), its state as last read, when
     # untranslated records were first seen, whether the last read stopped at the byte cap.
+    _topic_id: uuid.UUID | None = None
+    _mode: str = ICEBERG_KEY_VALUE
     _table: TopicTable | None = None
     _state: TableState | None = None
     _pending_since_ms: int | None = None
@@ -98,8 +104,11 @@ class IcebergTranslator:
     """Every topic table this broker's leaders write into (docs/iceberg.md)."""
 
     def __init__(self, partitions: Callable[[], Iterable[LedPartition]], settings: CatalogSettings,
-                 max_bytes: int, clock: Clock, tick_ms: int = 250) -> None:
+                 max_bytes: int, clock: Clock, schemas: SubjectLookup | None = None, tick_ms: int = 250) -> None:
+        """``schemas``: where the schema modes find the registered schemas (the broker's own
+        registry; None: it runs none, and those modes cannot translate)."""
         self._partitions = partitions
+        self._schemas = schemas
         self._settings = settings
         self._max_bytes = max_bytes
         self._clock = clock
@@ -139,7 +148,12 @@ class IcebergTranslator:
         for topic in [t for t, tt in self.topics.items() if t not in led and not tt._busy]:
             del self.topics[topic]  # no longer led here, deleted, or its mode set back to none
         for topic, parts in led.items():
-            t = self.topics.setdefault(topic, TopicTranslation(topic))
+            t = self.topics.get(topic)
+            mode = parts[0].log.config.iceberg_mode
+            if t is not None and (t._topic_id != parts[0].topic_id or t._mode != mode) and not t._busy:
+                t = None  # deleted and made again between two ticks (another topic), or another mode
+            if t is None:
+                t = self.topics[topic] = TopicTranslation(topic, _topic_id=parts[0].topic_id, _mode=mode)
             if t._busy or now < t._retry_at_ms:
                 continue
             if t._state is None or self._pending(t, parts, now):
@@ -174,17 +188,18 @@ class IcebergTranslator:
             if t._table is None:
                 p = parts[0]
                 t._table = await self._call(self._open_table, t.topic, p.topic_id,
-                                            p.log.config.iceberg_partition_spec)
+                                            p.log.config.iceberg_partition_spec, t._mode)
                 t.table_name = t._table.name
             if t._state is None:
-                t._state = await self._call(t._table.state)
+                t._state = _resumable(t.topic, parts, await self._call(t._table.state))
                 t.snapshot_id = t._state.snapshot_id
                 return  # the lags and whether it is due, next tick
             slices, capped = await self._read(t, parts, t._state)
             t._backlog = capped
             if not slices:
                 return
-            t._state, _rows = await self._call(t._table.commit, slices, t._state)
+            action = parts[0].log.config.iceberg_invalid_record_action
+            t._state, outcome = await self._call(t._table.commit, slices, t._state, action)
             t.snapshot_id = t._state.snapshot_id
             t.commits += 1
             t._pending_since_ms = None
@@ -193,6 +208,13 @@ class IcebergTranslator:
                 pt = t.partitions.setdefault(sl.partition, PartitionTranslation())
                 pt.translated += sl.end - sl.start
                 pt.next_offset = sl.end
+                pt.dead_lettered += outcome.dead_lettered.get(sl.partition, 0)
+                pt.dropped += outcome.dropped.get(sl.partition, 0)
+            invalid = sum(outcome.dropped.values()) + sum(outcome.dead_lettered.values())
+            if invalid:
+                log.warning("topic %s: %d record(s) its Iceberg table cannot hold %s, such as %s", t.topic, invalid,
+                            "were dropped" if action != ICEBERG_DLQ else f"went to {t.table_name}~dlq",
+                            outcome.example, extra={"kind": f"iceberg-invalid-{t.topic}"})
         except Exception as e:
             # Whatever failed (a commit lost to another leader, the catalog, a full disk), the
             # table's own offsets are the only truth: read them again before going on.
@@ -205,19 +227,26 @@ class IcebergTranslator:
         finally:
             t._busy = False
 
-    def _open_table(self, topic: str, topic_id: uuid.UUID, spec: str) -> TopicTable:
+    def _open_table(self, topic: str, topic_id: uuid.UUID, spec: str, mode: str) -> TopicTable:
         """On the thread: the catalog (first use) and the topic's table, made if missing."""
         from rivulet.iceberg.catalog import open_catalog
 
         try:
             from rivulet.iceberg.table import TopicTable
+            from rivulet.iceberg.values import TypedValues
         except ImportError as e:
             raise RuntimeError(f"topic {topic} has iceberg.mode set, and tables need the iceberg extra "
                                f"(pip install 'rivulet[iceberg]'): {e}") from None
 
+        values = None
+        if mode != ICEBERG_KEY_VALUE:
+            if self._schemas is None:
+                raise RuntimeError(f"topic {topic} has iceberg.mode={mode}, which reads the schema registry, and this "
+                                   f"broker runs none (schema.registry.listeners)")
+            values = TypedValues(self._schemas, mode, topic)
         if self._catalog is None:
             self._catalog = open_catalog(self._settings)
-        return TopicTable(self._catalog, topic, topic_id, parse_partition_spec(spec))
+        return TopicTable(self._catalog, topic, topic_id, parse_partition_spec(spec), values)
 
     async def _read(self, t: TopicTranslation, parts: list[LedPartition],
                     state: TableState) -> tuple[list[PartitionSlice], bool]:
@@ -264,3 +293,28 @@ class IcebergTranslator:
                 sl.aborted = lg.collect_aborted_transactions(sl.start, sl.end)
                 slices.append(sl)
         return slices, budget <= 0
+
+
+def _resumable(topic: str, parts: list[LedPartition], state: TableState) -> TableState:
+    """Where translation goes on from, as a consumer's position would: the table's offsets,
+    unless they belong to another topic of the same name (deleted and made again: its records
+    are translated from its log start into the same table, the new topic id recorded in the
+    snapshots from then on) or lie past the log end (the log lost records the table holds: an
+    unclean leader election, a lost log dir; translation goes on from the log end, as a consumer
+    whose offset is out of range resets to it)."""
+    topic_id = str(parts[0].topic_id)
+    offsets = dict(state.next_offsets)
+    if state.topic_id is not None and state.topic_id != topic_id:
+        log.warning("topic %s (id %s) is not the topic whose records its Iceberg table holds so far (id %s, deleted "
+                    "and made again under this name): translating it from its log start into the same table",
+                    topic, topic_id, state.topic_id, extra={"kind": f"iceberg-id-{topic}"})
+        offsets = {}
+    for p in parts:
+        end = p.log.log_end_offset
+        at = offsets.get(p.tp.partition, 0)
+        if at > end:
+            log.warning("topic %s partition %d: its Iceberg table's next offset %d is past the log end offset %d (the "
+                        "log lost offsets %d-%d, which the table holds): translating from %d on", topic,
+                        p.tp.partition, at, end, end, at - 1, end, extra={"kind": f"iceberg-end-{p.tp}"})
+            offsets[p.tp.partition] = end
+    return TableState(state.snapshot_id, offsets, topic_id)

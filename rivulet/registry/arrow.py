@@ -48,6 +48,12 @@ from rivulet.registry.schema_types import AVRO, JSON, PROTOBUF
 MAGIC = 0
 HEADER_BYTES = 5
 
+def framed(schema_id: int, schema_type: str, payload: bytes) -> bytes:
+    """A value written with ``schema_id``'s schema without the wire format's prefix, given it
+    (Protobuf: the schema's first message, message indexes [0], written as a count of 0)."""
+    return bytes((MAGIC,)) + struct.pack(">I", schema_id) + (b"\x00" if schema_type == PROTOBUF else b"") + payload
+
+
 # What made a value a fault.
 BAD_MAGIC = "bad-magic"
 UNKNOWN_ID = "unknown-schema-id"
@@ -485,6 +491,18 @@ def _parse(registered: RegisteredSchema, message_name: str | None) -> _Parsed:
     if registered.schema_type == JSON:
         return _JsonSchema(registered)
     raise ValueError(f"unknown schema type {registered.schema_type}")
+
+
+def protobuf_message(registered: RegisteredSchema, value: bytes) -> str:
+    """The full name of the message a wire-format value written with ``registered`` (a
+    Protobuf schema) holds, by its message indexes; ``ValueError`` if they name none."""
+    view = memoryview(value)[HEADER_BYTES:]
+    count, at = _zigzag(view, 0)
+    indexes = []
+    for _ in range(count):
+        i, at = _zigzag(view, at)
+        indexes.append(i)
+    return str(_ProtobufSchema(registered).files.message_at(indexes or [0]).full_name)
 
 
 def arrow_type(registered: RegisteredSchema, message_name: str | None = None) -> pa.DataType:

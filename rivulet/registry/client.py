@@ -55,6 +55,14 @@ class SchemaLookup(Protocol):
         ...
 
 
+class SubjectLookup(SchemaLookup, Protocol):
+    """``SchemaLookup`` and a subject's latest version (``RegistryError``, ``not_found`` for an
+    unknown subject): a ``RegistryClient``, or a broker's own registry in its process."""
+
+    def latest(self, subject: str) -> RegisteredSchema:
+        ...
+
+
 class RegistryClient:
     """``url``: the registry's base URL (``https://user:password@host:port`` gives the
     credentials too); ``user_info``: ``user:password`` for HTTP basic authentication

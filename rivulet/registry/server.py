@@ -17,6 +17,7 @@ import waitress
 from waitress.server import BaseWSGIServer, MultiSocketServer
 
 from rivulet.registry.avro_schema import AvroProvider
+from rivulet.registry.client import RegisteredSchema, RegistryError
 from rivulet.registry.json_schema import JsonSchemaProvider
 from rivulet.registry.protobuf_schema import ProtobufProvider
 from rivulet.registry.election import SoleWriter, WriterElection, ZkWriterElection
@@ -92,6 +93,7 @@ class SchemaRegistryServer:
         self.topic = topic
         self.replication_factor = replication_factor
         self.store: KafkaStore | None = None
+        self.registry: SchemaRegistry | None = None
         self.election: WriterElection | None = None
         self._sock: socket.socket | None = None
         self._server: BaseWSGIServer | MultiSocketServer | _TlsServer | None = None
@@ -118,7 +120,7 @@ class SchemaRegistryServer:
         url = f"{scheme}://{advertised_host or self.host or '127.0.0.1'}:{self.port}"
         election = self.election = ZkWriterElection(zookeeper_connect, url) if zookeeper_connect else SoleWriter(url)
         providers = {AVRO: AvroProvider(), JSON: JsonSchemaProvider(), PROTOBUF: ProtobufProvider()}
-        registry = SchemaRegistry(store, providers, shared=election.shared())
+        registry = self.registry = SchemaRegistry(store, providers, shared=election.shared())
         app = create_wsgi(registry, election, security, self.forward_tls)
         if self.tls is not None:
             server = self._server = _TlsServer(self._sock, self.tls, app)
@@ -130,6 +132,18 @@ class SchemaRegistryServer:
         self._thread = threading.Thread(target=run, name="rivulet-schema-registry", daemon=True)
         self._thread.start()
         log.info("schema registry on %s://%s:%d", scheme, self.host or "0.0.0.0", self.port)
+
+    # A SubjectLookup in the broker's process: what the Iceberg translator reads schemas with.
+    def schema_by_id(self, schema_id: int) -> RegisteredSchema:
+        return self._started().registered_by_id(schema_id)
+
+    def latest(self, subject: str) -> RegisteredSchema:
+        return self._started().registered_latest(subject)
+
+    def _started(self) -> SchemaRegistry:
+        if self.registry is None:
+            raise RegistryError("the broker's schema registry has not started yet", 503)
+        return self.registry
 
     def close(self) -> None:
         if isinstance(self._server, _TlsServer):

@@ -5,14 +5,15 @@ HTTP (``rest.py``) nor of Kafka (the ``Store``)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from rivulet.registry import compatibility as C
 from rivulet.registry import errors as E
 from rivulet.registry import state as S
+from rivulet.registry.client import SCHEMA_NOT_FOUND, SUBJECT_NOT_FOUND, RegisteredSchema, RegistryError
 from rivulet.registry.schema_types import AVRO, ParsedSchema, Reference, ResolvedReference, SchemaProvider
 from rivulet.registry.state import RegistryState, SchemaVersion
 
@@ -22,6 +23,7 @@ IMPORT = "IMPORT"
 MODES = (READWRITE, READONLY, IMPORT)
 MAX_VERSION = 2**31 - 1
 Record = tuple[bytes, bytes | None]
+_T = TypeVar("_T")
 
 
 class Store(Protocol):
@@ -441,6 +443,44 @@ class SchemaRegistry:
             if sv is None:
                 raise E.schema_not_found(schema_id)
             return _schema_json(sv, self._formatted(sv, fmt))
+
+    # -- in the broker's process (the Iceberg translator), as a RegistryClient would answer
+
+    def registered_by_id(self, schema_id: int) -> RegisteredSchema:
+        """The schema of an id, its references resolved (the text registered: Protobuf's
+        .proto, not serialized). Shared (a cluster's): an id not seen yet is looked for again
+        once the topic is read to its end, as another broker's registry may have just taken it."""
+        found = self._registered(lambda: self.state.by_id.get(schema_id))
+        if found is None and self.shared:
+            self._in_process(self.store.sync)
+            found = self._registered(lambda: self.state.by_id.get(schema_id))
+        if found is None:
+            raise RegistryError(f"schema {schema_id} not found", 404, SCHEMA_NOT_FOUND)
+        return found
+
+    def registered_latest(self, subject: str) -> RegisteredSchema:
+        """The subject's latest live version, as ``registered_by_id``."""
+        found = self._registered(lambda: (self.state.subject_versions(subject) or [None])[-1])
+        if found is None:
+            raise RegistryError(f"subject {subject} not found", 404, SUBJECT_NOT_FOUND)
+        return found
+
+    def _registered(self, find: Callable[[], SchemaVersion | None]) -> RegisteredSchema | None:
+        def read() -> RegisteredSchema | None:
+            with self.store.reading():
+                sv = find()
+                if sv is None:
+                    return None
+                return RegisteredSchema(sv.schema_id, sv.schema_type, sv.schema, tuple(self._resolve(sv.references)))
+        return self._in_process(read)
+
+    @staticmethod
+    def _in_process(fn: Callable[[], _T]) -> _T:
+        """``fn``, its store's errors (not read yet, unreadable) as a client would see them."""
+        try:
+            return fn()
+        except E.RestError as e:
+            raise RegistryError(e.message, e.status, e.error_code) from None
 
     def id_versions(self, schema_id: int, deleted: bool = False) -> list[dict[str, object]]:
         with self.store.reading():

@@ -365,9 +365,9 @@ class Broker:
                               delegation_tokens=self.delegation_tokens)
         # Topics with iceberg.mode: their leaders here translate them into their tables.
         self.iceberg = IcebergTranslator(
-            lambda: rm.partitions.values(),
+            topics.table_partitions,
             CatalogSettings.resolve(cfg["iceberg.catalog.uri"], cfg["iceberg.catalog.warehouse"], cfg.log_dirs[0]),
-            cfg["iceberg.translation.max.bytes"], self.clock)
+            cfg["iceberg.translation.max.bytes"], self.clock, self.schema_registry)
         if self.metrics is not None:
             self._add_collectors(rm, groups, self.iceberg)
         if self.cluster is not None:

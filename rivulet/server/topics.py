@@ -22,6 +22,7 @@ from rivulet.server.config import BrokerConfig
 from rivulet.server.dynamic_config import DynamicBrokerConfig
 from rivulet.server.metadata import MetadataStore, TopicInfo, validate_topic_name
 from rivulet.storage import Log, LogConfig, LogManager, describe_topic_configs
+from rivulet.storage.config import ICEBERG_MODE_NONE
 from rivulet.storage.log_dir_failure import KafkaStorageError
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,9 @@ class TopicManager:
         self.log_defaults = LogConfig.from_broker_props(broker_props(config, dynamic_config))
         self.node_id = node_id
         self._log_configs: dict[str, LogConfig] = {}
+        # The topics whose iceberg.mode is set, kept with _log_configs: the Iceberg translator
+        # looks at their partitions only, and at nothing while there are none.
+        self._table_topics: set[str] = set()
         # Topics whose logs a worker thread is creating, or closing for deletion.
         self._creating: set[str] = set()
         self._deleting: set[str] = set()
@@ -133,7 +137,7 @@ class TopicManager:
         (``log_for_replica``)."""
         self.opens_partitions = open_partitions
         for info in list(self.metadata.topics.values()):
-            self._log_configs[info.name] = self._make_log_config(info.configs)
+            self._set_log_config(info.name, self._make_log_config(info.configs))
             if open_partitions:
                 for i in range(info.num_partitions):
                     self._open_partition(info, i)
@@ -155,6 +159,29 @@ class TopicManager:
 
     def delete_replica_log(self, tp: TopicPartition) -> None:
         self.log_manager.delete_log(tp.topic, tp.partition)
+
+    def _set_log_config(self, name: str, cfg: LogConfig | None) -> None:
+        """The topic's LogConfig in force (None: the topic is gone)."""
+        if cfg is None:
+            self._log_configs.pop(name, None)
+        else:
+            self._log_configs[name] = cfg
+        if cfg is not None and cfg.iceberg_mode != ICEBERG_MODE_NONE:
+            self._table_topics.add(name)
+        else:
+            self._table_topics.discard(name)
+
+    def table_partitions(self) -> list[Partition]:
+        """This broker's partitions of the topics whose iceberg.mode is set (none walked while
+        no topic has one)."""
+        out: list[Partition] = []
+        for name in self._table_topics:
+            info = self.get(name)
+            for i in range(info.num_partitions if info is not None else 0):
+                p = self.replica_manager.partitions.get(TopicPartition(name, i))
+                if p is not None:
+                    out.append(p)
+        return out
 
     def _make_log_config(self, overrides: dict[str, str]) -> LogConfig:
         return LogConfig.from_props(overrides, self.log_defaults)
@@ -272,7 +299,7 @@ class TopicManager:
         except OSError as e:
             self._discard_logs(name, range(n))
             raise KafkaStorageError(f"recording topic {name} failed: {e}") from e
-        self._log_configs[name] = cfg
+        self._set_log_config(name, cfg)
         for p in partitions:
             self.replica_manager.add_partition(p)
         log.info("created topic %s with %d partition(s)", name, n)
@@ -283,7 +310,7 @@ class TopicManager:
         if info is not None:
             return info
         info = self.metadata.add(name, num_partitions, configs)
-        self._log_configs[name] = self._make_log_config(configs)
+        self._set_log_config(name, self._make_log_config(configs))
         # In cluster mode only its shape is recorded here: the topic is created in ZooKeeper when
         # a coordinator is first looked for, and its replicas (with that topic id) come from the
         # controller.
@@ -319,7 +346,7 @@ class TopicManager:
         deleted = [TopicPartition(name, i) for i in range(info.num_partitions)]
         for tp in deleted:
             self.replica_manager.remove_partition(tp)
-        self._log_configs.pop(name, None)
+        self._set_log_config(name, None)
         if self.on_partitions_deleted is not None:
             self.on_partitions_deleted(deleted)
         self._deleting.add(name)
@@ -368,7 +395,7 @@ class TopicManager:
             self.apply_topic_config(name, configs)
             return
         self.metadata.set_configs(name, configs)
-        self._log_configs[name] = cfg
+        self._set_log_config(name, cfg)
         info = self.metadata.get(name)
         for i in range(info.num_partitions):
             p = self.replica_manager.partitions.get(TopicPartition(name, i))
@@ -384,7 +411,7 @@ class TopicManager:
             log.warning("topic %s: ignoring its config %s: %s", name, configs, e.message)
             return
         self._cluster_configs[name] = dict(configs)
-        self._log_configs[name] = cfg
+        self._set_log_config(name, cfg)
         for tp, p in list(self.replica_manager.partitions.items()):
             if tp.topic == name:
                 p.log.update_config(cfg)
@@ -415,7 +442,7 @@ class TopicManager:
         self.log_defaults = defaults
         for info in list(self.metadata.topics.values()):
             cfg = self._make_log_config(info.configs)
-            self._log_configs[info.name] = cfg
+            self._set_log_config(info.name, cfg)
             for i in range(info.num_partitions):
                 p = self.replica_manager.partitions.get(TopicPartition(info.name, i))
                 if p is not None:

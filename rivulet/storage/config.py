@@ -36,7 +36,11 @@ LOG_APPEND_TIME = "LogAppendTime"
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 ICEBERG_MODE_NONE = "none"
 ICEBERG_KEY_VALUE = "key_value"
-ICEBERG_MODES = (ICEBERG_MODE_NONE, ICEBERG_KEY_VALUE, "value_schema_id_prefix", "value_schema_latest")
+ICEBERG_SCHEMA_ID_PREFIX = "value_schema_id_prefix"
+ICEBERG_SCHEMA_LATEST = "value_schema_latest"
+ICEBERG_MODES = (ICEBERG_MODE_NONE, ICEBERG_KEY_VALUE, ICEBERG_SCHEMA_ID_PREFIX, ICEBERG_SCHEMA_LATEST)
+ICEBERG_DROP = "drop"
+ICEBERG_DLQ = "dlq"
 # The columns of a key_value table that a partition spec may name, with their Iceberg types.
 ICEBERG_SPEC_COLUMNS = {"key": "binary", "partition": "int", "offset": "long", "timestamp": "timestamptz"}
 _TIME_TRANSFORMS = ("year", "month", "day", "hour")
@@ -157,7 +161,7 @@ class LogConfig:
     iceberg_mode: str = ICEBERG_MODE_NONE
     iceberg_target_lag_ms: int = 60_000
     iceberg_partition_spec: str = "(hour(timestamp))"
-    iceberg_invalid_record_action: str = "drop"
+    iceberg_invalid_record_action: str = ICEBERG_DLQ
 
     @property
     def log_append_time(self) -> bool:
@@ -225,9 +229,6 @@ def _no_tiered_storage(enabled: bool) -> str | None:
 def _iceberg_mode(mode: str) -> str | None:
     if mode not in ICEBERG_MODES:
         return f"String must be one of: {', '.join(ICEBERG_MODES)}"
-    if mode not in (ICEBERG_MODE_NONE, ICEBERG_KEY_VALUE):
-        # The schema modes need the registry's schemas as Arrow schemas; key_value needs nothing.
-        return f"{mode} is not yet supported; none and key_value are"
     return None
 
 
@@ -325,17 +326,20 @@ _DEFS = [
     # Topics as Iceberg tables (Redpanda's redpanda.iceberg.* without the prefix; docs/iceberg.md).
     _t("iceberg.mode", _S, _iceberg_mode, (),
        "Whether the topic is also an Iceberg table (rivulet.<topic> in the broker's catalog): none, or "
-       "key_value (key and value as bytes with partition, offset, timestamp and headers). "
-       "value_schema_id_prefix and value_schema_latest are not yet supported."),
+       "key_value (key and value as bytes with partition, offset, timestamp and headers), "
+       "value_schema_id_prefix (values in the schema registry's wire format become a typed value column from "
+       "their registered schema) or value_schema_latest (unprefixed values read with the subject <topic>-value's "
+       "latest schema)."),
     _t("iceberg.target.lag.ms", _L, at_least(1), (),
        "How stale the table may get: records are committed to it within about this long of being committed "
        "to the log."),
     _t("iceberg.partition.spec", _S, _partition_spec, (),
        "The table's partitioning: transforms of its columns in parentheses, such as (hour(timestamp)), "
        "(day(timestamp), bucket(16, key)) or () for none; read when the table is created."),
-    _t("iceberg.invalid.record.action", _S, one_of("drop", "dlq"), (),
-       "What happens to a record the table's schema cannot hold (the schema modes): drop it, or dlq, put it "
-       "in the dead-letter table with the reason. key_value holds every record."),
+    _t("iceberg.invalid.record.action", _S, one_of(ICEBERG_DROP, ICEBERG_DLQ), (),
+       "What happens to a record the table's schema cannot hold (the schema modes): drop it (counted and "
+       "logged), or dlq, put it with the reason in the dead-letter table rivulet.<topic>~dlq. key_value holds "
+       "every record."),
 ]
 
 TOPIC_CONFIGS = ConfigDef(key for key, _ in _DEFS)

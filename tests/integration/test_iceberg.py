@@ -13,6 +13,7 @@ import sys
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 
@@ -185,9 +186,6 @@ def test_configs_are_validated_and_described_as_kafkas(iceberg_broker) -> None:
         bad.result(30)
     assert e.value.args[0].name() == "INVALID_CONFIG"
     assert "Invalid value 'rows' for configuration iceberg.mode" in e.value.args[0].str()
-    schema = admin.create_topics([NewTopic("bad-schema", 1, 1, config={"iceberg.mode": "value_schema_latest"})])
-    with pytest.raises(KafkaException, match="not yet supported"):
-        schema["bad-schema"].result(30)
     _create(b.bootstrap, "plain", 1, {})
     resource = ConfigResource(ConfigResource.Type.TOPIC, "plain", incremental_configs=[
         ConfigEntry("iceberg.partition.spec", "(bucket(16, value))", incremental_operation=AlterConfigOpType.SET)])
@@ -202,7 +200,7 @@ def test_configs_are_validated_and_described_as_kafkas(iceberg_broker) -> None:
     entries = next(iter(described.values())).result(30)
     assert entries["iceberg.mode"].value == "key_value" and not entries["iceberg.mode"].is_default
     assert entries["iceberg.partition.spec"].value == "(hour(timestamp))" and entries["iceberg.partition.spec"].is_default
-    assert entries["iceberg.invalid.record.action"].value == "drop"
+    assert entries["iceberg.invalid.record.action"].value == "dlq"
     # Set afterwards, the mode takes the records already in the topic too.
     p = Producer({"bootstrap.servers": b.bootstrap})
     p.produce("plain", value=b"after")
@@ -233,6 +231,87 @@ def test_metrics_show_translation(broker_factory) -> None:
     assert 'rivulet_iceberg_commits_total{topic="metered"}' in text
 
 
+def _summary(data_dir: str | CatalogSettings, topic: str) -> dict[str, str]:
+    snap = open_catalog(_settings(data_dir)).load_table(("rivulet", topic)).current_snapshot()
+    return dict(snap.summary.additional_properties) if snap is not None and snap.summary else {}
+
+
+def _eventually(check, timeout: float = 90, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def test_a_topic_made_again_under_its_name_is_translated_from_its_log_start(iceberg_broker) -> None:
+    """A topic deleted and created again is another topic (another id): its records go into
+    the same table from offset 0 on, the snapshots recording the new topic id, the old rows kept."""
+    b = iceberg_broker
+    configs = {"iceberg.mode": "key_value", "iceberg.target.lag.ms": "200"}
+    _create(b.bootstrap, "reborn", 1, configs)
+    p = Producer({"bootstrap.servers": b.bootstrap})
+    for i in range(30):
+        p.produce("reborn", value=f"old-{i}".encode())
+    p.flush(30)
+    _wait_for_table(b.data_dir, "reborn", {0: 30})
+    old_id = _summary(b.data_dir, "reborn").get("rivulet.topic-id")
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.delete_topics(["reborn"])["reborn"].result(30)
+    _eventually(lambda: "reborn" not in admin.list_topics(timeout=10).topics, 30, "the deletion")
+    _create(b.bootstrap, "reborn", 1, configs)
+    p = Producer({"bootstrap.servers": b.bootstrap})
+    for i in range(10):
+        p.produce("reborn", value=f"new-{i}".encode())
+    p.flush(30)
+    _eventually(lambda: len(_table_rows(b.data_dir, "reborn")) == 40, 90, "the new topic's rows")
+    assert _summary(b.data_dir, "reborn")["rivulet.topic-id"] != old_id
+    assert _summary(b.data_dir, "reborn")["rivulet.next-offset.0"] == "10"
+    rows = _table_rows(b.data_dir, "reborn")
+    assert len(rows) == 40
+    assert [(r[1], r[3]) for r in rows if r[3].startswith(b"new")] == [(i, f"new-{i}".encode()) for i in range(10)]
+    assert "translating it from its log start into the same table" in b.output()
+
+
+def test_a_table_past_the_log_end_goes_on_from_the_log_end(tmp_path) -> None:
+    """A table whose next offset is past the log's end (the log lost records the table holds)
+    goes on from the log end, as a consumer out of range does with Kafka's default
+    auto.offset.reset=latest, and says so once; before, it waited for offsets the log would
+    never reach again."""
+    import pyarrow as pa
+
+    (tmp_path / "data").mkdir()
+    b = BrokerProcess({"num.partitions": "1"}, data_dir=str(tmp_path / "data"))
+    b.start()
+    try:
+        _create(b.bootstrap, "cut", 1, {"iceberg.mode": "key_value", "iceberg.target.lag.ms": "200"})
+        p = Producer({"bootstrap.servers": b.bootstrap})
+        for i in range(10):
+            p.produce("cut", value=f"before-{i}".encode())
+        p.flush(30)
+        _wait_for_table(b.data_dir, "cut", {0: 10})
+        b.stop()
+        # The table holds offsets up to 999 (as if the log had lost 10-999 since).
+        table = open_catalog(_settings(b.data_dir)).load_table(("rivulet", "cut"))
+        summary = {k: v for k, v in _summary(b.data_dir, "cut").items() if k.startswith("rivulet.")}
+        row = pa.Table.from_pylist([{"key": None, "value": b"lost", "partition": 0, "offset": 999,
+                                     "timestamp": 0, "headers": []}], schema=table.schema().as_arrow())
+        table.append(row, snapshot_properties={**summary, "rivulet.next-offset.0": "1000"})
+        b.start()
+        _eventually(lambda: "is past the log end offset 10" in b.output(), 60, "the translator to read the table")
+        p = Producer({"bootstrap.servers": b.bootstrap})
+        for i in range(5):
+            p.produce("cut", value=f"after-{i}".encode())
+        p.flush(30)
+        _eventually(lambda: _summary(b.data_dir, "cut").get("rivulet.next-offset.0") == "15", 90,
+                    "the table to go on from the log end")
+        rows = _table_rows(b.data_dir, "cut")
+        assert [(r[1], r[3]) for r in rows] == [(i, f"before-{i}".encode()) for i in range(10)] + \
+            [(10 + i, f"after-{i}".encode()) for i in range(5)] + [(999, b"lost")]
+        assert b.output().count("is past the log end offset 10") == 1
+    finally:
+        b.cleanup()
+
+
 def _snapshots(data_dir: str | CatalogSettings, topic: str) -> int:
     try:
         return len(open_catalog(_settings(data_dir)).load_table(("rivulet", topic)).history())
@@ -240,37 +319,48 @@ def _snapshots(data_dir: str | CatalogSettings, topic: str) -> int:
         return 0
 
 
+def kill_while_translating(b: BrokerProcess, topic: str, produce: Callable[[Producer, int], int], rng: random.Random,
+                           kills: int = 4) -> int:
+    """``kills`` rounds on a running broker whose topic has a table: ``produce`` (a producer,
+    the records so far; returns the records now) adds a backlog; once the broker has committed
+    again since its restart, it is killed with kill -9 at a random moment (writing Parquet,
+    committing, or between) and restarted on the same data. Returns the records produced."""
+    n = 0
+    for _kill in range(kills):
+        p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5, "batch.size": 4096,
+                      "enable.idempotence": True})
+        n = produce(p, n)
+        assert p.flush(30) == 0
+        seen = _snapshots(b.data_dir, topic)
+        deadline = time.monotonic() + 60
+        while _snapshots(b.data_dir, topic) == seen and time.monotonic() < deadline:
+            time.sleep(0.05)  # translating again since the restart
+        time.sleep(rng.uniform(0, 0.4))
+        b.kill()
+        b.start()
+    return n
+
+
 # Each run kills the broker four times at random moments; RIVULET_ICEBERG_KILL_RUNS runs more seeds
 # (three passed in a row when this was written).
 @pytest.mark.parametrize("run", range(int(os.environ.get("RIVULET_ICEBERG_KILL_RUNS", "1"))))
 def test_kill_9_while_translating_adds_each_record_once(run: int, tmp_path) -> None:
     """Small commits (64 KiB of records each) over a backlog of small batches keep translation
-    busy; each time the broker has committed again since its restart, it is killed with
-    kill -9 at a random moment (writing Parquet, committing, or between), restarted on the same
-    data, and more records produced. The table ends up holding each record the topic holds,
-    once."""
-    rng = random.Random(run)
+    busy while the broker is killed again and again. The table ends up holding each record the
+    topic holds, once."""
     (tmp_path / "data").mkdir()
     b = BrokerProcess({"num.partitions": "1", "iceberg.translation.max.bytes": "65536"},
                       data_dir=str(tmp_path / "data"))
     b.start()
     try:
         _create(b.bootstrap, "clicks", 2, {"iceberg.mode": "key_value", "iceberg.target.lag.ms": "100"})
-        n = 0
-        for _kill in range(4):
-            p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5, "batch.size": 4096,
-                          "enable.idempotence": True})
+
+        def produce(p: Producer, n: int) -> int:
             for _ in range(3000):
                 p.produce("clicks", value=f"click-{n}-{'x' * 60}".encode(), key=str(n % 13).encode())
                 n += 1
-            assert p.flush(30) == 0
-            seen = _snapshots(b.data_dir, "clicks")
-            deadline = time.monotonic() + 60
-            while _snapshots(b.data_dir, "clicks") == seen and time.monotonic() < deadline:
-                time.sleep(0.05)  # translating again since the restart
-            time.sleep(rng.uniform(0, 0.4))
-            b.kill()
-            b.start()
+            return n
+        n = kill_while_translating(b, "clicks", produce, random.Random(run))
         ends = _ends(b.bootstrap, "clicks", 2)
         assert sum(ends.values()) == n
         _wait_for_table(b.data_dir, "clicks", ends, timeout=180)

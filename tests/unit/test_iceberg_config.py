@@ -14,20 +14,20 @@ pytestmark = pytest.mark.fast
 def test_defaults_leave_a_topic_without_a_table() -> None:
     c = LogConfig()
     assert (c.iceberg_mode, c.iceberg_target_lag_ms, c.iceberg_partition_spec, c.iceberg_invalid_record_action) == \
-        ("none", 60_000, "(hour(timestamp))", "drop")
+        ("none", 60_000, "(hour(timestamp))", "dlq")
 
 
 def test_valid_settings_are_taken() -> None:
     c = LogConfig.from_props({"iceberg.mode": "key_value", "iceberg.target.lag.ms": "5000",
                               "iceberg.partition.spec": "(day(timestamp), bucket(16, key))",
-                              "iceberg.invalid.record.action": "dlq"})
-    assert (c.iceberg_mode, c.iceberg_target_lag_ms, c.iceberg_invalid_record_action) == ("key_value", 5000, "dlq")
+                              "iceberg.invalid.record.action": "drop"})
+    assert (c.iceberg_mode, c.iceberg_target_lag_ms, c.iceberg_invalid_record_action) == ("key_value", 5000, "drop")
+    for mode in ("value_schema_id_prefix", "value_schema_latest"):
+        assert LogConfig.from_props({"iceberg.mode": mode}).iceberg_mode == mode
 
 
 @pytest.mark.parametrize("name,raw,reason", [
     ("iceberg.mode", "tables", "String must be one of: none, key_value, value_schema_id_prefix, value_schema_latest"),
-    ("iceberg.mode", "value_schema_id_prefix", "value_schema_id_prefix is not yet supported; none and key_value are"),
-    ("iceberg.mode", "value_schema_latest", "value_schema_latest is not yet supported"),
     ("iceberg.target.lag.ms", "0", "Value must be at least 1"),
     ("iceberg.target.lag.ms", "soon", "Not a number of type LONG"),
     ("iceberg.invalid.record.action", "keep", "String must be one of: drop, dlq"),
@@ -60,4 +60,4 @@ def test_describe_configs_lists_them_with_their_source() -> None:
     assert entries["iceberg.mode"].value == "key_value" and not entries["iceberg.mode"].is_default
     assert entries["iceberg.target.lag.ms"].value == "60000" and entries["iceberg.target.lag.ms"].is_default
     assert entries["iceberg.partition.spec"].value == "(hour(timestamp))"
-    assert entries["iceberg.invalid.record.action"].value == "drop"
+    assert entries["iceberg.invalid.record.action"].value == "dlq"

@@ -31,6 +31,7 @@ def test_next_offsets_read_only_the_partition_entries() -> None:
 def test_summary_carries_every_partition_forward_and_never_goes_back() -> None:
     assert summary_after({0: 10, 1: 4}, {1: 9, 2: 3}) == {
         "rivulet.next-offset.0": "10", "rivulet.next-offset.1": "9", "rivulet.next-offset.2": "3"}
+    assert summary_after({}, {0: 1}, "d1c0") == {"rivulet.next-offset.0": "1", "rivulet.topic-id": "d1c0"}
     with pytest.raises(ValueError, match="go back"):
         summary_after({0: 10}, {0: 9})
 
@@ -56,14 +57,15 @@ def test_commit_adds_committed_records_once_and_records_offsets(catalog) -> None
     table = TopicTable(catalog, "orders.eu", topic_id, parse_partition_spec("(hour(timestamp))"))
     assert table.name == "rivulet.orders.eu"
     base = table.state()
-    assert base == base.__class__(None, {})
+    assert base == base.__class__(None, {}, str(topic_id))
     # Offsets 0-2 plain, 3-4 an aborted transaction and its marker at 5, 6-7 a committed one, marker at 8.
     chunk = b"".join([_batch(0, 3), _batch(3, 2, producer_id=7, producer_epoch=0, transactional=True),
                       _marker(rec.ControlRecordType.ABORT, 5, 7),
                       _batch(6, 2, producer_id=8, producer_epoch=0, transactional=True),
                       _marker(rec.ControlRecordType.COMMIT, 8, 8)])
-    state, rows = table.commit([PartitionSlice(0, 1, 9, [chunk], [(7, 3)]), PartitionSlice(2, 0, 0, [], [])], base)
-    assert rows == 4 and state.next_offsets == {0: 9, 2: 0}
+    state, outcome = table.commit([PartitionSlice(0, 1, 9, [chunk], [(7, 3)]), PartitionSlice(2, 0, 0, [], [])], base)
+    rows = outcome.rows
+    assert rows == 4 and state.next_offsets == {0: 9, 2: 0} and state.topic_id == str(topic_id)
     again = TopicTable(catalog, "orders.eu", topic_id, ())
     assert again.state() == state
     got = catalog.load_table(("rivulet", "orders.eu")).scan().to_arrow().sort_by("offset").to_pylist()
@@ -94,9 +96,17 @@ def test_a_commit_on_a_stale_state_adds_nothing(catalog) -> None:
             catalog.load_table(("rivulet", "t")).history()[0].snapshot_id, {0: 3}))
 
 
-def test_a_table_of_another_topic_id_is_refused(catalog) -> None:
-    from rivulet.iceberg.table import ForeignTableError
-
-    TopicTable(catalog, "t", uuid.uuid4(), ())
-    with pytest.raises(ForeignTableError, match="drop or rename it"):
-        TopicTable(catalog, "t", uuid.uuid4(), ())
+def test_snapshots_record_the_topic_id_their_offsets_belong_to(catalog) -> None:
+    old, new = uuid.uuid4(), uuid.uuid4()
+    first = TopicTable(catalog, "t", old, ())
+    assert first.state().topic_id == str(old)  # the table's property, before any snapshot
+    first.commit([PartitionSlice(0, 0, 3, [_batch(0, 3)], [])], first.state())
+    # The topic deleted and made again: the table opens, and says whose offsets it holds.
+    again = TopicTable(catalog, "t", new, ())
+    state = again.state()
+    assert state.topic_id == str(old) and state.next_offsets == {0: 3}
+    fresh = state.__class__(state.snapshot_id, {}, str(new))
+    after, outcome = again.commit([PartitionSlice(0, 0, 2, [_batch(0, 2)], [])], fresh)
+    rows = outcome.rows
+    assert rows == 2 and again.state() == after == state.__class__(after.snapshot_id, {0: 2}, str(new))
+    assert len(catalog.load_table(("rivulet", "t")).scan().to_arrow()) == 5

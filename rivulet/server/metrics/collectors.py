@@ -265,6 +265,12 @@ class IcebergCollector(Collector):
         skipped = CounterMetricFamily("rivulet_iceberg_records_skipped", "Offsets removed from the log "
                                       "(retention, DeleteRecords) before they reached the table.",
                                       labels=["topic", "partition"])
+        dead_lettered = CounterMetricFamily("rivulet_iceberg_records_dead_lettered", "Records the topic's table "
+                                            "could not hold (schema modes), added to its dead-letter table "
+                                            "<topic>~dlq by this broker.", labels=["topic", "partition"])
+        dropped = CounterMetricFamily("rivulet_iceberg_records_dropped", "Records the topic's table could not hold "
+                                      "(schema modes), dropped (iceberg.invalid.record.action=drop).",
+                                      labels=["topic", "partition"])
         commits = CounterMetricFamily("rivulet_iceberg_commits", "Snapshots committed to the topic's table by "
                                       "this broker.", labels=["topic"])
         for topic, t in list(self.translator.topics.items()):
@@ -274,4 +280,6 @@ class IcebergCollector(Collector):
                 lag.add_metric(labels, pt.lag)
                 translated.add_metric(labels, pt.translated)
                 skipped.add_metric(labels, pt.skipped)
-        yield from (lag, translated, skipped, commits)
+                dead_lettered.add_metric(labels, pt.dead_lettered)
+                dropped.add_metric(labels, pt.dropped)
+        yield from (lag, translated, skipped, dead_lettered, dropped, commits)
