@@ -224,7 +224,7 @@ async def find_txn_coordinator(c: Ctx) -> str:
 
 async def join_group(c: Ctx) -> str:
     r = await c.user.send(jgq.JoinGroupRequest(
-        group_id=JOIN_GROUP, session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
+        group_id=JOIN_GROUP, session_timeout_ms=600000, rebalance_timeout_ms=10000, member_id="",
         group_instance_id=None, protocol_type="consumer",
         protocols=[jgq.JoinGroupRequestProtocol(name="range", metadata=b"")], reason=None), version=5)
     return name(r.error_code)
@@ -322,13 +322,13 @@ async def delete_records(c: Ctx) -> str:
 
 
 async def init_producer_id_txn(c: Ctx) -> str:
-    r = await c.user.send(ipq.InitProducerIdRequest(transactional_id=TX_INIT, transaction_timeout_ms=60000,
+    r = await c.user.send(ipq.InitProducerIdRequest(transactional_id=TX_INIT, transaction_timeout_ms=600000,
                                                     producer_id=-1, producer_epoch=-1))
     return name(r.error_code)
 
 
 async def init_producer_id_idempotent(c: Ctx) -> str:
-    r = await c.user.send(ipq.InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000,
+    r = await c.user.send(ipq.InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=600000,
                                                     producer_id=-1, producer_epoch=-1))
     return name(r.error_code)
 
@@ -789,7 +789,12 @@ def secured_broker():
     b = BrokerProcess({"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
                        "super.users": "User:admin", "num.partitions": "2", "sasl.enabled.mechanisms": "PLAIN",
                        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
-                       "delegation.token.secret.key": "acl-matrix"})
+                       "delegation.token.secret.key": "acl-matrix",
+                       # Members and transactions the permitted rows leave behind must outlast the
+                       # matrix, or their expiry changes the state a later row is checked against.
+                       **{f"group.{kind}.{bound}session.timeout.ms": "600000"
+                          for kind in ("consumer", "share", "streams") for bound in ("", "max.")},
+                       "group.streams.initial.rebalance.delay.ms": "0"})
     b.overrides["listeners"] = f"SASL_PLAINTEXT://127.0.0.1:{b.port}"
     yield b.start()
     b.cleanup()
@@ -815,7 +820,7 @@ async def _setup(admin: BrokerConnection) -> None:
 
 async def _init_transaction(c: Ctx) -> None:
     while True:
-        r = await c.admin.send(ipq.InitProducerIdRequest(transactional_id=TX, transaction_timeout_ms=60000,
+        r = await c.admin.send(ipq.InitProducerIdRequest(transactional_id=TX, transaction_timeout_ms=600000,
                                                          producer_id=-1, producer_epoch=-1))
         if r.error_code not in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.CONCURRENT_TRANSACTIONS,
                                 ErrorCode.COORDINATOR_NOT_AVAILABLE):
@@ -886,8 +891,10 @@ async def _run_rows(ctx: Ctx, rows: list[Row], state: Callable[[BrokerConnection
         denied = await row.call(ctx)
         if denied != row.denied:
             failures.append(f"{row.api} without {row.needs}: {denied}, expected {row.denied}")
-        if await state(ctx.admin) != before:
-            failures.append(f"{row.api} without {row.needs} changed the broker's state")
+        after = await state(ctx.admin)
+        if after != before:
+            changed = [(b, a) for b, a in zip(before, after) if b != a]
+            failures.append(f"{row.api} without {row.needs} changed the broker's state: {changed}")
         await _set_acls(ctx.admin, row.given + row.needs)
         allowed = await row.call(ctx)
         if allowed != row.allowed and not (row.allowed == ANY_OTHER and allowed not in AUTH_ERRORS):
