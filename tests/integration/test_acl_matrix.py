@@ -893,7 +893,7 @@ async def _run_rows(ctx: Ctx, rows: list[Row], state: Callable[[BrokerConnection
             failures.append(f"{row.api} without {row.needs}: {denied}, expected {row.denied}")
         after = await state(ctx.admin)
         if after != before:
-            changed = [(b, a) for b, a in zip(before, after) if b != a]
+            changed = [(b, a) for b, a in zip(before, after, strict=True) if b != a]
             failures.append(f"{row.api} without {row.needs} changed the broker's state: {changed}")
         await _set_acls(ctx.admin, row.given + row.needs)
         allowed = await row.call(ctx)
