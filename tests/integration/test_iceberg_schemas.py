@@ -26,7 +26,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext  # 
 from rivulet.iceberg.catalog import CatalogSettings, open_catalog  # noqa: E402
 from rivulet.testing import BrokerProcess, free_port  # noqa: E402
 from tests.integration.test_iceberg import _create, _ends, _topic_rows, _wait_for_table, kill_while_translating  # noqa: E402
-from tests.integration.test_schema_registry import _wait_ready  # noqa: E402
+from conftest import wait_for_registry  # noqa: E402
 
 ORDER_V1 = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
     {"name": "id", "type": "long"}, {"name": "item", "type": "string"}, {"name": "price", "type": "double"},
@@ -40,7 +40,7 @@ def _with_registry(overrides: dict[str, str] | None = None, data_dir: str | None
                        "metrics.listener": f"http://127.0.0.1:{free_port()}", **(overrides or {})}, data_dir=data_dir)
     b.start()
     url = f"http://127.0.0.1:{port}"
-    _wait_ready(url)
+    wait_for_registry(url)
     return b, url
 
 
