@@ -6,6 +6,7 @@ Skipped, with the reason printed, only when Java, Maven or Maven Central is unav
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -23,7 +24,14 @@ from confluent_kafka import Producer  # noqa: E402
 
 from rivulet.iceberg.catalog import CatalogSettings, open_catalog  # noqa: E402
 from rivulet.testing import free_port  # noqa: E402
-from tests.integration.test_iceberg import _create, _ends, _table_rows, _topic_rows, _wait_for_table  # noqa: E402
+from tests.integration.test_iceberg import (  # noqa: E402
+    _cli,
+    _create,
+    _ends,
+    _table_rows,
+    _topic_rows,
+    _wait_for_table,
+)
 
 pytestmark = [pytest.mark.java, pytest.mark.integration]  # a JVM server: with the heavy tests
 
@@ -124,3 +132,7 @@ def test_a_topics_table_in_a_rest_catalog(rest_catalog, broker_factory) -> None:
     # The REST server applied the expiry: the first wave's snapshot is gone, the age recorded.
     assert first not in [s.snapshot_id for s in table.snapshots()]
     assert table.properties["history.expire.max-snapshot-age-ms"] == "1000"
+    # rivulet topics describe finds the REST catalog from the leader's settings.
+    described = json.loads(_cli("topics", "describe", "--topic", "orders", "-b", b.bootstrap, "--format", "json"))
+    assert described[0]["iceberg"] == {"table": "rivulet.orders", "snapshot_id": table.current_snapshot().snapshot_id,
+                                       "lag": {"0": 0, "1": 0}}
