@@ -102,11 +102,15 @@ async def _iceberg_status(admin: AsyncAdminClient, topic: str, partitions: list[
     if node < 0:
         return {**out, "error": "no partition has a leader"}
     broker = {c.name: c.value for c in await admin.describe_configs(
-        4, str(node), ["iceberg.catalog.uri", "iceberg.catalog.warehouse", "log.dirs", "log.dir"])}
+        4, str(node), ["iceberg.catalog.type", "iceberg.catalog.uri", "iceberg.catalog.warehouse", "log.dirs",
+                       "log.dir"])}
     dirs = broker.get("log.dirs") or broker.get("log.dir") or ""
-    settings = CatalogSettings.resolve(broker.get("iceberg.catalog.uri") or "",
-                                       broker.get("iceberg.catalog.warehouse") or "", dirs.split(",")[0])
+    # A REST catalog's credential and token are passwords, which DescribeConfigs never shows:
+    # one that needs them cannot be read from here (the error says so).
     try:
+        settings = CatalogSettings.resolve(broker.get("iceberg.catalog.uri") or "",
+                                           broker.get("iceberg.catalog.warehouse") or "", dirs.split(",")[0],
+                                           broker.get("iceberg.catalog.type") or "")
         state = await asyncio.get_running_loop().run_in_executor(None, _read_table, settings, topic)
     except Exception as e:  # the extra missing, a catalog this machine cannot reach
         return {**out, "error": f"{type(e).__name__}: {e}"}

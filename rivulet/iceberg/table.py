@@ -9,6 +9,7 @@ Everything here runs on the translation thread and imports pyiceberg and pyarrow
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +22,9 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, Transaction
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.snapshots import Snapshot, ancestors_of
+from pyiceberg.table.update.snapshot import ExpireSnapshots
 from pyiceberg.transforms import (
     BucketTransform,
     DayTransform,
@@ -44,6 +48,7 @@ from pyiceberg.types import (
 
 from rivulet.iceberg.catalog import NAMESPACE
 from rivulet.iceberg.offsets import (
+    NEXT_OFFSET,
     TOPIC_ID,
     VALUE_MESSAGE,
     VALUE_SCHEMA_ID,
@@ -58,7 +63,13 @@ from rivulet.storage.config import ICEBERG_DLQ, SpecField
 
 # pyiceberg retries a failed commit on the new current snapshot by default; a translation's
 # commit is only right on the snapshot whose offsets it started from, so it must fail instead.
-_NO_COMMIT_RETRIES = {"commit.retry.num-retries": "0"}
+# Each commit writes a new metadata file; Iceberg's defaults keep them all, so the old ones
+# are deleted past the latest 100 (write.metadata.previous-versions-max).
+_TABLE_PROPERTIES = {"commit.retry.num-retries": "0", "write.metadata.delete-after-commit.enabled": "true"}
+# The age Iceberg's expire_snapshots (Spark's procedure, Trino's) defaults to; the topic's
+# iceberg.snapshot.max.age.ms is kept here, so that they expire what the broker would.
+MAX_SNAPSHOT_AGE = "history.expire.max-snapshot-age-ms"
+_EXPIRY_SLACK_MS = 3_600_000
 
 KEY_VALUE_SCHEMA = Schema(
     NestedField(1, "key", BinaryType(), required=False),
@@ -197,15 +208,50 @@ def _load_or_create(catalog: Catalog, identifier: tuple[str, str], schema: Schem
     try:
         table = catalog.load_table(identifier)
     except NoSuchTableError:
-        props = {**_NO_COMMIT_RETRIES, **({TOPIC_ID: str(topic_id)} if topic_id is not None else {})}
+        props = {**_TABLE_PROPERTIES, **({TOPIC_ID: str(topic_id)} if topic_id is not None else {})}
         try:
             return catalog.create_table(identifier, schema, partition_spec=partition_spec(spec), properties=props)
         except TableAlreadyExistsError:  # another broker made it first
             table = catalog.load_table(identifier)
-    if table.properties.get("commit.retry.num-retries") != "0":
+    if any(table.properties.get(k) != v for k, v in _TABLE_PROPERTIES.items()):
         with table.transaction() as txn:
-            txn.set_properties(_NO_COMMIT_RETRIES)
+            txn.set_properties(_TABLE_PROPERTIES)
     return table
+
+
+def _expire_snapshots(txn: Transaction, max_age_ms: int) -> list[str]:
+    """In a commit's transaction, before its append: remove the snapshots older than
+    ``max_age_ms`` (-1: none) but the current one, whose summary holds the offsets translation
+    resumes from (and the new snapshot carries them on). Done in batches: only once the oldest
+    is a tenth of the age (at most an hour) past it, so that a steady stream of commits does
+    not expire one snapshot each. The removed snapshots' manifest lists, which nothing else
+    reads (an append-only table's manifests and data files stay in the new snapshot), are
+    returned, to delete once the commit is made. The newest snapshot that records offsets
+    stays too, should another engine's commit (a compaction) have come after it."""
+    meta = txn.table_metadata
+    # Keeping them all leaves the property unset: Iceberg reads a negative age as "expire all".
+    if max_age_ms < 0:
+        if MAX_SNAPSHOT_AGE in meta.properties:
+            txn.remove_properties(MAX_SNAPSHOT_AGE)
+        return []
+    if meta.properties.get(MAX_SNAPSHOT_AGE) != str(max_age_ms):
+        txn.set_properties({MAX_SNAPSHOT_AGE: str(max_age_ms)})
+    cutoff = int(time.time() * 1000) - max_age_ms  # pyiceberg stamps snapshots with the wall clock
+    keep = {meta.current_snapshot_id, *(s.snapshot_id for s in [_offsets_snapshot(meta)] if s is not None)}
+    old = [s for s in meta.snapshots if s.timestamp_ms < cutoff and s.snapshot_id not in keep]
+    if not old or min(s.timestamp_ms for s in old) >= cutoff - min(max_age_ms // 10, _EXPIRY_SLACK_MS):
+        return []
+    ExpireSnapshots(txn).by_ids([s.snapshot_id for s in old]).commit()
+    return [s.manifest_list for s in old]
+
+
+def _delete_files(table: Table, paths: Sequence[str]) -> None:
+    """Best effort: a file left behind is an orphan, which no reader sees."""
+    for path in paths:
+        try:
+            table.io.delete(path)
+        except OSError:
+            pass
 
 
 class _DeadLetters:
@@ -221,7 +267,7 @@ class _DeadLetters:
         self._spec = spec
         self._table: Table | None = None
 
-    def add(self, rows: pa.Table, ends: Mapping[int, int]) -> dict[int, int]:
+    def add(self, rows: pa.Table, ends: Mapping[int, int], max_snapshot_age_ms: int) -> dict[int, int]:
         """Add ``rows`` (with their ``reason``) but those already in, moving the offsets of
         ``ends``' partitions on; the rows added per partition."""
         if self._table is None:
@@ -239,10 +285,12 @@ class _DeadLetters:
         txn = table.transaction()
         if txn.table_metadata.current_snapshot_id != state.snapshot_id:
             raise StaleStateError(f"{'.'.join(dead_letter_identifier(self._topic))} moved on")
+        expired = _expire_snapshots(txn, max_snapshot_age_ms)
         txn.append(_arrow_table({n: rows[n].combine_chunks() for n in rows.column_names},
                                 schema_to_pyarrow(table.schema())),
                    snapshot_properties=summary_after(previous, advanced, self._topic_id))
         txn.commit_transaction()
+        _delete_files(table, expired)
         added: dict[int, int] = {}
         for p in rows["partition"].to_pylist():
             added[p] = added.get(p, 0) + 1
@@ -273,14 +321,15 @@ class TopicTable:
         self._table.refresh()
         return _state_of(self._table)
 
-    def commit(self, slices: Sequence[PartitionSlice], base: TableState,
-               invalid_action: str = ICEBERG_DLQ) -> tuple[TableState, Outcome]:
+    def commit(self, slices: Sequence[PartitionSlice], base: TableState, invalid_action: str = ICEBERG_DLQ,
+               max_snapshot_age_ms: int = -1) -> tuple[TableState, Outcome]:
         """Add the rows of ``slices`` and move their partitions' offsets on, in one snapshot
         whose parent must be ``base``'s: pyiceberg asserts the branch's snapshot id, so a
         commit made meanwhile (another leader's) fails this one with CommitFailedException
         and nothing is added. In a schema mode the same snapshot's schema update evolves the
         value column, and the invalid records go (``invalid_action``) to the dead-letter table
-        first, or nowhere."""
+        first, or nowhere. The snapshots older than ``max_snapshot_age_ms`` (-1: none) are
+        expired in the same commit (``_expire_snapshots``)."""
         advanced = {sl.partition: sl.end for sl in slices}
         props = summary_after(base.next_offsets, advanced, self._topic_id)
         cols = _Columns()
@@ -294,24 +343,26 @@ class TopicTable:
             if self._values is None:
                 rows = _arrow_table(cols.arrays(), self._arrow_schema)
             else:
-                rows = self._typed_rows(txn, cols, advanced, invalid_action, outcome)
+                rows = self._typed_rows(txn, cols, advanced, invalid_action, max_snapshot_age_ms, outcome)
                 props.update(self._values.recorded())
+            expired = _expire_snapshots(txn, max_snapshot_age_ms)
             txn.append(rows, snapshot_properties=props)
             txn.commit_transaction()
         except Exception:
             if self._values is not None:
                 self._values.forget()  # the schema update may not have been committed
             raise
+        _delete_files(self._table, expired)
         snap = self._table.current_snapshot()
         assert snap is not None
         outcome.rows = rows.num_rows
         return TableState(snap.snapshot_id, {**base.next_offsets, **advanced}, self._topic_id), outcome
 
     def _typed_rows(self, txn: Transaction, cols: _Columns, advanced: Mapping[int, int], invalid_action: str,
-                    outcome: Outcome) -> pa.Table:
+                    max_snapshot_age_ms: int, outcome: Outcome) -> pa.Table:
         values = self._values
         assert values is not None and self._dead_letters is not None
-        snap = txn.table_metadata.current_snapshot()
+        snap = _offsets_snapshot(txn.table_metadata)
         summary = snap.summary.additional_properties if snap is not None and snap.summary else {}
         if values.reader is None and summary.get(VALUE_SCHEMA_ID, "").isdigit():
             values.resume(int(summary[VALUE_SCHEMA_ID]), summary.get(VALUE_MESSAGE))
@@ -332,14 +383,14 @@ class TopicTable:
         rows = _arrow_table(columns, schema_to_pyarrow(txn.table_metadata.schema()), as_is="value")
         if not invalid:
             return rows
-        self._invalid(arrays, invalid, advanced, invalid_action, outcome)
+        self._invalid(arrays, invalid, advanced, invalid_action, max_snapshot_age_ms, outcome)
         keep = [True] * rows.num_rows
         for i, _ in invalid:
             keep[i] = False
         return rows.filter(pa.array(keep))
 
     def _invalid(self, arrays: Mapping[str, pa.Array], invalid: Sequence[Invalid], advanced: Mapping[int, int],
-                 action: str, outcome: Outcome) -> None:
+                 action: str, max_snapshot_age_ms: int, outcome: Outcome) -> None:
         first, reason = invalid[0]
         outcome.example = (f"partition {arrays['partition'][first].as_py()} offset {arrays['offset'][first].as_py()}: "
                            f"{reason}")
@@ -348,7 +399,7 @@ class TopicTable:
             assert self._dead_letters is not None
             rows = pa.Table.from_arrays([arrays[n].take(at) for n in arrays] + [pa.array([r for _, r in invalid])],
                                         names=[*arrays, "reason"])
-            outcome.dead_lettered = self._dead_letters.add(rows, advanced)
+            outcome.dead_lettered = self._dead_letters.add(rows, advanced, max_snapshot_age_ms)
             return
         for p in arrays["partition"].take(at).to_pylist():
             outcome.dropped[p] = outcome.dropped.get(p, 0) + 1
@@ -363,13 +414,32 @@ def read_state(catalog: Catalog, topic: str) -> TableState | None:
         return None
 
 
+def _offsets_snapshot(meta: TableMetadata) -> Snapshot | None:
+    """The newest snapshot, from the current one back through its parents, that this broker's
+    translation committed (its summary records the offsets): a snapshot another engine
+    committed on top (Spark's rewrite_data_files, an expiry) carries no summary entries on."""
+    for snap in ancestors_of(meta.current_snapshot(), meta):
+        if snap.summary is not None and any(k.startswith(NEXT_OFFSET) for k in snap.summary.additional_properties):
+            return snap
+    return None
+
+
 def _state_of(table: Table) -> TableState:
-    snap = table.current_snapshot()
+    current = table.current_snapshot()
     made_for = table.properties.get(TOPIC_ID)
-    if snap is None:
+    if current is None:
         return TableState(None, {}, made_for)
+    snap = _offsets_snapshot(table.metadata)
+    if snap is None:
+        # Starting over would add every record again: better to stop and say why.
+        raise LostOffsetsError(f"no snapshot of {'.'.join(table.name())} from snapshot {current.snapshot_id} back "
+                               f"records the offsets translation resumes from (another engine wrote or expired them)")
     summary = snap.summary.additional_properties if snap.summary else {}
-    return TableState(snap.snapshot_id, next_offsets(summary), summary.get(TOPIC_ID, made_for))
+    return TableState(current.snapshot_id, next_offsets(summary), summary.get(TOPIC_ID, made_for))
+
+
+class LostOffsetsError(Exception):
+    """The table has snapshots and none of its current one's ancestors records offsets."""
 
 
 class StaleStateError(Exception):

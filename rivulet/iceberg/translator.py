@@ -198,8 +198,10 @@ class IcebergTranslator:
             t._backlog = capped
             if not slices:
                 return
-            action = parts[0].log.config.iceberg_invalid_record_action
-            t._state, outcome = await self._call(t._table.commit, slices, t._state, action)
+            config = parts[0].log.config
+            t._state, outcome = await self._call(t._table.commit, slices, t._state,
+                                                 config.iceberg_invalid_record_action,
+                                                 config.iceberg_snapshot_max_age_ms)
             t.snapshot_id = t._state.snapshot_id
             t.commits += 1
             t._pending_since_ms = None
@@ -213,7 +215,7 @@ class IcebergTranslator:
             invalid = sum(outcome.dropped.values()) + sum(outcome.dead_lettered.values())
             if invalid:
                 log.warning("topic %s: %d record(s) its Iceberg table cannot hold %s, such as %s", t.topic, invalid,
-                            "were dropped" if action != ICEBERG_DLQ else f"went to {t.table_name}~dlq",
+                            "were dropped" if config.iceberg_invalid_record_action != ICEBERG_DLQ else f"went to {t.table_name}~dlq",
                             outcome.example, extra={"kind": f"iceberg-invalid-{t.topic}"})
         except Exception as e:
             # Whatever failed (a commit lost to another leader, the catalog, a full disk), the

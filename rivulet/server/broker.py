@@ -366,7 +366,9 @@ class Broker:
         # Topics with iceberg.mode: their leaders here translate them into their tables.
         self.iceberg = IcebergTranslator(
             topics.table_partitions,
-            CatalogSettings.resolve(cfg["iceberg.catalog.uri"], cfg["iceberg.catalog.warehouse"], cfg.log_dirs[0]),
+            CatalogSettings.resolve(cfg["iceberg.catalog.uri"], cfg["iceberg.catalog.warehouse"], cfg.log_dirs[0],
+                                    cfg["iceberg.catalog.type"], cfg["iceberg.catalog.credential"] or "",
+                                    cfg["iceberg.catalog.token"] or ""),
             cfg["iceberg.translation.max.bytes"], self.clock, self.schema_registry)
         if self.metrics is not None:
             self._add_collectors(rm, groups, self.iceberg)

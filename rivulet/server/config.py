@@ -357,11 +357,19 @@ BROKER_CONFIGS = ConfigDef([
        "topic in a cluster (Confluent's kafkastore.topic.replication.factor); its creation waits up to a minute "
        "for that many brokers, then makes do with those there. A single broker keeps one.", LOW),
     # -- topics as Iceberg tables (a topic's iceberg.mode; docs/iceberg.md)
-    _k("iceberg.catalog.uri", S, "", None, "The Iceberg SQL catalog the tables of topics with iceberg.mode are "
-       "registered in, as an SQLAlchemy URI (sqlite:////path/catalog.db, postgresql+psycopg2://...). Empty: "
-       "SQLite in iceberg/catalog.db under the first log dir. Brokers of a cluster must share one.", LOW),
+    _k("iceberg.catalog.type", S, "", one_of("", "sql", "rest"), "The kind of Iceberg catalog the tables of "
+       "topics with iceberg.mode are registered in: sql (pyiceberg's SQL catalog: SQLite, PostgreSQL) or rest (an "
+       "Iceberg REST catalog). Empty: rest if iceberg.catalog.uri is an http(s) URL, else sql.", LOW),
+    _k("iceberg.catalog.uri", S, "", None, "The Iceberg catalog: for sql an SQLAlchemy URI "
+       "(sqlite:////path/catalog.db, postgresql+psycopg2://user:password@host/db), for rest the catalog's base URL "
+       "(http://host:8181). Empty: SQLite in iceberg/catalog.db under the first log dir. Brokers of a cluster must "
+       "share one.", LOW),
     _k("iceberg.catalog.warehouse", S, "", None, "Where the tables' data and metadata files are written (a path "
-       "or a file:// URL). Empty: iceberg/warehouse under the first log dir.", LOW),
+       "or a URL such as file:// or s3://). Empty: iceberg/warehouse under the first log dir for sql; for rest, "
+       "the warehouse the server gives (else the warehouse name or location it is asked for).", LOW),
+    _k("iceberg.catalog.credential", PW, None, None, "A REST catalog's OAuth2 client credentials, "
+       "client_id:client_secret, exchanged for a token at the catalog (pyiceberg's credential).", LOW),
+    _k("iceberg.catalog.token", PW, None, None, "A bearer token sent to a REST catalog (pyiceberg's token).", LOW),
     _k("iceberg.translation.max.bytes", I, 16 * 1024 * 1024, _pos, "The most record bytes of a topic one "
        "translation reads from its partitions' logs into one commit; what bounds the memory a table's "
        "translation takes. A backlog larger than this is committed in several snapshots, one after another.",

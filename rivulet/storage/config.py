@@ -162,6 +162,7 @@ class LogConfig:
     iceberg_target_lag_ms: int = 60_000
     iceberg_partition_spec: str = "(hour(timestamp))"
     iceberg_invalid_record_action: str = ICEBERG_DLQ
+    iceberg_snapshot_max_age_ms: int = 432_000_000  # Iceberg's history.expire.max-snapshot-age-ms default: 5 days
 
     @property
     def log_append_time(self) -> bool:
@@ -340,6 +341,10 @@ _DEFS = [
        "What happens to a record the table's schema cannot hold (the schema modes): drop it (counted and "
        "logged), or dlq, put it with the reason in the dead-letter table rivulet.<topic>~dlq. key_value holds "
        "every record."),
+    _t("iceberg.snapshot.max.age.ms", _L, at_least(-1), (),
+       "How long the table's snapshots are kept before its commits expire them (rows are never removed; the "
+       "current snapshot always stays); -1 keeps them all. Also set as the table's "
+       "history.expire.max-snapshot-age-ms, so that an engine's expire_snapshots uses the same age."),
 ]
 
 TOPIC_CONFIGS = ConfigDef(key for key, _ in _DEFS)

@@ -15,13 +15,15 @@ def test_defaults_leave_a_topic_without_a_table() -> None:
     c = LogConfig()
     assert (c.iceberg_mode, c.iceberg_target_lag_ms, c.iceberg_partition_spec, c.iceberg_invalid_record_action) == \
         ("none", 60_000, "(hour(timestamp))", "dlq")
+    assert c.iceberg_snapshot_max_age_ms == 5 * 24 * 3600 * 1000  # Iceberg's own default age
 
 
 def test_valid_settings_are_taken() -> None:
     c = LogConfig.from_props({"iceberg.mode": "key_value", "iceberg.target.lag.ms": "5000",
                               "iceberg.partition.spec": "(day(timestamp), bucket(16, key))",
-                              "iceberg.invalid.record.action": "drop"})
+                              "iceberg.invalid.record.action": "drop", "iceberg.snapshot.max.age.ms": "-1"})
     assert (c.iceberg_mode, c.iceberg_target_lag_ms, c.iceberg_invalid_record_action) == ("key_value", 5000, "drop")
+    assert c.iceberg_snapshot_max_age_ms == -1
     for mode in ("value_schema_id_prefix", "value_schema_latest"):
         assert LogConfig.from_props({"iceberg.mode": mode}).iceberg_mode == mode
 
@@ -31,6 +33,7 @@ def test_valid_settings_are_taken() -> None:
     ("iceberg.target.lag.ms", "0", "Value must be at least 1"),
     ("iceberg.target.lag.ms", "soon", "Not a number of type LONG"),
     ("iceberg.invalid.record.action", "keep", "String must be one of: drop, dlq"),
+    ("iceberg.snapshot.max.age.ms", "-2", "Value must be at least -1"),
     ("iceberg.partition.spec", "hour(timestamp)", "a parenthesized list"),
     ("iceberg.partition.spec", "(hour(key))", "hour applies to timestamp only"),
     ("iceberg.partition.spec", "(bucket(0, key))", "positive width"),

@@ -3,6 +3,8 @@ temporary directory (no broker: the log's batches are built here)."""
 
 from __future__ import annotations
 
+import os
+import time
 import uuid
 
 import pytest
@@ -13,7 +15,7 @@ from pyiceberg.exceptions import CommitFailedException  # noqa: E402
 
 from rivulet.iceberg.catalog import CatalogSettings, open_catalog  # noqa: E402
 from rivulet.iceberg.offsets import next_offsets, summary_after  # noqa: E402
-from rivulet.iceberg.table import PartitionSlice, StaleStateError, TopicTable  # noqa: E402
+from rivulet.iceberg.table import LostOffsetsError, PartitionSlice, StaleStateError, TopicTable  # noqa: E402
 from rivulet.protocol import records as rec  # noqa: E402
 from rivulet.storage.config import parse_partition_spec  # noqa: E402
 
@@ -110,3 +112,56 @@ def test_snapshots_record_the_topic_id_their_offsets_belong_to(catalog) -> None:
     rows = outcome.rows
     assert rows == 2 and again.state() == after == state.__class__(after.snapshot_id, {0: 2}, str(new))
     assert len(catalog.load_table(("rivulet", "t")).scan().to_arrow()) == 5
+
+
+def test_commits_expire_snapshots_older_than_the_max_age_and_keep_every_row(catalog) -> None:
+    table = TopicTable(catalog, "t", None, ())
+    state = table.state()
+    for base in (0, 3, 6):  # kept: -1 expires nothing
+        state, _ = table.commit([PartitionSlice(0, base, base + 3, [_batch(base, 3)], [])], state)
+    iceberg = catalog.load_table(("rivulet", "t"))
+    assert len(iceberg.snapshots()) == 3 and "history.expire.max-snapshot-age-ms" not in iceberg.properties
+    old = [s.manifest_list for s in iceberg.snapshots()[:2]]
+    time.sleep(0.05)
+    state, _ = table.commit([PartitionSlice(0, 9, 12, [_batch(9, 3)], [])], state, max_snapshot_age_ms=20)
+    iceberg = catalog.load_table(("rivulet", "t"))
+    # The two older ones went; the one the commit started from stays beside the new one.
+    assert [s.snapshot_id for s in iceberg.snapshots()][-1] == state.snapshot_id
+    assert len(iceberg.snapshots()) == 2 and len(iceberg.history()) == 2
+    assert iceberg.properties["history.expire.max-snapshot-age-ms"] == "20"
+    assert not any(os.path.exists(p.removeprefix("file://")) for p in old)
+    assert sorted(iceberg.scan().to_arrow()["offset"].to_pylist()) == list(range(12))
+    assert TopicTable(catalog, "t", None, ()).state() == state  # a new leader resumes from it
+    # Within the age (and its slack) nothing goes: a commit does not expire one snapshot each.
+    state, _ = table.commit([PartitionSlice(0, 12, 13, [_batch(12, 1)], [])], state, max_snapshot_age_ms=60_000)
+    assert len(catalog.load_table(("rivulet", "t")).snapshots()) == 3
+
+
+def test_offsets_are_read_through_another_engines_snapshots_and_never_lost(catalog) -> None:
+    table = TopicTable(catalog, "t", None, ())
+    state = table.state()
+    for base in (0, 3):
+        state, _ = table.commit([PartitionSlice(0, base, base + 3, [_batch(base, 3)], [])], state)
+    ours = state.snapshot_id
+    # Another engine's commit on top (as a compaction's): its summary has none of our entries.
+    iceberg = catalog.load_table(("rivulet", "t"))
+    iceberg.append(iceberg.scan().to_arrow().slice(0, 0))
+    iceberg = catalog.load_table(("rivulet", "t"))
+    assert iceberg.current_snapshot().snapshot_id != ours
+    resumed = table.state()
+    assert resumed.next_offsets == {0: 6} and resumed.snapshot_id == iceberg.current_snapshot().snapshot_id
+    time.sleep(0.05)
+    # Expiry keeps the snapshot that records the offsets, though it is no longer the current one.
+    state, _ = table.commit([PartitionSlice(0, 6, 7, [_batch(6, 1)], [])], resumed, max_snapshot_age_ms=20)
+    kept = [s.snapshot_id for s in catalog.load_table(("rivulet", "t")).snapshots()]
+    assert ours in kept and state.snapshot_id in kept and len(kept) == 3
+    assert table.state().next_offsets == {0: 7}
+    # Were they all expired by another engine, translation stops rather than starting over.
+    iceberg = catalog.load_table(("rivulet", "t"))
+    iceberg.append(iceberg.scan().to_arrow().slice(0, 0))
+    iceberg = catalog.load_table(("rivulet", "t"))
+    current = iceberg.current_snapshot().snapshot_id
+    iceberg.maintenance.expire_snapshots().by_ids([s.snapshot_id for s in iceberg.snapshots()
+                                                   if s.snapshot_id != current]).commit()
+    with pytest.raises(LostOffsetsError):
+        table.state()
