@@ -46,7 +46,10 @@ case ",$extras," in
     command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
     # The network-partition tests cut brokers off in network namespaces with packet filters.
     command -v ip >/dev/null 2>&1 || need+=(iproute2)
-    command -v nft >/dev/null 2>&1 || need+=(nftables) ;;
+    command -v nft >/dev/null 2>&1 || need+=(nftables)
+    # An Iceberg test keeps its catalog in a PostgreSQL server of its own (initdb, pg_ctl).
+    compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || command -v initdb >/dev/null 2>&1 \
+      || need+=(postgresql) ;;
 esac
 case ",$extras," in
   *,test,*|*,cluster,*)
