@@ -15,24 +15,15 @@ Runs on the translation thread; imports pyarrow and the registry's decoders.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 
 from rivulet.iceberg.offsets import VALUE_MESSAGE, VALUE_SCHEMA_ID
-from rivulet.registry.arrow import (
-    BAD_MAGIC,
-    HEADER_BYTES,
-    MAGIC,
-    UNKNOWN_ID,
-    ArrowDecoder,
-    arrow_type,
-    framed,
-    protobuf_message,
-)
+from rivulet.registry.arrow import BAD_MAGIC, UNKNOWN_ID, ArrowDecoder, arrow_type, protobuf_message
 from rivulet.registry.client import RegisteredSchema, RegistryError, SubjectLookup
+from rivulet.registry.prefix import framed, schema_id_of
 from rivulet.registry.schema_types import PROTOBUF
 from rivulet.storage.config import ICEBERG_SCHEMA_LATEST
 
@@ -61,12 +52,6 @@ def value_subject(topic: str) -> str:
     return f"{topic}-value"
 
 
-def _schema_id(value: bytes) -> int | None:
-    if len(value) < HEADER_BYTES or value[0] != MAGIC:
-        return None
-    return int(struct.unpack_from(">I", value, 1)[0])
-
-
 class TypedValues:
     """One topic's value column. Not thread-safe: the translation thread alone uses it."""
 
@@ -90,7 +75,7 @@ class TypedValues:
         best = self.reader
         first: dict[int, bytes] = {}  # schema id -> its first value
         for v in values:
-            schema_id = None if v is None else _schema_id(v)
+            schema_id = None if v is None else schema_id_of(v)
             if schema_id is not None and schema_id not in first:
                 first[schema_id] = v  # type: ignore[assignment]
         for schema_id in sorted(first, reverse=True):
@@ -165,7 +150,7 @@ class TypedValues:
 
     @staticmethod
     def _unreadable(value: bytes) -> str:
-        schema_id = _schema_id(value)
+        schema_id = schema_id_of(value)
         if schema_id is None:
             return f"{BAD_MAGIC}: not in the schema registry's wire format (magic byte 0 and a schema id)"
         return f"{UNKNOWN_ID}: schema {schema_id} not found"

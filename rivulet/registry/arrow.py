@@ -34,7 +34,6 @@ from __future__ import annotations
 import datetime
 import io
 import json
-import struct
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -43,15 +42,9 @@ from decimal import Decimal
 import pyarrow as pa
 
 from rivulet.registry.client import RegisteredSchema, RegistryError, SchemaLookup
+from rivulet.registry.prefix import HEADER_BYTES, schema_id_of
 from rivulet.registry.schema_types import AVRO, JSON, PROTOBUF
 
-MAGIC = 0
-HEADER_BYTES = 5
-
-def framed(schema_id: int, schema_type: str, payload: bytes) -> bytes:
-    """A value written with ``schema_id``'s schema without the wire format's prefix, given it
-    (Protobuf: the schema's first message, message indexes [0], written as a count of 0)."""
-    return bytes((MAGIC,)) + struct.pack(">I", schema_id) + (b"\x00" if schema_type == PROTOBUF else b"") + payload
 
 
 # What made a value a fault.
@@ -535,12 +528,12 @@ class ArrowDecoder:
                 out.append(None)
                 continue
             view = memoryview(raw)
-            if len(view) < HEADER_BYTES or view[0] != MAGIC:
+            schema_id = schema_id_of(view)
+            if schema_id is None:
                 faults.append(ValueFault(i, BAD_MAGIC, "not in the schema registry's wire format "
                                          "(magic byte 0 and a schema id)"))
                 out.append(None)
                 continue
-            (schema_id,) = struct.unpack_from(">I", view, 1)
             try:
                 read = self._readers.get(schema_id) or self._reader_for(schema_id, unknown)
             except LookupError as e:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import json
-import struct
 from collections.abc import Callable
 
 import avro.io
@@ -15,6 +14,7 @@ import avro.name
 import avro.schema
 
 from rivulet.registry.client import RegisteredSchema, RegistryError, SchemaLookup
+from rivulet.registry.prefix import HEADER_BYTES, schema_id_of
 from rivulet.registry.schema_types import AVRO, FORMAT_TYPES, JSON, PROTOBUF, ResolvedReference
 
 
@@ -55,13 +55,13 @@ class WireDecoder:
         """The value as JSON text; None stays None."""
         if value is None:
             return None
-        if len(value) < 5 or value[0] != 0:
+        schema_id = schema_id_of(value)
+        if schema_id is None:
             raise WireFormatError("not in the schema registry's wire format (no magic byte 0)")
-        (schema_id,) = struct.unpack(">I", value[1:5])
         reader = self._readers.get(schema_id)
         if reader is None:
             reader = self._readers[schema_id] = self._reader(schema_id)
-        return json.dumps(reader(io.BytesIO(value[5:])), default=_json_default).encode()
+        return json.dumps(reader(io.BytesIO(value[HEADER_BYTES:])), default=_json_default).encode()
 
     def _reader(self, schema_id: int) -> Callable[[io.BytesIO], object]:
         try:
