@@ -9,6 +9,9 @@
 #   bash scripts/setup.sh test,spark,spark-connect # also the test clients and Spark Connect's
 #                                                  # client (what .ci/run uses)
 #   bash scripts/setup.sh cluster    # also a ZooKeeper server, for `rivulet cluster up`
+#
+# Run again, it installs only what changed (Debian packages still missing; Rivulet again when
+# the extras, pyproject.toml, setup.py or the C sources differ from the last install).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="${1:-spark,registry,iceberg}"
@@ -66,8 +69,23 @@ if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
   fi
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
-# A plain editable install: pyproject.toml's package-dir makes it a .pth line with the checkout,
-# so Spark's discovery of data sources (pkgutil.iter_modules) finds pyspark_rivulet.
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$extras]"
+# What the install below depends on: the extras asked for, the project's metadata and build hook,
+# the C sources and the modules the editable install compiles from them into the checkout. When
+# an earlier run installed exactly this, pip has nothing to do (it would still ask the index
+# about every requirement and rebuild the editable wheel: seconds on every run of .ci/run).
+stamp=.venv/.rivulet-setup
+installed() {
+  echo "$extras $({ cat pyproject.toml setup.py rivulet/*/*.c 2>/dev/null || true; } | cksum)" \
+    "$(ls rivulet/*/*.so 2>/dev/null || true)"
+}
+if [ "$(cat "$stamp" 2>/dev/null)" != "$(installed)" ]; then
+  rm -f "$stamp"
+  .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
+  # A plain editable install: pyproject.toml's package-dir makes it a .pth line with the checkout,
+  # so Spark's discovery of data sources (pkgutil.iter_modules) finds pyspark_rivulet.
+  # --no-compile: Python writes the bytecode of what is imported when it first is; compiling
+  # every module of PySpark, pyarrow and the rest up front took a third of the install.
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-compile -e ".[$extras]"
+  installed > "$stamp"
+fi
 echo "set up: .venv (activate it with '. .venv/bin/activate')"
