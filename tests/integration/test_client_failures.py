@@ -278,6 +278,7 @@ def test_an_async_commit_is_not_retried_behind_a_later_commit(broker_factory):
     create(b.bootstrap, topic, 1)
     outcomes: list = []
     c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": name("g"), "request.timeout.ms": 15000,
+                  "enable.auto.commit": False,  # its commits of the position would overwrite the test's
                   "on_commit": lambda err, parts: outcomes.append((err, [p.offset for p in parts]))})
     tp = TopicPartition(topic, 0)
     c.assign([tp])
