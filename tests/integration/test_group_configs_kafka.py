@@ -84,7 +84,10 @@ def probe(bootstrap: str) -> dict:
             out[f"list {types} v{version}"] = await listed(types, version)
         await c.send(ctq.CreateTopicsRequest(topics=[ctq.CreatableTopic(
             name=topic, num_partitions=1, replication_factor=1, assignments=[], configs=[])], timeout_ms=15000))
-        out["topic min isr"] = await describe(2, topic, ["min.insync.replicas"])
+        # Kafka's broker may answer UNKNOWN_TOPIC_OR_PARTITION until it applies the new topic's metadata.
+        first = await describe(2, topic, ["min.insync.replicas"])
+        out["topic min isr"] = first if first[0] != 3 else await read_until_changed(
+            lambda: describe(2, topic, ["min.insync.replicas"]), first, tries=300)
         out["cluster level"] = await describe(4, "")
         out["broker min isr"] = await describe(4, "1", ["min.insync.replicas", "group.consumer.session.timeout.ms"])
         await c.close()
