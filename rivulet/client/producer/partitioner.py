@@ -180,12 +180,16 @@ def _fnv1a(key: bytes | None, n: int, available: Sequence[int]) -> int:
     return -1 if key is None else _fnv1a_cached(key) % n
 
 
-def _random(key: bytes | None, n: int, available: Sequence[int]) -> int:
-    return random.choice(available) if available else random.randrange(n)
+def partitioner_for(name: str, rng: random.Random) -> Partitioner:
+    """The producer's partitioner: ``random`` draws from the producer's own generator, so
+    that no other thread's draws change where its records go."""
+    if name == "random":
+        return lambda key, n, available: rng.choice(available) if available else rng.randrange(n)
+    return PARTITIONERS[name]
 
 
 # The random and non-random variants differ only for null keys, which librdkafka's sticky
-# partitioner takes in both cases.
+# partitioner takes in both cases. ``random`` itself needs a generator: partitioner_for.
 PARTITIONERS: dict[str, Partitioner] = {
     "consistent_random": _consistent_random,
     "consistent": _consistent,
@@ -193,7 +197,6 @@ PARTITIONERS: dict[str, Partitioner] = {
     "murmur2": _murmur2_random,
     "fnv1a_random": _fnv1a,
     "fnv1a": _fnv1a,
-    "random": _random,
 }
 
 
@@ -204,7 +207,8 @@ class StickyPartitions:
     keyless records build full batches on one partition at a time.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, rng: random.Random | None = None) -> None:
+        self._rng = rng or random.Random()
         self._current: dict[str, int] = {}
         # The producer's shortcut for the next keyless record of a topic: (topic metadata,
         # open batch of the current partition). Dropped whenever the partition changes.
@@ -225,7 +229,6 @@ class StickyPartitions:
             self._current[topic] = self._choose(num_partitions, available, partition)
             self.open.pop(topic, None)
 
-    @staticmethod
-    def _choose(n: int, available: Sequence[int], previous: int | None) -> int:
+    def _choose(self, n: int, available: Sequence[int], previous: int | None) -> int:
         pool = [p for p in available if p != previous] or list(available) or list(range(n))
-        return random.choice(pool)
+        return self._rng.choice(pool)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import threading
 import time
 from collections import defaultdict, deque
@@ -33,7 +34,7 @@ from rivulet.client.client import KafkaClient, wait_event, wait_future
 from rivulet.client.config import Config, resolve
 from rivulet.client.connection import RequestTimedOut
 from rivulet.client.errors import KafkaError, KafkaException
-from rivulet.client.producer.partitioner import PARTITIONERS, StickyPartitions
+from rivulet.client.producer.partitioner import StickyPartitions, partitioner_for
 from rivulet.client.producer.transactions import TransactionManager
 from rivulet.client.stats import ClientStats, emit_every, run_stats_cb
 from rivulet.client.types import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, ClusterMetadata, Message
@@ -158,8 +159,10 @@ class AIOProducer:
         self.max_request_size: int = c["max.request.size"]
         self.default_cb: Callable | None = c["on_delivery"]
         self.only_errors: bool = c["delivery.report.only.error"]
-        self.partitioner = PARTITIONERS[c["partitioner"]]
-        self.sticky = StickyPartitions()
+        # The producer's own generator for partitions chosen at random (tests seed it).
+        self.rng = random.Random()
+        self.partitioner = partitioner_for(c["partitioner"], self.rng)
+        self.sticky = StickyPartitions(self.rng)
         self._sticky_now = self.sticky._current
         self._sticky_open = self.sticky.open
         # Every partitioner but random leaves a null key to the sticky one (checked without a call).
