@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import signal
 import sys
 
@@ -82,43 +83,47 @@ def broker_main(args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
-def build_parser() -> argparse.ArgumentParser:
+# The modules of the administration commands, in the order `rivulet --help` lists them, and
+# the commands each adds. Only the module of the command being run is imported: the others
+# cost a broker (and every other command) a few hundred milliseconds of start-up.
+COMMANDS = {"topics": ("topics",), "produce": ("produce",), "consume": ("consume",), "groups": ("groups",),
+            "cluster": ("cluster", "configs", "offsets", "delete-records"), "acls": ("acls",), "users": ("users",),
+            "pipeline": ("pipeline",), "demo": ("demo",), "console": ("console",), "registry": ("registry",)}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser for every command, or for `command` alone (what it parses is the same)."""
     from rivulet import __version__
     p = argparse.ArgumentParser(prog="rivulet", description="A Kafka-protocol event-streaming broker.")
     p.add_argument("--version", action="version", version=f"rivulet {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("broker", help="run a broker", epilog=help_text(),
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    b.add_argument("--config", help="a Kafka server.properties file")
-    b.add_argument("--override", action="append", metavar="KEY=VALUE", help="override one property")
-    b.add_argument("--log-level", action="append", metavar="[LOGGER=]LEVEL[,...]",
-                   help="how much the broker logs: a level (debug, info, warning, error) for every logger "
-                        "(default: info), or LOGGER=LEVEL for one logger and those below it, such as "
-                        "rivulet.coordinator=debug; repeatable or comma-separated")
-    b.add_argument("--log-format", choices=LOG_FORMATS, default="text",
-                   help="text lines (default) or one JSON object per line")
-    b.add_argument("--log-file", metavar="FILE",
-                   help="write log lines to FILE instead of stderr, rotated by size (the log.file property; "
-                        "log.file.max.bytes, log.file.backup.count)")
-    b.set_defaults(func=broker_main)
-    from rivulet.cli import topics
-    topics.add_parser(sub)
-    from rivulet.cli import produce; produce.add_parser(sub)  # noqa: E702
-    from rivulet.cli import consume; consume.add_parser(sub)  # noqa: E702
-    from rivulet.cli import groups; groups.add_parser(sub)  # noqa: E702
-    from rivulet.cli import cluster; cluster.add_parser(sub)  # noqa: E702
-    from rivulet.cli import acls; acls.add_parser(sub)  # noqa: E702
-    from rivulet.cli import users; users.add_parser(sub)  # noqa: E702
-    from rivulet.cli import pipeline; pipeline.add_parser(sub)  # noqa: E702
-    from rivulet.cli import demo; demo.add_parser(sub)  # noqa: E702
-    from rivulet.cli import console; console.add_parser(sub)  # noqa: E702
-    from rivulet.cli import registry; registry.add_parser(sub)  # noqa: E702
+    if command in (None, "broker"):
+        b = sub.add_parser("broker", help="run a broker", epilog=help_text(),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        b.add_argument("--config", help="a Kafka server.properties file")
+        b.add_argument("--override", action="append", metavar="KEY=VALUE", help="override one property")
+        b.add_argument("--log-level", action="append", metavar="[LOGGER=]LEVEL[,...]",
+                       help="how much the broker logs: a level (debug, info, warning, error) for every logger "
+                            "(default: info), or LOGGER=LEVEL for one logger and those below it, such as "
+                            "rivulet.coordinator=debug; repeatable or comma-separated")
+        b.add_argument("--log-format", choices=LOG_FORMATS, default="text",
+                       help="text lines (default) or one JSON object per line")
+        b.add_argument("--log-file", metavar="FILE",
+                       help="write log lines to FILE instead of stderr, rotated by size (the log.file property; "
+                            "log.file.max.bytes, log.file.backup.count)")
+        b.set_defaults(func=broker_main)
+    for module, commands in COMMANDS.items():
+        if command is None or command in commands:
+            importlib.import_module(f"rivulet.cli.{module}").add_parser(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    # A known command first: only its parser (anything else, such as --help, gets them all).
+    known = {"broker", *(c for commands in COMMANDS.values() for c in commands)}
+    command = argv[0] if argv and argv[0] in known else None
+    args = build_parser(command).parse_args(argv)
     return args.func(args)
 
 

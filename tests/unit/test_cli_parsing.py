@@ -125,3 +125,22 @@ def test_share_in_flight_is_none_where_read_share_group_state_is_refused_or_ther
     assert asyncio.run(share_in_flight(Admin(), "g", tps)) == {TP("t", 0): 3, TP("t", 1): None, TP("t", 2): None,
                                                                TP("t", 3): None}
     assert asyncio.run(share_in_flight(Admin(), "g", [])) == {}
+
+
+def test_a_command_gets_its_own_parser_only_and_parses_as_with_all_of_them():
+    import subprocess
+    import sys
+
+    from rivulet.cli.main import COMMANDS, build_parser
+    cases = [["broker", "--override", "a=b"], ["topics", "list", "--bootstrap-server", "h:1"],
+             ["configs", "describe", "--entity-type", "topics", "--entity-name", "t"], ["groups", "list"]]
+    for argv in cases:
+        alone, full = vars(build_parser(argv[0]).parse_args(argv)), vars(build_parser().parse_args(argv))
+        # (func may be a lambda made per parser: compared by its code)
+        assert alone.pop("func").__code__ is full.pop("func").__code__ and alone == full, argv
+    assert "configs" in COMMANDS["cluster"]
+    # A broker starts without importing the administration commands' modules.
+    probe = ("import sys; from rivulet.cli.main import build_parser; build_parser('broker'); "
+             "print(sorted(m for m in sys.modules if m.startswith('rivulet.cli.')))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert "rivulet.cli.topics" not in loaded and "rivulet.cli.main" in loaded, loaded
