@@ -19,7 +19,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import pytest
 
@@ -288,19 +288,28 @@ async def _revocation(b: BrokerProcess) -> None:
         await conn.close()
 
 
+T = TypeVar("T")
+
+
+def side_by_side(probe: Callable[[str], T], kafka_bootstrap: str) -> tuple[T, T]:
+    """What `probe` sees on a fresh Rivulet broker with the streams test sessions, then on
+    the reference Kafka broker."""
+    b = BrokerProcess(STREAMS_SESSIONS)
+    b.start()
+    try:
+        ours = probe(b.bootstrap)
+    finally:
+        b.cleanup()
+    return ours, probe(kafka_bootstrap)
+
+
 @pytest.mark.java
 @pytest.mark.timeout(600)
 def test_kafka_streams_groups_tool_describes_a_streams_group(java, kafka_streams_ref):
     """kafka-streams-groups.sh's list and describe (state, members, offsets) against Rivulet and
     against Kafka 4.3.1, each with one member holding every task: the same columns, group state,
     epochs, members, assignments and offsets."""
-    b = BrokerProcess(STREAMS_SESSIONS)
-    b.start()
-    try:
-        ours = asyncio.run(_tool(b.bootstrap))
-    finally:
-        b.cleanup()
-    theirs = asyncio.run(_tool(kafka_streams_ref))
+    ours, theirs = side_by_side(lambda bootstrap: asyncio.run(_tool(bootstrap)), kafka_streams_ref)
     assert ours == theirs
     assert ours["list"] == [GROUP]
     # A new group's first epoch is 2, the internal topics' creation moves it to 3 (as Kafka 4.3.1 counts).
@@ -373,13 +382,7 @@ def test_the_initial_rebalance_delay_and_the_assignment_interval_as_kafka(java, 
     def both(bootstrap: str) -> list[dict[str, Any]]:
         return [asyncio.run(_two_join(bootstrap, "delayed-app", {"streams.initial.rebalance.delay.ms": "2000"})),
                 asyncio.run(_two_join(bootstrap, "interval-app", {}))]
-    b = BrokerProcess(STREAMS_SESSIONS)
-    b.start()
-    try:
-        ours = both(b.bootstrap)
-    finally:
-        b.cleanup()
-    theirs = both(kafka_streams_ref)
+    ours, theirs = side_by_side(both, kafka_streams_ref)
     assert ours == theirs
     delayed, interval = ours
     assert delayed["joined"] == [(1, [5], 0), (1, [5], 0)]
@@ -469,13 +472,7 @@ def test_stale_and_changed_topologies_standbys_and_shutdown_as_kafka(java, kafka
     """What Kafka 4.3.1 answers, and Rivulet alike: a member with an older topology is told it is
     stale at every heartbeat; a newer topology is INVALID_REQUEST, even in an emptied group; a
     changed streams.num.standby.replicas moves the group epoch; a shutdown request names the member."""
-    b = BrokerProcess(STREAMS_SESSIONS)
-    b.start()
-    try:
-        ours = asyncio.run(_topology_answers(b.bootstrap))
-    finally:
-        b.cleanup()
-    theirs = asyncio.run(_topology_answers(kafka_streams_ref))
+    ours, theirs = side_by_side(lambda bootstrap: asyncio.run(_topology_answers(bootstrap)), kafka_streams_ref)
     assert ours == theirs
     assert ours["stale"][1] == [(0, "The member's topology epoch 0 is behind the group's topology epoch 1.")]
     assert ours["newer"] == ours["newer when empty"] == (ErrorCode.INVALID_REQUEST,
