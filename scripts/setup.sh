@@ -83,8 +83,9 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$(installed)" ]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
   # A plain editable install: pyproject.toml's package-dir makes it a .pth line with the checkout,
   # so Spark's discovery of data sources (pkgutil.iter_modules) finds pyspark_rivulet.
-  # --no-compile: Python writes the bytecode of what is imported when it first is; compiling
-  # every module of PySpark, pyarrow and the rest up front took a third of the install.
+  # --no-compile: Python writes the bytecode of what is imported when it first is (unless
+  # PYTHONDONTWRITEBYTECODE is set; .ci/run unsets it); compiling every module of PySpark,
+  # pyarrow and the rest up front took a third of the install.
   .venv/bin/python -m pip install -q --disable-pip-version-check --no-compile -e ".[$extras]"
   installed > "$stamp"
 fi
