@@ -41,9 +41,9 @@ def secured_rivulet(overrides: dict[str, str] | None = None) -> tuple[BrokerProc
 
 
 def secured_kafka(overrides: dict[str, str] | None = None):  # -> (KafkaReference, Ports), started
-    from benchmarks.reference.kafka import KafkaReference
+    from benchmarks.reference.kafka import TEST_JVM_FLAGS, KafkaReference
 
-    ref = KafkaReference(heap="512m")
+    ref = KafkaReference(heap="512m", jvm_flags=TEST_JVM_FLAGS)
     sasl = free_port()
     ref.properties.update({
         **AUTHZ,

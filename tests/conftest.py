@@ -189,9 +189,9 @@ def java() -> None:
 def running_kafka(overrides: dict[str, str] | None = None, heap: str = "1g") -> Iterator[str]:
     """A real Apache Kafka broker (benchmarks/reference), stopped and removed afterwards; its
     bootstrap address. Failing to start it is a harness failure, not a skip."""
-    from benchmarks.reference.kafka import KafkaReference
+    from benchmarks.reference.kafka import TEST_JVM_FLAGS, KafkaReference
 
-    ref = KafkaReference(overrides=overrides, heap=heap)
+    ref = KafkaReference(overrides=overrides, heap=heap, jvm_flags=TEST_JVM_FLAGS)
     try:
         ref.start()
         yield ref.bootstrap

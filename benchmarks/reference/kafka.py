@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from rivulet.testing import free_port
@@ -212,6 +212,10 @@ _JVM_FLAGS = [
     "-XX:+ExplicitGCInvokesConcurrent", "-Djava.awt.headless=true",
 ]
 
+# For tests, which compare answers and not speed: the C1 compiler only. C2's compiler threads
+# were a large part of a reference broker's CPU over a test module.
+TEST_JVM_FLAGS = ("-XX:TieredStopAtLevel=1",)
+
 
 # ---------------------------------------------------------------------------- the broker
 
@@ -234,8 +238,10 @@ class KafkaReference:
         log_level: str = "INFO",
         work_dir: str | Path | None = None,
         keep_work_dir: bool = False,
+        jvm_flags: Sequence[str] = (),
     ) -> None:
         self.version = version
+        self.jvm_flags = tuple(jvm_flags)  # after the stock flags, so they win
         self.port = port or free_port()
         self.controller_port = free_port()
         self.heap = heap
@@ -288,7 +294,7 @@ class KafkaReference:
         if java is None:
             raise KafkaStartError("java not found on PATH")
         return [
-            java, f"-Xms{heap}", f"-Xmx{heap}", *_JVM_FLAGS,
+            java, f"-Xms{heap}", f"-Xmx{heap}", *_JVM_FLAGS, *self.jvm_flags,
             f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.properties'}",
             # Otherwise log4j's own shutdown hook races Kafka's and the shutdown goes unlogged.
             "-Dlog4j2.shutdownHookEnabled=false",

@@ -32,7 +32,7 @@ def name(prefix: str) -> str:
 def kafka() -> Iterator[object]:
     try:
         import java_tools as jt
-        from benchmarks.reference.kafka import KafkaReference
+        from benchmarks.reference.kafka import TEST_JVM_FLAGS, KafkaReference
     except ImportError as e:  # the reference harness is not in this checkout
         reason = f"benchmarks.reference.kafka is unavailable: {e}"
     else:
@@ -41,7 +41,7 @@ def kafka() -> Iterator[object]:
         warnings.warn(f"client tests against Apache Kafka skipped: {reason}", pytest.PytestWarning, stacklevel=1)
         print(f"client tests against Apache Kafka skipped: {reason}", file=sys.stderr)
         pytest.skip(f"Apache Kafka unavailable: {reason}")
-    ref = KafkaReference(overrides={"num.partitions": "3"})
+    ref = KafkaReference(overrides={"num.partitions": "3"}, jvm_flags=TEST_JVM_FLAGS)
     try:
         ref.start()
         yield ref

@@ -365,12 +365,12 @@ def test_delegation_token_command_and_token_authentication(java, tmp_path) -> No
 def test_delegation_token_command_against_apache_kafka(java, tmp_path) -> None:
     """The same commands against Kafka 4.3.1 with the same SASL set-up, so that the checks
     above are Kafka's answers."""
-    from benchmarks.reference.kafka import KafkaReference
+    from benchmarks.reference.kafka import TEST_JVM_FLAGS, KafkaReference
     from rivulet.testing import free_port
     from tests.integration.test_sasl import PLAIN_JAAS, SCRAM_JAAS
 
     sasl_port = free_port()
-    ref = KafkaReference(overrides={})
+    ref = KafkaReference(overrides={}, jvm_flags=TEST_JVM_FLAGS)
     ref.properties.update({
         "listeners": f"{ref.properties['listeners']},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
         "advertised.listeners": f"{ref.properties['advertised.listeners']},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
