@@ -2,8 +2,8 @@
 values produced with confluent-kafka's AvroSerializer and ProtobufSerializer become typed
 columns (read back with pyiceberg and compared with the topic read back and deserialized); a
 new compatible version adds a column; records the table cannot hold land in ``<topic>~dlq``
-with their reason; and a broker killed with kill -9 while it translates leaves each record in
-the typed table once."""
+with their reason; a broker running no registry reads another's by URL; and a broker killed
+with kill -9 while it translates leaves each record in the typed table once."""
 
 from __future__ import annotations
 
@@ -158,6 +158,26 @@ def test_latest_mode_reads_unprefixed_values(registry_broker) -> None:
     _wait_for_table(b.data_dir, topic, {0: 6})
     assert [r["value"] for r in _table(b.data_dir, topic)] == orders
     assert "1 record(s) its Iceberg table cannot hold were dropped, such as partition 0 offset 5" in b.output()
+
+
+def test_an_external_registry_by_url(registry_broker, broker_factory) -> None:
+    """A broker running no registry of its own reads the schemas from another's by URL
+    (iceberg.schema.registry.url), as from any Confluent-compatible registry."""
+    _, url = registry_broker
+    b = broker_factory({"num.partitions": "1", "iceberg.schema.registry.url": url})
+    topic = "orders-elsewhere"
+    _create(b.bootstrap, topic, 1, {"iceberg.mode": "value_schema_id_prefix", "iceberg.target.lag.ms": "300"})
+    ser = AvroSerializer(SchemaRegistryClient({"url": url}), json.dumps(ORDER_V1))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    p = Producer({"bootstrap.servers": b.bootstrap})
+    orders = [{"id": i, "item": f"item-{i}", "price": i / 4, "tags": ["a"] * (i % 2)} for i in range(6)]
+    for o in orders:
+        p.produce(topic, key=b"k", value=ser(o, ctx))
+    assert p.flush(30) == 0
+    _wait_for_table(b.data_dir, topic, {0: 6})
+    assert [r["value"] for r in _table(b.data_dir, topic)] == orders
+    schema = open_catalog(CatalogSettings.resolve("", "", b.data_dir)).load_table(("rivulet", topic)).schema()
+    assert [f.name for f in schema.find_field("value").field_type.fields] == ["id", "item", "price", "tags"]
 
 
 def test_kill_9_while_translating_typed_values_adds_each_record_once(tmp_path) -> None:
