@@ -6,19 +6,27 @@ import argparse
 import asyncio
 import os
 import sys
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from dataclasses import dataclass, field
+from typing import Any
 
 from rivulet.cli.common import CliError, add_connection_args, client_config, parse_kv, run_command
 from rivulet.cli.output import add_format_arg, print_json
 from rivulet.client.admin.client import AsyncAdminClient
+from rivulet.client.consumer.consumer import AIOConsumer
+from rivulet.client.types import TopicPartition
+from rivulet.common.time import now_ms
 from rivulet.common.types import TopicPartition as TP
 from rivulet.iceberg.catalog import CatalogSettings
+from rivulet.iceberg.offsets import TableState
 from rivulet.protocol.errors import ApiError, ErrorCode
 
 
 async def _run(args: argparse.Namespace) -> int:
-    admin = AsyncAdminClient(client_config(args, **{"client.id": "rivulet-topics"}))
+    conf = client_config(args, **{"client.id": "rivulet-topics"})
+    admin = AsyncAdminClient(conf)
     try:
         if args.action == "create":
             r = await admin.create_topic(args.topic, args.partitions, args.replication_factor,
@@ -50,7 +58,8 @@ async def _run(args: argparse.Namespace) -> int:
                 cfgs = await admin.describe_topic_configs(t.name)
                 partitions = sorted(t.partitions, key=lambda p: p.partition_index)
                 mode = next((c.value for c in cfgs if c.name == "iceberg.mode"), "none")
-                iceberg = None if mode in (None, "none") else await _iceberg_status(admin, t.name, partitions)
+                iceberg = None if mode in (None, "none") else await table_status(
+                    admin, conf, t.name, {p.partition_index: p.leader_id for p in partitions})
                 if args.format == "json":
                     described.append({
                         "name": t.name, "topic_id": str(t.topic_id), "partition_count": len(partitions),
@@ -60,16 +69,14 @@ async def _run(args: argparse.Namespace) -> int:
                                         "replicas": list(p.replica_nodes), "isr": list(p.isr_nodes)}
                                        for p in partitions]})
                     if iceberg is not None:
-                        described[-1]["iceberg"] = iceberg
+                        described[-1]["iceberg"] = iceberg.to_json()
                     continue
                 overrides = ",".join(f"{c.name}={c.value}" for c in cfgs if c.config_source == 1)
                 print(f"Topic: {t.name}\tTopicId: {t.topic_id}\tPartitionCount: {len(t.partitions)}\t"
                       f"ReplicationFactor: {len(t.partitions[0].replica_nodes) if t.partitions else 0}\t"
                       f"Configs: {overrides}")
                 if iceberg is not None:
-                    lags = ",".join(f"{p}:{n}" for p, n in iceberg["lag"].items()) if iceberg["lag"] else "-"
-                    print(f"\tIcebergTable: {iceberg['table']}\tSnapshot: {iceberg['snapshot_id']}\tLag: {lags}"
-                          + (f"\tError: {iceberg['error']}" if iceberg.get("error") else ""))
+                    print(_table_line(iceberg))
                 for p in partitions:
                     print(f"\tTopic: {t.name}\tPartition: {p.partition_index}\tLeader: {p.leader_id}\t"
                           f"Replicas: {','.join(map(str, p.replica_nodes))}\tIsr: {','.join(map(str, p.isr_nodes))}")
@@ -93,17 +100,56 @@ async def _run(args: argparse.Namespace) -> int:
         await admin.close()
 
 
-async def _iceberg_status(admin: AsyncAdminClient, topic: str, partitions: list[Any]) -> dict[str, Any]:
-    """A topic's table as its catalog records it: name, current snapshot, and per partition the
-    records committed to the log (up to the last stable offset) and not yet to the table. The
-    catalog is the one the first partition's leader is configured with, read from here."""
-    node = next((p.leader_id for p in partitions if p.leader_id >= 0), -1)
-    out: dict[str, Any] = {"table": f"rivulet.{topic}", "snapshot_id": None, "lag": {}}
+@dataclass(frozen=True)
+class TablePartition:
+    """One partition as the topic's table stands: the next offset its snapshot summary records,
+    the records committed to the log (up to the last stable offset) and not yet to the table,
+    and the age of the oldest of those by its timestamp (0: none behind; None: not read)."""
+
+    partition: int
+    next_offset: int
+    lag: int
+    lag_ms: int | None
+
+
+@dataclass
+class TableStatus:
+    """A topic's Iceberg table for ``rivulet topics describe`` and the console."""
+
+    table: str
+    snapshot_id: int | None = None
+    partitions: list[TablePartition] = field(default_factory=list)
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"table": self.table, "snapshot_id": self.snapshot_id,
+                               "lag": {p.partition: p.lag for p in self.partitions}}
+        if self.partitions:
+            out["lag_ms"] = {p.partition: p.lag_ms for p in self.partitions}
+            out["next_offsets"] = {p.partition: p.next_offset for p in self.partitions}
+        if self.error:
+            out["error"] = self.error
+        return out
+
+
+async def table_status(admin: AsyncAdminClient, conf: dict[str, Any], topic: str, partitions: dict[int, int]
+                       ) -> TableStatus:
+    """A topic's table as its catalog records it (``partitions``: partition -> leader): name,
+    current snapshot, and per partition the table's next offset and lag in records and time.
+    The catalog is the one the first partition's leader is configured with, read from here;
+    the lag's time from the first committed record not in the table, read with ``conf``."""
+    out = TableStatus(f"rivulet.{topic}")
+    node = next((leader for _, leader in sorted(partitions.items()) if leader >= 0), -1)
     if node < 0:
-        return {**out, "error": "no partition has a leader"}
-    broker = {c.name: c.value for c in await admin.describe_configs(
-        4, str(node), ["iceberg.catalog.type", "iceberg.catalog.uri", "iceberg.catalog.warehouse", "log.dirs",
-                       "log.dir"])}
+        out.error = "no partition has a leader"
+        return out
+    try:
+        broker = {c.name: c.value for c in await admin.describe_configs(
+            4, str(node), ["iceberg.catalog.type", "iceberg.catalog.uri", "iceberg.catalog.warehouse", "log.dirs",
+                           "log.dir"])}
+    except ApiError as e:  # not allowed to read the broker's configs, say: the rest of the page stands
+        out.error = f"the catalog's settings: {e}"
+        return out
     dirs = broker.get("log.dirs") or broker.get("log.dir") or ""
     # A REST catalog's credential and token are passwords, which DescribeConfigs never shows:
     # one that needs them cannot be read from here (the error says so).
@@ -113,23 +159,61 @@ async def _iceberg_status(admin: AsyncAdminClient, topic: str, partitions: list[
                                            broker.get("iceberg.catalog.type") or "")
         state = await asyncio.get_running_loop().run_in_executor(None, _read_table, settings, topic)
     except Exception as e:  # the extra missing, a catalog this machine cannot reach
-        return {**out, "error": f"{type(e).__name__}: {e}"}
+        out.error = f"{type(e).__name__}: {e}"
+        return out
     if state is None:
-        return {**out, "error": "no table yet"}
-    ends = await admin.list_offsets({TP(topic, p.partition_index): -1 for p in partitions}, isolation_level=1)
-    out["snapshot_id"] = state.snapshot_id
-    out["lag"] = {tp.partition: max(0, end - state.next_offsets.get(tp.partition, 0))
-                  for tp, (end, _) in sorted(ends.items(), key=lambda kv: kv[0].partition)}
+        out.error = "no table yet"
+        return out
+    ends = await admin.list_offsets({TP(topic, p): -1 for p in partitions}, isolation_level=1)
+    nexts = {tp.partition: state.next_offsets.get(tp.partition, 0) for tp in ends}
+    behind = {p: nexts[p] for p in nexts if ends[TP(topic, p)][0] > nexts[p]}
+    oldest = await _first_timestamps(conf, topic, behind) if behind else {}
+    now = now_ms()
+    out.snapshot_id = state.snapshot_id
+    out.partitions = [TablePartition(p, nexts[p], max(0, ends[TP(topic, p)][0] - nexts[p]),
+                                     0 if p not in behind else
+                                     None if p not in oldest else max(0, now - oldest[p]))
+                      for p in sorted(nexts)]
     return out
 
 
-def _read_table(settings: CatalogSettings, topic: str) -> Any:
+async def _first_timestamps(conf: dict[str, Any], topic: str, offsets: dict[int, int],
+                            timeout_s: float = 2.0) -> dict[int, int]:
+    """Partition -> the timestamp of its first committed record at or after the offset given
+    (those that answer within ``timeout_s``: records all aborted, say, give none)."""
+    # From the log start where retention passed the table's offset (those records never reach it).
+    consumer = AIOConsumer({**conf, "group.id": "rivulet-table-status", "enable.auto.commit": False,
+                            "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+    found: dict[int, int] = {}
+    try:
+        consumer.assign([TopicPartition(topic, p, offset) for p, offset in offsets.items()])
+        deadline = time.monotonic() + timeout_s
+        while len(found) < len(offsets) and time.monotonic() < deadline:
+            for m in await consumer.consume(len(offsets), max(0.0, deadline - time.monotonic())):
+                if m.error() is None and m.partition() not in found:
+                    found[m.partition()] = m.timestamp()[1]
+                    consumer.pause([TopicPartition(topic, m.partition())])
+    finally:
+        await consumer.close()
+    return found
+
+
+def _read_table(settings: CatalogSettings, topic: str) -> TableState | None:
     from rivulet.iceberg.catalog import open_catalog
     from rivulet.iceberg.table import read_state
 
     if settings.uri.startswith("sqlite:///") and not os.path.exists(settings.uri[len("sqlite:///"):]):
         return None  # no table made yet, and describing makes no catalog
     return read_state(open_catalog(settings), topic)
+
+
+def _table_line(t: TableStatus) -> str:
+    """``describe``'s line for the table: per partition ``partition:value``, ``-`` for none."""
+    def each(value: Callable[[TablePartition], object]) -> str:
+        return ",".join(f"{p.partition}:{'-' if value(p) is None else value(p)}" for p in t.partitions) or "-"
+    return (f"\tIcebergTable: {t.table}\tSnapshot: {t.snapshot_id}\tLag: {each(lambda p: p.lag)}"
+            f"\tLagMs: {each(lambda p: p.lag_ms)}\tNextOffsets: {each(lambda p: p.next_offset)}"
+            + (f"\tError: {t.error}" if t.error else ""))
 
 
 @contextmanager

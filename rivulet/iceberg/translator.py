@@ -105,8 +105,8 @@ class IcebergTranslator:
 
     def __init__(self, partitions: Callable[[], Iterable[LedPartition]], settings: CatalogSettings,
                  max_bytes: int, clock: Clock, schemas: SubjectLookup | None = None, tick_ms: int = 250) -> None:
-        """``schemas``: where the schema modes find the registered schemas (the broker's own
-        registry; None: it runs none, and those modes cannot translate)."""
+        """``schemas``: where the schema modes find the registered schemas (an external registry
+        by URL, else the broker's own; None: neither, and those modes cannot translate)."""
         self._partitions = partitions
         self._schemas = schemas
         self._settings = settings
@@ -243,8 +243,9 @@ class IcebergTranslator:
         values = None
         if mode != ICEBERG_KEY_VALUE:
             if self._schemas is None:
-                raise RuntimeError(f"topic {topic} has iceberg.mode={mode}, which reads the schema registry, and this "
-                                   f"broker runs none (schema.registry.listeners)")
+                raise RuntimeError(f"topic {topic} has iceberg.mode={mode}, which reads a schema registry, and this "
+                                   f"broker runs none (schema.registry.listeners) and names none "
+                                   f"(iceberg.schema.registry.url)")
             values = TypedValues(self._schemas, mode, topic)
         if self._catalog is None:
             self._catalog = open_catalog(self._settings)

@@ -24,6 +24,7 @@ from rivulet.coordinator.group_coordinator import GroupCoordinator
 from rivulet.delayed import Timer
 from rivulet.iceberg.catalog import CatalogSettings
 from rivulet.iceberg.translator import IcebergTranslator
+from rivulet.registry.client import RegistryClient, SubjectLookup
 from rivulet.replication.alter_partition import ControllerAlterPartitionManager
 from rivulet.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from rivulet.replication.link import BrokerLinks
@@ -363,13 +364,18 @@ class Broker:
                               client_metrics=self.client_metrics, group_configs=self.group_configs,
                               share_partitions=share, share_coordinator=shares, features=self.features,
                               delegation_tokens=self.delegation_tokens)
-        # Topics with iceberg.mode: their leaders here translate them into their tables.
+        # Topics with iceberg.mode: their leaders here translate them into their tables, the
+        # schema modes reading an external registry when one is named, else this broker's own.
+        registry_url = cfg["iceberg.schema.registry.url"]
+        schemas: SubjectLookup | None = self.schema_registry
+        if registry_url:
+            schemas = RegistryClient(registry_url, cfg["iceberg.schema.registry.basic.auth.user.info"] or "")
         self.iceberg = IcebergTranslator(
             topics.table_partitions,
             CatalogSettings.resolve(cfg["iceberg.catalog.uri"], cfg["iceberg.catalog.warehouse"], cfg.log_dirs[0],
                                     cfg["iceberg.catalog.type"], cfg["iceberg.catalog.credential"] or "",
                                     cfg["iceberg.catalog.token"] or ""),
-            cfg["iceberg.translation.max.bytes"], self.clock, self.schema_registry)
+            cfg["iceberg.translation.max.bytes"], self.clock, schemas)
         if self.metrics is not None:
             self._add_collectors(rm, groups, self.iceberg)
         if self.cluster is not None:

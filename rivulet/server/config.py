@@ -103,6 +103,14 @@ def _registry_listeners(v: Collection[str] | None) -> str | None:
     return None
 
 
+def _registry_url(v: str | None) -> str | None:
+    if not v:
+        return None
+    parts = urlsplit(v)
+    return None if parts.scheme in ("http", "https") and parts.hostname else \
+        "iceberg.schema.registry.url must be an http:// or https:// URL"
+
+
 def _k(name: str, ctype: ConfigType, default: Any, validator: Any = None, doc: str = "",
        importance: Importance = MEDIUM, mode: UpdateMode = RO, ignored: bool = False) -> ConfigKey:
     return ConfigKey(name, ctype, default, validator, doc, importance, mode, ignored)
@@ -374,6 +382,12 @@ BROKER_CONFIGS = ConfigDef([
        "translation reads from its partitions' logs into one commit; what bounds the memory a table's "
        "translation takes. A backlog larger than this is committed in several snapshots, one after another.",
        LOW),
+    _k("iceberg.schema.registry.url", S, "", _registry_url, "The schema registry the schema iceberg.modes read "
+       "the values' schemas from: the base URL of a Confluent-compatible registry (Confluent's schema.registry.url; "
+       "https://user:password@host:port gives credentials too; https trusts the system's CAs or $SSL_CERT_FILE). "
+       "Empty: this broker's own registry (schema.registry.listeners).", LOW),
+    _k("iceberg.schema.registry.basic.auth.user.info", PW, None, None, "user:password sent with HTTP basic "
+       "authentication to iceberg.schema.registry.url (Confluent's basic.auth.user.info).", LOW),
     _k("telemetry.max.bytes", I, 1048576, _pos, "Largest client telemetry push the broker accepts, compressed or "
        "not.", LOW),
     _k("replica.fetch.max.bytes", I, 1048576, _nonneg, "Bytes fetched per partition by a follower.", MEDIUM),

@@ -139,11 +139,57 @@ def test_key_value_table_holds_the_topics_records(iceberg_broker) -> None:
         ("rivulet", "orders.eu")).current_snapshot().snapshot_id
     text = _cli("topics", "describe", "--topic", "orders.eu", "-b", b.bootstrap)
     assert f"\tIcebergTable: rivulet.orders.eu\tSnapshot: {snapshot}\tLag: 0:0,1:0,2:0" in text
+    nexts = ",".join(f"{p}:{end}" for p, end in sorted(ends.items()))
+    assert f"\tLagMs: 0:0,1:0,2:0\tNextOffsets: {nexts}" in text
     described = json.loads(_cli("topics", "describe", "--topic", "orders.eu", "-b", b.bootstrap, "--format", "json"))
     assert described[0]["iceberg"] == {"table": "rivulet.orders.eu", "snapshot_id": snapshot,
-                                       "lag": {"0": 0, "1": 0, "2": 0}}
+                                       "lag": {"0": 0, "1": 0, "2": 0}, "lag_ms": {"0": 0, "1": 0, "2": 0},
+                                       "next_offsets": {str(p): end for p, end in ends.items()}}
     plain = _cli("topics", "describe", "--topic", "__consumer_offsets", "-b", b.bootstrap)
     assert "IcebergTable" not in plain
+    # The console's topic page shows the same: the table, its snapshot, each partition's next
+    # offset from the snapshot summary and its lag in records and time.
+    assert _console_table(b.bootstrap, "orders.eu") == (
+        "rivulet.orders.eu", str(snapshot), [(str(p), str(end), "0", "0") for p, end in sorted(ends.items())])
+    # Records an hour old by their timestamp, not translated (the target lag is now an hour):
+    # a lag of 5 records on partition 1, the oldest over an hour old.
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "orders.eu", incremental_configs=[ConfigEntry(
+        "iceberg.target.lag.ms", "3600000", incremental_operation=AlterConfigOpType.SET)])
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    hour_ago = int(time.time() * 1000) - 3_600_000
+    for i in range(5):
+        p.produce("orders.eu", value=b"old", partition=1, timestamp=hour_ago + i)
+    p.flush(30)
+    lagging = json.loads(_cli("topics", "describe", "--topic", "orders.eu", "-b", b.bootstrap, "--format", "json"))
+    iceberg = lagging[0]["iceberg"]
+    assert iceberg["lag"] == {"0": 0, "1": 5, "2": 0} and iceberg["next_offsets"]["1"] == ends[1]
+    assert iceberg["lag_ms"]["0"] == 0 and iceberg["lag_ms"]["1"] >= 3_600_000
+    _, _, rows = _console_table(b.bootstrap, "orders.eu")
+    assert rows[1][:3] == ("1", str(ends[1]), "5") and int(rows[1][3]) >= 3_600_000
+
+
+def _console_table(bootstrap: str, topic: str) -> tuple[str, str, list[tuple[str, ...]]]:
+    """The console's topic page's Iceberg section: table, snapshot, and per partition (partition,
+    next offset, lag in records, lag in ms)."""
+    import re
+
+    from rivulet.cli.console.app import create_app
+    from rivulet.cli.console.backend import ClusterView
+
+    view = ClusterView({"bootstrap.servers": bootstrap})
+    try:
+        page = create_app(view, bootstrap).test_client().get(f"/topics/{topic}")
+        assert page.status_code == 200, page.text
+        html = page.text
+    finally:
+        view.close()
+    table = re.search(r'<code id="iceberg-table">([^<]*)</code>', html)
+    snapshot = re.search(r'<code id="iceberg-snapshot">([^<]*)</code>', html)
+    assert table and snapshot, html
+    rows = re.findall(r'<tr data-partition="(\d+)"><td>\d+</td><td>(\d+)</td><td>(\d+)</td>\s*<td data-ms="(\d*)">',
+                      html)
+    return table.group(1), snapshot.group(1), rows
 
 
 def _cli(*args: str) -> str:

@@ -135,4 +135,5 @@ def test_a_topics_table_in_a_rest_catalog(rest_catalog, broker_factory) -> None:
     # rivulet topics describe finds the REST catalog from the leader's settings.
     described = json.loads(_cli("topics", "describe", "--topic", "orders", "-b", b.bootstrap, "--format", "json"))
     assert described[0]["iceberg"] == {"table": "rivulet.orders", "snapshot_id": table.current_snapshot().snapshot_id,
-                                       "lag": {"0": 0, "1": 0}}
+                                       "lag": {"0": 0, "1": 0}, "lag_ms": {"0": 0, "1": 0},
+                                       "next_offsets": {str(p): end for p, end in _ends(b.bootstrap, "orders", 2).items()}}

@@ -2,8 +2,8 @@
 values produced with confluent-kafka's AvroSerializer and ProtobufSerializer become typed
 columns (read back with pyiceberg and compared with the topic read back and deserialized); a
 new compatible version adds a column; records the table cannot hold land in ``<topic>~dlq``
-with their reason; and a broker killed with kill -9 while it translates leaves each record in
-the typed table once."""
+with their reason; a broker running no registry reads another's by URL; and a broker killed
+with kill -9 while it translates leaves each record in the typed table once."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import struct
 import urllib.request
 from collections import Counter
 
+import httpx
 import pytest
 
 pytest.importorskip("pyiceberg", reason="the iceberg extra: pip install -e '.[iceberg]'")
@@ -158,6 +159,55 @@ def test_latest_mode_reads_unprefixed_values(registry_broker) -> None:
     _wait_for_table(b.data_dir, topic, {0: 6})
     assert [r["value"] for r in _table(b.data_dir, topic)] == orders
     assert "1 record(s) its Iceberg table cannot hold were dropped, such as partition 0 offset 5" in b.output()
+
+
+def test_an_external_registry_by_url(registry_broker, broker_factory) -> None:
+    """A broker running no registry of its own reads the schemas from another's by URL
+    (iceberg.schema.registry.url), as from any Confluent-compatible registry."""
+    _, url = registry_broker
+    b = broker_factory({"num.partitions": "1", "iceberg.schema.registry.url": url})
+    topic = "orders-elsewhere"
+    _create(b.bootstrap, topic, 1, {"iceberg.mode": "value_schema_id_prefix", "iceberg.target.lag.ms": "300"})
+    ser = AvroSerializer(SchemaRegistryClient({"url": url}), json.dumps(ORDER_V1))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    p = Producer({"bootstrap.servers": b.bootstrap})
+    orders = [{"id": i, "item": f"item-{i}", "price": i / 4, "tags": ["a"] * (i % 2)} for i in range(6)]
+    for o in orders:
+        p.produce(topic, key=b"k", value=ser(o, ctx))
+    assert p.flush(30) == 0
+    _wait_for_table(b.data_dir, topic, {0: 6})
+    assert [r["value"] for r in _table(b.data_dir, topic)] == orders
+    schema = open_catalog(CatalogSettings.resolve("", "", b.data_dir)).load_table(("rivulet", topic)).schema()
+    assert [f.name for f in schema.find_field("value").field_type.fields] == ["id", "item", "price", "tags"]
+
+
+def test_an_external_registry_with_basic_auth(broker_factory) -> None:
+    """iceberg.schema.registry.basic.auth.user.info is sent: the registry (this broker's own,
+    read over HTTP as an external one) refuses callers without credentials."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    b = broker_factory({"num.partitions": "1", "schema.registry.listeners": url,
+                        "schema.registry.authentication.method": "BASIC", "iceberg.schema.registry.url": url,
+                        "iceberg.schema.registry.basic.auth.user.info": "sam:sam-secret"})
+    from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    for f in admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+            "sam", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"sam-secret")]).values():
+        f.result(30)
+    wait_for_registry(url, auth=("sam", "sam-secret"))
+    assert httpx.get(f"{url}/subjects", timeout=30).status_code == 401
+    topic = "orders-guarded"
+    _create(b.bootstrap, topic, 1, {"iceberg.mode": "value_schema_id_prefix", "iceberg.target.lag.ms": "300"})
+    ser = AvroSerializer(SchemaRegistryClient({"url": url, "basic.auth.user.info": "sam:sam-secret"}),
+                         json.dumps(ORDER_V1))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    p = Producer({"bootstrap.servers": b.bootstrap})
+    orders = [{"id": i, "item": "pen", "price": 2.5, "tags": []} for i in range(3)]
+    for o in orders:
+        p.produce(topic, value=ser(o, ctx))
+    assert p.flush(30) == 0
+    _wait_for_table(b.data_dir, topic, {0: 3})
+    assert [r["value"] for r in _table(b.data_dir, topic)] == orders
 
 
 def test_kill_9_while_translating_typed_values_adds_each_record_once(tmp_path) -> None:

@@ -1,4 +1,4 @@
-"""The console's pure parts: record bytes as text, JSON or hex, the lag chart, the reset
+"""The console's pure parts: record bytes as text, JSON or hex, a lag in time, the lag chart, the reset
 form turned into `rivulet groups reset-offsets` arguments, and the ACL form into a binding."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rivulet.cli.console.backend import acl_binding, reset_args, show_acl
-from rivulet.cli.console.render import LagHistory, lag_chart, show_bytes
+from rivulet.cli.console.render import LagHistory, lag_chart, show_bytes, show_duration
 from rivulet.common.types import TopicPartition as TP
 from rivulet.security.acls import (
     AccessControlEntry,
@@ -19,6 +19,12 @@ from rivulet.security.acls import (
 )
 
 pytestmark = pytest.mark.fast
+
+
+def test_durations() -> None:
+    assert [show_duration(ms) for ms in (None, 0, 4200, 59_999, 60_000, 185_000, 3_600_000, 7_800_000,
+                                         90_000_000)] == \
+        ["-", "0 s", "4.2 s", "60 s", "1 min 0 s", "3 min 5 s", "1 h 0 min", "2 h 10 min", "1 d 1 h"]
 
 
 def test_text_json_and_hex() -> None:

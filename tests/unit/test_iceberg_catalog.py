@@ -55,3 +55,15 @@ def test_broker_settings_validate_the_type_and_keep_secrets_as_passwords() -> No
     with pytest.raises(ConfigError):
         BrokerConfig({"iceberg.catalog.type": "glue"})
     assert BROKER_CONFIGS["iceberg.catalog.credential"].sensitive and BROKER_CONFIGS["iceberg.catalog.token"].sensitive
+
+
+def test_external_registry_settings_validate_the_url_and_keep_the_user_info_as_a_password() -> None:
+    cfg = BrokerConfig({"iceberg.schema.registry.url": "https://registry:8081",
+                        "iceberg.schema.registry.basic.auth.user.info": "sam:secret"})
+    assert (cfg["iceberg.schema.registry.url"], cfg["iceberg.schema.registry.basic.auth.user.info"]) == \
+        ("https://registry:8081", "sam:secret")
+    assert BrokerConfig({})["iceberg.schema.registry.url"] == ""  # the broker's own registry
+    for bad in ("registry:8081", "ftp://registry", "http://"):
+        with pytest.raises(ConfigError, match="must be an http:// or https:// URL"):
+            BrokerConfig({"iceberg.schema.registry.url": bad})
+    assert BROKER_CONFIGS["iceberg.schema.registry.basic.auth.user.info"].sensitive

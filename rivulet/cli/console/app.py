@@ -24,7 +24,7 @@ from rivulet.cli.console.backend import (
     show_acl,
 )
 from rivulet.cli.console.registry import RegistryView
-from rivulet.cli.console.render import REGISTRY_VIEW, VIEWS, lag_chart, show_bytes
+from rivulet.cli.console.render import REGISTRY_VIEW, VIEWS, lag_chart, show_bytes, show_duration
 from rivulet.client.errors import KafkaException
 from rivulet.protocol.errors import ApiError
 from rivulet.registry.client import RegistryError
@@ -88,7 +88,8 @@ def create_app(view: ClusterView, bootstrap: str, registry: RegistryView | None 
         if chosen == REGISTRY_VIEW and registry is not None:
             return registry.decode(data)
         return show_bytes(data, chosen)
-    app.jinja_env.globals.update(bootstrap=bootstrap, show_bytes=show, show_time=_when, views=views,
+    app.jinja_env.globals.update(bootstrap=bootstrap, show_bytes=show, show_time=_when, show_duration=show_duration,
+                                 views=views,
                                  registry_url=registry.url if registry is not None else None)
 
     @app.before_request
@@ -135,7 +136,8 @@ def create_app(view: ClusterView, bootstrap: str, registry: RegistryView | None 
     @app.get("/topics/<name>")
     def topic(name: str) -> str:
         (t,) = view.topics(with_configs=True, names=[name])
-        return render_template("topic.html", topic=t, error=request.args.get("error"),
+        iceberg = view.table_status(t) if t.configs.get("iceberg.mode", "none") != "none" else None
+        return render_template("topic.html", topic=t, iceberg=iceberg, error=request.args.get("error"),
                                notice=request.args.get("notice"))
 
     @app.post("/topics/<name>/configs")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from rivulet.cli.console.render import LagHistory
+from rivulet.cli.topics import TableStatus, table_status
 from rivulet.cli.groups import GroupInfo, committed, compute_reset, describe_group, describe_offsets_rows, \
     list_offsets
 from rivulet.client.admin.client import AsyncAdminClient, ConfigSource
@@ -227,6 +228,11 @@ class ClusterView:
                 for tp, size in sizes.items():
                     out[(node, tp)] = size
         return out
+
+    def table_status(self, topic: TopicRow) -> TableStatus:
+        """The topic's Iceberg table, as ``rivulet topics describe`` reads it."""
+        return self._run(table_status(self.admin, self.conf, topic.name,
+                                      {p.partition: p.leader for p in topic.partitions}))
 
     def create_topic(self, name: str, partitions: int, replication_factor: int,
                      configs: dict[str, str] | None = None) -> None:

@@ -1,5 +1,5 @@
-"""What the console shows, as pure functions: record bytes as text, JSON or hex, and the lag
-history per partition as the lines of a small chart (the SVG is drawn by the template)."""
+"""What the console shows, as pure functions: record bytes as text, JSON or hex, a lag in time,
+and the lag history per partition as the lines of a small chart (the SVG is drawn by the template)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,20 @@ def show_bytes(data: bytes | None, view: str) -> str:
         except ValueError:
             return text
     return text
+
+
+def show_duration(ms: int | None) -> str:
+    """A lag in time as people read it: ``0 s``, ``4.2 s``, ``3 min 5 s``, ``2 h 10 min``,
+    ``3 d 4 h``; ``-`` when not known."""
+    if ms is None:
+        return "-"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s".replace(".0 s", " s")
+    s = ms // 1000
+    for unit, size, sub, sub_size in (("d", 86400, "h", 3600), ("h", 3600, "min", 60)):
+        if s >= size:
+            return f"{s // size} {unit} {s % size // sub_size} {sub}"
+    return f"{s // 60} min {s % 60} s"
 
 
 @dataclass

@@ -15,14 +15,14 @@ does not change under it.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from rivulet.coordinator.group_coordinator import GroupCoordinator
 from rivulet.delayed.purgatory import DelayedOperationPurgatory
-from rivulet.iceberg.translator import IcebergTranslator
+from rivulet.iceberg.translator import IcebergTranslator, PartitionTranslation
 from rivulet.replication.partition import PartitionStats
 from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.server.metrics.requests import BUCKETS, PHASES, Histogram, RequestMetrics, error_name
@@ -248,6 +248,23 @@ class GroupLagCollector(Collector):
         yield lag
 
 
+# The per-partition Iceberg metrics: (family, name, help, the value from a partition's progress).
+_ICEBERG_PARTITION_METRICS: tuple[tuple[type[GaugeMetricFamily] | type[CounterMetricFamily], str, str,
+                                        Callable[[PartitionTranslation], int]], ...] = (
+    (GaugeMetricFamily, "rivulet_iceberg_translation_lag", "Records committed to the log and not yet to the "
+     "topic's Iceberg table (the last stable offset less the table's next offset).", lambda pt: pt.lag),
+    (CounterMetricFamily, "rivulet_iceberg_records_translated", "Offsets added to the topic's Iceberg table by "
+     "this broker (control records and aborted transactions included, as consumer lag counts them).",
+     lambda pt: pt.translated),
+    (CounterMetricFamily, "rivulet_iceberg_records_skipped", "Offsets removed from the log (retention, "
+     "DeleteRecords) before they reached the table.", lambda pt: pt.skipped),
+    (CounterMetricFamily, "rivulet_iceberg_records_dead_lettered", "Records the topic's table could not hold "
+     "(schema modes), added to its dead-letter table <topic>~dlq by this broker.", lambda pt: pt.dead_lettered),
+    (CounterMetricFamily, "rivulet_iceberg_records_dropped", "Records the topic's table could not hold (schema "
+     "modes), dropped (iceberg.invalid.record.action=drop).", lambda pt: pt.dropped),
+)
+
+
 class IcebergCollector(Collector):
     """Topics as Iceberg tables (Rivulet's): per partition this broker leads, the records not in
     the table yet and those it translated; per table, its snapshots committed here."""
@@ -256,30 +273,14 @@ class IcebergCollector(Collector):
         self.translator = translator
 
     def collect(self) -> Iterator[Metric]:
-        lag = GaugeMetricFamily("rivulet_iceberg_translation_lag", "Records committed to the log and not yet to "
-                                "the topic's Iceberg table (the last stable offset less the table's next offset).",
-                                labels=["topic", "partition"])
-        translated = CounterMetricFamily("rivulet_iceberg_records_translated", "Offsets added to the topic's "
-                                         "Iceberg table by this broker (control records and aborted transactions "
-                                         "included, as consumer lag counts them).", labels=["topic", "partition"])
-        skipped = CounterMetricFamily("rivulet_iceberg_records_skipped", "Offsets removed from the log "
-                                      "(retention, DeleteRecords) before they reached the table.",
-                                      labels=["topic", "partition"])
-        dead_lettered = CounterMetricFamily("rivulet_iceberg_records_dead_lettered", "Records the topic's table "
-                                            "could not hold (schema modes), added to its dead-letter table "
-                                            "<topic>~dlq by this broker.", labels=["topic", "partition"])
-        dropped = CounterMetricFamily("rivulet_iceberg_records_dropped", "Records the topic's table could not hold "
-                                      "(schema modes), dropped (iceberg.invalid.record.action=drop).",
-                                      labels=["topic", "partition"])
+        families = [(kind(name, text, labels=["topic", "partition"]), value)
+                    for kind, name, text, value in _ICEBERG_PARTITION_METRICS]
         commits = CounterMetricFamily("rivulet_iceberg_commits", "Snapshots committed to the topic's table by "
                                       "this broker.", labels=["topic"])
         for topic, t in list(self.translator.topics.items()):
             commits.add_metric([topic], t.commits)
             for partition, pt in list(t.partitions.items()):
-                labels = [topic, str(partition)]
-                lag.add_metric(labels, pt.lag)
-                translated.add_metric(labels, pt.translated)
-                skipped.add_metric(labels, pt.skipped)
-                dead_lettered.add_metric(labels, pt.dead_lettered)
-                dropped.add_metric(labels, pt.dropped)
-        yield from (lag, translated, skipped, dead_lettered, dropped, commits)
+                for family, value in families:
+                    family.add_metric([topic, str(partition)], value(pt))
+        yield from (family for family, _ in families)
+        yield commits
