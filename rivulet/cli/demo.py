@@ -5,7 +5,9 @@ an order generator (Rivulet's producer, a few thousand JSON orders a second with
 up to a few seconds late), and `rivulet pipeline` (revenue per category per 10-second window,
 to a topic and to Parquet). While it runs it shows events/s, the pipeline's consumer lag and
 batches; at the end it prints the windows, and checks them against a batch recount of the
-input topic.
+input topic. The orders topic is also an Iceberg table (with the ``iceberg`` extra installed):
+the demo ends with Spark SQL over the table's rows, which must agree with the pipeline's windows
+(``demo_table.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from rivulet.cli.demo_table import TableCheck, iceberg_installed, topic_configs
 from rivulet.cli.pipeline import PipelineConfig, StopSignal, run_interruptibly
 
 INPUT_TOPIC = "orders"
@@ -118,12 +121,18 @@ class Lag:
         from rivulet.admin import AdminClient
         self.admin = AdminClient({"bootstrap.servers": bootstrap})
 
+    def end_offsets(self, partitions: int) -> dict[int, int]:
+        from rivulet import TopicPartition
+        from rivulet.admin import OffsetSpec
+        tps = [TopicPartition(INPUT_TOPIC, p) for p in range(partitions)]
+        return {tp.partition: f.result(10).offset
+                for tp, f in self.admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}).items()}
+
     def __call__(self, partitions: int) -> tuple[int, int]:
         from rivulet import TopicPartition
-        from rivulet.admin import ConsumerGroupTopicPartitions, OffsetSpec
+        from rivulet.admin import ConsumerGroupTopicPartitions
         tps = [TopicPartition(INPUT_TOPIC, p) for p in range(partitions)]
-        ends = {tp.partition: f.result(10).offset
-                for tp, f in self.admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}).items()}
+        ends = self.end_offsets(partitions)
         got = self.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(GROUP, tps)])[GROUP].result(10)
         done = {tp.partition: tp.offset for tp in got.topic_partitions if tp.offset >= 0}
         end = sum(ends.values())
@@ -278,7 +287,9 @@ def _demo(args: argparse.Namespace, stop: StopSignal) -> int:
     try:
         from rivulet.admin import AdminClient, NewTopic
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        for f in admin.create_topics([NewTopic(INPUT_TOPIC, 4), NewTopic(OUTPUT_TOPIC, 2)]).values():
+        as_table = iceberg_installed()  # the orders topic is also the Iceberg table rivulet.orders
+        orders = NewTopic(INPUT_TOPIC, 4, config=topic_configs() if as_table else None)
+        for f in admin.create_topics([orders, NewTopic(OUTPUT_TOPIC, 2)]).values():
             f.result(30)
         admin.close()
 
@@ -367,7 +378,8 @@ def _demo(args: argparse.Namespace, stop: StopSignal) -> int:
             say(f"✗ stopped early: the pipeline made no progress for {catch_up.patience:.0f} s, having read "
                 f"{_fmt(catch_up.read)} of {_fmt(catch_up.expected)} orders in {stats.batches} micro-batches "
                 f"(a machine too busy? see {cfg.spark_log})", flush=True)
-        ok = summary(spark, cfg, gen.sent, stats, complete)
+        table = TableCheck(data_dir, INPUT_TOPIC, lag.end_offsets(4), cfg.window) if as_table else None
+        ok = summary(spark, cfg, gen.sent, stats, complete, table)
         say("\nThe same job on your own broker (rivulet broker, then produce JSON orders to 'orders'):")
         say("  rivulet pipeline run --config examples/pipeline.toml")
         say("and its progress, as a consumer group:")
@@ -385,10 +397,11 @@ def _demo(args: argparse.Namespace, stop: StopSignal) -> int:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
-def summary(spark: Any, cfg: Any, produced: int, stats: Any, complete: bool = True) -> bool:
+def summary(spark: Any, cfg: Any, produced: int, stats: Any, complete: bool = True,
+            table: TableCheck | None = None) -> bool:
     """The windows the pipeline wrote, checked against a batch recount of the input topic (when
-    the pipeline read every order: checks of part of them would pass without meaning much).
-    True when every check passed."""
+    the pipeline read every order: checks of part of them would pass without meaning much) and,
+    with ``table``, against Spark SQL over the topic's Iceberg table. True when every check passed."""
     from pyspark.sql import functions as F
     windows = spark.read.parquet(cfg.parquet_path)
     closed = windows.select("window_start", "window_end", "category", "orders", "items", "revenue").cache()
@@ -434,9 +447,14 @@ def summary(spark: Any, cfg: Any, produced: int, stats: Any, complete: bool = Tr
     print(f"  {ok} '{OUTPUT_TOPIC}' holds {topic_rows} rows (read_committed), one per closed window")
     if total != produced:
         print(f"  ✗ the topic holds {total} orders but {produced} were produced")
+    if table is not None:
+        table_ok = table.run(spark, closed)
+    else:
+        table_ok = True
+        print("  - no table check: pyiceberg is not installed (pip install 'rivulet[iceberg]')")
     print(f"\n  outputs: {Path(cfg.parquet_path)}  (checkpoint: {cfg.checkpoint}; Spark log: {cfg.spark_log})")
     closed.unpersist()
-    return mismatched == 0 and topic_rows == n_windows and total == produced
+    return mismatched == 0 and topic_rows == n_windows and total == produced and table_ok
 
 
 def add_parser(sub: Any) -> None:

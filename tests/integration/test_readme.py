@@ -32,6 +32,20 @@ EXPECT_OUTPUT = {
 }
 
 
+def check_demo_output(out: str) -> None:
+    """What `rivulet demo` printed: its checks passed, over every order it produced. Its end mark
+    moves the watermark past the last orders' windows, so the checks cover every order, not only
+    those of the windows the run had closed when the generator stopped (about half of a 20 s
+    run's before the mark). And Spark SQL over the orders topic's Iceberg table agrees with the
+    pipeline's windows."""
+    held = [line for line in out.splitlines() if "closed windows hold" in line]
+    assert len(held) == 1 and "✓" in held[0], out
+    covered, produced = (int(x.replace(",", "")) for x in held[0].split("hold ")[1].split(" orders")[0].split(" of "))
+    assert produced > 0 and covered >= 0.95 * produced, held[0]
+    table = [line for line in out.splitlines() if "Spark SQL over the table" in line]
+    assert len(table) == 1 and "✓" in table[0] and "closed windows" in table[0], out
+
+
 def readme_commands(text: str) -> list[str]:
     """Every command of the README's ```sh blocks, continuation lines joined."""
     commands: list[str] = []
@@ -53,6 +67,18 @@ def test_readme_commands_parse():
     assert cmds[0].startswith("bash scripts/setup.sh") and "rivulet demo" in cmds[0]
     assert SELF in cmds
     assert any(c.startswith("rivulet broker") for c in cmds)
+
+
+def test_demo_output_check_reads_the_demos_lines():
+    ok = ("  ✓ closed windows hold 61,900 of 61,900 orders (100%); every window matches a batch recount\n"
+          "  ✓ Spark SQL over the table agrees with all 20 closed windows (orders, items, revenue)\n")
+    check_demo_output(ok)
+    with pytest.raises(AssertionError):
+        check_demo_output(ok.replace("61,900 of", "40,000 of"))
+    with pytest.raises(AssertionError):
+        check_demo_output(ok.replace("✓ Spark", "✗ Spark"))
+    with pytest.raises(AssertionError):
+        check_demo_output(ok.splitlines()[0])
 
 
 def _port_open(port: int) -> bool:
@@ -124,6 +150,7 @@ def test_readme_commands_run_as_written(tmp_path):
 
     background: list[tuple[str, subprocess.Popen]] = []
     ran: list[str] = []
+    demo_checked = False
     try:
         for cmd in commands:
             if cmd == SELF:
@@ -147,9 +174,13 @@ def test_readme_commands_run_as_written(tmp_path):
             for piece, expected in EXPECT_OUTPUT.items():
                 if cmd.startswith(piece):
                     assert expected in done.stdout, f"{cmd!r} printed:\n{done.stdout[-3000:]}"
+            if "rivulet demo" in cmd:  # the README's first command, the demo with its defaults
+                check_demo_output(done.stdout)
+                demo_checked = True
             ran.append(cmd)
         # Every command but this test's own ran, the demo and a broker among them.
         assert len(ran) == len(commands) - 1
+        assert demo_checked
         assert (work / ".venv" / "bin" / "rivulet").exists()
         # Spark finds Python data sources with pkgutil.iter_modules(), from any directory: the
         # README's editable install must not hide pyspark_rivulet from it.

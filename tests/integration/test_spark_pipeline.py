@@ -345,16 +345,3 @@ def test_real_time_mode_through_spark_kafka_connector_on_rivulet(broker, tmp_pat
         err = ctrl_c(proc)
     assert proc.returncode == 130, err
 
-
-def test_demo_checks_every_order_it_produced(tmp_path):
-    """The demo's end mark moves the watermark past the last orders' windows, so its checks
-    cover every order, not only those of the windows a 20 s run had closed (about half)."""
-    from rivulet.spark.session import worker_pythonpath
-    worker_pythonpath()
-    proc = subprocess.run([sys.executable, "-m", "rivulet", "demo", "--output", str(tmp_path / "out"),
-                           "--duration", "20"], capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    held = [line for line in proc.stdout.splitlines() if "closed windows hold" in line]
-    assert len(held) == 1 and "✓" in held[0], proc.stdout
-    covered, produced = (int(x.replace(",", "")) for x in held[0].split("hold ")[1].split(" orders")[0].split(" of "))
-    assert produced > 0 and covered >= 0.95 * produced, held[0]
