@@ -170,6 +170,8 @@ def test_leader_and_isr_makes_new_replicas_logs_off_the_loop(tmp_path):
                 return real(topic, partition, *args, **kw)
 
             b.log_manager.create_log = create_log
+            # The broker holds Metadata until it has heard from the controller once.
+            assert (await c.conns[2].send(update_metadata(c.controller_epoch, [], {}, c.addresses))).error_code == 0
             parts = [Part("many", i, 1, 0, [1, 2], [1, 2], partition_epoch=0) for i in range(4)]
             sending = asyncio.ensure_future(c.conns[2].send(
                 leader_and_isr(c.controller_epoch, parts, {"many": uuid.uuid5(TID, "many")}, c.addresses)))
