@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import sys
 import time
 import warnings
@@ -15,6 +16,9 @@ import pytest
 from rivulet.testing import BrokerProcess, free_port
 
 _TESTS = Path(__file__).resolve().parent
+# Spark's JVMs started by the tests (the in-process sessions' drivers, executors, the standalone
+# cluster, spark-submit's and spark-pipelines' children) take their options from tests/spark_conf.
+os.environ.setdefault("SPARK_CONF_DIR", str(_TESTS / "spark_conf"))
 # .ci/run runs the suite in two parts, each on pytest-xdist workers with `--dist loadgroup`.
 # Every test carries an xdist group, its module's name by default, so a module (and its
 # module-scoped broker) stays on one worker. The fault modules share the group `faults`: one

@@ -430,15 +430,31 @@ def test_plain_save_takes_the_default_save_mode_and_leaves_no_groups(broker, spa
     assert left == set()
 
 
-@pytest.mark.parametrize("option,value,said", [
+REFUSED_SOURCE_OPTIONS = [
     ("kafka.auto.offset.reset", "earliest", "'auto.offset.reset' is not supported"),
     ("kafka.enable.auto.commit", "true", "'enable.auto.commit' is not supported"),
     ("kafka.value.deserializer", "x", "'value.deserializer' is not supported"),
     ("kafka.security.protocol", "TLS", "security.protocol=TLS is not supported yet"),
     ("kafka.sasl.mechanism", "PLAIN", "sasl.mechanism set, but security.protocol is PLAINTEXT"),
     ("kafka.ssl.truststore.locaton", "/x", 'No such configuration property: "ssl.truststore.locaton"'),
-])
-def test_options_refused_as_by_spark_and_security_options(broker, spark, tmp_path, option, value, said):
+]
+
+
+@pytest.mark.parametrize("option,value,said", REFUSED_SOURCE_OPTIONS)
+def test_options_refused_as_by_spark_and_security_options(broker, option, value, said):
+    """Each refusal, from the calls Spark makes on the data source to plan a batch and a
+    streaming query (in a Python worker); the next test shows such a refusal failing real queries."""
+    from rivulet.spark import RivuletDataSource
+    t = create_topic(broker.bootstrap, topic_name(), 1)
+    ds = RivuletDataSource({"kafka.bootstrap.servers": broker.bootstrap, "subscribe": t, option: value})
+    with pytest.raises(ValueError, match=said):
+        ds.reader(ds.schema())
+    with pytest.raises(ValueError, match=said):
+        ds.streamReader(ds.schema())
+
+
+@pytest.mark.parametrize("option,value,said", [REFUSED_SOURCE_OPTIONS[0], REFUSED_SOURCE_OPTIONS[-1]])
+def test_a_refused_option_fails_batch_and_streaming_queries(broker, spark, tmp_path, option, value, said):
     t = create_topic(broker.bootstrap, topic_name(), 1)
     with pytest.raises(Exception, match=said):
         source(spark, broker.bootstrap, t, streaming=False, **{option: value}).collect()
@@ -447,17 +463,23 @@ def test_options_refused_as_by_spark_and_security_options(broker, spark, tmp_pat
 
 
 def test_sink_refuses_serializers_and_security_options_and_warns_of_unknown_ones(broker, spark):
+    from rivulet.spark import RivuletDataSource
     t = create_topic(broker.bootstrap, topic_name("w"), 1)
     df = spark.createDataFrame([("k", "v")], "key string, value string")
-    for option, value, said in (("kafka.value.serializer", "x", "'value.serializer' is not supported"),
-                                ("kafka.security.protocol", "TLS", "not supported yet by Rivulet's sink"),
-                                ("kafka.sasl.jaas.config", "x",
-                                 "sasl.jaas.config set, but security.protocol is PLAINTEXT"),
-                                ("kafka.ssl.keystore.location", "/nowhere", "ssl.keystore.location=/nowhere")):
+    refused = (("kafka.value.serializer", "x", "'value.serializer' is not supported"),
+               ("kafka.security.protocol", "TLS", "not supported yet by Rivulet's sink"),
+               ("kafka.sasl.jaas.config", "x", "sasl.jaas.config set, but security.protocol is PLAINTEXT"),
+               ("kafka.ssl.keystore.location", "/nowhere", "ssl.keystore.location=/nowhere"))
+
+    def options(option: str, value: str) -> dict[str, str]:
+        return {"kafka.bootstrap.servers": broker.bootstrap, "topic": t,
+                "kafka.security.protocol": "SSL" if option.startswith("kafka.ssl.") else "PLAINTEXT", option: value}
+    for option, value, said in refused:  # as Spark's call for the writer meets them
+        with pytest.raises(ValueError, match=said):
+            RivuletDataSource(options(option, value)).writer(df.schema, False)
+    for option, value, said in (refused[0], refused[-1]):  # and as they fail real writes
         with pytest.raises(Exception, match=said):
-            df.write.format("rivulet").option("kafka.bootstrap.servers", broker.bootstrap).option("topic", t) \
-                .option("kafka.security.protocol", "SSL" if option.startswith("kafka.ssl.") else "PLAINTEXT") \
-                .option(option, value).save()
+            df.write.format("rivulet").options(**options(option, value)).save()
     # Options it does not know are ignored as by Spark, but named in a warning (in the Python
     # worker's stderr, which goes to the Spark log); PLAINTEXT is what Rivulet speaks.
     df.write.format("rivulet").option("kafka.bootstrap.servers", broker.bootstrap).option("topic", t) \
