@@ -18,6 +18,7 @@ from rivulet.iceberg.catalog import NAMESPACE, CatalogSettings
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
+    from pyspark.sql import DataFrame, SparkSession
 
 # A short target lag: the table is committed to every 2.5 s while orders arrive, so it has
 # caught up by the time the pipeline has (which takes longer: its settle time and last batch).
@@ -111,7 +112,7 @@ class TableCheck:
     ends: Mapping[int, int]
     window: str  # as Spark's window() takes it: "10 seconds"
 
-    def run(self, spark: Any, closed: Any) -> bool:
+    def run(self, spark: SparkSession, closed: DataFrame) -> bool:
         """``closed``: the pipeline's windows (a DataFrame). Prints the check's line; True when
         the table holds every record and agrees with every closed window."""
         from rivulet.iceberg.catalog import open_catalog
