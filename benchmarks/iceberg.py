@@ -4,7 +4,7 @@
   ``rdkafka_performance``, records of 100 B, 4 partitions, acks=1, linger.ms=10,
   batch.size=1000000) against a fresh broker whose topic has ``iceberg.mode=none``, then
   ``key_value``, alternating for ``--rounds`` rounds; records/s, MB/s, the generator's and the
-  broker's CPU, and the ratio on/off. A short target lag (``--side-lag-ms``, 2 s) makes the
+  broker's CPU (and its event loop's thread's), and the ratio on/off. A short target lag (``--side-lag-ms``, 2 s) makes the
   translation run while the load does; 10,000 untimed records first wait for the table, so
   the one-off start of translation (imports, the table's creation) is not in the figures.
 * ``lag``: ``rdkafka_performance -r`` paces 100 B records at ``--rate`` (50,000/s) for
@@ -46,7 +46,7 @@ from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from benchmarks import rdkafka_perf  # noqa: E402
-from benchmarks.compare import wait_metadata, with_cpu  # noqa: E402
+from benchmarks.compare import stat_cpu_seconds, wait_metadata, with_cpu  # noqa: E402
 from benchmarks.produce_consume import wait_for_leaders  # noqa: E402
 from rivulet.iceberg.catalog import CatalogSettings, open_catalog  # noqa: E402
 from rivulet.iceberg.offsets import PartitionSlice  # noqa: E402
@@ -99,12 +99,19 @@ class Load:
     mbps: float
     gen_pct: float  # the load generator's CPU, % of one core
     broker_pct: float
+    loop_pct: float  # of which the broker's main thread (the event loop's)
+
+
+def _main_thread_seconds(pid: int) -> float:
+    return sum(stat_cpu_seconds(Path(f"/proc/{pid}/task/{pid}/stat").read_text(), os.sysconf("SC_CLK_TCK")))
 
 
 def _load(pid: int, fn) -> Load:
+    loop0 = _main_thread_seconds(pid)
     s, gen, brk = with_cpu(pid, fn)
+    loop = 100.0 * (_main_thread_seconds(pid) - loop0) / gen.wall
     over = min(s.ms / 1000, gen.wall) or gen.wall
-    return Load(s.records_per_sec, s.mb_per_sec, gen.percent_of_core(over), brk.percent_of_core(over))
+    return Load(s.records_per_sec, s.mb_per_sec, gen.percent_of_core(over), brk.percent_of_core(over), loop)
 
 
 def side_round(mode: str, records: int, lag_ms: int) -> tuple[Load, Load, int]:
@@ -139,9 +146,10 @@ def sidebyside(args: argparse.Namespace) -> None:
             prod, cons, held = side_round(mode, args.records, args.side_lag_ms)
             runs[mode].append((prod, cons, held))
             log(f"round {r + 1} {mode}: produce {prod.rps:,.0f} records/s {prod.mbps:.1f} MB/s "
-                f"(generator {prod.gen_pct:.0f}%, broker {prod.broker_pct:.0f}% of a core); consume "
-                f"{cons.rps:,.0f} records/s {cons.mbps:.1f} MB/s (generator {cons.gen_pct:.0f}%, broker "
-                f"{cons.broker_pct:.0f}%); table held {held:,} records after the consume")
+                f"(generator {prod.gen_pct:.0f}%, broker {prod.broker_pct:.0f}% of a core, its event loop's "
+                f"thread {prod.loop_pct:.0f}%); consume {cons.rps:,.0f} records/s {cons.mbps:.1f} MB/s "
+                f"(generator {cons.gen_pct:.0f}%, broker {cons.broker_pct:.0f}%, loop {cons.loop_pct:.0f}%); "
+                f"table held {held:,} records after the consume")
     print(f"\nside by side: {args.records:,} records of {SIZE} B, {PARTITIONS} partitions, acks=1, "
           f"{args.rounds} rounds alternating, iceberg.target.lag.ms={args.side_lag_ms} for key_value\n")
     print("| iceberg.mode | produce records/s | produce MB/s | consume records/s | consume MB/s | "
