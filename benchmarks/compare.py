@@ -29,10 +29,21 @@ Stable (``benchmarks.groups``; group.initial.rebalance.delay.ms=0 on both broker
 time from the broker process's creation (``/proc/<pid>/stat``) to its first Metadata response,
 and the broker's resident memory (VmRSS over its process tree; for Kafka the java process).
 
+``--security tls`` or ``--security sasl_ssl`` gives both brokers a second listener, TLS 1.3 only
+(``ssl.enabled.protocols=TLSv1.3``; a CA and a broker certificate for 127.0.0.1 made for the run,
+in PKCS12 stores), and for sasl_ssl SASL_SSL with SCRAM-SHA-512 (the user is made with
+AlterUserScramCredentials over the PLAINTEXT listener once the broker is up). Every load
+generator and the latency clients then use that listener (librdkafka: ``security.protocol``,
+``ssl.ca.location``, ``sasl.*``; the Java tools: a PEM trust store and a SCRAM JAAS line); topic
+creation and the wait for leaders stay on PLAINTEXT, outside the measured windows. The group
+rows use Rivulet's own client and are left out; start-up is still timed to the first Metadata
+on PLAINTEXT.
+
     python -m benchmarks.rdkafka_perf build             # once: rdkafka_performance into the cache
     python -m benchmarks.compare                        # 2 rounds, issue 17's counts
     python -m benchmarks.compare --rounds 1 --records-100 100000 --records-1k 30000 --warmup 10000
     python -m benchmarks.compare --skip java,latency,group --json run.json
+    python -m benchmarks.compare --security sasl_ssl --skip java,latency,compression,many
 
 Progress goes to stderr, the markdown tables and the run's context to stdout.
 """
@@ -51,6 +62,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 import uuid
@@ -64,13 +76,19 @@ if str(_REPO) not in sys.path:
     sys.path.insert(0, str(_REPO))
 
 import confluent_kafka  # noqa: E402
-from confluent_kafka.admin import AdminClient  # noqa: E402
+from confluent_kafka.admin import (  # noqa: E402
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
 
 from benchmarks import groups, rdkafka_perf  # noqa: E402
 from benchmarks.produce_consume import create_topic, latency, wait_for_leaders  # noqa: E402
 from benchmarks.reference.kafka import KAFKA_VERSION, KafkaReference  # noqa: E402
-from rivulet.testing import BrokerProcess  # noqa: E402
+from rivulet.testing import BrokerProcess, free_port  # noqa: E402
 from tests import java_tools  # noqa: E402
+from tests.tls_certs import CertSet, make_test_certs  # noqa: E402
 
 PARTITIONS = 4
 # Many partitions: rdkafka_performance takes one topic, so one process per topic, all at once.
@@ -89,6 +107,12 @@ GROUP_MEMBERS = 10
 TOOL_TIMEOUT = 1800.0
 # What --skip can leave out: each a family of rows.
 PARTS = ("java", "compression", "many", "latency", "group")
+SECURITY = ("plaintext", "tls", "sasl_ssl")
+# Rows whose clients cannot use the secured listener (benchmarks.groups: Rivulet's own client).
+NOT_SECURED = {"group"}
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+SCRAM_USER, SCRAM_PASSWORD = "bench", "bench-secret"
+SCRAM_ITERATIONS = 8192
 
 T = TypeVar("T")
 
@@ -217,9 +241,9 @@ def with_cpu(broker_pid: int, fn: Callable[[], T]) -> tuple[T, CpuUse, CpuUse]:
             CpuUse(b1[0] - b0[0], b1[1] - b0[1], wall))
 
 
-def wait_metadata(bootstrap: str, timeout: float = 120.0) -> None:
+def wait_metadata(bootstrap: str, timeout: float = 120.0, conf: dict[str, str] | None = None) -> None:
     """Poll until the broker answers Metadata listing at least one broker."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(conf or {})})
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -234,22 +258,117 @@ def wait_metadata(bootstrap: str, timeout: float = 120.0) -> None:
 # ---------------------------------------------------------------------------- brokers
 
 
-class Broker:
-    """Start a broker, measure start-up, yield its bootstrap; both kinds behind one face."""
+@dataclass(frozen=True)
+class Security:
+    """The listener the load generators use: PLAINTEXT, SSL or SASL_SSL (with SCRAM-SHA-512),
+    the brokers' properties for it and the clients'."""
 
-    def __init__(self, kind: str) -> None:
+    protocol: str
+    certs: CertSet | None = None
+
+    @classmethod
+    def named(cls, name: str, cert_dir: Path) -> Security:
+        if name == "plaintext":
+            return cls("PLAINTEXT")
+        return cls("SSL" if name == "tls" else "SASL_SSL", make_test_certs(cert_dir))
+
+    @property
+    def secured(self) -> bool:
+        return self.protocol != "PLAINTEXT"
+
+    @property
+    def scram(self) -> bool:
+        return self.protocol == "SASL_SSL"
+
+    def broker_props(self) -> dict[str, str]:
+        """For both brokers, beside the listener itself: TLS 1.3 only, PKCS12 stores."""
+        if self.certs is None:
+            return {}
+        props = {**self.certs.broker_ssl_props(pkcs12_stores=True), "ssl.enabled.protocols": "TLSv1.3"}
+        if self.scram:
+            props.update({"sasl.enabled.mechanisms": SCRAM_MECHANISM,
+                          f"listener.name.sasl_ssl.{SCRAM_MECHANISM.lower()}.sasl.jaas.config":
+                              "org.apache.kafka.common.security.scram.ScramLoginModule required;"})
+        return props
+
+    def client_conf(self) -> dict[str, str]:
+        """librdkafka's properties (rdkafka_performance and confluent-kafka)."""
+        if self.certs is None:
+            return {}
+        conf = {"security.protocol": self.protocol, "ssl.ca.location": str(self.certs.ca.pem)}
+        if self.scram:
+            conf.update({"sasl.mechanism": SCRAM_MECHANISM, "sasl.username": SCRAM_USER,
+                         "sasl.password": SCRAM_PASSWORD})
+        return conf
+
+    def java_props(self) -> dict[str, str]:
+        """The Java client's properties."""
+        if self.certs is None:
+            return {}
+        props = {"security.protocol": self.protocol, "ssl.truststore.type": "PEM",
+                 "ssl.truststore.location": str(self.certs.ca.pem)}
+        if self.scram:
+            props.update({"sasl.mechanism": SCRAM_MECHANISM, "sasl.jaas.config":
+                          "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                          f'username="{SCRAM_USER}" password="{SCRAM_PASSWORD}";'})
+        return props
+
+    def add_user(self, bootstrap: str) -> None:
+        """The SCRAM user, over PLAINTEXT (neither broker has an authorizer here)."""
+        upsert = UserScramCredentialUpsertion(
+            SCRAM_USER, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS), SCRAM_PASSWORD.encode())
+        admin = AdminClient({"bootstrap.servers": bootstrap})  # held: its futures die with it
+        for f in admin.alter_user_scram_credentials([upsert]).values():
+            f.result(30)
+
+
+class Broker:
+    """Start a broker, measure start-up, yield its bootstrap; both kinds behind one face.
+    ``bootstrap`` is the PLAINTEXT listener (topics, leaders); ``load_bootstrap`` the one the
+    load generators use, secured as ``security`` says."""
+
+    def __init__(self, kind: str, security: Security) -> None:
         self.kind = kind
+        self.security = security
         self.impl: BrokerProcess | KafkaReference | None = None
+        self.secured_port: int | None = None
+
+    def _listeners(self, plain_port: int) -> str:
+        listeners = f"PLAINTEXT://127.0.0.1:{plain_port}"
+        if self.secured_port is not None:
+            listeners += f",{self.security.protocol}://127.0.0.1:{self.secured_port}"
+        return listeners
 
     def start(self) -> float:
+        props = self.security.broker_props()
+        self.secured_port = free_port() if self.security.secured else None
         if self.kind == "rivulet":
-            self.impl = BrokerProcess({"group.initial.rebalance.delay.ms": "0"})
+            rivulet = BrokerProcess({"group.initial.rebalance.delay.ms": "0", "inter.broker.listener.name": "PLAINTEXT",
+                                     **props})
+            rivulet.overrides["listeners"] = self._listeners(rivulet.port)
+            self.impl = rivulet
         else:
-            self.impl = KafkaReference(group_initial_rebalance_delay_ms=0)
+            kafka = KafkaReference(group_initial_rebalance_delay_ms=0)
+            if self.secured_port is not None:
+                kafka.properties.update({
+                    **props,
+                    "listeners": f"{self._listeners(kafka.port)},CONTROLLER://127.0.0.1:{kafka.controller_port}",
+                    "advertised.listeners": self._listeners(kafka.port),
+                    "listener.security.protocol.map": f"{kafka.properties['listener.security.protocol.map']},"
+                                                      f"{self.security.protocol}:{self.security.protocol}"})
+            self.impl = kafka
         self.impl.start()  # Rivulet: until it listens; Kafka: format, then until Metadata works
         wait_metadata(self.impl.bootstrap)
         done = _boottime_now()
+        if self.security.scram:
+            self.security.add_user(self.bootstrap)
+        if self.security.secured:  # until the secured listener (and the SCRAM user) work
+            wait_metadata(self.load_bootstrap, conf=self.security.client_conf())
         return done - process_started_at(self.pid)
+
+    @property
+    def load_bootstrap(self) -> str:
+        return self.bootstrap if self.secured_port is None else f"127.0.0.1:{self.secured_port}"
 
     @property
     def pid(self) -> int:
@@ -275,12 +394,14 @@ def _rdk_rate(s: rdkafka_perf.Summary) -> Rate:
     return Rate(s.records_per_sec, s.mb_per_sec, s.ms / 1000)
 
 
-def _rdk_produce(bs: str, topic: str, count: int, size: int, acks: str, compression: str | None = None) -> Rate:
-    return _rdk_rate(rdkafka_perf.produce(bs, topic, count, size, acks, compression=compression, timeout=TOOL_TIMEOUT))
+def _rdk_produce(bs: str, topic: str, count: int, size: int, acks: str, compression: str | None = None,
+                 extra: list[str] | None = None) -> Rate:
+    return _rdk_rate(rdkafka_perf.produce(bs, topic, count, size, acks, compression=compression, extra=extra or [],
+                                          timeout=TOOL_TIMEOUT))
 
 
-def _rdk_consume(bs: str, topic: str, partitions: int, count: int) -> Rate:
-    return _rdk_rate(rdkafka_perf.consume(bs, topic, partitions, count, timeout=TOOL_TIMEOUT))
+def _rdk_consume(bs: str, topic: str, partitions: int, count: int, extra: list[str] | None = None) -> Rate:
+    return _rdk_rate(rdkafka_perf.consume(bs, topic, partitions, count, extra=extra or [], timeout=TOOL_TIMEOUT))
 
 
 def _rdk_parallel(argvs: list[list[str]], parse: Callable[[str], rdkafka_perf.Summary],
@@ -297,14 +418,14 @@ def _rdk_parallel(argvs: list[list[str]], parse: Callable[[str], rdkafka_perf.Su
     return Rate(sum(s.records for s in summaries) / wall, sum(s.bytes for s in summaries) / wall / 1e6, wall)
 
 
-def _java_produce(bs: str, topic: str, count: int, size: int, acks: str) -> Rate:
+def _java_produce(bs: str, topic: str, count: int, size: int, acks: str, props: dict[str, str]) -> Rate:
     r = java_tools.producer_perf(bs, topic, num_records=count, record_size=size, acks=acks,
-                                 props=JAVA_PRODUCER_PROPS, timeout=TOOL_TIMEOUT)
+                                 props={**JAVA_PRODUCER_PROPS, **props}, timeout=TOOL_TIMEOUT)
     return Rate(r.records_per_sec, r.mb_per_sec * 1.048576, r.records / r.records_per_sec)  # MiB/s -> MB/s
 
 
-def _java_consume(bs: str, topic: str, count: int) -> Rate:
-    r = java_tools.consumer_perf(bs, topic, num_records=count, timeout=TOOL_TIMEOUT)
+def _java_consume(bs: str, topic: str, count: int, props: dict[str, str]) -> Rate:
+    r = java_tools.consumer_perf(bs, topic, num_records=count, props=props, timeout=TOOL_TIMEOUT)
     # fetch.* figures exclude the group join, which is measured separately.
     return Rate(r.fetch_records_per_sec, r.fetch_mb_per_sec * 1.048576, r.fetch_ms / 1000)  # MiB/s -> MB/s
 
@@ -356,7 +477,11 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
     results["startup"] = broker.start()
     log(f"  {broker.kind}: Metadata answered {results['startup']:.2f}s after process creation")
     results["load_before"] = os.getloadavg()[0]
-    bs = broker.bootstrap
+    bs = broker.bootstrap  # PLAINTEXT: topics and leaders, outside the measured windows
+    lbs = broker.load_bootstrap  # the load generators' listener
+    conf = broker.security.client_conf()
+    x = rdkafka_perf.config_args(conf)
+    jprops = broker.security.java_props()
     sizes = ((100, args.records_100), (1024, args.records_1k))
 
     if args.warmup:
@@ -366,30 +491,30 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
             for size, count in ((100, args.warmup), (1024, max(1, args.warmup // 3))):
                 topic = _topic(f"warm-{size}")
                 _create(bs, [topic], PARTITIONS)
-                _rdk_produce(bs, topic, count, size, "1")
-                _rdk_consume(bs, topic, PARTITIONS, count)
+                _rdk_produce(lbs, topic, count, size, "1", extra=x)
+                _rdk_consume(lbs, topic, PARTITIONS, count, extra=x)
         attempt("warm-up (untimed)", warm)
 
     for size, count in sizes:
         for acks in ("1", "all"):
             topic = _topic(f"rdk-{size}-{acks}")
             load(f"rdk_prod_{size}_{acks}", f"rdkafka_performance produce {size} B acks={acks}",
-                 functools.partial(_rdk_produce, bs, topic, count, size, acks), create=topic)
+                 functools.partial(_rdk_produce, lbs, topic, count, size, acks, extra=x), create=topic)
             if acks == "1" and f"rdk_prod_{size}_1.rps" in results:
                 load(f"rdk_cons_{size}", f"rdkafka_performance consume {size} B",
-                     functools.partial(_rdk_consume, bs, topic, PARTITIONS, count))
+                     functools.partial(_rdk_consume, lbs, topic, PARTITIONS, count, extra=x))
                 if "java" not in args.skip and not args.no_java_consumer:
                     load(f"java_cons_{size}", f"ConsumerPerformance {size} B",
-                         functools.partial(_java_consume, bs, topic, count))
+                         functools.partial(_java_consume, lbs, topic, count, jprops))
             if "java" not in args.skip:
                 jtopic = _topic(f"java-{size}-{acks}")
                 load(f"java_prod_{size}_{acks}", f"ProducerPerformance {size} B acks={acks}",
-                     functools.partial(_java_produce, bs, jtopic, count, size, acks), create=jtopic)
+                     functools.partial(_java_produce, lbs, jtopic, count, size, acks, jprops), create=jtopic)
 
     for codec in COMPRESSIONS if "compression" not in args.skip else ():
         topic = _topic(f"rdk-{codec}")
         load(f"rdk_prod_1024_{codec}", f"rdkafka_performance produce 1 KiB {codec} acks=1",
-             functools.partial(_rdk_produce, bs, topic, args.records_1k, 1024, "1", codec), create=topic)
+             functools.partial(_rdk_produce, lbs, topic, args.records_1k, 1024, "1", codec, x), create=topic)
 
     if "many" not in args.skip:
         def many_partitions() -> None:
@@ -397,19 +522,19 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
             each = max(1, args.records_1k // MANY_TOPICS)
             _create(bs, many, MANY_PARTITIONS_EACH)
             load("rdk_prod_many", f"rdkafka_performance x{MANY_TOPICS} produce 1 KiB acks=1",
-                 functools.partial(_rdk_parallel, [rdkafka_perf.producer_args(bs, t, each, 1024, "1") for t in many],
+                 functools.partial(_rdk_parallel, [rdkafka_perf.producer_args(lbs, t, each, 1024, "1", extra=x) for t in many],
                                    rdkafka_perf.parse_producer, each))
             if "rdk_prod_many.rps" in results:
                 load("rdk_cons_many", f"rdkafka_performance x{MANY_TOPICS} consume 1 KiB",
                      functools.partial(_rdk_parallel,
-                                       [rdkafka_perf.consumer_args(bs, t, MANY_PARTITIONS_EACH, each) for t in many],
+                                       [rdkafka_perf.consumer_args(lbs, t, MANY_PARTITIONS_EACH, each, extra=x) for t in many],
                                        rdkafka_perf.parse_consumer, each))
         attempt(f"{MANY_TOPICS * MANY_PARTITIONS_EACH} partitions", many_partitions)
 
     def lat(rate: int, linger: int, acks: str) -> None:
         topic = _topic(f"lat{rate}")  # a fresh topic: the consumer starts at its beginning
         _create(bs, [topic], 1)
-        r = latency(bs, topic, rate, args.latency_seconds, linger_ms=linger, acks=acks)
+        r = latency(lbs, topic, rate, args.latency_seconds, linger_ms=linger, conf=conf, acks=acks)
         for q in ("p50", "p99", "p999"):
             results[f"lat{rate}_{linger}_{acks}_{q}"] = r[q]
     if "latency" not in args.skip:
@@ -421,7 +546,8 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
         # Kafka's own EndToEndLatency: one record at a time, acks=all, round trip per record.
         topic = _topic("jlat")
         _create(bs, [topic], 1)
-        r = java_tools.end_to_end_latency(bs, topic, num_records=JAVA_LATENCY_RECORDS, record_size=100, acks="all")
+        r = java_tools.end_to_end_latency(lbs, topic, num_records=JAVA_LATENCY_RECORDS, record_size=100, acks="all",
+                                          props=jprops)
         results["jlat_avg"] = r.avg_ms
         results["jlat_p99"] = float(r.p99_ms)
     if "latency" not in args.skip and "java" not in args.skip:
@@ -568,6 +694,18 @@ def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
+def _security_line(name: str) -> str:
+    if name == "plaintext":
+        return "PLAINTEXT"
+    line = ("SSL listener, TLS 1.3 only (ssl.enabled.protocols=TLSv1.3), a P-256 ECDSA broker certificate "
+            "in a PKCS12 key store, no client authentication; the clients trust the run's CA "
+            "(librdkafka ssl.ca.location, Java a PEM trust store)")
+    if name == "sasl_ssl":
+        line = line.replace("SSL listener", f"SASL_SSL listener with {SCRAM_MECHANISM} ({SCRAM_ITERATIONS} "
+                            "iterations)")
+    return line + "; topics are created over a PLAINTEXT listener beside it"
+
+
 def context(argv: list[str], args: argparse.Namespace, wall: float, load_before: str, runs: Runs,
             order: list[str]) -> list[str]:
     mem = next(ln.split(":", 1)[1].strip() for ln in Path("/proc/meminfo").read_text().splitlines()
@@ -596,6 +734,7 @@ def context(argv: list[str], args: argparse.Namespace, wall: float, load_before:
         f"{platform.system()} {platform.release()}; brokers and load generators share the machine; "
         f"load average (1/5/15 min) {load_before} before the run, {loadavg()} after; 1-minute load average "
         f"before -> after each broker's run: {', '.join(per_run)}",
+        f"- security: {_security_line(args.security)}",
         f"- workload: {args.records_100:,} x 100 B and {args.records_1k:,} x 1 KiB records per produce run, "
         f"{PARTITIONS} partitions, linger.ms=10, batch.size=1000000, idempotence off; many partitions: "
         f"{MANY_TOPICS} rdkafka_performance processes at once, {max(1, args.records_1k // MANY_TOPICS):,} x 1 KiB "
@@ -628,6 +767,9 @@ def main() -> None:
     ap.add_argument("--skip", type=lambda v: set(filter(None, v.split(","))), default=set(),
                     help=f"leave out these rows, comma-separated: {', '.join(PARTS)}")
     ap.add_argument("--json", type=Path, help="also write every round's figures to this file")
+    ap.add_argument("--security", choices=SECURITY, default="plaintext",
+                    help="the load generators' listener on both brokers: TLS 1.3 (tls), or TLS 1.3 with "
+                         f"SASL {SCRAM_MECHANISM} (sasl_ssl); leaves out: {', '.join(sorted(NOT_SECURED))}")
     argv = sys.argv[1:]
     args = ap.parse_args(argv)
     if unknown := args.skip - set(PARTS):
@@ -637,6 +779,12 @@ def main() -> None:
         sys.exit(f"Kafka's Java tools are unavailable: {reason}")
     if not rdkafka_perf.is_built():
         sys.exit("rdkafka_performance is not built; run: python -m benchmarks.rdkafka_perf build")
+    if args.security != "plaintext" and not NOT_SECURED <= args.skip:
+        log(f"--security {args.security}: leaving out {', '.join(sorted(NOT_SECURED - args.skip))} "
+            f"(its client has no TLS settings here)")
+        args.skip |= NOT_SECURED
+    cert_dir = tempfile.TemporaryDirectory(prefix="rivulet-compare-certs-")
+    security = Security.named(args.security, Path(cert_dir.name))
     _declare_figures()
     runs: Runs = {"rivulet": [], "kafka": []}
     order: list[str] = []
@@ -645,7 +793,7 @@ def main() -> None:
     for i in range(args.rounds):
         for kind in ("rivulet", "kafka"):
             log(f"round {i + 1}/{args.rounds}: {kind}")
-            broker = Broker(kind)
+            broker = Broker(kind, security)
             try:
                 runs[kind].append(measure(broker, args))
                 order.append(kind)
@@ -653,6 +801,7 @@ def main() -> None:
                     + ", ".join(f"{k}={v:.4g}" for k, v in runs[kind][-1].items()))
             finally:
                 broker.close()
+    cert_dir.cleanup()
     if args.json:
         args.json.write_text(json.dumps({"argv": argv, "order": order, "runs": runs}, indent=1))
     print("\n".join(context(argv, args, time.monotonic() - t0, load_before, runs, order)))

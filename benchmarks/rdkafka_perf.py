@@ -28,7 +28,7 @@ import tarfile
 import tempfile
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -176,6 +176,11 @@ def parse_consumer(text: str) -> Summary:
 # ---------------------------------------------------------------------------- running it
 
 
+def config_args(props: Mapping[str, str]) -> list[str]:
+    """librdkafka client properties as ``-X key=value`` arguments (for ``extra``)."""
+    return [a for k, v in props.items() for a in ("-X", f"{k}={v}")]
+
+
 def producer_args(bootstrap: str, topic: str, count: int, size: int, acks: str, *,
                   compression: str | None = None, extra: Sequence[str] = ()) -> list[str]:
     """Keyless records over all the topic's partitions (librdkafka's partitioner), the batching
@@ -237,16 +242,19 @@ def run_many(argvs: Sequence[Sequence[str]], *, timeout: float = 600.0) -> list[
 
 
 def produce(bootstrap: str, topic: str, count: int, size: int, acks: str, *, compression: str | None = None,
-            timeout: float = 600.0) -> Summary:
-    out = run_many([producer_args(bootstrap, topic, count, size, acks, compression=compression)], timeout=timeout)[0]
+            extra: Sequence[str] = (), timeout: float = 600.0) -> Summary:
+    """``extra``: more arguments, such as ``-X security.protocol=SSL``."""
+    out = run_many([producer_args(bootstrap, topic, count, size, acks, compression=compression, extra=extra)],
+                   timeout=timeout)[0]
     s = parse_producer(out)
     if s.records != count or s.failed:
         raise RdkafkaPerfError(f"{s.records} of {count} records delivered, {s.failed} failed:\n{out[-3000:]}")
     return s
 
 
-def consume(bootstrap: str, topic: str, partitions: int, count: int, *, timeout: float = 600.0) -> Summary:
-    out = run_many([consumer_args(bootstrap, topic, partitions, count)], timeout=timeout)[0]
+def consume(bootstrap: str, topic: str, partitions: int, count: int, *, extra: Sequence[str] = (),
+            timeout: float = 600.0) -> Summary:
+    out = run_many([consumer_args(bootstrap, topic, partitions, count, extra=extra)], timeout=timeout)[0]
     s = parse_consumer(out)
     if s.records < count:
         raise RdkafkaPerfError(f"consumed {s.records} of {count} records:\n{out[-3000:]}")
