@@ -84,6 +84,27 @@ def test_ratio_is_the_median_of_per_round_ratios_with_their_range():
     assert spread([90.0, 100.0, 110.0]) == "20%" and spread([5.0]) == "-"
 
 
+def test_security_gives_brokers_and_clients_matching_properties(tmp_path):
+    from benchmarks.compare import Security
+    from benchmarks.rdkafka_perf import config_args
+
+    plain = Security.named("plaintext", tmp_path / "none")
+    assert not plain.secured and plain.broker_props() == {} and plain.client_conf() == {}
+    tls = Security.named("tls", tmp_path / "tls")
+    props, conf = tls.broker_props(), tls.client_conf()
+    assert props["ssl.enabled.protocols"] == "TLSv1.3" and props["ssl.keystore.type"] == "PKCS12"
+    assert not any(k.startswith("sasl.") or ".sasl." in k for k in props)
+    assert conf == {"security.protocol": "SSL", "ssl.ca.location": str(tls.certs.ca.pem)}
+    assert config_args(conf) == ["-X", "security.protocol=SSL", "-X", f"ssl.ca.location={tls.certs.ca.pem}"]
+    scram = Security.named("sasl_ssl", tmp_path / "scram")
+    props, conf, java = scram.broker_props(), scram.client_conf(), scram.java_props()
+    assert props["sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
+    assert "ScramLoginModule" in props["listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config"]
+    assert (conf["security.protocol"], conf["sasl.mechanism"]) == ("SASL_SSL", "SCRAM-SHA-512")
+    assert f'username="{conf["sasl.username"]}" password="{conf["sasl.password"]}"' in java["sasl.jaas.config"]
+    assert java["ssl.truststore.location"] == str(scram.certs.ca.pem)
+
+
 def test_run_many_collects_each_output_in_order_and_raises_on_a_failure(tmp_path, monkeypatch):
     from benchmarks import rdkafka_perf
 
