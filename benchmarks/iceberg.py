@@ -44,6 +44,7 @@ if str(_REPO) not in sys.path:
 
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from pyiceberg.catalog import Catalog  # noqa: E402
 
 from benchmarks import rdkafka_perf  # noqa: E402
 from benchmarks.compare import stat_cpu_seconds, wait_metadata, with_cpu  # noqa: E402
@@ -80,13 +81,13 @@ def _create(bootstrap: str, mode: str, lag_ms: int) -> None:
     wait_for_leaders(bootstrap, [TOPIC])
 
 
-def _catalog(data_dir: str):
+def _catalog(data_dir: str) -> Catalog:
     return open_catalog(CatalogSettings.resolve("", "", data_dir))
 
 
-def table_offsets(data_dir: str) -> int:
+def table_offsets(catalog: Catalog) -> int:
     """Records the table holds: the sum of its committed next offsets (0 before it exists)."""
-    state = read_state(_catalog(data_dir), TOPIC)
+    state = read_state(catalog, TOPIC)
     return sum(state.next_offsets.values()) if state else 0
 
 
@@ -124,7 +125,7 @@ def side_round(mode: str, records: int, lag_ms: int) -> tuple[Load, Load, int]:
         # second of CPU once per broker that would otherwise land in the measured window.
         rdkafka_perf.produce(b.bootstrap, TOPIC, WARMUP, SIZE, "1", timeout=TIMEOUT)
         deadline = time.monotonic() + lag_ms / 1000 + 60
-        while mode != "none" and table_offsets(b.data_dir) < WARMUP:
+        while mode != "none" and table_offsets(_catalog(b.data_dir)) < WARMUP:
             if time.monotonic() > deadline:
                 raise RuntimeError("the warm-up records never reached the table")
             time.sleep(0.2)
@@ -133,7 +134,7 @@ def side_round(mode: str, records: int, lag_ms: int) -> tuple[Load, Load, int]:
                                             timeout=TIMEOUT))
         cons = _load(pid, functools.partial(rdkafka_perf.consume, b.bootstrap, TOPIC, PARTITIONS, records + WARMUP,
                                             timeout=TIMEOUT))
-        held = table_offsets(b.data_dir) if mode != "none" else 0
+        held = table_offsets(_catalog(b.data_dir)) if mode != "none" else 0
         return prod, cons, held
     finally:
         b.cleanup()
@@ -214,8 +215,7 @@ def lag_run(lag_ms: int, rate: int, seconds: int) -> dict[str, float]:
             time.sleep(max(0.0, next_tick - time.monotonic()))
             now = time.monotonic()
             hw = sum(consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1] for p in range(PARTITIONS))
-            state = read_state(catalog, TOPIC)
-            held = sum(state.next_offsets.values()) if state else 0
+            held = table_offsets(catalog)
             history.append((now, hw))
             if gen.is_alive() or produced_at is None:
                 appended = _appended_at(history, held) if held else None
