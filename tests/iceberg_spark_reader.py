@@ -49,11 +49,12 @@ def plain(v: object) -> object:
 
 
 def cpu_seconds(pid: int) -> float:
-    """A process's CPU time so far, from /proc (the JVM, which spark-submit's script execs, is
-    never waited for, so the caller's children's times miss it)."""
+    """A process's CPU time so far with its waited-for children's, from /proc: the JVM that
+    spark-submit's script execs (after its launcher JVM, a child) is never waited for, so the
+    caller's children's times miss it."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return sum(int(t) for t in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def main(catalog_db: str, warehouse: str, ivy: str, topics: list[str]) -> None:
