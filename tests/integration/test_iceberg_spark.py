@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -195,7 +196,7 @@ def _produce_protobuf(bootstrap: str, registry: SchemaRegistryClient) -> None:
     assert p.flush(30) == 0
 
 
-def _from_topic(bootstrap: str, topic: str, partitions: int, decode) -> list[dict]:
+def _from_topic(bootstrap: str, topic: str, partitions: int, decode: Callable[[bytes], object]) -> list[dict]:
     """The topic read back with read_committed, as the table's rows."""
     return [{"partition": part, "offset": off, "key": key, "value": None if value is None else decode(value),
              "timestamp": ts * 1000, "headers": [{"key": k, "value": v} for k, v in headers]}
@@ -219,6 +220,7 @@ def _read_with_spark(data_dir: str, topics: list[str]) -> dict:
     return out["tables"]
 
 
+@pytest.mark.timeout(900)  # the first run in a fresh cache downloads PySpark 4.1 (about 430 MB)
 def test_spark_reads_each_modes_table_through_icebergs_runtime(registry_broker) -> None:
     b, url = registry_broker
     registry = SchemaRegistryClient({"url": url})
