@@ -220,7 +220,7 @@ def _read_with_spark(data_dir: str, topics: list[str]) -> dict:
     return out["tables"]
 
 
-@pytest.mark.timeout(900)  # the first run in a fresh cache downloads PySpark 4.1 (about 430 MB)
+@pytest.mark.timeout(900)  # the first run in a fresh cache downloads PySpark 4.1 (its venv is 0.5 GB)
 def test_spark_reads_each_modes_table_through_icebergs_runtime(registry_broker) -> None:
     b, url = registry_broker
     registry = SchemaRegistryClient({"url": url})
