@@ -42,7 +42,7 @@ on PLAINTEXT.
     python -m benchmarks.rdkafka_perf build             # once: rdkafka_performance into the cache
     python -m benchmarks.compare                        # 2 rounds, issue 17's counts
     python -m benchmarks.compare --rounds 1 --records-100 100000 --records-1k 30000 --warmup 10000
-    python -m benchmarks.compare --skip java,latency,group --json run.json
+    python -m benchmarks.compare --skip java,latency,group,txn,group100,share --json run.json
     python -m benchmarks.compare --security sasl_ssl --skip java,latency,compression,many
     python -m benchmarks.compare --only txn,group100,share --rounds 1   # issue 32's rows alone
 
@@ -132,6 +132,8 @@ TOOL_TIMEOUT = 1800.0
 # Issue 32's rows. Transactions: records per transaction, and the record size.
 TXN_PER = (100, 10_000)
 TXN_SIZE = 100
+# At least this many records in transactions of 100 warm the transaction paths up (untimed).
+TXN_WARMUP = 10_000
 GROUP100_MEMBERS = 100
 # (group.protocol, the classic protocol's assignor)
 GROUP100_CASES = (("classic", "range"), ("consumer", "-"))
@@ -643,7 +645,7 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
             if "txn" not in args.skip:
                 topic = _topic("warm-txn")
                 _create(bs, [topic], PARTITIONS)
-                _txn(lbs, topic, max(100, args.warmup // 10) // 100 * 100, 100)
+                _txn(lbs, topic, max(TXN_WARMUP, args.warmup // 10) // 100 * 100, 100)
             if "group100" not in args.skip:
                 groups.protocol_run(bs, 2, "classic", "range", changes=())
             if "share" not in args.skip:
