@@ -22,20 +22,25 @@ func main() {
 	perTxn := flag.Int("per-txn", 100, "records per transaction")
 	size := flag.Int("size", 100, "value bytes")
 	txnID := flag.String("transactional-id", "txnperf", "transactional.id")
+	debug := flag.Bool("debug", false, "franz-go's debug log to stderr (retries and back-offs)")
 	flag.Parse()
 	if *topic == "" || *perTxn <= 0 || *records < *perTxn {
 		fmt.Fprintln(os.Stderr, "need -topic, -per-txn > 0 and -records >= -per-txn")
 		os.Exit(2)
 	}
 	// The batching of benchmarks.compare's other producers: linger 10 ms, batches up to 1 MB.
-	cl, err := kgo.NewClient(
+	opts := []kgo.Opt{
 		kgo.SeedBrokers(*brokers),
 		kgo.DefaultProduceTopic(*topic),
 		kgo.TransactionalID(*txnID),
-		kgo.ProducerLinger(10*time.Millisecond),
+		kgo.ProducerLinger(10 * time.Millisecond),
 		kgo.ProducerBatchMaxBytes(1000000),
 		kgo.MaxBufferedRecords(100000),
-	)
+	}
+	if *debug {
+		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelDebug, nil)))
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "client:", err)
 		os.Exit(1)
