@@ -42,8 +42,31 @@ on PLAINTEXT.
     python -m benchmarks.rdkafka_perf build             # once: rdkafka_performance into the cache
     python -m benchmarks.compare                        # 2 rounds, issue 17's counts
     python -m benchmarks.compare --rounds 1 --records-100 100000 --records-1k 30000 --warmup 10000
-    python -m benchmarks.compare --skip java,latency,group --json run.json
+    python -m benchmarks.compare --skip java,latency,group,txn,group100,share --json run.json
     python -m benchmarks.compare --security sasl_ssl --skip java,latency,compression,many
+    python -m benchmarks.compare --only txn,group100,share --rounds 1   # issue 32's rows alone
+
+Issue 32's rows, each a family that ``--skip`` can leave out and ``--only`` can pick:
+
+* ``txn``: transactions of 100 and of 10,000 records (100 B, acks=all, 4 partitions), records/s
+  committed, loaded by ``benchmarks.txn_perf`` (franz-go, native; why that one: its docstring),
+  with CPU columns as above; afterwards, outside the window, a read_committed consumer checks that
+  every record arrived (``benchmarks.transactions.count_committed``), or the row fails;
+* ``group100``: 100 confluent-kafka consumers subscribe at once to a topic of 200 partitions, the
+  classic protocol (eager ``range``) and the consumer protocol (KIP-848); the time from the first
+  subscribe until every partition is owned and every member owns some (``groups.protocol_run``,
+  its ``start``), with each broker's default heartbeat intervals;
+* ``share``: records acknowledged per second by 1, 4 and 8 share consumers on a 1-partition topic
+  (``benchmarks.share_groups``): confluent-kafka's ShareConsumer, threads of this process (so its
+  generator CPU is this process's), and Kafka's Java KafkaShareConsumer
+  (``benchmarks/java/ShareAcks.java``, one JVM). The rate runs from the first acknowledgement
+  confirmed to the last (the first batch left out): the join before it waits on heartbeat
+  intervals (Kafka's default 5 s on both brokers), so it is a row of its own, from the first
+  subscribe to the first acknowledgement. Their CPU shares are over the whole run, join, client
+  start-up (for Java the JVM compiling ShareAcks.java) and close included. Share groups are on by
+  default in both brokers (Kafka 4.3 finalizes share.version 1 in a new cluster).
+
+These clients have no TLS settings here, so ``--security`` leaves the three families out.
 
 Progress goes to stderr, the markdown tables and the run's context to stdout.
 """
@@ -83,9 +106,10 @@ from confluent_kafka.admin import (  # noqa: E402
     UserScramCredentialUpsertion,
 )
 
-from benchmarks import groups, rdkafka_perf  # noqa: E402
+from benchmarks import groups, rdkafka_perf, share_groups, txn_perf  # noqa: E402
 from benchmarks.produce_consume import create_topic, latency, wait_for_leaders  # noqa: E402
 from benchmarks.reference.kafka import KAFKA_VERSION, KafkaReference  # noqa: E402
+from benchmarks.transactions import count_committed  # noqa: E402
 from rivulet.testing import BrokerProcess, free_port  # noqa: E402
 from tests import java_tools  # noqa: E402
 from tests.tls_certs import CertSet, make_test_certs  # noqa: E402
@@ -105,11 +129,25 @@ LATENCY_ACKS = ("1", "all")
 LATENCY_CASES = [(rate, linger, acks) for rate in LATENCY_RATES for linger in LATENCY_LINGERS for acks in LATENCY_ACKS]
 GROUP_MEMBERS = 10
 TOOL_TIMEOUT = 1800.0
-# What --skip can leave out: each a family of rows.
-PARTS = ("java", "compression", "many", "latency", "group")
+# Issue 32's rows. Transactions: records per transaction, and the record size.
+TXN_PER = (100, 10_000)
+TXN_SIZE = 100
+# At least this many records in transactions of 100 warm the transaction paths up (untimed).
+TXN_WARMUP = 10_000
+GROUP100_MEMBERS = 100
+# (group.protocol, the classic protocol's assignor)
+GROUP100_CASES = (("classic", "range"), ("consumer", "-"))
+SHARE_MEMBERS = (1, 4, 8)
+SHARE_GENERATORS = {"confluent": "confluent-kafka ShareConsumer (threads here)",
+                    "java": "KafkaShareConsumer (ShareAcks.java)"}
+SHARE_SIZE = 100
+# What --skip can leave out (and --only pick): each a family of rows. "base": the produce and
+# consume rows of rdkafka_performance and (unless "java" is left out) Kafka's Java tools.
+PARTS = ("base", "java", "compression", "many", "latency", "group", "txn", "group100", "share")
 SECURITY = ("plaintext", "tls", "sasl_ssl")
-# Rows whose clients cannot use the secured listener (benchmarks.groups: Rivulet's own client).
-NOT_SECURED = {"group"}
+# Rows whose clients cannot use the secured listener (benchmarks.groups: Rivulet's own client;
+# txn_perf, groups.protocol_run and share_groups take no TLS settings).
+NOT_SECURED = {"group", "txn", "group100", "share"}
 SCRAM_MECHANISM = "SCRAM-SHA-512"
 SCRAM_USER, SCRAM_PASSWORD = "bench", "bench-secret"
 SCRAM_ITERATIONS = 8192
@@ -229,14 +267,16 @@ class Rate:
     seconds: float
 
 
-def with_cpu(broker_pid: int, fn: Callable[[], T]) -> tuple[T, CpuUse, CpuUse]:
+def with_cpu(broker_pid: int, fn: Callable[[], T], in_process: bool = False) -> tuple[T, CpuUse, CpuUse]:
     """Run ``fn`` (which runs load-generator processes to completion) and return its result,
     the CPU of the child processes reaped meanwhile (the load generators: this process runs
-    nothing else in parallel), and the broker's CPU over the same window."""
-    r0, b0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), tree_cpu_seconds(broker_pid), time.monotonic()
+    nothing else in parallel), and the broker's CPU over the same window. ``in_process``: the
+    load generator is ``fn`` itself (clients on threads here), so its CPU is this process's."""
+    who = resource.RUSAGE_SELF if in_process else resource.RUSAGE_CHILDREN
+    r0, b0, t0 = resource.getrusage(who), tree_cpu_seconds(broker_pid), time.monotonic()
     out = fn()
     wall = time.monotonic() - t0
-    r1, b1 = resource.getrusage(resource.RUSAGE_CHILDREN), tree_cpu_seconds(broker_pid)
+    r1, b1 = resource.getrusage(who), tree_cpu_seconds(broker_pid)
     return (out, CpuUse(r1.ru_utime - r0.ru_utime, r1.ru_stime - r0.ru_stime, wall),
             CpuUse(b1[0] - b0[0], b1[1] - b0[1], wall))
 
@@ -430,6 +470,35 @@ def _java_consume(bs: str, topic: str, count: int, props: dict[str, str]) -> Rat
     return Rate(r.fetch_records_per_sec, r.fetch_mb_per_sec * 1.048576, r.fetch_ms / 1000)  # MiB/s -> MB/s
 
 
+def _txn(bs: str, topic: str, count: int, per_txn: int) -> Rate:
+    s = txn_perf.run(bs, topic, count, per_txn, TXN_SIZE, f"cmp-txn-{uuid.uuid4().hex[:8]}", timeout=TOOL_TIMEOUT)
+    return Rate(s.records_per_sec, s.mb_per_sec(TXN_SIZE), s.seconds)
+
+
+def _share(client: str, bs: str, topic: str, count: int, members: int, timeout: float) -> share_groups.ShareFigures:
+    if client == "java":
+        return share_groups.java_share_figures(bs, topic, count, members, timeout)
+    return share_groups.share_figures(client, bs, topic, count, members, timeout)
+
+
+def share_rate(f: share_groups.ShareFigures) -> Rate:
+    """The steady state: from the first acknowledgement to the last (the join is its own row)."""
+    if f.steady_rate is None:
+        raise RuntimeError(f"all {f.records:,} records came in the first acknowledgement: no steady rate")
+    return Rate(f.steady_rate, f.steady_rate * SHARE_SIZE / 1e6, f.seconds - f.first_ack_s)
+
+
+def txn_counts(records: int, records_100: int) -> list[tuple[int, int]]:
+    """(records per transaction, records in all) for each transaction row: whole transactions,
+    at least one."""
+    return [(per, max(per, (records_100 if per == 100 else records) // per * per)) for per in TXN_PER]
+
+
+def skipped_parts(skip: set[str], only: set[str] | None) -> set[str]:
+    """The families left out: ``--skip``'s, and with ``--only`` every family not named."""
+    return set(skip) | (set(PARTS) - only if only is not None else set())
+
+
 # ---------------------------------------------------------------------------- workloads
 
 
@@ -454,16 +523,18 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
         except Exception:
             log(f"  {broker.kind}: {name} FAILED\n{traceback.format_exc()}")
 
-    def load(key: str, name: str, fn: Callable[[], Rate], create: str | None = None) -> None:
+    def load(key: str, name: str, fn: Callable[[], Rate], create: str | None = None, in_process: bool = False,
+             cpu_over_wall: bool = False) -> None:
         """A throughput figure with the generator's and the broker's CPU: all the CPU of the
         generator's processes over the interval its figure measured, an upper bound of its
         share of a core while measured (its start-up counts in). ``create``: a topic to make
-        first, outside the measured window."""
+        first, outside the measured window; ``in_process``: see with_cpu; ``cpu_over_wall``: the
+        CPU shares over the whole run instead (a figure whose window leaves out most of the run)."""
         def go() -> None:
             if create is not None:
                 _create(bs, [create], PARTITIONS)
-            rate, gen, brk = with_cpu(broker.pid, fn)
-            over = min(rate.seconds, gen.wall) or gen.wall
+            rate, gen, brk = with_cpu(broker.pid, fn, in_process)
+            over = gen.wall if cpu_over_wall else min(rate.seconds, gen.wall) or gen.wall
             results.update({f"{key}.rps": rate.records_per_sec, f"{key}.mbps": rate.mb_per_sec,
                             f"{key}.measured_s": rate.seconds, f"{key}.wall": gen.wall,
                             f"{key}.gen_s": gen.seconds, f"{key}.gen_pct": gen.percent_of_core(over),
@@ -495,7 +566,7 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
                 _rdk_consume(lbs, topic, PARTITIONS, count, extra=x)
         attempt("warm-up (untimed)", warm)
 
-    for size, count in sizes:
+    for size, count in sizes if "base" not in args.skip else ():
         for acks in ("1", "all"):
             topic = _topic(f"rdk-{size}-{acks}")
             load(f"rdk_prod_{size}_{acks}", f"rdkafka_performance produce {size} B acks={acks}",
@@ -566,6 +637,62 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
     if "group" not in args.skip:
         attempt(f"{GROUP_MEMBERS}-member group to Stable", grp)
 
+    if args.warmup and not {"txn", "group100", "share"} <= args.skip:
+        # Untimed, as the warm-up above: the first use of each makes an internal topic on both
+        # brokers (__transaction_state, __consumer_offsets, __share_group_state) and the first
+        # calls of its paths are Kafka's JIT's; neither belongs in the figures.
+        def warm_issue32() -> None:
+            if "txn" not in args.skip:
+                topic = _topic("warm-txn")
+                _create(bs, [topic], PARTITIONS)
+                _txn(lbs, topic, max(TXN_WARMUP, args.warmup // 10) // 100 * 100, 100)
+            if "group100" not in args.skip:
+                groups.protocol_run(bs, 2, "classic", "range", changes=())
+            if "share" not in args.skip:
+                records = max(100, args.warmup // 10)
+                for client in SHARE_GENERATORS:
+                    _share(client, lbs, share_groups.fill(bs, records, SHARE_SIZE), records, 1, args.share_timeout)
+        attempt("warm-up of the transaction, group and share paths (untimed)", warm_issue32)
+
+    if "txn" not in args.skip:
+        for per_txn, count in txn_counts(args.txn_records, args.txn_records_100):
+            key, topic = f"txn_{per_txn}", _topic(f"txn{per_txn}")
+            load(key, f"txnperf, transactions of {per_txn:,}", functools.partial(_txn, lbs, topic, count, per_txn),
+                 create=topic)
+
+            def check(key: str = key, topic: str = topic, count: int = count) -> None:
+                got = count_committed(bs, topic, PARTITIONS)
+                if got != count:  # a figure for records that did not all arrive is no figure
+                    for k in [k for k in results if k.startswith(f"{key}.")]:
+                        del results[k]
+                    raise RuntimeError(f"read {got:,} committed records of {count:,}: {key} dropped")
+            if f"{key}.rps" in results:
+                attempt(f"read_committed check of {key}", check)
+
+    def group100(protocol: str, strategy: str) -> None:
+        took = groups.protocol_run(bs, GROUP100_MEMBERS, protocol, strategy, changes=())["start"][0]
+        if took >= groups.SETTLE_TIMEOUT:
+            raise RuntimeError(f"not settled in {took:.0f} s")
+        results[f"group100_{protocol}"] = took
+    if "group100" not in args.skip:
+        for protocol, strategy in GROUP100_CASES:
+            attempt(f"{GROUP100_MEMBERS}-member group, {protocol} protocol, to every member assigned",
+                    functools.partial(group100, protocol, strategy))
+
+    def share(client: str, members: int) -> None:
+        topic = share_groups.fill(bs, args.share_records, SHARE_SIZE)  # outside the measured window
+        key = f"share_{client}_{members}"
+
+        def run() -> Rate:
+            f = _share(client, lbs, topic, args.share_records, members, args.share_timeout)
+            results[f"{key}_first_ack"] = f.first_ack_s
+            return share_rate(f)
+        load(key, f"share group, {client} x{members}", run, in_process=client != "java", cpu_over_wall=True)
+    if "share" not in args.skip:
+        for client in SHARE_GENERATORS:
+            for members in SHARE_MEMBERS:
+                attempt(f"fill and share group, {client} x{members}", functools.partial(share, client, members))
+
     results["rss"] = rss_kib(broker.pid) / 1024
     results["load_after"] = os.getloadavg()[0]
     log(f"  {broker.kind}: RSS {results['rss']:.0f} MiB")
@@ -585,6 +712,13 @@ def _declare_figures() -> None:
     for size, label in ((100, "100 B"), (1024, "1 KiB")):
         THROUGHPUTS.append((f"rdk_cons_{size}", f"consume {label}, full topic", "rdkafka_performance"))
         THROUGHPUTS.append((f"java_cons_{size}", f"consume {label}, full topic", "ConsumerPerformance"))
+    for per_txn in TXN_PER:
+        THROUGHPUTS.append((f"txn_{per_txn}", f"transactions of {per_txn:,} records, {TXN_SIZE} B, acks=all",
+                            "franz-go txnperf"))
+    for client, generator in SHARE_GENERATORS.items():
+        for members in SHARE_MEMBERS:
+            THROUGHPUTS.append((f"share_{client}_{members}", f"share group, {members} consumer(s), records "
+                                f"acknowledged after the first, 1 partition", generator))
     many = f"{MANY_TOPICS * MANY_PARTITIONS_EACH:,} partitions ({MANY_TOPICS} topics), 1 KiB"
     gens = f"rdkafka_performance x{MANY_TOPICS}"
     THROUGHPUTS.append(("rdk_prod_many", f"produce {many}, acks=1", gens))
@@ -596,6 +730,14 @@ def _declare_figures() -> None:
     _figure("jlat_avg", "Java EndToEndLatency average (acks=all, one at a time)", "ms", False)
     _figure("jlat_p99", "Java EndToEndLatency p99 (whole ms)", "ms", False)
     _figure("group_stable", f"{GROUP_MEMBERS}-member group start -> Stable", "ms", False)
+    for client, generator in SHARE_GENERATORS.items():
+        for members in SHARE_MEMBERS:
+            _figure(f"share_{client}_{members}_first_ack", f"share group, {members} consumer(s), {generator}: "
+                    "first subscribe -> first acknowledgement confirmed", "s", False)
+    for protocol, strategy in GROUP100_CASES:
+        name = f"classic protocol ({strategy}, eager)" if protocol == "classic" else "consumer protocol (KIP-848)"
+        _figure(f"group100_{protocol}", f"{GROUP100_MEMBERS}-member group start -> every member assigned, {name}, "
+                "confluent-kafka", "s", False)
     _figure("startup", "start-up to first Metadata response", "s", False)
     _figure("rss", "broker RSS after the run", "MiB", False)
 
@@ -729,7 +871,7 @@ def context(argv: list[str], args: argparse.Namespace, wall: float, load_before:
         f"- versions: Rivulet {rivulet.__version__}, Apache Kafka {KAFKA_VERSION} ({jv}, -Xmx1g, G1), "
         f"rdkafka_performance {rdkafka_perf.RDKAFKA_VERSION} (built from Debian's source), "
         f"Python {platform.python_version()}, confluent-kafka {ck} / librdkafka {confluent_kafka.libversion()[0]} "
-        f"(latency rows only)",
+        f"(latency, group100 and share rows)",
         f"- machine: {os.cpu_count()} CPUs (nproc {len(os.sched_getaffinity(0))}), MemTotal {mem}, "
         f"{platform.system()} {platform.release()}; brokers and load generators share the machine; "
         f"load average (1/5/15 min) {load_before} before the run, {loadavg()} after; 1-minute load average "
@@ -750,7 +892,27 @@ def context(argv: list[str], args: argparse.Namespace, wall: float, load_before:
         f"core over the interval the figure measured, so an upper bound for the generator; wall time "
         f"{wall / 60:.1f} min"
         + (f"; left out: {', '.join(sorted(args.skip))}" if args.skip else ""),
+        *_issue32_context(args),
     ]
+
+
+def _issue32_context(args: argparse.Namespace) -> list[str]:
+    """The workload of issue 32's rows that ran."""
+    parts = []
+    if "txn" not in args.skip:
+        counts = ", ".join(f"{n:,} records in transactions of {per:,}"
+                           for per, n in txn_counts(args.txn_records, args.txn_records_100))
+        parts.append(f"transactions: franz-go {txn_perf.FRANZ_GO_VERSION} (txnperf), {counts}, {TXN_SIZE} B, "
+                     f"{PARTITIONS} partitions, linger 10 ms, acks=all; checked with read_committed")
+    if "group100" not in args.skip:
+        parts.append(f"{GROUP100_MEMBERS}-member group: confluent-kafka consumers, one process, "
+                     f"{2 * GROUP100_MEMBERS} partitions, each broker's default heartbeat intervals")
+    if "share" not in args.skip:
+        parts.append(f"share groups: {args.share_records:,} x {SHARE_SIZE} B records on 1 partition per run, "
+                     f"{', '.join(map(str, SHARE_MEMBERS))} consumers, implicit acknowledgement; records/s from "
+                     f"the first acknowledgement confirmed to the last (the first batch left out), the join "
+                     f"(first subscribe -> first acknowledgement) a row of its own")
+    return [f"- issue 32 rows: {'; '.join(parts)}"] if parts else []
 
 
 def main() -> None:
@@ -766,19 +928,32 @@ def main() -> None:
     ap.add_argument("--no-java-consumer", action="store_true", help="skip ConsumerPerformance")
     ap.add_argument("--skip", type=lambda v: set(filter(None, v.split(","))), default=set(),
                     help=f"leave out these rows, comma-separated: {', '.join(PARTS)}")
+    ap.add_argument("--only", type=lambda v: set(filter(None, v.split(","))), default=None,
+                    help="run only these families (the others are skipped), comma-separated, e.g. txn,group100,share")
+    ap.add_argument("--txn-records", type=int, default=1_000_000, help="records in transactions of 10,000")
+    ap.add_argument("--txn-records-100", type=int, default=200_000, help="records in transactions of 100")
+    ap.add_argument("--share-records", type=int, default=200_000, help="records per share-group run")
+    ap.add_argument("--share-timeout", type=float, default=600.0, help="seconds a share-group run may take")
     ap.add_argument("--json", type=Path, help="also write every round's figures to this file")
     ap.add_argument("--security", choices=SECURITY, default="plaintext",
                     help="the load generators' listener on both brokers: TLS 1.3 (tls), or TLS 1.3 with "
                          f"SASL {SCRAM_MECHANISM} (sasl_ssl); leaves out: {', '.join(sorted(NOT_SECURED))}")
     argv = sys.argv[1:]
     args = ap.parse_args(argv)
-    if unknown := args.skip - set(PARTS):
-        ap.error(f"--skip: unknown {', '.join(sorted(unknown))}; choose from {', '.join(PARTS)}")
+    for flag, names in (("--skip", args.skip), ("--only", args.only or set())):
+        if unknown := names - set(PARTS):
+            ap.error(f"{flag}: unknown {', '.join(sorted(unknown))}; choose from {', '.join(PARTS)}")
+    args.skip = skipped_parts(args.skip, args.only)
     reason = java_tools.java_available()
     if reason is not None:
         sys.exit(f"Kafka's Java tools are unavailable: {reason}")
     if not rdkafka_perf.is_built():
         sys.exit("rdkafka_performance is not built; run: python -m benchmarks.rdkafka_perf build")
+    if "txn" not in args.skip:
+        try:
+            txn_perf.build()
+        except txn_perf.TxnPerfError as e:
+            sys.exit(f"the transaction rows' load generator cannot be built (--skip txn leaves them out): {e}")
     if args.security != "plaintext" and not NOT_SECURED <= args.skip:
         log(f"--security {args.security}: leaving out {', '.join(sorted(NOT_SECURED - args.skip))} "
             f"(its client has no TLS settings here)")

@@ -43,6 +43,8 @@ from rivulet.testing import BrokerProcess
 
 MEMBER_ID_REQUIRED = 79
 UNKNOWN_MEMBER_ID = 25
+# protocol_run gives up waiting for a change to settle after this many seconds (and reports them).
+SETTLE_TIMEOUT = 120.0
 
 
 def subscription(topic: str) -> bytes:
@@ -224,8 +226,10 @@ class Ownership:
         return {"on_assign": on_assign, "on_revoke": on_revoke, "on_lost": on_revoke}
 
 
-def protocol_run(bootstrap: str, n: int, protocol: str, strategy: str) -> dict[str, tuple[float, float, float]]:
-    """{change: (seconds to settle, longest pause, summed pause)} for start, join and leave."""
+def protocol_run(bootstrap: str, n: int, protocol: str, strategy: str,
+                 changes: tuple[str, ...] = ("join", "leave")) -> dict[str, tuple[float, float, float]]:
+    """{change: (seconds to settle, longest pause, summed pause)} for start, then each of
+    ``changes`` (join, leave) in turn."""
     from confluent_kafka import Consumer, Producer
     from confluent_kafka.admin import AdminClient, NewTopic
     partitions = 2 * n
@@ -246,7 +250,7 @@ def protocol_run(bootstrap: str, n: int, protocol: str, strategy: str) -> dict[s
 
     def settle(settled) -> float:
         t0 = fed = time.perf_counter()
-        while not settled() and time.perf_counter() - t0 < 120:
+        while not settled() and time.perf_counter() - t0 < SETTLE_TIMEOUT:
             if time.perf_counter() - fed >= 0.5:  # a record per partition twice a second: a feed, not a load
                 fed = time.perf_counter()
                 for i in range(partitions):
@@ -265,7 +269,7 @@ def protocol_run(bootstrap: str, n: int, protocol: str, strategy: str) -> dict[s
         add(f"m{i}")
     took = settle(spread)
     out["start"] = (took, 0.0, 0.0)
-    for change in ("join", "leave"):
+    for change in changes:
         own.gaps.clear()
         if change == "join":
             add(f"m{n}")

@@ -12,6 +12,8 @@ figure is records consumed per second over the same span (auto-commit on, as usu
 this starts has no initial rebalance delay), so it is the ceiling a queue is measured against:
 a share consumer must also acknowledge every record, and its partition is shared.
 Both clients run: confluent-kafka's ShareConsumer and Consumer (librdkafka), and Rivulet's own.
+``--clients java`` adds Kafka's Java KafkaShareConsumer (``benchmarks/java/ShareAcks.java``, one
+JVM, a thread per consumer, counted the same way; share rows only).
 The machine's load average is printed before and after each run.
 
     python -m benchmarks.share_groups                    # starts its own broker
@@ -21,13 +23,26 @@ The machine's load average is printed before and after each run.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
+import re
+import sys
 import threading
 import time
 import uuid
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rivulet.testing import BrokerProcess
+
+
+SHARE_ACKS = Path(__file__).resolve().parent / "java" / "ShareAcks.java"
+_JAVA_SUMMARY = re.compile(r"^acked (\d+) seconds ([0-9.]+) first ([0-9.]+) batch (\d+) failed \d+$", re.M)
+
+
+class ShareRunError(RuntimeError):
+    """Fewer records than asked for were acknowledged (or consumed) before the timeout."""
 
 
 def clients(name: str) -> tuple[Any, Any]:
@@ -66,6 +81,29 @@ def earliest(bootstrap: str, group: str) -> None:
         f.result(30)
 
 
+@dataclass(frozen=True)
+class ShareFigures:
+    """A share run: ``records`` acknowledged in ``seconds`` from before the first subscribe; the
+    first acknowledgement confirmed ``first_ack_s`` in, for ``first_batch`` records."""
+
+    records: int
+    seconds: float
+    first_ack_s: float
+    first_batch: int
+
+    @property
+    def rate(self) -> float:
+        """Records per second, the join included."""
+        return self.records / max(self.seconds, 1e-9)
+
+    @property
+    def steady_rate(self) -> float | None:
+        """Records per second after the first acknowledgement (the join and the first batch
+        left out); None when the first batch was all of them."""
+        span = self.seconds - self.first_ack_s
+        return (self.records - self.first_batch) / span if span > 0 and self.records > self.first_batch else None
+
+
 class Tally:
     def __init__(self, target: int) -> None:
         self.target = target
@@ -74,11 +112,18 @@ class Tally:
         self.failed = 0
         self.first = time.monotonic()
         self.last = 0.0
+        self.first_ack = 0.0
+        self.first_batch = 0
 
     def add(self, n: int) -> None:
         with self.lock:
+            if not self.count:
+                self.first_ack, self.first_batch = time.monotonic(), n
             self.count += n
             self.last = time.monotonic()
+
+    def figures(self) -> ShareFigures:
+        return ShareFigures(self.count, self.last - self.first, self.first_ack - self.first, self.first_batch)
 
     @property
     def done(self) -> bool:
@@ -89,6 +134,11 @@ class Tally:
 
 
 def share_run(client: str, bootstrap: str, topic: str, records: int, members: int, timeout: float) -> float:
+    return share_figures(client, bootstrap, topic, records, members, timeout).rate
+
+
+def share_figures(client: str, bootstrap: str, topic: str, records: int, members: int,
+                  timeout: float) -> ShareFigures:
     ShareConsumer, _ = clients(client)
     group = f"share-bench-{uuid.uuid4().hex[:6]}"
     earliest(bootstrap, group)
@@ -121,9 +171,35 @@ def share_run(client: str, bootstrap: str, topic: str, records: int, members: in
     for c in consumers:
         c.close()
     if not tally.done:
-        raise SystemExit(f"{client} x{members}: {tally.count} of {records} acknowledged in {timeout:.0f} s "
+        raise ShareRunError(f"{client} x{members}: {tally.count} of {records} acknowledged in {timeout:.0f} s "
                          f"({tally.failed} failed)")
-    return tally.rate()
+    return tally.figures()
+
+
+def parse_java_summary(text: str) -> ShareFigures:
+    """ShareAcks.java's summary line."""
+    m = _JAVA_SUMMARY.search(text)
+    if m is None:
+        raise ShareRunError(f"no ShareAcks summary in: {text[-2000:]!r}")
+    return ShareFigures(int(m[1]), float(m[2]), float(m[3]), int(m[4]))
+
+
+def java_share_run(bootstrap: str, topic: str, records: int, members: int, timeout: float) -> float:
+    return java_share_figures(bootstrap, topic, records, members, timeout).rate
+
+
+def java_share_figures(bootstrap: str, topic: str, records: int, members: int, timeout: float) -> ShareFigures:
+    """share_figures with Kafka's Java KafkaShareConsumer: one JVM, a thread per consumer."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests import java_tools
+    group = f"share-bench-{uuid.uuid4().hex[:6]}"
+    earliest(bootstrap, group)
+    try:  # source-file mode: the JVM compiles it, before its clock starts
+        run = java_tools.run_tool(str(SHARE_ACKS), [bootstrap, topic, group, str(members), str(records), str(timeout)],
+                                  timeout=timeout + 120)
+    except java_tools.JavaToolError as e:
+        raise ShareRunError(f"java x{members}: {e}") from e
+    return parse_java_summary(run.stdout)
 
 
 def classic_run(client: str, bootstrap: str, topic: str, records: int, timeout: float) -> float:
@@ -141,7 +217,7 @@ def classic_run(client: str, bootstrap: str, topic: str, records: int, timeout: 
     finally:
         c.close()
     if not tally.done:
-        raise SystemExit(f"{client} classic: {tally.count} of {records} consumed in {timeout:.0f} s")
+        raise ShareRunError(f"{client} classic: {tally.count} of {records} consumed in {timeout:.0f} s")
     return tally.rate()
 
 
@@ -155,7 +231,7 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=50_000)
     ap.add_argument("--size", type=int, default=100, help="value bytes")
     ap.add_argument("--members", type=int, nargs="+", default=[1, 4, 8])
-    ap.add_argument("--clients", nargs="+", default=["confluent", "rivulet"])
+    ap.add_argument("--clients", nargs="+", default=["confluent", "rivulet"], choices=["confluent", "rivulet", "java"])
     ap.add_argument("--timeout", type=float, default=300.0)
     args = ap.parse_args()
     broker = None
@@ -169,15 +245,21 @@ def main() -> None:
               f"before and after each run")
         print(f"{'client':<10} {'consumers':<12} {'records/s':>10}   load before -> after")
         for client in args.clients:
-            runs: list[tuple[str, Any]] = [("classic x1", lambda t: classic_run(client, bootstrap, t, args.records,
-                                                                               args.timeout))]
+            runs: list[tuple[str, Any]] = []
+            if client != "java":
+                runs.append(("classic x1", lambda t, client=client: classic_run(client, bootstrap, t, args.records,
+                                                                                   args.timeout)))
             for k in args.members:
-                runs.append((f"share x{k}", lambda t, k=k: share_run(client, bootstrap, t, args.records, k,
-                                                                     args.timeout)))
+                share = java_share_run if client == "java" else functools.partial(share_run, client)
+                runs.append((f"share x{k}", lambda t, k=k, share=share: share(bootstrap, t, args.records, k,
+                                                                              args.timeout)))
             for label, run in runs:
                 topic = fill(bootstrap, args.records, args.size)
                 before = load()
-                rate = run(topic)
+                try:
+                    rate = run(topic)
+                except ShareRunError as e:
+                    raise SystemExit(str(e)) from e
                 print(f"{client:<10} {label:<12} {rate:>10,.0f}   {before} -> {load()}", flush=True)
     finally:
         if broker is not None:

@@ -118,3 +118,75 @@ def test_run_many_collects_each_output_in_order_and_raises_on_a_failure(tmp_path
     assert [rdkafka_perf.parse_consumer(o).records for o in outs] == [7, 9]
     with pytest.raises(RdkafkaPerfError, match="exited 3"):
         rdkafka_perf.run_many([["1"], ["0"]], timeout=30)
+
+
+# ---------------------------------------------------------------------------- issue 32's rows
+
+
+def test_txnperf_summary_and_rate():
+    from benchmarks.txn_perf import TxnPerfError, parse_summary
+
+    s = parse_summary("records=20000 transactions=200 seconds=0.250000\n")
+    assert (s.records, s.transactions, s.seconds) == (20_000, 200, 0.25)
+    assert s.records_per_sec == 80_000.0 and s.mb_per_sec(100) == 8.0
+    with pytest.raises(TxnPerfError):
+        parse_summary("commit: INVALID_TXN_STATE\n")
+
+
+def test_share_acks_summary():
+    from benchmarks.share_groups import ShareRunError, parse_java_summary
+
+    f = parse_java_summary("acked 10500 seconds 7.000000 first 5.000000 batch 500 failed 0\n")
+    assert (f.records, f.seconds, f.first_ack_s, f.first_batch) == (10_500, 7.0, 5.0, 500)
+    assert f.rate == 1_500.0 and f.steady_rate == 5_000.0  # the join and the first batch left out
+    with pytest.raises(ShareRunError):
+        parse_java_summary("acked 10 seconds 1.0 failed 0\n")
+
+
+def test_share_steady_rate_needs_more_than_the_first_batch():
+    from benchmarks.compare import share_rate
+    from benchmarks.share_groups import ShareFigures
+
+    assert ShareFigures(500, 5.0, 5.0, 500).steady_rate is None
+    with pytest.raises(RuntimeError, match="no steady rate"):
+        share_rate(ShareFigures(500, 5.0, 5.0, 500))
+    r = share_rate(ShareFigures(2_500, 3.0, 1.0, 500))
+    assert (r.records_per_sec, r.mb_per_sec, r.seconds) == (1_000.0, 0.1, 2.0)
+
+
+def test_transaction_rows_run_whole_transactions():
+    from benchmarks.compare import txn_counts
+
+    assert txn_counts(1_000_000, 200_000) == [(100, 200_000), (10_000, 1_000_000)]
+    # rounded down to whole transactions, never below one
+    assert txn_counts(25_000, 150) == [(100, 100), (10_000, 20_000)]
+    assert txn_counts(10, 10) == [(100, 100), (10_000, 10_000)]
+
+
+def test_only_skips_every_family_it_does_not_name():
+    from benchmarks.compare import PARTS, skipped_parts
+
+    assert skipped_parts({"java"}, None) == {"java"}
+    assert skipped_parts(set(), {"txn", "share"}) == set(PARTS) - {"txn", "share"}
+    assert "base" in skipped_parts({"share"}, {"txn", "share"})  # --skip still wins
+
+
+def test_cpu_of_an_in_process_generator_is_this_process(tmp_path):
+    import os
+    import subprocess
+
+    from benchmarks.compare import with_cpu
+
+    def spin() -> int:
+        n, t = 0, os.times()
+        while os.times().user - t.user < 0.2:
+            n += 1
+        return n
+
+    _, gen, _ = with_cpu(os.getpid(), spin, in_process=True)
+    assert gen.seconds >= 0.2
+    _, gen, _ = with_cpu(os.getpid(), spin)  # counts the reaped children only: none ran
+    assert gen.seconds == 0.0
+    _, gen, _ = with_cpu(os.getpid(), lambda: subprocess.run(["sh", "-c", "i=0; while [ $i -lt 200000 ]; do "
+                                                               "i=$((i+1)); done"], check=True))
+    assert gen.seconds > 0.0
