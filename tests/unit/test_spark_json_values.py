@@ -82,3 +82,15 @@ def test_types_arrow_cannot_read_and_registry_options_are_refused_when_planned()
         ValueFormat.parse({"valueformat": "avro", "valueschema": "a INT", "schema.registry.url": "http://x"}, ["t"])
     with pytest.raises(ValueError, match="does not read MAP"):
         ValueFormat.parse({"valueformat": "json", "valueschema": "m MAP<STRING, INT>"}, ["t"])
+
+
+def test_a_worker_freezes_what_it_imported_once_so_sparks_collections_after_each_task_are_cheap():
+    import subprocess
+    import sys
+    code = ("import gc, time; import rivulet.spark.source, rivulet.spark.sink; "
+            "from rivulet.spark._worker import freeze_imported; "
+            "before = gc.get_freeze_count(); freeze_imported(); first = gc.get_freeze_count(); freeze_imported(); "
+            "print(before, first, gc.get_freeze_count())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    before, first, again = map(int, out)
+    assert before == 0 and first > 10_000 and again == first
