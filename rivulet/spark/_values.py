@@ -1,28 +1,33 @@
-"""``valueFormat``: values in a schema registry's wire format decoded into a typed ``value``
-column (docs/spark.md). The writer's schemas come from the registry by id; the column's type
-is the reader's schema, the subject's latest version when the query is planned."""
+"""``valueFormat``: values decoded into a typed ``value`` column (docs/spark.md): values in a
+schema registry's wire format, whose writer's schemas come from the registry by id (the
+column's type is the reader's schema, the subject's latest version when the query is planned),
+or plain JSON of a schema given in ``valueSchema``."""
 
 from __future__ import annotations
 
+import json
 import ssl
 import threading
 from dataclasses import dataclass
 from typing import Mapping
 
 import pyarrow as pa
+from pyspark.sql.types import StructType
 
 from rivulet.registry.arrow import ArrowDecoder, arrow_type
 from rivulet.registry.client import RegisteredSchema, RegistryClient, RegistryError
 from rivulet.registry.schema_types import FORMAT_TYPES
+from rivulet.spark._json_values import JsonDecoder, parse_schema
 
 # The source's options for it, lower-case (Spark's options are case-insensitive). The
 # schema.registry.* names are those of Confluent's serializers and SchemaRegistryClient.
 OPTIONS = frozenset({
-    "valueformat", "valuesubject", "valuemessagename", "mode", "schema.registry.url",
+    "valueformat", "valuesubject", "valuemessagename", "valueschema", "mode", "schema.registry.url",
     "schema.registry.basic.auth.user.info", "schema.registry.ssl.ca.location",
     "schema.registry.ssl.certificate.location", "schema.registry.ssl.key.location",
 })
 FAILFAST, PERMISSIVE = "FAILFAST", "PERMISSIVE"
+JSON_FORMAT = "json"  # plain JSON, of the schema in valueSchema
 # PERMISSIVE's columns for a value that could not be decoded (null where it was).
 ERROR_COLUMN, RAW_COLUMN = "valueError", "rawValue"
 
@@ -45,6 +50,7 @@ class ValueFormat:
     certificate_location: str = ""
     key_location: str = ""
     reader: RegisteredSchema | None = None  # filled at planning
+    value_schema: str = ""  # valueFormat=json: the StructType's JSON
 
     @classmethod
     def parse(cls, o: Mapping[str, str], topics: list[str] | None) -> ValueFormat | None:
@@ -53,10 +59,24 @@ class ValueFormat:
         if not fmt:
             for key in OPTIONS - {"valueformat"}:
                 if key in o:
-                    raise ValueError(f"option {key} needs valueFormat (avro, protobuf or json-schema)")
+                    raise ValueError(f"option {key} needs valueFormat (avro, protobuf, json-schema or json)")
             return None
+        mode = o.get("mode", FAILFAST).strip().upper()
+        if mode not in (FAILFAST, PERMISSIVE):
+            raise ValueError(f"option mode must be FAILFAST or PERMISSIVE, got {mode!r}")
+        if fmt == JSON_FORMAT:
+            for key in OPTIONS - {"valueformat", "valueschema", "mode"}:
+                if key in o:
+                    raise ValueError(f"option {key} is for a schema registry's formats, not valueFormat=json")
+            vf = cls(fmt, "", "", permissive=mode == PERMISSIVE, value_schema=parse_schema(o.get("valueschema", "")).json())
+            JsonDecoder(vf.value_type())  # refuses, at planning, a type it cannot read
+            return vf
+        if "valueschema" in o:
+            raise ValueError(f"option valueSchema is for valueFormat=json; valueFormat={fmt} takes the schema "
+                             "from the registry")
         if fmt not in FORMAT_TYPES:
-            raise ValueError(f"option valueFormat must be one of {', '.join(FORMAT_TYPES)}, got {fmt!r}")
+            raise ValueError(f"option valueFormat must be one of {', '.join([*FORMAT_TYPES, JSON_FORMAT])}, "
+                             f"got {fmt!r}")
         url = o.get("schema.registry.url", "").strip()
         if not url:
             raise ValueError(f"valueFormat={fmt} needs the option schema.registry.url")
@@ -66,9 +86,6 @@ class ValueFormat:
                 raise ValueError("option valueSubject must be set unless the query subscribes to one topic "
                                  "(its subject is then <topic>-value)")
             subject = f"{topics[0]}-value"
-        mode = o.get("mode", FAILFAST).strip().upper()
-        if mode not in (FAILFAST, PERMISSIVE):
-            raise ValueError(f"option mode must be FAILFAST or PERMISSIVE, got {mode!r}")
         return cls(fmt, url.split(",")[0].strip(), subject, o.get("valuemessagename") or None, mode == PERMISSIVE,
                    o.get("schema.registry.basic.auth.user.info", ""), o.get("schema.registry.ssl.ca.location", ""),
                    o.get("schema.registry.ssl.certificate.location", ""),
@@ -84,6 +101,8 @@ class ValueFormat:
 
     def planned(self) -> ValueFormat:
         """With the subject's latest schema as the reader's, checked to be of the format."""
+        if self.fmt == JSON_FORMAT:
+            return self
         try:
             latest = self.client().latest(self.subject)
         except RegistryError as e:
@@ -95,6 +114,9 @@ class ValueFormat:
                            self.ca_location, self.certificate_location, self.key_location, latest)
 
     def value_type(self) -> pa.DataType:
+        if self.fmt == JSON_FORMAT:
+            from pyspark.sql.pandas.types import to_arrow_type
+            return to_arrow_type(StructType.fromJson(json.loads(self.value_schema)), timezone="UTC")
         assert self.reader is not None, "planned first"
         return arrow_type(self.reader, self.message_name)
 
@@ -102,6 +124,8 @@ class ValueFormat:
 def spark_value_type(vf: ValueFormat):  # type: ignore[no-untyped-def]
     """The ``value`` column's Spark type (``ValueError`` for a type Spark has not)."""
     from pyspark.sql.pandas.types import from_arrow_type
+    if vf.fmt == JSON_FORMAT:
+        return StructType.fromJson(json.loads(vf.value_schema))
     try:
         return from_arrow_type(vf.value_type())
     except TypeError as e:
@@ -110,17 +134,21 @@ def spark_value_type(vf: ValueFormat):  # type: ignore[no-untyped-def]
 
 
 # One decoder per executor process and reader schema: each keeps the writers' schemas it parsed.
-_decoders: dict[ValueFormat, tuple[ArrowDecoder, pa.DataType]] = {}
+_decoders: dict[ValueFormat, tuple[ArrowDecoder | JsonDecoder, pa.DataType]] = {}
 _lock = threading.Lock()
 
 
-def _decoder(vf: ValueFormat) -> tuple[ArrowDecoder, pa.DataType]:
+def _decoder(vf: ValueFormat) -> tuple[ArrowDecoder | JsonDecoder, pa.DataType]:
     with _lock:
         found = _decoders.get(vf)
         if found is None:
             from pyspark.sql.pandas.types import to_arrow_type
-            assert vf.reader is not None
-            decoder = ArrowDecoder(vf.client(), vf.reader, vf.message_name)
+            decoder: ArrowDecoder | JsonDecoder
+            if vf.fmt == JSON_FORMAT:
+                decoder = JsonDecoder(vf.value_type())
+            else:
+                assert vf.reader is not None
+                decoder = ArrowDecoder(vf.client(), vf.reader, vf.message_name)
             # Spark's own Arrow layout of the type (its list items are "element").
             found = _decoders[vf] = (decoder, to_arrow_type(spark_value_type(vf), timezone="UTC"))
         return found
@@ -131,7 +159,7 @@ def decode_batch(vf: ValueFormat, batch: pa.RecordBatch) -> pa.RecordBatch:
     decoder, spark_type = _decoder(vf)
     at = batch.schema.get_field_index("value")
     raw = batch.column(at)
-    decoded = decoder.decode(raw.to_pylist())
+    decoded = decoder.decode(raw) if isinstance(decoder, JsonDecoder) else decoder.decode(raw.to_pylist())
     if decoded.faults and not vf.permissive:
         f = decoded.faults[0]
         offset = batch.column(batch.schema.get_field_index("offset"))[f.index].as_py()

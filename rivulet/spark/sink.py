@@ -36,6 +36,7 @@ from rivulet.client.types import ConsumerGroupMetadata, TopicPartition
 from rivulet.common.time import now_ms
 from rivulet.protocol.compression import CODEC_IDS
 from rivulet.protocol.errors import ErrorCode
+from rivulet.spark._worker import freeze_imported
 from rivulet.spark._options import (PRODUCER_REFUSED, SINK_KAFKA_OPTIONS, SINK_OPTIONS, check_kafka_options,
                                     security_options, warn_unknown_options)
 from rivulet.protocol.records import Record
@@ -330,6 +331,7 @@ def write_partition(opts: SinkOptions, batches: Iterator[Any], write_id: str, ba
     """Write one task's rows once per (write id, batch id, partition id), whatever the retries.
     ``producers``: where the producer is kept for the next batch (None: closed at the end, for
     a write id no later task uses)."""
+    freeze_imported()
     first, batches = _peek(iter(batches))
     if first is None:
         return SinkCommit(partition_id, 0, False)

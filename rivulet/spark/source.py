@@ -40,6 +40,7 @@ from rivulet.spark._options import (CONSUMER_REFUSED, SOURCE_KAFKA_OPTIONS, SOUR
                                     security_options, warn_unknown_options)
 from rivulet.spark._records import Chunk, decode_into, next_offset_after
 from rivulet.spark._values import ValueFormat, decode_batch
+from rivulet.spark._worker import freeze_imported
 
 log = logging.getLogger("rivulet.spark")
 
@@ -658,6 +659,7 @@ class _Fetcher:
 
 def read_range(opts: SourceOptions, rp: RangePartition) -> Iterator[Any]:
     """Yield the records of [rp.start, rp.end) of one partition as Arrow record batches."""
+    freeze_imported()
     if rp.end <= rp.start:
         return
     tp = TP(rp.topic, rp.partition)

@@ -69,3 +69,39 @@ def test_avro_topic_reads_into_typed_columns(registry_broker, spark):
     assert next(r for r in good if r.sensor == "s10").unit == "C"  # written with V2
     assert len(bad) == 1 and bad[0].rawValue == b"not avro" and bad[0].sensor is None
     assert bad[0].valueError.startswith("bad-magic")
+
+
+def test_json_values_read_into_typed_columns_as_from_json_reads_them(registry_broker, spark):
+    """valueFormat=json needs no registry: the values parse in the source into the columns
+    from_json gives, and a value that is not JSON of the schema is null with its reason."""
+    from pyspark.sql import functions as F
+    broker, _ = registry_broker
+    topic = create_topic(broker.bootstrap, f"orders-{uuid.uuid4().hex[:6]}", 2)
+    ddl = "id STRING, n INT, price DOUBLE, at TIMESTAMP, tags ARRAY<STRING>, item STRUCT<sku: STRING, day: DATE>"
+    docs = [{"id": f"o{i}", "n": i, "price": i * 1.5, "at": f"2026-11-29T09:00:0{i % 10}.250Z",
+             "tags": ["x"] * (i % 3), "item": {"sku": f"k{i}", "day": "2026-11-29"}, "extra": True}
+            for i in range(20)]
+    records = [{"value": json.dumps(d, indent=2 if i % 2 else None).encode(), "partition": i % 2}
+               for i, d in enumerate(docs)]
+    records += [{"value": b'{"id": "bad", "n": "three"}', "partition": 0}, {"value": b"[1, 2]", "partition": 1}]
+    produce(broker.bootstrap, topic, records)
+
+    def read(mode: str):
+        return (spark.read.format("rivulet").option("kafka.bootstrap.servers", broker.bootstrap)
+                .option("subscribe", topic).option("valueFormat", "json").option("valueSchema", ddl)
+                .option("mode", mode).load())
+
+    df = read("PERMISSIVE")
+    rows = df.selectExpr("value.*", "valueError", "rawValue").collect()
+    reference = (spark.read.format("rivulet").option("kafka.bootstrap.servers", broker.bootstrap)
+                 .option("subscribe", topic).load()
+                 .select(F.from_json(F.col("value").cast("string"), ddl).alias("v")).select("v.*")
+                 .where("id LIKE 'o%'").collect())
+    good = sorted((r for r in rows if r.valueError is None), key=lambda r: r.n)
+    assert [tuple(r)[:6] for r in good] == [tuple(r) for r in sorted(reference, key=lambda r: r.n)]
+    assert len(good) == 20 and good[3].at == datetime.datetime(2026, 11, 29, 9, 0, 3, 250000)
+    bad = sorted((r for r in rows if r.valueError is not None), key=lambda r: r.rawValue)
+    assert [r.rawValue for r in bad] == [b"[1, 2]", b'{"id": "bad", "n": "three"}']
+    assert all(r.id is None and r.valueError.startswith("undecodable") for r in bad)
+    with pytest.raises(Exception, match="cannot decode the value"):
+        read("FAILFAST").collect()
