@@ -2,6 +2,7 @@
 
     python -m benchmarks.spark_source                      # its own broker, 1,000,000 x 100 B
     python -m benchmarks.spark_source --records 200000 --skip-kafka
+    python -m benchmarks.spark_source --only pipeline,cluster-pipeline   # the pipeline, both connectors
 
 It produces the records with librdkafka, then times Spark jobs that read the whole topic:
 format("rivulet") into the noop sink, into Parquet, and as a streaming AvailableNow query;
@@ -9,7 +10,10 @@ the same through Spark's Kafka connector (spark-sql-kafka-0-10_2.13 for the inst
 or the nearest release Maven Central has, fetched from there), which also checks that the Java client
 reads Rivulet's log identically (row count and a checksum of every value and offset). Two
 reference rows bound what a Python data source can do here: Spark's own overhead (a Python
-source yielding ready-made Arrow batches) and the decoder alone on one core.
+source yielding ready-made Arrow batches) and the decoder alone on one core. The pipeline
+(the demo's, JSON orders into windows, to a topic and to Parquet) runs on both connectors on
+local[2] and, with ``cluster-pipeline``, on a standalone cluster of one and then two 1-core
+workers.
 """
 
 from __future__ import annotations
@@ -322,7 +326,7 @@ def same_windows(spark, outputs: list[tuple[str, str]]) -> str:
 # ---------------------------------------------------------------- main
 
 
-SECTIONS = ("source", "sink", "pipeline", "cluster")
+SECTIONS = ("source", "sink", "pipeline", "cluster", "cluster-pipeline")
 
 
 def main() -> None:
@@ -360,7 +364,7 @@ def main() -> None:
         orders = f"orders-{tag}"
         admin = AdminClient({"bootstrap.servers": bootstrap})
         new = [NewTopic(topic, args.partitions, 1)]
-        if "pipeline" in only:
+        if only & {"pipeline", "cluster-pipeline"}:
             new.append(NewTopic(orders, args.partitions, 1))
         for f in admin.create_topics(new).values():
             f.result(30)
@@ -368,7 +372,7 @@ def main() -> None:
             secs = produce(bootstrap, topic, args.records, args.size)
             print(f"produced {args.records:,} x {args.size} B into {topic} ({args.partitions} partitions) "
                   f"in {secs:.1f} s", flush=True)
-        if "pipeline" in only:
+        if only & {"pipeline", "cluster-pipeline"}:
             secs = produce_orders(bootstrap, orders, args.events)
             print(f"produced {args.events:,} order events into {orders} in {secs:.1f} s", flush=True)
 
@@ -376,7 +380,7 @@ def main() -> None:
         from rivulet.spark.session import quiet_session
         conf = {"spark.sql.shuffle.partitions": 2, "spark.driver.memory": "2g"}
         kafka_note = ""
-        use_kafka = not args.skip_kafka and bool(only & {"source", "sink", "pipeline"})
+        use_kafka = not args.skip_kafka and bool(only & {"source", "sink", "pipeline", "cluster-pipeline"})
         if use_kafka:
             try:
                 jars, version = kafka_connector_jars(pyspark.__version__)
@@ -403,6 +407,10 @@ def main() -> None:
             spark.stop()
         if "cluster" in only:
             tables.append(("the source on a standalone cluster", cluster_rows(bootstrap, topic, args, tmp)))
+        if "cluster-pipeline" in only:
+            tables.append(("the pipeline on a standalone cluster",
+                           cluster_pipeline_rows(bootstrap, orders, args, tmp, conf.get("spark.jars") if use_kafka
+                                                 else None, kafka_note)))
         if "source" in only:
             tables.append(("no Spark", [decoder_alone(bootstrap, topic, args.repeat)]))
     finally:
@@ -592,6 +600,52 @@ def cluster_rows(bootstrap: str, topic: str, args: argparse.Namespace, tmp: str)
     finally:
         cluster.close()
     return list(rows.values())
+
+
+def cluster_pipeline_rows(bootstrap: str, orders: str, args: argparse.Namespace, tmp: str, kafka_jars: str | None,
+                          kafka_note: str) -> list[Row]:
+    """The pipeline on the standalone cluster of two 1-core workers: an application allowed one
+    executor, then two, each running the pipeline on both connectors (alternated rounds after a
+    warm-up of each). The CPU counted is every process this one started: the broker, the
+    master and workers, their executors and Python workers, the driver."""
+    from pathlib import Path
+
+    from rivulet.spark.session import quiet_session
+    from tests.spark_cluster import StandaloneCluster
+
+    n = args.events
+    rows: list[Row] = []
+    cluster = StandaloneCluster(Path(tmp) / "cluster-pipeline", workers=2).start()
+    try:
+        for k in (1, 2):
+            conf: dict[str, object] = {"spark.cores.max": k, "spark.executor.cores": 1,
+                                       "spark.executor.memory": "768m", "spark.sql.shuffle.partitions": 2}
+            if kafka_jars:
+                conf["spark.jars"] = kafka_jars
+            spark = quiet_session(cluster.master_url, f"rivulet-bench-pipeline-{k}", conf,
+                                  log_path=os.path.join(tmp, f"spark-cluster-pipeline-{k}.log"))
+            try:
+                cluster.wait_for_executors(k)
+                outputs: list[tuple[str, str]] = []
+                name = f"{k} worker{'s' if k > 1 else ''} of 1 core"
+                jobs = [(Row(f"pipeline, rivulet source and sink, {name}", n, unit="events/s"),
+                         pipeline_job(spark, bootstrap, orders, "rivulet", tmp, args.batch, outputs))]
+                if kafka_jars:
+                    jobs.append((Row(f"pipeline, spark-sql-kafka, {name}", n, unit="events/s", note=kafka_note),
+                                 pipeline_job(spark, bootstrap, orders, "kafka", tmp, args.batch, outputs)))
+                for _, fn in jobs:  # warm-up: the executors' JVM and Python workers
+                    fn()
+                alternate(jobs, args.repeat)
+                jobs[0][0].note = same_windows(spark, outputs)
+                rows += [r for r, _ in jobs]
+            finally:
+                spark.stop()
+                deadline = time.monotonic() + 30
+                while cluster.executor_pids() and time.monotonic() < deadline:
+                    time.sleep(0.2)
+    finally:
+        cluster.close()
+    return rows
 
 
 if __name__ == "__main__":
