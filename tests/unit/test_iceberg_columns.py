@@ -107,7 +107,7 @@ def random_log(rnd: random.Random, partition: int) -> PartitionSlice:
     end = rnd.randint(start, lso)
     # The leader reads whole batches from the one holding ``start``; they arrive in chunks.
     headers = [h for b in batches for _, h in rec.iter_batches(b)]
-    keep = [b for b, h in zip(batches, headers) if h.next_offset > start]
+    keep = [b for b, h in zip(batches, headers, strict=True) if h.next_offset > start]
     chunks, i = [], 0
     while i < len(keep):
         k = rnd.randint(1, 4)
