@@ -1,4 +1,4 @@
-"""Topics as Iceberg tables: what translation costs (issue 31, "Costs"). Three measurements:
+"""Topics as Iceberg tables: what translation costs (issue 31, "Costs"). Four measurements:
 
 * ``sidebyside``: the same produce load and then the same consume load (librdkafka's
   ``rdkafka_performance``, records of 100 B, 4 partitions, acks=1, linger.ms=10,
@@ -12,6 +12,10 @@
   table's committed next offsets (from the catalog) against the partitions' high watermarks:
   the lag in records and in seconds (since the newest record the table holds was appended),
   max and p95, and the data files and commits the run made (so the files a day at that rate).
+* ``paced``: a load that does not saturate: ``rdkafka_performance -r`` paces ``--paced-rate``
+  (300,000) records/s of 100 B for ``--paced-seconds`` (20) against a fresh broker with
+  ``iceberg.mode=none``, then ``key_value`` (target lag ``--side-lag-ms``), alternating for
+  ``--rounds``; the rate achieved and the broker's CPU (and its event loop's thread's).
 * ``translate``: ``TopicTable.commit`` of ``--commit-records`` records of random 100 B values
   (key_value) into a fresh SQLite catalog, no broker, one thread: records/s on one core (run it under
   ``taskset -c 0``: pyarrow's own thread pools would otherwise use the other core too).
@@ -19,6 +23,7 @@
     python -m benchmarks.rdkafka_perf build           # once: rdkafka_performance into the cache
     python -m benchmarks.iceberg                      # all three
     python -m benchmarks.iceberg sidebyside --records 10000000 --rounds 2
+    python -m benchmarks.iceberg paced --paced-rate 300000 --paced-seconds 20 --rounds 2
     python -m benchmarks.iceberg lag --lag-ms 10000 60000 --seconds 90
     taskset -c 0 python -m benchmarks.iceberg translate
 
@@ -169,6 +174,39 @@ def sidebyside(args: argparse.Namespace) -> None:
     print(f"\non/off: produce {p1 / p0:.3f} ({p1 / p0 - 1:+.1%}), consume {c1 / c0:.3f} ({c1 / c0 - 1:+.1%})")
 
 
+def paced(args: argparse.Namespace) -> None:
+    count = args.paced_rate * args.paced_seconds
+    runs: dict[str, list[tuple[Load, int]]] = {"none": [], "key_value": []}
+    for r in range(args.rounds):
+        for mode in ("none", "key_value"):
+            b = _broker()
+            try:
+                _create(b.bootstrap, mode, args.side_lag_ms)
+                rdkafka_perf.produce(b.bootstrap, TOPIC, WARMUP, SIZE, "1", timeout=TIMEOUT)  # untimed, as above
+                deadline = time.monotonic() + args.side_lag_ms / 1000 + 60
+                while mode != "none" and table_offsets(_catalog(b.data_dir)) < WARMUP:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the warm-up records never reached the table")
+                    time.sleep(0.2)
+                prod = _load(b.proc.pid, functools.partial(rdkafka_perf.produce, b.bootstrap, TOPIC, count, SIZE, "1",
+                                                           extra=["-r", str(args.paced_rate)], timeout=TIMEOUT))
+                held = table_offsets(_catalog(b.data_dir)) if mode != "none" else 0
+            finally:
+                b.cleanup()
+            runs[mode].append((prod, held))
+            log(f"round {r + 1} {mode}: {prod.rps:,.0f} records/s of {args.paced_rate:,} asked (generator "
+                f"{prod.gen_pct:.0f}%, broker {prod.broker_pct:.0f}% of a core, its event loop's thread "
+                f"{prod.loop_pct:.0f}%); table held {held:,} records at the end")
+    print(f"\npaced: rdkafka_performance -r {args.paced_rate} for {count:,} records of {SIZE} B, {PARTITIONS} "
+          f"partitions, acks=1, {args.rounds} rounds alternating, iceberg.target.lag.ms={args.side_lag_ms} for key_value\n")
+    print("| iceberg.mode | records/s (rounds) | broker CPU, % of a core | event loop's thread | table rows at the end |")
+    print("| --- | --- | --- | --- | --- |")
+    for mode, rs in runs.items():
+        print(f"| {mode} | {statistics.mean(x[0].rps for x in rs):,.0f} ({', '.join(f'{x[0].rps:,.0f}' for x in rs)}) | "
+              f"{', '.join(f'{x[0].broker_pct:.0f}' for x in rs)} | {', '.join(f'{x[0].loop_pct:.0f}' for x in rs)} | "
+              f"{'-' if mode == 'none' else ', '.join(f'{x[1]:,}' for x in rs)} |")
+
+
 # ---------------------------------------------------------------------------- lag under load
 
 
@@ -303,18 +341,20 @@ def translate(args: argparse.Namespace) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.iceberg", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", nargs="*", default=[], metavar="{sidebyside,lag,translate}",
-                    help="which measurements (default: all three)")
+    ap.add_argument("what", nargs="*", default=[], metavar="{sidebyside,paced,lag,translate}",
+                    help="which measurements (default: all four)")
     ap.add_argument("--records", type=int, default=10_000_000, help="sidebyside: records per load")
-    ap.add_argument("--rounds", type=int, default=2, help="sidebyside: rounds of none then key_value")
-    ap.add_argument("--side-lag-ms", type=int, default=2000, help="sidebyside: key_value's iceberg.target.lag.ms")
+    ap.add_argument("--rounds", type=int, default=2, help="sidebyside, paced: rounds of none then key_value")
+    ap.add_argument("--side-lag-ms", type=int, default=2000, help="sidebyside, paced: key_value's iceberg.target.lag.ms")
+    ap.add_argument("--paced-rate", type=int, default=300_000, help="paced: records/s the producer is paced at")
+    ap.add_argument("--paced-seconds", type=int, default=20, help="paced: seconds of paced produce")
     ap.add_argument("--rate", type=int, default=50_000, help="lag: records/s the producer is paced at")
     ap.add_argument("--seconds", type=int, default=90, help="lag: seconds of paced produce")
     ap.add_argument("--lag-ms", type=int, nargs="+", default=[10000, 60000], help="lag: iceberg.target.lag.ms values")
     ap.add_argument("--commit-records", type=int, default=200_000, help="translate: records per commit")
     ap.add_argument("--commits", type=int, default=10, help="translate: commits")
     args = ap.parse_args()
-    runs = {"sidebyside": sidebyside, "lag": lag, "translate": translate}
+    runs = {"sidebyside": sidebyside, "paced": paced, "lag": lag, "translate": translate}
     if unknown := [w for w in args.what if w not in runs]:
         ap.error(f"unknown measurement(s) {', '.join(unknown)}; choose from {', '.join(runs)}")
     what = args.what or list(runs)

@@ -67,7 +67,7 @@ def run(blobs: list[bytes], small: list[bytes], seconds: float, note: str) -> No
 
     rows = [("parse (decode_records)", parse), ("produce check (validate_produce_records)", check)]
     try:
-        from rivulet.spark import _records as spark
+        from rivulet.arrow import records as spark
     except ImportError:
         spark = None
     if spark is not None:

@@ -208,7 +208,7 @@ def register_ceiling(spark, rows: int, size: int, batch_rows: int = 65536) -> No
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
     from rivulet.spark import SCHEMA_NO_HEADERS
-    from rivulet.spark._records import ARROW_SCHEMA_NO_HEADERS, TIMESTAMP_TYPE
+    from rivulet.arrow.records import ARROW_SCHEMA_NO_HEADERS, TIMESTAMP_TYPE
 
     per_task = rows // 4
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -46,6 +47,7 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
+from rivulet.arrow.records import TIMESTAMP_TYPE, Chunk, decode_into
 from rivulet.iceberg.catalog import NAMESPACE
 from rivulet.iceberg.offsets import (
     NEXT_OFFSET,
@@ -58,7 +60,6 @@ from rivulet.iceberg.offsets import (
     summary_after,
 )
 from rivulet.iceberg.values import Invalid, TypedValues
-from rivulet.protocol import records as rec
 from rivulet.storage.config import ICEBERG_DLQ, SpecField
 
 # pyiceberg retries a failed commit on the new current snapshot by default; a translation's
@@ -120,50 +121,44 @@ def partition_spec(fields: Sequence[SpecField]) -> PartitionSpec:
 
 
 class _Columns:
-    """The records' columns (the value as bytes), filled record by record."""
+    """The records' columns (the value as bytes), decoded by ``arrow.records`` a slice at a time:
+    no Python object per record, and the C walk leaves the GIL to the event loop."""
 
     def __init__(self) -> None:
-        self.keys: list[bytes | None] = []
-        self.values: list[bytes | None] = []
-        self.partitions: list[int] = []
-        self.offsets: list[int] = []
-        self.timestamps: list[int] = []
-        self.header_ends: list[int] = [0]
-        self.header_keys: list[str] = []
-        self.header_values: list[bytes | None] = []
+        self._parts: list[dict[str, pa.Array]] = []
 
     def add(self, sl: PartitionSlice) -> None:
-        located = [(chunk, pos, h) for chunk in sl.chunks for pos, h in rec.iter_batches(chunk)]
-        aborted = {first for first, _ in rec.aborted_batches([h for _, _, h in located], sl.aborted)}
-        start, end = sl.start, sl.end
-        for chunk, pos, h in located:
-            # Control batches (markers) and aborted transactions' batches never become rows.
-            if h.is_control or h.base_offset in aborted or h.next_offset <= start or h.base_offset >= end:
-                continue
-            for r in rec.decode_batch(chunk, pos).records:
-                if start <= r.offset < end:
-                    self._record(sl.partition, r)
+        """The committed records of ``sl`` in [start, end): control batches and aborted
+        transactions' batches (as a read_committed consumer finds them) never become rows."""
+        buf = sl.chunks[0] if len(sl.chunks) == 1 else b"".join(sl.chunks)  # one walk sees every marker
+        view = memoryview(buf)
+        chunk = Chunk(True, over=view)
+        decode_into(chunk, view, sl.start, sl.end, True, [(first, pid) for pid, first in sl.aborted])
+        if not chunk.n:
+            return
+        lo, hi = chunk.bounds(sl.start, sl.end)
+        keys, values = chunk.keys_values(lo, hi)
+        self._parts.append({"key": keys, "value": values, "partition": pa.repeat(_partition(sl.partition), hi - lo),
+                            "offset": chunk.offset_column(lo, hi), "timestamp": chunk.timestamp_column(lo, hi),
+                            "headers": chunk.headers_column(lo, hi, empty=True)})
 
-    def _record(self, partition: int, r: rec.Record) -> None:
-        self.keys.append(r.key)
-        self.values.append(r.value)
-        self.partitions.append(partition)
-        self.offsets.append(r.offset)
-        self.timestamps.append(r.timestamp * 1000)
-        for k, v in r.headers or ():
-            self.header_keys.append(k if isinstance(k, str) else bytes(k).decode("utf-8", "replace"))
-            self.header_values.append(v)
-        self.header_ends.append(len(self.header_keys))
+    @property
+    def values(self) -> list[bytes | None]:
+        """The values as bytes, for the schema modes' decoders."""
+        return self.arrays()["value"].to_pylist()
 
     def arrays(self) -> dict[str, pa.Array]:
-        headers = pa.ListArray.from_arrays(
-            pa.array(self.header_ends, pa.int32()),
-            pa.StructArray.from_arrays([pa.array(self.header_keys, pa.string()),
-                                        pa.array(self.header_values, pa.binary())], names=["key", "value"]),
-            type=_HEADER_TYPE)
-        return {"key": pa.array(self.keys, pa.binary()), "value": pa.array(self.values, pa.binary()),
-                "partition": pa.array(self.partitions, pa.int32()), "offset": pa.array(self.offsets, pa.int64()),
-                "timestamp": pa.array(self.timestamps, pa.timestamp("us", tz="UTC")), "headers": headers}
+        if not self._parts:
+            return {"key": pa.array([], pa.binary()), "value": pa.array([], pa.binary()),
+                    "partition": pa.array([], pa.int32()), "offset": pa.array([], pa.int64()),
+                    "timestamp": pa.array([], TIMESTAMP_TYPE), "headers": pa.array([], _HEADER_TYPE)}
+        if len(self._parts) == 1:
+            return dict(self._parts[0])
+        return {name: pa.concat_arrays([p[name] for p in self._parts]) for name in self._parts[0]}
+
+
+def _partition(p: int) -> pa.Scalar:
+    return pa.Array.from_buffers(pa.int32(), 1, [None, pa.py_buffer(array("i", [p]))])[0]
 
 
 def _arrow_table(columns: Mapping[str, pa.Array], schema: pa.Schema, as_is: str = "") -> pa.Table:
@@ -366,7 +361,8 @@ class TopicTable:
         summary = snap.summary.additional_properties if snap is not None and snap.summary else {}
         if values.reader is None and summary.get(VALUE_SCHEMA_ID, "").isdigit():
             values.resume(int(summary[VALUE_SCHEMA_ID]), summary.get(VALUE_MESSAGE))
-        reader = values.candidate(cols.values)
+        value_bytes = cols.values
+        reader = values.candidate(value_bytes)
         if reader is not None and reader != values.reader:
             try:
                 value_type = reader.arrow_type()
@@ -375,7 +371,7 @@ class TopicTable:
                 values.follow(reader)
             except Exception as e:  # no Arrow type, no Iceberg type, or a change Iceberg refuses
                 values.refuse(reader.schema_id, f"schema {reader.schema_id} cannot evolve the table: {e}")
-        column, invalid = values.decode(cols.values)
+        column, invalid = values.decode(value_bytes)
         arrays = cols.arrays()
         columns = {n: arrays[n] for n in _METADATA}
         if column is not None:

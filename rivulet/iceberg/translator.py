@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import sys
+import threading
 import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -100,6 +103,20 @@ class TopicTranslation:
     _retry_at_ms: int = 0
 
 
+# Translation is background work: under a load that takes every core, produce and fetch go first
+# and the table falls behind, catching up once the load eases. The thread's nice value is
+# inherited by the threads it starts (pyarrow's and pyiceberg's pools, made on first use there).
+TRANSLATION_NICE = 10
+
+
+def _background_priority() -> None:
+    if sys.platform == "linux":  # per-thread nice values: Linux only
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), TRANSLATION_NICE)
+        except OSError as e:  # a sandbox may refuse it: translation then shares the CPU evenly
+            log.warning("Iceberg translation thread keeps its priority: %s", e)
+
+
 class IcebergTranslator:
     """Every topic table this broker's leaders write into (docs/iceberg.md)."""
 
@@ -113,7 +130,7 @@ class IcebergTranslator:
         self._max_bytes = max_bytes
         self._clock = clock
         self._tick_ms = tick_ms
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="iceberg")
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="iceberg", initializer=_background_priority)
         self._catalog: Catalog | None = None  # opened on the thread
         self.topics: dict[str, TopicTranslation] = {}
         self._task: asyncio.Task[None] | None = None

@@ -1531,7 +1531,7 @@ speedups_setup_checker(PyObject *module, PyObject *fn)
     Py_RETURN_NONE;
 }
 
-/* --- record layout for Arrow (the PySpark source) -------------------------------------- */
+/* --- record layout for Arrow (the Spark source, Iceberg translation) ------------------- */
 
 /* Zigzag varint of at most max_bytes at *pp below limit; 0 when absent or too long. */
 static inline int
@@ -1544,16 +1544,98 @@ read_zz(const unsigned char *buf, Py_ssize_t limit, Py_ssize_t *pp, int max_byte
     return 1;
 }
 
+typedef struct {
+    Py_ssize_t start, stop, count;
+    int64_t base_off, base_ts, lat;
+    int has_lat;
+} layout_batch;
+
+typedef struct {
+    Py_ssize_t index, value_end, record_end;
+} layout_headers;
+
+/* The walk of record_layout over a pinned buffer: plain C, run without the GIL. 1 when the
+ * layout describes every record, 0 when not, -1 when out of memory. Records with headers are
+ * appended to *hs (PyMem_Raw memory, the caller frees it). */
+static int
+layout_walk(const unsigned char *buf, const layout_batch *bs, Py_ssize_t nb, int want_headers, int32_t *pos,
+            int64_t *offs, int64_t *tss, Py_ssize_t n, layout_headers **hs, Py_ssize_t *nh)
+{
+    Py_ssize_t i = 0, cap = 0;
+    int32_t last_ve = 0;
+    for (Py_ssize_t b = 0; b < nb; b++) {
+        const layout_batch *t = &bs[b];
+        Py_ssize_t q = t->start, stop = t->stop;
+        for (Py_ssize_t r = 0; r < t->count; r++, i++) {
+            int64_t size, tsd, od, kl, vl;
+            if (!read_zz(buf, stop, &q, 5, &size) || size < 6 || size > stop - q)
+                return 0;
+            Py_ssize_t rec_end = q + (Py_ssize_t)size;
+            Py_ssize_t p = q + 1; /* attributes */
+            Py_ssize_t before = p;
+            if (!read_zz(buf, rec_end, &p, 9, &tsd) || p - before > 9)
+                return 0;
+            if (!read_zz(buf, rec_end, &p, 5, &od))
+                return 0;
+            before = p;
+            if (!read_zz(buf, rec_end, &p, 5, &kl) || kl < -1 || (kl == -1 && p - before != 1))
+                return 0;
+            Py_ssize_t ks = p, ke = p + (kl > 0 ? (Py_ssize_t)kl : 0);
+            if (ke > rec_end)
+                return 0;
+            p = ke;
+            before = p;
+            if (!read_zz(buf, rec_end, &p, 5, &vl) || vl < -1 || (vl == -1 && p - before != 1))
+                return 0;
+            Py_ssize_t vs = p, ve = p + (vl > 0 ? (Py_ssize_t)vl : 0);
+            if (ve >= rec_end)
+                return 0; /* the header count must follow */
+            if (buf[ve] == 0) {
+                if (ve + 1 != rec_end)
+                    return 0;
+            } else if (want_headers) {
+                if (*nh == cap) {
+                    cap = cap ? 2 * cap : 64;
+                    layout_headers *grown = PyMem_RawRealloc(*hs, (size_t)cap * sizeof(layout_headers));
+                    if (grown == NULL)
+                        return -1;
+                    *hs = grown;
+                }
+                (*hs)[(*nh)++] = (layout_headers){i, ve, rec_end};
+            }
+            pos[4 * i] = (int32_t)ks;
+            pos[4 * i + 1] = (int32_t)ke;
+            pos[4 * i + 2] = (int32_t)vs;
+            pos[4 * i + 3] = last_ve = (int32_t)ve;
+            if (__builtin_add_overflow(t->base_off, od, &offs[i]))
+                return 0;
+            if (!t->has_lat) {
+                if (__builtin_add_overflow(t->base_ts, tsd, &tss[i]))
+                    return 0;
+            } else {
+                tss[i] = t->lat;
+            }
+            q = rec_end;
+        }
+        if (q != stop)
+            return 0;
+    }
+    pos[4 * n] = last_ve;
+    return 1;
+}
+
 /* record_layout(data, batches, want_headers) -> (pos, offsets, timestamps, headers) | None
  *
- * For rivulet.spark._records.Chunk: where each record's key and value lie in ``data`` and each
+ * For rivulet.arrow.records.Chunk: where each record's key and value lie in ``data`` and each
  * record's offset and timestamp, in one pass. ``batches`` holds (start, stop, count, base
  * offset, base timestamp, contiguous, log append time or None) per batch. ``pos`` is int32
  * [key start, key end, value start, value end] per record plus the last value end; offsets and
  * timestamps are int64; ``headers`` lists (record index, value end, record end) of records
  * with headers, when asked. None for anything the vectorized layout does not describe
  * (malformed records, varints it would not read, a null written in more than one byte): the
- * caller's other paths then decide, and report errors. */
+ * caller's other paths then decide, and report errors. The walk itself runs without the GIL
+ * (the buffer is pinned by its export, the outputs are new objects no one else sees), so
+ * that a thread translating records leaves the interpreter to the broker's event loop. */
 static PyObject *
 speedups_record_layout(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1577,96 +1659,65 @@ speedups_record_layout(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     PyObject *batches = args[1];
     Py_ssize_t nb = PyList_GET_SIZE(batches);
     PyObject *pos_b = NULL, *off_b = NULL, *ts_b = NULL, *headers = NULL, *result = NULL;
+    layout_batch *bs = NULL;
+    layout_headers *hs = NULL;
+    Py_ssize_t nh = 0;
     int ok = 0;
-    /* count the records first */
+    bs = PyMem_Malloc((size_t)(nb ? nb : 1) * sizeof(layout_batch));
+    if (bs == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    /* the batches' facts, read while the GIL is held; the records counted */
     Py_ssize_t n = 0;
     for (Py_ssize_t b = 0; b < nb; b++) {
         PyObject *t = PyList_GET_ITEM(batches, b);
         if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 7)
             goto done;
-        Py_ssize_t c = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 2));
-        if (c < 0 || c > (PY_SSIZE_T_MAX / 16) - n)
+        layout_batch *lb = &bs[b];
+        lb->start = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 0));
+        lb->stop = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 1));
+        lb->count = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 2));
+        lb->base_off = PyLong_AsLongLong(PyTuple_GET_ITEM(t, 3));
+        lb->base_ts = PyLong_AsLongLong(PyTuple_GET_ITEM(t, 4));
+        PyObject *lat_o = PyTuple_GET_ITEM(t, 6);
+        lb->has_lat = lat_o != Py_None;
+        lb->lat = lb->has_lat ? PyLong_AsLongLong(lat_o) : 0;
+        if (PyErr_Occurred() || lb->start < 0 || lb->stop > len || lb->start > lb->stop)
             goto done;
-        n += c;
+        if (lb->count < 0 || lb->count > (PY_SSIZE_T_MAX / 16) - n)
+            goto done;
+        n += lb->count;
     }
     if (n == 0 || len > 0x7FFFFFFF)
         goto done;
     pos_b = PyBytes_FromStringAndSize(NULL, (4 * n + 1) * 4);
     off_b = PyBytes_FromStringAndSize(NULL, n * 8);
     ts_b = PyBytes_FromStringAndSize(NULL, n * 8);
-    headers = PyList_New(0);
-    if (pos_b == NULL || off_b == NULL || ts_b == NULL || headers == NULL)
+    if (pos_b == NULL || off_b == NULL || ts_b == NULL)
         goto fail;
     int32_t *pos = (int32_t *)PyBytes_AS_STRING(pos_b);
     int64_t *offs = (int64_t *)PyBytes_AS_STRING(off_b);
     int64_t *tss = (int64_t *)PyBytes_AS_STRING(ts_b);
-    Py_ssize_t i = 0;
-    int32_t last_ve = 0;
-    for (Py_ssize_t b = 0; b < nb; b++) {
-        PyObject *t = PyList_GET_ITEM(batches, b);
-        Py_ssize_t start = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 0));
-        Py_ssize_t stop = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 1));
-        Py_ssize_t count = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 2));
-        int64_t base_off = PyLong_AsLongLong(PyTuple_GET_ITEM(t, 3));
-        int64_t base_ts = PyLong_AsLongLong(PyTuple_GET_ITEM(t, 4));
-        PyObject *lat_o = PyTuple_GET_ITEM(t, 6);
-        int64_t lat = lat_o == Py_None ? 0 : PyLong_AsLongLong(lat_o);
-        if (PyErr_Occurred() || start < 0 || stop > len || start > stop)
-            goto done;
-        Py_ssize_t q = start;
-        for (Py_ssize_t r = 0; r < count; r++, i++) {
-            int64_t size, tsd, od, kl, vl;
-            if (!read_zz(buf, stop, &q, 5, &size) || size < 6 || size > stop - q)
-                goto done;
-            Py_ssize_t rec_end = q + (Py_ssize_t)size;
-            Py_ssize_t p = q + 1; /* attributes */
-            Py_ssize_t before = p;
-            if (!read_zz(buf, rec_end, &p, 9, &tsd) || p - before > 9)
-                goto done;
-            if (!read_zz(buf, rec_end, &p, 5, &od))
-                goto done;
-            before = p;
-            if (!read_zz(buf, rec_end, &p, 5, &kl) || kl < -1 || (kl == -1 && p - before != 1))
-                goto done;
-            Py_ssize_t ks = p, ke = p + (kl > 0 ? (Py_ssize_t)kl : 0);
-            if (ke > rec_end)
-                goto done;
-            p = ke;
-            before = p;
-            if (!read_zz(buf, rec_end, &p, 5, &vl) || vl < -1 || (vl == -1 && p - before != 1))
-                goto done;
-            Py_ssize_t vs = p, ve = p + (vl > 0 ? (Py_ssize_t)vl : 0);
-            if (ve >= rec_end)
-                goto done; /* the header count must follow */
-            if (buf[ve] == 0) {
-                if (ve + 1 != rec_end)
-                    goto done;
-            } else if (want_headers) {
-                PyObject *h = Py_BuildValue("(nnn)", i, ve, rec_end);
-                if (h == NULL || PyList_Append(headers, h) < 0) {
-                    Py_XDECREF(h);
-                    goto fail;
-                }
-                Py_DECREF(h);
-            }
-            pos[4 * i] = (int32_t)ks;
-            pos[4 * i + 1] = (int32_t)ke;
-            pos[4 * i + 2] = (int32_t)vs;
-            pos[4 * i + 3] = last_ve = (int32_t)ve;
-            if (__builtin_add_overflow(base_off, od, &offs[i]))
-                goto done;
-            if (lat_o == Py_None) {
-                if (__builtin_add_overflow(base_ts, tsd, &tss[i]))
-                    goto done;
-            } else {
-                tss[i] = lat;
-            }
-            q = rec_end;
-        }
-        if (q != stop)
-            goto done;
+    int walked;
+    Py_BEGIN_ALLOW_THREADS
+    walked = layout_walk(buf, bs, nb, want_headers, pos, offs, tss, n, &hs, &nh);
+    Py_END_ALLOW_THREADS
+    if (walked < 0) {
+        PyErr_NoMemory();
+        goto fail;
     }
-    pos[4 * n] = last_ve;
+    if (walked == 0)
+        goto done;
+    headers = PyList_New(nh);
+    if (headers == NULL)
+        goto fail;
+    for (Py_ssize_t h = 0; h < nh; h++) {
+        PyObject *item = Py_BuildValue("(nnn)", hs[h].index, hs[h].value_end, hs[h].record_end);
+        if (item == NULL)
+            goto fail;
+        PyList_SET_ITEM(headers, h, item);
+    }
     ok = 1;
 done:
     PyErr_Clear();
@@ -1678,6 +1729,8 @@ done:
     }
 fail:
     PyBuffer_Release(&view);
+    PyMem_Free(bs);
+    PyMem_RawFree(hs);
     Py_XDECREF(pos_b);
     Py_XDECREF(off_b);
     Py_XDECREF(ts_b);
@@ -1723,8 +1776,8 @@ static PyMethodDef speedups_methods[] = {
      "setup_checker(fn) -> None\n\nBind the Python record walk check_records defers to."},
     {"record_layout", (PyCFunction)(void (*)(void))speedups_record_layout, METH_FASTCALL,
      "record_layout(data, batches, want_headers) -> tuple[bytes, bytes, bytes, list] | None\n\n"
-     "Key and value positions, offsets and timestamps of the records of a PySpark source chunk\n"
-     "(rivulet.spark._records.Chunk); None for anything its vectorized layout does not describe."},
+     "Key and value positions, offsets and timestamps of the records of a chunk\n"
+     "(rivulet.arrow.records.Chunk), walked without the GIL; None for anything its layout does not describe."},
     {"murmur2", (PyCFunction)speedups_murmur2, METH_O,
      "murmur2(data: bytes) -> int\n\nKafka's murmur2 hash (Java's Utils.murmur2), a signed 32-bit int."},
     {"setup", (PyCFunction)(void (*)(void))speedups_setup, METH_FASTCALL,

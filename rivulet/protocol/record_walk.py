@@ -7,8 +7,8 @@ and deltas are zigzag varints; a length of -1 is null.
 
 ``walk_records`` reads that layout for every Python reader of records: the decoder
 (``records._py_parse_records``), the broker's produce check (``records._py_check_records``)
-and the Spark source's per-record loop (``spark._records``). Each caller says, with a
-``Faults``, which error code and messages its refusals carry. The C accelerator
+and the per-record loop of ``arrow.records`` (the Spark source, Iceberg translation). Each
+caller says, with a ``Faults``, which error code and messages its refusals carry. The C accelerator
 (``_speedups``) is the fast path for all three; it hands every input it would refuse back to
 these callers, so the errors are worded here and in the callers' ``Faults`` only.
 """

@@ -38,7 +38,7 @@ from rivulet.common.types import TopicPartition as TP
 from rivulet.client.config import ssl_context
 from rivulet.spark._options import (CONSUMER_REFUSED, SOURCE_KAFKA_OPTIONS, SOURCE_OPTIONS, check_kafka_options,
                                     security_options, warn_unknown_options)
-from rivulet.spark._records import Chunk, decode_into, next_offset_after
+from rivulet.arrow.records import Chunk, decode_into, next_offset_after
 from rivulet.spark._values import ValueFormat, decode_batch
 from rivulet.spark._worker import freeze_imported
 

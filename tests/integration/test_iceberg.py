@@ -14,6 +14,7 @@ import time
 import urllib.request
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +30,7 @@ from confluent_kafka.admin import (  # noqa: E402
 
 from rivulet.iceberg.catalog import CatalogSettings, open_catalog  # noqa: E402
 from rivulet.iceberg.offsets import next_offsets  # noqa: E402
+from rivulet.iceberg.translator import TRANSLATION_NICE  # noqa: E402
 from rivulet.testing import BrokerProcess, free_port  # noqa: E402
 
 Row = tuple[int, int, bytes | None, bytes | None, int, tuple[tuple[str, bytes | None], ...]]
@@ -123,6 +125,10 @@ def test_key_value_table_holds_the_topics_records(iceberg_broker) -> None:
     assert sum(ends.values()) == 600
     offsets = _wait_for_table(b.data_dir, "orders.eu", ends)
     assert offsets == ends
+    if sys.platform == "linux":  # translation runs below the event loop's priority
+        nice = {int(t.name): int(t.joinpath("stat").read_text().rsplit(")", 1)[1].split()[16])
+                for t in Path(f"/proc/{b.proc.pid}/task").iterdir()}
+        assert nice[b.proc.pid] == 0 and TRANSLATION_NICE in nice.values()
     table = _table_rows(b.data_dir, "orders.eu")
     topic = _topic_rows(b.bootstrap, "orders.eu", 3)
     assert len(topic) == 600

@@ -772,8 +772,8 @@ def test_decoder_matches_the_reference_decoder(shape, layout, monkeypatch):
     import random
 
     from rivulet.protocol.records import HEADER_SIZE, Record, decode_records, encode_batch, iter_batches
-    from rivulet.spark import _records
-    from rivulet.spark._records import Chunk, decode_into
+    from rivulet.arrow import records as _records
+    from rivulet.arrow.records import Chunk, decode_into
 
     if layout == "C":
         assert _records._record_layout is not None, "the C accelerator is not built"
@@ -838,7 +838,7 @@ def test_decoder_uniform_runs():
     byte mid-batch), an odd record in the middle starts new runs, and every record is still
     where the reference decoder finds it."""
     from rivulet.protocol.records import Record, decode_records, encode_batch
-    from rivulet.spark._records import Chunk, decode_into
+    from rivulet.arrow.records import Chunk, decode_into
 
     def batch(base: int, odd: int | None) -> bytes:
         return encode_batch([Record(0, 1_700_000_000_000 + i // 20, b"%08d" % i,

@@ -14,8 +14,8 @@ from test_records_speedups import FUZZ
 pa = pytest.importorskip("pyarrow", reason="pyarrow comes with the spark extra, which CI installs")
 
 from rivulet.protocol.records import HEADER_SIZE, Record, encode_batch  # noqa: E402
-from rivulet.spark import _records  # noqa: E402
-from rivulet.spark._records import Chunk  # noqa: E402
+from rivulet.arrow import records as _records  # noqa: E402
+from rivulet.arrow.records import Chunk  # noqa: E402
 
 pytestmark = pytest.mark.fast
 
@@ -125,7 +125,7 @@ def test_odd_batches_are_left_to_the_other_paths() -> None:
 
 @pytest.mark.parametrize("codecs", [(0, 0, 0), (0, 1, 0), (1, 0, 0)], ids=["plain", "gzip-between", "gzip-first"])
 def test_records_decoded_in_place_equal_copied_and_outlive_their_buffer(codecs: tuple[int, ...]) -> None:
-    from rivulet.spark._records import decode_into
+    from rivulet.arrow.records import decode_into
     batches, offset = [], 0
     for b, codec in enumerate(codecs):
         recs = [Record(0, T0 + i, None if i % 7 == 0 else b"k%d" % i, b"v%d" % (b * 1000 + i) * 3, [])
@@ -156,7 +156,7 @@ def test_decoding_does_not_import_pandas() -> None:
     code = """if True:
         import sys
         from rivulet.protocol.records import Record, encode_batch
-        from rivulet.spark._records import Chunk, decode_into
+        from rivulet.arrow.records import Chunk, decode_into
         recs = [Record(0, 1_700_000_000_000 + i, None if i % 5 else b"k", b"v" * (i % 3), []) for i in range(400)]
         records = memoryview(bytearray(encode_batch(recs, base_offset=0, base_timestamp=1_700_000_000_000)))
         chunk = Chunk(False, over=records)

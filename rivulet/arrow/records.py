@@ -1,4 +1,5 @@
-"""Fetched record batches straight into Arrow columns: the source's hot path.
+"""Fetched record batches straight into Arrow columns, without a Python object per record: the
+hot path of the Spark source and of Iceberg translation.
 
 The general decoder (``rivulet.protocol.records``) builds a Python object per record. Here
 the record bytes of a fetch are copied once into one buffer (a chunk), and the fields are
@@ -9,7 +10,8 @@ value end] of consecutive records never decrease, so read as the offsets of one 
 they make every fourth element a key and every fourth+2 a value, which ``take`` compacts in
 C++. Nulls are told from empty values by the length byte in front (zigzag -1 is 0x01, 0 is
 0x00). Anything unusual (varints over 3 bytes, few records, malformed data) goes through a
-per-record loop, ``Chunk._parse``.
+per-record loop, ``Chunk._parse``. With the C accelerator built, ``record_layout`` does the
+whole walk in one pass and without the GIL, so a translation thread leaves the event loop run.
 """
 
 from __future__ import annotations
@@ -298,11 +300,23 @@ class Chunk:
 
     # ------------------------------------------------------------ to Arrow
     def to_arrow(self, topic: str, partition: int, lo: int = 0, hi: int | None = None) -> pa.RecordBatch:
-        """Rows [lo, hi) as a RecordBatch in the source's schema."""
+        """Rows [lo, hi) as a RecordBatch in the Spark source's schema (``ARROW_SCHEMA``)."""
+        hi = self.n if hi is None else hi
+        keys, values = self.keys_values(lo, hi)
+        m = hi - lo
+        ts_types = pa.Array.from_buffers(pa.int32(), self.n, [None, pa.py_buffer(self.ts_types)]).slice(lo, m)
+        cols = [keys, values, pa.repeat(_string(topic), m), pa.repeat(_i32(partition), m),
+                self.offset_column(lo, hi), self.timestamp_column(lo, hi), ts_types]
+        if not self.want_headers:
+            return pa.RecordBatch.from_arrays(cols, schema=ARROW_SCHEMA_NO_HEADERS)
+        cols.append(self._headers_column(lo, hi))
+        return pa.RecordBatch.from_arrays(cols, schema=ARROW_SCHEMA)
+
+    def keys_values(self, lo: int, hi: int) -> tuple[pa.Array, pa.Array]:
+        """The keys and values of rows [lo, hi), binary (null where the record has none)."""
         self.finish()
-        assert self.pos is not None and self.offsets is not None and self.timestamps is not None
+        assert self.pos is not None
         n = self.n
-        hi = n if hi is None else hi
         data = pa.py_buffer(self.data)
         positions = self.pos
         if positions.type != _I32 or len(positions) != 4 * n + 1:
@@ -311,42 +325,49 @@ class Chunk:
                                       offset=positions.offset)
         data_u8 = pa.Array.from_buffers(pa.uint8(), len(self.data), [None, data])
         idx = _stride4(lo, hi)
-        keys = _column(spans, positions, data_u8, idx)
-        values = _column(spans, positions, data_u8, pc.add(idx, _TWO))
-        m = hi - lo
-        ts = pc.multiply(self.timestamps.slice(lo, m), _THOUSAND).view(TIMESTAMP_TYPE)
-        ts_types = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(self.ts_types)]).slice(lo, m)
-        cols = [keys, values, pa.repeat(_string(topic), m), pa.repeat(_i32(partition), m),
-                self.offsets.slice(lo, m), ts, ts_types]
-        if not self.want_headers:
-            return pa.RecordBatch.from_arrays(cols, schema=ARROW_SCHEMA_NO_HEADERS)
-        cols.append(self._headers_column(lo, hi))
-        return pa.RecordBatch.from_arrays(cols, schema=ARROW_SCHEMA)
+        return _column(spans, positions, data_u8, idx), _column(spans, positions, data_u8, pc.add(idx, _TWO))
 
-    def _headers_column(self, lo: int, hi: int) -> pa.Array:
+    def offset_column(self, lo: int, hi: int) -> pa.Array:
+        self.finish()
+        assert self.offsets is not None
+        return self.offsets.slice(lo, hi - lo)
+
+    def timestamp_column(self, lo: int, hi: int) -> pa.Array:
+        """Timestamps of rows [lo, hi) in microseconds, UTC (the record's, or its batch's log
+        append time)."""
+        self.finish()
+        assert self.timestamps is not None
+        return pc.multiply(self.timestamps.slice(lo, hi - lo), _THOUSAND).view(TIMESTAMP_TYPE)
+
+    def headers_column(self, lo: int, hi: int, empty: bool = False) -> pa.Array:
+        """Headers of rows [lo, hi): a list of (key, value) structs, null for a record without
+        any, or an empty list with ``empty`` (the Iceberg table's way). Needs ``want_headers``."""
+        self.finish()
+        return self._headers_column(lo, hi, empty)
+
+    def _headers_column(self, lo: int, hi: int, empty: bool = False) -> pa.Array:
         m = hi - lo
         rows = [(i - lo, h) for i, h in self.headers if lo <= i < hi]
-        if not rows:
+        if not rows and not empty:
             return pa.nulls(m, HEADERS_TYPE)
-        offsets = array("i", [0]) * (m + 1)
-        valid = [False] * m
+        counts = array("i", [0]) * m   # headers per row; only rows with headers are visited
+        valid = array("b", [0]) * m
         keys: list[str] = []
         vals: list[bytes | None] = []
-        at = dict(rows)
-        total = 0
-        for i in range(m):
-            h = at.get(i)
+        for i, h in rows:
             if h:
-                valid[i] = True
-                total += len(h)
+                valid[i] = 1
+                counts[i] = len(h)
                 for k, v in h:
                     keys.append(k)
                     vals.append(v)
-            offsets[i + 1] = total
+        offsets = pc.cumulative_sum(pa.Array.from_buffers(_I32, m, [None, pa.py_buffer(counts)]))
+        offsets = pa.concat_arrays([_ARANGE_ZERO, offsets])
         structs = pa.StructArray.from_arrays([pa.array(keys, pa.string()), pa.array(vals, pa.binary())],
                                              fields=list(HEADER_TYPE))
-        mask = pc.invert(pa.array(valid, pa.bool_()))
-        return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), structs, type=HEADERS_TYPE, mask=mask)
+        mask = None if empty else pc.equal(pa.Array.from_buffers(pa.int8(), m, [None, pa.py_buffer(valid)]),
+                                           _scalar(0, pa.int8()))
+        return pa.ListArray.from_arrays(offsets, structs, type=HEADERS_TYPE, mask=mask)
 
 
 VECTOR_MIN_RECORDS = 256
@@ -436,7 +457,7 @@ def _uniform_starts(buf: Any, start: int, stop: int, count: int, starts: array, 
 # Scalars made from buffers: pa.scalar, pa.array and Python numbers handed to pyarrow.compute
 # import pandas (a third of a second of CPU in every Python worker and in the streaming
 # source's driver-side process); the decoding path never needs it.
-_INT_CODES = {pa.int32(): "i", pa.int64(): "q", pa.uint8(): "B"}
+_INT_CODES = {pa.int32(): "i", pa.int64(): "q", pa.uint8(): "B", pa.int8(): "b"}
 
 
 def _scalar(v: int, typ: pa.DataType) -> pa.Scalar:
@@ -456,6 +477,7 @@ _ZERO, _ONE, _TWO, _SEVEN, _X7F = _i32(0), _i32(1), _i32(2), _i32(7), _i32(0x7F)
 _THOUSAND = _scalar(1000, pa.int64())
 _U8_ONE = _scalar(1, pa.uint8())
 _NULL_BINARY = pa.nulls(1, pa.binary())[0]
+_ARANGE_ZERO = pa.Array.from_buffers(_I32, 1, [None, pa.py_buffer(array("i", [0]))])
 
 
 def _vvarint(u8: pa.Array, pos: pa.Array, last: int) -> tuple[pa.Array, Any, bool]:
