@@ -66,7 +66,7 @@ import tempfile
 import time
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -78,6 +78,8 @@ if str(_REPO) not in sys.path:
 import confluent_kafka  # noqa: E402
 from confluent_kafka.admin import (  # noqa: E402
     AdminClient,
+    ClusterMetadata,
+    NewTopic,
     ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialUpsertion,
@@ -85,7 +87,8 @@ from confluent_kafka.admin import (  # noqa: E402
 
 from benchmarks import groups, rdkafka_perf  # noqa: E402
 from benchmarks.produce_consume import create_topic, latency, wait_for_leaders  # noqa: E402
-from benchmarks.reference.kafka import KAFKA_VERSION, KafkaReference  # noqa: E402
+from benchmarks.reference.kafka import KAFKA_VERSION, KafkaCluster, KafkaReference  # noqa: E402
+from benchmarks.replication import Cluster  # noqa: E402
 from rivulet.testing import BrokerProcess, free_port  # noqa: E402
 from tests import java_tools  # noqa: E402
 from tests.tls_certs import CertSet, make_test_certs  # noqa: E402
@@ -94,6 +97,18 @@ PARTITIONS = 4
 # Many partitions: rdkafka_performance takes one topic, so one process per topic, all at once.
 MANY_TOPICS = 10
 MANY_PARTITIONS_EACH = 100
+# Ten times as many, on a broker of their own (so the other rows' broker never holds them).
+MANY10K_TOPICS = 10
+MANY10K_PARTITIONS_EACH = 1000
+# Creating 1,000 partitions a topic, and electing their leaders, takes a while on either broker.
+MANY10K_CREATE_TIMEOUT = 300.0
+# Either broker keeps a file open per partition: 10,000 of them, and sockets and the rest beside.
+MANY10K_OPEN_FILES = 16_384
+# Three brokers, RF=3: leaders two a broker; the same on both sides.
+CLUSTER_BROKERS = 3
+CLUSTER_RF = 3
+CLUSTER_PARTITIONS = 6
+CLUSTER_BROKER_PROPS = {"min.insync.replicas": "2"}
 COMPRESSIONS = ("lz4", "zstd")
 # Both generators batch alike (issue 17's settings); idempotence off, librdkafka's default.
 JAVA_PRODUCER_PROPS = {"enable.idempotence": False, "linger.ms": 10, "batch.size": 1_000_000}
@@ -105,11 +120,15 @@ LATENCY_ACKS = ("1", "all")
 LATENCY_CASES = [(rate, linger, acks) for rate in LATENCY_RATES for linger in LATENCY_LINGERS for acks in LATENCY_ACKS]
 GROUP_MEMBERS = 10
 TOOL_TIMEOUT = 1800.0
-# What --skip can leave out: each a family of rows.
-PARTS = ("java", "compression", "many", "latency", "group")
+# What --skip can leave out (and --only pick): each a family of rows. "base": the produce and
+# consume rows of rdkafka_performance and (unless "java" is left out) Kafka's Java tools. The
+# families until "group" share one broker; "many10k" and "cluster" start their own, after it.
+SINGLE_PARTS = ("base", "java", "compression", "many", "latency", "group")
+PARTS = (*SINGLE_PARTS, "many10k", "cluster")
 SECURITY = ("plaintext", "tls", "sasl_ssl")
-# Rows whose clients cannot use the secured listener (benchmarks.groups: Rivulet's own client).
-NOT_SECURED = {"group"}
+# Rows not run on a secured listener: benchmarks.groups (Rivulet's own client) has no TLS
+# settings, and the clusters are set up with PLAINTEXT only.
+NOT_SECURED = {"group", "cluster"}
 SCRAM_MECHANISM = "SCRAM-SHA-512"
 SCRAM_USER, SCRAM_PASSWORD = "bench", "bench-secret"
 SCRAM_ITERATIONS = 8192
@@ -233,10 +252,20 @@ def with_cpu(broker_pid: int, fn: Callable[[], T]) -> tuple[T, CpuUse, CpuUse]:
     """Run ``fn`` (which runs load-generator processes to completion) and return its result,
     the CPU of the child processes reaped meanwhile (the load generators: this process runs
     nothing else in parallel), and the broker's CPU over the same window."""
-    r0, b0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), tree_cpu_seconds(broker_pid), time.monotonic()
+    return with_cpu_of([broker_pid], fn)
+
+
+def _trees_cpu_seconds(pids: Sequence[int]) -> tuple[float, float]:
+    each = [tree_cpu_seconds(p) for p in pids]
+    return sum(u for u, _ in each), sum(s for _, s in each)
+
+
+def with_cpu_of(broker_pids: Sequence[int], fn: Callable[[], T]) -> tuple[T, CpuUse, CpuUse]:
+    """``with_cpu`` for several broker processes (a cluster): their CPU summed."""
+    r0, b0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), _trees_cpu_seconds(broker_pids), time.monotonic()
     out = fn()
     wall = time.monotonic() - t0
-    r1, b1 = resource.getrusage(resource.RUSAGE_CHILDREN), tree_cpu_seconds(broker_pid)
+    r1, b1 = resource.getrusage(resource.RUSAGE_CHILDREN), _trees_cpu_seconds(broker_pids)
     return (out, CpuUse(r1.ru_utime - r0.ru_utime, r1.ru_stime - r0.ru_stime, wall),
             CpuUse(b1[0] - b0[0], b1[1] - b0[1], wall))
 
@@ -387,6 +416,50 @@ class Broker:
         self.impl = None
 
 
+class Brokers3:
+    """Three brokers of one kind on this machine, PLAINTEXT, with ``CLUSTER_BROKER_PROPS``:
+    Rivulet's in ZooKeeper mode with a ZooKeeper beside them (which stands in for Kafka's
+    controller quorum, so its CPU and memory count with the brokers'), Kafka's three KRaft
+    nodes, each broker and controller, all three voters."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.rivulet: Cluster | None = None
+        self.kafka: KafkaCluster | None = None
+
+    def start(self) -> float:
+        """Seconds until every broker answers Metadata listing all of them."""
+        t0 = time.monotonic()
+        if self.kind == "rivulet":
+            self.rivulet = Cluster(CLUSTER_BROKERS, **CLUSTER_BROKER_PROPS)
+        else:
+            self.kafka = KafkaCluster(CLUSTER_BROKERS, overrides=CLUSTER_BROKER_PROPS).start()
+        return time.monotonic() - t0
+
+    @property
+    def bootstraps(self) -> list[str]:
+        if self.rivulet is not None:
+            return [b.bootstrap for b in self.rivulet.brokers.values()]
+        assert self.kafka is not None
+        return [n.bootstrap for n in self.kafka.nodes]
+
+    @property
+    def pids(self) -> list[int]:
+        if self.rivulet is not None:
+            return [b.proc.pid for b in self.rivulet.brokers.values()] + [self.rivulet.zk_server.proc.pid]
+        assert self.kafka is not None
+        return [n.proc.pid for n in self.kafka.nodes]
+
+    def close(self) -> None:
+        if self.rivulet is not None:
+            self.rivulet.close()
+            self.rivulet = None
+        if self.kafka is not None:
+            self.kafka.stop()
+            self.kafka.cleanup()
+            self.kafka = None
+
+
 # ---------------------------------------------------------------------------- load generators
 
 
@@ -443,36 +516,94 @@ def _create(bs: str, topics: list[str], partitions: int) -> None:
     wait_for_leaders(bs, topics)
 
 
-def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
-    results: dict[str, float] = {}
+def _create_large(bs: str, topics: list[str], partitions: int, timeout: float) -> None:
+    """``_create`` for topics of many partitions, with ``timeout`` for each CreateTopics and
+    for all the leaders (create_topic waits 30 s, which 1,000 partitions can take)."""
+    admin = AdminClient({"bootstrap.servers": bs})  # held: its futures die with it
+    for t in topics:
+        admin.create_topics([NewTopic(t, partitions, 1)], operation_timeout=timeout,
+                            request_timeout=timeout)[t].result(timeout)
+    wait_for_leaders(bs, topics, timeout)
 
-    def attempt(name: str, fn: Callable[[], None]) -> None:
+
+def replicas_ready(md: ClusterMetadata, topics: list[str], replicas: int) -> bool:
+    """Every partition of ``topics`` has a leader and ``replicas`` replicas in sync."""
+    return all(
+        t in md.topics and md.topics[t].error is None and bool(md.topics[t].partitions)
+        and all(p.leader >= 0 and p.error is None and len(p.isrs) == replicas for p in md.topics[t].partitions.values())
+        for t in topics)
+
+
+def _create_replicated(bootstraps: list[str], topics: list[str], partitions: int, timeout: float = 120.0) -> None:
+    """Topics of ``CLUSTER_RF`` replicas; until every broker's Metadata has them all in sync."""
+    admin = AdminClient({"bootstrap.servers": ",".join(bootstraps)})  # held: its futures die with it
+    for t in topics:
+        admin.create_topics([NewTopic(t, partitions, CLUSTER_RF)])[t].result(60)
+    deadline = time.monotonic() + timeout
+    for bs in bootstraps:
+        one = AdminClient({"bootstrap.servers": bs})
+        while not replicas_ready(one.list_topics(timeout=10), topics, CLUSTER_RF):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{bs}: partitions of {topics} not all in sync after {timeout:.0f}s")
+            time.sleep(0.1)
+
+
+class Recorder:
+    """One broker run's figures: each workload attempted on its own (a failure is logged, the
+    run goes on), each throughput with the generators' and the brokers' CPU."""
+
+    def __init__(self, kind: str, broker_pids: list[int], results: dict[str, float]) -> None:
+        self.kind = kind
+        self.broker_pids = broker_pids
+        self.results = results
+
+    def attempt(self, name: str, fn: Callable[[], None]) -> None:
         t0 = time.perf_counter()
         try:
             fn()
-            log(f"  {broker.kind}: {name} done in {time.perf_counter() - t0:.1f}s")
+            log(f"  {self.kind}: {name} done in {time.perf_counter() - t0:.1f}s")
         except Exception:
-            log(f"  {broker.kind}: {name} FAILED\n{traceback.format_exc()}")
+            log(f"  {self.kind}: {name} FAILED\n{traceback.format_exc()}")
 
-    def load(key: str, name: str, fn: Callable[[], Rate], create: str | None = None) -> None:
+    def load(self, key: str, name: str, fn: Callable[[], Rate], before: Callable[[], None] | None = None) -> None:
         """A throughput figure with the generator's and the broker's CPU: all the CPU of the
         generator's processes over the interval its figure measured, an upper bound of its
-        share of a core while measured (its start-up counts in). ``create``: a topic to make
-        first, outside the measured window."""
+        share of a core while measured (its start-up counts in). ``before``: what to do first
+        (make the topic), outside the measured window."""
         def go() -> None:
-            if create is not None:
-                _create(bs, [create], PARTITIONS)
-            rate, gen, brk = with_cpu(broker.pid, fn)
+            if before is not None:
+                before()
+            rate, gen, brk = with_cpu_of(self.broker_pids, fn)
             over = min(rate.seconds, gen.wall) or gen.wall
-            results.update({f"{key}.rps": rate.records_per_sec, f"{key}.mbps": rate.mb_per_sec,
-                            f"{key}.measured_s": rate.seconds, f"{key}.wall": gen.wall,
-                            f"{key}.gen_s": gen.seconds, f"{key}.gen_pct": gen.percent_of_core(over),
-                            f"{key}.broker_s": brk.seconds, f"{key}.broker_pct": brk.percent_of_core(over)})
-            log(f"  {broker.kind}: {name}: {rate.records_per_sec:,.0f} records/s, {rate.mb_per_sec:,.1f} MB/s "
+            self.results.update({
+                f"{key}.rps": rate.records_per_sec, f"{key}.mbps": rate.mb_per_sec,
+                f"{key}.measured_s": rate.seconds, f"{key}.wall": gen.wall,
+                f"{key}.gen_s": gen.seconds, f"{key}.gen_pct": gen.percent_of_core(over),
+                f"{key}.broker_s": brk.seconds, f"{key}.broker_pct": brk.percent_of_core(over)})
+            log(f"  {self.kind}: {name}: {rate.records_per_sec:,.0f} records/s, {rate.mb_per_sec:,.1f} MB/s "
                 f"over {rate.seconds:.2f}s ({gen.wall:.1f}s in all); CPU: generator {gen.seconds:.2f}s "
                 f"({gen.percent_of_core(over):.0f}%), broker {brk.seconds:.2f}s ({brk.percent_of_core(over):.0f}%)")
-        attempt(name, go)
+        self.attempt(name, go)
 
+
+def _warm_up(rec: Recorder, args: argparse.Namespace, lbs: str, x: list[str], partitions: int,
+             create: Callable[[list[str], int], None]) -> None:
+    """Untimed: the same produce and fetch paths once, so Kafka's JIT has compiled them and
+    the figures compare steady states, as a long-running broker would be in."""
+    if not args.warmup:
+        return
+
+    def warm() -> None:
+        for size, count in ((100, args.warmup), (1024, max(1, args.warmup // 3))):
+            topic = _topic(f"warm-{size}")
+            create([topic], partitions)
+            _rdk_produce(lbs, topic, count, size, "1", extra=x)
+            _rdk_consume(lbs, topic, partitions, count, extra=x)
+    rec.attempt("warm-up (untimed)", warm)
+
+
+def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
+    results: dict[str, float] = {}
     log(f"{broker.kind}: starting")
     results["startup"] = broker.start()
     log(f"  {broker.kind}: Metadata answered {results['startup']:.2f}s after process creation")
@@ -483,19 +614,15 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
     x = rdkafka_perf.config_args(conf)
     jprops = broker.security.java_props()
     sizes = ((100, args.records_100), (1024, args.records_1k))
+    rec = Recorder(broker.kind, [broker.pid], results)
+    attempt = rec.attempt
 
-    if args.warmup:
-        # Untimed: the same produce and fetch paths once, so Kafka's JIT has compiled them and
-        # the figures below compare steady states, as a long-running broker would be in.
-        def warm() -> None:
-            for size, count in ((100, args.warmup), (1024, max(1, args.warmup // 3))):
-                topic = _topic(f"warm-{size}")
-                _create(bs, [topic], PARTITIONS)
-                _rdk_produce(lbs, topic, count, size, "1", extra=x)
-                _rdk_consume(lbs, topic, PARTITIONS, count, extra=x)
-        attempt("warm-up (untimed)", warm)
+    def load(key: str, name: str, fn: Callable[[], Rate], create: str | None = None) -> None:
+        rec.load(key, name, fn, None if create is None else functools.partial(_create, bs, [create], PARTITIONS))
 
-    for size, count in sizes:
+    _warm_up(rec, args, lbs, x, PARTITIONS, functools.partial(_create, bs))
+
+    for size, count in sizes if "base" not in args.skip else ():
         for acks in ("1", "all"):
             topic = _topic(f"rdk-{size}-{acks}")
             load(f"rdk_prod_{size}_{acks}", f"rdkafka_performance produce {size} B acks={acks}",
@@ -572,6 +699,82 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
     return results
 
 
+def measure_many10k(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
+    """10,000 partitions over ten topics on a broker of their own: produce, then consume."""
+    results: dict[str, float] = {}
+    log(f"{broker.kind}: starting for {MANY10K_TOPICS * MANY10K_PARTITIONS_EACH:,} partitions")
+    broker.start()
+    results["load_before"] = os.getloadavg()[0]
+    bs, lbs = broker.bootstrap, broker.load_bootstrap
+    x = rdkafka_perf.config_args(broker.security.client_conf())
+    rec = Recorder(broker.kind, [broker.pid], results)
+    _warm_up(rec, args, lbs, x, PARTITIONS, functools.partial(_create, bs))
+    topics = [_topic(f"many10k{i}") for i in range(MANY10K_TOPICS)]
+    each = max(1, args.records_1k // MANY10K_TOPICS)
+
+    def create() -> None:
+        t0 = time.monotonic()
+        _create_large(bs, topics, MANY10K_PARTITIONS_EACH, MANY10K_CREATE_TIMEOUT)
+        results["many10k_create"] = time.monotonic() - t0
+    rec.attempt(f"create {MANY10K_TOPICS} topics of {MANY10K_PARTITIONS_EACH:,} partitions", create)
+    if "many10k_create" in results:
+        rec.load("rdk_prod_many10k", f"rdkafka_performance x{MANY10K_TOPICS} produce 1 KiB acks=1, 10k partitions",
+                 functools.partial(_rdk_parallel, [rdkafka_perf.producer_args(lbs, t, each, 1024, "1", extra=x)
+                                                   for t in topics], rdkafka_perf.parse_producer, each))
+    if "rdk_prod_many10k.rps" in results:
+        rec.load("rdk_cons_many10k", f"rdkafka_performance x{MANY10K_TOPICS} consume 1 KiB, 10k partitions",
+                 functools.partial(_rdk_parallel, [rdkafka_perf.consumer_args(lbs, t, MANY10K_PARTITIONS_EACH, each,
+                                                                              extra=x) for t in topics],
+                                   rdkafka_perf.parse_consumer, each))
+    if "many10k_create" in results:  # with fewer partitions it would not compare
+        results["many10k_rss"] = rss_kib(broker.pid) / 1024
+    results["load_after"] = os.getloadavg()[0]
+    return results
+
+
+def measure_cluster(brokers: Brokers3, args: argparse.Namespace) -> dict[str, float]:
+    """Three brokers, RF=3, min.insync.replicas=2: produce at acks=all, then consume each topic."""
+    results: dict[str, float] = {}
+    log(f"{brokers.kind}: starting {CLUSTER_BROKERS} brokers")
+    log(f"  {brokers.kind}: {CLUSTER_BROKERS} brokers up in {brokers.start():.1f}s")
+    results["load_before"] = os.getloadavg()[0]
+    bss = brokers.bootstraps
+    bs = ",".join(bss)
+    rec = Recorder(brokers.kind, brokers.pids, results)
+    _warm_up(rec, args, bs, [], CLUSTER_PARTITIONS, functools.partial(_create_replicated, bss))
+    for size, count in ((100, args.records_100), (1024, args.records_1k)):
+        topic = _topic(f"cluster-{size}")
+        rec.load(f"cl_prod_{size}_all", f"{CLUSTER_BROKERS} brokers: rdkafka_performance produce {size} B acks=all",
+                 functools.partial(_rdk_produce, bs, topic, count, size, "all"),
+                 functools.partial(_create_replicated, bss, [topic], CLUSTER_PARTITIONS))
+        if f"cl_prod_{size}_all.rps" in results:
+            rec.load(f"cl_cons_{size}", f"{CLUSTER_BROKERS} brokers: rdkafka_performance consume {size} B",
+                     functools.partial(_rdk_consume, bs, topic, CLUSTER_PARTITIONS, count))
+    results["cluster_rss"] = sum(rss_kib(p) for p in brokers.pids) / 1024
+    results["load_after"] = os.getloadavg()[0]
+    return results
+
+
+B = TypeVar("B", Broker, Brokers3)
+
+
+def _closing(brokers: B, run: Callable[[B, argparse.Namespace], dict[str, float]],
+             args: argparse.Namespace) -> dict[str, float]:
+    try:
+        return run(brokers, args)
+    finally:
+        brokers.close()
+
+
+def merge_round(parts: list[dict[str, float]]) -> dict[str, float]:
+    """One round's figures from its brokers' runs, in the order they ran: the load average
+    before the first and after the last."""
+    out: dict[str, float] = {}
+    for part in parts:
+        out.update({k: v for k, v in part.items() if k != "load_before" or "load_before" not in out})
+    return out
+
+
 # ---------------------------------------------------------------------------- the tables
 
 
@@ -589,6 +792,15 @@ def _declare_figures() -> None:
     gens = f"rdkafka_performance x{MANY_TOPICS}"
     THROUGHPUTS.append(("rdk_prod_many", f"produce {many}, acks=1", gens))
     THROUGHPUTS.append(("rdk_cons_many", f"consume {many}", gens))
+    many = f"{MANY10K_TOPICS * MANY10K_PARTITIONS_EACH:,} partitions ({MANY10K_TOPICS} topics), 1 KiB"
+    gens = f"rdkafka_performance x{MANY10K_TOPICS}"
+    THROUGHPUTS.append(("rdk_prod_many10k", f"produce {many}, acks=1", gens))
+    THROUGHPUTS.append(("rdk_cons_many10k", f"consume {many}", gens))
+    cluster = f"{CLUSTER_BROKERS} brokers, RF={CLUSTER_RF}, min ISR 2, {CLUSTER_PARTITIONS} partitions"
+    for size, label in ((100, "100 B"), (1024, "1 KiB")):
+        THROUGHPUTS.append((f"cl_prod_{size}_all", f"{cluster}: produce {label}, acks=all", "rdkafka_performance"))
+    for size, label in ((100, "100 B"), (1024, "1 KiB")):
+        THROUGHPUTS.append((f"cl_cons_{size}", f"{cluster}: consume {label}, full topic", "rdkafka_performance"))
     for rate, linger, acks in LATENCY_CASES:
         for q, name in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9")):
             _figure(f"lat{rate}_{linger}_{acks}_{q}", f"end-to-end latency {name} at {rate:,} msg/s, "
@@ -598,6 +810,12 @@ def _declare_figures() -> None:
     _figure("group_stable", f"{GROUP_MEMBERS}-member group start -> Stable", "ms", False)
     _figure("startup", "start-up to first Metadata response", "s", False)
     _figure("rss", "broker RSS after the run", "MiB", False)
+    _figure("many10k_create", f"create {MANY10K_TOPICS} topics of {MANY10K_PARTITIONS_EACH:,} partitions "
+            "and wait for their leaders", "s", False)
+    _figure("many10k_rss", f"broker RSS after the {MANY10K_TOPICS * MANY10K_PARTITIONS_EACH:,}-partition run",
+            "MiB", False)
+    _figure("cluster_rss", f"RSS of the {CLUSTER_BROKERS} brokers (Rivulet: and ZooKeeper) after their run",
+            "MiB", False)
 
 
 def _fmt(v: float | None, unit: str) -> str:
@@ -743,7 +961,8 @@ def context(argv: list[str], args: argparse.Namespace, wall: float, load_before:
         f"latency {args.latency_seconds:g} s per case at {' and '.join(f'{r:,}' for r in LATENCY_RATES)} msg/s, "
         f"linger.ms {' and '.join(map(str, LATENCY_LINGERS))}, acks {' and '.join(LATENCY_ACKS)}, 1 partition, "
         f"100 B records; "
-        f"{args.rounds} round(s) per broker alternating Rivulet, Kafka; medians shown, spread = (max - min) / median "
+        + "".join(f"{line}; " for line in new_family_lines(args))
+        + f"{args.rounds} round(s) per broker alternating Rivulet, Kafka; medians shown, spread = (max - min) / median "
         f"over the rounds; ratio is Rivulet/Kafka for throughputs, Kafka/Rivulet (K/R) for latencies, times "
         f"and memory, the median of the per-round ratios with their range; CPU is user+sys seconds over the "
         f"figure's whole run (the generator's process lifetime, start-up included) and that as a share of one "
@@ -751,6 +970,42 @@ def context(argv: list[str], args: argparse.Namespace, wall: float, load_before:
         f"{wall / 60:.1f} min"
         + (f"; left out: {', '.join(sorted(args.skip))}" if args.skip else ""),
     ]
+
+
+def new_family_lines(args: argparse.Namespace) -> list[str]:
+    """The workload of the families that start brokers of their own, those that ran."""
+    lines = []
+    if "many10k" not in args.skip:
+        lines.append(f"{MANY10K_TOPICS * MANY10K_PARTITIONS_EACH:,} partitions: a broker of their own (same "
+                     f"settings, same warm-up), {MANY10K_TOPICS} rdkafka_performance processes at once, "
+                     f"{max(1, args.records_1k // MANY10K_TOPICS):,} x 1 KiB each to its own topic of "
+                     f"{MANY10K_PARTITIONS_EACH:,} partitions, acks=1")
+    if "cluster" not in args.skip:
+        lines.append(f"cluster: {CLUSTER_BROKERS} brokers on this machine (Rivulet: ZooKeeper mode with a ZooKeeper, "
+                     f"counted in broker CPU and RSS; Kafka: {CLUSTER_BROKERS} KRaft nodes, each broker+controller "
+                     f"and a voter, -Xmx1g each), "
+                     + ", ".join(f"{k}={v}" for k, v in CLUSTER_BROKER_PROPS.items())
+                     + f", topics of {CLUSTER_PARTITIONS} partitions and RF={CLUSTER_RF}, PLAINTEXT, the same "
+                     f"warm-up at RF={CLUSTER_RF}; produce at acks=all, consume the full topic, one "
+                     "rdkafka_performance bootstrapped to all three")
+    return lines
+
+
+def open_files_limit(soft: int, hard: int, need: int) -> int | None:
+    """The soft RLIMIT_NOFILE to set so that ``need`` files can be open (None: it already
+    can); raises when the hard limit is too low."""
+    if hard != resource.RLIM_INFINITY and hard < need:
+        raise ValueError(f"the hard limit of open files is {hard}, {need} are needed (ulimit -Hn)")
+    return None if soft == resource.RLIM_INFINITY or soft >= need else need
+
+
+def _names(value: str) -> set[str]:
+    return set(filter(None, value.split(",")))
+
+
+def skipped_parts(skip: set[str], only: set[str] | None) -> set[str]:
+    """The families left out: those of ``--skip``, and with ``--only`` every other one."""
+    return set(skip) | (set(PARTS) - only if only is not None else set())
 
 
 def main() -> None:
@@ -764,16 +1019,28 @@ def main() -> None:
                     help="untimed 100 B records (and a third as many 1 KiB) produced and consumed first; 0: none")
     ap.add_argument("--heartbeat-ms", type=int, default=100, help="group members' heartbeat interval")
     ap.add_argument("--no-java-consumer", action="store_true", help="skip ConsumerPerformance")
-    ap.add_argument("--skip", type=lambda v: set(filter(None, v.split(","))), default=set(),
+    ap.add_argument("--skip", type=_names, default=set(),
                     help=f"leave out these rows, comma-separated: {', '.join(PARTS)}")
+    ap.add_argument("--only", type=_names, default=None,
+                    help="run only these families of rows (comma-separated, as for --skip), e.g. cluster,many10k")
     ap.add_argument("--json", type=Path, help="also write every round's figures to this file")
     ap.add_argument("--security", choices=SECURITY, default="plaintext",
                     help="the load generators' listener on both brokers: TLS 1.3 (tls), or TLS 1.3 with "
                          f"SASL {SCRAM_MECHANISM} (sasl_ssl); leaves out: {', '.join(sorted(NOT_SECURED))}")
     argv = sys.argv[1:]
     args = ap.parse_args(argv)
-    if unknown := args.skip - set(PARTS):
-        ap.error(f"--skip: unknown {', '.join(sorted(unknown))}; choose from {', '.join(PARTS)}")
+    for flag, names in (("--skip", args.skip), ("--only", args.only or set())):
+        if unknown := names - set(PARTS):
+            ap.error(f"{flag}: unknown {', '.join(sorted(unknown))}; choose from {', '.join(PARTS)}")
+    args.skip = skipped_parts(args.skip, args.only)
+    if "many10k" not in args.skip:  # the brokers inherit it
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        try:
+            raised = open_files_limit(soft, hard, MANY10K_OPEN_FILES)
+        except ValueError as e:
+            ap.error(f"many10k: {e}; or --skip many10k")
+        if raised is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
     reason = java_tools.java_available()
     if reason is not None:
         sys.exit(f"Kafka's Java tools are unavailable: {reason}")
@@ -793,14 +1060,17 @@ def main() -> None:
     for i in range(args.rounds):
         for kind in ("rivulet", "kafka"):
             log(f"round {i + 1}/{args.rounds}: {kind}")
-            broker = Broker(kind, security)
-            try:
-                runs[kind].append(measure(broker, args))
-                order.append(kind)
-                log(f"  {kind} round {i + 1} figures: "
-                    + ", ".join(f"{k}={v:.4g}" for k, v in runs[kind][-1].items()))
-            finally:
-                broker.close()
+            # One after another, never two at once: the single broker, the 10k-partition one, the cluster.
+            parts = []
+            if not set(SINGLE_PARTS) <= args.skip:
+                parts.append(_closing(Broker(kind, security), measure, args))
+            if "many10k" not in args.skip:
+                parts.append(_closing(Broker(kind, security), measure_many10k, args))
+            if "cluster" not in args.skip:
+                parts.append(_closing(Brokers3(kind), measure_cluster, args))
+            runs[kind].append(merge_round(parts))
+            order.append(kind)
+            log(f"  {kind} round {i + 1} figures: " + ", ".join(f"{k}={v:.4g}" for k, v in runs[kind][-1].items()))
     cert_dir.cleanup()
     if args.json:
         args.json.write_text(json.dumps({"argv": argv, "order": order, "runs": runs}, indent=1))
