@@ -16,6 +16,18 @@ generators only, never by a Python loop (which, at 100 B records, would measure 
   100 B and 1 KiB at acks=1 and acks=all with the same batching and idempotence off, and
   consume the full acks=1 topics (the fetch figures, without the group join).
 
+Two families start brokers of their own, after the single broker's rows (which so run as
+before), one broker or cluster at a time:
+
+* ``many10k``: 10,000 partitions, ten topics of 1,000 on a fresh single broker, ten
+  rdkafka_performance processes producing 1 KiB at acks=1 and then consuming, as ``many``;
+  and the time to create the topics and elect their leaders, and the broker's RSS after;
+* ``cluster``: three brokers on this machine, RF=3, acks=all, min.insync.replicas=2 (on both),
+  six partitions: Rivulet in ZooKeeper mode (``benchmarks.replication.Cluster``, its ZooKeeper
+  counted with the brokers) against three Kafka KRaft nodes, each broker and controller and a
+  voter (``KafkaCluster``); rdkafka_performance produces 100 B and 1 KiB and consumes each
+  topic, bootstrapped to all three; PLAINTEXT only.
+
 Next to each throughput figure: the load generator's own CPU (user+sys of the child processes,
 from their rusage) and the broker's (from ``/proc``, its process tree), each as seconds and as
 a share of one core over the run's wall time; a generator well under 100% is not the limit.
@@ -44,6 +56,7 @@ on PLAINTEXT.
     python -m benchmarks.compare --rounds 1 --records-100 100000 --records-1k 30000 --warmup 10000
     python -m benchmarks.compare --skip java,latency,group --json run.json
     python -m benchmarks.compare --security sasl_ssl --skip java,latency,compression,many
+    python -m benchmarks.compare --only cluster,many10k    # those families alone
 
 Progress goes to stderr, the markdown tables and the run's context to stdout.
 """
