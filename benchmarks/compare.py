@@ -16,6 +16,18 @@ generators only, never by a Python loop (which, at 100 B records, would measure 
   100 B and 1 KiB at acks=1 and acks=all with the same batching and idempotence off, and
   consume the full acks=1 topics (the fetch figures, without the group join).
 
+Two families start brokers of their own, after the single broker's rows (which so run as
+before), one broker or cluster at a time:
+
+* ``many10k``: 10,000 partitions, ten topics of 1,000 on a fresh single broker, ten
+  rdkafka_performance processes producing 1 KiB at acks=1 and then consuming, as ``many``;
+  and the time to create the topics and elect their leaders, and the broker's RSS after;
+* ``cluster``: three brokers on this machine, RF=3, acks=all, min.insync.replicas=2 (on both),
+  six partitions: Rivulet in ZooKeeper mode (``benchmarks.replication.Cluster``, its ZooKeeper
+  counted with the brokers) against three Kafka KRaft nodes, each broker and controller and a
+  voter (``KafkaCluster``); rdkafka_performance produces 100 B and 1 KiB and consumes each
+  topic, bootstrapped to all three; PLAINTEXT only.
+
 Next to each throughput figure: the load generator's own CPU (user+sys of the child processes,
 from their rusage) and the broker's (from ``/proc``, its process tree), each as seconds and as
 a share of one core over the run's wall time; a generator well under 100% is not the limit.
@@ -42,8 +54,9 @@ on PLAINTEXT.
     python -m benchmarks.rdkafka_perf build             # once: rdkafka_performance into the cache
     python -m benchmarks.compare                        # 2 rounds, issue 17's counts
     python -m benchmarks.compare --rounds 1 --records-100 100000 --records-1k 30000 --warmup 10000
-    python -m benchmarks.compare --skip java,latency,group,txn,group100,share --json run.json
+    python -m benchmarks.compare --skip java,latency,group,txn,group100,share,many10k,cluster --json run.json
     python -m benchmarks.compare --security sasl_ssl --skip java,latency,compression,many
+    python -m benchmarks.compare --only cluster,many10k    # those families alone
     python -m benchmarks.compare --only txn,group100,share --rounds 1   # issue 32's rows alone
 
 Issue 32's rows, each a family that ``--skip`` can leave out and ``--only`` can pick:
@@ -89,7 +102,7 @@ import tempfile
 import time
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -101,6 +114,8 @@ if str(_REPO) not in sys.path:
 import confluent_kafka  # noqa: E402
 from confluent_kafka.admin import (  # noqa: E402
     AdminClient,
+    ClusterMetadata,
+    NewTopic,
     ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialUpsertion,
@@ -108,7 +123,8 @@ from confluent_kafka.admin import (  # noqa: E402
 
 from benchmarks import groups, rdkafka_perf, share_groups, txn_perf  # noqa: E402
 from benchmarks.produce_consume import create_topic, latency, wait_for_leaders  # noqa: E402
-from benchmarks.reference.kafka import KAFKA_VERSION, KafkaReference  # noqa: E402
+from benchmarks.reference.kafka import KAFKA_VERSION, KafkaCluster, KafkaReference  # noqa: E402
+from benchmarks.replication import Cluster  # noqa: E402
 from benchmarks.transactions import count_committed  # noqa: E402
 from rivulet.testing import BrokerProcess, free_port  # noqa: E402
 from tests import java_tools  # noqa: E402
@@ -118,6 +134,18 @@ PARTITIONS = 4
 # Many partitions: rdkafka_performance takes one topic, so one process per topic, all at once.
 MANY_TOPICS = 10
 MANY_PARTITIONS_EACH = 100
+# Ten times as many, on a broker of their own (so the other rows' broker never holds them).
+MANY10K_TOPICS = 10
+MANY10K_PARTITIONS_EACH = 1000
+# Creating 1,000 partitions a topic, and electing their leaders, takes a while on either broker.
+MANY10K_CREATE_TIMEOUT = 300.0
+# Either broker keeps a file open per partition: 10,000 of them, and sockets and the rest beside.
+MANY10K_OPEN_FILES = 16_384
+# Three brokers, RF=3: leaders two a broker; the same on both sides.
+CLUSTER_BROKERS = 3
+CLUSTER_RF = 3
+CLUSTER_PARTITIONS = 6
+CLUSTER_BROKER_PROPS = {"min.insync.replicas": "2"}
 COMPRESSIONS = ("lz4", "zstd")
 # Both generators batch alike (issue 17's settings); idempotence off, librdkafka's default.
 JAVA_PRODUCER_PROPS = {"enable.idempotence": False, "linger.ms": 10, "batch.size": 1_000_000}
@@ -142,12 +170,15 @@ SHARE_GENERATORS = {"confluent": "confluent-kafka ShareConsumer (threads here)",
                     "java": "KafkaShareConsumer (ShareAcks.java)"}
 SHARE_SIZE = 100
 # What --skip can leave out (and --only pick): each a family of rows. "base": the produce and
-# consume rows of rdkafka_performance and (unless "java" is left out) Kafka's Java tools.
-PARTS = ("base", "java", "compression", "many", "latency", "group", "txn", "group100", "share")
+# consume rows of rdkafka_performance and (unless "java" is left out) Kafka's Java tools. The
+# families until "group" share one broker; "many10k" and "cluster" start their own, after it.
+SINGLE_PARTS = ("base", "java", "compression", "many", "latency", "group", "txn", "group100", "share")
+PARTS = (*SINGLE_PARTS, "many10k", "cluster")
 SECURITY = ("plaintext", "tls", "sasl_ssl")
-# Rows whose clients cannot use the secured listener (benchmarks.groups: Rivulet's own client;
-# txn_perf, groups.protocol_run and share_groups take no TLS settings).
-NOT_SECURED = {"group", "txn", "group100", "share"}
+# Rows not run on a secured listener: benchmarks.groups (Rivulet's own client), txn_perf,
+# groups.protocol_run and share_groups have no TLS settings, and the clusters are set up with
+# PLAINTEXT only.
+NOT_SECURED = {"group", "txn", "group100", "share", "cluster"}
 SCRAM_MECHANISM = "SCRAM-SHA-512"
 SCRAM_USER, SCRAM_PASSWORD = "bench", "bench-secret"
 SCRAM_ITERATIONS = 8192
@@ -272,11 +303,22 @@ def with_cpu(broker_pid: int, fn: Callable[[], T], in_process: bool = False) -> 
     the CPU of the child processes reaped meanwhile (the load generators: this process runs
     nothing else in parallel), and the broker's CPU over the same window. ``in_process``: the
     load generator is ``fn`` itself (clients on threads here), so its CPU is this process's."""
+    return with_cpu_of([broker_pid], fn, in_process)
+
+
+def _trees_cpu_seconds(pids: Sequence[int]) -> tuple[float, float]:
+    each = [tree_cpu_seconds(p) for p in pids]
+    return sum(u for u, _ in each), sum(s for _, s in each)
+
+
+def with_cpu_of(broker_pids: Sequence[int], fn: Callable[[], T],
+                in_process: bool = False) -> tuple[T, CpuUse, CpuUse]:
+    """``with_cpu`` for several broker processes (a cluster): their CPU summed."""
     who = resource.RUSAGE_SELF if in_process else resource.RUSAGE_CHILDREN
-    r0, b0, t0 = resource.getrusage(who), tree_cpu_seconds(broker_pid), time.monotonic()
+    r0, b0, t0 = resource.getrusage(who), _trees_cpu_seconds(broker_pids), time.monotonic()
     out = fn()
     wall = time.monotonic() - t0
-    r1, b1 = resource.getrusage(who), tree_cpu_seconds(broker_pid)
+    r1, b1 = resource.getrusage(who), _trees_cpu_seconds(broker_pids)
     return (out, CpuUse(r1.ru_utime - r0.ru_utime, r1.ru_stime - r0.ru_stime, wall),
             CpuUse(b1[0] - b0[0], b1[1] - b0[1], wall))
 
@@ -427,6 +469,50 @@ class Broker:
         self.impl = None
 
 
+class Brokers3:
+    """Three brokers of one kind on this machine, PLAINTEXT, with ``CLUSTER_BROKER_PROPS``:
+    Rivulet's in ZooKeeper mode with a ZooKeeper beside them (which stands in for Kafka's
+    controller quorum, so its CPU and memory count with the brokers'), Kafka's three KRaft
+    nodes, each broker and controller, all three voters."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.rivulet: Cluster | None = None
+        self.kafka: KafkaCluster | None = None
+
+    def start(self) -> float:
+        """Seconds until every broker answers Metadata listing all of them."""
+        t0 = time.monotonic()
+        if self.kind == "rivulet":
+            self.rivulet = Cluster(CLUSTER_BROKERS, **CLUSTER_BROKER_PROPS)
+        else:
+            self.kafka = KafkaCluster(CLUSTER_BROKERS, overrides=CLUSTER_BROKER_PROPS).start()
+        return time.monotonic() - t0
+
+    @property
+    def bootstraps(self) -> list[str]:
+        if self.rivulet is not None:
+            return [b.bootstrap for b in self.rivulet.brokers.values()]
+        assert self.kafka is not None
+        return [n.bootstrap for n in self.kafka.nodes]
+
+    @property
+    def pids(self) -> list[int]:
+        if self.rivulet is not None:
+            return [b.proc.pid for b in self.rivulet.brokers.values()] + [self.rivulet.zk_server.proc.pid]
+        assert self.kafka is not None
+        return [n.proc.pid for n in self.kafka.nodes]
+
+    def close(self) -> None:
+        if self.rivulet is not None:
+            self.rivulet.close()
+            self.rivulet = None
+        if self.kafka is not None:
+            self.kafka.stop()
+            self.kafka.cleanup()
+            self.kafka = None
+
+
 # ---------------------------------------------------------------------------- load generators
 
 
@@ -470,6 +556,51 @@ def _java_consume(bs: str, topic: str, count: int, props: dict[str, str]) -> Rat
     return Rate(r.fetch_records_per_sec, r.fetch_mb_per_sec * 1.048576, r.fetch_ms / 1000)  # MiB/s -> MB/s
 
 
+# ---------------------------------------------------------------------------- workloads
+
+
+def _topic(prefix: str) -> str:
+    return f"cmp-{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def _create(bs: str, topics: list[str], partitions: int) -> None:
+    for t in topics:
+        create_topic(bs, t, partitions)
+    wait_for_leaders(bs, topics)
+
+
+def _create_large(bs: str, topics: list[str], partitions: int, timeout: float) -> None:
+    """``_create`` for topics of many partitions, with ``timeout`` for each CreateTopics and
+    for all the leaders (create_topic waits 30 s, which 1,000 partitions can take)."""
+    admin = AdminClient({"bootstrap.servers": bs})  # held: its futures die with it
+    for t in topics:
+        admin.create_topics([NewTopic(t, partitions, 1)], operation_timeout=timeout,
+                            request_timeout=timeout)[t].result(timeout)
+    wait_for_leaders(bs, topics, timeout)
+
+
+def replicas_ready(md: ClusterMetadata, topics: list[str], replicas: int) -> bool:
+    """Every partition of ``topics`` has a leader and ``replicas`` replicas in sync."""
+    return all(
+        t in md.topics and md.topics[t].error is None and bool(md.topics[t].partitions)
+        and all(p.leader >= 0 and p.error is None and len(p.isrs) == replicas for p in md.topics[t].partitions.values())
+        for t in topics)
+
+
+def _create_replicated(bootstraps: list[str], topics: list[str], partitions: int, timeout: float = 120.0) -> None:
+    """Topics of ``CLUSTER_RF`` replicas; until every broker's Metadata has them all in sync."""
+    admin = AdminClient({"bootstrap.servers": ",".join(bootstraps)})  # held: its futures die with it
+    for t in topics:
+        admin.create_topics([NewTopic(t, partitions, CLUSTER_RF)])[t].result(60)
+    deadline = time.monotonic() + timeout
+    for bs in bootstraps:
+        one = AdminClient({"bootstrap.servers": bs})
+        while not replicas_ready(one.list_topics(timeout=10), topics, CLUSTER_RF):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{bs}: partitions of {topics} not all in sync after {timeout:.0f}s")
+            time.sleep(0.1)
+
+
 def _txn(bs: str, topic: str, count: int, per_txn: int) -> Rate:
     s = txn_perf.run(bs, topic, count, per_txn, TXN_SIZE, f"cmp-txn-{uuid.uuid4().hex[:8]}", timeout=TOOL_TIMEOUT)
     return Rate(s.records_per_sec, s.mb_per_sec(TXN_SIZE), s.seconds)
@@ -494,56 +625,65 @@ def txn_counts(records: int, records_100: int) -> list[tuple[int, int]]:
     return [(per, max(per, (records_100 if per == 100 else records) // per * per)) for per in TXN_PER]
 
 
-def skipped_parts(skip: set[str], only: set[str] | None) -> set[str]:
-    """The families left out: ``--skip``'s, and with ``--only`` every family not named."""
-    return set(skip) | (set(PARTS) - only if only is not None else set())
+class Recorder:
+    """One broker run's figures: each workload attempted on its own (a failure is logged, the
+    run goes on), each throughput with the generators' and the brokers' CPU."""
+
+    def __init__(self, kind: str, broker_pids: list[int], results: dict[str, float]) -> None:
+        self.kind = kind
+        self.broker_pids = broker_pids
+        self.results = results
+
+    def attempt(self, name: str, fn: Callable[[], None]) -> None:
+        t0 = time.perf_counter()
+        try:
+            fn()
+            log(f"  {self.kind}: {name} done in {time.perf_counter() - t0:.1f}s")
+        except Exception:
+            log(f"  {self.kind}: {name} FAILED\n{traceback.format_exc()}")
+
+    def load(self, key: str, name: str, fn: Callable[[], Rate], before: Callable[[], None] | None = None,
+             in_process: bool = False, cpu_over_wall: bool = False) -> None:
+        """A throughput figure with the generator's and the broker's CPU: all the CPU of the
+        generator's processes over the interval its figure measured, an upper bound of its
+        share of a core while measured (its start-up counts in). ``before``: what to do first
+        (make the topic), outside the measured window; ``in_process``: see with_cpu;
+        ``cpu_over_wall``: the CPU shares over the whole run instead (a figure whose window
+        leaves out most of the run)."""
+        def go() -> None:
+            if before is not None:
+                before()
+            rate, gen, brk = with_cpu_of(self.broker_pids, fn, in_process)
+            over = gen.wall if cpu_over_wall else min(rate.seconds, gen.wall) or gen.wall
+            self.results.update({
+                f"{key}.rps": rate.records_per_sec, f"{key}.mbps": rate.mb_per_sec,
+                f"{key}.measured_s": rate.seconds, f"{key}.wall": gen.wall,
+                f"{key}.gen_s": gen.seconds, f"{key}.gen_pct": gen.percent_of_core(over),
+                f"{key}.broker_s": brk.seconds, f"{key}.broker_pct": brk.percent_of_core(over)})
+            log(f"  {self.kind}: {name}: {rate.records_per_sec:,.0f} records/s, {rate.mb_per_sec:,.1f} MB/s "
+                f"over {rate.seconds:.2f}s ({gen.wall:.1f}s in all); CPU: generator {gen.seconds:.2f}s "
+                f"({gen.percent_of_core(over):.0f}%), broker {brk.seconds:.2f}s ({brk.percent_of_core(over):.0f}%)")
+        self.attempt(name, go)
 
 
-# ---------------------------------------------------------------------------- workloads
+def _warm_up(rec: Recorder, args: argparse.Namespace, lbs: str, x: list[str], partitions: int,
+             create: Callable[[list[str], int], None]) -> None:
+    """Untimed: the same produce and fetch paths once, so Kafka's JIT has compiled them and
+    the figures compare steady states, as a long-running broker would be in."""
+    if not args.warmup:
+        return
 
-
-def _topic(prefix: str) -> str:
-    return f"cmp-{prefix}-{uuid.uuid4().hex[:6]}"
-
-
-def _create(bs: str, topics: list[str], partitions: int) -> None:
-    for t in topics:
-        create_topic(bs, t, partitions)
-    wait_for_leaders(bs, topics)
+    def warm() -> None:
+        for size, count in ((100, args.warmup), (1024, max(1, args.warmup // 3))):
+            topic = _topic(f"warm-{size}")
+            create([topic], partitions)
+            _rdk_produce(lbs, topic, count, size, "1", extra=x)
+            _rdk_consume(lbs, topic, partitions, count, extra=x)
+    rec.attempt("warm-up (untimed)", warm)
 
 
 def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
     results: dict[str, float] = {}
-
-    def attempt(name: str, fn: Callable[[], None]) -> None:
-        t0 = time.perf_counter()
-        try:
-            fn()
-            log(f"  {broker.kind}: {name} done in {time.perf_counter() - t0:.1f}s")
-        except Exception:
-            log(f"  {broker.kind}: {name} FAILED\n{traceback.format_exc()}")
-
-    def load(key: str, name: str, fn: Callable[[], Rate], create: str | None = None, in_process: bool = False,
-             cpu_over_wall: bool = False) -> None:
-        """A throughput figure with the generator's and the broker's CPU: all the CPU of the
-        generator's processes over the interval its figure measured, an upper bound of its
-        share of a core while measured (its start-up counts in). ``create``: a topic to make
-        first, outside the measured window; ``in_process``: see with_cpu; ``cpu_over_wall``: the
-        CPU shares over the whole run instead (a figure whose window leaves out most of the run)."""
-        def go() -> None:
-            if create is not None:
-                _create(bs, [create], PARTITIONS)
-            rate, gen, brk = with_cpu(broker.pid, fn, in_process)
-            over = gen.wall if cpu_over_wall else min(rate.seconds, gen.wall) or gen.wall
-            results.update({f"{key}.rps": rate.records_per_sec, f"{key}.mbps": rate.mb_per_sec,
-                            f"{key}.measured_s": rate.seconds, f"{key}.wall": gen.wall,
-                            f"{key}.gen_s": gen.seconds, f"{key}.gen_pct": gen.percent_of_core(over),
-                            f"{key}.broker_s": brk.seconds, f"{key}.broker_pct": brk.percent_of_core(over)})
-            log(f"  {broker.kind}: {name}: {rate.records_per_sec:,.0f} records/s, {rate.mb_per_sec:,.1f} MB/s "
-                f"over {rate.seconds:.2f}s ({gen.wall:.1f}s in all); CPU: generator {gen.seconds:.2f}s "
-                f"({gen.percent_of_core(over):.0f}%), broker {brk.seconds:.2f}s ({brk.percent_of_core(over):.0f}%)")
-        attempt(name, go)
-
     log(f"{broker.kind}: starting")
     results["startup"] = broker.start()
     log(f"  {broker.kind}: Metadata answered {results['startup']:.2f}s after process creation")
@@ -554,17 +694,15 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
     x = rdkafka_perf.config_args(conf)
     jprops = broker.security.java_props()
     sizes = ((100, args.records_100), (1024, args.records_1k))
+    rec = Recorder(broker.kind, [broker.pid], results)
+    attempt = rec.attempt
 
-    if args.warmup:
-        # Untimed: the same produce and fetch paths once, so Kafka's JIT has compiled them and
-        # the figures below compare steady states, as a long-running broker would be in.
-        def warm() -> None:
-            for size, count in ((100, args.warmup), (1024, max(1, args.warmup // 3))):
-                topic = _topic(f"warm-{size}")
-                _create(bs, [topic], PARTITIONS)
-                _rdk_produce(lbs, topic, count, size, "1", extra=x)
-                _rdk_consume(lbs, topic, PARTITIONS, count, extra=x)
-        attempt("warm-up (untimed)", warm)
+    def load(key: str, name: str, fn: Callable[[], Rate], create: str | None = None, in_process: bool = False,
+             cpu_over_wall: bool = False) -> None:
+        rec.load(key, name, fn, None if create is None else functools.partial(_create, bs, [create], PARTITIONS),
+                 in_process, cpu_over_wall)
+
+    _warm_up(rec, args, lbs, x, PARTITIONS, functools.partial(_create, bs))
 
     for size, count in sizes if "base" not in args.skip else ():
         for acks in ("1", "all"):
@@ -699,6 +837,82 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
     return results
 
 
+def measure_many10k(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
+    """10,000 partitions over ten topics on a broker of their own: produce, then consume."""
+    results: dict[str, float] = {}
+    log(f"{broker.kind}: starting for {MANY10K_TOPICS * MANY10K_PARTITIONS_EACH:,} partitions")
+    broker.start()
+    results["load_before"] = os.getloadavg()[0]
+    bs, lbs = broker.bootstrap, broker.load_bootstrap
+    x = rdkafka_perf.config_args(broker.security.client_conf())
+    rec = Recorder(broker.kind, [broker.pid], results)
+    _warm_up(rec, args, lbs, x, PARTITIONS, functools.partial(_create, bs))
+    topics = [_topic(f"many10k{i}") for i in range(MANY10K_TOPICS)]
+    each = max(1, args.records_1k // MANY10K_TOPICS)
+
+    def create() -> None:
+        t0 = time.monotonic()
+        _create_large(bs, topics, MANY10K_PARTITIONS_EACH, MANY10K_CREATE_TIMEOUT)
+        results["many10k_create"] = time.monotonic() - t0
+    rec.attempt(f"create {MANY10K_TOPICS} topics of {MANY10K_PARTITIONS_EACH:,} partitions", create)
+    if "many10k_create" in results:
+        rec.load("rdk_prod_many10k", f"rdkafka_performance x{MANY10K_TOPICS} produce 1 KiB acks=1, 10k partitions",
+                 functools.partial(_rdk_parallel, [rdkafka_perf.producer_args(lbs, t, each, 1024, "1", extra=x)
+                                                   for t in topics], rdkafka_perf.parse_producer, each))
+    if "rdk_prod_many10k.rps" in results:
+        rec.load("rdk_cons_many10k", f"rdkafka_performance x{MANY10K_TOPICS} consume 1 KiB, 10k partitions",
+                 functools.partial(_rdk_parallel, [rdkafka_perf.consumer_args(lbs, t, MANY10K_PARTITIONS_EACH, each,
+                                                                              extra=x) for t in topics],
+                                   rdkafka_perf.parse_consumer, each))
+    if "many10k_create" in results:  # with fewer partitions it would not compare
+        results["many10k_rss"] = rss_kib(broker.pid) / 1024
+    results["load_after"] = os.getloadavg()[0]
+    return results
+
+
+def measure_cluster(brokers: Brokers3, args: argparse.Namespace) -> dict[str, float]:
+    """Three brokers, RF=3, min.insync.replicas=2: produce at acks=all, then consume each topic."""
+    results: dict[str, float] = {}
+    log(f"{brokers.kind}: starting {CLUSTER_BROKERS} brokers")
+    log(f"  {brokers.kind}: {CLUSTER_BROKERS} brokers up in {brokers.start():.1f}s")
+    results["load_before"] = os.getloadavg()[0]
+    bss = brokers.bootstraps
+    bs = ",".join(bss)
+    rec = Recorder(brokers.kind, brokers.pids, results)
+    _warm_up(rec, args, bs, [], CLUSTER_PARTITIONS, functools.partial(_create_replicated, bss))
+    for size, count in ((100, args.records_100), (1024, args.records_1k)):
+        topic = _topic(f"cluster-{size}")
+        rec.load(f"cl_prod_{size}_all", f"{CLUSTER_BROKERS} brokers: rdkafka_performance produce {size} B acks=all",
+                 functools.partial(_rdk_produce, bs, topic, count, size, "all"),
+                 functools.partial(_create_replicated, bss, [topic], CLUSTER_PARTITIONS))
+        if f"cl_prod_{size}_all.rps" in results:
+            rec.load(f"cl_cons_{size}", f"{CLUSTER_BROKERS} brokers: rdkafka_performance consume {size} B",
+                     functools.partial(_rdk_consume, bs, topic, CLUSTER_PARTITIONS, count))
+    results["cluster_rss"] = sum(rss_kib(p) for p in brokers.pids) / 1024
+    results["load_after"] = os.getloadavg()[0]
+    return results
+
+
+B = TypeVar("B", Broker, Brokers3)
+
+
+def _closing(brokers: B, run: Callable[[B, argparse.Namespace], dict[str, float]],
+             args: argparse.Namespace) -> dict[str, float]:
+    try:
+        return run(brokers, args)
+    finally:
+        brokers.close()
+
+
+def merge_round(parts: list[dict[str, float]]) -> dict[str, float]:
+    """One round's figures from its brokers' runs, in the order they ran: the load average
+    before the first and after the last."""
+    out: dict[str, float] = {}
+    for part in parts:
+        out.update({k: v for k, v in part.items() if k != "load_before" or "load_before" not in out})
+    return out
+
+
 # ---------------------------------------------------------------------------- the tables
 
 
@@ -712,6 +926,19 @@ def _declare_figures() -> None:
     for size, label in ((100, "100 B"), (1024, "1 KiB")):
         THROUGHPUTS.append((f"rdk_cons_{size}", f"consume {label}, full topic", "rdkafka_performance"))
         THROUGHPUTS.append((f"java_cons_{size}", f"consume {label}, full topic", "ConsumerPerformance"))
+    many = f"{MANY_TOPICS * MANY_PARTITIONS_EACH:,} partitions ({MANY_TOPICS} topics), 1 KiB"
+    gens = f"rdkafka_performance x{MANY_TOPICS}"
+    THROUGHPUTS.append(("rdk_prod_many", f"produce {many}, acks=1", gens))
+    THROUGHPUTS.append(("rdk_cons_many", f"consume {many}", gens))
+    many = f"{MANY10K_TOPICS * MANY10K_PARTITIONS_EACH:,} partitions ({MANY10K_TOPICS} topics), 1 KiB"
+    gens = f"rdkafka_performance x{MANY10K_TOPICS}"
+    THROUGHPUTS.append(("rdk_prod_many10k", f"produce {many}, acks=1", gens))
+    THROUGHPUTS.append(("rdk_cons_many10k", f"consume {many}", gens))
+    cluster = f"{CLUSTER_BROKERS} brokers, RF={CLUSTER_RF}, min ISR 2, {CLUSTER_PARTITIONS} partitions"
+    for size, label in ((100, "100 B"), (1024, "1 KiB")):
+        THROUGHPUTS.append((f"cl_prod_{size}_all", f"{cluster}: produce {label}, acks=all", "rdkafka_performance"))
+    for size, label in ((100, "100 B"), (1024, "1 KiB")):
+        THROUGHPUTS.append((f"cl_cons_{size}", f"{cluster}: consume {label}, full topic", "rdkafka_performance"))
     for per_txn in TXN_PER:
         THROUGHPUTS.append((f"txn_{per_txn}", f"transactions of {per_txn:,} records, {TXN_SIZE} B, acks=all",
                             "franz-go txnperf"))
@@ -740,6 +967,12 @@ def _declare_figures() -> None:
                 "confluent-kafka", "s", False)
     _figure("startup", "start-up to first Metadata response", "s", False)
     _figure("rss", "broker RSS after the run", "MiB", False)
+    _figure("many10k_create", f"create {MANY10K_TOPICS} topics of {MANY10K_PARTITIONS_EACH:,} partitions "
+            "and wait for their leaders", "s", False)
+    _figure("many10k_rss", f"broker RSS after the {MANY10K_TOPICS * MANY10K_PARTITIONS_EACH:,}-partition run",
+            "MiB", False)
+    _figure("cluster_rss", f"RSS of the {CLUSTER_BROKERS} brokers (Rivulet: and ZooKeeper) after their run",
+            "MiB", False)
 
 
 def _fmt(v: float | None, unit: str) -> str:
@@ -885,7 +1118,8 @@ def context(argv: list[str], args: argparse.Namespace, wall: float, load_before:
         f"latency {args.latency_seconds:g} s per case at {' and '.join(f'{r:,}' for r in LATENCY_RATES)} msg/s, "
         f"linger.ms {' and '.join(map(str, LATENCY_LINGERS))}, acks {' and '.join(LATENCY_ACKS)}, 1 partition, "
         f"100 B records; "
-        f"{args.rounds} round(s) per broker alternating Rivulet, Kafka; medians shown, spread = (max - min) / median "
+        + "".join(f"{line}; " for line in new_family_lines(args))
+        + f"{args.rounds} round(s) per broker alternating Rivulet, Kafka; medians shown, spread = (max - min) / median "
         f"over the rounds; ratio is Rivulet/Kafka for throughputs, Kafka/Rivulet (K/R) for latencies, times "
         f"and memory, the median of the per-round ratios with their range; CPU is user+sys seconds over the "
         f"figure's whole run (the generator's process lifetime, start-up included) and that as a share of one "
@@ -915,6 +1149,42 @@ def _issue32_context(args: argparse.Namespace) -> list[str]:
     return [f"- issue 32 rows: {'; '.join(parts)}"] if parts else []
 
 
+def new_family_lines(args: argparse.Namespace) -> list[str]:
+    """The workload of the families that start brokers of their own, those that ran."""
+    lines = []
+    if "many10k" not in args.skip:
+        lines.append(f"{MANY10K_TOPICS * MANY10K_PARTITIONS_EACH:,} partitions: a broker of their own (same "
+                     f"settings, same warm-up), {MANY10K_TOPICS} rdkafka_performance processes at once, "
+                     f"{max(1, args.records_1k // MANY10K_TOPICS):,} x 1 KiB each to its own topic of "
+                     f"{MANY10K_PARTITIONS_EACH:,} partitions, acks=1")
+    if "cluster" not in args.skip:
+        lines.append(f"cluster: {CLUSTER_BROKERS} brokers on this machine (Rivulet: ZooKeeper mode with a ZooKeeper, "
+                     f"counted in broker CPU and RSS; Kafka: {CLUSTER_BROKERS} KRaft nodes, each broker+controller "
+                     f"and a voter, -Xmx1g each), "
+                     + ", ".join(f"{k}={v}" for k, v in CLUSTER_BROKER_PROPS.items())
+                     + f", topics of {CLUSTER_PARTITIONS} partitions and RF={CLUSTER_RF}, PLAINTEXT, the same "
+                     f"warm-up at RF={CLUSTER_RF}; produce at acks=all, consume the full topic, one "
+                     "rdkafka_performance bootstrapped to all three")
+    return lines
+
+
+def open_files_limit(soft: int, hard: int, need: int) -> int | None:
+    """The soft RLIMIT_NOFILE to set so that ``need`` files can be open (None: it already
+    can); raises when the hard limit is too low."""
+    if hard != resource.RLIM_INFINITY and hard < need:
+        raise ValueError(f"the hard limit of open files is {hard}, {need} are needed (ulimit -Hn)")
+    return None if soft == resource.RLIM_INFINITY or soft >= need else need
+
+
+def _names(value: str) -> set[str]:
+    return set(filter(None, value.split(",")))
+
+
+def skipped_parts(skip: set[str], only: set[str] | None) -> set[str]:
+    """The families left out: those of ``--skip``, and with ``--only`` every other one."""
+    return set(skip) | (set(PARTS) - only if only is not None else set())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=2)
@@ -926,10 +1196,10 @@ def main() -> None:
                     help="untimed 100 B records (and a third as many 1 KiB) produced and consumed first; 0: none")
     ap.add_argument("--heartbeat-ms", type=int, default=100, help="group members' heartbeat interval")
     ap.add_argument("--no-java-consumer", action="store_true", help="skip ConsumerPerformance")
-    ap.add_argument("--skip", type=lambda v: set(filter(None, v.split(","))), default=set(),
+    ap.add_argument("--skip", type=_names, default=set(),
                     help=f"leave out these rows, comma-separated: {', '.join(PARTS)}")
-    ap.add_argument("--only", type=lambda v: set(filter(None, v.split(","))), default=None,
-                    help="run only these families (the others are skipped), comma-separated, e.g. txn,group100,share")
+    ap.add_argument("--only", type=_names, default=None,
+                    help="run only these families of rows (comma-separated, as for --skip), e.g. cluster,many10k")
     ap.add_argument("--txn-records", type=int, default=1_000_000, help="records in transactions of 10,000")
     ap.add_argument("--txn-records-100", type=int, default=200_000, help="records in transactions of 100")
     ap.add_argument("--share-records", type=int, default=200_000, help="records per share-group run")
@@ -944,6 +1214,14 @@ def main() -> None:
         if unknown := names - set(PARTS):
             ap.error(f"{flag}: unknown {', '.join(sorted(unknown))}; choose from {', '.join(PARTS)}")
     args.skip = skipped_parts(args.skip, args.only)
+    if "many10k" not in args.skip:  # the brokers inherit it
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        try:
+            raised = open_files_limit(soft, hard, MANY10K_OPEN_FILES)
+        except ValueError as e:
+            ap.error(f"many10k: {e}; or --skip many10k")
+        if raised is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
     reason = java_tools.java_available()
     if reason is not None:
         sys.exit(f"Kafka's Java tools are unavailable: {reason}")
@@ -968,14 +1246,17 @@ def main() -> None:
     for i in range(args.rounds):
         for kind in ("rivulet", "kafka"):
             log(f"round {i + 1}/{args.rounds}: {kind}")
-            broker = Broker(kind, security)
-            try:
-                runs[kind].append(measure(broker, args))
-                order.append(kind)
-                log(f"  {kind} round {i + 1} figures: "
-                    + ", ".join(f"{k}={v:.4g}" for k, v in runs[kind][-1].items()))
-            finally:
-                broker.close()
+            # One after another, never two at once: the single broker, the 10k-partition one, the cluster.
+            parts = []
+            if not set(SINGLE_PARTS) <= args.skip:
+                parts.append(_closing(Broker(kind, security), measure, args))
+            if "many10k" not in args.skip:
+                parts.append(_closing(Broker(kind, security), measure_many10k, args))
+            if "cluster" not in args.skip:
+                parts.append(_closing(Brokers3(kind), measure_cluster, args))
+            runs[kind].append(merge_round(parts))
+            order.append(kind)
+            log(f"  {kind} round {i + 1} figures: " + ", ".join(f"{k}={v:.4g}" for k, v in runs[kind][-1].items()))
     cert_dir.cleanup()
     if args.json:
         args.json.write_text(json.dumps({"argv": argv, "order": order, "runs": runs}, indent=1))

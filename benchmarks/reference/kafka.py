@@ -1,9 +1,10 @@
-"""Apache Kafka as the reference implementation: fetch it with Maven, run a single KRaft node.
+"""Apache Kafka as the reference implementation: fetch it with Maven, run KRaft nodes.
 
 The jars are resolved from Maven Central (see pom.xml next to this file) into a per-version
 cache outside the repository, ``~/.cache/rivulet/kafka-<version>/libs``; nothing downloaded is
 ever committed. The broker runs as ``java -cp <libs>/* kafka.Kafka server.properties`` in
-combined broker+controller mode, on free loopback ports, with data and logs in a temp dir.
+combined broker+controller mode, on free loopback ports, with data and logs in a temp dir;
+``KafkaCluster`` runs several such nodes as one cluster, every node a voter of the quorum.
 
     python -m benchmarks.reference.kafka fetch           # resolve the jars (idempotent)
     python -m benchmarks.reference.kafka start           # run a broker until Ctrl-C
@@ -239,11 +240,17 @@ class KafkaReference:
         work_dir: str | Path | None = None,
         keep_work_dir: bool = False,
         jvm_flags: Sequence[str] = (),
+        node_id: int = 1,
+        controller_port: int | None = None,
+        quorum_voters: str | None = None,
+        cluster_id: str | None = None,
     ) -> None:
+        """``node_id``, ``controller_port``, ``quorum_voters`` (``controller.quorum.voters``)
+        and ``cluster_id``: for a node of a ``KafkaCluster``; alone, it is its own only voter."""
         self.version = version
         self.jvm_flags = tuple(jvm_flags)  # after the stock flags, so they win
         self.port = port or free_port()
-        self.controller_port = free_port()
+        self.controller_port = controller_port or free_port()
         self.heap = heap
         self.log_level = log_level
         self._owns_work_dir = work_dir is None
@@ -254,11 +261,11 @@ class KafkaReference:
         self.data_dir = self.work_dir / "data"
         self.log_path = self.work_dir / "server.log"  # log4j output
         self.stdout_path = self.work_dir / "stdout.log"  # JVM stdout/stderr (crashes, GC warnings)
-        self.cluster_id = random_cluster_id()
+        self.cluster_id = cluster_id or random_cluster_id()
         self.properties: dict[str, str] = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+            "node.id": str(node_id),
+            "controller.quorum.voters": quorum_voters or f"{node_id}@127.0.0.1:{self.controller_port}",
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "controller.listener.names": "CONTROLLER",
@@ -306,6 +313,12 @@ class KafkaReference:
         """Fetch if needed, format storage, start the JVM and wait until it answers Metadata."""
         if self.running:
             return self
+        self.launch()
+        return self.wait_ready(timeout)
+
+    def launch(self) -> None:
+        """Format storage and start the JVM, without waiting: a node of a cluster answers
+        Metadata only once a majority of the quorum's voters runs."""
         fetch(self.version)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         config = self.work_dir / "server.properties"
@@ -325,6 +338,9 @@ class KafkaReference:
             stdout=self._stdout, stderr=subprocess.STDOUT, start_new_session=True,
         )
         atexit.register(self.kill)
+
+    def wait_ready(self, timeout: float = 120.0) -> KafkaReference:
+        """Until the launched JVM answers Metadata; kills it if it does not."""
         try:
             self._wait_ready(timeout)
         except BaseException:
@@ -415,6 +431,84 @@ class KafkaReference:
     def __exit__(self, *exc: object) -> None:
         self.stop()
         self.cleanup()
+
+
+class KafkaCluster:
+    """``size`` KRaft nodes on loopback, each broker+controller, all of them voters of one
+    static quorum (``controller.quorum.voters``), formatted with one cluster id. Internal
+    topics keep Kafka's defaults (replication factor 3, min.insync.replicas 2).
+    ``overrides`` go to every node and win."""
+
+    def __init__(self, size: int = 3, *, heap: str = "1g", overrides: Mapping[str, str] | None = None,
+                 version: str = KAFKA_VERSION) -> None:
+        controller_ports = [free_port() for _ in range(size)]
+        voters = ",".join(f"{i + 1}@127.0.0.1:{port}" for i, port in enumerate(controller_ports))
+        cluster_id = random_cluster_id()
+        self.nodes = [
+            KafkaReference(version=version, heap=heap, node_id=i + 1, controller_port=port, quorum_voters=voters,
+                           cluster_id=cluster_id, overrides={**cluster_properties(size), **(overrides or {})})
+            for i, port in enumerate(controller_ports)]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes)
+
+    def start(self, timeout: float = 120.0) -> KafkaCluster:
+        """Every node launched, then each answering Metadata that lists all of them."""
+        try:
+            for node in self.nodes:
+                node.launch()
+            deadline = time.monotonic() + timeout
+            for node in self.nodes:
+                node.wait_ready(max(1.0, deadline - time.monotonic()))
+            from confluent_kafka.admin import AdminClient
+
+            for node in self.nodes:
+                admin = AdminClient({"bootstrap.servers": node.bootstrap})
+                while len(admin.list_topics(timeout=5).brokers) < len(self.nodes):
+                    if time.monotonic() > deadline:
+                        raise KafkaStartError(f"{node.bootstrap} does not list {len(self.nodes)} brokers "
+                                              f"after {timeout:.0f}s:\n{node.output(3000)}")
+                    time.sleep(0.1)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """One node after another, cleanly while the rest keep a majority of the quorum; the
+        last ones' controlled shutdown could never finish (it would wait out the timeout)."""
+        clean = len(self.nodes) - len(self.nodes) // 2
+        for i, node in enumerate(self.nodes):
+            if i < clean:
+                node.stop()
+            else:
+                node.kill()
+
+    def cleanup(self) -> None:
+        for node in self.nodes:
+            node.cleanup()
+
+    def __enter__(self) -> KafkaCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        self.cleanup()
+
+
+def cluster_properties(size: int) -> dict[str, str]:
+    """What a node of a ``size``-node cluster sets over the single node's properties: the
+    internal topics back at Kafka's defaults (replication factor 3, min ISR 2) when there are
+    enough brokers for them."""
+    rf, isr = str(min(size, 3)), str(min(size, 2))
+    return {
+        "offsets.topic.replication.factor": rf,
+        "transaction.state.log.replication.factor": rf,
+        "transaction.state.log.min.isr": isr,
+        "share.coordinator.state.topic.replication.factor": rf,
+        "share.coordinator.state.topic.min.isr": isr,
+    }
 
 
 # ---------------------------------------------------------------------------- CLI

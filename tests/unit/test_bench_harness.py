@@ -190,3 +190,85 @@ def test_cpu_of_an_in_process_generator_is_this_process(tmp_path):
     _, gen, _ = with_cpu(os.getpid(), lambda: subprocess.run(["sh", "-c", "i=0; while [ $i -lt 200000 ]; do "
                                                                "i=$((i+1)); done"], check=True))
     assert gen.seconds > 0.0
+
+
+# ---------------------------------------------------------------------------- compare's cluster and 10k families
+
+
+def test_only_keeps_the_named_families_and_skip_still_applies():
+    from benchmarks.compare import PARTS, skipped_parts
+
+    assert skipped_parts({"java"}, None) == {"java"}
+    left = skipped_parts(set(), {"cluster", "many10k"})
+    assert left == set(PARTS) - {"cluster", "many10k"} and "base" in left
+    assert skipped_parts({"many10k"}, {"cluster", "many10k"}) == set(PARTS) - {"cluster"}
+
+
+def test_a_round_keeps_the_load_before_its_first_broker_and_after_its_last():
+    from benchmarks.compare import merge_round
+
+    single = {"load_before": 1.0, "load_after": 2.0, "rss": 100.0}
+    cluster = {"load_before": 3.0, "load_after": 4.0, "cluster_rss": 300.0}
+    assert merge_round([single, cluster]) == {"load_before": 1.0, "load_after": 4.0, "rss": 100.0,
+                                              "cluster_rss": 300.0}
+    assert merge_round([]) == {}
+
+
+def _metadata(isrs_by_partition: dict[int, list[int]], leader: int = 1):
+    from confluent_kafka.admin import ClusterMetadata, PartitionMetadata, TopicMetadata
+
+    md, topic = ClusterMetadata(), TopicMetadata()
+    topic.topic = "t"
+    for pid, isrs in isrs_by_partition.items():
+        p = PartitionMetadata()
+        p.id, p.leader, p.replicas, p.isrs = pid, leader, [1, 2, 3], isrs
+        topic.partitions[pid] = p
+    md.topics["t"] = topic
+    return md
+
+
+def test_replicated_topics_are_ready_when_every_partition_has_all_replicas_in_sync():
+    from benchmarks.compare import replicas_ready
+
+    assert replicas_ready(_metadata({0: [1, 2, 3], 1: [2, 3, 1]}), ["t"], 3)
+    assert not replicas_ready(_metadata({0: [1, 2, 3], 1: [2, 3]}), ["t"], 3)
+    assert not replicas_ready(_metadata({0: [1, 2, 3]}, leader=-1), ["t"], 3)
+    assert not replicas_ready(_metadata({0: [1, 2, 3]}), ["t", "other"], 3)
+    assert not replicas_ready(_metadata({}), ["t"], 3)  # no partitions yet
+
+
+def test_kafka_cluster_nodes_share_one_quorum_and_cluster_id():
+    from benchmarks.reference.kafka import KafkaCluster, KafkaReference
+
+    cluster = KafkaCluster(3, overrides={"min.insync.replicas": "2"})
+    try:
+        props = [n.properties for n in cluster.nodes]
+        voters = {p["controller.quorum.voters"] for p in props}
+        assert len(voters) == 1 and len({n.cluster_id for n in cluster.nodes}) == 1
+        assert voters.pop() == ",".join(f"{i + 1}@127.0.0.1:{n.controller_port}" for i, n in enumerate(cluster.nodes))
+        assert [p["node.id"] for p in props] == ["1", "2", "3"]
+        for p in props:
+            assert p["min.insync.replicas"] == "2"
+            assert (p["offsets.topic.replication.factor"], p["transaction.state.log.min.isr"]) == ("3", "2")
+        assert cluster.bootstrap == ",".join(n.bootstrap for n in cluster.nodes)
+    finally:
+        cluster.cleanup()
+    alone = KafkaReference()
+    try:  # a single node is still its own only voter, internal topics at RF 1
+        assert alone.properties["controller.quorum.voters"] == f"1@127.0.0.1:{alone.controller_port}"
+        assert alone.properties["offsets.topic.replication.factor"] == "1"
+    finally:
+        alone.cleanup()
+
+
+def test_the_open_files_limit_is_raised_only_when_short_and_possible():
+    import resource
+
+    from benchmarks.compare import open_files_limit
+
+    assert open_files_limit(20000, 20000, 16384) is None
+    assert open_files_limit(1024, 20000, 16384) == 16384
+    assert open_files_limit(1024, resource.RLIM_INFINITY, 16384) == 16384
+    assert open_files_limit(resource.RLIM_INFINITY, resource.RLIM_INFINITY, 16384) is None
+    with pytest.raises(ValueError, match="hard limit of open files is 4096"):
+        open_files_limit(1024, 4096, 16384)
