@@ -775,6 +775,24 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
     if "group" not in args.skip:
         attempt(f"{GROUP_MEMBERS}-member group to Stable", grp)
 
+    measure_issue32(rec, args, bs, lbs)
+
+    results["rss"] = rss_kib(broker.pid) / 1024
+    results["load_after"] = os.getloadavg()[0]
+    log(f"  {broker.kind}: RSS {results['rss']:.0f} MiB")
+    return results
+
+
+def measure_issue32(rec: Recorder, args: argparse.Namespace, bs: str, lbs: str) -> None:
+    """Issue 32's rows on the single broker: transactions, the 100-member group, share groups.
+    ``bs``: the PLAINTEXT bootstrap (topics, checks); ``lbs``: the load generators' listener."""
+    results, attempt = rec.results, rec.attempt
+
+    def load(key: str, name: str, fn: Callable[[], Rate], create: str | None = None, in_process: bool = False,
+             cpu_over_wall: bool = False) -> None:
+        rec.load(key, name, fn, None if create is None else functools.partial(_create, bs, [create], PARTITIONS),
+                 in_process, cpu_over_wall)
+
     if args.warmup and not {"txn", "group100", "share"} <= args.skip:
         # Untimed, as the warm-up above: the first use of each makes an internal topic on both
         # brokers (__transaction_state, __consumer_offsets, __share_group_state) and the first
@@ -830,11 +848,6 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
         for client in SHARE_GENERATORS:
             for members in SHARE_MEMBERS:
                 attempt(f"fill and share group, {client} x{members}", functools.partial(share, client, members))
-
-    results["rss"] = rss_kib(broker.pid) / 1024
-    results["load_after"] = os.getloadavg()[0]
-    log(f"  {broker.kind}: RSS {results['rss']:.0f} MiB")
-    return results
 
 
 def measure_many10k(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
