@@ -28,6 +28,14 @@ def worker_pythonpath() -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
+def _pip_installed_spark() -> bool:
+    """Whether Spark runs from the installed PySpark package (no other SPARK_HOME): its Python
+    workers can then use ``rivulet.spark_daemon``, which needs this layout to do anything."""
+    import pyspark
+    home = os.environ.get("SPARK_HOME")
+    return home is None or os.path.realpath(home) == os.path.realpath(os.path.dirname(pyspark.__file__))
+
+
 def quiet_session(master: str = "local[2]", app_name: str = "rivulet", conf: Mapping[str, Any] | None = None,
                   log_path: str | os.PathLike | None = None, log_level: str = "ERROR") -> Any:
     """Build (or get) a SparkSession with the UI and progress bar off and the logs in ``log_path``.
@@ -45,6 +53,8 @@ def quiet_session(master: str = "local[2]", app_name: str = "rivulet", conf: Map
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.sql.streaming.metricsEnabled", "false"))
+    if _pip_installed_spark():
+        builder = builder.config("spark.python.daemon.module", "rivulet.spark_daemon")
     for k, v in (conf or {}).items():
         builder = builder.config(k, str(v))
     saved = None
