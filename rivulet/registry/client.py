@@ -63,6 +63,19 @@ class SubjectLookup(SchemaLookup, Protocol):
         ...
 
 
+def registry_client_tls(url: str, ca_location: str = "", certificate_location: str = "",
+                 key_location: str = "") -> ssl.SSLContext | None:
+    """The TLS context for a registry URL from Confluent's ``schema.registry.ssl.*`` locations (PEM
+    files): None for http; for https the given CA (else the system's trust, or
+    ``$SSL_CERT_FILE``), and a client certificate and key for mutual TLS."""
+    if not url.lower().startswith("https"):
+        return None
+    context = ssl.create_default_context(cafile=ca_location or None)
+    if certificate_location:
+        context.load_cert_chain(certificate_location, key_location or None)
+    return context
+
+
 class RegistryClient:
     """``url``: the registry's base URL (``https://user:password@host:port`` gives the
     credentials too); ``user_info``: ``user:password`` for HTTP basic authentication

@@ -24,7 +24,7 @@ from rivulet.coordinator.group_coordinator import GroupCoordinator
 from rivulet.delayed import Timer
 from rivulet.iceberg.catalog import CatalogSettings
 from rivulet.iceberg.translator import IcebergTranslator
-from rivulet.registry.client import RegistryClient, SubjectLookup
+from rivulet.registry.client import RegistryClient, SubjectLookup, registry_client_tls
 from rivulet.replication.alter_partition import ControllerAlterPartitionManager
 from rivulet.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from rivulet.replication.link import BrokerLinks
@@ -369,7 +369,13 @@ class Broker:
         registry_url = cfg["iceberg.schema.registry.url"]
         schemas: SubjectLookup | None = self.schema_registry
         if registry_url:
-            schemas = RegistryClient(registry_url, cfg["iceberg.schema.registry.basic.auth.user.info"] or "")
+            try:
+                tls = registry_client_tls(registry_url, cfg["iceberg.schema.registry.ssl.ca.location"],
+                                          cfg["iceberg.schema.registry.ssl.certificate.location"],
+                                          cfg["iceberg.schema.registry.ssl.key.location"])
+            except (OSError, ssl.SSLError) as e:
+                raise ConfigError(f"iceberg.schema.registry.ssl.*: {e}") from None
+            schemas = RegistryClient(registry_url, cfg["iceberg.schema.registry.basic.auth.user.info"] or "", tls)
         self.iceberg = IcebergTranslator(
             topics.table_partitions,
             CatalogSettings.resolve(cfg["iceberg.catalog.uri"], cfg["iceberg.catalog.warehouse"], cfg.log_dirs[0],

@@ -388,6 +388,14 @@ BROKER_CONFIGS = ConfigDef([
        "Empty: this broker's own registry (schema.registry.listeners).", LOW),
     _k("iceberg.schema.registry.basic.auth.user.info", PW, None, None, "user:password sent with HTTP basic "
        "authentication to iceberg.schema.registry.url (Confluent's basic.auth.user.info).", LOW),
+    _k("iceberg.schema.registry.ssl.ca.location", S, "", None, "A PEM file of the CA certificates that an https "
+       "iceberg.schema.registry.url is checked against (Confluent's schema.registry.ssl.ca.location); empty: the "
+       "system's trust.", LOW),
+    _k("iceberg.schema.registry.ssl.certificate.location", S, "", None, "A PEM client certificate for mutual TLS "
+       "with an https iceberg.schema.registry.url (its key in iceberg.schema.registry.ssl.key.location, or in "
+       "this file).", LOW),
+    _k("iceberg.schema.registry.ssl.key.location", S, "", None, "The PEM private key of "
+       "iceberg.schema.registry.ssl.certificate.location.", LOW),
     _k("telemetry.max.bytes", I, 1048576, _pos, "Largest client telemetry push the broker accepts, compressed or "
        "not.", LOW),
     _k("replica.fetch.max.bytes", I, 1048576, _nonneg, "Bytes fetched per partition by a follower.", MEDIUM),

@@ -6,7 +6,6 @@ or plain JSON of a schema given in ``valueSchema``."""
 from __future__ import annotations
 
 import json
-import ssl
 import threading
 from dataclasses import dataclass
 from typing import Mapping
@@ -15,7 +14,7 @@ import pyarrow as pa
 from pyspark.sql.types import StructType
 
 from rivulet.registry.arrow import ArrowDecoder, arrow_type
-from rivulet.registry.client import RegisteredSchema, RegistryClient, RegistryError
+from rivulet.registry.client import RegisteredSchema, RegistryClient, RegistryError, registry_client_tls
 from rivulet.registry.schema_types import FORMAT_TYPES
 from rivulet.spark._json_values import JsonDecoder, parse_schema
 
@@ -92,12 +91,8 @@ class ValueFormat:
                    o.get("schema.registry.ssl.key.location", ""))
 
     def client(self) -> RegistryClient:
-        context = None
-        if self.url.lower().startswith("https"):
-            context = ssl.create_default_context(cafile=self.ca_location or None)
-            if self.certificate_location:
-                context.load_cert_chain(self.certificate_location, self.key_location or None)
-        return RegistryClient(self.url, self.user_info, context)
+        return RegistryClient(self.url, self.user_info, registry_client_tls(self.url, self.ca_location,
+                                                                     self.certificate_location, self.key_location))
 
     def planned(self) -> ValueFormat:
         """With the subject's latest schema as the reader's, checked to be of the format."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import random
+import ssl
 import struct
 import urllib.request
 from collections import Counter
@@ -209,6 +210,52 @@ def test_an_external_registry_with_basic_auth(broker_factory) -> None:
     _wait_for_table(b.data_dir, topic, {0: 3})
     assert [r["value"] for r in _table(b.data_dir, topic)] == orders
 
+
+
+def test_an_external_registry_over_mutual_tls(broker_factory, tls_certs) -> None:
+    """iceberg.schema.registry.ssl.*: an https registry whose certificate a private CA signed,
+    which requires a client certificate, is read with the CA and the certificate given (the
+    registry is this broker's own, read over https as an external one)."""
+    port = free_port()
+    url = f"https://localhost:{port}"
+    b = broker_factory({"num.partitions": "1", "schema.registry.listeners": url,
+                        "schema.registry.ssl.client.authentication": "REQUIRED", **tls_certs.broker_ssl_props(),
+                        "iceberg.schema.registry.url": url,
+                        "iceberg.schema.registry.ssl.ca.location": str(tls_certs.ca.pem),
+                        "iceberg.schema.registry.ssl.certificate.location": str(tls_certs.client.cert),
+                        "iceberg.schema.registry.ssl.key.location": str(tls_certs.client.key)})
+    conf = {"url": url, "ssl.ca.location": str(tls_certs.ca.pem),
+            "ssl.certificate.location": str(tls_certs.client.cert), "ssl.key.location": str(tls_certs.client.key)}
+    mutual = ssl.create_default_context(cafile=str(tls_certs.ca.pem))
+    mutual.load_cert_chain(str(tls_certs.client.cert), str(tls_certs.client.key))
+    wait_for_registry(url, verify=mutual)
+    with pytest.raises(httpx.HTTPError):  # no client certificate: refused in the handshake
+        httpx.get(f"{url}/subjects", verify=ssl.create_default_context(cafile=str(tls_certs.ca.pem)), timeout=30)
+    topic = "orders-tls"
+    _create(b.bootstrap, topic, 1, {"iceberg.mode": "value_schema_id_prefix", "iceberg.target.lag.ms": "300"})
+    ser = AvroSerializer(SchemaRegistryClient(conf), json.dumps(ORDER_V1))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    p = Producer({"bootstrap.servers": b.bootstrap})
+    orders = [{"id": i, "item": "pen", "price": 0.5, "tags": ["t"]} for i in range(4)]
+    for o in orders:
+        p.produce(topic, value=ser(o, ctx))
+    assert p.flush(30) == 0
+    _wait_for_table(b.data_dir, topic, {0: 4})
+    assert [r["value"] for r in _table(b.data_dir, topic)] == orders
+
+
+def test_a_registry_certificate_that_cannot_be_read_stops_the_broker_in_one_line(tmp_path) -> None:
+    b = BrokerProcess({"iceberg.schema.registry.url": "https://registry.example:8081",
+                       "iceberg.schema.registry.ssl.ca.location": str(tmp_path / "missing-ca.pem")})
+    with pytest.raises(RuntimeError):
+        b.start()
+    try:
+        out = b.output()
+        lines = [line for line in out.splitlines() if "iceberg.schema.registry.ssl" in line]
+        assert len(lines) == 1 and "No such file" in lines[0], out
+        assert "Traceback" not in out and b.proc.returncode == 2
+    finally:
+        b.cleanup()
 
 def test_kill_9_while_translating_typed_values_adds_each_record_once(tmp_path) -> None:
     (tmp_path / "data").mkdir()

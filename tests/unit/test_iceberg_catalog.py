@@ -67,3 +67,15 @@ def test_external_registry_settings_validate_the_url_and_keep_the_user_info_as_a
         with pytest.raises(ConfigError, match="must be an http:// or https:// URL"):
             BrokerConfig({"iceberg.schema.registry.url": bad})
     assert BROKER_CONFIGS["iceberg.schema.registry.basic.auth.user.info"].sensitive
+
+
+def test_a_registry_clients_tls_comes_from_confluents_locations(tmp_path) -> None:
+    import ssl
+
+    from rivulet.registry.client import registry_client_tls
+    assert registry_client_tls("http://registry:8081", str(tmp_path / "ignored.pem")) is None
+    context = registry_client_tls("https://registry:8081")
+    assert context is not None and context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+    with pytest.raises(FileNotFoundError):
+        registry_client_tls("https://registry:8081", str(tmp_path / "missing-ca.pem"))
+    assert BrokerConfig({})["iceberg.schema.registry.ssl.ca.location"] == ""
