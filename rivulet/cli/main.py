@@ -67,6 +67,9 @@ def broker_main(args: argparse.Namespace) -> int:
         try:
             broker = Broker(config)
             await broker.start()
+        except ConfigError as e:  # a setting only the broker's parts check (a file it names, an extra)
+            print(f"rivulet broker: {e}", file=sys.stderr)
+            return 2
         except (OSError, BrokerIdInUseError) as e:
             print(f"rivulet broker: cannot start: {e}", file=sys.stderr)
             return 1
