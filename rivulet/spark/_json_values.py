@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import re
+from array import array
 from typing import Callable
 
-import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from rivulet.registry.arrow import UNDECODABLE, Decoded, ValueFault
@@ -189,26 +190,27 @@ class JsonDecoder:
     def decode(self, values: pa.Array) -> Decoded:
         """Each value's row; a null value is a null row, a value that is not a JSON object of
         the schema's types a null row with its ``ValueFault``."""
-        n = len(values)
         if values.type != pa.binary():
             values = values.cast(pa.binary())
-        present = np.flatnonzero(np.asarray(values.is_valid(), dtype=bool)) if values.null_count else None
-        docs = values.drop_null() if present is not None else values
+        valid = values.is_valid() if values.null_count else None
+        docs = values if valid is None else values.filter(valid)
         faults: list[ValueFault] = []
         table = self._parse(docs, 0, len(docs), faults)
-        column = pa.StructArray.from_arrays(
-            [table.column(i).combine_chunks() for i in range(table.num_columns)], fields=list(self.arrow_type))
+        fields = list(self.arrow_type)
+        column = pa.StructArray.from_arrays([table.column(i).combine_chunks() for i in range(table.num_columns)],
+                                            fields=fields)
         if faults:
-            bad = np.zeros(len(docs), dtype=bool)
-            bad[[f.index for f in faults]] = True
-            column = pa.StructArray.from_arrays(column.flatten(), fields=list(self.arrow_type),
-                                                mask=pa.array(bad))
-        if present is not None:
-            # Back to one row per value: nulls where the values were null.
-            index = np.full(n, -1, dtype=np.int64)
-            index[present] = np.arange(len(present))
-            column = column.take(pa.array(index, mask=index < 0))
-            faults = [ValueFault(int(present[f.index]), f.kind, f.message) for f in faults]
+            bad = array("b", bytes(len(docs)))
+            for f in faults:
+                bad[f.index] = 1
+            mask = pc.cast(pa.Array.from_buffers(pa.int8(), len(docs), [None, pa.py_buffer(bad)]), pa.bool_())
+            column = pa.StructArray.from_arrays(column.flatten(), fields=fields, mask=mask)
+        if valid is not None:
+            # Back to one row per value: a null row where the value was null.
+            at = pc.subtract(pc.cumulative_sum(pc.cast(valid, pa.int32())), _ONE)
+            column = column.take(pc.if_else(valid, at, _NULL_I32))
+            present = pc.indices_nonzero(valid)
+            faults = [ValueFault(present[f.index].as_py(), f.kind, f.message) for f in faults]
         return Decoded(column, tuple(faults))
 
     def _parse(self, docs: pa.Array, start: int, stop: int, faults: list[ValueFault]) -> pa.Table:
@@ -265,9 +267,19 @@ def _lines(docs: pa.Array) -> pa.Buffer:
     """The documents as newline-delimited JSON. Line breaks inside a document (whitespace
     between its tokens: a JSON string cannot hold a raw one) become spaces. An empty document
     is an empty line, which Arrow's reader skips: the row count then tells."""
-    if not len(docs):
+    flat = pc.replace_substring(pc.replace_substring(docs, "\n", " "), "\r", " ")
+    joined = pc.binary_join_element_wise(flat, _NEWLINE, _EMPTY)
+    if not len(joined):
         return pa.py_buffer(b"")
-    offsets = np.frombuffer(docs.buffers()[1], dtype=np.int32, count=len(docs) + 1, offset=docs.offset * 4)
-    data = np.frombuffer(docs.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
-    data = np.where((data == 10) | (data == 13), np.uint8(32), data)
-    return pa.py_buffer(np.insert(data, offsets[1:] - offsets[0], np.uint8(10)))
+    ends = memoryview(joined.buffers()[1]).cast("i")
+    return joined.buffers()[2][ends[joined.offset]:ends[joined.offset + len(joined)]]
+
+
+def _binary(v: bytes) -> pa.Scalar:
+    # Built from buffers: pa.scalar would import pandas (a third of a second in a fresh worker).
+    return pa.Array.from_buffers(pa.binary(), 1, [None, pa.py_buffer(array("i", [0, len(v)])), pa.py_buffer(v)])[0]
+
+
+_NEWLINE, _EMPTY = _binary(b"\n"), _binary(b"")
+_ONE = pa.Array.from_buffers(pa.int32(), 1, [None, pa.py_buffer(array("i", [1]))])[0]
+_NULL_I32 = pa.nulls(1, pa.int32())[0]

@@ -67,11 +67,19 @@ def produce(producer: Producer, topic: str, start: int, n: int) -> int:
 
 
 def settle_stats(client: Producer | Consumer, stats: Stats, ready) -> None:
-    """Poll until a statistics report shows ``ready`` (reports come every 100 ms)."""
+    """Poll until a statistics report shows ``ready`` and its request counts equal the report
+    before it (reports come every 100 ms): a report can show every record transmitted while
+    the last request's count is not in it yet (once 5 Produce where the broker had answered 6)."""
+    previous = None
     for _ in range(200):
         client.poll(0.05)
-        if stats.last and ready(stats):
+        if not stats.last:
+            continue
+        counts = {k: b.get("req") for k, b in stats.last.get("brokers", {}).items()}
+        if stats.last is not previous and ready(stats) and previous is not None and counts == \
+                {k: b.get("req") for k, b in previous.get("brokers", {}).items()}:
             return
+        previous = stats.last
     raise AssertionError(f"librdkafka's statistics never settled: "
                          f"{ {k: b.get('req') for k, b in stats.last.get('brokers', {}).items()} }")
 
