@@ -19,6 +19,7 @@ workers.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -568,12 +569,30 @@ def pipeline_rows(spark, bootstrap: str, orders: str, args: argparse.Namespace, 
     return [r for r, _ in jobs]
 
 
+@contextlib.contextmanager
+def cluster_app(cluster, name: str, executors: int, tmp: str, conf: dict[str, object] | None = None):
+    """An application on the standalone cluster allowed ``executors`` 1-core executors, once
+    they are up; stopped afterwards, and its executors waited out so the next starts clean."""
+    from rivulet.spark.session import quiet_session
+    spark = quiet_session(cluster.master_url, name,
+                          {"spark.cores.max": executors, "spark.executor.cores": 1, "spark.executor.memory": "768m",
+                           "spark.sql.shuffle.partitions": 2, **(conf or {})},
+                          log_path=os.path.join(tmp, f"{name}.log"))
+    try:
+        cluster.wait_for_executors(executors)
+        yield spark
+    finally:
+        spark.stop()
+        deadline = time.monotonic() + 30
+        while cluster.executor_pids() and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+
 def cluster_rows(bootstrap: str, topic: str, args: argparse.Namespace, tmp: str) -> list[Row]:
     """The source into noop on a standalone cluster of two 1-core workers (the tests' launcher),
     by an application allowed one executor, then two; alternated, each on a fresh application."""
     from pathlib import Path
 
-    from rivulet.spark.session import quiet_session
     from tests.spark_cluster import StandaloneCluster
 
     n = args.records
@@ -582,21 +601,11 @@ def cluster_rows(bootstrap: str, topic: str, args: argparse.Namespace, tmp: str)
     try:
         for r in range(args.repeat):
             for k, row in rows.items():
-                spark = quiet_session(cluster.master_url, f"rivulet-bench-{k}-workers",
-                                      {"spark.cores.max": k, "spark.executor.cores": 1,
-                                       "spark.executor.memory": "768m", "spark.sql.shuffle.partitions": 2},
-                                      log_path=os.path.join(tmp, f"spark-cluster-{k}.log"))
-                try:
-                    cluster.wait_for_executors(k)
+                with cluster_app(cluster, f"rivulet-bench-{k}-workers", k, tmp) as spark:
                     job = lambda: (spark.read.format("rivulet").option("kafka.bootstrap.servers", bootstrap)  # noqa
                                    .option("subscribe", topic).load().write.format("noop").mode("overwrite").save())
                     job()  # warm-up: the executors' Python workers
                     alternate([(row, job)], 1, first_round=r + 1)
-                finally:
-                    spark.stop()
-                    deadline = time.monotonic() + 30
-                    while cluster.executor_pids() and time.monotonic() < deadline:
-                        time.sleep(0.2)
     finally:
         cluster.close()
     return list(rows.values())
@@ -610,7 +619,6 @@ def cluster_pipeline_rows(bootstrap: str, orders: str, args: argparse.Namespace,
     master and workers, their executors and Python workers, the driver."""
     from pathlib import Path
 
-    from rivulet.spark.session import quiet_session
     from tests.spark_cluster import StandaloneCluster
 
     n = args.events
@@ -618,14 +626,8 @@ def cluster_pipeline_rows(bootstrap: str, orders: str, args: argparse.Namespace,
     cluster = StandaloneCluster(Path(tmp) / "cluster-pipeline", workers=2).start()
     try:
         for k in (1, 2):
-            conf: dict[str, object] = {"spark.cores.max": k, "spark.executor.cores": 1,
-                                       "spark.executor.memory": "768m", "spark.sql.shuffle.partitions": 2}
-            if kafka_jars:
-                conf["spark.jars"] = kafka_jars
-            spark = quiet_session(cluster.master_url, f"rivulet-bench-pipeline-{k}", conf,
-                                  log_path=os.path.join(tmp, f"spark-cluster-pipeline-{k}.log"))
-            try:
-                cluster.wait_for_executors(k)
+            with cluster_app(cluster, f"rivulet-bench-pipeline-{k}", k, tmp,
+                             {"spark.jars": kafka_jars} if kafka_jars else {}) as spark:
                 outputs: list[tuple[str, str]] = []
                 name = f"{k} worker{'s' if k > 1 else ''} of 1 core"
                 jobs = [(Row(f"pipeline, rivulet source and sink, {name}", n, unit="events/s"),
@@ -638,11 +640,6 @@ def cluster_pipeline_rows(bootstrap: str, orders: str, args: argparse.Namespace,
                 alternate(jobs, args.repeat)
                 jobs[0][0].note = same_windows(spark, outputs)
                 rows += [r for r, _ in jobs]
-            finally:
-                spark.stop()
-                deadline = time.monotonic() + 30
-                while cluster.executor_pids() and time.monotonic() < deadline:
-                    time.sleep(0.2)
     finally:
         cluster.close()
     return rows

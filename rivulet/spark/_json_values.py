@@ -245,22 +245,17 @@ def _has(t: pa.DataType, test: Callable[[pa.DataType], bool]) -> bool:
     return pa.types.is_list(t) and _has(t.value_type, test)
 
 
-def _nullable(t: pa.DataType) -> pa.DataType:
+def _nullable(t: pa.DataType, leaf: Callable[[pa.DataType], pa.DataType] = lambda t: t) -> pa.DataType:
+    """``t`` with every struct field and list element nullable, and ``leaf`` applied to the rest."""
     if pa.types.is_struct(t):
-        return pa.struct([pa.field(f.name, _nullable(f.type), True) for f in t])
+        return pa.struct([pa.field(f.name, _nullable(f.type, leaf), True) for f in t])
     if pa.types.is_list(t):
-        return pa.list_(pa.field(t.value_field.name, _nullable(t.value_type), True))
-    return t
+        return pa.list_(pa.field(t.value_field.name, _nullable(t.value_type, leaf), True))
+    return leaf(t)
 
 
 def _as_read(t: pa.DataType) -> pa.DataType:
-    if pa.types.is_date32(t):
-        return pa.string()
-    if pa.types.is_struct(t):
-        return pa.struct([pa.field(f.name, _as_read(f.type), True) for f in t])
-    if pa.types.is_list(t):
-        return pa.list_(pa.field(t.value_field.name, _as_read(t.value_type), True))
-    return t
+    return _nullable(t, lambda leaf: pa.string() if pa.types.is_date32(leaf) else leaf)
 
 
 def _lines(docs: pa.Array) -> pa.Buffer:
