@@ -100,13 +100,10 @@ def test_avro_values_become_typed_columns_and_evolve(registry_broker) -> None:
     assert f'rivulet_iceberg_records_dead_lettered_total{{partition="1",topic="{topic}"}} 3.0' in text
 
 
-def test_protobuf_values_become_typed_columns(registry_broker) -> None:
-    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+def reading_classes(with_seq: bool = False) -> tuple[type, type]:
+    """The test schema lab.Reading (string, double, repeated int32, enum, nested message; an
+    int64 ``seq`` too with ``with_seq``) and lab.Location, as protobuf message classes."""
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-
-    b, url = registry_broker
-    topic = "readings-proto"
-    _create(b.bootstrap, topic, 1, {"iceberg.mode": "value_schema_id_prefix", "iceberg.target.lag.ms": "300"})
     F = descriptor_pb2.FieldDescriptorProto
     fdp = descriptor_pb2.FileDescriptorProto(name="readings.proto", package="lab", syntax="proto3")
     unit = fdp.enum_type.add(name="Unit")
@@ -121,10 +118,20 @@ def test_protobuf_values_become_typed_columns(registry_broker) -> None:
     m.field.add(name="samples", number=3, type=F.TYPE_INT32, label=F.LABEL_REPEATED)
     m.field.add(name="unit", number=4, type=F.TYPE_ENUM, type_name=".lab.Unit", label=F.LABEL_OPTIONAL)
     m.field.add(name="at", number=5, type=F.TYPE_MESSAGE, type_name=".lab.Location", label=F.LABEL_OPTIONAL)
+    if with_seq:
+        m.field.add(name="seq", number=6, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL)
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
-    Reading = message_factory.GetMessageClass(pool.FindMessageTypeByName("lab.Reading"))
-    Location = message_factory.GetMessageClass(pool.FindMessageTypeByName("lab.Location"))
+    return (message_factory.GetMessageClass(pool.FindMessageTypeByName("lab.Reading")),
+            message_factory.GetMessageClass(pool.FindMessageTypeByName("lab.Location")))
+
+def test_protobuf_values_become_typed_columns(registry_broker) -> None:
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+
+    b, url = registry_broker
+    topic = "readings-proto"
+    _create(b.bootstrap, topic, 1, {"iceberg.mode": "value_schema_id_prefix", "iceberg.target.lag.ms": "300"})
+    Reading, Location = reading_classes()
     ser = ProtobufSerializer(Reading, SchemaRegistryClient({"url": url}), {"use.deprecated.format": False})
     ctx = SerializationContext(topic, MessageField.VALUE)
     p = Producer({"bootstrap.servers": b.bootstrap})

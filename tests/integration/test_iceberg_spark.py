@@ -33,13 +33,13 @@ from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient  # noqa: E402
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer  # noqa: E402
 from confluent_kafka.serialization import MessageField, SerializationContext  # noqa: E402
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # noqa: E402
 from google.protobuf.message import Message  # noqa: E402
 
 from benchmarks.reference.kafka import cache_root, locked  # noqa: E402
 from rivulet.iceberg.catalog import CatalogSettings, open_catalog  # noqa: E402
 from rivulet.testing import BrokerProcess, free_port  # noqa: E402
 from tests.integration.test_iceberg import _create, _ends, _topic_rows, _wait_for_table  # noqa: E402
+from tests.integration.test_iceberg_schemas import reading_classes  # noqa: E402
 from conftest import wait_for_registry  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]  # a Spark JVM: with the heavy tests
@@ -69,28 +69,6 @@ message Reading {
 }
 message Location { double lat = 1; double lon = 2; }
 """
-
-
-def _reading_classes() -> tuple[type[Message], type[Message]]:
-    F = descriptor_pb2.FieldDescriptorProto
-    fdp = descriptor_pb2.FileDescriptorProto(name="readings.proto", package="lab", syntax="proto3")
-    unit = fdp.enum_type.add(name="Unit")
-    unit.value.add(name="CELSIUS", number=0)
-    unit.value.add(name="KELVIN", number=1)
-    m = fdp.message_type.add(name="Reading")
-    m.field.add(name="sensor", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
-    m.field.add(name="value", number=2, type=F.TYPE_DOUBLE, label=F.LABEL_OPTIONAL)
-    m.field.add(name="samples", number=3, type=F.TYPE_INT32, label=F.LABEL_REPEATED)
-    m.field.add(name="unit", number=4, type=F.TYPE_ENUM, type_name=".lab.Unit", label=F.LABEL_OPTIONAL)
-    m.field.add(name="at", number=5, type=F.TYPE_MESSAGE, type_name=".lab.Location", label=F.LABEL_OPTIONAL)
-    m.field.add(name="seq", number=6, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL)
-    loc = fdp.message_type.add(name="Location")
-    loc.field.add(name="lat", number=1, type=F.TYPE_DOUBLE, label=F.LABEL_OPTIONAL)
-    loc.field.add(name="lon", number=2, type=F.TYPE_DOUBLE, label=F.LABEL_OPTIONAL)
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(fdp)
-    return (message_factory.GetMessageClass(pool.FindMessageTypeByName("lab.Reading")),
-            message_factory.GetMessageClass(pool.FindMessageTypeByName("lab.Location")))
 
 
 def _reading_value(msg: Message) -> dict:
@@ -185,7 +163,7 @@ def _produce_avro(bootstrap: str, registry: SchemaRegistryClient) -> None:
 def _produce_protobuf(bootstrap: str, registry: SchemaRegistryClient) -> None:
     registry.register_schema(f"{PROTO}-value", Schema(READING_PROTO, "PROTOBUF"))
     _create(bootstrap, PROTO, 1, {"iceberg.mode": "value_schema_latest", "iceberg.target.lag.ms": "300"})
-    reading, location = _reading_classes()
+    reading, location = reading_classes(with_seq=True)
     p = Producer({"bootstrap.servers": bootstrap})
     for i in range(12):
         msg = reading(sensor=f"s{i % 3}", value=i / 4, samples=list(range(i % 4)), unit=i % 2, seq=2**40 + i)
@@ -236,7 +214,7 @@ def test_spark_reads_each_modes_table_through_icebergs_runtime(registry_broker) 
     catalog = open_catalog(CatalogSettings.resolve("", "", b.data_dir))
     avro = AvroDeserializer(registry, json.dumps(ORDER))
     ctx = SerializationContext(AVRO, MessageField.VALUE)
-    reading, _ = _reading_classes()
+    reading, _ = reading_classes(with_seq=True)
     decoders = {KV: lambda v: v, AVRO: lambda v: avro(v, ctx), PROTO: lambda v: _reading_value(reading.FromString(v))}
     for topic, n in partitions.items():
         scanned = catalog.load_table(("rivulet", topic)).scan().to_arrow().to_pylist()
