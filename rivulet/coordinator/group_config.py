@@ -183,6 +183,10 @@ class GroupConfigStore(Protocol):
         """Replace ``group_id``'s overrides (none left: the group has none)."""
         ...
 
+    async def read_group_config(self, group_id: str) -> dict[str, str]:
+        """``group_id``'s overrides as stored now (a cluster's may be newer than its notification)."""
+        ...
+
 
 class GroupConfigs:
     """Every group's config overrides; ``broker`` maps broker property names to the parsed
@@ -230,6 +234,13 @@ class GroupConfigs:
 
     def validate(self, configs: Mapping[str, str | None]) -> None:
         validate_group_configs(configs, self.broker)
+
+    async def reread(self, group_id: str) -> None:
+        """Take ``group_id``'s overrides from the store now. A share partition without state
+        does before it starts at ``share.auto.offset.reset``: in a cluster, a change made on
+        another broker may still be on its way here as a ZooKeeper notification."""
+        if self.store is not None:
+            self.set_group(group_id, await self.store.read_group_config(group_id))
 
     async def alter(self, group_id: str, configs: Mapping[str, str]) -> None:
         """Replace ``group_id``'s overrides with ``configs`` (already validated)."""

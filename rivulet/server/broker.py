@@ -330,7 +330,8 @@ class Broker:
         self.share_persister = CoordinatorSharePersister(shares, self._links("share-state"))
         share = self.share_partitions = SharePartitionManager(
             rm, timer, self.clock, self.group_configs.get, self.share_persister,
-            max_sessions=cfg["group.share.max.share.sessions"], topic_id=topics.topic_id)
+            max_sessions=cfg["group.share.max.share.sessions"], topic_id=topics.topic_id,
+            reread_settings=self.group_configs.reread)
         self.partition_ends = PartitionEnds(rm, self._links("partition-ends"))
         # A deleted share group takes its share partitions' state with it (Kafka's DeleteShareGroupState).
         groups = self.group_coordinator = GroupCoordinator(

@@ -228,6 +228,9 @@ class DynamicBrokerConfig:
         """One node keeps its groups' configs here (a ``GroupConfigStore``)."""
         self._store_entry(self.group_configs, group_id, configs)
 
+    async def read_group_config(self, group_id: str) -> dict[str, str]:
+        return dict(self.group_configs.get(group_id, {}))
+
     def _store_entry(self, entries: dict[str, dict[str, str]], name: str, values: Mapping[str, str]) -> None:
         """Set ``name``'s values, or remove it when they are empty, and save."""
         if values:

@@ -483,6 +483,21 @@ class ZkClusterMember:
         self.group_configs[group_id] = dict(configs)
         await self.bridge.run(self.client.set_entity_config, GROUP_CONFIG_ENTITY, group_id, dict(configs))
 
+    async def read_group_config(self, group_id: str) -> dict[str, str]:
+        """/config/groups/<group> read now; the configs known so far when the read fails
+        (bounded by the session timeout), with a warning."""
+        assert self.bridge is not None
+        try:
+            configs = await asyncio.wait_for(self.bridge.run(
+                self.client.get_entity_config, GROUP_CONFIG_ENTITY, group_id),
+                self.config["zookeeper.session.timeout.ms"] / 1000)
+        except (KazooException, TimeoutError) as e:
+            log.warning("group %s: reading its config from ZooKeeper failed (%s); using the configs known so far",
+                        group_id, cause(e))
+            return dict(self.group_configs.get(group_id, {}))
+        self.group_configs[group_id] = configs
+        return dict(configs)
+
     def write_topic_config(self, name: str, configs: dict[str, str]) -> None:
         """Persist a topic's overrides with a change notification for the other brokers."""
         assert self.bridge is not None

@@ -140,11 +140,15 @@ class DelayedShareFetch(DelayedOperation):
 class SharePartitionManager:
     def __init__(self, replica_manager: ReplicaManager, timer: Timer, clock: Clock,
                  settings: Callable[[str], ShareGroupSettings], persister: SharePersister | None = None,
-                 *, max_sessions: int = 2000, topic_id: Callable[[str], uuid.UUID | None] | None = None) -> None:
+                 *, max_sessions: int = 2000, topic_id: Callable[[str], uuid.UUID | None] | None = None,
+                 reread_settings: Callable[[str], Awaitable[None]] | None = None) -> None:
+        """``reread_settings``: re-read a group's configs from where they are stored, before a
+        share partition without state takes its start from ``share.auto.offset.reset``."""
         self.replica_manager = replica_manager
         self.timer = timer
         self.clock = clock
         self.settings = settings
+        self._reread_settings = reread_settings
         self.persister: SharePersister = persister or InMemorySharePersister()
         self.partitions: dict[tuple[str, TopicPartition], SharePartition] = {}
         # Each share partition's persister key and the leader epoch it was loaded under.
@@ -428,6 +432,9 @@ class SharePartitionManager:
         pkey = SharePartitionKey(group_id, p.topic_id, tp.partition)
         try:
             snapshot = await self.persister.read_state(pkey, epoch)
+            if self._reread_settings is not None and (snapshot is None
+                                                      or snapshot.start_offset == UNINITIALIZED_START_OFFSET):
+                await self._reread_settings(group_id)
         except ApiError as e:
             self._load_failed[key] = e
             return

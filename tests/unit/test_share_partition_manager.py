@@ -153,6 +153,47 @@ def test_latest_reset_starts_at_the_high_watermark(tmp_path) -> None:
     run(tmp_path, body, Settings(share_auto_offset_reset="latest"))
 
 
+class _NewerInStore:
+    """A group config store whose copy is newer than what this broker was told so far, as
+    ZooKeeper's is while a change notification is on its way."""
+
+    def __init__(self) -> None:
+        self.stored = {"g": {"share.auto.offset.reset": "earliest"}}
+        self.reads = 0
+
+    def load_group_configs(self) -> dict[str, dict[str, str]]:
+        return {}
+
+    async def store_group_config(self, group_id: str, configs) -> None:
+        self.stored[group_id] = dict(configs)
+
+    async def read_group_config(self, group_id: str) -> dict[str, str]:
+        self.reads += 1
+        return dict(self.stored.get(group_id, {}))
+
+
+def test_a_partition_without_state_starts_from_the_stored_group_config(tmp_path) -> None:
+    """share.auto.offset.reset set on another broker, its notification not here yet: the share
+    partition re-reads the group's configs before it takes its start, and starts at earliest."""
+    from rivulet.coordinator.group_config import GroupConfigs
+
+    async def body(env: Env) -> None:
+        store = _NewerInStore()
+        configs = GroupConfigs({}, store)
+        assert configs.get("g").share_auto_offset_reset == "latest"
+        env.manager = SharePartitionManager(env.rm, env.timer, MockClock(), configs.get, env.persister,
+                                            reread_settings=configs.reread)
+        env.produce(3)
+        env.open("m1")
+        assert ranges(await env.fetch("m1")) == [(0, 2, 1)]
+        assert store.reads == 1 and configs.get("g").share_auto_offset_reset == "earliest"
+        env.produce(1)
+        assert ranges(await env.fetch("m1")) == [(3, 3, 1)]
+        assert store.reads == 1  # loaded once: later fetches use the configs known
+
+    run(tmp_path, body)
+
+
 def test_long_poll_completes_when_records_arrive(tmp_path) -> None:
     async def body(env: Env) -> None:
         env.open("m1")
