@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 
@@ -16,6 +17,7 @@ from rivulet.protocol.messages.describe_cluster_request import DescribeClusterRe
 from rivulet.testing import BrokerProcess
 
 SESSION_MS = "4000"  # a killed broker's znodes go after this
+LOG_TAIL = 80  # lines of each broker's log printed when a cluster closes
 
 
 def eventually(check: Callable[[], object], timeout: float = 30.0, what: str = "") -> None:
@@ -52,7 +54,9 @@ class ZkCluster:
                  "controlled.shutdown.retry.backoff.ms": "200", **overrides}
         if broker_id is not None:
             props["broker.id"] = str(broker_id)
-        b = BrokerProcess(props, host=host, prefix=prefix).start()
+        # At info: the tails close() prints are what a failed run leaves to read.
+        args = ["--log-level", os.environ.get("RIVULET_LOG", "info")]
+        b = BrokerProcess(props, host=host, prefix=prefix, args=args).start()
         self.brokers[broker_id if broker_id is not None else -len(self.brokers) - 1] = b
         return b
 
@@ -92,6 +96,10 @@ class ZkCluster:
                            f"broker on port {b.port} to list brokers {ids}")
 
     def close(self) -> None:
+        # Printed always, shown by pytest only for a test that failed.
+        for i, b in self.brokers.items():
+            tail = b.output().splitlines()[-LOG_TAIL:]
+            print(f"----- broker {i} (port {b.port}), the last {len(tail)} lines of its log -----", *tail, sep="\n")
         for b in self.brokers.values():
             b.resume()
             b.stop(timeout=60)
