@@ -280,6 +280,19 @@ class Broker:
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
+        """Build and start every part; a start that fails part-way (a setting only a part
+        checks, a port taken, ZooKeeper refusing the id) stops what it started before it
+        raises, so that the listeners, the log directories' locks and the tasks are let go."""
+        try:
+            await self._start_parts()
+        except Exception:
+            try:
+                await self.shutdown()
+            except Exception:
+                log.exception("stopping what had started failed")
+            raise
+
+    async def _start_parts(self) -> None:
         """The composition root: every part is built here with its collaborators, in the order
         the broker starts them (Kafka's: bind, recover the logs, the replica and topic managers,
         the coordinators, the request handlers, then serve and register). The three cycles

@@ -70,3 +70,31 @@ def test_coordinators_answer_with_the_bound_port_and_every_api_has_a_handler(tmp
         finally:
             await b.shutdown()
     asyncio.run(main())
+
+
+def test_a_start_that_fails_part_way_lets_go_of_what_it_started(tmp_path):
+    """A setting only a part checks (here the Iceberg translator's registry certificate) stops
+    the start after the logs were opened and the listener bound: both are let go, so a broker
+    started next on the same directory and port starts (the directory's lock would refuse it)."""
+    from rivulet.server.config import ConfigError
+
+    conf = {"log.dirs": str(tmp_path), "log.cleaner.enable": "false"}
+
+    async def main():
+        probe = Broker(BrokerConfig({**conf, "listeners": "PLAINTEXT://127.0.0.1:0"}))
+        await probe.start()
+        port = probe.bound_listener[2]
+        await probe.shutdown()
+        conf["listeners"] = f"PLAINTEXT://127.0.0.1:{port}"
+        bad = Broker(BrokerConfig({**conf, "iceberg.schema.registry.url": "https://registry.example:8081",
+                                   "iceberg.schema.registry.ssl.ca.location": str(tmp_path / "missing-ca.pem")}))
+        with pytest.raises(ConfigError, match="iceberg.schema.registry.ssl"):
+            await bad.start()
+        good = Broker(BrokerConfig(conf))
+        await good.start()
+        try:
+            assert good.bound_listener[2] == port
+        finally:
+            await good.shutdown()
+
+    asyncio.run(main())
