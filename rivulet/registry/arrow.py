@@ -517,6 +517,10 @@ class ArrowDecoder:
         self._parsed: dict[int, _Parsed] = {reader.schema_id: self._reader_schema}
         self._readers: dict[int, _Reader] = {}
 
+    def decode_column(self, values: pa.Array) -> Decoded:
+        """``decode`` of an Arrow binary column (a Spark source's ``value`` column)."""
+        return self.decode(values.to_pylist())
+
     def decode(self, values: Sequence[bytes | memoryview | None]) -> Decoded:
         """A column of ``len(values)`` rows: a null value stays null; a value that cannot be
         decoded is null and has its ``ValueFault``."""

@@ -187,7 +187,7 @@ class JsonDecoder:
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
             raise ValueError(f"valueFormat=json cannot read the type {arrow_type}: {e}") from None
 
-    def decode(self, values: pa.Array) -> Decoded:
+    def decode_column(self, values: pa.Array) -> Decoded:
         """Each value's row; a null value is a null row, a value that is not a JSON object of
         the schema's types a null row with its ``ValueFault``."""
         if values.type != pa.binary():

@@ -154,7 +154,7 @@ def decode_batch(vf: ValueFormat, batch: pa.RecordBatch) -> pa.RecordBatch:
     decoder, spark_type = _decoder(vf)
     at = batch.schema.get_field_index("value")
     raw = batch.column(at)
-    decoded = decoder.decode(raw) if isinstance(decoder, JsonDecoder) else decoder.decode(raw.to_pylist())
+    decoded = decoder.decode_column(raw)
     if decoded.faults and not vf.permissive:
         f = decoded.faults[0]
         offset = batch.column(batch.schema.get_field_index("offset"))[f.index].as_py()

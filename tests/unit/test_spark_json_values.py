@@ -54,7 +54,7 @@ def test_values_decode_in_one_pass_and_each_bad_one_alone_is_null_with_its_reaso
     values[250] = b'{"a": 1} {"a": 2}'
     values[251] = b'{"day": "not a day"}'
     values[299] = b"[]"
-    out = d.decode(pa.array(values, pa.binary()).slice(0))
+    out = d.decode_column(pa.array(values, pa.binary()).slice(0))
     rows = out.column.to_pylist()
     assert {f.index: f.kind for f in out.faults} == {10: "undecodable", 11: "undecodable", 250: "undecodable",
                                                        251: "undecodable", 299: "undecodable"}
@@ -66,7 +66,7 @@ def test_values_decode_in_one_pass_and_each_bad_one_alone_is_null_with_its_reaso
             assert row == {"id": f"o{i}", "n": i, "day": datetime.date(2026, 2, 3), "s": {"a": i, "tags": ["t"] * i},
                            "at": datetime.datetime(2026, 1, 1, 0, 0, 1, 500000, tzinfo=datetime.timezone.utc)}
     # A slice decodes as its own rows (the offsets of the sliced array are honoured).
-    part = d.decode(pa.array(values, pa.binary()).slice(12, 3)).column.to_pylist()
+    part = d.decode_column(pa.array(values, pa.binary()).slice(12, 3)).column.to_pylist()
     assert [r["n"] for r in part] == [12, 13, 14]
 
 
