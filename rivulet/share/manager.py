@@ -25,7 +25,14 @@ from rivulet.protocol.records import aborted_batches, iter_batches
 from rivulet.replication.partition import Partition
 from rivulet.replication.replica_manager import FetchParams, FetchRequestPartition, ReplicaManager
 
-from .partition import AcknowledgementBatch, AcknowledgeType, AcquiredRecords, SharePartition, SharePartitionSnapshot
+from .partition import (
+    AcknowledgementBatch,
+    AcknowledgeType,
+    AcquiredRecords,
+    SharePartition,
+    SharePartitionSnapshot,
+    merge_acquired,
+)
 from .persister import UNINITIALIZED_START_OFFSET, InMemorySharePersister, SharePartitionKey, SharePersister
 from .reset import initial_start_offset
 
@@ -42,6 +49,8 @@ log = logging.getLogger(__name__)
 
 INITIAL_EPOCH = 0  # opens a share session
 FINAL_EPOCH = -1  # closes it
+# A share fetch's first log read; each further one (while more can be acquired) doubles.
+_FIRST_READ_BYTES = 64 * 1024
 
 
 class ShareGroupSettings(Protocol):
@@ -69,7 +78,7 @@ class SharePartitionResult:
     error_message: str | None = None
     acknowledge_error: ErrorCode = ErrorCode.NONE
     acknowledge_error_message: str | None = None
-    records: bytes = b""
+    records: bytes | memoryview = b""
     acquired: list[AcquiredRecords] = field(default_factory=list)
     # The persister write of the acknowledgements: the answer waits for it, and its failure
     # becomes ``acknowledge_error`` (Kafka answers an acknowledgement once its state is written).
@@ -347,40 +356,60 @@ class SharePartitionManager:
 
     def _read_and_acquire(self, request: ShareFetchRequestData, tp: TopicPartition, sp: SharePartition,
                           max_bytes: int, budget: int, res: SharePartitionResult) -> None:
+        """Acquire from the log batches that a read of ``max_bytes`` from the next fetch offset
+        (one segment, as a Fetch) would return, reading them in growing windows that stop once
+        nothing more can be acquired: a share fetch takes a few hundred records, and reading the
+        whole ``max_bytes`` (librdkafka asks for 50 MiB) each time was most of its cost."""
         p = self._leader_partition(tp)
         self._refresh(request.group_id, sp)
         sp.archive_before(p.log.log_start_offset)
         if not sp.can_acquire():
             return
         offset = sp.next_fetch_offset()
-        params = FetchParams(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=max_bytes,
-                             isolation_level=self._isolation(request.group_id),
-                             partitions=[FetchRequestPartition(tp, offset, max_bytes)])
-        read = self.replica_manager.read_from_local_log(params)[tp]
-        if read.error != ErrorCode.NONE:
-            raise ApiError(read.error)
-        data = read.records
-        if not data:
-            return
-        assert isinstance(data, (bytes, bytearray, memoryview))  # zero_copy is off
-        headers = [(pos, h) for pos, h in iter_batches(data)]
-        acquired = sp.acquire(request.member_id, [(h.base_offset, h.last_offset) for _, h in headers],
-                              budget, record_limit=request.record_limit)
-        if read.aborted_transactions:
-            # A read_committed group never gets an aborted transaction's records: the
-            # response has no aborted-transactions list for the consumer to skip them by.
-            aborted = aborted_batches([h for _, h in headers], read.aborted_transactions)
-            for first, last in aborted:
-                sp.archive_acquired(first, last)
-            acquired = subtract_ranges(acquired, aborted)
-        if not acquired:
-            return
-        lo, hi = acquired[0].first_offset, acquired[-1].last_offset
-        # Only the log batches holding acquired records go back.
-        kept = [(pos, h) for pos, h in headers if h.last_offset >= lo and h.base_offset <= hi]
-        start, end = kept[0][0], kept[-1][0] + kept[-1][1].size
-        res.records = bytes(data[start:end])
-        res.acquired = acquired
+        isolation = self._isolation(request.group_id)
+        left, window, segment = max_bytes, min(max_bytes, _FIRST_READ_BYTES), None
+        acquired: list[AcquiredRecords] = []
+        kept: list[bytes | bytearray | memoryview] = []
+        while True:
+            params = FetchParams(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=window,
+                                 isolation_level=isolation, partitions=[FetchRequestPartition(tp, offset, window)])
+            read = self.replica_manager.read_from_local_log(params)[tp]
+            if read.error != ErrorCode.NONE:
+                raise ApiError(read.error)
+            data = read.records
+            meta = read.fetch_offset_metadata
+            seg = None if meta is None else meta.segment_base_offset
+            if not data or left < max_bytes and (len(data) > left or seg != segment):
+                break  # past what one read of max_bytes would have returned
+            assert isinstance(data, (bytes, bytearray, memoryview))  # zero_copy is off
+            segment = seg
+            headers = list(iter_batches(data))
+            if not headers:
+                break
+            got = sp.acquire(request.member_id, [(h.base_offset, h.last_offset) for _, h in headers], budget,
+                             record_limit=request.record_limit)
+            budget -= sum(r.last_offset - r.first_offset + 1 for r in got)
+            if read.aborted_transactions:
+                # A read_committed group never gets an aborted transaction's records: the
+                # response has no aborted-transactions list for the consumer to skip them by.
+                aborted = aborted_batches([h for _, h in headers], read.aborted_transactions)
+                for first, last in aborted:
+                    sp.archive_acquired(first, last)
+                got = subtract_ranges(got, aborted)
+            if got:
+                lo, hi = got[0].first_offset, got[-1].last_offset
+                # Only the log batches holding acquired records go back.
+                held = [(pos, h) for pos, h in headers if h.last_offset >= lo and h.base_offset <= hi]
+                kept.append(memoryview(data)[held[0][0]:held[-1][0] + held[-1][1].size])
+                acquired += got
+            left -= len(data)
+            offset = headers[-1][1].last_offset + 1
+            if budget <= 0 or left <= 0 or (offset >= sp.end_offset and sp.in_flight_count >= sp.max_record_locks):
+                break
+            window = min(left, 2 * window)
+        if acquired:
+            res.records = kept[0] if len(kept) == 1 else b"".join(kept)  # one read: no copy
+            res.acquired = merge_acquired(acquired)
 
     def unsend(self, group_id: str, member_id: str, results: Mapping[TopicPartition, SharePartitionResult]) -> None:
         """The answer of a fetch goes out without its records (its client is throttled): what
