@@ -369,7 +369,11 @@ class SharePartitionManager:
         isolation = self._isolation(request.group_id)
         left, window, segment = max_bytes, min(max_bytes, _FIRST_READ_BYTES), None
         acquired: list[AcquiredRecords] = []
-        kept: list[bytes | bytearray | memoryview] = []
+        # The reads from the one holding the first acquired record on (contiguous: each starts
+        # at the batch after the last one's), and where the answer starts and ends in them.
+        reads: list[memoryview] = []
+        start = end = 0
+        last = -1
         while True:
             params = FetchParams(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=window,
                                  isolation_level=isolation, partitions=[FetchRequestPartition(tp, offset, window)])
@@ -396,11 +400,15 @@ class SharePartitionManager:
                 for first, last in aborted:
                     sp.archive_acquired(first, last)
                 got = subtract_ranges(got, aborted)
+            if got or reads:
+                reads.append(memoryview(data))
             if got:
                 lo, hi = got[0].first_offset, got[-1].last_offset
-                # Only the log batches holding acquired records go back.
+                # The log batches from the first acquired record's to the last one's go back.
                 held = [(pos, h) for pos, h in headers if h.last_offset >= lo and h.base_offset <= hi]
-                kept.append(memoryview(data)[held[0][0]:held[-1][0] + held[-1][1].size])
+                if not acquired:
+                    start = held[0][0]
+                last, end = len(reads) - 1, held[-1][0] + held[-1][1].size
                 acquired += got
             left -= len(data)
             offset = headers[-1][1].last_offset + 1
@@ -408,7 +416,8 @@ class SharePartitionManager:
                 break
             window = min(left, 2 * window)
         if acquired:
-            res.records = kept[0] if len(kept) == 1 else b"".join(kept)  # one read: no copy
+            res.records = reads[0][start:end] if last == 0 else b"".join(  # one read: not copied
+                [reads[0][start:], *reads[1:last], reads[last][:end]])
             res.acquired = merge_acquired(acquired)
 
     def unsend(self, group_id: str, member_id: str, results: Mapping[TopicPartition, SharePartitionResult]) -> None:

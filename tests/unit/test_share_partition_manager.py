@@ -161,6 +161,23 @@ def test_fetch_reads_the_log_on_until_max_records_are_acquired(tmp_path) -> None
     run(tmp_path, body, Settings(share_partition_max_record_locks=5000))
 
 
+def test_fetch_returns_every_batch_from_the_first_acquired_record_to_the_last(tmp_path) -> None:
+    # m2 gets released records at the log's start and new ones far past it, with m1's in
+    # between: the answer holds the batches in between too, as one slice of the log.
+    async def body(env: Env) -> None:
+        for _ in range(300):
+            env.produce(10, value_bytes=100)
+        env.open("m1")
+        assert ranges(await env.fetch("m1", max_records=1000)) == [(0, 999, 1)]
+        env.manager.acknowledge("g", "m1", TP, [AcknowledgementBatch(0, 9, [RELEASE])], renew_allowed=True)
+        env.open("m2")
+        got = await env.fetch("m2", max_records=20)
+        assert ranges(got) == [(0, 9, 2), (1000, 1009, 1)]
+        assert batches_of(got) == [(i, i + 9) for i in range(0, 1010, 10)]
+
+    run(tmp_path, body)
+
+
 def test_fetch_takes_the_batches_one_read_of_max_bytes_holds(tmp_path) -> None:
     async def body(env: Env) -> None:
         for _ in range(300):
