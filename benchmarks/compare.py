@@ -68,7 +68,8 @@ Issue 32's rows, each a family that ``--skip`` can leave out and ``--only`` can 
 * ``group100``: 100 confluent-kafka consumers subscribe at once to a topic of 200 partitions, the
   classic protocol (eager ``range``) and the consumer protocol (KIP-848); the time from the first
   subscribe until every partition is owned and every member owns some (``groups.protocol_run``,
-  its ``start``), with each broker's default heartbeat intervals;
+  its ``start``, which begins once every partition has taken a write), with each broker's
+  default heartbeat intervals;
 * ``share``: records acknowledged per second by 1, 4 and 8 share consumers on a 1-partition topic
   (``benchmarks.share_groups``): confluent-kafka's ShareConsumer, threads of this process (so its
   generator CPU is this process's), and Kafka's Java KafkaShareConsumer

@@ -188,6 +188,9 @@ class GroupConfigStore(Protocol):
         ...
 
 
+_RESOLVED_KEPT = 10_000
+
+
 class GroupConfigs:
     """Every group's config overrides; ``broker`` maps broker property names to the parsed
     values in force (the defaults and the min/max bounds)."""
@@ -196,6 +199,9 @@ class GroupConfigs:
         self.broker = broker
         self.store = store
         self.overrides: dict[str, dict[str, str]] = {}
+        # Each group's values, made on first use and dropped when its overrides change: a
+        # share fetch asks for them several times (lock duration, isolation, renewals).
+        self._resolved: dict[str, GroupConfig] = {}
         for group, configs in (store.load_group_configs() if store is not None else {}).items():
             self.set_group(group, configs)
 
@@ -204,12 +210,18 @@ class GroupConfigs:
         return {k.name: self.broker.get(broker_synonym(k.name), k.default) for k in GROUP_CONFIGS}
 
     def get(self, group_id: str) -> GroupConfig:
+        resolved = self._resolved.get(group_id)
+        if resolved is not None:
+            return resolved
         values = self.defaults()
         for name, raw in self.overrides.get(group_id, {}).items():
             key = GROUP_CONFIGS.get(name)
             if key is not None:
                 values[name] = key.parse(raw)
-        return GroupConfig.from_values(values)
+        if len(self._resolved) >= _RESOLVED_KEPT:
+            self._resolved.clear()  # many groups come and go: bound the memory, not the speed
+        resolved = self._resolved[group_id] = GroupConfig.from_values(values)
+        return resolved
 
     def consumer_group_config(self, group_id: str, broker: ConsumerGroupConfig) -> ConsumerGroupConfig:
         """The broker's consumer-group settings with ``group_id``'s own session timeout and
@@ -227,6 +239,7 @@ class GroupConfigs:
     def set_group(self, group_id: str, configs: Mapping[str, str]) -> None:
         """``group_id``'s overrides as stored (a change made here or, in a cluster, elsewhere)."""
         kept = {n: str(v) for n, v in configs.items() if n in GROUP_CONFIGS}
+        self._resolved.pop(group_id, None)
         if kept:
             self.overrides[group_id] = kept
         else:

@@ -305,7 +305,7 @@ class SharePartition:
             budget -= stop - first + 1
             self._add_new(member_id, first, stop)
             acquired.append(AcquiredRecords(first, stop, 1))
-        return _merge(acquired)
+        return merge_acquired(acquired)
 
     def _add_new(self, member_id: str, first: int, last: int) -> None:
         batch = _Batch(first, last, _State(RecordState.ACQUIRED, 1, member_id, None))
@@ -600,7 +600,7 @@ def _hold(st: _State, lock: _LockTimeout | None) -> None:
             old.cancel()
 
 
-def _merge(acquired: list[AcquiredRecords]) -> list[AcquiredRecords]:
+def merge_acquired(acquired: list[AcquiredRecords]) -> list[AcquiredRecords]:
     """Join adjacent ranges of the same delivery count, as a response carries them."""
     out: list[AcquiredRecords] = []
     for rec in acquired:

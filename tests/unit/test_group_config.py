@@ -88,6 +88,17 @@ def test_values_in_force_take_the_brokers_defaults_and_survive_a_restart(tmp_pat
     assert again.get("other").consumer_session_timeout_ms == 45000
 
 
+def test_a_groups_values_follow_each_change_of_its_overrides():
+    groups = GroupConfigs(BrokerConfig({}).items())
+    assert groups.get("g").share_record_lock_duration_ms == 30000
+    asyncio.run(groups.alter("g", {"share.record.lock.duration.ms": "15000"}))
+    assert groups.get("g").share_record_lock_duration_ms == 15000
+    groups.set_group("g", {"share.record.lock.duration.ms": "20000"})  # changed elsewhere in a cluster
+    assert groups.get("g").share_record_lock_duration_ms == 20000
+    asyncio.run(groups.alter("g", {}))
+    assert groups.get("g").share_record_lock_duration_ms == 30000
+
+
 def test_a_consumer_groups_heartbeat_settings_take_its_own_configs():
     from rivulet.coordinator.consumer_heartbeat import ConsumerGroupConfig
 

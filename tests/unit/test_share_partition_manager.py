@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from rivulet.common.file_region import FileRegion
 from rivulet.common.time import MockClock
 from rivulet.common.types import TopicPartition
 from rivulet.delayed import Timer
@@ -39,17 +40,18 @@ class Settings:
 
 
 class Env:
-    def __init__(self, tmp_path, settings: Settings) -> None:
+    def __init__(self, tmp_path, settings: Settings, log_config: LogConfig | None = None) -> None:
         self.timer = Timer()  # manual: time moves with advance_clock only
         self.rm = ReplicaManager(0, self.timer)
-        self.log = Log(str(tmp_path / "t-0"), LogConfig())
+        self.log = Log(str(tmp_path / "t-0"), log_config or LogConfig())
         self.partition = Partition(TP, TID, self.log, 0)
         self.rm.add_partition(self.partition)
         self.persister = InMemorySharePersister()
         self.manager = SharePartitionManager(self.rm, self.timer, MockClock(), lambda _g: settings, self.persister)
 
-    def produce(self, n: int) -> None:
-        batch = rec.encode_batch([rec.Record(0, 1_700_000_000_000 + i, None, b"v%d" % i, []) for i in range(n)])
+    def produce(self, n: int, value_bytes: int = 0) -> None:
+        batch = rec.encode_batch([rec.Record(0, 1_700_000_000_000 + i, None, (b"v%d" % i).ljust(value_bytes, b"."), [])
+                                  for i in range(n)])
         res = self.rm.append_records({TP: bytearray(batch)}, required_acks=1, timeout_ms=1000)
         assert res[TP].error == ErrorCode.NONE
 
@@ -70,9 +72,9 @@ class Env:
         self.log.close()
 
 
-def run(tmp_path, body, settings: Settings | None = None):
+def run(tmp_path, body, settings: Settings | None = None, log_config: LogConfig | None = None):
     async def main():
-        env = Env(tmp_path, settings or Settings())
+        env = Env(tmp_path, settings or Settings(), log_config)
         try:
             await body(env)
         finally:
@@ -140,6 +142,90 @@ def test_fetch_acquires_and_returns_only_acquired_batches(tmp_path) -> None:
         assert ranges(await env.fetch("m2")) == []
 
     run(tmp_path, body)
+
+
+def batches_of(result) -> list[tuple[int, int]]:
+    return [(h.base_offset, h.last_offset) for _, h in rec.iter_batches(result[TP].records)]
+
+
+def test_fetch_reads_the_log_on_until_max_records_are_acquired(tmp_path) -> None:
+    # 2,000 records of 100 B lie well past a fetch's first read of the log.
+    async def body(env: Env) -> None:
+        for _ in range(300):
+            env.produce(10, value_bytes=100)
+        env.open("m1")
+        got = await env.fetch("m1", max_records=2000)
+        assert ranges(got) == [(0, 1999, 1)]
+        assert batches_of(got) == [(i, i + 9) for i in range(0, 2000, 10)]
+        assert ranges(await env.fetch("m1", max_records=2000)) == [(2000, 2999, 1)]
+
+    run(tmp_path, body, Settings(share_partition_max_record_locks=5000))
+
+
+def test_fetch_returns_every_batch_from_the_first_acquired_record_to_the_last(tmp_path) -> None:
+    # m2 gets released records at the log's start and new ones far past it, with m1's in
+    # between: the answer holds the batches in between too, as one slice of the log.
+    async def body(env: Env) -> None:
+        for _ in range(300):
+            env.produce(10, value_bytes=100)
+        env.open("m1")
+        assert ranges(await env.fetch("m1", max_records=1000)) == [(0, 999, 1)]
+        env.manager.acknowledge("g", "m1", TP, [AcknowledgementBatch(0, 9, [RELEASE])], renew_allowed=True)
+        env.open("m2")
+        got = await env.fetch("m2", max_records=20)
+        assert ranges(got) == [(0, 9, 2), (1000, 1009, 1)]
+        assert batches_of(got) == [(i, i + 9) for i in range(0, 1010, 10)]
+
+    run(tmp_path, body)
+
+
+def test_records_of_one_read_go_back_as_a_file_region_where_the_connection_sends_files(tmp_path) -> None:
+    async def body(env: Env) -> None:
+        for _ in range(3):
+            env.produce(3000, value_bytes=100)  # batches larger than a Fetch sends as a FileRegion
+        env.open("m1")
+        await env.manager.ensure_loaded("g", [TP])
+
+        def fetch(max_records: int):
+            return env.manager.fetch(ShareFetchRequestData("g", "m1", [TP], 0, 1 << 30, max_records, zero_copy=True), {})
+        got = fetch(500)
+        region = got[TP].records
+        assert isinstance(region, FileRegion) and region.record_count == 3000
+        assert ranges(got) == [(0, 2999, 1)]
+        assert [(h.base_offset, h.last_offset) for _, h in rec.iter_batches(region.read())] == [(0, 2999)]
+        got = fetch(3001)  # two reads: their bytes, joined
+        assert ranges(got) == [(3000, 8999, 1)]
+        assert batches_of(got) == [(3000, 5999), (6000, 8999)]
+
+    run(tmp_path, body, Settings(share_partition_max_record_locks=10_000))
+
+
+def test_fetch_takes_the_batches_one_read_of_max_bytes_holds(tmp_path) -> None:
+    async def body(env: Env) -> None:
+        for _ in range(300):
+            env.produce(10, value_bytes=100)
+        env.open("m1")
+        await env.manager.ensure_loaded("g", [TP])
+        max_bytes = 150_000
+        got = env.manager.fetch(ShareFetchRequestData("g", "m1", [TP], 0, max_bytes, 3000), {})
+        records = got[TP].records
+        batch_bytes = len(records) // len(batches_of(got))
+        assert len(records) <= max_bytes < len(records) + batch_bytes
+        assert ranges(got) == [(0, batches_of(got)[-1][1], 1)]
+
+    run(tmp_path, body)
+
+
+def test_fetch_takes_records_from_one_segment_as_a_log_read_does(tmp_path) -> None:
+    async def body(env: Env) -> None:
+        for _ in range(300):
+            env.produce(10, value_bytes=100)
+        second = env.log.segment_base_offsets()[1]
+        env.open("m1")
+        assert ranges(await env.fetch("m1", max_records=2000)) == [(0, second - 1, 1)]
+        assert ranges(await env.fetch("m1", max_records=10))[0][0] == second
+
+    run(tmp_path, body, log_config=LogConfig(segment_bytes=100_000))
 
 
 def test_latest_reset_starts_at_the_high_watermark(tmp_path) -> None:
