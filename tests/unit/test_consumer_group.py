@@ -66,8 +66,9 @@ class Coordinator:
     """Drives the pure heartbeat as the group coordinator does: replay every record at once.
     It also round-trips each record through the codec, as loading would."""
 
-    def __init__(self, topics: Topics) -> None:
+    def __init__(self, topics: Topics, config: ConsumerGroupConfig = CONFIG) -> None:
         self.topics = topics
+        self.config = config
         self.group = ConsumerGroup("g")
         self.log: list = []
 
@@ -79,13 +80,13 @@ class Coordinator:
             self.log.append((key, value))
             self.group.replay(key, value)
 
-    def beat(self, member_id: str, epoch: int, owned=None, topics=None, **kw) -> HeartbeatResult:
+    def beat(self, member_id: str, epoch: int, owned=None, topics=None, now: int = 0, **kw) -> HeartbeatResult:
         req = HeartbeatRequest("g", member_id, epoch, subscribed_topic_names=topics, owned=owned,
                                rebalance_timeout_ms=kw.pop("rebalance_timeout_ms", 30000 if epoch == 0 else -1), **kw)
         if epoch == 0 and owned is None:
             req.owned = []
-        validate(req, 1, CONFIG)
-        res = leave(self.group, req) if epoch < 0 else heartbeat(self.group, req, self.topics, CONFIG, 0)
+        validate(req, 1, self.config)
+        res = leave(self.group, req) if epoch < 0 else heartbeat(self.group, req, self.topics, self.config, now)
         self.apply(res.records)
         return res
 
@@ -175,6 +176,34 @@ def test_two_members_hand_over_partitions_in_order():
     assert c.group.state() == GroupState.STABLE
 
 
+def test_a_change_within_the_assignment_interval_is_assigned_at_a_heartbeat_after_it():
+    """As Kafka 4.3.1 answers (checked against it, tests/integration/test_assignment_interval.py):
+    a new group's first assignment is at once, at epoch 2; b joining 100 ms later moves the group
+    epoch to 3 but gets the target of epoch 2 (nothing); the next target waits for a heartbeat
+    once consumer.assignment.interval.ms has passed since the last."""
+    c = Coordinator(Topics(t=4), ConsumerGroupConfig(assignment_interval_ms=1000))
+    r = c.beat("a", 0, topics=["t"], now=10_000)
+    assert (r.member_epoch, r.assignment) == (2, {T1: {0, 1, 2, 3}})
+    assert (c.group.group_epoch, c.group.target_assignment_epoch) == (2, 2)
+    r = c.beat("b", 0, topics=["t"], now=10_100)
+    assert (r.member_epoch, r.assignment) == (2, {})
+    assert (c.group.group_epoch, c.group.target_assignment_epoch, c.group.state()) == (3, 2, GroupState.ASSIGNING)
+    r = c.beat("a", 2, now=10_999)  # still within the interval: nothing moves
+    assert (r.member_epoch, r.assignment, r.records) == (2, None, [])
+    r = c.beat("b", 2, owned=[], now=11_000)  # the interval has passed: this heartbeat assigns
+    assert r.member_epoch == 3 and c.group.target_assignment_epoch == 3
+    assert len(c.group.target_assignment["b"][T1]) == 2 and c.group.state() == GroupState.RECONCILING
+    r = c.beat("a", 2, now=11_100)  # a is told to give b's two up
+    assert r.member_epoch == 2 and len(r.assignment[T1]) == 2
+
+
+def test_a_zero_assignment_interval_assigns_every_change_at_once():
+    c = Coordinator(Topics(t=4), ConsumerGroupConfig(assignment_interval_ms=0))
+    c.beat("a", 0, topics=["t"], now=10_000)
+    assert c.beat("b", 0, topics=["t"], now=10_000).member_epoch == 3
+    assert c.group.target_assignment_epoch == 3
+
+
 def test_epochs_are_checked_and_a_lost_response_is_forgiven():
     c = Coordinator(Topics(t=2))
     c.beat("a", 0, topics=["t"])
@@ -228,8 +257,8 @@ def test_replaying_the_log_rebuilds_the_group():
     for key, value in c.log:
         copy.replay(key, value)
     assert copy.members == c.group.members and copy.target_assignment == c.group.target_assignment
-    assert (copy.group_epoch, copy.target_assignment_epoch, copy.state()) == \
-        (c.group.group_epoch, c.group.target_assignment_epoch, c.group.state())
+    assert (copy.group_epoch, copy.target_assignment_epoch, copy.target_assignment_timestamp_ms, copy.state()) == \
+        (c.group.group_epoch, c.group.target_assignment_epoch, c.group.target_assignment_timestamp_ms, c.group.state())
     assert r.member_epoch == 2
 
 

@@ -165,6 +165,44 @@ def test_second_member_splits_and_the_first_moves_on_its_next_heartbeat():
     assert again.assignment is None and again.records == [] and again.member_epoch == 3
 
 
+def test_a_change_within_the_assignment_interval_is_assigned_at_a_heartbeat_after_it():
+    """As Kafka 4.3.1 (KIP-1263): m2 joining 100 ms after the first assignment gets the target
+    of epoch 2 (nothing), the group epoch at 3; a heartbeat once share.assignment.interval.ms
+    has passed computes the next, and each member takes its part at its next heartbeat."""
+    g = Group(Topics(t=4), ShareGroupConfig(assignment_interval_ms=1000))
+    assert g.beat("m1", 0, ["t"], now=10_000).member_epoch == 2
+    r2 = g.beat("m2", 0, ["t"], now=10_100)
+    assert (r2.member_epoch, r2.assignment) == (2, {})
+    assert (g.group.group_epoch, g.group.target_assignment_epoch) == (3, 2)
+    r1 = g.beat("m1", 2, now=10_999)
+    assert (r1.member_epoch, r1.assignment, r1.records) == (2, None, [])
+    r2 = g.beat("m2", 2, now=11_000)
+    assert r2.member_epoch == 3 and len(r2.assignment[T1]) == 2
+    r1 = g.beat("m1", 2, now=11_100)
+    assert r1.member_epoch == 3 and r1.assignment[T1] == {0, 1, 2, 3} - r2.assignment[T1]
+    assert g.replayed().target_assignment_timestamp_ms == 11_000
+
+
+def test_the_assignment_interval_is_the_brokers_unless_the_group_sets_its_own():
+    from rivulet.coordinator.group_config import GroupConfigs
+    from rivulet.server.config import BrokerConfig
+    from test_group_support import FakeCluster
+    b = FakeCluster(**{"group.share.assignment.interval.ms": 5000})
+    configs = GroupConfigs(BrokerConfig({"group.share.assignment.interval.ms": "5000"}).items())
+    configs.set_group("fast", {"share.assignment.interval.ms": "0"})
+    c = GroupCoordinator(b.config, b.replica_manager, b.metadata, b, b.node, b.timer, b.clock, configs,
+                         streams_topics=b)
+    c.startup()
+    b.add_topic("t", 2)
+    for group in ("fast", "slow"):
+        assert share_beat(c, "m1", 0, ["t"], group=group).member_epoch == 2
+        b.advance(1000)
+    assert share_beat(c, "m2", 0, ["t"], group="fast").member_epoch == 3  # its own interval: 0
+    assert share_beat(c, "m2", 0, ["t"], group="slow").member_epoch == 2  # the broker's 5 s have not passed
+    b.advance(4000)
+    assert share_beat(c, "m2", 2, group="slow").member_epoch == 3
+
+
 def test_more_members_than_partitions_all_get_assignments():
     g = Group(Topics(t=1))
     results = [g.beat(f"m{i}", 0, ["t"]) for i in range(3)]
