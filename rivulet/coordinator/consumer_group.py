@@ -232,6 +232,7 @@ class ConsumerGroup:
         self.static_members: dict[str, str] = {}  # instance id -> member id
         self.target_assignment: dict[str, Assignment] = {}
         self.target_assignment_epoch = 0
+        self.target_assignment_timestamp_ms: int | None = None  # when it was computed; None: never
         self.resolved_regexes: dict[str, ResolvedRegex] = {}
         # Who holds each partition (assigned or still revoking) and at which member epoch.
         self._partition_epochs: dict[tuple[uuid.UUID, int], int] = {}
@@ -380,6 +381,7 @@ class ConsumerGroup:
         elif isinstance(key, ConsumerGroupTargetAssignmentMetadataKey):
             if isinstance(value, ConsumerGroupTargetAssignmentMetadataValue):
                 self.target_assignment_epoch = value.assignment_epoch
+                self.target_assignment_timestamp_ms = value.assignment_timestamp
         elif isinstance(key, ConsumerGroupRegularExpressionKey):
             if value is None:
                 self.resolved_regexes.pop(key.regular_expression, None)

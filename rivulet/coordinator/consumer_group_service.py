@@ -85,7 +85,8 @@ class ConsumerGroupService(ModernGroupService[ConsumerGroup]):
         self.clock = clock
 
     def config_of(self, group_id: str) -> ConsumerGroupConfig:
-        """The broker's settings with the group's own session timeout and heartbeat interval."""
+        """The broker's settings with the group's own session timeout, heartbeat interval and
+        assignment interval."""
         if self.group_configs is None:
             return self.config
         return self.group_configs.consumer_group_config(group_id, self.config)
@@ -161,7 +162,7 @@ class ConsumerGroupService(ModernGroupService[ConsumerGroup]):
         """A classic group becomes a consumer group: its members keep what they own, and rejoin
         (as classic members of it) when their next heartbeat tells them to."""
         try:
-            records = consumer_group_records(group, self.metadata, self.clock.milliseconds())
+            records = consumer_group_records(group, self.metadata)
         except ConversionError as e:
             log.warning("%s", e)
             raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, str(e)) from None

@@ -33,7 +33,9 @@ from rivulet.coordinator.modern_group import (
     GroupSessionConfig,
     HeartbeatError,
     MemberState,
+    assignment_due,
     fenced_epoch,
+    next_group_epoch,
 )
 from rivulet.protocol.errors import ErrorCode
 
@@ -225,12 +227,13 @@ def advance(group: ConsumerGroup, member: ConsumerGroupMember, updated: Consumer
     metadata_hash = subscription_hash(_subscribed_names(resolved, members.values()), topics)
     group_epoch = group.group_epoch
     if bump or metadata_hash != group.metadata_hash:
-        group_epoch += 1
+        group_epoch = next_group_epoch(group_epoch)
         records.append(group.epoch_record(group_epoch, metadata_hash))
 
     target_epoch = group.target_assignment_epoch
     target = group.target_assignment.get(replaced.member_id if replaced is not None else updated.member_id, {})
-    if group_epoch > target_epoch:
+    if group_epoch > target_epoch and \
+            assignment_due(group.target_assignment_timestamp_ms, now_ms, config.assignment_interval_ms):
         assignor = ASSIGNORS[preferred_assignor(members.values(), config)]
         new_target = compute_target(group, members, topics, assignor, resolved, replaced)
         for member_id, assignment in new_target.items():

@@ -224,11 +224,12 @@ class GroupConfigs:
         return resolved
 
     def consumer_group_config(self, group_id: str, broker: ConsumerGroupConfig) -> ConsumerGroupConfig:
-        """The broker's consumer-group settings with ``group_id``'s own session timeout and
-        heartbeat interval over them, for ConsumerGroupHeartbeat."""
+        """The broker's consumer-group settings with ``group_id``'s own session timeout,
+        heartbeat interval and assignment interval over them, for ConsumerGroupHeartbeat."""
         own = self.get(group_id)
         return dataclasses.replace(broker, session_timeout_ms=own.consumer_session_timeout_ms,
-                                   heartbeat_interval_ms=own.consumer_heartbeat_interval_ms)
+                                   heartbeat_interval_ms=own.consumer_heartbeat_interval_ms,
+                                   assignment_interval_ms=own.consumer_assignment_interval_ms)
 
     def group_ids(self) -> list[str]:
         return sorted(self.overrides)

@@ -134,6 +134,7 @@ class GroupCoordinator(InternalTopicCoordinator):
             max_size=config_value(config, "group.consumer.max.size", 2147483647),
             assignors=tuple(config_value(config, "group.consumer.assignors", ["uniform", "range"])),
             migration_policy=str(config_value(config, "group.consumer.migration.policy", "bidirectional")).lower(),
+            assignment_interval_ms=config_value(config, "group.consumer.assignment.interval.ms", 1000),
             classic_max_size=config_value(config, "group.max.size", 2147483647))
         # Kafka serves share groups once the share.version feature is 1 (a new 4.2+ cluster's
         # default); Rivulet has no finalized features, so Kafka's own switch stands for it.
@@ -141,7 +142,8 @@ class GroupCoordinator(InternalTopicCoordinator):
         self.share_group_config = ShareGroupConfig(
             heartbeat_interval_ms=config_value(config, "group.share.heartbeat.interval.ms", 5000),
             session_timeout_ms=config_value(config, "group.share.session.timeout.ms", 45000),
-            max_size=config_value(config, "group.share.max.size", 200))
+            max_size=config_value(config, "group.share.max.size", 200),
+            assignment_interval_ms=config_value(config, "group.share.assignment.interval.ms", 1000))
         self.streams_group_config = StreamsGroupConfig(
             heartbeat_interval_ms=config_value(config, "group.streams.heartbeat.interval.ms", 5000),
             session_timeout_ms=config_value(config, "group.streams.session.timeout.ms", 45000),

@@ -48,7 +48,7 @@ def upgrade_refused(group: GroupMetadata, config: ConsumerGroupConfig) -> str | 
     return None
 
 
-def consumer_group_records(group: GroupMetadata, topics: MetadataView, now_ms: int) -> list[Record]:
+def consumer_group_records(group: GroupMetadata, topics: MetadataView) -> list[Record]:
     """The records that create the consumer group a classic ``group`` becomes: each member
     stable at the classic generation, owning (and targeted with) what its last SyncGroup gave it.
     A member that never synced owns nothing. Raises ConversionError for metadata that is not the
@@ -82,7 +82,9 @@ def consumer_group_records(group: GroupMetadata, topics: MetadataView, now_ms: i
     records = [consumer.subscription_record(m) for m in members]
     records.append(consumer.epoch_record(epoch, 0))
     records += [consumer.target_member_record(m.member_id, m.assigned_sets()) for m in members]
-    records.append(consumer.target_epoch_record(epoch, now_ms))
+    # Timestamp 0: the classic leader computed this assignment, not the coordinator's assignor, so
+    # it does not hold the group's first one back for consumer.assignment.interval.ms.
+    records.append(consumer.target_epoch_record(epoch, 0))
     records += [consumer.current_assignment_record(m) for m in members]
     return records
 

@@ -46,10 +46,26 @@ class GroupState(str, enum.Enum):
 @dataclass(frozen=True)
 class GroupSessionConfig:
     """The member session settings of a consumer, share or streams group, which a group's own
-    configs override."""
+    configs override, and the shortest time between two target assignments (KIP-1263: the
+    broker's ``group.<kind>.assignment.interval.ms``, a group's ``<kind>.assignment.interval.ms``)."""
 
     heartbeat_interval_ms: int = 5000
     session_timeout_ms: int = 45000
+    assignment_interval_ms: int = 1000
+
+
+def next_group_epoch(epoch: int) -> int:
+    """The group epoch after a change. As Kafka 4.3.1 (KAFKA-20268), a new group stands at epoch 1
+    with an empty target assignment at epoch 1, so its first change moves it to 2."""
+    return 2 if epoch == 0 else epoch + 1
+
+
+def assignment_due(assigned_at_ms: float | None, now_ms: float, interval_ms: int) -> bool:
+    """Whether a group whose epoch moved past its target assignment may compute a new one now: its
+    first at once, a later one once the assignment interval since the last has passed. Until then
+    the members keep the present target; as Kafka 4.3.1, no timer computes it, a heartbeat after
+    the interval does."""
+    return assigned_at_ms is None or now_ms >= assigned_at_ms + interval_ms
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,9 @@ from rivulet.coordinator.modern_group import (
     GroupState,
     HeartbeatError,
     MemberState,
+    assignment_due,
     fenced_epoch,
+    next_group_epoch,
 )
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages.share_group_current_member_assignment_key import (
@@ -110,6 +112,7 @@ class ShareGroup:
         self.members: dict[str, ShareGroupMember] = {}
         self.target_assignment: dict[str, dict[uuid.UUID, frozenset[int]]] = {}
         self.target_assignment_epoch = 0
+        self.target_assignment_timestamp_ms: int | None = None  # when it was computed; None: never
         # ShareGroupStatePartitionMetadata: the share partitions whose state exists for the group
         # (topic id -> name, partitions), those being initialized (AlterShareGroupOffsets) and the
         # topics whose state is being deleted (DeleteShareGroupOffsets).
@@ -220,6 +223,7 @@ class ShareGroup:
         elif isinstance(key, ShareGroupTargetAssignmentMetadataKey):
             if isinstance(value, ShareGroupTargetAssignmentMetadataValue):
                 self.target_assignment_epoch = value.assignment_epoch
+                self.target_assignment_timestamp_ms = value.assignment_timestamp
         elif isinstance(key, ShareGroupStatePartitionMetadataKey):
             if value is None:
                 self.initialized, self.initializing, self.deleting = {}, {}, {}
@@ -306,12 +310,13 @@ def heartbeat(group: ShareGroup, req: ShareHeartbeatRequest, topics: MetadataVie
     metadata_hash = subscription_hash(names, topics)
     group_epoch = group.group_epoch
     if bump or metadata_hash != group.metadata_hash:
-        group_epoch += 1
+        group_epoch = next_group_epoch(group_epoch)
         records.append(group.epoch_record(group_epoch, metadata_hash))
 
     target_epoch = group.target_assignment_epoch
     target = group.target_assignment.get(updated.member_id, {})
-    if group_epoch > target_epoch:
+    if group_epoch > target_epoch and \
+            assignment_due(group.target_assignment_timestamp_ms, now_ms, config.assignment_interval_ms):
         new_target = compute_target(group, members, topics)
         for member_id, assignment in new_target.items():
             if assignment != group.target_assignment.get(member_id, {}):

@@ -53,12 +53,14 @@ class ShareGroupService(ModernGroupService[ShareGroup]):
         self.group_configs = group_configs
 
     def config_of(self, group_id: str) -> ShareGroupConfig:
-        """The broker's settings with the group's own session timeout and heartbeat interval."""
+        """The broker's settings with the group's own session timeout, heartbeat interval and
+        assignment interval."""
         if self.group_configs is None:
             return self.config
         own = self.group_configs.get(group_id)
         return dataclasses.replace(self.config, session_timeout_ms=own.share_session_timeout_ms,
-                                   heartbeat_interval_ms=own.share_heartbeat_interval_ms)
+                                   heartbeat_interval_ms=own.share_heartbeat_interval_ms,
+                                   assignment_interval_ms=own.share_assignment_interval_ms)
 
     # ------------------------------------------------------------ ShareGroupHeartbeat
     def heartbeat(self, req: ShareHeartbeatRequest, callback: Callable[[ShareHeartbeatResult], None]) -> None:

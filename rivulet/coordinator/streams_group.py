@@ -30,7 +30,9 @@ from rivulet.coordinator.modern_group import (
     HeartbeatError,
     MemberState,
     RevokingMember,
+    assignment_due,
     fenced_epoch,
+    next_group_epoch,
     reconciliation_state,
 )
 from rivulet.protocol.errors import ErrorCode
@@ -100,9 +102,6 @@ class StreamsGroupConfig(GroupSessionConfig):
     # How long a new group waits for more members before its first assignment (Kafka's
     # group.streams.initial.rebalance.delay.ms, and a group's streams.initial.rebalance.delay.ms).
     initial_rebalance_delay_ms: int = 3000
-    # The shortest time between two target assignments (group.streams.assignment.interval.ms, and a
-    # group's streams.assignment.interval.ms): a change sooner is assigned once it has passed.
-    assignment_interval_ms: int = 1000
 
 
 @dataclass(frozen=True)
@@ -548,9 +547,8 @@ def heartbeat(group: StreamsGroup, req: StreamsHeartbeatRequest, topics: Metadat
         group.assignment_configs = configs
         bump = True
     if bump:
-        # As Kafka 4.3.1: a new group's first epoch is 2, so that members waiting out the initial
-        # rebalance delay (at epoch 1, with no tasks) are behind it.
-        group.group_epoch = 2 if group.group_epoch == 0 else group.group_epoch + 1
+        # Members waiting out the initial rebalance delay (at epoch 1, with no tasks) are behind it.
+        group.group_epoch = next_group_epoch(group.group_epoch)
     configured = group.configured
     start_delay_ms = None
     if first and config.initial_rebalance_delay_ms > 0 and not group.initial_delay_running:
@@ -563,7 +561,7 @@ def heartbeat(group: StreamsGroup, req: StreamsHeartbeatRequest, topics: Metadat
             status.append((StatusCode.ASSIGNMENT_DELAYED,
                            "Assignment delayed due to the configured initial rebalance delay."))
             group.target_epoch = max(group.target_epoch, 1)
-        elif group.assigned_at_ms is not None and now_ms < group.assigned_at_ms + config.assignment_interval_ms:
+        elif not assignment_due(group.assigned_at_ms, now_ms, config.assignment_interval_ms):
             # Too soon after the last one: the members keep the present target until a heartbeat after it.
             status.append((StatusCode.ASSIGNMENT_DELAYED, "Assignment delayed due to the configured assignment "
                                                           "interval."))

@@ -451,9 +451,13 @@ BROKER_CONFIGS = ConfigDef([
        "member of the consumer protocol joins (upgrade), and back when its last one leaves (downgrade); "
        "bidirectional allows both, disabled neither.", MEDIUM),
     _k("group.consumer.assignment.interval.ms", I, 1000, _nonneg, "Minimum interval between two target "
-       "assignment computations of a consumer group.", MEDIUM, ignored=True),
+       "assignment computations of a consumer group: a change sooner waits for a heartbeat after it, its "
+       "members kept at the last target meanwhile. A group's consumer.assignment.interval.ms overrides it.",
+       MEDIUM),
     _k("group.share.assignment.interval.ms", I, 1000, _nonneg, "Minimum interval between two target "
-       "assignment computations of a share group.", MEDIUM, ignored=True),
+       "assignment computations of a share group: a change sooner waits for a heartbeat after it, its "
+       "members kept at the last target meanwhile. A group's share.assignment.interval.ms overrides it.",
+       MEDIUM),
     _k("group.streams.assignment.interval.ms", I, 1000, _nonneg, "Minimum interval between two target "
        "assignment computations of a streams group: a change sooner waits for it, its members answered "
        "ASSIGNMENT_DELAYED meanwhile. A group's streams.assignment.interval.ms overrides it.", MEDIUM),

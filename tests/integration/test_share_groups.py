@@ -84,7 +84,8 @@ def run_cli(bootstrap: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_share_group_lifecycle():
-    b = BrokerProcess(BROKER)
+    # Every change assigned at once (no group.share.assignment.interval.ms), so that epochs follow joins.
+    b = BrokerProcess({**BROKER, "group.share.assignment.interval.ms": "0"})
     b.start()
     try:
         asyncio.run(_lifecycle(b))
@@ -108,17 +109,17 @@ async def _lifecycle(b: BrokerProcess) -> None:
         # A member joins: every partition, the group epoch, the configured heartbeat interval.
         r1 = await beat(conn, "m1", 0, [TOPIC])
         parts(r1)
-        assert (r1.error_code, r1.member_id, r1.member_epoch, r1.heartbeat_interval_ms) == (0, "m1", 1, 500)
+        assert (r1.error_code, r1.member_id, r1.member_epoch, r1.heartbeat_interval_ms) == (0, "m1", 2, 500)
         assert [(tp.topic_id, sorted(tp.partitions)) for tp in r1.assignment.topic_partitions] == \
             [(topic_id, [0, 1])]
         # Two more: three members over two partitions share them, none idles.
         r2 = await beat(conn, "m2", 0, [TOPIC])
         r3 = await beat(conn, "m3", 0, [TOPIC])
         parts(r2), parts(r3)
-        assert (r2.member_epoch, r3.member_epoch) == (2, 3)
-        r1 = await beat(conn, "m1", 1)
-        r2 = await beat(conn, "m2", 2)
-        assert (r1.member_epoch, r2.member_epoch) == (3, 3)
+        assert (r2.member_epoch, r3.member_epoch) == (3, 4)
+        r1 = await beat(conn, "m1", 2)
+        r2 = await beat(conn, "m2", 3)
+        assert (r1.member_epoch, r2.member_epoch) == (4, 4)
         sizes = sorted(len(parts(r)) for r in (r1, r2, r3))
         assert sizes == [1, 1, 2] and parts(r1) | parts(r2) | parts(r3) == {0, 1}
 
@@ -136,7 +137,7 @@ async def _lifecycle(b: BrokerProcess) -> None:
 
         d = await describe(conn)
         assert (d.error_code, d.group_state, d.group_epoch, d.assignment_epoch, d.assignor_name) == \
-            (0, "Stable", 3, 3, "simple")
+            (0, "Stable", 4, 4, "simple")
         assert sorted(m.member_id for m in d.members) == ["m1", "m2", "m3"]
         assert all(m.subscribed_topic_names == [TOPIC] and m.client_id == "share-it" for m in d.members)
         assert {tp.topic_name for m in d.members for tp in m.assignment.topic_partitions} == {TOPIC}
@@ -183,10 +184,10 @@ async def _lifecycle(b: BrokerProcess) -> None:
             parts(r1), parts(r2)
             return d if sorted(m.member_id for m in d.members) == ["m1", "m2"] else None
         d = await until(keep_alive_and_check, "m3's session to expire")
-        assert d.group_epoch == 4
+        assert d.group_epoch == 5
         r1 = await beat(conn, "m1", r1.member_epoch)
         r2 = await beat(conn, "m2", r2.member_epoch)
-        assert (r1.member_epoch, r2.member_epoch) == (4, 4)
+        assert (r1.member_epoch, r2.member_epoch) == (5, 5)
         assert parts(r1) | parts(r2) == {0, 1} and len(parts(r1)) == len(parts(r2)) == 1
     finally:
         await conn.close()
@@ -199,10 +200,10 @@ async def _lifecycle(b: BrokerProcess) -> None:
             d = await describe(conn)
             return d if d.error_code == 0 else None
         d = await until(loaded, "the group to load")
-        assert (d.group_state, d.group_epoch, d.assignment_epoch) == ("Stable", 4, 4)
-        assert sorted((m.member_id, m.member_epoch) for m in d.members) == [("m1", 4), ("m2", 4)]
-        r1 = await beat(conn, "m1", 4)
-        assert (r1.error_code, r1.member_epoch) == (0, 4)
+        assert (d.group_state, d.group_epoch, d.assignment_epoch) == ("Stable", 5, 5)
+        assert sorted((m.member_id, m.member_epoch) for m in d.members) == [("m1", 5), ("m2", 5)]
+        r1 = await beat(conn, "m1", 5)
+        assert (r1.error_code, r1.member_epoch) == (0, 5)
         # Both leave; the empty group is deleted, and is gone.
         assert (await beat(conn, "m1", -1)).member_epoch == -1
         assert (await beat(conn, "m2", -1)).error_code == 0
@@ -355,9 +356,18 @@ def test_share_consumers_read_every_record(client, members):
         async def described():
             async with AsyncAdminClient({"bootstrap.servers": b.bootstrap}) as rivulet_admin:
                 return await rivulet_admin.share_group_describe(group)
-        d = asyncio.run(described())
+        # Members that joined within group.share.assignment.interval.ms of the first assignment get
+        # theirs from a later one, at a heartbeat after the interval: wait for every partition held.
+        deadline = time.monotonic() + 30
+        while True:
+            d = asyncio.run(described())
+            held = {p for m in d.members for tp in m.assignment.topic_partitions for p in tp.partitions}
+            if held == {0, 1} or time.monotonic() > deadline:
+                break
+            for c in consumers:
+                c.poll(0.2)
         assert (d.error_code, d.group_state, len(d.members)) == (0, "Stable", members)
-        assert {p for m in d.members for tp in m.assignment.topic_partitions for p in tp.partitions} == {0, 1}
+        assert held == {0, 1}
         if members > 1:
             return
         # Deleted once empty, the group takes its share state along: made again under the same

@@ -59,15 +59,16 @@ class Topics:
         return self.racks.get((topic, partition), frozenset())
 
 
-CONFIG = ConsumerGroupConfig()
+CONFIG = ConsumerGroupConfig(assignment_interval_ms=0)  # the interval's own tests set it
 
 
 class Coordinator:
     """Drives the pure heartbeat as the group coordinator does: replay every record at once.
     It also round-trips each record through the codec, as loading would."""
 
-    def __init__(self, topics: Topics) -> None:
+    def __init__(self, topics: Topics, config: ConsumerGroupConfig = CONFIG) -> None:
         self.topics = topics
+        self.config = config
         self.group = ConsumerGroup("g")
         self.log: list = []
 
@@ -79,13 +80,13 @@ class Coordinator:
             self.log.append((key, value))
             self.group.replay(key, value)
 
-    def beat(self, member_id: str, epoch: int, owned=None, topics=None, **kw) -> HeartbeatResult:
+    def beat(self, member_id: str, epoch: int, owned=None, topics=None, now: int = 0, **kw) -> HeartbeatResult:
         req = HeartbeatRequest("g", member_id, epoch, subscribed_topic_names=topics, owned=owned,
                                rebalance_timeout_ms=kw.pop("rebalance_timeout_ms", 30000 if epoch == 0 else -1), **kw)
         if epoch == 0 and owned is None:
             req.owned = []
-        validate(req, 1, CONFIG)
-        res = leave(self.group, req) if epoch < 0 else heartbeat(self.group, req, self.topics, CONFIG, 0)
+        validate(req, 1, self.config)
+        res = leave(self.group, req) if epoch < 0 else heartbeat(self.group, req, self.topics, self.config, now)
         self.apply(res.records)
         return res
 
@@ -157,41 +158,69 @@ def test_a_partition_still_held_elsewhere_is_not_given():
 def test_two_members_hand_over_partitions_in_order():
     c = Coordinator(Topics(t=4))
     r = c.beat("a", 0, topics=["t"])
-    assert (r.member_epoch, r.assignment) == (1, {T1: {0, 1, 2, 3}})
+    assert (r.member_epoch, r.assignment) == (2, {T1: {0, 1, 2, 3}})
     assert c.group.state() == GroupState.STABLE
     r = c.beat("b", 0, topics=["t"])
-    assert r.member_epoch == 2 and r.assignment == {}  # its partitions are still a's
+    assert r.member_epoch == 3 and r.assignment == {}  # its partitions are still a's
     assert c.group.members["b"].state == MemberState.UNRELEASED_PARTITIONS
     assert c.group.state() == GroupState.RECONCILING
-    r = c.beat("a", 1)  # a is told to give two up, and stays at epoch 1 until it has
-    assert r.member_epoch == 1 and len(r.assignment[T1]) == 2
+    r = c.beat("a", 2)  # a is told to give two up, and stays at epoch 2 until it has
+    assert r.member_epoch == 2 and len(r.assignment[T1]) == 2
     kept = r.assignment
-    r = c.beat("b", 2)  # nothing released yet
+    r = c.beat("b", 3)  # nothing released yet
     assert r.assignment is None and c.group.members["b"].assigned == {}
-    r = c.beat("a", 1, owned=owned_list(kept))
-    assert r.member_epoch == 2 and r.assignment == kept
-    r = c.beat("b", 2, owned=[])
+    r = c.beat("a", 2, owned=owned_list(kept))
+    assert r.member_epoch == 3 and r.assignment == kept
+    r = c.beat("b", 3, owned=[])
     assert r.assignment == {T1: {0, 1, 2, 3} - kept[T1]}
     assert c.group.state() == GroupState.STABLE
+
+
+def test_a_change_within_the_assignment_interval_is_assigned_at_a_heartbeat_after_it():
+    """As Kafka 4.3.1 answers (checked against it, tests/integration/test_assignment_interval.py):
+    a new group's first assignment is at once, at epoch 2; b joining 100 ms later moves the group
+    epoch to 3 but gets the target of epoch 2 (nothing); the next target waits for a heartbeat
+    once consumer.assignment.interval.ms has passed since the last."""
+    c = Coordinator(Topics(t=4), ConsumerGroupConfig(assignment_interval_ms=1000))
+    r = c.beat("a", 0, topics=["t"], now=10_000)
+    assert (r.member_epoch, r.assignment) == (2, {T1: {0, 1, 2, 3}})
+    assert (c.group.group_epoch, c.group.target_assignment_epoch) == (2, 2)
+    r = c.beat("b", 0, topics=["t"], now=10_100)
+    assert (r.member_epoch, r.assignment) == (2, {})
+    assert (c.group.group_epoch, c.group.target_assignment_epoch, c.group.state()) == (3, 2, GroupState.ASSIGNING)
+    r = c.beat("a", 2, now=10_999)  # still within the interval: nothing moves
+    assert (r.member_epoch, r.assignment, r.records) == (2, None, [])
+    r = c.beat("b", 2, owned=[], now=11_000)  # the interval has passed: this heartbeat assigns
+    assert r.member_epoch == 3 and c.group.target_assignment_epoch == 3
+    assert len(c.group.target_assignment["b"][T1]) == 2 and c.group.state() == GroupState.RECONCILING
+    r = c.beat("a", 2, now=11_100)  # a is told to give b's two up
+    assert r.member_epoch == 2 and len(r.assignment[T1]) == 2
+
+
+def test_a_zero_assignment_interval_assigns_every_change_at_once():
+    c = Coordinator(Topics(t=4), ConsumerGroupConfig(assignment_interval_ms=0))
+    c.beat("a", 0, topics=["t"], now=10_000)
+    assert c.beat("b", 0, topics=["t"], now=10_000).member_epoch == 3
+    assert c.group.target_assignment_epoch == 3
 
 
 def test_epochs_are_checked_and_a_lost_response_is_forgiven():
     c = Coordinator(Topics(t=2))
     c.beat("a", 0, topics=["t"])
     with pytest.raises(HeartbeatError) as e:
-        c.beat("a", 5)
+        c.beat("a", 6)
     assert e.value.code == ErrorCode.FENCED_MEMBER_EPOCH
     c.beat("b", 0, topics=["t"])
-    kept = c.beat("a", 1).assignment
-    assert c.beat("a", 1, owned=owned_list(kept)).member_epoch == 2
-    # Epoch 1 again (its previous epoch), owning part of its assignment: the response that
-    # carried epoch 2 was lost, and the member is told its epoch again.
-    assert c.beat("a", 1, owned=owned_list(kept)).member_epoch == 2
+    kept = c.beat("a", 2).assignment
+    assert c.beat("a", 2, owned=owned_list(kept)).member_epoch == 3
+    # Epoch 2 again (its previous epoch), owning part of its assignment: the response that
+    # carried epoch 3 was lost, and the member is told its epoch again.
+    assert c.beat("a", 2, owned=owned_list(kept)).member_epoch == 3
     with pytest.raises(HeartbeatError) as e:  # ...but not while owning more than that
-        c.beat("a", 1, owned=[(T1, [0, 1])])
+        c.beat("a", 2, owned=[(T1, [0, 1])])
     assert e.value.code == ErrorCode.FENCED_MEMBER_EPOCH
     with pytest.raises(HeartbeatError) as e:
-        c.beat("nobody", 3)
+        c.beat("nobody", 4)
     assert e.value.code == ErrorCode.UNKNOWN_MEMBER_ID
 
 
@@ -199,12 +228,12 @@ def test_leaving_and_fencing_give_partitions_back():
     c = Coordinator(Topics(t=2))
     c.beat("a", 0, topics=["t"])
     c.beat("b", 0, topics=["t"])
-    r = c.beat("a", 1)
-    c.beat("a", 1, owned=owned_list(r.assignment))
-    c.beat("b", 2, owned=[])
+    r = c.beat("a", 2)
+    c.beat("a", 2, owned=owned_list(r.assignment))
+    c.beat("b", 3, owned=[])
     r = c.beat("a", -1)
     assert r.member_epoch == -1 and "a" not in c.group.members
-    r = c.beat("b", 2, owned=owned_list(c.group.members["b"].assigned_sets()))
+    r = c.beat("b", 3, owned=owned_list(c.group.members["b"].assigned_sets()))
     assert r.assignment == {T1: {0, 1}} and r.member_epoch == c.group.group_epoch
     c.apply(fence(c.group, "b"))
     assert c.group.state() == GroupState.EMPTY and c.group.partition_epoch(T1, 0) == -1
@@ -215,31 +244,31 @@ def test_a_new_partition_moves_the_group_epoch():
     c = Coordinator(topics)
     c.beat("a", 0, topics=["t"])
     topics.by_name["t"].num_partitions = 3
-    r = c.beat("a", 1)
-    assert r.member_epoch == 2 and r.assignment == {T1: {0, 1, 2}}
+    r = c.beat("a", 2)
+    assert r.member_epoch == 3 and r.assignment == {T1: {0, 1, 2}}
 
 
 def test_replaying_the_log_rebuilds_the_group():
     c = Coordinator(Topics(t=3, u=2))
     c.beat("a", 0, topics=["t", "u"], server_assignor="range")
     c.beat("b", 0, topics=["t"])
-    r = c.beat("a", 1)
+    r = c.beat("a", 2)
     copy = ConsumerGroup("g")
     for key, value in c.log:
         copy.replay(key, value)
     assert copy.members == c.group.members and copy.target_assignment == c.group.target_assignment
-    assert (copy.group_epoch, copy.target_assignment_epoch, copy.state()) == \
-        (c.group.group_epoch, c.group.target_assignment_epoch, c.group.state())
-    assert r.member_epoch == 1
+    assert (copy.group_epoch, copy.target_assignment_epoch, copy.target_assignment_timestamp_ms, copy.state()) == \
+        (c.group.group_epoch, c.group.target_assignment_epoch, c.group.target_assignment_timestamp_ms, c.group.state())
+    assert r.member_epoch == 2
 
 
 def test_a_static_member_comes_back_to_its_partitions_without_a_rebalance():
     c = Coordinator(Topics(t=4))
     c.beat("a", 0, topics=["t"], instance_id="i1")
     r = c.beat("b", 0, topics=["t"], instance_id="i2")
-    kept = c.beat("a", 1, instance_id="i1").assignment
-    c.beat("a", 1, owned=owned_list(kept), instance_id="i1")
-    c.beat("b", 2, owned=[], instance_id="i2")
+    kept = c.beat("a", 2, instance_id="i1").assignment
+    c.beat("a", 2, owned=owned_list(kept), instance_id="i1")
+    c.beat("b", 3, owned=[], instance_id="i2")
     with pytest.raises(HeartbeatError) as e:  # i1 is still in use
         c.beat("a2", 0, topics=["t"], instance_id="i1")
     assert e.value.code == ErrorCode.UNRELEASED_INSTANCE_ID
@@ -249,7 +278,7 @@ def test_a_static_member_comes_back_to_its_partitions_without_a_rebalance():
     r = c.beat("a2", 0, topics=["t"], instance_id="i1")
     assert r.assignment == kept and c.group.group_epoch == epoch and "a" not in c.group.members
     with pytest.raises(HeartbeatError) as e:  # the old incarnation is fenced
-        c.beat("a", 2, instance_id="i1")
+        c.beat("a", 3, instance_id="i1")
     assert e.value.code == ErrorCode.FENCED_INSTANCE_ID
 
 
@@ -373,17 +402,17 @@ def test_a_classic_member_of_a_consumer_group_reconciles_through_its_rejoins():
     c.beat("new", 0, topics=["t"])
     r = classic_join(c, "old")
     # It joins at once with its member epoch as generation, owning nothing yet: all is new's.
-    assert (r.error, r.generation_id, r.protocol_name) == (ErrorCode.NONE, 2, "range")
-    assert decode_assignment(classic.sync(c.group, "old", None, 2, "consumer", "range", c.topics))[0] == []
+    assert (r.error, r.generation_id, r.protocol_name) == (ErrorCode.NONE, 3, "range")
+    assert decode_assignment(classic.sync(c.group, "old", None, 3, "consumer", "range", c.topics))[0] == []
     assert c.group.members["old"].state == MemberState.UNRELEASED_PARTITIONS
     with pytest.raises(HeartbeatError) as e:
-        classic.sync(c.group, "old", None, 1, "consumer", "range", c.topics)
+        classic.sync(c.group, "old", None, 2, "consumer", "range", c.topics)
     assert e.value.code == ErrorCode.ILLEGAL_GENERATION
-    assert classic.heartbeat(c.group, "old", None, 2) == ErrorCode.NONE  # still waiting for new's partitions
-    kept = c.beat("new", 1).assignment
-    c.beat("new", 1, owned=owned_list(kept))
+    assert classic.heartbeat(c.group, "old", None, 3) == ErrorCode.NONE  # still waiting for new's partitions
+    kept = c.beat("new", 2).assignment
+    c.beat("new", 2, owned=owned_list(kept))
     # new let two go: old is told to rejoin, and gets them.
-    assert classic.heartbeat(c.group, "old", None, 2) == ErrorCode.REBALANCE_IN_PROGRESS
+    assert classic.heartbeat(c.group, "old", None, 3) == ErrorCode.REBALANCE_IN_PROGRESS
     r = classic_join(c, "old")
     got = decode_assignment(classic.sync(c.group, "old", None, r.generation_id, None, None, c.topics))[0]
     assert sorted(p for _, p in got) == sorted({0, 1, 2, 3} - kept[T1])
@@ -394,10 +423,10 @@ def test_a_classic_member_of_a_consumer_group_reconciles_through_its_rejoins():
 def test_a_classic_member_revokes_through_its_sync_before_rejoining():
     c = Coordinator(Topics(t=4))
     c.beat("new", 0, topics=["t"])
-    c.beat("new", 1)
+    c.beat("new", 2)
     classic_join(c, "old")
-    kept = c.beat("new", 1).assignment
-    c.beat("new", 1, owned=owned_list(kept))
+    kept = c.beat("new", 2).assignment
+    c.beat("new", 2, owned=owned_list(kept))
     r = classic_join(c, "old")
     old = sorted(p for _, p in decode_assignment(classic.sync(c.group, "old", None, r.generation_id, None, None,
                                                                 c.topics))[0])
@@ -408,8 +437,8 @@ def test_a_classic_member_revokes_through_its_sync_before_rejoining():
     assert classic.heartbeat(c.group, "old", None, r.generation_id) == ErrorCode.REBALANCE_IN_PROGRESS
     r = classic_join(c, "old", owned=[("t", p) for p in old])
     assert c.group.members["old"].state == MemberState.UNREVOKED_PARTITIONS
-    assert r.generation_id == 2  # its epoch does not move until it has revoked
-    left = decode_assignment(classic.sync(c.group, "old", None, 2, None, None, c.topics))[0]
+    assert r.generation_id == 3  # its epoch does not move until it has revoked
+    left = decode_assignment(classic.sync(c.group, "old", None, 3, None, None, c.topics))[0]
     assert len(left) == 1 and left[0][1] in old
     r = classic_join(c, "old", owned=left)
     assert r.generation_id == c.group.group_epoch and c.group.members["old"].state != MemberState.UNREVOKED_PARTITIONS
@@ -457,7 +486,7 @@ def test_a_classic_group_converts_with_each_member_keeping_its_partitions_and_ba
     assert upgrade_refused(g, CONFIG) is None
     assert upgrade_refused(g, ConsumerGroupConfig(migration_policy="downgrade")) is not None
     c = Coordinator(topics)
-    c.apply(consumer_group_records(g, topics, 0))
+    c.apply(consumer_group_records(g, topics))
     assert c.group.group_epoch == 5 and c.group.target_assignment_epoch == 5
     assert {m: (x.member_epoch, x.assigned_sets()) for m, x in c.group.members.items()} == \
         {"a": (5, {T1: {0, 1}}), "b": (5, {T1: {2, 3}})}
@@ -481,7 +510,7 @@ def test_a_classic_group_converts_with_each_member_keeping_its_partitions_and_ba
 def test_a_classic_group_with_assignor_user_data_is_not_converted():
     topics = Topics(t=4)
     with pytest.raises(ConversionError):
-        consumer_group_records(classic_group(topics, b"sticky"), topics, 0)
+        consumer_group_records(classic_group(topics, b"sticky"), topics)
 
 
 # ---------------------------------------------------------------------------- racks
@@ -508,7 +537,7 @@ def test_the_heartbeat_passes_the_replicas_racks_to_the_assignor():
     topics.racks = {("t", p): frozenset(("east" if p % 2 else "west",)) for p in range(4)}
     c = Coordinator(topics)
     c.beat("a", 0, topics=["t"], rack_id="east")
-    c.beat("a", 1)
+    c.beat("a", 2)
     c.beat("b", 0, topics=["t"], rack_id="west")
-    kept = c.beat("a", 1).assignment
+    kept = c.beat("a", 2).assignment
     assert kept == {T1: {1, 3}}  # a keeps the partitions in its rack, b gets the others

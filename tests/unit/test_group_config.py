@@ -103,8 +103,8 @@ def test_a_consumer_groups_heartbeat_settings_take_its_own_configs():
     from rivulet.coordinator.consumer_heartbeat import ConsumerGroupConfig
 
     groups = GroupConfigs(BrokerConfig({"group.consumer.session.timeout.ms": "50000"}).items())
-    asyncio.run(groups.alter("g", {"consumer.heartbeat.interval.ms": "6000"}))
+    asyncio.run(groups.alter("g", {"consumer.heartbeat.interval.ms": "6000", "consumer.assignment.interval.ms": "0"}))
     base = ConsumerGroupConfig(heartbeat_interval_ms=5000, session_timeout_ms=50000, assignors=("range",))
     assert groups.consumer_group_config("g", base) == ConsumerGroupConfig(
-        heartbeat_interval_ms=6000, session_timeout_ms=50000, assignors=("range",))
+        heartbeat_interval_ms=6000, session_timeout_ms=50000, assignors=("range",), assignment_interval_ms=0)
     assert groups.consumer_group_config("other", base) == base

@@ -111,7 +111,7 @@ def test_no_partitions_no_assignment():
 class Group:
     """Runs heartbeats as the service does: replay every record, round-tripped through its codec."""
 
-    def __init__(self, topics: Topics, config: ShareGroupConfig = ShareGroupConfig()) -> None:
+    def __init__(self, topics: Topics, config: ShareGroupConfig = ShareGroupConfig(assignment_interval_ms=0)) -> None:
         self.topics = topics
         self.config = config
         self.group = ShareGroup("g")
@@ -143,10 +143,10 @@ class Group:
 def test_join_gets_every_partition_and_the_group_epoch():
     g = Group(Topics(t=3))
     r = g.beat("m1", 0, ["t"])
-    assert (r.error, r.member_epoch, r.heartbeat_interval_ms, r.session_timeout_ms) == (ErrorCode.NONE, 1, 5000, 45000)
+    assert (r.error, r.member_epoch, r.heartbeat_interval_ms, r.session_timeout_ms) == (ErrorCode.NONE, 2, 5000, 45000)
     assert r.assignment == {T1: {0, 1, 2}}
     assert g.group.state() == GroupState.STABLE
-    assert (g.group.group_epoch, g.group.target_assignment_epoch) == (1, 1)
+    assert (g.group.group_epoch, g.group.target_assignment_epoch) == (2, 2)
     assert g.group.initialized == {T1: ("t", frozenset({0, 1, 2}))}
 
 
@@ -154,15 +154,53 @@ def test_second_member_splits_and_the_first_moves_on_its_next_heartbeat():
     g = Group(Topics(t=4))
     g.beat("m1", 0, ["t"])
     r2 = g.beat("m2", 0, ["t"])
-    assert r2.member_epoch == 2
-    r1 = g.beat("m1", 1)
-    assert r1.member_epoch == 2
+    assert r2.member_epoch == 3
+    r1 = g.beat("m1", 2)
+    assert r1.member_epoch == 3
     assert r1.assignment is not None and r2.assignment is not None
     assert r1.assignment[T1] | r2.assignment[T1] == {0, 1, 2, 3}
     assert len(r1.assignment[T1]) == len(r2.assignment[T1]) == 2
     # Nothing changed since: no assignment in the answer, no records.
-    again = g.beat("m1", 2)
-    assert again.assignment is None and again.records == [] and again.member_epoch == 2
+    again = g.beat("m1", 3)
+    assert again.assignment is None and again.records == [] and again.member_epoch == 3
+
+
+def test_a_change_within_the_assignment_interval_is_assigned_at_a_heartbeat_after_it():
+    """As Kafka 4.3.1 (KIP-1263): m2 joining 100 ms after the first assignment gets the target
+    of epoch 2 (nothing), the group epoch at 3; a heartbeat once share.assignment.interval.ms
+    has passed computes the next, and each member takes its part at its next heartbeat."""
+    g = Group(Topics(t=4), ShareGroupConfig(assignment_interval_ms=1000))
+    assert g.beat("m1", 0, ["t"], now=10_000).member_epoch == 2
+    r2 = g.beat("m2", 0, ["t"], now=10_100)
+    assert (r2.member_epoch, r2.assignment) == (2, {})
+    assert (g.group.group_epoch, g.group.target_assignment_epoch) == (3, 2)
+    r1 = g.beat("m1", 2, now=10_999)
+    assert (r1.member_epoch, r1.assignment, r1.records) == (2, None, [])
+    r2 = g.beat("m2", 2, now=11_000)
+    assert r2.member_epoch == 3 and len(r2.assignment[T1]) == 2
+    r1 = g.beat("m1", 2, now=11_100)
+    assert r1.member_epoch == 3 and r1.assignment[T1] == {0, 1, 2, 3} - r2.assignment[T1]
+    assert g.replayed().target_assignment_timestamp_ms == 11_000
+
+
+def test_the_assignment_interval_is_the_brokers_unless_the_group_sets_its_own():
+    from rivulet.coordinator.group_config import GroupConfigs
+    from rivulet.server.config import BrokerConfig
+    from test_group_support import FakeCluster
+    b = FakeCluster(**{"group.share.assignment.interval.ms": 5000})
+    configs = GroupConfigs(BrokerConfig({"group.share.assignment.interval.ms": "5000"}).items())
+    configs.set_group("fast", {"share.assignment.interval.ms": "0"})
+    c = GroupCoordinator(b.config, b.replica_manager, b.metadata, b, b.node, b.timer, b.clock, configs,
+                         streams_topics=b)
+    c.startup()
+    b.add_topic("t", 2)
+    for group in ("fast", "slow"):
+        assert share_beat(c, "m1", 0, ["t"], group=group).member_epoch == 2
+        b.advance(1000)
+    assert share_beat(c, "m2", 0, ["t"], group="fast").member_epoch == 3  # its own interval: 0
+    assert share_beat(c, "m2", 0, ["t"], group="slow").member_epoch == 2  # the broker's 5 s have not passed
+    b.advance(4000)
+    assert share_beat(c, "m2", 2, group="slow").member_epoch == 3
 
 
 def test_more_members_than_partitions_all_get_assignments():
@@ -174,16 +212,16 @@ def test_more_members_than_partitions_all_get_assignments():
 def test_subscription_change_bumps_the_epoch_and_moves_the_assignment():
     g = Group(Topics(a=1, b=2))
     g.beat("m1", 0, ["a"])
-    r = g.beat("m1", 1, ["a", "b"])
-    assert r.member_epoch == 2 and r.assignment == {T1: {0}, T2: {0, 1}}
-    r = g.beat("m1", 2, ["b"])
-    assert r.member_epoch == 3 and r.assignment == {T2: {0, 1}}
+    r = g.beat("m1", 2, ["a", "b"])
+    assert r.member_epoch == 3 and r.assignment == {T1: {0}, T2: {0, 1}}
+    r = g.beat("m1", 3, ["b"])
+    assert r.member_epoch == 4 and r.assignment == {T2: {0, 1}}
 
 
 def test_a_full_request_is_answered_with_the_assignment():
     g = Group(Topics(t=2))
     g.beat("m1", 0, ["t"])
-    assert g.beat("m1", 1, ["t"]).assignment == {T1: {0, 1}}
+    assert g.beat("m1", 2, ["t"]).assignment == {T1: {0, 1}}
 
 
 def test_topic_created_later_is_assigned_when_it_appears():
@@ -191,8 +229,8 @@ def test_topic_created_later_is_assigned_when_it_appears():
     g = Group(topics)
     assert g.beat("m1", 0, ["t", "later"]).assignment == {T1: {0}}
     topics.by_name["later"] = type(topics.by_name["t"])("later", T2, 2)
-    r = g.beat("m1", 1)
-    assert r.member_epoch == 2 and r.assignment == {T1: {0}, T2: {0, 1}}
+    r = g.beat("m1", 2)
+    assert r.member_epoch == 3 and r.assignment == {T1: {0}, T2: {0, 1}}
 
 
 def test_a_deleted_topic_leaves_the_assignment_and_the_state_metadata():
@@ -201,8 +239,8 @@ def test_a_deleted_topic_leaves_the_assignment_and_the_state_metadata():
     g.beat("m1", 0, ["a", "b"])
     assert set(g.group.initialized) == {T1, T2}
     del topics.by_name["b"]
-    r = g.beat("m1", 1)
-    assert r.member_epoch == 2 and r.assignment == {T1: {0}}
+    r = g.beat("m1", 2)
+    assert r.member_epoch == 3 and r.assignment == {T1: {0}}
     assert g.group.initialized == {T1: ("a", frozenset({0}))}
     assert g.replayed().initialized == g.group.initialized
 
@@ -211,16 +249,16 @@ def test_epoch_errors_and_the_lost_response():
     g = Group(Topics(t=2))
     g.beat("m1", 0, ["t"])
     g.beat("m2", 0, ["t"])
-    g.beat("m1", 1)  # m1 now at 2, previous 1
+    g.beat("m1", 2)  # m1 now at 3, previous 2
     with pytest.raises(HeartbeatError) as e:
-        g.beat("m1", 3)
+        g.beat("m1", 4)
     assert e.value.code == ErrorCode.FENCED_MEMBER_EPOCH
-    assert g.beat("m1", 1).member_epoch == 2  # its last answer was lost: the previous epoch is fine
+    assert g.beat("m1", 2).member_epoch == 3  # its last answer was lost: the previous epoch is fine
     with pytest.raises(HeartbeatError) as e:
-        g.beat("m2", 5)
+        g.beat("m2", 6)
     assert e.value.code == ErrorCode.FENCED_MEMBER_EPOCH
     with pytest.raises(HeartbeatError) as e:
-        g.beat("nobody", 1)
+        g.beat("nobody", 2)
     assert e.value.code == ErrorCode.UNKNOWN_MEMBER_ID
     assert e.value.message == "Member nobody is not a member of group g."
 
@@ -229,14 +267,14 @@ def test_smaller_epoch_than_previous_is_fenced():
     g = Group(Topics(t=2))
     g.beat("m1", 0, ["t"])
     g.beat("m2", 0, ["t"])
-    g.beat("m1", 1)
+    g.beat("m1", 2)
     g.beat("m3", 0, ["t"])
-    g.beat("m1", 2)  # m1 at 3, previous 2
+    g.beat("m1", 3)  # m1 at 4, previous 3
     with pytest.raises(HeartbeatError) as e:
-        g.beat("m1", 1)
+        g.beat("m1", 2)
     assert e.value.code == ErrorCode.FENCED_MEMBER_EPOCH
-    assert e.value.message == ("The share group member has a smaller member epoch (1) than the one known by the "
-                               "group coordinator (3), and it does not match the previous member epoch (2). The "
+    assert e.value.message == ("The share group member has a smaller member epoch (2) than the one known by the "
+                               "group coordinator (4), and it does not match the previous member epoch (3). The "
                                "member must abandon all its partitions and rejoin.")
     # A known member cannot rejoin at epoch 0 once it moved on: it must leave first.
     with pytest.raises(HeartbeatError) as e:
@@ -248,12 +286,12 @@ def test_leave_removes_the_member_and_bumps_the_epoch():
     g = Group(Topics(t=2))
     g.beat("m1", 0, ["t"])
     g.beat("m2", 0, ["t"])
-    assert len(g.beat("m1", 1).assignment[T1]) == 1
+    assert len(g.beat("m1", 2).assignment[T1]) == 1
     r = g.beat("m2", -1)
     assert (r.member_epoch, r.cancel_session) == (-1, True)
     assert set(g.group.members) == {"m1"} and "m2" not in g.group.target_assignment
-    assert g.group.group_epoch == 3
-    assert g.beat("m1", 2).assignment == {T1: {0, 1}}
+    assert g.group.group_epoch == 4
+    assert g.beat("m1", 3).assignment == {T1: {0, 1}}
     with pytest.raises(HeartbeatError) as e:
         g.beat("m2", -1)
     assert e.value.code == ErrorCode.UNKNOWN_MEMBER_ID
@@ -262,7 +300,7 @@ def test_leave_removes_the_member_and_bumps_the_epoch():
 
 
 def test_group_max_size():
-    g = Group(Topics(t=1), ShareGroupConfig(max_size=1))
+    g = Group(Topics(t=1), ShareGroupConfig(max_size=1, assignment_interval_ms=0))
     g.beat("m1", 0, ["t"])
     with pytest.raises(HeartbeatError) as e:
         g.beat("m2", 0, ["t"])
@@ -293,7 +331,7 @@ def test_replaying_the_records_rebuilds_the_group():
     g = Group(Topics(a=3, b=1))
     g.beat("m1", 0, ["a"])
     g.beat("m2", 0, ["a", "b"])
-    g.beat("m1", 1)
+    g.beat("m1", 2)
     g.beat("m3", 0, ["b"])
     g.beat("m3", -1)
     fresh = g.replayed()
@@ -327,18 +365,18 @@ def share_beat(c, member_id: str, epoch: int, topics: list[str] | None = None, g
 
 
 def test_session_expiry_fences_through_the_purgatory():
-    c, b = make_coordinator(**{"group.share.session.timeout.ms": 10000})
+    c, b = make_coordinator(**{"group.share.session.timeout.ms": 10000, "group.share.assignment.interval.ms": 0})
     b.add_topic("t", 2)
-    assert share_beat(c, "m1", 0, ["t"]).member_epoch == 1
-    assert share_beat(c, "m2", 0, ["t"]).member_epoch == 2
+    assert share_beat(c, "m1", 0, ["t"]).member_epoch == 2
+    assert share_beat(c, "m2", 0, ["t"]).member_epoch == 3
     b.advance(6000)
-    assert share_beat(c, "m1", 1).member_epoch == 2  # m1 renews its session; m2 stays silent
+    assert share_beat(c, "m1", 2).member_epoch == 3  # m1 renews its session; m2 stays silent
     b.advance(6000)
     share = c.manager.get_group("sg").share
-    assert set(share.members) == {"m1"} and share.group_epoch == 3
-    r = share_beat(c, "m1", 2)
-    assert r.member_epoch == 3 and r.assignment is not None and r.assignment[b.metadata.get("t").topic_id] == {0, 1}
-    assert share_beat(c, "m2", 2).error == ErrorCode.UNKNOWN_MEMBER_ID
+    assert set(share.members) == {"m1"} and share.group_epoch == 4
+    r = share_beat(c, "m1", 3)
+    assert r.member_epoch == 4 and r.assignment is not None and r.assignment[b.metadata.get("t").topic_id] == {0, 1}
+    assert share_beat(c, "m2", 3).error == ErrorCode.UNKNOWN_MEMBER_ID
 
 
 def test_group_config_sets_the_interval_and_the_session():
@@ -366,7 +404,8 @@ def test_restart_reloads_the_group_from_the_log():
     b.add_topic("t", 3)
     share_beat(c, "m1", 0, ["t"])
     share_beat(c, "m2", 0, ["t"])
-    share_beat(c, "m1", 1)
+    b.advance(1000)  # group.share.assignment.interval.ms: m1's heartbeat computes the next assignment
+    assert share_beat(c, "m1", 2).member_epoch == 3
     before = c.manager.get_group("sg").share
     c.shutdown()
     c2 = new_coordinator(b)
@@ -377,7 +416,7 @@ def test_restart_reloads_the_group_from_the_log():
     assert (after.group_epoch, after.target_assignment_epoch) == (before.group_epoch, before.target_assignment_epoch)
     assert after.initialized == before.initialized
     # The members carry on at their epochs with the new coordinator, whose sessions run again.
-    assert share_beat(c2, "m1", 2).error == ErrorCode.NONE
+    assert share_beat(c2, "m1", 3).error == ErrorCode.NONE
     b.advance(50000)
     assert c2.manager.get_group("sg").share.members.keys() == set()
 
@@ -459,21 +498,21 @@ def test_heartbeat_and_describe_on_the_wire():
     topic_id = b.metadata.get("t").topic_id
     resp = call(apis, ShareGroupHeartbeatRequest(group_id="sg", member_id="m-1", member_epoch=0,
                                                  subscribed_topic_names=["t"]), 1)
-    assert (resp.error_code, resp.member_id, resp.member_epoch, resp.heartbeat_interval_ms) == (0, "m-1", 1, 5000)
+    assert (resp.error_code, resp.member_id, resp.member_epoch, resp.heartbeat_interval_ms) == (0, "m-1", 2, 5000)
     assert [(tp.topic_id, tp.partitions) for tp in resp.assignment.topic_partitions] == [(topic_id, [0, 1, 2])]
-    resp = call(apis, ShareGroupHeartbeatRequest(group_id="sg", member_id="m-1", member_epoch=1), 1)
-    assert (resp.error_code, resp.member_epoch, resp.assignment) == (0, 1, None)
+    resp = call(apis, ShareGroupHeartbeatRequest(group_id="sg", member_id="m-1", member_epoch=2), 1)
+    assert (resp.error_code, resp.member_epoch, resp.assignment) == (0, 2, None)
     resp = call(apis, ShareGroupHeartbeatRequest(group_id="sg", member_id="m-1", member_epoch=0), 1)
     assert (resp.error_code, resp.error_message, resp.member_id) == (
         ErrorCode.INVALID_REQUEST, "SubscribedTopicNames must be set in first request.", None)
     resp = call(apis, ShareGroupDescribeRequest(group_ids=["sg", "nope"], include_authorized_operations=True), 1)
     described, missing = resp.groups
     assert (described.error_code, described.group_state, described.group_epoch, described.assignment_epoch,
-            described.assignor_name) == (0, "Stable", 1, 1, "simple")
+            described.assignor_name) == (0, "Stable", 2, 2, "simple")
     assert described.authorized_operations != -2147483648
     [m] = described.members
     assert (m.member_id, m.member_epoch, m.client_id, m.client_host, m.subscribed_topic_names) == (
-        "m-1", 1, "cli", "/10.1.2.3", ["t"])
+        "m-1", 2, "cli", "/10.1.2.3", ["t"])
     assert [(tp.topic_name, tp.partitions) for tp in m.assignment.topic_partitions] == [("t", [0, 1, 2])]
     assert (missing.error_code, missing.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Group nope not found.")
     resp = call(apis, ShareGroupHeartbeatRequest(group_id="sg", member_id="m-1", member_epoch=-1), 1)
@@ -529,10 +568,10 @@ def test_resigning_the_partition_unloads_the_group_and_its_sessions():
     partition = c.partition_for("sg")
     appends = b.replica_manager.appends
     c.on_resign(partition)
-    assert share_beat(c, "m1", 1).error == ErrorCode.NOT_COORDINATOR
+    assert share_beat(c, "m1", 2).error == ErrorCode.NOT_COORDINATOR
     b.advance(20000)  # the unloaded member's session no longer runs: nothing is written
     assert b.replica_manager.appends == appends
     c.on_become_leader(partition)  # back: the group loads and its member gets a new session
-    assert share_beat(c, "m1", 1).error == ErrorCode.NONE
+    assert share_beat(c, "m1", 2).error == ErrorCode.NONE
     b.advance(20000)
     assert c.manager.get_group("sg").share.members == {}
