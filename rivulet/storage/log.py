@@ -202,7 +202,10 @@ class Log:
         time_ms: Callable[[], int] = SYSTEM_CLOCK.milliseconds,
         producer_id_expiration_ms: int = 86_400_000,
         failure_channel: LogDirFailureChannel | None = None,
+        sync_parent: bool = True,
     ) -> None:
+        """``sync_parent`` False: a new log's dir entry is made durable by the caller (one fsync
+        of the parent for many new logs)."""
         self.dir = os.path.abspath(dir)
         self._failure_channel = failure_channel
         self._offline = False
@@ -224,19 +227,26 @@ class Log:
 
         created = not os.path.isdir(self.dir)
         os.makedirs(self.dir, exist_ok=True)
-        stored_id = read_partition_metadata(self.dir)
+        # A new log's small files are written without fsync: its first flush syncs them (and
+        # its dir) before any of its records count as durable, as Kafka defers the flush of
+        # partition.metadata. Lost in a crash before that, they are written again: the topic
+        # is in the metadata, and the log was empty on disk.
+        self._unsynced_files: list[str] = []
+        stored_id = None if created else read_partition_metadata(self.dir)
         if topic_id is not None and stored_id is not None and stored_id != topic_id:
             raise ApiError(
                 ErrorCode.INCONSISTENT_TOPIC_ID,
                 f"{self.dir} belongs to topic id {stored_id}, not {topic_id}",
             )
         if topic_id is not None and stored_id is None:
-            write_partition_metadata(self.dir, topic_id)
+            path = write_partition_metadata(self.dir, topic_id, sync=not created)
+            if created:
+                self._unsynced_files.append(path)
         self.topic_id: uuid.UUID | None = topic_id or stored_id
-        if created:
+        if created and sync_parent:
             fsync_dir(os.path.dirname(self.dir))
 
-        self._epochs = LeaderEpochCache(self.dir)
+        self._epochs = LeaderEpochCache(self.dir, new=created)
         self.producer_state = ProducerStateManager(
             self.dir, f"{self.topic}-{self.partition}", producer_id_expiration_ms=producer_id_expiration_ms,
             time_ms=time_ms)
@@ -1184,7 +1194,10 @@ class Log:
                 # so only segments with unsynced bytes below the target need an fsync.
                 segs = [s for s in self._segments if s.needs_sync and s.base_offset < target]
                 snapshots = self.producer_state.take_pending_syncs()
-                if target <= self._recovery_point and not need_dir and not segs and not snapshots:
+                files, self._unsynced_files = self._unsynced_files, []
+                epochs = self._epochs.needs_sync
+                if (target <= self._recovery_point and not need_dir and not segs and not snapshots and not files
+                        and not epochs):
                     self._last_flush_ms = now_ms if now_ms is not None else self._time_ms()
                     return False
                 for s in segs:
@@ -1192,6 +1205,9 @@ class Log:
                 self._dir_dirty = False
                 self._trunc_floor = None
             try:
+                for path in files:
+                    sync_file(path)
+                self._epochs.sync()
                 for s in segs:
                     s.sync()
                 for path in snapshots:
@@ -1200,6 +1216,7 @@ class Log:
                     fsync_dir(self.dir)
             except BaseException as e:
                 with self._lock:
+                    self._unsynced_files = files + self._unsynced_files
                     self._dir_dirty = self._dir_dirty or need_dir
                     for s in segs:
                         s.unpin()
