@@ -152,6 +152,8 @@ class TopicManager:
         if lg is not None:
             if lg.config is not cfg:
                 lg.update_config(cfg)
+            if lg.topic_id is None:
+                lg.assign_topic_id(topic_id)
             return lg
         if self.log_manager.is_offline_partition(tp):
             raise KafkaStorageError(f"the log directory of {tp.topic}-{tp.partition} is offline")
@@ -198,6 +200,8 @@ class TopicManager:
             lg = self.log_manager.create_log(info.name, index, cfg, info.topic_id)
         else:
             lg.update_config(cfg)
+            if lg.topic_id is None:
+                lg.assign_topic_id(info.topic_id)
         p = Partition(TopicPartition(info.name, index), info.topic_id, lg, self.node_id)
         self.replica_manager.add_partition(p)
         return p

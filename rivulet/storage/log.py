@@ -262,6 +262,16 @@ class Log:
             raise
         self._last_flush_ms = self._time_ms()
 
+    def assign_topic_id(self, topic_id: uuid.UUID) -> None:
+        """Record the topic id of a log loaded without one (its partition.metadata was lost in a
+        crash before the log's first flush), as Kafka assigns it when the partition is opened."""
+        with self._lock:
+            if self.topic_id is not None:
+                return
+            if self._read_only is None and not self._offline:
+                write_partition_metadata(self.dir, topic_id)
+            self.topic_id = topic_id
+
     # -- loading and recovery --------------------------------------------------------------
 
     def _new_segment(self, base_offset: int, *, fresh: bool) -> LogSegment:

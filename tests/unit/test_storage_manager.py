@@ -540,3 +540,23 @@ def test_new_logs_go_to_the_dir_with_fewest_partitions_in_a_batch_too(tmp_path):
     where = [os.path.basename(os.path.dirname(lg.dir)) for lg in logs]
     assert where[:2] == ["b", "c"] and sorted(where) == ["a", "a", "b", "b", "b", "c", "c", "c"]
     m.shutdown()
+
+
+def test_a_log_that_lost_its_partition_metadata_takes_its_topic_id_again(tmp_path):
+    # A crash before a new log's first flush may lose its partition.metadata (written without
+    # fsync); opening the partition writes it again, as Kafka assigns a missing topic id.
+    d = str(tmp_path / "data")
+    m = LogManager([d], LogConfig())
+    m.startup()
+    tid = uuid.uuid4()
+    lg = m.create_log("t", 0, None, tid)
+    m.shutdown()
+    os.unlink(os.path.join(lg.dir, "partition.metadata"))
+    m2 = LogManager([d], LogConfig())
+    m2.startup()
+    again = m2.get_log("t", 0)
+    assert again.topic_id is None
+    again.assign_topic_id(tid)
+    again.assign_topic_id(uuid.uuid4())  # only a missing id is assigned
+    assert again.topic_id == tid and read_partition_metadata(again.dir) == tid
+    m2.shutdown()
