@@ -403,8 +403,8 @@ class LogManager:
                 raise KafkaStorageError(f"creating the log of {topic}-{partition} failed: {e}") from e
             with self._lock:
                 self._logs[tp] = lg
-            if new_dirs is not None and not existed:
-                new_dirs.add(os.path.dirname(path))
+                if new_dirs is not None and not existed:
+                    new_dirs.add(os.path.dirname(path))
             return lg
         finally:
             with self._lock:
