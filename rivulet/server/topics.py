@@ -159,6 +159,22 @@ class TopicManager:
             raise KafkaStorageError(f"the log directory of {tp.topic}-{tp.partition} is offline")
         return self.log_manager.create_log(tp.topic, tp.partition, cfg, topic_id)
 
+    def open_replica_logs(self, replicas: list[tuple[TopicPartition, uuid.UUID]]) -> None:
+        """The logs of new replicas (a LeaderAndIsr naming many), each topic's made in one batch:
+        one fsync of the parent dir, not one each. Safe on a worker thread. A failure is left
+        for ``log_for_replica`` to meet again and answer, partition by partition."""
+        missing: dict[tuple[str, uuid.UUID], list[int]] = {}
+        for tp, topic_id in replicas:
+            if self.log_manager.get_log(tp.topic, tp.partition) is None \
+                    and not self.log_manager.is_offline_partition(tp):
+                missing.setdefault((tp.topic, topic_id), []).append(tp.partition)
+        for (topic, topic_id), indexes in missing.items():
+            try:
+                self.log_manager.create_logs(topic, indexes, self._log_configs.get(topic, self.log_defaults),
+                                             topic_id)
+            except ApiError:
+                pass
+
     def delete_replica_log(self, tp: TopicPartition) -> None:
         self.log_manager.delete_log(tp.topic, tp.partition)
 
