@@ -306,7 +306,7 @@ class KafkaController:
         if not states:
             return
         created = await self.zk.run(self.client.create_partition_states, states, ctx.epoch)
-        for (tp, state), written in zip(states, created):
+        for (tp, state), written in zip(states, created, strict=True):
             if written is None:  # already initialised (by a controller before us)
                 written = await self.zk.run(self.client.get_partition_state, tp)
                 if written is None:

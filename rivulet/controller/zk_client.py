@@ -413,7 +413,7 @@ class KafkaZkClient:
             t.create(z.partition_state_path(tp), state.encode())
             commits.append(t.commit_async())
         out: list[z.LeaderAndIsr | None] = []
-        for (_tp, state), commit in zip(states, commits):
+        for (_tp, state), commit in zip(states, commits, strict=True):
             results = commit.get()
             if isinstance(results[0], (BadVersionError, NoNodeError)):
                 raise ControllerMovedError(f"controller epoch {epoch.epoch} is no longer current")
