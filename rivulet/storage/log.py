@@ -232,6 +232,7 @@ class Log:
         # partition.metadata. Lost in a crash before that, they are written again: the topic
         # is in the metadata, and the log was empty on disk.
         self._unsynced_files: list[str] = []
+        self._awaiting_records = created  # no flush has made records of this new log durable yet
         stored_id = None if created else read_partition_metadata(self.dir)
         if topic_id is not None and stored_id is not None and stored_id != topic_id:
             raise ApiError(
@@ -1204,12 +1205,20 @@ class Log:
                 # so only segments with unsynced bytes below the target need an fsync.
                 segs = [s for s in self._segments if s.needs_sync and s.base_offset < target]
                 snapshots = self.producer_state.take_pending_syncs()
-                files, self._unsynced_files = self._unsynced_files, []
-                epochs = self._epochs.needs_sync
-                if (target <= self._recovery_point and not need_dir and not segs and not snapshots and not files
-                        and not epochs):
+                records = bool(segs) or bool(snapshots) or target > self._recovery_point
+                # A new log's files (and its dir) wait for the first flush that makes records
+                # durable: until then a crash loses nothing that is not made or stated again
+                # (see __init__), and a shutdown syncs nothing for partitions never written.
+                if not records and (not need_dir or self._awaiting_records):
                     self._last_flush_ms = now_ms if now_ms is not None else self._time_ms()
                     return False
+                files: list[str] = []
+                epochs = False
+                if records:
+                    files, self._unsynced_files = self._unsynced_files, []
+                    epochs = self._epochs.needs_sync
+                    need_dir = need_dir or bool(files) or epochs  # their names too
+                    self._awaiting_records = False
                 for s in segs:
                     s.pin()
                 self._dir_dirty = False
@@ -1217,7 +1226,8 @@ class Log:
             try:
                 for path in files:
                     sync_file(path)
-                self._epochs.sync()
+                if epochs:
+                    self._epochs.sync()
                 for s in segs:
                     s.sync()
                 for path in snapshots:
@@ -1227,6 +1237,7 @@ class Log:
             except BaseException as e:
                 with self._lock:
                     self._unsynced_files = files + self._unsynced_files
+                    self._awaiting_records = self._awaiting_records or bool(files) or epochs
                     self._dir_dirty = self._dir_dirty or need_dir
                     for s in segs:
                         s.unpin()

@@ -513,6 +513,8 @@ def test_create_logs_fsyncs_the_parent_once_and_a_new_logs_files_at_its_first_fl
     assert synced == [d]
     assert read_partition_metadata(logs[7].dir) == tid  # written all the same
     assert logs[7].epoch_entries() == [(0, 0)]
+    logs[8].flush()  # nothing written to it: its files wait (a shutdown of idle partitions syncs nothing each)
+    assert synced == [d]
     lg = logs[7]
     append(lg, make_batch(2))
     synced.clear()
