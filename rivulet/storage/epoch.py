@@ -26,10 +26,10 @@ class LeaderEpochCache:
     Every change is written through to the checkpoint file. Changes are rare
     (leader elections, truncations), so the fsync cost stays off the hot path.
 
-    A new log's cache (``new``) writes without fsync until ``sync``: the log's first flush
-    makes the file durable before any of its records count as durable, and until then a crash
-    loses only entries the broker states again (its log is empty on disk). Creating thousands
-    of partitions then costs no fsync each.
+    A new log's cache (``new``) writes without fsync until ``sync``: the log's first flush of
+    records makes the file durable before any of them count as durable, and until then a
+    crash loses only entries the leader states again (its log is empty on disk). Creating
+    thousands of partitions then costs no fsync each.
     """
 
     def __init__(self, partition_dir: str, *, new: bool = False) -> None:

@@ -227,10 +227,10 @@ class Log:
 
         created = not os.path.isdir(self.dir)
         os.makedirs(self.dir, exist_ok=True)
-        # A new log's small files are written without fsync: its first flush syncs them (and
-        # its dir) before any of its records count as durable, as Kafka defers the flush of
-        # partition.metadata. Lost in a crash before that, they are written again: the topic
-        # is in the metadata, and the log was empty on disk.
+        # A new log's small files are written without fsync: the first flush that makes its
+        # records durable syncs them (and its dir) first, as Kafka defers the flush of
+        # partition.metadata. Lost in a crash before that, they are made again: the topic id
+        # comes from the metadata, the epoch from the leader, and the log was empty on disk.
         self._unsynced_files: list[str] = []
         self._awaiting_records = created  # no flush has made records of this new log durable yet
         stored_id = None if created else read_partition_metadata(self.dir)
