@@ -296,19 +296,23 @@ class KafkaController:
         """New partitions: the first live replica leads, the live replicas are the ISR."""
         ctx = self.ctx
         assert ctx is not None
+        states: list[tuple[TopicPartition, LeaderAndIsr]] = []
         for tp in tps:
             live = [r for r in ctx.replicas(tp) if ctx.is_live(r)]
             if not live:
                 log.error("partition %s has no live replica among %s; it stays without a leader", tp, ctx.replicas(tp))
                 continue
-            state = LeaderAndIsr(live[0], 0, tuple(live), ctx.epoch.epoch)
-            written = await self.zk.run(self.client.create_partition_state, tp, state, ctx.epoch)
+            states.append((tp, LeaderAndIsr(live[0], 0, tuple(live), ctx.epoch.epoch)))
+        if not states:
+            return
+        created = await self.zk.run(self.client.create_partition_states, states, ctx.epoch)
+        for (tp, state), written in zip(states, created, strict=True):
             if written is None:  # already initialised (by a controller before us)
                 written = await self.zk.run(self.client.get_partition_state, tp)
                 if written is None:
                     continue
             ctx.leadership[tp] = written
-            batch.add_leader_and_isr(live, tp, is_new=True)
+            batch.add_leader_and_isr(list(state.isr), tp, is_new=True)
 
     async def _on_topic_deletion(self) -> None:
         ctx = self.ctx

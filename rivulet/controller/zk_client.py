@@ -393,14 +393,38 @@ class KafkaZkClient:
     def create_partition_state(self, tp: TopicPartition, state: z.LeaderAndIsr, epoch: ControllerEpoch
                                ) -> z.LeaderAndIsr | None:
         """The first state of a new partition; None when it already has one."""
-        self.zk.ensure_path(f"{z.partitions_path(tp.topic)}/{tp.partition}")
-        results = self._fenced(epoch, lambda t: t.create(z.partition_state_path(tp), state.encode()))
-        if isinstance(results[0], NodeExistsError):
-            return None
-        if isinstance(results[0], Exception):
-            raise results[0]
-        return z.LeaderAndIsr(state.leader, state.leader_epoch, state.isr, state.controller_epoch, 0,
-                              state.leader_recovery_state)
+        return self.create_partition_states([(tp, state)], epoch)[0]
+
+    def create_partition_states(self, states: list[tuple[TopicPartition, z.LeaderAndIsr]], epoch: ControllerEpoch
+                                ) -> list[z.LeaderAndIsr | None]:
+        """``create_partition_state`` of many partitions (a new topic's), in order, with the
+        requests pipelined as Kafka's controller sends them: two round trips for the lot, not
+        three for each partition."""
+        for topic in sorted({tp.topic for tp, _ in states}):
+            self.zk.ensure_path(z.partitions_path(topic))
+        made = [self.zk.create_async(f"{z.partitions_path(tp.topic)}/{tp.partition}") for tp, _ in states]
+        for r in made:
+            with suppress(NodeExistsError):
+                r.get()
+        commits = []
+        for tp, state in states:
+            t = self.zk.transaction()
+            t.check(z.CONTROLLER_EPOCH, epoch.zk_version)
+            t.create(z.partition_state_path(tp), state.encode())
+            commits.append(t.commit_async())
+        out: list[z.LeaderAndIsr | None] = []
+        for (_tp, state), commit in zip(states, commits, strict=True):
+            results = commit.get()
+            if isinstance(results[0], (BadVersionError, NoNodeError)):
+                raise ControllerMovedError(f"controller epoch {epoch.epoch} is no longer current")
+            if isinstance(results[1], NodeExistsError):
+                out.append(None)
+            elif isinstance(results[1], Exception):
+                raise results[1]
+            else:
+                out.append(z.LeaderAndIsr(state.leader, state.leader_epoch, state.isr, state.controller_epoch, 0,
+                                          state.leader_recovery_state))
+        return out
 
     def update_partition_state(self, tp: TopicPartition, state: z.LeaderAndIsr, epoch: ControllerEpoch
                                ) -> z.LeaderAndIsr | None:

@@ -52,6 +52,8 @@ class ReplicaLogs(Protocol):
 
     def log_for_replica(self, tp: TopicPartition, topic_id: uuid.UUID) -> Log: ...
 
+    def open_replica_logs(self, replicas: list[tuple[TopicPartition, uuid.UUID]]) -> None: ...
+
     def delete_replica_log(self, tp: TopicPartition) -> None: ...
 
 
@@ -416,11 +418,7 @@ class ReplicaManager:
         """The file work of ``replicas_to_create``, safe on a worker thread as nothing serves
         these logs yet. A failure is left for ``become_leader_or_follower`` to answer."""
         assert self.replica_logs is not None
-        for tp, topic_id in replicas:
-            try:
-                self.replica_logs.log_for_replica(tp, topic_id)
-            except ApiError:
-                pass
+        self.replica_logs.open_replica_logs(replicas)
 
     def _create_replica(self, tp: TopicPartition, topic_id: uuid.UUID) -> Partition:
         if self.replica_logs is None:

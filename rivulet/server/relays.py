@@ -45,6 +45,9 @@ class ReplicaLogsRelay:
     def log_for_replica(self, tp: TopicPartition, topic_id: uuid.UUID) -> Log:
         return self._get().log_for_replica(tp, topic_id)
 
+    def open_replica_logs(self, replicas: list[tuple[TopicPartition, uuid.UUID]]) -> None:
+        self._get().open_replica_logs(replicas)
+
     def delete_replica_log(self, tp: TopicPartition) -> None:
         self._get().delete_replica_log(tp)
 

@@ -152,10 +152,28 @@ class TopicManager:
         if lg is not None:
             if lg.config is not cfg:
                 lg.update_config(cfg)
+            if lg.topic_id is None:
+                lg.assign_topic_id(topic_id)
             return lg
         if self.log_manager.is_offline_partition(tp):
             raise KafkaStorageError(f"the log directory of {tp.topic}-{tp.partition} is offline")
         return self.log_manager.create_log(tp.topic, tp.partition, cfg, topic_id)
+
+    def open_replica_logs(self, replicas: list[tuple[TopicPartition, uuid.UUID]]) -> None:
+        """The logs of new replicas (a LeaderAndIsr naming many), each topic's made in one batch:
+        one fsync of the parent dir, not one each. Safe on a worker thread. A failure is left
+        for ``log_for_replica`` to meet again and answer, partition by partition."""
+        missing: dict[tuple[str, uuid.UUID], list[int]] = {}
+        for tp, topic_id in replicas:
+            if self.log_manager.get_log(tp.topic, tp.partition) is None \
+                    and not self.log_manager.is_offline_partition(tp):
+                missing.setdefault((tp.topic, topic_id), []).append(tp.partition)
+        for (topic, topic_id), indexes in missing.items():
+            try:
+                self.log_manager.create_logs(topic, indexes, self._log_configs.get(topic, self.log_defaults),
+                                             topic_id)
+            except ApiError:
+                pass
 
     def delete_replica_log(self, tp: TopicPartition) -> None:
         self.log_manager.delete_log(tp.topic, tp.partition)
@@ -198,6 +216,8 @@ class TopicManager:
             lg = self.log_manager.create_log(info.name, index, cfg, info.topic_id)
         else:
             lg.update_config(cfg)
+            if lg.topic_id is None:
+                lg.assign_topic_id(info.topic_id)
         p = Partition(TopicPartition(info.name, index), info.topic_id, lg, self.node_id)
         self.replica_manager.add_partition(p)
         return p

@@ -128,10 +128,10 @@ def read_epoch_checkpoint(path: str) -> list[tuple[int, int]]:
     return [(int(e), int(o)) for e, o in _parse_versioned(path, 2)]
 
 
-def write_epoch_checkpoint(path: str, entries: Iterable[tuple[int, int]]) -> None:
+def write_epoch_checkpoint(path: str, entries: Iterable[tuple[int, int]], *, sync: bool = True) -> None:
     entries = list(entries)
     lines = ["0", str(len(entries))] + [f"{e} {o}" for e, o in entries]
-    write_atomic(path, "\n".join(lines) + "\n")
+    write_atomic(path, "\n".join(lines) + "\n", sync=sync)
 
 
 # -- Kafka's Uuid text form: URL-safe base64 without padding ----------------------
@@ -160,9 +160,11 @@ def random_kafka_uuid() -> str:
 # -- partition.metadata ------------------------------------------------------------
 
 
-def write_partition_metadata(partition_dir: str, topic_id: uuid.UUID) -> None:
-    text = f"version: 0\ntopic_id: {uuid_to_kafka(topic_id)}\n"
-    write_atomic(os.path.join(partition_dir, PARTITION_METADATA), text)
+def write_partition_metadata(partition_dir: str, topic_id: uuid.UUID, *, sync: bool = True) -> str:
+    """Write the file; returns its path (for a caller that syncs it later)."""
+    path = os.path.join(partition_dir, PARTITION_METADATA)
+    write_atomic(path, f"version: 0\ntopic_id: {uuid_to_kafka(topic_id)}\n", sync=sync)
+    return path
 
 
 def read_partition_metadata(partition_dir: str) -> uuid.UUID | None:

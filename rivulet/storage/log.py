@@ -202,7 +202,10 @@ class Log:
         time_ms: Callable[[], int] = SYSTEM_CLOCK.milliseconds,
         producer_id_expiration_ms: int = 86_400_000,
         failure_channel: LogDirFailureChannel | None = None,
+        sync_parent: bool = True,
     ) -> None:
+        """``sync_parent`` False: a new log's dir entry is made durable by the caller (one fsync
+        of the parent for many new logs)."""
         self.dir = os.path.abspath(dir)
         self._failure_channel = failure_channel
         self._offline = False
@@ -224,19 +227,27 @@ class Log:
 
         created = not os.path.isdir(self.dir)
         os.makedirs(self.dir, exist_ok=True)
-        stored_id = read_partition_metadata(self.dir)
+        # A new log's small files are written without fsync: the first flush that makes its
+        # records durable syncs them (and its dir) first, as Kafka defers the flush of
+        # partition.metadata. Lost in a crash before that, they are made again: the topic id
+        # comes from the metadata, the epoch from the leader, and the log was empty on disk.
+        self._unsynced_files: list[str] = []
+        self._awaiting_records = created  # no flush has made records of this new log durable yet
+        stored_id = None if created else read_partition_metadata(self.dir)
         if topic_id is not None and stored_id is not None and stored_id != topic_id:
             raise ApiError(
                 ErrorCode.INCONSISTENT_TOPIC_ID,
                 f"{self.dir} belongs to topic id {stored_id}, not {topic_id}",
             )
         if topic_id is not None and stored_id is None:
-            write_partition_metadata(self.dir, topic_id)
+            path = write_partition_metadata(self.dir, topic_id, sync=not created)
+            if created:
+                self._unsynced_files.append(path)
         self.topic_id: uuid.UUID | None = topic_id or stored_id
-        if created:
+        if created and sync_parent:
             fsync_dir(os.path.dirname(self.dir))
 
-        self._epochs = LeaderEpochCache(self.dir)
+        self._epochs = LeaderEpochCache(self.dir, new=created)
         self.producer_state = ProducerStateManager(
             self.dir, f"{self.topic}-{self.partition}", producer_id_expiration_ms=producer_id_expiration_ms,
             time_ms=time_ms)
@@ -251,6 +262,16 @@ class Log:
                     pass  # the load's own error is the one to report
             raise
         self._last_flush_ms = self._time_ms()
+
+    def assign_topic_id(self, topic_id: uuid.UUID) -> None:
+        """Record the topic id of a log loaded without one (its partition.metadata was lost in a
+        crash before the log's first flush), as Kafka assigns it when the partition is opened."""
+        with self._lock:
+            if self.topic_id is not None:
+                return
+            if self._read_only is None and not self._offline:
+                write_partition_metadata(self.dir, topic_id)
+            self.topic_id = topic_id
 
     # -- loading and recovery --------------------------------------------------------------
 
@@ -1184,14 +1205,29 @@ class Log:
                 # so only segments with unsynced bytes below the target need an fsync.
                 segs = [s for s in self._segments if s.needs_sync and s.base_offset < target]
                 snapshots = self.producer_state.take_pending_syncs()
-                if target <= self._recovery_point and not need_dir and not segs and not snapshots:
+                records = bool(segs) or bool(snapshots) or target > self._recovery_point
+                # A new log's files (and its dir) wait for the first flush that makes records
+                # durable: until then a crash loses nothing that is not made or stated again
+                # (see __init__), and a shutdown syncs nothing for partitions never written.
+                if not records and (not need_dir or self._awaiting_records):
                     self._last_flush_ms = now_ms if now_ms is not None else self._time_ms()
                     return False
+                files: list[str] = []
+                epochs = False
+                if records:
+                    files, self._unsynced_files = self._unsynced_files, []
+                    epochs = self._epochs.needs_sync
+                    need_dir = need_dir or bool(files) or epochs  # their names too
+                    self._awaiting_records = False
                 for s in segs:
                     s.pin()
                 self._dir_dirty = False
                 self._trunc_floor = None
             try:
+                for path in files:
+                    sync_file(path)
+                if epochs:
+                    self._epochs.sync()
                 for s in segs:
                     s.sync()
                 for path in snapshots:
@@ -1200,6 +1236,8 @@ class Log:
                     fsync_dir(self.dir)
             except BaseException as e:
                 with self._lock:
+                    self._unsynced_files = files + self._unsynced_files
+                    self._awaiting_records = self._awaiting_records or bool(files) or epochs
                     self._dir_dirty = self._dir_dirty or need_dir
                     for s in segs:
                         s.unpin()

@@ -320,21 +320,34 @@ class LogManager:
             out.append(LogDirDescription(d, None, sizes, total, usable, futures))
         return out
 
-    def _choose_dir(self, tp: TopicPartition | None = None) -> str:
+    def _dir_counts(self) -> dict[str, int]:
+        """Partitions per log dir (those being created included), for ``_choose_dir``."""
+        counts: dict[str, int] = dict.fromkeys(self.log_dirs, 0)
+        for path in [lg.dir for lg in self._logs.values()] + list(self._being_created.values()):
+            parent = os.path.dirname(path)
+            if parent in counts:
+                counts[parent] += 1
+        return counts
+
+    def _choose_dir(self, tp: TopicPartition | None = None, counts: dict[str, int] | None = None) -> str:
         # Like Kafka: the dir AlterReplicaLogDirs asked for, else the online dir holding the
-        # fewest partitions (a read-only dir takes none).
+        # fewest partitions (a read-only dir takes none). ``counts`` (from _dir_counts, kept
+        # up to date here) spares a batch of creations a walk over every log each.
         online = [d for d in self.online_dirs() if d not in self.read_only_dirs]
         if not online:
             raise KafkaStorageError("every log directory is offline or read-only (a full disk)")
         preferred = self._preferred_dirs.pop(tp, None) if tp is not None else None
         if preferred in online:
-            return preferred
-        counts = {d: 0 for d in online}
-        for path in [lg.dir for lg in self._logs.values()] + list(self._being_created.values()):
-            parent = os.path.dirname(path)
-            if parent in counts:
-                counts[parent] += 1
-        return min(online, key=lambda d: counts[d])
+            chosen = preferred
+        elif len(online) == 1:
+            chosen = online[0]
+        else:
+            if counts is None:
+                counts = self._dir_counts()
+            chosen = min(online, key=lambda d: counts.get(d, 0))
+        if counts is not None:
+            counts[chosen] = counts.get(chosen, 0) + 1
+        return chosen
 
     def create_log(
         self, topic: str, partition: int, config: LogConfig | None = None, topic_id: uuid.UUID | None = None
@@ -343,6 +356,12 @@ class LogManager:
 
         An existing log with another topic id raises INCONSISTENT_TOPIC_ID.
         """
+        return self._create_log(topic, partition, config, topic_id, None, None)
+
+    def _create_log(self, topic: str, partition: int, config: LogConfig | None, topic_id: uuid.UUID | None,
+                    counts: dict[str, int] | None, new_dirs: set[str] | None) -> Log:
+        """``create_log``; with ``new_dirs`` a new log's parent dir is added to it for the caller
+        to fsync once for all (else it is fsynced here)."""
         if not topic or "/" in topic or "\x00" in topic or topic in (".", "..") or partition < 0:
             raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"invalid topic partition {topic!r}-{partition}")
         tp = TopicPartition(topic, partition)
@@ -361,7 +380,7 @@ class LogManager:
                 if config is not None:
                     existing.update_config(config)
                 return existing
-            path = os.path.join(self._choose_dir(tp), f"{topic}-{partition}")
+            path = os.path.join(self._choose_dir(tp, counts), f"{topic}-{partition}")
             self._being_created[tp] = path
         # The files are made without the lock: the loop's own calls (all_logs) must not wait
         # for a worker thread's fsyncs.
@@ -370,7 +389,7 @@ class LogManager:
             try:
                 lg = Log(path, config or self.defaults, topic_id=topic_id,
                          producer_id_expiration_ms=self.producer_id_expiration_ms, time_ms=self.time_ms,
-                         failure_channel=self.failure_channel)
+                         failure_channel=self.failure_channel, sync_parent=new_dirs is None)
             except OSError as e:
                 if not existed:
                     self._discard_dir(path)
@@ -384,6 +403,8 @@ class LogManager:
                 raise KafkaStorageError(f"creating the log of {topic}-{partition} failed: {e}") from e
             with self._lock:
                 self._logs[tp] = lg
+                if new_dirs is not None and not existed:
+                    new_dirs.add(os.path.dirname(path))
             return lg
         finally:
             with self._lock:
@@ -395,9 +416,18 @@ class LogManager:
         """Create the logs of ``partitions``, all or none: on a failure those created here are
         removed again before the error is raised. Safe in a worker thread."""
         created: list[Log] = []
+        new_dirs: set[str] = set()
         try:
+            with self._lock:
+                counts = self._dir_counts()
             for i in partitions:
-                created.append(self.create_log(topic, i, config, topic_id))
+                created.append(self._create_log(topic, i, config, topic_id, counts, new_dirs))
+            for d in new_dirs:  # the new logs' dir entries, durable before any is used
+                try:
+                    fsync_dir(d)
+                except OSError as e:
+                    self.failure_channel.maybe_add_offline_log_dir(d, f"creating the logs of {topic} failed", e)
+                    raise KafkaStorageError(f"creating the logs of {topic} failed: {e}") from e
         except BaseException:
             self.remove_deleted(self.delete_logs([(lg.topic, lg.partition) for lg in created]))
             # With descriptors free again, what a failed creation could not remove goes too.

@@ -160,3 +160,34 @@ def test_start_up_with_too_few_descriptors_says_so_and_changes_nothing():
         assert [v for _, v in consume_all(broker.bootstrap, KEEP, 3, len(values))[0]] == values
     finally:
         broker.cleanup()
+
+
+def test_a_created_topic_survives_kill9_right_after_the_answer():
+    # A new log's files are written without fsync (its first flush syncs them), so what must hold
+    # is that a topic CreateTopics answered survives kill -9, and that a partition.metadata lost
+    # anyway (a power failure before the first flush) is written again when the partition opens.
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from rivulet.storage.checkpoints import read_partition_metadata
+
+    broker = BrokerProcess()
+    try:
+        values = start_with_keep_topic(broker)
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("wide", num_partitions=300, replication_factor=1)],
+                            operation_timeout=120, request_timeout=120)["wide"].result(120)
+        broker.kill()
+        topic_id = read_partition_metadata(os.path.join(broker.data_dir, "wide-4"))
+        assert topic_id is not None
+        os.unlink(os.path.join(broker.data_dir, "wide-5", "partition.metadata"))
+        broker.start()
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        parts = admin.list_topics(timeout=30).topics["wide"].partitions
+        assert len(parts) == 300 and all(p.leader >= 0 and p.error is None for p in parts.values())
+        assert read_partition_metadata(os.path.join(broker.data_dir, "wide-5")) == topic_id
+        produce(broker.bootstrap, "wide", [b"after"])
+        assert [v for _, v in consume_all(broker.bootstrap, "wide", 300, 1)[0]] == [b"after"]
+        assert [v for _, v in consume_all(broker.bootstrap, KEEP, 3, len(values))[0]] == values
+        assert "Traceback" not in broker.output()
+    finally:
+        broker.cleanup()

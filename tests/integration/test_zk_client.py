@@ -185,3 +185,25 @@ def test_bridge_runs_calls_off_the_loop_and_delivers_watches_on_it(zkc):
         await bridge.close()
 
     asyncio.run(main())
+
+
+def test_a_new_topics_partition_states_in_one_pipelined_batch(zkc):
+    a = zkc()
+    a.create_top_level_paths()
+    epoch = a.try_elect_controller(1, 1)
+    a.create_topic(z.TopicAssignment("wide", None, {p: [1] for p in range(50)}), {})
+    tps = [TopicPartition("wide", p) for p in range(50)]
+    earlier = a.create_partition_state(tps[7], z.LeaderAndIsr(1, 0, (1,), epoch.epoch), epoch)
+    states = [(tp, z.LeaderAndIsr(1, 0, (1,), epoch.epoch)) for tp in tps]
+    written = a.create_partition_states(states, epoch)
+    assert written[7] is None  # it had one already
+    assert all(w == z.LeaderAndIsr(1, 0, (1,), epoch.epoch, 0) for i, w in enumerate(written) if i != 7)
+    assert a.get_partition_states(tps) == {tp: earlier if tp.partition == 7 else written[tp.partition] for tp in tps}
+    stale = epoch
+    b = zkc()
+    a.close()
+    assert b.try_elect_controller(2, 2) is not None
+    b.create_topic(z.TopicAssignment("late", None, {0: [2]}), {})
+    with pytest.raises(ControllerMovedError):  # a controller that lost its epoch writes nothing
+        b.create_partition_states([(TopicPartition("late", 0), z.LeaderAndIsr(2, 0, (2,), 1))], stale)
+    assert b.get_partition_states([TopicPartition("late", 0)]) == {}

@@ -48,6 +48,10 @@ class Logs:
             self.logs[tp] = Log(str(self.root / f"{tp.topic}-{tp.partition}"), LogConfig())
         return self.logs[tp]
 
+    def open_replica_logs(self, replicas: list[tuple[TopicPartition, uuid.UUID]]) -> None:
+        for tp, topic_id in replicas:
+            self.log_for_replica(tp, topic_id)
+
     def delete_replica_log(self, tp: TopicPartition) -> None:
         lg = self.logs.pop(tp, None)
         if lg is not None:

@@ -160,7 +160,7 @@ def test_leader_and_isr_makes_new_replicas_logs_off_the_loop(tmp_path):
         reached, go = threading.Event(), threading.Event()
         try:
             b = c.brokers[2]
-            real = b.log_manager.create_log
+            real = b.log_manager._create_log  # each new log of the batch
 
             def create_log(topic, partition, *args, **kw):
                 if topic == "many" and partition == 2:
@@ -169,7 +169,7 @@ def test_leader_and_isr_makes_new_replicas_logs_off_the_loop(tmp_path):
                     go.wait(10)
                 return real(topic, partition, *args, **kw)
 
-            b.log_manager.create_log = create_log
+            b.log_manager._create_log = create_log
             # The broker holds Metadata until it has heard from the controller once.
             assert (await c.conns[2].send(update_metadata(c.controller_epoch, [], {}, c.addresses))).error_code == 0
             parts = [Part("many", i, 1, 0, [1, 2], [1, 2], partition_epoch=0) for i in range(4)]

@@ -20,6 +20,7 @@ from rivulet.storage import (
     read_or_create_meta,
 )
 from rivulet.storage.checkpoints import (
+    read_epoch_checkpoint,
     read_offset_checkpoint,
     read_partition_metadata,
     uuid_from_kafka,
@@ -331,11 +332,11 @@ def test_create_logs_is_all_or_nothing_and_out_of_descriptors_keeps_the_dir_onli
     real = log_module.write_partition_metadata
     calls = []
 
-    def failing(path, topic_id):  # the fourth partition runs out of descriptors after its mkdir
+    def failing(path, topic_id, *, sync=True):  # the fourth partition runs out of descriptors after its mkdir
         calls.append(path)
         if len(calls) == 4:
             raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
-        real(path, topic_id)
+        return real(path, topic_id, sync=sync)
 
     monkeypatch.setattr(log_module, "write_partition_metadata", failing)
     with pytest.raises(KafkaStorageError) as e:
@@ -482,3 +483,82 @@ def test_cleanup_steps_go_one_log_at_a_time(tmp_path):
     assert sorted([next(steps), next(steps), next(steps)]) == [0, 1, 1]  # one log each, "b" has nothing to delete
     assert list(steps) == []
     m.shutdown()
+
+
+def _fsync_spy(monkeypatch) -> list[str]:
+    """The paths fsynced from now on (files and dirs), in order."""
+    synced: list[str] = []
+    real = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    return synced
+
+
+def test_create_logs_fsyncs_the_parent_once_and_a_new_logs_files_at_its_first_flush(tmp_path, monkeypatch):
+    # Creating thousands of partitions must not cost fsyncs each: one fsync of the parent makes
+    # the new dirs durable; a new log's partition.metadata and leader-epoch-checkpoint become
+    # durable with its first flush, before any of its records count as durable.
+    d = str(tmp_path / "data")
+    m = LogManager([d], LogConfig())
+    m.startup()
+    tid = uuid.uuid4()
+    synced = _fsync_spy(monkeypatch)
+    logs = m.create_logs("wide", range(50), None, tid)
+    for lg in logs:
+        lg.assign_epoch(0, 0)  # what becoming leader does
+    assert synced == [d]
+    assert read_partition_metadata(logs[7].dir) == tid  # written all the same
+    assert logs[7].epoch_entries() == [(0, 0)]
+    logs[8].flush()  # nothing written to it: its files wait (a shutdown of idle partitions syncs nothing each)
+    assert synced == [d]
+    lg = logs[7]
+    append(lg, make_batch(2))
+    synced.clear()
+    lg.flush()
+    files = {os.path.join(lg.dir, "partition.metadata"), os.path.join(lg.dir, "leader-epoch-checkpoint")}
+    assert files <= set(synced) and synced[-1] == lg.dir
+    synced.clear()
+    lg.assign_epoch(1, 1)  # after the first flush, epoch changes are durable at once again
+    assert synced == [os.path.join(lg.dir, "leader-epoch-checkpoint.tmp"), lg.dir]  # written, renamed, both synced
+    m.shutdown()
+    assert read_epoch_checkpoint(os.path.join(logs[8].dir, "leader-epoch-checkpoint")) == [(0, 0)]
+    m2 = LogManager([d], LogConfig())
+    m2.startup()
+    assert m2.get_log("wide", 7).epoch_entries() == [(0, 0), (1, 1)]
+    assert m2.get_log("wide", 8).topic_id == tid
+    m2.shutdown()
+
+
+def test_new_logs_go_to_the_dir_with_fewest_partitions_in_a_batch_too(tmp_path):
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "c")]
+    m = LogManager(dirs, LogConfig())
+    m.startup()
+    m.create_logs("first", range(4), None, uuid.uuid4())  # a, b, c, a
+    logs = m.create_logs("second", range(8), None, uuid.uuid4())  # b, c first: a has one more
+    where = [os.path.basename(os.path.dirname(lg.dir)) for lg in logs]
+    assert where[:2] == ["b", "c"] and sorted(where) == ["a", "a", "b", "b", "b", "c", "c", "c"]
+    m.shutdown()
+
+
+def test_a_log_that_lost_its_partition_metadata_takes_its_topic_id_again(tmp_path):
+    # A crash before a new log's first flush may lose its partition.metadata (written without
+    # fsync); opening the partition writes it again, as Kafka assigns a missing topic id.
+    d = str(tmp_path / "data")
+    m = LogManager([d], LogConfig())
+    m.startup()
+    tid = uuid.uuid4()
+    lg = m.create_log("t", 0, None, tid)
+    m.shutdown()
+    os.unlink(os.path.join(lg.dir, "partition.metadata"))
+    m2 = LogManager([d], LogConfig())
+    m2.startup()
+    again = m2.get_log("t", 0)
+    assert again.topic_id is None
+    again.assign_topic_id(tid)
+    again.assign_topic_id(uuid.uuid4())  # only a missing id is assigned
+    assert again.topic_id == tid and read_partition_metadata(again.dir) == tid
+    m2.shutdown()

@@ -41,7 +41,7 @@ def gate_creation(b: Broker, at: int, *, fail: bool = False) -> tuple[threading.
     """Make the worker thread stop before creating partition ``at``: ``reached`` is set then, and
     it goes on (or fails, out of descriptors) once ``go`` is set."""
     reached, go = threading.Event(), threading.Event()
-    real = b.log_manager.create_log
+    real = b.log_manager._create_log  # each new log of a batch
 
     def create_log(topic, partition, *args, **kw):
         if partition == at:
@@ -52,7 +52,7 @@ def gate_creation(b: Broker, at: int, *, fail: bool = False) -> tuple[threading.
                 raise KafkaStorageError("creating the log failed: Too many open files")
         return real(topic, partition, *args, **kw)
 
-    b.log_manager.create_log = create_log
+    b.log_manager._create_log = create_log
     return reached, go
 
 
