@@ -551,6 +551,10 @@ parse(const unsigned char *buf, Py_ssize_t len, Py_ssize_t pos, long long end, l
             Py_DECREF(pair);
             if (rc < 0)
                 goto error;
+            /* A null value's length read at the record's end ran past it: the record is
+               short of its fields, as the Python walk says (not the next key's length). */
+            if (p > rec_end)
+                break;
         }
         if (p != rec_end) {
             raise_invalid_str("record fields do not fill the record's declared size", 0);

@@ -217,6 +217,16 @@ def test_same_results_and_errors(args: tuple) -> None:
     both(*args)
 
 
+def test_a_null_header_value_read_past_the_record_end_is_the_same_error() -> None:
+    """Found by the fuzz above: record 2's second header ends with a null value whose length
+    byte lies past the record; the C walk went on to a third key, the Python one stopped."""
+    data = (b"\xb0\x80\x80\x80\x00\x00\x80\x01\x00\x01\x8c\x00" + bytes(6) + b"\x02\x0e" + bytes(7)
+            + b"\x81\x00 \x00\x80\x01\x80\x80\x80\x01\x01\x01\x06\x06\xff\xfe\xc3\x01\x00\x01\x02\x00\x01"
+            + b"\x0c\x00\x00\x00\x01\x01\x00" * 4)
+    result = both(data, 0, 78, 6, 0, T0, None)
+    assert result[0] == "error" and result[2] == "record fields do not fill the record's declared size"
+
+
 @FUZZ
 @given(st.binary(max_size=200), st.integers(0, 8), st.integers(-2, 210), st.integers(-1, 40))
 def test_random_bytes(data: bytes, pos: int, end: int, count: int) -> None:
