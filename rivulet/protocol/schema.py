@@ -416,7 +416,7 @@ def _compile_init(cls: type[Struct]) -> Callable[..., None]:
     if not all(n.isidentifier() and not keyword.iskeyword(n) and n != "self" for n in names):
         init = Struct._generic_init
     else:
-        ns: dict[str, Any] = {"_M": _MISSING, "_set": object.__setattr__}
+        ns: dict[str, Any] = {"_M": _MISSING}
         params = ", ".join(f"{n}=_M" for n in names)
         lines = [f"def __init__(self, *, {params}{', ' if names else ''}**_extra):",
                  "    if _extra:",
@@ -431,12 +431,32 @@ def _compile_init(cls: type[Struct]) -> Callable[..., None]:
             else:
                 ns[f"D{i}"] = d
                 default = f"D{i}"
-            lines.append(f"    _set(self, {f.name!r}, {default} if {f.name} is _M else {f.name})")
+            lines.append(f"    self.{f.name} = {default} if {f.name} is _M else {f.name}")
         exec(compile("\n".join(lines), f"<init {cls.__name__}>", "exec"), ns)
         init = ns["__init__"]
     cls._compiled_init = staticmethod(init)  # type: ignore[attr-defined]
     cls.__init__ = init  # type: ignore[misc]
     return init
+
+
+def _compile_eq(cls: type[Struct]) -> Callable[[Struct, object], bool]:
+    """``cls``'s __eq__, field by field in one expression: a writer compares every tagged
+    struct field with its default, per struct written, and a loop over FIELDS cost several
+    times more. Installed on the class, as ``_compile_init``'s __init__."""
+    names = [f.name for f in cls.FIELDS]
+    if not all(n.isidentifier() and not keyword.iskeyword(n) and n not in ("self", "other") for n in names):
+        eq = Struct._generic_eq
+    else:
+        ns: dict[str, Any] = {}
+        body = " and ".join(f"self.{n} == other.{n}" for n in names) or "True"
+        src = (f"def __eq__(self, other):\n"
+               f"    if type(other) is not type(self):\n"
+               f"        return NotImplemented\n"
+               f"    return bool({body})")
+        exec(compile(src, f"<eq {cls.__name__}>", "exec"), ns)
+        eq = ns["__eq__"]
+    cls.__eq__ = eq  # type: ignore[method-assign,assignment]
+    return eq
 
 
 # ---------------------------------------------------------------- the base class
@@ -527,6 +547,15 @@ class Struct:
         return bytes(self.encode_into(bytearray(), version))
 
     def __eq__(self, other: object) -> bool:
+        # The first comparison of a class compiles the class's own __eq__ (_compile_eq).
+        cls = type(self)
+        eq = cls.__dict__.get("__eq__")
+        if eq is None or eq is Struct.__eq__:
+            eq = _compile_eq(cls)
+        return eq(self, other)
+
+    @staticmethod
+    def _generic_eq(self: Struct, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
         return all(getattr(self, f.name) == getattr(other, f.name) for f in self.FIELDS)
