@@ -200,8 +200,14 @@ def _read_field(g: _Gen, ind: int, f: F, flex: bool, version: int, target: str) 
                  f"null array for non-nullable field {f.name}")
     g.emit(ind + 1, f"if n > end - pos: raise Err('array {f.name} longer than the frame')")
     g.emit(ind + 1, "lst = []")
-    g.emit(ind + 1, "for _ in range(n):")
-    _read_scalar(g, ind + 2, f, fflex, False, "e", version)
+    if f.kind == "struct":  # the element reader looked up once per array, not per element
+        r = g.name("R", f.struct)
+        g.emit(ind + 1, f"rd = {r}._reader({version}, {fflex})")
+        g.emit(ind + 1, "for _ in range(n):")
+        g.emit(ind + 2, "e, pos = rd(buf, pos, end)")
+    else:
+        g.emit(ind + 1, "for _ in range(n):")
+        _read_scalar(g, ind + 2, f, fflex, False, "e", version)
     g.emit(ind + 2, "lst.append(e)")
     g.emit(ind + 1, f"{target} = lst")
 
@@ -254,11 +260,16 @@ def compile_reader(cls: type, version: int, flex: bool) -> Callable:
         else:
             _read_field(g, 1, item, flex, version, f"o.{item.name}")
     for f in absent:
-        d = g.name("D", f)
-        g.emit(1, f"o.{f.name} = _default({d})")
+        if f.is_array or isinstance(f.default, type):  # a fresh list or struct for each message
+            g.emit(1, f"o.{f.name} = _default({g.name('D', f)})")
+        else:
+            g.emit(1, f"o.{f.name} = {g.name('D', f.default)}")
     g.ns["_default"] = _default
     if flex:
-        g.emit(1, "ntag, pos = read_uvarint(buf, pos)")
+        # Nearly always one byte (no tagged field at all): read inline, not by a call.
+        g.emit(1, "ntag = buf[pos]")
+        g.emit(1, "if ntag < 128: pos += 1")
+        g.emit(1, "else: ntag, pos = read_uvarint(buf, pos)")
         g.emit(1, "for _ in range(ntag):")
         g.emit(2, "tag, pos = read_uvarint(buf, pos)")
         g.emit(2, "size, pos = read_uvarint(buf, pos)")
