@@ -200,8 +200,14 @@ def _read_field(g: _Gen, ind: int, f: F, flex: bool, version: int, target: str) 
                  f"null array for non-nullable field {f.name}")
     g.emit(ind + 1, f"if n > end - pos: raise Err('array {f.name} longer than the frame')")
     g.emit(ind + 1, "lst = []")
-    g.emit(ind + 1, "for _ in range(n):")
-    _read_scalar(g, ind + 2, f, fflex, False, "e", version)
+    if f.kind == "struct":  # the element reader looked up once per array, not per element
+        r = g.name("R", f.struct)
+        g.emit(ind + 1, f"rd = {r}._reader({version}, {fflex})")
+        g.emit(ind + 1, "for _ in range(n):")
+        g.emit(ind + 2, "e, pos = rd(buf, pos, end)")
+    else:
+        g.emit(ind + 1, "for _ in range(n):")
+        _read_scalar(g, ind + 2, f, fflex, False, "e", version)
     g.emit(ind + 2, "lst.append(e)")
     g.emit(ind + 1, f"{target} = lst")
 
@@ -254,11 +260,16 @@ def compile_reader(cls: type, version: int, flex: bool) -> Callable:
         else:
             _read_field(g, 1, item, flex, version, f"o.{item.name}")
     for f in absent:
-        d = g.name("D", f)
-        g.emit(1, f"o.{f.name} = _default({d})")
+        if f.is_array or isinstance(f.default, type):  # a fresh list or struct for each message
+            g.emit(1, f"o.{f.name} = _default({g.name('D', f)})")
+        else:
+            g.emit(1, f"o.{f.name} = {g.name('D', f.default)}")
     g.ns["_default"] = _default
     if flex:
-        g.emit(1, "ntag, pos = read_uvarint(buf, pos)")
+        # Nearly always one byte (no tagged field at all): read inline, not by a call.
+        g.emit(1, "ntag = buf[pos]")
+        g.emit(1, "if ntag < 128: pos += 1")
+        g.emit(1, "else: ntag, pos = read_uvarint(buf, pos)")
         g.emit(1, "for _ in range(ntag):")
         g.emit(2, "tag, pos = read_uvarint(buf, pos)")
         g.emit(2, "size, pos = read_uvarint(buf, pos)")
@@ -416,7 +427,7 @@ def _compile_init(cls: type[Struct]) -> Callable[..., None]:
     if not all(n.isidentifier() and not keyword.iskeyword(n) and n != "self" for n in names):
         init = Struct._generic_init
     else:
-        ns: dict[str, Any] = {"_M": _MISSING, "_set": object.__setattr__}
+        ns: dict[str, Any] = {"_M": _MISSING}
         params = ", ".join(f"{n}=_M" for n in names)
         lines = [f"def __init__(self, *, {params}{', ' if names else ''}**_extra):",
                  "    if _extra:",
@@ -431,12 +442,32 @@ def _compile_init(cls: type[Struct]) -> Callable[..., None]:
             else:
                 ns[f"D{i}"] = d
                 default = f"D{i}"
-            lines.append(f"    _set(self, {f.name!r}, {default} if {f.name} is _M else {f.name})")
+            lines.append(f"    self.{f.name} = {default} if {f.name} is _M else {f.name}")
         exec(compile("\n".join(lines), f"<init {cls.__name__}>", "exec"), ns)
         init = ns["__init__"]
     cls._compiled_init = staticmethod(init)  # type: ignore[attr-defined]
     cls.__init__ = init  # type: ignore[misc]
     return init
+
+
+def _compile_eq(cls: type[Struct]) -> Callable[[Struct, object], bool]:
+    """``cls``'s __eq__, field by field in one expression: a writer compares every tagged
+    struct field with its default, per struct written, and a loop over FIELDS cost several
+    times more. Installed on the class, as ``_compile_init``'s __init__."""
+    names = [f.name for f in cls.FIELDS]
+    if not all(n.isidentifier() and not keyword.iskeyword(n) and n not in ("self", "other") for n in names):
+        eq = Struct._generic_eq
+    else:
+        ns: dict[str, Any] = {}
+        body = " and ".join(f"self.{n} == other.{n}" for n in names) or "True"
+        src = (f"def __eq__(self, other):\n"
+               f"    if type(other) is not type(self):\n"
+               f"        return NotImplemented\n"
+               f"    return bool({body})")
+        exec(compile(src, f"<eq {cls.__name__}>", "exec"), ns)
+        eq = ns["__eq__"]
+    cls.__eq__ = eq  # type: ignore[method-assign,assignment]
+    return eq
 
 
 # ---------------------------------------------------------------- the base class
@@ -527,6 +558,15 @@ class Struct:
         return bytes(self.encode_into(bytearray(), version))
 
     def __eq__(self, other: object) -> bool:
+        # The first comparison of a class compiles the class's own __eq__ (_compile_eq).
+        cls = type(self)
+        eq = cls.__dict__.get("__eq__")
+        if eq is None or eq is Struct.__eq__:
+            eq = _compile_eq(cls)
+        return eq(self, other)
+
+    @staticmethod
+    def _generic_eq(self: Struct, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
         return all(getattr(self, f.name) == getattr(other, f.name) for f in self.FIELDS)

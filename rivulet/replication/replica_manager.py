@@ -798,9 +798,15 @@ class ReplicaManager:
         remaining = params.max_bytes
         min_one = True
         hw_moved: list[TopicPartition] = []
+        # The same for every partition: a fetch can name thousands.
+        partitions = self.partitions
+        from_follower = params.is_from_follower
+        read_committed = params.isolation_level == 1 and not from_follower
+        fetch_only_leader = params.fetch_only_leader
+        zero_copy_min = ZERO_COPY_MIN if params.zero_copy else 0
         for fp in params.partitions:
             res = results[fp.tp] = FetchResult()
-            p = self.partitions.get(fp.tp)
+            p = partitions.get(fp.tp)
             if p is None or p.deleted:
                 res.error = (ErrorCode.KAFKA_STORAGE_ERROR if p is None and fp.tp in self.offline_partitions
                              else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -809,13 +815,12 @@ class ReplicaManager:
             res.high_watermark = p.high_watermark
             res.last_stable_offset = p.last_stable_offset
             res.log_start_offset = lg.log_start_offset
-            read_committed = params.isolation_level == 1 and not params.is_from_follower
             try:
-                if params.fetch_only_leader:
+                if fetch_only_leader:
                     p.check_leader(fp.current_leader_epoch)
                 else:
                     p.check_leader_epoch(fp.current_leader_epoch)
-                if params.is_from_follower:
+                if from_follower:
                     diverging = self._diverging_epoch(p, fp)
                     if diverging is not None:
                         # The follower truncates to it before fetching again; its LEO is not known.
@@ -833,11 +838,11 @@ class ReplicaManager:
                         res.preferred_read_replica = preferred
                         res.records = b""
                         continue
-                max_offset = lg.log_end_offset if params.is_from_follower else (
-                    res.last_stable_offset if read_committed else p.high_watermark)
+                max_offset = lg.log_end_offset if from_follower else (
+                    res.last_stable_offset if read_committed else res.high_watermark)
                 limit = min(fp.max_bytes, remaining)
                 info = lg.read(fp.fetch_offset, limit, max_offset=max_offset, min_one_batch=min_one,
-                               zero_copy_min=ZERO_COPY_MIN if params.zero_copy else 0)
+                               zero_copy_min=zero_copy_min)
                 res.fetch_offset_metadata = info.fetch_offset_metadata
                 data = info.records
                 if data:

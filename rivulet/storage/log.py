@@ -178,7 +178,8 @@ class FetchDataInfo:
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
-    # Where fetch_offset lies: what a DelayedFetch measures new data from.
+    # Where fetch_offset lies: what a DelayedFetch measures new data from (None when nothing
+    # was read: it looks the position up itself then).
     fetch_offset_metadata: LogOffsetMetadata | None = None
 
 
@@ -922,7 +923,8 @@ class Log:
         bound = leo if max_offset is None else min(max_offset, leo)
         empty = FetchDataInfo(b"", fetch_offset, -1, self._hw, start, leo)
         if fetch_offset >= bound or max_bytes < 0:
-            empty.fetch_offset_metadata = self.offset_metadata(fetch_offset)
+            # Nothing to read: no position either. Most partitions of a large fetch end here, and
+            # a waiting fetch finds the position itself (offset_metadata) if it needs it.
             return empty
         self._check_open()
         segments = self._segments

@@ -542,6 +542,8 @@ class ProducerStateManager:
     def first_unstable_offset(self) -> int | None:
         """The first offset of an undecided transaction, or of a decided one whose marker is
         not yet below the high watermark."""
+        if not self.ongoing_txns and not self.unreplicated_txns:
+            return None  # the usual case, asked by every fetch of every partition
         first = None
         for d in (self.ongoing_txns, self.unreplicated_txns):
             if d:

@@ -173,3 +173,21 @@ def test_fuzz_every_request_body(api_key, data):
             cls.decode(data, version)
         except ProtocolDecodeError:
             pass
+
+
+def test_struct_equality_is_compiled_per_class_and_field_by_field():
+    from rivulet.protocol.messages import fetch_response as fr
+    a, b = fr.PartitionData(partition_index=3, records=b"x"), fr.PartitionData(partition_index=3, records=b"x")
+    assert a == b and not a != b
+    # The first comparison installs the class's own __eq__; nested structs get theirs too.
+    assert fr.PartitionData.__dict__["__eq__"] is not Struct.__eq__
+    b.current_leader.leader_epoch = 7
+    assert a != b
+    assert fr.LeaderIdAndEpoch.__dict__["__eq__"] is not Struct.__eq__
+    b.current_leader.leader_epoch = -1
+    b.aborted_transactions = [fr.AbortedTransaction(producer_id=1, first_offset=2)]
+    assert a != b
+    # Another type is never equal, even one with the same fields.
+    assert fr.EpochEndOffset() != fr.LeaderIdAndEpoch()
+    assert fr.EpochEndOffset() != (-1, -1)
+    assert fr.EpochEndOffset(epoch=1, end_offset=2) == fr.EpochEndOffset(epoch=1, end_offset=2)

@@ -95,8 +95,9 @@ def test_read_records_the_fetch_offset_position(log: Log) -> None:
     _append(log, first)
     _append(log, _batch(2))
     assert log.read(4, 1 << 20).fetch_offset_metadata == meta(4, 0, len(first))
-    # Nothing to read at the end: the position is the end's.
-    assert log.read(5, 1 << 20).fetch_offset_metadata == log.log_end_offset_metadata
+    # Nothing to read at the end: no position looked up (a waiting fetch finds it itself).
+    assert log.read(5, 1 << 20).fetch_offset_metadata is None
+    assert log.read(3, 1 << 20, max_offset=3).fetch_offset_metadata is None
 
 
 def test_positions_follow_a_roll(log: Log) -> None:

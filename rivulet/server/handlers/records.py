@@ -213,7 +213,8 @@ class RecordHandlers:
                              client_rack=req.rack_id if v >= 11 and replica_id < 0 else "",
                              replica_epoch=req.replica_state.replica_epoch if v >= 15 else -1,
                              zero_copy=conn.sends_files)
-        order: list[tuple[Any, str, int]] = []  # (topic id, topic name, partition)
+        # (topic id, topic name, partition, its key or None when the topic id is unknown)
+        order: list[tuple[Any, str | None, int, TopicPartition | None]] = []
         names: dict[Any, str | None] = {}
         for ft in req.topics:
             names[id(ft)] = self.metadata.topic_name(ft.topic_id) if v >= 13 else ft.topic
@@ -224,17 +225,22 @@ class RecordHandlers:
         else:
             readable = self.authz.allowed(conn, Op.READ, ResourceType.TOPIC, (n for n in names.values() if n))
         refused: set[TopicPartition] = set()
+        wanted = params.partitions
         for ft in req.topics:
             name = names[id(ft)]
+            topic_id = ft.topic_id
+            if name is None:
+                order.extend((topic_id, None, fp.partition, None) for fp in ft.partitions)
+                continue
+            allowed = name in readable
             for fp in ft.partitions:
-                order.append((ft.topic_id, name, fp.partition))
-                if name is None:
+                tp = TopicPartition(name, fp.partition)
+                order.append((topic_id, name, fp.partition, tp))
+                if not allowed:
+                    refused.add(tp)
                     continue
-                if name not in readable:
-                    refused.add(TopicPartition(name, fp.partition))
-                    continue
-                params.partitions.append(FetchRequestPartition(
-                    TopicPartition(name, fp.partition), fp.fetch_offset, fp.partition_max_bytes,
+                wanted.append(FetchRequestPartition(
+                    tp, fp.fetch_offset, fp.partition_max_bytes,
                     fp.current_leader_epoch if v >= 9 else -1, fp.log_start_offset if v >= 5 else -1,
                     fp.last_fetched_epoch if v >= 12 else -1))
         result = self.replica_manager.fetch_messages(params)
@@ -252,25 +258,29 @@ class RecordHandlers:
             topics: list[fr.FetchableTopicResponse] = []
             hints = _LeaderHints(self.metadata_cache, conn.listener.name)
             last_key = None
-            for topic_id, name, part in order:
+            out: list[fr.PartitionData] = []
+            isolated = params.isolation_level != 0
+            for topic_id, name, part, tp in order:
                 key = topic_id if v >= 13 else name
-                if not topics or key != last_key:
+                if key is not last_key and (not topics or key != last_key):  # identity first: cheap
+                    out = []
                     topics.append(fr.FetchableTopicResponse(topic=name or "", topic_id=topic_id or ZERO_UUID,
-                                                            partitions=[]))
+                                                            partitions=out))
                     last_key = key
-                tp = TopicPartition(name, part) if name is not None else None
-                if tp is None or tp in refused:
-                    topics[-1].partitions.append(fr.PartitionData(
+                if tp is None or (refused and tp in refused):
+                    out.append(fr.PartitionData(
                         partition_index=part, high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
                         error_code=ErrorCode.UNKNOWN_TOPIC_ID if tp is None else ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                         aborted_transactions=None, preferred_read_replica=-1, records=b""))
                     continue
                 r = results[tp]
                 aborted = None
-                if params.isolation_level != 0 and r.aborted_transactions is not None:
+                if isolated and r.aborted_transactions is not None:
                     aborted = [fr.AbortedTransaction(producer_id=pid, first_offset=first)
-                               for pid, first in r.aborted_transactions]
-                error = self._hosted_elsewhere(tp, r.error)
+                               for pid, first in r.aborted_transactions] if r.aborted_transactions else []
+                error = r.error
+                if error != ErrorCode.NONE:
+                    error = self._hosted_elsewhere(tp, error)
                 data = fr.PartitionData(
                     partition_index=part, error_code=error, high_watermark=r.high_watermark,
                     last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
@@ -283,7 +293,7 @@ class RecordHandlers:
                 if v >= 16 and error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH):
                     leader, epoch = hints.leader(tp)
                     data.current_leader = fr.LeaderIdAndEpoch(leader_id=leader, leader_epoch=epoch)
-                topics[-1].partitions.append(data)
+                out.append(data)
             resp = fr.FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
             if v >= 16:
                 resp.node_endpoints = [fr.NodeEndpoint(node_id=i, host=h, port=p, rack=rk)
