@@ -138,6 +138,7 @@ class Run:
     orders: int = 0
     cpu_s: float = 0.0
     load: float = 0.0
+    phases: dict[str, list[int]] = field(default_factory=dict)  # durationMs of the measured micro-batches
 
     @staticmethod
     def pct(xs: list[int], q: float) -> float:
@@ -183,6 +184,26 @@ def measure(gen: Generator, reader: OutputReader, warmup_ms: int, real_time: boo
     return run
 
 
+def batch_phases(progress: list, since_ms: float, until_ms: int) -> dict[str, list[int]]:
+    """Each phase's durationMs (latestOffset, addBatch, walCommit, ...) of the micro-batches
+    that started within the measured part of a run."""
+    phases: dict[str, list[int]] = {}
+    for p in progress:
+        started = _ms(p.timestamp)
+        if since_ms <= started <= until_ms and p.numInputRows:
+            for k, v in (p.durationMs or {}).items():
+                phases.setdefault(k, []).append(int(v))
+    return phases
+
+
+def phases_line(phases: dict[str, list[int]]) -> str:
+    if not phases:
+        return "no micro-batches"
+    n = len(next(iter(phases.values())))
+    return f"{n} micro-batches, median ms: " + ", ".join(
+        f"{k} {statistics.median(v):.0f}" for k, v in sorted(phases.items(), key=lambda kv: -statistics.median(kv[1])))
+
+
 def run_pipeline(spark, bootstrap: str, connector: str, args: argparse.Namespace, tmp: str,
                  real_time: str | None = None) -> Run:
     from rivulet.cli.pipeline import PipelineConfig, release_markers, start
@@ -219,6 +240,7 @@ def run_pipeline(spark, bootstrap: str, connector: str, args: argparse.Namespace
         if not q.isActive:
             raise RuntimeError(f"the {name} pipeline failed: {q.exception()}")
         time.sleep(1)
+    run.phases = batch_phases(q.recentProgress, gen.started_ms + args.warmup * 1000, gen.stopped_ms)
     q.stop()
     reader.halt.set()
     reader.join()
@@ -257,6 +279,7 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--skip-kafka", action="store_true", help="only Rivulet's connectors (no Real-time Mode)")
     ap.add_argument("--skip-real-time", action="store_true")
+    ap.add_argument("--phases", action="store_true", help="print each run's median durationMs per phase of a micro-batch")
     args = ap.parse_args()
 
     import pyspark
@@ -284,6 +307,8 @@ def main() -> None:
                 run = run_pipeline(spark, broker.bootstrap, connector, args, tmp)
                 runs.append(run)
                 print(f"  round {r + 1}: {run.line()}", flush=True)
+                if args.phases:
+                    print(f"    {phases_line(run.phases)}", flush=True)
         spark.stop()
         if not args.skip_kafka and not args.skip_real_time:
             slots = args.partitions + 2
