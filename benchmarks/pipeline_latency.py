@@ -193,20 +193,27 @@ def batch_phases(progress: list, since_ms: float, until_ms: int) -> dict[str, li
         if since_ms <= started <= until_ms and p.numInputRows:
             for k, v in (p.durationMs or {}).items():
                 phases.setdefault(k, []).append(int(v))
+            if any(op.numRowsRemoved for op in p.stateOperators or []):  # it wrote closed windows
+                phases.setdefault("addBatch of a batch that wrote windows", []).append(int(p.durationMs["addBatch"]))
     return phases
 
 
 def phases_line(phases: dict[str, list[int]]) -> str:
     if not phases:
         return "no micro-batches"
-    n = len(next(iter(phases.values())))
+    n = len(phases.get("triggerExecution", []))
     return f"{n} micro-batches, median ms: " + ", ".join(
         f"{k} {statistics.median(v):.0f}" for k, v in sorted(phases.items(), key=lambda kv: -statistics.median(kv[1])))
+
+
+# What --compare-topic-write adds: Rivulet's connectors with the window rows written by a Spark job
+SINK_JOB = "rivulet, topic write as a Spark job"
 
 
 def run_pipeline(spark, bootstrap: str, connector: str, args: argparse.Namespace, tmp: str,
                  real_time: str | None = None) -> Run:
     from rivulet.cli.pipeline import PipelineConfig, release_markers, start
+    variant, connector = connector, ("rivulet" if connector == SINK_JOB else connector)
     tag = uuid.uuid4().hex[:6]
     src, out = f"orders-{tag}", f"orders-by-window-{tag}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -219,7 +226,8 @@ def run_pipeline(spark, bootstrap: str, connector: str, args: argparse.Namespace
         metrics={"orders": "count(*)", "items": "sum(quantity)", "revenue": "round(sum(quantity * price), 2)",
                  "customers": "approx_count_distinct(customer_id)", "last_sent": "max(sent_ms)"},
         output_topic=out, checkpoint=os.path.join(tmp, f"cp-{tag}"), trigger_interval="",
-        real_time=real_time, query_name=f"latency_{connector}_{tag}")
+        real_time=real_time, query_name=f"latency_{connector}_{tag}",
+        driver_write_max_rows=0 if variant == SINK_JOB else PipelineConfig.driver_write_max_rows)
     reader = OutputReader(bootstrap, out, 2)
     reader.start()
     q = start(spark, cfg)
@@ -230,7 +238,7 @@ def run_pipeline(spark, bootstrap: str, connector: str, args: argparse.Namespace
     gen.halt.set()
     gen.join()
     cpu = tree_cpu_seconds() - c0
-    name = f"{'Real-time Mode, ' if real_time else ''}{connector}"
+    name = f"{'Real-time Mode, ' if real_time else ''}{variant}"
     # the last windows to count are written within a few seconds; wait for them, up to a minute
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -279,6 +287,8 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--skip-kafka", action="store_true", help="only Rivulet's connectors (no Real-time Mode)")
     ap.add_argument("--skip-real-time", action="store_true")
+    ap.add_argument("--compare-topic-write", action="store_true",
+                    help="also run Rivulet's connectors with the window rows written by a Spark job, not the driver")
     ap.add_argument("--phases", action="store_true", help="print each run's median durationMs per phase of a micro-batch")
     args = ap.parse_args()
 
@@ -297,7 +307,8 @@ def main() -> None:
             note = f" with spark-sql-kafka {version}"
         print(f"Spark {pyspark.__version__}{note}; {args.rate:,} orders/s for {args.seconds:.0f} s a run", flush=True)
         spark = quiet_session("local[2]", "rivulet-latency", conf, log_path=os.path.join(tmp, "spark.log"))
-        connectors = ["rivulet"] + ([] if args.skip_kafka else ["kafka"])
+        connectors = ["rivulet"] + ([SINK_JOB] if args.compare_topic_write else []) + \
+            ([] if args.skip_kafka else ["kafka"])
         # A first run per connector starts the Python workers and compiles the job; left out.
         warm = argparse.Namespace(**{**vars(args), "seconds": args.warm_up_run})
         for connector in connectors if args.warm_up_run else ():

@@ -56,6 +56,8 @@ class PipelineConfig:
     output_bootstrap_servers: str | None = None
     output_key: str | None = None
     output_format: str = "rivulet"
+    # Rivulet's sink writes a batch's window rows from the driver up to this many (0: never)
+    driver_write_max_rows: int = 10_000
     parquet_path: str | None = None
     checkpoint: str = "pipeline-checkpoint"
     # "" runs Spark's default trigger: the next micro-batch as soon as the last one is done
@@ -236,17 +238,13 @@ def topic_rows(df: Any, cfg: PipelineConfig) -> Any:
     return df.select(key.alias("key"), F.to_json(F.struct(*df.columns)).alias("value"))
 
 
-# Up to this many window rows a micro-batch, Rivulet's sink writes them from the driver.
-DRIVER_WRITE_MAX_ROWS = 10_000
-
-
 def write_topic(df: Any, cfg: PipelineConfig, batch_id: int, rows: int) -> None:
     """A micro-batch's window rows to the output topic. Through Rivulet's sink, a few rows go
     from the driver in one transaction (``write_from_driver``): a Spark job of a Python data
     source write would cost several times the transaction."""
     out = topic_rows(df, cfg)
     bootstrap = cfg.output_bootstrap_servers or cfg.bootstrap_servers
-    if cfg.output_format == "rivulet" and rows <= DRIVER_WRITE_MAX_ROWS:
+    if cfg.output_format == "rivulet" and rows <= cfg.driver_write_max_rows:
         # foreachBatch runs in the stream's thread, whose local properties name the query
         query_id = df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
         if query_id:
