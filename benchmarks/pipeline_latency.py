@@ -138,6 +138,7 @@ class Run:
     orders: int = 0
     cpu_s: float = 0.0
     load: float = 0.0
+    phases: dict[str, list[int]] = field(default_factory=dict)  # durationMs of the measured micro-batches
 
     @staticmethod
     def pct(xs: list[int], q: float) -> float:
@@ -183,9 +184,36 @@ def measure(gen: Generator, reader: OutputReader, warmup_ms: int, real_time: boo
     return run
 
 
+def batch_phases(progress: list, since_ms: float, until_ms: int) -> dict[str, list[int]]:
+    """Each phase's durationMs (latestOffset, addBatch, walCommit, ...) of the micro-batches
+    that started within the measured part of a run."""
+    phases: dict[str, list[int]] = {}
+    for p in progress:
+        started = _ms(p.timestamp)
+        if since_ms <= started <= until_ms and p.numInputRows:
+            for k, v in (p.durationMs or {}).items():
+                phases.setdefault(k, []).append(int(v))
+            if any(op.numRowsRemoved for op in p.stateOperators or []):  # it wrote closed windows
+                phases.setdefault("addBatch of a batch that wrote windows", []).append(int(p.durationMs["addBatch"]))
+    return phases
+
+
+def phases_line(phases: dict[str, list[int]]) -> str:
+    if not phases:
+        return "no micro-batches"
+    n = len(phases.get("triggerExecution", []))
+    return f"{n} micro-batches, median ms: " + ", ".join(
+        f"{k} {statistics.median(v):.0f}" for k, v in sorted(phases.items(), key=lambda kv: -statistics.median(kv[1])))
+
+
+# What --compare-topic-write adds: Rivulet's connectors with the window rows written by a Spark job
+SINK_JOB = "rivulet, topic write as a Spark job"
+
+
 def run_pipeline(spark, bootstrap: str, connector: str, args: argparse.Namespace, tmp: str,
                  real_time: str | None = None) -> Run:
     from rivulet.cli.pipeline import PipelineConfig, release_markers, start
+    variant, connector = connector, ("rivulet" if connector == SINK_JOB else connector)
     tag = uuid.uuid4().hex[:6]
     src, out = f"orders-{tag}", f"orders-by-window-{tag}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -198,7 +226,8 @@ def run_pipeline(spark, bootstrap: str, connector: str, args: argparse.Namespace
         metrics={"orders": "count(*)", "items": "sum(quantity)", "revenue": "round(sum(quantity * price), 2)",
                  "customers": "approx_count_distinct(customer_id)", "last_sent": "max(sent_ms)"},
         output_topic=out, checkpoint=os.path.join(tmp, f"cp-{tag}"), trigger_interval="",
-        real_time=real_time, query_name=f"latency_{connector}_{tag}")
+        real_time=real_time, query_name=f"latency_{connector}_{tag}",
+        driver_write_max_rows=0 if variant == SINK_JOB else PipelineConfig.driver_write_max_rows)
     reader = OutputReader(bootstrap, out, 2)
     reader.start()
     q = start(spark, cfg)
@@ -209,7 +238,7 @@ def run_pipeline(spark, bootstrap: str, connector: str, args: argparse.Namespace
     gen.halt.set()
     gen.join()
     cpu = tree_cpu_seconds() - c0
-    name = f"{'Real-time Mode, ' if real_time else ''}{connector}"
+    name = f"{'Real-time Mode, ' if real_time else ''}{variant}"
     # the last windows to count are written within a few seconds; wait for them, up to a minute
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -219,6 +248,7 @@ def run_pipeline(spark, bootstrap: str, connector: str, args: argparse.Namespace
         if not q.isActive:
             raise RuntimeError(f"the {name} pipeline failed: {q.exception()}")
         time.sleep(1)
+    run.phases = batch_phases(q.recentProgress, gen.started_ms + args.warmup * 1000, gen.stopped_ms)
     q.stop()
     reader.halt.set()
     reader.join()
@@ -257,6 +287,9 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--skip-kafka", action="store_true", help="only Rivulet's connectors (no Real-time Mode)")
     ap.add_argument("--skip-real-time", action="store_true")
+    ap.add_argument("--compare-topic-write", action="store_true",
+                    help="also run Rivulet's connectors with the window rows written by a Spark job, not the driver")
+    ap.add_argument("--phases", action="store_true", help="print each run's median durationMs per phase of a micro-batch")
     args = ap.parse_args()
 
     import pyspark
@@ -274,7 +307,8 @@ def main() -> None:
             note = f" with spark-sql-kafka {version}"
         print(f"Spark {pyspark.__version__}{note}; {args.rate:,} orders/s for {args.seconds:.0f} s a run", flush=True)
         spark = quiet_session("local[2]", "rivulet-latency", conf, log_path=os.path.join(tmp, "spark.log"))
-        connectors = ["rivulet"] + ([] if args.skip_kafka else ["kafka"])
+        connectors = ["rivulet"] + ([SINK_JOB] if args.compare_topic_write else []) + \
+            ([] if args.skip_kafka else ["kafka"])
         # A first run per connector starts the Python workers and compiles the job; left out.
         warm = argparse.Namespace(**{**vars(args), "seconds": args.warm_up_run})
         for connector in connectors if args.warm_up_run else ():
@@ -284,6 +318,8 @@ def main() -> None:
                 run = run_pipeline(spark, broker.bootstrap, connector, args, tmp)
                 runs.append(run)
                 print(f"  round {r + 1}: {run.line()}", flush=True)
+                if args.phases:
+                    print(f"    {phases_line(run.phases)}", flush=True)
         spark.stop()
         if not args.skip_kafka and not args.skip_real_time:
             slots = args.partitions + 2

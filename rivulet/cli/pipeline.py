@@ -56,6 +56,8 @@ class PipelineConfig:
     output_bootstrap_servers: str | None = None
     output_key: str | None = None
     output_format: str = "rivulet"
+    # Rivulet's sink writes a batch's window rows from the driver up to this many (0: never)
+    driver_write_max_rows: int = 10_000
     parquet_path: str | None = None
     checkpoint: str = "pipeline-checkpoint"
     # "" runs Spark's default trigger: the next micro-batch as soon as the last one is done
@@ -236,6 +238,24 @@ def topic_rows(df: Any, cfg: PipelineConfig) -> Any:
     return df.select(key.alias("key"), F.to_json(F.struct(*df.columns)).alias("value"))
 
 
+def write_topic(df: Any, cfg: PipelineConfig, batch_id: int, rows: int) -> None:
+    """A micro-batch's window rows to the output topic. Through Rivulet's sink, a few rows go
+    from the driver in one transaction (``write_from_driver``): a Spark job of a Python data
+    source write would cost several times the transaction."""
+    out = topic_rows(df, cfg)
+    bootstrap = cfg.output_bootstrap_servers or cfg.bootstrap_servers
+    if cfg.output_format == "rivulet" and rows <= cfg.driver_write_max_rows:
+        # foreachBatch runs in the stream's thread, whose local properties name the query
+        query_id = df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
+        if query_id:
+            from rivulet.spark.sink import SinkOptions, write_from_driver
+            opts = SinkOptions.parse({"kafka.bootstrap.servers": bootstrap, "topic": cfg.output_topic})
+            write_from_driver(opts, out.toArrow(), query_id, batch_id)
+            return
+    (out.write.format(cfg.output_format).mode("append").option("kafka.bootstrap.servers", bootstrap)
+     .option("topic", cfg.output_topic).save())
+
+
 def batch_writer(cfg: PipelineConfig, stats: PipelineStats) -> Callable[[Any, int], None]:
     def write(df: Any, batch_id: int) -> None:
         df = df.persist()
@@ -246,10 +266,7 @@ def batch_writer(cfg: PipelineConfig, stats: PipelineStats) -> Callable[[Any, in
                     # One directory per batch, overwritten if the batch is replayed.
                     df.write.mode("overwrite").parquet(f"{cfg.parquet_path}/batch_id={batch_id}")
                 if cfg.output_topic:
-                    out = topic_rows(df, cfg)
-                    (out.write.format(cfg.output_format).mode("append")
-                     .option("kafka.bootstrap.servers", cfg.output_bootstrap_servers or cfg.bootstrap_servers)
-                     .option("topic", cfg.output_topic).save())
+                    write_topic(df, cfg, batch_id, n)
             with stats.lock:
                 stats.batches += 1
                 stats.windows_out += n

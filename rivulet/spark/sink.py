@@ -327,11 +327,13 @@ def _written_up_to(opts: SinkOptions, tid: str) -> tuple[int, str]:
 
 
 def write_partition(opts: SinkOptions, batches: Iterator[Any], write_id: str, batch_id: int,
-                    partition_id: int, producers: WorkerProducers | None = PRODUCERS) -> SinkCommit:
+                    partition_id: int, producers: WorkerProducers | None = PRODUCERS,
+                    in_worker: bool = True) -> SinkCommit:
     """Write one task's rows once per (write id, batch id, partition id), whatever the retries.
     ``producers``: where the producer is kept for the next batch (None: closed at the end, for
-    a write id no later task uses)."""
-    freeze_imported()
+    a write id no later task uses). ``in_worker``: False when the driver writes."""
+    if in_worker:
+        freeze_imported()
     first, batches = _peek(iter(batches))
     if first is None:
         return SinkCommit(partition_id, 0, False)
@@ -383,6 +385,22 @@ def write_partition(opts: SinkOptions, batches: Iterator[Any], write_id: str, ba
         _close_quietly(k.producer)
         blocking.discard(opts.bootstrap, opts.security)
         raise
+
+
+def write_from_driver(opts: SinkOptions, table: Any, query_id: str, batch_id: int) -> SinkCommit:
+    """Write a micro-batch's few rows (an Arrow table in foreachBatch) from the driver, in one
+    transaction, once per (query, batch, topic) whatever the replays.
+
+    The same scheme as a task's write, with the transactional id
+    ``rivulet-spark-<query id>-fb-<topic>-driver-0``: the driver's process keeps its producer
+    from batch to batch (always the same process, so never fenced by a sibling, as a Python
+    worker's can be), a restarted driver's InitProducerId fences the old one's, and the marker
+    makes a replayed batch a no-op. What it saves is the Spark job of a Python data source
+    write (planning and committing in Python processes beside the driver, a Python worker per
+    task), which costs far more than the transaction for a handful of rows. A replay gives
+    the batch the same rows, so it takes the same path."""
+    return write_partition(opts, iter(table.to_batches()), f"{query_id}-fb-{opts.topic or ''}-driver", batch_id, 0,
+                           in_worker=False)
 
 
 def _add_marker(p: Any, topic: str, tid: str, batch_id: int, timeout: float) -> None:

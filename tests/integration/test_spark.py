@@ -630,13 +630,23 @@ def test_sink_task_retry_after_a_partial_write(broker):
     dying.close(10)
 
 
-def init_producer_ids(metrics_port: int) -> int:
-    """InitProducerId requests the broker has answered, from its Prometheus endpoint."""
+def requests_answered(metrics_port: int) -> dict[str, int]:
+    """Requests the broker has answered, by API name, from its Prometheus endpoint."""
+    import re
     import urllib.request
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=30) as r:
         lines = r.read().decode().splitlines()
-    return int(sum(float(x.rsplit(" ", 1)[1]) for x in lines
-                   if x.startswith("kafka_network_requestmetrics_requests_total{") and 'request="InitProducerId"' in x))
+    counts: dict[str, int] = {}
+    for x in lines:
+        m = re.match(r'kafka_network_requestmetrics_requests_total\{.*request="([A-Za-z]+)".*\} (\S+)$', x)
+        if m:
+            counts[m[1]] = counts.get(m[1], 0) + int(float(m[2]))
+    return counts
+
+
+def init_producer_ids(metrics_port: int) -> int:
+    """InitProducerId requests the broker has answered."""
+    return requests_answered(metrics_port).get("InitProducerId", 0)
 
 
 def producer_id_and_epoch(bootstrap: str, tid: str) -> tuple[int, int]:
@@ -709,6 +719,31 @@ def test_sink_keeps_its_producer_across_batches_and_fences_zombies(metered_broke
     assert sorted(got) == sorted(f"b{batch}-{i}" for batch in range(6) for i in range(200))
     worker.close()
     other.close()
+
+
+def test_a_kept_producers_batch_asks_only_for_its_transaction(metered_broker):
+    """A micro-batch's task on a kept producer sends its transaction's requests and nothing
+    else: the coordinators it found for the first batch serve the next ones (no
+    FindCoordinator), as do its connections and metadata."""
+    import pyarrow as pa
+    from rivulet.spark.sink import SinkOptions, WorkerProducers, write_partition
+    b, metrics_port = metered_broker
+    dst = create_topic(b.bootstrap, topic_name("trips"), 1)
+    opts = SinkOptions(bootstrap=b.bootstrap, topic=dst)
+    worker = WorkerProducers()
+
+    def rows(batch: int):
+        return iter([pa.RecordBatch.from_pydict({"value": [f"b{batch}-{i}" for i in range(5)]})])
+
+    assert write_partition(opts, rows(0), "q3", 0, 0, worker).rows == 5
+    before = requests_answered(metrics_port)
+    for batch in (1, 2):
+        assert write_partition(opts, rows(batch), "q3", batch, 0, worker).rows == 5
+    after = requests_answered(metrics_port)
+    sent = {api: n - before.get(api, 0) for api, n in after.items() if n != before.get(api, 0)}
+    assert sent == {"AddOffsetsToTxn": 2, "TxnOffsetCommit": 2, "AddPartitionsToTxn": 2, "Produce": 2, "EndTxn": 2}
+    assert len(consume_all(b.bootstrap, dst, 1)) == 15
+    worker.close()
 
 
 def test_stream_to_the_sink_with_kept_producers_writes_each_record_once(metered_broker, spark, tmp_path):

@@ -217,6 +217,49 @@ def test_available_now_writes_the_windows_the_watermark_closed_and_counts_the_op
     assert mine() == set()
 
 
+def test_windows_go_from_the_driver_once_across_a_replayed_batch(broker, spark, tmp_path):
+    """A micro-batch's few window rows go to the topic in one transaction from the driver
+    (its marker group is the driver's), and a batch replayed after a crash between the write
+    and Spark's commit log adds nothing."""
+    from rivulet.cli.pipeline import PipelineConfig, PipelineStats, start
+    from test_spark import _group_ids
+    src = create_topic(broker.bootstrap, topic_name("drv"), 2)
+    dst = create_topic(broker.bootstrap, topic_name("drv-out"), 2)
+    cfg = PipelineConfig.from_dict({
+        "source": {"bootstrap_servers": broker.bootstrap, "topic": src, "max_offsets_per_trigger": 1000},
+        "events": {"schema": SCHEMA, "event_time": "event_time"},
+        "aggregate": {"window": "10 seconds", "watermark": "5 seconds", "group_by": ["category"],
+                      "metrics": {"orders": "count(*)"}},
+        "output": {"topic": {"topic": dst}},
+        "checkpoint": {"location": str(tmp_path / "cp")},
+        "trigger": {"available_now": True},
+    })
+    # 0..59.99 s: the final watermark is 54.99 s, so the windows [0,10) .. [40,50) close.
+    produce(broker.bootstrap, src, [order(i, i / 100.0, ["a", "b", "c"][i % 3], 1) for i in range(6000)])
+    q = start(spark, cfg, PipelineStats())
+    q.awaitTermination(300)
+    assert q.exception() is None
+    groups = {g for g in _group_ids(broker.bootstrap) if g.startswith(f"rivulet-spark-{q.id}-")}
+    assert groups == {f"rivulet-spark-{q.id}-fb-{dst}-driver-0"}
+
+    def windows() -> Counter:
+        return Counter((json.loads(m.value())["window_start"], json.loads(m.value())["category"])
+                       for m in consume_all(broker.bootstrap, dst, 2))
+    first = windows()
+    assert len(first) == 15 and set(first.values()) == {1}
+    # The driver dies after the last batch's write, before Spark records the batch as done.
+    cp = tmp_path / "cp"
+    last = max(int(p.name) for p in (cp / "commits").iterdir() if p.name.isdigit())
+    (cp / "commits" / str(last)).unlink()
+    (cp / "commits" / f".{last}.crc").unlink(missing_ok=True)
+    replay = PipelineStats()
+    q = start(spark, cfg, replay)
+    q.awaitTermination(300)
+    assert q.exception() is None
+    assert replay.last_batch_id == last and replay.windows_out > 0  # the replay had windows to write
+    assert windows() == first
+
+
 def _wait_for_line(proc: subprocess.Popen, text: str, timeout: float) -> str:
     seen = ""
     deadline = time.monotonic() + timeout

@@ -119,6 +119,9 @@ class TransactionManager:
         self.state = UNINIT
         self.error: TxnError | None = None
         self.coordinator: int | None = None
+        # The last group's coordinator (send_offsets_to_transaction), kept as Kafka's
+        # TransactionManager keeps it: a transaction a micro-batch asks no FindCoordinator.
+        self.group_coordinator: tuple[str, int] | None = None
         self.added: set[TP] = set()  # partitions the coordinator knows are in the txn
         self.pending: set[TP] = set()  # being added right now
         self.offsets_added = False
@@ -191,7 +194,9 @@ class TransactionManager:
                     self.coordinator = await self._find_coordinator(self.tid, 1, deadline)
                 node = self.coordinator
             elif node is None:
-                node = await self._find_coordinator(group, 0, deadline)
+                if self.group_coordinator is None or self.group_coordinator[0] != group:
+                    self.group_coordinator = (group, await self._find_coordinator(group, 0, deadline))
+                node = self.group_coordinator[1]
             code: int
             try:
                 left = max(0.1, deadline - time.monotonic())
@@ -211,6 +216,7 @@ class TransactionManager:
                     self.coordinator = None
                 else:
                     node = None
+                    self.group_coordinator = None
             elif act == core.Action.FAIL:
                 msg = f"{name} for transactional id {self.tid!r}: {ErrorCode(code).name}"
                 if code in FATAL_CODES:
