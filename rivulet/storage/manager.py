@@ -111,6 +111,10 @@ class LogManager:
         self._created = threading.Condition(self._lock)
         self._checkpoint_lock = threading.Lock()
         self.had_clean_shutdown: dict[str, bool] = {}
+        # Set once startup() loaded every dir: only then may shutdown() write the checkpoints
+        # and clean-shutdown markers (a start that failed before must not vouch for logs it
+        # never recovered).
+        self._started = False
         # Dirs loaded read-only because their disk was full at start-up, with why.
         self.read_only_dirs: dict[str, str] = {}
         self.failure_channel = LogDirFailureChannel()
@@ -204,6 +208,7 @@ class LogManager:
                     self.failure_channel.maybe_add_offline_log_dir(d, "removing the clean-shutdown marker failed", e)
         for tp, path in futures:
             self._resolve_future(tp, path, topic_config, wanted)
+        self._started = True
 
     def _resolve_future(self, tp: TopicPartition, path: str, topic_config: Callable[[str], LogConfig] | None,
                         wanted: Callable[[TopicPartition], bool] | None) -> None:
@@ -667,7 +672,15 @@ class LogManager:
         """Flush and close every log, write checkpoints and the clean-shutdown marker.
 
         A dir that fails (or had failed) gets no marker, so the next start recovers it, and a
-        read-only dir is left as it was; returns those dirs with why."""
+        read-only dir is left as it was; returns those dirs with why. Before startup() has
+        loaded every dir, it only closes what is open: the next start recovers."""
+        if not self._started:
+            for lg in self.all_logs():
+                lg.close()
+            with self._lock:
+                self._logs.clear()
+            self.release_locks()
+            return {**self.read_only_dirs, **self.failure_channel.offline_dirs()}
         with self._lock:
             futures = list(self._futures.values())
             self._futures.clear()

@@ -20,6 +20,7 @@ from rivulet.storage import (
     read_or_create_meta,
 )
 from rivulet.storage.checkpoints import (
+    CLEAN_SHUTDOWN,
     read_epoch_checkpoint,
     read_offset_checkpoint,
     read_partition_metadata,
@@ -562,3 +563,18 @@ def test_a_log_that_lost_its_partition_metadata_takes_its_topic_id_again(tmp_pat
     again.assign_topic_id(uuid.uuid4())  # only a missing id is assigned
     assert again.topic_id == tid and read_partition_metadata(again.dir) == tid
     m2.shutdown()
+
+
+def test_a_manager_stopped_before_its_logs_loaded_vouches_for_nothing(tmp_path):
+    """A broker start that fails before recovery (a port in use) stops its log manager: no
+    clean-shutdown marker and no checkpoints, or the next start would skip the recovery an
+    unclean stop before it still owes."""
+    d = tmp_path / "d"
+    m = LogManager([str(d)], LogConfig())
+    m.shutdown()
+    assert sorted(p.name for p in d.iterdir()) == [".lock"]
+    again = LogManager([str(d)], LogConfig())  # its lock was let go
+    again.startup()
+    assert again.had_clean_shutdown == {str(d): False}
+    again.shutdown()
+    assert (d / CLEAN_SHUTDOWN).exists()
