@@ -8,6 +8,15 @@ import time
 from typing import Any, Awaitable, Callable, Sequence
 
 from rivulet.client.connection import BrokerConnection
+from rivulet.protocol.messages import incremental_alter_configs_request as iacq
+
+
+async def set_group_configs(conn: BrokerConnection, group: str, configs: dict[str, str]) -> None:
+    """Set ``configs`` on the GROUP config resource ``group`` (IncrementalAlterConfigs SET)."""
+    r = await conn.send(iacq.IncrementalAlterConfigsRequest(resources=[iacq.AlterConfigsResource(
+        resource_type=32, resource_name=group, configs=[iacq.AlterableConfig(
+            name=k, config_operation=0, value=v) for k, v in configs.items()])], validate_only=False))
+    assert r.responses[0].error_code == 0, r.responses[0]
 
 
 async def until(check: Callable[[], Awaitable[Any]], what: str, timeout: float = 60.0) -> Any:

@@ -14,10 +14,9 @@ from rivulet.client.connection import BrokerConnection
 from rivulet.protocol.messages import consumer_group_describe_request as cgdq
 from rivulet.protocol.messages import consumer_group_heartbeat_request as cghq
 from rivulet.protocol.messages import create_topics_request as ctq
-from rivulet.protocol.messages import incremental_alter_configs_request as iacq
 from rivulet.protocol.messages import share_group_describe_request as sgdq
 from rivulet.protocol.messages import share_group_heartbeat_request as sghq
-from tests.group_members import until
+from tests.group_members import set_group_configs, until
 
 pytestmark = [pytest.mark.java, pytest.mark.integration]
 
@@ -88,10 +87,7 @@ async def _prepare(conn: BrokerConnection, kind: str, group: str, topic: str, co
         return _count(r.assignment) == PARTITIONS
     await until(known, "the topic known to the group coordinator")
     if configs:
-        r = await conn.send(iacq.IncrementalAlterConfigsRequest(resources=[iacq.AlterConfigsResource(
-            resource_type=32, resource_name=group, configs=[iacq.AlterableConfig(
-                name=k, config_operation=0, value=v) for k, v in configs.items()])], validate_only=False))
-        assert r.responses[0].error_code == 0
+        await set_group_configs(conn, group, configs)
     return Probe(conn, kind, group, topic)
 
 

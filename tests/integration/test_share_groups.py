@@ -9,6 +9,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -333,7 +334,11 @@ def test_share_consumers_read_every_record(client, members):
     members read every record (at least once), and the group is described with them while they run."""
     ShareConsumer = share_consumer_class(client)
 
-    b = BrokerProcess({"group.share.min.heartbeat.interval.ms": "500", "group.share.heartbeat.interval.ms": "500"})
+    # Assignments at once (no group.share.assignment.interval.ms batching, which
+    # test_assignment_interval covers): partitions do not move between members that hold
+    # acquired records while the test closes them.
+    b = BrokerProcess({"group.share.min.heartbeat.interval.ms": "500", "group.share.heartbeat.interval.ms": "500",
+                       "group.share.assignment.interval.ms": "0"})
     b.start()
     consumers: list = []
     try:
@@ -385,9 +390,19 @@ def test_share_consumers_read_every_record(client, members):
             assert time.monotonic() < deadline, f"read {len(seen)} of {n} again"
             seen |= {m.value() for m in again.poll(0.2) if m.error() is None}
     finally:
-        for c in consumers:
-            c.close()
-        b.cleanup()
+        try:
+            close_within(consumers, 60)
+        finally:
+            b.cleanup()
+
+
+def close_within(consumers: list, timeout: float) -> None:
+    """Close every consumer; a close() that does not return in ``timeout`` seconds fails the
+    test instead of holding the run (it stays blocked on a daemon thread)."""
+    closer = threading.Thread(target=lambda: [c.close() for c in consumers], daemon=True)
+    closer.start()
+    closer.join(timeout)
+    assert not closer.is_alive(), f"closing the share consumers did not end in {timeout:.0f} s"
 
 
 JAVA_MEMBERS = Path(__file__).resolve().parents[1] / "java" / "ShareMembers.java"

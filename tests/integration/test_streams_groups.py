@@ -28,7 +28,6 @@ from rivulet.client.connection import BrokerConnection
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages import create_topics_request as ctq
 from rivulet.protocol.messages import describe_groups_request as dgrq
-from rivulet.protocol.messages import incremental_alter_configs_request as iacq
 from rivulet.protocol.messages import join_group_request as jgq
 from rivulet.protocol.messages import list_groups_request as lgq
 from rivulet.protocol.messages import metadata_request as mq
@@ -38,7 +37,7 @@ from rivulet.protocol.messages import streams_group_heartbeat_request as sghq
 from rivulet.testing import BrokerProcess
 from tests import java_tools as jt
 from tests.cluster import three_brokers
-from tests.group_members import RawMember, beat_until, until, while_beating
+from tests.group_members import RawMember, beat_until, set_group_configs, until, while_beating
 from tests.integration.test_replication_faults import BROKER_CONFIG, create_topic
 
 pytestmark = pytest.mark.integration
@@ -421,10 +420,7 @@ async def _two_join(bootstrap: str, app: str, group_configs: dict[str, str]) -> 
             return all(s.status_code != 1 for s in r.status)  # no MISSING_SOURCE_TOPICS
         await until(known, "the topics known to the group coordinator")
         if group_configs:
-            r = await conn.send(iacq.IncrementalAlterConfigsRequest(resources=[iacq.AlterConfigsResource(
-                resource_type=32, resource_name=app, configs=[iacq.AlterableConfig(
-                    name=k, config_operation=0, value=v) for k, v in group_configs.items()])], validate_only=False))
-            assert r.responses[0].error_code == 0
+            await set_group_configs(conn, app, group_configs)
 
         async def describe() -> Any:
             return (await conn.send(sgdq.StreamsGroupDescribeRequest(group_ids=[app],
@@ -514,10 +510,7 @@ async def _topology_answers(bootstrap: str) -> dict[str, Any]:
         shown["newer"] = (newer.error_code, newer.error_message)
 
         before = await group_epoch()
-        r = await conn.send(iacq.IncrementalAlterConfigsRequest(resources=[iacq.AlterConfigsResource(
-            resource_type=32, resource_name=app, configs=[iacq.AlterableConfig(
-                name="streams.num.standby.replicas", config_operation=0, value="1")])], validate_only=False))
-        assert r.responses[0].error_code == 0
+        await set_group_configs(conn, app, {"streams.num.standby.replicas": "1"})
         await old.beat()
         shown["standby epochs"] = (before, await group_epoch())
         request = old.request()
