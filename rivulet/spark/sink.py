@@ -26,7 +26,7 @@ import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
@@ -40,6 +40,9 @@ from rivulet.spark._worker import freeze_imported
 from rivulet.spark._options import (PRODUCER_REFUSED, SINK_KAFKA_OPTIONS, SINK_OPTIONS, check_kafka_options,
                                     security_options, warn_unknown_options)
 from rivulet.protocol.records import Record
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger("rivulet.spark")
 
@@ -387,7 +390,7 @@ def write_partition(opts: SinkOptions, batches: Iterator[Any], write_id: str, ba
         raise
 
 
-def write_from_driver(opts: SinkOptions, table: Any, query_id: str, batch_id: int) -> SinkCommit:
+def write_from_driver(opts: SinkOptions, table: pa.Table, query_id: str, batch_id: int) -> SinkCommit:
     """Write a micro-batch's few rows (an Arrow table in foreachBatch) from the driver, in one
     transaction, once per (query, batch, topic) whatever the replays.
 
