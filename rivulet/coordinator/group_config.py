@@ -93,6 +93,8 @@ _BOUNDS: tuple[tuple[str, str | None, str | None], ...] = (
     ("consumer.heartbeat.interval.ms", "group.consumer.min.heartbeat.interval.ms",
      "group.consumer.max.heartbeat.interval.ms"),
     ("consumer.session.timeout.ms", "group.consumer.min.session.timeout.ms", "group.consumer.max.session.timeout.ms"),
+    ("consumer.assignment.interval.ms", "group.consumer.min.assignment.interval.ms",
+     "group.consumer.max.assignment.interval.ms"),
     ("share.heartbeat.interval.ms", "group.share.min.heartbeat.interval.ms", "group.share.max.heartbeat.interval.ms"),
     ("share.session.timeout.ms", "group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms"),
     ("share.record.lock.duration.ms", "group.share.min.record.lock.duration.ms",
@@ -100,10 +102,14 @@ _BOUNDS: tuple[tuple[str, str | None, str | None], ...] = (
     ("share.delivery.count.limit", "group.share.min.delivery.count.limit", "group.share.max.delivery.count.limit"),
     ("share.partition.max.record.locks", "group.share.min.partition.max.record.locks",
      "group.share.max.partition.max.record.locks"),
+    ("share.assignment.interval.ms", "group.share.min.assignment.interval.ms",
+     "group.share.max.assignment.interval.ms"),
     ("streams.heartbeat.interval.ms", "group.streams.min.heartbeat.interval.ms",
      "group.streams.max.heartbeat.interval.ms"),
     ("streams.session.timeout.ms", "group.streams.min.session.timeout.ms", "group.streams.max.session.timeout.ms"),
     ("streams.num.standby.replicas", None, "group.streams.max.standby.replicas"),
+    ("streams.assignment.interval.ms", "group.streams.min.assignment.interval.ms",
+     "group.streams.max.assignment.interval.ms"),
 )
 _SESSION_OVER_HEARTBEAT = (
     ("consumer.session.timeout.ms", "consumer.heartbeat.interval.ms"),

@@ -29,6 +29,8 @@ OPS = [
     [("consumer.session.timeout.ms", 0, "soon")], [("consumer.session.timeout.ms", 1, None)],
     [("share.auto.offset.reset", 0, "by_duration:PT1H")], [("consumer.assignment.interval.ms", 0, "1")],
     [("share.heartbeat.interval.ms", 0, "15000")], [("share.partition.max.record.locks", 0, "99")],
+    [("consumer.assignment.interval.ms", 0, "15001")], [("share.assignment.interval.ms", 0, "-1")],
+    [("streams.assignment.interval.ms", 0, "15000")], [("share.assignment.interval.ms", 0, "20000")],
 ]
 
 
@@ -90,6 +92,9 @@ def probe(bootstrap: str) -> dict:
             lambda: describe(2, topic, ["min.insync.replicas"]), first, tries=300)
         out["cluster level"] = await describe(4, "")
         out["broker min isr"] = await describe(4, "1", ["min.insync.replicas", "group.consumer.session.timeout.ms"])
+        out["interval bounds"] = await describe(4, "1", [f"group.{kind}.{bound}assignment.interval.ms"
+                                                          for kind in ("consumer", "share", "streams")
+                                                          for bound in ("min.", "max.")])
         await c.close()
 
     asyncio.run(main())

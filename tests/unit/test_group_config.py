@@ -46,6 +46,19 @@ def test_validation_against_the_brokers_bounds():
     assert refused({"streams.num.standby.replicas": "3"}) == \
         "streams.num.standby.replicas must be less than or equal to group.streams.max.standby.replicas"
     assert refused({"share.delivery.count.limit": "11"}).startswith("share.delivery.count.limit must be less")
+    # KIP-1263's assignment intervals: at least 0 (the definition), then the broker's min/max (0, 15000)
+    assert validate_group_configs({"consumer.assignment.interval.ms": "15000"}, BROKER)[
+        "consumer.assignment.interval.ms"] == 15000
+    assert refused({"consumer.assignment.interval.ms": "15001"}) == \
+        "consumer.assignment.interval.ms must be less than or equal to group.consumer.max.assignment.interval.ms"
+    assert refused({"share.assignment.interval.ms": "-1"}) == \
+        "Invalid value -1 for configuration share.assignment.interval.ms: Value must be at least 0"
+    assert refused({"streams.assignment.interval.ms": "20000"}) == \
+        "streams.assignment.interval.ms must be less than or equal to group.streams.max.assignment.interval.ms"
+    floor = {**BROKER, "group.share.min.assignment.interval.ms": 100}
+    with pytest.raises(GroupConfigError, match="share.assignment.interval.ms must be greater than or equal to "
+                                               "group.share.min.assignment.interval.ms"):
+        validate_group_configs({"share.assignment.interval.ms": "99"}, floor)
     wide = {**BROKER, "group.consumer.min.session.timeout.ms": 1000, "group.consumer.max.heartbeat.interval.ms": 60000}
     with pytest.raises(GroupConfigError, match="consumer.session.timeout.ms must be greater than "
                                                "consumer.heartbeat.interval.ms"):
