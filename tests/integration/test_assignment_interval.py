@@ -155,3 +155,71 @@ def test_the_assignment_interval_and_the_first_epoch_as_kafka(kafka_ref, broker_
     at_once = ours["consumer, interval 0"]
     assert at_once["b joins"] == (3, 0, 5000) and at_once["then"][1:3] == (3, 3)
     assert ours["share"]["epochs"] == (2, 2) and ours["share"]["then"] == ("Stable", 3, 2, [("a", 2), ("b", 2)])
+
+
+async def _classic_then_consumer(conn: BrokerConnection, bootstrap: str, group: str) -> dict[str, Any]:
+    """Two confluent-kafka members of the classic protocol (range) share the topic; then a member
+    of the consumer protocol joins, which turns the group into a consumer group. What its first
+    heartbeat gets and the group's epochs then, relative to the converted group's epoch (the
+    classic generation, whichever it was)."""
+    import threading
+
+    from confluent_kafka import Consumer
+
+    topic = f"{group}-t"
+    await _prepare(conn, "consumer", group, topic, {})
+    assigned: dict[str, int] = {}
+    stop = threading.Event()
+
+    def run(name: str) -> None:
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "classic",
+                      "partition.assignment.strategy": "range", "session.timeout.ms": 10000,
+                      "heartbeat.interval.ms": 500, "enable.auto.commit": False})
+
+        def on_assign(_c: Any, parts: list[Any]) -> None:
+            assigned[name] = len(parts)
+        c.subscribe([topic], on_assign=on_assign)
+        try:
+            while not stop.is_set():
+                c.poll(0.2)
+        finally:
+            c.close()
+    threads = [threading.Thread(target=run, args=(n,), daemon=True) for n in ("x", "y")]
+    for t in threads:
+        t.start()
+    try:
+        async def shared() -> bool:
+            return sum(assigned.values()) == PARTITIONS and len(assigned) == 2 and all(assigned.values())
+        await until(shared, "the classic members sharing the topic")
+        p = Probe(conn, "consumer", group, topic)
+        epoch, parts, _ = await p.beat("c")
+        state, group_epoch, assignment_epoch, members = await p.describe()
+        return {"c's epoch": epoch - group_epoch, "c's partitions": parts, "state": state,
+                "assignment epoch": assignment_epoch - group_epoch, "members": len(members)}
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+
+
+def conversion_probe(bootstrap: str) -> dict[str, Any]:
+    async def main() -> dict[str, Any]:
+        host, port = bootstrap.rsplit(":", 1)
+        conn = await BrokerConnection(host, int(port), client_id="interval-it").connect(10)
+        try:
+            return await _classic_then_consumer(conn, bootstrap, "interval-converted")
+        finally:
+            await conn.close()
+    return asyncio.run(main())
+
+
+@pytest.mark.timeout(600)
+def test_a_converted_classic_group_assigns_its_first_consumer_member_at_once_as_kafka(kafka_ref, broker_factory):
+    """Kafka 4.3.1 makes a classic group's consumer group at the classic generation with a target
+    assignment stamped 0 (the classic leader computed it): the member of the consumer protocol
+    that converts it moves the group epoch, and its first heartbeat computes the new target at
+    once rather than a consumer.assignment.interval.ms later (its epoch is the group's)."""
+    rivulet = broker_factory({"node.id": "1", "group.initial.rebalance.delay.ms": "0"})
+    ours, theirs = conversion_probe(rivulet.bootstrap), conversion_probe(kafka_ref)
+    assert ours == theirs
+    assert ours["c's epoch"] == 0 and ours["assignment epoch"] == 0 and ours["members"] == 3
