@@ -116,13 +116,26 @@ async def _consumer_two_join(conn: BrokerConnection, group: str, configs: dict[s
 
 
 async def _share_two_join(conn: BrokerConnection, group: str) -> dict[str, Any]:
-    """a joins, b joins at once: their epochs and the group then. (Kafka gives a share group's
-    partitions only once their share state is initialized, which Rivulet does as it assigns them:
-    the partition counts differ, the epochs do not.)"""
+    """a joins, b joins at once: their epochs and partitions, and the group then: none yet, as
+    a share group's partitions are assigned only once their share state is initialized (after
+    a's first heartbeat). Then both heartbeat until each holds its half: the group's epochs then
+    (how many moves it took is a matter of timing: Kafka's initialization takes a while)."""
     p = await _prepare(conn, "share", group, f"{group}-t", {})
     a, b = await p.beat("a"), await p.beat("b")
-    return {"epochs": (a[0], b[0]), "b's partitions": b[1], "heartbeat interval": (a[2], b[2]),
-            "then": await p.describe()}
+    shown: dict[str, Any] = {"epochs": (a[0], b[0]), "partitions": (a[1], b[1]),
+                             "heartbeat interval": (a[2], b[2]), "then": await p.describe()}
+    held = {"a": a[1] or 0, "b": b[1] or 0}
+
+    async def halves() -> bool:
+        for m in ("a", "b"):
+            _epoch, count, _ = await p.beat(m)
+            if count is not None:
+                held[m] = count
+        return held == {"a": PARTITIONS // 2, "b": PARTITIONS // 2}
+    await until(halves, "each member holding half the partitions")
+    state, group_epoch, assignment_epoch, members = await p.describe()
+    shown["settled"] = (state, group_epoch == assignment_epoch, {e == group_epoch for _m, e in members})
+    return shown
 
 
 def probe(bootstrap: str) -> dict[str, Any]:
@@ -144,7 +157,8 @@ def test_the_assignment_interval_and_the_first_epoch_as_kafka(kafka_ref, broker_
     """A new group's first assignment is at once, at epoch 2. A member joining within
     consumer.assignment.interval.ms (1 s by default) moves the group epoch to 3 but gets the
     target of epoch 2 (nothing) until a heartbeat after the interval computes the next; with a
-    group's interval at 0 it gets epoch 3 at once. The share group's epochs go alike."""
+    group's interval at 0 it gets epoch 3 at once. The share group's epochs go alike, its
+    partitions assigned only once their share state is initialized."""
     rivulet = broker_factory({"node.id": "1", "group.initial.rebalance.delay.ms": "0"})
     ours, theirs = probe(rivulet.bootstrap), probe(kafka_ref)
     assert ours == theirs
@@ -154,7 +168,10 @@ def test_the_assignment_interval_and_the_first_epoch_as_kafka(kafka_ref, broker_
     assert consumer["after"] == (3, 3)
     at_once = ours["consumer, interval 0"]
     assert at_once["b joins"] == (3, 0, 5000) and at_once["then"][1:3] == (3, 3)
-    assert ours["share"]["epochs"] == (2, 2) and ours["share"]["then"] == ("Stable", 3, 2, [("a", 2), ("b", 2)])
+    share = ours["share"]
+    assert share["epochs"] == (2, 2) and share["partitions"] == (0, 0)
+    assert share["then"] == ("Stable", 3, 2, [("a", 2), ("b", 2)])
+    assert share["settled"] == ("Stable", True, {True})
 
 
 async def _classic_then_consumer(conn: BrokerConnection, bootstrap: str, group: str) -> dict[str, Any]:
