@@ -453,7 +453,7 @@ BROKER_CONFIGS = ConfigDef([
     _k("group.consumer.assignment.interval.ms", I, 1000, _nonneg, "Minimum interval between two target "
        "assignment computations of a consumer group: a change sooner waits for a heartbeat after it, its "
        "members kept at the last target meanwhile. A group's consumer.assignment.interval.ms overrides it.",
-       MEDIUM),
+       MEDIUM, CLUSTER),
     _k("group.consumer.min.assignment.interval.ms", I, 0, _nonneg, "Shortest "
        "consumer.assignment.interval.ms (the broker's and a group's).", MEDIUM),
     _k("group.consumer.max.assignment.interval.ms", I, 15000, _nonneg, "Longest "
@@ -461,14 +461,14 @@ BROKER_CONFIGS = ConfigDef([
     _k("group.share.assignment.interval.ms", I, 1000, _nonneg, "Minimum interval between two target "
        "assignment computations of a share group: a change sooner waits for a heartbeat after it, its "
        "members kept at the last target meanwhile. A group's share.assignment.interval.ms overrides it.",
-       MEDIUM),
+       MEDIUM, CLUSTER),
     _k("group.share.min.assignment.interval.ms", I, 0, _nonneg, "Shortest "
        "share.assignment.interval.ms (the broker's and a group's).", MEDIUM),
     _k("group.share.max.assignment.interval.ms", I, 15000, _nonneg, "Longest "
        "share.assignment.interval.ms (the broker's and a group's).", MEDIUM),
     _k("group.streams.assignment.interval.ms", I, 1000, _nonneg, "Minimum interval between two target "
        "assignment computations of a streams group: a change sooner waits for it, its members answered "
-       "ASSIGNMENT_DELAYED meanwhile. A group's streams.assignment.interval.ms overrides it.", MEDIUM),
+       "ASSIGNMENT_DELAYED meanwhile. A group's streams.assignment.interval.ms overrides it.", MEDIUM, CLUSTER),
     _k("group.streams.min.assignment.interval.ms", I, 0, _nonneg, "Shortest "
        "streams.assignment.interval.ms (the broker's and a group's).", MEDIUM),
     _k("group.streams.max.assignment.interval.ms", I, 15000, _nonneg, "Longest "

@@ -14,6 +14,8 @@ from rivulet.client.connection import BrokerConnection
 from rivulet.protocol.messages import consumer_group_describe_request as cgdq
 from rivulet.protocol.messages import consumer_group_heartbeat_request as cghq
 from rivulet.protocol.messages import create_topics_request as ctq
+from rivulet.protocol.messages import describe_configs_request as dcq
+from rivulet.protocol.messages import incremental_alter_configs_request as iacq
 from rivulet.protocol.messages import share_group_describe_request as sgdq
 from rivulet.protocol.messages import share_group_heartbeat_request as sghq
 from tests.group_members import set_group_configs, until
@@ -138,15 +140,38 @@ async def _share_two_join(conn: BrokerConnection, group: str) -> dict[str, Any]:
     return shown
 
 
+async def _set_broker_interval(conn: BrokerConnection, value: str | None) -> None:
+    """group.consumer.assignment.interval.ms at the cluster level (None: removed), once every
+    broker reports it (Kafka applies it from its metadata log a moment later)."""
+    name = "group.consumer.assignment.interval.ms"
+    r = await conn.send(iacq.IncrementalAlterConfigsRequest(validate_only=False, resources=[
+        iacq.AlterConfigsResource(resource_type=4, resource_name="", configs=[
+            iacq.AlterableConfig(name=name, config_operation=0 if value is not None else 1, value=value)])]))
+    assert r.responses[0].error_code == 0, r.responses[0].error_message
+
+    async def applied() -> bool:
+        d = await conn.send(dcq.DescribeConfigsRequest(resources=[dcq.DescribeConfigsResource(
+            resource_type=4, resource_name="1", configuration_keys=[name])]))
+        return d.results[0].configs[0].value == (value if value is not None else "1000")
+    await until(applied, f"{name} at {value}")
+
+
 def probe(bootstrap: str) -> dict[str, Any]:
     async def main() -> dict[str, Any]:
         host, port = bootstrap.rsplit(":", 1)
         conn = await BrokerConnection(host, int(port), client_id="interval-it").connect(10)
         try:
-            return {"consumer": await _consumer_two_join(conn, "interval-consumer", {}),
-                    "consumer, interval 0": await _consumer_two_join(
-                        conn, "interval-consumer-0", {"consumer.assignment.interval.ms": "0"}),
-                    "share": await _share_two_join(conn, "interval-share")}
+            shown = {"consumer": await _consumer_two_join(conn, "interval-consumer", {}),
+                     "consumer, interval 0": await _consumer_two_join(
+                         conn, "interval-consumer-0", {"consumer.assignment.interval.ms": "0"}),
+                     "share": await _share_two_join(conn, "interval-share")}
+            # The broker's interval is a dynamic config: at 0, a group without its own assigns at once.
+            await _set_broker_interval(conn, "0")
+            try:
+                shown["consumer, broker interval 0"] = await _consumer_two_join(conn, "interval-consumer-dyn", {})
+            finally:
+                await _set_broker_interval(conn, None)
+            return shown
         finally:
             await conn.close()
     return asyncio.run(main())
@@ -168,6 +193,7 @@ def test_the_assignment_interval_and_the_first_epoch_as_kafka(kafka_ref, broker_
     assert consumer["after"] == (3, 3)
     at_once = ours["consumer, interval 0"]
     assert at_once["b joins"] == (3, 0, 5000) and at_once["then"][1:3] == (3, 3)
+    assert ours["consumer, broker interval 0"]["b joins"] == (3, 0, 5000)
     share = ours["share"]
     assert share["epochs"] == (2, 2) and share["partitions"] == (0, 0)
     assert share["then"] == ("Stable", 3, 2, [("a", 2), ("b", 2)])
