@@ -187,16 +187,23 @@ class SimpleAssignor:
     name = "simple"
 
     def assign(self, members: Mapping[str, MemberSpec], partitions_per_topic: Mapping[uuid.UUID, int],
-               racks: PartitionRacks | None = None) -> dict[str, Assignment]:
+               racks: PartitionRacks | None = None,
+               assignable: Mapping[uuid.UUID, frozenset[int]] | None = None) -> dict[str, Assignment]:
+        """``assignable``: only these partitions of each topic (a share group's initialized ones)."""
         result: dict[str, Assignment] = {m: {} for m in members}
         order = sorted(members)
-        topics = sorted({t for m in order for t in members[m].subscribed_topic_ids
-                         if partitions_per_topic.get(t, 0) > 0}, key=str)
+
+        def partitions_of(t: uuid.UUID) -> list[int]:
+            n = partitions_per_topic.get(t, 0)
+            if assignable is None:
+                return list(range(n))
+            return sorted(p for p in assignable.get(t, ()) if p < n)
+        topics = sorted({t for m in order for t in members[m].subscribed_topic_ids if partitions_of(t)}, key=str)
         if len({members[m].subscribed_topic_ids for m in order}) == 1:
-            pools = [(order, [(t, p) for t in topics for p in range(partitions_per_topic[t])])]
+            pools = [(order, [(t, p) for t in topics for p in partitions_of(t)])]
         else:
             pools = [([m for m in order if t in members[m].subscribed_topic_ids],
-                      [(t, p) for p in range(partitions_per_topic[t])]) for t in topics]
+                      [(t, p) for p in partitions_of(t)]) for t in topics]
         for pool_members, pool_partitions in pools:
             if pool_members and pool_partitions:
                 self._assign_pool(members, pool_members, pool_partitions, result)

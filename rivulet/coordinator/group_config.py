@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from rivulet.common.config import ConfigDef, ConfigError, ConfigKey, ConfigType, UpdateMode, at_least, one_of
 from rivulet.coordinator.consumer_heartbeat import ConsumerGroupConfig
+from rivulet.protocol.errors import ApiError, ErrorCode
 
 _I, _S, _B = ConfigType.INT, ConfigType.STRING, ConfigType.BOOLEAN
 _DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$", re.IGNORECASE)
@@ -93,6 +94,8 @@ _BOUNDS: tuple[tuple[str, str | None, str | None], ...] = (
     ("consumer.heartbeat.interval.ms", "group.consumer.min.heartbeat.interval.ms",
      "group.consumer.max.heartbeat.interval.ms"),
     ("consumer.session.timeout.ms", "group.consumer.min.session.timeout.ms", "group.consumer.max.session.timeout.ms"),
+    ("consumer.assignment.interval.ms", "group.consumer.min.assignment.interval.ms",
+     "group.consumer.max.assignment.interval.ms"),
     ("share.heartbeat.interval.ms", "group.share.min.heartbeat.interval.ms", "group.share.max.heartbeat.interval.ms"),
     ("share.session.timeout.ms", "group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms"),
     ("share.record.lock.duration.ms", "group.share.min.record.lock.duration.ms",
@@ -100,16 +103,25 @@ _BOUNDS: tuple[tuple[str, str | None, str | None], ...] = (
     ("share.delivery.count.limit", "group.share.min.delivery.count.limit", "group.share.max.delivery.count.limit"),
     ("share.partition.max.record.locks", "group.share.min.partition.max.record.locks",
      "group.share.max.partition.max.record.locks"),
+    ("share.assignment.interval.ms", "group.share.min.assignment.interval.ms",
+     "group.share.max.assignment.interval.ms"),
     ("streams.heartbeat.interval.ms", "group.streams.min.heartbeat.interval.ms",
      "group.streams.max.heartbeat.interval.ms"),
     ("streams.session.timeout.ms", "group.streams.min.session.timeout.ms", "group.streams.max.session.timeout.ms"),
     ("streams.num.standby.replicas", None, "group.streams.max.standby.replicas"),
+    ("streams.assignment.interval.ms", "group.streams.min.assignment.interval.ms",
+     "group.streams.max.assignment.interval.ms"),
 )
 _SESSION_OVER_HEARTBEAT = (
     ("consumer.session.timeout.ms", "consumer.heartbeat.interval.ms"),
     ("share.session.timeout.ms", "share.heartbeat.interval.ms"),
     ("streams.session.timeout.ms", "streams.heartbeat.interval.ms"),
 )
+
+
+# The broker's assignment intervals, which Kafka 4.3.1 lets change at run time (its
+# GroupCoordinatorConfig.RECONFIGURABLE_CONFIGS), within their static min/max bounds.
+DYNAMIC_INTERVALS = tuple(f"group.{kind}.assignment.interval.ms" for kind in ("consumer", "share", "streams"))
 
 
 class GroupConfigError(ValueError):
@@ -193,10 +205,12 @@ _RESOLVED_KEPT = 10_000
 
 class GroupConfigs:
     """Every group's config overrides; ``broker`` maps broker property names to the parsed
-    values in force (the defaults and the min/max bounds)."""
+    values in force (the defaults and the min/max bounds). A ``Reconfigurable`` of the dynamic
+    broker configs: a new broker assignment interval is the default of every group without its
+    own from then on."""
 
     def __init__(self, broker: Mapping[str, Any], store: GroupConfigStore | None = None) -> None:
-        self.broker = broker
+        self.broker: Mapping[str, Any] = broker
         self.store = store
         self.overrides: dict[str, dict[str, str]] = {}
         # Each group's values, made on first use and dropped when its overrides change: a
@@ -233,6 +247,25 @@ class GroupConfigs:
 
     def group_ids(self) -> list[str]:
         return sorted(self.overrides)
+
+    # -- the broker's dynamic assignment intervals (a Reconfigurable)
+
+    def reconfigurable_configs(self) -> frozenset[str]:
+        return frozenset(DYNAMIC_INTERVALS)
+
+    def validate_reconfiguration(self, values: Mapping[str, Any]) -> None:
+        """Within the static bounds, as Kafka 4.3.1 checks and words it (INVALID_REQUEST)."""
+        for name in DYNAMIC_INTERVALS:
+            kind = name.removeprefix("group.").split(".", 1)[0]
+            lo, hi = f"group.{kind}.min.assignment.interval.ms", f"group.{kind}.max.assignment.interval.ms"
+            if values[name] < self.broker[lo]:
+                raise ApiError(ErrorCode.INVALID_REQUEST, f"{name} must be greater than or equal to {lo}")
+            if values[name] > self.broker[hi]:
+                raise ApiError(ErrorCode.INVALID_REQUEST, f"{name} must be less than or equal to {hi}")
+
+    def reconfigure(self, values: Mapping[str, Any]) -> None:
+        self.broker = {**self.broker, **values}
+        self._resolved.clear()
 
     def configs_of(self, group_id: str) -> dict[str, str]:
         return dict(self.overrides.get(group_id, {}))

@@ -174,7 +174,7 @@ class GroupCoordinator(InternalTopicCoordinator):
                                                     classic_control=self)
         self.share_groups = ShareGroupService(self.share_group_config, self.manager, self.metadata,
                                               MemberDeadlines(self.heartbeat_purgatory), self.clock,
-                                              self.group_configs)
+                                              self.group_configs, self.share_state)
         self.streams_groups = StreamsGroupService(self.streams_group_config, self.manager, self.metadata,
                                                   self.streams_topics, MemberDeadlines(self.heartbeat_purgatory),
                                                   self.clock, self.group_configs)

@@ -8,6 +8,11 @@ assignor (``simple``), members with epochs, and state changed only by replaying 
 may share partitions (the share partitions on their leaders hand each record to one member),
 so a member moves to its target assignment and the target epoch in one step.
 
+As Kafka 4.3's, only partitions whose share state is initialized are assigned: a heartbeat
+records the subscribed partitions without state as initializing and names them for the service,
+which initializes their state in the share coordinator (InitializeShareGroupState) and records
+them initialized; a later heartbeat then moves the group epoch and assigns them.
+
 Pure: a heartbeat returns the records of its change, which the service replays into the group
 and appends, and whether the member's session goes on or ends.
 """
@@ -254,9 +259,15 @@ class ShareHeartbeatRequest:
     client_host: str = ""
 
 
+StatePartitions = dict[uuid.UUID, tuple[str, frozenset[int]]]
+"""Share partitions by topic id: (topic name, partitions)."""
+
+
 @dataclass
 class ShareHeartbeatResult(GroupHeartbeatAnswer):
     records: list[Record] = field(default_factory=list)
+    # The partitions this heartbeat recorded initializing: the service initializes their state.
+    initialize: StatePartitions = field(default_factory=dict)
 
 
 def validate(req: ShareHeartbeatRequest) -> None:
@@ -304,6 +315,10 @@ def heartbeat(group: ShareGroup, req: ShareHeartbeatRequest, topics: MetadataVie
     if updated != member or joined:
         records.append(group.subscription_record(updated))
         bump = bump or updated.subscribed_topic_names != member.subscribed_topic_names
+    # As Kafka: with the target up to date, partitions initialized since it was computed move
+    # the group epoch, so that they are assigned.
+    if group.target_assignment_epoch >= group.group_epoch:
+        bump = bump or _initialized_unassigned(group)
     members = dict(group.members)
     members[updated.member_id] = updated
     names = {n for m in members.values() for n in m.subscribed_topic_names}
@@ -313,16 +328,16 @@ def heartbeat(group: ShareGroup, req: ShareHeartbeatRequest, topics: MetadataVie
         group_epoch = next_group_epoch(group_epoch)
         records.append(group.epoch_record(group_epoch, metadata_hash))
 
+    initialized, initializing, initialize = _state_partitions(group, names, topics)
     target_epoch = group.target_assignment_epoch
     target = group.target_assignment.get(updated.member_id, {})
     if group_epoch > target_epoch and \
             assignment_due(group.target_assignment_timestamp_ms, now_ms, config.assignment_interval_ms):
-        new_target = compute_target(group, members, topics)
+        new_target = compute_target(group, members, topics, initialized)
         for member_id, assignment in new_target.items():
             if assignment != group.target_assignment.get(member_id, {}):
                 records.append(group.target_member_record(member_id, assignment))
         records.append(group.target_epoch_record(group_epoch, now_ms))
-        records += _initialize_state(group, new_target, topics)
         target_epoch, target = group_epoch, new_target.get(updated.member_id, {})
 
     # No revocation in a share group: the member takes its target at once.
@@ -330,9 +345,12 @@ def heartbeat(group: ShareGroup, req: ShareHeartbeatRequest, topics: MetadataVie
         updated = dataclasses.replace(updated, member_epoch=target_epoch, state=MemberState.STABLE,
                                       previous_member_epoch=updated.member_epoch, assigned=target)
         records.append(group.current_assignment_record(updated))
+    if initialized != group.initialized or initializing != group.initializing:
+        records.append(group.state_partitions_record(initialized, initializing))
     result = ShareHeartbeatResult(member_id=updated.member_id, member_epoch=updated.member_epoch,
                                   heartbeat_interval_ms=config.heartbeat_interval_ms,
-                                  session_timeout_ms=config.session_timeout_ms, records=records)
+                                  session_timeout_ms=config.session_timeout_ms, records=records,
+                                  initialize=initialize)
     if req.member_epoch == 0 or req.subscribed_topic_names is not None or updated.assigned != member.assigned:
         result.assignment = {t: set(ps) for t, ps in updated.assigned.items()}
     return result
@@ -353,44 +371,79 @@ def fence(group: ShareGroup, member_id: str) -> list[Record]:
     return group.fence_records(member_id) + [group.epoch_record(group.group_epoch + 1, group.metadata_hash)]
 
 
-def compute_target(group: ShareGroup, members: Mapping[str, ShareGroupMember],
-                   topics: MetadataView) -> dict[str, dict[uuid.UUID, frozenset[int]]]:
-    """The simple assignor's answer for ``members``, sticky to the current target."""
+def compute_target(group: ShareGroup, members: Mapping[str, ShareGroupMember], topics: MetadataView,
+                   initialized: Mapping[uuid.UUID, tuple[str, frozenset[int]]]
+                   ) -> dict[str, dict[uuid.UUID, frozenset[int]]]:
+    """The simple assignor's answer for ``members``, sticky to the current target, over the
+    ``initialized`` share partitions only (Kafka's assignable partitions)."""
     specs: dict[str, MemberSpec] = {}
     partitions: dict[uuid.UUID, int] = {}
     for member_id, m in members.items():
         ids = set()
         for name in m.subscribed_topic_names:
             info = topics.get(name)
-            if info is not None:
+            if info is not None and info.topic_id in initialized:
                 ids.add(info.topic_id)
                 partitions[info.topic_id] = info.num_partitions
         specs[member_id] = MemberSpec(frozenset(ids), m.rack_id, group.target_assignment.get(member_id, {}))
-    assigned = ASSIGNOR.assign(specs, partitions)
+    assignable = {t: ps for t, (_name, ps) in initialized.items()}
+    assigned = ASSIGNOR.assign(specs, partitions, assignable=assignable)
     return {m: _frozen(a) for m, a in assigned.items()}
 
 
-def _initialize_state(group: ShareGroup, target: Mapping[str, Mapping[uuid.UUID, frozenset[int]]],
-                      topics: MetadataView) -> list[Record]:
-    """The ShareGroupStatePartitionMetadata record when the target assigns partitions not yet
-    recorded, or recorded topics were deleted. A share partition without state in the share
-    coordinator (``__share_group_state``) starts at ``share.auto.offset.reset`` when its leader
-    first reads it, so partitions are recorded initialized as soon as they are assigned (Kafka
-    sends InitializeShareGroupState first), and a deleted topic's are dropped at once (Kafka
-    lists them as deleting until their state is gone)."""
-    wanted: dict[uuid.UUID, set[int]] = {}
-    for assignment in target.values():
+def _initialized_unassigned(group: ShareGroup) -> bool:
+    """Kafka's initializedAssignmentPending: a subscribed topic's initialized partitions differ
+    from those its target assignment holds."""
+    if not group.members or not group.initialized:
+        return False
+    names = group.subscribed_topic_names()
+    targeted: dict[uuid.UUID, set[int]] = {}
+    for assignment in group.target_assignment.values():
         for topic_id, ps in assignment.items():
-            wanted.setdefault(topic_id, set()).update(ps)
+            targeted.setdefault(topic_id, set()).update(ps)
+    return any(name in names and targeted.get(topic_id) != ps for topic_id, (name, ps) in group.initialized.items())
+
+
+def _state_partitions(group: ShareGroup, names: Iterable[str], topics: MetadataView
+                      ) -> tuple[StatePartitions, StatePartitions, StatePartitions]:
+    """(initialized, initializing, to initialize now) after this heartbeat: the partitions of
+    subscribed topics that have no state and are not being initialized are added to those being
+    initialized (Kafka's maybeCreateInitializeShareGroupStateRequest); a deleted topic's are
+    dropped at once (Kafka lists them as deleting until their state is gone)."""
     initialized = {t: v for t, v in group.initialized.items() if topics.topic_name(t) is not None}
-    changed = len(initialized) != len(group.initialized)
-    for topic_id, ps in wanted.items():
-        name, have = initialized.get(topic_id, (None, frozenset()))
-        if not ps <= have:
-            name = name or topics.topic_name(topic_id) or ""
-            initialized[topic_id] = (name, have | ps)
-            changed = True
-    return [group.state_partitions_record(initialized)] if changed else []
+    initializing = {t: v for t, v in group.initializing.items() if topics.topic_name(t) is not None}
+    initialize: StatePartitions = {}
+    for name in names:
+        info = topics.get(name)
+        if info is None:
+            continue
+        done = initialized.get(info.topic_id, (name, frozenset()))[1]
+        pending = initializing.get(info.topic_id, (name, frozenset()))[1]
+        if len(done) + len(pending) >= info.num_partitions:
+            continue  # the common case, without building a set of every partition
+        missing = frozenset(range(info.num_partitions)) - done - pending
+        if missing:
+            initialize[info.topic_id] = (name, missing)
+            initializing[info.topic_id] = (name, pending | missing)
+    return initialized, initializing, initialize
+
+
+def initialized_record(group: ShareGroup, done: StatePartitions, failed: StatePartitions) -> Record:
+    """The record after the service initialized share partitions' state: ``done`` move from
+    initializing to initialized (Kafka's initializeShareGroupState), ``failed`` leave
+    initializing, to be tried again at a later heartbeat (uninitializeShareGroupState)."""
+    initialized = dict(group.initialized)
+    initializing = dict(group.initializing)
+    for topic_id, (name, ps) in done.items():
+        initialized[topic_id] = (name, initialized.get(topic_id, (name, frozenset()))[1] | ps)
+    for topic_id, (_name, ps) in (*done.items(), *failed.items()):
+        if topic_id in initializing:
+            left = initializing[topic_id][1] - ps
+            if left:
+                initializing[topic_id] = (initializing[topic_id][0], left)
+            else:
+                del initializing[topic_id]
+    return group.state_partitions_record(initialized, initializing)
 
 
 def _check_epoch(member: ShareGroupMember, received: int) -> None:

@@ -1,12 +1,15 @@
 """Serves KIP-932 share groups for the group coordinator: runs ShareGroupHeartbeat's steps
 (``share_group``) against the cached group, replays their records into it, appends them to
-``__consumer_offsets``, and keeps each member's session in the heartbeat purgatory."""
+``__consumer_offsets``, keeps each member's session in the heartbeat purgatory, and initializes
+the state of the share partitions a heartbeat recorded initializing (Kafka's persister call
+after the heartbeat), so that a later heartbeat assigns them."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import logging
+import uuid
 from typing import Any, Callable, Coroutine
 
 from rivulet.common.cluster import MetadataView
@@ -26,8 +29,10 @@ from rivulet.coordinator.share_group import (
     ShareGroupConfig,
     ShareHeartbeatRequest,
     ShareHeartbeatResult,
+    StatePartitions,
     fence,
     heartbeat,
+    initialized_record,
     leave,
 )
 from rivulet.coordinator.share_offsets import (
@@ -41,16 +46,25 @@ from rivulet.protocol.errors import ApiError, ErrorCode
 
 log = logging.getLogger(__name__)
 
+# A share partition's state initialized without a start offset: share.auto.offset.reset decides
+# when its leader first reads it (Kafka's InitializeShareGroupState from a heartbeat).
+NO_START_OFFSET = -1
+
+
 class ShareGroupService(ModernGroupService[ShareGroup]):
     KINDS = ("session",)  # members share partitions: nothing is revoked
 
     def __init__(self, config: ShareGroupConfig, manager: GroupMetadataManager, metadata: MetadataView,
-                 deadlines: MemberDeadlines, clock: Clock, group_configs: GroupConfigs | None = None) -> None:
+                 deadlines: MemberDeadlines, clock: Clock, group_configs: GroupConfigs | None = None,
+                 share_state: ShareStateStore | None = None) -> None:
+        """``share_state``: where share partitions' state is initialized; None (no share
+        coordinator) records them initialized at once."""
         super().__init__(manager, deadlines)
         self.config = config
         self.metadata = metadata
         self.clock = clock
         self.group_configs = group_configs
+        self.share_state = share_state
 
     def config_of(self, group_id: str) -> ShareGroupConfig:
         """The broker's settings with the group's own session timeout, heartbeat interval and
@@ -88,7 +102,43 @@ class ShareGroupService(ModernGroupService[ShareGroup]):
 
         def stored(error: ErrorCode) -> None:
             callback(result if error == ErrorCode.NONE else ShareHeartbeatResult(error=error, member_id=member_id))
+            if error == ErrorCode.NONE and result.initialize:
+                self._initialize_state(group, result.initialize)
         self.manager.store_consumer_group_records(group.group_id, result.records, stored)
+
+    def _initialize_state(self, group: GroupMetadata, partitions: StatePartitions) -> None:
+        """Initialize the state of share partitions recorded initializing, then record them
+        initialized (those that failed leave initializing, for a later heartbeat to retry)."""
+        group_id = group.group_id
+
+        def record(done: StatePartitions, failed: StatePartitions) -> None:
+            if self.manager.get_group(group_id) is not group or group.share is None:
+                return  # deleted, or no longer this coordinator's: its next owner starts again
+            self._store(group, [initialized_record(group.share, done, failed)], lambda _error: None)
+
+        state = self.share_state
+        if state is None:
+            record(partitions, {})
+            return
+
+        async def initialize() -> None:
+            tps = [(topic_id, name, p) for topic_id, (name, ps) in partitions.items() for p in sorted(ps)]
+            outcomes = await asyncio.gather(
+                *(state.initialize_share_state(group_id, TopicPartition(name, p), NO_START_OFFSET)
+                  for _t, name, p in tps), return_exceptions=True)
+            done: dict[uuid.UUID, set[int]] = {}
+            failed: dict[uuid.UUID, set[int]] = {}
+            for (topic_id, _name, p), outcome in zip(tps, outcomes, strict=True):
+                if isinstance(outcome, BaseException):
+                    if not isinstance(outcome, ApiError):
+                        log.error("initializing the share state of %s-%d for group %s failed", _name, p, group_id,
+                                  exc_info=outcome)
+                    failed.setdefault(topic_id, set()).add(p)
+                else:
+                    done.setdefault(topic_id, set()).add(p)
+            record({t: (partitions[t][0], frozenset(ps)) for t, ps in done.items()},
+                   {t: (partitions[t][0], frozenset(ps)) for t, ps in failed.items()})
+        asyncio.ensure_future(initialize())
 
     def _group_for(self, req: ShareHeartbeatRequest) -> tuple[GroupMetadata, ShareGroup]:
         """The share group the heartbeat is for (a new one for a joining member), and its state."""
@@ -126,6 +176,9 @@ class ShareGroupService(ModernGroupService[ShareGroup]):
         if group.share is not None:
             group.protocol_type = SHARE_PROTOCOL_TYPE
         super().on_group_loaded(group)
+        if group.share is not None and group.share.initializing:
+            # Recorded initializing by a coordinator that stopped before it recorded the outcome.
+            self._initialize_state(group, dict(group.share.initializing))
 
     # ------------------------------------------------------------ share-group offsets
     async def describe_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from rivulet.common.cluster import MetadataView
 from rivulet.common.types import TopicPartition
+from rivulet.coordinator import share_group
 from rivulet.coordinator.share_group import Record, ShareGroup
 from rivulet.protocol.errors import ApiError, ErrorCode
 
@@ -171,23 +172,12 @@ def alter_plan(group: ShareGroup, requested: list[tuple[str, list[tuple[int, int
 
 def initialized_record(group: ShareGroup, offsets: dict[TopicPartition, int], metadata: MetadataView) -> Record:
     """The record that moves the partitions whose state was initialized from initializing to initialized."""
-    done: dict[uuid.UUID, set[int]] = {}
+    done: dict[uuid.UUID, tuple[str, set[int]]] = {}
     for tp in offsets:
         info = metadata.get(tp.topic)
         if info is not None:
-            done.setdefault(info.topic_id, set()).add(tp.partition)
-    initialized = dict(group.initialized)
-    initializing = dict(group.initializing)
-    for topic_id, ps in done.items():
-        name, have = initialized.get(topic_id) or (initializing.get(topic_id, ("", frozenset()))[0], frozenset())
-        initialized[topic_id] = (name, have | ps)
-        if topic_id in initializing:
-            left = initializing[topic_id][1] - ps
-            if left:
-                initializing[topic_id] = (initializing[topic_id][0], left)
-            else:
-                del initializing[topic_id]
-    return group.state_partitions_record(initialized, initializing)
+            done.setdefault(info.topic_id, (tp.topic, set()))[1].add(tp.partition)
+    return share_group.initialized_record(group, {t: (name, frozenset(ps)) for t, (name, ps) in done.items()}, {})
 
 
 def delete_plan(group: ShareGroup, names: list[str], metadata: MetadataView

@@ -239,6 +239,7 @@ class Broker:
         # Group configs (GROUP config resources): in ZooKeeper in a cluster, else beside the dynamic configs.
         self.group_configs = GroupConfigs(config.items(),
                                           self.cluster if self.cluster is not None else self.dynamic_config)
+        self.dynamic_config.add_reconfigurable(self.group_configs)
         # Finalized feature levels: ZooKeeper's /feature in a cluster, this broker's metadata otherwise.
         self.features = FeatureLevels(
             self.node_id, supported_features(config["group.share.enable"]),

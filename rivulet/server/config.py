@@ -453,14 +453,26 @@ BROKER_CONFIGS = ConfigDef([
     _k("group.consumer.assignment.interval.ms", I, 1000, _nonneg, "Minimum interval between two target "
        "assignment computations of a consumer group: a change sooner waits for a heartbeat after it, its "
        "members kept at the last target meanwhile. A group's consumer.assignment.interval.ms overrides it.",
-       MEDIUM),
+       MEDIUM, CLUSTER),
+    _k("group.consumer.min.assignment.interval.ms", I, 0, _nonneg, "Shortest "
+       "consumer.assignment.interval.ms (the broker's and a group's).", MEDIUM),
+    _k("group.consumer.max.assignment.interval.ms", I, 15000, _nonneg, "Longest "
+       "consumer.assignment.interval.ms (the broker's and a group's).", MEDIUM),
     _k("group.share.assignment.interval.ms", I, 1000, _nonneg, "Minimum interval between two target "
        "assignment computations of a share group: a change sooner waits for a heartbeat after it, its "
        "members kept at the last target meanwhile. A group's share.assignment.interval.ms overrides it.",
-       MEDIUM),
+       MEDIUM, CLUSTER),
+    _k("group.share.min.assignment.interval.ms", I, 0, _nonneg, "Shortest "
+       "share.assignment.interval.ms (the broker's and a group's).", MEDIUM),
+    _k("group.share.max.assignment.interval.ms", I, 15000, _nonneg, "Longest "
+       "share.assignment.interval.ms (the broker's and a group's).", MEDIUM),
     _k("group.streams.assignment.interval.ms", I, 1000, _nonneg, "Minimum interval between two target "
        "assignment computations of a streams group: a change sooner waits for it, its members answered "
-       "ASSIGNMENT_DELAYED meanwhile. A group's streams.assignment.interval.ms overrides it.", MEDIUM),
+       "ASSIGNMENT_DELAYED meanwhile. A group's streams.assignment.interval.ms overrides it.", MEDIUM, CLUSTER),
+    _k("group.streams.min.assignment.interval.ms", I, 0, _nonneg, "Shortest "
+       "streams.assignment.interval.ms (the broker's and a group's).", MEDIUM),
+    _k("group.streams.max.assignment.interval.ms", I, 15000, _nonneg, "Longest "
+       "streams.assignment.interval.ms (the broker's and a group's).", MEDIUM),
     _k("group.share.enable", B, True, None, "Serve share groups (KIP-932: ShareGroupHeartbeat, "
        "ShareGroupDescribe). Kafka serves them once the share.version feature is 1, as it is in a new 4.2+ "
        "cluster, and so does Rivulet; false (Kafka's own, internal switch) takes share.version 1 out of what "
@@ -646,16 +658,19 @@ def synonyms_of(name: str) -> tuple[str, ...]:
 
 def _bounds(kind: str) -> list[tuple[str, Callable[[Any, Any], bool], str, str]]:
     """A ``group.<kind>.*`` heartbeat interval and session timeout within their bounds, the
-    interval below the session, as Kafka's GroupCoordinatorConfig words them."""
+    interval below the session, then the assignment interval within its bounds, as Kafka's
+    GroupCoordinatorConfig orders and words them."""
     hb, session = f"group.{kind}.heartbeat.interval.ms", f"group.{kind}.session.timeout.ms"
-    rows: list[tuple[str, Callable[[Any, Any], bool], str, str]] = []
-    for value in (hb, session):
+
+    def within(value: str) -> list[tuple[str, Callable[[Any, Any], bool], str, str]]:
         name = value.removeprefix(f"group.{kind}.")
         lo, hi = f"group.{kind}.min.{name}", f"group.{kind}.max.{name}"
-        rows += [(hi, operator.ge, lo, f"{hi} must be greater than or equal to {lo}"),
-                 (value, operator.ge, lo, f"{value} must be greater than or equal to {lo}"),
-                 (value, operator.le, hi, f"{value} must be less than or equal to {hi}")]
-    return rows + [(hb, operator.lt, session, f"{hb} must be less than {session}")]
+        return [(hi, operator.ge, lo, f"{hi} must be greater than or equal to {lo}"),
+                (value, operator.ge, lo, f"{value} must be greater than or equal to {lo}"),
+                (value, operator.le, hi, f"{value} must be less than or equal to {hi}")]
+
+    return [*within(hb), *within(session), (hb, operator.lt, session, f"{hb} must be less than {session}"),
+            *within(f"group.{kind}.assignment.interval.ms")]
 
 
 # Kafka's start-up rules between two properties, in its order and words: its group coordinator's

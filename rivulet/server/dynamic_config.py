@@ -63,7 +63,8 @@ class Reconfigurable(Protocol):
     def reconfigurable_configs(self) -> frozenset[str]: ...
 
     def validate_reconfiguration(self, values: Mapping[str, Any]) -> None:
-        """Raise ConfigError when the parsed values in force would not work."""
+        """Raise ConfigError (INVALID_CONFIG) when the parsed values in force would not work, or
+        an ApiError with the code Kafka answers for them."""
 
     def reconfigure(self, values: Mapping[str, Any]) -> None: ...
 

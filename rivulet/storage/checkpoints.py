@@ -52,6 +52,40 @@ def sync_file(path: str) -> None:
         return
 
 
+class DeferredSync:
+    """A new log's small files (partition.metadata, leader-epoch-checkpoint) are written
+    without fsync until the log's first flush of records syncs them, as Kafka defers the flush
+    of partition.metadata: creating thousands of partitions then costs no fsync each.
+
+    The owning log's lock guards it; after ``take`` its files are written with fsync again.
+    """
+
+    def __init__(self, deferring: bool) -> None:
+        self._deferring = deferring
+        self._paths: list[str] = []  # written without fsync since
+
+    @property
+    def deferring(self) -> bool:
+        """No flush has made records of the log durable yet."""
+        return self._deferring
+
+    def wrote(self, path: str) -> None:
+        if self._deferring and path not in self._paths:
+            self._paths.append(path)
+
+    def take(self) -> list[str]:
+        """End the deferral (a flush of records is under way); the files it must sync first."""
+        paths, self._paths = self._paths, []
+        self._deferring = False
+        return paths
+
+    def restore(self, paths: list[str]) -> None:
+        """That flush failed: its files wait for the next one."""
+        if paths:
+            self._deferring = True
+            self._paths = paths + [p for p in self._paths if p not in paths]
+
+
 def write_atomic(path: str, text: str, *, sync: bool = True) -> None:
     if discarding():
         return

@@ -9,8 +9,8 @@ import threading
 from rivulet.storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
     CorruptCheckpointError,
+    DeferredSync,
     read_epoch_checkpoint,
-    sync_file,
     write_epoch_checkpoint,
 )
 
@@ -26,19 +26,18 @@ class LeaderEpochCache:
     Every change is written through to the checkpoint file. Changes are rare
     (leader elections, truncations), so the fsync cost stays off the hot path.
 
-    A new log's cache (``new``) writes without fsync until ``sync``: the log's first flush of
-    records makes the file durable before any of them count as durable, and until then a
-    crash loses only entries the leader states again (its log is empty on disk). Creating
-    thousands of partitions then costs no fsync each.
+    A new log's cache (given the log's ``deferred``) has no file to read and writes without
+    fsync while the log defers: its first flush of records makes the file durable before any
+    of them count as durable, and until then a crash loses only entries the leader states
+    again (the log is empty on disk).
     """
 
-    def __init__(self, partition_dir: str, *, new: bool = False) -> None:
+    def __init__(self, partition_dir: str, *, deferred: DeferredSync | None = None) -> None:
         self.path = os.path.join(partition_dir, LEADER_EPOCH_CHECKPOINT)
         self._lock = threading.Lock()
-        self._deferred = new  # writes skip the fsync until sync()
-        self._unsynced = False  # written since, without fsync
+        self._deferred = deferred
         entries: list[tuple[int, int]] = []
-        if not new:
+        if deferred is None:
             try:
                 entries = read_epoch_checkpoint(self.path)
             except (CorruptCheckpointError, ValueError) as e:
@@ -134,17 +133,9 @@ class LeaderEpochCache:
             self._persist()
 
     def _persist(self) -> None:
-        write_epoch_checkpoint(self.path, self._entries, sync=not self._deferred)
-        self._unsynced = self._unsynced or self._deferred
-
-    @property
-    def needs_sync(self) -> bool:
-        return self._unsynced
-
-    def sync(self) -> None:
-        """Make the file durable (its directory entry is the caller's: the log dir's fsync) and
-        write with fsync from now on."""
-        with self._lock:
-            if self._unsynced:
-                sync_file(self.path)
-            self._deferred = self._unsynced = False
+        deferred = self._deferred
+        if deferred is not None and deferred.deferring:
+            write_epoch_checkpoint(self.path, self._entries, sync=False)
+            deferred.wrote(self.path)
+        else:
+            write_epoch_checkpoint(self.path, self._entries)

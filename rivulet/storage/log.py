@@ -24,7 +24,13 @@ from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.records import BatchHeader
 from rivulet.storage.batches import iter_headers
-from rivulet.storage.checkpoints import fsync_dir, read_partition_metadata, sync_file, write_partition_metadata
+from rivulet.storage.checkpoints import (
+    DeferredSync,
+    fsync_dir,
+    read_partition_metadata,
+    sync_file,
+    write_partition_metadata,
+)
 from rivulet.storage.config import LogConfig
 from rivulet.storage.epoch import LeaderEpochCache
 from rivulet.storage.log_dir_failure import KafkaStorageError, LogDirFailureChannel, discarding, writes_discarded
@@ -228,12 +234,10 @@ class Log:
 
         created = not os.path.isdir(self.dir)
         os.makedirs(self.dir, exist_ok=True)
-        # A new log's small files are written without fsync: the first flush that makes its
-        # records durable syncs them (and its dir) first, as Kafka defers the flush of
-        # partition.metadata. Lost in a crash before that, they are made again: the topic id
-        # comes from the metadata, the epoch from the leader, and the log was empty on disk.
-        self._unsynced_files: list[str] = []
-        self._awaiting_records = created  # no flush has made records of this new log durable yet
+        # A new log's small files wait for its first flush of records (see DeferredSync). Lost
+        # in a crash before that, they are made again: the topic id comes from the metadata,
+        # the epoch from the leader, and the log was empty on disk.
+        self._deferred = DeferredSync(created)
         stored_id = None if created else read_partition_metadata(self.dir)
         if topic_id is not None and stored_id is not None and stored_id != topic_id:
             raise ApiError(
@@ -241,14 +245,12 @@ class Log:
                 f"{self.dir} belongs to topic id {stored_id}, not {topic_id}",
             )
         if topic_id is not None and stored_id is None:
-            path = write_partition_metadata(self.dir, topic_id, sync=not created)
-            if created:
-                self._unsynced_files.append(path)
+            self._deferred.wrote(write_partition_metadata(self.dir, topic_id, sync=not created))
         self.topic_id: uuid.UUID | None = topic_id or stored_id
         if created and sync_parent:
             fsync_dir(os.path.dirname(self.dir))
 
-        self._epochs = LeaderEpochCache(self.dir, new=created)
+        self._epochs = LeaderEpochCache(self.dir, deferred=self._deferred if created else None)
         self.producer_state = ProducerStateManager(
             self.dir, f"{self.topic}-{self.partition}", producer_id_expiration_ms=producer_id_expiration_ms,
             time_ms=time_ms)
@@ -1211,16 +1213,13 @@ class Log:
                 # A new log's files (and its dir) wait for the first flush that makes records
                 # durable: until then a crash loses nothing that is not made or stated again
                 # (see __init__), and a shutdown syncs nothing for partitions never written.
-                if not records and (not need_dir or self._awaiting_records):
+                if not records and (not need_dir or self._deferred.deferring):
                     self._last_flush_ms = now_ms if now_ms is not None else self._time_ms()
                     return False
                 files: list[str] = []
-                epochs = False
                 if records:
-                    files, self._unsynced_files = self._unsynced_files, []
-                    epochs = self._epochs.needs_sync
-                    need_dir = need_dir or bool(files) or epochs  # their names too
-                    self._awaiting_records = False
+                    files = self._deferred.take()
+                    need_dir = need_dir or bool(files)  # their names too
                 for s in segs:
                     s.pin()
                 self._dir_dirty = False
@@ -1228,8 +1227,6 @@ class Log:
             try:
                 for path in files:
                     sync_file(path)
-                if epochs:
-                    self._epochs.sync()
                 for s in segs:
                     s.sync()
                 for path in snapshots:
@@ -1238,8 +1235,7 @@ class Log:
                     fsync_dir(self.dir)
             except BaseException as e:
                 with self._lock:
-                    self._unsynced_files = files + self._unsynced_files
-                    self._awaiting_records = self._awaiting_records or bool(files) or epochs
+                    self._deferred.restore(files)
                     self._dir_dirty = self._dir_dirty or need_dir
                     for s in segs:
                         s.unpin()

@@ -29,6 +29,8 @@ OPS = [
     [("consumer.session.timeout.ms", 0, "soon")], [("consumer.session.timeout.ms", 1, None)],
     [("share.auto.offset.reset", 0, "by_duration:PT1H")], [("consumer.assignment.interval.ms", 0, "1")],
     [("share.heartbeat.interval.ms", 0, "15000")], [("share.partition.max.record.locks", 0, "99")],
+    [("consumer.assignment.interval.ms", 0, "15001")], [("share.assignment.interval.ms", 0, "-1")],
+    [("streams.assignment.interval.ms", 0, "15000")], [("share.assignment.interval.ms", 0, "20000")],
 ]
 
 
@@ -90,6 +92,18 @@ def probe(bootstrap: str) -> dict:
             lambda: describe(2, topic, ["min.insync.replicas"]), first, tries=300)
         out["cluster level"] = await describe(4, "")
         out["broker min isr"] = await describe(4, "1", ["min.insync.replicas", "group.consumer.session.timeout.ms"])
+        out["intervals"] = await describe(4, "1", [f"group.{kind}.{bound}assignment.interval.ms"
+                                                    for kind in ("consumer", "share", "streams")
+                                                    for bound in ("", "min.", "max.")])
+
+        async def alter_broker(name: str, value: str) -> tuple:
+            r = await c.send(iac.IncrementalAlterConfigsRequest(validate_only=True, resources=[
+                iac.AlterConfigsResource(resource_type=4, resource_name="1", configs=[
+                    iac.AlterableConfig(name=name, config_operation=0, value=value)])]))
+            return r.responses[0].error_code, r.responses[0].error_message or None
+        out["dynamic intervals"] = [await alter_broker(n, v) for n, v in (
+            ("group.consumer.assignment.interval.ms", "20000"), ("group.share.assignment.interval.ms", "500"),
+            ("group.streams.assignment.interval.ms", "15000"), ("group.consumer.min.assignment.interval.ms", "5"))]
         await c.close()
 
     asyncio.run(main())

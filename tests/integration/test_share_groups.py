@@ -107,20 +107,29 @@ async def _lifecycle(b: BrokerProcess) -> None:
                                                 allow_auto_topic_creation=False))
         topic_id = md.topics[0].topic_id
 
-        # A member joins: every partition, the group epoch, the configured heartbeat interval.
+        # A member joins: the group epoch, the configured heartbeat interval, and no partitions until
+        # their share state is initialized (after this answer); a heartbeat after that gets them all.
         r1 = await beat(conn, "m1", 0, [TOPIC])
         parts(r1)
         assert (r1.error_code, r1.member_id, r1.member_epoch, r1.heartbeat_interval_ms) == (0, "m1", 2, 500)
+        assert r1.assignment.topic_partitions == []
+
+        async def assigned():
+            nonlocal r1
+            r1 = await beat(conn, "m1", r1.member_epoch)
+            return parts(r1)
+        await until(assigned, "m1's partitions, once their share state is initialized")
+        assert r1.member_epoch == 3
         assert [(tp.topic_id, sorted(tp.partitions)) for tp in r1.assignment.topic_partitions] == \
             [(topic_id, [0, 1])]
         # Two more: three members over two partitions share them, none idles.
         r2 = await beat(conn, "m2", 0, [TOPIC])
         r3 = await beat(conn, "m3", 0, [TOPIC])
         parts(r2), parts(r3)
-        assert (r2.member_epoch, r3.member_epoch) == (3, 4)
-        r1 = await beat(conn, "m1", 2)
-        r2 = await beat(conn, "m2", 3)
-        assert (r1.member_epoch, r2.member_epoch) == (4, 4)
+        assert (r2.member_epoch, r3.member_epoch) == (4, 5)
+        r1 = await beat(conn, "m1", 3)
+        r2 = await beat(conn, "m2", 4)
+        assert (r1.member_epoch, r2.member_epoch) == (5, 5)
         sizes = sorted(len(parts(r)) for r in (r1, r2, r3))
         assert sizes == [1, 1, 2] and parts(r1) | parts(r2) | parts(r3) == {0, 1}
 
@@ -138,7 +147,7 @@ async def _lifecycle(b: BrokerProcess) -> None:
 
         d = await describe(conn)
         assert (d.error_code, d.group_state, d.group_epoch, d.assignment_epoch, d.assignor_name) == \
-            (0, "Stable", 4, 4, "simple")
+            (0, "Stable", 5, 5, "simple")
         assert sorted(m.member_id for m in d.members) == ["m1", "m2", "m3"]
         assert all(m.subscribed_topic_names == [TOPIC] and m.client_id == "share-it" for m in d.members)
         assert {tp.topic_name for m in d.members for tp in m.assignment.topic_partitions} == {TOPIC}
@@ -185,10 +194,10 @@ async def _lifecycle(b: BrokerProcess) -> None:
             parts(r1), parts(r2)
             return d if sorted(m.member_id for m in d.members) == ["m1", "m2"] else None
         d = await until(keep_alive_and_check, "m3's session to expire")
-        assert d.group_epoch == 5
+        assert d.group_epoch == 6
         r1 = await beat(conn, "m1", r1.member_epoch)
         r2 = await beat(conn, "m2", r2.member_epoch)
-        assert (r1.member_epoch, r2.member_epoch) == (5, 5)
+        assert (r1.member_epoch, r2.member_epoch) == (6, 6)
         assert parts(r1) | parts(r2) == {0, 1} and len(parts(r1)) == len(parts(r2)) == 1
     finally:
         await conn.close()
@@ -201,10 +210,10 @@ async def _lifecycle(b: BrokerProcess) -> None:
             d = await describe(conn)
             return d if d.error_code == 0 else None
         d = await until(loaded, "the group to load")
-        assert (d.group_state, d.group_epoch, d.assignment_epoch) == ("Stable", 5, 5)
-        assert sorted((m.member_id, m.member_epoch) for m in d.members) == [("m1", 5), ("m2", 5)]
-        r1 = await beat(conn, "m1", 5)
-        assert (r1.error_code, r1.member_epoch) == (0, 5)
+        assert (d.group_state, d.group_epoch, d.assignment_epoch) == ("Stable", 6, 6)
+        assert sorted((m.member_id, m.member_epoch) for m in d.members) == [("m1", 6), ("m2", 6)]
+        r1 = await beat(conn, "m1", 6)
+        assert (r1.error_code, r1.member_epoch) == (0, 6)
         # Both leave; the empty group is deleted, and is gone.
         assert (await beat(conn, "m1", -1)).member_epoch == -1
         assert (await beat(conn, "m2", -1)).error_code == 0

@@ -175,6 +175,13 @@ def test_an_advertised_listener_that_is_not_opened_stops_start_up(listeners, adv
      "group.streams.max.session.timeout.ms must be greater than or equal to group.streams.min.session.timeout.ms"),
     ({"group.streams.num.standby.replicas": "3"},
      "group.streams.num.standby.replicas must be less than or equal to group.streams.max.standby.replicas"),
+    ({"group.consumer.assignment.interval.ms": "20000"},
+     "group.consumer.assignment.interval.ms must be less than or equal to group.consumer.max.assignment.interval.ms"),
+    ({"group.share.min.assignment.interval.ms": "2000"},
+     "group.share.assignment.interval.ms must be greater than or equal to group.share.min.assignment.interval.ms"),
+    ({"group.streams.max.assignment.interval.ms": "10", "group.streams.min.assignment.interval.ms": "20"},
+     "group.streams.max.assignment.interval.ms must be greater than or equal to "
+     "group.streams.min.assignment.interval.ms"),
     ({"replica.fetch.wait.max.ms": "31000"}, "replica.socket.timeout.ms should always be at least "
      "replica.fetch.wait.max.ms to prevent unnecessary socket timeouts"),
     ({"replica.lag.time.max.ms": "400"}, "replica.fetch.wait.max.ms should always be less than or equal to "

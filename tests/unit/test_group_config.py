@@ -46,6 +46,19 @@ def test_validation_against_the_brokers_bounds():
     assert refused({"streams.num.standby.replicas": "3"}) == \
         "streams.num.standby.replicas must be less than or equal to group.streams.max.standby.replicas"
     assert refused({"share.delivery.count.limit": "11"}).startswith("share.delivery.count.limit must be less")
+    # KIP-1263's assignment intervals: at least 0 (the definition), then the broker's min/max (0, 15000)
+    assert validate_group_configs({"consumer.assignment.interval.ms": "15000"}, BROKER)[
+        "consumer.assignment.interval.ms"] == 15000
+    assert refused({"consumer.assignment.interval.ms": "15001"}) == \
+        "consumer.assignment.interval.ms must be less than or equal to group.consumer.max.assignment.interval.ms"
+    assert refused({"share.assignment.interval.ms": "-1"}) == \
+        "Invalid value -1 for configuration share.assignment.interval.ms: Value must be at least 0"
+    assert refused({"streams.assignment.interval.ms": "20000"}) == \
+        "streams.assignment.interval.ms must be less than or equal to group.streams.max.assignment.interval.ms"
+    floor = {**BROKER, "group.share.min.assignment.interval.ms": 100}
+    with pytest.raises(GroupConfigError, match="share.assignment.interval.ms must be greater than or equal to "
+                                               "group.share.min.assignment.interval.ms"):
+        validate_group_configs({"share.assignment.interval.ms": "99"}, floor)
     wide = {**BROKER, "group.consumer.min.session.timeout.ms": 1000, "group.consumer.max.heartbeat.interval.ms": 60000}
     with pytest.raises(GroupConfigError, match="consumer.session.timeout.ms must be greater than "
                                                "consumer.heartbeat.interval.ms"):
@@ -108,3 +121,32 @@ def test_a_consumer_groups_heartbeat_settings_take_its_own_configs():
     assert groups.consumer_group_config("g", base) == ConsumerGroupConfig(
         heartbeat_interval_ms=6000, session_timeout_ms=50000, assignors=("range",), assignment_interval_ms=0)
     assert groups.consumer_group_config("other", base) == base
+
+
+def test_the_brokers_assignment_intervals_change_at_run_time_within_their_bounds(tmp_path):
+    # As Kafka 4.3.1: group.*.assignment.interval.ms are dynamic broker configs (at either level),
+    # refused outside their static bounds (INVALID_REQUEST, its words); a change is the default of
+    # every group without its own interval from then on, and a restart keeps it.
+    from rivulet.protocol.errors import ApiError, ErrorCode
+    static = BrokerConfig({}).items()
+    dynamic = DynamicBrokerConfig(str(tmp_path), 1, static)
+    groups = GroupConfigs(static, dynamic)
+    dynamic.add_reconfigurable(groups)
+    asyncio.run(groups.alter("own", {"share.assignment.interval.ms": "0"}))
+    with pytest.raises(ApiError) as e:
+        dynamic.validate({"group.consumer.assignment.interval.ms": "20000"})
+    assert (e.value.code, e.value.message) == (ErrorCode.INVALID_REQUEST, "group.consumer.assignment.interval.ms "
+                                               "must be less than or equal to group.consumer.max.assignment.interval.ms")
+    with pytest.raises(ApiError) as e:
+        dynamic.validate({"group.share.min.assignment.interval.ms": "5"}, per_broker=False)
+    assert (e.value.code, e.value.message) == (
+        ErrorCode.INVALID_REQUEST, "Cannot update these configs dynamically: [group.share.min.assignment.interval.ms]")
+    dynamic.validate({"group.share.assignment.interval.ms": "500"}, per_broker=False)
+    dynamic.replace("", {"group.share.assignment.interval.ms": "500"})
+    assert groups.get("other").share_assignment_interval_ms == 500
+    assert groups.get("own").share_assignment_interval_ms == 0
+    assert groups.get("other").consumer_assignment_interval_ms == 1000
+    again = GroupConfigs(static, DynamicBrokerConfig(str(tmp_path), 1, static))
+    restarted = DynamicBrokerConfig(str(tmp_path), 1, static)
+    restarted.add_reconfigurable(again)
+    assert again.get("other").share_assignment_interval_ms == 500

@@ -4,6 +4,7 @@ the purgatory, reloading __consumer_offsets, group kinds that do not mix, list/d
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
@@ -18,12 +19,13 @@ from rivulet.coordinator.share_group import (
     ShareHeartbeatRequest,
     ShareHeartbeatResult,
     heartbeat,
+    initialized_record,
     leave,
     validate,
 )
 from rivulet.common.types import TopicPartition
 from rivulet.coordinator.group_metadata import OffsetAndMetadata
-from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.server.acls import Authz
 from rivulet.server.handlers.groups import GroupHandlers
 from test_consumer_group import Topics
@@ -109,13 +111,21 @@ def test_no_partitions_no_assignment():
 
 
 class Group:
-    """Runs heartbeats as the service does: replay every record, round-tripped through its codec."""
+    """Runs heartbeats as the service does: replay every record, round-tripped through its codec,
+    and record the partitions a heartbeat names initialized once it is done (the service without
+    a share coordinator). ``initialized``: the topics' share state exists from the start (else
+    a first member gets partitions only at a heartbeat after their state is initialized)."""
 
-    def __init__(self, topics: Topics, config: ShareGroupConfig = ShareGroupConfig(assignment_interval_ms=0)) -> None:
+    def __init__(self, topics: Topics, config: ShareGroupConfig = ShareGroupConfig(assignment_interval_ms=0),
+                 initialized: bool = True) -> None:
         self.topics = topics
         self.config = config
         self.group = ShareGroup("g")
         self.log: list = []
+        self.beat_initializes = True
+        if initialized:
+            self.apply([self.group.state_partitions_record(
+                {t.topic_id: (n, frozenset(range(t.num_partitions))) for n, t in topics.by_name.items()})])
 
     def apply(self, records) -> None:
         for key, value in records:
@@ -131,6 +141,8 @@ class Group:
         validate(req)
         result = leave(self.group, req) if epoch < 0 else heartbeat(self.group, req, self.topics, self.config, now)
         self.apply(result.records)
+        if result.initialize and self.beat_initializes:
+            self.apply([initialized_record(self.group, result.initialize, {})])
         return result
 
     def replayed(self) -> ShareGroup:
@@ -224,13 +236,38 @@ def test_a_full_request_is_answered_with_the_assignment():
     assert g.beat("m1", 2, ["t"]).assignment == {T1: {0, 1}}
 
 
-def test_topic_created_later_is_assigned_when_it_appears():
+def test_topic_created_later_is_assigned_once_its_share_state_is_initialized():
     topics = Topics(t=1)
     g = Group(topics)
     assert g.beat("m1", 0, ["t", "later"]).assignment == {T1: {0}}
     topics.by_name["later"] = type(topics.by_name["t"])("later", T2, 2)
+    r = g.beat("m1", 2)  # the new topic moves the group epoch, but has no share state yet
+    assert r.member_epoch == 3 and r.assignment is None and r.initialize == {T2: ("later", frozenset({0, 1}))}
+    r = g.beat("m1", 3)  # initialized since: the group epoch moves again and assigns it
+    assert r.member_epoch == 4 and r.assignment == {T1: {0}, T2: {0, 1}}
+
+
+def test_only_partitions_with_initialized_share_state_are_assigned_as_kafka():
+    """As Kafka 4.3.1: the first member gets the group epoch and no partitions; its heartbeat
+    records the subscribed partitions initializing and names them for the service; once they
+    are recorded initialized, its next heartbeat moves the group epoch and assigns them.
+    Partitions whose initialization failed leave initializing and are asked for again."""
+    g = Group(Topics(t=3), initialized=False)
+    g.beat_initializes = False
+    r = g.beat("m1", 0, ["t"])
+    assert (r.member_epoch, r.assignment, r.initialize) == (2, {}, {T1: ("t", frozenset({0, 1, 2}))})
+    assert (g.group.initializing, g.group.initialized) == ({T1: ("t", frozenset({0, 1, 2}))}, {})
+    r = g.beat("m1", 2)  # still being initialized: nothing new, nothing asked for again
+    assert (r.member_epoch, r.assignment, r.initialize, r.records) == (2, None, {}, [])
+    g.apply([initialized_record(g.group, {T1: ("t", frozenset({0, 2}))}, {T1: ("t", frozenset({1}))})])
+    assert (g.group.initializing, g.group.initialized) == ({}, {T1: ("t", frozenset({0, 2}))})
     r = g.beat("m1", 2)
-    assert r.member_epoch == 3 and r.assignment == {T1: {0}, T2: {0, 1}}
+    assert (r.member_epoch, r.assignment, r.initialize) == (3, {T1: {0, 2}}, {T1: ("t", frozenset({1}))})
+    g.apply([initialized_record(g.group, r.initialize, {})])
+    r = g.beat("m1", 3)
+    assert (r.member_epoch, r.assignment) == (4, {T1: {0, 1, 2}})
+    assert (g.group.group_epoch, g.group.target_assignment_epoch) == (4, 4)
+    assert g.beat("m1", 4).records == []  # all assigned: the group epoch stays
 
 
 def test_a_deleted_topic_leaves_the_assignment_and_the_state_metadata():
@@ -421,6 +458,83 @@ def test_restart_reloads_the_group_from_the_log():
     assert c2.manager.get_group("sg").share.members.keys() == set()
 
 
+class ShareState:
+    """The share coordinator as the group coordinator reaches it: records each initialization;
+    ``refuse`` partitions fail once."""
+
+    def __init__(self, refuse: set[TopicPartition] | None = None) -> None:
+        self.initialized: list[tuple[str, TopicPartition, int]] = []
+        self.refuse = set(refuse or ())
+
+    async def share_state_summary(self, group_id: str, tp: TopicPartition) -> tuple[int, int, int] | None:
+        return None
+
+    async def initialize_share_state(self, group_id: str, tp: TopicPartition, start_offset: int) -> None:
+        if tp in self.refuse:
+            self.refuse.discard(tp)
+            raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        self.initialized.append((group_id, tp, start_offset))
+
+    async def delete_share_state(self, group_id: str, tps: list[TopicPartition]) -> None:
+        return None
+
+
+async def loaded(beat):
+    """The answer once the coordinator has loaded its partitions (off the loop when one runs)."""
+    for _ in range(500):
+        r = beat()
+        if r.error != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+            return r
+        await asyncio.sleep(0.01)
+    raise AssertionError("the coordinator never loaded")
+
+
+def test_the_coordinator_initializes_share_state_in_the_share_coordinator_before_assigning():
+    """Kafka's persister call after a heartbeat: InitializeShareGroupState without a start offset
+    (-1: share.auto.offset.reset decides at the first fetch), then the partitions are recorded
+    initialized and the member's next heartbeat gets them; a failed one is asked for again."""
+    from test_group_support import FakeCluster
+
+    async def main() -> None:
+        b = FakeCluster(**{"group.share.assignment.interval.ms": 0})
+        state = ShareState(refuse={TopicPartition("t", 1)})
+        c = GroupCoordinator(b.config, b.replica_manager, b.metadata, b, b.node, b.timer, b.clock,
+                             streams_topics=b, share_state=state)
+        c.startup()
+        b.add_topic("t", 3)
+        tid = b.metadata.get("t").topic_id
+        r = await loaded(lambda: share_beat(c, "m1", 0, ["t"]))
+        assert (r.member_epoch, r.assignment) == (2, {})
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert state.initialized == [("sg", TopicPartition("t", 0), -1), ("sg", TopicPartition("t", 2), -1)]
+        share = c.manager.get_group("sg").share
+        assert (share.initialized, share.initializing) == ({tid: ("t", frozenset({0, 2}))}, {})
+        r = share_beat(c, "m1", 2)
+        assert (r.member_epoch, r.assignment) == (3, {tid: {0, 2}})
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert state.initialized[-1] == ("sg", TopicPartition("t", 1), -1)
+        r = share_beat(c, "m1", 3)
+        assert (r.member_epoch, r.assignment) == (4, {tid: {0, 1, 2}})
+        # A coordinator that loads a group with partitions still recorded initializing (its
+        # predecessor stopped before the outcome) initializes them again.
+        c.manager.get_group("sg").share.replay(*share.state_partitions_record(
+            share.initialized, {tid: ("t", frozenset({1}))}))
+        c.manager.store_consumer_group_records("sg", [share.state_partitions_record(
+            share.initialized, {tid: ("t", frozenset({1}))})], lambda _e: None)
+        c.shutdown()
+        c2 = GroupCoordinator(b.config, b.replica_manager, b.metadata, b, b.node, b.timer, b.clock,
+                              streams_topics=b, share_state=state)
+        c2.startup()
+        await loaded(lambda: share_beat(c2, "m1", 4))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert state.initialized[-1] == ("sg", TopicPartition("t", 1), -1) and len(state.initialized) == 4
+        assert c2.manager.get_group("sg").share.initializing == {}
+    asyncio.run(main())
+
+
 def test_group_id_not_found_and_kinds_that_do_not_mix():
     c, b = make_coordinator()
     b.add_topic("t", 1)
@@ -499,20 +613,24 @@ def test_heartbeat_and_describe_on_the_wire():
     resp = call(apis, ShareGroupHeartbeatRequest(group_id="sg", member_id="m-1", member_epoch=0,
                                                  subscribed_topic_names=["t"]), 1)
     assert (resp.error_code, resp.member_id, resp.member_epoch, resp.heartbeat_interval_ms) == (0, "m-1", 2, 5000)
-    assert [(tp.topic_id, tp.partitions) for tp in resp.assignment.topic_partitions] == [(topic_id, [0, 1, 2])]
+    assert resp.assignment.topic_partitions == []  # their share state is initialized after this answer
+    b.advance(1000)  # group.share.assignment.interval.ms
     resp = call(apis, ShareGroupHeartbeatRequest(group_id="sg", member_id="m-1", member_epoch=2), 1)
-    assert (resp.error_code, resp.member_epoch, resp.assignment) == (0, 2, None)
+    assert (resp.error_code, resp.member_epoch) == (0, 3)
+    assert [(tp.topic_id, tp.partitions) for tp in resp.assignment.topic_partitions] == [(topic_id, [0, 1, 2])]
+    resp = call(apis, ShareGroupHeartbeatRequest(group_id="sg", member_id="m-1", member_epoch=3), 1)
+    assert (resp.error_code, resp.member_epoch, resp.assignment) == (0, 3, None)
     resp = call(apis, ShareGroupHeartbeatRequest(group_id="sg", member_id="m-1", member_epoch=0), 1)
     assert (resp.error_code, resp.error_message, resp.member_id) == (
         ErrorCode.INVALID_REQUEST, "SubscribedTopicNames must be set in first request.", None)
     resp = call(apis, ShareGroupDescribeRequest(group_ids=["sg", "nope"], include_authorized_operations=True), 1)
     described, missing = resp.groups
     assert (described.error_code, described.group_state, described.group_epoch, described.assignment_epoch,
-            described.assignor_name) == (0, "Stable", 2, 2, "simple")
+            described.assignor_name) == (0, "Stable", 3, 3, "simple")
     assert described.authorized_operations != -2147483648
     [m] = described.members
     assert (m.member_id, m.member_epoch, m.client_id, m.client_host, m.subscribed_topic_names) == (
-        "m-1", 2, "cli", "/10.1.2.3", ["t"])
+        "m-1", 3, "cli", "/10.1.2.3", ["t"])
     assert [(tp.topic_name, tp.partitions) for tp in m.assignment.topic_partitions] == [("t", [0, 1, 2])]
     assert (missing.error_code, missing.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Group nope not found.")
     resp = call(apis, ShareGroupHeartbeatRequest(group_id="sg", member_id="m-1", member_epoch=-1), 1)

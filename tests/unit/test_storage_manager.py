@@ -534,6 +534,25 @@ def test_create_logs_fsyncs_the_parent_once_and_a_new_logs_files_at_its_first_fl
     m2.shutdown()
 
 
+def test_a_new_logs_deferral_ends_at_its_first_flush_even_with_no_epoch_written_before(tmp_path, monkeypatch):
+    # The log's small files share one deferral: a first flush of records that found no
+    # leader-epoch-checkpoint written yet still ends it, so a later epoch change is durable at
+    # once rather than waiting for the next flush of records.
+    d = str(tmp_path / "data")
+    m = LogManager([d], LogConfig())
+    m.startup()
+    (lg,) = m.create_logs("late", [0], None, uuid.uuid4())
+    data = make_batch(2)  # partition leader epoch -1: the follower assigns no epoch for it
+    lg.append_as_follower(data, [parse_batch_header(data, 0)], now_ms=0)
+    synced = _fsync_spy(monkeypatch)
+    lg.flush()
+    assert os.path.join(lg.dir, "partition.metadata") in synced and synced[-1] == lg.dir
+    synced.clear()
+    lg.assign_epoch(3, 2)
+    assert synced == [os.path.join(lg.dir, "leader-epoch-checkpoint.tmp"), lg.dir]
+    m.shutdown()
+
+
 def test_new_logs_go_to_the_dir_with_fewest_partitions_in_a_batch_too(tmp_path):
     dirs = [str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "c")]
     m = LogManager(dirs, LogConfig())
