@@ -13,20 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import uuid
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Hashable, Mapping, Protocol, Sequence
 
-from rivulet.common.file_region import FileRegion
 from rivulet.common.time import Clock
 from rivulet.common.types import TopicPartition
 from rivulet.delayed import DelayedOperation, DelayedOperationPurgatory, Timer
 from rivulet.protocol.errors import ApiError, ErrorCode
-from rivulet.protocol.records import BatchHeader, aborted_batches, iter_batches
+from rivulet.protocol.records import aborted_batches, iter_batches
 from rivulet.replication.partition import Partition
 from rivulet.replication.replica_manager import FetchParams, FetchRequestPartition, ReplicaManager
-from rivulet.storage.batches import iter_headers
 
 from .partition import (
     AcknowledgementBatch,
@@ -81,7 +78,7 @@ class SharePartitionResult:
     error_message: str | None = None
     acknowledge_error: ErrorCode = ErrorCode.NONE
     acknowledge_error_message: str | None = None
-    records: bytes | memoryview | FileRegion = b""
+    records: bytes | memoryview = b""
     acquired: list[AcquiredRecords] = field(default_factory=list)
     # The persister write of the acknowledgements: the answer waits for it, and its failure
     # becomes ``acknowledge_error`` (Kafka answers an acknowledgement once its state is written).
@@ -97,7 +94,6 @@ class ShareFetchRequestData:
     max_bytes: int
     max_records: int
     record_limit: bool = False
-    zero_copy: bool = False  # the answer may carry its records as a FileRegion (not over TLS)
 
 
 @dataclass(slots=True)
@@ -379,31 +375,23 @@ class SharePartitionManager:
         acquired: list[AcquiredRecords] = []
         # The reads from the one holding the first acquired record on (contiguous: each starts
         # at the batch after the last one's), and where the answer starts and ends in them.
-        reads: list[memoryview | FileRegion] = []
-        first_headers: list[tuple[int, BatchHeader]] = []
-        start = end = next_offset = 0
+        reads: list[memoryview] = []
+        start = end = 0
         last = -1
         while True:
             params = FetchParams(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=window,
-                                 isolation_level=isolation, partitions=[FetchRequestPartition(tp, offset, window)],
-                                 zero_copy=request.zero_copy)
+                                 isolation_level=isolation, partitions=[FetchRequestPartition(tp, offset, window)])
             read = self.replica_manager.read_from_local_log(params)[tp]
             if read.error != ErrorCode.NONE:
                 raise ApiError(read.error)
-            data = read.records
+            data = memoryview(read.records)
             meta = read.fetch_offset_metadata
             seg = None if meta is None else meta.segment_base_offset
             if not data or left < max_bytes and (len(data) > left or seg != segment):
-                _close(data)
                 break  # past what one read of max_bytes would have returned
             segment = seg
-            if isinstance(data, FileRegion):  # its headers from the file, positions in the region
-                headers = [(pos - data.position, h)
-                           for pos, h in iter_headers(data.fd, data.position, data.position + data.size)]
-            else:
-                headers = list(iter_batches(data))
+            headers = list(iter_batches(data))
             if not headers:
-                _close(data)
                 break
             got = sp.acquire(request.member_id, [(h.base_offset, h.last_offset) for _, h in headers], budget,
                              record_limit=request.record_limit)
@@ -416,11 +404,7 @@ class SharePartitionManager:
                     sp.archive_acquired(a_first, a_last)
                 got = subtract_ranges(got, aborted)
             if got or reads:
-                if not reads:
-                    first_headers = headers
-                reads.append(data if isinstance(data, FileRegion) else memoryview(data))
-            else:
-                _close(data)
+                reads.append(data)
             if got:
                 lo, hi = got[0].first_offset, got[-1].last_offset
                 # The log batches from the first acquired record's to the last one's go back.
@@ -428,29 +412,19 @@ class SharePartitionManager:
                 if not acquired:
                     start = held[0][0]
                 last, end = len(reads) - 1, held[-1][0] + held[-1][1].size
-                next_offset = held[-1][1].last_offset + 1
                 acquired += got
             left -= len(data)
             offset = headers[-1][1].last_offset + 1
             if budget <= 0 or left <= 0 or (offset >= sp.end_offset and sp.in_flight_count >= sp.max_record_locks):
                 break
             window = min(left, 2 * window)
-        for unused in reads[last + 1:]:
-            _close(unused)
         if not acquired:
             return
         res.acquired = merge_acquired(acquired)
-        first = reads[0]
-        if last == 0 and isinstance(first, FileRegion):
-            # Sent from the file as a Fetch's records are; the read's own region is closed.
-            count = sum(h.records_count for pos, h in first_headers if start <= pos < end)
-            res.records = FileRegion(os.dup(first.fd), first.position + start, end - start, next_offset, count)
-            first.close()
-        elif last == 0:
-            res.records = first[start:end]  # one read: not copied
+        if last == 0:
+            res.records = reads[0][start:end]  # one read: not copied
         else:
-            views = [memoryview(r.read()) if isinstance(r, FileRegion) else r for r in reads[:last + 1]]
-            res.records = b"".join([views[0][start:], *views[1:last], views[last][:end]])
+            res.records = b"".join([reads[0][start:], *reads[1:last], reads[last][:end]])
 
     def unsend(self, group_id: str, member_id: str, results: Mapping[TopicPartition, SharePartitionResult]) -> None:
         """The answer of a fetch goes out without its records (its client is throttled): what
@@ -459,7 +433,6 @@ class SharePartitionManager:
             sp = self.partitions.get((group_id, tp))
             if sp is not None and res.acquired:
                 sp.unacquire(member_id, res.acquired)
-            _close(res.records)
             res.records, res.acquired = b"", []
 
     # -- share partitions ----------------------------------------------------------------------
@@ -713,12 +686,6 @@ def _retrieve(task: asyncio.Future) -> None:
     # A persister's ApiError is the answer's business (or logged where it fails); others are bugs.
     if not task.cancelled() and (e := task.exception()) is not None and not isinstance(e, ApiError):
         log.error("a share state write or delete failed", exc_info=e)
-
-
-def _close(data: bytes | bytearray | memoryview | FileRegion) -> None:
-    """Let go of a read's records that will not be sent (a FileRegion holds a descriptor)."""
-    if isinstance(data, FileRegion):
-        data.close()
 
 
 def subtract_ranges(acquired: list[AcquiredRecords], ranges: Sequence[tuple[int, int]]) -> list[AcquiredRecords]:

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 import pytest
 
-from rivulet.common.file_region import FileRegion
 from rivulet.common.time import MockClock
 from rivulet.common.types import TopicPartition
 from rivulet.delayed import Timer
@@ -177,27 +176,6 @@ def test_fetch_returns_every_batch_from_the_first_acquired_record_to_the_last(tm
         assert batches_of(got) == [(i, i + 9) for i in range(0, 1010, 10)]
 
     run(tmp_path, body)
-
-
-def test_records_of_one_read_go_back_as_a_file_region_where_the_connection_sends_files(tmp_path) -> None:
-    async def body(env: Env) -> None:
-        for _ in range(3):
-            env.produce(3000, value_bytes=100)  # batches larger than a Fetch sends as a FileRegion
-        env.open("m1")
-        await env.manager.ensure_loaded("g", [TP])
-
-        def fetch(max_records: int):
-            return env.manager.fetch(ShareFetchRequestData("g", "m1", [TP], 0, 1 << 30, max_records, zero_copy=True), {})
-        got = fetch(500)
-        region = got[TP].records
-        assert isinstance(region, FileRegion) and region.record_count == 3000
-        assert ranges(got) == [(0, 2999, 1)]
-        assert [(h.base_offset, h.last_offset) for _, h in rec.iter_batches(region.read())] == [(0, 2999)]
-        got = fetch(3001)  # two reads: their bytes, joined
-        assert ranges(got) == [(3000, 8999, 1)]
-        assert batches_of(got) == [(3000, 5999), (6000, 8999)]
-
-    run(tmp_path, body, Settings(share_partition_max_record_locks=10_000))
 
 
 def test_fetch_takes_the_batches_one_read_of_max_bytes_holds(tmp_path) -> None:
