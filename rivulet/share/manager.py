@@ -21,7 +21,7 @@ from rivulet.common.time import Clock
 from rivulet.common.types import TopicPartition
 from rivulet.delayed import DelayedOperation, DelayedOperationPurgatory, Timer
 from rivulet.protocol.errors import ApiError, ErrorCode
-from rivulet.protocol.records import aborted_batches, iter_batches
+from rivulet.protocol.records import BatchHeader, aborted_batches, cut_batch, iter_batches
 from rivulet.replication.partition import Partition
 from rivulet.replication.replica_manager import FetchParams, FetchRequestPartition, ReplicaManager
 
@@ -374,10 +374,9 @@ class SharePartitionManager:
         left, window, segment = max_bytes, min(max_bytes, _FIRST_READ_BYTES), None
         acquired: list[AcquiredRecords] = []
         # The reads from the one holding the first acquired record on (contiguous: each starts
-        # at the batch after the last one's), and where the answer starts and ends in them.
+        # at the batch after the last one's), and their batches: (read, position, header).
         reads: list[memoryview] = []
-        start = end = 0
-        last = -1
+        batches: list[tuple[int, int, BatchHeader]] = []
         while True:
             params = FetchParams(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=window,
                                  isolation_level=isolation, partitions=[FetchRequestPartition(tp, offset, window)])
@@ -405,14 +404,8 @@ class SharePartitionManager:
                 got = subtract_ranges(got, aborted)
             if got or reads:
                 reads.append(data)
-            if got:
-                lo, hi = got[0].first_offset, got[-1].last_offset
-                # The log batches from the first acquired record's to the last one's go back.
-                held = [(pos, h) for pos, h in headers if h.last_offset >= lo and h.base_offset <= hi]
-                if not acquired:
-                    start = held[0][0]
-                last, end = len(reads) - 1, held[-1][0] + held[-1][1].size
-                acquired += got
+                batches += [(len(reads) - 1, pos, h) for pos, h in headers]
+            acquired += got
             left -= len(data)
             offset = headers[-1][1].last_offset + 1
             if budget <= 0 or left <= 0 or (offset >= sp.end_offset and sp.in_flight_count >= sp.max_record_locks):
@@ -421,10 +414,7 @@ class SharePartitionManager:
         if not acquired:
             return
         res.acquired = merge_acquired(acquired)
-        if last == 0:
-            res.records = reads[0][start:end]  # one read: not copied
-        else:
-            res.records = b"".join([reads[0][start:], *reads[1:last], reads[last][:end]])
+        res.records = _answer_records(reads, batches, res.acquired)
 
     def unsend(self, group_id: str, member_id: str, results: Mapping[TopicPartition, SharePartitionResult]) -> None:
         """The answer of a fetch goes out without its records (its client is throttled): what
@@ -686,6 +676,45 @@ def _retrieve(task: asyncio.Future) -> None:
     # A persister's ApiError is the answer's business (or logged where it fails); others are bugs.
     if not task.cancelled() and (e := task.exception()) is not None and not isinstance(e, ApiError):
         log.error("a share state write or delete failed", exc_info=e)
+
+
+def _answer_records(reads: list[memoryview], batches: list[tuple[int, int, BatchHeader]],
+                    acquired: list[AcquiredRecords]) -> bytes | memoryview:
+    """The records of a share fetch's answer (``acquired``: merged, ascending): the log batches
+    from the first acquired record's to the last one's, as one slice of the log while each of
+    them is acquired whole. A batch acquired in part (it crosses the record lock limit, or other
+    members hold some of its records) is cut down to its records from the first acquired to the
+    last where it is uncompressed (``records.cut_batch``), and batches holding no acquired
+    record are then left out: the consumer decodes only what it was handed."""
+    lo_batch = hi_batch = -1
+    pieces: list[bytes | memoryview] = []
+    cut = False
+    i = 0
+    for k, (r, pos, h) in enumerate(batches):
+        while i < len(acquired) and acquired[i].last_offset < h.base_offset:
+            i += 1
+        lo = hi = -1
+        j = i
+        while j < len(acquired) and acquired[j].first_offset <= h.last_offset:
+            if lo < 0:
+                lo = max(acquired[j].first_offset, h.base_offset)
+            hi = min(acquired[j].last_offset, h.last_offset)
+            j += 1
+        if lo < 0:
+            continue
+        if lo_batch < 0:
+            lo_batch = k
+        hi_batch = k
+        whole = reads[r][pos:pos + h.size]
+        part = cut_batch(whole, lo, hi) if lo > h.base_offset or hi < h.last_offset else None
+        cut = cut or part is not None
+        pieces.append(whole if part is None else part)
+    if cut:
+        return b"".join(pieces)
+    (r0, p0, _), (r1, p1, h1) = batches[lo_batch], batches[hi_batch]
+    if r0 == r1:
+        return reads[r0][p0:p1 + h1.size]  # one read: not copied
+    return b"".join([reads[r0][p0:], *reads[r0 + 1:r1], reads[r1][:p1 + h1.size]])
 
 
 def subtract_ranges(acquired: list[AcquiredRecords], ranges: Sequence[tuple[int, int]]) -> list[AcquiredRecords]:
