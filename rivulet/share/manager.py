@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Hashable, Mapping, Protocol, Sequence
+from typing import Protocol
 
 from rivulet.common.time import Clock
 from rivulet.common.types import TopicPartition
