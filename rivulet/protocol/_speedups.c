@@ -1628,6 +1628,51 @@ layout_walk(const unsigned char *buf, const layout_batch *bs, Py_ssize_t nb, int
     return 1;
 }
 
+/* record_span(data, pos, stop, first, last) -> (start, end) | None
+ *
+ * For records.cut_batch: where records first..last (indexes in the batch) lie among the
+ * records laid out from pos to stop, reading only their length varints. None when the
+ * records do not frame (the caller then leaves the batch whole). */
+static PyObject *
+speedups_record_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "record_span(data, pos, stop, first, last) takes 5 arguments");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t stop = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t first = PyLong_AsSsize_t(args[3]);
+    Py_ssize_t last = PyLong_AsSsize_t(args[4]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    Py_ssize_t start = -1;
+    int ok = pos >= 0 && stop <= view.len && first >= 0 && first <= last;
+    uint64_t v;
+    for (Py_ssize_t i = 0; ok && i <= last; i++) {
+        if (i == first)
+            start = pos;
+        if (read_uvarint(buf, stop, &pos, 5, &v) != VARINT_OK) {
+            ok = 0;
+            break;
+        }
+        int64_t size = zigzag(v);
+        if (size < 0 || size > stop - pos)
+            ok = 0;
+        else
+            pos += (Py_ssize_t)size;
+    }
+    PyBuffer_Release(&view);
+    if (!ok)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(nn)", start, pos);
+}
+
 /* record_layout(data, batches, want_headers) -> (pos, offsets, timestamps, headers) | None
  *
  * For rivulet.arrow.records.Chunk: where each record's key and value lie in ``data`` and each
@@ -1782,6 +1827,9 @@ static PyMethodDef speedups_methods[] = {
      "record_layout(data, batches, want_headers) -> tuple[bytes, bytes, bytes, list] | None\n\n"
      "Key and value positions, offsets and timestamps of the records of a chunk\n"
      "(rivulet.arrow.records.Chunk), walked without the GIL; None for anything its layout does not describe."},
+    {"record_span", (PyCFunction)(void (*)(void))speedups_record_span, METH_FASTCALL,
+     "record_span(data, pos, stop, first, last) -> (start, end) | None\n\n"
+     "Where records first..last of those laid out from pos to stop lie (length varints only)."},
     {"murmur2", (PyCFunction)speedups_murmur2, METH_O,
      "murmur2(data: bytes) -> int\n\nKafka's murmur2 hash (Java's Utils.murmur2), a signed 32-bit int."},
     {"setup", (PyCFunction)(void (*)(void))speedups_setup, METH_FASTCALL,

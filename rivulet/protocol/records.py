@@ -15,7 +15,8 @@ Here: the header (``BatchHeader``, ``parse_batch_header``, ``LOCATOR``), framing
 (``iter_batches``), building batches (``encode_batch``, ``encode_control_batch``,
 ``encode_record`` + ``assemble_batch`` for the cleaner's rewritten batches), reading them
 (``decode_batch``, ``decode_records``, ``parse_control_record``), partial walks
-(``record_starts``, ``record_offsets_and_timestamps``), the broker's produce-path check
+(``record_starts``, ``record_offsets_and_timestamps``), cutting a batch down to some of its
+records (``cut_batch``, for a share fetch), the broker's produce-path check
 (``validate_produce_records``, which walks records without materialising them because the
 broker stores the client's bytes unchanged) and the one
 in-place rewrite of a produced batch (``patch_appended_batches``). Storage, the cleaner,
@@ -393,6 +394,50 @@ def record_offsets_and_timestamps(batch: bytes | bytearray | memoryview, pos: in
     return out
 
 
+def _py_record_span(buf: bytes | bytearray | memoryview, pos: int, stop: int, first: int,
+                    last: int) -> tuple[int, int] | None:
+    """Where records ``first..last`` (indexes) of those laid out in buf[pos:stop] lie, reading
+    only their length varints; None when they do not frame. The C accelerator's
+    ``record_span`` is tested against it."""
+    start = pos
+    try:
+        for i in range(last + 1):
+            if i == first:
+                start = pos
+            size, pos = varint(buf, pos, 5)
+            if size < 0 or size > stop - pos:
+                return None
+            pos += size
+    except (IndexError, ApiError):
+        return None
+    return start, pos
+
+
+def cut_batch(batch: bytes | bytearray | memoryview, first_offset: int, last_offset: int) -> bytes | None:
+    """The complete batch ``batch`` holding only its records of offsets
+    ``first_offset..last_offset``, as log compaction leaves a batch: base offset, last offset
+    delta, timestamps and producer fields kept, the records count, length and CRC new. None
+    where slicing cannot do it (compressed, control or non-v2 batches, and batches with gaps
+    in their offsets) or where the range holds the whole batch."""
+    view = _byte_view(batch)
+    h = parse_batch_header(view)
+    if h.magic != MAGIC_V2 or h.attributes & (COMPRESSION_MASK | CONTROL_MASK) \
+            or h.records_count != h.last_offset_delta + 1:
+        return None
+    first = max(first_offset - h.base_offset, 0)  # contiguous offsets: a record's index is its delta
+    last = min(last_offset - h.base_offset, h.records_count - 1)
+    if first > last or (first == 0 and last == h.records_count - 1):
+        return None
+    span = _record_span(view, HEADER_SIZE, h.size, first, last)
+    if span is None:
+        return None
+    return assemble_batch(
+        [view[span[0]:span[1]]], base_offset=h.base_offset, partition_leader_epoch=h.partition_leader_epoch,
+        attributes=h.attributes, last_offset_delta=h.last_offset_delta, base_timestamp=h.base_timestamp,
+        max_timestamp=h.max_timestamp, producer_id=h.producer_id, producer_epoch=h.producer_epoch,
+        base_sequence=h.base_sequence, records_count=last - first + 1)
+
+
 def _encode_headers(headers: Sequence[tuple[str | bytes, bytes | None]]) -> bytes:
     zz = _ZZ
     n = len(headers)
@@ -723,6 +768,10 @@ if os.environ.get("RIVULET_NO_SPEEDUPS", "") in ("", "0"):
             _speedups.setup_encoder(crc32c)
             _c_encode_records = _speedups.encode_records
         SPEEDUPS = True
+
+_record_span = _py_record_span
+if SPEEDUPS and hasattr(_speedups, "record_span"):  # an extension built before it: Python
+    _record_span = _speedups.record_span
 
 
 def _frame(view: memoryview, pos: int) -> int:

@@ -13,20 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import uuid
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Hashable, Mapping, Protocol, Sequence
+from typing import Protocol
 
-from rivulet.common.file_region import FileRegion
 from rivulet.common.time import Clock
 from rivulet.common.types import TopicPartition
 from rivulet.delayed import DelayedOperation, DelayedOperationPurgatory, Timer
 from rivulet.protocol.errors import ApiError, ErrorCode
-from rivulet.protocol.records import BatchHeader, aborted_batches, iter_batches
+from rivulet.protocol.records import BatchHeader, aborted_batches, cut_batch, iter_batches
 from rivulet.replication.partition import Partition
 from rivulet.replication.replica_manager import FetchParams, FetchRequestPartition, ReplicaManager
-from rivulet.storage.batches import iter_headers
 
 from .partition import (
     AcknowledgementBatch,
@@ -81,7 +79,7 @@ class SharePartitionResult:
     error_message: str | None = None
     acknowledge_error: ErrorCode = ErrorCode.NONE
     acknowledge_error_message: str | None = None
-    records: bytes | memoryview | FileRegion = b""
+    records: bytes | memoryview = b""
     acquired: list[AcquiredRecords] = field(default_factory=list)
     # The persister write of the acknowledgements: the answer waits for it, and its failure
     # becomes ``acknowledge_error`` (Kafka answers an acknowledgement once its state is written).
@@ -97,7 +95,6 @@ class ShareFetchRequestData:
     max_bytes: int
     max_records: int
     record_limit: bool = False
-    zero_copy: bool = False  # the answer may carry its records as a FileRegion (not over TLS)
 
 
 @dataclass(slots=True)
@@ -378,32 +375,23 @@ class SharePartitionManager:
         left, window, segment = max_bytes, min(max_bytes, _FIRST_READ_BYTES), None
         acquired: list[AcquiredRecords] = []
         # The reads from the one holding the first acquired record on (contiguous: each starts
-        # at the batch after the last one's), and where the answer starts and ends in them.
-        reads: list[memoryview | FileRegion] = []
-        first_headers: list[tuple[int, BatchHeader]] = []
-        start = end = next_offset = 0
-        last = -1
+        # at the batch after the last one's), and their batches: (read, position, header).
+        reads: list[memoryview] = []
+        batches: list[tuple[int, int, BatchHeader]] = []
         while True:
             params = FetchParams(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=window,
-                                 isolation_level=isolation, partitions=[FetchRequestPartition(tp, offset, window)],
-                                 zero_copy=request.zero_copy)
+                                 isolation_level=isolation, partitions=[FetchRequestPartition(tp, offset, window)])
             read = self.replica_manager.read_from_local_log(params)[tp]
             if read.error != ErrorCode.NONE:
                 raise ApiError(read.error)
-            data = read.records
+            data = memoryview(read.records)
             meta = read.fetch_offset_metadata
             seg = None if meta is None else meta.segment_base_offset
             if not data or left < max_bytes and (len(data) > left or seg != segment):
-                _close(data)
                 break  # past what one read of max_bytes would have returned
             segment = seg
-            if isinstance(data, FileRegion):  # its headers from the file, positions in the region
-                headers = [(pos - data.position, h)
-                           for pos, h in iter_headers(data.fd, data.position, data.position + data.size)]
-            else:
-                headers = list(iter_batches(data))
+            headers = list(iter_batches(data))
             if not headers:
-                _close(data)
                 break
             got = sp.acquire(request.member_id, [(h.base_offset, h.last_offset) for _, h in headers], budget,
                              record_limit=request.record_limit)
@@ -416,41 +404,18 @@ class SharePartitionManager:
                     sp.archive_acquired(a_first, a_last)
                 got = subtract_ranges(got, aborted)
             if got or reads:
-                if not reads:
-                    first_headers = headers
-                reads.append(data if isinstance(data, FileRegion) else memoryview(data))
-            else:
-                _close(data)
-            if got:
-                lo, hi = got[0].first_offset, got[-1].last_offset
-                # The log batches from the first acquired record's to the last one's go back.
-                held = [(pos, h) for pos, h in headers if h.last_offset >= lo and h.base_offset <= hi]
-                if not acquired:
-                    start = held[0][0]
-                last, end = len(reads) - 1, held[-1][0] + held[-1][1].size
-                next_offset = held[-1][1].last_offset + 1
-                acquired += got
+                reads.append(data)
+                batches += [(len(reads) - 1, pos, h) for pos, h in headers]
+            acquired += got
             left -= len(data)
             offset = headers[-1][1].last_offset + 1
             if budget <= 0 or left <= 0 or (offset >= sp.end_offset and sp.in_flight_count >= sp.max_record_locks):
                 break
             window = min(left, 2 * window)
-        for unused in reads[last + 1:]:
-            _close(unused)
         if not acquired:
             return
         res.acquired = merge_acquired(acquired)
-        first = reads[0]
-        if last == 0 and isinstance(first, FileRegion):
-            # Sent from the file as a Fetch's records are; the read's own region is closed.
-            count = sum(h.records_count for pos, h in first_headers if start <= pos < end)
-            res.records = FileRegion(os.dup(first.fd), first.position + start, end - start, next_offset, count)
-            first.close()
-        elif last == 0:
-            res.records = first[start:end]  # one read: not copied
-        else:
-            views = [memoryview(r.read()) if isinstance(r, FileRegion) else r for r in reads[:last + 1]]
-            res.records = b"".join([views[0][start:], *views[1:last], views[last][:end]])
+        res.records = _answer_records(reads, batches, res.acquired)
 
     def unsend(self, group_id: str, member_id: str, results: Mapping[TopicPartition, SharePartitionResult]) -> None:
         """The answer of a fetch goes out without its records (its client is throttled): what
@@ -459,7 +424,6 @@ class SharePartitionManager:
             sp = self.partitions.get((group_id, tp))
             if sp is not None and res.acquired:
                 sp.unacquire(member_id, res.acquired)
-            _close(res.records)
             res.records, res.acquired = b"", []
 
     # -- share partitions ----------------------------------------------------------------------
@@ -715,10 +679,43 @@ def _retrieve(task: asyncio.Future) -> None:
         log.error("a share state write or delete failed", exc_info=e)
 
 
-def _close(data: bytes | bytearray | memoryview | FileRegion) -> None:
-    """Let go of a read's records that will not be sent (a FileRegion holds a descriptor)."""
-    if isinstance(data, FileRegion):
-        data.close()
+def _answer_records(reads: list[memoryview], batches: list[tuple[int, int, BatchHeader]],
+                    acquired: list[AcquiredRecords]) -> bytes | memoryview:
+    """The records of a share fetch's answer (``acquired``: merged, ascending): the log batches
+    from the first acquired record's to the last one's, as one slice of the log while each of
+    them is acquired whole. A batch acquired in part (it crosses the record lock limit, or other
+    members hold some of its records) is cut down to its records from the first acquired to the
+    last where it is uncompressed (``records.cut_batch``), and batches holding no acquired
+    record are then left out: the consumer decodes only what it was handed."""
+    lo_batch = hi_batch = -1
+    pieces: list[bytes | memoryview] = []
+    cut = False
+    i = 0
+    for k, (r, pos, h) in enumerate(batches):
+        while i < len(acquired) and acquired[i].last_offset < h.base_offset:
+            i += 1
+        lo = hi = -1
+        j = i
+        while j < len(acquired) and acquired[j].first_offset <= h.last_offset:
+            if lo < 0:
+                lo = max(acquired[j].first_offset, h.base_offset)
+            hi = min(acquired[j].last_offset, h.last_offset)
+            j += 1
+        if lo < 0:
+            continue
+        if lo_batch < 0:
+            lo_batch = k
+        hi_batch = k
+        whole = reads[r][pos:pos + h.size]
+        part = cut_batch(whole, lo, hi) if lo > h.base_offset or hi < h.last_offset else None
+        cut = cut or part is not None
+        pieces.append(whole if part is None else part)
+    if cut:
+        return b"".join(pieces)
+    (r0, p0, _), (r1, p1, h1) = batches[lo_batch], batches[hi_batch]
+    if r0 == r1:
+        return reads[r0][p0:p1 + h1.size]  # one read: not copied
+    return b"".join([reads[r0][p0:], *reads[r0 + 1:r1], reads[r1][:p1 + h1.size]])
 
 
 def subtract_ranges(acquired: list[AcquiredRecords], ranges: Sequence[tuple[int, int]]) -> list[AcquiredRecords]:

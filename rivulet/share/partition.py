@@ -164,6 +164,29 @@ class _LockTimeout(TimerTask):
         self.partition._lock_expired(self)
 
 
+class _Seen:
+    """The offsets one request has acknowledged so far, as disjoint ranges: a request may not
+    acknowledge an offset twice. Checked per range, not per offset."""
+
+    __slots__ = ("firsts", "lasts")
+
+    def __init__(self) -> None:
+        self.firsts: list[int] = []
+        self.lasts: list[int] = []
+
+    def hits(self, lo: int, hi: int) -> bool:
+        i = bisect_right(self.firsts, hi) - 1  # disjoint and sorted: lasts ascend with firsts
+        return i >= 0 and self.lasts[i] >= lo
+
+    def add(self, lo: int, hi: int) -> None:
+        if self.lasts and self.lasts[-1] + 1 == lo:
+            self.lasts[-1] = hi  # the usual order: ascending, adjacent
+            return
+        i = bisect_right(self.firsts, lo)
+        self.firsts.insert(i, lo)
+        self.lasts.insert(i, hi)
+
+
 def _invalid_state(message: str) -> ApiError:
     return ApiError(ErrorCode.INVALID_RECORD_STATE, message)
 
@@ -381,7 +404,7 @@ class SharePartition:
         for a malformed batch or offsets past the acquired ones, INVALID_RECORD_STATE for
         records not Acquired by this member."""
         plan: list[tuple[_Batch, int, int, AcknowledgeType]] = []
-        seen: set[int] = set()
+        seen = _Seen()
         for ack in batches:
             plan.extend(self._validate(member_id, ack, seen))
         renewed: dict[int, _LockTimeout] = {}
@@ -390,7 +413,7 @@ class SharePartition:
         self._after_change(released=any(k is AcknowledgeType.RELEASE for _, _, _, k in plan))
 
     def _validate(
-        self, member_id: str, ack: AcknowledgementBatch, seen: set[int],
+        self, member_id: str, ack: AcknowledgementBatch, seen: _Seen,
     ) -> list[tuple[_Batch, int, int, AcknowledgeType]]:
         first, last, types = ack.first_offset, ack.last_offset, list(ack.acknowledge_types)
         if first > last:
@@ -409,22 +432,36 @@ class SharePartition:
             raise _invalid_request("Batch record not found. The last offset in request is past acquired records.")
         plan: list[tuple[_Batch, int, int, AcknowledgeType]] = []
         lo_req = max(first, self._start)
+        single = kinds[0] if len(kinds) == 1 else None
         for batch in self._overlapping(lo_req, last):
             lo, hi = max(lo_req, batch.first), min(last, batch.last)
-            for off, st in batch.states():
-                if off < lo or off > hi:
-                    continue
-                if st.state is not RecordState.ACQUIRED or off in seen:
+            whole = batch.whole
+            if whole is not None:  # one state for all its offsets: checked once, as offset lo would be
+                if whole.state is not RecordState.ACQUIRED or seen.hits(lo, lo):
                     raise _invalid_state("The batch cannot be acknowledged. The batch is not in the acquired state.")
-                if st.member_id != member_id:
+                if whole.member_id != member_id:
                     raise _invalid_state("Member is not the owner of batch record")
-            if len(kinds) == 1:
-                plan.append((batch, lo, hi, kinds[0]))
+                if seen.hits(lo, hi):
+                    raise _invalid_state("The batch cannot be acknowledged. The batch is not in the acquired state.")
+            else:
+                offsets = batch.split()
+                for off in range(lo, hi + 1):
+                    st = offsets[off - batch.first]
+                    if st.state is not RecordState.ACQUIRED or seen.hits(off, off):
+                        raise _invalid_state("The batch cannot be acknowledged. The batch is not in the "
+                                             "acquired state.")
+                    if st.member_id != member_id:
+                        raise _invalid_state("Member is not the owner of batch record")
+            if single is not None:
+                plan.append((batch, lo, hi, single))
+                if single is not AcknowledgeType.RENEW:
+                    seen.add(lo, hi)
             else:
                 for off in range(lo, hi + 1):
-                    plan.append((batch, off, off, kinds[off - first]))
-            seen.update(o for o in range(lo, hi + 1) if kinds[0 if len(kinds) == 1 else o - first]
-                        is not AcknowledgeType.RENEW)
+                    kind = kinds[off - first]
+                    plan.append((batch, off, off, kind))
+                    if kind is not AcknowledgeType.RENEW:
+                        seen.add(off, off)
         return plan
 
     def _apply(self, batch: _Batch, lo: int, hi: int, kind: AcknowledgeType,

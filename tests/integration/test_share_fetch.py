@@ -26,7 +26,7 @@ from rivulet.protocol.messages import api_versions_request as avq
 from rivulet.protocol.messages import metadata_request as mq
 from rivulet.protocol.messages import share_acknowledge_request as saq
 from rivulet.protocol.messages import share_fetch_request as sfq
-from rivulet.protocol.records import iter_batches
+from rivulet.protocol.records import decode_batch, iter_batches
 from rivulet.testing import BrokerProcess
 
 pytestmark = pytest.mark.integration
@@ -254,7 +254,7 @@ def test_read_committed_group_never_acquires_aborted_records(broker):
 
 def test_a_batch_larger_than_the_record_lock_limit_is_acquired_in_parts(broker):
     """The group's share.partition.max.record.locks is 100 and the log holds one batch of 200:
-    a ShareFetch answers the whole stored batch with AcquiredRecords covering 0-99 only, the
+    a ShareFetch acquires 0-99 and answers the stored batch holding those records only, the
     window is then full for every member, and acknowledging frees room for the rest."""
     bootstrap = f"127.0.0.1:{broker.port}"
     topic = new_topic(bootstrap)
@@ -276,6 +276,8 @@ def test_a_batch_larger_than_the_record_lock_limit_is_acquired_in_parts(broker):
         resp = m1.fetch(max_wait_ms=30000)
         assert acquired(resp) == [(0, 99, 1)]
         assert [(h.base_offset, h.last_offset) for _, h in iter_batches(partition(resp).records)] == [(0, 199)]
+        # The stored batch goes back cut down to the acquired records, as compaction leaves one.
+        assert [r.offset for r in decode_batch(partition(resp).records).records] == list(range(100))
         assert acquired(m2.fetch()) == []
         assert m1.ack([(0, 99, ACCEPT)]).responses[0].partitions[0].error_code == 0
         assert acquired(m2.fetch()) == [(100, 199, 1)]

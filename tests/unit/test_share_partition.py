@@ -231,7 +231,11 @@ def test_acknowledge_is_all_or_nothing(timer):
     # the same offset twice in one request
     code = error_of(lambda: sp.acknowledge("m1", [ack(0, 1, ACCEPT), ack(1, 1, REJECT)]))
     assert code is ErrorCode.INVALID_RECORD_STATE
+    code = error_of(lambda: sp.acknowledge("m1", [ack(2, 3, ACCEPT), ack(0, 4, ACCEPT)]))  # inside, not at the start
+    assert code is ErrorCode.INVALID_RECORD_STATE
     assert sp.start_offset == 0
+    sp.acknowledge("m1", [ack(0, 4, RENEW), ack(0, 4, ACCEPT)])  # a renewal is not an acknowledgement
+    assert sp.start_offset == 5
 
 
 def test_acknowledgement_partly_below_the_start_offset_skips_that_part(timer):

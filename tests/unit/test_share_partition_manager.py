@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 import pytest
 
-from rivulet.common.file_region import FileRegion
 from rivulet.common.time import MockClock
 from rivulet.common.types import TopicPartition
 from rivulet.delayed import Timer
@@ -177,27 +176,6 @@ def test_fetch_returns_every_batch_from_the_first_acquired_record_to_the_last(tm
         assert batches_of(got) == [(i, i + 9) for i in range(0, 1010, 10)]
 
     run(tmp_path, body)
-
-
-def test_records_of_one_read_go_back_as_a_file_region_where_the_connection_sends_files(tmp_path) -> None:
-    async def body(env: Env) -> None:
-        for _ in range(3):
-            env.produce(3000, value_bytes=100)  # batches larger than a Fetch sends as a FileRegion
-        env.open("m1")
-        await env.manager.ensure_loaded("g", [TP])
-
-        def fetch(max_records: int):
-            return env.manager.fetch(ShareFetchRequestData("g", "m1", [TP], 0, 1 << 30, max_records, zero_copy=True), {})
-        got = fetch(500)
-        region = got[TP].records
-        assert isinstance(region, FileRegion) and region.record_count == 3000
-        assert ranges(got) == [(0, 2999, 1)]
-        assert [(h.base_offset, h.last_offset) for _, h in rec.iter_batches(region.read())] == [(0, 2999)]
-        got = fetch(3001)  # two reads: their bytes, joined
-        assert ranges(got) == [(3000, 8999, 1)]
-        assert batches_of(got) == [(3000, 5999), (6000, 8999)]
-
-    run(tmp_path, body, Settings(share_partition_max_record_locks=10_000))
 
 
 def test_fetch_takes_the_batches_one_read_of_max_bytes_holds(tmp_path) -> None:
@@ -480,3 +458,42 @@ def test_a_partition_both_listed_and_forgotten_leaves_the_session(tmp_path) -> N
         assert env.manager.session_partitions("g", "m1") == {}
 
     run(tmp_path, body)
+
+
+def test_a_batch_acquired_in_part_goes_back_cut_down_to_the_acquired_records(tmp_path) -> None:
+    # One stored batch of 300 records under a lock limit of 100: each fetch acquires 100 of
+    # them and answers only those (a batch holding them alone), not all 300 each time.
+    async def body(env: Env) -> None:
+        env.produce(300, value_bytes=100)
+        env.open("m1")
+        for first in (0, 100, 200):
+            got = await env.fetch("m1", max_records=500)
+            assert ranges(got) == [(first, first + 99, 1)]
+            [(base, last)] = batches_of(got)
+            assert (base, last) == (0, 299)
+            assert [r.offset for r in rec.decode_batch(got[TP].records).records] == list(range(first, first + 100))
+            env.manager.acknowledge("g", "m1", TP, [AcknowledgementBatch(first, first + 99, [ACCEPT])],
+                                    renew_allowed=True)
+
+    run(tmp_path, body, Settings(share_partition_max_record_locks=100))
+
+
+def test_a_cut_answer_leaves_out_batches_holding_no_acquired_record(tmp_path) -> None:
+    # m1 holds 10-19 (a batch of its own); m2 is then given 0-9 again and new records from the
+    # batch of 20-319, cut at the lock limit: its answer holds 0-9 and the cut batch, not 10-19.
+    async def body(env: Env) -> None:
+        env.produce(10)
+        env.produce(10)
+        env.produce(300)
+        env.open("m1")
+        assert ranges(await env.fetch("m1", max_records=20)) == [(0, 19, 1)]
+        env.manager.acknowledge("g", "m1", TP, [AcknowledgementBatch(0, 9, [RELEASE])], renew_allowed=True)
+        env.open("m2")
+        got = await env.fetch("m2", max_records=500)
+        assert ranges(got) == [(0, 9, 2), (20, 109, 1)]
+        assert batches_of(got) == [(0, 9), (20, 319)]
+        offsets = [r.offset for _, h in rec.iter_batches(got[TP].records)
+                   for r in rec.decode_batch(got[TP].records, _).records]
+        assert offsets == [*range(10), *range(20, 110)]
+
+    run(tmp_path, body, Settings(share_partition_max_record_locks=110))
