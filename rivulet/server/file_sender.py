@@ -190,6 +190,9 @@ class FileSender:
         # Answers sent from files, and their regions' bytes (the metrics endpoint shows both).
         self.sends = 0
         self.region_bytes = 0
+        # The same over TLS: read and encrypted by the thread.
+        self.tls_sends = 0
+        self.tls_region_bytes = 0
         self._executor: ThreadPoolExecutor | None = None
 
     def available(self) -> bool:
@@ -219,9 +222,14 @@ class FileSender:
                 done(ConnectionAbortedError("the broker stopped before the answer was sent"))
             else:
                 exc = f.exception()
-                if exc is None and tls is None:
-                    self.sends += 1
-                    self.region_bytes += sum(p.size for p in parts if type(p) is FileRegion)
+                if exc is None:
+                    size = sum(p.size for p in parts if type(p) is FileRegion)
+                    if tls is None:
+                        self.sends += 1
+                        self.region_bytes += size
+                    else:
+                        self.tls_sends += 1
+                        self.tls_region_bytes += size
                 done(exc)
 
         fut.add_done_callback(finished)
