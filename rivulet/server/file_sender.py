@@ -107,31 +107,39 @@ class Send:
                     part.close()
 
     def _send_encrypted(self, tls: Encryptor, poller: select.poll) -> None:
-        """Read, encrypt and write the parts in chunks of about TLS_CHUNK plaintext bytes."""
-        chunk = bytearray()
+        """Read, encrypt and write the parts in chunks of TLS_CHUNK plaintext bytes, read
+        straight into one reused buffer."""
+        buf = bytearray(TLS_CHUNK)
+        view = memoryview(buf)
+        fill = 0
         for part in self.parts:
             if type(part) is not FileRegion:
-                chunk += part
-            else:
-                position, end = part.position, part.position + part.size
-                while position < end:
-                    data = os.pread(part.fd, min(TLS_CHUNK, end - position), position)
-                    if not data:
-                        raise EOFError(f"{end - position} bytes of a file region were truncated away")
-                    position += len(data)
-                    chunk += data
-                    if len(chunk) >= TLS_CHUNK:
-                        self._encrypt_out(tls, chunk, poller)
-                        chunk = bytearray()
-            if len(chunk) >= TLS_CHUNK:
-                self._encrypt_out(tls, chunk, poller)
-                chunk = bytearray()
-        if chunk:
-            self._encrypt_out(tls, chunk, poller)
+                data = memoryview(part).cast("B")
+                while data:
+                    n = min(len(data), TLS_CHUNK - fill)
+                    view[fill:fill + n] = data[:n]
+                    fill += n
+                    data = data[n:]
+                    if fill == TLS_CHUNK:
+                        self._encrypt_out(tls, view, poller)
+                        fill = 0
+                continue
+            position, end = part.position, part.position + part.size
+            while position < end:
+                n = os.preadv(part.fd, [view[fill:fill + min(TLS_CHUNK - fill, end - position)]], position)
+                if n == 0:
+                    raise EOFError(f"{end - position} bytes of a file region were truncated away")
+                position += n
+                fill += n
+                if fill == TLS_CHUNK:
+                    self._encrypt_out(tls, view, poller)
+                    fill = 0
+        if fill:
+            self._encrypt_out(tls, view[:fill], poller)
         while out := tls.end_send():
             self._write(memoryview(out), poller)
 
-    def _encrypt_out(self, tls: Encryptor, chunk: bytearray, poller: select.poll) -> None:
+    def _encrypt_out(self, tls: Encryptor, chunk: memoryview, poller: select.poll) -> None:
         if self.cancelled:
             raise ConnectionAbortedError("the connection closed while its answer was sent")
         self._write(memoryview(tls.encrypt(chunk)), poller)

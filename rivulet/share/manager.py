@@ -97,7 +97,7 @@ class ShareFetchRequestData:
     max_bytes: int
     max_records: int
     record_limit: bool = False
-    zero_copy: bool = False  # the answer may carry its records as a FileRegion (not over TLS)
+    zero_copy: bool = False  # the answer may carry its records as a FileRegion (not over asyncio's TLS)
 
 
 @dataclass(slots=True)
