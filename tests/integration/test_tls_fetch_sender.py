@@ -157,7 +157,7 @@ def test_pipelined_answers_keep_request_order_and_match_plaintext(broker, topic,
                   api_versions_frame(5), fetch_frame(topic, 1), api_versions_frame(7)]
         s.sendall(b"".join(frames))
         answers = [read_frame(s) for _ in frames]
-    for frame, answer in zip(frames, answers):
+    for frame, answer in zip(frames, answers, strict=True):
         header, _ = framing.decode_request_header(frame[4:])
         assert struct.unpack_from(">i", answer)[0] == header.correlation_id
         if header.api_key == 1:
