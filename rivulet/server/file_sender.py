@@ -9,8 +9,11 @@ nothing else to that connection until the thread is done, so the answers stay in
 order; meanwhile it keeps reading and serving every connection, and the copy into the socket
 runs outside the GIL. Only a connection whose transport has nothing buffered is handed over.
 
+Over TLS (``tls_transport.py``) the thread reads the regions, encrypts them with the
+connection's SSL object and writes the ciphertext, all off the event loop.
+
 Run with RIVULET_NO_SENDFILE=1 to read regions into memory and write them through the
-event loop instead (the path TLS connections always take).
+event loop instead.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import os
 import select
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from rivulet.common.file_region import FileRegion
 
@@ -36,6 +39,17 @@ log = logging.getLogger(__name__)
 # slow consumers holds no more than this many threads.
 MAX_SENDERS = 16
 _POLL_MS = 200  # how often a waiting sender looks whether its connection was closed
+# Plaintext encrypted per turn of the connection's TLS lock: the loop waits at most one
+# chunk's encryption to decrypt what its client sends.
+TLS_CHUNK = 128 * 1024
+
+
+class Encryptor(Protocol):
+    """A TLS connection's SSL object, shared with the loop (``tls_transport.TlsTransport``)."""
+
+    def encrypt(self, data: bytes | bytearray | memoryview) -> bytes: ...
+
+    def end_send(self) -> bytes: ...
 
 
 def enabled() -> bool:
@@ -60,10 +74,11 @@ def read_regions(parts: list[Any]) -> list[Any]:
 class Send:
     """One response on its way out; ``cancel`` (from the loop) stops it at its next wait."""
 
-    def __init__(self, fd: int, parts: list[Any], max_stall_s: float) -> None:
+    def __init__(self, fd: int, parts: list[Any], max_stall_s: float, tls: Encryptor | None = None) -> None:
         self.fd = fd  # a duplicate of the connection's socket, closed when the send ends
         self.parts = parts
         self.max_stall_s = max_stall_s
+        self.tls = tls
         self.cancelled = False
 
     def cancel(self) -> None:
@@ -74,6 +89,9 @@ class Send:
         poller = select.poll()
         poller.register(self.fd, select.POLLOUT)
         try:
+            if self.tls is not None:
+                self._send_encrypted(self.tls, poller)
+                return
             if _c_send_parts is not None and not _python_only():
                 self._send_all(poller)
                 return
@@ -87,6 +105,44 @@ class Send:
             for part in self.parts:
                 if type(part) is FileRegion:
                     part.close()
+
+    def _send_encrypted(self, tls: Encryptor, poller: select.poll) -> None:
+        """Read, encrypt and write the parts in chunks of TLS_CHUNK plaintext bytes, read
+        straight into one reused buffer."""
+        buf = bytearray(TLS_CHUNK)
+        view = memoryview(buf)
+        fill = 0
+        for part in self.parts:
+            if type(part) is not FileRegion:
+                data = memoryview(part).cast("B")
+                while data:
+                    n = min(len(data), TLS_CHUNK - fill)
+                    view[fill:fill + n] = data[:n]
+                    fill += n
+                    data = data[n:]
+                    if fill == TLS_CHUNK:
+                        self._encrypt_out(tls, view, poller)
+                        fill = 0
+                continue
+            position, end = part.position, part.position + part.size
+            while position < end:
+                n = os.preadv(part.fd, [view[fill:fill + min(TLS_CHUNK - fill, end - position)]], position)
+                if n == 0:
+                    raise EOFError(f"{end - position} bytes of a file region were truncated away")
+                position += n
+                fill += n
+                if fill == TLS_CHUNK:
+                    self._encrypt_out(tls, view, poller)
+                    fill = 0
+        if fill:
+            self._encrypt_out(tls, view[:fill], poller)
+        while out := tls.end_send():
+            self._write(memoryview(out), poller)
+
+    def _encrypt_out(self, tls: Encryptor, chunk: memoryview, poller: select.poll) -> None:
+        if self.cancelled:
+            raise ConnectionAbortedError("the connection closed while its answer was sent")
+        self._write(memoryview(tls.encrypt(chunk)), poller)
 
     def _send_all(self, poller: select.poll) -> None:
         spec = [(p.fd, p.position, p.size) if type(p) is FileRegion else p for p in self.parts]
@@ -142,12 +198,19 @@ class FileSender:
         # Answers sent from files, and their regions' bytes (the metrics endpoint shows both).
         self.sends = 0
         self.region_bytes = 0
+        # The same over TLS: read and encrypted by the thread.
+        self.tls_sends = 0
+        self.tls_region_bytes = 0
         self._executor: ThreadPoolExecutor | None = None
 
-    def start(self, sock_fd: int, parts: list[Any], done: Callable[[BaseException | None], None]) -> Send | None:
+    def available(self) -> bool:
+        return self.active < self.max_senders
+
+    def start(self, sock_fd: int, parts: list[Any], done: Callable[[BaseException | None], None],
+              tls: Encryptor | None = None) -> Send | None:
         """Send ``parts`` on the socket ``sock_fd`` from a thread and call ``done(error)`` on
         the event loop once they are written; None (nothing started) when every sender is
-        busy or no descriptor is left."""
+        busy or no descriptor is left. With ``tls``, they are encrypted on the way."""
         if self.active >= self.max_senders:
             return None
         try:
@@ -156,7 +219,7 @@ class FileSender:
             return None
         if self._executor is None:
             self._executor = ThreadPoolExecutor(self.max_senders, thread_name_prefix="rivulet-sendfile")
-        send = Send(fd, parts, self.max_stall_s)
+        send = Send(fd, parts, self.max_stall_s, tls)
         self.active += 1
         fut = asyncio.get_running_loop().run_in_executor(self._executor, send.run)
 
@@ -168,8 +231,13 @@ class FileSender:
             else:
                 exc = f.exception()
                 if exc is None:
-                    self.sends += 1
-                    self.region_bytes += sum(p.size for p in parts if type(p) is FileRegion)
+                    size = sum(p.size for p in parts if type(p) is FileRegion)
+                    if tls is None:
+                        self.sends += 1
+                        self.region_bytes += size
+                    else:
+                        self.tls_sends += 1
+                        self.tls_region_bytes += size
                 done(exc)
 
         fut.add_done_callback(finished)

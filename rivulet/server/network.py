@@ -42,6 +42,7 @@ from rivulet.server import file_sender
 from rivulet.server.answer import NO_RESPONSE, Answer
 from rivulet.server.file_sender import FileSender, Send
 from rivulet.server.metrics.requests import RequestMetrics, request_name
+from rivulet.server.tls_transport import TlsTransport
 
 log = logging.getLogger(__name__)
 # Hostile or broken clients can repeat the same fault endlessly; each kind is logged once
@@ -220,6 +221,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._reading_paused = False
         self._writing_paused = False
         self._sending: Send | None = None  # an answer a sender thread is writing
+        self.tls: TlsTransport | None = None  # the broker's own TLS layer, on TLS listeners
 
     # ------------------------------------------------------------ asyncio callbacks
     @property
@@ -229,6 +231,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        if isinstance(transport, TlsTransport):
+            self.tls = transport
         self.peer = transport.get_extra_info("peername") or ("?", 0)
         throttle_ms = self.server.connection_rates.throttle_ms(self.peer[0])
         if throttle_ms > 0:
@@ -272,8 +276,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     @property
     def sends_files(self) -> bool:
-        """Whether answers may carry FileRegions: not over TLS, whose bytes must be encrypted."""
-        return self.server.file_sender is not None and self.listener.ssl_context is None
+        """Whether answers may carry FileRegions: over TLS only where a sender thread can
+        encrypt them (the broker's own TLS layer, not asyncio's)."""
+        return self.server.file_sender is not None and (self.listener.ssl_context is None or self.tls is not None)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -537,13 +542,24 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _send_files(self, s: _Slot, parts: list[Any], write_start: float) -> bool:
         """Hand an answer holding FileRegions to a sender thread, if the socket is ours alone:
         nothing the transport still buffers may come after it."""
-        sender, transport = self.server.file_sender, self.transport
-        if sender is None or transport is None or transport.get_write_buffer_size() or transport.is_closing():
+        sender, transport, tls = self.server.file_sender, self.transport, self.tls
+        if sender is None or transport is None or not sender.available():
+            return False
+        done: Callable[[BaseException | None], None] = lambda exc: self._files_sent(s, write_start, exc)
+        if tls is not None:
+            sock = tls.begin_send()
+            if sock is None:
+                return False
+            self._sending = sender.start(sock.fileno(), parts, done, tls)
+            if self._sending is None:
+                tls.abandon_send()
+            return self._sending is not None
+        if transport.get_write_buffer_size() or transport.is_closing():
             return False
         sock = transport.get_extra_info("socket")
         if sock is None:
             return False
-        self._sending = sender.start(sock.fileno(), parts, lambda exc: self._files_sent(s, write_start, exc))
+        self._sending = sender.start(sock.fileno(), parts, done)
         return self._sending is not None
 
     def _files_sent(self, s: _Slot, write_start: float, exc: BaseException | None) -> None:

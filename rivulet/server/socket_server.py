@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from rivulet.common.config import ConfigError
-from rivulet.server import file_sender
+from rivulet.server import file_sender, tls_transport
 from rivulet.server.file_sender import FileSender
 from rivulet.server.metrics.requests import RequestMetrics
+from rivulet.server.tls_transport import TlsTransport
 from rivulet.server.network import (
     PLAINTEXT_LISTENER,
     ConnectionRateLimits,
@@ -216,10 +217,16 @@ class SocketServer:
         """Open one listener without accepting yet; the bound port. Binding comes first at
         start-up, so a port in use stops the broker before it loads or writes anything.
         ``listener`` says how its connections are secured (TLS, SASL)."""
-        server = await asyncio.get_running_loop().create_server(
-            lambda: KafkaConnection(self, listener), host or None, port, reuse_address=True, backlog=1024,
-            start_serving=False, ssl=listener.ssl_context,
-            ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if listener.ssl_context is not None else None)
+        loop = asyncio.get_running_loop()
+        ctx = listener.ssl_context
+        if ctx is not None and tls_transport.enabled():
+            server = await loop.create_server(
+                lambda: TlsTransport(ctx, lambda: KafkaConnection(self, listener), TLS_HANDSHAKE_TIMEOUT_S),
+                host or None, port, reuse_address=True, backlog=1024, start_serving=False)
+        else:
+            server = await loop.create_server(
+                lambda: KafkaConnection(self, listener), host or None, port, reuse_address=True, backlog=1024,
+                start_serving=False, ssl=ctx, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if ctx is not None else None)
         # Accepted connections inherit the listening socket's buffer sizes (set before they
         # connect, so that the window the client is offered already reflects them), as Kafka
         # sets them on each accepted socket.
