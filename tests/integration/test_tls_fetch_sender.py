@@ -193,3 +193,52 @@ def test_stalled_and_vanishing_tls_readers_hold_no_one_up(broker, topic, tls_cer
         time.sleep(0.2)
     assert broker_fds(broker) <= baseline + 2
     assert confluent_read(broker, topic, tls_certs) == expected()
+
+
+def closed_by_broker(s: socket.socket) -> bool:
+    """True once the broker has closed ``s`` (EOF or reset) within the socket's timeout."""
+    try:
+        while s.recv(65536):
+            pass
+    except (ConnectionResetError, ssl.SSLError):
+        pass
+    except TimeoutError:
+        return False
+    return True
+
+
+def test_hostile_tls_input_closes_only_its_own_connection(broker, topic, tls_certs):
+    """The broker's own TLS layer meets broken input: bytes that are no ClientHello, records that
+    are no TLS after a good handshake, a Kafka frame that lies about its size inside good TLS,
+    and a handshake left half done. Each loses its own connection only; a TLS client is served
+    meanwhile and every record is still there afterwards."""
+    import random
+    rng = random.Random(20261130)
+    half = socket.create_connection(("127.0.0.1", broker.ssl_port))
+    # The first bytes of a ClientHello record, then nothing: the handshake timeout's case.
+    half.sendall(bytes.fromhex("160301020001"))
+    try:
+        for _ in range(5):
+            with socket.create_connection(("127.0.0.1", broker.ssl_port), timeout=30) as s:
+                s.sendall(rng.randbytes(4096))
+                assert closed_by_broker(s)
+        for _ in range(5):
+            s = connect_tls(broker, tls_certs)
+            # Garbage on the wire under the TLS session: the broker's record layer must refuse it.
+            plain = socket.socket(fileno=os.dup(s.fileno()))
+            plain.settimeout(30)
+            plain.sendall(bytes([23, 3, 3, 0, 64]) + rng.randbytes(64))
+            assert closed_by_broker(plain)
+            plain.close()
+            s.close()
+        with connect_tls(broker, tls_certs) as s:
+            s.sendall(struct.pack(">i", 0x7FFFFFF0) + rng.randbytes(64))
+            assert closed_by_broker(s)
+        with connect_tls(broker, tls_certs) as s:  # the half handshake holds no one up
+            s.sendall(api_versions_frame(7))
+            assert struct.unpack(">i", read_frame(s)[:4]) == (7,)
+        assert confluent_read(broker, topic, tls_certs) == expected()
+        half.settimeout(30)
+        assert closed_by_broker(half)  # ssl.handshake timeout (10 s), as asyncio's transport did
+    finally:
+        half.close()
