@@ -67,7 +67,7 @@ def partition_data(index: int, r: PartitionResult) -> fr.PartitionData:
 
 
 def _entries_data(t: AnswerTopic) -> list[fr.PartitionData]:
-    return [e if type(e) is fr.PartitionData else partition_data(i, e) for i, e in zip(t.indexes, t.entries)]
+    return [e if type(e) is fr.PartitionData else partition_data(i, e) for i, e in zip(t.indexes, t.entries, strict=True)]
 
 
 def _py_write_partitions(out: bytearray, version: int, t: AnswerTopic) -> None:

@@ -238,7 +238,7 @@ class RecordHandlers:
             order.append((ft.topic_id, name, indexes, tps, not allowed))
             if not allowed:
                 continue
-            for fp, tp in zip(ft.partitions, tps):
+            for fp, tp in zip(ft.partitions, tps, strict=True):
                 wanted.append(FetchRequestPartition(
                     tp, fp.fetch_offset, fp.partition_max_bytes,
                     fp.current_leader_epoch if v >= 9 else -1, fp.log_start_offset if v >= 5 else -1,
