@@ -24,6 +24,9 @@
  * check_records walks a produced batch's records as records._py_check_records does and
  * defers to it for anything it would reject; records.py calls setup_checker(it) once.
  *
+ * encode_fetch_partitions writes a Fetch response topic's partitions straight from the
+ * replica manager's results (rivulet.protocol.fetch_answer); see the "Fetch response" section.
+ *
  * For the producer: make_record (its PendingRecord, left untracked by the garbage collector
  * when it can be) and murmur2 (Java's Utils.murmur2, for the default partitioner).
  */
@@ -1787,6 +1790,383 @@ fail:
     return result;
 }
 
+/* --- Fetch response partitions --------------------------------------------------------- */
+
+/* encode_fetch_partitions(out, version, indexes, entries, other) writes a Fetch response
+ * topic's ``partitions`` array (its length, then each PartitionData) as the generated writer
+ * of rivulet.protocol.messages.fetch_response does, byte for byte, without a PartitionData
+ * per partition: each entry is the replica manager's result for the partition at the same
+ * place of ``indexes`` (its error, high_watermark, last_stable_offset, log_start_offset,
+ * aborted_transactions, diverging_epoch, preferred_read_replica and records attributes),
+ * or, for the few answers the handler builds itself, a PartitionData, which ``other`` (its
+ * writer at this version) writes. rivulet.protocol.fetch_answer is the reference and binds
+ * the OutBuf type and its chunk threshold with setup_fetch(OutBuf, CHUNK_MIN, PartitionData). */
+
+static PyObject *outbuf_type = NULL;
+static PyObject *partition_data_type = NULL;
+static Py_ssize_t chunk_min = 0;
+static PyObject *fetch_names[8];
+enum { FN_ERROR, FN_HW, FN_LSO, FN_LOG_START, FN_ABORTED, FN_DIVERGING, FN_PREFERRED, FN_RECORDS };
+
+static int
+fb_put(PyObject *out, const void *src, Py_ssize_t n)
+{
+    Py_ssize_t old = PyByteArray_GET_SIZE(out);
+    if (PyByteArray_Resize(out, old + n) < 0)
+        return -1;
+    memcpy(PyByteArray_AS_STRING(out) + old, src, (size_t)n);
+    return 0;
+}
+
+static inline char *
+fb_be32(char *p, uint32_t v)
+{
+    p[0] = (char)(v >> 24); p[1] = (char)(v >> 16); p[2] = (char)(v >> 8); p[3] = (char)v;
+    return p + 4;
+}
+
+static inline char *
+fb_be64(char *p, uint64_t v)
+{
+    p = fb_be32(p, (uint32_t)(v >> 32));
+    return fb_be32(p, (uint32_t)v);
+}
+
+static inline char *
+fb_uvarint(char *p, uint64_t v)
+{
+    while (v > 0x7F) {
+        *p++ = (char)((v & 0x7F) | 0x80);
+        v >>= 7;
+    }
+    *p++ = (char)v;
+    return p;
+}
+
+/* An attribute as a C integer; -1 with an exception set on failure (checked by the caller). */
+static int
+fb_attr_ll(PyObject *obj, int name, long long *value)
+{
+    PyObject *v = PyObject_GetAttr(obj, fetch_names[name]);
+    if (v == NULL)
+        return -1;
+    *value = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return (*value == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* An array's length: compact (uvarint of n + 1, 0 for null) or int32 (-1 for null). */
+static char *
+fb_array_len(char *p, int flex, Py_ssize_t n)
+{
+    if (flex)
+        return fb_uvarint(p, n < 0 ? 0 : (uint64_t)n + 1);
+    return fb_be32(p, n < 0 ? 0xFFFFFFFFu : (uint32_t)n);
+}
+
+static int
+fb_write_result(PyObject *out, int version, int flex, long long index, PyObject *r)
+{
+    char head[64], *p = head;
+    long long error, hw, lso, log_start, preferred = -1;
+    if (fb_attr_ll(r, FN_ERROR, &error) < 0 || fb_attr_ll(r, FN_HW, &hw) < 0
+        || fb_attr_ll(r, FN_LSO, &lso) < 0 || fb_attr_ll(r, FN_LOG_START, &log_start) < 0)
+        return -1;
+    p = fb_be32(p, (uint32_t)index);
+    *p++ = (char)(error >> 8); *p++ = (char)error;
+    p = fb_be64(p, (uint64_t)hw);
+    if (version >= 4)
+        p = fb_be64(p, (uint64_t)lso);
+    if (version >= 5)
+        p = fb_be64(p, (uint64_t)log_start);
+    if (version >= 4) {
+        PyObject *aborted = PyObject_GetAttr(r, fetch_names[FN_ABORTED]);
+        if (aborted == NULL)
+            return -1;
+        if (aborted == Py_None) {
+            p = fb_array_len(p, flex, -1);
+            Py_DECREF(aborted);
+        }
+        else {
+            PyObject *seq = PySequence_Fast(aborted, "aborted_transactions must be a sequence");
+            Py_DECREF(aborted);
+            if (seq == NULL)
+                return -1;
+            Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+            p = fb_array_len(p, flex, n);
+            if (fb_put(out, head, p - head) < 0) {
+                Py_DECREF(seq);
+                return -1;
+            }
+            p = head;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                long long pid, first;
+                PyObject *t = PySequence_Fast_GET_ITEM(seq, i);
+                if (!PyArg_ParseTuple(t, "LL", &pid, &first)) {
+                    Py_DECREF(seq);
+                    return -1;
+                }
+                char item[17], *q = fb_be64(item, (uint64_t)pid);
+                q = fb_be64(q, (uint64_t)first);
+                if (flex)
+                    *q++ = 0;
+                if (fb_put(out, item, q - item) < 0) {
+                    Py_DECREF(seq);
+                    return -1;
+                }
+            }
+            Py_DECREF(seq);
+        }
+    }
+    if (version >= 11) {
+        if (fb_attr_ll(r, FN_PREFERRED, &preferred) < 0)
+            return -1;
+        p = fb_be32(p, (uint32_t)preferred);
+    }
+    PyObject *records = PyObject_GetAttr(r, fetch_names[FN_RECORDS]);
+    if (records == NULL)
+        return -1;
+    Py_ssize_t size = records == Py_None ? 0 : PyObject_Size(records);
+    if (size < 0) {
+        Py_DECREF(records);
+        return -1;
+    }
+    p = flex ? fb_uvarint(p, (uint64_t)size + 1) : fb_be32(p, (uint32_t)size);
+    int rc = fb_put(out, head, p - head);
+    if (rc == 0 && size > 0) {
+        if (size >= chunk_min && (PyObject *)Py_TYPE(out) == outbuf_type) {
+            /* Large record sets travel as their own buffer, as the generated writer does. */
+            PyObject *chunks = PyObject_GetAttrString(out, "chunks");
+            PyObject *pair = chunks == NULL ? NULL
+                : Py_BuildValue("(nO)", PyByteArray_GET_SIZE(out), records);
+            rc = (pair == NULL || PyList_Append(chunks, pair) < 0) ? -1 : 0;
+            Py_XDECREF(pair);
+            Py_XDECREF(chunks);
+        }
+        else {
+            Py_buffer view;
+            rc = PyObject_GetBuffer(records, &view, PyBUF_SIMPLE);
+            if (rc == 0) {
+                rc = fb_put(out, view.buf, view.len);
+                PyBuffer_Release(&view);
+            }
+        }
+    }
+    Py_DECREF(records);
+    if (rc < 0 || !flex)
+        return rc;
+    /* Tagged fields: only diverging_epoch (tag 0) comes from a result; current_leader and
+     * snapshot_id are never set on one (the handler writes those answers as PartitionData). */
+    PyObject *div = PyObject_GetAttr(r, fetch_names[FN_DIVERGING]);
+    if (div == NULL)
+        return -1;
+    char tags[32], *t = tags;
+    if (div == Py_None) {
+        *t++ = 0;
+    }
+    else {
+        int epoch;
+        long long end_offset;
+        if (!PyArg_ParseTuple(div, "iL", &epoch, &end_offset)) {
+            Py_DECREF(div);
+            return -1;
+        }
+        if (epoch == -1 && end_offset == -1) {
+            *t++ = 0;  /* the default: not written, as the generated writer compares */
+        }
+        else {
+            *t++ = 1; *t++ = 0; *t++ = 13;
+            t = fb_be32(t, (uint32_t)epoch);
+            t = fb_be64(t, (uint64_t)end_offset);
+            *t++ = 0;
+        }
+    }
+    Py_DECREF(div);
+    return fb_put(out, tags, t - tags);
+}
+
+static PyObject *
+speedups_encode_fetch_partitions(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "encode_fetch_partitions takes 5 arguments");
+        return NULL;
+    }
+    PyObject *out = args[0], *indexes = args[2], *entries = args[3], *other = args[4];
+    int version = PyLong_AsLong(args[1]);
+    if (version == -1 && PyErr_Occurred())
+        return NULL;
+    if (outbuf_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "setup_fetch() was not called");
+        return NULL;
+    }
+    if (!PyByteArray_Check(out) || !PyList_Check(indexes) || !PyList_Check(entries)
+        || PyList_GET_SIZE(indexes) != PyList_GET_SIZE(entries)) {
+        PyErr_SetString(PyExc_TypeError, "encode_fetch_partitions(bytearray, int, list, list of the same length, writer)");
+        return NULL;
+    }
+    int flex = version >= 12;
+    Py_ssize_t n = PyList_GET_SIZE(entries);
+    char len[8];
+    if (fb_put(out, len, fb_array_len(len, flex, n) - len) < 0)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = PyList_GET_ITEM(entries, i);
+        if ((PyObject *)Py_TYPE(e) == partition_data_type) {
+            PyObject *res = PyObject_CallFunctionObjArgs(other, e, out, NULL);
+            if (res == NULL)
+                return NULL;
+            Py_DECREF(res);
+            continue;
+        }
+        long long index = PyLong_AsLongLong(PyList_GET_ITEM(indexes, i));
+        if (index == -1 && PyErr_Occurred())
+            return NULL;
+        if (fb_write_result(out, version, flex, index, e) < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+speedups_setup_fetch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    static const char *names[8] = {"error", "high_watermark", "last_stable_offset", "log_start_offset",
+                                   "aborted_transactions", "diverging_epoch", "preferred_read_replica", "records"};
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "setup_fetch(OutBuf, CHUNK_MIN, PartitionData)");
+        return NULL;
+    }
+    Py_ssize_t threshold = PyLong_AsSsize_t(args[1]);
+    if (threshold == -1 && PyErr_Occurred())
+        return NULL;
+    for (int i = 0; i < 8; i++) {
+        if (fetch_names[i] == NULL && (fetch_names[i] = PyUnicode_InternFromString(names[i])) == NULL)
+            return NULL;
+    }
+    Py_INCREF(args[0]);
+    Py_XSETREF(outbuf_type, args[0]);
+    Py_INCREF(args[2]);
+    Py_XSETREF(partition_data_type, args[2]);
+    chunk_min = threshold;
+    Py_RETURN_NONE;
+}
+
+/* --- arrays of integer structs (message decoding) ---------------------------------------- */
+
+/* read_int_structs(buf, pos, end, n, cls, codes, names, absent, flex, reader) -> (list, pos)
+ * reads ``n`` elements of an array of ``cls`` as rivulet.protocol.schema's compiled reader
+ * ``reader`` does, for a struct whose fields at this version are big-endian integers only
+ * (``codes``: one of b"bhiq" per field, in order, named by ``names``); ``absent`` holds the
+ * (name, value) of the fields the version lacks. An element with tagged fields, or one that
+ * would reach past ``end`` or the buffer, is read by ``reader`` from its start, so results and
+ * errors stay the Python reader's (schema.py, the reference). A Fetch request names
+ * thousands of partitions this way. */
+static PyObject *
+speedups_read_int_structs(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "read_int_structs takes 10 arguments");
+        return NULL;
+    }
+    PyObject *bufobj = args[0], *codes = args[5], *names = args[6], *absent = args[7], *reader = args[9];
+    PyTypeObject *cls = (PyTypeObject *)args[4];
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]), end = PyLong_AsSsize_t(args[2]), n = PyLong_AsSsize_t(args[3]);
+    int flex = PyObject_IsTrue(args[8]);
+    if (PyErr_Occurred() || flex < 0)
+        return NULL;
+    if (!PyType_Check(args[4]) || !PyBytes_Check(codes) || !PyTuple_Check(names) || !PyTuple_Check(absent)
+        || PyTuple_GET_SIZE(names) != PyBytes_GET_SIZE(codes) || n < 0 || pos < 0) {
+        PyErr_SetString(PyExc_TypeError, "read_int_structs: bad arguments");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(bufobj, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *b = (const unsigned char *)view.buf;
+    Py_ssize_t limit = end < view.len ? end : view.len;
+    const char *code = PyBytes_AS_STRING(codes);
+    Py_ssize_t nfields = PyBytes_GET_SIZE(codes), fixed = 0;
+    for (Py_ssize_t k = 0; k < nfields; k++)
+        fixed += code[k] == 'b' ? 1 : code[k] == 'h' ? 2 : code[k] == 'i' ? 4 : 8;
+    PyObject *lst = PyList_New(0), *empty = PyTuple_New(0);
+    if (lst == NULL || empty == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = NULL;
+        if (pos + fixed + (flex ? 1 : 0) <= limit && (!flex || b[pos + fixed] == 0)) {
+            e = cls->tp_new(cls, empty, NULL);
+            if (e == NULL)
+                goto fail;
+            const unsigned char *p = b + pos;
+            for (Py_ssize_t k = 0; k < nfields; k++) {
+                long long v;
+                switch (code[k]) {
+                case 'b': v = (int8_t)p[0]; p += 1; break;
+                case 'h': v = (int16_t)(((uint16_t)p[0] << 8) | p[1]); p += 2; break;
+                case 'i': v = (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]); p += 4; break;
+                default: {
+                    uint64_t u = 0;
+                    for (int j = 0; j < 8; j++)
+                        u = (u << 8) | p[j];
+                    v = (long long)u;
+                    p += 8;
+                }
+                }
+                PyObject *num = PyLong_FromLongLong(v);
+                if (num == NULL || PyObject_SetAttr(e, PyTuple_GET_ITEM(names, k), num) < 0) {
+                    Py_XDECREF(num);
+                    Py_DECREF(e);
+                    goto fail;
+                }
+                Py_DECREF(num);
+            }
+            for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(absent); k++) {
+                PyObject *pair = PyTuple_GET_ITEM(absent, k);
+                if (PyObject_SetAttr(e, PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1)) < 0) {
+                    Py_DECREF(e);
+                    goto fail;
+                }
+            }
+            pos += fixed + (flex ? 1 : 0);
+        }
+        else {
+            PyObject *pos_obj = PyLong_FromSsize_t(pos);
+            PyObject *res = pos_obj == NULL ? NULL
+                : PyObject_CallFunctionObjArgs(reader, bufobj, pos_obj, args[2], NULL);
+            Py_XDECREF(pos_obj);
+            if (res == NULL)
+                goto fail;
+            if (!PyTuple_Check(res) || PyTuple_GET_SIZE(res) != 2) {
+                Py_DECREF(res);
+                PyErr_SetString(PyExc_TypeError, "reader must return (element, pos)");
+                goto fail;
+            }
+            e = PyTuple_GET_ITEM(res, 0);
+            Py_INCREF(e);
+            pos = PyLong_AsSsize_t(PyTuple_GET_ITEM(res, 1));
+            Py_DECREF(res);
+            if (pos == -1 && PyErr_Occurred()) {
+                Py_DECREF(e);
+                goto fail;
+            }
+        }
+        int rc = PyList_Append(lst, e);
+        Py_DECREF(e);
+        if (rc < 0)
+            goto fail;
+    }
+    PyBuffer_Release(&view);
+    Py_DECREF(empty);
+    PyObject *out = Py_BuildValue("(Nn)", lst, pos);
+    return out;
+fail:
+    PyBuffer_Release(&view);
+    Py_XDECREF(empty);
+    Py_XDECREF(lst);
+    return NULL;
+}
+
 /* --- module ---------------------------------------------------------------------------- */
 
 static PyMethodDef speedups_methods[] = {
@@ -1832,6 +2212,15 @@ static PyMethodDef speedups_methods[] = {
      "Where records first..last of those laid out from pos to stop lie (length varints only)."},
     {"murmur2", (PyCFunction)speedups_murmur2, METH_O,
      "murmur2(data: bytes) -> int\n\nKafka's murmur2 hash (Java's Utils.murmur2), a signed 32-bit int."},
+    {"encode_fetch_partitions", (PyCFunction)(void (*)(void))speedups_encode_fetch_partitions, METH_FASTCALL,
+     "encode_fetch_partitions(out, version, indexes, entries, other) -> None\n\n"
+     "A Fetch response topic's partitions array written from the replica manager's results\n"
+     "(rivulet.protocol.fetch_answer is the reference); PartitionData entries go to other."},
+    {"setup_fetch", (PyCFunction)(void (*)(void))speedups_setup_fetch, METH_FASTCALL,
+     "setup_fetch(OutBuf, CHUNK_MIN, PartitionData) -> None\n\nBind what encode_fetch_partitions needs."},
+    {"read_int_structs", (PyCFunction)(void (*)(void))speedups_read_int_structs, METH_FASTCALL,
+     "read_int_structs(buf, pos, end, n, cls, codes, names, absent, flex, reader) -> (list, pos)\n\n"
+     "An array of integer-only structs read as rivulet.protocol.schema's compiled reader does."},
     {"setup", (PyCFunction)(void (*)(void))speedups_setup, METH_FASTCALL,
      "setup(record_type, invalid, fallback) -> bool\n\n"
      "Bind the Record type, the error factory and the Python fallback; returns whether\n"

@@ -33,7 +33,6 @@ here and in the Spark source.
 
 from __future__ import annotations
 
-import os
 import struct
 from array import array
 from collections.abc import Iterator, Sequence
@@ -44,6 +43,7 @@ from typing import Protocol
 from crc32c import crc32c
 
 from rivulet.common.time import now_ms
+from rivulet.protocol.accel import speedups
 from rivulet.protocol.compression import DEFAULT_MAX_DECOMPRESSED_SIZE, compress, decompress
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.record_walk import Faults, varint, walk_records
@@ -756,18 +756,14 @@ It is built by ``pip install`` when a C compiler is present; without it, or with
 RIVULET_NO_SPEEDUPS=1 in the environment, the pure-Python ``_py_parse_records`` and
 ``_py_encode_records`` are used. Both give the same records (and batch bytes) and raise the
 same errors for every input."""
-if os.environ.get("RIVULET_NO_SPEEDUPS", "") in ("", "0"):
-    try:
-        from rivulet.protocol import _speedups
-    except ImportError:
-        pass
-    else:
-        _speedups.setup(Record, _invalid, _py_parse_records)
-        _parse_records = _speedups.parse_records
-        if hasattr(_speedups, "encode_records"):  # an extension built before the encoder: decode only
-            _speedups.setup_encoder(crc32c)
-            _c_encode_records = _speedups.encode_records
-        SPEEDUPS = True
+_speedups = speedups()
+if _speedups is not None:
+    _speedups.setup(Record, _invalid, _py_parse_records)
+    _parse_records = _speedups.parse_records
+    if hasattr(_speedups, "encode_records"):  # an extension built before the encoder: decode only
+        _speedups.setup_encoder(crc32c)
+        _c_encode_records = _speedups.encode_records
+    SPEEDUPS = True
 
 _record_span = _py_record_span
 if SPEEDUPS and hasattr(_speedups, "record_span"):  # an extension built before it: Python

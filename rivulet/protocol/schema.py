@@ -15,6 +15,7 @@ import struct
 import uuid
 from typing import Any, Callable, NamedTuple
 
+from rivulet.protocol.accel import speedups
 from rivulet.protocol.errors import ProtocolDecodeError
 
 ZERO_UUID = uuid.UUID(int=0)
@@ -38,6 +39,13 @@ class F(NamedTuple):
 
 
 _VERSION_PREFIX = struct.Struct(">h")
+
+# The C reader of integer-only struct arrays (rivulet.protocol._speedups), unless it is not
+# built or RIVULET_NO_SPEEDUPS=1; the compiled Python readers are the reference.
+_read_int_structs: Callable | None = None
+_speedups = speedups()
+if _speedups is not None and hasattr(_speedups, "read_int_structs"):  # else built before it: Python
+    _read_int_structs = _speedups.read_int_structs
 
 
 def _in(rng: tuple[int, int] | None, v: int) -> bool:
@@ -203,6 +211,13 @@ def _read_field(g: _Gen, ind: int, f: F, flex: bool, version: int, target: str) 
     if f.kind == "struct":  # the element reader looked up once per array, not per element
         r = g.name("R", f.struct)
         g.emit(ind + 1, f"rd = {r}._reader({version}, {fflex})")
+        plan = _int_struct_plan(f.struct, version, fflex) if _read_int_structs is not None else None
+        if plan is not None:
+            # Integers only (a Fetch request's thousand partitions): the whole array in C.
+            args = ", ".join(g.name("K", x) for x in plan)
+            g.emit(ind + 1, f"{target}, pos = {g.name('RIS', _read_int_structs)}(buf, pos, end, n, {r}, {args}, "
+                            f"{fflex}, rd)")
+            return
         g.emit(ind + 1, "for _ in range(n):")
         g.emit(ind + 2, "e, pos = rd(buf, pos, end)")
     else:
@@ -210,6 +225,23 @@ def _read_field(g: _Gen, ind: int, f: F, flex: bool, version: int, target: str) 
         _read_scalar(g, ind + 2, f, fflex, False, "e", version)
     g.emit(ind + 2, "lst.append(e)")
     g.emit(ind + 1, f"{target} = lst")
+
+
+_INT_CODES = {"int8": "b", "int16": "h", "int32": "i", "int64": "q"}
+
+
+def _int_struct_plan(cls: type, version: int, flex: bool) -> tuple[bytes, tuple[str, ...], tuple] | None:
+    """For the C array reader: the struct's body fields at ``version`` as integer codes and
+    names, and the (name, default) of the others; None unless every body field is an integer
+    and every other default can be shared (not a fresh list or struct)."""
+    present, _ = _body_and_tagged(cls, version, flex)
+    if not present or any(f.is_array or f.kind not in _INT_CODES for f in present):
+        return None
+    absent = [f for f in cls.FIELDS if f not in present]
+    if any(f.is_array or isinstance(f.default, type) for f in absent):
+        return None
+    return ("".join(_INT_CODES[f.kind] for f in present).encode(), tuple(f.name for f in present),
+            tuple((f.name, f.default) for f in absent))
 
 
 def _fixed_runs(fields: list[F]) -> list[list[F] | F]:

@@ -186,9 +186,14 @@ class Partition:
     def last_stable_offset(self) -> int:
         """Kafka's LSO: the first offset of an undecided transaction when it lies below the
         high watermark, else the high watermark. read_committed fetches stop here."""
-        hw = self.log.high_watermark
-        fuo = self.log.first_unstable_offset
-        return fuo if fuo is not None and fuo < hw else hw
+        return self.watermarks()[1]
+
+    def watermarks(self) -> tuple[int, int]:
+        """(HW, LSO) in one call: a Fetch asks both of each of its partitions."""
+        lg = self.log
+        hw = lg.high_watermark
+        fuo = lg.first_unstable_offset
+        return hw, fuo if fuo is not None and fuo < hw else hw
 
     @property
     def maximal_isr(self) -> list[int]:

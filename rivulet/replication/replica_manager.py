@@ -805,16 +805,15 @@ class ReplicaManager:
         fetch_only_leader = params.fetch_only_leader
         zero_copy_min = ZERO_COPY_MIN if params.zero_copy else 0
         for fp in params.partitions:
-            res = results[fp.tp] = FetchResult()
-            p = partitions.get(fp.tp)
+            tp = fp.tp
+            p = partitions.get(tp)
             if p is None or p.deleted:
-                res.error = (ErrorCode.KAFKA_STORAGE_ERROR if p is None and fp.tp in self.offline_partitions
-                             else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                results[tp] = FetchResult(ErrorCode.KAFKA_STORAGE_ERROR if p is None and tp in self.offline_partitions
+                                          else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 continue
             lg = p.log
-            res.high_watermark = p.high_watermark
-            res.last_stable_offset = p.last_stable_offset
-            res.log_start_offset = lg.log_start_offset
+            hw, lso = p.watermarks()
+            res = results[tp] = FetchResult(ErrorCode.NONE, hw, lso, lg.log_start_offset)
             try:
                 if fetch_only_leader:
                     p.check_leader(fp.current_leader_epoch)
@@ -830,8 +829,7 @@ class ReplicaManager:
                     if p.update_follower_fetch(params.replica_id, fp.fetch_offset, fp.log_start_offset,
                                                params.replica_epoch):
                         hw_moved.append(fp.tp)
-                    res.high_watermark = p.high_watermark
-                    res.last_stable_offset = p.last_stable_offset
+                    res.high_watermark, res.last_stable_offset = p.watermarks()
                 elif params.client_rack and self.replica_selector is not None and p.is_leader:
                     preferred = self._preferred_read_replica(p, fp.fetch_offset, params.client_rack)
                     if preferred != self.node_id:

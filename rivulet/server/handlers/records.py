@@ -10,6 +10,7 @@ from typing import Any
 from rivulet.common.file_region import FileRegion
 from rivulet.common.types import TopicPartition
 from rivulet.protocol.errors import ApiError, ErrorCode
+from rivulet.protocol.fetch_answer import AnswerTopic, FetchAnswer, partition_data
 from rivulet.protocol.framing import RequestHeader
 from rivulet.protocol.messages import (
     delete_records_response as drr,
@@ -213,8 +214,9 @@ class RecordHandlers:
                              client_rack=req.rack_id if v >= 11 and replica_id < 0 else "",
                              replica_epoch=req.replica_state.replica_epoch if v >= 15 else -1,
                              zero_copy=conn.sends_files)
-        # (topic id, topic name, partition, its key or None when the topic id is unknown)
-        order: list[tuple[Any, str | None, int, TopicPartition | None]] = []
+        # Per request topic: (topic id, topic name or None when the id is unknown, its partition
+        # indexes, their keys, whether READ was refused).
+        order: list[tuple[Any, str | None, list[int], list[TopicPartition], bool]] = []
         names: dict[Any, str | None] = {}
         for ft in req.topics:
             names[id(ft)] = self.metadata.topic_name(ft.topic_id) if v >= 13 else ft.topic
@@ -224,21 +226,19 @@ class RecordHandlers:
             readable = set(names.values()) if self.authz.cluster(conn, Op.CLUSTER_ACTION) else set()
         else:
             readable = self.authz.allowed(conn, Op.READ, ResourceType.TOPIC, (n for n in names.values() if n))
-        refused: set[TopicPartition] = set()
         wanted = params.partitions
         for ft in req.topics:
             name = names[id(ft)]
-            topic_id = ft.topic_id
+            indexes = [fp.partition for fp in ft.partitions]
             if name is None:
-                order.extend((topic_id, None, fp.partition, None) for fp in ft.partitions)
+                order.append((ft.topic_id, None, indexes, [], False))
                 continue
+            tps = [TopicPartition(name, i) for i in indexes]
             allowed = name in readable
-            for fp in ft.partitions:
-                tp = TopicPartition(name, fp.partition)
-                order.append((topic_id, name, fp.partition, tp))
-                if not allowed:
-                    refused.add(tp)
-                    continue
+            order.append((ft.topic_id, name, indexes, tps, not allowed))
+            if not allowed:
+                continue
+            for fp, tp in zip(ft.partitions, tps, strict=True):
                 wanted.append(FetchRequestPartition(
                     tp, fp.fetch_offset, fp.partition_max_bytes,
                     fp.current_leader_epoch if v >= 9 else -1, fp.log_start_offset if v >= 5 else -1,
@@ -255,52 +255,44 @@ class RecordHandlers:
                     conn.throttle(ms)
                     return fr.FetchResponse(throttle_time_ms=ms, error_code=0, session_id=0, responses=[])
             self._count_fetch(results, from_follower)
-            topics: list[fr.FetchableTopicResponse] = []
+            # The results go into the answer as they are (FetchAnswer writes them); only the
+            # partitions answered otherwise get a PartitionData of their own.
+            topics: list[AnswerTopic] = []
             hints = _LeaderHints(self.metadata_cache, conn.listener.name)
             last_key = None
-            out: list[fr.PartitionData] = []
-            isolated = params.isolation_level != 0
-            for topic_id, name, part, tp in order:
+            for topic_id, name, indexes, tps, refused in order:
                 key = topic_id if v >= 13 else name
                 if key is not last_key and (not topics or key != last_key):  # identity first: cheap
-                    out = []
-                    topics.append(fr.FetchableTopicResponse(topic=name or "", topic_id=topic_id or ZERO_UUID,
-                                                            partitions=out))
+                    topics.append(AnswerTopic(name or "", topic_id or ZERO_UUID, [], []))
                     last_key = key
-                if tp is None or (refused and tp in refused):
-                    out.append(fr.PartitionData(
+                answer = topics[-1]
+                answer.indexes += indexes
+                if name is None or refused:
+                    code = ErrorCode.UNKNOWN_TOPIC_ID if name is None else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                    answer.entries += [fr.PartitionData(
                         partition_index=part, high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
-                        error_code=ErrorCode.UNKNOWN_TOPIC_ID if tp is None else ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                        aborted_transactions=None, preferred_read_replica=-1, records=b""))
+                        error_code=code, aborted_transactions=None, preferred_read_replica=-1, records=b"")
+                        for part in indexes]
                     continue
-                r = results[tp]
-                aborted = None
-                if isolated and r.aborted_transactions is not None:
-                    aborted = [fr.AbortedTransaction(producer_id=pid, first_offset=first)
-                               for pid, first in r.aborted_transactions] if r.aborted_transactions else []
-                error = r.error
-                if error != ErrorCode.NONE:
-                    error = self._hosted_elsewhere(tp, error)
-                data = fr.PartitionData(
-                    partition_index=part, error_code=error, high_watermark=r.high_watermark,
-                    last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
-                    aborted_transactions=aborted,
-                    preferred_read_replica=r.preferred_read_replica,
-                    records=r.records if r.records is not None else b"")
-                if r.diverging_epoch is not None:
-                    data.diverging_epoch = fr.EpochEndOffset(epoch=r.diverging_epoch[0],
-                                                             end_offset=r.diverging_epoch[1])
-                if v >= 16 and error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH):
-                    leader, epoch = hints.leader(tp)
-                    data.current_leader = fr.LeaderIdAndEpoch(leader_id=leader, leader_epoch=epoch)
-                out.append(data)
-            resp = fr.FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
-            if v >= 16:
-                resp.node_endpoints = [fr.NodeEndpoint(node_id=i, host=h, port=p, rack=rk)
-                                       for i, h, p, rk in hints.endpoints()]
-            return resp
+                entries = [results[tp] for tp in tps]
+                for i, r in enumerate(entries):
+                    if r.error != ErrorCode.NONE:
+                        entries[i] = self._failed_partition(indexes[i], tps[i], r, v, hints)
+                answer.entries += entries
+            return FetchAnswer(topics, [fr.NodeEndpoint(node_id=i, host=h, port=p, rack=rk)
+                                        for i, h, p, rk in hints.endpoints()] if v >= 16 else [])
 
         return then(result, build)
+
+    def _failed_partition(self, index: int, tp: TopicPartition, r: FetchResult, v: int,
+                          hints: _LeaderHints) -> fr.PartitionData:
+        """A partition whose read failed: the error (where its leader is, when that is why)."""
+        data = partition_data(index, r)
+        data.error_code = error = self._hosted_elsewhere(tp, r.error)
+        if v >= 16 and error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH):
+            leader, epoch = hints.leader(tp)
+            data.current_leader = fr.LeaderIdAndEpoch(leader_id=leader, leader_epoch=epoch)
+        return data
 
     def _count_fetch(self, results: dict[TopicPartition, FetchResult], from_follower: bool) -> None:
         """Per-topic fetch counters (Kafka's BrokerTopicMetrics), counted once per answered

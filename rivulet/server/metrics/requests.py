@@ -23,6 +23,7 @@ from typing import Any
 
 from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.fetch_answer import FetchAnswer
 from rivulet.protocol.messages.fetch_request import FetchRequest
 from rivulet.protocol.schema import Struct
 
@@ -79,6 +80,10 @@ def count_errors(response: Struct, request: str, errors: dict[tuple[str, int], i
     if error is not None:
         key = (request, error(response))
         errors[key] = errors.get(key, 0) + 1
+    if type(response) is FetchAnswer:  # its partitions are not in ``responses``
+        for code, n in response.partition_error_counts().items():
+            key = (request, code)
+            errors[key] = errors.get(key, 0) + n
     for get, is_array in nested:
         value = get(response)
         if value is None:
