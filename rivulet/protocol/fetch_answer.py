@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import struct
 import uuid
-from typing import Any, Protocol
+from typing import Protocol
 
+from rivulet.common.file_region import FileRegion
 from rivulet.protocol.messages import fetch_response as fr
 from rivulet.protocol.records import SPEEDUPS
 from rivulet.protocol.schema import CHUNK_MIN, OutBuf, write_uvarint
@@ -32,7 +33,7 @@ class PartitionResult(Protocol):
     high_watermark: int
     last_stable_offset: int
     log_start_offset: int
-    records: Any  # bytes, memoryview, FileRegion or None (an empty record set)
+    records: bytes | memoryview | FileRegion | None  # None: an empty record set
     aborted_transactions: list[tuple[int, int]] | None
     diverging_epoch: tuple[int, int] | None
     preferred_read_replica: int
