@@ -63,7 +63,7 @@ class Reconfigurable(Protocol):
     def reconfigurable_configs(self) -> frozenset[str]: ...
 
     def validate_reconfiguration(self, values: Mapping[str, Any]) -> None:
-        """Raise ConfigError (INVALID_CONFIG) when the parsed values in force would not work, or
+        """Raise ConfigError (INVALID_REQUEST) when the parsed values in force would not work, or
         an ApiError with the code Kafka answers for them."""
 
     def reconfigure(self, values: Mapping[str, Any]) -> None: ...
@@ -124,12 +124,17 @@ class DynamicBrokerConfig:
         if changed:
             self._save()
 
-    def level(self, resource_name: str) -> str:
-        if resource_name not in (CLUSTER_DEFAULT, self.node_id):
-            raise ApiError(ErrorCode.INVALID_REQUEST,
-                             f"Unexpected broker id, expected {self.node_id} or empty string, but received "
-                             f"{resource_name}")
-        return resource_name
+    def level(self, resource_name: str, altering: bool = False) -> str:
+        """The level a BROKER resource names, refused (INVALID_REQUEST) as Kafka words it: an
+        alteration is checked against this node's id, a description may also name the default."""
+        if resource_name in (CLUSTER_DEFAULT, self.node_id):
+            return resource_name
+        if not resource_name.lstrip("-").isdigit():
+            raise ApiError(ErrorCode.INVALID_REQUEST, f"{'Node' if altering else 'Broker'} id must be an integer, "
+                           f"but it is: {resource_name}")
+        expected = self.node_id if altering else f"{self.node_id} or empty string"
+        raise ApiError(ErrorCode.INVALID_REQUEST,
+                       f"Unexpected broker id, expected {expected}, but received {resource_name}")
 
     def effective(self) -> dict[str, str]:
         """Dynamic values in force: the broker's own over the cluster default."""
@@ -156,14 +161,11 @@ class DynamicBrokerConfig:
         return {**self.levels[CLUSTER_DEFAULT], **configs}
 
     def validate(self, configs: dict[str, str], per_broker: bool = True) -> None:
-        """Refuse what Kafka refuses: read-only configs, per-broker configs at the cluster
-        level (both INVALID_REQUEST), values their definitions reject, values a
-        reconfigurable component cannot take, and a per-broker min.insync.replicas or the
-        cluster-level one removed (INVALID_CONFIG)."""
-        if per_broker and MIN_ISR in configs:
-            raise ApiError(ErrorCode.INVALID_CONFIG, f"Broker-level {MIN_ISR} cannot be altered while ELR is enabled.")
-        if not per_broker and MIN_ISR in self.levels[CLUSTER_DEFAULT] and MIN_ISR not in configs:
-            raise ApiError(ErrorCode.INVALID_CONFIG, f"Cluster-level {MIN_ISR} cannot be removed while ELR is enabled.")
+        """Refuse what Kafka 4.3.1 refuses, in its order: read-only configs, per-broker configs at
+        the cluster level, values their definitions reject and values a reconfigurable component
+        cannot take (all INVALID_REQUEST: Kafka's broker turns every failed validation of a
+        dynamic broker config into one, KAFKA-13609), then, as its controller does, a per-broker
+        min.insync.replicas or the cluster-level one removed (INVALID_CONFIG)."""
         static = sorted(n for n in configs if n in BROKER_CONFIGS and not BROKER_CONFIGS[n].dynamic)
         if static:
             raise ApiError(ErrorCode.INVALID_REQUEST,
@@ -181,7 +183,7 @@ class DynamicBrokerConfig:
             try:
                 key.parse(raw)
             except ConfigError as e:
-                raise ApiError(ErrorCode.INVALID_CONFIG, f"Invalid value {raw} for configuration {name}: "
+                raise ApiError(ErrorCode.INVALID_REQUEST, f"Invalid value {raw} for configuration {name}: "
                                  f"{e.reason}") from None
         effective = self.with_level(self.node_id if per_broker else CLUSTER_DEFAULT, configs)
         for r in self._reconfigurables:
@@ -189,7 +191,11 @@ class DynamicBrokerConfig:
                 try:
                     r.validate_reconfiguration(self._in_force(r, effective))
                 except ConfigError as e:
-                    raise ApiError(ErrorCode.INVALID_CONFIG, str(e)) from None
+                    raise ApiError(ErrorCode.INVALID_REQUEST, str(e)) from None
+        if per_broker and MIN_ISR in configs:
+            raise ApiError(ErrorCode.INVALID_CONFIG, f"Broker-level {MIN_ISR} cannot be altered while ELR is enabled.")
+        if not per_broker and MIN_ISR in self.levels[CLUSTER_DEFAULT] and MIN_ISR not in configs:
+            raise ApiError(ErrorCode.INVALID_CONFIG, f"Cluster-level {MIN_ISR} cannot be removed while ELR is enabled.")
 
     def replace(self, level: str, configs: dict[str, str]) -> None:
         before = self.effective()
