@@ -118,8 +118,10 @@ def test_topic_deletion_removes_data():
 
 def test_retention_by_bytes_deletes_old_segments():
     from confluent_kafka import Producer
-    with BrokerProcess({"log.retention.check.interval.ms": "200", "log.segment.bytes": "20000",
-                        "log.retention.bytes": "40000"}) as b:
+    from confluent_kafka.admin import AdminClient, NewTopic
+    with BrokerProcess({"log.retention.check.interval.ms": "200", "log.retention.bytes": "40000"}) as b:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        admin.create_topics([NewTopic("ret", 1, 1, config={"internal.segment.bytes": "20000"})])["ret"].result(30)
         p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0})
         for i in range(200):
             p.produce("ret", value=b"y" * 1000, partition=0)
