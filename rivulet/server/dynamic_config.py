@@ -69,6 +69,50 @@ class Reconfigurable(Protocol):
     def reconfigure(self, values: Mapping[str, Any]) -> None: ...
 
 
+def _refused_reconfiguration(reason: str) -> ApiError:
+    """How Kafka's broker words a value a reconfigurable component refuses (its exception
+    wrapped in a ConfigException, then in INVALID_REQUEST)."""
+    return ApiError(ErrorCode.INVALID_REQUEST, "Invalid value org.apache.kafka.common.config.ConfigException: "
+                    f"{reason} for configuration Invalid dynamic configuration")
+
+
+class ThreadCounts:
+    """Kafka's thread pools resize at run time within half and double of their current sizes;
+    Rivulet has no such pools to resize, but refuses the same values in the same words."""
+
+    POOLS = frozenset({"num.io.threads", "num.network.threads", "num.replica.fetchers",
+                       "num.recovery.threads.per.data.dir", "background.threads"})
+    CLEANER = "log.cleaner.threads"
+
+    def __init__(self) -> None:
+        self.current: dict[str, int] = {}
+
+    def reconfigurable_configs(self) -> frozenset[str]:
+        return self.POOLS | {self.CLEANER}
+
+    def validate_reconfiguration(self, values: Mapping[str, Any]) -> None:
+        for name in sorted(values):
+            new, old = values[name], self.current[name]
+            if new == old:
+                continue
+            if name == self.CLEANER:
+                if new < old // 2:
+                    raise _refused_reconfiguration(f"Log cleaner threads cannot be reduced to less than half "
+                                                   f"the current value {old}")
+                if new > old * 2:
+                    raise _refused_reconfiguration(f"Log cleaner threads cannot be increased to more than double "
+                                                   f"the current value {old}")
+                continue
+            failed = f"Dynamic thread count update validation failed for {name}={new}, value should "
+            if new < old // 2:
+                raise _refused_reconfiguration(failed + f"be at least half the current value {old}")
+            if new > old * 2:
+                raise _refused_reconfiguration(failed + f"not be greater than double the current value {old}")
+
+    def reconfigure(self, values: Mapping[str, Any]) -> None:
+        self.current = dict(values)
+
+
 class DynamicBrokerConfig:
     """The dynamic configs of one broker: ``levels[""]`` (cluster default) and ``levels[id]``."""
 

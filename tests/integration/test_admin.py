@@ -208,7 +208,7 @@ def test_dynamic_broker_configs(broker_factory):
     def set_(name, value):
         return ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
 
-    incremental(node, set_("log.retention.ms", "123456"), set_("background.threads", "4")).result(30)
+    incremental(node, set_("log.retention.ms", "123456"), set_("background.threads", "6")).result(30)
     assert raw_default(("log.cleanup.policy", 2, "compact")) == 0  # APPEND to the value in force
     cfg = admin.describe_configs([node])[node].result(30)
     assert cfg["log.retention.ms"].value == "123456"

@@ -22,6 +22,8 @@ REFUSED = [
     ("1", [("compression.type", "bogus")]), ("1", [("num.io.threads", "0")]),
     ("1", [("max.connections", "-1")]), ("1", [("min.insync.replicas", "0")]),
     ("1", [("min.insync.replicas", "2")]), ("1", [("broker.id", "5")]),
+    ("1", [("log.cleaner.threads", "3")]),
+    ("1", [("num.io.threads", "17")]), ("1", [("num.io.threads", "3")]), ("", [("background.threads", "21")]),
     ("1", [("group.consumer.session.timeout.ms", "1")]), ("1", [("log.retention.ms", "x"), ("broker.id", "3")]),
     ("", [("log.retention.ms", "abc")]), ("", [("log.segment.bytes", "1048575")]),
     ("", [("min.insync.replicas", "0")]), ("", [("broker.id", "5")]),
