@@ -111,11 +111,10 @@ def one_of_ignoring_case(*choices: str) -> Validator:
 
 
 def each_of(*choices: str) -> Validator:
-    """For a LIST: every item must be one of ``choices``."""
+    """For a LIST: every item must be one of ``choices`` (worded as Kafka's ValidList words it)."""
 
     def check(v: Iterable[str]) -> str | None:
-        bad = [x for x in v if x not in choices]
-        return f"Invalid value(s) {', '.join(bad)}; valid values are {', '.join(choices)}" if bad else None
+        return None if all(x in choices for x in v) else f"String must be one of: {', '.join(choices)}"
 
     return check
 

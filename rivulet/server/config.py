@@ -32,6 +32,7 @@ from rivulet.common.config import (
 )
 from rivulet.replication.replica_selector import SELECTORS
 from rivulet.security.authorizer import AUTHORIZER_CLASS_NAMES
+from rivulet.storage.config import SEGMENT_BYTES_MIN
 
 __all__ = ["BROKER_CONFIGS", "BrokerConfig", "ConfigError", "LIST_PROPERTIES", "load_properties", "parse_listener"]
 
@@ -200,7 +201,8 @@ BROKER_CONFIGS = ConfigDef([
        "log.retention.minutes is set.", HIGH),
     _k("log.retention.bytes", L, -1, None, "Largest size of a partition before old segments are deleted; "
        "-1 for no limit.", HIGH, CLUSTER),
-    _k("log.segment.bytes", I, 1073741824, at_least(14), "Size at which a segment is rolled.", HIGH, CLUSTER),
+    _k("log.segment.bytes", I, 1073741824, at_least(SEGMENT_BYTES_MIN), "Size at which a segment is rolled; at least 1 MiB.",
+       HIGH, CLUSTER),
     _k("log.roll.ms", L, None, None, "Age at which a segment is rolled, in ms; log.roll.hours when not set.",
        HIGH, CLUSTER),
     _k("log.roll.hours", I, 168, _pos, "Age at which a segment is rolled, in hours.", HIGH),

@@ -63,10 +63,54 @@ class Reconfigurable(Protocol):
     def reconfigurable_configs(self) -> frozenset[str]: ...
 
     def validate_reconfiguration(self, values: Mapping[str, Any]) -> None:
-        """Raise ConfigError (INVALID_CONFIG) when the parsed values in force would not work, or
+        """Raise ConfigError (INVALID_REQUEST) when the parsed values in force would not work, or
         an ApiError with the code Kafka answers for them."""
 
     def reconfigure(self, values: Mapping[str, Any]) -> None: ...
+
+
+def _refused_reconfiguration(reason: str) -> ApiError:
+    """How Kafka's broker words a value a reconfigurable component refuses (its exception
+    wrapped in a ConfigException, then in INVALID_REQUEST)."""
+    return ApiError(ErrorCode.INVALID_REQUEST, "Invalid value org.apache.kafka.common.config.ConfigException: "
+                    f"{reason} for configuration Invalid dynamic configuration")
+
+
+class ThreadCounts:
+    """Kafka's thread pools resize at run time within half and double of their current sizes;
+    Rivulet has no such pools to resize, but refuses the same values in the same words."""
+
+    POOLS = frozenset({"num.io.threads", "num.network.threads", "num.replica.fetchers",
+                       "num.recovery.threads.per.data.dir", "background.threads"})
+    CLEANER = "log.cleaner.threads"
+
+    def __init__(self) -> None:
+        self.current: dict[str, int] = {}
+
+    def reconfigurable_configs(self) -> frozenset[str]:
+        return self.POOLS | {self.CLEANER}
+
+    def validate_reconfiguration(self, values: Mapping[str, Any]) -> None:
+        for name in sorted(values):
+            new, old = values[name], self.current[name]
+            if new == old:
+                continue
+            if name == self.CLEANER:
+                if new < old // 2:
+                    raise _refused_reconfiguration(f"Log cleaner threads cannot be reduced to less than half "
+                                                   f"the current value {old}")
+                if new > old * 2:
+                    raise _refused_reconfiguration(f"Log cleaner threads cannot be increased to more than double "
+                                                   f"the current value {old}")
+                continue
+            failed = f"Dynamic thread count update validation failed for {name}={new}, value should "
+            if new < old // 2:
+                raise _refused_reconfiguration(failed + f"be at least half the current value {old}")
+            if new > old * 2:
+                raise _refused_reconfiguration(failed + f"not be greater than double the current value {old}")
+
+    def reconfigure(self, values: Mapping[str, Any]) -> None:
+        self.current = dict(values)
 
 
 class DynamicBrokerConfig:
@@ -124,12 +168,17 @@ class DynamicBrokerConfig:
         if changed:
             self._save()
 
-    def level(self, resource_name: str) -> str:
-        if resource_name not in (CLUSTER_DEFAULT, self.node_id):
-            raise ApiError(ErrorCode.INVALID_REQUEST,
-                             f"Unexpected broker id, expected {self.node_id} or empty string, but received "
-                             f"{resource_name}")
-        return resource_name
+    def level(self, resource_name: str, altering: bool = False) -> str:
+        """The level a BROKER resource names, refused (INVALID_REQUEST) as Kafka words it: an
+        alteration is checked against this node's id, a description may also name the default."""
+        if resource_name in (CLUSTER_DEFAULT, self.node_id):
+            return resource_name
+        if not resource_name.lstrip("-").isdigit():
+            raise ApiError(ErrorCode.INVALID_REQUEST, f"{'Node' if altering else 'Broker'} id must be an integer, "
+                           f"but it is: {resource_name}")
+        expected = self.node_id if altering else f"{self.node_id} or empty string"
+        raise ApiError(ErrorCode.INVALID_REQUEST,
+                       f"Unexpected broker id, expected {expected}, but received {resource_name}")
 
     def effective(self) -> dict[str, str]:
         """Dynamic values in force: the broker's own over the cluster default."""
@@ -156,14 +205,11 @@ class DynamicBrokerConfig:
         return {**self.levels[CLUSTER_DEFAULT], **configs}
 
     def validate(self, configs: dict[str, str], per_broker: bool = True) -> None:
-        """Refuse what Kafka refuses: read-only configs, per-broker configs at the cluster
-        level (both INVALID_REQUEST), values their definitions reject, values a
-        reconfigurable component cannot take, and a per-broker min.insync.replicas or the
-        cluster-level one removed (INVALID_CONFIG)."""
-        if per_broker and MIN_ISR in configs:
-            raise ApiError(ErrorCode.INVALID_CONFIG, f"Broker-level {MIN_ISR} cannot be altered while ELR is enabled.")
-        if not per_broker and MIN_ISR in self.levels[CLUSTER_DEFAULT] and MIN_ISR not in configs:
-            raise ApiError(ErrorCode.INVALID_CONFIG, f"Cluster-level {MIN_ISR} cannot be removed while ELR is enabled.")
+        """Refuse what Kafka 4.3.1 refuses, in its order: read-only configs, per-broker configs at
+        the cluster level, values their definitions reject and values a reconfigurable component
+        cannot take (all INVALID_REQUEST: Kafka's broker turns every failed validation of a
+        dynamic broker config into one, KAFKA-13609), then, as its controller does, a per-broker
+        min.insync.replicas or the cluster-level one removed (INVALID_CONFIG)."""
         static = sorted(n for n in configs if n in BROKER_CONFIGS and not BROKER_CONFIGS[n].dynamic)
         if static:
             raise ApiError(ErrorCode.INVALID_REQUEST,
@@ -181,7 +227,7 @@ class DynamicBrokerConfig:
             try:
                 key.parse(raw)
             except ConfigError as e:
-                raise ApiError(ErrorCode.INVALID_CONFIG, f"Invalid value {raw} for configuration {name}: "
+                raise ApiError(ErrorCode.INVALID_REQUEST, f"Invalid value {raw} for configuration {name}: "
                                  f"{e.reason}") from None
         effective = self.with_level(self.node_id if per_broker else CLUSTER_DEFAULT, configs)
         for r in self._reconfigurables:
@@ -189,7 +235,11 @@ class DynamicBrokerConfig:
                 try:
                     r.validate_reconfiguration(self._in_force(r, effective))
                 except ConfigError as e:
-                    raise ApiError(ErrorCode.INVALID_CONFIG, str(e)) from None
+                    raise ApiError(ErrorCode.INVALID_REQUEST, str(e)) from None
+        if per_broker and MIN_ISR in configs:
+            raise ApiError(ErrorCode.INVALID_CONFIG, f"Broker-level {MIN_ISR} cannot be altered while ELR is enabled.")
+        if not per_broker and MIN_ISR in self.levels[CLUSTER_DEFAULT] and MIN_ISR not in configs:
+            raise ApiError(ErrorCode.INVALID_CONFIG, f"Cluster-level {MIN_ISR} cannot be removed while ELR is enabled.")
 
     def replace(self, level: str, configs: dict[str, str]) -> None:
         before = self.effective()

@@ -452,10 +452,13 @@ class TopicManager:
         """Replace the dynamic configs of one level (this broker's id, or "" for the cluster
         default); the log.* defaults reach every topic without its own override at once."""
         dyn = self.dynamic_config
-        level = dyn.level(resource_name)
+        level = dyn.level(resource_name, altering=True)
         dyn.validate(configs, per_broker=level != "")
         in_force = dyn.with_level(level, configs)
-        defaults = LogConfig.from_broker_props({**self.config.originals, **in_force})  # INVALID_CONFIG if bad
+        try:
+            defaults = LogConfig.from_broker_props({**self.config.originals, **in_force})
+        except ApiError as e:  # a dynamic broker config Kafka's broker refuses is INVALID_REQUEST
+            raise ApiError(ErrorCode.INVALID_REQUEST, e.message) from None
         if validate_only:
             return
         dyn.replace(level, configs)

@@ -279,7 +279,7 @@ class LogCleaner:
         groups: list[list[LogSegment]] = []
         size = 0
         for seg in cleanable:
-            if groups and size + seg.size <= cfg.segment_bytes:
+            if groups and size + seg.size <= cfg.segment_size:
                 groups[-1].append(seg)
                 size += seg.size
             else:

@@ -33,6 +33,8 @@ __all__ = ["ConfigEntry", "ConfigSource", "ConfigType", "LogConfig", "TOPIC_CONF
 
 CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
+# Kafka 4.x's lower bound of segment.bytes and log.segment.bytes (internal.segment.bytes has none).
+SEGMENT_BYTES_MIN = 1024 * 1024
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 ICEBERG_MODE_NONE = "none"
 ICEBERG_KEY_VALUE = "key_value"
@@ -146,6 +148,9 @@ class LogConfig:
     retention_bytes: int = -1
     retention_ms: int = 604_800_000
     segment_bytes: int = 1 << 30
+    # Kafka's internal.segment.bytes: when set, the segment size instead of segment.bytes, with
+    # no lower bound (for tests that need small segments); not described unless set.
+    internal_segment_bytes: int | None = None
     segment_index_bytes: int = 10 * 1024 * 1024
     segment_jitter_ms: int = 0
     segment_ms: int = 604_800_000
@@ -163,6 +168,11 @@ class LogConfig:
     iceberg_partition_spec: str = "(hour(timestamp))"
     iceberg_invalid_record_action: str = ICEBERG_DLQ
     iceberg_snapshot_max_age_ms: int = 432_000_000  # Iceberg's history.expire.max-snapshot-age-ms default: 5 days
+
+    @property
+    def segment_size(self) -> int:
+        """The size at which a segment is rolled."""
+        return self.segment_bytes if self.internal_segment_bytes is None else self.internal_segment_bytes
 
     @property
     def log_append_time(self) -> bool:
@@ -185,7 +195,7 @@ class LogConfig:
         base = defaults if defaults is not None else cls()
         changes: dict[str, Any] = {}
         for name, raw in topic_overrides.items():
-            key = TOPIC_CONFIGS.get(name)
+            key = TOPIC_CONFIGS.get(name) or INTERNAL_TOPIC_CONFIGS.get(name)
             if key is None:
                 raise ApiError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
             try:
@@ -306,7 +316,8 @@ _DEFS = [
     _t("retention.ms", _L, at_least(-1),
        (("log.retention.ms", 1), ("log.retention.minutes", _M), ("log.retention.hours", _H)),
        "How long a segment is kept before it is deleted; -1 keeps it forever."),
-    _t("segment.bytes", _I, at_least(14), (("log.segment.bytes", 1),), "Size at which a segment is rolled."),
+    _t("segment.bytes", _I, at_least(SEGMENT_BYTES_MIN), (("log.segment.bytes", 1),),
+       "Size at which a segment is rolled; at least 1 MiB."),
     _t("segment.index.bytes", _I, at_least(4), (("log.index.size.max.bytes", 1),),
        "Largest size of a segment's offset or time index."),
     _t("segment.jitter.ms", _L, at_least(0), (("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", _H)),
@@ -348,17 +359,24 @@ _DEFS = [
 ]
 
 TOPIC_CONFIGS = ConfigDef(key for key, _ in _DEFS)
+# Topic configs Kafka defines as internal: a client may set them, DescribeConfigs shows them
+# only where set, and they are not documented.
+INTERNAL_TOPIC_CONFIGS = ConfigDef([
+    ConfigKey("internal.segment.bytes", _I, None, None, "Size at which a segment is rolled, instead of "
+              "segment.bytes and without its lower bound; for tests only.", Importance.LOW, UpdateMode.PER_TOPIC),
+])
 _BROKER_SYNONYMS: dict[str, tuple[tuple[str, int], ...]] = {key.name: broker for key, broker in _DEFS}
 # Topic config name -> broker property names that set its default (DescribeConfigs synonyms).
 TOPIC_CONFIG_SYNONYMS: dict[str, tuple[str, ...]] = {n: tuple(b for b, _ in s) for n, s in _BROKER_SYNONYMS.items()}
 # Topic configs whose value is a list (IncrementalAlterConfigs APPEND/SUBTRACT).
 TOPIC_LIST_CONFIGS = frozenset(k.name for k in TOPIC_CONFIGS if k.type is ConfigType.LIST)
 
-assert set(TOPIC_CONFIGS.names()) == {f.name.replace("_", ".") for f in dataclasses.fields(LogConfig)}
+assert {*TOPIC_CONFIGS.names(), *INTERNAL_TOPIC_CONFIGS.names()} == {
+    f.name.replace("_", ".") for f in dataclasses.fields(LogConfig)}
 
 
 def _invalid(name: str, raw: Any, reason: str) -> ApiError:
-    return ApiError(ErrorCode.INVALID_CONFIG, f"Invalid value {raw!r} for configuration {name}: {reason}")
+    return ApiError(ErrorCode.INVALID_CONFIG, f"Invalid value {raw} for configuration {name}: {reason}")
 
 
 def _from_broker(key: ConfigKey, broker_name: str, raw: str, scale: int) -> Any:
@@ -433,4 +451,11 @@ def describe_topic_configs(
                 documentation=key.doc,
             )
         )
-    return out
+    for key in INTERNAL_TOPIC_CONFIGS:
+        if key.name in overrides:
+            value = str(overrides[key.name]).strip()
+            out.append(ConfigEntry(name=key.name, value=value, is_default=False, source=ConfigSource.DYNAMIC_TOPIC_CONFIG,
+                                   config_type=key.type, read_only=False, sensitive=key.sensitive,
+                                   synonyms=((key.name, value, ConfigSource.DYNAMIC_TOPIC_CONFIG),),
+                                   documentation=key.doc))
+    return sorted(out, key=lambda e: e.name)

@@ -821,10 +821,10 @@ class Log:
         return LogAppendInfo(-1, -1, -1, self._log_start, -1, -1, 0, 0, 0, False, False)
 
     def _check_append_size(self, size: int) -> None:
-        if size > self.config.segment_bytes:
+        if size > self.config.segment_size:
             raise ApiError(
                 ErrorCode.RECORD_LIST_TOO_LARGE,
-                f"{size} bytes cannot fit in a segment of segment.bytes={self.config.segment_bytes}",
+                f"{size} bytes cannot fit in a segment of {self.config.segment_size} bytes",
             )
 
     def _append_locked(
@@ -858,7 +858,7 @@ class Log:
             return False
         cfg = self.config
         if (
-            seg.size > cfg.segment_bytes - size
+            seg.size > cfg.segment_size - size
             or seg.time_waited_for_roll(now_ms, max_ts) > cfg.segment_ms - seg.roll_jitter_ms
             or seg.offset_index.is_full
             or seg.time_index.is_full

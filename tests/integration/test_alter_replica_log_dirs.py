@@ -46,10 +46,10 @@ def test_a_replica_moves_between_log_dirs_under_load(broker_factory, tmp_path):
     from confluent_kafka.admin import AdminClient, NewTopic
 
     dirs = [str(tmp_path / "disk-a"), str(tmp_path / "disk-b")]
-    broker = broker_factory({"log.dirs": ",".join(dirs), "log.segment.bytes": "262144"})
+    broker = broker_factory({"log.dirs": ",".join(dirs)})
     topic = f"move-{uuid.uuid4().hex[:6]}"
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    admin.create_topics([NewTopic(topic, 1, 1, config={"internal.segment.bytes": "262144"})])[topic].result(30)
     acked: list[bytes] = []
     stop = threading.Event()
 

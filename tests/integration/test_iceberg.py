@@ -237,7 +237,7 @@ def test_configs_are_validated_and_described_as_kafkas(iceberg_broker) -> None:
     with pytest.raises(KafkaException) as e:
         bad.result(30)
     assert e.value.args[0].name() == "INVALID_CONFIG"
-    assert "Invalid value 'rows' for configuration iceberg.mode" in e.value.args[0].str()
+    assert "Invalid value rows for configuration iceberg.mode" in e.value.args[0].str()
     _create(b.bootstrap, "plain", 1, {})
     resource = ConfigResource(ConfigResource.Type.TOPIC, "plain", incremental_configs=[
         ConfigEntry("iceberg.partition.spec", "(bucket(16, value))", incremental_operation=AlterConfigOpType.SET)])

@@ -28,8 +28,10 @@ BROKER_CONFIG = {
     "offsets.topic.replication.factor": "3",
     "offsets.topic.num.partitions": "3",
     "unclean.leader.election.enable": "false",
-    "log.segment.bytes": "262144",
 }
+# Small segments, so that faults land across segment rolls (Kafka's internal.segment.bytes:
+# segment.bytes may not go below 1 MiB).
+SEGMENT_CONFIG = {"internal.segment.bytes": "262144"}
 
 
 @pytest.fixture
@@ -40,7 +42,8 @@ def cluster(zk_connect):
 
 def create_topic(cluster: ZkCluster, topic: str, partitions: int = 1, **config: str) -> None:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 3, config=config)], request_timeout=60)[topic].result(90)
+    admin.create_topics([NewTopic(topic, partitions, 3, config={**SEGMENT_CONFIG, **config})],
+                        request_timeout=60)[topic].result(90)
     for p in range(partitions):
         eventually(lambda p=p: cluster.zk.exists(f"/brokers/topics/{topic}/partitions/{p}/state")
                    and sorted(cluster.partition_state(topic, p)["isr"]) == [1, 2, 3], what="a leader and full ISR")

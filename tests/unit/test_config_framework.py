@@ -122,7 +122,11 @@ def test_dynamic_updates_follow_the_definitions(tmp_path):
     assert e.value.code == ErrorCode.INVALID_REQUEST and "broker id must be specified" in e.value.message
     with pytest.raises(ApiError) as e:
         dyn.validate({"log.cleaner.backoff.ms": "-1"})
-    assert e.value.code == ErrorCode.INVALID_CONFIG
+    assert e.value.code == ErrorCode.INVALID_REQUEST  # Kafka's broker wraps a failed validation so
+    with pytest.raises(ApiError) as e:
+        dyn.validate({"log.segment.bytes": "1048575"})
+    assert (e.value.code, e.value.message) == (ErrorCode.INVALID_REQUEST, "Invalid value 1048575 for configuration "
+                                               "log.segment.bytes: Value must be at least 1048576")
 
 
 def test_connection_limits_change_at_run_time(tmp_path):
@@ -134,7 +138,7 @@ def test_connection_limits_change_at_run_time(tmp_path):
     assert (quotas.max_connections, quotas.per_ip, quotas.overrides) == (2147483647, 5, {})
     with pytest.raises(ApiError) as e:
         dyn.validate({"max.connections.per.ip.overrides": "10.0.0.1"}, per_broker=False)
-    assert e.value.code == ErrorCode.INVALID_CONFIG and "host:limit" in e.value.message
+    assert e.value.code == ErrorCode.INVALID_REQUEST and "host:limit" in e.value.message
     dyn.replace("", {"max.connections.per.ip.overrides": "10.0.0.1:2", "max.connections": "100"})
     assert (quotas.max_connections, quotas.per_ip, quotas.overrides) == (100, 5, {"10.0.0.1": 2})
     assert quotas.refusal("10.0.0.1") is None and quotas.refusal("10.0.0.1") is None
@@ -228,3 +232,10 @@ def test_tiered_storage_configs_are_reported_but_cannot_be_turned_on():
     with pytest.raises(ConfigError, match="remote.log.storage.system.enable"):
         BrokerConfig({"remote.log.storage.system.enable": "true"})
     assert LogConfig.from_broker_props({"log.local.retention.ms": "5"}).local_retention_ms == 5
+
+
+def test_a_broker_does_not_start_with_segments_below_kafka_4s_bound(tmp_path):
+    assert BrokerConfig({"log.dirs": str(tmp_path), "log.segment.bytes": "1048576"})["log.segment.bytes"] == 1048576
+    with pytest.raises(ConfigError) as e:
+        BrokerConfig({"log.dirs": str(tmp_path), "log.segment.bytes": "1048575"})
+    assert [(x.name, x.reason) for x in e.value.errors] == [("log.segment.bytes", "Value must be at least 1048576")]

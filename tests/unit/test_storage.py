@@ -218,6 +218,15 @@ def test_roll_by_size_and_kafka_file_names(pdir):
         assert first.base_offset <= off <= first.last_offset
 
 
+def test_internal_segment_bytes_rolls_below_the_segment_bytes_bound(pdir):
+    b = make_batch(records(4, size=100))
+    cfg = LogConfig.from_props({"segment.bytes": "1048576", "internal.segment.bytes": str(len(b) * 3)})
+    log = Log(pdir, cfg)
+    for _ in range(10):
+        append(log, b)
+    assert log.segment_base_offsets() == [0, 12, 24, 36]  # as segment.bytes would, were it allowed so small
+
+
 def test_read_stops_at_segment_end_and_continues(pdir):
     b = make_batch(records(2))
     log = Log(pdir, LogConfig(segment_bytes=len(b) * 2))

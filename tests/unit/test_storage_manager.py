@@ -72,7 +72,8 @@ def test_from_props_applies_and_validates():
     base = LogConfig(retention_ms=1000)
     c = LogConfig.from_props(
         {
-            "segment.bytes": "2048",
+            "segment.bytes": "1048576",
+            "internal.segment.bytes": "2048",
             "cleanup.policy": "compact, delete",
             "message.timestamp.type": "LogAppendTime",
             "min.cleanable.dirty.ratio": "0.25",
@@ -80,11 +81,12 @@ def test_from_props_applies_and_validates():
         },
         base,
     )
-    assert c.segment_bytes == 2048 and c.retention_ms == 1000
+    assert c.segment_bytes == 1048576 and c.segment_size == 2048 and c.retention_ms == 1000
     assert c.cleanup_policy == ("compact", "delete") and c.compact_enabled
     assert c.log_append_time and c.min_cleanable_dirty_ratio == 0.25 and c.preallocate
     bad = {
-        "segment.bytes": "10",
+        "segment.bytes": "1048575",
+        "internal.segment.bytes": "small",
         "retention.ms": "-2",
         "flush.messages": "0",
         "cleanup.policy": "shred",
@@ -106,7 +108,7 @@ def test_from_props_applies_and_validates():
 def test_from_broker_props_maps_names_and_units():
     c = LogConfig.from_broker_props(
         {
-            "log.segment.bytes": "1000000",
+            "log.segment.bytes": "2000000",
             "log.roll.hours": "2",
             "log.retention.minutes": "30",
             "log.retention.hours": "1",  # minutes wins over hours
@@ -121,7 +123,7 @@ def test_from_broker_props_maps_names_and_units():
             "node.id": "1",  # unrelated broker settings are ignored
         }
     )
-    assert c.segment_bytes == 1000000
+    assert c.segment_bytes == 2000000
     assert c.segment_ms == 7_200_000
     assert c.retention_ms == 1_800_000
     assert c.flush_messages == 1 and c.max_message_bytes == 5000
@@ -133,6 +135,9 @@ def test_from_broker_props_maps_names_and_units():
     assert LogConfig.from_broker_props({"log.retention.hours": "-1"}).retention_ms == -1
     with pytest.raises(ApiError):
         LogConfig.from_broker_props({"log.segment.bytes": "lots"})
+    with pytest.raises(ApiError, match="Invalid value 1048575 for configuration log.segment.bytes: Value must be at "
+                       "least 1048576"):
+        LogConfig.from_broker_props({"log.segment.bytes": "1048575"})  # Kafka 4's lower bound
 
 
 def test_describe_topic_configs():

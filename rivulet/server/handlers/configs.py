@@ -147,7 +147,7 @@ class ConfigHandlers:
             if res.resource_type == RESOURCE_GROUP:
                 return dict(apply_incremental(self.groups.configs_of(name), res.configs))
             if res.resource_type == RESOURCE_BROKER:
-                level = b.dynamic_config.level(name)
+                level = b.dynamic_config.level(name, altering=True)
                 in_force = broker_values_in_force(self.config, b.dynamic_config)
                 return dict(apply_incremental(b.dynamic_config.levels[level], res.configs, in_force, LIST_PROPERTIES))
             if res.resource_type == RESOURCE_CLIENT_METRICS:
