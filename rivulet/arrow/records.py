@@ -635,7 +635,10 @@ def decode_into(chunk: Chunk, records: Any, offset: int, end: int, read_committe
             facts = (h.base_offset, h.base_timestamp, h.records_count, h.records_count == h.last_offset_delta + 1,
                      h.max_timestamp if attrs & TIMESTAMP_TYPE_MASK else None)
             if codec:
-                chunk.add(decompress(codec, view[pos + HEADER_SIZE:stop], MAX_DECOMPRESSED), *facts)
+                # Into this thread's reused buffer (no zero-filled buffer per batch, no copy out
+                # of it): the chunk copies the records at once.
+                chunk.add(decompress(codec, view[pos + HEADER_SIZE:stop], MAX_DECOMPRESSED, reuse_buffer=True),
+                          *facts)
             elif in_place:
                 chunk.add_span(pos + HEADER_SIZE, stop, *facts)
             else:

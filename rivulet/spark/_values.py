@@ -13,7 +13,7 @@ from typing import Mapping
 import pyarrow as pa
 from pyspark.sql.types import StructType
 
-from rivulet.registry.arrow import ArrowDecoder, arrow_type
+from rivulet.registry.arrow import ArrowDecoder, ValueFault, arrow_type
 from rivulet.registry.client import RegisteredSchema, RegistryClient, RegistryError, registry_client_tls
 from rivulet.registry.schema_types import FORMAT_TYPES
 from rivulet.spark._json_values import JsonDecoder, parse_schema
@@ -167,11 +167,19 @@ def decode_batch(vf: ValueFormat, batch: pa.RecordBatch) -> pa.RecordBatch:
     names = list(batch.schema.names)
     columns[at] = decoded.column.cast(spark_type)
     if vf.permissive:
-        errors: list[str | None] = [None] * batch.num_rows
-        kept: list[bytes | None] = [None] * batch.num_rows
-        for f in decoded.faults:
-            errors[f.index] = f"{f.kind}: {f.message}"
-            kept[f.index] = raw[f.index].as_py()
-        columns += [pa.array(errors, pa.string()), pa.array(kept, pa.binary())]
+        columns += _fault_columns(decoded.faults, raw, batch.num_rows)
         names += [ERROR_COLUMN, RAW_COLUMN]
     return pa.RecordBatch.from_arrays(columns, names=names)
+
+
+def _fault_columns(faults: tuple[ValueFault, ...], raw: pa.Array, rows: int) -> list[pa.Array]:
+    """PERMISSIVE's columns: each undecodable value's reason and bytes, null elsewhere. Without
+    a fault (nearly every batch) two null columns, with no Python object per row."""
+    if not faults:
+        return [pa.nulls(rows, pa.string()), pa.nulls(rows, pa.binary())]
+    errors: list[str | None] = [None] * rows
+    kept: list[bytes | None] = [None] * rows
+    for f in faults:
+        errors[f.index] = f"{f.kind}: {f.message}"
+        kept[f.index] = raw[f.index].as_py()
+    return [pa.array(errors, pa.string()), pa.array(kept, pa.binary())]

@@ -36,6 +36,26 @@ def spark(tmp_path_factory):
     s.stop()
 
 
+def pipeline_config(bootstrap: str, src: str, tmp_path, per_trigger: int, watermark: str,
+                    metrics: dict[str, str], topic: str | None = None, parquet: bool = True):
+    """The tests' pipeline: SCHEMA's orders, 10 s windows per category, run to the end of the
+    input (AvailableNow), its checkpoint and Parquet output in ``tmp_path``."""
+    from rivulet.cli.pipeline import PipelineConfig
+    output: dict[str, dict[str, str]] = {}
+    if topic is not None:
+        output["topic"] = {"topic": topic}
+    if parquet:
+        output["parquet"] = {"path": str(tmp_path / "pq")}
+    return PipelineConfig.from_dict({
+        "source": {"bootstrap_servers": bootstrap, "topic": src, "max_offsets_per_trigger": per_trigger},
+        "events": {"schema": SCHEMA, "event_time": "event_time"},
+        "aggregate": {"window": "10 seconds", "watermark": watermark, "group_by": ["category"], "metrics": metrics},
+        "output": output,
+        "checkpoint": {"location": str(tmp_path / "cp")},
+        "trigger": {"available_now": True},
+    })
+
+
 def order(i: int, second: float, category: str, quantity: int) -> dict:
     ts = (BASE + timedelta(seconds=second)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     doc = {"order_id": f"o{i}", "category": category, "quantity": quantity, "price": 2.5, "event_time": ts}
@@ -43,18 +63,11 @@ def order(i: int, second: float, category: str, quantity: int) -> dict:
 
 
 def test_pipeline_counts_are_exact_across_a_restart(broker, spark, tmp_path):
-    from rivulet.cli.pipeline import PipelineConfig, PipelineStats, start
+    from rivulet.cli.pipeline import PipelineStats, start
     src = create_topic(broker.bootstrap, topic_name("orders"), 3)
     dst = create_topic(broker.bootstrap, topic_name("agg"), 2)
-    cfg = PipelineConfig.from_dict({
-        "source": {"bootstrap_servers": broker.bootstrap, "topic": src, "max_offsets_per_trigger": 2000},
-        "events": {"schema": SCHEMA, "event_time": "event_time"},
-        "aggregate": {"window": "10 seconds", "watermark": "10 seconds", "group_by": ["category"],
-                      "metrics": {"orders": "count(*)", "items": "sum(quantity)"}},
-        "output": {"topic": {"topic": dst}, "parquet": {"path": str(tmp_path / "pq")}},
-        "checkpoint": {"location": str(tmp_path / "cp")},
-        "trigger": {"available_now": True},
-    })
+    cfg = pipeline_config(broker.bootstrap, src, tmp_path, 2000, "10 seconds",
+                          {"orders": "count(*)", "items": "sum(quantity)"}, topic=dst)
     cats = ["books", "garden", "toys"]
     expected: Counter = Counter()
     items: Counter = Counter()
@@ -182,18 +195,10 @@ def test_query_killed_mid_batch_leaves_no_duplicates_or_gaps(broker, spark, tmp_
 
 
 def test_available_now_writes_the_windows_the_watermark_closed_and_counts_the_open_ones(broker, spark, tmp_path):
-    from rivulet.cli.pipeline import PipelineConfig, PipelineStats, describe_end, start
+    from rivulet.cli.pipeline import PipelineStats, describe_end, start
     src = create_topic(broker.bootstrap, topic_name("fixed"), 2)
     dst = create_topic(broker.bootstrap, topic_name("fixed-out"), 1)
-    cfg = PipelineConfig.from_dict({
-        "source": {"bootstrap_servers": broker.bootstrap, "topic": src, "max_offsets_per_trigger": 1000},
-        "events": {"schema": SCHEMA, "event_time": "event_time"},
-        "aggregate": {"window": "10 seconds", "watermark": "10 seconds", "group_by": ["category"],
-                      "metrics": {"orders": "count(*)"}},
-        "output": {"parquet": {"path": str(tmp_path / "pq")}, "topic": {"topic": dst}},
-        "checkpoint": {"location": str(tmp_path / "cp")},
-        "trigger": {"available_now": True},
-    })
+    cfg = pipeline_config(broker.bootstrap, src, tmp_path, 1000, "10 seconds", {"orders": "count(*)"}, topic=dst)
     # 0..39.99 s: the final watermark is 29.99 s, so [0,10), [10,20) close, [20,30), [30,40) stay open.
     produce(broker.bootstrap, src, [order(i, i / 100.0, ["a", "b"][i % 2], 1) for i in range(4000)])
     stats = PipelineStats()
@@ -221,19 +226,12 @@ def test_windows_go_from_the_driver_once_across_a_replayed_batch(broker, spark, 
     """A micro-batch's few window rows go to the topic in one transaction from the driver
     (its marker group is the driver's), and a batch replayed after a crash between the write
     and Spark's commit log adds nothing."""
-    from rivulet.cli.pipeline import PipelineConfig, PipelineStats, start
+    from rivulet.cli.pipeline import PipelineStats, start
     from test_spark import _group_ids
     src = create_topic(broker.bootstrap, topic_name("drv"), 2)
     dst = create_topic(broker.bootstrap, topic_name("drv-out"), 2)
-    cfg = PipelineConfig.from_dict({
-        "source": {"bootstrap_servers": broker.bootstrap, "topic": src, "max_offsets_per_trigger": 1000},
-        "events": {"schema": SCHEMA, "event_time": "event_time"},
-        "aggregate": {"window": "10 seconds", "watermark": "5 seconds", "group_by": ["category"],
-                      "metrics": {"orders": "count(*)"}},
-        "output": {"topic": {"topic": dst}},
-        "checkpoint": {"location": str(tmp_path / "cp")},
-        "trigger": {"available_now": True},
-    })
+    cfg = pipeline_config(broker.bootstrap, src, tmp_path, 1000, "5 seconds", {"orders": "count(*)"}, topic=dst,
+                          parquet=False)
     # 0..59.99 s: the final watermark is 54.99 s, so the windows [0,10) .. [40,50) close.
     produce(broker.bootstrap, src, [order(i, i / 100.0, ["a", "b", "c"][i % 3], 1) for i in range(6000)])
     q = start(spark, cfg, PipelineStats())

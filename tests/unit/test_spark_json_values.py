@@ -94,3 +94,30 @@ def test_a_worker_freezes_what_it_imported_once_so_sparks_collections_after_each
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     before, first, again = map(int, out)
     assert before == 0 and first > 10_000 and again == first
+
+
+def test_planning_and_decoding_clean_values_import_no_pandas():
+    # The streaming source's driver-side process plans with these options for every query, and
+    # each Python worker decodes: importing pandas cost each about 0.3 CPU seconds.
+    import subprocess
+    import sys
+    code = """
+import sys
+import pyarrow as pa
+from array import array
+from rivulet.spark.source import SourceOptions
+from rivulet.spark._values import decode_batch
+opts = SourceOptions.parse({"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "t", "valueFormat": "json",
+                            "valueSchema": "id INT, at TIMESTAMP", "mode": "PERMISSIVE"}, streaming=True)
+doc = b'{"id":7,"at":"2026-01-01T00:00:00.000Z"}'
+values = pa.Array.from_buffers(pa.binary(), 2, [None, pa.py_buffer(array("i", [0, len(doc), 2 * len(doc)])),
+                                                pa.py_buffer(doc * 2)])
+out = decode_batch(opts.value_format, pa.RecordBatch.from_arrays([values], names=["value"]))
+assert out.schema.names == ["value", "valueError", "rawValue"], out.schema
+assert out.column(1).null_count == 2 and out.column(2).null_count == 2
+assert out.column(0).field("id").to_pylist() == [7, 7]
+print("pandas" in sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"

@@ -123,7 +123,8 @@ def test_odd_batches_are_left_to_the_other_paths() -> None:
         layout(junk, [(0, len(junk), rnd.randrange(1, 50), 0, T0, True, None)], True)
 
 
-@pytest.mark.parametrize("codecs", [(0, 0, 0), (0, 1, 0), (1, 0, 0)], ids=["plain", "gzip-between", "gzip-first"])
+@pytest.mark.parametrize("codecs", [(0, 0, 0), (0, 1, 0), (1, 0, 0), (3, 3, 4, 3)],
+                         ids=["plain", "gzip-between", "gzip-first", "lz4-zstd-one-reused-buffer"])
 def test_records_decoded_in_place_equal_copied_and_outlive_their_buffer(codecs: tuple[int, ...]) -> None:
     from rivulet.arrow.records import decode_into
     batches, offset = [], 0
