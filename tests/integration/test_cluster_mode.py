@@ -78,8 +78,11 @@ def test_registration_listing_and_topics_through_any_broker(cluster):
         eventually(lambda b=b: served(b), what="Metadata with leaders and ISRs from every broker")
 
     assert admin.delete_topics(["orders"])["orders"].result(30) is None
-    eventually(lambda: not cluster.zk.exists("/brokers/topics/orders"), what="the deletion")
-    assert cluster.zk.get_children("/admin/delete_topics") == []
+    # The controller removes the topic's znode, then its config, then the deletion request, one
+    # write at a time as Kafka's TopicDeletionManager does: wait for the last one.
+    eventually(lambda: not cluster.zk.exists("/brokers/topics/orders")
+               and cluster.zk.get_children("/admin/delete_topics") == [], what="the deletion")
+    assert not cluster.zk.exists("/config/topics/orders")
 
 
 def test_controller_failover_after_kill_9_and_controlled_shutdown(cluster):

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("pyiceberg", reason="the iceberg extra: pip install -e '.[iceberg]'")
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import (  # noqa: E402
     AdminClient,
     AlterConfigOpType,
@@ -46,13 +46,27 @@ def _create(bootstrap: str, topic: str, partitions: int, configs: dict[str, str]
     admin.create_topics([NewTopic(topic, partitions, 1, config=configs)])[topic].result(30)
 
 
+def _high_watermark(c: Consumer, topic: str, partition: int) -> int:
+    """The partition's high watermark. librdkafka does not retry a ListOffsets that meets a
+    leadership change (a cluster's preferred leader taking the partition back, say): retry here."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
+        except KafkaException as e:
+            moved = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+            if e.args[0].code() not in moved or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def _topic_rows(bootstrap: str, topic: str, partitions: int) -> list[Row]:
     """Every committed record of the topic, read back with read_committed."""
     ends = {}
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.monotonic_ns()}",
                   "isolation.level": "read_committed", "enable.auto.commit": False})
     for p in range(partitions):
-        ends[p] = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+        ends[p] = _high_watermark(c, topic, p)
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     rows: list[Row] = []
     deadline = time.monotonic() + 60
@@ -102,7 +116,7 @@ def _wait_for_table(data_dir: str | CatalogSettings, topic: str, ends: dict[int,
 
 def _ends(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "ends"})
-    out = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
+    out = {p: _high_watermark(c, topic, p) for p in range(partitions)}
     c.close()
     return out
 
