@@ -420,12 +420,7 @@ class SharePartition:
             raise _invalid_request("The first offset is greater than the last offset.")
         if len(types) != 1 and len(types) != last - first + 1:
             raise _invalid_request("The number of acknowledge types does not match the batch.")
-        kinds: list[AcknowledgeType] = []
-        for t in types:
-            try:
-                kinds.append(AcknowledgeType(t))
-            except ValueError:
-                raise _invalid_request(f"Invalid acknowledge type: {t}") from None
+        kinds = _acknowledge_types(types)
         if last < self._start:
             raise _invalid_state("Batch record not found. The request batch offsets are not found in the cache.")
         if last >= self._end:
@@ -435,23 +430,7 @@ class SharePartition:
         single = kinds[0] if len(kinds) == 1 else None
         for batch in self._overlapping(lo_req, last):
             lo, hi = max(lo_req, batch.first), min(last, batch.last)
-            whole = batch.whole
-            if whole is not None:  # one state for all its offsets: checked once, as offset lo would be
-                if whole.state is not RecordState.ACQUIRED or seen.hits(lo, lo):
-                    raise _invalid_state("The batch cannot be acknowledged. The batch is not in the acquired state.")
-                if whole.member_id != member_id:
-                    raise _invalid_state("Member is not the owner of batch record")
-                if seen.hits(lo, hi):
-                    raise _invalid_state("The batch cannot be acknowledged. The batch is not in the acquired state.")
-            else:
-                offsets = batch.split()
-                for off in range(lo, hi + 1):
-                    st = offsets[off - batch.first]
-                    if st.state is not RecordState.ACQUIRED or seen.hits(off, off):
-                        raise _invalid_state("The batch cannot be acknowledged. The batch is not in the "
-                                             "acquired state.")
-                    if st.member_id != member_id:
-                        raise _invalid_state("Member is not the owner of batch record")
+            _check_held(batch, lo, hi, member_id, seen)
             if single is not None:
                 plan.append((batch, lo, hi, single))
                 if single is not AcknowledgeType.RENEW:
@@ -646,3 +625,35 @@ def merge_acquired(acquired: list[AcquiredRecords]) -> list[AcquiredRecords]:
         else:
             out.append(rec)
     return out
+
+
+def _acknowledge_types(types: list[int]) -> list[AcknowledgeType]:
+    kinds: list[AcknowledgeType] = []
+    for t in types:
+        try:
+            kinds.append(AcknowledgeType(t))
+        except ValueError:
+            raise _invalid_request(f"Invalid acknowledge type: {t}") from None
+    return kinds
+
+
+def _check_held(batch: _Batch, lo: int, hi: int, member_id: str, seen: _Seen) -> None:
+    """Offsets lo..hi of ``batch`` are acquired by ``member_id`` and not acknowledged earlier in
+    the same request, else INVALID_RECORD_STATE as Kafka answers."""
+    not_acquired = "The batch cannot be acknowledged. The batch is not in the acquired state."
+    whole = batch.whole
+    if whole is not None:  # one state for all its offsets: checked once, as offset lo would be
+        if whole.state is not RecordState.ACQUIRED or seen.hits(lo, lo):
+            raise _invalid_state(not_acquired)
+        if whole.member_id != member_id:
+            raise _invalid_state("Member is not the owner of batch record")
+        if seen.hits(lo, hi):
+            raise _invalid_state(not_acquired)
+        return
+    offsets = batch.split()
+    for off in range(lo, hi + 1):
+        st = offsets[off - batch.first]
+        if st.state is not RecordState.ACQUIRED or seen.hits(off, off):
+            raise _invalid_state(not_acquired)
+        if st.member_id != member_id:
+            raise _invalid_state("Member is not the owner of batch record")
