@@ -78,6 +78,7 @@ from rivulet.delayed import DelayedOperationPurgatory, Timer
 from rivulet.protocol.errors import ErrorCode
 from rivulet.replication.internal_log import InternalTopicCoordinator
 from rivulet.replication.replica_manager import ReplicaManager
+from rivulet.storage.config import segment_size_configs
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +160,7 @@ class GroupCoordinator(InternalTopicCoordinator):
     # ------------------------------------------------------------ lifecycle
     def offsets_topic_configs(self) -> dict[str, str]:
         """The configs __consumer_offsets is created with."""
-        return {"cleanup.policy": "compact", "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
+        return {"cleanup.policy": "compact", **segment_size_configs(self.config["offsets.topic.segment.bytes"]),
                 "compression.type": "producer"}
 
     def startup(self, *, lead_all: bool = True) -> None:

@@ -24,6 +24,7 @@ from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.replication.internal_log import InternalTopicCoordinator, coordinator_append_error, replay_log
 from rivulet.replication.replica_manager import ReplicaManager
+from rivulet.storage.config import segment_size_configs
 
 from .coordinator_shard import ShareCoordinatorShard, StateRecord
 from .partition import SharePartitionSnapshot
@@ -92,7 +93,7 @@ class ShareCoordinator(InternalTopicCoordinator):
     def state_topic_configs(self, replication_factor: int = 1) -> dict[str, str]:
         """The configs ``__share_group_state`` is created with (one replica on a single node,
         so a min.isr above it would refuse every write)."""
-        return {"cleanup.policy": "compact", "segment.bytes": str(self.config.segment_bytes),
+        return {"cleanup.policy": "compact", **segment_size_configs(self.config.segment_bytes),
                 "compression.type": "producer",
                 "min.insync.replicas": str(min(self.config.min_isr, replication_factor))}
 

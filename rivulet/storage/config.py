@@ -29,12 +29,23 @@ from rivulet.common.config import (
 from rivulet.protocol.errors import ApiError, ErrorCode
 
 __all__ = ["ConfigEntry", "ConfigSource", "ConfigType", "LogConfig", "TOPIC_CONFIGS", "TOPIC_CONFIG_SYNONYMS",
-           "TOPIC_LIST_CONFIGS", "describe_topic_configs"]
+           "TOPIC_LIST_CONFIGS", "describe_topic_configs", "segment_size_configs"]
 
 CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
 # Kafka 4.x's lower bound of segment.bytes and log.segment.bytes (internal.segment.bytes has none).
 SEGMENT_BYTES_MIN = 1024 * 1024
+
+
+def segment_size_configs(size: int) -> dict[str, str]:
+    """The topic config giving an internal topic (__consumer_offsets, __transaction_state,
+    __share_group_state) segments of ``size`` bytes. Their broker properties
+    (``offsets.topic.segment.bytes`` ...) go down to 1 byte, below segment.bytes' bound, so a
+    smaller size is set as ``internal.segment.bytes``, which has none."""
+    key = "segment.bytes" if size >= SEGMENT_BYTES_MIN else "internal.segment.bytes"
+    return {key: str(size)}
+
+
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 ICEBERG_MODE_NONE = "none"
 ICEBERG_KEY_VALUE = "key_value"

@@ -31,6 +31,7 @@ from rivulet.transaction.metadata import (
 from rivulet.transaction.producer_id_manager import ProducerIdGenerator
 from rivulet.transaction.state_manager import CoordinatorEpochAndTxnMetadata, TransactionStateManager
 from rivulet.transaction.txn_log import TRANSACTION_STATE_TOPIC_NAME
+from rivulet.storage.config import segment_size_configs
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ class TransactionCoordinator(InternalTopicCoordinator):
         its replication factor, so that a single broker can run transactions."""
         cfg = self.config
         min_isr = min(cfg["transaction.state.log.min.isr"], replication_factor)
-        return {"cleanup.policy": "compact", "segment.bytes": str(cfg["transaction.state.log.segment.bytes"]),
+        return {"cleanup.policy": "compact", **segment_size_configs(cfg["transaction.state.log.segment.bytes"]),
                 "compression.type": "uncompressed", "min.insync.replicas": str(min_isr),
                 "unclean.leader.election.enable": "false"}
 
