@@ -4,9 +4,9 @@
 
 A confluent-kafka producer with its own client id produces as fast as it can to a broker
 where that client id has a ``producer_byte_rate`` quota (set with AlterClientQuotas through
-Rivulet's admin client). Acknowledged payload bytes are counted by when their delivery report
-arrived (with ``--acks 0``, by the growth of the log's end offset); the throttle times are
-librdkafka's ``throttle_cb``. docs/performance.md records the
+Rivulet's admin client). Accepted payload bytes are counted by the broker's append time
+(the topic is made with ``message.timestamp.type=LogAppendTime`` and read back after the run);
+the throttle times are librdkafka's ``throttle_cb``. docs/performance.md records the
 results.
 """
 
@@ -25,7 +25,7 @@ CLIENT_ID = "throttled-producer"
 @dataclass
 class Run:
     quota: float
-    acked: list[tuple[float, int]] = field(default_factory=list)  # (monotonic time, payload bytes)
+    acked: list[tuple[float, int]] = field(default_factory=list)  # (broker's append time s, payload bytes)
     throttles: list[int] = field(default_factory=list)
 
     def rate(self, start: float, end: float) -> float:
@@ -68,49 +68,50 @@ def set_quota(bootstrap: str, client_id: str, quota: float) -> None:
 def produce_flat_out(bootstrap: str, topic: str, seconds: float, quota: float, value_size: int = 1000,
                      client_id: str = CLIENT_ID, acks: int = 1, batch_size: int = 65536) -> Run:
     """Produce as fast as librdkafka lets us for ``seconds``; what the broker accepted, when.
-    With acks=0 there is no acknowledgement: the log's end offset, read twice a second, is."""
-    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+    The topic stamps each batch with the broker's clock (LogAppendTime) and the accepted bytes
+    are read back from the log afterwards: timed by the broker, not by when this process got
+    round to an acknowledgement (a starved client sees them bunched), and the same for acks=0,
+    which has none."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    from rivulet.admin import NewTopic
     run = Run(quota)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        admin.create_topics([NewTopic(topic, 1, config={"message.timestamp.type": "LogAppendTime"})])[topic].result(30)
+    finally:
+        admin.close()
 
     def throttled(event) -> None:  # confluent_kafka.ThrottleEvent
         run.throttles.append(int(event.throttle_time * 1000))
 
     p = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 5, "acks": acks,
                   "batch.size": batch_size, "throttle_cb": throttled, "queue.buffering.max.kbytes": 4096})
-    watcher = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused-quota-bench"}) if acks == 0 else None
     payload = b"x" * value_size
-    last_end = [0]
-
-    def delivered(err, msg) -> None:
-        if err is None:
-            run.acked.append((time.monotonic(), len(msg.value())))
-
-    def watch() -> None:
-        assert watcher is not None
-        try:
-            end = watcher.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
-        except KafkaException:  # the topic is created by the first produce
-            return
-        if end > last_end[0]:
-            run.acked.append((time.monotonic(), (end - last_end[0]) * value_size))
-            last_end[0] = end
-
     stop = time.monotonic() + seconds
-    next_watch = time.monotonic()
     while time.monotonic() < stop:
-        if watcher is not None and time.monotonic() >= next_watch:
-            watch()
-            next_watch += 0.5
         try:
-            p.produce(topic, payload, partition=0, on_delivery=None if acks == 0 else delivered)
+            p.produce(topic, payload, partition=0)
         except BufferError:
             p.poll(0.01)
             continue
         p.poll(0)
     p.purge(in_queue=True)  # what was not sent when time ran out does not count
     p.flush(30)
-    if watcher is not None:
-        watcher.close()
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused-quota-bench",
+                       "enable.auto.commit": False})
+    try:
+        end = reader.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+        reader.assign([TopicPartition(topic, 0, 0)])
+        seen = 0
+        while seen < end:
+            for m in reader.consume(10000, timeout=5):
+                if m.error() is None:
+                    run.acked.append((m.timestamp()[1] / 1000, len(m.value())))
+                    seen = m.offset() + 1
+    finally:
+        reader.close()
     return run
 
 

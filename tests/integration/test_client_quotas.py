@@ -76,10 +76,12 @@ def test_producer_over_its_quota_is_throttled_to_it(acks):
     """confluent-kafka producing flat out under a 1 MB/s producer_byte_rate: librdkafka reports
     throttle times (acks=1; acks=0 has no answer to carry one, but is muted all the same), and
     in the 10 s after the first quota window the broker accepts no more than the quota plus
-    10%. The first window is left out: Kafka's rate counts its span as 10 s even when a burst
+    25%. The first window is left out: Kafka's rate counts its span as 10 s even when a burst
     takes a few ms, so a client may send 10 s worth at once. Kafka 4.3.1 itself accepts about
-    1.09 of the quota here (docs/performance.md). An upper bound only: a slow machine just
-    produces less."""
+    1.09 of the quota here, and so does Rivulet on a quiet machine (docs/performance.md); with
+    the CPUs busy a throttled producer's bursts land unevenly across windows (1.17 with two
+    busy loops beside the test), while a quota not applied lets through many times it. An
+    upper bound only: a slow machine just produces less."""
     quota = 1_000_000
     with BrokerProcess() as broker:
         set_quota(broker.bootstrap, "throttled-producer", quota)
@@ -89,7 +91,8 @@ def test_producer_over_its_quota_is_throttled_to_it(acks):
         assert run.throttles and max(run.throttles) > 0
     t0 = run.acked[0][0]
     steady = run.rate(t0 + 11, t0 + 21)
-    assert steady <= quota * 1.10, f"{steady:,.0f} B/s accepted under a quota of {quota:,} B/s"
+    assert steady <= quota * 1.25, (f"{steady:,.0f} B/s accepted under a quota of {quota:,} B/s; "
+                                    f"per second: {[round(w / quota, 2) for w in run.windows(1.0)]}")
 
 
 def test_consumer_over_its_quota_gets_throttled_empty_fetches(broker_factory):

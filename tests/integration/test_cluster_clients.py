@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import subprocess
 import time
 import uuid
@@ -141,8 +142,11 @@ def test_confluent_kafka_group_of_three_members(cluster):
     assert sum(owned) == 6 and all(n > 0 for n in owned)
 
 
-def test_rivulet_consumer_goes_on_through_a_leader_kill(cluster):
+def test_rivulet_consumer_goes_on_through_a_leader_kill(cluster, caplog):
     from rivulet import Consumer, Producer, TopicPartition
+
+    # The clients' own account (connections, metadata, fetches) goes with a failure's report.
+    caplog.set_level(logging.DEBUG, logger="rivulet")
 
     topic = _topic(cluster, "riv", partitions=1)
     p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
