@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol
 
 from rivulet.common.file_region import FileRegion
+from rivulet.common.promise import Promise
 from rivulet.common.time import SYSTEM_CLOCK, Clock
 from rivulet.common.types import TopicPartition
 from rivulet.delayed import DelayedOperation, DelayedOperationPurgatory, Timer
@@ -228,14 +229,18 @@ class DelayedFetch(DelayedOperation):
 
     Completion is decided from offset positions (``readable_bytes``): where each fetch offset
     was found by the first read against where the HW (consumers), the LSO (read_committed) or
-    the LEO (followers) lies now. No record is read until the fetch completes, once."""
+    the LEO (followers) lies now. No record is read until the fetch completes, once.
 
-    def __init__(self, params: FetchParams, rm: ReplicaManager, future: asyncio.Future,
+    The answer is a ``Promise``: completed by an append, it is built and written on the
+    append's stack, before the producer's own answer, as Kafka's request thread completes
+    the fetch right after the append and its network thread sends the answer at once."""
+
+    def __init__(self, params: FetchParams, rm: ReplicaManager, promise: Promise[dict[TopicPartition, FetchResult]],
                  fetch_offsets: dict[TopicPartition, LogOffsetMetadata]) -> None:
         super().__init__(params.max_wait_ms)
         self.params = params
         self.rm = rm
-        self.future = future
+        self.promise = promise
         self.fetch_offsets = fetch_offsets
 
     def try_complete(self) -> bool:
@@ -280,8 +285,7 @@ class DelayedFetch(DelayedOperation):
         pass
 
     def on_complete(self) -> None:
-        if not self.future.done():
-            self.future.set_result(self.rm.read_from_local_log(self.params))
+        self.promise.set_result(self.rm.read_from_local_log(self.params))
 
 
 # ---------------------------------------------------------------- the manager
@@ -774,7 +778,9 @@ class ReplicaManager:
                 log.exception("flush of %s failed", p.tp)
 
     # -------------------------------------------------------- fetch
-    def fetch_messages(self, params: FetchParams) -> dict[TopicPartition, FetchResult] | asyncio.Future:
+    def fetch_messages(self, params: FetchParams
+                       ) -> dict[TopicPartition, FetchResult] | Promise[dict[TopicPartition, FetchResult]]:
+        """The results now, or a Promise of them that the DelayedFetch sets when it completes."""
         results = self.read_from_local_log(params)
         if params.max_wait_ms <= 0 or not params.partitions:
             return results
@@ -786,12 +792,12 @@ class ReplicaManager:
                 total += len(r.records)
         if total >= params.min_bytes:
             return results
-        fut = asyncio.get_running_loop().create_future()
+        promise: Promise[dict[TopicPartition, FetchResult]] = Promise()
         fetch_offsets = {tp: r.fetch_offset_metadata for tp, r in results.items()
                          if r.fetch_offset_metadata is not None}
-        op = DelayedFetch(params, self, fut, fetch_offsets)
+        op = DelayedFetch(params, self, promise, fetch_offsets)
         self.fetch_purgatory.try_complete_else_watch(op, [fp.tp for fp in params.partitions])
-        return fut
+        return promise
 
     def read_from_local_log(self, params: FetchParams) -> dict[TopicPartition, FetchResult]:
         results: dict[TopicPartition, FetchResult] = {}

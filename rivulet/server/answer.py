@@ -1,9 +1,11 @@
 """The one way a request handler answers now or later.
 
-A handler returns a response, an ``asyncio.Future`` of one, or ``NO_RESPONSE``. Coordinators
-answer through callbacks and the ReplicaManager with a result or a Future of one; ``Reply``
-turns either into the handler's answer: the response itself when the answer came
-synchronously, else a Future the connection waits on.
+A handler returns a response, an ``asyncio.Future`` or a ``Promise`` of one, or
+``NO_RESPONSE``. Coordinators answer through callbacks and the ReplicaManager with a result or
+a Future of one (a Promise for a Fetch); ``Reply`` turns either into the handler's answer: the
+response itself when the answer came synchronously, else a Future the connection waits on.
+``then`` keeps a Promise a Promise, so that a completed Fetch is written on the stack that
+completed it.
 """
 
 from __future__ import annotations
@@ -12,13 +14,15 @@ import asyncio
 import logging
 from typing import Any, Callable, Generic, TypeVar, Union
 
+from rivulet.common.promise import Promise
+
 log = logging.getLogger(__name__)
 
 R = TypeVar("R")
 T = TypeVar("T")
 
 NO_RESPONSE: Any = object()  # acks=0 produces: nothing goes back
-Answer = Union[Any, "asyncio.Future[Any]"]
+Answer = Union[Any, "asyncio.Future[Any]", "Promise[Any]"]
 
 
 class Reply(Generic[T]):
@@ -70,8 +74,10 @@ class Reply(Generic[T]):
         return self._future
 
 
-def then(result: R | asyncio.Future, build: Callable[[R], Any]) -> Answer:
-    """Build the response from ``result`` now, or when its Future resolves."""
+def then(result: R | asyncio.Future | Promise[R], build: Callable[[R], Any]) -> Answer:
+    """Build the response from ``result`` now, or when its Future or Promise resolves."""
+    if isinstance(result, Promise):
+        return _then_promise(result, build)
     if not isinstance(result, asyncio.Future):
         return build(result)
     reply: Reply[R] = Reply(build)
@@ -85,3 +91,17 @@ def then(result: R | asyncio.Future, build: Callable[[R], Any]) -> Answer:
             reply(f.result())
     result.add_done_callback(done)
     return reply.answer()
+
+
+def _then_promise(result: Promise[R], build: Callable[[R], Any]) -> Promise[Any]:
+    answer: Promise[Any] = Promise()
+
+    def done(p: Promise[R]) -> None:
+        try:
+            value = build(p.result())
+        except Exception as e:  # surfaced by the connection, which logs and closes
+            answer.set_exception(e)
+            return
+        answer.set_result(value)
+    result.add_done_callback(done)
+    return answer

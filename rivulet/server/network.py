@@ -34,6 +34,7 @@ from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode, ProtocolDecodeError
 from rivulet.common.cluster import NodeEndpoint
 from rivulet.common.logs import RateLimitFilter
+from rivulet.common.promise import Promise
 from rivulet.security.principal import KafkaPrincipal
 from rivulet.security.sasl import AuthenticationFailed
 from rivulet.security.ssl_principal import NoMatchingRule, SslPrincipalMapper, principal_from_dn
@@ -445,7 +446,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                           framing.request_class(header.api_key).NAME, header.api_version, self.peer)
             self.close()
             return
-        if isinstance(result, asyncio.Future):
+        if isinstance(result, (asyncio.Future, Promise)):
             result.add_done_callback(lambda f, s=slot: self._future_done(s, f))
         else:
             self._complete(slot, result)
@@ -480,7 +481,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         assert self.transport is not None
         self.transport.write(_SIZE.pack(len(challenge)) + challenge)
 
-    def _future_done(self, slot: _Slot, fut: asyncio.Future) -> None:
+    def _future_done(self, slot: _Slot, fut: asyncio.Future | Promise) -> None:
         if fut.cancelled():
             self.close()
             return

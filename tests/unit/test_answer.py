@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from rivulet.common.promise import Promise
 from rivulet.server.answer import Reply, then
 
 pytestmark = pytest.mark.fast
@@ -67,3 +68,15 @@ def test_then_builds_now_or_when_the_future_resolves():
         await asyncio.sleep(0)
         assert out.cancelled()
     run(main())
+
+
+def test_then_of_a_promise_is_a_promise_built_when_it_is_set():
+    p: Promise[int] = Promise()
+    out = then(p, lambda n: n + 1)
+    assert isinstance(out, Promise) and not out.done()
+    p.set_result(1)
+    assert out.done() and out.result() == 2  # on the setter's stack, no turn of a loop
+    failing: Promise[int] = Promise()
+    out = then(failing, lambda n: 1 // n)
+    failing.set_result(0)
+    assert isinstance(out.exception(), ZeroDivisionError)  # the connection logs it and closes

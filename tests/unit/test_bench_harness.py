@@ -272,3 +272,14 @@ def test_the_open_files_limit_is_raised_only_when_short_and_possible():
     assert open_files_limit(resource.RLIM_INFINITY, resource.RLIM_INFINITY, 16384) is None
     with pytest.raises(ValueError, match="hard limit of open files is 4096"):
         open_files_limit(1024, 4096, 16384)
+
+
+def test_fetch_wakeup_times_each_produce_to_the_events_before_the_next_one():
+    from benchmarks.fetch_wakeup import delays
+    events = [("produce", 1.0), ("fetch_completed", 1.0002), ("sent_fetch", 1.0003), ("sent_produce", 1.0004),
+              ("produce", 2.0), ("sent_produce", 2.0001),  # nothing waited: left out
+              ("produce", 3.0), ("fetch_completed", 3.001), ("sent_produce", 3.002), ("sent_fetch", 3.003)]
+    d = delays(events)
+    assert [round(v, 3) for v in d["sent_fetch"]] == [0.3, 3.0]
+    assert [round(v, 3) for v in d["sent_produce"]] == [0.4, 2.0]
+    assert [round(v, 3) for v in d["fetch_completed"]] == [0.2, 1.0]

@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 
+from rivulet.common.promise import Promise
 from rivulet.common.types import TopicPartition
 from rivulet.delayed import Timer
 from rivulet.protocol import records as rec
@@ -162,7 +163,7 @@ def test_waits_without_reading_until_min_bytes_then_reads_once(tmp_path) -> None
     async def body(rm, tp, log):
         CountingLog.reads = 0
         fut = rm.fetch_messages(_params(tp, 0, min_bytes=3 * len(small)))
-        assert isinstance(fut, asyncio.Future) and not fut.done()
+        assert isinstance(fut, Promise) and not fut.done()
         assert CountingLog.reads == 1  # the first read, before waiting
         _produce(rm, tp, small)
         _produce(rm, tp, small)

@@ -96,10 +96,6 @@ def test_ip_overrides_parse_and_refuse_garbage():
 
 # ------------------------------------------------------------ KIP-219: muting a throttled connection
 class FakeTransport:
-    def __init__(self) -> None:
-        self.paused = False
-        self.closed = False
-
     def get_extra_info(self, name: str) -> object:
         return ("127.0.0.1", 5555) if name == "peername" else None
 
@@ -109,8 +105,23 @@ class FakeTransport:
     def resume_reading(self) -> None:
         self.paused = False
 
+    def __init__(self, writes: list[tuple[str, bytes]] | None = None, name: str = "") -> None:
+        self.paused = False
+        self.closed = False
+        self.writes = writes if writes is not None else []
+        self.name = name
+
     def write(self, data: bytes) -> None:
-        pass
+        self.writes.append((self.name, bytes(data)))
+
+    def writelines(self, parts: list) -> None:
+        self.write(b"".join(parts))
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def is_closing(self) -> bool:
+        return self.closed
 
     def close(self) -> None:
         self.closed = True
@@ -153,5 +164,46 @@ def test_a_throttled_connection_reads_and_parses_nothing_until_its_time_is_up():
         await asyncio.sleep(0.2)
         assert handled == [1, 2, 3] and not transport.paused and not conn.throttled
         conn.close()
+
+    asyncio.run(scenario())
+
+
+def test_an_answer_completed_by_another_connections_request_is_written_before_that_requests_own():
+    """A Fetch waiting on a Promise that a Produce on another connection sets (the append
+    completes the DelayedFetch) is written on the Produce's stack, before the Produce's answer,
+    without a turn of the event loop."""
+    from rivulet.common.promise import Promise
+    from rivulet.protocol.messages import api_versions_response as avr
+    from rivulet.server.network import KafkaConnection
+    from rivulet.server.socket_server import SocketServer, SocketServerConfig
+
+    async def scenario() -> None:
+        waiting: Promise[avr.ApiVersionsResponse] = Promise()
+
+        class Apis:
+            def handle(self, header, body, conn):
+                if header.correlation_id == 1:  # the consumer's long poll
+                    return waiting
+                waiting.set_result(avr.ApiVersionsResponse(error_code=0, api_keys=[]))  # the append
+                return avr.ApiVersionsResponse(error_code=0, api_keys=[])
+
+            def api_versions_error(self, code):
+                raise AssertionError("not expected")
+
+        server = SocketServer(SocketServerConfig(max_request_bytes=1 << 20, connections_max_idle_ms=600_000))
+        server.handler = Apis()
+        writes: list[tuple[str, bytes]] = []
+        consumer, producer = KafkaConnection(server), KafkaConnection(server)
+        consumer.connection_made(FakeTransport(writes, "consumer"))
+        producer.connection_made(FakeTransport(writes, "producer"))
+        for conn, cid in ((consumer, 1), (producer, 2)):
+            data = _api_versions_v0(cid)
+            buf = conn.get_buffer(len(data))
+            buf[:len(data)] = data
+            conn.buffer_updated(len(data))
+        assert [name for name, _ in writes] == ["consumer", "producer"]
+        assert [struct.unpack_from(">i", data, 4)[0] for _, data in writes] == [1, 2]  # correlation ids
+        consumer.close()
+        producer.close()
 
     asyncio.run(scenario())
