@@ -301,7 +301,10 @@ class SharePartition:
         hold: Available offsets of the window and new offsets past ``end_offset``. At most
         ``max_records`` records, rounded up to the end of a log batch unless ``record_limit``
         (ShareAcquireMode record_limit); new records only up to ``max_record_locks`` in the
-        window, cutting a log batch if need be (Kafka hands out the whole batch)."""
+        window, cutting a log batch if need be (Kafka hands out the whole batch). The rest of a
+        batch cut earlier does not count toward ``max_records`` unless
+        ``record_limit``: Kafka would have handed it out with the batch's first part, so a
+        fetch goes on from it as Kafka's would from the next batch, up to the lock limit."""
         if max_records <= 0:
             return []
         acquired: list[AcquiredRecords] = []
@@ -325,7 +328,8 @@ class SharePartition:
             # rest of a batch cut at the limit is new records for a later fetch.
             stop = last if not record_limit or last - first + 1 <= budget else first + budget - 1
             stop = min(stop, first + locks - 1)
-            budget -= stop - first + 1
+            if record_limit or base == first:  # base < first: the rest of a batch cut earlier
+                budget -= stop - first + 1
             self._add_new(member_id, first, stop)
             acquired.append(AcquiredRecords(first, stop, 1))
         return merge_acquired(acquired)
