@@ -364,8 +364,8 @@ class SharePartitionManager:
         (one segment, as a Fetch) would return, reading them in growing windows that stop once
         nothing more can be acquired: a share fetch takes a few hundred records, and reading the
         whole ``max_bytes`` (librdkafka asks for 50 MiB) each time was most of its cost. Returns
-        how much of ``budget`` (the request's max records) it used: the rest of a batch cut at
-        the lock limit by an earlier fetch is not counted (``SharePartition.acquire``)."""
+        how much of ``budget`` (the request's max records) it used, as
+        ``SharePartition.acquire_counted`` counts."""
         p = self._leader_partition(tp)
         self._refresh(request.group_id, sp)
         sp.archive_before(p.log.log_start_offset)
@@ -395,10 +395,8 @@ class SharePartitionManager:
             headers = list(iter_batches(data))
             if not headers:
                 break
-            end = sp.end_offset
-            got = sp.acquire(request.member_id, [(h.base_offset, h.last_offset) for _, h in headers], budget,
-                             record_limit=request.record_limit)
-            counted = _counted(got, [h for _, h in headers], end, request.record_limit)
+            got, counted = sp.acquire_counted(request.member_id, [(h.base_offset, h.last_offset) for _, h in headers],
+                                              budget, record_limit=request.record_limit)
             budget -= counted
             spent += counted
             if read.aborted_transactions:
@@ -682,20 +680,6 @@ def _retrieve(task: asyncio.Future) -> None:
     # A persister's ApiError is the answer's business (or logged where it fails); others are bugs.
     if not task.cancelled() and (e := task.exception()) is not None and not isinstance(e, ApiError):
         log.error("a share state write or delete failed", exc_info=e)
-
-
-def _counted(got: list[AcquiredRecords], headers: list[BatchHeader], end: int, record_limit: bool) -> int:
-    """How many of the records ``got`` count toward a fetch's max records: all of them in
-    record_limit mode, else all but the rest of the log batch that ``end`` (the share
-    partition's end offset before acquiring) cut, as ``SharePartition.acquire`` counts."""
-    total = sum(r.last_offset - r.first_offset + 1 for r in got)
-    if record_limit:
-        return total
-    cut = next((h for h in headers if h.base_offset < end <= h.last_offset), None)
-    if cut is None:
-        return total
-    rest = sum(max(0, min(r.last_offset, cut.last_offset) - max(r.first_offset, end) + 1) for r in got)
-    return total - rest
 
 
 def _answer_records(reads: list[memoryview], batches: list[tuple[int, int, BatchHeader]],
