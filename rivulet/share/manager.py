@@ -348,8 +348,7 @@ class SharePartitionManager:
                 sp = self._share_partition(request.group_id, tp)
                 if sp is None:
                     continue
-                self._read_and_acquire(request, tp, sp, per_partition, budget, res)
-                budget -= sum(r.last_offset - r.first_offset + 1 for r in res.acquired)
+                budget -= self._read_and_acquire(request, tp, sp, per_partition, budget, res)
             except ApiError as e:
                 res.error = e.code
                 res.error_message = e.message
@@ -360,16 +359,19 @@ class SharePartitionManager:
         return results
 
     def _read_and_acquire(self, request: ShareFetchRequestData, tp: TopicPartition, sp: SharePartition,
-                          max_bytes: int, budget: int, res: SharePartitionResult) -> None:
+                          max_bytes: int, budget: int, res: SharePartitionResult) -> int:
         """Acquire from the log batches that a read of ``max_bytes`` from the next fetch offset
         (one segment, as a Fetch) would return, reading them in growing windows that stop once
         nothing more can be acquired: a share fetch takes a few hundred records, and reading the
-        whole ``max_bytes`` (librdkafka asks for 50 MiB) each time was most of its cost."""
+        whole ``max_bytes`` (librdkafka asks for 50 MiB) each time was most of its cost. Returns
+        how much of ``budget`` (the request's max records) it used, as
+        ``SharePartition.acquire_counted`` counts."""
         p = self._leader_partition(tp)
         self._refresh(request.group_id, sp)
         sp.archive_before(p.log.log_start_offset)
         if not sp.can_acquire():
-            return
+            return 0
+        spent = 0
         offset = sp.next_fetch_offset()
         isolation = self._isolation(request.group_id)
         left, window, segment = max_bytes, min(max_bytes, _FIRST_READ_BYTES), None
@@ -393,9 +395,10 @@ class SharePartitionManager:
             headers = list(iter_batches(data))
             if not headers:
                 break
-            got = sp.acquire(request.member_id, [(h.base_offset, h.last_offset) for _, h in headers], budget,
-                             record_limit=request.record_limit)
-            budget -= sum(r.last_offset - r.first_offset + 1 for r in got)
+            got, counted = sp.acquire_counted(request.member_id, [(h.base_offset, h.last_offset) for _, h in headers],
+                                              budget, record_limit=request.record_limit)
+            budget -= counted
+            spent += counted
             if read.aborted_transactions:
                 # A read_committed group never gets an aborted transaction's records: the
                 # response has no aborted-transactions list for the consumer to skip them by.
@@ -412,10 +415,10 @@ class SharePartitionManager:
             if budget <= 0 or left <= 0 or (offset >= sp.end_offset and sp.in_flight_count >= sp.max_record_locks):
                 break
             window = min(left, 2 * window)
-        if not acquired:
-            return
-        res.acquired = merge_acquired(acquired)
-        res.records = _answer_records(reads, batches, res.acquired)
+        if acquired:
+            res.acquired = merge_acquired(acquired)
+            res.records = _answer_records(reads, batches, res.acquired)
+        return spent
 
     def unsend(self, group_id: str, member_id: str, results: Mapping[TopicPartition, SharePartitionResult]) -> None:
         """The answer of a fetch goes out without its records (its client is throttled): what

@@ -289,21 +289,30 @@ class SharePartition:
 
     # -- acquire ---------------------------------------------------------------------
 
-    def acquire(
+    def acquire(self, member_id: str, log_batches: Sequence[tuple[int, int]], max_records: int, *,
+                record_limit: bool = False) -> list[AcquiredRecords]:
+        """``acquire_counted``'s records."""
+        return self.acquire_counted(member_id, log_batches, max_records, record_limit=record_limit)[0]
+
+    def acquire_counted(
         self,
         member_id: str,
         log_batches: Sequence[tuple[int, int]],
         max_records: int,
         *,
         record_limit: bool = False,
-    ) -> list[AcquiredRecords]:
+    ) -> tuple[list[AcquiredRecords], int]:
         """Acquire for ``member_id`` what the fetched log batches (base, last offsets, ascending)
         hold: Available offsets of the window and new offsets past ``end_offset``. At most
         ``max_records`` records, rounded up to the end of a log batch unless ``record_limit``
         (ShareAcquireMode record_limit); new records only up to ``max_record_locks`` in the
-        window, cutting a log batch if need be (Kafka hands out the whole batch)."""
+        window, cutting a log batch if need be (Kafka hands out the whole batch). The rest of a
+        batch cut earlier does not count toward ``max_records`` unless ``record_limit``: Kafka
+        would have handed it out with the batch's first part, so a fetch goes on from it as
+        Kafka's would from the next batch, up to the lock limit. Returns the records acquired
+        and how many of them counted toward ``max_records``."""
         if max_records <= 0:
-            return []
+            return [], 0
         acquired: list[AcquiredRecords] = []
         budget = max_records
         for base, last in log_batches:
@@ -325,10 +334,11 @@ class SharePartition:
             # rest of a batch cut at the limit is new records for a later fetch.
             stop = last if not record_limit or last - first + 1 <= budget else first + budget - 1
             stop = min(stop, first + locks - 1)
-            budget -= stop - first + 1
+            if record_limit or base == first:  # base < first: the rest of a batch cut earlier
+                budget -= stop - first + 1
             self._add_new(member_id, first, stop)
             acquired.append(AcquiredRecords(first, stop, 1))
-        return merge_acquired(acquired)
+        return merge_acquired(acquired), max_records - budget
 
     def _add_new(self, member_id: str, first: int, last: int) -> None:
         batch = _Batch(first, last, _State(RecordState.ACQUIRED, 1, member_id, None))

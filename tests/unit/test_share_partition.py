@@ -113,6 +113,24 @@ def test_one_batch_larger_than_max_record_locks_is_acquired_in_parts(timer):
     assert sp.in_flight_count == 60
 
 
+def test_the_rest_of_a_cut_batch_does_not_count_toward_max_records(timer):
+    """Batch-optimized: the rest of a batch cut at the lock limit is what Kafka would have
+    handed out with its first part, so the fetch goes on to the next batch as Kafka's would,
+    rounding max_records up to that batch's end and cutting it at the limit again."""
+    sp = make(timer, max_record_locks=100)
+    assert sp.acquire("m1", [(0, 149), (150, 299)], max_records=10) == [AcquiredRecords(0, 99, 1)]
+    sp.acknowledge("m1", [ack(0, 99, ACCEPT)])
+    # 100-149 (the rest, uncounted), then 150-199 of the next batch: 100 in flight
+    assert sp.acquire("m1", [(0, 149), (150, 299)], max_records=10) == [AcquiredRecords(100, 199, 1)]
+    assert sp.in_flight_count == 100
+    # record_limit: max records is a hard limit, the rest of a cut batch counts too
+    sp2 = make(timer, max_record_locks=100)
+    sp2.acquire("m1", [(0, 149), (150, 299)], max_records=100)
+    sp2.acknowledge("m1", [ack(0, 99, ACCEPT)])
+    assert sp2.acquire("m1", [(0, 149), (150, 299)], max_records=10, record_limit=True) == [
+        AcquiredRecords(100, 109, 1)]
+
+
 def test_max_records_rounding_stops_at_the_lock_limit(timer):
     sp = make(timer, max_record_locks=100)
     # batch-optimized mode rounds max_records up to the batch's end, but not past the limit

@@ -478,6 +478,27 @@ def test_a_batch_acquired_in_part_goes_back_cut_down_to_the_acquired_records(tmp
     run(tmp_path, body, Settings(share_partition_max_record_locks=100))
 
 
+def test_a_fetch_goes_on_from_the_rest_of_a_cut_batch_to_the_lock_limit(tmp_path) -> None:
+    # Two stored batches of 150 under a lock limit of 100, max records 10 (the Java client asks
+    # for 500 against 2,000 locks): once 0-99 are acknowledged, the next fetch takes the rest of
+    # the first batch and the next one's first 50, one answer of 100 records and two cut batches.
+    async def body(env: Env) -> None:
+        env.produce(150)
+        env.produce(150)
+        env.open("m1")
+        assert ranges(await env.fetch("m1", max_records=10)) == [(0, 99, 1)]
+        acked = {TP: env.manager.acknowledge("g", "m1", TP, [AcknowledgementBatch(0, 99, [ACCEPT])],
+                                             renew_allowed=True)}
+        got = env.manager.fetch(ShareFetchRequestData("g", "m1", [TP], 0, 1 << 20, 10), acked)
+        assert ranges(got) == [(100, 199, 1)]
+        assert batches_of(got) == [(0, 149), (150, 299)]
+        offsets = [r.offset for _, h in rec.iter_batches(got[TP].records)
+                   for r in rec.decode_batch(got[TP].records, _).records]
+        assert offsets == list(range(100, 200))
+
+    run(tmp_path, body, Settings(share_partition_max_record_locks=100))
+
+
 def test_a_cut_answer_leaves_out_batches_holding_no_acquired_record(tmp_path) -> None:
     # m1 holds 10-19 (a batch of its own); m2 is then given 0-9 again and new records from the
     # batch of 20-319, cut at the lock limit: its answer holds 0-9 and the cut batch, not 10-19.
