@@ -30,7 +30,6 @@ from rivulet.common.config import (
     between,
     parse_value,
 )
-from rivulet.security import tls
 
 log = logging.getLogger("rivulet.client")
 
@@ -431,6 +430,9 @@ def ssl_context(conf: Mapping[str, Any]) -> ssl.SSLContext | None:
             typed[k] = _coerce(BY_NAME[k], k, v)
     if str(conf.get("security.protocol") or "").lower() not in ("ssl", "sasl_ssl"):
         return None
+    # Imported here: it brings in cryptography (about 40 ms), which a plaintext client such as
+    # the Spark source's per-query planner process never needs.
+    from rivulet.security import tls
     try:
         return tls.client_context(tls.client_ssl_config(typed))
     except ConfigError as e:

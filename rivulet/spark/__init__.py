@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     from pyspark.sql.datasource import DataSource
@@ -25,9 +25,11 @@ try:
 except ImportError as e:  # pragma: no cover
     raise ImportError("rivulet.spark needs PySpark 4.2 or later and pyarrow: pip install 'rivulet[spark]'") from e
 
-from rivulet.spark.sink import RivuletBatchWriter, RivuletStreamWriter, SinkOptions, validate_schema
 from rivulet.spark.source import DataLossError, RivuletBatchReader, RivuletStreamReader, SourceOptions
 from rivulet.spark._values import ERROR_COLUMN, RAW_COLUMN, ValueFormat, spark_value_type
+
+if TYPE_CHECKING:
+    from rivulet.spark.sink import RivuletBatchWriter, RivuletStreamWriter
 
 HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 
@@ -84,13 +86,17 @@ class RivuletDataSource(DataSource):
     def streamReader(self, schema: StructType) -> RivuletStreamReader:
         return RivuletStreamReader(self._source_options(schema, streaming=True))
 
+    # The sink is imported when asked for: the source's planner process (one per streaming
+    # query, started by Spark) unpickles this class and must not pay for the producer's imports.
     def writer(self, schema: StructType, overwrite: bool) -> RivuletBatchWriter:
+        from rivulet.spark.sink import RivuletBatchWriter, SinkOptions, validate_schema
         refuse_overwrite(overwrite)
         opts = SinkOptions.parse(self.options)
         validate_schema(schema, opts)
         return RivuletBatchWriter(opts)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> RivuletStreamWriter:
+        from rivulet.spark.sink import RivuletStreamWriter, SinkOptions, validate_schema
         opts = SinkOptions.parse(self.options)
         validate_schema(schema, opts)
         return RivuletStreamWriter(opts)

@@ -14,7 +14,6 @@ from array import array
 from typing import Callable
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from rivulet.registry.arrow import UNDECODABLE, Decoded, ValueFault
@@ -183,13 +182,16 @@ class JsonDecoder:
         self.options = pj.ParseOptions(explicit_schema=pa.schema(list(_as_read(self.arrow_type))),
                                        unexpected_field_behavior="ignore")
         try:
-            self._read(_EMPTY_OBJECT)
+            self._read_lines(pa.py_buffer(b"{}"))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
             raise ValueError(f"valueFormat=json cannot read the type {arrow_type}: {e}") from None
 
     def decode_column(self, values: pa.Array) -> Decoded:
         """Each value's row; a null value is a null row, a value that is not a JSON object of
         the schema's types a null row with its ``ValueFault``."""
+        # pyarrow.compute (about 40 ms to import) here and in _lines only: the planner process
+        # builds a decoder to check the schema and never decodes.
+        import pyarrow.compute as pc
         if values.type != pa.binary():
             values = values.cast(pa.binary())
         valid = values.is_valid() if values.null_count else None
@@ -232,7 +234,10 @@ class JsonDecoder:
 
 
     def _read(self, docs: pa.Array) -> pa.Table:
-        table = pj.read_json(pa.BufferReader(_lines(docs)), parse_options=self.options,
+        return self._read_lines(_lines(docs))
+
+    def _read_lines(self, lines: pa.Buffer) -> pa.Table:
+        table = pj.read_json(pa.BufferReader(lines), parse_options=self.options,
                              read_options=pj.ReadOptions(use_threads=False, block_size=1 << 30))
         return table if table.schema == self.schema else table.cast(self.schema)
 
@@ -262,6 +267,7 @@ def _lines(docs: pa.Array) -> pa.Buffer:
     """The documents as newline-delimited JSON. Line breaks inside a document (whitespace
     between its tokens: a JSON string cannot hold a raw one) become spaces. An empty document
     is an empty line, which Arrow's reader skips: the row count then tells."""
+    import pyarrow.compute as pc
     data = docs.buffers()[2]
     # Replacing costs two copies of every value; a search of the bytes (the whole buffer, a
     # slice's neighbours too: at worst a needless replace) finds the usual case, none.
@@ -286,6 +292,3 @@ def _binary(v: bytes) -> pa.Scalar:
 _NEWLINE, _EMPTY = _binary(b"\n"), _binary(b"")
 _ONE = pa.Array.from_buffers(pa.int32(), 1, [None, pa.py_buffer(array("i", [1]))])[0]
 _NULL_I32 = pa.nulls(1, pa.int32())[0]
-# The probe of a schema: one value, "{}", made from buffers (pa.array of a Python list imports
-# pandas, a third of a second of CPU in the streaming source's driver-side process).
-_EMPTY_OBJECT = pa.Array.from_buffers(pa.binary(), 1, [None, pa.py_buffer(array("i", [0, 2])), pa.py_buffer(b"{}")])

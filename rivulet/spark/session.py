@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 _REPO_ROOT = str(Path(__file__).resolve().parents[2])
+_SITE_DIR = str(Path(__file__).resolve().parents[1] / "spark_site")
 
 
 def worker_pythonpath() -> None:
@@ -20,10 +21,15 @@ def worker_pythonpath() -> None:
 
     Workers start from the JVM with their own sys.path; a source checkout that is not the
     installed one would otherwise lose to whatever ``rivulet`` the interpreter finds first.
+    With a pip-installed Spark, ``rivulet/spark_site`` goes on the path too: its
+    ``sitecustomize`` has every Python process Spark starts import PySpark from the package's
+    bytecode rather than compile it from ``pyspark.zip`` (see there).
     """
     parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if _REPO_ROOT not in parts:
-        os.environ["PYTHONPATH"] = os.pathsep.join([_REPO_ROOT, *parts])
+    wanted = [_REPO_ROOT, _SITE_DIR] if _pip_installed_spark() else [_REPO_ROOT]
+    missing = [p for p in wanted if p not in parts]
+    if missing:
+        os.environ["PYTHONPATH"] = os.pathsep.join([*missing, *parts])
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 

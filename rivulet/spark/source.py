@@ -38,7 +38,6 @@ from rivulet.common.types import TopicPartition as TP
 from rivulet.client.config import ssl_context
 from rivulet.spark._options import (CONSUMER_REFUSED, SOURCE_KAFKA_OPTIONS, SOURCE_OPTIONS, check_kafka_options,
                                     security_options, warn_unknown_options)
-from rivulet.arrow.records import Chunk, decode_into, next_offset_after
 from rivulet.spark._values import ValueFormat, decode_batch
 from rivulet.spark._worker import freeze_imported
 
@@ -659,6 +658,9 @@ class _Fetcher:
 
 def read_range(opts: SourceOptions, rp: RangePartition) -> Iterator[Any]:
     """Yield the records of [rp.start, rp.end) of one partition as Arrow record batches."""
+    # The decoder (pyarrow.compute, crc32c, the codecs) only here: the driver-side planner
+    # process, one per query, imports this module too and never reads a record.
+    from rivulet.arrow.records import Chunk, decode_into, next_offset_after
     freeze_imported()
     if rp.end <= rp.start:
         return
