@@ -129,6 +129,30 @@ def test_dynamic_updates_follow_the_definitions(tmp_path):
                                                "log.segment.bytes: Value must be at least 1048576")
 
 
+def test_cleaner_threads_change_within_kafkas_rule_then_the_cleaners(tmp_path):
+    from rivulet.server.dynamic_config import ThreadCounts
+    dyn = DynamicBrokerConfig(str(tmp_path), 1, BrokerConfig({"log.dirs": str(tmp_path)}).items())
+    dyn.add_reconfigurable(ThreadCounts())
+    with pytest.raises(ApiError) as e:
+        dyn.validate({"log.cleaner.threads": "0"})
+    assert (e.value.code, e.value.message) == (
+        ErrorCode.INVALID_REQUEST, "log.cleaner.threads must be at least 1 (Kafka's check that "
+        "log.cleaner.dedupe.buffer.size is at least 1MB per cleaner thread divides by it)")
+    dyn.replace("1", {"log.cleaner.threads": "2"})
+    dyn.replace("1", {"log.cleaner.threads": "4"})
+    for default in ("0", "300"):  # a cluster default under this broker's 4: not in force here
+        dyn.validate({"log.cleaner.threads": default}, per_broker=False)
+    with pytest.raises(ApiError) as e:  # KafkaConfig's rule, before the cleaner's "more than double"
+        dyn.validate({"log.cleaner.threads": "128"})
+    assert (e.value.code, e.value.message) == (
+        ErrorCode.INVALID_REQUEST, "requirement failed: log.cleaner.dedupe.buffer.size must be at least 1MB per "
+        "cleaner thread.")
+    with pytest.raises(ApiError) as e:
+        dyn.validate({"log.cleaner.threads": "9"})
+    assert "cannot be increased to more than double the current value 4" in e.value.message
+    dyn.validate({"log.cleaner.threads": "8"})
+
+
 def test_connection_limits_change_at_run_time(tmp_path):
     from rivulet.server.socket_server import ConnectionQuotas
     config = BrokerConfig({"log.dirs": str(tmp_path), "max.connections.per.ip": "5"})
