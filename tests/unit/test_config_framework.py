@@ -178,6 +178,32 @@ def test_topic_definitions_refuse_bad_values_as_invalid_config():
     assert e.value.code == ErrorCode.INVALID_CONFIG and "retention.ms" in e.value.message
 
 
+@pytest.mark.parametrize("overrides,reported", [
+    # Kafka's ConfigDef.parse reads them in LogConfig's definition order: the request's does not matter.
+    ({"retention.ms": "soon", "segment.bytes": "1"}, "Invalid value 1 for configuration segment.bytes: "
+     "Value must be at least 1048576"),
+    ({"segment.bytes": "1", "retention.ms": "soon"}, "Invalid value 1 for configuration segment.bytes: "
+     "Value must be at least 1048576"),
+    ({"cleanup.policy": "bogus", "max.message.bytes": "-1", "iceberg.mode": "x"},
+     "Invalid value -1 for configuration max.message.bytes: Value must be at least 0"),
+    ({"iceberg.target.lag.ms": "0", "internal.segment.bytes": "x", "min.insync.replicas": "0"},
+     "Invalid value 0 for configuration min.insync.replicas: Value must be at least 1"),
+    # Names first (LogConfig.validateNames), then values.
+    ({"retention.ms": "soon", "no.such.config": "1"}, "Unknown topic config name: no.such.config"),
+])
+def test_topic_configs_report_the_first_bad_value_in_kafkas_definition_order(overrides, reported):
+    from rivulet.storage import LogConfig
+    with pytest.raises(ApiError) as e:
+        LogConfig.from_props(overrides)
+    assert (e.value.code, e.value.message) == (ErrorCode.INVALID_CONFIG, reported)
+
+
+def test_kafkas_definition_order_holds_every_kafka_topic_config():
+    from rivulet.storage.config import INTERNAL_TOPIC_CONFIGS, KAFKA_DEFINITION_ORDER, TOPIC_CONFIGS
+    ours = {*TOPIC_CONFIGS.names(), *INTERNAL_TOPIC_CONFIGS.names()}
+    assert {n for n in ours if not n.startswith("iceberg.")} == set(KAFKA_DEFINITION_ORDER)
+
+
 def test_broker_help_lists_every_property_with_its_default(capsys):
     from rivulet.cli.main import build_parser
     with pytest.raises(SystemExit):
