@@ -17,8 +17,8 @@ import uuid
 from typing import Protocol
 
 from rivulet.common.file_region import FileRegion
+from rivulet.protocol.accel import speedups
 from rivulet.protocol.messages import fetch_response as fr
-from rivulet.protocol.records import SPEEDUPS
 from rivulet.protocol.schema import CHUNK_MIN, OutBuf, write_uvarint
 
 _I16 = struct.Struct(">h")
@@ -87,41 +87,44 @@ _write_partitions = _py_write_partitions
 ACCELERATED = False
 """Whether the C accelerator writes the partitions (RIVULET_NO_SPEEDUPS=1 turns it off with
 the record codec's)."""
-if SPEEDUPS:
-    from rivulet.protocol import _speedups
-    if hasattr(_speedups, "encode_fetch_partitions"):  # an extension built before it: Python
-        _speedups.setup_fetch(OutBuf, CHUNK_MIN, fr.PartitionData)
-        _c_encode = _speedups.encode_fetch_partitions
+_speedups = speedups()
+if _speedups is not None and hasattr(_speedups, "encode_fetch_partitions"):  # else built before it: Python
+    _speedups.setup_fetch(OutBuf, CHUNK_MIN, fr.PartitionData)
+    _c_encode = _speedups.encode_fetch_partitions
 
-        def _c_write_partitions(out: bytearray, version: int, t: AnswerTopic) -> None:
-            _c_encode(out, version, t.indexes, t.entries, fr.PartitionData._writer(version, version >= 12))
+    def _c_write_partitions(out: bytearray, version: int, t: AnswerTopic) -> None:
+        _c_encode(out, version, t.indexes, t.entries, fr.PartitionData._writer(version, version >= 12))
 
-        _write_partitions = _c_write_partitions
-        ACCELERATED = True
+    _write_partitions = _c_write_partitions
+    ACCELERATED = True
 
 
 class FetchAnswer(fr.FetchResponse):
     """A successful Fetch answer (throttle 0, error 0, session 0) over ``topics``.
 
-    ``responses`` stays empty: the partitions are in ``topics``, and ``to_response`` gives the
-    plain FetchResponse they stand for."""
+    The partitions are kept in ``topics``; ``responses`` builds the FetchableTopicResponses they
+    stand for on each read (for whatever reads the answer as a FetchResponse: its repr, equality,
+    ``to_dict``), and ``to_response`` the plain FetchResponse. Writing and the request metrics
+    (``partition_error_counts``) read ``topics`` and never build them."""
 
     __slots__ = ("topics",)
 
     def __init__(self, topics: list[AnswerTopic], node_endpoints: list[fr.NodeEndpoint]) -> None:
-        # Not the generated __init__: responses would be built for nothing.
+        # Not the generated __init__: it would set responses, which here are derived.
         self.throttle_time_ms = 0
         self.error_code = 0
         self.session_id = 0
-        self.responses = []
         self.node_endpoints = node_endpoints
         self.topics = topics
 
+    @property
+    def responses(self) -> list[fr.FetchableTopicResponse]:
+        return [fr.FetchableTopicResponse(topic=t.name, topic_id=t.topic_id, partitions=_entries_data(t))
+                for t in self.topics]
+
     def to_response(self) -> fr.FetchResponse:
-        return fr.FetchResponse(
-            throttle_time_ms=0, error_code=0, session_id=0, node_endpoints=self.node_endpoints,
-            responses=[fr.FetchableTopicResponse(topic=t.name, topic_id=t.topic_id, partitions=_entries_data(t))
-                       for t in self.topics])
+        return fr.FetchResponse(throttle_time_ms=0, error_code=0, session_id=0,
+                                node_endpoints=self.node_endpoints, responses=self.responses)
 
     def partition_error_counts(self) -> dict[int, int]:
         """How many partitions answer each error code (the request metrics' errorCounts)."""

@@ -856,10 +856,13 @@ class ReplicaManager:
                 else:
                     res.records = b""
                 if read_committed:
-                    aborted: list[tuple[int, int]] = []
-                    # Cheap check up to the LSO first; only then bound the list by the data returned.
-                    if data and lg.collect_aborted_transactions(fp.fetch_offset, max_offset):
-                        aborted = lg.collect_aborted_transactions(fp.fetch_offset, _next_offset_after(data))
+                    # Up to the LSO (nearly always none), then only those the records returned
+                    # reach: the same as collecting up to the offset after them, whose batches
+                    # are walked only when something was aborted.
+                    aborted = lg.collect_aborted_transactions(fp.fetch_offset, max_offset) if data else []
+                    if aborted:
+                        end = _next_offset_after(data)
+                        aborted = [a for a in aborted if a[1] < end]
                     res.aborted_transactions = aborted
             except ApiError as e:
                 res.error = e.code

@@ -240,7 +240,8 @@ BROKER_CONFIGS = ConfigDef([
        "must be compacted.", MEDIUM, CLUSTER),
     _k("log.cleaner.min.cleanable.ratio", D, 0.5, between(0, 1), "Dirty share of a log above which it is "
        "cleaned.", MEDIUM, CLUSTER),
-    _k("log.cleaner.threads", I, 1, _nonneg, "Cleaner threads (one cleaner task here).", MEDIUM, CLUSTER,
+    _k("log.cleaner.threads", I, 1, _nonneg, "Cleaner threads (one cleaner task here): 1 to 127, as Kafka's "
+       "1MB of its default dedupe buffer per thread allows.", MEDIUM, CLUSTER,
        ignored=True),
     _k("log.message.timestamp.type", S, "CreateTime", one_of("CreateTime", "LogAppendTime"),
        "Record timestamps: the producer's (CreateTime) or the broker's (LogAppendTime).", MEDIUM, CLUSTER),
@@ -677,10 +678,12 @@ def _bounds(kind: str) -> list[tuple[str, Callable[[Any, Any], bool], str, str]]
 
 # Kafka's start-up rules between two properties, in its order and words: its group coordinator's
 # config first, then KafkaConfig's. (property, comparison, the property bounding it, message).
-_RELATIONS: tuple[tuple[str, Callable[[Any, Any], bool], str, str], ...] = (
+_GROUP_RELATIONS: tuple[tuple[str, Callable[[Any, Any], bool], str, str], ...] = (
     *_bounds("consumer"), *_bounds("share"), *_bounds("streams"),
     ("group.streams.num.standby.replicas", operator.le, "group.streams.max.standby.replicas",
      "group.streams.num.standby.replicas must be less than or equal to group.streams.max.standby.replicas"),
+)
+_RELATIONS: tuple[tuple[str, Callable[[Any, Any], bool], str, str], ...] = (
     ("replica.fetch.wait.max.ms", operator.le, "replica.socket.timeout.ms", "replica.socket.timeout.ms should "
      "always be at least replica.fetch.wait.max.ms to prevent unnecessary socket timeouts"),
     ("replica.fetch.wait.max.ms", operator.le, "replica.lag.time.max.ms", "replica.fetch.wait.max.ms should "
@@ -688,9 +691,29 @@ _RELATIONS: tuple[tuple[str, Callable[[Any, Any], bool], str, str], ...] = (
 )
 
 
+# Kafka's log.cleaner.dedupe.buffer.size, which Rivulet does not take: its default.
+CLEANER_DEDUPE_BUFFER_SIZE = 128 * 1024 * 1024
+CLEANER_BUFFER_RULE = "log.cleaner.dedupe.buffer.size must be at least 1MB per cleaner thread."
+
+
+def cleaner_threads_problem(threads: int) -> str | None:
+    """KafkaConfig's rule on log.cleaner.threads, at start-up and on a dynamic change: what is
+    wrong, or None. Its ConfigDef takes 0 (atLeast(0)), but the rule divides by it and Kafka 4.3
+    fails with "/ by zero"; here a line that names the property."""
+    if threads < 1:
+        return ("log.cleaner.threads must be at least 1 (Kafka's check that log.cleaner.dedupe.buffer.size "
+                "is at least 1MB per cleaner thread divides by it)")
+    return None if CLEANER_DEDUPE_BUFFER_SIZE // threads > 1024 * 1024 else CLEANER_BUFFER_RULE
+
+
 def _kafka_relations(cfg: BrokerConfig) -> Iterator[tuple[bool, str]]:
-    """Kafka's start-up rules between properties: the table's, then the two that are not one
-    property against another. Lazy: a rule is checked once those before hold."""
+    """Kafka's start-up rules between properties: the group coordinator's, KafkaConfig's cleaner
+    rule, its relations, then the two that are not one property against another. Lazy: a rule is
+    checked once those before hold."""
+    for prop, holds, bound, message in _GROUP_RELATIONS:
+        yield holds(cfg[prop], cfg[bound]), message
+    cleaner = cleaner_threads_problem(cfg["log.cleaner.threads"])
+    yield cleaner is None, cleaner or ""
     for prop, holds, bound, message in _RELATIONS:
         yield holds(cfg[prop], cfg[bound]), message
     queued = cfg["queued.max.request.bytes"]

@@ -37,7 +37,7 @@ from typing import Any, Mapping, Protocol, Sequence
 from rivulet.common.config import ConfigEntry, ConfigError, ConfigSource, ConfigType, UpdateMode, parse_value
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.security.acls import AclBinding, AclChange, ResourcePattern, bindings_from_json, bindings_to_json
-from rivulet.server.config import BROKER_CONFIGS, BrokerConfig, synonyms_of
+from rivulet.server.config import BROKER_CONFIGS, BrokerConfig, cleaner_threads_problem, synonyms_of
 from rivulet.server.delegation_tokens import TokenInformation
 from rivulet.server.features import FinalizedFeatures
 from rivulet.storage.checkpoints import write_atomic
@@ -55,6 +55,7 @@ FINALIZED_FEATURES = "finalized-features"
 DELEGATION_TOKENS = "delegation-tokens"
 
 MIN_ISR = "min.insync.replicas"
+CLEANER_THREADS = "log.cleaner.threads"
 
 
 class Reconfigurable(Protocol):
@@ -82,7 +83,7 @@ class ThreadCounts:
 
     POOLS = frozenset({"num.io.threads", "num.network.threads", "num.replica.fetchers",
                        "num.recovery.threads.per.data.dir", "background.threads"})
-    CLEANER = "log.cleaner.threads"
+    CLEANER = CLEANER_THREADS
 
     def __init__(self) -> None:
         self.current: dict[str, int] = {}
@@ -230,6 +231,14 @@ class DynamicBrokerConfig:
                 raise ApiError(ErrorCode.INVALID_REQUEST, f"Invalid value {raw} for configuration {name}: "
                                  f"{e.reason}") from None
         effective = self.with_level(self.node_id if per_broker else CLUSTER_DEFAULT, configs)
+        if CLEANER_THREADS in configs:
+            # Kafka builds the whole KafkaConfig first, its rules before any component's check.
+            raw = effective.get(CLEANER_THREADS)
+            threads = BROKER_CONFIGS[CLEANER_THREADS].parse(raw) if raw is not None else \
+                self.static.get(CLEANER_THREADS, BROKER_CONFIGS[CLEANER_THREADS].default)
+            problem = cleaner_threads_problem(threads)
+            if problem is not None:
+                raise ApiError(ErrorCode.INVALID_REQUEST, problem if threads < 1 else f"requirement failed: {problem}")
         for r in self._reconfigurables:
             if r.reconfigurable_configs() & configs.keys():
                 try:

@@ -71,6 +71,17 @@ def read_regions(parts: list[Any]) -> list[Any]:
     return [p.read() if type(p) is FileRegion else p for p in parts]
 
 
+def _copy_into(source: FileRegion | memoryview, offset: int, dst: memoryview) -> int:
+    """Copy ``source``'s bytes from ``offset`` into ``dst``; how many (a file may give fewer)."""
+    if type(source) is FileRegion:
+        n = os.preadv(source.fd, [dst], source.position + offset)
+        if n == 0:
+            raise EOFError(f"{source.size - offset} bytes of a file region were truncated away")
+        return n
+    dst[:] = source[offset:offset + len(dst)]
+    return len(dst)
+
+
 class Send:
     """One response on its way out; ``cancel`` (from the loop) stops it at its next wait."""
 
@@ -107,29 +118,17 @@ class Send:
                     part.close()
 
     def _send_encrypted(self, tls: Encryptor, poller: select.poll) -> None:
-        """Read, encrypt and write the parts in chunks of TLS_CHUNK plaintext bytes, read
-        straight into one reused buffer."""
-        buf = bytearray(TLS_CHUNK)
-        view = memoryview(buf)
+        """Read, encrypt and write the parts in chunks of TLS_CHUNK plaintext bytes, gathered
+        (a region read straight) into one reused buffer."""
+        view = memoryview(bytearray(TLS_CHUNK))
         fill = 0
         for part in self.parts:
-            if type(part) is not FileRegion:
-                data = memoryview(part).cast("B")
-                while data:
-                    n = min(len(data), TLS_CHUNK - fill)
-                    view[fill:fill + n] = data[:n]
-                    fill += n
-                    data = data[n:]
-                    if fill == TLS_CHUNK:
-                        self._encrypt_out(tls, view, poller)
-                        fill = 0
-                continue
-            position, end = part.position, part.position + part.size
-            while position < end:
-                n = os.preadv(part.fd, [view[fill:fill + min(TLS_CHUNK - fill, end - position)]], position)
-                if n == 0:
-                    raise EOFError(f"{end - position} bytes of a file region were truncated away")
-                position += n
+            source = part if type(part) is FileRegion else memoryview(part).cast("B")
+            size = source.size if type(source) is FileRegion else len(source)
+            done = 0
+            while done < size:
+                n = _copy_into(source, done, view[fill:fill + min(TLS_CHUNK - fill, size - done)])
+                done += n
                 fill += n
                 if fill == TLS_CHUNK:
                     self._encrypt_out(tls, view, poller)

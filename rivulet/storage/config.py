@@ -204,11 +204,14 @@ class LogConfig:
         Raises ``ApiError(INVALID_CONFIG)`` for unknown names or bad values.
         """
         base = defaults if defaults is not None else cls()
-        changes: dict[str, Any] = {}
-        for name, raw in topic_overrides.items():
-            key = TOPIC_CONFIGS.get(name) or INTERNAL_TOPIC_CONFIGS.get(name)
-            if key is None:
+        for name in topic_overrides:  # Kafka's LogConfig.validateNames, before any value
+            if TOPIC_CONFIGS.get(name) is None and INTERNAL_TOPIC_CONFIGS.get(name) is None:
                 raise ApiError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
+        changes: dict[str, Any] = {}
+        # ConfigDef.parse reads the values in definition order: the first bad one there is reported.
+        for name in sorted(topic_overrides, key=_definition_rank):
+            raw = topic_overrides[name]
+            key = TOPIC_CONFIGS.get(name) or INTERNAL_TOPIC_CONFIGS[name]
             try:
                 changes[_attr(name)] = key.parse(raw)
             except ConfigError as e:
@@ -377,6 +380,24 @@ INTERNAL_TOPIC_CONFIGS = ConfigDef([
               "segment.bytes and without its lower bound; for tests only.", Importance.LOW, UpdateMode.PER_TOPIC),
 ])
 _BROKER_SYNONYMS: dict[str, tuple[tuple[str, int], ...]] = {key.name: broker for key, broker in _DEFS}
+# The order of Kafka 4.3's LogConfig definitions (internal.segment.bytes last), in which its
+# ConfigDef.parse meets, and reports, a bad value; Rivulet's own (iceberg.*) come after them.
+KAFKA_DEFINITION_ORDER = (
+    "segment.bytes", "segment.ms", "segment.jitter.ms", "segment.index.bytes", "flush.messages", "flush.ms",
+    "retention.bytes", "retention.ms", "max.message.bytes", "index.interval.bytes", "delete.retention.ms",
+    "min.compaction.lag.ms", "max.compaction.lag.ms", "file.delete.delay.ms", "min.cleanable.dirty.ratio",
+    "cleanup.policy", "unclean.leader.election.enable", "min.insync.replicas", "compression.type",
+    "compression.gzip.level", "compression.lz4.level", "compression.zstd.level", "preallocate",
+    "message.timestamp.type", "message.timestamp.before.max.ms", "message.timestamp.after.max.ms",
+    "leader.replication.throttled.replicas", "follower.replication.throttled.replicas", "remote.storage.enable",
+    "local.retention.ms", "local.retention.bytes", "remote.log.copy.disable", "remote.log.delete.on.disable",
+    "internal.segment.bytes",
+)
+_RANKS = {name: i for i, name in enumerate(dict.fromkeys((*KAFKA_DEFINITION_ORDER, *TOPIC_CONFIGS.names())))}
+
+
+def _definition_rank(name: str) -> int:
+    return _RANKS[name]
 # Topic config name -> broker property names that set its default (DescribeConfigs synonyms).
 TOPIC_CONFIG_SYNONYMS: dict[str, tuple[str, ...]] = {n: tuple(b for b, _ in s) for n, s in _BROKER_SYNONYMS.items()}
 # Topic configs whose value is a list (IncrementalAlterConfigs APPEND/SUBTRACT).

@@ -188,6 +188,11 @@ def test_an_advertised_listener_that_is_not_opened_stops_start_up(listeners, adv
      "replica.lag.time.max.ms to prevent frequent changes in ISR"),
     ({"max.connections.per.ip": "0"},
      "max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides property is set."),
+    # Kafka's rule with its default log.cleaner.dedupe.buffer.size (128 MiB): 127 threads at most.
+    ({"log.cleaner.threads": "128"}, "log.cleaner.dedupe.buffer.size must be at least 1MB per cleaner thread."),
+    ({"log.cleaner.threads": "0", "replica.lag.time.max.ms": "400"},  # before the replica rules, as Kafka
+     "log.cleaner.threads must be at least 1 (Kafka's check that log.cleaner.dedupe.buffer.size is at least 1MB "
+     "per cleaner thread divides by it)"),
 ])
 def test_kafka_rules_between_properties_stop_start_up(props, rule):
     # As Kafka's KafkaConfig and GroupCoordinatorConfig: the broker refuses to start.
@@ -203,6 +208,7 @@ def test_kafka_rules_between_properties_stop_start_up(props, rule):
      "group.consumer.min.heartbeat.interval.ms": "1000", "group.consumer.heartbeat.interval.ms": "5000"},
     {"max.connections.per.ip": "0", "max.connections.per.ip.overrides": "127.0.0.1:10"},
     {"replica.fetch.wait.max.ms": "30000", "replica.lag.time.max.ms": "30000"},
+    {"log.cleaner.threads": "127"},
 ])
 def test_kafka_rules_between_properties_accept_their_bounds(props):
     assert BrokerConfig(props).is_set(next(iter(props)))
@@ -222,3 +228,13 @@ def test_schema_registry_properties():
     with pytest.raises(ConfigError, match="PLAINTEXT listener"):
         BrokerConfig({"schema.registry.listeners": "http://127.0.0.1:8081",
                       "listeners": "SASL_PLAINTEXT://127.0.0.1:9092", "sasl.enabled.mechanisms": "PLAIN"})
+
+
+def test_a_broker_without_cleaner_threads_stops_at_start_up_in_one_line():
+    # Kafka 4.3.1 takes 0 by its ConfigDef (atLeast(0)) and then fails dividing by it.
+    r = subprocess.run([sys.executable, "-m", "rivulet", "broker", "--override", "log.cleaner.threads=0"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "rivulet broker: log.cleaner.threads must be at least 1 (Kafka's check that log.cleaner.dedupe.buffer.size "
+        "is at least 1MB per cleaner thread divides by it)"], r.stderr

@@ -129,6 +129,30 @@ def test_dynamic_updates_follow_the_definitions(tmp_path):
                                                "log.segment.bytes: Value must be at least 1048576")
 
 
+def test_cleaner_threads_change_within_kafkas_rule_then_the_cleaners(tmp_path):
+    from rivulet.server.dynamic_config import ThreadCounts
+    dyn = DynamicBrokerConfig(str(tmp_path), 1, BrokerConfig({"log.dirs": str(tmp_path)}).items())
+    dyn.add_reconfigurable(ThreadCounts())
+    with pytest.raises(ApiError) as e:
+        dyn.validate({"log.cleaner.threads": "0"})
+    assert (e.value.code, e.value.message) == (
+        ErrorCode.INVALID_REQUEST, "log.cleaner.threads must be at least 1 (Kafka's check that "
+        "log.cleaner.dedupe.buffer.size is at least 1MB per cleaner thread divides by it)")
+    dyn.replace("1", {"log.cleaner.threads": "2"})
+    dyn.replace("1", {"log.cleaner.threads": "4"})
+    for default in ("0", "300"):  # a cluster default under this broker's 4: not in force here
+        dyn.validate({"log.cleaner.threads": default}, per_broker=False)
+    with pytest.raises(ApiError) as e:  # KafkaConfig's rule, before the cleaner's "more than double"
+        dyn.validate({"log.cleaner.threads": "128"})
+    assert (e.value.code, e.value.message) == (
+        ErrorCode.INVALID_REQUEST, "requirement failed: log.cleaner.dedupe.buffer.size must be at least 1MB per "
+        "cleaner thread.")
+    with pytest.raises(ApiError) as e:
+        dyn.validate({"log.cleaner.threads": "9"})
+    assert "cannot be increased to more than double the current value 4" in e.value.message
+    dyn.validate({"log.cleaner.threads": "8"})
+
+
 def test_connection_limits_change_at_run_time(tmp_path):
     from rivulet.server.socket_server import ConnectionQuotas
     config = BrokerConfig({"log.dirs": str(tmp_path), "max.connections.per.ip": "5"})
@@ -152,6 +176,32 @@ def test_topic_definitions_refuse_bad_values_as_invalid_config():
     with pytest.raises(ApiError) as e:
         LogConfig.from_props({"retention.ms": "soon"})
     assert e.value.code == ErrorCode.INVALID_CONFIG and "retention.ms" in e.value.message
+
+
+@pytest.mark.parametrize("overrides,reported", [
+    # Kafka's ConfigDef.parse reads them in LogConfig's definition order: the request's does not matter.
+    ({"retention.ms": "soon", "segment.bytes": "1"}, "Invalid value 1 for configuration segment.bytes: "
+     "Value must be at least 1048576"),
+    ({"segment.bytes": "1", "retention.ms": "soon"}, "Invalid value 1 for configuration segment.bytes: "
+     "Value must be at least 1048576"),
+    ({"cleanup.policy": "bogus", "max.message.bytes": "-1", "iceberg.mode": "x"},
+     "Invalid value -1 for configuration max.message.bytes: Value must be at least 0"),
+    ({"iceberg.target.lag.ms": "0", "internal.segment.bytes": "x", "min.insync.replicas": "0"},
+     "Invalid value 0 for configuration min.insync.replicas: Value must be at least 1"),
+    # Names first (LogConfig.validateNames), then values.
+    ({"retention.ms": "soon", "no.such.config": "1"}, "Unknown topic config name: no.such.config"),
+])
+def test_topic_configs_report_the_first_bad_value_in_kafkas_definition_order(overrides, reported):
+    from rivulet.storage import LogConfig
+    with pytest.raises(ApiError) as e:
+        LogConfig.from_props(overrides)
+    assert (e.value.code, e.value.message) == (ErrorCode.INVALID_CONFIG, reported)
+
+
+def test_kafkas_definition_order_holds_every_kafka_topic_config():
+    from rivulet.storage.config import INTERNAL_TOPIC_CONFIGS, KAFKA_DEFINITION_ORDER, TOPIC_CONFIGS
+    ours = {*TOPIC_CONFIGS.names(), *INTERNAL_TOPIC_CONFIGS.names()}
+    assert {n for n in ours if not n.startswith("iceberg.")} == set(KAFKA_DEFINITION_ORDER)
 
 
 def test_broker_help_lists_every_property_with_its_default(capsys):

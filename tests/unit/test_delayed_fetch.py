@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
 import pytest
 
+from rivulet.common.file_region import FileRegion
 from rivulet.common.promise import Promise
 from rivulet.common.types import TopicPartition
 from rivulet.delayed import Timer
@@ -16,6 +18,7 @@ from rivulet.replication.partition import Partition
 from rivulet.replication.replica_manager import (
     FetchParams,
     FetchRequestPartition,
+    ZERO_COPY_MIN,
     ReplicaManager,
     readable_bytes,
 )
@@ -235,5 +238,36 @@ def test_read_committed_waits_for_the_last_stable_offset(tmp_path) -> None:
         assert fut.done()
         result = fut.result()[tp]
         assert result.last_stable_offset == 2 and result.records
+
+    _run(tmp_path, body)
+
+
+@pytest.mark.parametrize("size", [50, ZERO_COPY_MIN + 1])  # in memory, and a FileRegion of the segment (zero copy)
+def test_read_committed_lists_the_aborted_transactions_the_records_reach(tmp_path, size: int) -> None:
+    now = int(time.time() * 1000)  # a timestamp segment.ms does not roll the segment for
+
+    def txn(pid: int) -> bytes:
+        return rec.encode_batch([rec.Record(0, now, None, b"t" * size, [])], producer_id=pid, producer_epoch=0,
+                                base_sequence=0, transactional=True)
+
+    def fetch(rm: ReplicaManager, tp: TopicPartition, offset: int, max_bytes: int):
+        return rm.read_from_local_log(FetchParams(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=max_bytes,
+                                                  isolation_level=1, zero_copy=True,
+                                                  partitions=[FetchRequestPartition(tp, offset, max_bytes)]))[tp]
+
+    async def body(rm, tp, log):
+        for pid, commit in ((7, False), (8, True), (9, False)):  # offsets 0-1, 2-3, 4-5
+            _produce(rm, tp, txn(pid))
+            assert rm.append_txn_markers(pid, 0, 0, commit, [tp], timeout_ms=1000)[tp].error == ErrorCode.NONE
+        whole = fetch(rm, tp, 0, 1 << 20)
+        assert log.active_segment.base_offset == 0  # one segment: a read may return all of it
+        assert whole.aborted_transactions == [(7, 0), (9, 4)]
+        first = fetch(rm, tp, 0, len(txn(7)))  # the first batch only: pid 9's abort is past it
+        assert isinstance(first.records, FileRegion) == (size > ZERO_COPY_MIN)
+        data = first.records.read() if isinstance(first.records, FileRegion) else first.records
+        assert [h.base_offset for _, h in rec.iter_batches(data)] == [0]
+        assert first.aborted_transactions == [(7, 0)]
+        assert fetch(rm, tp, 2, len(txn(8))).aborted_transactions == []  # pid 8 committed
+        assert fetch(rm, tp, 6, 1 << 20).aborted_transactions == []  # nothing read
 
     _run(tmp_path, body)

@@ -103,3 +103,13 @@ def test_the_request_metrics_count_each_partition_error() -> None:
     count_errors(answer, "FetchConsumer", counted)
     count_errors(answer.to_response(), "FetchConsumer", plain)
     assert counted == plain == {("FetchConsumer", 0): 2, ("FetchConsumer", 6): 2}
+
+
+def test_read_as_a_fetch_response_it_shows_its_partitions() -> None:
+    hint = _with_leader(fa.partition_data(2, FetchResult(error=6)), 1, 3)
+    answer = fa.FetchAnswer([fa.AnswerTopic("t", uuid.uuid4(), [0, 2], [FetchResult(high_watermark=7), hint])], [])
+    plain = answer.to_response()
+    assert answer.responses == plain.responses
+    assert [p.partition_index for p in answer.responses[0].partitions] == [0, 2]
+    assert answer.to_dict() == plain.to_dict()
+    assert "high_watermark=7" in repr(answer)

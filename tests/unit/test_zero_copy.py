@@ -116,7 +116,8 @@ def region_of(tmp_path, data: bytes, name: str = "seg") -> FileRegion:
     return FileRegion(os.open(path, os.O_RDONLY), 10, len(data), 0, 0)
 
 
-def run_send(parts, reader_delay: float = 0.0, cancel_after: float | None = None) -> tuple[bytes, BaseException | None]:
+def run_send(parts, reader_delay: float = 0.0, cancel_after: float | None = None,
+             tls: file_sender.Encryptor | None = None) -> tuple[bytes, BaseException | None]:
     """Send ``parts`` over a socket pair with a reader on a thread; what arrived and the error."""
     a, b = socket.socketpair()
     a.setblocking(False)
@@ -137,7 +138,7 @@ def run_send(parts, reader_delay: float = 0.0, cancel_after: float | None = None
     async def main() -> BaseException | None:
         sender = FileSender(max_senders=1)
         done: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
-        send = sender.start(a.fileno(), parts, done.set_result)
+        send = sender.start(a.fileno(), parts, done.set_result, tls)
         assert send is not None
         assert sender.start(a.fileno(), [b"x"], lambda e: None) is None  # the one sender is busy
         if cancel_after is not None:
@@ -244,4 +245,45 @@ def test_a_region_truncated_while_sent_fails_the_send(tmp_path, impl):
     got, err = run_send([b"head", region])
     assert isinstance(err, EOFError)
     assert len(got) == 4 + (1 << 20)  # what the file still held went out before the failure
+    assert region.fd == -1
+
+
+class Framing:
+    """Stands for a TLS connection's SSL object: each chunk comes out framed, so the chunking
+    shows in what arrives, and the loop's queued bytes come out once the send ends."""
+
+    def __init__(self) -> None:
+        self.chunks: list[int] = []
+        self.queued = [b"[queued]"]
+
+    def encrypt(self, data: bytes | bytearray | memoryview) -> bytes:
+        self.chunks.append(len(data))
+        return b"<" + bytes(data) + b">"
+
+    def end_send(self) -> bytes:
+        return self.queued.pop() if self.queued else b""
+
+
+def test_an_encrypted_send_goes_in_full_chunks_across_parts(tmp_path):
+    chunk = file_sender.TLS_CHUNK
+    pieces = [b"head", os.urandom(chunk - 10), b"x" * 30, os.urandom(2 * chunk + 7), b"", os.urandom(5), b"tail"]
+    parts = [region_of(tmp_path, p, f"s{i}") if i % 2 else p for i, p in enumerate(pieces)]
+    tls = Framing()
+    got, err = run_send(parts, reader_delay=0.05, tls=tls)
+    assert err is None
+    whole = b"".join(pieces)
+    assert tls.chunks == [chunk] * (len(whole) // chunk) + [len(whole) % chunk]
+    assert got == b"".join(b"<" + whole[i:i + chunk] + b">" for i in range(0, len(whole), chunk)) + b"[queued]"
+    assert all(p.fd == -1 for p in parts if isinstance(p, FileRegion))
+
+
+def test_an_encrypted_send_of_a_truncated_region_fails(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(os.urandom(3 * file_sender.TLS_CHUNK))
+    region = FileRegion(os.open(path, os.O_RDONLY), 0, 3 * file_sender.TLS_CHUNK, 0, 0)
+    os.truncate(path, file_sender.TLS_CHUNK + 100)
+    tls = Framing()
+    got, err = run_send([b"head", region], tls=tls)
+    assert isinstance(err, EOFError)
+    assert tls.chunks == [file_sender.TLS_CHUNK]  # the full chunks read went out before the failure
     assert region.fd == -1

@@ -80,10 +80,11 @@ def count_errors(response: Struct, request: str, errors: dict[tuple[str, int], i
     if error is not None:
         key = (request, error(response))
         errors[key] = errors.get(key, 0) + 1
-    if type(response) is FetchAnswer:  # its partitions are not in ``responses``
+    if type(response) is FetchAnswer:  # counted from its results, not the responses they stand for
         for code, n in response.partition_error_counts().items():
             key = (request, code)
             errors[key] = errors.get(key, 0) + n
+        return
     for get, is_array in nested:
         value = get(response)
         if value is None:
