@@ -2167,6 +2167,25 @@ fail:
     return NULL;
 }
 
+/* --- unfilled buffers ------------------------------------------------------------------ */
+
+/* A bytearray of n bytes whose contents are left as the allocator gives them: bytearray(n)
+   zero-fills, which for a request frame is a pass over memory the socket reads overwrite
+   anyway. Only for buffers every byte of which is written before any is read. */
+static PyObject *
+speedups_unfilled_bytearray(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    Py_ssize_t n = PyLong_AsSsize_t(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "unfilled_bytearray() needs a size >= 0");
+        return NULL;
+    }
+    return PyByteArray_FromStringAndSize(NULL, n);
+}
+
 /* --- module ---------------------------------------------------------------------------- */
 
 static PyMethodDef speedups_methods[] = {
@@ -2210,6 +2229,10 @@ static PyMethodDef speedups_methods[] = {
     {"record_span", (PyCFunction)(void (*)(void))speedups_record_span, METH_FASTCALL,
      "record_span(data, pos, stop, first, last) -> (start, end) | None\n\n"
      "Where records first..last of those laid out from pos to stop lie (length varints only)."},
+    {"unfilled_bytearray", (PyCFunction)speedups_unfilled_bytearray, METH_O,
+     "unfilled_bytearray(n) -> bytearray\n\n"
+     "A bytearray of n bytes left unset (bytearray(n) zero-fills): for a buffer whose every byte\n"
+     "is written before any is read."},
     {"murmur2", (PyCFunction)speedups_murmur2, METH_O,
      "murmur2(data: bytes) -> int\n\nKafka's murmur2 hash (Java's Utils.murmur2), a signed 32-bit int."},
     {"encode_fetch_partitions", (PyCFunction)(void (*)(void))speedups_encode_fetch_partitions, METH_FASTCALL,
