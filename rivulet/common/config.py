@@ -14,6 +14,8 @@ accepted as they are, as Kafka's Java client accepts typed objects.
 
 from __future__ import annotations
 
+import decimal
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum, IntEnum
@@ -178,7 +180,25 @@ def render_value(ctype: ConfigType, value: Any) -> str | None:
         return "true" if value else "false"
     if ctype is ConfigType.LIST and not isinstance(value, str):
         return ",".join(str(x) for x in value)
+    if ctype is ConfigType.DOUBLE and isinstance(value, float):
+        return java_double(value)
     return str(value)
+
+
+def java_double(value: float) -> str:
+    """Java's Double.toString: positional from 10^-3 up to 10^7, else like 1.0E7 (what Kafka's
+    DescribeConfigs shows for log.cleaner.io.max.bytes.per.second's default, Double.MAX_VALUE)."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    magnitude = abs(value)
+    if magnitude == 0 or 1e-3 <= magnitude < 1e7:
+        return repr(value)
+    _, digits, exponent = decimal.Decimal(repr(magnitude)).normalize().as_tuple()
+    shown = "".join(map(str, digits))
+    assert isinstance(exponent, int)
+    return f"{'-' if value < 0 else ''}{shown[0]}.{shown[1:] or '0'}E{len(shown) - 1 + exponent}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ node needs its own (``node.id``, ``listeners``, ``log.dir``, ``process.roles``).
 from __future__ import annotations
 
 import operator
+import sys
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterator
 from urllib.parse import urlsplit
@@ -240,9 +241,17 @@ BROKER_CONFIGS = ConfigDef([
        "must be compacted.", MEDIUM, CLUSTER),
     _k("log.cleaner.min.cleanable.ratio", D, 0.5, between(0, 1), "Dirty share of a log above which it is "
        "cleaned.", MEDIUM, CLUSTER),
-    _k("log.cleaner.threads", I, 1, _nonneg, "Cleaner threads (one cleaner task here): 1 to 127, as Kafka's "
-       "1MB of its default dedupe buffer per thread allows.", MEDIUM, CLUSTER,
-       ignored=True),
+    _k("log.cleaner.threads", I, 1, _nonneg, "Cleaner threads (one cleaner task here): at least 1, and "
+       "log.cleaner.dedupe.buffer.size must leave more than 1MB per thread (1 to 127 with its default), as "
+       "in Kafka.", MEDIUM, CLUSTER, ignored=True),
+    _k("log.cleaner.dedupe.buffer.size", L, 128 * 1024 * 1024, None, "Memory for deduplication across the "
+       "cleaner threads; more than 1MB per thread.", MEDIUM, CLUSTER, ignored=True),
+    _k("log.cleaner.dedupe.buffer.load.factor", D, 0.9, None, "How full the deduplication buffer may get.",
+       MEDIUM, CLUSTER, ignored=True),
+    _k("log.cleaner.io.buffer.size", I, 512 * 1024, _nonneg, "I/O buffer memory across the cleaner threads.",
+       MEDIUM, CLUSTER, ignored=True),
+    _k("log.cleaner.io.max.bytes.per.second", D, sys.float_info.max, None, "Cap on the cleaner's reads and "
+       "writes, bytes/s.", MEDIUM, CLUSTER, ignored=True),
     _k("log.message.timestamp.type", S, "CreateTime", one_of("CreateTime", "LogAppendTime"),
        "Record timestamps: the producer's (CreateTime) or the broker's (LogAppendTime).", MEDIUM, CLUSTER),
     _k("log.message.timestamp.before.max.ms", L, LONG_MAX, _nonneg, "How far in the past a CreateTime "
@@ -691,19 +700,18 @@ _RELATIONS: tuple[tuple[str, Callable[[Any, Any], bool], str, str], ...] = (
 )
 
 
-# Kafka's log.cleaner.dedupe.buffer.size, which Rivulet does not take: its default.
-CLEANER_DEDUPE_BUFFER_SIZE = 128 * 1024 * 1024
 CLEANER_BUFFER_RULE = "log.cleaner.dedupe.buffer.size must be at least 1MB per cleaner thread."
 
 
-def cleaner_threads_problem(threads: int) -> str | None:
-    """KafkaConfig's rule on log.cleaner.threads, at start-up and on a dynamic change: what is
-    wrong, or None. Its ConfigDef takes 0 (atLeast(0)), but the rule divides by it and Kafka 4.3
-    fails with "/ by zero"; here a line that names the property."""
+def cleaner_threads_problem(threads: int, dedupe_buffer_size: int) -> str | None:
+    """KafkaConfig's rule on log.cleaner.threads and log.cleaner.dedupe.buffer.size, at start-up
+    and on a dynamic change: what is wrong, or None. Its ConfigDef takes 0 threads (atLeast(0)),
+    but the rule divides by it and Kafka 4.3 fails with "/ by zero"; here a line that names the
+    property."""
     if threads < 1:
         return ("log.cleaner.threads must be at least 1 (Kafka's check that log.cleaner.dedupe.buffer.size "
                 "is at least 1MB per cleaner thread divides by it)")
-    return None if CLEANER_DEDUPE_BUFFER_SIZE // threads > 1024 * 1024 else CLEANER_BUFFER_RULE
+    return None if dedupe_buffer_size // threads > 1024 * 1024 else CLEANER_BUFFER_RULE
 
 
 def _kafka_relations(cfg: BrokerConfig) -> Iterator[tuple[bool, str]]:
@@ -712,7 +720,7 @@ def _kafka_relations(cfg: BrokerConfig) -> Iterator[tuple[bool, str]]:
     checked once those before hold."""
     for prop, holds, bound, message in _GROUP_RELATIONS:
         yield holds(cfg[prop], cfg[bound]), message
-    cleaner = cleaner_threads_problem(cfg["log.cleaner.threads"])
+    cleaner = cleaner_threads_problem(cfg["log.cleaner.threads"], cfg["log.cleaner.dedupe.buffer.size"])
     yield cleaner is None, cleaner or ""
     for prop, holds, bound, message in _RELATIONS:
         yield holds(cfg[prop], cfg[bound]), message

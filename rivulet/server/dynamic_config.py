@@ -56,6 +56,7 @@ DELEGATION_TOKENS = "delegation-tokens"
 
 MIN_ISR = "min.insync.replicas"
 CLEANER_THREADS = "log.cleaner.threads"
+CLEANER_DEDUPE_BUFFER = "log.cleaner.dedupe.buffer.size"
 
 
 class Reconfigurable(Protocol):
@@ -199,6 +200,12 @@ class DynamicBrokerConfig:
         return {n: BROKER_CONFIGS[n].parse(effective[n]) if n in effective else self.static.get(n)
                 for n in r.reconfigurable_configs()}
 
+    def _effective_value(self, effective: Mapping[str, str], name: str) -> Any:
+        """``name``'s parsed value once ``effective`` is in force: dynamic, else static, else default."""
+        raw = effective.get(name)
+        return BROKER_CONFIGS[name].parse(raw) if raw is not None else \
+            self.static.get(name, BROKER_CONFIGS[name].default)
+
     def with_level(self, level: str, configs: dict[str, str]) -> dict[str, str]:
         """The dynamic values in force once ``level`` holds ``configs``."""
         if level == CLUSTER_DEFAULT:
@@ -231,12 +238,10 @@ class DynamicBrokerConfig:
                 raise ApiError(ErrorCode.INVALID_REQUEST, f"Invalid value {raw} for configuration {name}: "
                                  f"{e.reason}") from None
         effective = self.with_level(self.node_id if per_broker else CLUSTER_DEFAULT, configs)
-        if CLEANER_THREADS in configs:
+        if CLEANER_THREADS in configs or CLEANER_DEDUPE_BUFFER in configs:
             # Kafka builds the whole KafkaConfig first, its rules before any component's check.
-            raw = effective.get(CLEANER_THREADS)
-            threads = BROKER_CONFIGS[CLEANER_THREADS].parse(raw) if raw is not None else \
-                self.static.get(CLEANER_THREADS, BROKER_CONFIGS[CLEANER_THREADS].default)
-            problem = cleaner_threads_problem(threads)
+            threads, buffer = (self._effective_value(effective, name) for name in (CLEANER_THREADS, CLEANER_DEDUPE_BUFFER))
+            problem = cleaner_threads_problem(threads, buffer)
             if problem is not None:
                 raise ApiError(ErrorCode.INVALID_REQUEST, problem if threads < 1 else f"requirement failed: {problem}")
         for r in self._reconfigurables:

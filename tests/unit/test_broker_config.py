@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from rivulet.server.config import BrokerConfig, ConfigError, load_properties, parse_listener
+from rivulet.server.config import BROKER_CONFIGS, BrokerConfig, ConfigError, load_properties, parse_listener
 
 pytestmark = pytest.mark.fast
 
@@ -190,6 +190,8 @@ def test_an_advertised_listener_that_is_not_opened_stops_start_up(listeners, adv
      "max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides property is set."),
     # Kafka's rule with its default log.cleaner.dedupe.buffer.size (128 MiB): 127 threads at most.
     ({"log.cleaner.threads": "128"}, "log.cleaner.dedupe.buffer.size must be at least 1MB per cleaner thread."),
+    ({"log.cleaner.threads": "4", "log.cleaner.dedupe.buffer.size": "4194304"},  # 1MB each: not more
+     "log.cleaner.dedupe.buffer.size must be at least 1MB per cleaner thread."),
     ({"log.cleaner.threads": "0", "replica.lag.time.max.ms": "400"},  # before the replica rules, as Kafka
      "log.cleaner.threads must be at least 1 (Kafka's check that log.cleaner.dedupe.buffer.size is at least 1MB "
      "per cleaner thread divides by it)"),
@@ -209,6 +211,7 @@ def test_kafka_rules_between_properties_stop_start_up(props, rule):
     {"max.connections.per.ip": "0", "max.connections.per.ip.overrides": "127.0.0.1:10"},
     {"replica.fetch.wait.max.ms": "30000", "replica.lag.time.max.ms": "30000"},
     {"log.cleaner.threads": "127"},
+    {"log.cleaner.threads": "200", "log.cleaner.dedupe.buffer.size": str(201 * 1024 * 1024)},
 ])
 def test_kafka_rules_between_properties_accept_their_bounds(props):
     assert BrokerConfig(props).is_set(next(iter(props)))
@@ -238,3 +241,17 @@ def test_a_broker_without_cleaner_threads_stops_at_start_up_in_one_line():
     assert r.stderr.strip().splitlines() == [
         "rivulet broker: log.cleaner.threads must be at least 1 (Kafka's check that log.cleaner.dedupe.buffer.size "
         "is at least 1MB per cleaner thread divides by it)"], r.stderr
+
+
+def test_the_cleaners_other_kafka_properties_are_taken_with_kafkas_defaults_and_java_spelling():
+    from rivulet.common.config import java_double
+    cfg = BrokerConfig({"log.cleaner.io.buffer.size": "1048576", "log.cleaner.dedupe.buffer.load.factor": "0.75"})
+    assert cfg["log.cleaner.io.buffer.size"] == 1048576 and cfg["log.cleaner.dedupe.buffer.load.factor"] == 0.75
+    assert cfg["log.cleaner.dedupe.buffer.size"] == 134217728
+    # DescribeConfigs shows Java's Double.toString: Kafka's default here is Double.MAX_VALUE.
+    assert BROKER_CONFIGS["log.cleaner.io.max.bytes.per.second"].render(cfg["log.cleaner.io.max.bytes.per.second"]) \
+        == "1.7976931348623157E308"
+    assert [java_double(v) for v in (0.5, 100.0, 1e7, 1e-4, -2.5e10, 0.001)] == \
+        ["0.5", "100.0", "1.0E7", "1.0E-4", "-2.5E10", "0.001"]
+    with pytest.raises(ConfigError):
+        BrokerConfig({"log.cleaner.io.buffer.size": "-1"})

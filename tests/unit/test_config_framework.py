@@ -151,6 +151,15 @@ def test_cleaner_threads_change_within_kafkas_rule_then_the_cleaners(tmp_path):
         dyn.validate({"log.cleaner.threads": "9"})
     assert "cannot be increased to more than double the current value 4" in e.value.message
     dyn.validate({"log.cleaner.threads": "8"})
+    with pytest.raises(ApiError) as e:  # the buffer against the threads (a broker's configs are replaced whole)
+        dyn.validate({"log.cleaner.threads": "4", "log.cleaner.dedupe.buffer.size": str(4 * 1024 * 1024)})
+    assert (e.value.code, e.value.message) == (
+        ErrorCode.INVALID_REQUEST, "requirement failed: log.cleaner.dedupe.buffer.size must be at least 1MB per "
+        "cleaner thread.")
+    dyn.validate({"log.cleaner.threads": "4", "log.cleaner.dedupe.buffer.size": str(4 * 1024 * 1024 + 4)})
+    dyn.replace("", {"log.cleaner.dedupe.buffer.size": str(2 * 1024 * 1024)})  # cluster-wide: 2MB
+    with pytest.raises(ApiError):  # this broker's own 2 threads against the cluster's buffer
+        dyn.validate({"log.cleaner.threads": "2"})
 
 
 def test_connection_limits_change_at_run_time(tmp_path):
