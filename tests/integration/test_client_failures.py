@@ -296,3 +296,29 @@ def test_an_async_commit_is_not_retried_behind_a_later_commit(broker_factory):
     assert outcomes[0][0] is not None, "the async commit was retried after the outage"
     assert c.committed([tp], 10)[0].offset == 10
     c.close()
+
+
+def test_the_producer_sends_once_a_refresh_names_the_leader_again(broker_factory):
+    """A record for a partition whose leader the metadata does not name (an answer given while
+    the leader moved) goes out once a refresh names one: the sender looks again after the
+    refresh rather than waiting for the next produce() (a leader kill once left a batch unsent
+    for the test's whole 60 s)."""
+    import asyncio
+
+    from rivulet.aio import AIOProducer
+
+    b = broker_factory()
+    topic = name("leaderless")
+    create(b.bootstrap, topic, 1)
+
+    async def scenario() -> int:
+        p = AIOProducer({"bootstrap.servers": b.bootstrap, "linger.ms": 0})
+        try:
+            await p.send_and_wait(topic, b"first", partition=0)
+            p.client.cluster.forget_leader(topic, 0)  # what a leaderless metadata answer leaves
+            delivered = await asyncio.wait_for(await p.send(topic, b"second", partition=0), 20)
+            return delivered.offset()
+        finally:
+            await p.close()
+
+    assert asyncio.run(scenario()) == 1

@@ -596,6 +596,9 @@ class AIOProducer:
                     self._fail_or_gap(b, E.local("_MSG_TIMED_OUT", "Local: Message timed out"))
                 if unknown or new_topics:
                     self.client.request_update()
+                    # Nothing wakes the sender when the refresh names the leader: look again
+                    # after retry.backoff.ms, as Java's sender polls until the metadata answers.
+                    next_in = min(next_in, self.backoff)
                 for node, batches in sends:
                     t = self.loop.create_task(self._send(node, batches))
                     self._tasks.add(t)
