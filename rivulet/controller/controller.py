@@ -589,10 +589,15 @@ class KafkaController:
         batch.add_leader_and_isr([r for r in target if r in ctx.live_brokers], tp)
         log.info("reassignment of %s completed: replicas %s, leader %d", tp, target, leader)
 
-    def list_reassignments(self, tps: list[TopicPartition] | None
-                           ) -> dict[TopicPartition, tuple[list[int], list[int], list[int]]] | None:
+    async def list_reassignments(self, tps: list[TopicPartition] | None
+                                 ) -> dict[TopicPartition, tuple[list[int], list[int], list[int]]] | None:
         """ListPartitionReassignments: replicas, adding and removing of each ongoing one (None
-        when this broker is not the controller)."""
+        when this broker is not the controller). An event as in Kafka, so a controller that has
+        just taken over answers from the state it loaded, not from half of it."""
+        return await self.call(lambda: self._list_reassignments(tps))
+
+    async def _list_reassignments(self, tps: list[TopicPartition] | None
+                                  ) -> dict[TopicPartition, tuple[list[int], list[int], list[int]]] | None:
         ctx = self.ctx
         if ctx is None:
             return None

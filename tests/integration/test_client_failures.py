@@ -292,8 +292,11 @@ def test_an_async_commit_is_not_retried_behind_a_later_commit(broker_factory):
     while not outcomes and time.monotonic() < deadline:
         c.poll(0.2)
     time.sleep(1)  # a retried copy would have landed by now
+    # One outcome, either as Kafka's consumer has it: failed against the dead coordinator, or,
+    # when the consumer had seen the connection close first, held until the coordinator was
+    # found again and sent once, ahead of the later commit. A copy sent again must not land
+    # after the later commit.
     assert [offsets for _err, offsets in outcomes] == [[5]]
-    assert outcomes[0][0] is not None, "the async commit was retried after the outage"
     assert c.committed([tp], 10)[0].offset == 10
     c.close()
 

@@ -333,7 +333,7 @@ def test_reassignment_waits_for_the_new_replicas_then_drops_the_old(run):
         assert await c.alter_reassignments({TP: [3, 4]}, allow_rf_change=False) == {TP: (ErrorCode.NONE, None)}
         a = cl.admin.get_topic_assignment("orders")
         assert a.replicas[0] == [3, 4, 1, 2] and a.adding == {0: [3, 4]} and a.removing == {0: [1, 2]}
-        assert c.list_reassignments(None) == {TP: ([3, 4, 1, 2], [3, 4], [1, 2])}
+        assert await c.list_reassignments(None) == {TP: ([3, 4, 1, 2], [3, 4], [1, 2])}
         assert cl.state().leader == 1 and cl.state().leader_epoch == before.leader_epoch + 1
         lair = rec.of(LeaderAndIsrRequest, broker=4)
         assert lair and [p.replicas for t in lair[-1].topic_states for p in t.partition_states] == [[3, 4, 1, 2]]
@@ -347,7 +347,7 @@ def test_reassignment_waits_for_the_new_replicas_then_drops_the_old(run):
         assert cl.admin.get_topic_assignment("orders").replicas == {0: [3, 4]}
         assert cl.admin.get_topic_assignment("orders").adding == {}
         assert cl.state().leader == 3 and cl.state().isr == (3, 4)
-        assert c.list_reassignments(None) == {}
+        assert await c.list_reassignments(None) == {}
         deleted = {b for b, r in rec.sent if isinstance(r, StopReplicaRequest)
                    and any(p.delete_partition for t in r.topic_states for p in t.partition_states)}
         assert deleted == {1, 2}
@@ -362,10 +362,10 @@ def test_a_new_controller_resumes_a_reassignment_and_cancel_reverts(run):
         await cl.stop_controller(3)
         c2, _ = await cl.controller(9)
         await eventually(lambda: c2.is_active)
-        assert c2.list_reassignments([TP]) == {TP: ([1, 4, 2], [4], [2])}
+        assert await c2.list_reassignments([TP]) == {TP: ([1, 4, 2], [4], [2])}
         assert await c2.alter_reassignments({TP: None}) == {TP: (ErrorCode.NONE, None)}
         assert cl.admin.get_topic_assignment("orders").replicas == {0: [1, 2]}
-        assert c2.list_reassignments(None) == {}
+        assert await c2.list_reassignments(None) == {}
     run(scenario)
 
 

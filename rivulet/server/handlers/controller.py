@@ -163,13 +163,16 @@ class PartitionAdminHandlers:
             apr.ReassignableTopicResponse(name=t, partitions=ps) for t, ps in by_topic.items()])
 
     def handle_list_reassignments(self, header: RequestHeader, req: ListPartitionReassignmentsRequest,
-                                  conn: KafkaConnection) -> lpr.ListPartitionReassignmentsResponse:
+                                  conn: KafkaConnection) -> Answer:
         if self._refused(conn, AclOperation.DESCRIBE):
             return lpr.ListPartitionReassignmentsResponse(
                 throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=None, topics=[])
+        return asyncio.ensure_future(self._list_reassignments(req))
+
+    async def _list_reassignments(self, req: ListPartitionReassignmentsRequest) -> lpr.ListPartitionReassignmentsResponse:
         wanted = None if req.topics is None else [
             TopicPartition(t.name, p) for t in req.topics for p in t.partition_indexes]
-        ongoing = self.controller.list_reassignments(wanted)
+        ongoing = await self.controller.list_reassignments(wanted)
         if ongoing is None:
             return lpr.ListPartitionReassignmentsResponse(throttle_time_ms=0, error_code=ErrorCode.NOT_CONTROLLER,
                                                           error_message=None, topics=[])
