@@ -85,6 +85,6 @@ class OneNodePartitionAdmin:
             previous = broker
         return ErrorCode.NONE, None
 
-    def list_reassignments(self, tps: list[TopicPartition] | None
-                           ) -> dict[TopicPartition, tuple[list[int], list[int], list[int]]]:
+    async def list_reassignments(self, tps: list[TopicPartition] | None
+                                 ) -> dict[TopicPartition, tuple[list[int], list[int], list[int]]]:
         return {}  # a reassignment here completes as it is made

@@ -55,8 +55,8 @@ class PartitionAdmin(Protocol):
     async def alter_reassignments(self, wanted: dict[TopicPartition, list[int] | None],
                                   allow_rf_change: bool = True) -> dict[TopicPartition, Outcome]: ...
 
-    def list_reassignments(self, tps: list[TopicPartition] | None
-                           ) -> dict[TopicPartition, tuple[list[int], list[int], list[int]]] | None: ...
+    async def list_reassignments(self, tps: list[TopicPartition] | None
+                                 ) -> dict[TopicPartition, tuple[list[int], list[int], list[int]]] | None: ...
 
 
 def _refused(authz: Authz, conn: KafkaConnection, op: AclOperation) -> bool:
