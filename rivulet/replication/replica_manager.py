@@ -180,6 +180,10 @@ class FetchResult:
     preferred_read_replica: int = -1
 
 
+# ErrorCode.NONE, looked up once: an enum member costs a class attribute lookup (about 0.1 µs)
+# at each use, and the Fetch path compares it once or more per partition of a request.
+NO_ERROR = ErrorCode.NONE
+
 # Record sets at least this large are sent from the segment file: below it, starting a send
 # off the event loop costs more than the copy it saves.
 ZERO_COPY_MIN = 256 * 1024
@@ -786,7 +790,7 @@ class ReplicaManager:
             return results
         total = 0
         for r in results.values():
-            if r.error != ErrorCode.NONE:
+            if r.error != NO_ERROR:
                 return results
             if r.records:
                 total += len(r.records)
@@ -819,7 +823,7 @@ class ReplicaManager:
                 continue
             lg = p.log
             hw, lso = p.watermarks()
-            res = results[tp] = FetchResult(ErrorCode.NONE, hw, lso, lg.log_start_offset)
+            res = results[tp] = FetchResult(NO_ERROR, hw, lso, lg.log_start_offset)
             try:
                 if fetch_only_leader:
                     p.check_leader(fp.current_leader_epoch)

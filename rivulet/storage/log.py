@@ -176,17 +176,16 @@ class LogOffsetMetadata:
         return self.relative_position_in_segment - other.relative_position_in_segment
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class FetchDataInfo:
     records: bytes | memoryview | FileRegion  # whole batches; may be empty
-    fetch_offset: int
-    first_batch_position: int  # file position of the first batch, -1 if none
-    high_watermark: int
-    log_start_offset: int
-    log_end_offset: int
     # Where fetch_offset lies: what a DelayedFetch measures new data from (None when nothing
     # was read: it looks the position up itself then).
     fetch_offset_metadata: LogOffsetMetadata | None = None
+
+
+# A read with nothing to return, shared: most partitions of a large fetch get it.
+NOTHING_READ = FetchDataInfo(b"")
 
 
 class Log:
@@ -923,11 +922,10 @@ class Log:
                 f"offset {fetch_offset} is outside [{start}, {leo}] of {self.topic}-{self.partition}",
             )
         bound = leo if max_offset is None else min(max_offset, leo)
-        empty = FetchDataInfo(b"", fetch_offset, -1, self._hw, start, leo)
         if fetch_offset >= bound or max_bytes < 0:
             # Nothing to read: no position either. Most partitions of a large fetch end here, and
             # a waiting fetch finds the position itself (offset_metadata) if it needs it.
-            return empty
+            return NOTHING_READ
         self._check_open()
         segments = self._segments
         i = max(0, bisect.bisect_right(self._bases, fetch_offset) - 1)
@@ -942,13 +940,9 @@ class Log:
                 raise self._io_failed(e, "read") from e
             if got is not None:
                 data, position = got
-                empty.records = data
-                empty.first_batch_position = position if data else -1
-                empty.fetch_offset_metadata = LogOffsetMetadata(fetch_offset, seg.base_offset, position)
-                return empty
+                return FetchDataInfo(data, LogOffsetMetadata(fetch_offset, seg.base_offset, position))
             i += 1
-        empty.fetch_offset_metadata = self.offset_metadata(fetch_offset)
-        return empty
+        return FetchDataInfo(b"", self.offset_metadata(fetch_offset))
 
     def offset_metadata(self, offset: int) -> LogOffsetMetadata:
         """Segment and position of ``offset`` (the LEO: the end of the active segment), found

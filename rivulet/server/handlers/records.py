@@ -32,6 +32,7 @@ from rivulet.replication.replica_manager import (
     FetchParams,
     FetchRequestPartition,
     FetchResult,
+    NO_ERROR,
     ProduceResult,
     ReplicaManager,
 )
@@ -276,7 +277,7 @@ class RecordHandlers:
                     continue
                 entries = [results[tp] for tp in tps]
                 for i, r in enumerate(entries):
-                    if r.error != ErrorCode.NONE:
+                    if r.error != NO_ERROR:
                         entries[i] = self._failed_partition(indexes[i], tps[i], r, v, hints)
                 answer.entries += entries
             return FetchAnswer(topics, [fr.NodeEndpoint(node_id=i, host=h, port=p, rack=rk)
@@ -304,7 +305,7 @@ class RecordHandlers:
                 continue
             stats = p.stats
             stats.fetch_requests += 1
-            if r.error != ErrorCode.NONE:
+            if r.error != NO_ERROR:
                 stats.failed_fetch_requests += 1
             elif r.records and from_follower:
                 stats.replication_bytes_out += len(r.records)
