@@ -123,6 +123,15 @@ class BrokerProcess:
         except OSError:
             return ""
 
+    def output_tail(self, max_bytes: int = 64 * 1024) -> str:
+        """The end of the broker's output, read without the rest (a log may have grown large)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(max(0, f.seek(0, os.SEEK_END) - max_bytes))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
     def stop(self, timeout: float = 30.0) -> int:
         if self.proc is None:
             return 0

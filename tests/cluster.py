@@ -98,7 +98,7 @@ class ZkCluster:
     def close(self) -> None:
         # Printed always, shown by pytest only for a test that failed.
         for i, b in self.brokers.items():
-            tail = b.output().splitlines()[-LOG_TAIL:]
+            tail = b.output_tail().splitlines()[-LOG_TAIL:]
             print(f"----- broker {i} (port {b.port}), the last {len(tail)} lines of its log -----", *tail, sep="\n")
         for b in self.brokers.values():
             b.resume()

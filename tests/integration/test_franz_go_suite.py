@@ -89,14 +89,29 @@ def run_suite(bootstrap: str, rf: int, log_path: Path, excluded: dict[str, str] 
         args += ["-test.skip", "^(" + "|".join(sorted(excluded)) + ")$"]
         for name, why in sorted(excluded.items()):
             print(f"franz-go {name} not run here: {why}")
-    r = subprocess.run(args, cwd=pkg, env=env, capture_output=True, text=True, timeout=1200)
-    out = r.stdout + r.stderr
-    log_path.write_text(out)
-    failed = sorted(set(re.findall(r"^\s*--- FAIL: (\S+)", out, re.M)))
-    passed = re.findall(r"^--- PASS: (\S+)", out, re.M)
-    skipped = sorted(set(re.findall(r"^--- SKIP: (\S+)", out, re.M)))
+    # The output goes to a file and is read a line at a time: a test of the suite that loops on
+    # an error can log gigabytes (a CI run's worker grew to 21 GB holding it and was killed).
+    with open(log_path, "wb") as log:
+        r = subprocess.run(args, cwd=pkg, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=1200)
+    failed_set: set[str] = set()
+    skipped_set: set[str] = set()
+    passed: list[str] = []
+    with open(log_path, errors="replace") as log:
+        for line in log:
+            if m := re.match(r"\s*--- FAIL: (\S+)", line):
+                failed_set.add(m.group(1))
+            elif m := re.match(r"--- PASS: (\S+)", line):
+                passed.append(m.group(1))
+            elif m := re.match(r"--- SKIP: (\S+)", line):
+                skipped_set.add(m.group(1))
+    failed, skipped = sorted(failed_set), sorted(skipped_set)
     print(f"franz-go {FRANZ_GO_VERSION} pkg/kgo: {len(passed)} passed, {len(skipped)} skipped ({', '.join(skipped)})")
-    assert r.returncode == 0 and not failed, f"failed: {failed}\n{out[-6000:]}"
+    if r.returncode != 0 or failed:
+        size = log_path.stat().st_size
+        with open(log_path, "rb") as log:
+            log.seek(max(0, size - 6000))
+            tail = log.read().decode(errors="replace")
+        raise AssertionError(f"failed: {failed} (exit {r.returncode}; {size:,} bytes of output)\n{tail}")
     # The heart of the suite ran: transactions, groups and plain produce/consume.
     assert {"TestTxnEtl", "TestGroupETL"} <= set(passed)
     assert len(passed) >= 100
