@@ -88,7 +88,7 @@ ACCELERATED = False
 """Whether the C accelerator writes the partitions (RIVULET_NO_SPEEDUPS=1 turns it off with
 the record codec's)."""
 _speedups = speedups()
-if _speedups is not None and hasattr(_speedups, "encode_fetch_partitions"):  # else built before it: Python
+if _speedups is not None:
     _speedups.setup_fetch(OutBuf, CHUNK_MIN, fr.PartitionData)
     _c_encode = _speedups.encode_fetch_partitions
 

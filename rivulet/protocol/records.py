@@ -760,13 +760,12 @@ _speedups = speedups()
 if _speedups is not None:
     _speedups.setup(Record, _invalid, _py_parse_records)
     _parse_records = _speedups.parse_records
-    if hasattr(_speedups, "encode_records"):  # an extension built before the encoder: decode only
-        _speedups.setup_encoder(crc32c)
-        _c_encode_records = _speedups.encode_records
+    _speedups.setup_encoder(crc32c)
+    _c_encode_records = _speedups.encode_records
     SPEEDUPS = True
 
 _record_span = _py_record_span
-if SPEEDUPS and hasattr(_speedups, "record_span"):  # an extension built before it: Python
+if _speedups is not None:
     _record_span = _speedups.record_span
 
 
@@ -967,7 +966,7 @@ def _py_check_records(
 
 
 _check_records = _py_check_records
-if SPEEDUPS and hasattr(_speedups, "check_records"):  # an extension built before the walker: Python
+if _speedups is not None:
     _speedups.setup_checker(_py_check_records)
     _check_records = _speedups.check_records
 

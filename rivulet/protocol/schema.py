@@ -44,7 +44,7 @@ _VERSION_PREFIX = struct.Struct(">h")
 # built or RIVULET_NO_SPEEDUPS=1; the compiled Python readers are the reference.
 _read_int_structs: Callable | None = None
 _speedups = speedups()
-if _speedups is not None and hasattr(_speedups, "read_int_structs"):  # else built before it: Python
+if _speedups is not None:
     _read_int_structs = _speedups.read_int_structs
 
 
