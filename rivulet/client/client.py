@@ -79,7 +79,7 @@ async def wait_future(fut: Any, timeout: float | None) -> Any:
 class KafkaClient:
     """Connections and metadata for one producer, consumer or admin client."""
 
-    def __init__(self, conf: dict[str, Any]) -> None:
+    def __init__(self, conf: dict[str, Any], on_broker_error: Callable[[KafkaError], None] | None = None) -> None:
         self.conf = conf
         self.bootstrap = parse_bootstrap(conf["bootstrap.servers"])
         self.client_id: str = conf["client.id"]
@@ -106,7 +106,7 @@ class KafkaClient:
         # Told, as librdkafka tells error_cb, when a broker that was reachable stops accepting
         # connections (_TRANSPORT) and when then no known broker is reachable (_ALL_BROKERS_DOWN).
         # Without one they are logged as errors, as librdkafka logs them without an error_cb.
-        self.on_broker_error: Callable[[KafkaError], None] = _log_broker_error
+        self.on_broker_error: Callable[[KafkaError], None] = on_broker_error or _log_broker_error
         self._all_down_reported = False
 
     # ------------------------------------------------------------ connections

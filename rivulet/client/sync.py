@@ -26,7 +26,8 @@ from rivulet.client import errors as E
 from rivulet.client.config import resolve
 from rivulet.client.loop import LoopThread, stop_thread
 from rivulet.client.consumer.consumer import AIOConsumer
-from rivulet.client.producer.producer import AIOProducer
+from rivulet.client.producer.accumulator import ProducerBatch
+from rivulet.client.producer.producer import AIOProducer, Handoff
 from rivulet.client.share.consumer import AIOShareConsumer
 from rivulet.client.stats import run_stats_cb
 from rivulet.client.types import ClusterMetadata, Message, TopicPartition
@@ -52,19 +53,17 @@ class Producer:
         config = resolve(conf, "producer", kwargs)
         self._lt = LoopThread("rivulet-producer")
         self._finalizer = weakref.finalize(self, stop_thread, self._lt)
-        self._aio = AIOProducer(config)
         self._cond = threading.Condition()
-        self._aio._done_cond = self._cond
         # (function, arguments) to run on the application's thread: delivery reports, error_cb.
         self._reports: deque[tuple[Callable, tuple]] = deque()
-        self._aio.report = self._enqueue_report
-        self._aio.on_error = self._enqueue_error  # type: ignore[method-assign]
-        self._aio.on_stats = self._enqueue_stats  # type: ignore[method-assign]
+        self._aio = AIOProducer(config, handoff=Handoff(self._cond, self._enqueue_report, self._enqueue_error,
+                                                        self._enqueue_stats))
         self._closed = False
         self._lt.run(self._aio.start())
 
-    def _enqueue_report(self, *report: Any) -> None:
-        self._reports.append((self._aio.deliver, report))
+    def _enqueue_report(self, batch: ProducerBatch, base_offset: int, log_append_time: int,
+                        err: E.KafkaError | None) -> None:
+        self._reports.append((self._aio.deliver, (batch, base_offset, log_append_time, err)))
         with self._cond:
             self._cond.notify_all()
 

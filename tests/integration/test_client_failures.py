@@ -248,7 +248,8 @@ def test_missing_topic_fails_with_unknown_topic_or_part(broker_factory, module):
 
 @pytest.mark.parametrize("module", ["rivulet", "confluent_kafka"])
 def test_broker_down_is_reported_to_error_cb(module):
-    """No broker listening: error_cb hears _TRANSPORT, then _ALL_BROKERS_DOWN, as from librdkafka."""
+    """No broker listening: error_cb hears _TRANSPORT, then _ALL_BROKERS_DOWN, as from librdkafka,
+    and on the application's thread, from poll()."""
     import socket
     kafka = pytest.importorskip(module)
     s = socket.socket()
@@ -256,7 +257,13 @@ def test_broker_down_is_reported_to_error_cb(module):
     port = s.getsockname()[1]
     s.close()
     errors = []
-    p = kafka.Producer({"bootstrap.servers": f"127.0.0.1:{port}", "error_cb": errors.append,
+    threads = set()
+
+    def error_cb(err):
+        errors.append(err)
+        threads.add(threading.current_thread())
+
+    p = kafka.Producer({"bootstrap.servers": f"127.0.0.1:{port}", "error_cb": error_cb,
                         "message.timeout.ms": 2000})
     reports = []
     p.produce("t", b"v", on_delivery=lambda err, msg: reports.append(err))
@@ -268,6 +275,7 @@ def test_broker_down_is_reported_to_error_cb(module):
     assert codes[0] == kafka.KafkaError._TRANSPORT and str(port) in errors[0].str()
     assert kafka.KafkaError._ALL_BROKERS_DOWN in codes
     assert [e.code() for e in reports] == [kafka.KafkaError._MSG_TIMED_OUT]
+    assert threads == {threading.current_thread()}
 
 
 def test_an_async_commit_is_not_retried_behind_a_later_commit(broker_factory):

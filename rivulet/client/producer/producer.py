@@ -23,6 +23,7 @@ import random
 import threading
 import time
 from collections import defaultdict, deque
+from dataclasses import dataclass
 from typing import Any, Callable, Coroutine
 
 from rivulet.client import core
@@ -133,6 +134,18 @@ class _Idempotence:
         self.reset_needed = False
 
 
+@dataclass(frozen=True)
+class Handoff:
+    """Where a producer sends what must run on the application's thread, not the loop's (the
+    blocking Producer serves it from poll()): finished batches, errors for error_cb, statistics
+    for stats_cb. ``cond`` is notified as records are reported, so flush() can wait on it."""
+
+    cond: threading.Condition
+    report: Callable[[ProducerBatch, int, int, KafkaError | None], None]
+    error: Callable[[KafkaError], None]
+    stats: Callable[[str], None]
+
+
 class AIOProducer:
     """An asyncio Kafka producer.
 
@@ -144,10 +157,16 @@ class AIOProducer:
         await p.close()
     """
 
-    def __init__(self, conf: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def __init__(self, conf: dict[str, Any] | None = None, *, handoff: Handoff | None = None,
+                 **kwargs: Any) -> None:
         self.conf: Config = conf if isinstance(conf, Config) else resolve(conf, "producer", kwargs)
         c = self.conf
-        self.client = KafkaClient(c)
+        self.error_cb: Callable | None = c["error_cb"]
+        self.stats_cb: Callable[[str], Any] | None = c["stats_cb"]
+        # Without a handoff, callbacks run on the loop (asyncio API).
+        self._on_error: Callable[[KafkaError], None] = handoff.error if handoff else self._run_error_cb
+        self._on_stats: Callable[[str], None] = handoff.stats if handoff else self._run_stats_cb
+        self.client = KafkaClient(c, self._on_error if self.error_cb is not None else None)
         self.acks: int = c["acks"]
         self.codec = compression.codec_id(c["compression.type"])
         self.level = None if c["compression.level"] < 0 else c["compression.level"]
@@ -191,12 +210,11 @@ class AIOProducer:
         # lock (the accumulator's, the report condition's), so no update is lost between them.
         self._produced = 0
         self._reported = 0
-        self._done_cond = threading.Condition()
+        self._done_cond = handoff.cond if handoff else threading.Condition()
         # Where finished batches go: (batch, base offset, log-append time, error).
-        self.report: Callable[[ProducerBatch, int, int, KafkaError | None], None] = self._deliver_now
+        self._report: Callable[[ProducerBatch, int, int, KafkaError | None], None] = \
+            handoff.report if handoff else self._deliver_now
         self._space_waiters: deque[asyncio.Future] = deque()
-        self.error_cb: Callable | None = c["error_cb"]
-        self.stats_cb: Callable[[str], Any] | None = c["stats_cb"]
         self.stats_interval = c["statistics.interval.ms"] / 1000
         self.stats = ClientStats(c["client.id"], "producer")
         self._stats_task: asyncio.Task | None = None
@@ -205,16 +223,13 @@ class AIOProducer:
         self.propagation_max = c["topic.metadata.propagation.max.ms"] / 1000
         self._topic_wanted_at: dict[str, float] = {}
         self._missing_topics: set[str] = set()
-        if self.error_cb is not None:
-            self.client.on_broker_error = self.on_error
         self.transactional_id: str | None = c["transactional.id"]
         self.txn: TransactionManager | None = None
         if self.transactional_id is not None:
             self.txn = TransactionManager(_TxnHooks(self), self.client, self.request_timeout_ms,
                                           self.transactional_id, c["transaction.timeout.ms"])
 
-    def on_stats(self, doc: str) -> None:
-        """Run stats_cb; the sync Producer defers it to poll()."""
+    def _run_stats_cb(self, doc: str) -> None:
         run_stats_cb(self.stats_cb, doc)
 
     def stats_json(self) -> str:
@@ -229,8 +244,7 @@ class AIOProducer:
                                  max(0, self.outstanding), self.acc.queued_bytes,
                                  [(TP(*tp), n, size) for tp, (n, size) in total.items()])
 
-    def on_error(self, err: KafkaError) -> None:
-        """Run error_cb; the sync Producer defers it to poll()."""
+    def _run_error_cb(self, err: KafkaError) -> None:
         E.call_error_cb(self.error_cb, err)
 
     # ------------------------------------------------------------ lifecycle
@@ -247,7 +261,7 @@ class AIOProducer:
         self._sender = self.loop.create_task(self._run())
         if self.stats_cb is not None and self.stats_interval > 0:
             self._stats_task = self.loop.create_task(
-                emit_every(self.stats_interval, self.stats_json, self.on_stats, lambda: self._closed))
+                emit_every(self.stats_interval, self.stats_json, self._on_stats, lambda: self._closed))
 
     async def __aenter__(self) -> AIOProducer:
         await self.start()
@@ -889,7 +903,7 @@ class AIOProducer:
         if not b.has_callbacks and (self.default_cb is None or (self.only_errors and err is None)):
             self._count_done(len(b.records))
             return
-        self.report(b, base_offset, log_append_time, err)
+        self._report(b, base_offset, log_append_time, err)
 
     def _count_done(self, n: int) -> None:
         with self._done_cond:
