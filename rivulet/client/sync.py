@@ -26,6 +26,7 @@ from rivulet.client import errors as E
 from rivulet.client.config import resolve
 from rivulet.client.loop import LoopThread, stop_thread
 from rivulet.client.consumer.consumer import AIOConsumer
+from rivulet.client.consumer.consumer import Handoff as ConsumerHandoff
 from rivulet.client.producer.accumulator import ProducerBatch
 from rivulet.client.producer.producer import AIOProducer, Handoff
 from rivulet.client.share.consumer import AIOShareConsumer
@@ -230,15 +231,10 @@ class Consumer:
         config = resolve(conf, "consumer", kwargs)
         self._lt = LoopThread("rivulet-consumer")
         self._finalizer = weakref.finalize(self, stop_thread, self._lt)
-        aio = self._aio = AIOConsumer(config)
-        aio.facade = self
         self._cond = threading.Condition()
         self._events: deque[tuple[Callable, tuple, concurrent.futures.Future | None]] = deque()
-        aio.buffer.notify = self._notify
-        aio._invoke_listener = self._invoke_listener  # type: ignore[method-assign]
-        aio._commit_done = self._commit_done  # type: ignore[method-assign]
-        aio.on_error = self._on_error  # type: ignore[method-assign]
-        aio.on_stats = self._on_stats  # type: ignore[method-assign]
+        aio = self._aio = AIOConsumer(config, handoff=ConsumerHandoff(
+            self._notify, self._invoke_listener, self._commit_done, self._on_error, self._on_stats))
         self._closed = False
         self._lt.run(aio.start())
 

@@ -278,6 +278,28 @@ def test_broker_down_is_reported_to_error_cb(module):
     assert threads == {threading.current_thread()}
 
 
+@pytest.mark.parametrize("module", ["rivulet", "confluent_kafka"])
+def test_a_consumer_reports_broker_down_from_poll(module):
+    """The consumer's error_cb too runs on the application's thread, from poll()."""
+    from rivulet.testing import free_port
+    kafka = pytest.importorskip(module)
+    errors, threads = [], set()
+
+    def error_cb(err):
+        errors.append(err)
+        threads.add(threading.current_thread())
+
+    c = kafka.Consumer({"bootstrap.servers": f"127.0.0.1:{free_port()}", "group.id": name("g"),
+                        "error_cb": error_cb})
+    c.subscribe(["t"])
+    deadline = time.monotonic() + 30
+    while not errors and time.monotonic() < deadline:
+        c.poll(0.2)
+    c.close()
+    assert errors and errors[0].code() == kafka.KafkaError._TRANSPORT
+    assert threads == {threading.current_thread()}
+
+
 def test_an_async_commit_is_not_retried_behind_a_later_commit(broker_factory):
     """Kafka's commitAsync is sent once: a copy retried after an outage could land after a newer
     commit and move the group's offset back (CI saw 382 of 400 committed after a broker restart)."""

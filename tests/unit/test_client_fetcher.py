@@ -30,9 +30,8 @@ def setup(position: int, **conf):
     subs.assign_from_user([TP])
     subs.seek(TP, position)
     buf = FetchBuffer(subs)
-    f = Fetcher(KafkaClient(c), subs, c, buf)
     errors: list = []
-    f.on_error = lambda tp, err: errors.append(err)
+    f = Fetcher(KafkaClient(c), subs, c, buf, on_error=lambda tp, err: errors.append(err))
     return f, subs.state(TP), buf, errors
 
 

@@ -514,9 +514,8 @@ def _fetcher_outcome(data: bytes, position: int, aborted: Any = None) -> tuple:
     subs.assign_from_user([tp])
     subs.seek(tp, position)
     buf = FetchBuffer(subs)
-    f = Fetcher(KafkaClient(conf), subs, conf, buf)
     errors: list = []
-    f.on_error = lambda _tp, err: errors.append(str(err))
+    f = Fetcher(KafkaClient(conf), subs, conf, buf, on_error=lambda _tp, err: errors.append(str(err)))
     st = subs.state(tp)
     pd = NS(error_code=0, high_watermark=10**6, last_stable_offset=10**6, log_start_offset=0,
             aborted_transactions=aborted, records=memoryview(bytearray(data)), current_leader=None,

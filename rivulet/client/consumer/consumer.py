@@ -24,7 +24,8 @@ import asyncio
 import inspect
 import logging
 import time
-from typing import Any, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Iterable
 
 from rivulet.client import errors as E
 from rivulet.client.wakeup import Waker
@@ -78,6 +79,20 @@ def _tps(partitions: Iterable[TopicPartition] | TopicPartition) -> list[TopicPar
     return out
 
 
+@dataclass(frozen=True)
+class Handoff:
+    """What a consumer hands to the application's thread rather than running on the loop's
+    (the blocking Consumer serves it from poll()): ``notify`` when records or an error event are
+    buffered, rebalance callbacks (``listener``, awaited by the loop), asynchronous commits'
+    outcomes for on_commit, errors for error_cb, statistics for stats_cb."""
+
+    notify: Callable[[], None]
+    listener: Callable[[Callable, list[TopicPartition]], Awaitable[None]]
+    commit_done: Callable[[E.KafkaError | None, list[TopicPartition]], None]
+    error: Callable[[E.KafkaError], None]
+    stats: Callable[[str], None]
+
+
 class AIOConsumer:
     """An asyncio Kafka consumer with confluent-kafka's method names.
 
@@ -88,23 +103,32 @@ class AIOConsumer:
         await c.close()
     """
 
-    def __init__(self, conf: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def __init__(self, conf: dict[str, Any] | None = None, *, handoff: Handoff | None = None,
+                 **kwargs: Any) -> None:
         self.conf: Config = conf if isinstance(conf, Config) else resolve(conf, "consumer", kwargs)
         c = self.conf
-        self.client = KafkaClient(c)
+        self.error_cb: Callable | None = c["error_cb"]
+        self.stats_cb: Callable[[str], Any] | None = c["stats_cb"]
+        self.on_commit: Callable | None = c["on_commit"]
+        self._ready = asyncio.Event()
+        # Without a handoff, callbacks run on the loop (asyncio API).
+        self._on_error: Callable[[E.KafkaError], None] = handoff.error if handoff else self._run_error_cb
+        self._on_stats: Callable[[str], None] = handoff.stats if handoff else self._run_stats_cb
+        self._invoke_listener: Callable[[Callable, list[TopicPartition]], Awaitable[None]] = \
+            handoff.listener if handoff else self._run_listener_here
+        self._commit_done: Callable[[E.KafkaError | None, list[TopicPartition]], None] = \
+            handoff.commit_done if handoff else self._run_on_commit
+        self.client = KafkaClient(c, self._on_error if self.error_cb is not None else None)
         self.group_id: str | None = c["group.id"]
         self.subs = SubscriptionState(c["auto.offset.reset"])
-        self.buffer = FetchBuffer(self.subs)
-        self.stats_cb: Callable[[str], Any] | None = c["stats_cb"]
+        self.buffer = FetchBuffer(self.subs, handoff.notify if handoff else self._ready.set)
         self.stats_interval = c["statistics.interval.ms"] / 1000
         self.stats = ClientStats(c["client.id"], "consumer")
-        self.fetcher = Fetcher(self.client, self.subs, c, self.buffer, self.stats)
-        self.fetcher.on_error = self._on_fetch_error
+        self.fetcher = Fetcher(self.client, self.subs, c, self.buffer, self.stats, self._on_fetch_error)
         self.auto_commit: bool = c["enable.auto.commit"] and self.group_id is not None
         self.auto_store: bool = c["enable.auto.offset.store"]
         self.auto_commit_interval = c["auto.commit.interval.ms"] / 1000
         self.backoff = c["retry.backoff.ms"] / 1000
-        self.on_commit: Callable | None = c["on_commit"]
         self._stored: dict[TP, OffsetAndMetadata] = {}
         self._on_assign: Callable | None = None
         self._on_revoke: Callable | None = None
@@ -114,7 +138,6 @@ class AIOConsumer:
         self._raise: list[E.KafkaException] = []
         self._last_poll = time.monotonic()
         self._in_poll = False
-        self._ready = asyncio.Event()
         self._waker = Waker()
         self._wake_ev = self._waker.event
         # Held while joining and syncing; close() waits for it so it commits as a member.
@@ -132,16 +155,9 @@ class AIOConsumer:
         self._async_commits: set[asyncio.Task] = set()
         self._started = False
         self._closed = False
-        self.buffer.notify = self._ready.set
         self.buffer.on_drained = self.fetcher.wake
-        # Listener callbacks get this object; the sync Consumer substitutes itself.
-        self.facade: Any = self
-        self.error_cb: Callable | None = c["error_cb"]
-        if self.error_cb is not None:
-            self.client.on_broker_error = self.on_error
 
-    def on_stats(self, doc: str) -> None:
-        """Run stats_cb; the sync Consumer defers it to poll()."""
+    def _run_stats_cb(self, doc: str) -> None:
         run_stats_cb(self.stats_cb, doc)
 
     def stats_json(self) -> str:
@@ -162,8 +178,7 @@ class AIOConsumer:
         return self.stats.render(self.client.cluster, lambda node: self.client.open_connection(node) is not None,
                                  0, 0, extra=extra)
 
-    def on_error(self, err: E.KafkaError) -> None:
-        """Run error_cb; the sync Consumer defers it to poll()."""
+    def _run_error_cb(self, err: E.KafkaError) -> None:
         E.call_error_cb(self.error_cb, err)
 
     # ------------------------------------------------------------ lifecycle
@@ -180,7 +195,7 @@ class AIOConsumer:
             self._tasks.append(self.loop.create_task(self._auto_commit_loop()))
         if self.stats_cb is not None and self.stats_interval > 0:
             self._tasks.append(self.loop.create_task(
-                emit_every(self.stats_interval, self.stats_json, self.on_stats, lambda: self._closed)))
+                emit_every(self.stats_interval, self.stats_json, self._on_stats, lambda: self._closed)))
 
     async def __aenter__(self) -> AIOConsumer:
         await self.start()
@@ -325,9 +340,9 @@ class AIOConsumer:
             raise E.KafkaException(E.local("_INVALID_ARG", f"invalid offset {offset}"))
 
     # ------------------------------------------------------------ rebalance callbacks
-    async def _invoke_listener(self, cb: Callable, partitions: list[TopicPartition]) -> None:
-        """Run a rebalance callback (plain or async); the sync Consumer runs it on its own thread."""
-        r = cb(self.facade, partitions)
+    async def _run_listener_here(self, cb: Callable, partitions: list[TopicPartition]) -> None:
+        """Run a rebalance callback (plain or async) on the loop."""
+        r = cb(self, partitions)
         if inspect.isawaitable(r):
             await r
 
@@ -635,8 +650,8 @@ class AIOConsumer:
             log.debug("commit failed: %s", err)
         self._commit_done(err, _partitions(targets))
 
-    def _commit_done(self, err: E.KafkaError | None, partitions: list[TopicPartition]) -> None:
-        """Report an asynchronous commit to on_commit; the sync Consumer defers it to poll()."""
+    def _run_on_commit(self, err: E.KafkaError | None, partitions: list[TopicPartition]) -> None:
+        """Report an asynchronous commit to on_commit on the loop."""
         if self.on_commit is not None:
             try:
                 self.on_commit(err, partitions)

@@ -80,13 +80,14 @@ class FetchBuffer:
     two counters, each written by one side only, so no lock is needed for it.
     """
 
-    def __init__(self, subs: SubscriptionState) -> None:
+    def __init__(self, subs: SubscriptionState, notify: Callable[[], None] = lambda: None) -> None:
         self.subs = subs
         self.chunks: deque[Chunk] = deque()
         self.errors: deque[Message] = deque()
         self.added = 0
         self.removed = 0
-        self.notify: Callable[[], None] = lambda: None
+        # Told whenever something is added, from the loop's thread: wakes a waiting poll().
+        self.notify = notify
         self.on_drained: Callable[[], None] = lambda: None
         self.low_water = 0
         # Held while handing out messages, so fence() sees positions no take() is moving.
@@ -177,7 +178,8 @@ class FetchBuffer:
 
 class Fetcher:
     def __init__(self, client: KafkaClient, subs: SubscriptionState, conf: dict[str, Any],
-                 buffer: FetchBuffer, stats: ClientStats | None = None) -> None:
+                 buffer: FetchBuffer, stats: ClientStats | None = None,
+                 on_error: Callable[[TP | None, E.KafkaError | None], None] = lambda tp, err: None) -> None:
         self.client = client
         self.stats = stats
         self.subs = subs
@@ -203,7 +205,7 @@ class Fetcher:
         self.loop: asyncio.AbstractEventLoop | None = None
         # (partition, error) for the application; (partition or None, None) to wake
         # updateFetchPositions.
-        self.on_error: Callable[[TP | None, E.KafkaError | None], None] = lambda tp, err: None
+        self.on_error = on_error
 
     def start(self) -> None:
         """Called by the consumer's start()."""
