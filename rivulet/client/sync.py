@@ -456,7 +456,6 @@ class ShareConsumer:
         except BaseException:
             self._finalizer()
             raise
-        self._aio.dispatch_callbacks = False
         self._callback: Callable | None = None
 
     def _run(self, coro: Coroutine) -> Any:
@@ -535,6 +534,7 @@ class ShareConsumer:
 
 
 async def _make_share_consumer(conf: dict[str, Any] | None, kwargs: dict[str, Any]) -> AIOShareConsumer:
-    c = AIOShareConsumer(conf, **kwargs)  # on the loop: its events belong to it
+    # On the loop: its events belong to it. The callbacks run on the application's thread.
+    c = AIOShareConsumer(conf, dispatch_callbacks=False, **kwargs)
     await c.start()
     return c

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -36,7 +37,8 @@ def _state_error(reason: str) -> E.KafkaException:
 
 
 class AIOShareConsumer:
-    def __init__(self, conf: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def __init__(self, conf: dict[str, Any] | None = None, *, dispatch_callbacks: bool = True,
+                 **kwargs: Any) -> None:
         c = resolve(conf, "consumer", kwargs)
         if not c["group.id"]:
             raise E.ConfigException("group.id is required by a share consumer")
@@ -44,14 +46,15 @@ class AIOShareConsumer:
         self.explicit = c["share.acknowledgement.mode"] == "explicit"
         self.client = KafkaClient(c)
         self.error_cb: Callable | None = c["error_cb"]
-        self.fetcher = ShareFetcher(self.client, c["group.id"], "", c, self._report)
-        self.membership = ShareMembership(self.client, c["group.id"], c["client.rack"] or None,
+        # The member id is the client's own, as in KIP-932: the broker never assigns one.
+        member_id = str(uuid.uuid4())
+        self.fetcher = ShareFetcher(self.client, c["group.id"], member_id, c, self._report)
+        self.membership = ShareMembership(self.client, c["group.id"], member_id, c["client.rack"] or None,
                                           self.fetcher.assign, self._report)
-        self.fetcher.member_id = self.membership.member_id
         self.on_acknowledgement: AckCallback | None = None
         # Whether poll and the commits run the callback themselves (the blocking facade runs
         # it on the application's thread instead).
-        self.dispatch_callbacks = True
+        self.dispatch_callbacks = dispatch_callbacks
         self._batch: dict[TP, dict[int, ShareMessage]] = {}   # the last poll's records
         self._acks: dict[TP, Acknowledgements] = {}          # explicit ones given since
         self._renewed: dict[TP, dict[int, ShareMessage]] = {}  # renewed: still to be acknowledged

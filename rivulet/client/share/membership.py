@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Callable
 
 from rivulet.client import core
@@ -27,12 +26,12 @@ log = logging.getLogger("rivulet.consumer")
 
 
 class ShareMembership:
-    def __init__(self, client: KafkaClient, group_id: str, rack: str | None,
+    def __init__(self, client: KafkaClient, group_id: str, member_id: str, rack: str | None,
                  on_assignment: Callable[[set[TP]], None], on_fatal: Callable[[E.KafkaError], None]) -> None:
         self.client = client
         self.group_id = group_id
         self.rack = rack
-        self.member_id = str(uuid.uuid4())
+        self.member_id = member_id
         self.epoch = 0
         self.subscription: list[str] = []
         self._sub_sent: list[str] | None = None   # the subscription the broker has from us
