@@ -145,6 +145,10 @@ class ErrorCode(IntEnum):
 
 # The message Kafka's Errors enum gives an error raised without one of its own (ApiError(error)),
 # for the answers that carry it.
+# ErrorCode.NONE, looked up once: an enum member costs a class attribute lookup (about 0.1 µs)
+# at each use, and the Fetch path compares it once or more per partition of a request.
+NO_ERROR = ErrorCode.NONE
+
 DEFAULT_MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "This server does not host this topic-partition.",
     ErrorCode.TOPIC_AUTHORIZATION_FAILED: "Topic authorization failed.",

@@ -26,7 +26,7 @@ from rivulet.common.time import SYSTEM_CLOCK, Clock
 from rivulet.common.types import TopicPartition
 from rivulet.delayed import DelayedOperation, DelayedOperationPurgatory, Timer
 from rivulet.protocol import records as rec
-from rivulet.protocol.errors import ApiError, ErrorCode
+from rivulet.protocol.errors import NO_ERROR, ApiError, ErrorCode
 from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.replication.partition import (
     DEFAULT_REPLICA_LAG_TIME_MAX_MS,
@@ -179,10 +179,6 @@ class FetchResult:
     # KIP-392: the replica the consumer should fetch from instead (no records then).
     preferred_read_replica: int = -1
 
-
-# ErrorCode.NONE, looked up once: an enum member costs a class attribute lookup (about 0.1 µs)
-# at each use, and the Fetch path compares it once or more per partition of a request.
-NO_ERROR = ErrorCode.NONE
 
 # Record sets at least this large are sent from the segment file: below it, starting a send
 # off the event loop costs more than the copy it saves.

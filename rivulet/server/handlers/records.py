@@ -9,7 +9,7 @@ from typing import Any
 
 from rivulet.common.file_region import FileRegion
 from rivulet.common.types import TopicPartition
-from rivulet.protocol.errors import ApiError, ErrorCode
+from rivulet.protocol.errors import NO_ERROR, ApiError, ErrorCode
 from rivulet.protocol.fetch_answer import AnswerTopic, FetchAnswer, partition_data
 from rivulet.protocol.framing import RequestHeader
 from rivulet.protocol.messages import (
@@ -32,7 +32,6 @@ from rivulet.replication.replica_manager import (
     FetchParams,
     FetchRequestPartition,
     FetchResult,
-    NO_ERROR,
     ProduceResult,
     ReplicaManager,
 )
