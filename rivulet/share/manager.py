@@ -365,7 +365,7 @@ class SharePartitionManager:
         nothing more can be acquired: a share fetch takes a few hundred records, and reading the
         whole ``max_bytes`` (librdkafka asks for 50 MiB) each time was most of its cost. Returns
         how much of ``budget`` (the request's max records) it used, as
-        ``SharePartition.acquire_counted`` counts."""
+        ``SharePartition.acquire`` counts."""
         p = self._leader_partition(tp)
         self._refresh(request.group_id, sp)
         sp.archive_before(p.log.log_start_offset)
@@ -395,8 +395,8 @@ class SharePartitionManager:
             headers = list(iter_batches(data))
             if not headers:
                 break
-            got, counted = sp.acquire_counted(request.member_id, [(h.base_offset, h.last_offset) for _, h in headers],
-                                              budget, record_limit=request.record_limit)
+            got, counted = sp.acquire(request.member_id, [(h.base_offset, h.last_offset) for _, h in headers],
+                                      budget, record_limit=request.record_limit)
             budget -= counted
             spent += counted
             if read.aborted_transactions:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, NamedTuple, Sequence
 
 from rivulet.delayed import TimerTask, TimingWheel
 from rivulet.protocol.errors import ApiError, ErrorCode
@@ -58,6 +58,13 @@ class AcquiredRecords:
     first_offset: int
     last_offset: int
     delivery_count: int
+
+
+class ShareAcquiredRecords(NamedTuple):
+    """What an acquire took (Kafka's ShareAcquiredRecords): the records, and how many of them
+    count toward the fetch's max records."""
+    records: list[AcquiredRecords]
+    count: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,19 +296,14 @@ class SharePartition:
 
     # -- acquire ---------------------------------------------------------------------
 
-    def acquire(self, member_id: str, log_batches: Sequence[tuple[int, int]], max_records: int, *,
-                record_limit: bool = False) -> list[AcquiredRecords]:
-        """``acquire_counted``'s records."""
-        return self.acquire_counted(member_id, log_batches, max_records, record_limit=record_limit)[0]
-
-    def acquire_counted(
+    def acquire(
         self,
         member_id: str,
         log_batches: Sequence[tuple[int, int]],
         max_records: int,
         *,
         record_limit: bool = False,
-    ) -> tuple[list[AcquiredRecords], int]:
+    ) -> ShareAcquiredRecords:
         """Acquire for ``member_id`` what the fetched log batches (base, last offsets, ascending)
         hold: Available offsets of the window and new offsets past ``end_offset``. At most
         ``max_records`` records, rounded up to the end of a log batch unless ``record_limit``
@@ -312,7 +314,7 @@ class SharePartition:
         Kafka's would from the next batch, up to the lock limit. Returns the records acquired
         and how many of them counted toward ``max_records``."""
         if max_records <= 0:
-            return [], 0
+            return ShareAcquiredRecords([], 0)
         acquired: list[AcquiredRecords] = []
         budget = max_records
         for base, last in log_batches:
@@ -338,7 +340,7 @@ class SharePartition:
                 budget -= stop - first + 1
             self._add_new(member_id, first, stop)
             acquired.append(AcquiredRecords(first, stop, 1))
-        return merge_acquired(acquired), max_records - budget
+        return ShareAcquiredRecords(merge_acquired(acquired), max_records - budget)
 
     def _add_new(self, member_id: str, first: int, last: int) -> None:
         batch = _Batch(first, last, _State(RecordState.ACQUIRED, 1, member_id, None))

@@ -57,7 +57,7 @@ def error_of(fn) -> ErrorCode:
 def test_acquire_new_records_rounds_up_to_the_log_batch(timer):
     sp = make(timer)
     got = sp.acquire("m1", [(0, 4), (5, 9), (10, 14)], max_records=7)
-    assert got == [AcquiredRecords(0, 9, 1)]
+    assert got == ([AcquiredRecords(0, 9, 1)], 10)  # the whole second batch counts
     assert (sp.start_offset, sp.end_offset) == (0, 10)
     assert sp.state_of(9) == (Q, 1, "m1")
     assert sp.next_fetch_offset() == 10
@@ -65,35 +65,35 @@ def test_acquire_new_records_rounds_up_to_the_log_batch(timer):
 
 def test_record_limit_mode_stops_exactly_at_max_records(timer):
     sp = make(timer)
-    assert sp.acquire("m1", [(0, 4), (5, 9)], max_records=7, record_limit=True) == [AcquiredRecords(0, 6, 1)]
+    assert sp.acquire("m1", [(0, 4), (5, 9)], max_records=7, record_limit=True) == ([AcquiredRecords(0, 6, 1)], 7)
     assert sp.end_offset == 7
     # the rest of the log batch is new records for the next fetch
-    assert sp.acquire("m2", [(5, 9)], max_records=10) == [AcquiredRecords(7, 9, 1)]
+    assert sp.acquire("m2", [(5, 9)], max_records=10).records == [AcquiredRecords(7, 9, 1)]
 
 
 def test_fetch_from_before_the_start_offset_only_acquires_from_it(timer):
     sp = make(timer, start=3)
-    assert sp.acquire("m1", [(0, 4)], max_records=100) == [AcquiredRecords(3, 4, 1)]
+    assert sp.acquire("m1", [(0, 4)], max_records=100).records == [AcquiredRecords(3, 4, 1)]
 
 
 def test_acquired_records_are_not_acquired_twice(timer):
     sp = make(timer)
     sp.acquire("m1", [(0, 4)], 100)
-    assert sp.acquire("m2", [(0, 4)], 100) == []
+    assert sp.acquire("m2", [(0, 4)], 100).records == []
     assert sp.next_fetch_offset() == 5
 
 
 def test_max_record_locks_bounds_the_window(timer):
     sp = make(timer, max_record_locks=100)
-    got = sp.acquire("m1", [(0, 59), (60, 119), (120, 139)], max_records=500)
+    got = sp.acquire("m1", [(0, 59), (60, 119), (120, 139)], max_records=500).records
     # the batch that crosses the limit is cut there: never more than 100 in flight
     assert got == [AcquiredRecords(0, 99, 1)]
     assert sp.end_offset == 100 and not sp.can_acquire()
-    assert sp.acquire("m1", [(60, 119), (120, 139)], 500) == []
+    assert sp.acquire("m1", [(60, 119), (120, 139)], 500).records == []
     sp.acknowledge("m1", [ack(0, 29, ACCEPT)])
     assert sp.start_offset == 30 and sp.can_acquire()
     # the fetch reads from the cut batch again: its rest, then the next batch up to the limit
-    assert sp.acquire("m1", [(60, 119), (120, 139)], 500) == [AcquiredRecords(100, 129, 1)]
+    assert sp.acquire("m1", [(60, 119), (120, 139)], 500).records == [AcquiredRecords(100, 129, 1)]
     assert sp.in_flight_count == 100
 
 
@@ -101,15 +101,15 @@ def test_one_batch_larger_than_max_record_locks_is_acquired_in_parts(timer):
     """A single stored batch of 200 records under a limit of 100: each fetch acquires at most
     what keeps the window at 100 (Kafka 4.3 would hand out all 200 at once)."""
     sp = make(timer, max_record_locks=100)
-    assert sp.acquire("m1", [(0, 199)], max_records=500) == [AcquiredRecords(0, 99, 1)]
+    assert sp.acquire("m1", [(0, 199)], max_records=500).records == [AcquiredRecords(0, 99, 1)]
     assert sp.in_flight_count == 100
-    assert sp.acquire("m2", [(0, 199)], max_records=500) == []
+    assert sp.acquire("m2", [(0, 199)], max_records=500).records == []
     sp.acknowledge("m1", [ack(0, 39, ACCEPT)])
-    assert sp.acquire("m2", [(0, 199)], max_records=500) == [AcquiredRecords(100, 139, 1)]
+    assert sp.acquire("m2", [(0, 199)], max_records=500).records == [AcquiredRecords(100, 139, 1)]
     assert sp.state_of(139) == (Q, 1, "m2") and sp.state_of(140) is None
     sp.acknowledge("m1", [ack(40, 99, ACCEPT)])
     sp.acknowledge("m2", [ack(100, 139, ACCEPT)])
-    assert sp.acquire("m1", [(0, 199)], max_records=500) == [AcquiredRecords(140, 199, 1)]
+    assert sp.acquire("m1", [(0, 199)], max_records=500).records == [AcquiredRecords(140, 199, 1)]
     assert sp.in_flight_count == 60
 
 
@@ -118,25 +118,25 @@ def test_the_rest_of_a_cut_batch_does_not_count_toward_max_records(timer):
     handed out with its first part, so the fetch goes on to the next batch as Kafka's would,
     rounding max_records up to that batch's end and cutting it at the limit again."""
     sp = make(timer, max_record_locks=100)
-    assert sp.acquire("m1", [(0, 149), (150, 299)], max_records=10) == [AcquiredRecords(0, 99, 1)]
+    assert sp.acquire("m1", [(0, 149), (150, 299)], max_records=10).records == [AcquiredRecords(0, 99, 1)]
     sp.acknowledge("m1", [ack(0, 99, ACCEPT)])
     # 100-149 (the rest, uncounted), then 150-199 of the next batch: 100 in flight
-    assert sp.acquire("m1", [(0, 149), (150, 299)], max_records=10) == [AcquiredRecords(100, 199, 1)]
+    assert sp.acquire("m1", [(0, 149), (150, 299)], max_records=10).records == [AcquiredRecords(100, 199, 1)]
     assert sp.in_flight_count == 100
     # record_limit: max records is a hard limit, the rest of a cut batch counts too
     sp2 = make(timer, max_record_locks=100)
     sp2.acquire("m1", [(0, 149), (150, 299)], max_records=100)
     sp2.acknowledge("m1", [ack(0, 99, ACCEPT)])
-    assert sp2.acquire("m1", [(0, 149), (150, 299)], max_records=10, record_limit=True) == [
+    assert sp2.acquire("m1", [(0, 149), (150, 299)], max_records=10, record_limit=True).records == [
         AcquiredRecords(100, 109, 1)]
 
 
 def test_max_records_rounding_stops_at_the_lock_limit(timer):
     sp = make(timer, max_record_locks=100)
     # batch-optimized mode rounds max_records up to the batch's end, but not past the limit
-    assert sp.acquire("m1", [(0, 149)], max_records=10) == [AcquiredRecords(0, 99, 1)]
+    assert sp.acquire("m1", [(0, 149)], max_records=10).records == [AcquiredRecords(0, 99, 1)]
     sp2 = make(timer, max_record_locks=100)
-    assert sp2.acquire("m1", [(0, 149)], max_records=10, record_limit=True) == [AcquiredRecords(0, 9, 1)]
+    assert sp2.acquire("m1", [(0, 149)], max_records=10, record_limit=True).records == [AcquiredRecords(0, 9, 1)]
 
 
 def test_unacquire_makes_records_available_with_their_old_delivery_count(timer):
@@ -145,13 +145,13 @@ def test_unacquire_makes_records_available_with_their_old_delivery_count(timer):
     sp = make(timer, on_available=lambda: woken.append(1))
     sp.acquire("m1", [(0, 4)], 100)
     sp.acknowledge("m1", [ack(0, 1, RELEASE)])
-    got = sp.acquire("m1", [(0, 4), (5, 9)], 100)
+    got = sp.acquire("m1", [(0, 4), (5, 9)], 100).records
     assert got == [AcquiredRecords(0, 1, 2), AcquiredRecords(5, 9, 1)]
     woken.clear()
     sp.unacquire("m1", got)
     assert woken
     assert [sp.state_of(o)[:2] for o in (0, 1, 2, 5, 9)] == [(A, 1), (A, 1), (Q, 1), (A, 0), (A, 0)]
-    assert sp.acquire("m2", [(0, 4), (5, 9)], 100) == [AcquiredRecords(0, 1, 2), AcquiredRecords(5, 9, 1)]
+    assert sp.acquire("m2", [(0, 4), (5, 9)], 100).records == [AcquiredRecords(0, 1, 2), AcquiredRecords(5, 9, 1)]
     assert sp.state_of(9) == (Q, 1, "m2")
 
 
@@ -161,7 +161,7 @@ def test_released_records_come_back_with_a_higher_delivery_count(timer):
     sp.acknowledge("m1", [ack(2, 4, RELEASE)])
     assert sp.next_fetch_offset() == 2
     assert states(sp, 0, 5) == [Q, Q, A, A, A, Q]
-    assert sp.acquire("m2", [(0, 9)], 100) == [AcquiredRecords(2, 4, 2)]
+    assert sp.acquire("m2", [(0, 9)], 100).records == [AcquiredRecords(2, 4, 2)]
     assert sp.state_of(3) == (Q, 2, "m2")
 
 
@@ -169,7 +169,7 @@ def test_reacquire_whole_batch_and_new_records_together(timer):
     sp = make(timer)
     sp.acquire("m1", [(0, 4)], 100)
     sp.acknowledge("m1", [ack(0, 4, RELEASE)])
-    got = sp.acquire("m2", [(0, 4), (5, 6)], 100)
+    got = sp.acquire("m2", [(0, 4), (5, 6)], 100).records
     assert got == [AcquiredRecords(0, 4, 2), AcquiredRecords(5, 6, 1)]
 
 
@@ -178,13 +178,13 @@ def test_adjacent_ranges_with_equal_delivery_counts_are_merged(timer):
     sp.acquire("m1", [(0, 4)], 100)
     sp.acquire("m1", [(5, 9)], 100)
     sp.acknowledge("m1", [ack(3, 6, RELEASE)])
-    assert sp.acquire("m2", [(0, 4), (5, 9)], 100) == [AcquiredRecords(3, 6, 2)]
+    assert sp.acquire("m2", [(0, 4), (5, 9)], 100).records == [AcquiredRecords(3, 6, 2)]
 
 
 def test_gap_between_log_batches_is_passed_over(timer):
     # offsets 5..9 were compacted away
     sp = make(timer)
-    assert sp.acquire("m1", [(0, 4), (10, 12)], 100) == [AcquiredRecords(0, 4, 1), AcquiredRecords(10, 12, 1)]
+    assert sp.acquire("m1", [(0, 4), (10, 12)], 100).records == [AcquiredRecords(0, 4, 1), AcquiredRecords(10, 12, 1)]
     assert sp.state_of(7) is None
     sp.acknowledge("m1", [ack(0, 4, ACCEPT), ack(10, 12, ACCEPT)])
     assert (sp.start_offset, sp.end_offset) == (13, 13)
@@ -321,11 +321,11 @@ def test_records_past_the_delivery_limit_are_archived(timer):
     sp.acknowledge("m1", [ack(0, 1, RELEASE)])  # delivered once
     sp.acquire("m1", [(0, 1)], 100)
     timer.advance_clock(1000)  # twice, by lock expiry
-    assert sp.acquire("m1", [(0, 1)], 100) == [AcquiredRecords(0, 1, 3)]
+    assert sp.acquire("m1", [(0, 1)], 100).records == [AcquiredRecords(0, 1, 3)]
     sp.acknowledge("m1", [ack(0, 0, RELEASE)])
     timer.advance_clock(2000)
     assert sp.start_offset == 2 and list(sp.records()) == []
-    assert sp.acquire("m1", [(0, 1)], 100) == []
+    assert sp.acquire("m1", [(0, 1)], 100).records == []
 
 
 def test_release_member_releases_only_its_records(timer):
@@ -358,7 +358,7 @@ def test_snapshot_and_restore(timer):
         (2, 2, A, 1), (3, 3, X, 1), (4, 19, A, 1)]  # acquired records are written Available
     back = SharePartition(snap.start_offset, timer, lock_duration_ms=1000, state_batches=snap.state_batches)
     assert (back.start_offset, back.end_offset) == (2, 20)
-    assert back.acquire("m2", [(0, 4), (5, 9), (10, 19), (20, 24)], 100) == [
+    assert back.acquire("m2", [(0, 4), (5, 9), (10, 19), (20, 24)], 100).records == [
         AcquiredRecords(2, 2, 2), AcquiredRecords(4, 19, 2), AcquiredRecords(20, 24, 1)]
 
 
@@ -427,7 +427,7 @@ def test_random_acknowledgements_end_every_record_once(seed, limit):
     def fetch(member: str, max_records: int, record_limit: bool) -> None:
         start = sp.next_fetch_offset()
         batches = [b for b in LOG if b[1] >= start]
-        for r in sp.acquire(member, batches, max_records, record_limit=record_limit):
+        for r in sp.acquire(member, batches, max_records, record_limit=record_limit).records:
             for off in range(r.first_offset, r.last_offset + 1):
                 assert model.state.get(off, A) is A
                 model.count[off] = model.count.get(off, 0) + 1
