@@ -1,7 +1,10 @@
-"""Which partition of a coordinator's internal topic owns a key, as Kafka places them:
-``Utils.abs(key.hashCode()) % partitions`` (groups, transactional ids, share partitions)."""
+"""Java's String hashing where Kafka's behaviour shows it: which partition of a coordinator's
+internal topic owns a key (``Utils.abs(key.hashCode()) % partitions``: groups, transactional ids,
+share partitions), and the order a java.util.HashSet of names prints in."""
 
 from __future__ import annotations
+
+from typing import Iterable
 
 
 def java_string_hashcode(s: str) -> int:
@@ -16,6 +19,21 @@ def java_string_hashcode(s: str) -> int:
 def java_abs(n: int) -> int:
     """Kafka's Utils.abs: Integer.MIN_VALUE maps to 0 rather than staying negative."""
     return 0 if n == -0x80000000 else abs(n)
+
+
+def java_hash_set_order(names: Iterable[str]) -> list[str]:
+    """``names`` in the order a java.util.HashSet filled with them iterates (and prints): by
+    bucket, ``(h ^ h >>> 16) & (capacity - 1)``, the capacity 16 doubled while the set is over
+    three quarters full; names sharing a bucket keep the order given."""
+    distinct = list(dict.fromkeys(names))
+    capacity = 16
+    while len(distinct) > capacity * 3 // 4:
+        capacity *= 2
+
+    def bucket(name: str) -> int:
+        h = java_string_hashcode(name) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & (capacity - 1)
+    return sorted(distinct, key=bucket)
 
 
 def partition_for(key: str, num_partitions: int) -> int:

@@ -35,6 +35,7 @@ import os
 from typing import Any, Mapping, Protocol, Sequence
 
 from rivulet.common.config import ConfigEntry, ConfigError, ConfigSource, ConfigType, UpdateMode, parse_value
+from rivulet.common.placement import java_hash_set_order
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.security.acls import AclBinding, AclChange, ResourcePattern, bindings_from_json, bindings_to_json
 from rivulet.server.config import BROKER_CONFIGS, BrokerConfig, cleaner_threads_problem, synonyms_of
@@ -69,6 +70,10 @@ class Reconfigurable(Protocol):
         an ApiError with the code Kafka answers for them."""
 
     def reconfigure(self, values: Mapping[str, Any]) -> None: ...
+
+
+def _java_set(names: list[str]) -> str:
+    return f"[{', '.join(java_hash_set_order(names))}]"
 
 
 def _refused_reconfiguration(reason: str) -> ApiError:
@@ -213,21 +218,15 @@ class DynamicBrokerConfig:
         return {**self.levels[CLUSTER_DEFAULT], **configs}
 
     def validate(self, configs: dict[str, str], per_broker: bool = True) -> None:
-        """Refuse what Kafka 4.3.1 refuses, in its order: read-only configs, per-broker configs at
-        the cluster level, values their definitions reject and values a reconfigurable component
-        cannot take (all INVALID_REQUEST: Kafka's broker turns every failed validation of a
-        dynamic broker config into one, KAFKA-13609), then, as its controller does, a per-broker
-        min.insync.replicas or the cluster-level one removed (INVALID_CONFIG)."""
-        static = sorted(n for n in configs if n in BROKER_CONFIGS and not BROKER_CONFIGS[n].dynamic)
+        """Refuse what Kafka 4.3.1 refuses, in its order (DynamicBrokerConfig.validateConfigs):
+        read-only configs, values their definitions reject, per-broker configs at the cluster
+        level, then values a reconfigurable component cannot take (all INVALID_REQUEST: Kafka's
+        broker turns every failed validation of a dynamic broker config into one, KAFKA-13609),
+        then, as its controller does, a per-broker min.insync.replicas or the cluster-level one
+        removed (INVALID_CONFIG). Kafka names the configs refused as a HashSet prints them."""
+        static = [n for n in configs if n in BROKER_CONFIGS and not BROKER_CONFIGS[n].dynamic]
         if static:
-            raise ApiError(ErrorCode.INVALID_REQUEST,
-                             f"Cannot update these configs dynamically: [{', '.join(static)}]")
-        if not per_broker:
-            own = sorted(n for n in configs if n in BROKER_CONFIGS and BROKER_CONFIGS[n].update_mode is
-                         UpdateMode.PER_BROKER)
-            if own:
-                raise ApiError(ErrorCode.INVALID_REQUEST, "Cannot update these configs at default cluster level, "
-                                 f"broker id must be specified: [{', '.join(own)}]")
+            raise ApiError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: {_java_set(static)}")
         for name, raw in configs.items():
             key = BROKER_CONFIGS.get(name)
             if key is None:
@@ -237,6 +236,11 @@ class DynamicBrokerConfig:
             except ConfigError as e:
                 raise ApiError(ErrorCode.INVALID_REQUEST, f"Invalid value {raw} for configuration {name}: "
                                  f"{e.reason}") from None
+        if not per_broker:
+            own = [n for n in configs if n in BROKER_CONFIGS and BROKER_CONFIGS[n].update_mode is UpdateMode.PER_BROKER]
+            if own:
+                raise ApiError(ErrorCode.INVALID_REQUEST, "Cannot update these configs at default cluster level, "
+                                 f"broker id must be specified: {_java_set(own)}")
         effective = self.with_level(self.node_id if per_broker else CLUSTER_DEFAULT, configs)
         if CLEANER_THREADS in configs or CLEANER_DEDUPE_BUFFER in configs:
             # Kafka builds the whole KafkaConfig first, its rules before any component's check.

@@ -239,3 +239,51 @@ def test_dynamic_broker_configs(broker_factory):
     assert admin.describe_configs([node])[node].result(30)["log.retention.ms"].value == "123456"
     incremental(node, ConfigEntry("log.retention.ms", None, incremental_operation=AlterConfigOpType.DELETE)).result(30)
     assert topic_value(plain, "retention.ms") == "604800000"
+
+
+def test_dynamic_broker_config_errors_come_in_kafkas_order(broker):
+    """What Kafka 4.3.1 answers (checked against its broker with these requests): read-only names
+    first, listed as its HashSet prints them; at the cluster level a bad value before per-broker
+    names; those names again in HashSet order. The same through AlterConfigs and
+    IncrementalAlterConfigs."""
+    import asyncio
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+    from rivulet.client.connection import BrokerConnection
+    from rivulet.protocol.messages import incremental_alter_configs_request as iacq
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+    def answers(name: str, configs: dict[str, str]) -> set[str]:
+        """The error message of both APIs, validate_only."""
+        if name:
+            fs = [admin.alter_configs([ConfigResource(ConfigResource.Type.BROKER, name, set_config=configs)],
+                                      validate_only=True),
+                  admin.incremental_alter_configs([ConfigResource(ConfigResource.Type.BROKER, name, incremental_configs=[
+                      ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()])],
+                      validate_only=True)]
+            out = set()
+            for f in (f for d in fs for f in d.values()):
+                with pytest.raises(Exception) as e:
+                    f.result(30)
+                out.add(e.value.args[0].str())
+            return out
+
+        async def cluster_default() -> str:  # the resource name "", which confluent-kafka cannot name
+            host, port = broker.bootstrap.split(":")
+            conn = await BrokerConnection(host, int(port)).connect()
+            try:
+                resp = await conn.send(iacq.IncrementalAlterConfigsRequest(validate_only=True, resources=[
+                    iacq.AlterConfigsResource(resource_type=4, resource_name="", configs=[
+                        iacq.AlterableConfig(name=k, config_operation=0, value=v) for k, v in configs.items()])]))
+                return resp.responses[0].error_message
+            finally:
+                await conn.close()
+        return {asyncio.run(cluster_default())}
+
+    assert answers("1", {"log.dirs": "/x", "broker.id": "3", "process.roles": "broker", "node.id": "3"}) == {
+        "Cannot update these configs dynamically: [node.id, process.roles, broker.id, log.dirs]"}
+    assert answers("", {"listeners": "PLAINTEXT://:1", "log.retention.ms": "y"}) == {
+        "Invalid value y for configuration log.retention.ms: Not a number of type LONG"}
+    assert answers("", {"sasl.enabled.mechanisms": "PLAIN", "ssl.provider": "x",
+                        "listener.security.protocol.map": "A:PLAINTEXT"}) == {
+        "Cannot update these configs at default cluster level, broker id must be specified: "
+        "[ssl.provider, sasl.enabled.mechanisms, listener.security.protocol.map]"}
