@@ -24,6 +24,8 @@ from typing import Any, Protocol
 
 from rivulet.common.config import ConfigDef, ConfigError, ConfigKey, ConfigType, UpdateMode, at_least, one_of
 from rivulet.coordinator.consumer_heartbeat import ConsumerGroupConfig
+from rivulet.coordinator.share_group import ShareGroupConfig
+from rivulet.coordinator.streams_group import StreamsGroupConfig
 from rivulet.protocol.errors import ApiError, ErrorCode
 
 _I, _S, _B = ConfigType.INT, ConfigType.STRING, ConfigType.BOOLEAN
@@ -244,6 +246,25 @@ class GroupConfigs:
         return dataclasses.replace(broker, session_timeout_ms=own.consumer_session_timeout_ms,
                                    heartbeat_interval_ms=own.consumer_heartbeat_interval_ms,
                                    assignment_interval_ms=own.consumer_assignment_interval_ms)
+
+    def share_group_config(self, group_id: str, broker: ShareGroupConfig) -> ShareGroupConfig:
+        """The broker's share-group settings with ``group_id``'s own session timeout, heartbeat
+        interval and assignment interval over them, for ShareGroupHeartbeat."""
+        own = self.get(group_id)
+        return dataclasses.replace(broker, session_timeout_ms=own.share_session_timeout_ms,
+                                   heartbeat_interval_ms=own.share_heartbeat_interval_ms,
+                                   assignment_interval_ms=own.share_assignment_interval_ms)
+
+    def streams_group_config(self, group_id: str, broker: StreamsGroupConfig) -> StreamsGroupConfig:
+        """The broker's streams-group settings with ``group_id``'s own session timeout, heartbeat
+        interval, standby replicas, initial rebalance delay and assignment interval over them,
+        for StreamsGroupHeartbeat."""
+        own = self.get(group_id)
+        return dataclasses.replace(broker, session_timeout_ms=own.streams_session_timeout_ms,
+                                   heartbeat_interval_ms=own.streams_heartbeat_interval_ms,
+                                   num_standby_replicas=own.streams_num_standby_replicas,
+                                   initial_rebalance_delay_ms=own.streams_initial_rebalance_delay_ms,
+                                   assignment_interval_ms=own.streams_assignment_interval_ms)
 
     def group_ids(self) -> list[str]:
         return sorted(self.overrides)

@@ -7,7 +7,6 @@ after the heartbeat), so that a later heartbeat assigns them."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import uuid
 from typing import Any, Callable, Coroutine
@@ -71,10 +70,7 @@ class ShareGroupService(ModernGroupService[ShareGroup]):
         assignment interval."""
         if self.group_configs is None:
             return self.config
-        own = self.group_configs.get(group_id)
-        return dataclasses.replace(self.config, session_timeout_ms=own.share_session_timeout_ms,
-                                   heartbeat_interval_ms=own.share_heartbeat_interval_ms,
-                                   assignment_interval_ms=own.share_assignment_interval_ms)
+        return self.group_configs.share_group_config(group_id, self.config)
 
     # ------------------------------------------------------------ ShareGroupHeartbeat
     def heartbeat(self, req: ShareHeartbeatRequest, callback: Callable[[ShareHeartbeatResult], None]) -> None:

@@ -5,7 +5,6 @@ and keeps each member's session in the heartbeat purgatory."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from typing import Callable
 
@@ -61,12 +60,7 @@ class StreamsGroupService(ModernGroupService[StreamsGroup]):
         standby replicas, initial rebalance delay and assignment interval."""
         if self.group_configs is None:
             return self.config
-        own = self.group_configs.get(group_id)
-        return dataclasses.replace(self.config, session_timeout_ms=own.streams_session_timeout_ms,
-                                   heartbeat_interval_ms=own.streams_heartbeat_interval_ms,
-                                   num_standby_replicas=own.streams_num_standby_replicas,
-                                   initial_rebalance_delay_ms=own.streams_initial_rebalance_delay_ms,
-                                   assignment_interval_ms=own.streams_assignment_interval_ms)
+        return self.group_configs.streams_group_config(group_id, self.config)
 
     def heartbeat(self, req: StreamsHeartbeatRequest, callback: Callable[[StreamsHeartbeatResult], None]) -> None:
         """Called by the group coordinator once the request is valid and the group is local."""
