@@ -54,6 +54,19 @@ SINK_OPTIONS = frozenset({"topic", "path", "checkpointlocation", "bootstrap.serv
 SERVED_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
+def read_options(options: Mapping[str, str], refused: Mapping[str, str], kafka_known: frozenset[str],
+                 known: frozenset[str], role: str) -> tuple[dict[str, str], str]:
+    """The source's or sink's options with lower-cased names, checked (check_kafka_options,
+    warn_unknown_options), and the bootstrap servers they must name."""
+    o = {str(k).lower(): str(v) for k, v in options.items()}
+    check_kafka_options(o, refused, kafka_known, role)
+    warn_unknown_options(options, known, role)
+    bootstrap = o.get("kafka.bootstrap.servers") or o.get("bootstrap.servers")
+    if not bootstrap:
+        raise ValueError("option kafka.bootstrap.servers (or bootstrap.servers) must be set")
+    return o, bootstrap
+
+
 def warn_unknown_options(options: Mapping[str, str], known: frozenset[str], role: str) -> None:
     """Warn about each option (not kafka.*: check_kafka_options has those) that neither Spark's
     Kafka connector nor Rivulet's ``role`` knows, named as it was given: a misspelt option

@@ -37,8 +37,7 @@ from rivulet.common.time import now_ms
 from rivulet.protocol.compression import CODEC_IDS
 from rivulet.protocol.errors import ErrorCode
 from rivulet.spark._worker import freeze_imported
-from rivulet.spark._options import (PRODUCER_REFUSED, SINK_KAFKA_OPTIONS, SINK_OPTIONS, check_kafka_options,
-                                    security_options, warn_unknown_options)
+from rivulet.spark._options import PRODUCER_REFUSED, SINK_KAFKA_OPTIONS, SINK_OPTIONS, read_options, security_options
 from rivulet.protocol.records import Record
 
 if TYPE_CHECKING:
@@ -68,12 +67,7 @@ class SinkOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SinkOptions":
-        o = {str(k).lower(): str(v) for k, v in options.items()}
-        check_kafka_options(o, PRODUCER_REFUSED, SINK_KAFKA_OPTIONS, "sink")
-        warn_unknown_options(options, SINK_OPTIONS, "sink")
-        bootstrap = o.get("kafka.bootstrap.servers") or o.get("bootstrap.servers")
-        if not bootstrap:
-            raise ValueError("option kafka.bootstrap.servers (or bootstrap.servers) must be set")
+        o, bootstrap = read_options(options, PRODUCER_REFUSED, SINK_KAFKA_OPTIONS, SINK_OPTIONS, "sink")
         # As in Spark's Kafka sink: the topic option, else save(path) names the topic.
         opts = cls(bootstrap=bootstrap, topic=(o.get("topic") or o.get("path") or "").strip() or None,
                    security=security_options(o))

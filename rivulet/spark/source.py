@@ -36,8 +36,8 @@ from rivulet.client.core import EARLIEST, LATEST
 from rivulet.common.time import SYSTEM_CLOCK
 from rivulet.common.types import TopicPartition as TP
 from rivulet.client.config import ssl_context
-from rivulet.spark._options import (CONSUMER_REFUSED, SOURCE_KAFKA_OPTIONS, SOURCE_OPTIONS, check_kafka_options,
-                                    security_options, warn_unknown_options)
+from rivulet.spark._options import (CONSUMER_REFUSED, SOURCE_KAFKA_OPTIONS, SOURCE_OPTIONS, read_options,
+                                    security_options)
 from rivulet.spark._values import ValueFormat, decode_batch
 from rivulet.spark._worker import freeze_imported
 
@@ -171,12 +171,7 @@ class SourceOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> "SourceOptions":
-        o = {str(k).lower(): str(v) for k, v in options.items()}
-        check_kafka_options(o, CONSUMER_REFUSED, SOURCE_KAFKA_OPTIONS, "source")
-        warn_unknown_options(options, SOURCE_OPTIONS, "source")
-        bootstrap = o.get("kafka.bootstrap.servers") or o.get("bootstrap.servers")
-        if not bootstrap:
-            raise ValueError("option kafka.bootstrap.servers (or bootstrap.servers) must be set")
+        o, bootstrap = read_options(options, CONSUMER_REFUSED, SOURCE_KAFKA_OPTIONS, SOURCE_OPTIONS, "source")
         strategies = [k for k in ("subscribe", "subscribepattern", "assign") if o.get(k, "").strip()]
         if len(strategies) != 1:
             raise ValueError("exactly one of the options subscribe, subscribePattern or assign must be set, "
