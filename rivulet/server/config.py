@@ -246,7 +246,7 @@ BROKER_CONFIGS = ConfigDef([
        "in Kafka.", MEDIUM, CLUSTER, ignored=True),
     _k("log.cleaner.dedupe.buffer.size", L, 128 * 1024 * 1024, None, "Memory for deduplication across the "
        "cleaner threads; more than 1MB per thread.", MEDIUM, CLUSTER, ignored=True),
-    _k("log.cleaner.dedupe.buffer.load.factor", D, 0.9, None, "How full the deduplication buffer may get.",
+    _k("log.cleaner.io.buffer.load.factor", D, 0.9, None, "How full the deduplication buffer may get.",
        MEDIUM, CLUSTER, ignored=True),
     _k("log.cleaner.io.buffer.size", I, 512 * 1024, _nonneg, "I/O buffer memory across the cleaner threads.",
        MEDIUM, CLUSTER, ignored=True),

@@ -245,8 +245,8 @@ def test_a_broker_without_cleaner_threads_stops_at_start_up_in_one_line():
 
 def test_the_cleaners_other_kafka_properties_are_taken_with_kafkas_defaults_and_java_spelling():
     from rivulet.common.config import java_double
-    cfg = BrokerConfig({"log.cleaner.io.buffer.size": "1048576", "log.cleaner.dedupe.buffer.load.factor": "0.75"})
-    assert cfg["log.cleaner.io.buffer.size"] == 1048576 and cfg["log.cleaner.dedupe.buffer.load.factor"] == 0.75
+    cfg = BrokerConfig({"log.cleaner.io.buffer.size": "1048576", "log.cleaner.io.buffer.load.factor": "0.75"})
+    assert cfg["log.cleaner.io.buffer.size"] == 1048576 and cfg["log.cleaner.io.buffer.load.factor"] == 0.75
     assert cfg["log.cleaner.dedupe.buffer.size"] == 134217728
     # DescribeConfigs shows Java's Double.toString: Kafka's default here is Double.MAX_VALUE.
     assert BROKER_CONFIGS["log.cleaner.io.max.bytes.per.second"].render(cfg["log.cleaner.io.max.bytes.per.second"]) \
