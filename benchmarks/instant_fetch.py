@@ -148,6 +148,8 @@ class Proxy:
 
     def _serve(self, client: socket.socket) -> None:
         upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+        for sock in (client, upstream):  # as brokers do: an answer's last segment must not wait for an ack
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         write = threading.Lock()
         threading.Thread(target=self._back, args=(upstream, client, write), daemon=True).start()
         t0 = _thread_cpu()
