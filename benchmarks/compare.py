@@ -609,8 +609,11 @@ def _txn(bs: str, topic: str, count: int, per_txn: int) -> Rate:
 
 def _share(client: str, bs: str, topic: str, count: int, members: int, timeout: float) -> share_groups.ShareFigures:
     if client == "java":
-        return share_groups.java_share_figures(bs, topic, count, members, timeout)
-    return share_groups.share_figures(client, bs, topic, count, members, timeout)
+        f = share_groups.java_share_figures(bs, topic, count, members, timeout)
+    else:
+        f = share_groups.share_figures(client, bs, topic, count, members, timeout)
+    log(f"  {client} x{members}: {f.trips()}")  # what each round trip brought, for both brokers
+    return f
 
 
 def share_rate(f: share_groups.ShareFigures) -> Rate:

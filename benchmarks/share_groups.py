@@ -38,7 +38,8 @@ from rivulet.testing import BrokerProcess
 
 
 SHARE_ACKS = Path(__file__).resolve().parent / "java" / "ShareAcks.java"
-_JAVA_SUMMARY = re.compile(r"^acked (\d+) seconds ([0-9.]+) first ([0-9.]+) batch (\d+) failed \d+$", re.M)
+_JAVA_SUMMARY = re.compile(r"^acked (\d+) seconds ([0-9.]+) first ([0-9.]+) batch (\d+) failed \d+"
+                           r" acks (\d+) largest (\d+) empty (\d+) emptys ([0-9.]+)$", re.M)
 
 
 class ShareRunError(RuntimeError):
@@ -84,12 +85,24 @@ def earliest(bootstrap: str, group: str) -> None:
 @dataclass(frozen=True)
 class ShareFigures:
     """A share run: ``records`` acknowledged in ``seconds`` from before the first subscribe; the
-    first acknowledgement confirmed ``first_ack_s`` in, for ``first_batch`` records."""
+    first acknowledgement confirmed ``first_ack_s`` in, for ``first_batch`` records. Its round
+    trips as the clients saw them: ``acks`` commit callbacks (one per acknowledging request of
+    a member), the most records one confirmed, and ``empty_polls`` polls that returned nothing
+    between the first acknowledgement and the target, taking ``empty_poll_s`` seconds summed
+    over the members."""
 
     records: int
     seconds: float
     first_ack_s: float
     first_batch: int
+    acks: int = 0
+    largest_ack: int = 0
+    empty_polls: int = 0
+    empty_poll_s: float = 0.0
+
+    def trips(self) -> str:
+        return (f"{self.acks} acknowledgement callbacks ({self.records / max(self.acks, 1):,.0f} records each, "
+                f"at most {self.largest_ack:,}), {self.empty_polls} empty polls ({self.empty_poll_s:.2f} s)")
 
     @property
     def rate(self) -> float:
@@ -114,16 +127,29 @@ class Tally:
         self.last = 0.0
         self.first_ack = 0.0
         self.first_batch = 0
+        self.acks = 0
+        self.largest_ack = 0
+        self.empty_polls = 0
+        self.empty_poll_s = 0.0
 
     def add(self, n: int) -> None:
         with self.lock:
             if not self.count:
                 self.first_ack, self.first_batch = time.monotonic(), n
             self.count += n
+            self.acks += 1
+            self.largest_ack = max(self.largest_ack, n)
             self.last = time.monotonic()
 
+    def empty_poll(self, seconds: float) -> None:
+        with self.lock:
+            if self.count and not self.done:  # between the first acknowledgement and the last
+                self.empty_polls += 1
+                self.empty_poll_s += seconds
+
     def figures(self) -> ShareFigures:
-        return ShareFigures(self.count, self.last - self.first, self.first_ack - self.first, self.first_batch)
+        return ShareFigures(self.count, self.last - self.first, self.first_ack - self.first, self.first_batch,
+                            self.acks, self.largest_ack, self.empty_polls, self.empty_poll_s)
 
     @property
     def done(self) -> bool:
@@ -161,7 +187,9 @@ def share_figures(client: str, bootstrap: str, topic: str, records: int, members
 
     def loop(c: Any) -> None:
         while not tally.done and time.monotonic() < deadline:
-            c.poll(0.1)
+            polled = time.monotonic()
+            if not c.poll(0.1):
+                tally.empty_poll(time.monotonic() - polled)
 
     threads = [threading.Thread(target=loop, args=(c,)) for c in consumers]
     for t in threads:
@@ -181,7 +209,7 @@ def parse_java_summary(text: str) -> ShareFigures:
     m = _JAVA_SUMMARY.search(text)
     if m is None:
         raise ShareRunError(f"no ShareAcks summary in: {text[-2000:]!r}")
-    return ShareFigures(int(m[1]), float(m[2]), float(m[3]), int(m[4]))
+    return ShareFigures(int(m[1]), float(m[2]), float(m[3]), int(m[4]), int(m[5]), int(m[6]), int(m[7]), float(m[8]))
 
 
 def java_share_run(bootstrap: str, topic: str, records: int, members: int, timeout: float) -> float:

@@ -3,8 +3,11 @@
 // batch) read one group until RECORDS acknowledgements are confirmed, counted by the acknowledgement
 // commit callback, as benchmarks/share_groups.py does with confluent-kafka. The clock starts before
 // the first consumer is made, so the join is in the figure. Prints one line on stdout:
-// "acked N seconds S first S1 batch B failed F" (S: to the last confirmed acknowledgement; S1: to the
-// first, which confirmed B records), or exits 1 on TIMEOUT_S.
+// "acked N seconds S first S1 batch B failed F acks A largest L empty E emptys W" (S: to the last
+// confirmed acknowledgement; S1: to the first, which confirmed B records; A: commit callbacks, one per
+// acknowledging round trip of a member, L the most records one confirmed; E polls that returned
+// nothing between the first acknowledgement and the target, W the seconds they took, summed over the
+// members), or exits 1 on TIMEOUT_S.
 // Run with: java -cp <Kafka's jars> ShareAcks.java BOOTSTRAP TOPIC GROUP MEMBERS RECORDS TIMEOUT_S
 
 import java.time.Duration;
@@ -25,6 +28,7 @@ public class ShareAcks {
         long deadline = System.nanoTime() + (long) (Double.parseDouble(args[5]) * 1e9);
         AtomicLong acked = new AtomicLong(), failed = new AtomicLong(), last = new AtomicLong();
         AtomicLong first = new AtomicLong(), firstBatch = new AtomicLong();
+        AtomicLong acks = new AtomicLong(), largest = new AtomicLong(), empty = new AtomicLong(), emptyNs = new AtomicLong();
         long start = System.nanoTime();
         List<Thread> threads = new ArrayList<>();
         for (int i = 0; i < members; i++) {
@@ -40,6 +44,8 @@ public class ShareAcks {
                 if (exception != null) {
                     failed.addAndGet(n);
                 } else {
+                    acks.incrementAndGet();
+                    largest.accumulateAndGet(n, Math::max);
                     long now = System.nanoTime();
                     if (acked.getAndAdd(n) == 0 && first.compareAndSet(0, now)) {
                         firstBatch.set(n);
@@ -51,7 +57,13 @@ public class ShareAcks {
             Thread t = new Thread(() -> {
                 try (consumer) {
                     while (acked.get() < target && System.nanoTime() < deadline) {
-                        consumer.poll(Duration.ofMillis(100));
+                        long polled = System.nanoTime();
+                        boolean got = !consumer.poll(Duration.ofMillis(100)).isEmpty();
+                        long n = acked.get();
+                        if (!got && n > 0 && n < target) { // between the first acknowledgement and the last
+                            empty.incrementAndGet();
+                            emptyNs.addAndGet(System.nanoTime() - polled);
+                        }
                     }
                 }
             });
@@ -66,7 +78,8 @@ public class ShareAcks {
                                + " failed)");
             System.exit(1);
         }
-        System.out.printf("acked %d seconds %.6f first %.6f batch %d failed %d%n", acked.get(), (last.get() - start) / 1e9,
-                          (first.get() - start) / 1e9, firstBatch.get(), failed.get());
+        System.out.printf("acked %d seconds %.6f first %.6f batch %d failed %d acks %d largest %d empty %d emptys %.3f%n",
+                          acked.get(), (last.get() - start) / 1e9, (first.get() - start) / 1e9, firstBatch.get(),
+                          failed.get(), acks.get(), largest.get(), empty.get(), emptyNs.get() / 1e9);
     }
 }

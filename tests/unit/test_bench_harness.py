@@ -136,9 +136,12 @@ def test_txnperf_summary_and_rate():
 def test_share_acks_summary():
     from benchmarks.share_groups import ShareRunError, parse_java_summary
 
-    f = parse_java_summary("acked 10500 seconds 7.000000 first 5.000000 batch 500 failed 0\n")
+    f = parse_java_summary("acked 10500 seconds 7.000000 first 5.000000 batch 500 failed 0 "
+                           "acks 21 largest 2000 empty 3 emptys 0.250\n")
     assert (f.records, f.seconds, f.first_ack_s, f.first_batch) == (10_500, 7.0, 5.0, 500)
     assert f.rate == 1_500.0 and f.steady_rate == 5_000.0  # the join and the first batch left out
+    assert (f.acks, f.largest_ack, f.empty_polls, f.empty_poll_s) == (21, 2000, 3, 0.25)
+    assert f.trips() == "21 acknowledgement callbacks (500 records each, at most 2,000), 3 empty polls (0.25 s)"
     with pytest.raises(ShareRunError):
         parse_java_summary("acked 10 seconds 1.0 failed 0\n")
 
