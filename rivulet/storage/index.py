@@ -30,10 +30,6 @@ class CorruptIndexError(Exception):
     """An index file fails its sanity checks; the caller rebuilds it from the log."""
 
 
-def _write_all(fd: int, data: bytes | bytearray | memoryview, pos: int) -> None:
-    log_dir_failure.pwrite_all(fd, data, pos)
-
-
 class _IndexFile:
     entry_size = 0
 
@@ -86,7 +82,7 @@ class _IndexFile:
     def commit(self) -> None:
         """Write pending entries; one pwrite per log append rather than per entry."""
         if self._pending:
-            _write_all(self._fd, self._pending, self._persisted * self.entry_size)
+            log_dir_failure.pwrite_all(self._fd, self._pending, self._persisted * self.entry_size)
             self._persisted += len(self._pending) // self.entry_size
             self._pending.clear()
             self.dirty = True

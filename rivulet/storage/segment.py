@@ -21,7 +21,7 @@ from rivulet.protocol.records import LOCATOR, LOG_OVERHEAD, MIN_BATCH_LENGTH, Ba
 from rivulet.storage import log_dir_failure
 from rivulet.storage.checkpoints import sync_file
 from rivulet.storage.batches import InvalidBatch, iter_headers, iter_valid_batches
-from rivulet.storage.index import CorruptIndexError, OffsetIndex, TimeIndex, _write_all
+from rivulet.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +95,8 @@ class TransactionIndex:
             raise ValueError(f"the last offset of appended aborted transaction ({last_offset}) must exceed "
                              f"{entries[-1][2]} in {self.path}")
         fd = self._open()
-        _write_all(fd, _ABORTED_TXN.pack(0, producer_id, first_offset, last_offset, last_stable_offset),
-                   len(entries) * ABORTED_TXN_SIZE)
+        log_dir_failure.pwrite_all(fd, _ABORTED_TXN.pack(0, producer_id, first_offset, last_offset, last_stable_offset),
+                                   len(entries) * ABORTED_TXN_SIZE)
         entries.append((producer_id, first_offset, last_offset, last_stable_offset))
         self.dirty = True
 
@@ -312,7 +312,7 @@ class LogSegment:
     def append(self, buf: bytes | bytearray | memoryview, entries: Sequence[AppendEntry]) -> None:
         """Write ``buf`` (whole batches, offsets already final) and index them."""
         start = self.size
-        _write_all(self.fd, buf, start)
+        log_dir_failure.pwrite_all(self.fd, buf, start)
         self.size = start + len(buf)
         self.dirty = True
         if start == 0:
