@@ -156,7 +156,7 @@ def test_a_partition_whose_replicas_leave_this_node_out_is_unknown(rm) -> None:
 
 def test_a_partition_opened_single_node_style_is_adopted_by_the_first_leader_and_isr(rm, tmp_path) -> None:
     lg = rm.replica_logs.log_for_replica(TP, TID)
-    rm.add_partition(Partition(TP, TID, lg, NODE))  # leads alone, epoch 0, no controller yet
+    rm.add_partition(rm.new_partition(TP, TID, lg))  # leads alone, epoch 0, no controller yet
     assert lai(rm, state(2, 0))[1] == {TP: ErrorCode.NONE}
     p = rm.partitions[TP]
     assert p.leader_id == 2 and p.listener is rm and rm.fetchers.following == {TP: B2}
