@@ -34,7 +34,7 @@ from rivulet.client.client import KafkaClient, cancel_and_wait, wait_event, wait
 from rivulet.client.config import Config, resolve
 from rivulet.client.consumer.coordinator import STABLE, ConsumerCoordinator, GroupConsumer
 from rivulet.client.consumer.membership import ConsumerMembership
-from rivulet.client.consumer.fetcher import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchBuffer, Fetcher
+from rivulet.client.consumer.fetcher import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Fetcher
 from rivulet.client.stats import ClientStats, emit_every, run_stats_cb
 from rivulet.client.consumer.subscription import OffsetAndMetadata, SubscriptionState, TopicPartitionState
 from rivulet.client.types import (
@@ -121,10 +121,11 @@ class AIOConsumer:
         self.client = KafkaClient(c, self._on_error if self.error_cb is not None else None)
         self.group_id: str | None = c["group.id"]
         self.subs = SubscriptionState(c["auto.offset.reset"])
-        self.buffer = FetchBuffer(self.subs, handoff.notify if handoff else self._ready.set)
         self.stats_interval = c["statistics.interval.ms"] / 1000
         self.stats = ClientStats(c["client.id"], "consumer")
-        self.fetcher = Fetcher(self.client, self.subs, c, self.buffer, self.stats, self._on_fetch_error)
+        self.fetcher = Fetcher(self.client, self.subs, c, self.stats, self._on_fetch_error,
+                               handoff.notify if handoff else self._ready.set)
+        self.buffer = self.fetcher.buffer
         self.auto_commit: bool = c["enable.auto.commit"] and self.group_id is not None
         self.auto_store: bool = c["enable.auto.offset.store"]
         self.auto_commit_interval = c["auto.commit.interval.ms"] / 1000
@@ -155,7 +156,6 @@ class AIOConsumer:
         self._async_commits: set[asyncio.Task] = set()
         self._started = False
         self._closed = False
-        self.buffer.on_drained = self.fetcher.wake
 
     def _run_stats_cb(self, doc: str) -> None:
         run_stats_cb(self.stats_cb, doc)
