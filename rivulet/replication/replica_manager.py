@@ -27,7 +27,7 @@ from rivulet.common.types import TopicPartition
 from rivulet.delayed import DelayedOperation, DelayedOperationPurgatory, Timer
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import NO_ERROR, ApiError, ErrorCode
-from rivulet.replication.metadata_cache import MetadataCache
+from rivulet.replication.metadata_cache import MetadataCache, MetadataUpdate
 from rivulet.replication.partition import (
     DEFAULT_REPLICA_LAG_TIME_MAX_MS,
     AlterPartitionManager,
@@ -519,6 +519,18 @@ class ReplicaManager:
         for p in list(self.partitions.values()):
             if p.is_leader and not p.deleted and not p.log.offline:
                 p.maybe_shrink_isr()
+
+    def maybe_update_metadata_cache(self, update: MetadataUpdate) -> ErrorCode:
+        """UpdateMetadata (cluster mode): the controller's view of the cluster, refused from a
+        controller of an older epoch."""
+        if update.controller_epoch < self.controller_epoch:
+            log.warning("ignoring UpdateMetadata from controller %d with epoch %d: the latest known epoch is %d",
+                        update.controller_id, update.controller_epoch, self.controller_epoch)
+            return ErrorCode.STALE_CONTROLLER_EPOCH
+        assert self.metadata_cache is not None
+        self.metadata_cache.update(update)
+        self.controller_epoch = update.controller_epoch
+        return ErrorCode.NONE
 
     def stop_replicas(
         self, controller_id: int, controller_epoch: int, partitions: dict[TopicPartition, tuple[int, bool]],
