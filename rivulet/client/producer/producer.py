@@ -278,7 +278,7 @@ class AIOProducer:
         left = await self.flush(timeout)
         self._closed = True
         self._accepting = False
-        self.acc.closing = True
+        self.acc.close()
         if self._sender is not None:
             self._wake()
             try:
@@ -444,8 +444,7 @@ class AIOProducer:
         if not self._started:
             return self.outstanding
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self.acc.lock:
-            self.acc.flushing += 1
+        self.acc.begin_flush()
         try:
             self._wake()
             while self.outstanding > 0:
@@ -454,8 +453,7 @@ class AIOProducer:
                 await asyncio.sleep(0.005 if deadline is None else min(0.005, max(0, deadline - time.monotonic())))
             return self.outstanding
         finally:
-            with self.acc.lock:
-                self.acc.flushing -= 1
+            self.acc.end_flush()
 
     # ------------------------------------------------------------ transactions
     def _txn_manager(self) -> TransactionManager:
