@@ -118,9 +118,12 @@ class AIOConsumer:
             handoff.listener if handoff else self._run_listener_here
         self._commit_done: Callable[[E.KafkaError | None, list[TopicPartition]], None] = \
             handoff.commit_done if handoff else self._run_on_commit
-        self.client = KafkaClient(c, self._on_error if self.error_cb is not None else None)
-        self.group_id: str | None = c["group.id"]
         self.subs = SubscriptionState(c["auto.offset.reset"])
+        # A pattern subscription needs every topic's metadata (Java's ConsumerMetadata asks its
+        # SubscriptionState the same).
+        self.client = KafkaClient(c, self._on_error if self.error_cb is not None else None,
+                                  all_topics=lambda: self.subs.pattern is not None)
+        self.group_id: str | None = c["group.id"]
         self.stats_interval = c["statistics.interval.ms"] / 1000
         self.stats = ClientStats(c["client.id"], "consumer")
         self.fetcher = Fetcher(self.client, self.subs, c, self.stats, self._on_fetch_error,
@@ -236,7 +239,6 @@ class AIOConsumer:
         except ValueError as e:
             raise E.KafkaException(E.local("_STATE", str(e))) from None
         self._on_assign, self._on_revoke, self._on_lost = on_assign, on_revoke, on_lost
-        self.client.want_all_topics = self.subs.pattern is not None
         self.client.wanted_topics |= set(self.subs.subscription)
         if self.loop is not None:  # else start() asks for metadata
             self.client.request_update()
@@ -255,7 +257,6 @@ class AIOConsumer:
                 await c.maybe_leave_group("the consumer unsubscribed")
                 c.rejoin_needed = True
         self.subs.unsubscribe()
-        self.client.want_all_topics = False
         self.buffer.clear()
 
     def assign(self, partitions: list[TopicPartition]) -> None:
@@ -279,9 +280,7 @@ class AIOConsumer:
         if self._in_rebalance_cb:
             self._rebalance_override = tps
             return
-        if self.subs.type == self.subs.NONE:
-            self.subs.type = self.subs.USER_ASSIGNED
-        self.subs.add_partitions([(p.topic, p.partition) for p in tps])
+        self.subs.incremental_assign_from_user([(p.topic, p.partition) for p in tps])
         self.client.wanted_topics |= {p.topic for p in tps}
         self._apply_offsets(tps)
         self._changed()
@@ -297,12 +296,7 @@ class AIOConsumer:
         self._check_open()
         if self._in_rebalance_cb:
             return
-        if self.subs.type == self.subs.USER_ASSIGNED:
-            self.subs.assignment = {}
-            self.subs.type = self.subs.NONE
-            self.subs.version += 1
-        else:
-            self.subs.assignment = {}
+        self.subs.unassign()
         self._changed()
 
     def assignment(self) -> list[TopicPartition]:

@@ -315,7 +315,7 @@ class ConsumerCoordinator:
                 sub = Subscription([])
             members.append(Member(m.member_id, m.group_instance_id, sub))
         topics = {t for m in members for t in m.subscription.topics}
-        self.subs.group_subscription = topics
+        self.subs.group_subscribe(topics)
         self.client.add_topics(topics)
         try:
             await self.client.fetch_metadata(topics | self.client.wanted_topics, allow_auto_create=False)
