@@ -349,7 +349,7 @@ class Consumer:
         if timeout == 0:
             return []
         deadline = None if timeout is None else time.monotonic() + timeout
-        aio._in_poll = True
+        aio._enter_poll()
         try:
             while True:
                 with self._cond:
@@ -364,8 +364,7 @@ class Consumer:
                 if deadline is not None and time.monotonic() >= deadline:
                     return []
         finally:
-            aio._in_poll = False
-            aio._last_poll = time.monotonic()
+            aio._leave_poll()
 
     # ------------------------------------------------------------ positions and commits
     def seek(self, partition: TopicPartition) -> None:

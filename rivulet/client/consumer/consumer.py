@@ -478,9 +478,16 @@ class AIOConsumer:
     def _mark_poll(self) -> None:
         self._last_poll = time.monotonic()
         c = self.coordinator
-        if c is not None and c.poll_expired:
-            c.poll_expired = False
+        if c is not None and c.poll_resumed():
             self.wake()
+
+    # Between them a poll waits for records: max.poll.interval.ms does not run meanwhile.
+    def _enter_poll(self) -> None:
+        self._in_poll = True
+
+    def _leave_poll(self) -> None:
+        self._in_poll = False
+        self._last_poll = time.monotonic()
 
     def _raise_pending(self) -> None:
         if self._raise:
@@ -503,7 +510,7 @@ class AIOConsumer:
         if timeout is not None and timeout <= 0:
             return []
         deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
-        self._in_poll = True
+        self._enter_poll()
         try:
             while True:
                 self._ready.clear()
@@ -521,8 +528,7 @@ class AIOConsumer:
                 if not await wait_event(self._ready, left):
                     return []
         finally:
-            self._in_poll = False
-            self._last_poll = time.monotonic()
+            self._leave_poll()
 
     def _take(self, n: int) -> list[Message]:
         return self.buffer.take(n)

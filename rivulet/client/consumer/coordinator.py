@@ -374,6 +374,14 @@ class ConsumerCoordinator:
             except Exception as e:
                 log.debug("heartbeat failed: %s", e)
 
+    def poll_resumed(self) -> bool:
+        """The application polls again: a max.poll.interval.ms expiry is over. True when there
+        was one (the consumer's loop then rejoins)."""
+        if not self.poll_expired:
+            return False
+        self.poll_expired = False
+        return True
+
     def _poll_timed_out(self, now: float) -> bool:
         c = self.consumer
         if self.poll_expired or c.in_poll() or self.generation < 0:
