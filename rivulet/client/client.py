@@ -301,6 +301,11 @@ class KafkaClient:
             if not w.done():
                 w.set_result(None)
 
+    def want_topics(self, topics: Iterable[str]) -> None:
+        """Track topics' metadata from the next refresh on (the caller asks for one if it must:
+        it may not be on the loop's thread)."""
+        self.wanted_topics |= set(topics)
+
     def add_topics(self, topics: Iterable[str]) -> bool:
         """Track topics' metadata; True (and a refresh requested) if any was new."""
         new = set(topics) - self.wanted_topics

@@ -239,7 +239,7 @@ class AIOConsumer:
         except ValueError as e:
             raise E.KafkaException(E.local("_STATE", str(e))) from None
         self._on_assign, self._on_revoke, self._on_lost = on_assign, on_revoke, on_lost
-        self.client.wanted_topics |= set(self.subs.subscription)
+        self.client.want_topics(self.subs.subscription)
         if self.loop is not None:  # else start() asks for metadata
             self.client.request_update()
         self.coordinator.request_rejoin("subscription changed")
@@ -270,7 +270,7 @@ class AIOConsumer:
             self.subs.assign_from_user([(p.topic, p.partition) for p in tps])
         except ValueError as e:
             raise E.KafkaException(E.local("_STATE", str(e))) from None
-        self.client.wanted_topics |= {p.topic for p in tps}
+        self.client.want_topics({p.topic for p in tps})
         self._apply_offsets(tps)
         self._changed()
 
@@ -281,7 +281,7 @@ class AIOConsumer:
             self._rebalance_override = tps
             return
         self.subs.incremental_assign_from_user([(p.topic, p.partition) for p in tps])
-        self.client.wanted_topics |= {p.topic for p in tps}
+        self.client.want_topics({p.topic for p in tps})
         self._apply_offsets(tps)
         self._changed()
 
@@ -417,7 +417,7 @@ class AIOConsumer:
         if not cluster.all_topics_known:
             return
         if self.subs.update_pattern_matches(cluster.topics, self.conf["exclude.internal.topics"]):
-            self.client.wanted_topics |= self.subs.subscription
+            self.client.want_topics(self.subs.subscription)
             self.coordinator.request_rejoin("pattern matches changed")
 
     async def _update_fetch_positions(self) -> None:
