@@ -79,7 +79,10 @@ async def wait_future(fut: Any, timeout: float | None) -> Any:
 class KafkaClient:
     """Connections and metadata for one producer, consumer or admin client."""
 
-    def __init__(self, conf: dict[str, Any], on_broker_error: Callable[[KafkaError], None] | None = None) -> None:
+    def __init__(self, conf: dict[str, Any], on_broker_error: Callable[[KafkaError], None] | None = None, *,
+                 all_topics: Callable[[], bool] = lambda: False) -> None:
+        """``all_topics`` says whether the metadata of every topic is wanted (a consumer's
+        pattern subscription), else only of ``wanted_topics``."""
         self.conf = conf
         self.bootstrap = parse_bootstrap(conf["bootstrap.servers"])
         self.client_id: str = conf["client.id"]
@@ -96,9 +99,9 @@ class KafkaClient:
         self._connecting: dict[tuple[int, str], asyncio.Future] = {}
         self._failed_at: dict[int, float] = {}
         self._bootstrap_conn: BrokerConnection | None = None
-        # Topics whose metadata is wanted; None means all of them (pattern subscriptions).
+        # Topics whose metadata is wanted, unless all_topics() says all of them.
         self.wanted_topics: set[str] = set()
-        self.want_all_topics = False
+        self._all_topics = all_topics
         self._md_task: asyncio.Task | None = None
         self._md_waiters: list[asyncio.Future] = []
         self._md_refresh_needed = asyncio.Event()
@@ -298,6 +301,11 @@ class KafkaClient:
             if not w.done():
                 w.set_result(None)
 
+    def want_topics(self, topics: Iterable[str]) -> None:
+        """Track topics' metadata from the next refresh on (the caller asks for one if it must:
+        it may not be on the loop's thread)."""
+        self.wanted_topics |= set(topics)
+
     def add_topics(self, topics: Iterable[str]) -> bool:
         """Track topics' metadata; True (and a refresh requested) if any was new."""
         new = set(topics) - self.wanted_topics
@@ -343,7 +351,7 @@ class KafkaClient:
             if self.closed:
                 return
             try:
-                if self.want_all_topics:
+                if self._all_topics():
                     await self.fetch_metadata(None)
                 else:
                     await self.fetch_metadata(self.wanted_topics)

@@ -120,8 +120,7 @@ class Producer:
         timeout = _timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         aio = self._aio
-        with aio.acc.lock:
-            aio.acc.flushing += 1
+        aio.acc.begin_flush()
         try:
             aio._wake()
             while True:
@@ -135,8 +134,7 @@ class Producer:
                     if not self._reports and aio.outstanding > 0:
                         self._cond.wait(0.1 if left is None else min(left, 0.1))
         finally:
-            with aio.acc.lock:
-                aio.acc.flushing -= 1
+            aio.acc.end_flush()
 
     def __len__(self) -> int:
         return max(0, self._aio.outstanding)
@@ -351,7 +349,7 @@ class Consumer:
         if timeout == 0:
             return []
         deadline = None if timeout is None else time.monotonic() + timeout
-        aio._in_poll = True
+        aio._enter_poll()
         try:
             while True:
                 with self._cond:
@@ -366,8 +364,7 @@ class Consumer:
                 if deadline is not None and time.monotonic() >= deadline:
                     return []
         finally:
-            aio._in_poll = False
-            aio._last_poll = time.monotonic()
+            aio._leave_poll()
 
     # ------------------------------------------------------------ positions and commits
     def seek(self, partition: TopicPartition) -> None:

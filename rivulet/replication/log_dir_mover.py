@@ -89,7 +89,7 @@ class ReplicaAlterLogDirsManager:
                     lm.abort_future_log(tp)
                     return
                 if copy_step(p.log, future, self.chunk_bytes):
-                    p.log = lm.replace_current_with_future(tp)
+                    p.replace_log(lm.replace_current_with_future(tp))
                     log.info("moved %s-%d to %s", tp.topic, tp.partition, os.path.dirname(p.log.dir))
                     return
                 await asyncio.sleep(0)

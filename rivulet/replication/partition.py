@@ -223,6 +223,11 @@ class Partition:
         if not self.is_leader:
             raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
 
+    def replace_log(self, lg: Log) -> None:
+        """AlterReplicaLogDirs done: the copy in the new directory is this replica's log now
+        (Kafka's maybeReplaceCurrentWithFutureReplica, once the LogManager has swapped them)."""
+        self.log = lg
+
     # ------------------------------------------------------------ leadership
     def _start_epoch_at_log_end(self) -> None:
         lg = self.log

@@ -27,7 +27,7 @@ from rivulet.common.types import TopicPartition
 from rivulet.delayed import DelayedOperation, DelayedOperationPurgatory, Timer
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import NO_ERROR, ApiError, ErrorCode
-from rivulet.replication.metadata_cache import MetadataCache
+from rivulet.replication.metadata_cache import MetadataCache, MetadataUpdate
 from rivulet.replication.partition import (
     DEFAULT_REPLICA_LAG_TIME_MAX_MS,
     AlterPartitionManager,
@@ -333,6 +333,15 @@ class ReplicaManager:
         self.fetch_purgatory.check_and_complete(tp)
         self.produce_purgatory.check_and_complete(tp)
 
+    def new_partition(self, tp: TopicPartition, topic_id: uuid.UUID, lg: Log) -> Partition:
+        """A partition this node leads alone (single-node mode, or a log opened before the
+        controller spoke), not yet served (``add_partition``). It has this manager's clock, ISR
+        channel and HW listener from the start, so a later LeaderAndIsr finds it ready for
+        cluster mode. Safe on a worker thread."""
+        return Partition(tp, topic_id, lg, self.node_id, clock=self.clock,
+                         replica_lag_time_max_ms=self.replica_lag_time_max_ms,
+                         alter_partition=self.alter_partition, listener=self)
+
     def add_partition(self, partition: Partition) -> None:
         self.partitions[partition.tp] = partition
 
@@ -435,13 +444,6 @@ class ReplicaManager:
         self.partitions[tp] = p
         return p
 
-    def _adopt(self, p: Partition) -> None:
-        # A partition opened in single-node style before the controller spoke: it joins cluster mode.
-        p.alter_partition = self.alter_partition
-        p.listener = self
-        p.replica_lag_time_max_ms = self.replica_lag_time_max_ms
-        p.clock = self.clock
-
     def _make_leaders(self, items: list[tuple[Partition, PartitionState]]) -> list[Partition]:
         if not items:
             return []
@@ -449,7 +451,6 @@ class ReplicaManager:
             self.fetchers.remove_partitions([p.tp for p, _ in items])
         out = []
         for p, state in items:
-            self._adopt(p)
             p.make_leader(state)
             log.info("%s-%d: leader in epoch %d, ISR %s, LEO %d, HW %d", p.tp.topic, p.tp.partition,
                      p.leader_epoch, p.isr, p.log.log_end_offset, p.high_watermark)
@@ -466,7 +467,6 @@ class ReplicaManager:
         out = []
         by_leader: dict[LeaderEndpoint, list[Partition]] = {}
         for p, state in items:
-            self._adopt(p)
             p.make_follower(state)
             out.append(p)
             log.info("%s-%d: following %d in epoch %d", p.tp.topic, p.tp.partition, p.leader_id, p.leader_epoch)
@@ -519,6 +519,18 @@ class ReplicaManager:
         for p in list(self.partitions.values()):
             if p.is_leader and not p.deleted and not p.log.offline:
                 p.maybe_shrink_isr()
+
+    def maybe_update_metadata_cache(self, update: MetadataUpdate) -> ErrorCode:
+        """UpdateMetadata (cluster mode): the controller's view of the cluster, refused from a
+        controller of an older epoch."""
+        if update.controller_epoch < self.controller_epoch:
+            log.warning("ignoring UpdateMetadata from controller %d with epoch %d: the latest known epoch is %d",
+                        update.controller_id, update.controller_epoch, self.controller_epoch)
+            return ErrorCode.STALE_CONTROLLER_EPOCH
+        assert self.metadata_cache is not None
+        self.metadata_cache.update(update)
+        self.controller_epoch = update.controller_epoch
+        return ErrorCode.NONE
 
     def stop_replicas(
         self, controller_id: int, controller_epoch: int, partitions: dict[TopicPartition, tuple[int, bool]],

@@ -191,7 +191,7 @@ class KafkaApis:
         self.versions = dict(SUPPORTED_VERSIONS)
         if metadata_cache is not None:
             self.versions.update(INTER_BROKER_VERSIONS)
-            self.handlers.update(ReplicationHandlers(replica_manager, metadata_cache, broker_epoch or (lambda: -1),
+            self.handlers.update(ReplicationHandlers(replica_manager, broker_epoch or (lambda: -1),
                                                      topics.off_loop, authz, topic_configs=cluster).handlers())
         partition_admin: PartitionAdmin
         if cluster is not None and cluster.controller is not None:

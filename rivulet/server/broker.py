@@ -323,7 +323,7 @@ class Broker:
             txn_verifier=local_txn_check if cache is None else None, async_txn_verifier=self.txn_verifier)
         await self._recover_logs()
         topics = self.topics = TopicManager(cfg, self.metadata, self.log_manager, rm, self.dynamic_config,
-                                            self.node_id, metadata_cache=cache, config_store=self.cluster,
+                                            metadata_cache=cache, config_store=self.cluster,
                                             on_partitions_deleted=partition_events.on_partitions_deleted)
         topics.open_all(open_partitions=not self.cluster_mode)
         if self.cluster is not None:

@@ -56,7 +56,7 @@ def broker_props(config: BrokerConfig, dynamic_config: DynamicBrokerConfig) -> d
 
 class TopicManager:
     def __init__(self, config: BrokerConfig, metadata: MetadataStore, log_manager: LogManager,
-                 replica_manager: ReplicaManager, dynamic_config: DynamicBrokerConfig, node_id: int, *,
+                 replica_manager: ReplicaManager, dynamic_config: DynamicBrokerConfig, *,
                  metadata_cache: MetadataCache | None = None, config_store: TopicConfigStore | None = None,
                  on_partitions_deleted: PartitionsDeleted | None = None) -> None:
         """Cluster mode gives ``metadata_cache``, the topics as the controller stated them
@@ -69,7 +69,6 @@ class TopicManager:
         self.replica_manager = replica_manager
         self.dynamic_config = dynamic_config
         self.log_defaults = LogConfig.from_broker_props(broker_props(config, dynamic_config))
-        self.node_id = node_id
         self._log_configs: dict[str, LogConfig] = {}
         # The topics whose iceberg.mode is set, kept with _log_configs: the Iceberg translator
         # looks at their partitions only, and at nothing while there are none.
@@ -218,7 +217,7 @@ class TopicManager:
             lg.update_config(cfg)
             if lg.topic_id is None:
                 lg.assign_topic_id(info.topic_id)
-        p = Partition(TopicPartition(info.name, index), info.topic_id, lg, self.node_id)
+        p = self.replica_manager.new_partition(TopicPartition(info.name, index), info.topic_id, lg)
         self.replica_manager.add_partition(p)
         return p
 
@@ -302,7 +301,7 @@ class TopicManager:
         their logs, all or none, and each Partition (becoming leader writes its epoch file)."""
         logs = self.log_manager.create_logs(name, indexes, cfg, topic_id)
         try:
-            return [Partition(TopicPartition(name, lg.partition), topic_id, lg, self.node_id) for lg in logs]
+            return [self.replica_manager.new_partition(TopicPartition(name, lg.partition), topic_id, lg) for lg in logs]
         except BaseException:
             self._discard_logs(name, indexes)
             raise

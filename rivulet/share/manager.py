@@ -514,9 +514,8 @@ class SharePartitionManager:
     def _refresh(self, group_id: str, sp: SharePartition) -> None:
         # Group configs may change between fetches (IncrementalAlterConfigs on the GROUP).
         conf = self.settings(group_id)
-        sp.lock_duration_ms = conf.share_record_lock_duration_ms
-        sp.delivery_count_limit = conf.share_delivery_count_limit
-        sp.max_record_locks = conf.share_partition_max_record_locks
+        sp.set_limits(conf.share_record_lock_duration_ms, conf.share_delivery_count_limit,
+                      conf.share_partition_max_record_locks)
 
     def _leader_partition(self, tp: TopicPartition) -> Partition:
         p = self.replica_manager.get_partition_or_error(tp)

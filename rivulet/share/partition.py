@@ -240,6 +240,13 @@ class SharePartition:
             self._end = b.last_offset + 1
         self._advance_start()
 
+    def set_limits(self, lock_duration_ms: int, delivery_count_limit: int, max_record_locks: int) -> None:
+        """The group's share.record.lock.duration.ms, share.delivery.count.limit and
+        share.partition.max.record.locks in force now: they may change between fetches."""
+        self.lock_duration_ms = lock_duration_ms
+        self.delivery_count_limit = delivery_count_limit
+        self.max_record_locks = max_record_locks
+
     def snapshot(self) -> SharePartitionSnapshot:
         runs: list[StateBatch] = []
         for first, last, st in self._runs():

@@ -31,8 +31,8 @@ Steps 2-3 (all the reading and writing) run in a worker thread and only touch se
 are no longer written; step 4 runs on the event loop, where reads happen, and gives up if the
 log changed meanwhile (retention, truncation, deletion).
 
-The segment swap needs the Log's segment list; Log has no public hook for it yet, so
-``_replace_segments`` below reaches into ``Log._segments`` / ``_bases`` under ``Log._lock``.
+Step 4 is the Log's own ``replace_segments``; steps 1-3 still read ``Log._segments`` and pin
+segments under ``Log._lock``.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ from typing import Any, Callable
 from rivulet.common.time import SYSTEM_CLOCK
 from rivulet.protocol import records as rec
 from rivulet.protocol.compression import compress
-from rivulet.storage.checkpoints import fsync_dir, read_offset_checkpoint, write_offset_checkpoint
-from rivulet.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, segment_file_name
+from rivulet.storage.checkpoints import read_offset_checkpoint, write_offset_checkpoint
+from rivulet.storage.segment import LOG_SUFFIX, LogSegment, segment_file_name
 
 log = logging.getLogger(__name__)
 
@@ -420,14 +420,9 @@ class LogCleaner:
     # ------------------------------------------------------------ step 4: event loop
     def _swap(self, plan: _Plan) -> bool:
         lg = plan.log
-        with lg._lock:
-            segs = lg._segments
-            n = len(plan.segments)
-            if lg.closed or len(segs) <= n or any(a is not b for a, b in zip(segs[:n], plan.segments)):
-                log.info("%s changed while it was being cleaned; dropping this pass", lg.dir)
-                return False
-            for group, tmp in plan.results:
-                _replace_segments(lg, group, tmp)
+        if not lg.replace_segments(plan.segments, plan.results):
+            log.info("%s changed while it was being cleaned; dropping this pass", lg.dir)
+            return False
         self.checkpoints[lg.dir] = plan.end_offset
         self._write_checkpoint(os.path.dirname(lg.dir))
         if plan.stats.next_horizon_ms is not None:
@@ -440,27 +435,3 @@ class LogCleaner:
                  s.bytes_read, s.bytes_written)
         return True
 
-
-def _replace_segments(lg: Any, group: list[LogSegment], tmp: str) -> None:
-    """Swap the cleaned segment in ``tmp`` for ``group`` (called with ``lg._lock`` held)."""
-    base = group[0].base_offset
-    d = lg.dir
-    moved = []
-    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-        src = os.path.join(tmp, segment_file_name(base, suffix))
-        if os.path.exists(src):
-            dst = os.path.join(d, segment_file_name(base, suffix) + ".swap")
-            os.replace(src, dst)
-            moved.append(dst)
-    fsync_dir(d)
-    for seg in group:
-        seg.delete_files()
-    for path in moved:
-        os.replace(path, path[: -len(".swap")])
-    fsync_dir(d)
-    new = lg._new_segment(base, fresh=False)
-    if not new.load_clean():
-        new.recover()
-    i = lg._segments.index(group[0])
-    lg._segments[i: i + len(group)] = [new]
-    lg._bases[i: i + len(group)] = [base]

@@ -51,6 +51,7 @@ from rivulet.storage.segment import (
     TXN_INDEX_SUFFIX,
     LogSegment,
     _unlink,
+    segment_file_name,
 )
 
 log = logging.getLogger(__name__)
@@ -887,6 +888,43 @@ class Log:
         self.producer_state.take_snapshot(sync=False)
         log.debug("%s: rolled new segment at %d", self.dir, new_base)
         return seg
+
+    def replace_segments(self, old: Sequence[LogSegment], cleaned: list[tuple[list[LogSegment], str]]) -> bool:
+        """The cleaner's swap (Kafka's replaceSegments): each group of segments in ``cleaned``
+        gives way to the one segment written for it in its scratch directory. Nothing is swapped,
+        and False returned, when the log changed since ``old``, the segments the cleaner read, were
+        its first (closed, truncated, or segments deleted by retention)."""
+        with self._lock:
+            segs = self._segments
+            n = len(old)
+            if self.closed or len(segs) <= n or any(a is not b for a, b in zip(segs[:n], old, strict=True)):
+                return False
+            for group, tmp in cleaned:
+                self._swap_in_cleaned(group, tmp)
+        return True
+
+    def _swap_in_cleaned(self, group: list[LogSegment], tmp: str) -> None:
+        base = group[0].base_offset
+        d = self.dir
+        moved = []
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            src = os.path.join(tmp, segment_file_name(base, suffix))
+            if os.path.exists(src):
+                dst = os.path.join(d, segment_file_name(base, suffix) + ".swap")
+                os.replace(src, dst)
+                moved.append(dst)
+        fsync_dir(d)
+        for seg in group:
+            seg.delete_files()
+        for path in moved:
+            os.replace(path, path[: -len(".swap")])
+        fsync_dir(d)
+        new = self._new_segment(base, fresh=False)
+        if not new.load_clean():
+            new.recover()
+        i = self._segments.index(group[0])
+        self._segments[i: i + len(group)] = [new]
+        self._bases[i: i + len(group)] = [base]
 
     def roll(self) -> None:
         """Force a new segment at the LEO (no-op when the active one is empty)."""

@@ -74,11 +74,10 @@ class TransactionCoordinator(InternalTopicCoordinator):
         n = self._partition_count(TRANSACTION_STATE_TOPIC_NAME, cfg["transaction.state.log.num.partitions"],
                                   self.state_topic_configs(1), lead_all)
         sm = self.state_manager
-        sm.num_partitions = n
+        sm.startup(n)
         loop = asyncio.get_running_loop()
         if lead_all:
-            # Ids on a partition still loading answer COORDINATOR_LOAD_IN_PROGRESS.
-            sm.loading.update(range(n))
+            sm.add_loading(range(n))
             self._tasks.append(loop.create_task(self._load_all(n)))
         self._tasks.append(loop.create_task(self._every(
             cfg["transaction.abort.timed.out.transaction.cleanup.interval.ms"], self.abort_timed_out_transactions)))
@@ -102,7 +101,7 @@ class TransactionCoordinator(InternalTopicCoordinator):
         """This node now leads __transaction_state-<partition>: load it (its ids answer
         COORDINATOR_LOAD_IN_PROGRESS meanwhile), with the leader epoch as coordinator epoch."""
         sm = self.state_manager
-        sm.loading.add(partition)
+        sm.add_loading((partition,))
 
         async def load() -> None:
             try:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 
 from rivulet.common.cluster import ConfigValues
@@ -58,6 +58,15 @@ class TransactionStateManager:
         self.cache: dict[int, TxnPartitionCache] = {}
         self.loading: set[int] = set()
         self.shutting_down = False
+
+    def startup(self, num_partitions: int) -> None:
+        """The partition count of __transaction_state, which ids map to (Kafka's startup)."""
+        self.num_partitions = num_partitions
+
+    def add_loading(self, partitions: Iterable[int]) -> None:
+        """Partitions about to load: their ids answer COORDINATOR_LOAD_IN_PROGRESS until then
+        (Kafka's addLoadingPartition)."""
+        self.loading.update(partitions)
 
     def partition_for(self, transactional_id: str) -> int:
         return txn_log.partition_for(transactional_id, self.num_partitions)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace as NS
 
 import pytest
@@ -29,10 +30,9 @@ def setup(position: int, **conf):
     subs = SubscriptionState(c["auto.offset.reset"])
     subs.assign_from_user([TP])
     subs.seek(TP, position)
-    buf = FetchBuffer(subs)
     errors: list = []
-    f = Fetcher(KafkaClient(c), subs, c, buf, on_error=lambda tp, err: errors.append(err))
-    return f, subs.state(TP), buf, errors
+    f = Fetcher(KafkaClient(c), subs, c, on_error=lambda tp, err: errors.append(err))
+    return f, subs.state(TP), f.buffer, errors
 
 
 def respond(f: Fetcher, st, data: bytes, hw: int = 10**6, aborted=None, code: int = 0, diverging=None) -> None:
@@ -147,3 +147,17 @@ def test_a_diverging_epoch_moves_the_position_back(reset, end, expect):
     respond(f, st, b"", diverging=end)
     assert st.position == expect[0] and st.fetch_offset == expect[0] and st.leader_epoch == expect[1]
     assert [e.code() for e in errors if e is not None] == ([expect[2]] if expect[2] else [])
+
+
+def test_draining_the_full_buffer_wakes_the_fetcher():
+    async def main():
+        f, st, buf, _ = setup(position=0, **{"queued.max.messages.kbytes": 1})
+        f._waker.bind(asyncio.get_running_loop())  # as start() does, without the fetch loop
+        respond(f, st, batch(0, 200))
+        assert buf.nbytes >= f.max_buffer  # at its limit: the fetch loop sends no more
+        buf.take(1)
+        assert not f._wake.is_set()  # still full
+        buf.take(10**6)
+        assert f._wake.is_set()  # below it again: fetch
+
+    asyncio.run(main())

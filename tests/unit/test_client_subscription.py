@@ -232,3 +232,16 @@ def test_position_takes_the_epoch_of_the_last_batch_handed_out():
     assert len(buf.take(10)) == 1
     assert (s.position, s.leader_epoch) == (5, 3)  # the chunk ended in a control batch of epoch 3
     assert subs.all_consumed()[("t", 0)].leader_epoch == 3
+
+
+def test_unassign_ends_a_user_assignment_but_keeps_a_subscription():
+    s = SubscriptionState()
+    s.incremental_assign_from_user([("t", 0)])
+    s.incremental_assign_from_user([("t", 1)])
+    assert s.type == s.USER_ASSIGNED and s.assigned_partitions() == [("t", 0), ("t", 1)]
+    s.unassign()
+    assert s.type == s.NONE and s.assignment == {}
+    s.subscribe(["t"])
+    s.assign_from_subscribed([("t", 0)])
+    s.unassign()
+    assert s.type == s.AUTO_TOPICS and s.assignment == {} and s.subscription == {"t"}

@@ -14,7 +14,6 @@ from rivulet.common.types import TopicPartition
 from rivulet.delayed import Timer
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ErrorCode
-from rivulet.replication.partition import Partition
 from rivulet.replication.replica_manager import (
     FetchParams,
     FetchRequestPartition,
@@ -145,7 +144,7 @@ def _run(tmp_path, body):
         rm = ReplicaManager(0, timer)
         tp = TopicPartition("t", 0)
         log = CountingLog(str(tmp_path / "t-0"), LogConfig())
-        rm.add_partition(Partition(tp, uuid.uuid4(), log, 0))
+        rm.add_partition(rm.new_partition(tp, uuid.uuid4(), log))
         try:
             return await body(rm, tp, log)
         finally:

@@ -505,7 +505,7 @@ def _fetcher_outcome(data: bytes, position: int, aborted: Any = None) -> tuple:
 
     from rivulet.client.client import KafkaClient
     from rivulet.client.config import resolve
-    from rivulet.client.consumer.fetcher import FetchBuffer, Fetcher
+    from rivulet.client.consumer.fetcher import Fetcher
     from rivulet.client.consumer.subscription import SubscriptionState
 
     tp = ("t", 0)
@@ -513,9 +513,9 @@ def _fetcher_outcome(data: bytes, position: int, aborted: Any = None) -> tuple:
     subs = SubscriptionState(conf["auto.offset.reset"])
     subs.assign_from_user([tp])
     subs.seek(tp, position)
-    buf = FetchBuffer(subs)
     errors: list = []
-    f = Fetcher(KafkaClient(conf), subs, conf, buf, on_error=lambda _tp, err: errors.append(str(err)))
+    f = Fetcher(KafkaClient(conf), subs, conf, on_error=lambda _tp, err: errors.append(str(err)))
+    buf = f.buffer
     st = subs.state(tp)
     pd = NS(error_code=0, high_watermark=10**6, last_stable_offset=10**6, log_start_offset=0,
             aborted_transactions=aborted, records=memoryview(bytearray(data)), current_leader=None,

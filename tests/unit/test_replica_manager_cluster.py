@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import uuid
 
 import pytest
@@ -156,7 +157,7 @@ def test_a_partition_whose_replicas_leave_this_node_out_is_unknown(rm) -> None:
 
 def test_a_partition_opened_single_node_style_is_adopted_by_the_first_leader_and_isr(rm, tmp_path) -> None:
     lg = rm.replica_logs.log_for_replica(TP, TID)
-    rm.add_partition(Partition(TP, TID, lg, NODE))  # leads alone, epoch 0, no controller yet
+    rm.add_partition(rm.new_partition(TP, TID, lg))  # leads alone, epoch 0, no controller yet
     assert lai(rm, state(2, 0))[1] == {TP: ErrorCode.NONE}
     p = rm.partitions[TP]
     assert p.leader_id == 2 and p.listener is rm and rm.fetchers.following == {TP: B2}
@@ -216,6 +217,17 @@ def test_metadata_cache_deletes_partitions_and_forgets_empty_topics() -> None:
     deleted = c.update(_update({TP: PartitionMetadata(LEADER_DURING_DELETE, 8, [], [])}, brokers=(1,)))
     assert deleted == [TP] and not c.contains_topic("t") and c.topic_name(TID) is None
     assert c.alive_broker(2) is None
+
+
+def test_update_metadata_from_an_older_controller_epoch_is_refused() -> None:
+    c = MetadataCache(1)
+    rm = ReplicaManager(1, Timer(), metadata_cache=c)
+    newer = dataclasses.replace(_update({TP: PartitionMetadata(2, 7, [1, 2], [1, 2])}), controller_epoch=2)
+    assert rm.maybe_update_metadata_cache(newer) == ErrorCode.NONE and rm.controller_epoch == 2
+    stale = _update({TP: PartitionMetadata(1, 8, [1], [1, 2])})  # controller epoch 1
+    assert rm.maybe_update_metadata_cache(stale) == ErrorCode.STALE_CONTROLLER_EPOCH
+    assert c.leader_and_endpoint(TP, "PLAINTEXT")[:2] == (2, 7)
+    rm.shutdown()
 
 
 # ---------------------------------------------------------------- the leader's side of follower fetches

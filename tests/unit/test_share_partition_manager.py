@@ -13,7 +13,6 @@ from rivulet.common.types import TopicPartition
 from rivulet.delayed import Timer
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ApiError, ErrorCode
-from rivulet.replication.partition import Partition
 from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.share import AcknowledgementBatch, AcquiredRecords, InMemorySharePersister
 from rivulet.share.persister import SharePartitionKey
@@ -43,7 +42,7 @@ class Env:
         self.timer = Timer()  # manual: time moves with advance_clock only
         self.rm = ReplicaManager(0, self.timer)
         self.log = Log(str(tmp_path / "t-0"), log_config or LogConfig())
-        self.partition = Partition(TP, TID, self.log, 0)
+        self.partition = self.rm.new_partition(TP, TID, self.log)
         self.rm.add_partition(self.partition)
         self.persister = InMemorySharePersister()
         self.manager = SharePartitionManager(self.rm, self.timer, MockClock(), lambda _g: settings, self.persister)

@@ -34,7 +34,7 @@ from rivulet.client.client import KafkaClient, cancel_and_wait, wait_event, wait
 from rivulet.client.config import Config, resolve
 from rivulet.client.consumer.coordinator import STABLE, ConsumerCoordinator, GroupConsumer
 from rivulet.client.consumer.membership import ConsumerMembership
-from rivulet.client.consumer.fetcher import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchBuffer, Fetcher
+from rivulet.client.consumer.fetcher import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Fetcher
 from rivulet.client.stats import ClientStats, emit_every, run_stats_cb
 from rivulet.client.consumer.subscription import OffsetAndMetadata, SubscriptionState, TopicPartitionState
 from rivulet.client.types import (
@@ -118,13 +118,17 @@ class AIOConsumer:
             handoff.listener if handoff else self._run_listener_here
         self._commit_done: Callable[[E.KafkaError | None, list[TopicPartition]], None] = \
             handoff.commit_done if handoff else self._run_on_commit
-        self.client = KafkaClient(c, self._on_error if self.error_cb is not None else None)
-        self.group_id: str | None = c["group.id"]
         self.subs = SubscriptionState(c["auto.offset.reset"])
-        self.buffer = FetchBuffer(self.subs, handoff.notify if handoff else self._ready.set)
+        # A pattern subscription needs every topic's metadata (Java's ConsumerMetadata asks its
+        # SubscriptionState the same).
+        self.client = KafkaClient(c, self._on_error if self.error_cb is not None else None,
+                                  all_topics=lambda: self.subs.pattern is not None)
+        self.group_id: str | None = c["group.id"]
         self.stats_interval = c["statistics.interval.ms"] / 1000
         self.stats = ClientStats(c["client.id"], "consumer")
-        self.fetcher = Fetcher(self.client, self.subs, c, self.buffer, self.stats, self._on_fetch_error)
+        self.fetcher = Fetcher(self.client, self.subs, c, self.stats, self._on_fetch_error,
+                               handoff.notify if handoff else self._ready.set)
+        self.buffer = self.fetcher.buffer
         self.auto_commit: bool = c["enable.auto.commit"] and self.group_id is not None
         self.auto_store: bool = c["enable.auto.offset.store"]
         self.auto_commit_interval = c["auto.commit.interval.ms"] / 1000
@@ -155,7 +159,6 @@ class AIOConsumer:
         self._async_commits: set[asyncio.Task] = set()
         self._started = False
         self._closed = False
-        self.buffer.on_drained = self.fetcher.wake
 
     def _run_stats_cb(self, doc: str) -> None:
         run_stats_cb(self.stats_cb, doc)
@@ -236,8 +239,7 @@ class AIOConsumer:
         except ValueError as e:
             raise E.KafkaException(E.local("_STATE", str(e))) from None
         self._on_assign, self._on_revoke, self._on_lost = on_assign, on_revoke, on_lost
-        self.client.want_all_topics = self.subs.pattern is not None
-        self.client.wanted_topics |= set(self.subs.subscription)
+        self.client.want_topics(self.subs.subscription)
         if self.loop is not None:  # else start() asks for metadata
             self.client.request_update()
         self.coordinator.request_rejoin("subscription changed")
@@ -255,7 +257,6 @@ class AIOConsumer:
                 await c.maybe_leave_group("the consumer unsubscribed")
                 c.rejoin_needed = True
         self.subs.unsubscribe()
-        self.client.want_all_topics = False
         self.buffer.clear()
 
     def assign(self, partitions: list[TopicPartition]) -> None:
@@ -269,7 +270,7 @@ class AIOConsumer:
             self.subs.assign_from_user([(p.topic, p.partition) for p in tps])
         except ValueError as e:
             raise E.KafkaException(E.local("_STATE", str(e))) from None
-        self.client.wanted_topics |= {p.topic for p in tps}
+        self.client.want_topics({p.topic for p in tps})
         self._apply_offsets(tps)
         self._changed()
 
@@ -279,10 +280,8 @@ class AIOConsumer:
         if self._in_rebalance_cb:
             self._rebalance_override = tps
             return
-        if self.subs.type == self.subs.NONE:
-            self.subs.type = self.subs.USER_ASSIGNED
-        self.subs.add_partitions([(p.topic, p.partition) for p in tps])
-        self.client.wanted_topics |= {p.topic for p in tps}
+        self.subs.incremental_assign_from_user([(p.topic, p.partition) for p in tps])
+        self.client.want_topics({p.topic for p in tps})
         self._apply_offsets(tps)
         self._changed()
 
@@ -297,12 +296,7 @@ class AIOConsumer:
         self._check_open()
         if self._in_rebalance_cb:
             return
-        if self.subs.type == self.subs.USER_ASSIGNED:
-            self.subs.assignment = {}
-            self.subs.type = self.subs.NONE
-            self.subs.version += 1
-        else:
-            self.subs.assignment = {}
+        self.subs.unassign()
         self._changed()
 
     def assignment(self) -> list[TopicPartition]:
@@ -423,7 +417,7 @@ class AIOConsumer:
         if not cluster.all_topics_known:
             return
         if self.subs.update_pattern_matches(cluster.topics, self.conf["exclude.internal.topics"]):
-            self.client.wanted_topics |= self.subs.subscription
+            self.client.want_topics(self.subs.subscription)
             self.coordinator.request_rejoin("pattern matches changed")
 
     async def _update_fetch_positions(self) -> None:
@@ -484,9 +478,16 @@ class AIOConsumer:
     def _mark_poll(self) -> None:
         self._last_poll = time.monotonic()
         c = self.coordinator
-        if c is not None and c.poll_expired:
-            c.poll_expired = False
+        if c is not None and c.poll_resumed():
             self.wake()
+
+    # Between them a poll waits for records: max.poll.interval.ms does not run meanwhile.
+    def _enter_poll(self) -> None:
+        self._in_poll = True
+
+    def _leave_poll(self) -> None:
+        self._in_poll = False
+        self._last_poll = time.monotonic()
 
     def _raise_pending(self) -> None:
         if self._raise:
@@ -509,7 +510,7 @@ class AIOConsumer:
         if timeout is not None and timeout <= 0:
             return []
         deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
-        self._in_poll = True
+        self._enter_poll()
         try:
             while True:
                 self._ready.clear()
@@ -527,8 +528,7 @@ class AIOConsumer:
                 if not await wait_event(self._ready, left):
                     return []
         finally:
-            self._in_poll = False
-            self._last_poll = time.monotonic()
+            self._leave_poll()
 
     def _take(self, n: int) -> list[Message]:
         return self.buffer.take(n)

@@ -315,7 +315,7 @@ class ConsumerCoordinator:
                 sub = Subscription([])
             members.append(Member(m.member_id, m.group_instance_id, sub))
         topics = {t for m in members for t in m.subscription.topics}
-        self.subs.group_subscription = topics
+        self.subs.group_subscribe(topics)
         self.client.add_topics(topics)
         try:
             await self.client.fetch_metadata(topics | self.client.wanted_topics, allow_auto_create=False)
@@ -373,6 +373,14 @@ class ConsumerCoordinator:
                 raise
             except Exception as e:
                 log.debug("heartbeat failed: %s", e)
+
+    def poll_resumed(self) -> bool:
+        """The application polls again: a max.poll.interval.ms expiry is over. True when there
+        was one (the consumer's loop then rejoins)."""
+        if not self.poll_expired:
+            return False
+        self.poll_expired = False
+        return True
 
     def _poll_timed_out(self, now: float) -> bool:
         c = self.consumer

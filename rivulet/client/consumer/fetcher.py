@@ -80,7 +80,8 @@ class FetchBuffer:
     two counters, each written by one side only, so no lock is needed for it.
     """
 
-    def __init__(self, subs: SubscriptionState, notify: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, subs: SubscriptionState, notify: Callable[[], None] = lambda: None, *,
+                 low_water: int = 0, on_drained: Callable[[], None] = lambda: None) -> None:
         self.subs = subs
         self.chunks: deque[Chunk] = deque()
         self.errors: deque[Message] = deque()
@@ -88,8 +89,10 @@ class FetchBuffer:
         self.removed = 0
         # Told whenever something is added, from the loop's thread: wakes a waiting poll().
         self.notify = notify
-        self.on_drained: Callable[[], None] = lambda: None
-        self.low_water = 0
+        # Told when a take() brings the bytes buffered below ``low_water``: the Fetcher, stopped
+        # at its limit, fetches again.
+        self.on_drained = on_drained
+        self.low_water = low_water
         # Held while handing out messages, so fence() sees positions no take() is moving.
         self.lock = threading.Lock()
 
@@ -178,12 +181,14 @@ class FetchBuffer:
 
 class Fetcher:
     def __init__(self, client: KafkaClient, subs: SubscriptionState, conf: dict[str, Any],
-                 buffer: FetchBuffer, stats: ClientStats | None = None,
-                 on_error: Callable[[TP | None, E.KafkaError | None], None] = lambda tp, err: None) -> None:
+                 stats: ClientStats | None = None,
+                 on_error: Callable[[TP | None, E.KafkaError | None], None] = lambda tp, err: None,
+                 notify: Callable[[], None] = lambda: None) -> None:
+        """``notify`` is told whenever the fetch buffer, which this Fetcher owns (as Java's
+        Fetcher its FetchBuffer), gets records or an error event."""
         self.client = client
         self.stats = stats
         self.subs = subs
-        self.buffer = buffer
         self.read_committed = conf["isolation.level"] == "read_committed"
         self.isolation = 1 if self.read_committed else 0
         self.min_bytes: int = conf["fetch.min.bytes"]
@@ -195,11 +200,11 @@ class Fetcher:
         self.max_buffer: int = conf["queued.max.messages.kbytes"] * 1024
         self.request_timeout = conf["request.timeout.ms"] / 1000
         self.backoff = conf["retry.backoff.ms"] / 1000
-        buffer.low_water = self.max_buffer
         self._nodes_in_flight: set[int] = set()
         self._tps_in_flight: set[TP] = set()
         self._waker = Waker()
         self._wake = self._waker.event
+        self.buffer = FetchBuffer(subs, notify, low_water=self.max_buffer, on_drained=self.wake)
         self._task: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()
         self.loop: asyncio.AbstractEventLoop | None = None

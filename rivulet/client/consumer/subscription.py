@@ -203,6 +203,10 @@ class SubscriptionState:
     def partitions_auto_assigned(self) -> bool:
         return self.type in (self.AUTO_TOPICS, self.AUTO_PATTERN)
 
+    def group_subscribe(self, topics: set[str]) -> None:
+        """The group leader: the topics of every member's subscription (Java's groupSubscribe)."""
+        self.group_subscription = topics
+
     def unsubscribe(self) -> None:
         self.subscription = set()
         self.pattern = None
@@ -227,6 +231,19 @@ class SubscriptionState:
             new[tp] = self.assignment.get(tp) or TopicPartitionState()
         self.assignment = new
         self.version += 1
+
+    def incremental_assign_from_user(self, partitions: Iterable[TP]) -> None:
+        """incremental_assign(): user assignment unless subscribed; the partitions join the rest."""
+        if self.type == self.NONE:
+            self.type = self.USER_ASSIGNED
+        self.add_partitions(partitions)
+
+    def unassign(self) -> None:
+        """No partitions; a user assignment ends, a subscription stays (its next rebalance assigns)."""
+        self.assignment = {}
+        if self.type == self.USER_ASSIGNED:
+            self.type = self.NONE
+            self.version += 1
 
     def add_partitions(self, partitions: Iterable[TP]) -> None:
         new = dict(self.assignment)

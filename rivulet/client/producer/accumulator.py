@@ -120,6 +120,19 @@ class RecordAccumulator:
         self.flushing = 0
         self.closing = False
 
+    # A flush or close sends every batch at once, whatever linger.ms says (Java's
+    # beginFlush/awaitFlushCompletion and close).
+    def begin_flush(self) -> None:
+        with self.lock:
+            self.flushing += 1
+
+    def end_flush(self) -> None:
+        with self.lock:
+            self.flushing -= 1
+
+    def close(self) -> None:
+        self.closing = True
+
     # ------------------------------------------------------------ appends
     def has_room(self, size: int) -> bool:
         return self.queued_messages < self.max_messages and self.queued_bytes + size <= self.max_bytes

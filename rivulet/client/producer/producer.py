@@ -278,7 +278,7 @@ class AIOProducer:
         left = await self.flush(timeout)
         self._closed = True
         self._accepting = False
-        self.acc.closing = True
+        self.acc.close()
         if self._sender is not None:
             self._wake()
             try:
@@ -444,8 +444,7 @@ class AIOProducer:
         if not self._started:
             return self.outstanding
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self.acc.lock:
-            self.acc.flushing += 1
+        self.acc.begin_flush()
         try:
             self._wake()
             while self.outstanding > 0:
@@ -454,8 +453,7 @@ class AIOProducer:
                 await asyncio.sleep(0.005 if deadline is None else min(0.005, max(0, deadline - time.monotonic())))
             return self.outstanding
         finally:
-            with self.acc.lock:
-                self.acc.flushing -= 1
+            self.acc.end_flush()
 
     # ------------------------------------------------------------ transactions
     def _txn_manager(self) -> TransactionManager:
@@ -553,12 +551,21 @@ class AIOProducer:
             err = ErrorCode(code)
             if err.value in E.RETRIABLE_CODES:
                 return False
-            self._fatal = E.broker_error(err, f"InitProducerId failed: {err.name}")
-            self._accepting = False
-            raise KafkaException(self._fatal)
+            fatal = E.broker_error(err, f"InitProducerId failed: {err.name}")
+            self._fence(fatal)
+            raise KafkaException(fatal)
         self._new_producer_id(pid)
         log.debug("producer id %d epoch %d", pid.producer_id, pid.epoch)
         return True
+
+    def _fence(self, err: KafkaError) -> None:
+        """A fatal transactional error: every later produce fails with it."""
+        self._fatal = err
+        self._accepting = False
+
+    def _accept_records(self, on: bool) -> None:
+        """The TransactionManager opens or shuts produce (never reopened once closed)."""
+        self._accepting = on and not self._closed
 
     def _new_producer_id(self, pid: core.ProducerIdAndEpoch) -> None:
         """InitProducerId's answer, for idempotence here or from the TransactionManager."""
@@ -967,11 +974,10 @@ class _TxnHooks:
         self._p = producer
 
     def fence(self, err: KafkaError) -> None:
-        self._p._fatal = err
-        self._p._accepting = False
+        self._p._fence(err)
 
     def accept_records(self, on: bool) -> None:
-        self._p._accepting = on and not self._p._closed
+        self._p._accept_records(on)
 
     def new_producer_id(self, pid: core.ProducerIdAndEpoch) -> None:
         self._p._new_producer_id(pid)

@@ -247,7 +247,6 @@ class AIOShareConsumer:
             return
         self._settle_implicit()
         try:
-            self.fetcher.closed = True
             await self.fetcher.close()
             for t in list(self._commits):
                 try:

@@ -27,7 +27,6 @@ from rivulet.protocol.schema import ZERO_UUID
 from rivulet.replication.metadata_cache import (
     BrokerEndpoint,
     LiveBroker,
-    MetadataCache,
     MetadataUpdate,
     PartitionMetadata,
 )
@@ -59,7 +58,6 @@ class TopicConfigSource(Protocol):
 @dataclass(eq=False)
 class ReplicationHandlers:
     replica_manager: ReplicaManager
-    metadata_cache: MetadataCache
     # The czxid of this broker's registration znode: requests meant for an earlier
     # registration of the same id carry a smaller one.
     broker_epoch: Callable[[], int]
@@ -179,14 +177,8 @@ class ReplicationHandlers:
             return umr.UpdateMetadataResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
         if self._stale_broker_epoch(req.broker_epoch if v >= 5 else -1):
             return umr.UpdateMetadataResponse(error_code=ErrorCode.STALE_BROKER_EPOCH)
-        rm = self.replica_manager
-        if req.controller_epoch < rm.controller_epoch:
-            log.warning("ignoring UpdateMetadata from controller %d with epoch %d: the latest known epoch is %d",
-                        req.controller_id, req.controller_epoch, rm.controller_epoch)
-            return umr.UpdateMetadataResponse(error_code=ErrorCode.STALE_CONTROLLER_EPOCH)
-        self.metadata_cache.update(update_from_request(req, v))
-        rm.controller_epoch = req.controller_epoch
-        return umr.UpdateMetadataResponse(error_code=ErrorCode.NONE)
+        return umr.UpdateMetadataResponse(
+            error_code=self.replica_manager.maybe_update_metadata_cache(update_from_request(req, v)))
 
 
 def update_from_request(req: UpdateMetadataRequest, v: int) -> MetadataUpdate:
