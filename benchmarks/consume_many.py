@@ -1,0 +1,112 @@
+"""Rivulet alone under ``benchmarks.compare``'s ``many10k`` consume load, to iterate on it.
+
+Ten topics of 1,000 partitions on one broker, filled once (``--records`` x 1 KiB, acks=1, by
+ten ``rdkafka_performance`` producers as ``measure_many10k`` runs them) in ``--data``; each run
+restarts the broker on that data and runs ten ``rdkafka_performance`` consumers at once, one
+per topic, every partition from the beginning. Most of their Fetches name 1,000 partitions and
+carry records for a few (librdkafka keeps no fetch session), so the broker's CPU per Fetch and
+per partition named is the figure: CPU from ``/proc`` over the consumers' run, Fetches and
+partitions from the broker's own counters (its metrics endpoint). ``--tree`` runs the broker
+from another checkout (``PYTHONPATH``), alternating with this one, for before/after pairs;
+``RIVULET_NO_SPEEDUPS=1`` in the environment reaches the broker too. ``--py-spy OUT`` records
+a raw profile of the broker over each run.
+
+    python -m benchmarks.consume_many --data /tmp/many10k --rounds 3 --tree /path/to/main
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+from benchmarks import rdkafka_perf
+from benchmarks.compare import MANY10K_PARTITIONS_EACH, MANY10K_TOPICS, _create_large, _rdk_parallel
+from benchmarks.produce_consume import wait_for_leaders
+from benchmarks.produce_many import cpu_seconds
+from rivulet.testing import BrokerProcess, free_port
+
+
+def _counters(port: int) -> tuple[float, float]:
+    """(consumer Fetch requests answered, partitions they named) from the metrics endpoint."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
+    fetches = partitions = 0.0
+    for line in text.splitlines():
+        if line.startswith("kafka_network_requestmetrics_requests_total{") and 'request="FetchConsumer"' in line:
+            fetches += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("kafka_server_brokertopicmetrics_totalfetchrequests_total{"):
+            partitions += float(line.rsplit(" ", 1)[1])
+    return fetches, partitions
+
+
+def _broker(data: str, tree: str) -> tuple[BrokerProcess, int]:
+    os.environ["PYTHONPATH"] = tree  # the broker's rivulet comes from this checkout
+    port = free_port()
+    b = BrokerProcess({"inter.broker.listener.name": "PLAINTEXT", "metrics.listener": f"http://127.0.0.1:{port}"},
+                      data_dir=data)
+    return b.start(), port
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", required=True, help="the broker's data dir, filled on first use")
+    ap.add_argument("--records", type=int, default=30_000, help="records of 1 KiB per topic")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tree", help="another checkout to alternate with this one (before/after)")
+    ap.add_argument("--py-spy", dest="py_spy", help="write a raw py-spy profile of each run here (suffixed .N)")
+    args = ap.parse_args()
+    rdkafka_perf.require_binary()
+    here = str(Path(__file__).resolve().parent.parent)
+    topics = [f"many10k-{i}" for i in range(MANY10K_TOPICS)]
+    if not (Path(args.data) / "filled").exists():
+        Path(args.data).mkdir(parents=True, exist_ok=True)
+        broker, _ = _broker(args.data, here)
+        try:
+            _create_large(broker.bootstrap, topics, MANY10K_PARTITIONS_EACH, 600)
+            _rdk_parallel([rdkafka_perf.producer_args(broker.bootstrap, t, args.records, 1024, "1") for t in topics],
+                          rdkafka_perf.parse_producer, args.records)
+        finally:
+            broker.stop()
+        (Path(args.data) / "filled").touch()
+    trees = [here] if args.tree is None else [args.tree, here]
+    for r in range(args.rounds):
+        for tree in trees:
+            broker, port = _broker(args.data, tree)
+            try:
+                bs = broker.bootstrap
+                wait_for_leaders(bs, topics)
+                assert broker.proc is not None
+                pid = broker.proc.pid
+                spy = None
+                if args.py_spy:
+                    spy = subprocess.Popen([shutil.which("py-spy") or "py-spy", "record", "-r", "200", "--idle",
+                                            "--nonblocking", "--format", "raw", "-o", f"{args.py_spy}.{r}",
+                                            "--pid", str(pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    time.sleep(1.0)  # attached before the load starts
+                load = os.getloadavg()[0]
+                f0, p0 = _counters(port)
+                cpu0, loop0 = cpu_seconds(pid), cpu_seconds(pid, pid)
+                rate = _rdk_parallel([rdkafka_perf.consumer_args(bs, t, MANY10K_PARTITIONS_EACH, args.records)
+                                      for t in topics], rdkafka_perf.parse_consumer, args.records)
+                cpu, loop = cpu_seconds(pid) - cpu0, cpu_seconds(pid, pid) - loop0
+                f1, p1 = _counters(port)
+                if spy is not None:
+                    spy.send_signal(signal.SIGINT)
+                    spy.wait()
+            finally:
+                broker.stop()
+            fetches, parts = f1 - f0, p1 - p0
+            print(f"round {r + 1} {tree}: {rate.records_per_sec:,.0f} records/s; broker CPU {cpu:.2f} s "
+                  f"(loop thread {loop:.2f} s), {fetches:.0f} Fetches naming {parts:,.0f} partitions: "
+                  f"{cpu / fetches * 1e3:.2f} ms a Fetch, {cpu / parts * 1e6:.2f} us a partition named, "
+                  f"{cpu / (args.records * len(topics)) * 1e6:.2f} us a record; 1-minute load average "
+                  f"{load:.2f} -> {os.getloadavg()[0]:.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
