@@ -1790,6 +1790,15 @@ fail:
     return result;
 }
 
+/* replica_manager.FetchResult, bound by setup_fetch_read: read_caught_up makes them and
+ * encode_fetch_partitions writes them. When it is a plain __slots__ class (dataclass
+ * slots=True) its fields, in this order, are read and written at their slots' offsets. */
+static PyObject *fetch_result_type = NULL;
+#define N_RESULT_FIELDS 9
+enum { RF_ERROR, RF_HW, RF_LSO, RF_LOG_START, RF_RECORDS, RF_ABORTED, RF_POSITION, RF_DIVERGING, RF_PREFERRED };
+static Py_ssize_t result_offsets[N_RESULT_FIELDS];
+static int fast_result = 0;
+
 /* --- Fetch response partitions --------------------------------------------------------- */
 
 /* encode_fetch_partitions(out, version, indexes, entries, other) writes a Fetch response
@@ -1843,11 +1852,25 @@ fb_uvarint(char *p, uint64_t v)
     return p;
 }
 
+/* A result's attribute (a new reference): from its slot when it is a FetchResult. */
+static PyObject *
+fb_get(PyObject *obj, int name)
+{
+    static const int field_of[8] = {RF_ERROR, RF_HW, RF_LSO, RF_LOG_START, RF_ABORTED, RF_DIVERGING,
+                                    RF_PREFERRED, RF_RECORDS};
+    if (fast_result && (PyObject *)Py_TYPE(obj) == fetch_result_type) {
+        PyObject *v = *(PyObject **)((char *)obj + result_offsets[field_of[name]]);
+        if (v != NULL)
+            return Py_NewRef(v);
+    }
+    return PyObject_GetAttr(obj, fetch_names[name]);
+}
+
 /* An attribute as a C integer; -1 with an exception set on failure (checked by the caller). */
 static int
 fb_attr_ll(PyObject *obj, int name, long long *value)
 {
-    PyObject *v = PyObject_GetAttr(obj, fetch_names[name]);
+    PyObject *v = fb_get(obj, name);
     if (v == NULL)
         return -1;
     *value = PyLong_AsLongLong(v);
@@ -1880,7 +1903,7 @@ fb_write_result(PyObject *out, int version, int flex, long long index, PyObject 
     if (version >= 5)
         p = fb_be64(p, (uint64_t)log_start);
     if (version >= 4) {
-        PyObject *aborted = PyObject_GetAttr(r, fetch_names[FN_ABORTED]);
+        PyObject *aborted = fb_get(r, FN_ABORTED);
         if (aborted == NULL)
             return -1;
         if (aborted == Py_None) {
@@ -1923,7 +1946,7 @@ fb_write_result(PyObject *out, int version, int flex, long long index, PyObject 
             return -1;
         p = fb_be32(p, (uint32_t)preferred);
     }
-    PyObject *records = PyObject_GetAttr(r, fetch_names[FN_RECORDS]);
+    PyObject *records = fb_get(r, FN_RECORDS);
     if (records == NULL)
         return -1;
     Py_ssize_t size = records == Py_None ? 0 : PyObject_Size(records);
@@ -1957,7 +1980,7 @@ fb_write_result(PyObject *out, int version, int flex, long long index, PyObject 
         return rc;
     /* Tagged fields: only diverging_epoch (tag 0) comes from a result; current_leader and
      * snapshot_id are never set on one (the handler writes those answers as PartitionData). */
-    PyObject *div = PyObject_GetAttr(r, fetch_names[FN_DIVERGING]);
+    PyObject *div = fb_get(r, FN_DIVERGING);
     if (div == NULL)
         return -1;
     char tags[32], *t = tags;
@@ -2049,6 +2072,275 @@ speedups_setup_fetch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_INCREF(args[2]);
     Py_XSETREF(partition_data_type, args[2]);
     chunk_min = threshold;
+    Py_RETURN_NONE;
+}
+
+/* --- a consumer fetch's caught-up partitions ---------------------------------------------- */
+
+/* read_caught_up(fps, partitions, results, fetch_only_leader, read_committed, read) fills
+ * ``results`` for a consumer's Fetch as rivulet.replication.replica_manager's read loop does
+ * (``results[fp.tp] = read(fp)`` for each FetchRequestPartition, in order; that loop is the
+ * reference), answering itself the partitions with nothing to read: a partition this broker
+ * has and leads (when ``fetch_only_leader``) at the epoch asked, whose log is open, holds no
+ * undecided transaction (so its LSO is its HW) and whose fetch offset is in range and at or
+ * past the HW. Its result is FetchResult(NO_ERROR, hw, hw, log start) with the records and
+ * position of the log's shared empty read (NOTHING_READ), and an empty aborted list when
+ * read_committed. Any other partition, or anything unexpected about one, goes to ``read``.
+ * A full fetch of a thousand partitions of which a few have records spends most of its
+ * time here. It reads the Log's own fields (_hw, _leo, _log_start, _closed, _offline) and its
+ * producer state's transaction dicts: the differential test in tests/test_fetch_caught_up.py
+ * compares both walks over every kind of partition. */
+
+static PyObject *no_error = NULL;            /* ErrorCode.NONE */
+static PyObject *nothing_records = NULL;     /* NOTHING_READ.records */
+static PyObject *nothing_position = NULL;    /* NOTHING_READ.fetch_offset_metadata */
+static PyObject *no_args = NULL;             /* () for FetchResult's tp_new */
+static PyObject *request_partition_type = NULL;  /* replica_manager.FetchRequestPartition */
+/* Where FetchRequestPartition's fields (RN_TP, RN_FETCH_OFFSET, RN_LEADER_EPOCH_ASKED) lie,
+ * when it is a plain __slots__ class: read there directly, else through getattr. */
+static Py_ssize_t request_offsets[3];
+static int fast_request = 0;
+enum {
+    RN_TP, RN_FETCH_OFFSET, RN_LEADER_EPOCH_ASKED, RN_DELETED, RN_LEADER_EPOCH, RN_IS_LEADER, RN_LOG,
+    RN_CLOSED, RN_OFFLINE, RN_HW, RN_LEO, RN_LOG_START, RN_PRODUCER_STATE, RN_ONGOING, RN_UNREPLICATED,
+    RN_ERROR, RN_HIGH_WATERMARK, RN_LSO, RN_LOG_START_OFFSET, RN_RECORDS, RN_ABORTED, RN_POSITION,
+    RN_DIVERGING, RN_PREFERRED, RN_COUNT
+};
+static PyObject *read_names[RN_COUNT];
+static const char *const read_name_strs[RN_COUNT] = {
+    "tp", "fetch_offset", "current_leader_epoch", "deleted", "leader_epoch", "is_leader", "log",
+    "_closed", "_offline", "_hw", "_leo", "_log_start", "producer_state", "ongoing_txns", "unreplicated_txns",
+    "error", "high_watermark", "last_stable_offset", "log_start_offset", "records", "aborted_transactions",
+    "fetch_offset_metadata", "diverging_epoch", "preferred_read_replica",
+};
+
+/* Offsets of ``names``' slots in instances of ``type`` (as probe_fast_record decides):
+ * 1 when each is a plain writable object slot, else 0. */
+static int
+probe_slots(PyObject *type, PyObject *const *names, int n, Py_ssize_t *offsets)
+{
+    if (!PyType_Check(type))
+        return 0;
+    PyTypeObject *tp = (PyTypeObject *)type;
+    if (!(tp->tp_flags & Py_TPFLAGS_HEAPTYPE) || tp->tp_alloc == NULL || tp->tp_dictoffset != 0)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        PyObject *descr = PyDict_GetItemWithError(tp->tp_dict, names[i]); /* borrowed */
+        if (descr == NULL || Py_TYPE(descr) != &PyMemberDescr_Type) {
+            PyErr_Clear();
+            return 0;
+        }
+        PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
+        if (m->type != RIV_T_OBJECT_EX || (m->flags & RIV_READONLY))
+            return 0;
+        if (m->offset < (Py_ssize_t)sizeof(PyObject) || m->offset + (Py_ssize_t)sizeof(PyObject *) > tp->tp_basicsize)
+            return 0;
+        offsets[i] = m->offset;
+    }
+    return 1;
+}
+
+/* obj.<name> (a new reference), from its slot when obj is a FetchRequestPartition. */
+static PyObject *
+rd_get(PyObject *obj, int name)
+{
+    if (fast_request && name <= RN_LEADER_EPOCH_ASKED && (PyObject *)Py_TYPE(obj) == request_partition_type) {
+        PyObject *v = *(PyObject **)((char *)obj + request_offsets[name]);
+        if (v != NULL)
+            return Py_NewRef(v);
+    }
+    return PyObject_GetAttr(obj, read_names[name]);
+}
+
+/* obj.<name> as a C integer: 1 when read, 0 when not an int that fits (the caller hands the
+ * partition to the Python read), -1 with an exception. */
+static int
+rd_ll(PyObject *obj, int name, long long *value)
+{
+    PyObject *v = rd_get(obj, name);
+    if (v == NULL)
+        return -1;
+    int ok = PyLong_CheckExact(v);
+    if (ok) {
+        int overflow;
+        *value = PyLong_AsLongLongAndOverflow(v, &overflow);
+        ok = overflow == 0 && !(*value == -1 && PyErr_Occurred());
+    }
+    Py_DECREF(v);
+    return PyErr_Occurred() ? -1 : ok;
+}
+
+/* Whether obj.<name> is true: 1, 0, or -1 with an exception. */
+static int
+rd_true(PyObject *obj, int name)
+{
+    PyObject *v = PyObject_GetAttr(obj, read_names[name]);
+    if (v == NULL)
+        return -1;
+    int t = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return t;
+}
+
+/* The result of a caught-up partition (new reference), Py_None (borrowed: hand it to the
+ * Python read) or NULL with an exception. */
+static PyObject *
+caught_up_result(PyObject *fp, PyObject *p, int fetch_only_leader, int read_committed)
+{
+    long long asked, epoch, fetch_offset, hw, leo, start;
+    int r, t;
+    if ((t = rd_true(p, RN_DELETED)) != 0)
+        return t < 0 ? NULL : Py_None;
+    if ((r = rd_ll(fp, RN_LEADER_EPOCH_ASKED, &asked)) <= 0)
+        return r < 0 ? NULL : Py_None;
+    if (asked >= 0) {
+        if ((r = rd_ll(p, RN_LEADER_EPOCH, &epoch)) <= 0)
+            return r < 0 ? NULL : Py_None;
+        if (asked != epoch)
+            return Py_None;  /* fenced or unknown epoch: the read answers the error */
+    }
+    if (fetch_only_leader && (t = rd_true(p, RN_IS_LEADER)) != 1)
+        return t < 0 ? NULL : Py_None;
+    PyObject *lg = PyObject_GetAttr(p, read_names[RN_LOG]);
+    if (lg == NULL)
+        return NULL;
+    PyObject *out = Py_None, *ps = NULL;
+    if ((t = rd_true(lg, RN_CLOSED)) != 0 || (t = rd_true(lg, RN_OFFLINE)) != 0)
+        goto done;
+    if ((r = rd_ll(lg, RN_HW, &hw)) <= 0 || (r = rd_ll(lg, RN_LEO, &leo)) <= 0
+        || (r = rd_ll(lg, RN_LOG_START, &start)) <= 0 || (r = rd_ll(fp, RN_FETCH_OFFSET, &fetch_offset)) <= 0) {
+        t = r;
+        goto done;
+    }
+    /* Out of range, or something to read below the HW (which is also the LSO, checked next). */
+    t = 0;
+    if (fetch_offset > leo || fetch_offset < start || fetch_offset < (hw < leo ? hw : leo))
+        goto done;
+    if ((ps = PyObject_GetAttr(lg, read_names[RN_PRODUCER_STATE])) == NULL) {
+        t = -1;
+        goto done;
+    }
+    if ((t = rd_true(ps, RN_ONGOING)) != 0 || (t = rd_true(ps, RN_UNREPLICATED)) != 0)
+        goto done;  /* an undecided transaction may hold the LSO below the HW */
+    PyTypeObject *rt = (PyTypeObject *)fetch_result_type;
+    PyObject *res = fast_result ? rt->tp_alloc(rt, 0) : rt->tp_new(rt, no_args, NULL);
+    if (res == NULL) {
+        t = -1;
+        goto done;
+    }
+    PyObject *hw_obj = PyLong_FromLongLong(hw), *start_obj = PyLong_FromLongLong(start), *minus_one = PyLong_FromLong(-1);
+    PyObject *aborted = read_committed ? PyList_New(0) : Py_NewRef(Py_None);
+    PyObject *values[N_RESULT_FIELDS] = {no_error, hw_obj, hw_obj, start_obj, nothing_records, aborted,
+                                         nothing_position, Py_None, minus_one};
+    int fail = hw_obj == NULL || start_obj == NULL || minus_one == NULL || aborted == NULL;
+    for (int k = 0; !fail && k < N_RESULT_FIELDS; k++) {
+        if (fast_result)
+            *(PyObject **)((char *)res + result_offsets[k]) = Py_NewRef(values[k]);  /* fresh: all NULL */
+        else
+            fail = PyObject_SetAttr(res, read_names[RN_ERROR + k], values[k]) < 0;
+    }
+    Py_XDECREF(hw_obj);
+    Py_XDECREF(start_obj);
+    Py_XDECREF(minus_one);
+    Py_XDECREF(aborted);
+    if (fail) {
+        Py_DECREF(res);
+        t = -1;
+        goto done;
+    }
+    out = res;
+done:
+    Py_XDECREF(ps);
+    Py_DECREF(lg);
+    return t < 0 ? NULL : out;
+}
+
+static PyObject *
+speedups_read_caught_up(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "read_caught_up takes 6 arguments");
+        return NULL;
+    }
+    PyObject *fps = args[0], *partitions = args[1], *results = args[2], *read = args[5];
+    if (fetch_result_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "setup_fetch_read() was not called");
+        return NULL;
+    }
+    if (!PyList_Check(fps) || !PyDict_Check(partitions) || !PyDict_Check(results)) {
+        PyErr_SetString(PyExc_TypeError, "read_caught_up(list, dict, dict, bool, bool, read)");
+        return NULL;
+    }
+    int fetch_only_leader = PyObject_IsTrue(args[3]), read_committed = PyObject_IsTrue(args[4]);
+    if (fetch_only_leader < 0 || read_committed < 0)
+        return NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(fps); i++) {
+        PyObject *fp = PyList_GET_ITEM(fps, i);
+        Py_INCREF(fp);  /* ``read`` may change the list */
+        PyObject *tp = rd_get(fp, RN_TP), *res = NULL;
+        if (tp == NULL) {
+            Py_DECREF(fp);
+            return NULL;
+        }
+        PyObject *p = PyDict_GetItemWithError(partitions, tp);
+        if (p != NULL) {
+            Py_INCREF(p);
+            res = caught_up_result(fp, p, fetch_only_leader, read_committed);
+            Py_DECREF(p);
+            if (res == Py_None)
+                res = NULL;
+            else if (res == NULL)
+                goto fail;
+        }
+        else if (PyErr_Occurred()) {
+            goto fail;
+        }
+        if (res == NULL && (res = PyObject_CallOneArg(read, fp)) == NULL)
+            goto fail;
+        int rc = PyDict_SetItem(results, tp, res);
+        Py_DECREF(res);
+        Py_DECREF(tp);
+        Py_DECREF(fp);
+        if (rc < 0)
+            return NULL;
+        continue;
+    fail:
+        Py_DECREF(tp);
+        Py_DECREF(fp);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+speedups_setup_fetch_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyType_Check(args[0]) || !PyType_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "setup_fetch_read(FetchResult, FetchRequestPartition, NO_ERROR, NOTHING_READ)");
+        return NULL;
+    }
+    for (int i = 0; i < RN_COUNT; i++) {
+        if (read_names[i] == NULL && (read_names[i] = PyUnicode_InternFromString(read_name_strs[i])) == NULL)
+            return NULL;
+    }
+    PyObject *records = PyObject_GetAttr(args[3], read_names[RN_RECORDS]);
+    PyObject *position = records == NULL ? NULL : PyObject_GetAttr(args[3], read_names[RN_POSITION]);
+    if (position == NULL) {
+        Py_XDECREF(records);
+        return NULL;
+    }
+    if (no_args == NULL && (no_args = PyTuple_New(0)) == NULL) {
+        Py_DECREF(records);
+        Py_DECREF(position);
+        return NULL;
+    }
+    Py_XSETREF(nothing_records, records);
+    Py_XSETREF(nothing_position, position);
+    Py_XSETREF(fetch_result_type, Py_NewRef(args[0]));
+    Py_XSETREF(request_partition_type, Py_NewRef(args[1]));
+    Py_XSETREF(no_error, Py_NewRef(args[2]));
+    fast_result = probe_slots(args[0], read_names + RN_ERROR, N_RESULT_FIELDS, result_offsets);
+    fast_request = probe_slots(args[1], read_names, 3, request_offsets);
     Py_RETURN_NONE;
 }
 
@@ -2241,6 +2533,12 @@ static PyMethodDef speedups_methods[] = {
      "(rivulet.protocol.fetch_answer is the reference); PartitionData entries go to other."},
     {"setup_fetch", (PyCFunction)(void (*)(void))speedups_setup_fetch, METH_FASTCALL,
      "setup_fetch(OutBuf, CHUNK_MIN, PartitionData) -> None\n\nBind what encode_fetch_partitions needs."},
+    {"read_caught_up", (PyCFunction)(void (*)(void))speedups_read_caught_up, METH_FASTCALL,
+     "read_caught_up(fps, partitions, results, fetch_only_leader, read_committed, read) -> None\n\n"
+     "A consumer fetch's read loop (rivulet.replication.replica_manager is the reference): the\n"
+     "partitions with nothing to read answered here, the others by read(fp), in order."},
+    {"setup_fetch_read", (PyCFunction)(void (*)(void))speedups_setup_fetch_read, METH_FASTCALL,
+     "setup_fetch_read(FetchResult, FetchRequestPartition, NO_ERROR, NOTHING_READ) -> None\n\nBind what read_caught_up needs."},
     {"read_int_structs", (PyCFunction)(void (*)(void))speedups_read_int_structs, METH_FASTCALL,
      "read_int_structs(buf, pos, end, n, cls, codes, names, absent, flex, reader) -> (list, pos)\n\n"
      "An array of integer-only structs read as rivulet.protocol.schema's compiled reader does."},

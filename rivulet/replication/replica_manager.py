@@ -26,6 +26,7 @@ from rivulet.common.time import SYSTEM_CLOCK, Clock
 from rivulet.common.types import TopicPartition
 from rivulet.delayed import DelayedOperation, DelayedOperationPurgatory, Timer
 from rivulet.protocol import records as rec
+from rivulet.protocol.accel import speedups
 from rivulet.protocol.errors import NO_ERROR, ApiError, ErrorCode
 from rivulet.replication.metadata_cache import MetadataCache, MetadataUpdate
 from rivulet.replication.partition import (
@@ -36,7 +37,7 @@ from rivulet.replication.partition import (
 )
 from rivulet.replication.replica_selector import ReplicaView, select_read_replica
 from rivulet.storage.config import LogConfig
-from rivulet.storage.log import Log, LogOffsetMetadata
+from rivulet.storage.log import NOTHING_READ, Log, LogOffsetMetadata
 from rivulet.storage.log_dir_failure import KafkaStorageError
 from rivulet.storage.producer_state import AppendOrigin
 
@@ -183,6 +184,19 @@ class FetchResult:
 # Record sets at least this large are sent from the segment file: below it, starting a send
 # off the event loop costs more than the copy it saves.
 ZERO_COPY_MIN = 256 * 1024
+
+
+# The C accelerator's walk of a consumer fetch (``read_from_local_log``): it answers the
+# partitions with nothing to read itself and hands every other one to the Python read, in
+# request order. None without the accelerator (or with RIVULET_NO_SPEEDUPS=1): the Python
+# loop, the reference, reads them all.
+_read_caught_up: Callable[[list[FetchRequestPartition], dict[TopicPartition, Partition],
+                           dict[TopicPartition, FetchResult], bool, bool,
+                           Callable[[FetchRequestPartition], FetchResult]], None] | None = None
+_speedups = speedups()
+if _speedups is not None:
+    _speedups.setup_fetch_read(FetchResult, FetchRequestPartition, NO_ERROR, NOTHING_READ)
+    _read_caught_up = _speedups.read_caught_up
 
 
 @dataclass(slots=True)
@@ -822,16 +836,18 @@ class ReplicaManager:
         read_committed = params.isolation_level == 1 and not from_follower
         fetch_only_leader = params.fetch_only_leader
         zero_copy_min = ZERO_COPY_MIN if params.zero_copy else 0
-        for fp in params.partitions:
+
+        def read(fp: FetchRequestPartition) -> FetchResult:
+            """One partition's read, in request order (``remaining`` and ``min_one`` carry over)."""
+            nonlocal remaining, min_one
             tp = fp.tp
             p = partitions.get(tp)
             if p is None or p.deleted:
-                results[tp] = FetchResult(ErrorCode.KAFKA_STORAGE_ERROR if p is None and tp in self.offline_partitions
-                                          else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                continue
+                return FetchResult(ErrorCode.KAFKA_STORAGE_ERROR if p is None and tp in self.offline_partitions
+                                   else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             lg = p.log
             hw, lso = p.watermarks()
-            res = results[tp] = FetchResult(NO_ERROR, hw, lso, lg.log_start_offset)
+            res = FetchResult(NO_ERROR, hw, lso, lg.log_start_offset)
             try:
                 if fetch_only_leader:
                     p.check_leader(fp.current_leader_epoch)
@@ -843,7 +859,7 @@ class ReplicaManager:
                         # The follower truncates to it before fetching again; its LEO is not known.
                         res.diverging_epoch = diverging
                         res.records = b""
-                        continue
+                        return res
                     if p.update_follower_fetch(params.replica_id, fp.fetch_offset, fp.log_start_offset,
                                                params.replica_epoch):
                         hw_moved.append(fp.tp)
@@ -853,7 +869,7 @@ class ReplicaManager:
                     if preferred != self.node_id:
                         res.preferred_read_replica = preferred
                         res.records = b""
-                        continue
+                        return res
                 max_offset = lg.log_end_offset if from_follower else (
                     res.last_stable_offset if read_committed else res.high_watermark)
                 limit = min(fp.max_bytes, remaining)
@@ -878,6 +894,16 @@ class ReplicaManager:
                     res.aborted_transactions = aborted
             except ApiError as e:
                 res.error = e.code
+            return res
+
+        if _read_caught_up is not None and not from_follower and not (
+                params.client_rack and self.replica_selector is not None):
+            # A consumer's caught-up partitions (most of a full fetch of many) are answered in C;
+            # the others go to ``read`` in their turn, so the results are those of the loop below.
+            _read_caught_up(params.partitions, partitions, results, fetch_only_leader, read_committed, read)
+        else:
+            for fp in params.partitions:
+                results[fp.tp] = read(fp)
         for tp in hw_moved:
             # A follower's fetch moved the HW: acks=all produces and consumers' fetches may complete.
             self.on_high_watermark_advanced(tp)

@@ -166,14 +166,17 @@ def test_waits_without_reading_until_min_bytes_then_reads_once(tmp_path) -> None
         CountingLog.reads = 0
         fut = rm.fetch_messages(_params(tp, 0, min_bytes=3 * len(small)))
         assert isinstance(fut, Promise) and not fut.done()
-        assert CountingLog.reads == 1  # the first read, before waiting
+        # The first read, before waiting (the C walk answers a caught-up partition without
+        # Log.read, the Python loop calls it).
+        first = CountingLog.reads
+        assert first <= 1
         _produce(rm, tp, small)
         _produce(rm, tp, small)
         assert not fut.done()
-        assert CountingLog.reads == 1  # the appends were measured by position, not read
+        assert CountingLog.reads == first  # the appends were measured by position, not read
         _produce(rm, tp, small)
         assert fut.done()
-        assert CountingLog.reads == 2  # one read, at completion
+        assert CountingLog.reads == first + 1  # one read, at completion
         result = fut.result()[tp]
         assert result.error == ErrorCode.NONE and len(result.records) == 3 * len(small)
 

@@ -1,0 +1,175 @@
+"""The C walk of a consumer fetch (``_speedups.read_caught_up``) against the Python read loop.
+
+``ReplicaManager.read_from_local_log`` answers a consumer's caught-up partitions in C and hands
+every other one to the Python read; with RIVULET_NO_SPEEDUPS=1 the Python loop reads them all.
+Both must give the same results, field by field and in the same order, for partitions of every
+kind a fetch can name (caught up at the HW or past it below the LEO, with records to read, out
+of range, at a fenced or unknown epoch, not led here, deleted, unknown, offline, closed, with an
+open transaction holding the LSO back), in any order and with repeats, for read_uncommitted and
+read_committed, leader-only or not, and with a byte budget the earlier partitions use up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rivulet.common.types import TopicPartition
+from rivulet.delayed import Timer
+from rivulet.protocol import records as rec
+from rivulet.protocol.records import SPEEDUPS
+from rivulet.replication import replica_manager as rmod
+from rivulet.replication.partition import Partition
+from rivulet.replication.replica_manager import FetchParams, FetchRequestPartition, FetchResult, ReplicaManager
+from rivulet.storage import Log, LogConfig
+
+pytestmark = pytest.mark.fast
+
+T0 = 1_700_000_000_000
+LEADER_EPOCH = 3
+
+
+def _batch(n: int, **kw: int | bool) -> bytearray:
+    return bytearray(rec.encode_batch([rec.Record(0, T0 + i, None, b"x" * 30, []) for i in range(n)], **kw))
+
+
+def _append(rm: ReplicaManager, tp: TopicPartition, data: bytearray) -> None:
+    assert rm.append_records({tp: data}, required_acks=1, timeout_ms=1000)[tp].error == 0
+
+
+# Each kind of partition: how to make it from a fresh, led one with 6 records (HW = LEO = 6).
+def _plain(rm: ReplicaManager, p: Partition) -> None:
+    pass
+
+
+def _hw_below_leo(rm: ReplicaManager, p: Partition) -> None:
+    p.log.high_watermark = 4
+
+
+def _empty(rm: ReplicaManager, p: Partition) -> None:
+    p.log.truncate_fully_and_start_at(0)
+    p.log.high_watermark = 0
+
+
+def _log_start_moved(rm: ReplicaManager, p: Partition) -> None:
+    p.log.maybe_increment_log_start_offset(3)
+
+
+def _not_leader(rm: ReplicaManager, p: Partition) -> None:
+    p.leader_id = p.node_id + 1
+
+
+def _deleted(rm: ReplicaManager, p: Partition) -> None:
+    p.deleted = True
+
+
+def _closed(rm: ReplicaManager, p: Partition) -> None:
+    p.log.close()
+
+
+def _open_transaction(rm: ReplicaManager, p: Partition) -> None:
+    _append(rm, p.tp, _batch(2, producer_id=7, producer_epoch=0, base_sequence=0, transactional=True))
+
+
+def _unknown(rm: ReplicaManager, p: Partition) -> None:
+    rm.partitions.pop(p.tp)
+
+
+def _offline(rm: ReplicaManager, p: Partition) -> None:
+    rm.partitions.pop(p.tp)
+    rm.offline_partitions.add(p.tp)
+
+
+KINDS: list[Callable[[ReplicaManager, Partition], None]] = [
+    _plain, _hw_below_leo, _empty, _log_start_moved, _not_leader, _deleted, _closed, _open_transaction,
+    _unknown, _offline]
+# A fetch offset below, at and past the HW, past the LEO, and before the log start.
+OFFSETS = [0, 2, 4, 6, 8, 9]
+EPOCHS = [-1, LEADER_EPOCH - 1, LEADER_EPOCH, LEADER_EPOCH + 1]
+
+
+@pytest.fixture(scope="module")
+def manager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReplicaManager]:
+    loop = asyncio.new_event_loop()
+    timer = Timer(loop)
+    rm = ReplicaManager(0, timer)
+    base = tmp_path_factory.mktemp("caught-up")
+    logs = []
+    for i, kind in enumerate(KINDS):
+        tp = TopicPartition("t", i)
+        lg = Log(str(base / f"t-{i}"), LogConfig())
+        if kind is not _closed:
+            logs.append(lg)
+        p = Partition(tp, uuid.uuid4(), lg, 0, leader_epoch=LEADER_EPOCH)
+        rm.add_partition(p)
+        _append(rm, tp, _batch(3))
+        _append(rm, tp, _batch(3))
+        kind(rm, p)
+    yield rm
+    rm.shutdown()
+    timer.shutdown()
+    for lg in logs:
+        lg.close()
+    loop.close()
+
+
+def _fields(r: FetchResult) -> dict[str, object]:
+    out = {f.name: getattr(r, f.name) for f in dataclasses.fields(FetchResult)}
+    out["records"] = None if r.records is None else bytes(r.records)
+    out["aborted_transactions_type"] = type(r.aborted_transactions)
+    return out
+
+
+def _read(rm: ReplicaManager, params: FetchParams, walk: object, monkeypatch: pytest.MonkeyPatch
+          ) -> list[tuple[TopicPartition, dict[str, object]]]:
+    with monkeypatch.context() as m:
+        m.setattr(rmod, "_read_caught_up", walk)
+        return [(tp, _fields(r)) for tp, r in rm.read_from_local_log(params).items()]
+
+
+def test_the_c_walk_is_used_when_the_accelerator_is_built() -> None:
+    assert (rmod._read_caught_up is not None) == SPEEDUPS
+
+
+requests = st.lists(st.tuples(st.integers(0, len(KINDS) - 1), st.sampled_from(OFFSETS), st.sampled_from(EPOCHS)),
+                    max_size=14)
+
+
+@pytest.mark.skipif(not SPEEDUPS, reason="the C accelerator is not built")
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(wanted=requests, read_committed=st.booleans(), fetch_only_leader=st.booleans(),
+       max_bytes=st.sampled_from([1, 200, 1 << 20]))
+def test_same_results_as_the_python_loop(manager: ReplicaManager, wanted: list[tuple[int, int, int]],
+                                         read_committed: bool, fetch_only_leader: bool, max_bytes: int,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    params = FetchParams(
+        replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=max_bytes, isolation_level=int(read_committed),
+        fetch_only_leader=fetch_only_leader,
+        partitions=[FetchRequestPartition(TopicPartition("t", k), offset, 1 << 20, epoch)
+                    for k, offset, epoch in wanted])
+    expected = _read(manager, params, None, monkeypatch)
+    assert _read(manager, params, rmod._speedups.read_caught_up, monkeypatch) == expected
+
+
+@pytest.mark.skipif(not SPEEDUPS, reason="the C accelerator is not built")
+def test_caught_up_partitions_are_answered_without_the_python_read(manager: ReplicaManager) -> None:
+    """The point of the walk: a caught-up partition never reaches ``read``; the others do."""
+    fps = [FetchRequestPartition(TopicPartition("t", 0), 6, 1 << 20, LEADER_EPOCH),  # caught up
+           FetchRequestPartition(TopicPartition("t", 0), 2, 1 << 20, LEADER_EPOCH),  # records to read
+           FetchRequestPartition(TopicPartition("t", 1), 5, 1 << 20, -1)]  # past the HW, below the LEO
+    called: list[FetchRequestPartition] = []
+
+    def read(fp: FetchRequestPartition) -> FetchResult:
+        called.append(fp)
+        return FetchResult(0)
+
+    results: dict[TopicPartition, FetchResult] = {}
+    rmod._speedups.read_caught_up(fps, manager.partitions, results, False, False, read)
+    assert called == [fps[1]]
+    assert results[TopicPartition("t", 1)] == FetchResult(0, 4, 4, 0, b"")
