@@ -49,7 +49,7 @@ def _broker(data: str, tree: str) -> tuple[BrokerProcess, int]:
     port = free_port()
     b = BrokerProcess({"inter.broker.listener.name": "PLAINTEXT", "metrics.listener": f"http://127.0.0.1:{port}"},
                       data_dir=data)
-    return b.start(), port
+    return b.start(timeout=300), port  # loading 10,000 partitions takes long on a busy machine
 
 
 def main() -> None:
