@@ -2075,6 +2075,19 @@ speedups_setup_fetch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* fetch_wanted's (below) types and names, bound by setup_fetch_read. */
+static PyObject *topic_partition_type = NULL;  /* rivulet.common.types.TopicPartition */
+enum { WN_PARTITION, WN_FETCH_OFFSET, WN_MAX_BYTES, WN_LEADER_EPOCH, WN_LOG_START, WN_LAST_EPOCH, WN_COUNT };
+static PyObject *wanted_names[WN_COUNT];   /* the request struct's fields */
+static PyObject *request_names[WN_COUNT];  /* FetchRequestPartition's fields, in its order */
+static Py_ssize_t wanted_offsets[WN_COUNT];
+static int fast_wanted = 0;
+static const char *const wanted_name_strs[WN_COUNT] = {
+    "partition", "fetch_offset", "partition_max_bytes", "current_leader_epoch", "log_start_offset",
+    "last_fetched_epoch"};
+static const char *const request_name_strs[WN_COUNT] = {
+    "tp", "fetch_offset", "max_bytes", "current_leader_epoch", "log_start_offset", "last_fetched_epoch"};
+
 /* --- a consumer fetch's caught-up partitions ---------------------------------------------- */
 
 /* read_caught_up(fps, partitions, results, fetch_only_leader, read_committed, read) fills
@@ -2315,9 +2328,17 @@ speedups_read_caught_up(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 speedups_setup_fetch_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4 || !PyType_Check(args[0]) || !PyType_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "setup_fetch_read(FetchResult, FetchRequestPartition, NO_ERROR, NOTHING_READ)");
+    if (nargs != 5 || !PyType_Check(args[0]) || !PyType_Check(args[1]) || !PyType_Check(args[4])
+        || !PyType_IsSubtype((PyTypeObject *)args[4], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "setup_fetch_read(FetchResult, FetchRequestPartition, NO_ERROR, NOTHING_READ, TopicPartition)");
         return NULL;
+    }
+    for (int i = 0; i < WN_COUNT; i++) {
+        if (wanted_names[i] == NULL && (wanted_names[i] = PyUnicode_InternFromString(wanted_name_strs[i])) == NULL)
+            return NULL;
+        if (request_names[i] == NULL && (request_names[i] = PyUnicode_InternFromString(request_name_strs[i])) == NULL)
+            return NULL;
     }
     for (int i = 0; i < RN_COUNT; i++) {
         if (read_names[i] == NULL && (read_names[i] = PyUnicode_InternFromString(read_name_strs[i])) == NULL)
@@ -2341,7 +2362,95 @@ speedups_setup_fetch_read(PyObject *self, PyObject *const *args, Py_ssize_t narg
     Py_XSETREF(no_error, Py_NewRef(args[2]));
     fast_result = probe_slots(args[0], read_names + RN_ERROR, N_RESULT_FIELDS, result_offsets);
     fast_request = probe_slots(args[1], read_names, 3, request_offsets);
+    /* tp_alloc fills a FetchRequestPartition only when its slots are all there is to it. */
+    fast_wanted = probe_slots(args[1], request_names, WN_COUNT, wanted_offsets)
+        && ((PyTypeObject *)args[1])->tp_basicsize == (Py_ssize_t)(sizeof(PyObject) + WN_COUNT * sizeof(PyObject *));
+    Py_XSETREF(topic_partition_type, Py_NewRef(args[4]));
     Py_RETURN_NONE;
+}
+
+/* fetch_wanted(parts, name, version, wanted) -> list[TopicPartition]: a Fetch request topic's
+ * partitions (FetchPartition structs) as rivulet.server.handlers.records._py_fetch_wanted
+ * makes them (the reference): a TopicPartition(name, partition) each, returned in order, and
+ * a FetchRequestPartition each appended to ``wanted``, with the fields the version lacks at
+ * -1. Without the Python calls a TopicPartition and a FetchRequestPartition cost. */
+
+
+static PyObject *
+speedups_fetch_wanted(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "fetch_wanted takes 4 arguments");
+        return NULL;
+    }
+    PyObject *parts = args[0], *name = args[1], *wanted = args[3];
+    long version = PyLong_AsLong(args[2]);
+    if (version == -1 && PyErr_Occurred())
+        return NULL;
+    if (topic_partition_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "setup_fetch_read() was not called");
+        return NULL;
+    }
+    if (!PyList_Check(parts) || !PyList_Check(wanted)) {
+        PyErr_SetString(PyExc_TypeError, "fetch_wanted(list, str, int, list)");
+        return NULL;
+    }
+    /* Which request fields the version has; the others are -1, as the handler's loop says. */
+    const int present[WN_COUNT] = {1, 1, 1, version >= 9, version >= 5, version >= 12};
+    PyTypeObject *tpt = (PyTypeObject *)topic_partition_type, *rpt = (PyTypeObject *)request_partition_type;
+    Py_ssize_t n = PyList_GET_SIZE(parts);
+    PyObject *tps = PyList_New(n), *minus_one = PyLong_FromLong(-1);
+    if (tps == NULL || minus_one == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *fp = PyList_GET_ITEM(parts, i), *v[WN_COUNT] = {NULL};
+        for (int k = 0; k < WN_COUNT; k++) {
+            v[k] = present[k] ? PyObject_GetAttr(fp, wanted_names[k]) : Py_NewRef(minus_one);
+            if (v[k] == NULL) {
+                for (int j = 0; j < k; j++)
+                    Py_DECREF(v[j]);
+                goto fail;
+            }
+        }
+        /* TopicPartition(name, partition): what tuple.__new__ does for the subclass. */
+        PyObject *tp = tpt->tp_alloc(tpt, 2);
+        if (tp == NULL) {
+            for (int k = 0; k < WN_COUNT; k++)
+                Py_DECREF(v[k]);
+            goto fail;
+        }
+        PyTuple_SET_ITEM(tp, 0, Py_NewRef(name));
+        PyTuple_SET_ITEM(tp, 1, v[WN_PARTITION]);  /* the reference moves into the tuple */
+        PyList_SET_ITEM(tps, i, tp);
+        v[WN_PARTITION] = Py_NewRef(tp);  /* FetchRequestPartition's first field is the key */
+        PyObject *frp;
+        if (fast_wanted) {
+            frp = rpt->tp_alloc(rpt, 0);
+            if (frp != NULL) {
+                for (int k = 0; k < WN_COUNT; k++) {
+                    *(PyObject **)((char *)frp + wanted_offsets[k]) = v[k];  /* fresh: all NULL */
+                    v[k] = NULL;
+                }
+            }
+        }
+        else {
+            frp = PyObject_Vectorcall(request_partition_type, v, WN_COUNT, NULL);
+        }
+        for (int k = 0; k < WN_COUNT; k++)
+            Py_XDECREF(v[k]);
+        if (frp == NULL)
+            goto fail;
+        int rc = PyList_Append(wanted, frp);
+        Py_DECREF(frp);
+        if (rc < 0)
+            goto fail;
+    }
+    Py_DECREF(minus_one);
+    return tps;
+fail:
+    Py_XDECREF(tps);
+    Py_XDECREF(minus_one);
+    return NULL;
 }
 
 /* --- arrays of integer structs (message decoding) ---------------------------------------- */
@@ -2538,7 +2647,11 @@ static PyMethodDef speedups_methods[] = {
      "A consumer fetch's read loop (rivulet.replication.replica_manager is the reference): the\n"
      "partitions with nothing to read answered here, the others by read(fp), in order."},
     {"setup_fetch_read", (PyCFunction)(void (*)(void))speedups_setup_fetch_read, METH_FASTCALL,
-     "setup_fetch_read(FetchResult, FetchRequestPartition, NO_ERROR, NOTHING_READ) -> None\n\nBind what read_caught_up needs."},
+     "setup_fetch_read(FetchResult, FetchRequestPartition, NO_ERROR, NOTHING_READ, TopicPartition) -> None\n\nBind what read_caught_up needs."},
+    {"fetch_wanted", (PyCFunction)(void (*)(void))speedups_fetch_wanted, METH_FASTCALL,
+     "fetch_wanted(parts, name, version, wanted) -> list[TopicPartition]\n\n"
+     "A Fetch request topic's partitions as the handler's keys and FetchRequestPartitions\n"
+     "(rivulet.server.handlers.records._py_fetch_wanted is the reference)."},
     {"read_int_structs", (PyCFunction)(void (*)(void))speedups_read_int_structs, METH_FASTCALL,
      "read_int_structs(buf, pos, end, n, cls, codes, names, absent, flex, reader) -> (list, pos)\n\n"
      "An array of integer-only structs read as rivulet.protocol.schema's compiled reader does."},

@@ -195,7 +195,7 @@ _read_caught_up: Callable[[list[FetchRequestPartition], dict[TopicPartition, Par
                            Callable[[FetchRequestPartition], FetchResult]], None] | None = None
 _speedups = speedups()
 if _speedups is not None:
-    _speedups.setup_fetch_read(FetchResult, FetchRequestPartition, NO_ERROR, NOTHING_READ)
+    _speedups.setup_fetch_read(FetchResult, FetchRequestPartition, NO_ERROR, NOTHING_READ, TopicPartition)
     _read_caught_up = _speedups.read_caught_up
 
 

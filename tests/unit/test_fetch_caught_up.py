@@ -1,4 +1,5 @@
-"""The C walk of a consumer fetch (``_speedups.read_caught_up``) against the Python read loop.
+"""The C walk of a consumer fetch (``_speedups.read_caught_up``) against the Python read loop,
+and the request's partitions made in C (``_speedups.fetch_wanted``) against the handler's.
 
 ``ReplicaManager.read_from_local_log`` answers a consumer's caught-up partitions in C and hands
 every other one to the Python read; with RIVULET_NO_SPEEDUPS=1 the Python loop reads them all.
@@ -23,10 +24,12 @@ from hypothesis import strategies as st
 from rivulet.common.types import TopicPartition
 from rivulet.delayed import Timer
 from rivulet.protocol import records as rec
+from rivulet.protocol.messages.fetch_request import FetchPartition
 from rivulet.protocol.records import SPEEDUPS
 from rivulet.replication import replica_manager as rmod
 from rivulet.replication.partition import Partition
 from rivulet.replication.replica_manager import FetchParams, FetchRequestPartition, FetchResult, ReplicaManager
+from rivulet.server.handlers import records as records_handlers
 from rivulet.storage import Log, LogConfig
 
 pytestmark = pytest.mark.fast
@@ -173,3 +176,30 @@ def test_caught_up_partitions_are_answered_without_the_python_read(manager: Repl
     rmod._speedups.read_caught_up(fps, manager.partitions, results, False, False, read)
     assert called == [fps[1]]
     assert results[TopicPartition("t", 1)] == FetchResult(0, 4, 4, 0, b"")
+
+
+# -- the request's partitions as FetchRequestPartitions (the handler's fetch_wanted) ----------
+
+i32 = st.integers(-(2**31), 2**31 - 1)
+i64 = st.integers(-(2**63), 2**63 - 1)
+request_partitions = st.lists(st.builds(
+    FetchPartition, partition=i32, current_leader_epoch=i32, fetch_offset=i64, last_fetched_epoch=i32,
+    log_start_offset=i64, partition_max_bytes=i32), max_size=8)
+
+
+@pytest.mark.skipif(not SPEEDUPS, reason="the C accelerator is not built")
+@settings(max_examples=300, deadline=None)
+@given(parts=request_partitions, name=st.text(max_size=6), version=st.integers(4, 17))
+def test_the_request_partitions_made_in_c_are_the_python_ones(parts: list[FetchPartition], name: str,
+                                                              version: int) -> None:
+    expected: list[FetchRequestPartition] = []
+    tps = records_handlers._py_fetch_wanted(parts, name, version, expected)
+    got: list[FetchRequestPartition] = [FetchRequestPartition(TopicPartition("x", 0), 0, 0)]  # appended to
+    c_tps = rmod._speedups.fetch_wanted(parts, name, version, got)
+    assert c_tps == tps and all(type(tp) is TopicPartition for tp in c_tps)
+    assert got[1:] == expected and all(type(fp) is FetchRequestPartition for fp in got)
+    assert all(fp.tp is tp for fp, tp in zip(got[1:], c_tps, strict=True))
+
+
+def test_the_handler_uses_the_c_request_partitions_when_built() -> None:
+    assert (records_handlers._fetch_wanted is records_handlers._py_fetch_wanted) == (not SPEEDUPS)

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 from rivulet.common.file_region import FileRegion
 from rivulet.common.types import TopicPartition
+from rivulet.protocol.accel import speedups
 from rivulet.protocol.errors import NO_ERROR, ApiError, ErrorCode
 from rivulet.protocol.fetch_answer import AnswerTopic, FetchAnswer, partition_data
 from rivulet.protocol.framing import RequestHeader
@@ -20,7 +21,7 @@ from rivulet.protocol.messages import (
     produce_response as pr,
 )
 from rivulet.protocol.messages.delete_records_request import DeleteRecordsRequest
-from rivulet.protocol.messages.fetch_request import FetchRequest
+from rivulet.protocol.messages.fetch_request import FetchPartition, FetchRequest
 from rivulet.protocol.messages.list_offsets_request import ListOffsetsRequest
 from rivulet.protocol.messages.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
 from rivulet.protocol.messages.produce_request import ProduceRequest
@@ -56,6 +57,27 @@ _LIST_OFFSETS_MIN_VERSION = {LIST_OFFSETS_MAX_TIMESTAMP: 7, LIST_OFFSETS_EARLIES
                              LIST_OFFSETS_LATEST_TIERED: 9, LIST_OFFSETS_EARLIEST_PENDING_UPLOAD: 11}
 # ListOffsets and OffsetForLeaderEpoch from this replica id may read a follower (Kafka's tools).
 DEBUGGING_REPLICA_ID = -2
+
+
+def _py_fetch_wanted(parts: list[FetchPartition], name: str, v: int,
+                     wanted: list[FetchRequestPartition]) -> list[TopicPartition]:
+    """A Fetch request topic's partitions: their keys, in order, each with its
+    FetchRequestPartition appended to ``wanted`` (the fields version ``v`` lacks at -1)."""
+    tps = [TopicPartition(name, fp.partition) for fp in parts]
+    for fp, tp in zip(parts, tps, strict=True):
+        wanted.append(FetchRequestPartition(
+            tp, fp.fetch_offset, fp.partition_max_bytes,
+            fp.current_leader_epoch if v >= 9 else -1, fp.log_start_offset if v >= 5 else -1,
+            fp.last_fetched_epoch if v >= 12 else -1))
+    return tps
+
+
+# The C accelerator makes the same objects without a Python call for each (a consumer without
+# a fetch session names a thousand partitions in each Fetch); RIVULET_NO_SPEEDUPS=1 keeps
+# the reference above.
+_fetch_wanted: Callable[[list[FetchPartition], str, int, list[FetchRequestPartition]], list[TopicPartition]]
+_speedups = speedups()
+_fetch_wanted = _py_fetch_wanted if _speedups is None else _speedups.fetch_wanted
 
 
 @dataclass(eq=False)
@@ -233,16 +255,10 @@ class RecordHandlers:
             if name is None:
                 order.append((ft.topic_id, None, indexes, [], False))
                 continue
-            tps = [TopicPartition(name, i) for i in indexes]
             allowed = name in readable
+            # A refused topic's partitions are answered from their indexes alone.
+            tps = _fetch_wanted(ft.partitions, name, v, wanted) if allowed else []
             order.append((ft.topic_id, name, indexes, tps, not allowed))
-            if not allowed:
-                continue
-            for fp, tp in zip(ft.partitions, tps, strict=True):
-                wanted.append(FetchRequestPartition(
-                    tp, fp.fetch_offset, fp.partition_max_bytes,
-                    fp.current_leader_epoch if v >= 9 else -1, fp.log_start_offset if v >= 5 else -1,
-                    fp.last_fetched_epoch if v >= 12 else -1))
         result = self.replica_manager.fetch_messages(params)
         spent = time.perf_counter_ns() - t0
 
