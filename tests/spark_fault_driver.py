@@ -7,7 +7,11 @@ Every task leaves an empty file ``<marks>/<query>-<batch>-<partition>-<attempt>-
 test can tell retries and speculative attempts apart. The first attempt of partition 1's task
 in every third batch is slow, for speculation to start a copy of it.
 
-    python spark_fault_driver.py MASTER BOOTSTRAP SOURCE_TOPIC OUTPUT_TOPIC PARQUET_DIR CHECKPOINT_DIR MARKS_DIR
+    python spark_fault_driver.py MASTER BOOTSTRAP SOURCE_TOPIC OUTPUT_TOPIC PARQUET_DIR CHECKPOINT_DIR MARKS_DIR PARTITIONS
+
+PARTITIONS (the source topic's) is the source's minPartitions: a task per partition, which a
+batch this small would not otherwise get (its ranges would share one task), so that partition
+1's task exists for speculation to copy.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ def pace(marks: str):
 
 
 def main() -> None:
-    master, bootstrap, src, dst, out, cp, marks = sys.argv[1:8]
+    master, bootstrap, src, dst, out, cp, marks, partitions = sys.argv[1:9]
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
@@ -56,7 +60,7 @@ def main() -> None:
     spark.sparkContext.setLogLevel("WARN")
     df = (spark.readStream.format("rivulet").option("kafka.bootstrap.servers", bootstrap)
           .option("subscribe", src).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "300")
-          .load())
+          .option("minPartitions", partitions).load())
     df = df.where(F.udf(pace(marks), "long", useArrow=False)("offset") >= 0)  # a filter: both queries keep it
     to_topic = (df.select("key", "value").writeStream.format("rivulet").queryName("to_topic")
                 .option("kafka.bootstrap.servers", bootstrap).option("topic", dst)

@@ -24,10 +24,13 @@ import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from rivulet.cli.output import progress
 from rivulet.common.config import ConfigError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 DEFAULT_METRICS = {"events": "count(*)"}
 # The source and sink formats the pipeline can use: Rivulet's, or Spark's own Kafka connector
@@ -238,21 +241,33 @@ def topic_rows(df: Any, cfg: PipelineConfig) -> Any:
     return df.select(key.alias("key"), F.to_json(F.struct(*df.columns)).alias("value"))
 
 
-def write_topic(df: Any, cfg: PipelineConfig, batch_id: int, rows: int) -> None:
-    """A micro-batch's window rows to the output topic. Through Rivulet's sink, a few rows go
-    from the driver in one transaction (``write_from_driver``): a Spark job of a Python data
-    source write would cost several times the transaction."""
-    out = topic_rows(df, cfg)
+def driver_rows(df: Any, cfg: PipelineConfig) -> pa.Table | None:
+    """A batch's topic rows as an Arrow table in the driver, when Rivulet's sink writes them from
+    there: at most ``driver_write_max_rows`` of them (None: they go through the sink as a Spark
+    job). Collected in the batch's first Spark job, which runs the micro-batch itself; a count
+    before it would be a Spark job more per batch. Which way a batch goes depends only on its
+    rows, so a replayed batch goes the same way (each way has its own marker)."""
+    if not (cfg.output_topic and cfg.output_format == "rivulet" and cfg.driver_write_max_rows > 0):
+        return None
+    # foreachBatch runs in the stream's thread, whose local properties name the query
+    if not df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId"):
+        return None
+    table = topic_rows(df, cfg).limit(cfg.driver_write_max_rows + 1).toArrow()
+    return table if table.num_rows <= cfg.driver_write_max_rows else None
+
+
+def write_topic(df: Any, cfg: PipelineConfig, batch_id: int, rows: pa.Table | None) -> None:
+    """A micro-batch's window rows to the output topic: ``rows`` (from ``driver_rows``) from the
+    driver in one transaction (``write_from_driver``), since a Spark job of a Python data
+    source write would cost several times the transaction; else as a Spark job."""
     bootstrap = cfg.output_bootstrap_servers or cfg.bootstrap_servers
-    if cfg.output_format == "rivulet" and rows <= cfg.driver_write_max_rows:
-        # foreachBatch runs in the stream's thread, whose local properties name the query
+    if rows is not None:
+        from rivulet.spark.sink import SinkOptions, write_from_driver
         query_id = df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
-        if query_id:
-            from rivulet.spark.sink import SinkOptions, write_from_driver
-            opts = SinkOptions.parse({"kafka.bootstrap.servers": bootstrap, "topic": cfg.output_topic})
-            write_from_driver(opts, out.toArrow(), query_id, batch_id)
-            return
-    (out.write.format(cfg.output_format).mode("append").option("kafka.bootstrap.servers", bootstrap)
+        opts = SinkOptions.parse({"kafka.bootstrap.servers": bootstrap, "topic": cfg.output_topic})
+        write_from_driver(opts, rows, query_id, batch_id)
+        return
+    (topic_rows(df, cfg).write.format(cfg.output_format).mode("append").option("kafka.bootstrap.servers", bootstrap)
      .option("topic", cfg.output_topic).save())
 
 
@@ -260,13 +275,14 @@ def batch_writer(cfg: PipelineConfig, stats: PipelineStats) -> Callable[[Any, in
     def write(df: Any, batch_id: int) -> None:
         df = df.persist()
         try:
-            n = df.count()
+            rows = driver_rows(df, cfg)
+            n = rows.num_rows if rows is not None else df.count()
             if n:
                 if cfg.parquet_path:
                     # One directory per batch, overwritten if the batch is replayed.
                     df.write.mode("overwrite").parquet(f"{cfg.parquet_path}/batch_id={batch_id}")
                 if cfg.output_topic:
-                    write_topic(df, cfg, batch_id, n)
+                    write_topic(df, cfg, batch_id, rows)
             with stats.lock:
                 stats.batches += 1
                 stats.windows_out += n

@@ -397,7 +397,42 @@ class RangePartition(InputPartition):
         self.topic, self.partition, self.start, self.end = topic, partition, start, end
 
 
-def plan_ranges(start: OffsetMap, end: OffsetMap, reader: OffsetReader, fail_on_data_loss: bool) -> list[RangePartition]:
+@dataclass
+class RangesPartition(InputPartition):
+    """One Spark task's work in a small batch: several ranges, read one after another."""
+
+    ranges: list[RangePartition]
+
+    def __init__(self, ranges: list[RangePartition]) -> None:
+        self.ranges = ranges
+
+
+# Each task of a Python data source costs a fixed hand-over between the JVM and a Python worker,
+# more than reading a few thousand records: ranges go together into tasks of at least this many
+# offsets (a batch of 4 x 25,000, the rate benchmark's, keeps a task per range).
+TASK_MIN_RECORDS = 16_384
+
+
+def group_small_ranges(ranges: list[RangePartition], min_partitions: int | None,
+                       max_records: int | None) -> list[InputPartition]:
+    """Spark's tasks for a batch's ranges: one per range, except in a small batch, whose ranges
+    share fewer tasks. Only the ranges decide (not timing or load), so a replayed batch gets
+    the same tasks, as a sink that keys its writes on the task's partition id needs.
+    minPartitions and maxRecordsPerPartition ask for tasks of their own: no grouping then."""
+    total = sum(r.end - r.start for r in ranges)
+    tasks = min(len(ranges), max(1, total // TASK_MIN_RECORDS))
+    if min_partitions or max_records or tasks >= len(ranges):
+        return list(ranges)
+    groups: list[list[RangePartition]] = [[] for _ in range(tasks)]
+    sizes = [0] * tasks
+    for r in sorted(ranges, key=lambda r: (-(r.end - r.start), r.topic, r.partition, r.start)):
+        i = sizes.index(min(sizes))  # the least loaded task; the first of equals
+        groups[i].append(r)
+        sizes[i] += r.end - r.start
+    return [RangesPartition(sorted(g, key=lambda r: (r.topic, r.partition, r.start))) for g in groups]
+
+
+def plan_ranges(start: OffsetMap, end: OffsetMap, reader: OffsetReader, fail_on_data_loss: bool) -> list[InputPartition]:
     """Ranges for a batch from ``start`` to ``end``, with Spark's Kafka source's data-loss checks:
     partitions that appeared start at their earliest offset (data loss if that is not 0),
     partitions that disappeared and offsets that went backwards are data loss."""
@@ -422,7 +457,8 @@ def plan_ranges(start: OffsetMap, end: OffsetMap, reader: OffsetReader, fail_on_
             continue
         ranges.append(RangePartition(tp[0], tp[1], a, b))
     o = reader.opts
-    return split_ranges([r for r in ranges if r.end > r.start], o.min_partitions, o.max_records_per_partition)
+    split = split_ranges([r for r in ranges if r.end > r.start], o.min_partitions, o.max_records_per_partition)
+    return group_small_ranges(split, o.min_partitions, o.max_records_per_partition)
 
 
 def split_ranges(ranges: list[RangePartition], min_partitions: int | None,
@@ -542,7 +578,7 @@ class RivuletStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                            self.opts.fail_on_data_loss)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        return read_range(self.opts, partition)  # type: ignore[arg-type]
+        return read_task(self.opts, partition)
 
     def commit(self, end: dict) -> None:
         self._report_progress(offsets_from_json(end))
@@ -585,15 +621,16 @@ class RivuletBatchReader(DataSourceReader):
                     continue
                 if b > a:
                     ranges.append(RangePartition(tp[0], tp[1], a, b))
-            parts: list[InputPartition] = list(split_ranges(ranges, self.opts.min_partitions,
-                                                            self.opts.max_records_per_partition))
+            parts = group_small_ranges(split_ranges(ranges, self.opts.min_partitions,
+                                                    self.opts.max_records_per_partition),
+                                       self.opts.min_partitions, self.opts.max_records_per_partition)
         finally:
             reader.close()
         # Spark wants at least one partition; an empty range reads nothing.
         return parts or [RangePartition("", -1, 0, 0)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        return read_range(self.opts, partition)  # type: ignore[arg-type]
+        return read_task(self.opts, partition)
 
 
 # ---------------------------------------------------------------- executor side
@@ -649,6 +686,16 @@ class _Fetcher:
             self.cluster.drop(self.node)
         self.conn = None
         self.ahead = None
+
+
+def read_task(opts: SourceOptions, part: InputPartition) -> Iterator[Any]:
+    """A task's records: its range, or its ranges one after another."""
+    if isinstance(part, RangesPartition):
+        for rp in part.ranges:
+            yield from read_range(opts, rp)
+    else:
+        assert isinstance(part, RangePartition), part
+        yield from read_range(opts, part)
 
 
 def read_range(opts: SourceOptions, rp: RangePartition) -> Iterator[Any]:

@@ -160,6 +160,19 @@ def test_batch_read_matches_what_was_produced(broker, spark):
     assert "headers" not in without.columns and without.count() == 600
 
 
+def test_a_small_batch_is_one_task_unless_min_partitions_asks_for_more(broker, spark):
+    """A Python source's task costs a fixed hand-over between the JVM and a Python worker: the
+    ranges of a small batch share one task, read one after another; minPartitions keeps a task
+    per partition. Either way every record is read once."""
+    t = create_topic(broker.bootstrap, topic_name(), 4)
+    produce(broker.bootstrap, t, [{"value": f"v{i}".encode(), "partition": i % 4} for i in range(400)])
+    expected = sorted((p, o, f"v{4 * o + p}".encode()) for p in range(4) for o in range(100))
+    for options, tasks in (({}, 1), ({"minPartitions": 4}, 4)):
+        df = source(spark, broker.bootstrap, t, streaming=False, **options)
+        assert df.rdd.getNumPartitions() == tasks
+        assert sorted((r.partition, r.offset, r.value) for r in df.collect()) == expected
+
+
 def test_compressed_batches_and_log_append_time(broker, spark):
     t = create_topic(broker.bootstrap, topic_name(), 1)
     from rivulet.admin import AdminClient, ConfigResource
@@ -756,7 +769,8 @@ def test_stream_to_the_sink_with_kept_producers_writes_each_record_once(metered_
     dst = create_topic(b.bootstrap, topic_name("dst"), 4)
     produce(b.bootstrap, src, [{"value": f"e{i}".encode(), "partition": i % 4} for i in range(8000)])
     inits = init_producer_ids(metrics_port)
-    df = source(spark, b.bootstrap, src, startingOffsets="earliest", maxOffsetsPerTrigger=1000)
+    # minPartitions: a task per partition (a batch this small would otherwise be one task)
+    df = source(spark, b.bootstrap, src, startingOffsets="earliest", maxOffsetsPerTrigger=1000, minPartitions=4)
     q = run_available_now(df.select("value"), tmp_path / "cp", sink="rivulet", topic=dst,
                           **{"kafka.bootstrap.servers": b.bootstrap})
     assert len([p for p in q.recentProgress if p["numInputRows"]]) == 8

@@ -156,7 +156,7 @@ def test_exactly_once_through_executor_leader_and_driver_kills(brokers, spark_st
     out, cp, marks = tmp_path / "out", tmp_path / "cp", tmp_path / "marks"
     marks.mkdir()
     args = [sys.executable, str(DRIVER), spark_standalone.master_url, brokers.bootstrap, src, dst, str(out),
-            str(cp), str(marks)]
+            str(cp), str(marks), str(PARTITIONS)]
     log_path = tmp_path / "driver.log"
     log = open(log_path, "ab")
     faults: dict[str, int] = {}  # fault -> the topic query's batch under way when it struck

@@ -222,23 +222,31 @@ def test_available_now_writes_the_windows_the_watermark_closed_and_counts_the_op
     assert mine() == set()
 
 
-def test_windows_go_from_the_driver_once_across_a_replayed_batch(broker, spark, tmp_path):
+@pytest.mark.parametrize("max_rows", [10_000, 2])
+def test_windows_go_from_the_driver_once_across_a_replayed_batch(broker, spark, tmp_path, max_rows):
     """A micro-batch's few window rows go to the topic in one transaction from the driver
     (its marker group is the driver's), and a batch replayed after a crash between the write
-    and Spark's commit log adds nothing."""
+    and Spark's commit log adds nothing. A batch of more rows than driver_write_max_rows
+    (here 3, one window of three categories, above 2) goes through the sink as a Spark job,
+    the replay too."""
     from rivulet.cli.pipeline import PipelineStats, start
     from test_spark import _group_ids
     src = create_topic(broker.bootstrap, topic_name("drv"), 2)
     dst = create_topic(broker.bootstrap, topic_name("drv-out"), 2)
     cfg = pipeline_config(broker.bootstrap, src, tmp_path, 1000, "5 seconds", {"orders": "count(*)"}, topic=dst,
                           parquet=False)
+    cfg.driver_write_max_rows = max_rows
     # 0..59.99 s: the final watermark is 54.99 s, so the windows [0,10) .. [40,50) close.
     produce(broker.bootstrap, src, [order(i, i / 100.0, ["a", "b", "c"][i % 3], 1) for i in range(6000)])
     q = start(spark, cfg, PipelineStats())
     q.awaitTermination(300)
     assert q.exception() is None
     groups = {g for g in _group_ids(broker.bootstrap) if g.startswith(f"rivulet-spark-{q.id}-")}
-    assert groups == {f"rivulet-spark-{q.id}-fb-{dst}-driver-0"}
+    driver = f"rivulet-spark-{q.id}-fb-{dst}-driver-0"
+    if max_rows > 3:
+        assert groups == {driver}
+    else:
+        assert groups and driver not in groups
 
     def windows() -> Counter:
         return Counter((json.loads(m.value())["window_start"], json.loads(m.value())["category"])
