@@ -24,17 +24,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import signal
-import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
 from benchmarks import rdkafka_perf
 from benchmarks.compare import MANY10K_PARTITIONS_EACH, MANY10K_TOPICS, _create_large, _rdk_parallel
 from benchmarks.produce_consume import wait_for_leaders
-from benchmarks.produce_many import cpu_seconds
+from benchmarks.produce_many import cpu_seconds, start_py_spy, stop_py_spy
 from rivulet.client.blocking import BlockingConnection
 from rivulet.protocol.messages import fetch_request as fq, list_offsets_request as loq
 from rivulet.testing import BrokerProcess, free_port
@@ -134,12 +130,7 @@ def main() -> None:
                 wait_for_leaders(bs, topics)
                 assert broker.proc is not None
                 pid = broker.proc.pid
-                spy = None
-                if args.py_spy:
-                    spy = subprocess.Popen([shutil.which("py-spy") or "py-spy", "record", "-r", "200", "--idle",
-                                            "--nonblocking", "--format", "raw", "-o", f"{args.py_spy}.{r}.{Path(tree).name}",
-                                            "--pid", str(pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                    time.sleep(1.0)  # attached before the load starts
+                spy = start_py_spy(pid, args.py_spy and f"{args.py_spy}.{r}.{Path(tree).name}")
                 if not args.only_caught_up:
                     load = os.getloadavg()[0]
                     f0, p0 = _counters(port)
@@ -149,9 +140,7 @@ def main() -> None:
                     cpu, loop = cpu_seconds(pid) - cpu0, cpu_seconds(pid, pid) - loop0
                     f1, p1 = _counters(port)
                 caught_up = _caught_up(bs, pid, topics, args.caught_up) if args.caught_up else None
-                if spy is not None:
-                    spy.send_signal(signal.SIGINT)
-                    spy.wait()
+                stop_py_spy(spy)
             finally:
                 broker.stop()
             if not args.only_caught_up:

@@ -33,6 +33,23 @@ def cpu_seconds(pid: int, tid: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def start_py_spy(pid: int, out: str | None) -> subprocess.Popen | None:
+    """A raw py-spy profile of ``pid`` (all threads, idle included) into ``out``, or None without one."""
+    if not out:
+        return None
+    spy = subprocess.Popen([shutil.which("py-spy") or "py-spy", "record", "-r", "200", "--idle", "--nonblocking",
+                            "--format", "raw", "-o", out, "--pid", str(pid)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)  # attached before the load starts
+    return spy
+
+
+def stop_py_spy(spy: subprocess.Popen | None) -> None:
+    if spy is not None:
+        spy.send_signal(signal.SIGINT)
+        spy.wait()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
@@ -52,20 +69,13 @@ def main() -> None:
         for r in range(args.rounds):
             topics = [_topic(f"many{i}") for i in range(MANY_TOPICS)]
             _create(bs, topics, MANY_PARTITIONS_EACH)
-            spy = None
-            if args.py_spy:
-                spy = subprocess.Popen([shutil.which("py-spy") or "py-spy", "record", "-r", "200", "--idle",
-                                        "--nonblocking", "--format", "raw", "-o", f"{args.py_spy}.{r}",
-                                        "--pid", str(pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                time.sleep(1.0)  # attached before the load starts
+            spy = start_py_spy(pid, args.py_spy and f"{args.py_spy}.{r}")
             load = os.getloadavg()[0]
             cpu0, loop0 = cpu_seconds(pid), cpu_seconds(pid, pid)
             rate = _rdk_parallel([rdkafka_perf.producer_args(bs, t, each, 1024, "1") for t in topics],
                                  rdkafka_perf.parse_producer, each)
             cpu, loop = cpu_seconds(pid) - cpu0, cpu_seconds(pid, pid) - loop0
-            if spy is not None:
-                spy.send_signal(signal.SIGINT)
-                spy.wait()
+            stop_py_spy(spy)
             print(f"round {r + 1}: {rate.records_per_sec:,.0f} records/s over {rate.seconds:.2f} s; broker CPU "
                   f"{cpu:.2f} s ({cpu / rate.seconds:.0%} of a core), its event loop thread {loop:.2f} s; "
                   f"1-minute load average {load:.2f} -> {os.getloadavg()[0]:.2f}", flush=True)

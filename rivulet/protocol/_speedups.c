@@ -56,31 +56,52 @@ static const char *const field_names[N_FIELDS] = {"offset", "timestamp", "key", 
 static Py_ssize_t field_offsets[N_FIELDS];
 static int fast_record = 0;
 
+/* Offsets of ``names``' slots in instances of ``type``: 1 when each is a plain writable
+ * object slot of a heap type without a __dict__ (so C may fill them directly), else 0. */
+static int
+probe_slots(PyObject *type, PyObject *const *names, int n, Py_ssize_t *offsets)
+{
+    if (!PyType_Check(type))
+        return 0;
+    PyTypeObject *tp = (PyTypeObject *)type;
+    if (!(tp->tp_flags & Py_TPFLAGS_HEAPTYPE) || tp->tp_alloc == NULL || tp->tp_dictoffset != 0)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        PyObject *descr = PyDict_GetItemWithError(tp->tp_dict, names[i]); /* borrowed */
+        if (descr == NULL || Py_TYPE(descr) != &PyMemberDescr_Type) {
+            PyErr_Clear();
+            return 0;
+        }
+        PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
+        if (m->type != RIV_T_OBJECT_EX || (m->flags & RIV_READONLY))
+            return 0;
+        if (m->offset < (Py_ssize_t)sizeof(PyObject) || m->offset + (Py_ssize_t)sizeof(PyObject *) > tp->tp_basicsize)
+            return 0;
+        offsets[i] = m->offset;
+    }
+    return 1;
+}
+
 /* Decide whether Record instances can be made by allocating the object and filling its
  * slots directly (what the dataclass __init__ does, without running Python code): the
  * type must be a heap type whose five fields are plain writable object slots. */
 static int
 probe_fast_record(PyObject *type)
 {
-    if (!PyType_Check(type))
-        return 0;
-    PyTypeObject *tp = (PyTypeObject *)type;
-    if (!(tp->tp_flags & Py_TPFLAGS_HEAPTYPE) || tp->tp_alloc == NULL)
-        return 0;
-    if (tp->tp_dictoffset != 0)
-        return 0; /* not a __slots__ class: instances have a __dict__ */
-    for (int i = 0; i < N_FIELDS; i++) {
-        PyObject *descr = PyDict_GetItemString(tp->tp_dict, field_names[i]); /* borrowed */
-        if (descr == NULL || Py_TYPE(descr) != &PyMemberDescr_Type)
-            return 0;
-        PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
-        if (m->type != RIV_T_OBJECT_EX || (m->flags & RIV_READONLY))
-            return 0;
-        if (m->offset < (Py_ssize_t)sizeof(PyObject) || m->offset + (Py_ssize_t)sizeof(PyObject *) > tp->tp_basicsize)
-            return 0;
-        field_offsets[i] = m->offset;
+    PyObject *names[N_FIELDS];
+    int n = 0, ok = 0;
+    for (; n < N_FIELDS; n++) {
+        names[n] = PyUnicode_InternFromString(field_names[n]);
+        if (names[n] == NULL) {
+            PyErr_Clear();
+            goto done;
+        }
     }
-    return 1;
+    ok = probe_slots(type, names, N_FIELDS, field_offsets);
+done:
+    for (int i = 0; i < n; i++)
+        Py_DECREF(names[i]);
+    return ok;
 }
 
 static PyObject *
@@ -2126,32 +2147,6 @@ static const char *const read_name_strs[RN_COUNT] = {
     "error", "high_watermark", "last_stable_offset", "log_start_offset", "records", "aborted_transactions",
     "fetch_offset_metadata", "diverging_epoch", "preferred_read_replica",
 };
-
-/* Offsets of ``names``' slots in instances of ``type`` (as probe_fast_record decides):
- * 1 when each is a plain writable object slot, else 0. */
-static int
-probe_slots(PyObject *type, PyObject *const *names, int n, Py_ssize_t *offsets)
-{
-    if (!PyType_Check(type))
-        return 0;
-    PyTypeObject *tp = (PyTypeObject *)type;
-    if (!(tp->tp_flags & Py_TPFLAGS_HEAPTYPE) || tp->tp_alloc == NULL || tp->tp_dictoffset != 0)
-        return 0;
-    for (int i = 0; i < n; i++) {
-        PyObject *descr = PyDict_GetItemWithError(tp->tp_dict, names[i]); /* borrowed */
-        if (descr == NULL || Py_TYPE(descr) != &PyMemberDescr_Type) {
-            PyErr_Clear();
-            return 0;
-        }
-        PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
-        if (m->type != RIV_T_OBJECT_EX || (m->flags & RIV_READONLY))
-            return 0;
-        if (m->offset < (Py_ssize_t)sizeof(PyObject) || m->offset + (Py_ssize_t)sizeof(PyObject *) > tp->tp_basicsize)
-            return 0;
-        offsets[i] = m->offset;
-    }
-    return 1;
-}
 
 /* obj.<name> (a new reference), from its slot when obj is a FetchRequestPartition. */
 static PyObject *
