@@ -551,3 +551,22 @@ def test_fetcher_same_messages_with_and_without_the_accelerator(monkeypatch: pyt
         monkeypatch.undo()
         assert default == pure
         assert default[0]  # every case delivers something
+
+
+@needs_c
+def test_records_are_made_by_filling_their_slots_and_a_dict_class_is_refused() -> None:
+    # setup() says whether C fills Record's slots itself (the fast path) or calls the class.
+    assert _speedups.setup(Record, records._invalid, records._py_parse_records) is True
+
+    @dataclasses.dataclass
+    class WithDict:
+        offset: int
+        timestamp: int
+        key: Any
+        value: Any
+        headers: Any
+
+    try:
+        assert _speedups.setup(WithDict, records._invalid, records._py_parse_records) is False
+    finally:
+        assert _speedups.setup(Record, records._invalid, records._py_parse_records) is True
