@@ -23,10 +23,16 @@ import time
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rivulet.cli.demo_table import TableCheck, iceberg_installed, topic_configs
-from rivulet.cli.pipeline import PipelineConfig, StopSignal, run_interruptibly
+from rivulet.cli.pipeline import PipelineConfig, PipelineStats, StopSignal, run_interruptibly
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from rivulet.client.errors import KafkaError
+    from rivulet.client.types import Message
 
 INPUT_TOPIC = "orders"
 OUTPUT_TOPIC = "orders-by-window"
@@ -90,7 +96,7 @@ class OrderGenerator(threading.Thread):
         self.producer.produce(self.topic, json.dumps(doc, separators=(",", ":")).encode(), None,
                               on_delivery=self._delivered)
 
-    def _delivered(self, err: Any, msg: Any) -> None:
+    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
             self.failed += 1
 
@@ -214,7 +220,7 @@ def watermark_at(progress: dict[str, Any] | None) -> float:
     return datetime.fromisoformat(wm.replace("Z", "+00:00")).timestamp() if wm else 0.0
 
 
-def warm_up(spark: Any, cfg: PipelineConfig) -> None:
+def warm_up(spark: SparkSession, cfg: PipelineConfig) -> None:
     """Run the pipeline once, to its end, over a second of orders in scratch topics: Spark's
     Python workers start and import the connectors, the sink's producers start, the JVM loads
     and compiles the job's code. Without it the demo's first two micro-batches paid for all of
@@ -397,7 +403,7 @@ def _demo(args: argparse.Namespace, stop: StopSignal) -> int:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
-def summary(spark: Any, cfg: Any, produced: int, stats: Any, complete: bool = True,
+def summary(spark: SparkSession, cfg: PipelineConfig, produced: int, stats: PipelineStats, complete: bool = True,
             table: TableCheck | None = None) -> bool:
     """The windows the pipeline wrote, checked against a batch recount of the input topic (when
     the pipeline read every order: checks of part of them would pass without meaning much) and,

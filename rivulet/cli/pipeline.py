@@ -24,6 +24,7 @@ import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any, Callable
 
 from rivulet.cli.output import progress
@@ -31,6 +32,8 @@ from rivulet.common.config import ConfigError
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
 DEFAULT_METRICS = {"events": "count(*)"}
 # The source and sink formats the pipeline can use: Rivulet's, or Spark's own Kafka connector
@@ -195,13 +198,13 @@ class PipelineStats:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def session_for(cfg: PipelineConfig) -> Any:
+def session_for(cfg: PipelineConfig) -> SparkSession:
     from rivulet.spark.session import quiet_session
     conf = {"spark.sql.shuffle.partitions": cfg.shuffle_partitions, **cfg.spark_conf}
     return quiet_session(cfg.master, cfg.app_name, conf, log_path=cfg.spark_log)
 
 
-def events_frame(spark: Any, cfg: PipelineConfig) -> Any:
+def events_frame(spark: SparkSession, cfg: PipelineConfig) -> DataFrame:
     """The input topic's JSON events, parsed; rows that do not parse are dropped."""
     from pyspark.sql import functions as F
     opts = {"kafka.bootstrap.servers": cfg.bootstrap_servers, "subscribe": cfg.input_topic,
@@ -223,7 +226,7 @@ def events_frame(spark: Any, cfg: PipelineConfig) -> Any:
     return parsed.where(F.col(cfg.event_time).isNotNull())
 
 
-def aggregate(events: Any, cfg: PipelineConfig) -> Any:
+def aggregate(events: DataFrame, cfg: PipelineConfig) -> DataFrame:
     from pyspark.sql import functions as F
     w = F.window(cfg.event_time, cfg.window, cfg.slide) if cfg.slide else F.window(cfg.event_time, cfg.window)
     grouped = events.withWatermark(cfg.event_time, cfg.watermark).groupBy(w.alias("window"), *cfg.group_by)
@@ -232,7 +235,7 @@ def aggregate(events: Any, cfg: PipelineConfig) -> Any:
                       *cfg.group_by, *cfg.metrics)
 
 
-def topic_rows(df: Any, cfg: PipelineConfig) -> Any:
+def topic_rows(df: DataFrame, cfg: PipelineConfig) -> DataFrame:
     """The windows as the output topic holds them: JSON values keyed by the group-by columns."""
     from pyspark.sql import functions as F
     key = F.col(cfg.output_key).cast("string") if cfg.output_key else \
@@ -241,7 +244,7 @@ def topic_rows(df: Any, cfg: PipelineConfig) -> Any:
     return df.select(key.alias("key"), F.to_json(F.struct(*df.columns)).alias("value"))
 
 
-def driver_rows(df: Any, cfg: PipelineConfig) -> pa.Table | None:
+def driver_rows(df: DataFrame, cfg: PipelineConfig) -> pa.Table | None:
     """A batch's topic rows as an Arrow table in the driver, when Rivulet's sink writes them from
     there: at most ``driver_write_max_rows`` of them (None: they go through the sink as a Spark
     job). Collected in the batch's first Spark job, which runs the micro-batch itself; a count
@@ -256,7 +259,7 @@ def driver_rows(df: Any, cfg: PipelineConfig) -> pa.Table | None:
     return table if table.num_rows <= cfg.driver_write_max_rows else None
 
 
-def write_topic(df: Any, cfg: PipelineConfig, batch_id: int, rows: pa.Table | None) -> None:
+def write_topic(df: DataFrame, cfg: PipelineConfig, batch_id: int, rows: pa.Table | None) -> None:
     """A micro-batch's window rows to the output topic: ``rows`` (from ``driver_rows``) from the
     driver in one transaction (``write_from_driver``), since a Spark job of a Python data
     source write would cost several times the transaction; else as a Spark job."""
@@ -271,8 +274,8 @@ def write_topic(df: Any, cfg: PipelineConfig, batch_id: int, rows: pa.Table | No
      .option("topic", cfg.output_topic).save())
 
 
-def batch_writer(cfg: PipelineConfig, stats: PipelineStats) -> Callable[[Any, int], None]:
-    def write(df: Any, batch_id: int) -> None:
+def batch_writer(cfg: PipelineConfig, stats: PipelineStats) -> Callable[[DataFrame, int], None]:
+    def write(df: DataFrame, batch_id: int) -> None:
         df = df.persist()
         try:
             rows = driver_rows(df, cfg)
@@ -292,7 +295,7 @@ def batch_writer(cfg: PipelineConfig, stats: PipelineStats) -> Callable[[Any, in
     return write
 
 
-def start(spark: Any, cfg: PipelineConfig, stats: PipelineStats | None = None) -> Any:
+def start(spark: SparkSession, cfg: PipelineConfig, stats: PipelineStats | None = None) -> StreamingQuery:
     """Start the streaming query (resuming from the checkpoint if there is one)."""
     stats = stats or PipelineStats()
     cfg.check_real_time()
@@ -308,7 +311,7 @@ def start(spark: Any, cfg: PipelineConfig, stats: PipelineStats | None = None) -
     return writer.start()
 
 
-def real_time_query(agg: Any, cfg: PipelineConfig) -> Any:
+def real_time_query(agg: DataFrame, cfg: PipelineConfig) -> StreamingQuery:
     """The pipeline in Spark's Real-time Mode: every change of a window goes to the topic as it
     happens (update mode), through Spark's Kafka sink (at least once). Every task of the query
     runs at once, so Spark needs a slot for each source partition and each shuffle partition."""
@@ -373,18 +376,18 @@ class StopSignal:
     def __init__(self) -> None:
         self.event = threading.Event()
         self.signum = 0
-        self.spark: Any = None
+        self.spark: SparkSession | None = None
 
     def install(self) -> None:
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGTERM, self._on_signal)
 
-    def attach(self, spark: Any) -> None:
+    def attach(self, spark: SparkSession) -> None:
         """After a SparkSession started: take SIGINT back from PySpark's own handler."""
         self.spark = spark
         self.install()
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signum = signum
         self.event.set()
         if self.spark is not None:

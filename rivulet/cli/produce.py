@@ -13,11 +13,15 @@ import codecs
 import random
 import sys
 import time
-from typing import Any, BinaryIO, Iterator
+from typing import TYPE_CHECKING, Any, BinaryIO, Iterator
 
 from rivulet.cli.common import EXIT_INTERRUPTED, add_connection_args, client_config, require_topics, run_command
 from rivulet.cli.output import progress
-from rivulet.client.errors import KafkaException
+from rivulet.client.errors import KafkaError, KafkaException
+
+if TYPE_CHECKING:
+    from rivulet.client.sync import Producer
+    from rivulet.client.types import Message
 
 
 def unescape(s: str) -> bytes:
@@ -67,7 +71,7 @@ class Pacer:
         self.rate = rate
         self.t0 = time.monotonic()
 
-    def wait(self, i: int, producer: Any) -> None:
+    def wait(self, i: int, producer: Producer) -> None:
         if self.rate <= 0:
             return
         ahead = self.t0 + i / self.rate - time.monotonic()
@@ -111,9 +115,9 @@ def _produce(args: argparse.Namespace) -> int:
                    missing="Topic '{topic}' not present in metadata: Broker: Unknown topic or partition")
     headers = _headers(args.header)
     failed = [0]
-    first_error: list[Any] = []
+    first_error: list[KafkaError] = []
 
-    def on_delivery(err: Any, msg: Any) -> None:
+    def on_delivery(err: KafkaError | None, msg: Message) -> None:
         if err is not None:
             failed[0] += 1
             if not first_error:

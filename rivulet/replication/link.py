@@ -7,11 +7,11 @@ metadata cache on the inter-broker listener."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from rivulet.client.connection import PLAINTEXT_CONNECTOR, BrokerConnection, BrokerConnector  # noqa: F401  (re-exported)
 from rivulet.common.types import TopicPartition
 from rivulet.protocol.errors import ApiError
+from rivulet.protocol.schema import Struct
 from rivulet.replication.metadata_cache import BrokerEndpoint, MetadataCache
 
 # What a failed exchange with another broker raises: the link is dropped and the caller retries.
@@ -91,8 +91,8 @@ class BrokerLinks:
             link = self._links[broker_id] = BrokerLink(self._client_id, self.request_timeout_ms, self._connector)
         return await link.connection(broker_id, endpoint.host, endpoint.port)
 
-    async def send(self, broker_id: int, request: Any, max_version: int | None = None,
-                   endpoint: BrokerEndpoint | None = None) -> Any:
+    async def send(self, broker_id: int, request: Struct, max_version: int | None = None,
+                   endpoint: BrokerEndpoint | None = None) -> Struct:
         """``request`` to ``broker_id`` at the highest version both speak (up to ``max_version``);
         on failure the connection is dropped and one of ``LINK_ERRORS`` raised."""
         try:

@@ -223,6 +223,24 @@ class Partition:
         if not self.is_leader:
             raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
 
+    def mark_deleted(self) -> None:
+        """The partition left this broker (Kafka's Partition.delete, as far as this object goes:
+        the log is the LogManager's); requests for it now fail."""
+        self.deleted = True
+
+    def fence(self) -> None:
+        """Stop leading until the controller's next LeaderAndIsr (see ``fenced``)."""
+        self.fenced = True
+
+    def unfence(self) -> None:
+        self.fenced = False
+
+    def maybe_set_topic_id(self, topic_id: uuid.UUID) -> None:
+        """A replica opened before the controller spoke takes the controller's topic id (the
+        setting half of Kafka's checkOrSetTopicId); a zero id sets nothing."""
+        if self.controller_epoch < 0 and topic_id.int != 0:
+            self.topic_id = topic_id
+
     def replace_log(self, lg: Log) -> None:
         """AlterReplicaLogDirs done: the copy in the new directory is this replica's log now
         (Kafka's maybeReplaceCurrentWithFutureReplica, once the LogManager has swapped them)."""

@@ -362,7 +362,7 @@ class ReplicaManager:
     def remove_partition(self, tp: TopicPartition) -> Partition | None:
         p = self.partitions.pop(tp, None)
         if p is not None:
-            p.deleted = True
+            p.mark_deleted()
             # Waiting fetches and produces learn at once that the partition is gone.
             self.fetch_purgatory.check_and_complete(tp)
             self.produce_purgatory.check_and_complete(tp)
@@ -417,8 +417,7 @@ class ReplicaManager:
                 except ApiError as e:
                     errors[tp] = e.code
                     continue
-                if p.controller_epoch < 0 and s.topic_id.int != 0:
-                    p.topic_id = s.topic_id  # a replica opened before the controller spoke takes its id
+                p.maybe_set_topic_id(s.topic_id)
                 (to_lead if state.leader == self.node_id else to_follow).append((p, state))
             elif state.leader_epoch < current_epoch:
                 log.info("%s-%d: ignoring LeaderAndIsr with leader epoch %d, older than %d", tp.topic, tp.partition,
@@ -511,7 +510,7 @@ class ReplicaManager:
         fenced = [p for p in self.partitions.values()
                   if p.is_leader and not p.deleted and (quiet_ms is None or p.followers_quiet(now, quiet_ms))]
         for p in fenced:
-            p.fenced = True
+            p.fence()
         for p in fenced:
             self.produce_purgatory.check_and_complete(p.tp)
             self.fetch_purgatory.check_and_complete(p.tp)
@@ -521,7 +520,7 @@ class ReplicaManager:
         """The ZooKeeper session turned out alive: nobody else was elected, lead again."""
         resumed = [p for p in self.partitions.values() if p.fenced]
         for p in resumed:
-            p.fenced = False
+            p.unfence()
         return [p.tp for p in resumed]
 
     def is_fenced(self, tp: TopicPartition) -> bool:

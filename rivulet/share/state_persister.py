@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Awaitable, Callable, TypeVar
 
 from rivulet.common.types import TopicPartition
 from rivulet.protocol.errors import ApiError, ErrorCode
@@ -25,6 +25,7 @@ from rivulet.protocol.messages import (
     read_share_group_state_summary_request as rssq,
     write_share_group_state_request as wsq,
 )
+from rivulet.protocol.schema import Struct
 from rivulet.replication.link import LINK_ERRORS, BrokerLinks
 
 from .coordinator import SHARE_GROUP_STATE_TOPIC_NAME, ShareCoordinator
@@ -36,6 +37,10 @@ __all__ = ["CoordinatorSharePersister"]
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+# The requests forwarded to the coordinator broker, each about one partition.
+_StateRequest = (rsq.ReadShareGroupStateRequest | wsq.WriteShareGroupStateRequest
+                 | isq.InitializeShareGroupStateRequest | rssq.ReadShareGroupStateSummaryRequest
+                 | dsq.DeleteShareGroupStateRequest)
 
 SHARE_KEY_TYPE = 2  # FindCoordinator's key type for a share partition
 
@@ -102,7 +107,7 @@ class CoordinatorSharePersister:
                 log.info("looking up the share coordinator failed: %s", e)
         self._lookup = asyncio.ensure_future(ask())
 
-    async def _send(self, node: int, request: Any) -> Any:
+    async def _send(self, node: int, request: _StateRequest) -> Struct:
         """One request to the coordinator broker; its one partition's result."""
         try:
             resp = await self.links.send(node, request)

@@ -10,7 +10,10 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 _REPO_ROOT = str(Path(__file__).resolve().parents[2])
 _SITE_DIR = str(Path(__file__).resolve().parents[1] / "spark_site")
@@ -43,7 +46,7 @@ def _pip_installed_spark() -> bool:
 
 
 def quiet_session(master: str = "local[2]", app_name: str = "rivulet", conf: Mapping[str, Any] | None = None,
-                  log_path: str | os.PathLike | None = None, log_level: str = "ERROR") -> Any:
+                  log_path: str | os.PathLike | None = None, log_level: str = "ERROR") -> SparkSession:
     """Build (or get) a SparkSession with the UI and progress bar off and the logs in ``log_path``.
 
     Only the session that starts the JVM (the first in this process) sends the JVM's output to
@@ -89,7 +92,7 @@ def quiet_session(master: str = "local[2]", app_name: str = "rivulet", conf: Map
     return spark
 
 
-def jvm_stderr(spark: Any) -> Path:
+def jvm_stderr(spark: SparkSession) -> Path:
     """The file the Spark JVM's stderr goes to, its Python workers' too: the ``log_path`` of the
     session that started the JVM, whichever session asks (Linux: read from /proc)."""
     pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()

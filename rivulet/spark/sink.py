@@ -26,7 +26,7 @@ import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
@@ -42,6 +42,10 @@ from rivulet.protocol.records import Record
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from rivulet.client.errors import KafkaError
+    from rivulet.client.sync import Producer
+    from rivulet.client.types import Message
 
 log = logging.getLogger("rivulet.spark")
 
@@ -130,7 +134,7 @@ def _as_bytes(v: Any) -> bytes | None:
     return bytes(v)
 
 
-def iter_rows(batches: Iterator[Any], default_topic: str | None) -> Iterator[tuple[str, int | None, Record]]:
+def iter_rows(batches: Iterator[pa.RecordBatch], default_topic: str | None) -> Iterator[tuple[str, int | None, Record]]:
     """(topic, partition or None, record) for each row of Arrow record batches."""
     now = now_ms()
     for rb in batches:
@@ -155,7 +159,7 @@ def iter_rows(batches: Iterator[Any], default_topic: str | None) -> Iterator[tup
             yield t, parts[i], Record(0, now, _as_bytes(keys[i]), _as_bytes(values[i]), hl)
 
 
-def _peek(batches: Iterator[Any]) -> tuple[Any, Iterator[Any]]:
+def _peek(batches: Iterator[pa.RecordBatch]) -> tuple[pa.RecordBatch | None, Iterator[pa.RecordBatch]]:
     """The first non-empty batch, and an iterator that still yields it."""
     for rb in batches:
         if rb.num_rows:
@@ -163,7 +167,7 @@ def _peek(batches: Iterator[Any]) -> tuple[Any, Iterator[Any]]:
     return None, iter(())
 
 
-def _first_topic(rb: Any, default_topic: str | None) -> str:
+def _first_topic(rb: pa.RecordBatch, default_topic: str | None) -> str:
     if default_topic is not None:
         return default_topic
     names = {name.lower(): i for i, name in enumerate(rb.schema.names)}
@@ -200,7 +204,7 @@ class KeptProducer:
     Only the producer holding the transactional id's latest epoch can have committed since it
     read the marker, so this stays true until another InitProducerId for the id fences it."""
 
-    producer: Any
+    producer: Producer
     written_up_to: int = -1
     marker_topic: str = ""  # where its last marker went: a topic that exists
 
@@ -248,12 +252,12 @@ class WorkerProducers:
             _close_quietly(k.producer)
 
 
-def _new_producer(conf: dict[str, Any]) -> Any:
+def _new_producer(conf: dict[str, Any]) -> Producer:
     from rivulet import Producer
     return Producer(conf)
 
 
-def _close_quietly(p: Any) -> None:
+def _close_quietly(p: Producer) -> None:
     try:
         p.close(5)
     except Exception as e:
@@ -264,7 +268,7 @@ def _close_quietly(p: Any) -> None:
 PRODUCERS = WorkerProducers()
 
 
-def _bytes_column(col: Any) -> list[bytes | None]:
+def _bytes_column(col: pa.Array) -> list[bytes | None]:
     """A string or binary Arrow column as bytes (strings re-typed in Arrow, not per row)."""
     import pyarrow as pa
     if pa.types.is_string(col.type):
@@ -274,7 +278,8 @@ def _bytes_column(col: Any) -> list[bytes | None]:
     return col.to_pylist()
 
 
-def _produce_rows(p: Any, batches: Iterator[Any], topic: str | None, on_delivery: Any = None) -> int:
+def _produce_rows(p: Producer, batches: Iterator[pa.RecordBatch], topic: str | None,
+                  on_delivery: Callable | None = None) -> int:
     """Queue every row; ``on_delivery`` is called per record (a transaction needs none: a
     record that fails makes its commit fail)."""
     produce = p.produce
@@ -303,8 +308,8 @@ def _produce_rows(p: Any, batches: Iterator[Any], topic: str | None, on_delivery
     return rows
 
 
-def _produce(p: Any, topic: str, value: bytes | None, key: bytes | None, partition: int, on_delivery: Any,
-             timestamp: int, headers: Any) -> None:
+def _produce(p: Producer, topic: str, value: bytes | None, key: bytes | None, partition: int,
+             on_delivery: Callable | None, timestamp: int, headers: list[tuple[str, bytes | None]] | None) -> None:
     """One record, waiting for room in the producer's queue when it is full."""
     while True:
         try:
@@ -323,7 +328,7 @@ def _written_up_to(opts: SinkOptions, tid: str) -> tuple[int, str]:
     return (best[1].offset, best[0].topic) if best is not None else (-1, "")
 
 
-def write_partition(opts: SinkOptions, batches: Iterator[Any], write_id: str, batch_id: int,
+def write_partition(opts: SinkOptions, batches: Iterator[pa.RecordBatch], write_id: str, batch_id: int,
                     partition_id: int, producers: WorkerProducers | None = PRODUCERS,
                     in_worker: bool = True) -> SinkCommit:
     """Write one task's rows once per (write id, batch id, partition id), whatever the retries.
@@ -400,7 +405,7 @@ def write_from_driver(opts: SinkOptions, table: pa.Table, query_id: str, batch_i
                            in_worker=False)
 
 
-def _add_marker(p: Any, topic: str, tid: str, batch_id: int, timeout: float) -> None:
+def _add_marker(p: Producer, topic: str, tid: str, batch_id: int, timeout: float) -> None:
     """The marker ``batch_id + 1`` into the transaction (AddOffsetsToTxn, TxnOffsetCommit)."""
     p.send_offsets_to_transaction([TopicPartition(topic, 0, batch_id + 1, json.dumps({"batch": batch_id}))],
                                   ConsumerGroupMetadata(tid), timeout)
@@ -448,12 +453,12 @@ def delete_markers(bootstrap: str, groups: list[str], security: Mapping[str, str
             log.warning("could not delete marker group %s: %s", g, ErrorCode(code).name)
 
 
-def _write_plain(opts: SinkOptions, batches: Iterator[Any], partition_id: int,
+def _write_plain(opts: SinkOptions, batches: Iterator[pa.RecordBatch], partition_id: int,
                  producers: WorkerProducers | None) -> SinkCommit:
     """At-least-once, through Rivulet's idempotent producer (transactional=false)."""
-    errors: list[Any] = []
+    errors: list[KafkaError] = []
 
-    def on_delivery(err: Any, msg: Any) -> None:
+    def on_delivery(err: KafkaError | None, msg: Message) -> None:
         if err is not None:
             errors.append(err)
 
@@ -490,7 +495,7 @@ class RivuletStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, opts: SinkOptions) -> None:
         self.opts = opts
 
-    def write(self, iterator: Iterator[Any]) -> SinkCommit:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         qid, bid, pid = _task_ids()
         if qid is None or bid is None:
             raise RuntimeError("no streaming query id / batch id in the task's properties")
@@ -517,7 +522,7 @@ class RivuletBatchWriter(DataSourceArrowWriter):
         self.opts = opts
         self.job_id = uuid.uuid4().hex
 
-    def write(self, iterator: Iterator[Any]) -> SinkCommit:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         qid, bid, pid = _task_ids()
         key = self.opts.idempotency_key or (self.opts.topic or "")
         if qid is not None and bid is not None:

@@ -31,8 +31,8 @@ Steps 2-3 (all the reading and writing) run in a worker thread and only touch se
 are no longer written; step 4 runs on the event loop, where reads happen, and gives up if the
 log changed meanwhile (retention, truncation, deletion).
 
-Step 4 is the Log's own ``replace_segments``; steps 1-3 still read ``Log._segments`` and pin
-segments under ``Log._lock``.
+Step 1 pins the segments it picks (``Log.pin_segments``) so retention cannot close them under
+the worker; step 4 is the Log's own ``replace_segments``.
 """
 
 from __future__ import annotations
@@ -42,12 +42,14 @@ import logging
 import os
 import shutil
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from rivulet.common.time import SYSTEM_CLOCK
 from rivulet.protocol import records as rec
 from rivulet.protocol.compression import compress
 from rivulet.storage.checkpoints import read_offset_checkpoint, write_offset_checkpoint
+from rivulet.storage.log import Log
+from rivulet.storage.manager import LogManager
 from rivulet.storage.segment import LOG_SUFFIX, LogSegment, segment_file_name
 
 log = logging.getLogger(__name__)
@@ -119,7 +121,7 @@ class CleanStats:
 
 @dataclass
 class _Plan:
-    log: Any
+    log: Log
     segments: list[LogSegment]
     aborted: list[tuple[int, int]]  # (producer id, first offset) overlapping the range
     first_dirty: int
@@ -144,7 +146,7 @@ def _read_segment(seg: LogSegment) -> bytes:
 class LogCleaner:
     """Compacts every log of ``log_manager`` whose policy includes ``compact``."""
 
-    def __init__(self, log_manager: Any, *, backoff_ms: int = 15000, enabled: bool = True,
+    def __init__(self, log_manager: LogManager, *, backoff_ms: int = 15000, enabled: bool = True,
                  time_ms: Callable[[], int] = SYSTEM_CLOCK.milliseconds) -> None:
         self.log_manager = log_manager
         self.backoff_ms = backoff_ms
@@ -214,12 +216,12 @@ class LogCleaner:
         self.passes += 1
         return cleaned
 
-    def _dir_failed(self, lg: Any, e: OSError) -> None:
+    def _dir_failed(self, lg: Log, e: OSError) -> None:
         # As Kafka's cleaner: an I/O error takes the log dir offline rather than retrying forever.
         self.log_manager.failure_channel.maybe_add_offline_log_dir(
             os.path.dirname(lg.dir), f"cleaning {lg.topic}-{lg.partition} failed", e)
 
-    def clean_log_now(self, lg: Any, now: int | None = None, force: bool = False) -> CleanStats | None:
+    def clean_log_now(self, lg: Log, now: int | None = None, force: bool = False) -> CleanStats | None:
         """Clean one log synchronously (tests and tools). ``force`` ignores the dirty ratio."""
         plan = self._plan(lg, self.time_ms() if now is None else now, force=force)
         if plan is None:
@@ -232,18 +234,16 @@ class LogCleaner:
 
     def _release(self, plan: _Plan) -> None:
         lg = plan.log
-        with lg._lock:
-            for seg in plan.segments:
-                seg.unpin()  # a segment deleted meanwhile closes now
+        lg.unpin_segments(plan.segments)
         self._busy.discard(lg.dir)
         shutil.rmtree(os.path.join(lg.dir, _TMP_DIR), ignore_errors=True)
 
     # ------------------------------------------------------------ step 1: what to clean
-    def _plan(self, lg: Any, now: int, force: bool = False) -> _Plan | None:
+    def _plan(self, lg: Log, now: int, force: bool = False) -> _Plan | None:
         cfg = lg.config
         if not cfg.compact_enabled or lg.closed or lg.offline or lg.read_only or lg.dir in self._busy:
             return None
-        segs = list(lg._segments)
+        segs = lg.log_segments()
         if len(segs) < 2:
             return None
         cleanable: list[LogSegment] = []
@@ -270,12 +270,10 @@ class LogCleaner:
         ratio = dirty / total if total else 0.0
         if not force and not horizon_due and not max_lag_due and (dirty == 0 or ratio < cfg.min_cleanable_dirty_ratio):
             return None
-        with lg._lock:
-            # Pinned, a segment that retention deletes meanwhile keeps its descriptor open
-            # until the worker is done reading it (the swap then notices the change).
-            for seg in cleanable:
-                seg.pin()
-            aborted = lg.collect_aborted_transactions(cleanable[0].base_offset, end_offset)
+        # Pinned, a segment that retention deletes meanwhile keeps its descriptor open
+        # until the worker is done reading it (the swap then notices the change).
+        lg.pin_segments(cleanable)
+        aborted = lg.collect_aborted_transactions(cleanable[0].base_offset, end_offset)
         groups: list[list[LogSegment]] = []
         size = 0
         for seg in cleanable:
@@ -288,7 +286,7 @@ class LogCleaner:
         return _Plan(lg, cleanable, aborted, first_dirty, end_offset, groups, now, cfg.delete_retention_ms)
 
     # ------------------------------------------------------------ checkpoint
-    def _first_dirty(self, lg: Any) -> int:
+    def _first_dirty(self, lg: Log) -> int:
         root = os.path.dirname(lg.dir)
         if root not in self._loaded_roots:
             self._loaded_roots.add(root)

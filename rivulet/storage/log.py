@@ -608,6 +608,25 @@ class Log:
     def segment_base_offsets(self) -> list[int]:
         return list(self._bases)
 
+    def log_segments(self) -> list[LogSegment]:
+        """The segments, oldest first (Kafka's logSegments); a copy, so later rolls, retention
+        or swaps do not change it under the caller."""
+        with self._lock:
+            return list(self._segments)
+
+    def pin_segments(self, segments: Sequence[LogSegment]) -> None:
+        """Keep ``segments`` open for a reader off the event loop (the cleaner's worker): one
+        that retention or truncation deletes meanwhile closes only at ``unpin_segments``."""
+        with self._lock:
+            for seg in segments:
+                seg.pin()
+
+    def unpin_segments(self, segments: Sequence[LogSegment]) -> None:
+        """Release ``pin_segments``; a segment deleted meanwhile closes now."""
+        with self._lock:
+            for seg in segments:
+                seg.unpin()
+
     @property
     def active_segment(self) -> LogSegment:
         return self._segments[-1]

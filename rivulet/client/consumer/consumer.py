@@ -36,7 +36,12 @@ from rivulet.client.consumer.coordinator import STABLE, ConsumerCoordinator, Gro
 from rivulet.client.consumer.membership import ConsumerMembership
 from rivulet.client.consumer.fetcher import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Fetcher
 from rivulet.client.stats import ClientStats, emit_every, run_stats_cb
-from rivulet.client.consumer.subscription import OffsetAndMetadata, SubscriptionState, TopicPartitionState
+from rivulet.client.consumer.subscription import (
+    WAIT_FOR_SEEK,
+    OffsetAndMetadata,
+    SubscriptionState,
+    TopicPartitionState,
+)
 from rivulet.client.types import (
     OFFSET_BEGINNING,
     OFFSET_END,
@@ -50,9 +55,6 @@ from rivulet.client.types import (
 from rivulet.common.types import TopicPartition as TP
 
 log = logging.getLogger("rivulet.consumer")
-
-WAIT_FOR_SEEK = "error"  # reset_strategy of a partition whose offset could not be reset
-
 
 
 def _partitions(offsets: dict[TP, OffsetAndMetadata]) -> list[TopicPartition]:
@@ -326,10 +328,7 @@ class AIOConsumer:
         elif offset == OFFSET_END:
             st.await_reset("latest")
         elif offset in (OFFSET_STORED, OFFSET_INVALID):
-            st.position = None
-            st.fetch_offset = None
-            st.reset_strategy = None
-            st.epoch += 1
+            st.await_committed()
         else:
             raise E.KafkaException(E.local("_INVALID_ARG", f"invalid offset {offset}"))
 
@@ -450,7 +449,7 @@ class AIOConsumer:
                     if st.position is None and st.reset_strategy not in (None, WAIT_FOR_SEEK)]
         no_reset = [tp for tp in to_reset if self.subs.assignment[tp].reset_strategy == "none"]
         for tp in no_reset:
-            self.subs.assignment[tp].reset_strategy = WAIT_FOR_SEEK
+            self.subs.assignment[tp].wait_for_seek()
         others = [tp for tp in to_reset if tp not in no_reset]
         if others:
             await self.fetcher.reset_offsets(others)
@@ -465,9 +464,7 @@ class AIOConsumer:
         if err.code() in (E.KafkaError.OFFSET_OUT_OF_RANGE, E.LOCAL_CODES["_LOG_TRUNCATION"]):
             st = self.subs.assignment.get(tp)
             if st is not None:
-                st.reset_strategy = WAIT_FOR_SEEK
-                st.position = None
-                st.epoch += 1
+                st.wait_for_seek()
         self.buffer.put_error(Message(tp[0], tp[1], error=err))
 
     def _report(self, err: E.KafkaError) -> None:

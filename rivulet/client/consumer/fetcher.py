@@ -29,7 +29,7 @@ from rivulet.client import core
 from rivulet.client import errors as E
 from rivulet.client.wakeup import Waker
 from rivulet.client.client import KafkaClient, cancel_and_wait, wait_event
-from rivulet.client.connection import RequestTimedOut
+from rivulet.client.connection import BrokerConnection, RequestTimedOut
 from rivulet.client.stats import ClientStats
 from rivulet.client.consumer.subscription import SubscriptionState, TopicPartitionState, Validation
 from rivulet.client.types import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Message
@@ -37,6 +37,7 @@ from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.errors import ApiError as ProtocolError
+from rivulet.protocol.messages import fetch_request as fq, fetch_response as fr
 
 log = logging.getLogger("rivulet.consumer")
 
@@ -295,19 +296,20 @@ class Fetcher:
             return self.backoff
         return None
 
-    def _request(self, parts: list[tuple[TP, TopicPartitionState]], topic_ids: dict[str, uuid.UUID | None]) -> Any:
+    def _request(self, parts: list[tuple[TP, TopicPartitionState]], topic_ids: dict[str, uuid.UUID | None]
+                 ) -> fq.FetchRequest:
         return core.fetch_request(
             {tp: core.FetchPosition(st.fetch_offset, st.current_leader_epoch,
                                     -1 if st.fetch_epoch is None else st.fetch_epoch) for tp, st in parts},
             self.max_wait_ms, self.min_bytes, self.max_bytes, self.partition_max_bytes, self.isolation, topic_ids)
 
-    def _release(self, node: int, sent: dict[TP, Any]) -> None:
+    def _release(self, node: int, sent: dict[TP, tuple[TopicPartitionState, int, int]]) -> None:
         self._nodes_in_flight.discard(node)
         for tp in sent:
             self._tps_in_flight.discard(tp)
 
-    async def _fetch(self, node: int, sent: dict[TP, tuple[TopicPartitionState, int, int]], req: Any,
-                     conn: Any, fut: asyncio.Future | None, cap: int | None, names: dict[uuid.UUID, str]) -> None:
+    async def _fetch(self, node: int, sent: dict[TP, tuple[TopicPartitionState, int, int]], req: fq.FetchRequest,
+                     conn: BrokerConnection | None, fut: asyncio.Future | None, cap: int | None, names: dict[uuid.UUID, str]) -> None:
         released = False
         try:
             timeout = self.request_timeout + self.max_wait_ms / 1000
@@ -379,7 +381,7 @@ class Fetcher:
                 self._release(node, sent)
             self._wake.set()
 
-    def _handle_partition(self, tp: TP, st: TopicPartitionState, epoch: int, offset: int, pd: Any) -> None:
+    def _handle_partition(self, tp: TP, st: TopicPartitionState, epoch: int, offset: int, pd: fr.PartitionData) -> None:
         code = pd.error_code
         if code:
             if code == ErrorCode.OFFSET_OUT_OF_RANGE:
@@ -564,7 +566,7 @@ class Fetcher:
         return core.read_offsets_for_leader_epoch(resp)
 
     @staticmethod
-    def _aborted(pd: Any) -> dict[int, int]:
+    def _aborted(pd: fr.PartitionData) -> dict[int, int]:
         out: dict[int, int] = {}
         for a in pd.aborted_transactions or []:
             if a.producer_id not in out or a.first_offset < out[a.producer_id]:
@@ -572,7 +574,7 @@ class Fetcher:
         return out
 
     @staticmethod
-    def _control(batch: Any, aborted: dict[int, int]) -> None:
+    def _control(batch: rec.DecodedBatch, aborted: dict[int, int]) -> None:
         # An ABORT marker ends that producer's aborted transaction.
         try:
             cr = rec.parse_control_record(batch.records[0])

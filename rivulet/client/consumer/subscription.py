@@ -32,6 +32,7 @@ from rivulet.common.types import TopicPartition as TP
 EARLIEST = "earliest"
 LATEST = "latest"
 NONE = "none"
+WAIT_FOR_SEEK = "error"  # reset_strategy of a partition whose offset could not be reset
 
 
 class Validation(enum.Enum):
@@ -73,6 +74,20 @@ class TopicPartitionState:
         self.fetch_offset = None
         self.leader_epoch = self.fetch_epoch = None
         self.awaiting_validation = False
+        self.epoch += 1
+
+    def wait_for_seek(self) -> None:
+        """No offset to go on (out of range or truncated, or auto.offset.reset=none): nothing
+        is fetched, nor reset, until the application seeks."""
+        self.reset_strategy = WAIT_FOR_SEEK
+        self.position = None
+        self.epoch += 1
+
+    def await_committed(self) -> None:
+        """Start again from the committed offset: the next position update looks it up."""
+        self.position = None
+        self.fetch_offset = None
+        self.reset_strategy = None
         self.epoch += 1
 
     def seek(self, offset: int, leader_epoch: int | None = None) -> None:

@@ -24,7 +24,7 @@ import threading
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass
-from typing import Any, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Callable, Coroutine
 
 from rivulet.client import core
 from rivulet.client import errors as E
@@ -45,6 +45,9 @@ from rivulet.protocol import compression
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.errors import ApiError as ProtocolError
 from rivulet.protocol.records import encode_batch as _encode_batch
+
+if TYPE_CHECKING:
+    from rivulet.protocol.messages import produce_response as prr
 
 log = logging.getLogger("rivulet.producer")
 
@@ -822,7 +825,7 @@ class AIOProducer:
             if self._wakeup is not None:
                 self._wakeup.set()
 
-    def _handle_partition(self, b: ProducerBatch, pr: Any) -> None:
+    def _handle_partition(self, b: ProducerBatch, pr: prr.PartitionProduceResponse) -> None:
         code = pr.error_code
         if code == 0:
             self._succeed(b, pr.base_offset, pr.log_append_time_ms)

@@ -26,6 +26,7 @@ from rivulet.client import client, core
 from rivulet.client.client import KafkaClient
 from rivulet.client import errors as E
 from rivulet.client.errors import KafkaError, KafkaException
+from rivulet.client.producer.accumulator import ProducerBatch
 from rivulet.client.types import ConsumerGroupMetadata
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol.errors import ErrorCode
@@ -129,7 +130,7 @@ class TransactionManager:
         self.backoff = self.client.backoff
 
     # ------------------------------------------------------------ state
-    def can_send(self, b: Any) -> bool:
+    def can_send(self, b: ProducerBatch) -> bool:
         """Asked by the producer's sender: may this batch go out in the transaction now?"""
         return (b.topic, b.partition) in self.added and self.state in (IN_TXN, COMMITTING)
 

@@ -22,7 +22,7 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rivulet.client import core
 from rivulet.client import errors as E
@@ -32,6 +32,9 @@ from rivulet.client.types import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIM
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ApiError, ErrorCode
+
+if TYPE_CHECKING:
+    from rivulet.protocol.messages import share_fetch_response as sfr
 
 log = logging.getLogger("rivulet.consumer")
 
@@ -191,7 +194,7 @@ class ShareFetcher:
         else:
             self.on_error(E.KafkaError(code, f"ShareFetch failed: {ErrorCode(code).name} {message or ''}".rstrip()))
 
-    def _partition(self, tp: TP, pd: Any) -> None:
+    def _partition(self, tp: TP, pd: sfr.PartitionData) -> None:
         code = pd.error_code
         if code:
             if code in core.METADATA_ERRORS:

@@ -28,7 +28,13 @@ from rivulet.coordinator.group_metadata import (
     SyncGroupResult,
 )
 from rivulet.coordinator.group_metadata_manager import INVALID_OFFSET, PartitionData
-from rivulet.coordinator.share_group import ASSIGNOR as SHARE_ASSIGNOR, ShareHeartbeatRequest, ShareHeartbeatResult
+from rivulet.coordinator.consumer_group import ConsumerGroup
+from rivulet.coordinator.share_group import (
+    ASSIGNOR as SHARE_ASSIGNOR,
+    ShareGroup,
+    ShareHeartbeatRequest,
+    ShareHeartbeatResult,
+)
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.framing import RequestHeader
 from rivulet.protocol.messages import (
@@ -497,12 +503,12 @@ class GroupHandlers:
 
     def handle_consumer_group_describe(self, header: RequestHeader, req: ConsumerGroupDescribeRequest,
                                        conn: KafkaConnection) -> cgdr.ConsumerGroupDescribeResponse:
-        def assignment(parts: Any) -> cgdr.Assignment:
+        def assignment(parts: Mapping[uuid.UUID, Iterable[int]]) -> cgdr.Assignment:
             return cgdr.Assignment(topic_partitions=[
                 cgdr.TopicPartitions(topic_id=t, topic_name=self.metadata.topic_name(t) or "", partitions=ps)
                 for t, ps in _by_topic_id(parts)])
 
-        def build(gid: str, group: Any) -> cgdr.DescribedGroup:
+        def build(gid: str, group: ConsumerGroup) -> cgdr.DescribedGroup:
             members = [cgdr.Member(
                 member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
                 client_id=m.client_id, client_host=m.client_host,
@@ -520,7 +526,7 @@ class GroupHandlers:
 
     def handle_share_group_describe(self, header: RequestHeader, req: ShareGroupDescribeRequest,
                                     conn: KafkaConnection) -> sgdr.ShareGroupDescribeResponse:
-        def build(gid: str, group: Any) -> sgdr.DescribedGroup:
+        def build(gid: str, group: ShareGroup) -> sgdr.DescribedGroup:
             names = {t: self.metadata.topic_name(t) or "" for m in group.members.values() for t in m.assigned}
             if len(self.authz.allowed(conn, Op.DESCRIBE, ResourceType.TOPIC, set(names.values()))) < \
                     len(set(names.values())):

@@ -25,6 +25,7 @@ from rivulet.protocol.messages.delete_share_group_state_request import DeleteSha
 from rivulet.protocol.messages.initialize_share_group_state_request import InitializeShareGroupStateRequest
 from rivulet.protocol.messages.read_share_group_state_request import ReadShareGroupStateRequest
 from rivulet.protocol.messages.read_share_group_state_summary_request import ReadShareGroupStateSummaryRequest
+from rivulet.protocol.messages.write_share_group_state_request import PartitionData as WritePartitionData
 from rivulet.protocol.messages.write_share_group_state_request import WriteShareGroupStateRequest
 from rivulet.security.acls import AclOperation as Op
 from rivulet.server.acls import Authz
@@ -110,7 +111,7 @@ class ShareStateHandlers:
                          lambda key, p: self.coordinator.read_state(key, p.leader_epoch), build)
 
     def handle_write(self, header: RequestHeader, req: WriteShareGroupStateRequest, conn: KafkaConnection) -> Answer:
-        def write(key: SharePartitionKey, p: Any) -> Awaitable[None]:
+        def write(key: SharePartitionKey, p: WritePartitionData) -> Awaitable[None]:
             snapshot = SharePartitionSnapshot(p.start_offset, state_batches(p.state_batches), p.state_epoch)
             return self.coordinator.write_state(key, snapshot, leader_epoch=p.leader_epoch)
 

@@ -10,7 +10,6 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 from rivulet.common.cluster import NodeEndpoint
 from rivulet.common.types import TopicPartition
@@ -24,8 +23,8 @@ from rivulet.protocol.messages import (
     describe_topic_partitions_response as dtpr,
     metadata_response as mr,
 )
-from rivulet.protocol.messages.create_partitions_request import CreatePartitionsRequest
-from rivulet.protocol.messages.create_topics_request import CreateTopicsRequest
+from rivulet.protocol.messages.create_partitions_request import CreatePartitionsRequest, CreatePartitionsTopic
+from rivulet.protocol.messages.create_topics_request import CreatableTopic, CreateTopicsRequest
 from rivulet.protocol.messages.delete_topics_request import DeleteTopicsRequest
 from rivulet.protocol.messages.describe_cluster_request import DescribeClusterRequest
 from rivulet.protocol.messages.describe_topic_partitions_request import DescribeTopicPartitionsRequest
@@ -67,7 +66,7 @@ class PartitionView:
 
 
 @contextmanager
-def errors_into(res: Any) -> Iterator[None]:
+def errors_into(res: ctr.CreatableTopicResult | dtr.DeletableTopicResult) -> Iterator[None]:
     """An ApiError raised inside becomes ``res``'s error_code and error_message."""
     try:
         yield
@@ -482,7 +481,8 @@ class TopicHandlers:
             results.append(res)
         return ctr.CreateTopicsResponse(throttle_time_ms=self._throttle(quota, conn), topics=results)
 
-    def _plan_topic(self, t: Any, seen: Counter, brokers: set[int]) -> tuple[int, int, dict[int, list[int]] | None]:
+    def _plan_topic(self, t: CreatableTopic, seen: Counter, brokers: set[int]
+                    ) -> tuple[int, int, dict[int, list[int]] | None]:
         """Partition count, replication factor and the explicit assignment (if any) of a topic to
         create, after the request-level checks."""
         if seen[t.name] > 1:
@@ -635,7 +635,8 @@ class TopicHandlers:
             results.append(res)
         return dtr.DeleteTopicsResponse(throttle_time_ms=self._throttle(quota, conn), responses=results)
 
-    async def _add_partitions_in_cluster(self, cluster: ZkClusterMember, t: Any, validate_only: bool) -> None:
+    async def _add_partitions_in_cluster(self, cluster: ZkClusterMember, t: CreatePartitionsTopic,
+                                         validate_only: bool) -> None:
         """Kafka 2.x's way: the grown assignment is written to ZooKeeper and the controller,
         watching the topic, gives the new partitions their leaders."""
         current = await cluster.topic_assignment(t.name)

@@ -33,7 +33,7 @@ from rivulet.protocol.messages.describe_transactions_request import DescribeTran
 from rivulet.protocol.messages.end_txn_request import EndTxnRequest
 from rivulet.protocol.messages.init_producer_id_request import InitProducerIdRequest
 from rivulet.protocol.messages.list_transactions_request import ListTransactionsRequest
-from rivulet.protocol.messages.write_txn_markers_request import WriteTxnMarkersRequest
+from rivulet.protocol.messages.write_txn_markers_request import WritableTxnMarker, WriteTxnMarkersRequest
 from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.security.acls import AclOperation as Op, ResourceType
@@ -251,7 +251,7 @@ class TransactionHandlers:
         def finish() -> None:
             reply(None)
 
-        def marker_done(i: int, m: Any, errs: dict[TopicPartition, ErrorCode]) -> None:
+        def marker_done(i: int, m: WritableTxnMarker, errs: dict[TopicPartition, ErrorCode]) -> None:
             offsets = [tp.partition for tp, e in errs.items() if e == ErrorCode.NONE
                        and tp.topic == GROUP_METADATA_TOPIC_NAME]
             if offsets:
@@ -278,7 +278,7 @@ class TransactionHandlers:
                 return {tp: ErrorCode(r.error) for tp, r in res.items()}
 
             if isinstance(result, asyncio.Future):
-                def done(f: asyncio.Future, i: int = i, m: Any = m) -> None:
+                def done(f: asyncio.Future, i: int = i, m: WritableTxnMarker = m) -> None:
                     if f.cancelled() or f.exception() is not None:
                         errs = {TopicPartition(t.name, p): ErrorCode.UNKNOWN_SERVER_ERROR
                                 for t in m.topics for p in t.partition_indexes}
