@@ -15,11 +15,7 @@ from typing import Callable, Iterable
 from rivulet.coordinator.consumer_group import ConsumerGroup
 from rivulet.coordinator.share_group import ShareGroup
 from rivulet.coordinator.streams_group import StreamsGroup
-from rivulet.common.placement import (  # noqa: F401 (java_abs, java_string_hashcode re-exported)
-    java_abs,
-    java_string_hashcode,
-    partition_for as coordinator_partition,
-)
+from rivulet.common.placement import partition_for as coordinator_partition
 from rivulet.common.time import SYSTEM_CLOCK
 from rivulet.common.types import TopicPartition
 from rivulet.protocol.consumer_protocol import decode_subscription

@@ -35,7 +35,7 @@ import os
 from typing import Any, Mapping, Protocol, Sequence
 
 from rivulet.common.config import ConfigEntry, ConfigError, ConfigSource, ConfigType, UpdateMode, parse_value
-from rivulet.common.placement import java_hash_set_order
+from rivulet.common.java_hash import java_hash_set_order
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.security.acls import AclBinding, AclChange, ResourcePattern, bindings_from_json, bindings_to_json
 from rivulet.server.config import BROKER_CONFIGS, BrokerConfig, cleaner_threads_problem, synonyms_of

@@ -10,11 +10,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from rivulet.common.placement import (  # noqa: F401 (java_abs, java_string_hash re-exported)
-    java_abs,
-    java_string_hashcode as java_string_hash,
-    partition_for as coordinator_partition,
-)
+from rivulet.common.placement import partition_for as coordinator_partition
 from rivulet.common.types import TopicPartition
 from rivulet.protocol.messages.transaction_log_key import TransactionLogKey
 from rivulet.protocol.messages.transaction_log_value import PartitionsSchema, TransactionLogValue

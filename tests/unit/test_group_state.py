@@ -21,10 +21,9 @@ from rivulet.coordinator.group_metadata import (
     MemberMetadata,
     OffsetAndMetadata,
     SyncGroupResult,
-    java_abs,
-    java_string_hashcode,
     partition_for,
 )
+from rivulet.common.java_hash import java_abs, java_string_hashcode
 from rivulet.protocol.errors import ErrorCode
 
 pytestmark = pytest.mark.fast

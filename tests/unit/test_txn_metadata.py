@@ -8,6 +8,7 @@ import struct
 
 import pytest
 
+from rivulet.common.java_hash import java_string_hashcode
 from rivulet.common.types import TopicPartition
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.transaction import txn_log
@@ -31,12 +32,12 @@ def fresh(epoch: int = NO_PRODUCER_EPOCH) -> TransactionMetadata:
 
 
 def test_java_hash_and_partition_for():
-    assert txn_log.java_string_hash("hello") == 99162322
-    assert txn_log.java_string_hash("") == 0
-    assert txn_log.java_string_hash("polygenelubricants") == -(2**31)
+    assert java_string_hashcode("hello") == 99162322
+    assert java_string_hashcode("") == 0
+    assert java_string_hashcode("polygenelubricants") == -(2**31)
     assert txn_log.partition_for("polygenelubricants", 50) == 0  # Utils.abs(MIN_VALUE) is 0
     assert txn_log.partition_for("hello", 50) == 99162322 % 50
-    assert txn_log.java_string_hash("é😀") == (((0xE9 * 31 + 0xD83D) * 31 + 0xDE00) & 0xFFFFFFFF)
+    assert java_string_hashcode("é😀") == (((0xE9 * 31 + 0xD83D) * 31 + 0xDE00) & 0xFFFFFFFF)
 
 
 def test_full_commit_cycle():
