@@ -651,6 +651,30 @@ BROKER_CONFIGS = ConfigDef([
 # Properties whose value is a comma-separated list (IncrementalAlterConfigs APPEND/SUBTRACT).
 LIST_PROPERTIES = frozenset(k.name for k in BROKER_CONFIGS if k.type is ConfigType.LIST)
 
+# The dynamic configs in Kafka 4.3.1's KafkaConfig definition order: DynamicConfig.Broker's ConfigDef
+# defines them in that order and ConfigDef.parse walks it, so of several bad values in one
+# AlterConfigs, Kafka names the first here, whatever the request's order.
+KAFKA_DYNAMIC_ORDER = (
+    "log.local.retention.ms", "log.local.retention.bytes", "message.max.bytes", "num.io.threads",
+    "background.threads", "compression.type", "compression.gzip.level", "compression.lz4.level",
+    "compression.zstd.level", "listeners", "listener.security.protocol.map", "max.connections.per.ip",
+    "max.connections.per.ip.overrides", "max.connections", "num.network.threads", "num.replica.fetchers",
+    "unclean.leader.election.enable", "group.consumer.assignment.interval.ms",
+    "group.share.assignment.interval.ms", "group.streams.assignment.interval.ms", "log.cleaner.threads",
+    "log.cleaner.io.max.bytes.per.second", "log.cleaner.dedupe.buffer.size", "log.cleaner.io.buffer.size",
+    "log.cleaner.io.buffer.load.factor", "log.cleaner.backoff.ms", "log.cleaner.min.cleanable.ratio",
+    "log.cleaner.delete.retention.ms", "log.cleaner.min.compaction.lag.ms",
+    "log.cleaner.max.compaction.lag.ms", "log.segment.bytes", "log.roll.ms", "log.roll.jitter.ms",
+    "log.retention.ms", "log.retention.bytes", "log.cleanup.policy", "log.index.size.max.bytes",
+    "log.index.interval.bytes", "log.flush.interval.messages", "log.segment.delete.delay.ms",
+    "log.flush.interval.ms", "log.preallocate", "num.recovery.threads.per.data.dir", "min.insync.replicas",
+    "log.message.timestamp.type", "log.message.timestamp.before.max.ms", "log.message.timestamp.after.max.ms",
+    "transaction.partition.verification.enable", "producer.id.expiration.ms", "ssl.provider",
+    "ssl.keymanager.algorithm", "ssl.trustmanager.algorithm", "ssl.secure.random.implementation",
+    "ssl.engine.factory.class", "sasl.mechanism.inter.broker.protocol", "sasl.enabled.mechanisms",
+    "sasl.jaas.config",
+)
+
 
 # Properties that set one value in different units, most specific first (Kafka's broker
 # config synonyms); DescribeConfigs lists them together.

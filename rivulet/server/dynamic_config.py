@@ -38,7 +38,8 @@ from rivulet.common.config import ConfigEntry, ConfigError, ConfigSource, Config
 from rivulet.common.java_hash import java_hash_set_order
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.security.acls import AclBinding, AclChange, ResourcePattern, bindings_from_json, bindings_to_json
-from rivulet.server.config import BROKER_CONFIGS, BrokerConfig, cleaner_threads_problem, synonyms_of
+from rivulet.server.config import (BROKER_CONFIGS, KAFKA_DYNAMIC_ORDER, BrokerConfig, cleaner_threads_problem,
+                                   synonyms_of)
 from rivulet.server.delegation_tokens import TokenInformation
 from rivulet.server.features import FinalizedFeatures
 from rivulet.storage.checkpoints import write_atomic
@@ -58,6 +59,7 @@ DELEGATION_TOKENS = "delegation-tokens"
 MIN_ISR = "min.insync.replicas"
 CLEANER_THREADS = "log.cleaner.threads"
 CLEANER_DEDUPE_BUFFER = "log.cleaner.dedupe.buffer.size"
+_DYNAMIC_RANK = {name: i for i, name in enumerate(KAFKA_DYNAMIC_ORDER)}
 
 
 class Reconfigurable(Protocol):
@@ -223,16 +225,15 @@ class DynamicBrokerConfig:
         level, then values a reconfigurable component cannot take (all INVALID_REQUEST: Kafka's
         broker turns every failed validation of a dynamic broker config into one, KAFKA-13609),
         then, as its controller does, a per-broker min.insync.replicas or the cluster-level one
-        removed (INVALID_CONFIG). Kafka names the configs refused as a HashSet prints them."""
+        removed (INVALID_CONFIG). Kafka names the configs refused as a HashSet prints them, and of
+        several bad values the first in its definition order (``KAFKA_DYNAMIC_ORDER``)."""
         static = [n for n in configs if n in BROKER_CONFIGS and not BROKER_CONFIGS[n].dynamic]
         if static:
             raise ApiError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: {_java_set(static)}")
-        for name, raw in configs.items():
-            key = BROKER_CONFIGS.get(name)
-            if key is None:
-                continue  # a custom config
+        for name in sorted(configs.keys() & _DYNAMIC_RANK.keys(), key=_DYNAMIC_RANK.__getitem__):
+            raw = configs[name]  # in Kafka's definition order; a custom config is not parsed
             try:
-                key.parse(raw)
+                BROKER_CONFIGS[name].parse(raw)
             except ConfigError as e:
                 raise ApiError(ErrorCode.INVALID_REQUEST, f"Invalid value {raw} for configuration {name}: "
                                  f"{e.reason}") from None

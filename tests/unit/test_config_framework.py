@@ -16,7 +16,7 @@ from rivulet.common.config import (
     load_properties,
 )
 from rivulet.protocol.errors import ApiError, ErrorCode
-from rivulet.server.config import BROKER_CONFIGS, BrokerConfig
+from rivulet.server.config import BROKER_CONFIGS, KAFKA_DYNAMIC_ORDER, BrokerConfig
 from rivulet.server.dynamic_config import DynamicBrokerConfig, describe_broker_configs
 from rivulet.storage.config import TOPIC_CONFIGS
 
@@ -127,6 +127,29 @@ def test_dynamic_updates_follow_the_definitions(tmp_path):
         dyn.validate({"log.segment.bytes": "1048575"})
     assert (e.value.code, e.value.message) == (ErrorCode.INVALID_REQUEST, "Invalid value 1048575 for configuration "
                                                "log.segment.bytes: Value must be at least 1048576")
+
+
+# Several bad values in one request, as a Kafka 4.3.1 broker answered each (in either request
+# order): the first in its KafkaConfig definition order is named.
+@pytest.mark.parametrize("configs, name, value, reason", [
+    ({"num.io.threads": "x", "log.retention.ms": "y"}, "num.io.threads", "x", "Not a number of type INT"),
+    ({"log.retention.ms": "y", "num.io.threads": "x"}, "num.io.threads", "x", "Not a number of type INT"),
+    ({"log.cleaner.threads": "x", "message.max.bytes": "y"}, "message.max.bytes", "y", "Not a number of type INT"),
+    ({"max.connections": "x", "compression.type": "nope", "min.insync.replicas": "z"}, "compression.type", "nope",
+     "String must be one of: uncompressed, zstd, lz4, snappy, gzip, producer"),
+    ({"group.consumer.assignment.interval.ms": "x", "num.network.threads": "q"}, "num.network.threads", "q",
+     "Not a number of type INT"),
+])
+def test_of_several_bad_dynamic_values_the_first_in_kafkas_definition_order_is_named(tmp_path, configs, name,
+                                                                                     value, reason):
+    with pytest.raises(ApiError) as e:
+        DynamicBrokerConfig(str(tmp_path), 1).validate(configs)
+    assert (e.value.code, e.value.message) == (ErrorCode.INVALID_REQUEST,
+                                               f"Invalid value {value} for configuration {name}: {reason}")
+
+
+def test_every_dynamic_broker_config_has_its_place_in_kafkas_definition_order():
+    assert sorted(KAFKA_DYNAMIC_ORDER) == sorted(k.name for k in BROKER_CONFIGS if k.dynamic)
 
 
 def test_cleaner_threads_change_within_kafkas_rule_then_the_cleaners(tmp_path):
