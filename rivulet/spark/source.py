@@ -16,7 +16,7 @@ import re
 import ssl
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, ParamSpec, TypeVar
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -40,12 +40,18 @@ from rivulet.spark._options import (CONSUMER_REFUSED, SOURCE_KAFKA_OPTIONS, SOUR
                                     security_options)
 from rivulet.spark._values import ValueFormat, decode_batch
 from rivulet.spark._worker import freeze_imported
+from rivulet.protocol.messages import fetch_request as fq, fetch_response as fr
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger("rivulet.spark")
 
 BACKOFF = core.Backoff()  # Kafka's defaults: 100 ms doubling to 1 s, with jitter
 API_TIMEOUT_S = 60  # Kafka's default.api.timeout.ms
 OffsetMap = dict[TP, int]
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 FAIL_ON_DATA_LOSS_HINT = (
     "Some data may have been lost: the offsets are gone from the broker (aged out by retention, "
@@ -99,7 +105,7 @@ def report_data_loss(message: str, fail: bool) -> None:
 
 
 
-def _bool(v: Any, name: str) -> bool:
+def _bool(v: object, name: str) -> bool:
     s = str(v).strip().lower()
     if s in ("true", "1", "yes"):
         return True
@@ -133,7 +139,7 @@ def offsets_to_json(offsets: Mapping[TP, int]) -> dict[str, dict[str, int]]:
     return out
 
 
-def offsets_from_json(obj: Mapping[str, Mapping[str, Any]] | None) -> OffsetMap:
+def offsets_from_json(obj: Mapping[str, Mapping[str, int]] | None) -> OffsetMap:
     return {(t, int(p)): int(o) for t, parts in (obj or {}).items() for p, o in parts.items()}
 
 
@@ -295,14 +301,14 @@ class OffsetReader:
                                            ssl_context=ssl_context(self.opts.security))
         return self._cluster
 
-    def _retry(self, fn: Any, *args: Any) -> Any:
+    def _retry(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         # Through a leader's death (a new one is elected within seconds): for as long as the
         # Java admin client Spark plans with retries a call (default.api.timeout.ms).
         deadline = time.monotonic() + API_TIMEOUT_S
         attempt = 0
         while True:
             try:
-                return fn(*args)
+                return fn(*args, **kwargs)
             except (OSError, ConnectionError) as e:
                 if not_transient(e):
                     raise
@@ -456,9 +462,15 @@ def plan_ranges(start: OffsetMap, end: OffsetMap, reader: OffsetReader, fail_on_
             report_data_loss(f"Partition {tp[0]}-{tp[1]}'s offset went from {a} back to {b}", fail_on_data_loss)
             continue
         ranges.append(RangePartition(tp[0], tp[1], a, b))
-    o = reader.opts
-    split = split_ranges([r for r in ranges if r.end > r.start], o.min_partitions, o.max_records_per_partition)
-    return group_small_ranges(split, o.min_partitions, o.max_records_per_partition)
+    return plan_tasks(ranges, reader.opts)
+
+
+def plan_tasks(ranges: list[RangePartition], opts: SourceOptions) -> list[InputPartition]:
+    """Spark's tasks for a batch's ranges, for the stream and the batch reader alike: empty
+    ranges dropped, big ones split (minPartitions, maxRecordsPerPartition), small ones grouped."""
+    split = split_ranges([r for r in ranges if r.end > r.start], opts.min_partitions,
+                         opts.max_records_per_partition)
+    return group_small_ranges(split, opts.min_partitions, opts.max_records_per_partition)
 
 
 def split_ranges(ranges: list[RangePartition], min_partitions: int | None,
@@ -515,11 +527,11 @@ class RivuletStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._reported: OffsetMap = {}
         self._last_trigger_ms = SYSTEM_CLOCK.monotonic_ms()  # for minOffsetsPerTrigger's maxTriggerDelay
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         # Executors get only the options: no sockets, no driver state.
         return {"opts": self.opts}
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    def __setstate__(self, state: dict[str, object]) -> None:
         self.__init__(state["opts"])  # type: ignore[misc]
 
     def initialOffset(self) -> dict:
@@ -577,7 +589,7 @@ class RivuletStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return plan_ranges(offsets_from_json(start), offsets_from_json(end), self._offsets,
                            self.opts.fail_on_data_loss)
 
-    def read(self, partition: InputPartition) -> Iterator[Any]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_task(self.opts, partition)
 
     def commit(self, end: dict) -> None:
@@ -619,24 +631,21 @@ class RivuletBatchReader(DataSourceReader):
                     report_data_loss(f"Partition {tp[0]}-{tp[1]}: ending offset {b} is below starting offset {a}",
                                      self.opts.fail_on_data_loss)
                     continue
-                if b > a:
-                    ranges.append(RangePartition(tp[0], tp[1], a, b))
-            parts = group_small_ranges(split_ranges(ranges, self.opts.min_partitions,
-                                                    self.opts.max_records_per_partition),
-                                       self.opts.min_partitions, self.opts.max_records_per_partition)
+                ranges.append(RangePartition(tp[0], tp[1], a, b))
+            parts = plan_tasks(ranges, self.opts)
         finally:
             reader.close()
         # Spark wants at least one partition; an empty range reads nothing.
         return parts or [RangePartition("", -1, 0, 0)]
 
-    def read(self, partition: InputPartition) -> Iterator[Any]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_task(self.opts, partition)
 
 
 # ---------------------------------------------------------------- executor side
 
 
-def _fetch_request(opts: SourceOptions, tp: TP, offset: int, max_bytes: int) -> Any:
+def _fetch_request(opts: SourceOptions, tp: TP, offset: int, max_bytes: int) -> fq.FetchRequest:
     return core.fetch_request({tp: core.FetchPosition(offset)}, opts.fetch_max_wait_ms, 1, max_bytes, max_bytes, opts.isolation_level)
 
 
@@ -666,12 +675,12 @@ class _Fetcher:
         self.conn.submit(_fetch_request(self.opts, self.tp, offset, self.size_for(offset, end)))
         self.ahead = offset
 
-    def receive(self) -> tuple[int, Any]:
+    def receive(self) -> tuple[int, fr.PartitionData]:
         assert self.conn is not None and self.ahead is not None
         offset, self.ahead = self.ahead, None
         # The frame is read into the connection's reused buffer: read_range is done with the
         # previous answer (its rows are in Arrow buffers of their own) before it asks for the next.
-        resp = self.conn.receive(reuse_buffer=True)
+        resp: fr.FetchResponse = self.conn.receive(reuse_buffer=True)
         if resp.error_code:
             raise ApiError(ErrorCode(resp.error_code), "Fetch")
         for t in resp.responses:
@@ -688,7 +697,7 @@ class _Fetcher:
         self.ahead = None
 
 
-def read_task(opts: SourceOptions, part: InputPartition) -> Iterator[Any]:
+def read_task(opts: SourceOptions, part: InputPartition) -> Iterator[pa.RecordBatch]:
     """A task's records: its range, or its ranges one after another."""
     if isinstance(part, RangesPartition):
         for rp in part.ranges:
@@ -698,7 +707,7 @@ def read_task(opts: SourceOptions, part: InputPartition) -> Iterator[Any]:
         yield from read_range(opts, part)
 
 
-def read_range(opts: SourceOptions, rp: RangePartition) -> Iterator[Any]:
+def read_range(opts: SourceOptions, rp: RangePartition) -> Iterator[pa.RecordBatch]:
     """Yield the records of [rp.start, rp.end) of one partition as Arrow record batches."""
     # The decoder (pyarrow.compute, crc32c, the codecs) only here: the driver-side planner
     # process, one per query, imports this module too and never reads a record.

@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("pyspark")
 
 from rivulet.spark.source import (TASK_MIN_RECORDS, RangePartition, RangesPartition,  # noqa: E402
-                                  group_small_ranges)
+                                  SourceOptions, group_small_ranges, plan_tasks)
 
 pytestmark = pytest.mark.fast
 
@@ -61,3 +61,21 @@ def test_the_plan_depends_only_on_the_ranges():
     first = offsets(group_small_ranges(rs, None, None))
     assert first == offsets(group_small_ranges(list(reversed(rs)), None, None))
     assert first == offsets(group_small_ranges(sorted(rs, key=lambda r: r.end - r.start), None, None))
+
+
+def source_options(**extra: str) -> SourceOptions:
+    return SourceOptions.parse({"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "orders", **extra},
+                               streaming=False)
+
+
+def test_plan_tasks_drops_empty_ranges_then_groups_the_small_ones():
+    rs = ranges([750, 0, 700])
+    parts = plan_tasks(rs, source_options())
+    assert len(parts) == 1
+    assert offsets(parts) == [("orders", 0, 0, 750), ("orders", 2, 200, 900)]
+
+
+def test_plan_tasks_splits_by_max_records_per_partition_with_a_task_per_piece():
+    parts = plan_tasks(ranges([750, 300]), source_options(maxRecordsPerPartition="250"))
+    assert offsets(parts) == [("orders", 0, 0, 250), ("orders", 0, 250, 500), ("orders", 0, 500, 750),
+                              ("orders", 1, 100, 250), ("orders", 1, 250, 400)]
