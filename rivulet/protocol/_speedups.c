@@ -2121,8 +2121,9 @@ static const char *const request_name_strs[WN_COUNT] = {
  * position of the log's shared empty read (NOTHING_READ), and an empty aborted list when
  * read_committed. Any other partition, or anything unexpected about one, goes to ``read``.
  * A full fetch of a thousand partitions of which a few have records spends most of its
- * time here. It reads the Log's own fields (_hw, _leo, _log_start, _closed, _offline) and its
- * producer state's transaction dicts: the differential test in tests/test_fetch_caught_up.py
+ * time here. Of the Log it reads only its public LogState (``log.state``: hw, leo, log_start,
+ * closed, offline; rivulet.storage.log documents it as this walk's view) and its producer
+ * state's transaction dicts: the differential test in tests/unit/test_fetch_caught_up.py
  * compares both walks over every kind of partition. */
 
 static PyObject *no_error = NULL;            /* ErrorCode.NONE */
@@ -2136,24 +2137,36 @@ static Py_ssize_t request_offsets[3];
 static int fast_request = 0;
 enum {
     RN_TP, RN_FETCH_OFFSET, RN_LEADER_EPOCH_ASKED, RN_DELETED, RN_LEADER_EPOCH, RN_IS_LEADER, RN_LOG,
-    RN_CLOSED, RN_OFFLINE, RN_HW, RN_LEO, RN_LOG_START, RN_PRODUCER_STATE, RN_ONGOING, RN_UNREPLICATED,
+    RN_STATE, RN_CLOSED, RN_OFFLINE, RN_HW, RN_LEO, RN_LOG_START, RN_PRODUCER_STATE, RN_ONGOING, RN_UNREPLICATED,
     RN_ERROR, RN_HIGH_WATERMARK, RN_LSO, RN_LOG_START_OFFSET, RN_RECORDS, RN_ABORTED, RN_POSITION,
     RN_DIVERGING, RN_PREFERRED, RN_COUNT
 };
 static PyObject *read_names[RN_COUNT];
+/* rivulet.storage.log.LogState and where its five fields (RN_CLOSED .. RN_LOG_START) lie:
+ * read there directly when it is a plain __slots__ class, else through getattr. */
+#define N_STATE_FIELDS 5
+static PyObject *log_state_type = NULL;
+static Py_ssize_t state_offsets[N_STATE_FIELDS];
+static int fast_state = 0;
 static const char *const read_name_strs[RN_COUNT] = {
     "tp", "fetch_offset", "current_leader_epoch", "deleted", "leader_epoch", "is_leader", "log",
-    "_closed", "_offline", "_hw", "_leo", "_log_start", "producer_state", "ongoing_txns", "unreplicated_txns",
+    "state", "closed", "offline", "hw", "leo", "log_start", "producer_state", "ongoing_txns", "unreplicated_txns",
     "error", "high_watermark", "last_stable_offset", "log_start_offset", "records", "aborted_transactions",
     "fetch_offset_metadata", "diverging_epoch", "preferred_read_replica",
 };
 
-/* obj.<name> (a new reference), from its slot when obj is a FetchRequestPartition. */
+/* obj.<name> (a new reference), from its slot when obj is a FetchRequestPartition or a
+ * LogState. */
 static PyObject *
 rd_get(PyObject *obj, int name)
 {
     if (fast_request && name <= RN_LEADER_EPOCH_ASKED && (PyObject *)Py_TYPE(obj) == request_partition_type) {
         PyObject *v = *(PyObject **)((char *)obj + request_offsets[name]);
+        if (v != NULL)
+            return Py_NewRef(v);
+    }
+    if (fast_state && name >= RN_CLOSED && name <= RN_LOG_START && (PyObject *)Py_TYPE(obj) == log_state_type) {
+        PyObject *v = *(PyObject **)((char *)obj + state_offsets[name - RN_CLOSED]);
         if (v != NULL)
             return Py_NewRef(v);
     }
@@ -2182,7 +2195,7 @@ rd_ll(PyObject *obj, int name, long long *value)
 static int
 rd_true(PyObject *obj, int name)
 {
-    PyObject *v = PyObject_GetAttr(obj, read_names[name]);
+    PyObject *v = rd_get(obj, name);
     if (v == NULL)
         return -1;
     int t = PyObject_IsTrue(v);
@@ -2213,10 +2226,15 @@ caught_up_result(PyObject *fp, PyObject *p, int fetch_only_leader, int read_comm
     if (lg == NULL)
         return NULL;
     PyObject *out = Py_None, *ps = NULL;
-    if ((t = rd_true(lg, RN_CLOSED)) != 0 || (t = rd_true(lg, RN_OFFLINE)) != 0)
+    PyObject *st = PyObject_GetAttr(lg, read_names[RN_STATE]);  /* the Log's LogState */
+    if (st == NULL) {
+        Py_DECREF(lg);
+        return NULL;
+    }
+    if ((t = rd_true(st, RN_CLOSED)) != 0 || (t = rd_true(st, RN_OFFLINE)) != 0)
         goto done;
-    if ((r = rd_ll(lg, RN_HW, &hw)) <= 0 || (r = rd_ll(lg, RN_LEO, &leo)) <= 0
-        || (r = rd_ll(lg, RN_LOG_START, &start)) <= 0 || (r = rd_ll(fp, RN_FETCH_OFFSET, &fetch_offset)) <= 0) {
+    if ((r = rd_ll(st, RN_HW, &hw)) <= 0 || (r = rd_ll(st, RN_LEO, &leo)) <= 0
+        || (r = rd_ll(st, RN_LOG_START, &start)) <= 0 || (r = rd_ll(fp, RN_FETCH_OFFSET, &fetch_offset)) <= 0) {
         t = r;
         goto done;
     }
@@ -2259,6 +2277,7 @@ caught_up_result(PyObject *fp, PyObject *p, int fetch_only_leader, int read_comm
     out = res;
 done:
     Py_XDECREF(ps);
+    Py_DECREF(st);
     Py_DECREF(lg);
     return t < 0 ? NULL : out;
 }
@@ -2323,10 +2342,10 @@ speedups_read_caught_up(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 speedups_setup_fetch_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5 || !PyType_Check(args[0]) || !PyType_Check(args[1]) || !PyType_Check(args[4])
-        || !PyType_IsSubtype((PyTypeObject *)args[4], &PyTuple_Type)) {
-        PyErr_SetString(PyExc_TypeError,
-                        "setup_fetch_read(FetchResult, FetchRequestPartition, NO_ERROR, NOTHING_READ, TopicPartition)");
+    if (nargs != 6 || !PyType_Check(args[0]) || !PyType_Check(args[1]) || !PyType_Check(args[4])
+        || !PyType_IsSubtype((PyTypeObject *)args[4], &PyTuple_Type) || !PyType_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "setup_fetch_read(FetchResult, FetchRequestPartition, NO_ERROR, "
+                                         "NOTHING_READ, TopicPartition, LogState)");
         return NULL;
     }
     for (int i = 0; i < WN_COUNT; i++) {
@@ -2361,6 +2380,8 @@ speedups_setup_fetch_read(PyObject *self, PyObject *const *args, Py_ssize_t narg
     fast_wanted = probe_slots(args[1], request_names, WN_COUNT, wanted_offsets)
         && ((PyTypeObject *)args[1])->tp_basicsize == (Py_ssize_t)(sizeof(PyObject) + WN_COUNT * sizeof(PyObject *));
     Py_XSETREF(topic_partition_type, Py_NewRef(args[4]));
+    Py_XSETREF(log_state_type, Py_NewRef(args[5]));
+    fast_state = probe_slots(args[5], read_names + RN_CLOSED, N_STATE_FIELDS, state_offsets);
     Py_RETURN_NONE;
 }
 
@@ -2642,7 +2663,7 @@ static PyMethodDef speedups_methods[] = {
      "A consumer fetch's read loop (rivulet.replication.replica_manager is the reference): the\n"
      "partitions with nothing to read answered here, the others by read(fp), in order."},
     {"setup_fetch_read", (PyCFunction)(void (*)(void))speedups_setup_fetch_read, METH_FASTCALL,
-     "setup_fetch_read(FetchResult, FetchRequestPartition, NO_ERROR, NOTHING_READ, TopicPartition) -> None\n\nBind what read_caught_up needs."},
+     "setup_fetch_read(FetchResult, FetchRequestPartition, NO_ERROR, NOTHING_READ, TopicPartition, LogState) -> None\n\nBind what read_caught_up needs."},
     {"fetch_wanted", (PyCFunction)(void (*)(void))speedups_fetch_wanted, METH_FASTCALL,
      "fetch_wanted(parts, name, version, wanted) -> list[TopicPartition]\n\n"
      "A Fetch request topic's partitions as the handler's keys and FetchRequestPartitions\n"

@@ -37,7 +37,7 @@ from rivulet.replication.partition import (
 )
 from rivulet.replication.replica_selector import ReplicaView, select_read_replica
 from rivulet.storage.config import LogConfig
-from rivulet.storage.log import NOTHING_READ, Log, LogOffsetMetadata
+from rivulet.storage.log import NOTHING_READ, Log, LogOffsetMetadata, LogState
 from rivulet.storage.log_dir_failure import KafkaStorageError
 from rivulet.storage.producer_state import AppendOrigin
 
@@ -195,7 +195,7 @@ _read_caught_up: Callable[[list[FetchRequestPartition], dict[TopicPartition, Par
                            Callable[[FetchRequestPartition], FetchResult]], None] | None = None
 _speedups = speedups()
 if _speedups is not None:
-    _speedups.setup_fetch_read(FetchResult, FetchRequestPartition, NO_ERROR, NOTHING_READ, TopicPartition)
+    _speedups.setup_fetch_read(FetchResult, FetchRequestPartition, NO_ERROR, NOTHING_READ, TopicPartition, LogState)
     _read_caught_up = _speedups.read_caught_up
 
 
