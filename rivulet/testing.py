@@ -71,13 +71,15 @@ class BrokerProcess:
     """A broker on a loopback port with its own data dir; restartable on the same data."""
 
     def __init__(self, overrides: dict[str, str] | None = None, data_dir: str | None = None,
-                 args: list[str] | None = None, host: str = "127.0.0.1", prefix: list[str] | None = None) -> None:
+                 args: list[str] | None = None, host: str = "127.0.0.1", prefix: list[str] | None = None,
+                 port: int | None = None) -> None:
         """``args``: more ``rivulet broker`` arguments, such as ``--log-format json``; ``host``:
         the address it listens on; ``prefix``: what runs the broker's command, such as
-        ``ip netns exec <namespace>``."""
+        ``ip netns exec <namespace>``; ``port``: the port it listens on (a free one by default;
+        an ``overrides`` ``listeners`` must then name it)."""
         self.host = host
         self.prefix = list(prefix or [])
-        self.port = free_port()
+        self.port = port or free_port()
         self._tmp = None if data_dir else tempfile.TemporaryDirectory(prefix="rivulet-test-")
         self.data_dir = data_dir or self._tmp.name
         self.overrides = {

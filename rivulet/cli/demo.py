@@ -281,8 +281,7 @@ def _demo(args: argparse.Namespace, stop: StopSignal) -> int:
     if registry_installed():
         registry = f"http://127.0.0.1:{registry_base_port(None, 1) or free_port()}"
         props["schema.registry.listeners"] = registry
-    broker = BrokerProcess(props, data_dir=data_dir)
-    broker.port = port
+    broker = BrokerProcess(props, data_dir=data_dir, port=port)
     say = print
     say(f"▶ starting a Rivulet broker on 127.0.0.1:{port} (data in {data_dir})"
         + (f", its schema registry on {registry}" if registry else ""), flush=True)

@@ -60,11 +60,16 @@ class GroupTopicCreator(Protocol):
 @dataclass(slots=True)
 class NodeEndpoint:
     """This node's id and advertised address. One shared instance: the broker fills in the
-    port it bound when the listener asked for an ephemeral one."""
+    port it bound when the listener asked for an ephemeral one (``take_bound_port``)."""
 
     node_id: int
     host: str
     port: int
+
+    def take_bound_port(self, port: int) -> None:
+        """An ephemeral port (0) advertises the one bound; a configured port stays."""
+        if self.port == 0:
+            self.port = port
 
 
 class ConfigValues(Protocol):

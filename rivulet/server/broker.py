@@ -431,15 +431,15 @@ class Broker:
         for (_name, host, port), listener in zip(self._served_listeners(), self.listeners):
             bound = await self.socket_server.bind(host, port, listener)
             self.bound_ports.append(bound)
-            if listener.advertised is not None and listener.advertised.port == 0:
-                listener.advertised.port = bound
+            if listener.advertised is not None:
+                listener.advertised.take_bound_port(bound)
         if self.metrics is not None:
             self.metrics_port = await self.metrics.bind()
         if self.schema_registry is not None:
             self.schema_registry.bind()
         cfg = self.config
-        if self.bound_ports and cfg.advertised_listeners is cfg.listeners and self.node.port == 0:
-            self.node.port = self.bound_ports[0]
+        if self.bound_ports and cfg.advertised_listeners is cfg.listeners:
+            self.node.take_bound_port(self.bound_ports[0])
 
     async def _recover_logs(self) -> None:
         """Recovery of large logs is long file work: a worker thread, the loop stays free.

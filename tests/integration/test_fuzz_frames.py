@@ -94,8 +94,7 @@ def record_corpus() -> list[bytes]:
     proxy = RecordingProxy(port)
     # Clients must come back through the proxy, so the broker behind it advertises it.
     target = BrokerProcess({"num.partitions": "2", "listeners": f"PLAINTEXT://127.0.0.1:{port}",
-                            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.port}"})
-    target.port = port
+                            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.port}"}, port=port)
     try:
         with target:
             boot = f"127.0.0.1:{proxy.port}"
