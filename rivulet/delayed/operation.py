@@ -64,6 +64,11 @@ class DelayedOperation(TimerTask):
     def is_completed(self) -> bool:
         return self._completed
 
+    def counted_in(self, purgatory: OperationCounts) -> None:
+        """The purgatory that timed this operation counts it among its delayed ones until it
+        leaves the timer (completed, expired or cancelled)."""
+        self._purgatory = purgatory
+
     def force_complete(self) -> bool:
         """Complete now, unless already completed.  True iff this call completed it.
 

@@ -91,7 +91,7 @@ class DelayedOperationPurgatory(Generic[T]):
         # between (Kafka re-checks here because of other threads).
         self._timer.add(operation)
         if operation.is_scheduled:  # not if it was cancelled earlier
-            operation._purgatory = self
+            operation.counted_in(self)
             self._num_delayed += 1
         return False
 
