@@ -555,16 +555,13 @@ class AIOConsumer:
         for p in _tps(partitions):
             st = self.subs.assignment.get((p.topic, p.partition))
             if st is not None and not st.paused:
-                st.paused = True
-                # Drop prefetched data; resume() refetches from the position.
-                st.fetch_offset = st.position
-                st.epoch += 1
+                st.pause()
 
     def resume(self, partitions: list[TopicPartition]) -> None:
         for p in _tps(partitions):
             st = self.subs.assignment.get((p.topic, p.partition))
             if st is not None and st.paused:
-                st.paused = False
+                st.resume()
         self.fetcher.wake()
 
     def store_offsets(self, message: Message | None = None, offsets: list[TopicPartition] | None = None) -> None:

@@ -128,9 +128,7 @@ class FetchBuffer:
         """
         with self.lock:
             for st in states:
-                st.paused = True
-                st.fetch_offset = st.position
-                st.epoch += 1
+                st.pause()
 
     def _take(self, n: int) -> list[Message]:
         out: list[Message] = []
@@ -156,14 +154,11 @@ class FetchBuffer:
             if c.index >= len(msgs):
                 chunks.popleft()
                 self.removed += c.nbytes
-                st.position = c.next_offset
-                if c.last_epoch is not None:
-                    st.leader_epoch = c.last_epoch
+                st.consumed_to(c.next_offset, st.leader_epoch if c.last_epoch is None else c.last_epoch)
             elif part:
                 last = part[-1]
                 if last._error is None:
-                    st.position = last._offset + 1
-                    st.leader_epoch = last._leader_epoch
+                    st.consumed_to(last._offset + 1, last._leader_epoch)
         if before >= self.low_water > self.added - self.removed:
             self.on_drained()
         return out
@@ -258,9 +253,7 @@ class Fetcher:
                 self.buffer.rewind(st)
                 validate = True
                 continue
-            if st.fetch_offset is None:
-                st.fetch_offset = st.position
-                st.fetch_epoch = st.leader_epoch
+            st.fetch_from_position()
             leader = cluster.leader(tp[0], tp[1])
             if leader < 0:
                 unknown = True
@@ -351,8 +344,7 @@ class Fetcher:
                         except ProtocolError:
                             pass
                         if end > offset:
-                            st.fetch_offset = end
-                            st.fetch_epoch = end_epoch
+                            st.fetched_ahead_to(end, end_epoch)
                     todo.append((tp, st, epoch, offset, pd))
             # Pipelining: the next Fetch goes out before this response is decoded, so the broker
             # reads the log while we parse records.
@@ -477,8 +469,7 @@ class Fetcher:
                                                f"{topic}-{partition} offset {next_offset}: {e}"))
         if next_offset > offset:
             st.eof_reported = False
-        if st.fetch_offset == offset:  # not already moved on by the pipelined next fetch
-            st.fetch_offset = next_offset
+        st.decoded_to(offset, next_offset)
         hw = st.last_stable_offset if self.read_committed and st.last_stable_offset is not None else st.high_watermark
         eof = self.eof and not st.eof_reported and hw is not None and next_offset >= hw
         if eof:
@@ -526,7 +517,7 @@ class Fetcher:
             if leader < 0:
                 self.client.request_update()
                 continue
-            st.current_leader_epoch = cluster.leader_epoch(tp[0], tp[1])
+            st.validate_against(cluster.leader_epoch(tp[0], tp[1]))
             by_node.setdefault(leader, {})[tp] = (st.current_leader_epoch, st.leader_epoch)
             asked[tp] = (st, st.epoch)
         if not by_node:

@@ -117,6 +117,44 @@ class TopicPartitionState:
         self.awaiting_validation = True
         return True
 
+    def pause(self) -> None:
+        """Stop handing out and fetching this partition: what was fetched ahead is dropped, and
+        a resume fetches again from the position."""
+        self.paused = True
+        self.fetch_offset = self.position
+        self.epoch += 1
+
+    def resume(self) -> None:
+        self.paused = False
+
+    def consumed_to(self, offset: int, leader_epoch: int | None) -> None:
+        """The application got the records before ``offset``, the last of leader epoch
+        ``leader_epoch``: the position (and what a commit stores) moves there."""
+        self.position = offset
+        self.leader_epoch = leader_epoch
+
+    def fetch_from_position(self) -> None:
+        """Nothing fetched ahead: the next Fetch starts at the position."""
+        if self.fetch_offset is None:
+            self.fetch_offset = self.position
+            self.fetch_epoch = self.leader_epoch
+
+    def fetched_ahead_to(self, offset: int, last_epoch: int | None) -> None:
+        """A pipelined Fetch goes on from ``offset``, after a batch of leader epoch ``last_epoch``,
+        before the records up to it are decoded."""
+        self.fetch_offset = offset
+        self.fetch_epoch = last_epoch
+
+    def decoded_to(self, offset: int, next_offset: int) -> None:
+        """The records a Fetch from ``offset`` returned were decoded up to ``next_offset``: the
+        next Fetch starts there, unless the pipelined one already moved it on."""
+        if self.fetch_offset == offset:
+            self.fetch_offset = next_offset
+
+    def validate_against(self, leader_epoch: int) -> None:
+        """The position is about to be checked with the leader of ``leader_epoch`` (KIP-320)."""
+        self.current_leader_epoch = leader_epoch
+
     def rewind(self) -> None:
         """Drop what was fetched ahead of the position: it came from a leader whose log may
         be cut back. The caller holds the fetch buffer's lock."""

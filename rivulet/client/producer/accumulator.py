@@ -258,6 +258,12 @@ class RecordAccumulator:
                 out.append(b)
         return out
 
+    def uncount(self, size: int) -> None:
+        """Take back one record of ``size`` counted as queued (it is appended again, and
+        counted again, once its partition is known). Caller holds the lock."""
+        self.queued_messages -= 1
+        self.queued_bytes -= size
+
     def release(self, batch: ProducerBatch) -> None:
         """Called by the producer when a batch is done, to free its bytes."""
         self.queued_messages -= len(batch.records)

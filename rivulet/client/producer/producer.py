@@ -353,6 +353,9 @@ class AIOProducer:
                 b.size += size
                 if cb is not None or _future is not None:
                     b.has_callbacks = True
+                # The accumulator's counters (and the batch's fields) in line, not through a
+                # method as append() keeps them: this is the per-record path, where a call costs
+                # as much as the rest of the shortcut; acc.lock is held, as append() needs.
                 acc.queued_messages += 1
                 acc.queued_bytes += size
                 self._produced += 1
@@ -750,9 +753,7 @@ class AIOProducer:
                     self.loop.call_soon(self._complete, _single(topic, partition, record, size), -1, -1,
                                         E.local("_UNKNOWN_PARTITION", f"partition {partition} does not exist"))
                     continue
-                # append() counts it again.
-                acc.queued_messages -= 1
-                acc.queued_bytes -= size
+                acc.uncount(size)  # append() counts it again
                 p = partition
                 if p < 0:
                     p = self.partitioner(record.key, n, tm.available)
