@@ -95,12 +95,27 @@ class ModuleBuilder:
         self.emitted: set[str] = set()
         self.common = {cs["name"]: cs for cs in schema.get("commonStructs", [])}
 
+    def response_of(self) -> str | None:
+        """A request's response class, named for its callers' types (``schema.Request``)."""
+        name = self.schema["name"]
+        if self.schema.get("type") != "request" or "apiKey" not in self.schema or not name.endswith("Request"):
+            return None
+        return name[:-len("Request")] + "Response"
+
     def build(self) -> str:
         name = self.schema["name"]
         for cs_name, cs in self.common.items():
             self.emit_struct(cs_name, cs["fields"])
         self.emit_struct(name, self.schema["fields"], top=True)
-        lines = [HEADER.format(src=self.src), "from rivulet.protocol.schema import F, ZERO_UUID, Struct", ""]
+        response = self.response_of()
+        if response is None:
+            lines = [HEADER.format(src=self.src), "from rivulet.protocol.schema import F, ZERO_UUID, Struct", ""]
+        else:
+            # Imported for type checkers only: the broker loads message modules lazily.
+            lines = [HEADER.format(src=self.src), "from typing import TYPE_CHECKING", "",
+                     "from rivulet.protocol.schema import F, ZERO_UUID, Request, Struct", "",
+                     "if TYPE_CHECKING:",
+                     f"    from rivulet.protocol.messages.{snake(response)} import {response}", "", ""]
         lines.extend(self.classes)
         return "\n".join(lines)
 
@@ -141,7 +156,8 @@ class ModuleBuilder:
         versions = parse_versions(self.schema.get("validVersions"))
         entries = [self.field_entry(f, versions) for f in fields]
         slots = ", ".join(repr(snake(f["name"])) for f in fields)
-        body = [f"class {name}(Struct):"]
+        response = self.response_of() if top else None
+        body = [f"class {name}(Struct):" if response is None else f"class {name}(Request[\"{response}\"]):"]
         body.append(f"    __slots__ = ({slots}{',' if len(fields) == 1 else ''})")
         if top:
             s = self.schema

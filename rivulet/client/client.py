@@ -13,7 +13,7 @@ import logging
 import random
 import time
 import uuid
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, TypeVar
 
 from rivulet.client import core
 from rivulet.client import errors as E
@@ -23,9 +23,12 @@ from rivulet.client.connection import (AuthenticationFailed, BrokerConnection, C
                                        RequestTimedOut)
 from rivulet.client.core import Cluster, PartitionMeta, TopicMeta  # noqa: F401  (re-exported)
 from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.messages import metadata_response as mr
+from rivulet.protocol.schema import Request, Struct
 from rivulet.security.client_config import sasl_credentials
 
 log = logging.getLogger("rivulet.client")
+R = TypeVar("R", bound=Struct)  # a request's response message
 # Broker connection failures, on a logger of their own so that an application can route them.
 broker_log = logging.getLogger("rivulet.client.brokers")
 
@@ -179,12 +182,17 @@ class KafkaClient:
         c = self._conns.get((node_id, kind))
         return c if c is not None and not c.closed else None
 
-    async def send(self, node_id: int, request: Any, *, kind: str = "data", timeout: float | None = None,
-                   max_version: int | None = None, expect_response: bool = True) -> Any:
+    async def send(self, node_id: int, request: Request[R], *, kind: str = "data", timeout: float | None = None,
+                   max_version: int | None = None) -> R:
         """Called by every part that knows the broker to ask (leaders, coordinators)."""
         conn = await self.connection(node_id, kind)
         version = conn.version_for(request.API_KEY, max_version)
-        return await conn.send(request, version, expect_response=expect_response, timeout=timeout)
+        return await conn.send(request, version, timeout=timeout)
+
+    async def send_without_response(self, node_id: int, request: Request[Struct]) -> None:
+        """A request the broker does not answer (a Produce with acks=0)."""
+        conn = await self.connection(node_id)
+        await conn.send_without_response(request, conn.version_for(request.API_KEY))
 
     def api_version(self, node_id: int, api_key: int) -> tuple[int, int] | None:
         """The broker's supported versions of an API, from any open connection to it."""
@@ -203,7 +211,7 @@ class KafkaClient:
         boot = [-(i + 1) for i in range(len(self.bootstrap))]
         return connected + rest + boot
 
-    async def send_any(self, request: Any, *, timeout: float | None = None, max_version: int | None = None) -> Any:
+    async def send_any(self, request: Request[R], *, timeout: float | None = None, max_version: int | None = None) -> R:
         """Send to whichever broker answers; raises the last connection error if none does."""
         last: BaseException | None = None
         for node in self.candidate_nodes():
@@ -235,8 +243,8 @@ class KafkaClient:
                 return step
             await asyncio.sleep(step.delay)
 
-    async def send_to_coordinator(self, key: str, key_type: int, request: Any, error_of: Callable[[Any], int],
-                                  deadline: float | None = None) -> Any:
+    async def send_to_coordinator(self, key: str, key_type: int, request: Request[R], error_of: Callable[[R], int],
+                                  deadline: float | None = None) -> R:
         """Send ``request`` to ``key``'s coordinator; while ``error_of(answer)`` says to retry,
         retry (finding the coordinator again when it moved). Other errors, partition errors
         about leaders among them, are returned with the answer for the caller to read."""
@@ -286,7 +294,8 @@ class KafkaClient:
             c._fail_all(ConnectionClosed("closed by the client"))
 
     # ------------------------------------------------------------ metadata
-    async def fetch_metadata(self, topics: Iterable[str] | None, allow_auto_create: bool | None = None) -> Any:
+    async def fetch_metadata(self, topics: Iterable[str] | None, allow_auto_create: bool | None = None
+                             ) -> mr.MetadataResponse:
         """One Metadata request (None = all topics); updates the cluster view."""
         names = None if topics is None else sorted(set(topics))
         req = core.metadata_request(names, self.allow_auto_create if allow_auto_create is None else allow_auto_create)

@@ -17,15 +17,16 @@ import asyncio
 import ssl
 import struct
 from collections import deque
-from typing import Any
+from typing import Any, TypeVar
 
 from rivulet.client import core
 from rivulet.protocol import framing
 from rivulet.protocol.errors import ProtocolDecodeError
-from rivulet.protocol.schema import OutBuf
+from rivulet.protocol.schema import OutBuf, Request, Struct
 from rivulet.security.client_config import SaslCredentials
 from rivulet.security.sasl import SaslError, client_exchange
 
+R = TypeVar("R", bound=Struct)  # a request's response message
 _SIZE = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 _HDR = struct.Struct(">hhi")
@@ -336,13 +337,17 @@ class BrokerConnection:
         ``max_known`` or else the client core's cap for that request."""
         return core.pick_version(api_key, self.api_versions.get(api_key), max_known)
 
-    def send_nowait(self, request: Any, version: int | None = None, expect_response: bool = True
-                    ) -> asyncio.Future | None:
+    def send_nowait(self, request: Request[R], version: int | None = None) -> asyncio.Future[R]:
         """Write a request now and return the future of its response (see ``wait``).
 
         Synchronous, so a caller can get the next request on the wire before it starts on
         CPU-bound work (the fetcher decoding the previous response).
         """
+        fut = self._write(request, version, True)
+        assert fut is not None
+        return fut
+
+    def _write(self, request: Request[R], version: int | None, expect_response: bool) -> asyncio.Future[R] | None:
         if self.closed or self._transport is None:
             raise ConnectionClosed(f"connection to {self.host}:{self.port} is closed")
         api_key = request.API_KEY
@@ -351,7 +356,7 @@ class BrokerConnection:
         self._next_id = (self._next_id + 1) & 0x7FFFFFFF
         cid = self._next_id
         parts = encode_request_parts(request, version, cid, self._client_id_bytes)
-        fut = None
+        fut: asyncio.Future[R] | None = None
         if expect_response:
             fut = asyncio.get_running_loop().create_future()
             fut.api = (api_key, version)  # type: ignore[attr-defined]
@@ -362,7 +367,7 @@ class BrokerConnection:
             self._transport.writelines(parts)
         return fut
 
-    async def wait(self, fut: asyncio.Future, timeout: float | None = None) -> Any:
+    async def wait(self, fut: asyncio.Future[R], timeout: float | None = None) -> R:
         """The response for ``send_nowait``'s future; a timeout closes the connection."""
         # By default a little past request.timeout.ms, so that the broker's own timeouts (a
         # request's timeout_ms) answer first.
@@ -376,18 +381,23 @@ class BrokerConnection:
             self._fail_all(err)
             raise err from None
 
-    async def send(self, request: Any, version: int | None = None, expect_response: bool = True,
-                   timeout: float | None = None) -> Any:
+    async def send(self, request: Request[R], version: int | None = None, timeout: float | None = None) -> R:
         """Send and await the response; ``timeout`` in seconds (default: request.timeout.ms + 5 s)."""
-        fut = self.send_nowait(request, version, expect_response)
+        fut = self.send_nowait(request, version)
+        await self._drained()
+        return await self.wait(fut, timeout)
+
+    async def send_without_response(self, request: Request[Struct], version: int | None = None) -> None:
+        """Send a request the broker does not answer (a Produce with acks=0)."""
+        self._write(request, version, False)
+        await self._drained()
+
+    async def _drained(self) -> None:
         proto = self._protocol
         if proto is not None and proto.paused:
             w = asyncio.get_running_loop().create_future()
             proto.drain_waiters.append(w)
             await w
-        if fut is None:
-            return None
-        return await self.wait(fut, timeout)
 
     def _on_frame(self, frame: bytes | bytearray) -> None:
         if not self._inflight:

@@ -946,7 +946,7 @@ def create_topics_request(topics: Iterable[Any], timeout_ms: int, validate_only:
         for t in topics], timeout_ms=timeout_ms, validate_only=validate_only)
 
 
-def read_create_topics(resp: ctr.CreateTopicsResponse) -> dict[str, Any]:
+def read_create_topics(resp: ctr.CreateTopicsResponse) -> dict[str, ctr.CreatableTopicResult | ApiError]:
     """{name: the broker's CreatableTopicResult, or the ApiError it reported}."""
     return {r.name: ApiError(ErrorCode(r.error_code), r.error_message) if r.error_code else r
             for r in resp.topics}
@@ -982,7 +982,7 @@ def describe_configs_request(resource_type: int, name: str, keys: list[str] | No
         include_synonyms=True, include_documentation=False)
 
 
-def read_describe_configs(resp: dcr.DescribeConfigsResponse) -> list[Any]:
+def read_describe_configs(resp: dcr.DescribeConfigsResponse) -> list[dcr.DescribeConfigsResourceResult]:
     r = resp.results[0]
     check(r.error_code, r.error_message)
     return r.configs
@@ -1147,7 +1147,7 @@ def describe_groups_request(group_ids: Iterable[str]) -> dgrq.DescribeGroupsRequ
     return dgrq.DescribeGroupsRequest(groups=list(group_ids), include_authorized_operations=False)
 
 
-def read_describe_groups(resp: dgrr.DescribeGroupsResponse) -> list[Any]:
+def read_describe_groups(resp: dgrr.DescribeGroupsResponse) -> list[dgrr.DescribedGroup]:
     """The described groups (each with its own error code; COORDINATOR errors mean retry)."""
     return list(resp.groups)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import keyword
 import struct
 import uuid
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Generic, NamedTuple, TypeVar
 
 from rivulet.protocol.accel import speedups
 from rivulet.protocol.errors import ProtocolDecodeError
@@ -617,3 +617,13 @@ class Struct:
                 return bytes(v)
             return v
         return {f.name: conv(getattr(self, f.name)) for f in self.FIELDS}
+
+
+_Response = TypeVar("_Response", bound=Struct, covariant=True)
+
+
+class Request(Struct, Generic[_Response]):
+    """Base of every generated request message; its parameter is the response's class, so that
+    a client's ``send`` is typed to return it (for type checkers: the wire code never looks)."""
+
+    __slots__ = ()

@@ -62,3 +62,15 @@ def test_an_old_and_a_new_version_of_one_message_round_trip():
             name="t", partition_data=[prq.PartitionProduceData(index=0, records=batch)])])
         back = prq.ProduceRequest.decode(bytes(req.encode(version)), version)
         assert back.topic_data[0].name == "t" and bytes(back.topic_data[0].partition_data[0].records) == batch
+
+
+def test_every_request_class_names_its_response_class():
+    """The generated requests are ``Request["<Response>"]``, which types a client's ``send``."""
+    from typing import ForwardRef
+
+    from rivulet.protocol.schema import Request
+    for key, (req_mod, req_cls, resp_mod, resp_cls) in messages.API_CLASSES.items():
+        request = messages.load(req_mod, req_cls)
+        assert issubclass(request, Request), key
+        (arg,) = request.__orig_bases__[0].__args__
+        assert arg == ForwardRef(resp_cls) and messages.load(resp_mod, resp_cls).__name__ == resp_cls, key

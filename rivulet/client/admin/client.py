@@ -14,7 +14,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Any, Awaitable, Callable, Coroutine, Hashable, Iterable, Mapping, TypeVar
 
 from rivulet.client import core
 from rivulet.client import errors as E
@@ -28,11 +28,18 @@ from rivulet.common.types import share_coordinator_key
 from rivulet.protocol.consumer_protocol import decode_assignment
 from rivulet.protocol.errors import ErrorCode, ApiError
 from rivulet.protocol.messages import alter_share_group_offsets_request as asgoq
+from rivulet.protocol.messages import consumer_group_describe_response as cgdr
+from rivulet.protocol.messages import create_topics_response as ctr
 from rivulet.protocol.messages import delete_share_group_offsets_request as dsgodq
+from rivulet.protocol.messages import describe_configs_response as dcr
+from rivulet.protocol.messages import describe_groups_response as dgr
 from rivulet.protocol.messages import describe_share_group_offsets_request as dsgoq
+from rivulet.protocol.messages import metadata_response as mr
 from rivulet.protocol.messages import read_share_group_state_request as rsgsq
 from rivulet.protocol.messages import read_share_group_state_response as rsgsr
-from rivulet.protocol.schema import ZERO_UUID
+from rivulet.protocol.messages import share_group_describe_response as sgdr
+from rivulet.protocol.messages import streams_group_describe_response as stgdr
+from rivulet.protocol.schema import ZERO_UUID, Request, Struct
 from rivulet.security.acls import AclBinding, AclBindingFilter
 from rivulet.security.scram import BY_TYPE as SCRAM_BY_TYPE
 from rivulet.security.scram import MECHANISMS as SCRAM_MECHANISMS
@@ -41,6 +48,11 @@ from rivulet.security.scram import salted_password
 RESOURCE_TOPIC = 2
 RESOURCE_CLIENT_METRICS = 16  # a KIP-714 client metrics subscription (a config resource only)
 RESOURCE_GROUP_CONFIG = 32  # a GROUP config resource (ResourceType.GROUP is the ACL resource type)
+
+R = TypeVar("R", bound=Struct)  # a request's response message
+T = TypeVar("T")  # what a response says of one partition
+V = TypeVar("V")  # what a request asks of one partition
+K = TypeVar("K", bound=Hashable)
 check = core.check
 
 
@@ -130,7 +142,7 @@ class ConfigResource:
     Type = ResourceType
 
     def __init__(self, restype: ResourceType | int | str, name: str, set_config: dict[str, str] | None = None,
-                 described_configs: Any = None, error: Any = None,
+                 described_configs: dict[str, ConfigEntry] | None = None, error: E.KafkaError | None = None,
                  incremental_configs: list[ConfigEntry] | None = None) -> None:
         if isinstance(restype, str):
             restype = ResourceType[restype.upper()]
@@ -210,7 +222,7 @@ class ConsumerGroupListing:
 @dataclass
 class ListConsumerGroupsResult:
     valid: list[ConsumerGroupListing] = field(default_factory=list)
-    errors: list[Any] = field(default_factory=list)
+    errors: list[E.KafkaException] = field(default_factory=list)
 
 
 @dataclass
@@ -374,7 +386,7 @@ class AsyncAdminClient:
     async def __aenter__(self) -> AsyncAdminClient:
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     async def _controller(self) -> int:
@@ -384,24 +396,25 @@ class AsyncAdminClient:
         cid = self.client.cluster.controller_id
         return cid if cid in self.client.cluster.brokers else -1
 
-    async def _to_controller(self, req: Any) -> Any:
+    async def _to_controller(self, req: Request[R]) -> R:
         node = await self._controller()
         if node < 0:
             return await self.client.send_any(req)
         return await self.client.send(node, req)
 
     # ------------------------------------------------------------ topics
-    async def metadata(self, topics: list[str] | None = None, allow_auto_create: bool = False) -> Any:
+    async def metadata(self, topics: list[str] | None = None, allow_auto_create: bool = False) -> mr.MetadataResponse:
         return await self.client.fetch_metadata(topics, allow_auto_create)
 
     async def create_topics(self, topics: list[NewTopic], validate_only: bool = False
-                            ) -> dict[str, Any]:
+                            ) -> dict[str, ctr.CreatableTopicResult | ApiError]:
         """Create several topics; {name: the broker's CreatableTopicResult or a ApiError}."""
         return core.read_create_topics(await self._to_controller(
             core.create_topics_request(topics, self.request_timeout_ms, validate_only)))
 
     async def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
-                           configs: dict[str, str] | None = None, validate_only: bool = False) -> Any:
+                           configs: dict[str, str] | None = None, validate_only: bool = False
+                           ) -> ctr.CreatableTopicResult:
         r = (await self.create_topics([NewTopic(name, partitions, replication_factor, config=configs)],
                                       validate_only))[name]
         if isinstance(r, ApiError):
@@ -422,7 +435,8 @@ class AsyncAdminClient:
             core.create_partitions_request(name, count, self.request_timeout_ms, validate_only)))
 
     # ------------------------------------------------------------ configs
-    async def describe_configs(self, resource_type: int, name: str, keys: list[str] | None = None) -> list[Any]:
+    async def describe_configs(self, resource_type: int, name: str, keys: list[str] | None = None
+                               ) -> list[dcr.DescribeConfigsResourceResult]:
         req = core.describe_configs_request(resource_type, name, keys)
         # A broker's own configs come from that broker; the cluster default ("") from any.
         resp = await (self.client.send(int(name), req) if resource_type == ResourceType.BROKER and name
@@ -438,7 +452,7 @@ class AsyncAdminClient:
         return core.read_list_config_resources(await self._to_controller(
             core.list_config_resources_request(resource_types)))
 
-    async def describe_topic_configs(self, name: str) -> list[Any]:
+    async def describe_topic_configs(self, name: str) -> list[dcr.DescribeConfigsResourceResult]:
         return await self.describe_configs(RESOURCE_TOPIC, name)
 
     async def alter_topic_configs(self, name: str, set_: dict[str, str], delete: list[str] | None = None) -> None:
@@ -520,10 +534,11 @@ class AsyncAdminClient:
             out.setdefault(leader, []).append(tp)
         return out
 
-    async def _per_leader(self, items: dict[TP, Any], build: Any, read: Any, what: str) -> dict[TP, Any]:
+    async def _per_leader(self, items: dict[TP, V], build: Callable[[dict[TP, V]], Request[R]],
+                          read: Callable[[R], core.PartitionResults[T]], what: str) -> dict[TP, T]:
         """Send ``build(part of items)`` to each partition's leader and merge what ``read``
         finds, retrying partitions whose leader moved."""
-        retry: core.LeaderRetry[Any] = core.LeaderRetry(
+        retry: core.LeaderRetry[T] = core.LeaderRetry(
             items, what, core.Attempts(self.client.backoff, time.monotonic() + self.request_timeout_ms / 1000),
             self.client.cluster, deadline_per_answer=True)
         while True:
@@ -565,7 +580,7 @@ class AsyncAdminClient:
             out += [(g.group_id, g.protocol_type, g.state) for g in core.read_list_groups(resp)]
         return out
 
-    async def describe_groups(self, group_ids: list[str]) -> list[Any]:
+    async def describe_groups(self, group_ids: list[str]) -> list[dgr.DescribedGroup]:
         out = []
         for gid in group_ids:
             resp = await self.client.send_to_coordinator(
@@ -573,7 +588,7 @@ class AsyncAdminClient:
             out += core.read_describe_groups(resp)
         return out
 
-    async def consumer_group_describe(self, group_id: str) -> Any:
+    async def consumer_group_describe(self, group_id: str) -> cgdr.DescribedGroup:
         """ConsumerGroupDescribe of a KIP-848 group (its described-group entry; a classic group
         answers GROUP_ID_NOT_FOUND in it)."""
         resp = await self.client.send_to_coordinator(
@@ -581,14 +596,14 @@ class AsyncAdminClient:
             lambda r: r.groups[0].error_code)
         return resp.groups[0]
 
-    async def share_group_describe(self, group_id: str) -> Any:
+    async def share_group_describe(self, group_id: str) -> sgdr.DescribedGroup:
         """ShareGroupDescribe of a KIP-932 share group (its described-group entry; another kind
         of group answers GROUP_ID_NOT_FOUND in it)."""
         resp = await self.client.send_to_coordinator(
             group_id, core.GROUP, core.share_group_describe_request([group_id]), lambda r: r.groups[0].error_code)
         return resp.groups[0]
 
-    async def streams_group_describe(self, group_id: str) -> Any:
+    async def streams_group_describe(self, group_id: str) -> stgdr.DescribedGroup:
         """StreamsGroupDescribe of a KIP-1071 streams group (its described-group entry; another
         kind of group answers GROUP_ID_NOT_FOUND in it)."""
         resp = await self.client.send_to_coordinator(
@@ -714,7 +729,7 @@ class AsyncAdminClient:
         found = await asyncio.gather(*(one(tp) for tp in partitions))
         return dict(zip(partitions, found))
 
-    async def describe_cluster(self) -> Any:
+    async def describe_cluster(self) -> mr.MetadataResponse:
         return await self.client.fetch_metadata([])
 
 
@@ -749,15 +764,15 @@ class AdminClient:
         self._finalizer = weakref.finalize(self, stop_thread, self._lt)
         self._aio = AsyncAdminClient(dict(config))
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Coroutine[object, object, None]) -> None:
         self._lt.submit(coro)
 
-    def _per_resource(self, resources: list[ConfigResource], one: Callable[[ConfigResource], Awaitable[Any]]
+    def _per_resource(self, resources: list[ConfigResource], one: Callable[[ConfigResource], Awaitable[object]]
                       ) -> dict[ConfigResource, concurrent.futures.Future]:
         """``_per_key`` for config work done resource by resource, in order: what ``one(resource)``
         returns, or the ApiError it raises."""
         async def work() -> dict:
-            out: dict[ConfigResource, Any] = {}
+            out: dict[ConfigResource, object] = {}
             for r in resources:
                 try:
                     out[r] = await one(r)
@@ -766,7 +781,8 @@ class AdminClient:
             return out
         return self._per_key(list(resources), work)
 
-    def _per_key(self, keys: list[Any], work: Any) -> dict[Any, concurrent.futures.Future]:
+    def _per_key(self, keys: list[K], work: Callable[[], Awaitable[Mapping[K, object]]]
+                 ) -> dict[K, concurrent.futures.Future]:
         """Run ``work()`` -> {key: result or exception} once; one future per key."""
         futs = {k: _future() for k in keys}
 
@@ -803,7 +819,7 @@ class AdminClient:
                           request_timeout: float = 30, validate_only: bool = False
                           ) -> dict[str, concurrent.futures.Future]:
         async def work() -> dict:
-            out: dict[str, Any] = {}
+            out: dict[str, object] = {}
             for np in new_partitions:
                 try:
                     await self._aio.create_partitions(np.topic, np.new_total_count, validate_only)
@@ -905,7 +921,8 @@ class AdminClient:
             return {tp: DeletedRecords(res[(tp.topic, tp.partition)]) for tp in keys}
         return self._per_key(keys, work)
 
-    def list_consumer_groups(self, request_timeout: float = 30, states: Any = None) -> concurrent.futures.Future:
+    def list_consumer_groups(self, request_timeout: float = 30, states: Iterable[ConsumerGroupState | str] | None = None
+                             ) -> concurrent.futures.Future:
         async def work() -> dict:
             wanted = [s.value if isinstance(s, ConsumerGroupState) else str(s) for s in states or []]
             groups = await self._aio.list_groups(wanted)
@@ -918,7 +935,7 @@ class AdminClient:
                                  include_authorized_operations: bool = False
                                  ) -> dict[str, concurrent.futures.Future]:
         async def work() -> dict:
-            out: dict[str, Any] = {}
+            out: dict[str, object] = {}
             for g in await self._aio.describe_groups(list(group_ids)):
                 if g.error_code:
                     out[g.group_id] = ApiError(ErrorCode(g.error_code), f"DescribeGroups {g.group_id}")
@@ -951,7 +968,7 @@ class AdminClient:
         reqs = list(list_consumer_group_offsets_request)
 
         async def work() -> dict:
-            out: dict[str, Any] = {}
+            out: dict[str, object] = {}
             for r in reqs:
                 parts = None if not r.topic_partitions else [(tp.topic, tp.partition) for tp in r.topic_partitions]
                 offs = await self._aio.list_group_offsets(r.group_id, parts)
@@ -969,5 +986,5 @@ class AdminClient:
     def __enter__(self) -> AdminClient:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -783,7 +783,7 @@ class AIOProducer:
             self.stats.sent(node, sum(len(d) for d in data_by_tp.values()))
             try:
                 if self.acks == 0:
-                    await self.client.send(node, req, expect_response=False)
+                    await self.client.send_without_response(node, req)
                     for b in batches:
                         self._succeed(b, -1, -1)
                     return
