@@ -2663,7 +2663,8 @@ static PyMethodDef speedups_methods[] = {
      "A consumer fetch's read loop (rivulet.replication.replica_manager is the reference): the\n"
      "partitions with nothing to read answered here, the others by read(fp), in order."},
     {"setup_fetch_read", (PyCFunction)(void (*)(void))speedups_setup_fetch_read, METH_FASTCALL,
-     "setup_fetch_read(FetchResult, FetchRequestPartition, NO_ERROR, NOTHING_READ, TopicPartition, LogState) -> None\n\nBind what read_caught_up needs."},
+     "setup_fetch_read(FetchResult, FetchRequestPartition, NO_ERROR, NOTHING_READ, TopicPartition, LogState)"
+     " -> None\n\nBind what read_caught_up needs."},
     {"fetch_wanted", (PyCFunction)(void (*)(void))speedups_fetch_wanted, METH_FASTCALL,
      "fetch_wanted(parts, name, version, wanted) -> list[TopicPartition]\n\n"
      "A Fetch request topic's partitions as the handler's keys and FetchRequestPartitions\n"

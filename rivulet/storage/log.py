@@ -414,7 +414,8 @@ class Log:
         self.state.leo = active.next_offset
         self.state.log_start = max(log_start_checkpoint, kept[0].base_offset)
         if self.state.log_start > self.state.leo:
-            log.warning("%s: log start %d is past the end %d; starting afresh", self.dir, self.state.log_start, self.state.leo)
+            log.warning("%s: log start %d is past the end %d; starting afresh", self.dir, self.state.log_start,
+                        self.state.leo)
             self._truncate_fully_locked(self.state.log_start)
         self._recovery_point = self.state.leo if had_clean_shutdown else min(recovery_point, self.state.leo)
         epochs.truncate_from_end(self.state.leo)
