@@ -222,6 +222,22 @@ def test_rewind_drops_what_was_fetched_ahead():
     assert buf.take(10) == []  # the rest of the chunk belongs to the dropped fetch
 
 
+def test_pause_and_fence_fetch_again_from_the_position_with_its_epoch():
+    # After a pause (or a revocation's fence) the next Fetch starts at the position; its
+    # last_fetched_epoch must be the position's, not that of the batch fetched ahead.
+    subs = SubscriptionState()
+    subs.assign_from_user([("t", 0), ("t", 1)])
+    for tp in (("t", 0), ("t", 1)):
+        s = subs.state(tp)
+        s.seek(4, 1)
+        s.fetched_ahead_to(9, 2)
+    subs.state(("t", 0)).pause()
+    FetchBuffer(subs).fence([subs.state(("t", 1))])
+    for tp in (("t", 0), ("t", 1)):
+        s = subs.state(tp)
+        assert (s.fetch_offset, s.fetch_epoch) == (4, 1)
+
+
 def test_position_takes_the_epoch_of_the_last_batch_handed_out():
     subs = SubscriptionState()
     subs.assign_from_user([("t", 0)])

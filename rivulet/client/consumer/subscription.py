@@ -121,7 +121,10 @@ class TopicPartitionState:
         """Stop handing out and fetching this partition: what was fetched ahead is dropped, and
         a resume fetches again from the position."""
         self.paused = True
+        # A resume's Fetch starts at the position, so its last_fetched_epoch must be the
+        # position's epoch too, or the leader's KIP-320 check compares the wrong batch.
         self.fetch_offset = self.position
+        self.fetch_epoch = self.leader_epoch
         self.epoch += 1
 
     def resume(self) -> None:
