@@ -24,7 +24,7 @@ from rivulet.delayed import DelayedOperation, DelayedOperationPurgatory, Timer
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.records import BatchHeader, aborted_batches, cut_batch, iter_batches
 from rivulet.replication.partition import Partition
-from rivulet.replication.replica_manager import FetchParams, FetchRequestPartition, ReplicaManager
+from rivulet.replication.replica_manager import FetchParams, FetchRequestPartition, ReplicaManager, readable_bytes
 
 from .partition import (
     AcknowledgementBatch,
@@ -95,6 +95,7 @@ class ShareFetchRequestData:
     max_bytes: int
     max_records: int
     record_limit: bool = False
+    min_bytes: int = 1
 
 
 @dataclass(slots=True)
@@ -110,7 +111,7 @@ def _next_epoch(epoch: int) -> int:
 
 
 class DelayedShareFetch(DelayedOperation):
-    """A ShareFetch waiting for records it can acquire, or for ``max_wait_ms``."""
+    """A ShareFetch waiting for records it can acquire (``min_bytes`` of them), or for ``max_wait_ms``."""
 
     def __init__(self, manager: SharePartitionManager, request: ShareFetchRequestData,
                  future: asyncio.Future, acked: dict[TopicPartition, SharePartitionResult]) -> None:
@@ -296,10 +297,12 @@ class SharePartitionManager:
 
     def _fetch_loaded(self, request: ShareFetchRequestData, acked: dict[TopicPartition, SharePartitionResult]
                       ) -> dict[TopicPartition, SharePartitionResult] | asyncio.Future:
-        results = self.acquire_now(request, acked)
-        if request.max_wait_ms <= 0 or not request.partitions or any(
-                r.acquired or r.error != ErrorCode.NONE for r in results.values()):
-            return results
+        # Kafka's first try is the delayed fetch's own: short of MinBytes it acquires nothing and waits.
+        waits = request.max_wait_ms > 0 and bool(request.partitions)
+        if not waits or request.min_bytes <= 1 or self.could_acquire(request):
+            results = self.acquire_now(request, acked)
+            if not waits or any(r.acquired or r.error != ErrorCode.NONE for r in results.values()):
+                return results
         fut = asyncio.get_running_loop().create_future()
         op = DelayedShareFetch(self, request, fut, acked)
         session = self.sessions.get((request.group_id, request.member_id))
@@ -317,7 +320,11 @@ class SharePartitionManager:
             session.waiting.discard(op)
 
     def could_acquire(self, request: ShareFetchRequestData) -> bool:
-        """Whether a fetch now would acquire something or answer an error (a waiting fetch completes)."""
+        """Whether a waiting fetch completes now, as Kafka's DelayedShareFetch.tryComplete
+        decides: a partition answers an error, or those that could acquire something (Available
+        records, or new ones under the record lock limit) hold MinBytes from their next fetch
+        offset to the end they may read, counted as a Fetch's long poll counts them."""
+        acquirable: list[tuple[Partition, SharePartition]] = []
         for tp in request.partitions:
             p = self.replica_manager.partitions.get(tp)
             if p is None or p.deleted or not p.is_leader:
@@ -327,11 +334,32 @@ class SharePartitionManager:
                 if (request.group_id, tp) in self._loading:
                     continue  # its load wakes the fetch when done
                 return True
-            if sp.next_fetch_offset() < sp.end_offset:
+            if sp.next_fetch_offset() < sp.end_offset or (
+                    sp.in_flight_count < sp.max_record_locks
+                    and self._fetchable_end(request.group_id, p) > sp.end_offset):
+                if request.min_bytes <= 1:
+                    return True  # one record is a byte at least
+                acquirable.append((p, sp))
+        return bool(acquirable) and self._min_bytes_reached(request, acquirable)
+
+    def _min_bytes_reached(self, request: ShareFetchRequestData,
+                           acquirable: list[tuple[Partition, SharePartition]]) -> bool:
+        # Kafka splits max bytes evenly over the partitions it can acquire from, and counts at
+        # most that much of each (PartitionMaxBytesStrategy UNIFORM, isMinBytesSatisfied).
+        per_partition = max(1, request.max_bytes // len(acquirable))
+        committed = self._isolation(request.group_id) == 1
+        total = 0
+        for p, sp in acquirable:
+            lg = p.log
+            try:
+                end = lg.offset_metadata(p.last_stable_offset) if committed else lg.high_watermark_metadata
+                n = readable_bytes(lg.offset_metadata(sp.next_fetch_offset()), end, per_partition)
+            except ApiError:
+                return True  # e.g. the log was closed: the fetch answers the error
+            if n is None:
                 return True
-            if sp.in_flight_count < sp.max_record_locks and self._fetchable_end(request.group_id, p) > sp.end_offset:
-                return True
-        return False
+            total += n
+        return total >= request.min_bytes
 
     def acquire_now(self, request: ShareFetchRequestData, acked: dict[TopicPartition, SharePartitionResult],
                     *, acquire: bool = True) -> dict[TopicPartition, SharePartitionResult]:

@@ -398,3 +398,26 @@ def test_a_partition_forgotten_in_the_request_carrying_its_acknowledgements_leav
         assert resp.responses == []
     finally:
         m.conn.close()
+
+
+def test_min_bytes_past_max_bytes_waits_for_max_bytes_only(broker):
+    # KafkaApis caps a ShareFetch's MinBytes at its MaxBytes: with more than MaxBytes there, a
+    # fetch asking for 2 GiB at least is answered at once rather than at MaxWaitMs (two minutes
+    # here, past the socket's timeout).
+    bootstrap = f"127.0.0.1:{broker.port}"
+    topic = new_topic(bootstrap)
+    conn = Conn(broker.port)
+    try:
+        tid = conn.request(mq.MetadataRequest(topics=[mq.MetadataRequestTopic(name=topic)]), 12).topics[0].topic_id
+        group = f"sg-{uuid.uuid4().hex[:6]}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+            ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([res])[res].result(30)
+        produce(bootstrap, topic, [b"%d" % i + b"." * 100 for i in range(100)])
+        req = share_fetch(group, uuid.uuid4().hex, 0, tid, max_wait_ms=120_000)
+        req.min_bytes, req.max_bytes = 2**31 - 1, 4096
+        got = acquired(conn.request(req))
+        assert got and got[0][0] == 0, got
+    finally:
+        conn.close()

@@ -818,3 +818,41 @@ def test_record_lock_limit_cuts_a_stored_batch(client):
         for c in consumers:
             c.close()
         b.cleanup()
+
+
+@pytest.mark.parametrize("client", ["confluent", "rivulet"])
+def test_a_share_fetch_waits_for_fetch_min_bytes(client):
+    """fetch.min.bytes goes out as the ShareFetch's MinBytes, and the broker, as Kafka's
+    DelayedShareFetch does, answers once that many bytes lie from the group's next record to
+    the high watermark (or at fetch.wait.max.ms): one small record is not handed out alone,
+    it comes with the records produced after it, which pass MinBytes."""
+    from confluent_kafka import Producer
+    b = BrokerProcess(HEARTBEATS)
+    b.start()
+    consumers: list = []
+    try:
+        topic, group, n = "share-min-bytes", f"share-min-bytes-{client}", 100
+        share_topic(b.bootstrap, topic, group, 1, partitions=1)  # record "0", a few bytes
+        c = share_consumer_class(client)({"bootstrap.servers": b.bootstrap, "group.id": group,
+                                          "fetch.min.bytes": 50_000, "fetch.wait.max.ms": 10_000})
+        consumers.append(c)
+        c.subscribe([topic])
+        polls: list[list[bytes]] = []
+        settle = time.monotonic() + 3  # the member joins and its ShareFetch waits
+        while time.monotonic() < settle:
+            if got := [m.value() for m in c.poll(0.5) if m.error() is None]:
+                polls.append(got)
+        p = Producer({"bootstrap.servers": b.bootstrap})
+        for i in range(n):
+            p.produce(topic, b"%d" % (i + 1) + b"." * 1024, partition=0)
+        assert p.flush(30) == 0
+        deadline = time.monotonic() + 60
+        while sum(len(got) for got in polls) < n + 1:
+            assert time.monotonic() < deadline, polls
+            if got := [m.value() for m in c.poll(0.5) if m.error() is None]:
+                polls.append(got)
+        assert polls[0][0] == b"0" and len(polls[0]) > 1, [len(got) for got in polls]
+        assert sorted(v.split(b".")[0] for got in polls for v in got) == sorted(b"%d" % i for i in range(n + 1))
+    finally:
+        close_within(consumers, 60)
+        b.cleanup()

@@ -517,3 +517,79 @@ def test_a_cut_answer_leaves_out_batches_holding_no_acquired_record(tmp_path) ->
         assert offsets == [*range(10), *range(20, 110)]
 
     run(tmp_path, body, Settings(share_partition_max_record_locks=110))
+
+
+def test_freed_locks_go_to_every_waiting_fetch_in_the_same_turn(tmp_path) -> None:
+    # As Kafka's purgatory tries each DelayedShareFetch watching the share partition: accepting
+    # the six held records frees six locks, and the three waiting members each take their max
+    # records (two, a stored batch), oldest first, within the acknowledgement's own call.
+    async def body(env: Env) -> None:
+        for _ in range(3):
+            env.produce(2)
+        for m in ("m1", "m2", "m3", "m4"):
+            env.open(m)
+        assert ranges(await env.fetch("m1", max_records=6)) == [(0, 5, 1)]
+        for _ in range(3):
+            env.produce(2)
+        waiting = [await env.fetch(m, max_wait_ms=60_000, max_records=2) for m in ("m2", "m3", "m4")]
+        assert not any(f.done() for f in waiting)
+        r = env.manager.acknowledge("g", "m1", TP, [AcknowledgementBatch(0, 5, [ACCEPT])], renew_allowed=True)
+        assert r.acknowledge_error == ErrorCode.NONE
+        assert [ranges(f.result()) for f in waiting] == [[(6, 7, 1)], [(8, 9, 1)], [(10, 11, 1)]]
+
+    run(tmp_path, body, Settings(share_partition_max_record_locks=6))
+
+
+def _min_bytes_fetch(env: Env, min_bytes: int, max_wait_ms: int = 60_000):
+    return env.manager.fetch(ShareFetchRequestData("g", "m1", [TP], max_wait_ms, 1 << 20, 500,
+                                                   min_bytes=min_bytes), {})
+
+
+def test_a_share_fetch_waits_for_its_min_bytes(tmp_path) -> None:
+    # Kafka's DelayedShareFetch completes once MinBytes lie between the next fetch offset and
+    # the high watermark: three small records are not enough, the fetch takes none of them and
+    # waits; the next append passes MinBytes and the fetch acquires everything there is.
+    async def body(env: Env) -> None:
+        env.produce(3, value_bytes=100)
+        env.open("m1")
+        await env.manager.ensure_loaded("g", [TP])
+        fut = _min_bytes_fetch(env, 5000)
+        assert isinstance(fut, asyncio.Future) and not fut.done()
+        assert env.manager.partitions[("g", TP)].end_offset == 0  # nothing acquired meanwhile
+        env.produce(20, value_bytes=100)
+        assert not fut.done()
+        env.produce(30, value_bytes=100)
+        assert fut.done() and ranges(fut.result()) == [(0, 52, 1)]
+
+    run(tmp_path, body)
+
+
+def test_a_share_fetch_short_of_min_bytes_takes_what_there_is_at_max_wait(tmp_path) -> None:
+    async def body(env: Env) -> None:
+        env.produce(3)
+        env.open("m1")
+        await env.manager.ensure_loaded("g", [TP])
+        fut = _min_bytes_fetch(env, 1 << 20, max_wait_ms=500)
+        assert isinstance(fut, asyncio.Future) and not fut.done()
+        env.timer.advance_clock(500)
+        assert fut.done() and ranges(fut.result()) == [(0, 2, 1)]
+
+    run(tmp_path, body)
+
+
+def test_released_records_count_toward_min_bytes(tmp_path) -> None:
+    # m1 holds every record; m2 waits for more bytes than the new records bring. m1 releasing
+    # its records moves the next fetch offset back to them: their bytes count, and m2 completes.
+    async def body(env: Env) -> None:
+        env.produce(40, value_bytes=100)
+        env.open("m1")
+        env.open("m2")
+        assert ranges(await env.fetch("m1")) == [(0, 39, 1)]
+        env.produce(3, value_bytes=100)
+        fut = env.manager.fetch(ShareFetchRequestData("g", "m2", [TP], 60_000, 1 << 20, 500, min_bytes=3000), {})
+        assert isinstance(fut, asyncio.Future) and not fut.done()
+        r = env.manager.acknowledge("g", "m1", TP, [AcknowledgementBatch(0, 39, [RELEASE])], renew_allowed=True)
+        assert r.acknowledge_error == ErrorCode.NONE
+        assert fut.done() and ranges(fut.result()) == [(0, 39, 2), (40, 42, 1)]
+
+    run(tmp_path, body)

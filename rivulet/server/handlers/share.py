@@ -129,7 +129,8 @@ class ShareHandlers:
             fetch_from = list(session)
         max_bytes = self.quotas.consumer_max_bytes(user, client_id, req.max_bytes)
         request = ShareFetchRequestData(group_id, member_id, fetch_from, req.max_wait_ms, max_bytes,
-                                        req.max_records, record_limit=v >= 2 and req.share_acquire_mode == 1)
+                                        req.max_records, record_limit=v >= 2 and req.share_acquire_mode == 1,
+                                        min_bytes=min(req.min_bytes, max_bytes))  # as KafkaApis caps it
         writes = [r.persisted for r in acked.values() if r.persisted is not None]
         result = self.manager.fetch(request, acked)
         spent = time.perf_counter_ns() - t0
