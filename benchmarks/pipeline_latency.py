@@ -208,12 +208,14 @@ def phases_line(phases: dict[str, list[int]]) -> str:
 
 # What --compare-topic-write adds: Rivulet's connectors with the window rows written by a Spark job
 SINK_JOB = "rivulet, topic write as a Spark job"
+# What --read-on-driver adds: Rivulet's connectors with the source's readOnDriver=true
+READ_ON_DRIVER = "rivulet, readOnDriver"
 
 
 def run_pipeline(spark, bootstrap: str, connector: str, args: argparse.Namespace, tmp: str,
                  real_time: str | None = None) -> Run:
     from rivulet.cli.pipeline import PipelineConfig, release_markers, start
-    variant, connector = connector, ("rivulet" if connector == SINK_JOB else connector)
+    variant, connector = connector, ("rivulet" if connector in (SINK_JOB, READ_ON_DRIVER) else connector)
     tag = uuid.uuid4().hex[:6]
     src, out = f"orders-{tag}", f"orders-by-window-{tag}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -225,6 +227,7 @@ def run_pipeline(spark, bootstrap: str, connector: str, args: argparse.Namespace
         window="10 seconds", watermark="5 seconds", group_by=["category"],
         metrics={"orders": "count(*)", "items": "sum(quantity)", "revenue": "round(sum(quantity * price), 2)",
                  "customers": "approx_count_distinct(customer_id)", "last_sent": "max(sent_ms)"},
+        source_options={"readOnDriver": "true"} if variant == READ_ON_DRIVER else {},
         output_topic=out, checkpoint=os.path.join(tmp, f"cp-{tag}"), trigger_interval="",
         real_time=real_time, query_name=f"latency_{connector}_{tag}",
         driver_write_max_rows=0 if variant == SINK_JOB else PipelineConfig.driver_write_max_rows)
@@ -289,6 +292,8 @@ def main() -> None:
     ap.add_argument("--skip-real-time", action="store_true")
     ap.add_argument("--compare-topic-write", action="store_true",
                     help="also run Rivulet's connectors with the window rows written by a Spark job, not the driver")
+    ap.add_argument("--read-on-driver", action="store_true",
+                    help="also run Rivulet's connectors with the source's readOnDriver=true")
     ap.add_argument("--phases", action="store_true", help="print each run's median durationMs per phase of a micro-batch")
     args = ap.parse_args()
 
@@ -308,6 +313,7 @@ def main() -> None:
         print(f"Spark {pyspark.__version__}{note}; {args.rate:,} orders/s for {args.seconds:.0f} s a run", flush=True)
         spark = quiet_session("local[2]", "rivulet-latency", conf, log_path=os.path.join(tmp, "spark.log"))
         connectors = ["rivulet"] + ([SINK_JOB] if args.compare_topic_write else []) + \
+            ([READ_ON_DRIVER] if args.read_on_driver else []) + \
             ([] if args.skip_kafka else ["kafka"])
         # A first run per connector starts the Python workers and compiles the job; left out.
         warm = argparse.Namespace(**{**vars(args), "seconds": args.warm_up_run})

@@ -18,6 +18,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 try:
+    from pyspark.errors import PySparkNotImplementedError
     from pyspark.sql.datasource import DataSource
     from pyspark.sql.types import (
         ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType,
@@ -25,7 +26,8 @@ try:
 except ImportError as e:  # pragma: no cover
     raise ImportError("rivulet.spark needs PySpark 4.2 or later and pyarrow: pip install 'rivulet[spark]'") from e
 
-from rivulet.spark.source import DataLossError, RivuletBatchReader, RivuletStreamReader, SourceOptions
+from rivulet.spark.source import (DataLossError, RivuletBatchReader, RivuletDriverStreamReader, RivuletStreamReader,
+                                  SourceOptions)
 from rivulet.spark._values import ERROR_COLUMN, RAW_COLUMN, ValueFormat, spark_value_type
 
 if TYPE_CHECKING:
@@ -84,7 +86,15 @@ class RivuletDataSource(DataSource):
         return RivuletBatchReader(self._source_options(schema, streaming=False))
 
     def streamReader(self, schema: StructType) -> RivuletStreamReader:
-        return RivuletStreamReader(self._source_options(schema, streaming=True))
+        opts = self._source_options(schema, streaming=True)
+        if opts.read_on_driver:
+            # PySpark asks simpleStreamReader() when streamReader() is not implemented.
+            raise PySparkNotImplementedError(errorClass="NOT_IMPLEMENTED",
+                                             messageParameters={"feature": "streamReader"})
+        return RivuletStreamReader(opts)
+
+    def simpleStreamReader(self, schema: StructType) -> RivuletDriverStreamReader:
+        return RivuletDriverStreamReader(self._source_options(schema, streaming=True))
 
     # The sink is imported when asked for: the source's planner process (one per streaming
     # query, started by Spark) unpickles this class and must not pay for the producer's imports.

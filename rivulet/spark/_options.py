@@ -45,7 +45,7 @@ SOURCE_OPTIONS = frozenset({
     "startingoffsetsbytimestampstrategy", "failondataloss", "minpartitions", "maxrecordsperpartition",
     "maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay", "fetchoffset.numretries",
     "fetchoffset.retryintervalms", "kafkaconsumer.polltimeoutms", "groupidprefix", "includeheaders", "path",
-    "bootstrap.servers", "commitoffsets",
+    "bootstrap.servers", "commitoffsets", "readondriver",
 }) | VALUE_FORMAT_OPTIONS
 # The sink's: Spark's Kafka sink's (and save(path)'s, writeStream's checkpointLocation), then Rivulet's.
 SINK_OPTIONS = frozenset({"topic", "path", "checkpointlocation", "bootstrap.servers", "transactional",

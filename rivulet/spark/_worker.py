@@ -8,7 +8,8 @@ _frozen = False
 
 
 def freeze_imported() -> None:
-    """Called by a task before its work (executor side only, never in the driver).
+    """Called by a task before its work (executor side, or readOnDriver's planner process;
+    never in the user's driver process).
 
     Spark's daemon runs a full ``gc.collect()`` after every task of a reused worker, and a
     worker that has imported pyspark, pyarrow and this connector holds tens of thousands of

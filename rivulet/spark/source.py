@@ -18,7 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping, ParamSpec, TypeVar
 
-from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (DataSourceReader, DataSourceStreamReader, InputPartition,
+                                    SimpleDataSourceStreamReader)
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -166,6 +167,8 @@ class SourceOptions:
     read_committed: bool = False
     group_id: str = ""
     commit_offsets: bool = False
+    # readOnDriver: the driver's planner process reads each micro-batch (RivuletDriverStreamReader)
+    read_on_driver: bool = False
     fetch_max_bytes: int = 16 << 20
     fetch_max_wait_ms: int = 500
     check_crcs: bool = True
@@ -241,13 +244,14 @@ class SourceOptions:
             raise ValueError(f"kafka.isolation.level must be read_committed or read_uncommitted, got {iso!r}")
         opts.read_committed = iso == "read_committed"
         opts.commit_offsets = _bool(o.get("commitoffsets", "false"), "commitOffsets")
+        opts.read_on_driver = _bool(o.get("readondriver", "false"), "readOnDriver")
+        if opts.read_on_driver and not streaming:
+            raise ValueError("readOnDriver is only for streaming queries")
         opts.check_crcs = _bool(o.get("kafka.check.crcs", "true"), "kafka.check.crcs")
-        if "kafka.fetch.max.bytes" in o:
-            opts.fetch_max_bytes = int(o["kafka.fetch.max.bytes"])
-        if "kafka.fetch.max.wait.ms" in o:
-            opts.fetch_max_wait_ms = int(o["kafka.fetch.max.wait.ms"])
-        if "kafkaconsumer.polltimeoutms" in o:
-            opts.poll_timeout_ms = int(o["kafkaconsumer.polltimeoutms"])
+        for key, attr in (("kafka.fetch.max.bytes", "fetch_max_bytes"), ("kafka.fetch.max.wait.ms", "fetch_max_wait_ms"),
+                          ("kafkaconsumer.polltimeoutms", "poll_timeout_ms")):
+            if key in o:
+                setattr(opts, attr, int(o[key]))
         opts.value_format = ValueFormat.parse(o, opts.subscribe)
         # Only commitOffsets=true uses a group (Spark's source commits nothing): kafka.group.id
         # if given, else a group named after what the query reads, stable across restarts.
@@ -610,6 +614,53 @@ class RivuletStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._offsets.close()
 
 
+class RivuletDriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):
+    """readOnDriver=true: the driver's planner process reads each micro-batch when it picks the
+    batch's end, and PySpark hands the Arrow batches to the JVM with the plan (its "prefetch and
+    cache" of a simple stream reader), so the batch's task reads them from the block manager
+    without a Python worker. A batch replayed after a restart is read by one task on an
+    executor (``readBetweenOffsets``). Either way a batch is ONE Spark partition, so a sink
+    that keys its writes on the task's partition id sees the same plan on a replay.
+
+    Planning (admission control, data-loss checks, offsets) and reading are the stream
+    reader's and ``read_task``'s: the offsets JSON is the same."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self._planner = RivuletStreamReader(opts)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"opts": self.opts}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["opts"])  # type: ignore[misc]
+
+    def initialOffset(self) -> dict:
+        return self._planner.initialOffset()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._planner.prepareForTriggerAvailableNow()
+
+    def read(self, start: dict) -> tuple[Iterator[Any], dict]:
+        # PySpark gives a simple reader no ReadLimit: maxOffsetsPerTrigger and
+        # minOffsetsPerTrigger apply here, as the stream reader applies its default limit.
+        end = self._planner.latestOffset(start, self._planner.getDefaultReadLimit())
+        if offsets_from_json(end) == offsets_from_json(start):
+            return iter(()), start  # no batch; the same JSON, which PySpark compares as text
+        return self._read(start, end), end
+
+    def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[Any]:
+        return self._read(start, end)
+
+    def _read(self, start: dict, end: dict) -> Iterator[Any]:
+        # A list's iterator: PySpark copies the cached iterator (copy.copy) to send it, which a
+        # generator does not allow.
+        return iter([batch for part in self._planner.partitions(start, end) for batch in read_task(self.opts, part)])
+
+    def commit(self, end: dict) -> None:
+        self._planner.commit(end)
+
+
 class RivuletBatchReader(DataSourceReader):
     """Batch reader over [startingOffsets, endingOffsets)."""
 
@@ -710,7 +761,7 @@ def read_task(opts: SourceOptions, part: InputPartition) -> Iterator[pa.RecordBa
 def read_range(opts: SourceOptions, rp: RangePartition) -> Iterator[pa.RecordBatch]:
     """Yield the records of [rp.start, rp.end) of one partition as Arrow record batches."""
     # The decoder (pyarrow.compute, crc32c, the codecs) only here: the driver-side planner
-    # process, one per query, imports this module too and never reads a record.
+    # process, one per query, imports this module too and reads no record (unless readOnDriver).
     from rivulet.arrow.records import Chunk, decode_into, next_offset_after
     freeze_imported()
     if rp.end <= rp.start:

@@ -608,6 +608,67 @@ def test_replayed_stream_batch_does_not_duplicate(broker, spark, tmp_path):
     assert values == sorted(f"e{i}".encode() for i in range(3000))
 
 
+def test_read_on_driver_writes_each_record_once_through_a_replay(broker, spark, tmp_path):
+    """readOnDriver: each micro-batch is one Spark partition (even with minPartitions), read by
+    the driver's planner process; a batch replayed after a restart is read again by an executor
+    task as one partition, so the sink (a marker per task partition) adds nothing. The offsets
+    are the normal reader's: the query goes on without readOnDriver from the same checkpoint."""
+    src = create_topic(broker.bootstrap, topic_name("src"), 2)
+    dst = create_topic(broker.bootstrap, topic_name("dst"), 2)
+    produce(broker.bootstrap, src, [{"value": f"e{i}".encode(), "key": f"k{i}".encode(), "partition": i % 2}
+                                    for i in range(3000)])
+    cp = tmp_path / "cp"
+
+    def run(**options):
+        df = source(spark, broker.bootstrap, src, startingOffsets="earliest", maxOffsetsPerTrigger=1000, **options)
+        return run_available_now(df.select("key", "value"), cp, sink="rivulet", topic=dst,
+                                 **{"kafka.bootstrap.servers": broker.bootstrap})
+
+    q = run(readOnDriver="true", minPartitions=2)
+    batches = [p for p in q.recentProgress if p["numInputRows"]]
+    assert [p["numInputRows"] for p in batches] == [1000, 1000, 1000]
+    assert json.loads(batches[0]["sources"][0]["endOffset"]) == {src: {"0": 500, "1": 500}}
+    markers = {g for g in _group_ids(broker.bootstrap) if g.startswith(f"rivulet-spark-{q.id}-")}
+    assert markers == {f"rivulet-spark-{q.id}-0"}, "a driver-read batch is one task partition"
+    # A crash after the sink committed the last batch but before Spark recorded it: the new
+    # planner process has nothing cached, so an executor reads the batch again.
+    last = max(int(p.name) for p in (cp / "commits").iterdir() if p.name.isdigit())
+    (cp / "commits" / str(last)).unlink()
+    (cp / "commits" / f".{last}.crc").unlink(missing_ok=True)
+    q = run(readOnDriver="true", minPartitions=2)
+    assert [p["batchId"] for p in q.recentProgress if p["numInputRows"]] == [last]
+    values = sorted(m.value() for m in consume_all(broker.bootstrap, dst, 2))
+    assert values == sorted(f"e{i}".encode() for i in range(3000))
+    # With no batch left to replay, the normal reader takes over the checkpoint's offsets.
+    produce(broker.bootstrap, src, [{"value": f"e{i}".encode(), "partition": i % 2} for i in range(3000, 3500)])
+    q = run()
+    assert sum(p["numInputRows"] for p in q.recentProgress) == 500
+    values = sorted(m.value() for m in consume_all(broker.bootstrap, dst, 2))
+    assert values == sorted(f"e{i}".encode() for i in range(3500))
+
+
+def test_read_on_driver_decodes_json_values_and_honours_read_committed(broker, spark, tmp_path):
+    """The driver reads with the executors' decoder: valueFormat=json's columns, and
+    read_committed skipping an aborted transaction."""
+    from confluent_kafka import Producer
+    t = create_topic(broker.bootstrap, topic_name("txn"), 1)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tx-" + t})
+    p.init_transactions()
+    for outcome in ("commit", "abort", "commit"):
+        p.begin_transaction()
+        for i in range(50):
+            p.produce(t, json.dumps({"n": i, "outcome": outcome}).encode())
+        p.flush()
+        (p.commit_transaction if outcome == "commit" else p.abort_transaction)()
+    df = source(spark, broker.bootstrap, t, startingOffsets="earliest", readOnDriver="true", valueFormat="json",
+                valueSchema="n INT, outcome STRING", **{"kafka.isolation.level": "read_committed"})
+    run_available_now(df.select("value.*"), tmp_path / "cp", path=tmp_path / "out")
+    rows = spark.read.parquet(str(tmp_path / "out")).collect()
+    assert sorted((r.outcome, r.n) for r in rows) == sorted([("commit", i) for i in range(50)] * 2)
+    with pytest.raises(Exception, match="readOnDriver"):
+        source(spark, broker.bootstrap, t, streaming=False, readOnDriver="true").count()
+
+
 def test_sink_task_retry_after_a_partial_write(broker):
     """An attempt that produced rows but died before committing leaves nothing visible; the
     retry writes every row once. A retry of a committed task writes nothing."""

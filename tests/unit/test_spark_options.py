@@ -154,3 +154,21 @@ def test_pipeline_real_time_trigger_takes_spark_kafka_connector_and_the_topic_on
     # Spark's default trigger: each micro-batch as soon as the last one is done
     assert PipelineConfig.from_dict({**kafka, "trigger": {"processing_time": ""}}).trigger_interval == ""
     assert PipelineConfig.load("examples/pipeline.toml").real_time is None
+
+
+def test_read_on_driver_picks_pysparks_simple_stream_reader_for_streaming_only():
+    pytest.importorskip("pyspark")
+    from pyspark.sql.datasource_internal import _SimpleStreamReaderWrapper, _streamReader
+    from rivulet.spark import SCHEMA_NO_HEADERS, RivuletDataSource
+    from rivulet.spark.source import RivuletDriverStreamReader, RivuletStreamReader, SourceOptions
+    base = {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t", "maxOffsetsPerTrigger": "100"}
+    plain = _streamReader(RivuletDataSource(base), SCHEMA_NO_HEADERS)
+    assert isinstance(plain, RivuletStreamReader)
+    wrapped = _streamReader(RivuletDataSource({**base, "readOnDriver": "true"}), SCHEMA_NO_HEADERS)
+    assert isinstance(wrapped, _SimpleStreamReaderWrapper)
+    assert isinstance(wrapped.simple_reader, RivuletDriverStreamReader)
+    assert wrapped.simple_reader.opts.max_offsets_per_trigger == 100  # applied inside read()
+    with pytest.raises(ValueError, match="readOnDriver is only for streaming queries"):
+        SourceOptions.parse({**base, "readOnDriver": "true"}, streaming=False)
+    with pytest.raises(ValueError, match="readOnDriver must be true or false"):
+        SourceOptions.parse({**base, "readOnDriver": "maybe"}, streaming=True)
