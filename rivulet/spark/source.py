@@ -629,10 +629,10 @@ class RivuletDriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAva
         self.opts = opts
         self._planner = RivuletStreamReader(opts)
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, SourceOptions]:
         return {"opts": self.opts}
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    def __setstate__(self, state: dict[str, SourceOptions]) -> None:
         self.__init__(state["opts"])  # type: ignore[misc]
 
     def initialOffset(self) -> dict:
@@ -641,7 +641,7 @@ class RivuletDriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAva
     def prepareForTriggerAvailableNow(self) -> None:
         self._planner.prepareForTriggerAvailableNow()
 
-    def read(self, start: dict) -> tuple[Iterator[Any], dict]:
+    def read(self, start: dict) -> tuple[Iterator[pa.RecordBatch], dict]:
         # PySpark gives a simple reader no ReadLimit: maxOffsetsPerTrigger and
         # minOffsetsPerTrigger apply here, as the stream reader applies its default limit.
         end = self._planner.latestOffset(start, self._planner.getDefaultReadLimit())
@@ -649,10 +649,10 @@ class RivuletDriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAva
             return iter(()), start  # no batch; the same JSON, which PySpark compares as text
         return self._read(start, end), end
 
-    def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[Any]:
+    def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[pa.RecordBatch]:
         return self._read(start, end)
 
-    def _read(self, start: dict, end: dict) -> Iterator[Any]:
+    def _read(self, start: dict, end: dict) -> Iterator[pa.RecordBatch]:
         # A list's iterator: PySpark copies the cached iterator (copy.copy) to send it, which a
         # generator does not allow.
         return iter([batch for part in self._planner.partitions(start, end) for batch in read_task(self.opts, part)])
