@@ -708,14 +708,20 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
 
     _warm_up(rec, args, lbs, x, PARTITIONS, functools.partial(_create, bs))
 
-    for size, count in sizes if "base" not in args.skip else ():
+    # "java" alone (--only java) still produces the topic ConsumerPerformance reads, untimed.
+    for size, count in sizes if not {"base", "java"} <= args.skip else ():
         for acks in ("1", "all"):
             topic = _topic(f"rdk-{size}-{acks}")
-            load(f"rdk_prod_{size}_{acks}", f"rdkafka_performance produce {size} B acks={acks}",
-                 functools.partial(_rdk_produce, lbs, topic, count, size, acks, extra=x), create=topic)
-            if acks == "1" and f"rdk_prod_{size}_1.rps" in results:
+            if "base" not in args.skip:
+                load(f"rdk_prod_{size}_{acks}", f"rdkafka_performance produce {size} B acks={acks}",
+                     functools.partial(_rdk_produce, lbs, topic, count, size, acks, extra=x), create=topic)
+            elif acks == "1" and not args.no_java_consumer:
+                _create(bs, [topic], PARTITIONS)
+                _rdk_produce(lbs, topic, count, size, acks, extra=x)
+            if acks == "1" and "base" not in args.skip and f"rdk_prod_{size}_1.rps" in results:
                 load(f"rdk_cons_{size}", f"rdkafka_performance consume {size} B",
                      functools.partial(_rdk_consume, lbs, topic, PARTITIONS, count, extra=x))
+            if acks == "1" and (f"rdk_prod_{size}_1.rps" in results or "base" in args.skip):
                 if "java" not in args.skip and not args.no_java_consumer:
                     load(f"java_cons_{size}", f"ConsumerPerformance {size} B",
                          functools.partial(_java_consume, lbs, topic, count, jprops))

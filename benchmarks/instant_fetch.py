@@ -186,15 +186,20 @@ def _thread_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def consume_sampled(bootstrap: str, topic: str, records: int) -> tuple[rdkafka_perf.Summary, float, dict[str, float]]:
-    """``rdkafka_performance -C`` with its CPU, in all and per thread name (sampled from /proc
-    every 20 ms until it exits, so the last tick or two of each thread may be missing)."""
-    argv = [str(rdkafka_perf.require_binary()), *rdkafka_perf.consumer_args(bootstrap, topic, PARTITIONS, records)]
+def run_sampled(argv: list[str], timeout: float = 600.0, check: bool = True) -> tuple[str, float, dict[str, float]]:
+    """Run ``argv`` to its end: its stdout, its CPU seconds (rusage) and those per thread name
+    (sampled from /proc every 20 ms until it exits, so the last tick or two of each thread may
+    be missing). With ``check``, a non-zero exit raises."""
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    deadline = time.monotonic() + timeout
     with tempfile.TemporaryFile("w+") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
         threads: dict[str, tuple[str, float]] = {}
         while proc.poll() is None:
+            if time.monotonic() > deadline:
+                proc.kill()
+                proc.wait()
+                raise subprocess.TimeoutExpired(argv, timeout)
             try:
                 tids = os.listdir(f"/proc/{proc.pid}/task")
             except OSError:  # exited meanwhile
@@ -207,13 +212,22 @@ def consume_sampled(bootstrap: str, topic: str, records: int) -> tuple[rdkafka_p
                 fields = stat[stat.rindex(")") + 2:].split()
                 threads[tid] = (stat[stat.index("(") + 1:stat.rindex(")")], (int(fields[11]) + int(fields[12])) / _TICK)
             time.sleep(0.02)
+        if check and proc.returncode != 0:
+            raise subprocess.CalledProcessError(proc.returncode, argv)
         out.seek(0)
-        summary = rdkafka_perf.parse_consumer(out.read())
+        stdout = out.read()
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     by_name: dict[str, float] = {}
     for name, seconds in threads.values():
         by_name[name] = by_name.get(name, 0.0) + seconds
-    return summary, r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime, by_name
+    return stdout, r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime, by_name
+
+
+def consume_sampled(bootstrap: str, topic: str, records: int) -> tuple[rdkafka_perf.Summary, float, dict[str, float]]:
+    """``rdkafka_performance -C`` with its CPU, in all and per thread name (``run_sampled``)."""
+    argv = [str(rdkafka_perf.require_binary()), *rdkafka_perf.consumer_args(bootstrap, topic, PARTITIONS, records)]
+    out, cpu, by_name = run_sampled(argv, check=False)
+    return rdkafka_perf.parse_consumer(out), cpu, by_name
 
 
 def run(size: int, records: int, rounds: int) -> list[dict[str, float | str]]:

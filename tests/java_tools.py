@@ -138,6 +138,20 @@ def _tools_log_config(version: str) -> Path:
 # ---------------------------------------------------------------------------- running a tool
 
 
+def tool_command(main_class: str, args: Sequence[str], *, version: str = KAFKA_VERSION,
+                 jvm_args: Sequence[str] = ()) -> list[str]:
+    """The command line that runs ``main_class`` with the perf tools' JVM flags; raises
+    JavaToolError when Java or Kafka's jars are unavailable."""
+    reason = java_available(version)
+    if reason is not None:
+        raise JavaToolError(f"Kafka's Java tools are unavailable: {reason}")
+    return [
+        "java", *_TOOL_JVM, *jvm_args,
+        f"-Dlog4j2.configurationFile={_tools_log_config(version)}",
+        "-cp", classpath(version), main_class, *args,
+    ]
+
+
 def run_tool(
     main_class: str,
     args: Sequence[str],
@@ -148,14 +162,7 @@ def run_tool(
     jvm_args: Sequence[str] = (),
 ) -> ToolRun:
     """``java -cp <cached jars> main_class args...``; raises JavaToolError on non-zero exit."""
-    reason = java_available(version)
-    if reason is not None:
-        raise JavaToolError(f"Kafka's Java tools are unavailable: {reason}")
-    cmd = [
-        "java", *_TOOL_JVM, *jvm_args,
-        f"-Dlog4j2.configurationFile={_tools_log_config(version)}",
-        "-cp", classpath(version), main_class, *args,
-    ]
+    cmd = tool_command(main_class, args, version=version, jvm_args=jvm_args)
     started = time.monotonic()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)

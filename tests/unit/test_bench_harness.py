@@ -286,3 +286,49 @@ def test_fetch_wakeup_times_each_produce_to_the_events_before_the_next_one():
     assert [round(v, 3) for v in d["sent_fetch"]] == [0.3, 3.0]
     assert [round(v, 3) for v in d["sent_produce"]] == [0.4, 2.0]
     assert [round(v, 3) for v in d["fetch_completed"]] == [0.2, 1.0]
+
+
+# ---------------------------------------------------------------------------- the Java tools' client metrics
+
+JAVA_METRICS_OUT = """\
+3000000 records sent, 1146425.0 records/sec (109.33 MB/sec), 61.40 ms avg latency, 331.00 ms max latency, \
+50 ms 50th, 120 ms 95th, 200 ms 99th, 300 ms 99.9th.
+
+Metric Name                                                                  Value
+producer-metrics:batch-size-avg:{client-id=perf-producer-client}           : 407130.000
+producer-metrics:records-per-request-avg:{client-id=perf-producer-client}  : 3,851.500
+producer-metrics:request-latency-avg:{client-id=perf-producer-client}      : NaN
+producer-node-metrics:request-total:{client-id=perf-producer-client, node-id=node--1} : 2.000
+producer-node-metrics:request-total:{client-id=perf-producer-client, node-id=node-1}  : 780.000
+producer-topic-metrics:byte-total:{client-id=perf-producer-client, topic=t}  : 33017238.000
+"""
+
+
+def test_java_metrics_keep_the_broker_node_and_drop_the_bootstrap_and_per_topic_figures():
+    from benchmarks.java_shape import metrics
+
+    m = metrics(JAVA_METRICS_OUT)
+    assert m["producer-metrics:batch-size-avg"] == 407130.0
+    assert m["producer-metrics:records-per-request-avg"] == 3851.5  # the thousands separator
+    assert m["producer-node-metrics:request-total:node"] == 780.0  # node-1, not the bootstrap's node--1
+    assert not any("byte-total" in k for k in m)
+    assert m["producer-metrics:request-latency-avg"] != m["producer-metrics:request-latency-avg"]  # NaN kept as NaN
+
+
+def test_jvm_threads_grouped_by_role():
+    from benchmarks.java_shape import thread_kinds
+
+    kinds = thread_kinds({"java": 1.0, "kafka-producer-": 0.5, "C2 CompilerThre": 0.75, "C1 CompilerThre": 0.25,
+                          "GC Thread#0": 0.1, "G1 Conc#0": 0.1, "VM Thread": 0.01})
+    assert kinds == pytest.approx({"main": 1.0, "client thread": 0.5, "JIT": 1.0, "GC": 0.2, "other": 0.01})
+
+
+def test_run_sampled_returns_the_output_and_the_cpu_of_the_process():
+    from benchmarks.instant_fetch import run_sampled
+
+    out, cpu, by_thread = run_sampled(["sh", "-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; echo done"])
+    assert out == "done\n"
+    assert cpu > 0.0
+    assert set(by_thread) <= {"sh"}
+    with pytest.raises(Exception, match="returned non-zero exit status 3"):
+        run_sampled(["sh", "-c", "exit 3"])
