@@ -12,6 +12,10 @@ produces the same records with the same ``rdkafka_performance`` command, then re
 - then ``--rounds`` consume runs without the debug log, alternating the brokers: the
   generator's rate, its CPU per record, and that of its busiest thread.
 
+``--security tls|sasl_ssl`` loads the brokers over that listener as ``benchmarks.compare``
+does, and ``--acks all`` produces with acks=all; with either, one more produce of a topic of
+its own, with librdkafka's protocol debug log, counts the Produce requests and their mean size.
+
 ``--fixed-batches`` produces with ``linger.ms=1000`` and ``sticky.partitioning.linger.ms=0``
 instead of the rows' ``linger.ms=10``, so that every batch is full (``batch.size``) whatever
 either broker's timing: the same stored layout on both, for comparing the answers alone::
@@ -56,10 +60,22 @@ def stored(data_dir: Path, topic: str) -> tuple[int, int, int]:
     return batches, records, size
 
 
-def answers(bootstrap: str, topic: str, records: int) -> dict[str, float]:
+def produce_requests(bootstrap: str, topic: str, records: int, size: int, acks: str,
+                     extra: list[str]) -> tuple[int, float]:
+    """One produce with librdkafka's protocol debug log: (Produce requests, their mean bytes)."""
+    argv = [str(rdkafka_perf.require_binary()),
+            *rdkafka_perf.producer_args(bootstrap, topic, records, size, acks, extra=[*extra, "-d", "protocol"])]
+    with tempfile.TemporaryFile("w+") as err:
+        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=err, timeout=600, check=True)
+        err.seek(0)
+        sizes = [int(x) for x in re.findall(r"Sent ProduceRequest \(v\d+, (\d+) bytes", err.read())]
+    return len(sizes), statistics.mean(sizes) if sizes else 0.0
+
+
+def answers(bootstrap: str, topic: str, records: int, extra: list[str]) -> dict[str, float]:
     """One debug-logged read of the whole topic: librdkafka's own account of each answer."""
     argv = [str(rdkafka_perf.require_binary()),
-            *rdkafka_perf.consumer_args(bootstrap, topic, PARTITIONS, records, extra=["-d", "fetch,msg"])]
+            *rdkafka_perf.consumer_args(bootstrap, topic, PARTITIONS, records, extra=[*extra, "-d", "fetch,msg"])]
     with tempfile.TemporaryFile("w+") as err:
         subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=err, timeout=600, check=True)
         err.seek(0)
@@ -79,19 +95,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--fixed-batches", action="store_true")
+    ap.add_argument("--security", choices=compare.SECURITY, default="plaintext")
+    ap.add_argument("--acks", choices=("1", "all"), default="1")
     args = ap.parse_args(argv)
-    brokers = {kind: compare.Broker(kind, compare.Security.named("plaintext", Path(tempfile.gettempdir())))
-               for kind in ("rivulet", "kafka")}
+    security = compare.Security.named(args.security, Path(tempfile.mkdtemp(prefix="rivulet-shape-certs-")))
+    brokers = {kind: compare.Broker(kind, security) for kind in ("rivulet", "kafka")}
+    conf = rdkafka_perf.config_args(security.client_conf())
     topics: dict[str, str] = {}
     try:
         for kind, broker in brokers.items():
             broker.start()
             topic = topics[kind] = compare._topic(f"shape-{args.size}")
             compare._create(broker.bootstrap, [topic], PARTITIONS)
-            p = rdkafka_perf.produce(broker.bootstrap, topic, args.records, args.size, "1",
-                                     extra=FIXED if args.fixed_batches else [])
+            produce_extra = [*conf, *(FIXED if args.fixed_batches else [])]
+            p = rdkafka_perf.produce(broker.load_bootstrap, topic, args.records, args.size, args.acks,
+                                     extra=produce_extra)
             batches, count, size = stored(Path(broker.impl.data_dir), topic)
-            a = answers(broker.bootstrap, topic, args.records)
+            a = answers(broker.load_bootstrap, topic, args.records, conf)
+            if args.security != "plaintext" or args.acks != "1":
+                logged = compare._topic(f"shape-log-{args.size}")
+                compare._create(broker.bootstrap, [logged], PARTITIONS)
+                n, mean = produce_requests(broker.load_bootstrap, logged, args.records, args.size, args.acks,
+                                           produce_extra)
+                lb, lc, _ = stored(Path(broker.impl.data_dir), logged)
+                print(f"{kind}: a debug-logged produce: {n} Produce requests of {mean:,.0f} B on average, "
+                      f"{lc / max(lb, 1):,.0f} records a stored batch", flush=True)
             print(f"{kind}: produced at {p.records_per_sec:,.0f} records/s; stored {batches} batches, "
                   f"{count / batches:,.0f} records a batch, {batches / (size / 1e6):.2f} batches a MB; "
                   f"{a['fetch_requests']} Fetch requests, {a['partition_answers']} partition answers with records "
@@ -101,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.rounds):
             for kind, broker in brokers.items():
                 load = os.getloadavg()[0]
-                s, cpu, by_thread = consume_sampled(broker.bootstrap, topics[kind], args.records)
+                s, cpu, by_thread = consume_sampled(broker.load_bootstrap, topics[kind], args.records, conf)
                 busiest = max(by_thread.values())
                 rows[kind].append((s.records_per_sec, cpu / args.records * 1e9, busiest / args.records * 1e9))
                 print(f"  round {i + 1} {kind}: {s.records_per_sec:,.0f} records/s, generator "

@@ -28,6 +28,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from typing import Sequence
 
 from benchmarks import compare, rdkafka_perf
 from rivulet.protocol.framing import decode_request, encode_response_parts
@@ -223,9 +224,12 @@ def run_sampled(argv: list[str], timeout: float = 600.0, check: bool = True) -> 
     return stdout, r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime, by_name
 
 
-def consume_sampled(bootstrap: str, topic: str, records: int) -> tuple[rdkafka_perf.Summary, float, dict[str, float]]:
-    """``rdkafka_performance -C`` with its CPU, in all and per thread name (``run_sampled``)."""
-    argv = [str(rdkafka_perf.require_binary()), *rdkafka_perf.consumer_args(bootstrap, topic, PARTITIONS, records)]
+def consume_sampled(bootstrap: str, topic: str, records: int, extra: Sequence[str] = ()
+                    ) -> tuple[rdkafka_perf.Summary, float, dict[str, float]]:
+    """``rdkafka_performance -C`` with its CPU, in all and per thread name (``run_sampled``).
+    ``extra``: more arguments, such as the listener's security settings."""
+    argv = [str(rdkafka_perf.require_binary()),
+            *rdkafka_perf.consumer_args(bootstrap, topic, PARTITIONS, records, extra=extra)]
     out, cpu, by_name = run_sampled(argv, check=False)
     return rdkafka_perf.parse_consumer(out), cpu, by_name
 
