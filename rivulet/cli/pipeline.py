@@ -252,19 +252,22 @@ def topic_rows(df: DataFrame, cfg: PipelineConfig, columns: tuple[Column, Column
     return df.select(*(columns or topic_columns(cfg)))
 
 
-def driver_rows(df: DataFrame, cfg: PipelineConfig, columns: tuple[Column, Column] | None = None) -> pa.Table | None:
-    """A batch's topic rows as an Arrow table in the driver, when Rivulet's sink writes them from
-    there: at most ``driver_write_max_rows`` of them (None: they go through the sink as a Spark
-    job). Collected in the batch's first Spark job, which runs the micro-batch itself; a count
-    before it would be a Spark job more per batch. Which way a batch goes depends only on its
-    rows, so a replayed batch goes the same way (each way has its own marker)."""
-    if not (cfg.output_topic and cfg.output_format == "rivulet" and cfg.driver_write_max_rows > 0):
+def driver_rows(df: DataFrame, cfg: PipelineConfig, n: int, columns: tuple[Column, Column] | None = None
+                ) -> pa.Table | None:
+    """A batch's ``n`` topic rows (``n`` from its count) as an Arrow table in the driver, when
+    Rivulet's sink writes them from there: 1 to ``driver_write_max_rows`` of them (None: they go
+    through the sink as a Spark job). ``df`` is persisted and counted, so this is a one-stage job
+    over the cached batch, run only in the batches that close windows; the count, the batch's one
+    job otherwise, costs less than a ``limit(max + 1).toArrow()`` did as that job (CollectLimit's
+    shuffle to one partition, its projection in the stateful stage, more Py4J calls in every
+    batch). Which way a batch goes depends only on its rows, so a replayed batch goes the same
+    way (each way has its own marker)."""
+    if not (cfg.output_topic and cfg.output_format == "rivulet" and 0 < n <= cfg.driver_write_max_rows):
         return None
     # foreachBatch runs in the stream's thread, whose local properties name the query
     if not df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId"):
         return None
-    table = topic_rows(df, cfg, columns).limit(cfg.driver_write_max_rows + 1).toArrow()
-    return table if table.num_rows <= cfg.driver_write_max_rows else None
+    return topic_rows(df, cfg, columns).toArrow()
 
 
 def write_topic(df: DataFrame, cfg: PipelineConfig, batch_id: int, rows: pa.Table | None,
@@ -290,8 +293,8 @@ def batch_writer(cfg: PipelineConfig, stats: PipelineStats) -> Callable[[DataFra
     def write(df: DataFrame, batch_id: int) -> None:
         df = df.persist()
         try:
-            rows = driver_rows(df, cfg, columns)
-            n = rows.num_rows if rows is not None else df.count()
+            n = df.count()
+            rows = driver_rows(df, cfg, n, columns)
             if n:
                 if cfg.parquet_path:
                     # One directory per batch, overwritten if the batch is replayed.
