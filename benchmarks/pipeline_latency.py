@@ -295,6 +295,8 @@ def main() -> None:
     ap.add_argument("--read-on-driver", action="store_true",
                     help="also run Rivulet's connectors with the source's readOnDriver=true")
     ap.add_argument("--phases", action="store_true", help="print each run's median durationMs per phase of a micro-batch")
+    ap.add_argument("--event-log", metavar="DIR",
+                    help="write Spark's event log here, for `python -m benchmarks.spark_jobs` (jobs and stages per batch)")
     args = ap.parse_args()
 
     import pyspark
@@ -305,6 +307,9 @@ def main() -> None:
     runs: list[Run] = []
     try:
         conf: dict[str, object] = {"spark.sql.shuffle.partitions": 2, "spark.driver.memory": "2g"}
+        if args.event_log:
+            os.makedirs(args.event_log, exist_ok=True)
+            conf.update({"spark.eventLog.enabled": "true", "spark.eventLog.dir": os.path.abspath(args.event_log)})
         note = ""
         if not args.skip_kafka:
             jars, version = kafka_connector_jars(pyspark.__version__)

@@ -32,7 +32,7 @@ from rivulet.common.config import ConfigError
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 DEFAULT_METRICS = {"events": "count(*)"}
@@ -235,31 +235,43 @@ def aggregate(events: DataFrame, cfg: PipelineConfig) -> DataFrame:
                       *cfg.group_by, *cfg.metrics)
 
 
-def topic_rows(df: DataFrame, cfg: PipelineConfig) -> DataFrame:
-    """The windows as the output topic holds them: JSON values keyed by the group-by columns."""
+def topic_columns(cfg: PipelineConfig) -> tuple[Column, Column]:
+    """The output topic's key and value over ``aggregate``'s columns: JSON values keyed by the
+    group-by columns. Named from the config, not asked of a frame, so the pipeline builds them
+    once per query: built per micro-batch they cost a Py4J call per column, in every batch."""
     from pyspark.sql import functions as F
+    columns = ["window_start", "window_end", *cfg.group_by, *cfg.metrics]
     key = F.col(cfg.output_key).cast("string") if cfg.output_key else \
         F.concat_ws("|", *[F.col(c).cast("string") for c in cfg.group_by]) if cfg.group_by \
         else F.lit(None).cast("string")
-    return df.select(key.alias("key"), F.to_json(F.struct(*df.columns)).alias("value"))
+    return key.alias("key"), F.to_json(F.struct(*columns)).alias("value")
 
 
-def driver_rows(df: DataFrame, cfg: PipelineConfig) -> pa.Table | None:
-    """A batch's topic rows as an Arrow table in the driver, when Rivulet's sink writes them from
-    there: at most ``driver_write_max_rows`` of them (None: they go through the sink as a Spark
-    job). Collected in the batch's first Spark job, which runs the micro-batch itself; a count
-    before it would be a Spark job more per batch. Which way a batch goes depends only on its
-    rows, so a replayed batch goes the same way (each way has its own marker)."""
-    if not (cfg.output_topic and cfg.output_format == "rivulet" and cfg.driver_write_max_rows > 0):
+def topic_rows(df: DataFrame, cfg: PipelineConfig, columns: tuple[Column, Column] | None = None) -> DataFrame:
+    """The windows as the output topic holds them (``topic_columns``, or ``columns`` built by it)."""
+    return df.select(*(columns or topic_columns(cfg)))
+
+
+def driver_rows(df: DataFrame, cfg: PipelineConfig, n: int, columns: tuple[Column, Column] | None = None
+                ) -> pa.Table | None:
+    """A batch's ``n`` topic rows (``n`` from its count) as an Arrow table in the driver, when
+    Rivulet's sink writes them from there: 1 to ``driver_write_max_rows`` of them (None: they go
+    through the sink as a Spark job). ``df`` is persisted and counted, so this is a one-stage job
+    over the cached batch, run only in the batches that close windows; the count, the batch's one
+    job otherwise, costs less than a ``limit(max + 1).toArrow()`` did as that job (CollectLimit's
+    shuffle to one partition, its projection in the stateful stage, more Py4J calls in every
+    batch). Which way a batch goes depends only on its rows, so a replayed batch goes the same
+    way (each way has its own marker)."""
+    if not (cfg.output_topic and cfg.output_format == "rivulet" and 0 < n <= cfg.driver_write_max_rows):
         return None
     # foreachBatch runs in the stream's thread, whose local properties name the query
     if not df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId"):
         return None
-    table = topic_rows(df, cfg).limit(cfg.driver_write_max_rows + 1).toArrow()
-    return table if table.num_rows <= cfg.driver_write_max_rows else None
+    return topic_rows(df, cfg, columns).toArrow()
 
 
-def write_topic(df: DataFrame, cfg: PipelineConfig, batch_id: int, rows: pa.Table | None) -> None:
+def write_topic(df: DataFrame, cfg: PipelineConfig, batch_id: int, rows: pa.Table | None,
+                columns: tuple[Column, Column] | None = None) -> None:
     """A micro-batch's window rows to the output topic: ``rows`` (from ``driver_rows``) from the
     driver in one transaction (``write_from_driver``), since a Spark job of a Python data
     source write would cost several times the transaction; else as a Spark job."""
@@ -270,22 +282,25 @@ def write_topic(df: DataFrame, cfg: PipelineConfig, batch_id: int, rows: pa.Tabl
         opts = SinkOptions.parse({"kafka.bootstrap.servers": bootstrap, "topic": cfg.output_topic})
         write_from_driver(opts, rows, query_id, batch_id)
         return
-    (topic_rows(df, cfg).write.format(cfg.output_format).mode("append").option("kafka.bootstrap.servers", bootstrap)
-     .option("topic", cfg.output_topic).save())
+    (topic_rows(df, cfg, columns).write.format(cfg.output_format).mode("append")
+     .option("kafka.bootstrap.servers", bootstrap).option("topic", cfg.output_topic).save())
 
 
 def batch_writer(cfg: PipelineConfig, stats: PipelineStats) -> Callable[[DataFrame, int], None]:
+    # once per query (Column objects name columns, they hold no frame): see topic_columns
+    columns = topic_columns(cfg) if cfg.output_topic else None
+
     def write(df: DataFrame, batch_id: int) -> None:
         df = df.persist()
         try:
-            rows = driver_rows(df, cfg)
-            n = rows.num_rows if rows is not None else df.count()
+            n = df.count()
+            rows = driver_rows(df, cfg, n, columns)
             if n:
                 if cfg.parquet_path:
                     # One directory per batch, overwritten if the batch is replayed.
                     df.write.mode("overwrite").parquet(f"{cfg.parquet_path}/batch_id={batch_id}")
                 if cfg.output_topic:
-                    write_topic(df, cfg, batch_id, rows)
+                    write_topic(df, cfg, batch_id, rows, columns)
             with stats.lock:
                 stats.batches += 1
                 stats.windows_out += n

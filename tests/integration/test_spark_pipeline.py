@@ -253,6 +253,12 @@ def test_windows_go_from_the_driver_once_across_a_replayed_batch(broker, spark, 
                        for m in consume_all(broker.bootstrap, dst, 2))
     first = windows()
     assert len(first) == 15 and set(first.values()) == {1}
+    # The rows as before the key and value were built once per query from the config: keyed by
+    # the group-by column, the aggregate's columns in its order (a replay must write the same).
+    for m in consume_all(broker.bootstrap, dst, 2):
+        value = json.loads(m.value())
+        assert list(value) == ["window_start", "window_end", "category", "orders"]
+        assert m.key() == value["category"].encode()
     # The driver dies after the last batch's write, before Spark records the batch as done.
     cp = tmp_path / "cp"
     last = max(int(p.name) for p in (cp / "commits").iterdir() if p.name.isdigit())
