@@ -65,6 +65,17 @@ class ZkCluster:
         ZooKeeper to drop the old session's registration, and listens once registered."""
         return self.brokers[broker_id].start(timeout=60)
 
+    def heal(self) -> None:
+        """Every broker running and registered again: what a test that killed or paused one
+        (and failed before restarting it) leaves for the next test of a shared cluster."""
+        ids = [i for i in self.brokers if i >= 0]
+        for i in ids:
+            b = self.brokers[i]
+            b.resume()
+            if b.proc is None:  # killed
+                self.restart(i)
+        self.wait_for_brokers(ids)
+
     @property
     def bootstrap(self) -> str:
         return ",".join(b.bootstrap for b in self.brokers.values())
