@@ -213,6 +213,13 @@ def check_config_command_quotas(bootstrap: str) -> None:
                 "producer_byte_rate=1.5")
     assert "producer_byte_rate cannot be a fractional value." in e.value.run.stderr
     configs("--alter", "--entity-type", "clients", "--entity-name", client, "--delete-config", "producer_byte_rate")
+    # A user's describe also asks for its SCRAM credentials (DescribeUserScramCredentials); a user
+    # without any gets RESOURCE_NOT_FOUND there, which the tool passes over.
+    user = topic_name("juser")
+    configs("--alter", "--entity-type", "users", "--entity-name", user, "--add-config", "producer_byte_rate=4096")
+    assert f"Quota configs for user-principal '{user}' are producer_byte_rate=4096.0" in configs(
+        "--describe", "--entity-type", "users", "--entity-name", user)
+    configs("--alter", "--entity-type", "users", "--entity-name", user, "--delete-config", "producer_byte_rate")
 
 
 def check_feature_command(bootstrap: str) -> None:
