@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 # still incomplete when the read ends moves into a buffer of its own. An idle connection so
 # holds no buffer at all.
 STAGE_SIZE = 256 * 1024
+# Likewise one buffer that TLS connections read their ciphertext into, before it goes into
+# their memory BIOs: a read of at most this much, as asyncio's and uvloop's own reads.
+TLS_RECEIVE_SIZE = 256 * 1024
 UNLIMITED = 2**31 - 1
 # A TLS client that has not completed its handshake by then is dropped.
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
@@ -196,6 +199,7 @@ class SocketServer:
                                        parse_ip_overrides(config.max_connections_per_ip_overrides))
         self.stage = bytearray(STAGE_SIZE)
         self.stage_view = memoryview(self.stage)
+        self.tls_receive = memoryview(bytearray(TLS_RECEIVE_SIZE))
         self.connections: set[KafkaConnection] = set()
         self.request_metrics = request_metrics
         self.request_log = request_log
@@ -221,7 +225,8 @@ class SocketServer:
         ctx = listener.ssl_context
         if ctx is not None and tls_transport.enabled():
             server = await loop.create_server(
-                lambda: TlsTransport(ctx, lambda: KafkaConnection(self, listener), TLS_HANDSHAKE_TIMEOUT_S),
+                lambda: TlsTransport(ctx, lambda: KafkaConnection(self, listener), TLS_HANDSHAKE_TIMEOUT_S,
+                                     self.tls_receive),
                 host or None, port, reuse_address=True, backlog=1024, start_serving=False)
         else:
             server = await loop.create_server(

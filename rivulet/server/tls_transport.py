@@ -36,14 +36,19 @@ def enabled() -> bool:
     return os.environ.get("RIVULET_ASYNCIO_TLS", "") in ("", "0")
 
 
-class TlsTransport(asyncio.Transport, asyncio.Protocol):
+class TlsTransport(asyncio.Transport, asyncio.BufferedProtocol):
     """The raw TCP transport's protocol, and the transport its application protocol sees.
     The application protocol (a ``BufferedProtocol``) is made once the handshake succeeds,
-    as asyncio's SSL transport makes a connection only then."""
+    as asyncio's SSL transport makes a connection only then.
+
+    Ciphertext is read into ``receive``, one buffer every connection of the server shares (the
+    loop reads one socket at a time, and each read goes into the memory BIO before the next),
+    so no read makes a bytes object of its own and an idle connection holds no buffer."""
 
     def __init__(self, context: ssl.SSLContext, app_factory: Callable[[], asyncio.BufferedProtocol],
-                 handshake_timeout_s: float) -> None:
+                 handshake_timeout_s: float, receive: memoryview) -> None:
         super().__init__()
+        self._receive = receive
         self._context = context
         self._app_factory = app_factory
         self._handshake_timeout_s = handshake_timeout_s
@@ -72,10 +77,13 @@ class TlsTransport(asyncio.Transport, asyncio.Protocol):
                   self._handshake_timeout_s)
         self.abort()
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._receive
+
+    def buffer_updated(self, nbytes: int) -> None:
         try:
             with self._lock:
-                self._incoming.write(data)
+                self._incoming.write(self._receive[:nbytes])
             if self._app is None:
                 self._handshake()
             self._deliver()
