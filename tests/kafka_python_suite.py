@@ -28,6 +28,11 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from benchmarks.reference import kafka as ref
+from rivulet.security.scram import MECHANISMS, ScramCredential
+from rivulet.server.config import load_properties
+from rivulet.server.dynamic_config import DynamicBrokerConfig
+
 REPO = Path(__file__).resolve().parent.parent
 KAFKA_PYTHON_VERSION = "3.0.12"
 SDIST = f"kafka_python-{KAFKA_PYTHON_VERSION}"
@@ -183,17 +188,13 @@ def write_bin(kafka_root: Path, target: str) -> Path:
     return kafka_root
 
 
-def _properties(path: str) -> dict[str, str]:
-    from rivulet.server.config import load_properties
-    return load_properties(path)
-
-
 def _java(*args: str, heap: str = "256m") -> list[str]:
-    from benchmarks.reference import kafka as ref
-
+    # INFO: the broker's start line is what the fixture waits for. Written whole, then renamed.
     log4j = Path(tempfile.gettempdir()) / "kafka-python-suite-log4j2.properties"
     if not log4j.exists():
-        ref.write_log4j2_config(log4j)
+        tmp = log4j.with_name(f"{log4j.name}.{os.getpid()}")
+        ref.write_log4j2_config(tmp)
+        os.replace(tmp, log4j)
     opts = shlex.split(os.environ.get("KAFKA_OPTS", ""))  # the JAAS file, for the broker
     return ["java", f"-Xmx{heap}", f"-Dlog4j2.configurationFile={log4j}", *opts, "-cp", ref.classpath(), *args]
 
@@ -212,7 +213,7 @@ def _rivulet_broker(props_path: str) -> int:
     """Rivulet in Kafka's place: the same properties; the JAAS file's KafkaServer entry as the
     SASL listener's ``sasl.jaas.config`` (what Kafka falls back to); and the start line (and
     the SCRAM user's, after the format step seeded it) the fixture waits for."""
-    props = _properties(props_path)
+    props = load_properties(props_path)
     args = [sys.executable, "-m", "rivulet", "broker", "--config", props_path]
     entry = _jaas_entry(os.environ.get("KAFKA_OPTS", ""))
     listener = props.get("inter.broker.listener.name", "")
@@ -238,8 +239,6 @@ def _rivulet_broker(props_path: str) -> int:
 
 
 def _seeded_users(props: dict[str, str]) -> list[str]:
-    from rivulet.server.dynamic_config import DynamicBrokerConfig
-
     log_dir = props["log.dirs"].split(",")[0]
     return sorted(DynamicBrokerConfig(log_dir, int(props.get("node.id", "0"))).load_scram_credentials())
 
@@ -247,10 +246,7 @@ def _seeded_users(props: dict[str, str]) -> list[str]:
 def _rivulet_format(argv: list[str]) -> int:
     """``kafka-storage.sh format``: Rivulet needs no format step; ``--add-scram`` users are
     stored as AlterUserScramCredentials would store them on one node."""
-    from rivulet.security.scram import MECHANISMS, ScramCredential
-    from rivulet.server.dynamic_config import DynamicBrokerConfig
-
-    props = _properties(argv[argv.index("-c") + 1])
+    props = load_properties(argv[argv.index("-c") + 1])
     log_dir = props["log.dirs"].split(",")[0]
     os.makedirs(log_dir, exist_ok=True)
     store = DynamicBrokerConfig(log_dir, int(props.get("node.id", "0")))
