@@ -10,7 +10,6 @@ printed with its reason; the run fails on any failed test.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.reference.kafka import cache_root
 from tests import kafka_python_suite as kps
 from tests.java_tools import java_available
 
@@ -39,14 +39,8 @@ NEEDS_JAVA = {"test/integration/test_ssl_integration.py": 2,
 EXPECTED_PASSED = 65
 
 
-def _cache_dir() -> Path:
-    root = os.environ.get("RIVULET_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "rivulet")
-    return Path(root) / f"kafka-python-{kps.KAFKA_PYTHON_VERSION}"
-
-
 def _sdist() -> Path:
-    cache = _cache_dir()
+    cache = cache_root() / f"kafka-python-{kps.KAFKA_PYTHON_VERSION}"
     sdist = cache / f"{kps.SDIST}.tar.gz"
     if sdist.exists():
         return sdist
