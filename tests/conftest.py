@@ -39,7 +39,8 @@ _GROUPS = {**{m: "faults" for m in (
 _LONGEST_FIRST = ("faults", "spark-cluster", "test_franz_go_suite", "test_readme", "test_spark_declarative",
                   "test_java_tools", "test_spark_pipeline", "test_spark", "test_transactions",
                   "test_client_quotas", "test_share_groups", "test_cli", "test_consumer_protocol",
-                  "test_fuzz_frames", "test_topic_admin_off_loop", "test_zk_outages", "test_share_state")
+                  "test_fuzz_frames", "test_topic_admin_off_loop", "test_zk_outages", "test_share_state",
+                  "test_kafka_python_suite")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
