@@ -143,6 +143,12 @@ def _report(name: str, args: argparse.Namespace, e: BaseException, debug: bool) 
     return e.code if isinstance(e, CliError) else 1
 
 
+# How often, and how far apart, require_topics asks again for a topic being auto-created
+# (100 ms apart, retry.backoff.ms's default: 5 s in all).
+AUTO_CREATE_ASKS = 50
+AUTO_CREATE_BACKOFF_S = 0.1
+
+
 def require_topics(conf: dict[str, Any], topics: list[str], allow_auto_create: bool = False,
                    missing: str = "Topic '{topic}' does not exist: {error}") -> None:
     """Fail at once, in one line, when the broker is down or a topic is missing: the producer and
@@ -160,6 +166,13 @@ def require_topics(conf: dict[str, Any], topics: list[str], allow_auto_create: b
         admin = AsyncAdminClient(shared)
         try:
             md = await admin.metadata(topics, allow_auto_create)
+            # The request that starts an auto-creation is answered UNKNOWN_TOPIC_OR_PARTITION, as
+            # Kafka's: ask again (backing off as the clients do) until the topic is there.
+            for _ in range(AUTO_CREATE_ASKS if allow_auto_create else 0):
+                if all(t.error_code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION for t in md.topics):
+                    break
+                await asyncio.sleep(AUTO_CREATE_BACKOFF_S)
+                md = await admin.metadata(topics, allow_auto_create)
         finally:
             await admin.close()
         for t in md.topics:

@@ -74,7 +74,7 @@ def test_a_topic_is_invisible_until_every_partition_exists(tmp_path):
                                                         mq.MetadataRequestTopic(name="big")],
                                                 allow_auto_topic_creation=True))
         assert [(t.name, t.error_code) for t in md.topics] == \
-            [("other", ErrorCode.NONE), ("big", ErrorCode.LEADER_NOT_AVAILABLE)]  # being created
+            [("other", ErrorCode.NONE), ("big", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]  # being created, as Kafka
         batch = rec.encode_batch([rec.Record(0, 0, None, b"v", [])])
         pr = await conn.send(core.produce_request(None, 1, 5000, {("other", 0): batch}))
         assert [p.error_code for p in pr.responses[0].partition_responses] == [ErrorCode.NONE]
@@ -183,3 +183,26 @@ def test_shutdown_waits_for_a_creation_under_way(tmp_path):
         finally:
             await b2.shutdown()
     asyncio.run(main())
+
+
+def test_auto_creation_answers_unknown_topic_then_the_topic(tmp_path):
+    """Kafka 4.3 answers the Metadata request that starts an auto-creation with
+    UNKNOWN_TOPIC_OR_PARTITION (the creation goes to the controller); the topic is there when
+    the client asks again. aiokafka's suite saw Kafka answer so for every topic it made."""
+    async def body(b: Broker) -> None:
+        conn = await BrokerConnection("127.0.0.1", b.bound_ports[0]).connect()
+
+        async def ask(name: str, auto: bool) -> list:
+            md = await conn.send(mq.MetadataRequest(topics=[mq.MetadataRequestTopic(name=name)],
+                                                    allow_auto_topic_creation=auto))
+            return [(t.name, t.error_code, len(t.partitions), t.is_internal) for t in md.topics]
+
+        assert await ask("fresh", True) == [("fresh", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 0, False)]
+        assert b.topics.get("fresh") is not None
+        partitions = b.config["num.partitions"]
+        assert await ask("fresh", True) == [("fresh", ErrorCode.NONE, partitions, False)]
+        assert await ask("absent", False) == [("absent", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 0, False)]
+        assert b.topics.get("absent") is None
+        await conn.close()
+
+    with_broker(tmp_path, body)

@@ -287,26 +287,26 @@ class TopicHandlers:
                     t.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
                     topics_out.append(t)
                     continue
-                if allow_auto and not name.startswith("__") and self.cluster is not None:
-                    # As Kafka's: the creation is asked of the cluster, the answer says to come back.
-                    self._auto_create_in_cluster(self.cluster, name)
-                    t.error_code = ErrorCode.LEADER_NOT_AVAILABLE
-                    topics_out.append(t)
-                    continue
                 if allow_auto and not name.startswith("__"):
-                    try:
-                        info = topics.create_topic(name, self.config["num.partitions"],
-                                                   self.config["default.replication.factor"], {})
-                    except ApiError as e:
-                        # Another request is creating it: Kafka answers that the leader is not there yet.
-                        t.error_code = (ErrorCode.LEADER_NOT_AVAILABLE if e.code == ErrorCode.TOPIC_ALREADY_EXISTS
-                                        else e.code)
-                        topics_out.append(t)
-                        continue
-                else:
+                    # Kafka 4.3's broker hands the creation to its controller and answers at once
+                    # UNKNOWN_TOPIC_OR_PARTITION, also while another request's creation of it is in
+                    # flight (DefaultAutoTopicCreationManager): the client finds it when it asks again.
                     t.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    if self.cluster is not None:
+                        self._auto_create_in_cluster(self.cluster, name)
+                    else:
+                        try:
+                            topics.create_topic(name, self.config["num.partitions"],
+                                                self.config["default.replication.factor"], {})
+                        except ApiError as e:
+                            # Kafka's answer does not carry the controller's refusal; it logs it.
+                            if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                                log.warning("Auto topic creation failed for %s: %s", name, e)
                     topics_out.append(t)
                     continue
+                t.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                topics_out.append(t)
+                continue
             t.topic_id = info.topic_id
             t.is_internal = info.is_internal
             if cache is not None:
