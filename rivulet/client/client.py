@@ -251,6 +251,7 @@ class KafkaClient:
         call = core.CoordinatorCall(key, key_type, request, error_of, self._attempts(deadline))
         while True:
             node = (await self.coordinator(key, key_type, call.attempts.deadline)).node_id
+            step: R | core.Retry
             try:
                 resp = await self.send(node, request)
             except (ConnectionError, OSError, asyncio.TimeoutError):

@@ -20,7 +20,7 @@ from typing import Any, Callable, Generic, Iterable, Mapping, NamedTuple, TypeVa
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode, ApiError
-from rivulet.protocol.schema import ZERO_UUID
+from rivulet.protocol.schema import ZERO_UUID, Request, Struct
 from rivulet.protocol.messages import (
     consumer_group_describe_request as cgdq,
     consumer_group_heartbeat_request as cghq,
@@ -97,6 +97,7 @@ from rivulet.protocol.messages import (
 from rivulet.security.acls import AclBinding, AclBindingFilter, binding_of
 
 T = TypeVar("T")
+R = TypeVar("R", bound=Struct)  # a request's response message
 
 # Versions above these change a request's shape or meaning in ways the clients do not use:
 # topic ids instead of names (Produce and Fetch v13+, OffsetCommit v10+), grouped OffsetFetch
@@ -632,19 +633,19 @@ class CoordinatorLookup:
         return Retry(self.attempts.next_delay())
 
 
-class CoordinatorCall:
+class CoordinatorCall(Generic[R]):
     """``request`` to ``key``'s coordinator, sent again (after looking the coordinator up again)
     while ``error_of(answer)`` asks to retry or find the coordinator. Any other answer is the
     caller's to read, partition errors included. Once out of time, a retriable answer is handed
     back when ``answer_when_out_of_time`` (the caller reads its error), else raised."""
 
-    def __init__(self, key: str, key_type: int, request: Any, error_of: Callable[[Any], int], attempts: Attempts,
+    def __init__(self, key: str, key_type: int, request: Request[R], error_of: Callable[[R], int], attempts: Attempts,
                  answer_when_out_of_time: bool = True) -> None:
         self.key, self.key_type, self.request, self.error_of = key, key_type, request, error_of
         self.attempts = attempts
         self.answer_when_out_of_time = answer_when_out_of_time
 
-    def on_response(self, resp: Any) -> Any:
+    def on_response(self, resp: R) -> R | Retry:
         """The answer to return, or a Retry."""
         code = self.error_of(resp)
         if action(code) not in (Action.RETRY, Action.FIND_COORDINATOR):

@@ -30,7 +30,7 @@ from pyspark.sql.streaming.datasource import (
 
 from rivulet.protocol.errors import ErrorCode, ApiError
 from rivulet.client import blocking, core
-from rivulet.client.blocking import BlockingClient, BlockingConnection
+from rivulet.client.blocking import BlockingClient, BlockingConnection, Pending
 from rivulet.client.connection import AuthenticationFailed, NotKafkaBroker
 from rivulet.security.client_config import sasl_credentials
 from rivulet.client.core import EARLIEST, LATEST
@@ -710,6 +710,7 @@ class _Fetcher:
         self.node = -1
         self.conn: BlockingConnection | None = None
         self.ahead: int | None = None   # offset of the request in flight
+        self.pending: Pending[fr.FetchResponse] | None = None  # and the request
         self.bytes_per_record = 1024.0
         self.floor = 0                  # raised when a batch did not fit the size asked for
 
@@ -723,15 +724,16 @@ class _Fetcher:
         if self.conn is None:
             self.node = self.cluster.leader(self.tp)
             self.conn = self.cluster.conn(self.node)
-        self.conn.submit(_fetch_request(self.opts, self.tp, offset, self.size_for(offset, end)))
+        self.pending = self.conn.submit(_fetch_request(self.opts, self.tp, offset, self.size_for(offset, end)))
         self.ahead = offset
 
     def receive(self) -> tuple[int, fr.PartitionData]:
-        assert self.conn is not None and self.ahead is not None
+        assert self.conn is not None and self.ahead is not None and self.pending is not None
         offset, self.ahead = self.ahead, None
+        pending, self.pending = self.pending, None
         # The frame is read into the connection's reused buffer: read_range is done with the
         # previous answer (its rows are in Arrow buffers of their own) before it asks for the next.
-        resp: fr.FetchResponse = self.conn.receive(reuse_buffer=True)
+        resp = self.conn.receive(pending, reuse_buffer=True)
         if resp.error_code:
             raise ApiError(ErrorCode(resp.error_code), "Fetch")
         for t in resp.responses:
@@ -745,7 +747,7 @@ class _Fetcher:
         if self.conn is not None:
             self.cluster.drop(self.node)
         self.conn = None
-        self.ahead = None
+        self.ahead = self.pending = None
 
 
 def read_task(opts: SourceOptions, part: InputPartition) -> Iterator[pa.RecordBatch]:
