@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, TypeVar
 from rivulet.client import core
 from rivulet.client import errors as E
 from rivulet.client.errors import KafkaError
-from rivulet.client.config import parse_bootstrap, ssl_context
+from rivulet.client.config import CommonConfig, parse_bootstrap, ssl_context
 from rivulet.client.connection import (AuthenticationFailed, BrokerConnection, ConnectionClosed, NotKafkaBroker,
                                        RequestTimedOut)
 from rivulet.client.core import Cluster, PartitionMeta, TopicMeta  # noqa: F401  (re-exported)
@@ -82,7 +82,7 @@ async def wait_future(fut: Any, timeout: float | None) -> Any:
 class KafkaClient:
     """Connections and metadata for one producer, consumer or admin client."""
 
-    def __init__(self, conf: dict[str, Any], on_broker_error: Callable[[KafkaError], None] | None = None, *,
+    def __init__(self, conf: CommonConfig, on_broker_error: Callable[[KafkaError], None] | None = None, *,
                  all_topics: Callable[[], bool] = lambda: False) -> None:
         """``all_topics`` says whether the metadata of every topic is wanted (a consumer's
         pattern subscription), else only of ``wanted_topics``."""

@@ -8,8 +8,9 @@ field (key or value) and the headers, so one serializer can serve keys and value
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
+from rivulet.client.config import ClientConf
 from rivulet.client.errors import KafkaError, KafkaException
 from rivulet.client.sync import Consumer, Producer
 from rivulet.client.types import Message
@@ -194,10 +195,11 @@ class SerializingProducer(Producer):
     """A Producer that runs ``key.serializer`` and ``value.serializer`` (from its config) on
     every record it produces."""
 
-    def __init__(self, conf: dict[str, Any]) -> None:
+    def __init__(self, conf: ClientConf) -> None:
         conf = dict(conf)
-        self._key_serializer: Converter | None = conf.pop("key.serializer", None)
-        self._value_serializer: Converter | None = conf.pop("value.serializer", None)
+        # Called as given, as confluent-kafka does: one that is not a function fails at produce().
+        self._key_serializer: Converter | None = cast("Converter | None", conf.pop("key.serializer", None))
+        self._value_serializer: Converter | None = cast("Converter | None", conf.pop("value.serializer", None))
         super().__init__(conf)
 
     def produce(self, topic: str, key: Any = None, value: Any = None, partition: int | None = -1,  # type: ignore[override]
@@ -213,10 +215,10 @@ class DeserializingConsumer(Consumer):
     """A Consumer whose poll() runs ``key.deserializer`` and ``value.deserializer`` (from its
     config) and raises ConsumeError for an error instead of returning it."""
 
-    def __init__(self, conf: dict[str, Any]) -> None:
+    def __init__(self, conf: ClientConf) -> None:
         conf = dict(conf)
-        self._key_deserializer: Converter | None = conf.pop("key.deserializer", None)
-        self._value_deserializer: Converter | None = conf.pop("value.deserializer", None)
+        self._key_deserializer: Converter | None = cast("Converter | None", conf.pop("key.deserializer", None))
+        self._value_deserializer: Converter | None = cast("Converter | None", conf.pop("value.deserializer", None))
         super().__init__(conf)
 
     def poll(self, timeout: float | None = -1) -> Message | None:

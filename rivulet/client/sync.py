@@ -23,7 +23,7 @@ from functools import partial
 from typing import Any, Callable, Coroutine
 
 from rivulet.client import errors as E
-from rivulet.client.config import resolve
+from rivulet.client.config import ClientConf, ConfigValue
 from rivulet.client.loop import LoopThread, stop_thread
 from rivulet.client.consumer.consumer import AIOConsumer
 from rivulet.client.consumer.consumer import Handoff as ConsumerHandoff
@@ -50,15 +50,15 @@ class Producer:
         p.flush()
     """
 
-    def __init__(self, conf: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        config = resolve(conf, "producer", kwargs)
-        self._lt = LoopThread("rivulet-producer")
-        self._finalizer = weakref.finalize(self, stop_thread, self._lt)
+    def __init__(self, conf: ClientConf | None = None, **kwargs: ConfigValue) -> None:
         self._cond = threading.Condition()
         # (function, arguments) to run on the application's thread: delivery reports, error_cb.
         self._reports: deque[tuple[Callable, tuple]] = deque()
-        self._aio = AIOProducer(config, handoff=Handoff(self._cond, self._enqueue_report, self._enqueue_error,
-                                                        self._enqueue_stats))
+        # First, so that a configuration it refuses raises before a thread is started.
+        self._aio = AIOProducer(conf, handoff=Handoff(self._cond, self._enqueue_report, self._enqueue_error,
+                                                      self._enqueue_stats), **kwargs)
+        self._lt = LoopThread("rivulet-producer")
+        self._finalizer = weakref.finalize(self, stop_thread, self._lt)
         self._closed = False
         self._lt.run(self._aio.start())
 
@@ -225,14 +225,14 @@ class Consumer:
         c.close()
     """
 
-    def __init__(self, conf: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        config = resolve(conf, "consumer", kwargs)
-        self._lt = LoopThread("rivulet-consumer")
-        self._finalizer = weakref.finalize(self, stop_thread, self._lt)
+    def __init__(self, conf: ClientConf | None = None, **kwargs: ConfigValue) -> None:
         self._cond = threading.Condition()
         self._events: deque[tuple[Callable, tuple, concurrent.futures.Future | None]] = deque()
-        aio = self._aio = AIOConsumer(config, handoff=ConsumerHandoff(
-            self._notify, self._invoke_listener, self._commit_done, self._on_error, self._on_stats))
+        # First, so that a configuration it refuses raises before a thread is started.
+        aio = self._aio = AIOConsumer(conf, handoff=ConsumerHandoff(
+            self._notify, self._invoke_listener, self._commit_done, self._on_error, self._on_stats), **kwargs)
+        self._lt = LoopThread("rivulet-consumer")
+        self._finalizer = weakref.finalize(self, stop_thread, self._lt)
         self._closed = False
         self._lt.run(aio.start())
 
@@ -445,7 +445,7 @@ class ShareConsumer:
     and close.
     """
 
-    def __init__(self, conf: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def __init__(self, conf: ClientConf | None = None, **kwargs: ConfigValue) -> None:
         self._lt = LoopThread("rivulet-share-consumer")
         self._finalizer = weakref.finalize(self, stop_thread, self._lt)
         try:
@@ -530,7 +530,7 @@ class ShareConsumer:
         self.close()
 
 
-async def _make_share_consumer(conf: dict[str, Any] | None, kwargs: dict[str, Any]) -> AIOShareConsumer:
+async def _make_share_consumer(conf: ClientConf | None, kwargs: dict[str, ConfigValue]) -> AIOShareConsumer:
     # On the loop: its events belong to it. The callbacks run on the application's thread.
     c = AIOShareConsumer(conf, dispatch_callbacks=False, **kwargs)
     await c.start()

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from rivulet.client import core
 from rivulet.client import errors as E
+from rivulet.client.config import ConsumerConfig
 from rivulet.client.consumer.assignors import Assignor, Member
 from rivulet.client.client import NET_ERRORS, KafkaClient, cancel_and_wait, wait_event
 from rivulet.client.consumer.subscription import OffsetAndMetadata, SubscriptionState
@@ -88,11 +89,13 @@ class GroupConsumer(Protocol):
 
 class ConsumerCoordinator:
     def __init__(self, consumer: GroupConsumer, client: KafkaClient, subs: SubscriptionState,
-                 conf: dict[str, Any], assignors: list[Assignor]) -> None:
+                 conf: ConsumerConfig, assignors: list[Assignor]) -> None:
         self.consumer = consumer
         self.client = client
         self.subs = subs
-        self.group_id: str = conf["group.id"]
+        group_id = conf["group.id"]
+        assert group_id is not None  # the consumer makes one only with a group.id
+        self.group_id = group_id
         self.instance_id: str | None = conf["group.instance.id"]
         self.session_timeout_ms: int = conf["session.timeout.ms"]
         self.rebalance_timeout_ms: int = conf["max.poll.interval.ms"]

@@ -20,6 +20,7 @@ from typing import Any
 
 from rivulet.client import core
 from rivulet.client import errors as E
+from rivulet.client.config import ConsumerConfig
 from rivulet.client.client import NET_ERRORS, KafkaClient, wait_event
 from rivulet.client.consumer.coordinator import STABLE, UNJOINED, ConsumerCoordinator, GroupConsumer, RebalanceNeeded
 from rivulet.client.consumer.subscription import SubscriptionState
@@ -29,7 +30,7 @@ log = logging.getLogger("rivulet.consumer")
 
 class ConsumerMembership(ConsumerCoordinator):
     def __init__(self, consumer: GroupConsumer, client: KafkaClient, subs: SubscriptionState,
-                 conf: dict[str, Any]) -> None:
+                 conf: ConsumerConfig) -> None:
         super().__init__(consumer, client, subs, conf, [])
         self.member_id = str(uuid.uuid4())
         self.remote_assignor: str | None = conf["group.remote.assignor"]

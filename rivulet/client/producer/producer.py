@@ -32,7 +32,7 @@ from rivulet.client.producer.accumulator import RECORD_OVERHEAD, PendingRecord, 
 from rivulet.client.producer.accumulator import make_record as _make_record
 from rivulet.client.producer.accumulator import new_record as _new_record
 from rivulet.client.client import KafkaClient, wait_event, wait_future
-from rivulet.client.config import Config, resolve
+from rivulet.client.config import ClientConf, ConfigValue, ProducerConfig, resolve
 from rivulet.client.connection import RequestTimedOut
 from rivulet.client.errors import KafkaError, KafkaException
 from rivulet.client.producer.partitioner import StickyPartitions, partitioner_for
@@ -160,12 +160,12 @@ class AIOProducer:
         await p.close()
     """
 
-    def __init__(self, conf: dict[str, Any] | None = None, *, handoff: Handoff | None = None,
-                 **kwargs: Any) -> None:
-        self.conf: Config = conf if isinstance(conf, Config) else resolve(conf, "producer", kwargs)
+    def __init__(self, conf: ClientConf | None = None, *, handoff: Handoff | None = None,
+                 **kwargs: ConfigValue) -> None:
+        self.conf: ProducerConfig = resolve(conf, "producer", kwargs)
         c = self.conf
         self.error_cb: Callable | None = c["error_cb"]
-        self.stats_cb: Callable[[str], Any] | None = c["stats_cb"]
+        self.stats_cb: Callable[[str], object] | None = c["stats_cb"]
         # Without a handoff, callbacks run on the loop (asyncio API).
         self._on_error: Callable[[KafkaError], None] = handoff.error if handoff else self._run_error_cb
         self._on_stats: Callable[[str], None] = handoff.stats if handoff else self._run_stats_cb
@@ -194,7 +194,7 @@ class AIOProducer:
                                      c["queue.buffering.max.kbytes"] * 1024)
         self.idem = _Idempotence()
         self._want_idempotence: bool = c["enable.idempotence"]
-        self._idempotence_explicit = "enable.idempotence" in c.explicit
+        self._idempotence_explicit = "enable.idempotence" in {**(conf or {}), **kwargs}
         self.loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._wakeup: asyncio.Event | None = None
@@ -355,7 +355,9 @@ class AIOProducer:
                     b.has_callbacks = True
                 # The accumulator's counters (and the batch's fields) in line, not through a
                 # method as append() keeps them: this is the per-record path, where a call costs
-                # as much as the rest of the shortcut; acc.lock is held, as append() needs.
+                # as much as the rest of the shortcut (these lines alone: 188 ns a record inline,
+                # 233 through a method, of about 1.1 us for produce(); docs/performance.md,
+                # Clients); acc.lock is held, as append() needs.
                 acc.queued_messages += 1
                 acc.queued_bytes += size
                 self._produced += 1

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from rivulet.client import core
 from rivulet.client import errors as E
+from rivulet.client.config import ConsumerConfig
 from rivulet.client.client import NET_ERRORS, KafkaClient, cancel_and_wait, wait_event
 from rivulet.client.share.session import GAP, Acknowledgements, ShareSessionHandler, merge
 from rivulet.client.types import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, ShareMessage
@@ -43,7 +44,7 @@ AckResult = tuple[TP, set[int], E.KafkaError | None]
 
 
 class ShareFetcher:
-    def __init__(self, client: KafkaClient, group_id: str, member_id: str, conf: dict[str, Any],
+    def __init__(self, client: KafkaClient, group_id: str, member_id: str, conf: ConsumerConfig,
                  on_error: Callable[[E.KafkaError], None]) -> None:
         self.client = client
         self.group_id = group_id
