@@ -13,7 +13,7 @@ import traceback
 from typing import Any, Callable
 
 from rivulet.client.connection import NotKafkaBroker
-from rivulet.client.errors import KafkaException
+from rivulet.client.errors import KafkaError, KafkaException
 from rivulet.common.config import ConfigError, load_properties
 from rivulet.protocol.errors import ApiError
 
@@ -96,7 +96,7 @@ def describe_failure(e: BaseException, bootstrap: str) -> str:
         return str(e)
     if isinstance(e, KafkaException):
         err = e.args[0]
-        return err.str() if hasattr(err, "str") else str(err)
+        return err.str() if isinstance(err, KafkaError) else str(err)
     if isinstance(e, (ApiError, NotKafkaBroker)):  # the latter names the address and what answered
         return str(e)
     if isinstance(e, (ConnectionError, TimeoutError)) or (isinstance(e, OSError) and e.errno is not None):
@@ -107,7 +107,7 @@ def describe_failure(e: BaseException, bootstrap: str) -> str:
 
 def run_command(name: str, args: argparse.Namespace, body: Callable[[], int]) -> int:
     """Run one subcommand's ``body`` and turn whatever it raises into an exit code and one line."""
-    debug = bool(getattr(args, "debug", False))
+    debug = bool(args.debug)
     if not debug:  # the command reports a failure itself, in one line
         logging.getLogger("rivulet.client.brokers").setLevel(logging.CRITICAL)
     try:
@@ -138,7 +138,7 @@ def _flush_fails() -> bool:
 def _report(name: str, args: argparse.Namespace, e: BaseException, debug: bool) -> int:
     if debug:
         traceback.print_exc()
-    bootstrap = getattr(args, "bootstrap_server", None) or os.environ.get("RIVULET_BOOTSTRAP") or DEFAULT_BOOTSTRAP
+    bootstrap = args.bootstrap_server or os.environ.get("RIVULET_BOOTSTRAP") or DEFAULT_BOOTSTRAP
     print(f"rivulet {name}: {describe_failure(e, bootstrap)}", file=sys.stderr)
     return e.code if isinstance(e, CliError) else 1
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import io
 import random
 import sys
 import time
@@ -45,7 +46,8 @@ def split_stream(f: BinaryIO, delim: bytes, chunk: int = 1 << 16) -> Iterator[by
     """Records separated by ``delim``; a trailing record without delimiter counts, an empty one not."""
     buf = b""
     while True:
-        data = f.read1(chunk) if hasattr(f, "read1") else f.read(chunk)
+        # A buffered file reads what has arrived; stdin.buffer is one, typed as BinaryIO.
+        data = f.read1(chunk) if isinstance(f, io.BufferedIOBase) else f.read(chunk)
         if not data:
             break
         buf += data

@@ -11,7 +11,7 @@ import struct
 from typing import Any, Callable, cast
 
 from rivulet.client.config import ClientConf
-from rivulet.client.errors import KafkaError, KafkaException
+from rivulet.client.errors import LOCAL_CODES, KafkaError, KafkaException
 from rivulet.client.sync import Consumer, Producer
 from rivulet.client.types import Message
 
@@ -80,7 +80,7 @@ class _DeserializationError(ConsumeError):
     _code = "_VALUE_DESERIALIZATION"
 
     def __init__(self, exception: BaseException | None = None, kafka_message: Message | None = None) -> None:
-        super().__init__(KafkaError(getattr(KafkaError, self._code), str(exception)), exception, kafka_message)
+        super().__init__(KafkaError(LOCAL_CODES[self._code], str(exception)), exception, kafka_message)
 
 
 class KeyDeserializationError(_DeserializationError, SerializationError):

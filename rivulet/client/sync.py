@@ -31,7 +31,7 @@ from rivulet.client.producer.accumulator import ProducerBatch
 from rivulet.client.producer.producer import AIOProducer, Handoff
 from rivulet.client.share.consumer import AIOShareConsumer
 from rivulet.client.stats import run_stats_cb
-from rivulet.client.types import ClusterMetadata, Message, TopicPartition
+from rivulet.client.types import ClusterMetadata, ConsumerGroupMetadata, Message, TopicPartition
 
 log = logging.getLogger("rivulet.client")
 
@@ -164,7 +164,7 @@ class Producer:
     def begin_transaction(self) -> None:
         self._aio.begin_transaction()
 
-    def send_offsets_to_transaction(self, positions: list[Any], group_metadata: Any,
+    def send_offsets_to_transaction(self, positions: list[TopicPartition], group_metadata: ConsumerGroupMetadata,
                                     timeout: float | None = None) -> None:
         """Commit ``positions`` (the next offsets to consume) for the group of ``group_metadata``
         (``Consumer.consumer_group_metadata()``) as part of the transaction."""
@@ -403,7 +403,7 @@ class Consumer:
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata:
         return self._wait(self._aio.list_topics(topic, _timeout(timeout)))
 
-    def consumer_group_metadata(self) -> Any:
+    def consumer_group_metadata(self) -> ConsumerGroupMetadata:
         """The group's id, generation and member id, for Producer.send_offsets_to_transaction()."""
         return self._aio.consumer_group_metadata()
 

@@ -896,7 +896,7 @@ class AdminClient:
     def describe_cluster(self, request_timeout: float = 30) -> concurrent.futures.Future:
         async def work() -> dict:
             md = await self._aio.describe_cluster()
-            nodes = [Node(b.node_id, b.host, b.port, getattr(b, "rack", None)) for b in md.brokers]
+            nodes = [Node(b.node_id, b.host, b.port, b.rack) for b in md.brokers]
             ctrl = next((n for n in nodes if n.id == md.controller_id), None)
             return {0: DescribeClusterResult(md.cluster_id, ctrl, nodes)}
         return self._per_key([0], work)[0]
@@ -949,7 +949,7 @@ class AdminClient:
                         tps = []
                     members.append(MemberDescription(m.member_id, m.client_id, m.client_host,
                                                      MemberAssignment([TopicPartition(t, p) for t, p in tps]),
-                                                     getattr(m, "group_instance_id", None)))
+                                                     m.group_instance_id))
                 out[g.group_id] = ConsumerGroupDescription(
                     g.group_id, g.protocol_type == "", members, g.protocol_data,
                     ConsumerGroupState.parse(g.group_state))

@@ -52,7 +52,7 @@ collections (about a tenth of the producer's time at 1 KiB records)."""
 if rec.SPEEDUPS:
     from rivulet.protocol import _speedups
 
-    make_record = getattr(_speedups, "make_record", None)
+    make_record = _speedups.make_record
 
 
 class ProducerBatch:

@@ -38,7 +38,8 @@ from rivulet.client.errors import KafkaError, KafkaException
 from rivulet.client.producer.partitioner import StickyPartitions, partitioner_for
 from rivulet.client.producer.transactions import TransactionManager
 from rivulet.client.stats import ClientStats, emit_every, run_stats_cb
-from rivulet.client.types import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, ClusterMetadata, Message
+from rivulet.client.types import (TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, ClusterMetadata,
+                                  ConsumerGroupMetadata, Message, TopicPartition)
 from rivulet.common.time import now_ms
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import compression
@@ -488,7 +489,7 @@ class AIOProducer:
         self._txn_manager().begin()
         self._accepting = not self._closed and self._fatal is None
 
-    async def send_offsets_to_transaction(self, offsets: list[Any], group_metadata: Any,
+    async def send_offsets_to_transaction(self, offsets: list[TopicPartition], group_metadata: ConsumerGroupMetadata,
                                           timeout: float | None = None) -> None:
         """Commit a consumer group's offsets as part of the transaction (visible on commit only)."""
         await self._txn_manager().send_offsets(list(offsets), group_metadata, self._deadline(timeout))

@@ -27,7 +27,7 @@ from rivulet.client.client import KafkaClient
 from rivulet.client import errors as E
 from rivulet.client.errors import KafkaError, KafkaException
 from rivulet.client.producer.accumulator import ProducerBatch
-from rivulet.client.types import ConsumerGroupMetadata
+from rivulet.client.types import ConsumerGroupMetadata, TopicPartition
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.errors import ApiError as ProtocolError
@@ -305,10 +305,10 @@ class TransactionManager:
             self.pending = set()
             p.wake()
 
-    async def send_offsets(self, offsets: list[Any], meta: ConsumerGroupMetadata, deadline: float) -> None:
+    async def send_offsets(self, offsets: list[TopicPartition], meta: ConsumerGroupMetadata, deadline: float) -> None:
         """Called by AIOProducer.send_offsets_to_transaction."""
         self._require(IN_TXN, what="send_offsets_to_transaction")
-        if not isinstance(meta, ConsumerGroupMetadata) and not hasattr(meta, "group_id"):
+        if not isinstance(meta, ConsumerGroupMetadata):  # checked: the application passes it
             raise KafkaException(TxnError(E.LOCAL_CODES["_INVALID_ARG"],
                                           "group_metadata must come from Consumer.consumer_group_metadata()",
                                           retriable=False))
@@ -318,7 +318,7 @@ class TransactionManager:
                                  core.error_code, deadline)
                 self.offsets_added = meta.group_id
             positions = {TP(tp.topic, tp.partition): core.OffsetAndMetadata(
-                tp.offset, getattr(tp, "metadata", None), getattr(tp, "leader_epoch", None)) for tp in offsets}
+                tp.offset, tp.metadata, tp.leader_epoch) for tp in offsets}
             req = core.txn_offset_commit_request(self.tid, self._pid(), meta.group_id, positions,
                                                  meta.generation_id, meta.member_id or "", meta.group_instance_id)
             await self._call(req, core.txn_offset_commit_error, deadline, group=meta.group_id)
