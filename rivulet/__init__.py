@@ -55,7 +55,7 @@ def version() -> tuple[str, int]:
 libversion = version
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> Any:  # the client's names, imported on first use; each has its own type
     module = _CLIENT_NAMES.get(name)
     if module is None:
         raise AttributeError(f"module 'rivulet' has no attribute {name!r}")

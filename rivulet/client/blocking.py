@@ -278,7 +278,7 @@ class BlockingClient:
     def list_offsets(self, specs: Mapping[tuple[str, int], int], isolation_level: int = 0) -> dict[TP, int]:
         """{partition: offset} for timestamps (EARLIEST, LATEST or ms); -1 when nothing
         matches a time. Under read_committed, LATEST is the last stable offset."""
-        retry: core.LeaderRetry[core.ListedOffset] = core.LeaderRetry(
+        retry: core.LeaderRetry[int, core.ListedOffset] = core.LeaderRetry(
             {TP(*tp): ts for tp, ts in specs.items()}, "ListOffsets", self._attempts(), self.cluster)
         while True:
             by_node: dict[int, dict[TP, int]] = {}

@@ -13,7 +13,7 @@ import logging
 import random
 import time
 import uuid
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Awaitable, Callable, Iterable, TypeVar
 
 from rivulet.client import core
 from rivulet.client import errors as E
@@ -29,6 +29,7 @@ from rivulet.security.client_config import sasl_credentials
 
 log = logging.getLogger("rivulet.client")
 R = TypeVar("R", bound=Struct)  # a request's response message
+T = TypeVar("T")
 # Broker connection failures, on a logger of their own so that an application can route them.
 broker_log = logging.getLogger("rivulet.client.brokers")
 
@@ -73,7 +74,7 @@ async def cancel_and_wait(*tasks: asyncio.Task | None) -> None:
                 pass
 
 
-async def wait_future(fut: Any, timeout: float | None) -> Any:
+async def wait_future(fut: Awaitable[T], timeout: float | None) -> T:
     """Await ``fut`` up to ``timeout`` seconds (TimeoutError), with the same care as wait_event."""
     async with asyncio.timeout(timeout):
         return await fut
@@ -91,7 +92,7 @@ class KafkaClient:
         self.client_id: str = conf["client.id"]
         self.request_timeout_ms: int = conf["request.timeout.ms"]
         self.retry_backoff = conf["retry.backoff.ms"] / 1000
-        self.backoff = core.Backoff.from_conf(conf)
+        self.backoff = core.Backoff(conf["retry.backoff.ms"], conf["retry.backoff.max.ms"])
         self.connect_timeout = conf["socket.connection.setup.timeout.ms"] / 1000
         self.metadata_max_age = conf["metadata.max.age.ms"] / 1000
         self.allow_auto_create = bool(conf.get("allow.auto.create.topics"))

@@ -13,7 +13,7 @@ from typing import Any, Callable, cast
 from rivulet.client.config import ClientConf
 from rivulet.client.errors import LOCAL_CODES, KafkaError, KafkaException
 from rivulet.client.sync import Consumer, Producer
-from rivulet.client.types import Message
+from rivulet.client.types import Headers, Message
 
 __all__ = [
     "MessageField", "SerializationContext", "SerializationError", "KeySerializationError", "ValueSerializationError",
@@ -33,7 +33,7 @@ class MessageField:
 class SerializationContext:
     """What a (de)serializer is told besides the object: topic, field and headers."""
 
-    def __init__(self, topic: str, field: str, headers: Any = None) -> None:
+    def __init__(self, topic: str, field: str, headers: Headers = None) -> None:
         self.topic = topic
         self.field = field
         self.headers = headers
@@ -177,6 +177,7 @@ class StringDeserializer(Deserializer):
             raise SerializationError(str(e)) from e
 
 
+# Any: the application's own objects, whatever its (de)serializers take and make.
 Converter = Callable[[Any, SerializationContext], Any]
 
 
@@ -203,7 +204,7 @@ class SerializingProducer(Producer):
         super().__init__(conf)
 
     def produce(self, topic: str, key: Any = None, value: Any = None, partition: int | None = -1,  # type: ignore[override]
-                on_delivery: Callable | None = None, timestamp: int | None = 0, headers: Any = None) -> None:
+                on_delivery: Callable | None = None, timestamp: int | None = 0, headers: Headers = None) -> None:
         key = _convert(self._key_serializer, key, SerializationContext(topic, MessageField.KEY, headers),
                        KeySerializationError)
         value = _convert(self._value_serializer, value, SerializationContext(topic, MessageField.VALUE, headers),

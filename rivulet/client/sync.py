@@ -20,7 +20,7 @@ import time
 import weakref
 from collections import deque
 from functools import partial
-from typing import Any, Callable, Coroutine
+from typing import Callable, Coroutine, TypeVar
 
 from rivulet.client import errors as E
 from rivulet.client.config import ClientConf, ConfigValue
@@ -31,9 +31,10 @@ from rivulet.client.producer.accumulator import ProducerBatch
 from rivulet.client.producer.producer import AIOProducer, Handoff
 from rivulet.client.share.consumer import AIOShareConsumer
 from rivulet.client.stats import run_stats_cb
-from rivulet.client.types import ClusterMetadata, ConsumerGroupMetadata, Message, TopicPartition
+from rivulet.client.types import ClusterMetadata, ConsumerGroupMetadata, Headers, Message, Payload, TopicPartition
 
 log = logging.getLogger("rivulet.client")
+T = TypeVar("T")
 
 
 def _timeout(t: float | None) -> float | None:
@@ -82,8 +83,8 @@ class Producer:
         E.call_error_cb(self._aio.error_cb, err)
         return 1
 
-    def produce(self, topic: str, value: Any = None, key: Any = None, partition: int | None = -1,
-                on_delivery: Callable | None = None, timestamp: int | None = 0, headers: Any = None,
+    def produce(self, topic: str, value: Payload = None, key: Payload = None, partition: int | None = -1,
+                on_delivery: Callable | None = None, timestamp: int | None = 0, headers: Headers = None,
                 callback: Callable | None = None) -> None:
         """Queue a record. The delivery report comes to ``on_delivery(err, msg)`` from poll()/flush().
         Raises BufferError when the queue is full: poll() and try again."""
@@ -152,7 +153,7 @@ class Producer:
             self._lt.loop.call_soon_threadsafe(self._aio.purge, in_queue, in_flight)
 
     # ------------------------------------------------------------ transactions
-    def _txn_run(self, coro: Coroutine, timeout: float | None) -> Any:
+    def _txn_run(self, coro: Coroutine[object, object, T], timeout: float | None) -> T:
         # The coroutine keeps its own deadline; this one only guards against a hang.
         return self._lt.run(coro, None if timeout is None else timeout + 5)
 
@@ -208,7 +209,7 @@ class Producer:
     def __enter__(self) -> Producer:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -272,7 +273,7 @@ class Consumer:
                 if fut is not None and not fut.done():
                     fut.set_result(None)
 
-    def _wait(self, coro: Coroutine, timeout: float | None = None) -> Any:
+    def _wait(self, coro: Coroutine[object, object, T], timeout: float | None = None) -> T:
         """Run on the loop and wait, serving callbacks meanwhile (a rebalance may need them)."""
         fut = self._lt.submit(coro)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -285,7 +286,7 @@ class Consumer:
                     fut.cancel()
                     raise E.KafkaException(E.local("_TIMED_OUT", "operation timed out")) from None
 
-    def _call(self, fn: Callable, *args: Any) -> Any:
+    def _call(self, fn: Callable[..., T], *args: object) -> T:
         if self._closed:
             raise RuntimeError("Consumer closed")
         if self._aio._in_rebalance_cb:
@@ -424,7 +425,7 @@ class Consumer:
     def __enter__(self) -> Consumer:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -455,14 +456,14 @@ class ShareConsumer:
             raise
         self._callback: Callable | None = None
 
-    def _run(self, coro: Coroutine) -> Any:
+    def _run(self, coro: Coroutine[object, object, T]) -> T:
         self._check_open(coro)
         try:
             return self._lt.run(coro)
         finally:
             self._serve_callbacks()
 
-    def _call(self, fn: Callable, *args: Any) -> Any:
+    def _call(self, fn: Callable[..., T], *args: object) -> T:
         self._check_open()
         return self._lt.call(fn, *args)
 
@@ -526,7 +527,7 @@ class ShareConsumer:
     def __enter__(self) -> ShareConsumer:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

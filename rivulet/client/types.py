@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rivulet.client.errors import KafkaError
@@ -13,6 +14,11 @@ OFFSET_BEGINNING = -2
 OFFSET_END = -1
 OFFSET_STORED = -1000
 OFFSET_INVALID = -1001
+
+Payload = bytes | bytearray | memoryview | str | None
+"""A record's key or value, or a header's value, as the producer takes it (str as UTF-8)."""
+Headers = Mapping[str | bytes, Payload] | Sequence[tuple[str | bytes, Payload]] | None
+"""A record's headers as the producer takes them: a dict, or (name, value) pairs."""
 
 TIMESTAMP_NOT_AVAILABLE = 0
 TIMESTAMP_CREATE_TIME = 1

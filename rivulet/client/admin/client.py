@@ -538,7 +538,7 @@ class AsyncAdminClient:
                           read: Callable[[R], core.PartitionResults[T]], what: str) -> dict[TP, T]:
         """Send ``build(part of items)`` to each partition's leader and merge what ``read``
         finds, retrying partitions whose leader moved."""
-        retry: core.LeaderRetry[T] = core.LeaderRetry(
+        retry: core.LeaderRetry[V, T] = core.LeaderRetry(
             items, what, core.Attempts(self.client.backoff, time.monotonic() + self.request_timeout_ms / 1000),
             self.client.cluster, deadline_per_answer=True)
         while True:

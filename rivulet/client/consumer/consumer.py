@@ -25,7 +25,7 @@ import inspect
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Awaitable, Callable, Iterable
 
 from rivulet.client import errors as E
 from rivulet.client.wakeup import Waker
@@ -167,7 +167,7 @@ class AIOConsumer:
 
     def stats_json(self) -> str:
         """librdkafka's statistics document for this consumer, as stats_cb gets it."""
-        extra: dict[TP, dict[str, Any]] = {}
+        extra: dict[TP, dict[str, object]] = {}
         for tp, st in list(self.subs.assignment.items()):
             committed = st.committed.offset if st.committed is not None else OFFSET_INVALID
             hi = st.high_watermark if st.high_watermark is not None else OFFSET_INVALID
@@ -206,7 +206,7 @@ class AIOConsumer:
         await self.start()
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     def __aiter__(self) -> AIOConsumer:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Callable, Coroutine, Iterable, Protocol
+from typing import Callable, Coroutine, Iterable, Protocol, TypeVar
 
 from rivulet.client import client, core
 from rivulet.client.client import KafkaClient
@@ -30,9 +30,11 @@ from rivulet.client.producer.accumulator import ProducerBatch
 from rivulet.client.types import ConsumerGroupMetadata, TopicPartition
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.schema import Request, Struct
 from rivulet.protocol.errors import ApiError as ProtocolError
 
 log = logging.getLogger("rivulet.producer.txn")
+R = TypeVar("R", bound=Struct)  # a request's response message
 
 NET_ERRORS = (*client.NET_ERRORS, EOFError)
 
@@ -92,7 +94,7 @@ class TxnProducer(Protocol):
     def epoch_bump_needed(self) -> bool:
         """Sequences of a partition could not be reconciled: a new epoch is needed."""
 
-    def create_task(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task: ...
+    def create_task(self, coro: Coroutine[object, object, None]) -> asyncio.Task: ...
 
     def fail_partitions(self, tps: set[TP], err: KafkaError) -> None:
         """Fail the queued batches of partitions that cannot join the transaction."""
@@ -183,8 +185,8 @@ class TransactionManager:
         if time.monotonic() >= deadline:
             raise KafkaException(TxnError(E.LOCAL_CODES["_TIMED_OUT"], f"timed out {what}", retriable=True))
 
-    async def _call(self, req: Any, error_of: Callable[[Any], int], deadline: float, *, group: str | None = None,
-                    abortable: bool = True, max_version: int | None = None) -> Any:
+    async def _call(self, req: Request[R], error_of: Callable[[R], int], deadline: float, *, group: str | None = None,
+                    abortable: bool = True, max_version: int | None = None) -> R:
         """Send ``req`` to the transaction coordinator (or ``group``'s), retrying what can be retried."""
         attempts = core.Attempts(self.backoff, deadline)
         name = type(req).__name__.replace("Request", "")

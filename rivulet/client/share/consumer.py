@@ -16,7 +16,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 from rivulet.client import errors as E
 from rivulet.client.client import KafkaClient, wait_event
@@ -74,7 +73,7 @@ class AIOShareConsumer:
         await self.start()
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     def _check_open(self) -> None:

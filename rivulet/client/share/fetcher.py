@@ -22,7 +22,7 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rivulet.client import core
 from rivulet.client import errors as E
@@ -219,7 +219,7 @@ class ShareFetcher:
                 acks.add(o, GAP)
             merge(self.pending, {tp: acks})
 
-    def _decode(self, tp: TP, data: Any, counts: dict[int, int]) -> set[int]:
+    def _decode(self, tp: TP, data: bytes | memoryview | None, counts: dict[int, int]) -> set[int]:
         """Messages for the acquired offsets, appended to the buffer; returns their offsets."""
         found: set[int] = set()
         if data is None or not len(data):
