@@ -23,7 +23,7 @@ from rivulet.client import core
 from rivulet.protocol import framing
 from rivulet.protocol.errors import ProtocolDecodeError
 from rivulet.protocol.messages import api_versions_response as avr
-from rivulet.protocol.schema import OutBuf, Request, Struct
+from rivulet.protocol.schema import OutBuf, Part, Request, Struct
 from rivulet.security.client_config import SaslCredentials
 from rivulet.security.sasl import SaslError, client_exchange
 
@@ -46,7 +46,7 @@ _PROBE_MAX = 2.0
 
 
 def encode_request_parts(body: Struct, api_version: int, correlation_id: int, client_id: bytes | None
-                         ) -> list[bytes | bytearray | memoryview]:
+                         ) -> list[Part]:
     """A request frame as buffers for a vectored write: the bytes framing.encode_request makes,
     but with large records fields (a produce batch) left where they are instead of copied."""
     out = OutBuf(b"\0\0\0\0")

@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from rivulet.protocol.errors import ProtocolDecodeError
 from rivulet.protocol.messages import API_CLASSES, load
-from rivulet.protocol.schema import OutBuf, Struct, read_uvarint, write_uvarint
+from rivulet.protocol.schema import OutBuf, Part, Struct, read_uvarint, write_uvarint
 
 API_VERSIONS_KEY = 18
 CONTROLLED_SHUTDOWN_KEY = 7
@@ -167,7 +167,7 @@ def encode_response(body: Struct, api_key: int, api_version: int, correlation_id
 
 
 def encode_response_parts(body: Struct, api_key: int, api_version: int, correlation_id: int
-                          ) -> list[bytes | bytearray | memoryview]:
+                          ) -> list[Part]:
     """A whole response frame as buffers for a vectored write; large records are not copied."""
     out = OutBuf(8)
     _SIZE.pack_into(out, 4, correlation_id)

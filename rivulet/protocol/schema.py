@@ -13,10 +13,13 @@ from __future__ import annotations
 import keyword
 import struct
 import uuid
-from typing import Any, Callable, Generic, NamedTuple, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, NamedTuple, Self, TypeAlias, TypeVar
 
 from rivulet.protocol.accel import speedups
 from rivulet.protocol.errors import ProtocolDecodeError
+
+if TYPE_CHECKING:
+    from rivulet.common.file_region import FileRegion
 
 ZERO_UUID = uuid.UUID(int=0)
 _UUID = uuid.UUID
@@ -78,6 +81,10 @@ def write_uvarint(out: bytearray, value: int) -> None:
     out.append(value)
 
 
+Part: TypeAlias = "bytes | bytearray | memoryview | FileRegion"
+"""A piece of an encoded message: bytes, or a records field's FileRegion (sent from the file)."""
+
+
 class OutBuf(bytearray):
     """An encode buffer that keeps large records fields out of line.
 
@@ -89,16 +96,16 @@ class OutBuf(bytearray):
 
     def __init__(self, init: int | bytes = b"") -> None:
         super().__init__(init)
-        self.chunks: list[tuple[int, bytes | memoryview]] = []
+        self.chunks: list[tuple[int, Part]] = []
 
     def total_size(self) -> int:
         return len(self) + sum(len(b) for _, b in self.chunks)
 
-    def parts(self) -> list[bytes | bytearray | memoryview]:
+    def parts(self) -> list[Part]:
         if not self.chunks:
             return [self]
         view = memoryview(self)
-        out: list[bytes | bytearray | memoryview] = []
+        out: list[Part] = []
         start = 0
         for pos, b in self.chunks:
             out.append(view[start:pos])

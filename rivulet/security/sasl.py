@@ -29,7 +29,7 @@ class SaslAuthenticationError(SaslError):
 class AuthenticationFailed(Exception):
     """The broker closes the connection, after writing ``response`` when there is one."""
 
-    def __init__(self, response: object = None) -> None:
+    def __init__(self, response: Struct | None = None) -> None:
         super().__init__()
         self.response = response
 
