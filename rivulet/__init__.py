@@ -21,7 +21,7 @@ _CLIENT_NAMES = {
     "Producer": "rivulet.client.sync",
     "Consumer": "rivulet.client.sync",
     "ShareConsumer": "rivulet.client.sync",
-    "AcknowledgeType": "rivulet.client.share.session",
+    "AcknowledgeType": "rivulet.common.types",
     "TopicPartition": "rivulet.client.types",
     "Message": "rivulet.client.types",
     "OFFSET_BEGINNING": "rivulet.client.types",

@@ -36,7 +36,7 @@ _PUBLIC = {
     "AIOConsumer": "rivulet.client.consumer.consumer",
     "NoOffsetForPartitionError": "rivulet.client.consumer.consumer",
     "AIOShareConsumer": "rivulet.client.share.consumer",
-    "AcknowledgeType": "rivulet.client.share.session",
+    "AcknowledgeType": "rivulet.common.types",
     "AsyncAdminClient": "rivulet.client.admin.client",
     "AdminClient": "rivulet.client.admin.client",
     "ConsumerGroupMetadata": "rivulet.client.types",

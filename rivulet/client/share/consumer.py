@@ -22,7 +22,8 @@ from rivulet.client.client import KafkaClient, wait_event
 from rivulet.client.config import ClientConf, ConfigValue, resolve
 from rivulet.client.share.fetcher import AckResult, ShareFetcher
 from rivulet.client.share.membership import ShareMembership
-from rivulet.client.share.session import Acknowledgements, AcknowledgeType
+from rivulet.client.share.session import Acknowledgements
+from rivulet.common.types import AcknowledgeType
 from rivulet.client.types import Message, ShareMessage, TopicPartition
 from rivulet.common.types import TopicPartition as TP
 

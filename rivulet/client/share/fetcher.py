@@ -28,7 +28,8 @@ from rivulet.client import core
 from rivulet.client import errors as E
 from rivulet.client.config import ConsumerConfig
 from rivulet.client.client import NET_ERRORS, KafkaClient, cancel_and_wait, wait_event
-from rivulet.client.share.session import GAP, Acknowledgements, ShareSessionHandler, merge
+from rivulet.client.share.session import Acknowledgements, ShareSessionHandler, merge
+from rivulet.common.types import ACKNOWLEDGE_GAP as GAP
 from rivulet.client.types import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, ShareMessage
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import records as rec
