@@ -10,8 +10,9 @@ import os
 import select
 import sys
 import traceback
-from typing import Any, Callable
+from typing import Callable
 
+from rivulet.client.config import ClientConf, ConfigValue
 from rivulet.client.connection import NotKafkaBroker
 from rivulet.client.errors import KafkaError, KafkaException
 from rivulet.common.config import ConfigError, load_properties
@@ -42,10 +43,10 @@ def add_connection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--debug", action="store_true", help="show the full traceback when a command fails")
 
 
-def client_config(args: argparse.Namespace, **defaults: Any) -> dict[str, Any]:
+def client_config(args: argparse.Namespace, **defaults: ConfigValue) -> dict[str, ConfigValue]:
     """Client properties: ``defaults``, then the --command-config file, then -b (or, with neither
     -b nor a bootstrap.servers in the file, $RIVULET_BOOTSTRAP)."""
-    conf: dict[str, Any] = {"socket.connection.setup.timeout.ms": SETUP_TIMEOUT_MS, **defaults}
+    conf: dict[str, ConfigValue] = {"socket.connection.setup.timeout.ms": SETUP_TIMEOUT_MS, **defaults}
     if args.command_config:
         try:
             conf.update(load_properties(args.command_config))
@@ -143,7 +144,7 @@ def _report(name: str, args: argparse.Namespace, e: BaseException, debug: bool) 
     return e.code if isinstance(e, CliError) else 1
 
 
-def require_topics(conf: dict[str, Any], topics: list[str], allow_auto_create: bool = False,
+def require_topics(conf: ClientConf, topics: list[str], allow_auto_create: bool = False,
                    missing: str = "Topic '{topic}' does not exist: {error}") -> None:
     """Fail at once, in one line, when the broker is down or a topic is missing: the producer and
     the group consumer would otherwise wait (silently) for metadata that never comes."""

@@ -14,7 +14,7 @@ import io
 import random
 import sys
 import time
-from typing import TYPE_CHECKING, Any, BinaryIO, Iterator
+from typing import TYPE_CHECKING, BinaryIO, Iterator
 
 from rivulet.cli.common import EXIT_INTERRUPTED, add_connection_args, client_config, require_topics, run_command
 from rivulet.cli.output import progress
@@ -102,7 +102,7 @@ def produce_main(args: argparse.Namespace) -> int:
 def _produce(args: argparse.Namespace) -> int:
     from rivulet.client.sync import Producer
 
-    conf: dict[str, Any] = client_config(args, **{"client.id": "rivulet-produce"})
+    conf = client_config(args, **{"client.id": "rivulet-produce"})
     if args.compression:
         conf["compression.type"] = args.compression
     if args.acks is not None:
@@ -181,7 +181,7 @@ def _produce(args: argparse.Namespace) -> int:
     return 1 if failed[0] or left else 0
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = sub.add_parser("produce", help="produce records from stdin, a file or a generator (like kcat -P)",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description=__doc__.split("\n\n", 1)[1] if __doc__ else None)
