@@ -21,7 +21,7 @@ _CLIENT_NAMES = {
     "Producer": "rivulet.client.sync",
     "Consumer": "rivulet.client.sync",
     "ShareConsumer": "rivulet.client.sync",
-    "AcknowledgeType": "rivulet.client.share.session",
+    "AcknowledgeType": "rivulet.common.types",
     "TopicPartition": "rivulet.client.types",
     "Message": "rivulet.client.types",
     "OFFSET_BEGINNING": "rivulet.client.types",
@@ -55,7 +55,7 @@ def version() -> tuple[str, int]:
 libversion = version
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> Any:  # the client's names, imported on first use; each has its own type
     module = _CLIENT_NAMES.get(name)
     if module is None:
         raise AttributeError(f"module 'rivulet' has no attribute {name!r}")

@@ -16,7 +16,7 @@ from rivulet.client.consumer.consumer import AIOConsumer, NoOffsetForPartitionEr
 from rivulet.client.errors import KafkaError, KafkaException
 from rivulet.client.producer.producer import AIOProducer
 from rivulet.client.share.consumer import AIOShareConsumer
-from rivulet.client.share.session import AcknowledgeType
+from rivulet.common.types import AcknowledgeType
 from rivulet.client.types import Message, TopicPartition
 
 __all__ = ["AIOProducer", "AIOConsumer", "AIOShareConsumer", "AcknowledgeType", "AIOAdminClient", "Message", "TopicPartition", "KafkaError",

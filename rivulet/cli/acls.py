@@ -11,7 +11,6 @@ client's CreateAcls, DescribeAcls and DeleteAcls.
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from rivulet.cli.cluster import _run
 from rivulet.cli.common import CliError, add_connection_args
@@ -114,8 +113,8 @@ ACL_COLUMNS = [Column("PRINCIPAL", "principal"), Column("HOST", "host"),
                Column("OPERATION", "operation"), Column("PERMISSION", "permission")]
 
 
-def _rows(bindings: list[AclBinding]) -> list[list[Any]]:
-    rows: list[list[Any]] = []
+def _rows(bindings: list[AclBinding]) -> list[list[object]]:
+    rows: list[list[object]] = []
     for b in sorted(bindings, key=lambda b: (b.entry.principal, b.pattern.resource_type, b.pattern.name,
                                              b.entry.operation)):
         rows.append([b.entry.principal, b.entry.host, b.pattern.resource_type.name, b.pattern.name,
@@ -161,7 +160,7 @@ def _acls_command(args: argparse.Namespace) -> int:
     return _run(f"acls {args.action}", args, lambda admin: work(admin, args))
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     a = sub.add_parser("acls", help="add, list or remove ACLs (like kafka-acls and rpk acl)",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     a.add_argument("action", choices=["add", "list", "remove"], help="what to do")

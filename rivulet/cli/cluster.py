@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable
 
 from rivulet.cli.common import CliError, add_connection_args, client_config, parse_kv, run_command
 from rivulet.cli.groups import topic_partitions
@@ -21,6 +21,7 @@ from rivulet.client.core import EARLIEST, LATEST
 from rivulet.common.config import ConfigSource
 from rivulet.common.logs import LOG_FORMATS
 from rivulet.common.types import TopicPartition as TP
+from rivulet.protocol.messages import describe_configs_response as dcr
 
 
 def _run(name: str, args: argparse.Namespace, work: Callable[[AsyncAdminClient], Awaitable[int]]) -> int:
@@ -103,7 +104,7 @@ async def _quotas(admin: AsyncAdminClient, args: argparse.Namespace, wanted: dic
                   ClientQuotaFilterComponent.of_default_entity(t) if n is None else
                   ClientQuotaFilterComponent.of_entity(t, n) for t, n in wanted.items()]
     found = await admin.describe_client_quotas(ClientQuotaFilter.contains_only(components))
-    rows: list[list[Any]] = []
+    rows: list[list[object]] = []
     for entity in sorted(found, key=_render_entity):
         for k, v in sorted(found[entity].items()):
             rows.append([_render_entity(entity), k, v if args.format == "json" else
@@ -133,7 +134,7 @@ def _resource(args: argparse.Namespace) -> tuple[int, str]:
 CONFIG_COLUMNS = [Column("KEY", "name"), Column("VALUE", "value"), Column("SOURCE", "source")]
 
 
-def _config_rows(entries: list[Any], describe_all: bool) -> list[list[str]]:
+def _config_rows(entries: list[dcr.DescribeConfigsResourceResult], describe_all: bool) -> list[list[str]]:
     rows = []
     for c in sorted(entries, key=lambda c: c.name):
         if not describe_all and c.config_source == ConfigSource.DEFAULT_CONFIG:
@@ -209,7 +210,7 @@ def _cluster_command(args: argparse.Namespace) -> int:
     return run_command(f"cluster {args.action}", args, lambda: action(args))
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     c = sub.add_parser("cluster", help="describe the cluster (info), or run a local one: a ZooKeeper server "
                                        "and N brokers on loopback ports (up, status, down)")
     c.add_argument("action", choices=["info", "up", "status", "down"],

@@ -10,10 +10,11 @@ import os
 import select
 import sys
 import traceback
-from typing import Any, Callable
+from typing import Callable
 
+from rivulet.client.config import ClientConf, ConfigValue
 from rivulet.client.connection import NotKafkaBroker
-from rivulet.client.errors import KafkaException
+from rivulet.client.errors import KafkaError, KafkaException
 from rivulet.common.config import ConfigError, load_properties
 from rivulet.protocol.errors import ApiError
 
@@ -42,10 +43,10 @@ def add_connection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--debug", action="store_true", help="show the full traceback when a command fails")
 
 
-def client_config(args: argparse.Namespace, **defaults: Any) -> dict[str, Any]:
+def client_config(args: argparse.Namespace, **defaults: ConfigValue) -> dict[str, ConfigValue]:
     """Client properties: ``defaults``, then the --command-config file, then -b (or, with neither
     -b nor a bootstrap.servers in the file, $RIVULET_BOOTSTRAP)."""
-    conf: dict[str, Any] = {"socket.connection.setup.timeout.ms": SETUP_TIMEOUT_MS, **defaults}
+    conf: dict[str, ConfigValue] = {"socket.connection.setup.timeout.ms": SETUP_TIMEOUT_MS, **defaults}
     if args.command_config:
         try:
             conf.update(load_properties(args.command_config))
@@ -96,7 +97,7 @@ def describe_failure(e: BaseException, bootstrap: str) -> str:
         return str(e)
     if isinstance(e, KafkaException):
         err = e.args[0]
-        return err.str() if hasattr(err, "str") else str(err)
+        return err.str() if isinstance(err, KafkaError) else str(err)
     if isinstance(e, (ApiError, NotKafkaBroker)):  # the latter names the address and what answered
         return str(e)
     if isinstance(e, (ConnectionError, TimeoutError)) or (isinstance(e, OSError) and e.errno is not None):
@@ -107,7 +108,7 @@ def describe_failure(e: BaseException, bootstrap: str) -> str:
 
 def run_command(name: str, args: argparse.Namespace, body: Callable[[], int]) -> int:
     """Run one subcommand's ``body`` and turn whatever it raises into an exit code and one line."""
-    debug = bool(getattr(args, "debug", False))
+    debug = bool(args.debug)
     if not debug:  # the command reports a failure itself, in one line
         logging.getLogger("rivulet.client.brokers").setLevel(logging.CRITICAL)
     try:
@@ -138,7 +139,7 @@ def _flush_fails() -> bool:
 def _report(name: str, args: argparse.Namespace, e: BaseException, debug: bool) -> int:
     if debug:
         traceback.print_exc()
-    bootstrap = getattr(args, "bootstrap_server", None) or os.environ.get("RIVULET_BOOTSTRAP") or DEFAULT_BOOTSTRAP
+    bootstrap = args.bootstrap_server or os.environ.get("RIVULET_BOOTSTRAP") or DEFAULT_BOOTSTRAP
     print(f"rivulet {name}: {describe_failure(e, bootstrap)}", file=sys.stderr)
     return e.code if isinstance(e, CliError) else 1
 
@@ -149,7 +150,7 @@ AUTO_CREATE_ASKS = 50
 AUTO_CREATE_BACKOFF_S = 0.1
 
 
-def require_topics(conf: dict[str, Any], topics: list[str], allow_auto_create: bool = False,
+def require_topics(conf: ClientConf, topics: list[str], allow_auto_create: bool = False,
                    missing: str = "Topic '{topic}' does not exist: {error}") -> None:
     """Fail at once, in one line, when the broker is down or a topic is missing: the producer and
     the group consumer would otherwise wait (silently) for metadata that never comes."""

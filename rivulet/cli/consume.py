@@ -18,7 +18,7 @@ import json
 import os
 import signal
 import sys
-from typing import Any, Callable
+from typing import Callable
 
 from rivulet.cli.common import (EXIT_INTERRUPTED, CliError, add_connection_args, client_config, require_topics,
                                 run_command)
@@ -34,7 +34,7 @@ def _null(v: bytes | None, null: bytes) -> bytes:
 def compile_format(fmt: str, null: bytes = b"") -> Callable[[Message], bytes]:
     """A kcat-style format string as a function from a message to the bytes to print."""
     raw = unescape(fmt) if "\\" in fmt else fmt.encode()
-    parts: list[Any] = []
+    parts: list[bytes | Callable[[Message], bytes]] = []
     lit = bytearray()
     i = 0
     fields: dict[int, Callable[[Message], bytes]] = {
@@ -85,7 +85,7 @@ def _text(b: bytes | None) -> str | None:
 def json_envelope(m: Message, broker: int) -> bytes:
     """kcat -J: one JSON object per record, with its metadata (headers only when it has some)."""
     tstype, ts = m.timestamp()
-    env: dict[str, Any] = {"topic": m.topic(), "partition": m.partition(), "offset": m.offset(),
+    env: dict[str, object] = {"topic": m.topic(), "partition": m.partition(), "offset": m.offset(),
                            "tstype": _TSTYPES.get(tstype, "unknown"), "ts": ts, "broker": broker}
     hdrs = m.headers()
     if hdrs:
@@ -144,7 +144,7 @@ def _consume(args: argparse.Namespace) -> int:
     except ValueError:
         print(f"rivulet consume: invalid offset '{args.offset}'", file=sys.stderr)
         return 2
-    conf: dict[str, Any] = client_config(args, **{"client.id": "rivulet-consume"})
+    conf = client_config(args, **{"client.id": "rivulet-consume"})
     conf["enable.partition.eof"] = True
     if args.group:
         conf["group.id"] = args.group
@@ -264,7 +264,7 @@ def _consume(args: argparse.Namespace) -> int:
     return rc
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = sub.add_parser("consume", help="print records from topics (like kcat -C)",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description=__doc__.split("\n\n", 1)[1] if __doc__ else None)

@@ -214,7 +214,7 @@ def _prepare_output(out: Path) -> str | None:
     return None
 
 
-def watermark_at(progress: dict[str, Any] | None) -> float:
+def watermark_at(progress: dict[str, Any] | None) -> float:  # Any: Spark's progress JSON
     """A micro-batch's watermark in seconds since the epoch (0 before there is one)."""
     wm = ((progress or {}).get("eventTime") or {}).get("watermark")
     return datetime.fromisoformat(wm.replace("Z", "+00:00")).timestamp() if wm else 0.0
@@ -462,7 +462,7 @@ def summary(spark: SparkSession, cfg: PipelineConfig, produced: int, stats: Pipe
     return mismatched == 0 and topic_rows == n_windows and total == produced and table_ok
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     d = sub.add_parser("demo", help="start a broker, an order generator and the Spark pipeline (about a minute)")
     d.add_argument("--port", type=int, default=0, help="broker port (default 9092 when free, else any free port)")
     d.add_argument("--duration", type=float, default=30.0, help="seconds of order generation (default 30)")

@@ -18,7 +18,7 @@ from rivulet.iceberg.catalog import NAMESPACE, CatalogSettings
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame, Row, SparkSession
 
 # A short target lag: the table is committed to every 2.5 s while orders arrive, so it has
 # caught up by the time the pipeline has (which takes longer: its settle time and last batch).
@@ -37,7 +37,7 @@ FROM (SELECT from_json(CAST(value AS STRING),
 WHERE o.order_id IS NOT NULL
 GROUP BY 1, 2"""
 
-WindowKey = tuple[Any, str]  # (window start, category)
+WindowKey = tuple[Any, str]  # (window start, category); Any: a Spark Row's timestamp as given
 WindowValues = tuple[int, int, float]  # (orders, items, revenue)
 
 
@@ -81,7 +81,7 @@ def compare_windows(closed: Mapping[WindowKey, WindowValues],
     return out
 
 
-def windows_of(rows: Iterable[Any]) -> dict[WindowKey, WindowValues]:
+def windows_of(rows: Iterable[Row]) -> dict[WindowKey, WindowValues]:
     """Spark rows with window_start, category, orders, items and revenue, by window."""
     return {(r["window_start"], r["category"]): (int(r["orders"]), int(r["items"]), float(r["revenue"]))
             for r in rows}

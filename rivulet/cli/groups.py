@@ -19,7 +19,6 @@ import datetime as dt
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Any
 
 from rivulet.cli.common import CliError, add_connection_args, client_config, run_command
 from rivulet.cli.output import Column, add_format_arg, print_json, print_table, progress
@@ -161,8 +160,12 @@ RESET_COLUMNS = [Column("GROUP", "group"), Column("TOPIC", "topic"), Column("PAR
                  Column("NEW-OFFSET", "new_offset")]
 
 
+# OFFSET_COLUMNS: group, topic, partition, current offset, log end, lag, member, host, client.
+OffsetRow = tuple[str, str, int, int | None, int | None, int | None, str | None, str | None, str | None]
+
+
 async def describe_offsets_rows(admin: AsyncAdminClient, info: GroupInfo, isolation_level: int = 0
-                                ) -> list[list[Any]]:
+                                ) -> list[OffsetRow]:
     """One row per partition, OFFSET_COLUMNS; None where there is no value (shown as '-')."""
     positions = await committed(admin, info.group_id)
     owner: dict[TP, MemberInfo] = {}
@@ -171,14 +174,14 @@ async def describe_offsets_rows(admin: AsyncAdminClient, info: GroupInfo, isolat
             owner[TP(*tp)] = m
     tps = sorted(set(positions) | set(owner))
     ends = await list_offsets(admin, tps, LATEST, isolation_level)
-    rows = []
+    rows: list[OffsetRow] = []
     for tp in tps:
         cur = positions.get(tp)
         end = ends.get(tp, -1)
         lag = None if cur is None or end < 0 else max(end - cur, 0)
         m = owner.get(tp)
-        rows.append([info.group_id, tp[0], tp[1], cur, None if end < 0 else end, lag,
-                     m.member_id if m else None, m.host if m else None, m.client_id if m else None])
+        rows.append((info.group_id, tp[0], tp[1], cur, None if end < 0 else end, lag,
+                     m.member_id if m else None, m.host if m else None, m.client_id if m else None))
     return rows
 
 
@@ -358,7 +361,7 @@ def _print_state(info: GroupInfo, text: bool) -> None:
                                      len(info.members)]], kafka=True)
 
 
-def _print_members(columns: list[Column], rows: list[list[Any]], text: bool) -> None:
+def _print_members(columns: list[Column], rows: list[list[object]], text: bool) -> None:
     """Member rows whose last cell is the assignment, a list of (topic, partition)."""
     if not text:
         for r in rows:
@@ -456,9 +459,9 @@ async def _describe_streams(admin: AsyncAdminClient, info: GroupInfo, d: sgdr.De
         print(f"\nStreams group '{args.group}' has no active members.", file=sys.stderr)
         return 0
     if args.members:
-        rows: list[list[Any]] = []
+        rows: list[list[object]] = []
         for m in d.members:
-            row: list[Any] = [info.group_id, m.member_id, m.process_id, m.client_id, _assignments(m, verbose)]
+            row: list[object] = [info.group_id, m.member_id, m.process_id, m.client_id, _assignments(m, verbose)]
             if verbose:
                 row[1:2] = [d.assignment_epoch, d.topology.epoch if d.topology is not None else None, m.member_id,
                             "classic" if m.is_classic else "streams", m.member_epoch]
@@ -610,7 +613,7 @@ SHARE_DESCRIBE_HELP = (
     "(Apache Kafka does, without CLUSTER_ACTION) or the group has no state there.")
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     g = sub.add_parser("groups", help="list, describe, delete consumer groups and reset their offsets",
                        epilog=SHARE_DESCRIBE_HELP)
     g.add_argument("action", choices=["list", "describe", "delete", "reset-offsets", "delete-offsets"],

@@ -116,6 +116,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     from rivulet import __version__
     p = argparse.ArgumentParser(prog="rivulet", description="A Kafka-protocol event-streaming broker.")
     p.add_argument("--version", action="version", version=f"rivulet {__version__}")
+    # What run_command reads, for the commands without -b or --debug (their parsers set them).
+    p.set_defaults(debug=False, bootstrap_server=None)
     sub = p.add_subparsers(dest="command", required=True)
     if command in (None, "broker"):
         b = sub.add_parser("broker", help="run a broker", epilog=help_text(),

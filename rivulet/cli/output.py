@@ -16,7 +16,11 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.progress import Progress as RichProgress
+    from rich.progress import TaskID
 
 FORMATS = ("text", "json")
 
@@ -26,7 +30,7 @@ def add_format_arg(p: argparse.ArgumentParser) -> None:
                    help="describe, list: text tables (default) or JSON, for scripts")
 
 
-def plain_table(rows: Sequence[Sequence[Any]]) -> str:
+def plain_table(rows: Sequence[Sequence[object]]) -> str:
     """Left-aligned columns one space apart, trailing blanks trimmed: Kafka's tools' layout."""
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     return "\n".join(" ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
@@ -38,15 +42,15 @@ class Column:
     key: str  # the JSON field
 
 
-def _cell(v: Any) -> str:
+def _cell(v: object) -> str:
     return "-" if v is None else str(v)
 
 
-def print_json(doc: Any) -> None:
+def print_json(doc: object) -> None:
     print(json.dumps(doc, indent=2, ensure_ascii=False))
 
 
-def print_table(columns: Sequence[Column], rows: Sequence[Sequence[Any]], fmt: str = "text",
+def print_table(columns: Sequence[Column], rows: Sequence[Sequence[object]], fmt: str = "text",
                 kafka: bool = False) -> None:
     """Rows as a table (None shows as '-'), or with ``fmt='json'`` as a list of objects keyed
     by the columns' JSON fields (None as null). ``kafka``: a layout scripts written for Kafka's
@@ -73,26 +77,26 @@ def print_table(columns: Sequence[Column], rows: Sequence[Sequence[Any]], fmt: s
 class Progress:
     """Advances a progress bar on stderr; does nothing where stderr is not a terminal."""
 
-    def __init__(self, bar: Any, task: Any) -> None:
-        self._bar = bar
+    def __init__(self, bar: RichProgress | None, task: TaskID | None) -> None:
+        self._bar = bar  # None (and task None): not shown
         self._task = task
         self._shown_at = 0.0
 
     def completed(self, n: int) -> None:
         """``n`` done so far; cheap enough to call for every record (the bar redraws at most
         ten times a second)."""
-        if self._bar is not None:
+        if self._bar is not None and self._task is not None:
             now = time.monotonic()
             if now - self._shown_at >= 0.1:
                 self._shown_at = now
                 self._bar.update(self._task, completed=n)
 
     def advance(self, n: int = 1) -> None:
-        if self._bar is not None:
+        if self._bar is not None and self._task is not None:
             self._bar.advance(self._task, n)
 
     def update(self, description: str) -> None:
-        if self._bar is not None:
+        if self._bar is not None and self._task is not None:
             self._bar.update(self._task, description=description)
 
 

@@ -89,7 +89,7 @@ class PipelineConfig:
         return cls.from_dict(doc)
 
     @classmethod
-    def from_dict(cls, doc: dict[str, Any], base: Path | None = None) -> "PipelineConfig":
+    def from_dict(cls, doc: dict[str, Any], base: Path | None = None) -> "PipelineConfig":  # Any: the file's JSON
         known = {"source", "events", "aggregate", "output", "checkpoint", "trigger", "spark"}
         unknown = set(doc) - known
         if unknown:
@@ -358,6 +358,7 @@ def release_markers(cfg: PipelineConfig, query_id: str) -> None:
                                                    query_id, e)
 
 
+# Any in progress: Spark's StreamingQueryProgress JSON, of its own shape.
 def open_windows(progress: dict[str, Any] | None) -> tuple[int, str | None]:
     """Windows still held in the aggregation's state after a batch, and the watermark then.
 
@@ -567,7 +568,7 @@ def _run(args: argparse.Namespace, stop: StopSignal) -> int:
     return 0
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = sub.add_parser("pipeline", help="run the Spark streaming pipeline (windowed aggregates of JSON events)")
     psub = p.add_subparsers(dest="pipeline_command", required=True)
     r = psub.add_parser("run", help="run the pipeline described by a TOML file")

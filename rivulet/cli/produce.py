@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import io
 import random
 import sys
 import time
-from typing import TYPE_CHECKING, Any, BinaryIO, Iterator
+from typing import TYPE_CHECKING, BinaryIO, Iterator
 
 from rivulet.cli.common import EXIT_INTERRUPTED, add_connection_args, client_config, require_topics, run_command
 from rivulet.cli.output import progress
@@ -45,7 +46,8 @@ def split_stream(f: BinaryIO, delim: bytes, chunk: int = 1 << 16) -> Iterator[by
     """Records separated by ``delim``; a trailing record without delimiter counts, an empty one not."""
     buf = b""
     while True:
-        data = f.read1(chunk) if hasattr(f, "read1") else f.read(chunk)
+        # A buffered file reads what has arrived; stdin.buffer is one, typed as BinaryIO.
+        data = f.read1(chunk) if isinstance(f, io.BufferedIOBase) else f.read(chunk)
         if not data:
             break
         buf += data
@@ -100,7 +102,7 @@ def produce_main(args: argparse.Namespace) -> int:
 def _produce(args: argparse.Namespace) -> int:
     from rivulet.client.sync import Producer
 
-    conf: dict[str, Any] = client_config(args, **{"client.id": "rivulet-produce"})
+    conf = client_config(args, **{"client.id": "rivulet-produce"})
     if args.compression:
         conf["compression.type"] = args.compression
     if args.acks is not None:
@@ -179,7 +181,7 @@ def _produce(args: argparse.Namespace) -> int:
     return 1 if failed[0] or left else 0
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = sub.add_parser("produce", help="produce records from stdin, a file or a generator (like kcat -P)",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description=__doc__.split("\n\n", 1)[1] if __doc__ else None)

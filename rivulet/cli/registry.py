@@ -7,7 +7,6 @@ import argparse
 import os
 import signal
 import threading
-from typing import Any
 
 from rivulet.cli.common import CliError, add_connection_args, client_config, run_command
 
@@ -31,7 +30,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise CliError(f"cannot serve on {args.host}:{args.port}: {why}") from None
     stop = threading.Event()
 
-    def on_signal(*_: Any) -> None:
+    def on_signal(*_: object) -> None:
         stop.set()
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -47,7 +46,7 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     r = sub.add_parser("registry", help="serve a schema registry (Confluent's REST API) on a Kafka cluster's "
                                         "_schemas topic")
     add_connection_args(r)

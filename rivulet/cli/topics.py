@@ -14,6 +14,7 @@ from typing import Any
 
 from rivulet.cli.common import CliError, add_connection_args, client_config, parse_kv, run_command
 from rivulet.cli.output import add_format_arg, print_json
+from rivulet.client.config import ClientConf
 from rivulet.client.admin.client import AsyncAdminClient
 from rivulet.client.consumer.consumer import AIOConsumer
 from rivulet.client.types import TopicPartition
@@ -132,7 +133,7 @@ class TableStatus:
         return out
 
 
-async def table_status(admin: AsyncAdminClient, conf: dict[str, Any], topic: str, partitions: dict[int, int]
+async def table_status(admin: AsyncAdminClient, conf: ClientConf, topic: str, partitions: dict[int, int]
                        ) -> TableStatus:
     """A topic's table as its catalog records it (``partitions``: partition -> leader): name,
     current snapshot, and per partition the table's next offset and lag in records and time.
@@ -177,7 +178,7 @@ async def table_status(admin: AsyncAdminClient, conf: dict[str, Any], topic: str
     return out
 
 
-async def _first_timestamps(conf: dict[str, Any], topic: str, offsets: dict[int, int],
+async def _first_timestamps(conf: ClientConf, topic: str, offsets: dict[int, int],
                             timeout_s: float = 2.0) -> dict[int, int]:
     """Partition -> the timestamp of its first committed record at or after the offset given
     (those that answer within ``timeout_s``: records all aborted, say, give none)."""
@@ -234,7 +235,7 @@ def topics_main(args: argparse.Namespace) -> int:
     return run_command(f"topics {args.action}", args, lambda: asyncio.run(_run(args)))
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     t = sub.add_parser("topics", help="create, list, describe, delete and alter topics")
     t.add_argument("action", choices=["create", "list", "describe", "delete", "alter"], help="what to do")
     add_connection_args(t)

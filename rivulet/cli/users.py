@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from typing import Any
 
 from rivulet.cli.common import CliError, add_connection_args, client_config, run_command
 from rivulet.cli.output import add_format_arg, print_json
@@ -37,7 +36,7 @@ def _check_iterations(mechanism: str, iterations: int) -> None:
         raise CliError(f"{mechanism}: Too many iterations ({iterations}; at most {MAX_ITERATIONS})")
 
 
-def _print(found: dict[str, Any], fmt: str = "text") -> int:
+def _print(found: dict[str, list[tuple[str, int]] | ApiError], fmt: str = "text") -> int:
     failed = 0
     listed = []
     for user in sorted(found):
@@ -104,7 +103,7 @@ def _via_zookeeper(args: argparse.Namespace) -> int:
     try:
         if args.action == "list":
             users = args.user or zk.get_entity_names("users")
-            found: dict[str, Any] = {}
+            found: dict[str, list[tuple[str, int]] | ApiError] = {}
             for u in users:
                 creds = {m: ScramCredential.from_text(t).iterations
                          for m, t in zk.get_entity_config("users", u).items() if m in MECHANISMS}
@@ -147,7 +146,7 @@ def users_main(args: argparse.Namespace) -> int:
     return run_command(f"users {args.action}", args, lambda: asyncio.run(_via_broker(args)))
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     u = sub.add_parser("users", help="SCRAM users: add, list, remove their credentials")
     u.add_argument("action", choices=["add", "list", "remove"], help="what to do")
     add_connection_args(u)

@@ -36,7 +36,7 @@ _PUBLIC = {
     "AIOConsumer": "rivulet.client.consumer.consumer",
     "NoOffsetForPartitionError": "rivulet.client.consumer.consumer",
     "AIOShareConsumer": "rivulet.client.share.consumer",
-    "AcknowledgeType": "rivulet.client.share.session",
+    "AcknowledgeType": "rivulet.common.types",
     "AsyncAdminClient": "rivulet.client.admin.client",
     "AdminClient": "rivulet.client.admin.client",
     "ConsumerGroupMetadata": "rivulet.client.types",
@@ -51,7 +51,7 @@ _PUBLIC = {
 __all__ = list(_PUBLIC)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> Any:  # the client's names, imported on first use; each has its own type
     module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module 'rivulet.client' has no attribute {name!r}")

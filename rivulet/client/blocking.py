@@ -15,7 +15,7 @@ import ssl
 import struct
 import threading
 import time
-from typing import Any, Callable, Iterable, Mapping, NoReturn
+from typing import Callable, Generic, Iterable, Mapping, NoReturn, TypeVar, cast
 
 from rivulet.client import core
 from rivulet.client.config import parse_bootstrap, ssl_context
@@ -23,12 +23,24 @@ from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import framing
 from rivulet.client.connection import FIRST_ANSWER_MAX, AuthenticationFailed, describe_answer, not_kafka
 from rivulet.protocol.errors import ErrorCode, ApiError
+from rivulet.protocol.schema import Request, Struct
 from rivulet.security.client_config import SaslCredentials, sasl_credentials
 from rivulet.security.sasl import SaslError, client_exchange
 
 log = logging.getLogger("rivulet.client.blocking")
 
 _SIZE = struct.Struct(">i")
+R = TypeVar("R", bound=Struct)  # a request's response message
+_R_co = TypeVar("_R_co", bound=Struct, covariant=True)
+
+
+class Pending(Generic[_R_co]):
+    """A request submitted and not yet received: what ``receive`` reads the answer as."""
+
+    __slots__ = ("correlation_id", "api_key", "version")
+
+    def __init__(self, correlation_id: int, api_key: int, version: int) -> None:
+        self.correlation_id, self.api_key, self.version = correlation_id, api_key, version
 
 
 class BlockingConnection:
@@ -53,7 +65,7 @@ class BlockingConnection:
             pass
         self.sock.settimeout(timeout)
         self._cid = 0
-        self._pending: list[tuple[int, int, int]] = []
+        self._pending: list[Pending[Struct]] = []
         self._frame: bytearray | None = None  # receive(reuse_buffer=True)'s
         self.api_versions: dict[int, tuple[int, int]] = {}
         self._handshake()
@@ -84,19 +96,25 @@ class BlockingConnection:
     def version(self, api_key: int) -> int:
         return core.pick_version(api_key, self.api_versions.get(api_key))
 
-    def submit(self, req: Any, version: int | None = None) -> None:
+    def submit(self, req: Request[R], version: int | None = None) -> Pending[R]:
         if version is None:
             version = self.version(req.API_KEY)
         self._cid = (self._cid + 1) & 0x7FFFFFFF
         self.sock.sendall(framing.encode_request(req, version, self._cid, self.client_id))
-        self._pending.append((self._cid, req.API_KEY, version))
+        pending: Pending[R] = Pending(self._cid, req.API_KEY, version)
+        self._pending.append(pending)
+        return pending
 
-    def receive(self, reuse_buffer: bool = False) -> Any:
-        """The answer to the oldest request submitted. With ``reuse_buffer`` its frame is read
+    def receive(self, pending: Pending[R], reuse_buffer: bool = False) -> R:
+        """The answer to ``pending``, which must be the oldest request submitted (answers come
+        in order). With ``reuse_buffer`` its frame is read
         into the connection's own buffer, which the next such call overwrites: whoever asks so
         must be done with the answer (a Fetch's records are views into the frame) by then. That
         spares a fresh, zeroed allocation the size of every (large) answer."""
-        cid, api_key, version = self._pending.pop(0)
+        if not self._pending or self._pending[0] is not pending:
+            raise RuntimeError("receive() must take the oldest request submitted")
+        self._pending.pop(0)
+        cid, api_key, version = pending.correlation_id, pending.api_key, pending.version
         head = self._read(4)
         size = _SIZE.unpack(head)[0]
         first = not self.api_versions  # the answer to ApiVersions: the peer's first
@@ -113,7 +131,7 @@ class BlockingConnection:
             what = f"the answer to {framing.api_name(api_key)} has correlation id {got}, expected {cid}"
             self.close_with(not_kafka(self.host, self.port, what) if first
                             else ConnectionError(f"{self.host}:{self.port}: {what}"))
-        return body
+        return cast(R, body)  # the answer's class is decoded from the request's api key
 
     def _some(self) -> bytes:
         """What the peer has sent so far, without waiting long (to say what it is)."""
@@ -127,9 +145,8 @@ class BlockingConnection:
         self.close()
         raise err
 
-    def request(self, req: Any, version: int | None = None) -> Any:
-        self.submit(req, version)
-        return self.receive()
+    def request(self, req: Request[R], version: int | None = None) -> R:
+        return self.receive(self.submit(req, version))
 
     def _read(self, n: int) -> bytearray:
         buf = bytearray(n)
@@ -228,7 +245,7 @@ class BlockingClient:
             self._any.close()
             self._any = None
 
-    def send_any(self, req: Any) -> Any:
+    def send_any(self, req: Request[R]) -> R:
         """Send to any broker; on a broken connection, once more on fresh connections."""
         try:
             return self.any_conn().request(req)
@@ -261,7 +278,7 @@ class BlockingClient:
     def list_offsets(self, specs: Mapping[tuple[str, int], int], isolation_level: int = 0) -> dict[TP, int]:
         """{partition: offset} for timestamps (EARLIEST, LATEST or ms); -1 when nothing
         matches a time. Under read_committed, LATEST is the last stable offset."""
-        retry: core.LeaderRetry[core.ListedOffset] = core.LeaderRetry(
+        retry: core.LeaderRetry[int, core.ListedOffset] = core.LeaderRetry(
             {TP(*tp): ts for tp, ts in specs.items()}, "ListOffsets", self._attempts(), self.cluster)
         while True:
             by_node: dict[int, dict[TP, int]] = {}
@@ -294,11 +311,12 @@ class BlockingClient:
                 return step.node_id
             time.sleep(step.delay)
 
-    def send_to_coordinator(self, key: str, key_type: int, req: Any, error_of: Callable[[Any], int]) -> Any:
+    def send_to_coordinator(self, key: str, key_type: int, req: Request[R], error_of: Callable[[R], int]) -> R:
         """``req`` to ``key``'s coordinator, retried while ``error_of(answer)`` says so."""
         call = core.CoordinatorCall(key, key_type, req, error_of, self._attempts(), answer_when_out_of_time=False)
         while True:
             node = self.coordinator(key, key_type)
+            step: R | core.Retry
             try:
                 resp = self.conn(node).request(req)
             except NET_ERRORS:

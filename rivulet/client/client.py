@@ -13,12 +13,12 @@ import logging
 import random
 import time
 import uuid
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Awaitable, Callable, Iterable, TypeVar
 
 from rivulet.client import core
 from rivulet.client import errors as E
 from rivulet.client.errors import KafkaError
-from rivulet.client.config import parse_bootstrap, ssl_context
+from rivulet.client.config import CommonConfig, parse_bootstrap, ssl_context
 from rivulet.client.connection import (AuthenticationFailed, BrokerConnection, ConnectionClosed, NotKafkaBroker,
                                        RequestTimedOut)
 from rivulet.client.core import Cluster, PartitionMeta, TopicMeta  # noqa: F401  (re-exported)
@@ -29,6 +29,7 @@ from rivulet.security.client_config import sasl_credentials
 
 log = logging.getLogger("rivulet.client")
 R = TypeVar("R", bound=Struct)  # a request's response message
+T = TypeVar("T")
 # Broker connection failures, on a logger of their own so that an application can route them.
 broker_log = logging.getLogger("rivulet.client.brokers")
 
@@ -73,7 +74,7 @@ async def cancel_and_wait(*tasks: asyncio.Task | None) -> None:
                 pass
 
 
-async def wait_future(fut: Any, timeout: float | None) -> Any:
+async def wait_future(fut: Awaitable[T], timeout: float | None) -> T:
     """Await ``fut`` up to ``timeout`` seconds (TimeoutError), with the same care as wait_event."""
     async with asyncio.timeout(timeout):
         return await fut
@@ -82,7 +83,7 @@ async def wait_future(fut: Any, timeout: float | None) -> Any:
 class KafkaClient:
     """Connections and metadata for one producer, consumer or admin client."""
 
-    def __init__(self, conf: dict[str, Any], on_broker_error: Callable[[KafkaError], None] | None = None, *,
+    def __init__(self, conf: CommonConfig, on_broker_error: Callable[[KafkaError], None] | None = None, *,
                  all_topics: Callable[[], bool] = lambda: False) -> None:
         """``all_topics`` says whether the metadata of every topic is wanted (a consumer's
         pattern subscription), else only of ``wanted_topics``."""
@@ -91,7 +92,7 @@ class KafkaClient:
         self.client_id: str = conf["client.id"]
         self.request_timeout_ms: int = conf["request.timeout.ms"]
         self.retry_backoff = conf["retry.backoff.ms"] / 1000
-        self.backoff = core.Backoff.from_conf(conf)
+        self.backoff = core.Backoff(conf["retry.backoff.ms"], conf["retry.backoff.max.ms"])
         self.connect_timeout = conf["socket.connection.setup.timeout.ms"] / 1000
         self.metadata_max_age = conf["metadata.max.age.ms"] / 1000
         self.allow_auto_create = bool(conf.get("allow.auto.create.topics"))
@@ -251,6 +252,7 @@ class KafkaClient:
         call = core.CoordinatorCall(key, key_type, request, error_of, self._attempts(deadline))
         while True:
             node = (await self.coordinator(key, key_type, call.attempts.deadline)).node_id
+            step: R | core.Retry
             try:
                 resp = await self.send(node, request)
             except (ConnectionError, OSError, asyncio.TimeoutError):

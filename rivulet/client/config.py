@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal, TypedDict, cast, overload
 
-from rivulet.client.errors import ConfigException
+from rivulet.client.errors import ConfigException, KafkaError
 from rivulet.security.client_config import sasl_credentials
 from rivulet.common.config import (
     INT_MAX,
@@ -61,7 +61,7 @@ class Prop:
         return self.key.name
 
     @property
-    def default(self) -> Any:
+    def default(self) -> ConfigValue:
         return self.key.default
 
 
@@ -71,15 +71,15 @@ def _range(lo: float | None, hi: float | None) -> Validator | None:
     return at_least(lo) if lo is not None else None
 
 
-def _choices(*pairs: str, **canonical: Any) -> Callable[[Any], Any]:
+def _choices(*pairs: str, **canonical: int) -> Callable[[object], str | int]:
     """An enum property's spellings, given as 'spelling=canonical' or 'name', or as keywords
     whose value is the canonical Python value."""
-    table: dict[str, Any] = dict(canonical)
+    table: dict[str, str | int] = dict(canonical)
     for p in pairs:
         k, _, v = p.partition("=")
         table[k] = v or k
 
-    def convert(value: Any) -> Any:
+    def convert(value: object) -> str | int:
         key = str(value).strip()
         if key in table:
             return table[key]
@@ -90,27 +90,157 @@ def _choices(*pairs: str, **canonical: Any) -> Callable[[Any], Any]:
     return convert
 
 
-def _lower_list(value: Any) -> tuple[str, ...]:
+def _lower_list(value: object) -> tuple[str, ...]:
     items = tuple(x.lower() for x in parse_value(ConfigType.LIST, value))
     if not items:
         raise ValueError("the list is empty")
     return items
 
 
-def _callable(value: Any) -> Any:
+def _callable(value: object) -> object:
     if not callable(value):
         raise ValueError("expected a callable")
     return value
 
 
-def _p(name: str, ctype: ConfigType, default: Any, roles: frozenset[str], doc: str, *aliases: str,
-       lo: float | None = None, hi: float | None = None, convert: Callable[[Any], Any] | None = None,
+def _p(name: str, ctype: ConfigType, default: ConfigValue, roles: frozenset[str], doc: str, *aliases: str,
+       lo: float | None = None, hi: float | None = None, convert: Callable[[object], object] | None = None,
        importance: Importance = MEDIUM, ignored: bool = False) -> Prop:
     key = ConfigKey(name, ctype, default, _range(lo, hi), doc, importance, ignored=ignored, convert=convert)
     return Prop(key, roles, aliases)
 
 
 _ANY = lambda v: v  # noqa: E731  (an object passed through as given, e.g. a logger)
+
+Callback = Callable[..., object]
+"""A callback property (on_delivery, on_commit, oauth_cb): called with what librdkafka passes."""
+ConfigValue = str | int | float | bool | Sequence[str] | Callback | logging.Logger | None
+"""What a property may be given as: its value, or its text (a properties file's, -X's)."""
+ClientConf = Mapping[str, object]
+"""A client's configuration as users pass it: Kafka's (or librdkafka's) property names, each
+with a ConfigValue, which ``resolve`` checks (a resolved configuration is one too)."""
+
+# The resolved configurations: every property of a role under its canonical name, typed as
+# ``resolve`` leaves it (PROPS below is the one definition; tests/unit/test_client_config.py
+# holds these to it).
+_CommonConfig = TypedDict("_CommonConfig", {
+    "bootstrap.servers": str,
+    "client.id": str,
+    "request.timeout.ms": int,
+    "retry.backoff.ms": int,
+    "retry.backoff.max.ms": int,
+    "reconnect.backoff.ms": int,
+    "reconnect.backoff.max.ms": int,
+    "metadata.max.age.ms": int,
+    "socket.connection.setup.timeout.ms": int,
+    "security.protocol": str,
+    "ssl.ca.location": str | None,
+    "ssl.ca.pem": str | None,
+    "ssl.certificate.location": str | None,
+    "ssl.certificate.pem": str | None,
+    "ssl.key.location": str | None,
+    "ssl.key.pem": str | None,
+    "ssl.key.password": str | None,
+    "ssl.keystore.type": str | None,
+    "ssl.keystore.location": str | None,
+    "ssl.keystore.password": str | None,
+    "ssl.keystore.key": str | None,
+    "ssl.keystore.certificate.chain": str | None,
+    "ssl.truststore.type": str | None,
+    "ssl.truststore.location": str | None,
+    "ssl.truststore.password": str | None,
+    "ssl.truststore.certificates": str | None,
+    "ssl.endpoint.identification.algorithm": str,
+    "enable.ssl.certificate.verification": bool,
+    "ssl.enabled.protocols": tuple[str, ...],
+    "ssl.protocol": str,
+    "ssl.cipher.suites": tuple[str, ...],
+    "sasl.mechanism": str | None,
+    "sasl.username": str | None,
+    "sasl.password": str | None,
+    "sasl.jaas.config": str | None,
+    "sasl.oauthbearer.config": str | None,
+    "enable.sasl.oauthbearer.unsecure.jwt": bool,
+    "oauth_cb": Callback | None,
+    "client.rack": str | None,
+    "error_cb": Callable[[KafkaError], object] | None,
+    "logger": logging.Logger | None,
+    "topic.metadata.propagation.max.ms": int,
+    "allow.auto.create.topics": bool,
+    "stats_cb": Callable[[str], object] | None,
+    "throttle_cb": Callback | None,
+    "statistics.interval.ms": int,
+    "debug": str | None,
+    "api.version.request": bool,
+    "broker.address.family": str,
+    "connections.max.idle.ms": int,
+    "socket.keepalive.enable": bool,
+    "socket.nagle.disable": bool,
+    "log_level": int,
+})
+_ProducerProps = TypedDict("_ProducerProps", {
+    "acks": int,
+    "linger.ms": float,
+    "batch.size": int,
+    "batch.num.messages": int,
+    "compression.type": str,
+    "compression.level": int,
+    "enable.idempotence": bool,  # as allow.auto.create.topics: unset, resolve decides
+    "max.in.flight.requests.per.connection": int,
+    "retries": int,
+    "delivery.timeout.ms": int,
+    "max.request.size": int,
+    "queue.buffering.max.messages": int,
+    "queue.buffering.max.kbytes": int,
+    "max.block.ms": int,
+    "partitioner": str,
+    "on_delivery": Callback | None,
+    "delivery.report.only.error": bool,
+    "transactional.id": str | None,
+    "transaction.timeout.ms": int,
+    "sticky.partitioning.linger.ms": int,
+})
+_ConsumerProps = TypedDict("_ConsumerProps", {
+    "group.id": str | None,
+    "group.instance.id": str | None,
+    "group.protocol": str,
+    "group.remote.assignor": str | None,
+    "auto.offset.reset": str,
+    "enable.auto.commit": bool,
+    "auto.commit.interval.ms": int,
+    "enable.auto.offset.store": bool,
+    "session.timeout.ms": int,
+    "heartbeat.interval.ms": int,
+    "max.poll.interval.ms": int,
+    "partition.assignment.strategy": tuple[str, ...],
+    "isolation.level": str,
+    "fetch.min.bytes": int,
+    "fetch.max.wait.ms": int,
+    "fetch.max.bytes": int,
+    "max.partition.fetch.bytes": int,
+    "queued.max.messages.kbytes": int,
+    "queued.min.messages": int,
+    "max.poll.records": int,
+    "share.acknowledgement.mode": str,
+    "check.crcs": bool,
+    "enable.partition.eof": bool,
+    "on_commit": Callback | None,
+    "exclude.internal.topics": bool,
+})
+
+
+class ProducerConfig(_CommonConfig, _ProducerProps):
+    """A producer's resolved configuration."""
+
+
+class ConsumerConfig(_CommonConfig, _ConsumerProps):
+    """A consumer's (or share consumer's) resolved configuration."""
+
+
+AdminConfig = _CommonConfig
+"""An admin client's resolved configuration (the properties every client takes)."""
+CommonConfig = _CommonConfig
+"""What every client's resolved configuration holds: what the connections read."""
 
 PROPS: list[Prop] = [
     # ---- common
@@ -283,7 +413,7 @@ for _prop in PROPS:
 ASSIGNORS = ("range", "roundrobin", "cooperative-sticky")
 
 
-def _coerce(p: Prop, given: str, value: Any) -> Any:
+def _coerce(p: Prop, given: str, value: object) -> ConfigValue:
     if value is None and p.key.type in (ConfigType.STRING, ConfigType.CLASS, ConfigType.PASSWORD):
         return None
     try:
@@ -293,20 +423,30 @@ def _coerce(p: Prop, given: str, value: Any) -> Any:
             from None
 
 
-class Config(dict):
-    """Canonical property name -> typed value, defaults filled in."""
-
-    role: str
-    explicit: frozenset[str]
+@overload
+def resolve(conf: ClientConf | None, role: Literal["producer"], extra: ClientConf | None = None) -> ProducerConfig:
+    ...
 
 
-def resolve(conf: Mapping[str, Any] | None, role: str, extra: Mapping[str, Any] | None = None) -> Config:
-    """Validate ``conf`` for a producer, consumer or admin client."""
+@overload
+def resolve(conf: ClientConf | None, role: Literal["consumer"], extra: ClientConf | None = None) -> ConsumerConfig:
+    ...
+
+
+@overload
+def resolve(conf: ClientConf | None, role: Literal["admin"], extra: ClientConf | None = None) -> AdminConfig:
+    ...
+
+
+def resolve(conf: ClientConf | None, role: str, extra: ClientConf | None = None
+            ) -> ProducerConfig | ConsumerConfig | AdminConfig:
+    """Validate ``conf`` (and ``extra``, keyword arguments) for a producer, consumer or admin
+    client: a fresh dict of every property of the role, defaults filled in."""
     if conf is not None and not isinstance(conf, Mapping):
         raise ConfigException(f"expected a dict of configuration properties, got {type(conf).__name__}")
     merged = dict(conf or {})
     merged.update(extra or {})
-    out = Config()
+    out: dict[str, ConfigValue] = {}
     explicit: set[str] = set()
     for given, value in merged.items():
         p = BY_NAME.get(given)
@@ -323,10 +463,17 @@ def resolve(conf: Mapping[str, Any] | None, role: str, extra: Mapping[str, Any] 
     for p in PROPS:
         if role in p.roles and p.name not in out:
             out[p.name] = p.default
-    out.role = role
-    out.explicit = frozenset(explicit)
-    _check(out, role)
-    return out
+    # The dict holds each property of the role under its name, parsed to its type: the
+    # TypedDicts above, which a test holds to PROPS.
+    c = cast(ProducerConfig, out) if role == P else cast(ConsumerConfig, out) if role == C else cast(AdminConfig, out)
+    _check_common(c, explicit)
+    if role == P:
+        _check_producer(cast(ProducerConfig, c))
+    elif role == C:
+        _check_consumer(cast(ConsumerConfig, c))
+    if c["allow.auto.create.topics"] is None:  # unset: false for consumers, true otherwise
+        c["allow.auto.create.topics"] = role != C
+    return c
 
 
 def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
@@ -353,61 +500,61 @@ def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
     return out
 
 
-def _check(c: Config, role: str) -> None:
+def _check_common(c: CommonConfig, explicit: set[str]) -> None:
     if not c["bootstrap.servers"]:
         raise ConfigException("bootstrap.servers must be set")
     try:
-        sasl_credentials({k: v for k, v in c.items() if k in c.explicit or k == "security.protocol"})
+        sasl_credentials({k: v for k, v in c.items() if k in explicit or k == "security.protocol"})
     except ValueError as e:
         raise ConfigException(str(e)) from None
     try:
         parse_bootstrap(c["bootstrap.servers"])
     except ValueError as e:
         raise ConfigException(f"Invalid value for configuration property \"bootstrap.servers\": {e}") from None
-    if role == P:
-        if c["transactional.id"] is not None:
-            # A transactional producer is an idempotent one, acks=all (as in Java and librdkafka).
-            if not c["transactional.id"]:
-                raise ConfigException("transactional.id must not be empty")
-            if c["enable.idempotence"] is False:
-                raise ConfigException("transactional.id requires enable.idempotence=true")
-            if c["acks"] != -1:
-                raise ConfigException("transactional.id requires acks=all")
-            c["enable.idempotence"] = True
-        idem = c["enable.idempotence"]
-        if idem:  # explicitly on: conflicting settings are errors, as in Java
-            if c["acks"] != -1:
-                raise ConfigException("enable.idempotence=true requires acks=all")
-            if c["max.in.flight.requests.per.connection"] > 5:
-                raise ConfigException("enable.idempotence=true requires max.in.flight.requests.per.connection <= 5")
-            if c["retries"] == 0:
-                raise ConfigException("enable.idempotence=true requires retries > 0")
-        elif idem is None:  # on by default unless other settings rule it out
-            c["enable.idempotence"] = (c["acks"] == -1 and c["max.in.flight.requests.per.connection"] <= 5
-                                       and c["retries"] > 0)
-        if c["compression.level"] != -1:
-            limits = {"gzip": 9, "lz4": 12, "zstd": 22, "snappy": 0, "none": 0}
-            if c["compression.level"] > limits[c["compression.type"]]:
-                raise ConfigException(f"compression.level {c['compression.level']} is out of range for "
-                                      f"{c['compression.type']}")
-    if role == C:
-        if c["heartbeat.interval.ms"] >= c["session.timeout.ms"]:
-            raise ConfigException("heartbeat.interval.ms must be lower than session.timeout.ms")
-        for name in c["partition.assignment.strategy"]:
-            if name not in ASSIGNORS:
-                raise ConfigException(f"Invalid value for configuration property \"partition.assignment.strategy\": "
-                                      f"unknown assignor {name!r}; expected one of {', '.join(ASSIGNORS)}")
-        strategies = c["partition.assignment.strategy"]
-        if "cooperative-sticky" in strategies and len(strategies) > 1:
-            # librdkafka refuses to mix eager and cooperative protocols in one member.
-            raise ConfigException("partition.assignment.strategy: cooperative-sticky cannot be combined "
-                                  "with eager assignors")
-        if c["group.instance.id"] is not None and not c["group.instance.id"]:
-            raise ConfigException("group.instance.id must not be empty")
-        if c["allow.auto.create.topics"] is None:
-            c["allow.auto.create.topics"] = False
-    elif c["allow.auto.create.topics"] is None:
-        c["allow.auto.create.topics"] = True
+
+
+def _check_producer(c: ProducerConfig) -> None:
+    if c["transactional.id"] is not None:
+        # A transactional producer is an idempotent one, acks=all (as in Java and librdkafka).
+        if not c["transactional.id"]:
+            raise ConfigException("transactional.id must not be empty")
+        if c["enable.idempotence"] is False:
+            raise ConfigException("transactional.id requires enable.idempotence=true")
+        if c["acks"] != -1:
+            raise ConfigException("transactional.id requires acks=all")
+        c["enable.idempotence"] = True
+    idem = c["enable.idempotence"]
+    if idem:  # explicitly on: conflicting settings are errors, as in Java
+        if c["acks"] != -1:
+            raise ConfigException("enable.idempotence=true requires acks=all")
+        if c["max.in.flight.requests.per.connection"] > 5:
+            raise ConfigException("enable.idempotence=true requires max.in.flight.requests.per.connection <= 5")
+        if c["retries"] == 0:
+            raise ConfigException("enable.idempotence=true requires retries > 0")
+    elif idem is None:  # on by default unless other settings rule it out
+        c["enable.idempotence"] = (c["acks"] == -1 and c["max.in.flight.requests.per.connection"] <= 5
+                                   and c["retries"] > 0)
+    if c["compression.level"] != -1:
+        limits = {"gzip": 9, "lz4": 12, "zstd": 22, "snappy": 0, "none": 0}
+        if c["compression.level"] > limits[c["compression.type"]]:
+            raise ConfigException(f"compression.level {c['compression.level']} is out of range for "
+                                  f"{c['compression.type']}")
+
+
+def _check_consumer(c: ConsumerConfig) -> None:
+    if c["heartbeat.interval.ms"] >= c["session.timeout.ms"]:
+        raise ConfigException("heartbeat.interval.ms must be lower than session.timeout.ms")
+    for name in c["partition.assignment.strategy"]:
+        if name not in ASSIGNORS:
+            raise ConfigException(f"Invalid value for configuration property \"partition.assignment.strategy\": "
+                                  f"unknown assignor {name!r}; expected one of {', '.join(ASSIGNORS)}")
+    strategies = c["partition.assignment.strategy"]
+    if "cooperative-sticky" in strategies and len(strategies) > 1:
+        # librdkafka refuses to mix eager and cooperative protocols in one member.
+        raise ConfigException("partition.assignment.strategy: cooperative-sticky cannot be combined "
+                              "with eager assignors")
+    if c["group.instance.id"] is not None and not c["group.instance.id"]:
+        raise ConfigException("group.instance.id must not be empty")
 
 
 def describe(role: str) -> list[Prop]:
@@ -415,14 +562,11 @@ def describe(role: str) -> list[Prop]:
     return [p for p in PROPS if role in p.roles]
 
 
-Callback = Callable[..., Any]
-
-
-def ssl_context(conf: Mapping[str, Any]) -> ssl.SSLContext | None:
+def ssl_context(conf: ClientConf) -> ssl.SSLContext | None:
     """The TLS context ``security.protocol`` asks for (None for plaintext); a setting that
     cannot work is a ConfigException naming it."""
     # Typed by each property's definition: a resolved Config, or strings (Spark's options).
-    typed = {}
+    typed: dict[str, ConfigValue] = {}
     for k, v in conf.items():
         if k.startswith("ssl.") or k == "enable.ssl.certificate.verification":
             if k not in BY_NAME:

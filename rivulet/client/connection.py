@@ -17,12 +17,13 @@ import asyncio
 import ssl
 import struct
 from collections import deque
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from rivulet.client import core
 from rivulet.protocol import framing
 from rivulet.protocol.errors import ProtocolDecodeError
-from rivulet.protocol.schema import OutBuf, Request, Struct
+from rivulet.protocol.messages import api_versions_response as avr
+from rivulet.protocol.schema import OutBuf, Part, Request, Struct
 from rivulet.security.client_config import SaslCredentials
 from rivulet.security.sasl import SaslError, client_exchange
 
@@ -44,7 +45,8 @@ _PROBE_SHARE = 0.4
 _PROBE_MAX = 2.0
 
 
-def encode_request_parts(body: Any, api_version: int, correlation_id: int, client_id: bytes | None) -> list[Any]:
+def encode_request_parts(body: Struct, api_version: int, correlation_id: int, client_id: bytes | None
+                         ) -> list[Part]:
     """A request frame as buffers for a vectored write: the bytes framing.encode_request makes,
     but with large records fields (a produce batch) left where they are instead of copied."""
     out = OutBuf(b"\0\0\0\0")
@@ -278,7 +280,7 @@ class BrokerConnection:
                 raise
         return self
 
-    async def _first_answer(self, deadline: float, budget: float) -> Any:
+    async def _first_answer(self, deadline: float, budget: float) -> avr.ApiVersionsResponse:
         """ApiVersions' answer by ``deadline``; with probe_silence, silence until shortly before it
         half-closes the connection to learn what kind of server keeps silent (see _PROBE_SHARE)."""
         loop = asyncio.get_running_loop()
@@ -359,7 +361,6 @@ class BrokerConnection:
         fut: asyncio.Future[R] | None = None
         if expect_response:
             fut = asyncio.get_running_loop().create_future()
-            fut.api = (api_key, version)  # type: ignore[attr-defined]
             self._inflight.append((cid, api_key, version, fut))
         if len(parts) == 1:
             self._transport.write(parts[0])
@@ -375,9 +376,9 @@ class BrokerConnection:
             async with asyncio.timeout(self.request_timeout + 5 if timeout is None else timeout):
                 return await fut
         except TimeoutError:
-            api_key, version = getattr(fut, "api", ("?", "?"))
-            err = RequestTimedOut(f"{framing.api_name(api_key)} v{version} request to {self.host}:{self.port} "
-                                  "timed out")
+            what = next((f"{framing.api_name(api_key)} v{version}" for _, api_key, version, f in self._inflight
+                         if f is fut), "a")
+            err = RequestTimedOut(f"{what} request to {self.host}:{self.port} timed out")
             self._fail_all(err)
             raise err from None
 

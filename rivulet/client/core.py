@@ -15,12 +15,12 @@ import random
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Iterable, Mapping, NamedTuple, TypeVar
+from typing import Callable, Generic, Iterable, Mapping, NamedTuple, Protocol, TypeVar
 
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode, ApiError
-from rivulet.protocol.schema import ZERO_UUID
+from rivulet.protocol.schema import ZERO_UUID, Request, Struct
 from rivulet.protocol.messages import (
     consumer_group_describe_request as cgdq,
     consumer_group_heartbeat_request as cghq,
@@ -37,6 +37,7 @@ from rivulet.protocol.messages import (
     alter_client_quotas_request as acqq,
     alter_client_quotas_response as acqr,
     alter_configs_request as acq,
+    alter_configs_response as acr,
     alter_user_scram_credentials_request as ausq,
     alter_user_scram_credentials_response as ausr,
     api_versions_request as avq,
@@ -70,6 +71,7 @@ from rivulet.protocol.messages import (
     find_coordinator_response as fcr,
     heartbeat_request as hbq,
     incremental_alter_configs_request as iacq,
+    incremental_alter_configs_response as iacr,
     init_producer_id_request as ipq,
     init_producer_id_response as ipr,
     join_group_request as jgq,
@@ -97,6 +99,8 @@ from rivulet.protocol.messages import (
 from rivulet.security.acls import AclBinding, AclBindingFilter, binding_of
 
 T = TypeVar("T")
+V = TypeVar("V")
+R = TypeVar("R", bound=Struct)  # a request's response message
 
 # Versions above these change a request's shape or meaning in ways the clients do not use:
 # topic ids instead of names (Produce and Fetch v13+, OffsetCommit v10+), grouped OffsetFetch
@@ -138,10 +142,6 @@ class Backoff:
     max_ms: float = 1000
     multiplier: float = 2.0
     jitter: float = 0.2
-
-    @classmethod
-    def from_conf(cls, conf: Mapping[str, Any]) -> Backoff:
-        return cls(conf.get("retry.backoff.ms", 100), conf.get("retry.backoff.max.ms", 1000))
 
     def delay_ms(self, attempts: int, uniform: Callable[[float, float], float] = random.uniform) -> float:
         """Milliseconds to wait before the next retry, ``attempts`` retries made so far: the
@@ -268,7 +268,7 @@ class PartitionResults(Generic[T]):
             raise ApiError(ErrorCode(code), f"{what} {tp.topic}-{tp.partition}")
 
 
-def read_partitions(topics: Iterable[Any], value_of: Callable[[Any], T]) -> PartitionResults[T]:
+def read_partitions(topics: Iterable[Struct], value_of: Callable[[Struct], T]) -> PartitionResults[T]:
     """Sort a per-partition answer (topics of partitions with ``error_code``) into results."""
     out: PartitionResults[T] = PartitionResults()
     for t in topics:
@@ -314,7 +314,7 @@ def pick_version(api_key: int, theirs: tuple[int, int] | None, cap: int | None =
 
 
 def produce_request(transactional_id: str | None, acks: int, timeout_ms: int,
-                    batches: Mapping[tuple[str, int], Any]) -> prq.ProduceRequest:
+                    batches: Mapping[tuple[str, int], bytes]) -> prq.ProduceRequest:
     """Produce of one encoded record batch (bytes-like, not copied) per partition."""
     topics: dict[str, list[prq.PartitionProduceData]] = {}
     for (t, p), data in batches.items():
@@ -632,19 +632,19 @@ class CoordinatorLookup:
         return Retry(self.attempts.next_delay())
 
 
-class CoordinatorCall:
+class CoordinatorCall(Generic[R]):
     """``request`` to ``key``'s coordinator, sent again (after looking the coordinator up again)
     while ``error_of(answer)`` asks to retry or find the coordinator. Any other answer is the
     caller's to read, partition errors included. Once out of time, a retriable answer is handed
     back when ``answer_when_out_of_time`` (the caller reads its error), else raised."""
 
-    def __init__(self, key: str, key_type: int, request: Any, error_of: Callable[[Any], int], attempts: Attempts,
+    def __init__(self, key: str, key_type: int, request: Request[R], error_of: Callable[[R], int], attempts: Attempts,
                  answer_when_out_of_time: bool = True) -> None:
         self.key, self.key_type, self.request, self.error_of = key, key_type, request, error_of
         self.attempts = attempts
         self.answer_when_out_of_time = answer_when_out_of_time
 
-    def on_response(self, resp: Any) -> Any:
+    def on_response(self, resp: R) -> R | Retry:
         """The answer to return, or a Retry."""
         code = self.error_of(resp)
         if action(code) not in (Action.RETRY, Action.FIND_COORDINATOR):
@@ -663,7 +663,7 @@ class CoordinatorCall:
         return Retry(self.attempts.next_delay())
 
 
-class LeaderRetry(Generic[T]):
+class LeaderRetry(Generic[V, T]):
     """Requests to partitions' leaders (ListOffsets, DeleteRecords, ...), each partition asked
     again while its answer says the leader moved or is not ready (its leader is forgotten, so the
     transport refreshes metadata before the next round) and while it has no leader to ask. An
@@ -672,9 +672,9 @@ class LeaderRetry(Generic[T]):
     with ``deadline_per_answer`` (the admin client's way) a retriable partition error is raised
     as soon as it comes after the deadline."""
 
-    def __init__(self, items: Mapping[TP, Any], what: str, attempts: Attempts, cluster: Cluster,
+    def __init__(self, items: Mapping[TP, V], what: str, attempts: Attempts, cluster: Cluster,
                  deadline_per_answer: bool = False) -> None:
-        self.remaining: dict[TP, Any] = dict(items)
+        self.remaining: dict[TP, V] = dict(items)
         self.found: dict[TP, T] = {}
         self.what, self.attempts, self.cluster = what, attempts, cluster
         self.deadline_per_answer = deadline_per_answer
@@ -924,7 +924,7 @@ def end_txn_request(transactional_id: str, pid: ProducerIdAndEpoch, commit: bool
                              producer_epoch=pid.epoch, committed=commit)
 
 
-def error_code(resp: Any) -> int:
+def error_code(resp: Struct) -> int:
     """The top-level error of answers that carry one (InitProducerId, AddOffsetsToTxn, EndTxn...)."""
     return resp.error_code
 
@@ -932,7 +932,17 @@ def error_code(resp: Any) -> int:
 # ---------------------------------------------------------------------------- admin
 
 
-def create_topics_request(topics: Iterable[Any], timeout_ms: int, validate_only: bool = False
+class TopicSpec(Protocol):
+    """A topic to create, as the admin client's NewTopic holds it."""
+
+    topic: str
+    num_partitions: int
+    replication_factor: int
+    replica_assignment: list[list[int]] | None
+    config: dict[str, str]
+
+
+def create_topics_request(topics: Iterable[TopicSpec], timeout_ms: int, validate_only: bool = False
                           ) -> ctq.CreateTopicsRequest:
     """CreateTopics for NewTopic-shaped values (topic, num_partitions, replication_factor,
     replica_assignment, config)."""
@@ -1032,7 +1042,7 @@ def alter_configs_request(resource_type: int, name: str, configs: Mapping[str, s
         validate_only=validate_only)
 
 
-def read_alter_configs(resp: Any) -> None:
+def read_alter_configs(resp: acr.AlterConfigsResponse | iacr.IncrementalAlterConfigsResponse) -> None:
     """The answer of AlterConfigs and IncrementalAlterConfigs alike."""
     r = resp.responses[0]
     check(r.error_code, r.error_message)
@@ -1190,7 +1200,7 @@ def read_create_acls(resp: car.CreateAclsResponse) -> list[ApiError | None]:
     return [ApiError(ErrorCode(r.error_code), r.error_message) if r.error_code else None for r in resp.results]
 
 
-def _filter_fields(f: AclBindingFilter) -> dict[str, Any]:
+def _filter_fields(f: AclBindingFilter) -> dict[str, int | str | None]:
     return dict(resource_type_filter=int(f.resource_type), resource_name_filter=f.name,
                 pattern_type_filter=int(f.pattern_type), principal_filter=f.principal, host_filter=f.host,
                 operation=int(f.operation), permission_type=int(f.permission_type))

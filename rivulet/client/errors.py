@@ -11,7 +11,7 @@ conditions use librdkafka's negative codes (``_PARTITION_EOF``, ``_MSG_TIMED_OUT
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Callable
 
 from rivulet.client import core
 from rivulet.protocol.errors import ErrorCode
@@ -143,7 +143,7 @@ class KafkaError(metaclass=_Codes):
 class KafkaException(Exception):
     """Raised by the client; ``args[0]`` is the ``KafkaError``."""
 
-    def __init__(self, error: KafkaError | int | Any = None, reason: str | None = None) -> None:
+    def __init__(self, error: KafkaError | int | None = None, reason: str | None = None) -> None:
         if not isinstance(error, KafkaError):
             error = KafkaError(LOCAL_CODES["_FAIL"] if error is None else int(error), reason)
         super().__init__(error)
@@ -163,7 +163,7 @@ class ConfigException(KafkaException, ValueError):
         super().__init__(KafkaError(LOCAL_CODES["_INVALID_ARG"], reason))
 
 
-def local(name: str, reason: str | None = None, **kw: Any) -> KafkaError:
+def local(name: str, reason: str | None = None, **kw: bool) -> KafkaError:
     """A local (librdkafka-style) error by name, e.g. ``local("_MSG_TIMED_OUT")``."""
     return KafkaError(LOCAL_CODES[name], reason, **kw)
 

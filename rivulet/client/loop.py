@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from typing import Any, Callable, Coroutine
+from typing import Callable, Coroutine, TypeVar
 
 from rivulet.client import errors as E
+
+T = TypeVar("T")
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -44,10 +46,10 @@ class LoopThread:
             finally:
                 self.loop.close()
 
-    def submit(self, coro: Coroutine) -> concurrent.futures.Future:
+    def submit(self, coro: Coroutine[object, object, T]) -> concurrent.futures.Future[T]:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
-    def run(self, coro: Coroutine, timeout: float | None = None) -> Any:
+    def run(self, coro: Coroutine[object, object, T], timeout: float | None = None) -> T:
         if threading.current_thread() is self.thread:
             coro.close()
             raise RuntimeError("a blocking client call was made from its own callback thread")
@@ -58,9 +60,9 @@ class LoopThread:
             fut.cancel()
             raise E.KafkaException(E.local("_TIMED_OUT", "operation timed out")) from None
 
-    def call(self, fn: Callable, *args: Any) -> Any:
+    def call(self, fn: Callable[..., T], *args: object) -> T:
         """Run a plain function on the loop's thread and return its result."""
-        async def _call() -> Any:
+        async def _call() -> T:
             return fn(*args)
         return self.run(_call())
 

@@ -8,11 +8,12 @@ field (key or value) and the headers, so one serializer can serve keys and value
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
-from rivulet.client.errors import KafkaError, KafkaException
+from rivulet.client.config import ClientConf
+from rivulet.client.errors import LOCAL_CODES, KafkaError, KafkaException
 from rivulet.client.sync import Consumer, Producer
-from rivulet.client.types import Message
+from rivulet.client.types import Headers, Message
 
 __all__ = [
     "MessageField", "SerializationContext", "SerializationError", "KeySerializationError", "ValueSerializationError",
@@ -32,7 +33,7 @@ class MessageField:
 class SerializationContext:
     """What a (de)serializer is told besides the object: topic, field and headers."""
 
-    def __init__(self, topic: str, field: str, headers: Any = None) -> None:
+    def __init__(self, topic: str, field: str, headers: Headers = None) -> None:
         self.topic = topic
         self.field = field
         self.headers = headers
@@ -79,7 +80,7 @@ class _DeserializationError(ConsumeError):
     _code = "_VALUE_DESERIALIZATION"
 
     def __init__(self, exception: BaseException | None = None, kafka_message: Message | None = None) -> None:
-        super().__init__(KafkaError(getattr(KafkaError, self._code), str(exception)), exception, kafka_message)
+        super().__init__(KafkaError(LOCAL_CODES[self._code], str(exception)), exception, kafka_message)
 
 
 class KeyDeserializationError(_DeserializationError, SerializationError):
@@ -176,6 +177,7 @@ class StringDeserializer(Deserializer):
             raise SerializationError(str(e)) from e
 
 
+# Any: the application's own objects, whatever its (de)serializers take and make.
 Converter = Callable[[Any, SerializationContext], Any]
 
 
@@ -194,14 +196,15 @@ class SerializingProducer(Producer):
     """A Producer that runs ``key.serializer`` and ``value.serializer`` (from its config) on
     every record it produces."""
 
-    def __init__(self, conf: dict[str, Any]) -> None:
+    def __init__(self, conf: ClientConf) -> None:
         conf = dict(conf)
-        self._key_serializer: Converter | None = conf.pop("key.serializer", None)
-        self._value_serializer: Converter | None = conf.pop("value.serializer", None)
+        # Called as given, as confluent-kafka does: one that is not a function fails at produce().
+        self._key_serializer: Converter | None = cast("Converter | None", conf.pop("key.serializer", None))
+        self._value_serializer: Converter | None = cast("Converter | None", conf.pop("value.serializer", None))
         super().__init__(conf)
 
     def produce(self, topic: str, key: Any = None, value: Any = None, partition: int | None = -1,  # type: ignore[override]
-                on_delivery: Callable | None = None, timestamp: int | None = 0, headers: Any = None) -> None:
+                on_delivery: Callable | None = None, timestamp: int | None = 0, headers: Headers = None) -> None:
         key = _convert(self._key_serializer, key, SerializationContext(topic, MessageField.KEY, headers),
                        KeySerializationError)
         value = _convert(self._value_serializer, value, SerializationContext(topic, MessageField.VALUE, headers),
@@ -213,10 +216,10 @@ class DeserializingConsumer(Consumer):
     """A Consumer whose poll() runs ``key.deserializer`` and ``value.deserializer`` (from its
     config) and raises ConsumeError for an error instead of returning it."""
 
-    def __init__(self, conf: dict[str, Any]) -> None:
+    def __init__(self, conf: ClientConf) -> None:
         conf = dict(conf)
-        self._key_deserializer: Converter | None = conf.pop("key.deserializer", None)
-        self._value_deserializer: Converter | None = conf.pop("value.deserializer", None)
+        self._key_deserializer: Converter | None = cast("Converter | None", conf.pop("key.deserializer", None))
+        self._value_deserializer: Converter | None = cast("Converter | None", conf.pop("value.deserializer", None))
         super().__init__(conf)
 
     def poll(self, timeout: float | None = -1) -> Message | None:

@@ -14,7 +14,7 @@ import logging
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from rivulet.client.core import Cluster
 from rivulet.common.types import TopicPartition as TP
@@ -83,7 +83,7 @@ class ClientStats:
         self.totals.rxmsgs += count
 
     def render(self, cluster: Cluster, connected: Callable[[int], bool], msg_cnt: int, msg_size: int,
-               queued: Iterable[tuple[TP, int, int]] = (), extra: Mapping[TP, Mapping[str, Any]] = {}) -> str:
+               queued: Iterable[tuple[TP, int, int]] = (), extra: Mapping[TP, Mapping[str, object]] = {}) -> str:
         """The JSON document; ``queued`` gives (partition, records, bytes) waiting (to be sent, or
         fetched and not yet consumed); ``extra`` more fields per partition (a consumer's offsets)."""
         now = time.monotonic()
@@ -142,7 +142,7 @@ async def emit_every(interval: float, render: Callable[[], str], deliver: Callab
         deliver(render())
 
 
-def run_stats_cb(cb: Callable[[str], Any] | None, doc: str) -> int:
+def run_stats_cb(cb: Callable[[str], object] | None, doc: str) -> int:
     """Call the application's stats_cb; what it raises is logged, not passed on. Returns 1 (one event served)."""
     try:
         if cb is not None:

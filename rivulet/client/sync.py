@@ -20,10 +20,10 @@ import time
 import weakref
 from collections import deque
 from functools import partial
-from typing import Any, Callable, Coroutine
+from typing import Callable, Coroutine, TypeVar
 
 from rivulet.client import errors as E
-from rivulet.client.config import resolve
+from rivulet.client.config import ClientConf, ConfigValue
 from rivulet.client.loop import LoopThread, stop_thread
 from rivulet.client.consumer.consumer import AIOConsumer
 from rivulet.client.consumer.consumer import Handoff as ConsumerHandoff
@@ -31,9 +31,10 @@ from rivulet.client.producer.accumulator import ProducerBatch
 from rivulet.client.producer.producer import AIOProducer, Handoff
 from rivulet.client.share.consumer import AIOShareConsumer
 from rivulet.client.stats import run_stats_cb
-from rivulet.client.types import ClusterMetadata, Message, TopicPartition
+from rivulet.client.types import ClusterMetadata, ConsumerGroupMetadata, Headers, Message, Payload, TopicPartition
 
 log = logging.getLogger("rivulet.client")
+T = TypeVar("T")
 
 
 def _timeout(t: float | None) -> float | None:
@@ -50,15 +51,15 @@ class Producer:
         p.flush()
     """
 
-    def __init__(self, conf: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        config = resolve(conf, "producer", kwargs)
-        self._lt = LoopThread("rivulet-producer")
-        self._finalizer = weakref.finalize(self, stop_thread, self._lt)
+    def __init__(self, conf: ClientConf | None = None, **kwargs: ConfigValue) -> None:
         self._cond = threading.Condition()
         # (function, arguments) to run on the application's thread: delivery reports, error_cb.
         self._reports: deque[tuple[Callable, tuple]] = deque()
-        self._aio = AIOProducer(config, handoff=Handoff(self._cond, self._enqueue_report, self._enqueue_error,
-                                                        self._enqueue_stats))
+        # First, so that a configuration it refuses raises before a thread is started.
+        self._aio = AIOProducer(conf, handoff=Handoff(self._cond, self._enqueue_report, self._enqueue_error,
+                                                      self._enqueue_stats), **kwargs)
+        self._lt = LoopThread("rivulet-producer")
+        self._finalizer = weakref.finalize(self, stop_thread, self._lt)
         self._closed = False
         self._lt.run(self._aio.start())
 
@@ -82,8 +83,8 @@ class Producer:
         E.call_error_cb(self._aio.error_cb, err)
         return 1
 
-    def produce(self, topic: str, value: Any = None, key: Any = None, partition: int | None = -1,
-                on_delivery: Callable | None = None, timestamp: int | None = 0, headers: Any = None,
+    def produce(self, topic: str, value: Payload = None, key: Payload = None, partition: int | None = -1,
+                on_delivery: Callable | None = None, timestamp: int | None = 0, headers: Headers = None,
                 callback: Callable | None = None) -> None:
         """Queue a record. The delivery report comes to ``on_delivery(err, msg)`` from poll()/flush().
         Raises BufferError when the queue is full: poll() and try again."""
@@ -152,7 +153,7 @@ class Producer:
             self._lt.loop.call_soon_threadsafe(self._aio.purge, in_queue, in_flight)
 
     # ------------------------------------------------------------ transactions
-    def _txn_run(self, coro: Coroutine, timeout: float | None) -> Any:
+    def _txn_run(self, coro: Coroutine[object, object, T], timeout: float | None) -> T:
         # The coroutine keeps its own deadline; this one only guards against a hang.
         return self._lt.run(coro, None if timeout is None else timeout + 5)
 
@@ -164,7 +165,7 @@ class Producer:
     def begin_transaction(self) -> None:
         self._aio.begin_transaction()
 
-    def send_offsets_to_transaction(self, positions: list[Any], group_metadata: Any,
+    def send_offsets_to_transaction(self, positions: list[TopicPartition], group_metadata: ConsumerGroupMetadata,
                                     timeout: float | None = None) -> None:
         """Commit ``positions`` (the next offsets to consume) for the group of ``group_metadata``
         (``Consumer.consumer_group_metadata()``) as part of the transaction."""
@@ -208,7 +209,7 @@ class Producer:
     def __enter__(self) -> Producer:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -225,14 +226,14 @@ class Consumer:
         c.close()
     """
 
-    def __init__(self, conf: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        config = resolve(conf, "consumer", kwargs)
-        self._lt = LoopThread("rivulet-consumer")
-        self._finalizer = weakref.finalize(self, stop_thread, self._lt)
+    def __init__(self, conf: ClientConf | None = None, **kwargs: ConfigValue) -> None:
         self._cond = threading.Condition()
         self._events: deque[tuple[Callable, tuple, concurrent.futures.Future | None]] = deque()
-        aio = self._aio = AIOConsumer(config, handoff=ConsumerHandoff(
-            self._notify, self._invoke_listener, self._commit_done, self._on_error, self._on_stats))
+        # First, so that a configuration it refuses raises before a thread is started.
+        aio = self._aio = AIOConsumer(conf, handoff=ConsumerHandoff(
+            self._notify, self._invoke_listener, self._commit_done, self._on_error, self._on_stats), **kwargs)
+        self._lt = LoopThread("rivulet-consumer")
+        self._finalizer = weakref.finalize(self, stop_thread, self._lt)
         self._closed = False
         self._lt.run(aio.start())
 
@@ -272,7 +273,7 @@ class Consumer:
                 if fut is not None and not fut.done():
                     fut.set_result(None)
 
-    def _wait(self, coro: Coroutine, timeout: float | None = None) -> Any:
+    def _wait(self, coro: Coroutine[object, object, T], timeout: float | None = None) -> T:
         """Run on the loop and wait, serving callbacks meanwhile (a rebalance may need them)."""
         fut = self._lt.submit(coro)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -285,7 +286,7 @@ class Consumer:
                     fut.cancel()
                     raise E.KafkaException(E.local("_TIMED_OUT", "operation timed out")) from None
 
-    def _call(self, fn: Callable, *args: Any) -> Any:
+    def _call(self, fn: Callable[..., T], *args: object) -> T:
         if self._closed:
             raise RuntimeError("Consumer closed")
         if self._aio._in_rebalance_cb:
@@ -403,7 +404,7 @@ class Consumer:
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata:
         return self._wait(self._aio.list_topics(topic, _timeout(timeout)))
 
-    def consumer_group_metadata(self) -> Any:
+    def consumer_group_metadata(self) -> ConsumerGroupMetadata:
         """The group's id, generation and member id, for Producer.send_offsets_to_transaction()."""
         return self._aio.consumer_group_metadata()
 
@@ -424,7 +425,7 @@ class Consumer:
     def __enter__(self) -> Consumer:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -445,7 +446,7 @@ class ShareConsumer:
     and close.
     """
 
-    def __init__(self, conf: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def __init__(self, conf: ClientConf | None = None, **kwargs: ConfigValue) -> None:
         self._lt = LoopThread("rivulet-share-consumer")
         self._finalizer = weakref.finalize(self, stop_thread, self._lt)
         try:
@@ -455,14 +456,14 @@ class ShareConsumer:
             raise
         self._callback: Callable | None = None
 
-    def _run(self, coro: Coroutine) -> Any:
+    def _run(self, coro: Coroutine[object, object, T]) -> T:
         self._check_open(coro)
         try:
             return self._lt.run(coro)
         finally:
             self._serve_callbacks()
 
-    def _call(self, fn: Callable, *args: Any) -> Any:
+    def _call(self, fn: Callable[..., T], *args: object) -> T:
         self._check_open()
         return self._lt.call(fn, *args)
 
@@ -526,11 +527,11 @@ class ShareConsumer:
     def __enter__(self) -> ShareConsumer:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-async def _make_share_consumer(conf: dict[str, Any] | None, kwargs: dict[str, Any]) -> AIOShareConsumer:
+async def _make_share_consumer(conf: ClientConf | None, kwargs: dict[str, ConfigValue]) -> AIOShareConsumer:
     # On the loop: its events belong to it. The callbacks run on the application's thread.
     c = AIOShareConsumer(conf, dispatch_callbacks=False, **kwargs)
     await c.start()

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from rivulet.client.errors import KafkaError
+
+if TYPE_CHECKING:
+    from rivulet.protocol.messages.metadata_response import MetadataResponse
 
 OFFSET_BEGINNING = -2
 OFFSET_END = -1
 OFFSET_STORED = -1000
 OFFSET_INVALID = -1001
+
+Payload = bytes | bytearray | memoryview | str | None
+"""A record's key or value, or a header's value, as the producer takes it (str as UTF-8)."""
+Headers = Mapping[str | bytes, Payload] | Sequence[tuple[str | bytes, Payload]] | None
+"""A record's headers as the producer takes them: a dict, or (name, value) pairs."""
 
 TIMESTAMP_NOT_AVAILABLE = 0
 TIMESTAMP_CREATE_TIME = 1
@@ -79,10 +88,11 @@ class Message:
     def offset(self) -> int:
         return self._offset
 
+    # Any, not bytes: a DeserializingConsumer's deserializer puts the application's objects here.
     def key(self) -> Any:
         return self._key
 
-    def value(self) -> Any:
+    def value(self) -> Any:  # as key()
         return self._value
 
     def headers(self) -> list[tuple[str, bytes | None]] | None:
@@ -105,10 +115,10 @@ class Message:
         """How often a share group delivered this record (None: not from a share consumer)."""
         return None
 
-    def set_key(self, key: Any) -> None:
+    def set_key(self, key: Any) -> None:  # as key()
         self._key = key
 
-    def set_value(self, value: Any) -> None:
+    def set_value(self, value: Any) -> None:  # as key()
         self._value = value
 
     def set_headers(self, headers: list) -> None:
@@ -212,10 +222,10 @@ class ClusterMetadata:
         self.orig_broker_name: str | None = None
 
     @classmethod
-    def from_response(cls, resp: Any) -> ClusterMetadata:
+    def from_response(cls, resp: MetadataResponse) -> ClusterMetadata:
         md = cls()
-        md.cluster_id = getattr(resp, "cluster_id", None)
-        md.controller_id = getattr(resp, "controller_id", -1)
+        md.cluster_id = resp.cluster_id
+        md.controller_id = resp.controller_id
         for b in resp.brokers:
             md.brokers[b.node_id] = BrokerMetadata(b.node_id, b.host, b.port)
         for t in resp.topics:

@@ -75,4 +75,4 @@ class NodeEndpoint:
 class ConfigValues(Protocol):
     """Broker config values by property name (``BrokerConfig``, or a dict in tests)."""
 
-    def __getitem__(self, name: str) -> Any: ...
+    def __getitem__(self, name: str) -> Any: ...  # Any: each property's value has its own type

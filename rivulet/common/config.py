@@ -130,6 +130,8 @@ _RANGES = {
 }
 
 
+# Any in this framework: a property's value, whose type its ConfigType (or convert) decides and
+# whose readers (BrokerConfig, LogConfig, the client's TypedDicts) type by property.
 def parse_value(ctype: ConfigType, raw: Any) -> Any:
     """``raw`` as a value of ``ctype``; ValueError with the reason when it is not one."""
     if ctype in _RANGES:

@@ -61,6 +61,7 @@ def configure_logging(levels: dict[str, int], fmt: str = "text", file: str | Non
     ``backups`` old files kept; 0 never rotates) when given, else to ``stream`` (stderr)."""
     if fmt not in LOG_FORMATS:
         raise ValueError(f"unknown log format '{fmt}'; known: {', '.join(LOG_FORMATS)}")
+    # Any: logging.config.dictConfig's schema, of mixed values.
     formatter: dict[str, Any] = ({"()": json_formatter} if fmt == "json" else {"format": TEXT_FORMAT})
     if file:
         os.makedirs(os.path.dirname(os.path.abspath(file)), exist_ok=True)

@@ -15,7 +15,7 @@ class InvalidRegex(ValueError):
     """The pattern does not compile; the message says why, as RE2 does."""
 
 
-def compile_re2(pattern: str) -> Any:
+def compile_re2(pattern: str) -> Any:  # Any: google-re2 ships no types for its compiled patterns
     """The compiled pattern (use ``fullmatch`` to match a whole name, as Kafka's ``matches()``)."""
     try:
         return re2.compile(pattern, _QUIET)

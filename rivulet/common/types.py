@@ -1,9 +1,11 @@
-"""The topic-partition key used everywhere inside Rivulet (broker, coordinators, client)."""
+"""The topic-partition key used everywhere inside Rivulet (broker, coordinators, client), and
+the acknowledge types of share groups (the client's and the broker's)."""
 
 from __future__ import annotations
 
 import base64
 import uuid
+from enum import IntEnum
 from typing import NamedTuple
 
 
@@ -17,6 +19,22 @@ class TopicPartition(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.topic}-{self.partition}"
+
+
+class AcknowledgeType(IntEnum):
+    """How a share group's delivery of a record ends (Kafka's AcknowledgeType): ACCEPT
+    (processed), RELEASE (deliver again), REJECT (unprocessable: archived), RENEW (still working
+    on it: the acquisition lock restarts)."""
+
+    ACCEPT = 1
+    RELEASE = 2
+    REJECT = 3
+    RENEW = 4
+
+
+ACKNOWLEDGE_GAP = 0
+"""The acknowledge type id, in ShareFetch and ShareAcknowledge, of an acquired offset that holds
+no record (a control record, a gap compaction left): archived, as it can never be delivered."""
 
 
 def base64_topic_id(topic_id: uuid.UUID) -> str:

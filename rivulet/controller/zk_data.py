@@ -53,6 +53,7 @@ PERSISTENT_PATHS = (CONSUMERS, BROKER_IDS, TOPICS, CONFIG_CHANGES, DELETE_TOPICS
                     *(f"{CONFIG}/{t}" for t in CONFIG_ENTITY_TYPES))
 
 
+# Any in this module: the JSON of Kafka's znodes.
 def _dump(doc: dict[str, Any]) -> bytes:
     return json.dumps(doc, separators=(",", ":")).encode()
 

@@ -22,6 +22,7 @@ from rivulet.coordinator.group_metadata import (
     MemberMetadata,
     OffsetAndMetadata,
 )
+from rivulet.protocol.schema import Struct
 from rivulet.protocol.messages.consumer_group_current_member_assignment_key import (
     ConsumerGroupCurrentMemberAssignmentKey,
 )
@@ -119,24 +120,24 @@ class UnknownKey:
 class ConsumerGroupRecordKey:
     """A KIP-848 consumer group record: its decoded key, and how to decode its value."""
 
-    key: Any
-    value_type: type
+    key: Any  # the record type's key message, which the group's replay takes by its type
+    value_type: type[Struct]
 
 
 @dataclass(frozen=True, slots=True)
 class ShareGroupRecordKey:
     """A KIP-932 share group record: its decoded key, and how to decode its value."""
 
-    key: Any
-    value_type: type
+    key: Any  # the record type's key message, which the group's replay takes by its type
+    value_type: type[Struct]
 
 
 @dataclass(frozen=True, slots=True)
 class StreamsGroupRecordKey:
     """A KIP-1071 streams group record: its decoded key, and how to decode its value."""
 
-    key: Any
-    value_type: type
+    key: Any  # the record type's key message, which the group's replay takes by its type
+    value_type: type[Struct]
 
 
 # Record type -> (key struct, value struct) of the consumer group records; type 4 (partition
@@ -213,14 +214,14 @@ def group_metadata_value(group: GroupMetadata, assignment: Mapping[str, bytes]) 
         leader=group.leader_id, current_state_timestamp=-1 if ts is None else ts, members=members))
 
 
-def consumer_group_record(key: Any, value: Any) -> tuple[bytes, bytes | None]:
+def consumer_group_record(key: object, value: object) -> tuple[bytes, bytes | None]:  # the groups' Records
     """A consumer or share group record (key struct, value struct or None) as written: the key
     after its record type, the value after its version (0, the only one)."""
     return _key(key), None if value is None else _prefixed(0, value)
 
 
 def read_consumer_group_value(key: ConsumerGroupRecordKey | ShareGroupRecordKey | StreamsGroupRecordKey,
-                              data: bytes | None) -> Any:
+                              data: bytes | None) -> Struct | None:
     if data is None:
         return None
     (version,) = _VERSION.unpack_from(data, 0)

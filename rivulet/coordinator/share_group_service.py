@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import Any, Callable, Coroutine
+from typing import Callable, Coroutine
 
 from rivulet.common.cluster import MetadataView
 from rivulet.common.time import Clock
@@ -288,7 +288,7 @@ def _failed(topics: list[ShareOffsetsTopic], error: ErrorCode, only: TopicPartit
     return topics
 
 
-def spawn(coro: Coroutine[Any, Any, None], callback: Callable[[ShareOffsetsResult], None]) -> None:
+def spawn(coro: Coroutine[object, object, None], callback: Callable[[ShareOffsetsResult], None]) -> None:
     """Run an offsets step that answers through ``callback``; one that fails answers
     UNKNOWN_SERVER_ERROR rather than never."""
     def done(task: asyncio.Future) -> None:

@@ -31,7 +31,7 @@ class _Reaper(TimerTask):
 
     __slots__ = ("_purgatory",)
 
-    def __init__(self, purgatory: DelayedOperationPurgatory[Any]) -> None:
+    def __init__(self, purgatory: DelayedOperationPurgatory[Any]) -> None:  # Any: of any operation type
         super().__init__(0)
         self._purgatory = purgatory
 

@@ -11,11 +11,10 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
 
 from rivulet.protocol.errors import ProtocolDecodeError
 from rivulet.protocol.messages import API_CLASSES, load
-from rivulet.protocol.schema import OutBuf, Struct, read_uvarint, write_uvarint
+from rivulet.protocol.schema import OutBuf, Part, Struct, read_uvarint, write_uvarint
 
 API_VERSIONS_KEY = 18
 CONTROLLED_SHUTDOWN_KEY = 7
@@ -135,7 +134,7 @@ def decode_request_header(frame: bytes | bytearray | memoryview) -> tuple[Reques
     return hdr, pos
 
 
-def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader, Any]:
+def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader, Struct]:
     """Decode a request frame (without its size prefix) into its header and body."""
     hdr, pos = decode_request_header(frame)
     body = request_class(hdr.api_key).decode(frame, hdr.api_version, pos)
@@ -167,7 +166,8 @@ def encode_response(body: Struct, api_key: int, api_version: int, correlation_id
     return b"".join(encode_response_parts(body, api_key, api_version, correlation_id))
 
 
-def encode_response_parts(body: Struct, api_key: int, api_version: int, correlation_id: int) -> list[Any]:
+def encode_response_parts(body: Struct, api_key: int, api_version: int, correlation_id: int
+                          ) -> list[Part]:
     """A whole response frame as buffers for a vectored write; large records are not copied."""
     out = OutBuf(8)
     _SIZE.pack_into(out, 4, correlation_id)
@@ -178,7 +178,7 @@ def encode_response_parts(body: Struct, api_key: int, api_version: int, correlat
     return out.parts()
 
 
-def decode_response(frame: bytes | bytearray | memoryview, api_key: int, api_version: int) -> tuple[int, Any]:
+def decode_response(frame: bytes | bytearray | memoryview, api_key: int, api_version: int) -> tuple[int, Struct]:
     """Decode a response frame (without its size prefix): (correlation id, body)."""
     buf = frame if isinstance(frame, memoryview) else memoryview(frame)
     if len(buf) < 4:

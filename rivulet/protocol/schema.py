@@ -13,10 +13,13 @@ from __future__ import annotations
 import keyword
 import struct
 import uuid
-from typing import Any, Callable, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, NamedTuple, Self, TypeAlias, TypeVar
 
 from rivulet.protocol.accel import speedups
 from rivulet.protocol.errors import ProtocolDecodeError
+
+if TYPE_CHECKING:
+    from rivulet.common.file_region import FileRegion
 
 ZERO_UUID = uuid.UUID(int=0)
 _UUID = uuid.UUID
@@ -54,7 +57,7 @@ def _in(rng: tuple[int, int] | None, v: int) -> bool:
 
 # ---------------------------------------------------------------- varints (used by compiled code)
 
-def read_uvarint(buf: Any, pos: int) -> tuple[int, int]:
+def read_uvarint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
     result = 0
     shift = 0
     while True:
@@ -78,6 +81,10 @@ def write_uvarint(out: bytearray, value: int) -> None:
     out.append(value)
 
 
+Part: TypeAlias = "bytes | bytearray | memoryview | FileRegion"
+"""A piece of an encoded message: bytes, or a records field's FileRegion (sent from the file)."""
+
+
 class OutBuf(bytearray):
     """An encode buffer that keeps large records fields out of line.
 
@@ -87,18 +94,18 @@ class OutBuf(bytearray):
 
     __slots__ = ("chunks",)
 
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        self.chunks: list[tuple[int, Any]] = []
+    def __init__(self, init: int | bytes = b"") -> None:
+        super().__init__(init)
+        self.chunks: list[tuple[int, Part]] = []
 
     def total_size(self) -> int:
         return len(self) + sum(len(b) for _, b in self.chunks)
 
-    def parts(self) -> list[Any]:
+    def parts(self) -> list[Part]:
         if not self.chunks:
             return [self]
         view = memoryview(self)
-        out = []
+        out: list[Part] = []
         start = 0
         for pos, b in self.chunks:
             out.append(view[start:pos])
@@ -125,13 +132,14 @@ class _Gen:
 
     def __init__(self) -> None:
         self.lines: list[str] = []
+        # exec's namespace: the generated code's helpers and constants, and what it defines.
         self.ns: dict[str, Any] = {
             "read_uvarint": read_uvarint, "write_uvarint": write_uvarint, "UUID": _UUID,
             "Err": ProtocolDecodeError, "I16": _I16, "I32": _I32, "OutBuf": OutBuf, "CHUNK_MIN": CHUNK_MIN,
         }
         self._n = 0
 
-    def name(self, prefix: str, obj: Any) -> str:
+    def name(self, prefix: str, obj: object) -> str:
         self._n += 1
         key = f"{prefix}{self._n}"
         self.ns[key] = obj
@@ -421,7 +429,7 @@ def compile_writer(cls: type, version: int, flex: bool) -> Callable:
     return g.ns["write"]
 
 
-def _default(f: F) -> Any:
+def _default(f: F) -> Any:  # a field's value: its type is the field's, known to generated code only
     d = f.default
     if f.is_array:
         return None if d is None else []
@@ -459,7 +467,7 @@ def _compile_init(cls: type[Struct]) -> Callable[..., None]:
     if not all(n.isidentifier() and not keyword.iskeyword(n) and n != "self" for n in names):
         init = Struct._generic_init
     else:
-        ns: dict[str, Any] = {"_M": _MISSING}
+        ns: dict[str, Any] = {"_M": _MISSING}  # exec's namespace, as _Gen.ns
         params = ", ".join(f"{n}=_M" for n in names)
         lines = [f"def __init__(self, *, {params}{', ' if names else ''}**_extra):",
                  "    if _extra:",
@@ -490,7 +498,7 @@ def _compile_eq(cls: type[Struct]) -> Callable[[Struct, object], bool]:
     if not all(n.isidentifier() and not keyword.iskeyword(n) and n not in ("self", "other") for n in names):
         eq = Struct._generic_eq
     else:
-        ns: dict[str, Any] = {}
+        ns: dict[str, Any] = {}  # exec's namespace, as _Gen.ns
         body = " and ".join(f"self.{n} == other.{n}" for n in names) or "True"
         src = (f"def __eq__(self, other):\n"
                f"    if type(other) is not type(self):\n"
@@ -514,12 +522,12 @@ class Struct:
     VALID_VERSIONS: tuple[int, int] = (0, -1)
     FLEXIBLE_VERSIONS: tuple[int, int] = (1, 0)
 
-    def __init_subclass__(cls, **kw: Any) -> None:
+    def __init_subclass__(cls, **kw: object) -> None:
         super().__init_subclass__(**kw)
         cls._readers: dict[tuple[int, bool], Callable] = {}
         cls._writers: dict[tuple[int, bool], Callable] = {}
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, **kwargs: Any) -> None:  # field values, each of its field's type
         # The first instance of a class compiles the class's own __init__ (its fields as
         # keyword parameters, defaults inline): handlers build a response's structs per
         # request, and a loop over FIELDS costs several times more.
@@ -528,7 +536,7 @@ class Struct:
         init(self, **kwargs)
 
     @staticmethod
-    def _generic_init(self: Struct, **kwargs: Any) -> None:
+    def _generic_init(self: Struct, **kwargs: Any) -> None:  # as __init__
         for f in self.FIELDS:
             v = kwargs.pop(f.name, _MISSING)
             object.__setattr__(self, f.name, _default(f) if v is _MISSING else v)
@@ -556,13 +564,13 @@ class Struct:
         return _in(cls.FLEXIBLE_VERSIONS, version)
 
     @classmethod
-    def decode(cls, data: bytes | bytearray | memoryview, version: int, pos: int = 0) -> Any:
+    def decode(cls, data: bytes | bytearray | memoryview, version: int, pos: int = 0) -> Self:
         """Decode a whole message body; trailing bytes past it are ignored."""
         obj, _ = cls.decode_from(data, version, pos)
         return obj
 
     @classmethod
-    def decode_from(cls, data: bytes | bytearray | memoryview, version: int, pos: int = 0) -> tuple[Any, int]:
+    def decode_from(cls, data: bytes | bytearray | memoryview, version: int, pos: int = 0) -> tuple[Self, int]:
         if not _in(cls.VALID_VERSIONS, version):
             raise ProtocolDecodeError(f"{cls.NAME or cls.__name__} has no version {version}")
         buf = data if isinstance(data, memoryview) else memoryview(data)
@@ -574,7 +582,7 @@ class Struct:
             raise ProtocolDecodeError(f"malformed {cls.NAME or cls.__name__} v{version}: {e}") from None
 
     @classmethod
-    def decode_versioned(cls, data: bytes, unknown: str) -> tuple[int, Any]:
+    def decode_versioned(cls, data: bytes, unknown: str) -> tuple[int, Self]:
         """(version, message) of a coordinator log's record value: an int16 version, then the
         message at that version. A version outside VALID_VERSIONS raises ValueError(``unknown``
         formatted with it)."""
@@ -607,8 +615,8 @@ class Struct:
         inner = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in self.FIELDS)
         return f"{type(self).__name__}({inner})"
 
-    def to_dict(self) -> dict[str, Any]:
-        def conv(v: Any) -> Any:
+    def to_dict(self) -> dict[str, object]:
+        def conv(v: object) -> object:
             if isinstance(v, Struct):
                 return v.to_dict()
             if isinstance(v, list):

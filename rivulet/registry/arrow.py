@@ -351,7 +351,7 @@ def _proto_type(message, stack: tuple[str, ...]) -> tuple[pa.DataType, Convert]:
 
 def _proto_map(name: str, conv: Convert | None) -> Callable[[object], object]:
     def read(m: object) -> object:
-        entries = getattr(m, name)
+        entries = getattr(m, name)  # the message's field of the schema's name, as all readers here
         return [(k, conv(v) if conv else v) for k, v in entries.items()]
     return read
 

@@ -10,12 +10,11 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
-
 from rivulet.client.admin.client import AdminClient, NewTopic
-from rivulet.client.errors import KafkaException
+from rivulet.client.config import ClientConf
+from rivulet.client.errors import KafkaError, KafkaException
 from rivulet.client.sync import Consumer, Producer
-from rivulet.client.types import OFFSET_BEGINNING, TopicPartition
+from rivulet.client.types import OFFSET_BEGINNING, Message, TopicPartition
 from rivulet.protocol.errors import ErrorCode
 from rivulet.registry import errors as E
 from rivulet.registry.state import RegistryState, noop_key
@@ -30,7 +29,7 @@ class KafkaStore:
     settings); ``timeout_s``: how long a write or the first replay may take (Confluent's
     ``kafkastore.timeout.ms``)."""
 
-    def __init__(self, client_config: dict[str, Any], topic: str = DEFAULT_TOPIC, timeout_s: float = 60.0,
+    def __init__(self, client_config: ClientConf, topic: str = DEFAULT_TOPIC, timeout_s: float = 60.0,
                  replication_factor: int = 3, wait_for_replicas: bool = False) -> None:
         self.client_config = dict(client_config)
         self.topic = topic
@@ -169,7 +168,7 @@ class KafkaStore:
         offsets: list[int] = []
         failures: list[str] = []
 
-        def delivered(err: Any, msg: Any) -> None:
+        def delivered(err: KafkaError | None, msg: Message) -> None:
             if err is not None:
                 failures.append(str(err))
             else:

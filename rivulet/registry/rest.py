@@ -8,8 +8,8 @@ import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException
@@ -91,10 +91,10 @@ SLASH = "\ue000"
 class _EncodedSlashes:
     """WSGI middleware: the path as sent (waitress's REQUEST_URI), decoded but for its %2F."""
 
-    def __init__(self, app: Callable[..., Any]) -> None:
+    def __init__(self, app: WSGIApplication) -> None:
         self.app = app
 
-    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         raw = environ.get("REQUEST_URI", "").split("?", 1)[0]
         if "%2f" in raw.lower():
             path = urllib.parse.unquote(raw.replace("%2F", SLASH).replace("%2f", SLASH))
@@ -102,14 +102,14 @@ class _EncodedSlashes:
         return self.app(environ, start_response)
 
 
-def _subject(kw: dict[str, Any]) -> dict[str, Any]:
+def _subject(kw: dict[str, str]) -> dict[str, str]:
     if "subject" in kw:
         kw["subject"] = kw["subject"].replace(SLASH, "/")
     return kw
 
 
 def create_wsgi(registry: SchemaRegistry, election: WriterElection, security: RegistrySecurity | None = None,
-                forward_tls: ssl.SSLContext | None = None) -> Callable[..., Any]:
+                forward_tls: ssl.SSLContext | None = None) -> WSGIApplication:
     """The registry's WSGI application. ``forward_tls``: how to reach the writer over https."""
     return _EncodedSlashes(create_app(registry, election, security, forward_tls))
 
@@ -165,7 +165,7 @@ def create_app(registry: SchemaRegistry, election: WriterElection, security: Reg
             not any((rule, tuple(methods)) in READING_POSTS for rule in rules)
 
         def wrap(fn: Callable[..., object]) -> Callable[..., Response]:
-            def view(**kw: Any) -> Response:
+            def view(**kw: str) -> Response:
                 if changes and not election.is_writer():
                     return _forward(election, forward_tls)
                 return _reply(_readable(security, request.url_rule.rule if request.url_rule else "",

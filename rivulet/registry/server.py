@@ -10,12 +10,13 @@ import socketserver
 import ssl
 import threading
 from collections.abc import Callable
-from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+from wsgiref.types import WSGIApplication, WSGIEnvironment
 
 import waitress
 from waitress.server import BaseWSGIServer, MultiSocketServer
 
+from rivulet.client.config import ClientConf
 from rivulet.registry.avro_schema import AvroProvider
 from rivulet.registry.client import RegisteredSchema, RegistryError
 from rivulet.registry.json_schema import JsonSchemaProvider
@@ -43,13 +44,13 @@ class _TlsHandler(WSGIRequestHandler):
         self.request.do_handshake()
         super().setup()
 
-    def get_environ(self) -> dict[str, Any]:
+    def get_environ(self) -> WSGIEnvironment:
         env = super().get_environ()
         env[PEER_DN] = peer_dn(self.request)
         env["REQUEST_URI"] = self.path  # as sent, as waitress gives it: a subject's %2F stays encoded
         return env
 
-    def log_message(self, format: str, *args: Any) -> None:
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
@@ -59,7 +60,7 @@ class _TlsServer(socketserver.ThreadingMixIn, WSGIServer):
 
     daemon_threads = True
 
-    def __init__(self, sock: socket.socket, context: ssl.SSLContext, app: Callable[..., Any]) -> None:
+    def __init__(self, sock: socket.socket, context: ssl.SSLContext, app: WSGIApplication) -> None:
         super().__init__(sock.getsockname()[:2], _TlsHandler, bind_and_activate=False)
         self.socket.close()
         self.socket = sock
@@ -68,11 +69,11 @@ class _TlsServer(socketserver.ThreadingMixIn, WSGIServer):
         self.set_app(app)
         self.context = context
 
-    def get_request(self) -> tuple[ssl.SSLSocket, Any]:
+    def get_request(self) -> tuple[ssl.SSLSocket, object]:
         conn, addr = self.socket.accept()
         return self.context.wrap_socket(conn, server_side=True, do_handshake_on_connect=False), addr
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
+    def handle_error(self, request: object, client_address: object) -> None:
         log.debug("schema registry connection from %s failed", client_address, exc_info=True)
 
 
@@ -106,7 +107,7 @@ class SchemaRegistryServer:
         self.port = self._sock.getsockname()[1]
         return self.port
 
-    def start(self, client_config: dict[str, Any], advertised_host: str = "", zookeeper_connect: str = "",
+    def start(self, client_config: ClientConf, advertised_host: str = "", zookeeper_connect: str = "",
               security: RegistrySecurity | None = None) -> None:
         """``advertised_host``: how the other brokers' registries reach this one;
         ``zookeeper_connect``: a cluster's, where its registries elect their writer (else this

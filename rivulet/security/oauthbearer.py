@@ -18,11 +18,14 @@ import json
 import time
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from rivulet.common.time import SYSTEM_CLOCK
 from rivulet.security.principal import USER_TYPE, KafkaPrincipal
 from rivulet.security.sasl import SaslAuthenticationError, SaslError
+
+if TYPE_CHECKING:
+    import jwt  # imported where used: PyJWT is needed for signed tokens only
 
 OAUTHBEARER = "OAUTHBEARER"
 _SEP = "\x01"
@@ -46,7 +49,7 @@ class ValidToken:
 TokenValidator = Callable[[str], ValidToken]
 
 
-def _b64url_json(part: str) -> dict[str, Any]:
+def _b64url_json(part: str) -> dict[str, Any]:  # Any: a JWT's JSON, claims of any shape
     try:
         value = json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
     except (ValueError, json.JSONDecodeError):
@@ -148,7 +151,7 @@ class JwtValidator:
     clock_skew_s: int = 30
     refresh_ms: int = 3600000
     now_ms: Callable[[], int] = field(default=SYSTEM_CLOCK.milliseconds)
-    _keys: dict[str, Any] = field(default_factory=dict)
+    _keys: dict[str, jwt.PyJWK] = field(default_factory=dict)
     _fetched_ms: int = -1
 
     def _load_keys(self) -> None:
@@ -164,7 +167,7 @@ class JwtValidator:
         self._keys = keys
         self._fetched_ms = self.now_ms()
 
-    def _key(self, kid: str) -> Any:
+    def _key(self, kid: str) -> jwt.PyJWK:
         if self._fetched_ms < 0 or self.now_ms() - self._fetched_ms > self.refresh_ms or kid not in self._keys:
             try:
                 self._load_keys()

@@ -14,7 +14,7 @@ from typing import Callable, Generator, Protocol
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages.sasl_authenticate_request import SaslAuthenticateRequest
 from rivulet.protocol.messages.sasl_handshake_request import SaslHandshakeRequest
-from rivulet.protocol.schema import Struct
+from rivulet.protocol.schema import Request, Struct
 from rivulet.security.principal import USER_TYPE, KafkaPrincipal
 
 
@@ -29,7 +29,7 @@ class SaslAuthenticationError(SaslError):
 class AuthenticationFailed(Exception):
     """The broker closes the connection, after writing ``response`` when there is one."""
 
-    def __init__(self, response: object = None) -> None:
+    def __init__(self, response: Struct | None = None) -> None:
         super().__init__()
         self.response = response
 
@@ -134,7 +134,7 @@ class PlainClient:
 
 
 # ---------------------------------------------------------------- a client's exchange
-def client_exchange(client: SaslClient) -> Generator[Struct, Struct, int]:
+def client_exchange(client: SaslClient) -> Generator[Request[Struct], Struct, int]:
     """The client's side of authentication as Kafka requests: send each request this yields
     and send back its response; returns the session lifetime in ms (0: none). Raises
     SaslAuthenticationError with the broker's message when it refuses."""

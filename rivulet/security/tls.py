@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from cryptography.hazmat.primitives.serialization import pkcs12
 
 from rivulet.common.config import ConfigError
@@ -147,7 +148,7 @@ def _read(path: str, prop: str) -> bytes:
         raise TlsError(f"{prop}={path} cannot be read: {e.strerror or e}") from None
 
 
-def _pkcs12(data: bytes, password: str | None, prop: str) -> tuple[Any, list[x509.Certificate]]:
+def _pkcs12(data: bytes, password: str | None, prop: str) -> tuple[PrivateKeyTypes | None, list[x509.Certificate]]:
     if data[:4] == _JKS_MAGIC:
         raise TlsError(f"{prop} is a JKS keystore, which Rivulet cannot read: convert it with "
                        "keytool -importkeystore -deststoretype PKCS12, or use PEM")
@@ -167,14 +168,14 @@ def _pem_certs(data: bytes, prop: str) -> list[x509.Certificate]:
     return certs
 
 
-def _pem_key(data: bytes, password: str | None, prop: str) -> Any:
+def _pem_key(data: bytes, password: str | None, prop: str) -> PrivateKeyTypes:
     try:
         return serialization.load_pem_private_key(data, password.encode() if password else None)
     except (ValueError, TypeError) as e:
         raise TlsError(f"{prop}: the private key cannot be read (ssl.key.password?): {e}") from None
 
 
-def load_keystore(cfg: SslConfig) -> tuple[Any, list[x509.Certificate]] | None:
+def load_keystore(cfg: SslConfig) -> tuple[PrivateKeyTypes, list[x509.Certificate]] | None:
     """The private key and certificate chain this side presents, or None when none is configured."""
     if cfg.keystore_key:
         return (_pem_key(cfg.keystore_key.encode(), cfg.key_password, "ssl.keystore.key"),
@@ -212,7 +213,7 @@ def load_truststore(cfg: SslConfig) -> list[x509.Certificate] | None:
     return certs
 
 
-def _load_key_into(ctx: ssl.SSLContext, key: Any, certs: list[x509.Certificate]) -> None:
+def _load_key_into(ctx: ssl.SSLContext, key: PrivateKeyTypes, certs: list[x509.Certificate]) -> None:
     once = secrets.token_urlsafe(24)
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                             serialization.BestAvailableEncryption(once.encode()))

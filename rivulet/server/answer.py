@@ -22,6 +22,8 @@ R = TypeVar("R")
 T = TypeVar("T")
 
 NO_RESPONSE: Any = object()  # acks=0 produces: nothing goes back
+# Any: each handler answers with its own response class, and Future and Promise are invariant in
+# theirs (a handler's Future[ProduceResponse] would not be a Future[Struct]).
 Answer = Union[Any, "asyncio.Future[Any]", "Promise[Any]"]
 
 

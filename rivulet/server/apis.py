@@ -232,7 +232,7 @@ class KafkaApis:
                 self.handlers.pop(key, None)
         assert self.handlers.keys() == self.versions.keys(), "every API has a handler and a version range"
 
-    def handle(self, header: framing.RequestHeader, body: Any, conn: KafkaConnection) -> Answer:
+    def handle(self, header: framing.RequestHeader, body: Struct, conn: KafkaConnection) -> Answer:
         rng = self.versions.get(header.api_key)
         if rng is None or not rng[0] <= header.api_version <= rng[1] or self._feature_off(header.api_key):
             if header.api_key == framing.API_VERSIONS_KEY:

@@ -19,11 +19,12 @@ from __future__ import annotations
 import hmac
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 from rivulet.common.config import ConfigError
 from rivulet.common.logs import RateLimitFilter
 from rivulet.protocol import framing
+from rivulet.protocol.schema import Struct
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages.sasl_authenticate_response import SaslAuthenticateResponse
 from rivulet.protocol.messages.sasl_handshake_response import SaslHandshakeResponse
@@ -115,7 +116,7 @@ class SaslSession:
         return api_key == SASL_HANDSHAKE_KEY
 
     # ------------------------------------------------------------ requests
-    def handle(self, api_key: int, api_version: int, body: Any) -> Any:
+    def handle(self, api_key: int, api_version: int, body: Struct) -> Struct:
         """The answer to a SASL request (or a request during authentication); raises
         AuthenticationFailed when the connection must close."""
         name = framing.request_class(api_key).NAME
@@ -210,7 +211,7 @@ class SaslSession:
         what = "re-authentication" if self._reauthenticating else "authentication"
         return f"Authentication failed during {what} due to invalid credentials with SASL mechanism {self.mechanism}"
 
-    def _fail(self, message: str, response: Any = None) -> Any:
+    def _fail(self, message: str, response: Struct | None = None) -> NoReturn:
         # Once per failure, with the peer and the reason; the tokens (secrets) are never logged.
         log.info("Failed authentication with %s:%s on listener %s (%s)", self.peer[0], self.peer[1],
                  self.config.listener, message)

@@ -42,7 +42,7 @@ class TokenInformation:
     def owner_or_renewer(self, principal: KafkaPrincipal) -> bool:
         return principal in (self.owner, self.requester) or principal in self.renewers
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:  # Any: JSON, as from_json's
         """Kafka's DelegationTokenInfoZNode (the id is the znode's name)."""
         return {"version": _ZNODE_VERSION, "owner": str(self.owner), "tokenRequester": str(self.requester),
                 "renewers": [str(r) for r in self.renewers], "issueTimestamp": self.issue_ms,

@@ -67,6 +67,7 @@ class Reconfigurable(Protocol):
 
     def reconfigurable_configs(self) -> frozenset[str]: ...
 
+    # Any: parsed property values, each of its property's type (common/config.py).
     def validate_reconfiguration(self, values: Mapping[str, Any]) -> None:
         """Raise ConfigError (INVALID_REQUEST) when the parsed values in force would not work, or
         an ApiError with the code Kafka answers for them."""

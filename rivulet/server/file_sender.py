@@ -24,9 +24,10 @@ import os
 import select
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Protocol
+from typing import Callable, Protocol
 
 from rivulet.common.file_region import FileRegion
+from rivulet.protocol.schema import Part
 
 try:  # optional C accelerator: a whole answer per GIL release (see _sendfile.c)
     from rivulet.server._sendfile import send_parts as _c_send_parts
@@ -61,11 +62,11 @@ def _python_only() -> bool:
     return os.environ.get("RIVULET_PY_SENDFILE", "") not in ("", "0")
 
 
-def has_regions(parts: list[Any]) -> bool:
+def has_regions(parts: list[Part]) -> bool:
     return any(type(p) is FileRegion for p in parts)
 
 
-def read_regions(parts: list[Any]) -> list[Any]:
+def read_regions(parts: list[Part]) -> list[Part]:
     """The parts with every FileRegion read into bytes (and closed); EOFError if one was
     truncated under its answer."""
     return [p.read() if type(p) is FileRegion else p for p in parts]
@@ -85,7 +86,7 @@ def _copy_into(source: FileRegion | memoryview, offset: int, dst: memoryview) ->
 class Send:
     """One response on its way out; ``cancel`` (from the loop) stops it at its next wait."""
 
-    def __init__(self, fd: int, parts: list[Any], max_stall_s: float, tls: Encryptor | None = None) -> None:
+    def __init__(self, fd: int, parts: list[Part], max_stall_s: float, tls: Encryptor | None = None) -> None:
         self.fd = fd  # a duplicate of the connection's socket, closed when the send ends
         self.parts = parts
         self.max_stall_s = max_stall_s
@@ -205,7 +206,7 @@ class FileSender:
     def available(self) -> bool:
         return self.active < self.max_senders
 
-    def start(self, sock_fd: int, parts: list[Any], done: Callable[[BaseException | None], None],
+    def start(self, sock_fd: int, parts: list[Part], done: Callable[[BaseException | None], None],
               tls: Encryptor | None = None) -> Send | None:
         """Send ``parts`` on the socket ``sock_fd`` from a thread and call ``done(error)`` on
         the event loop once they are written; None (nothing started) when every sender is

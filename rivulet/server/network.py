@@ -33,6 +33,7 @@ from typing import Any, Callable, Protocol
 from rivulet.protocol import framing
 from rivulet.protocol.accel import speedups
 from rivulet.protocol.errors import ErrorCode, ProtocolDecodeError
+from rivulet.protocol.schema import Part, Struct
 from rivulet.common.cluster import NodeEndpoint
 from rivulet.common.logs import RateLimitFilter
 from rivulet.common.promise import Promise
@@ -55,9 +56,9 @@ log.addFilter(RateLimitFilter())
 class RequestHandler(Protocol):
     """What a connection hands decoded requests to (``KafkaApis``)."""
 
-    def handle(self, header: framing.RequestHeader, body: Any, conn: KafkaConnection) -> Answer: ...
+    def handle(self, header: framing.RequestHeader, body: Struct, conn: KafkaConnection) -> Answer: ...
 
-    def api_versions_error(self, code: ErrorCode) -> Any: ...
+    def api_versions_error(self, code: ErrorCode) -> Struct: ...
 
 
 class Authenticator(Protocol):
@@ -73,7 +74,7 @@ class Authenticator(Protocol):
 
     def intercepts(self, api_key: int) -> bool: ...
 
-    def handle(self, api_key: int, api_version: int, body: Any) -> Any:
+    def handle(self, api_key: int, api_version: int, body: Struct) -> Struct:
         """The answer; raises ``AuthenticationFailed`` when the connection must close."""
         ...
 
@@ -181,7 +182,7 @@ class _Slot:
     def __init__(self, header: framing.RequestHeader, reserved: int, received: float = 0.0) -> None:
         self.header = header
         self.close_after = False  # a failed authentication: close once this answer is written
-        self.response: Any = None
+        self.response: Any = None  # the handler's answer: a response, or NO_RESPONSE
         self.ready = False
         self.reserved = reserved  # pool bytes this request holds until it is answered
         # With request metrics: the request's name for them, and when it was read, handed to
@@ -456,7 +457,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         else:
             self._complete(slot, result)
 
-    def _authenticate(self, auth: Authenticator, header: framing.RequestHeader, body: Any, slot: _Slot) -> Any:
+    def _authenticate(self, auth: Authenticator, header: framing.RequestHeader, body: Struct, slot: _Slot) -> Any:
         try:
             response = auth.handle(header.api_key, header.api_version, body)
         except AuthenticationFailed as failed:
@@ -545,7 +546,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.last_active = time.monotonic()
         self.update_reading()
 
-    def _send_files(self, s: _Slot, parts: list[Any], write_start: float) -> bool:
+    def _send_files(self, s: _Slot, parts: list[Part], write_start: float) -> bool:
         """Hand an answer holding FileRegions to a sender thread, if the socket is ours alone:
         nothing the transport still buffers may come after it."""
         sender, transport, tls = self.server.file_sender, self.transport, self.tls

@@ -21,7 +21,6 @@ import os
 import uuid
 from dataclasses import dataclass
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from typing import Any
 
 from kazoo.client import KazooState
 from kazoo.exceptions import KazooException, NodeExistsError
@@ -230,7 +229,7 @@ class ZkClusterMember:
         await self._on_feature_change()
         await self._on_token_changes()
 
-    def _watcher(self, key: str, event: Callable[[], Coroutine[Any, Any, None]]) -> Watcher:
+    def _watcher(self, key: str, event: Callable[[], Coroutine[object, object, None]]) -> Watcher:
         """The one watcher of ``key``: kazoo keeps a path's watchers in a set, so arming it again
         (after a reconnection, beside the re-read its firing started) never doubles its events."""
         assert self.bridge is not None
@@ -510,7 +509,7 @@ class ZkClusterMember:
                                     self._watcher("controller", self._refresh_controller))
         self._controller_id = -1 if cid is None else cid
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, coro: Coroutine[object, object, None]) -> None:
         asyncio.get_running_loop().create_task(coro).add_done_callback(_log_failure)
 
     async def controlled_shutdown(self) -> bool:

@@ -152,7 +152,7 @@ def decode_record(key: bytes, value: bytes | None
     type this coordinator does not know (skipped, as Kafka's serde skips unknown types)."""
     (record_type,) = _INT16.unpack_from(key, 0)
     if record_type == ShareSnapshotKey.API_KEY:
-        k = ShareSnapshotKey.decode(key, 0, 2)
+        k: ShareSnapshotKey | ShareUpdateKey = ShareSnapshotKey.decode(key, 0, 2)
         value_type: type = ssv.ShareSnapshotValue
     elif record_type == ShareUpdateKey.API_KEY:
         k = ShareUpdateKey.decode(key, 0, 2)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Callable, Iterator, NamedTuple, Sequence
 
+from rivulet.common.types import ACKNOWLEDGE_GAP, AcknowledgeType
 from rivulet.delayed import TimerTask, TimingWheel
 from rivulet.protocol.errors import ApiError, ErrorCode
 
@@ -43,14 +44,8 @@ class RecordState(IntEnum):
     ARCHIVED = 4
 
 
-class AcknowledgeType(IntEnum):
-    """AcknowledgeTypes in ShareFetch/ShareAcknowledge v2."""
-
-    GAP = 0
-    ACCEPT = 1
-    RELEASE = 2
-    REJECT = 3
-    RENEW = 4
+# What an acknowledgement asks of an offset: an AcknowledgeType, or ACKNOWLEDGE_GAP.
+AckKind = AcknowledgeType | int
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,7 +417,7 @@ class SharePartition:
         Archived, RENEW restarts their acquisition lock. Raises ``ApiError``: INVALID_REQUEST
         for a malformed batch or offsets past the acquired ones, INVALID_RECORD_STATE for
         records not Acquired by this member."""
-        plan: list[tuple[_Batch, int, int, AcknowledgeType]] = []
+        plan: list[tuple[_Batch, int, int, AckKind]] = []
         seen = _Seen()
         for ack in batches:
             plan.extend(self._validate(member_id, ack, seen))
@@ -433,7 +428,7 @@ class SharePartition:
 
     def _validate(
         self, member_id: str, ack: AcknowledgementBatch, seen: _Seen,
-    ) -> list[tuple[_Batch, int, int, AcknowledgeType]]:
+    ) -> list[tuple[_Batch, int, int, AckKind]]:
         first, last, types = ack.first_offset, ack.last_offset, list(ack.acknowledge_types)
         if first > last:
             raise _invalid_request("The first offset is greater than the last offset.")
@@ -444,7 +439,7 @@ class SharePartition:
             raise _invalid_state("Batch record not found. The request batch offsets are not found in the cache.")
         if last >= self._end:
             raise _invalid_request("Batch record not found. The last offset in request is past acquired records.")
-        plan: list[tuple[_Batch, int, int, AcknowledgeType]] = []
+        plan: list[tuple[_Batch, int, int, AckKind]] = []
         lo_req = max(first, self._start)
         single = kinds[0] if len(kinds) == 1 else None
         for batch in self._overlapping(lo_req, last):
@@ -462,7 +457,7 @@ class SharePartition:
                         seen.add(off, off)
         return plan
 
-    def _apply(self, batch: _Batch, lo: int, hi: int, kind: AcknowledgeType,
+    def _apply(self, batch: _Batch, lo: int, hi: int, kind: AckKind,
                renewed: dict[int, _LockTimeout]) -> None:
         targets = batch.states_in(lo, hi)
         if kind is AcknowledgeType.RENEW:
@@ -646,9 +641,12 @@ def merge_acquired(acquired: list[AcquiredRecords]) -> list[AcquiredRecords]:
     return out
 
 
-def _acknowledge_types(types: list[int]) -> list[AcknowledgeType]:
-    kinds: list[AcknowledgeType] = []
+def _acknowledge_types(types: list[int]) -> list[AckKind]:
+    kinds: list[AckKind] = []
     for t in types:
+        if t == ACKNOWLEDGE_GAP:
+            kinds.append(ACKNOWLEDGE_GAP)
+            continue
         try:
             kinds.append(AcknowledgeType(t))
         except ValueError:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 try:
     from pyspark.errors import PySparkNotImplementedError
@@ -31,7 +31,14 @@ from rivulet.spark.source import (DataLossError, RivuletBatchReader, RivuletDriv
 from rivulet.spark._values import ERROR_COLUMN, RAW_COLUMN, ValueFormat, spark_value_type
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.readwriter import DataFrameWriter
     from rivulet.spark.sink import RivuletBatchWriter, RivuletStreamWriter
+
+# What PySpark's DataFrameWriter.save takes (its own annotations: str or a list, and
+# OptionalPrimitiveType options).
+PartitionBy = str | list[str] | None
+Option = bool | float | int | str | None
 
 HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 
@@ -127,8 +134,8 @@ def refuse_overwrite(overwrite: bool) -> None:
 
 
 # Save modes the writers were given, for the format("rivulet") writes only.
-_writer_formats: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
-_writer_modes: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+_writer_formats: "weakref.WeakKeyDictionary[DataFrameWriter, str]" = weakref.WeakKeyDictionary()
+_writer_modes: "weakref.WeakKeyDictionary[DataFrameWriter, str]" = weakref.WeakKeyDictionary()
 _save_mode_installed = False
 _connect_save_mode_installed = False
 
@@ -159,7 +166,7 @@ def _install_default_save_mode() -> None:
         return base_mode(self, saveMode)
 
     def save(self: DataFrameWriter, path: str | None = None, format: str | None = None, mode: str | None = None,
-             partitionBy: Any = None, **options: Any) -> None:
+             partitionBy: PartitionBy = None, **options: Option) -> None:
         if _takes_default_mode(format or _writer_formats.get(self), mode or _writer_modes.get(self)):
             mode = "append"
         return base_save(self, path, format, mode, partitionBy, **options)
@@ -191,7 +198,7 @@ def _install_default_save_mode_connect() -> None:
     base_save = ConnectWriter.save
 
     def save(self: ConnectWriter, path: str | None = None, format: str | None = None, mode: str | None = None,
-             partitionBy: Any = None, **options: Any) -> None:
+             partitionBy: PartitionBy = None, **options: Option) -> None:
         if _takes_default_mode(format or self._write.source, mode or self._write.mode):
             mode = "append"
         return base_save(self, path, format, mode, partitionBy, **options)
@@ -200,7 +207,7 @@ def _install_default_save_mode_connect() -> None:
     ConnectWriter.save = save  # type: ignore[method-assign]
 
 
-def register(spark: Any) -> None:
+def register(spark: SparkSession) -> None:
     """Register ``format("rivulet")`` with a SparkSession (not needed when ``pyspark_rivulet`` is
     installed, but harmless)."""
     if type(spark).__module__.startswith("pyspark.sql.connect"):

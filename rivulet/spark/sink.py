@@ -26,13 +26,13 @@ import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
 from rivulet.client import blocking, core
-from rivulet.client.types import ConsumerGroupMetadata, TopicPartition
+from rivulet.client.types import ConsumerGroupMetadata, Payload, TopicPartition
 from rivulet.common.time import now_ms
 from rivulet.protocol.compression import CODEC_IDS
 from rivulet.protocol.errors import ErrorCode
@@ -49,11 +49,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rivulet.spark")
 
+# A sink producer's configuration: its values hashable, as WorkerProducers keeps producers by it.
+SinkProducerConf = dict[str, str | int]
 QUERY_ID_KEY = "sql.streaming.queryId"
 BATCH_ID_KEY = "streaming.sql.batchId"
 
 
-def _bool(v: Any) -> bool:
+def _bool(v: object) -> bool:
     return str(v).strip().lower() in ("true", "1", "yes")
 
 
@@ -126,7 +128,7 @@ class SinkCommit(WriterCommitMessage):
 # ---------------------------------------------------------------- rows
 
 
-def _as_bytes(v: Any) -> bytes | None:
+def _as_bytes(v: Payload) -> bytes | None:
     if v is None or isinstance(v, bytes):
         return v
     if isinstance(v, str):
@@ -184,8 +186,8 @@ def transactional_id(write_id: str, partition_id: int) -> str:
     return f"rivulet-spark-{write_id}-{partition_id}"
 
 
-def _producer_conf(opts: SinkOptions, transactional: str | None) -> dict[str, Any]:
-    conf: dict[str, Any] = {
+def _producer_conf(opts: SinkOptions, transactional: str | None) -> SinkProducerConf:
+    conf: SinkProducerConf = {
         **opts.security, "bootstrap.servers": opts.bootstrap, "client.id": "rivulet-spark", "enable.idempotence": True,
         "acks": "all", "linger.ms": 5, "batch.size": opts.batch_bytes,
         # Keyed rows go where Spark's Kafka sink (the Java producer) puts them.
@@ -223,19 +225,19 @@ class WorkerProducers:
 
     def __init__(self, limit: int = 16) -> None:
         self.limit = limit  # idle producers kept; the least recently used beyond it are closed
-        self._idle: OrderedDict[tuple[tuple[str, Any], ...], KeptProducer] = OrderedDict()
+        self._idle: OrderedDict[tuple[tuple[str, str | int], ...], KeptProducer] = OrderedDict()
         self._lock = threading.Lock()
 
     @staticmethod
-    def _key(conf: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    def _key(conf: SinkProducerConf) -> tuple[tuple[str, str | int], ...]:
         return tuple(sorted(conf.items()))
 
-    def take(self, conf: dict[str, Any]) -> KeptProducer | None:
+    def take(self, conf: SinkProducerConf) -> KeptProducer | None:
         """The kept producer of this configuration, if any (it is no longer kept)."""
         with self._lock:
             return self._idle.pop(self._key(conf), None)
 
-    def give_back(self, conf: dict[str, Any], kept: KeptProducer) -> None:
+    def give_back(self, conf: SinkProducerConf, kept: KeptProducer) -> None:
         with self._lock:
             old = self._idle.pop(self._key(conf), None)
             self._idle[self._key(conf)] = kept
@@ -252,7 +254,7 @@ class WorkerProducers:
             _close_quietly(k.producer)
 
 
-def _new_producer(conf: dict[str, Any]) -> Producer:
+def _new_producer(conf: SinkProducerConf) -> Producer:
     from rivulet import Producer
     return Producer(conf)
 
@@ -411,7 +413,7 @@ def _add_marker(p: Producer, topic: str, tid: str, batch_id: int, timeout: float
                                   ConsumerGroupMetadata(tid), timeout)
 
 
-def _keep(producers: WorkerProducers | None, conf: dict[str, Any], k: KeptProducer) -> None:
+def _keep(producers: WorkerProducers | None, conf: SinkProducerConf, k: KeptProducer) -> None:
     if producers is not None:
         producers.give_back(conf, k)
     else:

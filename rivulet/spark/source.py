@@ -30,7 +30,7 @@ from pyspark.sql.streaming.datasource import (
 
 from rivulet.protocol.errors import ErrorCode, ApiError
 from rivulet.client import blocking, core
-from rivulet.client.blocking import BlockingClient, BlockingConnection
+from rivulet.client.blocking import BlockingClient, BlockingConnection, Pending
 from rivulet.client.connection import AuthenticationFailed, NotKafkaBroker
 from rivulet.security.client_config import sasl_credentials
 from rivulet.client.core import EARLIEST, LATEST
@@ -113,6 +113,16 @@ def _bool(v: object, name: str) -> bool:
     if s in ("false", "0", "no"):
         return False
     raise ValueError(f"option {name} must be true or false, got {v!r}")
+
+
+def _positive(o: Mapping[str, str], key: str, default: int | None) -> int | None:
+    """Option ``key`` (lower case) as a positive int, or ``default`` when not given."""
+    if key not in o:
+        return default
+    n = int(o[key])
+    if n <= 0:
+        raise ValueError(f"option {key} must be positive, got {n}")
+    return n
 
 
 def parse_offsets_json(text: str, name: str) -> OffsetMap:
@@ -213,26 +223,23 @@ class SourceOptions:
             if opts.ending == "earliest" or (isinstance(opts.ending, dict) and EARLIEST in opts.ending.values()):
                 raise ValueError("endingOffsets: earliest (-2) is not valid")
         # Spark's precedence: ...Timestamp over ...OffsetsByTimestamp over ...Offsets.
-        for side in ("starting", "ending"):
-            ts = cls._timestamp_bound(o, side)
-            if ts is not None:
-                if side == "ending" and streaming:
-                    raise ValueError(f"{side}Timestamp / {side}OffsetsByTimestamp are not valid for streaming queries")
-                setattr(opts, side, ts)
+        start_ts, end_ts = cls._timestamp_bound(o, "starting"), cls._timestamp_bound(o, "ending")
+        if start_ts is not None:
+            opts.starting = start_ts
+        if end_ts is not None:
+            if streaming:
+                raise ValueError("endingTimestamp / endingOffsetsByTimestamp are not valid for streaming queries")
+            opts.ending = end_ts
         strategy = o.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
         if strategy not in ("error", "latest"):
             raise ValueError(f"option startingOffsetsByTimestampStrategy must be error or latest, got {strategy!r}")
         opts.timestamp_strategy = strategy
         if "maxtriggerdelay" in o:
             opts.max_trigger_delay_ms = parse_duration_ms(o["maxtriggerdelay"], "maxTriggerDelay")
-        for key, attr in (("maxoffsetspertrigger", "max_offsets_per_trigger"), ("minpartitions", "min_partitions"),
-                          ("maxrecordsperpartition", "max_records_per_partition"),
-                          ("minoffsetspertrigger", "min_offsets_per_trigger")):
-            if key in o:
-                n = int(o[key])
-                if n <= 0:
-                    raise ValueError(f"option {key} must be positive, got {n}")
-                setattr(opts, attr, n)
+        opts.max_offsets_per_trigger = _positive(o, "maxoffsetspertrigger", opts.max_offsets_per_trigger)
+        opts.min_partitions = _positive(o, "minpartitions", opts.min_partitions)
+        opts.max_records_per_partition = _positive(o, "maxrecordsperpartition", opts.max_records_per_partition)
+        opts.min_offsets_per_trigger = _positive(o, "minoffsetspertrigger", opts.min_offsets_per_trigger)
         if (opts.min_offsets_per_trigger is not None and opts.max_offsets_per_trigger is not None
                 and opts.min_offsets_per_trigger > opts.max_offsets_per_trigger):
             raise ValueError(f"minOffsetsPerTrigger ({opts.min_offsets_per_trigger}) is higher than "
@@ -248,10 +255,9 @@ class SourceOptions:
         if opts.read_on_driver and not streaming:
             raise ValueError("readOnDriver is only for streaming queries")
         opts.check_crcs = _bool(o.get("kafka.check.crcs", "true"), "kafka.check.crcs")
-        for key, attr in (("kafka.fetch.max.bytes", "fetch_max_bytes"), ("kafka.fetch.max.wait.ms", "fetch_max_wait_ms"),
-                          ("kafkaconsumer.polltimeoutms", "poll_timeout_ms")):
-            if key in o:
-                setattr(opts, attr, int(o[key]))
+        opts.fetch_max_bytes = int(o.get("kafka.fetch.max.bytes", opts.fetch_max_bytes))
+        opts.fetch_max_wait_ms = int(o.get("kafka.fetch.max.wait.ms", opts.fetch_max_wait_ms))
+        opts.poll_timeout_ms = int(o.get("kafkaconsumer.polltimeoutms", opts.poll_timeout_ms))
         opts.value_format = ValueFormat.parse(o, opts.subscribe)
         # Only commitOffsets=true uses a group (Spark's source commits nothing): kafka.group.id
         # if given, else a group named after what the query reads, stable across restarts.
@@ -710,6 +716,7 @@ class _Fetcher:
         self.node = -1
         self.conn: BlockingConnection | None = None
         self.ahead: int | None = None   # offset of the request in flight
+        self.pending: Pending[fr.FetchResponse] | None = None  # and the request
         self.bytes_per_record = 1024.0
         self.floor = 0                  # raised when a batch did not fit the size asked for
 
@@ -723,15 +730,16 @@ class _Fetcher:
         if self.conn is None:
             self.node = self.cluster.leader(self.tp)
             self.conn = self.cluster.conn(self.node)
-        self.conn.submit(_fetch_request(self.opts, self.tp, offset, self.size_for(offset, end)))
+        self.pending = self.conn.submit(_fetch_request(self.opts, self.tp, offset, self.size_for(offset, end)))
         self.ahead = offset
 
     def receive(self) -> tuple[int, fr.PartitionData]:
-        assert self.conn is not None and self.ahead is not None
+        assert self.conn is not None and self.ahead is not None and self.pending is not None
         offset, self.ahead = self.ahead, None
+        pending, self.pending = self.pending, None
         # The frame is read into the connection's reused buffer: read_range is done with the
         # previous answer (its rows are in Arrow buffers of their own) before it asks for the next.
-        resp: fr.FetchResponse = self.conn.receive(reuse_buffer=True)
+        resp = self.conn.receive(pending, reuse_buffer=True)
         if resp.error_code:
             raise ApiError(ErrorCode(resp.error_code), "Fetch")
         for t in resp.responses:
@@ -745,7 +753,7 @@ class _Fetcher:
         if self.conn is not None:
             self.cluster.drop(self.node)
         self.conn = None
-        self.ahead = None
+        self.ahead = self.pending = None
 
 
 def read_task(opts: SourceOptions, part: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -234,6 +234,7 @@ class LogConfig:
 
     def to_props(self) -> dict[str, str]:
         """Every topic config as Kafka would print it."""
+        # Each property is the LogConfig field _attr names (the table is TOPIC_CONFIGS).
         return {k.name: k.render(getattr(self, _attr(k.name))) or "" for k in TOPIC_CONFIGS}
 
 

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from rivulet.protocol.errors import ApiError, ErrorCode
 
 log = logging.getLogger(__name__)
-_fdatasync = getattr(os, "fdatasync", os.fsync)
+_fdatasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
 
 
 class KafkaStorageError(ApiError):
@@ -138,7 +138,11 @@ def install(ops: FileOps) -> FileOps:
 
 # Errors that mean the disk has no room (for a start-up that then recovers read-only).
 NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
-_thread = threading.local()
+class _ThreadState(threading.local):
+    discard = False  # each thread's until writes_discarded sets it
+
+
+_thread = _ThreadState()
 
 
 @contextmanager
@@ -154,7 +158,7 @@ def writes_discarded() -> Iterator[None]:
 
 
 def discarding() -> bool:
-    return getattr(_thread, "discard", False)
+    return _thread.discard
 
 
 def pwrite_all(fd: int, data: bytes | bytearray | memoryview, pos: int) -> None:

@@ -2,16 +2,53 @@
 
 from __future__ import annotations
 
+import collections.abc
 import logging
+import types
+import typing
 
 import pytest
 
-from rivulet.client.config import resolve
+from rivulet.client.config import AdminConfig, ConsumerConfig, ProducerConfig, describe, resolve
 from rivulet.client.errors import ConfigException, KafkaError, KafkaException
 
 pytestmark = pytest.mark.fast
 
 B = {"bootstrap.servers": "127.0.0.1:1"}
+
+
+def _accepts(hint: object, value: object) -> bool:
+    """Whether ``value`` is of the type ``hint`` (the unions, tuples and callables the resolved
+    configurations use)."""
+    if isinstance(hint, types.UnionType):
+        return any(_accepts(h, value) for h in hint.__args__)
+    if hint is type(None):
+        return value is None
+    origin = typing.get_origin(hint)
+    if origin is collections.abc.Callable:
+        return callable(value)
+    if origin is tuple:
+        return isinstance(value, tuple) and all(isinstance(v, str) for v in value)
+    return isinstance(value, hint) and not (hint is int and isinstance(value, bool))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("role, typed", [("producer", ProducerConfig), ("consumer", ConsumerConfig),
+                                         ("admin", AdminConfig)])
+def test_resolved_types_match_the_properties(role, typed):
+    """A role's TypedDict names exactly its properties, and types what resolve makes of them:
+    defaults, and values given (the callbacks and a logger among them)."""
+    hints = typing.get_type_hints(typed)
+    assert set(hints) == {p.name for p in describe(role)}
+    given = {"error_cb": print, "stats_cb": print, "logger": logging.getLogger("t"), "oauth_cb": print,
+             "security.protocol": "sasl_plaintext", "sasl.mechanism": "OAUTHBEARER"}
+    if role == "producer":
+        given |= {"on_delivery": print, "transactional.id": "t", "linger.ms": 1}
+    if role == "consumer":
+        given |= {"on_commit": print, "group.id": "g"}
+    c = resolve({**B, **given}, role)
+    assert set(c) == set(hints)
+    wrong = {k: (hints[k], v) for k, v in c.items() if not _accepts(hints[k], v)}
+    assert not wrong
 
 
 def test_defaults_and_types():

@@ -55,8 +55,11 @@ def test_backoff_max_not_above_initial_is_constant():
 
 
 def test_backoff_from_client_config():
-    b = core.Backoff.from_conf({"retry.backoff.ms": 50, "retry.backoff.max.ms": 400})
-    assert (b.initial_ms, b.max_ms) == (50, 400)
+    from rivulet.client.client import KafkaClient
+    from rivulet.client.config import resolve
+    c = KafkaClient(resolve({"bootstrap.servers": "b:9092", "retry.backoff.ms": 50, "retry.backoff.max.ms": 400},
+                            "admin"))
+    assert (c.backoff.initial_ms, c.backoff.max_ms) == (50, 400)
 
 
 def test_attempts_stop_at_the_deadline():

@@ -11,12 +11,12 @@ from hypothesis import strategies as st
 
 from rivulet.client.share.session import (
     FINAL_EPOCH,
-    GAP,
     Acknowledgements,
-    AcknowledgeType,
     ShareSessionHandler,
     next_epoch,
 )
+from rivulet.common.types import ACKNOWLEDGE_GAP as GAP
+from rivulet.common.types import AcknowledgeType
 from rivulet.protocol.errors import ErrorCode
 
 pytestmark = pytest.mark.fast

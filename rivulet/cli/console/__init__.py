@@ -10,7 +10,7 @@ import logging
 import os
 import signal
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rivulet.cli.common import CliError, add_connection_args, client_config, run_command
 from rivulet.client.connection import NotKafkaBroker
@@ -50,10 +50,10 @@ def _serve(args: argparse.Namespace) -> int:
         why = os.strerror(e.errno) if e.errno else str(e)
         raise CliError(f"cannot serve on {args.host}:{args.port}: {why}") from None
     # Threads enough for a few open pages, each reloading its live parts every 2 s.
-    server = waitress.create_server(create_app(view, conf["bootstrap.servers"], registry), sockets=[sock], threads=8,
+    server = waitress.create_server(create_app(view, str(conf["bootstrap.servers"]), registry), sockets=[sock], threads=8,
                                     ident="rivulet-console")
 
-    def stop(*_: Any) -> None:
+    def stop(*_: object) -> None:
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, stop)
     shown = f"[{args.host}]" if ":" in args.host else args.host
@@ -80,7 +80,7 @@ def _check_bootstrap(view: ClusterView) -> None:
         pass
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     c = sub.add_parser("console", help="serve a web console of the cluster: brokers, topics, messages, groups")
     add_connection_args(c)
     c.add_argument("--host", default="127.0.0.1", help="address to serve on (default: 127.0.0.1)")

@@ -156,7 +156,7 @@ def create_app(view: ClusterView, bootstrap: str, registry: RegistryView | None 
             return redirect(url_for("topic", name=name, error=str(e)))
         return redirect(url_for("topic", name=name, notice=done))
 
-    def browse(name: str) -> dict[str, Any]:
+    def browse(name: str) -> dict[str, Any]:  # Any: the page template's values, each its own type
         """The message browser's state from the query: a live tail shows the latest records."""
         partition = _int("partition") or 0
         tail = request.args.get("tail") == "1"

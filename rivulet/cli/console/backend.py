@@ -10,12 +10,13 @@ import asyncio
 import threading
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from rivulet.cli.console.render import LagHistory
 from rivulet.cli.topics import TableStatus, table_status
 from rivulet.cli.groups import GroupInfo, committed, compute_reset, describe_group, describe_offsets_rows, \
     list_offsets
+from rivulet.client.config import ClientConf
 from rivulet.client.admin.client import AsyncAdminClient, ConfigSource
 from rivulet.client.consumer.consumer import AIOConsumer
 from rivulet.client.core import EARLIEST, LATEST
@@ -162,7 +163,7 @@ def show_acl(b: AclBinding) -> str:
 
 
 class ClusterView:
-    def __init__(self, conf: dict[str, Any]) -> None:
+    def __init__(self, conf: ClientConf) -> None:
         self.conf = dict(conf)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="console-client", daemon=True)
@@ -173,7 +174,7 @@ class ClusterView:
     async def _make_admin(self) -> AsyncAdminClient:
         return AsyncAdminClient({**self.conf, "client.id": "rivulet-console"})
 
-    def _run(self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
+    def _run(self, coro: Coroutine[object, object, T], timeout: float = 60) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     def close(self) -> None:

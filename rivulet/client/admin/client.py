@@ -14,12 +14,12 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
-from typing import Any, Awaitable, Callable, Coroutine, Hashable, Iterable, Mapping, TypeVar
+from typing import Awaitable, Callable, Coroutine, Hashable, Iterable, Mapping, TypeVar
 
 from rivulet.client import core
 from rivulet.client import errors as E
 from rivulet.client.client import KafkaClient
-from rivulet.client.config import parse_bootstrap, resolve
+from rivulet.client.config import ClientConf, ConfigValue, parse_bootstrap, resolve
 from rivulet.client.loop import LoopThread, stop_thread
 from rivulet.client.types import ClusterMetadata, TopicPartition
 from rivulet.common.config import ConfigSource  # re-exported: DescribeConfigs' config_source codes
@@ -367,9 +367,9 @@ class ClientQuotaAlteration:
 class AsyncAdminClient:
     """Admin operations as coroutines; broker errors raise ``rivulet.protocol.errors.KafkaError``."""
 
-    def __init__(self, bootstrap_servers: str | dict[str, Any], client_id: str = "rivulet-admin",
+    def __init__(self, bootstrap_servers: str | ClientConf, client_id: str = "rivulet-admin",
                  request_timeout_ms: int = 30000) -> None:
-        if isinstance(bootstrap_servers, dict):
+        if isinstance(bootstrap_servers, Mapping):
             conf = resolve(bootstrap_servers, "admin")
         else:
             conf = resolve({"bootstrap.servers": bootstrap_servers, "client.id": client_id,
@@ -538,7 +538,7 @@ class AsyncAdminClient:
                           read: Callable[[R], core.PartitionResults[T]], what: str) -> dict[TP, T]:
         """Send ``build(part of items)`` to each partition's leader and merge what ``read``
         finds, retrying partitions whose leader moved."""
-        retry: core.LeaderRetry[T] = core.LeaderRetry(
+        retry: core.LeaderRetry[V, T] = core.LeaderRetry(
             items, what, core.Attempts(self.client.backoff, time.monotonic() + self.request_timeout_ms / 1000),
             self.client.cluster, deadline_per_answer=True)
         while True:
@@ -758,11 +758,11 @@ class AdminClient:
             f.result()
     """
 
-    def __init__(self, conf: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def __init__(self, conf: ClientConf | None = None, **kwargs: ConfigValue) -> None:
         config = resolve(conf, "admin", kwargs)
+        self._aio = AsyncAdminClient(config)
         self._lt = LoopThread("rivulet-admin")
         self._finalizer = weakref.finalize(self, stop_thread, self._lt)
-        self._aio = AsyncAdminClient(dict(config))
 
     def _spawn(self, coro: Coroutine[object, object, None]) -> None:
         self._lt.submit(coro)
@@ -896,7 +896,7 @@ class AdminClient:
     def describe_cluster(self, request_timeout: float = 30) -> concurrent.futures.Future:
         async def work() -> dict:
             md = await self._aio.describe_cluster()
-            nodes = [Node(b.node_id, b.host, b.port, getattr(b, "rack", None)) for b in md.brokers]
+            nodes = [Node(b.node_id, b.host, b.port, b.rack) for b in md.brokers]
             ctrl = next((n for n in nodes if n.id == md.controller_id), None)
             return {0: DescribeClusterResult(md.cluster_id, ctrl, nodes)}
         return self._per_key([0], work)[0]
@@ -949,7 +949,7 @@ class AdminClient:
                         tps = []
                     members.append(MemberDescription(m.member_id, m.client_id, m.client_host,
                                                      MemberAssignment([TopicPartition(t, p) for t, p in tps]),
-                                                     getattr(m, "group_instance_id", None)))
+                                                     m.group_instance_id))
                 out[g.group_id] = ConsumerGroupDescription(
                     g.group_id, g.protocol_type == "", members, g.protocol_data,
                     ConsumerGroupState.parse(g.group_state))

@@ -25,13 +25,13 @@ import inspect
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Awaitable, Callable, Iterable
 
 from rivulet.client import errors as E
 from rivulet.client.wakeup import Waker
 from rivulet.client.consumer.assignors import make_assignors
 from rivulet.client.client import KafkaClient, cancel_and_wait, wait_event, wait_future
-from rivulet.client.config import Config, resolve
+from rivulet.client.config import ClientConf, ConfigValue, ConsumerConfig, resolve
 from rivulet.client.consumer.coordinator import STABLE, ConsumerCoordinator, GroupConsumer
 from rivulet.client.consumer.membership import ConsumerMembership
 from rivulet.client.consumer.fetcher import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Fetcher
@@ -105,12 +105,12 @@ class AIOConsumer:
         await c.close()
     """
 
-    def __init__(self, conf: dict[str, Any] | None = None, *, handoff: Handoff | None = None,
-                 **kwargs: Any) -> None:
-        self.conf: Config = conf if isinstance(conf, Config) else resolve(conf, "consumer", kwargs)
+    def __init__(self, conf: ClientConf | None = None, *, handoff: Handoff | None = None,
+                 **kwargs: ConfigValue) -> None:
+        self.conf: ConsumerConfig = resolve(conf, "consumer", kwargs)
         c = self.conf
         self.error_cb: Callable | None = c["error_cb"]
-        self.stats_cb: Callable[[str], Any] | None = c["stats_cb"]
+        self.stats_cb: Callable[[str], object] | None = c["stats_cb"]
         self.on_commit: Callable | None = c["on_commit"]
         self._ready = asyncio.Event()
         # Without a handoff, callbacks run on the loop (asyncio API).
@@ -167,7 +167,7 @@ class AIOConsumer:
 
     def stats_json(self) -> str:
         """librdkafka's statistics document for this consumer, as stats_cb gets it."""
-        extra: dict[TP, dict[str, Any]] = {}
+        extra: dict[TP, dict[str, object]] = {}
         for tp, st in list(self.subs.assignment.items()):
             committed = st.committed.offset if st.committed is not None else OFFSET_INVALID
             hi = st.high_watermark if st.high_watermark is not None else OFFSET_INVALID
@@ -206,7 +206,7 @@ class AIOConsumer:
         await self.start()
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     def __aiter__(self) -> AIOConsumer:

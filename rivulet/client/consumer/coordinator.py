@@ -23,10 +23,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Protocol, TypeVar
 
 from rivulet.client import core
 from rivulet.client import errors as E
+from rivulet.client.config import ConsumerConfig
 from rivulet.client.consumer.assignors import Assignor, Member
 from rivulet.client.client import NET_ERRORS, KafkaClient, cancel_and_wait, wait_event
 from rivulet.client.consumer.subscription import OffsetAndMetadata, SubscriptionState
@@ -39,9 +40,12 @@ from rivulet.protocol.consumer_protocol import (
 )
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.messages.join_group_response import JoinGroupResponseMember
+from rivulet.protocol.schema import Request, Struct
 from rivulet.protocol.errors import ApiError as ProtocolError
 
 log = logging.getLogger("rivulet.consumer")
+R = TypeVar("R", bound=Struct)  # a request's response message
 
 _COORDINATOR_ERRORS = core.COORDINATOR_ERRORS
 
@@ -88,11 +92,13 @@ class GroupConsumer(Protocol):
 
 class ConsumerCoordinator:
     def __init__(self, consumer: GroupConsumer, client: KafkaClient, subs: SubscriptionState,
-                 conf: dict[str, Any], assignors: list[Assignor]) -> None:
+                 conf: ConsumerConfig, assignors: list[Assignor]) -> None:
         self.consumer = consumer
         self.client = client
         self.subs = subs
-        self.group_id: str = conf["group.id"]
+        group_id = conf["group.id"]
+        assert group_id is not None  # the consumer makes one only with a group.id
+        self.group_id = group_id
         self.instance_id: str | None = conf["group.instance.id"]
         self.session_timeout_ms: int = conf["session.timeout.ms"]
         self.rebalance_timeout_ms: int = conf["max.poll.interval.ms"]
@@ -153,7 +159,7 @@ class ConsumerCoordinator:
             self.coordinator = None
             self.consumer.wake()
 
-    async def _send(self, req: Any, timeout: float | None = None) -> Any:
+    async def _send(self, req: Request[R], timeout: float | None = None) -> R:
         node = self.coordinator
         if node is None:
             raise RebalanceNeeded("coordinator unknown")
@@ -302,7 +308,7 @@ class ConsumerCoordinator:
         assigned, _ = decode_assignment(sresp.assignment)
         return assigned
 
-    async def _assign(self, protocol: str, members_raw: list[Any]) -> dict[str, bytes]:
+    async def _assign(self, protocol: str, members_raw: list[JoinGroupResponseMember]) -> dict[str, bytes]:
         assignor = next((a for a in self.assignors if a.name == protocol), None)
         if assignor is None:
             raise E.KafkaException(E.local("_UNKNOWN_PROTOCOL", f"group chose unknown assignor {protocol!r}"))

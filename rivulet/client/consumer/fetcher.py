@@ -23,10 +23,11 @@ import logging
 import threading
 import uuid
 from collections import deque
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 from rivulet.client import core
 from rivulet.client import errors as E
+from rivulet.client.config import ConsumerConfig
 from rivulet.client.wakeup import Waker
 from rivulet.client.client import KafkaClient, cancel_and_wait, wait_event
 from rivulet.client.connection import BrokerConnection, RequestTimedOut
@@ -176,7 +177,7 @@ class FetchBuffer:
 
 
 class Fetcher:
-    def __init__(self, client: KafkaClient, subs: SubscriptionState, conf: dict[str, Any],
+    def __init__(self, client: KafkaClient, subs: SubscriptionState, conf: ConsumerConfig,
                  stats: ClientStats | None = None,
                  on_error: Callable[[TP | None, E.KafkaError | None], None] = lambda tp, err: None,
                  notify: Callable[[], None] = lambda: None) -> None:

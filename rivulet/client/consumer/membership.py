@@ -16,20 +16,21 @@ import asyncio
 import logging
 import time
 import uuid
-from typing import Any
 
 from rivulet.client import core
 from rivulet.client import errors as E
+from rivulet.client.config import ConsumerConfig
 from rivulet.client.client import NET_ERRORS, KafkaClient, wait_event
 from rivulet.client.consumer.coordinator import STABLE, UNJOINED, ConsumerCoordinator, GroupConsumer, RebalanceNeeded
 from rivulet.client.consumer.subscription import SubscriptionState
 from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.messages.consumer_group_heartbeat_request import ConsumerGroupHeartbeatRequest
 
 log = logging.getLogger("rivulet.consumer")
 
 class ConsumerMembership(ConsumerCoordinator):
     def __init__(self, consumer: GroupConsumer, client: KafkaClient, subs: SubscriptionState,
-                 conf: dict[str, Any]) -> None:
+                 conf: ConsumerConfig) -> None:
         super().__init__(consumer, client, subs, conf, [])
         self.member_id = str(uuid.uuid4())
         self.remote_assignor: str | None = conf["group.remote.assignor"]
@@ -90,7 +91,7 @@ class ConsumerMembership(ConsumerCoordinator):
             self._hb_wake.clear()
             await wait_event(self._hb_wake, delay)
 
-    def _request(self, epoch: int) -> Any:
+    def _request(self, epoch: int) -> ConsumerGroupHeartbeatRequest:
         owned: dict[str, list[int]] = {}
         for t, p in self.subs.assigned_partitions():
             owned.setdefault(t, []).append(p)

@@ -20,7 +20,11 @@ import random
 import struct
 import zlib
 from functools import lru_cache
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
+
+if TYPE_CHECKING:
+    from rivulet.client.core import TopicMeta
+    from rivulet.client.producer.accumulator import ProducerBatch
 
 # The C murmur2 of rivulet.protocol._speedups (exact bytes only), unless RIVULET_NO_SPEEDUPS=1.
 _c_murmur2: Callable[[bytes], int] | None = None
@@ -212,7 +216,7 @@ class StickyPartitions:
         self._current: dict[str, int] = {}
         # The producer's shortcut for the next keyless record of a topic: (topic metadata,
         # open batch of the current partition). Dropped whenever the partition changes.
-        self.open: dict[str, tuple[Any, Any]] = {}
+        self.open: dict[str, tuple[TopicMeta, ProducerBatch]] = {}
 
     def partition(self, topic: str, num_partitions: int, available: Sequence[int]) -> int:
         """Called by the producer for a record without a key."""

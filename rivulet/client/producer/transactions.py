@@ -20,19 +20,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Callable, Coroutine, Iterable, Protocol
+from typing import Callable, Coroutine, Iterable, Protocol, TypeVar
 
 from rivulet.client import client, core
 from rivulet.client.client import KafkaClient
 from rivulet.client import errors as E
 from rivulet.client.errors import KafkaError, KafkaException
 from rivulet.client.producer.accumulator import ProducerBatch
-from rivulet.client.types import ConsumerGroupMetadata
+from rivulet.client.types import ConsumerGroupMetadata, TopicPartition
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.schema import Request, Struct
 from rivulet.protocol.errors import ApiError as ProtocolError
 
 log = logging.getLogger("rivulet.producer.txn")
+R = TypeVar("R", bound=Struct)  # a request's response message
 
 NET_ERRORS = (*client.NET_ERRORS, EOFError)
 
@@ -92,7 +94,7 @@ class TxnProducer(Protocol):
     def epoch_bump_needed(self) -> bool:
         """Sequences of a partition could not be reconciled: a new epoch is needed."""
 
-    def create_task(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task: ...
+    def create_task(self, coro: Coroutine[object, object, None]) -> asyncio.Task: ...
 
     def fail_partitions(self, tps: set[TP], err: KafkaError) -> None:
         """Fail the queued batches of partitions that cannot join the transaction."""
@@ -183,8 +185,8 @@ class TransactionManager:
         if time.monotonic() >= deadline:
             raise KafkaException(TxnError(E.LOCAL_CODES["_TIMED_OUT"], f"timed out {what}", retriable=True))
 
-    async def _call(self, req: Any, error_of: Callable[[Any], int], deadline: float, *, group: str | None = None,
-                    abortable: bool = True, max_version: int | None = None) -> Any:
+    async def _call(self, req: Request[R], error_of: Callable[[R], int], deadline: float, *, group: str | None = None,
+                    abortable: bool = True, max_version: int | None = None) -> R:
         """Send ``req`` to the transaction coordinator (or ``group``'s), retrying what can be retried."""
         attempts = core.Attempts(self.backoff, deadline)
         name = type(req).__name__.replace("Request", "")
@@ -305,10 +307,10 @@ class TransactionManager:
             self.pending = set()
             p.wake()
 
-    async def send_offsets(self, offsets: list[Any], meta: ConsumerGroupMetadata, deadline: float) -> None:
+    async def send_offsets(self, offsets: list[TopicPartition], meta: ConsumerGroupMetadata, deadline: float) -> None:
         """Called by AIOProducer.send_offsets_to_transaction."""
         self._require(IN_TXN, what="send_offsets_to_transaction")
-        if not isinstance(meta, ConsumerGroupMetadata) and not hasattr(meta, "group_id"):
+        if not isinstance(meta, ConsumerGroupMetadata):  # checked: the application passes it
             raise KafkaException(TxnError(E.LOCAL_CODES["_INVALID_ARG"],
                                           "group_metadata must come from Consumer.consumer_group_metadata()",
                                           retriable=False))
@@ -318,7 +320,7 @@ class TransactionManager:
                                  core.error_code, deadline)
                 self.offsets_added = meta.group_id
             positions = {TP(tp.topic, tp.partition): core.OffsetAndMetadata(
-                tp.offset, getattr(tp, "metadata", None), getattr(tp, "leader_epoch", None)) for tp in offsets}
+                tp.offset, tp.metadata, tp.leader_epoch) for tp in offsets}
             req = core.txn_offset_commit_request(self.tid, self._pid(), meta.group_id, positions,
                                                  meta.generation_id, meta.member_id or "", meta.group_instance_id)
             await self._call(req, core.txn_offset_commit_error, deadline, group=meta.group_id)

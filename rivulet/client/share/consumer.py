@@ -16,14 +16,14 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 from rivulet.client import errors as E
 from rivulet.client.client import KafkaClient, wait_event
-from rivulet.client.config import resolve
+from rivulet.client.config import ClientConf, ConfigValue, resolve
 from rivulet.client.share.fetcher import AckResult, ShareFetcher
 from rivulet.client.share.membership import ShareMembership
-from rivulet.client.share.session import Acknowledgements, AcknowledgeType
+from rivulet.client.share.session import Acknowledgements
+from rivulet.common.types import AcknowledgeType
 from rivulet.client.types import Message, ShareMessage, TopicPartition
 from rivulet.common.types import TopicPartition as TP
 
@@ -37,8 +37,8 @@ def _state_error(reason: str) -> E.KafkaException:
 
 
 class AIOShareConsumer:
-    def __init__(self, conf: dict[str, Any] | None = None, *, dispatch_callbacks: bool = True,
-                 **kwargs: Any) -> None:
+    def __init__(self, conf: ClientConf | None = None, *, dispatch_callbacks: bool = True,
+                 **kwargs: ConfigValue) -> None:
         c = resolve(conf, "consumer", kwargs)
         if not c["group.id"]:
             raise E.ConfigException("group.id is required by a share consumer")
@@ -74,7 +74,7 @@ class AIOShareConsumer:
         await self.start()
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     def _check_open(self) -> None:

@@ -22,12 +22,14 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rivulet.client import core
 from rivulet.client import errors as E
+from rivulet.client.config import ConsumerConfig
 from rivulet.client.client import NET_ERRORS, KafkaClient, cancel_and_wait, wait_event
-from rivulet.client.share.session import GAP, Acknowledgements, ShareSessionHandler, merge
+from rivulet.client.share.session import Acknowledgements, ShareSessionHandler, merge
+from rivulet.common.types import ACKNOWLEDGE_GAP as GAP
 from rivulet.client.types import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, ShareMessage
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import records as rec
@@ -43,7 +45,7 @@ AckResult = tuple[TP, set[int], E.KafkaError | None]
 
 
 class ShareFetcher:
-    def __init__(self, client: KafkaClient, group_id: str, member_id: str, conf: dict[str, Any],
+    def __init__(self, client: KafkaClient, group_id: str, member_id: str, conf: ConsumerConfig,
                  on_error: Callable[[E.KafkaError], None]) -> None:
         self.client = client
         self.group_id = group_id
@@ -218,7 +220,7 @@ class ShareFetcher:
                 acks.add(o, GAP)
             merge(self.pending, {tp: acks})
 
-    def _decode(self, tp: TP, data: Any, counts: dict[int, int]) -> set[int]:
+    def _decode(self, tp: TP, data: bytes | memoryview | None, counts: dict[int, int]) -> set[int]:
         """Messages for the acquired offsets, appended to the buffer; returns their offsets."""
         found: set[int] = set()
         if data is None or not len(data):

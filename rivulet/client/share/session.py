@@ -13,31 +13,18 @@ pending acknowledgements are dropped, as Java drops them.
 
 from __future__ import annotations
 
-import enum
 import uuid
 from collections.abc import Iterable, Mapping
 
+from rivulet.common.types import AcknowledgeType
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages import share_acknowledge_request as saq
 from rivulet.protocol.messages import share_fetch_request as sfq
 
 INITIAL_EPOCH, FINAL_EPOCH = 0, -1
-# The acknowledge type of an acquired offset that holds no record (a control record, a gap
-# compaction left): the client archives it, as it can never be delivered.
-GAP = 0
 _INT32_MAX = 2**31 - 1
 SESSION_ERRORS = frozenset({ErrorCode.SHARE_SESSION_NOT_FOUND, ErrorCode.INVALID_SHARE_SESSION_EPOCH})
-
-
-class AcknowledgeType(enum.IntEnum):
-    """How a record ends its delivery: ACCEPT (processed), RELEASE (deliver again), REJECT
-    (unprocessable: archived), RENEW (still working on it: the acquisition lock restarts)."""
-
-    ACCEPT = 1
-    RELEASE = 2
-    REJECT = 3
-    RENEW = 4
 
 
 def next_epoch(epoch: int) -> int:

@@ -16,6 +16,7 @@ from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.server.answer import Answer
 from rivulet.server.network import KafkaConnection
 
+# Any: each handler takes its own request class (a parameter type cannot be narrower).
 Handler = Callable[[RequestHeader, Any, KafkaConnection], Answer]
 
 
