@@ -69,6 +69,22 @@ def test_serialized_descriptors_and_references():
     assert parsed.formatted("") == user.strip()
 
 
+def test_serialized_descriptors_importing_well_known_types_need_no_reference():
+    # confluent-kafka's ProtobufSerializer never registers google/protobuf/*.proto as a
+    # reference (Confluent's registry has them built in): its schema imports them bare, and so
+    # may a reference it registers (here an options file extending descriptor.proto).
+    stamped = proto('import "google/protobuf/timestamp.proto";\n'
+                    'message Event { google.protobuf.Timestamp at = 1; }')
+    again = P.parse(P.parse(stamped, []).formatted("serialized"), [])
+    assert again.descriptor.message_type[0].name == "Event"
+    options = proto('import "google/protobuf/descriptor.proto";\n'
+                    'extend google.protobuf.MessageOptions { string owner = 50001; }', package="opts")
+    ref = ResolvedReference("opts/options.proto", P.parse(options, []).formatted("serialized"))
+    user = proto('import "opts/options.proto";\nmessage User { option (opts.owner) = "x"; string n = 1; }')
+    parsed = P.parse(P.parse(user, [ResolvedReference("opts/options.proto", options)]).formatted("serialized"), [ref])
+    assert parsed.descriptor.message_type[0].name == "User"
+
+
 @pytest.mark.parametrize("text", ['syntax = "proto3"; message M { strng a = 1; }', "message {",
                                   'syntax = "proto3"; message M { int32 a = 1; int32 b = 1; }'])
 def test_malformed_protos_are_refused_with_protocs_reason(text):
