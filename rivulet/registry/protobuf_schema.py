@@ -97,25 +97,35 @@ def file_descriptors(text: str, references: list[ResolvedReference] | tuple[Reso
     return _reference_files(references) + [_decode_serialized(text.strip()) or _compile(text, list(references))]
 
 
+# The files a Confluent registry has built in, by the package whose modules register them in
+# protobuf's default pool (google.type: googleapis-common-protos). Clients import them without
+# registering them as references.
+BUILT_IN = (("google/protobuf/", "google.protobuf."), ("google/type/", "google.type."))
+
+
 def _pool(files: list[FDP]) -> descriptor_pool.DescriptorPool:
-    """The files in a descriptor pool of their own, with Google's well-known types they import:
-    clients never register those as references (every registry has them built in)."""
+    """The files in a descriptor pool of their own, with the built-in files they import."""
     pool = descriptor_pool.DescriptorPool()
     added: set[str] = set()
     for fdp in files:
-        _add_well_known(pool, list(fdp.dependency), added)
+        _add_built_in(pool, list(fdp.dependency), added)
         pool.Add(fdp)
         added.add(fdp.name)
     return pool
 
 
-def _add_well_known(pool: descriptor_pool.DescriptorPool, names: list[str], added: set[str]) -> None:
+def _add_built_in(pool: descriptor_pool.DescriptorPool, names: list[str], added: set[str]) -> None:
     for name in names:
-        if name in added or not name.startswith("google/protobuf/"):
+        package = next((p for prefix, p in BUILT_IN if name.startswith(prefix) and name.endswith(".proto")), None)
+        if name in added or package is None:
             continue
-        importlib.import_module("google.protobuf." + name[len("google/protobuf/"):-len(".proto")] + "_pb2")
-        fd = descriptor_pool.Default().FindFileByName(name)
-        _add_well_known(pool, [d.name for d in fd.dependencies], added)
+        try:
+            importlib.import_module(package + name.split("/", 2)[2][:-len(".proto")].replace("/", ".") + "_pb2")
+            fd = descriptor_pool.Default().FindFileByName(name)
+        except (ImportError, KeyError):
+            # Not built in here: the pool then names it as a file that has not been loaded.
+            continue
+        _add_built_in(pool, [d.name for d in fd.dependencies], added)
         proto = FDP()
         fd.CopyToProto(proto)
         pool.Add(proto)
