@@ -97,19 +97,48 @@ def file_descriptors(text: str, references: list[ResolvedReference] | tuple[Reso
     return _reference_files(references) + [_decode_serialized(text.strip()) or _compile(text, list(references))]
 
 
+# The files a Confluent registry has built in, by the package whose modules register them in
+# protobuf's default pool (google.type: googleapis-common-protos). Clients import them without
+# registering them as references.
+BUILT_IN = (("google/protobuf/", "google.protobuf."), ("google/type/", "google.type."))
+
+
+def _pool(files: list[FDP]) -> descriptor_pool.DescriptorPool:
+    """The files in a descriptor pool of their own, with the built-in files they import."""
+    pool = descriptor_pool.DescriptorPool()
+    added: set[str] = set()
+    for fdp in files:
+        _add_built_in(pool, list(fdp.dependency), added)
+        pool.Add(fdp)
+        added.add(fdp.name)
+    return pool
+
+
+def _add_built_in(pool: descriptor_pool.DescriptorPool, names: list[str], added: set[str]) -> None:
+    for name in names:
+        package = next((p for prefix, p in BUILT_IN if name.startswith(prefix) and name.endswith(".proto")), None)
+        if name in added or package is None:
+            continue
+        try:
+            importlib.import_module(package + name.split("/", 2)[2][:-len(".proto")].replace("/", ".") + "_pb2")
+            fd = descriptor_pool.Default().FindFileByName(name)
+        except (ImportError, KeyError):
+            # Not built in here: the pool then names it as a file that has not been loaded.
+            continue
+        _add_built_in(pool, [d.name for d in fd.dependencies], added)
+        proto = FDP()
+        fd.CopyToProto(proto)
+        pool.Add(proto)
+        added.add(name)
+
+
 class SchemaFiles:
-    """A registered schema's files in a descriptor pool of their own (with Google's well-known
-    types they import: never registered as references, every registry has them built in), to
-    decode data: its messages by the wire format's message indexes, or by name."""
+    """A registered schema's files in a descriptor pool of their own, to decode data: its
+    messages by the wire format's message indexes, or by name."""
 
     def __init__(self, text: str, references: list[ResolvedReference] | tuple[ResolvedReference, ...]) -> None:
-        self.pool = descriptor_pool.DescriptorPool()
         files = file_descriptors(text, references)
-        added: set[str] = set()
-        for fdp in files:
-            self._add_well_known(list(fdp.dependency), added)
-            self.pool.Add(fdp)
-            added.add(fdp.name)
+        self.pool = _pool(files)
         self.file = files[-1]
         self._prefix = f"{self.file.package}." if self.file.package else ""
 
@@ -131,17 +160,6 @@ class SchemaFiles:
         except KeyError:
             raise ValueError(f"the schema has no message {name}") from None
 
-    def _add_well_known(self, names: list[str], added: set[str]) -> None:
-        for name in names:
-            if name in added or not name.startswith("google/protobuf/"):
-                continue
-            importlib.import_module("google.protobuf." + name[len("google/protobuf/"):-len(".proto")] + "_pb2")
-            fd = descriptor_pool.Default().FindFileByName(name)
-            self._add_well_known([d.name for d in fd.dependencies], added)
-            proto = FDP()
-            fd.CopyToProto(proto)
-            self.pool.Add(proto)
-            added.add(name)
 
 
 class _Diff:
@@ -289,9 +307,6 @@ class ProtobufProvider:
         return ProtobufSchema(descriptor, text.strip())
 
     def _check(self, descriptor: FDP, references: list[ResolvedReference]) -> None:
-        """A serialized descriptor must build, with its references' files."""
-        pool = descriptor_pool.DescriptorPool()
-        for dep in _reference_files(references):
-            pool.Add(dep)
-        pool.Add(descriptor)
-        pool.FindFileByName(descriptor.name)
+        """A serialized descriptor must build, with its references' files and the well-known
+        types it imports."""
+        _pool(_reference_files(references) + [descriptor]).FindFileByName(descriptor.name)

@@ -215,6 +215,32 @@ def test_protobuf_serializers(registry_broker):
     assert client.register_schema(f"{topic}-value", Schema(good, "PROTOBUF")) > latest.schema_id
 
 
+def test_protobuf_serializer_with_a_well_known_type(registry_broker):
+    # The serializer registers the schema without google/protobuf/timestamp.proto as a reference
+    # (every Confluent registry has it built in); confluent-kafka-python's own
+    # test_proto_serializers failed here with 42201.
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
+    _broker, url = registry_broker
+    client = SchemaRegistryClient({"url": url})
+    topic = f"proto-wkt-{uuid.uuid4().hex[:6]}"
+    stamp = descriptor_pb2.FileDescriptorProto()
+    timestamp_pb2.DESCRIPTOR.CopyToProto(stamp)
+    fdp = descriptor_pb2.FileDescriptorProto(name=f"{topic}.proto", package="rivulet.test", syntax="proto3",
+                                             dependency=[stamp.name])
+    m = fdp.message_type.add(name="Event")
+    m.field.add(name="at", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
+                type_name=".google.protobuf.Timestamp", label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(stamp)
+    pool.Add(fdp)
+    Event = message_factory.GetMessageClass(pool.FindMessageTypeByName("rivulet.test.Event"))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    data = ProtobufSerializer(Event, client, {"use.deprecated.format": False})(Event(at={"seconds": 42}), ctx)
+    assert ProtobufDeserializer(Event, {"use.deprecated.format": False})(data, ctx).at.seconds == 42
+    assert client.get_latest_version(f"{topic}-value").schema.references == []
+
+
 def test_odd_subjects_and_oversized_bodies(registry_broker):
     _broker, url = registry_broker
     client = SchemaRegistryClient({"url": url})

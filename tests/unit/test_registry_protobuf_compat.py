@@ -3,6 +3,7 @@ texts compiled by protoc, and serialized descriptors as confluent-kafka register
 
 from __future__ import annotations
 
+import base64
 import functools
 
 import pytest
@@ -67,6 +68,35 @@ def test_serialized_descriptors_and_references():
     assert again.descriptor.message_type[0].name == "User"
     assert C.check(again, [C.Previous(1, parsed)], "FULL") == []
     assert parsed.formatted("") == user.strip()
+
+
+def test_serialized_descriptors_importing_well_known_types_need_no_reference():
+    # confluent-kafka's ProtobufSerializer never registers google/protobuf/*.proto as a
+    # reference (Confluent's registry has them built in): its schema imports them bare, and so
+    # may a reference it registers (here an options file extending descriptor.proto).
+    stamped = proto('import "google/protobuf/timestamp.proto";\n'
+                    'message Event { google.protobuf.Timestamp at = 1; }')
+    again = P.parse(P.parse(stamped, []).formatted("serialized"), [])
+    assert again.descriptor.message_type[0].name == "Event"
+    options = proto('import "google/protobuf/descriptor.proto";\n'
+                    'extend google.protobuf.MessageOptions { string owner = 50001; }', package="opts")
+    ref = ResolvedReference("opts/options.proto", P.parse(options, []).formatted("serialized"))
+    user = proto('import "opts/options.proto";\nmessage User { option (opts.owner) = "x"; string n = 1; }')
+    parsed = P.parse(P.parse(user, [ResolvedReference("opts/options.proto", options)]).formatted("serialized"), [ref])
+    assert parsed.descriptor.message_type[0].name == "User"
+
+
+def test_google_type_files_are_built_in_and_unknown_google_files_are_invalid():
+    from google.protobuf import descriptor_pb2
+    fdp = descriptor_pb2.FileDescriptorProto(name="day.proto", package="t", syntax="proto3",
+                                             dependency=["google/type/date.proto"])
+    fdp.message_type.add(name="Day").field.add(name="d", number=1, type_name=".google.type.Date",
+                                                type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE)
+    serialized = base64.b64encode(fdp.SerializeToString()).decode()
+    assert P.parse(serialized, []).descriptor.message_type[0].name == "Day"
+    fdp.dependency[0] = "google/protobuf/no_such_file.proto"
+    with pytest.raises(ValueError, match="Invalid schema .*no_such_file.proto"):
+        P.parse(base64.b64encode(fdp.SerializeToString()).decode(), [])
 
 
 @pytest.mark.parametrize("text", ['syntax = "proto3"; message M { strng a = 1; }', "message {",
