@@ -193,8 +193,14 @@ async def metadata_all(c: Ctx) -> str:
 
 
 async def metadata_auto_create(c: Ctx) -> str:
-    r = await c.user.send(mq.MetadataRequest(topics=[mq.MetadataRequestTopic(name=AUTO)],
-                                             allow_auto_topic_creation=True))
+    """As Kafka 4.3, the request that starts the creation is answered UNKNOWN_TOPIC_OR_PARTITION;
+    the topic is there when the client asks again."""
+    for _ in range(50):
+        r = await c.user.send(mq.MetadataRequest(topics=[mq.MetadataRequestTopic(name=AUTO)],
+                                                 allow_auto_topic_creation=True))
+        if r.topics[0].error_code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            break
+        await asyncio.sleep(0.1)
     return name(r.topics[0].error_code)
 
 
