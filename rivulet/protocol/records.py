@@ -1024,7 +1024,7 @@ def validate_produce_records(
       records, a control batch, a producer id without a sequence or a transactional batch
       without a producer id, malformed records; with ``require_keys`` (compacted
       topics), records without a key (a RecordValidationError listing each).
-    - UNSUPPORTED_FOR_MESSAGE_FORMAT: magic 0 or 1.
+      Magic 0 or 1 too, as Kafka 4 (without a message, as Kafka).
     - CORRUPT_MESSAGE: impossible framing, CRC mismatch, an undecodable compressed
       payload, or one expanding past ``max_decompressed_size``.
     - MESSAGE_TOO_LARGE: a batch larger than ``max_batch_size`` (max.message.bytes).
@@ -1043,7 +1043,14 @@ def validate_produce_records(
     positions: list[int] = []
     pos = 0
     while pos < size:
-        batch_size = _frame(view, pos)
+        try:
+            batch_size = _frame(view, pos)
+        except ApiError as e:
+            # Kafka's ProduceRequest.validateRecords: Produce (v3+) carries magic v2 batches
+            # only, anything older is INVALID_RECORD, answered without a message.
+            if e.code == ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT:
+                raise ApiError(ErrorCode.INVALID_RECORD) from None
+            raise
         if batch_size < 0:
             if positions:
                 raise _invalid("records end with a partial record batch")

@@ -69,10 +69,9 @@ from rivulet.transaction.coordinator import TransactionCoordinator
 log = logging.getLogger(__name__)
 log.addFilter(RateLimitFilter())  # a client repeating an unsupported request is logged once per interval
 
-# API key -> (min, max) versions Rivulet implements. Produce starts at v0 because librdkafka
-# turns compression off when the broker does not advertise the oldest versions.
+# API key -> (min, max) versions Rivulet implements.
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
-    0: (0, 13),   # Produce (v12 is v11 without transaction.version 2, which Rivulet does not finalise)
+    0: (3, 13),   # Produce (v12 is v11 without transaction.version 2, which Rivulet does not finalise)
     1: (4, 18),   # Fetch
     2: (1, 11),   # ListOffsets
     3: (0, 13),   # Metadata
@@ -160,6 +159,9 @@ FEATURE_GATED_APIS: dict[int, str] = {68: GROUP_VERSION, 69: GROUP_VERSION,
 # GetTelemetrySubscriptions and PushTelemetry: served always, listed in ApiVersions only when a
 # telemetry receiver is configured (metric.reporters), as Kafka's ApiVersionManager does.
 TELEMETRY_APIS = frozenset({71, 72})
+# Advertised below what is served, as Kafka 4 (KAFKA-18659): librdkafka turns compression off
+# unless ApiVersions lists Produce from v0, yet a Produce v0-2 is refused (the connection closed).
+ADVERTISED_MIN_VERSIONS: dict[int, int] = {0: 0}
 
 # Produce, Fetch and ShareFetch weigh their request time against request_percentage themselves,
 # with their byte rates; brokers' own requests are never throttled (Kafka's sendResponseExemptThrottle).
@@ -268,7 +270,7 @@ class KafkaApis:
 
     def _api_keys(self) -> list[avr.ApiVersion]:
         hidden = () if self.client_metrics.receiver_configured else TELEMETRY_APIS
-        return [avr.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+        return [avr.ApiVersion(api_key=k, min_version=ADVERTISED_MIN_VERSIONS.get(k, lo), max_version=hi)
                 for k, (lo, hi) in sorted(self.versions.items()) if k not in hidden and not self._feature_off(k)]
 
     def api_versions_error(self, code: ErrorCode) -> avr.ApiVersionsResponse:

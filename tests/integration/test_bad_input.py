@@ -183,15 +183,35 @@ def test_corrupt_compressed_payload(broker, topic):
         assert r.error_code == ErrorCode.CORRUPT_MESSAGE
 
 
-def test_old_message_format_is_unsupported(broker, topic):
-    # A magic v1 message: offset, size, crc, magic=1, attributes, timestamp, key, value
+def magic_v1_message() -> bytes:
+    # offset, size, crc, magic=1, attributes, timestamp, key, value
     inner = struct.pack(">bbqi", 1, 0, 0, -1) + struct.pack(">i", 1) + b"x"
     import zlib
     msg = struct.pack(">I", zlib.crc32(inner)) + inner
-    data = struct.pack(">qi", 0, len(msg)) + msg
+    return struct.pack(">qi", 0, len(msg)) + msg
+
+
+def test_old_message_format_is_invalid_record(broker, topic):
+    # As Kafka 4.3.1 answers it (ProduceRequest.validateRecords): INVALID_RECORD, no message.
     with connect(broker) as s:
-        r = produce(s, topic, data)
-        assert r.error_code == ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT
+        r = produce(s, topic, magic_v1_message())
+        assert (r.error_code, r.error_message) == (ErrorCode.INVALID_RECORD, None)
+
+
+@pytest.mark.parametrize("version", [0, 2])
+def test_produce_before_v3_closes_though_advertised(broker, topic, version):
+    # Kafka 4 lists Produce from v0 in ApiVersions for librdkafka (KAFKA-18659) but cannot
+    # read v0-2 and closes the connection (4.3.1 checked, with a v1 and with a v2 batch);
+    # franz-go pinned to 0.10 then fails its records instead of finding the broker too old.
+    with connect(broker) as s:
+        s.sendall(framing.encode_request(avq.ApiVersionsRequest(), 0, 1, "bad-input-test"))
+        _, resp = framing.decode_response(read_frame(s), 18, 0)
+        assert {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}[0] == (0, 13)
+        req = pq.ProduceRequest(acks=1, timeout_ms=5000, topic_data=[pq.TopicProduceData(
+            name=topic, partition_data=[pq.PartitionProduceData(index=0, records=valid_batch())])])
+        s.sendall(framing.encode_request(req, version, 2, "bad-input-test"))
+        assert is_closed(s)
+    still_serving(broker)
 
 
 def test_truncated_batch_in_produce(broker, topic):
