@@ -278,12 +278,13 @@ def tool(target: str, script: str, argv: list[str]) -> int:
 
 
 def run(target: str, root: Path, pytest_args: list[str], kafka_root: Path, report: Path,
-        timeout: float = 1500) -> subprocess.CompletedProcess[str]:
-    """The suite in ``root`` (see ``prepare``) against ``target``; JUnit XML into ``report``."""
+        timeout: float = 1500, tests: tuple[str, ...] = ("test/integration",)) -> subprocess.CompletedProcess[str]:
+    """The suite in ``root`` (see ``prepare``), or ``tests`` of it, against ``target``; JUnit XML
+    into ``report``."""
     write_bin(kafka_root, target)
     env = dict(os.environ, KAFKA_VERSION=KAFKA_VERSION, KAFKA_ROOT=str(kafka_root), PROJECT_ROOT=str(root))
     env.pop("PYTHONPATH", None)  # the suite's `test` and `kafka` packages come from its root
-    cmd = [sys.executable, "-m", "pytest", "test/integration", "-p", "no:cacheprovider", "-p", "no:xdist",
+    cmd = [sys.executable, "-m", "pytest", *tests, "-p", "no:cacheprovider", "-p", "no:xdist",
            "-o", "log_level=INFO", f"--junitxml={report}", "-rs", "-q", *pytest_args]
     return subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
 

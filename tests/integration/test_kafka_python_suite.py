@@ -96,5 +96,17 @@ def test_kafka_python_integration_suite(tmp_path):
           f"{len(failed)} failed, {len(skipped)} skipped in {time.monotonic() - started:.0f} s")
     for t, why in sorted(skipped.items()):
         print(f"kafka-python {t} skipped by the suite: {why}")
+    if failed and r.returncode != 0:
+        # Once more, alone: a few of the suite's tests race the client against itself (a
+        # subscription made while its bootstrap metadata is in flight waits out
+        # metadata.max.age.ms). A test passing then is printed as flaky, with its first failure.
+        again = kps.run("rivulet", root, [], tmp_path / "dist", tmp_path / "rerun.xml", timeout=600,
+                        tests=tuple(sorted(failed)))
+        rerun = _outcomes(tmp_path / "rerun.xml") if (tmp_path / "rerun.xml").exists() else {}
+        for t in sorted(failed):
+            if rerun.get(t, ("failed",))[0] == "passed":
+                print(f"kafka-python {t} failed, then passed when run again (flaky): {failed.pop(t)}")
+                passed.append(t)
+        r = again if not failed else r
     assert not failed and r.returncode == 0, f"failed: {failed}\n{r.stdout[-6000:]}\n{r.stderr[-2000:]}"
     assert len(passed) == expected, passed
