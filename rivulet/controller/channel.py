@@ -73,17 +73,26 @@ class RequestBatch:
         self.stop_replica[broker][tp] = delete or self.stop_replica[broker].get(tp, False)
 
     # ------------------------------------------------------------ building and sending
+    @property
+    def publishes_metadata(self) -> bool:
+        """Whether sending it sends UpdateMetadata."""
+        return bool(self.update_metadata_brokers or self.update_metadata_partitions or self.leader_and_isr)
+
     def send(self, ctx: ControllerContext, channel: ControllerChannel,
-             stop_replica_callback: Callable[[int, set[str], Struct | None], object] | None = None) -> None:
+             stop_replica_callback: Callable[[int, set[str], Struct | None], object] | None = None,
+             update_metadata_callback: Callable[[int, Struct | None], object] | None = None) -> None:
         """``stop_replica_callback`` gets each StopReplica's broker, the topics it deleted
-        replicas of, and the response (None if the broker could not take it)."""
+        replicas of, and the response (None if the broker could not take it);
+        ``update_metadata_callback`` each UpdateMetadata's broker and response."""
         for b, parts in self.leader_and_isr.items():
             if b in ctx.live_brokers and parts:
                 channel.send(b, self.build_leader_and_isr(ctx, b, parts))
         if self.update_metadata_partitions or self.leader_and_isr:
             self.update_metadata_brokers |= ctx.live_ids
         for b in sorted(self.update_metadata_brokers & ctx.live_ids):
-            channel.send(b, self.build_update_metadata(ctx, b, self.update_metadata_partitions))
+            um_cb = None if update_metadata_callback is None else (
+                lambda r, b=b: update_metadata_callback(b, r))
+            channel.send(b, self.build_update_metadata(ctx, b, self.update_metadata_partitions), um_cb)
         for b, parts in self.stop_replica.items():
             if b in ctx.live_brokers and parts:
                 deleted = {tp.topic for tp, delete in parts.items() if delete}

@@ -17,6 +17,32 @@ NO_LEADER = -1
 LEADER_DURING_DELETE = -2  # what UpdateMetadata says of a topic being deleted
 
 
+@dataclass(frozen=True)
+class ReplicaProgress:
+    """A node's place in the metadata the controller publishes: DescribeQuorum's ReplicaState
+    (-1 where unknown, as Kafka's)."""
+
+    replica_id: int
+    log_end_offset: int = -1
+    last_fetch_timestamp: int = -1
+    last_caught_up_timestamp: int = -1
+
+
+@dataclass(frozen=True)
+class QuorumDescription:
+    """The ZooKeeper-era control plane as DescribeQuorum states a KRaft quorum: the active
+    controller is the leader and only voter, its epoch the leader epoch, the other live brokers
+    the observers; offsets are ZooKeeper zxids (``ControllerContext.published_offset``)."""
+
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int
+    voters: list[ReplicaProgress]
+    observers: list[ReplicaProgress]
+    # voter id -> its (listener, host, port): DescribeQuorum v2's nodes
+    voter_endpoints: dict[int, list[tuple[str, str, int]]]
+
+
 @dataclass
 class ControllerContext:
     epoch: ControllerEpoch
@@ -27,6 +53,12 @@ class ControllerContext:
     topics_to_delete: set[str] = field(default_factory=set)
     # topic being deleted -> the brokers whose replicas have not confirmed their deletion yet
     deletion_pending: dict[str, set[int]] = field(default_factory=dict)
+    # The metadata offset: the ZooKeeper zxid this controller's session had seen when it last
+    # sent UpdateMetadata (at first, that of its election). zxids only grow, across
+    # controllers too, and each names the ZooKeeper state the metadata was read from.
+    published_offset: int = -1
+    # broker -> the offset of the last UpdateMetadata it applied, and when (DescribeQuorum)
+    applied: dict[int, ReplicaProgress] = field(default_factory=dict)
 
     # ------------------------------------------------------------ brokers
     def is_live(self, broker_id: int) -> bool:

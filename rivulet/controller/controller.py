@@ -27,13 +27,14 @@ from rivulet.common.time import SYSTEM_CLOCK, Clock
 from rivulet.common.types import TopicPartition
 from rivulet.controller import election
 from rivulet.controller.channel import ControllerChannel, RequestBatch
-from rivulet.controller.context import NO_LEADER, ControllerContext
+from rivulet.controller.context import NO_LEADER, ControllerContext, QuorumDescription, ReplicaProgress
 from rivulet.controller.zk_client import ControllerEpoch, ControllerMovedError, KafkaZkClient, ZkBridge
 from rivulet.controller.zk_data import LeaderAndIsr
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages import alter_partition_request as apq
 from rivulet.protocol.messages import alter_partition_response as aps
 from rivulet.protocol.messages import controlled_shutdown_response as csr
+from rivulet.protocol.messages.update_metadata_response import UpdateMetadataResponse
 from rivulet.protocol.schema import Struct
 
 log = logging.getLogger(__name__)
@@ -211,7 +212,7 @@ class KafkaController:
                     pass
 
     async def _on_failover(self, epoch: ControllerEpoch) -> None:
-        ctx = self.ctx = ControllerContext(epoch)
+        ctx = self.ctx = ControllerContext(epoch, published_offset=self.client.last_zxid)  # its election's
         self.channel = self.channel_factory()
         ctx.live_brokers = await self.zk.run(self.client.get_all_brokers, self._watch(self._on_broker_change))
         for b in ctx.live_brokers.values():
@@ -244,8 +245,40 @@ class KafkaController:
         return RequestBatch(self.broker_id, self.config.inter_broker_listener)
 
     def _send(self, batch: RequestBatch) -> None:
-        if self.ctx is not None and self.channel is not None:
-            batch.send(self.ctx, self.channel, self._on_stop_replica_response)
+        ctx = self.ctx
+        if ctx is not None and self.channel is not None:
+            if batch.publishes_metadata:
+                ctx.published_offset = max(ctx.published_offset, self.client.last_zxid)
+            offset = ctx.published_offset
+            batch.send(ctx, self.channel, self._on_stop_replica_response,
+                       lambda b, r: self._on_metadata_applied(ctx, b, offset, r))
+
+    def _on_metadata_applied(self, ctx: ControllerContext, broker: int, offset: int, response: Struct | None) -> None:
+        """A broker applied the UpdateMetadata of ``offset``: where DescribeQuorum places it. It
+        has caught up when nothing newer was published since, as a KRaft observer whose fetch
+        reached the leader's end."""
+        if not isinstance(response, UpdateMetadataResponse) or response.error_code != ErrorCode.NONE:
+            return
+        now = self.clock.milliseconds()
+        prev = ctx.applied.get(broker, ReplicaProgress(broker))
+        caught_up = now if offset >= ctx.published_offset else prev.last_caught_up_timestamp
+        ctx.applied[broker] = ReplicaProgress(broker, max(offset, prev.log_end_offset), now, caught_up)
+
+    def describe_quorum(self) -> QuorumDescription | None:
+        """The control plane as a KRaft quorum (None unless this broker is the active controller):
+        this controller the leader and only voter, at the offset it published; the other live
+        brokers observers, at the offset of the last UpdateMetadata each applied."""
+        ctx = self.ctx
+        if ctx is None:
+            return None
+        now = self.clock.milliseconds()
+        leader = ReplicaProgress(self.broker_id, ctx.published_offset, now, now)
+        observers = [ctx.applied.get(b, ReplicaProgress(b)) for b in sorted(ctx.live_brokers) if b != self.broker_id]
+        reg = ctx.live_brokers.get(self.broker_id)
+        ep = None if reg is None else reg.endpoint(self.config.inter_broker_listener)
+        endpoints = [] if ep is None else [(ep.listener, ep.host, ep.port)]
+        return QuorumDescription(self.broker_id, ctx.epoch.epoch, ctx.published_offset, [leader], observers,
+                                 {self.broker_id: endpoints})
 
     # ------------------------------------------------------------ topics
     async def _load_topic(self, topic: str) -> list[TopicPartition]:

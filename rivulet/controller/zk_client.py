@@ -96,6 +96,11 @@ class KafkaZkClient:
         self.zk.add_listener(listener)
 
     @property
+    def last_zxid(self) -> int:
+        """The newest ZooKeeper transaction id this session has seen in an answer."""
+        return int(self.zk.last_zxid)
+
+    @property
     def session_id(self) -> int:
         return self.zk.client_id[0] if self.zk.client_id else 0
 

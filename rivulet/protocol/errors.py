@@ -153,6 +153,10 @@ DEFAULT_MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "This server does not host this topic-partition.",
     ErrorCode.TOPIC_AUTHORIZATION_FAILED: "Topic authorization failed.",
     ErrorCode.UNKNOWN_TOPIC_ID: "This server does not host this topic ID.",
+    ErrorCode.CLUSTER_AUTHORIZATION_FAILED: "Cluster authorization failed.",
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: "For requests intended only for the leader, this error indicates that the "
+                                      "broker is not the current leader. For requests intended for any replica, this "
+                                      "error indicates that the broker is not a replica of the topic partition.",
 }
 
 

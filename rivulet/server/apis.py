@@ -40,7 +40,7 @@ from rivulet.server.handlers.delegation_tokens import DelegationTokenHandlers
 from rivulet.server.features import GROUP_VERSION, SHARE_VERSION, STREAMS_VERSION, FeatureLevels
 from rivulet.server.handlers.features import FeatureHandlers
 from rivulet.server.handlers.controller import CLUSTER_MODE_VERSIONS, ControllerHandlers, PartitionAdmin, \
-    PartitionAdminHandlers
+    PartitionAdminHandlers, QuorumHandlers, QuorumView
 from rivulet.server.handlers.find_coordinator import FindCoordinatorHandler
 from rivulet.server.handlers.groups import GroupHandlers
 from rivulet.server.handlers.log_dirs import LogDirHandlers
@@ -57,6 +57,7 @@ from rivulet.server.handlers.replication import INTER_BROKER_VERSIONS, Replicati
 from rivulet.server.handlers.topics import TopicHandlers
 from rivulet.server.handlers.transactions import TransactionHandlers
 from rivulet.server.network import KafkaConnection
+from rivulet.replication.link import BrokerLinks
 from rivulet.server.one_node_admin import OneNodePartitionAdmin
 from rivulet.server.quotas import ClientQuotas
 from rivulet.server.scram import ScramCredentials
@@ -119,6 +120,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     49: (0, 1),   # AlterClientQuotas
     50: (0, 0),   # DescribeUserScramCredentials
     51: (0, 0),   # AlterUserScramCredentials
+    55: (0, 2),   # DescribeQuorum (the ZooKeeper-era controller as the quorum: handlers/controller.py)
     57: (0, 2),   # UpdateFeatures
     60: (0, 2),   # DescribeCluster
     61: (0, 0),   # DescribeProducers
@@ -181,11 +183,12 @@ class KafkaApis:
                  share_coordinator: ShareCoordinator, features: FeatureLevels,
                  delegation_tokens: DelegationTokens,
                  metadata_cache: MetadataCache | None = None, broker_epoch: Callable[[], int] | None = None,
-                 cluster: ZkClusterMember | None = None) -> None:
+                 cluster: ZkClusterMember | None = None, controller_links: BrokerLinks | None = None) -> None:
         """``metadata_cache`` (with ``broker_epoch``, this broker's registration epoch) is given in
         cluster mode only: the controller's requests are then served, and metadata is the cluster's.
         ``cluster`` (ZooKeeper mode) brings this broker's candidate controller, which answers
-        AlterPartition and ControlledShutdown, and takes topic creations and deletions."""
+        AlterPartition and ControlledShutdown, and takes topic creations and deletions; DescribeQuorum
+        goes over ``controller_links`` to the controller when this broker is not it."""
         self.quotas = quotas
         self.client_metrics = client_metrics
         self.features = features
@@ -196,15 +199,18 @@ class KafkaApis:
             self.handlers.update(ReplicationHandlers(replica_manager, broker_epoch or (lambda: -1),
                                                      topics.off_loop, authz, topic_configs=cluster).handlers())
         partition_admin: PartitionAdmin
+        quorum: QuorumView
         if cluster is not None and cluster.controller is not None:
             self.versions.update(CLUSTER_MODE_VERSIONS)
             self.handlers.update(ControllerHandlers(cluster.controller, authz).handlers())
-            partition_admin = cluster.controller
+            partition_admin = quorum = cluster.controller
         else:
             # One node is its own controller for elections and reassignments, as Kafka's is.
-            partition_admin = OneNodePartitionAdmin(topics, replica_manager, node.node_id)
+            partition_admin = quorum = OneNodePartitionAdmin(topics, replica_manager, node,
+                                                             config.inter_broker_listener, clock)
         for area in (
             PartitionAdminHandlers(partition_admin, authz),
+            QuorumHandlers(quorum, authz, metadata_cache, controller_links),
             RecordHandlers(replica_manager, topics, quotas, authz, metadata_cache),
             QuotaHandlers(quotas, authz),
             AclHandlers(acls, authz),

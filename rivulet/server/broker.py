@@ -195,6 +195,7 @@ class Broker:
         self.share_coordinator: ShareCoordinator | None = None
         self.share_persister: CoordinatorSharePersister | None = None
         self.partition_ends: PartitionEnds | None = None
+        self.quorum_links: BrokerLinks | None = None  # DescribeQuorum forwarded to the controller
         self.share_partitions: SharePartitionManager | None = None
         self.apis: KafkaApis | None = None
         self.iceberg: IcebergTranslator | None = None
@@ -372,6 +373,8 @@ class Broker:
         # ACLs live in ZooKeeper in a cluster (every broker follows their change notifications),
         # in this broker's metadata otherwise.
         self.acls = AclManager(authorizer, self.cluster if self.cluster is not None else self.dynamic_config)
+        if cache is not None:
+            self.quorum_links = self._links("describe-quorum")
         self.apis = KafkaApis(replica_manager=rm, group_coordinator=groups, txn_coordinator=txns, topics=topics,
                               config=cfg, clock=self.clock, node=self.node, cluster_id=self.cluster_id,
                               metadata_cache=cache, broker_epoch=lambda: self.broker_epoch,
@@ -379,7 +382,8 @@ class Broker:
                               authz=Authz(authorizer), acls=self.acls, scram=self.scram,
                               client_metrics=self.client_metrics, group_configs=self.group_configs,
                               share_partitions=share, share_coordinator=shares, features=self.features,
-                              delegation_tokens=self.delegation_tokens)
+                              delegation_tokens=self.delegation_tokens,
+                              controller_links=self.quorum_links)
         # Topics with iceberg.mode: their leaders here translate them into their tables, the
         # schema modes reading an external registry when one is named, else this broker's own.
         registry_url = cfg["iceberg.schema.registry.url"]
@@ -609,7 +613,7 @@ class Broker:
         if self.replica_fetchers is not None:
             await self.replica_fetchers.shutdown()
         for channel in (self.alter_partition, self.marker_channel, self.txn_verifier, self.share_persister,
-                        self.partition_ends):
+                        self.partition_ends, self.quorum_links):
             if channel is not None:
                 await channel.close()
         if self.iceberg is not None:

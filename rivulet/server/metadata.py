@@ -57,19 +57,23 @@ class MetadataStore:
         self.cluster_id = cluster_id
         self.topics: dict[str, TopicInfo] = {}
         self.by_id: dict[uuid.UUID, TopicInfo] = {}
+        # How many changes this file has recorded, kept in it (a file from before counts from 0):
+        # one node's metadata offset, as DescribeQuorum reports it.
+        self.changes = 0
         self._load()
 
     def _load(self) -> None:
         if not self.path.exists():
             return
         doc = json.loads(self.path.read_text())
+        self.changes = int(doc.get("changes", 0))
         for t in doc.get("topics", []):
             info = TopicInfo(t["name"], uuid.UUID(t["id"]), int(t["partitions"]), dict(t.get("configs", {})))
             self.topics[info.name] = info
             self.by_id[info.topic_id] = info
 
     def _save(self) -> None:
-        doc = {"version": 1, "cluster_id": self.cluster_id, "topics": [
+        doc = {"version": 1, "cluster_id": self.cluster_id, "changes": self.changes + 1, "topics": [
             {"name": t.name, "id": str(t.topic_id), "partitions": t.num_partitions, "configs": t.configs}
             for t in self.topics.values()
         ]}
@@ -79,6 +83,7 @@ class MetadataStore:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, self.path)
+        self.changes += 1
 
     def get(self, name: str) -> TopicInfo | None:
         return self.topics.get(name)

@@ -1,11 +1,15 @@
 """ElectLeaders and the partition reassignment APIs on a single node, answered as a one-node
 Kafka 4.3's controller answers them (its ReplicationControlManager): the node is the only,
 hence preferred, replica of every partition, so no election is ever needed, no reassignment
-is ever under way, and the only reassignment there can be keeps a partition where it is."""
+is ever under way, and the only reassignment there can be keeps a partition where it is. It
+describes the quorum as a one-node KRaft cluster's: itself the leader and only voter."""
 
 from __future__ import annotations
 
+from rivulet.common.cluster import NodeEndpoint
+from rivulet.common.time import Clock
 from rivulet.common.types import TopicPartition
+from rivulet.controller.context import QuorumDescription, ReplicaProgress
 from rivulet.controller.controller import PREFERRED
 from rivulet.protocol.errors import ErrorCode
 from rivulet.replication.replica_manager import ReplicaManager
@@ -18,14 +22,27 @@ NOT_NEEDED: Outcome = (ErrorCode.ELECTION_NOT_NEEDED, "Leader election not neede
 class OneNodePartitionAdmin:
     """The ``PartitionAdmin`` (server/handlers/controller.py) of a broker without a cluster."""
 
-    def __init__(self, topics: TopicManager, replica_manager: ReplicaManager, node_id: int) -> None:
+    def __init__(self, topics: TopicManager, replica_manager: ReplicaManager, node: NodeEndpoint, listener: str,
+                 clock: Clock) -> None:
+        """``listener``: the name of the listener ``node``'s address is on."""
         self.topics = topics
         self.replica_manager = replica_manager
-        self.node_id = node_id
+        self.node = node
+        self.node_id = node.node_id
+        self.listener = listener
+        self.clock = clock
 
     @property
     def is_active(self) -> bool:
         return True  # the one node is its own controller
+
+    def describe_quorum(self) -> QuorumDescription:
+        """No election was ever held (epoch 0); the metadata offset is the count of changes the
+        node's metadata file has recorded (``MetadataStore.changes``)."""
+        now = self.clock.milliseconds()
+        offset = self.topics.metadata.changes
+        return QuorumDescription(self.node_id, 0, offset, [ReplicaProgress(self.node_id, offset, now, now)], [],
+                                 {self.node_id: [(self.listener, self.node.host, self.node.port)]})
 
     def _num_partitions(self, topic: str) -> int | None:
         info = self.topics.get(topic)

@@ -10,6 +10,9 @@
   a binding holds (``*``, ``alice``, ``User:``, ``""``), MATCH patterns.
 - Kafka's own producer (ProducerPerformance) as a principal that may not describe its topic
   fails at once, as against Kafka.
+- DescribeQuorum (every version) by a principal without DESCRIBE on the cluster, and for
+  partitions other than ``__cluster_metadata``-0 alone: error codes and messages, the shape of the
+  answer (its values are the control plane's, docs/compatibility.md).
 - On the one node: ElectLeaders, AlterPartitionReassignments and ListPartitionReassignments
   (every version, known and unknown topics and partitions, targets this broker, another one,
   none, twice, cancels); group configs set at broker level, described with their synonyms.
@@ -37,6 +40,7 @@ from rivulet.protocol.messages import (
     delete_topics_request as dtq,
     describe_acls_request as dsq,
     describe_configs_request as dcq,
+    describe_quorum_request as dqq,
     describe_topic_partitions_request as dtpq,
     elect_leaders_request as elq,
     fetch_request as fq,
@@ -396,4 +400,32 @@ def test_broker_level_group_config_synonyms_as_kafka(kafka_secured, rivulet_secu
     theirs, ours = asyncio.run(_group_config_probe(kafka_secured)), asyncio.run(_group_config_probe(rivulet_secured))
     static = ("group.share.record.lock.duration.ms", "45000", 4)
     assert theirs["one, v4"][2][0][4][0] == static  # Kafka lists the static value first
+    assert {k: v for k, v in ours.items() if v != theirs[k]} == {}, theirs
+
+
+async def _quorum_probe(ports: Ports) -> dict[str, Any]:
+    await setup_topics_and_acls(ports.plain)
+    out: dict[str, Any] = {}
+    alice = await BrokerConnection("127.0.0.1", ports.sasl, sasl=ALICE).connect(10)
+    admin = await BrokerConnection("127.0.0.1", ports.plain).connect(10)
+    asked = {"quorum": [("__cluster_metadata", [0])], "partition 1": [("__cluster_metadata", [1])],
+             "two partitions": [("__cluster_metadata", [0, 1])], "another topic": [("orders", [0])],
+             "two topics": [("__cluster_metadata", [0]), ("orders", [0])], "nothing": []}
+    for v in (0, 1, 2):
+        for who, conn in (("alice", alice), ("admin", admin)):
+            for key, topics in asked.items():
+                r = await conn.send(dqq.DescribeQuorumRequest(topics=[dqq.TopicData(topic_name=t, partitions=[
+                    dqq.PartitionData(partition_index=p) for p in ps]) for t, ps in topics]), version=v)
+                out[f"v{v} {who} {key}"] = (r.error_code, r.error_message, [(t.topic_name, [(
+                    p.partition_index, p.error_code, p.error_message, len(p.current_voters), len(p.observers),
+                    p.leader_epoch >= 0, p.high_watermark >= 0) for p in t.partitions]) for t in r.topics],
+                    [(n.node_id == r.topics[0].partitions[0].leader_id, len(n.listeners)) for n in r.nodes])
+    await alice.close()
+    await admin.close()
+    return out
+
+
+def test_describe_quorum_answers_as_kafka(kafka_secured, rivulet_secured):
+    theirs, ours = asyncio.run(_quorum_probe(kafka_secured)), asyncio.run(_quorum_probe(rivulet_secured))
+    assert theirs["v2 alice quorum"][0] == 31 and theirs["v2 admin quorum"][2][0][1][0][1] == 0  # as meant
     assert {k: v for k, v in ours.items() if v != theirs[k]} == {}, theirs

@@ -1,5 +1,5 @@
 """Requests for the controller: AlterPartition (a leader's ISR change) and ControlledShutdown
-in ZooKeeper mode, ElectLeaders and the partition reassignment APIs on every broker. In a
+in ZooKeeper mode, ElectLeaders, the partition reassignment APIs and DescribeQuorum on every broker. In a
 cluster every broker answers them; one that is not the active controller says NOT_CONTROLLER,
 as Kafka's, and the sender looks for the controller again. On one node the broker carries out
 ElectLeaders and the reassignment APIs itself, as a one-node Kafka's controller does."""
@@ -11,19 +11,25 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from rivulet.common.types import TopicPartition
+from rivulet.controller.context import QuorumDescription, ReplicaProgress
 from rivulet.controller.controller import PREFERRED, KafkaController
-from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.errors import DEFAULT_MESSAGES, ErrorCode
 from rivulet.protocol.framing import RequestHeader
+from rivulet.protocol.schema import ZERO_UUID
 from rivulet.protocol.messages.alter_partition_request import AlterPartitionRequest
 from rivulet.protocol.messages import alter_partition_reassignments_response as apr
 from rivulet.protocol.messages import alter_partition_response as apar
 from rivulet.protocol.messages import controlled_shutdown_response as csr
+from rivulet.protocol.messages import describe_quorum_response as dqr
 from rivulet.protocol.messages import elect_leaders_response as elr
 from rivulet.protocol.messages import list_partition_reassignments_response as lpr
 from rivulet.protocol.messages.alter_partition_reassignments_request import AlterPartitionReassignmentsRequest
 from rivulet.protocol.messages.controlled_shutdown_request import ControlledShutdownRequest
+from rivulet.protocol.messages.describe_quorum_request import DescribeQuorumRequest
 from rivulet.protocol.messages.elect_leaders_request import ElectLeadersRequest
 from rivulet.protocol.messages.list_partition_reassignments_request import ListPartitionReassignmentsRequest
+from rivulet.replication.link import LINK_ERRORS, BrokerLinks
+from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.security.acls import AclOperation
 from rivulet.server.acls import Authz
 from rivulet.server.answer import Answer
@@ -184,3 +190,91 @@ class PartitionAdminHandlers:
                                                       topics=[lpr.OngoingTopicReassignment(name=t, partitions=ps)
                                                               for t, ps in by_topic.items()])
 
+
+
+# The one partition DescribeQuorum describes: KRaft's metadata log.
+CLUSTER_METADATA = TopicPartition("__cluster_metadata", 0)
+
+
+class QuorumView(Protocol):
+    """Who describes the quorum: the ``KafkaController`` in a cluster (None unless active),
+    ``OneNodePartitionAdmin`` on one node."""
+
+    def describe_quorum(self) -> QuorumDescription | None: ...
+
+
+def _replica_state(r: ReplicaProgress) -> dqr.ReplicaState:
+    return dqr.ReplicaState(replica_id=r.replica_id, replica_directory_id=ZERO_UUID, log_end_offset=r.log_end_offset,
+                            last_fetch_timestamp=r.last_fetch_timestamp,
+                            last_caught_up_timestamp=r.last_caught_up_timestamp)
+
+
+def quorum_response(q: QuorumDescription) -> dqr.DescribeQuorumResponse:
+    """Kafka's answer of a leader: directory ids unset (a static quorum's voters have none), and
+    v2's nodes the voters with their listeners (dropped below v2 by the codec)."""
+    part = dqr.PartitionData(partition_index=CLUSTER_METADATA.partition, error_code=ErrorCode.NONE,
+                             error_message="", leader_id=q.leader_id, leader_epoch=q.leader_epoch,
+                             high_watermark=q.high_watermark, current_voters=[_replica_state(r) for r in q.voters],
+                             observers=[_replica_state(r) for r in q.observers])
+    nodes = [dqr.Node(node_id=v.replica_id, listeners=[dqr.Listener(name=n, host=h, port=p)
+                                                        for n, h, p in q.voter_endpoints.get(v.replica_id, [])])
+             for v in q.voters]
+    return dqr.DescribeQuorumResponse(error_code=ErrorCode.NONE, error_message="", topics=[
+        dqr.TopicData(topic_name=CLUSTER_METADATA.topic, partitions=[part])], nodes=nodes)
+
+
+def _partition_error(index: int, code: ErrorCode) -> dqr.PartitionData:
+    """A partition answered ``code`` with its default message, as Kafka 4.3.1's (v2 carries it)."""
+    return dqr.PartitionData(partition_index=index, error_code=code, error_message=DEFAULT_MESSAGES[code],
+                             leader_id=0, leader_epoch=0, high_watermark=0, current_voters=[], observers=[])
+
+
+def _not_leader() -> dqr.DescribeQuorumResponse:
+    """Kafka's answer of a node that does not lead the quorum."""
+    return dqr.DescribeQuorumResponse(error_code=ErrorCode.NONE, error_message="", nodes=[], topics=[
+        dqr.TopicData(topic_name=CLUSTER_METADATA.topic, partitions=[
+            _partition_error(CLUSTER_METADATA.partition, ErrorCode.NOT_LEADER_OR_FOLLOWER)])])
+
+
+@dataclass(eq=False)
+class QuorumHandlers:
+    """DescribeQuorum, answered as Kafka 4.3.1's: CLUSTER DESCRIBE, then the request must name
+    ``__cluster_metadata`` partition 0 alone (else every partition it named is answered
+    UNKNOWN_TOPIC_OR_PARTITION); a broker that is not the controller forwards it there, as a
+    KRaft broker forwards it to the active controller."""
+
+    quorum: QuorumView
+    authz: Authz
+    cache: MetadataCache | None = None  # where the controller is (cluster mode)
+    links: BrokerLinks | None = None    # to it
+
+    def handlers(self) -> dict[int, Handler]:
+        return {55: self.handle_describe_quorum}
+
+    def handle_describe_quorum(self, header: RequestHeader, req: DescribeQuorumRequest,
+                               conn: KafkaConnection) -> Answer:
+        if not self.authz.cluster(conn, AclOperation.DESCRIBE):
+            code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+            return dqr.DescribeQuorumResponse(error_code=code, error_message=DEFAULT_MESSAGES[code], topics=[], nodes=[])
+        if not (len(req.topics) == 1 and req.topics[0].topic_name == CLUSTER_METADATA.topic
+                and len(req.topics[0].partitions) == 1
+                and req.topics[0].partitions[0].partition_index == CLUSTER_METADATA.partition):
+            return dqr.DescribeQuorumResponse(error_code=ErrorCode.NONE, error_message="", nodes=[], topics=[
+                dqr.TopicData(topic_name=t.topic_name, partitions=[
+                    _partition_error(p.partition_index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for p in t.partitions])
+                for t in req.topics])
+        q = self.quorum.describe_quorum()
+        if q is not None:
+            return quorum_response(q)
+        return asyncio.ensure_future(self._forward(req, header.api_version))
+
+    async def _forward(self, req: DescribeQuorumRequest, version: int) -> dqr.DescribeQuorumResponse:
+        controller = self.cache.controller_id if self.cache is not None else None
+        if controller is None or self.links is None or controller == self.links.node_id:
+            return _not_leader()
+        try:
+            response = await self.links.send(controller, req, max_version=version)
+        except LINK_ERRORS:
+            return _not_leader()
+        assert isinstance(response, dqr.DescribeQuorumResponse)
+        return response
