@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import importlib
 import os
 import subprocess
@@ -44,13 +45,18 @@ def _decode_serialized(text: str) -> FDP | None:
         return None
 
 
-def _compile(text: str, references: list[ResolvedReference]) -> FDP:
-    """protoc over the text and its references (each written under its reference name)."""
+def _protoc_includes() -> list[str]:
+    """protoc's -I for the built-in files: Confluent's (ours) and grpcio-tools' google/protobuf."""
     try:
         import grpc_tools
     except ImportError:
         raise ValueError("compiling .proto text needs grpcio-tools (pip install 'rivulet[registry]')") from None
-    includes = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
+    return [f"-I{CONFLUENT_PROTOS}", f"-I{os.path.join(os.path.dirname(grpc_tools.__file__), '_proto')}"]
+
+
+def _compile(text: str, references: list[ResolvedReference]) -> FDP:
+    """protoc over the text and its references (each written under its reference name)."""
+    includes = _protoc_includes()
     with tempfile.TemporaryDirectory(prefix="rivulet-proto-") as tmp:
         for ref in _flatten(references):
             serialized = _decode_serialized(ref.schema)
@@ -63,7 +69,7 @@ def _compile(text: str, references: list[ResolvedReference]) -> FDP:
         with open(os.path.join(tmp, MAIN_FILE), "w") as f:
             f.write(text)
         out = os.path.join(tmp, "out.pb")
-        r = subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{tmp}", f"-I{includes}",
+        r = subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{tmp}", *includes,
                             f"--descriptor_set_out={out}", MAIN_FILE], capture_output=True, text=True,
                            timeout=COMPILE_TIMEOUT_S, cwd=tmp)
         if r.returncode != 0:
@@ -101,6 +107,46 @@ def file_descriptors(text: str, references: list[ResolvedReference] | tuple[Reso
 # protobuf's default pool (google.type: googleapis-common-protos). Clients import them without
 # registering them as references.
 BUILT_IN = (("google/protobuf/", "google.protobuf."), ("google/type/", "google.type."))
+# Confluent's own built-in files (confluent/meta.proto, confluent/type/decimal.proto), as .proto
+# text of ours: protoc finds them there when a text imports them, and a serialized descriptor
+# importing them gets them compiled once.
+CONFLUENT_PROTOS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "protos")
+
+
+@functools.cache
+def _confluent_file(name: str) -> FDP | None:
+    """Confluent's built-in file ``name`` compiled, or None when it is not one."""
+    if not os.path.isfile(os.path.join(CONFLUENT_PROTOS, name)):
+        return None
+    try:
+        includes = _protoc_includes()
+    except ValueError:
+        return None
+    with tempfile.TemporaryDirectory(prefix="rivulet-proto-") as tmp:
+        out = os.path.join(tmp, "out.pb")
+        r = subprocess.run([sys.executable, "-m", "grpc_tools.protoc", *includes, f"--descriptor_set_out={out}",
+                            name], capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, cwd=tmp)
+        if r.returncode != 0:
+            raise RuntimeError(f"built-in {name} does not compile: {r.stderr or r.stdout}")
+        with open(out, "rb") as f:
+            return descriptor_pb2.FileDescriptorSet.FromString(f.read()).file[0]
+
+
+def _built_in_file(name: str) -> FDP | None:
+    """A built-in file by its import name, or None when it is not one (or not installed here)."""
+    if name.startswith("confluent/"):
+        return _confluent_file(name)
+    package = next((p for prefix, p in BUILT_IN if name.startswith(prefix) and name.endswith(".proto")), None)
+    if package is None:
+        return None
+    try:
+        importlib.import_module(package + name.split("/", 2)[2][:-len(".proto")].replace("/", ".") + "_pb2")
+        fd = descriptor_pool.Default().FindFileByName(name)
+    except (ImportError, KeyError):
+        return None
+    proto = FDP()
+    fd.CopyToProto(proto)
+    return proto
 
 
 def _pool(files: list[FDP]) -> descriptor_pool.DescriptorPool:
@@ -116,18 +162,11 @@ def _pool(files: list[FDP]) -> descriptor_pool.DescriptorPool:
 
 def _add_built_in(pool: descriptor_pool.DescriptorPool, names: list[str], added: set[str]) -> None:
     for name in names:
-        package = next((p for prefix, p in BUILT_IN if name.startswith(prefix) and name.endswith(".proto")), None)
-        if name in added or package is None:
-            continue
-        try:
-            importlib.import_module(package + name.split("/", 2)[2][:-len(".proto")].replace("/", ".") + "_pb2")
-            fd = descriptor_pool.Default().FindFileByName(name)
-        except (ImportError, KeyError):
+        proto = None if name in added else _built_in_file(name)
+        if proto is None:
             # Not built in here: the pool then names it as a file that has not been loaded.
             continue
-        _add_built_in(pool, [d.name for d in fd.dependencies], added)
-        proto = FDP()
-        fd.CopyToProto(proto)
+        _add_built_in(pool, list(proto.dependency), added)
         pool.Add(proto)
         added.add(name)
 

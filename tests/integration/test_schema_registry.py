@@ -241,6 +241,38 @@ def test_protobuf_serializer_with_a_well_known_type(registry_broker):
     assert client.get_latest_version(f"{topic}-value").schema.references == []
 
 
+def test_protobuf_serializer_with_confluents_decimal_and_meta(registry_broker):
+    # confluent/type/decimal.proto and confluent/meta.proto are never registered as references
+    # either (the serializer skips every confluent/ file): the registry resolves them built in.
+    from confluent_kafka.schema_registry.confluent import meta_pb2
+    from confluent_kafka.schema_registry.confluent.type import decimal_pb2
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    _broker, url = registry_broker
+    client = SchemaRegistryClient({"url": url})
+    topic = f"proto-confluent-{uuid.uuid4().hex[:6]}"
+    pool = descriptor_pool.DescriptorPool()
+    deps = []
+    for module in (descriptor_pb2, meta_pb2, decimal_pb2):
+        dep = descriptor_pb2.FileDescriptorProto()
+        module.DESCRIPTOR.CopyToProto(dep)
+        pool.Add(dep)
+        deps.append(dep.name)
+    fdp = descriptor_pb2.FileDescriptorProto(name=f"{topic}.proto", package="rivulet.test", syntax="proto3",
+                                             dependency=deps[1:])
+    m = fdp.message_type.add(name="Price")
+    field = m.field.add(name="amount", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
+                        type_name=".confluent.type.Decimal", label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    field.options.Extensions[meta_pb2.field_meta].doc = "the price"
+    pool.Add(fdp)
+    Price = message_factory.GetMessageClass(pool.FindMessageTypeByName("rivulet.test.Price"))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    value = Price(amount={"value": b"\x04\xd2", "precision": 6, "scale": 2})
+    data = ProtobufSerializer(Price, client, {"use.deprecated.format": False})(value, ctx)
+    assert ProtobufDeserializer(Price, {"use.deprecated.format": False})(data, ctx).amount.scale == 2
+    assert client.get_latest_version(f"{topic}-value").schema.references == []
+
+
 def test_odd_subjects_and_oversized_bodies(registry_broker):
     _broker, url = registry_broker
     client = SchemaRegistryClient({"url": url})

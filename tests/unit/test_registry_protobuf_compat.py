@@ -105,3 +105,38 @@ def test_malformed_protos_are_refused_with_protocs_reason(text):
     with pytest.raises(ValueError, match="Invalid schema") as e:
         P.parse(text, [])
     assert "rivulet-proto-" not in str(e.value)  # no temporary paths in the message
+
+
+def test_confluents_own_files_are_built_in():
+    # confluent-kafka's ProtobufSerializer never registers confluent/*.proto as a reference
+    # either: Confluent's registry resolves confluent/meta.proto and confluent/type/decimal.proto
+    # by name. A .proto text and the serialized descriptor the serializer sends both parse.
+    from google.protobuf import descriptor_pb2
+
+    from rivulet.registry.protobuf_schema import SchemaFiles
+    text = proto('import "confluent/meta.proto";\nimport "confluent/type/decimal.proto";\n'
+                 'message Price {\n  option (confluent.message_meta) = { doc: "a price", tags: ["PII"] };\n'
+                 '  confluent.type.Decimal amount = 1 [(confluent.field_meta).params = { key: "precision" '
+                 'value: "8" }];\n}')
+    parsed = P.parse(text, [])
+    assert list(parsed.descriptor.dependency) == ["confluent/meta.proto", "confluent/type/decimal.proto"]
+    serialized = parsed.formatted("serialized")
+    again = P.parse(serialized, [])
+    assert C.check(again, [C.Previous(1, parsed)], "FULL") == []
+    files = SchemaFiles(serialized, [])
+    price = files.message_named("Price")
+    decimal = price.fields_by_name["amount"].message_type
+    assert decimal.full_name == "confluent.type.Decimal"
+    assert [(f.name, f.number, f.type) for f in decimal.fields] == [
+        ("value", 1, descriptor_pb2.FieldDescriptorProto.TYPE_BYTES),
+        ("precision", 2, descriptor_pb2.FieldDescriptorProto.TYPE_UINT32),
+        ("scale", 3, descriptor_pb2.FieldDescriptorProto.TYPE_INT32)]
+    meta = files.pool.FindFileByName("confluent/meta.proto")
+    assert {n: (e.number, e.containing_type.full_name) for n, e in meta.extensions_by_name.items()} == {
+        "file_meta": (1088, "google.protobuf.FileOptions"), "message_meta": (1088, "google.protobuf.MessageOptions"),
+        "field_meta": (1088, "google.protobuf.FieldOptions"), "enum_meta": (1088, "google.protobuf.EnumOptions"),
+        "enum_value_meta": (1088, "google.protobuf.EnumValueOptions")}
+    assert [(f.name, f.number) for f in meta.message_types_by_name["Meta"].fields] == [
+        ("doc", 1), ("params", 2), ("tags", 3), ("rules", 4)]
+    with pytest.raises(ValueError, match="(?s)Invalid schema .*confluent/no_such.proto: File not found"):
+        P.parse(proto('import "confluent/no_such.proto";\nmessage M { int32 a = 1; }'), [])
