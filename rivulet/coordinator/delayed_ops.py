@@ -62,20 +62,30 @@ class DelayedJoin(DelayedOperation):
 class InitialDelayedJoin(DelayedJoin):
     """The first rebalance of an Empty group waits group.initial.rebalance.delay.ms, and again
     each time a new member arrived meanwhile, up to the rebalance timeout, so a group starting
-    many consumers at once settles in one rebalance instead of many."""
+    many consumers at once settles in one rebalance instead of many.
+
+    When the delay is over, the decision waits behind the requests already received
+    (``after_io``), as Kafka 4.3's coordinator runtime queues an expired timer's operation
+    behind the events already queued: JoinGroups that had arrived join this round, even with
+    a delay of 0."""
 
     def __init__(self, coordinator: GroupCoordinator, purgatory: DelayedOperationPurgatory, group: GroupMetadata,
-                 configured_delay_ms: int, delay_ms: int, remaining_ms: int) -> None:
+                 configured_delay_ms: int, delay_ms: int, remaining_ms: int,
+                 after_io: Callable[[Callable[[], object]], None]) -> None:
         super().__init__(coordinator, group, delay_ms)
         self.purgatory = purgatory
         self.configured_delay_ms = configured_delay_ms
         self.delay_ms = delay_ms
         self.remaining_ms = remaining_ms
+        self.after_io = after_io
 
     def try_complete(self) -> bool:
         return False  # only time completes it
 
     def on_complete(self) -> None:
+        self.after_io(self._delay_over)
+
+    def _delay_over(self) -> None:
         group = self.group
         if group.new_member_added and self.remaining_ms != 0:
             group.new_member_added = False
@@ -83,7 +93,7 @@ class InitialDelayedJoin(DelayedJoin):
             remaining = max(self.remaining_ms - self.delay_ms, 0)
             self.purgatory.try_complete_else_watch(
                 InitialDelayedJoin(self.coordinator, self.purgatory, group, self.configured_delay_ms, delay,
-                                   remaining),
+                                   remaining, self.after_io),
                 [join_key(group.group_id)])
         else:
             super().on_complete()

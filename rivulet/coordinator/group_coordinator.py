@@ -120,6 +120,7 @@ class GroupCoordinator(InternalTopicCoordinator):
         self.initial_rebalance_delay_ms: int = config["group.initial.rebalance.delay.ms"]
         self.heartbeat_purgatory: DelayedOperationPurgatory = DelayedOperationPurgatory("Heartbeat", timer)
         self.rebalance_purgatory: DelayedOperationPurgatory = DelayedOperationPurgatory("Rebalance", timer)
+        self.after_io = timer.after_io  # an initial join's end waits behind the requests received
         self.manager: GroupMetadataManager | None = None
         self.consumer_groups: ConsumerGroupService | None = None
         self.share_groups: ShareGroupService | None = None
@@ -588,7 +589,7 @@ class GroupCoordinator(InternalTopicCoordinator):
         if group.is_(EMPTY):
             delay = self.initial_rebalance_delay_ms
             op: DelayedJoin = InitialDelayedJoin(self, self.rebalance_purgatory, group, delay, delay,
-                                                 max(group.rebalance_timeout_ms() - delay, 0))
+                                                 max(group.rebalance_timeout_ms() - delay, 0), self.after_io)
         else:
             op = DelayedJoin(self, group, group.rebalance_timeout_ms())
         group.transition_to(PREPARING_REBALANCE)

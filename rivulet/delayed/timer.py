@@ -95,6 +95,21 @@ class Timer(TimingWheel):
             self._rearm()
         return ran
 
+    def after_io(self, callback: Callable[[], object]) -> None:
+        """Run ``callback`` once the loop has taken in the I/O ready now, so that requests already
+        received are handled first (manual mode: at once).
+
+        Two hops: a callback scheduled from a timer task runs before the loop next polls for I/O
+        (uvloop runs due timers, then ready callbacks, then polls; asyncio runs ready callbacks
+        before the ones its poll adds); the second, scheduled while the first runs, waits for
+        that poll.
+        """
+        loop = self._loop
+        if loop is None:
+            callback()
+        else:
+            loop.call_soon(loop.call_soon, callback)
+
     def shutdown(self) -> None:
         """Cancel the wake-up and drop all pending tasks without running them.
 
