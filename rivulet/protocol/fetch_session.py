@@ -77,6 +77,7 @@ class FetchRequestData:
         return self.epoch in (INITIAL_EPOCH, FINAL_EPOCH)
 
     def topics(self) -> list[fq.FetchTopic]:
+        """Called by the fetcher writing the request: ``to_send`` as its ``topics``."""
         by_topic: dict[str, fq.FetchTopic] = {}
         part = fq.FetchPartition
         for (t, p), (topic_id, offset, leader_epoch, last_epoch, log_start, max_bytes) in self.to_send.items():
@@ -89,6 +90,7 @@ class FetchRequestData:
         return list(by_topic.values())
 
     def forgotten_topics(self, version: int) -> list[fq.ForgottenTopic]:
+        """Called by the fetcher writing the request: its ``forgotten_topics_data`` at ``version``."""
         # Below v13 topics go by name, and the broker forgets after it adds: forgetting a
         # replaced partition by name would drop the one just sent.
         gone = self.to_forget + self.to_replace if version >= 13 else self.to_forget
@@ -110,16 +112,17 @@ class FetchSessionHandler:
         self.session_id = INVALID_SESSION_ID
         self.epoch = INITIAL_EPOCH
         self._partitions: dict[Key, PartitionFetch] = {}
-        self.incremental_requests = 0  # sent; tests and statistics read it
+        self.incremental_requests = 0  # built so far; tests read it
 
     @property
     def partitions(self) -> Mapping[Key, PartitionFetch]:
-        """The partitions in the session (all the broker fetches for this client)."""
+        """The partitions in the session (all the broker fetches for this client); read by the
+        fetcher (is there a session to close?) and tests."""
         return self._partitions
 
     @property
     def full(self) -> bool:
-        """The next request is a full one."""
+        """The next request is a full one (read here and by tests)."""
         return self.epoch in (INITIAL_EPOCH, FINAL_EPOCH)
 
     def build(self, wanted: dict[Key, PartitionFetch]) -> FetchRequestData:
