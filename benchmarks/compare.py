@@ -1,8 +1,11 @@
 """Rivulet and Apache Kafka side by side: identical workloads against both, on this machine.
 
 The brokers alternate A B A B (Rivulet, Kafka, Rivulet, Kafka for two rounds), each round on a
-fresh data directory. After start-up each broker gets an untimed warm-up (``--warmup``) so that
-Kafka's JIT has compiled its produce and fetch paths. Throughput is loaded by native load
+fresh data directory. Before the first round each broker kind is started once for a short
+untimed produce and consume (``--machine-warmup``): after the machine idles its VM returns
+memory to the host, and the first broker to run would pay the page faults for it alone. After
+start-up each broker gets an untimed warm-up (``--warmup``) so that Kafka's JIT has compiled its
+produce and fetch paths. Throughput is loaded by native load
 generators only, never by a Python loop (which, at 100 B records, would measure itself):
 
 * librdkafka's ``rdkafka_performance`` (``benchmarks.rdkafka_perf``; build it once with
@@ -919,6 +922,32 @@ def measure_cluster(brokers: Brokers3, args: argparse.Namespace) -> dict[str, fl
 B = TypeVar("B", Broker, Brokers3)
 
 
+def warm_machine(security: Security, args: argparse.Namespace) -> None:
+    """Untimed, once before the first timed round: each broker kind started, a short produce and
+    consume of ``--machine-warmup`` 1 KiB records, stopped. After the machine has idled, its VM
+    has handed memory back to the host, and whichever process touches that memory first pays the
+    page faults: without this, the first round's first broker (Rivulet) pays them in its timed
+    rows and Kafka, after it, does not. ``--machine-warmup 0`` leaves it out."""
+    if not args.machine_warmup:
+        return
+    for kind in ("rivulet", "kafka"):
+        broker = Broker(kind, security)
+        try:
+            Recorder(kind, [], {}).attempt("machine warm-up before the first round (untimed)",
+                                           functools.partial(_warm_once, broker, args.machine_warmup))
+        finally:
+            broker.close()
+
+
+def _warm_once(broker: Broker, count: int) -> None:
+    broker.start()
+    topic = _topic("machine-warm")
+    _create(broker.bootstrap, [topic], PARTITIONS)
+    x = rdkafka_perf.config_args(broker.security.client_conf())
+    _rdk_produce(broker.load_bootstrap, topic, count, 1024, "1", extra=x)
+    _rdk_consume(broker.load_bootstrap, topic, PARTITIONS, count, extra=x)
+
+
 def _closing(brokers: B, run: Callable[[B, argparse.Namespace], dict[str, float]],
              args: argparse.Namespace) -> dict[str, float]:
     try:
@@ -1138,6 +1167,8 @@ def context(argv: list[str], args: argparse.Namespace, wall: float, load_before:
         f"{MANY_TOPICS} rdkafka_performance processes at once, {max(1, args.records_1k // MANY_TOPICS):,} x 1 KiB "
         f"each to its own topic of {MANY_PARTITIONS_EACH} partitions; untimed warm-up of {args.warmup:,} x 100 B + "
         f"{args.warmup // 3:,} x 1 KiB (rdkafka_performance produce+consume) after start-up; "
+        f"before the first round, {args.machine_warmup:,} x 1 KiB produced and consumed untimed against each "
+        f"broker kind once (--machine-warmup); "
         f"latency {args.latency_seconds:g} s per case at {' and '.join(f'{r:,}' for r in LATENCY_RATES)} msg/s, "
         f"linger.ms {' and '.join(map(str, LATENCY_LINGERS))}, acks {' and '.join(LATENCY_ACKS)}, 1 partition, "
         f"100 B records; "
@@ -1217,6 +1248,9 @@ def main() -> None:
                     f"{len(LATENCY_CASES)})")
     ap.add_argument("--warmup", type=int, default=100_000,
                     help="untimed 100 B records (and a third as many 1 KiB) produced and consumed first; 0: none")
+    ap.add_argument("--machine-warmup", dest="machine_warmup", type=int, default=30_000,
+                    help="untimed 1 KiB records produced and consumed against each broker kind once before the "
+                         "first round, so neither pays the machine's page faults after idling; 0: none")
     ap.add_argument("--heartbeat-ms", type=int, default=100, help="group members' heartbeat interval")
     ap.add_argument("--no-java-consumer", action="store_true", help="skip ConsumerPerformance")
     ap.add_argument("--skip", type=_names, default=set(),
@@ -1266,6 +1300,7 @@ def main() -> None:
     order: list[str] = []
     load_before = loadavg()
     t0 = time.monotonic()
+    warm_machine(security, args)
     for i in range(args.rounds):
         for kind in ("rivulet", "kafka"):
             log(f"round {i + 1}/{args.rounds}: {kind}")
