@@ -74,7 +74,8 @@ class CachedPartition:
     """One partition of a session: the request's last parameters and what was last answered."""
 
     __slots__ = ("topic", "topic_id", "partition", "fetch_offset", "max_bytes", "leader_epoch",
-                 "fetcher_log_start_offset", "last_fetched_epoch", "high_watermark", "local_log_start_offset")
+                 "fetcher_log_start_offset", "last_fetched_epoch", "high_watermark", "local_log_start_offset",
+                 "_wanted")
 
     def __init__(self, topic: str | None, topic_id: uuid.UUID, partition: int, fetch_offset: int, max_bytes: int,
                  leader_epoch: int, fetcher_log_start_offset: int, last_fetched_epoch: int,
@@ -89,6 +90,9 @@ class CachedPartition:
         self.last_fetched_epoch = last_fetched_epoch
         self.high_watermark = high_watermark
         self.local_log_start_offset = local_log_start_offset
+        # What the replica manager is asked for, kept until the request's parameters change: a
+        # caught-up session's fetches then make no object per partition.
+        self._wanted: FetchRequestPartition | None = None
 
     def update_request(self, other: CachedPartition) -> None:
         self.fetch_offset = other.fetch_offset
@@ -96,11 +100,16 @@ class CachedPartition:
         self.leader_epoch = other.leader_epoch
         self.fetcher_log_start_offset = other.fetcher_log_start_offset
         self.last_fetched_epoch = other.last_fetched_epoch
+        self._wanted = None
 
     def wanted(self) -> FetchRequestPartition:
-        assert self.topic is not None
-        return FetchRequestPartition(TopicPartition(self.topic, self.partition), self.fetch_offset, self.max_bytes,
-                                     self.leader_epoch, self.fetcher_log_start_offset, self.last_fetched_epoch)
+        w = self._wanted
+        if w is None:
+            assert self.topic is not None
+            w = self._wanted = FetchRequestPartition(
+                TopicPartition(self.topic, self.partition), self.fetch_offset, self.max_bytes, self.leader_epoch,
+                self.fetcher_log_start_offset, self.last_fetched_epoch)
+        return w
 
 
 # A session's partitions are keyed by (topic id, partition) when it uses topic ids (Fetch v13+),
@@ -117,7 +126,7 @@ def key_of(topic: str | None, topic_id: uuid.UUID, partition: int, uses_topic_id
 
 class FetchSession:
     __slots__ = ("id", "privileged", "partitions", "uses_topic_ids", "creation_ms", "last_used_ms", "epoch",
-                 "cached_size", "evictable_by_all", "evictable_by_privileged")
+                 "cached_size", "evictable_by_all", "evictable_by_privileged", "_runs")
 
     def __init__(self, session_id: int, privileged: bool, partitions: dict[PartitionKey, CachedPartition],
                  uses_topic_ids: bool, now: int) -> None:
@@ -134,6 +143,28 @@ class FetchSession:
         # Which fetchers may evict it, as decided when it was last touched (Kafka's two trees).
         self.evictable_by_all = False
         self.evictable_by_privileged = False
+        self._runs: list[Run] | None = None
+
+    def runs(self) -> list[Run]:
+        """The partitions in order, in runs of one topic (as an answer groups them); kept until
+        the partitions or their order change."""
+        runs = self._runs
+        if runs is None:
+            runs = self._runs = []
+            for cp in self.partitions.values():
+                if runs and runs[-1][0] == cp.topic_id and runs[-1][1] == cp.topic:
+                    runs[-1][2].append(cp)
+                else:
+                    runs.append((cp.topic_id, cp.topic, [cp]))
+        return runs
+
+    def move_to_end(self, cp: CachedPartition) -> None:
+        """A partition that returned records is read last next time (Kafka's round robin under
+        fetch.max.bytes)."""
+        key = key_of(cp.topic, cp.topic_id, cp.partition, self.uses_topic_ids)
+        del self.partitions[key]
+        self.partitions[key] = cp
+        self._runs = None
 
     def evictable_key(self) -> tuple[bool, int, int]:
         return (self.privileged, self.cached_size, self.id)
@@ -142,6 +173,7 @@ class FetchSession:
         """Kafka's FetchSession.update: the request's partitions added or their parameters
         updated, then the forgotten ones removed."""
         parts = self.partitions
+        self._runs = None
         for cp in added:
             key = key_of(cp.topic, cp.topic_id, cp.partition, self.uses_topic_ids)
             old = parts.get(key)
@@ -154,9 +186,15 @@ class FetchSession:
 
     def resolve_names(self, topic_name: TopicNames) -> None:
         """Kafka's maybeResolveUnknownName: a topic id unknown when cached may be known now."""
-        for cp in self.partitions.values():
-            if cp.topic is None:
-                cp.topic = topic_name(cp.topic_id)
+        runs = self.runs()
+        if any(name is None for _, name, _ in runs):
+            for cp in self.partitions.values():
+                if cp.topic is None:
+                    cp.topic = topic_name(cp.topic_id)
+            self._runs = None
+
+
+Run = tuple[uuid.UUID, "str | None", list[CachedPartition]]
 
 
 class TopicNames(Protocol):

@@ -93,29 +93,29 @@ _speedups = speedups()
 _fetch_wanted = _py_fetch_wanted if _speedups is None else _speedups.fetch_wanted
 
 
-def _changed(session: FetchSession, topic_id: Any, name: str | None, indexes: list[int],
-             entries: list[PartitionResult | fr.PartitionData],
-             uses_ids: bool) -> tuple[list[int], list[PartitionResult | fr.PartitionData]]:
-    """What an incremental answer carries of one topic's run: the partitions with a change Kafka
-    counts, each remembered as answered; one that returned records goes to the end of the
-    session (Kafka's round robin over fetch.max.bytes)."""
-    parts = session.partitions
+def _changed(session: FetchSession, cached: list[CachedPartition], indexes: list[int],
+             entries: list[PartitionResult | fr.PartitionData]) -> tuple[list[int], list[PartitionResult | fr.PartitionData]]:
+    """What an incremental answer carries of one run of a topic's partitions: those with a change
+    Kafka counts, each remembered as answered."""
     keep_i: list[int] = []
     keep_e: list[PartitionResult | fr.PartitionData] = []
-    for index, e in zip(indexes, entries, strict=True):
-        key = key_of(name, topic_id, index, uses_ids)
-        cp = parts[key]
+    moved: list[CachedPartition] = []
+    for cp, index, e in zip(cached, indexes, entries, strict=True):
         if type(e) is fr.PartitionData:
             error, records = e.error_code, e.records
             diverging = e.diverging_epoch.epoch != -1 or e.diverging_epoch.end_offset != -1
         else:
             error, records, diverging = e.error, e.records, e.diverging_epoch is not None
+            if not records and not error and not diverging and e.high_watermark == cp.high_watermark \
+                    and e.log_start_offset == cp.local_log_start_offset and e.preferred_read_replica == -1:
+                continue  # the caught-up partition: nothing to answer, nothing to remember
         if must_answer(cp, error, records, e, diverging, True):
             keep_i.append(index)
             keep_e.append(e)
             if records is not None and len(records) > 0:
-                del parts[key]
-                parts[key] = cp
+                moved.append(cp)
+    for cp in moved:  # after the walk: the runs being walked stay as they are
+        session.move_to_end(cp)
     return keep_i, keep_e
 
 
@@ -290,6 +290,7 @@ class RecordHandlers:
                              replica_epoch=req.replica_state.replica_epoch if v >= 15 else -1,
                              zero_copy=conn.sends_files)
         order, names = self._plan(req, v, session, conn, from_follower, params.partitions)
+        runs = session.runs() if session is not None else []  # the session's partitions, as in ``order``
         result = self.replica_manager.fetch_messages(params)
         spent = time.perf_counter_ns() - t0
         expected_epoch = next_epoch(epoch)
@@ -318,7 +319,7 @@ class RecordHandlers:
             hints = _LeaderHints(self.metadata_cache, conn.listener.name)
             answered: list[list[PartitionResult | fr.PartitionData]] = []
             last_key = None
-            for topic_id, name, indexes, tps, refused in order:
+            for n, (topic_id, name, indexes, tps, refused) in enumerate(order):
                 if name is None or refused:
                     code = ErrorCode.UNKNOWN_TOPIC_ID if name is None else ErrorCode.TOPIC_AUTHORIZATION_FAILED
                     entries: list[PartitionResult | fr.PartitionData] = [fr.PartitionData(
@@ -333,7 +334,7 @@ class RecordHandlers:
                 if opening or session is not None:
                     answered.append(entries)
                 if session is not None:
-                    indexes, entries = _changed(session, topic_id, name, indexes, entries, v >= 13)
+                    indexes, entries = _changed(session, runs[n][2], indexes, entries)
                     if not indexes:
                         continue
                 key = topic_id if v >= 13 else name
@@ -365,7 +366,9 @@ class RecordHandlers:
             runs: list[tuple[Any, str | None, list[CachedPartition]]] = []
         else:
             # The session's partitions are read, not only the request's (it may name none).
-            runs = self._session_runs(session, v)
+            if session.uses_topic_ids:
+                session.resolve_names(self.metadata.topic_name)
+            runs = session.runs()
             for run in runs:
                 names[id(run)] = run[1]
         # Authorization, as Kafka: a follower needs CLUSTER_ACTION (else every partition is refused),
@@ -395,10 +398,9 @@ class RecordHandlers:
                 allowed = name in readable
                 tps = []
                 if allowed:
-                    for cp in cached:
-                        w = cp.wanted()
-                        wanted.append(w)
-                        tps.append(w.tp)
+                    ws = [cp.wanted() for cp in cached]
+                    wanted += ws
+                    tps = [w.tp for w in ws]
                 order.append((topic_id, name, indexes, tps, not allowed))
         return order, names
 
@@ -418,18 +420,6 @@ class RecordHandlers:
     @staticmethod
     def _forgotten(req: FetchRequest, v: int) -> list[PartitionKey]:
         return [(ft.topic_id if v >= 13 else ft.topic, p) for ft in req.forgotten_topics_data for p in ft.partitions]
-
-    def _session_runs(self, session: FetchSession, v: int) -> list[tuple[Any, str | None, list[CachedPartition]]]:
-        """A session's partitions in its order, in runs of one topic (as the answer groups them)."""
-        if session.uses_topic_ids:
-            session.resolve_names(self.metadata.topic_name)
-        runs: list[tuple[Any, str | None, list[CachedPartition]]] = []
-        for cp in session.partitions.values():
-            if runs and runs[-1][0] == cp.topic_id and runs[-1][1] == cp.topic:
-                runs[-1][2].append(cp)
-            else:
-                runs.append((cp.topic_id, cp.topic, [cp]))
-        return runs
 
     def _open_session(self, req: FetchRequest, v: int, names: dict[Any, str | None],
                       answered: list[list[PartitionResult | fr.PartitionData]], from_follower: bool) -> int:
