@@ -173,16 +173,17 @@ class FetchSession:
         """Kafka's FetchSession.update: the request's partitions added or their parameters
         updated, then the forgotten ones removed."""
         parts = self.partitions
-        self._runs = None
         for cp in added:
             key = key_of(cp.topic, cp.topic_id, cp.partition, self.uses_topic_ids)
             old = parts.get(key)
             if old is None:
                 parts[key] = cp
+                self._runs = None
             else:
                 old.update_request(cp)
         for key in forgotten:
-            parts.pop(key, None)
+            if parts.pop(key, None) is not None:
+                self._runs = None
 
     def resolve_names(self, topic_name: TopicNames) -> None:
         """Kafka's maybeResolveUnknownName: a topic id unknown when cached may be known now."""
