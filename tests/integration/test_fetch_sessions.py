@@ -104,6 +104,20 @@ def test_session_epochs_and_errors(broker):
         less = await send(_fetch(topic, tid, sid2, -1, everything))
         assert (less.error_code, less.session_id, len(_answered(less))) == (0, 0, PARTITIONS)
         assert (await send(_fetch(topic, tid, sid2, 1, {}))).error_code == 70
+        # A fetch waiting in purgatory while another request advances the session: its answer
+        # is for an epoch gone by (Kafka 4.3.1 answers the same, with the session id).
+        sid3 = (await send(_fetch(topic, tid, 0, 0, {0: 0, 1: 1, 2: 0}))).session_id
+        waiting = _fetch(topic, tid, sid3, 1, {})
+        waiting.max_wait_ms, waiting.min_bytes = 2000, 1
+        pending = asyncio.ensure_future(send(waiting))
+        other = await BrokerConnection(host, int(port)).connect()
+        await asyncio.sleep(0.5)  # for the first to be read and wait (nothing asserts a duration)
+        assert not pending.done()
+        ahead = await other.send(_fetch(topic, tid, sid3, 2, {}), version=17)
+        assert (ahead.error_code, ahead.session_id, _answered(ahead)) == (0, sid3, {})
+        stale = await pending
+        assert (stale.error_code, stale.session_id, stale.responses) == (71, sid3, [])
+        await other.close()
         await conn.close()
 
     asyncio.run(run())

@@ -138,3 +138,21 @@ def test_stale_session_is_evicted_by_anyone():
 def test_zero_slots_keep_no_session():
     cache = FetchSessionCache(0, random.Random(6))
     assert cache.create(0, True, True, _parts(3)) == 0 and cache.num_sessions() == 0
+
+
+def test_runs_follow_the_session_order():
+    cache = FetchSessionCache(1000, random.Random(7))
+    parts = {**_parts(2, "t"), **_parts(1, "u")}
+    session = cache.get(cache.create(0, False, False, parts))
+    assert [(name, [cp.partition for cp in cps]) for _, name, cps in session.runs()] == [("t", [0, 1]), ("u", [0])]
+    kept = session.runs()
+    # An incremental fetch that only moves positions keeps the runs (and each partition's
+    # request, rebuilt only for the one that changed).
+    wanted = parts[("t", 1)].wanted()
+    assert cache.incremental(0, session.id, 1, False, [_cp("t", 0, offset=5)], []) is session
+    assert session.runs() is kept and parts[("t", 1)].wanted() is wanted
+    assert parts[("t", 0)].wanted().fetch_offset == 5
+    # A partition that returned records is read last next time: t/0 now follows u/0.
+    session.move_to_end(parts[("t", 0)])
+    assert [(name, [cp.partition for cp in cps]) for _, name, cps in session.runs()] == \
+        [("t", [1]), ("u", [0]), ("t", [0])]
