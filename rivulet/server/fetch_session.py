@@ -19,11 +19,9 @@ from typing import Protocol
 from rivulet.common.file_region import FileRegion
 from rivulet.common.types import TopicPartition
 from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, INVALID_SESSION_ID
 from rivulet.replication.replica_manager import FetchRequestPartition
 
-INVALID_SESSION_ID = 0
-INITIAL_EPOCH = 0
-FINAL_EPOCH = -1
 # Kafka's KafkaBroker.NumFetchSessionCacheShards and MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS:
 # constants there, not configs.
 NUM_SHARDS = 8

@@ -12,7 +12,7 @@ Broker CPU from ``/proc`` over each kind, per Fetch and per partition in the ses
 ``--tree`` runs a second broker from another checkout, alternating with this one (a checkout
 without sessions answers the incremental kind FETCH_SESSION_ID_NOT_FOUND: skipped there).
 
-    python -m benchmarks.fetch_sessions --partitions 1000 --fetches 300 --rounds 2 --tree /path/to/main
+    python -m benchmarks.fetch_session_broker --partitions 1000 --fetches 300 --rounds 2 --tree /path/to/main
 """
 
 from __future__ import annotations
