@@ -42,6 +42,8 @@ case ",$extras," in
   *,test,*)
     # docs/security.md's walkthrough, which a test runs as written, makes its certificates with it.
     command -v openssl >/dev/null 2>&1 || need+=(openssl)
+    # kcat's own suite (tests/integration/test_kcat_suite.py) reads kcat's JSON output with jq.
+    command -v jq >/dev/null 2>&1 || need+=(jq)
     # A test runs Kafka's Java consumer from a source file (java File.java), which needs a JDK.
     command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
     # The web console's tests drive it in headless Chromium through Selenium.

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Generic, Iterable, Mapping, NamedTuple, Protocol, TypeVar
 
 from rivulet.common.types import TopicPartition as TP
+from rivulet.protocol import fetch_session as fs
 from rivulet.protocol import framing
 from rivulet.protocol.errors import ErrorCode, ApiError
 from rivulet.protocol.schema import ZERO_UUID, Request, Struct
@@ -354,18 +355,25 @@ def fetch_request(positions: Mapping[tuple[str, int], FetchPosition], max_wait_m
                   topic_ids: Mapping[str, uuid.UUID | None] | None = None) -> fq.FetchRequest:
     """A sessionless Fetch of each partition from its position; ``topic_ids`` names the topics
     for v13+ (see ``fetch_version``)."""
-    topics: dict[str, list[fq.FetchPartition]] = {}
-    for (t, p), pos in positions.items():
-        topics.setdefault(t, []).append(fq.FetchPartition(
-            partition=p, current_leader_epoch=pos.current_leader_epoch, fetch_offset=pos.offset,
-            last_fetched_epoch=pos.last_fetched_epoch, log_start_offset=-1,
-            partition_max_bytes=partition_max_bytes))
+    ids = topic_ids or {}
+    wanted = {tp: fetch_partition(pos, ids.get(tp[0]), partition_max_bytes) for tp, pos in positions.items()}
+    return session_fetch_request(fs.FetchRequestData.sessionless(wanted), 0, max_wait_ms, min_bytes, max_bytes,
+                                 isolation_level)
+
+
+def fetch_partition(pos: FetchPosition, topic_id: uuid.UUID | None, partition_max_bytes: int) -> fs.PartitionFetch:
+    """What a consumer's Fetch asks of one partition (no log start: that is a follower's)."""
+    return fs.PartitionFetch(topic_id or ZERO_UUID, pos.offset, pos.current_leader_epoch, pos.last_fetched_epoch,
+                             -1, partition_max_bytes)
+
+
+def session_fetch_request(data: fs.FetchRequestData, version: int, max_wait_ms: int, min_bytes: int,
+                          max_bytes: int, isolation_level: int = 0) -> fq.FetchRequest:
+    """A consumer's Fetch of what a fetch session sends (``version`` decides what it forgets)."""
     return fq.FetchRequest(
         cluster_id=None, replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
-        isolation_level=isolation_level, session_id=0, session_epoch=-1,
-        topics=[fq.FetchTopic(topic=t, topic_id=(topic_ids or {}).get(t) or ZERO_UUID, partitions=ps)
-                for t, ps in topics.items()],
-        forgotten_topics_data=[], rack_id="")
+        isolation_level=isolation_level, session_id=data.session_id, session_epoch=data.epoch,
+        topics=data.topics(), forgotten_topics_data=data.forgotten_topics(version), rack_id="")
 
 
 def fetch_response_topic(t: fr.FetchableTopicResponse, names: Mapping[uuid.UUID, str]) -> str | None:

@@ -7,6 +7,10 @@ and cuts its divergent tail (KIP-101, KIP-279); it then fetches from its log end
 epoch of its last batch, appending the leader's batches unchanged (offsets, epochs, bytes),
 and takes the leader's high watermark and log start. A diverging epoch in the answer (KIP-595,
 Fetch v12+) truncates again; an offset out of range restarts at the leader's log start or end.
+Fetches go in a fetch session with the leader (KIP-227, ``protocol/fetch_session.py``), as
+Kafka's ReplicaFetcherThread's: after the first full fetch only changed, added and forgotten
+partitions are sent, while the leader keeps the session; the session is closed when the
+fetcher's last partition leaves it.
 
 The truncation rules (``truncation_offset``) are pure, for the unit tests.
 """
@@ -23,6 +27,7 @@ from rivulet.client.connection import PLAINTEXT_CONNECTOR, BrokerConnection, Bro
 from rivulet.common.types import TopicPartition
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ApiError, ErrorCode
+from rivulet.protocol.fetch_session import SESSION_ERRORS, FetchRequestData, FetchSessionHandler, PartitionFetch
 from rivulet.protocol.messages import fetch_request as fq
 from rivulet.protocol.messages import list_offsets_request as loq
 from rivulet.protocol.messages import offset_for_leader_epoch_request as oeq
@@ -100,6 +105,7 @@ class ReplicaFetcher:
         self.partitions: dict[TopicPartition, _FetchState] = {}
         self._wakeup = asyncio.Event()
         self._link = BrokerLink(f"broker-{node_id}-fetcher", config.request_timeout_ms, connector)
+        self.session = FetchSessionHandler(leader.broker_id)
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -114,8 +120,21 @@ class ReplicaFetcher:
         for tp in tps:
             self.partitions.pop(tp, None)
 
-    async def close(self) -> None:
-        await self._link.close(self._task)
+    async def close(self, end_session: bool = False) -> None:
+        """Stop fetching; with ``end_session`` (the fetcher's partitions are gone, the leader is
+        still there) also tell the leader to drop the fetch session, over a connection still open."""
+        await self._link.close(self._task, drop=False)
+        data = self.session.close() if end_session else None
+        conn = self._link.open_connection()
+        if data is not None and conn is not None:
+            try:
+                # A full request, which forgets nothing: the version given for that is moot.
+                resp = await conn.send(self._fetch_request(data, 12, max_wait_ms=0),
+                                       conn.version_for(fq.FetchRequest.API_KEY, 17), timeout=1.0)
+                self.session.handle_response(resp.error_code, resp.session_id, resp.throttle_time_ms, set())
+            except (ConnectionError, OSError, TimeoutError, ApiError) as e:
+                log.debug("closing the fetch session with broker %d: %s", self.leader.broker_id, e)
+        await self._link.drop()
 
     # ------------------------------------------------------------ the loop
     async def _run(self) -> None:
@@ -224,32 +243,46 @@ class ReplicaFetcher:
         cap = 17 if all(st.partition.topic_id.int != 0 for st in states) else 12
         return conn.version_for(fq.FetchRequest.API_KEY, cap)
 
+    def _fetch_request(self, data: FetchRequestData, version: int, max_wait_ms: int) -> fq.FetchRequest:
+        cfg = self.config
+        return fq.FetchRequest(
+            cluster_id=None, replica_id=self.node_id,
+            replica_state=fq.ReplicaState(replica_id=self.node_id, replica_epoch=self.broker_epoch()),
+            max_wait_ms=max_wait_ms, min_bytes=cfg.min_bytes, max_bytes=cfg.response_max_bytes,
+            isolation_level=0, session_id=data.session_id, session_epoch=data.epoch,
+            topics=data.topics(), forgotten_topics_data=data.forgotten_topics(version), rack_id="")
+
     async def _fetch(self, conn: BrokerConnection, states: list[_FetchState]) -> None:
         v = self._fetch_version(conn, states)
         cfg = self.config
-        by_topic: dict[str, list[fq.FetchPartition]] = {}
+        wanted: dict[tuple[str, int], PartitionFetch] = {}
         asked: dict[TopicPartition, _FetchState] = {}
         for st in states:
             p = st.partition
             lg = p.log
             asked[p.tp] = st
             latest = lg.latest_epoch
-            by_topic.setdefault(p.tp.topic, []).append(fq.FetchPartition(
-                partition=p.tp.partition, current_leader_epoch=st.leader_epoch, fetch_offset=lg.log_end_offset,
-                last_fetched_epoch=latest if latest is not None else UNDEFINED_EPOCH,
-                log_start_offset=lg.log_start_offset, partition_max_bytes=cfg.max_bytes))
-        ids = {st.partition.tp.topic: st.partition.topic_id for st in states}
-        req = fq.FetchRequest(
-            cluster_id=None, replica_id=self.node_id,
-            replica_state=fq.ReplicaState(replica_id=self.node_id, replica_epoch=self.broker_epoch()),
-            max_wait_ms=cfg.max_wait_ms, min_bytes=cfg.min_bytes, max_bytes=cfg.response_max_bytes,
-            isolation_level=0, session_id=0, session_epoch=-1,
-            topics=[fq.FetchTopic(topic=t, topic_id=ids[t], partitions=ps) for t, ps in by_topic.items()],
-            forgotten_topics_data=[], rack_id="")
-        resp = await conn.send(req, v, timeout=cfg.request_timeout_ms / 1000 + cfg.max_wait_ms / 1000)
-        if resp.error_code != ErrorCode.NONE:
-            raise ApiError(ErrorCode(resp.error_code), "fetch refused")
+            wanted[p.tp] = PartitionFetch(p.topic_id, lg.log_end_offset, st.leader_epoch,
+                                          latest if latest is not None else UNDEFINED_EPOCH, lg.log_start_offset,
+                                          cfg.max_bytes)
+        req = self._fetch_request(self.session.build(wanted), v, cfg.max_wait_ms)
+        try:
+            resp = await conn.send(req, v, timeout=cfg.request_timeout_ms / 1000 + cfg.max_wait_ms / 1000)
+        except BaseException:
+            self.session.handle_error()  # no answer: the next fetch is a full one
+            raise
         names = {st.partition.topic_id: st.partition.tp.topic for st in states}
+        answered = {TopicPartition(names.get(t.topic_id, "") if v >= 13 else t.topic, pd.partition_index)
+                    for t in resp.responses for pd in t.partitions}
+        if not self.session.handle_response(resp.error_code, resp.session_id, resp.throttle_time_ms, answered):
+            # As Kafka's ReplicaFetcherThread: a topic id mismatch backs off like any refusal.
+            if resp.error_code not in SESSION_ERRORS - {ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR} \
+                    and resp.error_code != ErrorCode.NONE:
+                raise ApiError(ErrorCode(resp.error_code), "fetch refused")
+            # A session error or an answer that does not fit the session: a full fetch next, now.
+            log.info("fetch session with broker %d: %s; starting over with a full fetch", self.leader.broker_id,
+                     ErrorCode(resp.error_code).name if resp.error_code else "an answer naming unknown partitions")
+            return
         out_of_range: list[_FetchState] = []
         for t in resp.responses:
             topic = names.get(t.topic_id, "") if v >= 13 else t.topic
@@ -387,10 +420,10 @@ class ReplicaFetcherManager:
         for broker_id, f in list(self.fetchers.items()):
             f.remove(tps)
             if not f.partitions:
-                self._close(self.fetchers.pop(broker_id))
+                self._close(self.fetchers.pop(broker_id), end_session=True)
 
-    def _close(self, f: ReplicaFetcher) -> None:
-        task = asyncio.get_running_loop().create_task(f.close())
+    def _close(self, f: ReplicaFetcher, end_session: bool = False) -> None:
+        task = asyncio.get_running_loop().create_task(f.close(end_session))
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 

@@ -38,20 +38,27 @@ class BrokerLink:
             self._to = key
         return self._conn
 
+    def open_connection(self) -> BrokerConnection | None:
+        """The connection, when it is open; None rather than connecting."""
+        conn = self._conn
+        return conn if conn is not None and not conn.closed else None
+
     async def drop(self) -> None:
         if self._conn is not None:
             conn, self._conn = self._conn, None
             await conn.close()
 
-    async def close(self, task: asyncio.Task | None) -> None:
-        """Cancel the task that uses this link, then close the connection."""
+    async def close(self, task: asyncio.Task | None, drop: bool = True) -> None:
+        """Cancel the task that uses this link, then (unless ``drop`` is False: the caller has
+        a last word to send) close the connection."""
         if task is not None:
             task.cancel()
             try:
                 await task
             except asyncio.CancelledError:
                 pass
-        await self.drop()
+        if drop:
+            await self.drop()
 
 
 class BrokerLinks:

@@ -8,7 +8,10 @@ are waiting. A batch can start before the
 offset asked for (the broker returns whole batches), so records below the fetch offset are
 dropped, as are control records and, under read_committed, aborted transactions' records.
 
-Fetch sessions (KIP-227) are not used: every request is a full fetch (session 0, epoch -1).
+Each broker gets a fetch session (KIP-227, ``protocol/fetch_session.py``): the first request
+names every partition fetched there, later ones only what changed and what to forget, while the
+broker keeps the session (a broker answering session id 0 gets full fetches throughout). A
+session whose broker has no partition left to serve, and every session at ``stop``, is closed.
 
 Buffered data goes into a FetchBuffer of chunks (one per partition per response) that the
 consumer drains, possibly from another thread; each chunk remembers the partition state's
@@ -36,9 +39,11 @@ from rivulet.client.consumer.subscription import SubscriptionState, TopicPartiti
 from rivulet.client.types import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Message
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol import records as rec
+from rivulet.protocol.fetch_session import SESSION_ERRORS, FetchSessionHandler, PartitionFetch
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.errors import ApiError as ProtocolError
 from rivulet.protocol.messages import fetch_request as fq, fetch_response as fr
+from rivulet.protocol.schema import ZERO_UUID
 
 log = logging.getLogger("rivulet.consumer")
 
@@ -198,6 +203,7 @@ class Fetcher:
         self.request_timeout = conf["request.timeout.ms"] / 1000
         self.backoff = conf["retry.backoff.ms"] / 1000
         self._nodes_in_flight: set[int] = set()
+        self.sessions: dict[int, FetchSessionHandler] = {}  # by broker
         self._tps_in_flight: set[TP] = set()
         self._waker = Waker()
         self._wake = self._waker.event
@@ -220,6 +226,25 @@ class Fetcher:
         await cancel_and_wait(self._task)
         for t in list(self._tasks):
             t.cancel()
+        # A fetch cancelled above got no answer: its session's next request is a full one,
+        # which the close below is anyway.
+        closing = [self._close_session(node, s) for node, s in self.sessions.items()]
+        self.sessions.clear()
+        if closing:
+            await asyncio.gather(*closing, return_exceptions=True)
+
+    async def _close_session(self, node: int, session: FetchSessionHandler) -> None:
+        data = session.close()
+        if data is None:
+            return
+        # A closing request is a full one: it forgets nothing, so the version does not matter here.
+        req = core.session_fetch_request(data, 7, 0, self.min_bytes, self.max_bytes, self.isolation)
+        try:
+            resp = await self.client.send(node, req, timeout=min(self.request_timeout, 5.0))
+        except (ConnectionError, OSError, asyncio.TimeoutError, RequestTimedOut, ProtocolError) as e:
+            log.debug("closing the fetch session with broker %d: %s", node, e)
+            return
+        session.handle_response(resp.error_code, resp.session_id, resp.throttle_time_ms, set())
 
     def wake(self) -> None:
         """Look again for something to fetch; callable from any thread."""
@@ -262,6 +287,13 @@ class Fetcher:
             if leader in self._nodes_in_flight:
                 continue
             by_node.setdefault(leader, []).append((tp, st))
+        for node, session in self.sessions.items():
+            if session.session_id and session.partitions and node not in by_node and node not in self._nodes_in_flight:
+                # Nothing left to fetch there (moved, paused, revoked): the broker can let go.
+                self._nodes_in_flight.add(node)
+                t = self.loop.create_task(self._close_idle(node, session))
+                self._tasks.add(t)
+                t.add_done_callback(self._tasks.discard)
         for node, parts in by_node.items():
             self._nodes_in_flight.add(node)
             sent = {tp: (st, st.epoch, st.fetch_offset) for tp, st in parts}
@@ -269,17 +301,24 @@ class Fetcher:
             names = {tp[0] for tp, _ in parts}
             ids = {n: tm.topic_id for n in names if (tm := cluster.topics.get(n)) is not None}
             cap = core.fetch_version_cap(ids, names)
-            req = self._request(parts, ids)
+            session = self.sessions.get(node)
+            if session is None:
+                session = self.sessions[node] = FetchSessionHandler(node)
             conn = self.client.open_connection(node)
+            if conn is None:
+                session.handle_error()  # a full fetch, which forgets nothing: any version will do
+            version = conn.version_for(1, cap) if conn is not None else 7
+            req = self._request(session, parts, ids, version)
             fut = None
             if conn is not None:
                 try:
                     # On the wire now, before whatever CPU work the caller does next.
-                    fut = conn.send_nowait(req, conn.version_for(1, cap))
+                    fut = conn.send_nowait(req, version)
                 except (ConnectionError, ProtocolError):
                     fut = None
             by_id = {i: n for n, i in ids.items() if i is not None}
-            t = self.loop.create_task(self._fetch(node, sent, req, conn if fut is not None else None, fut, cap, by_id))
+            t = self.loop.create_task(self._fetch(node, sent, req, conn if fut is not None else None, fut, cap, by_id,
+                                                  session))
             self._tasks.add(t)
             t.add_done_callback(self._tasks.discard)
         if validate:
@@ -290,12 +329,22 @@ class Fetcher:
             return self.backoff
         return None
 
-    def _request(self, parts: list[tuple[TP, TopicPartitionState]], topic_ids: dict[str, uuid.UUID | None]
-                 ) -> fq.FetchRequest:
-        return core.fetch_request(
-            {tp: core.FetchPosition(st.fetch_offset, st.current_leader_epoch,
-                                    -1 if st.fetch_epoch is None else st.fetch_epoch) for tp, st in parts},
-            self.max_wait_ms, self.min_bytes, self.max_bytes, self.partition_max_bytes, self.isolation, topic_ids)
+    async def _close_idle(self, node: int, session: FetchSessionHandler) -> None:
+        try:
+            await self._close_session(node, session)
+        finally:
+            self._nodes_in_flight.discard(node)
+            self._wake.set()
+
+    def _request(self, session: FetchSessionHandler, parts: list[tuple[TP, TopicPartitionState]],
+                 topic_ids: dict[str, uuid.UUID | None], version: int) -> fq.FetchRequest:
+        pmb = self.partition_max_bytes
+        pf = tuple.__new__  # PartitionFetch's own constructor is a Python call per partition
+        data = session.build({tp: pf(PartitionFetch, (
+            topic_ids.get(tp[0]) or ZERO_UUID, st.fetch_offset, st.current_leader_epoch,
+            -1 if st.fetch_epoch is None else st.fetch_epoch, -1, pmb)) for tp, st in parts})
+        return core.session_fetch_request(data, version, self.max_wait_ms, self.min_bytes, self.max_bytes,
+                                          self.isolation)
 
     def _release(self, node: int, sent: dict[TP, tuple[TopicPartitionState, int, int]]) -> None:
         self._nodes_in_flight.discard(node)
@@ -303,7 +352,8 @@ class Fetcher:
             self._tps_in_flight.discard(tp)
 
     async def _fetch(self, node: int, sent: dict[TP, tuple[TopicPartitionState, int, int]], req: fq.FetchRequest,
-                     conn: BrokerConnection | None, fut: asyncio.Future | None, cap: int | None, names: dict[uuid.UUID, str]) -> None:
+                     conn: BrokerConnection | None, fut: asyncio.Future | None, cap: int | None, names: dict[uuid.UUID, str],
+                     session: FetchSessionHandler) -> None:
         released = False
         try:
             timeout = self.request_timeout + self.max_wait_ms / 1000
@@ -314,12 +364,22 @@ class Fetcher:
                     resp = await self.client.send(node, req, timeout=timeout, max_version=cap)
             except (ConnectionError, OSError, asyncio.TimeoutError, RequestTimedOut) as e:
                 log.debug("fetch from broker %d failed: %s", node, e)
+                session.handle_error()
                 self.client.request_update()
                 await asyncio.sleep(self.backoff)
                 return
-            if resp.error_code:
-                log.debug("fetch from broker %d: %s", node, ErrorCode(resp.error_code).name)
-                await asyncio.sleep(self.backoff)
+            answered: set[tuple[str, int]] = set()
+            for t in resp.responses:
+                topic = core.fetch_response_topic(t, names) or ""  # "": an id we never sent
+                answered.update([(topic, pd.partition_index) for pd in t.partitions])
+            if not session.handle_response(resp.error_code, resp.session_id, resp.throttle_time_ms, answered):
+                # The next request is a full fetch; a session error needs no backoff.
+                log.debug("fetch from broker %d: %s", node, ErrorCode(resp.error_code).name if resp.error_code
+                          else "an answer that does not fit the fetch session")
+                if resp.error_code == ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR:
+                    self.client.request_update()
+                if resp.error_code and resp.error_code not in SESSION_ERRORS:
+                    await asyncio.sleep(self.backoff)
                 return
             if resp.node_endpoints:  # KIP-951: where the leaders named in the answer are
                 self.client.cluster.add_brokers((e.node_id, e.host, e.port) for e in resp.node_endpoints)
