@@ -12,6 +12,10 @@ Broker CPU from ``/proc`` over each kind, per Fetch and per partition in the ses
 ``--tree`` runs a second broker from another checkout, alternating with this one (a checkout
 without sessions answers the incremental kind FETCH_SESSION_ID_NOT_FOUND: skipped there).
 
+``--consumer SECONDS`` then runs Rivulet's consumer (this checkout's, which opens a session
+wherever the broker keeps them) on every partition, caught up, ``fetch.wait.max.ms=100``, for
+that long: the broker's CPU over the span, per second, and the consumer's incremental Fetches.
+
     python -m benchmarks.fetch_session_broker --partitions 1000 --fetches 300 --rounds 2 --tree /path/to/main
 """
 
@@ -75,12 +79,42 @@ def _run(bs: str, pid: int, partitions: int, fetches: int) -> dict[str, float | 
         conn.close()
 
 
+def _consumer(bs: str, pid: int, partitions: int, seconds: float) -> tuple[float, int]:
+    """Broker CPU while a caught-up consumer polls, and how many of its Fetches were incremental."""
+    import time
+
+    from rivulet import OFFSET_END, Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bs, "fetch.wait.max.ms": 100, "enable.partition.eof": False,
+                  "group.id": "fetch-session-broker"})
+    c.assign([TopicPartition(TOPIC, p, OFFSET_END) for p in range(partitions)])
+    try:
+        end = time.monotonic() + 3
+        while time.monotonic() < end:  # positions found, a session opened
+            c.consume(100, 0.2)
+        sessions = c._aio.fetcher.sessions
+
+        def incremental() -> int:
+            return sum(h.incremental_requests for h in list(sessions.values()))
+
+        i0 = incremental()
+        cpu0 = cpu_seconds(pid)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            assert not c.consume(100, 0.2)
+        cpu = cpu_seconds(pid) - cpu0
+        return cpu, incremental() - i0
+    finally:
+        c.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--partitions", type=int, default=1000)
     ap.add_argument("--fetches", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--tree", help="another checkout to alternate with this one (before/after)")
+    ap.add_argument("--consumer", type=float, default=0.0, help="then a caught-up consumer for this many seconds")
     args = ap.parse_args()
     here = str(Path(__file__).resolve().parent.parent)
     trees = [here] if args.tree is None else [args.tree, here]
@@ -98,6 +132,8 @@ def main() -> None:
                 _create_large(broker.bootstrap, [TOPIC], args.partitions, 600)
                 assert broker.proc is not None
                 cpu = _run(broker.bootstrap, broker.proc.pid, args.partitions, args.fetches)
+                polled = _consumer(broker.bootstrap, broker.proc.pid, args.partitions, args.consumer) \
+                    if args.consumer else None
             finally:
                 broker.cleanup()
             figures = ", ".join(
@@ -105,6 +141,11 @@ def main() -> None:
                 for kind, s in cpu.items())
             print(f"round {r + 1} {tree}: {args.partitions} partitions, {args.fetches} Fetches each: {figures}; "
                   f"1-minute load average {os.getloadavg()[0]:.2f}", flush=True)
+            if polled is not None:
+                c_cpu, c_incremental = polled
+                print(f"round {r + 1} {tree}: a caught-up consumer for {args.consumer:.0f} s: broker CPU "
+                      f"{c_cpu / args.consumer * 1e3:.0f} ms a second, {c_incremental} incremental Fetches; "
+                      f"1-minute load average {os.getloadavg()[0]:.2f}", flush=True)
 
 
 if __name__ == "__main__":
