@@ -100,7 +100,7 @@ if _speedups is not None:
 
 
 class FetchAnswer(fr.FetchResponse):
-    """A successful Fetch answer (throttle 0, error 0, session 0) over ``topics``.
+    """A successful Fetch answer (throttle 0, error 0, fetch session ``session_id``) over ``topics``.
 
     The partitions are kept in ``topics``; ``responses`` builds the FetchableTopicResponses they
     stand for on each read (for whatever reads the answer as a FetchResponse: its repr, equality,
@@ -109,11 +109,11 @@ class FetchAnswer(fr.FetchResponse):
 
     __slots__ = ("topics",)
 
-    def __init__(self, topics: list[AnswerTopic], node_endpoints: list[fr.NodeEndpoint]) -> None:
+    def __init__(self, topics: list[AnswerTopic], node_endpoints: list[fr.NodeEndpoint], session_id: int = 0) -> None:
         # Not the generated __init__: it would set responses, which here are derived.
         self.throttle_time_ms = 0
         self.error_code = 0
-        self.session_id = 0
+        self.session_id = session_id
         self.node_endpoints = node_endpoints
         self.topics = topics
 
@@ -123,7 +123,7 @@ class FetchAnswer(fr.FetchResponse):
                 for t in self.topics]
 
     def to_response(self) -> fr.FetchResponse:
-        return fr.FetchResponse(throttle_time_ms=0, error_code=0, session_id=0,
+        return fr.FetchResponse(throttle_time_ms=0, error_code=0, session_id=self.session_id,
                                 node_endpoints=self.node_endpoints, responses=self.responses)
 
     def partition_error_counts(self) -> dict[int, int]:
@@ -138,7 +138,7 @@ class FetchAnswer(fr.FetchResponse):
     def encode_into(self, out: bytearray, version: int) -> bytearray:
         flex = version >= 12
         if version >= 7:
-            out += _HEAD.pack(0, 0, 0)
+            out += _HEAD.pack(0, 0, self.session_id)
         elif version >= 1:
             out += _I32.pack(0)
         if flex:

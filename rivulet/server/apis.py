@@ -45,6 +45,7 @@ from rivulet.server.handlers.find_coordinator import FindCoordinatorHandler
 from rivulet.server.handlers.groups import GroupHandlers
 from rivulet.server.handlers.log_dirs import LogDirHandlers
 from rivulet.server.handlers.quotas import QuotaHandlers
+from rivulet.server.fetch_session import FetchSessionCache
 from rivulet.server.handlers.records import RecordHandlers
 from rivulet.server.handlers.sasl import SaslHandlers
 from rivulet.server.handlers.telemetry import TelemetryHandlers
@@ -181,7 +182,7 @@ class KafkaApis:
                  client_metrics: ClientMetricsManager,
                  group_configs: GroupConfigs, share_partitions: SharePartitionManager,
                  share_coordinator: ShareCoordinator, features: FeatureLevels,
-                 delegation_tokens: DelegationTokens,
+                 delegation_tokens: DelegationTokens, fetch_sessions: FetchSessionCache,
                  metadata_cache: MetadataCache | None = None, broker_epoch: Callable[[], int] | None = None,
                  cluster: ZkClusterMember | None = None, controller_links: BrokerLinks | None = None) -> None:
         """``metadata_cache`` (with ``broker_epoch``, this broker's registration epoch) is given in
@@ -211,7 +212,7 @@ class KafkaApis:
         for area in (
             PartitionAdminHandlers(partition_admin, authz),
             QuorumHandlers(quorum, authz, metadata_cache, controller_links),
-            RecordHandlers(replica_manager, topics, quotas, authz, metadata_cache),
+            RecordHandlers(replica_manager, topics, quotas, authz, fetch_sessions, clock, metadata_cache),
             QuotaHandlers(quotas, authz),
             AclHandlers(acls, authz),
             ScramHandlers(scram, authz),

@@ -32,6 +32,7 @@ from rivulet.replication.log_dir_mover import ReplicaAlterLogDirsManager
 from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.server.apis import KafkaApis
+from rivulet.server.fetch_session import FetchSessionCache
 from rivulet.security import tls
 from rivulet.security.authorizer import StandardAuthorizer
 from rivulet.security.ssl_principal import SslPrincipalMapper, principal_from_dn
@@ -375,6 +376,7 @@ class Broker:
         self.acls = AclManager(authorizer, self.cluster if self.cluster is not None else self.dynamic_config)
         if cache is not None:
             self.quorum_links = self._links("describe-quorum")
+        self.fetch_sessions = FetchSessionCache(cfg["max.incremental.fetch.session.cache.slots"])
         self.apis = KafkaApis(replica_manager=rm, group_coordinator=groups, txn_coordinator=txns, topics=topics,
                               config=cfg, clock=self.clock, node=self.node, cluster_id=self.cluster_id,
                               metadata_cache=cache, broker_epoch=lambda: self.broker_epoch,
@@ -382,7 +384,7 @@ class Broker:
                               authz=Authz(authorizer), acls=self.acls, scram=self.scram,
                               client_metrics=self.client_metrics, group_configs=self.group_configs,
                               share_partitions=share, share_coordinator=shares, features=self.features,
-                              delegation_tokens=self.delegation_tokens,
+                              delegation_tokens=self.delegation_tokens, fetch_sessions=self.fetch_sessions,
                               controller_links=self.quorum_links)
         # Topics with iceberg.mode: their leaders here translate them into their tables, the
         # schema modes reading an external registry when one is named, else this broker's own.
@@ -499,7 +501,8 @@ class Broker:
         purgatories = [rm.produce_purgatory, rm.fetch_purgatory, groups.heartbeat_purgatory,
                        groups.rebalance_purgatory]
         self.metrics.add([RequestCollector(self.socket_server.request_metrics),
-                          BrokerCollector(rm, self.socket_server, purgatories, self.cluster),
+                          BrokerCollector(rm, self.socket_server, purgatories, self.cluster,
+                                          self.fetch_sessions),
                           GroupLagCollector(groups, rm), IcebergCollector(iceberg)])
         if self.client_telemetry is not None:
             self.metrics.add([self.client_telemetry])

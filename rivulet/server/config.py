@@ -434,6 +434,8 @@ BROKER_CONFIGS = ConfigDef([
        "(client.rack) reads from (KIP-392): org.apache.kafka.common.replica.RackAwareReplicaSelector picks "
        "one in its rack; unset or LeaderSelector, the leader.", MEDIUM),
     _k("fetch.max.bytes", I, 57671680, _nonneg, "Largest Fetch response.", MEDIUM),
+    _k("max.incremental.fetch.session.cache.slots", I, 1000, _nonneg, "Fetch sessions (KIP-227) the broker keeps, "
+       "in 8 shards of an eighth each (Kafka's); a full fetch that finds no room is answered session id 0.", MEDIUM),
     # -- group coordinator
     _k("group.initial.rebalance.delay.ms", I, 3000, _nonneg, "Wait for more members before the first "
        "rebalance of a new group.", MEDIUM),

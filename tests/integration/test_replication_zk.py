@@ -39,7 +39,8 @@ async def eventually(check, what: str, timeout: float = 30.0) -> None:
 
 def metric(broker: Broker, family: str) -> float:
     """A broker-state metric as the endpoint's collector reads it, summed over its series."""
-    collector = BrokerCollector(broker.replica_manager, broker.socket_server, [], broker.cluster)
+    collector = BrokerCollector(broker.replica_manager, broker.socket_server, [], broker.cluster,
+                                broker.fetch_sessions)
     return sum(s.value for f in collector.collect() if f.name == family for s in f.samples)
 
 

@@ -8,10 +8,11 @@ import time
 from typing import Any, Callable
 
 from rivulet.common.file_region import FileRegion
+from rivulet.common.time import Clock
 from rivulet.common.types import TopicPartition
 from rivulet.protocol.accel import speedups
 from rivulet.protocol.errors import NO_ERROR, ApiError, ErrorCode
-from rivulet.protocol.fetch_answer import AnswerTopic, FetchAnswer, partition_data
+from rivulet.protocol.fetch_answer import AnswerTopic, FetchAnswer, PartitionResult, partition_data
 from rivulet.protocol.framing import RequestHeader
 from rivulet.protocol.messages import (
     delete_records_response as drr,
@@ -38,6 +39,18 @@ from rivulet.replication.replica_manager import (
 )
 from rivulet.security.acls import AclOperation as Op, ResourceType
 from rivulet.server.acls import Authz
+from rivulet.server.fetch_session import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    INVALID_SESSION_ID,
+    CachedPartition,
+    FetchSession,
+    FetchSessionCache,
+    PartitionKey,
+    key_of,
+    must_answer,
+    next_epoch,
+)
 from rivulet.server.answer import NO_RESPONSE, Answer, then
 from rivulet.server.handlers import Handler
 from rivulet.server.metadata import INTERNAL_TOPICS
@@ -80,12 +93,40 @@ _speedups = speedups()
 _fetch_wanted = _py_fetch_wanted if _speedups is None else _speedups.fetch_wanted
 
 
+def _changed(session: FetchSession, cached: list[CachedPartition], indexes: list[int],
+             entries: list[PartitionResult | fr.PartitionData]) -> tuple[list[int], list[PartitionResult | fr.PartitionData]]:
+    """What an incremental answer carries of one run of a topic's partitions: those with a change
+    Kafka counts, each remembered as answered."""
+    keep_i: list[int] = []
+    keep_e: list[PartitionResult | fr.PartitionData] = []
+    moved: list[CachedPartition] = []
+    for cp, index, e in zip(cached, indexes, entries, strict=True):
+        if type(e) is fr.PartitionData:
+            error, records = e.error_code, e.records
+            diverging = e.diverging_epoch.epoch != -1 or e.diverging_epoch.end_offset != -1
+        else:
+            error, records, diverging = e.error, e.records, e.diverging_epoch is not None
+            if not records and not error and not diverging and e.high_watermark == cp.high_watermark \
+                    and e.log_start_offset == cp.local_log_start_offset and e.preferred_read_replica == -1:
+                continue  # the caught-up partition: nothing to answer, nothing to remember
+        if must_answer(cp, error, records, e, diverging, True):
+            keep_i.append(index)
+            keep_e.append(e)
+            if records is not None and len(records) > 0:
+                moved.append(cp)
+    for cp in moved:  # after the walk: the runs being walked stay as they are
+        session.move_to_end(cp)
+    return keep_i, keep_e
+
+
 @dataclass(eq=False)
 class RecordHandlers:
     replica_manager: ReplicaManager
     metadata: TopicManager
     quotas: ClientQuotas
     authz: Authz
+    fetch_sessions: FetchSessionCache
+    clock: Clock
     # Cluster mode: where a partition's leader is, for the KIP-951 hints of NOT_LEADER_OR_FOLLOWER.
     metadata_cache: MetadataCache | None = None
 
@@ -218,14 +259,26 @@ class RecordHandlers:
     def handle_fetch(self, header: RequestHeader, req: FetchRequest, conn: KafkaConnection) -> Answer:
         t0 = time.perf_counter_ns()
         v = header.api_version
-        # KIP-227: Rivulet keeps no fetch sessions. A full fetch (epoch 0 or -1) is answered
-        # with session id 0, which tells every client to keep sending full fetches.
-        if req.session_epoch > 0 or (req.session_id != 0 and req.session_epoch != -1):
-            return fr.FetchResponse(throttle_time_ms=0, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
-                                    session_id=0, responses=[])
         replica_id = req.replica_state.replica_id if v >= 15 else req.replica_id
-        user, client_id = conn.user, header.client_id or ""
         from_follower = replica_id >= 0
+        # KIP-227, as Kafka's FetchManager: epoch 0 or -1 is a full fetch (closing the session it
+        # names), 0 opening a session; n > 0 an incremental fetch of session n's next epoch.
+        # Before v7 the defaults (session 0, epoch -1) make every fetch sessionless.
+        sessions = self.fetch_sessions
+        session: FetchSession | None = None
+        epoch = req.session_epoch
+        if epoch == INITIAL_EPOCH or epoch == FINAL_EPOCH:
+            if req.session_id != INVALID_SESSION_ID:
+                sessions.remove(req.session_id)
+        else:
+            found = sessions.incremental(self.clock.milliseconds(), req.session_id, epoch, v >= 13,
+                                         self._request_partitions(req, v), self._forgotten(req, v))
+            if isinstance(found, ErrorCode):
+                return fr.FetchResponse(throttle_time_ms=0, error_code=found, session_id=INVALID_SESSION_ID,
+                                        responses=[])
+            session = found  # None: the session is closed, emptied by this request
+        opening = epoch == INITIAL_EPOCH
+        user, client_id = conn.user, header.client_id or ""
         max_bytes = req.max_bytes if v >= 3 else 2**31 - 1
         if not from_follower:  # never ask for more than the consumer's quota lets through at once
             max_bytes = self.quotas.consumer_max_bytes(user, client_id, max_bytes)
@@ -236,69 +289,152 @@ class RecordHandlers:
                              client_rack=req.rack_id if v >= 11 and replica_id < 0 else "",
                              replica_epoch=req.replica_state.replica_epoch if v >= 15 else -1,
                              zero_copy=conn.sends_files)
-        # Per request topic: (topic id, topic name or None when the id is unknown, its partition
-        # indexes, their keys, whether READ was refused).
-        order: list[tuple[Any, str | None, list[int], list[TopicPartition], bool]] = []
-        names: dict[Any, str | None] = {}
-        for ft in req.topics:
-            names[id(ft)] = self.metadata.topic_name(ft.topic_id) if v >= 13 else ft.topic
-        # Authorization, as Kafka: a follower needs CLUSTER_ACTION (else every partition is refused),
-        # a consumer READ on each topic.
-        if from_follower:
-            readable = set(names.values()) if self.authz.cluster(conn, Op.CLUSTER_ACTION) else set()
-        else:
-            readable = self.authz.allowed(conn, Op.READ, ResourceType.TOPIC, (n for n in names.values() if n))
-        wanted = params.partitions
-        for ft in req.topics:
-            name = names[id(ft)]
-            indexes = [fp.partition for fp in ft.partitions]
-            if name is None:
-                order.append((ft.topic_id, None, indexes, [], False))
-                continue
-            allowed = name in readable
-            # A refused topic's partitions are answered from their indexes alone.
-            tps = _fetch_wanted(ft.partitions, name, v, wanted) if allowed else []
-            order.append((ft.topic_id, name, indexes, tps, not allowed))
+        order, names = self._plan(req, v, session, conn, from_follower, params.partitions)
+        runs = session.runs() if session is not None else []  # the session's partitions, as in ``order``
         result = self.replica_manager.fetch_messages(params)
         spent = time.perf_counter_ns() - t0
+        expected_epoch = next_epoch(epoch)
 
         def build(results: dict[TopicPartition, FetchResult]) -> fr.FetchResponse:
+            # An incremental answer is for the epoch its request advanced the session to: a
+            # duplicate request in between makes it stale (Kafka's IncrementalFetchContext).
+            stale = session is not None and session.epoch != expected_epoch
+            answer_id = session.id if session is not None else INVALID_SESSION_ID
             if not from_follower:
                 # Kafka counts the whole response; its record sets are nearly all of it.
                 size = sum(len(r.records) for r in results.values() if r.records is not None)
                 ms = self.quotas.consumer_throttle_ms(user, client_id, spent, size)
                 if ms > 0:
                     conn.throttle(ms)
-                    return fr.FetchResponse(throttle_time_ms=ms, error_code=0, session_id=0, responses=[])
+                    return fr.FetchResponse(
+                        throttle_time_ms=ms, error_code=ErrorCode.INVALID_FETCH_SESSION_EPOCH if stale else 0,
+                        session_id=answer_id, responses=[])
+            if stale:
+                return fr.FetchResponse(throttle_time_ms=0, error_code=ErrorCode.INVALID_FETCH_SESSION_EPOCH,
+                                        session_id=answer_id, responses=[])
             self._count_fetch(results, from_follower)
             # The results go into the answer as they are (FetchAnswer writes them); only the
             # partitions answered otherwise get a PartitionData of their own.
             topics: list[AnswerTopic] = []
             hints = _LeaderHints(self.metadata_cache, conn.listener.name)
+            answered: list[list[PartitionResult | fr.PartitionData]] = []
             last_key = None
-            for topic_id, name, indexes, tps, refused in order:
+            for n, (topic_id, name, indexes, tps, refused) in enumerate(order):
+                if name is None or refused:
+                    code = ErrorCode.UNKNOWN_TOPIC_ID if name is None else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                    entries: list[PartitionResult | fr.PartitionData] = [fr.PartitionData(
+                        partition_index=part, high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
+                        error_code=code, aborted_transactions=None, preferred_read_replica=-1, records=b"")
+                        for part in indexes]
+                else:
+                    entries = [results[tp] for tp in tps]
+                    for i, r in enumerate(entries):
+                        if r.error != NO_ERROR:
+                            entries[i] = self._failed_partition(indexes[i], tps[i], r, v, hints)
+                if opening or session is not None:
+                    answered.append(entries)
+                if session is not None:
+                    indexes, entries = _changed(session, runs[n][2], indexes, entries)
+                    if not indexes:
+                        continue
                 key = topic_id if v >= 13 else name
                 if key is not last_key and (not topics or key != last_key):  # identity first: cheap
                     topics.append(AnswerTopic(name or "", topic_id or ZERO_UUID, [], []))
                     last_key = key
                 answer = topics[-1]
                 answer.indexes += indexes
-                if name is None or refused:
-                    code = ErrorCode.UNKNOWN_TOPIC_ID if name is None else ErrorCode.TOPIC_AUTHORIZATION_FAILED
-                    answer.entries += [fr.PartitionData(
-                        partition_index=part, high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
-                        error_code=code, aborted_transactions=None, preferred_read_replica=-1, records=b"")
-                        for part in indexes]
-                    continue
-                entries = [results[tp] for tp in tps]
-                for i, r in enumerate(entries):
-                    if r.error != NO_ERROR:
-                        entries[i] = self._failed_partition(indexes[i], tps[i], r, v, hints)
                 answer.entries += entries
+            if opening:
+                answer_id = self._open_session(req, v, names, answered, from_follower)
             return FetchAnswer(topics, [fr.NodeEndpoint(node_id=i, host=h, port=p, rack=rk)
-                                        for i, h, p, rk in hints.endpoints()] if v >= 16 else [])
+                                        for i, h, p, rk in hints.endpoints()] if v >= 16 else [], answer_id)
 
         return then(result, build)
+
+    def _plan(self, req: FetchRequest, v: int, session: FetchSession | None, conn: KafkaConnection,
+              from_follower: bool, wanted: list[FetchRequestPartition],
+              ) -> tuple[list[tuple[Any, str | None, list[int], list[TopicPartition], bool]], dict[Any, str | None]]:
+        """What a Fetch reads: the request's topics, or its session's partitions, with ``wanted``
+        filled with the readable ones."""
+        # Per request topic (a session's run of partitions of one topic): (topic id, topic name or
+        # None when the id is unknown, its partition indexes, their keys, whether READ was refused).
+        order: list[tuple[Any, str | None, list[int], list[TopicPartition], bool]] = []
+        names: dict[Any, str | None] = {}
+        if session is None:
+            for ft in req.topics:
+                names[id(ft)] = self.metadata.topic_name(ft.topic_id) if v >= 13 else ft.topic
+            runs: list[tuple[Any, str | None, list[CachedPartition]]] = []
+        else:
+            # The session's partitions are read, not only the request's (it may name none).
+            if session.uses_topic_ids:
+                session.resolve_names(self.metadata.topic_name)
+            runs = session.runs()
+            for run in runs:
+                names[id(run)] = run[1]
+        # Authorization, as Kafka: a follower needs CLUSTER_ACTION (else every partition is refused),
+        # a consumer READ on each topic.
+        if from_follower:
+            readable = set(names.values()) if self.authz.cluster(conn, Op.CLUSTER_ACTION) else set()
+        else:
+            readable = self.authz.allowed(conn, Op.READ, ResourceType.TOPIC, (n for n in names.values() if n))
+        if session is None:
+            for ft in req.topics:
+                name = names[id(ft)]
+                indexes = [fp.partition for fp in ft.partitions]
+                if name is None:
+                    order.append((ft.topic_id, None, indexes, [], False))
+                    continue
+                allowed = name in readable
+                # A refused topic's partitions are answered from their indexes alone.
+                tps = _fetch_wanted(ft.partitions, name, v, wanted) if allowed else []
+                order.append((ft.topic_id, name, indexes, tps, not allowed))
+        else:
+            for run in runs:
+                topic_id, name, cached = run
+                indexes = [cp.partition for cp in cached]
+                if name is None:
+                    order.append((topic_id, None, indexes, [], False))
+                    continue
+                allowed = name in readable
+                tps = []
+                if allowed:
+                    ws = [cp.wanted() for cp in cached]
+                    wanted += ws
+                    tps = [w.tp for w in ws]
+                order.append((topic_id, name, indexes, tps, not allowed))
+        return order, names
+
+    def _request_partitions(self, req: FetchRequest, v: int) -> list[CachedPartition]:
+        """The request's partitions as a session keeps them (the fields version ``v`` lacks at -1)."""
+        out = []
+        for ft in req.topics:
+            name = self.metadata.topic_name(ft.topic_id) if v >= 13 else ft.topic
+            topic_id = ft.topic_id if v >= 13 else ZERO_UUID
+            for fp in ft.partitions:
+                out.append(CachedPartition(
+                    name, topic_id, fp.partition, fp.fetch_offset, fp.partition_max_bytes,
+                    fp.current_leader_epoch if v >= 9 else -1, fp.log_start_offset if v >= 5 else -1,
+                    fp.last_fetched_epoch if v >= 12 else -1))
+        return out
+
+    @staticmethod
+    def _forgotten(req: FetchRequest, v: int) -> list[PartitionKey]:
+        return [(ft.topic_id if v >= 13 else ft.topic, p) for ft in req.forgotten_topics_data for p in ft.partitions]
+
+    def _open_session(self, req: FetchRequest, v: int, names: dict[Any, str | None],
+                      answered: list[list[PartitionResult | fr.PartitionData]], from_follower: bool) -> int:
+        """A full fetch's session, over every partition it answered (Kafka's FullFetchContext)."""
+        uses_ids = v >= 13
+        parts: dict[PartitionKey, CachedPartition] = {}
+        for ft, entries in zip(req.topics, answered, strict=True):
+            name = names[id(ft)]
+            topic_id = ft.topic_id if uses_ids else ZERO_UUID
+            for fp, e in zip(ft.partitions, entries, strict=True):
+                parts[key_of(name, topic_id, fp.partition, uses_ids)] = CachedPartition(
+                    name, topic_id, fp.partition, fp.fetch_offset, fp.partition_max_bytes,
+                    fp.current_leader_epoch if v >= 9 else -1, fp.log_start_offset if v >= 5 else -1,
+                    fp.last_fetched_epoch if v >= 12 else -1, e.high_watermark, e.log_start_offset)
+        return self.fetch_sessions.create(self.clock.milliseconds(), from_follower, uses_ids, parts)
 
     def _failed_partition(self, index: int, tp: TopicPartition, r: FetchResult, v: int,
                           hints: _LeaderHints) -> fr.PartitionData:

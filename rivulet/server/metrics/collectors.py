@@ -25,6 +25,7 @@ from rivulet.delayed.purgatory import DelayedOperationPurgatory
 from rivulet.iceberg.translator import IcebergTranslator, PartitionTranslation
 from rivulet.replication.partition import PartitionStats
 from rivulet.replication.replica_manager import ReplicaManager
+from rivulet.server.fetch_session import FetchSessionCache
 from rivulet.server.metrics.requests import BUCKETS, PHASES, Histogram, RequestMetrics, error_name
 from rivulet.server.socket_server import SocketServer
 from rivulet.server.zk_cluster import ZkClusterMember
@@ -94,8 +95,10 @@ class BrokerCollector(Collector):
     and KafkaController MBeans show."""
 
     def __init__(self, replica_manager: ReplicaManager, socket_server: SocketServer,
-                 purgatories: Iterable[DelayedOperationPurgatory], cluster: ZkClusterMember | None) -> None:
+                 purgatories: Iterable[DelayedOperationPurgatory], cluster: ZkClusterMember | None,
+                 fetch_sessions: FetchSessionCache) -> None:
         self.replica_manager = replica_manager
+        self.fetch_sessions = fetch_sessions
         self.socket_server = socket_server
         self.purgatories = list(purgatories)
         self.cluster = cluster
@@ -105,6 +108,18 @@ class BrokerCollector(Collector):
         yield from self._purgatories()
         yield from self._sockets()
         yield from self._controller()
+        yield from self._fetch_sessions()
+
+    def _fetch_sessions(self) -> Iterator[Metric]:
+        """Kafka's kafka.server:type=FetchSessionCache gauges and eviction meter."""
+        cache = self.fetch_sessions
+        yield GaugeMetricFamily("kafka_server_fetchsessioncache_numincrementalfetchsessions",
+                                "Incremental fetch sessions kept.", value=cache.num_sessions())
+        yield GaugeMetricFamily("kafka_server_fetchsessioncache_numincrementalfetchpartitionscached",
+                                "Partitions of the incremental fetch sessions kept.", value=cache.num_partitions_cached())
+        yield CounterMetricFamily("kafka_server_fetchsessioncache_incrementalfetchsessionevictions",
+                                  "Fetch sessions evicted (Kafka's IncrementalFetchSessionEvictionsPerSec).",
+                                  value=cache.evictions())
 
     def _topics_and_logs(self) -> Iterator[Metric]:
         rm = self.replica_manager
