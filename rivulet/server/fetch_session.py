@@ -5,8 +5,9 @@ fetches (epoch n > 0) name only partitions whose request changed and the topics 
 and are answered only the partitions with something new. The cache is Kafka's: 8 shards of
 ``max.incremental.fetch.session.cache.slots / 8`` sessions, a new session in the next shard
 round-robin, session ids drawn in the shard's own range, eviction within the shard (a stale
-session first, else the least valuable one by (privileged, size, id)). Sans-IO: the handler
-resolves topics, reads the log and hands the results to ``IncrementalContext.respond``.
+session first, else the least valuable one by (privileged, size, id)). Sans-IO: the Fetch
+handler (``server/handlers/records.py``) resolves topics, reads the log and decides with
+``must_answer`` which of a session's partitions its answer carries.
 """
 
 from __future__ import annotations
