@@ -81,8 +81,24 @@ def alive(pid: int) -> bool:
         return True
 
 
-def _port(wanted: int) -> int:
-    return wanted if wanted > 0 else free_port()
+def _port(wanted: int, asked: set[int]) -> int:
+    """``wanted``, or a free port none of the members was asked to take (a port chosen for one
+    member must not be one a later member is started on)."""
+    if wanted > 0:
+        return wanted
+    port = free_port()
+    while port in asked:
+        port = free_port()
+    return port
+
+
+def _asked_ports(args: argparse.Namespace) -> set[int]:
+    """The ports given on the command line: the brokers', metrics' and registries' bases up."""
+    asked = {args.zookeeper_port} if args.zookeeper_port > 0 else set()
+    for base in (args.port, args.metrics_port, args.registry_port or 0):
+        if base > 0:
+            asked.update(range(base, base + args.brokers))
+    return asked
 
 
 def port_free(port: int) -> bool:
@@ -122,7 +138,8 @@ def up(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise CliError(f"--log-level: {e}", 2) from None
     root.mkdir(parents=True, exist_ok=True)
-    zk = ZooKeeperServer(port=_port(args.zookeeper_port), data_dir=str(root / "zookeeper"))
+    asked = _asked_ports(args)
+    zk = ZooKeeperServer(port=_port(args.zookeeper_port, asked), data_dir=str(root / "zookeeper"))
     try:
         zk.start()
     except ZooKeeperNotFound as e:
@@ -131,8 +148,8 @@ def up(args: argparse.Namespace) -> int:
     state = ClusterState(Member("zookeeper", zk.proc.pid, zk.port, str(zk.log_path)), [])
     registry_base = registry_base_port(args.registry_port, args.brokers)
     for i in range(1, args.brokers + 1):
-        port = _port(args.port + i - 1 if args.port > 0 else 0)
-        metrics_port = _port(args.metrics_port + i - 1 if args.metrics_port > 0 else 0)
+        port = _port(args.port + i - 1 if args.port > 0 else 0, asked)
+        metrics_port = _port(args.metrics_port + i - 1 if args.metrics_port > 0 else 0, asked)
         data = root / f"broker-{i}"
         data.mkdir(exist_ok=True)
         log_path = data / "broker.log"
@@ -146,7 +163,7 @@ def up(args: argparse.Namespace) -> int:
         props["metrics.listener"] = f"http://127.0.0.1:{metrics_port}"
         registry_port = 0
         if registry_base >= 0 and registry_installed():
-            registry_port = _port(registry_base + i - 1 if registry_base > 0 else 0)
+            registry_port = _port(registry_base + i - 1 if registry_base > 0 else 0, asked)
             props["schema.registry.listeners"] = f"http://127.0.0.1:{registry_port}"
             props["schema.registry.kafkastore.topic.replication.factor"] = str(min(3, args.brokers))
         props.update(overrides)

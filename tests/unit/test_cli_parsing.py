@@ -144,3 +144,19 @@ def test_a_command_gets_its_own_parser_only_and_parses_as_with_all_of_them():
              "print(sorted(m for m in sys.modules if m.startswith('rivulet.cli.')))")
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert "rivulet.cli.topics" not in loaded and "rivulet.cli.main" in loaded, loaded
+
+
+def test_cluster_up_never_picks_a_port_a_member_was_asked_to_take(monkeypatch):
+    """`cluster up --port 21990 --zookeeper-port 0`: the port chosen for ZooKeeper is never one a
+    broker is then started on (a CI run saw ZooKeeper take the port the test had given broker-1)."""
+    import argparse
+
+    from rivulet.cli import local_cluster
+
+    args = argparse.Namespace(zookeeper_port=0, port=21990, metrics_port=0, registry_port=None, brokers=2)
+    asked = local_cluster._asked_ports(args)
+    assert asked == {21990, 21991}
+    offered = iter([21991, 21990, 30000])
+    monkeypatch.setattr(local_cluster, "free_port", lambda: next(offered))
+    assert local_cluster._port(0, asked) == 30000
+    assert local_cluster._port(21990, asked) == 21990  # a port asked for is taken as asked
