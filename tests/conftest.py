@@ -8,12 +8,15 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
 
 from rivulet.testing import BrokerProcess, free_port
+
+if TYPE_CHECKING:
+    from benchmarks.reference.kafka import KafkaReference
 
 _TESTS = Path(__file__).resolve().parent
 # Spark's JVMs started by the tests (the in-process sessions' drivers, executors, the standalone
@@ -191,18 +194,26 @@ def java() -> None:
 
 
 @contextlib.contextmanager
-def running_kafka(overrides: dict[str, str] | None = None, heap: str = "1g") -> Iterator[str]:
-    """A real Apache Kafka broker (benchmarks/reference), stopped and removed afterwards; its
-    bootstrap address. Failing to start it is a harness failure, not a skip."""
+def kafka_reference(overrides: dict[str, str] | None = None, heap: str = "1g") -> Iterator[KafkaReference]:
+    """A real Apache Kafka broker (benchmarks/reference), started, then stopped and removed
+    afterwards. Failing to start it is a harness failure, not a skip: ask for the `java`
+    fixture first, which skips loudly when Java cannot run here."""
     from benchmarks.reference.kafka import TEST_JVM_FLAGS, KafkaReference
 
     ref = KafkaReference(overrides=overrides, heap=heap, jvm_flags=TEST_JVM_FLAGS)
     try:
         ref.start()
-        yield ref.bootstrap
+        yield ref
     finally:
         ref.stop()
         ref.cleanup()
+
+
+@contextlib.contextmanager
+def running_kafka(overrides: dict[str, str] | None = None, heap: str = "1g") -> Iterator[str]:
+    """``kafka_reference``'s bootstrap address."""
+    with kafka_reference(overrides, heap) as ref:
+        yield ref.bootstrap
 
 
 @pytest.fixture(scope="module")

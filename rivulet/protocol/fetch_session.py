@@ -51,8 +51,11 @@ class PartitionFetch(NamedTuple):
     max_bytes: int
 
 
-def _next_epoch(epoch: int) -> int:
-    # 0 would open a new session, so the epoch wraps to 1.
+def next_epoch(epoch: int) -> int:
+    """Kafka's FetchMetadata.nextEpoch, for both ends of a session: a closed session (negative)
+    stays closed; 0 would open a new session, so the epoch wraps to 1."""
+    if epoch < 0:
+        return FINAL_EPOCH
     return 1 if epoch >= _INT32_MAX else epoch + 1
 
 
@@ -179,7 +182,7 @@ class FetchSessionHandler:
         if session_id == INVALID_SESSION_ID:  # the broker closed the session
             self._start_over(keep_id=False)
         else:
-            self.epoch = _next_epoch(self.epoch)
+            self.epoch = next_epoch(self.epoch)
         return True
 
     def handle_error(self) -> None:

@@ -20,7 +20,7 @@ from typing import Protocol
 from rivulet.common.file_region import FileRegion
 from rivulet.common.types import TopicPartition
 from rivulet.protocol.errors import ErrorCode
-from rivulet.protocol.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, INVALID_SESSION_ID
+from rivulet.protocol.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
 from rivulet.replication.replica_manager import FetchRequestPartition
 
 # Kafka's KafkaBroker.NumFetchSessionCacheShards and MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS:
@@ -28,13 +28,6 @@ from rivulet.replication.replica_manager import FetchRequestPartition
 NUM_SHARDS = 8
 EVICTION_MS = 120_000
 _INT_MAX = 2**31 - 1
-
-
-def next_epoch(epoch: int) -> int:
-    """Kafka's FetchMetadata.nextEpoch."""
-    if epoch < 0:
-        return FINAL_EPOCH
-    return 1 if epoch == _INT_MAX else epoch + 1
 
 
 class PartitionAnswer(Protocol):

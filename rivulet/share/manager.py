@@ -22,6 +22,7 @@ from rivulet.common.time import Clock
 from rivulet.common.types import TopicPartition
 from rivulet.delayed import DelayedOperation, DelayedOperationPurgatory, Timer
 from rivulet.protocol.errors import ApiError, ErrorCode
+from rivulet.protocol.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, next_epoch  # share sessions count the same way
 from rivulet.protocol.records import BatchHeader, aborted_batches, cut_batch, iter_batches
 from rivulet.replication.partition import Partition
 from rivulet.replication.replica_manager import FetchParams, FetchRequestPartition, ReplicaManager, readable_bytes
@@ -48,8 +49,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-INITIAL_EPOCH = 0  # opens a share session
-FINAL_EPOCH = -1  # closes it
 # A share fetch's first log read; each further one (while more can be acquired) doubles.
 _FIRST_READ_BYTES = 64 * 1024
 
@@ -104,10 +103,6 @@ class _Session:
     owner: Hashable  # the client connection that opened it
     partitions: dict[TopicPartition, uuid.UUID] = field(default_factory=dict)  # in the order added
     waiting: set[DelayedShareFetch] = field(default_factory=set)  # the member's long polls
-
-
-def _next_epoch(epoch: int) -> int:
-    return 1 if epoch >= 2**31 - 1 else epoch + 1
 
 
 class DelayedShareFetch(DelayedOperation):
@@ -196,7 +191,7 @@ class SharePartitionManager:
             self.sessions[key] = session = _Session(epoch=1, owner=owner)
         else:
             session = self._session(key, epoch)
-            session.epoch = _next_epoch(epoch)
+            session.epoch = next_epoch(epoch)
         # Added first, then forgotten, as Kafka's ShareSession.update: a partition listed only to
         # carry acknowledgements and forgotten in the same request leaves the session, so later
         # answers do not hold a partition the member no longer asks for.

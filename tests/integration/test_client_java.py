@@ -12,14 +12,19 @@ import sys
 import threading
 import time
 import uuid
-import warnings
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from conftest import kafka_reference  # noqa: E402  (tests/ on the path above)
+
+if TYPE_CHECKING:
+    from benchmarks.reference.kafka import KafkaReference
 
 pytestmark = [pytest.mark.java, pytest.mark.integration]
 
@@ -29,25 +34,9 @@ def name(prefix: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def kafka() -> Iterator[object]:
-    try:
-        import java_tools as jt
-        from benchmarks.reference.kafka import TEST_JVM_FLAGS, KafkaReference
-    except ImportError as e:  # the reference harness is not in this checkout
-        reason = f"benchmarks.reference.kafka is unavailable: {e}"
-    else:
-        reason = jt.java_available()
-    if reason is not None:
-        warnings.warn(f"client tests against Apache Kafka skipped: {reason}", pytest.PytestWarning, stacklevel=1)
-        print(f"client tests against Apache Kafka skipped: {reason}", file=sys.stderr)
-        pytest.skip(f"Apache Kafka unavailable: {reason}")
-    ref = KafkaReference(overrides={"num.partitions": "3"}, jvm_flags=TEST_JVM_FLAGS)
-    try:
-        ref.start()
+def kafka(java: None) -> Iterator[KafkaReference]:
+    with kafka_reference({"num.partitions": "3"}) as ref:
         yield ref
-    finally:
-        ref.stop()
-        ref.cleanup()
 
 
 def test_round_trip_with_idempotence(kafka):

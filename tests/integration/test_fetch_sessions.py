@@ -9,10 +9,10 @@ from __future__ import annotations
 import sys
 import time
 import uuid
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -20,6 +20,11 @@ from rivulet import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from rivulet.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from conftest import kafka_reference  # noqa: E402  (tests/ on the path above)
+
+if TYPE_CHECKING:
+    from benchmarks.reference.kafka import KafkaReference
 
 pytestmark = pytest.mark.integration
 
@@ -83,25 +88,9 @@ def test_rivulet_broker_with_or_without_sessions(broker):
 
 
 @pytest.fixture(scope="module")
-def kafka() -> Iterator[object]:
-    try:
-        import java_tools as jt
-        from benchmarks.reference.kafka import TEST_JVM_FLAGS, KafkaReference
-    except ImportError as e:  # the reference harness is not in this checkout
-        reason = f"benchmarks.reference.kafka is unavailable: {e}"
-    else:
-        reason = jt.java_available()
-    if reason is not None:
-        warnings.warn(f"fetch session tests against Apache Kafka skipped: {reason}", pytest.PytestWarning,
-                      stacklevel=1)
-        pytest.skip(f"Apache Kafka unavailable: {reason}")
-    ref = KafkaReference(jvm_flags=TEST_JVM_FLAGS)
-    try:
-        ref.start()
+def kafka(java: None) -> Iterator[KafkaReference]:
+    with kafka_reference() as ref:
         yield ref
-    finally:
-        ref.stop()
-        ref.cleanup()
 
 
 @pytest.mark.java

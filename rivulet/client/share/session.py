@@ -19,17 +19,11 @@ from collections.abc import Iterable, Mapping
 from rivulet.common.types import AcknowledgeType
 from rivulet.common.types import TopicPartition as TP
 from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, next_epoch
 from rivulet.protocol.messages import share_acknowledge_request as saq
 from rivulet.protocol.messages import share_fetch_request as sfq
 
-INITIAL_EPOCH, FINAL_EPOCH = 0, -1
-_INT32_MAX = 2**31 - 1
 SESSION_ERRORS = frozenset({ErrorCode.SHARE_SESSION_NOT_FOUND, ErrorCode.INVALID_SHARE_SESSION_EPOCH})
-
-
-def next_epoch(epoch: int) -> int:
-    """The epoch after ``epoch``: wraps to 1, as 0 would open a new session."""
-    return 1 if epoch >= _INT32_MAX else epoch + 1
 
 
 class Acknowledgements:
