@@ -46,12 +46,19 @@ def _decode_serialized(text: str) -> FDP | None:
 
 
 def _protoc_includes() -> list[str]:
-    """protoc's -I for the built-in files: Confluent's (ours) and grpcio-tools' google/protobuf."""
+    """protoc's -I for the built-in files: Confluent's (ours), grpcio-tools' google/protobuf and,
+    when installed, googleapis-common-protos' google/type (which Confluent's registry has built in
+    too), mapped to its import prefix alone so that nothing else of the package shadows a file."""
     try:
         import grpc_tools
     except ImportError:
         raise ValueError("compiling .proto text needs grpcio-tools (pip install 'rivulet[registry]')") from None
-    return [f"-I{CONFLUENT_PROTOS}", f"-I{os.path.join(os.path.dirname(grpc_tools.__file__), '_proto')}"]
+    includes = [f"-I{CONFLUENT_PROTOS}", f"-I{os.path.join(os.path.dirname(grpc_tools.__file__), '_proto')}"]
+    try:
+        from google.type import date_pb2
+    except ImportError:
+        return includes
+    return [*includes, f"-Igoogle/type={os.path.dirname(os.path.abspath(date_pb2.__file__))}"]
 
 
 def _compile(text: str, references: list[ResolvedReference]) -> FDP:

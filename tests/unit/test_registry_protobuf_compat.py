@@ -140,3 +140,29 @@ def test_confluents_own_files_are_built_in():
         ("doc", 1), ("params", 2), ("tags", 3), ("rules", 4)]
     with pytest.raises(ValueError, match="(?s)Invalid schema .*confluent/no_such.proto: File not found"):
         P.parse(proto('import "confluent/no_such.proto";\nmessage M { int32 a = 1; }'), [])
+
+
+def test_google_type_files_are_built_in_for_proto_text():
+    # Confluent's registry resolves google/type/*.proto by name as it does google/protobuf/*: a
+    # .proto text importing them compiles, and its serialized form decodes with the same types.
+    from rivulet.registry.protobuf_schema import SchemaFiles
+    text = proto('import "google/type/date.proto";\nimport "google/type/money.proto";\n'
+                 'message Order {\n  google.type.Date day = 1;\n  google.type.Money total = 2;\n}')
+    parsed = P.parse(text, [])
+    assert list(parsed.descriptor.dependency) == ["google/type/date.proto", "google/type/money.proto"]
+    order = SchemaFiles(parsed.formatted("serialized"), []).message_named("Order")
+    assert order.fields_by_name["day"].message_type.full_name == "google.type.Date"
+    assert [f.name for f in order.fields_by_name["total"].message_type.fields] == ["currency_code", "units", "nanos"]
+    with pytest.raises(ValueError, match="(?s)Invalid schema .*google/type/no_such.proto: File not found"):
+        P.parse(proto('import "google/type/no_such.proto";\nmessage M { int32 a = 1; }'), [])
+
+
+def test_confluents_variant_file_is_built_in():
+    # confluent-kafka's pool holds confluent/type/variant.proto as well; a schema importing it
+    # without a reference parses, in text and in the serialized form the serializer sends.
+    from rivulet.registry.protobuf_schema import SchemaFiles
+    parsed = P.parse(proto('import "confluent/type/variant.proto";\n'
+                           'message Event {\n  confluent.type.Variant payload = 1;\n}'), [])
+    variant = SchemaFiles(parsed.formatted("serialized"), []).message_named("Event").fields_by_name["payload"]
+    assert variant.message_type.full_name == "confluent.type.Variant"
+    assert [(f.name, f.number) for f in variant.message_type.fields] == [("metadata", 1), ("value", 2)]
