@@ -1697,6 +1697,82 @@ speedups_record_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(nn)", start, pos);
 }
 
+/* rebase_records(data, pos, stop, count, offset_shift, timestamp_shift) -> bytes | None
+ *
+ * For records.join_batches: the count records laid out from pos to stop with their offset
+ * and timestamp deltas raised by the shifts (their batch joins an earlier one), lengths
+ * rewritten, the rest copied. None when the records do not frame or the new deltas leave
+ * their range (the caller then leaves the batches apart). */
+static PyObject *
+speedups_rebase_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "rebase_records(data, pos, stop, count, offset_shift, timestamp_shift) takes 6 arguments");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t stop = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t count = PyLong_AsSsize_t(args[3]);
+    long long d_off = PyLong_AsLongLong(args[4]);
+    long long d_ts = PyLong_AsLongLong(args[5]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    PyObject *out = NULL;
+    int ok = pos >= 0 && stop <= view.len && pos <= stop && count >= 0 && d_off >= 0;
+    /* A record grows by at most 9 bytes a delta and 4 its length (all three stay in range). */
+    if (ok)
+        out = PyBytes_FromStringAndSize(NULL, (stop - pos) + count * 32);
+    if (out == NULL) {
+        PyBuffer_Release(&view);
+        if (ok)
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    unsigned char *w = (unsigned char *)PyBytes_AS_STRING(out);
+    int64_t size, ts_delta, off_delta;
+    for (Py_ssize_t i = 0; ok && i < count; i++) {
+        Py_ssize_t p = pos;
+        if (!read_zz(buf, stop, &p, 5, &size) || size < 2 || size > stop - p) {
+            ok = 0;
+            break;
+        }
+        Py_ssize_t end = p + (Py_ssize_t)size, q = p + 1; /* past the attributes byte */
+        if (!read_zz(buf, end, &q, 9, &ts_delta) || !read_zz(buf, end, &q, 5, &off_delta)
+                || __builtin_add_overflow(ts_delta, (int64_t)d_ts, &ts_delta)
+                || __builtin_add_overflow(off_delta, (int64_t)d_off, &off_delta) || off_delta > INT32_MAX) {
+            ok = 0;
+            break;
+        }
+        uint64_t ts_zz = zz64(ts_delta), off_zz = zz64(off_delta);
+        Py_ssize_t body = 1 + uvarint_len(ts_zz) + uvarint_len(off_zz) + (end - q);
+        if (body > INT32_MAX) {
+            ok = 0;
+            break;
+        }
+        w = put_uvarint(w, zz64(body));
+        *w++ = buf[p];
+        w = put_uvarint(w, ts_zz);
+        w = put_uvarint(w, off_zz);
+        w = put_bytes(w, (const char *)buf + q, end - q);
+        pos = end;
+    }
+    ok = ok && pos == stop;
+    PyBuffer_Release(&view);
+    if (!ok) {
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+    }
+    if (_PyBytes_Resize(&out, w - (unsigned char *)PyBytes_AS_STRING(out)) < 0)
+        return NULL;
+    return out;
+}
+
 /* record_layout(data, batches, want_headers) -> (pos, offsets, timestamps, headers) | None
  *
  * For rivulet.arrow.records.Chunk: where each record's key and value lie in ``data`` and each
@@ -2646,6 +2722,9 @@ static PyMethodDef speedups_methods[] = {
     {"record_span", (PyCFunction)(void (*)(void))speedups_record_span, METH_FASTCALL,
      "record_span(data, pos, stop, first, last) -> (start, end) | None\n\n"
      "Where records first..last of those laid out from pos to stop lie (length varints only)."},
+    {"rebase_records", (PyCFunction)(void (*)(void))speedups_rebase_records, METH_FASTCALL,
+     "rebase_records(data, pos, stop, count, offset_shift, timestamp_shift) -> bytes | None\n\n"
+     "The records laid out from pos to stop with their offset and timestamp deltas raised (records.join_batches)."},
     {"unfilled_bytearray", (PyCFunction)speedups_unfilled_bytearray, METH_O,
      "unfilled_bytearray(n) -> bytearray\n\n"
      "A bytearray of n bytes left unset (bytearray(n) zero-fills): for a buffer whose every byte\n"

@@ -413,6 +413,35 @@ def _py_record_span(buf: bytes | bytearray | memoryview, pos: int, stop: int, fi
     return start, pos
 
 
+def _py_rebase_records(buf: bytes | bytearray | memoryview, pos: int, stop: int, count: int, offset_shift: int,
+                       timestamp_shift: int) -> bytes | None:
+    """The ``count`` records laid out in buf[pos:stop] with their offset and timestamp deltas
+    raised by the shifts, for ``join_batches``; None when they do not frame. The C
+    accelerator's ``rebase_records`` is tested against it."""
+    if offset_shift < 0:
+        return None
+    out = bytearray()
+    try:
+        for _ in range(count):
+            size, p = varint(buf, pos, 5)
+            end = p + size
+            if size < 2 or end > stop:
+                return None
+            ts_delta, q = varint(buf, p + 1, 9)  # past the attributes byte
+            off_delta, q = varint(buf, q, 5)
+            off = off_delta + offset_shift
+            if q > end or not 0 <= off <= 0x7FFFFFFF:
+                return None
+            head = bytes((buf[p],)) + _zigzag_varint(ts_delta + timestamp_shift) + _zigzag_varint(off)
+            out += _zigzag_varint(len(head) + end - q)
+            out += head
+            out += buf[q:end]
+            pos = end
+    except (IndexError, ApiError):
+        return None
+    return bytes(out) if pos == stop else None
+
+
 def cut_batch(batch: bytes | bytearray | memoryview, first_offset: int, last_offset: int) -> bytes | None:
     """The complete batch ``batch`` holding only its records of offsets
     ``first_offset..last_offset``, as log compaction leaves a batch: base offset, last offset
@@ -436,6 +465,43 @@ def cut_batch(batch: bytes | bytearray | memoryview, first_offset: int, last_off
         attributes=h.attributes, last_offset_delta=h.last_offset_delta, base_timestamp=h.base_timestamp,
         max_timestamp=h.max_timestamp, producer_id=h.producer_id, producer_epoch=h.producer_epoch,
         base_sequence=h.base_sequence, records_count=last - first + 1)
+
+
+def join_batches(batches: Sequence[bytes | bytearray | memoryview]) -> bytes | None:
+    """One batch holding the records of ``batches`` (complete batches, offsets ascending):
+    the first one's base offset, timestamp and producer fields, the other batches' records
+    re-based onto them (offset and timestamp deltas), the last offset delta reaching the last
+    batch's. None unless there are two or more and every one is a v2, uncompressed,
+    non-transactional, non-control, create-time batch of the same partition leader epoch and
+    producer whose sequences run on from the first's as its offsets do (records would not keep
+    their sequence numbers otherwise)."""
+    if len(batches) < 2:
+        return None
+    views = [_byte_view(b) for b in batches]
+    hs = [parse_batch_header(v) for v in views]
+    h0 = hs[0]
+    for i, h in enumerate(hs):
+        if i and h.base_offset <= hs[i - 1].last_offset:
+            return None
+        if h.magic != MAGIC_V2 or h.attributes != 0 or h.partition_leader_epoch != h0.partition_leader_epoch \
+                or h.producer_id != h0.producer_id or h.producer_epoch != h0.producer_epoch or h.records_count == 0:
+            return None
+        if h0.producer_id != NO_PRODUCER_ID and h.base_sequence - h0.base_sequence != h.base_offset - h0.base_offset:
+            return None
+    payload: list[bytes | memoryview] = [views[0][HEADER_SIZE:h0.size]]
+    for view, h in zip(views[1:], hs[1:], strict=True):
+        records = _rebase_records(view, HEADER_SIZE, h.size, h.records_count, h.base_offset - h0.base_offset,
+                                  h.base_timestamp - h0.base_timestamp)
+        if records is None:
+            return None
+        payload.append(records)
+    last = hs[-1]
+    return assemble_batch(
+        payload, base_offset=h0.base_offset, partition_leader_epoch=h0.partition_leader_epoch, attributes=0,
+        last_offset_delta=last.last_offset - h0.base_offset, base_timestamp=h0.base_timestamp,
+        max_timestamp=max(h.max_timestamp for h in hs), producer_id=h0.producer_id,
+        producer_epoch=h0.producer_epoch, base_sequence=h0.base_sequence,
+        records_count=sum(h.records_count for h in hs))
 
 
 def _encode_headers(headers: Sequence[tuple[str | bytes, bytes | None]]) -> bytes:
@@ -765,8 +831,10 @@ if _speedups is not None:
     SPEEDUPS = True
 
 _record_span = _py_record_span
+_rebase_records = _py_rebase_records
 if _speedups is not None:
     _record_span = _speedups.record_span
+    _rebase_records = _speedups.rebase_records
 
 
 def _frame(view: memoryview, pos: int) -> int:

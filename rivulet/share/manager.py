@@ -23,7 +23,7 @@ from rivulet.common.types import TopicPartition
 from rivulet.delayed import DelayedOperation, DelayedOperationPurgatory, Timer
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, next_epoch  # share sessions count the same way
-from rivulet.protocol.records import BatchHeader, aborted_batches, cut_batch, iter_batches
+from rivulet.protocol.records import BatchHeader, aborted_batches, cut_batch, iter_batches, join_batches
 from rivulet.replication.partition import Partition
 from rivulet.replication.replica_manager import FetchParams, FetchRequestPartition, ReplicaManager, readable_bytes
 
@@ -711,7 +711,8 @@ def _answer_records(reads: list[memoryview], batches: list[tuple[int, int, Batch
     them is acquired whole. A batch acquired in part (it crosses the record lock limit, or other
     members hold some of its records) is cut down to its records from the first acquired to the
     last where it is uncompressed (``records.cut_batch``), and batches holding no acquired
-    record are then left out: the consumer decodes only what it was handed."""
+    record are then left out: the consumer decodes only what it was handed. Such an answer
+    goes out as one batch where ``records.join_batches`` can make one."""
     lo_batch = hi_batch = -1
     pieces: list[bytes | memoryview] = []
     cut = False
@@ -736,7 +737,12 @@ def _answer_records(reads: list[memoryview], batches: list[tuple[int, int, Batch
         cut = cut or part is not None
         pieces.append(whole if part is None else part)
     if cut:
-        return b"".join(pieces)
+        # Kafka would have handed the cut batch out whole, as one batch; the Java client polls
+        # to a batch's end and acknowledges each poll's records while it holds more, so an
+        # answer in two batches came back in two acknowledgements, splitting the lock window
+        # between the members waiting for it. One batch: one acknowledgement of the answer.
+        joined = join_batches(pieces)
+        return b"".join(pieces) if joined is None else joined
     (r0, p0, _), (r1, p1, h1) = batches[lo_batch], batches[hi_batch]
     if r0 == r1:
         return reads[r0][p0:p1 + h1.size]  # one read: not copied

@@ -480,7 +480,8 @@ def test_a_batch_acquired_in_part_goes_back_cut_down_to_the_acquired_records(tmp
 def test_a_fetch_goes_on_from_the_rest_of_a_cut_batch_to_the_lock_limit(tmp_path) -> None:
     # Two stored batches of 150 under a lock limit of 100, max records 10 (the Java client asks
     # for 500 against 2,000 locks): once 0-99 are acknowledged, the next fetch takes the rest of
-    # the first batch and the next one's first 50, one answer of 100 records and two cut batches.
+    # the first batch and the next one's first 50, one answer of 100 records in one batch (the
+    # two cut batches joined: the Java client acknowledges each batch it polls on its own).
     async def body(env: Env) -> None:
         env.produce(150)
         env.produce(150)
@@ -490,17 +491,19 @@ def test_a_fetch_goes_on_from_the_rest_of_a_cut_batch_to_the_lock_limit(tmp_path
                                              renew_allowed=True)}
         got = env.manager.fetch(ShareFetchRequestData("g", "m1", [TP], 0, 1 << 20, 10), acked)
         assert ranges(got) == [(100, 199, 1)]
-        assert batches_of(got) == [(0, 149), (150, 299)]
-        offsets = [r.offset for _, h in rec.iter_batches(got[TP].records)
-                   for r in rec.decode_batch(got[TP].records, _).records]
-        assert offsets == list(range(100, 200))
+        assert batches_of(got) == [(0, 299)]
+        records = rec.decode_batch(got[TP].records).records
+        assert [r.offset for r in records] == list(range(100, 200))
+        t0 = 1_700_000_000_000  # each produced batch's records are stamped t0 + their index in it
+        assert [r.timestamp for r in records] == [*range(t0 + 100, t0 + 150), *range(t0, t0 + 50)]
 
     run(tmp_path, body, Settings(share_partition_max_record_locks=100))
 
 
 def test_a_cut_answer_leaves_out_batches_holding_no_acquired_record(tmp_path) -> None:
     # m1 holds 10-19 (a batch of its own); m2 is then given 0-9 again and new records from the
-    # batch of 20-319, cut at the lock limit: its answer holds 0-9 and the cut batch, not 10-19.
+    # batch of 20-319, cut at the lock limit: its answer holds 0-9 and the cut batch, not 10-19,
+    # joined in one batch.
     async def body(env: Env) -> None:
         env.produce(10)
         env.produce(10)
@@ -511,7 +514,7 @@ def test_a_cut_answer_leaves_out_batches_holding_no_acquired_record(tmp_path) ->
         env.open("m2")
         got = await env.fetch("m2", max_records=500)
         assert ranges(got) == [(0, 9, 2), (20, 109, 1)]
-        assert batches_of(got) == [(0, 9), (20, 319)]
+        assert batches_of(got) == [(0, 319)]
         offsets = [r.offset for _, h in rec.iter_batches(got[TP].records)
                    for r in rec.decode_batch(got[TP].records, _).records]
         assert offsets == [*range(10), *range(20, 110)]
