@@ -15,7 +15,7 @@ generators only, never by a Python loop (which, at 100 B records, would measure 
   rdkafka_performance takes one topic per process, so ten processes run at once, one per
   topic of 100 partitions, their records counted over the wall time from the first start to
   the last exit; the consume row then reads records of its own, appended untimed after the
-  produce row (``fill_layout``): the same count to every partition, one batch each, so that
+  produce row (``fill_layout``): the same count to every partition in the same batches, so that
   both brokers' consume rows read the same layout, which its table reports (the produce row's
   sticky partitioner lays records out by the producer's speed);
 * Kafka's Java ProducerPerformance and ConsumerPerformance (``tests.java_tools``): produce
