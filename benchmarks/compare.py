@@ -14,7 +14,10 @@ generators only, never by a Python loop (which, at 100 B records, would measure 
   produce 1 KiB lz4 and zstd batches at acks=1; and many partitions, 1,000 over 10 topics:
   rdkafka_performance takes one topic per process, so ten processes run at once, one per
   topic of 100 partitions, their records counted over the wall time from the first start to
-  the last exit;
+  the last exit; the consume row then reads records of its own, appended untimed after the
+  produce row (``fill_layout``): the same count to every partition in the same batches, so that
+  both brokers' consume rows read the same layout, which its table reports (the produce row's
+  sticky partitioner lays records out by the producer's speed);
 * Kafka's Java ProducerPerformance and ConsumerPerformance (``tests.java_tools``): produce
   100 B and 1 KiB at acks=1 and acks=all with the same batching and idempotence off, and
   consume the full acks=1 topics (the fetch figures, without the group join).
@@ -23,7 +26,8 @@ Two families start brokers of their own, after the single broker's rows (which s
 before), one broker or cluster at a time:
 
 * ``many10k``: 10,000 partitions, ten topics of 1,000 on a fresh single broker, ten
-  rdkafka_performance processes producing 1 KiB at acks=1 and then consuming, as ``many``;
+  rdkafka_performance processes producing 1 KiB at acks=1 and then consuming an even fill, as
+  ``many``;
   and the time to create the topics and elect their leaders, and the broker's RSS after;
 * ``cluster``: three brokers on this machine, RF=3, acks=all, min.insync.replicas=2 (on both),
   six partitions: Rivulet in ZooKeeper mode (``benchmarks.replication.Cluster``, its ZooKeeper
@@ -130,6 +134,8 @@ from benchmarks.produce_consume import create_topic, latency, wait_for_leaders  
 from benchmarks.reference.kafka import KAFKA_VERSION, KafkaCluster, KafkaReference  # noqa: E402
 from benchmarks.replication import Cluster  # noqa: E402
 from benchmarks.transactions import count_committed  # noqa: E402
+from rivulet.client.blocking import BlockingClient  # noqa: E402
+from rivulet.client.core import LATEST  # noqa: E402
 from rivulet.testing import BrokerProcess, free_port  # noqa: E402
 from tests import java_tools  # noqa: E402
 from tests.tls_certs import CertSet, make_test_certs  # noqa: E402
@@ -145,6 +151,11 @@ MANY10K_PARTITIONS_EACH = 1000
 MANY10K_CREATE_TIMEOUT = 300.0
 # Either broker keeps a file open per partition: 10,000 of them, and sockets and the rest beside.
 MANY10K_OPEN_FILES = 16_384
+# The many-partition consume rows read a layout of their own: the produce rows' keyless records go
+# through librdkafka's sticky partitioner, which moves on every sticky.partitioning.linger.ms, so
+# how many partitions they reach follows how fast the producer ran against that broker. After the
+# produce row, FILL_LINGER_MS lets one flush per topic send every partition's records as one batch.
+FILL_LINGER_MS = 60_000
 # Three brokers, RF=3: leaders two a broker; the same on both sides.
 CLUSTER_BROKERS = 3
 CLUSTER_RF = 3
@@ -583,6 +594,50 @@ def _create_large(bs: str, topics: list[str], partitions: int, timeout: float) -
     wait_for_leaders(bs, topics, timeout)
 
 
+def log_ends(bs: str, topics: list[str], partitions: int) -> dict[tuple[str, int], int]:
+    client = BlockingClient(bs)
+    try:
+        return {(tp.topic, tp.partition): o for tp, o in
+                client.list_offsets({(t, p): LATEST for t in topics for p in range(partitions)}).items()}
+    finally:
+        client.close()
+
+
+def fill_evenly(bs: str, topics: list[str], partitions: int, per_partition: int, size: int) -> None:
+    """``per_partition`` keyless records of ``size`` bytes appended to every partition, each
+    partition's in one batch when they fit ``batch.size`` (the flush sends them, not the linger),
+    whatever either broker's speed."""
+    producer = confluent_kafka.Producer({
+        "bootstrap.servers": bs, "acks": "1", "linger.ms": FILL_LINGER_MS, "batch.size": 1_000_000,
+        "enable.idempotence": False, "queue.buffering.max.messages": 2 * partitions * per_partition,
+        "queue.buffering.max.kbytes": 2 * partitions * per_partition * max(1, size // 1024)})
+    value = b"x" * size
+    failed: list[str] = []
+
+    def report(err: confluent_kafka.KafkaError | None, _msg: confluent_kafka.Message) -> None:
+        if err is not None:
+            failed.append(str(err))
+    for t in topics:
+        for p in range(partitions):
+            for _ in range(per_partition):
+                producer.produce(t, value, partition=p, on_delivery=report)
+        if producer.flush(TOOL_TIMEOUT) or failed:
+            raise RuntimeError(f"{t}: the even fill fell short: {failed[:3]}")
+
+
+def fill_layout(results: dict[str, float], kind: str, key: str, bs: str, topics: list[str], partitions: int,
+                per_partition: int) -> None:
+    """The consume row's records, untimed: ``fill_evenly``, then what it added to each partition
+    (the layout the row reads) as key.layout_min, _median, _max."""
+    before = log_ends(bs, topics, partitions)
+    fill_evenly(bs, topics, partitions, per_partition, 1024)
+    after = log_ends(bs, topics, partitions)
+    added = sorted(after[tp] - before[tp] for tp in before)
+    lo, mid, hi = added[0], statistics.median(added), added[-1]
+    results.update({f"{key}.layout_min": lo, f"{key}.layout_median": mid, f"{key}.layout_max": hi})
+    log(f"  {kind}: {key}: records added to a partition (fewest / median / most): {lo:,} / {mid:,.0f} / {hi:,}")
+
+
 def replicas_ready(md: ClusterMetadata, topics: list[str], replicas: int) -> bool:
     """Every partition of ``topics`` has a leader and ``replicas`` replicas in sync."""
     return all(
@@ -746,11 +801,17 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
             load("rdk_prod_many", f"rdkafka_performance x{MANY_TOPICS} produce 1 KiB acks=1",
                  functools.partial(_rdk_parallel, [rdkafka_perf.producer_args(lbs, t, each, 1024, "1", extra=x) for t in many],
                                    rdkafka_perf.parse_producer, each))
+            per = max(1, each // MANY_PARTITIONS_EACH)
             if "rdk_prod_many.rps" in results:
+                attempt("the consume row's even fill (untimed)",
+                        functools.partial(fill_layout, results, broker.kind, "rdk_cons_many", bs, many,
+                                          MANY_PARTITIONS_EACH, per))
+            if "rdk_cons_many.layout_min" in results:
                 load("rdk_cons_many", f"rdkafka_performance x{MANY_TOPICS} consume 1 KiB",
                      functools.partial(_rdk_parallel,
-                                       [rdkafka_perf.consumer_args(lbs, t, MANY_PARTITIONS_EACH, each, extra=x) for t in many],
-                                       rdkafka_perf.parse_consumer, each))
+                                       [rdkafka_perf.consumer_args(lbs, t, MANY_PARTITIONS_EACH, per * MANY_PARTITIONS_EACH,
+                                                                   extra=x, tail=per) for t in many],
+                                       rdkafka_perf.parse_consumer, per * MANY_PARTITIONS_EACH))
         attempt(f"{MANY_TOPICS * MANY_PARTITIONS_EACH} partitions", many_partitions)
 
     def lat(rate: int, linger: int, acks: str) -> None:
@@ -885,11 +946,17 @@ def measure_many10k(broker: Broker, args: argparse.Namespace) -> dict[str, float
         rec.load("rdk_prod_many10k", f"rdkafka_performance x{MANY10K_TOPICS} produce 1 KiB acks=1, 10k partitions",
                  functools.partial(_rdk_parallel, [rdkafka_perf.producer_args(lbs, t, each, 1024, "1", extra=x)
                                                    for t in topics], rdkafka_perf.parse_producer, each))
+    per = max(1, each // MANY10K_PARTITIONS_EACH)
     if "rdk_prod_many10k.rps" in results:
+        rec.attempt("the consume row's even fill (untimed)",
+                    functools.partial(fill_layout, results, broker.kind, "rdk_cons_many10k", bs, topics,
+                                      MANY10K_PARTITIONS_EACH, per))
+    if "rdk_cons_many10k.layout_min" in results:
         rec.load("rdk_cons_many10k", f"rdkafka_performance x{MANY10K_TOPICS} consume 1 KiB, 10k partitions",
-                 functools.partial(_rdk_parallel, [rdkafka_perf.consumer_args(lbs, t, MANY10K_PARTITIONS_EACH, each,
-                                                                              extra=x) for t in topics],
-                                   rdkafka_perf.parse_consumer, each))
+                 functools.partial(_rdk_parallel, [rdkafka_perf.consumer_args(lbs, t, MANY10K_PARTITIONS_EACH,
+                                                                              per * MANY10K_PARTITIONS_EACH, extra=x,
+                                                                              tail=per) for t in topics],
+                                   rdkafka_perf.parse_consumer, per * MANY10K_PARTITIONS_EACH))
     if "many10k_create" in results:  # with fewer partitions it would not compare
         results["many10k_rss"] = rss_kib(broker.pid) / 1024
     results["load_after"] = os.getloadavg()[0]
@@ -998,10 +1065,6 @@ def _declare_figures() -> None:
         for members in SHARE_MEMBERS:
             THROUGHPUTS.append((f"share_{client}_{members}", f"share group, {members} consumer(s), records "
                                 f"acknowledged after the first, 1 partition", generator))
-    many = f"{MANY_TOPICS * MANY_PARTITIONS_EACH:,} partitions ({MANY_TOPICS} topics), 1 KiB"
-    gens = f"rdkafka_performance x{MANY_TOPICS}"
-    THROUGHPUTS.append(("rdk_prod_many", f"produce {many}, acks=1", gens))
-    THROUGHPUTS.append(("rdk_cons_many", f"consume {many}", gens))
     for rate, linger, acks in LATENCY_CASES:
         for q, name in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9")):
             _figure(f"lat{rate}_{linger}_{acks}_{q}", f"end-to-end latency {name} at {rate:,} msg/s, "
@@ -1017,6 +1080,12 @@ def _declare_figures() -> None:
         name = f"classic protocol ({strategy}, eager)" if protocol == "classic" else "consumer protocol (KIP-848)"
         _figure(f"group100_{protocol}", f"{GROUP100_MEMBERS}-member group start -> every member assigned, {name}, "
                 "confluent-kafka", "s", False)
+    for key, parts in (("rdk_cons_many", MANY_TOPICS * MANY_PARTITIONS_EACH),
+                       ("rdk_cons_many10k", MANY10K_TOPICS * MANY10K_PARTITIONS_EACH)):
+        for end, name in (("min", "fewest"), ("median", "median"), ("max", "most")):
+            # 1.00: both consume rows read the same layout
+            _figure(f"{key}.layout_{end}", f"consume {parts:,} partitions: records read from a partition, {name}",
+                    "records", True)
     _figure("startup", "start-up to first Metadata response", "s", False)
     _figure("rss", "broker RSS after the run", "MiB", False)
     _figure("many10k_create", f"create {MANY10K_TOPICS} topics of {MANY10K_PARTITIONS_EACH:,} partitions "
@@ -1032,6 +1101,8 @@ def _fmt(v: float | None, unit: str) -> str:
         return "failed"
     if unit == "records/s":
         return f"{v:,.0f}"
+    if unit == "records":
+        return f"{v:,.0f}" if v == int(v) else f"{v:,.1f}"
     if unit in ("MB/s", "MiB"):
         return f"{v:,.1f}"
     if unit == "s":
@@ -1165,7 +1236,9 @@ def context(argv: list[str], args: argparse.Namespace, wall: float, load_before:
         f"- workload: {args.records_100:,} x 100 B and {args.records_1k:,} x 1 KiB records per produce run, "
         f"{PARTITIONS} partitions, linger.ms=10, batch.size=1000000, idempotence off; many partitions: "
         f"{MANY_TOPICS} rdkafka_performance processes at once, {max(1, args.records_1k // MANY_TOPICS):,} x 1 KiB "
-        f"each to its own topic of {MANY_PARTITIONS_EACH} partitions; untimed warm-up of {args.warmup:,} x 100 B + "
+        f"each to its own topic of {MANY_PARTITIONS_EACH} partitions, the consume row reading an untimed even "
+        f"fill after it ({max(1, args.records_1k // MANY_TOPICS // MANY_PARTITIONS_EACH):,} x 1 KiB appended to "
+        f"every partition, one flush a topic); untimed warm-up of {args.warmup:,} x 100 B + "
         f"{args.warmup // 3:,} x 1 KiB (rdkafka_performance produce+consume) after start-up; "
         f"before the first round, {args.machine_warmup:,} x 1 KiB produced and consumed untimed against each "
         f"broker kind once (--machine-warmup); "
@@ -1210,7 +1283,9 @@ def new_family_lines(args: argparse.Namespace) -> list[str]:
         lines.append(f"{MANY10K_TOPICS * MANY10K_PARTITIONS_EACH:,} partitions: a broker of their own (same "
                      f"settings, same warm-up), {MANY10K_TOPICS} rdkafka_performance processes at once, "
                      f"{max(1, args.records_1k // MANY10K_TOPICS):,} x 1 KiB each to its own topic of "
-                     f"{MANY10K_PARTITIONS_EACH:,} partitions, acks=1")
+                     f"{MANY10K_PARTITIONS_EACH:,} partitions, acks=1; the consume row reads an untimed even "
+                     f"fill after it ({max(1, args.records_1k // MANY10K_TOPICS // MANY10K_PARTITIONS_EACH):,} "
+                     "x 1 KiB appended to every partition, one flush a topic)")
     if "cluster" not in args.skip:
         lines.append(f"cluster: {CLUSTER_BROKERS} brokers on this machine (Rivulet: ZooKeeper mode with a ZooKeeper, "
                      f"counted in broker CPU and RSS; Kafka: {CLUSTER_BROKERS} KRaft nodes, each broker+controller "

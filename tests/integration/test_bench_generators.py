@@ -1,5 +1,6 @@
 """The load generators of benchmarks.compare's issue 32 rows, against a real Rivulet broker:
-franz-go's transactional txnperf and Kafka's Java KafkaShareConsumer in ShareAcks.java."""
+franz-go's transactional txnperf and Kafka's Java KafkaShareConsumer in ShareAcks.java; and the
+even fill the many-partition consume rows read."""
 
 from __future__ import annotations
 
@@ -8,8 +9,13 @@ import uuid
 
 import pytest
 
-from benchmarks import share_groups, txn_perf
+from confluent_kafka import Producer
+
+from benchmarks import compare, share_groups, txn_perf
 from benchmarks.transactions import count_committed, create_topic
+from rivulet.client.blocking import BlockingConnection
+from rivulet.protocol.messages import fetch_request as fq
+from rivulet.protocol.records import iter_batches
 from rivulet.testing import BrokerProcess
 
 
@@ -36,3 +42,32 @@ def test_share_acks_counts_every_acknowledgement(java):
         assert f.records >= 2_000 and 0 < f.first_ack_s <= f.seconds and 0 < f.first_batch <= f.records
     finally:
         b.cleanup()
+
+
+def test_the_even_fill_appends_the_same_count_to_every_partition_in_one_batch_each(broker):
+    topic = f"fill-{uuid.uuid4().hex[:6]}"
+    create_topic(broker.bootstrap, topic, 4)
+    skew = Producer({"bootstrap.servers": broker.bootstrap})
+    for _ in range(7):  # a layout of the produce row's kind before it: all in one partition
+        skew.produce(topic, b"x", partition=0)
+    assert skew.flush(30) == 0
+    results: dict[str, float] = {}
+    compare.fill_layout(results, "rivulet", "k", broker.bootstrap, [topic], 4, 25)
+    assert (results["k.layout_min"], results["k.layout_median"], results["k.layout_max"]) == (25, 25, 25)
+    ends = compare.log_ends(broker.bootstrap, [topic], 4)
+    assert [ends[(topic, p)] for p in range(4)] == [32, 25, 25, 25]
+    host, port = broker.bootstrap.rsplit(":", 1)
+    conn = BlockingConnection(host, int(port))
+    try:
+        answer = conn.request(fq.FetchRequest(
+            replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
+            session_epoch=-1, forgotten_topics_data=[], rack_id="",
+            topics=[fq.FetchTopic(topic=topic, partitions=[
+                fq.FetchPartition(partition=p, current_leader_epoch=-1, fetch_offset=ends[(topic, p)] - 25,
+                                  last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)
+                for p in range(4)])]), 12)
+    finally:
+        conn.close()
+    for part in answer.responses[0].partitions:
+        batches = [h for _, h in iter_batches(bytes(part.records))]
+        assert [(h.base_offset, h.records_count) for h in batches] == [(ends[(topic, part.partition_index)] - 25, 25)]

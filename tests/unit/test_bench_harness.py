@@ -51,6 +51,8 @@ def test_command_lines():
     c = consumer_args("h:1", "t", 3, 50)
     assert [c[i + 1] for i, a in enumerate(c) if a == "-p"] == ["0", "1", "2"]
     assert c[c.index("-o") + 1] == "beginning" and c[c.index("-c") + 1] == "50"
+    tail = consumer_args("h:1", "t", 2, 10, tail=5)  # the last 5 records of each partition
+    assert tail[tail.index("-o") + 1] == "-5"
 
 
 # ---------------------------------------------------------------------------- benchmarks.compare's accounting
@@ -82,6 +84,23 @@ def test_ratio_is_the_median_of_per_round_ratios_with_their_range():
     assert ratio({"rivulet": [{"x": 1.0}], "kafka": [{}]}, "x", True) == "n/a"
     assert ratio({"rivulet": [{"x": 3.0}], "kafka": [{"x": 2.0}]}, "x", True) == "1.50"
     assert spread([90.0, 100.0, 110.0]) == "20%" and spread([5.0]) == "-"
+
+
+def test_the_consume_layout_is_a_figure_of_each_broker_beside_the_other(monkeypatch):
+    from benchmarks import compare
+
+    monkeypatch.setattr(compare, "FIGURES", [])  # main() declares them once
+    monkeypatch.setattr(compare, "THROUGHPUTS", [])
+    compare._declare_figures()
+    runs = {"rivulet": [{"rdk_cons_many10k.layout_min": 12, "rdk_cons_many10k.layout_median": 30.5,
+                         "rdk_cons_many10k.layout_max": 51}],
+            "kafka": [{"rdk_cons_many10k.layout_min": 12, "rdk_cons_many10k.layout_median": 30.0,
+                       "rdk_cons_many10k.layout_max": 102}]}
+    rows = {ln.split(" | ")[0]: ln for ln in compare.table(runs)}
+    assert rows["| consume 10,000 partitions: records read from a partition, fewest"].endswith("| 12 | 12 | 1.00 | - / - |")
+    assert "| 30.5 | 30 |" in rows["| consume 10,000 partitions: records read from a partition, median"]
+    assert "| 51 | 102 | 0.50 |" in rows["| consume 10,000 partitions: records read from a partition, most"]
+    assert not any("1,000 partitions: records" in ln for ln in rows)  # the many rows did not run
 
 
 def test_security_gives_brokers_and_clients_matching_properties(tmp_path):
