@@ -1032,6 +1032,10 @@ class GroupCoordinator(InternalTopicCoordinator):
                 log.info("Member %s in group %s has failed, removing it from the group", member_id, group.group_id)
                 self._remove_member_and_update_group(group, member,
                                                      f"removing member {member_id} on heartbeat expiration")
+        # As Kafka 4.3: an expiry that leaves every member joined ends the join phase at once,
+        # even an initial one, whose delay joins and LeaveGroups never cut short.
+        if group.is_(PREPARING_REBALANCE) and group.previous_state is EMPTY and group.has_all_members_joined():
+            self.on_complete_join(group)
 
     # ------------------------------------------------------------ OffsetCommit
     def handle_commit_offsets(self, group_id: str, member_id: str, group_instance_id: str | None,

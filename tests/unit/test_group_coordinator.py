@@ -294,6 +294,29 @@ def test_initial_delay_of_a_group_emptied_after_generations_is_extended_too():
     assert first.join_result.generation_id == second.join_result.generation_id == 3
 
 
+def test_a_pending_member_expiring_during_an_extended_initial_delay_ends_it():
+    # Kafka 4.3 completes the join phase when a session expiry leaves every member joined, even
+    # an initial one, whose delay joins and LeaveGroups never cut short.
+    c, b = make_coordinator(**{"group.initial.rebalance.delay.ms": 3000})
+    a = Member(c, "g", "a", rebalance_timeout_ms=60000)
+    a.join_fully()
+    ghost = Member(c, "g", "ghost", session_timeout_ms=7000, rebalance_timeout_ms=60000)
+    ghost.join()  # KIP-394's id handed out; it never comes back
+    b.advance(2000)
+    late = Member(c, "g", "late", rebalance_timeout_ms=60000)
+    late.join_fully()
+    b.advance(3000)  # 5000: the first delay saw a new member, another runs to 6000
+    later = Member(c, "g", "later", rebalance_timeout_ms=60000)
+    later.join_fully()
+    b.advance(1500)  # 6500: and another, to 9000
+    assert a.join_result.error == E.MEMBER_ID_REQUIRED and group(c).is_(PREPARING_REBALANCE)
+    b.advance(600)  # 7100: the ghost's session is over and everyone else has joined
+    assert group(c).is_(COMPLETING_REBALANCE) and group(c).generation_id == 1 and group(c).size == 3
+    assert {m.join_result.generation_id for m in (a, late, later)} == {1}
+    b.advance(3000)  # the delay's own end, later, changes nothing
+    assert group(c).is_(COMPLETING_REBALANCE) and group(c).generation_id == 1
+
+
 def test_new_member_during_completing_rebalance_sends_everyone_back_at_once():
     # What decides how fast a group of many consumers starting together settles: a member
     # joining before the leader's assignment is stored reaches the others through their
