@@ -78,6 +78,7 @@ class InitialDelayedJoin(DelayedJoin):
         self.delay_ms = delay_ms
         self.remaining_ms = remaining_ms
         self.after_io = after_io
+        self.generation_id = group.generation_id  # of the rebalance it delays
 
     def try_complete(self) -> bool:
         return False  # only time completes it
@@ -87,6 +88,8 @@ class InitialDelayedJoin(DelayedJoin):
 
     def _delay_over(self) -> None:
         group = self.group
+        if group.generation_id != self.generation_id:
+            return  # a session expiry already ended this join phase, as Kafka cancels the timer
         if group.new_member_added and self.remaining_ms != 0:
             group.new_member_added = False
             delay = min(self.configured_delay_ms, self.remaining_ms)

@@ -428,10 +428,14 @@ class GroupCoordinator(InternalTopicCoordinator):
         elif require_known_member_id:
             # KIP-394: hand out the id and park nothing; the member rejoins with it, so a
             # client that never comes back does not hold up the rebalance.
+            log.info("Dynamic member with unknown member id joins group %s in %s state. Created a new member id %s "
+                     "and requesting the member to rejoin with this id.", group.group_id, group.state, new_member_id)
             group.add_pending_member(new_member_id)
             self._add_pending_member_expiration(group, new_member_id, session_timeout_ms)
             callback(JoinGroupResult(new_member_id, ErrorCode.MEMBER_ID_REQUIRED))
         else:
+            log.info("Dynamic member with unknown member id joins group %s in state %s. Created a new member id %s "
+                     "and added the member to the group.", group.group_id, group.state, new_member_id)
             self._add_member_and_rebalance(rebalance_timeout_ms, session_timeout_ms, new_member_id, None, client_id,
                                            client_host, protocol_type, protocols, group, callback, reason)
 
@@ -449,6 +453,8 @@ class GroupCoordinator(InternalTopicCoordinator):
             if group_instance_id is not None:
                 raise RuntimeError(f"Received unexpected JoinGroup with groupInstanceId={group_instance_id} "
                                    f"for pending member with memberId={member_id}")
+            log.info("Pending dynamic member with id %s joins group %s in %s state. Adding to the group now.",
+                     member_id, group.group_id, group.state)
             self._add_member_and_rebalance(rebalance_timeout_ms, session_timeout_ms, member_id, None, client_id,
                                            client_host, protocol_type, protocols, group, callback, reason)
             return
@@ -504,8 +510,9 @@ class GroupCoordinator(InternalTopicCoordinator):
         member = MemberMetadata(member_id, group_instance_id, client_id, client_host, rebalance_timeout_ms,
                                 session_timeout_ms, protocol_type, protocols)
         member.is_new = True
-        # The initial delay may be extended while new members keep arriving.
-        if group.is_(PREPARING_REBALANCE) and group.generation_id == 0:
+        # The initial delay may be extended while new members keep arriving: in any rebalance
+        # begun from Empty, also of a group that had generations before (as Kafka 4.3).
+        if group.is_(PREPARING_REBALANCE) and group.previous_state is EMPTY:
             group.new_member_added = True
         group.add(member, callback)
         # A new member cannot heartbeat while its JoinGroup is parked, and the coordinator
@@ -1025,6 +1032,10 @@ class GroupCoordinator(InternalTopicCoordinator):
                 log.info("Member %s in group %s has failed, removing it from the group", member_id, group.group_id)
                 self._remove_member_and_update_group(group, member,
                                                      f"removing member {member_id} on heartbeat expiration")
+        # As Kafka 4.3: an expiry that leaves every member joined ends the join phase at once,
+        # even an initial one, whose delay joins and LeaveGroups never cut short.
+        if group.is_(PREPARING_REBALANCE) and group.previous_state is EMPTY and group.has_all_members_joined():
+            self.on_complete_join(group)
 
     # ------------------------------------------------------------ OffsetCommit
     def handle_commit_offsets(self, group_id: str, member_id: str, group_instance_id: str | None,

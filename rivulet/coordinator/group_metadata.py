@@ -231,6 +231,9 @@ class GroupMetadata:
                  clock: Callable[[], int] = SYSTEM_CLOCK.milliseconds) -> None:
         self.group_id = group_id
         self._state = initial_state
+        # The state before the last transition: a PreparingRebalance entered from Empty is an
+        # initial rebalance, whose delay new members extend (Kafka's ClassicGroup.previousState).
+        self.previous_state: GroupState = DEAD
         self._clock = clock
         self.current_state_timestamp: int | None = clock()
         self.protocol_type: str | None = None
@@ -277,6 +280,7 @@ class GroupMetadata:
             raise IllegalStateTransition(
                 f"Group {self.group_id} should be in the {allowed} states before moving to {target} state. "
                 f"Instead it is in {self._state} state")
+        self.previous_state = self._state
         self._state = target
         self.current_state_timestamp = self._clock()
 

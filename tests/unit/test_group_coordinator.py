@@ -272,6 +272,80 @@ def test_initial_delay_capped_by_rebalance_timeout():
     assert ms[0].join_result.error == E.NONE  # did not wait forever
 
 
+def test_initial_delay_of_a_group_emptied_after_generations_is_extended_too():
+    # Kafka 4.3 extends the delay of any rebalance begun from Empty (ClassicGroup.previousState),
+    # not only of a group's very first one.
+    c, b = make_coordinator(**{"group.initial.rebalance.delay.ms": 3000})
+    old = Member(c, "g", "old", rebalance_timeout_ms=60000)
+    old.join_fully()
+    b.advance(3001)
+    old.sync({old.member_id: b"A"})
+    old.leave()
+    assert group(c).is_(EMPTY) and group(c).generation_id == 2
+    first = Member(c, "g", "first", rebalance_timeout_ms=60000)
+    first.join_fully()
+    b.advance(2000)
+    second = Member(c, "g", "second", rebalance_timeout_ms=60000)
+    second.join_fully()
+    b.advance(1500)  # the first delay is over, but a member arrived meanwhile: one more delay
+    assert first.join_result.error == E.MEMBER_ID_REQUIRED
+    b.advance(3000)
+    assert first.join_result.error == second.join_result.error == E.NONE
+    assert first.join_result.generation_id == second.join_result.generation_id == 3
+
+
+def test_a_pending_member_expiring_during_an_extended_initial_delay_ends_it():
+    # Kafka 4.3 completes the join phase when a session expiry leaves every member joined, even
+    # an initial one, whose delay joins and LeaveGroups never cut short.
+    c, b = make_coordinator(**{"group.initial.rebalance.delay.ms": 3000})
+    a = Member(c, "g", "a", rebalance_timeout_ms=60000)
+    a.join_fully()
+    ghost = Member(c, "g", "ghost", session_timeout_ms=7000, rebalance_timeout_ms=60000)
+    ghost.join()  # KIP-394's id handed out; it never comes back
+    b.advance(2000)
+    late = Member(c, "g", "late", rebalance_timeout_ms=60000)
+    late.join_fully()
+    b.advance(3000)  # 5000: the first delay saw a new member, another runs to 6000
+    later = Member(c, "g", "later", rebalance_timeout_ms=60000)
+    later.join_fully()
+    b.advance(1500)  # 6500: and another, to 9000
+    assert a.join_result.error == E.MEMBER_ID_REQUIRED and group(c).is_(PREPARING_REBALANCE)
+    b.advance(600)  # 7100: the ghost's session is over and everyone else has joined
+    assert group(c).is_(COMPLETING_REBALANCE) and group(c).generation_id == 1 and group(c).size == 3
+    assert {m.join_result.generation_id for m in (a, late, later)} == {1}
+    b.advance(3000)  # the delay's own end, later, changes nothing
+    assert group(c).is_(COMPLETING_REBALANCE) and group(c).generation_id == 1
+
+
+def test_new_member_during_completing_rebalance_sends_everyone_back_at_once():
+    # What decides how fast a group of many consumers starting together settles: a member
+    # joining before the leader's assignment is stored reaches the others through their
+    # SyncGroup, at once; joining a Stable group, only through their next heartbeat
+    # (test_new_member_triggers_rebalance_and_heartbeats_say_so).
+    c, b = make_coordinator()
+    ms = [Member(c, "g", f"c{i}") for i in range(2)]
+    for m in ms:
+        m.join_fully()
+    settle(b)
+    assert group(c).is_(COMPLETING_REBALANCE)
+    leader = next(m for m in ms if m.join_result.leader_id == m.member_id)
+    follower = next(m for m in ms if m is not leader)
+    follower.sync()  # parked until the leader's assignment
+    late = Member(c, "g", "late")
+    late.join()  # KIP-394's first JoinGroup only hands out an id: nothing moves
+    assert late.join_result.error == E.MEMBER_ID_REQUIRED and group(c).is_(COMPLETING_REBALANCE)
+    assert follower.sync_result is None
+    late.join()  # with its id: the member is added and a rebalance begins
+    assert group(c).is_(PREPARING_REBALANCE)
+    assert follower.sync_result.error == E.REBALANCE_IN_PROGRESS  # answered without waiting
+    leader.sync({m.member_id: b"A" for m in ms})
+    assert leader.sync_result.error == E.REBALANCE_IN_PROGRESS
+    leader.join()
+    follower.join()  # every member is back: the join completes with no time passing
+    assert {m.join_result.generation_id for m in (leader, follower, late)} == {2}
+    assert group(c).size == 3
+
+
 @pytest.mark.parametrize("timeout", [5999, 1800001])
 def test_invalid_session_timeout(timeout):
     c, b = make_coordinator()
