@@ -281,6 +281,7 @@ class TopicHandlers:
                     error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED))
                 continue
             if info is None and explicit:
+                t.is_internal = name in INTERNAL_TOPICS  # Kafka says so of a topic not made yet too
                 try:
                     validate_topic_name(name)
                 except ApiError:
