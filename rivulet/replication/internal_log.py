@@ -76,6 +76,11 @@ class InternalTopicCoordinator:
         self._create_topic()
         return False
 
+    def make_topic_when_missing(self) -> None:
+        """Metadata naming the topic, auto-creation allowed (single node): have it made, as the
+        first FindCoordinator would, as Kafka's broker makes an internal topic asked for so."""
+        self._topic_led()
+
     def _create_topic(self) -> asyncio.Future[None]:
         """Make the topic (its logs on a worker thread, so the loop keeps serving other clients),
         then lead every partition. One creation for all who ask."""

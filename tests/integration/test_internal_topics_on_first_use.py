@@ -1,8 +1,9 @@
 """``__consumer_offsets`` and ``__transaction_state`` made when first needed, as Kafka 4.3.1
 makes them: a fresh broker lists neither; what the coordinators' requests answer before; the
 first FindCoordinator for a key has the topic made and answers COORDINATOR_NOT_AVAILABLE; then
-the topic is there with the configured partitions and configs and the coordinator answers. The
-same raw requests go to a real Kafka 4.3.1 and to Rivulet, and the answers must match."""
+the topic is there with the configured partitions and configs and the coordinator answers;
+Metadata naming an internal topic with auto-creation has it made too. The same raw requests go
+to a real Kafka 4.3.1 and to Rivulet, and the answers must match."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ from rivulet.protocol.messages import (
 pytestmark = pytest.mark.integration
 
 # Partition counts apart from either broker's default, so the answer shows the configured one.
-SETTINGS = {"offsets.topic.num.partitions": "5", "transaction.state.log.num.partitions": "3"}
+SETTINGS = {"offsets.topic.num.partitions": "5", "transaction.state.log.num.partitions": "3",
+            "share.coordinator.state.topic.num.partitions": "4"}
 INTERNAL = ("__consumer_offsets", "__transaction_state")
 GROUP, TXN = 0, 1
 TOPIC_RESOURCE = 2
@@ -42,10 +44,11 @@ def create_topic(bootstrap: str, name: str) -> None:
     admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=1)])[name].result(30)
 
 
-async def _topics(conn: BrokerConnection, names: list[str] | None = None) -> dict[str, tuple[int, bool, int]]:
-    """Metadata without auto-creation: each topic's (error, is_internal, partition count)."""
+async def _topics(conn: BrokerConnection, names: list[str] | None = None,
+                  auto_create: bool = False) -> dict[str, tuple[int, bool, int]]:
+    """Metadata: each topic's (error, is_internal, partition count)."""
     topics = None if names is None else [mq.MetadataRequestTopic(name=n) for n in names]
-    resp = await conn.send(mq.MetadataRequest(topics=topics, allow_auto_topic_creation=False), 12)
+    resp = await conn.send(mq.MetadataRequest(topics=topics, allow_auto_topic_creation=auto_create), 12)
     return {t.name: (t.error_code, t.is_internal, len(t.partitions)) for t in resp.topics}
 
 
@@ -111,6 +114,14 @@ async def _observe(bootstrap: str) -> dict[str, object]:
         seen["group"] = await _made(conn, GROUP, "g", "__consumer_offsets")
         seen["listed after the group's"] = sorted(n for n in await _topics(conn) if n.startswith("__"))
         seen["txn"] = await _made(conn, TXN, "tx", "__transaction_state")
+        # Metadata naming an internal topic, auto-creation allowed, has it made as for its coordinator.
+        share = "__share_group_state"
+        seen["share asked for"] = (await _topics(conn, [share], auto_create=True))[share]
+        for _ in range(600):
+            if (made := (await _topics(conn, [share]))[share])[0] == ErrorCode.NONE:
+                break
+            await asyncio.sleep(0.05)
+        seen["share made"] = made
         return seen
     finally:
         await conn.close()
@@ -120,8 +131,6 @@ def test_internal_topics_are_made_on_the_first_find_coordinator_as_kafka_does(ja
     with kafka_reference(SETTINGS) as ref:
         kafka = asyncio.run(_observe(ref.bootstrap))
     rivulet = asyncio.run(_observe(broker_factory(SETTINGS).bootstrap))
-    print(kafka)
-    print(rivulet)
     assert rivulet == kafka
     # What Kafka answered, spelled out.
     assert kafka["listed"] == []
@@ -129,3 +138,5 @@ def test_internal_topics_are_made_on_the_first_find_coordinator_as_kafka_does(ja
     assert kafka["group"]["topic"] == (ErrorCode.NONE, True, 5)
     assert kafka["txn"]["topic"] == (ErrorCode.NONE, True, 3)
     assert kafka["listed after the group's"] == ["__consumer_offsets"]
+    assert kafka["share asked for"] == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, True, 0)
+    assert kafka["share made"] == (ErrorCode.NONE, True, 4)
