@@ -31,16 +31,19 @@ async def until(check: Callable[[], Awaitable[Any]], what: str, timeout: float =
         await asyncio.sleep(0.2)
 
 
-async def find_coordinator(conn: BrokerConnection, group: str, timeout: float = 60.0) -> None:
-    """Look the group's coordinator up first, as a client does (on a new broker that has
-    __consumer_offsets made, as Kafka 4.3.1's does), then wait until its partition is loaded."""
+async def find_coordinator(conn: BrokerConnection, key: str, key_type: int = core.GROUP,
+                           timeout: float = 60.0) -> None:
+    """Look the group's (or transactional id's) coordinator up first, as a client does (on a new
+    broker that has __consumer_offsets or __transaction_state made, as Kafka 4.3.1's does); for
+    a group, wait until its partition is loaded."""
     async def found() -> bool:
-        return core.read_find_coordinator(await conn.send(core.find_coordinator_request(group)))[0] == 0
+        return core.read_find_coordinator(await conn.send(core.find_coordinator_request(key, key_type)))[0] == 0
 
     async def loaded() -> bool:
-        return (await conn.send(dgq.DescribeGroupsRequest(groups=[group]))).groups[0].error_code == 0
-    await until(found, f"the coordinator of {group}", timeout)
-    await until(loaded, f"the coordinator of {group} loaded", timeout)
+        return (await conn.send(dgq.DescribeGroupsRequest(groups=[key]))).groups[0].error_code == 0
+    await until(found, f"the coordinator of {key}", timeout)
+    if key_type == core.GROUP:
+        await until(loaded, f"the coordinator of {key} loaded", timeout)
 
 
 class RawMember:
