@@ -7,8 +7,9 @@ import asyncio
 import time
 from typing import Any, Awaitable, Callable, Sequence
 
+from rivulet.client import core
 from rivulet.client.connection import BrokerConnection
-from rivulet.protocol.messages import incremental_alter_configs_request as iacq
+from rivulet.protocol.messages import describe_groups_request as dgq, incremental_alter_configs_request as iacq
 
 
 async def set_group_configs(conn: BrokerConnection, group: str, configs: dict[str, str]) -> None:
@@ -28,6 +29,21 @@ async def until(check: Callable[[], Awaitable[Any]], what: str, timeout: float =
             return got
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         await asyncio.sleep(0.2)
+
+
+async def find_coordinator(conn: BrokerConnection, key: str, key_type: int = core.GROUP,
+                           timeout: float = 60.0) -> None:
+    """Look the group's (or transactional id's) coordinator up first, as a client does (on a new
+    broker that has __consumer_offsets or __transaction_state made, as Kafka 4.3.1's does); for
+    a group, wait until its partition is loaded."""
+    async def found() -> bool:
+        return core.read_find_coordinator(await conn.send(core.find_coordinator_request(key, key_type)))[0] == 0
+
+    async def loaded() -> bool:
+        return (await conn.send(dgq.DescribeGroupsRequest(groups=[key]))).groups[0].error_code == 0
+    await until(found, f"the coordinator of {key}", timeout)
+    if key_type == core.GROUP:
+        await until(loaded, f"the coordinator of {key} loaded", timeout)
 
 
 class RawMember:

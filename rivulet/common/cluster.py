@@ -39,10 +39,9 @@ class MetadataView(Protocol):
 
 
 class InternalTopicCreator(Protocol):
-    """Creates ``__consumer_offsets`` / ``__transaction_state`` on first start-up, and
-    ``__share_group_state`` on first use (its logs made off the event loop)."""
-
-    def ensure_internal_topic(self, name: str, num_partitions: int, configs: dict[str, str]) -> TopicView: ...
+    """Creates an internal topic (``__consumer_offsets``, ``__transaction_state``,
+    ``__share_group_state``) on a single node when its coordinator first needs it, its logs made
+    off the event loop; the topic as it is when it exists already."""
 
     async def ensure_internal_topic_off_loop(self, name: str, num_partitions: int,
                                              configs: dict[str, str]) -> TopicView: ...

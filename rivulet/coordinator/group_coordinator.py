@@ -164,11 +164,15 @@ class GroupCoordinator(InternalTopicCoordinator):
         return {"cleanup.policy": "compact", **segment_size_configs(self.config["offsets.topic.segment.bytes"]),
                 "compression.type": "producer"}
 
+    def internal_topic(self) -> tuple[str, int, dict[str, str]]:
+        return GROUP_METADATA_TOPIC_NAME, self.config["offsets.topic.num.partitions"], self.offsets_topic_configs()
+
     def startup(self, *, lead_all: bool = True) -> None:
-        """``lead_all``: single-node mode, this node leads every __consumer_offsets partition."""
+        """``lead_all``: single-node mode, this node leads every __consumer_offsets partition
+        (from start-up if the data dir holds the topic, else once the first FindCoordinator has
+        made it)."""
         cfg = self.config
-        n = self._partition_count(GROUP_METADATA_TOPIC_NAME, cfg["offsets.topic.num.partitions"],
-                                  self.offsets_topic_configs(), lead_all)
+        n = self._start_leading(lead_all)
         self.manager = GroupMetadataManager(cfg, self.replica_manager, clock=self.clock.milliseconds,
                                             num_partitions=n)
         self.consumer_groups = ConsumerGroupService(self.consumer_group_config, self.manager, self.metadata,
@@ -181,13 +185,13 @@ class GroupCoordinator(InternalTopicCoordinator):
                                                   self.streams_topics, MemberDeadlines(self.heartbeat_purgatory),
                                                   self.clock, self.group_configs)
         self._active = True
-        for p in range(n if lead_all else 0):
-            self.on_become_leader(p)
+        self._lead_existing_topic()
         if _running_loop() is not None:
             self._expirer = asyncio.get_running_loop().create_task(self._expire_offsets_periodically())
 
     def shutdown(self) -> None:
         self._active = False
+        self._stop_creation()
         for t in (self._loader, self._expirer):
             if t is not None:
                 t.cancel()
@@ -203,6 +207,10 @@ class GroupCoordinator(InternalTopicCoordinator):
 
     def partition_for(self, group_id: str) -> int:
         return self.manager.partition_for(group_id)
+
+    def _lead_every_partition(self, num_partitions: int) -> None:
+        for p in range(num_partitions):
+            self.on_become_leader(p)
 
     def on_become_leader(self, partition: int) -> None:
         """This node now leads __consumer_offsets-<partition>: load its groups and offsets.
@@ -301,8 +309,9 @@ class GroupCoordinator(InternalTopicCoordinator):
     # ------------------------------------------------------------ FindCoordinator
     def find_group_coordinator(self, group_id: str) -> tuple[ErrorCode, int, str, int]:
         """(error, node id, host, port) of the coordinator of ``group_id``: this node, as the
-        leader of every __consumer_offsets partition."""
-        if self.manager is None or not self._active or self.metadata.get(GROUP_METADATA_TOPIC_NAME) is None:
+        leader of every __consumer_offsets partition; COORDINATOR_NOT_AVAILABLE while the topic
+        is being made (the first call starts that)."""
+        if self.manager is None or not self._active or not self._topic_led():
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
         partition = self.partition_for(group_id)
         if self.replica_manager.partitions.get(_offsets_tp(partition)) is None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from rivulet.common.cluster import InternalTopicCreator, MetadataView, NodeEndpoint
@@ -25,22 +25,85 @@ log = logging.getLogger(__name__)
 class InternalTopicCoordinator:
     """The collaborators of a coordinator whose state lives in an internal topic's partitions:
     it appends to and reads them through the replica manager, has the topic created when first
-    needed, and answers FindCoordinator for the partitions it leads."""
+    needed, and answers FindCoordinator for the partitions it leads.
+
+    On a single node (``lead_all``) this node leads every partition of the topic. As Kafka's
+    brokers, it makes the topic only when first needed (the first FindCoordinator for it, or
+    the share coordinator's first use), its logs on a worker thread, then leads them all; a
+    topic the data dir already holds is led from start-up. In cluster mode the first
+    FindCoordinator has the controller create it, and the partitions this node leads come
+    through ``on_become_leader``."""
 
     replica_manager: ReplicaManager
     metadata: MetadataView
     topic_creator: InternalTopicCreator
     node: NodeEndpoint
     clock: Clock
+    _lead_all: bool = field(default=False, init=False)
+    _leading_all: bool = field(default=False, init=False)
+    _creation: asyncio.Future[None] | None = field(default=None, init=False)
 
-    def _partition_count(self, topic: str, configured: int, configs: dict[str, str], lead_all: bool) -> int:
-        """How many partitions the coordinator's topic has. ``lead_all`` (single-node mode): this
-        node leads them all, and the topic is created now unless it exists. In cluster mode the
-        first FindCoordinator has the controller create it, and the partitions this node leads
-        come through ``on_become_leader``."""
-        if not lead_all:
-            return configured
-        return self.topic_creator.ensure_internal_topic(topic, configured, configs).num_partitions
+    def internal_topic(self) -> tuple[str, int, dict[str, str]]:
+        """The coordinator's topic: its name, configured partition count and the configs it is
+        created with."""
+        raise NotImplementedError
+
+    def _lead_every_partition(self, num_partitions: int) -> None:
+        """Single node: take every partition of the topic (load each)."""
+        raise NotImplementedError
+
+    def _start_leading(self, lead_all: bool) -> int:
+        """At start-up: how many partitions the topic has (the configured count until it exists,
+        and always in cluster mode, where the metadata comes later)."""
+        self._lead_all = lead_all
+        name, configured, _ = self.internal_topic()
+        topic = self.metadata.get(name) if lead_all else None
+        return configured if topic is None else topic.num_partitions
+
+    def _lead_existing_topic(self) -> None:
+        """Single node, start-up: lead the topic's partitions now if the data dir holds it."""
+        topic = self.metadata.get(self.internal_topic()[0]) if self._lead_all else None
+        if topic is not None:
+            self._leading_all = True
+            self._lead_every_partition(topic.num_partitions)
+
+    def _topic_led(self) -> bool:
+        """Whether this node leads the topic's partitions (always true in cluster mode, where each
+        is checked on its own). On a single node the first call without the topic starts its
+        creation, and the answer stays false until it is made."""
+        if not self._lead_all or self._leading_all:
+            return True
+        self._create_topic()
+        return False
+
+    def make_topic_when_missing(self) -> None:
+        """Metadata naming the topic, auto-creation allowed (single node): have it made, as the
+        first FindCoordinator would, as Kafka's broker makes an internal topic asked for so."""
+        self._topic_led()
+
+    def _create_topic(self) -> asyncio.Future[None]:
+        """Make the topic (its logs on a worker thread, so the loop keeps serving other clients),
+        then lead every partition. One creation for all who ask."""
+        if self._creation is None or self._creation.done():
+            name, configured, configs = self.internal_topic()
+
+            async def create() -> None:
+                topic = await self.topic_creator.ensure_internal_topic_off_loop(name, configured, configs)
+                if not self._leading_all:
+                    self._leading_all = True
+                    self._lead_every_partition(topic.num_partitions)
+
+            def failed(f: asyncio.Future[None]) -> None:
+                if not f.cancelled() and f.exception() is not None:
+                    log.error("creating %s failed", name, exc_info=f.exception())
+            self._creation = asyncio.ensure_future(create())
+            self._creation.add_done_callback(failed)
+        return self._creation
+
+    def _stop_creation(self) -> None:
+        """Shutdown: lead nothing more (the topic manager's creation itself runs on; shutdown waits for it)."""
+        if self._creation is not None:
+            self._creation.cancel()
 
 
 def coordinator_append_error(code: ErrorCode) -> ErrorCode:

@@ -19,7 +19,7 @@ from rivulet.protocol.errors import ApiError, ErrorCode
 
 MAX_TOPIC_NAME = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})  # Kafka 4's
 FILE_NAME = "rivulet-metadata.json"
 
 

@@ -324,27 +324,17 @@ class TopicManager:
         log.info("created topic %s with %d partition(s)", name, n)
         return info
 
-    def ensure_internal_topic(self, name: str, num_partitions: int, configs: dict[str, str]) -> TopicInfo:
+    async def ensure_internal_topic_off_loop(self, name: str, num_partitions: int,
+                                             configs: dict[str, str]) -> TopicInfo:
+        """A coordinator's internal topic, made on a single node when first needed (in cluster
+        mode the controller makes it): its logs are made on a worker thread, as a created
+        topic's are, so other clients are answered meanwhile. Callers asking at once share one
+        creation."""
         info = self.metadata.get(name)
         if info is not None:
             return info
-        info = self.metadata.add(name, num_partitions, configs)
-        self._set_log_config(name, self._make_log_config(configs))
-        # In cluster mode only its shape is recorded here: the topic is created in ZooKeeper when
-        # a coordinator is first looked for, and its replicas (with that topic id) come from the
-        # controller.
-        for i in range(num_partitions if self.opens_partitions else 0):
-            self._open_partition(info, i)
-        return info
-
-    async def ensure_internal_topic_off_loop(self, name: str, num_partitions: int,
-                                             configs: dict[str, str]) -> TopicInfo:
-        """``ensure_internal_topic`` for a topic first needed while the broker serves (such as
-        ``__share_group_state``): its logs are made on a worker thread, as a created topic's are,
-        so other clients are answered meanwhile. Callers asking at once share one creation."""
-        info = self.metadata.get(name)
-        if info is not None or not self.opens_partitions:
-            return self.ensure_internal_topic(name, num_partitions, configs)  # no file work
+        if not self.opens_partitions:
+            raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{name} is made by the controller")
         pending = self._internal_creations.get(name)
         if pending is None:
             pending = self._internal_creations[name] = asyncio.ensure_future(

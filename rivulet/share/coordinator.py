@@ -83,10 +83,7 @@ class ShareCoordinator(InternalTopicCoordinator):
         self.config = config
         self.shards: dict[int, ShareCoordinatorShard] = {}
         self.loading: dict[int, asyncio.Task] = {}
-        self._lead_all = False
-        self._leading_all = False
         self._active = False
-        self._creation: asyncio.Future[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -97,20 +94,20 @@ class ShareCoordinator(InternalTopicCoordinator):
                 "compression.type": "producer",
                 "min.insync.replicas": str(min(self.config.min_isr, replication_factor))}
 
+    def internal_topic(self) -> tuple[str, int, dict[str, str]]:
+        return SHARE_GROUP_STATE_TOPIC_NAME, self.config.num_partitions, self.state_topic_configs()
+
     def startup(self, *, lead_all: bool = True) -> None:
         """``lead_all``: single-node mode, this broker leads every partition of the topic; it is
         made when first needed and, when there already, loaded now. In cluster mode partitions
         come through ``on_become_leader``."""
         self._active = True
-        self._lead_all = lead_all
-        topic = self.metadata.get(SHARE_GROUP_STATE_TOPIC_NAME)
-        if lead_all and topic is not None:
-            self._lead_every_partition(topic.num_partitions)
+        self._start_leading(lead_all)
+        self._lead_existing_topic()
 
     def shutdown(self) -> None:
         self._active = False
-        if self._creation is not None:
-            self._creation.cancel()  # the topic manager's creation itself runs on: shutdown waits for it
+        self._stop_creation()
         for task in self.loading.values():
             task.cancel()
         self.loading.clear()
@@ -121,30 +118,12 @@ class ShareCoordinator(InternalTopicCoordinator):
         return self._active
 
     def _lead_every_partition(self, num_partitions: int) -> None:
-        self._leading_all = True
         for p in range(num_partitions):
             self.on_become_leader(p)
 
-    def _create_topic(self) -> asyncio.Future[None]:
-        """Single node, first use: make the topic (its logs on a worker thread, so the loop keeps
-        serving other clients), then lead every partition. One creation for all who ask."""
-        if self._creation is None or self._creation.done():
-            async def create() -> None:
-                topic = await self.topic_creator.ensure_internal_topic_off_loop(
-                    SHARE_GROUP_STATE_TOPIC_NAME, self.config.num_partitions, self.state_topic_configs())
-                if self._active:
-                    self._lead_every_partition(topic.num_partitions)
-
-            def failed(f: asyncio.Future[None]) -> None:
-                if not f.cancelled() and f.exception() is not None:
-                    log.error("creating %s failed", SHARE_GROUP_STATE_TOPIC_NAME, exc_info=f.exception())
-            self._creation = asyncio.ensure_future(create())
-            self._creation.add_done_callback(failed)
-        return self._creation
-
     async def _topic_ready(self) -> None:
         """Wait for the topic's creation when this call is its first use (single node)."""
-        if not (self._active and self._lead_all and not self._leading_all):
+        if not self._active or self._topic_led():
             return
         try:
             await asyncio.shield(self._create_topic())
@@ -204,8 +183,9 @@ class ShareCoordinator(InternalTopicCoordinator):
             await asyncio.wait(list(self.loading.values()))
 
     def find_coordinator(self, coordinator_key: str) -> tuple[ErrorCode, int, str, int]:
-        """FindCoordinator key type 2 in single-node mode: this broker, once the key's partition is loaded."""
-        if not self._active:
+        """FindCoordinator key type 2 in single-node mode: this broker, once the key's partition
+        is loaded; COORDINATOR_NOT_AVAILABLE while the topic is being made (the first call starts that)."""
+        if not self._active or not self._topic_led():
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
         try:
             self._shard(coordinator_key)
@@ -219,8 +199,7 @@ class ShareCoordinator(InternalTopicCoordinator):
     def _shard(self, coordinator_key: str) -> tuple[int, ShareCoordinatorShard]:
         if not self._active:
             raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        if self._lead_all and not self._leading_all:
-            self._create_topic()
+        if not self._topic_led():
             raise ApiError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
         partition = self.partition_for(coordinator_key)
         shard = self.shards.get(partition)

@@ -68,23 +68,29 @@ class TransactionCoordinator(InternalTopicCoordinator):
                 "compression.type": "uncompressed", "min.insync.replicas": str(min_isr),
                 "unclean.leader.election.enable": "false"}
 
+    def internal_topic(self) -> tuple[str, int, dict[str, str]]:
+        return (TRANSACTION_STATE_TOPIC_NAME, self.config["transaction.state.log.num.partitions"],
+                self.state_topic_configs(1))
+
     def startup(self, *, lead_all: bool = True) -> None:
-        """``lead_all``: single-node mode, this node leads every __transaction_state partition."""
+        """``lead_all``: single-node mode, this node leads every __transaction_state partition
+        (from start-up if the data dir holds the topic, else once the first FindCoordinator has
+        made it)."""
         cfg = self.config
-        n = self._partition_count(TRANSACTION_STATE_TOPIC_NAME, cfg["transaction.state.log.num.partitions"],
-                                  self.state_topic_configs(1), lead_all)
         sm = self.state_manager
-        sm.startup(n)
+        sm.startup(self._start_leading(lead_all))
         loop = asyncio.get_running_loop()
-        if lead_all:
-            sm.add_loading(range(n))
-            self._tasks.append(loop.create_task(self._load_all(n)))
+        self._lead_existing_topic()
         self._tasks.append(loop.create_task(self._every(
             cfg["transaction.abort.timed.out.transaction.cleanup.interval.ms"], self.abort_timed_out_transactions)))
         self._tasks.append(loop.create_task(self._every(
             cfg["transaction.remove.expired.transaction.cleanup.interval.ms"],
             sm.remove_expired_transactional_ids)))
         self.active = True
+
+    def _lead_every_partition(self, num_partitions: int) -> None:
+        self.state_manager.add_loading(range(num_partitions))
+        self._tasks.append(asyncio.get_running_loop().create_task(self._load_all(num_partitions)))
 
     async def _load_all(self, n: int) -> None:
         for p in range(n):
@@ -130,6 +136,7 @@ class TransactionCoordinator(InternalTopicCoordinator):
     def shutdown(self) -> None:
         self.active = False
         self.shutting_down = True
+        self._stop_creation()
         for t in self._tasks:
             t.cancel()
         self._tasks.clear()
@@ -137,8 +144,9 @@ class TransactionCoordinator(InternalTopicCoordinator):
         self.state_manager.shutdown()
 
     def find_coordinator(self, transactional_id: str) -> tuple[ErrorCode, int, str, int]:
-        """FindCoordinator key type 1: this node, as leader of every __transaction_state partition."""
-        if not self.active or self.metadata.get(TRANSACTION_STATE_TOPIC_NAME) is None:
+        """FindCoordinator key type 1: this node, as leader of every __transaction_state
+        partition; COORDINATOR_NOT_AVAILABLE while the topic is being made (the first call starts that)."""
+        if not self.active or not self._topic_led():
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
         tp = TopicPartition(TRANSACTION_STATE_TOPIC_NAME, self.state_manager.partition_for(transactional_id))
         if self.replica_manager.partitions.get(tp) is None:

@@ -19,6 +19,7 @@ from typing import Any, Awaitable, Callable
 import pytest
 
 import controller_requests as ctl
+from rivulet.client import core
 from rivulet.client.connection import BrokerConnection
 from rivulet.protocol import records
 from rivulet.protocol.errors import ErrorCode
@@ -94,6 +95,7 @@ from rivulet.security.acls import (
 )
 from rivulet.security.client_config import SaslCredentials
 from rivulet.testing import BrokerProcess, free_port
+from tests.group_members import find_coordinator
 
 pytestmark = pytest.mark.integration
 
@@ -815,6 +817,9 @@ async def _setup(admin: BrokerConnection) -> None:
         ctq.CreatableTopic(name=n, num_partitions=2, replication_factor=1, assignments=[], configs=[])
         for n in (T, DOOMED)], timeout_ms=5000, validate_only=False))
     assert [t.error_code for t in r.topics] == [0, 0]
+    # As a client would first: a new broker makes __consumer_offsets and __transaction_state then.
+    await find_coordinator(admin, G)
+    await find_coordinator(admin, TX, core.TRANSACTION)
     for group in (G, DOOMED_GROUP):
         r = await admin.send(ocq.OffsetCommitRequest(
             group_id=group, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,

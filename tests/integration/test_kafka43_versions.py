@@ -24,6 +24,7 @@ from rivulet.protocol.messages import (
     offset_fetch_request as ofq,
     produce_request as prq,
 )
+from tests.group_members import find_coordinator
 
 pytestmark = pytest.mark.integration
 
@@ -67,6 +68,7 @@ def test_describe_groups_v6_says_an_unknown_group_is_not_found(broker):
     async def main():
         conn = await _conn(broker)
         try:
+            await find_coordinator(conn, "no-such-group")
             req = dgq.DescribeGroupsRequest(groups=["no-such-group"])
             old = (await conn.send(req, version=5)).groups[0]
             assert (old.error_code, old.group_state) == (ErrorCode.NONE, "Dead")
@@ -210,6 +212,7 @@ def test_offset_commit_and_fetch_v10_name_topics_by_id(broker):
         try:
             tid = (await conn.send(core.metadata_request([topic]))).topics[0].topic_id
             unknown = uuid.uuid4()
+            await find_coordinator(conn, group)
             for _ in range(100):  # the coordinator may still be loading its partition
                 resp = await conn.send(ocq.OffsetCommitRequest(
                     group_id=group, generation_id_or_member_epoch=-1, member_id="", topics=[

@@ -19,6 +19,7 @@ from rivulet.protocol.messages import (
     txn_offset_commit_request as tocq,
 )
 from rivulet.protocol import records as rec
+from tests.group_members import find_coordinator
 
 pytestmark = pytest.mark.integration
 
@@ -70,6 +71,7 @@ def test_offset_commit_with_a_generation_for_an_unknown_group(broker):
         conn = await open_conn(broker)
         try:
             g = f"fg-g-{uuid.uuid4().hex[:8]}"
+            await find_coordinator(conn, g)
             assert await commit(conn, g, topic, 3, "kgo-member", 9) == ErrorCode.GROUP_ID_NOT_FOUND
             assert await commit(conn, g, topic, 3, "kgo-member", 8) == ErrorCode.ILLEGAL_GENERATION
             assert await commit(conn, g, topic, 3, "kgo-member", 2) == ErrorCode.ILLEGAL_GENERATION
@@ -91,6 +93,7 @@ def test_txn_offset_commit_with_a_generation_for_an_unknown_group(broker):
         conn = await open_conn(broker)
         try:
             g = f"fg-tg-{uuid.uuid4().hex[:8]}"
+            await find_coordinator(conn, g)
             for _ in range(100):
                 resp = await conn.send(tocq.TxnOffsetCommitRequest(
                     transactional_id="fg-txn", group_id=g, producer_id=12345, producer_epoch=0,

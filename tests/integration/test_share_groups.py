@@ -30,7 +30,7 @@ from rivulet.protocol.messages import metadata_request as mq
 from rivulet.protocol.messages import share_group_describe_request as sgdq
 from rivulet.protocol.messages import share_group_heartbeat_request as sghq
 from rivulet.testing import BrokerProcess
-from tests.group_members import RawMember, until, while_beating
+from tests.group_members import RawMember, find_coordinator, until, while_beating
 
 pytestmark = pytest.mark.integration
 
@@ -97,6 +97,7 @@ def test_share_group_lifecycle():
 async def _lifecycle(b: BrokerProcess) -> None:
     conn = await connect(b)
     try:
+        await find_coordinator(conn, GROUP)
         assert conn.has_api(76) and conn.has_api(77)
         assert conn.version_for(76) == 1 and conn.version_for(77) == 1
         r = await conn.send(ctq.CreateTopicsRequest(topics=[ctq.CreatableTopic(

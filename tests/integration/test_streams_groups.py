@@ -37,7 +37,7 @@ from rivulet.protocol.messages import streams_group_heartbeat_request as sghq
 from rivulet.testing import BrokerProcess
 from tests import java_tools as jt
 from tests.cluster import three_brokers
-from tests.group_members import RawMember, beat_until, set_group_configs, until, while_beating
+from tests.group_members import RawMember, beat_until, find_coordinator, set_group_configs, until, while_beating
 from tests.integration.test_replication_faults import BROKER_CONFIG, create_topic
 
 pytestmark = pytest.mark.integration
@@ -112,6 +112,7 @@ def test_streams_group_lifecycle():
 async def _lifecycle(b: BrokerProcess) -> None:
     conn = await BrokerConnection("127.0.0.1", b.port, client_id="streams-it").connect(10)
     try:
+        await find_coordinator(conn, GROUP)
         assert conn.has_api(88) and conn.has_api(89)
         r = await conn.send(ctq.CreateTopicsRequest(topics=[ctq.CreatableTopic(
             name=TOPIC, num_partitions=2, replication_factor=1, assignments=[], configs=[])], timeout_ms=10000,
@@ -244,6 +245,7 @@ def test_a_member_that_does_not_revoke_in_its_rebalance_timeout_is_fenced():
 async def _revocation(b: BrokerProcess) -> None:
     conn = await BrokerConnection("127.0.0.1", b.port, client_id="streams-it").connect(10)
     try:
+        await find_coordinator(conn, GROUP)
         r = await conn.send(ctq.CreateTopicsRequest(topics=[ctq.CreatableTopic(
             name=TOPIC, num_partitions=2, replication_factor=1, assignments=[], configs=[])], timeout_ms=10000,
             validate_only=False))

@@ -13,6 +13,7 @@ from rivulet.common.time import MockClock
 from rivulet.common.types import TopicPartition
 from rivulet.coordinator.group_coordinator import GroupCoordinator
 from rivulet.coordinator.group_metadata import JoinGroupResult, SyncGroupResult
+from rivulet.coordinator.offsets_topic import GROUP_METADATA_TOPIC_NAME
 from rivulet.delayed import Timer
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ErrorCode
@@ -143,19 +144,29 @@ class FakeCluster:
     """The group coordinator's collaborators: config, replica manager, metadata view, this
     node, timer and clock; it is also the internal-topic creator and the streams groups' topic creator."""
 
-    def __init__(self, **overrides: Any) -> None:
+    def __init__(self, *, holds_offsets_topic: bool = True, **overrides: Any) -> None:
+        """``holds_offsets_topic``: the data dir already holds __consumer_offsets (a broker's
+        restart), so the coordinator leads it from start-up; else a new broker's."""
         self.config = {**CONFIG, **overrides}
         self.node = NodeEndpoint(1, "127.0.0.1", 9092)
         self.clock = MockClock(wall_ms=1_700_000_000_000)
         self.timer = Timer()
         self.replica_manager = FakeReplicaManager()
         self.metadata = FakeMetadata()
+        self.internal_creations: list[str] = []
+        if holds_offsets_topic:
+            self.make_internal_topic(GROUP_METADATA_TOPIC_NAME, self.config["offsets.topic.num.partitions"], {})
 
     @property
     def now(self) -> int:
         return self.clock.milliseconds()
 
-    def ensure_internal_topic(self, name, partitions, configs):
+    async def ensure_internal_topic_off_loop(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
+        self.internal_creations.append(name)
+        await asyncio.sleep(0)  # the logs are made on a worker thread: the loop turns meanwhile
+        return self.make_internal_topic(name, partitions, configs)
+
+    def make_internal_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
         info = self.metadata.get(name)
         if info is None:
             info = self.metadata.topics[name] = TopicInfo(name, partitions, configs)

@@ -28,6 +28,8 @@ async def start(path, **overrides) -> Broker:
     props.update({k.replace("_", "."): str(v) for k, v in overrides.items()})
     b = Broker(BrokerConfig(props))
     await b.start()
+    # As a client does first: FindCoordinator, which has __transaction_state made on a new broker.
+    await until(lambda: b.transaction_coordinator.find_coordinator("a")[0] == ErrorCode.NONE)
     await until(lambda: not b.transaction_coordinator.state_manager.loading)
     if b.metadata.get("t") is None:
         b.topics.create_topic("t", 2, 1, {})

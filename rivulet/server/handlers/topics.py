@@ -7,9 +7,9 @@ import asyncio
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rivulet.common.cluster import NodeEndpoint
 from rivulet.common.types import TopicPartition
@@ -30,6 +30,7 @@ from rivulet.protocol.messages.describe_cluster_request import DescribeClusterRe
 from rivulet.protocol.messages.describe_topic_partitions_request import DescribeTopicPartitionsRequest
 from rivulet.protocol.messages.metadata_request import MetadataRequest
 from rivulet.protocol.schema import ZERO_UUID
+from rivulet.replication.internal_log import InternalTopicCoordinator
 from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.security.acls import AclOperation as Op, ResourceType
@@ -106,6 +107,9 @@ class TopicHandlers:
     # ZooKeeper mode: topic creations and deletions are written to ZooKeeper, for the controller
     # to carry out, as Kafka 2.x's brokers do.
     cluster: ZkClusterMember | None = None
+    # The coordinators by the name of their internal topic: Metadata asking for one, with
+    # auto-creation, has its coordinator make it.
+    internal_topics: Mapping[str, InternalTopicCoordinator] = field(default_factory=dict)
 
     def handlers(self) -> dict[int, Handler]:
         return {3: self.handle_metadata, 19: self.handle_create_topics, 20: self.handle_delete_topics,
@@ -281,10 +285,19 @@ class TopicHandlers:
                     error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED))
                 continue
             if info is None and explicit:
+                t.is_internal = name in INTERNAL_TOPICS  # Kafka says so of a topic not made yet too
                 try:
                     validate_topic_name(name)
                 except ApiError:
                     t.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
+                    topics_out.append(t)
+                    continue
+                maker = self.internal_topics.get(name) if allow_auto else None
+                if maker is not None:
+                    # Kafka 4.3 makes it as for its coordinator (its partitions and configs) and
+                    # answers UNKNOWN_TOPIC_OR_PARTITION meanwhile.
+                    maker.make_topic_when_missing()
+                    t.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                     topics_out.append(t)
                     continue
                 if allow_auto and not name.startswith("__"):
