@@ -238,6 +238,13 @@ def readable_bytes(fetch_offset: LogOffsetMetadata, end: LogOffsetMetadata, max_
     return 0
 
 
+def _diverged(lg: Log, fp: FetchRequestPartition) -> bool:
+    """Kafka's case H: the epoch a follower last fetched ends, in our log, before its fetch
+    offset (or is unknown here), as a truncation while its Fetch waited makes it."""
+    epoch, end = lg.end_offset_for_epoch(fp.last_fetched_epoch)
+    return epoch < 0 or end < 0 or epoch < fp.last_fetched_epoch or end < fp.fetch_offset
+
+
 class DelayedFetch(DelayedOperation):
     """Long-poll fetch: wait for min_bytes across all partitions, or max_wait_ms.
 
@@ -255,36 +262,71 @@ class DelayedFetch(DelayedOperation):
         self.params = params
         self.rm = rm
         self.promise = promise
+        # Where each fetch offset lies, from the first read or looked up once the end moves past it.
         self.fetch_offsets = fetch_offsets
+        # The active segment's base at the first check, of partitions caught up to the log end.
+        self.end_segments: dict[TopicPartition, int] = {}
+        self.checked = False
 
     def try_complete(self) -> bool:
+        """Kafka's DelayedFetch.tryComplete, case by case: a partition gone (B, C), its log
+        offline or closed (D), its leader or epoch changed (A, E), its fetch offset now out of
+        range or past where it may read (F), a follower's last fetched epoch diverged (H), else
+        the bytes readable across the partitions against min_bytes (G)."""
         accumulated = 0
         params = self.params
-        read_committed = params.isolation_level == 1 and not params.is_from_follower
+        first = not self.checked
+        self.checked = True
+        from_follower = params.is_from_follower
+        read_committed = params.isolation_level == 1 and not from_follower
+        fetch_only_leader = params.fetch_only_leader
+        partitions = self.rm.partitions
         for fp in params.partitions:
-            p = self.rm.partitions.get(fp.tp)
+            p = partitions.get(fp.tp)
             if p is None or p.deleted:
                 return self.force_complete()  # the read reports the error
             if fp.current_leader_epoch >= 0 and fp.current_leader_epoch != p.leader_epoch:
                 return self.force_complete()
-            if params.fetch_only_leader and not p.is_leader:
+            if fetch_only_leader and not p.is_leader:
                 return self.force_complete()  # leadership moved: the read answers NOT_LEADER_OR_FOLLOWER
             lg = p.log
-            if fp.fetch_offset < lg.log_start_offset or fp.fetch_offset > lg.log_end_offset:
+            state = lg.state
+            offset = fp.fetch_offset
+            if state.closed or state.offline:
+                return self.force_complete()  # the read reports it
+            if offset < state.log_start or offset > state.leo:
                 return self.force_complete()  # out of range now: answer with the error
+            if from_follower:
+                if fp.last_fetched_epoch >= 0 and _diverged(lg, fp):
+                    return self.force_complete()  # the read answers where to truncate to
+                end_offset = state.leo
+            elif read_committed:
+                end_offset = p.last_stable_offset
+                if end_offset < offset:
+                    continue  # behind an open transaction: nothing readable yet
+            else:
+                end_offset = state.hw
+            if offset == end_offset:
+                # Caught up (nearly every partition of a waiting Fetch): nothing readable, and
+                # no position to look up; Kafka too goes straight to case G on equal offsets.
+                # At the log end, the first check notes the segment that end is in, all its
+                # position says once records follow it (below).
+                if first and offset == state.leo:
+                    self.end_segments[fp.tp] = lg.active_segment_base
+                continue
             try:
-                if params.is_from_follower:
+                if from_follower:
                     end = lg.log_end_offset_metadata
-                elif read_committed:
-                    lso = p.last_stable_offset
-                    if lso < fp.fetch_offset:
-                        continue  # behind an open transaction: nothing readable yet
-                    end = lg.offset_metadata(lso)
                 else:
-                    end = lg.high_watermark_metadata
+                    end = lg.offset_metadata(end_offset)
                 start = self.fetch_offsets.get(fp.tp)
-                if start is None or start.message_offset != fp.fetch_offset:
-                    start = self.fetch_offsets[fp.tp] = lg.offset_metadata(fp.fetch_offset)
+                if start is None or start.message_offset != offset:
+                    start = lg.offset_metadata(offset)
+                    if self.end_segments.get(fp.tp, start.segment_base_offset) != start.segment_base_offset:
+                        # The fetch offset was the end of a segment rolled since: Kafka's
+                        # position of it is on an older segment than the end (case F).
+                        return self.force_complete()
+                    self.fetch_offsets[fp.tp] = start
             except ApiError:
                 return self.force_complete()  # e.g. the log was closed: the read reports it
             n = readable_bytes(start, end, fp.max_bytes)
@@ -821,7 +863,8 @@ class ReplicaManager:
         fetch_offsets = {tp: r.fetch_offset_metadata for tp, r in results.items()
                          if r.fetch_offset_metadata is not None}
         op = DelayedFetch(params, self, promise, fetch_offsets)
-        self.fetch_purgatory.try_complete_else_watch(op, [fp.tp for fp in params.partitions])
+        # Its check only reads offsets: no event can make it complete between check and watch.
+        self.fetch_purgatory.try_complete_else_watch(op, [fp.tp for fp in params.partitions], recheck=False)
         return promise
 
     def read_from_local_log(self, params: FetchParams) -> dict[TopicPartition, FetchResult]:

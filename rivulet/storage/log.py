@@ -1047,6 +1047,12 @@ class Log:
         return LogOffsetMetadata(self.state.leo, active.base_offset, active.size)
 
     @property
+    def active_segment_base(self) -> int:
+        """The base offset of the segment appends go to: where the log end lies, without making
+        its ``LogOffsetMetadata``."""
+        return self._segments[-1].base_offset
+
+    @property
     def high_watermark_metadata(self) -> LogOffsetMetadata:
         return self.offset_metadata(self.state.hw)
 
