@@ -1046,11 +1046,12 @@ class Log:
         active = self._segments[-1]
         return LogOffsetMetadata(self.state.leo, active.base_offset, active.size)
 
-    @property
-    def active_segment_base(self) -> int:
-        """The base offset of the segment appends go to: where the log end lies, without making
-        its ``LogOffsetMetadata``."""
-        return self._segments[-1].base_offset
+    def segment_made_since(self, offset: int, serial: int) -> bool:
+        """Whether the segment holding ``offset`` was made after ``segment_serial()`` returned
+        ``serial``: then ``offset`` was, back then, the log end on an older segment."""
+        with self._lock:
+            i = max(0, bisect.bisect_right(self._bases, offset) - 1)
+            return self._segments[i].serial > serial
 
     @property
     def high_watermark_metadata(self) -> LogOffsetMetadata:
