@@ -251,6 +251,33 @@ def test_caught_up_partitions_accumulate_bytes_across_partitions(tmp_path) -> No
     asyncio.run(main())
 
 
+def test_a_completed_fetch_left_on_a_watch_list_holds_neither_request_nor_answer(tmp_path) -> None:
+    async def main():
+        timer = Timer(asyncio.get_running_loop())
+        rm = ReplicaManager(0, timer)
+        tps = [TopicPartition("t", i) for i in range(2)]
+        logs = [Log(str(tmp_path / f"t-{i}"), LogConfig()) for i in range(2)]
+        for tp, lg in zip(tps, logs, strict=True):
+            rm.add_partition(rm.new_partition(tp, uuid.uuid4(), lg))
+        try:
+            params = FetchParams(replica_id=-1, max_wait_ms=60_000, min_bytes=1, max_bytes=1 << 20,
+                                 partitions=[FetchRequestPartition(tp, 0, 1 << 20) for tp in tps])
+            fut = rm.fetch_messages(params)
+            _produce(rm, tps[0], _batch(1))  # completes it through the first partition's list
+            assert fut.done() and fut.result()[tps[0]].records
+            # Until the purge it stays on the second partition's list (Kafka's lazy removal).
+            [op] = rm.fetch_purgatory._watchers[tps[1]].values()
+            assert op.is_completed
+            assert op.params.partitions == [] and op.promise is not fut and op.fetch_offsets == {}
+        finally:
+            rm.shutdown()
+            timer.shutdown()
+            for lg in logs:
+                lg.close()
+
+    asyncio.run(main())
+
+
 def test_a_closed_log_completes_a_caught_up_fetch(tmp_path) -> None:
     async def body(rm, tp, log):
         _produce(rm, tp, _batch(1))
