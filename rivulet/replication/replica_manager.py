@@ -879,7 +879,8 @@ class ReplicaManager:
             return results
         total = 0
         for r in results.values():
-            if r.error != NO_ERROR:
+            # Kafka answers at once an error, a diverging epoch or a preferred read replica.
+            if r.error != NO_ERROR or r.diverging_epoch is not None or r.preferred_read_replica >= 0:
                 return results
             if r.records:
                 total += len(r.records)
