@@ -15,6 +15,8 @@ without sessions answers the incremental kind FETCH_SESSION_ID_NOT_FOUND: skippe
 ``--consumer SECONDS`` then runs Rivulet's consumer (this checkout's, which opens a session
 wherever the broker keeps them) on every partition, caught up, ``fetch.wait.max.ms=100``, for
 that long: the broker's CPU over the span, per second, and the consumer's incremental Fetches.
+``--rdkafka SECONDS`` then does the same with librdkafka's consumer (confluent-kafka), which keeps
+no fetch session: each of its waiting Fetches names every partition.
 
     python -m benchmarks.fetch_session_broker --partitions 1000 --fetches 300 --rounds 2 --tree /path/to/main
 """
@@ -108,6 +110,28 @@ def _consumer(bs: str, pid: int, partitions: int, seconds: float) -> tuple[float
         c.close()
 
 
+def _rdkafka(bs: str, pid: int, partitions: int, seconds: float) -> float:
+    """Broker CPU while librdkafka's consumer, caught up, polls (sessionless waiting Fetches)."""
+    import time
+
+    from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bs, "fetch.wait.max.ms": 100, "enable.partition.eof": False,
+                  "group.id": "fetch-session-broker-rd"})
+    c.assign([TopicPartition(TOPIC, p, OFFSET_END) for p in range(partitions)])
+    try:
+        end = time.monotonic() + 3
+        while time.monotonic() < end:  # positions found
+            c.consume(100, 0.2)
+        cpu0 = cpu_seconds(pid)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            assert not c.consume(100, 0.2)
+        return cpu_seconds(pid) - cpu0
+    finally:
+        c.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--partitions", type=int, default=1000)
@@ -115,6 +139,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--tree", help="another checkout to alternate with this one (before/after)")
     ap.add_argument("--consumer", type=float, default=0.0, help="then a caught-up consumer for this many seconds")
+    ap.add_argument("--rdkafka", type=float, default=0.0,
+                    help="then a caught-up librdkafka consumer (no fetch session) for this many seconds")
     args = ap.parse_args()
     here = str(Path(__file__).resolve().parent.parent)
     trees = [here] if args.tree is None else [args.tree, here]
@@ -134,6 +160,8 @@ def main() -> None:
                 cpu = _run(broker.bootstrap, broker.proc.pid, args.partitions, args.fetches)
                 polled = _consumer(broker.bootstrap, broker.proc.pid, args.partitions, args.consumer) \
                     if args.consumer else None
+                rd_cpu = _rdkafka(broker.bootstrap, broker.proc.pid, args.partitions, args.rdkafka) \
+                    if args.rdkafka else None
             finally:
                 broker.cleanup()
             figures = ", ".join(
@@ -145,6 +173,10 @@ def main() -> None:
                 c_cpu, c_incremental = polled
                 print(f"round {r + 1} {tree}: a caught-up consumer for {args.consumer:.0f} s: broker CPU "
                       f"{c_cpu / args.consumer * 1e3:.0f} ms a second, {c_incremental} incremental Fetches; "
+                      f"1-minute load average {os.getloadavg()[0]:.2f}", flush=True)
+            if rd_cpu is not None:
+                print(f"round {r + 1} {tree}: a caught-up librdkafka consumer for {args.rdkafka:.0f} s: broker CPU "
+                      f"{rd_cpu / args.rdkafka * 1e3:.0f} ms a second; "
                       f"1-minute load average {os.getloadavg()[0]:.2f}", flush=True)
 
 

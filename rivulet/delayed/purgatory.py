@@ -60,13 +60,17 @@ class DelayedOperationPurgatory(Generic[T]):
 
     # -- main API ---------------------------------------------------------------
 
-    def try_complete_else_watch(self, operation: T, keys: Iterable[Hashable]) -> bool:
+    def try_complete_else_watch(self, operation: T, keys: Iterable[Hashable], *, recheck: bool = True) -> bool:
         """Complete ``operation`` now if possible, else watch it and time it.
 
         Check; watch under every key; check again (an event may have fired
         between the first check and the watch, and nobody would try the
         operation again); only then add it to the timer.  Returns True if the
         operation is completed on return (it is then not in the timer).
+
+        ``recheck=False`` skips the second check, for an operation whose check
+        fires no event: on this one thread nothing else runs between the two, so
+        it would see what the first saw (Kafka's is for other threads' events).
         """
         if self._closed:
             raise RuntimeError(f"purgatory {self.name} is shut down")
@@ -83,7 +87,7 @@ class DelayedOperationPurgatory(Generic[T]):
                 w = watchers[key] = {}
             w[ident] = operation
         self._estimated_total += 1
-        if operation.safe_try_complete() or operation._completed:
+        if recheck and (operation.safe_try_complete() or operation._completed):
             # Watched but done: it now counts towards the purge estimate.
             self._maybe_purge()
             return True

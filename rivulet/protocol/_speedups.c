@@ -2279,57 +2279,77 @@ rd_true(PyObject *obj, int name)
     return t;
 }
 
-/* The result of a caught-up partition (new reference), Py_None (borrowed: hand it to the
- * Python read) or NULL with an exception. */
-static PyObject *
-caught_up_result(PyObject *fp, PyObject *p, int fetch_only_leader, int read_committed)
+/* Whether partition ``p`` is caught up for ``fp``: 1 (with its HW and log start), 0, or -1 with
+ * an exception. Caught up: this broker has it and leads it (when ``fetch_only_leader``) at the
+ * epoch asked, its log is open, holds no undecided transaction (so its LSO is its HW), and the
+ * fetch offset is in range and at or past the HW (``exact``: at the HW). */
+static int
+caught_up_state(PyObject *fp, PyObject *p, int fetch_only_leader, int exact, long long *hw, long long *start)
 {
-    long long asked, epoch, fetch_offset, hw, leo, start;
+    long long asked, epoch, fetch_offset, leo;
     int r, t;
     if ((t = rd_true(p, RN_DELETED)) != 0)
-        return t < 0 ? NULL : Py_None;
+        return t < 0 ? -1 : 0;
     if ((r = rd_ll(fp, RN_LEADER_EPOCH_ASKED, &asked)) <= 0)
-        return r < 0 ? NULL : Py_None;
+        return r;
     if (asked >= 0) {
         if ((r = rd_ll(p, RN_LEADER_EPOCH, &epoch)) <= 0)
-            return r < 0 ? NULL : Py_None;
+            return r;
         if (asked != epoch)
-            return Py_None;  /* fenced or unknown epoch: the read answers the error */
+            return 0;  /* fenced or unknown epoch: the read answers the error */
     }
     if (fetch_only_leader && (t = rd_true(p, RN_IS_LEADER)) != 1)
-        return t < 0 ? NULL : Py_None;
+        return t < 0 ? -1 : 0;
     PyObject *lg = PyObject_GetAttr(p, read_names[RN_LOG]);
     if (lg == NULL)
-        return NULL;
-    PyObject *out = Py_None, *ps = NULL;
+        return -1;
+    PyObject *ps = NULL;
     PyObject *st = PyObject_GetAttr(lg, read_names[RN_STATE]);  /* the Log's LogState */
     if (st == NULL) {
         Py_DECREF(lg);
-        return NULL;
+        return -1;
     }
-    if ((t = rd_true(st, RN_CLOSED)) != 0 || (t = rd_true(st, RN_OFFLINE)) != 0)
-        goto done;
-    if ((r = rd_ll(st, RN_HW, &hw)) <= 0 || (r = rd_ll(st, RN_LEO, &leo)) <= 0
-        || (r = rd_ll(st, RN_LOG_START, &start)) <= 0 || (r = rd_ll(fp, RN_FETCH_OFFSET, &fetch_offset)) <= 0) {
-        t = r;
+    if ((t = rd_true(st, RN_CLOSED)) != 0 || (t = rd_true(st, RN_OFFLINE)) != 0) {
+        t = t < 0 ? -1 : 0;
         goto done;
     }
+    if ((t = rd_ll(st, RN_HW, hw)) <= 0 || (t = rd_ll(st, RN_LEO, &leo)) <= 0
+        || (t = rd_ll(st, RN_LOG_START, start)) <= 0 || (t = rd_ll(fp, RN_FETCH_OFFSET, &fetch_offset)) <= 0)
+        goto done;
     /* Out of range, or something to read below the HW (which is also the LSO, checked next). */
     t = 0;
-    if (fetch_offset > leo || fetch_offset < start || fetch_offset < (hw < leo ? hw : leo))
+    if (fetch_offset > leo || fetch_offset < *start || fetch_offset < (*hw < leo ? *hw : leo)
+        || (exact && fetch_offset != *hw))
         goto done;
     if ((ps = PyObject_GetAttr(lg, read_names[RN_PRODUCER_STATE])) == NULL) {
         t = -1;
         goto done;
     }
-    if ((t = rd_true(ps, RN_ONGOING)) != 0 || (t = rd_true(ps, RN_UNREPLICATED)) != 0)
-        goto done;  /* an undecided transaction may hold the LSO below the HW */
-    PyTypeObject *rt = (PyTypeObject *)fetch_result_type;
-    PyObject *res = fast_result ? rt->tp_alloc(rt, 0) : rt->tp_new(rt, no_args, NULL);
-    if (res == NULL) {
-        t = -1;
+    if ((t = rd_true(ps, RN_ONGOING)) != 0 || (t = rd_true(ps, RN_UNREPLICATED)) != 0) {
+        t = t < 0 ? -1 : 0;  /* an undecided transaction may hold the LSO below the HW */
         goto done;
     }
+    t = 1;
+done:
+    Py_XDECREF(ps);
+    Py_DECREF(st);
+    Py_DECREF(lg);
+    return t;
+}
+
+/* The result of a caught-up partition (new reference), Py_None (borrowed: hand it to the
+ * Python read) or NULL with an exception. */
+static PyObject *
+caught_up_result(PyObject *fp, PyObject *p, int fetch_only_leader, int read_committed)
+{
+    long long hw, start;
+    int t = caught_up_state(fp, p, fetch_only_leader, 0, &hw, &start);
+    if (t <= 0)
+        return t < 0 ? NULL : Py_None;
+    PyTypeObject *rt = (PyTypeObject *)fetch_result_type;
+    PyObject *res = fast_result ? rt->tp_alloc(rt, 0) : rt->tp_new(rt, no_args, NULL);
+    if (res == NULL)
+        return NULL;
     PyObject *hw_obj = PyLong_FromLongLong(hw), *start_obj = PyLong_FromLongLong(start), *minus_one = PyLong_FromLong(-1);
     PyObject *aborted = read_committed ? PyList_New(0) : Py_NewRef(Py_None);
     PyObject *values[N_RESULT_FIELDS] = {no_error, hw_obj, hw_obj, start_obj, nothing_records, aborted,
@@ -2347,15 +2367,62 @@ caught_up_result(PyObject *fp, PyObject *p, int fetch_only_leader, int read_comm
     Py_XDECREF(aborted);
     if (fail) {
         Py_DECREF(res);
-        t = -1;
-        goto done;
+        return NULL;
     }
-    out = res;
-done:
-    Py_XDECREF(ps);
-    Py_DECREF(st);
-    Py_DECREF(lg);
-    return t < 0 ? NULL : out;
+    return res;
+}
+
+/* skip_caught_up(fps, partitions, i, fetch_only_leader) -> int: the index of the first of the
+ * FetchRequestPartitions fps[i:] of a waiting consumer Fetch that is not caught up exactly at
+ * its HW (see caught_up_state), len(fps) if none. rivulet.replication.replica_manager's
+ * DelayedFetch.try_complete checks those one by one in Python and lets this walk pass over the
+ * rest, each of which its own check would pass over too (nothing readable: Kafka's case G with
+ * nothing accumulated). Without the Python calls of that check, a thousand partitions each time
+ * an append, a HW move or the timer tries the fetch. */
+static PyObject *
+speedups_skip_caught_up(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyList_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "skip_caught_up(list, dict, int, bool)");
+        return NULL;
+    }
+    if (fetch_result_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "setup_fetch_read() was not called");
+        return NULL;
+    }
+    PyObject *fps = args[0], *partitions = args[1];
+    Py_ssize_t i = PyLong_AsSsize_t(args[2]);
+    if (i == -1 && PyErr_Occurred())
+        return NULL;
+    int fetch_only_leader = PyObject_IsTrue(args[3]);
+    if (fetch_only_leader < 0)
+        return NULL;
+    if (i < 0)
+        i = 0;
+    for (; i < PyList_GET_SIZE(fps); i++) {
+        PyObject *fp = PyList_GET_ITEM(fps, i);
+        PyObject *tp = rd_get(fp, RN_TP);
+        if (tp == NULL)
+            return NULL;
+        PyObject *p = PyDict_GetItemWithError(partitions, tp);
+        Py_DECREF(tp);
+        if (p == NULL) {
+            if (PyErr_Occurred())
+                return NULL;
+            break;
+        }
+        long long hw, start;
+        Py_INCREF(p);
+        Py_INCREF(fp);
+        int t = caught_up_state(fp, p, fetch_only_leader, 1, &hw, &start);
+        Py_DECREF(fp);
+        Py_DECREF(p);
+        if (t < 0)
+            return NULL;
+        if (t == 0)
+            break;
+    }
+    return PyLong_FromSsize_t(i);
 }
 
 static PyObject *
@@ -2741,6 +2808,10 @@ static PyMethodDef speedups_methods[] = {
      "read_caught_up(fps, partitions, results, fetch_only_leader, read_committed, read) -> None\n\n"
      "A consumer fetch's read loop (rivulet.replication.replica_manager is the reference): the\n"
      "partitions with nothing to read answered here, the others by read(fp), in order."},
+    {"skip_caught_up", (PyCFunction)(void (*)(void))speedups_skip_caught_up, METH_FASTCALL,
+     "skip_caught_up(fps, partitions, i, fetch_only_leader) -> int\n\n"
+     "The index of the first of fps[i:] not caught up exactly at its HW (len(fps) if none): what\n"
+     "a waiting consumer fetch's check (DelayedFetch.try_complete, the reference) must look at."},
     {"setup_fetch_read", (PyCFunction)(void (*)(void))speedups_setup_fetch_read, METH_FASTCALL,
      "setup_fetch_read(FetchResult, FetchRequestPartition, NO_ERROR, NOTHING_READ, TopicPartition, LogState)"
      " -> None\n\nBind what read_caught_up needs."},

@@ -40,6 +40,7 @@ from rivulet.storage.config import LogConfig
 from rivulet.storage.log import NOTHING_READ, Log, LogOffsetMetadata, LogState
 from rivulet.storage.log_dir_failure import KafkaStorageError
 from rivulet.storage.producer_state import AppendOrigin
+from rivulet.storage.segment import segment_serial
 
 log = logging.getLogger(__name__)
 
@@ -193,10 +194,15 @@ ZERO_COPY_MIN = 256 * 1024
 _read_caught_up: Callable[[list[FetchRequestPartition], dict[TopicPartition, Partition],
                            dict[TopicPartition, FetchResult], bool, bool,
                            Callable[[FetchRequestPartition], FetchResult]], None] | None = None
+# Its walk of a waiting consumer fetch's check (``DelayedFetch.try_complete``): the index of
+# the next partition not caught up at its HW. None without the accelerator: the check looks at
+# every partition, the reference.
+_skip_caught_up: Callable[[list[FetchRequestPartition], dict[TopicPartition, Partition], int, bool], int] | None = None
 _speedups = speedups()
 if _speedups is not None:
     _speedups.setup_fetch_read(FetchResult, FetchRequestPartition, NO_ERROR, NOTHING_READ, TopicPartition, LogState)
     _read_caught_up = _speedups.read_caught_up
+    _skip_caught_up = _speedups.skip_caught_up
 
 
 @dataclass(slots=True)
@@ -238,6 +244,13 @@ def readable_bytes(fetch_offset: LogOffsetMetadata, end: LogOffsetMetadata, max_
     return 0
 
 
+def _diverged(lg: Log, fp: FetchRequestPartition) -> bool:
+    """Kafka's case H: the epoch a follower last fetched ends, in our log, before its fetch
+    offset (or is unknown here), as a truncation while its Fetch waited makes it."""
+    epoch, end = lg.end_offset_for_epoch(fp.last_fetched_epoch)
+    return epoch < 0 or end < 0 or epoch < fp.last_fetched_epoch or end < fp.fetch_offset
+
+
 class DelayedFetch(DelayedOperation):
     """Long-poll fetch: wait for min_bytes across all partitions, or max_wait_ms.
 
@@ -255,51 +268,106 @@ class DelayedFetch(DelayedOperation):
         self.params = params
         self.rm = rm
         self.promise = promise
+        # Where each fetch offset lies, from the first read or looked up once the end moves past it.
         self.fetch_offsets = fetch_offsets
+        # Segments numbered above this were rolled while the fetch waited.
+        self.serial = segment_serial()
 
     def try_complete(self) -> bool:
+        """Kafka's DelayedFetch.tryComplete: complete at once for a partition whose state calls
+        for an answer (``_readable`` says which), else once the bytes readable across the
+        partitions reach min_bytes (case G)."""
         accumulated = 0
         params = self.params
-        read_committed = params.isolation_level == 1 and not params.is_from_follower
-        for fp in params.partitions:
-            p = self.rm.partitions.get(fp.tp)
-            if p is None or p.deleted:
-                return self.force_complete()  # the read reports the error
-            if fp.current_leader_epoch >= 0 and fp.current_leader_epoch != p.leader_epoch:
+        fps = params.partitions
+        n = len(fps)
+        partitions = self.rm.partitions
+        fetch_only_leader = params.fetch_only_leader
+        # A consumer's partitions caught up at the HW (nearly all of a waiting Fetch of many)
+        # are passed over in C: ``_readable`` would find nothing readable in each.
+        skip = None if params.is_from_follower else _skip_caught_up
+        i = 0
+        while i < n:
+            if skip is not None:
+                i = skip(fps, partitions, i, fetch_only_leader)
+                if i >= n:
+                    break
+            fp = fps[i]
+            i += 1
+            readable = self._readable(fp, partitions.get(fp.tp))
+            if readable is None:
                 return self.force_complete()
-            if params.fetch_only_leader and not p.is_leader:
-                return self.force_complete()  # leadership moved: the read answers NOT_LEADER_OR_FOLLOWER
-            lg = p.log
-            if fp.fetch_offset < lg.log_start_offset or fp.fetch_offset > lg.log_end_offset:
-                return self.force_complete()  # out of range now: answer with the error
-            try:
-                if params.is_from_follower:
-                    end = lg.log_end_offset_metadata
-                elif read_committed:
-                    lso = p.last_stable_offset
-                    if lso < fp.fetch_offset:
-                        continue  # behind an open transaction: nothing readable yet
-                    end = lg.offset_metadata(lso)
-                else:
-                    end = lg.high_watermark_metadata
-                start = self.fetch_offsets.get(fp.tp)
-                if start is None or start.message_offset != fp.fetch_offset:
-                    start = self.fetch_offsets[fp.tp] = lg.offset_metadata(fp.fetch_offset)
-            except ApiError:
-                return self.force_complete()  # e.g. the log was closed: the read reports it
-            n = readable_bytes(start, end, fp.max_bytes)
-            if n is None:
-                return self.force_complete()
-            accumulated += n
+            accumulated += readable
         if accumulated >= params.min_bytes:
             return self.force_complete()
         return False
+
+    def _readable(self, fp: FetchRequestPartition, p: Partition | None) -> int | None:
+        """One partition's part of the check: None when the fetch must be answered now (the
+        partition gone (Kafka's cases B, C), its log offline or closed (D), its leader or
+        epoch changed (A, E), the fetch offset out of range or past where it may read (F), a
+        follower's last fetched epoch diverged (H)), else the bytes readable from it."""
+        params = self.params
+        if p is None or p.deleted:
+            return None  # the read reports the error
+        if fp.current_leader_epoch >= 0 and fp.current_leader_epoch != p.leader_epoch:
+            return None
+        if params.fetch_only_leader and not p.is_leader:
+            return None  # leadership moved: the read answers NOT_LEADER_OR_FOLLOWER
+        lg = p.log
+        state = lg.state
+        offset = fp.fetch_offset
+        if state.closed or state.offline:
+            return None  # the read reports it
+        if offset < state.log_start or offset > state.leo:
+            return None  # out of range now: answer with the error
+        from_follower = params.is_from_follower
+        if from_follower:
+            if fp.last_fetched_epoch >= 0 and _diverged(lg, fp):
+                return None  # the read answers where to truncate to
+            end_offset = state.leo
+        elif params.isolation_level == 1:
+            end_offset = p.last_stable_offset
+            if end_offset < offset:
+                return 0  # behind an open transaction: nothing readable yet
+        else:
+            end_offset = state.hw
+        if offset == end_offset:
+            # Caught up: nothing readable, and no position to look up; Kafka too goes straight
+            # to case G on equal offsets.
+            return 0
+        try:
+            end = lg.log_end_offset_metadata if from_follower else lg.offset_metadata(end_offset)
+            start = self.fetch_offsets.get(fp.tp)
+            if start is None or start.message_offset != offset:
+                # Looked up now that the end moved past it. Its segment rolled since the fetch
+                # began waiting: the offset was the log end on an older segment, which Kafka's
+                # position of it (taken then) says (case F).
+                if lg.segment_made_since(offset, self.serial):
+                    return None
+                start = self.fetch_offsets[fp.tp] = lg.offset_metadata(offset)
+        except ApiError:
+            return None  # e.g. the log was closed: the read reports it
+        return readable_bytes(start, end, fp.max_bytes)
 
     def on_expiration(self) -> None:
         pass
 
     def on_complete(self) -> None:
-        self.promise.set_result(self.rm.read_from_local_log(self.params))
+        promise = self.promise
+        results = self.rm.read_from_local_log(self.params)
+        # Completed, it stays on its partitions' watch lists until the purge (Kafka's lazy
+        # removal, after fetch.purgatory.purge.interval.requests operations): it lets go of its
+        # request and answer meanwhile, or a caught-up consumer of 1,000 partitions would keep
+        # hundreds of MB of them alive (about 0.2 MB a waiting Fetch).
+        self.params, self.promise, self.fetch_offsets = _SPENT_PARAMS, _SPENT_PROMISE, {}
+        promise.set_result(results)
+
+
+# What a completed DelayedFetch holds instead of its request and its answer (see on_complete).
+_SPENT_PARAMS = FetchParams(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=0)
+_SPENT_PROMISE: Promise[dict[TopicPartition, FetchResult]] = Promise()
+_SPENT_PROMISE.set_result({})
 
 
 # ---------------------------------------------------------------- the manager
@@ -811,7 +879,8 @@ class ReplicaManager:
             return results
         total = 0
         for r in results.values():
-            if r.error != NO_ERROR:
+            # Kafka answers at once an error, a diverging epoch or a preferred read replica.
+            if r.error != NO_ERROR or r.diverging_epoch is not None or r.preferred_read_replica >= 0:
                 return results
             if r.records:
                 total += len(r.records)
@@ -821,7 +890,8 @@ class ReplicaManager:
         fetch_offsets = {tp: r.fetch_offset_metadata for tp, r in results.items()
                          if r.fetch_offset_metadata is not None}
         op = DelayedFetch(params, self, promise, fetch_offsets)
-        self.fetch_purgatory.try_complete_else_watch(op, [fp.tp for fp in params.partitions])
+        # Its check only reads offsets: no event can make it complete between check and watch.
+        self.fetch_purgatory.try_complete_else_watch(op, [fp.tp for fp in params.partitions], recheck=False)
         return promise
 
     def read_from_local_log(self, params: FetchParams) -> dict[TopicPartition, FetchResult]:

@@ -1046,6 +1046,13 @@ class Log:
         active = self._segments[-1]
         return LogOffsetMetadata(self.state.leo, active.base_offset, active.size)
 
+    def segment_made_since(self, offset: int, serial: int) -> bool:
+        """Whether the segment holding ``offset`` was made after ``segment_serial()`` returned
+        ``serial``: then ``offset`` was, back then, the log end on an older segment."""
+        with self._lock:
+            i = max(0, bisect.bisect_right(self._bases, offset) - 1)
+            return self._segments[i].serial > serial
+
     @property
     def high_watermark_metadata(self) -> LogOffsetMetadata:
         return self.offset_metadata(self.state.hw)

@@ -8,6 +8,7 @@ the last pin is released, so an fsync never races a close.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import random
@@ -148,6 +149,17 @@ def segment_file_name(base_offset: int, suffix: str) -> str:
     return f"{base_offset:020d}{suffix}"
 
 
+# Every segment made in this process takes the next number. A waiting Fetch takes one too when
+# it starts waiting: a segment numbered after it was rolled since (see Log.segment_made_since).
+_serials = itertools.count()
+
+
+def segment_serial() -> int:
+    """A number below every segment's made from now on (``itertools.count`` is atomic under the
+    GIL: segments are also made on worker threads)."""
+    return next(_serials)
+
+
 class LogSegment:
     def __init__(
         self,
@@ -162,6 +174,7 @@ class LogSegment:
     ) -> None:
         self.dir = dir
         self.base_offset = base_offset
+        self.serial = next(_serials)
         self.log_path = os.path.join(dir, segment_file_name(base_offset, LOG_SUFFIX))
         self.index_path = os.path.join(dir, segment_file_name(base_offset, INDEX_SUFFIX))
         self.time_index_path = os.path.join(dir, segment_file_name(base_offset, TIME_INDEX_SUFFIX))

@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rivulet.common.promise import Promise
 from rivulet.common.types import TopicPartition
 from rivulet.delayed import Timer
 from rivulet.protocol import records as rec
@@ -176,6 +177,48 @@ def test_caught_up_partitions_are_answered_without_the_python_read(manager: Repl
     rmod._speedups.read_caught_up(fps, manager.partitions, results, False, False, read)
     assert called == [fps[1]]
     assert results[TopicPartition("t", 1)] == FetchResult(0, 4, 4, 0, b"")
+
+
+# -- a waiting fetch's check (DelayedFetch.try_complete) passing over caught-up partitions in C --
+
+def _waiting(rm: ReplicaManager, params: FetchParams) -> rmod.DelayedFetch:
+    return rmod.DelayedFetch(params, rm, Promise(), {})
+
+
+@pytest.mark.skipif(not SPEEDUPS, reason="the C accelerator is not built")
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(wanted=requests, read_committed=st.booleans(), fetch_only_leader=st.booleans(),
+       min_bytes=st.sampled_from([1, 100, 1 << 20]))
+def test_the_c_skip_passes_over_only_what_the_check_finds_nothing_in(
+        manager: ReplicaManager, wanted: list[tuple[int, int, int]], read_committed: bool, fetch_only_leader: bool,
+        min_bytes: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    params = FetchParams(
+        replica_id=-1, max_wait_ms=60_000, min_bytes=min_bytes, max_bytes=1 << 20,
+        isolation_level=int(read_committed), fetch_only_leader=fetch_only_leader,
+        partitions=[FetchRequestPartition(TopicPartition("t", k), offset, 1 << 20, epoch)
+                    for k, offset, epoch in wanted])
+    fps, partitions = params.partitions, manager.partitions
+    check = _waiting(manager, params)
+    for i in range(len(fps) + 1):
+        j = rmod._speedups.skip_caught_up(fps, partitions, i, fetch_only_leader)
+        assert i <= j <= len(fps)
+        assert all(check._readable(fp, partitions.get(fp.tp)) == 0 for fp in fps[i:j])
+    # The whole check decides the same with the walk as without it.
+    with monkeypatch.context() as m:
+        m.setattr(rmod, "_skip_caught_up", None)
+        expected = _waiting(manager, params).try_complete()
+    assert _waiting(manager, params).try_complete() == expected
+
+
+@pytest.mark.skipif(not SPEEDUPS, reason="the C accelerator is not built")
+def test_the_c_skip_stops_at_a_partition_past_its_hw_or_with_records(manager: ReplicaManager) -> None:
+    fps = [FetchRequestPartition(TopicPartition("t", 0), 6, 1 << 20, LEADER_EPOCH),  # caught up at the HW
+           FetchRequestPartition(TopicPartition("t", 1), 5, 1 << 20, -1),  # past the HW: Kafka's case F
+           FetchRequestPartition(TopicPartition("t", 0), 6, 1 << 20, -1),
+           FetchRequestPartition(TopicPartition("t", 0), 2, 1 << 20, -1)]  # records to read
+    assert rmod._speedups.skip_caught_up(fps, manager.partitions, 0, True) == 1
+    assert rmod._speedups.skip_caught_up(fps, manager.partitions, 2, True) == 3
+    assert rmod._speedups.skip_caught_up(fps, manager.partitions, 4, True) == 4
 
 
 # -- the request's partitions as FetchRequestPartitions (the handler's fetch_wanted) ----------

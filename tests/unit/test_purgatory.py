@@ -84,6 +84,15 @@ def test_watched_under_every_key_and_timed(timer, purgatory):
     assert purgatory.delayed() == 1 and timer.size == 1
 
 
+def test_without_recheck_checked_once_then_watched_and_timed(timer, purgatory):
+    op = Op(100)
+    assert purgatory.try_complete_else_watch(op, ["p0", "p1"], recheck=False) is False
+    assert op.tries == 1
+    assert purgatory.watched() == 2 and purgatory.delayed() == 1 and timer.size == 1
+    op.ready = lambda: True
+    assert purgatory.check_and_complete("p1") == 1 and op.completions == 1
+
+
 def test_requires_keys(purgatory):
     with pytest.raises(ValueError):
         purgatory.try_complete_else_watch(Op(10), [])

@@ -317,6 +317,31 @@ def test_a_follower_with_a_divergent_epoch_is_told_where_to_truncate(tmp_path) -
     asyncio.run(main())
 
 
+def test_a_waiting_follower_fetch_completes_when_its_last_epoch_diverges(tmp_path) -> None:
+    # Kafka's DelayedFetch case H: the leader's log no longer holds the follower's last fetched
+    # epoch up to its fetch offset, while the log end stays past that offset (no case F).
+    from rivulet.protocol import records as rec
+    from rivulet.replication.replica_manager import FetchParams, FetchRequestPartition
+
+    async def main():
+        async with running_rm(tmp_path) as rm:
+            lai(rm, state(NODE, 1))
+            rm.append_records({TP: _batch(3)}, required_acks=1, timeout_ms=1000)  # epoch 1: offsets 0-2
+            params = FetchParams(replica_id=2, max_wait_ms=60_000, min_bytes=1 << 20, max_bytes=1 << 20,
+                                 partitions=[FetchRequestPartition(TP, 3, 1 << 20, -1, 0, 1)])
+            fut = rm.fetch_messages(params)
+            assert not fut.done()
+            lg = rm.partitions[TP].log
+            lg.truncate_to(1)
+            data = _batch(3)
+            lg.append_as_leader(data, rec.validate_produce_records(data, max_batch_size=1 << 20),
+                                leader_epoch=2, now_ms=T0)  # epoch 2 from offset 1: the log end is 4
+            rm.fetch_purgatory.check_and_complete(TP)
+            assert fut.done()
+            assert fut.result()[TP].diverging_epoch == (1, 1)
+    asyncio.run(main())
+
+
 # ---------------------------------------------------------------- a ZooKeeper session that expired
 
 def test_a_fenced_leader_fails_its_waiting_acks_all_writes_at_once_and_refuses_new_ones(tmp_path) -> None:

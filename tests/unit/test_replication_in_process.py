@@ -20,6 +20,7 @@ from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages import delete_records_request as drq
 from rivulet.protocol.messages import init_producer_id_request as ipq
 from rivulet.protocol.messages import produce_request as prq
+from rivulet.replication.replica_manager import FetchParams, FetchRequestPartition
 from rivulet.server.broker import Broker
 from rivulet.server.config import BrokerConfig
 
@@ -253,6 +254,12 @@ def test_a_consumer_in_a_followers_rack_is_sent_to_that_follower(tmp_path):
             assert there.error_code == 0 and there.high_watermark == 2 and bytes(there.records) == c.contents(1)
             # A consumer without client metadata (before v11) is refused by a follower.
             assert (await fetch(2, "", version=10)).error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+            # Caught up, a consumer that would wait is sent to the follower at once, as Kafka does.
+            tp = TopicPartition("t", 0)
+            answer = c.brokers[1].replica_manager.fetch_messages(FetchParams(
+                replica_id=-1, max_wait_ms=60_000, min_bytes=1, max_bytes=1 << 20, client_rack="b",
+                fetch_only_leader=False, partitions=[FetchRequestPartition(tp, 2, 1 << 20)]))
+            assert isinstance(answer, dict) and answer[tp].preferred_read_replica == 2
         finally:
             await c.close()
     asyncio.run(main())
