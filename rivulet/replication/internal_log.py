@@ -94,8 +94,13 @@ class InternalTopicCoordinator:
                     self._lead_every_partition(topic.num_partitions)
 
             def failed(f: asyncio.Future[None]) -> None:
-                if not f.cancelled() and f.exception() is not None:
-                    log.error("creating %s failed", name, exc_info=f.exception())
+                e = None if f.cancelled() else f.exception()
+                if isinstance(e, (ApiError, OSError)):
+                    # Expected (a full or read-only disk): one line; the next FindCoordinator
+                    # tries again, and answers COORDINATOR_NOT_AVAILABLE until then.
+                    log.warning("could not create %s: %s", name, e)
+                elif e is not None:
+                    log.error("creating %s failed", name, exc_info=e)
             self._creation = asyncio.ensure_future(create())
             self._creation.add_done_callback(failed)
         return self._creation
