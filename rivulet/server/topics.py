@@ -89,8 +89,9 @@ class TopicManager:
         self.on_partitions_deleted = on_partitions_deleted
 
     # ------------------------------------------------------------ the metadata view
-    # In cluster mode the topics are the controller's (the metadata cache); the local store
-    # only keeps what this broker declared itself (the internal topics' shape and configs).
+    # In cluster mode the topics are the controller's (the metadata cache) and their configs
+    # ZooKeeper's (``apply_topic_config``, internal topics' included since FindCoordinator has
+    # them created there); configs the local store holds stand in until ZooKeeper's arrive.
     def get(self, name: str) -> TopicInfo | None:
         cache = self.metadata_cache
         if cache is not None and cache.contains_topic(name):

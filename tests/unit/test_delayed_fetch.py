@@ -138,20 +138,30 @@ def _produce(rm: ReplicaManager, tp: TopicPartition, data: bytes) -> None:
     assert res[tp].error == ErrorCode.NONE
 
 
-def _run(tmp_path, body):
+def _run_many(tmp_path, n: int, body):
+    """``body(rm, tps, logs)`` on a replica manager leading partitions 0..n-1 of topic t."""
     async def main():
         timer = Timer(asyncio.get_running_loop())
         rm = ReplicaManager(0, timer)
-        tp = TopicPartition("t", 0)
-        log = CountingLog(str(tmp_path / "t-0"), LogConfig())
-        rm.add_partition(rm.new_partition(tp, uuid.uuid4(), log))
+        tps = [TopicPartition("t", i) for i in range(n)]
+        logs = [CountingLog(str(tmp_path / f"t-{i}"), LogConfig()) for i in range(n)]
+        for tp, lg in zip(tps, logs, strict=True):
+            rm.add_partition(rm.new_partition(tp, uuid.uuid4(), lg))
         try:
-            return await body(rm, tp, log)
+            return await body(rm, tps, logs)
         finally:
             rm.shutdown()
             timer.shutdown()
-            log.close()
+            for lg in logs:
+                lg.close()
     return asyncio.run(main())
+
+
+def _run(tmp_path, body):
+    """``body(rm, tp, log)`` on one partition."""
+    async def one(rm, tps, logs):
+        return await body(rm, tps[0], logs[0])
+    return _run_many(tmp_path, 1, one)
 
 
 def _params(tp: TopicPartition, offset: int, min_bytes: int, **kw) -> FetchParams:
@@ -222,60 +232,36 @@ def test_a_roll_before_the_wait_keeps_counting_bytes(tmp_path) -> None:
 def test_caught_up_partitions_accumulate_bytes_across_partitions(tmp_path) -> None:
     small = _batch(1, size=10)
 
-    async def main():
-        timer = Timer(asyncio.get_running_loop())
-        rm = ReplicaManager(0, timer)
-        tps = [TopicPartition("t", i) for i in range(3)]
-        logs = [Log(str(tmp_path / f"t-{i}"), LogConfig()) for i in range(3)]
-        for tp, lg in zip(tps, logs, strict=True):
-            rm.add_partition(rm.new_partition(tp, uuid.uuid4(), lg))
-        try:
-            _produce(rm, tps[0], small)  # partition 0 is not at offset 0's end; the others are empty
-            params = FetchParams(replica_id=-1, max_wait_ms=60_000, min_bytes=3 * len(small), max_bytes=1 << 20,
-                                 partitions=[FetchRequestPartition(tp, 1 if tp == tps[0] else 0, 1 << 20)
-                                             for tp in tps])
-            fut = rm.fetch_messages(params)
-            assert not fut.done()
-            _produce(rm, tps[1], small)
-            _produce(rm, tps[2], small)
-            assert not fut.done()  # two batches of the three min_bytes asks for
-            _produce(rm, tps[0], small)
-            assert fut.done()
-            assert [len(fut.result()[tp].records) for tp in tps] == [len(small)] * 3
-        finally:
-            rm.shutdown()
-            timer.shutdown()
-            for lg in logs:
-                lg.close()
+    async def body(rm, tps, logs):
+        _produce(rm, tps[0], small)  # partition 0 is not at offset 0's end; the others are empty
+        params = FetchParams(replica_id=-1, max_wait_ms=60_000, min_bytes=3 * len(small), max_bytes=1 << 20,
+                             partitions=[FetchRequestPartition(tp, 1 if tp == tps[0] else 0, 1 << 20)
+                                         for tp in tps])
+        fut = rm.fetch_messages(params)
+        assert not fut.done()
+        _produce(rm, tps[1], small)
+        _produce(rm, tps[2], small)
+        assert not fut.done()  # two batches of the three min_bytes asks for
+        _produce(rm, tps[0], small)
+        assert fut.done()
+        assert [len(fut.result()[tp].records) for tp in tps] == [len(small)] * 3
 
-    asyncio.run(main())
+    _run_many(tmp_path, 3, body)
 
 
 def test_a_completed_fetch_left_on_a_watch_list_holds_neither_request_nor_answer(tmp_path) -> None:
-    async def main():
-        timer = Timer(asyncio.get_running_loop())
-        rm = ReplicaManager(0, timer)
-        tps = [TopicPartition("t", i) for i in range(2)]
-        logs = [Log(str(tmp_path / f"t-{i}"), LogConfig()) for i in range(2)]
-        for tp, lg in zip(tps, logs, strict=True):
-            rm.add_partition(rm.new_partition(tp, uuid.uuid4(), lg))
-        try:
-            params = FetchParams(replica_id=-1, max_wait_ms=60_000, min_bytes=1, max_bytes=1 << 20,
-                                 partitions=[FetchRequestPartition(tp, 0, 1 << 20) for tp in tps])
-            fut = rm.fetch_messages(params)
-            _produce(rm, tps[0], _batch(1))  # completes it through the first partition's list
-            assert fut.done() and fut.result()[tps[0]].records
-            # Until the purge it stays on the second partition's list (Kafka's lazy removal).
-            [op] = rm.fetch_purgatory._watchers[tps[1]].values()
-            assert op.is_completed
-            assert op.params.partitions == [] and op.promise is not fut and op.fetch_offsets == {}
-        finally:
-            rm.shutdown()
-            timer.shutdown()
-            for lg in logs:
-                lg.close()
+    async def body(rm, tps, logs):
+        params = FetchParams(replica_id=-1, max_wait_ms=60_000, min_bytes=1, max_bytes=1 << 20,
+                             partitions=[FetchRequestPartition(tp, 0, 1 << 20) for tp in tps])
+        fut = rm.fetch_messages(params)
+        _produce(rm, tps[0], _batch(1))  # completes it through the first partition's list
+        assert fut.done() and fut.result()[tps[0]].records
+        # Until the purge it stays on the second partition's list (Kafka's lazy removal).
+        [op] = rm.fetch_purgatory._watchers[tps[1]].values()
+        assert op.is_completed
+        assert op.params.partitions == [] and op.promise is not fut and op.fetch_offsets == {}
 
-    asyncio.run(main())
+    _run_many(tmp_path, 2, body)
 
 
 def test_a_closed_log_completes_a_caught_up_fetch(tmp_path) -> None:
