@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from rivulet.delayed import DelayedOperation, DelayedOperationPurgatory, RateMeter, Timer
+from rivulet.delayed import purgatory as purgatory_module
 
 pytestmark = pytest.mark.fast
 
@@ -422,3 +423,109 @@ def test_expiry_and_trigger_on_a_real_loop():
     slow, fast = asyncio.run(main())
     assert (slow.completions, slow.expirations) == (1, 1)
     assert (fast.completions, fast.expirations) == (1, 0)
+
+
+def test_reaper_purges_a_slice_per_timer_pass(timer, monkeypatch):
+    # Kafka purges on its reaper thread; on the one loop a purge goes about PURGE_SLICE watch
+    # entries per pass, so that a million entries never stall it in one go.
+    monkeypatch.setattr(purgatory_module, "PURGE_SLICE", 25)
+    purgatory = DelayedOperationPurgatory("fetch", timer, purge_interval=10)
+    flag = Flag()
+    keys = [f"k{i}" for i in range(10)]
+    ops = [Op(10_000, ready=flag, name=i) for i in range(20)]
+    for op in ops:
+        purgatory.try_complete_else_watch(op, ["trigger", *keys])
+    stayer = Op(10_000, name="stayer")
+    purgatory.try_complete_else_watch(stayer, keys)
+    flag.on = True
+    assert purgatory.check_and_complete("trigger") == 20
+    assert purgatory.watched() == 10 * 21 and timer.size == 2  # the stayer and the reaper
+    passes = []
+    while purgatory.watched() > 10:
+        timer.advance_clock(timer.now_ms)
+        passes.append(purgatory.watched())
+    # Each pass looks at two keys (21 entries each: the slice is whole keys, about 25 entries).
+    assert passes == [170, 130, 90, 50, 10]
+    assert purgatory.watched_keys() == 10 and purgatory.delayed() == 1
+    assert timer.size == 1  # the stayer alone: the purge is done
+    timer.advance_clock(timer.now_ms)
+    assert timer.size == 1 and purgatory.watched() == 10
+    stayer.force_complete()
+    purgatory.shutdown()
+
+
+def test_no_new_purge_while_one_is_under_way(timer, monkeypatch):
+    monkeypatch.setattr(purgatory_module, "PURGE_SLICE", 1)
+    purgatory = DelayedOperationPurgatory("fetch", timer, purge_interval=2)
+    flag = Flag()
+    for i in range(4):
+        purgatory.try_complete_else_watch(Op(10_000, ready=flag, name=i), ["a", "b", "c"])
+    flag.on = True
+    purgatory.check_and_complete("a")  # 4 completed: the reaper is queued
+    timer.advance_clock(timer.now_ms)  # it begins a purge of "b" and "c", and does "c"
+    assert purgatory.watched() == 4 and timer.size == 1
+    for i in range(4):  # 4 more watched and completed meanwhile: past the interval again
+        flag.on = False
+        purgatory.try_complete_else_watch(Op(10_000, ready=flag, name=f"later{i}"), ["d", "e"])
+        flag.on = True
+        purgatory.check_and_complete("d")
+    assert timer.size == 1  # still the one reaper, of the purge under way
+    timer.advance_clock(timer.now_ms)  # "b": that purge is done, "e" was not in it
+    assert purgatory.watched() == 4 and timer.size == 0
+    # The next completion finds the pile past the interval: the next purge.
+    flag.on = False
+    purgatory.try_complete_else_watch(Op(10_000, ready=flag, name="next"), ["f"])
+    flag.on = True
+    purgatory.check_and_complete("f")
+    assert timer.size == 1
+    timer.advance_clock(timer.now_ms)
+    timer.advance_clock(timer.now_ms)
+    assert purgatory.watched() == 0 and purgatory.watched_keys() == 0 and timer.size == 0
+    purgatory.shutdown()
+
+
+def test_purge_completed_purges_at_once_in_place_of_a_purge_under_way(timer, monkeypatch):
+    monkeypatch.setattr(purgatory_module, "PURGE_SLICE", 1)
+    purgatory = DelayedOperationPurgatory("fetch", timer, purge_interval=3)
+    flag = Flag()
+    for i in range(5):
+        purgatory.try_complete_else_watch(Op(10_000, ready=flag, name=i), ["a", "b", "c"])
+    flag.on = True
+    purgatory.check_and_complete("a")
+    timer.advance_clock(timer.now_ms)  # one slice: one key
+    assert purgatory.watched() == 5
+    assert purgatory.purge_completed() == 5
+    assert purgatory.watched() == 0 and purgatory.watched_keys() == 0
+    assert timer.size == 0  # the reaper of the purge it replaced is gone
+
+
+def test_shutdown_ends_a_purge_under_way(timer, monkeypatch):
+    monkeypatch.setattr(purgatory_module, "PURGE_SLICE", 1)
+    purgatory = DelayedOperationPurgatory("fetch", timer, purge_interval=1)
+    flag = Flag()
+    for i in range(3):
+        purgatory.try_complete_else_watch(Op(10_000, ready=flag, name=i), ["a", "b", "c"])
+    flag.on = True
+    purgatory.check_and_complete("a")
+    timer.advance_clock(timer.now_ms)
+    assert timer.size == 1
+    purgatory.shutdown()
+    assert timer.size == 0 and purgatory.watched() == 0
+
+
+_WATCHES = [purgatory_module._py_watch_keys]
+if purgatory_module._speedups is not None:
+    _WATCHES.append(purgatory_module._speedups.watch_keys)
+
+
+@pytest.mark.parametrize("watch_keys", _WATCHES, ids=lambda f: f.__module__ or "C")
+def test_watch_keys_adds_the_operation_under_every_key(watch_keys):
+    a, b = Op(1, name="a"), Op(1, name="b")
+    watchers = {"k0": {id(a): a}}
+    watch_keys(watchers, ["k0", "k1", "k2"], id(b), b)
+    assert list(watchers) == ["k0", "k1", "k2"]
+    assert watchers["k0"] == {id(a): a, id(b): b} and watchers["k1"] == {id(b): b} == watchers["k2"]
+    watch_keys(watchers, ("k1",), id(a), a)  # any sequence of keys
+    assert list(watchers["k1"].values()) == [b, a]
+    with pytest.raises(TypeError):
+        watch_keys(watchers, [["unhashable"]], id(a), a)
