@@ -78,7 +78,8 @@ Issue 32's rows, each a family that ``--skip`` can leave out and ``--only`` can 
   its ``start``, which begins once every partition has taken a write), with each broker's
   default heartbeat intervals; each case runs several times per broker round (``GROUP100_RUNS``,
   ``--group100-runs``), a fresh topic and group each time, and the round's figure is their median:
-  the classic row is a lottery on both brokers, one run a round one ticket;
+  the classic row is a lottery on both brokers, one run a round one ticket. Every run, and each
+  broker's median over all rounds' runs, is listed under the table;
 * ``share``: records acknowledged per second by 1, 4 and 8 share consumers on a 1-partition topic
   (``benchmarks.share_groups``): confluent-kafka's ShareConsumer, threads of this process (so its
   generator CPU is this process's), and Kafka's Java KafkaShareConsumer
@@ -1207,6 +1208,18 @@ def table(runs: Runs) -> list[str]:
     return lines
 
 
+def pooled_runs(runs: Runs, key: str) -> str | None:
+    """Every run of a several-runs figure (``median_of_runs``) over all rounds, each broker's,
+    and the median of each broker's: a lottery's rounds can each land either side."""
+    every = {kind: [v for r in runs[kind] for k, v in r.items() if k.startswith(f"{key}.run")] for kind in runs}
+    if not every["rivulet"] or not every["kafka"]:
+        return None
+    r, k = statistics.median(every["rivulet"]), statistics.median(every["kafka"])
+    return (f"{key}, every run (s): Rivulet {', '.join(f'{v:.2f}' for v in every['rivulet'])}; "
+            f"Kafka {', '.join(f'{v:.2f}' for v in every['kafka'])}; their medians {r:.2f} / {k:.2f}, "
+            f"K/R {k / r:.2f}")
+
+
 def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -1422,6 +1435,10 @@ def main() -> None:
     print("\n".join(throughput_table(runs)))
     print()
     print("\n".join(table(runs)))
+    pooled = [line for protocol, _ in GROUP100_CASES if (line := pooled_runs(runs, f"group100_{protocol}"))]
+    if pooled:
+        print()
+        print("\n".join(f"- {line}" for line in pooled))
 
 
 if __name__ == "__main__":
