@@ -58,6 +58,7 @@ from rivulet.server.handlers.replication import INTER_BROKER_VERSIONS, Replicati
 from rivulet.server.handlers.topics import TopicHandlers
 from rivulet.server.handlers.transactions import TransactionHandlers
 from rivulet.server.network import KafkaConnection
+from rivulet.server.internal_topics import ClusterInternalTopics
 from rivulet.replication.link import BrokerLinks
 from rivulet.server.one_node_admin import OneNodePartitionAdmin
 from rivulet.server.quotas import ClientQuotas
@@ -201,6 +202,9 @@ class KafkaApis:
                                                      topics.off_loop, authz, topic_configs=cluster).handlers())
         partition_admin: PartitionAdmin
         quorum: QuorumView
+        # Cluster mode: FindCoordinator and Metadata have a missing internal topic made by the controller.
+        cluster_internal_topics = None if cluster is None else ClusterInternalTopics(
+            config, cluster, group_coordinator, txn_coordinator, share_coordinator)
         if cluster is not None and cluster.controller is not None:
             self.versions.update(CLUSTER_MODE_VERSIONS)
             self.handlers.update(ControllerHandlers(cluster.controller, authz).handlers())
@@ -222,7 +226,8 @@ class KafkaApis:
             LogDirHandlers(topics.log_manager, log_dir_mover, authz),
             TopicHandlers(topics, replica_manager, config, node, cluster_id, quotas.controller_mutation, authz,
                           metadata_cache, cluster,
-                          {c.internal_topic()[0]: c for c in (group_coordinator, txn_coordinator, share_coordinator)}),
+                          {c.internal_topic()[0]: c for c in (group_coordinator, txn_coordinator, share_coordinator)},
+                          cluster_internal_topics),
             ConfigHandlers(topics, config, authz, client_metrics, group_configs, metadata_cache),
             TelemetryHandlers(client_metrics),
             ShareHandlers(share_partitions, topics.topic_name, authz, quotas),
@@ -230,7 +235,7 @@ class KafkaApis:
             StreamsGroupHandlers(group_coordinator, authz),
             ShareStateHandlers(share_coordinator, authz),
             GroupHandlers(group_coordinator, topics, clock, authz, metadata_cache),
-            FindCoordinatorHandler(group_coordinator, txn_coordinator, config, authz, metadata_cache, cluster,
+            FindCoordinatorHandler(group_coordinator, txn_coordinator, authz, metadata_cache, cluster_internal_topics,
                                    share_coordinator),
             TransactionHandlers(txn_coordinator, group_coordinator, replica_manager, topics, config, authz,
                                 metadata_cache),

@@ -169,6 +169,44 @@ def test_internal_topics_are_created_in_zookeeper_and_groups_commit(cluster):
     assert len(txn_topic["partitions"]) == 50 and all(len(r) == 3 for r in txn_topic["partitions"].values())
 
 
+def test_metadata_naming_an_internal_topic_has_the_controller_create_it(cluster):
+    """As Kafka 4.3.1: Metadata naming __consumer_offsets, __transaction_state or
+    __share_group_state with auto-creation allowed answers UNKNOWN_TOPIC_OR_PARTITION, internal,
+    and has the topic made as for its coordinator (its partition count, replication factor and
+    configs); without auto-creation nothing is made."""
+    from rivulet.protocol.messages import metadata_request as mq
+
+    counts = {"__consumer_offsets": 5, "__transaction_state": 3, "__share_group_state": 4}
+    for i in (1, 2, 3):
+        cluster.start(i, **{"offsets.topic.num.partitions": "5", "transaction.state.log.num.partitions": "3",
+                            "share.coordinator.state.topic.num.partitions": "4"})
+    cluster.wait_for_brokers([1, 2, 3])
+    b = cluster.brokers[2]
+
+    async def metadata(auto_create: bool) -> dict[str, tuple[int, bool, int]]:
+        conn = await BrokerConnection("127.0.0.1", b.port).connect(10)
+        try:
+            resp = await conn.send(mq.MetadataRequest(topics=[mq.MetadataRequestTopic(name=n) for n in counts],
+                                                      allow_auto_topic_creation=auto_create), 12)
+        finally:
+            await conn.close()
+        return {t.name: (t.error_code, t.is_internal, len(t.partitions)) for t in resp.topics}
+
+    unknown = {n: (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, True, 0) for n in counts}
+    assert asyncio.run(metadata(False)) == unknown
+    time.sleep(1)  # a creation, had one been started, would be in ZooKeeper by now
+    assert not set(counts) & set(cluster.zk.get_children("/brokers/topics"))
+    assert asyncio.run(metadata(True)) == unknown
+    eventually(lambda: asyncio.run(metadata(False)) == {n: (ErrorCode.NONE, True, c) for n, c in counts.items()},
+               60, "the internal topics with their leaders")
+    for name, count in counts.items():
+        assigned = cluster.json(f"/brokers/topics/{name}")["partitions"]
+        assert len(assigned) == count and all(sorted(r) == [1, 2, 3] for r in assigned.values())
+        configs = cluster.json(f"/config/topics/{name}")["config"]
+        assert configs["cleanup.policy"] == "compact"
+    assert cluster.json("/config/topics/__transaction_state")["config"]["min.insync.replicas"] == "2"
+
+
 def test_topic_configs_live_in_zookeeper(cluster):
     """A topic's configs are written to /config/topics with a change notification, and every
     broker applies and describes them."""

@@ -351,3 +351,21 @@ def test_run_sampled_returns_the_output_and_the_cpu_of_the_process():
     assert set(by_thread) <= {"sh"}
     with pytest.raises(Exception, match="returned non-zero exit status 3"):
         run_sampled(["sh", "-c", "exit 3"])
+
+
+def test_a_figure_of_several_runs_is_their_median_and_keeps_each_run():
+    from benchmarks.compare import median_of_runs
+    samples = iter([3.2, 2.2, 3.4, 2.3, 3.3])
+    results: dict[str, float] = {}
+    median_of_runs(results, "group100_classic", 5, lambda: next(samples))
+    assert results == {"group100_classic": 3.2, "group100_classic.run1": 3.2, "group100_classic.run2": 2.2,
+                       "group100_classic.run3": 3.4, "group100_classic.run4": 2.3, "group100_classic.run5": 3.3}
+
+
+def test_every_run_of_a_several_runs_figure_is_pooled_over_the_rounds():
+    from benchmarks.compare import pooled_runs
+    runs = {"rivulet": [{"g": 3.1, "g.run1": 3.1, "g.run2": 3.2}, {"g": 3.0, "g.run1": 3.0, "g.run2": 3.0}],
+            "kafka": [{"g": 2.2, "g.run1": 2.2, "g.run2": 2.2}, {"g": 3.4, "g.run1": 3.4, "g.run2": 3.4}]}
+    assert pooled_runs(runs, "g") == ("g, every run (s): Rivulet 3.10, 3.20, 3.00, 3.00; Kafka 2.20, 2.20, 3.40, "
+                                      "3.40; their medians 3.05 / 2.80, K/R 0.92")
+    assert pooled_runs({"rivulet": [{}], "kafka": [{}]}, "g") is None

@@ -63,8 +63,7 @@ def setup():
     b.txn = FakeTxnCoordinator()
     no_authorizer = Authz(None)
     apis = Apis({**GroupHandlers(c, b.metadata, b.clock, no_authorizer).handlers(),
-                 **FindCoordinatorHandler(c, b.txn, {**b.config, "inter.broker.listener.name": "PLAINTEXT"},
-                                          no_authorizer).handlers()})
+                 **FindCoordinatorHandler(c, b.txn, no_authorizer).handlers()})
     return c, b, apis
 
 

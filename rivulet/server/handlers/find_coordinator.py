@@ -6,29 +6,24 @@ the first request has the controller create, as Kafka's brokers do."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import Callable
 
 from rivulet.common.types import TopicPartition
 from rivulet.coordinator.group_coordinator import GroupCoordinator
 from rivulet.coordinator.offsets_topic import GROUP_METADATA_TOPIC_NAME
-from rivulet.protocol.errors import ApiError, ErrorCode
+from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.framing import RequestHeader
 from rivulet.protocol.messages import find_coordinator_response as fcr
 from rivulet.protocol.messages.find_coordinator_request import FindCoordinatorRequest
 from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.security.acls import AclOperation as Op, ResourceType
 from rivulet.server.acls import Authz
-from rivulet.server.config import BrokerConfig
 from rivulet.server.handlers import Handler
+from rivulet.server.internal_topics import ClusterInternalTopics
 from rivulet.server.network import KafkaConnection
-from rivulet.server.zk_cluster import ZkClusterMember
 from rivulet.share.coordinator import SHARE_GROUP_STATE_TOPIC_NAME, ShareCoordinator
 from rivulet.transaction.coordinator import TransactionCoordinator
 from rivulet.transaction.txn_log import TRANSACTION_STATE_TOPIC_NAME
-
-log = logging.getLogger(__name__)
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
@@ -57,18 +52,16 @@ def _valid_share_key(key: str) -> bool:
 
 
 class FindCoordinatorHandler:
-    def __init__(self, groups: GroupCoordinator, transactions: TransactionCoordinator, config: BrokerConfig,
-                 authz: Authz, metadata_cache: MetadataCache | None = None,
-                 cluster: ZkClusterMember | None = None, shares: ShareCoordinator | None = None) -> None:
+    def __init__(self, groups: GroupCoordinator, transactions: TransactionCoordinator, authz: Authz,
+                 metadata_cache: MetadataCache | None = None, internal_topics: ClusterInternalTopics | None = None,
+                 shares: ShareCoordinator | None = None) -> None:
         self.groups = groups
         self.shares = shares
         self.authz = authz
         self.transactions = transactions
-        self.config = config
         # Cluster mode: the coordinator is the leader of the key's internal partition.
         self.metadata_cache = metadata_cache
-        self.cluster = cluster
-        self._creating: dict[str, asyncio.Task] = {}
+        self.internal_topics = internal_topics
 
     def handlers(self) -> dict[int, Handler]:
         return {10: self.handle_find_coordinator}
@@ -114,56 +107,24 @@ class FindCoordinatorHandler:
     def _resolve_in_cluster(self, key_type: int, key: str, listener: str) -> tuple[ErrorCode, int, str, int]:
         assert self.metadata_cache is not None
         if key_type == GROUP_KEY_TYPE:
-            active, topic, prefix = self.groups.is_active, GROUP_METADATA_TOPIC_NAME, "offsets.topic"
-            configs: Callable[[int], dict[str, str]] = lambda _rf: self.groups.offsets_topic_configs()
+            active, topic = self.groups.is_active, GROUP_METADATA_TOPIC_NAME
             partition_for: Callable[[str], int] = self.groups.partition_for
         elif key_type == TRANSACTION_KEY_TYPE:
-            active, topic, prefix = self.transactions.active, TRANSACTION_STATE_TOPIC_NAME, "transaction.state.log"
-            configs, partition_for = self.transactions.state_topic_configs, self.transactions.partition_for
+            active, topic, partition_for = (self.transactions.active, TRANSACTION_STATE_TOPIC_NAME,
+                                            self.transactions.partition_for)
         elif key_type == SHARE_KEY_TYPE and self.shares is not None:
-            active, topic, prefix = self.shares.active, SHARE_GROUP_STATE_TOPIC_NAME, "share.coordinator.state.topic"
-            configs, partition_for = self.shares.state_topic_configs, self.shares.partition_for
+            active, topic, partition_for = self.shares.active, SHARE_GROUP_STATE_TOPIC_NAME, self.shares.partition_for
         else:
             return ErrorCode.INVALID_REQUEST, -1, "", -1
         # Cluster mode: the leader of the key's partition of the internal topic.
         if not active:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
         if not self.metadata_cache.contains_topic(topic):
-            return self._create_internal_topic(topic, self.config[f"{prefix}.num.partitions"],
-                                               f"{prefix}.replication.factor", configs)
+            # Made by the controller; COORDINATOR_NOT_AVAILABLE until its leaders are known.
+            if self.internal_topics is not None:
+                self.internal_topics.create_when_missing(topic)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
         return self._leader_of(TopicPartition(topic, partition_for(key)), listener)
-
-    def _create_internal_topic(self, name: str, partitions: int, rf_key: str,
-                               configs: Callable[[int], dict[str, str]]) -> tuple[ErrorCode, int, str, int]:
-        """The internal topic does not exist yet: have the controller create it, and answer
-        COORDINATOR_NOT_AVAILABLE until its leaders are known. With fewer live brokers than its
-        replication factor it waits for more, as Kafka does while a cluster starts."""
-        not_yet = (ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1)
-        if self.cluster is None or name in self._creating:
-            return not_yet
-        rf = self.config[rf_key]
-        live = len(self.cluster.live_broker_ids())
-        if live < rf:
-            log.warning("Number of alive brokers '%d' does not meet the required replication factor '%d' for "
-                        "the topic %s (configured via '%s'). This error can be ignored if the cluster is starting "
-                        "up and not all brokers are up yet.", live, rf, name, rf_key)
-            return not_yet
-        assignment = self.cluster.assign_replicas(partitions, rf)
-        task = asyncio.get_running_loop().create_task(self._create(name, assignment, configs(rf)))
-        self._creating[name] = task
-        task.add_done_callback(lambda _t: self._creating.pop(name, None))
-        return not_yet
-
-    async def _create(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str]) -> None:
-        assert self.cluster is not None
-        try:
-            await self.cluster.create_topic(name, assignment, configs)
-            log.info("created internal topic %s with %d partition(s)", name, len(assignment))
-        except ApiError as e:
-            if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:  # another broker was first
-                log.warning("creating internal topic %s failed: %s", name, e)
-        except Exception:
-            log.exception("creating internal topic %s failed", name)
 
     def _leader_of(self, tp: TopicPartition, listener: str) -> tuple[ErrorCode, int, str, int]:
         assert self.metadata_cache is not None

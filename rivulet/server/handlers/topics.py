@@ -38,6 +38,7 @@ from rivulet.server.acls import OPERATIONS_NOT_REQUESTED, Authz
 from rivulet.server.answer import Answer
 from rivulet.server.config import BrokerConfig
 from rivulet.server.handlers import Handler
+from rivulet.server.internal_topics import ClusterInternalTopics
 from rivulet.server.metadata import INTERNAL_TOPICS, validate_topic_name
 from rivulet.server.network import KafkaConnection, Listener
 from rivulet.server.quotas import ControllerMutationQuota, ControllerMutationQuotaManager
@@ -108,8 +109,10 @@ class TopicHandlers:
     # to carry out, as Kafka 2.x's brokers do.
     cluster: ZkClusterMember | None = None
     # The coordinators by the name of their internal topic: Metadata asking for one, with
-    # auto-creation, has its coordinator make it.
+    # auto-creation, has it made as for its coordinator (on a single node by the coordinator,
+    # in cluster mode by the controller, through the FindCoordinator's path).
     internal_topics: Mapping[str, InternalTopicCoordinator] = field(default_factory=dict)
+    cluster_internal_topics: ClusterInternalTopics | None = None
 
     def handlers(self) -> dict[int, Handler]:
         return {3: self.handle_metadata, 19: self.handle_create_topics, 20: self.handle_delete_topics,
@@ -296,7 +299,10 @@ class TopicHandlers:
                 if maker is not None:
                     # Kafka 4.3 makes it as for its coordinator (its partitions and configs) and
                     # answers UNKNOWN_TOPIC_OR_PARTITION meanwhile.
-                    maker.make_topic_when_missing()
+                    if self.cluster_internal_topics is not None:
+                        self.cluster_internal_topics.create_when_missing(name)
+                    else:
+                        maker.make_topic_when_missing()
                     t.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                     topics_out.append(t)
                     continue
