@@ -27,7 +27,8 @@ before), one broker or cluster at a time:
 
 * ``many10k``: 10,000 partitions, ten topics of 1,000 on a fresh single broker, ten
   rdkafka_performance processes producing 1 KiB at acks=1 and then consuming an even fill, as
-  ``many``;
+  ``many``; both brokers with ``MANY10K_BROKER_PROPS`` (indexes of 128 KiB, so that page faults
+  on Kafka's mmapped indexes read around no more than a 128 KiB readahead would);
   and the time to create the topics and elect their leaders, and the broker's RSS after;
 * ``cluster``: three brokers on this machine, RF=3, acks=all, min.insync.replicas=2 (on both),
   six partitions: Rivulet in ZooKeeper mode (``benchmarks.replication.Cluster``, its ZooKeeper
@@ -110,7 +111,7 @@ import tempfile
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -151,6 +152,12 @@ MANY10K_PARTITIONS_EACH = 1000
 MANY10K_CREATE_TIMEOUT = 300.0
 # Either broker keeps a file open per partition: 10,000 of them, and sockets and the rest beside.
 MANY10K_OPEN_FILES = 16_384
+# Both 10,000-partition brokers: indexes of 128 KiB, not Kafka's 10 MiB (preallocated sparse,
+# mmapped). A fault on an index page reads around by the disk's readahead, 8 MiB on this VM: at
+# 10,000 partitions that zero-filled more page cache than the VM has, evicting the logs the consume
+# row then read back ("Why Kafka's broker burned 17 CPU s" in docs/performance.md). 128 KiB is what
+# a default readahead reads; 16,384 entries roll a segment after ~64 MiB, the rows write ~200 KiB.
+MANY10K_BROKER_PROPS = {"log.index.size.max.bytes": "131072"}
 # The many-partition consume rows read a layout of their own: the produce rows' keyless records go
 # through librdkafka's sticky partitioner, which moves on every sticky.partitioning.linger.ms, so
 # how many partitions they reach follows how fast the producer ran against that broker. After the
@@ -424,9 +431,10 @@ class Broker:
     ``bootstrap`` is the PLAINTEXT listener (topics, leaders); ``load_bootstrap`` the one the
     load generators use, secured as ``security`` says."""
 
-    def __init__(self, kind: str, security: Security) -> None:
+    def __init__(self, kind: str, security: Security, props: Mapping[str, str] | None = None) -> None:
         self.kind = kind
         self.security = security
+        self.props = dict(props or {})  # for both kinds, under the listener's own
         self.impl: BrokerProcess | KafkaReference | None = None
         self.secured_port: int | None = None
 
@@ -441,11 +449,11 @@ class Broker:
         self.secured_port = free_port() if self.security.secured else None
         if self.kind == "rivulet":
             rivulet = BrokerProcess({"group.initial.rebalance.delay.ms": "0", "inter.broker.listener.name": "PLAINTEXT",
-                                     **props})
+                                     **self.props, **props})
             rivulet.overrides["listeners"] = self._listeners(rivulet.port)
             self.impl = rivulet
         else:
-            kafka = KafkaReference(group_initial_rebalance_delay_ms=0)
+            kafka = KafkaReference(group_initial_rebalance_delay_ms=0, overrides=self.props)
             if self.secured_port is not None:
                 kafka.properties.update({
                     **props,
@@ -1281,7 +1289,9 @@ def new_family_lines(args: argparse.Namespace) -> list[str]:
     lines = []
     if "many10k" not in args.skip:
         lines.append(f"{MANY10K_TOPICS * MANY10K_PARTITIONS_EACH:,} partitions: a broker of their own (same "
-                     f"settings, same warm-up), {MANY10K_TOPICS} rdkafka_performance processes at once, "
+                     "settings and "
+                     + ", ".join(f"{k}={v}" for k, v in MANY10K_BROKER_PROPS.items())
+                     + f", same warm-up), {MANY10K_TOPICS} rdkafka_performance processes at once, "
                      f"{max(1, args.records_1k // MANY10K_TOPICS):,} x 1 KiB each to its own topic of "
                      f"{MANY10K_PARTITIONS_EACH:,} partitions, acks=1; the consume row reads an untimed even "
                      f"fill after it ({max(1, args.records_1k // MANY10K_TOPICS // MANY10K_PARTITIONS_EACH):,} "
@@ -1384,7 +1394,7 @@ def main() -> None:
             if not set(SINGLE_PARTS) <= args.skip:
                 parts.append(_closing(Broker(kind, security), measure, args))
             if "many10k" not in args.skip:
-                parts.append(_closing(Broker(kind, security), measure_many10k, args))
+                parts.append(_closing(Broker(kind, security, MANY10K_BROKER_PROPS), measure_many10k, args))
             if "cluster" not in args.skip:
                 parts.append(_closing(Brokers3(kind), measure_cluster, args))
             runs[kind].append(merge_round(parts))
