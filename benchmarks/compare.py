@@ -13,8 +13,9 @@ generators only, never by a Python loop (which, at 100 B records, would measure 
   4 partitions, ``linger.ms=10``, ``batch.size=1000000``; consume each full acks=1 topic;
   produce 1 KiB lz4 and zstd batches at acks=1; and many partitions, 1,000 over 10 topics:
   rdkafka_performance takes one topic per process, so ten processes run at once, one per
-  topic of 100 partitions, their records counted over the wall time from the first start to
-  the last exit; the consume row then reads records of its own, appended untimed after the
+  topic of 100 partitions (``MANY_TOPIC_CONFIG``, also ``many10k``'s: indexes of 128 KiB, so
+  that page faults on Kafka's mmapped indexes read around no more than a 128 KiB readahead
+  would), their records counted over the wall time from the first start to the last exit; the consume row then reads records of its own, appended untimed after the
   produce row (``fill_layout``): the same count to every partition in the same batches, so that
   both brokers' consume rows read the same layout, which its table reports (the produce row's
   sticky partitioner lays records out by the producer's speed);
@@ -27,8 +28,7 @@ before), one broker or cluster at a time:
 
 * ``many10k``: 10,000 partitions, ten topics of 1,000 on a fresh single broker, ten
   rdkafka_performance processes producing 1 KiB at acks=1 and then consuming an even fill, as
-  ``many``; both brokers with ``MANY10K_BROKER_PROPS`` (indexes of 128 KiB, so that page faults
-  on Kafka's mmapped indexes read around no more than a 128 KiB readahead would);
+  ``many``;
   and the time to create the topics and elect their leaders, and the broker's RSS after;
 * ``cluster``: three brokers on this machine, RF=3, acks=all, min.insync.replicas=2 (on both),
   six partitions: Rivulet in ZooKeeper mode (``benchmarks.replication.Cluster``, its ZooKeeper
@@ -145,6 +145,7 @@ PARTITIONS = 4
 # Many partitions: rdkafka_performance takes one topic, so one process per topic, all at once.
 MANY_TOPICS = 10
 MANY_PARTITIONS_EACH = 100
+MANY_CREATE_TIMEOUT = 60.0  # CreateTopics and the leaders, as _create's (create_topic 30 s, leaders 60 s)
 # Ten times as many, on a broker of their own (so the other rows' broker never holds them).
 MANY10K_TOPICS = 10
 MANY10K_PARTITIONS_EACH = 1000
@@ -152,12 +153,13 @@ MANY10K_PARTITIONS_EACH = 1000
 MANY10K_CREATE_TIMEOUT = 300.0
 # Either broker keeps a file open per partition: 10,000 of them, and sockets and the rest beside.
 MANY10K_OPEN_FILES = 16_384
-# Both 10,000-partition brokers: indexes of 128 KiB, not Kafka's 10 MiB (preallocated sparse,
-# mmapped). A fault on an index page reads around by the disk's readahead, 8 MiB on this VM: at
-# 10,000 partitions that zero-filled more page cache than the VM has, evicting the logs the consume
-# row then read back ("Why Kafka's broker burned 17 CPU s" in docs/performance.md). 128 KiB is what
-# a default readahead reads; 16,384 entries roll a segment after ~64 MiB, the rows write ~200 KiB.
-MANY10K_BROKER_PROPS = {"log.index.size.max.bytes": "131072"}
+# The many-partition topics (both families, both brokers): indexes of 128 KiB, not Kafka's 10 MiB
+# (preallocated sparse, mmapped). A fault on an index page reads around by the disk's readahead,
+# 8 MiB on this VM: at 10,000 partitions that zero-filled more page cache than the VM has, evicting
+# the logs the consume row then read back ("Why Kafka's broker burned 17 CPU s" in
+# docs/performance.md). 128 KiB is what a default readahead reads; 16,384 entries roll a segment
+# after ~64 MiB of log, and these rows write at most ~2 MiB a partition.
+MANY_TOPIC_CONFIG = {"segment.index.bytes": "131072"}
 # The many-partition consume rows read a layout of their own: the produce rows' keyless records go
 # through librdkafka's sticky partitioner, which moves on every sticky.partitioning.linger.ms, so
 # how many partitions they reach follows how fast the producer ran against that broker. After the
@@ -431,10 +433,9 @@ class Broker:
     ``bootstrap`` is the PLAINTEXT listener (topics, leaders); ``load_bootstrap`` the one the
     load generators use, secured as ``security`` says."""
 
-    def __init__(self, kind: str, security: Security, props: Mapping[str, str] | None = None) -> None:
+    def __init__(self, kind: str, security: Security) -> None:
         self.kind = kind
         self.security = security
-        self.props = dict(props or {})  # for both kinds, under the listener's own
         self.impl: BrokerProcess | KafkaReference | None = None
         self.secured_port: int | None = None
 
@@ -449,11 +450,11 @@ class Broker:
         self.secured_port = free_port() if self.security.secured else None
         if self.kind == "rivulet":
             rivulet = BrokerProcess({"group.initial.rebalance.delay.ms": "0", "inter.broker.listener.name": "PLAINTEXT",
-                                     **self.props, **props})
+                                     **props})
             rivulet.overrides["listeners"] = self._listeners(rivulet.port)
             self.impl = rivulet
         else:
-            kafka = KafkaReference(group_initial_rebalance_delay_ms=0, overrides=self.props)
+            kafka = KafkaReference(group_initial_rebalance_delay_ms=0)
             if self.secured_port is not None:
                 kafka.properties.update({
                     **props,
@@ -592,12 +593,13 @@ def _create(bs: str, topics: list[str], partitions: int) -> None:
     wait_for_leaders(bs, topics)
 
 
-def _create_large(bs: str, topics: list[str], partitions: int, timeout: float) -> None:
+def _create_large(bs: str, topics: list[str], partitions: int, timeout: float,
+                  config: Mapping[str, str] | None = None) -> None:
     """``_create`` for topics of many partitions, with ``timeout`` for each CreateTopics and
     for all the leaders (create_topic waits 30 s, which 1,000 partitions can take)."""
     admin = AdminClient({"bootstrap.servers": bs})  # held: its futures die with it
     for t in topics:
-        admin.create_topics([NewTopic(t, partitions, 1)], operation_timeout=timeout,
+        admin.create_topics([NewTopic(t, partitions, 1, config=dict(config or {}))], operation_timeout=timeout,
                             request_timeout=timeout)[t].result(timeout)
     wait_for_leaders(bs, topics, timeout)
 
@@ -805,7 +807,7 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
         def many_partitions() -> None:
             many = [_topic(f"many{i}") for i in range(MANY_TOPICS)]
             each = max(1, args.records_1k // MANY_TOPICS)
-            _create(bs, many, MANY_PARTITIONS_EACH)
+            _create_large(bs, many, MANY_PARTITIONS_EACH, MANY_CREATE_TIMEOUT, MANY_TOPIC_CONFIG)
             load("rdk_prod_many", f"rdkafka_performance x{MANY_TOPICS} produce 1 KiB acks=1",
                  functools.partial(_rdk_parallel, [rdkafka_perf.producer_args(lbs, t, each, 1024, "1", extra=x) for t in many],
                                    rdkafka_perf.parse_producer, each))
@@ -947,7 +949,7 @@ def measure_many10k(broker: Broker, args: argparse.Namespace) -> dict[str, float
 
     def create() -> None:
         t0 = time.monotonic()
-        _create_large(bs, topics, MANY10K_PARTITIONS_EACH, MANY10K_CREATE_TIMEOUT)
+        _create_large(bs, topics, MANY10K_PARTITIONS_EACH, MANY10K_CREATE_TIMEOUT, MANY_TOPIC_CONFIG)
         results["many10k_create"] = time.monotonic() - t0
     rec.attempt(f"create {MANY10K_TOPICS} topics of {MANY10K_PARTITIONS_EACH:,} partitions", create)
     if "many10k_create" in results:
@@ -1244,7 +1246,7 @@ def context(argv: list[str], args: argparse.Namespace, wall: float, load_before:
         f"- workload: {args.records_100:,} x 100 B and {args.records_1k:,} x 1 KiB records per produce run, "
         f"{PARTITIONS} partitions, linger.ms=10, batch.size=1000000, idempotence off; many partitions: "
         f"{MANY_TOPICS} rdkafka_performance processes at once, {max(1, args.records_1k // MANY_TOPICS):,} x 1 KiB "
-        f"each to its own topic of {MANY_PARTITIONS_EACH} partitions, the consume row reading an untimed even "
+        f"each to its own topic of {MANY_PARTITIONS_EACH} partitions ({_topic_config_text()}), the consume row reading an untimed even "
         f"fill after it ({max(1, args.records_1k // MANY_TOPICS // MANY_PARTITIONS_EACH):,} x 1 KiB appended to "
         f"every partition, one flush a topic); untimed warm-up of {args.warmup:,} x 100 B + "
         f"{args.warmup // 3:,} x 1 KiB (rdkafka_performance produce+consume) after start-up; "
@@ -1284,16 +1286,18 @@ def _issue32_context(args: argparse.Namespace) -> list[str]:
     return [f"- issue 32 rows: {'; '.join(parts)}"] if parts else []
 
 
+def _topic_config_text() -> str:
+    return ", ".join(f"{k}={v}" for k, v in MANY_TOPIC_CONFIG.items())
+
+
 def new_family_lines(args: argparse.Namespace) -> list[str]:
     """The workload of the families that start brokers of their own, those that ran."""
     lines = []
     if "many10k" not in args.skip:
         lines.append(f"{MANY10K_TOPICS * MANY10K_PARTITIONS_EACH:,} partitions: a broker of their own (same "
-                     "settings and "
-                     + ", ".join(f"{k}={v}" for k, v in MANY10K_BROKER_PROPS.items())
-                     + f", same warm-up), {MANY10K_TOPICS} rdkafka_performance processes at once, "
+                     f"settings, same warm-up), {MANY10K_TOPICS} rdkafka_performance processes at once, "
                      f"{max(1, args.records_1k // MANY10K_TOPICS):,} x 1 KiB each to its own topic of "
-                     f"{MANY10K_PARTITIONS_EACH:,} partitions, acks=1; the consume row reads an untimed even "
+                     f"{MANY10K_PARTITIONS_EACH:,} partitions ({_topic_config_text()}), acks=1; the consume row reads an untimed even "
                      f"fill after it ({max(1, args.records_1k // MANY10K_TOPICS // MANY10K_PARTITIONS_EACH):,} "
                      "x 1 KiB appended to every partition, one flush a topic)")
     if "cluster" not in args.skip:
@@ -1394,7 +1398,7 @@ def main() -> None:
             if not set(SINGLE_PARTS) <= args.skip:
                 parts.append(_closing(Broker(kind, security), measure, args))
             if "many10k" not in args.skip:
-                parts.append(_closing(Broker(kind, security, MANY10K_BROKER_PROPS), measure_many10k, args))
+                parts.append(_closing(Broker(kind, security), measure_many10k, args))
             if "cluster" not in args.skip:
                 parts.append(_closing(Brokers3(kind), measure_cluster, args))
             runs[kind].append(merge_round(parts))

@@ -75,18 +75,17 @@ def test_the_even_fill_appends_the_same_count_to_every_partition_in_one_batch_ea
 
 
 @pytest.mark.parametrize("kind", ["rivulet", pytest.param("kafka", marks=pytest.mark.java)])
-def test_the_10k_partition_brokers_get_their_index_size_as_every_topic_default(kind, request):
+def test_the_many_partition_topics_get_their_128_kib_index_on_both_brokers(kind, request):
     if kind == "kafka":
         request.getfixturevalue("java")
-    b = compare.Broker(kind, compare.Security("PLAINTEXT"), compare.MANY10K_BROKER_PROPS)
+    b = compare.Broker(kind, compare.Security("PLAINTEXT"))
     try:
         b.start()
         topic = f"idx-{uuid.uuid4().hex[:6]}"
-        create_topic(b.bootstrap, topic, 1)
+        compare._create_large(b.bootstrap, [topic], 3, 60.0, compare.MANY_TOPIC_CONFIG)
         admin = AdminClient({"bootstrap.servers": b.bootstrap})
         configs = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)])
         entries = next(iter(configs.values())).result(30)
     finally:
         b.close()
-    # the topic's segment.index.bytes comes from the broker's log.index.size.max.bytes
-    assert entries["segment.index.bytes"].value == compare.MANY10K_BROKER_PROPS["log.index.size.max.bytes"]
+    assert entries["segment.index.bytes"].value == compare.MANY_TOPIC_CONFIG["segment.index.bytes"]
