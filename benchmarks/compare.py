@@ -13,8 +13,9 @@ generators only, never by a Python loop (which, at 100 B records, would measure 
   4 partitions, ``linger.ms=10``, ``batch.size=1000000``; consume each full acks=1 topic;
   produce 1 KiB lz4 and zstd batches at acks=1; and many partitions, 1,000 over 10 topics:
   rdkafka_performance takes one topic per process, so ten processes run at once, one per
-  topic of 100 partitions, their records counted over the wall time from the first start to
-  the last exit; the consume row then reads records of its own, appended untimed after the
+  topic of 100 partitions (``MANY_TOPIC_CONFIG``, also ``many10k``'s: indexes of 128 KiB, so
+  that page faults on Kafka's mmapped indexes read around no more than a 128 KiB readahead
+  would), their records counted over the wall time from the first start to the last exit; the consume row then reads records of its own, appended untimed after the
   produce row (``fill_layout``): the same count to every partition in the same batches, so that
   both brokers' consume rows read the same layout, which its table reports (the produce row's
   sticky partitioner lays records out by the producer's speed);
@@ -113,7 +114,7 @@ import tempfile
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -147,6 +148,7 @@ PARTITIONS = 4
 # Many partitions: rdkafka_performance takes one topic, so one process per topic, all at once.
 MANY_TOPICS = 10
 MANY_PARTITIONS_EACH = 100
+MANY_CREATE_TIMEOUT = 60.0  # CreateTopics and the leaders, as _create's (create_topic 30 s, leaders 60 s)
 # Ten times as many, on a broker of their own (so the other rows' broker never holds them).
 MANY10K_TOPICS = 10
 MANY10K_PARTITIONS_EACH = 1000
@@ -154,6 +156,13 @@ MANY10K_PARTITIONS_EACH = 1000
 MANY10K_CREATE_TIMEOUT = 300.0
 # Either broker keeps a file open per partition: 10,000 of them, and sockets and the rest beside.
 MANY10K_OPEN_FILES = 16_384
+# The many-partition topics (both families, both brokers): indexes of 128 KiB, not Kafka's 10 MiB
+# (preallocated sparse, mmapped). A fault on an index page reads around by the disk's readahead,
+# 8 MiB on this VM: at 10,000 partitions that zero-filled more page cache than the VM has, evicting
+# the logs the consume row then read back ("Why Kafka's broker burned 17 CPU s" in
+# docs/performance.md). 128 KiB is what a default readahead reads; 16,384 entries roll a segment
+# after ~64 MiB of log, and these rows write at most ~2 MiB a partition.
+MANY_TOPIC_CONFIG = {"segment.index.bytes": "131072"}
 # The many-partition consume rows read a layout of their own: the produce rows' keyless records go
 # through librdkafka's sticky partitioner, which moves on every sticky.partitioning.linger.ms, so
 # how many partitions they reach follows how fast the producer ran against that broker. After the
@@ -592,12 +601,13 @@ def _create(bs: str, topics: list[str], partitions: int) -> None:
     wait_for_leaders(bs, topics)
 
 
-def _create_large(bs: str, topics: list[str], partitions: int, timeout: float) -> None:
+def _create_large(bs: str, topics: list[str], partitions: int, timeout: float,
+                  config: Mapping[str, str] | None = None) -> None:
     """``_create`` for topics of many partitions, with ``timeout`` for each CreateTopics and
     for all the leaders (create_topic waits 30 s, which 1,000 partitions can take)."""
     admin = AdminClient({"bootstrap.servers": bs})  # held: its futures die with it
     for t in topics:
-        admin.create_topics([NewTopic(t, partitions, 1)], operation_timeout=timeout,
+        admin.create_topics([NewTopic(t, partitions, 1, config=dict(config or {}))], operation_timeout=timeout,
                             request_timeout=timeout)[t].result(timeout)
     wait_for_leaders(bs, topics, timeout)
 
@@ -805,7 +815,7 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
         def many_partitions() -> None:
             many = [_topic(f"many{i}") for i in range(MANY_TOPICS)]
             each = max(1, args.records_1k // MANY_TOPICS)
-            _create(bs, many, MANY_PARTITIONS_EACH)
+            _create_large(bs, many, MANY_PARTITIONS_EACH, MANY_CREATE_TIMEOUT, MANY_TOPIC_CONFIG)
             load("rdk_prod_many", f"rdkafka_performance x{MANY_TOPICS} produce 1 KiB acks=1",
                  functools.partial(_rdk_parallel, [rdkafka_perf.producer_args(lbs, t, each, 1024, "1", extra=x) for t in many],
                                    rdkafka_perf.parse_producer, each))
@@ -959,7 +969,7 @@ def measure_many10k(broker: Broker, args: argparse.Namespace) -> dict[str, float
 
     def create() -> None:
         t0 = time.monotonic()
-        _create_large(bs, topics, MANY10K_PARTITIONS_EACH, MANY10K_CREATE_TIMEOUT)
+        _create_large(bs, topics, MANY10K_PARTITIONS_EACH, MANY10K_CREATE_TIMEOUT, MANY_TOPIC_CONFIG)
         results["many10k_create"] = time.monotonic() - t0
     rec.attempt(f"create {MANY10K_TOPICS} topics of {MANY10K_PARTITIONS_EACH:,} partitions", create)
     if "many10k_create" in results:
@@ -1268,7 +1278,7 @@ def context(argv: list[str], args: argparse.Namespace, wall: float, load_before:
         f"- workload: {args.records_100:,} x 100 B and {args.records_1k:,} x 1 KiB records per produce run, "
         f"{PARTITIONS} partitions, linger.ms=10, batch.size=1000000, idempotence off; many partitions: "
         f"{MANY_TOPICS} rdkafka_performance processes at once, {max(1, args.records_1k // MANY_TOPICS):,} x 1 KiB "
-        f"each to its own topic of {MANY_PARTITIONS_EACH} partitions, the consume row reading an untimed even "
+        f"each to its own topic of {MANY_PARTITIONS_EACH} partitions ({_topic_config_text()}), the consume row reading an untimed even "
         f"fill after it ({max(1, args.records_1k // MANY_TOPICS // MANY_PARTITIONS_EACH):,} x 1 KiB appended to "
         f"every partition, one flush a topic); untimed warm-up of {args.warmup:,} x 100 B + "
         f"{args.warmup // 3:,} x 1 KiB (rdkafka_performance produce+consume) after start-up; "
@@ -1310,6 +1320,10 @@ def _issue32_context(args: argparse.Namespace) -> list[str]:
     return [f"- issue 32 rows: {'; '.join(parts)}"] if parts else []
 
 
+def _topic_config_text() -> str:
+    return ", ".join(f"{k}={v}" for k, v in MANY_TOPIC_CONFIG.items())
+
+
 def new_family_lines(args: argparse.Namespace) -> list[str]:
     """The workload of the families that start brokers of their own, those that ran."""
     lines = []
@@ -1317,7 +1331,7 @@ def new_family_lines(args: argparse.Namespace) -> list[str]:
         lines.append(f"{MANY10K_TOPICS * MANY10K_PARTITIONS_EACH:,} partitions: a broker of their own (same "
                      f"settings, same warm-up), {MANY10K_TOPICS} rdkafka_performance processes at once, "
                      f"{max(1, args.records_1k // MANY10K_TOPICS):,} x 1 KiB each to its own topic of "
-                     f"{MANY10K_PARTITIONS_EACH:,} partitions, acks=1; the consume row reads an untimed even "
+                     f"{MANY10K_PARTITIONS_EACH:,} partitions ({_topic_config_text()}), acks=1; the consume row reads an untimed even "
                      f"fill after it ({max(1, args.records_1k // MANY10K_TOPICS // MANY10K_PARTITIONS_EACH):,} "
                      "x 1 KiB appended to every partition, one flush a topic)")
     if "cluster" not in args.skip:

@@ -10,6 +10,7 @@ import uuid
 import pytest
 
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from benchmarks import compare, share_groups, txn_perf
 from benchmarks.transactions import count_committed, create_topic
@@ -71,3 +72,20 @@ def test_the_even_fill_appends_the_same_count_to_every_partition_in_one_batch_ea
     for part in answer.responses[0].partitions:
         batches = [h for _, h in iter_batches(bytes(part.records))]
         assert [(h.base_offset, h.records_count) for h in batches] == [(ends[(topic, part.partition_index)] - 25, 25)]
+
+
+@pytest.mark.parametrize("kind", ["rivulet", pytest.param("kafka", marks=pytest.mark.java)])
+def test_the_many_partition_topics_get_their_128_kib_index_on_both_brokers(kind, request):
+    if kind == "kafka":
+        request.getfixturevalue("java")
+    b = compare.Broker(kind, compare.Security("PLAINTEXT"))
+    try:
+        b.start()
+        topic = f"idx-{uuid.uuid4().hex[:6]}"
+        compare._create_large(b.bootstrap, [topic], 3, 60.0, compare.MANY_TOPIC_CONFIG)
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        configs = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)])
+        entries = next(iter(configs.values())).result(30)
+    finally:
+        b.close()
+    assert entries["segment.index.bytes"].value == compare.MANY_TOPIC_CONFIG["segment.index.bytes"]
