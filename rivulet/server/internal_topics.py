@@ -10,6 +10,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from kazoo.exceptions import KazooException
+
 from rivulet.coordinator.group_coordinator import GroupCoordinator
 from rivulet.coordinator.offsets_topic import GROUP_METADATA_TOPIC_NAME
 from rivulet.protocol.errors import ApiError, ErrorCode
@@ -67,5 +69,8 @@ class ClusterInternalTopics:
         except ApiError as e:
             if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:  # another broker was first
                 log.warning("creating internal topic %s failed: %s", name, e)
+        except (KazooException, TimeoutError) as e:
+            # A lost or expired ZooKeeper session: the next request asking for it tries again.
+            log.warning("creating internal topic %s failed: %r", name, e)
         except Exception:
             log.exception("creating internal topic %s failed", name)
