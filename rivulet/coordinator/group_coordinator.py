@@ -396,8 +396,6 @@ class GroupCoordinator(InternalTopicCoordinator):
             group.consumer = None
             group.protocol_type = None
             is_new = True  # Kafka removes the consumer group and creates a classic one
-        if is_new:
-            self._store_new_group(group)
         reason = reason or "not provided"
         if not self._accept_joining_member(group, member_id):
             group.remove(member_id)
@@ -412,11 +410,13 @@ class GroupCoordinator(InternalTopicCoordinator):
                                          callback, reason)
         if group.is_(PREPARING_REBALANCE):
             self.rebalance_purgatory.check_and_complete(join_key(group.group_id))
+        if is_new:
+            self._store_new_group(group)
 
     def _store_new_group(self, group: GroupMetadata) -> None:
         """As Kafka: a group a JoinGroup creates is written at once as an empty record, so that it
-        survives a restart or a coordinator move. No answer waits for it (MEMBER_ID_REQUIRED goes
-        out at once); it precedes whatever the join writes later."""
+        survives a restart or a coordinator move. No answer waits for it: the join's own answer
+        (MEMBER_ID_REQUIRED, an error) has gone out already, or comes when the rebalance ends."""
         def stored(error: ErrorCode) -> None:
             if error == ErrorCode.NONE:
                 return

@@ -276,3 +276,15 @@ def test_a_join_to_an_existing_or_unknown_member_group_writes_no_empty_record():
     stale.join()
     assert stale.join_result.error == ErrorCode.UNKNOWN_MEMBER_ID
     assert len(_group_records(b, "g")) == before and _group_records(b, "nope") == []
+
+
+def test_a_new_group_whose_empty_record_fails_is_dropped_as_kafka_reverts_it():
+    c, b = make_coordinator()
+    b.replica_manager.fail_with = ErrorCode.NOT_ENOUGH_REPLICAS
+    m = Member(c, "lost", "c1")
+    m.join()
+    assert m.join_result.error == ErrorCode.MEMBER_ID_REQUIRED  # answered before the write's outcome
+    assert c.manager.get_group("lost") is None
+    b.replica_manager.fail_with = None
+    m.join()  # with its id, for a group that no longer exists
+    assert m.join_result.error == ErrorCode.UNKNOWN_MEMBER_ID
