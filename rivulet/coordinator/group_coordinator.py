@@ -372,6 +372,7 @@ class GroupCoordinator(InternalTopicCoordinator):
             callback(JoinGroupResult(member_id, ErrorCode.INVALID_SESSION_TIMEOUT))
             return
         is_unknown = member_id == UNKNOWN_MEMBER_ID
+        is_new = self.manager.get_group(group_id) is None
         # A group comes into being only for a member without an id; a known id for a group
         # that does not exist is stale.
         group = self.manager.get_or_maybe_create_group(group_id, is_unknown)
@@ -394,6 +395,7 @@ class GroupCoordinator(InternalTopicCoordinator):
             self.manager.store_consumer_group_records(group_id, group.consumer.delete_records(), lambda _e: None)
             group.consumer = None
             group.protocol_type = None
+            is_new = True  # Kafka removes the consumer group and creates a classic one
         reason = reason or "not provided"
         if not self._accept_joining_member(group, member_id):
             group.remove(member_id)
@@ -408,6 +410,23 @@ class GroupCoordinator(InternalTopicCoordinator):
                                          callback, reason)
         if group.is_(PREPARING_REBALANCE):
             self.rebalance_purgatory.check_and_complete(join_key(group.group_id))
+        if is_new:
+            self._store_new_group(group)
+
+    def _store_new_group(self, group: GroupMetadata) -> None:
+        """As Kafka: a group a JoinGroup creates is written at once as an empty record, so that it
+        survives a restart or a coordinator move. No answer waits for it: the join's own answer
+        (MEMBER_ID_REQUIRED, an error) has gone out already, or comes when the rebalance ends."""
+        def stored(error: ErrorCode) -> None:
+            if error == ErrorCode.NONE:
+                return
+            log.warning("Failed to write empty metadata for group %s: %s", group.group_id, error.name)
+            # Kafka reverts its state to before the write, dropping the group it created.
+            if self.manager.get_group(group.group_id) is group and group.is_(EMPTY) and not group.has_offsets():
+                group.transition_to(DEAD)
+                self.manager.remove_group(group)
+
+        self.manager.store_new_group(group, stored)
 
     def _do_new_member_join(self, group: GroupMetadata, group_instance_id: str | None, require_known_member_id: bool,
                             support_skipping_assignment: bool, client_id: str, client_host: str,

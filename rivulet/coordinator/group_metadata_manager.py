@@ -36,6 +36,7 @@ from rivulet.coordinator.offsets_topic import (
     OffsetKey,
     UnknownKey,
     consumer_group_record,
+    empty_group_metadata_value,
     group_metadata_key,
     group_metadata_value,
     offset_commit_key,
@@ -167,6 +168,11 @@ class GroupMetadataManager:
         """Cache the group unless one with its id is cached already; returns the cached one."""
         return self.groups.setdefault(group.group_id, group)
 
+    def remove_group(self, group: GroupMetadata) -> None:
+        """Forget ``group`` if it is the one cached under its id."""
+        if self.groups.get(group.group_id) is group:
+            del self.groups[group.group_id]
+
     def get_or_maybe_create_group(self, group_id: str, create: bool) -> GroupMetadata | None:
         if create:
             return self.add_group(GroupMetadata(group_id, EMPTY, self.clock))
@@ -224,6 +230,16 @@ class GroupMetadataManager:
             callback(convert_store_group_error(res.error))
 
         self._append(partition, [(group_metadata_key(group.group_id), value)], -1, on_append)
+
+    def store_new_group(self, group: GroupMetadata, callback: Callable[[ErrorCode], None]) -> None:
+        """Write the empty GroupMetadata record of a group a JoinGroup has just created, so that
+        it outlives a restart or a coordinator move; callback(error) once it is acknowledged."""
+        partition = self.partition_for(group.group_id)
+        if not self.is_partition_owned(partition):
+            callback(ErrorCode.NOT_COORDINATOR)
+            return
+        self._append(partition, [(group_metadata_key(group.group_id), empty_group_metadata_value(group))], -1,
+                     lambda res: callback(convert_store_group_error(res.error)))
 
     def store_consumer_group_records(self, group_id: str,
                                      records: list[ConsumerGroupRecord] | list[ShareGroupRecord]
@@ -377,10 +393,12 @@ class GroupMetadataManager:
                 continue
             tombstones: list[tuple[bytes, bytes | None]] = [
                 (offset_commit_key(group.group_id, tp.topic, tp.partition), None) for tp in removed]
-            # A generation-0 group only ever stored offsets: it never wrote a metadata record.
             if is_dead and self.groups.get(group.group_id) is group:
                 del self.groups[group.group_id]
-                if group.generation_id > 0:
+                # As Kafka, a classic group's tombstone goes out even at generation 0: a JoinGroup
+                # that created it wrote its empty record (one made by offsets alone wrote none).
+                is_classic = group.consumer is None and group.share is None and group.streams is None
+                if group.generation_id > 0 or is_classic:
                     tombstones.append((group_metadata_key(group.group_id), None))
                 if group.consumer is not None:
                     tombstones += [consumer_group_record(k, v) for k, v in group.consumer.delete_records()]

@@ -214,6 +214,15 @@ def group_metadata_value(group: GroupMetadata, assignment: Mapping[str, bytes]) 
         leader=group.leader_id, current_state_timestamp=-1 if ts is None else ts, members=members))
 
 
+def empty_group_metadata_value(group: GroupMetadata) -> bytes:
+    """What Kafka writes for a classic group a JoinGroup has just created: no protocol type,
+    generation 0, no protocol, leader or members, whatever the joining member brought."""
+    ts = group.current_state_timestamp
+    return _prefixed(GROUP_METADATA_VALUE_VERSION, GroupMetadataValue(
+        protocol_type="", generation=0, protocol=None, leader=None, current_state_timestamp=-1 if ts is None else ts,
+        members=[]))
+
+
 def consumer_group_record(key: object, value: object) -> tuple[bytes, bytes | None]:  # the groups' Records
     """A consumer or share group record (key struct, value struct or None) as written: the key
     after its record type, the value after its version (0, the only one)."""

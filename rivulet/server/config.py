@@ -580,6 +580,8 @@ BROKER_CONFIGS = ConfigDef([
     _k("socket.receive.buffer.bytes", I, 102400, None, "SO_RCVBUF of client connections; -1: the OS default. "
        "It bounds what a client can queue ahead of the broker, so an overloaded broker pushes back on "
        "producers sooner and they batch.", HIGH),
+    _k("socket.listen.backlog.size", I, 50, _pos, "The maximum number of pending connections on each listening "
+       "socket (KIP-764); on Linux net.core.somaxconn also caps it.", MEDIUM),
     _k("auto.leader.rebalance.enable", B, True, None, "Cluster mode: the controller moves leadership back to "
        "preferred replicas when a broker leads too few of them.", HIGH),
     _k("leader.imbalance.check.interval.seconds", L, 300, _pos, "How often the controller checks the "

@@ -181,6 +181,7 @@ class SocketServerConfig:
     queued_max_request_bytes: int = -1
     send_buffer_bytes: int = -1  # socket.send.buffer.bytes; -1: the OS default
     receive_buffer_bytes: int = -1  # socket.receive.buffer.bytes
+    listen_backlog_size: int = 50  # socket.listen.backlog.size, as Kafka's default
 
 
 class SocketServer:
@@ -223,14 +224,15 @@ class SocketServer:
         ``listener`` says how its connections are secured (TLS, SASL)."""
         loop = asyncio.get_running_loop()
         ctx = listener.ssl_context
+        backlog = self.config.listen_backlog_size
         if ctx is not None and tls_transport.enabled():
             server = await loop.create_server(
                 lambda: TlsTransport(ctx, lambda: KafkaConnection(self, listener), TLS_HANDSHAKE_TIMEOUT_S,
                                      self.tls_receive),
-                host or None, port, reuse_address=True, backlog=1024, start_serving=False)
+                host or None, port, reuse_address=True, backlog=backlog, start_serving=False)
         else:
             server = await loop.create_server(
-                lambda: KafkaConnection(self, listener), host or None, port, reuse_address=True, backlog=1024,
+                lambda: KafkaConnection(self, listener), host or None, port, reuse_address=True, backlog=backlog,
                 start_serving=False, ssl=ctx, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if ctx is not None else None)
         # Accepted connections inherit the listening socket's buffer sizes (set before they
         # connect, so that the window the client is offered already reflects them), as Kafka

@@ -255,3 +255,11 @@ def test_the_cleaners_other_kafka_properties_are_taken_with_kafkas_defaults_and_
         ["0.5", "100.0", "1.0E7", "1.0E-4", "-2.5E10", "0.001"]
     with pytest.raises(ConfigError):
         BrokerConfig({"log.cleaner.io.buffer.size": "-1"})
+
+
+def test_socket_listen_backlog_size_as_kafka():
+    # KIP-764: broker-wide, default 50, at least 1.
+    assert BrokerConfig()["socket.listen.backlog.size"] == 50
+    assert BrokerConfig({"socket.listen.backlog.size": "7"})["socket.listen.backlog.size"] == 7
+    with pytest.raises(ConfigError, match="socket.listen.backlog.size"):
+        BrokerConfig({"socket.listen.backlog.size": "0"})

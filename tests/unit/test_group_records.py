@@ -31,6 +31,7 @@ from rivulet.coordinator.offsets_topic import (
     read_offset_message_value,
 )
 from rivulet.protocol import records as rec
+from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages.consumer_group_metadata_key import ConsumerGroupMetadataKey
 from rivulet.protocol.messages.consumer_group_metadata_value import ConsumerGroupMetadataValue
 from rivulet.protocol.messages.consumer_protocol_subscription import ConsumerProtocolSubscription
@@ -185,7 +186,8 @@ def test_coordinator_writes_and_replays_the_log():
     # every record has a key; deleted ones end in tombstones
     recs = [r for p in b.replica_manager.partitions.values() for r in p.log.records()]
     assert all(r.key is not None for r in recs)
-    assert sum(1 for r in recs if r.value is None) == 2
+    # "gone"'s and "simple"'s offset and, as Kafka deletes any classic group, GroupMetadata tombstones
+    assert sum(1 for r in recs if r.value is None) == 4
 
 
 def test_replay_keeps_newest_and_applies_tombstones_in_log_order():
@@ -221,3 +223,68 @@ def test_replay_of_transactional_offsets_honours_markers():
     c2 = new_coordinator(b)
     c2.startup()
     assert c2.manager.get_group("txg").offset(TopicPartition("t", 0)).committed_offset == 100
+
+
+def _group_records(b, group_id: str) -> list[rec.Record]:
+    return [r for p in b.replica_manager.partitions.values() for r in p.log.records()
+            if r.key == group_metadata_key(group_id)]
+
+
+def test_a_group_a_join_creates_is_written_empty_at_once_and_outlives_a_restart_as_kafkas():
+    from rivulet.protocol.messages.group_metadata_value import GroupMetadataValue
+    c, b = make_coordinator()
+    created = b.now
+    m = Member(c, "new", "c1")
+    m.join()  # v4+: MEMBER_ID_REQUIRED, answered without waiting for the write
+    assert m.join_result.error == ErrorCode.MEMBER_ID_REQUIRED
+    [r] = _group_records(b, "new")
+    # Kafka's newEmptyGroupMetadataRecord: value v3, protocol type "" (not the member's), generation 0,
+    # no protocol, leader or members, the group's state timestamp.
+    assert r.value[:2] == b"\x00\x03"
+    assert GroupMetadataValue.decode(r.value, 3, 2) == GroupMetadataValue(
+        protocol_type="", generation=0, protocol=None, leader=None, current_state_timestamp=created, members=[])
+    m.join()  # the group exists now: nothing more is written for it until the join completes
+    assert len(_group_records(b, "new")) == 1
+
+    c2 = new_coordinator(b)  # a restart: the group is there, Empty
+    c2.startup()
+    g = c2.manager.get_group("new")
+    assert g is not None and g.is_(EMPTY) and g.generation_id == 0 and g.protocol_type is None
+    assert g.current_state_timestamp == created
+    assert [x.group_id for x in c2.handle_list_groups()[1]] == ["new"]
+    assert c2.handle_describe_group("new") == (ErrorCode.NONE, ("Empty", "", "", []))
+
+    # Empty and without offsets it dies at the next expiry run, tombstone and all, as in Kafka
+    # (offsets.retention.minutes plays no part: there are no offsets to wait for).
+    c2.manager.cleanup_expired_offsets()
+    assert c2.manager.get_group("new") is None
+    assert _group_records(b, "new")[-1].value is None
+    c3 = new_coordinator(b)
+    c3.startup()
+    assert c3.manager.get_group("new") is None
+
+
+def test_a_join_to_an_existing_or_unknown_member_group_writes_no_empty_record():
+    c, b = make_coordinator()
+    old = Member(c, "g", "c0")
+    old.join_fully()
+    before = len(_group_records(b, "g"))
+    assert before == 1  # the new group's
+    Member(c, "g", "c1").join()
+    stale = Member(c, "nope", "c2")
+    stale.member_id = "stale-id"  # a known id for a group that does not exist creates nothing
+    stale.join()
+    assert stale.join_result.error == ErrorCode.UNKNOWN_MEMBER_ID
+    assert len(_group_records(b, "g")) == before and _group_records(b, "nope") == []
+
+
+def test_a_new_group_whose_empty_record_fails_is_dropped_as_kafka_reverts_it():
+    c, b = make_coordinator()
+    b.replica_manager.fail_with = ErrorCode.NOT_ENOUGH_REPLICAS
+    m = Member(c, "lost", "c1")
+    m.join()
+    assert m.join_result.error == ErrorCode.MEMBER_ID_REQUIRED  # answered before the write's outcome
+    assert c.manager.get_group("lost") is None
+    b.replica_manager.fail_with = None
+    m.join()  # with its id, for a group that no longer exists
+    assert m.join_result.error == ErrorCode.UNKNOWN_MEMBER_ID

@@ -1,14 +1,17 @@
-"""The socket server's shared limits, without sockets."""
+"""The socket server's shared limits, without sockets (but for the listening socket's backlog)."""
 
 from __future__ import annotations
 
 import asyncio
+import shutil
 import struct
+import subprocess
 
 import pytest
 
 from rivulet.common.config import ConfigError
-from rivulet.server.socket_server import ConnectionQuotas, MemoryPool, parse_ip_overrides
+from rivulet.server.socket_server import (ConnectionQuotas, MemoryPool, SocketServer, SocketServerConfig,
+                                          parse_ip_overrides)
 
 pytestmark = pytest.mark.fast
 
@@ -246,3 +249,22 @@ def test_a_request_larger_than_the_first_frame_chunk_arrives_whole_in_small_read
     big = _frame_buffer(FIRST_FRAME_CHUNK)
     assert type(big) is bytearray and len(big) == FIRST_FRAME_CHUNK
     conn.close()
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2) to read a listening socket's backlog")
+def test_listeners_listen_with_socket_listen_backlog_size():
+    async def scenario() -> None:
+        server = SocketServer(SocketServerConfig(max_request_bytes=1 << 20, connections_max_idle_ms=600_000,
+                                                 listen_backlog_size=7))
+        port = await server.bind("127.0.0.1", 0)
+        await server.servers[0].start_serving()  # asyncio calls listen() only here
+        try:
+            # For a listening socket, ss's Send-Q column is the backlog it was given.
+            out = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True,
+                                 check=True).stdout.split()
+            assert out[0] == "LISTEN" and out[2] == "7"
+        finally:
+            for s in server.servers:
+                s.close()
+
+    asyncio.run(scenario())
