@@ -35,6 +35,7 @@ from rivulet.client.connection import BrokerConnection
 from rivulet.protocol.messages import (
     consumer_protocol_assignment as cpa,
     consumer_protocol_subscription as cps,
+    find_coordinator_request as fcq,
     heartbeat_request as hbq,
     join_group_request as jgq,
     sync_group_request as sgq,
@@ -114,6 +115,12 @@ class Member:
 async def rebalance(host: str, port: int, group: str, n: int, heartbeat_ms: int) -> tuple[float, list, int]:
     """Seconds from the first JoinGroup until all n members are synced on one generation."""
     conns = [await BrokerConnection(host, port, f"bench-{i}").connect() for i in range(n)]
+    # As clients do, untimed: the first FindCoordinator has the broker make __consumer_offsets.
+    while True:
+        found = await conns[0].send(fcq.FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), version=4)
+        if found.coordinators[0].error_code == 0:
+            break
+        await asyncio.sleep(0.05)
     members = [Member(c, group, heartbeat_ms) for c in conns]
     t0 = time.perf_counter()
     tasks = [asyncio.get_running_loop().create_task(m.run()) for m in members]
