@@ -454,14 +454,21 @@ def test_reaper_purges_a_slice_per_timer_pass(timer, monkeypatch):
     purgatory.shutdown()
 
 
-def test_no_new_purge_while_one_is_under_way(timer, monkeypatch):
+def _completed_on_abc(timer, monkeypatch, count: int, purge_interval: int) -> tuple[DelayedOperationPurgatory, Flag]:
+    """A purgatory purging one key a slice, with ``count`` operations watched under "a", "b" and
+    "c" and then completed through "a" (their entries under "b" and "c" are left to purge)."""
     monkeypatch.setattr(purgatory_module, "PURGE_SLICE", 1)
-    purgatory = DelayedOperationPurgatory("fetch", timer, purge_interval=2)
+    purgatory = DelayedOperationPurgatory("fetch", timer, purge_interval=purge_interval)
     flag = Flag()
-    for i in range(4):
+    for i in range(count):
         purgatory.try_complete_else_watch(Op(10_000, ready=flag, name=i), ["a", "b", "c"])
     flag.on = True
-    purgatory.check_and_complete("a")  # 4 completed: the reaper is queued
+    purgatory.check_and_complete("a")
+    return purgatory, flag
+
+
+def test_no_new_purge_while_one_is_under_way(timer, monkeypatch):
+    purgatory, flag = _completed_on_abc(timer, monkeypatch, 4, purge_interval=2)  # the reaper is queued
     timer.advance_clock(timer.now_ms)  # it begins a purge of "b" and "c", and does "c"
     assert purgatory.watched() == 4 and timer.size == 1
     for i in range(4):  # 4 more watched and completed meanwhile: past the interval again
@@ -485,13 +492,7 @@ def test_no_new_purge_while_one_is_under_way(timer, monkeypatch):
 
 
 def test_purge_completed_purges_at_once_in_place_of_a_purge_under_way(timer, monkeypatch):
-    monkeypatch.setattr(purgatory_module, "PURGE_SLICE", 1)
-    purgatory = DelayedOperationPurgatory("fetch", timer, purge_interval=3)
-    flag = Flag()
-    for i in range(5):
-        purgatory.try_complete_else_watch(Op(10_000, ready=flag, name=i), ["a", "b", "c"])
-    flag.on = True
-    purgatory.check_and_complete("a")
+    purgatory, _flag = _completed_on_abc(timer, monkeypatch, 5, purge_interval=3)
     timer.advance_clock(timer.now_ms)  # one slice: one key
     assert purgatory.watched() == 5
     assert purgatory.purge_completed() == 5
@@ -500,13 +501,7 @@ def test_purge_completed_purges_at_once_in_place_of_a_purge_under_way(timer, mon
 
 
 def test_shutdown_ends_a_purge_under_way(timer, monkeypatch):
-    monkeypatch.setattr(purgatory_module, "PURGE_SLICE", 1)
-    purgatory = DelayedOperationPurgatory("fetch", timer, purge_interval=1)
-    flag = Flag()
-    for i in range(3):
-        purgatory.try_complete_else_watch(Op(10_000, ready=flag, name=i), ["a", "b", "c"])
-    flag.on = True
-    purgatory.check_and_complete("a")
+    purgatory, _flag = _completed_on_abc(timer, monkeypatch, 3, purge_interval=1)
     timer.advance_clock(timer.now_ms)
     assert timer.size == 1
     purgatory.shutdown()
