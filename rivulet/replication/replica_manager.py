@@ -407,6 +407,8 @@ class ReplicaManager:
         self._flush_executor = None  # default executor; fsync never runs on the event loop
         self.txn_verifier = txn_verifier
         self.async_txn_verifier = async_txn_verifier
+        # Producer id -> done once the latest of its requests waiting here has appended.
+        self._appending: dict[int, asyncio.Future] = {}
         self.fetchers: FollowerFetching | None = fetchers(self) if fetchers is not None else None
 
     # -------------------------------------------------------- partitions
@@ -667,18 +669,18 @@ class ReplicaManager:
         internal: bool = False,
         origin: AppendOrigin | None = None,
         transactional_id: str | None = None,
-        verified: bool = False,
+        in_turn: bool = False,
     ) -> dict[TopicPartition, ProduceResult] | asyncio.Future:
         """Validate and append each partition's records; wait for acks=all and for fsyncs.
 
-        ``origin`` defaults to COORDINATOR for ``internal`` appends, CLIENT otherwise."""
+        ``origin`` defaults to COORDINATOR for ``internal`` appends, CLIENT otherwise;
+        ``in_turn``: the producers' earlier requests here have appended (``_append_in_turn``)."""
         if origin is None:
             origin = AppendOrigin.COORDINATOR if internal else AppendOrigin.CLIENT
-        if origin == AppendOrigin.CLIENT and self.async_txn_verifier is not None and not verified:
-            to_verify = self._needs_verification(entries)
-            if to_verify:
-                return asyncio.get_running_loop().create_task(self._verify_then_append(
-                    entries, to_verify, required_acks, timeout_ms, transactional_id))
+        if origin == AppendOrigin.CLIENT and self.async_txn_verifier is not None and not in_turn:
+            ahead = self._appends_ahead(entries) if self._appending else set()
+            if ahead or self._needs_verification(entries):
+                return self._append_in_turn(entries, ahead, required_acks, timeout_ms, transactional_id)
         results: dict[TopicPartition, ProduceResult] = {}
         flushes: list[Partition] = []
         now = self.clock.milliseconds()
@@ -784,23 +786,70 @@ class ReplicaManager:
                 out[tp] = (h.producer_id, h.producer_epoch)
         return out
 
-    async def _verify_then_append(self, entries: dict[TopicPartition, memoryview | bytes | None],
-                                  to_verify: dict[TopicPartition, tuple[int, int]], required_acks: int,
-                                  timeout_ms: int, transactional_id: str | None) -> dict[TopicPartition, ProduceResult]:
-        """Cluster mode's KIP-890 check: ask each partition's transaction coordinator, then append
-        what it vouched for."""
-        verifier = self.async_txn_verifier
-        assert verifier is not None
-        tps = list(to_verify)
-        answers = await asyncio.gather(*(verifier.verify(transactional_id, *to_verify[tp], tp) for tp in tps))
+    @staticmethod
+    def _producer_ids(entries: dict[TopicPartition, memoryview | bytes | None]) -> set[int]:
+        """The producers (idempotent or transactional) whose batches ``entries`` hold."""
+        out = set()
+        for data in entries.values():
+            if not data:
+                continue
+            try:
+                _pos, h = next(rec.iter_batches(data))
+            except (StopIteration, ApiError):
+                continue
+            if h.producer_id >= 0:
+                out.add(h.producer_id)
+        return out
+
+    def _appends_ahead(self, entries: dict[TopicPartition, memoryview | bytes | None]) -> set[asyncio.Future]:
+        """The turns of the earlier requests of ``entries``' producers still waiting here."""
+        return {t for pid in self._producer_ids(entries) if (t := self._appending.get(pid)) is not None}
+
+    def _append_in_turn(self, entries: dict[TopicPartition, memoryview | bytes | None],
+                        ahead: set[asyncio.Future], required_acks: int, timeout_ms: int,
+                        transactional_id: str | None) -> asyncio.Task:
+        """Append after the producers' earlier requests here, and after the coordinator has
+        vouched for the partitions whose batch would open a transaction (cluster mode's KIP-890
+        check). Kafka reads a connection's next request only once it has answered the last, so
+        a producer's appends keep its requests' order; here requests run side by side, and a
+        later one must not overtake one that waits for its coordinator (out of sequence)."""
+        loop = asyncio.get_running_loop()
+        turn = loop.create_future()
+        pids = self._producer_ids(entries)
+        for pid in pids:
+            self._appending[pid] = turn
+        return loop.create_task(self._append_after(entries, ahead, turn, pids, required_acks, timeout_ms,
+                                                   transactional_id))
+
+    async def _append_after(self, entries: dict[TopicPartition, memoryview | bytes | None],
+                            ahead: set[asyncio.Future], turn: asyncio.Future, pids: set[int],
+                            required_acks: int, timeout_ms: int,
+                            transactional_id: str | None) -> dict[TopicPartition, ProduceResult]:
         refused: dict[TopicPartition, ProduceResult] = {}
-        for tp, err in zip(tps, answers):
-            failure = self._verification_failure(tp, err)
-            if failure is not None:
-                refused[tp] = ProduceResult(error=failure.code, message=failure.message)
-        rest = {tp: data for tp, data in entries.items() if tp not in refused}
-        result = self.append_records(rest, required_acks=required_acks, timeout_ms=timeout_ms,
-                                     transactional_id=transactional_id, verified=True)
+        try:
+            if ahead:
+                await asyncio.wait(ahead)
+            # Asked now: an earlier request may have opened the transaction here meanwhile.
+            to_verify = self._needs_verification(entries)
+            if to_verify:
+                verifier = self.async_txn_verifier
+                assert verifier is not None
+                tps = list(to_verify)
+                answers = await asyncio.gather(*(verifier.verify(transactional_id, *to_verify[tp], tp)
+                                                 for tp in tps))
+                for tp, err in zip(tps, answers):
+                    failure = self._verification_failure(tp, err)
+                    if failure is not None:
+                        refused[tp] = ProduceResult(error=failure.code, message=failure.message)
+            rest = {tp: data for tp, data in entries.items() if tp not in refused}
+            result = self.append_records(rest, required_acks=required_acks, timeout_ms=timeout_ms,
+                                         transactional_id=transactional_id, in_turn=True)
+        finally:
+            # Appended (or refused): the producers' next requests may go, without waiting for acks.
+            turn.set_result(None)
+            for pid in pids:
+                if self._appending.get(pid) is turn:
+                    del self._appending[pid]
         if isinstance(result, asyncio.Future):
             result = await result
         return {**result, **refused}

@@ -159,3 +159,64 @@ def test_transactions_go_on_after_their_coordinator_is_killed(cluster):
             raw.add(m.value())
     c.close()
     assert raw == set(committed) | set(aborted)
+
+
+def test_a_producers_pipelined_requests_append_in_order_while_one_waits_for_its_coordinator(cluster):
+    # franz-go pipelines a producer's Produce requests to a leader; Kafka reads the next only
+    # once it has answered the last. The first here adds a partition to the transaction, so the
+    # leader asks the coordinator (another broker) first; the second writes only a partition
+    # already in it and must append after the first, not overtake it (out of sequence).
+    import asyncio
+
+    from confluent_kafka.admin import AdminClient
+
+    from rivulet.client.connection import BrokerConnection
+    from rivulet.protocol import records as rec
+    from rivulet.protocol.messages import add_partitions_to_txn_request as aptq
+    from rivulet.protocol.messages import init_producer_id_request as ipq
+    from rivulet.protocol.messages import produce_request as prq
+
+    topic = f"pipe-{uuid.uuid4().hex[:6]}"
+    create_topic(cluster, topic, 6)
+    leaders: dict[int, list[int]] = {}
+    for p, m in AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(topic, timeout=10) \
+            .topics[topic].partitions.items():
+        leaders.setdefault(m.leader, []).append(p)
+    leader, (p, q) = next((b, ps[:2]) for b, ps in leaders.items() if len(ps) >= 2)
+    txn_id = next(t for t in (f"t-{uuid.uuid4().hex[:8]}" for _ in range(1000)) if coordinator(cluster, t, 1) != leader)
+    coord = cluster.brokers[coordinator(cluster, txn_id, 1)]
+
+    def batch(pid: int, seq: int) -> bytes:
+        return rec.encode_batch([rec.Record(0, None, None, b"r%d" % (seq + i), []) for i in range(2)],
+                                producer_id=pid, producer_epoch=0, base_sequence=seq, transactional=True)
+
+    def produce(pid: int, seqs: dict[int, int]) -> prq.ProduceRequest:
+        return prq.ProduceRequest(transactional_id=txn_id, acks=-1, timeout_ms=10_000, topic_data=[
+            prq.TopicProduceData(name=topic, partition_data=[
+                prq.PartitionProduceData(index=part, records=batch(pid, s)) for part, s in seqs.items()])])
+
+    def errors(resp: prq.ProduceResponse) -> dict[int, int]:
+        return {x.index: x.error_code for t in resp.responses for x in t.partition_responses}
+
+    async def go() -> None:
+        to_coord = await BrokerConnection("127.0.0.1", coord.port).connect()
+        to_leader = await BrokerConnection("127.0.0.1", cluster.brokers[leader].port).connect()
+        try:
+            init = await to_coord.send(ipq.InitProducerIdRequest(
+                transactional_id=txn_id, transaction_timeout_ms=60_000, producer_id=-1, producer_epoch=-1))
+            assert init.error_code == 0
+            pid = init.producer_id
+            added = await to_coord.send(aptq.AddPartitionsToTxnRequest(
+                v3_and_below_transactional_id=txn_id, v3_and_below_producer_id=pid, v3_and_below_producer_epoch=0,
+                v3_and_below_topics=[aptq.AddPartitionsToTxnTopic(name=topic, partitions=[p, q])]), version=3)
+            assert all(r.partition_error_code == 0 for t in added.results_by_topic_v3_and_below
+                       for r in t.results_by_partition)
+            assert errors(await to_leader.send(produce(pid, {p: 0}))) == {p: 0}
+            first = to_leader.send_nowait(produce(pid, {p: 2, q: 0}))
+            second = to_leader.send_nowait(produce(pid, {p: 4}))
+            assert errors(await to_leader.wait(first)) == {p: 0, q: 0}
+            assert errors(await to_leader.wait(second)) == {p: 0}
+        finally:
+            await to_coord.close()
+            await to_leader.close()
+    asyncio.run(go())

@@ -392,3 +392,120 @@ def test_metadata_cache_leaves_out_its_own_broker_while_fenced() -> None:
     c.update(_update({TP: PartitionMetadata(2, 8, [2], [1, 2])}))  # the controller's word replaces it
     c.set_self_fenced(False)
     assert [b.broker_id for b in c.alive_brokers()] == [1, 2]
+
+
+# ---------------------------------------------------------------- KIP-890's check keeps a producer's order
+
+TP2 = TopicPartition("t", 1)
+PID = 7
+
+
+def _txn_batch(seq: int, n: int = 2) -> bytearray:
+    from rivulet.protocol import records as rec
+    return bytearray(rec.encode_batch([rec.Record(0, T0, None, b"v", []) for _ in range(n)], producer_id=PID,
+                                      producer_epoch=0, base_sequence=seq, transactional=True))
+
+
+class HeldVerifier:
+    """The coordinator's answers: NONE, at once except for the first question about each
+    partition in ``held``, whose answer waits for ``release`` (a coordinator slow to answer)."""
+
+    def __init__(self, held: set[TopicPartition]) -> None:
+        self.held = held
+        self.release = asyncio.Event()
+        self.asked: list[TopicPartition] = []
+
+    async def verify(self, transactional_id, producer_id, producer_epoch, tp) -> ErrorCode:
+        self.asked.append(tp)
+        if tp in self.held:
+            self.held.discard(tp)
+            await self.release.wait()
+        return ErrorCode.NONE
+
+
+@contextlib.asynccontextmanager
+async def verifying_rm(tmp_path, verifier: HeldVerifier):
+    timer = Timer(asyncio.get_running_loop())
+    logs = Logs(tmp_path)
+    rm = ReplicaManager(NODE, timer, clock=MockClock(wall_ms=T0), replica_logs=logs, async_txn_verifier=verifier)
+    try:
+        for tp in (TP, TP2):
+            lai(rm, state(NODE, 1, isr=(1,), replicas=(1,)), tp=tp)
+        yield rm
+    finally:
+        rm.shutdown()
+        timer.shutdown()
+        for lg in logs.logs.values():
+            lg.close()
+
+
+async def _answer(result) -> dict:
+    return await result if isinstance(result, asyncio.Future) else result
+
+
+def _sequences(rm: ReplicaManager, tp: TopicPartition) -> list[int]:
+    from rivulet.protocol import records as rec
+    data = _consumer_fetch_tp(rm, tp)
+    return [h.base_sequence for _pos, h in rec.iter_batches(data)]
+
+
+def _consumer_fetch_tp(rm: ReplicaManager, tp: TopicPartition) -> bytes:
+    from rivulet.replication.replica_manager import FetchParams, FetchRequestPartition
+    params = FetchParams(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
+                         partitions=[FetchRequestPartition(tp, 0, 1 << 20, -1)])
+    return bytes(rm.read_from_local_log(params)[tp].records)
+
+
+def test_a_request_waiting_for_the_coordinator_keeps_its_producers_next_request_behind(tmp_path) -> None:
+    # franz-go pipelines a producer's requests; Kafka reads the next only once the last is
+    # answered. The second request opens nothing, yet must not append before the first.
+    async def main():
+        verifier = HeldVerifier({TP2})
+        async with verifying_rm(tmp_path, verifier) as rm:
+            opened = await _answer(rm.append_records({TP: _txn_batch(0)}, required_acks=1, timeout_ms=1000,
+                                                     transactional_id="tx"))
+            assert opened[TP].error == ErrorCode.NONE
+            first = rm.append_records({TP: _txn_batch(2), TP2: _txn_batch(0)}, required_acks=1, timeout_ms=1000,
+                                      transactional_id="tx")
+            second = rm.append_records({TP: _txn_batch(4)}, required_acks=1, timeout_ms=1000, transactional_id="tx")
+            for _ in range(10):
+                await asyncio.sleep(0)
+            verifier.release.set()
+            first, second = await _answer(first), await _answer(second)
+            assert {tp: r.error for tp, r in first.items()} == {TP: ErrorCode.NONE, TP2: ErrorCode.NONE}
+            assert second[TP].error == ErrorCode.NONE
+            assert _sequences(rm, TP) == [0, 2, 4]
+    asyncio.run(main())
+
+
+def test_verifications_answered_out_of_order_append_in_request_order(tmp_path) -> None:
+    async def main():
+        verifier = HeldVerifier({TP})
+        async with verifying_rm(tmp_path, verifier) as rm:
+            first = rm.append_records({TP: _txn_batch(0)}, required_acks=1, timeout_ms=1000, transactional_id="tx")
+            second = rm.append_records({TP: _txn_batch(2)}, required_acks=1, timeout_ms=1000, transactional_id="tx")
+            for _ in range(10):  # loop turns enough for the second request to be verified and appended
+                await asyncio.sleep(0)
+            verifier.release.set()
+            first, second = await _answer(first), await _answer(second)
+            assert first[TP].error == ErrorCode.NONE and second[TP].error == ErrorCode.NONE
+            assert _sequences(rm, TP) == [0, 2]
+            # The second was asked about after the first had opened the transaction: not at all.
+            assert verifier.asked == [TP]
+    asyncio.run(main())
+
+
+def test_other_producers_do_not_wait_for_a_producers_verification(tmp_path) -> None:
+    from rivulet.protocol import records as rec
+
+    async def main():
+        verifier = HeldVerifier({TP})
+        async with verifying_rm(tmp_path, verifier) as rm:
+            waiting = rm.append_records({TP: _txn_batch(0)}, required_acks=1, timeout_ms=1000, transactional_id="tx")
+            other = bytearray(rec.encode_batch([rec.Record(0, T0, None, b"v", [])], producer_id=PID + 1,
+                                               producer_epoch=0, base_sequence=0))
+            res = rm.append_records({TP: other}, required_acks=1, timeout_ms=1000)
+            assert isinstance(res, dict) and res[TP].error == ErrorCode.NONE
+            verifier.release.set()
+            assert (await _answer(waiting))[TP].error == ErrorCode.NONE
+    asyncio.run(main())
