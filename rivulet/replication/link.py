@@ -26,17 +26,25 @@ class BrokerLink:
         self.request_timeout_ms = request_timeout_ms
         self._conn: BrokerConnection | None = None
         self._to: tuple[int, str, int] | None = None
+        # One connect at a time: callers racing on first use share it (else each opened one, and
+        # all but the last were left open, their answers free to overtake the kept one's).
+        self._connecting = asyncio.Lock()
 
     async def connection(self, broker_id: int, host: str, port: int) -> BrokerConnection:
         """The open connection to ``broker_id`` at host:port, (re)connecting when needed."""
         key = (broker_id, host, port)
-        if self._conn is None or self._conn.closed or self._to != key:
-            await self.drop()
-            self._conn = await self.connector.connection(
-                host, port, self.client_id, self.request_timeout_ms, broker_id).connect(
-                timeout=self.request_timeout_ms / 1000)
-            self._to = key
-        return self._conn
+        conn = self._conn
+        if conn is not None and not conn.closed and self._to == key:
+            return conn
+        async with self._connecting:
+            conn = self._conn
+            if conn is None or conn.closed or self._to != key:
+                await self.drop()
+                conn = await self.connector.connection(
+                    host, port, self.client_id, self.request_timeout_ms, broker_id).connect(
+                    timeout=self.request_timeout_ms / 1000)
+                self._conn, self._to = conn, key
+            return conn
 
     def open_connection(self) -> BrokerConnection | None:
         """The connection, when it is open; None rather than connecting."""
