@@ -449,6 +449,17 @@ def _sequences(rm: ReplicaManager, tp: TopicPartition) -> list[int]:
     return [h.base_sequence for _pos, h in rec.iter_batches(data)]
 
 
+async def _pipelined(rm: ReplicaManager, verifier: HeldVerifier, first: dict, second: dict) -> tuple[dict, dict]:
+    """Two requests of one transactional producer sent back to back while the coordinator holds
+    its answer; enough loop turns for the second to overtake if it could; then the answers."""
+    a = rm.append_records(first, required_acks=1, timeout_ms=1000, transactional_id="tx")
+    b = rm.append_records(second, required_acks=1, timeout_ms=1000, transactional_id="tx")
+    for _ in range(10):
+        await asyncio.sleep(0)
+    verifier.release.set()
+    return await _answer(a), await _answer(b)
+
+
 def _consumer_fetch_tp(rm: ReplicaManager, tp: TopicPartition) -> bytes:
     from rivulet.replication.replica_manager import FetchParams, FetchRequestPartition
     params = FetchParams(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
@@ -465,13 +476,8 @@ def test_a_request_waiting_for_the_coordinator_keeps_its_producers_next_request_
             opened = await _answer(rm.append_records({TP: _txn_batch(0)}, required_acks=1, timeout_ms=1000,
                                                      transactional_id="tx"))
             assert opened[TP].error == ErrorCode.NONE
-            first = rm.append_records({TP: _txn_batch(2), TP2: _txn_batch(0)}, required_acks=1, timeout_ms=1000,
-                                      transactional_id="tx")
-            second = rm.append_records({TP: _txn_batch(4)}, required_acks=1, timeout_ms=1000, transactional_id="tx")
-            for _ in range(10):
-                await asyncio.sleep(0)
-            verifier.release.set()
-            first, second = await _answer(first), await _answer(second)
+            first, second = await _pipelined(rm, verifier, {TP: _txn_batch(2), TP2: _txn_batch(0)},
+                                             {TP: _txn_batch(4)})
             assert {tp: r.error for tp, r in first.items()} == {TP: ErrorCode.NONE, TP2: ErrorCode.NONE}
             assert second[TP].error == ErrorCode.NONE
             assert _sequences(rm, TP) == [0, 2, 4]
@@ -482,12 +488,7 @@ def test_verifications_answered_out_of_order_append_in_request_order(tmp_path) -
     async def main():
         verifier = HeldVerifier({TP})
         async with verifying_rm(tmp_path, verifier) as rm:
-            first = rm.append_records({TP: _txn_batch(0)}, required_acks=1, timeout_ms=1000, transactional_id="tx")
-            second = rm.append_records({TP: _txn_batch(2)}, required_acks=1, timeout_ms=1000, transactional_id="tx")
-            for _ in range(10):  # loop turns enough for the second request to be verified and appended
-                await asyncio.sleep(0)
-            verifier.release.set()
-            first, second = await _answer(first), await _answer(second)
+            first, second = await _pipelined(rm, verifier, {TP: _txn_batch(0)}, {TP: _txn_batch(2)})
             assert first[TP].error == ErrorCode.NONE and second[TP].error == ErrorCode.NONE
             assert _sequences(rm, TP) == [0, 2]
             # The second was asked about after the first had opened the transaction: not at all.
