@@ -1,8 +1,7 @@
 """The process's open-file limit: raised to what the OS allows, and what it means in partitions.
 
-Every socket and every open segment file costs a descriptor. A partition's active segment
-holds its ``.log`` open from creation and its two indexes once they have entries; older
-segments hold theirs too. Running out (EMFILE) halfway through creating a topic is what
+Every socket and every segment costs a descriptor: a segment holds its ``.log`` open from
+creation, and its indexes only while writing or syncing them (as Kafka, which maps them). Running out (EMFILE) halfway through creating a topic is what
 this limit decides, so the broker raises the soft limit to the hard one at start-up and says
 how far it goes.
 """
@@ -15,8 +14,8 @@ from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
-# Descriptors of a partition whose active segment has index entries: .log, .index, .timeindex.
-FDS_PER_PARTITION = 3
+# Descriptors of a partition with one segment: its .log (the indexes hold none between uses).
+FDS_PER_PARTITION = 1
 # Left for sockets, checkpoints and the odd file of the process itself.
 MIN_RESERVED_FDS = 256
 

@@ -8,6 +8,13 @@ index files Kafka leaves behind after a clean shutdown. Entries are mirrored in
 ``array`` objects for bisecting; the full arrays of an inactive segment are only
 read on first lookup (Kafka's LazyIndex idea) so start-up touches just each file's
 tail.
+
+An index holds no descriptor between uses (Kafka maps its indexes and closes their files):
+lookups read the arrays, and new entries wait in memory until ``commit`` writes them
+(open, pwrite, close) at a flush, a roll, a truncation or a close, as Kafka's mapped pages
+reach the disk only at a flush. After a crash an index may so lack its last entries; recovery
+rebuilds the indexes of every segment from the recovery point on, and an index that is merely
+short stays right below it: a lookup past its last entry scans on from there.
 """
 
 from __future__ import annotations
@@ -30,6 +37,40 @@ class CorruptIndexError(Exception):
     """An index file fails its sanity checks; the caller rebuilds it from the log."""
 
 
+def read_file_at(path: str, spans: tuple[tuple[int, int], ...]) -> list[bytes]:
+    """pread each (size, position) of ``spans`` through a descriptor held only meanwhile."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return [os.pread(fd, n, pos) for n, pos in spans]
+    finally:
+        os.close(fd)
+
+
+def write_file_at(path: str, data: bytes | bytearray, pos: int, *, create: bool = False) -> None:
+    """pwrite ``data`` through a descriptor held only meanwhile; without ``create`` a file
+    deleted under us fails rather than coming back holding only this write."""
+    if log_dir_failure.discarding():
+        return
+    fd = os.open(path, os.O_WRONLY | (os.O_CREAT if create else 0), 0o644)
+    try:
+        log_dir_failure.pwrite_all(fd, data, pos)
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path: str) -> None:
+    """fsync a file written through descriptors since closed; one renamed or unlinked
+    meanwhile (a deleted segment) has nothing left to make durable."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        log_dir_failure.file_ops.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class _IndexFile:
     entry_size = 0
 
@@ -37,11 +78,10 @@ class _IndexFile:
         self.path = path
         self.base_offset = base_offset
         self.max_entries = max(0, max_index_bytes // self.entry_size)
-        # The file exists from the start (recovery tells a missing index from an empty one),
-        # but its descriptor is opened on first use: an idle partition then holds one fd.
+        # The file exists from the start: recovery tells a missing index from an empty one.
         os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o644))
-        self._handle = -1
         self._closed = False
+        self._detached = False  # the file is being deleted: nothing more goes to it
         self._loaded = False
         self._persisted = 0  # entries already written to the file
         self._pending = bytearray()
@@ -51,52 +91,67 @@ class _IndexFile:
     # -- lifecycle --------------------------------------------------------------
 
     @property
-    def _fd(self) -> int:
-        if self._handle < 0 and not self._closed:
-            # No O_CREAT: a file deleted under us must not come back empty.
-            self._handle = os.open(self.path, os.O_RDWR)
-        return self._handle
-
-    def hold_open(self) -> None:
-        """Open the descriptor now, so readers keep this file once its path is unlinked or reused."""
-        _ = self._fd
-
-    @property
-    def fd(self) -> int:
-        return self._fd
+    def needs_sync(self) -> bool:
+        """Entries not yet written, or written and not yet synced."""
+        return self.dirty or bool(self._pending)
 
     def sync(self) -> None:
+        """fsync what ``commit`` wrote (a flusher thread may run this; it writes nothing)."""
         if self.dirty:
             self.dirty = False
-            log_dir_failure.file_ops.fsync(self._fd)
+            fsync_file(self.path)
 
     def close(self) -> None:
         if self._closed:
             return
         self.commit()
         self._closed = True
-        if self._handle >= 0:
-            os.close(self._handle)
-            self._handle = -1
 
     def commit(self) -> None:
-        """Write pending entries; one pwrite per log append rather than per entry."""
-        if self._pending:
-            log_dir_failure.pwrite_all(self._fd, self._pending, self._persisted * self.entry_size)
+        """Write the pending entries to the file in one pwrite."""
+        if self._pending and not self._detached:
+            try:
+                write_file_at(self.path, self._pending, self._persisted * self.entry_size)
+            except FileNotFoundError:
+                # Gone with its log's dir (a deleted partition, closed under a flush that held
+                # it): the entries stay in memory; a live segment missing its index would be
+                # rebuilt at start-up anyway.
+                self.detach(keep_entries=False)
+                return
             self._persisted += len(self._pending) // self.entry_size
             self._pending.clear()
             self.dirty = True
 
+    def detach(self, keep_entries: bool) -> None:
+        """The file is about to be renamed or unlinked (segment deletion): write nothing more to
+        it. With ``keep_entries``, readers still holding the segment find every entry in memory."""
+        if keep_entries:
+            try:
+                self.ensure_loaded()
+            except (CorruptIndexError, OSError):
+                # No entries is a right index too: every lookup scans from the segment's start.
+                self._clear_arrays()
+                self._count = 0
+                self._loaded = True
+        self._pending.clear()
+        self._persisted = self._count
+        self._detached = True
+        self.dirty = False
+
     def reset(self) -> None:
         """Drop every entry (before a rebuild)."""
         self._pending.clear()
-        if not log_dir_failure.discarding() and (self._handle >= 0 or self._file_size()):
-            os.ftruncate(self._fd, 0)
-            self.dirty = True
+        if not log_dir_failure.discarding() and (self._persisted or self._file_size()):
+            self._truncate_file(0)
         self._persisted = 0
         self._count = 0
         self._clear_arrays()
         self._loaded = True
+
+    def _truncate_file(self, entries: int) -> None:
+        if not log_dir_failure.discarding() and not self._detached:
+            os.truncate(self.path, entries * self.entry_size)
+            self.dirty = True
 
     @property
     def entries(self) -> int:
@@ -107,18 +162,19 @@ class _IndexFile:
         return self._count >= self.max_entries
 
     def _file_size(self) -> int:
-        if self._handle < 0:
-            return os.stat(self.path).st_size
-        return os.fstat(self._handle).st_size
+        return os.stat(self.path).st_size
 
     def _truncate_entries(self, keep: int) -> None:
-        self.commit()
-        if keep < self._count:
-            self._del_arrays_from(keep)
-            os.ftruncate(self._fd, keep * self.entry_size)
+        if keep >= self._count:
+            return
+        self._del_arrays_from(keep)
+        if keep >= self._persisted:  # only entries never written go
+            del self._pending[(keep - self._persisted) * self.entry_size:]
+        else:
+            self._pending.clear()
+            self._truncate_file(keep)
             self._persisted = keep
-            self._count = keep
-            self.dirty = True
+        self._count = keep
 
     def ensure_loaded(self) -> None:
         if not self._loaded:
@@ -161,7 +217,7 @@ class OffsetIndex(_IndexFile):
             raise CorruptIndexError(f"{self.path}: size {size} is not a multiple of 8")
         self._count = self._persisted = size // self.entry_size
         if self._count:
-            rel, pos = _OFFSET_ENTRY.unpack(os.pread(self._fd, 8, size - 8))
+            rel, pos = _OFFSET_ENTRY.unpack(read_file_at(self.path, ((8, size - 8),))[0])
             if rel <= 0 or pos <= 0 or pos >= log_size:
                 raise CorruptIndexError(
                     f"{self.path}: last entry ({rel}, {pos}) is invalid for a log of {log_size} bytes"
@@ -171,7 +227,7 @@ class OffsetIndex(_IndexFile):
             self._loaded = True
 
     def _load(self) -> None:
-        data = os.pread(self._fd, self._persisted * 8, 0)
+        data = read_file_at(self.path, ((self._persisted * 8, 0),))[0]
         arr = array.array("i")
         arr.frombytes(data)
         if not _NATIVE_BIG:
@@ -247,8 +303,9 @@ class TimeIndex(_IndexFile):
             raise CorruptIndexError(f"{self.path}: size {size} is not a multiple of 12")
         self._count = self._persisted = size // self.entry_size
         if self._count:
-            ts, rel = _TIME_ENTRY.unpack(os.pread(self._fd, 12, size - 12))
-            first_ts, first_rel = _TIME_ENTRY.unpack(os.pread(self._fd, 12, 0))
+            last, first = read_file_at(self.path, ((12, size - 12), (12, 0)))
+            ts, rel = _TIME_ENTRY.unpack(last)
+            first_ts, first_rel = _TIME_ENTRY.unpack(first)
             if (
                 rel < 0
                 or self.base_offset + rel >= max(next_offset, self.base_offset + 1)
@@ -262,7 +319,7 @@ class TimeIndex(_IndexFile):
             self._loaded = True
 
     def _load(self) -> None:
-        data = os.pread(self._fd, self._persisted * 12, 0)
+        data = read_file_at(self.path, ((self._persisted * 12, 0),))[0]
         ts = array.array("q")
         rel = array.array("i")
         for t, r in _TIME_ENTRY.iter_unpack(data):

@@ -1278,7 +1278,8 @@ class Log:
                 target = self.state.leo if up_to_offset is None else min(up_to_offset, self.state.leo)
                 need_dir = self._dir_dirty
                 # Dirty flags are exact (set under this lock right after each write),
-                # so only segments with unsynced bytes below the target need an fsync.
+                # so only segments with unsynced bytes (or unwritten index entries) below the
+                # target need an fsync.
                 segs = [s for s in self._segments if s.needs_sync and s.base_offset < target]
                 snapshots = self.producer_state.take_pending_syncs()
                 records = bool(segs) or bool(snapshots) or target > self._recovery_point
@@ -1297,6 +1298,11 @@ class Log:
                 self._dir_dirty = False
                 self._trunc_floor = None
             try:
+                with self._lock:
+                    # Index entries held in memory go to their files with the appends held
+                    # off; the fsyncs below then run without the lock.
+                    for s in segs:
+                        s.write_indexes()
                 for path in files:
                     sync_file(path)
                 for s in segs:

@@ -2,8 +2,11 @@
 
 Not thread-safe by itself: the owning :class:`~rivulet.storage.log.Log` serialises
 access. The one exception is :meth:`LogSegment.sync`, which a flusher thread runs
-while the segment is pinned; a pinned segment defers closing its descriptors until
+while the segment is pinned; a pinned segment defers closing its descriptor until
 the last pin is released, so an fsync never races a close.
+
+A segment holds one descriptor, its ``.log``'s: the indexes keep their entries in memory and
+open their files only to write or sync them (see :mod:`rivulet.storage.index`).
 """
 
 from __future__ import annotations
@@ -20,9 +23,8 @@ from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.records import LOCATOR, LOG_OVERHEAD, MIN_BATCH_LENGTH, BatchHeader
 from rivulet.storage import log_dir_failure
-from rivulet.storage.checkpoints import sync_file
 from rivulet.storage.batches import InvalidBatch, iter_headers, iter_valid_batches
-from rivulet.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
+from rivulet.storage.index import CorruptIndexError, OffsetIndex, TimeIndex, fsync_file, write_file_at
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +52,14 @@ AbortedTxn = tuple[int, int, int, int]  # (producer id, first offset, last offse
 
 class TransactionIndex:
     """``<base>.txnindex``: the aborted transactions whose ABORT marker is in this segment,
-    in Kafka's format. Created on the first entry; entries are cached once read."""
+    in Kafka's format. Created on the first entry; entries are cached once read. Each entry
+    (one an aborted transaction, so rare) is written through a descriptor opened for it."""
 
     def __init__(self, path: str, base_offset: int) -> None:
         self.path = path
         self.base_offset = base_offset
         self._entries: list[AbortedTxn] | None = None
-        self._fd = -1
+        self._detached = False
         self.dirty = False
 
     @property
@@ -85,19 +88,14 @@ class TransactionIndex:
         self._entries = None
         _ = self.entries
 
-    def _open(self) -> int:
-        if self._fd < 0:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        return self._fd
-
     def append(self, producer_id: int, first_offset: int, last_offset: int, last_stable_offset: int) -> None:
         entries = self.entries
         if entries and entries[-1][2] >= last_offset:
             raise ValueError(f"the last offset of appended aborted transaction ({last_offset}) must exceed "
                              f"{entries[-1][2]} in {self.path}")
-        fd = self._open()
-        log_dir_failure.pwrite_all(fd, _ABORTED_TXN.pack(0, producer_id, first_offset, last_offset, last_stable_offset),
-                                   len(entries) * ABORTED_TXN_SIZE)
+        if not self._detached:
+            write_file_at(self.path, _ABORTED_TXN.pack(0, producer_id, first_offset, last_offset, last_stable_offset),
+                          len(entries) * ABORTED_TXN_SIZE, create=True)
         entries.append((producer_id, first_offset, last_offset, last_stable_offset))
         self.dirty = True
 
@@ -121,28 +119,30 @@ class TransactionIndex:
         if keep == len(entries):
             return
         del entries[keep:]
-        if not log_dir_failure.discarding() and os.path.exists(self.path):
+        if not log_dir_failure.discarding() and not self._detached and os.path.exists(self.path):
             os.truncate(self.path, keep * ABORTED_TXN_SIZE)
             self.dirty = True
 
     def reset(self) -> None:
         self._entries = []
-        if not log_dir_failure.discarding() and os.path.exists(self.path):
+        if not log_dir_failure.discarding() and not self._detached and os.path.exists(self.path):
             os.truncate(self.path, 0)
             self.dirty = True
 
     def sync(self) -> None:
-        if self.dirty and self._fd >= 0:
+        if self.dirty:
             self.dirty = False
-            log_dir_failure.file_ops.fdatasync(self._fd)
-        elif self.dirty:
-            self.dirty = False
-            sync_file(self.path)
+            fsync_file(self.path)
 
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+    def detach(self, keep_entries: bool) -> None:
+        """As ``_IndexFile.detach``: the file is about to go; readers keep the entries in memory."""
+        if keep_entries:
+            try:
+                _ = self.entries
+            except (CorruptIndexError, OSError):
+                self._entries = []
+        self._detached = True
+        self.dirty = False
 
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
@@ -222,11 +222,14 @@ class LogSegment:
             entry_offset, pos = self.offset_index.last_entry()
             next_offset = self.base_offset
             end = pos
+            tail_ts, tail_off = -1, self.base_offset
             for bpos, b in iter_headers(self.fd, pos, self.size):
                 if bpos == pos and self.offset_index.entries and b.last_offset != entry_offset:
                     raise CorruptIndexError(f"{self.index_path}: last entry does not match the log")
                 next_offset = b.next_offset
                 end = bpos + b.size
+                if b.max_timestamp > tail_ts:
+                    tail_ts, tail_off = b.max_timestamp, b.last_offset
             if end != self.size:
                 raise CorruptIndexError(f"{self.log_path}: batches end at {end}, file at {self.size}")
             self.next_offset = next_offset
@@ -236,6 +239,10 @@ class LogSegment:
             log.warning("%s; rebuilding indexes", e)
             return False
         self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry()
+        if tail_ts > self.max_timestamp:
+            # A time index short of its closing entry (entries reach the file at a flush or a
+            # roll): the batches past the last offset-index entry, just read, hold the rest.
+            self.max_timestamp, self.offset_of_max_timestamp = tail_ts, tail_off
         self.bytes_since_last_index_entry = self.size - self.offset_index.last_entry()[1]
         return True
 
@@ -345,13 +352,17 @@ class LogSegment:
         self.bytes_since_last_index_entry = since
         self.max_timestamp, self.offset_of_max_timestamp = max_ts, off_max
         self.next_offset = entries[-1][1] + 1
-        oi.commit()
-        ti.commit()
+        # The new index entries stay in memory until write_indexes (a flush or a roll).
 
     def on_become_inactive(self) -> None:
         """Record the final max timestamp, as Kafka does when a segment is rolled or closed."""
         if self.max_timestamp >= 0:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True)
+        self.write_indexes()
+
+    def write_indexes(self) -> None:
+        """Write the index entries held in memory to their files (under the log's lock: a
+        flush runs it before ``sync``, which then only fsyncs)."""
         self.offset_index.commit()
         self.time_index.commit()
 
@@ -577,7 +588,7 @@ class LogSegment:
 
     @property
     def needs_sync(self) -> bool:
-        return self.dirty or self.offset_index.dirty or self.time_index.dirty or self.txn_index.dirty
+        return self.dirty or self.offset_index.needs_sync or self.time_index.needs_sync or self.txn_index.dirty
 
     def pin(self) -> None:
         self._pins += 1
@@ -618,7 +629,6 @@ class LogSegment:
         self._close_pending = False
         self.offset_index.close()
         self.time_index.close()
-        self.txn_index.close()
         os.close(self.fd)
         self.fd = -1
 
@@ -643,10 +653,12 @@ class LogSegment:
         return doomed
 
     def _close_for_deletion(self) -> None:
-        # Descriptors close when no flush holds them.
-        if self._pins and not self.closed:
-            self.offset_index.hold_open()
-            self.time_index.hold_open()
+        # The .log's descriptor closes when no pin (a flush, the cleaner) holds it; what the
+        # holders look up in the indexes is then read from memory, the files being gone.
+        readers = self._pins > 0 and not self.closed
+        self.offset_index.detach(readers)
+        self.time_index.detach(readers)
+        self.txn_index.detach(readers)
         self.close(final=False)
 
     def _paths(self) -> tuple[str, ...]:

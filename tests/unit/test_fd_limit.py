@@ -16,8 +16,8 @@ pytestmark = pytest.mark.fast
 
 
 def test_partitions_within_keeps_a_reserve():
-    assert partitions_within(1024) == (1024 - 256) // 3
-    assert partitions_within(100_000) == (100_000 - 10_000) // 3
+    assert partitions_within(1024) == 1024 - 256
+    assert partitions_within(100_000) == 100_000 - 10_000
     assert partitions_within(100) == 0
 
 
@@ -56,9 +56,9 @@ def _open_fds() -> int:
 def test_an_idle_partition_holds_one_descriptor(tmp_path):
     before = _open_fds()
     logs = [Log(str(tmp_path / f"t-{i}"), LogConfig()) for i in range(20)]
-    assert _open_fds() - before == 20  # the active segment's .log; the indexes open on first use
+    assert _open_fds() - before == 20  # the active segment's .log; the indexes hold none
     assert all(os.path.exists(os.path.join(lg.dir, "00000000000000000000.index")) for lg in logs)
     for lg in logs:
         lg.close()
     assert _open_fds() == before
-    assert fd_limit.FDS_PER_PARTITION == 3
+    assert fd_limit.FDS_PER_PARTITION == 1

@@ -308,6 +308,7 @@ def test_time_index_lookup_is_record_level(pdir):
     assert log.fetch_offset_by_timestamp(2006) == (5, 2050)
     assert log.fetch_offset_by_timestamp(3001) == (7, 3001)
     assert log.fetch_offset_by_timestamp(3002) is None
+    log.flush()  # the entries reach the file at a flush
     with open(os.path.join(pdir, f"{0:020d}.timeindex"), "rb") as f:
         entries = list(struct.iter_unpack(">qi", f.read()))
     assert entries and all(a[0] < b[0] for a, b in zip(entries, entries[1:]))
