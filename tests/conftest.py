@@ -120,6 +120,8 @@ def broker_factory():
 
     yield make
     for b in made:
+        # pytest shows a test's teardown output only when it failed: the brokers' logs then.
+        print(f"--- broker {b.bootstrap} ({b.log_path}), its output's end:\n{b.output_tail(16 * 1024)}")
         b.cleanup()
 
 

@@ -76,6 +76,8 @@ class LoopThread:
                 self.thread.join(10)
 
 
-def stop_thread(lt: LoopThread) -> None:
-    """A blocking client's finalizer: stops its loop thread."""
+def stop_thread(lt: LoopThread, core: object = None) -> None:
+    """A blocking client's finalizer: stops its loop thread. ``core``, the asyncio client it
+    ran, is only held until then, so that its tasks stay reachable until the stopping loop
+    cancels them."""
     lt.stop()

@@ -19,7 +19,6 @@ import threading
 import time
 import weakref
 from collections import deque
-from functools import partial
 from typing import Callable, Coroutine, TypeVar
 
 from rivulet.client import errors as E
@@ -42,6 +41,40 @@ def _timeout(t: float | None) -> float | None:
     return None if t is None or t < 0 else t
 
 
+def _call_error_cb(aio: AIOProducer, err: E.KafkaError) -> int:
+    E.call_error_cb(aio.error_cb, err)
+    return 1
+
+
+def _call_stats_cb(aio: AIOProducer, doc: str) -> int:
+    return run_stats_cb(aio.stats_cb, doc)
+
+
+class _ProducerInbox:
+    """What the producer's loop hands the application's thread, for poll()/flush() to run:
+    (function of the AIOProducer, arguments). Kept apart from the Producer so that the loop's
+    tasks do not refer back to it: a Producer the application drops without close() is then
+    collected, and its finalizer stops the thread (as confluent-kafka's destructor does)."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.queue: deque[tuple[Callable[..., int], tuple]] = deque()
+
+    def _put(self, fn: Callable[..., int], args: tuple) -> None:
+        self.queue.append((fn, args))
+        with self.cond:
+            self.cond.notify_all()
+
+    def report(self, batch: ProducerBatch, base_offset: int, log_append_time: int, err: E.KafkaError | None) -> None:
+        self._put(AIOProducer.deliver, (batch, base_offset, log_append_time, err))
+
+    def error(self, err: E.KafkaError) -> None:
+        self._put(_call_error_cb, (err,))
+
+    def stats(self, doc: str) -> None:
+        self._put(_call_stats_cb, (doc,))
+
+
 class Producer:
     """A Kafka producer with confluent-kafka's API.
 
@@ -52,36 +85,17 @@ class Producer:
     """
 
     def __init__(self, conf: ClientConf | None = None, **kwargs: ConfigValue) -> None:
-        self._cond = threading.Condition()
-        # (function, arguments) to run on the application's thread: delivery reports, error_cb.
-        self._reports: deque[tuple[Callable, tuple]] = deque()
+        inbox = _ProducerInbox()
+        self._cond = inbox.cond
+        self._reports = inbox.queue
         # First, so that a configuration it refuses raises before a thread is started.
-        self._aio = AIOProducer(conf, handoff=Handoff(self._cond, self._enqueue_report, self._enqueue_error,
-                                                      self._enqueue_stats), **kwargs)
+        self._aio = AIOProducer(conf, handoff=Handoff(inbox.cond, inbox.report, inbox.error, inbox.stats), **kwargs)
         self._lt = LoopThread("rivulet-producer")
-        self._finalizer = weakref.finalize(self, stop_thread, self._lt)
+        # Holding the core until its loop has stopped keeps the loop's tasks reachable until they
+        # are cancelled: the collector must not find them pending.
+        self._finalizer = weakref.finalize(self, stop_thread, self._lt, self._aio)
         self._closed = False
         self._lt.run(self._aio.start())
-
-    def _enqueue_report(self, batch: ProducerBatch, base_offset: int, log_append_time: int,
-                        err: E.KafkaError | None) -> None:
-        self._reports.append((self._aio.deliver, (batch, base_offset, log_append_time, err)))
-        with self._cond:
-            self._cond.notify_all()
-
-    def _enqueue_error(self, err: E.KafkaError) -> None:
-        self._reports.append((self._call_error_cb, (err,)))
-        with self._cond:
-            self._cond.notify_all()
-
-    def _enqueue_stats(self, doc: str) -> None:
-        self._reports.append((partial(run_stats_cb, self._aio.stats_cb), (doc,)))
-        with self._cond:
-            self._cond.notify_all()
-
-    def _call_error_cb(self, err: E.KafkaError) -> int:
-        E.call_error_cb(self._aio.error_cb, err)
-        return 1
 
     def produce(self, topic: str, value: Payload = None, key: Payload = None, partition: int | None = -1,
                 on_delivery: Callable | None = None, timestamp: int | None = 0, headers: Headers = None,
@@ -93,9 +107,10 @@ class Producer:
     def _serve(self) -> int:
         n = 0
         reports = self._reports
+        aio = self._aio
         while reports:
             fn, args = reports.popleft()
-            n += fn(*args)
+            n += fn(aio, *args)
         return n
 
     def poll(self, timeout: float | None = None) -> int:

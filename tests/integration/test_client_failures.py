@@ -123,7 +123,10 @@ def test_broker_restart_under_load_loses_nothing(broker_factory, how):
     # Nothing lost: every record is in the log, and the group consumer saw every one.
     log = read_all(b.bootstrap, topic, parts, total)
     assert set(log) == {str(i).encode() for i in range(total)}
-    assert set(load.consumed) == set(log)
+    c = load.coordinator
+    assert set(load.consumed) == set(log), \
+        f"the group consumer read {len(set(load.consumed))} of {len(log)}: its membership {c.state}, generation " \
+        f"{c.generation}, coordinator {c.coordinator}, rejoin needed {c.rejoin_needed}"
     # Nothing duplicated in the log: the idempotent producer promises that (a retry of a batch
     # whose answer was lost in the restart is otherwise written again).
     assert load.producer_idempotent, "the producer did not get a producer id (InitProducerId)"

@@ -10,7 +10,13 @@ import pytest
 from rivulet.client.consumer.assignors import make_assignors
 from rivulet.client.client import KafkaClient
 from rivulet.client.config import resolve
-from rivulet.client.consumer.coordinator import STABLE, UNJOINED, ConsumerCoordinator, GroupConsumer
+from rivulet.client.consumer.coordinator import (
+    STABLE,
+    UNJOINED,
+    ConsumerCoordinator,
+    GroupConsumer,
+    RebalanceNeeded,
+)
 from rivulet.client.consumer.subscription import OffsetAndMetadata, SubscriptionState
 from rivulet.protocol.errors import ErrorCode
 
@@ -141,3 +147,27 @@ def test_commit_to_a_group_that_is_gone_starts_over_without_a_member_id():
     with pytest.raises(Exception, match="GROUP_ID_NOT_FOUND"):
         asyncio.run(coord.commit({("t", 0): OffsetAndMetadata(7)}))
     assert coord.rejoin_needed and coord.generation == -1 and coord.member_id == ""
+
+
+@pytest.mark.parametrize("lost_at", ["JoinGroup", "SyncGroup"])
+def test_a_connection_lost_mid_rebalance_leaves_the_rejoin_to_do(lost_at):
+    """The coordinator's broker dies while the join is under way: the consumer looks for the
+    coordinator again and then joins again. (With the rejoin flag left clear, a consumer whose
+    SyncGroup was cut off by a kill -9 never rejoined: no heartbeats, no fetches, for good.)"""
+    joined = NS(error_code=0, generation_id=1, member_id="m-1", protocol_name="range", leader="m-0",
+                skip_assignment=False, members=[])
+    coord, consumer, sent = coordinator(lambda req: joined)
+    coord.state, coord.generation, coord.rejoin_needed = UNJOINED, -1, True
+
+    async def send(node, req, kind=None, timeout=None):
+        sent.append(req)
+        if type(req).__name__.startswith(lost_at):
+            raise ConnectionError("connection closed by the broker")
+        return joined
+    coord.client.send = send
+    del coord._send  # the real one, which turns a lost connection into a rebalance to redo
+    with pytest.raises(RebalanceNeeded):
+        asyncio.run(coord._join_and_sync())
+    assert [type(r).__name__ for r in sent][-1].startswith(lost_at)
+    assert coord.coordinator is None and consumer.woken
+    assert coord.need_rejoin()

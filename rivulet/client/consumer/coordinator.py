@@ -249,6 +249,18 @@ class ConsumerCoordinator:
         self.state = REBALANCING
 
     async def _join_and_sync(self) -> list[TP]:
+        # Cleared before the JoinGroup so that a rejoin asked for meanwhile is not lost; until
+        # the SyncGroup answers, any failure (a refusal, a lost connection, a timeout) leaves it
+        # set, as Java's rejoinNeeded stays set until the sync succeeds. (A broker killed between
+        # the two once left it clear: the consumer never joined again, heartbeat nor fetched.)
+        self.rejoin_needed = False
+        try:
+            return await self._join_and_sync_once()
+        except BaseException:
+            self.rejoin_needed = True
+            raise
+
+    async def _join_and_sync_once(self) -> list[TP]:
         topics = sorted(self.subs.subscription)
         owned = sorted(self.subs.assignment)
         protocols = []
@@ -256,13 +268,11 @@ class ConsumerCoordinator:
             meta = encode_subscription(Subscription(topics, a.user_data(self.generation), owned,
                                                     self.generation, self.rack))
             protocols.append((a.name, meta))
-        self.rejoin_needed = False
         req = core.join_group_request(self.group_id, self.member_id, self.instance_id, self.session_timeout_ms,
                                       self.rebalance_timeout_ms, protocols, self.rejoin_reason or None)
         resp = await self._send(req, timeout=self.rebalance_timeout_ms / 1000 + self.request_timeout)
         code = resp.error_code
         if code:
-            self.rejoin_needed = True
             if code == ErrorCode.MEMBER_ID_REQUIRED:
                 self.member_id = resp.member_id
                 raise RebalanceNeeded("member id assigned")
@@ -295,7 +305,6 @@ class ConsumerCoordinator:
         sresp = await self._send(sreq, timeout=self.rebalance_timeout_ms / 1000 + self.request_timeout)
         code = sresp.error_code
         if code:
-            self.rejoin_needed = True
             if code == ErrorCode.REBALANCE_IN_PROGRESS:
                 raise RebalanceNeeded("rebalance in progress")
             if code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
