@@ -31,25 +31,13 @@ class CorruptCheckpointError(Exception):
     pass
 
 
-def _fsync_path(path: str) -> None:
+def fsync_dir(path: str) -> None:
+    """Make the creations, renames and deletions in a directory durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def fsync_dir(path: str) -> None:
-    """Make the creations, renames and deletions in a directory durable."""
-    _fsync_path(path)
-
-
-def sync_file(path: str) -> None:
-    """fsync a file written through another descriptor; a file already gone needs none."""
-    try:
-        _fsync_path(path)
-    except FileNotFoundError:
-        return
 
 
 class DeferredSync:

@@ -58,19 +58,6 @@ def write_file_at(path: str, data: bytes | bytearray, pos: int, *, create: bool 
         os.close(fd)
 
 
-def fsync_file(path: str) -> None:
-    """fsync a file written through descriptors since closed; one renamed or unlinked
-    meanwhile (a deleted segment) has nothing left to make durable."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        log_dir_failure.file_ops.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class _IndexFile:
     entry_size = 0
 
@@ -99,7 +86,7 @@ class _IndexFile:
         """fsync what ``commit`` wrote (a flusher thread may run this; it writes nothing)."""
         if self.dirty:
             self.dirty = False
-            fsync_file(self.path)
+            log_dir_failure.sync_file(self.path)
 
     def close(self) -> None:
         if self._closed:

@@ -28,12 +28,17 @@ from rivulet.storage.checkpoints import (
     DeferredSync,
     fsync_dir,
     read_partition_metadata,
-    sync_file,
     write_partition_metadata,
 )
 from rivulet.storage.config import LogConfig
 from rivulet.storage.epoch import LeaderEpochCache
-from rivulet.storage.log_dir_failure import KafkaStorageError, LogDirFailureChannel, discarding, writes_discarded
+from rivulet.storage.log_dir_failure import (
+    KafkaStorageError,
+    LogDirFailureChannel,
+    discarding,
+    sync_file,
+    writes_discarded,
+)
 from rivulet.storage.producer_state import (
     AppendOrigin,
     BatchMetadata,

@@ -5,8 +5,8 @@ directory offline until the broker restarts: its partitions answer KAFKA_STORAGE
 nothing more is appended there, so no record written after a torn write can be
 acknowledged; recovery at the next start cuts the torn tail at the last whole batch.
 
-Segment and index writes go through :data:`file_ops`, so tests can make them fail on
-demand with :class:`FaultyFileOps`.
+Segment and index writes, and the fsyncs of a log's files at a flush, go through
+:data:`file_ops`, so tests can make them fail on demand with :class:`FaultyFileOps`.
 """
 
 from __future__ import annotations
@@ -159,6 +159,19 @@ def writes_discarded() -> Iterator[None]:
 
 def discarding() -> bool:
     return _thread.discard
+
+
+def sync_file(path: str) -> None:
+    """fsync a file written through descriptors since closed. One renamed or unlinked meanwhile
+    (a deleted segment, a snapshot cleaned away) has nothing left to make durable."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        file_ops.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def pwrite_all(fd: int, data: bytes | bytearray | memoryview, pos: int) -> None:

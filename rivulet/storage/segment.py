@@ -24,7 +24,7 @@ from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.records import LOCATOR, LOG_OVERHEAD, MIN_BATCH_LENGTH, BatchHeader
 from rivulet.storage import log_dir_failure
 from rivulet.storage.batches import InvalidBatch, iter_headers, iter_valid_batches
-from rivulet.storage.index import CorruptIndexError, OffsetIndex, TimeIndex, fsync_file, write_file_at
+from rivulet.storage.index import CorruptIndexError, OffsetIndex, TimeIndex, write_file_at
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ class TransactionIndex:
     def sync(self) -> None:
         if self.dirty:
             self.dirty = False
-            fsync_file(self.path)
+            log_dir_failure.sync_file(self.path)
 
     def detach(self, keep_entries: bool) -> None:
         """As ``_IndexFile.detach``: the file is about to go; readers keep the entries in memory."""

@@ -108,6 +108,16 @@ def test_failed_fsync_takes_the_dir_offline(tmp_path, faults):
     m.shutdown()
 
 
+def test_file_fsyncs_go_through_the_seam_and_a_file_gone_needs_none(tmp_path, faults):
+    path = tmp_path / "00000000000000000000.index"
+    path.write_bytes(b"x")
+    faults.fail_fsync, faults.err, faults.armed = True, errno.EIO, True
+    with pytest.raises(OSError):
+        log_dir_failure.sync_file(str(path))
+    log_dir_failure.sync_file(str(tmp_path / "deleted.snapshot"))
+    assert faults.failures == 1
+
+
 def test_checkpoint_failure_takes_the_dir_offline(tmp_path, monkeypatch):
     m = _manager(tmp_path, 1)
     m.create_log("t", 0)
