@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from typing import Callable, Coroutine, TypeVar
+from typing import Callable, Coroutine, Generic, TypeVar
 
 from rivulet.client import errors as E
 
 T = TypeVar("T")
+C = TypeVar("C")
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -76,8 +77,20 @@ class LoopThread:
                 self.thread.join(10)
 
 
-def stop_thread(lt: LoopThread, core: object = None) -> None:
-    """A blocking client's finalizer: stops its loop thread. ``core``, the asyncio client it
-    ran, is only held until then, so that its tasks stay reachable until the stopping loop
-    cancels them."""
-    lt.stop()
+class ThreadStopper(Generic[C]):
+    """A blocking client's finalizer: stops the loop thread its asyncio client runs on.
+
+    It holds that client until then. A blocking client dropped inside a reference cycle is
+    collected together with whatever only it reaches; were its asyncio client among that, the
+    collector would find the client's tasks still pending (one waiting on an event that only the
+    client refers to is reached through nothing else) and destroy them, which asyncio logs as
+    "Task was destroyed but it is pending". Held here, they stay reachable until the stopping
+    loop cancels them.
+    """
+
+    def __init__(self, thread: LoopThread, client: C) -> None:
+        self.thread = thread
+        self.client = client
+
+    def __call__(self) -> None:
+        self.thread.stop()

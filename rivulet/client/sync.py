@@ -23,7 +23,7 @@ from typing import Callable, Coroutine, TypeVar
 
 from rivulet.client import errors as E
 from rivulet.client.config import ClientConf, ConfigValue
-from rivulet.client.loop import LoopThread, stop_thread
+from rivulet.client.loop import LoopThread, ThreadStopper
 from rivulet.client.consumer.consumer import AIOConsumer
 from rivulet.client.consumer.consumer import Handoff as ConsumerHandoff
 from rivulet.client.producer.accumulator import ProducerBatch
@@ -91,9 +91,7 @@ class Producer:
         # First, so that a configuration it refuses raises before a thread is started.
         self._aio = AIOProducer(conf, handoff=Handoff(inbox.cond, inbox.report, inbox.error, inbox.stats), **kwargs)
         self._lt = LoopThread("rivulet-producer")
-        # Holding the core until its loop has stopped keeps the loop's tasks reachable until they
-        # are cancelled: the collector must not find them pending.
-        self._finalizer = weakref.finalize(self, stop_thread, self._lt, self._aio)
+        self._finalizer = weakref.finalize(self, ThreadStopper(self._lt, self._aio))
         self._closed = False
         self._lt.run(self._aio.start())
 
@@ -248,7 +246,7 @@ class Consumer:
         aio = self._aio = AIOConsumer(conf, handoff=ConsumerHandoff(
             self._notify, self._invoke_listener, self._commit_done, self._on_error, self._on_stats), **kwargs)
         self._lt = LoopThread("rivulet-consumer")
-        self._finalizer = weakref.finalize(self, stop_thread, self._lt)
+        self._finalizer = weakref.finalize(self, ThreadStopper(self._lt, aio))
         self._closed = False
         self._lt.run(aio.start())
 
@@ -462,13 +460,13 @@ class ShareConsumer:
     """
 
     def __init__(self, conf: ClientConf | None = None, **kwargs: ConfigValue) -> None:
-        self._lt = LoopThread("rivulet-share-consumer")
-        self._finalizer = weakref.finalize(self, stop_thread, self._lt)
+        lt = self._lt = LoopThread("rivulet-share-consumer")
         try:
-            self._aio = self._lt.run(_make_share_consumer(conf, kwargs))
+            self._aio = lt.run(_make_share_consumer(conf, kwargs))
         except BaseException:
-            self._finalizer()
+            lt.stop()
             raise
+        self._finalizer = weakref.finalize(self, ThreadStopper(lt, self._aio))
         self._callback: Callable | None = None
 
     def _run(self, coro: Coroutine[object, object, T]) -> T:

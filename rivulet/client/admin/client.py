@@ -20,7 +20,7 @@ from rivulet.client import core
 from rivulet.client import errors as E
 from rivulet.client.client import KafkaClient
 from rivulet.client.config import ClientConf, ConfigValue, parse_bootstrap, resolve
-from rivulet.client.loop import LoopThread, stop_thread
+from rivulet.client.loop import LoopThread, ThreadStopper
 from rivulet.client.types import ClusterMetadata, TopicPartition
 from rivulet.common.config import ConfigSource  # re-exported: DescribeConfigs' config_source codes
 from rivulet.common.types import TopicPartition as TP
@@ -762,7 +762,7 @@ class AdminClient:
         config = resolve(conf, "admin", kwargs)
         self._aio = AsyncAdminClient(config)
         self._lt = LoopThread("rivulet-admin")
-        self._finalizer = weakref.finalize(self, stop_thread, self._lt)
+        self._finalizer = weakref.finalize(self, ThreadStopper(self._lt, self._aio))
 
     def _spawn(self, coro: Coroutine[object, object, None]) -> None:
         self._lt.submit(coro)
