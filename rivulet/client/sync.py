@@ -19,7 +19,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from typing import Callable, Coroutine, TypeVar
+from typing import Callable, Coroutine, Generic, TypeVar
 
 from rivulet.client import errors as E
 from rivulet.client.config import ClientConf, ConfigValue
@@ -34,6 +34,7 @@ from rivulet.client.types import ClusterMetadata, ConsumerGroupMetadata, Headers
 
 log = logging.getLogger("rivulet.client")
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 def _timeout(t: float | None) -> float | None:
@@ -50,29 +51,37 @@ def _call_stats_cb(aio: AIOProducer, doc: str) -> int:
     return run_stats_cb(aio.stats_cb, doc)
 
 
-class _ProducerInbox:
-    """What the producer's loop hands the application's thread, for poll()/flush() to run:
-    (function of the AIOProducer, arguments). Kept apart from the Producer so that the loop's
-    tasks do not refer back to it: a Producer the application drops without close() is then
-    collected, and its finalizer stops the thread (as confluent-kafka's destructor does)."""
+class _Inbox(Generic[R]):
+    """What a blocking client's loop hands the application's thread, for poll() and the like to
+    run there: (function, arguments), the function taking first what the client serves it with.
+    Kept apart from the client so that the loop's tasks do not refer back to it: a client the
+    application drops without close() is then freed at once, and its finalizer stops the thread
+    (as confluent-kafka's destructor does)."""
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
-        self.queue: deque[tuple[Callable[..., int], tuple]] = deque()
+        self.queue: deque[tuple[Callable[..., R], tuple]] = deque()
 
-    def _put(self, fn: Callable[..., int], args: tuple) -> None:
+    def put(self, fn: Callable[..., R], *args: object) -> None:
         self.queue.append((fn, args))
+        self.notify()
+
+    def notify(self) -> None:
         with self.cond:
             self.cond.notify_all()
 
+
+class _ProducerInbox(_Inbox[int]):
+    """The Producer's: functions of its AIOProducer, each returning the events it served."""
+
     def report(self, batch: ProducerBatch, base_offset: int, log_append_time: int, err: E.KafkaError | None) -> None:
-        self._put(AIOProducer.deliver, (batch, base_offset, log_append_time, err))
+        self.put(AIOProducer.deliver, batch, base_offset, log_append_time, err)
 
     def error(self, err: E.KafkaError) -> None:
-        self._put(_call_error_cb, (err,))
+        self.put(_call_error_cb, err)
 
     def stats(self, doc: str) -> None:
-        self._put(_call_stats_cb, (doc,))
+        self.put(_call_stats_cb, doc)
 
 
 class Producer:
@@ -226,6 +235,50 @@ class Producer:
         self.close()
 
 
+def _run_rebalance_cb(c: Consumer, cb: Callable, partitions: list[TopicPartition],
+                      done: concurrent.futures.Future[None]) -> None:
+    try:
+        cb(c, partitions)
+    finally:
+        if not done.done():  # else the loop stopped waiting
+            done.set_result(None)
+
+
+def _call_on_commit(c: Consumer, err: E.KafkaError | None, partitions: list[TopicPartition]) -> None:
+    on_commit = c._aio.on_commit
+    if on_commit is not None:
+        on_commit(err, partitions)
+
+
+def _call_consumer_error_cb(c: Consumer, err: E.KafkaError) -> None:
+    if c._aio.error_cb is not None:
+        c._aio.error_cb(err)
+
+
+def _call_consumer_stats_cb(c: Consumer, doc: str) -> None:
+    if c._aio.stats_cb is not None:
+        c._aio.stats_cb(doc)
+
+
+class _ConsumerInbox(_Inbox[None]):
+    """The Consumer's: functions of the Consumer, which rebalance callbacks are given."""
+
+    async def listener(self, cb: Callable, partitions: list[TopicPartition]) -> None:
+        """Run a rebalance callback from poll(); the loop waits until it has run."""
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self.put(_run_rebalance_cb, cb, partitions, done)
+        await asyncio.wrap_future(done)
+
+    def commit_done(self, err: E.KafkaError | None, partitions: list[TopicPartition]) -> None:
+        self.put(_call_on_commit, err, partitions)
+
+    def error(self, err: E.KafkaError) -> None:
+        self.put(_call_consumer_error_cb, err)
+
+    def stats(self, doc: str) -> None:
+        self.put(_call_consumer_stats_cb, doc)
+
+
 class Consumer:
     """A Kafka consumer with confluent-kafka's API.
 
@@ -240,51 +293,26 @@ class Consumer:
     """
 
     def __init__(self, conf: ClientConf | None = None, **kwargs: ConfigValue) -> None:
-        self._cond = threading.Condition()
-        self._events: deque[tuple[Callable, tuple, concurrent.futures.Future | None]] = deque()
+        inbox = _ConsumerInbox()
+        self._cond = inbox.cond
+        self._events = inbox.queue
         # First, so that a configuration it refuses raises before a thread is started.
         aio = self._aio = AIOConsumer(conf, handoff=ConsumerHandoff(
-            self._notify, self._invoke_listener, self._commit_done, self._on_error, self._on_stats), **kwargs)
+            inbox.notify, inbox.listener, inbox.commit_done, inbox.error, inbox.stats), **kwargs)
         self._lt = LoopThread("rivulet-consumer")
         self._finalizer = weakref.finalize(self, ThreadStopper(self._lt, aio))
         self._closed = False
         self._lt.run(aio.start())
 
     # ------------------------------------------------------------ crossing threads
-    def _notify(self) -> None:
-        with self._cond:
-            self._cond.notify_all()
-
-    async def _invoke_listener(self, cb: Callable, partitions: list[TopicPartition]) -> None:
-        fut: concurrent.futures.Future = concurrent.futures.Future()
-        self._events.append((cb, (self, partitions), fut))
-        self._notify()
-        await asyncio.wrap_future(fut)
-
-    def _commit_done(self, err: E.KafkaError | None, partitions: list[TopicPartition]) -> None:
-        if self._aio.on_commit is not None:
-            self._events.append((self._aio.on_commit, (err, partitions), None))
-            self._notify()
-
-    def _on_error(self, err: E.KafkaError) -> None:
-        self._events.append((self._aio.error_cb, (err,), None))
-        self._notify()
-
-    def _on_stats(self, doc: str) -> None:
-        self._events.append((self._aio.stats_cb, (doc,), None))
-        self._notify()
-
     def _serve_events(self) -> None:
         events = self._events
         while events:
-            cb, args, fut = events.popleft()
+            fn, args = events.popleft()
             try:
-                cb(*args)
+                fn(self, *args)
             except Exception:
                 log.exception("consumer callback raised")
-            finally:
-                if fut is not None and not fut.done():
-                    fut.set_result(None)
 
     def _wait(self, coro: Coroutine[object, object, T], timeout: float | None = None) -> T:
         """Run on the loop and wait, serving callbacks meanwhile (a rebalance may need them)."""
