@@ -8,23 +8,31 @@ the socket layer sends it with ``os.sendfile``, or reads it (``read``) where it 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 
 class FileRegion:
-    """``size`` bytes at ``position`` of a file, held open through a descriptor of its own: a
-    segment deleted, compacted away or closed meanwhile is still read whole, as it was.
+    """``size`` bytes at ``position`` of a file, held open while the region lives: a segment
+    deleted, compacted away or closed meanwhile is still read whole, as it was.
+
+    The descriptor is either the region's own (closed by ``close``) or, with ``release``,
+    borrowed from a segment pinned open for it: ``close`` then calls ``release`` once, from
+    whichever thread sent the region. A Fetch of a thousand partitions so costs no
+    descriptors of its own, which at ten thousand partitions the process does not have.
 
     It also carries what the broker would otherwise read from the bytes: the offset after its
     last batch (``next_offset``) and the number of records in it (``record_count``)."""
 
-    __slots__ = ("fd", "position", "size", "next_offset", "record_count")
+    __slots__ = ("fd", "position", "size", "next_offset", "record_count", "_release")
 
-    def __init__(self, fd: int, position: int, size: int, next_offset: int, record_count: int) -> None:
-        self.fd = fd  # owned: closed by close(), or when the region is dropped unsent
+    def __init__(self, fd: int, position: int, size: int, next_offset: int, record_count: int,
+                 release: Callable[[], None] | None = None) -> None:
+        self.fd = fd  # closed by close() (or released), or when the region is dropped unsent
         self.position = position
         self.size = size
         self.next_offset = next_offset
         self.record_count = record_count
+        self._release = release
 
     def __len__(self) -> int:
         return self.size
@@ -46,8 +54,13 @@ class FileRegion:
 
     def close(self) -> None:
         fd, self.fd = self.fd, -1
-        if fd >= 0:
+        if fd < 0:
+            return
+        release, self._release = self._release, None
+        if release is None:
             os.close(fd)
+        else:
+            release()
 
     def __del__(self) -> None:
         # A response dropped unsent (its connection closed first) must not leak a descriptor.

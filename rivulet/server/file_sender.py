@@ -62,8 +62,14 @@ def _python_only() -> bool:
     return os.environ.get("RIVULET_PY_SENDFILE", "") not in ("", "0")
 
 
-def has_regions(parts: list[Part]) -> bool:
-    return any(type(p) is FileRegion for p in parts)
+# An answer whose record sets sent from files total at least this goes to a sender thread;
+# below it the loop reads them, as starting a send off the loop costs more than the copy saves.
+ZERO_COPY_MIN = 256 * 1024
+
+
+def region_bytes(parts: list[Part]) -> int:
+    """How many of the answer's bytes are FileRegions (0: none)."""
+    return sum(p.size for p in parts if type(p) is FileRegion)
 
 
 def read_regions(parts: list[Part]) -> list[Part]:

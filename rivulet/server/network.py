@@ -525,8 +525,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 continue
             write_start = time.perf_counter() if timed else 0.0
             parts = framing.encode_response_parts(s.response, h.api_key, h.api_version, h.correlation_id)
-            if len(parts) > 1 and file_sender.has_regions(parts):
-                if self._send_files(s, parts, write_start):
+            if len(parts) > 1 and (regions := file_sender.region_bytes(parts)):
+                if regions >= file_sender.ZERO_COPY_MIN and self._send_files(s, parts, write_start):
                     return  # _files_sent goes on from here
                 try:
                     parts = file_sender.read_regions(parts)

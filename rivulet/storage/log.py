@@ -640,6 +640,17 @@ class Log:
             for seg in segments:
                 seg.pin()
 
+    def _hold_for_region(self, seg: LogSegment) -> Callable[[], None]:
+        """Pin ``seg`` for a FileRegion of it; what unpins it, which the region calls once,
+        on the sender thread that wrote it or on the loop."""
+        with self._lock:
+            seg.pin()
+
+        def release() -> None:
+            with self._lock:
+                seg.unpin()
+        return release
+
     def unpin_segments(self, segments: Sequence[LogSegment]) -> None:
         """Release ``pin_segments``; a segment deleted meanwhile closes now."""
         with self._lock:
@@ -1011,7 +1022,8 @@ class Log:
         while i < len(segments):
             seg = segments[i]
             try:
-                got = seg.read(fetch_offset, max_bytes, bound, min_one_batch, slack, zero_copy_min)
+                got = seg.read(fetch_offset, max_bytes, bound, min_one_batch, slack, zero_copy_min,
+                               self._hold_for_region if zero_copy_min else None)
             except OSError as e:
                 raise self._io_failed(e, "read") from e
             if got is not None:

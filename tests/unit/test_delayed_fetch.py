@@ -17,7 +17,7 @@ from rivulet.protocol.errors import ErrorCode
 from rivulet.replication.replica_manager import (
     FetchParams,
     FetchRequestPartition,
-    ZERO_COPY_MIN,
+    REGION_MIN,
     ReplicaManager,
     readable_bytes,
 )
@@ -310,7 +310,7 @@ def test_read_committed_waits_for_the_last_stable_offset(tmp_path) -> None:
     _run(tmp_path, body)
 
 
-@pytest.mark.parametrize("size", [50, ZERO_COPY_MIN + 1])  # in memory, and a FileRegion of the segment (zero copy)
+@pytest.mark.parametrize("size", [50, REGION_MIN + 1])  # in memory, and a FileRegion of the segment (zero copy)
 def test_read_committed_lists_the_aborted_transactions_the_records_reach(tmp_path, size: int) -> None:
     now = int(time.time() * 1000)  # a timestamp segment.ms does not roll the segment for
 
@@ -331,7 +331,7 @@ def test_read_committed_lists_the_aborted_transactions_the_records_reach(tmp_pat
         assert log.active_segment.base_offset == 0  # one segment: a read may return all of it
         assert whole.aborted_transactions == [(7, 0), (9, 4)]
         first = fetch(rm, tp, 0, len(txn(7)))  # the first batch only: pid 9's abort is past it
-        assert isinstance(first.records, FileRegion) == (size > ZERO_COPY_MIN)
+        assert isinstance(first.records, FileRegion) == (size > REGION_MIN)
         data = first.records.read() if isinstance(first.records, FileRegion) else first.records
         assert [h.base_offset for _, h in rec.iter_batches(data)] == [0]
         assert first.aborted_transactions == [(7, 0)]

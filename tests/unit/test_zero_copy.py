@@ -87,12 +87,21 @@ def test_a_region_outlives_its_segment(log):
     assert open_fds(log.dir) < before  # the region's descriptor and the log's are closed
 
 
-def test_a_dropped_region_closes_its_descriptor(log):
+def test_regions_borrow_their_segments_descriptor_and_keep_it_open_until_released(log):
+    # At 10,000 partitions a descriptor per region would not fit: a region pins its segment.
     before = open_fds(log.dir)
+    first = log.log_segments()[0]
     regions = [log.read(0, 1 << 20, zero_copy_min=1).records for _ in range(20)]
-    assert open_fds(log.dir) == before + 20
-    del regions
+    assert all(isinstance(r, FileRegion) and r.fd == first.fd for r in regions)
     assert open_fds(log.dir) == before
+    expected = regions[0].read()  # read, so released
+    log.high_watermark = log.log_end_offset
+    log.delete_records_before(log.log_end_offset)  # the first segment goes, pinned by 19 regions
+    assert not first.closed
+    assert regions[1].read() == expected
+    del regions  # dropped unsent: released too
+    assert first.closed
+    assert open_fds(log.dir) < before
 
 
 def test_a_truncated_region_is_refused(tmp_path):
