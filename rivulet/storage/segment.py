@@ -37,6 +37,11 @@ _LOCATOR_SIZE = LOCATOR.size
 _COUNT = struct.Struct(">i")
 # The zero-copy walk reads batch headers in chunks of this size, never the records between.
 _HEADER_CHUNK = 64 * 1024
+# Its first read, before it knows the batches' size: the index entry it starts from is at most
+# about index.interval.bytes before the wanted batch, so one page covers a walk over small
+# batches to it, and of large ones (the consume rows': about 1 MB each) it copies a page
+# instead of a whole chunk.
+_FIRST_HEADER_CHUNK = 4096
 
 # (position in the appended buffer, last offset, max timestamp, size) per batch.
 AppendEntry = tuple[int, int, int, int]
@@ -474,7 +479,7 @@ class LogSegment:
         """``read``'s choice of batches from their headers alone, handed out as a FileRegion
         (bytes when fewer than ``zero_copy_min``): a Fetch's records never pass through Python."""
         fd, end = self.fd, self.size
-        chunk, chunk_pos, last_length = _EMPTY, 0, 0
+        chunk, chunk_pos, last_length = _EMPTY, 0, -1
 
         def header(q: int) -> tuple[int, int, int, int] | None:
             """(base offset, length, last offset delta, record count) of the batch at ``q``."""
@@ -484,7 +489,12 @@ class LogSegment:
             if q < chunk_pos or q + rec.HEADER_SIZE > chunk_pos + len(chunk):
                 # Small batches: a chunk holds many headers. Large ones: only the header, or
                 # the walk would read nearly every byte it is meant to leave to sendfile.
-                want = rec.HEADER_SIZE if last_length > _HEADER_CHUNK // 8 else _HEADER_CHUNK
+                if last_length < 0:
+                    want = _FIRST_HEADER_CHUNK
+                elif last_length > _HEADER_CHUNK // 8:
+                    want = rec.HEADER_SIZE
+                else:
+                    want = _HEADER_CHUNK
                 chunk, chunk_pos = os.pread(fd, min(end - q, want), q), q
             o = q - chunk_pos
             base, length, lod = LOCATOR.unpack_from(chunk, o)

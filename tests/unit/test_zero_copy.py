@@ -75,6 +75,35 @@ def test_regions_hold_what_reads_return(log):
     assert regions > 100
 
 
+def test_the_walk_over_large_batches_reads_headers_only(tmp_path, monkeypatch):
+    # Batches of about 100 KiB, as the consume rows' (about 1 MB): the walk's first read is a
+    # page, then only the headers; the regions are those of the plain read.
+    from rivulet.storage import segment
+    lg = Log(str(tmp_path / "t-0"), LogConfig())
+    for _ in range(12):
+        append(lg, make_batch(records(100, 1000)))
+    lg.high_watermark = lg.log_end_offset
+    sizes: list[int] = []
+    real_pread = os.pread
+
+    def pread(fd: int, n: int, pos: int) -> bytes:
+        sizes.append(n)
+        return real_pread(fd, n, pos)
+
+    try:
+        for offset in (0, 150, 800):
+            plain = bytes(lg.read(offset, 350_000).records)
+            monkeypatch.setattr(segment.os, "pread", pread)
+            region = lg.read(offset, 350_000, zero_copy_min=1).records
+            monkeypatch.setattr(segment.os, "pread", real_pread)
+            assert isinstance(region, FileRegion)
+            assert region.read() == plain
+            assert len(plain) > 200_000  # whole batches: three of them
+        assert sizes and max(sizes) <= segment._FIRST_HEADER_CHUNK
+    finally:
+        lg.close()
+
+
 def test_a_region_outlives_its_segment(log):
     before = open_fds(log.dir)
     region = log.read(0, 1 << 20, zero_copy_min=1).records
