@@ -251,6 +251,59 @@ def test_a_request_larger_than_the_first_frame_chunk_arrives_whole_in_small_read
     conn.close()
 
 
+def test_a_frame_whose_first_read_brings_a_quarter_of_it_gets_its_whole_buffer_at_once():
+    """The buffer of a frame the shared read buffer cannot hold is FRAME_GROWTH times what
+    arrived of it (at least FIRST_FRAME_CHUNK, at most the frame): a 0.9 MB Produce whose first
+    read brings 256 KiB is read into one buffer, never grown and copied; a bare size prefix
+    still gets FIRST_FRAME_CHUNK."""
+    from rivulet.client import core
+    from rivulet.protocol import framing, records as rec
+    from rivulet.server.answer import NO_RESPONSE
+    from rivulet.server.network import FIRST_FRAME_CHUNK, FRAME_GROWTH, KafkaConnection
+    from rivulet.server.socket_server import STAGE_SIZE, SocketServer, SocketServerConfig
+
+    got: list[bytes] = []
+
+    class Apis:
+        def handle(self, header, body, conn):
+            got.append(bytes(body.topic_data[0].partition_data[0].records))
+            return NO_RESPONSE
+
+        def api_versions_error(self, code):
+            raise AssertionError("not expected")
+
+    batch = rec.encode_batch([rec.Record(0, 0, None, bytes([i % 251]) * 1024, []) for i in range(880)])
+    data = framing.encode_request(core.produce_request(None, 1, 1000, {("t", 0): batch}), 9, 7, "c")
+    assert STAGE_SIZE < len(data) - 4 <= FRAME_GROWTH * (STAGE_SIZE - 4)
+    server = SocketServer(SocketServerConfig(max_request_bytes=1 << 22, connections_max_idle_ms=600_000))
+    server.handler = Apis()
+    conn = KafkaConnection(server)
+    conn.connection_made(FakeTransport())
+    buffers = []
+    pos = 0
+    while pos < len(data):
+        buf = conn.get_buffer(-1)
+        n = min(len(buf), len(data) - pos)
+        buf[:n] = data[pos:pos + n]
+        conn.buffer_updated(n)
+        pos += n
+        if conn.frame is not None:
+            buffers.append(conn.frame)
+    assert got == [batch]
+    assert len(buffers) >= 1 and all(b is buffers[0] for b in buffers)
+    assert len(buffers[0]) == len(data) - 4
+    # A prefix announcing 4 MiB with 10 bytes behind it: the first chunk, not the announced size.
+    other = KafkaConnection(server)
+    other.connection_made(FakeTransport())
+    prefix = struct.pack(">i", 4 << 20) + bytes(10)
+    buf = other.get_buffer(-1)
+    buf[:len(prefix)] = prefix
+    other.buffer_updated(len(prefix))
+    assert other.frame is not None and len(other.frame) == FIRST_FRAME_CHUNK
+    conn.close()
+    other.close()
+
+
 @pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2) to read a listening socket's backlog")
 def test_listeners_listen_with_socket_listen_backlog_size():
     async def scenario() -> None:
