@@ -11,6 +11,7 @@ from /proc/<broker pid>/fd."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -24,7 +25,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from rivulet.protocol import framing
 from rivulet.protocol.messages import fetch_request as fq
 from rivulet.testing import BrokerProcess
-from tests.cluster import eventually
+from tests.cluster import ZkCluster, eventually
 
 pytestmark = pytest.mark.integration
 
@@ -47,9 +48,10 @@ def broker():
     proc.cleanup()
 
 
-def value(tag: str, p: int, i: int) -> bytes:
+def value(tag: str, p: int, i: int, size: int = VALUE_SIZE) -> bytes:
+    """Incompressible, so that on disk (and in answers) records are as big as they look."""
     head = f"{tag}:{p}:{i}:".encode()
-    return head + bytes((i * 13 + p) % 251 for _ in range(VALUE_SIZE - len(head)))
+    return head + random.Random(head).randbytes(size - len(head))
 
 
 def create(broker: BrokerProcess, topic: str, partitions: int = PARTITIONS) -> None:
@@ -64,7 +66,7 @@ def fill(broker: BrokerProcess, topic: str, tag: str, partitions: int = PARTITIO
     p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "batch.size": size + 1000})
     for i in range(records):
         for part in range(partitions):
-            p.produce(topic, value(tag, part, i)[:size], partition=part)
+            p.produce(topic, value(tag, part, i, size), partition=part)
         p.flush(60)
     assert p.flush(60) == 0
 
@@ -236,7 +238,7 @@ def test_thousands_of_regions_in_flight_cost_no_descriptors(broker):
         # Meanwhile two consumers read it all; then the stalled answers (each of 2000 regions,
         # up to clients x pipelined of them pinned at once) still hold no descriptor of their
         # own: their connections, a sender's copy of each, and a few for the consumers.
-        want = {p: [value("m", p, 0)[:17_000]] for p in range(many)}
+        want = {p: [value("m", p, 0, 17_000)] for p in range(many)}
         assert read_all(broker, topic, many, many) == want
         assert read_all(broker, topic, many, many) == want
         held = len(fd_targets(broker))
@@ -245,6 +247,11 @@ def test_thousands_of_regions_in_flight_cost_no_descriptors(broker):
         for s in stalled:
             s.close()
     eventually(lambda: len(fd_targets(broker)) <= before + 4, what="every stalled answer's descriptors released")
+    # Nor a pin: the answers queued behind each sent one were dropped unsent, and deleting
+    # the topic now closes every descriptor on its files.
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.delete_topics([topic], request_timeout=60)[topic].result(60)
+    eventually(lambda: topic_fds(broker, topic) == [], what="the deleted topic's descriptors closed")
 
 
 KILLED_CLIENT = """
@@ -289,3 +296,95 @@ def test_a_consumer_killed_mid_answer_leaves_no_pins(broker):
     # No pin left behind: deleting the topic closes every descriptor on its files.
     eventually(lambda: topic_fds(broker, topic) == [], what="the deleted topic's descriptors closed")
     assert pid(broker)
+
+
+@pytest.mark.cluster
+def test_a_follower_truncation_under_a_stalled_answer_closes_only_that_connection(zk_connect):
+    """Broker 1 leads alone (its follower killed, out of the ISR) and hands a consumer records
+    that broker 2 never got; frozen, it loses the lead to broker 2 (unclean election)
+    and, resumed as a follower, truncates those records from the very file the consumer's
+    stalled answer is still being sent from. That answer's connection is closed (its frame's
+    size is fixed); the broker lives on and serves what the new leader has."""
+    parts, record = 12, 50_000
+    cluster = ZkCluster(zk_connect)
+    try:
+        leader = cluster.start(1, **{"replica.lag.time.max.ms": "2000"})
+        follower = cluster.start(2, **{"replica.lag.time.max.ms": "2000"})
+        cluster.wait_for_brokers([1, 2])
+        topic = f"zct-{uuid.uuid4().hex[:8]}"
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin.create_topics([NewTopic(topic, parts, replica_assignment=[[1, 2]] * parts, config={
+            "unclean.leader.election.enable": "true", "min.insync.replicas": "1"})], request_timeout=60)[topic].result(60)
+        eventually(lambda: all(state(cluster, topic, p)["isr"] == [1, 2] for p in range(parts)), 60,
+                   "both replicas in sync")
+        produce(cluster.bootstrap, topic, parts, "kept", 10, record, "all")
+        # kill -9, not SIGSTOP: a frozen follower could still take in a fetch answer holding
+        # part of the tail and append it once resumed.
+        follower.kill()
+        produce(leader.bootstrap, topic, parts, "lost", 10, record, "1")
+        # The dead follower leaves the ISR: the leader's high watermark takes in the tail.
+        eventually(lambda: all(state(cluster, topic, p)["isr"] == [1] for p in range(parts)), 60,
+                   "the ISR down to the leader")
+        s = stalled_fetch(leader, [fetch_frame(topic, parts, 8_000_000)])
+        size = int.from_bytes(s.recv(4, socket.MSG_PEEK), "big")
+        assert size > parts * 20 * record  # the tail was in it, and more than socket buffers hold
+        try:
+            leader.pause()
+            cluster.restart(2)
+            eventually(lambda: all(state(cluster, topic, p)["leader"] == 2 for p in range(parts)), 60,
+                       "broker 2 elected leader")
+            produce(follower.bootstrap, topic, parts, "new", 2, record, "1")
+            leader.resume()
+            logs = [os.path.join(leader.data_dir, f"{topic}-{p}", "00000000000000000000.log") for p in range(parts)]
+            eventually(lambda: all(os.path.getsize(f) < 15 * record for f in logs), 60,
+                       "the old leader to truncate its tail")
+            s.settimeout(30)
+            got = 0
+            try:
+                while chunk := s.recv(1 << 20):
+                    got += len(chunk)
+            except ConnectionResetError:
+                pass
+            assert got < 4 + size, "the truncated answer cannot have been sent whole"
+        finally:
+            s.close()
+        assert pid(leader)
+        want = {p: [value("kept", p, i, record) for i in range(10)] + [value("new", p, i, record) for i in range(2)]
+                for p in range(parts)}
+        assert read_all_from(cluster.bootstrap, topic, parts, parts * 12) == want
+        # The old leader, now a follower, catches up with the new one.
+        eventually(lambda: all(sorted(state(cluster, topic, p)["isr"]) == [1, 2] for p in range(parts)), 60,
+                   "broker 1 back in sync")
+    finally:
+        cluster.close()
+
+
+def state(cluster: ZkCluster, topic: str, partition: int) -> dict:
+    """The partition's leader and ISR in ZooKeeper; empty until the controller wrote them."""
+    if not cluster.zk.exists(f"/brokers/topics/{topic}/partitions/{partition}/state"):
+        return {"leader": None, "isr": None}
+    return cluster.partition_state(topic, partition)
+
+
+def produce(bootstrap: str, topic: str, partitions: int, tag: str, records: int, size: int, acks: str) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5, "enable.idempotence": False})
+    for i in range(records):
+        for part in range(partitions):
+            p.produce(topic, value(tag, part, i, size), partition=part)
+    assert p.flush(60) == 0
+
+
+def read_all_from(bootstrap: str, topic: str, partitions: int, want: int) -> dict[int, list[bytes]]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, part, OFFSET_BEGINNING) for part in range(partitions)])
+    got: dict[int, list[bytes]] = {part: [] for part in range(partitions)}
+    n, idle = 0, 0
+    while n < want and idle < 30:
+        msgs = c.consume(1000, 1.0)
+        idle = 0 if msgs else idle + 1
+        for m in msgs:
+            assert m.error() is None, m.error()
+            got[m.partition()].append(m.value())
+            n += 1
+    c.close()
+    return got
