@@ -2,11 +2,11 @@
 their segment's descriptor and pin the segment open until sent, read or dropped.
 
 Answers here are big and many-partitioned (hundreds to thousands of regions each). A client
-that stops reading while DeleteRecords or topic deletion removes the segments its answer pins
-holds no one else up, and once it goes (closed, killed, or timed out by the broker) every
-descriptor on those files is closed; a topic recreated under a pending answer never crashes the
-broker; thousands of regions in flight cost no descriptors of their own. Descriptors are counted
-from /proc/<broker pid>/fd."""
+that stops reading while DeleteRecords, retention or topic deletion removes the segments its
+answer pins holds no one else up, and once it goes (closed, killed, or timed out by the broker)
+every descriptor on those files is closed; a topic recreated, or a follower truncation, under a
+pending answer never crashes the broker; thousands of regions in flight cost no descriptors of
+their own. Descriptors are counted from /proc/<broker pid>/fd."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ import uuid
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic,
+                                   ResourceType)
 
 from rivulet.protocol import framing
 from rivulet.protocol.messages import fetch_request as fq
@@ -41,6 +42,7 @@ def broker():
     proc = BrokerProcess({
         "connections.max.idle.ms": str(IDLE_MS),
         "log.segment.delete.delay.ms": "0",
+        "log.retention.check.interval.ms": "500",
         "offsets.topic.num.partitions": "1",
     })
     proc.start()
@@ -136,8 +138,9 @@ def gone(target: str) -> bool:
     return target.endswith(" (deleted)") or ".deleted" in target or "-delete/" in target
 
 
-@pytest.mark.parametrize("ending", ["closed", "timed_out"])
-def test_a_stalled_answer_outlives_delete_records_and_releases_the_segments_when_it_ends(broker, ending):
+@pytest.mark.parametrize("removal, ending", [("delete_records", "closed"), ("delete_records", "timed_out"),
+                                              ("retention", "closed")])
+def test_a_stalled_answer_outlives_removed_segments_and_releases_them_when_it_ends(broker, removal, ending):
     topic = f"zcf-{uuid.uuid4().hex[:8]}"
     create(broker, topic)
     fill(broker, topic, "a")
@@ -145,11 +148,18 @@ def test_a_stalled_answer_outlives_delete_records_and_releases_the_segments_when
     s = stalled_fetch(broker, [fetch_frame(topic, PARTITIONS)])
     try:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        done = admin.delete_records([TopicPartition(topic, p, 2) for p in range(PARTITIONS)], request_timeout=60)
-        for f in done.values():
-            assert f.result(60).low_watermark == 2
-        first = os.path.join(broker.data_dir, f"{topic}-0", "00000000000000000000.log")
-        eventually(lambda: not os.path.exists(first), what="the first segment's files removed")
+        if removal == "delete_records":
+            done = admin.delete_records([TopicPartition(topic, p, 2) for p in range(PARTITIONS)], request_timeout=60)
+            for f in done.values():
+                assert f.result(60).low_watermark == 2
+        else:
+            # Below the active segment's size: retention removes exactly the first segment.
+            res = ConfigResource(ResourceType.TOPIC, topic,
+                                 incremental_configs=[ConfigEntry("retention.bytes", "30000",
+                                                                  incremental_operation=AlterConfigOpType.SET)])
+            admin.incremental_alter_configs([res])[res].result(60)
+        firsts = [os.path.join(broker.data_dir, f"{topic}-{p}", "00000000000000000000.log") for p in range(PARTITIONS)]
+        eventually(lambda: not any(os.path.exists(f) for f in firsts), what="the first segments' files removed")
         # The stalled answer still pins first segments, open though removed.
         assert any(gone(t) for t in topic_fds(broker, topic))
         # Everyone else is served meanwhile: the records left, every partition's.
