@@ -34,7 +34,7 @@ _HEAVY_MARKS = {"spark", "java", "go", "browser"}
 _GROUPS = {**{m: "faults" for m in (
     "test_replication_faults", "test_disk_full", "test_durability", "test_data_safety",
     "test_zk_broker_session", "test_cluster_coordinators", "test_network_partitions",
-    "test_iceberg_cluster")},
+    "test_iceberg_cluster", "test_zero_copy_faults")},
     "test_spark_cluster": "spark-cluster", "test_spark_connect": "spark-cluster"}
 # The longest groups first (.ci/run turns off xdist's own ordering by test count), so that none
 # of them starts last and keeps one worker busy while the others idle: about 8 to 3 minutes
