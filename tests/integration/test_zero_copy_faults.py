@@ -74,20 +74,8 @@ def fill(broker: BrokerProcess, topic: str, tag: str, partitions: int = PARTITIO
 
 
 def read_all(broker: BrokerProcess, topic: str, partitions: int, want: int) -> dict[int, list[bytes]]:
-    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": uuid.uuid4().hex, "enable.auto.commit": False,
-                  "fetch.max.bytes": 50_000_000, "max.partition.fetch.bytes": 1_000_000})
-    c.assign([TopicPartition(topic, part, OFFSET_BEGINNING) for part in range(partitions)])
-    got: dict[int, list[bytes]] = {part: [] for part in range(partitions)}
-    n, idle = 0, 0
-    while n < want and idle < 30:
-        msgs = c.consume(1000, 1.0)
-        idle = 0 if msgs else idle + 1
-        for m in msgs:
-            assert m.error() is None, m.error()
-            got[m.partition()].append(m.value())
-            n += 1
-    c.close()
-    return got
+    return read_all_from(broker.bootstrap, topic, partitions, want,
+                         {"fetch.max.bytes": 50_000_000, "max.partition.fetch.bytes": 1_000_000})
 
 
 def fetch_frame(topic: str, partitions: int, partition_max_bytes: int = 64 * 1024, correlation_id: int = 1) -> bytes:
@@ -384,8 +372,10 @@ def produce(bootstrap: str, topic: str, partitions: int, tag: str, records: int,
     assert p.flush(60) == 0
 
 
-def read_all_from(bootstrap: str, topic: str, partitions: int, want: int) -> dict[int, list[bytes]]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "enable.auto.commit": False})
+def read_all_from(bootstrap: str, topic: str, partitions: int, want: int,
+                  conf: dict[str, object] | None = None) -> dict[int, list[bytes]]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "enable.auto.commit": False,
+                  **(conf or {})})
     c.assign([TopicPartition(topic, part, OFFSET_BEGINNING) for part in range(partitions)])
     got: dict[int, list[bytes]] = {part: [] for part in range(partitions)}
     n, idle = 0, 0

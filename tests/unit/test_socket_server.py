@@ -212,30 +212,36 @@ def test_an_answer_completed_by_another_connections_request_is_written_before_th
     asyncio.run(scenario())
 
 
+class _RecordsOfProduce:
+    """A handler keeping each Produce's first record set, answering none."""
+
+    def __init__(self, got: list[bytes]) -> None:
+        self.got = got
+
+    def handle(self, header, body, conn):
+        from rivulet.server.answer import NO_RESPONSE
+        self.got.append(bytes(body.topic_data[0].partition_data[0].records))
+        return NO_RESPONSE
+
+    def api_versions_error(self, code):
+        raise AssertionError("not expected")
+
+
 def test_a_request_larger_than_the_first_frame_chunk_arrives_whole_in_small_reads():
     # Its buffer starts at FIRST_FRAME_CHUNK and grows, unfilled (no zero fill) when the C
     # helper is built: every byte the handler sees must be one that was read.
     from rivulet.client import core
     from rivulet.protocol import framing, records as rec
-    from rivulet.server.answer import NO_RESPONSE
     from rivulet.server.network import FIRST_FRAME_CHUNK, KafkaConnection, _frame_buffer
     from rivulet.server.socket_server import SocketServer, SocketServerConfig
 
     got: list[bytes] = []
 
-    class Apis:
-        def handle(self, header, body, conn):
-            got.append(bytes(body.topic_data[0].partition_data[0].records))
-            return NO_RESPONSE
-
-        def api_versions_error(self, code):
-            raise AssertionError("not expected")
-
     batch = rec.encode_batch([rec.Record(0, 0, None, bytes([i % 251]) * 1024, []) for i in range(900)])
     assert len(batch) > 3 * FIRST_FRAME_CHUNK
     data = framing.encode_request(core.produce_request(None, 1, 1000, {("t", 0): batch}), 9, 7, "c")
     server = SocketServer(SocketServerConfig(max_request_bytes=1 << 22, connections_max_idle_ms=600_000))
-    server.handler = Apis()
+    server.handler = _RecordsOfProduce(got)
     conn = KafkaConnection(server)
     conn.connection_made(FakeTransport())
     pos = 0
@@ -258,25 +264,16 @@ def test_a_frame_whose_first_read_brings_a_quarter_of_it_gets_its_whole_buffer_a
     still gets FIRST_FRAME_CHUNK."""
     from rivulet.client import core
     from rivulet.protocol import framing, records as rec
-    from rivulet.server.answer import NO_RESPONSE
     from rivulet.server.network import FIRST_FRAME_CHUNK, FRAME_GROWTH, KafkaConnection
     from rivulet.server.socket_server import STAGE_SIZE, SocketServer, SocketServerConfig
 
     got: list[bytes] = []
 
-    class Apis:
-        def handle(self, header, body, conn):
-            got.append(bytes(body.topic_data[0].partition_data[0].records))
-            return NO_RESPONSE
-
-        def api_versions_error(self, code):
-            raise AssertionError("not expected")
-
     batch = rec.encode_batch([rec.Record(0, 0, None, bytes([i % 251]) * 1024, []) for i in range(880)])
     data = framing.encode_request(core.produce_request(None, 1, 1000, {("t", 0): batch}), 9, 7, "c")
     assert STAGE_SIZE < len(data) - 4 <= FRAME_GROWTH * (STAGE_SIZE - 4)
     server = SocketServer(SocketServerConfig(max_request_bytes=1 << 22, connections_max_idle_ms=600_000))
-    server.handler = Apis()
+    server.handler = _RecordsOfProduce(got)
     conn = KafkaConnection(server)
     conn.connection_made(FakeTransport())
     buffers = []
