@@ -1,9 +1,14 @@
-"""The socket layer: Kafka frames in, responses out, in request order per connection.
+"""The socket layer: Kafka frames in, responses out, one request at a time per connection.
 
-A connection may pipeline many requests; each gets a slot in a FIFO, and a response is
-written only when every earlier slot has been answered, as Kafka guarantees. Handlers
-answer synchronously, return a Future for work that completes later (long-poll fetches,
-acks=all produces, group joins), or NO_RESPONSE (acks=0 produces).
+As Kafka's SocketServer mutes a channel while a request of its is in flight, a connection
+starts its next request only once every earlier one has been answered (handed to the
+transport): a request that arrives sooner waits, unparsed, and the socket is not read
+meanwhile. So a client that pipelines an OffsetCommit and an OffsetFetch sees its commit.
+One exception: a Produce behind Produces starts at once, as the log appends a producer's
+requests in the order they start (``ReplicaManager.append_records``); their answers still go
+out in request order, each in a slot of a FIFO. Handlers answer synchronously, return a
+Future for work that completes later (long-poll fetches, acks=all produces, group joins), or
+NO_RESPONSE (acks=0 produces).
 
 A malformed frame closes only its own connection; every other connection carries on.
 Memory follows what has arrived, not what a size prefix announces: small frames are parsed
@@ -33,6 +38,7 @@ from typing import Any, Callable, Protocol
 from rivulet.protocol import framing
 from rivulet.protocol.accel import speedups
 from rivulet.protocol.errors import ErrorCode, ProtocolDecodeError
+from rivulet.protocol.messages.produce_request import ProduceRequest
 from rivulet.protocol.schema import Part, Struct
 from rivulet.common.cluster import NodeEndpoint
 from rivulet.common.logs import RateLimitFilter
@@ -160,7 +166,10 @@ class ConnectionHost(Protocol):
     def authenticated(self, listener: str) -> None: ...
 
 _SIZE = struct.Struct(">i")
-# Stop reading from a client that has this many requests waiting for answers.
+_API_KEY = struct.Struct(">h")
+_PRODUCE = ProduceRequest.API_KEY
+# Stop reading from a client that has this many requests waiting for answers (only a
+# producer's pipelined Produce requests are ever in flight together).
 MAX_IN_FLIGHT = 256
 # A frame that does not arrive in one read gets a buffer of its own, at first this large (or
 # the frame's size if smaller), grown FRAME_GROWTH-fold as bytes arrive: what a size prefix
@@ -206,9 +215,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.apis: RequestHandler = server.handler
         self.max_request_bytes = server.max_request_bytes
         self.transport: asyncio.Transport | None = None
-        # Bytes read but not yet parsed: a size prefix split across reads, or the requests that
-        # followed one whose answer throttled this connection.
+        # Bytes read but not yet parsed: a size prefix split across reads, the requests that
+        # followed one whose answer throttled this connection, or those waiting for their turn.
         self.held = b""
+        # The frame at the start of ``held`` waits for the requests before it to be answered,
+        # and ``_turn`` is the callback that starts it once they are.
+        self.awaiting_turn = False
+        self._turn: asyncio.Handle | None = None
         self.frame: bytearray | None = None  # a frame still arriving
         self.frame_size = 0
         self.filled = 0
@@ -341,10 +354,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
         stage, view = self.server.stage, self.server.stage_view
         pos = 0
         self.held = b""
+        self.awaiting_turn = False
         while not self.closed:
             avail = end - pos
             if avail < 4 or self._throttle is not None:
                 self.held = bytes(view[pos:end])
+                return
+            if self.pending and not self._may_start(pos, avail):
+                # Owned bytes: the shared read buffer serves other connections meanwhile.
+                self.held = bytes(view[pos:end])
+                self.awaiting_turn = True
                 return
             size = _SIZE.unpack_from(stage, pos)[0]
             sasl_limit = self.authenticator.receive_limit() if self.authenticator is not None else None
@@ -374,6 +393,23 @@ class KafkaConnection(asyncio.BufferedProtocol):
             frame[:have] = view[pos + 4:end]
             self.frame, self.frame_size, self.filled = frame, size, have
             return
+
+    def _may_start(self, pos: int, avail: int) -> bool:
+        """Whether the frame at ``pos`` of the shared read buffer may start while earlier
+        requests still wait for their answers: only a Produce behind Produces. Requests start
+        in order and anything else starts only on an empty FIFO, so the FIFO holds either
+        Produces alone or one other request, and its last slot tells which."""
+        if avail < 6 or (self.authenticator is not None and self.authenticator.raw_tokens):
+            return False
+        return self.pending[-1].header.api_key == _PRODUCE \
+            and _API_KEY.unpack_from(self.server.stage, pos + 4)[0] == _PRODUCE
+
+    def _take_turn(self) -> None:
+        """Every earlier request is answered: start the one that waited, on a callback of its
+        own, as ``_parse_held`` needs the shared read buffer."""
+        self._turn = None
+        self.awaiting_turn = False
+        self._parse_held()
 
     def _admit(self, size: int) -> bool:
         """Reserve pool memory for a frame of ``size`` bytes about to be read."""
@@ -549,6 +585,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self.close()  # the transport writes what it holds first
                 return
         self.last_active = time.monotonic()
+        if self.awaiting_turn and not pending and self._sending is None and self._turn is None:
+            # Not on this stack: it may be parsing another connection's frames out of the
+            # shared read buffer, which the waiting frame is copied back into.
+            self._turn = asyncio.get_running_loop().call_soon(self._take_turn)
         self.update_reading()
 
     def _send_files(self, s: _Slot, parts: list[Part], write_start: float) -> bool:
@@ -627,18 +667,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
         """Nothing waiting for an answer or for memory. A frame that stopped arriving does not
         keep its connection (and the pool memory it holds), as in Kafka."""
         return not self.pending and self._sending is None and not self.granted \
-            and not self.server.pool.queued(self)
+            and not self.awaiting_turn and not self.server.pool.queued(self)
 
     def update_reading(self) -> None:
         """Read only while the client's answers drain, it has room for more requests in
-        flight, and the request memory pool has room."""
+        flight, no request of its waits for its turn, and the request memory pool has room."""
         if self.closed or self.transport is None:
             return
         pool = self.server.pool
         waiting = self.granted > 0 or pool.queued(self)  # a frame of ours waits for memory
         starved = self.frame is None and not waiting and pool.exhausted()
         should_pause = (self._writing_paused or len(self.pending) >= MAX_IN_FLIGHT or starved or waiting
-                        or self._throttle is not None)
+                        or self._throttle is not None or self.awaiting_turn)
         if starved:
             pool.wait(self)
         if should_pause and not self._reading_paused:
@@ -656,9 +696,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._release()
 
     def _release(self) -> None:
-        """Give back what this connection held: pool bytes, its connection count, its mute timer."""
+        """Give back what this connection held: pool bytes, its connection count, its mute
+        timer, the requests waiting for their turn."""
         if self._sending is not None:
             self._sending.cancel()
+        if self._turn is not None:
+            self._turn.cancel()
+            self._turn = None
+        self.held = b""
+        self.awaiting_turn = False
         if self._throttle is not None:
             self._throttle.cancel()
             self._throttle = None
