@@ -8,6 +8,7 @@ import asyncio
 import struct
 
 import pytest
+from test_socket_server import FakeTransport
 
 from rivulet.client import core
 from rivulet.protocol import framing
@@ -17,35 +18,16 @@ from rivulet.server.socket_server import SocketServer, SocketServerConfig
 pytestmark = pytest.mark.fast
 
 
-class Transport:
+class Transport(FakeTransport):
+    """``test_socket_server``'s fake, keeping the correlation ids of the answers, in the order
+    they were written."""
+
     def __init__(self) -> None:
-        self.paused = False
-        self.closed = False
-        self.answered: list[int] = []  # correlation ids, in the order their answers were written
-
-    def get_extra_info(self, name: str) -> object:
-        return ("127.0.0.1", 5555) if name == "peername" else None
-
-    def pause_reading(self) -> None:
-        self.paused = True
-
-    def resume_reading(self) -> None:
-        self.paused = False
+        super().__init__()
+        self.answered: list[int] = []
 
     def write(self, data: bytes) -> None:
         self.answered.append(struct.unpack_from(">i", data, 4)[0])
-
-    def writelines(self, parts: list) -> None:
-        self.write(b"".join(parts))
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        self.closed = True
 
 
 class Apis:
