@@ -67,7 +67,7 @@ def _python_only() -> bool:
 ZERO_COPY_MIN = 256 * 1024
 
 
-def region_bytes(parts: list[Part]) -> int:
+def regions_size(parts: list[Part]) -> int:
     """How many of the answer's bytes are FileRegions (0: none)."""
     return sum(p.size for p in parts if type(p) is FileRegion)
 
@@ -203,20 +203,22 @@ class FileSender:
         self.active = 0
         # Answers sent from files, and their regions' bytes (the metrics endpoint shows both).
         self.sends = 0
-        self.region_bytes = 0
+        self.region_bytes_sent = 0
         # The same over TLS: read and encrypted by the thread.
         self.tls_sends = 0
-        self.tls_region_bytes = 0
+        self.tls_region_bytes_sent = 0
         self._executor: ThreadPoolExecutor | None = None
 
     def available(self) -> bool:
         return self.active < self.max_senders
 
-    def start(self, sock_fd: int, parts: list[Part], done: Callable[[BaseException | None], None],
+    def start(self, sock_fd: int, parts: list[Part], size: int, done: Callable[[BaseException | None], None],
               tls: Encryptor | None = None) -> Send | None:
         """Send ``parts`` on the socket ``sock_fd`` from a thread and call ``done(error)`` on
         the event loop once they are written; None (nothing started) when every sender is
-        busy or no descriptor is left. With ``tls``, they are encrypted on the way."""
+        busy or no descriptor is left. With ``tls``, they are encrypted on the way. ``size``
+        is ``regions_size(parts)``, which the caller counted to choose this path; it feeds
+        the byte counters."""
         if self.active >= self.max_senders:
             return None
         try:
@@ -237,13 +239,12 @@ class FileSender:
             else:
                 exc = f.exception()
                 if exc is None:
-                    size = sum(p.size for p in parts if type(p) is FileRegion)
                     if tls is None:
                         self.sends += 1
-                        self.region_bytes += size
+                        self.region_bytes_sent += size
                     else:
                         self.tls_sends += 1
-                        self.tls_region_bytes += size
+                        self.tls_region_bytes_sent += size
                 done(exc)
 
         fut.add_done_callback(finished)

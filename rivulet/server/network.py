@@ -566,8 +566,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 continue
             write_start = time.perf_counter() if timed else 0.0
             parts = framing.encode_response_parts(s.response, h.api_key, h.api_version, h.correlation_id)
-            if len(parts) > 1 and (regions := file_sender.region_bytes(parts)):
-                if regions >= file_sender.ZERO_COPY_MIN and self._send_files(s, parts, write_start):
+            if len(parts) > 1 and (regions := file_sender.regions_size(parts)):
+                if regions >= file_sender.ZERO_COPY_MIN and self._send_files(s, parts, regions, write_start):
                     return  # _files_sent goes on from here
                 try:
                     parts = file_sender.read_regions(parts)
@@ -591,9 +591,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._turn = asyncio.get_running_loop().call_soon(self._take_turn)
         self.update_reading()
 
-    def _send_files(self, s: _Slot, parts: list[Part], write_start: float) -> bool:
-        """Hand an answer holding FileRegions to a sender thread, if the socket is ours alone:
-        nothing the transport still buffers may come after it."""
+    def _send_files(self, s: _Slot, parts: list[Part], regions: int, write_start: float) -> bool:
+        """Hand an answer holding FileRegions (``regions`` bytes of them) to a sender thread,
+        if the socket is ours alone: nothing the transport still buffers may come after it."""
         sender, transport, tls = self.server.file_sender, self.transport, self.tls
         if sender is None or transport is None or not sender.available():
             return False
@@ -602,7 +602,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             sock = tls.begin_send()
             if sock is None:
                 return False
-            self._sending = sender.start(sock.fileno(), parts, done, tls)
+            self._sending = sender.start(sock.fileno(), parts, regions, done, tls)
             if self._sending is None:
                 tls.abandon_send()
             return self._sending is not None
@@ -611,7 +611,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         sock = transport.get_extra_info("socket")
         if sock is None:
             return False
-        self._sending = sender.start(sock.fileno(), parts, done)
+        self._sending = sender.start(sock.fileno(), parts, regions, done)
         return self._sending is not None
 
     def _files_sent(self, s: _Slot, write_start: float, exc: BaseException | None) -> None:

@@ -1022,8 +1022,9 @@ class Log:
         while i < len(segments):
             seg = segments[i]
             try:
-                got = seg.read(fetch_offset, max_bytes, bound, min_one_batch, slack, zero_copy_min,
-                               self._hold_for_region if zero_copy_min else None)
+                got = (seg.read_region(fetch_offset, max_bytes, bound, min_one_batch, zero_copy_min,
+                                       self._hold_for_region)
+                       if zero_copy_min else seg.read(fetch_offset, max_bytes, bound, min_one_batch, slack))
             except OSError as e:
                 raise self._io_failed(e, "read") from e
             if got is not None:

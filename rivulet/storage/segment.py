@@ -405,23 +405,17 @@ class LogSegment:
         return None
 
     def read(
-        self, target: int, max_bytes: int, bound: int, min_one_batch: bool, slack: int, zero_copy_min: int = 0,
-        hold: Callable[[LogSegment], Callable[[], None]] | None = None,
-    ) -> tuple[bytes | memoryview | FileRegion, int] | None:
+        self, target: int, max_bytes: int, bound: int, min_one_batch: bool, slack: int,
+    ) -> tuple[bytes | memoryview, int] | None:
         """Whole batches starting with the one holding ``target``.
 
         Returns None when no batch here reaches ``target`` (look in the next
         segment), else (data, position of the first batch); data may be empty when
-        the first batch lies at/after ``bound`` or exceeds ``max_bytes``. With
-        ``zero_copy_min`` and ``hold``, data of at least that many bytes is a FileRegion
-        of this segment's descriptor, not bytes: ``hold(segment)`` pins it open and
-        returns what unpins it, which the region calls when it is closed.
+        the first batch lies at/after ``bound`` or exceeds ``max_bytes``.
         """
         if target >= self.next_offset:
             return None
         self.ensure_indexes()
-        if zero_copy_min and hold is not None:
-            return self._read_region(target, max_bytes, bound, min_one_batch, zero_copy_min, hold)
         fd, end = self.fd, self.size
         pread = os.pread
         unpack = LOCATOR.unpack_from
@@ -472,12 +466,17 @@ class LogSegment:
             return buf, start
         return memoryview(buf)[o:q], start
 
-    def _read_region(
+    def read_region(
         self, target: int, max_bytes: int, bound: int, min_one_batch: bool, zero_copy_min: int,
         hold: Callable[[LogSegment], Callable[[], None]],
     ) -> tuple[bytes | FileRegion, int] | None:
         """``read``'s choice of batches from their headers alone, handed out as a FileRegion
-        (bytes when fewer than ``zero_copy_min``): a Fetch's records never pass through Python."""
+        of this segment's descriptor when at least ``zero_copy_min`` bytes (else bytes): a
+        Fetch's records never pass through Python. ``hold(segment)`` pins the segment open and
+        returns what unpins it, which the region calls when it is closed."""
+        if target >= self.next_offset:
+            return None
+        self.ensure_indexes()
         fd, end = self.fd, self.size
         chunk, chunk_pos, last_length = _EMPTY, 0, -1
 

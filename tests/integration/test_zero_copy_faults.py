@@ -19,7 +19,8 @@ import sys
 import uuid
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from ck_helpers import ck_consume_values
+from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic,
                                    ResourceType)
 
@@ -74,8 +75,8 @@ def fill(broker: BrokerProcess, topic: str, tag: str, partitions: int = PARTITIO
 
 
 def read_all(broker: BrokerProcess, topic: str, partitions: int, want: int) -> dict[int, list[bytes]]:
-    return read_all_from(broker.bootstrap, topic, partitions, want,
-                         {"fetch.max.bytes": 50_000_000, "max.partition.fetch.bytes": 1_000_000})
+    return ck_consume_values(broker.bootstrap, topic, partitions, want,
+                             {"fetch.max.bytes": 50_000_000, "max.partition.fetch.bytes": 1_000_000})
 
 
 def fetch_frame(topic: str, partitions: int, partition_max_bytes: int = 64 * 1024, correlation_id: int = 1) -> bytes:
@@ -349,7 +350,7 @@ def test_a_follower_truncation_under_a_stalled_answer_closes_only_that_connectio
         assert pid(leader)
         want = {p: [value("kept", p, i, record) for i in range(10)] + [value("new", p, i, record) for i in range(2)]
                 for p in range(parts)}
-        assert read_all_from(cluster.bootstrap, topic, parts, parts * 12) == want
+        assert ck_consume_values(cluster.bootstrap, topic, parts, parts * 12) == want
         # The old leader, now a follower, catches up with the new one.
         eventually(lambda: all(sorted(state(cluster, topic, p)["isr"]) == [1, 2] for p in range(parts)), 60,
                    "broker 1 back in sync")
@@ -370,21 +371,3 @@ def produce(bootstrap: str, topic: str, partitions: int, tag: str, records: int,
         for part in range(partitions):
             p.produce(topic, value(tag, part, i, size), partition=part)
     assert p.flush(60) == 0
-
-
-def read_all_from(bootstrap: str, topic: str, partitions: int, want: int,
-                  conf: dict[str, object] | None = None) -> dict[int, list[bytes]]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "enable.auto.commit": False,
-                  **(conf or {})})
-    c.assign([TopicPartition(topic, part, OFFSET_BEGINNING) for part in range(partitions)])
-    got: dict[int, list[bytes]] = {part: [] for part in range(partitions)}
-    n, idle = 0, 0
-    while n < want and idle < 30:
-        msgs = c.consume(1000, 1.0)
-        idle = 0 if msgs else idle + 1
-        for m in msgs:
-            assert m.error() is None, m.error()
-            got[m.partition()].append(m.value())
-            n += 1
-    c.close()
-    return got

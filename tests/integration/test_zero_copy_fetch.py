@@ -17,7 +17,8 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from ck_helpers import ck_consume_values
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
@@ -93,22 +94,9 @@ def expected(committed_only: bool) -> dict[int, list[bytes]]:
 
 
 def confluent_read(bootstrap: str, topic: str, committed: bool, conf: dict[str, str]) -> dict[int, list[bytes]]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "enable.auto.commit": False,
-                  "isolation.level": "read_committed" if committed else "read_uncommitted",
-                  "fetch.max.bytes": 20_000_000, "max.partition.fetch.bytes": 8_000_000, **conf})
-    c.assign([TopicPartition(topic, part, OFFSET_BEGINNING) for part in range(PARTITIONS)])
-    want = sum(len(v) for v in expected(committed).values())
-    got: dict[int, list[bytes]] = {part: [] for part in range(PARTITIONS)}
-    n, idle = 0, 0
-    while n < want and idle < 30:
-        msgs = c.consume(1000, 1.0)
-        idle = 0 if msgs else idle + 1
-        for m in msgs:
-            if m.error() is None:
-                got[m.partition()].append(m.value())
-                n += 1
-    c.close()
-    return got
+    return ck_consume_values(bootstrap, topic, PARTITIONS, sum(len(v) for v in expected(committed).values()), {
+        "isolation.level": "read_committed" if committed else "read_uncommitted",
+        "fetch.max.bytes": 20_000_000, "max.partition.fetch.bytes": 8_000_000, **conf}, skip_errors=True)
 
 
 def test_sendfile_and_tls_answers_carry_the_same_records(broker, topic, tls_certs):

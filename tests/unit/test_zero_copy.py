@@ -186,14 +186,18 @@ def run_send(parts, reader_delay: float = 0.0, cancel_after: float | None = None
     async def main() -> BaseException | None:
         sender = FileSender(max_senders=1)
         done: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
-        send = sender.start(a.fileno(), parts, done.set_result, tls)
+        size = file_sender.regions_size(parts)
+        send = sender.start(a.fileno(), parts, size, done.set_result, tls)
         assert send is not None
-        assert sender.start(a.fileno(), [b"x"], lambda e: None) is None  # the one sender is busy
+        assert sender.start(a.fileno(), [b"x"], 0, lambda e: None) is None  # the one sender is busy
         if cancel_after is not None:
             await asyncio.sleep(cancel_after)
             send.cancel()
         err = await done
         assert sender.active == 0
+        # Only a whole send counts, with the size it was given, under its kind.
+        counted = sender.region_bytes_sent if tls is None else sender.tls_region_bytes_sent
+        assert counted == (size if err is None else 0)
         sender.close()
         return err
 
@@ -224,7 +228,7 @@ def test_cancel_stops_a_blocked_send(tmp_path, impl):
     async def main() -> BaseException | None:
         sender = FileSender()
         done: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
-        send = sender.start(a.fileno(), [b"head", region], done.set_result)
+        send = sender.start(a.fileno(), [b"head", region], region.size, done.set_result)
         await asyncio.sleep(0.3)  # nobody reads: the socket fills and the sender waits
         assert not done.done()
         send.cancel()
@@ -245,7 +249,7 @@ def test_a_client_that_reads_nothing_is_given_up(tmp_path, impl):
     async def main() -> BaseException | None:
         sender = FileSender(max_stall_ms=300)
         done: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
-        sender.start(a.fileno(), [b"head", region], done.set_result)
+        sender.start(a.fileno(), [b"head", region], region.size, done.set_result)
         return await done
 
     assert isinstance(asyncio.run(main()), TimeoutError)
@@ -263,7 +267,7 @@ def test_a_peer_gone_fails_the_send(tmp_path, impl):
     async def main() -> BaseException | None:
         sender = FileSender()
         done: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
-        sender.start(a.fileno(), [b"head", region], done.set_result)
+        sender.start(a.fileno(), [b"head", region], region.size, done.set_result)
         return await done
 
     err = asyncio.run(main())

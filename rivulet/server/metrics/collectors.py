@@ -211,11 +211,11 @@ class BrokerCollector(Collector):
         yield CounterMetricFamily("rivulet_network_zero_copy_sends", "Fetch answers sent from the segment files "
                                   "with sendfile.", value=sender.sends if sender is not None else 0)
         yield CounterMetricFamily("rivulet_network_zero_copy_bytes", "Record bytes sent with sendfile.",
-                                  value=sender.region_bytes if sender is not None else 0)
+                                  value=sender.region_bytes_sent if sender is not None else 0)
         yield CounterMetricFamily("rivulet_network_tls_sender_sends", "Fetch answers over TLS read, encrypted and "
                                   "sent by a sender thread.", value=sender.tls_sends if sender is not None else 0)
         yield CounterMetricFamily("rivulet_network_tls_sender_bytes", "Record bytes sent by TLS sender threads.",
-                                  value=sender.tls_region_bytes if sender is not None else 0)
+                                  value=sender.tls_region_bytes_sent if sender is not None else 0)
 
     def _controller(self) -> Iterator[Metric]:
         controller = self.cluster.controller if self.cluster is not None else None
