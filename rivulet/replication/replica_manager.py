@@ -897,7 +897,7 @@ class ReplicaManager:
             if r.error == ErrorCode.NONE and r.required_offset >= 0:
                 p = self.partitions.get(tp)
                 if p is None or p.high_watermark < r.required_offset \
-                        or len(p.isr) < p.log.config.min_insync_replicas:
+                        or len(p.isr) < p.effective_min_isr:
                     return False  # the DelayedProduce answers it, with its error
         return True
 
