@@ -59,8 +59,8 @@ def still_serving(broker) -> None:
         assert resp.brokers[0].port == broker.port
 
 
-def produce(s, topic: str, data: bytes, version: int = 9):
-    req = pq.ProduceRequest(acks=1, timeout_ms=5000, topic_data=[pq.TopicProduceData(
+def produce(s, topic: str, data: bytes, version: int = 9, acks: int = 1):
+    req = pq.ProduceRequest(acks=acks, timeout_ms=5000, topic_data=[pq.TopicProduceData(
         name=topic, partition_data=[pq.PartitionProduceData(index=0, records=data)])])
     resp = request(s, req, version)
     return resp.responses[0].partition_responses[0]
@@ -315,3 +315,24 @@ def test_excessively_many_partitions_in_one_request_are_refused(broker):
     assert err.code() == CKError.POLICY_VIOLATION
     assert "Unable to perform excessively large batch operation." in err.str()
     assert len(admin.list_topics("grows", timeout=30).topics["grows"].partitions) == 2
+
+
+def test_a_batch_over_max_message_bytes_carries_no_message(broker):
+    # Kafka 4.3.1 sends a message only for record validation failures; Kafka's Java producer
+    # then shows MESSAGE_TOO_LARGE's standard text, as it does against Kafka.
+    name = f"small-{uuid.uuid4().hex[:6]}"
+    create_topic_with(broker, name, {"max.message.bytes": "1000"})
+    big = records.encode_batch([records.Record(offset=0, timestamp=0, key=None, value=b"x" * 3000, headers=[])])
+    with connect(broker) as s:
+        r = produce(s, name, big)
+        assert (r.error_code, r.error_message) == (ErrorCode.MESSAGE_TOO_LARGE, None)
+
+
+def test_min_insync_replicas_above_the_replica_count_takes_acks_all(broker):
+    # As Kafka's leader: min.insync.replicas counts at most the replicas the partition has.
+    name = f"minisr-{uuid.uuid4().hex[:6]}"
+    create_topic_with(broker, name, {"min.insync.replicas": "2"})
+    batch = records.encode_batch([records.Record(offset=0, timestamp=0, key=None, value=b"v", headers=[])])
+    with connect(broker) as s:
+        r = produce(s, name, batch, acks=-1)
+        assert (r.error_code, r.base_offset) == (ErrorCode.NONE, 0)

@@ -239,7 +239,9 @@ class RecordHandlers:
                         log_append_time_ms=r.log_append_time, log_start_offset=r.log_start_offset,
                         record_errors=[pr.BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m)
                                        for i, m in r.record_errors or ()],
-                        error_message=r.message)
+                        # As Kafka: only a record validation failure carries its own message;
+                        # otherwise clients show their error code's standard text.
+                        error_message=r.message if r.record_errors is not None else None)
                     if error == ErrorCode.NOT_LEADER_OR_FOLLOWER and v >= 10:
                         leader, epoch = hints.leader(tp)
                         part.current_leader = pr.LeaderIdAndEpoch(leader_id=leader, leader_epoch=epoch)
