@@ -1023,12 +1023,12 @@ def _py_check_records(
         ts = base_timestamp + ts_delta
         if ts > max_ts:
             max_ts = ts
-        if check_ts and not lo <= ts <= hi and ts != NO_TIMESTAMP:
+        if require_keys and key_length < 0:  # one error per record, the key's first (as Kafka)
+            record_errors.append((i, COMPACTED_WITHOUT_KEY, ErrorCode.INVALID_RECORD))
+        elif check_ts and not lo <= ts <= hi and ts != NO_TIMESTAMP:
             # Kafka's LogValidator wording; a produced batch's record offsets are its indexes.
             record_errors.append((i, f"Timestamp {ts} of message with offset {i} is out of range. The timestamp "
                                      f"should be within [{lo}, {hi}]", ErrorCode.INVALID_TIMESTAMP))
-        elif require_keys and key_length < 0:  # one error per record: the timestamp's first
-            record_errors.append((i, COMPACTED_WITHOUT_KEY, ErrorCode.INVALID_RECORD))
     return max_ts
 
 
