@@ -342,3 +342,27 @@ def test_min_insync_replicas_above_the_replica_count_takes_acks_all(broker):
     with connect(broker) as s:
         r = produce(s, name, batch, acks=-1)
         assert (r.error_code, r.base_offset) == (ErrorCode.NONE, 0)
+
+
+def test_a_failed_acks_0_produce_closes_the_connection(broker):
+    # As Kafka 4.3.1's KafkaApis: acks=0 has no answer to carry an error, so the broker closes
+    # the connection (Kafka's Java producer then loses what it pipelined behind, as against
+    # Kafka). A successful one leaves it open.
+    name = f"acks0-{uuid.uuid4().hex[:6]}"
+    create_topic_with(broker, name, {"max.message.bytes": "1000"})
+
+    def acks0(data: bytes) -> bytes:
+        req = pq.ProduceRequest(acks=0, timeout_ms=5000, topic_data=[pq.TopicProduceData(
+            name=name, partition_data=[pq.PartitionProduceData(index=0, records=data)])])
+        return framing.encode_request(req, 9, 7, "bad-input-test")
+
+    small = records.encode_batch([records.Record(offset=0, timestamp=0, key=None, value=b"v", headers=[])])
+    big = records.encode_batch([records.Record(offset=0, timestamp=0, key=None, value=b"x" * 3000, headers=[])])
+    with connect(broker) as s:
+        s.sendall(acks0(small))
+        resp = request(s, mq.MetadataRequest(topics=None), 12, cid=8)  # answered: still open
+        assert resp.brokers[0].port == broker.port
+        s.sendall(acks0(big))
+        assert is_closed(s)
+    with connect(broker) as s:
+        assert produce(s, name, small).base_offset == 1  # the first landed, the refused one did not

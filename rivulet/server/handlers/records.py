@@ -51,7 +51,7 @@ from rivulet.server.fetch_session import (
     must_answer,
     next_epoch,
 )
-from rivulet.server.answer import NO_RESPONSE, Answer, then
+from rivulet.server.answer import CLOSE_CONNECTION, NO_RESPONSE, Answer, then
 from rivulet.server.handlers import Handler
 from rivulet.server.metadata import INTERNAL_TOPICS
 from rivulet.server.network import KafkaConnection
@@ -216,7 +216,12 @@ class RecordHandlers:
 
         if acks == 0:
             throttle()
-            return NO_RESPONSE
+
+            def no_answer(results: dict[TopicPartition, ProduceResult]) -> Any:
+                # Kafka closes the connection on any error: the producer has no other way to learn it.
+                failed = any(r.error != ErrorCode.NONE for r in (*early.values(), *results.values()))
+                return CLOSE_CONNECTION if failed else NO_RESPONSE
+            return then(result, no_answer)
 
         def build(results: dict[TopicPartition, ProduceResult]) -> pr.ProduceResponse:
             results = {**early, **results}
