@@ -1126,6 +1126,10 @@ class GroupCoordinator(InternalTopicCoordinator):
                 return
             group = self.manager.add_group(GroupMetadata(group_id, EMPTY, self.clock.milliseconds))
         err = self._validate_offset_commit(group, generation_id, member_id, group_instance_id, transactional=True)
+        if err == ErrorCode.STALE_MEMBER_EPOCH:
+            # TxnOffsetCommit has no STALE_MEMBER_EPOCH: Kafka answers ILLEGAL_GENERATION, which
+            # producers abort on (CommitFailedException) rather than failing for good.
+            err = ErrorCode.ILLEGAL_GENERATION
         if err is not None:
             callback({tp: err for tp in offsets})
             return

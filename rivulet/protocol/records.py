@@ -1023,14 +1023,31 @@ def _py_check_records(
         ts = base_timestamp + ts_delta
         if ts > max_ts:
             max_ts = ts
-        if check_ts and not lo <= ts <= hi and ts != NO_TIMESTAMP:
-            record_errors.append((i, f"timestamp {ts} of record {i} is outside the accepted range "
-                                     f"[{lo}, {hi}] (message.timestamp.before/after.max.ms)",
-                                  ErrorCode.INVALID_TIMESTAMP))
-        elif require_keys and key_length < 0:  # one error per record: the timestamp's first
-            record_errors.append((i, "a compacted topic cannot accept a record without a key",
-                                  ErrorCode.INVALID_RECORD))
+        if require_keys and key_length < 0:  # one error per record, the key's first (as Kafka)
+            record_errors.append((i, COMPACTED_WITHOUT_KEY, ErrorCode.INVALID_RECORD))
+        elif check_ts and not lo <= ts <= hi and ts != NO_TIMESTAMP:
+            # Kafka's LogValidator wording; a produced batch's record offsets are its indexes.
+            record_errors.append((i, f"Timestamp {ts} of message with offset {i} is out of range. The timestamp "
+                                     f"should be within [{lo}, {hi}]", ErrorCode.INVALID_TIMESTAMP))
     return max_ts
+
+
+COMPACTED_WITHOUT_KEY = "Compacted topic cannot accept message without key in topic partition"
+
+
+def _record_validation_error(record_errors: list[tuple[int, str, ErrorCode]],
+                             topic_partition: str | None) -> RecordValidationError:
+    """Worded as Kafka's LogValidator: each record's message (which Kafka's Java producer
+    shows for that record), and the batch's own message over them."""
+    errors = [(i, f"{m} {topic_partition}" if m == COMPACTED_WITHOUT_KEY and topic_partition else m)
+              for i, m, _code in record_errors]
+    if any(code == ErrorCode.INVALID_TIMESTAMP for _i, _m, code in record_errors):
+        return RecordValidationError(ErrorCode.INVALID_TIMESTAMP,
+                                     "One or more records have been rejected due to invalid timestamp", errors)
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+    return RecordValidationError(
+        ErrorCode.INVALID_RECORD, f"One or more records have been rejected due to {len(errors)} record errors in "
+        f"total, and only showing the first three errors at most: [{shown}]", errors)
 
 
 _check_records = _py_check_records
@@ -1078,6 +1095,7 @@ def validate_produce_records(
     allow_multiple_batches: bool = False,
     require_keys: bool = False,
     timestamp_bounds: tuple[int, int] | None = None,
+    topic_partition: str | None = None,
 ) -> list[BatchHeader]:
     """Validate a partition's records from a Produce request as Kafka's broker does.
 
@@ -1102,6 +1120,7 @@ def validate_produce_records(
       whose timestamp is outside it (a RecordValidationError listing each); like Kafka, a
       record without one (-1) passes.
 
+    ``topic_partition`` ("topic-0") completes the keyless-record message, as Kafka names it.
     Version-dependent request checks (zstd needs Produce v7+) stay with the caller.
     """
     view = _byte_view(data)
@@ -1153,10 +1172,7 @@ def validate_produce_records(
             records_buf, start, stop, count, require_keys, header.base_timestamp, timestamp_bounds, record_errors
         )
         if record_errors:
-            first = record_errors[0]
-            raise RecordValidationError(
-                first[2], f"{len(record_errors)} record(s) rejected, the first: {first[1]}",
-                [(i, m) for i, m, _code in record_errors])
+            raise _record_validation_error(record_errors, topic_partition)
         if not header.attributes & TIMESTAMP_TYPE_MASK and header.max_timestamp != max_ts:
             header.max_timestamp = max_ts  # the records decide; apply_validated_max_timestamps writes it
         headers.append(header)

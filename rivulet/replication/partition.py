@@ -392,11 +392,17 @@ class Partition:
             self.listener.on_high_watermark_advanced(self.tp)
 
     # ------------------------------------------------------------ acks=all
+    @property
+    def effective_min_isr(self) -> int:
+        """min.insync.replicas capped at the replication factor, as Kafka's leader counts it: a
+        topic asking for more in-sync replicas than it has still takes acks=all writes."""
+        return min(self.log.config.min_insync_replicas, max(len(self.replicas), 1))
+
     def check_min_isr(self, required_acks: int) -> None:
-        if required_acks == -1 and len(self.isr) < self.log.config.min_insync_replicas:
+        if required_acks == -1 and len(self.isr) < self.effective_min_isr:
             raise ApiError(ErrorCode.NOT_ENOUGH_REPLICAS,
                            f"The size of the current ISR {self.isr} is insufficient to satisfy the min.isr "
-                           f"requirement of {self.log.config.min_insync_replicas} for partition "
+                           f"requirement of {self.effective_min_isr} for partition "
                            f"{self.tp.topic}-{self.tp.partition}")
 
     def check_enough_replicas_reach_offset(self, required_offset: int) -> tuple[bool, ErrorCode]:
@@ -405,7 +411,7 @@ class Partition:
             return True, ErrorCode.NOT_LEADER_OR_FOLLOWER
         if self.high_watermark < required_offset:
             return False, ErrorCode.NONE
-        if len(self.isr) < self.log.config.min_insync_replicas:
+        if len(self.isr) < self.effective_min_isr:
             return True, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         return True, ErrorCode.NONE
 

@@ -698,7 +698,8 @@ class ReplicaManager:
                 if not data:
                     res.log_start_offset = p.log.log_start_offset
                     continue
-                headers = self._headers_for_append(data, p.log.config.max_message_bytes, origin, p.log.config, now)
+                headers = self._headers_for_append(data, p.log.config.max_message_bytes, origin, p.log.config, now,
+                                                   tp)
                 if origin == AppendOrigin.CLIENT and self.txn_verifier is not None:
                     self._verify_transaction(p, headers, transactional_id)
                 p.check_min_isr(required_acks)
@@ -859,7 +860,7 @@ class ReplicaManager:
 
     @staticmethod
     def _headers_for_append(data: memoryview | bytes, max_batch_size: int, origin: AppendOrigin,
-                            config: LogConfig, now: int) -> list:
+                            config: LogConfig, now: int, tp: TopicPartition) -> list:
         if origin != AppendOrigin.CLIENT:
             # Coordinators write control batches (transaction markers) the client check refuses;
             # they build those batches themselves.
@@ -871,7 +872,8 @@ class ReplicaManager:
         if not config.log_append_time:  # Kafka checks CreateTime topics only
             bounds = (now - config.message_timestamp_before_max_ms, now + config.message_timestamp_after_max_ms)
         return rec.validate_produce_records(data, max_batch_size=max_batch_size,
-                                            require_keys=config.compact_enabled, timestamp_bounds=bounds)
+                                            require_keys=config.compact_enabled, timestamp_bounds=bounds,
+                                            topic_partition=f"{tp.topic}-{tp.partition}")
 
     def append_txn_markers(
         self,
@@ -897,7 +899,7 @@ class ReplicaManager:
             if r.error == ErrorCode.NONE and r.required_offset >= 0:
                 p = self.partitions.get(tp)
                 if p is None or p.high_watermark < r.required_offset \
-                        or len(p.isr) < p.log.config.min_insync_replicas:
+                        or len(p.isr) < p.effective_min_isr:
                     return False  # the DelayedProduce answers it, with its error
         return True
 

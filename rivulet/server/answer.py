@@ -1,7 +1,7 @@
 """The one way a request handler answers now or later.
 
-A handler returns a response, an ``asyncio.Future`` or a ``Promise`` of one, or
-``NO_RESPONSE``. Coordinators answer through callbacks and the ReplicaManager with a result or
+A handler returns a response, an ``asyncio.Future`` or a ``Promise`` of one, ``NO_RESPONSE``
+or ``CLOSE_CONNECTION``. Coordinators answer through callbacks and the ReplicaManager with a result or
 a Future of one (a Promise for a Fetch); ``Reply`` turns either into the handler's answer: the
 response itself when the answer came synchronously, else a Future the connection waits on.
 ``then`` keeps a Promise a Promise, so that a completed Fetch is written on the stack that
@@ -22,6 +22,9 @@ R = TypeVar("R")
 T = TypeVar("T")
 
 NO_RESPONSE: Any = object()  # acks=0 produces: nothing goes back
+# A failed acks=0 produce: no answer, and the connection closes, as Kafka's does, so that the
+# producer learns of the error and refreshes its metadata.
+CLOSE_CONNECTION: Any = object()
 # Any: each handler answers with its own response class, and Future and Promise are invariant in
 # theirs (a handler's Future[ProduceResponse] would not be a Future[Struct]).
 Answer = Union[Any, "asyncio.Future[Any]", "Promise[Any]"]

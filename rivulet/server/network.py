@@ -8,7 +8,7 @@ One exception: a Produce behind Produces starts at once, as the log appends a pr
 requests in the order they start (``ReplicaManager.append_records``); their answers still go
 out in request order, each in a slot of a FIFO. Handlers answer synchronously, return a
 Future for work that completes later (long-poll fetches, acks=all produces, group joins), or
-NO_RESPONSE (acks=0 produces).
+NO_RESPONSE (acks=0 produces; CLOSE_CONNECTION when one failed, as Kafka closes then).
 
 A malformed frame closes only its own connection; every other connection carries on.
 Memory follows what has arrived, not what a size prefix announces: small frames are parsed
@@ -48,7 +48,7 @@ from rivulet.security.sasl import AuthenticationFailed
 from rivulet.security.ssl_principal import NoMatchingRule, SslPrincipalMapper, principal_from_dn
 from rivulet.security.tls import peer_dn
 from rivulet.server import file_sender
-from rivulet.server.answer import NO_RESPONSE, Answer
+from rivulet.server.answer import CLOSE_CONNECTION, NO_RESPONSE, Answer
 from rivulet.server.file_sender import FileSender, Send
 from rivulet.server.metrics.requests import RequestMetrics, request_name
 from rivulet.server.tls_transport import TlsTransport
@@ -559,10 +559,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
             s = pending.popleft()
             pool.release(s.reserved)
             h = s.header
-            if s.response is NO_RESPONSE:
+            if s.response is NO_RESPONSE or s.response is CLOSE_CONNECTION:
                 if timed and s.request is not None:
                     now = time.perf_counter()
                     self._timed(s, s.request, now, now, None)
+                if s.response is CLOSE_CONNECTION:
+                    log.info("closing %s after an error in its acks=0 produce (correlation id %d)",
+                             self.peer, h.correlation_id)
+                    self.close()
+                    return
                 continue
             write_start = time.perf_counter() if timed else 0.0
             parts = framing.encode_response_parts(s.response, h.api_key, h.api_version, h.correlation_id)

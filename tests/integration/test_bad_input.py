@@ -59,8 +59,8 @@ def still_serving(broker) -> None:
         assert resp.brokers[0].port == broker.port
 
 
-def produce(s, topic: str, data: bytes, version: int = 9):
-    req = pq.ProduceRequest(acks=1, timeout_ms=5000, topic_data=[pq.TopicProduceData(
+def produce(s, topic: str, data: bytes, version: int = 9, acks: int = 1):
+    req = pq.ProduceRequest(acks=acks, timeout_ms=5000, topic_data=[pq.TopicProduceData(
         name=topic, partition_data=[pq.PartitionProduceData(index=0, records=data)])])
     resp = request(s, req, version)
     return resp.responses[0].partition_responses[0]
@@ -260,8 +260,10 @@ def test_compacted_topic_refuses_keyless_records_and_lists_each(broker):
         r = produce(s, name, batch_of([b"a", None, b"c", None, b"e"], [ts] * 5))
         assert r.error_code == ErrorCode.INVALID_RECORD
         assert [e.batch_index for e in r.record_errors] == [1, 3]
-        assert all("without a key" in e.batch_index_error_message for e in r.record_errors)
-        assert r.error_message
+        # Kafka 4.3.1's LogValidator wording, which Kafka's Java producer shows per record.
+        assert {e.batch_index_error_message for e in r.record_errors} == {
+            f"Compacted topic cannot accept message without key in topic partition {name}-0"}
+        assert r.error_message.startswith("One or more records have been rejected due to 2 record errors in total")
         r = produce(s, name, batch_of([b"a", b"b"], [ts] * 2))
         assert (r.error_code, r.base_offset) == (0, 0)  # nothing of the refused batch was written
 
@@ -276,6 +278,10 @@ def test_timestamps_beyond_message_timestamp_after_max_ms_are_invalid(broker):
         r = produce(s, name, batch_of([b"k"] * 3, [now, now + 2 * 3600_000, now + 600_000]))
         assert r.error_code == ErrorCode.INVALID_TIMESTAMP
         assert [e.batch_index for e in r.record_errors] == [1]
+        # Worded as Kafka 4.3.1's LogValidator (its Java producer shows the record's message).
+        assert r.error_message == "One or more records have been rejected due to invalid timestamp"
+        assert r.record_errors[0].batch_index_error_message.startswith(
+            f"Timestamp {now + 2 * 3600_000} of message with offset 1 is out of range. The timestamp should be within [")
         assert produce(s, name, batch_of([b"k"] * 2, [now, now + 600_000])).error_code == 0
 
 
@@ -315,3 +321,48 @@ def test_excessively_many_partitions_in_one_request_are_refused(broker):
     assert err.code() == CKError.POLICY_VIOLATION
     assert "Unable to perform excessively large batch operation." in err.str()
     assert len(admin.list_topics("grows", timeout=30).topics["grows"].partitions) == 2
+
+
+def test_a_batch_over_max_message_bytes_carries_no_message(broker):
+    # Kafka 4.3.1 sends a message only for record validation failures; Kafka's Java producer
+    # then shows MESSAGE_TOO_LARGE's standard text, as it does against Kafka.
+    name = f"small-{uuid.uuid4().hex[:6]}"
+    create_topic_with(broker, name, {"max.message.bytes": "1000"})
+    big = records.encode_batch([records.Record(offset=0, timestamp=0, key=None, value=b"x" * 3000, headers=[])])
+    with connect(broker) as s:
+        r = produce(s, name, big)
+        assert (r.error_code, r.error_message) == (ErrorCode.MESSAGE_TOO_LARGE, None)
+
+
+def test_min_insync_replicas_above_the_replica_count_takes_acks_all(broker):
+    # As Kafka's leader: min.insync.replicas counts at most the replicas the partition has.
+    name = f"minisr-{uuid.uuid4().hex[:6]}"
+    create_topic_with(broker, name, {"min.insync.replicas": "2"})
+    batch = records.encode_batch([records.Record(offset=0, timestamp=0, key=None, value=b"v", headers=[])])
+    with connect(broker) as s:
+        r = produce(s, name, batch, acks=-1)
+        assert (r.error_code, r.base_offset) == (ErrorCode.NONE, 0)
+
+
+def test_a_failed_acks_0_produce_closes_the_connection(broker):
+    # As Kafka 4.3.1's KafkaApis: acks=0 has no answer to carry an error, so the broker closes
+    # the connection (Kafka's Java producer then loses what it pipelined behind, as against
+    # Kafka). A successful one leaves it open.
+    name = f"acks0-{uuid.uuid4().hex[:6]}"
+    create_topic_with(broker, name, {"max.message.bytes": "1000"})
+
+    def acks0(data: bytes) -> bytes:
+        req = pq.ProduceRequest(acks=0, timeout_ms=5000, topic_data=[pq.TopicProduceData(
+            name=name, partition_data=[pq.PartitionProduceData(index=0, records=data)])])
+        return framing.encode_request(req, 9, 7, "bad-input-test")
+
+    small = records.encode_batch([records.Record(offset=0, timestamp=0, key=None, value=b"v", headers=[])])
+    big = records.encode_batch([records.Record(offset=0, timestamp=0, key=None, value=b"x" * 3000, headers=[])])
+    with connect(broker) as s:
+        s.sendall(acks0(small))
+        resp = request(s, mq.MetadataRequest(topics=None), 12, cid=8)  # answered: still open
+        assert resp.brokers[0].port == broker.port
+        s.sendall(acks0(big))
+        assert is_closed(s)
+    with connect(broker) as s:
+        assert produce(s, name, small).base_offset == 1  # the first landed, the refused one did not

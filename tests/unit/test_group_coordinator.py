@@ -891,6 +891,25 @@ def txn_commit(c, gid, pid, offsets, member="", generation=-1):
     return out[0]
 
 
+def test_txn_offsets_of_a_consumer_protocol_member_at_a_wrong_epoch_are_illegal_generation():
+    # TxnOffsetCommit has no STALE_MEMBER_EPOCH: Kafka 4.3.1 answers ILLEGAL_GENERATION, which
+    # its Java producer turns into an abortable CommitFailedException (a fatal error otherwise).
+    from rivulet.coordinator.consumer_heartbeat import HeartbeatRequest
+    from test_group_support import TopicInfo
+
+    c, b = make_coordinator()
+    b.metadata.topics["t"] = TopicInfo("t", 2)
+    out = []
+    c.handle_consumer_group_heartbeat(HeartbeatRequest("cg", "m-1", 0, rebalance_timeout_ms=30000,
+                                                       subscribed_topic_names=["t"], owned=[]), 1, out.append)
+    epoch = out[0].member_epoch
+    assert out[0].error == E.NONE and epoch > 0
+    assert txn_commit(c, "cg", 42, {TP0: OffsetAndMetadata(1)}, "m-1", epoch + 7) == {TP0: E.ILLEGAL_GENERATION}
+    assert txn_commit(c, "cg", 42, {TP0: OffsetAndMetadata(1)}, "m-1", epoch - 1) == {TP0: E.ILLEGAL_GENERATION}
+    assert txn_commit(c, "cg", 42, {TP0: OffsetAndMetadata(1)}, "nobody", epoch) == {TP0: E.UNKNOWN_MEMBER_ID}
+    assert txn_commit(c, "cg", 42, {TP0: OffsetAndMetadata(1)}, "m-1", epoch) == {TP0: E.NONE}
+
+
 def test_txn_offsets_visible_only_after_commit_marker():
     c, b = make_coordinator()
     assert txn_commit(c, "tg", 42, {TP0: OffsetAndMetadata(10)}) == {TP0: E.NONE}

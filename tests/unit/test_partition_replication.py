@@ -252,6 +252,23 @@ def test_min_insync_replicas_before_and_after_append(env) -> None:
     p.check_min_isr(1)  # acks=1 does not care
 
 
+def test_min_insync_replicas_above_the_replication_factor_counts_as_the_factor(env) -> None:
+    # Kafka's leader caps min.insync.replicas at the replica count: a one-replica topic with
+    # min.insync.replicas=2 takes acks=all writes (Kafka 4.3.1's Java producer succeeds there).
+    p, *_ = env
+    lead(p, isr=(1,), replicas=(1,))
+    assert p.effective_min_isr == 1
+    p.check_min_isr(-1)
+    _append(p.log, 2, 1)
+    p.maybe_increment_high_watermark()
+    assert p.check_enough_replicas_reach_offset(2) == (True, ErrorCode.NONE)
+    lead(p, epoch=2, isr=(1,), replicas=(1, 2))
+    assert p.effective_min_isr == 2
+    with pytest.raises(ApiError) as e:
+        p.check_min_isr(-1)
+    assert e.value.code == ErrorCode.NOT_ENOUGH_REPLICAS
+
+
 def test_enough_replicas_once_the_isr_has_the_records(env) -> None:
     p, *_ = env
     lead(p)

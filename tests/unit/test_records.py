@@ -626,6 +626,18 @@ def test_validate_timestamp_bounds() -> None:
     validate(untimed, timestamp_bounds=(T0, T0 + 1))
 
 
+def test_a_keyless_record_out_of_range_is_refused_for_its_key_as_kafka() -> None:
+    # Kafka's LogValidator checks a record's key before its timestamp: one error per record.
+    batch = encode_batch([Record(0, T0, None, b"a", []), Record(0, T0 + 9000, b"k", b"b", [])])
+    with pytest.raises(rec.RecordValidationError) as e:
+        validate(batch, require_keys=True, timestamp_bounds=(T0 - 1, T0 + 1), topic_partition="t-0")
+    assert e.value.code == ErrorCode.INVALID_TIMESTAMP  # any timestamp error names the batch's error
+    assert e.value.record_errors == [
+        (0, "Compacted topic cannot accept message without key in topic partition t-0"),
+        (1, f"Timestamp {T0 + 9000} of message with offset 1 is out of range. The timestamp should be within "
+            f"[{T0 - 1}, {T0 + 1}]")]
+
+
 def test_validate_check_order_matches_kafka() -> None:
     batch = encode_batch(sample_records(3), base_offset=3)
     # baseOffset before size, size before CRC.

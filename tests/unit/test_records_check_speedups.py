@@ -152,7 +152,7 @@ def test_validate_produce_records_same_with_and_without(monkeypatch: pytest.Monk
     fast = answer()
     monkeypatch.setattr(records, "_check_records", records._py_check_records)
     assert answer() == fast
-    assert fast[0] == ErrorCode.INVALID_RECORD and fast[2] == [(0, "a compacted topic cannot accept a record without a key")]
+    assert fast[0] == ErrorCode.INVALID_RECORD and fast[2] == [(0, records.COMPACTED_WITHOUT_KEY)]
 
 
 @needs_c

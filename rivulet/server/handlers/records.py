@@ -51,7 +51,7 @@ from rivulet.server.fetch_session import (
     must_answer,
     next_epoch,
 )
-from rivulet.server.answer import NO_RESPONSE, Answer, then
+from rivulet.server.answer import CLOSE_CONNECTION, NO_RESPONSE, Answer, then
 from rivulet.server.handlers import Handler
 from rivulet.server.metadata import INTERNAL_TOPICS
 from rivulet.server.network import KafkaConnection
@@ -216,7 +216,12 @@ class RecordHandlers:
 
         if acks == 0:
             throttle()
-            return NO_RESPONSE
+
+            def no_answer(results: dict[TopicPartition, ProduceResult]) -> Any:
+                # Kafka closes the connection on any error: the producer has no other way to learn it.
+                failed = any(r.error != ErrorCode.NONE for r in (*early.values(), *results.values()))
+                return CLOSE_CONNECTION if failed else NO_RESPONSE
+            return then(result, no_answer)
 
         def build(results: dict[TopicPartition, ProduceResult]) -> pr.ProduceResponse:
             results = {**early, **results}
@@ -239,7 +244,9 @@ class RecordHandlers:
                         log_append_time_ms=r.log_append_time, log_start_offset=r.log_start_offset,
                         record_errors=[pr.BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m)
                                        for i, m in r.record_errors or ()],
-                        error_message=r.message)
+                        # As Kafka: only a record validation failure carries its own message;
+                        # otherwise clients show their error code's standard text.
+                        error_message=r.message if r.record_errors is not None else None)
                     if error == ErrorCode.NOT_LEADER_OR_FOLLOWER and v >= 10:
                         leader, epoch = hints.leader(tp)
                         part.current_leader = pr.LeaderIdAndEpoch(leader_id=leader, leader_epoch=epoch)

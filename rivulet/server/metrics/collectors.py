@@ -148,7 +148,7 @@ class BrokerCollector(Collector):
                 leaders += 1
                 if len(p.isr) < len(p.replicas):
                     under_replicated += 1
-                if len(p.isr) < lg.config.min_insync_replicas:
+                if len(p.isr) < p.effective_min_isr:
                     under_min_isr += 1
             sums = per_topic.setdefault(tp.topic, [0] * len(_TOPIC_COUNTERS))
             for i, value in enumerate(_stat_values(stats)):
