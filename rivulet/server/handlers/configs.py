@@ -36,6 +36,7 @@ from rivulet.server.dynamic_config import (
     apply_incremental, broker_levels, broker_synonyms, broker_values_in_force, describe_broker_configs,
 )
 from rivulet.server.handlers import Handler
+from rivulet.server.metadata import validate_topic_name
 from rivulet.server.network import KafkaConnection
 from rivulet.server.topics import TopicManager
 from rivulet.storage.config import TOPIC_LIST_CONFIGS
@@ -95,6 +96,7 @@ class ConfigHandlers:
                 if res.resource_type == RESOURCE_TOPIC:
                     info = b.get(res.resource_name)
                     if info is None:
+                        validate_topic_name(res.resource_name)  # a name no topic can have: Kafka says so
                         raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                     entries = b.describe_topic_configs(info.configs)
                 elif res.resource_type == RESOURCE_BROKER:
@@ -174,6 +176,9 @@ class ConfigHandlers:
             r = result(error_code=0, error_message=None, resource_type=rtype, resource_name=name)
             try:
                 self._authorize(conn, AclOperation.ALTER_CONFIGS, rtype, name)
+                names = [c.name for c in res.configs]
+                if len(set(names)) != len(names):
+                    raise ApiError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
                 new = values(res)
                 if rtype == RESOURCE_GROUP:
                     self._stage_group(name, new, staged)
