@@ -36,9 +36,7 @@ KNOWN_DIFFERENCES = {
         "create.collides", "configs.topic")},
     "configs.broker.names": "Rivulet's broker config set is its own (258 names, Kafka 4.3.1 340; KRaft "
                             "controller, metrics and thread-pool configs absent, Rivulet's own added)",
-    "configs.brokerLogger.root": "BROKER_LOGGER resources are not implemented (Python logging, no log4j loggers)",
-    "alter.brokerLogger.root": "BROKER_LOGGER resources are not implemented",
-    "alter.brokerLogger.badLevel": "BROKER_LOGGER resources are not implemented",
+    "configs.brokerLogger.root": "the level each broker starts with: the test broker logs at WARN, Kafka's at INFO",
     "offsets.maxTimestampAfterDelete": "Kafka answers -1 or the record, as its segment was or was not deleted yet",
     "logDirs": "Kafka's replica size after DeleteRecords is 0 or not, as its segment was or was not deleted yet",
     "groups.delete.empty": "Rivulet drops a simple group with its last offset; Kafka keeps it Empty "

@@ -297,6 +297,10 @@ public class AdminProbe {
         step("alter.brokerLogger.root", () -> alter(bl, false, set("root", "INFO")));
         step("alter.brokerLogger.badLevel", () -> alter(bl, false, set("root", "LOUD")));
         step("alter.brokerLogger.append", () -> alter(bl, false, op("root", "INFO", AlterConfigOp.OpType.APPEND)));
+        step("alter.brokerLogger.deleteRoot", () -> alter(bl, false, op("root", null, AlterConfigOp.OpType.DELETE)));
+        step("alter.brokerLogger.unknownLogger", () -> alter(bl, false, set("no.such.logger", "INFO")));
+        step("alter.brokerLogger.validateOnly", () -> alter(bl, true, set("root", "ERROR")) + config(bl, true, false, Set.of("root")));
+        step("configs.brokerLogger.afterSet", () -> config(bl, true, false, Set.of("root")));
         step("alter.group.set", () -> alter(g, false, set("consumer.session.timeout.ms", "50000")) + config(g, true, false, Set.of("consumer.session.timeout.ms")));
         step("alter.group.bad", () -> alter(g, false, set("consumer.session.timeout.ms", "1")));
         step("alter.group.unknown", () -> alter(g, false, set("no.such.config", "1")));
