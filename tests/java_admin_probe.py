@@ -39,8 +39,6 @@ KNOWN_DIFFERENCES = {
     "configs.brokerLogger.root": "the level each broker starts with: the test broker logs at WARN, Kafka's at INFO",
     "offsets.maxTimestampAfterDelete": "Kafka answers -1 or the record, as its segment was or was not deleted yet",
     "logDirs": "Kafka's replica size after DeleteRecords is 0 or not, as its segment was or was not deleted yet",
-    "groups.delete.empty": "Rivulet drops a simple group with its last offset; Kafka keeps it Empty "
-                           "until its next expiry pass",
     "share.describe.empty": "Kafka's AlterShareGroupOffsets on a new group bumps its epoch to 1",
     "share.offsets": "Kafka persists share-partition start offsets lazily: its answer varies by timing",
     "share.alterOffsets.empty": "as share.offsets",
