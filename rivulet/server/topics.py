@@ -258,7 +258,8 @@ class TopicManager:
             raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
                              f"Unable to replicate the partition {replication_factor} time(s): "
                              "The target replication factor of "
-                             f"{replication_factor} cannot be reached because only 1 broker(s) are registered.")
+                             f"{replication_factor} cannot be reached because only 1 broker(s) are registered or some "
+                             "brokers have all their log directories cordoned.")
         return cfg
 
     def validate_new_topic(self, name: str, num_partitions: int, replication_factor: int,
@@ -274,9 +275,10 @@ class TopicManager:
             raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                              f"Topic '{name}' collides with existing topic: {other}")
         if num_partitions <= 0:
-            raise ApiError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
+            raise ApiError(ErrorCode.INVALID_PARTITIONS, "Number of partitions was set to an invalid non-positive value.")
         if replication_factor <= 0:
-            raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
+            raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                           "Replication factor must be larger than 0, or -1 to use the default value.")
         return self._make_log_config(configs)  # raises INVALID_CONFIG with the reason
 
     def create_topic(self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],

@@ -89,6 +89,19 @@ def test_manual_replica_assignments_are_checked_as_kafka(broker):
         ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment includes an empty replica list.")
     assert create(t, {0: [node]}) == (ErrorCode.NONE, None)
 
+    def plain(name: str, partitions: int, rf: int):
+        topic = ctq.CreatableTopic(name=name, num_partitions=partitions, replication_factor=rf, configs=[], assignments=[])
+        r = _send(broker, ctq.CreateTopicsRequest(topics=[topic], timeout_ms=10000, validate_only=True)).topics[0]
+        return r.error_code, r.error_message
+
+    assert plain(t + "-p0", 0, 1) == (ErrorCode.INVALID_PARTITIONS,
+                                     "Number of partitions was set to an invalid non-positive value.")
+    assert plain(t + "-rf0", 1, 0) == (ErrorCode.INVALID_REPLICATION_FACTOR,
+                                      "Replication factor must be larger than 0, or -1 to use the default value.")
+    assert plain(t + "-rf3", 1, 3) == (ErrorCode.INVALID_REPLICATION_FACTOR, "Unable to replicate the partition 3 "
+                                       "time(s): The target replication factor of 3 cannot be reached because only 1 "
+                                       "broker(s) are registered or some brokers have all their log directories cordoned.")
+
     def grow(count: int, lists: list[list[int]]):
         topic = cpq.CreatePartitionsTopic(name=t, count=count, assignments=[
             cpq.CreatePartitionsAssignment(broker_ids=b) for b in lists])
@@ -114,6 +127,15 @@ def test_config_requests_check_names_and_keys_as_kafka(broker):
     assert (r.error_code, r.error_message) == (
         ErrorCode.INVALID_TOPIC_EXCEPTION,
         "Topic name is invalid: 'bad/name' contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'")
+    r = _send(broker, dcq.DescribeConfigsRequest(resources=[dcq.DescribeConfigsResource(
+        resource_type=2, resource_name="no-such-topic", configuration_keys=None)],
+        include_synonyms=False, include_documentation=False)).results[0]
+    assert (r.error_code, r.error_message) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "")
+    r = _send(broker, iacq.IncrementalAlterConfigsRequest(resources=[iacq.AlterConfigsResource(
+        resource_type=2, resource_name="no-such-topic", configs=[
+            iacq.AlterableConfig(name="retention.ms", config_operation=0, value="1")])], validate_only=False)).responses[0]
+    assert (r.error_code, r.error_message) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                               "The topic 'no-such-topic' does not exist.")
     t = f"dupkey-{uuid.uuid4().hex[:6]}"
     from confluent_kafka.admin import ConfigResource, NewTopic
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})

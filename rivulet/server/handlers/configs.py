@@ -98,7 +98,7 @@ class ConfigHandlers:
                     info = b.get(res.resource_name)
                     if info is None:
                         validate_topic_name(res.resource_name)  # a name no topic can have: Kafka says so
-                        raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                        raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "")  # Kafka's message is empty
                     entries = b.describe_topic_configs(info.configs)
                 elif res.resource_type == RESOURCE_BROKER:
                     entries = describe_broker_configs(self.config, b.dynamic_config, res.resource_name)
@@ -210,7 +210,7 @@ class ConfigHandlers:
         if rtype != RESOURCE_TOPIC:
             raise ApiError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}")
         if self.topics.get(name) is None:
-            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
 
     # ------------------------------------------------------------ groups
     @staticmethod
