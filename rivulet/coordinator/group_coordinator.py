@@ -1212,7 +1212,9 @@ class GroupCoordinator(InternalTopicCoordinator):
         else:
             return ErrorCode.NON_EMPTY_GROUP, {}
         if eligible:
-            n = self.manager.cleanup_group_metadata([group], lambda g: g.remove_offsets(eligible))
+            # As Kafka 4's coordinator: the offsets go, the group stays (Empty, describable,
+            # deletable) until the next expiry pass.
+            n = self.manager.cleanup_group_metadata([group], lambda g: g.remove_offsets(eligible), expire_empty=False)
             for tp in eligible:
                 errors[tp] = ErrorCode.NONE
             log.info("The following offsets of the group %s were deleted: %s. A total of %d offsets were removed.",

@@ -374,16 +374,16 @@ class GroupMetadataManager:
 
     # ------------------------------------------------------------ removal and expiry
     def cleanup_group_metadata(self, groups: Iterable[GroupMetadata],
-                               selector: Callable[[GroupMetadata], dict[TopicPartition, OffsetAndMetadata]]
-                               ) -> int:
+                               selector: Callable[[GroupMetadata], dict[TopicPartition, OffsetAndMetadata]],
+                               expire_empty: bool = True) -> int:
         """Remove what ``selector`` picks from each group, kill groups left Empty with no
-        offsets, and write the tombstones (acks=0: a lost tombstone is rewritten by the
-        next purge)."""
+        offsets (unless not ``expire_empty``: the next expiry pass does), and write the
+        tombstones (acks=0: a lost tombstone is rewritten by the next purge)."""
         removed_total = 0
         for group in list(groups):
             removed = selector(group)
             # A share group does not expire (Kafka's ShareGroup.shouldExpire): only DeleteGroups removes it.
-            if group.is_empty and not group.has_offsets() and group.share is None:
+            if expire_empty and group.is_empty and not group.has_offsets() and group.share is None:
                 log.info("Group %s transitioned to Dead in generation %d", group.group_id, group.generation_id)
                 group.transition_to(DEAD)
             is_dead = group.is_(DEAD)

@@ -24,17 +24,18 @@ FILE_NAME = "rivulet-metadata.json"
 
 
 def validate_topic_name(name: str) -> None:
+    """Kafka 4's checks of a topic name, with its messages."""
     if not name:
-        raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
-    if name in (".", ".."):
-        raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name cannot be \".\" or \"..\"")
-    if len(name) > MAX_TOPIC_NAME:
-        raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                         f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME} characters")
-    if not _LEGAL.match(name):
-        raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                         f"Topic name \"{name}\" is illegal, it contains a character other than "
-                         "ASCII alphanumerics, '.', '_' and '-'")
+        problem = "the empty string is not allowed"
+    elif name in (".", ".."):
+        problem = f"'{name}' is not allowed"
+    elif len(name) > MAX_TOPIC_NAME:
+        problem = f"the length of '{name}' is longer than the max allowed length {MAX_TOPIC_NAME}"
+    elif not _LEGAL.match(name):
+        problem = f"'{name}' contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'"
+    else:
+        return
+    raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Topic name is invalid: {problem}")
 
 
 @dataclass

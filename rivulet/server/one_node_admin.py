@@ -11,10 +11,10 @@ from rivulet.common.time import Clock
 from rivulet.common.types import TopicPartition
 from rivulet.controller.context import QuorumDescription, ReplicaProgress
 from rivulet.controller.controller import PREFERRED
-from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.replication.replica_manager import ReplicaManager
 from rivulet.server.handlers.controller import Outcome
-from rivulet.server.topics import TopicManager
+from rivulet.server.topics import TopicManager, check_manual_assignment
 
 NOT_NEEDED: Outcome = (ErrorCode.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition.")
 
@@ -89,17 +89,10 @@ class OneNodePartitionAdmin:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find partition {tp.topic}:{tp.partition}."
         if target is None:
             return ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, None  # a cancel: nothing is under way
-        if not target:
-            return ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment includes an empty replica list."
-        previous = None
-        for broker in sorted(target):
-            if broker != self.node_id:
-                return (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                        f"The manual partition assignment includes broker {broker}, but no such broker is registered.")
-            if broker == previous:
-                return (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                        f"The manual partition assignment includes the broker {broker} more than once.")
-            previous = broker
+        try:
+            check_manual_assignment(target, (self.node_id,))
+        except ApiError as e:
+            return e.code, e.message
         return ErrorCode.NONE, None
 
     async def list_reassignments(self, tps: list[TopicPartition] | None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Collection, Sequence
 from typing import Callable, Protocol, TypeVar
 
 from rivulet.common.types import TopicPartition
@@ -31,16 +32,43 @@ T = TypeVar("T")
 PartitionsDeleted = Callable[[list[TopicPartition]], object]
 
 
-def check_partition_increase(old: int, count: int, assignments: int | None) -> None:
-    """CreatePartitions' checks of the new count (and of how many assignments came with it)."""
-    if count < old:
-        raise ApiError(ErrorCode.INVALID_PARTITIONS, f"Topic currently has {old} "
-                       f"partitions, which is higher than the requested {count}.")
+def check_manual_assignment(replicas: Sequence[int], registered: Collection[int],
+                            replication_factor: int | None = None) -> None:
+    """One partition's replica list given by hand, checked as Kafka's controller checks it
+    (its messages, in its order: brokers in id order, the count against the partitions before)."""
+    if not replicas:
+        raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                       "The manual partition assignment includes an empty replica list.")
+    previous = None
+    for broker in sorted(replicas):
+        if broker not in registered:
+            raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"The manual partition assignment includes "
+                           f"broker {broker}, but no such broker is registered.")
+        if broker == previous:
+            raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"The manual partition assignment includes "
+                           f"the broker {broker} more than once.")
+        previous = broker
+    if replication_factor is not None and len(replicas) != replication_factor:
+        raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"The manual partition assignment includes a "
+                       f"partition with {len(replicas)} replica(s), but this is not consistent with previous "
+                       f"partitions, which have {replication_factor} replica(s).")
+
+
+def check_partition_increase(name: str, old: int, count: int, assignments: Sequence[Sequence[int]] | None,
+                             registered: Collection[int], replication_factor: int) -> None:
+    """CreatePartitions' checks of the new count and of the replica lists given with it, with
+    Kafka 4's (KRaft controller's) messages."""
     if count == old:
-        raise ApiError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {old} partitions.")
-    if assignments is not None and assignments != count - old:
-        raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Increasing the number of partitions by "
-                       f"{count - old} but {assignments} assignments provided.")
+        raise ApiError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {old} partition(s).")
+    if count < old:
+        raise ApiError(ErrorCode.INVALID_PARTITIONS, f"The topic {name} currently has {old} partition(s); "
+                       f"{count} would not be an increase.")
+    if assignments is not None:
+        if len(assignments) != count - old:
+            raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Attempted to add {count - old} additional "
+                           f"partition(s), but only {len(assignments)} assignment(s) were specified.")
+        for replicas in assignments:
+            check_manual_assignment(replicas, registered, replication_factor)
 
 
 class TopicConfigStore(Protocol):
@@ -230,7 +258,8 @@ class TopicManager:
             raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
                              f"Unable to replicate the partition {replication_factor} time(s): "
                              "The target replication factor of "
-                             f"{replication_factor} cannot be reached because only 1 broker(s) are registered.")
+                             f"{replication_factor} cannot be reached because only 1 broker(s) are registered or some "
+                             "brokers have all their log directories cordoned.")
         return cfg
 
     def validate_new_topic(self, name: str, num_partitions: int, replication_factor: int,
@@ -246,9 +275,10 @@ class TopicManager:
             raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                              f"Topic '{name}' collides with existing topic: {other}")
         if num_partitions <= 0:
-            raise ApiError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
+            raise ApiError(ErrorCode.INVALID_PARTITIONS, "Number of partitions was set to an invalid non-positive value.")
         if replication_factor <= 0:
-            raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
+            raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                           "Replication factor must be larger than 0, or -1 to use the default value.")
         return self._make_log_config(configs)  # raises INVALID_CONFIG with the reason
 
     def create_topic(self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str],
@@ -366,17 +396,17 @@ class TopicManager:
             self._deleting.discard(name)
         log.info("deleted topic %s", name)
 
-    async def add_partitions(self, name: str, count: int, assignments: int | None = None,
+    async def add_partitions(self, name: str, count: int, assignments: Sequence[Sequence[int]] | None = None,
                              validate_only: bool = False) -> None:
-        """Grow a topic to ``count`` partitions (``assignments``: how many replica assignments the
-        request gave). The new logs are made on a worker thread, all or none, then recorded and
-        served."""
+        """Grow a topic to ``count`` partitions (``assignments``: the replica lists the request
+        gave, each of which can only name this node). The new logs are made on a worker thread,
+        all or none, then recorded and served."""
         async with self._alter_lock:
             info = self.metadata.get(name)
             if info is None:
                 raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             old = info.num_partitions
-            check_partition_increase(old, count, assignments)
+            check_partition_increase(name, old, count, assignments, (self.config.node_id,), 1)
             if validate_only:
                 return
             added = range(old, count)

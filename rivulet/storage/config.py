@@ -391,6 +391,10 @@ _RANKS = {name: i for i, name in enumerate((*TOPIC_CONFIGS.names(), *INTERNAL_TO
 def _definition_rank(name: str) -> int:
     return _RANKS[name]
 # Topic config name -> broker property names that set its default (DescribeConfigs synonyms).
+# Broker configs whose Kafka default is null (a coarser one, such as log.retention.hours, is
+# used): Kafka lists no DEFAULT_CONFIG synonym for the topic config they stand for.
+_BROKER_NAMES_WITHOUT_DEFAULT = frozenset({"log.retention.ms", "log.roll.ms", "log.roll.jitter.ms",
+                                           "log.flush.interval.ms"})
 TOPIC_CONFIG_SYNONYMS: dict[str, tuple[str, ...]] = {n: tuple(b for b, _ in s) for n, s in _BROKER_SYNONYMS.items()}
 # Topic configs whose value is a list (IncrementalAlterConfigs APPEND/SUBTRACT).
 TOPIC_LIST_CONFIGS = frozenset(k.name for k in TOPIC_CONFIGS if k.type is ConfigType.LIST)
@@ -453,7 +457,7 @@ def describe_topic_configs(
                     synonyms.append((b, str(broker_props[b]).strip(), ConfigSource.STATIC_BROKER_CONFIG))
         elif broker and broker_value != kafka_default:
             synonyms.append((broker[0][0], broker_value, ConfigSource.STATIC_BROKER_CONFIG))
-        if broker:
+        if broker and broker[0][0] not in _BROKER_NAMES_WITHOUT_DEFAULT:
             synonyms.append((broker[0][0], kafka_default, ConfigSource.DEFAULT_CONFIG))
         value: str | None
         if key.name in overrides:

@@ -780,6 +780,9 @@ def test_delete_offsets():
     assert c.handle_delete_offsets("nogroup", [TP0]) == (E.GROUP_ID_NOT_FOUND, {})
     commit(c, "s", "", -1, {TP0: OffsetAndMetadata(1)})
     assert c.handle_delete_offsets("s", [TP0]) == (E.NONE, {TP0: E.NONE})
+    # Without offsets, the simple group stays Empty until the expiry pass, as in Kafka 4.3.1.
+    assert group(c, "s").is_empty and c.manager.cleanup_expired_offsets() == 0
+    assert c.manager.get_group("s") is None
 
 
 def test_delete_groups():

@@ -120,12 +120,22 @@ def test_add_partitions_checks_against_the_current_count(tmp_path):
     async def body(b: Broker) -> None:
         topics = b.topics
         topics.create_topic("t", 2, 1, {})
-        for count, assignments, code in ((1, None, ErrorCode.INVALID_PARTITIONS),
-                                         (2, None, ErrorCode.INVALID_PARTITIONS),
-                                         (4, 1, ErrorCode.INVALID_REPLICA_ASSIGNMENT)):
+        node = b.config.node_id
+        # Kafka 4.3.1's controller's checks and messages, in its order.
+        for count, assignments, code, message in (
+                (1, None, ErrorCode.INVALID_PARTITIONS, "The topic t currently has 2 partition(s); 1 would not be an increase."),
+                (2, None, ErrorCode.INVALID_PARTITIONS, "Topic already has 2 partition(s)."),
+                (4, [[node]], ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                 "Attempted to add 2 additional partition(s), but only 1 assignment(s) were specified."),
+                (3, [[99]], ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                 "The manual partition assignment includes broker 99, but no such broker is registered."),
+                (3, [[node, node]], ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                 f"The manual partition assignment includes the broker {node} more than once."),
+                (3, [[]], ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                 "The manual partition assignment includes an empty replica list.")):
             with pytest.raises(ApiError) as e:
                 await topics.add_partitions("t", count, assignments)
-            assert e.value.code == code
+            assert (e.value.code, e.value.message) == (code, message)
         with pytest.raises(ApiError) as e:
             await topics.add_partitions("nope", 4)
         assert e.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

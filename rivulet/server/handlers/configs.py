@@ -29,6 +29,7 @@ from rivulet.protocol.messages.incremental_alter_configs_request import (
 from rivulet.protocol.messages.list_config_resources_request import ListConfigResourcesRequest
 from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.security.acls import AclOperation
+from rivulet.server import broker_loggers
 from rivulet.server.acls import Authz
 from rivulet.server.client_metrics import ClientMetricsManager
 from rivulet.server.config import BROKER_CONFIGS, LIST_PROPERTIES, BrokerConfig
@@ -36,6 +37,7 @@ from rivulet.server.dynamic_config import (
     apply_incremental, broker_levels, broker_synonyms, broker_values_in_force, describe_broker_configs,
 )
 from rivulet.server.handlers import Handler
+from rivulet.server.metadata import validate_topic_name
 from rivulet.server.network import KafkaConnection
 from rivulet.server.topics import TopicManager
 from rivulet.storage.config import TOPIC_LIST_CONFIGS
@@ -95,12 +97,14 @@ class ConfigHandlers:
                 if res.resource_type == RESOURCE_TOPIC:
                     info = b.get(res.resource_name)
                     if info is None:
-                        raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                        validate_topic_name(res.resource_name)  # a name no topic can have: Kafka says so
+                        raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "")  # Kafka's message is empty
                     entries = b.describe_topic_configs(info.configs)
                 elif res.resource_type == RESOURCE_BROKER:
                     entries = describe_broker_configs(self.config, b.dynamic_config, res.resource_name)
                 elif res.resource_type == RESOURCE_BROKER_LOGGER:
-                    entries = []
+                    broker_loggers.check_resource(res.resource_name, self.config.node_id)
+                    entries = broker_loggers.describe()
                 elif res.resource_type == RESOURCE_CLIENT_METRICS:
                     entries = self.client_metrics.describe(res.resource_name)
                 elif res.resource_type == RESOURCE_GROUP:
@@ -150,6 +154,11 @@ class ConfigHandlers:
                 level = b.dynamic_config.level(name, altering=True)
                 in_force = broker_values_in_force(self.config, b.dynamic_config)
                 return dict(apply_incremental(b.dynamic_config.levels[level], res.configs, in_force, LIST_PROPERTIES))
+            if res.resource_type == RESOURCE_BROKER_LOGGER:
+                # Levels are no stored configs: checked and applied here, nothing left to set.
+                broker_loggers.check_resource(name, self.config.node_id)
+                broker_loggers.alter(res.configs, req.validate_only)
+                return {}
             if res.resource_type == RESOURCE_CLIENT_METRICS:
                 # Kafka 4.3's controller knows no config types for client metrics, so it refuses
                 # APPEND and SUBTRACT on every one of them (INVALID_CONFIG), lists included.
@@ -174,9 +183,15 @@ class ConfigHandlers:
             r = result(error_code=0, error_message=None, resource_type=rtype, resource_name=name)
             try:
                 self._authorize(conn, AclOperation.ALTER_CONFIGS, rtype, name)
+                names = [c.name for c in res.configs]
+                if len(set(names)) != len(names):
+                    raise ApiError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
                 new = values(res)
                 if rtype == RESOURCE_GROUP:
                     self._stage_group(name, new, staged)
+                    out.append(r)
+                    continue
+                if rtype == RESOURCE_BROKER_LOGGER:  # applied by ``values``
                     out.append(r)
                     continue
                 set_values = {n: v for n, v in new.items() if v is not None}
@@ -195,7 +210,7 @@ class ConfigHandlers:
         if rtype != RESOURCE_TOPIC:
             raise ApiError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}")
         if self.topics.get(name) is None:
-            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
 
     # ------------------------------------------------------------ groups
     @staticmethod

@@ -56,6 +56,7 @@ from rivulet.server.handlers import Handler
 from rivulet.server.metadata import INTERNAL_TOPICS
 from rivulet.server.network import KafkaConnection
 from rivulet.server.quotas import ClientQuotas
+from rivulet.storage import Log
 from rivulet.server.topics import TopicManager
 
 LIST_OFFSETS_LATEST = -1
@@ -70,6 +71,17 @@ _LIST_OFFSETS_MIN_VERSION = {LIST_OFFSETS_MAX_TIMESTAMP: 7, LIST_OFFSETS_EARLIES
                              LIST_OFFSETS_LATEST_TIERED: 9, LIST_OFFSETS_EARLIEST_PENDING_UPLOAD: 11}
 # ListOffsets and OffsetForLeaderEpoch from this replica id may read a follower (Kafka's tools).
 DEBUGGING_REPLICA_ID = -2
+
+
+def _batch_epoch(lg: Log, offset: int) -> int:
+    """The leader epoch of the batch holding ``offset``, which may lie below the log start (a
+    segment's largest timestamp outlives DeleteRecords): the epoch cache, cut at the log start,
+    then starts with the epoch that wrote it."""
+    epoch = lg.epoch_for_offset(offset)
+    if epoch is None:
+        entries = lg.epoch_entries()
+        epoch = entries[0][0] if entries and offset < entries[0][1] else -1
+    return epoch
 
 
 def _py_fetch_wanted(parts: list[FetchPartition], name: str, v: int,
@@ -513,10 +525,10 @@ class RecordHandlers:
                         r.offset = lg.log_start_offset
                         r.leader_epoch = lg.epoch_for_offset(r.offset)
                     elif ts == LIST_OFFSETS_MAX_TIMESTAMP:
-                        found = lg.max_timestamp_offset()
-                        if found is not None and found[0] < fetchable:
+                        found = lg.max_timestamp_offset()  # (-1, -1) when no record has a timestamp
+                        if 0 <= found[0] < fetchable:
                             r.offset, r.timestamp = found
-                            r.leader_epoch = lg.epoch_for_offset(r.offset)
+                            r.leader_epoch = _batch_epoch(lg, r.offset)
                     elif ts < 0:
                         raise ApiError(ErrorCode.INVALID_REQUEST)
                     else:

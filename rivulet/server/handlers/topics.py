@@ -42,7 +42,7 @@ from rivulet.server.internal_topics import ClusterInternalTopics
 from rivulet.server.metadata import INTERNAL_TOPICS, validate_topic_name
 from rivulet.server.network import KafkaConnection, Listener
 from rivulet.server.quotas import ControllerMutationQuota, ControllerMutationQuotaManager
-from rivulet.server.topics import TopicManager, check_partition_increase
+from rivulet.server.topics import TopicManager, check_manual_assignment, check_partition_increase
 from rivulet.server.zk_cluster import ZkClusterMember
 
 log = logging.getLogger(__name__)
@@ -514,12 +514,19 @@ class TopicHandlers:
         if t.num_partitions != -1 or t.replication_factor != -1:
             raise ApiError(ErrorCode.INVALID_REQUEST, "Both numPartitions or replicationFactor and "
                              "replicasAssignments were set. Both cannot be used at the same time.")
+        planned: dict[int, list[int]] = {}
+        rf = None
         for a in t.assignments:
-            if any(bid not in brokers for bid in a.broker_ids):
+            if a.partition_index in planned:
                 raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                                 f"Unknown broker in replica assignment {a.broker_ids}")
-        return (len(t.assignments), len(t.assignments[0].broker_ids),
-                {a.partition_index: list(a.broker_ids) for a in t.assignments})
+                               f"Found multiple manual partition assignments for partition {a.partition_index}")
+            check_manual_assignment(a.broker_ids, brokers, rf)
+            rf = len(a.broker_ids)
+            planned[a.partition_index] = list(a.broker_ids)
+        if any(i not in planned for i in range(len(planned))):
+            raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                           "partitions should be a consecutive 0-based integer sequence")
+        return len(planned), len(t.assignments[0].broker_ids), planned
 
     def _auto_create_in_cluster(self, cluster: ZkClusterMember, name: str) -> None:
         async def create() -> None:
@@ -662,15 +669,11 @@ class TopicHandlers:
         if current is None:
             raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         old = len(current.replicas)
-        check_partition_increase(old, t.count, None if t.assignments is None else len(t.assignments))
         await cluster.refresh_brokers(watch=False)
-        if t.assignments is not None:
-            live = cluster.live_broker_ids()
-            added = {old + i: list(a.broker_ids) for i, a in enumerate(t.assignments)}
-            for replicas in added.values():
-                if any(b not in live for b in replicas):
-                    raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                                   f"Unknown broker in replica assignment {replicas}")
+        given = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
+        check_partition_increase(t.name, old, t.count, given, cluster.live_broker_ids(), len(current.replicas[0]))
+        if given is not None:
+            added = {old + i: replicas for i, replicas in enumerate(given)}
         else:
             added = cluster.assign_replicas(t.count - old, len(current.replicas[0]), start_partition_id=old)
         if not validate_only:
@@ -708,7 +711,8 @@ class TopicHandlers:
                     await self._add_partitions_in_cluster(self.cluster, t, req.validate_only)
                 else:
                     await self.topics.add_partitions(t.name, t.count,
-                                                     None if t.assignments is None else len(t.assignments),
+                                                     None if t.assignments is None else
+                                                     [list(a.broker_ids) for a in t.assignments],
                                                      validate_only=req.validate_only)
             except ApiError as e:
                 res.error_code = e.code

@@ -1,0 +1,120 @@
+"""Run tests/java/AdminProbe.java (Kafka's Java Admin, a fixed script of calls) against a
+broker and compare its lines with Kafka 4.3.1's, kept in tests/java/admin_probe_kafka.txt.
+
+    python tests/java_admin_probe.py            # a Rivulet broker and Kafka 4.3.1, side by side
+    python tests/java_admin_probe.py --record   # Kafka 4.3.1's lines into the golden file
+
+The same configs go to both brokers (one node, ``num.partitions=1``, auto-create). Each line is
+``step -> ok <result>`` or ``step -> ERR <exception class>``; the exceptions' messages go to
+stderr, for reading only.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+if str(_HERE.parent) not in sys.path:
+    sys.path.insert(0, str(_HERE.parent))
+
+import java_tools as jt  # noqa: E402
+
+SOURCE = _HERE / "java" / "AdminProbe.java"
+GOLDEN = _HERE / "java" / "admin_probe_kafka.txt"
+# The reference broker's server.properties sets these; Rivulet gets them too.
+BROKER_CONFIGS = {"num.partitions": "1", "auto.create.topics.enable": "true", "min.insync.replicas": "1",
+                  "offsets.topic.replication.factor": "1", "transaction.state.log.replication.factor": "1",
+                  "transaction.state.log.min.isr": "1"}
+
+# Steps whose answer is not Kafka 4.3.1's, or not the same from run to run on Kafka itself.
+KNOWN_DIFFERENCES = {
+    # Rivulet's topic configs add its iceberg.* configs (5 more than Kafka's 33).
+    **{s: "iceberg.* topic configs" for s in (
+        "create.a", "create.validateOnly", "create.defaults", "create.withConfigs", "create.assignment",
+        "create.collides", "configs.topic")},
+    "configs.broker.names": "Rivulet's broker config set is its own (258 names, Kafka 4.3.1 340; KRaft "
+                            "controller, metrics and thread-pool configs absent, Rivulet's own added)",
+    "configs.brokerLogger.root": "the level each broker starts with: the test broker logs at WARN, Kafka's at INFO",
+    "offsets.maxTimestampAfterDelete": "Kafka answers -1 or the record, as its segment was or was not deleted yet",
+    "logDirs": "Kafka's replica size after DeleteRecords is 0 or not, as its segment was or was not deleted yet",
+    "share.describe.empty": "Kafka's AlterShareGroupOffsets on a new group bumps its epoch to 1",
+    "share.offsets": "Kafka persists share-partition start offsets lazily: its answer varies by timing",
+    "share.alterOffsets.empty": "as share.offsets",
+    # transaction.version 2 (KIP-890 part 2) and ELR are not implemented: Rivulet finalizes
+    # transaction.version 0, so no epoch bump at each transaction's end.
+    "txn.describe": "transaction.version 0: no epoch bump at commit",
+    "txn.producers": "transaction.version 0: no epoch bump at commit",
+    "txn.abort.wrongEpoch": "transaction.version 0: no epoch bump at commit",
+    "txn.fenced.commit": "Kafka's client times out (transaction.version 2); Rivulet's answer is PRODUCER_FENCED",
+    "features": "transaction.version 2, eligible.leader.replicas.version 1 and kraft.version not implemented",
+    "features.update.safeDowngrade": "transaction.version 2 not implemented",
+    "registerBroker.unregister": "a ZooKeeper-mode control plane: no UnregisterBroker (KRaft)",
+    "list.internal": "Kafka recreates __consumer_offsets after its deletion (the group coordinator); Rivulet "
+                     "on the next FindCoordinator",
+}
+
+
+def run_probe(bootstrap: str, stderr_path: Path, sections: list[str] | None = None,
+              timeout: float = 300) -> dict[str, str]:
+    """The probe's lines, ``{step: answer}``; its stderr (the messages) into ``stderr_path``."""
+    with open(stderr_path, "w") as err:
+        r = subprocess.run(["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", jt.classpath(), str(SOURCE),
+                            bootstrap, *(sections or [])], stdout=subprocess.PIPE, stderr=err, text=True,
+                           timeout=timeout)
+    if r.returncode != 0:
+        raise RuntimeError(f"the probe failed (exit {r.returncode}): {stderr_path.read_text()[-3000:]}")
+    return parse(r.stdout)
+
+
+def parse(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        name, sep, answer = line.partition(" -> ")
+        if sep and name and " " not in name:  # the client's own log lines have spaces before any arrow
+            out[name] = answer
+    return out
+
+
+def golden_lines() -> dict[str, str]:
+    return parse(GOLDEN.read_text())
+
+
+def main(argv: list[str]) -> int:
+    import tempfile
+
+    from benchmarks.reference.kafka import TEST_JVM_FLAGS, KafkaReference
+    from rivulet.testing import BrokerProcess
+
+    tmp = Path(tempfile.mkdtemp(prefix="java-admin-probe-"))
+    ref = KafkaReference(overrides=BROKER_CONFIGS, jvm_flags=TEST_JVM_FLAGS)
+    ref.start()
+    try:
+        kafka = run_probe(ref.bootstrap, tmp / "kafka.err")
+    finally:
+        ref.stop()
+        ref.cleanup()
+    if "--record" in argv:
+        GOLDEN.write_text("".join(f"{k} -> {v}\n" for k, v in kafka.items()))
+        print(f"{len(kafka)} lines into {GOLDEN}")
+        return 0
+    b = BrokerProcess(BROKER_CONFIGS).start()
+    try:
+        ours = run_probe(b.bootstrap, tmp / "rivulet.err")
+    finally:
+        b.stop()
+    same = 0
+    for name in kafka.keys() | ours.keys():
+        k, r = kafka.get(name), ours.get(name)
+        if k == r:
+            same += 1
+            continue
+        note = f"  (known: {KNOWN_DIFFERENCES[name]})" if name in KNOWN_DIFFERENCES else ""
+        print(f"{name}{note}\n  kafka:   {k}\n  rivulet: {r}")
+    print(f"{same} of {len(kafka.keys() | ours.keys())} steps the same; messages in {tmp}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
