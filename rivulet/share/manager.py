@@ -224,8 +224,9 @@ class SharePartitionManager:
         for op in list(session.waiting):
             op.abandon()
         for (group, tp), sp in list(self.partitions.items()):
-            if group == group_id:
-                sp.release_member(member_id)
+            # As Kafka, only a partition where the member held records is written: writing the
+            # others would persist a start offset no acknowledgement has made yet.
+            if group == group_id and sp.release_member(member_id):
                 self._persist(group, tp, sp)
 
     def connection_closed(self, owner: Hashable) -> None:

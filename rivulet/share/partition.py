@@ -487,8 +487,9 @@ class SharePartition:
 
     # -- releases that are not acknowledgements ---------------------------------------
 
-    def release_member(self, member_id: str) -> None:
-        """Release every record ``member_id`` holds (its share session closed, or it left)."""
+    def release_member(self, member_id: str) -> bool:
+        """Release every record ``member_id`` holds (its share session closed, or it left);
+        whether it held any."""
         released = False
         for batch in self._batches:
             for st in batch.all_states():
@@ -497,6 +498,7 @@ class SharePartition:
                     released = True
         if released:
             self._after_change(released=True)
+        return released
 
     def release_all(self) -> None:
         """Release every acquired record and cancel its lock (the share partition is closing)."""

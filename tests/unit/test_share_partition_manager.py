@@ -596,3 +596,22 @@ def test_released_records_count_toward_min_bytes(tmp_path) -> None:
         assert fut.done() and ranges(fut.result()) == [(0, 39, 2), (40, 42, 1)]
 
     run(tmp_path, body)
+
+
+def test_closing_a_session_writes_only_partitions_it_held_records_of(tmp_path) -> None:
+    # As Kafka: a member that fetched nothing from a partition leaves no state for it behind,
+    # so ListShareGroupOffsets still shows the partition without a start offset.
+    async def body(env: Env) -> None:
+        env.open("m1")
+        assert ranges(await env.fetch("m1")) == []
+        env.manager.close_session("g", "m1")
+        assert await env.read_state() is None
+        env.produce(3)
+        env.open("m2")
+        assert ranges(await env.fetch("m2")) == [(0, 2, 1)]
+        env.manager.close_session("g", "m2")  # releases its records: written
+        state = await env.read_state()
+        assert state is not None and state.start_offset == 0
+        assert [(b.first_offset, b.last_offset, b.delivery_count) for b in state.state_batches] == [(0, 2, 1)]
+
+    run(tmp_path, body)
