@@ -516,7 +516,7 @@ class SharePartitionManager:
         kw = dict(lock_duration_ms=conf.share_record_lock_duration_ms,
                   delivery_count_limit=conf.share_delivery_count_limit,
                   max_record_locks=conf.share_partition_max_record_locks,
-                  on_available=self._waker(group_id, tp))
+                  on_available=self._waker(group_id, tp), on_expired=self._expiry_writer(group_id, tp))
         if snapshot is not None and snapshot.start_offset != UNINITIALIZED_START_OFFSET:
             sp = SharePartition(snapshot.start_offset, self.timer, state_batches=snapshot.state_batches,
                                 state_epoch=snapshot.state_epoch, **kw)
@@ -555,6 +555,13 @@ class SharePartitionManager:
     @staticmethod
     def _wake_key(group_id: str, tp: TopicPartition) -> Hashable:
         return ("share", group_id, tp)
+
+    def _expiry_writer(self, group_id: str, tp: TopicPartition) -> Callable[[], None]:
+        def write() -> None:
+            sp = self.partitions.get((group_id, tp))
+            if sp is not None:
+                self._persist(group_id, tp, sp)
+        return write
 
     def _waker(self, group_id: str, tp: TopicPartition) -> Callable[[], None]:
         key = self._wake_key(group_id, tp)

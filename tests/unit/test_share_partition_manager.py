@@ -14,7 +14,7 @@ from rivulet.delayed import Timer
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.replication.replica_manager import ReplicaManager
-from rivulet.share import AcknowledgementBatch, AcquiredRecords, InMemorySharePersister
+from rivulet.share import AcknowledgementBatch, AcquiredRecords, InMemorySharePersister, RecordState
 from rivulet.share.persister import SharePartitionKey
 from rivulet.protocol.records import aborted_batches
 from rivulet.share.manager import ShareFetchRequestData, SharePartitionManager, subtract_ranges
@@ -615,3 +615,23 @@ def test_closing_a_session_writes_only_partitions_it_held_records_of(tmp_path) -
         assert [(b.first_offset, b.last_offset, b.delivery_count) for b in state.state_batches] == [(0, 2, 1)]
 
     run(tmp_path, body)
+
+
+def test_an_expired_acquisition_lock_is_written(tmp_path) -> None:
+    # As Kafka: the records a lock expiry releases (or archives, at the delivery limit) are
+    # written, so their delivery counts survive a restart.
+    async def body(env: Env) -> None:
+        env.produce(2)
+        env.open("m1")
+        assert ranges(await env.fetch("m1")) == [(0, 1, 1)]
+        env.timer.advance_clock(1000)
+        state = await env.read_state()
+        assert state is not None
+        assert [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
+                for b in state.state_batches] == [(0, 1, RecordState.AVAILABLE, 1)]
+        assert ranges(await env.fetch("m1")) == [(0, 1, 2)]
+        env.timer.advance_clock(2000)  # the second delivery (locked at 1000) was the last
+        state = await env.read_state()
+        assert state is not None and state.start_offset == 2
+
+    run(tmp_path, body, Settings(share_delivery_count_limit=2))
