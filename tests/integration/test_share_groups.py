@@ -487,7 +487,7 @@ JAVA_EDGES = Path(__file__).resolve().parents[1] / "java" / "ShareEdges.java"
 # ShareEdges.java's output against Kafka 4.3.1 (same broker settings, topic prefix masked as P).
 KAFKA_EDGES = JAVA_EDGES.with_name("ShareEdges.kafka-4.3.1.txt")
 EDGE_SCENARIOS = ["implicit", "explicit", "misuse", "unacked", "limit", "lock", "renew", "close", "async",
-                  "admin", "alter", "members"]
+                  "admin", "alter", "members", "expiry"]
 # Kafka writes a share partition's state with the start offset it had before the
 # acknowledgement being written moved it, so its listed start offset trails by one write;
 # Rivulet's is the one after (the lag is the same): docs/compatibility.md.
@@ -502,7 +502,7 @@ EDGES_KNOWN = {
 def test_java_share_consumer_edges_match_kafka(tmp_path):
     """Kafka's KafkaShareConsumer and Admin share-group calls at their edges (ShareEdges.java:
     acknowledgement modes and types, misuse, commit results and callbacks, delivery limit, lock
-    expiry, RENEW, close with pending acknowledgements, the offset and group admin calls) print what
+    expiry (and its write), RENEW, close with pending acknowledgements, the offset and group admin calls) print what
     they printed against Kafka 4.3.1, line for line."""
     b = BrokerProcess({**HEARTBEATS, "group.share.min.record.lock.duration.ms": "1000"})
     b.start()

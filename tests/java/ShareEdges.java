@@ -100,6 +100,11 @@ public class ShareEdges {
             case "alter" -> alter();
             case "acquire" -> acquire();
             case "members" -> members();
+            case "implicitlock" -> implicitLock();
+            case "partial" -> partial();
+            case "limitlock" -> limitLock();
+            case "reuse" -> reuse();
+            case "expiry" -> expiry();
             default -> throw new IllegalArgumentException(s);
         }
     }
@@ -702,6 +707,113 @@ public class ShareEdges {
                 b.poll(Duration.ofMillis(250));
             }
             describe(group(), false);
+        }
+    }
+
+    static void implicitLock() throws Exception {
+        create(topic(), 1);
+        groupConfig(group(), "share.auto.offset.reset", "earliest", "share.record.lock.duration.ms", "1500");
+        produce(topic(), 0, 2);
+        try (KafkaShareConsumer<String, String> c = consumer(group())) {
+            callback(c);
+            c.subscribe(List.of(topic()));
+            pollFor(c, 2, 20000);
+            Thread.sleep(3000);
+            // the implicit acknowledgement of the first poll goes with this one, too late
+            pollFor(c, 2, 10000);
+            commit(c);
+        }
+    }
+
+    static void partial() throws Exception {
+        create(topic(), 1);
+        groupConfig(group(), "share.auto.offset.reset", "earliest");
+        Properties p = new Properties();
+        p.put("bootstrap.servers", bootstrap);
+        p.put("key.serializer", StringSerializer.class.getName());
+        p.put("value.serializer", StringSerializer.class.getName());
+        p.put("linger.ms", "1000");
+        try (KafkaProducer<String, String> producer = new KafkaProducer<>(p)) {
+            for (int i = 0; i < 5; i++) {
+                producer.send(new ProducerRecord<>(topic(), 0, "k", "v" + i));
+            }
+        }
+        try (KafkaShareConsumer<String, String> c = consumer(group(), "max.poll.records", "2",
+                                                             "share.acknowledgement.mode", "explicit")) {
+            callback(c);
+            c.subscribe(List.of(topic()));
+            for (int round = 0; round < 4; round++) {
+                List<ConsumerRecord<String, String>> rs = pollSome(c, 5000);
+                say("round " + round + " " + rs.size());
+                for (ConsumerRecord<String, String> r : rs) {
+                    c.acknowledge(r, r.offset() == 1 ? AcknowledgeType.RELEASE : AcknowledgeType.ACCEPT);
+                }
+                commit(c);
+            }
+        }
+    }
+
+    static void limitLock() throws Exception {
+        create(topic(), 1);
+        groupConfig(group(), "share.auto.offset.reset", "earliest", "share.record.lock.duration.ms", "1000",
+                    "share.delivery.count.limit", "2");
+        produce(topic(), 0, 1);
+        try (KafkaShareConsumer<String, String> c = consumer(group(), "share.acknowledgement.mode", "explicit")) {
+            callback(c);
+            c.subscribe(List.of(topic()));
+            List<ConsumerRecord<String, String>> rs = pollSome(c, 20000);
+            Thread.sleep(2500);
+            for (ConsumerRecord<String, String> r : rs) {
+                c.acknowledge(r, AcknowledgeType.ACCEPT);
+            }
+            commit(c);
+            rs = pollSome(c, 5000);
+            Thread.sleep(2500);
+            for (ConsumerRecord<String, String> r : rs) {
+                c.acknowledge(r, AcknowledgeType.ACCEPT);
+            }
+            commit(c);
+            say("after " + pollSome(c, 3000).size());
+        }
+        listOffsets(group());
+    }
+
+    static void reuse() throws Exception {
+        create(topic(), 1);
+        groupConfig(group(), "share.auto.offset.reset", "earliest");
+        produce(topic(), 0, 2);
+        try (KafkaShareConsumer<String, String> c = consumer(group())) {
+            c.subscribe(List.of(topic()));
+            pollFor(c, 2, 20000);
+            c.commitSync();
+        }
+        Thread.sleep(1000);
+        tryRun("delete-group", () -> admin.deleteShareGroups(List.of(group())).all().get());
+        Collection<ConfigEntry> entries = admin.describeConfigs(List.of(new ConfigResource(ConfigResource.Type.GROUP, group())))
+            .all().get().values().iterator().next().entries();
+        for (ConfigEntry e : entries) {
+            if (e.name().equals("share.auto.offset.reset")) {
+                say("reset-after-delete " + e.value() + " " + e.source());
+            }
+        }
+        produce(topic(), 2, 3);
+        try (KafkaShareConsumer<String, String> c = consumer(group())) {
+            c.subscribe(List.of(topic()));
+            pollFor(c, 3, 8000);
+        }
+    }
+
+    // A lock expiry is written: the listed offsets show the partition's state (the record
+    // Available again) though nothing was ever acknowledged.
+    static void expiry() throws Exception {
+        create(topic(), 1);
+        groupConfig(group(), "share.auto.offset.reset", "earliest", "share.record.lock.duration.ms", "1000");
+        produce(topic(), 0, 1);
+        try (KafkaShareConsumer<String, String> c = consumer(group(), "share.acknowledgement.mode", "explicit")) {
+            c.subscribe(List.of(topic()));
+            pollSome(c, 20000);
+            Thread.sleep(2500);
+            listOffsets(group());
         }
     }
 }
