@@ -246,8 +246,13 @@ class SharePartitionManager:
                 # No share partition here: the partition moved, or nothing was ever acquired.
                 self._leader_partition(tp)
                 raise ApiError(ErrorCode.INVALID_RECORD_STATE, "The share partition has no acquired records.")
-            if not renew_allowed and any(AcknowledgeType.RENEW in b.acknowledge_types for b in batches):
-                raise ApiError(ErrorCode.INVALID_REQUEST, "Renew acknowledgements are not enabled.")
+            if any(AcknowledgeType.RENEW in b.acknowledge_types for b in batches):
+                if not renew_allowed:
+                    raise ApiError(ErrorCode.INVALID_REQUEST, "Renew acknowledgements are not enabled.")
+                if not self.settings(group_id).share_renew_acknowledge_enable:
+                    # As Kafka: the group refusing renewals makes them invalid record states.
+                    raise ApiError(ErrorCode.INVALID_RECORD_STATE,
+                                   "Renew acknowledgements are not enabled for the group.")
             sp.acknowledge(member_id, batches)
         except ApiError as e:
             result.acknowledge_error = e.code

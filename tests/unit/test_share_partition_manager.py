@@ -337,7 +337,7 @@ def test_acknowledge_errors(tmp_path) -> None:
         r = m.acknowledge("g", "m1", TP, [AcknowledgementBatch(0, 2, [ACCEPT])], renew_allowed=True)
         assert r.acknowledge_error == ErrorCode.INVALID_RECORD_STATE
         await env.fetch("m1")
-        r = m.acknowledge("g", "m1", TP, [AcknowledgementBatch(0, 2, [RENEW])], renew_allowed=False)
+        r = m.acknowledge("g", "m1", TP, [AcknowledgementBatch(0, 2, [RENEW])], renew_allowed=False)  # below v2
         assert r.acknowledge_error == ErrorCode.INVALID_REQUEST
         r = m.acknowledge("g", "m2", TP, [AcknowledgementBatch(0, 2, [ACCEPT])], renew_allowed=True)
         assert r.acknowledge_error == ErrorCode.INVALID_RECORD_STATE
@@ -635,3 +635,18 @@ def test_an_expired_acquisition_lock_is_written(tmp_path) -> None:
         assert state is not None and state.start_offset == 2
 
     run(tmp_path, body, Settings(share_delivery_count_limit=2))
+
+
+def test_renew_refused_by_the_group_is_an_invalid_record_state(tmp_path) -> None:
+    # As Kafka (ShareConsumerTest.testRenewAcknowledgementDisabled): with the group's
+    # share.renew.acknowledge.enable false, a RENEW fails with INVALID_RECORD_STATE.
+    async def body(env: Env) -> None:
+        env.produce(1)
+        env.open("m1")
+        assert ranges(await env.fetch("m1")) == [(0, 0, 1)]
+        r = env.manager.acknowledge("g", "m1", TP, [AcknowledgementBatch(0, 0, [RENEW])], renew_allowed=True)
+        assert r.acknowledge_error == ErrorCode.INVALID_RECORD_STATE
+        r = env.manager.acknowledge("g", "m1", TP, [AcknowledgementBatch(0, 0, [ACCEPT])], renew_allowed=True)
+        assert r.acknowledge_error == ErrorCode.NONE
+
+    run(tmp_path, body, Settings(share_renew_acknowledge_enable=False))
