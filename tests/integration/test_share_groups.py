@@ -487,7 +487,7 @@ JAVA_EDGES = Path(__file__).resolve().parents[1] / "java" / "ShareEdges.java"
 # ShareEdges.java's output against Kafka 4.3.1 (same broker settings, topic prefix masked as P).
 KAFKA_EDGES = JAVA_EDGES.with_name("ShareEdges.kafka-4.3.1.txt")
 EDGE_SCENARIOS = ["implicit", "explicit", "misuse", "unacked", "limit", "lock", "renew", "close", "async",
-                  "admin", "alter", "members", "expiry"]
+                  "admin", "alter", "members", "expiry", "renewoff", "opentxn", "twoparts"]
 # Kafka writes a share partition's state with the start offset it had before the
 # acknowledgement being written moved it, so its listed start offset trails by one write;
 # Rivulet's is the one after (the lag is the same): docs/compatibility.md.
@@ -495,6 +495,8 @@ EDGES_KNOWN = {
     "[limit] spso 0 0 lag Optional[0]": "[limit] spso 0 2 lag Optional[0]",
     "[admin] offsets {P-admin-0=0/lag=0, P-admin-1=null}": "[admin] offsets {P-admin-0=3/lag=0, P-admin-1=null}",
     "[alter] offsets {P-alter-0=2/lag=0}": "[alter] offsets {P-alter-0=4/lag=0}",
+    "[twoparts] offsets {P-twoparts-0=0/lag=0, P-twoparts-1=0/lag=0}":
+        "[twoparts] offsets {P-twoparts-0=1/lag=0, P-twoparts-1=1/lag=0}",
 }
 
 
@@ -502,7 +504,7 @@ EDGES_KNOWN = {
 def test_java_share_consumer_edges_match_kafka(tmp_path):
     """Kafka's KafkaShareConsumer and Admin share-group calls at their edges (ShareEdges.java:
     acknowledgement modes and types, misuse, commit results and callbacks, delivery limit, lock
-    expiry (and its write), RENEW, close with pending acknowledgements, the offset and group admin calls) print what
+    expiry (and its write), RENEW (and the group refusing it), read_committed over an open transaction, close with pending acknowledgements, the offset and group admin calls) print what
     they printed against Kafka 4.3.1, line for line."""
     b = BrokerProcess({**HEARTBEATS, "group.share.min.record.lock.duration.ms": "1000"})
     b.start()

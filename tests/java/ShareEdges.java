@@ -105,6 +105,9 @@ public class ShareEdges {
             case "limitlock" -> limitLock();
             case "reuse" -> reuse();
             case "expiry" -> expiry();
+            case "renewoff" -> renewOff();
+            case "opentxn" -> openTxn();
+            case "twoparts" -> twoParts();
             default -> throw new IllegalArgumentException(s);
         }
     }
@@ -815,5 +818,77 @@ public class ShareEdges {
             Thread.sleep(2500);
             listOffsets(group());
         }
+    }
+
+    static void renewOff() throws Exception {
+        create(topic(), 1);
+        groupConfig(group(), "share.auto.offset.reset", "earliest", "share.renew.acknowledge.enable", "false");
+        produce(topic(), 0, 1);
+        try (KafkaShareConsumer<String, String> c = consumer(group(), "share.acknowledgement.mode", "explicit")) {
+            callback(c);
+            c.subscribe(List.of(topic()));
+            List<ConsumerRecord<String, String>> rs = pollSome(c, 20000);
+            tryRun("renew", () -> c.acknowledge(rs.get(0), AcknowledgeType.RENEW));
+            tryRun("commit", () -> commit(c));
+            List<ConsumerRecord<String, String>> again = pollSome(c, 3000);
+            for (ConsumerRecord<String, String> r : again) {
+                c.acknowledge(r, AcknowledgeType.ACCEPT);
+            }
+            tryRun("commit-again", () -> commit(c));
+        }
+    }
+
+    static void openTxn() throws Exception {
+        create(topic(), 1);
+        groupConfig(group(), "share.auto.offset.reset", "earliest", "share.isolation.level", "read_committed");
+        Properties p = new Properties();
+        p.put("bootstrap.servers", bootstrap);
+        p.put("key.serializer", StringSerializer.class.getName());
+        p.put("value.serializer", StringSerializer.class.getName());
+        p.put("transactional.id", prefix + "-open");
+        try (KafkaProducer<String, String> producer = new KafkaProducer<>(p);
+             KafkaShareConsumer<String, String> c = consumer(group())) {
+            producer.initTransactions();
+            producer.beginTransaction();
+            producer.send(new ProducerRecord<>(topic(), 0, "k", "open1"));
+            producer.flush();
+            c.subscribe(List.of(topic()));
+            int early = 0;
+            for (int i = 0; i < 6; i++) {
+                early += c.poll(Duration.ofMillis(500)).count();
+            }
+            say("while-open " + early);
+            producer.commitTransaction();
+            pollFor(c, 1, 15000);
+        }
+    }
+
+    static void twoParts() throws Exception {
+        create(topic(), 2);
+        groupConfig(group(), "share.auto.offset.reset", "earliest", "share.record.lock.duration.ms", "1000");
+        Properties p = new Properties();
+        p.put("bootstrap.servers", bootstrap);
+        p.put("key.serializer", StringSerializer.class.getName());
+        p.put("value.serializer", StringSerializer.class.getName());
+        try (KafkaProducer<String, String> producer = new KafkaProducer<>(p)) {
+            producer.send(new ProducerRecord<>(topic(), 0, "k", "a")).get();
+            producer.send(new ProducerRecord<>(topic(), 1, "k", "b")).get();
+        }
+        try (KafkaShareConsumer<String, String> c = consumer(group(), "share.acknowledgement.mode", "explicit")) {
+            c.subscribe(List.of(topic()));
+            // the partitions may come in one poll or two (each broker's timing): acknowledge per poll
+            Map<Integer, String> results = new TreeMap<>();
+            long end = System.currentTimeMillis() + 20000;
+            while (results.size() < 2 && System.currentTimeMillis() < end) {
+                for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(500))) {
+                    c.acknowledge(r, r.partition() == 0 ? AcknowledgeType.ACCEPT : AcknowledgeType.REJECT);
+                }
+                c.commitSync().forEach((tp, e) -> results.put(tp.partition(),
+                    e.map(x -> x.getClass().getSimpleName()).orElse("ok")));
+            }
+            say("commits " + results);
+            tryRun("ack-unknown-partition", () -> c.acknowledge(topic(), 5, 0, AcknowledgeType.ACCEPT));
+        }
+        listOffsets(group());
     }
 }
