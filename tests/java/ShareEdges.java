@@ -3,7 +3,8 @@
 // offsets and delivery counts, per-partition commit results, callback and exception class names, no
 // ids or times) so one broker's output can be diffed against another's.
 // Run with: java -cp <kafka-clients jars> ShareEdges.java BOOTSTRAP PREFIX SCENARIO...
-// The broker needs group.share.min.record.lock.duration.ms=1000 (for "lock").
+// The broker needs group.share.min.record.lock.duration.ms=1000 (the lock scenarios) and
+// group.share.max.size=3 ("maxsize", whose refused member depends on the heartbeats' order).
 
 import java.time.Duration;
 import java.util.ArrayList;
@@ -108,6 +109,7 @@ public class ShareEdges {
             case "renewoff" -> renewOff();
             case "opentxn" -> openTxn();
             case "twoparts" -> twoParts();
+            case "maxsize" -> maxSize();
             default -> throw new IllegalArgumentException(s);
         }
     }
@@ -890,5 +892,33 @@ public class ShareEdges {
             tryRun("ack-unknown-partition", () -> c.acknowledge(topic(), 5, 0, AcknowledgeType.ACCEPT));
         }
         listOffsets(group());
+    }
+
+    // The broker's group.share.max.size is 3 here: a fourth member is refused.
+    static void maxSize() throws Exception {
+        create(topic(), 1);
+        List<KafkaShareConsumer<String, String>> cs = new ArrayList<>();
+        try {
+            for (int i = 0; i < 4; i++) {
+                KafkaShareConsumer<String, String> c = consumer(group(), "client.id", "c" + i);
+                c.subscribe(List.of(topic()));
+                cs.add(c);
+            }
+            for (int round = 0; round < 8; round++) {
+                for (int i = 0; i < cs.size(); i++) {
+                    int k = i;
+                    try {
+                        cs.get(i).poll(Duration.ofMillis(200));
+                    } catch (Exception e) {
+                        say("member c" + k + " " + name(e));
+                    }
+                }
+            }
+            describe(group(), false);
+        } finally {
+            for (KafkaShareConsumer<String, String> c : cs) {
+                c.close();
+            }
+        }
     }
 }
