@@ -224,8 +224,9 @@ class SharePartitionManager:
         for op in list(session.waiting):
             op.abandon()
         for (group, tp), sp in list(self.partitions.items()):
-            if group == group_id:
-                sp.release_member(member_id)
+            # As Kafka, only a partition where the member held records is written: writing the
+            # others would persist a start offset no acknowledgement has made yet.
+            if group == group_id and sp.release_member(member_id):
                 self._persist(group, tp, sp)
 
     def connection_closed(self, owner: Hashable) -> None:
@@ -245,8 +246,13 @@ class SharePartitionManager:
                 # No share partition here: the partition moved, or nothing was ever acquired.
                 self._leader_partition(tp)
                 raise ApiError(ErrorCode.INVALID_RECORD_STATE, "The share partition has no acquired records.")
-            if not renew_allowed and any(AcknowledgeType.RENEW in b.acknowledge_types for b in batches):
-                raise ApiError(ErrorCode.INVALID_REQUEST, "Renew acknowledgements are not enabled.")
+            if any(AcknowledgeType.RENEW in b.acknowledge_types for b in batches):
+                if not renew_allowed:
+                    raise ApiError(ErrorCode.INVALID_REQUEST, "Renew acknowledgements are not enabled.")
+                if not self.settings(group_id).share_renew_acknowledge_enable:
+                    # As Kafka: the group refusing renewals makes them invalid record states.
+                    raise ApiError(ErrorCode.INVALID_RECORD_STATE,
+                                   "Renew acknowledgements are not enabled for the group.")
             sp.acknowledge(member_id, batches)
         except ApiError as e:
             result.acknowledge_error = e.code
@@ -515,7 +521,7 @@ class SharePartitionManager:
         kw = dict(lock_duration_ms=conf.share_record_lock_duration_ms,
                   delivery_count_limit=conf.share_delivery_count_limit,
                   max_record_locks=conf.share_partition_max_record_locks,
-                  on_available=self._waker(group_id, tp))
+                  on_available=self._waker(group_id, tp), on_expired=self._expiry_writer(group_id, tp))
         if snapshot is not None and snapshot.start_offset != UNINITIALIZED_START_OFFSET:
             sp = SharePartition(snapshot.start_offset, self.timer, state_batches=snapshot.state_batches,
                                 state_epoch=snapshot.state_epoch, **kw)
@@ -554,6 +560,13 @@ class SharePartitionManager:
     @staticmethod
     def _wake_key(group_id: str, tp: TopicPartition) -> Hashable:
         return ("share", group_id, tp)
+
+    def _expiry_writer(self, group_id: str, tp: TopicPartition) -> Callable[[], None]:
+        def write() -> None:
+            sp = self.partitions.get((group_id, tp))
+            if sp is not None:
+                self._persist(group_id, tp, sp)
+        return write
 
     def _waker(self, group_id: str, tp: TopicPartition) -> Callable[[], None]:
         key = self._wake_key(group_id, tp)

@@ -210,6 +210,7 @@ class SharePartition:
         delivery_count_limit: int = 5,
         max_record_locks: int = 2000,
         on_available: Callable[[], None] | None = None,
+        on_expired: Callable[[], None] | None = None,
         state_batches: Sequence[StateBatch] = (),
         state_epoch: int = 0,
     ) -> None:
@@ -222,6 +223,9 @@ class SharePartition:
         self.max_record_locks = max_record_locks
         # Told when records become Available again or the window moves (wakes long polls).
         self._on_available = on_available
+        # Told when an acquisition lock expired and released or archived records: as Kafka,
+        # that change is written, so the delivery counts it kept survive a restart.
+        self._on_expired = on_expired
         self._batches: list[_Batch] = []
         self._firsts: list[int] = []
 
@@ -487,8 +491,9 @@ class SharePartition:
 
     # -- releases that are not acknowledgements ---------------------------------------
 
-    def release_member(self, member_id: str) -> None:
-        """Release every record ``member_id`` holds (its share session closed, or it left)."""
+    def release_member(self, member_id: str) -> bool:
+        """Release every record ``member_id`` holds (its share session closed, or it left);
+        whether it held any."""
         released = False
         for batch in self._batches:
             for st in batch.all_states():
@@ -497,6 +502,7 @@ class SharePartition:
                     released = True
         if released:
             self._after_change(released=True)
+        return released
 
     def release_all(self) -> None:
         """Release every acquired record and cancel its lock (the share partition is closing)."""
@@ -514,6 +520,8 @@ class SharePartition:
                 released = True
         if released:
             self._after_change(released=True)
+            if self._on_expired is not None:
+                self._on_expired()
 
     def archive_before(self, log_start_offset: int) -> None:
         """The log start offset moved past the SPSO (retention, DeleteRecords): what lies

@@ -14,7 +14,7 @@ from rivulet.delayed import Timer
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.replication.replica_manager import ReplicaManager
-from rivulet.share import AcknowledgementBatch, AcquiredRecords, InMemorySharePersister
+from rivulet.share import AcknowledgementBatch, AcquiredRecords, InMemorySharePersister, RecordState
 from rivulet.share.persister import SharePartitionKey
 from rivulet.protocol.records import aborted_batches
 from rivulet.share.manager import ShareFetchRequestData, SharePartitionManager, subtract_ranges
@@ -337,7 +337,7 @@ def test_acknowledge_errors(tmp_path) -> None:
         r = m.acknowledge("g", "m1", TP, [AcknowledgementBatch(0, 2, [ACCEPT])], renew_allowed=True)
         assert r.acknowledge_error == ErrorCode.INVALID_RECORD_STATE
         await env.fetch("m1")
-        r = m.acknowledge("g", "m1", TP, [AcknowledgementBatch(0, 2, [RENEW])], renew_allowed=False)
+        r = m.acknowledge("g", "m1", TP, [AcknowledgementBatch(0, 2, [RENEW])], renew_allowed=False)  # below v2
         assert r.acknowledge_error == ErrorCode.INVALID_REQUEST
         r = m.acknowledge("g", "m2", TP, [AcknowledgementBatch(0, 2, [ACCEPT])], renew_allowed=True)
         assert r.acknowledge_error == ErrorCode.INVALID_RECORD_STATE
@@ -596,3 +596,57 @@ def test_released_records_count_toward_min_bytes(tmp_path) -> None:
         assert fut.done() and ranges(fut.result()) == [(0, 39, 2), (40, 42, 1)]
 
     run(tmp_path, body)
+
+
+def test_closing_a_session_writes_only_partitions_it_held_records_of(tmp_path) -> None:
+    # As Kafka: a member that fetched nothing from a partition leaves no state for it behind,
+    # so ListShareGroupOffsets still shows the partition without a start offset.
+    async def body(env: Env) -> None:
+        env.open("m1")
+        assert ranges(await env.fetch("m1")) == []
+        env.manager.close_session("g", "m1")
+        assert await env.read_state() is None
+        env.produce(3)
+        env.open("m2")
+        assert ranges(await env.fetch("m2")) == [(0, 2, 1)]
+        env.manager.close_session("g", "m2")  # releases its records: written
+        state = await env.read_state()
+        assert state is not None and state.start_offset == 0
+        assert [(b.first_offset, b.last_offset, b.delivery_count) for b in state.state_batches] == [(0, 2, 1)]
+
+    run(tmp_path, body)
+
+
+def test_an_expired_acquisition_lock_is_written(tmp_path) -> None:
+    # As Kafka: the records a lock expiry releases (or archives, at the delivery limit) are
+    # written, so their delivery counts survive a restart.
+    async def body(env: Env) -> None:
+        env.produce(2)
+        env.open("m1")
+        assert ranges(await env.fetch("m1")) == [(0, 1, 1)]
+        env.timer.advance_clock(1000)
+        state = await env.read_state()
+        assert state is not None
+        assert [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
+                for b in state.state_batches] == [(0, 1, RecordState.AVAILABLE, 1)]
+        assert ranges(await env.fetch("m1")) == [(0, 1, 2)]
+        env.timer.advance_clock(2000)  # the second delivery (locked at 1000) was the last
+        state = await env.read_state()
+        assert state is not None and state.start_offset == 2
+
+    run(tmp_path, body, Settings(share_delivery_count_limit=2))
+
+
+def test_renew_refused_by_the_group_is_an_invalid_record_state(tmp_path) -> None:
+    # As Kafka (ShareConsumerTest.testRenewAcknowledgementDisabled): with the group's
+    # share.renew.acknowledge.enable false, a RENEW fails with INVALID_RECORD_STATE.
+    async def body(env: Env) -> None:
+        env.produce(1)
+        env.open("m1")
+        assert ranges(await env.fetch("m1")) == [(0, 0, 1)]
+        r = env.manager.acknowledge("g", "m1", TP, [AcknowledgementBatch(0, 0, [RENEW])], renew_allowed=True)
+        assert r.acknowledge_error == ErrorCode.INVALID_RECORD_STATE
+        r = env.manager.acknowledge("g", "m1", TP, [AcknowledgementBatch(0, 0, [ACCEPT])], renew_allowed=True)
+        assert r.acknowledge_error == ErrorCode.NONE
+
+    run(tmp_path, body, Settings(share_renew_acknowledge_enable=False))

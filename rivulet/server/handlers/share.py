@@ -104,7 +104,7 @@ class ShareHandlers:
                 self.manager.check_session(group_id, member_id, epoch)
         except ApiError as e:
             return fail(e.code, e.message)
-        renew_allowed = v >= 2 and self.manager.settings(group_id).share_renew_acknowledge_enable
+        renew_allowed = v >= 2  # RENEW is v2's; the group's share.renew.acknowledge.enable is checked after
         acked: dict[TopicPartition, SharePartitionResult] = {}
         tp_ids = dict(wanted)
         for ft in req.topics:
@@ -201,7 +201,7 @@ class ShareHandlers:
         except ApiError as e:
             return fail(e.code, e.message)
         names, readable = self._resolve(conn, [t.topic_id for t in req.topics])
-        renew_allowed = v >= 2 and self.manager.settings(group_id).share_renew_acknowledge_enable
+        renew_allowed = v >= 2  # RENEW is v2's; the group's share.renew.acknowledge.enable is checked after
         responses = []
         writes = []
         for t in req.topics:
