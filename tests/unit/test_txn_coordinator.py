@@ -256,3 +256,141 @@ def test_idle_transactional_ids_expire(tmp_path):
         finally:
             await b.shutdown()
     asyncio.run(go())
+
+
+# -- transaction.version 2 (dormant: no handler calls it until the version is finalized) -------------
+
+def producer_epoch_at(b: Broker, tp: TopicPartition, pid: int) -> int:
+    return part(b, tp).log.producer_state.last_entry(pid).producer_epoch
+
+
+def test_tv2_end_txn_bumps_the_epoch_and_answers_retries(tmp_path):
+    async def go():
+        b = await start(tmp_path)
+        try:
+            tc = b.transaction_coordinator
+            end = tc.handle_end_transaction_tv2
+            pid, e = await open_txn(b, "v2")
+            assert await call(end, "v2", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
+            await until(lambda: md(b, "v2").state == TxnState.COMPLETE_COMMIT)
+            # The markers carry the bumped epoch: the partitions now know the producer at e + 1.
+            assert producer_epoch_at(b, TP0, pid) == producer_epoch_at(b, TP1, pid) == e + 1
+            assert part(b, TP0).last_stable_offset == 3
+            # A retry (the old epoch) gets the same answer; the other result is an invalid state.
+            assert await call(end, "v2", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
+            assert await call(end, "v2", pid, e, False) == (ErrorCode.INVALID_TXN_STATE, -1, -1)
+            assert await call(end, "v2", pid, e + 1, True) == (ErrorCode.INVALID_TXN_STATE, -1, -1)
+            assert await call(end, "v2", pid, e - 1, True) == (ErrorCode.PRODUCER_FENCED, -1, -1)
+            assert await call(end, "v2", pid + 1, e + 1, True) == (ErrorCode.INVALID_PRODUCER_ID_MAPPING, -1, -1)
+            # The next transaction runs at e + 1, from sequence 0, and its commit bumps again.
+            assert await call(tc.handle_add_partitions, "v2", pid, e + 1, {TP0}) == ErrorCode.NONE
+            assert await produce(b, TP0, pid, e + 1, 0, "v2") == ErrorCode.NONE
+            assert await call(end, "v2", pid, e + 1, True) == (ErrorCode.NONE, pid, e + 2)
+            await until(lambda: md(b, "v2").state == TxnState.COMPLETE_COMMIT)
+            assert producer_epoch_at(b, TP0, pid) == e + 2 and part(b, TP0).last_stable_offset == 6
+            # An abort with nothing open is allowed at the current epoch, and bumps too.
+            assert await call(end, "v2", pid, e + 2, False) == (ErrorCode.NONE, pid, e + 3)
+            await until(lambda: md(b, "v2").state == TxnState.COMPLETE_ABORT)
+            assert await call(end, "v2", pid, e + 2, False) == (ErrorCode.NONE, pid, e + 3)
+        finally:
+            await b.shutdown()
+    asyncio.run(go())
+
+
+def test_tv2_end_txn_from_empty_and_while_prepared(tmp_path):
+    async def go():
+        b = await start(tmp_path)
+        try:
+            tc = b.transaction_coordinator
+            end = tc.handle_end_transaction_tv2
+            err, pid, e = await call(tc.handle_init_producer_id, "em", 60_000, None)
+            assert await call(end, "em", pid, e, True) == (ErrorCode.INVALID_TXN_STATE, -1, -1)
+            err, pid, e = await call(tc.handle_init_producer_id, "em", 60_000, (pid, e))
+            assert err == ErrorCode.NONE
+            # In Empty the epoch below is not a retry: the producer was fenced by a new instance.
+            assert await call(end, "em", pid, e - 1, False) == (ErrorCode.PRODUCER_FENCED, -1, -1)
+            assert await call(end, "em", pid, e, False) == (ErrorCode.NONE, pid, e + 1)
+            tc.markers.add_txn_markers_to_send = lambda *a: None  # leave the next one prepared
+            pid2, e2 = await open_txn(b, "pp")
+            assert await call(end, "pp", pid2, e2, True) == (ErrorCode.NONE, pid2, e2 + 1)
+            assert md(b, "pp").state == TxnState.PREPARE_COMMIT
+            # Its completion is pending: that is answered before the epoch and the result are looked at.
+            for epoch, commit in ((e2, True), (e2, False), (e2 + 1, True), (e2 - 1, True)):
+                assert await call(end, "pp", pid2, epoch, commit) == (ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1)
+            assert await call(end, "pp", pid2 + 1, e2, True) == (ErrorCode.INVALID_PRODUCER_ID_MAPPING, -1, -1)
+        finally:
+            await b.shutdown()
+    asyncio.run(go())
+
+
+def test_tv2_exhausted_epoch_moves_to_a_new_producer_id(tmp_path):
+    async def go():
+        b = await start(tmp_path)
+        try:
+            tc = b.transaction_coordinator
+            end = tc.handle_end_transaction_tv2
+            err, pid, _ = await call(tc.handle_init_producer_id, "ov", 60_000, None)
+            e = 32766
+            md(b, "ov").producer_epoch = e
+            assert await call(tc.handle_add_partitions, "ov", pid, e, {TP0}) == ErrorCode.NONE
+            assert await produce(b, TP0, pid, e, 0, "ov") == ErrorCode.NONE
+            err, pid2, e2 = await call(end, "ov", pid, e, True)
+            assert err == ErrorCode.NONE and pid2 != pid and e2 == 0
+            await until(lambda: md(b, "ov").state == TxnState.COMPLETE_COMMIT)
+            m = md(b, "ov")
+            assert (m.producer_id, m.producer_epoch, m.last_producer_id, m.last_producer_epoch) == (pid2, 0, pid, e)
+            assert producer_epoch_at(b, TP0, pid) == 32767  # the marker went out under the old id
+            # A retry with the old id and epoch is recognised and answered with the new ones.
+            assert await call(end, "ov", pid, e, True) == (ErrorCode.NONE, pid2, 0)
+            assert await call(end, "ov", pid, e, False) == (ErrorCode.INVALID_TXN_STATE, -1, -1)
+        finally:
+            await b.shutdown()
+    asyncio.run(go())
+
+
+def test_tv2_coordinator_abort_bumps_once_so_the_client_abort_succeeds(tmp_path):
+    async def go():
+        b = await start(tmp_path)
+        try:
+            tc = b.transaction_coordinator
+            pid, e = await open_txn(b, "to")
+            m = md(b, "to")
+            fence = m.prepare_fence_producer_epoch()  # as a timeout starts its abort
+            got = await call(lambda cb: tc._end_transaction_tv2("to", pid, fence.producer_epoch, False,
+                                                                 from_client=False, callback=cb))
+            assert got == (ErrorCode.NONE, pid, e + 1)
+            await until(lambda: md(b, "to").state == TxnState.COMPLETE_ABORT)
+            assert md(b, "to").producer_epoch == e + 1
+            assert part(b, TP0).log.collect_aborted_transactions(0, 10) == [(pid, 0)]
+            # The producer learns of it at its next send, and its abortTransaction is a retry.
+            assert await produce(b, TP0, pid, e, 2, "to") == ErrorCode.INVALID_PRODUCER_EPOCH
+            assert await call(tc.handle_end_transaction_tv2, "to", pid, e, False) == (ErrorCode.NONE, pid, e + 1)
+        finally:
+            await b.shutdown()
+    asyncio.run(go())
+
+
+def test_tv2_prepared_rotation_survives_a_restart_in_version_1_values(tmp_path):
+    async def go():
+        b = await start(tmp_path)
+        tc = b.transaction_coordinator
+        # As with transaction.version 1+ finalized (Rivulet finalizes 0 so far).
+        tc.state_manager.transaction_version = lambda: 1
+        tc.markers.add_txn_markers_to_send = lambda *a: None  # "crash" before any marker is written
+        err, pid, _ = await call(tc.handle_init_producer_id, "rs", 60_000, None)
+        md(b, "rs").producer_epoch = 32766
+        assert await call(tc.handle_add_partitions, "rs", pid, 32766, {TP0}) == ErrorCode.NONE
+        assert await produce(b, TP0, pid, 32766, 0, "rs") == ErrorCode.NONE
+        err, pid2, _ = await call(tc.handle_end_transaction_tv2, "rs", pid, 32766, False)
+        assert err == ErrorCode.NONE and pid2 != pid
+        await b.shutdown()
+        b = await start(tmp_path)
+        try:
+            # Reloaded from the log: the prepared abort completes as the next producer id.
+            await until(lambda: md(b, "rs").state == TxnState.COMPLETE_ABORT)
+            m = md(b, "rs")
+            assert (m.producer_id, m.producer_epoch, m.last_producer_id) == (pid2, 0, pid)
+            assert part(b, TP0).log.collect_aborted_transactions(0, 10) == [(pid, 0)]
+        finally:
+            await b.shutdown()
+    asyncio.run(go())
