@@ -673,6 +673,7 @@ class ReplicaManager:
         origin: AppendOrigin | None = None,
         transactional_id: str | None = None,
         in_turn: bool = False,
+        transaction_version: int = 0,
     ) -> dict[TopicPartition, ProduceResult] | asyncio.Future:
         """Validate and append each partition's records; wait for acks=all and for fsyncs.
 
@@ -706,7 +707,8 @@ class ReplicaManager:
                 # Request frames are bytearrays: the Log patches them in place, without a copy.
                 append_time = p.log.config.log_append_time
                 info = p.log.append_as_leader(data, headers, leader_epoch=p.leader_epoch, now_ms=now,
-                                              log_append_time=append_time, origin=origin)
+                                              log_append_time=append_time, origin=origin,
+                                              transaction_version=transaction_version)
                 res.base_offset = info.first_offset
                 res.log_start_offset = p.log.log_start_offset
                 res.required_offset = info.last_offset + 1
@@ -884,15 +886,17 @@ class ReplicaManager:
         partitions: list[TopicPartition],
         *,
         timeout_ms: int,
+        transaction_version: int = 0,
     ) -> dict[TopicPartition, ProduceResult] | asyncio.Future:
-        """Write a COMMIT/ABORT marker to each partition (WriteTxnMarkers), acks=all."""
+        """Write a COMMIT/ABORT marker to each partition (WriteTxnMarkers), acks=all;
+        ``transaction_version`` is the transaction's client version (WriteTxnMarkers v2)."""
         kind = rec.ControlRecordType.COMMIT if commit else rec.ControlRecordType.ABORT
         now = self.clock.milliseconds()
         batch = rec.encode_control_batch(kind, producer_id=producer_id, producer_epoch=producer_epoch,
                                          coordinator_epoch=coordinator_epoch, timestamp=now)
         entries = {tp: bytearray(batch) for tp in partitions}
         return self.append_records(entries, required_acks=-1, timeout_ms=timeout_ms,
-                                   origin=AppendOrigin.COORDINATOR)
+                                   origin=AppendOrigin.COORDINATOR, transaction_version=transaction_version)
 
     def _all_replicated(self, results: dict[TopicPartition, ProduceResult]) -> bool:
         for tp, r in results.items():

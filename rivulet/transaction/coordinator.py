@@ -15,7 +15,7 @@ from typing import Callable
 
 from rivulet.common.cluster import ConfigValues, InternalTopicCreator, MetadataView, NodeEndpoint
 from rivulet.common.time import SYSTEM_CLOCK, Clock
-from rivulet.common.types import TopicPartition
+from rivulet.common.types import TV_EPOCH_BUMP, TopicPartition
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.replication.internal_log import InternalTopicCoordinator
 from rivulet.replication.replica_manager import ReplicaManager
@@ -24,7 +24,6 @@ from rivulet.transaction.metadata import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     SHORT_MAX,
-    TV_EPOCH_BUMP,
     TransactionMetadata,
     TxnState,
     TxnTransitMetadata,

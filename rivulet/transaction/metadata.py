@@ -16,13 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from rivulet.common.types import TopicPartition
+from rivulet.common.types import TV_EPOCH_BUMP, TopicPartition
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 SHORT_MAX = 32767
-# The first transaction.version whose clients expect an epoch bump at every EndTxn.
-TV_EPOCH_BUMP = 2
 
 
 class TxnState(Enum):

@@ -271,8 +271,10 @@ class TransactionHandlers:
             finish()
         for i, m in enumerate(req.markers):
             tps = [TopicPartition(t.name, p) for t in m.topics for p in t.partition_indexes]
+            # v2 names the transaction's version (KIP-1228), by which the marker's epoch is checked.
             result = rm.append_txn_markers(m.producer_id, m.producer_epoch, m.coordinator_epoch, m.transaction_result,
-                                           tps, timeout_ms=30_000)
+                                           tps, timeout_ms=30_000,
+                                           transaction_version=m.transaction_version if header.api_version >= 2 else 0)
 
             def convert(res: dict) -> dict[TopicPartition, ErrorCode]:
                 return {tp: ErrorCode(r.error) for tp, r in res.items()}
