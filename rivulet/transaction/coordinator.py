@@ -293,7 +293,10 @@ class TransactionCoordinator(InternalTopicCoordinator):
     # -- AddPartitionsToTxn / AddOffsetsToTxn -----------------------------------------------------------
 
     def handle_add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                              partitions: set[TopicPartition], callback: ErrorCallback) -> None:
+                              partitions: set[TopicPartition], callback: ErrorCallback,
+                              client_transaction_version: int = 0) -> None:
+        """``client_transaction_version`` 2: a leader adding the partition for a producer of
+        transaction.version 2, whose EndTxn will bump the epoch (kept with the transaction)."""
         err, found = self._existing(transactional_id)
         if found is None:
             return callback(err)
@@ -306,7 +309,7 @@ class TransactionCoordinator(InternalTopicCoordinator):
             return callback(ErrorCode.CONCURRENT_TRANSACTIONS)
         if md.state == S.ONGOING and partitions <= md.topic_partitions:
             return callback(ErrorCode.NONE)  # nothing new to record
-        transit = md.prepare_add_partitions(partitions, self.clock.milliseconds())
+        transit = md.prepare_add_partitions(partitions, self.clock.milliseconds(), client_transaction_version)
         self.state_manager.append_transaction_to_log(transactional_id, found.coordinator_epoch, transit, callback)
 
     def verify_produce(self, transactional_id: str | None, producer_id: int, producer_epoch: int,

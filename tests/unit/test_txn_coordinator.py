@@ -394,3 +394,22 @@ def test_tv2_prepared_rotation_survives_a_restart_in_version_1_values(tmp_path):
         finally:
             await b.shutdown()
     asyncio.run(go())
+
+
+def test_tv2_partition_added_by_a_leader_keeps_the_client_version(tmp_path):
+    async def go():
+        b = await start(tmp_path)
+        try:
+            tc = b.transaction_coordinator
+            err, pid, e = await call(tc.handle_init_producer_id, "la", 60_000, None)
+            # As AddPartitionsToTxn v4+ without verify_only (a leader, for a Produce v12) adds.
+            assert await call(lambda cb: tc.handle_add_partitions("la", pid, e, {TP0}, cb,
+                                                                  client_transaction_version=2)) == ErrorCode.NONE
+            assert (md(b, "la").state, md(b, "la").client_transaction_version) == (TxnState.ONGOING, 2)
+            assert await produce(b, TP0, pid, e, 0, "la") == ErrorCode.NONE
+            assert await call(tc.handle_end_transaction_tv2, "la", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
+            await until(lambda: md(b, "la").state == TxnState.COMPLETE_COMMIT)
+            assert producer_epoch_at(b, TP0, pid) == e + 1 and part(b, TP0).last_stable_offset == 3
+        finally:
+            await b.shutdown()
+    asyncio.run(go())

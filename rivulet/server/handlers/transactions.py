@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from rivulet.common.cluster import ConfigValues, MetadataView
-from rivulet.common.types import TopicPartition
+from rivulet.common.types import TV_EPOCH_BUMP, TopicPartition
 from rivulet.coordinator.group_coordinator import GroupCoordinator
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.framing import RequestHeader
@@ -156,8 +156,11 @@ class TransactionHandlers:
         if verify_only:
             done(self.coordinator.handle_verify_partitions(tid, pid, epoch, ok))
             return
+        # v4+ comes from a leader adding a partition for a Produce or TxnOffsetCommit of a
+        # transaction.version 2 producer (Kafka's transactionVersionForAddPartitionsToTxn).
         self.coordinator.handle_add_partitions(tid, pid, epoch, ok,
-                                     lambda err: done({tp: _fenced_for(version, 2, err) for tp in ok}))
+                                               lambda err: done({tp: _fenced_for(version, 2, err) for tp in ok}),
+                                               client_transaction_version=TV_EPOCH_BUMP if version >= 4 else 0)
 
     def handle_add_partitions_to_txn(
         self, header: RequestHeader, req: AddPartitionsToTxnRequest, conn: KafkaConnection
