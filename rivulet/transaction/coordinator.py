@@ -233,8 +233,7 @@ class TransactionCoordinator(InternalTopicCoordinator):
             # Abort the open transaction first; the client retries and then gets the bump.
             def after_abort(e: ErrorCode) -> None:
                 fail(e if e != ErrorCode.NONE else ErrorCode.CONCURRENT_TRANSACTIONS)
-            self._end_transaction(transactional_id, outcome.producer_id, outcome.producer_epoch, False,
-                                  from_client=False, callback=after_abort)
+            self._abort_fenced(transactional_id, outcome, after_abort)
             return
 
         def after_append(e: ErrorCode) -> None:
@@ -536,8 +535,17 @@ class TransactionCoordinator(InternalTopicCoordinator):
                     log.debug("rollback of %s cancelled: %s", tid, e.name)
                 else:
                     log.warning("rollback of %s failed: %s", tid, e.name)
-            self._end_transaction(tid, fence.producer_id, fence.producer_epoch, False, from_client=False,
-                                  callback=done)
+            self._abort_fenced(tid, fence, done)
+
+    def _abort_fenced(self, transactional_id: str, fence: TxnTransitMetadata, callback: ErrorCallback) -> None:
+        """The coordinator's own abort of a transaction it is fencing (timeout, new instance), at
+        the cluster's transaction.version as Kafka's: from 2 the abort's bump is the fence."""
+        if self.state_manager.transaction_version() >= TV_EPOCH_BUMP:
+            self._end_transaction_tv2(transactional_id, fence.producer_id, fence.producer_epoch, False,
+                                      from_client=False, callback=lambda e, _pid, _epoch: callback(e))
+        else:
+            self._end_transaction(transactional_id, fence.producer_id, fence.producer_epoch, False,
+                                  from_client=False, callback=callback)
 
     # -- Describe / List ---------------------------------------------------------------------------------
 

@@ -413,3 +413,27 @@ def test_tv2_partition_added_by_a_leader_keeps_the_client_version(tmp_path):
         finally:
             await b.shutdown()
     asyncio.run(go())
+
+
+def test_tv2_timeout_abort_lets_the_producer_abort_and_go_on(tmp_path):
+    async def go():
+        b = await start(tmp_path, transaction_abort_timed_out_transaction_cleanup_interval_ms=50)
+        try:
+            tc = b.transaction_coordinator
+            tc.state_manager.transaction_version = lambda: 2  # as with transaction.version 2 finalized
+            pid, e = await open_txn(b, "tt", timeout_ms=300)
+            await until(lambda: md(b, "tt").state == TxnState.COMPLETE_ABORT)
+            assert md(b, "tt").producer_epoch == e + 1  # one bump: the abort's
+            assert part(b, TP0).log.collect_aborted_transactions(0, 3) == [(pid, 0)]
+            # The Java producer's abortTransaction after its failed send: a retry, not a fence.
+            assert await produce(b, TP0, pid, e, 2, "tt") == ErrorCode.INVALID_PRODUCER_EPOCH
+            assert await call(tc.handle_end_transaction_tv2, "tt", pid, e, False) == (ErrorCode.NONE, pid, e + 1)
+            # And a new instance fences an open transaction with a single bump too.
+            assert await call(tc.handle_add_partitions, "tt", pid, e + 1, {TP1}) == ErrorCode.NONE
+            err, _, _ = await call(tc.handle_init_producer_id, "tt", 60_000, None)
+            assert err == ErrorCode.CONCURRENT_TRANSACTIONS
+            await until(lambda: md(b, "tt").state == TxnState.COMPLETE_ABORT)
+            assert await call(tc.handle_init_producer_id, "tt", 60_000, None) == (ErrorCode.NONE, pid, e + 3)
+        finally:
+            await b.shutdown()
+    asyncio.run(go())
