@@ -278,6 +278,10 @@ class TransactionCoordinator(InternalTopicCoordinator):
         raise RuntimeError(f"Found transactionalId {transactional_id} with state {md.state}. This is illegal as we "
                            "should never have transitioned to this state.")
 
+    def transaction_version(self) -> int:
+        """The finalized transaction.version this coordinator works at."""
+        return self.state_manager.transaction_version()
+
     def _existing(self, transactional_id: str) -> tuple[ErrorCode, CoordinatorEpochAndTxnMetadata | None]:
         """An id's state, or (without it) the error its request is answered with: INVALID_REQUEST
         for an empty id, the state manager's (loading, not the coordinator), and
@@ -540,7 +544,7 @@ class TransactionCoordinator(InternalTopicCoordinator):
     def _abort_fenced(self, transactional_id: str, fence: TxnTransitMetadata, callback: ErrorCallback) -> None:
         """The coordinator's own abort of a transaction it is fencing (timeout, new instance), at
         the cluster's transaction.version as Kafka's: from 2 the abort's bump is the fence."""
-        if self.state_manager.transaction_version() >= TV_EPOCH_BUMP:
+        if self.transaction_version() >= TV_EPOCH_BUMP:
             self._end_transaction_tv2(transactional_id, fence.producer_id, fence.producer_epoch, False,
                                       from_client=False, callback=lambda e, _pid, _epoch: callback(e))
         else:

@@ -437,3 +437,34 @@ def test_tv2_timeout_abort_lets_the_producer_abort_and_go_on(tmp_path):
         finally:
             await b.shutdown()
     asyncio.run(go())
+
+
+def test_end_txn_v5_answers_the_next_epoch_only_at_transaction_version_2(tmp_path):
+    from rivulet.protocol.framing import RequestHeader
+    from rivulet.protocol.messages.end_txn_request import EndTxnRequest
+
+    async def end_txn(b: Broker, version: int, tid: str, pid: int, epoch: int, commit: bool):
+        resp = b.apis.handlers[26](RequestHeader(26, version, 1, "t"),
+                                   EndTxnRequest(transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                                                 committed=commit), None)
+        if isinstance(resp, asyncio.Future):
+            resp = await resp
+        return ErrorCode(resp.error_code), resp.producer_id, resp.producer_epoch
+
+    async def go():
+        b = await start(tmp_path)
+        try:
+            tc = b.transaction_coordinator
+            pid, e = await open_txn(b, "h0")
+            # transaction.version 0 (Rivulet's): v5 is v4 and names the producer unchanged.
+            assert await end_txn(b, 5, "h0", pid, e, True) == (ErrorCode.NONE, pid, e)
+            tc.state_manager.transaction_version = lambda: 2  # as with transaction.version 2 finalized
+            pid2, e2 = await open_txn(b, "h2")
+            assert await end_txn(b, 5, "h2", pid2, e2, True) == (ErrorCode.NONE, pid2, e2 + 1)
+            await until(lambda: md(b, "h2").state == TxnState.COMPLETE_COMMIT)
+            assert await end_txn(b, 5, "h2", pid2, e2, True) == (ErrorCode.NONE, pid2, e2 + 1)  # a retry
+            # v4 keeps the classic rules whatever the level (Kafka picks by the version).
+            assert await end_txn(b, 4, "h2", pid2, e2, True) == (ErrorCode.PRODUCER_FENCED, pid2, e2)
+        finally:
+            await b.shutdown()
+    asyncio.run(go())
