@@ -324,6 +324,14 @@ class TransactionCoordinator(InternalTopicCoordinator):
             return ErrorCode.INVALID_TXN_STATE
         return self.handle_verify_partitions(transactional_id, producer_id, producer_epoch, {tp})[tp]
 
+    def add_partition(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
+                      tp: TopicPartition, callback: ErrorCallback) -> None:
+        """The ReplicaManager's implicit add for a Produce v12 (KIP-890 part 2), at client version 2."""
+        if not transactional_id:
+            return callback(ErrorCode.INVALID_TXN_STATE)
+        self.handle_add_partitions(transactional_id, producer_id, producer_epoch, {tp}, callback,
+                                   client_transaction_version=TV_EPOCH_BUMP)
+
     def handle_verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                                  partitions: set[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
         """AddPartitionsToTxn v4+ verify_only: is each partition part of the open transaction?"""

@@ -468,3 +468,43 @@ def test_end_txn_v5_answers_the_next_epoch_only_at_transaction_version_2(tmp_pat
         finally:
             await b.shutdown()
     asyncio.run(go())
+
+
+async def produce_adding(b: Broker, tp: TopicPartition, pid: int, epoch: int, seq: int, tid: str | None) -> ErrorCode:
+    """A Produce v12 of a transaction.version 2 producer: the partition joins implicitly."""
+    data = rec.encode_batch([rec.Record(0, None, None, b"x", [])], producer_id=pid, producer_epoch=epoch,
+                            base_sequence=seq, transactional=True)
+    res = b.replica_manager.append_records({tp: bytearray(data)}, required_acks=-1, timeout_ms=5000,
+                                           transactional_id=tid, add_partitions=True)
+    if isinstance(res, asyncio.Future):
+        res = await res
+    return ErrorCode(res[tp].error)
+
+
+def test_tv2_produce_adds_its_partition_to_the_transaction(tmp_path):
+    async def go():
+        b = await start(tmp_path)
+        try:
+            tc = b.transaction_coordinator
+            err, pid, e = await call(tc.handle_init_producer_id, "pa", 60_000, None)
+            # Without the add (Produce v11 and below) a partition not in the transaction is refused.
+            assert await produce(b, TP0, pid, e, 0, "pa") == ErrorCode.INVALID_TXN_STATE
+            assert await produce_adding(b, TP0, pid, e, 0, "pa") == ErrorCode.NONE
+            m = md(b, "pa")
+            assert (m.state, m.topic_partitions, m.client_transaction_version) == (TxnState.ONGOING, {TP0}, 2)
+            assert await produce_adding(b, TP0, pid, e, 1, "pa") == ErrorCode.NONE  # already in: no add
+            # The coordinator's errors, as a producer reads them.
+            assert await produce_adding(b, TP1, pid, e - 1, 0, "pa") == ErrorCode.INVALID_PRODUCER_EPOCH
+            assert await produce_adding(b, TP1, pid + 1, e, 0, "pa") == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+            assert await produce_adding(b, TP1, pid, e, 0, None) == ErrorCode.INVALID_TXN_STATE
+            assert await call(tc.handle_end_transaction_tv2, "pa", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
+            await until(lambda: md(b, "pa").state == TxnState.COMPLETE_COMMIT)
+            assert part(b, TP0).last_stable_offset == 3 and md(b, "pa").topic_partitions == set()
+            # While the commit is being decided, the next transaction's add waits (retriable).
+            tc.markers.add_txn_markers_to_send = lambda *a: None
+            assert await produce_adding(b, TP1, pid, e + 1, 0, "pa") == ErrorCode.NONE
+            assert await call(tc.handle_end_transaction_tv2, "pa", pid, e + 1, False) == (ErrorCode.NONE, pid, e + 2)
+            assert await produce_adding(b, TP0, pid, e + 2, 0, "pa") == ErrorCode.NOT_ENOUGH_REPLICAS
+        finally:
+            await b.shutdown()
+    asyncio.run(go())
