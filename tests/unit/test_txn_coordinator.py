@@ -508,3 +508,39 @@ def test_tv2_produce_adds_its_partition_to_the_transaction(tmp_path):
         finally:
             await b.shutdown()
     asyncio.run(go())
+
+
+def test_produce_v12_adds_partitions_only_at_transaction_version_2(tmp_path):
+    from types import SimpleNamespace
+
+    from rivulet.protocol.framing import RequestHeader
+    from rivulet.protocol.messages import produce_request as prq
+    from rivulet.server.features import TRANSACTION_VERSION, FinalizedFeatures
+
+    async def produce_v12(b: Broker, tid: str, pid: int, epoch: int, seq: int) -> ErrorCode:
+        data = rec.encode_batch([rec.Record(0, None, None, b"x", [])], producer_id=pid, producer_epoch=epoch,
+                                base_sequence=seq, transactional=True)
+        req = prq.ProduceRequest(transactional_id=tid, acks=-1, timeout_ms=5000, topic_data=[prq.TopicProduceData(
+            name="t", partition_data=[prq.PartitionProduceData(index=0, records=bytearray(data))])])
+        conn = SimpleNamespace(request_size=len(data), user=None, throttle=lambda ms: None, principal=None,
+                               listener=SimpleNamespace(name="PLAINTEXT"))
+        resp = b.apis.handlers[0](RequestHeader(0, 12, 1, "p"), req, conn)
+        if isinstance(resp, asyncio.Future):
+            resp = await resp
+        return ErrorCode(resp.responses[0].partition_responses[0].error_code)
+
+    async def go():
+        b = await start(tmp_path)
+        try:
+            tc = b.transaction_coordinator
+            err, pid, e = await call(tc.handle_init_producer_id, "p12", 60_000, None)
+            # transaction.version 0 (Rivulet's): v12 is v11, the partition must have been added.
+            assert await produce_v12(b, "p12", pid, e, 0) == ErrorCode.INVALID_TXN_STATE
+            # As with transaction.version 2 supported and finalized.
+            b.features.supported[TRANSACTION_VERSION] = (0, 2)
+            b.features.set_finalized(FinalizedFeatures({TRANSACTION_VERSION: 2}, b.features.finalized.epoch + 1))
+            assert await produce_v12(b, "p12", pid, e, 0) == ErrorCode.NONE
+            assert (md(b, "p12").topic_partitions, md(b, "p12").client_transaction_version) == ({TP0}, 2)
+        finally:
+            await b.shutdown()
+    asyncio.run(go())
