@@ -135,7 +135,8 @@ class ModuleBuilder:
             kind = "struct"
         else:
             kind = elem
-        versions = parse_versions(f.get("versions"))
+        # A field given only taggedVersions exists at those versions (as Kafka's generator reads it).
+        versions = parse_versions(f.get("versions", f.get("taggedVersions")))
         nullable = parse_versions(f.get("nullableVersions"))
         tagged = parse_versions(f.get("taggedVersions")) if "taggedVersions" in f else None
         tag = int(f["tag"]) if f.get("tag") is not None else None  # some files write it as a string

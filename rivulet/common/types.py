@@ -46,3 +46,7 @@ def share_coordinator_key(group_id: str, topic_id: uuid.UUID, partition: int) ->
     """A share partition's key for FindCoordinator (key type SHARE), from which its
     ``__share_group_state`` partition is hashed: ``group:topicId:partition``."""
     return f"{group_id}:{base64_topic_id(topic_id)}:{partition}"
+
+# The first transaction.version (KIP-890 part 2) whose clients get a new epoch at every EndTxn,
+# whose transactions' markers carry it (KIP-1228), and whose partitions join implicitly.
+TV_EPOCH_BUMP = 2

@@ -90,12 +90,22 @@ class AsyncTxnVerifier(Protocol):
     async def verify(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
                      tp: TopicPartition) -> ErrorCode: ...
 
+    async def add(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
+                  tp: TopicPartition) -> ErrorCode:
+        """KIP-890 part 2: have the coordinator add ``tp`` to the transaction (Produce v12)."""
+        ...
+
 
 class TxnVerifier(Protocol):
     """KIP-890 on one broker: may ``transactional_id``'s producer open a transaction on ``tp``?"""
 
     def verify_produce(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
                        tp: TopicPartition) -> ErrorCode: ...
+
+    def add_partition(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
+                      tp: TopicPartition, callback: Callable[[ErrorCode], None]) -> None:
+        """KIP-890 part 2: add ``tp`` to the transaction, answering once it is in the log."""
+        ...
 
 
 class LeadershipListener(Protocol):
@@ -673,17 +683,25 @@ class ReplicaManager:
         origin: AppendOrigin | None = None,
         transactional_id: str | None = None,
         in_turn: bool = False,
+        transaction_version: int = 0,
+        add_partitions: bool = False,
     ) -> dict[TopicPartition, ProduceResult] | asyncio.Future:
         """Validate and append each partition's records; wait for acks=all and for fsyncs.
+
+        ``add_partitions`` (Produce v12 of a transaction.version 2 producer): a transactional
+        batch that would open the transaction on a partition has the coordinator add the
+        partition first (KIP-890 part 2) instead of only checking it; on one node as in a cluster.
 
         ``origin`` defaults to COORDINATOR for ``internal`` appends, CLIENT otherwise;
         ``in_turn``: the producers' earlier requests here have appended (``_append_in_turn``)."""
         if origin is None:
             origin = AppendOrigin.COORDINATOR if internal else AppendOrigin.CLIENT
-        if origin == AppendOrigin.CLIENT and self.async_txn_verifier is not None and not in_turn:
+        if origin == AppendOrigin.CLIENT and not in_turn and (self.async_txn_verifier is not None or (
+                add_partitions and self.txn_verifier is not None)):
             ahead = self._appends_ahead(entries) if self._appending else set()
             if ahead or self._needs_verification(entries):
-                return self._append_in_turn(entries, ahead, required_acks, timeout_ms, transactional_id)
+                return self._append_in_turn(entries, ahead, required_acks, timeout_ms, transactional_id,
+                                            add_partitions)
         results: dict[TopicPartition, ProduceResult] = {}
         flushes: list[Partition] = []
         now = self.clock.milliseconds()
@@ -706,7 +724,8 @@ class ReplicaManager:
                 # Request frames are bytearrays: the Log patches them in place, without a copy.
                 append_time = p.log.config.log_append_time
                 info = p.log.append_as_leader(data, headers, leader_epoch=p.leader_epoch, now_ms=now,
-                                              log_append_time=append_time, origin=origin)
+                                              log_append_time=append_time, origin=origin,
+                                              transaction_version=transaction_version)
                 res.base_offset = info.first_offset
                 res.log_start_offset = p.log.log_start_offset
                 res.required_offset = info.last_offset + 1
@@ -745,6 +764,26 @@ class ReplicaManager:
         else:
             self._after_flush(results, required_acks, timeout_ms, fut)
         return fut
+
+    async def _verify_partition(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
+                                tp: TopicPartition) -> ErrorCode:
+        verifier = self.async_txn_verifier
+        assert verifier is not None
+        return await verifier.verify(transactional_id, producer_id, producer_epoch, tp)
+
+    async def _add_partition(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
+                             tp: TopicPartition) -> ErrorCode:
+        """KIP-890 part 2's implicit AddPartitionsToTxn: the cluster's verifier sends it to the
+        coordinator; on one node the local coordinator adds it, answering once it is logged."""
+        if self.async_txn_verifier is not None:
+            return await self.async_txn_verifier.add(transactional_id, producer_id, producer_epoch, tp)
+        assert self.txn_verifier is not None
+        if not transactional_id:
+            return ErrorCode.INVALID_TXN_STATE
+        answer: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+        self.txn_verifier.add_partition(transactional_id, producer_id, producer_epoch, tp,
+                                        lambda err: answer.done() or answer.set_result(err))
+        return await answer
 
     @staticmethod
     def _in_open_transaction(p: Partition, producer_id: int, producer_epoch: int) -> bool:
@@ -811,7 +850,7 @@ class ReplicaManager:
 
     def _append_in_turn(self, entries: dict[TopicPartition, memoryview | bytes | None],
                         ahead: set[asyncio.Future], required_acks: int, timeout_ms: int,
-                        transactional_id: str | None) -> asyncio.Task:
+                        transactional_id: str | None, add_partitions: bool = False) -> asyncio.Task:
         """Append after the producers' earlier requests here, and after the coordinator has
         vouched for the partitions whose batch would open a transaction (cluster mode's KIP-890
         check). Kafka reads a connection's next request only once it has answered the last, so
@@ -823,12 +862,12 @@ class ReplicaManager:
         for pid in pids:
             self._appending[pid] = turn
         return loop.create_task(self._append_after(entries, ahead, turn, pids, required_acks, timeout_ms,
-                                                   transactional_id))
+                                                   transactional_id, add_partitions))
 
     async def _append_after(self, entries: dict[TopicPartition, memoryview | bytes | None],
                             ahead: set[asyncio.Future], turn: asyncio.Future, pids: set[int],
                             required_acks: int, timeout_ms: int,
-                            transactional_id: str | None) -> dict[TopicPartition, ProduceResult]:
+                            transactional_id: str | None, add_partitions: bool) -> dict[TopicPartition, ProduceResult]:
         refused: dict[TopicPartition, ProduceResult] = {}
         try:
             if ahead:
@@ -836,11 +875,9 @@ class ReplicaManager:
             # Asked now: an earlier request may have opened the transaction here meanwhile.
             to_verify = self._needs_verification(entries)
             if to_verify:
-                verifier = self.async_txn_verifier
-                assert verifier is not None
+                ask = self._add_partition if add_partitions else self._verify_partition
                 tps = list(to_verify)
-                answers = await asyncio.gather(*(verifier.verify(transactional_id, *to_verify[tp], tp)
-                                                 for tp in tps))
+                answers = await asyncio.gather(*(ask(transactional_id, *to_verify[tp], tp) for tp in tps))
                 for tp, err in zip(tps, answers):
                     failure = self._verification_failure(tp, err)
                     if failure is not None:
@@ -884,15 +921,17 @@ class ReplicaManager:
         partitions: list[TopicPartition],
         *,
         timeout_ms: int,
+        transaction_version: int = 0,
     ) -> dict[TopicPartition, ProduceResult] | asyncio.Future:
-        """Write a COMMIT/ABORT marker to each partition (WriteTxnMarkers), acks=all."""
+        """Write a COMMIT/ABORT marker to each partition (WriteTxnMarkers), acks=all;
+        ``transaction_version`` is the transaction's client version (WriteTxnMarkers v2)."""
         kind = rec.ControlRecordType.COMMIT if commit else rec.ControlRecordType.ABORT
         now = self.clock.milliseconds()
         batch = rec.encode_control_batch(kind, producer_id=producer_id, producer_epoch=producer_epoch,
                                          coordinator_epoch=coordinator_epoch, timestamp=now)
         entries = {tp: bytearray(batch) for tp in partitions}
         return self.append_records(entries, required_acks=-1, timeout_ms=timeout_ms,
-                                   origin=AppendOrigin.COORDINATOR)
+                                   origin=AppendOrigin.COORDINATOR, transaction_version=transaction_version)
 
     def _all_replicated(self, results: dict[TopicPartition, ProduceResult]) -> bool:
         for tp, r in results.items():

@@ -37,7 +37,7 @@ from rivulet.server.handlers.acls import AclHandlers
 from rivulet.server.handlers.configs import ConfigHandlers
 from rivulet.server.delegation_tokens import DelegationTokens
 from rivulet.server.handlers.delegation_tokens import DelegationTokenHandlers
-from rivulet.server.features import GROUP_VERSION, SHARE_VERSION, STREAMS_VERSION, FeatureLevels
+from rivulet.server.features import GROUP_VERSION, SHARE_VERSION, STREAMS_VERSION, TRANSACTION_VERSION, FeatureLevels
 from rivulet.server.handlers.features import FeatureHandlers
 from rivulet.server.handlers.controller import CLUSTER_MODE_VERSIONS, ControllerHandlers, PartitionAdmin, \
     PartitionAdminHandlers, QuorumHandlers, QuorumView
@@ -216,7 +216,8 @@ class KafkaApis:
         for area in (
             PartitionAdminHandlers(partition_admin, authz),
             QuorumHandlers(quorum, authz, metadata_cache, controller_links),
-            RecordHandlers(replica_manager, topics, quotas, authz, fetch_sessions, clock, metadata_cache),
+            RecordHandlers(replica_manager, topics, quotas, authz, fetch_sessions, clock,
+                           lambda: features.level(TRANSACTION_VERSION), metadata_cache),
             QuotaHandlers(quotas, authz),
             AclHandlers(acls, authz),
             ScramHandlers(scram, authz),

@@ -43,7 +43,7 @@ from rivulet.server.acls import AclManager, Authz, build_authorizer
 from rivulet.server.client_metrics import ClientMetricsManager, EveryReceiver, LastPayloads, TelemetryReceiver
 from rivulet.server.dynamic_config import DynamicBrokerConfig, ThreadCounts
 from rivulet.server.delegation_tokens import DelegationTokens, TokenSettings
-from rivulet.server.features import FeatureLevels, supported_features
+from rivulet.server.features import TRANSACTION_VERSION, FeatureLevels, supported_features
 from rivulet.server.fd_limit import describe as describe_fd_limit
 from rivulet.server.group_topics import GroupTopicCreation
 from rivulet.server.fd_limit import raise_open_file_limit
@@ -359,7 +359,8 @@ class Broker:
         # Markers on __consumer_offsets complete the producer's pending offsets in the group coordinator.
         txns = self.transaction_coordinator = TransactionCoordinator(
             cfg, rm, topics, topics, self.node, self._producer_ids(), offsets_listener=groups,
-            clock=self.clock, marker_channel=self.marker_channel)
+            clock=self.clock, marker_channel=self.marker_channel,
+            transaction_version=lambda: self.features.level(TRANSACTION_VERSION))
         local_txn_check.bind(txns)
         # As Kafka does, committed offsets and share state of deleted partitions go too.
         partition_events.bind(

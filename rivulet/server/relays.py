@@ -96,3 +96,9 @@ class TxnVerifierRelay:
         if self._target is None:
             raise UnboundRelay("TxnVerifier")
         return self._target.verify_produce(transactional_id, producer_id, producer_epoch, tp)
+
+    def add_partition(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
+                      tp: TopicPartition, callback: Callable[[ErrorCode], None]) -> None:
+        if self._target is None:
+            raise UnboundRelay("TxnVerifier")
+        self._target.add_partition(transactional_id, producer_id, producer_epoch, tp, callback)

@@ -498,6 +498,7 @@ class Log:
         buf: bytes | bytearray | memoryview,
         batches: list[tuple[int, int, BatchHeader]],
         origin: AppendOrigin,
+        transaction_version: int = 0,
     ) -> tuple[dict[int, ProducerAppendInfo], list[CompletedTxn], BatchMetadata | None]:
         """Validate each producer's batches against its state (offsets already assigned).
         A client batch whose sequence range is one of the producer's last five is a retry:
@@ -519,7 +520,7 @@ class Log:
             if info is None:
                 info = infos[h.producer_id] = ps.prepare_update(h.producer_id, origin)
             marker = _marker_of(memoryview(buf)[pos : pos + h.size]) if h.is_control else None
-            done = info.append(batch, marker)
+            done = info.append(batch, marker, transaction_version)
             if done is not None:
                 completed.append(done)
         return infos, completed, None
@@ -713,6 +714,7 @@ class Log:
         now_ms: int,
         log_append_time: bool = False,
         origin: AppendOrigin = AppendOrigin.CLIENT,
+        transaction_version: int = 0,
     ) -> LogAppendInfo:
         """Assign offsets from the LEO and append validated batches.
 
@@ -728,7 +730,7 @@ class Log:
         decides how strictly) and may raise OUT_OF_ORDER_SEQUENCE_NUMBER,
         INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE or TRANSACTION_COORDINATOR_FENCED. A
         retried batch appends nothing: the result carries its original offsets and
-        ``duplicate``.
+        ``duplicate``. ``transaction_version``: of the markers among them (KIP-1228's check).
         """
         if not headers:
             return self._empty_append_info()
@@ -767,7 +769,7 @@ class Log:
                 pos += size
             offset = headers[-1].next_offset
             self._check_append_size(pos)
-            infos, completed, dup = self._analyze_producer_state(buf, placed, origin)
+            infos, completed, dup = self._analyze_producer_state(buf, placed, origin, transaction_version)
             if dup is not None:
                 return LogAppendInfo(
                     first_offset=dup.first_offset,

@@ -27,6 +27,7 @@ from enum import Enum
 from crc32c import crc32c
 
 from rivulet.common.time import SYSTEM_CLOCK
+from rivulet.common.types import TV_EPOCH_BUMP
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.messages.producer_snapshot import ProducerEntry, ProducerSnapshot
 from rivulet.protocol.records import ControlRecordType
@@ -239,10 +240,20 @@ class ProducerAppendInfo:
         self.updated = current.copy_without_batches()
         self.started: list[TxnMetadata] = []
 
-    def _check_producer_epoch(self, epoch: int, offset: int) -> None:
-        if epoch < self.updated.producer_epoch:
+    def _check_producer_epoch(self, epoch: int, offset: int, transaction_version: int = 0) -> None:
+        """``transaction_version`` (a marker's, WriteTxnMarkers v2, KIP-1228): from 2 the coordinator
+        bumped the epoch for the marker, so it must be above the producer's; else at least it."""
+        current = self.updated.producer_epoch
+        strict = transaction_version >= TV_EPOCH_BUMP
+        if epoch < current or (strict and epoch == current):
+            if strict and self.updated.current_txn_first_offset is None:
+                # The same marker again with its transaction already ended (a coordinator
+                # reloading PrepareCommit/PrepareAbort, a lost answer): written again, as Kafka.
+                log.info("Idempotent transaction marker retry detected for producer %d epoch %d. Transaction "
+                         "already completed, allowing duplicate marker write.", self.producer_id, epoch)
+                return
             message = (f"Epoch of producer {self.producer_id} at offset {offset} in {self.tp} is {epoch}, "
-                       f"which is smaller than the last seen epoch {self.updated.producer_epoch}")
+                       f"which is {'<=' if strict else 'smaller than'} the last seen epoch {current}")
             if self.origin == AppendOrigin.REPLICATION:
                 log.warning(message)
             else:
@@ -275,11 +286,13 @@ class ProducerAppendInfo:
                 f"Out of order sequence number for producer {self.producer_id} at offset {offset} in partition "
                 f"{self.tp}: {first_seq} (incoming seq. number), {last_seq} (current end sequence number)")
 
-    def append(self, batch: ProducerBatch, marker: Marker | None = None) -> CompletedTxn | None:
+    def append(self, batch: ProducerBatch, marker: Marker | None = None,
+               transaction_version: int = 0) -> CompletedTxn | None:
+        """``transaction_version``: a marker's, as its coordinator wrote it (0 for data, and on followers)."""
         if batch.is_control:
             if marker is None:
                 return None  # an emptied control batch (compaction) or a non-transaction control type
-            return self.append_end_txn_marker(marker, batch.producer_epoch, batch.base_offset)
+            return self.append_end_txn_marker(marker, batch.producer_epoch, batch.base_offset, transaction_version)
         self.append_data_batch(batch.producer_epoch, batch.base_sequence, batch.last_sequence, batch.max_timestamp,
                                batch.base_offset, batch.last_offset, batch.is_transactional)
         return None
@@ -299,8 +312,9 @@ class ProducerAppendInfo:
             u.current_txn_first_offset = first_offset
             self.started.append(TxnMetadata(self.producer_id, first_offset))
 
-    def append_end_txn_marker(self, marker: Marker, epoch: int, offset: int) -> CompletedTxn | None:
-        self._check_producer_epoch(epoch, offset)
+    def append_end_txn_marker(self, marker: Marker, epoch: int, offset: int,
+                              transaction_version: int = 0) -> CompletedTxn | None:
+        self._check_producer_epoch(epoch, offset, transaction_version)
         u = self.updated
         if u.coordinator_epoch > marker.coordinator_epoch:
             if self.origin == AppendOrigin.REPLICATION:

@@ -15,7 +15,7 @@ from typing import Callable
 
 from rivulet.common.cluster import ConfigValues, InternalTopicCreator, MetadataView, NodeEndpoint
 from rivulet.common.time import SYSTEM_CLOCK, Clock
-from rivulet.common.types import TopicPartition
+from rivulet.common.types import TV_EPOCH_BUMP, TopicPartition
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.replication.internal_log import InternalTopicCoordinator
 from rivulet.replication.replica_manager import ReplicaManager
@@ -23,6 +23,7 @@ from rivulet.transaction.markers import MarkerChannel, TransactionMarkerWriter, 
 from rivulet.transaction.metadata import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
+    SHORT_MAX,
     TransactionMetadata,
     TxnState,
     TxnTransitMetadata,
@@ -38,18 +39,53 @@ log = logging.getLogger(__name__)
 S = TxnState
 InitCallback = Callable[[ErrorCode, int, int], None]  # (error, producer id, epoch)
 ErrorCallback = Callable[[ErrorCode], None]
+EndTxnCallback = Callable[[ErrorCode, int, int], None]  # (error, the producer's next id, its next epoch)
+
+
+def _tv2_valid_epoch(md: TransactionMetadata, epoch: int, from_client: bool, is_epoch_fence: bool,
+                     retry_on_epoch_bump: bool, is_retry: bool) -> bool:
+    """Kafka's TV2 epoch rule: the same epoch is the next EndTxn, the one below a retry, by state."""
+    if is_epoch_fence:
+        return (not from_client or epoch == md.producer_epoch) and epoch >= md.producer_epoch
+    if md.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+        return retry_on_epoch_bump
+    if md.state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+        return is_retry or epoch == md.producer_epoch
+    return epoch == md.producer_epoch
+
+
+def _tv2_next_state(state: TxnState, commit: bool, is_retry: bool) -> tuple[TxnState, bool] | ErrorCode | None:
+    """(next state, nothing open) for a TV2 EndTxn in ``state``; an error to answer; or None for
+    a retry of an EndTxn already done."""
+    if state == S.ONGOING:
+        return (S.PREPARE_COMMIT if commit else S.PREPARE_ABORT), False
+    if state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+        if is_retry and commit == (state == S.COMPLETE_COMMIT):
+            return None
+        if is_retry or commit:
+            return ErrorCode.INVALID_TXN_STATE
+        return S.PREPARE_ABORT, True  # a new, empty transaction aborted
+    if state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+        return ErrorCode.CONCURRENT_TRANSACTIONS if commit == (state == S.PREPARE_COMMIT) else \
+            ErrorCode.INVALID_TXN_STATE
+    if state == S.EMPTY:
+        return ErrorCode.INVALID_TXN_STATE if commit else (S.PREPARE_ABORT, True)
+    raise RuntimeError(f"Found a transaction in state {state}. This is illegal as we should never have "
+                       "transitioned to this state.")
 
 
 class TransactionCoordinator(InternalTopicCoordinator):
     def __init__(self, config: ConfigValues, replica_manager: ReplicaManager, metadata: MetadataView,
                  topic_creator: InternalTopicCreator, node: NodeEndpoint, producer_ids: ProducerIdGenerator,
                  offsets_listener: TxnOffsetsListener, clock: Clock = SYSTEM_CLOCK,
-                 marker_channel: MarkerChannel | None = None) -> None:
-        """``marker_channel`` (cluster mode): how markers reach partitions other brokers lead."""
+                 marker_channel: MarkerChannel | None = None, *,
+                 transaction_version: Callable[[], int]) -> None:
+        """``marker_channel`` (cluster mode): how markers reach partitions other brokers lead;
+        ``transaction_version``: the finalized transaction.version."""
         super().__init__(replica_manager, metadata, topic_creator, node, clock)
         cfg = self.config = config
         self.producer_ids = producer_ids
-        self.state_manager = TransactionStateManager(cfg, replica_manager, clock)
+        self.state_manager = TransactionStateManager(cfg, replica_manager, transaction_version, clock)
         self.markers = TransactionMarkerWriter(self.state_manager, replica_manager, metadata, offsets_listener,
                                               marker_channel)
         self.active = False
@@ -197,8 +233,7 @@ class TransactionCoordinator(InternalTopicCoordinator):
             # Abort the open transaction first; the client retries and then gets the bump.
             def after_abort(e: ErrorCode) -> None:
                 fail(e if e != ErrorCode.NONE else ErrorCode.CONCURRENT_TRANSACTIONS)
-            self._end_transaction(transactional_id, outcome.producer_id, outcome.producer_epoch, False,
-                                  from_client=False, callback=after_abort)
+            self._abort_fenced(transactional_id, outcome, after_abort)
             return
 
         def after_append(e: ErrorCode) -> None:
@@ -243,6 +278,10 @@ class TransactionCoordinator(InternalTopicCoordinator):
         raise RuntimeError(f"Found transactionalId {transactional_id} with state {md.state}. This is illegal as we "
                            "should never have transitioned to this state.")
 
+    def transaction_version(self) -> int:
+        """The finalized transaction.version this coordinator works at."""
+        return self.state_manager.transaction_version()
+
     def _existing(self, transactional_id: str) -> tuple[ErrorCode, CoordinatorEpochAndTxnMetadata | None]:
         """An id's state, or (without it) the error its request is answered with: INVALID_REQUEST
         for an empty id, the state manager's (loading, not the coordinator), and
@@ -257,7 +296,10 @@ class TransactionCoordinator(InternalTopicCoordinator):
     # -- AddPartitionsToTxn / AddOffsetsToTxn -----------------------------------------------------------
 
     def handle_add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                              partitions: set[TopicPartition], callback: ErrorCallback) -> None:
+                              partitions: set[TopicPartition], callback: ErrorCallback,
+                              client_transaction_version: int = 0) -> None:
+        """``client_transaction_version`` 2: a leader adding the partition for a producer of
+        transaction.version 2, whose EndTxn will bump the epoch (kept with the transaction)."""
         err, found = self._existing(transactional_id)
         if found is None:
             return callback(err)
@@ -270,7 +312,7 @@ class TransactionCoordinator(InternalTopicCoordinator):
             return callback(ErrorCode.CONCURRENT_TRANSACTIONS)
         if md.state == S.ONGOING and partitions <= md.topic_partitions:
             return callback(ErrorCode.NONE)  # nothing new to record
-        transit = md.prepare_add_partitions(partitions, self.clock.milliseconds())
+        transit = md.prepare_add_partitions(partitions, self.clock.milliseconds(), client_transaction_version)
         self.state_manager.append_transaction_to_log(transactional_id, found.coordinator_epoch, transit, callback)
 
     def verify_produce(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
@@ -281,6 +323,14 @@ class TransactionCoordinator(InternalTopicCoordinator):
         if not transactional_id:
             return ErrorCode.INVALID_TXN_STATE
         return self.handle_verify_partitions(transactional_id, producer_id, producer_epoch, {tp})[tp]
+
+    def add_partition(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
+                      tp: TopicPartition, callback: ErrorCallback) -> None:
+        """The ReplicaManager's implicit add for a Produce v12 (KIP-890 part 2), at client version 2."""
+        if not transactional_id:
+            return callback(ErrorCode.INVALID_TXN_STATE)
+        self.handle_add_partitions(transactional_id, producer_id, producer_epoch, {tp}, callback,
+                                   client_transaction_version=TV_EPOCH_BUMP)
 
     def handle_verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                                  partitions: set[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
@@ -384,6 +434,97 @@ class TransactionCoordinator(InternalTopicCoordinator):
 
         sm.append_transaction_to_log(transactional_id, coordinator_epoch, transit, after_prepare)
 
+    # -- EndTxn with transaction.version 2 (KIP-890 part 2; not finalized yet) -------------------------------
+
+    def handle_end_transaction_tv2(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                   commit: bool, callback: EndTxnCallback) -> None:
+        """EndTxn v5: every commit or abort bumps the epoch, and the answer names the id and
+        epoch the producer continues with. A retry (the epoch one below, or the last epoch of
+        the previous id after a rotation) is answered from the state the first attempt left."""
+        self._end_transaction_tv2(transactional_id, producer_id, producer_epoch, commit, from_client=True,
+                                  callback=callback)
+
+    def _end_transaction_tv2(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool, *,
+                             from_client: bool, callback: EndTxnCallback) -> None:
+        def fail(e: ErrorCode) -> None:
+            callback(e, NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
+
+        err, found = self._existing(transactional_id)
+        if found is None:
+            return fail(err)
+        md, coordinator_epoch = found.metadata, found.coordinator_epoch
+        # The coordinator's own abort (timeout, or a new instance) of a transaction it fenced.
+        is_epoch_fence = md.pending_state == S.PREPARE_EPOCH_FENCE
+        retry_on_epoch_bump = not is_epoch_fence and md.producer_epoch == producer_epoch + 1
+        retry_on_overflow = (not is_epoch_fence and md.last_producer_id == producer_id
+                             and producer_epoch == SHORT_MAX - 1 and md.producer_epoch == 0)
+        is_retry = retry_on_epoch_bump or retry_on_overflow
+        if md.producer_id != producer_id and not retry_on_overflow:
+            return fail(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        # Pending first (KAFKA-18464): an empty abort right after a commit waits for the commit
+        # to complete rather than fencing its own producer.
+        if md.pending_transition_in_progress and not is_epoch_fence:
+            return fail(ErrorCode.CONCURRENT_TRANSACTIONS)
+        if not _tv2_valid_epoch(md, producer_epoch, from_client, is_epoch_fence, retry_on_epoch_bump, is_retry):
+            return fail(ErrorCode.PRODUCER_FENCED)
+        outcome = _tv2_next_state(md.state, commit, is_retry)
+        if outcome is None:
+            return callback(ErrorCode.NONE, md.producer_id, md.producer_epoch)  # answered before
+        if isinstance(outcome, ErrorCode):
+            if outcome == ErrorCode.INVALID_TXN_STATE:
+                log.debug("TransactionalId %s's state is %s, but received transaction marker result to send: %s",
+                          transactional_id, md.state.state_name, "COMMIT" if commit else "ABORT")
+            return fail(outcome)
+        next_state, no_partition_added = outcome
+        next_producer_id = NO_PRODUCER_ID
+        if md.is_producer_epoch_exhausted:
+            # This bump uses the last epoch: the producer moves to a new id when it completes.
+            try:
+                next_producer_id = self._generate_producer_id()
+            except ApiError as e:
+                return fail(e.code)
+        if is_epoch_fence:
+            # The fence's epoch was never written: under TV2 the abort's own bump is the only one
+            # (KAFKA-19367), so the client's abort with its old epoch later reads as a retry.
+            md.pending_state = None
+        transit = md.prepare_abort_or_commit(next_state, self.clock.milliseconds(), TV_EPOCH_BUMP,
+                                             next_producer_id, no_partition_added)
+        self.state_manager.append_transaction_to_log(
+            transactional_id, coordinator_epoch, transit,
+            lambda e: self._tv2_after_prepare(e, transactional_id, coordinator_epoch, transit, commit, fail, callback))
+
+    def _tv2_after_prepare(self, err: ErrorCode, transactional_id: str, coordinator_epoch: int,
+                           transit: TxnTransitMetadata, commit: bool, fail: Callable[[ErrorCode], None],
+                           callback: EndTxnCallback) -> None:
+        """PrepareCommit/PrepareAbort is in the log: answer, then have the markers written."""
+        if err != ErrorCode.NONE:
+            log.info("Aborting sending of transaction markers and returning %s error to client for %s's "
+                     "EndTransaction request", err.name, transactional_id)
+            return fail(err)
+        err, found = self.state_manager.get_transaction_state(transactional_id)
+        if err != ErrorCode.NONE:
+            return fail(err)
+        if found is None:
+            raise RuntimeError(f"The coordinator still owns the transaction partition for {transactional_id}, "
+                               "but there is no metadata in the cache; this is not expected")
+        md = found.metadata
+        if found.coordinator_epoch != coordinator_epoch:
+            err = ErrorCode.NOT_COORDINATOR
+        elif md.producer_id != transit.producer_id:
+            err = ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        elif md.producer_epoch != transit.producer_epoch:
+            err = ErrorCode.PRODUCER_FENCED
+        elif md.pending_transition_in_progress:
+            err = ErrorCode.CONCURRENT_TRANSACTIONS
+        elif md.state != (S.PREPARE_COMMIT if commit else S.PREPARE_ABORT):
+            err = ErrorCode.INVALID_TXN_STATE
+        if err != ErrorCode.NONE:
+            return fail(err)
+        complete = md.prepare_complete(self.clock.milliseconds())
+        # The producer continues as the completed transaction will leave it.
+        callback(ErrorCode.NONE, complete.producer_id, complete.producer_epoch)
+        self.markers.add_txn_markers_to_send(coordinator_epoch, commit, md, complete)
+
     # -- timeouts --------------------------------------------------------------------------------------
 
     def abort_timed_out_transactions(self) -> None:
@@ -406,8 +547,17 @@ class TransactionCoordinator(InternalTopicCoordinator):
                     log.debug("rollback of %s cancelled: %s", tid, e.name)
                 else:
                     log.warning("rollback of %s failed: %s", tid, e.name)
-            self._end_transaction(tid, fence.producer_id, fence.producer_epoch, False, from_client=False,
-                                  callback=done)
+            self._abort_fenced(tid, fence, done)
+
+    def _abort_fenced(self, transactional_id: str, fence: TxnTransitMetadata, callback: ErrorCallback) -> None:
+        """The coordinator's own abort of a transaction it is fencing (timeout, new instance), at
+        the cluster's transaction.version as Kafka's: from 2 the abort's bump is the fence."""
+        if self.transaction_version() >= TV_EPOCH_BUMP:
+            self._end_transaction_tv2(transactional_id, fence.producer_id, fence.producer_epoch, False,
+                                      from_client=False, callback=lambda e, _pid, _epoch: callback(e))
+        else:
+            self._end_transaction(transactional_id, fence.producer_id, fence.producer_epoch, False,
+                                  from_client=False, callback=callback)
 
     # -- Describe / List ---------------------------------------------------------------------------------
 

@@ -33,9 +33,11 @@ class InterBrokerMarkerChannel:
         return self.links.leader(tp)[0]
 
     async def write(self, broker_id: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
-                    commit: bool, tps: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+                    commit: bool, tps: list[TopicPartition], transaction_version: int
+                    ) -> dict[TopicPartition, ErrorCode]:
         """WriteTxnMarkers to ``broker_id``; a failure to reach it answers every partition with
-        a retriable error."""
+        a retriable error. ``transaction_version`` goes in v2 (KIP-1228), which the leader checks
+        the marker's epoch by."""
         if self.links.endpoint(broker_id) is None:
             return {tp: ErrorCode.NOT_LEADER_OR_FOLLOWER for tp in tps}
         by_topic: dict[str, list[int]] = {}
@@ -43,7 +45,7 @@ class InterBrokerMarkerChannel:
             by_topic.setdefault(tp.topic, []).append(tp.partition)
         req = wtq.WriteTxnMarkersRequest(markers=[wtq.WritableTxnMarker(
             producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
-            coordinator_epoch=coordinator_epoch,
+            coordinator_epoch=coordinator_epoch, transaction_version=transaction_version,
             topics=[wtq.WritableTxnMarkerTopic(name=t, partition_indexes=ps) for t, ps in by_topic.items()])])
         # One request at a time per broker, as Kafka's channel: markers of one transaction stay in order.
         async with self._locks.setdefault(broker_id, asyncio.Lock()):

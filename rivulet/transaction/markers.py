@@ -60,7 +60,8 @@ class MarkerChannel(Protocol):
     def leader_of(self, tp: TopicPartition) -> int: ...
 
     async def write(self, broker_id: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
-                    commit: bool, tps: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]: ...
+                    commit: bool, tps: list[TopicPartition], transaction_version: int
+                    ) -> dict[TopicPartition, ErrorCode]: ...
 
 
 class TransactionMarkerWriter:
@@ -147,15 +148,18 @@ class TransactionMarkerWriter:
                 else:
                     remote.setdefault(leader, []).append(tp)
         results: dict[TopicPartition, ProduceResult] = {}
+        tv = p.metadata.client_transaction_version  # the leaders check the marker's epoch by it (KIP-1228)
         sends = []
         for leader, tps in remote.items():
             if leader < 0:
                 results.update({tp: ProduceResult(error=ErrorCode.NOT_LEADER_OR_FOLLOWER) for tp in tps})
             else:
-                sends.append(self.channel.write(leader, producer_id, producer_epoch, p.coordinator_epoch, p.commit, tps))
+                sends.append(self.channel.write(leader, producer_id, producer_epoch, p.coordinator_epoch, p.commit, tps,
+                                                tv))
         if local:
             result = self.replica_manager.append_txn_markers(
-                producer_id, producer_epoch, p.coordinator_epoch, p.commit, local, timeout_ms=REQUEST_TIMEOUT_MS)
+                producer_id, producer_epoch, p.coordinator_epoch, p.commit, local, timeout_ms=REQUEST_TIMEOUT_MS,
+                transaction_version=tv)
             if isinstance(result, asyncio.Future):
                 result = await result
             results.update(result)

@@ -1,10 +1,12 @@
 """KIP-890's produce-time check in cluster mode (Kafka's AddPartitionsToTxnManager): before a
 transactional batch opens a transaction on a partition, its leader asks the transactional
 id's coordinator, wherever it runs, whether the partition is part of the transaction: the
-local coordinator directly, another broker with AddPartitionsToTxn v4 (verify_only)."""
+local coordinator directly, another broker with AddPartitionsToTxn v4 (verify_only). For a
+transaction.version 2 producer (Produce v12) it asks the coordinator to add it instead."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from rivulet.common.types import TopicPartition
@@ -29,6 +31,15 @@ class ClusterTxnVerifier:
                      tp: TopicPartition) -> ErrorCode:
         if not self.verification_enabled:
             return ErrorCode.NONE
+        return await self._ask(transactional_id, producer_id, producer_epoch, tp, verify_only=True)
+
+    async def add(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
+                  tp: TopicPartition) -> ErrorCode:
+        """KIP-890 part 2: the coordinator adds ``tp`` (AddPartitionsToTxn v4+ without verify_only)."""
+        return await self._ask(transactional_id, producer_id, producer_epoch, tp, verify_only=False)
+
+    async def _ask(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
+                   tp: TopicPartition, *, verify_only: bool) -> ErrorCode:
         if not transactional_id:
             return ErrorCode.INVALID_TXN_STATE
         cache = self.links.cache
@@ -38,12 +49,17 @@ class ClusterTxnVerifier:
         leader, endpoint = self.links.leader(
             TopicPartition(TRANSACTION_STATE_TOPIC_NAME, partition_for(transactional_id, n)))
         if leader == self.links.node_id:
-            return self.local.verify_produce(transactional_id, producer_id, producer_epoch, tp)
+            if verify_only:
+                return self.local.verify_produce(transactional_id, producer_id, producer_epoch, tp)
+            answer: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+            self.local.add_partition(transactional_id, producer_id, producer_epoch, tp,
+                                     lambda err: answer.done() or answer.set_result(err))
+            return await answer
         if endpoint is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         req = aptq.AddPartitionsToTxnRequest(transactions=[aptq.AddPartitionsToTxnTransaction(
             transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
-            verify_only=True, topics=[aptq.AddPartitionsToTxnTopic(name=tp.topic, partitions=[tp.partition])])])
+            verify_only=verify_only, topics=[aptq.AddPartitionsToTxnTopic(name=tp.topic, partitions=[tp.partition])])])
         try:
             resp = await self.links.send(leader, req, 5, endpoint)
         except LINK_ERRORS as e:

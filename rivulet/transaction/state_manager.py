@@ -47,9 +47,13 @@ class CoordinatorEpochAndTxnMetadata:
 
 
 class TransactionStateManager:
-    def __init__(self, config: ConfigValues, replica_manager: ReplicaManager, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, config: ConfigValues, replica_manager: ReplicaManager, transaction_version: Callable[[], int],
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        """``transaction_version``: the finalized transaction.version, which picks the version
+        of the values written (Kafka's transactionVersionLevel)."""
         cfg = config
         self.replica_manager = replica_manager
+        self.transaction_version = transaction_version
         self.transactional_id_expiration_ms: int = cfg["transactional.id.expiration.ms"]
         self.max_timeout_ms: int = cfg["transaction.max.timeout.ms"]
         self.load_buffer_size: int = cfg["transaction.state.log.load.buffer.size"]
@@ -116,7 +120,7 @@ class TransactionStateManager:
     ) -> None:
         """Write ``new_metadata``; on success complete the pending transition, then call back."""
         record = rec.Record(0, self.clock.milliseconds(), txn_log.key_to_bytes(transactional_id),
-                            txn_log.value_to_bytes(new_metadata), [])
+                            txn_log.value_to_bytes(new_metadata, txn_log.value_version_for(self.transaction_version())), [])
         tp = TopicPartition(TRANSACTION_STATE_TOPIC_NAME, self.partition_for(transactional_id))
 
         def on_result(results: dict[TopicPartition, ProduceResult]) -> None:

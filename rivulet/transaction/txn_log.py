@@ -1,8 +1,10 @@
 """Records of ``__transaction_state``: version-prefixed TransactionLogKey/Value, as Kafka writes them.
 
-The key is the transactional id (key version 0); the value is the transaction's metadata at
-value version 0 (Kafka's format until transaction.version 2), or null for a tombstone when
-an expired transactional id is removed.
+The key is the transactional id (key version 0); the value is the transaction's metadata, or
+null for a tombstone when an expired transactional id is removed. Values are written at
+version 0 while transaction.version is 0, at version 1 (flexible, Kafka's from
+transaction.version 1) with the previous and next producer ids and the client's transaction
+version as tagged fields; both are read.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from rivulet.common.placement import partition_for as coordinator_partition
 from rivulet.common.types import TopicPartition
 from rivulet.protocol.messages.transaction_log_key import TransactionLogKey
 from rivulet.protocol.messages.transaction_log_value import PartitionsSchema, TransactionLogValue
-from rivulet.transaction.metadata import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TransactionMetadata, TxnState, \
+from rivulet.transaction.metadata import NO_PRODUCER_EPOCH, TransactionMetadata, TxnState, \
     TxnTransitMetadata
 
 TRANSACTION_STATE_TOPIC_NAME = "__transaction_state"
@@ -32,7 +34,12 @@ def key_to_bytes(transactional_id: str) -> bytes:
     return _VERSION.pack(KEY_VERSION) + TransactionLogKey(transactional_id=transactional_id).encode(KEY_VERSION)
 
 
-def value_to_bytes(t: TxnTransitMetadata) -> bytes:
+def value_version_for(transaction_version: int) -> int:
+    """The value version Kafka writes at a finalized transaction.version."""
+    return 1 if transaction_version >= 1 else 0
+
+
+def value_to_bytes(t: TxnTransitMetadata, value_version: int = VALUE_VERSION) -> bytes:
     if t.txn_state == TxnState.EMPTY and t.topic_partitions:
         raise ValueError(f"Transaction is not expected to have any partitions since its state is {t.txn_state}: {t}")
     partitions = None
@@ -45,8 +52,11 @@ def value_to_bytes(t: TxnTransitMetadata) -> bytes:
         producer_id=t.producer_id, producer_epoch=t.producer_epoch, transaction_timeout_ms=t.txn_timeout_ms,
         transaction_status=t.txn_state.id, transaction_partitions=partitions,
         transaction_last_update_timestamp_ms=t.txn_last_update_timestamp,
-        transaction_start_timestamp_ms=t.txn_start_timestamp)
-    return _VERSION.pack(VALUE_VERSION) + value.encode(VALUE_VERSION)
+        transaction_start_timestamp_ms=t.txn_start_timestamp,
+        previous_producer_id=t.last_producer_id, next_producer_id=t.next_producer_id,
+        client_transaction_version=t.client_transaction_version)
+    # Version 0 has no place for the tagged fields: they are left out there.
+    return _VERSION.pack(value_version) + value.encode(value_version)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +82,9 @@ def read_value(transactional_id: str, data: bytes | None) -> TransactionMetadata
         for i in p.partition_ids:
             partitions.add(TopicPartition(p.topic, i))
     return TransactionMetadata(
-        transactional_id=transactional_id, producer_id=v.producer_id, last_producer_id=NO_PRODUCER_ID,
+        transactional_id=transactional_id, producer_id=v.producer_id, last_producer_id=v.previous_producer_id,
         producer_epoch=v.producer_epoch, last_producer_epoch=NO_PRODUCER_EPOCH,
         txn_timeout_ms=v.transaction_timeout_ms, state=state, topic_partitions=partitions,
         txn_start_timestamp=v.transaction_start_timestamp_ms,
-        txn_last_update_timestamp=v.transaction_last_update_timestamp_ms)
+        txn_last_update_timestamp=v.transaction_last_update_timestamp_ms,
+        next_producer_id=v.next_producer_id, client_transaction_version=v.client_transaction_version)

@@ -191,3 +191,26 @@ def test_struct_equality_is_compiled_per_class_and_field_by_field():
     assert fr.EpochEndOffset() != fr.LeaderIdAndEpoch()
     assert fr.EpochEndOffset() != (-1, -1)
     assert fr.EpochEndOffset(epoch=1, end_offset=2) == fr.EpochEndOffset(epoch=1, end_offset=2)
+
+
+def test_fields_given_only_tagged_versions_are_written_and_read():
+    """Kafka's generator gives a field without "versions" its taggedVersions: such fields were
+    dropped from every version before (TransactionLogValue's producer ids, a streams group's
+    last assignment configs)."""
+    from rivulet.protocol.messages import streams_group_metadata_value as sgmv
+    from rivulet.protocol.messages import transaction_log_value as tlv
+
+    v = tlv.TransactionLogValue(producer_id=5, previous_producer_id=4, next_producer_id=9, producer_epoch=3,
+                                transaction_timeout_ms=60000, transaction_status=2, transaction_partitions=[],
+                                transaction_last_update_timestamp_ms=2, transaction_start_timestamp_ms=1,
+                                client_transaction_version=2)
+    back = tlv.TransactionLogValue.decode(v.encode(1), 1, 0)
+    assert (back.previous_producer_id, back.next_producer_id, back.client_transaction_version) == (4, 9, 2)
+    # Version 0 is not flexible: no place for them, the defaults come back.
+    old = tlv.TransactionLogValue.decode(v.encode(0), 0, 0)
+    assert (old.previous_producer_id, old.next_producer_id, old.client_transaction_version) == (-1, -1, 0)
+
+    s = sgmv.StreamsGroupMetadataValue(epoch=3, metadata_hash=7, validated_topology_epoch=1,
+                                       last_assignment_configs=[sgmv.LastAssignmentConfig(key="k", value="v")])
+    s_back = sgmv.StreamsGroupMetadataValue.decode(s.encode(0), 0, 0)
+    assert [(c.key, c.value) for c in s_back.last_assignment_configs] == [("k", "v")]

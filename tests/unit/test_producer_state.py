@@ -44,10 +44,11 @@ def marker(commit: bool, *, pid: int = 7, epoch: int = 0, coordinator_epoch: int
                                     timestamp=NOW)
 
 
-def append(lg: Log, data: bytes, origin: AppendOrigin = AppendOrigin.CLIENT):
+def append(lg: Log, data: bytes, origin: AppendOrigin = AppendOrigin.CLIENT, transaction_version: int = 0):
     buf = bytearray(data)
     headers = [h for _, h in rec.iter_batches(buf)]
-    info = lg.append_as_leader(buf, headers, leader_epoch=0, now_ms=NOW, origin=origin)
+    info = lg.append_as_leader(buf, headers, leader_epoch=0, now_ms=NOW, origin=origin,
+                               transaction_version=transaction_version)
     lg.high_watermark = lg.log_end_offset
     return info
 
@@ -221,6 +222,31 @@ def test_stale_coordinator_epoch_is_fenced(make_log):
     # A marker with a bumped producer epoch (a fence) ends the transaction and the old epoch.
     append(lg, marker(False, epoch=1, coordinator_epoch=5), AppendOrigin.COORDINATOR)
     expect_error(ErrorCode.INVALID_PRODUCER_EPOCH, append, lg, batch(1, seq=2, txn=True))
+
+
+def test_tv2_marker_must_carry_a_bumped_epoch(make_log):
+    """KIP-1228: a transaction.version 2 marker's epoch is the one its EndTxn bumped to, so one
+    not above the producer's is late or doubled; the versions below keep the old rule."""
+    C = AppendOrigin.COORDINATOR
+    lg = make_log()
+    append(lg, batch(1, epoch=3, txn=True))
+    expect_error(ErrorCode.INVALID_PRODUCER_EPOCH, append, lg, marker(True, epoch=3), C, 2)
+    append(lg, marker(True, epoch=3), C, 1)  # TV1: the transaction's own epoch is fine
+    # The next transaction at epoch 3 ends with a TV2 marker at 4; its records start at sequence 0.
+    append(lg, batch(1, epoch=3, seq=1, txn=True))
+    append(lg, marker(True, epoch=4), C, 2)
+    assert lg.producer_state.last_entry(7).producer_epoch == 4
+    append(lg, batch(1, epoch=4, seq=0, txn=True))
+    expect_error(ErrorCode.INVALID_PRODUCER_EPOCH, append, lg, marker(False, epoch=4), C, 2)
+    append(lg, marker(False, epoch=5), C, 2)
+    assert lg.collect_aborted_transactions(0, lg.log_end_offset) == [(7, 4)]  # its first offset
+    # The same marker again once its transaction has ended (a reloaded coordinator): written.
+    end = lg.log_end_offset
+    append(lg, marker(False, epoch=5), C, 2)
+    assert lg.log_end_offset == end + 1
+    # Followers copy what the leader checked: the old rule.
+    append(lg, batch(1, epoch=5, seq=0, txn=True))
+    append(lg, marker(True, epoch=5), AppendOrigin.REPLICATION)
 
 
 # -- snapshots -----------------------------------------------------------------------------------

@@ -256,3 +256,291 @@ def test_idle_transactional_ids_expire(tmp_path):
         finally:
             await b.shutdown()
     asyncio.run(go())
+
+
+# -- transaction.version 2 (dormant: no handler calls it until the version is finalized) -------------
+
+def producer_epoch_at(b: Broker, tp: TopicPartition, pid: int) -> int:
+    return part(b, tp).log.producer_state.last_entry(pid).producer_epoch
+
+
+def test_tv2_end_txn_bumps_the_epoch_and_answers_retries(tmp_path):
+    async def go():
+        b = await start(tmp_path)
+        try:
+            tc = b.transaction_coordinator
+            end = tc.handle_end_transaction_tv2
+            pid, e = await open_txn(b, "v2")
+            assert await call(end, "v2", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
+            await until(lambda: md(b, "v2").state == TxnState.COMPLETE_COMMIT)
+            # The markers carry the bumped epoch: the partitions now know the producer at e + 1.
+            assert producer_epoch_at(b, TP0, pid) == producer_epoch_at(b, TP1, pid) == e + 1
+            assert part(b, TP0).last_stable_offset == 3
+            # A retry (the old epoch) gets the same answer; the other result is an invalid state.
+            assert await call(end, "v2", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
+            assert await call(end, "v2", pid, e, False) == (ErrorCode.INVALID_TXN_STATE, -1, -1)
+            assert await call(end, "v2", pid, e + 1, True) == (ErrorCode.INVALID_TXN_STATE, -1, -1)
+            assert await call(end, "v2", pid, e - 1, True) == (ErrorCode.PRODUCER_FENCED, -1, -1)
+            assert await call(end, "v2", pid + 1, e + 1, True) == (ErrorCode.INVALID_PRODUCER_ID_MAPPING, -1, -1)
+            # The next transaction runs at e + 1, from sequence 0, and its commit bumps again.
+            assert await call(tc.handle_add_partitions, "v2", pid, e + 1, {TP0}) == ErrorCode.NONE
+            assert await produce(b, TP0, pid, e + 1, 0, "v2") == ErrorCode.NONE
+            assert await call(end, "v2", pid, e + 1, True) == (ErrorCode.NONE, pid, e + 2)
+            await until(lambda: md(b, "v2").state == TxnState.COMPLETE_COMMIT)
+            assert producer_epoch_at(b, TP0, pid) == e + 2 and part(b, TP0).last_stable_offset == 6
+            # An abort with nothing open is allowed at the current epoch, and bumps too.
+            assert await call(end, "v2", pid, e + 2, False) == (ErrorCode.NONE, pid, e + 3)
+            await until(lambda: md(b, "v2").state == TxnState.COMPLETE_ABORT)
+            assert await call(end, "v2", pid, e + 2, False) == (ErrorCode.NONE, pid, e + 3)
+        finally:
+            await b.shutdown()
+    asyncio.run(go())
+
+
+def test_tv2_end_txn_from_empty_and_while_prepared(tmp_path):
+    async def go():
+        b = await start(tmp_path)
+        try:
+            tc = b.transaction_coordinator
+            end = tc.handle_end_transaction_tv2
+            err, pid, e = await call(tc.handle_init_producer_id, "em", 60_000, None)
+            assert await call(end, "em", pid, e, True) == (ErrorCode.INVALID_TXN_STATE, -1, -1)
+            err, pid, e = await call(tc.handle_init_producer_id, "em", 60_000, (pid, e))
+            assert err == ErrorCode.NONE
+            # In Empty the epoch below is not a retry: the producer was fenced by a new instance.
+            assert await call(end, "em", pid, e - 1, False) == (ErrorCode.PRODUCER_FENCED, -1, -1)
+            assert await call(end, "em", pid, e, False) == (ErrorCode.NONE, pid, e + 1)
+            tc.markers.add_txn_markers_to_send = lambda *a: None  # leave the next one prepared
+            pid2, e2 = await open_txn(b, "pp")
+            assert await call(end, "pp", pid2, e2, True) == (ErrorCode.NONE, pid2, e2 + 1)
+            assert md(b, "pp").state == TxnState.PREPARE_COMMIT
+            # Its completion is pending: that is answered before the epoch and the result are looked at.
+            for epoch, commit in ((e2, True), (e2, False), (e2 + 1, True), (e2 - 1, True)):
+                assert await call(end, "pp", pid2, epoch, commit) == (ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1)
+            assert await call(end, "pp", pid2 + 1, e2, True) == (ErrorCode.INVALID_PRODUCER_ID_MAPPING, -1, -1)
+        finally:
+            await b.shutdown()
+    asyncio.run(go())
+
+
+def test_tv2_exhausted_epoch_moves_to_a_new_producer_id(tmp_path):
+    async def go():
+        b = await start(tmp_path)
+        try:
+            tc = b.transaction_coordinator
+            end = tc.handle_end_transaction_tv2
+            err, pid, _ = await call(tc.handle_init_producer_id, "ov", 60_000, None)
+            e = 32766
+            md(b, "ov").producer_epoch = e
+            assert await call(tc.handle_add_partitions, "ov", pid, e, {TP0}) == ErrorCode.NONE
+            assert await produce(b, TP0, pid, e, 0, "ov") == ErrorCode.NONE
+            err, pid2, e2 = await call(end, "ov", pid, e, True)
+            assert err == ErrorCode.NONE and pid2 != pid and e2 == 0
+            await until(lambda: md(b, "ov").state == TxnState.COMPLETE_COMMIT)
+            m = md(b, "ov")
+            assert (m.producer_id, m.producer_epoch, m.last_producer_id, m.last_producer_epoch) == (pid2, 0, pid, e)
+            assert producer_epoch_at(b, TP0, pid) == 32767  # the marker went out under the old id
+            # A retry with the old id and epoch is recognised and answered with the new ones.
+            assert await call(end, "ov", pid, e, True) == (ErrorCode.NONE, pid2, 0)
+            assert await call(end, "ov", pid, e, False) == (ErrorCode.INVALID_TXN_STATE, -1, -1)
+        finally:
+            await b.shutdown()
+    asyncio.run(go())
+
+
+def test_tv2_coordinator_abort_bumps_once_so_the_client_abort_succeeds(tmp_path):
+    async def go():
+        b = await start(tmp_path)
+        try:
+            tc = b.transaction_coordinator
+            pid, e = await open_txn(b, "to")
+            m = md(b, "to")
+            fence = m.prepare_fence_producer_epoch()  # as a timeout starts its abort
+            got = await call(lambda cb: tc._end_transaction_tv2("to", pid, fence.producer_epoch, False,
+                                                                 from_client=False, callback=cb))
+            assert got == (ErrorCode.NONE, pid, e + 1)
+            await until(lambda: md(b, "to").state == TxnState.COMPLETE_ABORT)
+            assert md(b, "to").producer_epoch == e + 1
+            assert part(b, TP0).log.collect_aborted_transactions(0, 10) == [(pid, 0)]
+            # The producer learns of it at its next send, and its abortTransaction is a retry.
+            assert await produce(b, TP0, pid, e, 2, "to") == ErrorCode.INVALID_PRODUCER_EPOCH
+            assert await call(tc.handle_end_transaction_tv2, "to", pid, e, False) == (ErrorCode.NONE, pid, e + 1)
+        finally:
+            await b.shutdown()
+    asyncio.run(go())
+
+
+def test_tv2_prepared_rotation_survives_a_restart_in_version_1_values(tmp_path):
+    async def go():
+        b = await start(tmp_path)
+        tc = b.transaction_coordinator
+        # As with transaction.version 1+ finalized (Rivulet finalizes 0 so far).
+        tc.state_manager.transaction_version = lambda: 1
+        tc.markers.add_txn_markers_to_send = lambda *a: None  # "crash" before any marker is written
+        err, pid, _ = await call(tc.handle_init_producer_id, "rs", 60_000, None)
+        md(b, "rs").producer_epoch = 32766
+        assert await call(tc.handle_add_partitions, "rs", pid, 32766, {TP0}) == ErrorCode.NONE
+        assert await produce(b, TP0, pid, 32766, 0, "rs") == ErrorCode.NONE
+        err, pid2, _ = await call(tc.handle_end_transaction_tv2, "rs", pid, 32766, False)
+        assert err == ErrorCode.NONE and pid2 != pid
+        await b.shutdown()
+        b = await start(tmp_path)
+        try:
+            # Reloaded from the log: the prepared abort completes as the next producer id.
+            await until(lambda: md(b, "rs").state == TxnState.COMPLETE_ABORT)
+            m = md(b, "rs")
+            assert (m.producer_id, m.producer_epoch, m.last_producer_id) == (pid2, 0, pid)
+            assert part(b, TP0).log.collect_aborted_transactions(0, 10) == [(pid, 0)]
+        finally:
+            await b.shutdown()
+    asyncio.run(go())
+
+
+def test_tv2_partition_added_by_a_leader_keeps_the_client_version(tmp_path):
+    async def go():
+        b = await start(tmp_path)
+        try:
+            tc = b.transaction_coordinator
+            err, pid, e = await call(tc.handle_init_producer_id, "la", 60_000, None)
+            # As AddPartitionsToTxn v4+ without verify_only (a leader, for a Produce v12) adds.
+            assert await call(lambda cb: tc.handle_add_partitions("la", pid, e, {TP0}, cb,
+                                                                  client_transaction_version=2)) == ErrorCode.NONE
+            assert (md(b, "la").state, md(b, "la").client_transaction_version) == (TxnState.ONGOING, 2)
+            assert await produce(b, TP0, pid, e, 0, "la") == ErrorCode.NONE
+            assert await call(tc.handle_end_transaction_tv2, "la", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
+            await until(lambda: md(b, "la").state == TxnState.COMPLETE_COMMIT)
+            assert producer_epoch_at(b, TP0, pid) == e + 1 and part(b, TP0).last_stable_offset == 3
+        finally:
+            await b.shutdown()
+    asyncio.run(go())
+
+
+def test_tv2_timeout_abort_lets_the_producer_abort_and_go_on(tmp_path):
+    async def go():
+        b = await start(tmp_path, transaction_abort_timed_out_transaction_cleanup_interval_ms=50)
+        try:
+            tc = b.transaction_coordinator
+            tc.state_manager.transaction_version = lambda: 2  # as with transaction.version 2 finalized
+            pid, e = await open_txn(b, "tt", timeout_ms=300)
+            await until(lambda: md(b, "tt").state == TxnState.COMPLETE_ABORT)
+            assert md(b, "tt").producer_epoch == e + 1  # one bump: the abort's
+            assert part(b, TP0).log.collect_aborted_transactions(0, 3) == [(pid, 0)]
+            # The Java producer's abortTransaction after its failed send: a retry, not a fence.
+            assert await produce(b, TP0, pid, e, 2, "tt") == ErrorCode.INVALID_PRODUCER_EPOCH
+            assert await call(tc.handle_end_transaction_tv2, "tt", pid, e, False) == (ErrorCode.NONE, pid, e + 1)
+            # And a new instance fences an open transaction with a single bump too.
+            assert await call(tc.handle_add_partitions, "tt", pid, e + 1, {TP1}) == ErrorCode.NONE
+            err, _, _ = await call(tc.handle_init_producer_id, "tt", 60_000, None)
+            assert err == ErrorCode.CONCURRENT_TRANSACTIONS
+            await until(lambda: md(b, "tt").state == TxnState.COMPLETE_ABORT)
+            assert await call(tc.handle_init_producer_id, "tt", 60_000, None) == (ErrorCode.NONE, pid, e + 3)
+        finally:
+            await b.shutdown()
+    asyncio.run(go())
+
+
+def test_end_txn_v5_answers_the_next_epoch_only_at_transaction_version_2(tmp_path):
+    from rivulet.protocol.framing import RequestHeader
+    from rivulet.protocol.messages.end_txn_request import EndTxnRequest
+
+    async def end_txn(b: Broker, version: int, tid: str, pid: int, epoch: int, commit: bool):
+        resp = b.apis.handlers[26](RequestHeader(26, version, 1, "t"),
+                                   EndTxnRequest(transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                                                 committed=commit), None)
+        if isinstance(resp, asyncio.Future):
+            resp = await resp
+        return ErrorCode(resp.error_code), resp.producer_id, resp.producer_epoch
+
+    async def go():
+        b = await start(tmp_path)
+        try:
+            tc = b.transaction_coordinator
+            pid, e = await open_txn(b, "h0")
+            # transaction.version 0 (Rivulet's): v5 is v4 and names the producer unchanged.
+            assert await end_txn(b, 5, "h0", pid, e, True) == (ErrorCode.NONE, pid, e)
+            tc.state_manager.transaction_version = lambda: 2  # as with transaction.version 2 finalized
+            pid2, e2 = await open_txn(b, "h2")
+            assert await end_txn(b, 5, "h2", pid2, e2, True) == (ErrorCode.NONE, pid2, e2 + 1)
+            await until(lambda: md(b, "h2").state == TxnState.COMPLETE_COMMIT)
+            assert await end_txn(b, 5, "h2", pid2, e2, True) == (ErrorCode.NONE, pid2, e2 + 1)  # a retry
+            # v4 keeps the classic rules whatever the level (Kafka picks by the version).
+            assert await end_txn(b, 4, "h2", pid2, e2, True) == (ErrorCode.PRODUCER_FENCED, pid2, e2)
+        finally:
+            await b.shutdown()
+    asyncio.run(go())
+
+
+async def produce_adding(b: Broker, tp: TopicPartition, pid: int, epoch: int, seq: int, tid: str | None) -> ErrorCode:
+    """A Produce v12 of a transaction.version 2 producer: the partition joins implicitly."""
+    data = rec.encode_batch([rec.Record(0, None, None, b"x", [])], producer_id=pid, producer_epoch=epoch,
+                            base_sequence=seq, transactional=True)
+    res = b.replica_manager.append_records({tp: bytearray(data)}, required_acks=-1, timeout_ms=5000,
+                                           transactional_id=tid, add_partitions=True)
+    if isinstance(res, asyncio.Future):
+        res = await res
+    return ErrorCode(res[tp].error)
+
+
+def test_tv2_produce_adds_its_partition_to_the_transaction(tmp_path):
+    async def go():
+        b = await start(tmp_path)
+        try:
+            tc = b.transaction_coordinator
+            err, pid, e = await call(tc.handle_init_producer_id, "pa", 60_000, None)
+            # Without the add (Produce v11 and below) a partition not in the transaction is refused.
+            assert await produce(b, TP0, pid, e, 0, "pa") == ErrorCode.INVALID_TXN_STATE
+            assert await produce_adding(b, TP0, pid, e, 0, "pa") == ErrorCode.NONE
+            m = md(b, "pa")
+            assert (m.state, m.topic_partitions, m.client_transaction_version) == (TxnState.ONGOING, {TP0}, 2)
+            assert await produce_adding(b, TP0, pid, e, 1, "pa") == ErrorCode.NONE  # already in: no add
+            # The coordinator's errors, as a producer reads them.
+            assert await produce_adding(b, TP1, pid, e - 1, 0, "pa") == ErrorCode.INVALID_PRODUCER_EPOCH
+            assert await produce_adding(b, TP1, pid + 1, e, 0, "pa") == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+            assert await produce_adding(b, TP1, pid, e, 0, None) == ErrorCode.INVALID_TXN_STATE
+            assert await call(tc.handle_end_transaction_tv2, "pa", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
+            await until(lambda: md(b, "pa").state == TxnState.COMPLETE_COMMIT)
+            assert part(b, TP0).last_stable_offset == 3 and md(b, "pa").topic_partitions == set()
+            # While the commit is being decided, the next transaction's add waits (retriable).
+            tc.markers.add_txn_markers_to_send = lambda *a: None
+            assert await produce_adding(b, TP1, pid, e + 1, 0, "pa") == ErrorCode.NONE
+            assert await call(tc.handle_end_transaction_tv2, "pa", pid, e + 1, False) == (ErrorCode.NONE, pid, e + 2)
+            assert await produce_adding(b, TP0, pid, e + 2, 0, "pa") == ErrorCode.NOT_ENOUGH_REPLICAS
+        finally:
+            await b.shutdown()
+    asyncio.run(go())
+
+
+def test_produce_v12_adds_partitions_only_at_transaction_version_2(tmp_path):
+    from types import SimpleNamespace
+
+    from rivulet.protocol.framing import RequestHeader
+    from rivulet.protocol.messages import produce_request as prq
+    from rivulet.server.features import TRANSACTION_VERSION, FinalizedFeatures
+
+    async def produce_v12(b: Broker, tid: str, pid: int, epoch: int, seq: int) -> ErrorCode:
+        data = rec.encode_batch([rec.Record(0, None, None, b"x", [])], producer_id=pid, producer_epoch=epoch,
+                                base_sequence=seq, transactional=True)
+        req = prq.ProduceRequest(transactional_id=tid, acks=-1, timeout_ms=5000, topic_data=[prq.TopicProduceData(
+            name="t", partition_data=[prq.PartitionProduceData(index=0, records=bytearray(data))])])
+        conn = SimpleNamespace(request_size=len(data), user=None, throttle=lambda ms: None, principal=None,
+                               listener=SimpleNamespace(name="PLAINTEXT"))
+        resp = b.apis.handlers[0](RequestHeader(0, 12, 1, "p"), req, conn)
+        if isinstance(resp, asyncio.Future):
+            resp = await resp
+        return ErrorCode(resp.responses[0].partition_responses[0].error_code)
+
+    async def go():
+        b = await start(tmp_path)
+        try:
+            tc = b.transaction_coordinator
+            err, pid, e = await call(tc.handle_init_producer_id, "p12", 60_000, None)
+            # transaction.version 0 (Rivulet's): v12 is v11, the partition must have been added.
+            assert await produce_v12(b, "p12", pid, e, 0) == ErrorCode.INVALID_TXN_STATE
+            # As with transaction.version 2 supported and finalized.
+            b.features.supported[TRANSACTION_VERSION] = (0, 2)
+            b.features.set_finalized(FinalizedFeatures({TRANSACTION_VERSION: 2}, b.features.finalized.epoch + 1))
+            assert await produce_v12(b, "p12", pid, e, 0) == ErrorCode.NONE
+            assert (md(b, "p12").topic_partitions, md(b, "p12").client_transaction_version) == ({TP0}, 2)
+        finally:
+            await b.shutdown()
+    asyncio.run(go())

@@ -15,6 +15,7 @@ from rivulet.transaction import txn_log
 from rivulet.transaction.metadata import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
+    SHORT_MAX,
     IllegalTxnStateError,
     TransactionMetadata,
     TxnState,
@@ -148,3 +149,109 @@ def test_producer_id_block_that_cannot_be_recorded_answers_coordinator_load_in_p
     assert e.value.code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS and "No space left" in e.value.message
     monkeypatch.setattr(pim, "write_atomic", real)
     assert m.generate_producer_id() == 0  # the block was never handed out, so it is still free
+
+
+# -- transaction.version 2 (dormant: only transitions prepared with client version 2) ----------------
+
+def ongoing(epoch: int, pid: int = 100) -> TransactionMetadata:
+    md = TransactionMetadata("tx", pid, NO_PRODUCER_ID, epoch, NO_PRODUCER_EPOCH, 60_000, S.ONGOING,
+                             {TP("a", 0)}, 5, 5)
+    return md
+
+
+def end(md: TransactionMetadata, state: TxnState, now: int, **tv2) -> None:
+    """PrepareX then CompleteX, as the coordinator and the marker writer do."""
+    md.complete_transition_to(md.prepare_abort_or_commit(state, now, **tv2))
+    done = md.prepare_complete(now + 1)
+    for tp in list(md.topic_partitions):
+        md.remove_partition(tp)
+    md.complete_transition_to(done)
+
+
+def test_tv2_commit_bumps_the_epoch_and_remembers_the_old_one():
+    md = ongoing(epoch=7)
+    t = md.prepare_abort_or_commit(S.PREPARE_COMMIT, 9, client_transaction_version=2)
+    assert (t.producer_id, t.producer_epoch, t.last_producer_epoch, t.client_transaction_version) == (100, 8, 7, 2)
+    md.complete_transition_to(t)
+    assert (md.state, md.producer_epoch, md.last_producer_epoch, md.client_transaction_version) == \
+        (S.PREPARE_COMMIT, 8, 7, 2)
+    done = md.prepare_complete(10)
+    assert (done.producer_id, done.producer_epoch, done.last_producer_epoch) == (100, 8, 7)
+    md.remove_partition(TP("a", 0))
+    md.complete_transition_to(done)
+    assert (md.state, md.producer_id, md.producer_epoch, md.last_producer_id) == (S.COMPLETE_COMMIT, 100, 8, 100)
+    # The next transaction runs at the bumped epoch; a TV0 commit of it leaves the epoch alone.
+    md.complete_transition_to(md.prepare_add_partitions({TP("a", 1)}, 11, client_transaction_version=2))
+    assert md.client_transaction_version == 2
+    end(md, S.PREPARE_COMMIT, 12)
+    assert (md.producer_epoch, md.client_transaction_version) == (8, 0)
+
+
+def test_tv2_exhausted_epoch_moves_to_the_next_producer_id_on_completion():
+    md = ongoing(epoch=SHORT_MAX - 1)
+    t = md.prepare_abort_or_commit(S.PREPARE_COMMIT, 9, client_transaction_version=2, next_producer_id=200)
+    assert (t.producer_epoch, t.next_producer_id) == (SHORT_MAX, 200)
+    md.complete_transition_to(t)
+    assert (md.producer_id, md.producer_epoch, md.next_producer_id) == (100, SHORT_MAX, 200)
+    done = md.prepare_complete(10)
+    # The client saw MAX-1 last: that stays the last epoch of the new id at epoch 0.
+    assert (done.producer_id, done.producer_epoch, done.last_producer_epoch, done.last_producer_id,
+            done.next_producer_id) == (200, 0, SHORT_MAX - 1, 100, NO_PRODUCER_ID)
+    md.remove_partition(TP("a", 0))
+    md.complete_transition_to(done)
+    assert (md.producer_id, md.producer_epoch, md.last_producer_id, md.next_producer_id) == \
+        (200, 0, 100, NO_PRODUCER_ID)
+
+
+def test_tv2_abort_at_short_max_is_not_bumped():
+    md = ongoing(epoch=SHORT_MAX)
+    t = md.prepare_abort_or_commit(S.PREPARE_ABORT, 9, client_transaction_version=2)
+    assert (t.producer_epoch, t.last_producer_epoch) == (SHORT_MAX, SHORT_MAX)
+    md.complete_transition_to(t)
+
+
+@pytest.mark.parametrize("state", [S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT])
+def test_tv2_abort_with_nothing_open_starts_its_transaction_now(state):
+    md = fresh(epoch=3)
+    md.state = state
+    md.txn_start_timestamp = -1 if state == S.EMPTY else 4
+    with pytest.raises(IllegalTxnStateError):
+        md.prepare_abort_or_commit(S.PREPARE_ABORT, 9)  # TV0/TV1 refuse it, as before
+    t = md.prepare_abort_or_commit(S.PREPARE_ABORT, 9, client_transaction_version=2, no_partition_added=True)
+    assert (t.txn_start_timestamp, t.producer_epoch, t.topic_partitions) == (9, 4, frozenset())
+    md.complete_transition_to(t)
+    done = md.prepare_complete(10)
+    md.complete_transition_to(done)
+    assert (md.state, md.producer_epoch, md.txn_start_timestamp) == (S.COMPLETE_ABORT, 4, 9)
+    md2 = fresh(epoch=3)
+    md2.state = state
+    with pytest.raises(IllegalTxnStateError):
+        md2.prepare_abort_or_commit(S.PREPARE_COMMIT, 9, client_transaction_version=2, no_partition_added=True)
+
+
+def test_tv2_completion_refuses_unexpected_metadata():
+    md = ongoing(epoch=7)
+    t = md.prepare_abort_or_commit(S.PREPARE_COMMIT, 9, client_transaction_version=2)
+    md.producer_epoch = 6  # the bump no longer starts from the current epoch
+    with pytest.raises(IllegalTxnStateError):
+        md.complete_transition_to(t)
+    md = ongoing(epoch=SHORT_MAX - 1)
+    md.complete_transition_to(md.prepare_abort_or_commit(S.PREPARE_ABORT, 9, client_transaction_version=2,
+                                                         next_producer_id=200))
+    done = md.prepare_complete(10)
+    md.producer_id = 101  # the rotation does not start from the current id
+    with pytest.raises(IllegalTxnStateError):
+        md.complete_transition_to(done)
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_tv2_fields_in_log_values(version):
+    md = ongoing(epoch=SHORT_MAX - 1)
+    t = md.prepare_abort_or_commit(S.PREPARE_ABORT, 9, client_transaction_version=2, next_producer_id=200)
+    value = txn_log.value_to_bytes(t, version)
+    assert struct.unpack_from(">h", value)[0] == version
+    back = txn_log.read_value("tx", value)
+    assert (back.producer_id, back.producer_epoch, back.state) == (100, SHORT_MAX, S.PREPARE_ABORT)
+    expected = (100, 200, 2) if version == 1 else (NO_PRODUCER_ID, NO_PRODUCER_ID, 0)
+    assert (back.last_producer_id, back.next_producer_id, back.client_transaction_version) == expected
+    assert txn_log.value_version_for(0) == 0 and txn_log.value_version_for(1) == 1 == txn_log.value_version_for(2)

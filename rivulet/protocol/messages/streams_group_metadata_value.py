@@ -20,6 +20,6 @@ class StreamsGroupMetadataValue(Struct):
         F('epoch', 'int32', False, (0, 32767), (1, 0), None, None, 0, None, None),
         F('metadata_hash', 'int64', False, (0, 32767), (1, 0), None, None, 0, None, None),
         F('validated_topology_epoch', 'int32', False, (0, 32767), (1, 0), (0, 32767), 0, -1, None, None),
-        F('last_assignment_configs', 'struct', True, (1, 0), (0, 32767), (0, 32767), 1, [], LastAssignmentConfig, None),
+        F('last_assignment_configs', 'struct', True, (0, 32767), (0, 32767), (0, 32767), 1, [], LastAssignmentConfig, None),
     )
 

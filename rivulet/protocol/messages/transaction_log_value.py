@@ -18,15 +18,15 @@ class TransactionLogValue(Struct):
     FLEXIBLE_VERSIONS = (1, 32767)
     FIELDS = (
         F('producer_id', 'int64', False, (0, 32767), (1, 0), None, None, 0, None, None),
-        F('previous_producer_id', 'int64', False, (1, 0), (1, 0), (1, 32767), 0, -1, None, None),
-        F('next_producer_id', 'int64', False, (1, 0), (1, 0), (1, 32767), 1, -1, None, None),
+        F('previous_producer_id', 'int64', False, (1, 32767), (1, 0), (1, 32767), 0, -1, None, None),
+        F('next_producer_id', 'int64', False, (1, 32767), (1, 0), (1, 32767), 1, -1, None, None),
         F('producer_epoch', 'int16', False, (0, 32767), (1, 0), None, None, 0, None, None),
-        F('next_producer_epoch', 'int16', False, (1, 0), (1, 0), (1, 32767), 3, -1, None, None),
+        F('next_producer_epoch', 'int16', False, (1, 32767), (1, 0), (1, 32767), 3, -1, None, None),
         F('transaction_timeout_ms', 'int32', False, (0, 32767), (1, 0), None, None, 0, None, None),
         F('transaction_status', 'int8', False, (0, 32767), (1, 0), None, None, 0, None, None),
         F('transaction_partitions', 'struct', True, (0, 32767), (0, 32767), None, None, [], PartitionsSchema, None),
         F('transaction_last_update_timestamp_ms', 'int64', False, (0, 32767), (1, 0), None, None, 0, None, None),
         F('transaction_start_timestamp_ms', 'int64', False, (0, 32767), (1, 0), None, None, 0, None, None),
-        F('client_transaction_version', 'int16', False, (1, 0), (1, 0), (1, 32767), 2, 0, None, None),
+        F('client_transaction_version', 'int16', False, (1, 32767), (1, 0), (1, 32767), 2, 0, None, None),
     )
 

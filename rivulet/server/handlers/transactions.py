@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from rivulet.common.cluster import ConfigValues, MetadataView
-from rivulet.common.types import TopicPartition
+from rivulet.common.types import TV_EPOCH_BUMP, TopicPartition
 from rivulet.coordinator.group_coordinator import GroupCoordinator
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.framing import RequestHeader
@@ -156,8 +156,11 @@ class TransactionHandlers:
         if verify_only:
             done(self.coordinator.handle_verify_partitions(tid, pid, epoch, ok))
             return
+        # v4+ comes from a leader adding a partition for a Produce or TxnOffsetCommit of a
+        # transaction.version 2 producer (Kafka's transactionVersionForAddPartitionsToTxn).
         self.coordinator.handle_add_partitions(tid, pid, epoch, ok,
-                                     lambda err: done({tp: _fenced_for(version, 2, err) for tp in ok}))
+                                               lambda err: done({tp: _fenced_for(version, 2, err) for tp in ok}),
+                                               client_transaction_version=TV_EPOCH_BUMP if version >= 4 else 0)
 
     def handle_add_partitions_to_txn(
         self, header: RequestHeader, req: AddPartitionsToTxnRequest, conn: KafkaConnection
@@ -226,9 +229,15 @@ class TransactionHandlers:
         v = header.api_version
         if not self.authz.transactional_id(conn, Op.WRITE, req.transactional_id):
             return etr.EndTxnResponse(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        if v >= 5 and self.coordinator.transaction_version() >= TV_EPOCH_BUMP:
+            # KIP-890 part 2: the epoch goes up at every EndTxn; the answer names the producer's next.
+            return _respond(lambda cb: self.coordinator.handle_end_transaction_tv2(
+                req.transactional_id, req.producer_id, req.producer_epoch, req.committed,
+                lambda err, pid, epoch: cb(etr.EndTxnResponse(throttle_time_ms=0, error_code=err, producer_id=pid,
+                                                              producer_epoch=epoch))))
         return _respond(lambda cb: self.coordinator.handle_end_transaction(
             req.transactional_id, req.producer_id, req.producer_epoch, req.committed,
-            # v5 (transaction.version 2, not finalised here) also names the producer, unchanged.
+            # v5 below transaction.version 2 (not finalized here yet) names the producer, unchanged.
             lambda err: cb(etr.EndTxnResponse(throttle_time_ms=0, error_code=_fenced_for(v, 2, err),
                                               producer_id=req.producer_id, producer_epoch=req.producer_epoch))))
 
@@ -271,8 +280,10 @@ class TransactionHandlers:
             finish()
         for i, m in enumerate(req.markers):
             tps = [TopicPartition(t.name, p) for t in m.topics for p in t.partition_indexes]
+            # v2 names the transaction's version (KIP-1228), by which the marker's epoch is checked.
             result = rm.append_txn_markers(m.producer_id, m.producer_epoch, m.coordinator_epoch, m.transaction_result,
-                                           tps, timeout_ms=30_000)
+                                           tps, timeout_ms=30_000,
+                                           transaction_version=m.transaction_version if header.api_version >= 2 else 0)
 
             def convert(res: dict) -> dict[TopicPartition, ErrorCode]:
                 return {tp: ErrorCode(r.error) for tp, r in res.items()}
