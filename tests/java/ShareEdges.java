@@ -159,6 +159,47 @@ public class ShareEdges {
         return new KafkaShareConsumer<>(props);
     }
 
+    /** A fresh one-partition topic holding records 0 to records - 1, which the group reads from the start. */
+    static void filled(int records) throws Exception {
+        create(topic(), 1);
+        groupConfig(group(), "share.auto.offset.reset", "earliest");
+        produce(topic(), 0, records);
+    }
+
+    /** A consumer of the group (settings in key, value pairs) that reports its commits, subscribed to the topic. */
+    static KafkaShareConsumer<String, String> subscribed(String... kv) {
+        KafkaShareConsumer<String, String> c = consumer(group(), kv);
+        callback(c);
+        c.subscribe(List.of(topic()));
+        return c;
+    }
+
+    /** Polls until {@code want} records came or 20 s passed; says how many came and the most in one poll. */
+    static void sayBatches(KafkaShareConsumer<String, String> c, int want, String label) {
+        int total = 0, biggest = 0;
+        long end = System.currentTimeMillis() + 20000;
+        while (total < want && System.currentTimeMillis() < end) {
+            int n = c.poll(Duration.ofMillis(500)).count();
+            total += n;
+            biggest = Math.max(biggest, n);
+        }
+        say(label + "total " + total + " biggest " + biggest);
+    }
+
+    /** Records v0 to v{@code records - 1}, all with key k, sent together so that they make one batch. */
+    static void produceOneBatch(int records) throws Exception {
+        Properties p = new Properties();
+        p.put("bootstrap.servers", bootstrap);
+        p.put("key.serializer", StringSerializer.class.getName());
+        p.put("value.serializer", StringSerializer.class.getName());
+        p.put("linger.ms", "1000");
+        try (KafkaProducer<String, String> producer = new KafkaProducer<>(p)) {
+            for (int i = 0; i < records; i++) {
+                producer.send(new ProducerRecord<>(topic(), 0, "k", "v" + i));
+            }
+        }
+    }
+
     static void callback(KafkaShareConsumer<String, String> c) {
         c.setAcknowledgementCommitCallback((offsets, exception) -> {
             StringBuilder line = new StringBuilder("callback ");
@@ -217,12 +258,8 @@ public class ShareEdges {
     }
 
     static void implicit() throws Exception {
-        create(topic(), 1);
-        groupConfig(group(), "share.auto.offset.reset", "earliest");
-        produce(topic(), 0, 3);
-        try (KafkaShareConsumer<String, String> c = consumer(group())) {
-            callback(c);
-            c.subscribe(List.of(topic()));
+        filled(3);
+        try (KafkaShareConsumer<String, String> c = subscribed()) {
             pollFor(c, 3, 20000);
             commit(c);
             say("again " + c.poll(Duration.ofMillis(1000)).count());
@@ -231,12 +268,8 @@ public class ShareEdges {
     }
 
     static void explicit() throws Exception {
-        create(topic(), 1);
-        groupConfig(group(), "share.auto.offset.reset", "earliest");
-        produce(topic(), 0, 3);
-        try (KafkaShareConsumer<String, String> c = consumer(group(), "share.acknowledgement.mode", "explicit")) {
-            callback(c);
-            c.subscribe(List.of(topic()));
+        filled(3);
+        try (KafkaShareConsumer<String, String> c = subscribed("share.acknowledgement.mode", "explicit")) {
             List<ConsumerRecord<String, String>> rs = pollFor(c, 3, 20000);
             c.acknowledge(rs.get(0), AcknowledgeType.ACCEPT);
             c.acknowledge(rs.get(1), AcknowledgeType.RELEASE);
@@ -253,12 +286,8 @@ public class ShareEdges {
     }
 
     static void misuse() throws Exception {
-        create(topic(), 1);
-        groupConfig(group(), "share.auto.offset.reset", "earliest");
-        produce(topic(), 0, 2);
-        try (KafkaShareConsumer<String, String> c = consumer(group(), "share.acknowledgement.mode", "explicit")) {
-            callback(c);
-            c.subscribe(List.of(topic()));
+        filled(2);
+        try (KafkaShareConsumer<String, String> c = subscribed("share.acknowledgement.mode", "explicit")) {
             List<ConsumerRecord<String, String>> rs = pollFor(c, 2, 20000);
             tryRun("ack-first", () -> c.acknowledge(rs.get(0), AcknowledgeType.ACCEPT));
             tryRun("ack-twice", () -> c.acknowledge(rs.get(0), AcknowledgeType.ACCEPT));
@@ -282,12 +311,8 @@ public class ShareEdges {
     }
 
     static void unacked() throws Exception {
-        create(topic(), 1);
-        groupConfig(group(), "share.auto.offset.reset", "earliest");
-        produce(topic(), 0, 2);
-        try (KafkaShareConsumer<String, String> c = consumer(group(), "share.acknowledgement.mode", "explicit")) {
-            callback(c);
-            c.subscribe(List.of(topic()));
+        filled(2);
+        try (KafkaShareConsumer<String, String> c = subscribed("share.acknowledgement.mode", "explicit")) {
             List<ConsumerRecord<String, String>> rs = pollFor(c, 2, 20000);
             c.acknowledge(rs.get(0), AcknowledgeType.ACCEPT);
             tryRun("poll-with-unacked", () -> c.poll(Duration.ofMillis(500)));
@@ -302,9 +327,7 @@ public class ShareEdges {
         groupConfig(group(), "share.auto.offset.reset", "earliest", "share.delivery.count.limit", "2");
         produce(topic(), 0, 1);
         produce(topic(), 1, 2);
-        try (KafkaShareConsumer<String, String> c = consumer(group(), "share.acknowledgement.mode", "explicit")) {
-            callback(c);
-            c.subscribe(List.of(topic()));
+        try (KafkaShareConsumer<String, String> c = subscribed("share.acknowledgement.mode", "explicit")) {
             for (int round = 0; round < 3; round++) {
                 List<ConsumerRecord<String, String>> rs = pollSome(c, 8000);
                 say("round " + round + " " + rs.size());
@@ -323,9 +346,7 @@ public class ShareEdges {
         create(topic(), 1);
         groupConfig(group(), "share.auto.offset.reset", "earliest", "share.record.lock.duration.ms", "2000");
         produce(topic(), 0, 2);
-        try (KafkaShareConsumer<String, String> c = consumer(group(), "share.acknowledgement.mode", "explicit")) {
-            callback(c);
-            c.subscribe(List.of(topic()));
+        try (KafkaShareConsumer<String, String> c = subscribed("share.acknowledgement.mode", "explicit")) {
             List<ConsumerRecord<String, String>> rs = pollFor(c, 2, 20000);
             say("acquisitionLockTimeoutMs " + c.acquisitionLockTimeoutMs());
             Thread.sleep(4000);
@@ -344,9 +365,7 @@ public class ShareEdges {
         create(topic(), 1);
         groupConfig(group(), "share.auto.offset.reset", "earliest", "share.record.lock.duration.ms", "3000");
         produce(topic(), 0, 2);
-        try (KafkaShareConsumer<String, String> c = consumer(group(), "share.acknowledgement.mode", "explicit")) {
-            callback(c);
-            c.subscribe(List.of(topic()));
+        try (KafkaShareConsumer<String, String> c = subscribed("share.acknowledgement.mode", "explicit")) {
             List<ConsumerRecord<String, String>> rs = pollFor(c, 2, 20000);
             Thread.sleep(1500);
             c.acknowledge(rs.get(0), AcknowledgeType.RENEW);
@@ -367,9 +386,7 @@ public class ShareEdges {
     static void latest() throws Exception {
         create(topic(), 1);
         produce(topic(), 0, 2);
-        try (KafkaShareConsumer<String, String> c = consumer(group())) {
-            callback(c);
-            c.subscribe(List.of(topic()));
+        try (KafkaShareConsumer<String, String> c = subscribed()) {
             int early = 0;
             for (int i = 0; i < 8; i++) {
                 early += c.poll(Duration.ofMillis(500)).count();
@@ -437,19 +454,10 @@ public class ShareEdges {
     }
 
     static void maxpoll() throws Exception {
-        create(topic(), 1);
-        groupConfig(group(), "share.auto.offset.reset", "earliest");
-        produce(topic(), 0, 5);
+        filled(5);
         try (KafkaShareConsumer<String, String> c = consumer(group(), "max.poll.records", "2")) {
             c.subscribe(List.of(topic()));
-            int total = 0, biggest = 0;
-            long end = System.currentTimeMillis() + 20000;
-            while (total < 5 && System.currentTimeMillis() < end) {
-                int n = c.poll(Duration.ofMillis(500)).count();
-                total += n;
-                biggest = Math.max(biggest, n);
-            }
-            say("total " + total + " biggest " + biggest);
+            sayBatches(c, 5, "");
         }
     }
 
@@ -464,12 +472,8 @@ public class ShareEdges {
     }
 
     static void closePending() throws Exception {
-        create(topic(), 1);
-        groupConfig(group(), "share.auto.offset.reset", "earliest");
-        produce(topic(), 0, 3);
-        try (KafkaShareConsumer<String, String> c = consumer(group(), "share.acknowledgement.mode", "explicit")) {
-            callback(c);
-            c.subscribe(List.of(topic()));
+        filled(3);
+        try (KafkaShareConsumer<String, String> c = subscribed("share.acknowledgement.mode", "explicit")) {
             List<ConsumerRecord<String, String>> rs = pollFor(c, 3, 20000);
             c.acknowledge(rs.get(0), AcknowledgeType.ACCEPT);
             c.acknowledge(rs.get(1), AcknowledgeType.REJECT);
@@ -484,12 +488,8 @@ public class ShareEdges {
     }
 
     static void async() throws Exception {
-        create(topic(), 1);
-        groupConfig(group(), "share.auto.offset.reset", "earliest");
-        produce(topic(), 0, 2);
-        try (KafkaShareConsumer<String, String> c = consumer(group(), "share.acknowledgement.mode", "explicit")) {
-            callback(c);
-            c.subscribe(List.of(topic()));
+        filled(2);
+        try (KafkaShareConsumer<String, String> c = subscribed("share.acknowledgement.mode", "explicit")) {
             List<ConsumerRecord<String, String>> rs = pollFor(c, 2, 20000);
             c.acknowledge(rs.get(0), AcknowledgeType.ACCEPT);
             c.acknowledge(rs.get(1), AcknowledgeType.RELEASE);
@@ -582,9 +582,7 @@ public class ShareEdges {
     }
 
     static void deleted() throws Exception {
-        create(topic(), 1);
-        groupConfig(group(), "share.auto.offset.reset", "earliest");
-        produce(topic(), 0, 2);
+        filled(2);
         try (KafkaShareConsumer<String, String> c = consumer(group())) {
             c.subscribe(List.of(topic()));
             pollFor(c, 2, 20000);
@@ -652,20 +650,9 @@ public class ShareEdges {
     static void acquire() throws Exception {
         create(topic(), 1);
         groupConfig(group(), "share.auto.offset.reset", "earliest");
-        Properties p = new Properties();
-        p.put("bootstrap.servers", bootstrap);
-        p.put("key.serializer", StringSerializer.class.getName());
-        p.put("value.serializer", StringSerializer.class.getName());
-        p.put("linger.ms", "1000");
-        try (KafkaProducer<String, String> producer = new KafkaProducer<>(p)) {
-            for (int i = 0; i < 6; i++) {
-                producer.send(new ProducerRecord<>(topic(), 0, "k", "v" + i));
-            }
-        }
-        try (KafkaShareConsumer<String, String> c = consumer(group(), "share.acquire.mode", "record_limit",
-                                                             "max.poll.records", "2", "share.acknowledgement.mode", "explicit")) {
-            callback(c);
-            c.subscribe(List.of(topic()));
+        produceOneBatch(6);
+        try (KafkaShareConsumer<String, String> c = subscribed("share.acquire.mode", "record_limit", "max.poll.records", "2",
+                                                                 "share.acknowledgement.mode", "explicit")) {
             List<ConsumerRecord<String, String>> rs = pollSome(c, 20000);
             say("first-poll " + rs.size());
             for (ConsumerRecord<String, String> r : rs) {
@@ -681,14 +668,7 @@ public class ShareEdges {
         try (KafkaShareConsumer<String, String> c = consumer(group() + "-batch", "max.poll.records", "2")) {
             groupConfig(group() + "-batch", "share.auto.offset.reset", "earliest");
             c.subscribe(List.of(topic()));
-            int total = 0, biggest = 0;
-            long end = System.currentTimeMillis() + 20000;
-            while (total < 6 && System.currentTimeMillis() < end) {
-                int n = c.poll(Duration.ofMillis(500)).count();
-                total += n;
-                biggest = Math.max(biggest, n);
-            }
-            say("batch-mode total " + total + " biggest " + biggest);
+            sayBatches(c, 6, "batch-mode ");
         }
     }
 
@@ -719,9 +699,7 @@ public class ShareEdges {
         create(topic(), 1);
         groupConfig(group(), "share.auto.offset.reset", "earliest", "share.record.lock.duration.ms", "1500");
         produce(topic(), 0, 2);
-        try (KafkaShareConsumer<String, String> c = consumer(group())) {
-            callback(c);
-            c.subscribe(List.of(topic()));
+        try (KafkaShareConsumer<String, String> c = subscribed()) {
             pollFor(c, 2, 20000);
             Thread.sleep(3000);
             // the implicit acknowledgement of the first poll goes with this one, too late
@@ -733,20 +711,9 @@ public class ShareEdges {
     static void partial() throws Exception {
         create(topic(), 1);
         groupConfig(group(), "share.auto.offset.reset", "earliest");
-        Properties p = new Properties();
-        p.put("bootstrap.servers", bootstrap);
-        p.put("key.serializer", StringSerializer.class.getName());
-        p.put("value.serializer", StringSerializer.class.getName());
-        p.put("linger.ms", "1000");
-        try (KafkaProducer<String, String> producer = new KafkaProducer<>(p)) {
-            for (int i = 0; i < 5; i++) {
-                producer.send(new ProducerRecord<>(topic(), 0, "k", "v" + i));
-            }
-        }
-        try (KafkaShareConsumer<String, String> c = consumer(group(), "max.poll.records", "2",
-                                                             "share.acknowledgement.mode", "explicit")) {
-            callback(c);
-            c.subscribe(List.of(topic()));
+        produceOneBatch(5);
+        try (KafkaShareConsumer<String, String> c = subscribed("max.poll.records", "2",
+                                                                 "share.acknowledgement.mode", "explicit")) {
             for (int round = 0; round < 4; round++) {
                 List<ConsumerRecord<String, String>> rs = pollSome(c, 5000);
                 say("round " + round + " " + rs.size());
@@ -763,9 +730,7 @@ public class ShareEdges {
         groupConfig(group(), "share.auto.offset.reset", "earliest", "share.record.lock.duration.ms", "1000",
                     "share.delivery.count.limit", "2");
         produce(topic(), 0, 1);
-        try (KafkaShareConsumer<String, String> c = consumer(group(), "share.acknowledgement.mode", "explicit")) {
-            callback(c);
-            c.subscribe(List.of(topic()));
+        try (KafkaShareConsumer<String, String> c = subscribed("share.acknowledgement.mode", "explicit")) {
             List<ConsumerRecord<String, String>> rs = pollSome(c, 20000);
             Thread.sleep(2500);
             for (ConsumerRecord<String, String> r : rs) {
@@ -784,9 +749,7 @@ public class ShareEdges {
     }
 
     static void reuse() throws Exception {
-        create(topic(), 1);
-        groupConfig(group(), "share.auto.offset.reset", "earliest");
-        produce(topic(), 0, 2);
+        filled(2);
         try (KafkaShareConsumer<String, String> c = consumer(group())) {
             c.subscribe(List.of(topic()));
             pollFor(c, 2, 20000);
@@ -826,9 +789,7 @@ public class ShareEdges {
         create(topic(), 1);
         groupConfig(group(), "share.auto.offset.reset", "earliest", "share.renew.acknowledge.enable", "false");
         produce(topic(), 0, 1);
-        try (KafkaShareConsumer<String, String> c = consumer(group(), "share.acknowledgement.mode", "explicit")) {
-            callback(c);
-            c.subscribe(List.of(topic()));
+        try (KafkaShareConsumer<String, String> c = subscribed("share.acknowledgement.mode", "explicit")) {
             List<ConsumerRecord<String, String>> rs = pollSome(c, 20000);
             tryRun("renew", () -> c.acknowledge(rs.get(0), AcknowledgeType.RENEW));
             tryRun("commit", () -> commit(c));
