@@ -544,3 +544,93 @@ def test_produce_v12_adds_partitions_only_at_transaction_version_2(tmp_path):
         finally:
             await b.shutdown()
     asyncio.run(go())
+
+
+class _NoLocalCoordinator:
+    """The verifier's ``local``: its node (99) coordinates no transactional id here."""
+
+    def verify_produce(self, transactional_id, producer_id, producer_epoch, tp) -> ErrorCode:
+        raise AssertionError("asked the local coordinator")
+
+    def add_partition(self, transactional_id, producer_id, producer_epoch, tp, callback) -> None:
+        raise AssertionError("asked the local coordinator")
+
+
+def test_cluster_verifier_add_asks_the_remote_coordinator_to_add(tmp_path):
+    """Cluster mode's implicit add (Produce v12): node 99's verifier sends the in-process broker,
+    the coordinator of every transactional id, AddPartitionsToTxn v5 without verify_only; the
+    coordinator's errors come back as they are and the replica manager maps them for a producer."""
+    from rivulet.replication.link import BrokerLinks
+    from rivulet.replication.metadata_cache import (
+        BrokerEndpoint, LiveBroker, MetadataCache, MetadataUpdate, PartitionMetadata)
+    from rivulet.replication.replica_manager import ReplicaManager
+    from rivulet.transaction.remote_verifier import ClusterTxnVerifier
+
+    class RecordingLinks(BrokerLinks):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.sent: list[tuple[object, int | None]] = []
+
+        async def send(self, broker_id, request, max_version=None, endpoint=None):
+            self.sent.append((request, max_version))
+            return await super().send(broker_id, request, max_version, endpoint)
+
+    def mapped(err: ErrorCode) -> ErrorCode:
+        failure = ReplicaManager._verification_failure(TP1, err)
+        return ErrorCode.NONE if failure is None else failure.code
+
+    async def go():
+        b = await start(tmp_path)
+        try:
+            node = b.node
+            cache = MetadataCache(node_id=99)
+            cache.update(MetadataUpdate(
+                controller_id=node.node_id, controller_epoch=1,
+                live_brokers=[LiveBroker(node.node_id, (BrokerEndpoint("PLAINTEXT", node.host, node.port),))],
+                partitions={TopicPartition(TRANSACTION_STATE_TOPIC_NAME, p): PartitionMetadata(node.node_id, 0, [], [])
+                            for p in range(3)},
+                topic_ids={}))
+            links = RecordingLinks("txn-verify", 99, cache, "PLAINTEXT", request_timeout_ms=10_000)
+            verifier = ClusterTxnVerifier(links, _NoLocalCoordinator())
+            tc = b.transaction_coordinator
+            try:
+                err, pid, e = await call(tc.handle_init_producer_id, "ca", 60_000, None)
+                assert await verifier.add("ca", pid, e, TP0) == ErrorCode.NONE
+                (req, max_version), = links.sent
+                assert max_version == 5
+                (t,) = req.transactions
+                assert (t.transactional_id, t.producer_id, t.producer_epoch, t.verify_only) == ("ca", pid, e, False)
+                assert [(x.name, list(x.partitions)) for x in t.topics] == [("t", [0])]
+                m = md(b, "ca")
+                assert (m.state, m.topic_partitions, m.client_transaction_version) == (TxnState.ONGOING, {TP0}, 2)
+                # The same partition again: in already (a verify agrees).
+                assert await verifier.add("ca", pid, e, TP0) == ErrorCode.NONE
+                assert await verifier.verify("ca", pid, e, TP0) == ErrorCode.NONE
+                assert links.sent[-1][0].transactions[0].verify_only is True
+                # The coordinator's refusals, raw, then as the producer reads them.
+                assert await verifier.add("ca", pid, e - 1, TP1) == ErrorCode.PRODUCER_FENCED
+                assert mapped(ErrorCode.PRODUCER_FENCED) == ErrorCode.INVALID_PRODUCER_EPOCH
+                assert await verifier.add("ca", pid + 1, e, TP1) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+                assert mapped(ErrorCode.INVALID_PRODUCER_ID_MAPPING) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+                assert await verifier.add("nobody", pid, e, TP1) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+                tc.markers.add_txn_markers_to_send = lambda *a: None  # the commit stays prepared
+                assert await call(tc.handle_end_transaction_tv2, "ca", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
+                assert await verifier.add("ca", pid, e + 1, TP1) == ErrorCode.CONCURRENT_TRANSACTIONS
+                assert mapped(ErrorCode.CONCURRENT_TRANSACTIONS) == ErrorCode.NOT_ENOUGH_REPLICAS  # retriable
+                n = len(links.sent)
+                # Answered without a request: no transactional id, no coordinator known or reachable.
+                assert await verifier.add(None, pid, e, TP1) == ErrorCode.INVALID_TXN_STATE
+                assert await ClusterTxnVerifier(BrokerLinks("x", 99, MetadataCache(node_id=99), "PLAINTEXT"),
+                                                _NoLocalCoordinator()).add("ca", pid, e, TP1) == \
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE
+                assert mapped(ErrorCode.COORDINATOR_NOT_AVAILABLE) == ErrorCode.NOT_ENOUGH_REPLICAS
+                assert len(links.sent) == n
+                # transaction.partition.verification.enable=false turns verify off, never the add.
+                off = ClusterTxnVerifier(links, _NoLocalCoordinator(), verification_enabled=False)
+                assert await off.verify("ca", pid, e - 5, TP1) == ErrorCode.NONE
+                assert await off.add("ca", pid, e - 5, TP1) == ErrorCode.PRODUCER_FENCED
+            finally:
+                await links.close()
+        finally:
+            await b.shutdown()
+    asyncio.run(go())
