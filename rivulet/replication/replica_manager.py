@@ -23,7 +23,7 @@ from typing import Callable, Iterable, Protocol
 from rivulet.common.file_region import FileRegion
 from rivulet.common.promise import Promise
 from rivulet.common.time import SYSTEM_CLOCK, Clock
-from rivulet.common.types import TopicPartition
+from rivulet.common.types import TV_EPOCH_BUMP, TopicPartition
 from rivulet.delayed import DelayedOperation, DelayedOperationPurgatory, Timer
 from rivulet.protocol import records as rec
 from rivulet.protocol.accel import speedups
@@ -692,6 +692,9 @@ class ReplicaManager:
         batch that would open the transaction on a partition has the coordinator add the
         partition first (KIP-890 part 2) instead of only checking it; on one node as in a cluster.
 
+        ``transaction_version``: the markers' (WriteTxnMarkers v2), or 2 for client batches whose
+        partitions the coordinator has just added (``_append_after``).
+
         ``origin`` defaults to COORDINATOR for ``internal`` appends, CLIENT otherwise;
         ``in_turn``: the producers' earlier requests here have appended (``_append_in_turn``)."""
         if origin is None:
@@ -883,8 +886,11 @@ class ReplicaManager:
                     if failure is not None:
                         refused[tp] = ProduceResult(error=failure.code, message=failure.message)
             rest = {tp: data for tp, data in entries.items() if tp not in refused}
+            # Added for a transaction.version 2 producer: its first sequence on a partition that
+            # keeps no state of it must be 0 (the producer state's check).
             result = self.append_records(rest, required_acks=required_acks, timeout_ms=timeout_ms,
-                                         transactional_id=transactional_id, in_turn=True)
+                                         transactional_id=transactional_id, in_turn=True,
+                                         transaction_version=TV_EPOCH_BUMP if add_partitions and to_verify else 0)
         finally:
             # Appended (or refused): the producers' next requests may go, without waiting for acks.
             turn.set_result(None)

@@ -730,7 +730,8 @@ class Log:
         decides how strictly) and may raise OUT_OF_ORDER_SEQUENCE_NUMBER,
         INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE or TRANSACTION_COORDINATOR_FENCED. A
         retried batch appends nothing: the result carries its original offsets and
-        ``duplicate``. ``transaction_version``: of the markers among them (KIP-1228's check).
+        ``duplicate``. ``transaction_version``: of the markers among them (KIP-1228's check); for
+        client data, 2 when the coordinator has just added the partitions for a TV2 producer.
         """
         if not headers:
             return self._empty_append_info()

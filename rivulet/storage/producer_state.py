@@ -261,8 +261,17 @@ class ProducerAppendInfo:
                 # the client can abort the transaction and carry on.
                 raise ApiError(ErrorCode.INVALID_PRODUCER_EPOCH, message)
 
-    def _check_sequence(self, epoch: int, first_seq: int, offset: int) -> None:
+    def _check_sequence(self, epoch: int, first_seq: int, offset: int, added_at_tv2: bool = False) -> None:
         updated, current = self.updated, self.current
+        if added_at_tv2 and first_seq != 0 and current.is_empty:
+            # A transaction.version 2 producer just added this partition to its transaction and
+            # the broker keeps no batches of it: its first batch here starts at 0, so anything else
+            # is a lost earlier batch, not the KIP-360 leniency below (Kafka 4.x, ProducerAppendInfo).
+            raise ApiError(
+                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                f"Invalid sequence number for producer {self.producer_id} at offset {offset} in partition "
+                f"{self.tp}: {first_seq} (incoming seq. number). Expected 0 for a transaction.version 2 "
+                f"producer the partition has no state for")
         if epoch != updated.producer_epoch:
             # A new epoch must start at sequence 0, unless the broker knows nothing of the
             # producer (expired or never seen): then any sequence is accepted (KIP-360).
@@ -288,20 +297,22 @@ class ProducerAppendInfo:
 
     def append(self, batch: ProducerBatch, marker: Marker | None = None,
                transaction_version: int = 0) -> CompletedTxn | None:
-        """``transaction_version``: a marker's, as its coordinator wrote it (0 for data, and on followers)."""
+        """``transaction_version``: a marker's, as its coordinator wrote it (0 on followers); for data,
+        2 when the producer's coordinator has just added the partition for it (Produce v12), else 0."""
         if batch.is_control:
             if marker is None:
                 return None  # an emptied control batch (compaction) or a non-transaction control type
             return self.append_end_txn_marker(marker, batch.producer_epoch, batch.base_offset, transaction_version)
         self.append_data_batch(batch.producer_epoch, batch.base_sequence, batch.last_sequence, batch.max_timestamp,
-                               batch.base_offset, batch.last_offset, batch.is_transactional)
+                               batch.base_offset, batch.last_offset, batch.is_transactional, transaction_version)
         return None
 
     def append_data_batch(self, epoch: int, first_seq: int, last_seq: int, last_timestamp: int, first_offset: int,
-                          last_offset: int, is_transactional: bool) -> None:
+                          last_offset: int, is_transactional: bool, transaction_version: int = 0) -> None:
         self._check_producer_epoch(epoch, first_offset)
         if self.origin == AppendOrigin.CLIENT:
-            self._check_sequence(epoch, first_seq, first_offset)
+            self._check_sequence(epoch, first_seq, first_offset,
+                                 is_transactional and transaction_version >= TV_EPOCH_BUMP)
         u = self.updated
         u.add_batch(epoch, last_seq, last_offset, last_offset - first_offset, last_timestamp)
         if u.current_txn_first_offset is not None and not is_transactional:

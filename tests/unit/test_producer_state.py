@@ -249,6 +249,28 @@ def test_tv2_marker_must_carry_a_bumped_epoch(make_log):
     append(lg, marker(True, epoch=5), AppendOrigin.REPLICATION)
 
 
+def test_tv2_added_producer_without_state_starts_at_sequence_0(make_log):
+    """A partition added for a transaction.version 2 producer (Produce v12) that keeps no batches
+    of it takes its first batch at sequence 0 only; without the add KIP-360 accepts any."""
+    lg = make_log()
+    expect_error(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, append, lg, batch(1, pid=8, seq=3, txn=True),
+                 transaction_version=2)
+    assert lg.log_end_offset == 0 and lg.producer_state.last_entry(8) is None
+    append(lg, batch(1, pid=8, seq=0, txn=True), transaction_version=2)
+    append(lg, batch(1, pid=8, seq=1, txn=True), transaction_version=2)  # state now: the usual rules
+    # The older versions and idempotent batches keep KIP-360's leniency.
+    append(lg, batch(1, pid=9, seq=5, txn=True), transaction_version=1)
+    append(lg, batch(1, pid=10, seq=5), transaction_version=2)
+    # After a TV2 marker the entry keeps its epoch but no batches: the next transaction starts at 0.
+    append(lg, marker(True, pid=8, epoch=1), AppendOrigin.COORDINATOR, 2)
+    expect_error(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, append, lg, batch(1, pid=8, epoch=1, seq=2, txn=True),
+                 transaction_version=2)
+    append(lg, batch(1, pid=8, epoch=1, seq=0, txn=True), transaction_version=2)
+    # Followers copy the leader's batches unchecked.
+    append(lg, batch(1, pid=11, seq=7, txn=True), AppendOrigin.REPLICATION, 2)
+    assert lg.producer_state.last_entry(11).last_seq == 7
+
+
 # -- snapshots -----------------------------------------------------------------------------------
 
 

@@ -510,6 +510,25 @@ def test_tv2_produce_adds_its_partition_to_the_transaction(tmp_path):
     asyncio.run(go())
 
 
+def test_tv2_added_partition_takes_a_new_producer_at_sequence_0(tmp_path):
+    """The implicit add tells the log the producer is a TV2 one: with no state on the partition
+    its first batch must be at sequence 0; without the add (Produce v11) KIP-360 accepts any."""
+    async def go():
+        b = await start(tmp_path)
+        try:
+            tc = b.transaction_coordinator
+            err, pid, e = await call(tc.handle_init_producer_id, "s0", 60_000, None)
+            assert await produce_adding(b, TP0, pid, e, 4, "s0") == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+            assert part(b, TP0).log.log_end_offset == 0
+            assert await produce_adding(b, TP0, pid, e, 0, "s0") == ErrorCode.NONE
+            err, pid2, e2 = await call(tc.handle_init_producer_id, "s1", 60_000, None)
+            assert await call(tc.handle_add_partitions, "s1", pid2, e2, {TP1}) == ErrorCode.NONE
+            assert await produce(b, TP1, pid2, e2, 4, "s1") == ErrorCode.NONE
+        finally:
+            await b.shutdown()
+    asyncio.run(go())
+
+
 def test_produce_v12_adds_partitions_only_at_transaction_version_2(tmp_path):
     from types import SimpleNamespace
 
