@@ -788,6 +788,18 @@ class ReplicaManager:
                                         lambda err: answer.done() or answer.set_result(err))
         return await answer
 
+    async def add_to_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                 tp: TopicPartition) -> ErrorCode:
+        """KIP-890 part 2 for a partition this broker leads that a coordinator writes to (the
+        group's offsets partition of a TxnOffsetCommit v5): unless the producer's transaction is
+        open there already, its coordinator adds the partition. The coordinator's error as is."""
+        p = self.partitions.get(tp)
+        if p is None or not p.is_leader:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if self._in_open_transaction(p, producer_id, producer_epoch):
+            return ErrorCode.NONE
+        return await self._add_partition(transactional_id, producer_id, producer_epoch, tp)
+
     @staticmethod
     def _in_open_transaction(p: Partition, producer_id: int, producer_epoch: int) -> bool:
         entry = p.log.producer_state.last_entry(producer_id)

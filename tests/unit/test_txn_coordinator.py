@@ -653,3 +653,68 @@ def test_cluster_verifier_add_asks_the_remote_coordinator_to_add(tmp_path):
         finally:
             await b.shutdown()
     asyncio.run(go())
+
+
+def test_txn_offset_commit_v5_adds_the_offsets_partition_at_transaction_version_2(tmp_path):
+    """KIP-890 part 2: a TV2 producer sends no AddOffsetsToTxn; at level 2 a TxnOffsetCommit v5
+    has the coordinator add the group's __consumer_offsets partition, answering its refusals as
+    Kafka's group coordinator does. v4, and v5 below level 2, commit as before without an add."""
+    from types import SimpleNamespace
+
+    from rivulet.protocol.framing import RequestHeader
+    from rivulet.protocol.messages import txn_offset_commit_request as tocq
+    from rivulet.server.features import TRANSACTION_VERSION, FinalizedFeatures
+    from rivulet.server.handlers.groups import _offsets_add_error
+
+    async def commit(b: Broker, version: int, tid: str, pid: int, epoch: int, group: str = "g") -> ErrorCode:
+        req = tocq.TxnOffsetCommitRequest(
+            transactional_id=tid, group_id=group, producer_id=pid, producer_epoch=epoch, generation_id=-1,
+            member_id="", group_instance_id=None, topics=[tocq.TxnOffsetCommitRequestTopic(
+                name="t", partitions=[tocq.TxnOffsetCommitRequestPartition(
+                    partition_index=0, committed_offset=5, committed_leader_epoch=-1, committed_metadata="")])])
+        conn = SimpleNamespace(user=None, principal=None, listener=SimpleNamespace(name="PLAINTEXT"))
+        resp = b.apis.handlers[28](RequestHeader(28, version, 1, "p"), req, conn)
+        if isinstance(resp, asyncio.Future):
+            resp = await resp
+        (topic,) = resp.topics
+        (p,) = topic.partitions
+        return ErrorCode(p.error_code)
+
+    async def go():
+        b = await start(tmp_path)
+        try:
+            tc = b.transaction_coordinator
+            # As a client's FindCoordinator does first: __consumer_offsets is made and loaded.
+            await until(lambda: b.group_coordinator.find_group_coordinator("g")[0] == ErrorCode.NONE)
+            offsets_tp = TopicPartition("__consumer_offsets", b.group_coordinator.partition_for("g"))
+            err, pid, e = await call(tc.handle_init_producer_id, "o5", 60_000, None)
+            # transaction.version 0 (Rivulet's): v5 is v4, nothing is added.
+            assert await commit(b, 5, "o5", pid, e) == ErrorCode.NONE
+            assert md(b, "o5").topic_partitions == set()
+            b.features.supported[TRANSACTION_VERSION] = (0, 2)
+            b.features.set_finalized(FinalizedFeatures({TRANSACTION_VERSION: 2}, b.features.finalized.epoch + 1))
+            err, pid4, e4 = await call(tc.handle_init_producer_id, "o4", 60_000, None)
+            assert await commit(b, 4, "o4", pid4, e4, "g4") == ErrorCode.NONE
+            assert md(b, "o4").topic_partitions == set()
+            # Level 2 and v5: the offsets partition joins the transaction, as a TV2 one.
+            err, pid, e = await call(tc.handle_init_producer_id, "o6", 60_000, None)
+            assert await commit(b, 5, "o6", pid, e) == ErrorCode.NONE
+            m = md(b, "o6")
+            assert (m.state, m.topic_partitions, m.client_transaction_version) == (TxnState.ONGOING, {offsets_tp}, 2)
+            assert await commit(b, 5, "o6", pid, e) == ErrorCode.NONE  # open there already: no second add
+            # The coordinator's refusals, as the TxnOffsetCommit answers them.
+            err, pid7, e7 = await call(tc.handle_init_producer_id, "o7", 60_000, None)
+            assert await commit(b, 5, "o7", pid7, e7 - 1, "g7") == ErrorCode.INVALID_PRODUCER_EPOCH
+            assert await commit(b, 5, "o7", pid7 + 100, e7, "g7") == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+            tc.markers.add_txn_markers_to_send = lambda *a: None  # o6's commit stays prepared
+            assert await call(tc.handle_end_transaction_tv2, "o6", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
+            assert await commit(b, 5, "o6", pid, e + 1) == ErrorCode.CONCURRENT_TRANSACTIONS
+        finally:
+            await b.shutdown()
+    asyncio.run(go())
+    # The normalisation of the write errors Kafka's group coordinator applies.
+    assert _offsets_add_error(ErrorCode.PRODUCER_FENCED) == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert _offsets_add_error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED) == ErrorCode.INVALID_TXN_STATE
+    assert _offsets_add_error(ErrorCode.NOT_LEADER_OR_FOLLOWER) == ErrorCode.NOT_COORDINATOR
+    assert _offsets_add_error(ErrorCode.REQUEST_TIMED_OUT) == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert _offsets_add_error(ErrorCode.TRANSACTION_ABORTABLE) == ErrorCode.TRANSACTION_ABORTABLE

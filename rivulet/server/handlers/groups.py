@@ -8,12 +8,13 @@ a ``Reply``.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
+from typing import Any, Awaitable, Callable, Iterable, Iterator, Mapping, TypeVar
 
 from rivulet.common.cluster import MetadataView
 from rivulet.common.time import Clock
-from rivulet.common.types import TopicPartition
+from rivulet.common.types import TV_EPOCH_BUMP, TopicPartition
 from rivulet.coordinator.consumer_heartbeat import (
     GroupHeartbeatAnswer,
     HeartbeatRequest as ConsumerHeartbeat,
@@ -28,6 +29,7 @@ from rivulet.coordinator.group_metadata import (
     SyncGroupResult,
 )
 from rivulet.coordinator.group_metadata_manager import INVALID_OFFSET, PartitionData
+from rivulet.coordinator.offsets_topic import GROUP_METADATA_TOPIC_NAME
 from rivulet.coordinator.consumer_group import ConsumerGroup
 from rivulet.coordinator.share_group import (
     ASSIGNOR as SHARE_ASSIGNOR,
@@ -103,14 +105,39 @@ def client_host(conn: KafkaConnection) -> str:
     return "/" + str(conn.peer[0])
 
 
+# Has the producer's transaction coordinator add a partition: (transactional id, producer id,
+# epoch, partition) -> the coordinator's error (ReplicaManager.add_to_transaction).
+TransactionAdder = Callable[[str, int, int, TopicPartition], Awaitable[ErrorCode]]
+
+
+def _offsets_add_error(err: ErrorCode) -> ErrorCode:
+    """A failed implicit add of the offsets partition as TxnOffsetCommit v5 answers it: Kafka's
+    AddPartitionsToTxnManager mapping, then its group coordinator's normalisation of write errors."""
+    if err == ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if err == ErrorCode.CLUSTER_AUTHORIZATION_FAILED:  # the broker's own right, not the client's
+        return ErrorCode.INVALID_TXN_STATE
+    if err in (ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if err in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
+        return ErrorCode.NOT_COORDINATOR
+    return err
+
+
 class GroupHandlers:
     def __init__(self, coordinator: GroupCoordinator, metadata: MetadataView, clock: Clock, authz: Authz,
-                 metadata_cache: MetadataCache | None = None) -> None:
+                 metadata_cache: MetadataCache | None = None, *, add_to_transaction: TransactionAdder | None = None,
+                 transaction_version: Callable[[], int] | None = None) -> None:
+        """``add_to_transaction`` and ``transaction_version`` (the finalized level): from level 2 a
+        TxnOffsetCommit v5 adds the group's offsets partition to the transaction (KIP-890 part 2)."""
         self.c = coordinator
         self.authz = authz
         self.metadata = metadata
         self.clock = clock
         self.metadata_cache = metadata_cache  # cluster mode: which partitions exist
+        self.add_to_transaction = add_to_transaction
+        self.transaction_version = transaction_version
+        self._adding: set[asyncio.Task] = set()  # the loop keeps only weak references to tasks
 
     def handlers(self) -> dict[int, Handler]:
         served: dict[int, Handler] = {
@@ -615,7 +642,35 @@ class GroupHandlers:
         if not offsets:
             reply({})
             return reply.answer()
-        self.c.handle_txn_commit_offsets(
-            req.group_id, req.producer_id, req.producer_epoch, req.member_id if v >= 3 else "",
-            req.group_instance_id if v >= 3 else None, req.generation_id if v >= 3 else -1, offsets, reply)
+
+        def commit() -> None:
+            self.c.handle_txn_commit_offsets(
+                req.group_id, req.producer_id, req.producer_epoch, req.member_id if v >= 3 else "",
+                req.group_instance_id if v >= 3 else None, req.generation_id if v >= 3 else -1, offsets, reply)
+
+        if (v >= 5 and self.add_to_transaction is not None and self.transaction_version is not None
+                and self.transaction_version() >= TV_EPOCH_BUMP and self.c.is_active):
+            # KIP-890 part 2: a transaction.version 2 producer sends no AddOffsetsToTxn; the
+            # group's offsets partition joins its transaction here, before the offsets are written.
+            tp = TopicPartition(GROUP_METADATA_TOPIC_NAME, self.c.partition_for(req.group_id))
+            task = asyncio.get_running_loop().create_task(self._commit_once_added(req, tp, offsets, reply, commit))
+            self._adding.add(task)
+            task.add_done_callback(self._adding.discard)
+            return reply.answer()
+        commit()
         return reply.answer()
+
+    async def _commit_once_added(self, req: TxnOffsetCommitRequest, tp: TopicPartition,
+                                 offsets: dict[TopicPartition, OffsetAndMetadata],
+                                 reply: Reply[dict[TopicPartition, ErrorCode]], commit: Callable[[], None]) -> None:
+        assert self.add_to_transaction is not None
+        try:
+            err = _offsets_add_error(await self.add_to_transaction(
+                req.transactional_id, req.producer_id, req.producer_epoch, tp))
+        except Exception as e:  # answer the request rather than leave it hanging
+            reply.fail(e)
+            return
+        if err != ErrorCode.NONE:
+            reply({key: err for key in offsets})
+            return
+        commit()
