@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,7 @@ from rivulet.server.config import BrokerConfig
 from rivulet.share import RecordState, SharePartitionKey, SharePartitionSnapshot, ShareStateSummary, StateBatch
 from rivulet.share.coordinator import SHARE_GROUP_STATE_TOPIC_NAME
 from rivulet.share.coordinator_shard import ShareCoordinatorShard, combine_batches, decode_record
+from tests.in_process import cache_led_by, in_loop, running, with_broker
 
 pytestmark = pytest.mark.fast
 
@@ -148,7 +150,7 @@ def test_epochs_fence_and_deletes_tombstone_both_keys() -> None:
     assert shard.read(KEY, -1) is None and shard.delete(KEY) == []
 
 
-async def start(path) -> Broker:
+async def start(path: Path) -> Broker:
     broker = Broker(BrokerConfig({"log.dirs": str(path), "listeners": "PLAINTEXT://127.0.0.1:0",
                                   "offsets.topic.num.partitions": "1", "transaction.state.log.num.partitions": "1",
                                   "share.coordinator.state.topic.num.partitions": "3",
@@ -158,122 +160,94 @@ async def start(path) -> Broker:
     return broker
 
 
-def test_state_is_written_to_share_group_state_and_reloaded_after_a_restart(tmp_path) -> None:
+@in_loop
+async def test_state_is_written_to_share_group_state_and_reloaded_after_a_restart(tmp_path: Path) -> None:
     keys = [SharePartitionKey("g", TID, p) for p in range(4)]
 
-    async def first() -> None:
-        broker = await start(tmp_path)
-        try:
-            persister = broker.share_persister
-            assert await persister.read_state(keys[0]) is None
-            for i in range(5):
-                for k in keys:
-                    await persister.write_state(k, SharePartitionSnapshot(i, (b(i, i + 2, AV, 1),)), leader_epoch=0)
-            await persister.initialize_state(keys[3], 100)
-            await persister.delete_state(keys[2])
-            records = []
-            for p in range(3):
-                lg = broker.replica_manager.partitions[TopicPartition(SHARE_GROUP_STATE_TOPIC_NAME, p)].log
-                data = lg.read(0, 1 << 20, max_offset=lg.log_end_offset).records
-                records += [decode_record(bytes(r.key), None if r.value is None else bytes(r.value))
-                            for batch in rec.decode_records(data) for r in batch.records]
-            k0 = [(is_snap, v.snapshot_epoch) for k, v, is_snap in records if k == keys[0]]
-            assert k0 == [(True, 0), (False, 0), (False, 0), (True, 1), (False, 1)]
-        finally:
-            await broker.shutdown()
+    async with running(start(tmp_path)) as broker:
+        persister = broker.share_persister
+        assert await persister.read_state(keys[0]) is None
+        for i in range(5):
+            for k in keys:
+                await persister.write_state(k, SharePartitionSnapshot(i, (b(i, i + 2, AV, 1),)), leader_epoch=0)
+        await persister.initialize_state(keys[3], 100)
+        await persister.delete_state(keys[2])
+        records = []
+        for p in range(3):
+            lg = broker.replica_manager.partitions[TopicPartition(SHARE_GROUP_STATE_TOPIC_NAME, p)].log
+            data = lg.read(0, 1 << 20, max_offset=lg.log_end_offset).records
+            records += [decode_record(bytes(r.key), None if r.value is None else bytes(r.value))
+                        for batch in rec.decode_records(data) for r in batch.records]
+        k0 = [(is_snap, v.snapshot_epoch) for k, v, is_snap in records if k == keys[0]]
+        assert k0 == [(True, 0), (False, 0), (False, 0), (True, 1), (False, 1)]
 
-    async def second() -> None:
-        broker = await start(tmp_path)
-        try:
-            persister = broker.share_persister
-            got = await persister.read_state(keys[0], leader_epoch=1)
-            assert got == SharePartitionSnapshot(4, (b(4, 6, AV, 1),), 0)
-            assert await persister.read_state(keys[1]) == got
-            assert await persister.read_state(keys[2]) is None
-            assert await persister.read_summary(keys[3]) == ShareStateSummary(100, 0, 1, -1)
-            with pytest.raises(ApiError) as e:  # the read above recorded leader epoch 1
-                await persister.write_state(keys[0], got, leader_epoch=0)
-            assert e.value.code == ErrorCode.FENCED_LEADER_EPOCH
-        finally:
-            await broker.shutdown()
-
-    asyncio.run(first())
-    asyncio.run(second())
+    async with running(start(tmp_path)) as broker:
+        persister = broker.share_persister
+        got = await persister.read_state(keys[0], leader_epoch=1)
+        assert got == SharePartitionSnapshot(4, (b(4, 6, AV, 1),), 0)
+        assert await persister.read_state(keys[1]) == got
+        assert await persister.read_state(keys[2]) is None
+        assert await persister.read_summary(keys[3]) == ShareStateSummary(100, 0, 1, -1)
+        with pytest.raises(ApiError) as e:  # the read above recorded leader epoch 1
+            await persister.write_state(keys[0], got, leader_epoch=0)
+        assert e.value.code == ErrorCode.FENCED_LEADER_EPOCH
 
 
-def test_a_persister_on_another_broker_reaches_the_coordinator_over_the_share_state_apis(tmp_path) -> None:
+@with_broker(start)
+async def test_a_persister_on_another_broker_reaches_the_coordinator_over_the_share_state_apis(broker: Broker) -> None:
     """The persister of a broker that does not lead the key's partition sends Write/Read/
     Initialize/DeleteShareGroupState and ReadShareGroupStateSummary to the one that does: here a
     persister told (by its metadata) that the in-process broker leads every partition."""
-    from rivulet.replication.metadata_cache import (
-        BrokerEndpoint, LiveBroker, MetadataCache, MetadataUpdate, PartitionMetadata)
     from rivulet.replication.link import BrokerLinks
     from rivulet.share.state_persister import CoordinatorSharePersister
 
-    async def main() -> None:
-        broker = await start(tmp_path)
-        try:
-            node = broker.node
-            await broker.share_persister.read_state(KEY)  # makes the topic on this single node
-            cache = MetadataCache(node_id=99)
-            cache.update(MetadataUpdate(
-                controller_id=node.node_id, controller_epoch=1,
-                live_brokers=[LiveBroker(node.node_id, (BrokerEndpoint("PLAINTEXT", node.host, node.port),))],
-                partitions={TopicPartition(SHARE_GROUP_STATE_TOPIC_NAME, p): PartitionMetadata(node.node_id, 0, [], [])
-                            for p in range(3)},
-                topic_ids={}))
-            remote = CoordinatorSharePersister(broker.share_coordinator, BrokerLinks(
-                "share-state", 99, cache, "PLAINTEXT", request_timeout_ms=10_000))
-            try:
-                assert await remote.read_state(KEY) is None and await remote.read_summary(KEY) is None
-                snap = SharePartitionSnapshot(3, (b(3, 4, ACK), b(5, 9, AV, 2)))
-                await remote.write_state(KEY, snap, leader_epoch=2)
-                assert await remote.read_state(KEY, leader_epoch=2) == snap
-                assert await broker.share_coordinator.read_state(KEY) == snap  # the one written there
-                assert await remote.read_summary(KEY) == ShareStateSummary(3, 2, 0, 2)
-                with pytest.raises(ApiError) as e:
-                    await remote.write_state(KEY, snap, leader_epoch=1)
-                assert e.value.code == ErrorCode.FENCED_LEADER_EPOCH
-                await remote.initialize_state(KEY, 20)
-                assert await remote.read_state(KEY) == SharePartitionSnapshot(20, (), 1)
-                await remote.delete_state(KEY)
-                assert await remote.read_state(KEY) is None
-            finally:
-                await remote.close()
-        finally:
-            await broker.shutdown()
-
-    asyncio.run(main())
+    await broker.share_persister.read_state(KEY)  # makes the topic on this single node
+    remote = CoordinatorSharePersister(broker.share_coordinator, BrokerLinks(
+        "share-state", 99, cache_led_by(broker, SHARE_GROUP_STATE_TOPIC_NAME, 3), "PLAINTEXT",
+        request_timeout_ms=10_000))
+    try:
+        assert await remote.read_state(KEY) is None and await remote.read_summary(KEY) is None
+        snap = SharePartitionSnapshot(3, (b(3, 4, ACK), b(5, 9, AV, 2)))
+        await remote.write_state(KEY, snap, leader_epoch=2)
+        assert await remote.read_state(KEY, leader_epoch=2) == snap
+        assert await broker.share_coordinator.read_state(KEY) == snap  # the one written there
+        assert await remote.read_summary(KEY) == ShareStateSummary(3, 2, 0, 2)
+        with pytest.raises(ApiError) as e:
+            await remote.write_state(KEY, snap, leader_epoch=1)
+        assert e.value.code == ErrorCode.FENCED_LEADER_EPOCH
+        await remote.initialize_state(KEY, 20)
+        assert await remote.read_state(KEY) == SharePartitionSnapshot(20, (), 1)
+        await remote.delete_state(KEY)
+        assert await remote.read_state(KEY) is None
+    finally:
+        await remote.close()
 
 
-def test_find_coordinator_key_type_share(tmp_path) -> None:
+@with_broker(start)
+async def test_find_coordinator_key_type_share(broker: Broker) -> None:
     """Key type SHARE (2) names a share partition "group:topicId:partition" and came with v6."""
     from rivulet.client.connection import BrokerConnection
     from rivulet.protocol.messages.find_coordinator_request import FindCoordinatorRequest
 
-    async def main() -> None:
-        broker = await start(tmp_path)
-        conn = await BrokerConnection("127.0.0.1", broker.node.port).connect(10)
-        try:
-            async def ask(key: str, version: int) -> tuple[int, int]:
-                resp = await conn.send(FindCoordinatorRequest(key_type=2, coordinator_keys=[key]), version)
-                c = resp.coordinators[0]
-                return c.error_code, c.node_id
-            # As Kafka 4.3.1: the first ask has __share_group_state made and is told to come back.
-            assert await ask(KEY.coordinator_key(), 6) == (ErrorCode.COORDINATOR_NOT_AVAILABLE, -1)
-            while (answer := await ask(KEY.coordinator_key(), 6))[0] == ErrorCode.COORDINATOR_NOT_AVAILABLE:
-                await asyncio.sleep(0.01)
-            assert answer == (ErrorCode.NONE, broker.node.node_id)
-            assert await ask(KEY.coordinator_key(), 5) == (ErrorCode.INVALID_REQUEST, -1)
-            assert await ask("no-partition", 6) == (ErrorCode.INVALID_REQUEST, -1)
-        finally:
-            await conn.close()
-            await broker.shutdown()
-
-    asyncio.run(main())
+    conn = await BrokerConnection("127.0.0.1", broker.node.port).connect(10)
+    try:
+        async def ask(key: str, version: int) -> tuple[int, int]:
+            resp = await conn.send(FindCoordinatorRequest(key_type=2, coordinator_keys=[key]), version)
+            c = resp.coordinators[0]
+            return c.error_code, c.node_id
+        # As Kafka 4.3.1: the first ask has __share_group_state made and is told to come back.
+        assert await ask(KEY.coordinator_key(), 6) == (ErrorCode.COORDINATOR_NOT_AVAILABLE, -1)
+        while (answer := await ask(KEY.coordinator_key(), 6))[0] == ErrorCode.COORDINATOR_NOT_AVAILABLE:
+            await asyncio.sleep(0.01)
+        assert answer == (ErrorCode.NONE, broker.node.node_id)
+        assert await ask(KEY.coordinator_key(), 5) == (ErrorCode.INVALID_REQUEST, -1)
+        assert await ask("no-partition", 6) == (ErrorCode.INVALID_REQUEST, -1)
+    finally:
+        await conn.close()
 
 
-def test_share_group_state_is_created_off_the_event_loop_while_other_clients_are_answered(tmp_path) -> None:
+@with_broker(start)
+async def test_share_group_state_is_created_off_the_event_loop_while_other_clients_are_answered(broker: Broker) -> None:
     """The first use of the share coordinator makes ``__share_group_state``'s logs on a worker
     thread: held there (slow storage), another client's Metadata is answered meanwhile, and
     callers arriving together share the one creation."""
@@ -282,37 +256,32 @@ def test_share_group_state_is_created_off_the_event_loop_while_other_clients_are
     from rivulet.client.connection import BrokerConnection
     from rivulet.protocol.messages.metadata_request import MetadataRequest
 
-    async def main() -> None:
-        broker = await start(tmp_path)
-        started, release = threading.Event(), threading.Event()
-        made: list[str] = []
-        create_logs = broker.log_manager.create_logs
+    started, release = threading.Event(), threading.Event()
+    made: list[str] = []
+    create_logs = broker.log_manager.create_logs
 
-        def slow_create_logs(name, *args, **kwargs):
-            made.append(name)
-            started.set()
-            assert release.wait(30), "the test never released the creation"
-            return create_logs(name, *args, **kwargs)
+    def slow_create_logs(name, *args, **kwargs):
+        made.append(name)
+        started.set()
+        assert release.wait(30), "the test never released the creation"
+        return create_logs(name, *args, **kwargs)
 
-        broker.log_manager.create_logs = slow_create_logs
-        conn = await BrokerConnection("127.0.0.1", broker.node.port).connect(10)
-        try:
-            reads = [asyncio.ensure_future(broker.share_persister.read_state(SharePartitionKey("g", TID, p)))
-                     for p in range(3)]
-            assert await asyncio.get_running_loop().run_in_executor(None, started.wait, 30)
-            resp = await conn.send(MetadataRequest(topics=None), 12)  # answered mid-creation
-            assert resp.brokers[0].node_id == broker.node.node_id
-            assert SHARE_GROUP_STATE_TOPIC_NAME not in {t.name for t in resp.topics}
-            assert not any(r.done() for r in reads)
-            release.set()
-            assert await asyncio.gather(*reads) == [None, None, None]
-            assert made == [SHARE_GROUP_STATE_TOPIC_NAME]  # one creation for the three callers
-            assert broker.topics.get(SHARE_GROUP_STATE_TOPIC_NAME).num_partitions == 3
-            for p in range(3):
-                assert TopicPartition(SHARE_GROUP_STATE_TOPIC_NAME, p) in broker.replica_manager.partitions
-        finally:
-            release.set()
-            await conn.close()
-            await broker.shutdown()
-
-    asyncio.run(main())
+    broker.log_manager.create_logs = slow_create_logs
+    conn = await BrokerConnection("127.0.0.1", broker.node.port).connect(10)
+    try:
+        reads = [asyncio.ensure_future(broker.share_persister.read_state(SharePartitionKey("g", TID, p)))
+                 for p in range(3)]
+        assert await asyncio.get_running_loop().run_in_executor(None, started.wait, 30)
+        resp = await conn.send(MetadataRequest(topics=None), 12)  # answered mid-creation
+        assert resp.brokers[0].node_id == broker.node.node_id
+        assert SHARE_GROUP_STATE_TOPIC_NAME not in {t.name for t in resp.topics}
+        assert not any(r.done() for r in reads)
+        release.set()
+        assert await asyncio.gather(*reads) == [None, None, None]
+        assert made == [SHARE_GROUP_STATE_TOPIC_NAME]  # one creation for the three callers
+        assert broker.topics.get(SHARE_GROUP_STATE_TOPIC_NAME).num_partitions == 3
+        for p in range(3):
+            assert TopicPartition(SHARE_GROUP_STATE_TOPIC_NAME, p) in broker.replica_manager.partitions
+    finally:
+        release.set()
+        await conn.close()

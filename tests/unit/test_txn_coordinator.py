@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -15,13 +17,15 @@ from rivulet.server.broker import Broker
 from rivulet.server.config import BrokerConfig
 from rivulet.transaction.metadata import TxnState
 from rivulet.transaction.txn_log import TRANSACTION_STATE_TOPIC_NAME
+from tests import in_process
+from tests.in_process import BrokerBody, Test, cache_led_by, in_loop, running
 
 pytestmark = pytest.mark.fast
 
 TP0, TP1 = TopicPartition("t", 0), TopicPartition("t", 1)
 
 
-async def start(path, **overrides) -> Broker:
+async def start(path: Path, **overrides: object) -> Broker:
     props = {"log.dirs": str(path), "listeners": "PLAINTEXT://127.0.0.1:0",
              "transaction.state.log.num.partitions": "3", "offsets.topic.num.partitions": "3",
              "log.cleaner.enable": "false"}
@@ -34,6 +38,11 @@ async def start(path, **overrides) -> Broker:
     if b.metadata.get("t") is None:
         b.topics.create_topic("t", 2, 1, {})
     return b
+
+
+def with_broker(**overrides: object) -> Callable[[BrokerBody], Test]:
+    """The test is its body, run against a broker ``start`` gives on its tmp_path with these settings."""
+    return in_process.with_broker(lambda path: start(path, **overrides))
 
 
 async def until(cond, timeout: float = 20.0) -> None:
@@ -85,177 +94,135 @@ async def open_txn(b: Broker, tid: str, timeout_ms: int = 60_000) -> tuple[int, 
     return pid, epoch
 
 
-def test_commit_writes_markers_everywhere(tmp_path):
-    async def go():
-        b = await start(tmp_path)
-        try:
-            tc = b.transaction_coordinator
-            pid, epoch = await open_txn(b, "a")
-            assert md(b, "a").state == TxnState.ONGOING
-            assert part(b, TP0).last_stable_offset == 0
-            assert await call(tc.handle_end_transaction, "a", pid, epoch, True) == ErrorCode.NONE
-            await until(lambda: md(b, "a").state == TxnState.COMPLETE_COMMIT)
-            for tp in (TP0, TP1):
-                p = part(b, tp)
-                assert p.log.log_end_offset == 3 and p.last_stable_offset == 3
-            assert md(b, "a").topic_partitions == set()
-            # Retried commit: NONE; an abort now: INVALID_TXN_STATE; a stale epoch: fenced.
-            assert await call(tc.handle_end_transaction, "a", pid, epoch, True) == ErrorCode.NONE
-            assert await call(tc.handle_end_transaction, "a", pid, epoch, False) == ErrorCode.INVALID_TXN_STATE
-            assert await call(tc.handle_end_transaction, "a", pid, epoch - 1, True) == ErrorCode.PRODUCER_FENCED
-            assert await call(tc.handle_end_transaction, "nope", pid, epoch, True) == \
-                ErrorCode.INVALID_PRODUCER_ID_MAPPING
-        finally:
-            await b.shutdown()
-    asyncio.run(go())
+@with_broker()
+async def test_commit_writes_markers_everywhere(b: Broker) -> None:
+    tc = b.transaction_coordinator
+    pid, epoch = await open_txn(b, "a")
+    assert md(b, "a").state == TxnState.ONGOING
+    assert part(b, TP0).last_stable_offset == 0
+    assert await call(tc.handle_end_transaction, "a", pid, epoch, True) == ErrorCode.NONE
+    await until(lambda: md(b, "a").state == TxnState.COMPLETE_COMMIT)
+    for tp in (TP0, TP1):
+        p = part(b, tp)
+        assert p.log.log_end_offset == 3 and p.last_stable_offset == 3
+    assert md(b, "a").topic_partitions == set()
+    # Retried commit: NONE; an abort now: INVALID_TXN_STATE; a stale epoch: fenced.
+    assert await call(tc.handle_end_transaction, "a", pid, epoch, True) == ErrorCode.NONE
+    assert await call(tc.handle_end_transaction, "a", pid, epoch, False) == ErrorCode.INVALID_TXN_STATE
+    assert await call(tc.handle_end_transaction, "a", pid, epoch - 1, True) == ErrorCode.PRODUCER_FENCED
+    assert await call(tc.handle_end_transaction, "nope", pid, epoch, True) == \
+        ErrorCode.INVALID_PRODUCER_ID_MAPPING
 
 
-def test_decided_transaction_is_finished_after_a_restart(tmp_path):
-    async def go():
-        b = await start(tmp_path)
+@in_loop
+async def test_decided_transaction_is_finished_after_a_restart(tmp_path: Path) -> None:
+    async with running(start(tmp_path)) as b:
         tc = b.transaction_coordinator
         tc.markers.add_txn_markers_to_send = lambda *a: None  # "crash" before any marker is written
         pid, epoch = await open_txn(b, "r")
         assert await call(tc.handle_end_transaction, "r", pid, epoch, True) == ErrorCode.NONE
         assert md(b, "r").state == TxnState.PREPARE_COMMIT
         assert part(b, TP0).last_stable_offset == 0
-        await b.shutdown()
-        b = await start(tmp_path)
-        try:
-            await until(lambda: md(b, "r").state == TxnState.COMPLETE_COMMIT)
-            for tp in (TP0, TP1):
-                assert part(b, tp).last_stable_offset == part(b, tp).log.log_end_offset == 3
-                assert part(b, tp).log.collect_aborted_transactions(0, 3) == []
-        finally:
-            await b.shutdown()
-    asyncio.run(go())
+    async with running(start(tmp_path)) as b:
+        await until(lambda: md(b, "r").state == TxnState.COMPLETE_COMMIT)
+        for tp in (TP0, TP1):
+            assert part(b, tp).last_stable_offset == part(b, tp).log.log_end_offset == 3
+            assert part(b, tp).log.collect_aborted_transactions(0, 3) == []
 
 
-def test_ongoing_transaction_survives_restart_then_times_out(tmp_path):
-    async def go():
-        b = await start(tmp_path)
+@in_loop
+async def test_ongoing_transaction_survives_restart_then_times_out(tmp_path: Path) -> None:
+    async with running(start(tmp_path)) as b:
         pid, epoch = await open_txn(b, "o", timeout_ms=300)
-        await b.shutdown()
-        b = await start(tmp_path, transaction_abort_timed_out_transaction_cleanup_interval_ms=50)
-        try:
-            assert md(b, "o").state in (TxnState.ONGOING, TxnState.PREPARE_ABORT, TxnState.COMPLETE_ABORT)
-            await until(lambda: md(b, "o").state == TxnState.COMPLETE_ABORT)
-            m = md(b, "o")
-            assert (m.producer_id, m.producer_epoch) == (pid, epoch + 1)  # fenced by the bump
-            for tp in (TP0, TP1):
-                p = part(b, tp)
-                assert p.last_stable_offset == p.log.log_end_offset == 3
-                assert p.log.collect_aborted_transactions(0, 3) == [(pid, 0)]
-            # The timed-out producer is fenced everywhere.
-            assert await produce(b, TP0, pid, epoch, 2, "o") == ErrorCode.INVALID_PRODUCER_EPOCH
-            tc = b.transaction_coordinator
-            assert await call(tc.handle_end_transaction, "o", pid, epoch, True) == ErrorCode.PRODUCER_FENCED
-        finally:
-            await b.shutdown()
-    asyncio.run(go())
+    async with running(start(tmp_path, transaction_abort_timed_out_transaction_cleanup_interval_ms=50)) as b:
+        assert md(b, "o").state in (TxnState.ONGOING, TxnState.PREPARE_ABORT, TxnState.COMPLETE_ABORT)
+        await until(lambda: md(b, "o").state == TxnState.COMPLETE_ABORT)
+        m = md(b, "o")
+        assert (m.producer_id, m.producer_epoch) == (pid, epoch + 1)  # fenced by the bump
+        for tp in (TP0, TP1):
+            p = part(b, tp)
+            assert p.last_stable_offset == p.log.log_end_offset == 3
+            assert p.log.collect_aborted_transactions(0, 3) == [(pid, 0)]
+        # The timed-out producer is fenced everywhere.
+        assert await produce(b, TP0, pid, epoch, 2, "o") == ErrorCode.INVALID_PRODUCER_EPOCH
+        tc = b.transaction_coordinator
+        assert await call(tc.handle_end_transaction, "o", pid, epoch, True) == ErrorCode.PRODUCER_FENCED
 
 
-def test_new_instance_fences_and_aborts_the_open_transaction(tmp_path):
-    async def go():
-        b = await start(tmp_path)
-        try:
-            tc = b.transaction_coordinator
-            pid, epoch = await open_txn(b, "f")
-            err, _, _ = await call(tc.handle_init_producer_id, "f", 60_000, None)
-            assert err == ErrorCode.CONCURRENT_TRANSACTIONS  # the abort runs; the client retries
-            await until(lambda: md(b, "f").state == TxnState.COMPLETE_ABORT)
-            err, pid2, epoch2 = await call(tc.handle_init_producer_id, "f", 60_000, None)
-            assert (err, pid2, epoch2) == (ErrorCode.NONE, pid, epoch + 2)
-            assert part(b, TP1).log.collect_aborted_transactions(0, 10) == [(pid, 0)]
-        finally:
-            await b.shutdown()
-    asyncio.run(go())
+@with_broker()
+async def test_new_instance_fences_and_aborts_the_open_transaction(b: Broker) -> None:
+    tc = b.transaction_coordinator
+    pid, epoch = await open_txn(b, "f")
+    err, _, _ = await call(tc.handle_init_producer_id, "f", 60_000, None)
+    assert err == ErrorCode.CONCURRENT_TRANSACTIONS  # the abort runs; the client retries
+    await until(lambda: md(b, "f").state == TxnState.COMPLETE_ABORT)
+    err, pid2, epoch2 = await call(tc.handle_init_producer_id, "f", 60_000, None)
+    assert (err, pid2, epoch2) == (ErrorCode.NONE, pid, epoch + 2)
+    assert part(b, TP1).log.collect_aborted_transactions(0, 10) == [(pid, 0)]
 
 
-def test_epoch_exhaustion_rotates_the_producer_id(tmp_path):
-    async def go():
-        b = await start(tmp_path)
-        try:
-            tc = b.transaction_coordinator
-            err, pid, epoch = await call(tc.handle_init_producer_id, "x", 60_000, None)
-            md(b, "x").producer_epoch = 32766
-            err, pid2, epoch2 = await call(tc.handle_init_producer_id, "x", 60_000, (pid, 32766))
-            assert err == ErrorCode.NONE and pid2 != pid and epoch2 == 0
-            assert md(b, "x").last_producer_id == pid
-            # A retry of that call (its answer lost) is recognised through the last producer id.
-            err, pid3, epoch3 = await call(tc.handle_init_producer_id, "x", 60_000, (pid, 32766))
-            assert (err, pid3, epoch3) == (ErrorCode.NONE, pid2, 0)  # the same answer again
-        finally:
-            await b.shutdown()
-    asyncio.run(go())
+@with_broker()
+async def test_epoch_exhaustion_rotates_the_producer_id(b: Broker) -> None:
+    tc = b.transaction_coordinator
+    err, pid, epoch = await call(tc.handle_init_producer_id, "x", 60_000, None)
+    md(b, "x").producer_epoch = 32766
+    err, pid2, epoch2 = await call(tc.handle_init_producer_id, "x", 60_000, (pid, 32766))
+    assert err == ErrorCode.NONE and pid2 != pid and epoch2 == 0
+    assert md(b, "x").last_producer_id == pid
+    # A retry of that call (its answer lost) is recognised through the last producer id.
+    err, pid3, epoch3 = await call(tc.handle_init_producer_id, "x", 60_000, (pid, 32766))
+    assert (err, pid3, epoch3) == (ErrorCode.NONE, pid2, 0)  # the same answer again
 
 
-def test_produce_is_verified_with_the_coordinator(tmp_path):
-    async def go():
-        b = await start(tmp_path)
-        try:
-            tc = b.transaction_coordinator
-            err, pid, epoch = await call(tc.handle_init_producer_id, "k", 60_000, None)
-            # A transactional write to a partition never added to the transaction (KIP-890).
-            assert await produce(b, TP0, pid, epoch, 0, "k") == ErrorCode.INVALID_TXN_STATE
-            assert await produce(b, TP0, pid, epoch, 0, None) == ErrorCode.INVALID_TXN_STATE
-            assert await call(tc.handle_add_partitions, "k", pid, epoch, {TP0}) == ErrorCode.NONE
-            assert await produce(b, TP0, pid, epoch, 0, "k") == ErrorCode.NONE
-            assert await produce(b, TP0, pid, epoch, 2, "k") == ErrorCode.NONE  # open here: no check
-            assert await call(tc.handle_end_transaction, "k", pid, epoch, False) == ErrorCode.NONE
-            await until(lambda: md(b, "k").state == TxnState.COMPLETE_ABORT)
-            # A late write after the abort would start a hanging transaction: refused.
-            assert await produce(b, TP0, pid, epoch, 4, "k") == ErrorCode.INVALID_TXN_STATE
-            assert part(b, TP0).last_stable_offset == part(b, TP0).log.log_end_offset
-        finally:
-            await b.shutdown()
-    asyncio.run(go())
+@with_broker()
+async def test_produce_is_verified_with_the_coordinator(b: Broker) -> None:
+    tc = b.transaction_coordinator
+    err, pid, epoch = await call(tc.handle_init_producer_id, "k", 60_000, None)
+    # A transactional write to a partition never added to the transaction (KIP-890).
+    assert await produce(b, TP0, pid, epoch, 0, "k") == ErrorCode.INVALID_TXN_STATE
+    assert await produce(b, TP0, pid, epoch, 0, None) == ErrorCode.INVALID_TXN_STATE
+    assert await call(tc.handle_add_partitions, "k", pid, epoch, {TP0}) == ErrorCode.NONE
+    assert await produce(b, TP0, pid, epoch, 0, "k") == ErrorCode.NONE
+    assert await produce(b, TP0, pid, epoch, 2, "k") == ErrorCode.NONE  # open here: no check
+    assert await call(tc.handle_end_transaction, "k", pid, epoch, False) == ErrorCode.NONE
+    await until(lambda: md(b, "k").state == TxnState.COMPLETE_ABORT)
+    # A late write after the abort would start a hanging transaction: refused.
+    assert await produce(b, TP0, pid, epoch, 4, "k") == ErrorCode.INVALID_TXN_STATE
+    assert part(b, TP0).last_stable_offset == part(b, TP0).log.log_end_offset
 
 
-def test_verify_only_and_listing(tmp_path):
-    async def go():
-        b = await start(tmp_path)
-        try:
-            tc = b.transaction_coordinator
-            pid, epoch = await open_txn(b, "v")
-            other = TopicPartition("t", 5)
-            assert tc.handle_verify_partitions("v", pid, epoch, {TP0, other}) == {
-                TP0: ErrorCode.NONE, other: ErrorCode.INVALID_TXN_STATE}
-            assert tc.handle_verify_partitions("v", pid, epoch + 1, {TP0}) == {TP0: ErrorCode.PRODUCER_FENCED}
-            assert tc.handle_verify_partitions("w", pid, epoch, {TP0}) == {TP0: ErrorCode.INVALID_PRODUCER_ID_MAPPING}
-            err, unknown, found = tc.state_manager.list_transaction_states(set(), {"Ongoing", "Bogus"})
-            assert err == ErrorCode.NONE and unknown == ["Bogus"]
-            assert [m.transactional_id for m in found] == ["v"]
-            err, _, found = tc.state_manager.list_transaction_states({pid + 1}, set())
-            assert found == []
-            assert tc.describe("v")[1].state == TxnState.ONGOING
-            assert tc.describe("zzz")[0] == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
-        finally:
-            await b.shutdown()
-    asyncio.run(go())
+@with_broker()
+async def test_verify_only_and_listing(b: Broker) -> None:
+    tc = b.transaction_coordinator
+    pid, epoch = await open_txn(b, "v")
+    other = TopicPartition("t", 5)
+    assert tc.handle_verify_partitions("v", pid, epoch, {TP0, other}) == {
+        TP0: ErrorCode.NONE, other: ErrorCode.INVALID_TXN_STATE}
+    assert tc.handle_verify_partitions("v", pid, epoch + 1, {TP0}) == {TP0: ErrorCode.PRODUCER_FENCED}
+    assert tc.handle_verify_partitions("w", pid, epoch, {TP0}) == {TP0: ErrorCode.INVALID_PRODUCER_ID_MAPPING}
+    err, unknown, found = tc.state_manager.list_transaction_states(set(), {"Ongoing", "Bogus"})
+    assert err == ErrorCode.NONE and unknown == ["Bogus"]
+    assert [m.transactional_id for m in found] == ["v"]
+    err, _, found = tc.state_manager.list_transaction_states({pid + 1}, set())
+    assert found == []
+    assert tc.describe("v")[1].state == TxnState.ONGOING
+    assert tc.describe("zzz")[0] == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
 
 
-def test_idle_transactional_ids_expire(tmp_path):
-    async def go():
-        b = await start(tmp_path, transactional_id_expiration_ms=1,
-                        transaction_remove_expired_transaction_cleanup_interval_ms=50)
-        try:
-            tc = b.transaction_coordinator
-            err, pid, epoch = await call(tc.handle_init_producer_id, "gone", 60_000, None)
-            assert err == ErrorCode.NONE
-            await until(lambda: md(b, "gone") is None)
-            # The tombstone is in the log: a restart does not bring the id back.
-        finally:
-            await b.shutdown()
-        b = await start(tmp_path)
-        try:
-            assert md(b, "gone") is None
-            n = sum(1 for i in range(3)
-                    if part(b, TopicPartition(TRANSACTION_STATE_TOPIC_NAME, i)).log.log_end_offset == 2)
-            assert n == 1  # InitProducerId record + tombstone
-        finally:
-            await b.shutdown()
-    asyncio.run(go())
+@in_loop
+async def test_idle_transactional_ids_expire(tmp_path: Path) -> None:
+    async with running(start(tmp_path, transactional_id_expiration_ms=1,
+                             transaction_remove_expired_transaction_cleanup_interval_ms=50)) as b:
+        tc = b.transaction_coordinator
+        err, pid, epoch = await call(tc.handle_init_producer_id, "gone", 60_000, None)
+        assert err == ErrorCode.NONE
+        await until(lambda: md(b, "gone") is None)
+    # The tombstone is in the log: a restart does not bring the id back.
+    async with running(start(tmp_path)) as b:
+        assert md(b, "gone") is None
+        n = sum(1 for i in range(3)
+                if part(b, TopicPartition(TRANSACTION_STATE_TOPIC_NAME, i)).log.log_end_offset == 2)
+        assert n == 1  # InitProducerId record + tombstone
 
 
 # -- transaction.version 2 (dormant: no handler calls it until the version is finalized) -------------
@@ -264,115 +231,95 @@ def producer_epoch_at(b: Broker, tp: TopicPartition, pid: int) -> int:
     return part(b, tp).log.producer_state.last_entry(pid).producer_epoch
 
 
-def test_tv2_end_txn_bumps_the_epoch_and_answers_retries(tmp_path):
-    async def go():
-        b = await start(tmp_path)
-        try:
-            tc = b.transaction_coordinator
-            end = tc.handle_end_transaction_tv2
-            pid, e = await open_txn(b, "v2")
-            assert await call(end, "v2", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
-            await until(lambda: md(b, "v2").state == TxnState.COMPLETE_COMMIT)
-            # The markers carry the bumped epoch: the partitions now know the producer at e + 1.
-            assert producer_epoch_at(b, TP0, pid) == producer_epoch_at(b, TP1, pid) == e + 1
-            assert part(b, TP0).last_stable_offset == 3
-            # A retry (the old epoch) gets the same answer; the other result is an invalid state.
-            assert await call(end, "v2", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
-            assert await call(end, "v2", pid, e, False) == (ErrorCode.INVALID_TXN_STATE, -1, -1)
-            assert await call(end, "v2", pid, e + 1, True) == (ErrorCode.INVALID_TXN_STATE, -1, -1)
-            assert await call(end, "v2", pid, e - 1, True) == (ErrorCode.PRODUCER_FENCED, -1, -1)
-            assert await call(end, "v2", pid + 1, e + 1, True) == (ErrorCode.INVALID_PRODUCER_ID_MAPPING, -1, -1)
-            # The next transaction runs at e + 1, from sequence 0, and its commit bumps again.
-            assert await call(tc.handle_add_partitions, "v2", pid, e + 1, {TP0}) == ErrorCode.NONE
-            assert await produce(b, TP0, pid, e + 1, 0, "v2") == ErrorCode.NONE
-            assert await call(end, "v2", pid, e + 1, True) == (ErrorCode.NONE, pid, e + 2)
-            await until(lambda: md(b, "v2").state == TxnState.COMPLETE_COMMIT)
-            assert producer_epoch_at(b, TP0, pid) == e + 2 and part(b, TP0).last_stable_offset == 6
-            # An abort with nothing open is allowed at the current epoch, and bumps too.
-            assert await call(end, "v2", pid, e + 2, False) == (ErrorCode.NONE, pid, e + 3)
-            await until(lambda: md(b, "v2").state == TxnState.COMPLETE_ABORT)
-            assert await call(end, "v2", pid, e + 2, False) == (ErrorCode.NONE, pid, e + 3)
-        finally:
-            await b.shutdown()
-    asyncio.run(go())
+@with_broker()
+async def test_tv2_end_txn_bumps_the_epoch_and_answers_retries(b: Broker) -> None:
+    tc = b.transaction_coordinator
+    end = tc.handle_end_transaction_tv2
+    pid, e = await open_txn(b, "v2")
+    assert await call(end, "v2", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
+    await until(lambda: md(b, "v2").state == TxnState.COMPLETE_COMMIT)
+    # The markers carry the bumped epoch: the partitions now know the producer at e + 1.
+    assert producer_epoch_at(b, TP0, pid) == producer_epoch_at(b, TP1, pid) == e + 1
+    assert part(b, TP0).last_stable_offset == 3
+    # A retry (the old epoch) gets the same answer; the other result is an invalid state.
+    assert await call(end, "v2", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
+    assert await call(end, "v2", pid, e, False) == (ErrorCode.INVALID_TXN_STATE, -1, -1)
+    assert await call(end, "v2", pid, e + 1, True) == (ErrorCode.INVALID_TXN_STATE, -1, -1)
+    assert await call(end, "v2", pid, e - 1, True) == (ErrorCode.PRODUCER_FENCED, -1, -1)
+    assert await call(end, "v2", pid + 1, e + 1, True) == (ErrorCode.INVALID_PRODUCER_ID_MAPPING, -1, -1)
+    # The next transaction runs at e + 1, from sequence 0, and its commit bumps again.
+    assert await call(tc.handle_add_partitions, "v2", pid, e + 1, {TP0}) == ErrorCode.NONE
+    assert await produce(b, TP0, pid, e + 1, 0, "v2") == ErrorCode.NONE
+    assert await call(end, "v2", pid, e + 1, True) == (ErrorCode.NONE, pid, e + 2)
+    await until(lambda: md(b, "v2").state == TxnState.COMPLETE_COMMIT)
+    assert producer_epoch_at(b, TP0, pid) == e + 2 and part(b, TP0).last_stable_offset == 6
+    # An abort with nothing open is allowed at the current epoch, and bumps too.
+    assert await call(end, "v2", pid, e + 2, False) == (ErrorCode.NONE, pid, e + 3)
+    await until(lambda: md(b, "v2").state == TxnState.COMPLETE_ABORT)
+    assert await call(end, "v2", pid, e + 2, False) == (ErrorCode.NONE, pid, e + 3)
 
 
-def test_tv2_end_txn_from_empty_and_while_prepared(tmp_path):
-    async def go():
-        b = await start(tmp_path)
-        try:
-            tc = b.transaction_coordinator
-            end = tc.handle_end_transaction_tv2
-            err, pid, e = await call(tc.handle_init_producer_id, "em", 60_000, None)
-            assert await call(end, "em", pid, e, True) == (ErrorCode.INVALID_TXN_STATE, -1, -1)
-            err, pid, e = await call(tc.handle_init_producer_id, "em", 60_000, (pid, e))
-            assert err == ErrorCode.NONE
-            # In Empty the epoch below is not a retry: the producer was fenced by a new instance.
-            assert await call(end, "em", pid, e - 1, False) == (ErrorCode.PRODUCER_FENCED, -1, -1)
-            assert await call(end, "em", pid, e, False) == (ErrorCode.NONE, pid, e + 1)
-            tc.markers.add_txn_markers_to_send = lambda *a: None  # leave the next one prepared
-            pid2, e2 = await open_txn(b, "pp")
-            assert await call(end, "pp", pid2, e2, True) == (ErrorCode.NONE, pid2, e2 + 1)
-            assert md(b, "pp").state == TxnState.PREPARE_COMMIT
-            # Its completion is pending: that is answered before the epoch and the result are looked at.
-            for epoch, commit in ((e2, True), (e2, False), (e2 + 1, True), (e2 - 1, True)):
-                assert await call(end, "pp", pid2, epoch, commit) == (ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1)
-            assert await call(end, "pp", pid2 + 1, e2, True) == (ErrorCode.INVALID_PRODUCER_ID_MAPPING, -1, -1)
-        finally:
-            await b.shutdown()
-    asyncio.run(go())
+@with_broker()
+async def test_tv2_end_txn_from_empty_and_while_prepared(b: Broker) -> None:
+    tc = b.transaction_coordinator
+    end = tc.handle_end_transaction_tv2
+    err, pid, e = await call(tc.handle_init_producer_id, "em", 60_000, None)
+    assert await call(end, "em", pid, e, True) == (ErrorCode.INVALID_TXN_STATE, -1, -1)
+    err, pid, e = await call(tc.handle_init_producer_id, "em", 60_000, (pid, e))
+    assert err == ErrorCode.NONE
+    # In Empty the epoch below is not a retry: the producer was fenced by a new instance.
+    assert await call(end, "em", pid, e - 1, False) == (ErrorCode.PRODUCER_FENCED, -1, -1)
+    assert await call(end, "em", pid, e, False) == (ErrorCode.NONE, pid, e + 1)
+    tc.markers.add_txn_markers_to_send = lambda *a: None  # leave the next one prepared
+    pid2, e2 = await open_txn(b, "pp")
+    assert await call(end, "pp", pid2, e2, True) == (ErrorCode.NONE, pid2, e2 + 1)
+    assert md(b, "pp").state == TxnState.PREPARE_COMMIT
+    # Its completion is pending: that is answered before the epoch and the result are looked at.
+    for epoch, commit in ((e2, True), (e2, False), (e2 + 1, True), (e2 - 1, True)):
+        assert await call(end, "pp", pid2, epoch, commit) == (ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1)
+    assert await call(end, "pp", pid2 + 1, e2, True) == (ErrorCode.INVALID_PRODUCER_ID_MAPPING, -1, -1)
 
 
-def test_tv2_exhausted_epoch_moves_to_a_new_producer_id(tmp_path):
-    async def go():
-        b = await start(tmp_path)
-        try:
-            tc = b.transaction_coordinator
-            end = tc.handle_end_transaction_tv2
-            err, pid, _ = await call(tc.handle_init_producer_id, "ov", 60_000, None)
-            e = 32766
-            md(b, "ov").producer_epoch = e
-            assert await call(tc.handle_add_partitions, "ov", pid, e, {TP0}) == ErrorCode.NONE
-            assert await produce(b, TP0, pid, e, 0, "ov") == ErrorCode.NONE
-            err, pid2, e2 = await call(end, "ov", pid, e, True)
-            assert err == ErrorCode.NONE and pid2 != pid and e2 == 0
-            await until(lambda: md(b, "ov").state == TxnState.COMPLETE_COMMIT)
-            m = md(b, "ov")
-            assert (m.producer_id, m.producer_epoch, m.last_producer_id, m.last_producer_epoch) == (pid2, 0, pid, e)
-            assert producer_epoch_at(b, TP0, pid) == 32767  # the marker went out under the old id
-            # A retry with the old id and epoch is recognised and answered with the new ones.
-            assert await call(end, "ov", pid, e, True) == (ErrorCode.NONE, pid2, 0)
-            assert await call(end, "ov", pid, e, False) == (ErrorCode.INVALID_TXN_STATE, -1, -1)
-        finally:
-            await b.shutdown()
-    asyncio.run(go())
+@with_broker()
+async def test_tv2_exhausted_epoch_moves_to_a_new_producer_id(b: Broker) -> None:
+    tc = b.transaction_coordinator
+    end = tc.handle_end_transaction_tv2
+    err, pid, _ = await call(tc.handle_init_producer_id, "ov", 60_000, None)
+    e = 32766
+    md(b, "ov").producer_epoch = e
+    assert await call(tc.handle_add_partitions, "ov", pid, e, {TP0}) == ErrorCode.NONE
+    assert await produce(b, TP0, pid, e, 0, "ov") == ErrorCode.NONE
+    err, pid2, e2 = await call(end, "ov", pid, e, True)
+    assert err == ErrorCode.NONE and pid2 != pid and e2 == 0
+    await until(lambda: md(b, "ov").state == TxnState.COMPLETE_COMMIT)
+    m = md(b, "ov")
+    assert (m.producer_id, m.producer_epoch, m.last_producer_id, m.last_producer_epoch) == (pid2, 0, pid, e)
+    assert producer_epoch_at(b, TP0, pid) == 32767  # the marker went out under the old id
+    # A retry with the old id and epoch is recognised and answered with the new ones.
+    assert await call(end, "ov", pid, e, True) == (ErrorCode.NONE, pid2, 0)
+    assert await call(end, "ov", pid, e, False) == (ErrorCode.INVALID_TXN_STATE, -1, -1)
 
 
-def test_tv2_coordinator_abort_bumps_once_so_the_client_abort_succeeds(tmp_path):
-    async def go():
-        b = await start(tmp_path)
-        try:
-            tc = b.transaction_coordinator
-            pid, e = await open_txn(b, "to")
-            m = md(b, "to")
-            fence = m.prepare_fence_producer_epoch()  # as a timeout starts its abort
-            got = await call(lambda cb: tc._end_transaction_tv2("to", pid, fence.producer_epoch, False,
-                                                                 from_client=False, callback=cb))
-            assert got == (ErrorCode.NONE, pid, e + 1)
-            await until(lambda: md(b, "to").state == TxnState.COMPLETE_ABORT)
-            assert md(b, "to").producer_epoch == e + 1
-            assert part(b, TP0).log.collect_aborted_transactions(0, 10) == [(pid, 0)]
-            # The producer learns of it at its next send, and its abortTransaction is a retry.
-            assert await produce(b, TP0, pid, e, 2, "to") == ErrorCode.INVALID_PRODUCER_EPOCH
-            assert await call(tc.handle_end_transaction_tv2, "to", pid, e, False) == (ErrorCode.NONE, pid, e + 1)
-        finally:
-            await b.shutdown()
-    asyncio.run(go())
+@with_broker()
+async def test_tv2_coordinator_abort_bumps_once_so_the_client_abort_succeeds(b: Broker) -> None:
+    tc = b.transaction_coordinator
+    pid, e = await open_txn(b, "to")
+    m = md(b, "to")
+    fence = m.prepare_fence_producer_epoch()  # as a timeout starts its abort
+    got = await call(lambda cb: tc._end_transaction_tv2("to", pid, fence.producer_epoch, False,
+                                                         from_client=False, callback=cb))
+    assert got == (ErrorCode.NONE, pid, e + 1)
+    await until(lambda: md(b, "to").state == TxnState.COMPLETE_ABORT)
+    assert md(b, "to").producer_epoch == e + 1
+    assert part(b, TP0).log.collect_aborted_transactions(0, 10) == [(pid, 0)]
+    # The producer learns of it at its next send, and its abortTransaction is a retry.
+    assert await produce(b, TP0, pid, e, 2, "to") == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert await call(tc.handle_end_transaction_tv2, "to", pid, e, False) == (ErrorCode.NONE, pid, e + 1)
 
 
-def test_tv2_prepared_rotation_survives_a_restart_in_version_1_values(tmp_path):
-    async def go():
-        b = await start(tmp_path)
+@in_loop
+async def test_tv2_prepared_rotation_survives_a_restart_in_version_1_values(tmp_path: Path) -> None:
+    async with running(start(tmp_path)) as b:
         tc = b.transaction_coordinator
         # As with transaction.version 1+ finalized (Rivulet finalizes 0 so far).
         tc.state_manager.transaction_version = lambda: 1
@@ -383,63 +330,49 @@ def test_tv2_prepared_rotation_survives_a_restart_in_version_1_values(tmp_path):
         assert await produce(b, TP0, pid, 32766, 0, "rs") == ErrorCode.NONE
         err, pid2, _ = await call(tc.handle_end_transaction_tv2, "rs", pid, 32766, False)
         assert err == ErrorCode.NONE and pid2 != pid
-        await b.shutdown()
-        b = await start(tmp_path)
-        try:
-            # Reloaded from the log: the prepared abort completes as the next producer id.
-            await until(lambda: md(b, "rs").state == TxnState.COMPLETE_ABORT)
-            m = md(b, "rs")
-            assert (m.producer_id, m.producer_epoch, m.last_producer_id) == (pid2, 0, pid)
-            assert part(b, TP0).log.collect_aborted_transactions(0, 10) == [(pid, 0)]
-        finally:
-            await b.shutdown()
-    asyncio.run(go())
+    async with running(start(tmp_path)) as b:
+        # Reloaded from the log: the prepared abort completes as the next producer id.
+        await until(lambda: md(b, "rs").state == TxnState.COMPLETE_ABORT)
+        m = md(b, "rs")
+        assert (m.producer_id, m.producer_epoch, m.last_producer_id) == (pid2, 0, pid)
+        assert part(b, TP0).log.collect_aborted_transactions(0, 10) == [(pid, 0)]
 
 
-def test_tv2_partition_added_by_a_leader_keeps_the_client_version(tmp_path):
-    async def go():
-        b = await start(tmp_path)
-        try:
-            tc = b.transaction_coordinator
-            err, pid, e = await call(tc.handle_init_producer_id, "la", 60_000, None)
-            # As AddPartitionsToTxn v4+ without verify_only (a leader, for a Produce v12) adds.
-            assert await call(lambda cb: tc.handle_add_partitions("la", pid, e, {TP0}, cb,
-                                                                  client_transaction_version=2)) == ErrorCode.NONE
-            assert (md(b, "la").state, md(b, "la").client_transaction_version) == (TxnState.ONGOING, 2)
-            assert await produce(b, TP0, pid, e, 0, "la") == ErrorCode.NONE
-            assert await call(tc.handle_end_transaction_tv2, "la", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
-            await until(lambda: md(b, "la").state == TxnState.COMPLETE_COMMIT)
-            assert producer_epoch_at(b, TP0, pid) == e + 1 and part(b, TP0).last_stable_offset == 3
-        finally:
-            await b.shutdown()
-    asyncio.run(go())
+@with_broker()
+async def test_tv2_partition_added_by_a_leader_keeps_the_client_version(b: Broker) -> None:
+    tc = b.transaction_coordinator
+    err, pid, e = await call(tc.handle_init_producer_id, "la", 60_000, None)
+    # As AddPartitionsToTxn v4+ without verify_only (a leader, for a Produce v12) adds.
+    assert await call(lambda cb: tc.handle_add_partitions("la", pid, e, {TP0}, cb,
+                                                          client_transaction_version=2)) == ErrorCode.NONE
+    assert (md(b, "la").state, md(b, "la").client_transaction_version) == (TxnState.ONGOING, 2)
+    assert await produce(b, TP0, pid, e, 0, "la") == ErrorCode.NONE
+    assert await call(tc.handle_end_transaction_tv2, "la", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
+    await until(lambda: md(b, "la").state == TxnState.COMPLETE_COMMIT)
+    assert producer_epoch_at(b, TP0, pid) == e + 1 and part(b, TP0).last_stable_offset == 3
 
 
-def test_tv2_timeout_abort_lets_the_producer_abort_and_go_on(tmp_path):
-    async def go():
-        b = await start(tmp_path, transaction_abort_timed_out_transaction_cleanup_interval_ms=50)
-        try:
-            tc = b.transaction_coordinator
-            tc.state_manager.transaction_version = lambda: 2  # as with transaction.version 2 finalized
-            pid, e = await open_txn(b, "tt", timeout_ms=300)
-            await until(lambda: md(b, "tt").state == TxnState.COMPLETE_ABORT)
-            assert md(b, "tt").producer_epoch == e + 1  # one bump: the abort's
-            assert part(b, TP0).log.collect_aborted_transactions(0, 3) == [(pid, 0)]
-            # The Java producer's abortTransaction after its failed send: a retry, not a fence.
-            assert await produce(b, TP0, pid, e, 2, "tt") == ErrorCode.INVALID_PRODUCER_EPOCH
-            assert await call(tc.handle_end_transaction_tv2, "tt", pid, e, False) == (ErrorCode.NONE, pid, e + 1)
-            # And a new instance fences an open transaction with a single bump too.
-            assert await call(tc.handle_add_partitions, "tt", pid, e + 1, {TP1}) == ErrorCode.NONE
-            err, _, _ = await call(tc.handle_init_producer_id, "tt", 60_000, None)
-            assert err == ErrorCode.CONCURRENT_TRANSACTIONS
-            await until(lambda: md(b, "tt").state == TxnState.COMPLETE_ABORT)
-            assert await call(tc.handle_init_producer_id, "tt", 60_000, None) == (ErrorCode.NONE, pid, e + 3)
-        finally:
-            await b.shutdown()
-    asyncio.run(go())
+@with_broker(transaction_abort_timed_out_transaction_cleanup_interval_ms=50)
+async def test_tv2_timeout_abort_lets_the_producer_abort_and_go_on(b: Broker) -> None:
+    tc = b.transaction_coordinator
+    tc.state_manager.transaction_version = lambda: 2  # as with transaction.version 2 finalized
+    pid, e = await open_txn(b, "tt", timeout_ms=300)
+    await until(lambda: md(b, "tt").state == TxnState.COMPLETE_ABORT)
+    assert md(b, "tt").producer_epoch == e + 1  # one bump: the abort's
+    assert part(b, TP0).log.collect_aborted_transactions(0, 3) == [(pid, 0)]
+    # The Java producer's abortTransaction after its failed send: a retry, not a fence.
+    assert await produce(b, TP0, pid, e, 2, "tt") == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert await call(tc.handle_end_transaction_tv2, "tt", pid, e, False) == (ErrorCode.NONE, pid, e + 1)
+    # And a new instance fences an open transaction with a single bump too.
+    assert await call(tc.handle_add_partitions, "tt", pid, e + 1, {TP1}) == ErrorCode.NONE
+    err, _, _ = await call(tc.handle_init_producer_id, "tt", 60_000, None)
+    assert err == ErrorCode.CONCURRENT_TRANSACTIONS
+    await until(lambda: md(b, "tt").state == TxnState.COMPLETE_ABORT)
+    assert await call(tc.handle_init_producer_id, "tt", 60_000, None) == (ErrorCode.NONE, pid, e + 3)
 
 
-def test_end_txn_v5_answers_the_next_epoch_only_at_transaction_version_2(tmp_path):
+@with_broker()
+async def test_end_txn_v5_answers_the_next_epoch_only_at_transaction_version_2(b: Broker) -> None:
     from rivulet.protocol.framing import RequestHeader
     from rivulet.protocol.messages.end_txn_request import EndTxnRequest
 
@@ -451,23 +384,17 @@ def test_end_txn_v5_answers_the_next_epoch_only_at_transaction_version_2(tmp_pat
             resp = await resp
         return ErrorCode(resp.error_code), resp.producer_id, resp.producer_epoch
 
-    async def go():
-        b = await start(tmp_path)
-        try:
-            tc = b.transaction_coordinator
-            pid, e = await open_txn(b, "h0")
-            # transaction.version 0 (Rivulet's): v5 is v4 and names the producer unchanged.
-            assert await end_txn(b, 5, "h0", pid, e, True) == (ErrorCode.NONE, pid, e)
-            tc.state_manager.transaction_version = lambda: 2  # as with transaction.version 2 finalized
-            pid2, e2 = await open_txn(b, "h2")
-            assert await end_txn(b, 5, "h2", pid2, e2, True) == (ErrorCode.NONE, pid2, e2 + 1)
-            await until(lambda: md(b, "h2").state == TxnState.COMPLETE_COMMIT)
-            assert await end_txn(b, 5, "h2", pid2, e2, True) == (ErrorCode.NONE, pid2, e2 + 1)  # a retry
-            # v4 keeps the classic rules whatever the level (Kafka picks by the version).
-            assert await end_txn(b, 4, "h2", pid2, e2, True) == (ErrorCode.PRODUCER_FENCED, pid2, e2)
-        finally:
-            await b.shutdown()
-    asyncio.run(go())
+    tc = b.transaction_coordinator
+    pid, e = await open_txn(b, "h0")
+    # transaction.version 0 (Rivulet's): v5 is v4 and names the producer unchanged.
+    assert await end_txn(b, 5, "h0", pid, e, True) == (ErrorCode.NONE, pid, e)
+    tc.state_manager.transaction_version = lambda: 2  # as with transaction.version 2 finalized
+    pid2, e2 = await open_txn(b, "h2")
+    assert await end_txn(b, 5, "h2", pid2, e2, True) == (ErrorCode.NONE, pid2, e2 + 1)
+    await until(lambda: md(b, "h2").state == TxnState.COMPLETE_COMMIT)
+    assert await end_txn(b, 5, "h2", pid2, e2, True) == (ErrorCode.NONE, pid2, e2 + 1)  # a retry
+    # v4 keeps the classic rules whatever the level (Kafka picks by the version).
+    assert await end_txn(b, 4, "h2", pid2, e2, True) == (ErrorCode.PRODUCER_FENCED, pid2, e2)
 
 
 async def produce_adding(b: Broker, tp: TopicPartition, pid: int, epoch: int, seq: int, tid: str | None) -> ErrorCode:
@@ -481,55 +408,46 @@ async def produce_adding(b: Broker, tp: TopicPartition, pid: int, epoch: int, se
     return ErrorCode(res[tp].error)
 
 
-def test_tv2_produce_adds_its_partition_to_the_transaction(tmp_path):
-    async def go():
-        b = await start(tmp_path)
-        try:
-            tc = b.transaction_coordinator
-            err, pid, e = await call(tc.handle_init_producer_id, "pa", 60_000, None)
-            # Without the add (Produce v11 and below) a partition not in the transaction is refused.
-            assert await produce(b, TP0, pid, e, 0, "pa") == ErrorCode.INVALID_TXN_STATE
-            assert await produce_adding(b, TP0, pid, e, 0, "pa") == ErrorCode.NONE
-            m = md(b, "pa")
-            assert (m.state, m.topic_partitions, m.client_transaction_version) == (TxnState.ONGOING, {TP0}, 2)
-            assert await produce_adding(b, TP0, pid, e, 1, "pa") == ErrorCode.NONE  # already in: no add
-            # The coordinator's errors, as a producer reads them.
-            assert await produce_adding(b, TP1, pid, e - 1, 0, "pa") == ErrorCode.INVALID_PRODUCER_EPOCH
-            assert await produce_adding(b, TP1, pid + 1, e, 0, "pa") == ErrorCode.INVALID_PRODUCER_ID_MAPPING
-            assert await produce_adding(b, TP1, pid, e, 0, None) == ErrorCode.INVALID_TXN_STATE
-            assert await call(tc.handle_end_transaction_tv2, "pa", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
-            await until(lambda: md(b, "pa").state == TxnState.COMPLETE_COMMIT)
-            assert part(b, TP0).last_stable_offset == 3 and md(b, "pa").topic_partitions == set()
-            # While the commit is being decided, the next transaction's add waits (retriable).
-            tc.markers.add_txn_markers_to_send = lambda *a: None
-            assert await produce_adding(b, TP1, pid, e + 1, 0, "pa") == ErrorCode.NONE
-            assert await call(tc.handle_end_transaction_tv2, "pa", pid, e + 1, False) == (ErrorCode.NONE, pid, e + 2)
-            assert await produce_adding(b, TP0, pid, e + 2, 0, "pa") == ErrorCode.NOT_ENOUGH_REPLICAS
-        finally:
-            await b.shutdown()
-    asyncio.run(go())
+@with_broker()
+async def test_tv2_produce_adds_its_partition_to_the_transaction(b: Broker) -> None:
+    tc = b.transaction_coordinator
+    err, pid, e = await call(tc.handle_init_producer_id, "pa", 60_000, None)
+    # Without the add (Produce v11 and below) a partition not in the transaction is refused.
+    assert await produce(b, TP0, pid, e, 0, "pa") == ErrorCode.INVALID_TXN_STATE
+    assert await produce_adding(b, TP0, pid, e, 0, "pa") == ErrorCode.NONE
+    m = md(b, "pa")
+    assert (m.state, m.topic_partitions, m.client_transaction_version) == (TxnState.ONGOING, {TP0}, 2)
+    assert await produce_adding(b, TP0, pid, e, 1, "pa") == ErrorCode.NONE  # already in: no add
+    # The coordinator's errors, as a producer reads them.
+    assert await produce_adding(b, TP1, pid, e - 1, 0, "pa") == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert await produce_adding(b, TP1, pid + 1, e, 0, "pa") == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    assert await produce_adding(b, TP1, pid, e, 0, None) == ErrorCode.INVALID_TXN_STATE
+    assert await call(tc.handle_end_transaction_tv2, "pa", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
+    await until(lambda: md(b, "pa").state == TxnState.COMPLETE_COMMIT)
+    assert part(b, TP0).last_stable_offset == 3 and md(b, "pa").topic_partitions == set()
+    # While the commit is being decided, the next transaction's add waits (retriable).
+    tc.markers.add_txn_markers_to_send = lambda *a: None
+    assert await produce_adding(b, TP1, pid, e + 1, 0, "pa") == ErrorCode.NONE
+    assert await call(tc.handle_end_transaction_tv2, "pa", pid, e + 1, False) == (ErrorCode.NONE, pid, e + 2)
+    assert await produce_adding(b, TP0, pid, e + 2, 0, "pa") == ErrorCode.NOT_ENOUGH_REPLICAS
 
 
-def test_tv2_added_partition_takes_a_new_producer_at_sequence_0(tmp_path):
+@with_broker()
+async def test_tv2_added_partition_takes_a_new_producer_at_sequence_0(b: Broker) -> None:
     """The implicit add tells the log the producer is a TV2 one: with no state on the partition
     its first batch must be at sequence 0; without the add (Produce v11) KIP-360 accepts any."""
-    async def go():
-        b = await start(tmp_path)
-        try:
-            tc = b.transaction_coordinator
-            err, pid, e = await call(tc.handle_init_producer_id, "s0", 60_000, None)
-            assert await produce_adding(b, TP0, pid, e, 4, "s0") == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
-            assert part(b, TP0).log.log_end_offset == 0
-            assert await produce_adding(b, TP0, pid, e, 0, "s0") == ErrorCode.NONE
-            err, pid2, e2 = await call(tc.handle_init_producer_id, "s1", 60_000, None)
-            assert await call(tc.handle_add_partitions, "s1", pid2, e2, {TP1}) == ErrorCode.NONE
-            assert await produce(b, TP1, pid2, e2, 4, "s1") == ErrorCode.NONE
-        finally:
-            await b.shutdown()
-    asyncio.run(go())
+    tc = b.transaction_coordinator
+    err, pid, e = await call(tc.handle_init_producer_id, "s0", 60_000, None)
+    assert await produce_adding(b, TP0, pid, e, 4, "s0") == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert part(b, TP0).log.log_end_offset == 0
+    assert await produce_adding(b, TP0, pid, e, 0, "s0") == ErrorCode.NONE
+    err, pid2, e2 = await call(tc.handle_init_producer_id, "s1", 60_000, None)
+    assert await call(tc.handle_add_partitions, "s1", pid2, e2, {TP1}) == ErrorCode.NONE
+    assert await produce(b, TP1, pid2, e2, 4, "s1") == ErrorCode.NONE
 
 
-def test_produce_v12_adds_partitions_only_at_transaction_version_2(tmp_path):
+@with_broker()
+async def test_produce_v12_adds_partitions_only_at_transaction_version_2(b: Broker) -> None:
     from types import SimpleNamespace
 
     from rivulet.protocol.framing import RequestHeader
@@ -548,21 +466,15 @@ def test_produce_v12_adds_partitions_only_at_transaction_version_2(tmp_path):
             resp = await resp
         return ErrorCode(resp.responses[0].partition_responses[0].error_code)
 
-    async def go():
-        b = await start(tmp_path)
-        try:
-            tc = b.transaction_coordinator
-            err, pid, e = await call(tc.handle_init_producer_id, "p12", 60_000, None)
-            # transaction.version 0 (Rivulet's): v12 is v11, the partition must have been added.
-            assert await produce_v12(b, "p12", pid, e, 0) == ErrorCode.INVALID_TXN_STATE
-            # As with transaction.version 2 supported and finalized.
-            b.features.supported[TRANSACTION_VERSION] = (0, 2)
-            b.features.set_finalized(FinalizedFeatures({TRANSACTION_VERSION: 2}, b.features.finalized.epoch + 1))
-            assert await produce_v12(b, "p12", pid, e, 0) == ErrorCode.NONE
-            assert (md(b, "p12").topic_partitions, md(b, "p12").client_transaction_version) == ({TP0}, 2)
-        finally:
-            await b.shutdown()
-    asyncio.run(go())
+    tc = b.transaction_coordinator
+    err, pid, e = await call(tc.handle_init_producer_id, "p12", 60_000, None)
+    # transaction.version 0 (Rivulet's): v12 is v11, the partition must have been added.
+    assert await produce_v12(b, "p12", pid, e, 0) == ErrorCode.INVALID_TXN_STATE
+    # As with transaction.version 2 supported and finalized.
+    b.features.supported[TRANSACTION_VERSION] = (0, 2)
+    b.features.set_finalized(FinalizedFeatures({TRANSACTION_VERSION: 2}, b.features.finalized.epoch + 1))
+    assert await produce_v12(b, "p12", pid, e, 0) == ErrorCode.NONE
+    assert (md(b, "p12").topic_partitions, md(b, "p12").client_transaction_version) == ({TP0}, 2)
 
 
 class _NoLocalCoordinator:
@@ -575,13 +487,13 @@ class _NoLocalCoordinator:
         raise AssertionError("asked the local coordinator")
 
 
-def test_cluster_verifier_add_asks_the_remote_coordinator_to_add(tmp_path):
+@with_broker()
+async def test_cluster_verifier_add_asks_the_remote_coordinator_to_add(b: Broker) -> None:
     """Cluster mode's implicit add (Produce v12): node 99's verifier sends the in-process broker,
     the coordinator of every transactional id, AddPartitionsToTxn v5 without verify_only; the
     coordinator's errors come back as they are and the replica manager maps them for a producer."""
     from rivulet.replication.link import BrokerLinks
-    from rivulet.replication.metadata_cache import (
-        BrokerEndpoint, LiveBroker, MetadataCache, MetadataUpdate, PartitionMetadata)
+    from rivulet.replication.metadata_cache import MetadataCache
     from rivulet.replication.replica_manager import ReplicaManager
     from rivulet.transaction.remote_verifier import ClusterTxnVerifier
 
@@ -598,64 +510,52 @@ def test_cluster_verifier_add_asks_the_remote_coordinator_to_add(tmp_path):
         failure = ReplicaManager._verification_failure(TP1, err)
         return ErrorCode.NONE if failure is None else failure.code
 
-    async def go():
-        b = await start(tmp_path)
-        try:
-            node = b.node
-            cache = MetadataCache(node_id=99)
-            cache.update(MetadataUpdate(
-                controller_id=node.node_id, controller_epoch=1,
-                live_brokers=[LiveBroker(node.node_id, (BrokerEndpoint("PLAINTEXT", node.host, node.port),))],
-                partitions={TopicPartition(TRANSACTION_STATE_TOPIC_NAME, p): PartitionMetadata(node.node_id, 0, [], [])
-                            for p in range(3)},
-                topic_ids={}))
-            links = RecordingLinks("txn-verify", 99, cache, "PLAINTEXT", request_timeout_ms=10_000)
-            verifier = ClusterTxnVerifier(links, _NoLocalCoordinator())
-            tc = b.transaction_coordinator
-            try:
-                err, pid, e = await call(tc.handle_init_producer_id, "ca", 60_000, None)
-                assert await verifier.add("ca", pid, e, TP0) == ErrorCode.NONE
-                (req, max_version), = links.sent
-                assert max_version == 5
-                (t,) = req.transactions
-                assert (t.transactional_id, t.producer_id, t.producer_epoch, t.verify_only) == ("ca", pid, e, False)
-                assert [(x.name, list(x.partitions)) for x in t.topics] == [("t", [0])]
-                m = md(b, "ca")
-                assert (m.state, m.topic_partitions, m.client_transaction_version) == (TxnState.ONGOING, {TP0}, 2)
-                # The same partition again: in already (a verify agrees).
-                assert await verifier.add("ca", pid, e, TP0) == ErrorCode.NONE
-                assert await verifier.verify("ca", pid, e, TP0) == ErrorCode.NONE
-                assert links.sent[-1][0].transactions[0].verify_only is True
-                # The coordinator's refusals, raw, then as the producer reads them.
-                assert await verifier.add("ca", pid, e - 1, TP1) == ErrorCode.PRODUCER_FENCED
-                assert mapped(ErrorCode.PRODUCER_FENCED) == ErrorCode.INVALID_PRODUCER_EPOCH
-                assert await verifier.add("ca", pid + 1, e, TP1) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
-                assert mapped(ErrorCode.INVALID_PRODUCER_ID_MAPPING) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
-                assert await verifier.add("nobody", pid, e, TP1) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
-                tc.markers.add_txn_markers_to_send = lambda *a: None  # the commit stays prepared
-                assert await call(tc.handle_end_transaction_tv2, "ca", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
-                assert await verifier.add("ca", pid, e + 1, TP1) == ErrorCode.CONCURRENT_TRANSACTIONS
-                assert mapped(ErrorCode.CONCURRENT_TRANSACTIONS) == ErrorCode.NOT_ENOUGH_REPLICAS  # retriable
-                n = len(links.sent)
-                # Answered without a request: no transactional id, no coordinator known or reachable.
-                assert await verifier.add(None, pid, e, TP1) == ErrorCode.INVALID_TXN_STATE
-                assert await ClusterTxnVerifier(BrokerLinks("x", 99, MetadataCache(node_id=99), "PLAINTEXT"),
-                                                _NoLocalCoordinator()).add("ca", pid, e, TP1) == \
-                    ErrorCode.COORDINATOR_NOT_AVAILABLE
-                assert mapped(ErrorCode.COORDINATOR_NOT_AVAILABLE) == ErrorCode.NOT_ENOUGH_REPLICAS
-                assert len(links.sent) == n
-                # transaction.partition.verification.enable=false turns verify off, never the add.
-                off = ClusterTxnVerifier(links, _NoLocalCoordinator(), verification_enabled=False)
-                assert await off.verify("ca", pid, e - 5, TP1) == ErrorCode.NONE
-                assert await off.add("ca", pid, e - 5, TP1) == ErrorCode.PRODUCER_FENCED
-            finally:
-                await links.close()
-        finally:
-            await b.shutdown()
-    asyncio.run(go())
+    links = RecordingLinks("txn-verify", 99, cache_led_by(b, TRANSACTION_STATE_TOPIC_NAME, 3), "PLAINTEXT",
+                           request_timeout_ms=10_000)
+    verifier = ClusterTxnVerifier(links, _NoLocalCoordinator())
+    tc = b.transaction_coordinator
+    try:
+        err, pid, e = await call(tc.handle_init_producer_id, "ca", 60_000, None)
+        assert await verifier.add("ca", pid, e, TP0) == ErrorCode.NONE
+        (req, max_version), = links.sent
+        assert max_version == 5
+        (t,) = req.transactions
+        assert (t.transactional_id, t.producer_id, t.producer_epoch, t.verify_only) == ("ca", pid, e, False)
+        assert [(x.name, list(x.partitions)) for x in t.topics] == [("t", [0])]
+        m = md(b, "ca")
+        assert (m.state, m.topic_partitions, m.client_transaction_version) == (TxnState.ONGOING, {TP0}, 2)
+        # The same partition again: in already (a verify agrees).
+        assert await verifier.add("ca", pid, e, TP0) == ErrorCode.NONE
+        assert await verifier.verify("ca", pid, e, TP0) == ErrorCode.NONE
+        assert links.sent[-1][0].transactions[0].verify_only is True
+        # The coordinator's refusals, raw, then as the producer reads them.
+        assert await verifier.add("ca", pid, e - 1, TP1) == ErrorCode.PRODUCER_FENCED
+        assert mapped(ErrorCode.PRODUCER_FENCED) == ErrorCode.INVALID_PRODUCER_EPOCH
+        assert await verifier.add("ca", pid + 1, e, TP1) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        assert mapped(ErrorCode.INVALID_PRODUCER_ID_MAPPING) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        assert await verifier.add("nobody", pid, e, TP1) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        tc.markers.add_txn_markers_to_send = lambda *a: None  # the commit stays prepared
+        assert await call(tc.handle_end_transaction_tv2, "ca", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
+        assert await verifier.add("ca", pid, e + 1, TP1) == ErrorCode.CONCURRENT_TRANSACTIONS
+        assert mapped(ErrorCode.CONCURRENT_TRANSACTIONS) == ErrorCode.NOT_ENOUGH_REPLICAS  # retriable
+        n = len(links.sent)
+        # Answered without a request: no transactional id, no coordinator known or reachable.
+        assert await verifier.add(None, pid, e, TP1) == ErrorCode.INVALID_TXN_STATE
+        assert await ClusterTxnVerifier(BrokerLinks("x", 99, MetadataCache(node_id=99), "PLAINTEXT"),
+                                        _NoLocalCoordinator()).add("ca", pid, e, TP1) == \
+            ErrorCode.COORDINATOR_NOT_AVAILABLE
+        assert mapped(ErrorCode.COORDINATOR_NOT_AVAILABLE) == ErrorCode.NOT_ENOUGH_REPLICAS
+        assert len(links.sent) == n
+        # transaction.partition.verification.enable=false turns verify off, never the add.
+        off = ClusterTxnVerifier(links, _NoLocalCoordinator(), verification_enabled=False)
+        assert await off.verify("ca", pid, e - 5, TP1) == ErrorCode.NONE
+        assert await off.add("ca", pid, e - 5, TP1) == ErrorCode.PRODUCER_FENCED
+    finally:
+        await links.close()
 
 
-def test_txn_offset_commit_v5_adds_the_offsets_partition_at_transaction_version_2(tmp_path):
+@with_broker()
+async def test_txn_offset_commit_v5_adds_the_offsets_partition_at_transaction_version_2(b: Broker) -> None:
     """KIP-890 part 2: a TV2 producer sends no AddOffsetsToTxn; at level 2 a TxnOffsetCommit v5
     has the coordinator add the group's __consumer_offsets partition, answering its refusals as
     Kafka's group coordinator does. v4, and v5 below level 2, commit as before without an add."""
@@ -680,38 +580,32 @@ def test_txn_offset_commit_v5_adds_the_offsets_partition_at_transaction_version_
         (p,) = topic.partitions
         return ErrorCode(p.error_code)
 
-    async def go():
-        b = await start(tmp_path)
-        try:
-            tc = b.transaction_coordinator
-            # As a client's FindCoordinator does first: __consumer_offsets is made and loaded.
-            await until(lambda: b.group_coordinator.find_group_coordinator("g")[0] == ErrorCode.NONE)
-            offsets_tp = TopicPartition("__consumer_offsets", b.group_coordinator.partition_for("g"))
-            err, pid, e = await call(tc.handle_init_producer_id, "o5", 60_000, None)
-            # transaction.version 0 (Rivulet's): v5 is v4, nothing is added.
-            assert await commit(b, 5, "o5", pid, e) == ErrorCode.NONE
-            assert md(b, "o5").topic_partitions == set()
-            b.features.supported[TRANSACTION_VERSION] = (0, 2)
-            b.features.set_finalized(FinalizedFeatures({TRANSACTION_VERSION: 2}, b.features.finalized.epoch + 1))
-            err, pid4, e4 = await call(tc.handle_init_producer_id, "o4", 60_000, None)
-            assert await commit(b, 4, "o4", pid4, e4, "g4") == ErrorCode.NONE
-            assert md(b, "o4").topic_partitions == set()
-            # Level 2 and v5: the offsets partition joins the transaction, as a TV2 one.
-            err, pid, e = await call(tc.handle_init_producer_id, "o6", 60_000, None)
-            assert await commit(b, 5, "o6", pid, e) == ErrorCode.NONE
-            m = md(b, "o6")
-            assert (m.state, m.topic_partitions, m.client_transaction_version) == (TxnState.ONGOING, {offsets_tp}, 2)
-            assert await commit(b, 5, "o6", pid, e) == ErrorCode.NONE  # open there already: no second add
-            # The coordinator's refusals, as the TxnOffsetCommit answers them.
-            err, pid7, e7 = await call(tc.handle_init_producer_id, "o7", 60_000, None)
-            assert await commit(b, 5, "o7", pid7, e7 - 1, "g7") == ErrorCode.INVALID_PRODUCER_EPOCH
-            assert await commit(b, 5, "o7", pid7 + 100, e7, "g7") == ErrorCode.INVALID_PRODUCER_ID_MAPPING
-            tc.markers.add_txn_markers_to_send = lambda *a: None  # o6's commit stays prepared
-            assert await call(tc.handle_end_transaction_tv2, "o6", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
-            assert await commit(b, 5, "o6", pid, e + 1) == ErrorCode.CONCURRENT_TRANSACTIONS
-        finally:
-            await b.shutdown()
-    asyncio.run(go())
+    tc = b.transaction_coordinator
+    # As a client's FindCoordinator does first: __consumer_offsets is made and loaded.
+    await until(lambda: b.group_coordinator.find_group_coordinator("g")[0] == ErrorCode.NONE)
+    offsets_tp = TopicPartition("__consumer_offsets", b.group_coordinator.partition_for("g"))
+    err, pid, e = await call(tc.handle_init_producer_id, "o5", 60_000, None)
+    # transaction.version 0 (Rivulet's): v5 is v4, nothing is added.
+    assert await commit(b, 5, "o5", pid, e) == ErrorCode.NONE
+    assert md(b, "o5").topic_partitions == set()
+    b.features.supported[TRANSACTION_VERSION] = (0, 2)
+    b.features.set_finalized(FinalizedFeatures({TRANSACTION_VERSION: 2}, b.features.finalized.epoch + 1))
+    err, pid4, e4 = await call(tc.handle_init_producer_id, "o4", 60_000, None)
+    assert await commit(b, 4, "o4", pid4, e4, "g4") == ErrorCode.NONE
+    assert md(b, "o4").topic_partitions == set()
+    # Level 2 and v5: the offsets partition joins the transaction, as a TV2 one.
+    err, pid, e = await call(tc.handle_init_producer_id, "o6", 60_000, None)
+    assert await commit(b, 5, "o6", pid, e) == ErrorCode.NONE
+    m = md(b, "o6")
+    assert (m.state, m.topic_partitions, m.client_transaction_version) == (TxnState.ONGOING, {offsets_tp}, 2)
+    assert await commit(b, 5, "o6", pid, e) == ErrorCode.NONE  # open there already: no second add
+    # The coordinator's refusals, as the TxnOffsetCommit answers them.
+    err, pid7, e7 = await call(tc.handle_init_producer_id, "o7", 60_000, None)
+    assert await commit(b, 5, "o7", pid7, e7 - 1, "g7") == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert await commit(b, 5, "o7", pid7 + 100, e7, "g7") == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    tc.markers.add_txn_markers_to_send = lambda *a: None  # o6's commit stays prepared
+    assert await call(tc.handle_end_transaction_tv2, "o6", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
+    assert await commit(b, 5, "o6", pid, e + 1) == ErrorCode.CONCURRENT_TRANSACTIONS
     # The normalisation of the write errors Kafka's group coordinator applies.
     assert _offsets_add_error(ErrorCode.PRODUCER_FENCED) == ErrorCode.INVALID_PRODUCER_EPOCH
     assert _offsets_add_error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED) == ErrorCode.INVALID_TXN_STATE
