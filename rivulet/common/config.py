@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum, IntEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 SHORT_MIN, SHORT_MAX = -(1 << 15), (1 << 15) - 1
 INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
@@ -55,6 +55,23 @@ class ConfigSource(IntEnum):
     DYNAMIC_BROKER_LOGGER_CONFIG = 6
     CLIENT_METRICS_CONFIG = 7
     GROUP_CONFIG = 8
+
+
+class AlterConfigOpType(IntEnum):
+    """IncrementalAlterConfigs' operations; the values are its ``config_operation`` codes."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+class AlterConfigOp(Protocol):
+    """One IncrementalAlterConfigs operation as a request carries it."""
+
+    name: str
+    config_operation: int  # an AlterConfigOpType, or any other code a client sent
+    value: str | None
 
 
 class Importance(str, Enum):

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Protocol
 
-from rivulet.common.config import ConfigEntry, ConfigSource, ConfigType
+from rivulet.common.config import AlterConfigOp, AlterConfigOpType, ConfigEntry, ConfigSource, ConfigType
 from rivulet.protocol.errors import ApiError, ErrorCode
 
 ROOT = "root"
@@ -17,16 +16,6 @@ TRACE = 5
 _LEVELS = {"TRACE": TRACE, "DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARN": logging.WARNING,
            "ERROR": logging.ERROR, "FATAL": logging.CRITICAL}
 _VALID = ", ".join(sorted(_LEVELS))
-SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
-_OP_NAMES = {APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
-
-
-class LoggerOp(Protocol):
-    """One IncrementalAlterConfigs operation on a logger."""
-
-    name: str
-    config_operation: int
-    value: str | None
 
 
 def _level_name(level: int) -> str:
@@ -63,23 +52,23 @@ def describe() -> list[ConfigEntry]:
     return out
 
 
-def alter(ops: Sequence[LoggerOp], validate_only: bool) -> None:
+def alter(ops: Sequence[AlterConfigOp], validate_only: bool) -> None:
     """Check every operation (Kafka's checks and messages), then, unless ``validate_only``,
     apply them: SET a level, DELETE to inherit the parent's."""
     for op in ops:
-        if op.config_operation in _OP_NAMES:
-            raise ApiError(ErrorCode.INVALID_REQUEST,
-                           f"{_OP_NAMES[op.config_operation]} operation is not allowed for the BROKER_LOGGER resource")
+        if op.config_operation in (AlterConfigOpType.APPEND, AlterConfigOpType.SUBTRACT):
+            raise ApiError(ErrorCode.INVALID_REQUEST, f"{AlterConfigOpType(op.config_operation).name} operation "
+                           "is not allowed for the BROKER_LOGGER resource")
         if _logger(op.name) is None:
             raise ApiError(ErrorCode.INVALID_CONFIG, f"Logger {op.name} does not exist!")
-        if op.config_operation == SET and op.value not in _LEVELS:
+        if op.config_operation == AlterConfigOpType.SET and op.value not in _LEVELS:
             raise ApiError(ErrorCode.INVALID_CONFIG, f"Cannot set the log level of {op.name} to {op.value} as it "
                            f"is not a supported log level. Valid log levels are {_VALID}")
-        if op.config_operation == DELETE and op.name == ROOT:
+        if op.config_operation == AlterConfigOpType.DELETE and op.name == ROOT:
             raise ApiError(ErrorCode.INVALID_REQUEST, f"Removing the log level of the {ROOT} logger is not allowed")
     if validate_only:
         return
     for op in ops:
         lg = _logger(op.name)
         assert lg is not None
-        lg.setLevel(_LEVELS[op.value] if op.config_operation == SET and op.value else logging.NOTSET)
+        lg.setLevel(_LEVELS[op.value] if op.config_operation == AlterConfigOpType.SET and op.value else logging.NOTSET)

@@ -34,7 +34,8 @@ import logging
 import os
 from typing import Any, Mapping, Protocol, Sequence
 
-from rivulet.common.config import ConfigEntry, ConfigError, ConfigSource, ConfigType, UpdateMode, parse_value
+from rivulet.common.config import (
+    AlterConfigOp, AlterConfigOpType, ConfigEntry, ConfigError, ConfigSource, ConfigType, UpdateMode, parse_value)
 from rivulet.common.java_hash import java_hash_set_order
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.security.acls import AclBinding, AclChange, ResourcePattern, bindings_from_json, bindings_to_json
@@ -429,26 +430,25 @@ def broker_values_in_force(config: BrokerConfig, dynamic: DynamicBrokerConfig) -
     return out
 
 
-def apply_incremental(current: dict[str, str], ops: list[Any], defaults: dict[str, str] | None = None,
+def apply_incremental(current: dict[str, str], ops: Sequence[AlterConfigOp], defaults: dict[str, str] | None = None,
                       list_configs: frozenset[str] = frozenset()) -> dict[str, str]:
-    """IncrementalAlterConfigs' SET (0), DELETE (1), APPEND (2) and SUBTRACT (3) on a config
-    map. APPEND and SUBTRACT start from the value in force (``defaults`` when the map has
-    none) and are only for list configs, as in Kafka."""
+    """IncrementalAlterConfigs' SET, DELETE, APPEND and SUBTRACT on a config map. APPEND and
+    SUBTRACT start from the value in force (``defaults`` when the map has none) and are only
+    for list configs, as in Kafka."""
     out = dict(current)
     for c in ops:
-        if c.config_operation == 0:
+        if c.config_operation == AlterConfigOpType.SET:
             out[c.name] = c.value
-        elif c.config_operation == 1:
+        elif c.config_operation == AlterConfigOpType.DELETE:
             out.pop(c.name, None)
-        elif c.config_operation in (2, 3):
+        elif c.config_operation in (AlterConfigOpType.APPEND, AlterConfigOpType.SUBTRACT):
             if c.name not in list_configs:
-                raise ApiError(ErrorCode.INVALID_CONFIG,
-                                 f"Can't {'APPEND' if c.config_operation == 2 else 'SUBTRACT'} to key {c.name} "
-                                 "because its type is not LIST.")
+                raise ApiError(ErrorCode.INVALID_CONFIG, f"Can't {AlterConfigOpType(c.config_operation).name} "
+                                                         f"to key {c.name} because its type is not LIST.")
             base = out.get(c.name, (defaults or {}).get(c.name, ""))
             items = list(parse_value(ConfigType.LIST, base or ""))
             vals = parse_value(ConfigType.LIST, c.value or "")
-            if c.config_operation == 2:
+            if c.config_operation == AlterConfigOpType.APPEND:
                 items += [x for x in vals if x not in items]
             else:
                 items = [x for x in items if x not in vals]

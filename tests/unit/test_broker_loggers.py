@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from rivulet.common.config import AlterConfigOpType as OpType
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.server import broker_loggers as bl
 
@@ -41,26 +42,26 @@ def test_describe_lists_root_and_each_logger_with_its_level_in_force(logger):
 
 def test_set_and_delete_levels(logger):
     logging.getLogger().setLevel(logging.INFO)
-    bl.alter([Op(logger.name, bl.SET, "TRACE")], validate_only=False)
+    bl.alter([Op(logger.name, OpType.SET, "TRACE")], validate_only=False)
     assert levels()[logger.name] == "TRACE" and logger.isEnabledFor(bl.TRACE)
-    bl.alter([Op(logger.name, bl.SET, "FATAL")], validate_only=True)
+    bl.alter([Op(logger.name, OpType.SET, "FATAL")], validate_only=True)
     assert levels()[logger.name] == "TRACE"
-    bl.alter([Op(logger.name, bl.DELETE)], validate_only=False)
+    bl.alter([Op(logger.name, OpType.DELETE)], validate_only=False)
     assert levels()[logger.name] == "INFO"  # the root's again
 
 
 @pytest.mark.parametrize("op, code, message", [
-    (Op("root", bl.SET, "LOUD"), ErrorCode.INVALID_CONFIG, "Cannot set the log level of root to LOUD as it is not "
+    (Op("root", OpType.SET, "LOUD"), ErrorCode.INVALID_CONFIG, "Cannot set the log level of root to LOUD as it is not "
      "a supported log level. Valid log levels are DEBUG, ERROR, FATAL, INFO, TRACE, WARN"),
-    (Op("root", bl.DELETE), ErrorCode.INVALID_REQUEST, "Removing the log level of the root logger is not allowed"),
-    (Op("root", bl.APPEND, "INFO"), ErrorCode.INVALID_REQUEST,
+    (Op("root", OpType.DELETE), ErrorCode.INVALID_REQUEST, "Removing the log level of the root logger is not allowed"),
+    (Op("root", OpType.APPEND, "INFO"), ErrorCode.INVALID_REQUEST,
      "APPEND operation is not allowed for the BROKER_LOGGER resource"),
-    (Op("no.such.logger", bl.SET, "INFO"), ErrorCode.INVALID_CONFIG, "Logger no.such.logger does not exist!"),
+    (Op("no.such.logger", OpType.SET, "INFO"), ErrorCode.INVALID_CONFIG, "Logger no.such.logger does not exist!"),
 ])
 def test_refusals_change_nothing(logger, op, code, message):
     before = levels()
     with pytest.raises(ApiError) as e:
-        bl.alter([Op(logger.name, bl.SET, "DEBUG"), op], validate_only=False)
+        bl.alter([Op(logger.name, OpType.SET, "DEBUG"), op], validate_only=False)
     assert (e.value.code, e.value.message) == (code, message)
     assert levels() == before
 

@@ -22,7 +22,8 @@ from rivulet.client.client import KafkaClient
 from rivulet.client.config import ClientConf, ConfigValue, parse_bootstrap, resolve
 from rivulet.client.loop import LoopThread, ThreadStopper
 from rivulet.client.types import ClusterMetadata, TopicPartition
-from rivulet.common.config import ConfigSource  # re-exported: DescribeConfigs' config_source codes
+# Re-exported: DescribeConfigs' config_source codes, IncrementalAlterConfigs' operations.
+from rivulet.common.config import AlterConfigOpType, ConfigSource
 from rivulet.common.types import TopicPartition as TP
 from rivulet.common.types import share_coordinator_key
 from rivulet.protocol.consumer_protocol import decode_assignment
@@ -71,13 +72,6 @@ class ResourceType(IntEnum):
     TOPIC = 2
     GROUP = 3
     BROKER = 4
-
-
-class AlterConfigOpType(IntEnum):
-    SET = 0
-    DELETE = 1
-    APPEND = 2
-    SUBTRACT = 3
 
 
 class ConsumerGroupState(Enum):
