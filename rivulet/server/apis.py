@@ -202,6 +202,10 @@ class KafkaApis:
                                                      topics.off_loop, authz, topic_configs=cluster).handlers())
         partition_admin: PartitionAdmin
         quorum: QuorumView
+
+        def transaction_version() -> int:  # the finalized level, read at each request
+            return features.level(TRANSACTION_VERSION)
+
         # Cluster mode: FindCoordinator and Metadata have a missing internal topic made by the controller.
         cluster_internal_topics = None if cluster is None else ClusterInternalTopics(
             config, cluster, group_coordinator, txn_coordinator, share_coordinator)
@@ -216,8 +220,8 @@ class KafkaApis:
         for area in (
             PartitionAdminHandlers(partition_admin, authz),
             QuorumHandlers(quorum, authz, metadata_cache, controller_links),
-            RecordHandlers(replica_manager, topics, quotas, authz, fetch_sessions, clock,
-                           lambda: features.level(TRANSACTION_VERSION), metadata_cache),
+            RecordHandlers(replica_manager, topics, quotas, authz, fetch_sessions, clock, transaction_version,
+                           metadata_cache),
             QuotaHandlers(quotas, authz),
             AclHandlers(acls, authz),
             ScramHandlers(scram, authz),
@@ -235,9 +239,8 @@ class KafkaApis:
             ShareOffsetHandlers(group_coordinator, authz),
             StreamsGroupHandlers(group_coordinator, authz),
             ShareStateHandlers(share_coordinator, authz),
-            GroupHandlers(group_coordinator, topics, clock, authz, metadata_cache,
-                          add_to_transaction=replica_manager.add_to_transaction,
-                          transaction_version=lambda: features.level(TRANSACTION_VERSION)),
+            GroupHandlers(group_coordinator, topics, clock, authz, replica_manager.add_to_transaction,
+                          transaction_version, metadata_cache),
             FindCoordinatorHandler(group_coordinator, txn_coordinator, authz, metadata_cache, cluster_internal_topics,
                                    share_coordinator),
             TransactionHandlers(txn_coordinator, group_coordinator, replica_manager, topics, config, authz,

@@ -28,9 +28,8 @@ from rivulet.protocol.messages import (
 from rivulet.server.apis import SUPPORTED_VERSIONS
 from rivulet.server.handlers.find_coordinator import FindCoordinatorHandler
 from rivulet.server.acls import Authz
-from rivulet.server.handlers.groups import GroupHandlers
 from rivulet.server.network import PLAINTEXT_LISTENER
-from test_group_support import make_coordinator
+from test_group_support import group_handlers, make_coordinator
 
 pytestmark = pytest.mark.fast
 
@@ -62,7 +61,7 @@ def setup():
     b.add_topic("t", 3)
     b.txn = FakeTxnCoordinator()
     no_authorizer = Authz(None)
-    apis = Apis({**GroupHandlers(c, b.metadata, b.clock, no_authorizer).handlers(),
+    apis = Apis({**group_handlers(c, b).handlers(),
                  **FindCoordinatorHandler(c, b.txn, no_authorizer).handlers()})
     return c, b, apis
 

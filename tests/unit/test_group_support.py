@@ -18,6 +18,8 @@ from rivulet.delayed import Timer
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ErrorCode
 from rivulet.replication.replica_manager import ProduceResult
+from rivulet.server.acls import Authz
+from rivulet.server.handlers.groups import GroupHandlers
 
 CONFIG = {
     "group.min.session.timeout.ms": 6000,
@@ -201,6 +203,18 @@ def make_coordinator(on_share_group_deleted: Callable[[str, list[TopicPartition]
     c = new_coordinator(b, on_share_group_deleted)
     c.startup()
     return c, b
+
+
+async def _no_implicit_add(transactional_id: str, producer_id: int, producer_epoch: int,
+                           tp: TopicPartition) -> ErrorCode:
+    raise AssertionError("an offsets partition added to a transaction below transaction.version 2")
+
+
+def group_handlers(c: GroupCoordinator, b: FakeCluster) -> GroupHandlers:
+    """The group APIs over ``c`` with no authorizer, at transaction.version 0: no TxnOffsetCommit
+    adds the group's offsets partition to a transaction there (tests/unit/test_txn_coordinator.py
+    covers level 2 against a real broker)."""
+    return GroupHandlers(c, b.metadata, b.clock, Authz(None), _no_implicit_add, lambda: 0)
 
 
 class Member:

@@ -26,10 +26,8 @@ from rivulet.coordinator.share_group import (
 from rivulet.common.types import TopicPartition
 from rivulet.coordinator.group_metadata import OffsetAndMetadata
 from rivulet.protocol.errors import ApiError, ErrorCode
-from rivulet.server.acls import Authz
-from rivulet.server.handlers.groups import GroupHandlers
 from test_consumer_group import Topics
-from test_group_support import Member, make_coordinator, new_coordinator
+from test_group_support import Member, group_handlers, make_coordinator, new_coordinator
 
 pytestmark = pytest.mark.fast
 
@@ -597,10 +595,10 @@ def test_list_describe_and_delete():
 def test_disabled_share_groups_are_neither_served_nor_listed():
     c, b = make_coordinator(**{"group.share.enable": False})
     assert c.share_groups_enabled is False
-    served = GroupHandlers(c, b.metadata, b.clock, Authz(None)).handlers()
+    served = group_handlers(c, b).handlers()
     assert 76 not in served and 77 not in served
     c, b = make_coordinator()
-    served = GroupHandlers(c, b.metadata, b.clock, Authz(None)).handlers()
+    served = group_handlers(c, b).handlers()
     assert 76 in served and 77 in served
 
 

@@ -126,8 +126,8 @@ def _offsets_add_error(err: ErrorCode) -> ErrorCode:
 
 class GroupHandlers:
     def __init__(self, coordinator: GroupCoordinator, metadata: MetadataView, clock: Clock, authz: Authz,
-                 metadata_cache: MetadataCache | None = None, *, add_to_transaction: TransactionAdder | None = None,
-                 transaction_version: Callable[[], int] | None = None) -> None:
+                 add_to_transaction: TransactionAdder, transaction_version: Callable[[], int],
+                 metadata_cache: MetadataCache | None = None) -> None:
         """``add_to_transaction`` and ``transaction_version`` (the finalized level): from level 2 a
         TxnOffsetCommit v5 adds the group's offsets partition to the transaction (KIP-890 part 2)."""
         self.c = coordinator
@@ -648,8 +648,7 @@ class GroupHandlers:
                 req.group_id, req.producer_id, req.producer_epoch, req.member_id if v >= 3 else "",
                 req.group_instance_id if v >= 3 else None, req.generation_id if v >= 3 else -1, offsets, reply)
 
-        if (v >= 5 and self.add_to_transaction is not None and self.transaction_version is not None
-                and self.transaction_version() >= TV_EPOCH_BUMP and self.c.is_active):
+        if v >= 5 and self.transaction_version() >= TV_EPOCH_BUMP and self.c.is_active:
             # KIP-890 part 2: a transaction.version 2 producer sends no AddOffsetsToTxn; the
             # group's offsets partition joins its transaction here, before the offsets are written.
             tp = TopicPartition(GROUP_METADATA_TOPIC_NAME, self.c.partition_for(req.group_id))
@@ -663,7 +662,6 @@ class GroupHandlers:
     async def _commit_once_added(self, req: TxnOffsetCommitRequest, tp: TopicPartition,
                                  offsets: dict[TopicPartition, OffsetAndMetadata],
                                  reply: Reply[dict[TopicPartition, ErrorCode]], commit: Callable[[], None]) -> None:
-        assert self.add_to_transaction is not None
         try:
             err = _offsets_add_error(await self.add_to_transaction(
                 req.transactional_id, req.producer_id, req.producer_epoch, tp))
