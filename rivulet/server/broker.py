@@ -178,7 +178,8 @@ class Broker:
         self.dynamic_config = DynamicBrokerConfig(config.log_dirs[0], self.node_id, config.items())
         # Client quotas are kept beside the dynamic configs and apply from the first request.
         self.quotas = ClientQuotas(config["quota.window.num"], config["quota.window.size.seconds"], clock,
-                                   store=self.dynamic_config)
+                                   store=self.dynamic_config, controller_samples=config["controller.quota.window.num"],
+                                   controller_window_seconds=config["controller.quota.window.size.seconds"])
         self.log_manager = LogManager(config.log_dirs,
                                       LogConfig.from_broker_props(broker_props(config, self.dynamic_config)),
                                       producer_id_expiration_ms=config["producer.id.expiration.ms"],
