@@ -222,7 +222,9 @@ class Broker:
             queued_max_request_bytes=config["queued.max.request.bytes"],
             send_buffer_bytes=config["socket.send.buffer.bytes"],
             receive_buffer_bytes=config["socket.receive.buffer.bytes"],
-            listen_backlog_size=config["socket.listen.backlog.size"]), self.quotas.connection_rates,
+            listen_backlog_size=config["socket.listen.backlog.size"],
+            failed_authentication_delay_ms=config["connection.failed.authentication.delay.ms"]),
+            self.quotas.connection_rates,
             request_metrics=RequestMetrics() if self.metrics is not None else None,
             request_log=request_log if request_log.enabled() else None)
         self.dynamic_config.add_reconfigurable(self.socket_server.quotas)
