@@ -82,6 +82,9 @@ if TYPE_CHECKING:  # the registry is imported only when configured (_schema_regi
     from rivulet.registry.server import SchemaRegistryServer
 
 log = logging.getLogger(__name__)
+# BrokerLinks purposes whose requests time out after request.timeout.ms, as Kafka's
+# TransactionMarkerChannelManager, AddPartitionsToTxnManager and share state persister do.
+_REQUEST_TIMEOUT_LINKS = frozenset({"txn-markers", "txn-verify", "share-state"})
 
 # Logs given retention between two turns of the event loop.
 RETENTION_SLICE = 64
@@ -474,10 +477,13 @@ class Broker:
 
     def _links(self, purpose: str) -> BrokerLinks:
         """This broker's connections of one purpose to the others, on the inter-broker listener
-        (none reachable on a single node, which has no metadata cache)."""
+        (none reachable on a single node, which has no metadata cache). Those Kafka's broker
+        makes with its own network clients (transaction markers, KIP-890's checks, share state)
+        time out after request.timeout.ms; the rest after replica.socket.timeout.ms."""
         cfg = self.config
-        return BrokerLinks(purpose, self.node_id, self.metadata_cache, cfg.inter_broker_listener,
-                           cfg["replica.socket.timeout.ms"], self.connector)
+        timeout = cfg["request.timeout.ms"] if purpose in _REQUEST_TIMEOUT_LINKS else cfg["replica.socket.timeout.ms"]
+        return BrokerLinks(purpose, self.node_id, self.metadata_cache, cfg.inter_broker_listener, timeout,
+                           self.connector)
 
     def _build_cluster_links(self, local_txn_check: TxnVerifierRelay) -> None:
         """Cluster mode's links to other brokers that the replica and transaction managers use:

@@ -714,8 +714,9 @@ BROKER_CONFIGS = ConfigDef([
     _k("max.connection.creation.rate", I, 2147483647, _nonneg, "Broker-wide new connections per second "
        "(Kafka delays accepting beyond it). Per-IP rates (connection_creation_rate quotas) are honoured.",
        MEDIUM, CLUSTER, ignored=True),
-    _k("request.timeout.ms", I, 30000, None, "Timeout of the broker's own requests to other nodes.", HIGH,
-       ignored=True),
+    _k("request.timeout.ms", I, 30000, None, "Timeout of the broker's own requests to other brokers that Kafka "
+       "sends with its own network clients: transaction markers, KIP-890's transaction checks, share state "
+       "(replica fetches and the rest take replica.socket.timeout.ms).", HIGH),
     _k("socket.connection.setup.timeout.ms", L, 10000, None, "Connect timeout of the broker's own "
        "connections to other nodes.", MEDIUM, ignored=True),
     _k("socket.connection.setup.timeout.max.ms", L, 30000, None, "Largest connect timeout of the broker's "

@@ -100,3 +100,21 @@ def test_a_start_that_fails_part_way_lets_go_of_what_it_started(tmp_path):
             await good.shutdown()
 
     asyncio.run(main())
+
+
+def test_inter_broker_timeouts_follow_kafkas_configs(tmp_path):
+    """What Kafka's broker sends with its own network clients (share state here; transaction
+    markers and KIP-890's checks in a cluster) times out after request.timeout.ms, the rest
+    after replica.socket.timeout.ms; the controller mutation quota has its own window."""
+    async def main():
+        b = Broker(BrokerConfig({"log.dirs": str(tmp_path), "listeners": "PLAINTEXT://127.0.0.1:0",
+                                 "log.cleaner.enable": "false", "request.timeout.ms": "12345",
+                                 "replica.socket.timeout.ms": "23456", "controller.quota.window.num": "4"}))
+        await b.start()
+        try:
+            assert b.share_persister.links.request_timeout_ms == 12345
+            assert b.partition_ends.links.request_timeout_ms == 23456
+            assert b.quotas.controller_mutation.samples == 4 and b.quotas.produce.samples == 11
+        finally:
+            await b.shutdown()
+    asyncio.run(main())
