@@ -41,7 +41,7 @@ from rivulet.server.config import (BROKER_CONFIGS, LAST_PUSH_RECEIVER, PROMETHEU
 from rivulet.server.coordinator_leadership import CoordinatorLeadership
 from rivulet.server.acls import AclManager, Authz, build_authorizer
 from rivulet.server.client_metrics import ClientMetricsManager, EveryReceiver, LastPayloads, TelemetryReceiver
-from rivulet.server.dynamic_config import DynamicBrokerConfig, ThreadCounts
+from rivulet.server.dynamic_config import CordonedLogDirs, DynamicBrokerConfig, ThreadCounts
 from rivulet.server.delegation_tokens import DelegationTokens, TokenSettings
 from rivulet.server.features import TRANSACTION_VERSION, FeatureLevels, supported_features
 from rivulet.server.fd_limit import describe as describe_fd_limit
@@ -232,6 +232,7 @@ class Broker:
             request_log=request_log if request_log.enabled() else None)
         self.dynamic_config.add_reconfigurable(self.socket_server.quotas)
         self.dynamic_config.add_reconfigurable(ThreadCounts())
+        self.dynamic_config.add_reconfigurable(CordonedLogDirs(self.log_manager, config.log_dirs))
         self.metrics_port: int | None = None
         self.bound_ports: list[int] = []
         self.scram = ScramCredentials(self.cluster if self.cluster is not None else self.dynamic_config)

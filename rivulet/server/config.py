@@ -707,8 +707,12 @@ BROKER_CONFIGS = ConfigDef([
     # Accepted without effect: settings of things Rivulet does another way or not at all.
     _k("config.providers", LS, (), None, "Kafka's ConfigProvider plugins for ${provider:key} values; Rivulet "
        "resolves no such references.", LOW, CLUSTER, ignored=True),
-    _k("cordoned.log.dirs", LS, (), None, "Log dirs that take no new partitions (KIP-1066).", MEDIUM,
-       PER_BROKER, ignored=True),
+    _k("cordoned.log.dirs", LS, (), None, "Log dirs that take no new partitions (KIP-1066), each as written in "
+       "log.dirs, or * for all of them; DescribeLogDirs v5 shows them cordoned. A single node whose dirs are all "
+       "cordoned refuses new topics and partitions (INVALID_REPLICATION_FACTOR, Kafka's words). In a cluster the "
+       "controller does not know of them: a replica it assigns here goes to a cordoned dir if no other is left; "
+       "the coordinators' internal topics are made on one too.",
+       MEDIUM, PER_BROKER),
     _k("early.start.listeners", LS, None, None, "Listeners opened before the authorizer is ready; Rivulet "
        "opens every listener once the broker is ready.", HIGH, ignored=True),
     _k("max.connection.creation.rate", I, 2147483647, _nonneg, "Broker-wide new connections per second "
@@ -1028,6 +1032,17 @@ def cleaner_threads_problem(threads: int, dedupe_buffer_size: int) -> str | None
     return None if dedupe_buffer_size // threads > 1024 * 1024 else CLEANER_BUFFER_RULE
 
 
+CORDON_ALL = "*"
+
+
+def cordoned_dirs_problem(cordoned: Collection[str], log_dirs: Collection[str]) -> str | None:
+    """KafkaConfig's rule on cordoned.log.dirs (KIP-1066), at start-up and on a dynamic change:
+    each entry is one of the log dirs (as written there) or ``*``, all of them."""
+    missing = [d for d in cordoned if d != CORDON_ALL and d not in log_dirs]
+    return None if not missing else ("requirement failed: All entries in cordoned.log.dirs must be present in "
+                                     f"log.dirs or log.dir. Missing entries : {', '.join(missing)}")
+
+
 def _kafka_relations(cfg: BrokerConfig) -> Iterator[tuple[bool, str]]:
     """Kafka's start-up rules between properties: the group coordinator's, KafkaConfig's cleaner
     rule, its relations, then the two that are not one property against another. Lazy: a rule is
@@ -1043,6 +1058,8 @@ def _kafka_relations(cfg: BrokerConfig) -> Iterator[tuple[bool, str]]:
            "queued.max.request.bytes must be larger or equal to socket.request.max.bytes")
     yield (cfg["max.connections.per.ip"] != 0 or bool(cfg["max.connections.per.ip.overrides"]),
            "max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides property is set.")
+    cordoned = cordoned_dirs_problem(cfg["cordoned.log.dirs"], cfg.log_dirs)
+    yield cordoned is None, cordoned or ""
 
 
 class BrokerConfig:

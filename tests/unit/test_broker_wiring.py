@@ -118,3 +118,37 @@ def test_inter_broker_timeouts_follow_kafkas_configs(tmp_path):
         finally:
             await b.shutdown()
     asyncio.run(main())
+
+
+def test_a_single_node_with_every_log_dir_cordoned_refuses_new_partitions(tmp_path):
+    """cordoned.log.dirs=* (KIP-1066), set at run time: new topics and partitions are refused in
+    the words of Kafka 4.3.1's controller, an entry that is no log dir is refused as Kafka's
+    KafkaConfig refuses it, and uncordoned, topics are made again."""
+    from rivulet.protocol.errors import ApiError
+
+    async def main():
+        b = await started(tmp_path)
+        try:
+            b.topics.create_topic("before", 1, 1, {})
+            with pytest.raises(ApiError) as e:
+                b.topics.alter_broker_configs("1", {"cordoned.log.dirs": "/a,/b"})
+            assert (e.value.code, e.value.message) == (
+                ErrorCode.INVALID_REQUEST, "requirement failed: All entries in cordoned.log.dirs must be present in "
+                "log.dirs or log.dir. Missing entries : /a, /b")
+            b.topics.alter_broker_configs("1", {"cordoned.log.dirs": "*"})
+            with pytest.raises(ApiError) as e:
+                b.topics.create_topic("after", 1, 1, {})
+            assert (e.value.code, e.value.message) == (
+                ErrorCode.INVALID_REPLICATION_FACTOR, "Unable to replicate the partition 1 time(s): All brokers are "
+                "currently fenced, or have all their log directories cordoned.")
+            with pytest.raises(ApiError) as e:
+                await b.topics.add_partitions("before", 3)
+            assert (e.value.code, e.value.message) == (
+                ErrorCode.INVALID_REPLICATION_FACTOR, "All brokers are currently fenced, or have all their log "
+                "directories cordoned.")
+            assert [d.cordoned for d in b.log_manager.describe_dirs()] == [True]
+            b.topics.alter_broker_configs("1", {})
+            assert b.topics.create_topic("after", 1, 1, {}) is not None
+        finally:
+            await b.shutdown()
+    asyncio.run(main())

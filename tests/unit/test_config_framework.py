@@ -419,3 +419,12 @@ def test_kafkas_defaults_of_the_added_broker_configs():
     assert defaults["remote.log.manager.copy.max.bytes.per.second"] == "9223372036854775807"
     assert defaults["num.replica.alter.log.dirs.threads"] is None
     assert BrokerConfig({}).items()["controller.quota.window.num"] == 11
+
+
+def test_cordoned_log_dirs_are_log_dirs_or_all_of_them():
+    assert BrokerConfig({"log.dirs": "/d1,/d2", "cordoned.log.dirs": "/d2"})["cordoned.log.dirs"] == ("/d2",)
+    assert BrokerConfig({"log.dirs": "/d1", "cordoned.log.dirs": "*"})["cordoned.log.dirs"] == ("*",)
+    with pytest.raises(ConfigError) as e:
+        BrokerConfig({"log.dirs": "/d1", "cordoned.log.dirs": "/d1,/x,/y"})
+    assert str(e.value) == ("requirement failed: All entries in cordoned.log.dirs must be present in log.dirs or "
+                            "log.dir. Missing entries : /x, /y")
