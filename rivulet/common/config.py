@@ -116,7 +116,8 @@ def at_least(n: float) -> Validator:
 
 
 def between(lo: float, hi: float) -> Validator:
-    return lambda v: None if lo <= v <= hi else f"Value must be between {lo} and {hi}"
+    # Kafka's ConfigDef.Range.between, which names the bound crossed
+    return lambda v: f"Value must be at least {lo}" if v < lo else f"Value must be no more than {hi}" if v > hi else None
 
 
 def one_of(*choices: str) -> Validator:

@@ -150,6 +150,7 @@ class GroupCoordinator(InternalTopicCoordinator):
             heartbeat_interval_ms=config_value(config, "group.streams.heartbeat.interval.ms", 5000),
             session_timeout_ms=config_value(config, "group.streams.session.timeout.ms", 45000),
             num_standby_replicas=config_value(config, "group.streams.num.standby.replicas", 0),
+            max_size=config_value(config, "group.streams.max.size", 2**31 - 1),
             initial_rebalance_delay_ms=config_value(config, "group.streams.initial.rebalance.delay.ms", 3000),
             assignment_interval_ms=config_value(config, "group.streams.assignment.interval.ms", 1000))
         self._active = False

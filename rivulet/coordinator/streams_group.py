@@ -99,6 +99,7 @@ class StreamsGroupConfig(GroupSessionConfig):
     """The broker's ``group.streams.*`` settings (a group's own configs override them all)."""
 
     num_standby_replicas: int = 0
+    max_size: int = 2**31 - 1  # group.streams.max.size: members beyond it are refused
     # How long a new group waits for more members before its first assignment (Kafka's
     # group.streams.initial.rebalance.delay.ms, and a group's streams.initial.rebalance.delay.ms).
     initial_rebalance_delay_ms: int = 3000
@@ -505,7 +506,7 @@ def heartbeat(group: StreamsGroup, req: StreamsHeartbeatRequest, topics: Metadat
               config: StreamsGroupConfig, now_ms: float) -> StreamsHeartbeatResult:
     """Answer a validated heartbeat of a member that is not leaving, changing ``group``
     (``now_ms``: the coordinator's monotonic clock)."""
-    member = _member_for(group, req)
+    member = _member_for(group, req, config)
     joined = req.member_id not in group.members
     first = not group.members  # the first member of a new (or emptied) group
 
@@ -625,13 +626,16 @@ def assign_delayed(group: StreamsGroup, config: StreamsGroupConfig, now_ms: floa
     return True
 
 
-def _member_for(group: StreamsGroup, req: StreamsHeartbeatRequest) -> StreamsGroupMember:
+def _member_for(group: StreamsGroup, req: StreamsHeartbeatRequest, config: StreamsGroupConfig) -> StreamsGroupMember:
     """The member the heartbeat is from, its epoch checked; a new one for a member joining."""
     member = group.members.get(req.member_id)
     if member is None:
         if req.member_epoch != 0:
             raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
                                  f"Member {req.member_id} is not a member of group {group.group_id}.")
+        if len(group.members) >= config.max_size:
+            raise HeartbeatError(ErrorCode.GROUP_MAX_SIZE_REACHED,
+                                 f"The streams group has reached its maximum capacity of {config.max_size} members.")
         return StreamsGroupMember(req.member_id)
     if req.member_epoch != 0 or req.member_id in group.members:
         _check_epoch(member, req.member_epoch, req.active_tasks)

@@ -41,7 +41,7 @@ from rivulet.server.config import (BROKER_CONFIGS, LAST_PUSH_RECEIVER, PROMETHEU
 from rivulet.server.coordinator_leadership import CoordinatorLeadership
 from rivulet.server.acls import AclManager, Authz, build_authorizer
 from rivulet.server.client_metrics import ClientMetricsManager, EveryReceiver, LastPayloads, TelemetryReceiver
-from rivulet.server.dynamic_config import DynamicBrokerConfig, ThreadCounts
+from rivulet.server.dynamic_config import CordonedLogDirs, DynamicBrokerConfig, ThreadCounts
 from rivulet.server.delegation_tokens import DelegationTokens, TokenSettings
 from rivulet.server.features import TRANSACTION_VERSION, FeatureLevels, supported_features
 from rivulet.server.fd_limit import describe as describe_fd_limit
@@ -82,6 +82,9 @@ if TYPE_CHECKING:  # the registry is imported only when configured (_schema_regi
     from rivulet.registry.server import SchemaRegistryServer
 
 log = logging.getLogger(__name__)
+# BrokerLinks purposes whose requests time out after request.timeout.ms, as Kafka's
+# TransactionMarkerChannelManager, AddPartitionsToTxnManager and share state persister do.
+_REQUEST_TIMEOUT_LINKS = frozenset({"txn-markers", "txn-verify", "share-state"})
 
 # Logs given retention between two turns of the event loop.
 RETENTION_SLICE = 64
@@ -178,7 +181,8 @@ class Broker:
         self.dynamic_config = DynamicBrokerConfig(config.log_dirs[0], self.node_id, config.items())
         # Client quotas are kept beside the dynamic configs and apply from the first request.
         self.quotas = ClientQuotas(config["quota.window.num"], config["quota.window.size.seconds"], clock,
-                                   store=self.dynamic_config)
+                                   store=self.dynamic_config, controller_samples=config["controller.quota.window.num"],
+                                   controller_window_seconds=config["controller.quota.window.size.seconds"])
         self.log_manager = LogManager(config.log_dirs,
                                       LogConfig.from_broker_props(broker_props(config, self.dynamic_config)),
                                       producer_id_expiration_ms=config["producer.id.expiration.ms"],
@@ -221,11 +225,14 @@ class Broker:
             queued_max_request_bytes=config["queued.max.request.bytes"],
             send_buffer_bytes=config["socket.send.buffer.bytes"],
             receive_buffer_bytes=config["socket.receive.buffer.bytes"],
-            listen_backlog_size=config["socket.listen.backlog.size"]), self.quotas.connection_rates,
+            listen_backlog_size=config["socket.listen.backlog.size"],
+            failed_authentication_delay_ms=config["connection.failed.authentication.delay.ms"]),
+            self.quotas.connection_rates,
             request_metrics=RequestMetrics() if self.metrics is not None else None,
             request_log=request_log if request_log.enabled() else None)
         self.dynamic_config.add_reconfigurable(self.socket_server.quotas)
         self.dynamic_config.add_reconfigurable(ThreadCounts())
+        self.dynamic_config.add_reconfigurable(CordonedLogDirs(self.log_manager, config.log_dirs))
         self.metrics_port: int | None = None
         self.bound_ports: list[int] = []
         self.scram = ScramCredentials(self.cluster if self.cluster is not None else self.dynamic_config)
@@ -471,10 +478,13 @@ class Broker:
 
     def _links(self, purpose: str) -> BrokerLinks:
         """This broker's connections of one purpose to the others, on the inter-broker listener
-        (none reachable on a single node, which has no metadata cache)."""
+        (none reachable on a single node, which has no metadata cache). Those Kafka's broker
+        makes with its own network clients (transaction markers, KIP-890's checks, share state)
+        time out after request.timeout.ms; the rest after replica.socket.timeout.ms."""
         cfg = self.config
-        return BrokerLinks(purpose, self.node_id, self.metadata_cache, cfg.inter_broker_listener,
-                           cfg["replica.socket.timeout.ms"], self.connector)
+        timeout = cfg["request.timeout.ms"] if purpose in _REQUEST_TIMEOUT_LINKS else cfg["replica.socket.timeout.ms"]
+        return BrokerLinks(purpose, self.node_id, self.metadata_cache, cfg.inter_broker_listener, timeout,
+                           self.connector)
 
     def _build_cluster_links(self, local_txn_check: TxnVerifierRelay) -> None:
         """Cluster mode's links to other brokers that the replica and transaction managers use:

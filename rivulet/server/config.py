@@ -54,6 +54,31 @@ def _no_tiered_storage(enabled: bool) -> str | None:
     return "Rivulet has no tiered storage" if enabled else None
 
 
+DEFAULT_PRINCIPAL_BUILDER = "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder"
+
+
+def _principal_builder(v: str | None) -> str | None:
+    return None if not v or v == DEFAULT_PRINCIPAL_BUILDER else \
+        f"Class {v} could not be found. Rivulet has {DEFAULT_PRINCIPAL_BUILDER} only"
+
+
+def _no_java_plugin(v: str | None) -> str | None:
+    return f"Class {v} could not be found. Rivulet runs no Java plugins" if v else None
+
+
+def _no_two_phase_commit(enabled: bool) -> str | None:
+    return "Rivulet has no two-phase commit transactions (KIP-939)" if enabled else None
+
+
+def _compression_codec(v: int) -> str | None:
+    return None if 0 <= v <= 4 else f"Unknown compression type id: {v}"
+
+
+def _non_empty(v: str) -> str | None:
+    return None if v else "String must be non-empty"
+
+
+
 def _selector(v: str | None) -> str | None:
     return None if v is None or v in SELECTORS else f"Unknown replica selector {v}; known: {', '.join(SELECTORS)}"
 
@@ -177,7 +202,7 @@ BROKER_CONFIGS = ConfigDef([
     _k("ssl.trustmanager.algorithm", S, "PKIX", None, "A JSSE setting.", LOW, PER_BROKER, ignored=True),
     _k("ssl.secure.random.implementation", S, None, None, "A JSSE setting.", LOW, PER_BROKER, ignored=True),
     _k("ssl.provider", S, None, None, "A JSSE setting.", MEDIUM, PER_BROKER, ignored=True),
-    _k("ssl.engine.factory.class", S, None, None, "A JSSE setting.", LOW, PER_BROKER, ignored=True),
+    _k("ssl.engine.factory.class", CL, None, None, "A JSSE setting.", LOW, PER_BROKER, ignored=True),
     _k("ssl.allow.dn.changes", B, False, None, "Java's check of a reconfigured key store.", LOW,
        ignored=True),
     _k("ssl.allow.san.changes", B, False, None, "Java's check of a reconfigured key store.", LOW,
@@ -334,7 +359,7 @@ BROKER_CONFIGS = ConfigDef([
        "http:// or file://.", MEDIUM),
     _k("sasl.oauthbearer.jwks.endpoint.refresh.ms", L, 3600000, _pos, "How often the keys are fetched "
        "again.", LOW),
-    _k("sasl.oauthbearer.expected.audience", LS, None, None, "Audiences a token's aud must contain one of.",
+    _k("sasl.oauthbearer.expected.audience", LS, (), None, "Audiences a token's aud must contain one of.",
        LOW),
     _k("sasl.oauthbearer.expected.issuer", S, None, None, "The iss a token must carry.", LOW),
     _k("sasl.oauthbearer.sub.claim.name", S, "sub", None, "The claim naming the principal.", LOW),
@@ -342,7 +367,7 @@ BROKER_CONFIGS = ConfigDef([
     _k("sasl.oauthbearer.clock.skew.seconds", I, 30, _nonneg, "Allowed difference between the broker's and "
        "the issuer's clocks.", LOW),
     _k("sasl.kerberos.service.name", S, None, None, "Kerberos service name (Rivulet has no GSSAPI).", MEDIUM,
-       ignored=True),
+       PER_BROKER, ignored=True),
     # -- client quotas (the quotas themselves are set with AlterClientQuotas)
     _k("quota.window.num", I, 11, _pos, "Samples kept to measure a client quota's rate (produce and fetch "
        "bytes, request time).", LOW),
@@ -503,24 +528,24 @@ BROKER_CONFIGS = ConfigDef([
        "share.heartbeat.interval.ms overrides it.", MEDIUM),
     _k("group.share.min.heartbeat.interval.ms", I, 5000, _pos, "Shortest share.heartbeat.interval.ms.", MEDIUM),
     _k("group.share.max.heartbeat.interval.ms", I, 15000, _pos, "Longest share.heartbeat.interval.ms.", MEDIUM),
-    _k("group.share.record.lock.duration.ms", I, 30000, at_least(1000), "Acquisition lock duration of a share "
+    _k("group.share.record.lock.duration.ms", I, 30000, between(1000, 3600000), "Acquisition lock duration of a share "
        "group's records; a group's share.record.lock.duration.ms overrides it.", MEDIUM),
-    _k("group.share.min.record.lock.duration.ms", I, 15000, at_least(1000), "Shortest "
+    _k("group.share.min.record.lock.duration.ms", I, 15000, between(1000, 30000), "Shortest "
        "share.record.lock.duration.ms.", MEDIUM),
-    _k("group.share.max.record.lock.duration.ms", I, 3600000, at_least(1000), "Longest "
+    _k("group.share.max.record.lock.duration.ms", I, 60000, between(30000, 3600000), "Longest "
        "share.record.lock.duration.ms.", MEDIUM),
-    _k("group.share.delivery.count.limit", I, 5, at_least(2), "Delivery attempts of a share group's record "
+    _k("group.share.delivery.count.limit", I, 5, between(2, 10), "Delivery attempts of a share group's record "
        "before it is archived; a group's share.delivery.count.limit overrides it.", MEDIUM),
-    _k("group.share.min.delivery.count.limit", I, 2, at_least(2), "Smallest share.delivery.count.limit.", MEDIUM),
-    _k("group.share.max.delivery.count.limit", I, 10, at_least(2), "Largest share.delivery.count.limit.", MEDIUM),
-    _k("group.share.partition.max.record.locks", I, 2000, at_least(100), "Record locks per share-partition: its "
+    _k("group.share.min.delivery.count.limit", I, 2, between(2, 5), "Smallest share.delivery.count.limit.", MEDIUM),
+    _k("group.share.max.delivery.count.limit", I, 10, between(5, 25), "Largest share.delivery.count.limit.", MEDIUM),
+    _k("group.share.partition.max.record.locks", I, 2000, between(100, 10000), "Record locks per share-partition: its "
        "in-flight records never exceed it (a stored batch is cut at it; Kafka hands out the whole batch). "
        "A group's share.partition.max.record.locks overrides it.", MEDIUM),
     _k("group.share.max.share.sessions", I, 2000, at_least(1), "The maximum number of share sessions per broker.",
        MEDIUM),
-    _k("group.share.min.partition.max.record.locks", I, 100, at_least(100), "Smallest "
+    _k("group.share.min.partition.max.record.locks", I, 100, between(100, 2000), "Smallest "
        "share.partition.max.record.locks.", MEDIUM),
-    _k("group.share.max.partition.max.record.locks", I, 10000, at_least(100), "Largest "
+    _k("group.share.max.partition.max.record.locks", I, 4000, between(2000, 10000), "Largest "
        "share.partition.max.record.locks.", MEDIUM),
     _k("group.streams.session.timeout.ms", I, 45000, _pos, "Session timeout of a streams group member.", MEDIUM),
     _k("group.streams.min.session.timeout.ms", I, 45000, _pos, "Shortest streams.session.timeout.ms.", MEDIUM),
@@ -650,6 +675,260 @@ BROKER_CONFIGS = ConfigDef([
        "registration.", MEDIUM, ignored=True),
     _k("metadata.log.dir", S, None, None, "Directory of the metadata log.", HIGH, ignored=True),
     _k("confluent.support.metrics.enable", B, False, None, "A Confluent Platform setting.", LOW, ignored=True),
+    # -- the rest of Kafka 4.3.1's broker configs, so DescribeConfigs lists what Kafka lists and a
+    #    Kafka server.properties starts. Types, defaults and checks are Kafka's; the table in
+    #    docs/compatibility.md sorts them into honoured, refused unless at the default, and no effect.
+    _k("offsets.load.buffer.size", I, 5242880, _pos, "Read size when loading __consumer_offsets (at least "
+       "one whole batch).", HIGH),
+    _k("offsets.topic.compression.codec", I, 0, _compression_codec, "Compression codec id (0 none, 1 gzip, "
+       "2 snappy, 3 lz4, 4 zstd) of the records the group coordinator writes to __consumer_offsets.", HIGH),
+    _k("group.streams.max.size", I, 2147483647, _pos, "Most members in one streams group; a member joining a "
+       "full group gets GROUP_MAX_SIZE_REACHED.", MEDIUM),
+    _k("controller.quota.window.num", I, 11, _pos, "Samples kept to measure controller_mutation_rate quotas "
+       "(the token bucket's burst is samples x window x rate).", LOW),
+    _k("controller.quota.window.size.seconds", I, 1, _pos, "Time span of each controller_mutation_rate sample, "
+       "in seconds.", LOW),
+    _k("connection.failed.authentication.delay.ms", I, 100, _nonneg, "How long the answer to a failed SASL "
+       "authentication, and the connection's close after it, are held back (slowing password guessing); "
+       "0: at once. Keep it below connections.max.idle.ms.", LOW),
+    _k("principal.builder.class", CL, DEFAULT_PRINCIPAL_BUILDER, _principal_builder, "How a connection's "
+       "principal is built: Rivulet has Kafka's default builder only (TLS subjects through "
+       "ssl.principal.mapping.rules, SASL names as they are); any other class is refused.", MEDIUM, PER_BROKER),
+    _k("create.topic.policy.class.name", CL, None, _no_java_plugin, "Kafka's CreateTopicPolicy plugin. "
+       "Rivulet runs no Java plugins: only an empty value is accepted, so no policy is silently skipped.",
+       LOW),
+    _k("alter.config.policy.class.name", CL, None, _no_java_plugin, "Kafka's AlterConfigPolicy plugin. "
+       "Rivulet runs no Java plugins: only an empty value is accepted.", LOW),
+    _k("client.quota.callback.class", CL, None, _no_java_plugin, "Kafka's ClientQuotaCallback plugin. "
+       "Rivulet runs no Java plugins: only an empty value is accepted (quotas are the configured ones).", LOW),
+    _k("transaction.two.phase.commit.enable", B, False, _no_two_phase_commit, "Two-phase commit "
+       "transactions with an external coordinator (KIP-939). Rivulet has none, so only false is accepted.",
+       LOW),
+    # Accepted without effect: settings of things Rivulet does another way or not at all.
+    _k("config.providers", LS, (), None, "Kafka's ConfigProvider plugins for ${provider:key} values; Rivulet "
+       "resolves no such references.", LOW, CLUSTER, ignored=True),
+    _k("cordoned.log.dirs", LS, (), None, "Log dirs that take no new partitions (KIP-1066), each as written in "
+       "log.dirs, or * for all of them; DescribeLogDirs v5 shows them cordoned. A single node whose dirs are all "
+       "cordoned refuses new topics and partitions (INVALID_REPLICATION_FACTOR, Kafka's words). In a cluster the "
+       "controller does not know of them: a replica it assigns here goes to a cordoned dir if no other is left; "
+       "the coordinators' internal topics are made on one too.",
+       MEDIUM, PER_BROKER),
+    _k("early.start.listeners", LS, None, None, "Listeners opened before the authorizer is ready; Rivulet "
+       "opens every listener once the broker is ready.", HIGH, ignored=True),
+    _k("max.connection.creation.rate", I, 2147483647, _nonneg, "Broker-wide new connections per second "
+       "(Kafka delays accepting beyond it). Per-IP rates (connection_creation_rate quotas) are honoured.",
+       MEDIUM, CLUSTER, ignored=True),
+    _k("request.timeout.ms", I, 30000, None, "Timeout of the broker's own requests to other brokers that Kafka "
+       "sends with its own network clients: transaction markers, KIP-890's transaction checks, share state "
+       "(replica fetches and the rest take replica.socket.timeout.ms).", HIGH),
+    _k("socket.connection.setup.timeout.ms", L, 10000, None, "Connect timeout of the broker's own "
+       "connections to other nodes.", MEDIUM, ignored=True),
+    _k("socket.connection.setup.timeout.max.ms", L, 30000, None, "Largest connect timeout of the broker's "
+       "own connections, after backoff.", MEDIUM, ignored=True),
+    _k("replica.socket.receive.buffer.bytes", I, 65536, None, "SO_RCVBUF of a follower's connection to its "
+       "leader.", HIGH, ignored=True),
+    _k("replica.high.watermark.checkpoint.interval.ms", L, 5000, None, "How often high watermarks are "
+       "written to disk; Rivulet writes them with the recovery points (log.flush.offset.checkpoint.interval.ms).",
+       HIGH, ignored=True),
+    _k("replication.quota.window.num", I, 11, _pos, "Samples of replication throttle rates (Rivulet has no "
+       "replication throttles).", LOW, ignored=True),
+    _k("replication.quota.window.size.seconds", I, 1, _pos, "Time span of each replication throttle "
+       "sample.", LOW, ignored=True),
+    _k("alter.log.dirs.replication.quota.window.num", I, 11, _pos, "Samples of the throttle of replica moves "
+       "between log dirs.", LOW, ignored=True),
+    _k("alter.log.dirs.replication.quota.window.size.seconds", I, 1, _pos, "Time span of each such "
+       "sample.", LOW, ignored=True),
+    _k("delete.records.purgatory.purge.interval.requests", I, 1, None, "Completed DeleteRecords waits "
+       "between purges of their purgatory.", MEDIUM, ignored=True),
+    _k("share.fetch.purgatory.purge.interval.requests", I, 1000, None, "Completed share fetch waits between "
+       "purges of their purgatory.", MEDIUM, ignored=True),
+    _k("add.partitions.to.txn.retry.backoff.ms", I, 20, _pos, "First backoff of the broker's retries "
+       "adding a partition to a transaction (transaction.version 2).", HIGH, ignored=True),
+    _k("add.partitions.to.txn.retry.backoff.max.ms", I, 100, _nonneg, "Longest time those retries go on.",
+       HIGH, ignored=True),
+    _k("log.dir.failure.timeout.ms", L, 30000, _pos, "KRaft: how long a broker tries to report a failed log "
+       "dir to the controller before it stops.", LOW, ignored=True),
+    _k("num.replica.alter.log.dirs.threads", I, None, None, "Threads moving replicas between log dirs.", HIGH,
+       ignored=True),
+    _k("group.coordinator.threads", I, 4, _pos, "Threads of the group coordinator (Rivulet runs it on the "
+       "event loop).", HIGH, ignored=True),
+    _k("group.coordinator.background.threads", I, 2, _pos, "Background threads of the group coordinator.",
+       HIGH, ignored=True),
+    _k("group.coordinator.append.linger.ms", I, -1, at_least(-1), "How long group coordinator writes wait to "
+       "be batched (Rivulet appends each at once).", MEDIUM, ignored=True),
+    _k("group.coordinator.cached.buffer.max.bytes", I, 1048588, at_least(524288), "Largest write buffer the "
+       "group coordinator keeps for reuse.", MEDIUM, CLUSTER, ignored=True),
+    _k("share.coordinator.cached.buffer.max.bytes", I, 1048588, at_least(524288), "Largest write buffer the "
+       "share coordinator keeps for reuse.", MEDIUM, CLUSTER, ignored=True),
+    _k("security.providers", S, None, None, "Java security providers.", LOW, ignored=True),
+    _k("metrics.num.samples", I, 2, _pos, "Samples of Kafka's own metrics (Rivulet's are Prometheus "
+       "metrics on metrics.listener).", LOW, ignored=True),
+    _k("metrics.sample.window.ms", L, 30000, _pos, "Time span of each sample of Kafka's own metrics.", LOW,
+       ignored=True),
+    _k("metrics.recording.level", S, "INFO", one_of_ignoring_case("INFO", "DEBUG", "TRACE"), "The most "
+       "detailed level of Kafka's own metrics recorded.", LOW, ignored=True),
+    _k("kafka.metrics.reporters", LS, (), None, "Yammer metrics reporters.", LOW, ignored=True),
+    _k("kafka.metrics.polling.interval.secs", I, 10, _pos, "Polling interval of Yammer metrics reporters.",
+       LOW, ignored=True),
+    # -- the broker's own SASL logins (Rivulet's inter-broker SASL takes PLAIN and SCRAM credentials
+    #    from its JAAS configuration) and Kerberos (Rivulet has no GSSAPI)
+    _k("sasl.client.callback.handler.class", CL, None, None, "A SASL client callback handler.", MEDIUM,
+       ignored=True),
+    _k("sasl.login.callback.handler.class", CL, None, None, "A SASL login callback handler.", MEDIUM,
+       ignored=True),
+    _k("sasl.login.class", CL, None, None, "A SASL Login implementation.", MEDIUM, ignored=True),
+    _k("sasl.login.connect.timeout.ms", I, None, None, "Connect timeout to an OAuth token endpoint.", LOW,
+       ignored=True),
+    _k("sasl.login.read.timeout.ms", I, None, None, "Read timeout from an OAuth token endpoint.", LOW,
+       ignored=True),
+    _k("sasl.login.retry.backoff.ms", L, 100, None, "First wait between login attempts.", LOW, ignored=True),
+    _k("sasl.login.retry.backoff.max.ms", L, 10000, None, "Longest wait between login attempts.", LOW,
+       ignored=True),
+    _k("sasl.login.refresh.window.factor", D, 0.8, None, "Share of a credential's life after which the login "
+       "is refreshed.", MEDIUM, PER_BROKER, ignored=True),
+    _k("sasl.login.refresh.window.jitter", D, 0.05, None, "Random jitter added to the refresh time.", MEDIUM,
+       PER_BROKER, ignored=True),
+    _k("sasl.login.refresh.min.period.seconds", SH, 60, None, "Shortest wait between two login refreshes.",
+       MEDIUM, PER_BROKER, ignored=True),
+    _k("sasl.login.refresh.buffer.seconds", SH, 300, None, "Time before a credential's expiry by which it is "
+       "refreshed.", MEDIUM, PER_BROKER, ignored=True),
+    _k("sasl.kerberos.kinit.cmd", S, "/usr/bin/kinit", None, "Kerberos kinit command.", MEDIUM, PER_BROKER,
+       ignored=True),
+    _k("sasl.kerberos.min.time.before.relogin", L, 60000, None, "Kerberos: wait between refresh attempts.",
+       MEDIUM, PER_BROKER, ignored=True),
+    _k("sasl.kerberos.ticket.renew.window.factor", D, 0.8, None, "Kerberos: share of a ticket's life after "
+       "which it is renewed.", MEDIUM, PER_BROKER, ignored=True),
+    _k("sasl.kerberos.ticket.renew.jitter", D, 0.05, None, "Kerberos: random jitter of the renewal time.",
+       MEDIUM, PER_BROKER, ignored=True),
+    _k("sasl.kerberos.principal.to.local.rules", LS, ("DEFAULT",), None, "Kerberos: rules mapping principal "
+       "names to short names.", MEDIUM, PER_BROKER, ignored=True),
+    _k("sasl.mechanism.controller.protocol", S, "GSSAPI", None, "KRaft: SASL mechanism towards the "
+       "controllers.", HIGH, ignored=True),
+    _k("sasl.oauthbearer.jwks.endpoint.retry.backoff.ms", L, 100, None, "First wait between attempts to fetch "
+       "the JWKS.", LOW, ignored=True),
+    _k("sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms", L, 10000, None, "Longest wait between attempts "
+       "to fetch the JWKS.", LOW, ignored=True),
+    _k("sasl.oauthbearer.token.endpoint.url", S, None, None, "OAuth: where the broker's own login gets its "
+       "token.", MEDIUM, ignored=True),
+    _k("sasl.oauthbearer.scope", S, None, None, "OAuth: scope asked for by the broker's own login.", MEDIUM,
+       ignored=True),
+    _k("sasl.oauthbearer.client.credentials.client.id", S, None, None, "OAuth: the broker login's client "
+       "id.", MEDIUM, ignored=True),
+    _k("sasl.oauthbearer.client.credentials.client.secret", PW, None, None, "OAuth: the broker login's "
+       "client secret.", MEDIUM, ignored=True),
+    _k("sasl.oauthbearer.jwt.retriever.class", CL, "org.apache.kafka.common.security.oauthbearer."
+       "DefaultJwtRetriever", None, "OAuth: how the broker's own login gets its token.", MEDIUM, ignored=True),
+    _k("sasl.oauthbearer.jwt.validator.class", CL, "org.apache.kafka.common.security.oauthbearer."
+       "DefaultJwtValidator", None, "OAuth: how the broker's own login checks its token.", MEDIUM,
+       ignored=True),
+    _k("sasl.oauthbearer.assertion.algorithm", S, "RS256", one_of_ignoring_case("ES256", "RS256"), "OAuth "
+       "(KIP-1139): signing algorithm of the login's JWT assertion.", MEDIUM, ignored=True),
+    _k("sasl.oauthbearer.assertion.claim.aud", S, None, None, "OAuth: aud claim of the assertion.", MEDIUM,
+       ignored=True),
+    _k("sasl.oauthbearer.assertion.claim.iss", S, None, None, "OAuth: iss claim of the assertion.", MEDIUM,
+       ignored=True),
+    _k("sasl.oauthbearer.assertion.claim.sub", S, None, None, "OAuth: sub claim of the assertion.", MEDIUM,
+       ignored=True),
+    _k("sasl.oauthbearer.assertion.claim.exp.seconds", I, 300, between(0, 86400), "OAuth: the assertion's "
+       "lifetime.", LOW, ignored=True),
+    _k("sasl.oauthbearer.assertion.claim.nbf.seconds", I, 60, between(0, 3600), "OAuth: how far back the "
+       "assertion's nbf is.", LOW, ignored=True),
+    _k("sasl.oauthbearer.assertion.claim.jti.include", B, False, None, "OAuth: whether the assertion carries "
+       "a jti.", MEDIUM, ignored=True),
+    _k("sasl.oauthbearer.assertion.file", S, None, None, "OAuth: a ready-made assertion file.", MEDIUM,
+       ignored=True),
+    _k("sasl.oauthbearer.assertion.private.key.file", S, None, None, "OAuth: the assertion's signing key.",
+       MEDIUM, ignored=True),
+    _k("sasl.oauthbearer.assertion.private.key.passphrase", PW, None, None, "OAuth: that key's passphrase.",
+       MEDIUM, ignored=True),
+    _k("sasl.oauthbearer.assertion.template.file", S, None, None, "OAuth: a template of the assertion's "
+       "header and claims.", MEDIUM, ignored=True),
+    # -- KRaft (Rivulet's cluster mode is ZooKeeper's: one elected controller, no metadata quorum)
+    _k("broker.heartbeat.interval.ms", I, 2000, None, "KRaft: interval of a broker's heartbeats to the "
+       "controller.", MEDIUM, ignored=True),
+    _k("broker.session.timeout.ms", I, 9000, None, "KRaft: a broker's lease without heartbeats.", MEDIUM,
+       ignored=True),
+    _k("controller.quorum.append.linger.ms", I, 25, _nonneg, "KRaft: the quorum leader's write linger.",
+       MEDIUM, ignored=True),
+    _k("controller.quorum.auto.join.enable", B, False, None, "KRaft: a controller joins the quorum by itself.",
+       LOW, ignored=True),
+    _k("controller.quorum.election.backoff.max.ms", I, 1000, _nonneg, "KRaft: longest backoff before a new "
+       "election.", HIGH, ignored=True),
+    _k("controller.quorum.fetch.max.bytes", I, 1048576, _pos, "KRaft: bytes per quorum Fetch.", LOW,
+       ignored=True),
+    _k("controller.quorum.fetch.snapshot.max.bytes", I, 1048576, _pos, "KRaft: bytes per FetchSnapshot.", LOW,
+       ignored=True),
+    _k("controller.quorum.fetch.timeout.ms", I, 2000, _nonneg, "KRaft: time without a fetch from the leader "
+       "before an election.", HIGH, ignored=True),
+    _k("controller.quorum.request.timeout.ms", I, 2000, _nonneg, "KRaft: quorum request timeout.", MEDIUM,
+       ignored=True),
+    _k("controller.quorum.retry.backoff.ms", I, 20, _nonneg, "KRaft: backoff of a failed quorum request.", LOW,
+       ignored=True),
+    _k("metadata.log.segment.bytes", I, 1073741824, at_least(8388608), "KRaft: metadata log segment size.",
+       HIGH, ignored=True),
+    _k("metadata.log.segment.ms", L, 604800000, None, "KRaft: metadata log segment age.", HIGH, ignored=True),
+    _k("metadata.log.max.record.bytes.between.snapshots", L, 20971520, _pos, "KRaft: log bytes between "
+       "metadata snapshots.", HIGH, ignored=True),
+    _k("metadata.log.max.snapshot.interval.ms", L, 3600000, _nonneg, "KRaft: longest time between metadata "
+       "snapshots.", HIGH, ignored=True),
+    _k("metadata.max.idle.interval.ms", I, 500, _nonneg, "KRaft: interval of the controller's no-op "
+       "records.", LOW, ignored=True),
+    _k("metadata.max.retention.bytes", L, 104857600, None, "KRaft: size of the metadata log and snapshots "
+       "kept.", HIGH, ignored=True),
+    _k("metadata.max.retention.ms", L, 604800000, None, "KRaft: age of metadata log files and snapshots "
+       "kept.", HIGH, ignored=True),
+    # -- tiered storage (remote.log.storage.system.enable is refused but for false)
+    _k("follower.fetch.last.tiered.offset.enable", B, False, None, "Tiered storage: an empty follower starts "
+       "after the last tiered offset.", MEDIUM, CLUSTER, ignored=True),
+    _k("remote.fetch.max.wait.ms", I, 500, _pos, "Tiered storage: longest wait of a remote fetch.", MEDIUM,
+       CLUSTER, ignored=True),
+    _k("remote.list.offsets.request.timeout.ms", L, 30000, _pos, "Tiered storage: timeout of a remote "
+       "ListOffsets.", MEDIUM, CLUSTER, ignored=True),
+    _k("remote.log.index.file.cache.total.size.bytes", L, 1073741824, _pos, "Tiered storage: local cache of "
+       "remote indexes.", LOW, CLUSTER, ignored=True),
+    _k("remote.log.manager.copier.thread.pool.size", I, 10, _pos, "Tiered storage: copier threads.", MEDIUM,
+       CLUSTER, ignored=True),
+    _k("remote.log.manager.expiration.thread.pool.size", I, 10, _pos, "Tiered storage: expiration threads.",
+       MEDIUM, CLUSTER, ignored=True),
+    _k("remote.log.manager.follower.thread.pool.size", I, 2, _pos, "Tiered storage: follower task threads.",
+       MEDIUM, CLUSTER, ignored=True),
+    _k("remote.log.manager.thread.pool.size", I, 2, _pos, "Tiered storage: the follower task threads' "
+       "earlier name.", MEDIUM, ignored=True),
+    _k("remote.log.manager.copy.max.bytes.per.second", L, LONG_MAX, _pos, "Tiered storage: copy rate cap.",
+       MEDIUM, CLUSTER, ignored=True),
+    _k("remote.log.manager.fetch.max.bytes.per.second", L, LONG_MAX, _pos, "Tiered storage: fetch rate cap.",
+       MEDIUM, CLUSTER, ignored=True),
+    _k("remote.log.manager.copy.quota.window.num", I, 11, _pos, "Tiered storage: copy quota samples.", MEDIUM,
+       ignored=True),
+    _k("remote.log.manager.copy.quota.window.size.seconds", I, 1, _pos, "Tiered storage: copy quota sample "
+       "span.", MEDIUM, ignored=True),
+    _k("remote.log.manager.fetch.quota.window.num", I, 11, _pos, "Tiered storage: fetch quota samples.",
+       MEDIUM, ignored=True),
+    _k("remote.log.manager.fetch.quota.window.size.seconds", I, 1, _pos, "Tiered storage: fetch quota sample "
+       "span.", MEDIUM, ignored=True),
+    _k("remote.log.manager.task.interval.ms", L, 30000, _pos, "Tiered storage: interval of the remote log "
+       "manager's tasks.", LOW, ignored=True),
+    _k("remote.log.metadata.custom.metadata.max.bytes", I, 128, _nonneg, "Tiered storage: largest custom "
+       "metadata of a plugin.", LOW, ignored=True),
+    _k("remote.log.metadata.manager.class.name", S, "org.apache.kafka.server.log.remote.metadata.storage."
+       "TopicBasedRemoteLogMetadataManager", _non_empty, "Tiered storage: the metadata manager.", MEDIUM,
+       ignored=True),
+    _k("remote.log.metadata.manager.class.path", S, None, None, "Tiered storage: the metadata manager's class "
+       "path.", MEDIUM, ignored=True),
+    _k("remote.log.metadata.manager.impl.prefix", S, "rlmm.config.", _non_empty, "Tiered storage: prefix of "
+       "the metadata manager's properties.", MEDIUM, ignored=True),
+    _k("remote.log.metadata.manager.listener.name", S, None, _non_empty, "Tiered storage: the listener the "
+       "metadata manager connects to.", MEDIUM, ignored=True),
+    _k("remote.log.reader.threads", I, 10, _pos, "Tiered storage: remote read threads.", MEDIUM, CLUSTER,
+       ignored=True),
+    _k("remote.log.reader.max.pending.tasks", I, 100, _pos, "Tiered storage: queued remote reads.", MEDIUM,
+       ignored=True),
+    _k("remote.log.storage.manager.class.name", S, None, _non_empty, "Tiered storage: the storage manager.",
+       MEDIUM, ignored=True),
+    _k("remote.log.storage.manager.class.path", S, None, None, "Tiered storage: the storage manager's class "
+       "path.", MEDIUM, ignored=True),
+    _k("remote.log.storage.manager.impl.prefix", S, "rsm.config.", _non_empty, "Tiered storage: prefix of the "
+       "storage manager's properties.", MEDIUM, ignored=True),
 ])
 
 # Properties whose value is a comma-separated list (IncrementalAlterConfigs APPEND/SUBTRACT).
@@ -659,24 +938,35 @@ LIST_PROPERTIES = frozenset(k.name for k in BROKER_CONFIGS if k.type is ConfigTy
 # defines them in that order and ConfigDef.parse walks it, so of several bad values in one
 # AlterConfigs, Kafka names the first here, whatever the request's order.
 KAFKA_DYNAMIC_ORDER = (
-    "log.local.retention.ms", "log.local.retention.bytes", "message.max.bytes", "num.io.threads",
-    "background.threads", "compression.type", "compression.gzip.level", "compression.lz4.level",
-    "compression.zstd.level", "listeners", "listener.security.protocol.map", "max.connections.per.ip",
-    "max.connections.per.ip.overrides", "max.connections", "num.network.threads", "num.replica.fetchers",
-    "unclean.leader.election.enable", "group.consumer.assignment.interval.ms",
+    "remote.log.index.file.cache.total.size.bytes", "remote.log.manager.copier.thread.pool.size",
+    "remote.log.manager.expiration.thread.pool.size", "remote.log.manager.follower.thread.pool.size",
+    "remote.log.reader.threads", "log.local.retention.ms", "log.local.retention.bytes",
+    "remote.log.manager.copy.max.bytes.per.second", "remote.log.manager.fetch.max.bytes.per.second",
+    "remote.fetch.max.wait.ms", "remote.list.offsets.request.timeout.ms", "message.max.bytes", "num.io.threads",
+    "background.threads", "config.providers", "compression.type", "compression.gzip.level",
+    "compression.lz4.level", "compression.zstd.level", "listeners", "listener.security.protocol.map",
+    "max.connections.per.ip", "max.connections.per.ip.overrides", "max.connections",
+    "max.connection.creation.rate", "num.network.threads", "num.replica.fetchers",
+    "unclean.leader.election.enable", "follower.fetch.last.tiered.offset.enable",
+    "group.coordinator.cached.buffer.max.bytes", "group.consumer.assignment.interval.ms",
     "group.share.assignment.interval.ms", "group.streams.assignment.interval.ms", "log.cleaner.threads",
     "log.cleaner.io.max.bytes.per.second", "log.cleaner.dedupe.buffer.size", "log.cleaner.io.buffer.size",
     "log.cleaner.io.buffer.load.factor", "log.cleaner.backoff.ms", "log.cleaner.min.cleanable.ratio",
-    "log.cleaner.delete.retention.ms", "log.cleaner.min.compaction.lag.ms",
-    "log.cleaner.max.compaction.lag.ms", "log.segment.bytes", "log.roll.ms", "log.roll.jitter.ms",
-    "log.retention.ms", "log.retention.bytes", "log.cleanup.policy", "log.index.size.max.bytes",
-    "log.index.interval.bytes", "log.flush.interval.messages", "log.segment.delete.delay.ms",
-    "log.flush.interval.ms", "log.preallocate", "num.recovery.threads.per.data.dir", "min.insync.replicas",
-    "log.message.timestamp.type", "log.message.timestamp.before.max.ms", "log.message.timestamp.after.max.ms",
-    "transaction.partition.verification.enable", "producer.id.expiration.ms", "ssl.provider",
-    "ssl.keymanager.algorithm", "ssl.trustmanager.algorithm", "ssl.secure.random.implementation",
-    "ssl.engine.factory.class", "sasl.mechanism.inter.broker.protocol", "sasl.enabled.mechanisms",
-    "sasl.jaas.config",
+    "log.cleaner.delete.retention.ms", "log.cleaner.min.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms",
+    "cordoned.log.dirs", "log.segment.bytes", "log.roll.ms", "log.roll.jitter.ms", "log.retention.ms",
+    "log.retention.bytes", "log.cleanup.policy", "log.index.size.max.bytes", "log.index.interval.bytes",
+    "log.flush.interval.messages", "log.segment.delete.delay.ms", "log.flush.interval.ms", "log.preallocate",
+    "num.recovery.threads.per.data.dir", "min.insync.replicas", "log.message.timestamp.type",
+    "log.message.timestamp.before.max.ms", "log.message.timestamp.after.max.ms",
+    "share.coordinator.cached.buffer.max.bytes", "transaction.partition.verification.enable",
+    "producer.id.expiration.ms", "principal.builder.class", "ssl.provider", "ssl.keymanager.algorithm",
+    "ssl.trustmanager.algorithm", "ssl.secure.random.implementation", "ssl.engine.factory.class",
+    "sasl.mechanism.inter.broker.protocol", "sasl.enabled.mechanisms", "sasl.kerberos.principal.to.local.rules",
+    "sasl.jaas.config", "sasl.kerberos.service.name", "sasl.kerberos.kinit.cmd",
+    "sasl.kerberos.ticket.renew.window.factor", "sasl.kerberos.ticket.renew.jitter",
+    "sasl.kerberos.min.time.before.relogin", "sasl.login.refresh.window.factor",
+    "sasl.login.refresh.window.jitter", "sasl.login.refresh.min.period.seconds",
+    "sasl.login.refresh.buffer.seconds",
 )
 
 
@@ -742,6 +1032,17 @@ def cleaner_threads_problem(threads: int, dedupe_buffer_size: int) -> str | None
     return None if dedupe_buffer_size // threads > 1024 * 1024 else CLEANER_BUFFER_RULE
 
 
+CORDON_ALL = "*"
+
+
+def cordoned_dirs_problem(cordoned: Collection[str], log_dirs: Collection[str]) -> str | None:
+    """KafkaConfig's rule on cordoned.log.dirs (KIP-1066), at start-up and on a dynamic change:
+    each entry is one of the log dirs (as written there) or ``*``, all of them."""
+    missing = [d for d in cordoned if d != CORDON_ALL and d not in log_dirs]
+    return None if not missing else ("requirement failed: All entries in cordoned.log.dirs must be present in "
+                                     f"log.dirs or log.dir. Missing entries : {', '.join(missing)}")
+
+
 def _kafka_relations(cfg: BrokerConfig) -> Iterator[tuple[bool, str]]:
     """Kafka's start-up rules between properties: the group coordinator's, KafkaConfig's cleaner
     rule, its relations, then the two that are not one property against another. Lazy: a rule is
@@ -757,6 +1058,8 @@ def _kafka_relations(cfg: BrokerConfig) -> Iterator[tuple[bool, str]]:
            "queued.max.request.bytes must be larger or equal to socket.request.max.bytes")
     yield (cfg["max.connections.per.ip"] != 0 or bool(cfg["max.connections.per.ip.overrides"]),
            "max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides property is set.")
+    cordoned = cordoned_dirs_problem(cfg["cordoned.log.dirs"], cfg.log_dirs)
+    yield cordoned is None, cordoned or ""
 
 
 class BrokerConfig:

@@ -39,11 +39,12 @@ from rivulet.common.config import (
 from rivulet.common.java_hash import java_hash_set_order
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.security.acls import AclBinding, AclChange, ResourcePattern, bindings_from_json, bindings_to_json
-from rivulet.server.config import (BROKER_CONFIGS, KAFKA_DYNAMIC_ORDER, BrokerConfig, cleaner_threads_problem,
-                                   synonyms_of)
+from rivulet.server.config import (BROKER_CONFIGS, CORDON_ALL, KAFKA_DYNAMIC_ORDER, BrokerConfig,
+                                   cleaner_threads_problem, cordoned_dirs_problem, synonyms_of)
 from rivulet.server.delegation_tokens import TokenInformation
 from rivulet.server.features import FinalizedFeatures
 from rivulet.storage.checkpoints import write_atomic
+from rivulet.storage.manager import LogManager
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ DELEGATION_TOKENS = "delegation-tokens"
 MIN_ISR = "min.insync.replicas"
 CLEANER_THREADS = "log.cleaner.threads"
 CLEANER_DEDUPE_BUFFER = "log.cleaner.dedupe.buffer.size"
+CORDONED_DIRS = "cordoned.log.dirs"
 _DYNAMIC_RANK = {name: i for i, name in enumerate(KAFKA_DYNAMIC_ORDER)}
 
 
@@ -122,6 +124,25 @@ class ThreadCounts:
 
     def reconfigure(self, values: Mapping[str, Any]) -> None:
         self.current = dict(values)
+
+
+class CordonedLogDirs:
+    """cordoned.log.dirs (KIP-1066) into the log manager, at start-up and when it changes:
+    ``*`` cordons every dir, other entries (checked against log.dirs) name one each."""
+
+    def __init__(self, log_manager: LogManager, log_dirs: Sequence[str]) -> None:
+        self.log_manager = log_manager
+        self.log_dirs = list(log_dirs)
+
+    def reconfigurable_configs(self) -> frozenset[str]:
+        return frozenset({CORDONED_DIRS})
+
+    def validate_reconfiguration(self, values: Mapping[str, Any]) -> None:
+        pass  # DynamicBrokerConfig.validate applies Kafka's rule first, in its words
+
+    def reconfigure(self, values: Mapping[str, Any]) -> None:
+        cordoned = values[CORDONED_DIRS] or ()
+        self.log_manager.cordon(self.log_dirs if CORDON_ALL in cordoned else cordoned)
 
 
 class DynamicBrokerConfig:
@@ -245,6 +266,11 @@ class DynamicBrokerConfig:
                 raise ApiError(ErrorCode.INVALID_REQUEST, "Cannot update these configs at default cluster level, "
                                  f"broker id must be specified: {_java_set(own)}")
         effective = self.with_level(self.node_id if per_broker else CLUSTER_DEFAULT, configs)
+        if configs.get(CORDONED_DIRS) is not None:
+            static_dirs = self.static.get("log.dirs") or self.static.get("log.dir") or ()
+            problem = cordoned_dirs_problem(BROKER_CONFIGS[CORDONED_DIRS].parse(configs[CORDONED_DIRS]), static_dirs)
+            if problem is not None:
+                raise ApiError(ErrorCode.INVALID_REQUEST, problem)
         if CLEANER_THREADS in configs or CLEANER_DEDUPE_BUFFER in configs:
             # Kafka builds the whole KafkaConfig first, its rules before any component's check.
             threads, buffer = (self._effective_value(effective, name) for name in (CLEANER_THREADS, CLEANER_DEDUPE_BUFFER))

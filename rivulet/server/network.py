@@ -89,6 +89,11 @@ class Authenticator(Protocol):
     def session_expired(self) -> bool: ...
 
 
+def _resolve(fut: asyncio.Future[Any], value: Any) -> None:
+    if not fut.done():
+        fut.set_result(value)
+
+
 @dataclass(frozen=True, slots=True)
 class Listener:
     """One named listener: its security protocol, the TLS context of SSL and SASL_SSL ones,
@@ -160,6 +165,7 @@ class ConnectionHost(Protocol):
     request_metrics: RequestMetrics | None  # None unless metrics.listener is set
     request_log: RequestLogger | None  # None unless it would log something
     file_sender: FileSender | None  # None: record sets are read and written on the loop
+    failed_authentication_delay_ms: int  # connection.failed.authentication.delay.ms
 
     def authentication_failed(self, listener: str) -> None: ...
 
@@ -507,7 +513,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self.close()
                 return NO_RESPONSE
             slot.close_after = True
-            return failed.response
+            delay_ms = self._failure_delay_ms(auth)
+            if not delay_ms:
+                return failed.response
+            # As Kafka's Selector: the failure's answer, and the close after it, are held back
+            # (a guesser waits out each attempt); not after a failed re-authentication.
+            held: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().call_later(delay_ms / 1000, _resolve, held, failed.response)
+            return held
         if auth.principal is not None and self.principal is not auth.principal:
             self.principal = auth.principal
             self.server.authenticated(self.listener.name)
@@ -520,13 +533,21 @@ class KafkaConnection(asyncio.BufferedProtocol):
             challenge = auth.raw_token(bytes(frame))
         except AuthenticationFailed:
             self.server.authentication_failed(self.listener.name)
-            self.close()
+            delay_ms = self._failure_delay_ms(auth)
+            if delay_ms:
+                asyncio.get_running_loop().call_later(delay_ms / 1000, self.close)
+            else:
+                self.close()
             return
         if auth.principal is not None and self.principal is not auth.principal:
             self.principal = auth.principal
             self.server.authenticated(self.listener.name)
         assert self.transport is not None
         self.transport.write(_SIZE.pack(len(challenge)) + challenge)
+
+    def _failure_delay_ms(self, auth: Authenticator) -> int:
+        """connection.failed.authentication.delay.ms, for a connection never authenticated."""
+        return self.server.failed_authentication_delay_ms if auth.principal is None else 0
 
     def _future_done(self, slot: _Slot, fut: asyncio.Future | Promise) -> None:
         if fut.cancelled():

@@ -560,11 +560,14 @@ class ClientQuotas:
     """The three client quota managers (Kafka's QuotaManagers), the IP connection rates and the
     configured entities."""
 
-    def __init__(self, samples: int, window_seconds: int, clock: Clock, store: QuotaStore | None = None) -> None:
+    def __init__(self, samples: int, window_seconds: int, clock: Clock, store: QuotaStore | None = None, *,
+                 controller_samples: int = 11, controller_window_seconds: int = 1) -> None:
+        """``samples`` and ``window_seconds``: quota.window.num and quota.window.size.seconds;
+        the controller mutation quota has its own, controller.quota.window.*, as in Kafka."""
         self.produce = ClientQuotaManager("Produce", samples, window_seconds, clock)
         self.fetch = ClientQuotaManager("Fetch", samples, window_seconds, clock)
         self.request = ClientRequestQuotaManager(samples, window_seconds, clock)
-        self.controller_mutation = ControllerMutationQuotaManager(samples, window_seconds, clock)
+        self.controller_mutation = ControllerMutationQuotaManager(controller_samples, controller_window_seconds, clock)
         self.connection_rates = ConnectionRateQuotas(samples, window_seconds, clock)
         self.store = store
         self.entities: dict[QuotaEntity, dict[str, float]] = {}

@@ -182,6 +182,7 @@ class SocketServerConfig:
     send_buffer_bytes: int = -1  # socket.send.buffer.bytes; -1: the OS default
     receive_buffer_bytes: int = -1  # socket.receive.buffer.bytes
     listen_backlog_size: int = 50  # socket.listen.backlog.size, as Kafka's default
+    failed_authentication_delay_ms: int = 100  # connection.failed.authentication.delay.ms
 
 
 class SocketServer:
@@ -195,6 +196,7 @@ class SocketServer:
         self.connection_rates: ConnectionRateLimits = connection_rates or _NoConnectionRates()
         self.config = config
         self.max_request_bytes = config.max_request_bytes
+        self.failed_authentication_delay_ms = config.failed_authentication_delay_ms
         self.pool = MemoryPool(config.queued_max_request_bytes)
         self.quotas = ConnectionQuotas(config.max_connections, config.max_connections_per_ip,
                                        parse_ip_overrides(config.max_connections_per_ip_overrides))

@@ -29,6 +29,8 @@ from rivulet.storage.log_dir_failure import KafkaStorageError
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+# How Kafka's controller refuses a placement on a broker whose log dirs are all cordoned.
+ALL_CORDONED = "All brokers are currently fenced, or have all their log directories cordoned."
 PartitionsDeleted = Callable[[list[TopicPartition]], object]
 
 
@@ -254,6 +256,9 @@ class TopicManager:
     def _check_create(self, name: str, num_partitions: int, replication_factor: int,
                       configs: dict[str, str]) -> LogConfig:
         cfg = self.validate_new_topic(name, num_partitions, replication_factor, configs)
+        if self.log_manager.all_cordoned():
+            raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR, f"Unable to replicate the partition "
+                           f"{replication_factor} time(s): {ALL_CORDONED}")
         if replication_factor > 1:
             raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
                              f"Unable to replicate the partition {replication_factor} time(s): "
@@ -407,6 +412,8 @@ class TopicManager:
                 raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             old = info.num_partitions
             check_partition_increase(name, old, count, assignments, (self.config.node_id,), 1)
+            if self.log_manager.all_cordoned():
+                raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR, ALL_CORDONED)
             if validate_only:
                 return
             added = range(old, count)

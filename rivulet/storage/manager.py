@@ -10,7 +10,7 @@ import resource
 import shutil
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from rivulet.common.time import SYSTEM_CLOCK
@@ -80,6 +80,7 @@ class LogDirDescription:
     usable_bytes: int
     # Replicas being moved here (AlterReplicaLogDirs): size, and how far behind the current log.
     future_sizes: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)
+    cordoned: bool = False  # takes no new partitions (cordoned.log.dirs, KIP-1066)
 
 
 class LogManager:
@@ -117,6 +118,8 @@ class LogManager:
         self._started = False
         # Dirs loaded read-only because their disk was full at start-up, with why.
         self.read_only_dirs: dict[str, str] = {}
+        # Dirs that take no new partitions while another online one can (cordoned.log.dirs).
+        self.cordoned: frozenset[str] = frozenset()
         self.failure_channel = LogDirFailureChannel()
         # Partitions found on a dir that went offline while loading: never re-created elsewhere.
         self._offline_partitions: dict[TopicPartition, str] = {}
@@ -305,6 +308,15 @@ class LogManager:
     def online_dirs(self) -> list[str]:
         return [d for d in self.log_dirs if not self.failure_channel.is_offline(d)]
 
+    def cordon(self, dirs: Collection[str]) -> None:
+        """Take no new partitions on ``dirs`` (paths as configured; those of no log dir are
+        ignored); the partitions already there stay."""
+        self.cordoned = frozenset(os.path.abspath(d) for d in dirs) & frozenset(self.log_dirs)
+
+    def all_cordoned(self) -> bool:
+        """Whether no online dir may take a new partition (Kafka's broker then gets none)."""
+        return all(d in self.cordoned for d in self.online_dirs())
+
     def describe_dirs(self) -> list[LogDirDescription]:
         """Each log dir: why it is offline (None if online), its partitions' sizes, its disk's
         total and usable bytes (-1 when unknown or offline), as DescribeLogDirs reports them."""
@@ -322,7 +334,7 @@ class LogManager:
                 total, usable = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
             except OSError:
                 total = usable = -1
-            out.append(LogDirDescription(d, None, sizes, total, usable, futures))
+            out.append(LogDirDescription(d, None, sizes, total, usable, futures, d in self.cordoned))
         return out
 
     def _dir_counts(self) -> dict[str, int]:
@@ -341,6 +353,9 @@ class LogManager:
         online = [d for d in self.online_dirs() if d not in self.read_only_dirs]
         if not online:
             raise KafkaStorageError("every log directory is offline or read-only (a full disk)")
+        # A cordoned dir takes a new partition only when no other can (a cluster's controller,
+        # which does not know of them, assigned it here; a single node refuses before).
+        online = [d for d in online if d not in self.cordoned] or online
         preferred = self._preferred_dirs.pop(tp, None) if tp is not None else None
         if preferred in online:
             chosen = preferred

@@ -33,7 +33,13 @@ from rivulet.protocol.messages import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from java_admin_probe import BROKER_CONFIGS, KNOWN_DIFFERENCES, golden_lines, run_probe  # noqa: E402
+from java_admin_probe import (  # noqa: E402
+    BROKER_CONFIGS,
+    KNOWN_DIFFERENCES,
+    broker_names_differences,
+    golden_lines,
+    run_probe,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -159,3 +165,6 @@ def test_java_admin_probe_matches_kafka(java, broker_factory, tmp_path):
               if name not in KNOWN_DIFFERENCES and ours[name] != kafka[name]}
     assert not differ, (tmp_path / "probe.err").read_text()[-4000:] + "\n" + \
         "\n".join(f"{n}\n  kafka:   {k}\n  rivulet: {r}" for n, (k, r) in differ.items())
+    # Kafka's broker configs, each listed as Kafka lists it (name, source, read-only, sensitive).
+    names = "configs.broker.names"
+    assert broker_names_differences(kafka[names], ours[names]) == {}

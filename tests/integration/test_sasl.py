@@ -193,6 +193,34 @@ def test_unsupported_mechanism_is_answered_then_closed(broker):
         assert is_closed(s)
 
 
+def test_a_failed_authentication_is_answered_after_the_configured_delay():
+    """connection.failed.authentication.delay.ms: the broker counts the failure at once but holds
+    its answer back (a password guesser waits out each attempt), then answers and closes."""
+    from test_metrics_endpoint import scrape, total
+
+    mport = free_port()
+    b = sasl_broker(**{"connection.failed.authentication.delay.ms": "5000",
+                       "metrics.listener": f"http://127.0.0.1:{mport}"})
+    try:
+        with socket.create_connection(("127.0.0.1", b.port)) as s:
+            s.sendall(_request(SaslHandshakeRequest(mechanism="GSSAPI"), 1))
+            failed = "kafka_server_socket_server_metrics_failed_authentication_total"
+            deadline = time.monotonic() + 30
+            while total(scrape(mport), failed, listener="SASL_PLAINTEXT") < 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert total(scrape(mport), failed, listener="SASL_PLAINTEXT") == 1
+            s.setblocking(False)
+            with pytest.raises(BlockingIOError):  # refused, and not answered yet
+                s.recv(1)
+            s.setblocking(True)
+            s.settimeout(30)
+            _, resp = framing.decode_response(read_frame(s), 17, 1)
+            assert resp.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM
+            assert is_closed(s)
+    finally:
+        b.stop()
+
+
 def test_a_large_frame_before_authentication_closes_the_connection(broker):
     """sasl.server.max.receive.size (512 KiB): nothing bigger is read from a stranger."""
     with socket.create_connection(("127.0.0.1", broker.port)) as s:

@@ -100,3 +100,55 @@ def test_a_start_that_fails_part_way_lets_go_of_what_it_started(tmp_path):
             await good.shutdown()
 
     asyncio.run(main())
+
+
+def test_inter_broker_timeouts_follow_kafkas_configs(tmp_path):
+    """What Kafka's broker sends with its own network clients (share state here; transaction
+    markers and KIP-890's checks in a cluster) times out after request.timeout.ms, the rest
+    after replica.socket.timeout.ms; the controller mutation quota has its own window."""
+    async def main():
+        b = Broker(BrokerConfig({"log.dirs": str(tmp_path), "listeners": "PLAINTEXT://127.0.0.1:0",
+                                 "log.cleaner.enable": "false", "request.timeout.ms": "12345",
+                                 "replica.socket.timeout.ms": "23456", "controller.quota.window.num": "4"}))
+        await b.start()
+        try:
+            assert b.share_persister.links.request_timeout_ms == 12345
+            assert b.partition_ends.links.request_timeout_ms == 23456
+            assert b.quotas.controller_mutation.samples == 4 and b.quotas.produce.samples == 11
+        finally:
+            await b.shutdown()
+    asyncio.run(main())
+
+
+def test_a_single_node_with_every_log_dir_cordoned_refuses_new_partitions(tmp_path):
+    """cordoned.log.dirs=* (KIP-1066), set at run time: new topics and partitions are refused in
+    the words of Kafka 4.3.1's controller, an entry that is no log dir is refused as Kafka's
+    KafkaConfig refuses it, and uncordoned, topics are made again."""
+    from rivulet.protocol.errors import ApiError
+
+    async def main():
+        b = await started(tmp_path)
+        try:
+            b.topics.create_topic("before", 1, 1, {})
+            with pytest.raises(ApiError) as e:
+                b.topics.alter_broker_configs("1", {"cordoned.log.dirs": "/a,/b"})
+            assert (e.value.code, e.value.message) == (
+                ErrorCode.INVALID_REQUEST, "requirement failed: All entries in cordoned.log.dirs must be present in "
+                "log.dirs or log.dir. Missing entries : /a, /b")
+            b.topics.alter_broker_configs("1", {"cordoned.log.dirs": "*"})
+            with pytest.raises(ApiError) as e:
+                b.topics.create_topic("after", 1, 1, {})
+            assert (e.value.code, e.value.message) == (
+                ErrorCode.INVALID_REPLICATION_FACTOR, "Unable to replicate the partition 1 time(s): All brokers are "
+                "currently fenced, or have all their log directories cordoned.")
+            with pytest.raises(ApiError) as e:
+                await b.topics.add_partitions("before", 3)
+            assert (e.value.code, e.value.message) == (
+                ErrorCode.INVALID_REPLICATION_FACTOR, "All brokers are currently fenced, or have all their log "
+                "directories cordoned.")
+            assert [d.cordoned for d in b.log_manager.describe_dirs()] == [True]
+            b.topics.alter_broker_configs("1", {})
+            assert b.topics.create_topic("after", 1, 1, {}) is not None
+        finally:
+            await b.shutdown()
+    asyncio.run(main())

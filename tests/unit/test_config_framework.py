@@ -16,7 +16,7 @@ from rivulet.common.config import (
     load_properties,
 )
 from rivulet.protocol.errors import ApiError, ErrorCode
-from rivulet.server.config import BROKER_CONFIGS, KAFKA_DYNAMIC_ORDER, BrokerConfig
+from rivulet.server.config import BROKER_CONFIGS, DEFAULT_PRINCIPAL_BUILDER, KAFKA_DYNAMIC_ORDER, BrokerConfig
 from rivulet.server.dynamic_config import DynamicBrokerConfig, describe_broker_configs
 from rivulet.storage.config import TOPIC_CONFIGS
 
@@ -332,3 +332,99 @@ def test_a_broker_does_not_start_with_segments_below_kafka_4s_bound(tmp_path):
     with pytest.raises(ConfigError) as e:
         BrokerConfig({"log.dirs": str(tmp_path), "log.segment.bytes": "1048575"})
     assert [(x.name, x.reason) for x in e.value.errors] == [("log.segment.bytes", "Value must be at least 1048576")]
+
+
+def test_every_broker_config_kafka_describes_is_defined():
+    """Kafka 4.3.1's DescribeConfigs of a broker (the Admin probe's golden line) lists 340 names;
+    Rivulet defines each, so it lists them too and a Kafka server.properties starts."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from java_admin_probe import _broker_names, golden_lines
+    kafka = _broker_names(golden_lines()["configs.broker.names"])
+    assert len(kafka) == 340
+    assert sorted(n for n in kafka if n not in BROKER_CONFIGS) == []
+
+
+# Kafka 4.3.1's answers to IncrementalAlterConfigs (validateOnly) of this broker, recorded from the
+# reference broker: INVALID_REQUEST with these messages (its broker wraps every refused dynamic
+# broker config so, KAFKA-13609).
+@pytest.mark.parametrize("level,name,value,message", [
+    ("1", "follower.fetch.last.tiered.offset.enable", "abc", "Invalid value abc for configuration "
+     "follower.fetch.last.tiered.offset.enable: Expected value to be either true or false"),
+    ("1", "group.coordinator.cached.buffer.max.bytes", "1000", "Invalid value 1000 for configuration "
+     "group.coordinator.cached.buffer.max.bytes: Value must be at least 524288"),
+    ("1", "share.coordinator.cached.buffer.max.bytes", "1000", "Invalid value 1000 for configuration "
+     "share.coordinator.cached.buffer.max.bytes: Value must be at least 524288"),
+    ("1", "max.connection.creation.rate", "-1", "Invalid value -1 for configuration max.connection.creation.rate: "
+     "Value must be at least 0"),
+    ("1", "remote.fetch.max.wait.ms", "0", "Invalid value 0 for configuration remote.fetch.max.wait.ms: "
+     "Value must be at least 1"),
+    ("1", "remote.log.manager.copy.max.bytes.per.second", "0", "Invalid value 0 for configuration "
+     "remote.log.manager.copy.max.bytes.per.second: Value must be at least 1"),
+    ("1", "sasl.kerberos.ticket.renew.jitter", "abc", "Invalid value abc for configuration "
+     "sasl.kerberos.ticket.renew.jitter: Not a number of type DOUBLE"),
+    ("1", "sasl.login.refresh.min.period.seconds", "99999", "Invalid value 99999 for configuration "
+     "sasl.login.refresh.min.period.seconds: Not a number of type SHORT"),
+    ("1", "request.timeout.ms", "5000", "Cannot update these configs dynamically: [request.timeout.ms]"),
+    ("", "cordoned.log.dirs", "/x", "Cannot update these configs at default cluster level, broker id must be "
+     "specified: [cordoned.log.dirs]"),
+    ("", "sasl.kerberos.kinit.cmd", "/bin/true", "Cannot update these configs at default cluster level, broker "
+     "id must be specified: [sasl.kerberos.kinit.cmd]"),
+])
+def test_kafkas_other_broker_configs_are_refused_in_its_words(tmp_path, level, name, value, message):
+    with pytest.raises(ApiError) as e:
+        DynamicBrokerConfig(str(tmp_path), 1).validate({name: value}, per_broker=level != "")
+    assert (e.value.code, e.value.message) == (ErrorCode.INVALID_REQUEST, message)
+
+
+def test_kafkas_other_dynamic_broker_configs_take_good_values_at_their_levels(tmp_path):
+    dyn = DynamicBrokerConfig(str(tmp_path), 1)
+    dyn.validate({"max.connection.creation.rate": "10", "remote.log.reader.threads": "20", "config.providers": "x",
+                  "principal.builder.class": DEFAULT_PRINCIPAL_BUILDER})
+    dyn.validate({"max.connection.creation.rate": "10"}, per_broker=False)
+
+
+@pytest.mark.parametrize("props,message", [
+    ({"principal.builder.class": "com.example.MyBuilder"}, "Class com.example.MyBuilder could not be found. "
+     f"Rivulet has {DEFAULT_PRINCIPAL_BUILDER} only"),
+    ({"create.topic.policy.class.name": "com.example.Policy"}, "Class com.example.Policy could not be found. "
+     "Rivulet runs no Java plugins"),
+    ({"alter.config.policy.class.name": "com.example.Policy"}, "Class com.example.Policy could not be found. "
+     "Rivulet runs no Java plugins"),
+    ({"client.quota.callback.class": "com.example.Quotas"}, "Class com.example.Quotas could not be found. "
+     "Rivulet runs no Java plugins"),
+    ({"transaction.two.phase.commit.enable": "true"}, "Rivulet has no two-phase commit transactions (KIP-939)"),
+    ({"offsets.topic.compression.codec": "9"}, "Unknown compression type id: 9"),
+    ({"group.share.max.record.lock.duration.ms": "20000"}, "Value must be at least 30000"),
+    ({"group.share.max.delivery.count.limit": "30"}, "Value must be no more than 25"),
+    ({"sasl.oauthbearer.assertion.algorithm": "HS256"}, "String must be one of (case insensitive): ES256, RS256"),
+    ({"remote.log.storage.manager.impl.prefix": ""}, "String must be non-empty"),
+])
+def test_what_rivulet_cannot_honour_is_refused_not_ignored(props, message):
+    """A Java plugin, another principal builder or two-phase commit would change what the broker
+    does: refused at start-up rather than accepted without effect. Kafka's ranges too."""
+    with pytest.raises(ConfigError) as e:
+        BrokerConfig(props)
+    assert e.value.errors[0].reason == message
+
+
+def test_kafkas_defaults_of_the_added_broker_configs():
+    defaults = {k.name: k.render(k.default) for k in BROKER_CONFIGS}
+    assert defaults["group.share.max.record.lock.duration.ms"] == "60000"
+    assert defaults["group.share.max.partition.max.record.locks"] == "4000"
+    assert defaults["principal.builder.class"] == DEFAULT_PRINCIPAL_BUILDER
+    assert defaults["sasl.kerberos.principal.to.local.rules"] == "DEFAULT"
+    assert defaults["connection.failed.authentication.delay.ms"] == "100"
+    assert defaults["remote.log.manager.copy.max.bytes.per.second"] == "9223372036854775807"
+    assert defaults["num.replica.alter.log.dirs.threads"] is None
+    assert BrokerConfig({}).items()["controller.quota.window.num"] == 11
+
+
+def test_cordoned_log_dirs_are_log_dirs_or_all_of_them():
+    assert BrokerConfig({"log.dirs": "/d1,/d2", "cordoned.log.dirs": "/d2"})["cordoned.log.dirs"] == ("/d2",)
+    assert BrokerConfig({"log.dirs": "/d1", "cordoned.log.dirs": "*"})["cordoned.log.dirs"] == ("*",)
+    with pytest.raises(ConfigError) as e:
+        BrokerConfig({"log.dirs": "/d1", "cordoned.log.dirs": "/d1,/x,/y"})
+    assert str(e.value) == ("requirement failed: All entries in cordoned.log.dirs must be present in log.dirs or "
+                            "log.dir. Missing entries : /x, /y")

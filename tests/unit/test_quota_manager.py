@@ -286,6 +286,19 @@ def test_token_bucket_refills_at_the_rate_up_to_the_burst():
     assert b.measure(2.0, 22.0, 100_000) == 22.0
 
 
+def test_mutation_quota_burst_comes_from_the_controller_quota_window():
+    """controller.quota.window.num and .size.seconds size the controller_mutation_rate burst,
+    not quota.window.*: 2/s over 3 samples of 2 s is 12 credits."""
+    q = ClientQuotas(11, 1, MockClock(), controller_samples=3, controller_window_seconds=2)
+    q.alter([([(CLIENT_ID, None)], [QuotaOp("controller_mutation_rate", 2.0, False)])])
+    strict = q.controller_mutation.quota_for("ANONYMOUS", "c", strict=True)
+    strict.record(13)  # 12 credits in hand: allowed, leaves -1 (with quota.window.*'s 22, 9 would be left)
+    with pytest.raises(ApiError) as e:
+        strict.record(1)
+    assert e.value.code == ErrorCode.THROTTLING_QUOTA_EXCEEDED
+    assert strict.throttle_time_ms() == 500  # 1 credit at 2/s
+
+
 def test_strict_mutation_quota_refuses_while_in_debt_and_permissive_throttles():
     clock = MockClock()
     q = ClientQuotas(11, 1, clock)

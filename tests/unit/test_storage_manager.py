@@ -226,6 +226,29 @@ def test_manager_create_and_partition_metadata(tmp_path):
     m.shutdown()
 
 
+def test_a_cordoned_dir_takes_no_new_partitions_while_another_can(tmp_path):
+    """cordoned.log.dirs (KIP-1066): new logs go to the dirs not cordoned; the logs already on a
+    cordoned dir stay; with every dir cordoned one is still made (a cluster's controller
+    assigned it here), and DescribeLogDirs says which are cordoned."""
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    m = LogManager([a, b], LogConfig())
+    m.startup()
+    tid = uuid.uuid4()
+    first = m.create_log("t", 0, LogConfig(), tid)
+    m.cordon([os.path.dirname(first.dir)])
+    assert not m.all_cordoned()
+    others = [m.create_log("t", p, LogConfig(), tid) for p in (1, 2, 3)]
+    assert {os.path.dirname(lg.dir) for lg in others} == {os.path.abspath(b if first.dir.startswith(a) else a)}
+    assert m.get_log("t", 0) is first
+    assert [d.cordoned for d in m.describe_dirs()] == [os.path.abspath(d) == os.path.dirname(first.dir) for d in (a, b)]
+    m.cordon([a, b, str(tmp_path / "not-a-log-dir")])
+    assert m.all_cordoned() and m.cordoned == {os.path.abspath(a), os.path.abspath(b)}
+    assert m.create_log("t", 4, LogConfig(), tid) is not None
+    m.cordon([])
+    assert not m.all_cordoned() and not any(d.cordoned for d in m.describe_dirs())
+    m.shutdown()
+
+
 def test_manager_checkpoints_and_clean_restart(tmp_path):
     d = str(tmp_path / "data")
     m = LogManager([d], LogConfig())

@@ -411,3 +411,17 @@ def test_a_shutdown_request_names_the_first_member_that_asked_until_the_group_em
     leave(group, "b")
     assert group.shutdown_requested_by is None
     assert not [c for c, _ in join(group, topics, "c").status if c == StatusCode.SHUTDOWN_APPLICATION]
+
+
+def test_a_full_group_refuses_a_new_member_but_not_its_own():
+    """group.streams.max.size: a member joining a group that has that many is refused with
+    Kafka's error and message; the members already in it go on heartbeating."""
+    group, topics = StreamsGroup("g"), Topics(input=2)
+    small = StreamsGroupConfig(initial_rebalance_delay_ms=0, assignment_interval_ms=0, max_size=1)
+    first = join(group, topics, "a", config=small)
+    with pytest.raises(HeartbeatError) as e:
+        join(group, topics, "b", config=small)
+    assert (e.value.code, e.value.message) == (
+        ErrorCode.GROUP_MAX_SIZE_REACHED, "The streams group has reached its maximum capacity of 1 members.")
+    assert set(group.members) == {"a"}
+    assert join(group, topics, "a", config=small).member_epoch >= first.member_epoch

@@ -59,7 +59,7 @@ class LogDirHandlers:
             results.append(dlr.DescribeLogDirsResult(
                 error_code=ErrorCode.NONE, log_dir=d.path,
                 topics=[dlr.DescribeLogDirsTopic(name=n, partitions=ps) for n, ps in by_topic.items()],
-                total_bytes=d.total_bytes, usable_bytes=d.usable_bytes))
+                total_bytes=d.total_bytes, usable_bytes=d.usable_bytes, is_cordoned=d.cordoned))
         return dlr.DescribeLogDirsResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, results=results)
 
     def handle_alter_replica_log_dirs(self, header: RequestHeader, req: AlterReplicaLogDirsRequest,
