@@ -199,7 +199,7 @@ def test_a_failed_authentication_is_answered_after_the_configured_delay():
     from test_metrics_endpoint import scrape, total
 
     mport = free_port()
-    b = sasl_broker(**{"connection.failed.authentication.delay.ms": "5000",
+    b = sasl_broker(**{"connection.failed.authentication.delay.ms": "10000",
                        "metrics.listener": f"http://127.0.0.1:{mport}"})
     try:
         with socket.create_connection(("127.0.0.1", b.port)) as s:
