@@ -26,8 +26,9 @@ from rivulet.common.logs import cause
 from rivulet.common.time import SYSTEM_CLOCK, Clock
 from rivulet.common.types import TopicPartition
 from rivulet.controller import election
+from rivulet.controller.election import NO_LEADER
 from rivulet.controller.channel import ControllerChannel, RequestBatch
-from rivulet.controller.context import NO_LEADER, ControllerContext, QuorumDescription, ReplicaProgress
+from rivulet.controller.context import ControllerContext, QuorumDescription, ReplicaProgress
 from rivulet.controller.zk_client import ControllerEpoch, ControllerMovedError, KafkaZkClient, ZkBridge
 from rivulet.controller.zk_data import LeaderAndIsr
 from rivulet.protocol.errors import ErrorCode
