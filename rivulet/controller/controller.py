@@ -16,7 +16,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from kazoo.client import KazooState
@@ -56,6 +56,8 @@ class ControllerConfig:
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_s: float = 300.0
     leader_imbalance_per_broker_percentage: int = 10
+    # The min ISR of a topic without its own (KIP-966's ELR needs it; see _min_isr).
+    min_insync_replicas: int = 1
 
 
 PREFERRED, UNCLEAN = 0, 1  # ElectLeaders' election types
@@ -63,8 +65,11 @@ PREFERRED, UNCLEAN = 0, 1  # ElectLeaders' election types
 
 class KafkaController:
     def __init__(self, config: ControllerConfig, zk: ZkBridge, channel_factory: Callable[[], ControllerChannel],
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+                 elr_enabled: Callable[[], bool], clock: Clock = SYSTEM_CLOCK) -> None:
+        """``elr_enabled``: whether the cluster runs at eligible.leader.replicas.version 1 (KIP-966),
+        read at each partition change, as Kafka's controller reads its feature level."""
         self.config = config
+        self.elr_enabled = elr_enabled
         self.broker_id = config.broker_id
         self.zk = zk
         self.client: KafkaZkClient = zk.client
@@ -465,7 +470,12 @@ class KafkaController:
             tp for tp, s in ctx.leadership.items()
             if everything or s.leader in lost or any(i in lost for i in s.isr)]
         for tp in candidates:
-            await self._update_state(tp, batch, self._offline_transition)
+            if self.elr_enabled():
+                await self._update_state(tp, batch, self._elr_transition(
+                    await self._min_isr(tp.topic), lambda s: tuple(i for i in s.isr if i in ctx.live_brokers),
+                    ctx.leadable_ids))
+            else:
+                await self._update_state(tp, batch, self._offline_transition)
 
     def _offline_transition(self, tp: TopicPartition, s: LeaderAndIsr, unclean: bool) -> LeaderAndIsr | None:
         ctx = self.ctx
@@ -485,6 +495,41 @@ class KafkaController:
         keep = remaining or ((s.leader,) if s.leader in s.isr else s.isr[:1])
         log.error("partition %s has no live in-sync replica: it is offline (ISR %s)", tp, list(keep))
         return s.new_leader(NO_LEADER, keep, ctx.epoch.epoch)
+
+    def _elr_transition(self, min_isr: int, target_isr: Callable[[LeaderAndIsr], tuple[int, ...]], live: set[int]
+                        ) -> Callable[[TopicPartition, LeaderAndIsr, bool], LeaderAndIsr | None]:
+        """At eligible.leader.replicas.version 1: the partition's ISR becomes ``target_isr`` of its
+        state, and its ELR, leader and last known leader follow Kafka 4.3's rules
+        (``election.elr_change``); the ISR may become empty. Any change bumps the leader epoch,
+        as every state change the controller makes here does, so that the replicas take it."""
+        def transition(tp: TopicPartition, s: LeaderAndIsr, unclean: bool) -> LeaderAndIsr | None:
+            ctx = self.ctx
+            assert ctx is not None
+            before = election.ElrState(s.leader, s.isr, s.eligible_leader_replicas, s.last_known_elr,
+                                       s.leader_recovery_state == 1)
+            e = election.elr_change(ctx.replicas(tp), before, target_isr(s), live, min_isr, unclean)
+            if e == before:
+                return None
+            if e.recovering and not before.recovering:
+                log.warning("unclean leader election for %s: %d leads, data may be lost", tp, e.leader)
+            elif e.leader == NO_LEADER and s.leader != NO_LEADER:
+                log.error("partition %s has no live in-sync or eligible replica: it is offline (ELR %s)", tp,
+                          list(e.elr))
+            return replace(s.new_leader(e.leader, e.isr, ctx.epoch.epoch), eligible_leader_replicas=e.elr,
+                           last_known_elr=e.last_known_elr, leader_recovery_state=1 if e.recovering else 0)
+        return transition
+
+    async def _min_isr(self, topic: str) -> int:
+        """The topic's min.insync.replicas, capped at its replica count as its leader caps it.
+        Without a topic override: the controller's own value (the cluster-level dynamic value
+        lives in each broker's file today: docs/plans/eligible-leader-replicas.md)."""
+        configs = await self.zk.run(self.client.get_entity_config, "topics", topic)
+        v = configs.get("min.insync.replicas")
+        min_isr = int(v) if v is not None and v.strip().isdigit() else self.config.min_insync_replicas
+        ctx = self.ctx
+        assert ctx is not None
+        replicas = ctx.assignments[topic].replicas if topic in ctx.assignments else {}
+        return max(1, min(min_isr, max((len(r) for r in replicas.values()), default=1)))
 
     async def _unclean_enabled(self, topic: str) -> bool:
         configs = await self.zk.run(self.client.get_entity_config, "topics", topic)
@@ -793,6 +838,10 @@ class KafkaController:
             return answer(ErrorCode.INELIGIBLE_REPLICA if version >= 1 else ErrorCode.OPERATION_NOT_ATTEMPTED)
         proposed = LeaderAndIsr(s.leader, s.leader_epoch, new_isr, ctx.epoch.epoch, s.partition_epoch,
                                 p.leader_recovery_state)
+        if self.elr_enabled():
+            elr = election.eligible_leader_replicas(s.isr, new_isr, s.eligible_leader_replicas,
+                                                    await self._min_isr(tp.topic))
+            proposed = replace(proposed, eligible_leader_replicas=elr)
         written = await self.zk.run(self.client.update_partition_state, tp, proposed, ctx.epoch)
         if written is None:
             fresh = await self.zk.run(self.client.get_partition_state, tp)
@@ -824,7 +873,12 @@ class KafkaController:
         for tp in ctx.partitions_on_broker(broker_id):
             if len(ctx.replicas(tp)) <= 1 or tp not in ctx.leadership:
                 continue
-            await self._update_state(tp, batch, self._shutdown_transition(broker_id))
+            if self.elr_enabled():
+                await self._update_state(tp, batch, self._elr_transition(
+                    await self._min_isr(tp.topic), lambda s: tuple(i for i in s.isr if i != broker_id),
+                    ctx.leadable_ids))
+            else:
+                await self._update_state(tp, batch, self._shutdown_transition(broker_id))
             if ctx.leadership[tp].leader != broker_id:
                 batch.add_stop_replica(broker_id, tp, delete=False)
         self._send(batch)

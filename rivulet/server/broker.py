@@ -43,7 +43,7 @@ from rivulet.server.acls import AclManager, Authz, build_authorizer
 from rivulet.server.client_metrics import ClientMetricsManager, EveryReceiver, LastPayloads, TelemetryReceiver
 from rivulet.server.dynamic_config import DynamicBrokerConfig, ThreadCounts
 from rivulet.server.delegation_tokens import DelegationTokens, TokenSettings
-from rivulet.server.features import TRANSACTION_VERSION, FeatureLevels, supported_features
+from rivulet.server.features import ELR_VERSION, TRANSACTION_VERSION, FeatureLevels, supported_features
 from rivulet.server.fd_limit import describe as describe_fd_limit
 from rivulet.server.group_topics import GroupTopicCreation
 from rivulet.server.fd_limit import raise_open_file_limit
@@ -370,7 +370,7 @@ class Broker:
         txns.startup(lead_all=not self.cluster_mode)
         shares.startup(lead_all=not self.cluster_mode)
         if self.cluster is not None:
-            self.cluster.prepare()
+            self.cluster.prepare(lambda: self.features.level(ELR_VERSION) >= 1)
         self.log_dir_mover = ReplicaAlterLogDirsManager(rm, self.log_manager)
         authorizer = build_authorizer(cfg)
         # ACLs live in ZooKeeper in a cluster (every broker follows their change notifications),
