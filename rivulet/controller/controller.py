@@ -709,6 +709,9 @@ class KafkaController:
                 out[tp] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
                 continue
             replicas = ctx.replicas(tp)
+            if self.elr_enabled():
+                out[tp] = await self._elect_with_elr(election_type, tp, s, batch)
+                continue
             if election_type == PREFERRED:
                 if s.leader == replicas[0]:
                     out[tp] = (ErrorCode.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition.")
@@ -731,6 +734,35 @@ class KafkaController:
             out[tp] = (ErrorCode.NONE, None) if elected else (failed, "The partition state changed meanwhile.")
         self._send(batch)
         return out
+
+    async def _elect_with_elr(self, election_type: int, tp: TopicPartition, s: LeaderAndIsr, batch: RequestBatch
+                              ) -> tuple[ErrorCode, str | None]:
+        """ElectLeaders at eligible.leader.replicas.version 1: PREFERRED may take the preferred
+        replica from the ELR when the ISR is empty; UNCLEAN goes through the ISR, the ELR and the
+        last known leader before any out-of-sync replica (``election.elr_change``)."""
+        ctx = self.ctx
+        assert ctx is not None
+        replicas = ctx.replicas(tp)
+        led_already = s.leader == replicas[0] if election_type == PREFERRED else ctx.is_live(s.leader)
+        if led_already:
+            return ErrorCode.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition."
+        before = election.ElrState(s.leader, s.isr, s.eligible_leader_replicas, s.last_known_elr,
+                                   s.leader_recovery_state == 1)
+        if election_type == PREFERRED:
+            failed = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+            e = election.preferred_elr_leader(replicas, before, ctx.leadable_ids)
+        else:
+            failed = ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
+            e = election.elr_change(replicas, before, tuple(i for i in s.isr if i in ctx.live_brokers),
+                                    ctx.leadable_ids, await self._min_isr(tp.topic), unclean_enabled=True)
+        if e is None or e.leader == NO_LEADER:
+            return failed, (f"Failed to elect leader for partition {tp} under strategy "
+                            f"{'Preferred' if election_type == PREFERRED else 'Offline'}PartitionLeaderElectionStrategy")
+        await self._update_state(tp, batch, lambda _tp, st, _u, e=e: replace(
+            st.new_leader(e.leader, e.isr, ctx.epoch.epoch), eligible_leader_replicas=e.elr,
+            last_known_elr=e.last_known_elr, leader_recovery_state=1 if e.recovering else 0))
+        elected = ctx.leadership[tp].leader == e.leader
+        return (ErrorCode.NONE, None) if elected else (failed, "The partition state changed meanwhile.")
 
     async def _rebalance_periodically(self) -> None:
         """auto.leader.rebalance.enable: every leader.imbalance.check.interval.seconds, a broker

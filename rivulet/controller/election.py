@@ -109,3 +109,16 @@ def elr_change(assignment: list[int], state: ElrState, target_isr: tuple[int, ..
     elif leader != NO_LEADER:
         last_known = ()
     return ElrState(leader, isr, elr, last_known, state.recovering or unclean)
+
+
+def preferred_elr_leader(assignment: list[int], state: ElrState, live: Collection[int]) -> ElrState | None:
+    """ElectLeaders PREFERRED with ELR on: the preferred replica, live, from the ISR or, the ISR
+    empty, from the ELR (it then leads alone). None: it may not lead."""
+    if not assignment or assignment[0] not in live:
+        return None
+    p = assignment[0]
+    if p in state.isr:
+        return ElrState(p, state.isr, state.elr, (), state.recovering)
+    if not state.isr and p in state.elr:
+        return ElrState(p, (p,), tuple(r for r in state.elr if r != p), (), state.recovering)
+    return None

@@ -258,6 +258,32 @@ def test_at_elr_version_1_replicas_lost_below_min_isr_stay_eligible(run):
     run(scenario)
 
 
+def test_at_elr_version_1_an_unclean_election_comes_after_the_elr(run):
+    """KIP-966, dormant: a replica outside the ISR and the ELR does not lead on its own; an
+    ElectLeaders UNCLEAN makes it leader, alone, RECOVERING, the ELR forgotten."""
+    async def scenario(cl: Cluster) -> None:
+        for b in (1, 2, 3):
+            cl.register(b)
+        c, rec = await cl.controller(9, elr=True, min_isr=2)
+        await eventually(lambda: c.is_active)
+        cl.admin.create_topic(z.TopicAssignment("orders", None, {0: [1, 2, 3]}), {})
+        await eventually(lambda: cl.state() is not None)
+        for b, isr in ((3, (1, 2)), (2, (1,)), (1, ())):
+            cl.kill(b)
+            await eventually(lambda isr=isr: cl.state().isr == isr)
+        assert (cl.state().leader, cl.state().eligible_leader_replicas) == (-1, (1, 2))
+        cl.register(3)
+        await eventually(lambda: 3 in c.ctx.live_brokers)
+        assert cl.state().leader == -1  # 3 left the ISR while it had min ISR: not eligible
+        assert (await c.elect_leaders(PREFERRED, [TP]))[TP][0] == ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+        assert (await c.elect_leaders(UNCLEAN, [TP]))[TP][0] == ErrorCode.NONE
+        s = cl.state()
+        assert (s.leader, s.isr, s.eligible_leader_replicas, s.last_known_elr, s.leader_recovery_state) == \
+            (3, (3,), (), (), 1)
+        assert (await c.elect_leaders(UNCLEAN, [TP]))[TP][0] == ErrorCode.ELECTION_NOT_NEEDED
+    run(scenario)
+
+
 def test_at_elr_version_1_a_controlled_shutdown_leaves_the_broker_eligible(run):
     """KIP-966, dormant: a broker shutting down cleanly leaves the ISR and, once that is below
     min ISR, waits in the ELR; with no other replica it leaves the ISR empty and the partition

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from rivulet.controller.election import NO_LEADER, ElrState, elr_change, eligible_leader_replicas
+from rivulet.controller.election import NO_LEADER, ElrState, elr_change, eligible_leader_replicas, preferred_elr_leader
 
 pytestmark = pytest.mark.fast
 
@@ -81,3 +81,11 @@ def test_min_isr_one_has_an_elr_only_once_the_isr_is_empty():
     assert s == ElrState(1, (1,), ())
     s = elr_change(REPLICAS, s, (), live=set(), min_isr=1, unclean_enabled=False)
     assert s == ElrState(NO_LEADER, (), (1,), (1,))
+
+
+def test_the_preferred_replica_from_the_isr_or_else_from_the_elr():
+    assert preferred_elr_leader(REPLICAS, ElrState(2, (2, 1)), live={1, 2}) == ElrState(1, (2, 1))
+    assert preferred_elr_leader(REPLICAS, ElrState(NO_LEADER, (), (1, 3), (2,)), live={1}) == \
+        ElrState(1, (1,), (3,), ())
+    assert preferred_elr_leader(REPLICAS, ElrState(2, (2,), (1,)), live={1, 2}) is None  # ISR first
+    assert preferred_elr_leader(REPLICAS, ElrState(2, (2, 1)), live={2}) is None
