@@ -555,6 +555,10 @@ class KafkaController:
                     new = transition(tp, s, True)
             if new is None:
                 return
+            if (new.eligible_leader_replicas or new.last_known_elr) and not self.elr_enabled():
+                # Left from eligible.leader.replicas.version 1: with ELR off they no longer hold
+                # (the HW may pass min ISR), so each partition's next change forgets them, as Kafka's.
+                new = replace(new, eligible_leader_replicas=(), last_known_elr=())
             written = await self.zk.run(self.client.update_partition_state, tp, new, ctx.epoch)
             if written is not None:
                 ctx.leadership[tp] = written

@@ -88,14 +88,15 @@ class Cluster:
         self.sessions.pop(broker_id).close()
 
     async def controller(self, broker_id: int, unclean: bool = False, rebalance_every: float | None = None,
-                         elr: bool = False, min_isr: int = 1) -> tuple[KafkaController, Recorder]:
-        """``elr``: as if eligible.leader.replicas.version 1 were finalized (no cluster can be yet)."""
+                         elr: bool | Callable[[], bool] = False, min_isr: int = 1) -> tuple[KafkaController, Recorder]:
+        """``elr``: as if eligible.leader.replicas.version 1 were finalized (no cluster can be yet),
+        or a function saying whether it is."""
         rec = Recorder()
         c = KafkaController(ControllerConfig(broker_id, unclean_leader_election_enable=unclean,
                                              auto_leader_rebalance_enable=rebalance_every is not None,
                                              leader_imbalance_check_interval_s=rebalance_every or 300,
                                              min_insync_replicas=min_isr),
-                            ZkBridge(self._client()), lambda: rec, lambda: elr)
+                            ZkBridge(self._client()), lambda: rec, elr if callable(elr) else lambda: elr)
         c.startup()
         self.controllers[broker_id] = (c, rec)
         return c, rec
@@ -281,6 +282,32 @@ def test_at_elr_version_1_an_unclean_election_comes_after_the_elr(run):
         assert (s.leader, s.isr, s.eligible_leader_replicas, s.last_known_elr, s.leader_recovery_state) == \
             (3, (3,), (), (), 1)
         assert (await c.elect_leaders(UNCLEAN, [TP]))[TP][0] == ErrorCode.ELECTION_NOT_NEEDED
+    run(scenario)
+
+
+def test_back_at_elr_version_0_each_partition_forgets_its_elr_at_its_next_change(run):
+    """A cluster downgraded from eligible.leader.replicas.version 1 (forced here, as no cluster
+    reaches it yet): the lists stay until the partition's next change, which drops them."""
+    async def scenario(cl: Cluster) -> None:
+        level = [1]
+        for b in (1, 2, 3):
+            cl.register(b)
+        c, rec = await cl.controller(9, elr=lambda: level[0] >= 1, min_isr=2)
+        await eventually(lambda: c.is_active)
+        cl.admin.create_topic(z.TopicAssignment("orders", None, {0: [1, 2, 3]}), {})
+        await eventually(lambda: cl.state() is not None)
+        cl.kill(3)
+        await eventually(lambda: cl.state().isr == (1, 2))
+        cl.kill(2)
+        await eventually(lambda: cl.state().isr == (1,))
+        assert cl.state().eligible_leader_replicas == (2,)
+        level[0] = 0
+        cl.register(3)  # no change to the partition: the list stays
+        await eventually(lambda: 3 in c.ctx.live_brokers)
+        assert cl.state().eligible_leader_replicas == (2,)
+        cl.kill(1)  # its leader goes: the change that follows forgets it
+        await eventually(lambda: cl.state().leader == -1)
+        assert (cl.state().isr, cl.state().eligible_leader_replicas, cl.state().last_known_elr) == ((1,), (), ())
     run(scenario)
 
 
