@@ -41,6 +41,31 @@ CHANGED_BEFORE_RELEASE = {
 }
 
 
+# Rivulet's own fields on the ZooKeeper-era inter-broker APIs its controller still speaks (Kafka
+# 4 removed them, so no Kafka version will give these tags another meaning): schema -> struct
+# -> fields appended. Tagged, so a peer without them skips them and a default is never written.
+RIVULET_EXTENSIONS: dict[str, dict[str, list[dict]]] = {
+    # KIP-966: the brokers answer DescribeTopicPartitions from UpdateMetadata, which has no ELR.
+    "UpdateMetadataRequest": {"UpdateMetadataPartitionState": [
+        {"name": "EligibleLeaderReplicas", "type": "[]int32", "versions": "6+", "taggedVersions": "6+",
+         "tag": 0, "entityType": "brokerId", "about": "Rivulet: the eligible leader replicas (KIP-966)."},
+        {"name": "LastKnownElr", "type": "[]int32", "versions": "6+", "taggedVersions": "6+",
+         "tag": 1, "entityType": "brokerId", "about": "Rivulet: the last known leader (KIP-966)."},
+    ]},
+}
+
+
+def extend(schema: dict) -> dict:
+    """``schema`` with Rivulet's extensions (``RIVULET_EXTENSIONS``) appended to its structs."""
+    extra = RIVULET_EXTENSIONS.get(schema["name"])
+    if not extra:
+        return schema
+    schema = json.loads(json.dumps(schema))
+    for struct in schema.get("commonStructs", []):
+        struct["fields"] += extra.get(struct["name"], [])
+    return schema
+
+
 def strip_comments(text: str) -> str:
     return re.sub(r"^\s*//.*$", "", text, flags=re.M)
 
@@ -307,6 +332,8 @@ def generate(schema_dir: Path, out_dir: Path) -> list[str]:
             mod = snake(schema["name"])
             src = f"{folder}/{name}" if newer is None else (f"{NEWER}/{folder}/{name}" if older is None
                                                              else f"{folder}/{name} and {NEWER}/{folder}/{name}")
+            if schema["name"] in RIVULET_EXTENSIONS:
+                schema, src = extend(schema), f"{src} with Rivulet's extensions (RIVULET_EXTENSIONS)"
             text = ModuleBuilder(schema, src).build()
             if overlap is not None:
                 cls = schema["name"]

@@ -143,7 +143,8 @@ class RequestBatch:
             topics[tp.topic].append(umr.UpdateMetadataPartitionState(
                 topic_name=tp.topic, partition_index=tp.partition, controller_epoch=s.controller_epoch,
                 leader=leader, leader_epoch=s.leader_epoch, isr=list(s.isr), zk_version=s.partition_epoch,
-                replicas=ctx.replicas(tp), offline_replicas=ctx.offline_replicas(tp)))
+                replicas=ctx.replicas(tp), offline_replicas=ctx.offline_replicas(tp),
+                eligible_leader_replicas=list(s.eligible_leader_replicas), last_known_elr=list(s.last_known_elr)))
         return umr.UpdateMetadataRequest(
             controller_id=self.controller_id, controller_epoch=ctx.epoch.epoch,
             broker_epoch=ctx.broker_epoch(broker),

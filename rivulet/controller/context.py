@@ -13,7 +13,6 @@ from rivulet.common.types import TopicPartition
 from rivulet.controller.zk_client import ControllerEpoch
 from rivulet.controller.zk_data import BrokerRegistration, LeaderAndIsr, TopicAssignment
 
-NO_LEADER = -1
 LEADER_DURING_DELETE = -2  # what UpdateMetadata says of a topic being deleted
 
 

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from kazoo.client import KazooState
@@ -26,8 +26,9 @@ from rivulet.common.logs import cause
 from rivulet.common.time import SYSTEM_CLOCK, Clock
 from rivulet.common.types import TopicPartition
 from rivulet.controller import election
+from rivulet.controller.election import NO_LEADER
 from rivulet.controller.channel import ControllerChannel, RequestBatch
-from rivulet.controller.context import NO_LEADER, ControllerContext, QuorumDescription, ReplicaProgress
+from rivulet.controller.context import ControllerContext, QuorumDescription, ReplicaProgress
 from rivulet.controller.zk_client import ControllerEpoch, ControllerMovedError, KafkaZkClient, ZkBridge
 from rivulet.controller.zk_data import LeaderAndIsr
 from rivulet.protocol.errors import ErrorCode
@@ -55,6 +56,8 @@ class ControllerConfig:
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_s: float = 300.0
     leader_imbalance_per_broker_percentage: int = 10
+    # The min ISR of a topic without its own (KIP-966's ELR needs it; see _min_isr).
+    min_insync_replicas: int = 1
 
 
 PREFERRED, UNCLEAN = 0, 1  # ElectLeaders' election types
@@ -62,8 +65,11 @@ PREFERRED, UNCLEAN = 0, 1  # ElectLeaders' election types
 
 class KafkaController:
     def __init__(self, config: ControllerConfig, zk: ZkBridge, channel_factory: Callable[[], ControllerChannel],
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+                 elr_enabled: Callable[[], bool], clock: Clock = SYSTEM_CLOCK) -> None:
+        """``elr_enabled``: whether the cluster runs at eligible.leader.replicas.version 1 (KIP-966),
+        read at each partition change, as Kafka's controller reads its feature level."""
         self.config = config
+        self.elr_enabled = elr_enabled
         self.broker_id = config.broker_id
         self.zk = zk
         self.client: KafkaZkClient = zk.client
@@ -464,7 +470,12 @@ class KafkaController:
             tp for tp, s in ctx.leadership.items()
             if everything or s.leader in lost or any(i in lost for i in s.isr)]
         for tp in candidates:
-            await self._update_state(tp, batch, self._offline_transition)
+            if self.elr_enabled():
+                await self._update_state(tp, batch, self._elr_transition(
+                    await self._min_isr(tp.topic), lambda s: tuple(i for i in s.isr if i in ctx.live_brokers),
+                    ctx.leadable_ids))
+            else:
+                await self._update_state(tp, batch, self._offline_transition)
 
     def _offline_transition(self, tp: TopicPartition, s: LeaderAndIsr, unclean: bool) -> LeaderAndIsr | None:
         ctx = self.ctx
@@ -484,6 +495,41 @@ class KafkaController:
         keep = remaining or ((s.leader,) if s.leader in s.isr else s.isr[:1])
         log.error("partition %s has no live in-sync replica: it is offline (ISR %s)", tp, list(keep))
         return s.new_leader(NO_LEADER, keep, ctx.epoch.epoch)
+
+    def _elr_transition(self, min_isr: int, target_isr: Callable[[LeaderAndIsr], tuple[int, ...]], live: set[int]
+                        ) -> Callable[[TopicPartition, LeaderAndIsr, bool], LeaderAndIsr | None]:
+        """At eligible.leader.replicas.version 1: the partition's ISR becomes ``target_isr`` of its
+        state, and its ELR, leader and last known leader follow Kafka 4.3's rules
+        (``election.elr_change``); the ISR may become empty. Any change bumps the leader epoch,
+        as every state change the controller makes here does, so that the replicas take it."""
+        def transition(tp: TopicPartition, s: LeaderAndIsr, unclean: bool) -> LeaderAndIsr | None:
+            ctx = self.ctx
+            assert ctx is not None
+            before = election.ElrState(s.leader, s.isr, s.eligible_leader_replicas, s.last_known_elr,
+                                       s.leader_recovery_state == 1)
+            e = election.elr_change(ctx.replicas(tp), before, target_isr(s), live, min_isr, unclean)
+            if e == before:
+                return None
+            if e.recovering and not before.recovering:
+                log.warning("unclean leader election for %s: %d leads, data may be lost", tp, e.leader)
+            elif e.leader == NO_LEADER and s.leader != NO_LEADER:
+                log.error("partition %s has no live in-sync or eligible replica: it is offline (ELR %s)", tp,
+                          list(e.elr))
+            return replace(s.new_leader(e.leader, e.isr, ctx.epoch.epoch), eligible_leader_replicas=e.elr,
+                           last_known_elr=e.last_known_elr, leader_recovery_state=1 if e.recovering else 0)
+        return transition
+
+    async def _min_isr(self, topic: str) -> int:
+        """The topic's min.insync.replicas, capped at its replica count as its leader caps it.
+        Without a topic override: the controller's own value (the cluster-level dynamic value
+        lives in each broker's file today: docs/plans/eligible-leader-replicas.md)."""
+        configs = await self.zk.run(self.client.get_entity_config, "topics", topic)
+        v = configs.get("min.insync.replicas")
+        min_isr = int(v) if v is not None and v.strip().isdigit() else self.config.min_insync_replicas
+        ctx = self.ctx
+        assert ctx is not None
+        replicas = ctx.assignments[topic].replicas if topic in ctx.assignments else {}
+        return max(1, min(min_isr, max((len(r) for r in replicas.values()), default=1)))
 
     async def _unclean_enabled(self, topic: str) -> bool:
         configs = await self.zk.run(self.client.get_entity_config, "topics", topic)
@@ -509,6 +555,10 @@ class KafkaController:
                     new = transition(tp, s, True)
             if new is None:
                 return
+            if (new.eligible_leader_replicas or new.last_known_elr) and not self.elr_enabled():
+                # Left from eligible.leader.replicas.version 1: with ELR off they no longer hold
+                # (the HW may pass min ISR), so each partition's next change forgets them, as Kafka's.
+                new = replace(new, eligible_leader_replicas=(), last_known_elr=())
             written = await self.zk.run(self.client.update_partition_state, tp, new, ctx.epoch)
             if written is not None:
                 ctx.leadership[tp] = written
@@ -663,6 +713,9 @@ class KafkaController:
                 out[tp] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
                 continue
             replicas = ctx.replicas(tp)
+            if self.elr_enabled():
+                out[tp] = await self._elect_with_elr(election_type, tp, s, batch)
+                continue
             if election_type == PREFERRED:
                 if s.leader == replicas[0]:
                     out[tp] = (ErrorCode.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition.")
@@ -685,6 +738,35 @@ class KafkaController:
             out[tp] = (ErrorCode.NONE, None) if elected else (failed, "The partition state changed meanwhile.")
         self._send(batch)
         return out
+
+    async def _elect_with_elr(self, election_type: int, tp: TopicPartition, s: LeaderAndIsr, batch: RequestBatch
+                              ) -> tuple[ErrorCode, str | None]:
+        """ElectLeaders at eligible.leader.replicas.version 1: PREFERRED may take the preferred
+        replica from the ELR when the ISR is empty; UNCLEAN goes through the ISR, the ELR and the
+        last known leader before any out-of-sync replica (``election.elr_change``)."""
+        ctx = self.ctx
+        assert ctx is not None
+        replicas = ctx.replicas(tp)
+        led_already = s.leader == replicas[0] if election_type == PREFERRED else ctx.is_live(s.leader)
+        if led_already:
+            return ErrorCode.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition."
+        before = election.ElrState(s.leader, s.isr, s.eligible_leader_replicas, s.last_known_elr,
+                                   s.leader_recovery_state == 1)
+        if election_type == PREFERRED:
+            failed = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+            e = election.preferred_elr_leader(replicas, before, ctx.leadable_ids)
+        else:
+            failed = ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
+            e = election.elr_change(replicas, before, tuple(i for i in s.isr if i in ctx.live_brokers),
+                                    ctx.leadable_ids, await self._min_isr(tp.topic), unclean_enabled=True)
+        if e is None or e.leader == NO_LEADER:
+            return failed, (f"Failed to elect leader for partition {tp} under strategy "
+                            f"{'Preferred' if election_type == PREFERRED else 'Offline'}PartitionLeaderElectionStrategy")
+        await self._update_state(tp, batch, lambda _tp, st, _u, e=e: replace(
+            st.new_leader(e.leader, e.isr, ctx.epoch.epoch), eligible_leader_replicas=e.elr,
+            last_known_elr=e.last_known_elr, leader_recovery_state=1 if e.recovering else 0))
+        elected = ctx.leadership[tp].leader == e.leader
+        return (ErrorCode.NONE, None) if elected else (failed, "The partition state changed meanwhile.")
 
     async def _rebalance_periodically(self) -> None:
         """auto.leader.rebalance.enable: every leader.imbalance.check.interval.seconds, a broker
@@ -792,6 +874,10 @@ class KafkaController:
             return answer(ErrorCode.INELIGIBLE_REPLICA if version >= 1 else ErrorCode.OPERATION_NOT_ATTEMPTED)
         proposed = LeaderAndIsr(s.leader, s.leader_epoch, new_isr, ctx.epoch.epoch, s.partition_epoch,
                                 p.leader_recovery_state)
+        if self.elr_enabled():
+            elr = election.eligible_leader_replicas(s.isr, new_isr, s.eligible_leader_replicas,
+                                                    await self._min_isr(tp.topic))
+            proposed = replace(proposed, eligible_leader_replicas=elr)
         written = await self.zk.run(self.client.update_partition_state, tp, proposed, ctx.epoch)
         if written is None:
             fresh = await self.zk.run(self.client.get_partition_state, tp)
@@ -823,7 +909,12 @@ class KafkaController:
         for tp in ctx.partitions_on_broker(broker_id):
             if len(ctx.replicas(tp)) <= 1 or tp not in ctx.leadership:
                 continue
-            await self._update_state(tp, batch, self._shutdown_transition(broker_id))
+            if self.elr_enabled():
+                await self._update_state(tp, batch, self._elr_transition(
+                    await self._min_isr(tp.topic), lambda s: tuple(i for i in s.isr if i != broker_id),
+                    ctx.leadable_ids))
+            else:
+                await self._update_state(tp, batch, self._shutdown_transition(broker_id))
             if ctx.leadership[tp].leader != broker_id:
                 batch.add_stop_replica(broker_id, tp, delete=False)
         self._send(batch)

@@ -427,8 +427,7 @@ class KafkaZkClient:
             elif isinstance(results[1], Exception):
                 raise results[1]
             else:
-                out.append(z.LeaderAndIsr(state.leader, state.leader_epoch, state.isr, state.controller_epoch, 0,
-                                          state.leader_recovery_state))
+                out.append(state.written(0))
         return out
 
     def update_partition_state(self, tp: TopicPartition, state: z.LeaderAndIsr, epoch: ControllerEpoch
@@ -442,8 +441,7 @@ class KafkaZkClient:
             return None
         if isinstance(r, Exception):
             raise r
-        return z.LeaderAndIsr(state.leader, state.leader_epoch, state.isr, state.controller_epoch,
-                              r.version, state.leader_recovery_state)
+        return state.written(r.version)
 
     # ------------------------------------------------------------ configs
     def get_entity_config(self, entity_type: str, name: str) -> dict[str, str]:

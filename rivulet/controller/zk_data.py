@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
 from rivulet.common.types import TopicPartition
@@ -262,27 +262,42 @@ class LeaderAndIsr:
     controller_epoch: int
     partition_epoch: int = 0
     leader_recovery_state: int = 0  # 0 RECOVERED, 1 RECOVERING
+    # KIP-966 (eligible.leader.replicas.version 1), Kafka's PartitionRecord fields: replicas that
+    # left the ISR while it was below min.insync.replicas and may still lead cleanly, and the
+    # last leader of a partition whose ISR emptied. Written only when non-empty, so that a
+    # cluster that never used them keeps Kafka 3.x's znode byte for byte.
+    eligible_leader_replicas: tuple[int, ...] = ()
+    last_known_elr: tuple[int, ...] = ()
 
     def encode(self) -> bytes:
         doc: dict[str, Any] = {"controller_epoch": self.controller_epoch, "leader": self.leader, "version": 1,
                                "leader_epoch": self.leader_epoch, "isr": list(self.isr)}
         if self.leader_recovery_state != 0:
             doc["leader_recovery_state"] = self.leader_recovery_state
+        if self.eligible_leader_replicas:
+            doc["eligible_leader_replicas"] = list(self.eligible_leader_replicas)
+        if self.last_known_elr:
+            doc["last_known_elr"] = list(self.last_known_elr)
         return _dump(doc)
 
     @classmethod
     def decode(cls, data: bytes, zk_version: int) -> "LeaderAndIsr":
         doc = _load(data)
         return cls(int(doc["leader"]), int(doc["leader_epoch"]), tuple(int(b) for b in doc["isr"]),
-                   int(doc["controller_epoch"]), zk_version, int(doc.get("leader_recovery_state", 0)))
+                   int(doc["controller_epoch"]), zk_version, int(doc.get("leader_recovery_state", 0)),
+                   tuple(int(b) for b in doc.get("eligible_leader_replicas") or ()),
+                   tuple(int(b) for b in doc.get("last_known_elr") or ()))
 
     def new_leader(self, leader: int, isr: tuple[int, ...], controller_epoch: int) -> "LeaderAndIsr":
-        return LeaderAndIsr(leader, self.leader_epoch + 1, isr, controller_epoch, self.partition_epoch,
-                            self.leader_recovery_state)
+        return replace(self, leader=leader, leader_epoch=self.leader_epoch + 1, isr=isr,
+                       controller_epoch=controller_epoch)
 
     def new_isr(self, isr: tuple[int, ...], controller_epoch: int) -> "LeaderAndIsr":
-        return LeaderAndIsr(self.leader, self.leader_epoch, isr, controller_epoch, self.partition_epoch,
-                            self.leader_recovery_state)
+        return replace(self, isr=isr, controller_epoch=controller_epoch)
+
+    def written(self, zk_version: int) -> "LeaderAndIsr":
+        """This state as stored: its znode's version is the new partition epoch."""
+        return replace(self, partition_epoch=zk_version)
 
 
 # ---------------------------------------------------------------- /config/<type>/<name>, /config/changes

@@ -49,6 +49,10 @@ class PartitionMetadata:
     offline_replicas: list[int] = field(default_factory=list)
     zk_version: int = 0
     controller_epoch: int = 0
+    # KIP-966, carried by Rivulet's tagged fields of UpdateMetadata; empty below
+    # eligible.leader.replicas.version 1.
+    eligible_leader_replicas: list[int] = field(default_factory=list)
+    last_known_elr: list[int] = field(default_factory=list)
 
 
 @dataclass(slots=True)

@@ -43,7 +43,7 @@ from rivulet.server.acls import AclManager, Authz, build_authorizer
 from rivulet.server.client_metrics import ClientMetricsManager, EveryReceiver, LastPayloads, TelemetryReceiver
 from rivulet.server.dynamic_config import CordonedLogDirs, DynamicBrokerConfig, ThreadCounts
 from rivulet.server.delegation_tokens import DelegationTokens, TokenSettings
-from rivulet.server.features import TRANSACTION_VERSION, FeatureLevels, supported_features
+from rivulet.server.features import ELR_VERSION, TRANSACTION_VERSION, FeatureLevels, supported_features
 from rivulet.server.fd_limit import describe as describe_fd_limit
 from rivulet.server.group_topics import GroupTopicCreation
 from rivulet.server.fd_limit import raise_open_file_limit
@@ -330,7 +330,8 @@ class Broker:
             metadata_cache=cache, replica_selector=cfg["replica.selector.class"] if cache is not None else None,
             fetchers=self._replica_fetchers if cache is not None else None,
             leadership=partition_events,
-            txn_verifier=local_txn_check if cache is None else None, async_txn_verifier=self.txn_verifier)
+            txn_verifier=local_txn_check if cache is None else None, async_txn_verifier=self.txn_verifier,
+            strict_min_isr=lambda: self.features.level(ELR_VERSION) >= 1)
         await self._recover_logs()
         topics = self.topics = TopicManager(cfg, self.metadata, self.log_manager, rm, self.dynamic_config,
                                             metadata_cache=cache, config_store=self.cluster,
@@ -377,7 +378,7 @@ class Broker:
         txns.startup(lead_all=not self.cluster_mode)
         shares.startup(lead_all=not self.cluster_mode)
         if self.cluster is not None:
-            self.cluster.prepare()
+            self.cluster.prepare(lambda: self.features.level(ELR_VERSION) >= 1)
         self.log_dir_mover = ReplicaAlterLogDirsManager(rm, self.log_manager)
         authorizer = build_authorizer(cfg)
         # ACLs live in ZooKeeper in a cluster (every broker follows their change notifications),

@@ -180,19 +180,20 @@ class ZkClusterMember:
         return generated, cluster_id
 
     # ------------------------------------------------------------ lifecycle
-    def prepare(self) -> KafkaController:
+    def prepare(self, elr_enabled: Callable[[], bool]) -> KafkaController:
         """Build the bridge and this broker's candidate controller (on the running loop, before
-        the request handlers that reach the controller are built); ``start`` starts them."""
+        the request handlers that reach the controller are built); ``start`` starts them.
+        ``elr_enabled``: whether eligible.leader.replicas.version 1 is finalized."""
         cfg = self.config
         bridge = self.bridge = ZkBridge(self.client)
         self.controller = KafkaController(
             ControllerConfig(self.broker_id, cfg["unclean.leader.election.enable"], cfg["delete.topic.enable"],
                              self.listener, cfg["auto.leader.rebalance.enable"],
                              cfg["leader.imbalance.check.interval.seconds"],
-                             cfg["leader.imbalance.per.broker.percentage"]),
+                             cfg["leader.imbalance.per.broker.percentage"], cfg["min.insync.replicas"]),
             bridge, lambda: ControllerChannelManager(self.broker_id, self.listener, cfg["controller.socket.timeout.ms"],
                                                      connector=self.connector),
-            self.clock)
+            elr_enabled, self.clock)
         return self.controller
 
     async def start(self, endpoints: list[EndPoint], on_registered: Callable[[int], object],

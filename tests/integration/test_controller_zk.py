@@ -87,13 +87,16 @@ class Cluster:
     def kill(self, broker_id: int) -> None:
         self.sessions.pop(broker_id).close()
 
-    async def controller(self, broker_id: int, unclean: bool = False, rebalance_every: float | None = None
-                         ) -> tuple[KafkaController, Recorder]:
+    async def controller(self, broker_id: int, unclean: bool = False, rebalance_every: float | None = None,
+                         elr: bool | Callable[[], bool] = False, min_isr: int = 1) -> tuple[KafkaController, Recorder]:
+        """``elr``: as if eligible.leader.replicas.version 1 were finalized (no cluster can be yet),
+        or a function saying whether it is."""
         rec = Recorder()
         c = KafkaController(ControllerConfig(broker_id, unclean_leader_election_enable=unclean,
                                              auto_leader_rebalance_enable=rebalance_every is not None,
-                                             leader_imbalance_check_interval_s=rebalance_every or 300),
-                            ZkBridge(self._client()), lambda: rec)
+                                             leader_imbalance_check_interval_s=rebalance_every or 300,
+                                             min_insync_replicas=min_isr),
+                            ZkBridge(self._client()), lambda: rec, elr if callable(elr) else lambda: elr)
         c.startup()
         self.controllers[broker_id] = (c, rec)
         return c, rec
@@ -214,6 +217,118 @@ def test_leaderless_partition_waits_for_its_isr_unless_unclean(run):
         cl.register(2)  # a broker event: the controller looks again, now allowed to elect uncleanly
         await eventually(lambda: cl.state().leader == 2)
         assert cl.state().isr == (2,)
+    run(scenario)
+
+
+def test_at_elr_version_1_replicas_lost_below_min_isr_stay_eligible(run):
+    """KIP-966, dormant (the controller is told level 1 is finalized, which no cluster can be
+    yet): RF 3, min ISR 2. Members lost below min ISR move into the ELR, the last one empties
+    the ISR and is remembered as the last known leader, the brokers hear of both, and the first
+    eligible replica back leads alone; its ISR back at min ISR clears the ELR."""
+    async def scenario(cl: Cluster) -> None:
+        for b in (1, 2, 3):
+            cl.register(b)
+        c, rec = await cl.controller(9, elr=True, min_isr=2)
+        await eventually(lambda: c.is_active)
+        cl.admin.create_topic(z.TopicAssignment("orders", None, {0: [1, 2, 3]}), {})
+        await eventually(lambda: cl.state() is not None)
+        cl.kill(3)
+        await eventually(lambda: cl.state().isr == (1, 2))
+        assert cl.state().eligible_leader_replicas == ()
+        cl.kill(2)
+        await eventually(lambda: cl.state().isr == (1,))
+        assert (cl.state().leader, cl.state().eligible_leader_replicas) == (1, (2,))
+        cl.kill(1)
+        await eventually(lambda: cl.state().leader == -1)
+        s = cl.state()
+        assert (s.isr, s.eligible_leader_replicas, s.last_known_elr) == ((), (1, 2), (1,))
+        cl.register(2)
+        await eventually(lambda: cl.state().leader == 2)
+        s = cl.state()
+        assert (s.isr, s.eligible_leader_replicas, s.last_known_elr, s.leader_recovery_state) == ((2,), (1,), (), 0)
+        sent = [p for r in rec.of(UpdateMetadataRequest) for t in r.topic_states for p in t.partition_states]
+        assert sent[-1].leader == 2 and sent[-1].eligible_leader_replicas == [1]
+        assert any(p.leader == -1 and p.eligible_leader_replicas == [1, 2] and p.last_known_elr == [1] for p in sent)
+        cl.register(3)
+        await eventually(lambda: 3 in c.ctx.live_brokers)
+        r = await c.alter_partition(apq.AlterPartitionRequest(broker_id=2, broker_epoch=-1, topics=[apq.TopicData(
+            topic_name="orders", partitions=[apq.PartitionData(partition_index=0, leader_epoch=s.leader_epoch,
+                                                               new_isr=[2, 3], partition_epoch=s.partition_epoch)])]), 1)
+        assert r.topics[0].partitions[0].error_code == 0
+        assert (cl.state().isr, cl.state().eligible_leader_replicas) == ((2, 3), ())
+    run(scenario)
+
+
+def test_at_elr_version_1_an_unclean_election_comes_after_the_elr(run):
+    """KIP-966, dormant: a replica outside the ISR and the ELR does not lead on its own; an
+    ElectLeaders UNCLEAN makes it leader, alone, RECOVERING, the ELR forgotten."""
+    async def scenario(cl: Cluster) -> None:
+        for b in (1, 2, 3):
+            cl.register(b)
+        c, rec = await cl.controller(9, elr=True, min_isr=2)
+        await eventually(lambda: c.is_active)
+        cl.admin.create_topic(z.TopicAssignment("orders", None, {0: [1, 2, 3]}), {})
+        await eventually(lambda: cl.state() is not None)
+        for b, isr in ((3, (1, 2)), (2, (1,)), (1, ())):
+            cl.kill(b)
+            await eventually(lambda isr=isr: cl.state().isr == isr)
+        assert (cl.state().leader, cl.state().eligible_leader_replicas) == (-1, (1, 2))
+        cl.register(3)
+        await eventually(lambda: 3 in c.ctx.live_brokers)
+        assert cl.state().leader == -1  # 3 left the ISR while it had min ISR: not eligible
+        assert (await c.elect_leaders(PREFERRED, [TP]))[TP][0] == ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+        assert (await c.elect_leaders(UNCLEAN, [TP]))[TP][0] == ErrorCode.NONE
+        s = cl.state()
+        assert (s.leader, s.isr, s.eligible_leader_replicas, s.last_known_elr, s.leader_recovery_state) == \
+            (3, (3,), (), (), 1)
+        assert (await c.elect_leaders(UNCLEAN, [TP]))[TP][0] == ErrorCode.ELECTION_NOT_NEEDED
+    run(scenario)
+
+
+def test_back_at_elr_version_0_each_partition_forgets_its_elr_at_its_next_change(run):
+    """A cluster downgraded from eligible.leader.replicas.version 1 (forced here, as no cluster
+    reaches it yet): the lists stay until the partition's next change, which drops them."""
+    async def scenario(cl: Cluster) -> None:
+        level = [1]
+        for b in (1, 2, 3):
+            cl.register(b)
+        c, rec = await cl.controller(9, elr=lambda: level[0] >= 1, min_isr=2)
+        await eventually(lambda: c.is_active)
+        cl.admin.create_topic(z.TopicAssignment("orders", None, {0: [1, 2, 3]}), {})
+        await eventually(lambda: cl.state() is not None)
+        cl.kill(3)
+        await eventually(lambda: cl.state().isr == (1, 2))
+        cl.kill(2)
+        await eventually(lambda: cl.state().isr == (1,))
+        assert cl.state().eligible_leader_replicas == (2,)
+        level[0] = 0
+        cl.register(3)  # no change to the partition: the list stays
+        await eventually(lambda: 3 in c.ctx.live_brokers)
+        assert cl.state().eligible_leader_replicas == (2,)
+        cl.kill(1)  # its leader goes: the change that follows forgets it
+        await eventually(lambda: cl.state().leader == -1)
+        assert (cl.state().isr, cl.state().eligible_leader_replicas, cl.state().last_known_elr) == ((1,), (), ())
+    run(scenario)
+
+
+def test_at_elr_version_1_a_controlled_shutdown_leaves_the_broker_eligible(run):
+    """KIP-966, dormant: a broker shutting down cleanly leaves the ISR and, once that is below
+    min ISR, waits in the ELR; with no other replica it leaves the ISR empty and the partition
+    leaderless rather than led by a broker on its way out."""
+    async def scenario(cl: Cluster) -> None:
+        for b in (1, 2, 3):
+            cl.register(b)
+        c, rec = await cl.controller(9, elr=True, min_isr=2)
+        await eventually(lambda: c.is_active)
+        cl.admin.create_topic(z.TopicAssignment("orders", None, {0: [1, 2, 3]}), {})
+        await eventually(lambda: cl.state() is not None)
+        assert (await c.controlled_shutdown(1, c.ctx.broker_epoch(1))).remaining_partitions == []
+        assert (cl.state().leader, cl.state().isr, cl.state().eligible_leader_replicas) == (2, (2, 3), ())
+        assert (await c.controlled_shutdown(2, c.ctx.broker_epoch(2))).remaining_partitions == []
+        assert (cl.state().leader, cl.state().isr, cl.state().eligible_leader_replicas) == (3, (3,), (2,))
+        assert (await c.controlled_shutdown(3, c.ctx.broker_epoch(3))).remaining_partitions == []
+        s = cl.state()
+        assert (s.leader, s.isr, s.eligible_leader_replicas, s.last_known_elr) == (-1, (), (2, 3), (3,))
     run(scenario)
 
 

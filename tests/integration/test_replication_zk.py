@@ -79,7 +79,8 @@ class ZkCluster:
 
     def start_controller(self, i: int) -> None:
         controller = self.controller = KafkaController(ControllerConfig(i), ZkBridge(self._client()),
-                                                       lambda: ControllerChannelManager(i, backoff_ms=50))
+                                                       lambda: ControllerChannelManager(i, backoff_ms=50),
+                                                       lambda: False)
         controller.startup()
         # The controller's broker answers AlterPartition (the route the broker's own wiring adds).
         apis = self.brokers[i].apis

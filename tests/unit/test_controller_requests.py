@@ -82,3 +82,30 @@ def test_a_topic_being_deleted_shows_leader_minus_two():
     ctx.topics_to_delete.add("t")
     umr = RequestBatch(1).build_update_metadata(ctx, 1, {TopicPartition("t", 0)})
     assert umr.topic_states[0].partition_states[0].leader == -2
+
+
+def test_the_elr_lists_ride_in_update_metadata_as_rivulet_tagged_fields():
+    """KIP-966's lists reach the brokers' caches (for DescribeTopicPartitions) as tagged fields
+    of UpdateMetadata v6+, an API Kafka 4 removed: empty lists add no byte, so a partition
+    without them encodes as before."""
+    from rivulet.protocol.messages import update_metadata_request as umr
+    from rivulet.server.handlers.replication import update_from_request
+
+    ctx = context()
+    tp = TopicPartition("t", 0)
+    ctx.leadership[tp] = LeaderAndIsr(-1, 5, (), 3, 8)
+    plain = RequestBatch(1).build_update_metadata(ctx, 1, {tp})
+    ctx.leadership[tp] = LeaderAndIsr(-1, 5, (), 3, 8, eligible_leader_replicas=(2, 3), last_known_elr=(1,))
+    with_elr = RequestBatch(1).build_update_metadata(ctx, 1, {tp})
+    for v in range(6, umr.UpdateMetadataRequest.VALID_VERSIONS[1] + 1):
+        req = umr.UpdateMetadataRequest.decode(with_elr.encode(v), v)
+        cached = update_from_request(req, v).partitions[tp]
+        assert (cached.leader, cached.isr, cached.eligible_leader_replicas, cached.last_known_elr) == \
+            (-1, [], [2, 3], [1])
+        # the two tagged fields alone: tag, size, compact array length and 4 bytes a broker id
+        assert len(with_elr.encode(v)) - len(plain.encode(v)) == (3 + 2 * 4) + (3 + 4)
+        assert update_from_request(umr.UpdateMetadataRequest.decode(plain.encode(v), v), v) \
+            .partitions[tp].eligible_leader_replicas == []
+    # below v6 (not flexible) they do not travel
+    old = update_from_request(umr.UpdateMetadataRequest.decode(with_elr.encode(5), 5), 5).partitions[tp]
+    assert (old.eligible_leader_replicas, old.last_known_elr) == ([], [])

@@ -252,6 +252,30 @@ def test_min_insync_replicas_before_and_after_append(env) -> None:
     p.check_min_isr(1)  # acks=1 does not care
 
 
+def test_strict_min_isr_holds_the_hw_below_min_isr(tmp_path) -> None:
+    """KIP-966, at eligible.leader.replicas.version 1 (given here; no cluster reaches it yet):
+    the shrink above leaves the HW where it was and the acks=all append waits; the ISR back at
+    min ISR lets the HW move."""
+    clock = MockClock(wall_ms=T0)
+    lg = Log(str(tmp_path / "t-0"), LogConfig(min_insync_replicas=2))
+    alter = RecordingAlterPartition()
+    p = Partition(TP, uuid.uuid4(), lg, node_id=1, clock=clock, replica_lag_time_max_ms=LAG, alter_partition=alter,
+                  strict_min_isr=lambda: True, leader_id=-1, replicas=[1, 2, 3], isr=[1, 2, 3])
+    try:
+        lead(p, isr=(1, 2))
+        _append(p.log, 2, 1)
+        clock.sleep(LAG + 1)
+        assert p.maybe_shrink_isr()
+        alter.accept_last()
+        assert p.isr == [1] and p.high_watermark == 0
+        assert p.check_enough_replicas_reach_offset(2) == (False, ErrorCode.NONE)
+        p.update_follower_fetch(2, 2, 0)  # 2 catches up and rejoins; the HW follows
+        alter.accept_last()
+        assert p.isr == [1, 2] and p.high_watermark == 2
+    finally:
+        lg.close()
+
+
 def test_min_insync_replicas_above_the_replication_factor_counts_as_the_factor(env) -> None:
     # Kafka's leader caps min.insync.replicas at the replica count: a one-replica topic with
     # min.insync.replicas=2 takes acks=all writes (Kafka 4.3.1's Java producer succeeds there).

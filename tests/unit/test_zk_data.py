@@ -144,6 +144,23 @@ def test_partition_state_recovering_and_transitions():
     assert (shrunk.leader, shrunk.leader_epoch, shrunk.isr) == (2, 7, (2,))
 
 
+def test_partition_state_eligible_leader_replicas():
+    """KIP-966's two lists ride in the state znode when set, and are absent (read as empty) in
+    every znode written without them, a Kafka 3.x one included."""
+    plain = z.LeaderAndIsr.decode(KAFKA_STATE, zk_version=9)
+    assert plain.eligible_leader_replicas == () and plain.last_known_elr == ()
+    assert b"elr" not in plain.encode() and b"eligible" not in plain.encode()
+    doc = (b'{"controller_epoch":4,"leader":-1,"version":1,"leader_epoch":7,"isr":[],'
+           b'"eligible_leader_replicas":[1,3],"last_known_elr":[2]}')
+    s = z.LeaderAndIsr.decode(doc, zk_version=3)
+    assert (s.leader, s.isr, s.eligible_leader_replicas, s.last_known_elr) == (-1, (), (1, 3), (2,))
+    assert same_json(s.encode(), doc)
+    # the leader and ISR transitions keep them; a write keeps them with the znode's new version
+    moved = s.new_leader(3, (3,), controller_epoch=5).written(4)
+    assert (moved.leader_epoch, moved.partition_epoch, moved.eligible_leader_replicas, moved.last_known_elr) == \
+        (8, 4, (1, 3), (2,))
+
+
 def test_entity_config_and_change_notification():
     kafka = b'{"version":1,"config":{"retention.ms":"1000","cleanup.policy":"compact"}}'
     assert z.decode_entity_config(kafka) == {"retention.ms": "1000", "cleanup.policy": "compact"}

@@ -204,7 +204,8 @@ def update_from_request(req: UpdateMetadataRequest, v: int) -> MetadataUpdate:
             partitions[TopicPartition(topic, ps.partition_index)] = PartitionMetadata(
                 leader=ps.leader, leader_epoch=ps.leader_epoch, isr=list(ps.isr), replicas=list(ps.replicas),
                 offline_replicas=list(ps.offline_replicas) if v >= 4 else [], zk_version=ps.zk_version,
-                controller_epoch=ps.controller_epoch)
+                controller_epoch=ps.controller_epoch, eligible_leader_replicas=list(ps.eligible_leader_replicas),
+                last_known_elr=list(ps.last_known_elr))
     return MetadataUpdate(req.controller_id, req.controller_epoch, brokers, partitions, topic_ids)
 
 

@@ -65,6 +65,8 @@ class PartitionView:
     replicas: list[int]
     isr: list[int]
     offline: list[int]
+    elr: list[int] = field(default_factory=list)  # KIP-966: eligible leader replicas
+    last_known_elr: list[int] = field(default_factory=list)
 
 
 @contextmanager
@@ -156,7 +158,8 @@ class TopicHandlers:
                 return None
             alive = cache.brokers
             return [PartitionView(i, st.leader if st.leader in alive and not self._fenced_here(name, i, st.leader)
-                                  else -1, st.leader_epoch, list(st.replicas), list(st.isr), list(st.offline_replicas))
+                                  else -1, st.leader_epoch, list(st.replicas), list(st.isr), list(st.offline_replicas),
+                                  list(st.eligible_leader_replicas), list(st.last_known_elr))
                     for i, st in sorted(cache.partitions(name).items())]
         info = self.topics.get(name)
         if info is None:
@@ -407,7 +410,7 @@ class TopicHandlers:
                 topic_authorized_operations=self.authz.operations(conn, ResourceType.TOPIC, name),
                 partitions=[dtpr.DescribeTopicPartitionsResponsePartition(
                     error_code=0, partition_index=pv.index, leader_id=pv.leader, leader_epoch=pv.leader_epoch,
-                    replica_nodes=pv.replicas, isr_nodes=pv.isr, eligible_leader_replicas=[], last_known_elr=[],
+                    replica_nodes=pv.replicas, isr_nodes=pv.isr, eligible_leader_replicas=pv.elr, last_known_elr=pv.last_known_elr,
                     offline_replicas=pv.offline) for pv in page]))
             if page and page[-1].index + 1 < len(views):
                 resp.next_cursor = dtpr.Cursor(topic_name=name, partition_index=page[-1].index + 1)
