@@ -142,8 +142,6 @@ class Partition:
     replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS
     alter_partition: AlterPartitionManager | None = None
     listener: HighWatermarkListener | None = None
-    # KIP-966's strict min ISR (eligible.leader.replicas.version 1): no HW advance below min ISR.
-    strict_min_isr: Callable[[], bool] = lambda: False
     leader_id: int = -1
     partition_epoch: int = 0
     controller_epoch: int = -1
@@ -315,13 +313,14 @@ class Partition:
 
     def maybe_increment_high_watermark(self) -> bool:
         """Advance the HW to the smallest LEO in the (maximal) ISR; True when it moved. It
-        never goes back on the leader. With ``strict_min_isr`` it stays while the ISR is below
-        min.insync.replicas, so that every record under it is on min ISR replicas: what makes a
-        replica that left such an ISR safe to elect (KIP-966's ELR)."""
+        never goes back on the leader, and stays while the ISR is below min.insync.replicas (as
+        Kafka 4's leader, at every eligible.leader.replicas.version): every record under it is
+        then on min ISR replicas, which is what makes a replica that left such an ISR safe to
+        elect (KIP-966's ELR)."""
         if not self.is_leader:
             return False
         # A full ISR (the usual case) is never below min ISR: asked first, it keeps the check cheap.
-        if len(self.isr) < len(self.replicas) and len(self.isr) < self.effective_min_isr and self.strict_min_isr():
+        if len(self.isr) < len(self.replicas) and len(self.isr) < self.effective_min_isr:
             return False
         new_hw = self.log.log_end_offset
         for r in self.maximal_isr:

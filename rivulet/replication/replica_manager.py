@@ -393,22 +393,19 @@ class ReplicaManager:
                  metadata_cache: MetadataCache | None = None, replica_selector: str | None = None,
                  fetchers: Callable[[ReplicaManager], FollowerFetching] | None = None,
                  leadership: LeadershipListener | None = None, txn_verifier: TxnVerifier | None = None,
-                 async_txn_verifier: AsyncTxnVerifier | None = None,
-                 strict_min_isr: Callable[[], bool] = lambda: False) -> None:
+                 async_txn_verifier: AsyncTxnVerifier | None = None) -> None:
         """Cluster mode gives ``replica_logs``, ``alter_partition``, ``metadata_cache`` (with
         the racks ``replica_selector``, KIP-392, picks a follower by) and ``fetchers``, which
         builds the replica fetchers on this manager, as Kafka's ReplicaManager makes its own.
         ``leadership`` is told what this node now leads and follows. KIP-890: a transactional
         batch that would open a transaction on a partition is appended only once the
         transaction coordinator has that partition: ``txn_verifier`` asks a local one,
-        ``async_txn_verifier`` (cluster mode) whichever broker it runs on. ``strict_min_isr``:
-        whether eligible.leader.replicas.version 1 holds the HW below min ISR (KIP-966)."""
+        ``async_txn_verifier`` (cluster mode) whichever broker it runs on."""
         self.node_id = node_id
         self.clock = clock
         # Cluster mode: the controller's LeaderAndIsr decides what this node leads and follows.
         self.replica_logs = replica_logs
         self.alter_partition = alter_partition
-        self.strict_min_isr = strict_min_isr
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.controller_epoch = -1
         self.leadership = leadership
@@ -440,7 +437,7 @@ class ReplicaManager:
         cluster mode. Safe on a worker thread."""
         return Partition(tp, topic_id, lg, self.node_id, clock=self.clock,
                          replica_lag_time_max_ms=self.replica_lag_time_max_ms,
-                         alter_partition=self.alter_partition, listener=self, strict_min_isr=self.strict_min_isr)
+                         alter_partition=self.alter_partition, listener=self)
 
     def add_partition(self, partition: Partition) -> None:
         self.partitions[partition.tp] = partition
@@ -539,7 +536,7 @@ class ReplicaManager:
         # Replicas given (and no leader yet) keep the single-node defaults away: the state comes next.
         p = Partition(tp, topic_id, lg, self.node_id, leader_epoch=NO_EPOCH, clock=self.clock,
                       replica_lag_time_max_ms=self.replica_lag_time_max_ms, alter_partition=self.alter_partition,
-                      listener=self, strict_min_isr=self.strict_min_isr, replicas=[self.node_id])
+                      listener=self, replicas=[self.node_id])
         self.partitions[tp] = p
         return p
 

@@ -239,28 +239,27 @@ def test_min_insync_replicas_before_and_after_append(env) -> None:
     p.check_min_isr(-1)
     _append(p.log, 2, 1)
     assert p.check_enough_replicas_reach_offset(2) == (False, ErrorCode.NONE)
-    # Follower 2 stops fetching: the ISR shrinks to the leader alone, the HW moves past the
-    # append, and the waiting produce learns the ISR fell below min.insync.replicas.
+    # Follower 2 stops fetching: the ISR shrinks to the leader alone, below min.insync.replicas,
+    # so the HW stays (Kafka 4's leader) and the waiting produce goes on waiting (its timeout).
     clock.sleep(LAG + 1)
     assert p.maybe_shrink_isr()
     alter.accept_last()
-    assert p.high_watermark == 2
-    assert p.check_enough_replicas_reach_offset(2) == (True, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+    assert p.high_watermark == 0
+    assert p.check_enough_replicas_reach_offset(2) == (False, ErrorCode.NONE)
     with pytest.raises(ApiError) as e:
         p.check_min_isr(-1)
     assert e.value.code == ErrorCode.NOT_ENOUGH_REPLICAS
     p.check_min_isr(1)  # acks=1 does not care
 
 
-def test_strict_min_isr_holds_the_hw_below_min_isr(tmp_path) -> None:
-    """KIP-966, at eligible.leader.replicas.version 1 (given here; no cluster reaches it yet):
-    the shrink above leaves the HW where it was and the acks=all append waits; the ISR back at
-    min ISR lets the HW move."""
+def test_the_hw_holds_below_min_isr(tmp_path) -> None:
+    """Kafka 4's leader, at every eligible.leader.replicas.version: the shrink above leaves the HW
+    where it was and the acks=all append waits; the ISR back at min ISR lets the HW move."""
     clock = MockClock(wall_ms=T0)
     lg = Log(str(tmp_path / "t-0"), LogConfig(min_insync_replicas=2))
     alter = RecordingAlterPartition()
     p = Partition(TP, uuid.uuid4(), lg, node_id=1, clock=clock, replica_lag_time_max_ms=LAG, alter_partition=alter,
-                  strict_min_isr=lambda: True, leader_id=-1, replicas=[1, 2, 3], isr=[1, 2, 3])
+                  leader_id=-1, replicas=[1, 2, 3], isr=[1, 2, 3])
     try:
         lead(p, isr=(1, 2))
         _append(p.log, 2, 1)
