@@ -15,6 +15,7 @@ advance, a deletion or a leadership change calls check_and_complete for that par
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -82,6 +83,35 @@ class LeaderAndIsrPartition:
     tp: TopicPartition
     topic_id: uuid.UUID
     state: PartitionState
+
+
+class TxnOperation(enum.Enum):
+    """What a client's request version lets a leader do about a partition its transaction has
+    not added yet (Kafka's TransactionSupportedOperation): check it with the coordinator, or
+    have the coordinator add it (transaction.version 2)."""
+
+    DEFAULT_ERROR = "default"  # check; the client knows INVALID_TXN_STATE, not TRANSACTION_ABORTABLE
+    GENERIC_ERROR_SUPPORTED = "generic"  # check; TRANSACTION_ABORTABLE as it is (Produce v11, TxnOffsetCommit v4)
+    ADD_PARTITION = "add"  # Produce v12, TxnOffsetCommit v5
+
+    @classmethod
+    def for_txn_offset_commit(cls, version: int, adds: bool) -> TxnOperation:
+        """``adds``: transaction.version 2 is finalized (Kafka picks by the version alone; Rivulet
+        also gates on the level until it supports 2, so v5 below it is v4)."""
+        if version >= 5 and adds:
+            return cls.ADD_PARTITION
+        return cls.GENERIC_ERROR_SUPPORTED if version >= 4 else cls.DEFAULT_ERROR
+
+
+def coordinator_answer(err: ErrorCode, operation: TxnOperation) -> ErrorCode:
+    """A coordinator's refusal of a partition as the requesting leader answers it (Kafka's
+    AddPartitionsToTxnManager): the producer expects INVALID_PRODUCER_EPOCH for a fenced epoch,
+    and an old client INVALID_TXN_STATE for a partition outside the transaction."""
+    if err == ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if err == ErrorCode.TRANSACTION_ABORTABLE and operation is TxnOperation.DEFAULT_ERROR:
+        return ErrorCode.INVALID_TXN_STATE
+    return err
 
 
 class AsyncTxnVerifier(Protocol):
@@ -788,17 +818,26 @@ class ReplicaManager:
                                         lambda err: answer.done() or answer.set_result(err))
         return await answer
 
-    async def add_to_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                                 tp: TopicPartition) -> ErrorCode:
-        """KIP-890 part 2 for a partition this broker leads that a coordinator writes to (the
-        group's offsets partition of a TxnOffsetCommit v5): unless the producer's transaction is
-        open there already, its coordinator adds the partition. The coordinator's error as is."""
+    async def join_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                               tp: TopicPartition, operation: TxnOperation) -> ErrorCode:
+        """KIP-890 for a partition this broker leads that a coordinator writes to (the group's
+        offsets partition of a TxnOffsetCommit): unless the producer's transaction is open there
+        already, its coordinator checks the partition is in the transaction (or, for
+        ``ADD_PARTITION``, adds it). The coordinator's refusal as ``coordinator_answer`` gives it."""
         p = self.partitions.get(tp)
         if p is None or not p.is_leader:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if self._in_open_transaction(p, producer_id, producer_epoch):
             return ErrorCode.NONE
-        return await self._add_partition(transactional_id, producer_id, producer_epoch, tp)
+        if operation is TxnOperation.ADD_PARTITION:
+            err = await self._add_partition(transactional_id, producer_id, producer_epoch, tp)
+        elif self.async_txn_verifier is not None:
+            err = await self._verify_partition(transactional_id, producer_id, producer_epoch, tp)
+        elif self.txn_verifier is not None:
+            err = self.txn_verifier.verify_produce(transactional_id, producer_id, producer_epoch, tp)
+        else:
+            err = ErrorCode.NONE
+        return coordinator_answer(err, operation)
 
     @staticmethod
     def _in_open_transaction(p: Partition, producer_id: int, producer_epoch: int) -> bool:
@@ -807,12 +846,14 @@ class ReplicaManager:
             and entry.producer_epoch == producer_epoch
 
     @staticmethod
-    def _verification_failure(tp: TopicPartition, err: ErrorCode) -> ApiError | None:
+    def _verification_failure(tp: TopicPartition, err: ErrorCode,
+                              operation: TxnOperation = TxnOperation.DEFAULT_ERROR) -> ApiError | None:
+        """A produce's answer for the coordinator's refusal of ``tp`` (Kafka's
+        AddPartitionsToTxnManager, then its ReplicaManager)."""
         if err == ErrorCode.NONE:
             return None
-        if err == ErrorCode.PRODUCER_FENCED:
-            err = ErrorCode.INVALID_PRODUCER_EPOCH
-        elif err in (ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        err = coordinator_answer(err, operation)
+        if err in (ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                      ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
             err = ErrorCode.NOT_ENOUGH_REPLICAS  # retriable for a producer, as Kafka maps it
         return ApiError(err, f"transactional write to {tp} failed verification with the coordinator")
@@ -893,8 +934,9 @@ class ReplicaManager:
                 ask = self._add_partition if add_partitions else self._verify_partition
                 tps = list(to_verify)
                 answers = await asyncio.gather(*(ask(transactional_id, *to_verify[tp], tp) for tp in tps))
+                operation = TxnOperation.ADD_PARTITION if add_partitions else TxnOperation.DEFAULT_ERROR
                 for tp, err in zip(tps, answers):
-                    failure = self._verification_failure(tp, err)
+                    failure = self._verification_failure(tp, err, operation)
                     if failure is not None:
                         refused[tp] = ProduceResult(error=failure.code, message=failure.message)
             rest = {tp: data for tp, data in entries.items() if tp not in refused}

@@ -11,10 +11,16 @@ import uuid
 
 import pytest
 
+from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages import (
+    add_offsets_to_txn_request as aoq,
+    add_partitions_to_txn_request as aptq,
     describe_producers_request as dpq,
     describe_transactions_request as dtq,
+    end_txn_request as etq,
+    find_coordinator_request as fcq,
     list_transactions_request as ltq,
+    txn_offset_commit_request as tocq,
 )
 from test_idempotence import Raw, create_topic, topic_name
 
@@ -218,6 +224,58 @@ def test_admin_apis(broker):
             await raw.close()
     asyncio.run(go())
     p.commit_transaction(30)
+
+
+def test_txn_offset_commit_needs_the_offsets_partition_in_the_transaction(broker):
+    """KIP-890 part 1: a TxnOffsetCommit whose transaction never added the group's offsets
+    partition (no AddOffsetsToTxn) is refused. Every answer here is the one Kafka 4.3.1 gave to
+    the same requests, at transaction.version 0 and 2 alike: INVALID_TXN_STATE below v4,
+    TRANSACTION_ABORTABLE at v4, the coordinator's fencing errors, then NONE once added."""
+    topic = topic_name("txn-offsets-check")
+    create_topic(broker.bootstrap, topic)
+    tid, group = "toc-" + uuid.uuid4().hex[:6], "toc-g-" + uuid.uuid4().hex[:6]
+
+    async def go():
+        raw = await Raw.open(broker)
+        try:
+            async def commit(version: int, pid: int, epoch: int, transactional_id: str = tid) -> ErrorCode:
+                for _ in range(200):  # while __consumer_offsets loads
+                    r = await raw.conn.send(tocq.TxnOffsetCommitRequest(
+                        transactional_id=transactional_id, group_id=group, producer_id=pid, producer_epoch=epoch,
+                        generation_id=-1, member_id="", topics=[tocq.TxnOffsetCommitRequestTopic(
+                            name=topic, partitions=[tocq.TxnOffsetCommitRequestPartition(
+                                partition_index=0, committed_offset=5)])]), version=version)
+                    err = ErrorCode(r.topics[0].partitions[0].error_code)
+                    if err not in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+                        return err
+                    await asyncio.sleep(0.1)
+                return err
+
+            await raw.conn.send(fcq.FindCoordinatorRequest(key=group, key_type=0, coordinator_keys=[group]))
+            init = await raw.init_pid(tid)
+            pid, epoch = init.producer_id, init.producer_epoch
+            # No partition in the transaction yet (Empty), then one data partition (Ongoing).
+            assert [await commit(v, pid, epoch) for v in (0, 2, 3, 4)] == [ErrorCode.INVALID_TXN_STATE] * 3 + [
+                ErrorCode.TRANSACTION_ABORTABLE]
+            add = await raw.conn.send(aptq.AddPartitionsToTxnRequest(
+                v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+                v3_and_below_topics=[aptq.AddPartitionsToTxnTopic(name=topic, partitions=[0])]), version=3)
+            assert add.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
+            for v, outside in ((3, ErrorCode.INVALID_TXN_STATE), (4, ErrorCode.TRANSACTION_ABORTABLE)):
+                assert await commit(v, pid, epoch) == outside
+                assert await commit(v, pid, epoch + 1) == ErrorCode.INVALID_PRODUCER_EPOCH
+                assert await commit(v, pid + 1000, epoch) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+                assert await commit(v, pid, epoch, "nobody-" + tid) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+            added = await raw.conn.send(aoq.AddOffsetsToTxnRequest(
+                transactional_id=tid, producer_id=pid, producer_epoch=epoch, group_id=group))
+            assert added.error_code == 0
+            assert [await commit(v, pid, epoch) for v in (3, 4)] == [ErrorCode.NONE, ErrorCode.NONE]
+            end = await raw.conn.send(etq.EndTxnRequest(transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                                                        committed=False))
+            assert end.error_code == 0
+        finally:
+            await raw.close()
+    asyncio.run(go())
 
 
 # -------------------------------------------------------------- consume-transform-produce
