@@ -556,6 +556,34 @@ async def test_cluster_verifier_add_asks_the_remote_coordinator_to_add(b: Broker
         await links.close()
 
 
+@with_broker(authorizer_class_name="org.apache.kafka.metadata.authorizer.StandardAuthorizer")
+async def test_cluster_verifier_answers_a_refused_cluster_action_as_invalid_txn_state(b: Broker) -> None:
+    """A coordinator that refuses this broker's AddPartitionsToTxn v4+ (no CLUSTER_ACTION: a
+    top-level CLUSTER_AUTHORIZATION_FAILED) leaves the partition unverified: INVALID_TXN_STATE for
+    a verify and an add alike, as Kafka's AddPartitionsToTxnManager (the client is not told of
+    the broker's own right); a producer and a TxnOffsetCommit then answer INVALID_TXN_STATE.
+    The broker's authorizer has no ACLs: node 99's anonymous PLAINTEXT link has no CLUSTER_ACTION."""
+    from rivulet.replication.link import BrokerLinks
+    from rivulet.replication.replica_manager import ReplicaManager
+    from rivulet.server.handlers.groups import _offsets_join_error
+    from rivulet.transaction.remote_verifier import ClusterTxnVerifier
+
+    links = BrokerLinks("txn-verify", 99, cache_led_by(b, TRANSACTION_STATE_TOPIC_NAME, 3), "PLAINTEXT",
+                        request_timeout_ms=10_000)
+    verifier = ClusterTxnVerifier(links, _NoLocalCoordinator())
+    try:
+        err, pid, e = await call(b.transaction_coordinator.handle_init_producer_id, "cz", 60_000, None)
+        assert err == ErrorCode.NONE
+        assert await verifier.verify("cz", pid, e, TP0) == ErrorCode.INVALID_TXN_STATE
+        assert await verifier.add("cz", pid, e, TP0) == ErrorCode.INVALID_TXN_STATE
+        assert md(b, "cz").topic_partitions == set()
+        failure = ReplicaManager._verification_failure(TP0, ErrorCode.INVALID_TXN_STATE)
+        assert failure is not None and failure.code == ErrorCode.INVALID_TXN_STATE
+        assert _offsets_join_error(ErrorCode.INVALID_TXN_STATE) == ErrorCode.INVALID_TXN_STATE
+    finally:
+        await links.close()
+
+
 async def txn_offset_commit(b: Broker, version: int, tid: str, pid: int, epoch: int, group: str = "g") -> ErrorCode:
     """A TxnOffsetCommit of t-0 through the broker's handler, as a connection sends it."""
     from types import SimpleNamespace
@@ -661,7 +689,6 @@ async def test_txn_offset_commit_v5_adds_the_offsets_partition_at_transaction_ve
     assert [TxnOperation.for_txn_offset_commit(v, adds) for v, adds in ((3, True), (4, True), (5, False), (5, True))] \
         == [TxnOperation.DEFAULT_ERROR, TxnOperation.GENERIC_ERROR_SUPPORTED, TxnOperation.GENERIC_ERROR_SUPPORTED,
             TxnOperation.ADD_PARTITION]
-    assert _offsets_join_error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED) == ErrorCode.INVALID_TXN_STATE
     assert _offsets_join_error(ErrorCode.NOT_LEADER_OR_FOLLOWER) == ErrorCode.NOT_COORDINATOR
     assert _offsets_join_error(ErrorCode.REQUEST_TIMED_OUT) == ErrorCode.COORDINATOR_NOT_AVAILABLE
     assert _offsets_join_error(ErrorCode.TRANSACTION_ABORTABLE) == ErrorCode.TRANSACTION_ABORTABLE

@@ -115,8 +115,6 @@ def _offsets_join_error(err: ErrorCode) -> ErrorCode:
     """A failed check (or add) of the offsets partition as TxnOffsetCommit answers it: Kafka's
     group coordinator's normalisation of write errors (``join_transaction`` has already applied
     AddPartitionsToTxnManager's mapping)."""
-    if err == ErrorCode.CLUSTER_AUTHORIZATION_FAILED:  # the broker's own right, not the client's
-        return ErrorCode.INVALID_TXN_STATE
     if err in (ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
         return ErrorCode.COORDINATOR_NOT_AVAILABLE
     if err in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
