@@ -63,6 +63,8 @@ def _tv2_next_state(state: TxnState, commit: bool, is_retry: bool) -> tuple[TxnS
         if is_retry and commit == (state == S.COMPLETE_COMMIT):
             return None
         if is_retry or commit:
+            # Kafka 4.3.1's answer, observed: a commit retried into CompleteAbort too (KAFKA-20785,
+            # after 4.3.1, answers that one PRODUCER_FENCED).
             return ErrorCode.INVALID_TXN_STATE
         return S.PREPARE_ABORT, True  # a new, empty transaction aborted
     if state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):

@@ -259,6 +259,13 @@ async def test_tv2_end_txn_bumps_the_epoch_and_answers_retries(b: Broker) -> Non
     assert await call(end, "v2", pid, e + 2, False) == (ErrorCode.NONE, pid, e + 3)
     await until(lambda: md(b, "v2").state == TxnState.COMPLETE_ABORT)
     assert await call(end, "v2", pid, e + 2, False) == (ErrorCode.NONE, pid, e + 3)
+    # A commit in CompleteAbort, at the retry epoch or the current one: INVALID_TXN_STATE,
+    # as Kafka 4.3.1 answered the same EndTxn v5 sequence (KAFKA-20785, later than 4.3.1,
+    # answers PRODUCER_FENCED to the retry); an epoch ahead of the coordinator's is fenced.
+    assert await call(end, "v2", pid, e + 2, True) == (ErrorCode.INVALID_TXN_STATE, -1, -1)
+    assert await call(end, "v2", pid, e + 3, True) == (ErrorCode.INVALID_TXN_STATE, -1, -1)
+    assert await call(end, "v2", pid, e + 4, False) == (ErrorCode.PRODUCER_FENCED, -1, -1)
+    assert await call(end, "v2", pid, e + 2, False) == (ErrorCode.NONE, pid, e + 3)
 
 
 @with_broker()
