@@ -411,7 +411,8 @@ async def produce_adding(b: Broker, tp: TopicPartition, pid: int, epoch: int, se
     data = rec.encode_batch([rec.Record(0, None, None, b"x", [])], producer_id=pid, producer_epoch=epoch,
                             base_sequence=seq, transactional=True)
     res = b.replica_manager.append_records({tp: bytearray(data)}, required_acks=-1, timeout_ms=5000,
-                                           transactional_id=tid, add_partitions=True)
+                                           transactional_id=tid,
+                                           txn_operation=TxnOperation.ADD_PARTITION)
     if isinstance(res, asyncio.Future):
         res = await res
     return ErrorCode(res[tp].error)
@@ -477,8 +478,9 @@ async def test_produce_v12_adds_partitions_only_at_transaction_version_2(b: Brok
 
     tc = b.transaction_coordinator
     err, pid, e = await call(tc.handle_init_producer_id, "p12", 60_000, None)
-    # transaction.version 0 (Rivulet's): v12 is v11, the partition must have been added.
-    assert await produce_v12(b, "p12", pid, e, 0) == ErrorCode.INVALID_TXN_STATE
+    # transaction.version 0 (Rivulet's): v12 is v11, the partition must have been added
+    # (TRANSACTION_ABORTABLE from v11, as Kafka 4.3.1 answers).
+    assert await produce_v12(b, "p12", pid, e, 0) == ErrorCode.TRANSACTION_ABORTABLE
     # As with transaction.version 2 supported and finalized.
     b.features.supported[TRANSACTION_VERSION] = (0, 2)
     b.features.set_finalized(FinalizedFeatures({TRANSACTION_VERSION: 2}, b.features.finalized.epoch + 1))
