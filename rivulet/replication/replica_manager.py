@@ -15,6 +15,7 @@ advance, a deletion or a leadership change calls check_and_complete for that par
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -82,6 +83,42 @@ class LeaderAndIsrPartition:
     tp: TopicPartition
     topic_id: uuid.UUID
     state: PartitionState
+
+
+class TxnOperation(enum.Enum):
+    """What a client's request version lets a leader do about a partition its transaction has
+    not added yet (Kafka's TransactionSupportedOperation): check it with the coordinator, or
+    have the coordinator add it (transaction.version 2)."""
+
+    DEFAULT_ERROR = "default"  # check; the client knows INVALID_TXN_STATE, not TRANSACTION_ABORTABLE
+    GENERIC_ERROR_SUPPORTED = "generic"  # check; TRANSACTION_ABORTABLE as it is (Produce v11, TxnOffsetCommit v4)
+    ADD_PARTITION = "add"  # Produce v12, TxnOffsetCommit v5
+
+    @classmethod
+    def for_produce(cls, version: int, adds: bool) -> TxnOperation:
+        """``adds``: transaction.version 2 is finalized (as ``for_txn_offset_commit``)."""
+        if version >= 12 and adds:
+            return cls.ADD_PARTITION
+        return cls.GENERIC_ERROR_SUPPORTED if version >= 11 else cls.DEFAULT_ERROR
+
+    @classmethod
+    def for_txn_offset_commit(cls, version: int, adds: bool) -> TxnOperation:
+        """``adds``: transaction.version 2 is finalized (Kafka picks by the version alone; Rivulet
+        also gates on the level until it supports 2, so v5 below it is v4)."""
+        if version >= 5 and adds:
+            return cls.ADD_PARTITION
+        return cls.GENERIC_ERROR_SUPPORTED if version >= 4 else cls.DEFAULT_ERROR
+
+
+def coordinator_answer(err: ErrorCode, operation: TxnOperation) -> ErrorCode:
+    """A coordinator's refusal of a partition as the requesting leader answers it (Kafka's
+    AddPartitionsToTxnManager): the producer expects INVALID_PRODUCER_EPOCH for a fenced epoch,
+    and an old client INVALID_TXN_STATE for a partition outside the transaction."""
+    if err == ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if err == ErrorCode.TRANSACTION_ABORTABLE and operation is TxnOperation.DEFAULT_ERROR:
+        return ErrorCode.INVALID_TXN_STATE
+    return err
 
 
 class AsyncTxnVerifier(Protocol):
@@ -684,13 +721,15 @@ class ReplicaManager:
         transactional_id: str | None = None,
         in_turn: bool = False,
         transaction_version: int = 0,
-        add_partitions: bool = False,
+        txn_operation: TxnOperation = TxnOperation.DEFAULT_ERROR,
     ) -> dict[TopicPartition, ProduceResult] | asyncio.Future:
         """Validate and append each partition's records; wait for acks=all and for fsyncs.
 
-        ``add_partitions`` (Produce v12 of a transaction.version 2 producer): a transactional
-        batch that would open the transaction on a partition has the coordinator add the
-        partition first (KIP-890 part 2) instead of only checking it; on one node as in a cluster.
+        ``txn_operation`` (``TxnOperation.for_produce``): what the client's version allows for a
+        transactional batch that would open the transaction on a partition: the coordinator
+        checks the partition is in it (KIP-890; refused as INVALID_TXN_STATE, or from v11 as
+        TRANSACTION_ABORTABLE) or, for ``ADD_PARTITION`` (Produce v12 of a transaction.version 2
+        producer), adds it first (KIP-890 part 2); on one node as in a cluster.
 
         ``transaction_version``: the markers' (WriteTxnMarkers v2), or 2 for client batches whose
         partitions the coordinator has just added (``_append_after``).
@@ -699,12 +738,13 @@ class ReplicaManager:
         ``in_turn``: the producers' earlier requests here have appended (``_append_in_turn``)."""
         if origin is None:
             origin = AppendOrigin.COORDINATOR if internal else AppendOrigin.CLIENT
+        add_partitions = txn_operation is TxnOperation.ADD_PARTITION
         if origin == AppendOrigin.CLIENT and not in_turn and (self.async_txn_verifier is not None or (
                 add_partitions and self.txn_verifier is not None)):
             ahead = self._appends_ahead(entries) if self._appending else set()
             if ahead or self._needs_verification(entries):
                 return self._append_in_turn(entries, ahead, required_acks, timeout_ms, transactional_id,
-                                            add_partitions)
+                                            txn_operation)
         results: dict[TopicPartition, ProduceResult] = {}
         flushes: list[Partition] = []
         now = self.clock.milliseconds()
@@ -722,7 +762,7 @@ class ReplicaManager:
                 headers = self._headers_for_append(data, p.log.config.max_message_bytes, origin, p.log.config, now,
                                                    tp)
                 if origin == AppendOrigin.CLIENT and self.txn_verifier is not None:
-                    self._verify_transaction(p, headers, transactional_id)
+                    self._verify_transaction(p, headers, transactional_id, txn_operation)
                 p.check_min_isr(required_acks)
                 # Request frames are bytearrays: the Log patches them in place, without a copy.
                 append_time = p.log.config.log_append_time
@@ -788,17 +828,26 @@ class ReplicaManager:
                                         lambda err: answer.done() or answer.set_result(err))
         return await answer
 
-    async def add_to_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                                 tp: TopicPartition) -> ErrorCode:
-        """KIP-890 part 2 for a partition this broker leads that a coordinator writes to (the
-        group's offsets partition of a TxnOffsetCommit v5): unless the producer's transaction is
-        open there already, its coordinator adds the partition. The coordinator's error as is."""
+    async def join_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                               tp: TopicPartition, operation: TxnOperation) -> ErrorCode:
+        """KIP-890 for a partition this broker leads that a coordinator writes to (the group's
+        offsets partition of a TxnOffsetCommit): unless the producer's transaction is open there
+        already, its coordinator checks the partition is in the transaction (or, for
+        ``ADD_PARTITION``, adds it). The coordinator's refusal as ``coordinator_answer`` gives it."""
         p = self.partitions.get(tp)
         if p is None or not p.is_leader:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if self._in_open_transaction(p, producer_id, producer_epoch):
             return ErrorCode.NONE
-        return await self._add_partition(transactional_id, producer_id, producer_epoch, tp)
+        if operation is TxnOperation.ADD_PARTITION:
+            err = await self._add_partition(transactional_id, producer_id, producer_epoch, tp)
+        elif self.async_txn_verifier is not None:
+            err = await self._verify_partition(transactional_id, producer_id, producer_epoch, tp)
+        elif self.txn_verifier is not None:
+            err = self.txn_verifier.verify_produce(transactional_id, producer_id, producer_epoch, tp)
+        else:
+            err = ErrorCode.NONE
+        return coordinator_answer(err, operation)
 
     @staticmethod
     def _in_open_transaction(p: Partition, producer_id: int, producer_epoch: int) -> bool:
@@ -807,22 +856,26 @@ class ReplicaManager:
             and entry.producer_epoch == producer_epoch
 
     @staticmethod
-    def _verification_failure(tp: TopicPartition, err: ErrorCode) -> ApiError | None:
+    def _verification_failure(tp: TopicPartition, err: ErrorCode,
+                              operation: TxnOperation = TxnOperation.DEFAULT_ERROR) -> ApiError | None:
+        """A produce's answer for the coordinator's refusal of ``tp`` (Kafka's
+        AddPartitionsToTxnManager, then its ReplicaManager)."""
         if err == ErrorCode.NONE:
             return None
-        if err == ErrorCode.PRODUCER_FENCED:
-            err = ErrorCode.INVALID_PRODUCER_EPOCH
-        elif err in (ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        err = coordinator_answer(err, operation)
+        if err in (ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                      ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
             err = ErrorCode.NOT_ENOUGH_REPLICAS  # retriable for a producer, as Kafka maps it
         return ApiError(err, f"transactional write to {tp} failed verification with the coordinator")
 
-    def _verify_transaction(self, p: Partition, headers: list, transactional_id: str | None) -> None:
+    def _verify_transaction(self, p: Partition, headers: list, transactional_id: str | None,
+                            operation: TxnOperation) -> None:
         h = headers[0]
         if not h.is_transactional or self._in_open_transaction(p, h.producer_id, h.producer_epoch):
             return
         failure = self._verification_failure(
-            p.tp, self.txn_verifier.verify_produce(transactional_id, h.producer_id, h.producer_epoch, p.tp))
+            p.tp, self.txn_verifier.verify_produce(transactional_id, h.producer_id, h.producer_epoch, p.tp),
+            operation)
         if failure is not None:
             raise failure
 
@@ -865,7 +918,7 @@ class ReplicaManager:
 
     def _append_in_turn(self, entries: dict[TopicPartition, memoryview | bytes | None],
                         ahead: set[asyncio.Future], required_acks: int, timeout_ms: int,
-                        transactional_id: str | None, add_partitions: bool = False) -> asyncio.Task:
+                        transactional_id: str | None, operation: TxnOperation) -> asyncio.Task:
         """Append after the producers' earlier requests here, and after the coordinator has
         vouched for the partitions whose batch would open a transaction (cluster mode's KIP-890
         check). Kafka reads a connection's next request only once it has answered the last, so
@@ -877,13 +930,15 @@ class ReplicaManager:
         for pid in pids:
             self._appending[pid] = turn
         return loop.create_task(self._append_after(entries, ahead, turn, pids, required_acks, timeout_ms,
-                                                   transactional_id, add_partitions))
+                                                   transactional_id, operation))
 
     async def _append_after(self, entries: dict[TopicPartition, memoryview | bytes | None],
                             ahead: set[asyncio.Future], turn: asyncio.Future, pids: set[int],
                             required_acks: int, timeout_ms: int,
-                            transactional_id: str | None, add_partitions: bool) -> dict[TopicPartition, ProduceResult]:
+                            transactional_id: str | None, operation: TxnOperation
+                            ) -> dict[TopicPartition, ProduceResult]:
         refused: dict[TopicPartition, ProduceResult] = {}
+        add_partitions = operation is TxnOperation.ADD_PARTITION
         try:
             if ahead:
                 await asyncio.wait(ahead)
@@ -894,14 +949,14 @@ class ReplicaManager:
                 tps = list(to_verify)
                 answers = await asyncio.gather(*(ask(transactional_id, *to_verify[tp], tp) for tp in tps))
                 for tp, err in zip(tps, answers):
-                    failure = self._verification_failure(tp, err)
+                    failure = self._verification_failure(tp, err, operation)
                     if failure is not None:
                         refused[tp] = ProduceResult(error=failure.code, message=failure.message)
             rest = {tp: data for tp, data in entries.items() if tp not in refused}
             # Added for a transaction.version 2 producer: its first sequence on a partition that
             # keeps no state of it must be 0 (the producer state's check).
             result = self.append_records(rest, required_acks=required_acks, timeout_ms=timeout_ms,
-                                         transactional_id=transactional_id, in_turn=True,
+                                         transactional_id=transactional_id, in_turn=True, txn_operation=operation,
                                          transaction_version=TV_EPOCH_BUMP if add_partitions and to_verify else 0)
         finally:
             # Appended (or refused): the producers' next requests may go, without waiting for acks.

@@ -239,7 +239,7 @@ class KafkaApis:
             ShareOffsetHandlers(group_coordinator, authz),
             StreamsGroupHandlers(group_coordinator, authz),
             ShareStateHandlers(share_coordinator, authz),
-            GroupHandlers(group_coordinator, topics, clock, authz, replica_manager.add_to_transaction,
+            GroupHandlers(group_coordinator, topics, clock, authz, replica_manager.join_transaction,
                           transaction_version, metadata_cache),
             FindCoordinatorHandler(group_coordinator, txn_coordinator, authz, metadata_cache, cluster_internal_topics,
                                    share_coordinator),

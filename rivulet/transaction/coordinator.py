@@ -63,6 +63,8 @@ def _tv2_next_state(state: TxnState, commit: bool, is_retry: bool) -> tuple[TxnS
         if is_retry and commit == (state == S.COMPLETE_COMMIT):
             return None
         if is_retry or commit:
+            # Kafka 4.3.1's answer, observed: a commit retried into CompleteAbort too (KAFKA-20785,
+            # after 4.3.1, answers that one PRODUCER_FENCED).
             return ErrorCode.INVALID_TXN_STATE
         return S.PREPARE_ABORT, True  # a new, empty transaction aborted
     if state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
@@ -334,7 +336,9 @@ class TransactionCoordinator(InternalTopicCoordinator):
 
     def handle_verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                                  partitions: set[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
-        """AddPartitionsToTxn v4+ verify_only: is each partition part of the open transaction?"""
+        """AddPartitionsToTxn v4+ verify_only: is each partition part of the open transaction?
+        One that is not: TRANSACTION_ABORTABLE, as Kafka's coordinator answers (the asking leader
+        turns it into INVALID_TXN_STATE for an old client)."""
         err, found = self._existing(transactional_id)
         if found is not None:
             md = found.metadata
@@ -345,7 +349,7 @@ class TransactionCoordinator(InternalTopicCoordinator):
             elif md.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
                 err = ErrorCode.CONCURRENT_TRANSACTIONS
             else:
-                return {tp: ErrorCode.NONE if tp in md.topic_partitions else ErrorCode.INVALID_TXN_STATE
+                return {tp: ErrorCode.NONE if tp in md.topic_partitions else ErrorCode.TRANSACTION_ABORTABLE
                         for tp in partitions}
         return {tp: err for tp in partitions}
 

@@ -65,6 +65,9 @@ class ClusterTxnVerifier:
         except LINK_ERRORS as e:
             log.info("verifying %s with broker %d failed: %s", transactional_id, leader, e)
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if resp.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED:
+            # This broker's own right, not the client's: as Kafka, the partition is unverified.
+            return ErrorCode.INVALID_TXN_STATE
         if resp.error_code != ErrorCode.NONE:
             return ErrorCode(resp.error_code)
         for t in resp.results_by_transaction:

@@ -251,6 +251,34 @@ def test_transactional_fencing_errors(broker):
     run(go())
 
 
+def test_transactional_batch_outside_the_transaction_by_produce_version(broker):
+    """KIP-890: a transactional batch on a partition its transaction never added is refused;
+    as Kafka 4.3.1 answered the same requests, INVALID_TXN_STATE up to Produce v10 and
+    TRANSACTION_ABORTABLE from v11 (the first version whose clients know it), and a newer epoch
+    than the coordinator's INVALID_PRODUCER_EPOCH at every version."""
+    topic = topic_name("txn-unadded")
+    create_topic(broker.bootstrap, topic)
+
+    async def go():
+        raw = await Raw.open(broker)
+        try:
+            for version, refused in ((3, ErrorCode.INVALID_TXN_STATE), (9, ErrorCode.INVALID_TXN_STATE),
+                                     (10, ErrorCode.INVALID_TXN_STATE), (11, ErrorCode.TRANSACTION_ABORTABLE)):
+                tid = f"unadded-{version}-" + uuid.uuid4().hex[:6]
+                init = await raw.init_pid(tid)
+                pid, epoch = init.producer_id, init.producer_epoch
+                for e, expected in ((epoch, refused), (epoch + 1, ErrorCode.INVALID_PRODUCER_EPOCH)):
+                    resp = await raw.conn.send(prq.ProduceRequest(
+                        transactional_id=tid, acks=-1, timeout_ms=10_000, topic_data=[prq.TopicProduceData(
+                            name=topic, partition_data=[prq.PartitionProduceData(
+                                index=0, records=batch(1, pid, e, 0, txn=True))])]), version=version)
+                    assert resp.responses[0].partition_responses[0].error_code == expected, (version, e)
+            assert await raw.latest(topic) == 0
+        finally:
+            await raw.close()
+    run(go())
+
+
 def test_confluent_idempotent_producer(broker):
     from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
     topic = topic_name("idem-ck")

@@ -12,7 +12,9 @@ import pytest
 from rivulet.client.connection import BrokerConnection
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages import (
+    add_offsets_to_txn_request as aoq,
     describe_groups_request as dgq,
+    init_producer_id_request as ipq,
     list_offsets_request as loq,
     offset_commit_request as ocq,
     produce_request as prq,
@@ -85,7 +87,9 @@ def test_offset_commit_with_a_generation_for_an_unknown_group(broker):
 
 def test_txn_offset_commit_with_a_generation_for_an_unknown_group(broker):
     """Kafka 4: a TxnOffsetCommit carrying a generation for a group that does not exist is
-    ILLEGAL_GENERATION, and no group is created."""
+    ILLEGAL_GENERATION, and no group is created. The transaction must hold the group's offsets
+    partition first (KIP-890 part 1, checked before the group): for an unknown transactional id
+    Kafka 4.3.1 answers INVALID_PRODUCER_ID_MAPPING."""
     topic = f"fg-txncommit-{uuid.uuid4().hex[:8]}"
     create_topic(broker.bootstrap, topic)
 
@@ -94,17 +98,34 @@ def test_txn_offset_commit_with_a_generation_for_an_unknown_group(broker):
         try:
             g = f"fg-tg-{uuid.uuid4().hex[:8]}"
             await find_coordinator(conn, g)
+
+            async def txn_commit(tid: str, pid: int, epoch: int) -> int:
+                for _ in range(100):
+                    resp = await conn.send(tocq.TxnOffsetCommitRequest(
+                        transactional_id=tid, group_id=g, producer_id=pid, producer_epoch=epoch,
+                        generation_id=2, member_id="kgo-member", topics=[tocq.TxnOffsetCommitRequestTopic(
+                            name=topic, partitions=[tocq.TxnOffsetCommitRequestPartition(
+                                partition_index=0, committed_offset=5)])]), version=3)
+                    err = resp.topics[0].partitions[0].error_code
+                    if err not in LOADING:
+                        return err
+                    await asyncio.sleep(0.1)
+                return err
+
+            tid = f"fg-txn-{uuid.uuid4().hex[:8]}"
+            await find_coordinator(conn, tid, key_type=1)
             for _ in range(100):
-                resp = await conn.send(tocq.TxnOffsetCommitRequest(
-                    transactional_id="fg-txn", group_id=g, producer_id=12345, producer_epoch=0,
-                    generation_id=2, member_id="kgo-member", topics=[tocq.TxnOffsetCommitRequestTopic(
-                        name=topic, partitions=[tocq.TxnOffsetCommitRequestPartition(
-                            partition_index=0, committed_offset=5)])]), version=3)
-                err = resp.topics[0].partitions[0].error_code
-                if err not in LOADING:
+                init = await conn.send(ipq.InitProducerIdRequest(
+                    transactional_id=tid, transaction_timeout_ms=60_000, producer_id=-1, producer_epoch=-1))
+                if init.error_code not in LOADING:
                     break
                 await asyncio.sleep(0.1)
-            assert err == ErrorCode.ILLEGAL_GENERATION
+            assert init.error_code == 0
+            assert await txn_commit("fg-txn", 12345, 0) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+            added = await conn.send(aoq.AddOffsetsToTxnRequest(
+                transactional_id=tid, producer_id=init.producer_id, producer_epoch=init.producer_epoch, group_id=g))
+            assert added.error_code == 0
+            assert await txn_commit(tid, init.producer_id, init.producer_epoch) == ErrorCode.ILLEGAL_GENERATION
             assert await group_state(conn, g) == "Dead"
         finally:
             await conn.close()

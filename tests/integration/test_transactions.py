@@ -8,13 +8,20 @@ import asyncio
 import threading
 import time
 import uuid
+from types import SimpleNamespace
 
 import pytest
 
+from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages import (
+    add_offsets_to_txn_request as aoq,
+    add_partitions_to_txn_request as aptq,
     describe_producers_request as dpq,
     describe_transactions_request as dtq,
+    end_txn_request as etq,
+    find_coordinator_request as fcq,
     list_transactions_request as ltq,
+    txn_offset_commit_request as tocq,
 )
 from test_idempotence import Raw, create_topic, topic_name
 
@@ -218,6 +225,89 @@ def test_admin_apis(broker):
             await raw.close()
     asyncio.run(go())
     p.commit_transaction(30)
+
+
+# What Kafka 4.3.1 answered to `_offsets_check_probe`'s requests (transaction.version 0 and 2 alike).
+KAFKA_431_OFFSETS_CHECK = {
+    **{f"no partition yet, v{v}": "INVALID_TXN_STATE" for v in (0, 2, 3)},
+    "no partition yet, v4": "TRANSACTION_ABORTABLE",
+    "AddPartitionsToTxn": "NONE",
+    "data partition only, v3": "INVALID_TXN_STATE",
+    "data partition only, v4": "TRANSACTION_ABORTABLE",
+    **{f"{case}, v{v}": answer for v in (3, 4) for case, answer in (
+        ("epoch + 1", "INVALID_PRODUCER_EPOCH"), ("another producer id", "INVALID_PRODUCER_ID_MAPPING"),
+        ("unknown transactional id", "INVALID_PRODUCER_ID_MAPPING"))},
+    "AddOffsetsToTxn": "NONE",
+    "offsets partition added, v3": "NONE",
+    "offsets partition added, v4": "NONE",
+    "EndTxn": "NONE",
+}
+
+
+def _offsets_check_probe(bootstrap: str) -> dict[str, str]:
+    """TxnOffsetCommits of a transaction that has not added the group's offsets partition
+    (no AddOffsetsToTxn), then has: each answer by name."""
+    topic = topic_name("txn-offsets-check")
+    create_topic(bootstrap, topic)
+    tid, group = "toc-" + uuid.uuid4().hex[:6], "toc-g-" + uuid.uuid4().hex[:6]
+    out: dict[str, str] = {}
+
+    async def go():
+        raw = await Raw.open(SimpleNamespace(bootstrap=bootstrap))
+        try:
+            async def commit(version: int, pid: int, epoch: int, transactional_id: str = tid) -> str:
+                for _ in range(200):  # while __consumer_offsets loads
+                    r = await raw.conn.send(tocq.TxnOffsetCommitRequest(
+                        transactional_id=transactional_id, group_id=group, producer_id=pid, producer_epoch=epoch,
+                        generation_id=-1, member_id="", topics=[tocq.TxnOffsetCommitRequestTopic(
+                            name=topic, partitions=[tocq.TxnOffsetCommitRequestPartition(
+                                partition_index=0, committed_offset=5)])]), version=version)
+                    err = ErrorCode(r.topics[0].partitions[0].error_code)
+                    if err not in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+                        break
+                    await asyncio.sleep(0.1)
+                return err.name
+
+            await raw.conn.send(fcq.FindCoordinatorRequest(key=group, key_type=0, coordinator_keys=[group]))
+            init = await raw.init_pid(tid)
+            pid, epoch = init.producer_id, init.producer_epoch
+            for v in (0, 2, 3, 4):
+                out[f"no partition yet, v{v}"] = await commit(v, pid, epoch)
+            add = await raw.conn.send(aptq.AddPartitionsToTxnRequest(
+                v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+                v3_and_below_topics=[aptq.AddPartitionsToTxnTopic(name=topic, partitions=[0])]), version=3)
+            out["AddPartitionsToTxn"] = ErrorCode(
+                add.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code).name
+            for v in (3, 4):
+                out[f"data partition only, v{v}"] = await commit(v, pid, epoch)
+                out[f"epoch + 1, v{v}"] = await commit(v, pid, epoch + 1)
+                out[f"another producer id, v{v}"] = await commit(v, pid + 1000, epoch)
+                out[f"unknown transactional id, v{v}"] = await commit(v, pid, epoch, "nobody-" + tid)
+            added = await raw.conn.send(aoq.AddOffsetsToTxnRequest(
+                transactional_id=tid, producer_id=pid, producer_epoch=epoch, group_id=group))
+            out["AddOffsetsToTxn"] = ErrorCode(added.error_code).name
+            for v in (3, 4):
+                out[f"offsets partition added, v{v}"] = await commit(v, pid, epoch)
+            end = await raw.conn.send(etq.EndTxnRequest(transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                                                        committed=False))
+            out["EndTxn"] = ErrorCode(end.error_code).name
+        finally:
+            await raw.close()
+    asyncio.run(go())
+    return out
+
+
+def test_txn_offset_commit_needs_the_offsets_partition_in_the_transaction(broker):
+    """KIP-890 part 1: a TxnOffsetCommit whose transaction never added the group's offsets
+    partition is refused as Kafka 4.3.1 refuses it: INVALID_TXN_STATE below v4,
+    TRANSACTION_ABORTABLE at v4, the coordinator's fencing errors; accepted once added."""
+    assert _offsets_check_probe(broker.bootstrap) == KAFKA_431_OFFSETS_CHECK
+
+
+@pytest.mark.java
+def test_kafka_answers_the_txn_offset_commit_check_as_pinned(kafka_ref):
+    """The answers pinned above, asked of Kafka 4.3.1 itself (transaction.version 2, its default)."""
+    assert _offsets_check_probe(kafka_ref) == KAFKA_431_OFFSETS_CHECK
 
 
 # -------------------------------------------------------------- consume-transform-produce

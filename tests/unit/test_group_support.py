@@ -17,7 +17,7 @@ from rivulet.coordinator.offsets_topic import GROUP_METADATA_TOPIC_NAME
 from rivulet.delayed import Timer
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ErrorCode
-from rivulet.replication.replica_manager import ProduceResult
+from rivulet.replication.replica_manager import ProduceResult, TxnOperation
 from rivulet.server.acls import Authz
 from rivulet.server.handlers.groups import GroupHandlers
 
@@ -205,16 +205,20 @@ def make_coordinator(on_share_group_deleted: Callable[[str, list[TopicPartition]
     return c, b
 
 
-async def _no_implicit_add(transactional_id: str, producer_id: int, producer_epoch: int,
-                           tp: TopicPartition) -> ErrorCode:
-    raise AssertionError("an offsets partition added to a transaction below transaction.version 2")
+async def _checked_never_added(transactional_id: str, producer_id: int, producer_epoch: int,
+                               tp: TopicPartition, operation: TxnOperation) -> ErrorCode:
+    """No transaction coordinator here: every offsets partition passes KIP-890's check, and none
+    is added below transaction.version 2."""
+    if operation is TxnOperation.ADD_PARTITION:
+        raise AssertionError("an offsets partition added to a transaction below transaction.version 2")
+    return ErrorCode.NONE
 
 
 def group_handlers(c: GroupCoordinator, b: FakeCluster) -> GroupHandlers:
     """The group APIs over ``c`` with no authorizer, at transaction.version 0: no TxnOffsetCommit
-    adds the group's offsets partition to a transaction there (tests/unit/test_txn_coordinator.py
-    covers level 2 against a real broker)."""
-    return GroupHandlers(c, b.metadata, b.clock, Authz(None), _no_implicit_add, lambda: 0)
+    adds the group's offsets partition to a transaction there, and none is refused by KIP-890's
+    check (tests/unit/test_txn_coordinator.py covers both against a real broker)."""
+    return GroupHandlers(c, b.metadata, b.clock, Authz(None), _checked_never_added, lambda: 0)
 
 
 class Member:

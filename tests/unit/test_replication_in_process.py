@@ -330,10 +330,12 @@ def test_a_transaction_commits_on_a_partition_another_broker_leads(tmp_path):
             assert init.error_code == 0
             stray = rec.encode_batch([rec.Record(0, 0, None, b"stray", [])], producer_id=init.producer_id,
                                      producer_epoch=init.producer_epoch, base_sequence=0, transactional=True)
-            resp = await c.conns[2].send(prq.ProduceRequest(
-                transactional_id="tx-2", acks=-1, timeout_ms=5000, topic_data=[prq.TopicProduceData(
-                    name="t", partition_data=[prq.PartitionProduceData(index=0, records=stray)])]), 11)
-            assert resp.responses[0].partition_responses[0].error_code == ErrorCode.INVALID_TXN_STATE
+            # As Kafka 4.3.1: INVALID_TXN_STATE up to v10, TRANSACTION_ABORTABLE from v11.
+            for version, refused in ((10, ErrorCode.INVALID_TXN_STATE), (11, ErrorCode.TRANSACTION_ABORTABLE)):
+                resp = await c.conns[2].send(prq.ProduceRequest(
+                    transactional_id="tx-2", acks=-1, timeout_ms=5000, topic_data=[prq.TopicProduceData(
+                        name="t", partition_data=[prq.PartitionProduceData(index=0, records=stray)])]), version)
+                assert resp.responses[0].partition_responses[0].error_code == refused, version
             # Both markers reached broker 2: nothing is left open and the LSO is the HW.
             await until(lambda: lg.first_unstable_offset is None and c.brokers[2].replica_manager.partitions[TP]
                         .last_stable_offset == lg.log_end_offset == 4, "markers written on the leader")

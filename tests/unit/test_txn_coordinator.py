@@ -13,6 +13,7 @@ import pytest
 from rivulet.common.types import TopicPartition
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ErrorCode
+from rivulet.replication.replica_manager import TxnOperation, coordinator_answer
 from rivulet.server.broker import Broker
 from rivulet.server.config import BrokerConfig
 from rivulet.transaction.metadata import TxnState
@@ -196,8 +197,9 @@ async def test_verify_only_and_listing(b: Broker) -> None:
     tc = b.transaction_coordinator
     pid, epoch = await open_txn(b, "v")
     other = TopicPartition("t", 5)
+    # As Kafka's coordinator: TRANSACTION_ABORTABLE for a partition outside the transaction.
     assert tc.handle_verify_partitions("v", pid, epoch, {TP0, other}) == {
-        TP0: ErrorCode.NONE, other: ErrorCode.INVALID_TXN_STATE}
+        TP0: ErrorCode.NONE, other: ErrorCode.TRANSACTION_ABORTABLE}
     assert tc.handle_verify_partitions("v", pid, epoch + 1, {TP0}) == {TP0: ErrorCode.PRODUCER_FENCED}
     assert tc.handle_verify_partitions("w", pid, epoch, {TP0}) == {TP0: ErrorCode.INVALID_PRODUCER_ID_MAPPING}
     err, unknown, found = tc.state_manager.list_transaction_states(set(), {"Ongoing", "Bogus"})
@@ -256,6 +258,13 @@ async def test_tv2_end_txn_bumps_the_epoch_and_answers_retries(b: Broker) -> Non
     # An abort with nothing open is allowed at the current epoch, and bumps too.
     assert await call(end, "v2", pid, e + 2, False) == (ErrorCode.NONE, pid, e + 3)
     await until(lambda: md(b, "v2").state == TxnState.COMPLETE_ABORT)
+    assert await call(end, "v2", pid, e + 2, False) == (ErrorCode.NONE, pid, e + 3)
+    # A commit in CompleteAbort, at the retry epoch or the current one: INVALID_TXN_STATE,
+    # as Kafka 4.3.1 answered the same EndTxn v5 sequence (KAFKA-20785, later than 4.3.1,
+    # answers PRODUCER_FENCED to the retry); an epoch ahead of the coordinator's is fenced.
+    assert await call(end, "v2", pid, e + 2, True) == (ErrorCode.INVALID_TXN_STATE, -1, -1)
+    assert await call(end, "v2", pid, e + 3, True) == (ErrorCode.INVALID_TXN_STATE, -1, -1)
+    assert await call(end, "v2", pid, e + 4, False) == (ErrorCode.PRODUCER_FENCED, -1, -1)
     assert await call(end, "v2", pid, e + 2, False) == (ErrorCode.NONE, pid, e + 3)
 
 
@@ -402,7 +411,8 @@ async def produce_adding(b: Broker, tp: TopicPartition, pid: int, epoch: int, se
     data = rec.encode_batch([rec.Record(0, None, None, b"x", [])], producer_id=pid, producer_epoch=epoch,
                             base_sequence=seq, transactional=True)
     res = b.replica_manager.append_records({tp: bytearray(data)}, required_acks=-1, timeout_ms=5000,
-                                           transactional_id=tid, add_partitions=True)
+                                           transactional_id=tid,
+                                           txn_operation=TxnOperation.ADD_PARTITION)
     if isinstance(res, asyncio.Future):
         res = await res
     return ErrorCode(res[tp].error)
@@ -468,8 +478,9 @@ async def test_produce_v12_adds_partitions_only_at_transaction_version_2(b: Brok
 
     tc = b.transaction_coordinator
     err, pid, e = await call(tc.handle_init_producer_id, "p12", 60_000, None)
-    # transaction.version 0 (Rivulet's): v12 is v11, the partition must have been added.
-    assert await produce_v12(b, "p12", pid, e, 0) == ErrorCode.INVALID_TXN_STATE
+    # transaction.version 0 (Rivulet's): v12 is v11, the partition must have been added
+    # (TRANSACTION_ABORTABLE from v11, as Kafka 4.3.1 answers).
+    assert await produce_v12(b, "p12", pid, e, 0) == ErrorCode.TRANSACTION_ABORTABLE
     # As with transaction.version 2 supported and finalized.
     b.features.supported[TRANSACTION_VERSION] = (0, 2)
     b.features.set_finalized(FinalizedFeatures({TRANSACTION_VERSION: 2}, b.features.finalized.epoch + 1))
@@ -554,61 +565,139 @@ async def test_cluster_verifier_add_asks_the_remote_coordinator_to_add(b: Broker
         await links.close()
 
 
-@with_broker()
-async def test_txn_offset_commit_v5_adds_the_offsets_partition_at_transaction_version_2(b: Broker) -> None:
-    """KIP-890 part 2: a TV2 producer sends no AddOffsetsToTxn; at level 2 a TxnOffsetCommit v5
-    has the coordinator add the group's __consumer_offsets partition, answering its refusals as
-    Kafka's group coordinator does. v4, and v5 below level 2, commit as before without an add."""
+@with_broker(authorizer_class_name="org.apache.kafka.metadata.authorizer.StandardAuthorizer")
+async def test_cluster_verifier_answers_a_refused_cluster_action_as_invalid_txn_state(b: Broker) -> None:
+    """A coordinator that refuses this broker's AddPartitionsToTxn v4+ (no CLUSTER_ACTION: a
+    top-level CLUSTER_AUTHORIZATION_FAILED) leaves the partition unverified: INVALID_TXN_STATE for
+    a verify and an add alike, as Kafka's AddPartitionsToTxnManager (the client is not told of
+    the broker's own right); a producer and a TxnOffsetCommit then answer INVALID_TXN_STATE.
+    The broker's authorizer has no ACLs: node 99's anonymous PLAINTEXT link has no CLUSTER_ACTION."""
+    from rivulet.replication.link import BrokerLinks
+    from rivulet.replication.replica_manager import ReplicaManager
+    from rivulet.server.handlers.groups import _offsets_join_error
+    from rivulet.transaction.remote_verifier import ClusterTxnVerifier
+
+    links = BrokerLinks("txn-verify", 99, cache_led_by(b, TRANSACTION_STATE_TOPIC_NAME, 3), "PLAINTEXT",
+                        request_timeout_ms=10_000)
+    verifier = ClusterTxnVerifier(links, _NoLocalCoordinator())
+    try:
+        err, pid, e = await call(b.transaction_coordinator.handle_init_producer_id, "cz", 60_000, None)
+        assert err == ErrorCode.NONE
+        assert await verifier.verify("cz", pid, e, TP0) == ErrorCode.INVALID_TXN_STATE
+        assert await verifier.add("cz", pid, e, TP0) == ErrorCode.INVALID_TXN_STATE
+        assert md(b, "cz").topic_partitions == set()
+        failure = ReplicaManager._verification_failure(TP0, ErrorCode.INVALID_TXN_STATE)
+        assert failure is not None and failure.code == ErrorCode.INVALID_TXN_STATE
+        assert _offsets_join_error(ErrorCode.INVALID_TXN_STATE) == ErrorCode.INVALID_TXN_STATE
+    finally:
+        await links.close()
+
+
+async def txn_offset_commit(b: Broker, version: int, tid: str, pid: int, epoch: int, group: str = "g") -> ErrorCode:
+    """A TxnOffsetCommit of t-0 through the broker's handler, as a connection sends it."""
     from types import SimpleNamespace
 
     from rivulet.protocol.framing import RequestHeader
     from rivulet.protocol.messages import txn_offset_commit_request as tocq
-    from rivulet.server.features import TRANSACTION_VERSION, FinalizedFeatures
-    from rivulet.server.handlers.groups import _offsets_add_error
 
-    async def commit(b: Broker, version: int, tid: str, pid: int, epoch: int, group: str = "g") -> ErrorCode:
-        req = tocq.TxnOffsetCommitRequest(
-            transactional_id=tid, group_id=group, producer_id=pid, producer_epoch=epoch, generation_id=-1,
-            member_id="", group_instance_id=None, topics=[tocq.TxnOffsetCommitRequestTopic(
-                name="t", partitions=[tocq.TxnOffsetCommitRequestPartition(
-                    partition_index=0, committed_offset=5, committed_leader_epoch=-1, committed_metadata="")])])
-        conn = SimpleNamespace(user=None, principal=None, listener=SimpleNamespace(name="PLAINTEXT"))
-        resp = b.apis.handlers[28](RequestHeader(28, version, 1, "p"), req, conn)
-        if isinstance(resp, asyncio.Future):
-            resp = await resp
-        (topic,) = resp.topics
-        (p,) = topic.partitions
-        return ErrorCode(p.error_code)
+    req = tocq.TxnOffsetCommitRequest(
+        transactional_id=tid, group_id=group, producer_id=pid, producer_epoch=epoch, generation_id=-1,
+        member_id="", group_instance_id=None, topics=[tocq.TxnOffsetCommitRequestTopic(
+            name="t", partitions=[tocq.TxnOffsetCommitRequestPartition(
+                partition_index=0, committed_offset=5, committed_leader_epoch=-1, committed_metadata="")])])
+    conn = SimpleNamespace(user=None, principal=None, listener=SimpleNamespace(name="PLAINTEXT"))
+    resp = b.apis.handlers[28](RequestHeader(28, version, 1, "p"), req, conn)
+    if isinstance(resp, asyncio.Future):
+        resp = await resp
+    (topic,) = resp.topics
+    (p,) = topic.partitions
+    return ErrorCode(p.error_code)
+
+
+@with_broker()
+async def test_txn_offset_commit_checks_the_offsets_partition_is_in_the_transaction(b: Broker) -> None:
+    """KIP-890 part 1, as Kafka 4.3.1 answers it (tests/integration/test_transactions.py has the
+    same over the wire): a TxnOffsetCommit whose transaction never added the group's offsets
+    partition (no AddOffsetsToTxn) is refused, INVALID_TXN_STATE below v4, TRANSACTION_ABORTABLE
+    from v4; a fenced or unknown producer as the coordinator says; once added, accepted, and the
+    open transaction on the offsets partition needs no second check."""
+    tc = b.transaction_coordinator
+    await until(lambda: b.group_coordinator.find_group_coordinator("g")[0] == ErrorCode.NONE)
+    offsets_tp = TopicPartition("__consumer_offsets", b.group_coordinator.partition_for("g"))
+    err, pid, e = await call(tc.handle_init_producer_id, "k", 60_000, None)
+    for v in range(4):
+        assert await txn_offset_commit(b, v, "k", pid, e) == ErrorCode.INVALID_TXN_STATE, v
+    assert await txn_offset_commit(b, 4, "k", pid, e) == ErrorCode.TRANSACTION_ABORTABLE
+    assert await call(tc.handle_add_partitions, "k", pid, e, {TP0}) == ErrorCode.NONE
+    assert await txn_offset_commit(b, 3, "k", pid, e) == ErrorCode.INVALID_TXN_STATE
+    assert await txn_offset_commit(b, 4, "k", pid, e) == ErrorCode.TRANSACTION_ABORTABLE
+    for v in (3, 4):
+        assert await txn_offset_commit(b, v, "k", pid, e + 1) == ErrorCode.INVALID_PRODUCER_EPOCH
+        assert await txn_offset_commit(b, v, "k", pid + 100, e) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        assert await txn_offset_commit(b, v, "nobody", pid, e) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    # AddOffsetsToTxn: the offsets partition is in the transaction.
+    assert await call(tc.handle_add_partitions, "k", pid, e, {offsets_tp}) == ErrorCode.NONE
+    assert await txn_offset_commit(b, 3, "k", pid, e) == ErrorCode.NONE
+    assert await txn_offset_commit(b, 4, "k", pid, e) == ErrorCode.NONE
+    # Open on the offsets partition now: accepted without asking (a wrong id would be refused).
+    assert b.replica_manager._in_open_transaction(part(b, offsets_tp), pid, e)
+    assert await b.replica_manager.join_transaction("nobody", pid, e, offsets_tp,
+                                                    TxnOperation.DEFAULT_ERROR) == ErrorCode.NONE
+
+
+@with_broker(transaction_partition_verification_enable="false")
+async def test_txn_offset_commit_is_not_checked_with_verification_disabled(b: Broker) -> None:
+    """transaction.partition.verification.enable=false: Kafka skips the check (not the TV2 add)."""
+    tc = b.transaction_coordinator
+    await until(lambda: b.group_coordinator.find_group_coordinator("g")[0] == ErrorCode.NONE)
+    err, pid, e = await call(tc.handle_init_producer_id, "k", 60_000, None)
+    assert await txn_offset_commit(b, 3, "k", pid, e) == ErrorCode.NONE
+    assert await txn_offset_commit(b, 4, "k", pid, e, "g2") == ErrorCode.NONE
+
+
+@with_broker()
+async def test_txn_offset_commit_v5_adds_the_offsets_partition_at_transaction_version_2(b: Broker) -> None:
+    """KIP-890 part 2: a TV2 producer sends no AddOffsetsToTxn; at level 2 a TxnOffsetCommit v5
+    has the coordinator add the group's __consumer_offsets partition, answering its refusals as
+    Kafka's group coordinator does. v4, and v5 below level 2, only check (no AddOffsetsToTxn here:
+    TRANSACTION_ABORTABLE) and add nothing."""
+    from rivulet.server.features import TRANSACTION_VERSION, FinalizedFeatures
+    from rivulet.server.handlers.groups import _offsets_join_error
 
     tc = b.transaction_coordinator
     # As a client's FindCoordinator does first: __consumer_offsets is made and loaded.
     await until(lambda: b.group_coordinator.find_group_coordinator("g")[0] == ErrorCode.NONE)
     offsets_tp = TopicPartition("__consumer_offsets", b.group_coordinator.partition_for("g"))
     err, pid, e = await call(tc.handle_init_producer_id, "o5", 60_000, None)
-    # transaction.version 0 (Rivulet's): v5 is v4, nothing is added.
-    assert await commit(b, 5, "o5", pid, e) == ErrorCode.NONE
+    # transaction.version 0 (Rivulet's): v5 is v4, checked, nothing is added.
+    assert await txn_offset_commit(b, 5, "o5", pid, e) == ErrorCode.TRANSACTION_ABORTABLE
     assert md(b, "o5").topic_partitions == set()
     b.features.supported[TRANSACTION_VERSION] = (0, 2)
     b.features.set_finalized(FinalizedFeatures({TRANSACTION_VERSION: 2}, b.features.finalized.epoch + 1))
     err, pid4, e4 = await call(tc.handle_init_producer_id, "o4", 60_000, None)
-    assert await commit(b, 4, "o4", pid4, e4, "g4") == ErrorCode.NONE
+    assert await txn_offset_commit(b, 4, "o4", pid4, e4, "g4") == ErrorCode.TRANSACTION_ABORTABLE
     assert md(b, "o4").topic_partitions == set()
     # Level 2 and v5: the offsets partition joins the transaction, as a TV2 one.
     err, pid, e = await call(tc.handle_init_producer_id, "o6", 60_000, None)
-    assert await commit(b, 5, "o6", pid, e) == ErrorCode.NONE
+    assert await txn_offset_commit(b, 5, "o6", pid, e) == ErrorCode.NONE
     m = md(b, "o6")
     assert (m.state, m.topic_partitions, m.client_transaction_version) == (TxnState.ONGOING, {offsets_tp}, 2)
-    assert await commit(b, 5, "o6", pid, e) == ErrorCode.NONE  # open there already: no second add
+    assert await txn_offset_commit(b, 5, "o6", pid, e) == ErrorCode.NONE  # open there already: no second add
     # The coordinator's refusals, as the TxnOffsetCommit answers them.
     err, pid7, e7 = await call(tc.handle_init_producer_id, "o7", 60_000, None)
-    assert await commit(b, 5, "o7", pid7, e7 - 1, "g7") == ErrorCode.INVALID_PRODUCER_EPOCH
-    assert await commit(b, 5, "o7", pid7 + 100, e7, "g7") == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    assert await txn_offset_commit(b, 5, "o7", pid7, e7 - 1, "g7") == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert await txn_offset_commit(b, 5, "o7", pid7 + 100, e7, "g7") == ErrorCode.INVALID_PRODUCER_ID_MAPPING
     tc.markers.add_txn_markers_to_send = lambda *a: None  # o6's commit stays prepared
     assert await call(tc.handle_end_transaction_tv2, "o6", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
-    assert await commit(b, 5, "o6", pid, e + 1) == ErrorCode.CONCURRENT_TRANSACTIONS
-    # The normalisation of the write errors Kafka's group coordinator applies.
-    assert _offsets_add_error(ErrorCode.PRODUCER_FENCED) == ErrorCode.INVALID_PRODUCER_EPOCH
-    assert _offsets_add_error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED) == ErrorCode.INVALID_TXN_STATE
-    assert _offsets_add_error(ErrorCode.NOT_LEADER_OR_FOLLOWER) == ErrorCode.NOT_COORDINATOR
-    assert _offsets_add_error(ErrorCode.REQUEST_TIMED_OUT) == ErrorCode.COORDINATOR_NOT_AVAILABLE
-    assert _offsets_add_error(ErrorCode.TRANSACTION_ABORTABLE) == ErrorCode.TRANSACTION_ABORTABLE
+    assert await txn_offset_commit(b, 5, "o6", pid, e + 1) == ErrorCode.CONCURRENT_TRANSACTIONS
+    # AddPartitionsToTxnManager's mapping, then Kafka's group coordinator's normalisation.
+    assert coordinator_answer(ErrorCode.PRODUCER_FENCED, TxnOperation.ADD_PARTITION) == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert coordinator_answer(ErrorCode.TRANSACTION_ABORTABLE, TxnOperation.DEFAULT_ERROR) == ErrorCode.INVALID_TXN_STATE
+    assert coordinator_answer(ErrorCode.TRANSACTION_ABORTABLE, TxnOperation.GENERIC_ERROR_SUPPORTED) == \
+        ErrorCode.TRANSACTION_ABORTABLE
+    assert [TxnOperation.for_txn_offset_commit(v, adds) for v, adds in ((3, True), (4, True), (5, False), (5, True))] \
+        == [TxnOperation.DEFAULT_ERROR, TxnOperation.GENERIC_ERROR_SUPPORTED, TxnOperation.GENERIC_ERROR_SUPPORTED,
+            TxnOperation.ADD_PARTITION]
+    assert _offsets_join_error(ErrorCode.NOT_LEADER_OR_FOLLOWER) == ErrorCode.NOT_COORDINATOR
+    assert _offsets_join_error(ErrorCode.REQUEST_TIMED_OUT) == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert _offsets_join_error(ErrorCode.TRANSACTION_ABORTABLE) == ErrorCode.TRANSACTION_ABORTABLE

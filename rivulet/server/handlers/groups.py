@@ -73,6 +73,7 @@ from rivulet.protocol.messages.sync_group_request import SyncGroupRequest
 from rivulet.protocol.messages.txn_offset_commit_request import TxnOffsetCommitRequest
 from rivulet.protocol.schema import ZERO_UUID
 from rivulet.replication.metadata_cache import MetadataCache
+from rivulet.replication.replica_manager import TxnOperation
 from rivulet.security.acls import AclOperation as Op, ResourceType
 from rivulet.server.acls import OPERATIONS_NOT_REQUESTED, Authz
 from rivulet.server.answer import Answer, Reply
@@ -105,18 +106,15 @@ def client_host(conn: KafkaConnection) -> str:
     return "/" + str(conn.peer[0])
 
 
-# Has the producer's transaction coordinator add a partition: (transactional id, producer id,
-# epoch, partition) -> the coordinator's error (ReplicaManager.add_to_transaction).
-TransactionAdder = Callable[[str, int, int, TopicPartition], Awaitable[ErrorCode]]
+# KIP-890 for the group's offsets partition: (transactional id, producer id, epoch, partition,
+# operation) -> the coordinator's answer as the leader gives it (ReplicaManager.join_transaction).
+TransactionJoiner = Callable[[str, int, int, TopicPartition, TxnOperation], Awaitable[ErrorCode]]
 
 
-def _offsets_add_error(err: ErrorCode) -> ErrorCode:
-    """A failed implicit add of the offsets partition as TxnOffsetCommit v5 answers it: Kafka's
-    AddPartitionsToTxnManager mapping, then its group coordinator's normalisation of write errors."""
-    if err == ErrorCode.PRODUCER_FENCED:
-        return ErrorCode.INVALID_PRODUCER_EPOCH
-    if err == ErrorCode.CLUSTER_AUTHORIZATION_FAILED:  # the broker's own right, not the client's
-        return ErrorCode.INVALID_TXN_STATE
+def _offsets_join_error(err: ErrorCode) -> ErrorCode:
+    """A failed check (or add) of the offsets partition as TxnOffsetCommit answers it: Kafka's
+    group coordinator's normalisation of write errors (``join_transaction`` has already applied
+    AddPartitionsToTxnManager's mapping)."""
     if err in (ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
         return ErrorCode.COORDINATOR_NOT_AVAILABLE
     if err in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
@@ -126,18 +124,19 @@ def _offsets_add_error(err: ErrorCode) -> ErrorCode:
 
 class GroupHandlers:
     def __init__(self, coordinator: GroupCoordinator, metadata: MetadataView, clock: Clock, authz: Authz,
-                 add_to_transaction: TransactionAdder, transaction_version: Callable[[], int],
+                 join_transaction: TransactionJoiner, transaction_version: Callable[[], int],
                  metadata_cache: MetadataCache | None = None) -> None:
-        """``add_to_transaction`` and ``transaction_version`` (the finalized level): from level 2 a
-        TxnOffsetCommit v5 adds the group's offsets partition to the transaction (KIP-890 part 2)."""
+        """``join_transaction``: a TxnOffsetCommit first has the producer's coordinator check that
+        the group's offsets partition is in the transaction (KIP-890); from level 2 of
+        ``transaction_version`` (the finalized level) a v5 has it added instead (KIP-890 part 2)."""
         self.c = coordinator
         self.authz = authz
         self.metadata = metadata
         self.clock = clock
         self.metadata_cache = metadata_cache  # cluster mode: which partitions exist
-        self.add_to_transaction = add_to_transaction
+        self.join_transaction = join_transaction
         self.transaction_version = transaction_version
-        self._adding: set[asyncio.Task] = set()  # the loop keeps only weak references to tasks
+        self._joining: set[asyncio.Task] = set()  # the loop keeps only weak references to tasks
 
     def handlers(self) -> dict[int, Handler]:
         served: dict[int, Handler] = {
@@ -648,23 +647,25 @@ class GroupHandlers:
                 req.group_id, req.producer_id, req.producer_epoch, req.member_id if v >= 3 else "",
                 req.group_instance_id if v >= 3 else None, req.generation_id if v >= 3 else -1, offsets, reply)
 
-        if v >= 5 and self.transaction_version() >= TV_EPOCH_BUMP and self.c.is_active:
-            # KIP-890 part 2: a transaction.version 2 producer sends no AddOffsetsToTxn; the
-            # group's offsets partition joins its transaction here, before the offsets are written.
+        if self.c.is_active:
+            # KIP-890: the producer's transaction must hold the group's offsets partition
+            # (AddOffsetsToTxn); a transaction.version 2 producer sends none, and v5 adds it here.
+            operation = TxnOperation.for_txn_offset_commit(v, self.transaction_version() >= TV_EPOCH_BUMP)
             tp = TopicPartition(GROUP_METADATA_TOPIC_NAME, self.c.partition_for(req.group_id))
-            task = asyncio.get_running_loop().create_task(self._commit_once_added(req, tp, offsets, reply, commit))
-            self._adding.add(task)
-            task.add_done_callback(self._adding.discard)
+            task = asyncio.get_running_loop().create_task(
+                self._commit_once_joined(req, tp, operation, offsets, reply, commit))
+            self._joining.add(task)
+            task.add_done_callback(self._joining.discard)
             return reply.answer()
         commit()
         return reply.answer()
 
-    async def _commit_once_added(self, req: TxnOffsetCommitRequest, tp: TopicPartition,
-                                 offsets: dict[TopicPartition, OffsetAndMetadata],
-                                 reply: Reply[dict[TopicPartition, ErrorCode]], commit: Callable[[], None]) -> None:
+    async def _commit_once_joined(self, req: TxnOffsetCommitRequest, tp: TopicPartition, operation: TxnOperation,
+                                  offsets: dict[TopicPartition, OffsetAndMetadata],
+                                  reply: Reply[dict[TopicPartition, ErrorCode]], commit: Callable[[], None]) -> None:
         try:
-            err = _offsets_add_error(await self.add_to_transaction(
-                req.transactional_id, req.producer_id, req.producer_epoch, tp))
+            err = _offsets_join_error(await self.join_transaction(
+                req.transactional_id, req.producer_id, req.producer_epoch, tp, operation))
         except Exception as e:  # answer the request rather than leave it hanging
             reply.fail(e)
             return

@@ -36,6 +36,7 @@ from rivulet.replication.replica_manager import (
     FetchResult,
     ProduceResult,
     ReplicaManager,
+    TxnOperation,
 )
 from rivulet.security.acls import AclOperation as Op, ResourceType
 from rivulet.server.acls import Authz
@@ -214,12 +215,13 @@ class RecordHandlers:
             for tp in entries:
                 early[tp] = ProduceResult(error=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
             entries = {}
-        # KIP-890 part 2: v12+ of a transaction.version 2 producer carries the AddPartitionsToTxn
-        # (Kafka decides by the version alone; here also by the level, until 2 is finalized).
-        add = header.api_version >= 12 and self.transaction_version() >= TV_EPOCH_BUMP
+        # KIP-890: v11 knows TRANSACTION_ABORTABLE; v12+ of a transaction.version 2 producer carries
+        # the AddPartitionsToTxn (Kafka decides by the version alone; here also by the level, until
+        # 2 is finalized).
+        operation = TxnOperation.for_produce(header.api_version, self.transaction_version() >= TV_EPOCH_BUMP)
         result = self.replica_manager.append_records(
             entries, required_acks=acks, timeout_ms=req.timeout_ms, transactional_id=transactional_id,
-            add_partitions=add)
+            txn_operation=operation)
         spent = time.perf_counter_ns() - t0
         user, client_id = conn.user, header.client_id or ""
 
