@@ -686,6 +686,7 @@ def test_txn_offset_commit_v5_adds_the_offsets_partition_at_transaction_version_
             tc = b.transaction_coordinator
             # As a client's FindCoordinator does first: __consumer_offsets is made and loaded.
             await until(lambda: b.group_coordinator.find_group_coordinator("g")[0] == ErrorCode.NONE)
+            await until(lambda: not b.group_coordinator.manager.is_loading())
             offsets_tp = TopicPartition("__consumer_offsets", b.group_coordinator.partition_for("g"))
             err, pid, e = await call(tc.handle_init_producer_id, "o5", 60_000, None)
             # transaction.version 0 (Rivulet's): v5 is v4, nothing is added.
