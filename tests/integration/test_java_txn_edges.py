@@ -34,17 +34,8 @@ CONFIGS = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"
            "auto.create.topics.enable": "false", "offsets.topic.replication.factor": "1",
            "transaction.state.log.replication.factor": "1", "transaction.state.log.min.isr": "1",
            "group.initial.rebalance.delay.ms": "0", "num.partitions": "1"}
-# Rivulet's line -> Kafka 4.3.1's, for each difference kept on purpose. Rivulet finalizes
-# transaction.version 0 (Kafka 4.3.1: 2), so after a coordinator's timeout abort the producer is
-# fenced (as on Kafka at transaction.version 0 or 1) where at 2 its abortTransaction succeeds.
-KNOWN: dict[str, str] = {
-    "[timeout] abort-after-timeout -> ProducerFencedException(There is a newer producer with the same "
-    "transactionalId which fences the current one.)": "[timeout] abort-after-timeout ok",
-    "[timeout] next-transaction -> ProducerFencedException(Producer with transactionalId 'P-timeout' and "
-    "(producerId=N, epoch=N) has been fenced by another producer with the same transactionalId)":
-        "[timeout] next-transaction ok",
-    "[timeout] read_committed []": "[timeout] read_committed [t3]",
-}
+# Rivulet's line -> Kafka 4.3.1's, for each difference kept on purpose (none).
+KNOWN: dict[str, str] = {}
 
 
 def run_probe(bootstrap: str, stderr_path: Path, scenarios: list[str] | None = None) -> list[str]:
@@ -71,6 +62,32 @@ def test_java_transactions_answer_as_kafka(java, tmp_path):
         b.cleanup()
     expected = GOLDEN.read_text().splitlines()
     assert got == expected, "\n".join(difflib.unified_diff(expected, got, "kafka-4.3.1", "rivulet", lineterm=""))
+
+
+def _golden(scenario: str) -> list[str]:
+    return [line for line in GOLDEN.read_text().splitlines() if line.startswith(f"[{scenario}] ")]
+
+
+def test_a_cluster_kept_at_transaction_version_0_upgrades_to_2(java, tmp_path):
+    """An existing data dir keeps its stored level over a restart: at 0 the Java producer runs
+    transactions V1 (a coordinator's timeout then fences it, as Kafka at transaction.version 0
+    or 1 does); kafka-features upgrades it to 2 (UpdateFeatures) and a new producer runs V2."""
+    b = BrokerProcess(CONFIGS).start()
+    try:
+        jt.feature_command(b.bootstrap, ["downgrade", "--feature", "transaction.version=0"])
+        b.restart()
+        assert jt.describe_features(b.bootstrap)["transaction.version"].finalized == 0
+        v1 = run_probe(b.bootstrap, tmp_path / "v1.log", ["basic", "timeout"])
+        assert [line for line in v1 if line.startswith("[basic] ")] == _golden("basic")
+        timeout = [line for line in v1 if line.startswith("[timeout] ")]
+        assert timeout[2] == ("[timeout] abort-after-timeout -> ProducerFencedException(There is a newer producer "
+                              "with the same transactionalId which fences the current one.)"), v1
+        jt.feature_command(b.bootstrap, ["upgrade", "--feature", "transaction.version=2"])
+        assert jt.describe_features(b.bootstrap)["transaction.version"].finalized == 2
+        v2 = run_probe(b.bootstrap, tmp_path / "v2.log", ["basic", "timeout"])
+        assert v2 == _golden("basic") + _golden("timeout")
+    finally:
+        b.cleanup()
 
 
 def _record() -> None:

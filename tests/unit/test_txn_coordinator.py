@@ -439,6 +439,16 @@ def test_tv2_timeout_abort_lets_the_producer_abort_and_go_on(tmp_path):
     asyncio.run(go())
 
 
+def at_transaction_version(b: Broker, level: int) -> None:
+    """The cluster's finalized transaction.version set to ``level`` (a new one's is 2)."""
+    from rivulet.server.features import TRANSACTION_VERSION, FinalizedFeatures
+
+    levels = {k: v for k, v in b.features.finalized.levels.items() if k != TRANSACTION_VERSION}
+    if level:
+        levels[TRANSACTION_VERSION] = level
+    b.features.set_finalized(FinalizedFeatures(levels, b.features.finalized.epoch + 1))
+
+
 def test_end_txn_v5_answers_the_next_epoch_only_at_transaction_version_2(tmp_path):
     from rivulet.protocol.framing import RequestHeader
     from rivulet.protocol.messages.end_txn_request import EndTxnRequest
@@ -454,11 +464,11 @@ def test_end_txn_v5_answers_the_next_epoch_only_at_transaction_version_2(tmp_pat
     async def go():
         b = await start(tmp_path)
         try:
-            tc = b.transaction_coordinator
+            at_transaction_version(b, 0)  # an existing cluster kept at 0
             pid, e = await open_txn(b, "h0")
-            # transaction.version 0 (Rivulet's): v5 is v4 and names the producer unchanged.
+            # Below transaction.version 2: v5 is v4 and names the producer unchanged.
             assert await end_txn(b, 5, "h0", pid, e, True) == (ErrorCode.NONE, pid, e)
-            tc.state_manager.transaction_version = lambda: 2  # as with transaction.version 2 finalized
+            at_transaction_version(b, 2)
             pid2, e2 = await open_txn(b, "h2")
             assert await end_txn(b, 5, "h2", pid2, e2, True) == (ErrorCode.NONE, pid2, e2 + 1)
             await until(lambda: md(b, "h2").state == TxnState.COMPLETE_COMMIT)
@@ -534,7 +544,7 @@ def test_produce_v12_adds_partitions_only_at_transaction_version_2(tmp_path):
 
     from rivulet.protocol.framing import RequestHeader
     from rivulet.protocol.messages import produce_request as prq
-    from rivulet.server.features import TRANSACTION_VERSION, FinalizedFeatures
+    from rivulet.server.features import TRANSACTION_VERSION
 
     async def produce_v12(b: Broker, tid: str, pid: int, epoch: int, seq: int) -> ErrorCode:
         data = rec.encode_batch([rec.Record(0, None, None, b"x", [])], producer_id=pid, producer_epoch=epoch,
@@ -552,12 +562,12 @@ def test_produce_v12_adds_partitions_only_at_transaction_version_2(tmp_path):
         b = await start(tmp_path)
         try:
             tc = b.transaction_coordinator
+            assert b.features.level(TRANSACTION_VERSION) == 2  # a new cluster's
+            at_transaction_version(b, 0)  # an existing cluster kept at 0
             err, pid, e = await call(tc.handle_init_producer_id, "p12", 60_000, None)
-            # transaction.version 0 (Rivulet's): v12 is v11, the partition must have been added.
+            # Below transaction.version 2: v12 is v11, the partition must have been added.
             assert await produce_v12(b, "p12", pid, e, 0) == ErrorCode.INVALID_TXN_STATE
-            # As with transaction.version 2 supported and finalized.
-            b.features.supported[TRANSACTION_VERSION] = (0, 2)
-            b.features.set_finalized(FinalizedFeatures({TRANSACTION_VERSION: 2}, b.features.finalized.epoch + 1))
+            at_transaction_version(b, 2)
             assert await produce_v12(b, "p12", pid, e, 0) == ErrorCode.NONE
             assert (md(b, "p12").topic_partitions, md(b, "p12").client_transaction_version) == ({TP0}, 2)
         finally:
@@ -663,7 +673,6 @@ def test_txn_offset_commit_v5_adds_the_offsets_partition_at_transaction_version_
 
     from rivulet.protocol.framing import RequestHeader
     from rivulet.protocol.messages import txn_offset_commit_request as tocq
-    from rivulet.server.features import TRANSACTION_VERSION, FinalizedFeatures
     from rivulet.server.handlers.groups import _offsets_add_error
 
     async def commit(b: Broker, version: int, tid: str, pid: int, epoch: int, group: str = "g") -> ErrorCode:
@@ -688,12 +697,12 @@ def test_txn_offset_commit_v5_adds_the_offsets_partition_at_transaction_version_
             await until(lambda: b.group_coordinator.find_group_coordinator("g")[0] == ErrorCode.NONE)
             await until(lambda: not b.group_coordinator.manager.is_loading())
             offsets_tp = TopicPartition("__consumer_offsets", b.group_coordinator.partition_for("g"))
+            at_transaction_version(b, 0)  # an existing cluster kept at 0
             err, pid, e = await call(tc.handle_init_producer_id, "o5", 60_000, None)
-            # transaction.version 0 (Rivulet's): v5 is v4, nothing is added.
+            # Below transaction.version 2: v5 is v4, nothing is added.
             assert await commit(b, 5, "o5", pid, e) == ErrorCode.NONE
             assert md(b, "o5").topic_partitions == set()
-            b.features.supported[TRANSACTION_VERSION] = (0, 2)
-            b.features.set_finalized(FinalizedFeatures({TRANSACTION_VERSION: 2}, b.features.finalized.epoch + 1))
+            at_transaction_version(b, 2)
             err, pid4, e4 = await call(tc.handle_init_producer_id, "o4", 60_000, None)
             assert await commit(b, 4, "o4", pid4, e4, "g4") == ErrorCode.NONE
             assert md(b, "o4").topic_partitions == set()
