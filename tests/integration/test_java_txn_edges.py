@@ -64,6 +64,19 @@ def test_java_transactions_answer_as_kafka(java, tmp_path):
     assert got == expected, "\n".join(difflib.unified_diff(expected, got, "kafka-4.3.1", "rivulet", lineterm=""))
 
 
+@pytest.mark.cluster
+def test_java_transactions_answer_as_kafka_on_a_cluster(java, zk_connect, tmp_path):
+    """The same on three brokers: a partition's leader adds it to the transaction of a
+    coordinator on another broker (AddPartitionsToTxn v5, the Produce v12 implicit add), and
+    the markers go out as WriteTxnMarkers v2."""
+    from tests.cluster import three_brokers
+
+    with three_brokers(zk_connect, **CONFIGS) as cluster:
+        got = [KNOWN.get(line, line) for line in run_probe(cluster.bootstrap, tmp_path / "java.log")]
+    expected = GOLDEN.read_text().splitlines()
+    assert got == expected, "\n".join(difflib.unified_diff(expected, got, "kafka-4.3.1", "rivulet", lineterm=""))
+
+
 def _golden(scenario: str) -> list[str]:
     return [line for line in GOLDEN.read_text().splitlines() if line.startswith(f"[{scenario}] ")]
 
