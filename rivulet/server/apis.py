@@ -216,8 +216,7 @@ class KafkaApis:
         for area in (
             PartitionAdminHandlers(partition_admin, authz),
             QuorumHandlers(quorum, authz, metadata_cache, controller_links),
-            RecordHandlers(replica_manager, topics, quotas, authz, fetch_sessions, clock,
-                           lambda: features.level(TRANSACTION_VERSION), metadata_cache),
+            RecordHandlers(replica_manager, topics, quotas, authz, fetch_sessions, clock, metadata_cache),
             QuotaHandlers(quotas, authz),
             AclHandlers(acls, authz),
             ScramHandlers(scram, authz),

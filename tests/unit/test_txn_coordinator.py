@@ -449,7 +449,9 @@ def at_transaction_version(b: Broker, level: int) -> None:
     b.features.set_finalized(FinalizedFeatures(levels, b.features.finalized.epoch + 1))
 
 
-def test_end_txn_v5_answers_the_next_epoch_only_at_transaction_version_2(tmp_path):
+def test_end_txn_v5_answers_the_next_epoch_by_its_version_alone(tmp_path):
+    """Kafka's transactionVersionForEndTxn: v5 is a transaction.version 2 client whatever the
+    cluster's level (a producer that saw 2 keeps it over a downgrade); v4 and below are classic."""
     from rivulet.protocol.framing import RequestHeader
     from rivulet.protocol.messages.end_txn_request import EndTxnRequest
 
@@ -466,8 +468,8 @@ def test_end_txn_v5_answers_the_next_epoch_only_at_transaction_version_2(tmp_pat
         try:
             at_transaction_version(b, 0)  # an existing cluster kept at 0
             pid, e = await open_txn(b, "h0")
-            # Below transaction.version 2: v5 is v4 and names the producer unchanged.
-            assert await end_txn(b, 5, "h0", pid, e, True) == (ErrorCode.NONE, pid, e)
+            # Level 0, and still v5 bumps the epoch and names the producer's next.
+            assert await end_txn(b, 5, "h0", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
             at_transaction_version(b, 2)
             pid2, e2 = await open_txn(b, "h2")
             assert await end_txn(b, 5, "h2", pid2, e2, True) == (ErrorCode.NONE, pid2, e2 + 1)
@@ -539,21 +541,23 @@ def test_tv2_added_partition_takes_a_new_producer_at_sequence_0(tmp_path):
     asyncio.run(go())
 
 
-def test_produce_v12_adds_partitions_only_at_transaction_version_2(tmp_path):
+def test_produce_v12_adds_partitions_by_its_version_alone(tmp_path):
+    """Kafka decides the implicit add by Produce's version (v12+), not by the cluster's level."""
     from types import SimpleNamespace
 
     from rivulet.protocol.framing import RequestHeader
     from rivulet.protocol.messages import produce_request as prq
     from rivulet.server.features import TRANSACTION_VERSION
 
-    async def produce_v12(b: Broker, tid: str, pid: int, epoch: int, seq: int) -> ErrorCode:
+    async def produce_v12(b: Broker, tid: str, pid: int, epoch: int, seq: int, version: int = 12,
+                          partition: int = 0) -> ErrorCode:
         data = rec.encode_batch([rec.Record(0, None, None, b"x", [])], producer_id=pid, producer_epoch=epoch,
                                 base_sequence=seq, transactional=True)
         req = prq.ProduceRequest(transactional_id=tid, acks=-1, timeout_ms=5000, topic_data=[prq.TopicProduceData(
-            name="t", partition_data=[prq.PartitionProduceData(index=0, records=bytearray(data))])])
+            name="t", partition_data=[prq.PartitionProduceData(index=partition, records=bytearray(data))])])
         conn = SimpleNamespace(request_size=len(data), user=None, throttle=lambda ms: None, principal=None,
                                listener=SimpleNamespace(name="PLAINTEXT"))
-        resp = b.apis.handlers[0](RequestHeader(0, 12, 1, "p"), req, conn)
+        resp = b.apis.handlers[0](RequestHeader(0, version, 1, "p"), req, conn)
         if isinstance(resp, asyncio.Future):
             resp = await resp
         return ErrorCode(resp.responses[0].partition_responses[0].error_code)
@@ -565,11 +569,15 @@ def test_produce_v12_adds_partitions_only_at_transaction_version_2(tmp_path):
             assert b.features.level(TRANSACTION_VERSION) == 2  # a new cluster's
             at_transaction_version(b, 0)  # an existing cluster kept at 0
             err, pid, e = await call(tc.handle_init_producer_id, "p12", 60_000, None)
-            # Below transaction.version 2: v12 is v11, the partition must have been added.
-            assert await produce_v12(b, "p12", pid, e, 0) == ErrorCode.INVALID_TXN_STATE
-            at_transaction_version(b, 2)
+            # v11: the partition must have been added (AddPartitionsToTxn), at any level.
+            assert await produce_v12(b, "p12", pid, e, 0, version=11) == ErrorCode.INVALID_TXN_STATE
+            # v12 adds it, at level 0 too.
             assert await produce_v12(b, "p12", pid, e, 0) == ErrorCode.NONE
             assert (md(b, "p12").topic_partitions, md(b, "p12").client_transaction_version) == ({TP0}, 2)
+            at_transaction_version(b, 2)
+            assert await produce_v12(b, "p12", pid, e, 0, version=11, partition=1) == ErrorCode.INVALID_TXN_STATE
+            assert await produce_v12(b, "p12", pid, e, 0, partition=1) == ErrorCode.NONE
+            assert md(b, "p12").topic_partitions == {TP0, TP1}
         finally:
             await b.shutdown()
     asyncio.run(go())
