@@ -58,14 +58,7 @@ KNOWN_DIFFERENCES = {
     "share.describe.empty": "Kafka's AlterShareGroupOffsets on a new group bumps its epoch to 1",
     "share.offsets": "Kafka persists share-partition start offsets lazily: its answer varies by timing",
     "share.alterOffsets.empty": "as share.offsets",
-    # transaction.version 2 (KIP-890 part 2) and ELR are not implemented: Rivulet finalizes
-    # transaction.version 0, so no epoch bump at each transaction's end.
-    "txn.describe": "transaction.version 0: no epoch bump at commit",
-    "txn.producers": "transaction.version 0: no epoch bump at commit",
-    "txn.abort.wrongEpoch": "transaction.version 0: no epoch bump at commit",
-    "txn.fenced.commit": "Kafka's client times out (transaction.version 2); Rivulet's answer is PRODUCER_FENCED",
-    "features": "transaction.version 2, eligible.leader.replicas.version 1 and kraft.version not implemented",
-    "features.update.safeDowngrade": "transaction.version 2 not implemented",
+    "features": "eligible.leader.replicas.version 1 (ELR) and kraft.version not implemented",
     "registerBroker.unregister": "a ZooKeeper-mode control plane: no UnregisterBroker (KRaft)",
     "list.internal": "Kafka recreates __consumer_offsets after its deletion (the group coordinator); Rivulet "
                      "on the next FindCoordinator",

@@ -95,9 +95,9 @@ class TxnOperation(enum.Enum):
     ADD_PARTITION = "add"  # Produce v12, TxnOffsetCommit v5
 
     @classmethod
-    def for_produce(cls, version: int, adds: bool) -> TxnOperation:
-        """``adds``: transaction.version 2 is finalized (as ``for_txn_offset_commit``)."""
-        if version >= 12 and adds:
+    def for_produce(cls, version: int) -> TxnOperation:
+        """By the version alone, as Kafka: v12+ is a transaction.version 2 producer's."""
+        if version >= 12:
             return cls.ADD_PARTITION
         return cls.GENERIC_ERROR_SUPPORTED if version >= 11 else cls.DEFAULT_ERROR
 

@@ -74,7 +74,7 @@ log.addFilter(RateLimitFilter())  # a client repeating an unsupported request is
 
 # API key -> (min, max) versions Rivulet implements.
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
-    0: (3, 13),   # Produce (v12 is v11 without transaction.version 2, which Rivulet does not finalise)
+    0: (3, 13),   # Produce (v12+: a transaction.version 2 producer's batches add their partitions)
     1: (4, 18),   # Fetch
     2: (1, 11),   # ListOffsets
     3: (0, 13),   # Metadata
@@ -96,9 +96,9 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     23: (2, 4),   # OffsetForLeaderEpoch
     24: (0, 5),   # AddPartitionsToTxn (v4+: brokers' batched form)
     25: (0, 4),   # AddOffsetsToTxn
-    26: (0, 5),   # EndTxn (v5 is for transaction.version 2, which Rivulet does not finalise)
+    26: (0, 5),   # EndTxn (v5: transaction.version 2, the epoch bumped at every end)
     27: (0, 2),   # WriteTxnMarkers
-    28: (0, 5),   # TxnOffsetCommit
+    28: (0, 5),   # TxnOffsetCommit (v5: adds the group's offsets partition, transaction.version 2)
     29: (1, 3),   # DescribeAcls
     30: (1, 3),   # CreateAcls
     31: (1, 3),   # DeleteAcls
@@ -220,8 +220,7 @@ class KafkaApis:
         for area in (
             PartitionAdminHandlers(partition_admin, authz),
             QuorumHandlers(quorum, authz, metadata_cache, controller_links),
-            RecordHandlers(replica_manager, topics, quotas, authz, fetch_sessions, clock, transaction_version,
-                           metadata_cache),
+            RecordHandlers(replica_manager, topics, quotas, authz, fetch_sessions, clock, metadata_cache),
             QuotaHandlers(quotas, authz),
             AclHandlers(acls, authz),
             ScramHandlers(scram, authz),

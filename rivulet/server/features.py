@@ -5,8 +5,9 @@ A broker lists both in ApiVersions (v3+); clients read ``group.version``, ``shar
 ``transaction.version`` there. The finalized levels live with the ``FeatureStore``: ZooKeeper's
 /feature znode in a cluster (its znode version is the epoch, as Kafka's ZooKeeper mode), the
 broker's own metadata on one node. Rivulet supports a level only where it implements what the
-level turns on, so transaction.version 2 (KIP-890 part 2) and
-eligible.leader.replicas.version 1 are outside its ranges and UpdateFeatures refuses them.
+level turns on, so eligible.leader.replicas.version 1 is outside its ranges and UpdateFeatures
+refuses it. A new cluster finalizes the highest supported levels (transaction.version 2, KIP-890
+part 2, as Kafka 4.3's); an existing one keeps its stored levels until UpdateFeatures.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def supported_features(share_groups_enabled: bool) -> dict[str, tuple[int, int]]
     return {
         GROUP_VERSION: (0, 1),
         SHARE_VERSION: (0, 1 if share_groups_enabled else 0),
-        TRANSACTION_VERSION: (0, 0),
+        TRANSACTION_VERSION: (0, 2),  # 2: KIP-890 part 2 (epoch bump at every EndTxn, implicit adds)
         STREAMS_VERSION: (0, 1),  # 1: KIP-1071's streams groups
         ELR_VERSION: (0, 0),
     }

@@ -246,9 +246,10 @@ class ProducerAppendInfo:
         current = self.updated.producer_epoch
         strict = transaction_version >= TV_EPOCH_BUMP
         if epoch < current or (strict and epoch == current):
-            if strict and self.updated.current_txn_first_offset is None:
+            if strict and epoch == current and self.updated.current_txn_first_offset is None:
                 # The same marker again with its transaction already ended (a coordinator
-                # reloading PrepareCommit/PrepareAbort, a lost answer): written again, as Kafka.
+                # reloading PrepareCommit/PrepareAbort, a lost answer): written again, as Kafka
+                # (KAFKA-19999). An older epoch is refused: the partition moved past it.
                 log.info("Idempotent transaction marker retry detected for producer %d epoch %d. Transaction "
                          "already completed, allowing duplicate marker write.", self.producer_id, epoch)
                 return

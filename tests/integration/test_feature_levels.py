@@ -44,19 +44,23 @@ def test_api_versions_carry_the_features(broker):
     v4 = api_versions(broker, 4)
     supported = {f.name: (f.min_version, f.max_version) for f in v4.supported_features}
     assert supported["group.version"] == (0, 1) and supported["share.version"] == (0, 1)
-    assert supported["transaction.version"] == (0, 0)
+    assert supported["transaction.version"] == (0, 2)
     finalized = {f.name: (f.min_version_level, f.max_version_level) for f in v4.finalized_features}
-    assert finalized["group.version"] == (1, 1) and "transaction.version" not in finalized
+    # A new cluster finalizes transaction.version 2, as Kafka 4.3.1's does.
+    assert finalized["group.version"] == (1, 1) and finalized["transaction.version"] == (2, 2)
     assert v4.finalized_features_epoch >= 0
     # v3 could not carry a range starting at 0 (KAFKA-17011): those are left out.
     assert api_versions(broker, 3).supported_features == []
 
 
 def test_update_features_validates_as_kafka(broker):
-    r = update(broker, "transaction.version", 2)
+    r = update(broker, "transaction.version", 3)
     assert r.error_code == ErrorCode.INVALID_UPDATE_VERSION and r.results == []
-    assert r.error_message.endswith("Invalid update version 2 for feature transaction.version. Local controller 1 "
-                                    "does not support this feature.")
+    assert r.error_message.endswith("Invalid update version 3 for feature transaction.version. Local controller 1 "
+                                    "only supports versions 0-2")
+    r = update(broker, "eligible.leader.replicas.version", 1)
+    assert r.error_message.endswith("Invalid update version 1 for feature eligible.leader.replicas.version. Local "
+                                    "controller 1 does not support this feature.")
     r = update(broker, "group.version", 0, upgrade_type=1, version=1)
     assert r.error_code == ErrorCode.INVALID_UPDATE_VERSION and "safe or unsafe downgrade" in r.error_message
     epoch = api_versions(broker, 4).finalized_features_epoch

@@ -43,10 +43,12 @@ def update(f: FeatureLevels, *updates: tuple[str, int, int], validate_only: bool
 
 def test_a_new_cluster_finalizes_what_rivulet_implements():
     f = FeatureLevels(1, supported_features(True), MemoryStore())
-    assert dict(f.finalized.levels) == {"group.version": 1, "share.version": 1, "streams.version": 1}
+    # transaction.version 2 as Kafka 4.3's new clusters (its bootstrap metadata version's).
+    assert dict(f.finalized.levels) == {"group.version": 1, "share.version": 1, "streams.version": 1,
+                                        "transaction.version": 2}
     assert f.finalized.epoch == 0
     off = FeatureLevels(1, supported_features(False), MemoryStore())
-    assert dict(off.finalized.levels) == {"group.version": 1, "streams.version": 1}
+    assert dict(off.finalized.levels) == {"group.version": 1, "streams.version": 1, "transaction.version": 2}
     assert off.level("share.version") == 0
 
 
@@ -61,7 +63,8 @@ def test_downgrade_and_upgrade_need_the_right_type_and_persist():
     assert update(f, ("group.version", 0, SAFE), validate_only=True) is None
     assert f.level("group.version") == 1 and store.writes == 0
     assert update(f, ("group.version", 0, UNSAFE)) is None
-    assert f.level("group.version") == 0 and store.stored == FinalizedFeatures({"share.version": 1, "streams.version": 1}, 1)
+    assert f.level("group.version") == 0 and store.stored == FinalizedFeatures(
+        {"share.version": 1, "streams.version": 1, "transaction.version": 2}, 1)
     e = update(f, ("group.version", 1, SAFE))
     assert e is not None and "Can't downgrade to a newer version." in (e.message or "")
     assert update(f, ("group.version", 1, UP)) is None
@@ -72,7 +75,8 @@ def test_levels_outside_the_supported_ranges_are_refused_as_kafka():
     f = FeatureLevels(3, supported_features(True), MemoryStore(),
                       peers=lambda: {3: supported_features(True), 4: supported_features(False)})
     cases = {
-        ("transaction.version", 2, UP): "Local controller 3 does not support this feature.",
+        ("transaction.version", 3, UP): "Local controller 3 only supports versions 0-2",
+        ("eligible.leader.replicas.version", 1, UP): "Local controller 3 does not support this feature.",
         ("group.version", 2, UP): "Local controller 3 only supports versions 0-1",
         ("no.such.feature", 1, UP): "Local controller 3 does not support this feature.",
         ("group.version", -1, SAFE): "A feature version cannot be less than 0.",
@@ -87,8 +91,25 @@ def test_levels_outside_the_supported_ranges_are_refused_as_kafka():
     e = update(f, ("share.version", 1, UP))
     assert e is not None and (e.message or "").endswith("broker 4 does not support this feature.")
     # One bad update fails them all.
-    e = update(f, ("group.version", 0, SAFE), ("transaction.version", 1, UP))
+    e = update(f, ("group.version", 0, SAFE), ("transaction.version", 3, UP))
     assert e is not None and f.level("group.version") == 1
+
+
+def test_an_existing_cluster_keeps_its_stored_transaction_version_until_upgraded():
+    """Levels stored before transaction.version 2 was supported stay as they are (0: absent);
+    UpdateFeatures takes them up, once every live broker supports the level."""
+    store = MemoryStore()
+    store.stored = FinalizedFeatures({"group.version": 1, "share.version": 1, "streams.version": 1}, 3)
+    old_peer = {**supported_features(True), "transaction.version": (0, 0)}
+    f = FeatureLevels(1, supported_features(True), store, peers=lambda: {2: old_peer})
+    assert f.level("transaction.version") == 0
+    e = update(f, ("transaction.version", 2, UP))
+    assert e is not None and (e.message or "").endswith("broker 2 does not support this feature.")
+    f = FeatureLevels(1, supported_features(True), store, peers=lambda: {2: supported_features(True)})
+    assert update(f, ("transaction.version", 1, UP)) is None and f.level("transaction.version") == 1
+    assert update(f, ("transaction.version", 2, UP)) is None and f.level("transaction.version") == 2
+    assert store.stored == FinalizedFeatures({"group.version": 1, "share.version": 1, "streams.version": 1,
+                                              "transaction.version": 2}, 5)
 
 
 def test_a_concurrent_change_is_read_and_revalidated():

@@ -244,6 +244,10 @@ def test_tv2_marker_must_carry_a_bumped_epoch(make_log):
     end = lg.log_end_offset
     append(lg, marker(False, epoch=5), C, 2)
     assert lg.log_end_offset == end + 1
+    # Not one of an older epoch (an admin's AbortTransaction moved the producer to 5 before a
+    # coordinator's fence at 4 got here): Kafka refuses it, and the coordinator abandons it.
+    expect_error(ErrorCode.INVALID_PRODUCER_EPOCH, append, lg, marker(False, epoch=4), C, 2)
+    assert lg.log_end_offset == end + 1
     # Followers copy what the leader checked: the old rule.
     append(lg, batch(1, epoch=5, seq=0, txn=True))
     append(lg, marker(True, epoch=5), AppendOrigin.REPLICATION)

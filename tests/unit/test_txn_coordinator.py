@@ -380,8 +380,20 @@ async def test_tv2_timeout_abort_lets_the_producer_abort_and_go_on(b: Broker) ->
     assert await call(tc.handle_init_producer_id, "tt", 60_000, None) == (ErrorCode.NONE, pid, e + 3)
 
 
+def at_transaction_version(b: Broker, level: int) -> None:
+    """The cluster's finalized transaction.version set to ``level`` (a new one's is 2)."""
+    from rivulet.server.features import TRANSACTION_VERSION, FinalizedFeatures
+
+    levels = {k: v for k, v in b.features.finalized.levels.items() if k != TRANSACTION_VERSION}
+    if level:
+        levels[TRANSACTION_VERSION] = level
+    b.features.set_finalized(FinalizedFeatures(levels, b.features.finalized.epoch + 1))
+
+
 @with_broker()
-async def test_end_txn_v5_answers_the_next_epoch_only_at_transaction_version_2(b: Broker) -> None:
+async def test_end_txn_v5_answers_the_next_epoch_by_its_version_alone(b: Broker) -> None:
+    """Kafka's transactionVersionForEndTxn: v5 is a transaction.version 2 client whatever the
+    cluster's level (a producer that saw 2 keeps it over a downgrade); v4 and below are classic."""
     from rivulet.protocol.framing import RequestHeader
     from rivulet.protocol.messages.end_txn_request import EndTxnRequest
 
@@ -393,11 +405,11 @@ async def test_end_txn_v5_answers_the_next_epoch_only_at_transaction_version_2(b
             resp = await resp
         return ErrorCode(resp.error_code), resp.producer_id, resp.producer_epoch
 
-    tc = b.transaction_coordinator
+    at_transaction_version(b, 0)  # an existing cluster kept at 0
     pid, e = await open_txn(b, "h0")
-    # transaction.version 0 (Rivulet's): v5 is v4 and names the producer unchanged.
-    assert await end_txn(b, 5, "h0", pid, e, True) == (ErrorCode.NONE, pid, e)
-    tc.state_manager.transaction_version = lambda: 2  # as with transaction.version 2 finalized
+    # Level 0, and still v5 bumps the epoch and names the producer's next.
+    assert await end_txn(b, 5, "h0", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
+    at_transaction_version(b, 2)
     pid2, e2 = await open_txn(b, "h2")
     assert await end_txn(b, 5, "h2", pid2, e2, True) == (ErrorCode.NONE, pid2, e2 + 1)
     await until(lambda: md(b, "h2").state == TxnState.COMPLETE_COMMIT)
@@ -457,35 +469,41 @@ async def test_tv2_added_partition_takes_a_new_producer_at_sequence_0(b: Broker)
 
 
 @with_broker()
-async def test_produce_v12_adds_partitions_only_at_transaction_version_2(b: Broker) -> None:
+async def test_produce_v12_adds_partitions_by_its_version_alone(b: Broker) -> None:
+    """Kafka decides the implicit add by Produce's version (v12+), not by the cluster's level."""
     from types import SimpleNamespace
 
     from rivulet.protocol.framing import RequestHeader
     from rivulet.protocol.messages import produce_request as prq
-    from rivulet.server.features import TRANSACTION_VERSION, FinalizedFeatures
+    from rivulet.server.features import TRANSACTION_VERSION
 
-    async def produce_v12(b: Broker, tid: str, pid: int, epoch: int, seq: int) -> ErrorCode:
+    async def produce_v12(b: Broker, tid: str, pid: int, epoch: int, seq: int, version: int = 12,
+                          partition: int = 0) -> ErrorCode:
         data = rec.encode_batch([rec.Record(0, None, None, b"x", [])], producer_id=pid, producer_epoch=epoch,
                                 base_sequence=seq, transactional=True)
         req = prq.ProduceRequest(transactional_id=tid, acks=-1, timeout_ms=5000, topic_data=[prq.TopicProduceData(
-            name="t", partition_data=[prq.PartitionProduceData(index=0, records=bytearray(data))])])
+            name="t", partition_data=[prq.PartitionProduceData(index=partition, records=bytearray(data))])])
         conn = SimpleNamespace(request_size=len(data), user=None, throttle=lambda ms: None, principal=None,
                                listener=SimpleNamespace(name="PLAINTEXT"))
-        resp = b.apis.handlers[0](RequestHeader(0, 12, 1, "p"), req, conn)
+        resp = b.apis.handlers[0](RequestHeader(0, version, 1, "p"), req, conn)
         if isinstance(resp, asyncio.Future):
             resp = await resp
         return ErrorCode(resp.responses[0].partition_responses[0].error_code)
 
     tc = b.transaction_coordinator
+    assert b.features.level(TRANSACTION_VERSION) == 2  # a new cluster's
+    at_transaction_version(b, 0)  # an existing cluster kept at 0
     err, pid, e = await call(tc.handle_init_producer_id, "p12", 60_000, None)
-    # transaction.version 0 (Rivulet's): v12 is v11, the partition must have been added
+    # v11: the partition must have been added (AddPartitionsToTxn), at any level
     # (TRANSACTION_ABORTABLE from v11, as Kafka 4.3.1 answers).
-    assert await produce_v12(b, "p12", pid, e, 0) == ErrorCode.TRANSACTION_ABORTABLE
-    # As with transaction.version 2 supported and finalized.
-    b.features.supported[TRANSACTION_VERSION] = (0, 2)
-    b.features.set_finalized(FinalizedFeatures({TRANSACTION_VERSION: 2}, b.features.finalized.epoch + 1))
+    assert await produce_v12(b, "p12", pid, e, 0, version=11) == ErrorCode.TRANSACTION_ABORTABLE
+    # v12 adds it, at level 0 too.
     assert await produce_v12(b, "p12", pid, e, 0) == ErrorCode.NONE
     assert (md(b, "p12").topic_partitions, md(b, "p12").client_transaction_version) == ({TP0}, 2)
+    at_transaction_version(b, 2)
+    assert await produce_v12(b, "p12", pid, e, 0, version=11, partition=1) == ErrorCode.TRANSACTION_ABORTABLE
+    assert await produce_v12(b, "p12", pid, e, 0, partition=1) == ErrorCode.NONE
+    assert md(b, "p12").topic_partitions == {TP0, TP1}
 
 
 class _NoLocalCoordinator:
@@ -661,19 +679,19 @@ async def test_txn_offset_commit_v5_adds_the_offsets_partition_at_transaction_ve
     has the coordinator add the group's __consumer_offsets partition, answering its refusals as
     Kafka's group coordinator does. v4, and v5 below level 2, only check (no AddOffsetsToTxn here:
     TRANSACTION_ABORTABLE) and add nothing."""
-    from rivulet.server.features import TRANSACTION_VERSION, FinalizedFeatures
     from rivulet.server.handlers.groups import _offsets_join_error
 
     tc = b.transaction_coordinator
     # As a client's FindCoordinator does first: __consumer_offsets is made and loaded.
     await until(lambda: b.group_coordinator.find_group_coordinator("g")[0] == ErrorCode.NONE)
+    await until(lambda: not b.group_coordinator.manager.is_loading())
     offsets_tp = TopicPartition("__consumer_offsets", b.group_coordinator.partition_for("g"))
+    at_transaction_version(b, 0)  # an existing cluster kept at 0
     err, pid, e = await call(tc.handle_init_producer_id, "o5", 60_000, None)
-    # transaction.version 0 (Rivulet's): v5 is v4, checked, nothing is added.
+    # Below transaction.version 2: v5 is v4, checked, nothing is added.
     assert await txn_offset_commit(b, 5, "o5", pid, e) == ErrorCode.TRANSACTION_ABORTABLE
     assert md(b, "o5").topic_partitions == set()
-    b.features.supported[TRANSACTION_VERSION] = (0, 2)
-    b.features.set_finalized(FinalizedFeatures({TRANSACTION_VERSION: 2}, b.features.finalized.epoch + 1))
+    at_transaction_version(b, 2)
     err, pid4, e4 = await call(tc.handle_init_producer_id, "o4", 60_000, None)
     assert await txn_offset_commit(b, 4, "o4", pid4, e4, "g4") == ErrorCode.TRANSACTION_ABORTABLE
     assert md(b, "o4").topic_partitions == set()

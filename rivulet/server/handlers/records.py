@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from rivulet.common.file_region import FileRegion
 from rivulet.common.time import Clock
-from rivulet.common.types import TV_EPOCH_BUMP, TopicPartition
+from rivulet.common.types import TopicPartition
 from rivulet.protocol.accel import speedups
 from rivulet.protocol.errors import NO_ERROR, ApiError, ErrorCode
 from rivulet.protocol.fetch_answer import AnswerTopic, FetchAnswer, PartitionResult, partition_data
@@ -140,8 +140,6 @@ class RecordHandlers:
     authz: Authz
     fetch_sessions: FetchSessionCache
     clock: Clock
-    # The finalized transaction.version: from 2 a Produce v12 adds its partitions to the transaction.
-    transaction_version: Callable[[], int]
     # Cluster mode: where a partition's leader is, for the KIP-951 hints of NOT_LEADER_OR_FOLLOWER.
     metadata_cache: MetadataCache | None = None
 
@@ -215,10 +213,10 @@ class RecordHandlers:
             for tp in entries:
                 early[tp] = ProduceResult(error=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
             entries = {}
-        # KIP-890: v11 knows TRANSACTION_ABORTABLE; v12+ of a transaction.version 2 producer carries
-        # the AddPartitionsToTxn (Kafka decides by the version alone; here also by the level, until
-        # 2 is finalized).
-        operation = TxnOperation.for_produce(header.api_version, self.transaction_version() >= TV_EPOCH_BUMP)
+        # KIP-890: v11 knows TRANSACTION_ABORTABLE; v12+ comes from a transaction.version 2
+        # producer, which sends no AddPartitionsToTxn. Decided by the version alone, as Kafka: a
+        # producer that saw level 2 keeps these semantics if the cluster is downgraded under it.
+        operation = TxnOperation.for_produce(header.api_version)
         result = self.replica_manager.append_records(
             entries, required_acks=acks, timeout_ms=req.timeout_ms, transactional_id=transactional_id,
             txn_operation=operation)

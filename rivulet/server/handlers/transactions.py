@@ -229,15 +229,15 @@ class TransactionHandlers:
         v = header.api_version
         if not self.authz.transactional_id(conn, Op.WRITE, req.transactional_id):
             return etr.EndTxnResponse(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-        if v >= 5 and self.coordinator.transaction_version() >= TV_EPOCH_BUMP:
+        if v >= 5:
             # KIP-890 part 2: the epoch goes up at every EndTxn; the answer names the producer's next.
+            # Decided by the version alone, as Kafka (transactionVersionForEndTxn), whatever the level.
             return _respond(lambda cb: self.coordinator.handle_end_transaction_tv2(
                 req.transactional_id, req.producer_id, req.producer_epoch, req.committed,
                 lambda err, pid, epoch: cb(etr.EndTxnResponse(throttle_time_ms=0, error_code=err, producer_id=pid,
                                                               producer_epoch=epoch))))
         return _respond(lambda cb: self.coordinator.handle_end_transaction(
             req.transactional_id, req.producer_id, req.producer_epoch, req.committed,
-            # v5 below transaction.version 2 (not finalized here yet) names the producer, unchanged.
             lambda err: cb(etr.EndTxnResponse(throttle_time_ms=0, error_code=_fenced_for(v, 2, err),
                                               producer_id=req.producer_id, producer_epoch=req.producer_epoch))))
 
