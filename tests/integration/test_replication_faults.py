@@ -1,7 +1,8 @@
 """Replication under real faults, on three cluster-mode broker processes and a real ZooKeeper:
 kill -9 of a partition leader under acks=all loses no acknowledged record, consumers go on from
 the new leader, and the ISR shrinks and grows back; a leader frozen with SIGSTOP and resumed
-after the leadership moved truncates what it alone had, and every replica ends byte-identical.
+after the leadership moved truncates what it alone had, and every replica ends byte-identical;
+below min.insync.replicas the high watermark waits for the ISR.
 The records acknowledged and read back are checked as Jepsen's Kafka workload checks them
 (tests/history.py)."""
 
@@ -344,3 +345,54 @@ def test_history_stays_linear_through_leader_kills_pauses_and_controller_kills(c
     assert not anomalies, f"{anomalies.summary()} after {done}"
     problem = reader.check_against(history)
     assert problem is None, f"{problem} after {done}"
+
+
+def test_the_high_watermark_waits_for_min_isr_after_two_followers_die(cluster):
+    """Kafka 4's leader (KIP-966's strict min ISR): with min.insync.replicas=2 and both followers
+    killed (-9), an acks=1 record is acknowledged but stays above the high watermark, unread,
+    until a follower is back in the ISR; then it is read. acks=all is refused meanwhile."""
+    topic = f"minisr-{uuid.uuid4().hex[:6]}"
+    create_topic(cluster, topic, **{"min.insync.replicas": "2"})
+    leader = cluster.partition_state(topic, 0)["leader"]
+    p1 = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "1", "enable.idempotence": False})
+    for i in range(5):
+        p1.produce(topic, f"before-{i}".encode())
+    assert p1.flush(60) == 0
+    c = Consumer({"bootstrap.servers": cluster.brokers[leader].bootstrap, "group.id": f"g-{topic}",
+                  "enable.auto.commit": False})
+    # acks=1 answers before the followers fetch: the five are committed once the HW covers them.
+    eventually(lambda: c.get_watermark_offsets(TopicPartition(topic, 0), timeout=30) == (0, 5), 60,
+               "the high watermark to cover the first five")
+    followers = [b for b in cluster.brokers if b != leader]
+    for b in followers:
+        cluster.brokers[b].kill()
+    eventually(lambda: cluster.partition_state(topic, 0)["isr"] == [leader], 60, "the ISR to shrink to the leader")
+    leader_bootstrap = cluster.brokers[leader].bootstrap
+    results: list = []
+    p1 = Producer({"bootstrap.servers": leader_bootstrap, "acks": "1", "enable.idempotence": False})
+    p1.produce(topic, b"under-min-isr", on_delivery=lambda err, msg: results.append((err, msg.offset())))
+    assert p1.flush(60) == 0
+    assert results == [(None, 5)]  # acknowledged at offset 5
+    pall = Producer({"bootstrap.servers": leader_bootstrap, "acks": "all", "enable.idempotence": False,
+                     "message.timeout.ms": 5000})
+    refused: list = []
+    pall.produce(topic, b"refused", on_delivery=lambda err, msg: refused.append(err))
+    pall.flush(30)
+    assert refused and refused[0] is not None and refused[0].name() in ("NOT_ENOUGH_REPLICAS", "_MSG_TIMED_OUT")
+    try:
+        # The leader's ISR is its own alone, so its high watermark cannot have moved past 5.
+        assert c.get_watermark_offsets(TopicPartition(topic, 0), timeout=30) == (0, 5)
+        cluster.restart(followers[0])
+        eventually(lambda: len(cluster.partition_state(topic, 0)["isr"]) == 2, 90, "a follower back in the ISR")
+        eventually(lambda: c.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)[1] >= 6, 60,
+                   "the high watermark to cover the record")
+        c.assign([TopicPartition(topic, 0, 5)])
+        got = None
+        for _ in range(60):
+            m = c.poll(1.0)
+            if m is not None and m.error() is None:
+                got = (m.offset(), m.value())
+                break
+        assert got == (5, b"under-min-isr")
+    finally:
+        c.close()
