@@ -587,6 +587,55 @@ public class ConsumerEdges {
         say("empty type " + d.type() + " state " + d.groupState());
     }
 
+    // Offsets a transaction has sent but not committed: a read_committed consumer asks for
+    // stable offsets (RequireStable) and waits; read_uncommitted sees the last committed ones.
+    static void pendingTxn(String proto) throws Exception {
+        String t = topic("ptx-" + proto, 1);
+        TopicPartition p0 = tp(t, 0);
+        produce(t, 0, -1, "a", "b");
+        try (KafkaConsumer<String, String> c = new KafkaConsumer<>(consumer(proto, "ptx"))) {
+            c.commitSync(Map.of(p0, new OffsetAndMetadata(1)));
+        }
+        Properties tx = new Properties();
+        tx.put("bootstrap.servers", bootstrap);
+        tx.put("key.serializer", StringSerializer.class.getName());
+        tx.put("value.serializer", StringSerializer.class.getName());
+        tx.put("transactional.id", "tx-" + run + "-ptx-" + proto);
+        try (KafkaProducer<String, String> pr = new KafkaProducer<>(tx)) {
+            pr.initTransactions();
+            pr.beginTransaction();
+            pr.sendOffsetsToTransaction(Map.of(p0, new OffsetAndMetadata(2, "tx")), new ConsumerGroupMetadata("g-" + run + "-ptx-" + proto));
+            for (String iso : List.of("read_uncommitted", "read_committed")) {
+                Properties p = consumer(proto, "ptx");
+                p.put("isolation.level", iso);
+                try (KafkaConsumer<String, String> c = new KafkaConsumer<>(p)) {
+                    attempt(iso + "-committed-pending", () -> say(iso + " committed " + byPartition(c.committed(Set.of(p0), Duration.ofSeconds(1)), ConsumerEdges::oam)));
+                }
+            }
+            pr.commitTransaction();
+        }
+        Properties p = consumer(proto, "ptx");
+        p.put("isolation.level", "read_committed");
+        try (KafkaConsumer<String, String> c = new KafkaConsumer<>(p)) {
+            say("after-commit committed " + byPartition(c.committed(Set.of(p0), Duration.ofSeconds(5)), ConsumerEdges::oam));
+        }
+    }
+
+    // A classic session timeout outside the broker's group.min/max.session.timeout.ms.
+    static void sessionTimeout(String proto) throws Exception {
+        String t = topic("sto-" + proto, 1);
+        for (String ms : List.of("1000", "2000000")) {
+            Properties p = consumer(proto, "sto");
+            p.put("session.timeout.ms", ms);
+            p.put("heartbeat.interval.ms", "300");
+            p.put("request.timeout.ms", "3000000");
+            try (KafkaConsumer<String, String> c = new KafkaConsumer<>(p)) {
+                c.subscribe(List.of(t));
+                attempt("session-" + ms, () -> { for (int i = 0; i < 20; i++) c.poll(Duration.ofMillis(100)); });
+            }
+        }
+    }
+
     public static void main(String[] args) throws Exception {
         bootstrap = args[0];
         run = args[1];
@@ -614,6 +663,8 @@ public class ConsumerEdges {
             all.put("subPattern-" + proto, () -> subPattern(proto));
             all.put("assignCommit-" + proto, () -> assignCommit(proto));
         }
+        for (String proto : List.of("classic", "consumer")) all.put("pendingTxn-" + proto, () -> pendingTxn(proto));
+        all.put("sessionTimeout-classic", () -> sessionTimeout("classic"));
         all.put("mixed-both", () -> mixed("both"));
         Set<String> only = new HashSet<>(Arrays.asList(args).subList(2, args.length));
         for (var e : all.entrySet()) {
