@@ -37,15 +37,57 @@ _RE2J_WORDS = {
 
 
 def _re2j_description(re2_text: str) -> str:
-    code = re2_text.split(": ", 1)[0] if ": " in re2_text else re2_text
+    code, _, where = re2_text.partition(": ")
+    if code == "invalid perl operator" and where.startswith("(?<"):
+        return "invalid named capture"  # RE2/J reads "(?<" as a named group: lookbehinds fail there
     return _RE2J_WORDS.get(code, re2_text)
+
+
+def _refused_by_re2j_only(pattern: str) -> str | None:
+    """What RE2/J refuses in a pattern RE2 accepts: ``\\C`` (any byte) outside a class, and a
+    group name used twice. The scan skips escapes, ``\\Q...\\E`` and character classes."""
+    names: set[str] = set()
+    i, n, in_class = 0, len(pattern), False
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            nxt = pattern[i + 1:i + 2]
+            if nxt == "C" and not in_class:
+                return "invalid escape sequence"
+            if nxt == "Q" and not in_class:
+                end = pattern.find("\\E", i + 2)
+                i = n if end < 0 else end + 2
+                continue
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            i += 1
+            i += pattern[i:i + 1] == "^"
+            i += pattern[i:i + 1] == "]"  # a "]" first in a class is literal
+            continue
+        elif pattern.startswith(("(?P<", "(?<"), i):
+            start = i + (4 if pattern[i + 2] == "P" else 3)
+            end = pattern.find(">", start)
+            if end > 0:
+                if pattern[start:end] in names:
+                    return "duplicate capture group name"
+                names.add(pattern[start:end])
+        i += 1
+    return None
 
 
 def compile_re2(pattern: str) -> Any:  # Any: google-re2 ships no types for its compiled patterns
     """The compiled pattern (use ``fullmatch`` to match a whole name, as Kafka's ``matches()``)."""
     try:
-        return re2.compile(pattern, _QUIET)
+        compiled = re2.compile(pattern, _QUIET)
     except re2.error as e:
         reason = e.args[0] if e.args else "invalid pattern"
         text = reason.decode(errors="replace") if isinstance(reason, bytes) else str(reason)
         raise InvalidRegex(_re2j_description(text)) from None
+    refused = _refused_by_re2j_only(pattern)
+    if refused is not None:
+        raise InvalidRegex(refused)
+    return compiled

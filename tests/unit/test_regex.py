@@ -32,11 +32,25 @@ pytestmark = pytest.mark.fast
     ("(?i", "invalid or unsupported Perl syntax"),
     ("(?P=n)", "invalid or unsupported Perl syntax"),
     ("(?P<n", "invalid named capture"),
+    ("(?<=a)", "invalid named capture"),
+    ("(?<!a)", "invalid named capture"),
+    # RE2 accepts these; RE2/J does not.
+    ("a\\C", "invalid escape sequence"),
+    ("(?P<n>a)\\C", "invalid escape sequence"),
+    ("(?<a>x)(?<a>y)", "duplicate capture group name"),
+    ("(?P<n>a)|(?P<n>b)", "duplicate capture group name"),
 ])
 def test_an_invalid_pattern_is_described_as_re2j_describes_it(pattern, description):
     with pytest.raises(InvalidRegex) as e:
         compile_re2(pattern)
     assert str(e.value) == description
+
+
+# Valid for RE2/J 1.8 too: escapes, \\Q...\\E and classes are not mistaken for groups or \\C.
+@pytest.mark.parametrize("pattern", ["\\\\C", "[[:alpha:]](?P<n>a)(?P<m>b)", "\\Q(?P<n>\\E(?P<n>a)", "[]a](?P<n>x)",
+                                     "(?<n>a)", "\\Qa.b\\E", "\\(?P<n>a\\)"])
+def test_patterns_re2j_accepts_compile(pattern):
+    compile_re2(pattern)
 
 
 def test_a_valid_pattern_matches_whole_names():
