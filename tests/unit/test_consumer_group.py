@@ -305,7 +305,7 @@ def test_a_regular_expression_follows_the_topics_it_matches():
      "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."),
     (dict(instance_id=""), ErrorCode.INVALID_REQUEST, "InstanceId can't be empty."),
     (dict(subscribed_topic_regex="orders-("), ErrorCode.INVALID_REGULAR_EXPRESSION,
-     "SubscribedTopicRegex `orders-(` is not a valid regular expression: missing ): orders-(."),
+     "SubscribedTopicRegex `orders-(` is not a valid regular expression: missing closing )."),
     (dict(server_assignor="sticky"), ErrorCode.UNSUPPORTED_ASSIGNOR,
      "ServerAssignor sticky is not supported. Supported assignors: uniform, range."),
 ])
