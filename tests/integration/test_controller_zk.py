@@ -220,18 +220,27 @@ def test_leaderless_partition_waits_for_its_isr_unless_unclean(run):
     run(scenario)
 
 
+async def _orders_at_elr_level_1(cl: Cluster, elr: bool | Callable[[], bool] = True
+                                 ) -> tuple[KafkaController, Recorder]:
+    """Three brokers, an active controller told eligible.leader.replicas.version 1 is finalized
+    (``elr``, as ``Cluster.controller`` takes it; min ISR 2), and the topic "orders" with one
+    partition on all three."""
+    for b in (1, 2, 3):
+        cl.register(b)
+    c, rec = await cl.controller(9, elr=elr, min_isr=2)
+    await eventually(lambda: c.is_active)
+    cl.admin.create_topic(z.TopicAssignment("orders", None, {0: [1, 2, 3]}), {})
+    await eventually(lambda: cl.state() is not None)
+    return c, rec
+
+
 def test_at_elr_version_1_replicas_lost_below_min_isr_stay_eligible(run):
     """KIP-966, dormant (the controller is told level 1 is finalized, which no cluster can be
     yet): RF 3, min ISR 2. Members lost below min ISR move into the ELR, the last one empties
     the ISR and is remembered as the last known leader, the brokers hear of both, and the first
     eligible replica back leads alone; its ISR back at min ISR clears the ELR."""
     async def scenario(cl: Cluster) -> None:
-        for b in (1, 2, 3):
-            cl.register(b)
-        c, rec = await cl.controller(9, elr=True, min_isr=2)
-        await eventually(lambda: c.is_active)
-        cl.admin.create_topic(z.TopicAssignment("orders", None, {0: [1, 2, 3]}), {})
-        await eventually(lambda: cl.state() is not None)
+        c, rec = await _orders_at_elr_level_1(cl)
         cl.kill(3)
         await eventually(lambda: cl.state().isr == (1, 2))
         assert cl.state().eligible_leader_replicas == ()
@@ -263,12 +272,7 @@ def test_at_elr_version_1_an_unclean_election_comes_after_the_elr(run):
     """KIP-966, dormant: a replica outside the ISR and the ELR does not lead on its own; an
     ElectLeaders UNCLEAN makes it leader, alone, RECOVERING, the ELR forgotten."""
     async def scenario(cl: Cluster) -> None:
-        for b in (1, 2, 3):
-            cl.register(b)
-        c, rec = await cl.controller(9, elr=True, min_isr=2)
-        await eventually(lambda: c.is_active)
-        cl.admin.create_topic(z.TopicAssignment("orders", None, {0: [1, 2, 3]}), {})
-        await eventually(lambda: cl.state() is not None)
+        c, rec = await _orders_at_elr_level_1(cl)
         for b, isr in ((3, (1, 2)), (2, (1,)), (1, ())):
             cl.kill(b)
             await eventually(lambda isr=isr: cl.state().isr == isr)
@@ -290,12 +294,7 @@ def test_back_at_elr_version_0_each_partition_forgets_its_elr_at_its_next_change
     reaches it yet): the lists stay until the partition's next change, which drops them."""
     async def scenario(cl: Cluster) -> None:
         level = [1]
-        for b in (1, 2, 3):
-            cl.register(b)
-        c, rec = await cl.controller(9, elr=lambda: level[0] >= 1, min_isr=2)
-        await eventually(lambda: c.is_active)
-        cl.admin.create_topic(z.TopicAssignment("orders", None, {0: [1, 2, 3]}), {})
-        await eventually(lambda: cl.state() is not None)
+        c, rec = await _orders_at_elr_level_1(cl, elr=lambda: level[0] >= 1)
         cl.kill(3)
         await eventually(lambda: cl.state().isr == (1, 2))
         cl.kill(2)
@@ -316,12 +315,7 @@ def test_at_elr_version_1_a_controlled_shutdown_leaves_the_broker_eligible(run):
     min ISR, waits in the ELR; with no other replica it leaves the ISR empty and the partition
     leaderless rather than led by a broker on its way out."""
     async def scenario(cl: Cluster) -> None:
-        for b in (1, 2, 3):
-            cl.register(b)
-        c, rec = await cl.controller(9, elr=True, min_isr=2)
-        await eventually(lambda: c.is_active)
-        cl.admin.create_topic(z.TopicAssignment("orders", None, {0: [1, 2, 3]}), {})
-        await eventually(lambda: cl.state() is not None)
+        c, rec = await _orders_at_elr_level_1(cl)
         assert (await c.controlled_shutdown(1, c.ctx.broker_epoch(1))).remaining_partitions == []
         assert (cl.state().leader, cl.state().isr, cl.state().eligible_leader_replicas) == (2, (2, 3), ())
         assert (await c.controlled_shutdown(2, c.ctx.broker_epoch(2))).remaining_partitions == []
