@@ -294,7 +294,8 @@ def test_feature_command_describe_upgrade_downgrade(java, broker_factory) -> Non
     assert before["share.version"].finalized == 1
     # KIP-1071's streams groups: level 1 supported and finalized in a new cluster.
     assert (before["streams.version"].supported_max, before["streams.version"].finalized) == (1, 1)
-    assert before["transaction.version"].supported_max == 0  # KIP-890 part 2 is not implemented
+    # KIP-890 part 2: level 2 supported and finalized in a new cluster, as Kafka 4.3.1's.
+    assert (before["transaction.version"].supported_max, before["transaction.version"].finalized) == (2, 2)
     out = jt.feature_command(b.bootstrap, ["downgrade", "--feature", "group.version=0"], timeout=TOOL_TIMEOUT)
     assert "group.version was downgraded to 0." in out.stdout
     after = jt.describe_features(b.bootstrap, timeout=TOOL_TIMEOUT)
