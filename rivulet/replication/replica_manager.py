@@ -19,7 +19,7 @@ import enum
 import logging
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Protocol
+from typing import Awaitable, Callable, Iterable, Protocol
 
 from rivulet.common.file_region import FileRegion
 from rivulet.common.promise import Promise
@@ -430,14 +430,17 @@ class ReplicaManager:
                  metadata_cache: MetadataCache | None = None, replica_selector: str | None = None,
                  fetchers: Callable[[ReplicaManager], FollowerFetching] | None = None,
                  leadership: LeadershipListener | None = None, txn_verifier: TxnVerifier | None = None,
-                 async_txn_verifier: AsyncTxnVerifier | None = None) -> None:
+                 async_txn_verifier: AsyncTxnVerifier | None = None,
+                 add_retry_backoff_ms: int = 20, add_retry_max_ms: int = 100) -> None:
         """Cluster mode gives ``replica_logs``, ``alter_partition``, ``metadata_cache`` (with
         the racks ``replica_selector``, KIP-392, picks a follower by) and ``fetchers``, which
         builds the replica fetchers on this manager, as Kafka's ReplicaManager makes its own.
         ``leadership`` is told what this node now leads and follows. KIP-890: a transactional
         batch that would open a transaction on a partition is appended only once the
         transaction coordinator has that partition: ``txn_verifier`` asks a local one,
-        ``async_txn_verifier`` (cluster mode) whichever broker it runs on."""
+        ``async_txn_verifier`` (cluster mode) whichever broker it runs on; an answer of
+        CONCURRENT_TRANSACTIONS is asked again every ``add_retry_backoff_ms`` for up to
+        ``add_retry_max_ms`` (add.partitions.to.txn.retry.backoff.*, as Kafka's ReplicaManager)."""
         self.node_id = node_id
         self.clock = clock
         # Cluster mode: the controller's LeaderAndIsr decides what this node leads and follows.
@@ -457,6 +460,8 @@ class ReplicaManager:
         self._flush_executor = None  # default executor; fsync never runs on the event loop
         self.txn_verifier = txn_verifier
         self.async_txn_verifier = async_txn_verifier
+        self.add_retry_backoff_ms = add_retry_backoff_ms
+        self.add_retry_max_ms = add_retry_max_ms
         # Producer id -> done once the latest of its requests waiting here has appended.
         self._appending: dict[int, asyncio.Future] = {}
         self.fetchers: FollowerFetching | None = fetchers(self) if fetchers is not None else None
@@ -812,10 +817,28 @@ class ReplicaManager:
                                 tp: TopicPartition) -> ErrorCode:
         verifier = self.async_txn_verifier
         assert verifier is not None
-        return await verifier.verify(transactional_id, producer_id, producer_epoch, tp)
+        return await self._retrying(lambda: verifier.verify(transactional_id, producer_id, producer_epoch, tp))
 
     async def _add_partition(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
                              tp: TopicPartition) -> ErrorCode:
+        return await self._retrying(lambda: self._add_partition_once(transactional_id, producer_id,
+                                                                     producer_epoch, tp))
+
+    async def _retrying(self, ask: Callable[[], Awaitable[ErrorCode]]) -> ErrorCode:
+        """The coordinator's answer, asked again while it is CONCURRENT_TRANSACTIONS (the
+        transaction's previous end still completing, as right after a transaction.version 2
+        producer's EndTxn) for up to ``add_retry_max_ms``, as Kafka's ReplicaManager does before
+        it answers the producer with a retriable error."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.add_retry_max_ms / 1000
+        while True:
+            err = await ask()
+            if err != ErrorCode.CONCURRENT_TRANSACTIONS or loop.time() >= deadline:
+                return err
+            await asyncio.sleep(self.add_retry_backoff_ms / 1000)
+
+    async def _add_partition_once(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
+                                  tp: TopicPartition) -> ErrorCode:
         """KIP-890 part 2's implicit AddPartitionsToTxn: the cluster's verifier sends it to the
         coordinator; on one node the local coordinator adds it, answering once it is logged."""
         if self.async_txn_verifier is not None:

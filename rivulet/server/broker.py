@@ -330,7 +330,9 @@ class Broker:
             metadata_cache=cache, replica_selector=cfg["replica.selector.class"] if cache is not None else None,
             fetchers=self._replica_fetchers if cache is not None else None,
             leadership=partition_events,
-            txn_verifier=local_txn_check if cache is None else None, async_txn_verifier=self.txn_verifier)
+            txn_verifier=local_txn_check if cache is None else None, async_txn_verifier=self.txn_verifier,
+            add_retry_backoff_ms=cfg["add.partitions.to.txn.retry.backoff.ms"],
+            add_retry_max_ms=min(cfg["add.partitions.to.txn.retry.backoff.max.ms"], cfg["request.timeout.ms"]))
         await self._recover_logs()
         topics = self.topics = TopicManager(cfg, self.metadata, self.log_manager, rm, self.dynamic_config,
                                             metadata_cache=cache, config_store=self.cluster,

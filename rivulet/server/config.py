@@ -742,10 +742,10 @@ BROKER_CONFIGS = ConfigDef([
        "between purges of their purgatory.", MEDIUM, ignored=True),
     _k("share.fetch.purgatory.purge.interval.requests", I, 1000, None, "Completed share fetch waits between "
        "purges of their purgatory.", MEDIUM, ignored=True),
-    _k("add.partitions.to.txn.retry.backoff.ms", I, 20, _pos, "First backoff of the broker's retries "
-       "adding a partition to a transaction (transaction.version 2).", HIGH, ignored=True),
-    _k("add.partitions.to.txn.retry.backoff.max.ms", I, 100, _nonneg, "Longest time those retries go on.",
-       HIGH, ignored=True),
+    _k("add.partitions.to.txn.retry.backoff.ms", I, 20, _pos, "Backoff of the broker's retries when a "
+       "transaction's coordinator answers a partition's check or add with CONCURRENT_TRANSACTIONS.", HIGH),
+    _k("add.partitions.to.txn.retry.backoff.max.ms", I, 100, _nonneg, "Longest time those retries go on "
+       "(at most request.timeout.ms); then the producer gets a retriable error.", HIGH),
     _k("log.dir.failure.timeout.ms", L, 30000, _pos, "KRaft: how long a broker tries to report a failed log "
        "dir to the controller before it stops.", LOW, ignored=True),
     _k("num.replica.alter.log.dirs.threads", I, None, None, "Threads moving replicas between log dirs.", HIGH,

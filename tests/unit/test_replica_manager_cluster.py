@@ -510,3 +510,47 @@ def test_other_producers_do_not_wait_for_a_producers_verification(tmp_path) -> N
             verifier.release.set()
             assert (await _answer(waiting))[TP].error == ErrorCode.NONE
     asyncio.run(main())
+
+
+class _BusyCoordinator:
+    """An async verifier whose coordinator answers CONCURRENT_TRANSACTIONS ``busy`` times, then NONE."""
+
+    def __init__(self, busy: int) -> None:
+        self.busy = busy
+        self.asked = 0
+
+    async def _answer(self) -> ErrorCode:
+        self.asked += 1
+        return ErrorCode.CONCURRENT_TRANSACTIONS if self.asked <= self.busy else ErrorCode.NONE
+
+    async def verify(self, transactional_id, producer_id, producer_epoch, tp) -> ErrorCode:
+        return await self._answer()
+
+    async def add(self, transactional_id, producer_id, producer_epoch, tp) -> ErrorCode:
+        return await self._answer()
+
+
+@pytest.mark.parametrize("busy,max_ms,answer,asked", [
+    (2, 1000, ErrorCode.NONE, 3),  # the previous end completes within the retries: appended
+    (10_000, 0, ErrorCode.CONCURRENT_TRANSACTIONS, 1),  # no retry time: the producer retries
+])
+def test_concurrent_transactions_is_asked_again_for_add_partitions_to_txn_retry_backoff_max_ms(
+        busy, max_ms, answer, asked) -> None:
+    """Kafka's ReplicaManager asks the coordinator again every add.partitions.to.txn.retry.backoff.ms
+    while it answers CONCURRENT_TRANSACTIONS, for up to .max.ms, for checks and adds alike."""
+    async def main() -> None:
+        timer = Timer(asyncio.get_running_loop())
+        coordinator = _BusyCoordinator(busy)
+        rm = ReplicaManager(NODE, timer, async_txn_verifier=coordinator, add_retry_backoff_ms=1,
+                            add_retry_max_ms=max_ms)
+        try:
+            tp = TopicPartition("t", 0)
+            assert await rm._verify_partition("tx", 1, 0, tp) == answer
+            assert coordinator.asked == asked
+            coordinator.asked = 0
+            assert await rm._add_partition("tx", 1, 0, tp) == answer
+            assert coordinator.asked == asked
+        finally:
+            rm.shutdown()
+            timer.shutdown()
+    asyncio.run(main())
