@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -429,6 +429,7 @@ class KafkaController:
         batch = self._batch()
         if dead | bounced:
             await self._handle_lost_replicas(dead | bounced, batch)
+        await self._handle_unclean_starts({b for b in new if not current[b].clean_start}, batch)
         for b in new:
             ctx.live_brokers[b] = current[b]
             self.channel.add_broker(current[b])
@@ -442,6 +443,21 @@ class KafkaController:
             await self._elect_offline(batch)
         batch.add_update_metadata(ctx.live_ids, [])
         self._send(batch)
+
+    async def _handle_unclean_starts(self, unclean: set[int], batch: RequestBatch) -> None:
+        """At eligible.leader.replicas.version 1, as Kafka's handleBrokerUncleanShutdown: a broker
+        registering without a clean start may have lost records it acknowledged, so before it
+        counts as live it leaves every ISR and ELR it is in (the last known leader stays)."""
+        ctx = self.ctx
+        assert ctx is not None
+        if not unclean or not self.elr_enabled():
+            return
+        log.info("brokers %s started without a clean shutdown: they leave every ISR and ELR", sorted(unclean))
+        for tp in [tp for tp, s in ctx.leadership.items()
+                   if any(b in s.isr or b in s.eligible_leader_replicas for b in unclean)]:
+            await self._update_state(tp, batch, self._elr_transition(
+                await self._min_isr(tp.topic), lambda s: tuple(i for i in s.isr if i not in unclean),
+                ctx.leadable_ids - unclean, unclean))
 
     def _on_broker_startup(self, new: set[int], batch: RequestBatch) -> None:
         ctx = self.ctx
@@ -496,18 +512,20 @@ class KafkaController:
         log.error("partition %s has no live in-sync replica: it is offline (ISR %s)", tp, list(keep))
         return s.new_leader(NO_LEADER, keep, ctx.epoch.epoch)
 
-    def _elr_transition(self, min_isr: int, target_isr: Callable[[LeaderAndIsr], tuple[int, ...]], live: set[int]
+    def _elr_transition(self, min_isr: int, target_isr: Callable[[LeaderAndIsr], tuple[int, ...]], live: set[int],
+                        unclean_shutdown: Collection[int] = ()
                         ) -> Callable[[TopicPartition, LeaderAndIsr, bool], LeaderAndIsr | None]:
         """At eligible.leader.replicas.version 1: the partition's ISR becomes ``target_isr`` of its
         state, and its ELR, leader and last known leader follow Kafka 4.3's rules
-        (``election.elr_change``); the ISR may become empty. Any change bumps the leader epoch,
+        (``election.elr_change``; ``unclean_shutdown`` brokers are never eligible); the ISR may become empty. Any change bumps the leader epoch,
         as every state change the controller makes here does, so that the replicas take it."""
         def transition(tp: TopicPartition, s: LeaderAndIsr, unclean: bool) -> LeaderAndIsr | None:
             ctx = self.ctx
             assert ctx is not None
             before = election.ElrState(s.leader, s.isr, s.eligible_leader_replicas, s.last_known_elr,
                                        s.leader_recovery_state == 1)
-            e = election.elr_change(ctx.replicas(tp), before, target_isr(s), live, min_isr, unclean)
+            e = election.elr_change(ctx.replicas(tp), before, target_isr(s), live, min_isr, unclean,
+                                    unclean_shutdown)
             if e == before:
                 return None
             if e.recovering and not before.recovering:

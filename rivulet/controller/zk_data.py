@@ -106,7 +106,13 @@ class EndPoint:
 @dataclass(frozen=True)
 class BrokerRegistration:
     """A live broker: the ephemeral znode it wrote. ``epoch`` is the znode's creation zxid, the
-    broker epoch that fences requests from an earlier life of the same broker id."""
+    broker epoch that fences requests from an earlier life of the same broker id.
+
+    ``clean_start`` (Rivulet's, in place of KRaft's ``previousBrokerEpoch``): this process found
+    a clean-shutdown marker in every log dir, so no acknowledged record of its replicas can be
+    missing. A znode without it (an older Rivulet, a ZooKeeper-era Kafka) proves nothing and
+    reads as False, as Kafka's controller takes a registration without a previous epoch as an
+    unclean restart."""
 
     broker_id: int
     endpoints: tuple[EndPoint, ...]
@@ -116,6 +122,7 @@ class BrokerRegistration:
     epoch: int = -1
     # feature name -> (min_version, max_version) this broker supports
     features: dict[str, tuple[int, int]] = field(default_factory=dict, hash=False)
+    clean_start: bool = False
 
     def endpoint(self, listener: str) -> EndPoint | None:
         for e in self.endpoints:
@@ -139,6 +146,8 @@ class BrokerRegistration:
         }
         if self.rack is not None:
             doc["rack"] = self.rack
+        if self.clean_start:  # absent means False: an unclean start writes Kafka's own znode
+            doc["clean_start"] = True
         return _dump(doc)
 
     @classmethod
@@ -155,7 +164,7 @@ class BrokerRegistration:
         features = {name: (int(v["min_version"]), int(v["max_version"]))
                     for name, v in (doc.get("features") or {}).items()}
         return cls(broker_id, endpoints, doc.get("rack"), int(doc.get("jmx_port", -1)),
-                   int(doc.get("timestamp", 0)), epoch, features)
+                   int(doc.get("timestamp", 0)), epoch, features, doc.get("clean_start") is True)
 
 
 def encode_features(levels: dict[str, int]) -> bytes:

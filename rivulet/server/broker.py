@@ -426,7 +426,7 @@ class Broker:
                 acls=authorizer.replace if authorizer is not None else ClusterChangeListeners.acls,
                 session_health=self._on_session_health, features=self.features.set_finalized,
                 delegation_token=self.delegation_tokens.set_token),
-                self.features.supported)
+                self.features.supported, self.log_manager.clean_start)
         await self.socket_server.start_serving(self.apis)
         if self.cluster is not None:
             self.cluster.start_controller()

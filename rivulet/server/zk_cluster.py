@@ -19,7 +19,7 @@ import json
 import logging
 import os
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 
 from kazoo.client import KazooState
@@ -197,13 +197,15 @@ class ZkClusterMember:
         return self.controller
 
     async def start(self, endpoints: list[EndPoint], on_registered: Callable[[int], object],
-                    changes: ClusterChangeListeners, supported_features: Mapping[str, tuple[int, int]]) -> None:
+                    changes: ClusterChangeListeners, supported_features: Mapping[str, tuple[int, int]],
+                    clean_start: bool) -> None:
         """Register this broker and read the cluster (brokers, controller, topics' configs, ACLs),
         before the listeners serve anyone, as Kafka's KafkaServer registers before it processes
         requests; ``start_controller`` then starts its candidate controller. ``on_registered``
         gets the broker epoch of each registration (again after a lost session); ``changes`` is
         told of what the watches armed here bring. The registration carries the
-        ``supported_features``, which an UpdateFeatures on any broker checks."""
+        ``supported_features``, which an UpdateFeatures on any broker checks, and ``clean_start``:
+        whether every log dir was shut down cleanly before this process (KIP-966)."""
         self._on_registered = on_registered
         self.changes = changes
         assert self.bridge is not None and self.controller is not None, "prepare() first"
@@ -211,8 +213,10 @@ class ZkClusterMember:
         endpoints = sorted(endpoints, key=lambda e: e.listener != self.listener)
         self.registration = BrokerRegistration(self.broker_id, tuple(endpoints), self.config["broker.rack"],
                                                timestamp_ms=self.clock.milliseconds(),
-                                               features=dict(supported_features))
+                                               features=dict(supported_features), clean_start=clean_start)
         await self._register()
+        # Later registrations of this process (a new session) lost no log: they vouch for it.
+        self.registration = replace(self.registration, clean_start=True)
         self.bridge.on_state(self._on_session_state)
         await self._read_cluster()
 

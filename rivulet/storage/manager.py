@@ -305,6 +305,14 @@ class LogManager:
         """On an offline dir since start-up (logs that fail later report ``Log.offline``)."""
         return tp in self._offline_partitions
 
+    @property
+    def clean_start(self) -> bool:
+        """Every log dir had a clean-shutdown marker at ``startup`` and loaded: no record this
+        broker acknowledged can be missing (KIP-966's clean shutdown, the registration's
+        ``clean_start``)."""
+        return all(self.had_clean_shutdown.get(d, False) for d in self.log_dirs) \
+            and not self.failure_channel.offline_dirs()
+
     def online_dirs(self) -> list[str]:
         return [d for d in self.log_dirs if not self.failure_channel.is_offline(d)]
 

@@ -79,10 +79,11 @@ class Cluster:
         c.start()
         return c
 
-    def register(self, broker_id: int, rack: str | None = None) -> None:
+    def register(self, broker_id: int, rack: str | None = None, clean_start: bool = True) -> None:
+        """``clean_start``: whether the broker says it found every log dir shut down cleanly."""
         c = self.sessions[broker_id] = self._client()
         c.register_broker(z.BrokerRegistration(broker_id, (z.EndPoint("PLAINTEXT", "127.0.0.1", 9000 + broker_id),),
-                                               rack=rack))
+                                               rack=rack, clean_start=clean_start))
 
     def kill(self, broker_id: int) -> None:
         self.sessions.pop(broker_id).close()
@@ -323,6 +324,35 @@ def test_at_elr_version_1_a_controlled_shutdown_leaves_the_broker_eligible(run):
         assert (await c.controlled_shutdown(3, c.ctx.broker_epoch(3))).remaining_partitions == []
         s = cl.state()
         assert (s.leader, s.isr, s.eligible_leader_replicas, s.last_known_elr) == (-1, (), (2, 3), (3,))
+    run(scenario)
+
+
+def test_at_elr_version_1_a_broker_back_without_a_clean_start_is_not_eligible(run):
+    """KIP-966, dormant: a broker that registers again without a clean start (kill -9, a lost
+    disk) leaves every ELR before it is live, the last known leader kept, and is not elected; an
+    eligible replica that stopped cleanly leads alone when it is back."""
+    async def scenario(cl: Cluster) -> None:
+        c, rec = await _orders_at_elr_level_1(cl)
+        for b, isr in ((3, (1, 2)), (2, (1,)), (1, ())):
+            cl.kill(b)
+            await eventually(lambda isr=isr: cl.state().isr == isr)
+        assert (cl.state().leader, cl.state().eligible_leader_replicas, cl.state().last_known_elr) == (-1, (1, 2), (1,))
+        epoch = cl.state().partition_epoch
+        cl.register(1, clean_start=False)
+        await eventually(lambda: 1 in c.ctx.live_brokers)
+        s = cl.state()
+        assert (s.leader, s.isr, s.eligible_leader_replicas, s.last_known_elr) == (-1, (), (2,), (1,))
+        assert s.partition_epoch == epoch + 1
+        # the brokers heard of it
+        sent = [p for r in rec.of(UpdateMetadataRequest) for t in r.topic_states for p in t.partition_states]
+        assert sent[-1].eligible_leader_replicas == [2] and sent[-1].leader == -1
+        cl.register(2)  # clean
+        await eventually(lambda: cl.state().leader == 2)
+        s = cl.state()
+        assert (s.isr, s.eligible_leader_replicas, s.last_known_elr, s.leader_recovery_state) == ((2,), (), (), 0)
+        cl.register(3, clean_start=False)  # in no ISR or ELR: nothing to change
+        await eventually(lambda: 3 in c.ctx.live_brokers)
+        assert cl.state() == s
     run(scenario)
 
 

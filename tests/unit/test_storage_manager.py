@@ -268,7 +268,7 @@ def test_manager_checkpoints_and_clean_restart(tmp_path):
 
     m2 = LogManager([d], LogConfig())
     m2.startup(topic_config=lambda topic: LogConfig(segment_bytes=300))
-    assert m2.had_clean_shutdown[d]
+    assert m2.had_clean_shutdown[d] and m2.clean_start
     assert not os.path.exists(os.path.join(d, ".kafka_cleanShutdown"))  # a crash now means recovery
     lg2 = m2.get_log("my-topic", 2)
     assert (lg2.log_start_offset, lg2.log_end_offset, lg2.high_watermark) == (5, 12, 12)
@@ -296,7 +296,7 @@ def test_manager_unclean_restart_recovers(tmp_path):
         f.write(make_batch(3)[:30])
     m2 = LogManager([d], LogConfig())
     m2.startup()
-    assert not m2.had_clean_shutdown[d]
+    assert not m2.had_clean_shutdown[d] and not m2.clean_start  # what its registration says (KIP-966)
     lg2 = m2.get_log("t", 0)
     assert lg2.log_end_offset == 9
     assert os.path.getsize(seg_path) == 3 * len(make_batch(3))

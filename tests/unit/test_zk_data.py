@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import replace
 
 import pytest
 
@@ -59,6 +60,16 @@ def test_broker_registration_with_listeners_rack_and_features():
     assert b.rack == "dc1" and b.features == {"metadata.version": (1, 14)}
     # host/port name the first PLAINTEXT endpoint, for clients from before endpoint lists
     assert same_json(b.encode(), doc)
+
+
+def test_broker_registration_clean_start_round_trip():
+    # Rivulet's key, only when true; Kafka's znode (without it) reads as an unclean start.
+    assert z.BrokerRegistration.decode(1, KAFKA_BROKER).clean_start is False
+    clean = replace(z.BrokerRegistration.decode(1, KAFKA_BROKER), clean_start=True)
+    assert json.loads(clean.encode())["clean_start"] is True
+    assert z.BrokerRegistration.decode(1, clean.encode()) == clean
+    assert z.BrokerRegistration.decode(1, KAFKA_BROKER.replace(b'"version":5', b'"clean_start":"true","version":5')
+                                       ).clean_start is False  # only JSON true vouches
 
 
 def test_broker_registration_without_plaintext_has_no_host():
