@@ -679,7 +679,7 @@ class KafkaController:
         if leader is None:
             return
         isr = tuple(i for i in s.isr if i in target)
-        await self._update_state(tp, batch, lambda _tp, st, _u: st.new_leader(leader, isr, ctx.epoch.epoch))
+        await self._update_state(tp, batch, await self._completion_transition(tp, leader, isr))
         for r in removing:
             if r in ctx.live_brokers:
                 batch.add_stop_replica(r, tp, delete=True)
@@ -689,6 +689,23 @@ class KafkaController:
         await self._write_assignment(tp.topic)
         batch.add_leader_and_isr([r for r in target if r in ctx.live_brokers], tp)
         log.info("reassignment of %s completed: replicas %s, leader %d", tp, target, leader)
+
+    async def _completion_transition(self, tp: TopicPartition, leader: int, isr: tuple[int, ...]
+                                     ) -> Callable[[TopicPartition, LeaderAndIsr, bool], LeaderAndIsr | None]:
+        """A reassignment's last step: ``leader`` leads, the ISR restricted to the target. At
+        eligible.leader.replicas.version 1 that ISR goes through the ELR rule as any of Kafka's
+        partition changes (its min ISR counts the replicas before the step, removed ones included,
+        and a removed replica may stay listed, as Kafka's builder leaves it); with a leader, no
+        last known leader."""
+        ctx = self.ctx
+        assert ctx is not None
+        if not self.elr_enabled():
+            return lambda _tp, st, _u: st.new_leader(leader, isr, ctx.epoch.epoch)
+        min_isr = await self._min_isr(tp.topic)
+        return lambda _tp, st, _u: replace(
+            st.new_leader(leader, isr, ctx.epoch.epoch), last_known_elr=(),
+            eligible_leader_replicas=election.eligible_leader_replicas(st.isr, isr, st.eligible_leader_replicas,
+                                                                       min_isr))
 
     async def list_reassignments(self, tps: list[TopicPartition] | None
                                  ) -> dict[TopicPartition, tuple[list[int], list[int], list[int]]] | None:

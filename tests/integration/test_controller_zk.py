@@ -356,6 +356,30 @@ def test_at_elr_version_1_a_broker_back_without_a_clean_start_is_not_eligible(ru
     run(scenario)
 
 
+def test_at_elr_version_1_a_reassignment_completes_through_the_elr_rule(run):
+    """KIP-966, dormant: the last step of a reassignment restricts the ISR to the target through
+    the ELR rule, as Kafka's PartitionChangeBuilder: below min ISR (counted over the replicas
+    before the step) the removed in-sync replicas are listed, as Kafka lists them; the next
+    change at min ISR clears them."""
+    async def scenario(cl: Cluster) -> None:
+        c, rec = await _orders_at_elr_level_1(cl)
+        cl.register(4)
+        await eventually(lambda: 4 in c.ctx.live_brokers)
+        assert (await c.alter_reassignments({TP: [1]}))[TP][0] == ErrorCode.NONE  # all in sync: done at once
+        s = cl.state()
+        assert cl.admin.get_topic_assignment("orders").replicas == {0: [1]}
+        assert (s.leader, s.isr, s.eligible_leader_replicas, s.last_known_elr) == (1, (1,), (2, 3), ())
+        assert (await c.alter_reassignments({TP: [1, 4]}))[TP][0] == ErrorCode.NONE
+        s = cl.state()
+        r = await c.alter_partition(apq.AlterPartitionRequest(broker_id=1, broker_epoch=-1, topics=[apq.TopicData(
+            topic_name="orders", partitions=[apq.PartitionData(partition_index=0, leader_epoch=s.leader_epoch,
+                                                               new_isr=[1, 4], partition_epoch=s.partition_epoch)])]), 1)
+        assert r.topics[0].partitions[0].error_code == 0
+        assert cl.admin.get_topic_assignment("orders").replicas == {0: [1, 4]}
+        assert (cl.state().leader, cl.state().isr, cl.state().eligible_leader_replicas) == (1, (1, 4), ())
+    run(scenario)
+
+
 def test_alter_partition_checks(run):
     async def scenario(cl: Cluster) -> None:
         c, _ = await cl.with_topic(1, {0: [1, 2, 3]})
