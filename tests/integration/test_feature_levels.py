@@ -58,9 +58,9 @@ def test_update_features_validates_as_kafka(broker):
     assert r.error_code == ErrorCode.INVALID_UPDATE_VERSION and r.results == []
     assert r.error_message.endswith("Invalid update version 3 for feature transaction.version. Local controller 1 "
                                     "only supports versions 0-2")
-    r = update(broker, "eligible.leader.replicas.version", 1)
-    assert r.error_message.endswith("Invalid update version 1 for feature eligible.leader.replicas.version. Local "
-                                    "controller 1 does not support this feature.")
+    r = update(broker, "eligible.leader.replicas.version", 2)
+    assert r.error_message.endswith("Invalid update version 2 for feature eligible.leader.replicas.version. Local "
+                                    "controller 1 only supports versions 0-1")
     r = update(broker, "group.version", 0, upgrade_type=1, version=1)
     assert r.error_code == ErrorCode.INVALID_UPDATE_VERSION and "safe or unsafe downgrade" in r.error_message
     epoch = api_versions(broker, 4).finalized_features_epoch

@@ -76,7 +76,7 @@ def test_levels_outside_the_supported_ranges_are_refused_as_kafka():
                       peers=lambda: {3: supported_features(True), 4: supported_features(False)})
     cases = {
         ("transaction.version", 3, UP): "Local controller 3 only supports versions 0-2",
-        ("eligible.leader.replicas.version", 1, UP): "Local controller 3 does not support this feature.",
+        ("eligible.leader.replicas.version", 2, UP): "Local controller 3 only supports versions 0-1",
         ("group.version", 2, UP): "Local controller 3 only supports versions 0-1",
         ("no.such.feature", 1, UP): "Local controller 3 does not support this feature.",
         ("group.version", -1, SAFE): "A feature version cannot be less than 0.",
@@ -110,6 +110,24 @@ def test_an_existing_cluster_keeps_its_stored_transaction_version_until_upgraded
     assert update(f, ("transaction.version", 2, UP)) is None and f.level("transaction.version") == 2
     assert store.stored == FinalizedFeatures({"group.version": 1, "share.version": 1, "streams.version": 1,
                                               "transaction.version": 2}, 5)
+
+
+def test_eligible_leader_replicas_start_off_and_go_up_and_down():
+    """A new cluster finalizes eligible.leader.replicas.version 0 (Kafka 4.3.1: 1) while Rivulet
+    supports 0-1; UpdateFeatures takes it to 1 once every live broker supports it, and back to 0
+    (a safe downgrade, as Kafka's)."""
+    store = MemoryStore()
+    old_peer = {**supported_features(True), "eligible.leader.replicas.version": (0, 0)}
+    f = FeatureLevels(1, supported_features(True), store, peers=lambda: {2: old_peer})
+    assert supported_features(True)["eligible.leader.replicas.version"] == (0, 1)
+    assert f.level("eligible.leader.replicas.version") == 0 and "eligible.leader.replicas.version" not in store.stored.levels
+    e = update(f, ("eligible.leader.replicas.version", 1, UP))
+    assert e is not None and (e.message or "").endswith("broker 2 does not support this feature.")
+    f = FeatureLevels(1, supported_features(True), store, peers=lambda: {2: supported_features(True)})
+    assert update(f, ("eligible.leader.replicas.version", 1, UP)) is None
+    assert f.level("eligible.leader.replicas.version") == 1 and store.stored.levels["eligible.leader.replicas.version"] == 1
+    assert update(f, ("eligible.leader.replicas.version", 0, SAFE)) is None
+    assert f.level("eligible.leader.replicas.version") == 0 and "eligible.leader.replicas.version" not in store.stored.levels
 
 
 def test_a_concurrent_change_is_read_and_revalidated():
