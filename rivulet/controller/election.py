@@ -50,8 +50,8 @@ def controlled_shutdown_leader(assignment: list[int], isr: Collection[int], live
 
 
 # ---------------------------------------------------------------- eligible leader replicas (KIP-966)
-# The controller applies these only at a finalized eligible.leader.replicas.version 1, which
-# Rivulet does not support yet (docs/plans/eligible-leader-replicas.md).
+# The controller applies these only at a finalized eligible.leader.replicas.version 1, which a
+# new cluster does not finalize yet (docs/plans/eligible-leader-replicas.md).
 @dataclass(frozen=True)
 class ElrState:
     """The part of a partition's state an ELR election reads and writes."""

@@ -90,8 +90,8 @@ class Cluster:
 
     async def controller(self, broker_id: int, unclean: bool = False, rebalance_every: float | None = None,
                          elr: bool | Callable[[], bool] = False, min_isr: int = 1) -> tuple[KafkaController, Recorder]:
-        """``elr``: as if eligible.leader.replicas.version 1 were finalized (no cluster can be yet),
-        or a function saying whether it is."""
+        """``elr``: as if eligible.leader.replicas.version 1 were finalized, or a function saying
+        whether it is."""
         rec = Recorder()
         c = KafkaController(ControllerConfig(broker_id, unclean_leader_election_enable=unclean,
                                              auto_leader_rebalance_enable=rebalance_every is not None,
@@ -236,10 +236,10 @@ async def _orders_at_elr_level_1(cl: Cluster, elr: bool | Callable[[], bool] = T
 
 
 def test_at_elr_version_1_replicas_lost_below_min_isr_stay_eligible(run):
-    """KIP-966, dormant (the controller is told level 1 is finalized, which no cluster can be
-    yet): RF 3, min ISR 2. Members lost below min ISR move into the ELR, the last one empties
-    the ISR and is remembered as the last known leader, the brokers hear of both, and the first
-    eligible replica back leads alone; its ISR back at min ISR clears the ELR."""
+    """KIP-966 (the controller is told level 1 is finalized): RF 3, min ISR 2. Members lost
+    below min ISR move into the ELR, the last one empties the ISR and is remembered as the last
+    known leader, the brokers hear of both, and the first eligible replica back leads alone; its
+    ISR back at min ISR clears the ELR."""
     async def scenario(cl: Cluster) -> None:
         c, rec = await _orders_at_elr_level_1(cl)
         cl.kill(3)
@@ -270,7 +270,7 @@ def test_at_elr_version_1_replicas_lost_below_min_isr_stay_eligible(run):
 
 
 def test_at_elr_version_1_an_unclean_election_comes_after_the_elr(run):
-    """KIP-966, dormant: a replica outside the ISR and the ELR does not lead on its own; an
+    """KIP-966 (level 1 forced): a replica outside the ISR and the ELR does not lead on its own; an
     ElectLeaders UNCLEAN makes it leader, alone, RECOVERING, the ELR forgotten."""
     async def scenario(cl: Cluster) -> None:
         c, rec = await _orders_at_elr_level_1(cl)
@@ -291,8 +291,8 @@ def test_at_elr_version_1_an_unclean_election_comes_after_the_elr(run):
 
 
 def test_back_at_elr_version_0_each_partition_forgets_its_elr_at_its_next_change(run):
-    """A cluster downgraded from eligible.leader.replicas.version 1 (forced here, as no cluster
-    reaches it yet): the lists stay until the partition's next change, which drops them."""
+    """A cluster downgraded from eligible.leader.replicas.version 1 (forced here): the lists stay
+    until the partition's next change, which drops them."""
     async def scenario(cl: Cluster) -> None:
         level = [1]
         c, rec = await _orders_at_elr_level_1(cl, elr=lambda: level[0] >= 1)
@@ -312,7 +312,7 @@ def test_back_at_elr_version_0_each_partition_forgets_its_elr_at_its_next_change
 
 
 def test_at_elr_version_1_a_controlled_shutdown_leaves_the_broker_eligible(run):
-    """KIP-966, dormant: a broker shutting down cleanly leaves the ISR and, once that is below
+    """KIP-966 (level 1 forced): a broker shutting down cleanly leaves the ISR and, once that is below
     min ISR, waits in the ELR; with no other replica it leaves the ISR empty and the partition
     leaderless rather than led by a broker on its way out."""
     async def scenario(cl: Cluster) -> None:
@@ -328,7 +328,7 @@ def test_at_elr_version_1_a_controlled_shutdown_leaves_the_broker_eligible(run):
 
 
 def test_at_elr_version_1_a_broker_back_without_a_clean_start_is_not_eligible(run):
-    """KIP-966, dormant: a broker that registers again without a clean start (kill -9, a lost
+    """KIP-966 (level 1 forced): a broker that registers again without a clean start (kill -9, a lost
     disk) leaves every ELR before it is live, the last known leader kept, and is not elected; an
     eligible replica that stopped cleanly leads alone when it is back."""
     async def scenario(cl: Cluster) -> None:
@@ -357,7 +357,7 @@ def test_at_elr_version_1_a_broker_back_without_a_clean_start_is_not_eligible(ru
 
 
 def test_at_elr_version_1_a_reassignment_completes_through_the_elr_rule(run):
-    """KIP-966, dormant: the last step of a reassignment restricts the ISR to the target through
+    """KIP-966 (level 1 forced): the last step of a reassignment restricts the ISR to the target through
     the ELR rule, as Kafka's PartitionChangeBuilder: below min ISR (counted over the replicas
     before the step) the removed in-sync replicas are listed, as Kafka lists them; the next
     change at min ISR clears them."""

@@ -2,12 +2,15 @@
 kill -9 of a partition leader under acks=all loses no acknowledged record, consumers go on from
 the new leader, and the ISR shrinks and grows back; a leader frozen with SIGSTOP and resumed
 after the leadership moved truncates what it alone had, and every replica ends byte-identical;
-below min.insync.replicas the high watermark waits for the ISR.
+below min.insync.replicas the high watermark waits for the ISR; at eligible.leader.replicas.version
+1 (KIP-966) replicas that leave the ISR below min ISR stay eligible, a clean one leads alone
+when back and an unclean one does not.
 The records acknowledged and read back are checked as Jepsen's Kafka workload checks them
 (tests/history.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -17,7 +20,11 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from rivulet.client.connection import BrokerConnection
 from rivulet.protocol import records as rec
+from rivulet.protocol.messages import describe_topic_partitions_request as dtpq
+from rivulet.protocol.messages import update_features_request as ufq
+from rivulet.protocol.messages.api_versions_request import ApiVersionsRequest
 from tests.cluster import ZkCluster, eventually, three_brokers
 from tests.history import History
 
@@ -396,3 +403,98 @@ def test_the_high_watermark_waits_for_min_isr_after_two_followers_die(cluster):
         assert got == (5, b"under-min-isr")
     finally:
         c.close()
+
+
+ELR = "eligible.leader.replicas.version"
+
+
+def _ask(bootstrap: str, request, version: int):
+    async def go():
+        host, port = bootstrap.rsplit(":", 1)
+        conn = await BrokerConnection(host, int(port)).connect(10)
+        try:
+            return await conn.send(request, version=version)
+        finally:
+            await conn.close()
+    return asyncio.run(go())
+
+
+def _finalized_elr(bootstrap: str) -> int:
+    r = _ask(bootstrap, ApiVersionsRequest(client_software_name="test", client_software_version="1"), 4)
+    return next((f.max_version_level for f in r.finalized_features if f.name == ELR), 0)
+
+
+def _described(bootstrap: str, topic: str) -> tuple[int, list[int], list[int], list[int]]:
+    """DescribeTopicPartitions of partition 0: leader, ISR, ELR, last known ELR."""
+    r = _ask(bootstrap, dtpq.DescribeTopicPartitionsRequest(topics=[dtpq.TopicRequest(name=topic)],
+                                                            response_partition_limit=10), 0)
+    p = r.topics[0].partitions[0]
+    return p.leader_id, sorted(p.isr_nodes), sorted(p.eligible_leader_replicas), sorted(p.last_known_elr)
+
+
+def _elr_state(cluster: ZkCluster, topic: str) -> tuple[int, list[int], list[int], list[int]]:
+    s = cluster.partition_state(topic, 0)
+    return (s["leader"], sorted(s["isr"]), sorted(s.get("eligible_leader_replicas", [])),
+            sorted(s.get("last_known_elr", [])))
+
+
+def test_at_elr_version_1_eligible_replicas_keep_acknowledged_records_through_losing_every_replica(cluster):
+    """KIP-966 on real brokers, upgraded to eligible.leader.replicas.version 1 with
+    UpdateFeatures; RF 3 (brokers 1-3, broker 4 hosts no replica and stays up), min ISR 2, an
+    acks=all producer. Follower 3 killed (-9): the ISR keeps min ISR, no ELR. Follower 2 stopped
+    (SIGTERM, a controlled shutdown): below min ISR, it waits in the ELR. Leader 1 killed (-9):
+    no leader, an empty ISR, both in the ELR, 1 the last known leader. 1 back after its kill -9
+    (no clean start) leaves the ELR and is not elected; 2 back (clean) leads alone, and every
+    acknowledged record is read from it."""
+    cluster.start(4, **BROKER_CONFIG)
+    cluster.wait_for_brokers([1, 2, 3, 4])
+    b4 = cluster.brokers[4].bootstrap
+    r = _ask(b4, ufq.UpdateFeaturesRequest(timeout_ms=30000, feature_updates=[ufq.FeatureUpdateKey(
+        feature=ELR, max_version_level=1, upgrade_type=1)]), 1)
+    assert r.error_code == 0, r.error_message
+    for b in cluster.brokers.values():
+        eventually(lambda b=b: _finalized_elr(b.bootstrap) == 1, 30, f"broker at {b.bootstrap} at {ELR} 1")
+    topic = f"elr-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": b4})
+    admin.create_topics([NewTopic(topic, 1, replica_assignment=[[1, 2, 3]], config={"min.insync.replicas": "2"})],
+                        request_timeout=60)[topic].result(90)
+    eventually(lambda: cluster.zk.exists(f"/brokers/topics/{topic}/partitions/0/state")
+               and _elr_state(cluster, topic) == (1, [1, 2, 3], [], []), 60, "leader 1 and a full ISR")
+    for b in cluster.brokers.values():
+        eventually(lambda b=b: _leaders_known(b.bootstrap, topic, 1), what=f"{b.bootstrap} to know the leader")
+    history = History()
+    writer = Writer(cluster, topic, history, acks="all", **{"enable.idempotence": True})
+    writer.start()
+    try:
+        writer.wait_for(2000)
+        cluster.brokers[3].kill()
+        eventually(lambda: _elr_state(cluster, topic)[1] == [1, 2], 60, "3 out of the ISR")
+        assert _elr_state(cluster, topic) == (1, [1, 2], [], [])
+        writer.wait_for(2000)  # acks=all goes on at min ISR
+    finally:
+        writer.finish()
+    assert writer.acked >= 4000
+    eventually(lambda: _described(b4, topic) == (1, [1, 2], [], []), 30, "broker 4 to describe the ISR [1, 2]")
+
+    cluster.brokers[2].stop(timeout=60)  # SIGTERM: a controlled shutdown, clean
+    assert _elr_state(cluster, topic) == (1, [1], [2], [])
+    eventually(lambda: _described(b4, topic) == (1, [1], [2], []), 30, "the ELR [2] described")
+
+    cluster.brokers[1].kill()
+    eventually(lambda: _elr_state(cluster, topic)[0] == -1, 60, "the partition to lose its leader")
+    assert _elr_state(cluster, topic) == (-1, [], [1, 2], [1])
+    eventually(lambda: _described(b4, topic) == (-1, [], [1, 2], [1]), 30, "the leaderless state described")
+
+    cluster.restart(1)  # after kill -9: no clean-shutdown marker
+    eventually(lambda: 1 in cluster.registered() and _elr_state(cluster, topic)[2] == [2], 60,
+               "1 to register and leave the ELR")
+    assert _elr_state(cluster, topic) == (-1, [], [2], [1])  # not elected
+    eventually(lambda: _described(b4, topic) == (-1, [], [2], [1]), 30, "1 out of the ELR described")
+
+    cluster.restart(2)  # clean
+    eventually(lambda: _elr_state(cluster, topic)[0] == 2, 60, "2 to lead from the ELR")
+    eventually(lambda: _elr_state(cluster, topic) == (2, [1, 2], [], []), 90, "1 to catch up from 2")
+    read = read_back(cluster, topic, history)
+    anomalies = history.check()
+    assert not anomalies, anomalies.summary()
+    assert read >= writer.acked
