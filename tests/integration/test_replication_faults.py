@@ -489,10 +489,12 @@ def test_at_elr_version_1_eligible_replicas_keep_acknowledged_records_through_lo
     eventually(lambda: 1 in cluster.registered() and _elr_state(cluster, topic)[2] == [2], 60,
                "1 to register and leave the ELR")
     assert _elr_state(cluster, topic) == (-1, [], [2], [1])  # not elected
+    assert "clean_start" not in cluster.json("/brokers/ids/1")
     eventually(lambda: _described(b4, topic) == (-1, [], [2], [1]), 30, "1 out of the ELR described")
 
     cluster.restart(2)  # clean
     eventually(lambda: _elr_state(cluster, topic)[0] == 2, 60, "2 to lead from the ELR")
+    assert cluster.json("/brokers/ids/2")["clean_start"] is True
     eventually(lambda: _elr_state(cluster, topic) == (2, [1, 2], [], []), 90, "1 to catch up from 2")
     read = read_back(cluster, topic, history)
     anomalies = history.check()
