@@ -325,11 +325,11 @@ class ZkClusterMember:
         assert self.bridge is not None
         changes = await self.bridge.run(self.client.get_config_changes,
                                         self._watcher("config changes", self._on_config_changes))
-        for name, entity in changes:
+        for name, change in changes:
             if name <= self._last_change:
                 continue
             self._last_change = name
-            entity_type, _, entity_name = entity.partition("/")
+            entity_type, _, entity_name = change.entity_path.partition("/")
             if entity_type == "topics":
                 self._set_topic_config(entity_name, await self.bridge.run(
                     self.client.get_entity_config, "topics", entity_name))
