@@ -20,7 +20,7 @@ import logging
 import os
 import uuid
 from dataclasses import dataclass
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping, Sequence
 
 from kazoo.client import KazooState
 from kazoo.exceptions import KazooException, NodeExistsError
@@ -34,7 +34,8 @@ from rivulet.controller.controller import ControllerConfig, KafkaController
 from rivulet.controller.placement import BrokerRack, assign_replicas_to_brokers
 from rivulet.controller.zk_client import BrokerIdInUseError, KafkaZkClient, Watcher, ZkBridge
 from rivulet.controller.zk_data import (
-    ACL_CHANGE_PATHS, GROUP_CONFIG_ENTITY, BrokerRegistration, EndPoint, TopicAssignment,
+    ACL_CHANGE_PATHS, BROKER_CONFIG_ENTITY, DEFAULT_ENTITY, GROUP_CONFIG_ENTITY, BrokerRegistration, EndPoint,
+    TopicAssignment,
 )
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.messages.controlled_shutdown_request import ControlledShutdownRequest
@@ -75,6 +76,11 @@ def _ignore(_name: str, _configs: dict[str, str]) -> object:
     return None
 
 
+def _broker_entity(level: str) -> str:
+    """A level of dynamic broker configs ("" the cluster default, else a broker id) as its znode's name."""
+    return DEFAULT_ENTITY if level == "" else level
+
+
 class SessionHealth(enum.Enum):
     """What a broker knows of its ZooKeeper session, for its leaderships."""
 
@@ -88,6 +94,8 @@ class ClusterChangeListeners:
     """Who is told of what ZooKeeper's watches and change notifications bring, from ``start``."""
 
     topic_config: Callable[[str, dict[str, str]], object] = _ignore  # new topics and their changes
+    # dynamic broker configs: the cluster default ("") or this broker's own (its id)
+    broker_config: Callable[[str, dict[str, str]], object] = _ignore
     user_config: Callable[[str, dict[str, str]], object] = _ignore  # SCRAM credentials
     client_metrics: Callable[[str, dict[str, str]], object] = _ignore  # KIP-714 subscriptions
     group_config: Callable[[str, dict[str, str]], object] = _ignore
@@ -124,6 +132,8 @@ class ZkClusterMember:
             # KIP-714 subscriptions (/config/client-metrics/<name>), before any client asks for one.
             self.client_metrics: dict[str, dict[str, str]] = {
                 n: self.client.get_entity_config(CLIENT_METRICS, n) for n in self.client.get_entity_names(CLIENT_METRICS)}
+            # The dynamic broker configs (cluster default and this broker's), as last read or written.
+            self.broker_configs: dict[str, dict[str, str]] = {}
             # Groups' configs, kept current by their change notifications.
             self.group_configs: dict[str, dict[str, str]] = {
                 g: self.client.get_entity_config(GROUP_CONFIG_ENTITY, g)
@@ -333,6 +343,10 @@ class ZkClusterMember:
             if entity_type == "topics":
                 self._set_topic_config(entity_name, await self.bridge.run(
                     self.client.get_entity_config, "topics", entity_name))
+            elif entity_type == BROKER_CONFIG_ENTITY and entity_name in (DEFAULT_ENTITY, str(self.broker_id)):
+                configs = self.broker_configs[entity_name] = await self.bridge.run(
+                    self.client.get_entity_config, BROKER_CONFIG_ENTITY, entity_name)
+                self.changes.broker_config("" if entity_name == DEFAULT_ENTITY else entity_name, configs)
             elif entity_type == "users" and "/" not in entity_name:
                 configs = await self.bridge.run(self.client.get_entity_config, "users", entity_name)
                 self.user_configs[entity_name] = configs
@@ -503,6 +517,32 @@ class ZkClusterMember:
         assert self.bridge is not None
         self.topic_configs[name] = dict(configs)
         self._spawn(self.bridge.run(self.client.set_entity_config, "topics", name, dict(configs)))
+
+    # ------------------------------------------------------------ dynamic broker configs (SharedBrokerConfigs)
+    def load_broker_level(self, level: str) -> dict[str, str] | None:
+        """/config/brokers/<default> or /config/brokers/<id>, read now (blocking, at construction)."""
+        configs = self.client.find_entity_config(BROKER_CONFIG_ENTITY, _broker_entity(level))
+        if configs is not None:
+            self.broker_configs[_broker_entity(level)] = dict(configs)
+        return configs
+
+    def init_broker_level(self, level: str, configs: dict[str, str]) -> dict[str, str]:
+        """Create the level's znode unless another broker did first (blocking, at construction)."""
+        held = self.client.create_entity_config(BROKER_CONFIG_ENTITY, _broker_entity(level), dict(configs))
+        self.broker_configs[_broker_entity(level)] = dict(held)
+        return held
+
+    def write_broker_level(self, level: str, configs: dict[str, str], altered: Collection[str]) -> None:
+        """A level into its znode with a change notification naming the ``altered`` configs,
+        which every broker follows; in force here already. Blocking before ``prepare`` (at
+        construction), else written in the background as topic configs are."""
+        entity = _broker_entity(level)
+        self.broker_configs[entity] = dict(configs)
+        if self.bridge is None:
+            self.client.set_entity_config(BROKER_CONFIG_ENTITY, entity, dict(configs), sorted(altered))
+        else:
+            self._spawn(self.bridge.run(self.client.set_entity_config, BROKER_CONFIG_ENTITY, entity, dict(configs),
+                                        sorted(altered)))
 
     async def _refresh_controller(self) -> None:
         assert self.bridge is not None
