@@ -34,8 +34,8 @@ from rivulet.controller.controller import ControllerConfig, KafkaController
 from rivulet.controller.placement import BrokerRack, assign_replicas_to_brokers
 from rivulet.controller.zk_client import BrokerIdInUseError, KafkaZkClient, Watcher, ZkBridge
 from rivulet.controller.zk_data import (
-    ACL_CHANGE_PATHS, BROKER_CONFIG_ENTITY, DEFAULT_ENTITY, GROUP_CONFIG_ENTITY, BrokerRegistration, EndPoint,
-    TopicAssignment,
+    ACL_CHANGE_PATHS, BROKER_CONFIG_ENTITY, DEFAULT_ENTITY, GROUP_CONFIG_ENTITY, BrokerRegistration, ConfigChange,
+    EndPoint, TopicAssignment,
 )
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.messages.controlled_shutdown_request import ControlledShutdownRequest
@@ -47,6 +47,7 @@ from rivulet.server.features import FinalizedFeatures
 from rivulet.storage.checkpoints import random_kafka_uuid
 
 CLIENT_METRICS = "client-metrics"  # Kafka's config entity type for KIP-714 subscriptions
+MIN_ISR = "min.insync.replicas"
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,13 @@ def _log_failure(task: asyncio.Task) -> None:
 
 def _ignore(_name: str, _configs: dict[str, str]) -> object:
     return None
+
+
+def _altered(change: ConfigChange, old: Mapping[str, str], new: Mapping[str, str]) -> frozenset[str]:
+    """The configs a change altered: as its writer named them, else those whose value moved."""
+    if change.altered is not None:
+        return change.altered
+    return frozenset(n for n in old.keys() | new.keys() if old.get(n) != new.get(n))
 
 
 def _broker_entity(level: str) -> str:
@@ -341,12 +349,18 @@ class ZkClusterMember:
             self._last_change = name
             entity_type, _, entity_name = change.entity_path.partition("/")
             if entity_type == "topics":
-                self._set_topic_config(entity_name, await self.bridge.run(
-                    self.client.get_entity_config, "topics", entity_name))
+                old = self.topic_configs.get(entity_name, {})
+                configs = await self.bridge.run(self.client.get_entity_config, "topics", entity_name)
+                self._set_topic_config(entity_name, configs)
+                if MIN_ISR in _altered(change, old, configs):
+                    self._min_isr_altered(entity_name)
             elif entity_type == BROKER_CONFIG_ENTITY and entity_name in (DEFAULT_ENTITY, str(self.broker_id)):
+                old = self.broker_configs.get(entity_name, {})
                 configs = self.broker_configs[entity_name] = await self.bridge.run(
                     self.client.get_entity_config, BROKER_CONFIG_ENTITY, entity_name)
                 self.changes.broker_config("" if entity_name == DEFAULT_ENTITY else entity_name, configs)
+                if entity_name == DEFAULT_ENTITY and MIN_ISR in _altered(change, old, configs):
+                    self._min_isr_altered(None)
             elif entity_type == "users" and "/" not in entity_name:
                 configs = await self.bridge.run(self.client.get_entity_config, "users", entity_name)
                 self.user_configs[entity_name] = configs
@@ -513,10 +527,20 @@ class ZkClusterMember:
         return dict(configs)
 
     def write_topic_config(self, name: str, configs: dict[str, str]) -> None:
-        """Persist a topic's overrides with a change notification for the other brokers."""
+        """Persist a topic's overrides with a change notification for the other brokers, naming
+        the configs whose value changed."""
         assert self.bridge is not None
+        old = self.topic_configs.get(name, {})
+        altered = {n for n in old.keys() | configs.keys() if old.get(n) != configs.get(n)}
         self.topic_configs[name] = dict(configs)
-        self._spawn(self.bridge.run(self.client.set_entity_config, "topics", name, dict(configs)))
+        self._spawn(self.bridge.run(self.client.set_entity_config, "topics", name, dict(configs), altered))
+
+    def _min_isr_altered(self, topic: str | None) -> None:
+        """A notification altered a topic's min.insync.replicas (or, None, the cluster-level
+        one; the writer's own notification names what it altered too): the controller, when
+        it is this broker's, clears the eligible leader replicas it guards."""
+        if self.controller is not None:
+            self.controller.min_isr_altered(topic)
 
     # ------------------------------------------------------------ dynamic broker configs (SharedBrokerConfigs)
     def load_broker_level(self, level: str) -> dict[str, str] | None:

@@ -326,6 +326,39 @@ def test_at_elr_version_1_a_controlled_shutdown_leaves_the_broker_eligible(run):
     run(scenario)
 
 
+def test_at_elr_version_1_min_isr_is_the_cluster_s_and_its_changes_clear_the_lists(run):
+    """KIP-966, dormant: without a topic override the controller takes the cluster-level
+    min.insync.replicas from /config/brokers/<default> over its own (3 over 2 here). A topic's
+    min ISR altered clears that topic's ELR and last known ELR; the cluster-level one set, even
+    to its value, clears every partition's (Kafka's ClearElrRecord). The brokers hear of it
+    with a leader epoch moved (what makes them take a new partition epoch); the leaders stay."""
+    async def scenario(cl: Cluster) -> None:
+        cl.admin.set_entity_config("brokers", "<default>", {"min.insync.replicas": "3"})
+        c, rec = await _orders_at_elr_level_1(cl)
+        audit = TopicPartition("audit", 0)
+        cl.admin.create_topic(z.TopicAssignment("audit", None, {0: [1, 2, 3]}), {})
+        await eventually(lambda: cl.state(audit) is not None)
+        cl.kill(3)
+        await eventually(lambda: cl.state().isr == (1, 2) and cl.state(audit).isr == (1, 2))
+        assert cl.state().eligible_leader_replicas == cl.state(audit).eligible_leader_replicas == (3,)
+        before = cl.state()
+        sent = len(rec.of(LeaderAndIsrRequest))
+        cl.admin.set_entity_config("topics", "orders", {"min.insync.replicas": "2"})
+        c.min_isr_altered("orders")  # what the broker's config change notification tells it
+        await eventually(lambda: cl.state().eligible_leader_replicas == ())
+        s = cl.state()
+        assert (s.leader, s.isr, s.last_known_elr, s.leader_epoch) == (before.leader, (1, 2), (), before.leader_epoch + 1)
+        assert cl.state(audit).eligible_leader_replicas == (3,)
+        await eventually(lambda: len(rec.of(LeaderAndIsrRequest)) > sent)
+        told = [p for r in rec.of(UpdateMetadataRequest) for t in r.topic_states for p in t.partition_states
+                if t.topic_name == "orders"]
+        assert told[-1].eligible_leader_replicas == [] and told[-1].leader_epoch == s.leader_epoch
+        c.min_isr_altered(None)  # the cluster-level one set to 3 again
+        await eventually(lambda: cl.state(audit).eligible_leader_replicas == ())
+        assert cl.state(audit).isr == (1, 2) and cl.state().leader_epoch == s.leader_epoch  # nothing left to clear
+    run(scenario)
+
+
 def test_alter_partition_checks(run):
     async def scenario(cl: Cluster) -> None:
         c, _ = await cl.with_topic(1, {0: [1, 2, 3]})
