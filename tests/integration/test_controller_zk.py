@@ -1,6 +1,7 @@
 """The controller in-process against a real ZooKeeper, with a channel that records what it
 would send: election and failover with epoch+1, new topics get leaders, broker loss and return,
-AlterPartition's checks, ControlledShutdown, topic deletion."""
+AlterPartition's checks, ControlledShutdown, topic deletion; and once inside a broker's
+ZooKeeper membership (ZkClusterMember), for what its config change watch tells it."""
 
 from __future__ import annotations
 
@@ -356,6 +357,45 @@ def test_at_elr_version_1_min_isr_is_the_cluster_s_and_its_changes_clear_the_lis
         c.min_isr_altered(None)  # the cluster-level one set to 3 again
         await eventually(lambda: cl.state(audit).eligible_leader_replicas == ())
         assert cl.state(audit).isr == (1, 2) and cl.state().leader_epoch == s.leader_epoch  # nothing left to clear
+    run(scenario)
+
+
+def test_a_broker_s_config_change_watch_tells_its_controller_of_min_isr_changes(run, tmp_path):
+    """The whole path of increment 7 on one broker's ZooKeeper membership (in-process, its
+    controller told level 1 is finalized; min ISR 3): a topic's min.insync.replicas altered
+    through it, then the cluster-level one set to the value in force, each reach its
+    controller by the change notification and clear the ELR."""
+    from rivulet.server.config import BrokerConfig
+    from rivulet.server.zk_cluster import ClusterChangeListeners, ZkClusterMember
+
+    async def scenario(cl: Cluster) -> None:
+        for b in (1, 2, 3):
+            cl.register(b)
+        member = ZkClusterMember(BrokerConfig({"zookeeper.connect": cl.connect, "broker.id": "9",
+                                               "log.dirs": str(tmp_path), "min.insync.replicas": "3"}))
+        member.init_finalized_features({})
+        member.prepare(lambda: True)
+        audit = TopicPartition("audit", 0)
+        try:
+            await member.start([z.EndPoint("PLAINTEXT", "127.0.0.1", 9009)], lambda _e: None,
+                               ClusterChangeListeners(), {})
+            member.start_controller()
+            await eventually(lambda: member.controller.is_active)
+            for topic in ("orders", "audit"):
+                cl.admin.create_topic(z.TopicAssignment(topic, None, {0: [1, 2, 3]}), {})
+            await eventually(lambda: cl.state() is not None and cl.state(audit) is not None)
+            cl.kill(3)
+            await eventually(lambda: cl.state().eligible_leader_replicas == cl.state(audit).eligible_leader_replicas
+                             == (3,))
+            member.write_topic_config("orders", {"min.insync.replicas": "2"})
+            await eventually(lambda: cl.state().eligible_leader_replicas == ())
+            assert cl.state(audit).eligible_leader_replicas == (3,)
+            epoch = cl.state().leader_epoch
+            member.write_broker_level("", {"min.insync.replicas": "3"}, {"min.insync.replicas"})
+            await eventually(lambda: cl.state(audit).eligible_leader_replicas == ())
+            assert cl.state().leader_epoch == epoch  # nothing left to clear there
+        finally:
+            await member.stop()
     run(scenario)
 
 
