@@ -30,7 +30,7 @@ from rivulet.controller.election import NO_LEADER
 from rivulet.controller.channel import ControllerChannel, RequestBatch
 from rivulet.controller.context import ControllerContext, QuorumDescription, ReplicaProgress
 from rivulet.controller.zk_client import ControllerEpoch, ControllerMovedError, KafkaZkClient, ZkBridge
-from rivulet.controller.zk_data import LeaderAndIsr
+from rivulet.controller.zk_data import BROKER_CONFIG_ENTITY, DEFAULT_ENTITY, LeaderAndIsr
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages import alter_partition_request as apq
 from rivulet.protocol.messages import alter_partition_response as aps
@@ -45,6 +45,7 @@ MAX_STATE_WRITE_ATTEMPTS = 5
 # A preferred replica back in the ISR gets its leadership back after this, not at the next
 # periodic check: the other partitions of its broker that catch up meanwhile move with it.
 REJOIN_REBALANCE_DELAY_S = 3.0
+MIN_ISR = "min.insync.replicas"
 
 
 @dataclass(frozen=True)
@@ -538,16 +539,44 @@ class KafkaController:
         return transition
 
     async def _min_isr(self, topic: str) -> int:
-        """The topic's min.insync.replicas, capped at its replica count as its leader caps it.
-        Without a topic override: the controller's own value (the cluster-level dynamic value
-        lives in each broker's file today: docs/plans/eligible-leader-replicas.md)."""
-        configs = await self.zk.run(self.client.get_entity_config, "topics", topic)
-        v = configs.get("min.insync.replicas")
+        """The topic's min.insync.replicas, else the cluster-level dynamic one
+        (/config/brokers/<default>), else the controller's own (a per-broker one is refused
+        while ELR is on), capped at its replica count as its leader caps it."""
+        v = (await self.zk.run(self.client.get_entity_config, "topics", topic)).get(MIN_ISR)
+        if v is None or not v.strip().isdigit():
+            v = (await self.zk.run(self.client.get_entity_config, BROKER_CONFIG_ENTITY, DEFAULT_ENTITY)).get(MIN_ISR)
         min_isr = int(v) if v is not None and v.strip().isdigit() else self.config.min_insync_replicas
         ctx = self.ctx
         assert ctx is not None
         replicas = ctx.assignments[topic].replicas if topic in ctx.assignments else {}
         return max(1, min(min_isr, max((len(r) for r in replicas.values()), default=1)))
+
+    def min_isr_altered(self, topic: str | None) -> None:
+        """A topic's min.insync.replicas changed, or (None) the cluster-level one was set, even
+        to its value: the eligible leader replicas it guarded no longer hold (told by the
+        broker's config change notifications)."""
+        self.enqueue(lambda: self._clear_elr(topic))
+
+    async def _clear_elr(self, topic: str | None) -> None:
+        """At eligible.leader.replicas.version 1, empty the ELR and the last known ELR of the
+        topic's partitions (None: every partition), as Kafka's ClearElrRecord. Here the leader
+        epoch moves too: that is what makes the replicas take a new state (and its partition epoch)."""
+        ctx = self.ctx
+        if ctx is None or not self.elr_enabled():
+            return
+        batch = self._batch()
+        for tp in ctx.partitions(topic):
+            s = ctx.leadership.get(tp)
+            if s is not None and (s.eligible_leader_replicas or s.last_known_elr):
+                await self._update_state(tp, batch, self._without_elr)
+        self._send(batch)
+
+    def _without_elr(self, _tp: TopicPartition, s: LeaderAndIsr, _unclean: bool) -> LeaderAndIsr | None:
+        ctx = self.ctx
+        assert ctx is not None
+        if not (s.eligible_leader_replicas or s.last_known_elr):
+            return None
+        return replace(s.new_leader(s.leader, s.isr, ctx.epoch.epoch), eligible_leader_replicas=(), last_known_elr=())
 
     async def _unclean_enabled(self, topic: str) -> bool:
         configs = await self.zk.run(self.client.get_entity_config, "topics", topic)

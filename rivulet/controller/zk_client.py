@@ -450,16 +450,36 @@ class KafkaZkClient:
         except NoNodeError:
             return {}
 
-    def set_entity_config(self, entity_type: str, name: str, configs: dict[str, str]) -> None:
-        """Write the entity's config, then a change notification for the brokers to re-read it."""
+    def set_entity_config(self, entity_type: str, name: str, configs: dict[str, str],
+                          altered: Iterable[str] | None = None) -> None:
+        """Write the entity's config, then a change notification for the brokers to re-read it,
+        naming the ``altered`` configs when given."""
         path = z.config_path(entity_type, name)
         data = z.encode_entity_config(configs)
         try:
             self.zk.set(path, data)
         except NoNodeError:
             self.zk.create(path, data, makepath=True)
+        self.zk.create(f"{z.CONFIG_CHANGES}/{z.CONFIG_CHANGE_PREFIX}",
+                       z.encode_config_change(f"{entity_type}/{name}", altered), sequence=True, makepath=True)
+
+    def find_entity_config(self, entity_type: str, name: str) -> dict[str, str] | None:
+        """The entity's config; None when it has no znode (never written)."""
+        try:
+            return z.decode_entity_config(self.zk.get(z.config_path(entity_type, name))[0])
+        except NoNodeError:
+            return None
+
+    def create_entity_config(self, entity_type: str, name: str, configs: dict[str, str]) -> dict[str, str]:
+        """Write the entity's config unless it has one already (another writer came first), with
+        a change notification when written; the config it holds then."""
+        try:
+            self.zk.create(z.config_path(entity_type, name), z.encode_entity_config(configs), makepath=True)
+        except NodeExistsError:
+            return self.get_entity_config(entity_type, name)
         self.zk.create(f"{z.CONFIG_CHANGES}/{z.CONFIG_CHANGE_PREFIX}", z.encode_config_change(f"{entity_type}/{name}"),
                        sequence=True, makepath=True)
+        return dict(configs)
 
     def get_entity_names(self, entity_type: str) -> list[str]:
         """The entities of ``entity_type`` that have a config znode (/config/<type>/<name>)."""
@@ -474,8 +494,8 @@ class KafkaZkClient:
         merged = {k: v for k, v in self.get_entity_config(entity_type, name).items() if k not in set(keys)}
         self.set_entity_config(entity_type, name, {**merged, **configs})
 
-    def get_config_changes(self, watch: Watcher | None = None) -> list[tuple[str, str]]:
-        """(sequence znode name, entity path) of every pending change notification, oldest first."""
+    def get_config_changes(self, watch: Watcher | None = None) -> list[tuple[str, z.ConfigChange]]:
+        """(sequence znode name, change) of every pending change notification, oldest first."""
         out = []
         for child in sorted(self.zk.get_children(z.CONFIG_CHANGES, watch=watch)):
             try:

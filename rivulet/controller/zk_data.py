@@ -45,6 +45,9 @@ FEATURE = "/feature"  # the cluster's finalized feature levels (KIP-584's Featur
 CONFIG_ENTITY_TYPES = ("topics", "clients", "users", "brokers", "ips")
 # Group configs (Kafka keeps them in KRaft's metadata only): /config/groups/<group>, beside the others.
 GROUP_CONFIG_ENTITY = "groups"
+# Dynamic broker configs: /config/brokers/<id> per broker, /config/brokers/<default> cluster-wide.
+BROKER_CONFIG_ENTITY = "brokers"
+DEFAULT_ENTITY = "<default>"  # Kafka's ConfigEntityName.Default
 
 # Created at start-up by every broker, as Kafka's KafkaZkClient.createTopLevelPaths does.
 PERSISTENT_PATHS = (CONSUMERS, BROKER_IDS, TOPICS, CONFIG_CHANGES, DELETE_TOPICS, SEQID,
@@ -320,12 +323,30 @@ def decode_entity_config(data: bytes | None) -> dict[str, str]:
     return {k: str(v) for k, v in (_load(data).get("config") or {}).items()}
 
 
-def encode_config_change(entity_path: str) -> bytes:
-    return _dump({"version": 2, "entity_path": entity_path})
+@dataclass(frozen=True)
+class ConfigChange:
+    """A change notification: the entity whose config znode changed and, when the writer said,
+    the config names it altered (None: not said, as by Kafka's tools)."""
+
+    entity_path: str
+    altered: frozenset[str] | None = None
 
 
-def decode_config_change(data: bytes) -> str:
-    return str(_load(data)["entity_path"])
+def encode_config_change(entity_path: str, altered: Iterable[str] | None = None) -> bytes:
+    """Kafka's version 2 notification. ``altered`` goes in a Rivulet-only key, which Kafka's
+    readers skip (they take ``entity_path`` only): a cluster-level min.insync.replicas set to
+    the value it had still clears the ELR (KIP-966), which the config alone cannot tell."""
+    doc: dict[str, Any] = {"version": 2, "entity_path": entity_path}
+    if altered is not None:
+        doc["altered"] = sorted(altered)
+    return _dump(doc)
+
+
+def decode_config_change(data: bytes) -> ConfigChange:
+    doc = _load(data)
+    altered = doc.get("altered")
+    return ConfigChange(str(doc["entity_path"]),
+                        None if not isinstance(altered, list) else frozenset(str(n) for n in altered))
 
 
 # ---------------------------------------------------------------- /admin/reassign_partitions

@@ -178,7 +178,8 @@ class Broker:
         self.alter_partition: ControllerAlterPartitionManager | None = None
         self._listener_name, host, port = config.advertised_listeners[0]
         self.node = NodeEndpoint(self.node_id, host, port)
-        self.dynamic_config = DynamicBrokerConfig(config.log_dirs[0], self.node_id, config.items())
+        # In a cluster both levels live in ZooKeeper, read (and migrated from the file) here.
+        self.dynamic_config = DynamicBrokerConfig(config.log_dirs[0], self.node_id, config.items(), self.cluster)
         # Client quotas are kept beside the dynamic configs and apply from the first request.
         self.quotas = ClientQuotas(config["quota.window.num"], config["quota.window.size.seconds"], clock,
                                    store=self.dynamic_config, controller_samples=config["controller.quota.window.num"],
@@ -421,7 +422,8 @@ class Broker:
             # As Kafka's KafkaServer: registered before any request is read, so that a broker
             # that cannot register (yet) answers nobody; the listeners are bound, not listening.
             await self.cluster.start(self._endpoints(), self._on_registered, ClusterChangeListeners(
-                topic_config=topics.apply_topic_config, user_config=self.scram.set_user,
+                topic_config=topics.apply_topic_config, broker_config=topics.apply_broker_configs,
+                user_config=self.scram.set_user,
                 client_metrics=self.client_metrics.set_subscription, group_config=self.group_configs.set_group,
                 acls=authorizer.replace if authorizer is not None else ClusterChangeListeners.acls,
                 session_health=self._on_session_health, features=self.features.set_finalized,

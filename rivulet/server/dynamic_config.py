@@ -4,7 +4,10 @@ resource, as Kafka's DynamicBrokerConfig keeps them.
 A config set for this broker (resource name = its node id) wins over one set as the
 cluster-wide default (resource name ""), which wins over server.properties. Kafka keeps both
 in its metadata log; this single node keeps them in ``dynamic-broker-configs.json`` in its
-first log dir, rewritten atomically on every change, so they survive a restart.
+first log dir, rewritten atomically on every change, so they survive a restart. A ZooKeeper
+cluster keeps both levels where ZooKeeper-era Kafka did, /config/brokers/<default> and
+/config/brokers/<id> (``SharedBrokerConfigs``, the broker's ``ZkClusterMember``), with a
+change notification that every broker follows, so that a cluster-level change reaches them all.
 
 Which configs may change is read from the broker's definitions (``server/config.py``): a
 read-only one is refused ("Cannot update these configs dynamically"), a per-broker one is
@@ -32,7 +35,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Collection, Mapping, Protocol, Sequence
 
 from rivulet.common.config import (
     AlterConfigOp, AlterConfigOpType, ConfigEntry, ConfigError, ConfigSource, ConfigType, UpdateMode, parse_value)
@@ -87,6 +90,20 @@ def _refused_reconfiguration(reason: str) -> ApiError:
     wrapped in a ConfigException, then in INVALID_REQUEST)."""
     return ApiError(ErrorCode.INVALID_REQUEST, "Invalid value org.apache.kafka.common.config.ConfigException: "
                     f"{reason} for configuration Invalid dynamic configuration")
+
+
+class SharedBrokerConfigs(Protocol):
+    """Where a cluster keeps its dynamic broker configs for every broker: a level is "" (the
+    cluster default) or a broker's id."""
+
+    def load_broker_level(self, level: str) -> dict[str, str] | None:
+        """The level as the cluster holds it; None when it was never written."""
+
+    def init_broker_level(self, level: str, configs: dict[str, str]) -> dict[str, str]:
+        """Write ``configs`` unless the level exists (another broker first); what it holds then."""
+
+    def write_broker_level(self, level: str, configs: dict[str, str], altered: Collection[str]) -> None:
+        """Replace the level for every broker, naming the configs the change ``altered``."""
 
 
 class ThreadCounts:
@@ -148,10 +165,14 @@ class CordonedLogDirs:
 class DynamicBrokerConfig:
     """The dynamic configs of one broker: ``levels[""]`` (cluster default) and ``levels[id]``."""
 
-    def __init__(self, log_dir: str, node_id: int, static: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, log_dir: str, node_id: int, static: Mapping[str, Any] | None = None,
+                 shared: SharedBrokerConfigs | None = None) -> None:
+        """``shared``: a cluster's store of both levels (ZooKeeper), read here and kept current
+        by ``apply_shared``; without it both live in the file."""
         self.path = os.path.join(log_dir, FILE_NAME)
         self.node_id = str(node_id)
         self.static: Mapping[str, Any] = static or {}  # parsed server.properties values
+        self.shared = shared
         self._reconfigurables: list[Reconfigurable] = []
         self.levels: dict[str, dict[str, str]] = {CLUSTER_DEFAULT: {}, self.node_id: {}}
         self.client_quotas: list[tuple[dict[str, str | None], dict[str, float]]] = []
@@ -186,14 +207,61 @@ class DynamicBrokerConfig:
             pass
         except (ValueError, AttributeError, KeyError, TypeError) as e:  # losing them beats refusing to start
             log.warning("ignoring unreadable %s: %s", self.path, e)
+        if shared is not None:
+            self._join_cluster(shared)
+
+    def _static_min_isr(self) -> str:
+        return str(self.static.get(MIN_ISR, BROKER_CONFIGS[MIN_ISR].default))
+
+    def _join_cluster(self, shared: SharedBrokerConfigs) -> None:
+        """Both levels from the cluster's store (blocking, at construction). The first broker
+        of a cluster that kept them in files seeds the cluster default from its file (with
+        min.insync.replicas, as ``ensure_cluster_min_isr``); a broker whose file default differs
+        from what the cluster then holds keeps its own values in force as its per-broker
+        overrides (but min.insync.replicas, cluster-level only), seeding its level once. The
+        file keeps no levels after that."""
+        from_file = {level: dict(configs) for level, configs in self.levels.items()}
+        default = shared.load_broker_level(CLUSTER_DEFAULT)
+        if default is None:
+            default = shared.init_broker_level(CLUSTER_DEFAULT, {MIN_ISR: self._static_min_isr(),
+                                                                 **from_file[CLUSTER_DEFAULT]})
+        own = shared.load_broker_level(self.node_id)
+        if own is None:
+            kept = {n: v for n, v in from_file[CLUSTER_DEFAULT].items() if n != MIN_ISR and default.get(n) != v}
+            if kept:
+                log.info("keeping this broker's cluster-default values %s, which the cluster default does not "
+                         "hold, in force as its own dynamic configs", kept)
+            seed = {**kept, **from_file[self.node_id]}
+            seed.pop(MIN_ISR, None)
+            own = shared.init_broker_level(self.node_id, seed) if seed else {}
+        if MIN_ISR not in default:  # written by another tool: as ensure_cluster_min_isr
+            default = {**default, MIN_ISR: self._static_min_isr()}
+            shared.write_broker_level(CLUSTER_DEFAULT, default, ())
+        if MIN_ISR in own:  # never per broker (ensure_cluster_min_isr)
+            own = {n: v for n, v in own.items() if n != MIN_ISR}
+            shared.write_broker_level(self.node_id, own, {MIN_ISR})
+        self.levels = {CLUSTER_DEFAULT: dict(default), self.node_id: dict(own)}
+        if any(from_file.values()):
+            self._save()  # the levels leave the file
+
+    def apply_shared(self, level: str, configs: dict[str, str]) -> bool:
+        """A level as the cluster's store now holds it (its change notification); False for a
+        level that is not this broker's."""
+        if level not in (CLUSTER_DEFAULT, self.node_id):
+            return False
+        self._set_level(level, configs)
+        return True
 
     def ensure_cluster_min_isr(self) -> None:
         """As a Kafka 4.1+ cluster with eligible leader replicas (KIP-966) does: min.insync.replicas
         is a cluster-level dynamic config, written from server.properties when the cluster has
-        none yet, and never a per-broker one (ConfigurationControlManager's ELR safety records)."""
+        none yet, and never a per-broker one (ConfigurationControlManager's ELR safety records).
+        A cluster's store was seen to at construction (``_join_cluster``)."""
+        if self.shared is not None:
+            return
         changed = False
         if MIN_ISR not in self.levels[CLUSTER_DEFAULT]:
-            self.levels[CLUSTER_DEFAULT][MIN_ISR] = str(self.static.get(MIN_ISR, BROKER_CONFIGS[MIN_ISR].default))
+            self.levels[CLUSTER_DEFAULT][MIN_ISR] = self._static_min_isr()
             changed = True
         if self.levels[self.node_id].pop(MIN_ISR, None) is not None:
             changed = True
@@ -288,10 +356,21 @@ class DynamicBrokerConfig:
         if not per_broker and MIN_ISR in self.levels[CLUSTER_DEFAULT] and MIN_ISR not in configs:
             raise ApiError(ErrorCode.INVALID_CONFIG, f"Cluster-level {MIN_ISR} cannot be removed while ELR is enabled.")
 
-    def replace(self, level: str, configs: dict[str, str]) -> None:
+    def replace(self, level: str, configs: dict[str, str], named: Collection[str] = ()) -> None:
+        """Set a level, in force here at once: saved in the file, or written to the cluster's
+        store for every broker, naming what changed and what the request ``named`` (a
+        cluster-level config named is altered even when its value stays, as in Kafka)."""
+        old = self.levels[level]
+        self._set_level(level, configs)
+        if self.shared is None:
+            self._save()
+        else:
+            altered = set(named) | {n for n in old.keys() | configs.keys() if old.get(n) != configs.get(n)}
+            self.shared.write_broker_level(level, dict(configs), altered)
+
+    def _set_level(self, level: str, configs: dict[str, str]) -> None:
         before = self.effective()
         self.levels[level] = dict(configs)
-        self._save()
         after = self.effective()
         changed = {n for n in before.keys() | after.keys() if before.get(n) != after.get(n)}
         for r in self._reconfigurables:
@@ -377,7 +456,7 @@ class DynamicBrokerConfig:
         self._save()
 
     def _save(self) -> None:
-        doc: dict[str, Any] = dict(self.levels)
+        doc: dict[str, Any] = dict(self.levels) if self.shared is None else {}
         if self.client_quotas:
             doc[CLIENT_QUOTAS] = [{"entity": e, "quotas": v} for e, v in self.client_quotas]
         if self.acls:

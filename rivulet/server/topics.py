@@ -475,9 +475,11 @@ class TopicManager:
         """Every topic config's value in force for ``name`` (for APPEND and SUBTRACT)."""
         return self._log_configs.get(name, self.log_defaults).to_props()
 
-    def alter_broker_configs(self, resource_name: str, configs: dict[str, str], validate_only: bool = False) -> None:
+    def alter_broker_configs(self, resource_name: str, configs: dict[str, str], validate_only: bool = False,
+                             named: Collection[str] = ()) -> None:
         """Replace the dynamic configs of one level (this broker's id, or "" for the cluster
-        default); the log.* defaults reach every topic without its own override at once."""
+        default), ``named`` by the request; the log.* defaults reach every topic without its own
+        override at once (in a cluster, on every broker through ZooKeeper)."""
         dyn = self.dynamic_config
         level = dyn.level(resource_name, altering=True)
         dyn.validate(configs, per_broker=level != "")
@@ -488,7 +490,25 @@ class TopicManager:
             raise ApiError(ErrorCode.INVALID_REQUEST, e.message) from None
         if validate_only:
             return
-        dyn.replace(level, configs)
+        dyn.replace(level, configs, named)
+        self._apply_log_defaults(defaults)
+        log.info("dynamic broker configs (%s) now %s", "cluster default" if level == "" else f"broker {level}",
+                 configs)
+
+    def apply_broker_configs(self, level: str, configs: dict[str, str]) -> None:
+        """Cluster mode: a level of dynamic broker configs as ZooKeeper now holds it (written
+        through any broker); one whose log defaults do not parse is logged and left out."""
+        dyn = self.dynamic_config
+        try:
+            defaults = LogConfig.from_broker_props({**self.config.originals, **dyn.with_level(level, configs)})
+        except ApiError as e:
+            log.warning("ignoring dynamic broker configs %s: %s", configs, e.message)
+            return
+        if dyn.apply_shared(level, configs):  # False: not this broker's level
+            self._apply_log_defaults(defaults)
+
+    def _apply_log_defaults(self, defaults: LogConfig) -> None:
+        """New log defaults into every topic's config and its logs here."""
         self.log_defaults = defaults
         for info in list(self.metadata.topics.values()):
             cfg = self._make_log_config(info.configs)
@@ -499,5 +519,3 @@ class TopicManager:
                     p.log.update_config(cfg)
         for name, overrides in list(self._cluster_configs.items()):
             self.apply_topic_config(name, overrides)
-        log.info("dynamic broker configs (%s) now %s", "cluster default" if level == "" else f"broker {level}",
-                 configs)

@@ -20,7 +20,7 @@ import logging
 import os
 import uuid
 from dataclasses import dataclass, replace
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping, Sequence
 
 from kazoo.client import KazooState
 from kazoo.exceptions import KazooException, NodeExistsError
@@ -34,7 +34,8 @@ from rivulet.controller.controller import ControllerConfig, KafkaController
 from rivulet.controller.placement import BrokerRack, assign_replicas_to_brokers
 from rivulet.controller.zk_client import BrokerIdInUseError, KafkaZkClient, Watcher, ZkBridge
 from rivulet.controller.zk_data import (
-    ACL_CHANGE_PATHS, GROUP_CONFIG_ENTITY, BrokerRegistration, EndPoint, TopicAssignment,
+    ACL_CHANGE_PATHS, BROKER_CONFIG_ENTITY, DEFAULT_ENTITY, GROUP_CONFIG_ENTITY, BrokerRegistration, ConfigChange,
+    EndPoint, TopicAssignment,
 )
 from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.messages.controlled_shutdown_request import ControlledShutdownRequest
@@ -46,6 +47,7 @@ from rivulet.server.features import FinalizedFeatures
 from rivulet.storage.checkpoints import random_kafka_uuid
 
 CLIENT_METRICS = "client-metrics"  # Kafka's config entity type for KIP-714 subscriptions
+MIN_ISR = "min.insync.replicas"
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +77,18 @@ def _ignore(_name: str, _configs: dict[str, str]) -> object:
     return None
 
 
+def _altered(change: ConfigChange, old: Mapping[str, str], new: Mapping[str, str]) -> frozenset[str]:
+    """The configs a change altered: as its writer named them, else those whose value moved."""
+    if change.altered is not None:
+        return change.altered
+    return frozenset(n for n in old.keys() | new.keys() if old.get(n) != new.get(n))
+
+
+def _broker_entity(level: str) -> str:
+    """A level of dynamic broker configs ("" the cluster default, else a broker id) as its znode's name."""
+    return DEFAULT_ENTITY if level == "" else level
+
+
 class SessionHealth(enum.Enum):
     """What a broker knows of its ZooKeeper session, for its leaderships."""
 
@@ -88,6 +102,8 @@ class ClusterChangeListeners:
     """Who is told of what ZooKeeper's watches and change notifications bring, from ``start``."""
 
     topic_config: Callable[[str, dict[str, str]], object] = _ignore  # new topics and their changes
+    # dynamic broker configs: the cluster default ("") or this broker's own (its id)
+    broker_config: Callable[[str, dict[str, str]], object] = _ignore
     user_config: Callable[[str, dict[str, str]], object] = _ignore  # SCRAM credentials
     client_metrics: Callable[[str, dict[str, str]], object] = _ignore  # KIP-714 subscriptions
     group_config: Callable[[str, dict[str, str]], object] = _ignore
@@ -124,6 +140,8 @@ class ZkClusterMember:
             # KIP-714 subscriptions (/config/client-metrics/<name>), before any client asks for one.
             self.client_metrics: dict[str, dict[str, str]] = {
                 n: self.client.get_entity_config(CLIENT_METRICS, n) for n in self.client.get_entity_names(CLIENT_METRICS)}
+            # The dynamic broker configs (cluster default and this broker's), as last read or written.
+            self.broker_configs: dict[str, dict[str, str]] = {}
             # Groups' configs, kept current by their change notifications.
             self.group_configs: dict[str, dict[str, str]] = {
                 g: self.client.get_entity_config(GROUP_CONFIG_ENTITY, g)
@@ -329,14 +347,24 @@ class ZkClusterMember:
         assert self.bridge is not None
         changes = await self.bridge.run(self.client.get_config_changes,
                                         self._watcher("config changes", self._on_config_changes))
-        for name, entity in changes:
+        for name, change in changes:
             if name <= self._last_change:
                 continue
             self._last_change = name
-            entity_type, _, entity_name = entity.partition("/")
+            entity_type, _, entity_name = change.entity_path.partition("/")
             if entity_type == "topics":
-                self._set_topic_config(entity_name, await self.bridge.run(
-                    self.client.get_entity_config, "topics", entity_name))
+                old = self.topic_configs.get(entity_name, {})
+                configs = await self.bridge.run(self.client.get_entity_config, "topics", entity_name)
+                self._set_topic_config(entity_name, configs)
+                if MIN_ISR in _altered(change, old, configs):
+                    self._min_isr_altered(entity_name)
+            elif entity_type == BROKER_CONFIG_ENTITY and entity_name in (DEFAULT_ENTITY, str(self.broker_id)):
+                old = self.broker_configs.get(entity_name, {})
+                configs = self.broker_configs[entity_name] = await self.bridge.run(
+                    self.client.get_entity_config, BROKER_CONFIG_ENTITY, entity_name)
+                self.changes.broker_config("" if entity_name == DEFAULT_ENTITY else entity_name, configs)
+                if entity_name == DEFAULT_ENTITY and MIN_ISR in _altered(change, old, configs):
+                    self._min_isr_altered(None)
             elif entity_type == "users" and "/" not in entity_name:
                 configs = await self.bridge.run(self.client.get_entity_config, "users", entity_name)
                 self.user_configs[entity_name] = configs
@@ -503,10 +531,46 @@ class ZkClusterMember:
         return dict(configs)
 
     def write_topic_config(self, name: str, configs: dict[str, str]) -> None:
-        """Persist a topic's overrides with a change notification for the other brokers."""
+        """Persist a topic's overrides with a change notification for the other brokers, naming
+        the configs whose value changed."""
         assert self.bridge is not None
+        old = self.topic_configs.get(name, {})
+        altered = {n for n in old.keys() | configs.keys() if old.get(n) != configs.get(n)}
         self.topic_configs[name] = dict(configs)
-        self._spawn(self.bridge.run(self.client.set_entity_config, "topics", name, dict(configs)))
+        self._spawn(self.bridge.run(self.client.set_entity_config, "topics", name, dict(configs), altered))
+
+    def _min_isr_altered(self, topic: str | None) -> None:
+        """A notification altered a topic's min.insync.replicas (or, None, the cluster-level
+        one; the writer's own notification names what it altered too): the controller, when
+        it is this broker's, clears the eligible leader replicas it guards."""
+        if self.controller is not None:
+            self.controller.min_isr_altered(topic)
+
+    # ------------------------------------------------------------ dynamic broker configs (SharedBrokerConfigs)
+    def load_broker_level(self, level: str) -> dict[str, str] | None:
+        """/config/brokers/<default> or /config/brokers/<id>, read now (blocking, at construction)."""
+        configs = self.client.find_entity_config(BROKER_CONFIG_ENTITY, _broker_entity(level))
+        if configs is not None:
+            self.broker_configs[_broker_entity(level)] = dict(configs)
+        return configs
+
+    def init_broker_level(self, level: str, configs: dict[str, str]) -> dict[str, str]:
+        """Create the level's znode unless another broker did first (blocking, at construction)."""
+        held = self.client.create_entity_config(BROKER_CONFIG_ENTITY, _broker_entity(level), dict(configs))
+        self.broker_configs[_broker_entity(level)] = dict(held)
+        return held
+
+    def write_broker_level(self, level: str, configs: dict[str, str], altered: Collection[str]) -> None:
+        """A level into its znode with a change notification naming the ``altered`` configs,
+        which every broker follows; in force here already. Blocking before ``prepare`` (at
+        construction), else written in the background as topic configs are."""
+        entity = _broker_entity(level)
+        self.broker_configs[entity] = dict(configs)
+        if self.bridge is None:
+            self.client.set_entity_config(BROKER_CONFIG_ENTITY, entity, dict(configs), sorted(altered))
+        else:
+            self._spawn(self.bridge.run(self.client.set_entity_config, BROKER_CONFIG_ENTITY, entity, dict(configs),
+                                        sorted(altered)))
 
     async def _refresh_controller(self) -> None:
         assert self.bridge is not None

@@ -240,7 +240,7 @@ def test_topic_configs_live_in_zookeeper(cluster):
                 doc = json.loads(cluster.zk.get(f"/config/changes/{c}")[0])
             except NoNodeError:  # purged between the listing and the read
                 continue
-            if doc == {"version": 2, "entity_path": "topics/logs"}:
+            if doc["entity_path"] == "topics/logs" and doc.get("altered") == ["cleanup.policy", "retention.ms"]:
                 return True
         return False
     eventually(notified,
@@ -366,3 +366,87 @@ def test_a_new_broker_answers_metadata_only_once_the_controller_has_told_it(clus
         assert asyncio.run(ask()) == [1, 2]
     finally:
         cluster.brokers[1].resume()
+
+
+def _cluster_default(broker: BrokerProcess, set_min_isr: str | None = None) -> dict[str, tuple[str, int]]:
+    """The cluster-default level (BROKER resource ""), which confluent-kafka cannot name, as
+    ``broker`` describes it: name -> (value, source); after setting min.insync.replicas there."""
+    from rivulet.protocol.messages import describe_configs_request as dcq
+    from rivulet.protocol.messages import incremental_alter_configs_request as iacq
+
+    async def go() -> dict[str, tuple[str, int]]:
+        conn = await BrokerConnection(broker.host, broker.port).connect(10)
+        try:
+            if set_min_isr is not None:
+                resp = await conn.send(iacq.IncrementalAlterConfigsRequest(validate_only=False, resources=[
+                    iacq.AlterConfigsResource(resource_type=4, resource_name="", configs=[
+                        iacq.AlterableConfig(name="min.insync.replicas", config_operation=0, value=set_min_isr)])]))
+                assert resp.responses[0].error_code == 0, resp
+            resp = await conn.send(dcq.DescribeConfigsRequest(resources=[dcq.DescribeConfigsResource(
+                resource_type=4, resource_name="", configuration_keys=None)]))
+            return {c.name: (c.value, c.config_source) for c in resp.results[0].configs}
+        finally:
+            await conn.close()
+    return asyncio.run(go())
+
+
+def test_dynamic_broker_configs_live_in_zookeeper(cluster):
+    """As ZooKeeper-era Kafka: the cluster default of the dynamic broker configs in
+    /config/brokers/<default>, a broker's own in /config/brokers/<id>, each with a change
+    notification. A cluster-level min.insync.replicas set through broker 1 is described by
+    every broker (DYNAMIC_DEFAULT_BROKER_CONFIG) and enforced by broker 2 leading a partition
+    (acks=all refused with two in-sync replicas of three); broker 3, restarted, keeps it."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient as KafkaAdmin, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    dynamic_default = 3  # DescribeConfigs' DYNAMIC_DEFAULT_BROKER_CONFIG
+    for i in (1, 2, 3):
+        cluster.start(i)
+    cluster.wait_for_brokers([1, 2, 3])
+    # The first broker wrote the cluster-level min ISR (Kafka 4's ELR safety record), from its static one.
+    assert cluster.json("/config/brokers/<default>")["config"] == {"min.insync.replicas": "1"}
+    admin = AdminClient({"bootstrap.servers": cluster.brokers[1].bootstrap})
+    admin.create_topics([NewTopic("guarded", replica_assignment=[[2, 3, 1]])])["guarded"].result(30)
+
+    def isr() -> list[int] | None:
+        try:
+            return sorted(cluster.partition_state("guarded", 0)["isr"])
+        except NoNodeError:  # until the controller writes it
+            return None
+
+    eventually(lambda: isr() == [1, 2, 3], what="the topic")
+    cluster.brokers[3].kill()
+    eventually(lambda: isr() == [1, 2], 60, "broker 3 out of the ISR")
+
+    def produced() -> str | None:
+        """An acks=all record to broker 2, leading: None when written, else the error's name."""
+        p = Producer({"bootstrap.servers": cluster.brokers[2].bootstrap, "acks": "all", "retries": 0,
+                      "enable.idempotence": False, "message.timeout.ms": 10000})
+        out: list = []
+        p.produce("guarded", b"x", on_delivery=lambda err, _msg: out.append(err))
+        p.flush(30)
+        return out[0].name() if out and out[0] is not None else None
+
+    assert produced() is None
+    assert _cluster_default(cluster.brokers[1], set_min_isr="3")["min.insync.replicas"] == ("3", dynamic_default)
+    eventually(lambda: cluster.json("/config/brokers/<default>")["config"] == {"min.insync.replicas": "3"})
+    eventually(lambda: _cluster_default(cluster.brokers[2])["min.insync.replicas"] == ("3", dynamic_default),
+               what="broker 2 to describe it")
+    assert produced() == "NOT_ENOUGH_REPLICAS"
+    # A broker's own level: in /config/brokers/<id>, asked of that broker.
+    node = ConfigResource(ConfigResource.Type.BROKER, "2", incremental_configs=[
+        ConfigEntry("log.retention.ms", "7200000", incremental_operation=AlterConfigOpType.SET)])
+    admin2 = KafkaAdmin({"bootstrap.servers": cluster.brokers[2].bootstrap})
+    admin2.incremental_alter_configs([node])[node].result(30)
+
+    def level(entity: str) -> dict[str, str] | None:
+        try:
+            return cluster.json(f"/config/brokers/{entity}")["config"]
+        except NoNodeError:
+            return None
+
+    eventually(lambda: level("2") == {"log.retention.ms": "7200000"}, what="/config/brokers/2")
+    cluster.restart(3)
+    assert _cluster_default(cluster.brokers[3])["min.insync.replicas"] == ("3", dynamic_default)
+    eventually(lambda: isr() == [1, 2, 3], 60, "broker 3 back in the ISR")
+    assert produced() is None

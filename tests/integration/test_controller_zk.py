@@ -1,6 +1,7 @@
 """The controller in-process against a real ZooKeeper, with a channel that records what it
 would send: election and failover with epoch+1, new topics get leaders, broker loss and return,
-AlterPartition's checks, ControlledShutdown, topic deletion."""
+AlterPartition's checks, ControlledShutdown, topic deletion; and once inside a broker's
+ZooKeeper membership (ZkClusterMember), for what its config change watch tells it."""
 
 from __future__ import annotations
 
@@ -377,6 +378,78 @@ def test_at_elr_version_1_a_reassignment_completes_through_the_elr_rule(run):
         assert r.topics[0].partitions[0].error_code == 0
         assert cl.admin.get_topic_assignment("orders").replicas == {0: [1, 4]}
         assert (cl.state().leader, cl.state().isr, cl.state().eligible_leader_replicas) == (1, (1, 4), ())
+    run(scenario)
+
+
+def test_at_elr_version_1_min_isr_is_the_cluster_s_and_its_changes_clear_the_lists(run):
+    """KIP-966, dormant: without a topic override the controller takes the cluster-level
+    min.insync.replicas from /config/brokers/<default> over its own (3 over 2 here). A topic's
+    min ISR altered clears that topic's ELR and last known ELR; the cluster-level one set, even
+    to its value, clears every partition's (Kafka's ClearElrRecord). The brokers hear of it
+    with a leader epoch moved (what makes them take a new partition epoch); the leaders stay."""
+    async def scenario(cl: Cluster) -> None:
+        cl.admin.set_entity_config("brokers", "<default>", {"min.insync.replicas": "3"})
+        c, rec = await _orders_at_elr_level_1(cl)
+        audit = TopicPartition("audit", 0)
+        cl.admin.create_topic(z.TopicAssignment("audit", None, {0: [1, 2, 3]}), {})
+        await eventually(lambda: cl.state(audit) is not None)
+        cl.kill(3)
+        await eventually(lambda: cl.state().isr == (1, 2) and cl.state(audit).isr == (1, 2))
+        assert cl.state().eligible_leader_replicas == cl.state(audit).eligible_leader_replicas == (3,)
+        before = cl.state()
+        sent = len(rec.of(LeaderAndIsrRequest))
+        cl.admin.set_entity_config("topics", "orders", {"min.insync.replicas": "2"})
+        c.min_isr_altered("orders")  # what the broker's config change notification tells it
+        await eventually(lambda: cl.state().eligible_leader_replicas == ())
+        s = cl.state()
+        assert (s.leader, s.isr, s.last_known_elr, s.leader_epoch) == (before.leader, (1, 2), (), before.leader_epoch + 1)
+        assert cl.state(audit).eligible_leader_replicas == (3,)
+        await eventually(lambda: len(rec.of(LeaderAndIsrRequest)) > sent)
+        told = [p for r in rec.of(UpdateMetadataRequest) for t in r.topic_states for p in t.partition_states
+                if t.topic_name == "orders"]
+        assert told[-1].eligible_leader_replicas == [] and told[-1].leader_epoch == s.leader_epoch
+        c.min_isr_altered(None)  # the cluster-level one set to 3 again
+        await eventually(lambda: cl.state(audit).eligible_leader_replicas == ())
+        assert cl.state(audit).isr == (1, 2) and cl.state().leader_epoch == s.leader_epoch  # nothing left to clear
+    run(scenario)
+
+
+def test_a_broker_s_config_change_watch_tells_its_controller_of_min_isr_changes(run, tmp_path):
+    """The whole path of increment 7 on one broker's ZooKeeper membership (in-process, its
+    controller told level 1 is finalized; min ISR 3): a topic's min.insync.replicas altered
+    through it, then the cluster-level one set to the value in force, each reach its
+    controller by the change notification and clear the ELR."""
+    from rivulet.server.config import BrokerConfig
+    from rivulet.server.zk_cluster import ClusterChangeListeners, ZkClusterMember
+
+    async def scenario(cl: Cluster) -> None:
+        for b in (1, 2, 3):
+            cl.register(b)
+        member = ZkClusterMember(BrokerConfig({"zookeeper.connect": cl.connect, "broker.id": "9",
+                                               "log.dirs": str(tmp_path), "min.insync.replicas": "3"}))
+        member.init_finalized_features({})
+        member.prepare(lambda: True)
+        audit = TopicPartition("audit", 0)
+        try:
+            await member.start([z.EndPoint("PLAINTEXT", "127.0.0.1", 9009)], lambda _e: None,
+                               ClusterChangeListeners(), {}, clean_start=True)
+            member.start_controller()
+            await eventually(lambda: member.controller.is_active)
+            for topic in ("orders", "audit"):
+                cl.admin.create_topic(z.TopicAssignment(topic, None, {0: [1, 2, 3]}), {})
+            await eventually(lambda: cl.state() is not None and cl.state(audit) is not None)
+            cl.kill(3)
+            await eventually(lambda: cl.state().eligible_leader_replicas == cl.state(audit).eligible_leader_replicas
+                             == (3,))
+            member.write_topic_config("orders", {"min.insync.replicas": "2"})
+            await eventually(lambda: cl.state().eligible_leader_replicas == ())
+            assert cl.state(audit).eligible_leader_replicas == (3,)
+            epoch = cl.state().leader_epoch
+            member.write_broker_level("", {"min.insync.replicas": "3"}, {"min.insync.replicas"})
+            await eventually(lambda: cl.state(audit).eligible_leader_replicas == ())
+            assert cl.state().leader_epoch == epoch  # nothing left to clear there
+        finally:
+            await member.stop()
     run(scenario)
 
 

@@ -155,12 +155,19 @@ def test_config_change_notifications(zkc):
     a = zkc()
     a.create_top_level_paths()
     a.set_entity_config("topics", "t", {"cleanup.policy": "compact"})
-    a.set_entity_config("brokers", "<default>", {"log.retention.ms": "5"})
+    a.set_entity_config("brokers", "<default>", {"log.retention.ms": "5"}, ["log.retention.ms"])
     changes = a.get_config_changes()
-    assert [p for _, p in changes] == ["topics/t", "brokers/<default>"]
+    assert [c for _, c in changes] == [z.ConfigChange("topics/t"),
+                                       z.ConfigChange("brokers/<default>", frozenset({"log.retention.ms"}))]
     assert all(name.startswith("config_change_") for name, _ in changes)
     a.delete_config_changes([changes[0][0]])
-    assert [p for _, p in a.get_config_changes()] == ["brokers/<default>"]
+    assert [c.entity_path for _, c in a.get_config_changes()] == ["brokers/<default>"]
+    # Created once: a second writer gets what the first wrote, and no notification.
+    assert a.find_entity_config("brokers", "1") is None
+    assert a.create_entity_config("brokers", "1", {"a": "1"}) == {"a": "1"}
+    assert a.create_entity_config("brokers", "1", {"a": "2"}) == {"a": "1"}
+    assert a.find_entity_config("brokers", "1") == {"a": "1"}
+    assert [c.entity_path for _, c in a.get_config_changes()] == ["brokers/<default>", "brokers/1"]
 
 
 def test_bridge_runs_calls_off_the_loop_and_delivers_watches_on_it(zkc):

@@ -428,3 +428,59 @@ def test_cordoned_log_dirs_are_log_dirs_or_all_of_them():
         BrokerConfig({"log.dirs": "/d1", "cordoned.log.dirs": "/d1,/x,/y"})
     assert str(e.value) == ("requirement failed: All entries in cordoned.log.dirs must be present in log.dirs or "
                             "log.dir. Missing entries : /x, /y")
+
+
+class _ClusterStore:
+    """A cluster's store of the dynamic broker config levels (ZooKeeper's, in memory)."""
+
+    def __init__(self) -> None:
+        self.levels: dict[str, dict[str, str]] = {}
+        self.writes: list[tuple[str, dict[str, str], set[str]]] = []
+
+    def load_broker_level(self, level: str) -> dict[str, str] | None:
+        return dict(self.levels[level]) if level in self.levels else None
+
+    def init_broker_level(self, level: str, configs: dict[str, str]) -> dict[str, str]:
+        return dict(self.levels.setdefault(level, dict(configs)))
+
+    def write_broker_level(self, level: str, configs: dict[str, str], altered) -> None:
+        self.levels[level] = dict(configs)
+        self.writes.append((level, dict(configs), set(altered)))
+
+
+def test_a_cluster_keeps_both_levels_in_its_store_and_each_file_s_values_stay_in_force(tmp_path):
+    """Brokers that kept the cluster default in their own files, differently, join a cluster
+    store: the first seeds it; the second keeps its differing values as its own (but
+    min.insync.replicas, cluster-level only); the files keep no levels; a change goes to the
+    store naming what the request named, and one from the store is applied."""
+    import json
+    from rivulet.server.dynamic_config import FILE_NAME
+    files = {1: {"": {"log.retention.ms": "1000", "min.insync.replicas": "2"}, "1": {}},
+             2: {"": {"log.retention.ms": "2000", "log.roll.ms": "5000", "min.insync.replicas": "1"},
+                 "2": {"background.threads": "12"}, "acls": []}}
+    for node, doc in files.items():
+        (tmp_path / str(node)).mkdir()
+        (tmp_path / str(node) / FILE_NAME).write_text(json.dumps(doc))
+    store = _ClusterStore()
+    b1 = DynamicBrokerConfig(str(tmp_path / "1"), 1, shared=store)
+    b2 = DynamicBrokerConfig(str(tmp_path / "2"), 2, shared=store)
+    assert store.levels == {"": {"log.retention.ms": "1000", "min.insync.replicas": "2"},
+                            "2": {"log.retention.ms": "2000", "log.roll.ms": "5000", "background.threads": "12"}}
+    assert b1.effective() == {"log.retention.ms": "1000", "min.insync.replicas": "2"}
+    assert b2.effective() == {"log.retention.ms": "2000", "log.roll.ms": "5000", "background.threads": "12",
+                              "min.insync.replicas": "2"}
+    for node in files:
+        assert json.loads((tmp_path / str(node) / FILE_NAME).read_text()) == {}
+    assert DynamicBrokerConfig(str(tmp_path / "2"), 2, shared=store).levels == b2.levels  # a restart: the store's
+    b1.replace("", {"log.retention.ms": "1000", "min.insync.replicas": "2"}, named=["min.insync.replicas"])
+    assert store.writes[-1] == ("", {"log.retention.ms": "1000", "min.insync.replicas": "2"}, {"min.insync.replicas"})
+    assert b2.apply_shared("", {"log.retention.ms": "9", "min.insync.replicas": "3"})
+    assert b2.effective()["min.insync.replicas"] == "3" and b2.effective()["log.retention.ms"] == "2000"
+    assert not b2.apply_shared("1", {"log.retention.ms": "1"})  # another broker's level
+
+
+def test_a_new_cluster_s_first_broker_writes_the_cluster_level_min_isr(tmp_path):
+    store = _ClusterStore()
+    DynamicBrokerConfig(str(tmp_path), 1, BrokerConfig({"log.dirs": str(tmp_path), "min.insync.replicas": "2"}).items(),
+                        shared=store)
+    assert store.levels == {"": {"min.insync.replicas": "2"}} and not (tmp_path / "dynamic-broker-configs.json").exists()

@@ -178,8 +178,12 @@ def test_entity_config_and_change_notification():
     assert same_json(z.encode_entity_config({"retention.ms": "1000", "cleanup.policy": "compact"}), kafka)
     assert z.decode_entity_config(None) == {} and z.decode_entity_config(b"") == {}
     change = b'{"version":2,"entity_path":"topics/orders"}'
-    assert z.decode_config_change(change) == "topics/orders"
+    assert z.decode_config_change(change) == z.ConfigChange("topics/orders", None)
     assert same_json(z.encode_config_change("topics/orders"), change)
+    # Rivulet's writers name the configs they altered, in a key Kafka's readers skip.
+    named = z.encode_config_change("brokers/<default>", {"min.insync.replicas"})
+    assert same_json(named, b'{"version":2,"entity_path":"brokers/<default>","altered":["min.insync.replicas"]}')
+    assert z.decode_config_change(named) == z.ConfigChange("brokers/<default>", frozenset({"min.insync.replicas"}))
 
 
 def test_reassignment():

@@ -196,7 +196,7 @@ class ConfigHandlers:
                     continue
                 set_values = {n: v for n, v in new.items() if v is not None}
                 if rtype == RESOURCE_BROKER:
-                    b.alter_broker_configs(name, set_values, validate_only=validate_only)
+                    b.alter_broker_configs(name, set_values, validate_only=validate_only, named=names)
                 elif rtype == RESOURCE_CLIENT_METRICS:
                     self.client_metrics.alter(name, set_values, validate_only=validate_only)
                 else:
