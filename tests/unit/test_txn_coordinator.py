@@ -181,7 +181,8 @@ async def test_produce_is_verified_with_the_coordinator(b: Broker) -> None:
     err, pid, epoch = await call(tc.handle_init_producer_id, "k", 60_000, None)
     # A transactional write to a partition never added to the transaction (KIP-890).
     assert await produce(b, TP0, pid, epoch, 0, "k") == ErrorCode.INVALID_TXN_STATE
-    assert await produce(b, TP0, pid, epoch, 0, None) == ErrorCode.INVALID_TXN_STATE
+    # Without a transactional id (the Produce handler refuses such a request first, as Kafka).
+    assert await b.replica_manager.txn_verifier.verify(None, pid, epoch, TP0) == ErrorCode.INVALID_TXN_STATE
     assert await call(tc.handle_add_partitions, "k", pid, epoch, {TP0}) == ErrorCode.NONE
     assert await produce(b, TP0, pid, epoch, 0, "k") == ErrorCode.NONE
     assert await produce(b, TP0, pid, epoch, 2, "k") == ErrorCode.NONE  # open here: no check
@@ -443,7 +444,8 @@ async def test_tv2_produce_adds_its_partition_to_the_transaction(b: Broker) -> N
     # The coordinator's errors, as a producer reads them.
     assert await produce_adding(b, TP1, pid, e - 1, 0, "pa") == ErrorCode.INVALID_PRODUCER_EPOCH
     assert await produce_adding(b, TP1, pid + 1, e, 0, "pa") == ErrorCode.INVALID_PRODUCER_ID_MAPPING
-    assert await produce_adding(b, TP1, pid, e, 0, None) == ErrorCode.INVALID_TXN_STATE
+    # No transactional id (the Produce handler refuses such a request before): nothing to add.
+    assert await b.replica_manager.txn_verifier.add(None, pid, e, TP1) == ErrorCode.INVALID_TXN_STATE
     assert await call(tc.handle_end_transaction_tv2, "pa", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
     await until(lambda: md(b, "pa").state == TxnState.COMPLETE_COMMIT)
     assert part(b, TP0).last_stable_offset == 3 and md(b, "pa").topic_partitions == set()
@@ -452,6 +454,32 @@ async def test_tv2_produce_adds_its_partition_to_the_transaction(b: Broker) -> N
     assert await produce_adding(b, TP1, pid, e + 1, 0, "pa") == ErrorCode.NONE
     assert await call(tc.handle_end_transaction_tv2, "pa", pid, e + 1, False) == (ErrorCode.NONE, pid, e + 2)
     assert await produce_adding(b, TP0, pid, e + 2, 0, "pa") == ErrorCode.NOT_ENOUGH_REPLICAS
+
+
+@with_broker(add_partitions_to_txn_retry_backoff_max_ms=10_000)
+async def test_one_node_asks_again_while_the_last_transaction_completes(b: Broker) -> None:
+    """On one node as in a cluster: a producer that begins its next transaction while the
+    coordinator still completes the last (its markers not written yet) is asked about again every
+    add.partitions.to.txn.retry.backoff.ms, and answered once the last one has completed -- the
+    add (Produce v12) and the check (v11 and below) alike."""
+    tc = b.transaction_coordinator
+    send_markers = tc.markers.add_txn_markers_to_send
+    held: list[tuple] = []
+    tc.markers.add_txn_markers_to_send = lambda *a: held.append(a)
+    for tid, adds in (("r2", True), ("r1", False)):
+        pid, e = await open_txn(b, tid)
+        assert await call(tc.handle_end_transaction_tv2, tid, pid, e, True) == (ErrorCode.NONE, pid, e + 1)
+        assert md(b, tid).state == TxnState.PREPARE_COMMIT and len(held) == 1
+        if adds:
+            sent = asyncio.ensure_future(produce_adding(b, TP0, pid, e + 1, 0, tid))
+        else:
+            sent = asyncio.ensure_future(produce(b, TP0, pid, e + 1, 0, tid))
+        await asyncio.sleep(0.2)  # several rounds of CONCURRENT_TRANSACTIONS
+        assert not sent.done()
+        send_markers(*held.pop())
+        # Added once the commit completed; the check finds the partition outside the new one.
+        assert await sent == (ErrorCode.NONE if adds else ErrorCode.INVALID_TXN_STATE)
+        assert md(b, tid).state == (TxnState.ONGOING if adds else TxnState.COMPLETE_COMMIT)
 
 
 @with_broker()
