@@ -860,11 +860,14 @@ class ReplicaManager:
         AddPartitionsToTxnManager, then its ReplicaManager)."""
         if err == ErrorCode.NONE:
             return None
+        answered = ErrorCode(err)
         err = coordinator_answer(err, operation)
         if err in (ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                      ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
             err = ErrorCode.NOT_ENOUGH_REPLICAS  # retriable for a producer, as Kafka maps it
-        return ApiError(err, f"transactional write to {tp} failed verification with the coordinator")
+        # The coordinator's own answer, for the broker's log (the client sees only ``err``).
+        return ApiError(err, f"transactional write to {tp} failed verification with the coordinator, "
+                             f"which answered {answered.name}")
 
     def _needs_verification(self, entries: dict[TopicPartition, memoryview | bytes | None]
                             ) -> dict[TopicPartition, tuple[int, int]]:

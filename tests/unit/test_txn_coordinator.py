@@ -534,6 +534,52 @@ async def test_produce_v12_adds_partitions_by_its_version_alone(b: Broker) -> No
     assert md(b, "p12").topic_partitions == {TP0, TP1}
 
 
+@with_broker(add_partitions_to_txn_retry_backoff_max_ms=0)
+async def test_a_produce_error_the_producer_retries_is_logged(b: Broker) -> None:
+    """A partition's answer that the producer retries (here NOT_ENOUGH_REPLICAS: the coordinator
+    still completes the last transaction, and no time is left to ask again) is logged at INFO
+    with the producer id, epoch and transactional id, once per error per interval however often
+    it is retried."""
+    import logging
+    from types import SimpleNamespace
+
+    from rivulet.common.logs import RateLimitFilter
+    from rivulet.protocol.framing import RequestHeader
+    from rivulet.protocol.messages import produce_request as prq
+
+    tc = b.transaction_coordinator
+    pid, e = await open_txn(b, "lg")
+    tc.markers.add_txn_markers_to_send = lambda *a: None  # the commit stays prepared
+    assert await call(tc.handle_end_transaction_tv2, "lg", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
+    lines: list[str] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda r: lines.append(r.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("rivulet.server.handlers.records")
+    logger.addHandler(handler)
+    level, filters = logger.level, logger.filters
+    logger.setLevel(logging.INFO)
+    logger.filters = [RateLimitFilter(level=logging.INFO)]  # a window of its own, whatever ran before
+    try:
+        for _ in range(3):
+            data = rec.encode_batch([rec.Record(0, None, None, b"x", [])], producer_id=pid, producer_epoch=e + 1,
+                                    base_sequence=0, transactional=True)
+            req = prq.ProduceRequest(transactional_id="lg", acks=-1, timeout_ms=5000, topic_data=[prq.TopicProduceData(
+                name="t", partition_data=[prq.PartitionProduceData(index=0, records=bytearray(data))])])
+            conn = SimpleNamespace(request_size=len(data), user=None, throttle=lambda ms: None, principal=None,
+                                   listener=SimpleNamespace(name="PLAINTEXT"))
+            resp = b.apis.handlers[0](RequestHeader(0, 12, 1, "franz"), req, conn)
+            if isinstance(resp, asyncio.Future):
+                resp = await resp
+            assert resp.responses[0].partition_responses[0].error_code == ErrorCode.NOT_ENOUGH_REPLICAS
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.filters = filters
+    assert lines == [f"produce to t-0 answered NOT_ENOUGH_REPLICAS, which the producer retries: producer id {pid} "
+                     f"epoch {e + 1} sequence 0, transactional id lg, client franz (transactional write to t-0 "
+                     "failed verification with the coordinator, which answered CONCURRENT_TRANSACTIONS)"]
+
+
 class _NoLocalCoordinator:
     """The verifier's ``local``: its node (99) coordinates no transactional id here."""
 
