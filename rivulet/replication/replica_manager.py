@@ -102,10 +102,10 @@ class TxnOperation(enum.Enum):
         return cls.GENERIC_ERROR_SUPPORTED if version >= 11 else cls.DEFAULT_ERROR
 
     @classmethod
-    def for_txn_offset_commit(cls, version: int, adds: bool) -> TxnOperation:
-        """``adds``: transaction.version 2 is finalized (Kafka picks by the version alone; Rivulet
-        also gates on the level until it supports 2, so v5 below it is v4)."""
-        if version >= 5 and adds:
+    def for_txn_offset_commit(cls, version: int) -> TxnOperation:
+        """By the version alone, as Kafka: v5+ is a transaction.version 2 producer's (below
+        level 2 the coordinator refuses the add, UNSUPPORTED_VERSION)."""
+        if version >= 5:
             return cls.ADD_PARTITION
         return cls.GENERIC_ERROR_SUPPORTED if version >= 4 else cls.DEFAULT_ERROR
 

@@ -244,8 +244,8 @@ class RecordHandlers:
                 early[tp] = ProduceResult(error=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
             entries = {}
         # KIP-890: v11 knows TRANSACTION_ABORTABLE; v12+ comes from a transaction.version 2
-        # producer, which sends no AddPartitionsToTxn. Decided by the version alone, as Kafka: a
-        # producer that saw level 2 keeps these semantics if the cluster is downgraded under it.
+        # producer, which sends no AddPartitionsToTxn. Decided by the version alone, as Kafka (below
+        # level 2 the coordinator refuses the add: UNSUPPORTED_VERSION, as Kafka 4.3.1).
         operation = TxnOperation.for_produce(header.api_version)
         result = self.replica_manager.append_records(
             entries, required_acks=acks, timeout_ms=req.timeout_ms, transactional_id=transactional_id,
