@@ -102,10 +102,10 @@ class TxnOperation(enum.Enum):
         return cls.GENERIC_ERROR_SUPPORTED if version >= 11 else cls.DEFAULT_ERROR
 
     @classmethod
-    def for_txn_offset_commit(cls, version: int, adds: bool) -> TxnOperation:
-        """``adds``: transaction.version 2 is finalized (Kafka picks by the version alone; Rivulet
-        also gates on the level until it supports 2, so v5 below it is v4)."""
-        if version >= 5 and adds:
+    def for_txn_offset_commit(cls, version: int) -> TxnOperation:
+        """By the version alone, as Kafka: v5+ is a transaction.version 2 producer's (below
+        level 2 the coordinator refuses the add, UNSUPPORTED_VERSION)."""
+        if version >= 5:
             return cls.ADD_PARTITION
         return cls.GENERIC_ERROR_SUPPORTED if version >= 4 else cls.DEFAULT_ERROR
 
@@ -122,7 +122,8 @@ def coordinator_answer(err: ErrorCode, operation: TxnOperation) -> ErrorCode:
 
 
 class AsyncTxnVerifier(Protocol):
-    """KIP-890 in cluster mode: may ``transactional_id``'s producer open a transaction on ``tp``?"""
+    """KIP-890: may ``transactional_id``'s producer open a transaction on ``tp``? Its coordinator
+    answers, on this broker or another (rivulet/transaction/remote_verifier.py)."""
 
     async def verify(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
                      tp: TopicPartition) -> ErrorCode: ...
@@ -130,18 +131,6 @@ class AsyncTxnVerifier(Protocol):
     async def add(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
                   tp: TopicPartition) -> ErrorCode:
         """KIP-890 part 2: have the coordinator add ``tp`` to the transaction (Produce v12)."""
-        ...
-
-
-class TxnVerifier(Protocol):
-    """KIP-890 on one broker: may ``transactional_id``'s producer open a transaction on ``tp``?"""
-
-    def verify_produce(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
-                       tp: TopicPartition) -> ErrorCode: ...
-
-    def add_partition(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
-                      tp: TopicPartition, callback: Callable[[ErrorCode], None]) -> None:
-        """KIP-890 part 2: add ``tp`` to the transaction, answering once it is in the log."""
         ...
 
 
@@ -429,16 +418,15 @@ class ReplicaManager:
                  replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS,
                  metadata_cache: MetadataCache | None = None, replica_selector: str | None = None,
                  fetchers: Callable[[ReplicaManager], FollowerFetching] | None = None,
-                 leadership: LeadershipListener | None = None, txn_verifier: TxnVerifier | None = None,
-                 async_txn_verifier: AsyncTxnVerifier | None = None,
+                 leadership: LeadershipListener | None = None, txn_verifier: AsyncTxnVerifier | None = None,
                  add_retry_backoff_ms: int = 20, add_retry_max_ms: int = 100) -> None:
         """Cluster mode gives ``replica_logs``, ``alter_partition``, ``metadata_cache`` (with
         the racks ``replica_selector``, KIP-392, picks a follower by) and ``fetchers``, which
         builds the replica fetchers on this manager, as Kafka's ReplicaManager makes its own.
         ``leadership`` is told what this node now leads and follows. KIP-890: a transactional
         batch that would open a transaction on a partition is appended only once the
-        transaction coordinator has that partition: ``txn_verifier`` asks a local one,
-        ``async_txn_verifier`` (cluster mode) whichever broker it runs on; an answer of
+        transaction coordinator has that partition: ``txn_verifier`` asks it, on whichever
+        broker it runs (one path on one node and in a cluster); an answer of
         CONCURRENT_TRANSACTIONS is asked again every ``add_retry_backoff_ms`` for up to
         ``add_retry_max_ms`` (add.partitions.to.txn.retry.backoff.*, as Kafka's ReplicaManager)."""
         self.node_id = node_id
@@ -459,7 +447,6 @@ class ReplicaManager:
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch", timer, purge_interval=fetch_purge_interval)
         self._flush_executor = None  # default executor; fsync never runs on the event loop
         self.txn_verifier = txn_verifier
-        self.async_txn_verifier = async_txn_verifier
         self.add_retry_backoff_ms = add_retry_backoff_ms
         self.add_retry_max_ms = add_retry_max_ms
         # Producer id -> done once the latest of its requests waiting here has appended.
@@ -734,7 +721,9 @@ class ReplicaManager:
         transactional batch that would open the transaction on a partition: the coordinator
         checks the partition is in it (KIP-890; refused as INVALID_TXN_STATE, or from v11 as
         TRANSACTION_ABORTABLE) or, for ``ADD_PARTITION`` (Produce v12 of a transaction.version 2
-        producer), adds it first (KIP-890 part 2); on one node as in a cluster.
+        producer), adds it first (KIP-890 part 2); on one node as in a cluster. Only a request
+        with such a batch (or behind one of its producer's) waits for that, as a task; the rest
+        append here, synchronously.
 
         ``transaction_version``: the markers' (WriteTxnMarkers v2), or 2 for client batches whose
         partitions the coordinator has just added (``_append_after``).
@@ -743,12 +732,14 @@ class ReplicaManager:
         ``in_turn``: the producers' earlier requests here have appended (``_append_in_turn``)."""
         if origin is None:
             origin = AppendOrigin.COORDINATOR if internal else AppendOrigin.CLIENT
-        add_partitions = txn_operation is TxnOperation.ADD_PARTITION
-        if origin == AppendOrigin.CLIENT and not in_turn and (self.async_txn_verifier is not None or (
-                add_partitions and self.txn_verifier is not None)):
-            ahead = self._appends_ahead(entries) if self._appending else set()
+        # Only a transactional producer's request names its transactional id (the Produce handler
+        # refuses transactional batches without one, as Kafka), so plain and idempotent produce
+        # skip the look at their batches.
+        if transactional_id is not None and self.txn_verifier is not None and not in_turn \
+                and origin is AppendOrigin.CLIENT:
+            ahead = self._appends_ahead(entries) if self._appending else None
             if ahead or self._needs_verification(entries):
-                return self._append_in_turn(entries, ahead, required_acks, timeout_ms, transactional_id,
+                return self._append_in_turn(entries, ahead or set(), required_acks, timeout_ms, transactional_id,
                                             txn_operation)
         results: dict[TopicPartition, ProduceResult] = {}
         flushes: list[Partition] = []
@@ -766,8 +757,6 @@ class ReplicaManager:
                     continue
                 headers = self._headers_for_append(data, p.log.config.max_message_bytes, origin, p.log.config, now,
                                                    tp)
-                if origin == AppendOrigin.CLIENT and self.txn_verifier is not None:
-                    self._verify_transaction(p, headers, transactional_id, txn_operation)
                 p.check_min_isr(required_acks)
                 # Request frames are bytearrays: the Log patches them in place, without a copy.
                 append_time = p.log.config.log_append_time
@@ -815,14 +804,16 @@ class ReplicaManager:
 
     async def _verify_partition(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
                                 tp: TopicPartition) -> ErrorCode:
-        verifier = self.async_txn_verifier
+        verifier = self.txn_verifier
         assert verifier is not None
         return await self._retrying(lambda: verifier.verify(transactional_id, producer_id, producer_epoch, tp))
 
     async def _add_partition(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
                              tp: TopicPartition) -> ErrorCode:
-        return await self._retrying(lambda: self._add_partition_once(transactional_id, producer_id,
-                                                                     producer_epoch, tp))
+        """KIP-890 part 2's implicit AddPartitionsToTxn, answered once the coordinator has logged it."""
+        verifier = self.txn_verifier
+        assert verifier is not None
+        return await self._retrying(lambda: verifier.add(transactional_id, producer_id, producer_epoch, tp))
 
     async def _retrying(self, ask: Callable[[], Awaitable[ErrorCode]]) -> ErrorCode:
         """The coordinator's answer, asked again while it is CONCURRENT_TRANSACTIONS (the
@@ -837,20 +828,6 @@ class ReplicaManager:
                 return err
             await asyncio.sleep(self.add_retry_backoff_ms / 1000)
 
-    async def _add_partition_once(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
-                                  tp: TopicPartition) -> ErrorCode:
-        """KIP-890 part 2's implicit AddPartitionsToTxn: the cluster's verifier sends it to the
-        coordinator; on one node the local coordinator adds it, answering once it is logged."""
-        if self.async_txn_verifier is not None:
-            return await self.async_txn_verifier.add(transactional_id, producer_id, producer_epoch, tp)
-        assert self.txn_verifier is not None
-        if not transactional_id:
-            return ErrorCode.INVALID_TXN_STATE
-        answer: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
-        self.txn_verifier.add_partition(transactional_id, producer_id, producer_epoch, tp,
-                                        lambda err: answer.done() or answer.set_result(err))
-        return await answer
-
     async def join_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
                                tp: TopicPartition, operation: TxnOperation) -> ErrorCode:
         """KIP-890 for a partition this broker leads that a coordinator writes to (the group's
@@ -862,14 +839,12 @@ class ReplicaManager:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if self._in_open_transaction(p, producer_id, producer_epoch):
             return ErrorCode.NONE
-        if operation is TxnOperation.ADD_PARTITION:
-            err = await self._add_partition(transactional_id, producer_id, producer_epoch, tp)
-        elif self.async_txn_verifier is not None:
-            err = await self._verify_partition(transactional_id, producer_id, producer_epoch, tp)
-        elif self.txn_verifier is not None:
-            err = self.txn_verifier.verify_produce(transactional_id, producer_id, producer_epoch, tp)
-        else:
+        if self.txn_verifier is None:
             err = ErrorCode.NONE
+        elif operation is TxnOperation.ADD_PARTITION:
+            err = await self._add_partition(transactional_id, producer_id, producer_epoch, tp)
+        else:
+            err = await self._verify_partition(transactional_id, producer_id, producer_epoch, tp)
         return coordinator_answer(err, operation)
 
     @staticmethod
@@ -885,22 +860,14 @@ class ReplicaManager:
         AddPartitionsToTxnManager, then its ReplicaManager)."""
         if err == ErrorCode.NONE:
             return None
+        answered = ErrorCode(err)
         err = coordinator_answer(err, operation)
         if err in (ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                      ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
             err = ErrorCode.NOT_ENOUGH_REPLICAS  # retriable for a producer, as Kafka maps it
-        return ApiError(err, f"transactional write to {tp} failed verification with the coordinator")
-
-    def _verify_transaction(self, p: Partition, headers: list, transactional_id: str | None,
-                            operation: TxnOperation) -> None:
-        h = headers[0]
-        if not h.is_transactional or self._in_open_transaction(p, h.producer_id, h.producer_epoch):
-            return
-        failure = self._verification_failure(
-            p.tp, self.txn_verifier.verify_produce(transactional_id, h.producer_id, h.producer_epoch, p.tp),
-            operation)
-        if failure is not None:
-            raise failure
+        # The coordinator's own answer, for the broker's log (the client sees only ``err``).
+        return ApiError(err, f"transactional write to {tp} failed verification with the coordinator, "
+                             f"which answered {answered.name}")
 
     def _needs_verification(self, entries: dict[TopicPartition, memoryview | bytes | None]
                             ) -> dict[TopicPartition, tuple[int, int]]:
@@ -943,8 +910,8 @@ class ReplicaManager:
                         ahead: set[asyncio.Future], required_acks: int, timeout_ms: int,
                         transactional_id: str | None, operation: TxnOperation) -> asyncio.Task:
         """Append after the producers' earlier requests here, and after the coordinator has
-        vouched for the partitions whose batch would open a transaction (cluster mode's KIP-890
-        check). Kafka reads a connection's next request only once it has answered the last, so
+        vouched for the partitions whose batch would open a transaction (KIP-890's check or
+        add). Kafka reads a connection's next request only once it has answered the last, so
         a producer's appends keep its requests' order; here requests run side by side, and a
         later one must not overtake one that waits for its coordinator (out of sequence)."""
         loop = asyncio.get_running_loop()

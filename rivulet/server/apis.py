@@ -37,7 +37,7 @@ from rivulet.server.handlers.acls import AclHandlers
 from rivulet.server.handlers.configs import ConfigHandlers
 from rivulet.server.delegation_tokens import DelegationTokens
 from rivulet.server.handlers.delegation_tokens import DelegationTokenHandlers
-from rivulet.server.features import GROUP_VERSION, SHARE_VERSION, STREAMS_VERSION, TRANSACTION_VERSION, FeatureLevels
+from rivulet.server.features import GROUP_VERSION, SHARE_VERSION, STREAMS_VERSION, FeatureLevels
 from rivulet.server.handlers.features import FeatureHandlers
 from rivulet.server.handlers.controller import CLUSTER_MODE_VERSIONS, ControllerHandlers, PartitionAdmin, \
     PartitionAdminHandlers, QuorumHandlers, QuorumView
@@ -203,9 +203,6 @@ class KafkaApis:
         partition_admin: PartitionAdmin
         quorum: QuorumView
 
-        def transaction_version() -> int:  # the finalized level, read at each request
-            return features.level(TRANSACTION_VERSION)
-
         # Cluster mode: FindCoordinator and Metadata have a missing internal topic made by the controller.
         cluster_internal_topics = None if cluster is None else ClusterInternalTopics(
             config, cluster, group_coordinator, txn_coordinator, share_coordinator)
@@ -238,8 +235,7 @@ class KafkaApis:
             ShareOffsetHandlers(group_coordinator, authz),
             StreamsGroupHandlers(group_coordinator, authz),
             ShareStateHandlers(share_coordinator, authz),
-            GroupHandlers(group_coordinator, topics, clock, authz, replica_manager.join_transaction,
-                          transaction_version, metadata_cache),
+            GroupHandlers(group_coordinator, topics, clock, authz, replica_manager.join_transaction, metadata_cache),
             FindCoordinatorHandler(group_coordinator, txn_coordinator, authz, metadata_cache, cluster_internal_topics,
                                    share_coordinator),
             TransactionHandlers(txn_coordinator, group_coordinator, replica_manager, topics, config, authz,

@@ -74,7 +74,7 @@ from rivulet.storage.log_dir_failure import AllLogDirsOfflineError
 from rivulet.storage.manager import TooManyOpenFilesError
 from rivulet.transaction.coordinator import TransactionCoordinator
 from rivulet.transaction.marker_channel import InterBrokerMarkerChannel
-from rivulet.transaction.remote_verifier import ClusterTxnVerifier
+from rivulet.transaction.remote_verifier import ClusterTxnVerifier, LocalTxnVerifier
 from rivulet.transaction.producer_id_manager import ProducerIdGenerator, ProducerIdManager
 
 if TYPE_CHECKING:  # the registry is imported only when configured (_schema_registry)
@@ -331,7 +331,7 @@ class Broker:
             metadata_cache=cache, replica_selector=cfg["replica.selector.class"] if cache is not None else None,
             fetchers=self._replica_fetchers if cache is not None else None,
             leadership=partition_events,
-            txn_verifier=local_txn_check if cache is None else None, async_txn_verifier=self.txn_verifier,
+            txn_verifier=self.txn_verifier if self.txn_verifier is not None else LocalTxnVerifier(local_txn_check),
             add_retry_backoff_ms=cfg["add.partitions.to.txn.retry.backoff.ms"],
             add_retry_max_ms=min(cfg["add.partitions.to.txn.retry.backoff.max.ms"], cfg["request.timeout.ms"]))
         await self._recover_logs()

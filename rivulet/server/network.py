@@ -89,7 +89,7 @@ class Authenticator(Protocol):
     def session_expired(self) -> bool: ...
 
 
-def _resolve(fut: asyncio.Future[Any], value: Any) -> None:
+def _resolve(fut: asyncio.Future[Struct], value: Struct) -> None:
     if not fut.done():
         fut.set_result(value)
 
@@ -518,7 +518,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 return failed.response
             # As Kafka's Selector: the failure's answer, and the close after it, are held back
             # (a guesser waits out each attempt); not after a failed re-authentication.
-            held: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            held: asyncio.Future[Struct] = asyncio.get_running_loop().create_future()
             asyncio.get_running_loop().call_later(delay_ms / 1000, _resolve, held, failed.response)
             return held
         if auth.principal is not None and self.principal is not auth.principal:

@@ -18,8 +18,9 @@ from collections.abc import Callable, Sequence
 from rivulet.common.types import TopicPartition
 from rivulet.protocol.errors import ErrorCode
 from rivulet.replication.partition import Partition
-from rivulet.replication.replica_manager import LeadershipListener, ReplicaLogs, TxnVerifier
+from rivulet.replication.replica_manager import LeadershipListener, ReplicaLogs
 from rivulet.storage.log import Log
+from rivulet.transaction.remote_verifier import TxnVerifier
 
 
 class UnboundRelay(RuntimeError):

@@ -314,6 +314,11 @@ class TransactionCoordinator(InternalTopicCoordinator):
             return callback(ErrorCode.CONCURRENT_TRANSACTIONS)
         if md.state == S.ONGOING and partitions <= md.topic_partitions:
             return callback(ErrorCode.NONE)  # nothing new to record
+        if client_transaction_version >= TV_EPOCH_BUMP and self.transaction_version() < TV_EPOCH_BUMP:
+            # A transaction.version 2 add (Produce v12, TxnOffsetCommit v5) below level 2: Kafka
+            # 4.3.1 refuses its log write, UNSUPPORTED_VERSION (leaving its pending transition, so
+            # the id answers CONCURRENT_TRANSACTIONS from then on; not here).
+            return callback(ErrorCode.UNSUPPORTED_VERSION)
         transit = md.prepare_add_partitions(partitions, self.clock.milliseconds(), client_transaction_version)
         self.state_manager.append_transaction_to_log(transactional_id, found.coordinator_epoch, transit, callback)
 
@@ -444,7 +449,8 @@ class TransactionCoordinator(InternalTopicCoordinator):
                                    commit: bool, callback: EndTxnCallback) -> None:
         """EndTxn v5: every commit or abort bumps the epoch, and the answer names the id and
         epoch the producer continues with. A retry (the epoch one below, or the last epoch of
-        the previous id after a rotation) is answered from the state the first attempt left."""
+        the previous id after a rotation) is answered from the state the first attempt left.
+        Below transaction.version 2 one that would prepare a commit or abort is refused."""
         self._end_transaction_tv2(transactional_id, producer_id, producer_epoch, commit, from_client=True,
                                   callback=callback)
 
@@ -480,6 +486,10 @@ class TransactionCoordinator(InternalTopicCoordinator):
                           transactional_id, md.state.state_name, "COMMIT" if commit else "ABORT")
             return fail(outcome)
         next_state, no_partition_added = outcome
+        if from_client and self.transaction_version() < TV_EPOCH_BUMP:
+            # As Kafka 4.3.1, whose log write of the version 2 transition is refused there (its
+            # pending transition then stays, and the id answers CONCURRENT_TRANSACTIONS; not here).
+            return fail(ErrorCode.UNSUPPORTED_VERSION)
         next_producer_id = NO_PRODUCER_ID
         if md.is_producer_epoch_exhausted:
             # This bump uses the last epoch: the producer moves to a new id when it completes.

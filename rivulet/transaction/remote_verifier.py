@@ -1,22 +1,57 @@
-"""KIP-890's produce-time check in cluster mode (Kafka's AddPartitionsToTxnManager): before a
-transactional batch opens a transaction on a partition, its leader asks the transactional
-id's coordinator, wherever it runs, whether the partition is part of the transaction: the
-local coordinator directly, another broker with AddPartitionsToTxn v4 (verify_only). For a
-transaction.version 2 producer (Produce v12) it asks the coordinator to add it instead."""
+"""KIP-890's produce-time check (Kafka's AddPartitionsToTxnManager): before a transactional
+batch opens a transaction on a partition, its leader asks the transactional id's coordinator,
+wherever it runs, whether the partition is part of the transaction: the local coordinator
+directly (``LocalTxnVerifier``; all of it on one node), another broker with AddPartitionsToTxn
+v4 (verify_only; ``ClusterTxnVerifier``). For a transaction.version 2 producer (Produce v12) it
+asks the coordinator to add it instead. Both are the replica manager's ``AsyncTxnVerifier``."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from typing import Protocol
 
 from rivulet.common.types import TopicPartition
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages import add_partitions_to_txn_request as aptq
 from rivulet.replication.link import LINK_ERRORS, BrokerLinks
-from rivulet.replication.replica_manager import TxnVerifier
 from rivulet.transaction.txn_log import TRANSACTION_STATE_TOPIC_NAME, partition_for
 
 log = logging.getLogger(__name__)
+
+
+class TxnVerifier(Protocol):
+    """This broker's transaction coordinator, as the KIP-890 check asks it."""
+
+    def verify_produce(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
+                       tp: TopicPartition) -> ErrorCode: ...
+
+    def add_partition(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
+                      tp: TopicPartition, callback: Callable[[ErrorCode], None]) -> None:
+        """KIP-890 part 2: add ``tp`` to the transaction, answering once it is in the log."""
+        ...
+
+
+class LocalTxnVerifier:
+    """The ids this broker coordinates (every id on one node): asks its coordinator directly."""
+
+    def __init__(self, coordinator: TxnVerifier) -> None:
+        self.coordinator = coordinator
+
+    async def verify(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
+                     tp: TopicPartition) -> ErrorCode:
+        return self.coordinator.verify_produce(transactional_id, producer_id, producer_epoch, tp)
+
+    async def add(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
+                  tp: TopicPartition) -> ErrorCode:
+        """Answered once the coordinator has logged the partition in the transaction."""
+        if not transactional_id:
+            return ErrorCode.INVALID_TXN_STATE
+        answer: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+        self.coordinator.add_partition(transactional_id, producer_id, producer_epoch, tp,
+                                       lambda err: answer.done() or answer.set_result(err))
+        return await answer
 
 
 class ClusterTxnVerifier:
@@ -24,7 +59,7 @@ class ClusterTxnVerifier:
         """``links``: to the transactional ids' coordinators; ``local`` answers for the ids this
         broker coordinates; ``verification_enabled`` is transaction.partition.verification.enable."""
         self.links = links
-        self.local = local
+        self.local = LocalTxnVerifier(local)
         self.verification_enabled = verification_enabled
 
     async def verify(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
@@ -49,12 +84,8 @@ class ClusterTxnVerifier:
         leader, endpoint = self.links.leader(
             TopicPartition(TRANSACTION_STATE_TOPIC_NAME, partition_for(transactional_id, n)))
         if leader == self.links.node_id:
-            if verify_only:
-                return self.local.verify_produce(transactional_id, producer_id, producer_epoch, tp)
-            answer: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
-            self.local.add_partition(transactional_id, producer_id, producer_epoch, tp,
-                                     lambda err: answer.done() or answer.set_result(err))
-            return await answer
+            ask = self.local.verify if verify_only else self.local.add
+            return await ask(transactional_id, producer_id, producer_epoch, tp)
         if endpoint is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         req = aptq.AddPartitionsToTxnRequest(transactions=[aptq.AddPartitionsToTxnTransaction(

@@ -12,16 +12,20 @@ from types import SimpleNamespace
 
 import pytest
 
+from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages import (
     add_offsets_to_txn_request as aoq,
     add_partitions_to_txn_request as aptq,
+    api_versions_request as avq,
     describe_producers_request as dpq,
     describe_transactions_request as dtq,
     end_txn_request as etq,
     find_coordinator_request as fcq,
     list_transactions_request as ltq,
+    produce_request as prq,
     txn_offset_commit_request as tocq,
+    update_features_request as ufq,
 )
 from test_idempotence import Raw, create_topic, topic_name
 
@@ -308,6 +312,129 @@ def test_txn_offset_commit_needs_the_offsets_partition_in_the_transaction(broker
 def test_kafka_answers_the_txn_offset_commit_check_as_pinned(kafka_ref):
     """The answers pinned above, asked of Kafka 4.3.1 itself (transaction.version 2, its default)."""
     assert _offsets_check_probe(kafka_ref) == KAFKA_431_OFFSETS_CHECK
+
+
+# Kafka 4.3.1 at transaction.version 0 (downgraded from a new cluster's 2 with UpdateFeatures),
+# asked with raw requests (2026-12-01): the same versions advertised as at 2; the requests a
+# transaction.version 2 client sends refused, UNSUPPORTED_VERSION, unless nothing is to be added.
+# Each refusal in a transaction of its own: after refusing a TxnOffsetCommit v5 (or an EndTxn v5),
+# Kafka 4.3.1 kept answering that transaction CONCURRENT_TRANSACTIONS (AddOffsetsToTxn every 2 s
+# for 48 s; EndTxn v4), a pending transition it never completes; Rivulet leaves none.
+KAFKA_431_AT_TRANSACTION_VERSION_0 = {
+    "advertised at 2": "Produce 13, AddPartitionsToTxn 5, EndTxn 5, TxnOffsetCommit 5",
+    "advertised at 0": "Produce 13, AddPartitionsToTxn 5, EndTxn 5, TxnOffsetCommit 5",
+    "TxnOffsetCommit v5, nothing added": "UNSUPPORTED_VERSION",
+    "TxnOffsetCommit v4, nothing added": "TRANSACTION_ABORTABLE",
+    "state after v5": "Empty",
+    "AddOffsetsToTxn": "NONE",
+    "TxnOffsetCommit v5 after AddOffsetsToTxn": "NONE",
+    "EndTxn v5": "UNSUPPORTED_VERSION",
+    "state after EndTxn v5": "Ongoing",
+    "Produce v12, nothing added": "UNSUPPORTED_VERSION",
+}
+
+
+def _transaction_version_0_probe(bootstrap: str) -> dict[str, str]:
+    """What a broker advertises at transaction.version 2 and, after a downgrade to 0, what it
+    answers to a transaction.version 2 client's TxnOffsetCommit v5, EndTxn v5 and Produce v12."""
+    topic = topic_name("tv0")
+    create_topic(bootstrap, topic)
+    tid, group = "tv0-" + uuid.uuid4().hex[:6], "tv0-g-" + uuid.uuid4().hex[:6]
+    out: dict[str, str] = {}
+    current = {"tid": tid}
+
+    async def go():
+        raw = await Raw.open(SimpleNamespace(bootstrap=bootstrap))
+        try:
+            async def advertised() -> tuple[str, int]:
+                r = await raw.conn.send(avq.ApiVersionsRequest(client_software_name="t", client_software_version="1"),
+                                        version=3)
+                top = {k.api_key: k.max_version for k in r.api_keys}
+                level = {f.name: f.max_version_level for f in r.finalized_features}.get("transaction.version", 0)
+                return (f"Produce {top[0]}, AddPartitionsToTxn {top[24]}, EndTxn {top[26]}, "
+                        f"TxnOffsetCommit {top[28]}"), level
+
+            out["advertised at 2"], level = await advertised()
+            assert level == 2
+            r = await raw.conn.send(ufq.UpdateFeaturesRequest(timeout_ms=30_000, validate_only=False, feature_updates=[
+                ufq.FeatureUpdateKey(feature="transaction.version", max_version_level=0, allow_downgrade=True,
+                                     upgrade_type=2)]), version=1)
+            assert r.error_code == 0, r
+            for _ in range(300):  # until this broker has the new level
+                out["advertised at 0"], level = await advertised()
+                if level == 0:
+                    break
+                await asyncio.sleep(0.1)
+            assert level == 0
+
+            async def commit(version: int, pid: int, epoch: int) -> str:
+                for _ in range(200):  # while __consumer_offsets loads
+                    r = await raw.conn.send(tocq.TxnOffsetCommitRequest(
+                        transactional_id=current["tid"], group_id=group, producer_id=pid, producer_epoch=epoch,
+                        generation_id=-1, member_id="", topics=[tocq.TxnOffsetCommitRequestTopic(
+                            name=topic, partitions=[tocq.TxnOffsetCommitRequestPartition(
+                                partition_index=0, committed_offset=5)])]), version=version)
+                    err = ErrorCode(r.topics[0].partitions[0].error_code)
+                    if err not in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+                        break
+                    await asyncio.sleep(0.1)
+                return err.name
+
+            async def state() -> str:
+                r = await raw.conn.send(dtq.DescribeTransactionsRequest(transactional_ids=[current["tid"]]))
+                return r.transaction_states[0].transaction_state
+
+            async def end(version: int, pid: int, epoch: int) -> str:
+                r = await raw.conn.send(etq.EndTxnRequest(transactional_id=current["tid"], producer_id=pid,
+                                                          producer_epoch=epoch, committed=True), version=version)
+                return ErrorCode(r.error_code).name
+
+            async def begin(suffix: str) -> tuple[int, int]:
+                current["tid"] = tid + suffix
+                init = await raw.init_pid(current["tid"])
+                return init.producer_id, init.producer_epoch
+
+            await raw.conn.send(fcq.FindCoordinatorRequest(key=group, key_type=0, coordinator_keys=[group]))
+            pid, epoch = await begin("-a")
+            out["TxnOffsetCommit v5, nothing added"] = await commit(5, pid, epoch)
+            out["TxnOffsetCommit v4, nothing added"] = await commit(4, pid, epoch)
+            out["state after v5"] = await state()
+            pid, epoch = await begin("-b")
+            added = await raw.conn.send(aoq.AddOffsetsToTxnRequest(
+                transactional_id=current["tid"], producer_id=pid, producer_epoch=epoch, group_id=group))
+            out["AddOffsetsToTxn"] = ErrorCode(added.error_code).name
+            out["TxnOffsetCommit v5 after AddOffsetsToTxn"] = await commit(5, pid, epoch)
+            out["EndTxn v5"] = await end(5, pid, epoch)
+            out["state after EndTxn v5"] = await state()
+            pid, epoch = await begin("-c")
+            batch = rec.encode_batch([rec.Record(0, int(time.time() * 1000), None, b"v", [])], producer_id=pid,
+                                     producer_epoch=epoch, base_sequence=0, transactional=True)
+            r = await raw.conn.send(prq.ProduceRequest(transactional_id=current["tid"], acks=-1, timeout_ms=10_000, topic_data=[
+                prq.TopicProduceData(name=topic, partition_data=[prq.PartitionProduceData(index=0, records=batch)])]),
+                version=12)
+            out["Produce v12, nothing added"] = ErrorCode(r.responses[0].partition_responses[0].error_code).name
+        finally:
+            await raw.close()
+    asyncio.run(go())
+    return out
+
+
+def test_transaction_version_2_requests_at_level_0(broker_factory):
+    """A cluster at transaction.version 0 answers what a transaction.version 2 client sends as
+    Kafka 4.3.1 does: TxnOffsetCommit v5 and Produce v12 that would add a partition, and EndTxn
+    v5, are UNSUPPORTED_VERSION (decided by the request's version, refused by the level);
+    ApiVersions advertises the same versions at either level."""
+    assert _transaction_version_0_probe(broker_factory().bootstrap) == KAFKA_431_AT_TRANSACTION_VERSION_0
+
+
+@pytest.mark.java
+def test_kafka_answers_transaction_version_2_requests_at_level_0_as_pinned(java):
+    """The answers pinned above, asked of a Kafka 4.3.1 of its own (the downgrade would change a
+    shared one)."""
+    from tests.conftest import running_kafka
+
+    with running_kafka() as bootstrap:
+        assert _transaction_version_0_probe(bootstrap) == KAFKA_431_AT_TRANSACTION_VERSION_0
 
 
 # -------------------------------------------------------------- consume-transform-produce

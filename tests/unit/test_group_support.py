@@ -218,7 +218,7 @@ def group_handlers(c: GroupCoordinator, b: FakeCluster) -> GroupHandlers:
     """The group APIs over ``c`` with no authorizer, at transaction.version 0: no TxnOffsetCommit
     adds the group's offsets partition to a transaction there, and none is refused by KIP-890's
     check (tests/unit/test_txn_coordinator.py covers both against a real broker)."""
-    return GroupHandlers(c, b.metadata, b.clock, Authz(None), _checked_never_added, lambda: 0)
+    return GroupHandlers(c, b.metadata, b.clock, Authz(None), _checked_never_added)
 
 
 class Member:

@@ -427,7 +427,7 @@ class HeldVerifier:
 async def verifying_rm(tmp_path, verifier: HeldVerifier):
     timer = Timer(asyncio.get_running_loop())
     logs = Logs(tmp_path)
-    rm = ReplicaManager(NODE, timer, clock=MockClock(wall_ms=T0), replica_logs=logs, async_txn_verifier=verifier)
+    rm = ReplicaManager(NODE, timer, clock=MockClock(wall_ms=T0), replica_logs=logs, txn_verifier=verifier)
     try:
         for tp in (TP, TP2):
             lai(rm, state(NODE, 1, isr=(1,), replicas=(1,)), tp=tp)
@@ -541,7 +541,7 @@ def test_concurrent_transactions_is_asked_again_for_add_partitions_to_txn_retry_
     async def main() -> None:
         timer = Timer(asyncio.get_running_loop())
         coordinator = _BusyCoordinator(busy)
-        rm = ReplicaManager(NODE, timer, async_txn_verifier=coordinator, add_retry_backoff_ms=1,
+        rm = ReplicaManager(NODE, timer, txn_verifier=coordinator, add_retry_backoff_ms=1,
                             add_retry_max_ms=max_ms)
         try:
             tp = TopicPartition("t", 0)

@@ -181,7 +181,8 @@ async def test_produce_is_verified_with_the_coordinator(b: Broker) -> None:
     err, pid, epoch = await call(tc.handle_init_producer_id, "k", 60_000, None)
     # A transactional write to a partition never added to the transaction (KIP-890).
     assert await produce(b, TP0, pid, epoch, 0, "k") == ErrorCode.INVALID_TXN_STATE
-    assert await produce(b, TP0, pid, epoch, 0, None) == ErrorCode.INVALID_TXN_STATE
+    # Without a transactional id (the Produce handler refuses such a request first, as Kafka).
+    assert await b.replica_manager.txn_verifier.verify(None, pid, epoch, TP0) == ErrorCode.INVALID_TXN_STATE
     assert await call(tc.handle_add_partitions, "k", pid, epoch, {TP0}) == ErrorCode.NONE
     assert await produce(b, TP0, pid, epoch, 0, "k") == ErrorCode.NONE
     assert await produce(b, TP0, pid, epoch, 2, "k") == ErrorCode.NONE  # open here: no check
@@ -330,8 +331,8 @@ async def test_tv2_coordinator_abort_bumps_once_so_the_client_abort_succeeds(b: 
 async def test_tv2_prepared_rotation_survives_a_restart_in_version_1_values(tmp_path: Path) -> None:
     async with running(start(tmp_path)) as b:
         tc = b.transaction_coordinator
-        # As with transaction.version 1+ finalized (Rivulet finalizes 0 so far).
-        tc.state_manager.transaction_version = lambda: 1
+        # Level 2 (a new cluster's) writes version 1 values, as level 1 does.
+        tc.state_manager.transaction_version = lambda: 2
         tc.markers.add_txn_markers_to_send = lambda *a: None  # "crash" before any marker is written
         err, pid, _ = await call(tc.handle_init_producer_id, "rs", 60_000, None)
         md(b, "rs").producer_epoch = 32766
@@ -392,8 +393,8 @@ def at_transaction_version(b: Broker, level: int) -> None:
 
 @with_broker()
 async def test_end_txn_v5_answers_the_next_epoch_by_its_version_alone(b: Broker) -> None:
-    """Kafka's transactionVersionForEndTxn: v5 is a transaction.version 2 client whatever the
-    cluster's level (a producer that saw 2 keeps it over a downgrade); v4 and below are classic."""
+    """Kafka's transactionVersionForEndTxn: v5 is a transaction.version 2 client's, refused
+    (UNSUPPORTED_VERSION) below level 2 as Kafka 4.3.1 answers it; v4 and below are classic."""
     from rivulet.protocol.framing import RequestHeader
     from rivulet.protocol.messages.end_txn_request import EndTxnRequest
 
@@ -407,8 +408,8 @@ async def test_end_txn_v5_answers_the_next_epoch_by_its_version_alone(b: Broker)
 
     at_transaction_version(b, 0)  # an existing cluster kept at 0
     pid, e = await open_txn(b, "h0")
-    # Level 0, and still v5 bumps the epoch and names the producer's next.
-    assert await end_txn(b, 5, "h0", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
+    assert await end_txn(b, 5, "h0", pid, e, True) == (ErrorCode.UNSUPPORTED_VERSION, -1, -1)
+    assert md(b, "h0").state == TxnState.ONGOING
     at_transaction_version(b, 2)
     pid2, e2 = await open_txn(b, "h2")
     assert await end_txn(b, 5, "h2", pid2, e2, True) == (ErrorCode.NONE, pid2, e2 + 1)
@@ -443,7 +444,8 @@ async def test_tv2_produce_adds_its_partition_to_the_transaction(b: Broker) -> N
     # The coordinator's errors, as a producer reads them.
     assert await produce_adding(b, TP1, pid, e - 1, 0, "pa") == ErrorCode.INVALID_PRODUCER_EPOCH
     assert await produce_adding(b, TP1, pid + 1, e, 0, "pa") == ErrorCode.INVALID_PRODUCER_ID_MAPPING
-    assert await produce_adding(b, TP1, pid, e, 0, None) == ErrorCode.INVALID_TXN_STATE
+    # No transactional id (the Produce handler refuses such a request before): nothing to add.
+    assert await b.replica_manager.txn_verifier.add(None, pid, e, TP1) == ErrorCode.INVALID_TXN_STATE
     assert await call(tc.handle_end_transaction_tv2, "pa", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
     await until(lambda: md(b, "pa").state == TxnState.COMPLETE_COMMIT)
     assert part(b, TP0).last_stable_offset == 3 and md(b, "pa").topic_partitions == set()
@@ -452,6 +454,32 @@ async def test_tv2_produce_adds_its_partition_to_the_transaction(b: Broker) -> N
     assert await produce_adding(b, TP1, pid, e + 1, 0, "pa") == ErrorCode.NONE
     assert await call(tc.handle_end_transaction_tv2, "pa", pid, e + 1, False) == (ErrorCode.NONE, pid, e + 2)
     assert await produce_adding(b, TP0, pid, e + 2, 0, "pa") == ErrorCode.NOT_ENOUGH_REPLICAS
+
+
+@with_broker(add_partitions_to_txn_retry_backoff_max_ms=10_000)
+async def test_one_node_asks_again_while_the_last_transaction_completes(b: Broker) -> None:
+    """On one node as in a cluster: a producer that begins its next transaction while the
+    coordinator still completes the last (its markers not written yet) is asked about again every
+    add.partitions.to.txn.retry.backoff.ms, and answered once the last one has completed -- the
+    add (Produce v12) and the check (v11 and below) alike."""
+    tc = b.transaction_coordinator
+    send_markers = tc.markers.add_txn_markers_to_send
+    held: list[tuple] = []
+    tc.markers.add_txn_markers_to_send = lambda *a: held.append(a)
+    for tid, adds in (("r2", True), ("r1", False)):
+        pid, e = await open_txn(b, tid)
+        assert await call(tc.handle_end_transaction_tv2, tid, pid, e, True) == (ErrorCode.NONE, pid, e + 1)
+        assert md(b, tid).state == TxnState.PREPARE_COMMIT and len(held) == 1
+        if adds:
+            sent = asyncio.ensure_future(produce_adding(b, TP0, pid, e + 1, 0, tid))
+        else:
+            sent = asyncio.ensure_future(produce(b, TP0, pid, e + 1, 0, tid))
+        await asyncio.sleep(0.2)  # several rounds of CONCURRENT_TRANSACTIONS
+        assert not sent.done()
+        send_markers(*held.pop())
+        # Added once the commit completed; the check finds the partition outside the new one.
+        assert await sent == (ErrorCode.NONE if adds else ErrorCode.INVALID_TXN_STATE)
+        assert md(b, tid).state == (TxnState.ONGOING if adds else TxnState.COMPLETE_COMMIT)
 
 
 @with_broker()
@@ -470,7 +498,8 @@ async def test_tv2_added_partition_takes_a_new_producer_at_sequence_0(b: Broker)
 
 @with_broker()
 async def test_produce_v12_adds_partitions_by_its_version_alone(b: Broker) -> None:
-    """Kafka decides the implicit add by Produce's version (v12+), not by the cluster's level."""
+    """Kafka decides the implicit add by Produce's version (v12+); below level 2 the coordinator
+    refuses it (UNSUPPORTED_VERSION), as Kafka 4.3.1 does."""
     from types import SimpleNamespace
 
     from rivulet.protocol.framing import RequestHeader
@@ -497,13 +526,62 @@ async def test_produce_v12_adds_partitions_by_its_version_alone(b: Broker) -> No
     # v11: the partition must have been added (AddPartitionsToTxn), at any level
     # (TRANSACTION_ABORTABLE from v11, as Kafka 4.3.1 answers).
     assert await produce_v12(b, "p12", pid, e, 0, version=11) == ErrorCode.TRANSACTION_ABORTABLE
-    # v12 adds it, at level 0 too.
+    # v12 is a transaction.version 2 producer's by its version; below level 2 its add is
+    # refused, UNSUPPORTED_VERSION, as Kafka 4.3.1 answers.
+    assert await produce_v12(b, "p12", pid, e, 0) == ErrorCode.UNSUPPORTED_VERSION
+    assert md(b, "p12").topic_partitions == set()
+    at_transaction_version(b, 2)
     assert await produce_v12(b, "p12", pid, e, 0) == ErrorCode.NONE
     assert (md(b, "p12").topic_partitions, md(b, "p12").client_transaction_version) == ({TP0}, 2)
-    at_transaction_version(b, 2)
     assert await produce_v12(b, "p12", pid, e, 0, version=11, partition=1) == ErrorCode.TRANSACTION_ABORTABLE
     assert await produce_v12(b, "p12", pid, e, 0, partition=1) == ErrorCode.NONE
     assert md(b, "p12").topic_partitions == {TP0, TP1}
+
+
+@with_broker(add_partitions_to_txn_retry_backoff_max_ms=0)
+async def test_a_produce_error_the_producer_retries_is_logged(b: Broker) -> None:
+    """A partition's answer that the producer retries (here NOT_ENOUGH_REPLICAS: the coordinator
+    still completes the last transaction, and no time is left to ask again) is logged at INFO
+    with the producer id, epoch and transactional id, once per error per interval however often
+    it is retried."""
+    import logging
+    from types import SimpleNamespace
+
+    from rivulet.common.logs import RateLimitFilter
+    from rivulet.protocol.framing import RequestHeader
+    from rivulet.protocol.messages import produce_request as prq
+
+    tc = b.transaction_coordinator
+    pid, e = await open_txn(b, "lg")
+    tc.markers.add_txn_markers_to_send = lambda *a: None  # the commit stays prepared
+    assert await call(tc.handle_end_transaction_tv2, "lg", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
+    lines: list[str] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda r: lines.append(r.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("rivulet.server.handlers.records")
+    logger.addHandler(handler)
+    level, filters = logger.level, logger.filters
+    logger.setLevel(logging.INFO)
+    logger.filters = [RateLimitFilter(level=logging.INFO)]  # a window of its own, whatever ran before
+    try:
+        for _ in range(3):
+            data = rec.encode_batch([rec.Record(0, None, None, b"x", [])], producer_id=pid, producer_epoch=e + 1,
+                                    base_sequence=0, transactional=True)
+            req = prq.ProduceRequest(transactional_id="lg", acks=-1, timeout_ms=5000, topic_data=[prq.TopicProduceData(
+                name="t", partition_data=[prq.PartitionProduceData(index=0, records=bytearray(data))])])
+            conn = SimpleNamespace(request_size=len(data), user=None, throttle=lambda ms: None, principal=None,
+                                   listener=SimpleNamespace(name="PLAINTEXT"))
+            resp = b.apis.handlers[0](RequestHeader(0, 12, 1, "franz"), req, conn)
+            if isinstance(resp, asyncio.Future):
+                resp = await resp
+            assert resp.responses[0].partition_responses[0].error_code == ErrorCode.NOT_ENOUGH_REPLICAS
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.filters = filters
+    assert lines == [f"produce to t-0 answered NOT_ENOUGH_REPLICAS, which the producer retries: producer id {pid} "
+                     f"epoch {e + 1} sequence 0, transactional id lg, client franz (transactional write to t-0 "
+                     "failed verification with the coordinator, which answered CONCURRENT_TRANSACTIONS)"]
 
 
 class _NoLocalCoordinator:
@@ -677,8 +755,8 @@ async def test_txn_offset_commit_is_not_checked_with_verification_disabled(b: Br
 async def test_txn_offset_commit_v5_adds_the_offsets_partition_at_transaction_version_2(b: Broker) -> None:
     """KIP-890 part 2: a TV2 producer sends no AddOffsetsToTxn; at level 2 a TxnOffsetCommit v5
     has the coordinator add the group's __consumer_offsets partition, answering its refusals as
-    Kafka's group coordinator does. v4, and v5 below level 2, only check (no AddOffsetsToTxn here:
-    TRANSACTION_ABORTABLE) and add nothing."""
+    Kafka's group coordinator does. v4 only checks (no AddOffsetsToTxn here: TRANSACTION_ABORTABLE)
+    and adds nothing; v5 below level 2 is refused (UNSUPPORTED_VERSION), as by Kafka 4.3.1."""
     from rivulet.server.handlers.groups import _offsets_join_error
 
     tc = b.transaction_coordinator
@@ -688,9 +766,17 @@ async def test_txn_offset_commit_v5_adds_the_offsets_partition_at_transaction_ve
     offsets_tp = TopicPartition("__consumer_offsets", b.group_coordinator.partition_for("g"))
     at_transaction_version(b, 0)  # an existing cluster kept at 0
     err, pid, e = await call(tc.handle_init_producer_id, "o5", 60_000, None)
-    # Below transaction.version 2: v5 is v4, checked, nothing is added.
-    assert await txn_offset_commit(b, 5, "o5", pid, e) == ErrorCode.TRANSACTION_ABORTABLE
+    # Below transaction.version 2 the add is refused, as Kafka 4.3.1 does (UNSUPPORTED_VERSION);
+    # once AddOffsetsToTxn has the partition in the transaction, v5 needs no add and commits.
+    assert await txn_offset_commit(b, 5, "o5", pid, e) == ErrorCode.UNSUPPORTED_VERSION
     assert md(b, "o5").topic_partitions == set()
+    assert await call(tc.handle_add_partitions, "o5", pid, e, {offsets_tp}) == ErrorCode.NONE
+    assert await txn_offset_commit(b, 5, "o5", pid, e) == ErrorCode.NONE
+    # EndTxn v5 and Produce v12's add, likewise refused below level 2; unlike Kafka 4.3.1's
+    # refusals, none leaves a pending transition behind (its id then answers CONCURRENT_TRANSACTIONS).
+    assert await call(tc.handle_end_transaction_tv2, "o5", pid, e, True) == (ErrorCode.UNSUPPORTED_VERSION, -1, -1)
+    assert await produce_adding(b, TP0, pid, e, 0, "o5") == ErrorCode.UNSUPPORTED_VERSION
+    assert md(b, "o5").pending_state is None and md(b, "o5").state == TxnState.ONGOING
     at_transaction_version(b, 2)
     err, pid4, e4 = await call(tc.handle_init_producer_id, "o4", 60_000, None)
     assert await txn_offset_commit(b, 4, "o4", pid4, e4, "g4") == ErrorCode.TRANSACTION_ABORTABLE
@@ -713,9 +799,8 @@ async def test_txn_offset_commit_v5_adds_the_offsets_partition_at_transaction_ve
     assert coordinator_answer(ErrorCode.TRANSACTION_ABORTABLE, TxnOperation.DEFAULT_ERROR) == ErrorCode.INVALID_TXN_STATE
     assert coordinator_answer(ErrorCode.TRANSACTION_ABORTABLE, TxnOperation.GENERIC_ERROR_SUPPORTED) == \
         ErrorCode.TRANSACTION_ABORTABLE
-    assert [TxnOperation.for_txn_offset_commit(v, adds) for v, adds in ((3, True), (4, True), (5, False), (5, True))] \
-        == [TxnOperation.DEFAULT_ERROR, TxnOperation.GENERIC_ERROR_SUPPORTED, TxnOperation.GENERIC_ERROR_SUPPORTED,
-            TxnOperation.ADD_PARTITION]
+    assert [TxnOperation.for_txn_offset_commit(v) for v in (3, 4, 5)] \
+        == [TxnOperation.DEFAULT_ERROR, TxnOperation.GENERIC_ERROR_SUPPORTED, TxnOperation.ADD_PARTITION]
     assert _offsets_join_error(ErrorCode.NOT_LEADER_OR_FOLLOWER) == ErrorCode.NOT_COORDINATOR
     assert _offsets_join_error(ErrorCode.REQUEST_TIMED_OUT) == ErrorCode.COORDINATOR_NOT_AVAILABLE
     assert _offsets_join_error(ErrorCode.TRANSACTION_ABORTABLE) == ErrorCode.TRANSACTION_ABORTABLE

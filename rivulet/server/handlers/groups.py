@@ -14,7 +14,7 @@ from typing import Any, Awaitable, Callable, Iterable, Iterator, Mapping, TypeVa
 
 from rivulet.common.cluster import MetadataView
 from rivulet.common.time import Clock
-from rivulet.common.types import TV_EPOCH_BUMP, TopicPartition
+from rivulet.common.types import TopicPartition
 from rivulet.coordinator.consumer_heartbeat import (
     GroupHeartbeatAnswer,
     HeartbeatRequest as ConsumerHeartbeat,
@@ -124,18 +124,16 @@ def _offsets_join_error(err: ErrorCode) -> ErrorCode:
 
 class GroupHandlers:
     def __init__(self, coordinator: GroupCoordinator, metadata: MetadataView, clock: Clock, authz: Authz,
-                 join_transaction: TransactionJoiner, transaction_version: Callable[[], int],
-                 metadata_cache: MetadataCache | None = None) -> None:
+                 join_transaction: TransactionJoiner, metadata_cache: MetadataCache | None = None) -> None:
         """``join_transaction``: a TxnOffsetCommit first has the producer's coordinator check that
-        the group's offsets partition is in the transaction (KIP-890); from level 2 of
-        ``transaction_version`` (the finalized level) a v5 has it added instead (KIP-890 part 2)."""
+        the group's offsets partition is in the transaction (KIP-890); a v5 has it added instead
+        (KIP-890 part 2), by its version alone as Kafka."""
         self.c = coordinator
         self.authz = authz
         self.metadata = metadata
         self.clock = clock
         self.metadata_cache = metadata_cache  # cluster mode: which partitions exist
         self.join_transaction = join_transaction
-        self.transaction_version = transaction_version
         self._joining: set[asyncio.Task] = set()  # the loop keeps only weak references to tasks
 
     def handlers(self) -> dict[int, Handler]:
@@ -650,7 +648,7 @@ class GroupHandlers:
         if self.c.is_active:
             # KIP-890: the producer's transaction must hold the group's offsets partition
             # (AddOffsetsToTxn); a transaction.version 2 producer sends none, and v5 adds it here.
-            operation = TxnOperation.for_txn_offset_commit(v, self.transaction_version() >= TV_EPOCH_BUMP)
+            operation = TxnOperation.for_txn_offset_commit(v)
             tp = TopicPartition(GROUP_METADATA_TOPIC_NAME, self.c.partition_for(req.group_id))
             task = asyncio.get_running_loop().create_task(
                 self._commit_once_joined(req, tp, operation, offsets, reply, commit))

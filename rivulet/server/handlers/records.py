@@ -4,10 +4,12 @@ DeleteRecords, in front of the ReplicaManager."""
 from __future__ import annotations
 from dataclasses import dataclass
 
+import logging
 import time
 from typing import Any, Callable
 
 from rivulet.common.file_region import FileRegion
+from rivulet.common.logs import RateLimitFilter
 from rivulet.common.time import Clock
 from rivulet.common.types import TopicPartition
 from rivulet.protocol.accel import speedups
@@ -26,7 +28,7 @@ from rivulet.protocol.messages.fetch_request import FetchPartition, FetchRequest
 from rivulet.protocol.messages.list_offsets_request import ListOffsetsRequest
 from rivulet.protocol.messages.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
 from rivulet.protocol.messages.produce_request import ProduceRequest
-from rivulet.protocol.records import count_records, first_batch_is_transactional
+from rivulet.protocol.records import count_records, first_batch_is_transactional, iter_batches
 from rivulet.protocol.schema import ZERO_UUID
 from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.replication.partition import Partition
@@ -59,6 +61,34 @@ from rivulet.server.network import KafkaConnection
 from rivulet.server.quotas import ClientQuotas
 from rivulet.storage import Log
 from rivulet.server.topics import TopicManager
+
+log = logging.getLogger(__name__)
+# One line per error per interval: a producer retrying a partition every few seconds shows up.
+log.addFilter(RateLimitFilter(level=logging.INFO))
+
+# Partition errors of a Produce that a producer retries (Kafka's RetriableException ones it can
+# meet here): it sends the batch again, so nothing else tells that it kept failing.
+_RETRIED_PRODUCE_ERRORS = frozenset({
+    ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.KAFKA_STORAGE_ERROR,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.CORRUPT_MESSAGE, ErrorCode.CONCURRENT_TRANSACTIONS,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
+
+
+def _log_retried(tp: TopicPartition, error: ErrorCode, records: Any, transactional_id: str | None,
+                 client_id: str, why: str | None) -> None:
+    """An INFO line (rate-limited per error) for a produce answer the producer will retry."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    try:
+        _pos, h = next(iter_batches(records))
+        pid, epoch, seq = h.producer_id, h.producer_epoch, h.base_sequence
+    except (StopIteration, ApiError, TypeError):
+        pid = epoch = seq = -1
+    log.info("produce to %s answered %s, which the producer retries: producer id %d epoch %d sequence %d, "
+             "transactional id %s, client %s%s", tp, ErrorCode(error).name, pid, epoch, seq, transactional_id,
+             client_id, f" ({why})" if why else "", extra={"kind": f"retried produce {ErrorCode(error).name}"})
+
 
 LIST_OFFSETS_LATEST = -1
 LIST_OFFSETS_EARLIEST = -2
@@ -214,8 +244,8 @@ class RecordHandlers:
                 early[tp] = ProduceResult(error=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
             entries = {}
         # KIP-890: v11 knows TRANSACTION_ABORTABLE; v12+ comes from a transaction.version 2
-        # producer, which sends no AddPartitionsToTxn. Decided by the version alone, as Kafka: a
-        # producer that saw level 2 keeps these semantics if the cluster is downgraded under it.
+        # producer, which sends no AddPartitionsToTxn. Decided by the version alone, as Kafka (below
+        # level 2 the coordinator refuses the add: UNSUPPORTED_VERSION, as Kafka 4.3.1).
         operation = TxnOperation.for_produce(header.api_version)
         result = self.replica_manager.append_records(
             entries, required_acks=acks, timeout_ms=req.timeout_ms, transactional_id=transactional_id,
@@ -257,6 +287,8 @@ class RecordHandlers:
                     tp = TopicPartition(name, pd.index)
                     r = results[tp]
                     error = self._hosted_elsewhere(tp, r.error)
+                    if error and error in _RETRIED_PRODUCE_ERRORS:
+                        _log_retried(tp, error, pd.records, transactional_id, client_id, r.message)
                     part = pr.PartitionProduceResponse(
                         index=pd.index, error_code=error, base_offset=r.base_offset,
                         log_append_time_ms=r.log_append_time, log_start_offset=r.log_start_offset,

@@ -231,7 +231,7 @@ class TransactionHandlers:
             return etr.EndTxnResponse(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         if v >= 5:
             # KIP-890 part 2: the epoch goes up at every EndTxn; the answer names the producer's next.
-            # Decided by the version alone, as Kafka (transactionVersionForEndTxn), whatever the level.
+            # Decided by the version alone, as Kafka (transactionVersionForEndTxn); refused below level 2.
             return _respond(lambda cb: self.coordinator.handle_end_transaction_tv2(
                 req.transactional_id, req.producer_id, req.producer_epoch, req.committed,
                 lambda err, pid, epoch: cb(etr.EndTxnResponse(throttle_time_ms=0, error_code=err, producer_id=pid,
