@@ -11,7 +11,11 @@ one-time password, to a private temporary file that is removed as soon as it is 
 
 from __future__ import annotations
 
+import _ssl
+import ctypes
 import dataclasses
+import functools
+import logging
 import os
 import secrets
 import ssl
@@ -25,6 +29,8 @@ from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from cryptography.hazmat.primitives.serialization import pkcs12
 
 from rivulet.common.config import ConfigError
+
+log = logging.getLogger(__name__)
 
 __all__ = ["SslConfig", "TlsError", "client_context", "client_ssl_config", "peer_dn", "server_context", "ssl_config"]
 
@@ -268,6 +274,49 @@ def _base(ctx: ssl.SSLContext, cfg: SslConfig) -> ssl.SSLContext:
     return ctx
 
 
+@functools.cache
+def _openssl() -> ctypes.CDLL | None:
+    """The OpenSSL that Python's ``ssl`` runs on (symbols found through its ``_ssl`` module)."""
+    try:
+        lib = ctypes.CDLL(_ssl.__file__)
+        for name, args, res in (("SSL_CTX_get_options", [ctypes.c_void_p], ctypes.c_uint64),
+                                ("SSL_CTX_get_verify_mode", [ctypes.c_void_p], ctypes.c_int),
+                                ("SSL_CTX_add_client_CA", [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int),
+                                ("d2i_X509", [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long], ctypes.c_void_p),
+                                ("X509_free", [ctypes.c_void_p], None)):
+            fn = getattr(lib, name)  # attribute access keeps the function, and its types, on lib
+            fn.argtypes, fn.restype = args, res
+    except (AttributeError, OSError) as e:
+        log.debug("OpenSSL not reachable for the certificate request's CA names: %s", e)
+        return None
+    return lib
+
+
+def _name_trusted_issuers(ctx: ssl.SSLContext, trusted: list[x509.Certificate]) -> None:
+    """Name the trust store's CAs in the certificate request, as Java (so Kafka) does: a client
+    then offers a certificate one of them issued, or none (librdkafka, Java), rather than one
+    the broker refuses. Python's ``ssl`` has no call for OpenSSL's ``SSL_CTX_add_client_CA``,
+    so it is called on the ``SSL_CTX`` the context wraps (CPython's first field after the
+    object header), once options and verify mode read there match the context's; otherwise
+    the request names no CA, as it did before."""
+    lib = _openssl()
+    if lib is None:
+        return
+    ptr = ctypes.c_void_p.from_address(id(ctx) + object.__basicsize__).value
+    verify = {ssl.CERT_OPTIONAL: 1, ssl.CERT_REQUIRED: 3}[ctx.verify_mode]  # SSL_VERIFY_PEER (| FAIL_IF_NO_PEER_CERT)
+    if not ptr or lib.SSL_CTX_get_options(ptr) != int(ctx.options) or lib.SSL_CTX_get_verify_mode(ptr) != verify:
+        log.debug("the SSL context's OpenSSL object was not found: the certificate request names no CA")
+        return
+    for cert in trusted:
+        der = cert.public_bytes(serialization.Encoding.DER)
+        buf = ctypes.create_string_buffer(der, len(der))
+        cursor = ctypes.c_void_p(ctypes.addressof(buf))
+        x = lib.d2i_X509(None, ctypes.byref(cursor), len(der))
+        if x:
+            lib.SSL_CTX_add_client_CA(ptr, x)  # copies the subject name
+            lib.X509_free(x)
+
+
 def server_context(cfg: SslConfig) -> ssl.SSLContext:
     """A listener's context: its key store, and client certificates per ``ssl.client.auth``."""
     if load_keystore(cfg) is None:
@@ -276,6 +325,9 @@ def server_context(cfg: SslConfig) -> ssl.SSLContext:
     ctx = _base(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), cfg)
     ctx.verify_mode = {"required": ssl.CERT_REQUIRED, "requested": ssl.CERT_OPTIONAL,
                        "none": ssl.CERT_NONE}[cfg.client_auth]
+    trusted = load_truststore(cfg) if ctx.verify_mode != ssl.CERT_NONE and not cfg.ca_directory else None
+    if trusted:
+        _name_trusted_issuers(ctx, trusted)
     return ctx
 
 

@@ -88,9 +88,24 @@ class TlsTransport(asyncio.Transport, asyncio.BufferedProtocol):
                 self._handshake()
             self._deliver()
         except ssl.SSLError as e:
-            # A broken record or a failed handshake: as asyncio, the connection just goes.
             log.debug("closing %s: TLS error: %s", self.get_extra_info("peername"), e)
-            self.abort()
+            if self._app is None:
+                self._refuse()
+            else:  # a broken record: the connection just goes, as with asyncio
+                self.abort()
+
+    def _refuse(self) -> None:
+        """A failed handshake: send the alert OpenSSL made, then close once it is written, as
+        Kafka's SslTransportLayer flushes before closing. The client learns why (a certificate
+        refused, say) where a reset would tell it only that the connection was lost."""
+        self._closing = True
+        if self._handshake_timer is not None:
+            self._handshake_timer.cancel()
+            self._handshake_timer = None
+        with self._lock:
+            self._emit()
+        if self._raw is not None:
+            self._raw.close()
 
     def _handshake(self) -> None:
         assert self._sslobj is not None

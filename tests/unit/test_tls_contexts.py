@@ -188,3 +188,39 @@ def test_client_settings_in_librdkafkas_and_javas_names(tls_certs):
         tls.client_ssl_config({"ssl.certificate.location": str(c.client.cert)})
     with pytest.raises(tls.TlsError, match="ssl.ca.location=/nowhere"):
         tls.client_ssl_config({"ssl.ca.location": "/nowhere"})
+
+
+
+@pytest.mark.parametrize("client_auth", ["required", "requested"])
+def test_certificate_request_names_the_trusted_cas(tls_certs, client_auth):
+    """As Java (so Kafka) does, the certificate request names the trust store's CAs, so a
+    client such as librdkafka offers a certificate the broker will accept, or none, instead of
+    one it refuses. Seen in a TLS 1.2 handshake, where the request is in the clear: the second
+    CA, trusted here but in no certificate the broker sends, is named in the server's flight."""
+    c = tls_certs
+    props = {k: v for k, v in c.broker_ssl_props(client_auth=client_auth).items() if k != "ssl.truststore.location"}
+    props.update({"ssl.truststore.certificates": c.ca.pem.read_text() + c.other_ca.pem.read_text(),
+                  "ssl.enabled.protocols": "TLSv1.2"})
+    s_in, s_out, c_in, c_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
+    server = tls.server_context(tls.ssl_config(props)).wrap_bio(s_in, s_out, server_side=True)
+    client = ssl.create_default_context(cafile=str(c.ca.pem)).wrap_bio(c_in, c_out, server_hostname="localhost")
+    with pytest.raises(ssl.SSLWantReadError):
+        client.do_handshake()
+    s_in.write(c_out.read())
+    with pytest.raises(ssl.SSLWantReadError):
+        server.do_handshake()
+    flight = s_out.read()
+    assert c.other_ca.cert.subject.public_bytes() in flight
+    assert c.ca.cert.subject.public_bytes() in flight
+    # Without client certificates, no request at all.
+    props["ssl.client.auth"] = "none"
+    s_in, s_out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    server = tls.server_context(tls.ssl_config(props)).wrap_bio(s_in, s_out, server_side=True)
+    c_in, c_out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = ssl.create_default_context(cafile=str(c.ca.pem)).wrap_bio(c_in, c_out, server_hostname="localhost")
+    with pytest.raises(ssl.SSLWantReadError):
+        client.do_handshake()
+    s_in.write(c_out.read())
+    with pytest.raises(ssl.SSLWantReadError):
+        server.do_handshake()
+    assert c.other_ca.cert.subject.public_bytes() not in s_out.read()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,7 @@ class Raw(asyncio.Transport):
         super().__init__()
         self.out = bytearray()
         self.closed = False
+        self.aborted = False
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         self.out += data
@@ -29,7 +31,7 @@ class Raw(asyncio.Transport):
         self.closed = True
 
     def abort(self) -> None:
-        self.closed = True
+        self.closed = self.aborted = True
 
     def get_write_buffer_size(self) -> int:
         return 0
@@ -65,8 +67,10 @@ class App(asyncio.BufferedProtocol):
 class Peer:
     """A client's SSLObject over memory BIOs."""
 
-    def __init__(self, ca: str) -> None:
+    def __init__(self, ca: str, cert: Path | None = None, key: Path | None = None) -> None:
         ctx = ssl.create_default_context(cafile=ca)
+        if cert is not None:
+            ctx.load_cert_chain(cert, key)
         self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
         self.obj = ctx.wrap_bio(self.incoming, self.outgoing, server_hostname="localhost")
 
@@ -88,14 +92,23 @@ def feed(tls: TlsTransport, receive: memoryview, data: bytes, chunk: int) -> Non
         tls.buffer_updated(len(piece))
 
 
-def connect(tls_certs, receive: memoryview, app: App) -> tuple[TlsTransport, Raw, Peer]:
+def serve(tls_certs, receive: memoryview, app: App, client_auth: bool = False) -> tuple[TlsTransport, Raw]:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(tls_certs.broker.cert, tls_certs.broker.key)
+    if client_auth:
+        ctx.load_verify_locations(cafile=str(tls_certs.ca.pem))
+        ctx.verify_mode = ssl.CERT_REQUIRED
     tls = TlsTransport(ctx, lambda: app, 10.0, receive)
     raw = Raw()
     tls.connection_made(raw)
-    peer = Peer(str(tls_certs.ca.pem))
-    while True:
+    return tls, raw
+
+
+def connect(tls_certs, receive: memoryview, app: App, peer: Peer | None = None,
+            client_auth: bool = False) -> tuple[TlsTransport, Raw, Peer]:
+    tls, raw = serve(tls_certs, receive, app, client_auth)
+    peer = peer or Peer(str(tls_certs.ca.pem))
+    while not raw.closed:
         hello = peer.step()
         if hello:
             feed(tls, receive, hello, 1 << 20)
@@ -161,4 +174,33 @@ def test_close_notify_closes_and_a_broken_record_aborts(tls_certs):
             wire[-1] ^= 1  # the record's tag no longer matches
             feed(tls2, receive, bytes(wire), 1 << 16)
             assert raw2.closed and app2.got == b""
+        runner.run(run())
+
+
+def test_a_refused_handshake_sends_its_alert_and_closes(tls_certs):
+    """As Kafka's SslTransportLayer, the alert OpenSSL makes for a failed handshake is sent
+    before the connection closes, so the client learns why (librdkafka reports it) instead of
+    seeing a reset. Once sent, the close is an orderly one."""
+    receive = memoryview(bytearray(64 * 1024))
+    with asyncio.Runner() as runner:
+        async def run() -> None:
+            # A client certificate from a CA the listener does not trust.
+            stranger = Peer(str(tls_certs.ca.pem), tls_certs.stranger.cert, tls_certs.stranger.key)
+            app = App(1024)
+            tls, raw, peer = connect(tls_certs, receive, app, stranger, client_auth=True)
+            assert raw.closed and not raw.aborted and tls.is_closing()
+            with pytest.raises(ssl.SSLError, match="UNKNOWN_CA"):
+                peer.obj.read(10)
+            assert app.got == b""
+
+            # The client refuses the broker's certificate: its alert ends the handshake, and
+            # the broker closes without a reset.
+            tls2, raw2 = serve(tls_certs, receive, App(1024))
+            doubter = Peer(str(tls_certs.other_ca.pem))
+            feed(tls2, receive, doubter.step(), 1 << 20)
+            doubter.incoming.write(bytes(raw2.out))
+            with pytest.raises(ssl.SSLCertVerificationError):
+                doubter.obj.do_handshake()
+            feed(tls2, receive, doubter.outgoing.read(), 1 << 20)
+            assert raw2.closed and not raw2.aborted and tls2.is_closing()
         runner.run(run())
