@@ -152,14 +152,17 @@ class _Batch:
 
 
 class _LockTimeout(TimerTask):
-    """The acquisition lock of the states that point at it; expiry releases those still Acquired."""
+    """The acquisition lock of the states that point at it, in ``batches``; expiry releases
+    those still Acquired. One fetch's records share one lock, so they come back together: with
+    a lock per batch, deadlines a clock tick apart let a waiting fetch take the first batch
+    alone, and an explicit-mode client poll half of what it had."""
 
-    __slots__ = ("partition", "batch", "holders")
+    __slots__ = ("partition", "batches", "holders")
 
-    def __init__(self, delay_ms: int, partition: SharePartition, batch: _Batch) -> None:
+    def __init__(self, delay_ms: int, partition: SharePartition) -> None:
         super().__init__(delay_ms)
         self.partition = partition
-        self.batch = batch
+        self.batches: list[_Batch] = []
         self.holders = 0  # states pointing at it: cancelled when none is left
 
     def run(self) -> None:
@@ -323,6 +326,7 @@ class SharePartition:
             return ShareAcquiredRecords([], 0)
         acquired: list[AcquiredRecords] = []
         budget = max_records
+        lock: list[_LockTimeout] = []  # this fetch's one acquisition lock, once made
         for base, last in log_batches:
             if budget <= 0:
                 break
@@ -331,7 +335,7 @@ class SharePartition:
             first = max(base, self._start)
             if first < self._end:
                 budget -= self._acquire_cached(member_id, first, min(last, self._end - 1), budget,
-                                               record_limit, acquired)
+                                               record_limit, acquired, lock)
                 first = self._end
             if first > last or budget <= 0:
                 continue
@@ -344,21 +348,21 @@ class SharePartition:
             stop = min(stop, first + locks - 1)
             if record_limit or base == first:  # base < first: the rest of a batch cut earlier
                 budget -= stop - first + 1
-            self._add_new(member_id, first, stop)
+            self._add_new(member_id, first, stop, lock)
             acquired.append(AcquiredRecords(first, stop, 1))
         return ShareAcquiredRecords(merge_acquired(acquired), max_records - budget)
 
-    def _add_new(self, member_id: str, first: int, last: int) -> None:
+    def _add_new(self, member_id: str, first: int, last: int, lock: list[_LockTimeout]) -> None:
         batch = _Batch(first, last, _State(RecordState.ACQUIRED, 1, member_id, None))
         assert batch.whole is not None
-        _hold(batch.whole, self._schedule(batch))
+        _hold(batch.whole, self._schedule(batch, lock))
         self._batches.append(batch)
         self._firsts.append(first)
         self._end = last + 1
 
     def _acquire_cached(
         self, member_id: str, first: int, last: int, budget: int, record_limit: bool,
-        out: list[AcquiredRecords],
+        out: list[AcquiredRecords], lock: list[_LockTimeout],
     ) -> int:
         count = 0
         for batch in self._overlapping(first, last):
@@ -370,22 +374,19 @@ class SharePartition:
                     continue
                 n = batch.last - batch.first + 1
                 if first <= batch.first and batch.last <= last and (not record_limit or count + n <= budget):
-                    _hold(whole, self._schedule(batch))
+                    _hold(whole, self._schedule(batch, lock))
                     self._take(whole, member_id)
                     out.append(AcquiredRecords(batch.first, batch.last, whole.delivery_count))
                     count += n
                     continue
             offsets = batch.split()
-            lock: _LockTimeout | None = None
             for off in range(max(first, batch.first), min(last, batch.last) + 1):
                 if record_limit and count >= budget:
                     break
                 st = offsets[off - batch.first]
                 if st.state is not RecordState.AVAILABLE:
                     continue
-                if lock is None:
-                    lock = self._schedule(batch)
-                _hold(st, lock)
+                _hold(st, self._schedule(batch, lock))
                 self._take(st, member_id)
                 out.append(AcquiredRecords(off, off, st.delivery_count))
                 count += 1
@@ -397,9 +398,14 @@ class SharePartition:
         st.delivery_count += 1
         st.member_id = member_id
 
-    def _schedule(self, batch: _Batch) -> _LockTimeout:
-        task = _LockTimeout(self.lock_duration_ms, self, batch)
-        self._timer.add(task)
+    def _schedule(self, batch: _Batch, shared: list[_LockTimeout]) -> _LockTimeout:
+        """The lock ``shared`` holds (made and started at its first use) now also covering ``batch``."""
+        if not shared:
+            shared.append(_LockTimeout(self.lock_duration_ms, self))
+            self._timer.add(shared[0])
+        task = shared[0]
+        if not task.batches or task.batches[-1] is not batch:
+            task.batches.append(batch)
         return task
 
     def unacquire(self, member_id: str, acquired: Sequence[AcquiredRecords]) -> None:
@@ -425,7 +431,7 @@ class SharePartition:
         seen = _Seen()
         for ack in batches:
             plan.extend(self._validate(member_id, ack, seen))
-        renewed: dict[int, _LockTimeout] = {}
+        renewed: list[_LockTimeout] = []  # this request's one renewed lock, once made
         for batch, lo, hi, kind in plan:
             self._apply(batch, lo, hi, kind, renewed)
         self._after_change(released=any(k is AcknowledgeType.RELEASE for _, _, _, k in plan))
@@ -462,12 +468,10 @@ class SharePartition:
         return plan
 
     def _apply(self, batch: _Batch, lo: int, hi: int, kind: AckKind,
-               renewed: dict[int, _LockTimeout]) -> None:
+               renewed: list[_LockTimeout]) -> None:
         targets = batch.states_in(lo, hi)
         if kind is AcknowledgeType.RENEW:
-            lock = renewed.get(id(batch))
-            if lock is None:
-                lock = renewed[id(batch)] = self._schedule(batch)
+            lock = self._schedule(batch, renewed)
             for st in targets:
                 _hold(st, lock)
             return
@@ -514,10 +518,11 @@ class SharePartition:
 
     def _lock_expired(self, task: _LockTimeout) -> None:
         released = False
-        for st in task.batch.all_states():
-            if st.lock is task and st.state is RecordState.ACQUIRED:
-                self._release(st)
-                released = True
+        for batch in task.batches:
+            for st in batch.all_states():
+                if st.lock is task and st.state is RecordState.ACQUIRED:
+                    self._release(st)
+                    released = True
         if released:
             self._after_change(released=True)
             if self._on_expired is not None:

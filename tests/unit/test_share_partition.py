@@ -497,3 +497,21 @@ def test_random_acknowledgements_end_every_record_once(seed, limit):
     assert list(sp.records()) == [] and sp.end_offset == 200
     assert timer.size == 0
     timer.shutdown()
+
+
+def test_one_fetch_s_batches_share_one_lock_and_come_back_together(timer):
+    """Two log batches acquired by one fetch expire as one: a fetch waiting for released records
+    must not see the first batch's records without the second's (an explicit-mode client that
+    polls half of what it had must acknowledge it before it polls again)."""
+    woken = []
+    sp = make(timer, on_available=lambda: woken.append(1))
+    sp.acquire("m1", [(0, 0), (1, 1)], 100)
+    assert timer.size == 1
+    timer.advance_clock(1000)
+    assert states(sp, 0, 1) == [A, A] and woken == [1]
+    sp.acquire("m1", [(0, 0), (1, 1)], 100)  # the cached batches, again under one lock
+    assert timer.size == 1 and states(sp, 0, 1) == [Q, Q]
+    sp.acknowledge("m1", [ack(0, 0, ACCEPT)])
+    assert timer.size == 1  # 1 still holds it
+    sp.acknowledge("m1", [ack(1, 1, ACCEPT)])
+    assert timer.size == 0
