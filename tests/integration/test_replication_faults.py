@@ -23,7 +23,6 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from rivulet.client.connection import BrokerConnection
 from rivulet.protocol import records as rec
 from rivulet.protocol.messages import describe_topic_partitions_request as dtpq
-from rivulet.protocol.messages import update_features_request as ufq
 from rivulet.protocol.messages.api_versions_request import ApiVersionsRequest
 from tests.cluster import ZkCluster, eventually, three_brokers
 from tests.history import History
@@ -439,8 +438,8 @@ def _elr_state(cluster: ZkCluster, topic: str) -> tuple[int, list[int], list[int
 
 
 def test_at_elr_version_1_eligible_replicas_keep_acknowledged_records_through_losing_every_replica(cluster):
-    """KIP-966 on real brokers, upgraded to eligible.leader.replicas.version 1 with
-    UpdateFeatures; RF 3 (brokers 1-3, broker 4 hosts no replica and stays up), min ISR 2, an
+    """KIP-966 on real brokers, at eligible.leader.replicas.version 1 as a new cluster finalizes
+    it (Kafka 4.3.1's); RF 3 (brokers 1-3, broker 4 hosts no replica and stays up), min ISR 2, an
     acks=all producer. Follower 3 killed (-9): the ISR keeps min ISR, no ELR. Follower 2 stopped
     (SIGTERM, a controlled shutdown): below min ISR, it waits in the ELR. Leader 1 killed (-9):
     no leader, an empty ISR, both in the ELR, 1 the last known leader. 1 back after its kill -9
@@ -449,11 +448,8 @@ def test_at_elr_version_1_eligible_replicas_keep_acknowledged_records_through_lo
     cluster.start(4, **BROKER_CONFIG)
     cluster.wait_for_brokers([1, 2, 3, 4])
     b4 = cluster.brokers[4].bootstrap
-    r = _ask(b4, ufq.UpdateFeaturesRequest(timeout_ms=30000, feature_updates=[ufq.FeatureUpdateKey(
-        feature=ELR, max_version_level=1, upgrade_type=1)]), 1)
-    assert r.error_code == 0, r.error_message
     for b in cluster.brokers.values():
-        eventually(lambda b=b: _finalized_elr(b.bootstrap) == 1, 30, f"broker at {b.bootstrap} at {ELR} 1")
+        assert _finalized_elr(b.bootstrap) == 1, f"broker at {b.bootstrap} not at {ELR} 1"
     topic = f"elr-{uuid.uuid4().hex[:6]}"
     admin = AdminClient({"bootstrap.servers": b4})
     admin.create_topics([NewTopic(topic, 1, replica_assignment=[[1, 2, 3]], config={"min.insync.replicas": "2"})],
@@ -500,3 +496,4 @@ def test_at_elr_version_1_eligible_replicas_keep_acknowledged_records_through_lo
     anomalies = history.check()
     assert not anomalies, anomalies.summary()
     assert read >= writer.acked
+
