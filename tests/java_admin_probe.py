@@ -58,8 +58,7 @@ KNOWN_DIFFERENCES = {
     "share.describe.empty": "Kafka's AlterShareGroupOffsets on a new group bumps its epoch to 1",
     "share.offsets": "Kafka persists share-partition start offsets lazily: its answer varies by timing",
     "share.alterOffsets.empty": "as share.offsets",
-    "features": "a new cluster finalizes eligible.leader.replicas.version 0 (Kafka 4.3.1: 1); kraft.version "
-                "not implemented",
+    "features": "kraft.version not implemented (a ZooKeeper-mode control plane)",
     "registerBroker.unregister": "a ZooKeeper-mode control plane: no UnregisterBroker (KRaft)",
     "list.internal": "Kafka recreates __consumer_offsets after its deletion (the group coordinator); Rivulet "
                      "on the next FindCoordinator",

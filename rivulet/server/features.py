@@ -5,9 +5,9 @@ A broker lists both in ApiVersions (v3+); clients read ``group.version``, ``shar
 ``transaction.version`` there. The finalized levels live with the ``FeatureStore``: ZooKeeper's
 /feature znode in a cluster (its znode version is the epoch, as Kafka's ZooKeeper mode), the
 broker's own metadata on one node. Rivulet supports a level only where it implements what the
-level turns on. A new cluster finalizes the highest supported levels (transaction.version 2,
-KIP-890 part 2, as Kafka 4.3's) except eligible.leader.replicas.version, which stays 0 until
-an UpdateFeatures (Kafka 4.3 starts it at 1); an existing cluster keeps its stored levels.
+level turns on. A new cluster (or one new node) finalizes the highest supported levels, as
+Kafka 4.3's (transaction.version 2, eligible.leader.replicas.version 1); an existing cluster
+keeps its stored levels.
 """
 
 from __future__ import annotations
@@ -42,10 +42,6 @@ def supported_features(share_groups_enabled: bool) -> dict[str, tuple[int, int]]
         STREAMS_VERSION: (0, 1),  # 1: KIP-1071's streams groups
         ELR_VERSION: (0, 1),  # 1: KIP-966's eligible leader replicas
     }
-
-
-# The levels a new cluster finalizes below the highest supported one (an UpdateFeatures raises them).
-NEW_CLUSTER_LEVELS = {ELR_VERSION: 0}
 
 
 class UpgradeType(enum.IntEnum):
@@ -95,10 +91,9 @@ class FeatureLevels:
         self.supported = dict(supported)
         self.store = store
         self.peers = peers
-        # A new cluster starts at the highest level of everything Rivulet implements (Kafka 4.3's
-        # new clusters finalize group.version 1 and share.version 1), but NEW_CLUSTER_LEVELS.
-        defaults = {n: min(hi, NEW_CLUSTER_LEVELS.get(n, hi)) for n, (_lo, hi) in self.supported.items()}
-        self.finalized = store.init_finalized_features({n: v for n, v in defaults.items() if v > 0})
+        # A new cluster starts at the highest level of everything Rivulet implements, as Kafka
+        # 4.3's new clusters finalize the highest level of every feature they support.
+        self.finalized = store.init_finalized_features({n: hi for n, (_lo, hi) in self.supported.items() if hi > 0})
 
     def level(self, feature: str) -> int:
         """The finalized level in force here: never above what this broker supports."""

@@ -46,8 +46,11 @@ def test_api_versions_carry_the_features(broker):
     assert supported["group.version"] == (0, 1) and supported["share.version"] == (0, 1)
     assert supported["transaction.version"] == (0, 2)
     finalized = {f.name: (f.min_version_level, f.max_version_level) for f in v4.finalized_features}
-    # A new cluster finalizes transaction.version 2, as Kafka 4.3.1's does.
+    # A new cluster finalizes transaction.version 2 and eligible.leader.replicas.version 1, as
+    # Kafka 4.3.1's does (one node too: tests/java/admin_probe_kafka.txt).
     assert finalized["group.version"] == (1, 1) and finalized["transaction.version"] == (2, 2)
+    assert supported["eligible.leader.replicas.version"] == (0, 1)
+    assert finalized["eligible.leader.replicas.version"] == (1, 1)
     assert v4.finalized_features_epoch >= 0
     # v3 could not carry a range starting at 0 (KAFKA-17011): those are left out.
     assert api_versions(broker, 3).supported_features == []

@@ -296,18 +296,18 @@ def test_feature_command_describe_upgrade_downgrade(java, broker_factory) -> Non
     assert (before["streams.version"].supported_max, before["streams.version"].finalized) == (1, 1)
     # KIP-890 part 2: level 2 supported and finalized in a new cluster, as Kafka 4.3.1's.
     assert (before["transaction.version"].supported_max, before["transaction.version"].finalized) == (2, 2)
-    # KIP-966: level 1 supported, a new cluster still at 0 (Kafka 4.3.1 finalizes 1).
+    # KIP-966: level 1 supported and finalized in a new cluster, as Kafka 4.3.1's.
     elr = before["eligible.leader.replicas.version"]
-    assert (elr.supported_min, elr.supported_max, elr.finalized) == (0, 1, 0)
-    out = jt.feature_command(b.bootstrap, ["upgrade", "--feature", "eligible.leader.replicas.version=1"],
-                             timeout=TOOL_TIMEOUT)
-    assert "eligible.leader.replicas.version was upgraded to 1." in out.stdout
-    assert jt.describe_features(b.bootstrap, timeout=TOOL_TIMEOUT)["eligible.leader.replicas.version"].finalized == 1
+    assert (elr.supported_min, elr.supported_max, elr.finalized) == (0, 1, 1)
     out = jt.feature_command(b.bootstrap, ["downgrade", "--feature", "eligible.leader.replicas.version=0"],
                              timeout=TOOL_TIMEOUT)
     assert "eligible.leader.replicas.version was downgraded to 0." in out.stdout
+    assert jt.describe_features(b.bootstrap, timeout=TOOL_TIMEOUT)["eligible.leader.replicas.version"].finalized == 0
+    out = jt.feature_command(b.bootstrap, ["upgrade", "--feature", "eligible.leader.replicas.version=1"],
+                             timeout=TOOL_TIMEOUT)
+    assert "eligible.leader.replicas.version was upgraded to 1." in out.stdout
     before = jt.describe_features(b.bootstrap, timeout=TOOL_TIMEOUT)
-    assert before["eligible.leader.replicas.version"].finalized == 0
+    assert before["eligible.leader.replicas.version"].finalized == 1
     out = jt.feature_command(b.bootstrap, ["downgrade", "--feature", "group.version=0"], timeout=TOOL_TIMEOUT)
     assert "group.version was downgraded to 0." in out.stdout
     after = jt.describe_features(b.bootstrap, timeout=TOOL_TIMEOUT)
@@ -445,7 +445,7 @@ def test_consumer_group_command_on_a_cluster(cluster_bootstrap: str) -> None:
 @pytest.mark.cluster
 def test_feature_levels_on_a_cluster(cluster_bootstrap: str) -> None:
     """/feature in ZooKeeper: a downgrade through one broker is what every broker reports, and
-    eligible.leader.replicas.version goes to 1 and back to 0 the same way."""
+    eligible.leader.replicas.version (1 in a new cluster) goes to 0 and back to 1 the same way."""
     check_feature_command(cluster_bootstrap)
     brokers = cluster_bootstrap.split(",")
 
@@ -462,13 +462,13 @@ def test_feature_levels_on_a_cluster(cluster_bootstrap: str) -> None:
     finally:
         jt.feature_command(brokers[-1], ["upgrade", "--feature", "group.version=1"], timeout=TOOL_TIMEOUT)
     elr = "eligible.leader.replicas.version"
-    assert jt.describe_features(brokers[1], timeout=TOOL_TIMEOUT)[elr].finalized == 0
-    jt.feature_command(brokers[1], ["upgrade", "--feature", f"{elr}=1"], timeout=TOOL_TIMEOUT)
+    assert jt.describe_features(brokers[1], timeout=TOOL_TIMEOUT)[elr].finalized == 1
+    jt.feature_command(brokers[1], ["downgrade", "--feature", f"{elr}=0"], timeout=TOOL_TIMEOUT)
     try:
-        everywhere(elr, 1)
+        everywhere(elr, 0)
     finally:
-        jt.feature_command(brokers[2], ["downgrade", "--feature", f"{elr}=0"], timeout=TOOL_TIMEOUT)
-    everywhere(elr, 0)
+        jt.feature_command(brokers[2], ["upgrade", "--feature", f"{elr}=1"], timeout=TOOL_TIMEOUT)
+    everywhere(elr, 1)
 
 
 # ---------------------------------------------------------------------------- the harness itself

@@ -23,7 +23,6 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from rivulet.client.connection import BrokerConnection
 from rivulet.protocol import records as rec
 from rivulet.protocol.messages import describe_topic_partitions_request as dtpq
-from rivulet.protocol.messages import update_features_request as ufq
 from rivulet.protocol.messages.api_versions_request import ApiVersionsRequest
 from tests.cluster import ZkCluster, eventually, three_brokers
 from tests.history import History
@@ -439,8 +438,8 @@ def _elr_state(cluster: ZkCluster, topic: str) -> tuple[int, list[int], list[int
 
 
 def test_at_elr_version_1_eligible_replicas_keep_acknowledged_records_through_losing_every_replica(cluster):
-    """KIP-966 on real brokers, upgraded to eligible.leader.replicas.version 1 with
-    UpdateFeatures; RF 3 (brokers 1-3, broker 4 hosts no replica and stays up), min ISR 2, an
+    """KIP-966 on real brokers, at eligible.leader.replicas.version 1 as a new cluster finalizes
+    it (Kafka 4.3.1's); RF 3 (brokers 1-3, broker 4 hosts no replica and stays up), min ISR 2, an
     acks=all producer. Follower 3 killed (-9): the ISR keeps min ISR, no ELR. Follower 2 stopped
     (SIGTERM, a controlled shutdown): below min ISR, it waits in the ELR. Leader 1 killed (-9):
     no leader, an empty ISR, both in the ELR, 1 the last known leader. 1 back after its kill -9
@@ -449,11 +448,8 @@ def test_at_elr_version_1_eligible_replicas_keep_acknowledged_records_through_lo
     cluster.start(4, **BROKER_CONFIG)
     cluster.wait_for_brokers([1, 2, 3, 4])
     b4 = cluster.brokers[4].bootstrap
-    r = _ask(b4, ufq.UpdateFeaturesRequest(timeout_ms=30000, feature_updates=[ufq.FeatureUpdateKey(
-        feature=ELR, max_version_level=1, upgrade_type=1)]), 1)
-    assert r.error_code == 0, r.error_message
     for b in cluster.brokers.values():
-        eventually(lambda b=b: _finalized_elr(b.bootstrap) == 1, 30, f"broker at {b.bootstrap} at {ELR} 1")
+        assert _finalized_elr(b.bootstrap) == 1, f"broker at {b.bootstrap} not at {ELR} 1"
     topic = f"elr-{uuid.uuid4().hex[:6]}"
     admin = AdminClient({"bootstrap.servers": b4})
     admin.create_topics([NewTopic(topic, 1, replica_assignment=[[1, 2, 3]], config={"min.insync.replicas": "2"})],
@@ -500,3 +496,72 @@ def test_at_elr_version_1_eligible_replicas_keep_acknowledged_records_through_lo
     anomalies = history.check()
     assert not anomalies, anomalies.summary()
     assert read >= writer.acked
+
+
+def test_at_elr_version_1_a_paused_leader_stays_eligible_and_unclean_comes_last(cluster):
+    """KIP-966 on real brokers, two topics on brokers 1-3 (RF 3, min ISR 2; broker 4 hosts no
+    replica and stays up), A with unclean.leader.election.enable=false and B with true.
+    Follower 3 killed (-9): the ISRs keep min ISR. Leader 1 frozen (SIGSTOP) past its
+    ZooKeeper session: it leaves the ISR into the ELR, 2 leads. 2 stopped (SIGTERM): no leader,
+    an empty ISR, the ELR [1, 2], 2 the last known leader. 3 back after its kill -9 (no clean
+    start, never eligible): A stays leaderless, while B, whose ISR, ELR and last known leader
+    are all down, elects it uncleanly. 1 resumed (the same process, so a clean start) is still
+    eligible: it leads A, with every record acknowledged before the faults, and 3 follows it;
+    on B it follows 3."""
+    cluster.start(4, **BROKER_CONFIG)
+    cluster.wait_for_brokers([1, 2, 3, 4])
+    b4 = cluster.brokers[4].bootstrap
+    suffix = uuid.uuid4().hex[:6]
+    a, b = f"elr-a-{suffix}", f"elr-b-{suffix}"
+    admin = AdminClient({"bootstrap.servers": b4})
+    futures = admin.create_topics([
+        NewTopic(t, 1, replica_assignment=[[1, 2, 3]],
+                 config={"min.insync.replicas": "2", "unclean.leader.election.enable": unclean})
+        for t, unclean in ((a, "false"), (b, "true"))], request_timeout=60)
+    for f in futures.values():
+        f.result(90)
+    both = (a, b)
+
+    def states_are(want: tuple[int, list[int], list[int], list[int]], *topics: str) -> bool:
+        return all(cluster.zk.exists(f"/brokers/topics/{t}/partitions/0/state") and _elr_state(cluster, t) == want
+                   for t in topics)
+
+    eventually(lambda: states_are((1, [1, 2, 3], [], []), *both), 60, "leader 1 and a full ISR on both")
+    for broker in cluster.brokers.values():
+        for t in both:
+            eventually(lambda t=t, broker=broker: _leaders_known(broker.bootstrap, t, 1),
+                       what=f"{broker.bootstrap} to know {t}'s leader")
+    history = History()
+    producer = Producer({"bootstrap.servers": b4, "acks": "all", "enable.idempotence": True})
+    for i in range(200):
+        producer.produce(a, b"before-%04d" % i,
+                         on_delivery=lambda err, m: err is None and history.ack(m.partition(), m.offset(), m.value()))
+    assert producer.flush(60) == 0 and len(history.acked) == 200
+
+    cluster.brokers[3].kill()
+    eventually(lambda: states_are((1, [1, 2], [], []), *both), 60, "3 out of both ISRs")
+
+    cluster.brokers[1].pause()  # past its ZooKeeper session: the controller takes it for gone
+    eventually(lambda: states_are((2, [2], [1], []), *both), 60, "frozen 1 out of the ISR, into the ELR")
+    eventually(lambda: _described(b4, a) == (2, [2], [1], []), 30, "the ELR [1] described")
+
+    assert cluster.brokers[2].stop(timeout=60) == 0  # a controlled shutdown, clean
+    eventually(lambda: states_are((-1, [], [1, 2], [2]), *both), 60, "no leader, both eligible, 2 the last")
+
+    cluster.restart(3)  # after kill -9: no clean start
+    eventually(lambda: 3 in cluster.registered() and _elr_state(cluster, b)[0] == 3, 60,
+               "3 to lead B uncleanly")
+    assert _elr_state(cluster, b) == (3, [3], [], [])
+    assert _elr_state(cluster, a) == (-1, [], [1, 2], [2])  # unclean elections off: no leader
+    eventually(lambda: _described(b4, a) == (-1, [], [1, 2], [2]), 30, "A's leaderless state described")
+
+    cluster.brokers[1].resume()  # a new session, the same process: still eligible
+    eventually(lambda: _elr_state(cluster, a)[0] == 1, 60, "1 to lead A from the ELR")
+    assert cluster.json("/brokers/ids/1")["clean_start"] is True
+    # Unclean elections off and 2 the last known leader: 1 could lead only from the ELR. It led
+    # alone (ISR [1], 2 still eligible) until 3, live, caught up: back at min ISR, no ELR.
+    eventually(lambda: _elr_state(cluster, a) == (1, [1, 3], [], []), 90, "3 to follow 1 on A")
+    eventually(lambda: _elr_state(cluster, b) == (3, [1, 3], [], []), 90, "1 to follow 3 on B")
+    read_back(cluster, a, history)
+    anomalies = history.check()
+    assert not anomalies, anomalies.summary()

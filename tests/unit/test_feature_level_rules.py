@@ -43,12 +43,14 @@ def update(f: FeatureLevels, *updates: tuple[str, int, int], validate_only: bool
 
 def test_a_new_cluster_finalizes_what_rivulet_implements():
     f = FeatureLevels(1, supported_features(True), MemoryStore())
-    # transaction.version 2 as Kafka 4.3's new clusters (its bootstrap metadata version's).
-    assert dict(f.finalized.levels) == {"group.version": 1, "share.version": 1, "streams.version": 1,
-                                        "transaction.version": 2}
+    # transaction.version 2 and eligible.leader.replicas.version 1 as Kafka 4.3.1's new clusters
+    # (its Admin describeFeatures, tests/java/admin_probe_kafka.txt).
+    assert dict(f.finalized.levels) == {"eligible.leader.replicas.version": 1, "group.version": 1,
+                                        "share.version": 1, "streams.version": 1, "transaction.version": 2}
     assert f.finalized.epoch == 0
     off = FeatureLevels(1, supported_features(False), MemoryStore())
-    assert dict(off.finalized.levels) == {"group.version": 1, "streams.version": 1, "transaction.version": 2}
+    assert dict(off.finalized.levels) == {"eligible.leader.replicas.version": 1, "group.version": 1,
+                                          "streams.version": 1, "transaction.version": 2}
     assert off.level("share.version") == 0
 
 
@@ -64,7 +66,8 @@ def test_downgrade_and_upgrade_need_the_right_type_and_persist():
     assert f.level("group.version") == 1 and store.writes == 0
     assert update(f, ("group.version", 0, UNSAFE)) is None
     assert f.level("group.version") == 0 and store.stored == FinalizedFeatures(
-        {"share.version": 1, "streams.version": 1, "transaction.version": 2}, 1)
+        {"eligible.leader.replicas.version": 1, "share.version": 1, "streams.version": 1,
+         "transaction.version": 2}, 1)
     e = update(f, ("group.version", 1, SAFE))
     assert e is not None and "Can't downgrade to a newer version." in (e.message or "")
     assert update(f, ("group.version", 1, UP)) is None
@@ -112,11 +115,13 @@ def test_an_existing_cluster_keeps_its_stored_transaction_version_until_upgraded
                                               "transaction.version": 2}, 5)
 
 
-def test_eligible_leader_replicas_start_off_and_go_up_and_down():
-    """A new cluster finalizes eligible.leader.replicas.version 0 (Kafka 4.3.1: 1) while Rivulet
-    supports 0-1; UpdateFeatures takes it to 1 once every live broker supports it, and back to 0
-    (a safe downgrade, as Kafka's)."""
+def test_an_existing_cluster_keeps_eligible_leader_replicas_off_until_upgraded():
+    """Levels stored before Rivulet finalized eligible.leader.replicas.version 1 on a new cluster
+    stay at 0 (absent); UpdateFeatures takes it to 1 once every live broker supports it, and back
+    to 0 (a safe downgrade, as Kafka's)."""
     store = MemoryStore()
+    store.stored = FinalizedFeatures({"group.version": 1, "share.version": 1, "streams.version": 1,
+                                      "transaction.version": 2}, 3)
     old_peer = {**supported_features(True), "eligible.leader.replicas.version": (0, 0)}
     f = FeatureLevels(1, supported_features(True), store, peers=lambda: {2: old_peer})
     assert supported_features(True)["eligible.leader.replicas.version"] == (0, 1)
