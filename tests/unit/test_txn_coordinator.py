@@ -449,11 +449,12 @@ async def test_tv2_produce_adds_its_partition_to_the_transaction(b: Broker) -> N
     assert await call(tc.handle_end_transaction_tv2, "pa", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
     await until(lambda: md(b, "pa").state == TxnState.COMPLETE_COMMIT)
     assert part(b, TP0).last_stable_offset == 3 and md(b, "pa").topic_partitions == set()
-    # While the commit is being decided, the next transaction's add waits (retriable).
+    # While the commit is being decided, the next transaction's add waits: CONCURRENT_TRANSACTIONS,
+    # which a transaction.version 2 producer retries (Kafka 4.3.1 leaves it as it is for Produce v12+).
     tc.markers.add_txn_markers_to_send = lambda *a: None
     assert await produce_adding(b, TP1, pid, e + 1, 0, "pa") == ErrorCode.NONE
     assert await call(tc.handle_end_transaction_tv2, "pa", pid, e + 1, False) == (ErrorCode.NONE, pid, e + 2)
-    assert await produce_adding(b, TP0, pid, e + 2, 0, "pa") == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert await produce_adding(b, TP0, pid, e + 2, 0, "pa") == ErrorCode.CONCURRENT_TRANSACTIONS
 
 
 @with_broker(add_partitions_to_txn_retry_backoff_max_ms=10_000)
@@ -540,8 +541,8 @@ async def test_produce_v12_adds_partitions_by_its_version_alone(b: Broker) -> No
 
 @with_broker(add_partitions_to_txn_retry_backoff_max_ms=0)
 async def test_a_produce_error_the_producer_retries_is_logged(b: Broker) -> None:
-    """A partition's answer that the producer retries (here NOT_ENOUGH_REPLICAS: the coordinator
-    still completes the last transaction, and no time is left to ask again) is logged at INFO
+    """A partition's answer that the producer retries (here CONCURRENT_TRANSACTIONS: the
+    coordinator still completes the last transaction, and no time is left to ask again) is logged at INFO
     with the producer id, epoch and transactional id, once per error per interval however often
     it is retried."""
     import logging
@@ -574,12 +575,12 @@ async def test_a_produce_error_the_producer_retries_is_logged(b: Broker) -> None
             resp = b.apis.handlers[0](RequestHeader(0, 12, 1, "franz"), req, conn)
             if isinstance(resp, asyncio.Future):
                 resp = await resp
-            assert resp.responses[0].partition_responses[0].error_code == ErrorCode.NOT_ENOUGH_REPLICAS
+            assert resp.responses[0].partition_responses[0].error_code == ErrorCode.CONCURRENT_TRANSACTIONS
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
         logger.filters = filters
-    assert lines == [f"produce to t-0 answered NOT_ENOUGH_REPLICAS, which the producer retries: producer id {pid} "
+    assert lines == [f"produce to t-0 answered CONCURRENT_TRANSACTIONS, which the producer retries: producer id {pid} "
                      f"epoch {e + 1} sequence 0, transactional id lg, client franz (transactional write to t-0 "
                      "failed verification with the coordinator, which answered CONCURRENT_TRANSACTIONS)"]
 
@@ -613,8 +614,8 @@ async def test_cluster_verifier_add_asks_the_remote_coordinator_to_add(b: Broker
             self.sent.append((request, max_version))
             return await super().send(broker_id, request, max_version, endpoint)
 
-    def mapped(err: ErrorCode) -> ErrorCode:
-        failure = ReplicaManager._verification_failure(TP1, err)
+    def mapped(err: ErrorCode, operation: TxnOperation = TxnOperation.DEFAULT_ERROR) -> ErrorCode:
+        failure = ReplicaManager._verification_failure(TP1, err, operation)
         return ErrorCode.NONE if failure is None else failure.code
 
     links = RecordingLinks("txn-verify", 99, cache_led_by(b, TRANSACTION_STATE_TOPIC_NAME, 3), "PLAINTEXT",
@@ -645,6 +646,13 @@ async def test_cluster_verifier_add_asks_the_remote_coordinator_to_add(b: Broker
         assert await call(tc.handle_end_transaction_tv2, "ca", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
         assert await verifier.add("ca", pid, e + 1, TP1) == ErrorCode.CONCURRENT_TRANSACTIONS
         assert mapped(ErrorCode.CONCURRENT_TRANSACTIONS) == ErrorCode.NOT_ENOUGH_REPLICAS  # retriable
+        # A transaction.version 2 producer (Produce v12+) gets it as it is, as Kafka 4.3.1 answers.
+        assert mapped(ErrorCode.CONCURRENT_TRANSACTIONS, TxnOperation.ADD_PARTITION) == \
+            ErrorCode.CONCURRENT_TRANSACTIONS
+        assert mapped(ErrorCode.CONCURRENT_TRANSACTIONS, TxnOperation.GENERIC_ERROR_SUPPORTED) == \
+            ErrorCode.NOT_ENOUGH_REPLICAS
+        assert mapped(ErrorCode.COORDINATOR_NOT_AVAILABLE, TxnOperation.ADD_PARTITION) == \
+            ErrorCode.NOT_ENOUGH_REPLICAS
         n = len(links.sent)
         # Answered without a request: no transactional id, no coordinator known or reachable.
         assert await verifier.add(None, pid, e, TP1) == ErrorCode.INVALID_TXN_STATE
