@@ -248,6 +248,23 @@ KAFKA_431_OFFSETS_CHECK = {
 }
 
 
+async def _txn_offset_commit(raw: Raw, transactional_id: str, group: str, topic: str, version: int,
+                             pid: int, epoch: int) -> str:
+    """A raw TxnOffsetCommit of offset 5 for ``topic``-0: the partition's error name, asked
+    again while __consumer_offsets loads."""
+    for _ in range(200):
+        r = await raw.conn.send(tocq.TxnOffsetCommitRequest(
+            transactional_id=transactional_id, group_id=group, producer_id=pid, producer_epoch=epoch,
+            generation_id=-1, member_id="", topics=[tocq.TxnOffsetCommitRequestTopic(
+                name=topic, partitions=[tocq.TxnOffsetCommitRequestPartition(
+                    partition_index=0, committed_offset=5)])]), version=version)
+        err = ErrorCode(r.topics[0].partitions[0].error_code)
+        if err not in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+            break
+        await asyncio.sleep(0.1)
+    return err.name
+
+
 def _offsets_check_probe(bootstrap: str) -> dict[str, str]:
     """TxnOffsetCommits of a transaction that has not added the group's offsets partition
     (no AddOffsetsToTxn), then has: each answer by name."""
@@ -260,17 +277,7 @@ def _offsets_check_probe(bootstrap: str) -> dict[str, str]:
         raw = await Raw.open(SimpleNamespace(bootstrap=bootstrap))
         try:
             async def commit(version: int, pid: int, epoch: int, transactional_id: str = tid) -> str:
-                for _ in range(200):  # while __consumer_offsets loads
-                    r = await raw.conn.send(tocq.TxnOffsetCommitRequest(
-                        transactional_id=transactional_id, group_id=group, producer_id=pid, producer_epoch=epoch,
-                        generation_id=-1, member_id="", topics=[tocq.TxnOffsetCommitRequestTopic(
-                            name=topic, partitions=[tocq.TxnOffsetCommitRequestPartition(
-                                partition_index=0, committed_offset=5)])]), version=version)
-                    err = ErrorCode(r.topics[0].partitions[0].error_code)
-                    if err not in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE):
-                        break
-                    await asyncio.sleep(0.1)
-                return err.name
+                return await _txn_offset_commit(raw, transactional_id, group, topic, version, pid, epoch)
 
             await raw.conn.send(fcq.FindCoordinatorRequest(key=group, key_type=0, coordinator_keys=[group]))
             init = await raw.init_pid(tid)
@@ -368,17 +375,7 @@ def _transaction_version_0_probe(bootstrap: str) -> dict[str, str]:
             assert level == 0
 
             async def commit(version: int, pid: int, epoch: int) -> str:
-                for _ in range(200):  # while __consumer_offsets loads
-                    r = await raw.conn.send(tocq.TxnOffsetCommitRequest(
-                        transactional_id=current["tid"], group_id=group, producer_id=pid, producer_epoch=epoch,
-                        generation_id=-1, member_id="", topics=[tocq.TxnOffsetCommitRequestTopic(
-                            name=topic, partitions=[tocq.TxnOffsetCommitRequestPartition(
-                                partition_index=0, committed_offset=5)])]), version=version)
-                    err = ErrorCode(r.topics[0].partitions[0].error_code)
-                    if err not in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE):
-                        break
-                    await asyncio.sleep(0.1)
-                return err.name
+                return await _txn_offset_commit(raw, current["tid"], group, topic, version, pid, epoch)
 
             async def state() -> str:
                 r = await raw.conn.send(dtq.DescribeTransactionsRequest(transactional_ids=[current["tid"]]))

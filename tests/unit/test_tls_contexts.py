@@ -201,26 +201,22 @@ def test_certificate_request_names_the_trusted_cas(tls_certs, client_auth):
     props = {k: v for k, v in c.broker_ssl_props(client_auth=client_auth).items() if k != "ssl.truststore.location"}
     props.update({"ssl.truststore.certificates": c.ca.pem.read_text() + c.other_ca.pem.read_text(),
                   "ssl.enabled.protocols": "TLSv1.2"})
-    s_in, s_out, c_in, c_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
-    server = tls.server_context(tls.ssl_config(props)).wrap_bio(s_in, s_out, server_side=True)
-    client = ssl.create_default_context(cafile=str(c.ca.pem)).wrap_bio(c_in, c_out, server_hostname="localhost")
-    with pytest.raises(ssl.SSLWantReadError):
-        client.do_handshake()
-    s_in.write(c_out.read())
-    with pytest.raises(ssl.SSLWantReadError):
-        server.do_handshake()
-    flight = s_out.read()
+    flight = _server_first_flight(props, c.ca.pem)
     assert c.other_ca.cert.subject.public_bytes() in flight
     assert c.ca.cert.subject.public_bytes() in flight
     # Without client certificates, no request at all.
     props["ssl.client.auth"] = "none"
-    s_in, s_out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    assert c.other_ca.cert.subject.public_bytes() not in _server_first_flight(props, c.ca.pem)
+
+
+def _server_first_flight(props: dict[str, str], ca_pem) -> bytes:
+    """What a listener of ``props`` sends in answer to a client's hello (in memory, no socket)."""
+    s_in, s_out, c_in, c_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
     server = tls.server_context(tls.ssl_config(props)).wrap_bio(s_in, s_out, server_side=True)
-    c_in, c_out = ssl.MemoryBIO(), ssl.MemoryBIO()
-    client = ssl.create_default_context(cafile=str(c.ca.pem)).wrap_bio(c_in, c_out, server_hostname="localhost")
+    client = ssl.create_default_context(cafile=str(ca_pem)).wrap_bio(c_in, c_out, server_hostname="localhost")
     with pytest.raises(ssl.SSLWantReadError):
         client.do_handshake()
     s_in.write(c_out.read())
     with pytest.raises(ssl.SSLWantReadError):
         server.do_handshake()
-    assert c.other_ca.cert.subject.public_bytes() not in s_out.read()
+    return s_out.read()
