@@ -75,16 +75,18 @@ _RETRIED_PRODUCE_ERRORS = frozenset({
     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
 
 
-def _log_retried(tp: TopicPartition, error: ErrorCode, records: Any, transactional_id: str | None,
-                 client_id: str, why: str | None) -> None:
+def _log_retried(tp: TopicPartition, error: ErrorCode, records: bytes | bytearray | memoryview | None,
+                 transactional_id: str | None, client_id: str, why: str | None) -> None:
     """An INFO line (rate-limited per error) for a produce answer the producer will retry."""
     if not log.isEnabledFor(logging.INFO):
         return
+    pid = epoch = seq = -1
     try:
-        _pos, h = next(iter_batches(records))
-        pid, epoch, seq = h.producer_id, h.producer_epoch, h.base_sequence
-    except (StopIteration, ApiError, TypeError):
-        pid = epoch = seq = -1
+        if records is not None:
+            _pos, h = next(iter_batches(records))
+            pid, epoch, seq = h.producer_id, h.producer_epoch, h.base_sequence
+    except (StopIteration, ApiError):
+        pass
     log.info("produce to %s answered %s, which the producer retries: producer id %d epoch %d sequence %d, "
              "transactional id %s, client %s%s", tp, ErrorCode(error).name, pid, epoch, seq, transactional_id,
              client_id, f" ({why})" if why else "", extra={"kind": f"retried produce {ErrorCode(error).name}"})
