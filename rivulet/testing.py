@@ -134,6 +134,21 @@ class BrokerProcess:
         except OSError:
             return ""
 
+    def segment_bytes(self, partition_dir: str) -> dict[str, int]:
+        """The sizes of one partition's ``.log`` segments by name, e.g. ``segment_bytes("t-0")``.
+
+        A segment the cleaner or retention deletes while it is listed is left out, not an error.
+        """
+        d = os.path.join(self.data_dir, partition_dir)
+        sizes: dict[str, int] = {}
+        for entry in os.scandir(d):
+            if entry.name.endswith(".log"):
+                try:
+                    sizes[entry.name] = entry.stat().st_size
+                except FileNotFoundError:
+                    continue
+        return sizes
+
     def stop(self, timeout: float = 30.0) -> int:
         if self.proc is None:
             return 0

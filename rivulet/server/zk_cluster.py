@@ -43,11 +43,11 @@ from rivulet.security.acls import AccessControlEntry, AclBinding, AclChange, Res
 from rivulet.security.scram import SCRAM_MECHANISM_NAMES
 from rivulet.server.config import BrokerConfig, ConfigError
 from rivulet.server.delegation_tokens import TokenInformation
+from rivulet.server.dynamic_config import MIN_ISR
 from rivulet.server.features import FinalizedFeatures
 from rivulet.storage.checkpoints import random_kafka_uuid
 
 CLIENT_METRICS = "client-metrics"  # Kafka's config entity type for KIP-714 subscriptions
-MIN_ISR = "min.insync.replicas"
 
 log = logging.getLogger(__name__)
 

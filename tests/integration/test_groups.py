@@ -502,10 +502,9 @@ def test_offsets_topic_is_compacted_and_reloads(broker_factory):
     for i in range(1, 401):
         c.commit(offsets=[TopicPartition(topic, 0, i)], asynchronous=False)
     c.close()
-    d = os.path.join(b.data_dir, "__consumer_offsets-0")
 
     def log_bytes() -> int:
-        return sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d) if f.endswith(".log"))
+        return sum(b.segment_bytes("__consumer_offsets-0").values())
 
     written = 400 * 60  # each commit record is ~60+ bytes
     deadline = time.monotonic() + 30
