@@ -32,6 +32,7 @@ if str(_REPO) not in sys.path:  # `benchmarks` is not an installed package
 from benchmarks.reference.kafka import (  # noqa: E402
     KAFKA_VERSION,
     FetchError,
+    cache_root,
     classpath,
     fetch,
     is_fetched,
@@ -122,6 +123,43 @@ def java_available(version: str = KAFKA_VERSION) -> str | None:
         detail = [ln for ln in lines[1:] if ln.startswith("[ERROR]")][:1]  # the rest is boilerplate
         return f"cannot fetch Apache Kafka {version} with Maven: " + " ".join(lines[:1] + detail)[:1500]
     return None
+
+
+_STREAMS_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>
+<groupId>dev.rivulet</groupId><artifactId>kafka-streams-reference</artifactId><version>1</version>
+<packaging>pom</packaging><dependencies><dependency><groupId>org.apache.kafka</groupId>
+<artifactId>kafka-streams</artifactId><version>{version}</version></dependency></dependencies></project>"""
+
+
+def streams_classpath(version: str = KAFKA_VERSION) -> str:
+    """Kafka Streams and what it needs (kafka-clients, RocksDB), resolved once by Maven into the
+    cache beside Kafka's own jars. No logging backend: see :func:`streams_logged_classpath`."""
+    libs = cache_root() / f"kafka-streams-{version}"
+    if not any(libs.glob("kafka-streams-*.jar")):
+        scratch = Path(tempfile.mkdtemp(prefix=libs.name + ".partial-", dir=cache_root()))
+        (scratch / "pom.xml").write_text(_STREAMS_POM.format(version=version))
+        done = subprocess.run(["mvn", "-B", "-q", "-Dstyle.color=never", "-f", str(scratch / "pom.xml"),
+                               "org.apache.maven.plugins:maven-dependency-plugin:copy-dependencies",
+                               f"-DoutputDirectory={scratch / 'libs'}"], capture_output=True, text=True,
+                              timeout=900)
+        if done.returncode != 0:
+            raise JavaToolError(f"cannot fetch Kafka Streams {version} with Maven:\n{_tail(done.stdout)}")
+        if not any(libs.glob("kafka-streams-*.jar")):
+            shutil.rmtree(libs, ignore_errors=True)
+            (scratch / "libs").rename(libs)
+        shutil.rmtree(scratch, ignore_errors=True)
+    return str(libs / "*")
+
+
+def streams_logged_classpath(version: str = KAFKA_VERSION) -> str:
+    """Kafka's own jars first (their log4j2 binding makes the applications' WARN and ERROR lines
+    visible), then Kafka Streams'; the two share kafka-clients and slf4j-api at one version."""
+    return f"{classpath(version)}:{streams_classpath(version)}"
+
+
+def tools_log_config(version: str = KAFKA_VERSION) -> Path:
+    """The log4j2 configuration of the tools: WARN and above, to stderr."""
+    return _tools_log_config(version)
 
 
 def _tools_log_config(version: str) -> Path:
