@@ -119,8 +119,8 @@ class StreamsGroupMember(RevokingMember):
     user_endpoint: tuple[str, int] | None = None
     client_tags: tuple[tuple[str, str], ...] = ()
     assigned: Assignment = field(default_factory=Assignment)
-    # Active tasks the member was told to give up and has not yet reported gone.
-    pending_revocation: Tasks = field(default_factory=dict)
+    # Tasks the member was told to give up and has not yet reported gone.
+    pending_revocation: Assignment = field(default_factory=Assignment)
 
 
 @dataclass(frozen=True)
@@ -157,6 +157,20 @@ class ConfiguredTopology:
     @property
     def ready(self) -> bool:
         return not self.status and not self.missing_internal
+
+
+@dataclass
+class TaskProcesses:
+    """Kafka's current task-to-process maps of a streams group: a task assigned elsewhere, or still
+    on its way out of a process, is not handed out again until it is released."""
+
+    active: dict[tuple[str, int], str] = field(default_factory=dict)
+    standby: dict[tuple[str, int], set[str]] = field(default_factory=dict)
+    warmup: dict[tuple[str, int], set[str]] = field(default_factory=dict)
+
+    def on(self, task: tuple[str, int], process_id: str) -> bool:
+        """Whether ``process_id`` holds the task as a standby or warm-up task."""
+        return process_id in self.standby.get(task, ()) or process_id in self.warmup.get(task, ())
 
 
 class StreamsGroup:
@@ -200,17 +214,19 @@ class StreamsGroup:
         return records + [(StreamsGroupTargetAssignmentMetadataKey(group_id=gid), None),
                           (StreamsGroupTopologyKey(group_id=gid), None), (StreamsGroupMetadataKey(group_id=gid), None)]
 
-    def owners_of_active(self, exclude: str) -> dict[tuple[str, int], str]:
-        """Active tasks owned, or still being revoked, by members other than ``exclude``."""
-        owners: dict[tuple[str, int], str] = {}
+    def task_processes(self) -> TaskProcesses:
+        """The processes holding each task, as each member is assigned it or is still revoking it."""
+        held = TaskProcesses()
         for m in self.members.values():
-            if m.member_id == exclude:
-                continue
-            for tasks in (m.assigned.active, m.pending_revocation):
-                for sub, ps in tasks.items():
-                    for p in ps:
-                        owners[(sub, p)] = m.member_id
-        return owners
+            for tasks in (m.assigned, m.pending_revocation):
+                for kind, where in ((tasks.active, None), (tasks.standby, held.standby), (tasks.warmup, held.warmup)):
+                    for sub, ps in kind.items():
+                        for p in ps:
+                            if where is None:
+                                held.active[(sub, p)] = m.process_id
+                            else:
+                                where.setdefault((sub, p), set()).add(m.process_id)
+        return held
 
 
 # ---------------------------------------------------------------- topology
@@ -571,7 +587,9 @@ def heartbeat(group: StreamsGroup, req: StreamsHeartbeatRequest, topics: Metadat
     status += _group_status(group)
 
     before, was_revoking = updated.assigned, updated.state == MemberState.UNREVOKED_TASKS
-    updated = _reconcile(group, updated, req.active_tasks)
+    owned = None if req.active_tasks is None or req.standby_tasks is None or req.warmup_tasks is None else \
+        Assignment(active=req.active_tasks, standby=req.standby_tasks, warmup=req.warmup_tasks)
+    updated = _reconcile(group, updated, owned)
     group.members[req.member_id] = updated
     if (req.member_epoch == 0 or updated.assigned != before) and updated.user_endpoint is not None:
         # As Kafka: what an endpoint serves moved, so every member learns the partitions again.
@@ -686,29 +704,75 @@ def _or(given: T | None, current: T) -> T:
     return current if given is None else given
 
 
-def _reconcile(group: StreamsGroup, member: StreamsGroupMember, owned: Tasks | None) -> StreamsGroupMember:
-    """Move the member towards its target: active tasks it must give up first (it keeps its
-    epoch until it reports them gone), then the target's tasks no other member still holds."""
-    target = group.target.get(member.member_id, Assignment())
-    if member.pending_revocation:
-        if owned is None or _intersects(owned, member.pending_revocation):
+def _reconcile(group: StreamsGroup, member: StreamsGroupMember, owned: Assignment | None) -> StreamsGroupMember:
+    """Kafka's reconciliation of a member towards its target (its CurrentAssignmentBuilder): the
+    tasks it must give up first, active, standby or warm-up (it keeps its epoch until it reports
+    them gone); then the target's tasks that nobody still holds. ``owned``: what the member
+    reported it holds, None when it did not say."""
+    if member.state == MemberState.UNREVOKED_TASKS:
+        if owned is None or _any_in(owned, member.pending_revocation):
             return member  # still revoking (a member reports its tasks once they change)
-        member = dataclasses.replace(member, pending_revocation={})
-    revoke = _minus(member.assigned.active, target.active)
-    if revoke and member.member_epoch != 0:
-        return dataclasses.replace(
-            member, state=MemberState.UNREVOKED_TASKS, pending_revocation=revoke,
-            assigned=dataclasses.replace(member.assigned, active=_minus(member.assigned.active, revoke)))
-    held = group.owners_of_active(member.member_id)
-    active = {sub: frozenset(p for p in ps if (sub, p) not in held) for sub, ps in target.active.items()}
-    active = {sub: ps for sub, ps in active.items() if ps}
-    standby = dict(target.standby)  # the assignor never puts a standby in its active task's process
-    state = MemberState.STABLE if active == dict(target.active) else MemberState.UNRELEASED_TASKS
-    epoch = group.target_epoch
-    return dataclasses.replace(
-        member, member_epoch=epoch,
-        previous_member_epoch=member.member_epoch if epoch != member.member_epoch else member.previous_member_epoch,
-        state=state, assigned=Assignment(active=active, standby=standby, warmup={}))
+        return _next_assignment(group, member, member.member_epoch + 1, owned)
+    if member.state == MemberState.STABLE and member.member_epoch == group.target_epoch:
+        return member
+    return _next_assignment(group, member, member.member_epoch, owned)
+
+
+def _next_assignment(group: StreamsGroup, member: StreamsGroupMember, epoch: int,
+                     owned: Assignment | None) -> StreamsGroupMember:
+    target = group.target.get(member.member_id, Assignment())
+    held, me = group.task_processes(), member.process_id
+
+    # An active task is released once no member has it active and this process has it neither as
+    # standby nor warm-up; a standby or warm-up task once this process has it in no role.
+    def active_unreleased(t: tuple[str, int]) -> bool:
+        return t in held.active or held.on(t, me)
+
+    def other_unreleased(t: tuple[str, int]) -> bool:
+        return held.active.get(t) == me or held.on(t, me)
+
+    kept, revoked, added, unreleased = {}, {}, {}, False
+    for kind, blocked in (("active", active_unreleased), ("standby", other_unreleased), ("warmup", other_unreleased)):
+        current: Tasks = getattr(member.assigned, kind)
+        wanted: Tasks = getattr(target, kind)
+        kept[kind] = {sub: ps & wanted.get(sub, frozenset()) for sub, ps in current.items()
+                      if ps & wanted.get(sub, frozenset())}
+        revoked[kind] = _minus(current, wanted)
+        free: dict[str, frozenset[int]] = {}
+        for sub, ps in _minus(wanted, current).items():
+            ready = frozenset(p for p in ps if not blocked((sub, p)))
+            unreleased |= ready != ps
+            if ready:
+                free[sub] = ready
+        added[kind] = free
+    revoke = Assignment(**revoked)
+    keep = Assignment(**kept)
+    if _count(revoke) and (owned is None or _any_in(owned, revoke)):
+        return dataclasses.replace(member, state=MemberState.UNREVOKED_TASKS, pending_revocation=revoke,
+                                   assigned=keep, **_epoch(member, epoch))
+    if any(added.values()):
+        keep = Assignment(**{kind: {**kept[kind], **{sub: kept[kind].get(sub, frozenset()) | ps
+                                                      for sub, ps in added[kind].items()}}
+                             for kind in kept})
+    state = MemberState.UNRELEASED_TASKS if unreleased else MemberState.STABLE
+    return dataclasses.replace(member, state=state, pending_revocation=Assignment(), assigned=keep,
+                               **_epoch(member, group.target_epoch))
+
+
+def _epoch(member: StreamsGroupMember, epoch: int) -> dict[str, int]:
+    """The member's epoch fields at ``epoch``: the previous one moves only when it changes."""
+    if epoch == member.member_epoch:
+        return {"member_epoch": epoch}
+    return {"member_epoch": epoch, "previous_member_epoch": member.member_epoch}
+
+
+def _any_in(a: Assignment, b: Assignment) -> bool:
+    """Whether ``a`` holds any task of ``b`` in the same role."""
+    return _intersects(a.active, b.active) or _intersects(a.standby, b.standby) or _intersects(a.warmup, b.warmup)
+
+
+def _count(a: Assignment) -> int:
+    return sum(len(ps) for tasks in (a.active, a.standby, a.warmup) for ps in tasks.values())
 
 
 def leave(group: StreamsGroup, member_id: str, shutdown_application: bool = False) -> StreamsHeartbeatResult:
@@ -811,8 +875,9 @@ def snapshot(group: StreamsGroup) -> list[Record]:
                             state=int(m.state), active_tasks=_task_ids(cav.TaskIds, m.assigned.active),
                             standby_tasks=_task_ids(cav.TaskIds, m.assigned.standby),
                             warmup_tasks=_task_ids(cav.TaskIds, m.assigned.warmup),
-                            active_tasks_pending_revocation=_task_ids(cav.TaskIds, m.pending_revocation),
-                            standby_tasks_pending_revocation=[], warmup_tasks_pending_revocation=[])))
+                            active_tasks_pending_revocation=_task_ids(cav.TaskIds, m.pending_revocation.active),
+                            standby_tasks_pending_revocation=_task_ids(cav.TaskIds, m.pending_revocation.standby),
+                            warmup_tasks_pending_revocation=_task_ids(cav.TaskIds, m.pending_revocation.warmup))))
     records.append((StreamsGroupTargetAssignmentMetadataKey(group_id=gid),
                     StreamsGroupTargetAssignmentMetadataValue(assignment_epoch=group.target_epoch)))
     return records
@@ -859,7 +924,9 @@ def _replay(self: StreamsGroup, key: object, value: object) -> None:
             state=MemberState.of(value.state),
             assigned=Assignment(active=_tasks_of(value.active_tasks), standby=_tasks_of(value.standby_tasks),
                                 warmup=_tasks_of(value.warmup_tasks)),
-            pending_revocation=_tasks_of(value.active_tasks_pending_revocation))
+            pending_revocation=Assignment(active=_tasks_of(value.active_tasks_pending_revocation),
+                                          standby=_tasks_of(value.standby_tasks_pending_revocation),
+                                          warmup=_tasks_of(value.warmup_tasks_pending_revocation)))
     elif isinstance(key, StreamsGroupTargetAssignmentMemberKey):
         if value is None:
             self.target.pop(key.member_id, None)

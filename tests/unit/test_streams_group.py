@@ -202,7 +202,7 @@ def test_the_records_bring_the_group_back_as_it_was():
     assert (loaded.group_epoch, loaded.target_epoch) == (group.group_epoch, group.target_epoch)
     assert loaded.members == group.members and loaded.target == group.target
     assert loaded.topology == group.topology
-    assert group.members["a"].pending_revocation and group.members["a"].state == MemberState.UNREVOKED_TASKS
+    assert group.members["a"].pending_revocation.active and group.members["a"].state == MemberState.UNREVOKED_TASKS
     # Tombstones remove a member.
     for k, v in loaded.delete_records()[:3]:
         loaded.replay(k, v)
@@ -425,3 +425,70 @@ def test_a_full_group_refuses_a_new_member_but_not_its_own():
         ErrorCode.GROUP_MAX_SIZE_REACHED, "The streams group has reached its maximum capacity of 1 members.")
     assert set(group.members) == {"a"}
     assert join(group, topics, "a", config=small).member_epoch >= first.member_epoch
+
+
+def test_a_standby_becomes_active_only_once_its_process_gave_the_standby_up():
+    """As Kafka 4.3.1 when a peer dies: the survivor first drops its standby tasks (keeping its
+    epoch), then takes the dead member's tasks it held no standby of, and those it did only at the
+    heartbeat after, once no process holds them as standby any more. Kafka Streams' kill -9
+    scenario (tests/java/StreamsEos.java) goes through the same three steps on both brokers."""
+    config = StreamsGroupConfig(initial_rebalance_delay_ms=0, assignment_interval_ms=0, num_standby_replicas=1)
+    group, topics = StreamsGroup("g"), ready_topics()
+
+    def send(member_id: str, epoch: int, held: Assignment | None = None):
+        req = StreamsHeartbeatRequest(
+            group_id="g", member_id=member_id, member_epoch=epoch, rebalance_timeout_ms=30000 if epoch == 0 else -1,
+            topology=word_count() if epoch == 0 else None, process_id=f"process-{member_id}" if epoch == 0 else None,
+            active_tasks=None if held is None else held.active, standby_tasks=None if held is None else held.standby,
+            warmup_tasks=None if held is None else held.warmup)
+        validate(req)
+        return heartbeat(group, req, topics, config, 0.0)
+
+    held: dict[str, Assignment] = {}
+    for m in ("a", "b"):
+        r = send(m, 0, Assignment())
+        held[m] = r.assignment
+    for _ in range(4):  # until both hold their targets
+        for m in ("a", "b"):
+            r = send(m, group.members[m].member_epoch, held[m])
+            if r.assignment is not None:
+                held[m] = r.assignment
+    a = group.members["a"]
+    assert a.state == MemberState.STABLE and a.assigned == group.target["a"]
+    everything = {"0": frozenset(range(4)), "1": frozenset(range(4))}
+    assert count(a.assigned.active) == 4 and count(a.assigned.standby) > 0  # subtopology 1 keeps a store
+
+    def minus(x, y):
+        return {sub: ps - y.get(sub, frozenset()) for sub, ps in x.items() if ps - y.get(sub, frozenset())}
+    free_of_b = minus(minus(everything, a.assigned.active), a.assigned.standby)  # b's, not a's standby
+
+    fence(group, "b")
+    first = send("a", a.member_epoch, held["a"])  # the new target has every task active on a
+    assert first.member_epoch == a.member_epoch and group.members["a"].state == MemberState.UNREVOKED_TASKS
+    assert first.assignment == Assignment(active=a.assigned.active)  # the standby tasks go first
+    second = send("a", a.member_epoch, first.assignment)
+    assert second.member_epoch == group.target_epoch and group.members["a"].state == MemberState.UNRELEASED_TASKS
+    # Still standby tasks of a's process when this was computed: not yet.
+    assert group.members["a"].assigned == Assignment(active={
+        sub: a.assigned.active.get(sub, frozenset()) | free_of_b.get(sub, frozenset()) for sub in everything
+        if a.assigned.active.get(sub) or free_of_b.get(sub)})
+    third = send("a", second.member_epoch, group.members["a"].assigned)
+    assert third.assignment == Assignment(active=everything)
+    assert group.members["a"].state == MemberState.STABLE
+
+
+def test_tasks_pending_revocation_of_every_kind_survive_a_coordinator_move():
+    from rivulet.coordinator.offsets_topic import consumer_group_record, read_consumer_group_value, read_message_key
+    from rivulet.coordinator.streams_group import snapshot
+
+    group = StreamsGroup("g")
+    join(group, ready_topics(), "a")
+    revoking = Assignment(active={"0": frozenset({1})}, standby={"1": frozenset({2})}, warmup={"1": frozenset({3})})
+    group.members["a"] = StreamsGroupMember("a", state=MemberState.UNREVOKED_TASKS, pending_revocation=revoking,
+                                            member_epoch=group.members["a"].member_epoch)
+    loaded = StreamsGroup("g")
+    for k, v in snapshot(group):
+        key_bytes, value_bytes = consumer_group_record(k, v)
+        key = read_message_key(key_bytes)
+        loaded.replay(key.key, read_consumer_group_value(key, value_bytes))
+    assert loaded.members["a"].pending_revocation == revoking
