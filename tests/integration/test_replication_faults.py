@@ -439,12 +439,13 @@ def _elr_state(cluster: ZkCluster, topic: str) -> tuple[int, list[int], list[int
 
 def test_at_elr_version_1_eligible_replicas_keep_acknowledged_records_through_losing_every_replica(cluster):
     """KIP-966 on real brokers, at eligible.leader.replicas.version 1 as a new cluster finalizes
-    it (Kafka 4.3.1's); RF 3 (brokers 1-3, broker 4 hosts no replica and stays up), min ISR 2, an
-    acks=all producer. Follower 3 killed (-9): the ISR keeps min ISR, no ELR. Follower 2 stopped
+    it (Kafka 4.3.1's); RF 3 (brokers 1-3, broker 4 hosts no replica and is the controller once
+    the others are down), min ISR 2, an acks=all producer. Follower 3 killed (-9): the ISR keeps min ISR, no ELR. Follower 2 stopped
     (SIGTERM, a controlled shutdown): below min ISR, it waits in the ELR. Leader 1 killed (-9):
-    no leader, an empty ISR, both in the ELR, 1 the last known leader. 1 back after its kill -9
-    (no clean start) leaves the ELR and is not elected; 2 back (clean) leads alone, and every
-    acknowledged record is read from it."""
+    no leader, an empty ISR, both in the ELR, 1 the last known leader. The controller (4) killed
+    too, 1 back after its kill -9 (no clean start) while no controller is active: the next
+    controller's failover (1's own) takes it out of the ELR, and it is not elected; 2 back
+    (clean) leads alone, and every acknowledged record is read from it."""
     cluster.start(4, **BROKER_CONFIG)
     cluster.wait_for_brokers([1, 2, 3, 4])
     b4 = cluster.brokers[4].bootstrap
@@ -481,11 +482,21 @@ def test_at_elr_version_1_eligible_replicas_keep_acknowledged_records_through_lo
     assert _elr_state(cluster, topic) == (-1, [], [1, 2], [1])
     eventually(lambda: _described(b4, topic) == (-1, [], [1, 2], [1]), 30, "the leaderless state described")
 
-    cluster.restart(1)  # after kill -9: no clean-shutdown marker
-    eventually(lambda: 1 in cluster.registered() and _elr_state(cluster, topic)[2] == [2], 60,
-               "1 to register and leave the ELR")
+    # The controller (4, the last one up) killed too: 1 comes back after its kill -9 (no
+    # clean-shutdown marker) while no controller is active, and is elected controller itself
+    # after registering. Its failover finds 1's registration newer than the one the last
+    # controller accounted for: 1 leaves the ELR and is not elected.
+    assert cluster.controller() == 4
+    cluster.brokers[4].kill()
+    cluster.restart(1)
+    eventually(lambda: cluster.controller() == 1 and _elr_state(cluster, topic)[2] == [2], 60,
+               "1 to become controller and take itself out of the ELR")
     assert _elr_state(cluster, topic) == (-1, [], [2], [1])  # not elected
     assert "clean_start" not in cluster.json("/brokers/ids/1")
+    czxid = cluster.zk.exists("/brokers/ids/1").czxid
+    eventually(lambda: cluster.json("/rivulet/accounted_registrations")["brokers"].get("1") == czxid, 30,
+               "1's registration accounted for")
+    cluster.restart(4)
     eventually(lambda: _described(b4, topic) == (-1, [], [2], [1]), 30, "1 out of the ELR described")
 
     cluster.restart(2)  # clean
