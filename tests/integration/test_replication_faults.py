@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -405,6 +407,7 @@ def test_the_high_watermark_waits_for_min_isr_after_two_followers_die(cluster):
 
 
 ELR = "eligible.leader.replicas.version"
+ELR_DESCRIBE = Path(__file__).resolve().parents[1] / "java" / "ElrDescribe.java"
 
 
 def _ask(bootstrap: str, request, version: int):
@@ -509,7 +512,18 @@ def test_at_elr_version_1_eligible_replicas_keep_acknowledged_records_through_lo
     assert read >= writer.acked
 
 
-def test_at_elr_version_1_a_paused_leader_stays_eligible_and_unclean_comes_last(cluster):
+def _java_describe(bootstrap: str, *topics: str) -> list[str]:
+    """tests/java/ElrDescribe.java: Kafka's Java Admin describeTopics, a line per partition."""
+    from tests import java_tools as jt
+
+    p = subprocess.run(["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", jt.classpath(), str(ELR_DESCRIBE),
+                        bootstrap, *topics], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p.stdout.splitlines()
+
+
+@pytest.mark.java
+def test_at_elr_version_1_a_paused_leader_stays_eligible_and_unclean_comes_last(java, cluster):
     """KIP-966 on real brokers, two topics on brokers 1-3 (RF 3, min ISR 2; broker 4 hosts no
     replica and stays up), A with unclean.leader.election.enable=false and B with true.
     Follower 3 killed (-9): the ISRs keep min ISR. Leader 1 frozen (SIGSTOP) past its
@@ -518,7 +532,8 @@ def test_at_elr_version_1_a_paused_leader_stays_eligible_and_unclean_comes_last(
     start, never eligible): A stays leaderless, while B, whose ISR, ELR and last known leader
     are all down, elects it uncleanly. 1 resumed (the same process, so a clean start) is still
     eligible: it leads A, with every record acknowledged before the faults, and 3 follows it;
-    on B it follows 3."""
+    on B it follows 3. Kafka's Java Admin describeTopics reads the leaderless A's ELR and last
+    known ELR (elr(), lastKnownElr()) and B's empty ones."""
     cluster.start(4, **BROKER_CONFIG)
     cluster.wait_for_brokers([1, 2, 3, 4])
     b4 = cluster.brokers[4].bootstrap
@@ -565,6 +580,13 @@ def test_at_elr_version_1_a_paused_leader_stays_eligible_and_unclean_comes_last(
     assert _elr_state(cluster, b) == (3, [3], [], [])
     assert _elr_state(cluster, a) == (-1, [], [1, 2], [2])  # unclean elections off: no leader
     eventually(lambda: _described(b4, a) == (-1, [], [1, 2], [2]), 30, "A's leaderless state described")
+    # Kafka's Java Admin reads both lists: ids the live brokers (DescribeCluster) do not list
+    # become placeholder nodes, as Kafka 4.3.1's DescribeTopicPartitionsResponse maps them.
+    eventually(lambda: _described(b4, b) == (3, [3], [], []), 30, "B's unclean leader described")
+    assert _java_describe(b4, a, b) == [
+        f"{a}-0 leader=none isr=[] elr=[1:offline, 2:offline] lastKnownElr=[2:offline]",
+        f"{b}-0 leader=3:live isr=[3:live] elr=[] lastKnownElr=[]",
+    ]
 
     cluster.brokers[1].resume()  # a new session, the same process: still eligible
     eventually(lambda: _elr_state(cluster, a)[0] == 1, 60, "1 to lead A from the ELR")
