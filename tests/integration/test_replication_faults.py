@@ -4,7 +4,8 @@ the new leader, and the ISR shrinks and grows back; a leader frozen with SIGSTOP
 after the leadership moved truncates what it alone had, and every replica ends byte-identical;
 below min.insync.replicas the high watermark waits for the ISR; at eligible.leader.replicas.version
 1 (KIP-966) replicas that leave the ISR below min ISR stay eligible, a clean one leads alone
-when back and an unclean one does not.
+when back and an unclean one does not, even back while no controller was active, and Kafka's
+Java Admin reads the eligible replicas.
 The records acknowledged and read back are checked as Jepsen's Kafka workload checks them
 (tests/history.py)."""
 
@@ -426,10 +427,13 @@ def _finalized_elr(bootstrap: str) -> int:
     return next((f.max_version_level for f in r.finalized_features if f.name == ELR), 0)
 
 
-def _described(bootstrap: str, topic: str) -> tuple[int, list[int], list[int], list[int]]:
-    """DescribeTopicPartitions of partition 0: leader, ISR, ELR, last known ELR."""
+def _described(bootstrap: str, topic: str) -> tuple[int, list[int], list[int], list[int]] | None:
+    """DescribeTopicPartitions of partition 0: leader, ISR, ELR, last known ELR; None from a
+    broker not yet told of the topic (one just restarted)."""
     r = _ask(bootstrap, dtpq.DescribeTopicPartitionsRequest(topics=[dtpq.TopicRequest(name=topic)],
                                                             response_partition_limit=10), 0)
+    if not r.topics[0].partitions:
+        return None
     p = r.topics[0].partitions[0]
     return p.leader_id, sorted(p.isr_nodes), sorted(p.eligible_leader_replicas), sorted(p.last_known_elr)
 
