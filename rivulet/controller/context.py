@@ -58,6 +58,9 @@ class ControllerContext:
     published_offset: int = -1
     # broker -> the offset of the last UpdateMetadata it applied, and when (DescribeQuorum)
     applied: dict[int, ReplicaProgress] = field(default_factory=dict)
+    # broker -> the broker epoch of its last registration a controller dealt with (the znode
+    # /rivulet/accounted_registrations); None until this controller has read or written it.
+    accounted: dict[int, int] | None = None
 
     # ------------------------------------------------------------ brokers
     def is_live(self, broker_id: int) -> bool:

@@ -222,6 +222,7 @@ class KafkaController:
         ctx = self.ctx = ControllerContext(epoch, published_offset=self.client.last_zxid)  # its election's
         self.channel = self.channel_factory()
         ctx.live_brokers = await self.zk.run(self.client.get_all_brokers, self._watch(self._on_broker_change))
+        ctx.accounted = await self.zk.run(self.client.get_accounted_registrations)
         for b in ctx.live_brokers.values():
             self.channel.add_broker(b)
         topics = await self.zk.run(self.client.get_all_topics, self._watch(self._on_topic_change))
@@ -236,6 +237,7 @@ class KafkaController:
         batch = self._batch()
         new = [tp for tp in ctx.partitions() if tp not in ctx.leadership]
         await self._init_partitions(new, batch)
+        await self._handle_unclean_starts(self._unaccounted_unclean_starts(), batch)
         await self._handle_lost_replicas(set(), batch, everything=True)
         for tp in ctx.partitions():
             if tp in ctx.leadership:
@@ -243,6 +245,7 @@ class KafkaController:
         for tp in ctx.partitions():  # reassignments a previous controller left ongoing
             await self._maybe_complete_reassignment(tp, batch)
         self._send(batch)
+        await self._account_registrations()
         if deletions:
             await self._on_topic_deletion()
         if self.config.auto_leader_rebalance_enable:
@@ -444,6 +447,8 @@ class KafkaController:
             await self._elect_offline(batch)
         batch.add_update_metadata(ctx.live_ids, [])
         self._send(batch)
+        if new:
+            await self._account_registrations()
 
     async def _handle_unclean_starts(self, unclean: set[int], batch: RequestBatch) -> None:
         """At eligible.leader.replicas.version 1, as Kafka's handleBrokerUncleanShutdown: a broker
@@ -459,6 +464,31 @@ class KafkaController:
             await self._update_state(tp, batch, self._elr_transition(
                 await self._min_isr(tp.topic), lambda s: tuple(i for i in s.isr if i not in unclean),
                 ctx.leadable_ids - unclean, unclean))
+
+    def _unaccounted_unclean_starts(self) -> set[int]:
+        """At failover: the live brokers whose registration has no clean start and is not the one
+        the last controller dealt with. They registered while no controller was active (or it
+        died before their event), so no controller has removed them from the ISRs and ELRs; until
+        one does, none could have rejoined any. With no record at all (a new cluster, or the
+        first controller of a version that keeps it), nothing tells an old unclean start from
+        a new one: removing every broker that ever started uncleanly could empty whole ISRs,
+        so none is taken for unhandled then."""
+        ctx = self.ctx
+        assert ctx is not None
+        accounted = ctx.accounted
+        if accounted is None:
+            return set()
+        return {b for b, reg in ctx.live_brokers.items() if not reg.clean_start and accounted.get(b) != reg.epoch}
+
+    async def _account_registrations(self) -> None:
+        """Record the live brokers' registrations as dealt with (after their ISR and ELR changes
+        are written, so that a controller dying in between leaves them for the next one)."""
+        ctx = self.ctx
+        assert ctx is not None
+        epochs = {**(ctx.accounted or {}), **{b: reg.epoch for b, reg in ctx.live_brokers.items()}}
+        if epochs != ctx.accounted:
+            await self.zk.run(self.client.set_accounted_registrations, epochs, ctx.epoch)
+            ctx.accounted = epochs
 
     def _on_broker_startup(self, new: set[int], batch: RequestBatch) -> None:
         ctx = self.ctx

@@ -239,6 +239,28 @@ class KafkaZkClient:
                 out[broker_id] = b
         return out
 
+    def get_accounted_registrations(self) -> dict[int, int] | None:
+        """/rivulet/accounted_registrations, or None when no controller has written it yet."""
+        try:
+            data, _ = self.zk.get(z.ACCOUNTED_REGISTRATIONS)
+        except NoNodeError:
+            return None
+        return z.decode_accounted_registrations(data)
+
+    def set_accounted_registrations(self, epochs: dict[int, int], epoch: ControllerEpoch) -> None:
+        """Write /rivulet/accounted_registrations, fenced by the controller epoch."""
+        data = z.encode_accounted_registrations(epochs)
+        if self.zk.exists(z.ACCOUNTED_REGISTRATIONS) is None:
+            self.zk.ensure_path(z.ACCOUNTED_REGISTRATIONS.rsplit("/", 1)[0])
+            (created,) = self._fenced(epoch, lambda t: t.create(z.ACCOUNTED_REGISTRATIONS, data))
+            if not isinstance(created, Exception):
+                return
+            if not isinstance(created, NodeExistsError):
+                raise created
+        (written,) = self._fenced(epoch, lambda t: t.set_data(z.ACCOUNTED_REGISTRATIONS, data))
+        if isinstance(written, Exception):
+            raise written
+
     # ------------------------------------------------------------ controller
     def get_controller_id(self, watch: Watcher | None = None) -> int | None:
         """The elected controller, or None; ``watch`` fires on its creation or deletion."""

@@ -42,6 +42,9 @@ DELEGATION_TOKENS = "/delegation_token/tokens"  # <token id>: the token's inform
 TOKEN_CHANGES = "/delegation_token/token_changes"  # sequential notifications naming a changed token
 TOKEN_CHANGE_PREFIX = "token_change_"
 FEATURE = "/feature"  # the cluster's finalized feature levels (KIP-584's FeatureZNode)
+# Rivulet's own (no Kafka znode): the broker epoch of each broker's last registration a
+# controller accounted for (see encode_accounted_registrations).
+ACCOUNTED_REGISTRATIONS = "/rivulet/accounted_registrations"
 CONFIG_ENTITY_TYPES = ("topics", "clients", "users", "brokers", "ips")
 # Group configs (Kafka keeps them in KRaft's metadata only): /config/groups/<group>, beside the others.
 GROUP_CONFIG_ENTITY = "groups"
@@ -189,6 +192,20 @@ def _parse_endpoint(s: str, protocols: dict[str, str]) -> EndPoint:
     host, _, port = rest.rpartition(":")
     host = host.strip("[]")
     return EndPoint(listener, host, int(port), protocols.get(listener, listener))
+
+
+# ---------------------------------------------------------------- /rivulet/accounted_registrations
+def encode_accounted_registrations(epochs: dict[int, int]) -> bytes:
+    """broker id -> the broker epoch (registration czxid) of its last registration an active
+    controller has dealt with, unclean start included. KRaft's controller keeps each broker's
+    registration in its metadata log, so a new controller knows which registrations it has
+    handled; a ZooKeeper-era failover only sees the live znodes, and needs this to tell an
+    unclean start that happened while no controller was active from one handled long ago."""
+    return _dump({"version": 1, "brokers": {str(b): e for b, e in sorted(epochs.items())}})
+
+
+def decode_accounted_registrations(data: bytes) -> dict[int, int]:
+    return {int(b): int(e) for b, e in (_load(data).get("brokers") or {}).items()}
 
 
 # ---------------------------------------------------------------- /controller, /controller_epoch

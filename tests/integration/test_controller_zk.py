@@ -357,6 +357,42 @@ def test_at_elr_version_1_a_broker_back_without_a_clean_start_is_not_eligible(ru
     run(scenario)
 
 
+def test_at_elr_version_1_a_failover_catches_an_unclean_start_made_while_no_controller_was_active(run):
+    """KIP-966 (level 1 forced): a broker that registers without a clean start while no controller
+    is active leaves the ELR at the next controller's failover, which finds its registration
+    newer than the one recorded in /rivulet/accounted_registrations; another broker whose unclean
+    start an earlier controller dealt with, and which rejoined the ISR since, keeps its place."""
+    async def scenario(cl: Cluster) -> None:
+        c, rec = await _orders_at_elr_level_1(cl)
+        cl.kill(3)
+        await eventually(lambda: cl.state().isr == (1, 2))
+        cl.register(3, clean_start=False)
+        await eventually(lambda: 3 in c.ctx.live_brokers)
+        s = cl.state()
+        r = await c.alter_partition(apq.AlterPartitionRequest(broker_id=1, broker_epoch=-1, topics=[apq.TopicData(
+            topic_name="orders", partitions=[apq.PartitionData(partition_index=0, leader_epoch=s.leader_epoch,
+                                                               new_isr=[1, 2, 3], partition_epoch=s.partition_epoch)])]), 1)
+        assert r.topics[0].partitions[0].error_code == 0 and cl.state().isr == (1, 2, 3)
+        for b, isr in ((2, (1, 3)), (1, (3,))):
+            cl.kill(b)
+            await eventually(lambda isr=isr: cl.state().isr == isr)
+        assert (cl.state().leader, cl.state().eligible_leader_replicas) == (3, (1,))
+        accounted = cl.admin.get_accounted_registrations()
+        assert accounted is not None and accounted[3] == c.ctx.broker_epoch(3)
+
+        await cl.stop_controller(9)  # the controller dies; 1 comes back uncleanly before another
+        await eventually(lambda: cl.admin.get_controller_id() is None)
+        cl.register(1, clean_start=False)
+        assert cl.state().eligible_leader_replicas == (1,)  # nobody to act on it yet
+        c2, rec2 = await cl.controller(8, elr=True, min_isr=2)
+        await eventually(lambda: c2.is_active and 1 in c2.ctx.live_brokers)
+        await eventually(lambda: cl.state().eligible_leader_replicas == ())
+        s = cl.state()
+        assert (s.leader, s.isr, s.eligible_leader_replicas, s.last_known_elr) == (3, (3,), (), ())
+        await eventually(lambda: cl.admin.get_accounted_registrations() == {**accounted, 1: c2.ctx.broker_epoch(1)})
+    run(scenario)
+
+
 def test_at_elr_version_1_a_reassignment_completes_through_the_elr_rule(run):
     """KIP-966 (level 1 forced): the last step of a reassignment restricts the ISR to the target through
     the ELR rule, as Kafka's PartitionChangeBuilder: below min ISR (counted over the replicas

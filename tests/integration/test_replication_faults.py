@@ -4,7 +4,8 @@ the new leader, and the ISR shrinks and grows back; a leader frozen with SIGSTOP
 after the leadership moved truncates what it alone had, and every replica ends byte-identical;
 below min.insync.replicas the high watermark waits for the ISR; at eligible.leader.replicas.version
 1 (KIP-966) replicas that leave the ISR below min ISR stay eligible, a clean one leads alone
-when back and an unclean one does not.
+when back and an unclean one does not, even back while no controller was active, and Kafka's
+Java Admin reads the eligible replicas.
 The records acknowledged and read back are checked as Jepsen's Kafka workload checks them
 (tests/history.py)."""
 
@@ -12,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -405,6 +408,7 @@ def test_the_high_watermark_waits_for_min_isr_after_two_followers_die(cluster):
 
 
 ELR = "eligible.leader.replicas.version"
+ELR_DESCRIBE = Path(__file__).resolve().parents[1] / "java" / "ElrDescribe.java"
 
 
 def _ask(bootstrap: str, request, version: int):
@@ -423,10 +427,13 @@ def _finalized_elr(bootstrap: str) -> int:
     return next((f.max_version_level for f in r.finalized_features if f.name == ELR), 0)
 
 
-def _described(bootstrap: str, topic: str) -> tuple[int, list[int], list[int], list[int]]:
-    """DescribeTopicPartitions of partition 0: leader, ISR, ELR, last known ELR."""
+def _described(bootstrap: str, topic: str) -> tuple[int, list[int], list[int], list[int]] | None:
+    """DescribeTopicPartitions of partition 0: leader, ISR, ELR, last known ELR; None from a
+    broker not yet told of the topic (one just restarted)."""
     r = _ask(bootstrap, dtpq.DescribeTopicPartitionsRequest(topics=[dtpq.TopicRequest(name=topic)],
                                                             response_partition_limit=10), 0)
+    if not r.topics[0].partitions:
+        return None
     p = r.topics[0].partitions[0]
     return p.leader_id, sorted(p.isr_nodes), sorted(p.eligible_leader_replicas), sorted(p.last_known_elr)
 
@@ -439,12 +446,13 @@ def _elr_state(cluster: ZkCluster, topic: str) -> tuple[int, list[int], list[int
 
 def test_at_elr_version_1_eligible_replicas_keep_acknowledged_records_through_losing_every_replica(cluster):
     """KIP-966 on real brokers, at eligible.leader.replicas.version 1 as a new cluster finalizes
-    it (Kafka 4.3.1's); RF 3 (brokers 1-3, broker 4 hosts no replica and stays up), min ISR 2, an
-    acks=all producer. Follower 3 killed (-9): the ISR keeps min ISR, no ELR. Follower 2 stopped
+    it (Kafka 4.3.1's); RF 3 (brokers 1-3, broker 4 hosts no replica and is the controller once
+    the others are down), min ISR 2, an acks=all producer. Follower 3 killed (-9): the ISR keeps min ISR, no ELR. Follower 2 stopped
     (SIGTERM, a controlled shutdown): below min ISR, it waits in the ELR. Leader 1 killed (-9):
-    no leader, an empty ISR, both in the ELR, 1 the last known leader. 1 back after its kill -9
-    (no clean start) leaves the ELR and is not elected; 2 back (clean) leads alone, and every
-    acknowledged record is read from it."""
+    no leader, an empty ISR, both in the ELR, 1 the last known leader. The controller (4) killed
+    too, 1 back after its kill -9 (no clean start) while no controller is active: the next
+    controller's failover (1's own) takes it out of the ELR, and it is not elected; 2 back
+    (clean) leads alone, and every acknowledged record is read from it."""
     cluster.start(4, **BROKER_CONFIG)
     cluster.wait_for_brokers([1, 2, 3, 4])
     b4 = cluster.brokers[4].bootstrap
@@ -481,11 +489,21 @@ def test_at_elr_version_1_eligible_replicas_keep_acknowledged_records_through_lo
     assert _elr_state(cluster, topic) == (-1, [], [1, 2], [1])
     eventually(lambda: _described(b4, topic) == (-1, [], [1, 2], [1]), 30, "the leaderless state described")
 
-    cluster.restart(1)  # after kill -9: no clean-shutdown marker
-    eventually(lambda: 1 in cluster.registered() and _elr_state(cluster, topic)[2] == [2], 60,
-               "1 to register and leave the ELR")
+    # The controller (4, the last one up) killed too: 1 comes back after its kill -9 (no
+    # clean-shutdown marker) while no controller is active, and is elected controller itself
+    # after registering. Its failover finds 1's registration newer than the one the last
+    # controller accounted for: 1 leaves the ELR and is not elected.
+    assert cluster.controller() == 4
+    cluster.brokers[4].kill()
+    cluster.restart(1)
+    eventually(lambda: cluster.controller() == 1 and _elr_state(cluster, topic)[2] == [2], 60,
+               "1 to become controller and take itself out of the ELR")
     assert _elr_state(cluster, topic) == (-1, [], [2], [1])  # not elected
     assert "clean_start" not in cluster.json("/brokers/ids/1")
+    czxid = cluster.zk.exists("/brokers/ids/1").czxid
+    eventually(lambda: cluster.json("/rivulet/accounted_registrations")["brokers"].get("1") == czxid, 30,
+               "1's registration accounted for")
+    cluster.restart(4)
     eventually(lambda: _described(b4, topic) == (-1, [], [2], [1]), 30, "1 out of the ELR described")
 
     cluster.restart(2)  # clean
@@ -498,7 +516,18 @@ def test_at_elr_version_1_eligible_replicas_keep_acknowledged_records_through_lo
     assert read >= writer.acked
 
 
-def test_at_elr_version_1_a_paused_leader_stays_eligible_and_unclean_comes_last(cluster):
+def _java_describe(bootstrap: str, *topics: str) -> list[str]:
+    """tests/java/ElrDescribe.java: Kafka's Java Admin describeTopics, a line per partition."""
+    from tests import java_tools as jt
+
+    p = subprocess.run(["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", jt.classpath(), str(ELR_DESCRIBE),
+                        bootstrap, *topics], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p.stdout.splitlines()
+
+
+@pytest.mark.java
+def test_at_elr_version_1_a_paused_leader_stays_eligible_and_unclean_comes_last(java, cluster):
     """KIP-966 on real brokers, two topics on brokers 1-3 (RF 3, min ISR 2; broker 4 hosts no
     replica and stays up), A with unclean.leader.election.enable=false and B with true.
     Follower 3 killed (-9): the ISRs keep min ISR. Leader 1 frozen (SIGSTOP) past its
@@ -507,7 +536,8 @@ def test_at_elr_version_1_a_paused_leader_stays_eligible_and_unclean_comes_last(
     start, never eligible): A stays leaderless, while B, whose ISR, ELR and last known leader
     are all down, elects it uncleanly. 1 resumed (the same process, so a clean start) is still
     eligible: it leads A, with every record acknowledged before the faults, and 3 follows it;
-    on B it follows 3."""
+    on B it follows 3. Kafka's Java Admin describeTopics reads the leaderless A's ELR and last
+    known ELR (elr(), lastKnownElr()) and B's empty ones."""
     cluster.start(4, **BROKER_CONFIG)
     cluster.wait_for_brokers([1, 2, 3, 4])
     b4 = cluster.brokers[4].bootstrap
@@ -554,6 +584,13 @@ def test_at_elr_version_1_a_paused_leader_stays_eligible_and_unclean_comes_last(
     assert _elr_state(cluster, b) == (3, [3], [], [])
     assert _elr_state(cluster, a) == (-1, [], [1, 2], [2])  # unclean elections off: no leader
     eventually(lambda: _described(b4, a) == (-1, [], [1, 2], [2]), 30, "A's leaderless state described")
+    # Kafka's Java Admin reads both lists: ids the live brokers (DescribeCluster) do not list
+    # become placeholder nodes, as Kafka 4.3.1's DescribeTopicPartitionsResponse maps them.
+    eventually(lambda: _described(b4, b) == (3, [3], [], []), 30, "B's unclean leader described")
+    assert _java_describe(b4, a, b) == [
+        f"{a}-0 leader=none isr=[] elr=[1:offline, 2:offline] lastKnownElr=[2:offline]",
+        f"{b}-0 leader=3:live isr=[3:live] elr=[] lastKnownElr=[]",
+    ]
 
     cluster.brokers[1].resume()  # a new session, the same process: still eligible
     eventually(lambda: _elr_state(cluster, a)[0] == 1, 60, "1 to lead A from the ELR")

@@ -72,6 +72,14 @@ def test_broker_registration_clean_start_round_trip():
                                        ).clean_start is False  # only JSON true vouches
 
 
+def test_accounted_registrations_round_trip():
+    # Rivulet's own znode: broker id -> the czxid of the registration a controller dealt with.
+    data = z.encode_accounted_registrations({3: 0x200000011, 1: 0x100000004})
+    assert json.loads(data) == {"version": 1, "brokers": {"1": 0x100000004, "3": 0x200000011}}
+    assert z.decode_accounted_registrations(data) == {1: 0x100000004, 3: 0x200000011}
+    assert z.decode_accounted_registrations(b'{"version":1}') == {}
+
+
 def test_broker_registration_without_plaintext_has_no_host():
     b = z.BrokerRegistration(7, (z.EndPoint("SSL", "h", 1, "SSL"),))
     doc = json.loads(b.encode())
