@@ -12,10 +12,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -528,31 +526,12 @@ async def _topology_answers(bootstrap: str) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- Kafka Streams 4.3.1 itself
 
-STREAMS_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>
-<groupId>dev.rivulet</groupId><artifactId>kafka-streams-reference</artifactId><version>1</version>
-<packaging>pom</packaging><dependencies><dependency><groupId>org.apache.kafka</groupId>
-<artifactId>kafka-streams</artifactId><version>{version}</version></dependency></dependencies></project>"""
 WORD_COUNT = Path(__file__).resolve().parents[1] / "java" / "StreamsWordCount.java"
 
 
 def streams_classpath() -> str:
-    """Kafka Streams and what it needs (kafka-clients, RocksDB), resolved once by Maven into the
-    cache beside Kafka's own jars."""
-    from benchmarks.reference.kafka import KAFKA_VERSION, cache_root
-    libs = cache_root() / f"kafka-streams-{KAFKA_VERSION}"
-    if not any(libs.glob("kafka-streams-*.jar")):
-        scratch = Path(tempfile.mkdtemp(prefix=libs.name + ".partial-", dir=cache_root()))
-        (scratch / "pom.xml").write_text(STREAMS_POM.format(version=KAFKA_VERSION))
-        done = subprocess.run(["mvn", "-B", "-q", "-Dstyle.color=never", "-f", str(scratch / "pom.xml"),
-                               "org.apache.maven.plugins:maven-dependency-plugin:copy-dependencies",
-                               f"-DoutputDirectory={scratch / 'libs'}"], capture_output=True, text=True,
-                              timeout=900)
-        assert done.returncode == 0, done.stdout[-3000:]
-        if not any(libs.glob("kafka-streams-*.jar")):
-            shutil.rmtree(libs, ignore_errors=True)
-            (scratch / "libs").rename(libs)
-        shutil.rmtree(scratch, ignore_errors=True)
-    return str(libs / "*")
+    """Kafka Streams and what it needs (kafka-clients, RocksDB)."""
+    return jt.maven_classpath("kafka-streams", ["kafka-streams"])
 
 
 def word_counts(lines: list[str]) -> dict[str, int]:
