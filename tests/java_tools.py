@@ -125,30 +125,10 @@ def java_available(version: str = KAFKA_VERSION) -> str | None:
     return None
 
 
-_STREAMS_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>
-<groupId>dev.rivulet</groupId><artifactId>kafka-streams-reference</artifactId><version>1</version>
-<packaging>pom</packaging><dependencies><dependency><groupId>org.apache.kafka</groupId>
-<artifactId>kafka-streams</artifactId><version>{version}</version></dependency></dependencies></project>"""
-
-
 def streams_classpath(version: str = KAFKA_VERSION) -> str:
-    """Kafka Streams and what it needs (kafka-clients, RocksDB), resolved once by Maven into the
-    cache beside Kafka's own jars. No logging backend: see :func:`streams_logged_classpath`."""
-    libs = cache_root() / f"kafka-streams-{version}"
-    if not any(libs.glob("kafka-streams-*.jar")):
-        scratch = Path(tempfile.mkdtemp(prefix=libs.name + ".partial-", dir=cache_root()))
-        (scratch / "pom.xml").write_text(_STREAMS_POM.format(version=version))
-        done = subprocess.run(["mvn", "-B", "-q", "-Dstyle.color=never", "-f", str(scratch / "pom.xml"),
-                               "org.apache.maven.plugins:maven-dependency-plugin:copy-dependencies",
-                               f"-DoutputDirectory={scratch / 'libs'}"], capture_output=True, text=True,
-                              timeout=900)
-        if done.returncode != 0:
-            raise JavaToolError(f"cannot fetch Kafka Streams {version} with Maven:\n{_tail(done.stdout)}")
-        if not any(libs.glob("kafka-streams-*.jar")):
-            shutil.rmtree(libs, ignore_errors=True)
-            (scratch / "libs").rename(libs)
-        shutil.rmtree(scratch, ignore_errors=True)
-    return str(libs / "*")
+    """Kafka Streams and what it needs (kafka-clients, RocksDB). No logging backend: see
+    :func:`streams_logged_classpath`."""
+    return maven_classpath("kafka-streams", ["kafka-streams"], version)
 
 
 def streams_logged_classpath(version: str = KAFKA_VERSION) -> str:
@@ -171,6 +151,42 @@ def _tools_log_config(version: str) -> Path:
         write_log4j2_config(tmp, level="WARN")
         os.replace(tmp, path)
     return path
+
+
+# ---------------------------------------------------------------------------- more of Kafka's jars
+
+_EXTRA_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>
+<groupId>dev.rivulet</groupId><artifactId>{name}-reference</artifactId><version>1</version>
+<packaging>pom</packaging><dependencies>{dependencies}</dependencies></project>"""
+
+
+def maven_classpath(name: str, artifacts: Sequence[str], version: str = KAFKA_VERSION) -> str:
+    """A ``java -cp`` argument for Kafka's ``artifacts`` (org.apache.kafka artifact ids, such as
+    ``kafka-streams``) at ``version`` and what they need, resolved once by Maven into the cache
+    beside Kafka's own jars as ``<name>-<version>``. The finished directory appears by rename, so
+    a parallel session never sees it half filled; raises JavaToolError when Maven fails."""
+    libs = cache_root() / f"{name}-{version}"
+    marker = f"{artifacts[0]}-{version}.jar"
+    if not (libs / marker).is_file():
+        cache_root().mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=libs.name + ".partial-", dir=cache_root()))
+        try:
+            dependencies = "".join(f"<dependency><groupId>org.apache.kafka</groupId><artifactId>{a}</artifactId>"
+                                   f"<version>{version}</version></dependency>" for a in artifacts)
+            (scratch / "pom.xml").write_text(_EXTRA_POM.format(name=name, dependencies=dependencies))
+            done = subprocess.run(["mvn", "-B", "-q", "-Dstyle.color=never", "-f", str(scratch / "pom.xml"),
+                                   "org.apache.maven.plugins:maven-dependency-plugin:copy-dependencies",
+                                   f"-DoutputDirectory={scratch / 'libs'}"], capture_output=True, text=True,
+                                  timeout=900)
+            if done.returncode != 0:
+                raise JavaToolError(f"Maven could not resolve {', '.join(artifacts)} {version}:\n"
+                                    f"{_tail(done.stdout + done.stderr, 3000)}")
+            if not (libs / marker).is_file():
+                shutil.rmtree(libs, ignore_errors=True)
+                (scratch / "libs").rename(libs)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return str(libs / "*")
 
 
 # ---------------------------------------------------------------------------- running a tool
