@@ -50,7 +50,7 @@ KNOWN_DIFFERENCES = {
     **{s: "iceberg.* topic configs" for s in (
         "create.a", "create.validateOnly", "create.defaults", "create.withConfigs", "create.assignment",
         "create.collides", "configs.topic")},
-    "configs.broker.names": "Rivulet lists Kafka 4.3.1's 340 broker configs and 37 of its own (377); Kafka's "
+    "configs.broker.names": "Rivulet lists Kafka 4.3.1's 340 broker configs and 38 of its own (378); Kafka's "
                             "are checked one by one, but BROKER_NAME_DIFFERENCES (broker_names_differences)",
     "configs.brokerLogger.root": "the level each broker starts with: the test broker logs at WARN, Kafka's at INFO",
     "offsets.maxTimestampAfterDelete": "Kafka answers -1 or the record, as its segment was or was not deleted yet",

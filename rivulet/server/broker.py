@@ -667,8 +667,11 @@ class Broker:
         flush_every = min(cfg["log.flush.scheduler.interval.ms"], 1000) / 1000
         loop = asyncio.get_running_loop()
         expire_every = cfg["producer.id.expiration.check.interval.ms"] / 1000
-        next_retention = loop.time() + retention_every
-        next_checkpoint = loop.time() + checkpoint_every
+        # Kafka's LogManager runs its first retention pass and checkpoint after the initial
+        # task delay, then every interval.
+        first = cfg["log.initial.task.delay.ms"] / 1000
+        next_retention = loop.time() + first
+        next_checkpoint = loop.time() + first
         next_expiry = loop.time() + expire_every
         while True:
             await asyncio.sleep(flush_every)

@@ -253,6 +253,9 @@ BROKER_CONFIGS = ConfigDef([
     _k("log.flush.start.offset.checkpoint.interval.ms", I, 60000, _nonneg, "How often the log start "
        "offsets are written.", HIGH),
     _k("log.retention.check.interval.ms", L, 300000, _pos, "How often retention is enforced.", MEDIUM),
+    _k("log.initial.task.delay.ms", L, 30000, _nonneg, "How long after start the first retention pass and "
+       "checkpoint run (Kafka's internal setting: a record older than the retention is deleted about this long "
+       "after start, not a whole log.retention.check.interval.ms later).", LOW),
     _k("log.cleanup.policy", LS, ("delete",), each_of("compact", "delete"), "Default cleanup policy: "
        "delete, compact, or both.", MEDIUM, CLUSTER),
     _k("log.cleaner.enable", B, True, None, "Run the log cleaner for compacted topics.", MEDIUM),

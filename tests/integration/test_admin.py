@@ -119,7 +119,8 @@ def test_topic_deletion_removes_data():
 def test_retention_by_bytes_deletes_old_segments():
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
-    with BrokerProcess({"log.retention.check.interval.ms": "200", "log.retention.bytes": "40000"}) as b:
+    with BrokerProcess({"log.retention.check.interval.ms": "200", "log.initial.task.delay.ms": "0",
+                        "log.retention.bytes": "40000"}) as b:
         admin = AdminClient({"bootstrap.servers": b.bootstrap})
         admin.create_topics([NewTopic("ret", 1, 1, config={"internal.segment.bytes": "20000"})])["ret"].result(30)
         p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0})
@@ -134,6 +135,31 @@ def test_retention_by_bytes_deletes_old_segments():
             time.sleep(0.2)
         assert "00000000000000000000.log" not in logs
         assert sum(logs.values()) <= 40000 + 20000
+
+
+def test_first_retention_pass_runs_after_the_initial_task_delay():
+    """As Kafka's LogManager: the first retention pass comes log.initial.task.delay.ms after
+    start (30 s by default), not a whole log.retention.check.interval.ms (5 min) later, so
+    records timestamped beyond the retention are gone that soon on both (Spark's Kafka
+    connector then reads an empty topic on either)."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+    with BrokerProcess({"log.initial.task.delay.ms": "2000"}) as b:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        admin.create_topics([NewTopic("old", 1, 1)])["old"].result(30)
+        p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0})
+        eight_days_ago = int(time.time() * 1000) - 8 * 24 * 3600 * 1000  # beyond the default 7 days
+        for i in range(5):
+            p.produce("old", value=b"x", partition=0, timestamp=eight_days_ago + i)
+        assert p.flush(10) == 0
+        c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "g"})
+        deadline = time.monotonic() + 60
+        low, high = c.get_watermark_offsets(TopicPartition("old", 0), 10)
+        while low < 5 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            low, high = c.get_watermark_offsets(TopicPartition("old", 0), 10)
+        c.close()
+        assert (low, high) == (5, 5)
 
 
 def test_sigterm_shuts_down_cleanly_and_restarts_without_recovery():

@@ -289,7 +289,7 @@ def test_records_without_timestamps_are_not_expired_by_a_wrong_header(broker_fac
     """librdkafka sends records with timestamp -1 in a batch whose header says maxTimestamp 0.
     Kafka recomputes maxTimestamp from the records (-1: retention then goes by the segment
     file's age); trusting the header made retention delete the data within seconds."""
-    b = broker_factory({"log.retention.check.interval.ms": "200"})
+    b = broker_factory({"log.retention.check.interval.ms": "200", "log.initial.task.delay.ms": "0"})
     name = f"nots-{uuid.uuid4().hex[:6]}"
     create_topic_with(b, name, {})
     data = bytearray(batch_of([b"k"] * 3, [-1] * 3))

@@ -44,6 +44,7 @@ def broker():
         "connections.max.idle.ms": str(IDLE_MS),
         "log.segment.delete.delay.ms": "0",
         "log.retention.check.interval.ms": "500",
+        "log.initial.task.delay.ms": "0",
         "offsets.topic.num.partitions": "1",
     })
     proc.start()
