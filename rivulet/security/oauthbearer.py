@@ -5,8 +5,10 @@ with ``alg: none`` and no signature, as OAuthBearerUnsecuredValidatorCallbackHan
 them: an ``exp`` in the future, a principal claim, any required scopes), or signed JWTs
 checked against the keys of a JWKS endpoint or file (PyJWT; audience, issuer, the subject and
 scope claims' names, clock skew), as OAuthBearerValidatorCallbackHandler. A refused token is
-answered with RFC 7628's JSON error as the challenge; the client acknowledges it with a
-lone 0x01 and only then does authentication fail, with the reason.
+answered with RFC 7628's JSON error as the challenge, written as Kafka writes it
+(``{"status":"invalid_token"}``; ``insufficient_scope`` adds the first missing required scope);
+the client acknowledges it with a lone 0x01 and only then does authentication fail, with that
+same JSON as the message. The reason goes to the broker's log only, as Kafka's.
 
 A client sends a token it was given, or makes an unsecured one from Kafka's
 ``unsecuredLogin*`` JAAS options or librdkafka's ``sasl.oauthbearer.config``."""
@@ -32,11 +34,20 @@ _SEP = "\x01"
 
 
 class TokenError(Exception):
-    """A token refused; ``status`` is RFC 7628's (invalid_token, insufficient_scope)."""
+    """A token refused; ``status`` is RFC 7628's (invalid_token, insufficient_scope), ``scope``
+    the required scope the token lacks."""
 
-    def __init__(self, message: str, status: str = "invalid_token") -> None:
+    def __init__(self, message: str, status: str = "invalid_token", scope: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.scope = scope
+
+    def json_error(self) -> str:
+        """The client's view of the refusal, byte for byte as Kafka's OAuthBearerSaslServer writes it."""
+        text = '{"status":%s' % json.dumps(self.status)
+        if self.scope is not None:
+            text += ', "scope":%s' % json.dumps(self.scope)
+        return text + "}"
 
 
 @dataclass(frozen=True)
@@ -76,7 +87,7 @@ class UnsecuredValidator:
 
     principal_claim: str = "sub"
     scope_claim: str = "scope"
-    required_scopes: frozenset[str] = frozenset()
+    required_scopes: tuple[str, ...] = ()
     clock_skew_ms: int = 0
     now_ms: Callable[[], int] = field(default=SYSTEM_CLOCK.milliseconds)
 
@@ -85,8 +96,8 @@ class UnsecuredValidator:
         kw: dict[str, Any] = {
             "principal_claim": options.get("unsecuredValidatorPrincipalClaimName", "sub") or "sub",
             "scope_claim": options.get("unsecuredValidatorScopeClaimName", "scope") or "scope",
-            "required_scopes": frozenset(s.strip() for s in options.get("unsecuredValidatorRequiredScope", "")
-                                         .split(",") if s.strip()),
+            # Space-delimited, as Kafka's OAuthBearerScopeUtils.parseScope reads it; order kept.
+            "required_scopes": tuple(options.get("unsecuredValidatorRequiredScope", "").split()),
             "clock_skew_ms": int(options.get("unsecuredValidatorAllowableClockSkewMs", "0") or 0),
         }
         if now_ms is not None:
@@ -116,10 +127,10 @@ class UnsecuredValidator:
         if not isinstance(principal, str) or not principal.strip():
             raise TokenError(f"the token has no principal claim '{self.principal_claim}'")
         scopes = _scopes(claims.get(self.scope_claim))
-        missing = self.required_scopes - scopes
+        missing = [s for s in self.required_scopes if s not in scopes]
         if missing:
-            raise TokenError(f"the token lacks the required scope(s) {', '.join(sorted(missing))}",
-                             "insufficient_scope")
+            raise TokenError(f"the token lacks the required scope(s) {', '.join(missing)}",
+                             "insufficient_scope", missing[0])
         return ValidToken(principal, expiry_ms, scopes)
 
 
@@ -210,10 +221,11 @@ class OAuthBearerServer:
         self._validate = validate
         self._token: ValidToken | None = None
         self._error: str | None = None
+        self._reason: str | None = None
 
     def evaluate(self, response: bytes) -> bytes:
         if response == _SEP.encode() and self._error is not None:
-            raise SaslAuthenticationError(self._error)
+            raise SaslAuthenticationError(self._error, detail=self._reason)
         if self._error is not None or self._token is not None:
             raise SaslError("Unexpected OAUTHBEARER message")
         text = response.decode("utf-8", "replace")
@@ -230,8 +242,8 @@ class OAuthBearerServer:
             token = self._validate(auth[7:].strip())
         except TokenError as e:
             # RFC 7628: the error goes as a JSON challenge; the client's 0x01 ends the exchange.
-            self._error = f"{json.dumps({'status': e.status})}: {e}"
-            return json.dumps({"status": e.status}).encode()
+            self._error, self._reason = e.json_error(), str(e)
+            return self._error.encode()
         if authzid and authzid != token.principal:
             raise SaslAuthenticationError(f"Authentication failed: Client requested an authorization id "
                                           f"({authzid}) that is different from the token's principal name "

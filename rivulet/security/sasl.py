@@ -23,7 +23,12 @@ class SaslError(Exception):
 
 
 class SaslAuthenticationError(SaslError):
-    """Authentication failed with a message meant for the client."""
+    """Authentication failed with a message meant for the client; ``detail``, when given, is
+    the reason for the broker's log only (Kafka keeps a refused token's reason off the wire)."""
+
+    def __init__(self, message: str, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail
 
 
 class AuthenticationFailed(Exception):

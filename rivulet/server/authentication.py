@@ -141,7 +141,7 @@ class SaslSession:
         try:
             challenge = self._evaluate(token)
         except SaslError as e:
-            self._fail(self._failure_message(e))
+            self._fail(self._failure_message(e), detail=_detail(e))
         if self._server is not None and self._server.complete:
             self._completed()
         return challenge
@@ -168,7 +168,7 @@ class SaslSession:
             message = self._failure_message(e)
             self._fail(message, SaslAuthenticateResponse(
                 error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=message, auth_bytes=b"",
-                session_lifetime_ms=0))
+                session_lifetime_ms=0), detail=_detail(e))
         lifetime = 0
         if self._server is not None and self._server.complete:
             lifetime = self._completed()
@@ -211,12 +211,16 @@ class SaslSession:
         what = "re-authentication" if self._reauthenticating else "authentication"
         return f"Authentication failed during {what} due to invalid credentials with SASL mechanism {self.mechanism}"
 
-    def _fail(self, message: str, response: Struct | None = None) -> NoReturn:
+    def _fail(self, message: str, response: Struct | None = None, detail: str | None = None) -> NoReturn:
         # Once per failure, with the peer and the reason; the tokens (secrets) are never logged.
-        log.info("Failed authentication with %s:%s on listener %s (%s)", self.peer[0], self.peer[1],
-                 self.config.listener, message)
+        log.info("Failed authentication with %s:%s on listener %s (%s)%s", self.peer[0], self.peer[1],
+                 self.config.listener, message, f": {detail}" if detail else "")
         self._server = None
         raise AuthenticationFailed(response)
+
+
+def _detail(e: SaslError) -> str | None:
+    return e.detail if isinstance(e, SaslAuthenticationError) else None
 
 
 # ---------------------------------------------------------------- building a listener's mechanisms

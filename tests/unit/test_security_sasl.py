@@ -170,12 +170,28 @@ def test_oauthbearer_unsecured_round_trip_and_refusals():
     now[0] += 61_000
     server, client = OAuthBearerServer(validator), OAuthBearerClient(lambda: token)
     challenge = server.evaluate(client.initial_response())
-    assert challenge == b'{"status": "invalid_token"}'
-    with pytest.raises(SaslAuthenticationError, match="expired"):
+    assert challenge == b'{"status":"invalid_token"}'
+    with pytest.raises(SaslAuthenticationError) as refused:
         server.evaluate(client.evaluate(challenge))
+    # The client is told what Kafka tells it; the reason is for the broker's log.
+    assert str(refused.value) == '{"status":"invalid_token"}' and "expired" in str(refused.value.detail)
     no_scope = unsecured_token("alice", 60, now_s=now[0] / 1000)
     server = OAuthBearerServer(validator)
-    assert b"insufficient_scope" in server.evaluate(OAuthBearerClient(lambda: no_scope).initial_response())
+    challenge = server.evaluate(OAuthBearerClient(lambda: no_scope).initial_response())
+    assert challenge == b'{"status":"insufficient_scope", "scope":"kafka"}'
+
+
+def test_oauthbearer_required_scope_is_space_delimited_and_the_first_missing_one_is_named():
+    """Kafka's unsecuredValidatorRequiredScope is a space-delimited list, checked in order."""
+    from rivulet.security.oauthbearer import OAuthBearerClient, OAuthBearerServer, UnsecuredValidator, unsecured_token
+    validator = UnsecuredValidator.from_options({"unsecuredValidatorRequiredScope": " write  read "})
+    assert validator.required_scopes == ("write", "read")
+    both = unsecured_token("alice", 60, scopes=("read", "write"))
+    assert validator(both).principal == "alice"
+    server = OAuthBearerServer(validator)
+    challenge = server.evaluate(OAuthBearerClient(lambda: unsecured_token("alice", 60, scopes=("read",)))
+                                .initial_response())
+    assert challenge == b'{"status":"insufficient_scope", "scope":"write"}'
 
 
 def test_oauthbearer_jwt_against_a_jwks_file(tmp_path):
