@@ -40,8 +40,9 @@ _GROUPS = {**{m: "faults" for m in (
 # of them starts last and keeps one worker busy while the others idle: about 8 to 3 minutes
 # each on a quiet 2-core machine. The rest follow in collection order.
 _LONGEST_FIRST = ("faults", "spark-cluster", "test_franz_go_suite", "test_readme", "test_spark_declarative",
-                  "test_java_tools", "test_spark_pipeline", "test_spark", "test_transactions",
-                  "test_client_quotas", "test_share_groups", "test_cli", "test_consumer_protocol",
+                  "test_java_tools", "test_spark_pipeline", "test_spark", "test_java_admin", "test_transactions",
+                  "test_client_quotas", "test_share_groups", "test_java_txn_edges", "test_streams_groups",
+                  "test_java_consumer_edges", "test_spark_kafka_connector", "test_cli", "test_consumer_protocol",
                   "test_fuzz_frames", "test_topic_admin_off_loop", "test_zk_outages", "test_share_state",
                   "test_kafka_python_suite")
 

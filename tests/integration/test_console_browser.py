@@ -1,15 +1,18 @@
 """`rivulet console` in a real headless browser (Debian's chromium and chromium-driver, driven
 by Selenium): create a topic, produce to it, browse its messages, watch a group's lag fall as a
-consumer catches up, and reset its offsets, dry run first. Each page's screenshot is saved under
-docs/screenshots/ for the README."""
+consumer catches up, and reset its offsets, dry run first. Each page's screenshot is saved
+under docs/screenshots/ for the README when RIVULET_SCREENSHOTS=1, else in a temporary directory
+(a run leaves the tree as it was)."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -30,7 +33,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.browser]
 
 T = TypeVar("T")
 
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+SHOTS = (Path(__file__).resolve().parents[2] / "docs" / "screenshots" if os.environ.get("RIVULET_SCREENSHOTS") == "1"
+         else Path(tempfile.gettempdir()) / "rivulet-screenshots")
 TOPIC = "orders"
 PER_PARTITION = 10
 PARTITIONS = 3

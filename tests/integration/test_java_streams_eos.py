@@ -22,14 +22,11 @@ from pathlib import Path
 import pytest
 
 _TESTS = Path(__file__).resolve().parents[1]
-if str(_TESTS) not in sys.path:
-    sys.path.insert(0, str(_TESTS))
-if str(_TESTS.parent) not in sys.path:
+if str(_TESTS.parent) not in sys.path:  # run as a script (--record)
     sys.path.insert(0, str(_TESTS.parent))
 
-import java_tools as jt  # noqa: E402
-
 from rivulet.testing import BrokerProcess  # noqa: E402
+from tests import java_tools as jt  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.java]
 
@@ -85,7 +82,7 @@ def _on_rivulet(protocol: str, work: Path) -> tuple[list[str], list[str]]:
 
 
 def _record() -> None:
-    from conftest import kafka_reference
+    from tests.conftest import kafka_reference
 
     lines: list[str] = []
     with kafka_reference(CONFIGS) as ref:

@@ -16,14 +16,11 @@ from pathlib import Path
 import pytest
 
 _TESTS = Path(__file__).resolve().parents[1]
-if str(_TESTS) not in sys.path:
-    sys.path.insert(0, str(_TESTS))
-if str(_TESTS.parent) not in sys.path:
+if str(_TESTS.parent) not in sys.path:  # run as a script (--record)
     sys.path.insert(0, str(_TESTS.parent))
 
-import java_tools as jt  # noqa: E402
-
 from rivulet.testing import BrokerProcess  # noqa: E402
+from tests import java_tools as jt  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.java]
 
@@ -104,7 +101,7 @@ def test_a_cluster_kept_at_transaction_version_0_upgrades_to_2(java, tmp_path):
 
 
 def _record() -> None:
-    from conftest import kafka_reference
+    from tests.conftest import kafka_reference
 
     with kafka_reference(CONFIGS) as ref:
         lines = run_probe(ref.bootstrap, Path("/tmp/txnedges-kafka.err"))
