@@ -145,6 +145,8 @@ from tests import java_tools  # noqa: E402
 from tests.tls_certs import CertSet, make_test_certs  # noqa: E402
 
 PARTITIONS = 4
+# The base consume rows once more with the partitions shared between this many generators.
+CONSUME_PROCESSES = 2
 # Many partitions: rdkafka_performance takes one topic, so one process per topic, all at once.
 MANY_TOPICS = 10
 MANY_PARTITIONS_EACH = 100
@@ -576,6 +578,24 @@ def _rdk_parallel(argvs: list[list[str]], parse: Callable[[str], rdkafka_perf.Su
     return Rate(sum(s.records for s in summaries) / wall, sum(s.bytes for s in summaries) / wall / 1e6, wall)
 
 
+def _rdk_consume_split(bs: str, topic: str, partitions: int, processes: int, extra: list[str]) -> Rate:
+    """The topic read by ``processes`` generators at once, each from its share of the partitions
+    to their ends (read before the window): one librdkafka consumer parses a broker's answers on
+    one thread, so alone it can be the pace where the broker is not."""
+    ends = log_ends(bs, [topic], partitions)
+    shares = [range(i, partitions, processes) for i in range(processes)]
+    counts = [sum(ends[(topic, p)] for p in share) for share in shares]
+    outs = rdkafka_perf.run_many([rdkafka_perf.consumer_args(bs, topic, share, n, extra=extra)
+                                  for share, n in zip(shares, counts, strict=True)], timeout=TOOL_TIMEOUT)
+    summaries = [rdkafka_perf.parse_consumer(out) for out in outs]
+    if any(s.records < n for s, n in zip(summaries, counts, strict=True)):
+        raise rdkafka_perf.RdkafkaPerfError(f"fell short of {counts}: {summaries}")
+    # Each from its first record, as the one-process row; the processes start together, so the
+    # longest of their windows holds the others.
+    seconds = max(s.ms for s in summaries) / 1000
+    return Rate(sum(s.records for s in summaries) / seconds, sum(s.bytes for s in summaries) / seconds / 1e6, seconds)
+
+
 def _java_produce(bs: str, topic: str, count: int, size: int, acks: str, props: dict[str, str]) -> Rate:
     r = java_tools.producer_perf(bs, topic, num_records=count, record_size=size, acks=acks,
                                  props={**JAVA_PRODUCER_PROPS, **props}, timeout=TOOL_TIMEOUT)
@@ -797,6 +817,8 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
             if acks == "1" and "base" not in args.skip and f"rdk_prod_{size}_1.rps" in results:
                 load(f"rdk_cons_{size}", f"rdkafka_performance consume {size} B",
                      functools.partial(_rdk_consume, lbs, topic, PARTITIONS, count, extra=x))
+                load(f"rdk_cons2_{size}", f"rdkafka_performance x{CONSUME_PROCESSES} consume {size} B",
+                     functools.partial(_rdk_consume_split, lbs, topic, PARTITIONS, CONSUME_PROCESSES, x))
             if acks == "1" and (f"rdk_prod_{size}_1.rps" in results or "base" in args.skip):
                 if "java" not in args.skip and not args.no_java_consumer:
                     load(f"java_cons_{size}", f"ConsumerPerformance {size} B",
@@ -1074,6 +1096,8 @@ def _declare_figures() -> None:
         THROUGHPUTS.append((f"rdk_prod_1024_{codec}", f"produce 1 KiB, {codec}, acks=1", "rdkafka_performance"))
     for size, label in ((100, "100 B"), (1024, "1 KiB")):
         THROUGHPUTS.append((f"rdk_cons_{size}", f"consume {label}, full topic", "rdkafka_performance"))
+        THROUGHPUTS.append((f"rdk_cons2_{size}", f"consume {label}, full topic, {PARTITIONS // CONSUME_PROCESSES} "
+                            f"partitions each", f"rdkafka_performance x{CONSUME_PROCESSES}"))
         THROUGHPUTS.append((f"java_cons_{size}", f"consume {label}, full topic", "ConsumerPerformance"))
     many = f"{MANY_TOPICS * MANY_PARTITIONS_EACH:,} partitions ({MANY_TOPICS} topics), 1 KiB"
     gens = f"rdkafka_performance x{MANY_TOPICS}"

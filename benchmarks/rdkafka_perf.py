@@ -192,13 +192,13 @@ def producer_args(bootstrap: str, topic: str, count: int, size: int, acks: str, 
     return [*args, *extra]
 
 
-def consumer_args(bootstrap: str, topic: str, partitions: int, count: int, *, extra: Sequence[str] = (),
-                  tail: int | None = None) -> list[str]:
-    """Assigned (no group), every partition from the beginning (or its last ``tail`` records),
-    until ``count`` records."""
+def consumer_args(bootstrap: str, topic: str, partitions: int | Sequence[int], count: int, *,
+                  extra: Sequence[str] = (), tail: int | None = None) -> list[str]:
+    """Assigned (no group), every partition (a count: 0 to n - 1; or these) from the beginning
+    (or its last ``tail`` records), until ``count`` records."""
     start = "beginning" if tail is None else f"-{tail}"
     args = ["-C", "-t", topic, "-b", bootstrap, "-o", start, "-c", str(count)]
-    for p in range(partitions):
+    for p in range(partitions) if isinstance(partitions, int) else partitions:
         args += ["-p", str(p)]
     return [*args, *extra]
 
