@@ -469,12 +469,12 @@ class TransactionCoordinator(InternalTopicCoordinator):
         retry_on_overflow = (not is_epoch_fence and md.last_producer_id == producer_id
                              and producer_epoch == SHORT_MAX - 1 and md.producer_epoch == 0)
         is_retry = retry_on_epoch_bump or retry_on_overflow
-        if md.producer_id != producer_id and not retry_on_overflow:
-            return fail(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
-        # Pending first (KAFKA-18464): an empty abort right after a commit waits for the commit
-        # to complete rather than fencing its own producer.
+        # Pending first, before the producer id too, as Kafka 4.3.1 (KAFKA-18464): an empty abort
+        # right after a commit waits for the commit to complete rather than fencing its producer.
         if md.pending_transition_in_progress and not is_epoch_fence:
             return fail(ErrorCode.CONCURRENT_TRANSACTIONS)
+        if md.producer_id != producer_id and not retry_on_overflow:
+            return fail(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
         if not _tv2_valid_epoch(md, producer_epoch, from_client, is_epoch_fence, retry_on_epoch_bump, is_retry):
             return fail(ErrorCode.PRODUCER_FENCED)
         outcome = _tv2_next_state(md.state, commit, is_retry)
