@@ -302,6 +302,14 @@ class TransactionCoordinator(InternalTopicCoordinator):
                               client_transaction_version: int = 0) -> None:
         """``client_transaction_version`` 2: a leader adding the partition for a producer of
         transaction.version 2, whose EndTxn will bump the epoch (kept with the transaction)."""
+        if log.isEnabledFor(logging.DEBUG):
+            asked = callback
+
+            def callback(err: ErrorCode) -> None:
+                log.debug("AddPartitions %s to %s at producer %d epoch %d (client version %d) answered %s",
+                          sorted(map(str, partitions)), transactional_id, producer_id, producer_epoch,
+                          client_transaction_version, err.name)
+                asked(err)
         err, found = self._existing(transactional_id)
         if found is None:
             return callback(err)
@@ -451,6 +459,14 @@ class TransactionCoordinator(InternalTopicCoordinator):
         epoch the producer continues with. A retry (the epoch one below, or the last epoch of
         the previous id after a rotation) is answered from the state the first attempt left.
         Below transaction.version 2 one that would prepare a commit or abort is refused."""
+        if log.isEnabledFor(logging.DEBUG):
+            asked = callback
+
+            def callback(err: ErrorCode, pid: int, epoch: int) -> None:
+                log.debug("EndTxn(%s) of %s at producer %d epoch %d answered %s (%d, %d)",
+                          "commit" if commit else "abort", transactional_id, producer_id, producer_epoch,
+                          err.name, pid, epoch)
+                asked(err, pid, epoch)
         self._end_transaction_tv2(transactional_id, producer_id, producer_epoch, commit, from_client=True,
                                   callback=callback)
 
