@@ -302,6 +302,14 @@ class TransactionCoordinator(InternalTopicCoordinator):
                               client_transaction_version: int = 0) -> None:
         """``client_transaction_version`` 2: a leader adding the partition for a producer of
         transaction.version 2, whose EndTxn will bump the epoch (kept with the transaction)."""
+        if log.isEnabledFor(logging.DEBUG):
+            asked = callback
+
+            def callback(err: ErrorCode) -> None:
+                log.debug("AddPartitions %s to %s at producer %d epoch %d (client version %d) answered %s",
+                          sorted(map(str, partitions)), transactional_id, producer_id, producer_epoch,
+                          client_transaction_version, err.name)
+                asked(err)
         err, found = self._existing(transactional_id)
         if found is None:
             return callback(err)
@@ -451,6 +459,14 @@ class TransactionCoordinator(InternalTopicCoordinator):
         epoch the producer continues with. A retry (the epoch one below, or the last epoch of
         the previous id after a rotation) is answered from the state the first attempt left.
         Below transaction.version 2 one that would prepare a commit or abort is refused."""
+        if log.isEnabledFor(logging.DEBUG):
+            asked = callback
+
+            def callback(err: ErrorCode, pid: int, epoch: int) -> None:
+                log.debug("EndTxn(%s) of %s at producer %d epoch %d answered %s (%d, %d)",
+                          "commit" if commit else "abort", transactional_id, producer_id, producer_epoch,
+                          err.name, pid, epoch)
+                asked(err, pid, epoch)
         self._end_transaction_tv2(transactional_id, producer_id, producer_epoch, commit, from_client=True,
                                   callback=callback)
 
@@ -469,12 +485,12 @@ class TransactionCoordinator(InternalTopicCoordinator):
         retry_on_overflow = (not is_epoch_fence and md.last_producer_id == producer_id
                              and producer_epoch == SHORT_MAX - 1 and md.producer_epoch == 0)
         is_retry = retry_on_epoch_bump or retry_on_overflow
-        if md.producer_id != producer_id and not retry_on_overflow:
-            return fail(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
-        # Pending first (KAFKA-18464): an empty abort right after a commit waits for the commit
-        # to complete rather than fencing its own producer.
+        # Pending first, before the producer id too, as Kafka 4.3.1 (KAFKA-18464): an empty abort
+        # right after a commit waits for the commit to complete rather than fencing its producer.
         if md.pending_transition_in_progress and not is_epoch_fence:
             return fail(ErrorCode.CONCURRENT_TRANSACTIONS)
+        if md.producer_id != producer_id and not retry_on_overflow:
+            return fail(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
         if not _tv2_valid_epoch(md, producer_epoch, from_client, is_epoch_fence, retry_on_epoch_bump, is_retry):
             return fail(ErrorCode.PRODUCER_FENCED)
         outcome = _tv2_next_state(md.state, commit, is_retry)

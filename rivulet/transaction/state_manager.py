@@ -122,6 +122,7 @@ class TransactionStateManager:
         record = rec.Record(0, self.clock.milliseconds(), txn_log.key_to_bytes(transactional_id),
                             txn_log.value_to_bytes(new_metadata, txn_log.value_version_for(self.transaction_version())), [])
         tp = TopicPartition(TRANSACTION_STATE_TOPIC_NAME, self.partition_for(transactional_id))
+        log.debug("appending %s for %s", new_metadata, transactional_id)
 
         def on_result(results: dict[TopicPartition, ProduceResult]) -> None:
             err = ErrorCode(results[tp].error)

@@ -275,6 +275,7 @@ async def test_tv2_end_txn_from_empty_and_while_prepared(b: Broker) -> None:
     end = tc.handle_end_transaction_tv2
     err, pid, e = await call(tc.handle_init_producer_id, "em", 60_000, None)
     assert await call(end, "em", pid, e, True) == (ErrorCode.INVALID_TXN_STATE, -1, -1)
+    assert await call(end, "em", pid + 1, e, False) == (ErrorCode.INVALID_PRODUCER_ID_MAPPING, -1, -1)
     err, pid, e = await call(tc.handle_init_producer_id, "em", 60_000, (pid, e))
     assert err == ErrorCode.NONE
     # In Empty the epoch below is not a retry: the producer was fenced by a new instance.
@@ -284,10 +285,11 @@ async def test_tv2_end_txn_from_empty_and_while_prepared(b: Broker) -> None:
     pid2, e2 = await open_txn(b, "pp")
     assert await call(end, "pp", pid2, e2, True) == (ErrorCode.NONE, pid2, e2 + 1)
     assert md(b, "pp").state == TxnState.PREPARE_COMMIT
-    # Its completion is pending: that is answered before the epoch and the result are looked at.
-    for epoch, commit in ((e2, True), (e2, False), (e2 + 1, True), (e2 - 1, True)):
-        assert await call(end, "pp", pid2, epoch, commit) == (ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1)
-    assert await call(end, "pp", pid2 + 1, e2, True) == (ErrorCode.INVALID_PRODUCER_ID_MAPPING, -1, -1)
+    # Its completion is pending: that is answered before the producer id, the epoch and the
+    # result are looked at (Kafka 4.3.1's order).
+    for p, epoch, commit in ((pid2, e2, True), (pid2, e2, False), (pid2, e2 + 1, True), (pid2, e2 - 1, True),
+                             (pid2 + 1, e2, True)):
+        assert await call(end, "pp", p, epoch, commit) == (ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1)
 
 
 @with_broker()
