@@ -767,6 +767,16 @@ def test_commit_error_mapping():
     assert not group(c, "s").has_pending_offset_commits_for(TP0)
 
 
+def test_a_commit_whose_write_times_out_is_coordinator_not_available():
+    # Kafka 4.3.1's coordinator turns its write timeout into COORDINATOR_NOT_AVAILABLE, which
+    # clients retry; REQUEST_TIMED_OUT in a TxnOffsetCommit made franz-go end the transaction.
+    c, b = make_coordinator()
+    b.replica_manager.fail_with = E.REQUEST_TIMED_OUT
+    assert commit(c, "s", "", -1, {TP0: OffsetAndMetadata(1)}) == {TP0: E.COORDINATOR_NOT_AVAILABLE}
+    assert txn_commit(c, "s", 7, {TP0: OffsetAndMetadata(2)}) == {TP0: E.COORDINATOR_NOT_AVAILABLE}
+    assert not group(c, "s").has_pending_offset_commits_for(TP0)
+
+
 def test_delete_offsets():
     c, b = make_coordinator()
     a, = stable_group(c, b, 1)
