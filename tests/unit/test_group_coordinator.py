@@ -146,6 +146,18 @@ def test_store_failure_propagates_error_and_rebalances():
     assert group(c).is_(PREPARING_REBALANCE)
 
 
+def test_a_sync_whose_write_times_out_is_coordinator_not_available():
+    # Kafka 4.3.1's appendGroupMetadataErrorToResponseError; Kafka 3 said REBALANCE_IN_PROGRESS.
+    c, b = make_coordinator()
+    leader = Member(c, "g", "c0")
+    leader.join_fully()
+    settle(b)
+    b.replica_manager.fail_with = E.REQUEST_TIMED_OUT
+    leader.sync({leader.member_id: b"x"})
+    assert leader.sync_result.error == E.COORDINATOR_NOT_AVAILABLE
+    assert group(c).is_(PREPARING_REBALANCE)
+
+
 def test_new_member_triggers_rebalance_and_heartbeats_say_so():
     c, b = make_coordinator()
     a, = stable_group(c, b, 1)
