@@ -86,9 +86,14 @@ _APPEND_ERRORS = {
     ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
 }
 _TOO_LARGE = (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE)
-_STORE_GROUP_ERRORS = {**_APPEND_ERRORS, ErrorCode.REQUEST_TIMED_OUT: ErrorCode.REBALANCE_IN_PROGRESS,
+# A group record not written in time (SyncGroup, a new group, a KIP-848 heartbeat's records):
+# COORDINATOR_NOT_AVAILABLE, as Kafka 4.3's coordinator (Kafka 3's said REBALANCE_IN_PROGRESS).
+_STORE_GROUP_ERRORS = {**_APPEND_ERRORS, ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
                        **dict.fromkeys(_TOO_LARGE, ErrorCode.UNKNOWN_SERVER_ERROR)}
-_OFFSET_COMMIT_ERRORS = {**_APPEND_ERRORS, **dict.fromkeys(_TOO_LARGE, ErrorCode.INVALID_COMMIT_OFFSET_SIZE)}
+# A commit not written within offsets.commit.timeout.ms: Kafka 4.3's coordinator answers
+# COORDINATOR_NOT_AVAILABLE, which clients retry (franz-go ends a transaction on REQUEST_TIMED_OUT).
+_OFFSET_COMMIT_ERRORS = {**_APPEND_ERRORS, ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                         **dict.fromkeys(_TOO_LARGE, ErrorCode.INVALID_COMMIT_OFFSET_SIZE)}
 
 
 def convert_store_group_error(error: ErrorCode) -> ErrorCode:

@@ -1,6 +1,7 @@
 """Consumer groups and transactions on a 3-broker cluster through the death (kill -9) of the
 broker that coordinates them: the coordinator moves with the leadership of its internal
-partition, commits and transactions go on, and nothing committed is lost or seen twice."""
+partition, commits and transactions go on, and nothing committed is lost or seen twice; and a
+commit its followers cannot replicate in time, answered as Kafka 4.3.1 answers it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
+from rivulet.protocol.errors import ErrorCode
 from tests.cluster import ZkCluster, eventually, find_coordinator, three_brokers
 from tests.integration.test_replication_faults import BROKER_CONFIG, create_topic
 
@@ -229,3 +231,40 @@ def test_a_producers_pipelined_requests_append_in_order_while_one_waits_for_its_
             await to_coord.close()
             await to_leader.close()
     asyncio.run(go())
+
+
+def test_a_commit_not_replicated_in_time_is_answered_coordinator_not_available(zk_connect):
+    # Kafka 4.3.1 (three KRaft nodes, the coordinator's two followers SIGSTOPped) answers
+    # COORDINATOR_NOT_AVAILABLE once offsets.commit.timeout.ms has passed, which clients retry
+    # elsewhere; Rivulet answered REQUEST_TIMED_OUT, on which franz-go ends a transaction with an
+    # error. The lag limit is long so that the ISR does not shrink (and the write complete) first.
+    import asyncio
+
+    from rivulet.client import core
+    from rivulet.client.connection import BrokerConnection
+    from rivulet.client.core import OffsetAndMetadata
+
+    config = {**BROKER_CONFIG, "replica.lag.time.max.ms": "30000", "offsets.commit.timeout.ms": "1000"}
+    with three_brokers(zk_connect, **config) as c:
+        topic, group = f"ct-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+        create_topic(c, topic)
+        coord = coordinator(c, group)
+
+        async def commit(offset: int) -> int:
+            conn = await BrokerConnection("127.0.0.1", c.brokers[coord].port).connect(10)
+            try:
+                resp = await conn.send(core.offset_commit_request(group, {(topic, 0): OffsetAndMetadata(offset)}))
+            finally:
+                await conn.close()
+            return resp.topics[0].partitions[0].error_code
+
+        eventually(lambda: asyncio.run(commit(1)) == 0, 60, "a commit with every replica up")
+        followers = [b for i, b in c.brokers.items() if i != coord]
+        for b in followers:
+            b.pause()
+        try:
+            error = asyncio.run(commit(2))
+        finally:
+            for b in followers:
+                b.resume()
+        assert error == ErrorCode.COORDINATOR_NOT_AVAILABLE

@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections import deque
 from pathlib import Path
 
 import pytest
@@ -104,8 +105,17 @@ def run_suite(bootstrap: str, rf: int, log_path: Path, excluded: dict[str, str] 
     failed_set: set[str] = set()
     skipped_set: set[str] = set()
     passed: list[str] = []
+    # A failing ETL test repeats its last error for as long as it runs: what led to the first
+    # one (the client's log before it) is kept apart from the output's end.
+    before_first: deque[str] = deque(maxlen=40)
+    first_errors: list[str] = []
     with open(log_path, errors="replace") as log:
         for line in log:
+            if "sendErr" in line or re.match(r"\s+\w+_test\.go:\d+: ", line):
+                if len(first_errors) < 10:
+                    first_errors.append(line)
+            elif not first_errors:
+                before_first.append(line)
             if m := re.match(r"\s*--- FAIL: (\S+)", line):
                 failed_set.add(m.group(1))
             elif m := re.match(r"--- PASS: (\S+)", line):
@@ -119,7 +129,10 @@ def run_suite(bootstrap: str, rf: int, log_path: Path, excluded: dict[str, str] 
         with open(log_path, "rb") as log:
             log.seek(max(0, size - 6000))
             tail = log.read().decode(errors="replace")
-        raise AssertionError(f"failed: {failed} (exit {r.returncode}; {size:,} bytes of output)\n{tail}")
+        first = "".join([*before_first, *first_errors]) if first_errors else ""
+        raise AssertionError(f"failed: {failed} (exit {r.returncode}; {size:,} bytes of output)\n"
+                             f"{'the first errors and the lines before them:' if first else ''}\n{first}\n"
+                             f"the output's end:\n{tail}")
     # The heart of the suite ran: transactions, groups and plain produce/consume.
     assert {"TestTxnEtl", "TestGroupETL"} <= set(passed)
     assert len(passed) >= 100
@@ -157,12 +170,20 @@ def test_franz_go_kgo_integration_suite_on_a_cluster(tmp_path, zk_connect):
     with three_brokers(zk_connect, **{"default.replication.factor": "3", "offsets.topic.replication.factor": "3",
                                       "transaction.state.log.replication.factor": "3",
                                       "min.insync.replicas": "2"}) as cluster:
-        run_suite(cluster.bootstrap, 3, tmp_path / "kgo.log", excluded={
-            # It runs on one broker above. Its loop stops once as many topics have given records
-            # as it wants, whichever they are; with __consumer_offsets standing in for its
-            # internal topic (Rivulet, as Kafka, refuses kfake's is_internal config) and
-            # resolved by the broker's regex as Kafka resolves it, records of __consumer_offsets
-            # from one broker can end that loop before the wanted topic's record arrives from
-            # another: a race of the test's on more than one broker.
-            "Test848RegexBrokerResolves": "a race in the test itself on more than one broker"},
-            records=CLUSTER_RECORDS)
+        try:
+            run_suite(cluster.bootstrap, 3, tmp_path / "kgo.log", excluded={
+                # It runs on one broker above. Its loop stops once as many topics have given
+                # records as it wants, whichever they are; with __consumer_offsets standing in
+                # for its internal topic (Rivulet, as Kafka, refuses kfake's is_internal config)
+                # and resolved by the broker's regex as Kafka resolves it, records of
+                # __consumer_offsets from one broker can end that loop before the wanted
+                # topic's record arrives from another: a race of the test's on more than one
+                # broker.
+                "Test848RegexBrokerResolves": "a race in the test itself on more than one broker"},
+                records=CLUSTER_RECORDS)
+        except AssertionError:
+            # The brokers' data dirs go with the cluster; their whole logs stay with the run's.
+            for i, b in cluster.brokers.items():
+                shutil.copyfile(b.log_path, tmp_path / f"broker-{i}.log")
+            print(f"the brokers' logs: {tmp_path}/broker-*.log")
+            raise

@@ -146,6 +146,18 @@ def test_store_failure_propagates_error_and_rebalances():
     assert group(c).is_(PREPARING_REBALANCE)
 
 
+def test_a_sync_whose_write_times_out_is_coordinator_not_available():
+    # Kafka 4.3.1's appendGroupMetadataErrorToResponseError; Kafka 3 said REBALANCE_IN_PROGRESS.
+    c, b = make_coordinator()
+    leader = Member(c, "g", "c0")
+    leader.join_fully()
+    settle(b)
+    b.replica_manager.fail_with = E.REQUEST_TIMED_OUT
+    leader.sync({leader.member_id: b"x"})
+    assert leader.sync_result.error == E.COORDINATOR_NOT_AVAILABLE
+    assert group(c).is_(PREPARING_REBALANCE)
+
+
 def test_new_member_triggers_rebalance_and_heartbeats_say_so():
     c, b = make_coordinator()
     a, = stable_group(c, b, 1)
@@ -764,6 +776,16 @@ def test_commit_error_mapping():
     assert commit(c, "s", "", -1, {TP0: OffsetAndMetadata(1)}) == {TP0: E.INVALID_COMMIT_OFFSET_SIZE}
     b.replica_manager.fail_with = E.NOT_ENOUGH_REPLICAS
     assert commit(c, "s", "", -1, {TP0: OffsetAndMetadata(1)}) == {TP0: E.COORDINATOR_NOT_AVAILABLE}
+    assert not group(c, "s").has_pending_offset_commits_for(TP0)
+
+
+def test_a_commit_whose_write_times_out_is_coordinator_not_available():
+    # Kafka 4.3.1's coordinator turns its write timeout into COORDINATOR_NOT_AVAILABLE, which
+    # clients retry; REQUEST_TIMED_OUT in a TxnOffsetCommit made franz-go end the transaction.
+    c, b = make_coordinator()
+    b.replica_manager.fail_with = E.REQUEST_TIMED_OUT
+    assert commit(c, "s", "", -1, {TP0: OffsetAndMetadata(1)}) == {TP0: E.COORDINATOR_NOT_AVAILABLE}
+    assert txn_commit(c, "s", 7, {TP0: OffsetAndMetadata(2)}) == {TP0: E.COORDINATOR_NOT_AVAILABLE}
     assert not group(c, "s").has_pending_offset_commits_for(TP0)
 
 
