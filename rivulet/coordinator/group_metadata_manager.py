@@ -77,33 +77,28 @@ def config_value(config: ConfigValues, name: str, default: Any) -> Any:
     return default if value is None else value
 
 
-# How a failed append to __consumer_offsets is reported (an error not listed stays as it is).
-_APPEND_ERRORS = {
+# How a failed append to __consumer_offsets is reported to a group's members and committers, as
+# Kafka 4.3's coordinators report a failed write (an error not listed stays as it is): one not
+# written in time is COORDINATOR_NOT_AVAILABLE, which clients retry (Kafka 3 said
+# REBALANCE_IN_PROGRESS to members and REQUEST_TIMED_OUT to committers; franz-go ends a
+# transaction on the latter), and one too large UNKNOWN_SERVER_ERROR (Kafka 3 answered a commit
+# INVALID_COMMIT_OFFSET_SIZE).
+_WRITE_ERRORS = {
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
     ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
     ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
     ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
     ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
+    ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
+    ErrorCode.INVALID_FETCH_SIZE: ErrorCode.UNKNOWN_SERVER_ERROR,
 }
-_TOO_LARGE = (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE)
-# A group record not written in time (SyncGroup, a new group, a KIP-848 heartbeat's records):
-# COORDINATOR_NOT_AVAILABLE, as Kafka 4.3's coordinator (Kafka 3's said REBALANCE_IN_PROGRESS).
-_STORE_GROUP_ERRORS = {**_APPEND_ERRORS, ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                       **dict.fromkeys(_TOO_LARGE, ErrorCode.UNKNOWN_SERVER_ERROR)}
-# A commit not written within offsets.commit.timeout.ms: Kafka 4.3's coordinator answers
-# COORDINATOR_NOT_AVAILABLE, which clients retry (franz-go ends a transaction on REQUEST_TIMED_OUT).
-_OFFSET_COMMIT_ERRORS = {**_APPEND_ERRORS, ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                         **dict.fromkeys(_TOO_LARGE, ErrorCode.INVALID_COMMIT_OFFSET_SIZE)}
 
 
-def convert_store_group_error(error: ErrorCode) -> ErrorCode:
-    """How a failed GroupMetadata append is reported to the group's members."""
-    return _STORE_GROUP_ERRORS.get(error, error)
-
-
-def convert_offset_commit_error(error: ErrorCode) -> ErrorCode:
-    """How a failed offset commit append is reported to the committer."""
-    return _OFFSET_COMMIT_ERRORS.get(error, error)
+def convert_write_error(error: ErrorCode) -> ErrorCode:
+    """How a failed append of group records or offset commits is reported to the client."""
+    return _WRITE_ERRORS.get(error, error)
 
 
 def java_string_length(s: str) -> int:
@@ -232,7 +227,7 @@ class GroupMetadataManager:
         def on_append(res: ProduceResult) -> None:
             if res.error != ErrorCode.NONE:
                 log.debug("metadata of group %s failed to append: %s", group.group_id, res.error.name)
-            callback(convert_store_group_error(res.error))
+            callback(convert_write_error(res.error))
 
         self._append(partition, [(group_metadata_key(group.group_id), value)], -1, on_append)
 
@@ -244,7 +239,7 @@ class GroupMetadataManager:
             callback(ErrorCode.NOT_COORDINATOR)
             return
         self._append(partition, [(group_metadata_key(group.group_id), empty_group_metadata_value(group))], -1,
-                     lambda res: callback(convert_store_group_error(res.error)))
+                     lambda res: callback(convert_write_error(res.error)))
 
     def store_consumer_group_records(self, group_id: str,
                                      records: list[ConsumerGroupRecord] | list[ShareGroupRecord]
@@ -260,7 +255,7 @@ class GroupMetadataManager:
         def on_append(res: ProduceResult) -> None:
             if res.error != ErrorCode.NONE:
                 log.debug("records of consumer group %s failed to append: %s", group_id, res.error.name)
-            callback(convert_store_group_error(res.error))
+            callback(convert_write_error(res.error))
 
         self._append(partition, [consumer_group_record(k, v) for k, v in records], -1, on_append)
 
@@ -283,7 +278,7 @@ class GroupMetadataManager:
         def on_append(res: ProduceResult) -> None:
             if res.error != ErrorCode.NONE:
                 log.warning("conversion records of group %s failed to append: %s", group.group_id, res.error.name)
-            callback(convert_store_group_error(res.error))
+            callback(convert_write_error(res.error))
 
         self._append(partition, entries, -1, on_append)
 
@@ -325,7 +320,7 @@ class GroupMetadataManager:
                             group.fail_pending_offset_write(tp, om)
                     if txn and not group.has_pending_offset_commits_from_producer(producer_id):
                         self._remove_producer_group(producer_id, group.group_id)
-                error = convert_offset_commit_error(res.error)
+                error = convert_write_error(res.error)
             callback({tp: error if self.valid_metadata(om.metadata) else ErrorCode.OFFSET_METADATA_TOO_LARGE
                       for tp, om in offsets.items()})
 
