@@ -28,7 +28,7 @@ from rivulet.coordinator.group_metadata import (
     OffsetAndMetadata,
     SyncGroupResult,
 )
-from rivulet.coordinator.group_metadata_manager import INVALID_OFFSET, PartitionData
+from rivulet.coordinator.group_metadata_manager import INVALID_OFFSET, PartitionData, convert_write_error
 from rivulet.coordinator.offsets_topic import GROUP_METADATA_TOPIC_NAME
 from rivulet.coordinator.consumer_group import ConsumerGroup
 from rivulet.coordinator.share_group import (
@@ -109,17 +109,6 @@ def client_host(conn: KafkaConnection) -> str:
 # KIP-890 for the group's offsets partition: (transactional id, producer id, epoch, partition,
 # operation) -> the coordinator's answer as the leader gives it (ReplicaManager.join_transaction).
 TransactionJoiner = Callable[[str, int, int, TopicPartition, TxnOperation], Awaitable[ErrorCode]]
-
-
-def _offsets_join_error(err: ErrorCode) -> ErrorCode:
-    """A failed check (or add) of the offsets partition as TxnOffsetCommit answers it: Kafka's
-    group coordinator's normalisation of write errors (``join_transaction`` has already applied
-    AddPartitionsToTxnManager's mapping)."""
-    if err in (ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE
-    if err in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
-        return ErrorCode.NOT_COORDINATOR
-    return err
 
 
 class GroupHandlers:
@@ -662,7 +651,7 @@ class GroupHandlers:
                                   offsets: dict[TopicPartition, OffsetAndMetadata],
                                   reply: Reply[dict[TopicPartition, ErrorCode]], commit: Callable[[], None]) -> None:
         try:
-            err = _offsets_join_error(await self.join_transaction(
+            err = convert_write_error(await self.join_transaction(
                 req.transactional_id, req.producer_id, req.producer_epoch, tp, operation))
         except Exception as e:  # answer the request rather than leave it hanging
             reply.fail(e)
