@@ -94,6 +94,17 @@ async function kafkajs() {
     await admin.describeConfigs({ resources: [{ type: 2, name: `kjs-missing-${run}` }] });
     say(C, 'describeConfigs-unknown-topic', 'ok');
   } catch (e) { say(C, 'describeConfigs-unknown-topic', errText(e)); }
+  say(C, 'createTopics-validateOnly', await admin.createTopics({ validateOnly: true, waitForLeaders: false, topics: [{ topic: `kjs-vo-${run}`, numPartitions: 2 }] }));
+  say(C, 'createTopics-replicaAssignment', await admin.createTopics({ topics: [{ topic: `kjs-ra-${run}`,
+    replicaAssignment: [{ partition: 0, replicas: [1] }, { partition: 1, replicas: [1] }] }] }));
+  try {
+    await admin.createTopics({ topics: [{ topic: `kjs-ra2-${run}`, replicaAssignment: [{ partition: 0, replicas: [7] }] }] });
+    say(C, 'createTopics-replicaAssignment-unknown-broker', 'ok');
+  } catch (e) { say(C, 'createTopics-replicaAssignment-unknown-broker', errText(e)); }
+  try {
+    const acls = await admin.describeAcls({ resourceType: 2, resourcePatternType: 1, operation: 1, permissionType: 1 });
+    say(C, 'describeAcls-no-authorizer', `ok ${acls.resources.length}`);
+  } catch (e) { say(C, 'describeAcls-no-authorizer', errText(e)); }
   const listed = await admin.listTopics();
   say(C, 'listTopics', [t, t1].map((x) => listed.includes(x)).join(','));
   const md = await admin.fetchTopicMetadata({ topics: [t] });
@@ -116,6 +127,13 @@ async function kafkajs() {
       `${c.configName}=${c.configValue}/default=${c.isDefault}/source=${c.configSource}/ro=${c.readOnly}`)).join(' ')).join());
   };
   await showConfigs('describeConfigs');
+  await admin.alterConfigs({ validateOnly: true, resources: [{ type: 2, name: t1, configEntries: [{ name: 'retention.ms', value: '1000' }] }] });
+  await showConfigs('describeConfigs-after-validateOnly');
+  // The root logger only: the others are the broker's own (Kafka's log4j ones, Rivulet's Python ones).
+  const logger = await admin.describeConfigs({ includeSynonyms: false, resources: [{ type: 8, name: '1', configNames: ['root'] }] })
+    .then((r) => r.resources.map((res) => `err=${res.errorCode} ${res.configEntries.map((c) =>
+      `${c.configName}/source=${c.configSource}/ro=${c.readOnly}`).join()}`).join(), (e) => errText(e));
+  say(C, 'describeConfigs-broker-logger', logger);
   await admin.alterConfigs({ validateOnly: false, resources: [{ type: 2, name: t1, configEntries: [{ name: 'cleanup.policy', value: 'compact' }] }] });
   await showConfigs('describeConfigs-after-alter');
   try {
@@ -209,6 +227,8 @@ async function kafkajs() {
   for (const m of col1.got) ends[m.partition] = Math.max(ends[m.partition] || 0, m.offset + 1);
   await c1.commitOffsets(Object.entries(ends).map(([p, o]) => ({ topic: t, partition: Number(p), offset: String(o) })));
   say(C, 'commitOffsets', sorted(Object.entries(ends).map(([p, o]) => `p${p}:${o}`)).join(' '));
+  const resolved = await admin.fetchOffsets({ groupId: `kjs-nogroup-${run}`, topics: [t], resolveOffsets: true });
+  say(C, 'fetchOffsets-resolveOffsets', resolved.map((x) => sorted(x.partitions.map((p) => `p${p.partition}:${p.offset}`)).join(' ')).join());
   const fetched = await admin.fetchOffsets({ groupId: group, topics: [t] });
   say(C, 'fetchOffsets', fetched.map((x) => sorted(x.partitions.map((p) => `p${p.partition}:${p.offset}`)).join(' ')).join());
 
