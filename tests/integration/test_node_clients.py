@@ -1,7 +1,8 @@
 """The Node.js clients: KafkaJS 2.2.4 and Confluent's librdkafka-based @confluentinc/kafka-javascript
 1.10.1 through its KafkaJS-compatible API, driven by tests/node/probe.js as a KafkaJS user drives
 them (admin, producers with acks, codecs, headers, idempotence and transactions, consumer groups
-with a rebalance, commits, seeks and pauses, and the errors of unknown topics and bad configs).
+with a rebalance, commits, seeks and pauses, the errors of unknown topics and bad configs, and
+KafkaJS's SASL PLAIN and SCRAM logins, right and wrong).
 Neither npm package ships its own test suite, so the probe stands in for one; it prints what it
 printed against a Kafka 4.3.1 broker with the same settings, line for line
 (tests/node/probe.kafka-4.3.1.txt).
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from rivulet.testing import BrokerProcess
+from rivulet.testing import BrokerProcess, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.node]
 
@@ -34,8 +35,16 @@ GOLDEN = NODE_DIR / "probe.kafka-4.3.1.txt"
 # Kafka 4.3.1 ran with these too (benchmarks/reference/kafka.py's single node, whose other
 # settings are Rivulet's test broker's defaults): the probe's unknown topics must stay unknown,
 # and a KIP-848 member hears of its assignment within a heartbeat interval (5 s by default).
+# A SASL_PLAINTEXT listener takes PLAIN (users in its JAAS line) and SCRAM (users made below).
 SETTINGS = {"auto.create.topics.enable": "false", "num.partitions": "1",
-            "group.consumer.heartbeat.interval.ms": "500", "group.consumer.min.heartbeat.interval.ms": "500"}
+            "group.consumer.heartbeat.interval.ms": "500", "group.consumer.min.heartbeat.interval.ms": "500",
+            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+                "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                'username="admin" password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";',
+            **{f"listener.name.sasl_plaintext.scram-sha-{bits}.sasl.jaas.config":
+               "org.apache.kafka.common.security.scram.ScramLoginModule required;" for bits in (256, 512)}}
+SCRAM_USER = ("alice", "alice-secret")  # tests/node/probe.js's
 
 
 def _cache_dir() -> Path:
@@ -72,13 +81,29 @@ def node_modules() -> Path:
     return modules
 
 
+def add_scram_user(bootstrap: str) -> None:
+    """SCRAM_USER's SCRAM-SHA-256 and -512 credentials, made as they were on Kafka 4.3.1 (which
+    takes one change of a user a request)."""
+    from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):
+        upsert = UserScramCredentialUpsertion(SCRAM_USER[0], ScramCredentialInfo(mechanism, 4096), SCRAM_USER[1].encode())
+        for future in admin.alter_user_scram_credentials([upsert]).values():
+            future.result(timeout=30)
+
+
 @pytest.mark.timeout(2400)  # the first run builds librdkafka
 def test_node_clients_answer_as_kafka(tmp_path):
     modules = node_modules()
     run = uuid.uuid4().hex[:8]
-    with BrokerProcess(SETTINGS) as b:
-        p = subprocess.run(["node", str(PROBE), b.bootstrap, run], env=dict(os.environ, NODE_PATH=str(modules)),
-                           capture_output=True, text=True, timeout=300)
+    b = BrokerProcess(SETTINGS)
+    sasl_port = free_port()
+    b.overrides["listeners"] += f",SASL_PLAINTEXT://127.0.0.1:{sasl_port}"
+    with b:
+        add_scram_user(b.bootstrap)
+        p = subprocess.run(["node", str(PROBE), b.bootstrap, run, "all", f"127.0.0.1:{sasl_port}"],
+                           env=dict(os.environ, NODE_PATH=str(modules)), capture_output=True, text=True, timeout=300)
     (tmp_path / "probe.log").write_text(p.stderr)
     got = p.stdout.splitlines()
     expected = GOLDEN.read_text().splitlines()

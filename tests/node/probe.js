@@ -8,8 +8,9 @@
 
 const { Kafka, CompressionTypes, logLevel } = require('kafkajs');
 
-// A third argument runs one client only (kafkajs or confluent).
-const [bootstrap, run, only] = process.argv.slice(2);
+// A third argument runs one part only (kafkajs, confluent or kafkajs-sasl; "all" for every one);
+// a fourth is a SASL_PLAINTEXT listener for the SASL part.
+const [bootstrap, run, only = 'all', saslBootstrap] = process.argv.slice(2);
 const brokers = [bootstrap];
 
 const say = (client, step, what) => console.log(`[${client}] ${step} ${what}`);
@@ -481,9 +482,36 @@ async function confluent() {
   await admin.disconnect();
 }
 
+// SASL on a SASL_PLAINTEXT listener (the fourth argument): PLAIN and SCRAM users alice/alice-secret.
+async function kafkajsSasl() {
+  const C = 'kafkajs-sasl';
+  for (const mechanism of ['plain', 'scram-sha-256', 'scram-sha-512']) {
+    for (const password of ['alice-secret', 'wrong']) {
+      const kafka = new Kafka({ clientId: 'probe-sasl', brokers: [saslBootstrap], logLevel: logLevel.NOTHING,
+        sasl: { mechanism, username: 'alice', password }, retry: { retries: 0 } });
+      const admin = kafka.admin();
+      try {
+        await admin.connect();
+        const topic = `sasl-${mechanism}-${run}`;
+        await admin.createTopics({ topics: [{ topic }] });
+        const producer = kafka.producer();
+        await producer.connect();
+        await producer.send({ topic, messages: [{ value: mechanism }] });
+        await producer.disconnect();
+        const offsets = await admin.fetchTopicOffsets(topic);
+        say(C, `${mechanism}-${password}`, `ok high=${offsets.map((o) => o.high).join()}`);
+      } catch (e) {
+        say(C, `${mechanism}-${password}`, `${e.name}: ${e.message}`);
+      }
+      await admin.disconnect();
+    }
+  }
+}
+
 (async () => {
-  for (const [name, fn] of [['kafkajs', kafkajs], ['confluent', confluent]]) {
-    if (only && only !== name) continue;
+  for (const [name, fn] of [['kafkajs', kafkajs], ['confluent', confluent], ['kafkajs-sasl', kafkajsSasl]]) {
+    if (name === 'kafkajs-sasl' && !saslBootstrap) continue;
+    if (only !== 'all' && only !== name) continue;
     try {
       await fn();
     } catch (e) {
