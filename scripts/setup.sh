@@ -46,14 +46,9 @@ case ",$extras," in
     command -v jq >/dev/null 2>&1 || need+=(jq)
     # A test runs Kafka's Java consumer from a source file (java File.java), which needs a JDK.
     command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
-    # The Node.js clients' test (tests/integration/test_node_clients.py) installs KafkaJS and
-    # Confluent's client with npm; npm builds the latter's librdkafka, with the system's zlib and zstd.
+    # The Node.js clients' test (tests/integration/test_node_clients.py) installs KafkaJS with npm.
     command -v node >/dev/null 2>&1 || need+=(nodejs)
     command -v npm >/dev/null 2>&1 || need+=(npm)
-    command -v g++ >/dev/null 2>&1 || need+=(g++)
-    command -v make >/dev/null 2>&1 || need+=(make)
-    [ -e /usr/include/zlib.h ] || need+=(zlib1g-dev)
-    [ -e /usr/include/zstd.h ] || need+=(libzstd-dev)
     # The web console's tests drive it in headless Chromium through Selenium.
     command -v chromium >/dev/null 2>&1 || need+=(chromium)
     command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
