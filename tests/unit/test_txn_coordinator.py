@@ -680,7 +680,7 @@ async def test_cluster_verifier_answers_a_refused_cluster_action_as_invalid_txn_
     The broker's authorizer has no ACLs: node 99's anonymous PLAINTEXT link has no CLUSTER_ACTION."""
     from rivulet.replication.link import BrokerLinks
     from rivulet.replication.replica_manager import ReplicaManager
-    from rivulet.server.handlers.groups import _offsets_join_error
+    from rivulet.coordinator.group_metadata_manager import convert_write_error
     from rivulet.transaction.remote_verifier import ClusterTxnVerifier
 
     links = BrokerLinks("txn-verify", 99, cache_led_by(b, TRANSACTION_STATE_TOPIC_NAME, 3), "PLAINTEXT",
@@ -694,7 +694,7 @@ async def test_cluster_verifier_answers_a_refused_cluster_action_as_invalid_txn_
         assert md(b, "cz").topic_partitions == set()
         failure = ReplicaManager._verification_failure(TP0, ErrorCode.INVALID_TXN_STATE)
         assert failure is not None and failure.code == ErrorCode.INVALID_TXN_STATE
-        assert _offsets_join_error(ErrorCode.INVALID_TXN_STATE) == ErrorCode.INVALID_TXN_STATE
+        assert convert_write_error(ErrorCode.INVALID_TXN_STATE) == ErrorCode.INVALID_TXN_STATE
     finally:
         await links.close()
 
@@ -767,7 +767,7 @@ async def test_txn_offset_commit_v5_adds_the_offsets_partition_at_transaction_ve
     has the coordinator add the group's __consumer_offsets partition, answering its refusals as
     Kafka's group coordinator does. v4 only checks (no AddOffsetsToTxn here: TRANSACTION_ABORTABLE)
     and adds nothing; v5 below level 2 is refused (UNSUPPORTED_VERSION), as by Kafka 4.3.1."""
-    from rivulet.server.handlers.groups import _offsets_join_error
+    from rivulet.coordinator.group_metadata_manager import convert_write_error
 
     tc = b.transaction_coordinator
     # As a client's FindCoordinator does first: __consumer_offsets is made and loaded.
@@ -811,6 +811,6 @@ async def test_txn_offset_commit_v5_adds_the_offsets_partition_at_transaction_ve
         ErrorCode.TRANSACTION_ABORTABLE
     assert [TxnOperation.for_txn_offset_commit(v) for v in (3, 4, 5)] \
         == [TxnOperation.DEFAULT_ERROR, TxnOperation.GENERIC_ERROR_SUPPORTED, TxnOperation.ADD_PARTITION]
-    assert _offsets_join_error(ErrorCode.NOT_LEADER_OR_FOLLOWER) == ErrorCode.NOT_COORDINATOR
-    assert _offsets_join_error(ErrorCode.REQUEST_TIMED_OUT) == ErrorCode.COORDINATOR_NOT_AVAILABLE
-    assert _offsets_join_error(ErrorCode.TRANSACTION_ABORTABLE) == ErrorCode.TRANSACTION_ABORTABLE
+    assert convert_write_error(ErrorCode.NOT_LEADER_OR_FOLLOWER) == ErrorCode.NOT_COORDINATOR
+    assert convert_write_error(ErrorCode.REQUEST_TIMED_OUT) == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert convert_write_error(ErrorCode.TRANSACTION_ABORTABLE) == ErrorCode.TRANSACTION_ABORTABLE
