@@ -27,9 +27,9 @@ os.environ.setdefault("SPARK_CONF_DIR", str(_TESTS / "spark_conf"))
 # module-scoped broker) stays on one worker. The fault modules share the group `faults`: one
 # worker runs them one after another while the others take light tests (their kills, stalls and
 # partitions mostly wait out session and request timeouts, so they cost little CPU). Then the
-# `heavy` tests: Spark, Kafka's JVM tools, franz-go's suite, the Node.js clients, the browser, and Spark's standalone
-# cluster with Spark Connect in the group `spark-cluster` (the session starts the cluster once
-# for both). Every test passes beside any other; the parts only keep the run short.
+# `heavy` tests: Spark, Kafka's JVM tools, franz-go's and kafka-go's suites, the Node.js clients,
+# the browser, and Spark's standalone cluster with Spark Connect in the group `spark-cluster` (the
+# session starts the cluster once for both). Every test passes beside any other; the parts only keep the run short.
 _HEAVY_MARKS = {"spark", "java", "go", "node", "browser"}
 _GROUPS = {**{m: "faults" for m in (
     "test_replication_faults", "test_disk_full", "test_durability", "test_data_safety",

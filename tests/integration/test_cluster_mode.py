@@ -85,6 +85,33 @@ def test_registration_listing_and_topics_through_any_broker(cluster):
     assert not cluster.zk.exists("/config/topics/orders")
 
 
+
+def test_a_topic_deleted_as_soon_as_created(cluster):
+    """sarama's TestFuncAdminDeleteTopic: CreateTopics then DeleteTopics at once, on one
+    connection. The create's answer can come before the controller's UpdateMetadata tells the
+    broker of the topic; the delete still finds it, as Kafka's controller does."""
+    from rivulet.client import core
+
+    for i in (1, 2, 3):
+        cluster.start(i)
+    cluster.wait_for_brokers([1, 2, 3])
+
+    async def create_and_delete(broker: BrokerProcess, rounds: int) -> list[tuple[int, int]]:
+        conn = await BrokerConnection("127.0.0.1", broker.port).connect(10)
+        out = []
+        try:
+            for n in range(rounds):
+                name = f"brief-{broker.port}-{n}"
+                created = await conn.send(core.create_topics_request([NewTopic(name, 1, 1)], timeout_ms=30000))
+                deleted = await conn.send(core.delete_topics_request([name], timeout_ms=30000))
+                out.append((created.topics[0].error_code, deleted.responses[0].error_code))
+        finally:
+            await conn.close()
+        return out
+
+    for b in cluster.brokers.values():
+        assert asyncio.run(create_and_delete(b, 5)) == [(ErrorCode.NONE, ErrorCode.NONE)] * 5
+
 def test_controller_failover_after_kill_9_and_controlled_shutdown(cluster):
     for i in (1, 2, 3):
         cluster.start(i)

@@ -19,13 +19,13 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections import deque
 from pathlib import Path
 
 import pytest
 
 from rivulet.testing import BrokerProcess, free_port
+from tests.go_suites import go_test_binary
 
 pytestmark = [pytest.mark.integration, pytest.mark.go]
 
@@ -38,49 +38,10 @@ CLUSTER_RECORDS = 20_000
 SCRAM_USER = ("testuser", "testpass")  # franz-go's CI's
 
 
-def _cache_dir() -> Path:
-    root = os.environ.get("RIVULET_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "rivulet")
-    return Path(root) / f"franz-go-{FRANZ_GO_VERSION}"
-
-
-def _go(*args: str, cwd: Path, timeout: float) -> str:
-    env = dict(os.environ, GOFLAGS="-mod=mod -buildvcs=false")
-    r = subprocess.run(["go", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    if r.returncode != 0:
-        raise RuntimeError(f"go {' '.join(args)} failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
-    return r.stdout
-
-
 def kgo_test_binary() -> tuple[Path, Path]:
     """franz-go's pkg/kgo tests compiled into one binary, built once per version, and the
     package's source directory, where the binary runs (some tests read its files)."""
-    cache = _cache_dir()
-    binary, pkg = cache / "kgo.test", cache / "src" / "pkg" / "kgo"
-    if binary.exists() and pkg.is_dir():
-        return binary, pkg
-    if shutil.which("go") is None:
-        pytest.skip("Go is not installed, so franz-go's suite cannot be built")
-    shutil.rmtree(cache, ignore_errors=True)
-    cache.mkdir(parents=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        _go("mod", "init", "rivulet.test/franzgo", cwd=work, timeout=60)
-        try:
-            _go("get", f"{MODULE}@{FRANZ_GO_VERSION}", cwd=work, timeout=600)
-        except (RuntimeError, subprocess.TimeoutExpired) as e:  # like the Java tests without Maven Central
-            pytest.skip(f"cannot fetch {MODULE}@{FRANZ_GO_VERSION} from the Go module proxy: {str(e)[-500:]}")
-        modcache = _go("env", "GOMODCACHE", cwd=work, timeout=60).strip()
-    # The module cache is read-only; the build wants a module it may write go.sum into.
-    shutil.copytree(Path(modcache) / f"{MODULE}@{FRANZ_GO_VERSION}", cache / "src")
-    for d, _dirs, files in os.walk(cache / "src"):
-        os.chmod(d, 0o755)
-        for f in files:
-            os.chmod(os.path.join(d, f), 0o644)
-    partial = binary.with_suffix(".partial")
-    _go("test", "-c", "-o", str(partial), ".", cwd=pkg, timeout=900)
-    partial.rename(binary)
-    return binary, pkg
+    return go_test_binary(MODULE, FRANZ_GO_VERSION, "pkg/kgo", "kgo")
 
 
 def run_suite(bootstrap: str, rf: int, log_path: Path, excluded: dict[str, str] | None = None,

@@ -22,6 +22,7 @@ from rivulet.protocol.errors import ErrorCode
 from rivulet.protocol.messages import (
     alter_partition_reassignments_request as apq,
     api_versions_request as avq,
+    elect_leaders_request as elq,
     list_partition_reassignments_request as lpq,
 )
 
@@ -68,6 +69,31 @@ def test_elect_leaders_with_the_admin_client(one_node):
     # every partition: only those that changed or failed are reported, so nothing
     assert admin.elect_leaders(ElectionType.PREFERRED, None).result(30) == {}
 
+
+
+def test_elect_leaders_with_a_timeout_of_zero_times_out(one_node):
+    """kafka-go's ElectLeaders sends a timeout of 0 unless told otherwise; Kafka's controller
+    takes it as a deadline already passed and elects nothing (its TestClientElectLeaders fails
+    against Kafka 4.3.1 for it). A timeout of 1 ms is enough to be answered."""
+    broker, _ = one_node
+
+    async def elect(version: int, timeout_ms: int) -> tuple[int | None, list[tuple[int, int]]]:
+        c = await BrokerConnection("127.0.0.1", broker.port).connect(10)
+        try:
+            r = await c.send(elq.ElectLeadersRequest(election_type=0, timeout_ms=timeout_ms, topic_partitions=[
+                elq.TopicPartitions(topic=TOPIC, partitions=[0, 1])]), version=version)
+        finally:
+            await c.close()
+        return (r.error_code if version >= 1 else None,
+                [(p.partition_id, p.error_code) for t in r.replica_election_results for p in t.partition_result])
+
+    for v in (0, 1, 2):
+        timed_out = ErrorCode.REQUEST_TIMED_OUT if v >= 1 else None
+        assert asyncio.run(elect(v, 0)) == (timed_out, [(0, ErrorCode.REQUEST_TIMED_OUT),
+                                                          (1, ErrorCode.REQUEST_TIMED_OUT)]), v
+        answered = ErrorCode.NONE if v >= 1 else None
+        assert asyncio.run(elect(v, 1)) == (answered, [(0, ErrorCode.ELECTION_NOT_NEEDED),
+                                                         (1, ErrorCode.ELECTION_NOT_NEEDED)]), v
 
 def test_reassignments(one_node):
     broker, _ = one_node

@@ -99,6 +99,14 @@ class ControllerHandlers:
         return asyncio.ensure_future(self.controller.controlled_shutdown(req.broker_id, req.broker_epoch))
 
 
+def _elect_leaders_failed(req: ElectLeadersRequest, code: ErrorCode) -> elr.ElectLeadersResponse:
+    """The whole request refused with ``code``, as are each of the partitions it names."""
+    return elr.ElectLeadersResponse(throttle_time_ms=0, error_code=code, replica_election_results=[
+        elr.ReplicaElectionResult(topic=t.topic, partition_result=[
+            elr.PartitionResult(partition_id=p, error_code=code, error_message=None) for p in t.partitions])
+        for t in req.topic_partitions or ()])
+
+
 @dataclass(eq=False)
 class PartitionAdminHandlers:
     """ElectLeaders, AlterPartitionReassignments and ListPartitionReassignments, in front of
@@ -115,12 +123,12 @@ class PartitionAdminHandlers:
 
     def handle_elect_leaders(self, header: RequestHeader, req: ElectLeadersRequest, conn: KafkaConnection) -> Answer:
         if self._refused(conn, AclOperation.ALTER):
-            return elr.ElectLeadersResponse(
-                throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, replica_election_results=[
-                    elr.ReplicaElectionResult(topic=t.topic, partition_result=[
-                        elr.PartitionResult(partition_id=p, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-                                            error_message=None) for p in t.partitions])
-                    for t in req.topic_partitions or ()])
+            return _elect_leaders_failed(req, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        if req.timeout_ms <= 0:
+            # Kafka's controller runs the election as an event with a deadline of now plus the
+            # timeout: a timeout of 0 (kafka-go's default) has expired before it runs, so nothing
+            # is elected and the request (v1+) and each partition named answer REQUEST_TIMED_OUT.
+            return _elect_leaders_failed(req, ErrorCode.REQUEST_TIMED_OUT)
         return asyncio.ensure_future(self._elect_leaders(header.api_version, req))
 
     async def _elect_leaders(self, version: int, req: ElectLeadersRequest) -> elr.ElectLeadersResponse:

@@ -569,7 +569,7 @@ class TopicHandlers:
         return name
 
     def _topics_to_delete(self, targets: list[tuple[str | None, uuid.UUID]], conn: KafkaConnection,
-                          results: list[dtr.DeletableTopicResult]) -> dict[str, uuid.UUID]:
+                          results: list[dtr.DeletableTopicResult], existing: set[str]) -> dict[str, uuid.UUID]:
         """The topics a DeleteTopics request may delete (name -> id as asked, zero when asked
         by name), the refusals added to ``results``, as Kafka's controller sorts them: an entry
         names a topic by name (its id all zero) or by id, never both; names and ids asked twice
@@ -618,7 +618,7 @@ class TopicHandlers:
         for name in names:
             if name not in describable:
                 refuse(name, ZERO_UUID, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-            elif not self._exists(name):
+            elif name not in existing:
                 refuse(name, ZERO_UUID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             elif name not in deletable:
                 refuse(name, ZERO_UUID, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
@@ -637,6 +637,18 @@ class TopicHandlers:
             return True
         return self.topics.get(name) is not None
 
+    async def _existing(self, names: list[str]) -> set[str]:
+        """Those of ``names`` that exist. In a cluster that is also a topic ZooKeeper has and this
+        broker's metadata has not heard of yet: one just created, whose CreateTopics answer can
+        come before the controller's UpdateMetadata does. Kafka's controller, which answers
+        DeleteTopics, knows a topic once it has created it (sarama deletes one at once)."""
+        found = {n for n in names if self._exists(n)}
+        if self.cluster is not None:
+            for name in set(names) - found:
+                if await self.cluster.topic_exists(name):
+                    found.add(name)
+        return found
+
     async def _delete_topics(self, targets: list[tuple[str | None, uuid.UUID]], quota: ControllerMutationQuota,
                              conn: KafkaConnection) -> dtr.DeleteTopicsResponse:
         results: list[dtr.DeletableTopicResult] = []
@@ -646,7 +658,8 @@ class TopicHandlers:
             return dtr.DeleteTopicsResponse(throttle_time_ms=self._throttle(quota, conn), responses=results)
         topics = self.topics
         cache = self.metadata_cache
-        for name, topic_id in self._topics_to_delete(targets, conn, results).items():
+        existing = await self._existing([name for name, _ in targets if name is not None])
+        for name, topic_id in self._topics_to_delete(targets, conn, results, existing).items():
             res = dtr.DeletableTopicResult(name=name, topic_id=topic_id, error_code=0, error_message=None)
             with errors_into(res):
                 if self.cluster is not None:
