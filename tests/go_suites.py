@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.reference.kafka import cache_root
+
 
 def cache_dir(module: str, version: str) -> Path:
-    root = os.environ.get("RIVULET_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "rivulet")
-    return Path(root) / f"{module.rsplit('/', 1)[-1]}-{version}"
+    return cache_root() / f"{module.rsplit('/', 1)[-1]}-{version}"
 
 
 def go(*args: str, cwd: Path, timeout: float) -> str:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.reference.kafka import cache_root
 from rivulet.testing import BrokerProcess, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.node]
@@ -55,10 +56,8 @@ WITH_CONFLUENT = PARTS == "all" or "confluent" in PARTS.split(",")
 
 
 def _cache_dir() -> Path:
-    root = os.environ.get("RIVULET_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "rivulet")
     digest = hashlib.sha256((NODE_DIR / "package.json").read_bytes()).hexdigest()[:12]
-    return Path(root) / f"node-clients-{digest}{'-confluent' if WITH_CONFLUENT else ''}"
+    return cache_root() / f"node-clients-{digest}{'-confluent' if WITH_CONFLUENT else ''}"
 
 
 def node_modules() -> Path:
