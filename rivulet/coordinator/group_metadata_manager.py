@@ -82,8 +82,11 @@ def config_value(config: ConfigValues, name: str, default: Any) -> Any:
 # written in time is COORDINATOR_NOT_AVAILABLE, which clients retry (Kafka 3 said
 # REBALANCE_IN_PROGRESS to members and REQUEST_TIMED_OUT to committers; franz-go ends a
 # transaction on the latter), and one too large UNKNOWN_SERVER_ERROR (Kafka 3 answered a commit
-# INVALID_COMMIT_OFFSET_SIZE).
+# INVALID_COMMIT_OFFSET_SIZE). A TxnOffsetCommit whose KIP-890 check lost its link to the
+# transaction coordinator (NETWORK_EXCEPTION) is COORDINATOR_LOAD_IN_PROGRESS, which older
+# clients retry without looking the coordinator up again.
 _WRITE_ERRORS = {
+    ErrorCode.NETWORK_EXCEPTION: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
     ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
     ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,

@@ -865,7 +865,7 @@ class ReplicaManager:
         if err == ErrorCode.CONCURRENT_TRANSACTIONS and operation is TxnOperation.ADD_PARTITION:
             pass  # a transaction.version 2 producer retries it as it is, as Kafka 4.3.1 leaves it
         elif err in (ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-                     ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+                     ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NETWORK_EXCEPTION):
             err = ErrorCode.NOT_ENOUGH_REPLICAS  # retriable for a producer, as Kafka maps it
         # The coordinator's own answer, for the broker's log (the client sees only ``err``).
         return ApiError(err, f"transactional write to {tp} failed verification with the coordinator, "

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from rivulet.common.types import TopicPartition
-from rivulet.protocol.errors import ErrorCode
+from rivulet.protocol.errors import ApiError, ErrorCode
 from rivulet.protocol.messages import add_partitions_to_txn_request as aptq
 from rivulet.replication.link import LINK_ERRORS, BrokerLinks
 from rivulet.transaction.txn_log import TRANSACTION_STATE_TOPIC_NAME, partition_for
@@ -95,7 +95,10 @@ class ClusterTxnVerifier:
             resp = await self.links.send(leader, req, 5, endpoint)
         except LINK_ERRORS as e:
             log.info("verifying %s with broker %d failed: %s", transactional_id, leader, e)
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+            # A lost or timed-out link is NETWORK_EXCEPTION, as Kafka's AddPartitionsToTxnManager
+            # gives it; its callers map that (Produce: NOT_ENOUGH_REPLICAS, TxnOffsetCommit:
+            # COORDINATOR_LOAD_IN_PROGRESS). A refusal by the link itself stays as it was.
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE if isinstance(e, ApiError) else ErrorCode.NETWORK_EXCEPTION
         if resp.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED:
             # This broker's own right, not the client's: as Kafka, the partition is unverified.
             return ErrorCode.INVALID_TXN_STATE

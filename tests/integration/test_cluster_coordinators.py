@@ -1,7 +1,8 @@
 """Consumer groups and transactions on a 3-broker cluster through the death (kill -9) of the
 broker that coordinates them: the coordinator moves with the leadership of its internal
-partition, commits and transactions go on, and nothing committed is lost or seen twice; and a
-commit its followers cannot replicate in time, answered as Kafka 4.3.1 answers it."""
+partition, commits and transactions go on, and nothing committed is lost or seen twice; a
+commit its followers cannot replicate in time, and a TxnOffsetCommit whose transaction
+coordinator does not answer, each answered as Kafka 4.3 answers it."""
 
 from __future__ import annotations
 
@@ -268,3 +269,63 @@ def test_a_commit_not_replicated_in_time_is_answered_coordinator_not_available(z
             for b in followers:
                 b.resume()
         assert error == ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+def test_a_txn_offset_commit_whose_transaction_coordinator_is_unreachable_is_answered_load_in_progress(zk_connect):
+    # KIP-890: the group coordinator asks the transactional id's coordinator (another broker)
+    # whether the offsets partition is in the transaction. With that broker SIGSTOPped the ask
+    # times out (request.timeout.ms), which Kafka 4.3's AddPartitionsToTxnManager gives as
+    # NETWORK_EXCEPTION and its group coordinator answers COORDINATOR_LOAD_IN_PROGRESS (its
+    # CoordinatorOperationExceptionHelper); Rivulet answered COORDINATOR_NOT_AVAILABLE. The
+    # timeout is short of the ZooKeeper session, so the broker is still registered meanwhile.
+    import asyncio
+
+    from rivulet.client.connection import BrokerConnection
+    from rivulet.protocol.messages import init_producer_id_request as ipq
+    from rivulet.protocol.messages import txn_offset_commit_request as tocq
+
+    config = {**BROKER_CONFIG, "request.timeout.ms": "2000", "transaction.state.log.num.partitions": "3",
+              "transaction.state.log.replication.factor": "3", "transaction.state.log.min.isr": "2"}
+    with three_brokers(zk_connect, **config) as c:
+        topic, group = f"to-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+        create_topic(c, topic)
+        group_coord = coordinator(c, group)
+        txn_id = next(t for t in (f"t-{uuid.uuid4().hex[:8]}" for _ in range(1000))
+                      if coordinator(c, t, 1) != group_coord)
+        txn_coord = c.brokers[coordinator(c, txn_id, 1)]
+
+        async def init() -> tuple[int, int, int]:
+            conn = await BrokerConnection("127.0.0.1", txn_coord.port).connect(10)
+            try:
+                r = await conn.send(ipq.InitProducerIdRequest(
+                    transactional_id=txn_id, transaction_timeout_ms=60_000, producer_id=-1, producer_epoch=-1))
+            finally:
+                await conn.close()
+            return r.error_code, r.producer_id, r.producer_epoch
+
+        async def commit(pid: int, epoch: int) -> int:
+            conn = await BrokerConnection("127.0.0.1", c.brokers[group_coord].port).connect(10)
+            try:
+                r = await conn.send(tocq.TxnOffsetCommitRequest(
+                    transactional_id=txn_id, group_id=group, producer_id=pid, producer_epoch=epoch,
+                    generation_id=-1, member_id="", group_instance_id=None,
+                    topics=[tocq.TxnOffsetCommitRequestTopic(name=topic, partitions=[
+                        tocq.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=1,
+                                                             committed_leader_epoch=-1, committed_metadata="")])]),
+                    version=3, timeout=30)
+            finally:
+                await conn.close()
+            return r.topics[0].partitions[0].error_code
+
+        found: list[tuple[int, int, int]] = []
+        eventually(lambda: found.append(asyncio.run(init())) or found[-1][0] == 0, 60, "a producer id")
+        _err, pid, epoch = found[-1]
+        # Reachable, the coordinator refuses: no AddOffsetsToTxn put the offsets partition in the transaction.
+        eventually(lambda: asyncio.run(commit(pid, epoch)) == ErrorCode.INVALID_TXN_STATE, 60,
+                   "the coordinator's refusal")
+        txn_coord.pause()
+        try:
+            error = asyncio.run(commit(pid, epoch))
+        finally:
+            txn_coord.resume()
+        assert error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS

@@ -13,6 +13,7 @@ import pytest
 from rivulet.common.types import TopicPartition
 from rivulet.protocol import records as rec
 from rivulet.protocol.errors import ErrorCode
+from rivulet.replication.metadata_cache import MetadataCache
 from rivulet.replication.replica_manager import TxnOperation, coordinator_answer
 from rivulet.server.broker import Broker
 from rivulet.server.config import BrokerConfig
@@ -814,3 +815,57 @@ async def test_txn_offset_commit_v5_adds_the_offsets_partition_at_transaction_ve
     assert convert_write_error(ErrorCode.NOT_LEADER_OR_FOLLOWER) == ErrorCode.NOT_COORDINATOR
     assert convert_write_error(ErrorCode.REQUEST_TIMED_OUT) == ErrorCode.COORDINATOR_NOT_AVAILABLE
     assert convert_write_error(ErrorCode.TRANSACTION_ABORTABLE) == ErrorCode.TRANSACTION_ABORTABLE
+
+
+def cache_led_by_a_dead_broker(b: Broker, topic: str, partitions: int) -> MetadataCache:
+    """``b``'s view of a cluster where node 7, whose port refuses connections, leads all of ``topic``."""
+    import socket
+
+    from rivulet.replication.metadata_cache import BrokerEndpoint, LiveBroker, MetadataUpdate, PartitionMetadata
+
+    with socket.socket() as s:  # a port nothing listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cache = MetadataCache(node_id=b.node.node_id)
+    cache.update(MetadataUpdate(
+        controller_id=b.node.node_id, controller_epoch=1,
+        live_brokers=[LiveBroker(7, (BrokerEndpoint("PLAINTEXT", "127.0.0.1", port),))],
+        partitions={TopicPartition(topic, p): PartitionMetadata(7, 0, [], []) for p in range(partitions)},
+        topic_ids={}))
+    return cache
+
+
+@with_broker()
+async def test_a_lost_link_to_the_transaction_coordinator_is_answered_as_kafka(b: Broker) -> None:
+    """KIP-890's check over a link that fails (the coordinator's broker down): NETWORK_EXCEPTION,
+    as Kafka's AddPartitionsToTxnManager gives it, which a TxnOffsetCommit answers
+    COORDINATOR_LOAD_IN_PROGRESS (Kafka's CoordinatorOperationExceptionHelper; v0/v1 clients get
+    COORDINATOR_NOT_AVAILABLE) and a Produce NOT_ENOUGH_REPLICAS (Kafka's ReplicaManager), at
+    every version. Rivulet said COORDINATOR_NOT_AVAILABLE to the TxnOffsetCommit."""
+    from rivulet.coordinator.group_metadata_manager import convert_write_error
+    from rivulet.replication.link import BrokerLinks
+    from rivulet.transaction.remote_verifier import ClusterTxnVerifier
+
+    await until(lambda: b.group_coordinator.find_group_coordinator("g")[0] == ErrorCode.NONE)
+    await until(lambda: not b.group_coordinator.manager.is_loading())
+    err, pid, e = await call(b.transaction_coordinator.handle_init_producer_id, "lost", 60_000, None)
+    assert err == ErrorCode.NONE
+    links = BrokerLinks("txn-verify", b.node.node_id, cache_led_by_a_dead_broker(b, TRANSACTION_STATE_TOPIC_NAME, 3),
+                        "PLAINTEXT", request_timeout_ms=10_000)
+    verifier = ClusterTxnVerifier(links, _NoLocalCoordinator())
+    local, b.replica_manager.txn_verifier = b.replica_manager.txn_verifier, verifier
+    try:
+        assert await verifier.verify("lost", pid, e, TP0) == ErrorCode.NETWORK_EXCEPTION
+        assert await verifier.add("lost", pid, e, TP0) == ErrorCode.NETWORK_EXCEPTION
+        for v in (2, 3, 4, 5):
+            assert await txn_offset_commit(b, v, "lost", pid, e) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, v
+        for v in (0, 1):
+            assert await txn_offset_commit(b, v, "lost", pid, e) == ErrorCode.COORDINATOR_NOT_AVAILABLE, v
+        assert await produce(b, TP0, pid, e, 0, "lost") == ErrorCode.NOT_ENOUGH_REPLICAS
+        assert await produce_adding(b, TP1, pid, e, 0, "lost") == ErrorCode.NOT_ENOUGH_REPLICAS
+        # Nothing was written: the transaction holds no partition.
+        assert md(b, "lost").topic_partitions == set()
+        assert convert_write_error(ErrorCode.NETWORK_EXCEPTION) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    finally:
+        b.replica_manager.txn_verifier = local
+        await links.close()
