@@ -565,17 +565,23 @@ def _rdk_consume(bs: str, topic: str, partitions: int, count: int, extra: list[s
 
 
 def _rdk_parallel(argvs: list[list[str]], parse: Callable[[str], rdkafka_perf.Summary],
-                  each: int) -> Rate:
-    """Several processes at once; records and bytes over the wall time from the first start to
-    the last exit (each process's own figure would leave out the others' start-up skew)."""
+                  each: int | Sequence[int], *, own_windows: bool = False) -> Rate:
+    """Several processes at once, each to send or read ``each`` records (one count for all, or
+    one per process), refused if any falls short. Records and bytes over the wall time from
+    the first start to the last exit (each process's own figure would leave out the others'
+    start-up skew); with ``own_windows``, over the longest of the processes' own windows (a
+    consumer's from its first record, as the one-process rows measure it), which holds the
+    others when they start together."""
+    counts = [each] * len(argvs) if isinstance(each, int) else list(each)
     t0 = time.monotonic()
     outs = rdkafka_perf.run_many(argvs, timeout=TOOL_TIMEOUT)
     wall = time.monotonic() - t0
     summaries = [parse(out) for out in outs]
-    short = [s for s in summaries if s.records < each or s.failed]
+    short = [s for s, n in zip(summaries, counts, strict=True) if s.records < n or s.failed]
     if short:
-        raise rdkafka_perf.RdkafkaPerfError(f"{len(short)} of {len(outs)} processes fell short: {short}")
-    return Rate(sum(s.records for s in summaries) / wall, sum(s.bytes for s in summaries) / wall / 1e6, wall)
+        raise rdkafka_perf.RdkafkaPerfError(f"{len(short)} of {len(outs)} processes fell short of {counts}: {short}")
+    seconds = max(s.ms for s in summaries) / 1000 if own_windows else wall
+    return Rate(sum(s.records for s in summaries) / seconds, sum(s.bytes for s in summaries) / seconds / 1e6, seconds)
 
 
 def _rdk_consume_split(bs: str, topic: str, partitions: int, processes: int, extra: list[str]) -> Rate:
@@ -585,15 +591,9 @@ def _rdk_consume_split(bs: str, topic: str, partitions: int, processes: int, ext
     ends = log_ends(bs, [topic], partitions)
     shares = [range(i, partitions, processes) for i in range(processes)]
     counts = [sum(ends[(topic, p)] for p in share) for share in shares]
-    outs = rdkafka_perf.run_many([rdkafka_perf.consumer_args(bs, topic, share, n, extra=extra)
-                                  for share, n in zip(shares, counts, strict=True)], timeout=TOOL_TIMEOUT)
-    summaries = [rdkafka_perf.parse_consumer(out) for out in outs]
-    if any(s.records < n for s, n in zip(summaries, counts, strict=True)):
-        raise rdkafka_perf.RdkafkaPerfError(f"fell short of {counts}: {summaries}")
-    # Each from its first record, as the one-process row; the processes start together, so the
-    # longest of their windows holds the others.
-    seconds = max(s.ms for s in summaries) / 1000
-    return Rate(sum(s.records for s in summaries) / seconds, sum(s.bytes for s in summaries) / seconds / 1e6, seconds)
+    return _rdk_parallel([rdkafka_perf.consumer_args(bs, topic, share, n, extra=extra)
+                          for share, n in zip(shares, counts, strict=True)],
+                         rdkafka_perf.parse_consumer, counts, own_windows=True)
 
 
 def _java_produce(bs: str, topic: str, count: int, size: int, acks: str, props: dict[str, str]) -> Rate:

@@ -139,6 +139,32 @@ def test_run_many_collects_each_output_in_order_and_raises_on_a_failure(tmp_path
         rdkafka_perf.run_many([["1"], ["0"]], timeout=30)
 
 
+def test_parallel_rows_check_each_count_and_time_by_the_wall_or_the_longest_own_window(tmp_path, monkeypatch):
+    """``_rdk_parallel`` serves the many-topic rows (one count, the wall time) and the split
+    consume row (a count per process, the longest of their own windows) with one shortfall check."""
+    from types import SimpleNamespace
+
+    from benchmarks import compare, rdkafka_perf
+
+    fake = tmp_path / "rdkafka_performance"
+    # A consumer summary: $1 records of 100 bytes each, consumed in $2 ms.
+    fake.write_text('#!/bin/sh\necho "% $1 messages ($(($1 * 100)) bytes) consumed in $2ms: 1 msgs/s (0.00 MB/s)"\n')
+    fake.chmod(0o755)
+    monkeypatch.setattr(rdkafka_perf, "require_binary", lambda: fake)
+    own = compare._rdk_parallel([["300", "2000"], ["100", "500"]], rdkafka_perf.parse_consumer, [300, 100],
+                                own_windows=True)
+    assert (own.records_per_sec, own.mb_per_sec, own.seconds) == (200.0, 0.02, 2.0)
+    with pytest.raises(RdkafkaPerfError, match="1 of 2 processes fell short of \\[300, 101\\]"):
+        compare._rdk_parallel([["300", "2000"], ["100", "500"]], rdkafka_perf.parse_consumer, [300, 101],
+                              own_windows=True)
+    with pytest.raises(RdkafkaPerfError, match="2 of 2 processes fell short"):
+        compare._rdk_parallel([["300", "2000"], ["100", "500"]], rdkafka_perf.parse_consumer, 301)
+    clock = iter([10.0, 14.0])  # the wall clock at the start and after the last exit
+    monkeypatch.setattr(compare, "time", SimpleNamespace(monotonic=lambda: next(clock)))
+    wall = compare._rdk_parallel([["300", "2000"], ["100", "500"]], rdkafka_perf.parse_consumer, 100)
+    assert (wall.records_per_sec, wall.mb_per_sec, wall.seconds) == (100.0, 0.01, 4.0)
+
+
 # ---------------------------------------------------------------------------- issue 32's rows
 
 
