@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from typing import Callable, ParamSpec
 
 from rivulet.common.cluster import ConfigValues, InternalTopicCreator, MetadataView, NodeEndpoint
 from rivulet.common.time import SYSTEM_CLOCK, Clock
@@ -40,6 +40,23 @@ S = TxnState
 InitCallback = Callable[[ErrorCode, int, int], None]  # (error, producer id, epoch)
 ErrorCallback = Callable[[ErrorCode], None]
 EndTxnCallback = Callable[[ErrorCode, int, int], None]  # (error, the producer's next id, its next epoch)
+
+
+_Answer = ParamSpec("_Answer")
+
+
+def _debug_answer(callback: Callable[_Answer, None], asked: Callable[[], tuple[object, ...]],
+                  line: str) -> Callable[_Answer, None]:
+    """``callback``, logging ``line`` at DEBUG before it runs: the request's ``asked()``, then the
+    answer's values (an error by its name). With DEBUG off when the request comes, ``callback``
+    itself: nothing is formatted."""
+    if not log.isEnabledFor(logging.DEBUG):
+        return callback
+
+    def logged(*answer: _Answer.args, **kw: _Answer.kwargs) -> None:
+        log.debug(line, *asked(), *(a.name if isinstance(a, ErrorCode) else a for a in answer))
+        callback(*answer, **kw)
+    return logged
 
 
 def _tv2_valid_epoch(md: TransactionMetadata, epoch: int, from_client: bool, is_epoch_fence: bool,
@@ -302,14 +319,10 @@ class TransactionCoordinator(InternalTopicCoordinator):
                               client_transaction_version: int = 0) -> None:
         """``client_transaction_version`` 2: a leader adding the partition for a producer of
         transaction.version 2, whose EndTxn will bump the epoch (kept with the transaction)."""
-        if log.isEnabledFor(logging.DEBUG):
-            asked = callback
-
-            def callback(err: ErrorCode) -> None:
-                log.debug("AddPartitions %s to %s at producer %d epoch %d (client version %d) answered %s",
-                          sorted(map(str, partitions)), transactional_id, producer_id, producer_epoch,
-                          client_transaction_version, err.name)
-                asked(err)
+        callback = _debug_answer(
+            callback, lambda: (sorted(map(str, partitions)), transactional_id, producer_id, producer_epoch,
+                               client_transaction_version),
+            "AddPartitions %s to %s at producer %d epoch %d (client version %d) answered %s")
         err, found = self._existing(transactional_id)
         if found is None:
             return callback(err)
@@ -459,14 +472,9 @@ class TransactionCoordinator(InternalTopicCoordinator):
         epoch the producer continues with. A retry (the epoch one below, or the last epoch of
         the previous id after a rotation) is answered from the state the first attempt left.
         Below transaction.version 2 one that would prepare a commit or abort is refused."""
-        if log.isEnabledFor(logging.DEBUG):
-            asked = callback
-
-            def callback(err: ErrorCode, pid: int, epoch: int) -> None:
-                log.debug("EndTxn(%s) of %s at producer %d epoch %d answered %s (%d, %d)",
-                          "commit" if commit else "abort", transactional_id, producer_id, producer_epoch,
-                          err.name, pid, epoch)
-                asked(err, pid, epoch)
+        callback = _debug_answer(
+            callback, lambda: ("commit" if commit else "abort", transactional_id, producer_id, producer_epoch),
+            "EndTxn(%s) of %s at producer %d epoch %d answered %s (%d, %d)")
         self._end_transaction_tv2(transactional_id, producer_id, producer_epoch, commit, from_client=True,
                                   callback=callback)
 

@@ -869,3 +869,34 @@ async def test_a_lost_link_to_the_transaction_coordinator_is_answered_as_kafka(b
     finally:
         b.replica_manager.txn_verifier = local
         await links.close()
+
+
+@with_broker()
+async def test_debug_lines_name_the_request_and_its_answer(b: Broker) -> None:
+    """With DEBUG on, AddPartitionsToTxn and EndTxn v5 log the request and the answer once
+    answered; with it off, nothing."""
+    import logging
+
+    tc = b.transaction_coordinator
+    err, pid, e = await call(tc.handle_init_producer_id, "dbg", 60_000, None)
+    lines: list[str] = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = lambda r: lines.append(r.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("rivulet.transaction.coordinator")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        assert await call(tc.handle_add_partitions, "dbg", pid, e, {TP1, TP0}) == ErrorCode.NONE
+        assert await call(tc.handle_add_partitions, "dbg", pid, e - 1, {TP0}) == ErrorCode.PRODUCER_FENCED
+        tc.markers.add_txn_markers_to_send = lambda *a: None  # the commit stays prepared
+        assert await call(tc.handle_end_transaction_tv2, "dbg", pid, e, True) == (ErrorCode.NONE, pid, e + 1)
+        logger.setLevel(logging.INFO)
+        assert await call(tc.handle_add_partitions, "dbg", pid, e + 1, {TP0}) == ErrorCode.CONCURRENT_TRANSACTIONS
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert [line for line in lines if line.startswith(("AddPartitions", "EndTxn"))] == [
+        f"AddPartitions ['t-0', 't-1'] to dbg at producer {pid} epoch {e} (client version 0) answered NONE",
+        f"AddPartitions ['t-0'] to dbg at producer {pid} epoch {e - 1} (client version 0) answered PRODUCER_FENCED",
+        f"EndTxn(commit) of dbg at producer {pid} epoch {e} answered NONE ({pid}, {e + 1})"]
