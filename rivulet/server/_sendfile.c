@@ -3,12 +3,16 @@
  * A Fetch answer over many partitions holds up to one file region per partition. Sent from
  * Python, every region is an os.sendfile call that drops and retakes the GIL; with a dozen
  * consumers the sender threads spend more time waiting for the GIL than copying. send_parts
- * writes a whole answer, header bytes and regions in order, with the GIL released once,
- * until it is done or the socket is full.
+ * writes a whole answer, header bytes and regions in order, with the GIL released once.
+ * When the socket is full it waits for it in poll() still without the GIL: a 100 KiB send
+ * buffer fills thousands of times a second at loopback speed, and retaking the GIL for each
+ * wait, behind an event loop that holds it, left the socket idle.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
+#include <poll.h>
+#include <time.h>
 #include <sys/sendfile.h>
 #include <unistd.h>
 
@@ -20,11 +24,21 @@ typedef struct {
     long long size;
 } part_t;
 
-/* send_parts(out_fd, parts, index, offset) -> (index, offset)
+static long long
+now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* send_parts(out_fd, parts, index, offset, wait_ms) -> (index, offset)
  *
  * parts: a list of bytes-like objects and (in_fd, position, size) tuples. Writing starts
- * `offset` bytes into parts[index]; the answer is where writing stopped because the
- * socket would block, or (len(parts), 0) when everything is written. EOFError when a
+ * `offset` bytes into parts[index]; when the socket is full it waits for it, and the answer
+ * is where writing stopped once wait_ms have passed since the call (so that the caller can
+ * look whether the send was cancelled or has stalled too long), or (len(parts), 0) when
+ * everything is written. wait_ms 0: stop as soon as the socket would block. EOFError when a
  * region's file ends before its size; OSError for any other failure. */
 static PyObject *
 send_parts(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -34,8 +48,8 @@ send_parts(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     long long offset;
     PyObject *list;
 
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "send_parts(out_fd, parts, index, offset)");
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "send_parts(out_fd, parts, index, offset, wait_ms)");
         return NULL;
     }
     out_fd = _PyLong_AsInt(args[0]);
@@ -52,8 +66,11 @@ send_parts(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     offset = PyLong_AsLongLong(args[3]);
     if (offset == -1 && PyErr_Occurred())
         return NULL;
+    int wait_ms = _PyLong_AsInt(args[4]);
+    if (wait_ms == -1 && PyErr_Occurred())
+        return NULL;
     n = PyList_GET_SIZE(list);
-    if (index < 0 || index > n || offset < 0) {
+    if (wait_ms < 0 || index < 0 || index > n || offset < 0) {
         PyErr_SetString(PyExc_ValueError, "index or offset out of range");
         return NULL;
     }
@@ -97,6 +114,7 @@ send_parts(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     long long off = offset;
     int err = 0, eof = 0;
     Py_BEGIN_ALLOW_THREADS
+    long long until = wait_ms ? now_ms() + wait_ms : 0;
     while (i < count) {
         part_t *p = &parts[i];
         long long left = p->is_region ? p->size - off : (long long)p->buf.len - off;
@@ -120,9 +138,20 @@ send_parts(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (w < 0) {
             if (errno == EINTR)
                 continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
+            if (errno != EAGAIN && errno != EWOULDBLOCK) {
                 err = errno;
-            break;
+                break;
+            }
+            long long left_ms = wait_ms ? until - now_ms() : 0;
+            if (left_ms <= 0)
+                break;
+            struct pollfd pfd = {out_fd, POLLOUT, 0};
+            int ready = poll(&pfd, 1, (int)left_ms);
+            if (ready < 0 && errno != EINTR) {
+                err = errno;
+                break;
+            }
+            continue; /* writable, timed out (the next write says which), or an error it reports */
         }
         off += w;
     }
@@ -150,8 +179,9 @@ done:
 
 static PyMethodDef sendfile_methods[] = {
     {"send_parts", (PyCFunction)(void (*)(void))send_parts, METH_FASTCALL,
-     "send_parts(out_fd, parts, index, offset) -> (index, offset): write bytes parts and "
-     "(in_fd, position, size) file regions in order, GIL released, until done or the socket is full."},
+     "send_parts(out_fd, parts, index, offset, wait_ms) -> (index, offset): write bytes parts and "
+     "(in_fd, position, size) file regions in order, GIL released, waiting for the socket, until "
+     "done or wait_ms have passed."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -98,6 +98,7 @@ class Send:
         self.max_stall_s = max_stall_s
         self.tls = tls
         self.cancelled = False
+        self._in_c = _c_send_parts is not None and not _python_only()
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -110,8 +111,8 @@ class Send:
             if self.tls is not None:
                 self._send_encrypted(self.tls, poller)
                 return
-            if _c_send_parts is not None and not _python_only():
-                self._send_all(poller)
+            if self._in_c:
+                self._send_all([(p.fd, p.position, p.size) if type(p) is FileRegion else p for p in self.parts])
                 return
             for part in self.parts:
                 if type(part) is FileRegion:
@@ -150,16 +151,29 @@ class Send:
             raise ConnectionAbortedError("the connection closed while its answer was sent")
         self._write(memoryview(tls.encrypt(chunk)), poller)
 
-    def _send_all(self, poller: select.poll) -> None:
-        spec = [(p.fd, p.position, p.size) if type(p) is FileRegion else p for p in self.parts]
+    def _send_all(self, spec: list[tuple[int, int, int] | bytes | bytearray | memoryview]) -> None:
+        """``spec`` (bytes and (fd, position, size) regions) written in C, which waits for the
+        socket without the GIL; back here every _POLL_MS to look whether the send was cancelled
+        or the client stopped reading."""
+        assert _c_send_parts is not None
         index, offset = 0, 0
+        deadline = time.monotonic() + self.max_stall_s
         while True:
-            index, offset = _c_send_parts(self.fd, spec, index, offset)
+            at = index, offset
+            index, offset = _c_send_parts(self.fd, spec, index, offset, _POLL_MS)
             if index == len(spec):
                 return
-            self._wait(poller)
+            if self.cancelled:
+                raise ConnectionAbortedError("the connection closed while its answer was sent")
+            if (index, offset) != at:
+                deadline = time.monotonic() + self.max_stall_s
+            elif time.monotonic() > deadline:
+                raise TimeoutError(f"the client read nothing for {self.max_stall_s:g} s")
 
     def _write(self, view: memoryview, poller: select.poll) -> None:
+        if self._in_c:
+            self._send_all([view])
+            return
         while view:
             try:
                 n = os.write(self.fd, view)

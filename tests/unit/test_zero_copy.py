@@ -339,3 +339,36 @@ def test_an_encrypted_send_of_a_truncated_region_fails(tmp_path):
     assert isinstance(err, EOFError)
     assert tls.chunks == [file_sender.TLS_CHUNK]  # the full chunks read went out before the failure
     assert region.fd == -1
+
+
+def test_a_slow_reader_that_keeps_reading_is_not_given_up(tmp_path, impl):
+    """The stall limit counts time without progress, not the send's length: the C sender
+    waits for the socket itself and reports where it got each _POLL_MS."""
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    data = os.urandom(1 << 20)
+    region = region_of(tmp_path, data)
+    received = bytearray()
+
+    def reader() -> None:
+        import time
+        while chunk := b.recv(4096):
+            received.extend(chunk)
+            time.sleep(0.002)  # about 2 MB/s: the whole send lasts longer than the stall limit
+
+    t = threading.Thread(target=reader)
+    t.start()
+
+    async def main() -> BaseException | None:
+        sender = FileSender(max_stall_ms=100)
+        done: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+        sender.start(a.fileno(), [b"head", region], region.size, done.set_result)
+        return await done
+
+    err = asyncio.run(main())
+    a.close()
+    t.join(30)
+    b.close()
+    assert err is None
+    assert bytes(received) == b"head" + data
