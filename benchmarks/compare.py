@@ -584,14 +584,15 @@ def _rdk_parallel(argvs: list[list[str]], parse: Callable[[str], rdkafka_perf.Su
     return Rate(sum(s.records for s in summaries) / seconds, sum(s.bytes for s in summaries) / seconds / 1e6, seconds)
 
 
-def _rdk_consume_split(bs: str, topic: str, partitions: int, processes: int, extra: list[str]) -> Rate:
-    """The topic read by ``processes`` generators at once, each from its share of the partitions
-    to their ends (read before the window): one librdkafka consumer parses a broker's answers on
-    one thread, so alone it can be the pace where the broker is not."""
+def _rdk_consume_split(bs: str, lbs: str, topic: str, partitions: int, processes: int, extra: list[str]) -> Rate:
+    """The topic read by ``processes`` generators at once on ``lbs``, each from its share of the
+    partitions to their ends (read on the PLAINTEXT ``bs`` before the window): one librdkafka
+    consumer parses a broker's answers on one thread, so alone it can be the pace where the
+    broker is not."""
     ends = log_ends(bs, [topic], partitions)
     shares = [range(i, partitions, processes) for i in range(processes)]
     counts = [sum(ends[(topic, p)] for p in share) for share in shares]
-    return _rdk_parallel([rdkafka_perf.consumer_args(bs, topic, share, n, extra=extra)
+    return _rdk_parallel([rdkafka_perf.consumer_args(lbs, topic, share, n, extra=extra)
                           for share, n in zip(shares, counts, strict=True)],
                          rdkafka_perf.parse_consumer, counts, own_windows=True)
 
@@ -818,7 +819,7 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
                 load(f"rdk_cons_{size}", f"rdkafka_performance consume {size} B",
                      functools.partial(_rdk_consume, lbs, topic, PARTITIONS, count, extra=x))
                 load(f"rdk_cons2_{size}", f"rdkafka_performance x{CONSUME_PROCESSES} consume {size} B",
-                     functools.partial(_rdk_consume_split, lbs, topic, PARTITIONS, CONSUME_PROCESSES, x))
+                     functools.partial(_rdk_consume_split, bs, lbs, topic, PARTITIONS, CONSUME_PROCESSES, x))
             if acks == "1" and (f"rdk_prod_{size}_1.rps" in results or "base" in args.skip):
                 if "java" not in args.skip and not args.no_java_consumer:
                     load(f"java_cons_{size}", f"ConsumerPerformance {size} B",
