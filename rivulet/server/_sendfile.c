@@ -71,7 +71,7 @@ send_parts(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     n = PyList_GET_SIZE(list);
     if (wait_ms < 0 || index < 0 || index > n || offset < 0) {
-        PyErr_SetString(PyExc_ValueError, "index or offset out of range");
+        PyErr_SetString(PyExc_ValueError, "index, offset or wait_ms out of range");
         return NULL;
     }
     if (index == n)
