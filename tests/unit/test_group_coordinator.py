@@ -512,6 +512,33 @@ def test_member_that_never_syncs_is_removed():
     assert not group(c).has(silent.member_id) and group(c).is_(PREPARING_REBALANCE)
 
 
+def test_leader_silent_after_its_join_answer_is_expired_by_its_session():
+    """As Kafka 4.3: answering the JoinGroups restarts each member's session timer, and a member
+    neither heartbeating nor syncing is not covered by a parked request; the leader is removed,
+    the follower's parked SyncGroup told to rejoin, and the leader's late SyncGroup finds its id
+    unknown. (sarama's cooperative leader can take that long between its JoinGroup answer and its
+    SyncGroup: docs/compatibility.md, the sarama row.)"""
+    c, b = make_coordinator()
+    leader, = stable_group(c, b, 1, session_timeout_ms=6000, rebalance_timeout_ms=60000)
+    follower = Member(c, "g", "c1", session_timeout_ms=6000, rebalance_timeout_ms=60000)
+    follower.join_fully()
+    assert leader.heartbeat() == E.REBALANCE_IN_PROGRESS
+    leader.join()
+    assert leader.join_result.error == E.NONE and leader.join_result.leader_id == leader.member_id
+    assert follower.join_result.error == E.NONE and follower.generation == leader.generation == 2
+    follower.sync()
+    assert follower.sync_result is None and group(c).is_(COMPLETING_REBALANCE)
+    b.advance(5999)
+    assert group(c).has(leader.member_id)
+    b.advance(2)
+    assert not group(c).has(leader.member_id) and group(c).is_(PREPARING_REBALANCE)
+    assert follower.sync_result.error == E.REBALANCE_IN_PROGRESS
+    leader.sync({leader.member_id: b"a", follower.member_id: b"b"})
+    assert leader.sync_result.error == E.UNKNOWN_MEMBER_ID
+    follower.join()
+    assert follower.join_result.error == E.NONE and follower.generation == 3 and group(c).size == 1
+
+
 # ---------------------------------------------------------------- static membership (KIP-345)
 
 def test_static_member_restart_within_session_no_rebalance():
