@@ -105,14 +105,14 @@ class Send:
 
     def run(self) -> None:
         """On a sender thread: write every part in order, or raise why it could not."""
-        poller = select.poll()
-        poller.register(self.fd, select.POLLOUT)
         try:
+            if self._in_c and self.tls is None:  # C waits for the socket itself: no poller
+                self._send_all([(p.fd, p.position, p.size) if type(p) is FileRegion else p for p in self.parts])
+                return
+            poller = select.poll()
+            poller.register(self.fd, select.POLLOUT)
             if self.tls is not None:
                 self._send_encrypted(self.tls, poller)
-                return
-            if self._in_c:
-                self._send_all([(p.fd, p.position, p.size) if type(p) is FileRegion else p for p in self.parts])
                 return
             for part in self.parts:
                 if type(part) is FileRegion:
