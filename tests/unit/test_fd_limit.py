@@ -11,6 +11,7 @@ from rivulet.server import fd_limit
 from rivulet.server.fd_limit import FdLimit, describe, partitions_within, raise_open_file_limit
 from rivulet.storage import LogConfig
 from rivulet.storage.log import Log
+from tests.unit.test_zero_copy import open_fds
 
 pytestmark = pytest.mark.fast
 
@@ -48,27 +49,13 @@ def test_already_at_the_hard_limit(monkeypatch):
     assert raise_open_file_limit().raised_from is None
 
 
-def _open_fds(under: str) -> int:
-    """Descriptors open on files under `under`: other tests' sockets and files,
-    closed by a garbage collection at any moment, must not count."""
-    count = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue  # closed while listing
-        count += target.startswith(under)
-    return count
-
-
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd to count descriptors")
 def test_an_idle_partition_holds_one_descriptor(tmp_path):
-    under = str(tmp_path)
-    assert _open_fds(under) == 0
+    assert open_fds(tmp_path) == 0
     logs = [Log(str(tmp_path / f"t-{i}"), LogConfig()) for i in range(20)]
-    assert _open_fds(under) == 20  # the active segment's .log; the indexes hold none
+    assert open_fds(tmp_path) == 20  # the active segment's .log; the indexes hold none
     assert all(os.path.exists(os.path.join(lg.dir, "00000000000000000000.index")) for lg in logs)
     for lg in logs:
         lg.close()
-    assert _open_fds(under) == 0
+    assert open_fds(tmp_path) == 0
     assert fd_limit.FDS_PER_PARTITION == 1
