@@ -33,8 +33,10 @@ from typing import Sequence
 from benchmarks import compare, rdkafka_perf
 from rivulet.protocol.framing import decode_request, encode_response_parts
 from rivulet.protocol.messages import fetch_response as fr
+from rivulet.protocol.messages import produce_response as pr
 from rivulet.protocol.messages.fetch_request import FetchRequest
-from rivulet.protocol.records import Record, encode_batch
+from rivulet.protocol.messages.produce_request import ProduceRequest
+from rivulet.protocol.records import Record, encode_batch, iter_batches
 from rivulet.testing import BrokerProcess
 
 PARTITIONS = 4
@@ -94,6 +96,28 @@ class Answers:
         return fr.FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics, node_endpoints=[])
 
 
+class Acks:
+    """Produce answered at once: every batch taken, at offsets counted per partition, nothing
+    kept (the producer rows' ceiling: a broker that costs nothing)."""
+
+    def __init__(self) -> None:
+        self.ends: dict[tuple[object, int], int] = {}
+
+    def answer(self, req: ProduceRequest, version: int) -> pr.ProduceResponse:
+        topics = []
+        for t in req.topic_data:
+            key = t.topic_id if version >= 13 else t.name
+            parts = []
+            for p in t.partition_data:
+                base = self.ends.get((key, p.index), 0)
+                self.ends[(key, p.index)] = base + sum(h.last_offset_delta + 1 for _, h in iter_batches(p.records or b""))
+                parts.append(pr.PartitionProduceResponse(index=p.index, error_code=0, base_offset=base,
+                                                         log_append_time_ms=-1, log_start_offset=0,
+                                                         record_errors=[], error_message=None))
+            topics.append(pr.TopicProduceResponse(name=t.name, topic_id=t.topic_id, partition_responses=parts))
+        return pr.ProduceResponse(responses=topics, throttle_time_ms=0, node_endpoints=[])
+
+
 def _frame(sock: socket.socket) -> bytes | None:
     """One size-prefixed frame's body, or None at the end of the stream."""
     head = _read_exactly(sock, 4)
@@ -125,11 +149,12 @@ def _send_parts(sock: socket.socket, parts: list[bytes | bytearray | memoryview]
 
 
 class Proxy:
-    """Requests through to the broker, Fetch answered from ``Answers``; a thread each way per
-    connection (blocking sockets: the answers go out with one ``sendmsg`` each)."""
+    """Requests through to the broker, Fetch answered from ``Answers`` and, given ``acks``,
+    Produce from it; a thread each way per connection (blocking sockets: the answers go out
+    with one ``sendmsg`` each)."""
 
-    def __init__(self, upstream_port: int, answers: Answers) -> None:
-        self.upstream_port, self.answers = upstream_port, answers
+    def __init__(self, upstream_port: int, answers: Answers, acks: Acks | None = None) -> None:
+        self.upstream_port, self.answers, self.acks = upstream_port, answers, acks
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.cpu_s = 0.0  # of the threads that answer Fetch
@@ -156,12 +181,18 @@ class Proxy:
         t0 = _thread_cpu()
         try:
             while (frame := _frame(client)) is not None:
-                if struct.unpack_from(">h", frame, 0)[0] != 1:
+                api_key = struct.unpack_from(">h", frame, 0)[0]
+                if api_key != 1 and (api_key != 0 or self.acks is None):
                     upstream.sendall(struct.pack(">i", len(frame)) + frame)
                     continue
                 header, req = decode_request(frame)
-                parts = encode_response_parts(self.answers.answer(req, header.api_version), 1,
-                                              header.api_version, header.correlation_id)
+                if api_key == 0:
+                    if req.acks == 0:
+                        continue
+                    response = self.acks.answer(req, header.api_version)
+                else:
+                    response = self.answers.answer(req, header.api_version)
+                parts = encode_response_parts(response, api_key, header.api_version, header.correlation_id)
                 with write:
                     _send_parts(client, parts)
         except OSError:

@@ -395,3 +395,21 @@ def test_every_run_of_a_several_runs_figure_is_pooled_over_the_rounds():
     assert pooled_runs(runs, "g") == ("g, every run (s): Rivulet 3.10, 3.20, 3.00, 3.00; Kafka 2.20, 2.20, 3.40, "
                                       "3.40; their medians 3.05 / 2.80, K/R 0.92")
     assert pooled_runs({"rivulet": [{}], "kafka": [{}]}, "g") is None
+
+
+def test_the_instant_proxy_acknowledges_produce_at_offsets_counted_per_partition():
+    from benchmarks.instant_fetch import Acks
+    from rivulet.protocol.messages.produce_request import PartitionProduceData, ProduceRequest, TopicProduceData
+    from rivulet.protocol.records import Record, encode_batch
+
+    def batch(n: int) -> bytes:
+        return encode_batch([Record(i, 0, None, b"v", []) for i in range(n)], base_timestamp=0)
+
+    acks = Acks()
+    req = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=1000, topic_data=[TopicProduceData(
+        name="t", partition_data=[PartitionProduceData(index=0, records=batch(3) + batch(2)),
+                                  PartitionProduceData(index=1, records=batch(4))])])
+    first = acks.answer(req, 9)
+    again = acks.answer(req, 9)
+    assert [(p.index, p.base_offset, p.error_code) for p in first.responses[0].partition_responses] == [(0, 0, 0), (1, 0, 0)]
+    assert [(p.index, p.base_offset) for p in again.responses[0].partition_responses] == [(0, 5), (1, 4)]
