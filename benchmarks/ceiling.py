@@ -1,15 +1,22 @@
 """The rows a load generator holds, against a broker that costs nothing (issue 32, item 3).
 
-Where both brokers run a row below the generator's limit, no broker can do better than the
-generator against an answer that takes no work. This runs each such row three ways, alternating
-round by round on the same machine: against ``instant_fetch``'s proxy (Fetch answered from one
-batch in memory, Produce acknowledged at once, nothing read or stored; everything else passed to
-a Rivulet broker behind it), against Rivulet, and against Apache Kafka 4.3.1, each with the rows'
-settings from ``benchmarks.compare``. The proxy's rate over Kafka's is the most any broker could
-reach on the row here; Rivulet's over the proxy's says how much of it Rivulet reaches::
+No broker can do better on a row than its load generator against answers that take no work.
+This runs each row on up to four targets, alternating round by round on the same machine, with
+the rows' settings from ``benchmarks.compare``:
+
+- ``instant``: ``instant_fetch``'s proxy (Fetch answered from one batch in memory, Produce
+  acknowledged at once, nothing read or stored; everything else passed to a Rivulet broker
+  behind it);
+- ``instant_io``: the same proxy doing the work no broker avoids: answers read from 1 GiB of
+  memory in turn (a stored topic's bytes are not in the CPU's cache), records written to files
+  (the page cache) before the acknowledgement;
+- ``rivulet`` and ``kafka`` (Apache Kafka 4.3.1).
+
+Each instant target's rate over Kafka's is the most a broker could reach on the row here, and
+Rivulet's over it how much of that Rivulet reaches::
 
     python -m benchmarks.ceiling --rounds 2
-    python -m benchmarks.ceiling --rows rdk_cons_100,java_prod_100_all --rounds 3
+    python -m benchmarks.ceiling --rows rdk_cons_100,java_prod_100_all --targets instant_io,rivulet,kafka
 
 Every broker stays up through the run (idle ones cost well under 1% of a core), and one untimed
 pass of every row on every target comes first: Kafka's JIT compiles its paths, and each process
@@ -22,7 +29,9 @@ import argparse
 import functools
 import json
 import os
+import shutil
 import statistics
+import tempfile
 from dataclasses import dataclass
 from typing import Callable
 
@@ -40,7 +49,8 @@ ROWS: dict[str, tuple[str, int, str]] = {
     "java_cons_100": ("java_cons", 100, "1"),
     "java_cons_1024": ("java_cons", 1024, "1"),
 }
-TARGETS = ("instant", "rivulet", "kafka")
+TARGETS = ("instant", "instant_io", "rivulet", "kafka")
+RING = 256  # buffers a partition for instant_io: 4 x 256 x 1 MiB answers, 1 GiB apart in memory
 
 
 @dataclass(frozen=True)
@@ -53,12 +63,15 @@ class Figure:
 
 class InstantBroker:
     """The proxy in front of a Rivulet broker that answers the rest (Metadata, groups, offsets);
-    it serves one record size, the one its stored batch holds."""
+    it serves one record size, the one its stored batch holds. With ``io``, it does the work no
+    broker avoids: Fetch answers come from 1 GiB of memory in turn, as a stored topic's would,
+    and Produce writes the records to files before it answers."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, io: bool = False) -> None:
         self.upstream = BrokerProcess({"group.initial.rebalance.delay.ms": "0"})
         batch, count = full_batch(size)
-        self.proxy = Proxy(self.upstream.port, Answers(batch, count), Acks())
+        self.acks = Acks(tempfile.mkdtemp(prefix="rivulet-instant-") if io else None)
+        self.proxy = Proxy(self.upstream.port, Answers(batch, count, RING if io else 1), self.acks)
         self.upstream.overrides["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{self.proxy.port}"
 
     def start(self) -> None:
@@ -71,6 +84,9 @@ class InstantBroker:
 
     def close(self) -> None:
         self.proxy.close()
+        self.acks.close()
+        if self.acks.write_dir is not None:
+            shutil.rmtree(self.acks.write_dir, ignore_errors=True)
         self.upstream.stop()
         self.upstream.cleanup()
 
@@ -94,25 +110,30 @@ def _run_row(key: str, count: int, bs: str, lbs: str, fill: bool, pids: list[int
     return Figure(rate.records_per_sec, gen.percent_of_core(over), brk.percent_of_core(over), load)
 
 
-def measure(rows: list[str], rounds: int, records_100: int, records_1k: int) -> dict[str, dict[str, list[Figure]]]:
-    instants = {size: InstantBroker(size) for size in sorted({ROWS[k][1] for k in rows})}
+def measure(rows: list[str], targets: list[str], rounds: int, records_100: int, records_1k: int
+            ) -> dict[str, dict[str, list[Figure]]]:
+    sizes = sorted({ROWS[k][1] for k in rows})
+    instants = {(t, size): InstantBroker(size, io=t == "instant_io")
+                for t in targets if t.startswith("instant") for size in sizes}
     rivulet = compare.Broker("rivulet", compare.Security("PLAINTEXT"))
     kafka = compare.Broker("kafka", compare.Security("PLAINTEXT"))
-    out: dict[str, dict[str, list[Figure]]] = {k: {t: [] for t in TARGETS} for k in rows}
+    out: dict[str, dict[str, list[Figure]]] = {k: {t: [] for t in targets} for k in rows}
     try:
         for i in instants.values():
             i.start()
-        rivulet.start()
-        kafka.start()
+        if "rivulet" in targets:
+            rivulet.start()
+        if "kafka" in targets:
+            kafka.start()
         for n in range(rounds + 1):  # the first untimed
-            order = TARGETS if n % 2 else tuple(reversed(TARGETS))
+            order = targets if n % 2 else targets[::-1]
             for key in rows:
                 count = records_100 if ROWS[key][1] == 100 else records_1k
                 if n == 0:
                     count = max(1000, count // 3)
                 for target in order:
-                    if target == "instant":
-                        i = instants[ROWS[key][1]]
+                    if target.startswith("instant"):
+                        i = instants[(target, ROWS[key][1])]
                         cpu0 = i.proxy.cpu_s  # its threads add their CPU as their connections end
                         f = _run_row(key, count, i.bootstrap, i.bootstrap, False, [i.upstream.proc.pid])
                         proxy_s = i.proxy.cpu_s - cpu0
@@ -123,7 +144,7 @@ def measure(rows: list[str], rounds: int, records_100: int, records_1k: int) -> 
                     label = "warm-up" if n == 0 else f"round {n}"
                     compare.log(f"{label}: {key} on {target}: {f.records_per_sec:,.0f} records/s, generator "
                                 f"{f.generator_pct:.0f}%, broker {f.broker_pct:.0f}%"
-                                + (f" (+ proxy {proxy_s:.2f} s)" if target == "instant" else "")
+                                + (f" (+ proxy {proxy_s:.2f} s)" if target.startswith("instant") else "")
                                 + f", load {f.load:.2f}")
                     if n:
                         out[key][target].append(f)
@@ -141,27 +162,30 @@ def _ratio(by: dict[str, list[Figure]], med: dict[str, float], a: str, b: str) -
     return f"{med[a] / med[b]:.2f} ({min(each):.2f}-{max(each):.2f})"
 
 
-def report(out: dict[str, dict[str, list[Figure]]]) -> str:
-    lines = ["| row | instant / Kafka | Rivulet / Kafka | Rivulet / instant | records/s (instant, Rivulet, Kafka) "
-             "| generator % (instant, Rivulet, Kafka) | load |",
-             "| --- | ---: | ---: | ---: | --- | --- | --- |"]
+def report(out: dict[str, dict[str, list[Figure]]], targets: list[str]) -> str:
+    """A markdown table: each target's records/s over Kafka's (median and the rounds' range),
+    Rivulet's over each instant target's, the medians and the generator's CPU."""
+    pairs = [(t, "kafka") for t in targets if t != "kafka" and "kafka" in targets]
+    pairs += [("rivulet", t) for t in targets if t.startswith("instant") and "rivulet" in targets]
+    head = [f"{a} / {b}" for a, b in pairs]
+    lines = [f"| row | {' | '.join(head)} | records/s ({', '.join(targets)}) | generator % of a core | load |",
+             "| --- |" + " ---: |" * len(pairs) + " --- | --- | --- |"]
     for key, by in out.items():
-        if not all(by[t] for t in TARGETS):
+        if not all(by[t] for t in targets):
             continue
-        med = {t: statistics.median(f.records_per_sec for f in by[t]) for t in TARGETS}
-        gen = {t: statistics.median(f.generator_pct for f in by[t]) for t in TARGETS}
-        loads = [f.load for t in TARGETS for f in by[t]]
-
-        lines.append(f"| {key} | {_ratio(by, med, 'instant', 'kafka')} | {_ratio(by, med, 'rivulet', 'kafka')} | "
-                     f"{_ratio(by, med, 'rivulet', 'instant')} | {med['instant']:,.0f} / {med['rivulet']:,.0f} / "
-                     f"{med['kafka']:,.0f} | {gen['instant']:.0f} / {gen['rivulet']:.0f} / {gen['kafka']:.0f} | "
-                     f"{min(loads):.1f}-{max(loads):.1f} |")
+        med = {t: statistics.median(f.records_per_sec for f in by[t]) for t in targets}
+        gen = {t: statistics.median(f.generator_pct for f in by[t]) for t in targets}
+        loads = [f.load for t in targets for f in by[t]]
+        ratios = " | ".join(_ratio(by, med, a, b) for a, b in pairs)
+        lines.append(f"| {key} | {ratios} | {' / '.join(f'{med[t]:,.0f}' for t in targets)} | "
+                     f"{' / '.join(f'{gen[t]:.0f}' for t in targets)} | {min(loads):.1f}-{max(loads):.1f} |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, of: {', '.join(ROWS)}")
+    ap.add_argument("--targets", default=",".join(TARGETS), help=f"comma-separated, of: {', '.join(TARGETS)}")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--records-100", type=int, default=3_000_000)
     ap.add_argument("--records-1k", type=int, default=1_000_000)
@@ -169,11 +193,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rows = [r for r in args.rows.split(",") if r]
     unknown = [r for r in rows if r not in ROWS]
+    targets = [t for t in args.targets.split(",") if t]
+    unknown += [t for t in targets if t not in TARGETS]
     if unknown:
-        ap.error(f"unknown rows: {', '.join(unknown)}")
+        ap.error(f"unknown rows or targets: {', '.join(unknown)}")
     rdkafka_perf.require_binary()
-    out = measure(rows, args.rounds, args.records_100, args.records_1k)
-    print(report(out))
+    out = measure(rows, targets, args.rounds, args.records_100, args.records_1k)
+    print(report(out, targets))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({k: {t: [vars(x) for x in v] for t, v in by.items()} for k, by in out.items()}, f, indent=1)

@@ -65,18 +65,27 @@ class Answers:
     bytes, the next one cut (KIP-74: a first batch larger than that comes whole). Each
     partition's records are one buffer, its base offsets rewritten for each answer: the
     client has one Fetch in flight per connection, and an answer is sent before the next
-    request is read."""
+    request is read. With ``ring`` > 1 each partition answers from that many buffers in turn,
+    so the bytes sent come from memory as far apart as a stored topic's (not from one buffer
+    the CPU's cache keeps)."""
 
-    def __init__(self, batch: bytes, count: int) -> None:
-        self.batch, self.count = batch, count
+    def __init__(self, batch: bytes, count: int, ring: int = 1) -> None:
+        self.batch, self.count, self.ring = batch, count, ring
         self.template = batch * (1 + (4 << 20) // len(batch) + 1)
-        self.buffers: dict[tuple[object, int, int], bytearray] = {}
+        self.buffers: dict[tuple[object, ...], list[bytearray]] = {}
+        self.turn: dict[tuple[object, ...], int] = {}
 
     def records(self, key: tuple[object, int], offset: int, max_bytes: int) -> bytearray:
         size = max(min(max_bytes, len(self.template)), len(self.batch))
-        out = self.buffers.get((*key, size))
-        if out is None:
-            out = self.buffers[(*key, size)] = bytearray(self.template[:size])
+        # A ring is made once for every topic: making 1 GiB for each topic a run creates would
+        # put that copy in the measured window; two readers of one ring are 256 answers apart.
+        where = (key[1], size) if self.ring > 1 else (*key, size)
+        ring = self.buffers.get(where)
+        if ring is None:
+            ring = self.buffers[where] = [bytearray(self.template[:size]) for _ in range(self.ring)]
+        turn = self.turn.get(where, 0)
+        self.turn[where] = (turn + 1) % len(ring)
+        out = ring[turn]
         for i, pos in enumerate(range(0, size - 7, len(self.batch))):
             _BASE.pack_into(out, pos, offset + i * self.count)
         return out
@@ -98,10 +107,28 @@ class Answers:
 
 class Acks:
     """Produce answered at once: every batch taken, at offsets counted per partition, nothing
-    kept (the producer rows' ceiling: a broker that costs nothing)."""
+    kept (the producer rows' ceiling: a broker that costs nothing). With ``write_dir``, each
+    partition's records are first appended to a file of its own there, the one piece of work
+    every broker does (into the page cache; nothing synced, as brokers do not by default)."""
 
-    def __init__(self) -> None:
+    def __init__(self, write_dir: str | None = None) -> None:
         self.ends: dict[tuple[object, int], int] = {}
+        self.write_dir = write_dir
+        self.files: dict[tuple[object, int], int] = {}
+
+    def _write(self, key: tuple[object, int], records: bytes | memoryview) -> None:
+        fd = self.files.get(key)
+        if fd is None:
+            path = os.path.join(self.write_dir, f"{len(self.files)}.log")
+            fd = self.files[key] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        view = memoryview(records)
+        while view:
+            view = view[os.write(fd, view):]
+
+    def close(self) -> None:
+        for fd in self.files.values():
+            os.close(fd)
+        self.files.clear()
 
     def answer(self, req: ProduceRequest, version: int) -> pr.ProduceResponse:
         topics = []
@@ -110,6 +137,8 @@ class Acks:
             parts = []
             for p in t.partition_data:
                 base = self.ends.get((key, p.index), 0)
+                if self.write_dir is not None and p.records:
+                    self._write((key, p.index), p.records)
                 self.ends[(key, p.index)] = base + sum(h.last_offset_delta + 1 for _, h in iter_batches(p.records or b""))
                 parts.append(pr.PartitionProduceResponse(index=p.index, error_code=0, base_offset=base,
                                                          log_append_time_ms=-1, log_start_offset=0,
