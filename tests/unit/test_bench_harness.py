@@ -413,3 +413,12 @@ def test_the_instant_proxy_acknowledges_produce_at_offsets_counted_per_partition
     again = acks.answer(req, 9)
     assert [(p.index, p.base_offset, p.error_code) for p in first.responses[0].partition_responses] == [(0, 0, 0), (1, 0, 0)]
     assert [(p.index, p.base_offset) for p in again.responses[0].partition_responses] == [(0, 5), (1, 4)]
+
+
+def test_a_produce_row_drops_the_page_cache_before_its_topic_is_made(monkeypatch):
+    from benchmarks import compare
+    calls: list[str] = []
+    monkeypatch.setattr(compare, "drop_page_cache", lambda: calls.append("drop"))
+    compare._dropping_first(lambda: calls.append("create"))()
+    compare._dropping_first(None)()
+    assert calls == ["drop", "create", "drop"]
