@@ -91,9 +91,11 @@ class InstantBroker:
         self.upstream.cleanup()
 
 
-def _run_row(key: str, count: int, bs: str, lbs: str, fill: bool, pids: list[int]) -> Figure:
+def _run_row(key: str, count: int, bs: str, lbs: str, fill: bool, pids: list[int], drop_caches: bool) -> Figure:
     tool, size, acks = ROWS[key]
     topic = compare._topic(key.replace("_", "-"))
+    if tool == "java_prod" and drop_caches:
+        compare.drop_page_cache()
     compare._create(bs, [topic], PARTITIONS)
     if tool != "java_prod" and fill:  # outside the window, as compare fills its consume rows
         compare._rdk_produce(lbs, topic, count, size, "1")
@@ -110,8 +112,8 @@ def _run_row(key: str, count: int, bs: str, lbs: str, fill: bool, pids: list[int
     return Figure(rate.records_per_sec, gen.percent_of_core(over), brk.percent_of_core(over), load)
 
 
-def measure(rows: list[str], targets: list[str], rounds: int, records_100: int, records_1k: int
-            ) -> dict[str, dict[str, list[Figure]]]:
+def measure(rows: list[str], targets: list[str], rounds: int, records_100: int, records_1k: int,
+            drop_caches: bool = False) -> dict[str, dict[str, list[Figure]]]:
     sizes = sorted({ROWS[k][1] for k in rows})
     instants = {(t, size): InstantBroker(size, io=t == "instant_io")
                 for t in targets if t.startswith("instant") for size in sizes}
@@ -135,11 +137,11 @@ def measure(rows: list[str], targets: list[str], rounds: int, records_100: int, 
                     if target.startswith("instant"):
                         i = instants[(target, ROWS[key][1])]
                         cpu0 = i.proxy.cpu_s  # its threads add their CPU as their connections end
-                        f = _run_row(key, count, i.bootstrap, i.bootstrap, False, [i.upstream.proc.pid])
+                        f = _run_row(key, count, i.bootstrap, i.bootstrap, False, [i.upstream.proc.pid], drop_caches)
                         proxy_s = i.proxy.cpu_s - cpu0
                     else:
                         b = rivulet if target == "rivulet" else kafka
-                        f = _run_row(key, count, b.bootstrap, b.load_bootstrap, True, [b.pid])
+                        f = _run_row(key, count, b.bootstrap, b.load_bootstrap, True, [b.pid], drop_caches)
                         proxy_s = 0.0
                     label = "warm-up" if n == 0 else f"round {n}"
                     compare.log(f"{label}: {key} on {target}: {f.records_per_sec:,.0f} records/s, generator "
@@ -189,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--records-100", type=int, default=3_000_000)
     ap.add_argument("--records-1k", type=int, default=1_000_000)
+    ap.add_argument("--drop-caches", action="store_true", help="drop the page cache before each produce row "
+                    "(root; see compare.drop_page_cache)")
     ap.add_argument("--json", help="write every figure here")
     args = ap.parse_args(argv)
     rows = [r for r in args.rows.split(",") if r]
@@ -198,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown rows or targets: {', '.join(unknown)}")
     rdkafka_perf.require_binary()
-    out = measure(rows, targets, args.rounds, args.records_100, args.records_1k)
+    out = measure(rows, targets, args.rounds, args.records_100, args.records_1k, args.drop_caches)
     print(report(out, targets))
     if args.json:
         with open(args.json, "w") as f:
