@@ -353,7 +353,7 @@ def check_delegation_token_command(bootstrap: str, tmp_path: Path) -> None:
         "sasl.jaas.config": f'org.apache.kafka.common.security.scram.ScramLoginModule required '
                             f'username="{token_id}" password="{hmac}" tokenauth=true;'})
     listed = jt.run_tool(jt.TOPIC_COMMAND, ["--bootstrap-server", bootstrap, "--command-config", with_token,
-                                            "--list"], timeout=TOOL_TIMEOUT, jvm_args=jt._ADMIN_JVM)
+                                            "--list"], timeout=TOOL_TIMEOUT)
     assert listed.returncode == 0
     refused = tokens("--describe", "--owner-principal", "User:admin", config=with_token, check=False)
     assert refused.returncode != 0
@@ -363,7 +363,7 @@ def check_delegation_token_command(bootstrap: str, tmp_path: Path) -> None:
     assert "Completed expire operation." in tokens("--expire", "--hmac", hmac, "--expiry-time-period", "-1").stdout
     assert "Total number of tokens : 0" in tokens("--describe", "--owner-principal", "User:admin").stdout
     gone = jt.run_tool(jt.TOPIC_COMMAND, ["--bootstrap-server", bootstrap, "--command-config", with_token,
-                                          "--list"], check=False, timeout=TOOL_TIMEOUT, jvm_args=jt._ADMIN_JVM)
+                                          "--list"], check=False, timeout=TOOL_TIMEOUT)
     assert gone.returncode != 0 and "invalid credentials" in gone.stdout + gone.stderr
     renew_gone = tokens("--renew", "--hmac", hmac, "--renew-time-period", "-1", check=False)
     assert renew_gone.returncode != 0 and "DelegationTokenNotFoundException" in renew_gone.stdout + renew_gone.stderr
