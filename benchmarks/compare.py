@@ -599,12 +599,14 @@ def _rdk_consume_split(bs: str, lbs: str, topic: str, partitions: int, processes
 
 def _java_produce(bs: str, topic: str, count: int, size: int, acks: str, props: dict[str, str]) -> Rate:
     r = java_tools.producer_perf(bs, topic, num_records=count, record_size=size, acks=acks,
-                                 props={**JAVA_PRODUCER_PROPS, **props}, timeout=TOOL_TIMEOUT)
+                                 props={**JAVA_PRODUCER_PROPS, **props}, timeout=TOOL_TIMEOUT,
+                                 jvm_args=java_tools.MEASURED_JVM)
     return Rate(r.records_per_sec, r.mb_per_sec * 1.048576, r.records / r.records_per_sec)  # MiB/s -> MB/s
 
 
 def _java_consume(bs: str, topic: str, count: int, props: dict[str, str]) -> Rate:
-    r = java_tools.consumer_perf(bs, topic, num_records=count, props=props, timeout=TOOL_TIMEOUT)
+    r = java_tools.consumer_perf(bs, topic, num_records=count, props=props, timeout=TOOL_TIMEOUT,
+                                 jvm_args=java_tools.MEASURED_JVM)
     # fetch.* figures exclude the group join, which is measured separately.
     return Rate(r.fetch_records_per_sec, r.fetch_mb_per_sec * 1.048576, r.fetch_ms / 1000)  # MiB/s -> MB/s
 
@@ -889,7 +891,7 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, float]:
         topic = _topic("jlat")
         _create(bs, [topic], 1)
         r = java_tools.end_to_end_latency(lbs, topic, num_records=JAVA_LATENCY_RECORDS, record_size=100, acks="all",
-                                          props=jprops)
+                                          props=jprops, jvm_args=java_tools.MEASURED_JVM)
         results["jlat_avg"] = r.avg_ms
         results["jlat_p99"] = float(r.p99_ms)
     if "latency" not in args.skip and "java" not in args.skip:

@@ -112,7 +112,8 @@ def jfr_profile(recording: Path, top: int = 12) -> tuple[int, list[tuple[str, st
 
 
 def _jvm(jfr: Path | None) -> list[str]:
-    return [] if jfr is None else [f"-XX:StartFlightRecording=filename={jfr},settings=profile,dumponexit=true"]
+    return [*java_tools.MEASURED_JVM,
+            *([] if jfr is None else [f"-XX:StartFlightRecording=filename={jfr},settings=profile,dumponexit=true"])]
 
 
 def produce(bs: str, topic: str, records: int, size: int, acks: str, jfr: Path | None = None) -> dict[str, float]:

@@ -224,7 +224,7 @@ def java_share_figures(bootstrap: str, topic: str, records: int, members: int, t
     earliest(bootstrap, group)
     try:  # source-file mode: the JVM compiles it, before its clock starts
         run = java_tools.run_tool(str(SHARE_ACKS), [bootstrap, topic, group, str(members), str(records), str(timeout)],
-                                  timeout=timeout + 120)
+                                  timeout=timeout + 120, jvm_args=java_tools.MEASURED_JVM)
     except java_tools.JavaToolError as e:
         raise ShareRunError(f"java x{members}: {e}") from e
     return parse_java_summary(run.stdout)

@@ -69,9 +69,8 @@ def run_probe(bootstrap: str, stderr_path: Path, sections: list[str] | None = No
               timeout: float = 300) -> dict[str, str]:
     """The probe's lines, ``{step: answer}``; its stderr (the messages) into ``stderr_path``."""
     with open(stderr_path, "w") as err:
-        r = subprocess.run(["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", jt.classpath(), str(SOURCE),
-                            bootstrap, *(sections or [])], stdout=subprocess.PIPE, stderr=err, text=True,
-                           timeout=timeout)
+        r = subprocess.run(jt.program_command(SOURCE, [bootstrap, *(sections or [])]), stdout=subprocess.PIPE,
+                           stderr=err, text=True, timeout=timeout)
     if r.returncode != 0:
         raise RuntimeError(f"the probe failed (exit {r.returncode}): {stderr_path.read_text()[-3000:]}")
     return parse(r.stdout)

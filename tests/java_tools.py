@@ -13,6 +13,7 @@ so a test failure always shows what Kafka's client saw.
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import re
 import shutil
@@ -52,11 +53,15 @@ ACL_COMMAND = "org.apache.kafka.tools.AclCommand"  # kafka-acls.sh
 FEATURE_COMMAND = "org.apache.kafka.tools.FeatureCommand"  # kafka-features.sh
 DELEGATION_TOKEN_COMMAND = "org.apache.kafka.tools.DelegationTokenCommand"  # kafka-delegation-tokens.sh
 
-# What kafka-*-perf-test.sh give their JVMs; the G1 flags match the reference broker's.
-_TOOL_JVM = ["-Xmx512m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true"]
-# Admin commands live about a second and are never measured: the C1-only JIT starts them
-# ~0.4 s sooner. The perf tools keep the full JIT so their figures stay representative.
-_ADMIN_JVM = ("-XX:TieredStopAtLevel=1",)
+# What kafka-*-perf-test.sh give their JVMs; the G1 flags match the reference broker's. For
+# the benchmarks, whose figures must stay representative (tool_command's jvm_args).
+MEASURED_JVM = ("-Xmx512m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true")
+# Every JVM the tests start for a tool or a tests/java program: they live seconds and are never
+# measured, on 2 shared cores, where C2's compilations, G1's threads and the perf-data file cost
+# more CPU than they win back (as tests/spark_conf's for Spark's JVMs).
+LIGHT_JVM = ("-XX:TieredStopAtLevel=1", "-XX:CICompilerCount=1", "-XX:+UseSerialGC", "-XX:-UsePerfData")
+TOOL_JVM = ("-Xmx512m", *LIGHT_JVM)
+PROGRAM_JVM = ("-Xmx256m", *LIGHT_JVM)  # program_command's
 
 
 class JavaToolError(RuntimeError):
@@ -193,14 +198,15 @@ def maven_classpath(name: str, artifacts: Sequence[str], version: str = KAFKA_VE
 
 
 def tool_command(main_class: str, args: Sequence[str], *, version: str = KAFKA_VERSION,
-                 jvm_args: Sequence[str] = ()) -> list[str]:
-    """The command line that runs ``main_class`` with the perf tools' JVM flags; raises
-    JavaToolError when Java or Kafka's jars are unavailable."""
+                 jvm_args: Sequence[str] = TOOL_JVM) -> list[str]:
+    """The command line that runs ``main_class`` (a JVM with ``jvm_args``: the tests' light
+    flags unless a benchmark asks for MEASURED_JVM); raises JavaToolError when Java or Kafka's
+    jars are unavailable."""
     reason = java_available(version)
     if reason is not None:
         raise JavaToolError(f"Kafka's Java tools are unavailable: {reason}")
     return [
-        "java", *_TOOL_JVM, *jvm_args,
+        "java", *jvm_args,
         f"-Dlog4j2.configurationFile={_tools_log_config(version)}",
         "-cp", classpath(version), main_class, *args,
     ]
@@ -213,9 +219,19 @@ def run_tool(
     timeout: float = 120.0,
     check: bool = True,
     version: str = KAFKA_VERSION,
-    jvm_args: Sequence[str] = (),
+    jvm_args: Sequence[str] = TOOL_JVM,
 ) -> ToolRun:
-    """``java -cp <cached jars> main_class args...``; raises JavaToolError on non-zero exit."""
+    """``java -cp <cached jars> main_class args...``; raises JavaToolError on non-zero exit.
+    With the tests' flags (TOOL_JVM) the JVM maps the tool's classes from its class archive."""
+    archive = dump = None
+    # Not for a benchmark's MEASURED_JVM (its start-up is measured as it is), nor a source file.
+    if tuple(jvm_args) == TOOL_JVM and not main_class.endswith(".java"):
+        archive = _class_archive(main_class, version)
+        if archive.is_file():
+            jvm_args = (*jvm_args, f"-XX:SharedArchiveFile={archive}", "-Xlog:cds*=off")
+        else:
+            dump = archive.with_name(f"{archive.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial")
+            jvm_args = (*jvm_args, f"-XX:ArchiveClassesAtExit={dump}", "-Xlog:cds*=off")
     cmd = tool_command(main_class, args, version=version, jvm_args=jvm_args)
     started = time.monotonic()
     try:
@@ -225,10 +241,89 @@ def run_tool(
         rc = None
         out = _text(e.stdout)
         err = _text(e.stderr) + f"\n[killed after {timeout:.0f}s]"
+    if dump is not None and archive is not None and dump.exists():
+        # Written as the JVM exited; a JVM killed (at the timeout, by a signal) may have left it
+        # truncated, which would crash the next JVM that maps it.
+        if rc is None or rc < 0:
+            dump.unlink()
+        else:
+            os.replace(dump, archive)
     run = ToolRun(main_class, tuple(args), rc, out, err, time.monotonic() - started)
     if check and rc != 0:
         raise JavaToolError(f"{run.main_class.rsplit('.', 1)[-1]} failed", run)
     return run
+
+
+def _class_archive(main_class: str, version: str) -> Path:
+    """Where the class archive (AppCDS, made by the tool's first run) of ``main_class`` is kept,
+    per jars and JVM: a JVM that maps it instead of loading and verifying its classes from the
+    jars starts a Kafka tool on about half the CPU (0.4 of 0.8 s here)."""
+    folder = cache_root() / "class-archives"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{main_class}-{version}-{_jars_and_jvm(version)}.jsa"
+
+
+@functools.cache
+def _jars_and_jvm(version: str) -> str:
+    """A digest of Kafka's jars and the JVM: an archive is valid only with both as they were."""
+    jvm = Path(os.path.realpath(shutil.which("java") or "java")).parents[1] / "lib" / "server" / "libjvm.so"
+    key = hashlib.sha256(f"{jvm}:{jvm.stat().st_mtime_ns if jvm.exists() else 0}\n".encode())
+    for jar in sorted(Path(classpath(version)[:-1]).glob("*.jar")):
+        st = jar.stat()
+        key.update(f"{jar.name}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    return key.hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------- the tests' Java programs
+
+
+def program_classes(source: Path, cp: str) -> Path:
+    """The directory of ``source``'s classes (a program of tests/java or benchmarks/java),
+    compiled against ``cp`` once per content of the source, jars of the class path and JDK, in
+    the cache beside Kafka's jars. Java's source launcher (``java File.java``) compiled it anew
+    at every launch, 1.5 to 3 s of CPU. The finished directory appears by rename, so a parallel
+    worker never sees it half written; raises JavaToolError when javac fails."""
+    # javac beside the java that runs the classes: its class files are that JDK's version.
+    java = shutil.which("java")
+    if java is None:
+        raise JavaToolError("java not found on PATH")
+    javac = Path(os.path.realpath(java)).with_name("javac")
+    key = hashlib.sha256(source.read_bytes())
+    key.update(str(javac).encode())
+    for entry in cp.split(os.pathsep):
+        jars = sorted(Path(entry[:-1]).glob("*.jar")) if entry.endswith("*") else [Path(entry)]
+        key.update("".join(f"{jar}:{jar.stat().st_size}\n" for jar in jars).encode())
+    classes = cache_root() / "java-classes" / f"{source.stem}-{key.hexdigest()[:16]}"
+    if (classes / f"{source.stem}.class").is_file():
+        return classes
+    classes.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f"{classes.name}.partial-", dir=classes.parent))
+    try:
+        done = subprocess.run([str(javac), *(f"-J{flag}" for flag in LIGHT_JVM), "-nowarn", "-proc:none",
+                               "-d", str(scratch), "-cp", cp, str(source)], capture_output=True, text=True,
+                              timeout=300)
+        if done.returncode != 0:
+            raise JavaToolError(f"javac {source.name} failed:\n{_tail(done.stdout + done.stderr, 3000)}")
+        try:
+            scratch.rename(classes)
+        except OSError:  # another worker's came first
+            if not (classes / f"{source.stem}.class").is_file():
+                raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return classes
+
+
+def program_command(source: Path, args: Sequence[str], *, cp: str | None = None,
+                    jvm_args: Sequence[str] = PROGRAM_JVM) -> list[str]:
+    """The command line that runs ``source``'s main class (the class the file is named after)
+    with ``args``, its classes (program_classes) first on the class path ``cp`` (Kafka's jars by
+    default); raises JavaToolError when Java or Kafka's jars are unavailable."""
+    reason = java_available()
+    if reason is not None:
+        raise JavaToolError(f"Kafka's Java client is unavailable: {reason}")
+    cp = cp or classpath()
+    return ["java", *jvm_args, "-cp", f"{program_classes(source, cp)}{os.pathsep}{cp}", source.stem, *args]
 
 
 def _text(b: bytes | str | None) -> str:
@@ -295,14 +390,16 @@ def producer_perf(
     acks: str = "all",
     props: Mapping[str, object] | None = None,
     timeout: float = 120.0,
+    jvm_args: Sequence[str] = TOOL_JVM,
 ) -> ProducerPerfResult:
     """kafka-producer-perf-test. Idempotence stays at the client default (on) unless ``props``
-    says otherwise. Raises unless every record was acknowledged."""
+    says otherwise. Raises unless every record was acknowledged. ``jvm_args``: MEASURED_JVM for
+    figures worth comparing."""
     with _ConfigFile({"acks": acks, **(props or {})}) as cfg:
         run = run_tool(PRODUCER_PERF, [
             "--bootstrap-server", bootstrap, "--topic", topic, "--num-records", str(num_records),
             "--record-size", str(record_size), "--throughput", str(throughput), *cfg,
-        ], timeout=timeout)
+        ], timeout=timeout, jvm_args=jvm_args)
     m = _PRODUCER_TOTAL.search(run.stdout)
     if m is None:
         raise JavaToolError("ProducerPerformance printed no summary line", run)
@@ -342,6 +439,7 @@ def consumer_perf(
     props: Mapping[str, object] | None = None,
     require_all: bool = True,
     timeout: float = 120.0,
+    jvm_args: Sequence[str] = TOOL_JVM,
 ) -> ConsumerPerfResult:
     """kafka-consumer-perf-test: subscribes with ``group`` (a fresh one if None), so this needs
     the group coordinator. The tool gives up after ``idle_timeout_ms`` without records and
@@ -351,7 +449,7 @@ def consumer_perf(
         run = run_tool(CONSUMER_PERF, [
             "--bootstrap-server", bootstrap, "--topic", topic, "--num-records", str(num_records),
             "--group", group, "--timeout", str(idle_timeout_ms), *cfg,
-        ], timeout=timeout)
+        ], timeout=timeout, jvm_args=jvm_args)
     lines = [ln.strip() for ln in run.stdout.splitlines() if ln.strip()]
     try:
         i = next(i for i, ln in enumerate(lines) if ln.startswith("start.time,"))
@@ -400,6 +498,7 @@ def end_to_end_latency(
     acks: str = "all",
     props: Mapping[str, object] | None = None,
     timeout: float = 120.0,
+    jvm_args: Sequence[str] = TOOL_JVM,
 ) -> EndToEndLatencyResult:
     """kafka-e2e-latency: send one record synchronously, poll it back, repeat. The consumer is
     assigned (not subscribed) but commits its offsets under a group at the end; the tool
@@ -408,7 +507,7 @@ def end_to_end_latency(
         run = run_tool(END_TO_END_LATENCY, [
             "--bootstrap-server", bootstrap, "--topic", topic, "--num-records", str(num_records),
             "--producer-acks", acks, "--record-size", str(record_size), *cfg,
-        ], timeout=timeout)
+        ], timeout=timeout, jvm_args=jvm_args)
     avg = re.search(r"^Avg latency: ([\d.]+) ms", run.stdout, re.M)
     pct = re.search(r"^Percentiles: 50th = (\d+), 99th = (\d+), 99\.9th = (\d+)", run.stdout, re.M)
     if avg is None or pct is None:
@@ -424,8 +523,7 @@ def config_command(bootstrap: str, args: Sequence[str], *, admin_props: Mapping[
     """kafka-configs with ``args`` (--alter/--describe, --entity-type ...); raises JavaToolError
     when the tool fails."""
     with _ConfigFile(admin_props) as cfg:
-        return run_tool(CONFIG_COMMAND, ["--bootstrap-server", bootstrap, *args, *cfg], timeout=timeout,
-                        jvm_args=_ADMIN_JVM)
+        return run_tool(CONFIG_COMMAND, ["--bootstrap-server", bootstrap, *args, *cfg], timeout=timeout)
 
 
 def acl_command(bootstrap: str, args: Sequence[str], *, admin_props: Mapping[str, object] | None = None,
@@ -433,14 +531,12 @@ def acl_command(bootstrap: str, args: Sequence[str], *, admin_props: Mapping[str
     """kafka-acls with ``args`` (--add/--list/--remove, --topic ...); raises JavaToolError when
     the tool fails."""
     with _ConfigFile(admin_props) as cfg:
-        return run_tool(ACL_COMMAND, ["--bootstrap-server", bootstrap, *args, *cfg], timeout=timeout,
-                        jvm_args=_ADMIN_JVM)
+        return run_tool(ACL_COMMAND, ["--bootstrap-server", bootstrap, *args, *cfg], timeout=timeout)
 
 
 def feature_command(bootstrap: str, args: Sequence[str], *, check: bool = True, timeout: float = 60.0) -> ToolRun:
     """kafka-features with ``args`` (describe, upgrade, downgrade ...)."""
-    return run_tool(FEATURE_COMMAND, ["--bootstrap-server", bootstrap, *args], check=check, timeout=timeout,
-                    jvm_args=_ADMIN_JVM)
+    return run_tool(FEATURE_COMMAND, ["--bootstrap-server", bootstrap, *args], check=check, timeout=timeout)
 
 
 @dataclass(frozen=True)
@@ -472,7 +568,7 @@ def delegation_token_command(bootstrap: str, args: Sequence[str], command_config
     """kafka-delegation-tokens with ``args`` (--create, --describe, --renew, --expire), as the
     client that ``command_config`` (a properties file) makes."""
     return run_tool(DELEGATION_TOKEN_COMMAND, ["--bootstrap-server", bootstrap, "--command-config", command_config,
-                                               *args], check=check, timeout=timeout, jvm_args=_ADMIN_JVM)
+                                               *args], check=check, timeout=timeout)
 
 
 # ---------------------------------------------------------------------------- TopicCommand
@@ -515,7 +611,7 @@ def create_topic(
     if if_not_exists:
         args.append("--if-not-exists")
     with _ConfigFile(admin_props) as cfg:
-        run = run_tool(TOPIC_COMMAND, args + cfg, timeout=timeout, jvm_args=_ADMIN_JVM)
+        run = run_tool(TOPIC_COMMAND, args + cfg, timeout=timeout)
     if not if_not_exists and f"Created topic {topic}." not in run.stdout:
         raise JavaToolError("TopicCommand did not confirm the creation", run)
     return run
@@ -568,7 +664,7 @@ def describe_topics(
         names = [topics] if isinstance(topics, str) else list(topics)
         args += ["--topic", "|".join(re.escape(n) for n in names) if len(names) > 1 else names[0]]
     with _ConfigFile(admin_props) as cfg:
-        run = run_tool(TOPIC_COMMAND, args + cfg, timeout=timeout, jvm_args=_ADMIN_JVM)
+        run = run_tool(TOPIC_COMMAND, args + cfg, timeout=timeout)
     try:
         return parse_topic_describe(run.stdout)
     except (KeyError, ValueError) as e:
@@ -619,7 +715,7 @@ def _opt_int(v: str) -> int | None:
 
 def _run_group_command(args: list[str], admin_props: Mapping[str, object] | None, timeout: float) -> ToolRun:
     with _ConfigFile(admin_props) as cfg:
-        run = run_tool(CONSUMER_GROUP_COMMAND, args + cfg, timeout=timeout, jvm_args=_ADMIN_JVM)
+        run = run_tool(CONSUMER_GROUP_COMMAND, args + cfg, timeout=timeout)
     # This tool reports most failures as "Error: ..." on stdout and still exits 0.
     if any(ln.startswith("Error:") for ln in run.stdout.splitlines()):
         raise JavaToolError("ConsumerGroupCommand reported an error", run)
@@ -630,8 +726,7 @@ def share_group_command(bootstrap: str, args: Sequence[str], *, timeout: float =
     """kafka-share-groups (the Java Admin's share-group calls) with ``args``: the rows of the
     tables it prints (headed GROUP). Like kafka-consumer-groups it reports failures as "Error:"
     lines and exits 0, which raise here."""
-    run = run_tool(SHARE_GROUP_COMMAND, ["--bootstrap-server", bootstrap, *args], timeout=timeout,
-                   jvm_args=_ADMIN_JVM)
+    run = run_tool(SHARE_GROUP_COMMAND, ["--bootstrap-server", bootstrap, *args], timeout=timeout)
     if "Error:" in run.stdout:
         raise JavaToolError("ShareGroupCommand reported an error", run)
     return [r for t in _tables(run.stdout) for r in t]
@@ -640,8 +735,7 @@ def share_group_command(bootstrap: str, args: Sequence[str], *, timeout: float =
 def streams_group_command(bootstrap: str, args: Sequence[str], *, timeout: float = 60.0) -> list[dict[str, str]]:
     """kafka-streams-groups with ``args``: the rows of the tables it prints (headed GROUP);
     "Error:" lines, which it reports with exit code 0, raise."""
-    run = run_tool(STREAMS_GROUP_COMMAND, ["--bootstrap-server", bootstrap, *args], timeout=timeout,
-                   jvm_args=_ADMIN_JVM)
+    run = run_tool(STREAMS_GROUP_COMMAND, ["--bootstrap-server", bootstrap, *args], timeout=timeout)
     if "Error:" in run.stdout or run.returncode != 0:
         raise JavaToolError("StreamsGroupCommand reported an error", run)
     return [r for t in _tables(run.stdout) for r in t]

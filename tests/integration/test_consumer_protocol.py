@@ -331,14 +331,11 @@ class JavaMembers:
                  tracked: bool = True) -> None:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         import java_tools as jt
-        reason = jt.java_available()
-        assert reason is None, f"Kafka's Java client is needed: {reason}"
         self.owners, self.seen, self.tracked = owners, seen, tracked
         self.joined: set[str] = set()
         self.lock = threading.Lock()
         self.proc = subprocess.Popen(
-            ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", jt.classpath(), str(self.SOURCE), bootstrap,
-             topic, group, "consumer"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            jt.program_command(self.SOURCE, [bootstrap, topic, group, "consumer"]), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=open(log, "ab"), text=True)
         threading.Thread(target=self._read, daemon=True).start()
 

@@ -41,6 +41,9 @@ def test_java_consumer_edges_answer_as_kafka(java, tmp_path):
     b = BrokerProcess(SETTINGS)
     b.start()
     try:
+        # Source-file mode, not jt.program_command: run from compiled classes, the KIP-848
+        # consumer's reset after "past-end" (seek to 100, OFFSET_OUT_OF_RANGE) landed on offset 3
+        # instead of 0 in about 4 of 9 runs (2026-12-02), not yet explained; here it has not.
         p = subprocess.run(["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", jt.classpath(), str(SOURCE),
                             b.bootstrap, run], capture_output=True, text=True, timeout=400)
     finally:

@@ -21,8 +21,8 @@ def test_java_producer_edges_answer_as_kafka(java, broker):
     import java_tools as jt
 
     run = uuid.uuid4().hex[:8]
-    p = subprocess.run(["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", jt.classpath(), str(SOURCE),
-                        broker.bootstrap, run], capture_output=True, text=True, timeout=120)
+    p = subprocess.run(jt.program_command(SOURCE, [broker.bootstrap, run]), capture_output=True, text=True,
+                       timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]
     lines = p.stdout.splitlines()
     assert lines == [

@@ -48,9 +48,10 @@ def run_probe(bootstrap: str, protocol: str, work: Path) -> tuple[list[str], lis
     """The probe's "[" lines and its "#" lines (timings, the instances' errors); the instances'
     logs are left in ``work``."""
     prefix = "s" + uuid.uuid4().hex[:8]
-    cmd = ["java", "-Xmx192m", "-XX:TieredStopAtLevel=1", "-cp", jt.streams_logged_classpath(),
-           f"-Dlog4j2.configurationFile={jt.tools_log_config()}", f"-Dstreams.eos.source={SOURCE}",
-           str(SOURCE), "drive", bootstrap, prefix, protocol, str(work)]
+    # The driver starts its instances with its own JVM flags and class path.
+    cmd = jt.program_command(SOURCE, ["drive", bootstrap, prefix, protocol, str(work)],
+                             cp=jt.streams_logged_classpath(),
+                             jvm_args=("-Xmx192m", *jt.LIGHT_JVM, f"-Dlog4j2.configurationFile={jt.tools_log_config()}"))
     with open(work.with_suffix(".err"), "w") as err:
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, text=True, timeout=400)
     lines = p.stdout.splitlines()

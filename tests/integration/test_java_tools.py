@@ -288,8 +288,8 @@ def test_acl_command_add_list_remove(java, broker_factory) -> None:
 
 
 def test_feature_command_describe_upgrade_downgrade(java, broker_factory) -> None:
-    check_feature_command(broker_factory().bootstrap)
     b = broker_factory()
+    check_feature_command(b.bootstrap)  # a dry run and a refused upgrade: nothing changes
     before = jt.describe_features(b.bootstrap, timeout=TOOL_TIMEOUT)
     assert before["share.version"].finalized == 1
     # KIP-1071's streams groups: level 1 supported and finalized in a new cluster.
@@ -353,7 +353,7 @@ def check_delegation_token_command(bootstrap: str, tmp_path: Path) -> None:
         "sasl.jaas.config": f'org.apache.kafka.common.security.scram.ScramLoginModule required '
                             f'username="{token_id}" password="{hmac}" tokenauth=true;'})
     listed = jt.run_tool(jt.TOPIC_COMMAND, ["--bootstrap-server", bootstrap, "--command-config", with_token,
-                                            "--list"], timeout=TOOL_TIMEOUT, jvm_args=jt._ADMIN_JVM)
+                                            "--list"], timeout=TOOL_TIMEOUT)
     assert listed.returncode == 0
     refused = tokens("--describe", "--owner-principal", "User:admin", config=with_token, check=False)
     assert refused.returncode != 0
@@ -363,7 +363,7 @@ def check_delegation_token_command(bootstrap: str, tmp_path: Path) -> None:
     assert "Completed expire operation." in tokens("--expire", "--hmac", hmac, "--expiry-time-period", "-1").stdout
     assert "Total number of tokens : 0" in tokens("--describe", "--owner-principal", "User:admin").stdout
     gone = jt.run_tool(jt.TOPIC_COMMAND, ["--bootstrap-server", bootstrap, "--command-config", with_token,
-                                          "--list"], check=False, timeout=TOOL_TIMEOUT, jvm_args=jt._ADMIN_JVM)
+                                          "--list"], check=False, timeout=TOOL_TIMEOUT)
     assert gone.returncode != 0 and "invalid credentials" in gone.stdout + gone.stderr
     renew_gone = tokens("--renew", "--hmac", hmac, "--renew-time-period", "-1", check=False)
     assert renew_gone.returncode != 0 and "DelegationTokenNotFoundException" in renew_gone.stdout + renew_gone.stderr
@@ -380,33 +380,6 @@ def test_delegation_token_command_and_token_authentication(java, tmp_path) -> No
         check_delegation_token_command(b.bootstrap, tmp_path)
     finally:
         b.cleanup()
-
-
-def test_delegation_token_command_against_apache_kafka(java, tmp_path) -> None:
-    """The same commands against Kafka 4.3.1 with the same SASL set-up, so that the checks
-    above are Kafka's answers."""
-    from benchmarks.reference.kafka import TEST_JVM_FLAGS, KafkaReference
-    from rivulet.testing import free_port
-    from tests.integration.test_sasl import PLAIN_JAAS, SCRAM_JAAS
-
-    sasl_port = free_port()
-    ref = KafkaReference(overrides={}, jvm_flags=TEST_JVM_FLAGS)
-    ref.properties.update({
-        "listeners": f"{ref.properties['listeners']},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
-        "advertised.listeners": f"{ref.properties['advertised.listeners']},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
-        "listener.security.protocol.map": f"{ref.properties['listener.security.protocol.map']},"
-                                          "SASL_PLAINTEXT:SASL_PLAINTEXT",
-        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-        "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
-        "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": SCRAM_JAAS,
-        "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": SCRAM_JAAS,
-        "delegation.token.secret.key": "token-secret"})
-    try:
-        ref.start()
-        check_delegation_token_command(f"127.0.0.1:{sasl_port}", tmp_path)
-    finally:
-        ref.stop()
-        ref.cleanup()
 
 
 # ---------------------------------------------------------------------------- against a 3-broker cluster
@@ -474,8 +447,44 @@ def test_feature_levels_on_a_cluster(cluster_bootstrap: str) -> None:
 # ---------------------------------------------------------------------------- the harness itself
 
 
-def test_runners_against_apache_kafka(kafka_ref: str) -> None:
-    """Every runner and assertion above, against the reference implementation."""
+@pytest.fixture(scope="module")
+def kafka_with_sasl(java: None) -> Iterator[tuple[str, str]]:
+    """Kafka 4.3.1 with a SASL_PLAINTEXT listener set up as Rivulet's above, beside its plaintext
+    one, for both tests against it (one JVM broker for the two): (plaintext, SASL) bootstraps."""
+    from benchmarks.reference.kafka import TEST_JVM_FLAGS, KafkaReference
+    from rivulet.testing import free_port
+    from tests.integration.test_sasl import PLAIN_JAAS, SCRAM_JAAS
+
+    sasl_port = free_port()
+    ref = KafkaReference(overrides={}, jvm_flags=TEST_JVM_FLAGS)
+    ref.properties.update({
+        "listeners": f"{ref.properties['listeners']},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+        "advertised.listeners": f"{ref.properties['advertised.listeners']},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+        "listener.security.protocol.map": f"{ref.properties['listener.security.protocol.map']},"
+                                          "SASL_PLAINTEXT:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+        "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": SCRAM_JAAS,
+        "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": SCRAM_JAAS,
+        "delegation.token.secret.key": "token-secret"})
+    try:
+        ref.start()
+        yield ref.bootstrap, f"127.0.0.1:{sasl_port}"
+    finally:
+        ref.stop()
+        ref.cleanup()
+
+
+def test_delegation_token_command_against_apache_kafka(kafka_with_sasl: tuple[str, str], tmp_path) -> None:
+    """The same commands against Kafka 4.3.1 with the same SASL set-up, so that the checks
+    above are Kafka's answers."""
+    check_delegation_token_command(kafka_with_sasl[1], tmp_path)
+
+
+def test_runners_against_apache_kafka(kafka_with_sasl: tuple[str, str]) -> None:
+    """Every runner and assertion above, against the reference implementation (its plaintext
+    listener)."""
+    kafka_ref = kafka_with_sasl[0]
     check_topic_command(kafka_ref)
     check_producer_perf(kafka_ref)
     check_consumer_perf(kafka_ref)

@@ -40,9 +40,9 @@ def run_probe(bootstrap: str, stderr_path: Path, scenarios: list[str] | None = N
     prefix = "t" + uuid.uuid4().hex[:8]
     # -Xss: the client's Future.get() recurses once per split of a refused batch ("failedsend").
     with open(stderr_path, "w") as err:
-        p = subprocess.run(["java", "-Xmx256m", "-Xss8m", "-XX:TieredStopAtLevel=1", "-cp", jt.classpath(), str(SOURCE),
-                            bootstrap, prefix, *(scenarios or [])], stdout=subprocess.PIPE, stderr=err, text=True,
-                           timeout=400)
+        p = subprocess.run(jt.program_command(SOURCE, [bootstrap, prefix, *(scenarios or [])],
+                                              jvm_args=(*jt.PROGRAM_JVM, "-Xss8m")),
+                           stdout=subprocess.PIPE, stderr=err, text=True, timeout=400)
     assert p.returncode == 0, stderr_path.read_text()[-3000:]
     # The client's own ERROR log lines (timestamps) go to stdout too: keep the probe's.
     return [line for line in p.stdout.splitlines() if line.startswith("[")]

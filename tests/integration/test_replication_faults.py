@@ -520,8 +520,8 @@ def _java_describe(bootstrap: str, *topics: str) -> list[str]:
     """tests/java/ElrDescribe.java: Kafka's Java Admin describeTopics, a line per partition."""
     from tests import java_tools as jt
 
-    p = subprocess.run(["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", jt.classpath(), str(ELR_DESCRIBE),
-                        bootstrap, *topics], capture_output=True, text=True, timeout=120)
+    p = subprocess.run(jt.program_command(ELR_DESCRIBE, [bootstrap, *topics]), capture_output=True, text=True,
+                       timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]
     return p.stdout.splitlines()
 

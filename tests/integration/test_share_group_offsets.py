@@ -165,10 +165,10 @@ def test_kafka_share_groups_tool():
         assert sorted((r["PARTITION"], r["START-OFFSET"], r["LAG"]) for r in rows) == [("0", "0", "10"),
                                                                                         ("1", "10", "0")]
         run = jt.run_tool(jt.SHARE_GROUP_COMMAND, ["--bootstrap-server", b.bootstrap, "--delete-offsets",
-                                                   "--group", "jsg", "--topic", TOPIC], jvm_args=jt._ADMIN_JVM)
+                                                   "--group", "jsg", "--topic", TOPIC])
         assert TOPIC in run.stdout and "Successful" in run.stdout, run.stdout
         run = jt.run_tool(jt.SHARE_GROUP_COMMAND, ["--bootstrap-server", b.bootstrap, "--describe", "--group", "jsg",
-                                                   "--offsets"], jvm_args=jt._ADMIN_JVM)
+                                                   "--offsets"])
         assert "has no offset information" in run.stdout, run.stdout
 
 

@@ -424,9 +424,7 @@ def java_client_command(*args: str, source: Path = JAVA_MEMBERS) -> list[str]:
     """The java command line running ``source`` (ShareMembers.java) with ``args``, against Kafka's client jars."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import java_tools as jt
-    reason = jt.java_available()
-    assert reason is None, f"Kafka's Java client is needed: {reason}"
-    return ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", jt.classpath(), str(source), *args]
+    return jt.program_command(source, args)
 
 
 @pytest.mark.java

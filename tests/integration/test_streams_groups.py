@@ -591,8 +591,8 @@ def run_word_count(bootstrap: str, tmp_path: Path, replication_factor: int | Non
 
     def start(name: str) -> subprocess.Popen:
         args = [bootstrap, WC_APP, WC_INPUT, WC_OUTPUT, str(work / name), "exactly_once_v2"]
-        app = subprocess.Popen(["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", cp, str(WORD_COUNT), *args,
-                                *([] if replication_factor is None else [str(replication_factor)])],
+        app = subprocess.Popen(jt.program_command(WORD_COUNT, [*args, *([] if replication_factor is None
+                                                                    else [str(replication_factor)])], cp=cp),
                                stdout=open(tmp_path / f"{work.name}-{name}.log", "wb"), stderr=subprocess.STDOUT)
         apps.append(app)
         return app

@@ -3,11 +3,13 @@
 // state store), re-grouped by region (a second repartition) and aggregated into "count:sum" per
 // region (a second store), every update written out (no cache). Standby replicas: 1.
 //
-//   java -cp <kafka + kafka-streams jars> StreamsEos.java drive BOOTSTRAP PREFIX PROTOCOL WORKDIR
+//   javac -d CLASSES -cp <kafka + kafka-streams jars> StreamsEos.java
+//   java -cp CLASSES:<kafka + kafka-streams jars> StreamsEos drive BOOTSTRAP PREFIX PROTOCOL WORKDIR
 //
-// runs two instances of itself ("instance" mode) as child JVMs, produces the customers, then half
-// the orders, reads the totals with a read_committed consumer, kills one instance with SIGKILL,
-// produces the rest and reads again until the totals are complete. Lines starting "[" are the same
+// runs two instances of itself ("instance" mode) as child JVMs with its own flags and class path
+// (hence compiled: the source launcher's classes are on no class path), produces the customers,
+// then half the orders, reads the totals with a read_committed consumer, kills one instance with
+// SIGKILL, produces the rest and reads again until the totals are complete. Lines starting "[" are the same
 // from run to run (diffed between brokers); lines starting "#" are informational (timings, the
 // instances' logged errors). PROTOCOL is the group.protocol: classic or streams.
 
@@ -15,6 +17,7 @@ import java.io.BufferedReader;
 import java.io.FileWriter;
 import java.io.InputStreamReader;
 import java.io.PrintWriter;
+import java.lang.management.ManagementFactory;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -233,11 +236,14 @@ public class StreamsEos {
     }
 
     static Child start(String name, String bootstrap, String prefix, Path work, String variant) throws Exception {
-        String source = System.getProperty("streams.eos.source");
-        List<String> cmd = List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-            "-Xmx192m", "-XX:TieredStopAtLevel=1", "-cp", System.getProperty("java.class.path"),
+        // This JVM's flags and class path (the test's), with the instances' own logging.
+        List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString()));
+        for (String flag : ManagementFactory.getRuntimeMXBean().getInputArguments()) {
+            if (!flag.startsWith("-Dlog4j2.configurationFile=")) cmd.add(flag);
+        }
+        cmd.addAll(List.of("-cp", System.getProperty("java.class.path"),
             "-Dlog4j2.configurationFile=" + work.resolve("log4j2.properties"),
-            source, "instance", bootstrap, prefix, protocol, work.resolve(name).toString(), variant);
+            StreamsEos.class.getName(), "instance", bootstrap, prefix, protocol, work.resolve(name).toString(), variant));
         Process process = new ProcessBuilder(cmd).redirectErrorStream(true).start();
         return new Child(name, process, work.resolve(name + ".log"));
     }
