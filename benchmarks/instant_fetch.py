@@ -14,7 +14,8 @@ it)::
     python -m benchmarks.instant_fetch --size 100 --records 3000000 --rounds 3
 
 The proxy is for measuring the generator only: it keeps no log, so the records it serves are
-never checked beyond what the client checks.
+never checked beyond what the client checks. Given ``Acks`` it also acknowledges Produce at once
+(``benchmarks.ceiling`` uses both).
 """
 
 from __future__ import annotations
@@ -186,7 +187,7 @@ class Proxy:
         self.upstream_port, self.answers, self.acks = upstream_port, answers, acks
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
-        self.cpu_s = 0.0  # of the threads that answer Fetch
+        self.cpu_s = 0.0  # of the threads that answer Fetch (and Produce)
         self._lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
 
