@@ -22,7 +22,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
                                    NewTopic, ResourcePatternType, ResourceType)
 from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
@@ -91,7 +91,17 @@ def click_to_load(driver: webdriver.Chrome, element: WebElement) -> None:
     """Click what loads a new page, and wait until the new page has replaced the old one."""
     old = driver.find_element(By.TAG_NAME, "html")
     element.click()
-    WebDriverWait(driver, WAIT).until(staleness_of(old), "the page did not load")
+    WebDriverWait(driver, WAIT).until(lambda _d: _gone(old), "the page did not load")
+
+
+def _gone(old: WebElement) -> bool:
+    """Whether the old page's element is gone: stale, or (mid-navigation) its document no longer
+    known to Chrome's inspector, which answers that with an error of its own."""
+    try:
+        old.is_enabled()
+    except WebDriverException:  # StaleElementReferenceException among them
+        return True
+    return False
 
 
 def settled(driver: webdriver.Chrome, read: Callable[[webdriver.Chrome], T]) -> T:
