@@ -45,10 +45,8 @@ def test_java_consumer_edges_answer_as_kafka(java, tmp_path):
     b = BrokerProcess(SETTINGS)
     b.start()
     try:
-        # Source-file mode, as before; the offset-3 reads once seen from compiled classes were the
-        # retention pass above (2026-12-02), not the launcher.
-        p = subprocess.run(["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", jt.classpath(), str(SOURCE),
-                            b.bootstrap, run], capture_output=True, text=True, timeout=400)
+        p = subprocess.run(jt.program_command(SOURCE, [b.bootstrap, run]), capture_output=True, text=True,
+                           timeout=400)
     finally:
         b.cleanup()
     (tmp_path / "java.log").write_text(p.stderr)
